@@ -1,0 +1,25 @@
+"""Errors a user can act on.
+
+Every error dpmed raises on bad input names the file, the key or the row at fault and says what to do. The CLI
+prints the message alone (no traceback) and exits non-zero; the Python API raises it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DpmedError", "ConfigError", "DataError", "PrivacyError"]
+
+
+class DpmedError(Exception):
+    """Base class: a problem with the user's input, explained in the message."""
+
+
+class ConfigError(DpmedError):
+    """A study file is malformed: unknown key, wrong type or impossible value."""
+
+
+class DataError(DpmedError):
+    """A dataset is missing, unreadable, or not in the layout its reader documents."""
+
+
+class PrivacyError(DpmedError):
+    """A privacy request cannot be met (e.g. a target eps no noise level reaches)."""

@@ -1,0 +1,101 @@
+"""Noise calibration: never overshoots, nearly tight, robust from eps 0.1 to 1e15."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpmed.accounting import ACCOUNTANTS, dp_sgd_epsilon, noise_multiplier_for
+from dpmed.accounting.calibration import _bracket
+
+RTOL = 1e-3
+
+
+def assert_calibrated(target, q, steps, delta, accountant, rtol=RTOL):
+    sigma = noise_multiplier_for(target_epsilon=target, delta=delta, sample_rate=q, steps=steps,
+                                 accountant=accountant, rtol=rtol)
+    args = dict(sample_rate=q, steps=steps, delta=delta, accountant=accountant)
+    assert dp_sgd_epsilon(noise_multiplier=sigma, **args) <= target  # never overshoots
+    assert dp_sgd_epsilon(noise_multiplier=sigma * (1 - 2 * rtol), **args) > target  # and is nearly the smallest
+    return sigma
+
+
+@settings(max_examples=25, deadline=None)
+@given(log_target=st.floats(math.log(0.1), math.log(100.0)), q=st.floats(1e-3, 1.0), steps=st.integers(1, 3000),
+       accountant=st.sampled_from(ACCOUNTANTS))
+def test_calibrated_sigma_meets_the_target_and_is_nearly_tight(log_target, q, steps, accountant):
+    assert_calibrated(math.exp(log_target), q, steps, 1e-5, accountant)
+
+
+def test_reference_setting_round_trips():
+    """q = 128/5218, T = 2039, delta = 1e-4: the PLD eps of sigma = 5.002 is about 0.689; calibrating back to that
+    eps gives sigma = 5.002 within the tolerance."""
+    target = dp_sgd_epsilon(noise_multiplier=5.002, sample_rate=128 / 5218, steps=2039, delta=1e-4)
+    sigma = assert_calibrated(target, 128 / 5218, 2039, 1e-4, "pld")
+    assert sigma == pytest.approx(5.002, rel=2 * RTOL)
+
+
+@pytest.mark.parametrize("target", [1e3, 1e6, 1e10, 1e15])
+def test_high_budgets_calibrate_without_overflow_under_rdp(target):
+    """The 004_6210268d59b6f8e5.txt regime: sigma shrinks roughly as eps^(-1/2) and the search runs in log sigma."""
+    sigma = assert_calibrated(target, 0.25, 300, 1e-5, "rdp")
+    assert 0 < sigma < 1
+
+
+def test_pld_calibrates_up_to_its_limit_and_points_to_rdp_beyond():
+    assert_calibrated(450.0, 128 / 5218, 2039, 1e-5, "pld")
+    for target in (1e3, 1e15):
+        with pytest.raises(ValueError, match="accountant='rdp'"):
+            noise_multiplier_for(target_epsilon=target, delta=1e-5, sample_rate=0.25, steps=300, accountant="pld")
+
+
+def test_looser_tolerance_is_still_safe():
+    assert_calibrated(2.0, 0.01, 1000, 1e-5, "pld", rtol=0.05)
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("target_epsilon", 0.0), ("target_epsilon", -1.0), ("target_epsilon", math.inf),
+    ("delta", 0.0), ("delta", 1.0), ("sample_rate", 0.0), ("sample_rate", 2.0),
+    ("steps", 0), ("steps", 1.5), ("accountant", "gdp"), ("rtol", 0.0), ("rtol", 0.9),
+])
+def test_invalid_arguments_name_the_argument(argument, value):
+    args = dict(target_epsilon=1.0, delta=1e-5, sample_rate=0.01, steps=100, accountant="pld", rtol=1e-3)
+    args[argument] = value
+    with pytest.raises(ValueError, match=argument):
+        noise_multiplier_for(**args)
+
+
+# The search on its own, against synthetic eps curves (cheap, so many examples).
+
+@settings(max_examples=200, deadline=None)
+@given(root=st.floats(-25.0, 25.0), power=st.floats(0.2, 4.0), log_target=st.floats(-20.0, 20.0),
+       x0=st.floats(-5.0, 5.0), tol=st.sampled_from([1e-6, 1e-3, 0.05]))
+def test_search_brackets_any_power_law(root, power, log_target, x0, tol):
+    def eps_at(sigma):  # eps = target exactly at log(sigma) = root
+        return math.exp(log_target - power * (math.log(sigma) - root))
+
+    target = math.exp(log_target)
+    lo, hi = _bracket(eps_at, target=target, x0=x0, slope=-1.0, tol=tol)
+    assert 0 < hi.x - lo.x <= tol
+    assert eps_at(hi.sigma) <= target < eps_at(lo.sigma)
+
+
+@settings(max_examples=100, deadline=None)
+@given(root=st.floats(-10.0, 10.0), wiggle=st.floats(0.0, 0.3), tol=st.sampled_from([1e-4, 1e-2]))
+def test_search_never_returns_a_point_above_target_even_on_a_rough_curve(root, wiggle, tol):
+    """Infinite and zero eps, plateaus and non-monotone wiggles: the returned upper end was evaluated at or below the
+    target, the lower end above it."""
+    def eps_at(sigma):
+        x = math.log(sigma)
+        if x < root - 3:
+            return math.inf
+        if x > root + 3:
+            return 0.0
+        return math.exp(-(x - root) + wiggle * math.sin(40 * x))
+
+    lo, hi = _bracket(eps_at, target=1.0, x0=0.0, slope=-1.0, tol=tol)
+    assert hi.x - lo.x <= tol
+    assert eps_at(hi.sigma) <= 1.0 < eps_at(lo.sigma)

@@ -1,0 +1,156 @@
+"""eps of DP-SGD: reference values, an independent exact truth, properties, and degenerate cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from scipy import optimize, special
+
+from dpmed.accounting import (ACCOUNTANTS, NEIGHBOUR_DP_SGD, PoissonGaussianEvent, accountant_info, default_delta,
+                              describe_accountant, dp_sgd_epsilon)
+
+# The setting of 000_56c2431ae4df8d10.txt (METHODS.md s.3).
+REFERENCE = dict(noise_multiplier=5.002, sample_rate=128 / 5218, steps=2039, delta=1e-4)
+
+sigmas = st.floats(0.6, 20.0)
+rates = st.floats(1e-3, 1.0)
+step_counts = st.integers(1, 2000)
+deltas = st.sampled_from([1e-3, 1e-5, 1e-7])
+
+
+def test_reference_values():
+    assert dp_sgd_epsilon(**REFERENCE, accountant="pld") == pytest.approx(0.689, abs=0.01)
+    assert dp_sgd_epsilon(**REFERENCE, accountant="rdp") == pytest.approx(0.770, abs=0.01)
+    assert dp_sgd_epsilon(**REFERENCE) == dp_sgd_epsilon(**REFERENCE, accountant="pld")  # PLD is the default
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """Exact eps(delta) of the Gaussian mechanism with sensitivity / std = mu (Balle & Wang 2018, Thm. 8):
+    delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu), solved for eps. Independent of dp_accounting."""
+
+    def delta_of(eps: float) -> float:
+        return special.ndtr(mu / 2 - eps / mu) - math.exp(eps + special.log_ndtr(-mu / 2 - eps / mu))
+
+    if delta_of(0.0) <= delta:
+        return 0.0
+    upper = 1.0
+    while delta_of(upper) > delta:
+        upper *= 2
+    return optimize.brentq(lambda eps: delta_of(eps) - delta, 0.0, upper, xtol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 2.0, 5.0, 10.0])
+@pytest.mark.parametrize("steps", [1, 4])
+@pytest.mark.parametrize("delta", [1e-3, 1e-5])
+def test_full_batch_is_the_exact_gaussian_mechanism(sigma, steps, delta):
+    """q = 1: every step is the Gaussian mechanism with sensitivity 1 and std sigma; T of them compose to one with
+    std sigma / sqrt(T). PLD (pessimistic) may exceed the exact eps by its discretisation error, never undercut it;
+    RDP is an upper bound too."""
+    exact = gaussian_epsilon(math.sqrt(steps) / sigma, delta)
+    pld = dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=1.0, steps=steps, delta=delta, accountant="pld")
+    rdp = dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=1.0, steps=steps, delta=delta, accountant="rdp")
+    assert pld == pytest.approx(exact, rel=0.01)
+    assert pld >= exact - 1e-9
+    assert rdp >= exact - 1e-9
+
+
+def within_pld_range(**args) -> bool:
+    """Settings whose RDP eps is below 400 have PLD eps below its 500 limit."""
+    return dp_sgd_epsilon(**args, accountant="rdp") < 400
+
+
+@settings(max_examples=25, deadline=None)
+@given(sigma=sigmas, q=rates, steps=step_counts, delta=deltas)
+def test_pld_is_tighter_than_rdp(sigma, q, steps, delta):
+    args = dict(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta)
+    assume(within_pld_range(**args))
+    assert dp_sgd_epsilon(**args, accountant="pld") <= dp_sgd_epsilon(**args, accountant="rdp")
+
+
+@settings(max_examples=25, deadline=None)
+@given(sigma=sigmas, factor=st.floats(1.01, 3.0), q=rates, steps=step_counts,
+       accountant=st.sampled_from(ACCOUNTANTS))
+def test_more_noise_gives_smaller_epsilon(sigma, factor, q, steps, accountant):
+    args = dict(sample_rate=q, steps=steps, delta=1e-5)
+    assume(within_pld_range(noise_multiplier=sigma, **args))
+    assert (dp_sgd_epsilon(noise_multiplier=sigma * factor, **args, accountant=accountant)
+            < dp_sgd_epsilon(noise_multiplier=sigma, **args, accountant=accountant))
+
+
+@pytest.mark.parametrize("accountant", ACCOUNTANTS)
+def test_more_steps_give_larger_epsilon(accountant):
+    eps = [dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=t, delta=1e-5, accountant=accountant)
+           for t in (1, 10, 100, 1000)]
+    assert eps == sorted(eps) and len(set(eps)) == len(eps)
+
+
+@pytest.mark.parametrize("accountant", ACCOUNTANTS)
+def test_no_noise_is_infinite_and_no_steps_is_zero(accountant):
+    assert dp_sgd_epsilon(noise_multiplier=0.0, sample_rate=0.1, steps=1, delta=1e-5, accountant=accountant) == math.inf
+    assert dp_sgd_epsilon(noise_multiplier=0.0, sample_rate=0.1, steps=0, delta=1e-5, accountant=accountant) == 0.0
+    assert dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=0.1, steps=0, delta=1e-5, accountant=accountant) == 0.0
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("noise_multiplier", -1.0), ("noise_multiplier", math.nan), ("noise_multiplier", math.inf),
+    ("sample_rate", 0.0), ("sample_rate", 1.5), ("sample_rate", -0.1),
+    ("steps", -1), ("steps", 2.5), ("steps", True),
+    ("delta", 0.0), ("delta", 1.0), ("delta", -1e-5), ("delta", math.nan),
+    ("accountant", "gdp"),
+])
+def test_invalid_arguments_name_the_argument(argument, value):
+    args = dict(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1e-5, accountant="pld")
+    args[argument] = value
+    with pytest.raises(ValueError, match=argument):
+        dp_sgd_epsilon(**args)
+
+
+@pytest.mark.parametrize("setting", [
+    dict(noise_multiplier=1e-7, sample_rate=0.25, steps=300),  # eps ~ 1e16: beyond any PLD grid
+    dict(noise_multiplier=0.609375, sample_rate=0.609375, steps=950),  # eps ~ 725: dp_accounting's inversion overflows
+    dict(noise_multiplier=0.035, sample_rate=1.0, steps=1),  # eps ~ 530: finite, but above the stated limit
+])
+def test_pld_refuses_budgets_beyond_its_range_and_rdp_takes_over(setting):
+    with pytest.raises(ValueError, match="accountant='rdp'"):
+        dp_sgd_epsilon(**setting, delta=1e-5, accountant="pld")
+    assert 500 < dp_sgd_epsilon(**setting, delta=1e-5, accountant="rdp") < math.inf
+
+
+def test_pld_resolves_eps_up_to_its_limit():
+    """q = 1, T = 1: the exact Gaussian eps is about 418 here, inside the range."""
+    exact = gaussian_epsilon(1 / 0.04, 1e-5)
+    assert 400 < exact < 500
+    pld = dp_sgd_epsilon(noise_multiplier=0.04, sample_rate=1.0, steps=1, delta=1e-5)
+    assert exact - 1e-9 <= pld <= exact * (1 + 1e-3)
+
+
+def test_registry_describes_every_accountant():
+    assert ACCOUNTANTS == ("pld", "rdp")
+    for name in ACCOUNTANTS:
+        info = accountant_info(name)
+        assert info.name == name and name.upper() in describe_accountant(name) and "dp_accounting" in info.description
+    with pytest.raises(ValueError, match="accountant must be one of pld, rdp"):
+        describe_accountant("moments")
+    assert "add or remove" in NEIGHBOUR_DP_SGD and "Poisson" in NEIGHBOUR_DP_SGD
+
+
+def test_events_normalise_their_fields():
+    import numpy as np
+
+    event = PoissonGaussianEvent(noise_multiplier=np.float32(1.5), sample_rate=1, steps=np.int64(7))
+    assert type(event.noise_multiplier) is float and type(event.sample_rate) is float and type(event.steps) is int
+
+
+@pytest.mark.parametrize("n, expected", [(5218, 1e-5), (10**5, 1e-6), (1, 1e-5)])
+def test_default_delta(n, expected):
+    assert default_delta(n) == pytest.approx(expected, rel=1e-12)
+    assert default_delta(n) <= 1 / (10 * n)
+
+
+@pytest.mark.parametrize("n", [0, -3, 2.0])
+def test_default_delta_rejects_impossible_sizes(n):
+    with pytest.raises(ValueError, match="n_train"):
+        default_delta(n)

@@ -1,0 +1,126 @@
+"""The privacy ledger: merging, exact serialisation, and resume gives the eps of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpmed.accounting import (ACCOUNTANTS, LaplaceImageEvent, Ledger, PoissonGaussianEvent, dp_sgd_epsilon,
+                              event_from_dict, event_to_dict, ledger_epsilon)
+
+Q, SIGMA, DELTA = 128 / 5218, 5.002, 1e-4
+
+
+def step(sigma=SIGMA, q=Q, steps=1):
+    return PoissonGaussianEvent(noise_multiplier=sigma, sample_rate=q, steps=steps)
+
+
+def run(ledger: Ledger, n: int, **kwargs) -> Ledger:
+    for _ in range(n):
+        ledger = ledger.record(step(**kwargs))
+    return ledger
+
+
+def json_round_trip(ledger: Ledger) -> Ledger:
+    return Ledger.from_dict(json.loads(json.dumps(ledger.to_dict())))
+
+
+def test_steps_of_one_mechanism_merge_into_one_entry():
+    ledger = run(Ledger(), 10_000)
+    assert ledger.events == (step(steps=10_000),)
+    assert ledger.dp_sgd_steps == 10_000
+
+
+def test_a_change_of_sigma_or_q_or_a_local_release_starts_a_new_entry():
+    image = LaplaceImageEvent(scale=1.0, value_range=1.0, dimension=3 * 224 * 224)
+    ledger = run(Ledger(), 3)
+    ledger = run(ledger, 2, sigma=2.0)
+    ledger = run(ledger, 2, sigma=2.0, q=0.5)
+    ledger = ledger.record(image)
+    ledger = run(ledger, 4, sigma=2.0, q=0.5)
+    assert ledger.events == (step(steps=3), step(sigma=2.0, steps=2), step(sigma=2.0, q=0.5, steps=2), image,
+                             step(sigma=2.0, q=0.5, steps=4))
+    assert ledger.dp_sgd_steps == 11
+
+
+def test_record_returns_a_new_ledger():
+    empty = Ledger()
+    assert empty.record(step()) is not empty and empty.events == ()
+
+
+def test_ledger_holds_only_events():
+    with pytest.raises(TypeError, match="PoissonGaussianEvent"):
+        Ledger().record({"noise_multiplier": 1.0})
+    with pytest.raises(TypeError):
+        Ledger(events=("not an event",))
+
+
+@settings(max_examples=50, deadline=None)
+@given(sigma=st.floats(0.0, 1e6), q=st.floats(1e-12, 1.0), steps=st.integers(0, 10**9),
+       scale=st.floats(1e-300, 1e300), dimension=st.integers(1, 10**8))
+def test_serialisation_round_trips_exactly(sigma, q, steps, scale, dimension):
+    ledger = Ledger((step(sigma=sigma, q=q, steps=steps),
+                     LaplaceImageEvent(scale=scale, value_range=0.1 + 0.2, dimension=dimension)))
+    assert json_round_trip(ledger) == ledger
+
+
+def test_numpy_fields_serialise_to_plain_json():
+    event = PoissonGaussianEvent(noise_multiplier=np.float64(1.1), sample_rate=np.float32(0.5), steps=np.int64(3))
+    assert event_from_dict(json.loads(json.dumps(event_to_dict(event)))) == event
+
+
+@pytest.mark.parametrize("d, message", [
+    ({"type": "gaussian_sgd", "noise_multiplier": 1.0}, "gaussian_sgd"),
+    ({"noise_multiplier": 1.0}, "'type'"),
+    ({"type": "poisson_gaussian", "noise_multiplier": 1.0, "sample_rate": 0.1}, "missing \\['steps'\\]"),
+    ({"type": "poisson_gaussian", "noise_multiplier": 1.0, "sample_rate": 0.1, "steps": 1, "seed": 3}, "seed"),
+    ({"type": "poisson_gaussian", "noise_multiplier": 1.0, "sample_rate": 0.0, "steps": 1}, "sample_rate"),
+])
+def test_malformed_event_dicts_are_explained(d, message):
+    with pytest.raises(ValueError, match=message):
+        event_from_dict(d)
+
+
+def test_malformed_ledger_dict_is_explained():
+    with pytest.raises(ValueError, match="events"):
+        Ledger.from_dict({"steps": []})
+
+
+@pytest.mark.parametrize("accountant", ACCOUNTANTS)
+def test_ledger_epsilon_is_that_of_the_merged_event(accountant):
+    ledger = run(Ledger(), 2039)
+    expected = dp_sgd_epsilon(noise_multiplier=SIGMA, sample_rate=Q, steps=2039, delta=DELTA, accountant=accountant)
+    assert ledger_epsilon(ledger, delta=DELTA, accountant=accountant) == expected
+
+
+@pytest.mark.parametrize("accountant", ACCOUNTANTS)
+def test_a_resumed_run_ends_with_the_eps_of_an_uninterrupted_one(accountant):
+    whole = run(Ledger(), 2039)
+    first_half = json_round_trip(run(Ledger(), 1000))  # saved with the checkpoint, loaded on resume
+    resumed = run(first_half, 1039)
+    assert resumed == whole
+    assert (ledger_epsilon(resumed, delta=DELTA, accountant=accountant)
+            == ledger_epsilon(whole, delta=DELTA, accountant=accountant))
+
+
+@pytest.mark.parametrize("accountant", ACCOUNTANTS)
+def test_composing_two_phases_costs_more_than_either(accountant):
+    phase_a, phase_b = step(sigma=2.0, q=0.01, steps=500), step(sigma=1.0, q=0.02, steps=300)
+    eps = {name: ledger_epsilon(Ledger(events), delta=1e-5, accountant=accountant)
+           for name, events in {"a": (phase_a,), "b": (phase_b,), "ab": (phase_a, phase_b)}.items()}
+    assert max(eps["a"], eps["b"]) < eps["ab"] <= eps["a"] + eps["b"]
+
+
+def test_empty_and_noiseless_ledgers():
+    assert ledger_epsilon(Ledger(), delta=1e-5) == 0.0
+    assert ledger_epsilon(run(Ledger(), 5, sigma=0.0), delta=1e-5) == float("inf")
+
+
+def test_local_releases_are_not_mixed_into_dp_sgd_epsilon():
+    ledger = Ledger().record(LaplaceImageEvent(scale=1.0, value_range=1.0, dimension=10))
+    with pytest.raises(ValueError, match="laplace_image_epsilon"):
+        ledger_epsilon(ledger, delta=1e-5)
