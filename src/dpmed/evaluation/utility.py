@@ -1,0 +1,378 @@
+"""Utility of a diagnostic model: AUROC, and accuracy, sensitivity, specificity at a validation-chosen threshold.
+
+Pure functions of label and score arrays (METHODS.md sec. 4); predictions are made once upstream. Conventions:
+
+* binary: labels int [N] in {0, 1}; scores float [N] = P(class 1)
+* multiclass: labels int [N] in 0..K-1; scores float [N, K] class probabilities (argmax is the prediction)
+* multilabel: labels 0/1 [N, L]; scores float [N, L] sigmoid probabilities
+
+Why each choice:
+
+* The threshold that turns scores into decisions is Youden's J (Youden 1950, "Index for rating diagnostic tests",
+  Cancer 3:32-35) chosen on the **validation** split and applied unchanged to test. A threshold chosen on the test
+  set (an anti-example in the source documents' code) tunes the reported accuracy to the very images that measure it.
+* AUROC per label is scikit-learn's; the macro average is one-vs-rest for multiclass and the mean over labels for
+  multilabel, taken over the labels whose AUROC is defined (both classes present) in the set at hand.
+* Intervals are 95% percentile intervals over seeded redraws of the test set, paired across models
+  (:mod:`dpmed.evaluation.bootstrap`; Efron & Tibshirani 1993). The threshold and the model stay fixed: the interval
+  reflects the sampling of test patients. The point value is always the metric on the whole test set.
+* The redraws use :func:`rank_auroc`, a vectorised Mann-Whitney form of AUROC, because 1000 calls of scikit-learn per
+  metric and per label would make evaluation slower than training the small models of the quickstart.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy.stats import rankdata
+from sklearn.metrics import roc_auc_score, roc_curve
+
+from dpmed.evaluation.bootstrap import Estimate, bootstrap_indices
+
+__all__ = ["youden_threshold", "auroc", "rank_auroc", "evaluate_utility", "UNDEFINED_REDRAWS_WARN_FRACTION"]
+
+# Above this share of redraws in which a metric is undefined (one class drawn), evaluate_utility warns: the interval
+# then describes a conditional distribution (redraws that happen to contain both classes) and may be too narrow.
+UNDEFINED_REDRAWS_WARN_FRACTION = 0.10
+
+# Redraws are processed in blocks of at most this many gathered values (~32 MiB of float64) so that a large test set
+# (e.g. NIH ChestX-ray14, 25k images x 14 labels) does not materialise [n_resamples, N] arrays all at once.
+_BLOCK_ELEMENTS = 1 << 22
+
+
+# ---------------------------------------------------------------------------------------------------------- checks
+
+
+def _binary_arrays(labels, scores, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validated binary labels int64 [N] and scores float64 [N]."""
+    y = np.asarray(labels)
+    s = np.asarray(scores, dtype=np.float64)
+    if y.ndim != 1 or s.shape != y.shape:
+        raise ValueError(f"{where}: binary labels and scores must both be [N]; got shapes {y.shape} and {s.shape}")
+    if y.size == 0:
+        raise ValueError(f"{where}: no samples")
+    if not np.isin(y, (0, 1)).all():
+        raise ValueError(f"{where}: binary labels must be 0 or 1, got values {np.unique(y)[:10].tolist()}")
+    if not np.isfinite(s).all():
+        raise ValueError(f"{where}: {int((~np.isfinite(s)).sum())} scores are nan or infinite")
+    return y.astype(np.int64), s
+
+
+def _multiclass_arrays(labels, scores, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validated multiclass labels int64 [N] in 0..K-1 and scores float64 [N, K]."""
+    y = np.asarray(labels)
+    s = np.asarray(scores, dtype=np.float64)
+    if y.ndim != 1 or s.ndim != 2 or s.shape[0] != y.shape[0] or s.shape[1] < 2:
+        raise ValueError(
+            f"{where}: multiclass labels must be [N] and scores [N, K] with K >= 2; got shapes {y.shape} and {s.shape}"
+        )
+    if y.size == 0:
+        raise ValueError(f"{where}: no samples")
+    if not np.isin(y, np.arange(s.shape[1])).all():
+        raise ValueError(f"{where}: multiclass labels must be class indices 0..{s.shape[1] - 1} (one per score column)")
+    if not np.isfinite(s).all():
+        raise ValueError(f"{where}: {int((~np.isfinite(s)).sum())} scores are nan or infinite")
+    return y.astype(np.int64), s
+
+
+def _multilabel_arrays(labels, scores, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validated multilabel labels int64 [N, L] in {0, 1} and scores float64 [N, L]."""
+    y = np.asarray(labels)
+    s = np.asarray(scores, dtype=np.float64)
+    if y.ndim != 2 or s.shape != y.shape:
+        raise ValueError(
+            f"{where}: multilabel labels and scores must both be [N, L]; got shapes {y.shape} and {s.shape}"
+        )
+    if y.size == 0:
+        raise ValueError(f"{where}: no samples")
+    if not np.isin(y, (0, 1)).all():
+        raise ValueError(f"{where}: multilabel labels must be 0 or 1 (missing labels must be resolved upstream)")
+    if not np.isfinite(s).all():
+        raise ValueError(f"{where}: {int((~np.isfinite(s)).sum())} scores are nan or infinite")
+    return y.astype(np.int64), s
+
+
+# Multiclass as one-vs-rest columns, like multilabel: (labels 0/1 [N, K], scores [N, K]).
+def _multiclass_columns(labels, scores, where: str) -> tuple[np.ndarray, np.ndarray]:
+    y, s = _multiclass_arrays(labels, scores, where)
+    onehot = (y[:, None] == np.arange(s.shape[1])[None, :]).astype(np.int64)  # [N, K]
+    return onehot, s
+
+
+def _lookup(table: dict, kind: str):
+    try:
+        return table[kind]
+    except (KeyError, TypeError):
+        raise ValueError(f"kind must be one of {sorted(table)}, got {kind!r}") from None
+
+
+# --------------------------------------------------------------------------------------------------------- metrics
+
+
+def youden_threshold(labels, scores) -> float:
+    """The score threshold maximising Youden's J = TPR - FPR on these (validation) labels and scores.
+
+    Youden 1950: J weighs sensitivity and specificity equally, which suits a screening comparison across privacy
+    arms where no clinical cost ratio is given. METHODS.md sec. 4: call this on the **validation** split and apply
+    the result unchanged to test; never on test.
+
+    A sample is predicted positive when ``score >= threshold`` (scikit-learn's ``roc_curve`` convention), so the J
+    maximised here is the J the threshold achieves on these labels. The candidates are the observed scores
+    (``roc_curve(drop_intermediate=False)`` without its leading ``inf``, which predicts nothing positive). J is
+    compared in exact integer form (TP * N_neg - FP * N_pos), and among equal maxima the first, i.e. the highest
+    threshold, wins. One class only: ``ValueError``, since J is then undefined.
+    """
+    y, s = _binary_arrays(labels, scores, "youden_threshold")
+    n_pos = int(y.sum())
+    n_neg = y.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError(
+            f"youden_threshold: all {y.size} labels are {int(y[0])}; Youden's J needs positives and negatives. "
+            "Choose the threshold on a validation split that holds both classes (never on the test set)."
+        )
+    fpr, tpr, thresholds = roc_curve(y, s, drop_intermediate=False)  # thresholds decreasing, [0] = inf
+    tp = np.rint(tpr[1:] * n_pos).astype(np.int64)  # exact counts back from the rates
+    fp = np.rint(fpr[1:] * n_neg).astype(np.int64)
+    j_scaled = tp * n_neg - fp * n_pos  # = J * n_pos * n_neg, exact, so ties are ties
+    return float(thresholds[1:][int(np.argmax(j_scaled))])  # argmax: first maximiser = highest threshold
+
+
+def _column_auroc(y: np.ndarray, s: np.ndarray) -> float:
+    """scikit-learn's AUROC of one 0/1 column, nan when only one class is present (instead of sklearn's warning)."""
+    if y.min() == y.max():
+        return float("nan")
+    return float(roc_auc_score(y, s))
+
+
+def _macro(values: np.ndarray) -> np.ndarray:
+    """Mean over the last axis ignoring nan (undefined labels); nan where no label is defined. No warnings."""
+    defined = ~np.isnan(values)
+    count = defined.sum(axis=-1)
+    total = np.where(defined, values, 0.0).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _auroc_columns(y: np.ndarray, s: np.ndarray) -> tuple[float, dict[str, float]]:
+    per_label = {str(j): _column_auroc(y[:, j], s[:, j]) for j in range(y.shape[1])}
+    return float(_macro(np.array(list(per_label.values())))), per_label
+
+
+def _auroc_binary(labels, scores) -> tuple[float, dict[str, float]]:
+    # Class 0 one-vs-rest scores by -s, whose ranks are exactly those of s reversed: the same AUROC, so reuse it.
+    value = _column_auroc(*_binary_arrays(labels, scores, "auroc"))
+    return value, {"0": value, "1": value}
+
+
+_AUROC: dict[str, Callable[..., tuple[float, dict[str, float]]]] = {
+    "binary": _auroc_binary,
+    "multiclass": lambda labels, scores: _auroc_columns(*_multiclass_columns(labels, scores, "auroc")),
+    "multilabel": lambda labels, scores: _auroc_columns(*_multilabel_arrays(labels, scores, "auroc")),
+}
+
+
+def auroc(labels, scores, *, kind: str) -> tuple[float, dict[str, float]]:
+    """(macro AUROC, per-label AUROC keyed "0", "1", ...) on one set, by scikit-learn (METHODS.md sec. 4).
+
+    * binary: the AUROC of P(class 1); the per-label dict holds class "0" and class "1" one-vs-rest, which are equal.
+    * multiclass: one-vs-rest per class; the macro is their unweighted mean, i.e. ``roc_auc_score(multi_class="ovr",
+      average="macro")`` when every class is present.
+    * multilabel: per label; the macro is the mean over the labels with both classes in the set.
+
+    A label without both classes in the set has AUROC nan in the dict and is left out of the macro (for multiclass,
+    a class absent from the set, where scikit-learn would return nan). If no label is defined: ``ValueError``.
+    """
+    macro, per_label = _lookup(_AUROC, kind)(labels, scores)
+    if np.isnan(macro):
+        raise ValueError(f"auroc: undefined, no label has both positives and negatives among the {len(labels)} samples")
+    return macro, per_label
+
+
+def rank_auroc(labels, scores) -> np.ndarray:
+    """AUROC of each row of ``labels`` / ``scores`` (0/1 and float [..., n]) at once: float [...].
+
+    Mann-Whitney form: AUROC = (R_pos - n_pos (n_pos + 1) / 2) / (n_pos n_neg), with R_pos the sum of the positives'
+    ranks among all n scores and tied scores given their average rank, which is the 1/2 credit for a tied
+    positive-negative pair that scikit-learn's trapezoidal ROC area also gives (Hanley & McNeil 1982). Rows with only
+    one class give nan. Used for the bootstrap redraws, where it is exact and vectorised (tests check it against
+    ``roc_auc_score`` on data with ties).
+    """
+    y = np.asarray(labels).astype(bool)
+    s = np.asarray(scores, dtype=np.float64)
+    if y.shape != s.shape or y.ndim == 0:
+        raise ValueError(f"rank_auroc: labels and scores must have the same shape [..., n]; got {y.shape}, {s.shape}")
+    ranks = rankdata(s, method="average", axis=-1)  # [..., n], 1-based, ties averaged
+    n_pos = y.sum(axis=-1).astype(np.float64)
+    n_neg = y.shape[-1] - n_pos
+    u = np.where(y, ranks, 0.0).sum(axis=-1) - n_pos * (n_pos + 1.0) / 2.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((n_pos > 0) & (n_neg > 0), u / (n_pos * n_neg), np.nan)
+
+
+# -------------------------------------------------------------------------------------------------------- redraws
+
+
+def _blocks(indices: np.ndarray):
+    """Consecutive blocks of redraw rows, each gathering at most ~_BLOCK_ELEMENTS values."""
+    step = max(1, _BLOCK_ELEMENTS // indices.shape[1])
+    for start in range(0, indices.shape[0], step):
+        yield slice(start, start + step), indices[start : start + step]
+
+
+def _redraw_auroc(y: np.ndarray, s: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Per-label AUROC in every redraw: y, s [N, L] -> float [n_resamples, L] (nan where undefined)."""
+    out = np.empty((indices.shape[0], y.shape[1]))
+    for rows, idx in _blocks(indices):  # idx [b, N]
+        for j in range(y.shape[1]):
+            out[rows, j] = rank_auroc(y[idx, j], s[idx, j])
+    return out
+
+
+def _redraw_sum(values: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` (float [N, m]) over each redraw: float [n_resamples, m]."""
+    out = np.empty((indices.shape[0], values.shape[1]))
+    for rows, idx in _blocks(indices):
+        out[rows] = values[idx].sum(axis=1)  # [b, N, m] -> [b, m]
+    return out
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, nan where the denominator is 0 (the rate is undefined in that redraw)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 0, numerator / np.maximum(denominator, 1), np.nan)
+
+
+def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidence: float) -> None:
+    """Put ``name``, ``name_low``, ``name_high`` into ``row``; warn when too many redraws are undefined."""
+    undefined = int(np.isnan(redraws).sum())
+    if undefined > UNDEFINED_REDRAWS_WARN_FRACTION * redraws.size:
+        warnings.warn(
+            f"{name}: {undefined} of {redraws.size} bootstrap redraws of the test set leave it undefined (one class "
+            f"only); the interval uses the other {redraws.size - undefined} and may be too narrow. The point value "
+            "uses the whole test set. A larger test set, or fewer labels this rare, fixes this.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    est = Estimate.from_redraws(value, redraws, confidence=confidence)
+    row[name], row[f"{name}_low"], row[f"{name}_high"] = est.value, est.low, est.high
+
+
+def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, indices, confidence, *,
+                per_label: bool) -> None:
+    """Macro test AUROC with interval (+ the per-label values) into ``row``."""
+    macro, by_index = _auroc_columns(y, s)
+    if np.isnan(macro):
+        raise ValueError(
+            f"test AUROC is undefined: no label has both positives and negatives among the {y.shape[0]} test samples"
+        )
+    macro_redraws = _macro(_redraw_auroc(y, s, indices))  # [n_resamples]
+    _estimate(row, "test_auroc", macro, macro_redraws, confidence)
+    row["test_auroc_undefined_redraws"] = int(np.isnan(macro_redraws).sum())
+    if per_label:
+        for j, name in enumerate(names):
+            row[f"test_auroc[{name}]"] = by_index[str(j)]
+
+
+# ------------------------------------------------------------------------------------------------------ per kind
+
+
+def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, indices, confidence) -> dict:
+    if len(names) != 2:
+        raise ValueError(f"a binary task has two class names (negative, positive), got {list(names)}")
+    y_val, s_val = _binary_arrays(val_labels, val_scores, "validation")
+    y, s = _binary_arrays(test_labels, test_scores, "test")
+    threshold = youden_threshold(y_val, s_val)  # chosen on validation, never on test (METHODS.md sec. 4)
+    row: dict = {"threshold": threshold, "val_auroc": _column_auroc(y_val, s_val)}
+    _test_auroc(row, names, y[:, None], s[:, None], indices, confidence, per_label=False)
+
+    correct = (s >= threshold) == (y == 1)  # [N], the validation threshold applied unchanged
+    counts = np.stack([correct, y == 1, correct & (y == 1), correct & (y == 0)], axis=1).astype(np.float64)
+    n = y.size
+    n_pos, n_neg = float(y.sum()), float(n - y.sum())
+    point = counts.sum(axis=0)  # [4]: correct, positives, true positives, true negatives
+    redraws = _redraw_sum(counts, indices)  # [n_resamples, 4]
+    _estimate(row, "test_accuracy", point[0] / n, redraws[:, 0] / n, confidence)
+    _estimate(row, "test_sensitivity", point[2] / n_pos, _ratio(redraws[:, 2], redraws[:, 1]), confidence)
+    _estimate(row, "test_specificity", point[3] / n_neg, _ratio(redraws[:, 3], n - redraws[:, 1]), confidence)
+    return row
+
+
+def _evaluate_multiclass(names, val_labels, val_scores, test_labels, test_scores, indices, confidence) -> dict:
+    _multiclass_arrays(val_labels, val_scores, "validation")  # argmax needs no threshold; still reject bad input
+    y, s = _multiclass_arrays(test_labels, test_scores, "test")
+    if s.shape[1] != len(names):
+        raise ValueError(f"test scores have {s.shape[1]} columns for {len(names)} label_names {list(names)}")
+    row: dict = {}
+    _test_auroc(row, names, *_multiclass_columns(y, s, "test"), indices, confidence, per_label=True)
+    correct = (np.argmax(s, axis=1) == y).astype(np.float64)[:, None]  # [N, 1]
+    _estimate(row, "test_accuracy", correct.mean(), _redraw_sum(correct, indices)[:, 0] / y.size, confidence)
+    return row
+
+
+def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores, indices, confidence) -> dict:
+    y_val, s_val = _multilabel_arrays(val_labels, val_scores, "validation")
+    y, s = _multilabel_arrays(test_labels, test_scores, "test")
+    if s.shape[1] != len(names) or s_val.shape[1] != len(names):
+        raise ValueError(
+            f"validation and test scores have {s_val.shape[1]} and {s.shape[1]} columns for {len(names)} "
+            f"label_names {list(names)}"
+        )
+    thresholds = np.empty(len(names))
+    for j, name in enumerate(names):
+        try:
+            thresholds[j] = youden_threshold(y_val[:, j], s_val[:, j])
+        except ValueError as err:
+            raise ValueError(f"label {name!r}: no validation threshold can be chosen: {err}") from err
+    row: dict = {f"threshold[{name}]": float(t) for name, t in zip(names, thresholds)}
+    _test_auroc(row, names, y, s, indices, confidence, per_label=True)
+    # Mean over labels of per-label accuracy = mean over images of the share of labels right (same N per label).
+    correct = ((s >= thresholds[None, :]) == (y == 1)).mean(axis=1, keepdims=True)  # [N, 1]
+    _estimate(row, "test_accuracy", correct.mean(), _redraw_sum(correct, indices)[:, 0] / y.shape[0], confidence)
+    return row
+
+
+_EVALUATORS: dict[str, Callable[..., dict]] = {
+    "binary": _evaluate_binary,
+    "multiclass": _evaluate_multiclass,
+    "multilabel": _evaluate_multilabel,
+}
+
+
+def evaluate_utility(
+    *,
+    kind: str,
+    label_names: Sequence[str],
+    val_labels,
+    val_scores,
+    test_labels,
+    test_scores,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, float]:
+    """The utility of one model as one flat row (METHODS.md sec. 4); every interval is a percentile bootstrap.
+
+    Keys: ``test_auroc`` (macro) with ``_low`` / ``_high`` and ``test_auroc_undefined_redraws`` (redraws in which
+    it had no value); ``test_auroc[<label name>]`` per label (multiclass, multilabel); ``test_accuracy`` with
+    interval (binary and multilabel at the validation Youden thresholds, multiclass by argmax); binary adds
+    ``threshold``, ``val_auroc``, ``test_sensitivity`` and ``test_specificity`` with intervals; multilabel adds
+    ``threshold[<label name>]``; always ``n_test``, ``n_resamples``, ``confidence``, ``bootstrap_seed``.
+
+    Thresholds come from the validation arrays only; the test arrays are redrawn ``n_resamples`` times with
+    :func:`~dpmed.evaluation.bootstrap.bootstrap_indices` (``seed``), so every model scored on the same test set with
+    the same seed sees the same redraws (paired). A redraw in which a metric is undefined counts as nan and is left
+    out of its interval; above 10% of such redraws a ``RuntimeWarning`` says so. Point values use the whole test set.
+    """
+    evaluate = _lookup(_EVALUATORS, kind)
+    names = tuple(str(name) for name in label_names)
+    if len(set(names)) != len(names):
+        raise ValueError(f"label_names must be distinct (they become column names), got {list(names)}")
+    if not (isinstance(confidence, (int, float)) and 0.0 < confidence < 1.0):
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    n_test = len(np.asarray(test_labels))
+    indices = bootstrap_indices(n_test, n_resamples=n_resamples, seed=seed)  # [n_resamples, n_test]
+    row = evaluate(names, val_labels, val_scores, test_labels, test_scores, indices, confidence)
+    row.update(n_test=n_test, n_resamples=int(n_resamples), confidence=float(confidence), bootstrap_seed=int(seed))
+    return row

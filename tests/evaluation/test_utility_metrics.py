@@ -1,0 +1,279 @@
+"""Utility metrics against hand counts on tiny inputs and against scikit-learn (METHODS.md sec. 4)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import roc_auc_score
+
+from dpmed.evaluation.bootstrap import bootstrap_indices
+from dpmed.evaluation.utility import auroc, evaluate_utility, rank_auroc, youden_threshold
+
+# ------------------------------------------------------------------------------------------------------------ AUROC
+
+
+def test_auroc_hand_case():
+    # 4 positive-negative pairs: (0.35 vs 0.1) yes, (0.35 vs 0.4) no, (0.8 vs both) yes -> 3/4
+    labels, scores = [0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]
+    value, per_label = auroc(labels, scores, kind="binary")
+    assert value == 0.75
+    assert per_label == {"0": 0.75, "1": 0.75}  # class 0 one-vs-rest has the same area
+    assert rank_auroc(labels, scores) == 0.75
+
+
+def test_auroc_ties_get_half_credit():
+    # pairs: (0.6 vs 0.2) 1, (0.9 vs 0.2) 1, (0.6 vs 0.6) 1/2, (0.9 vs 0.6) 1 -> 3.5 / 4
+    labels, scores = [0, 0, 1, 1], [0.2, 0.6, 0.6, 0.9]
+    assert auroc(labels, scores, kind="binary")[0] == 0.875
+    assert rank_auroc(labels, scores) == 0.875
+    assert rank_auroc([0, 1], [0.5, 0.5]) == 0.5
+
+
+def test_rank_auroc_equals_sklearn_on_random_data_with_ties():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, size=(50, 60))
+    scores = np.round(rng.random((50, 60)) * 0.5 + 0.3 * labels, 1)  # coarse scores: many ties
+    batched = rank_auroc(labels, scores)  # [50]
+    expected = [roc_auc_score(y, s) for y, s in zip(labels, scores)]
+    np.testing.assert_allclose(batched, expected, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 4)), min_size=1, max_size=30))
+def test_rank_auroc_matches_sklearn_or_is_nan_with_one_class(pairs):
+    labels = np.array([p[0] for p in pairs])
+    scores = np.array([p[1] for p in pairs], dtype=float) / 4
+    got = rank_auroc(labels, scores)
+    if labels.min() == labels.max():
+        assert np.isnan(got)
+    else:
+        assert got == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+
+
+def test_multiclass_macro_is_sklearn_one_vs_rest():
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 4, 200)
+    scores = rng.dirichlet(np.ones(4), 200)
+    scores[np.arange(200), labels] += 0.4
+    scores /= scores.sum(axis=1, keepdims=True)
+    macro, per_class = auroc(labels, scores, kind="multiclass")
+    assert macro == pytest.approx(roc_auc_score(labels, scores, multi_class="ovr", average="macro"), abs=1e-12)
+    for k in range(4):
+        assert per_class[str(k)] == pytest.approx(roc_auc_score(labels == k, scores[:, k]), abs=1e-12)
+
+
+def test_multilabel_macro_is_mean_over_labels_with_both_classes():
+    rng = np.random.default_rng(2)
+    labels = (rng.random((150, 3)) < 0.3).astype(float)
+    scores = np.clip(0.3 + 0.3 * labels + rng.normal(0, 0.2, labels.shape), 0, 1)
+    macro, per_label = auroc(labels, scores, kind="multilabel")
+    assert macro == pytest.approx(roc_auc_score(labels, scores, average="macro"), abs=1e-12)
+    labels[:, 1] = 0  # label 1 now has no positive: undefined, left out of the macro
+    macro, per_label = auroc(labels, scores, kind="multilabel")
+    assert np.isnan(per_label["1"])
+    assert macro == pytest.approx(np.mean([roc_auc_score(labels[:, j], scores[:, j]) for j in (0, 2)]), abs=1e-12)
+
+
+def test_auroc_undefined_and_unknown_kind_are_errors():
+    with pytest.raises(ValueError, match="positives and negatives"):
+        auroc([1, 1, 1], [0.2, 0.5, 0.9], kind="binary")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        auroc([0, 1], [0.2, 0.5], kind="ordinal")
+
+
+# ----------------------------------------------------------------------------------------------------------- Youden
+
+
+def test_youden_hand_case():
+    # threshold: TPR - FPR: 0.9: 1/3 - 0; 0.7: 1/3 - 1/3; 0.6: 2/3 - 1/3; 0.4: 1 - 1/3 (max); 0.2: 1 - 2/3; 0.1: 0
+    labels, scores = [0, 0, 0, 1, 1, 1], [0.1, 0.2, 0.7, 0.4, 0.6, 0.9]
+    assert youden_threshold(labels, scores) == 0.4
+
+
+def test_youden_ties_go_to_the_highest_threshold():
+    # J = 0.5 at 0.8 (TPR 1/2, FPR 0) and at 0.35 (TPR 1, FPR 1/2): the first, highest, wins
+    assert youden_threshold([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == 0.8
+
+
+def test_youden_ties_are_exact_not_float_rounded():
+    # 2 positives, 10 negatives. J = 1/2 - 2/10 = 0.3 at 0.85 and 2/2 - 7/10 = 0.3 at 0.55, but in floats the second
+    # reads 0.30000000000000004: a naive argmax of tpr - fpr would pick 0.55.
+    labels = [0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0]
+    scores = [0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5, 0.45, 0.4]
+    assert youden_threshold(labels, scores) == 0.85
+
+
+@pytest.mark.parametrize("labels", [[0, 0, 0], [1, 1, 1]])
+def test_youden_one_class_is_an_error_that_says_why(labels):
+    with pytest.raises(ValueError, match="positives and negatives"):
+        youden_threshold(labels, [0.1, 0.5, 0.9])
+
+
+def test_youden_rejects_non_binary_labels_and_nan_scores():
+    with pytest.raises(ValueError, match="0 or 1"):
+        youden_threshold([0, 2, 1], [0.1, 0.5, 0.9])
+    with pytest.raises(ValueError, match="nan"):
+        youden_threshold([0, 1, 1], [0.1, np.nan, 0.9])
+
+
+# ------------------------------------------------------------------------------------------- evaluate_utility: binary
+
+VAL_LABELS = np.array([0, 0, 0, 1, 1, 1])
+VAL_SCORES = np.array([0.1, 0.2, 0.7, 0.4, 0.6, 0.9])  # Youden on validation: 0.4
+TEST_LABELS = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+TEST_SCORES = np.array([0.1, 0.3, 0.45, 0.5, 0.35, 0.6, 0.7, 0.8])  # Youden on test would be 0.6
+
+
+def _binary_row(**kw):
+    args = dict(kind="binary", label_names=["normal", "pneumonia"], val_labels=VAL_LABELS, val_scores=VAL_SCORES,
+                test_labels=TEST_LABELS, test_scores=TEST_SCORES, n_resamples=200, seed=0)
+    args.update(kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # 8 test images: many redraws lack a class
+        return evaluate_utility(**args)
+
+
+def test_threshold_comes_from_validation_and_is_applied_unchanged_to_test():
+    assert youden_threshold(TEST_LABELS, TEST_SCORES) == 0.6  # what a test-set choice would give (7/8 accuracy)
+    row = _binary_row()
+    assert row["threshold"] == 0.4
+    # At 0.4 on test: positive calls 0.45, 0.5 (negatives: FP = 2), 0.6, 0.7, 0.8 (TP = 3); 0.35 is a FN;
+    # 0.1, 0.3 are TN = 2.  accuracy = (3 + 2) / 8, sensitivity = 3 / 4, specificity = 2 / 4.
+    assert row["test_accuracy"] == 5 / 8
+    assert row["test_sensitivity"] == 3 / 4
+    assert row["test_specificity"] == 2 / 4
+
+
+def test_binary_row_auroc_values_and_bookkeeping():
+    row = _binary_row()
+    # test pairs (16): positive 0.35 beats 0.1, 0.3 -> 2; 0.6, 0.7, 0.8 beat all 4 -> 12; total 14 / 16
+    assert row["test_auroc"] == 14 / 16
+    # validation pairs (9): 0.4 beats 0.1, 0.2 -> 2; 0.6 -> 2; 0.9 -> 3; total 7 / 9
+    assert row["val_auroc"] == pytest.approx(7 / 9)
+    assert (row["n_test"], row["n_resamples"], row["confidence"], row["bootstrap_seed"]) == (8, 200, 0.95, 0)
+    assert not any(key.startswith("test_auroc[") for key in row)
+
+
+def test_sensitivity_specificity_hand_counts_on_imbalanced_set():
+    # threshold 0.5 from a separable validation set; test confusion: TP 2, FN 1, TN 4, FP 1
+    val_labels, val_scores = np.array([0, 0, 1, 1]), np.array([0.2, 0.3, 0.5, 0.9])
+    test_labels = np.array([1, 1, 1, 0, 0, 0, 0, 0])
+    test_scores = np.array([0.9, 0.5, 0.49, 0.51, 0.4, 0.3, 0.2, 0.1])
+    row = _binary_row(val_labels=val_labels, val_scores=val_scores, test_labels=test_labels, test_scores=test_scores)
+    assert row["threshold"] == 0.5
+    assert row["test_sensitivity"] == 2 / 3
+    assert row["test_specificity"] == 4 / 5
+    assert row["test_accuracy"] == 6 / 8
+
+
+def test_binary_auroc_interval_is_the_percentile_interval_of_sklearn_redraws():
+    """End to end: the vectorised redraws equal scikit-learn on every redraw of the seeded bootstrap."""
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 2, 60)
+    scores = np.round(np.clip(0.35 + 0.3 * labels + rng.normal(0, 0.2, 60), 0, 1), 1)
+    row = evaluate_utility(kind="binary", label_names=["a", "b"], val_labels=labels, val_scores=scores,
+                           test_labels=labels, test_scores=scores, n_resamples=150, seed=8)
+    redraws = [roc_auc_score(labels[i], scores[i]) if labels[i].min() != labels[i].max() else np.nan
+               for i in bootstrap_indices(60, n_resamples=150, seed=8)]
+    expected = np.nanpercentile(redraws, [2.5, 97.5])
+    assert (row["test_auroc_low"], row["test_auroc_high"]) == pytest.approx(tuple(expected), abs=1e-12)
+    assert row["test_auroc"] == roc_auc_score(labels, scores)
+
+
+def test_undefined_redraws_are_skipped_counted_and_warned_about():
+    labels = np.array([1] + [0] * 9)  # one positive in 10: about (9/10)^10 = 35% of redraws miss it
+    scores = np.linspace(0.9, 0.0, 10)
+    idx = bootstrap_indices(10, n_resamples=400, seed=0)
+    expected_undefined = int((~(idx == 0).any(axis=1)).sum())
+    with pytest.warns(RuntimeWarning, match="redraws"):
+        row = evaluate_utility(kind="binary", label_names=["a", "b"], val_labels=[0, 1], val_scores=[0.2, 0.8],
+                               test_labels=labels, test_scores=scores, n_resamples=400, seed=0)
+    assert row["test_auroc_undefined_redraws"] == expected_undefined > 40
+    assert row["test_auroc"] == 1.0  # the point value is the whole test set's
+    assert np.isfinite(row["test_auroc_low"]) and np.isfinite(row["test_sensitivity_low"])
+
+
+def test_no_warning_when_redraws_are_defined():
+    rng = np.random.default_rng(0)
+    labels = np.tile([0, 1], 100)
+    scores = rng.random(200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        evaluate_utility(kind="binary", label_names=["a", "b"], val_labels=labels, val_scores=scores,
+                         test_labels=labels, test_scores=scores, n_resamples=100, seed=0)
+
+
+def test_binary_errors_say_what_is_wrong():
+    with pytest.raises(ValueError, match="positives and negatives"):  # validation has one class
+        _binary_row(val_labels=np.zeros(6, dtype=int))
+    with pytest.raises(ValueError, match="test AUROC is undefined"):  # test has one class
+        _binary_row(test_labels=np.ones(8, dtype=int))
+    with pytest.raises(ValueError, match="two class names"):
+        _binary_row(label_names=["pneumonia"])
+    with pytest.raises(ValueError, match="kind must be one of"):
+        _binary_row(kind="Binary")
+    with pytest.raises(ValueError, match="confidence"):
+        _binary_row(confidence=95)
+
+
+# --------------------------------------------------------------------------------------- multiclass and multilabel
+
+
+def test_multiclass_row_against_sklearn_and_hand_accuracy():
+    labels = np.array([0, 1, 2, 2, 1, 0])
+    scores = np.array([[0.7, 0.2, 0.1],  # right
+                       [0.2, 0.5, 0.3],  # right
+                       [0.1, 0.3, 0.6],  # right
+                       [0.5, 0.1, 0.4],  # wrong (argmax 0)
+                       [0.3, 0.3, 0.4],  # wrong (argmax 2)
+                       [0.6, 0.3, 0.1]])  # right
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        row = evaluate_utility(kind="multiclass", label_names=["grade0", "grade1", "grade2"], val_labels=labels,
+                               val_scores=scores, test_labels=labels, test_scores=scores, n_resamples=100, seed=0)
+    assert row["test_accuracy"] == 4 / 6
+    assert row["test_auroc"] == pytest.approx(roc_auc_score(labels, scores, multi_class="ovr"), abs=1e-12)
+    for k, name in enumerate(["grade0", "grade1", "grade2"]):
+        assert row[f"test_auroc[{name}]"] == pytest.approx(roc_auc_score(labels == k, scores[:, k]), abs=1e-12)
+    assert "threshold" not in row
+
+
+def test_multilabel_accuracy_at_each_labels_validation_threshold():
+    # label A: validation threshold 0.5; label B: validation threshold 0.3
+    val_labels = np.array([[0, 0], [0, 1], [1, 0], [1, 1]])
+    val_scores = np.array([[0.2, 0.1], [0.4, 0.3], [0.5, 0.2], [0.8, 0.9]])
+    test_labels = np.array([[1, 0], [0, 1], [1, 1], [0, 0]])
+    test_scores = np.array([[0.6, 0.35],  # A: 1 right; B: 0.35 >= 0.3 -> 1, wrong
+                            [0.45, 0.2],  # A: 0 right; B: 0 wrong
+                            [0.4, 0.31],  # A: 0 wrong; B: 1 right
+                            [0.55, 0.1]])  # A: 1 wrong; B: 0 right
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        row = evaluate_utility(kind="multilabel", label_names=["A", "B"], val_labels=val_labels, val_scores=val_scores,
+                               test_labels=test_labels, test_scores=test_scores, n_resamples=100, seed=0)
+    assert (row["threshold[A]"], row["threshold[B]"]) == (0.5, 0.3)
+    assert row["test_accuracy"] == pytest.approx((2 / 4 + 2 / 4) / 2)  # A: 2 of 4 right, B: 2 of 4 right
+    assert row["test_auroc[A]"] == pytest.approx(roc_auc_score(test_labels[:, 0], test_scores[:, 0]))
+    assert row["test_auroc"] == pytest.approx(roc_auc_score(test_labels, test_scores, average="macro"))
+
+
+def test_multilabel_row_macro_against_sklearn_on_random_data():
+    rng = np.random.default_rng(5)
+    labels = (rng.random((300, 4)) < 0.3).astype(np.float32)
+    scores = np.clip(0.3 + 0.25 * labels + rng.normal(0, 0.2, labels.shape), 0, 1)
+    row = evaluate_utility(kind="multilabel", label_names=["a", "b", "c", "d"], val_labels=labels, val_scores=scores,
+                           test_labels=labels, test_scores=scores, n_resamples=200, seed=0)
+    assert row["test_auroc"] == pytest.approx(roc_auc_score(labels, scores, average="macro"), abs=1e-12)
+    assert row["test_auroc_low"] < row["test_auroc"] < row["test_auroc_high"]
+
+
+def test_multilabel_label_without_validation_positives_is_an_error_naming_it():
+    labels = np.array([[0, 0], [1, 0], [0, 0], [1, 0]])
+    scores = np.full((4, 2), 0.5)
+    with pytest.raises(ValueError, match="'effusion'"):
+        evaluate_utility(kind="multilabel", label_names=["mass", "effusion"], val_labels=labels, val_scores=scores,
+                         test_labels=labels, test_scores=scores, n_resamples=10, seed=0)
