@@ -1,0 +1,13 @@
+"""Study files: a strict, frozen schema, and expansion of a study into runs."""
+
+from dpmed.config.loading import load_study, parse_override, study_to_dict
+from dpmed.config.runs import RunSpec, expand_runs
+from dpmed.config.schema import (
+    Arm, DataConfig, DpSgdArm, EvaluationConfig, ModelConfig, NoPrivacyArm, PixelLaplaceArm, Study, TrainingConfig,
+)
+
+__all__ = [
+    "load_study", "parse_override", "study_to_dict", "RunSpec", "expand_runs",
+    "Arm", "DataConfig", "DpSgdArm", "EvaluationConfig", "ModelConfig", "NoPrivacyArm", "PixelLaplaceArm", "Study",
+    "TrainingConfig",
+]

@@ -1,0 +1,88 @@
+"""Study files are strict: every mistake fails before training, naming the file and the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpmed.config import expand_runs, load_study
+from dpmed.errors import ConfigError
+
+GOOD = """
+name: s
+seeds: [0, 1]
+training: {epochs: 2}
+arms:
+  - {name: base, mechanism: none}
+  - {name: ldp, mechanism: pixel_laplace, scale: [0.5, 1]}
+  - {name: dp, mechanism: dp_sgd, target_epsilon: [1, 8], delta: 1e-5}
+"""
+
+
+def test_good_study_expands_into_one_run_per_value_per_seed(write_study):
+    study = load_study(write_study(GOOD))
+    runs = expand_runs(study)
+    assert len(runs) == 2 * (1 + 2 + 2)
+    ids = [r.run_id for r in runs]
+    assert len(set(ids)) == len(ids)
+    assert "dp_eps8_C1_seed1" in ids and "ldp_b0.5_seed0" in ids and "base_seed0" in ids
+    dp = next(r for r in runs if r.run_id == "dp_eps8_C1_seed1")
+    assert dp.params["target_epsilon"] == 8.0 and dp.params["delta"] == 1e-5 and dp.seed == 1
+
+
+def test_exponent_floats_parse_as_numbers(write_study):
+    """YAML 1.1 reads 1e-5 as a string; privacy parameters are written that way, so they must parse."""
+    study = load_study(write_study(GOOD.replace("target_epsilon: [1, 8]", "target_epsilon: [1e6, 1E15]")))
+    assert study.arms[2].target_epsilon == [1e6, 1e15]
+
+
+@pytest.mark.parametrize("change, key, words", [
+    (("epochs: 2", "epoch: 2"), "training.epoch", "did you mean 'epochs'"),
+    (("epochs: 2", "epochs: two"), "training.epochs", "integer"),
+    (("target_epsilon: [1, 8]", "target_epsilon: [0, 8]"), "arms[2].target_epsilon", "positive"),
+    (("target_epsilon: [1, 8]", "target_epsilon: -3"), "arms[2].target_epsilon", "positive"),
+    (("delta: 1e-5", "delta: 1.0"), "arms[2].delta", "less than 1"),
+    (("scale: [0.5, 1]", "scale: [0.5, 0.5]"), "arms[1].scale", "twice"),
+    (("mechanism: dp_sgd", "mechanism: dp-sgd"), "arms[2]", "dp_sgd"),
+    (("seeds: [0, 1]", "seeds: []"), "seeds", "non-empty"),
+    (("name: base", "name: ldp"), "arms", "unique"),
+])
+def test_bad_values_name_file_and_key(write_study, change, key, words):
+    path = write_study(GOOD.replace(*change))
+    with pytest.raises(ConfigError) as info:
+        load_study(path)
+    message = str(info.value)
+    assert str(path) in message and key in message and words in message
+
+
+def test_missing_data_path_is_an_error_before_training(write_study, tmp_path):
+    path = write_study("name: s\ndata: {source: medmnist, path: nowhere.npz}\narms: [{name: a, mechanism: none}]\n")
+    with pytest.raises(ConfigError, match="nowhere.npz does not exist.*--data-path"):
+        load_study(path)
+
+
+def test_relative_data_path_resolves_against_the_study_file(write_study, tmp_path):
+    (tmp_path / "d.npz").write_bytes(b"x")
+    study = load_study(write_study("name: s\ndata: {source: medmnist, path: d.npz}\narms: [{name: a, mechanism: none}]"))
+    assert study.data.path == (tmp_path / "d.npz").resolve()
+
+
+def test_overrides_are_validated_like_file_keys(write_study):
+    path = write_study(GOOD)
+    assert load_study(path, {"training.epochs": 7}).training.epochs == 7
+    assert load_study(path, {"arms.2.target_epsilon": 3}).arms[2].target_epsilon == [3.0]
+    with pytest.raises(ConfigError, match="training.epochs"):
+        load_study(path, {"training.epochs": 0})
+
+
+def test_not_yaml_and_missing_file(write_study, tmp_path):
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_study(write_study("name: [unclosed"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_study(tmp_path / "absent.yaml")
+
+
+def test_run_ids_do_not_change_when_a_sweep_grows(write_study):
+    """Adding a value must not rename (and so retrain) the runs already finished."""
+    one = {r.run_id for r in expand_runs(load_study(write_study(GOOD.replace("[1, 8]", "8"))))}
+    two = {r.run_id for r in expand_runs(load_study(write_study(GOOD)))}
+    assert one <= two
