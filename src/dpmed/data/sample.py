@@ -1,0 +1,129 @@
+"""The one documented unit of data, and the array form in which splits travel.
+
+Every reader (phantom, MedMNIST, later image folders and tables) produces a :class:`Dataset` of three
+:class:`ImageSet` splits. An ImageSet keeps its images as one array so that mechanisms and training work on
+whole tensors; indexing it yields a :class:`Sample`, the per-image view documented for users.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+import numpy as np
+
+__all__ = ["Sample", "ImageSet", "Task", "Dataset", "TaskKind"]
+
+TaskKind = Literal["binary", "multiclass", "multilabel"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One image and what is known about it.
+
+    image: float32 [C, H, W] with values in [0, 1] (R = 1 for every local DP mechanism).
+    label: an int class index (binary, multiclass) or a float32 [L] 0/1 vector (multilabel).
+    attributes: ``{"sex": "female" | "male" | "unknown", "age": float (nan when unknown)}``.
+    patient_id: splits never put two images of one patient in different splits.
+    mask: bool [H, W] lesion mask where ground truth exists (the phantom), else None.
+    """
+
+    image: np.ndarray
+    label: int | np.ndarray
+    attributes: Mapping[str, object]
+    patient_id: str
+    mask: np.ndarray | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class ImageSet:
+    """A split held as arrays, N images in one block.
+
+    images: float32 [N, C, H, W] in [0, 1]
+    labels: int64 [N] (binary, multiclass) or float32 [N, L] (multilabel)
+    patient_ids: str [N]
+    sex: str [N], "female", "male" or "unknown"
+    age: float64 [N], nan where unknown
+    masks: bool [N, H, W] or None
+    """
+
+    images: np.ndarray
+    labels: np.ndarray
+    patient_ids: np.ndarray
+    sex: np.ndarray
+    age: np.ndarray
+    masks: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.images)
+        if self.images.ndim != 4:
+            raise ValueError(f"images must be [N, C, H, W], got shape {self.images.shape}")
+        for name in ("labels", "patient_ids", "sex", "age"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries for {n} images")
+        if self.masks is not None and self.masks.shape != (n, *self.images.shape[2:]):
+            raise ValueError(f"masks must be [N, H, W] = {(n, *self.images.shape[2:])}, got {self.masks.shape}")
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> Sample:
+        label = self.labels[i]
+        return Sample(
+            image=self.images[i],
+            label=int(label) if np.ndim(label) == 0 else label,
+            attributes={"sex": str(self.sex[i]), "age": float(self.age[i])},
+            patient_id=str(self.patient_ids[i]),
+            mask=None if self.masks is None else self.masks[i],
+        )
+
+    def subset(self, indices: np.ndarray) -> "ImageSet":
+        """The images at ``indices``, in that order."""
+        idx = np.asarray(indices, dtype=np.int64)
+        return ImageSet(
+            images=self.images[idx],
+            labels=self.labels[idx],
+            patient_ids=self.patient_ids[idx],
+            sex=self.sex[idx],
+            age=self.age[idx],
+            masks=None if self.masks is None else self.masks[idx],
+        )
+
+    def with_images(self, images: np.ndarray) -> "ImageSet":
+        """The same records with other pixels (e.g. after a local DP mechanism)."""
+        return ImageSet(images, self.labels, self.patient_ids, self.sex, self.age, self.masks)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(C, H, W)."""
+        return tuple(self.images.shape[1:])  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Task:
+    """What the labels mean.
+
+    kind: binary (labels 0/1, the model has 2 softmax outputs), multiclass (K softmax outputs) or multilabel
+    (L sigmoid outputs). label_names: class names (binary, multiclass) or finding names (multilabel).
+    """
+
+    kind: TaskKind
+    label_names: tuple[str, ...]
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.label_names)
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A dataset ready for a study: a task and three splits. ``synthetic`` marks teaching data (the phantom)."""
+
+    name: str
+    task: Task
+    train: ImageSet
+    val: ImageSet
+    test: ImageSet
+    description: str = ""
+    synthetic: bool = False
+    source: Mapping[str, object] = field(default_factory=dict)

@@ -1,0 +1,109 @@
+"""Patient-level train/validation/test splits.
+
+Why: two images of one patient in different splits let a model score on the test set by recognising the patient,
+not the finding, and (for privacy) make "the test set is unseen" false. 003_9a91354dc2d7e2df.txt splits UKA-CXR
+"using patient-wise stratification"; this module does the same for every dataset that has patient ids and no
+official split (MedMNIST ships its own splits and needs none).
+
+Stratification is by one label per patient, because a patient is the unit that moves:
+* integer labels in {0, 1} (binary): any positive image makes the patient positive;
+* other integer labels (multiclass): the patient's most frequent class (ties: the highest class);
+* 0/1 label vectors (multilabel): the rarest finding the patient has, or "no finding" (a cheap version of
+  iterative stratification, Sechidis et al. 2011, that keeps rare findings in every split).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["split_by_patient"]
+
+
+def split_by_patient(
+    patient_ids: Sequence[str] | np.ndarray,
+    labels: np.ndarray,
+    *,
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Split images into train, validation and test index arrays; a patient never crosses splits.
+
+    Patients are grouped into strata by their label (see the module docstring), shuffled within each stratum with
+    ``np.random.default_rng(seed)``, and laid on a line in proportion to their image counts; a random offset per
+    stratum (systematic sampling) makes the expected share of every split equal to its fraction in every stratum.
+    The fractions are met in images, up to the granularity of patients.
+
+    Returns three sorted int64 index arrays into ``patient_ids`` that together are a partition of
+    ``range(len(patient_ids))``; every split is non-empty.
+
+    Raises ValueError when the inputs disagree in length, when the fractions are not three positive numbers summing
+    to 1, or when there are fewer than three patients (three non-empty splits are then impossible).
+    """
+    ids = np.asarray(patient_ids).astype(str)  # [N]
+    y = np.asarray(labels)  # [N] or [N, L]
+    n = len(ids)
+    if len(y) != n:
+        raise ValueError(f"split_by_patient: {len(y)} labels for {n} patient ids; pass one label per image")
+    if len(fractions) != 3 or any(not f > 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+        raise ValueError(
+            f"split_by_patient: fractions must be three positive numbers summing to 1 (train, val, test), "
+            f"got {tuple(fractions)}"
+        )
+    patients, patient_of_image = np.unique(ids, return_inverse=True)  # [P], [N]
+    n_patients = len(patients)
+    if n_patients < 3:
+        raise ValueError(
+            f"split_by_patient: {n_patients} distinct patient(s) among {n} images; three non-empty patient-level "
+            "splits need at least 3 patients"
+        )
+
+    stratum = _patient_strata(patient_of_image, y, n_patients)  # [P]
+    images_per_patient = np.bincount(patient_of_image, minlength=n_patients)  # [P]
+    bounds = np.cumsum(fractions)[:2]  # split k holds positions in [bounds[k-1], bounds[k])
+
+    rng = np.random.default_rng(seed)
+    split_of_patient = np.empty(n_patients, dtype=np.int64)  # [P] in {0, 1, 2}
+    for s in np.unique(stratum):
+        members = rng.permutation(np.flatnonzero(stratum == s))
+        sizes = images_per_patient[members]
+        # Position of each patient's centre on [0, 1), rotated by a random offset so that no split is favoured
+        # when a stratum is small.
+        centre = (np.cumsum(sizes) - sizes / 2.0) / sizes.sum()
+        position = (centre + rng.random()) % 1.0
+        split_of_patient[members] = np.searchsorted(bounds, position, side="right")
+
+    _fill_empty_splits(split_of_patient, images_per_patient)
+    split_of_image = split_of_patient[patient_of_image]  # [N]
+    return tuple(np.flatnonzero(split_of_image == k).astype(np.int64) for k in range(3))  # type: ignore[return-value]
+
+
+def _patient_strata(patient_of_image: np.ndarray, y: np.ndarray, n_patients: int) -> np.ndarray:
+    """One stratum label per patient, as the module docstring defines it."""
+    if y.ndim == 2 and y.shape[1] > 1:  # multilabel [N, L]
+        has = np.zeros((n_patients, y.shape[1]), dtype=bool)  # [P, L]
+        np.logical_or.at(has, patient_of_image, y > 0.5)
+        frequency = has.sum(axis=0)  # [L] patients with each finding
+        rarity = np.where(has, frequency[None, :], np.iinfo(np.int64).max)  # [P, L]
+        return np.where(has.any(axis=1), rarity.argmin(axis=1), y.shape[1])
+    cls = y.reshape(len(y)).astype(np.int64)  # [N]
+    if cls.min() < 0:
+        raise ValueError(f"split_by_patient: class labels must be >= 0, found {cls.min()}")
+    counts = np.zeros((n_patients, cls.max() + 1), dtype=np.int64)  # [P, K]
+    np.add.at(counts, (patient_of_image, cls), 1)
+    if counts.shape[1] <= 2:
+        return (counts[:, 1:].sum(axis=1) > 0).astype(np.int64)  # any positive image
+    return counts.shape[1] - 1 - counts[:, ::-1].argmax(axis=1)  # majority class, ties to the highest
+
+
+def _fill_empty_splits(split_of_patient: np.ndarray, images_per_patient: np.ndarray) -> None:
+    """Move one patient into each empty split, taken from the split with the most patients (deterministic)."""
+    for k in range(3):
+        if np.any(split_of_patient == k):
+            continue
+        per_split = np.bincount(split_of_patient, minlength=3)
+        donor = int(per_split.argmax())
+        candidates = np.flatnonzero(split_of_patient == donor)
+        # The donor's patient with the fewest images keeps the fractions closest.
+        split_of_patient[candidates[images_per_patient[candidates].argmin()]] = k

@@ -1,0 +1,72 @@
+"""load_dataset and the registry of dataset sources."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmed.data import DATASET_SOURCES, load_dataset
+from dpmed.errors import DataError
+
+
+def _fixture_npz(path):
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for split, n in (("train", 5), ("val", 3), ("test", 3)):
+        arrays[f"{split}_images"] = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        arrays[f"{split}_labels"] = (np.arange(n) % 2)[:, None].astype(np.uint8)
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(DATASET_SOURCES))
+def test_every_source_is_described(name):
+    info = DATASET_SOURCES[name]
+    assert info.name == name and info.summary
+
+
+def test_unknown_source_lists_the_known_ones():
+    with pytest.raises(DataError) as err:
+        load_dataset(source="kaggle", path=None, image_size=None, channels=None, seed=0, n_images=None)
+    assert "'kaggle'" in str(err.value)
+    assert all(repr(name) in str(err.value) for name in DATASET_SOURCES)
+
+
+def test_phantom_is_generated_at_the_size_and_converted_to_rgb():
+    d = load_dataset(source="phantom", path=None, image_size=32, channels=3, seed=4, n_images=60)
+    assert d.train.image_shape == (3, 32, 32) and d.train.masks.shape[1:] == (32, 32)
+    assert sum(len(s) for s in (d.train, d.val, d.test)) == 60
+    assert d.source["image_size"] == 32 and d.source["transforms"] == ("channels 1 -> 3",)
+    np.testing.assert_array_equal(d.test.images[:, 0], d.test.images[:, 2])
+
+
+def test_phantom_defaults_and_seed():
+    a = load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=2, n_images=30)
+    b = load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=2, n_images=30)
+    assert a.train.image_shape == (1, 64, 64) and "transforms" not in a.source
+    np.testing.assert_array_equal(a.train.images, b.train.images)
+
+
+def test_medmnist_is_resized_with_provenance(tmp_path):
+    path = _fixture_npz(tmp_path / "tiny.npz")
+    d = load_dataset(source="medmnist", path=str(path), image_size=64, channels=3, seed=0, n_images=None)
+    assert d.train.image_shape == (3, 64, 64) and d.val.image_shape == d.test.image_shape == (3, 64, 64)
+    assert d.source["transforms"] == ("resize 28x28 -> 64x64 (bilinear, antialiased)", "channels 1 -> 3")
+    assert d.train.images.dtype == np.float32 and d.train.images.max() <= 1
+
+
+def test_real_pneumoniamnist_through_the_registry(pneumoniamnist_path):
+    d = load_dataset(source="medmnist", path=pneumoniamnist_path, image_size=64, channels=None, seed=0, n_images=None)
+    assert d.test.images.shape == (624, 1, 64, 64)
+
+
+def test_arguments_that_do_not_apply_are_errors(tmp_path):
+    with pytest.raises(DataError, match="needs a path"):
+        load_dataset(source="medmnist", path=None, image_size=None, channels=None, seed=0, n_images=None)
+    with pytest.raises(DataError, match="reads no file"):
+        load_dataset(source="phantom", path="x.npz", image_size=None, channels=None, seed=0, n_images=None)
+    path = _fixture_npz(tmp_path / "tiny.npz")
+    with pytest.raises(DataError, match="n_images=10"):
+        load_dataset(source="medmnist", path=path, image_size=None, channels=None, seed=0, n_images=10)
+    with pytest.raises(DataError, match="channels"):
+        load_dataset(source="phantom", path=None, image_size=None, channels=2, seed=0, n_images=30)

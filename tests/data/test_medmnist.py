@@ -1,0 +1,172 @@
+"""read_medmnist on the real PneumoniaMNIST file and on small npz fixtures, including every kind of bad input."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpmed.data import read_medmnist
+from dpmed.errors import DataError
+
+
+def _write(path: Path, *, sizes=(6, 3, 4), image_shape=(28, 28), labels=None, drop=(), extra=None, seed=0) -> Path:
+    """A MedMNIST-layout npz: uint8 images of ``image_shape`` per split, labels from ``labels(split, n)``."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for split, n in zip(("train", "val", "test"), sizes):
+        arrays[f"{split}_images"] = rng.integers(0, 256, (n, *image_shape), dtype=np.uint8)
+        arrays[f"{split}_labels"] = (labels(split, n) if labels else (np.arange(n) % 2)[:, None]).astype(np.uint8)
+    arrays.update(extra or {})
+    for key in drop:
+        del arrays[key]
+    np.savez(path, **arrays)
+    return path
+
+
+# --- the real file ------------------------------------------------------------------------------------------------
+
+def test_real_pneumoniamnist(pneumoniamnist_path):
+    d = read_medmnist(pneumoniamnist_path)
+    assert (len(d.train), len(d.val), len(d.test)) == (4708, 524, 624)
+    assert d.train.image_shape == (1, 28, 28)
+    assert d.task.kind == "binary" and d.task.label_names == ("normal", "pneumonia")
+    raw = np.load(pneumoniamnist_path)
+    for split in ("train", "val", "test"):
+        s = getattr(d, split)
+        assert s.images.dtype == np.float32 and s.images.min() >= 0 and s.images.max() <= 1
+        np.testing.assert_array_equal(s.images[:, 0], raw[f"{split}_images"] / np.float32(255))
+        np.testing.assert_array_equal(s.labels, raw[f"{split}_labels"][:, 0])
+        assert s.labels.dtype == np.int64
+        assert s.patient_ids[0] == f"{split}-0" and len(set(s.patient_ids)) == len(s)
+        assert set(s.sex) == {"unknown"} and np.isnan(s.age).all() and s.masks is None
+    assert d.synthetic is False and d.name == "pneumoniamnist"
+    assert d.test.labels.mean() == pytest.approx(390 / 624)  # 62.5% pneumonia in the test split (METHODS.md 8)
+
+
+# --- fixtures of every shape ---------------------------------------------------------------------------------------
+
+def test_rgb_multiclass_channels_and_values(tmp_path):
+    path = _write(tmp_path / "colours.npz", image_shape=(32, 32, 3), labels=lambda s, n: (np.arange(n) % 4)[:, None])
+    raw = np.load(path)
+    d = read_medmnist(path)
+    assert d.train.image_shape == (3, 32, 32)
+    assert d.task.kind == "multiclass" and d.task.label_names == ("class_0", "class_1", "class_2", "class_3")
+    # channel c of pixel (y, x) is raw[..., y, x, c] / 255
+    np.testing.assert_array_equal(d.train.images[2, 1, 5, 7], raw["train_images"][2, 5, 7, 1] / np.float32(255))
+    np.testing.assert_array_equal(d.val.labels, np.arange(3) % 4)
+
+
+def test_multilabel_is_float_matrix(tmp_path):
+    path = _write(tmp_path / "findings.npz", labels=lambda s, n: np.eye(5)[np.arange(n) % 5])
+    d = read_medmnist(path)
+    assert d.task.kind == "multilabel" and d.task.label_names == tuple(f"finding_{i}" for i in range(5))
+    assert d.train.labels.dtype == np.float32 and d.train.labels.shape == (6, 5)
+
+
+def test_known_dataset_names_by_file_name(tmp_path):
+    path = _write(tmp_path / "chestmnist_64.npz", image_shape=(64, 64), labels=lambda s, n: np.zeros((n, 14)))
+    d = read_medmnist(path)
+    assert d.task.kind == "multilabel" and d.task.label_names[0] == "atelectasis" and len(d.task.label_names) == 14
+
+
+def test_task_kind_and_label_names_override(tmp_path):
+    path = _write(tmp_path / "two.npz")
+    d = read_medmnist(path, task_kind="multiclass", label_names=("no", "yes"))
+    assert d.task.kind == "multiclass" and d.task.label_names == ("no", "yes")
+    with pytest.raises(DataError, match="label names"):
+        read_medmnist(path, label_names=("only-one",))
+    three = _write(tmp_path / "three.npz", labels=lambda s, n: (np.arange(n) % 3)[:, None])
+    with pytest.raises(DataError, match="task_kind='multiclass'") as err:
+        read_medmnist(three, task_kind="binary")
+    assert str(three) in str(err.value)
+
+
+# --- bad input: every message names the file -----------------------------------------------------------------------
+
+def test_missing_file_says_where_and_what_to_do(tmp_path):
+    missing = tmp_path / "nowhere" / "pneumoniamnist.npz"
+    with pytest.raises(DataError) as err:
+        read_medmnist(missing)
+    assert str(missing) in str(err.value) and "--data-path" in str(err.value)
+
+
+def test_folder_instead_of_file_lists_npz_inside(tmp_path):
+    _write(tmp_path / "bloodmnist.npz")
+    with pytest.raises(DataError) as err:
+        read_medmnist(tmp_path)
+    assert str(tmp_path) in str(err.value) and "bloodmnist.npz" in str(err.value)
+
+
+def test_corrupt_bytes(tmp_path):
+    path = tmp_path / "noise.npz"
+    path.write_bytes(np.random.default_rng(0).bytes(300))
+    with pytest.raises(DataError) as err:
+        read_medmnist(path)
+    assert str(path) in str(err.value)
+    assert "allow_pickle" not in str(err.value)  # never advise unpickling an untrusted file
+    assert isinstance(err.value.__cause__, ValueError)
+
+
+def test_truncated_file(tmp_path):
+    path = _write(tmp_path / "cut.npz")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(DataError, match="truncated") as err:
+        read_medmnist(path)
+    assert str(path) in str(err.value) and isinstance(err.value.__cause__, zipfile.BadZipFile)
+
+
+def test_corrupt_member_fails_on_read(tmp_path):
+    path = _write(tmp_path / "flipped.npz")
+    data = bytearray(path.read_bytes())
+    data[200] ^= 0xFF  # inside the first member's array bytes: the zip directory is intact, the CRC is not
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match="corrupt") as err:
+        read_medmnist(path)
+    assert str(path) in str(err.value)
+
+
+def test_npy_instead_of_npz(tmp_path):
+    path = tmp_path / "array.npy"
+    np.save(path, np.zeros((3, 28, 28), np.uint8))
+    with pytest.raises(DataError, match="single .npy array") as err:
+        read_medmnist(path)
+    assert str(path) in str(err.value)
+
+
+def test_missing_key_lists_missing_and_present(tmp_path):
+    path = _write(tmp_path / "partial.npz", drop=("val_labels",))
+    with pytest.raises(DataError) as err:
+        read_medmnist(path)
+    message = str(err.value)
+    assert str(path) in message and "val_labels" in message.split("it has")[0] and "train_images" in message
+
+
+def test_label_and_image_count_mismatch(tmp_path):
+    path = _write(tmp_path / "mismatch.npz", extra={"test_labels": np.zeros((9, 1), np.uint8)})
+    with pytest.raises(DataError, match="test_labels has 9 rows but test_images has 4") as err:
+        read_medmnist(path)
+    assert str(path) in str(err.value)
+
+
+def test_empty_split(tmp_path):
+    path = _write(tmp_path / "empty.npz", sizes=(6, 0, 4))
+    with pytest.raises(DataError, match="val_images is empty") as err:
+        read_medmnist(path)
+    assert str(path) in str(err.value)
+
+
+def test_wrong_dtype_and_shape(tmp_path):
+    floats = _write(tmp_path / "floats.npz", extra={"train_images": np.zeros((6, 28, 28), np.float32)})
+    with pytest.raises(DataError, match="uint8"):
+        read_medmnist(floats)
+    volume = _write(tmp_path / "volume.npz", extra={"train_images": np.zeros((6, 28, 28, 28), np.uint8)})
+    with pytest.raises(DataError, match="3D MedMNIST"):
+        read_medmnist(volume)
+
+
+def test_known_names_survive_a_binary_to_multiclass_override(pneumoniamnist_path):
+    d = read_medmnist(pneumoniamnist_path, task_kind="multiclass")
+    assert d.task.kind == "multiclass" and d.task.label_names == ("normal", "pneumonia")

@@ -1,0 +1,105 @@
+"""split_by_patient: a partition, no patient in two splits, stratified, seeded; property tests with hypothesis."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpmed.data import split_by_patient
+
+
+def _check_partition(ids: np.ndarray, parts) -> None:
+    joined = np.sort(np.concatenate(parts))
+    np.testing.assert_array_equal(joined, np.arange(len(ids)))  # every image exactly once
+    for part in parts:
+        assert len(part) > 0 and part.dtype == np.int64
+        assert np.all(np.diff(part) > 0)  # sorted
+    owners = [set(ids[p].tolist()) for p in parts]
+    assert not (owners[0] & owners[1]) and not (owners[0] & owners[2]) and not (owners[1] & owners[2])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    patients=st.lists(st.integers(0, 40), min_size=3, max_size=200),
+    classes=st.integers(2, 4),
+    seed=st.integers(0, 2**32 - 1),
+    data=st.data(),
+)
+def test_partition_and_no_patient_crosses(patients, classes, seed, data):
+    ids = np.array([f"p{p}" for p in patients])
+    labels = np.array(data.draw(st.lists(st.integers(0, classes - 1), min_size=len(ids), max_size=len(ids))))
+    if len(set(patients)) < 3:
+        with pytest.raises(ValueError, match="at least 3 patients"):
+            split_by_patient(ids, labels, seed=seed)
+        return
+    _check_partition(ids, split_by_patient(ids, labels, seed=seed))
+
+
+@settings(max_examples=60, deadline=None)
+@given(patients=st.lists(st.integers(0, 30), min_size=3, max_size=120), seed=st.integers(0, 1000), data=st.data())
+def test_multilabel_partition(patients, seed, data):
+    ids = np.array([str(p) for p in patients])
+    flat = data.draw(st.lists(st.integers(0, 1), min_size=3 * len(ids), max_size=3 * len(ids)))
+    labels = np.array(flat, dtype=np.float32).reshape(len(ids), 3)
+    if len(set(patients)) < 3:
+        return
+    _check_partition(ids, split_by_patient(ids, labels, seed=seed))
+
+
+def test_fractions_and_stratification_on_a_large_cohort():
+    rng = np.random.default_rng(0)
+    ids = np.repeat(np.arange(2000), rng.integers(1, 3, 2000)).astype(str)  # 1 or 2 images per patient
+    labels = (rng.random(len(ids)) < 0.3).astype(np.int64)
+    parts = split_by_patient(ids, labels, seed=1)
+    for part, target in zip(parts, (0.7, 0.15, 0.15)):
+        assert abs(len(part) / len(ids) - target) < 0.02
+        assert abs(labels[part].mean() - labels.mean()) < 0.03
+
+
+def test_rare_class_lands_in_every_split():
+    """20 patients of a rare class: systematic sampling gives each split its share (14/3/3) up to one patient."""
+    ids = np.arange(1000).astype(str)
+    labels = np.zeros(1000, np.int64)
+    labels[:20] = 2
+    labels[20:500] = 1
+    for seed in range(10):
+        counts = [np.sum(labels[p] == 2) for p in split_by_patient(ids, labels, seed=seed)]
+        assert all(abs(c - e) <= 1 for c, e in zip(counts, (14, 3, 3))), counts
+
+
+def test_any_positive_image_makes_the_patient_positive():
+    """Patients with one negative and one positive image are positive: they spread like the positives."""
+    ids = np.repeat(np.arange(400), 2).astype(str)
+    labels = np.zeros(800, np.int64)
+    labels[1:200:2] = 1  # the second image of the first 100 patients is positive
+    for part in split_by_patient(ids, labels, seed=3):
+        patients_positive = np.unique(ids[part][labels[part] == 1]).size
+        patients = np.unique(ids[part]).size
+        assert abs(patients_positive / patients - 0.25) < 0.03
+
+
+def test_seeded():
+    ids = np.arange(300).astype(str)
+    labels = np.arange(300) % 2
+    a, b, c = (split_by_patient(ids, labels, seed=s) for s in (5, 5, 6))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not np.array_equal(a[1], c[1])
+
+
+def test_three_patients_fill_three_splits():
+    parts = split_by_patient(np.array(["a", "a", "b", "c"]), np.array([0, 1, 0, 1]), seed=0)
+    assert sorted(len(p) for p in parts) == [1, 1, 2]
+
+
+def test_bad_arguments():
+    ids, labels = np.arange(10).astype(str), np.zeros(10)
+    with pytest.raises(ValueError, match="fractions"):
+        split_by_patient(ids, labels, fractions=(0.8, 0.2, 0.0))
+    with pytest.raises(ValueError, match="fractions"):
+        split_by_patient(ids, labels, fractions=(0.5, 0.2, 0.2))
+    with pytest.raises(ValueError, match="9 labels for 10"):
+        split_by_patient(ids, labels[:9])
+    with pytest.raises(ValueError, match="at least 3 patients"):
+        split_by_patient(np.array(["a", "b", "a"]), np.zeros(3))

@@ -1,0 +1,102 @@
+"""Per-image transforms on hand-computed arrays, and the per-image property METHODS.md section 1 requires."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmed.data import transforms
+from dpmed.data.transforms import minmax_per_image, resize, to_channels
+
+
+def _img(*rows) -> np.ndarray:
+    return np.array(rows, dtype=np.float32)[None, None]  # [1, 1, H, W]
+
+
+def test_resize_identity_returns_the_same_array():
+    x = np.zeros((2, 1, 8, 8), np.float32)
+    assert resize(x, 8) is x and resize(x, (8, 8)) is x
+
+
+def test_resize_2x2_to_1x1_is_the_mean():
+    # Antialiased bilinear: the triangle filter scaled by 2 weights the four pixels equally.
+    np.testing.assert_allclose(resize(_img([0.2, 0.4], [0.6, 1.0]), 1), [[[[0.55]]]], atol=1e-6)
+
+
+def test_resize_upsampling_is_bilinear_with_half_pixel_centres():
+    # Output centres at input x = -0.25, 0.25, 0.75, 1.25 -> clamped, interpolated: 0, 0.25, 0.75, 1.
+    out = resize(_img([0.0, 1.0], [0.0, 1.0]), (2, 4))
+    np.testing.assert_allclose(out[0, 0], [[0, 0.25, 0.75, 1.0]] * 2, atol=1e-6)
+
+
+def test_resize_keeps_range_dtype_and_constants():
+    rng = np.random.default_rng(0)
+    x = rng.random((3, 2, 30, 30), dtype=np.float32)
+    y = resize(x, 17)
+    assert y.shape == (3, 2, 17, 17) and y.dtype == np.float32 and y.min() >= 0 and y.max() <= 1
+    np.testing.assert_allclose(resize(np.full((1, 1, 28, 28), 0.3, np.float32), 64), 0.3, atol=1e-6)
+
+
+def test_resize_in_chunks_equals_one_block(monkeypatch):
+    x = np.random.default_rng(1).random((7, 1, 20, 20), dtype=np.float32)
+    whole = resize(x, 9)
+    monkeypatch.setattr(transforms, "_CHUNK_BYTES", 4 * 20 * 20 * 2)  # two images per chunk
+    np.testing.assert_array_equal(resize(x, 9), whole)
+
+
+def test_to_channels_grey_to_rgb_repeats():
+    x = _img([0.1, 0.9])
+    y = to_channels(x, 3)
+    assert y.shape == (1, 3, 1, 2)
+    for c in range(3):
+        np.testing.assert_array_equal(y[0, c], x[0, 0])
+
+
+def test_to_channels_rgb_to_grey_is_bt601_luma():
+    rgb = np.zeros((1, 3, 1, 3), np.float32)
+    rgb[0, 0, 0, 0] = 1.0  # pure red
+    rgb[0, 1, 0, 1] = 1.0  # pure green
+    rgb[0, :, 0, 2] = 0.5  # grey stays grey
+    np.testing.assert_allclose(to_channels(rgb, 1)[0, 0, 0], [0.299, 0.587, 0.5], atol=1e-6)
+
+
+def test_to_channels_identity_and_errors():
+    x = np.zeros((1, 3, 2, 2), np.float32)
+    assert to_channels(x, 3) is x
+    with pytest.raises(ValueError, match="1 \\(grey\\) or 3"):
+        to_channels(x, 2)
+    with pytest.raises(ValueError, match="1 or 3 channels"):
+        to_channels(np.zeros((1, 2, 2, 2), np.float32), 1)
+
+
+def test_minmax_per_image_hand_values():
+    x = np.concatenate([_img([0.2, 0.4], [0.6, 1.0]), _img([0.5, 0.5], [0.5, 0.5])])
+    y = minmax_per_image(x)
+    np.testing.assert_allclose(y[0, 0], [[0, 0.25], [0.5, 1.0]], atol=1e-6)
+    np.testing.assert_array_equal(y[1], 0.0)  # constant image -> 0
+    assert y.dtype == np.float32
+
+
+def test_minmax_spans_all_channels_of_an_image():
+    x = np.zeros((1, 2, 1, 1), np.float32)
+    x[0, 0], x[0, 1] = 0.25, 0.75
+    np.testing.assert_allclose(minmax_per_image(x)[0, :, 0, 0], [0.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [lambda x: resize(x, 5), lambda x: to_channels(x, 3), minmax_per_image],
+    ids=["resize", "to_channels", "minmax"],
+)
+def test_each_image_depends_only_on_itself(transform):
+    """METHODS.md section 1: changing image 1 must not change the output for image 0."""
+    rng = np.random.default_rng(2)
+    x = rng.random((2, 1, 12, 12), dtype=np.float32)
+    other = x.copy()
+    other[1] = rng.random((1, 12, 12), dtype=np.float32)
+    np.testing.assert_array_equal(transform(x)[0], transform(other)[0])
+
+
+def test_rejects_non_4d():
+    with pytest.raises(ValueError, match=r"\[N, C, H, W\]"):
+        minmax_per_image(np.zeros((4, 4), np.float32))
