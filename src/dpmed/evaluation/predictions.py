@@ -1,0 +1,52 @@
+"""Predictions, computed once per run; every metric is a pure function of them (and can be recomputed later)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from dpmed.data import ImageSet, Task
+from dpmed.training import OBJECTIVES
+
+__all__ = ["predict", "save_predictions", "load_predictions"]
+
+
+@torch.no_grad()
+def predict(model: nn.Module, data: ImageSet, task: Task, *, batch_size: int = 256,
+            device: torch.device | None = None) -> np.ndarray:
+    """Scores as the evaluation expects them: binary [N] = P(class 1), multiclass [N, K], multilabel [N, L].
+
+    The model is put in eval mode for the pass and returned to the mode it was in.
+    """
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        scores = [
+            OBJECTIVES[task.kind].scores(model(torch.from_numpy(chunk).to(device))).cpu().numpy()
+            for chunk in np.array_split(data.images, max(1, int(np.ceil(len(data) / batch_size))))
+        ]
+    finally:
+        model.train(was_training)
+    return np.concatenate(scores).astype(np.float64)
+
+
+def save_predictions(path: Path, **splits: tuple[ImageSet, np.ndarray]) -> None:
+    """One .npz with, per split, scores, labels, patient ids, sex and age (e.g. ``val=(set, scores)``)."""
+    arrays = {}
+    for name, (data, scores) in splits.items():
+        arrays.update({
+            f"{name}_scores": scores, f"{name}_labels": data.labels, f"{name}_patient_ids": data.patient_ids.astype(str),
+            f"{name}_sex": data.sex.astype(str), f"{name}_age": data.age,
+        })
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, **arrays)
+    tmp.replace(path)
+
+
+def load_predictions(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}

@@ -1,0 +1,52 @@
+"""Figures for the report, returned as PNG bytes (embedded in the HTML and saved beside it)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Iterable
+
+from matplotlib.figure import Figure  # not pyplot: no global backend or figure state is touched
+
+__all__ = ["auroc_versus_epsilon"]
+
+
+def auroc_versus_epsilon(records: Iterable[dict[str, Any]]) -> bytes:
+    """Test AUROC (with its bootstrap interval) against eps on a log axis.
+
+    DP-SGD arms sit at their central eps; local-DP arms at their per-image eps (a different neighbour relation,
+    drawn with another marker and said in the legend); the non-private level is a line with its interval as a band.
+    """
+    records = list(records)
+    fig = Figure(figsize=(7, 4.2), dpi=110)
+    ax = fig.subplots()
+    styles = {"dp_sgd": ("o", "tab:blue", "DP-SGD (eps at its delta)"),
+              "pixel_laplace": ("s", "tab:orange", "pixel Laplace LDP (eps per image)")}
+    xs = []
+    for mech, (marker, color, label) in styles.items():
+        pts = [r for r in records if r["mechanism"] == mech and r["privacy"]["is_dp"]
+               and r["metrics"].get("test_auroc") is not None]
+        if not pts:
+            continue
+        x = [r["privacy"]["epsilon"] for r in pts]
+        y = [r["metrics"]["test_auroc"] for r in pts]
+        lo = [r["metrics"]["test_auroc"] - r["metrics"]["test_auroc_low"] for r in pts]
+        hi = [r["metrics"]["test_auroc_high"] - r["metrics"]["test_auroc"] for r in pts]
+        ax.errorbar(x, y, yerr=[lo, hi], fmt=marker, color=color, capsize=3, label=label)
+        xs += x
+    base = [r for r in records if r["mechanism"] == "none" and r["metrics"].get("test_auroc") is not None]
+    for i, r in enumerate(base):
+        m = r["metrics"]
+        ax.axhline(m["test_auroc"], color="k", lw=1, label="non-private" if i == 0 else None)
+        ax.axhspan(m["test_auroc_low"], m["test_auroc_high"], color="k", alpha=0.08)
+    if xs:
+        ax.set_xscale("log")
+    ax.set_xlabel("epsilon (log scale; lower = more private)")
+    ax.set_ylabel("test AUROC")
+    ax.set_ylim(0.4, 1.01)
+    ax.axhline(0.5, color="grey", ls=":", lw=1)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()

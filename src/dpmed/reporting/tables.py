@@ -1,0 +1,56 @@
+"""Flat tables of run records: results.csv for pandas users and the printed summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+__all__ = ["results_frame", "write_results_table", "summary_text"]
+
+_PRIVACY_COLUMNS = ("is_dp", "epsilon", "delta", "accountant", "neighbour_relation", "epsilon_pixel", "scale_b",
+                    "noise_multiplier", "sample_rate", "steps", "max_grad_norm", "target_epsilon")
+
+
+def results_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """One row per run: identity, privacy card fields, every metric, wall time."""
+    rows = []
+    for r in records:
+        card = r["privacy"]
+        row = {"run_id": r["run_id"], "arm": r["arm"], "mechanism": r["mechanism"], "seed": r["seed"]}
+        row.update({k: card.get(k) for k in _PRIVACY_COLUMNS})
+        row["privacy_statement"] = card["statement"]
+        row.update(r["metrics"])
+        row["train_seconds"] = r["timing"]["train_seconds"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_results_table(records: Iterable[dict[str, Any]], path: Path) -> pd.DataFrame:
+    frame = results_frame(records)
+    tmp = path.with_name(f".{path.name}.tmp")
+    frame.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return frame
+
+
+def eps_text(card: dict[str, Any]) -> str:
+    if not card["is_dp"]:
+        return "inf (no DP)" if card["mechanism"] == "none" else "not DP"
+    if card["mechanism"] == "pixel_laplace":
+        return f"{card['epsilon_image']:,.4g} (image, LDP)"
+    return f"{card['epsilon']:.3g} (d={card['delta']:.0e}, {card['accountant']})"
+
+
+def summary_text(records: Iterable[dict[str, Any]]) -> str:
+    """A fixed-width table for the terminal: run, eps with its delta and accountant, test AUROC with interval."""
+    lines = [f"{'run':<28} {'eps':<30} {'test AUROC [95% CI]':<24} {'acc':>6}"]
+    for r in records:
+        m = r["metrics"]
+        auc = ("undefined" if m.get("test_auroc") is None
+               else f"{m['test_auroc']:.3f} [{m['test_auroc_low']:.3f}, {m['test_auroc_high']:.3f}]")
+        acc = m.get("test_accuracy")
+        lines.append(f"{r['run_id']:<28} {eps_text(r['privacy']):<30} {auc:<24} "
+                     f"{'' if acc is None else format(acc, '.3f'):>6}")
+    return "\n".join(lines)
