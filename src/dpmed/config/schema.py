@@ -92,9 +92,9 @@ class TrainingConfig(_Strict):
     epochs: int = Field(default=5, ge=1)
     batch_size: int = Field(default=64, ge=1)
     physical_batch_size: int = Field(default=128, ge=1)
-    optimizer: Literal["sgd", "adam"] = "sgd"
-    learning_rate: float = Field(default=0.05, gt=0)
-    momentum: float = Field(default=0.9, ge=0, lt=1)
+    optimizer: Literal["sgd", "adam"] = "adam"  # Adam on the noisy clipped gradient is post-processing: still DP
+    learning_rate: float = Field(default=0.001, gt=0)
+    momentum: float = Field(default=0.9, ge=0, lt=1)  # sgd only
     weight_decay: float = Field(default=0.0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
 

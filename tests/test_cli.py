@@ -1,0 +1,128 @@
+"""End to end through `main(argv)`: the quickstart at a tiny size, resume, and bad input that loses nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from dpmed.cli import main
+
+TINY = ["--no-progress", "--set", "data.n_images=240", "--set", "data.image_size=32", "--set", "training.epochs=2",
+        "--set", "evaluation.bootstrap_resamples=100"]
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("out")
+    assert main(["run", "--out", str(out), *TINY]) == 0
+    return out / "quickstart"
+
+
+def test_quickstart_writes_every_output(quickstart, capsys):
+    frame = pd.read_csv(quickstart / "results.csv")
+    assert sorted(frame["mechanism"]) == ["dp_sgd", "dp_sgd", "none", "pixel_laplace"]
+    for col in ("test_auroc", "test_auroc_low", "test_auroc_high", "epsilon", "delta", "accountant",
+                "neighbour_relation", "privacy_statement"):
+        assert col in frame.columns
+    assert (frame["test_auroc_low"] <= frame["test_auroc"]).all() and (frame["test_auroc"] <= frame["test_auroc_high"]).all()
+    for run_id in frame["run_id"]:
+        assert (quickstart / "runs" / run_id / "run.json").is_file()
+        assert (quickstart / "runs" / run_id / "predictions.npz").is_file()
+    report = (quickstart / "report.html").read_text()
+    for section in ('id="summary"', 'id="utility"', 'id="privacy"', 'id="provenance"', "data:image/png;base64,",
+                    "phantom"):
+        assert section in report
+
+
+def test_privacy_cards_are_honest(quickstart):
+    records = {p.parent.name: json.loads(p.read_text()) for p in (quickstart / "runs").glob("*/run.json")}
+    resolved = yaml.safe_load((quickstart / "study.yaml").read_text())
+    n_train = resolved["dataset"]["n_train"]
+    for run_id, r in records.items():
+        card = r["privacy"]
+        if r["mechanism"] == "dp_sgd":
+            assert card["epsilon"] <= card["target_epsilon"]              # calibration never overshoots
+            assert card["epsilon"] > 0.9 * card["target_epsilon"]         # ... and is not wildly loose
+            assert card["delta"] == pytest.approx(min(1e-5, 1 / (10 * n_train)))
+            assert card["sampling"] == "poisson" and card["accountant"] == "pld"
+            for word in ("delta", "PLD", "add or remove"):
+                assert word in card["statement"]
+            spec = next(s for s in resolved["runs"] if s["run_id"] == run_id)
+            assert spec["derived"]["noise_multiplier"] == card["noise_multiplier"] > 0
+        elif r["mechanism"] == "pixel_laplace":
+            assert card["dimension_d"] == 32 * 32
+            assert card["epsilon_image"] == pytest.approx(32 * 32 / 0.5)
+            assert card["epsilon_pixel"] == pytest.approx(2.0)
+        else:
+            assert card["is_dp"] is False and card["epsilon"] is None
+
+
+def test_rerun_skips_finished_runs_and_retrains_only_missing_ones(quickstart, capsys):
+    out = str(quickstart.parent)
+    stamps = {p: p.stat().st_mtime_ns for p in quickstart.glob("runs/*/run.json")}
+    assert main(["run", "--out", out, *TINY]) == 0
+    assert "4 finished earlier" in capsys.readouterr().out
+    assert stamps == {p: p.stat().st_mtime_ns for p in quickstart.glob("runs/*/run.json")}
+    victim = quickstart / "runs" / "non-private_seed0" / "run.json"
+    victim.unlink()
+    assert main(["run", "--out", out, *TINY]) == 0
+    assert "3 finished earlier" in capsys.readouterr().out
+    assert victim.is_file()
+
+
+def test_changed_settings_refuse_to_mix_with_finished_runs(quickstart, capsys):
+    before = sorted(quickstart.glob("runs/*/run.json"))
+    assert main(["run", "--out", str(quickstart.parent), *TINY, "--set", "training.learning_rate=0.01"]) == 2
+    err = capsys.readouterr().err
+    assert "other settings" in err and "--out" in err
+    assert before == sorted(quickstart.glob("runs/*/run.json"))
+
+
+def test_report_rebuilds_from_finished_runs(quickstart, capsys):
+    (quickstart / "report.html").unlink()
+    assert main(["report", str(quickstart)]) == 0
+    assert (quickstart / "report.html").is_file()
+    assert main(["report", str(quickstart.parent)]) == 2
+
+
+def test_bad_study_file_fails_with_one_clear_message(write_study, tmp_path, capsys):
+    path = write_study("name: s\ntraining: {epochs: 2, lr: 0.1}\narms: [{name: a, mechanism: none}]\n")
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dpmed: error:") and str(path) in err and "training.lr" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_and_corrupt_data_fail_clearly_and_keep_finished_runs(write_study, tmp_path, capsys):
+    """A finished study survives a later run whose data file has gone bad."""
+    rng = np.random.default_rng(0)
+    good = tmp_path / "tiny.npz"
+    arrays = {}
+    for split, n in (("train", 120), ("val", 40), ("test", 40)):
+        labels = rng.integers(0, 2, size=(n, 1))
+        images = (rng.random((n, 28, 28)) * 60 + labels[:, :, None] * 120).astype(np.uint8)
+        arrays.update({f"{split}_images": images, f"{split}_labels": labels})
+    np.savez(good, **arrays)
+    study = write_study(f"name: real\ndata: {{source: medmnist, path: {good.name}}}\ntraining: {{epochs: 1, "
+                        "batch_size: 32}\nevaluation: {bootstrap_resamples: 50}\narms: [{name: a, mechanism: none}]\n")
+    out = tmp_path / "out"
+    assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 0
+    finished = out / "real" / "runs" / "a_seed0" / "run.json"
+    assert finished.is_file()
+
+    assert main(["run", str(study), "--out", str(out), "--data-path", str(tmp_path / "gone.npz")]) == 2
+    assert "gone.npz" in capsys.readouterr().err
+    assert finished.is_file()
+
+    saved = {p: p.read_bytes() for p in (out / "real").rglob("*") if p.is_file()}
+    good.write_bytes(b"this is not an npz archive")
+    assert main(["run", str(study), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "tiny.npz" in err and "Traceback" not in err
+    assert saved == {p: p.read_bytes() for p in (out / "real").rglob("*") if p.is_file()}
