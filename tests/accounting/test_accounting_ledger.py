@@ -90,14 +90,14 @@ def test_malformed_ledger_dict_is_explained():
         Ledger.from_dict({"steps": []})
 
 
-@pytest.mark.parametrize("accountant", ACCOUNTANTS)
+@pytest.mark.parametrize("accountant", ["pld", "rdp", "rdp-classic"])
 def test_ledger_epsilon_is_that_of_the_merged_event(accountant):
     ledger = run(Ledger(), 2039)
     expected = dp_sgd_epsilon(noise_multiplier=SIGMA, sample_rate=Q, steps=2039, delta=DELTA, accountant=accountant)
     assert ledger_epsilon(ledger, delta=DELTA, accountant=accountant) == expected
 
 
-@pytest.mark.parametrize("accountant", ACCOUNTANTS)
+@pytest.mark.parametrize("accountant", ["pld", "rdp", "rdp-classic"])
 def test_a_resumed_run_ends_with_the_eps_of_an_uninterrupted_one(accountant):
     whole = run(Ledger(), 2039)
     first_half = json_round_trip(run(Ledger(), 1000))  # saved with the checkpoint, loaded on resume
@@ -107,7 +107,7 @@ def test_a_resumed_run_ends_with_the_eps_of_an_uninterrupted_one(accountant):
             == ledger_epsilon(whole, delta=DELTA, accountant=accountant))
 
 
-@pytest.mark.parametrize("accountant", ACCOUNTANTS)
+@pytest.mark.parametrize("accountant", ["pld", "rdp", "rdp-classic"])
 def test_composing_two_phases_costs_more_than_either(accountant):
     phase_a, phase_b = step(sigma=2.0, q=0.01, steps=500), step(sigma=1.0, q=0.02, steps=300)
     eps = {name: ledger_epsilon(Ledger(events), delta=1e-5, accountant=accountant)

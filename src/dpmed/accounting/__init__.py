@@ -5,19 +5,34 @@ nothing else of dpmed, so every privacy number dpmed prints comes from this one 
 """
 
 from dpmed.accounting.calibration import noise_multiplier_for
-from dpmed.accounting.epsilon import (ACCOUNTANTS, NEIGHBOUR_DP_SGD, AccountantInfo, accountant_info, default_delta,
-                                      describe_accountant, dp_sgd_epsilon, ledger_epsilon)
-from dpmed.accounting.events import LaplaceImageEvent, PoissonGaussianEvent, event_from_dict, event_to_dict
-from dpmed.accounting.ldp import (NEIGHBOUR_LDP_IMAGE, laplace_image_epsilon, laplace_pixel_epsilon,
-                                  laplace_scale_for)
+from dpmed.accounting.epsilon import (ACCOUNTANTS, NEIGHBOUR_DP_SGD, NOISES, AccountantInfo, accountant_info,
+                                      default_delta, describe_accountant, dp_sgd_epsilon, dp_sgd_event, dp_sgd_schedule,
+                                      effective_accountant, ledger_epsilon)
+from dpmed.accounting.events import (GaussianImageEvent, LaplaceImageEvent, PoissonGaussianEvent, PoissonLaplaceEvent,
+                                     event_from_dict, event_to_dict)
+from dpmed.accounting.ldp import (NEIGHBOUR_LDP_IMAGE, gaussian_epsilon, gaussian_image_epsilon,
+                                  gaussian_std_for_image, laplace_image_epsilon, laplace_pixel_epsilon,
+                                  laplace_scale_for, laplace_scale_for_image)
 from dpmed.accounting.ledger import Ledger
+from dpmed.accounting.reconstruction import (MIA_FPRS, NEIGHBOUR_RECONSTRUCTION, RECONSTRUCTION_METHODS,
+                                             ReconstructionMethod, ReconstructionRisk, default_kappa,
+                                             membership_inference_tpr, reconstruction_bound,
+                                             reconstruction_method, reconstruction_risk,
+                                             relaxed_reconstruction_bound)
 
 __all__ = [
     # events and the ledger
-    "PoissonGaussianEvent", "LaplaceImageEvent", "event_to_dict", "event_from_dict", "Ledger",
+    "PoissonGaussianEvent", "PoissonLaplaceEvent", "LaplaceImageEvent", "GaussianImageEvent", "event_to_dict",
+    "event_from_dict", "Ledger",
     # DP-SGD
-    "ACCOUNTANTS", "AccountantInfo", "accountant_info", "describe_accountant", "NEIGHBOUR_DP_SGD",
-    "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "noise_multiplier_for",
+    "ACCOUNTANTS", "NOISES", "AccountantInfo", "accountant_info", "describe_accountant", "effective_accountant",
+    "NEIGHBOUR_DP_SGD", "dp_sgd_event", "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule",
+    "noise_multiplier_for",
     # local DP on images
     "NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for",
+    "laplace_scale_for_image", "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image",
+    # reconstruction and membership-inference risk
+    "RECONSTRUCTION_METHODS", "ReconstructionMethod", "reconstruction_method", "NEIGHBOUR_RECONSTRUCTION",
+    "MIA_FPRS", "default_kappa", "reconstruction_bound", "relaxed_reconstruction_bound", "membership_inference_tpr",
+    "ReconstructionRisk", "reconstruction_risk",
 ]

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from dpmed.accounting import _arguments
-from dpmed.accounting.epsilon import accountant_info, estimate_epsilon
-from dpmed.accounting.events import PoissonGaussianEvent
+from dpmed.accounting.epsilon import accountant_info, dp_sgd_event, estimate_epsilon
 
 __all__ = ["noise_multiplier_for"]
 
@@ -29,16 +28,20 @@ _MAX_EVALUATIONS = 200
 
 
 def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: float, steps: int,
-                         accountant: str = "pld", rtol: float = 1e-3) -> float:
+                         accountant: str = "pld", noise: str = "gaussian", rtol: float = 1e-3) -> float:
     """The smallest noise multiplier sigma (within relative tolerance ``rtol``) whose eps(delta) after ``steps``
     Poisson-sampled steps at rate ``sample_rate`` is at most ``target_epsilon``.
 
     Guarantee: ``dp_sgd_epsilon(noise_multiplier=sigma, ...) <= target_epsilon`` for the returned sigma, and the
     eps of sigma / (1 + rtol) was found above the target. Raises ValueError when no sigma in [1e-12, 1e12] meets
     the target, or when the target is beyond what the accountant resolves (PLD: 500; use 'rdp' for high budgets).
+    ``noise="laplace"`` calibrates b / C1 of Laplace DP-SGD (L1 clipping) the same way.
     """
     target = _arguments.positive("target_epsilon", target_epsilon, hint="pass the eps budget of the whole run")
     info = accountant_info(accountant)
+    if noise not in info.noises:
+        raise ValueError(f"accountant={accountant!r} does not analyse {noise} noise (it handles "
+                         f"{', '.join(info.noises)})")
     if target > info.max_epsilon:
         raise ValueError(f"target_epsilon = {target:g} is above what accountant={accountant!r} resolves "
                          f"({info.max_epsilon:g}); use accountant='rdp' for such budgets")
@@ -50,13 +53,14 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
     if not 0 < rtol < 0.5:
         raise ValueError(f"rtol must be in (0, 0.5), got {rtol!r}; 1e-3 is plenty")
 
+    def event(sigma: float):
+        return dp_sgd_event(noise=noise, noise_multiplier=sigma, sample_rate=sample_rate, steps=steps)
+
     def estimate(sigma: float) -> float:
-        event = PoissonGaussianEvent(noise_multiplier=sigma, sample_rate=sample_rate, steps=steps)
-        return estimate_epsilon([event], delta=delta)
+        return estimate_epsilon([event(sigma)], delta=delta)
 
     def exact(sigma: float) -> float:  # what dp_sgd_epsilon computes, with inf where the accountant cannot resolve
-        return info.epsilon([PoissonGaussianEvent(noise_multiplier=sigma, sample_rate=sample_rate, steps=steps)],
-                            delta)
+        return info.epsilon([event(sigma)], delta)
 
     rough_lo, rough_hi = _bracket(estimate, target=target, x0=0.0, slope=-1.0, tol=_ESTIMATE_TOLERANCE)
     _, hi = _bracket(exact, target=target, x0=_secant_root(rough_lo, rough_hi, target),

@@ -1,6 +1,6 @@
-"""eps(delta) of DP-SGD: Poisson-subsampled Gaussian events composed by Google's dp_accounting.
+"""eps(delta) of DP-SGD: Poisson-subsampled Gaussian (or Laplace) events composed by Google's dp_accounting.
 
-Two accountants, both dp_accounting's (nothing is re-derived here), in a registry of frozen info objects:
+The accountants, in a registry of frozen info objects:
 
 * ``pld`` (default): the privacy loss distribution of the Poisson-subsampled Gaussian, discretised with the
   pessimistic "connect the dots" method (Doroshenko et al. 2022) and composed by FFT (Koskela et al. 2020). The
@@ -10,8 +10,16 @@ Two accountants, both dp_accounting's (nothing is re-derived here), in a registr
   default orders, converted to (eps, delta) with the improved bound of Balle et al. 2020 ("Hypothesis testing
   interpretations and Renyi DP", Prop. 12; the conversion Opacus uses). Looser than PLD.
 
+* ``rdp-classic``: the same RDP curve converted with the classic bound eps = min_a RDP(a) + log(1/delta)/(a - 1)
+  (Mironov 2017, Prop. 3), which most published DP-SGD figures used; for reproducing them only. It is a valid
+  but loose upper bound.
+* ``pure``: Laplace-noise DP-SGD only. Each step is (log(1 + q (e^(1/b) - 1)))-DP (amplification by Poisson
+  subsampling of a pure-DP mechanism, Balle, Barthe, Gaboardi 2018), and T steps add up: a delta = 0 bound.
+
 The same noise gives different eps under each, so every eps must be reported with its accountant (METHODS.md s.3).
-Reference (q = 128/5218, sigma = 5.002, T = 2039, delta = 1e-4): PLD 0.689, RDP 0.770.
+Reference (q = 128/5218, sigma = 5.002, T = 2039, delta = 1e-4): PLD 0.689, RDP 0.770, classic RDP 0.994.
+Gaussian events are supported by pld, rdp and rdp-classic; Laplace events by pld and pure (dp_accounting has no RDP
+of the subsampled Laplace mechanism).
 """
 
 from __future__ import annotations
@@ -28,11 +36,12 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpmed.accounting import _arguments
-from dpmed.accounting.events import LaplaceImageEvent, PoissonGaussianEvent
+from dpmed.accounting.events import DpSgdEvent, PoissonGaussianEvent, PoissonLaplaceEvent
 from dpmed.accounting.ledger import Ledger
 
-__all__ = ["ACCOUNTANTS", "AccountantInfo", "NEIGHBOUR_DP_SGD", "accountant_info", "describe_accountant",
-           "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "estimate_epsilon"]
+__all__ = ["ACCOUNTANTS", "NOISES", "AccountantInfo", "NEIGHBOUR_DP_SGD", "accountant_info", "describe_accountant",
+           "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule", "estimate_epsilon", "dp_sgd_event",
+           "effective_accountant"]
 
 NEIGHBOUR_DP_SGD = "add or remove one training image (Poisson sampling)"
 _NEIGHBOURS = NeighboringRelation.ADD_OR_REMOVE_ONE  # the relation NEIGHBOUR_DP_SGD names
@@ -45,6 +54,7 @@ _NEIGHBOURS = NeighboringRelation.ADD_OR_REMOVE_ONE  # the relation NEIGHBOUR_DP
 # cost grows with eps / h, so h is never below eps / 1e6; dp_accounting evaluates expm1(h), so h stays <= 50.
 # Measured cost (2-core CPU) at the reference setting: h = 1.9e-4, about 50 ms per eps.
 _PLD_RELATIVE_EXCESS = 1e-4
+_PLD_FEW_STEPS_INTERVAL = 5e-4
 _PLD_GRID_POINTS = 1e6
 _PLD_MIN_INTERVAL = 1e-6
 _PLD_MAX_INTERVAL = 50.0
@@ -58,35 +68,97 @@ _PLD_MAX_EPSILON = 500.0
 _ESTIMATE_ORDERS = (1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
 
 
-def _as_dp_event(events: Sequence[PoissonGaussianEvent]) -> dp_event.DpEvent:
+# The two noises of DP-SGD and the event class that describes each.
+_NOISE_EVENTS: dict[str, type] = {"gaussian": PoissonGaussianEvent, "laplace": PoissonLaplaceEvent}
+NOISES = tuple(_NOISE_EVENTS)
+
+
+def dp_sgd_event(*, noise: str, noise_multiplier: float, sample_rate: float, steps: int) -> DpSgdEvent:
+    """The event of ``steps`` DP-SGD steps with ``noise`` ("gaussian": L2 clip, N(0, (sigma C)^2) noise;
+    "laplace": L1 clip, Laplace(b) noise with noise_multiplier = b / C1)."""
+    if noise not in _NOISE_EVENTS:
+        raise ValueError(f"noise must be one of {', '.join(NOISES)}, got {noise!r}")
+    return _NOISE_EVENTS[noise](noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
+
+
+def _as_dp_event(events: Sequence[DpSgdEvent]) -> dp_event.DpEvent:
+    def mechanism(e: DpSgdEvent) -> dp_event.DpEvent:
+        if isinstance(e, PoissonLaplaceEvent):
+            return dp_event.LaplaceDpEvent(e.noise_multiplier)
+        return dp_event.GaussianDpEvent(e.noise_multiplier)
     return dp_event.ComposedDpEvent([
-        dp_event.SelfComposedDpEvent(
-            dp_event.PoissonSampledDpEvent(e.sample_rate, dp_event.GaussianDpEvent(e.noise_multiplier)), e.steps)
+        dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(e.sample_rate, mechanism(e)), e.steps)
         for e in events])
 
 
-def _rdp_epsilon(events: Sequence[PoissonGaussianEvent], delta: float, orders: Sequence[float] | None = None) -> float:
-    accountant = rdp_privacy_accountant.RdpAccountant(orders=orders, neighboring_relation=_NEIGHBOURS)
-    accountant.compose(_as_dp_event(events))
-    return float(accountant.get_epsilon(delta))
+def _only_gaussian(events: Sequence[DpSgdEvent], accountant: str) -> None:
+    if any(isinstance(e, PoissonLaplaceEvent) for e in events):
+        raise ValueError(f"accountant {accountant!r} has no analysis of Poisson-subsampled Laplace noise "
+                         "(dp_accounting implements none); use accountant='pld' or 'pure' for Laplace DP-SGD")
 
 
-def estimate_epsilon(events: Sequence[PoissonGaussianEvent], *, delta: float) -> float:
-    """A quick, loose eps (RDP at a few orders) that sizes the PLD grid and starts noise calibration.
+def _rdp_accountant(events: Sequence[DpSgdEvent], orders: Sequence[float] | None,
+                    accountant: str) -> rdp_privacy_accountant.RdpAccountant:
+    _only_gaussian(events, accountant)
+    rdp = rdp_privacy_accountant.RdpAccountant(orders=orders, neighboring_relation=_NEIGHBOURS)
+    rdp.compose(_as_dp_event(events))
+    return rdp
 
-    Not for reporting: use :func:`dp_sgd_epsilon` or :func:`ledger_epsilon`. ``events`` must have sigma > 0.
+
+def _rdp_epsilon(events: Sequence[DpSgdEvent], delta: float, orders: Sequence[float] | None = None) -> float:
+    return float(_rdp_accountant(events, orders, "rdp").get_epsilon(delta))
+
+
+def _rdp_classic_epsilon(events: Sequence[DpSgdEvent], delta: float) -> float:
+    """eps = min_a RDP(a) + log(1/delta) / (a - 1) (Mironov 2017, Prop. 3) on dp_accounting's RDP curve.
+
+    dp_accounting converts only with the improved bound, so the curve is read from the accountant's ``_orders``
+    and ``_rdp`` (private attributes; tests pin the reference value 0.994 so a change there is caught).
     """
-    return _rdp_epsilon(events, delta, _ESTIMATE_ORDERS)
+    rdp = _rdp_accountant(events, None, "rdp-classic")
+    orders, curve = np.asarray(rdp._orders, dtype=float), np.asarray(rdp._rdp, dtype=float)
+    with np.errstate(over="ignore", invalid="ignore"):
+        eps = curve + math.log(1 / delta) / (orders - 1)
+    eps = eps[np.isfinite(eps)]
+    return float(eps.min()) if eps.size else math.inf
 
 
-def _pld_epsilon(events: Sequence[PoissonGaussianEvent], delta: float) -> float:
+def _pure_epsilon(events: Sequence[DpSgdEvent], delta: float) -> float:
+    """Sum over steps of log(1 + q (e^(1/b) - 1)): Laplace DP-SGD as pure DP (delta plays no role)."""
+    if any(isinstance(e, PoissonGaussianEvent) for e in events):
+        raise ValueError("accountant 'pure' applies to Laplace noise only; the Gaussian mechanism is never pure DP "
+                         "(use 'pld' or 'rdp')")
+    total = 0.0
+    for e in events:
+        per_step = 1.0 / e.noise_multiplier
+        # log(1 + q (e^x - 1)) without overflow: = x + log(q + (1 - q) e^-x) for large x
+        step = (math.log1p(e.sample_rate * math.expm1(per_step)) if per_step < 30
+                else per_step + math.log(e.sample_rate + (1 - e.sample_rate) * math.exp(-per_step)))
+        total += e.steps * step
+    return total
+
+
+def estimate_epsilon(events: Sequence[DpSgdEvent], *, delta: float) -> float:
+    """A quick, loose upper bound on eps that sizes the PLD grid and starts noise calibration: RDP at a few
+    orders for Gaussian noise, the pure-DP bound for Laplace noise (mixed ledgers: their sum).
+
+    Not for reporting: use :func:`dp_sgd_epsilon` or :func:`ledger_epsilon`. ``events`` must have noise > 0.
+    """
+    gaussian = [e for e in events if isinstance(e, PoissonGaussianEvent)]
+    laplace = [e for e in events if isinstance(e, PoissonLaplaceEvent)]
+    return ((_rdp_epsilon(gaussian, delta, _ESTIMATE_ORDERS) if gaussian else 0.0)
+            + (_pure_epsilon(laplace, delta) if laplace else 0.0))
+
+
+def _pld_epsilon(events: Sequence[DpSgdEvent], delta: float) -> float:
     scale = estimate_epsilon(events, delta=delta)
     coarsest = scale / _PLD_GRID_POINTS
     if not coarsest <= _PLD_MAX_INTERVAL:
         return math.inf  # RDP estimate above 5e7: eps is far beyond _PLD_MAX_EPSILON
     steps = sum(e.steps for e in events)
-    interval = min(max(math.sqrt(_PLD_RELATIVE_EXCESS * scale / steps), coarsest, _PLD_MIN_INTERVAL),
-                   _PLD_MAX_INTERVAL)
+    # Few steps: the excess is then up to about half an interval, so the interval also stays below 5e-4 of eps.
+    interval = min(max(min(math.sqrt(_PLD_RELATIVE_EXCESS * scale / steps), _PLD_FEW_STEPS_INTERVAL * scale),
+                       coarsest, _PLD_MIN_INTERVAL), _PLD_MAX_INTERVAL)
     accountant = pld_privacy_accountant.PLDAccountant(_NEIGHBOURS, value_discretization_interval=interval)
     accountant.compose(_as_dp_event(events))
     with np.errstate(over="ignore"):  # the overflow above eps ~ 700 is handled: such eps are refused below
@@ -97,20 +169,26 @@ def _pld_epsilon(events: Sequence[PoissonGaussianEvent], delta: float) -> float:
 @dataclass(frozen=True)
 class AccountantInfo:
     """One accountant: its name in configs, the description printed in privacy cards, the largest eps it resolves,
-    and its computation ``epsilon(events, delta)`` for events with steps > 0 and noise_multiplier > 0, which
-    returns inf when it cannot certify an eps of at most ``max_epsilon``."""
+    the noises it analyses, and its computation ``epsilon(events, delta)`` for events with steps > 0 and
+    noise_multiplier > 0, which returns inf when it cannot certify an eps of at most ``max_epsilon``."""
 
     name: str
     description: str
     max_epsilon: float
-    epsilon: Callable[[Sequence[PoissonGaussianEvent], float], float]
+    noises: tuple[str, ...]
+    epsilon: Callable[[Sequence[DpSgdEvent], float], float]
 
 
 _REGISTRY = {info.name: info for info in (
     AccountantInfo("pld", "PLD (dp_accounting, pessimistic estimate: an upper bound on eps)", _PLD_MAX_EPSILON,
-                   _pld_epsilon),
+                   ("gaussian", "laplace"), _pld_epsilon),
     AccountantInfo("rdp", "RDP (dp_accounting, default orders 1.1-1024, improved conversion of Balle et al. 2020 "
-                          "as in Opacus)", math.inf, _rdp_epsilon),
+                          "as in Opacus)", math.inf, ("gaussian",), _rdp_epsilon),
+    AccountantInfo("rdp-classic", "RDP (dp_accounting, default orders) with the classic conversion of Mironov 2017 "
+                                  "(looser; for reproducing published figures)", math.inf, ("gaussian",),
+                   _rdp_classic_epsilon),
+    AccountantInfo("pure", "pure DP: Poisson-subsampled Laplace per step (Balle et al. 2018), summed over steps "
+                           "(delta = 0)", math.inf, ("laplace",), _pure_epsilon),
 )}
 ACCOUNTANTS = tuple(_REGISTRY)
 
@@ -127,7 +205,24 @@ def describe_accountant(name: str) -> str:
     return accountant_info(name).description
 
 
-def _epsilon(events: Sequence[PoissonGaussianEvent], *, delta: float, accountant: str) -> float:
+def effective_accountant(accountant: str, *, target_epsilon: float | None, noise: str = "gaussian"
+                         ) -> tuple[str, str | None]:
+    """The accountant that will certify a run asked to use ``accountant`` at ``target_epsilon``, and why if it
+    differs: PLD resolves eps only up to 500 (see _PLD_MAX_EPSILON), so higher Gaussian budgets (the 1e6-1e15
+    regime of 004_6210268d59b6f8e5.txt) fall back to RDP, and the run records that RDP produced its number."""
+    info = accountant_info(accountant)
+    if noise not in info.noises:
+        raise ValueError(f"accountant {accountant!r} does not analyse {noise} noise; it handles "
+                         f"{', '.join(info.noises)}. For {noise} noise use "
+                         f"{' or '.join(repr(n) for n, i in _REGISTRY.items() if noise in i.noises)}")
+    if target_epsilon is not None and target_epsilon > info.max_epsilon:
+        fallback = "rdp" if noise == "gaussian" else "pure"
+        return fallback, (f"{accountant.upper()} cannot resolve eps above {info.max_epsilon:g} in double precision; "
+                          f"{fallback} certified this budget instead")
+    return accountant, None
+
+
+def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> float:
     info = accountant_info(accountant)
     delta = _arguments.probability("delta", delta, include_one=False,
                                    hint="use default_delta(n_train) = min(1e-5, 1/(10 n)) unless you have a reason")
@@ -147,12 +242,13 @@ def _epsilon(events: Sequence[PoissonGaussianEvent], *, delta: float, accountant
 
 
 def dp_sgd_epsilon(*, noise_multiplier: float, sample_rate: float, steps: int, delta: float,
-                   accountant: str = "pld") -> float:
+                   accountant: str = "pld", noise: str = "gaussian") -> float:
     """eps(delta) of ``steps`` DP-SGD steps (Abadi et al. 2016) under add/remove-one neighbours.
 
-    noise_multiplier 0 gives inf (a non-private run); steps 0 gives 0.
+    noise_multiplier 0 gives inf (a non-private run); steps 0 gives 0. ``noise="laplace"``: L1 clipping and
+    Laplace noise, noise_multiplier = b / C1.
     """
-    event = PoissonGaussianEvent(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
+    event = dp_sgd_event(noise=noise, noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
     return _epsilon([event], delta=delta, accountant=accountant)
 
 
@@ -164,10 +260,21 @@ def ledger_epsilon(ledger: Ledger, *, delta: float, accountant: str = "pld") -> 
     """
     if not isinstance(ledger, Ledger):
         raise TypeError(f"ledger must be a dpmed.accounting.Ledger, got {type(ledger).__name__}")
-    if any(isinstance(e, LaplaceImageEvent) for e in ledger.events):
-        raise ValueError("the ledger holds a LaplaceImageEvent: local DP on released images is a separate "
-                         "guarantee (any two images are neighbours); report it with laplace_image_epsilon(event)")
+    if len(ledger.dp_sgd_events) != len(ledger.events):
+        raise ValueError("the ledger holds a local DP image release: that is a separate guarantee (any two images "
+                         "are neighbours); report it with laplace_image_epsilon or gaussian_image_epsilon")
     return _epsilon(ledger.events, delta=delta, accountant=accountant)
+
+
+def dp_sgd_schedule(n_train: int, *, batch_size: int, epochs: int) -> tuple[float, int]:
+    """(sample_rate q, steps T) for ``epochs`` passes with expected batch ``batch_size``: q = B / N, and
+    T = epochs * round(N / B), so that each example is sampled about ``epochs`` times (METHODS.md s.2)."""
+    n_train = _arguments.count("n_train", n_train, minimum=1, hint="pass the number of training images")
+    batch_size = _arguments.count("batch_size", batch_size, minimum=1, hint="pass the expected Poisson batch size")
+    epochs = _arguments.count("epochs", epochs, minimum=1, hint="pass the number of passes over the data")
+    if batch_size > n_train:
+        raise ValueError(f"batch_size {batch_size} exceeds the {n_train} training images; lower training.batch_size")
+    return batch_size / n_train, epochs * max(1, round(n_train / batch_size))
 
 
 def default_delta(n_train: int) -> float:

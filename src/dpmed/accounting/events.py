@@ -14,7 +14,8 @@ from typing import Any, Mapping, Union
 
 from dpmed.accounting import _arguments
 
-__all__ = ["PoissonGaussianEvent", "LaplaceImageEvent", "Event", "event_to_dict", "event_from_dict"]
+__all__ = ["PoissonGaussianEvent", "PoissonLaplaceEvent", "LaplaceImageEvent", "GaussianImageEvent", "Event",
+           "DpSgdEvent", "ImageEvent", "event_to_dict", "event_from_dict"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,31 @@ class PoissonGaussianEvent:
 
 
 @dataclass(frozen=True)
+class PoissonLaplaceEvent:
+    """``steps`` steps of Laplace-noise DP-SGD: Poisson sampling at ``sample_rate``, per-example L1 clipping to C1,
+    and iid Laplace(b) noise on every coordinate of the sum, with ``noise_multiplier`` = b / C1 (METHODS.md s.2,
+    the "Laplacian" rows of 001_d0483fd35863b74c.txt).
+
+    Under add/remove-one neighbours each step is the Poisson-subsampled Laplace mechanism with L1 sensitivity 1 and
+    scale ``noise_multiplier``: per step (1 / noise_multiplier)-DP before subsampling.
+    """
+
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+
+    def __post_init__(self) -> None:
+        b = _arguments.positive("noise_multiplier", self.noise_multiplier, allow_zero=True,
+                                hint="it is the Laplace scale divided by the L1 clipping norm (0: no noise)")
+        q = _arguments.probability("sample_rate", self.sample_rate, include_one=True,
+                                   hint="use the Poisson rate q = expected batch size / N")
+        steps = _arguments.count("steps", self.steps, minimum=0, hint="count optimiser steps")
+        object.__setattr__(self, "noise_multiplier", b)
+        object.__setattr__(self, "sample_rate", q)
+        object.__setattr__(self, "steps", steps)
+
+
+@dataclass(frozen=True)
 class LaplaceImageEvent:
     """Local DP release of one image: iid Laplace(``scale``) noise on each of ``dimension`` values in
     [0, ``value_range``] (METHODS.md s.1, ``pixel_laplace``).
@@ -68,10 +94,35 @@ class LaplaceImageEvent:
         object.__setattr__(self, "dimension", d)
 
 
-Event = Union[PoissonGaussianEvent, LaplaceImageEvent]
+@dataclass(frozen=True)
+class GaussianImageEvent:
+    """Local DP release of one image: iid N(0, ``std``^2) noise on each of ``dimension`` values in
+    [0, ``value_range``] (METHODS.md s.1, ``pixel_gaussian``).
+
+    Any two images differ by at most sqrt(d) * R in L2, so the release is the Gaussian mechanism with L2
+    sensitivity sqrt(d) R: its (eps, delta) is that of noise multiplier std / (sqrt(d) R) (Balle & Wang 2018).
+    """
+
+    std: float
+    value_range: float
+    dimension: int
+
+    def __post_init__(self) -> None:
+        s = _arguments.positive("std", self.std, hint="the Gaussian noise standard deviation must be positive")
+        r = _arguments.positive("value_range", self.value_range, hint="values lie in [0, R]; R = 1 for [0, 1] images")
+        d = _arguments.count("dimension", self.dimension, minimum=1, hint="pass d = H * W * C of the released image")
+        object.__setattr__(self, "std", s)
+        object.__setattr__(self, "value_range", r)
+        object.__setattr__(self, "dimension", d)
+
+
+DpSgdEvent = Union[PoissonGaussianEvent, PoissonLaplaceEvent]
+ImageEvent = Union[LaplaceImageEvent, GaussianImageEvent]
+Event = Union[PoissonGaussianEvent, PoissonLaplaceEvent, LaplaceImageEvent, GaussianImageEvent]
 
 # The serialised "type" of each event class: one table drives both directions.
-_EVENT_TYPES: dict[str, type] = {"poisson_gaussian": PoissonGaussianEvent, "laplace_image": LaplaceImageEvent}
+_EVENT_TYPES: dict[str, type] = {"poisson_gaussian": PoissonGaussianEvent, "poisson_laplace": PoissonLaplaceEvent,
+                                 "laplace_image": LaplaceImageEvent, "gaussian_image": GaussianImageEvent}
 _TYPE_NAMES = {cls: name for name, cls in _EVENT_TYPES.items()}
 
 

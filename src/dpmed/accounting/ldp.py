@@ -5,14 +5,25 @@ the L1 sensitivity is R). Two *images* may differ in all d = H * W * C values, s
 image is d * R and the release is (d * R / b)-DP with respect to any two images: 150,528 for a 224x224x3 image
 at b = 1, R = 1. That per-image number is the honest one; the per-pixel eps protects only one value at a time.
 These are pure (delta = 0) guarantees and do not compose with DP-SGD's eps (a different neighbour relation).
+
+Gaussian pixel noise N(0, s^2) is the Gaussian mechanism with L2 sensitivity sqrt(d) R: its exact (eps, delta)
+curve is the analytic Gaussian of Balle & Wang 2018 (Thm. 8), delta(eps) = Phi(mu/2 - eps/mu) - e^eps
+Phi(-mu/2 - eps/mu) with mu = sqrt(d) R / s. We evaluate it in log space rather than through dp_accounting's PLD,
+because image-level eps of Gaussian pixel noise is routinely far above 500, where the PLD's double-precision
+inversion overflows (see epsilon.py); the tests check both agree where the PLD works.
 """
 
 from __future__ import annotations
 
-from dpmed.accounting import _arguments
-from dpmed.accounting.events import LaplaceImageEvent
+import math
 
-__all__ = ["NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for"]
+from scipy import special
+
+from dpmed.accounting import _arguments
+from dpmed.accounting.events import GaussianImageEvent, LaplaceImageEvent
+
+__all__ = ["NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for",
+           "laplace_scale_for_image", "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image"]
 
 NEIGHBOUR_LDP_IMAGE = "any two images (local DP on the released image)"
 
@@ -37,3 +48,65 @@ def laplace_scale_for(*, epsilon_pixel: float, value_range: float) -> float:
     epsilon_pixel = _arguments.positive("epsilon_pixel", epsilon_pixel, hint="pass the per-pixel-value eps (> 0)")
     value_range = _arguments.positive("value_range", value_range, hint="values lie in [0, R]; R = 1 for [0, 1]")
     return value_range / epsilon_pixel
+
+
+def laplace_scale_for_image(*, epsilon_image: float, dimension: int, value_range: float) -> float:
+    """The Laplace scale b = d R / eps_image that makes a whole image of d values eps_image-DP."""
+    epsilon_image = _arguments.positive("epsilon_image", epsilon_image, hint="pass the per-image eps (> 0)")
+    dimension = _arguments.count("dimension", dimension, minimum=1, hint="pass d = H * W * C")
+    value_range = _arguments.positive("value_range", value_range, hint="values lie in [0, R]; R = 1 for [0, 1]")
+    return dimension * value_range / epsilon_image
+
+
+def _gaussian_delta(eps: float, mu: float) -> float:
+    """delta(eps) of the Gaussian mechanism with sensitivity / std = mu (Balle & Wang 2018, Thm. 8), log-space."""
+    a, b = mu / 2 - eps / mu, -mu / 2 - eps / mu
+    second = math.exp(eps + special.log_ndtr(b)) if eps + special.log_ndtr(b) > -745 else 0.0
+    return max(0.0, float(special.ndtr(a)) - second)
+
+
+def gaussian_epsilon(*, mu: float, delta: float) -> float:
+    """eps(delta) of one Gaussian mechanism whose sensitivity is ``mu`` noise standard deviations.
+
+    delta(eps) falls in eps, so eps is found by bisection to 1e-12 relative and rounded *up* (never understated).
+    """
+    mu = _arguments.positive("mu", mu, hint="mu = L2 sensitivity / noise std")
+    delta = _arguments.probability("delta", delta, include_one=False, hint="pass the delta of the guarantee")
+    if _gaussian_delta(0.0, mu) <= delta:
+        return 0.0
+    lo, hi = 0.0, max(1.0, mu * mu / 2 + mu * (math.sqrt(2 * math.log(1 / delta)) + 1))
+    while _gaussian_delta(hi, mu) > delta:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        if _gaussian_delta(mid, mu) > delta:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def gaussian_image_epsilon(event: GaussianImageEvent, *, delta: float) -> float:
+    """eps(delta) of one image released with iid N(0, s^2) noise on each of its d values in [0, R], for the
+    relation "any two images are neighbours" (L2 sensitivity sqrt(d) R)."""
+    if not isinstance(event, GaussianImageEvent):
+        raise TypeError(f"event must be a GaussianImageEvent, got {event!r}")
+    return gaussian_epsilon(mu=math.sqrt(event.dimension) * event.value_range / event.std, delta=delta)
+
+
+def gaussian_std_for_image(*, epsilon_image: float, delta: float, dimension: int, value_range: float) -> float:
+    """The smallest noise std s (to 1e-9 relative) whose image-level eps(delta) is at most ``epsilon_image``."""
+    target = _arguments.positive("epsilon_image", epsilon_image, hint="pass the per-image eps (> 0)")
+    dimension = _arguments.count("dimension", dimension, minimum=1, hint="pass d = H * W * C")
+    value_range = _arguments.positive("value_range", value_range, hint="values lie in [0, R]; R = 1 for [0, 1]")
+    sensitivity = math.sqrt(dimension) * value_range
+    lo, hi = 1e-300, 1.0  # in mu: eps(lo) <= target, eps(hi) > target once grown
+    while gaussian_epsilon(mu=hi, delta=delta) <= target:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1e-9 * hi:
+        mid = (lo + hi) / 2
+        if gaussian_epsilon(mu=mid, delta=delta) <= target:
+            lo = mid
+        else:
+            hi = mid
+    return sensitivity / lo

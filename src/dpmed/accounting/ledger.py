@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from dpmed.accounting.events import (Event, LaplaceImageEvent, PoissonGaussianEvent, event_from_dict,
-                                     event_to_dict)
+from dpmed.accounting.events import (DpSgdEvent, Event, GaussianImageEvent, LaplaceImageEvent, PoissonGaussianEvent,
+                                     PoissonLaplaceEvent, event_from_dict, event_to_dict)
+
+_EVENTS = (PoissonGaussianEvent, PoissonLaplaceEvent, LaplaceImageEvent, GaussianImageEvent)
+_DP_SGD_EVENTS = (PoissonGaussianEvent, PoissonLaplaceEvent)
 
 __all__ = ["Ledger"]
 
@@ -30,17 +33,18 @@ class Ledger:
     def __post_init__(self) -> None:
         events = tuple(self.events)
         for event in events:
-            if not isinstance(event, (PoissonGaussianEvent, LaplaceImageEvent)):
-                raise TypeError(f"a Ledger holds privacy events (PoissonGaussianEvent, LaplaceImageEvent), "
+            if not isinstance(event, _EVENTS):
+                raise TypeError(f"a Ledger holds privacy events ({', '.join(c.__name__ for c in _EVENTS)}), "
                                 f"got {event!r}")
         object.__setattr__(self, "events", events)
 
     def record(self, event: Event) -> "Ledger":
         """A new ledger with ``event`` appended (merged into the last entry when it continues it)."""
-        if not isinstance(event, (PoissonGaussianEvent, LaplaceImageEvent)):
-            raise TypeError(f"record() takes a PoissonGaussianEvent or a LaplaceImageEvent, got {event!r}")
+        if not isinstance(event, _EVENTS):
+            raise TypeError(f"record() takes a privacy event ({', '.join(c.__name__ for c in _EVENTS)}), "
+                            f"got {event!r}")
         last = self.events[-1] if self.events else None
-        if (isinstance(event, PoissonGaussianEvent) and isinstance(last, PoissonGaussianEvent)
+        if (isinstance(event, _DP_SGD_EVENTS) and type(last) is type(event)
                 and (last.noise_multiplier, last.sample_rate) == (event.noise_multiplier, event.sample_rate)):
             return Ledger(self.events[:-1] + (replace(last, steps=last.steps + event.steps),))
         return Ledger(self.events + (event,))
@@ -48,7 +52,12 @@ class Ledger:
     @property
     def dp_sgd_steps(self) -> int:
         """Total DP-SGD steps recorded."""
-        return sum(e.steps for e in self.events if isinstance(e, PoissonGaussianEvent))
+        return sum(e.steps for e in self.events if isinstance(e, _DP_SGD_EVENTS))
+
+    @property
+    def dp_sgd_events(self) -> tuple[DpSgdEvent, ...]:
+        """The DP-SGD entries (Gaussian or Laplace noise), in order."""
+        return tuple(e for e in self.events if isinstance(e, _DP_SGD_EVENTS))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form; ``json.dumps`` writes floats with ``repr``, so a round trip is exact."""
