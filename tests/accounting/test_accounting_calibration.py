@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.accounting import ACCOUNTANTS, accountant_info, dp_sgd_epsilon, noise_multiplier_for
+from dpmed.accounting import (ACCOUNTANTS, accountant_info, dp_sgd_epsilon, effective_accountant,
+                              noise_multiplier_for)
 from dpmed.accounting.calibration import _bracket
 
 GAUSSIAN = [a for a in ACCOUNTANTS if "gaussian" in accountant_info(a).noises]  # Laplace-only ones excluded
@@ -45,6 +46,14 @@ def test_high_budgets_calibrate_without_overflow_under_rdp(target):
     """The 004_6210268d59b6f8e5.txt regime: sigma shrinks roughly as eps^(-1/2) and the search runs in log sigma."""
     sigma = assert_calibrated(target, 0.25, 300, 1e-5, "rdp")
     assert 0 < sigma < 1
+
+
+@settings(max_examples=12, deadline=None)
+@given(log_target=st.floats(math.log(0.1), math.log(1e15)), q=st.floats(1e-3, 1.0), steps=st.integers(1, 3000))
+def test_calibration_never_overshoots_anywhere_from_0_1_to_1e15(log_target, q, steps):
+    """The whole range of METHODS.md s.2, through the accountant a study would pick (PLD, RDP above 500)."""
+    target = math.exp(log_target)
+    assert_calibrated(target, q, steps, 1e-5, effective_accountant("pld", target_epsilon=target)[0])
 
 
 def test_pld_calibrates_up_to_its_limit_and_points_to_rdp_beyond():
