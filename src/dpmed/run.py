@@ -10,25 +10,31 @@ import json
 import math
 import os
 import platform
+import subprocess
 import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
 import torch
 
 from dpmed import accounting
 from dpmed.config import EvaluationConfig, RunSpec
-from dpmed.data import Dataset
+from dpmed.data import Dataset, normalize
 from dpmed.evaluation import evaluate_utility, predict, save_predictions
-from dpmed.mechanisms import PixelLaplace
+from dpmed.mechanisms import PixelGaussian, PixelLaplace, ScalarShift
 from dpmed.models import build_model
 from dpmed.training import DpSgdPlan, resolve_device, train
 
-__all__ = ["RunContext", "run_one", "privacy_card", "write_json_atomic", "RUN_RECORD"]
+__all__ = ["RunContext", "run_one", "privacy_card", "reconstruction_record", "write_json_atomic", "RUN_RECORD",
+           "CHECKPOINT"]
 
 RUN_RECORD = "run.json"
+CHECKPOINT = "checkpoint.pt"
+EXAMPLES = "ldp_examples.npz"
+N_EXAMPLES = 4
 COVERAGE = ("the training images; validation images (threshold choice) and test images are not protected")
 
 
@@ -50,13 +56,71 @@ def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _local_mechanism(spec: RunSpec):
+    """The local DP mechanism object of a run (None for arms that do not perturb images)."""
+    d = spec.derived
+    if spec.mechanism == "pixel_laplace":
+        return PixelLaplace(scale=d["scale"])
+    if spec.mechanism == "pixel_gaussian":
+        return PixelGaussian(std=d["std"])
+    if spec.mechanism == "scalar_shift":
+        return ScalarShift(scale=spec.params["scale"])
+    return None
+
+
+def _dp_sgd_card(spec: RunSpec, ledger: accounting.Ledger) -> dict[str, Any]:
+    d, p = spec.derived, spec.params
+    accountant = d["accountant"]
+    eps = accounting.ledger_epsilon(ledger, delta=d["delta"], accountant=accountant)
+    clip = "L1" if p["noise"] == "laplace" else "L2"
+    card = {
+        "mechanism": "dp_sgd", "is_dp": True, "scope": "central DP of the trained model",
+        "epsilon": eps, "delta": d["delta"], "target_epsilon": p.get("target_epsilon"),
+        "accountant": accountant, "accountant_description": accounting.describe_accountant(accountant),
+        "neighbour_relation": accounting.NEIGHBOUR_DP_SGD, "sampling": p["sampling"], "noise": p["noise"],
+        "clipping": clip, "sample_rate": d["sample_rate"], "steps": ledger.dp_sgd_steps,
+        "noise_multiplier": d["noise_multiplier"], "noise_given": d["noise_given"],
+        "max_grad_norm": p["max_grad_norm"], "covers": COVERAGE,
+    }
+    if d.get("accountant_note"):
+        card["accountant_note"] = d["accountant_note"]
+    params = (f"q = {d['sample_rate']:.4g}, T = {ledger.dp_sgd_steps}, sigma = {d['noise_multiplier']:.4g}, "
+              f"C = {p['max_grad_norm']:g}" + (", Laplace noise, L1 clipping" if p["noise"] == "laplace" else ""))
+    if p["sampling"] == "shuffle":
+        # The accountants assume Poisson sampling; for shuffled fixed-size batches their eps is not a valid bound.
+        card.update(is_dp=False, epsilon=None, epsilon_if_poisson=eps,
+                    statement=(f"NOT DP as accounted (reproduction mode): shuffled fixed-size batches, but the "
+                               f"{accountant.upper()} accountant assumes Poisson sampling, so its eps = {eps:.4g} at "
+                               f"delta = {d['delta']:.3g} does not hold for this run ({params})"))
+        return card
+    card["statement"] = (f"eps = {eps:.4g} at delta = {d['delta']:.3g} ({accountant.upper()} accountant; neighbours: "
+                         f"{accounting.NEIGHBOUR_DP_SGD}; {params})")
+    return card
+
+
+def reconstruction_record(spec: RunSpec) -> dict[str, Any] | None:
+    """Reconstruction and membership-inference bounds of a DP-SGD run (METHODS.md s.7), prior kappa = 1/N_train.
+
+    Only for Gaussian noise with Poisson sampling, the setting the bounds are proved for; None otherwise."""
+    if spec.mechanism != "dp_sgd" or spec.params["noise"] != "gaussian" or spec.params["sampling"] != "poisson":
+        return None
+    d = spec.derived
+    return accounting.reconstruction_risk(noise_multiplier=d["noise_multiplier"], sample_rate=d["sample_rate"],
+                                          steps=d["steps"], kappa=accounting.default_kappa(d["n_train"])).to_dict()
+
+
 def privacy_card(spec: RunSpec, ledger: accounting.Ledger, image_shape: tuple[int, ...]) -> dict[str, Any]:
     """What this run's privacy claim is, with every parameter it rests on. Never a bare eps."""
     if spec.mechanism == "none":
         return {"mechanism": "none", "is_dp": False, "epsilon": None,
                 "statement": "no privacy protection (eps = infinity)"}
+    if spec.mechanism == "scalar_shift":
+        return {"mechanism": "scalar_shift", "is_dp": False, "epsilon": None, "scale_b": spec.params["scale"],
+                "statement": ("NOT DP: one Laplace brightness shift per image (reproduction of "
+                              "000_56c2431ae4df8d10.txt's code); the image content is released unchanged, so no "
+                              "finite eps holds")}
     if spec.mechanism == "pixel_laplace":
-        event = PixelLaplace(scale=spec.params["scale"]).event(image_shape)
+        event = PixelLaplace(scale=spec.derived["scale"]).event(image_shape)
         eps_pixel = accounting.laplace_pixel_epsilon(scale=event.scale, value_range=event.value_range)
         eps_image = accounting.laplace_image_epsilon(event)
         return {
@@ -69,31 +133,55 @@ def privacy_card(spec: RunSpec, ledger: accounting.Ledger, image_shape: tuple[in
                           f"{accounting.NEIGHBOUR_LDP_IMAGE}; Laplace b = {event.scale:g}, R = {event.value_range:g}, "
                           f"d = {event.dimension}); eps per pixel value = {eps_pixel:g}"),
         }
-    d = spec.derived
-    eps = accounting.ledger_epsilon(ledger, delta=d["delta"], accountant=spec.params["accountant"])
-    return {
-        "mechanism": "dp_sgd", "is_dp": True, "scope": "central DP of the trained model",
-        "epsilon": eps, "delta": d["delta"], "target_epsilon": spec.params["target_epsilon"],
-        "accountant": spec.params["accountant"],
-        "accountant_description": accounting.describe_accountant(spec.params["accountant"]),
-        "neighbour_relation": accounting.NEIGHBOUR_DP_SGD, "sampling": "poisson",
-        "sample_rate": d["sample_rate"], "steps": ledger.dp_sgd_steps, "noise_multiplier": d["noise_multiplier"],
-        "max_grad_norm": spec.params["max_grad_norm"], "covers": COVERAGE,
-        "statement": (f"eps = {eps:.4g} at delta = {d['delta']:.3g} ({spec.params['accountant'].upper()} accountant; "
-                      f"neighbours: {accounting.NEIGHBOUR_DP_SGD}; q = {d['sample_rate']:.4g}, "
-                      f"T = {ledger.dp_sgd_steps}, sigma = {d['noise_multiplier']:.4g}, "
-                      f"C = {spec.params['max_grad_norm']:g})"),
-    }
+    if spec.mechanism == "pixel_gaussian":
+        event = PixelGaussian(std=spec.derived["std"]).event(image_shape)
+        delta = spec.derived["delta"]
+        eps_image = accounting.gaussian_image_epsilon(event, delta=delta)
+        eps_pixel = accounting.gaussian_epsilon(mu=event.value_range / event.std, delta=delta)
+        return {
+            "mechanism": "pixel_gaussian", "is_dp": True, "scope": "local DP on each released training image",
+            "std": event.std, "value_range_R": event.value_range, "dimension_d": event.dimension,
+            "epsilon_pixel": eps_pixel, "epsilon_image": eps_image, "epsilon": eps_image, "delta": delta,
+            "accountant": "analytic Gaussian mechanism (Balle & Wang 2018), L2 sensitivity sqrt(d) R",
+            "neighbour_relation": accounting.NEIGHBOUR_LDP_IMAGE, "covers": COVERAGE,
+            "statement": (f"eps_image = {eps_image:,.6g} at delta = {delta:.3g} (analytic Gaussian; neighbours: "
+                          f"{accounting.NEIGHBOUR_LDP_IMAGE}; s = {event.std:g}, R = {event.value_range:g}, "
+                          f"d = {event.dimension}); eps per pixel value = {eps_pixel:.4g}"),
+        }
+    return _dp_sgd_card(spec, ledger)
+
+
+def _git_commit() -> str:
+    """The commit of the dpmed source tree that ran, when it is a git checkout (provenance for the report)."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                              capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=Path(__file__).parent,
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (git not available)"
+    if done.returncode != 0:
+        return "unknown (not a git checkout)"
+    return done.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
 
 
 def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version(), "machine": f"{platform.system()} {platform.machine()}"}
+    out = {"python": platform.python_version(), "machine": f"{platform.system()} {platform.machine()}",
+           "processor": platform.processor() or "unknown", "cpu_count": str(os.cpu_count()),
+           "git_commit": _git_commit()}
     for pkg in ("dpmed", "torch", "opacus", "dp-accounting", "numpy", "scikit-learn"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             out[pkg] = "not installed"
     return out
+
+
+def _save_examples(path: Path, mechanism: Any, images: np.ndarray, *, seed: int) -> None:
+    """A few test images before and after the run's mechanism, for the report's visual-privacy figure
+    (000_56c2431ae4df8d10.txt). Test images are used so the report shows no training image; the run itself
+    perturbs only training images."""
+    np.savez_compressed(path, original=images, perturbed=mechanism.apply(images, seed=seed + 7919))
 
 
 def run_one(spec: RunSpec, context: RunContext, out_dir: Path) -> dict[str, Any]:
@@ -103,10 +191,15 @@ def run_one(spec: RunSpec, context: RunContext, out_dir: Path) -> dict[str, Any]
     ds = context.dataset
     device = resolve_device(context.device if spec.training.device == "auto" else spec.training.device)
     train_set = ds.train
-    if spec.mechanism == "pixel_laplace":
+    mechanism = _local_mechanism(spec)
+    if mechanism is not None:
         # The data holder releases perturbed training images; validation and test stay clean (METHODS.md s.1).
-        train_set = train_set.with_images(PixelLaplace(scale=spec.params["scale"]).apply(train_set.images,
-                                                                                         seed=spec.seed))
+        train_set = train_set.with_images(mechanism.apply(train_set.images, seed=spec.seed))
+        _save_examples(out_dir / EXAMPLES, mechanism, ds.test.images[:N_EXAMPLES], seed=spec.seed)
+    val_set, test_set = ds.val, ds.test
+    if ds.normalization is not None:  # fixed constants at the model input, after any mechanism (METHODS.md s.1)
+        train_set, val_set, test_set = (s.with_images(normalize(s.images, *ds.normalization))
+                                        for s in (train_set, val_set, test_set))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = build_model(context.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
@@ -115,26 +208,32 @@ def run_one(spec: RunSpec, context: RunContext, out_dir: Path) -> dict[str, Any]
     if spec.mechanism == "dp_sgd":
         d = spec.derived
         plan = DpSgdPlan(noise_multiplier=d["noise_multiplier"], max_grad_norm=spec.params["max_grad_norm"],
-                         sample_rate=d["sample_rate"], steps=d["steps"])
+                         sample_rate=d["sample_rate"], steps=d["steps"], noise=spec.params["noise"],
+                         sampling=spec.params["sampling"])
+    # The checkpoint (with the privacy ledger) lets an interrupted run continue where it stopped; the last one
+    # holds the trained model.
     result = train(model, train_set, ds.task, spec.training, seed=spec.seed, dp=plan, device=device,
-                   progress=context.progress, label=spec.run_id)
-    val_scores = predict(model, ds.val, ds.task, device=device)
-    test_scores = predict(model, ds.test, ds.task, device=device)
+                   progress=context.progress, label=spec.run_id, checkpoint=out_dir / CHECKPOINT)
+    val_scores = predict(model, val_set, ds.task, device=device)
+    test_scores = predict(model, test_set, ds.task, device=device)
     save_predictions(out_dir / "predictions.npz", val=(ds.val, val_scores), test=(ds.test, test_scores))
     ev = context.evaluation
     metrics = evaluate_utility(kind=ds.task.kind, label_names=list(ds.task.label_names),
                                val_labels=ds.val.labels, val_scores=val_scores,
                                test_labels=ds.test.labels, test_scores=test_scores,
-                               n_resamples=ev.bootstrap_resamples, seed=ev.bootstrap_seed, confidence=ev.confidence)
+                               n_resamples=ev.bootstrap_resamples, seed=ev.bootstrap_seed, confidence=ev.confidence,
+                               ordinal=ds.task.ordinal)
     record = {
         "run_id": spec.run_id, "arm": spec.arm, "mechanism": spec.mechanism, "seed": spec.seed,
         "spec": spec.to_dict(),
+        "data": {"name": ds.name, "task": ds.task.kind, **ds.source},  # source, preprocessing, rows left out, split
         "privacy": privacy_card(spec, result.ledger, ds.train.image_shape),
+        "reconstruction": reconstruction_record(spec),
         "ledger": result.ledger.to_dict(),
         "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()},
         "history": result.history,
         "timing": {"train_seconds": result.seconds, "total_seconds": time.perf_counter() - start,
-                   "device": str(device)},
+                   "device": str(device), "resumed_from": result.resumed_from},
         "versions": _versions(),
     }
     write_json_atomic(out_dir / RUN_RECORD, record)

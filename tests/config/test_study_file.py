@@ -44,6 +44,11 @@ def test_exponent_floats_parse_as_numbers(write_study):
     (("scale: [0.5, 1]", "scale: [0.5, 0.5]"), "arms[1].scale", "twice"),
     (("mechanism: dp_sgd", "mechanism: dp-sgd"), "arms[2]", "dp_sgd"),
     (("seeds: [0, 1]", "seeds: []"), "seeds", "non-empty"),
+    (("target_epsilon: [1, 8], delta", "noise_multiplier: 1.0, target_epsilon: [1, 8], delta"), "arms[2]",
+     "exactly one of 'target_epsilon' and 'noise_multiplier'"),
+    (("delta: 1e-5", "delta: 1e-5, noise: laplace, accountant: rdp"), "arms[2]", "does not analyse laplace"),
+    (("delta: 1e-5", "delta: 1e-5, sampling: shuffled"), "arms[2].sampling", "'shuffle'"),
+    (("scale: [0.5, 1]", "scale: 1, target_epsilon_image: 10"), "arms[1]", "exactly one of 'scale'"),
     (("name: base", "name: ldp"), "arms", "unique"),
 ])
 def test_bad_values_name_file_and_key(write_study, change, key, words):

@@ -58,7 +58,8 @@ def test_noise_zero_and_no_clipping_equals_plain_sgd():
 
 @pytest.mark.parametrize("clip", [1e-3, 0.5, 1e3])
 @pytest.mark.parametrize("physical", [1, 4, 6])
-def test_clipped_sum_matches_explicit_per_example_loop(clip, physical):
+@pytest.mark.parametrize("engine", ["dpmed", "opacus"])
+def test_clipped_sum_matches_explicit_per_example_loop(clip, physical, engine):
     """Clipping is per example over all parameters jointly; chunking for memory changes nothing. clip = 1e3 leaves
     every example below the clip."""
     x, y = _data()
@@ -71,7 +72,7 @@ def test_clipped_sum_matches_explicit_per_example_loop(clip, physical):
         for e, t in zip(expected, g):
             e += factor * t
     step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=clip, noise_multiplier=0.0, expected_batch_size=1.0,
-                     physical_batch_size=physical, generator=torch.Generator().manual_seed(0))
+                     physical_batch_size=physical, generator=torch.Generator().manual_seed(0), engine=engine)
     got = step.clipped_sum(x, y)
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
@@ -108,3 +109,5 @@ def test_rejects_settings_without_meaning():
         DpSgdStep(model, max_grad_norm=0.0, noise_multiplier=1.0, **kwargs)
     with pytest.raises(ValueError, match="finite max_grad_norm"):
         DpSgdStep(_tiny_model(), max_grad_norm=math.inf, noise_multiplier=1.0, **kwargs)
+    with pytest.raises(ValueError, match="engine must be one of"):
+        DpSgdStep(_tiny_model(), max_grad_norm=1.0, noise_multiplier=1.0, engine="fast", **kwargs)

@@ -3,11 +3,13 @@
 from dpmed.config.loading import load_study, parse_override, study_to_dict
 from dpmed.config.runs import RunSpec, expand_runs
 from dpmed.config.schema import (
-    Arm, DataConfig, DpSgdArm, EvaluationConfig, ModelConfig, NoPrivacyArm, PixelLaplaceArm, Study, TrainingConfig,
+    CAM_METHOD_NAMES, Arm, CamConfig, DataConfig, DpSgdArm, EvaluationConfig, FairnessConfig, ModelConfig,
+    NoPrivacyArm, PixelGaussianArm, PixelLaplaceArm, PrivacyBudget, ScalarShiftArm, Study, TrainingConfig,
 )
 
 __all__ = [
     "load_study", "parse_override", "study_to_dict", "RunSpec", "expand_runs",
-    "Arm", "DataConfig", "DpSgdArm", "EvaluationConfig", "ModelConfig", "NoPrivacyArm", "PixelLaplaceArm", "Study",
-    "TrainingConfig",
+    "CAM_METHOD_NAMES", "CamConfig", "FairnessConfig",
+    "Arm", "DataConfig", "DpSgdArm", "EvaluationConfig", "ModelConfig", "NoPrivacyArm", "PixelGaussianArm",
+    "PixelLaplaceArm", "PrivacyBudget", "ScalarShiftArm", "Study", "TrainingConfig",
 ]

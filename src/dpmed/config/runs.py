@@ -6,16 +6,20 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from dpmed.config.schema import DpSgdArm, NoPrivacyArm, PixelLaplaceArm, Study, TrainingConfig
+from dpmed.config.schema import (DpSgdArm, NoPrivacyArm, PixelGaussianArm, PixelLaplaceArm, ScalarShiftArm, Study,
+                                 TrainingConfig)
 
 __all__ = ["RunSpec", "expand_runs", "SWEEP_KEYS"]
 
 # The arm keys that may hold several values, and the short tag each gets in a run id. A run id always carries every
-# swept key, even when a list holds one value, so adding a value to a sweep never renames (and re-trains) old runs.
+# swept key that is set, even when its list holds one value, so adding a value to a sweep never renames (and
+# re-trains) old runs. Keys left unset (None: the arm chose the other of two alternatives) are not swept.
 SWEEP_KEYS: Mapping[type, Mapping[str, str]] = {
     NoPrivacyArm: {},
-    PixelLaplaceArm: {"scale": "b"},
-    DpSgdArm: {"target_epsilon": "eps", "max_grad_norm": "C"},
+    PixelLaplaceArm: {"scale": "b", "target_epsilon_image": "epsimg"},
+    PixelGaussianArm: {"std": "s", "target_epsilon_image": "epsimg"},
+    ScalarShiftArm: {"scale": "b"},
+    DpSgdArm: {"target_epsilon": "eps", "noise_multiplier": "sigma", "max_grad_norm": "C"},
 }
 
 
@@ -52,11 +56,9 @@ def expand_runs(study: Study) -> list[RunSpec]:
     """Runs in study order: arms as listed, values as listed, seeds innermost."""
     runs: list[RunSpec] = []
     for arm in study.arms:
-        sweeps = SWEEP_KEYS[type(arm)]
-        fixed = {
-            k: v for k, v in arm.model_dump().items()
-            if k not in sweeps and k not in ("name", "mechanism", "epochs", "batch_size", "learning_rate")
-        }
+        sweeps = {k: tag for k, tag in SWEEP_KEYS[type(arm)].items() if getattr(arm, k) is not None}
+        not_params = {*SWEEP_KEYS[type(arm)], "name", "mechanism", "epochs", "batch_size", "learning_rate"}
+        fixed = {k: v for k, v in arm.model_dump().items() if k not in not_params}
         overrides = {k: getattr(arm, k) for k in ("epochs", "batch_size", "learning_rate") if getattr(arm, k)}
         training = study.training.model_copy(update=overrides)
         value_lists = [getattr(arm, k) for k in sweeps]

@@ -16,8 +16,9 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
-    "Study", "DataConfig", "ModelConfig", "TrainingConfig", "EvaluationConfig",
-    "NoPrivacyArm", "PixelLaplaceArm", "DpSgdArm", "Arm",
+    "Study", "DataConfig", "SplitConfig", "PreprocessingConfig", "NormalizeConfig", "ColumnsConfig",
+    "ModelConfig", "TrainingConfig", "EvaluationConfig", "FairnessConfig", "CamConfig", "CAM_METHOD_NAMES",
+    "NoPrivacyArm", "PixelLaplaceArm", "PixelGaussianArm", "ScalarShiftArm", "DpSgdArm", "Arm", "PrivacyBudget",
 ]
 
 
@@ -44,30 +45,111 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class DataConfig(_Strict):
-    """Where the images come from.
+class SplitConfig(_Strict):
+    """How images are split where the dataset publishes no split (or only some of train / val / test).
 
-    source: ``phantom`` (embedded synthetic chest X-rays, generated from ``seed``) or ``medmnist`` (a MedMNIST v2
-    ``.npz`` at ``path``). Relative paths are resolved against the study file's folder.
-    image_size / channels: resize and channel conversion applied per image before any mechanism (METHODS.md s.1).
+    val_fraction / test_fraction: shares of the rows being divided (a published training split plus rows without a
+    split); seeded (``seed``), stratified by label, whole patients only (HAM10000: whole lesions).
+    official: keep the splits the layout publishes (Kermany's train/test folders, NIH's test_list.txt, CheXpert's
+    valid.csv, MIMIC's split file); false divides every image by the fractions instead.
+    shared_patients: where published splits put one patient on two sides (the Kermany release: 170 patients),
+    ``drop_from_train`` keeps the published test split and leaves that patient's other images out of train and val;
+    ``keep`` trains on the published split as is (a reproduction mode; patients then cross splits, and the record
+    says how many).
     """
 
-    source: Literal["phantom", "medmnist"] = "phantom"
+    val_fraction: float = Field(default=0.15, gt=0, lt=1)
+    test_fraction: float = Field(default=0.15, gt=0, lt=1)
+    seed: int = 0
+    official: bool = True
+    shared_patients: Literal["drop_from_train", "keep"] = "drop_from_train"
+
+    @model_validator(mode="after")
+    def _room_for_train(self) -> "SplitConfig":
+        if self.val_fraction + self.test_fraction >= 1:
+            raise ValueError(f"val_fraction + test_fraction must be below 1 (train keeps the rest), got "
+                             f"{self.val_fraction} + {self.test_fraction}")
+        return self
+
+
+class NormalizeConfig(_Strict):
+    """Fixed per-channel constants, (x - mean) / std at the model input, after any local DP mechanism. Fixed, never
+    computed from the training images: their mean and std would leak other patients' images (METHODS.md s.1)."""
+
+    mean: list[float] = Field(min_length=1, max_length=3)
+    std: list[float] = Field(min_length=1, max_length=3)
+
+    @model_validator(mode="after")
+    def _matching(self) -> "NormalizeConfig":
+        if len(self.mean) != len(self.std) or any(not (s > 0 and math.isfinite(s)) for s in self.std):
+            raise ValueError(f"mean and std need the same number of values (1 or one per channel) and std > 0, got "
+                             f"mean {self.mean}, std {self.std}")
+        return self
+
+
+class PreprocessingConfig(_Strict):
+    """Per-image steps after the resize (``data.image_size``), before any mechanism (METHODS.md s.1): ``minmax``
+    stretches each image to [0, 1]; ``equalize`` histogram-equalises it (003_9a91354dc2d7e2df.txt does both);
+    ``normalize`` applies fixed constants at the model input. Channel conversion is ``data.channels``."""
+
+    minmax: bool = False
+    equalize: bool = False
+    normalize: NormalizeConfig | None = None
+
+
+class ColumnsConfig(_Strict):
+    """The columns of a generic CSV (source ``csv``): ``path`` (image file, relative to the CSV) is required;
+    ``patient``, ``sex``, ``age`` and ``split`` (train / val / test / blank) are optional."""
+
+    path: str
+    patient: str | None = None
+    sex: str | None = None
+    age: str | None = None
+    split: str | None = None
+
+
+class DataConfig(_Strict):
+    """Where the images come from (README, "A study file, explained", lists where each layout's files go).
+
+    source: ``phantom`` (embedded synthetic chest X-rays, generated from ``seed``), ``medmnist`` (a MedMNIST v2
+    ``.npz`` at ``path``), or a published layout at ``path``: ``folders`` (class folders, the Kermany layout),
+    ``aptos``, ``chexpert``, ``nih``, ``mimic``, ``ham10000``, ``csv`` (a generic table). DICOM files are read
+    wherever a layout lists them (``pip install 'dpmed[dicom]'``). Relative paths are resolved against the study
+    file's folder (``cache_dir`` against the working directory).
+    image_size / channels: resize and channel conversion applied per image before any mechanism (METHODS.md s.1).
+    labels: findings (chexpert, nih, mimic; default: the dataset's standard set), class folder order (folders) or
+    label columns (csv). columns / task: the csv's columns and task kind (inferred when unset). uncertain: CheXpert
+    labeller's -1 (chexpert, mimic): ``zeros`` (default) or ``ones``; blank is always 0.
+    skip_invalid: leave out rows whose image is missing or unreadable or whose label is outside the task (the run
+    record counts them) instead of stopping. cache_dir: memory-map decoded, preprocessed images there for later
+    studies (it then holds the patients' images: keep it where the data may live); unset, they stay in memory.
+    """
+
+    source: Literal["phantom", "medmnist", "folders", "aptos", "chexpert", "nih", "mimic", "ham10000", "csv"] = (
+        "phantom")
     path: Path | None = None
     image_size: int | None = Field(default=None, ge=8, le=1024)
     channels: Literal[1, 3] | None = None
     n_images: int | None = Field(default=None, ge=20)
     seed: int = 0
+    labels: list[str] | None = Field(default=None, min_length=1)
+    columns: ColumnsConfig | None = None
+    task: Literal["binary", "multiclass", "multilabel"] | None = None
+    uncertain: Literal["zeros", "ones"] | None = None
+    preprocessing: PreprocessingConfig = Field(default_factory=PreprocessingConfig)
+    split: SplitConfig | None = None
+    skip_invalid: bool = False
+    cache_dir: Path | None = None
 
-    @field_validator("path", mode="before")
+    @field_validator("path", "cache_dir", mode="before")
     @classmethod
     def _path_from_string(cls, v: object) -> object:
         return Path(v) if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _source_needs(self) -> "DataConfig":
-        if self.source == "medmnist" and self.path is None:
-            raise ValueError("source 'medmnist' needs 'path': the .npz file (or pass --data-path)")
+        if self.source != "phantom" and self.path is None:
+            raise ValueError(f"source {self.source!r} needs 'path': its file or folder (or pass --data-path)")
         if self.source == "phantom" and self.path is not None:
             raise ValueError("source 'phantom' is generated, it takes no 'path'")
         if self.source != "phantom" and self.n_images is not None:
@@ -92,6 +174,10 @@ class TrainingConfig(_Strict):
     epochs: int = Field(default=5, ge=1)
     batch_size: int = Field(default=64, ge=1)
     physical_batch_size: int = Field(default=128, ge=1)
+    # How DP-SGD computes the per-example clipped sum; both are exact (same sum up to float rounding). dpmed: ghost
+    # norms and book-keeping, near the cost of a plain step (benchmarks/RESULTS.md); opacus: Opacus's per-example
+    # gradients, slower and larger, kept for comparison and for layers only Opacus supports.
+    dp_engine: Literal["dpmed", "opacus"] = "dpmed"
     optimizer: Literal["sgd", "adam"] = "adam"  # Adam on the noisy clipped gradient is post-processing: still DP
     learning_rate: float = Field(default=0.001, gt=0)
     momentum: float = Field(default=0.9, ge=0, lt=1)  # sgd only
@@ -99,12 +185,49 @@ class TrainingConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
+class FairnessConfig(_Strict):
+    """Per-group metrics (METHODS.md s.5): the attributes to group test patients by (sex, age, or any attribute the
+    dataset records) and the age bin edges ([0,30), [30,60), ... as 003_9a91354dc2d7e2df.txt; a missing value is the
+    group "unknown")."""
+
+    attributes: list[str] = Field(default_factory=lambda: ["sex", "age"], min_length=1)
+    age_bins: list[float] = Field(default_factory=lambda: [0.0, 30.0, 60.0, 70.0, 80.0, 100.0], min_length=2)
+
+    @field_validator("age_bins")
+    @classmethod
+    def _increasing(cls, v: list[float]) -> list[float]:
+        if any(b <= a for a, b in zip(v, v[1:])):
+            raise ValueError(f"age bin edges must increase, got {v}")
+        return v
+
+
+# The CAM methods dpmed.evaluation.explanations offers (a test keeps the two lists equal).
+CAM_METHOD_NAMES = ("gradcam", "gradcam++", "xgradcam", "hirescam", "layercam", "eigencam", "scorecam")
+
+
+class CamConfig(_Strict):
+    """Grad-CAM and its faithfulness metrics (METHODS.md s.6) on a fixed, seeded subset of ``n_images`` test images
+    (the same images for every arm). method: a pytorch-grad-cam method; deletion_steps: points of the deletion and
+    insertion curves; pointing_tolerance: pixels around the lesion mask that still count as a pointing-game hit."""
+
+    method: Literal[CAM_METHOD_NAMES] = "gradcam"  # type: ignore[valid-type]
+    n_images: int = Field(default=64, ge=1)
+    seed: int = 0
+    deletion_steps: int = Field(default=16, ge=2)
+    pointing_tolerance: float = Field(default=0.0, ge=0)
+
+
 class EvaluationConfig(_Strict):
-    """Percentile bootstrap over test redraws (METHODS.md s.4); the same seed gives every arm the same redraws."""
+    """Percentile bootstrap over test redraws (METHODS.md s.4); the same seed gives every arm the same redraws.
+
+    fairness: per-group metrics (on by default; ``null`` turns them off). cam: Grad-CAM and its metrics (off by
+    default: they need the model and cost forward passes; e.g. ``cam: {method: gradcam, n_images: 64}``)."""
 
     bootstrap_resamples: int = Field(default=1000, ge=10)
     confidence: float = Field(default=0.95, gt=0, lt=1)
     bootstrap_seed: int = 0
+    fairness: FairnessConfig | None = Field(default_factory=FairnessConfig)
+    cam: CamConfig | None = None
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -130,13 +253,65 @@ class NoPrivacyArm(_ArmBase):
     mechanism: Literal["none"]
 
 
+def _exactly_one(arm: BaseModel, keys: tuple[str, str], why: str) -> None:
+    given = [k for k in keys if getattr(arm, k) is not None]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of {keys[0]!r} and {keys[1]!r} ({why}); got "
+                         f"{' and '.join(repr(k) for k in given) if given else 'neither'}")
+
+
 class PixelLaplaceArm(_ArmBase):
     """Local DP: iid Laplace(scale) noise on every released pixel value in [0, 1], then clipped (METHODS.md s.1).
 
-    scale is b in [0, 1] units (000_56c2431ae4df8d10.txt's beta). eps_pixel = 1 / b; eps_image = d / b.
+    scale is b in [0, 1] units (000_56c2431ae4df8d10.txt's beta): eps_pixel = 1 / b, eps_image = d / b. Or give
+    target_epsilon_image and b = d / eps_image is solved for the study's image size.
     """
 
     mechanism: Literal["pixel_laplace"]
+    scale: Sweep | None = None
+    target_epsilon_image: Sweep | None = None
+
+    @field_validator("scale", "target_epsilon_image")
+    @classmethod
+    def _positive(cls, v: list[float] | None) -> list[float] | None:
+        return None if v is None else _positive_finite(v)
+
+    @model_validator(mode="after")
+    def _one_noise_setting(self) -> "PixelLaplaceArm":
+        _exactly_one(self, ("scale", "target_epsilon_image"), "the noise scale, or the per-image eps to solve it for")
+        return self
+
+
+class PixelGaussianArm(_ArmBase):
+    """Local DP: iid N(0, std^2) noise on every released pixel value in [0, 1], then clipped (METHODS.md s.1).
+
+    An (eps, delta) guarantee for "any two images" (L2 sensitivity sqrt(d)); give std, or target_epsilon_image
+    (solved with the analytic Gaussian). delta defaults to min(1e-5, 1 / (10 N_train)).
+    """
+
+    mechanism: Literal["pixel_gaussian"]
+    std: Sweep | None = None
+    target_epsilon_image: Sweep | None = None
+    delta: float | None = Field(default=None, gt=0, lt=1)
+
+    @field_validator("std", "target_epsilon_image")
+    @classmethod
+    def _positive(cls, v: list[float] | None) -> list[float] | None:
+        return None if v is None else _positive_finite(v)
+
+    @model_validator(mode="after")
+    def _one_noise_setting(self) -> "PixelGaussianArm":
+        _exactly_one(self, ("std", "target_epsilon_image"), "the noise std, or the per-image eps to solve it for")
+        return self
+
+
+class ScalarShiftArm(_ArmBase):
+    """NOT DP: the reproduction of 000_56c2431ae4df8d10.txt's code, one Laplace(scale) brightness shift per image.
+
+    It carries no privacy guarantee (no finite eps exists) and is reported as "not DP" everywhere.
+    """
+
+    mechanism: Literal["scalar_shift"]
     scale: Sweep
 
     @field_validator("scale")
@@ -146,25 +321,68 @@ class PixelLaplaceArm(_ArmBase):
 
 
 class DpSgdArm(_ArmBase):
-    """DP-SGD (Abadi et al. 2016): Poisson sampling, per-example L2 clipping, Gaussian noise.
+    """DP-SGD (Abadi et al. 2016): Poisson sampling, per-example clipping, noise on the clipped sum.
 
     The noise multiplier is calibrated from (target_epsilon, delta, sample_rate, steps) so that the accountant's eps
-    never exceeds the target; it is not set by hand. delta defaults to min(1e-5, 1 / (10 N_train)).
+    never exceeds the target. ``noise_multiplier`` instead of ``target_epsilon`` is a reproduction mode: the noise
+    is taken as given and its eps reported. delta defaults to min(1e-5, 1 / (10 N_train)).
+
+    noise: ``gaussian`` (L2 clipping, the default) or ``laplace`` (L1 clipping, Laplace noise, noise_multiplier =
+    b / C1; 001_d0483fd35863b74c.txt's "Laplacian" rows). sampling: ``poisson`` (what every accountant assumes) or
+    ``shuffle``, a reproduction mode whose eps is labelled as not holding for the run.
+    accountant: pld (default), rdp, rdp-classic (published figures' conversion), pure (Laplace only). PLD resolves
+    eps up to 500; higher Gaussian budgets are certified by RDP and the run records so.
     """
 
     mechanism: Literal["dp_sgd"]
-    target_epsilon: Sweep
+    target_epsilon: Sweep | None = None
+    noise_multiplier: Sweep | None = None
     delta: float | None = Field(default=None, gt=0, lt=1)
     max_grad_norm: Sweep = Field(default_factory=lambda: [1.0])
-    accountant: Literal["pld", "rdp"] = "pld"
+    noise: Literal["gaussian", "laplace"] = "gaussian"
+    accountant: Literal["pld", "rdp", "rdp-classic", "pure"] = "pld"
+    sampling: Literal["poisson", "shuffle"] = "poisson"
 
-    @field_validator("target_epsilon", "max_grad_norm")
+    @field_validator("target_epsilon", "noise_multiplier")
+    @classmethod
+    def _positive_or_unset(cls, v: list[float] | None) -> list[float] | None:
+        return None if v is None else _positive_finite(v)
+
+    @field_validator("max_grad_norm")
     @classmethod
     def _positive(cls, v: list[float]) -> list[float]:
         return _positive_finite(v)
 
+    @model_validator(mode="after")
+    def _consistent(self) -> "DpSgdArm":
+        _exactly_one(self, ("target_epsilon", "noise_multiplier"),
+                     "a budget to calibrate the noise to, or the noise itself for a reproduction")
+        supported = {"gaussian": ("pld", "rdp", "rdp-classic"), "laplace": ("pld", "pure")}[self.noise]
+        if self.accountant not in supported:
+            raise ValueError(f"accountant {self.accountant!r} does not analyse {self.noise} noise; use one of "
+                             f"{', '.join(supported)}")
+        return self
 
-Arm = Annotated[Union[NoPrivacyArm, PixelLaplaceArm, DpSgdArm], Field(discriminator="mechanism")]
+
+Arm = Annotated[Union[NoPrivacyArm, PixelLaplaceArm, PixelGaussianArm, ScalarShiftArm, DpSgdArm],
+                Field(discriminator="mechanism")]
+
+
+class PrivacyBudget(_Strict):
+    """A total budget for everything the study releases under DP-SGD: all DP-SGD runs (every arm, value and seed)
+    trained on the same images compose, so their events are accounted together and must stay within epsilon at
+    delta. Checked before any training. Local DP arms hold for another neighbour relation and are not counted."""
+
+    epsilon: float = Field(gt=0)
+    delta: float = Field(gt=0, lt=1)
+    accountant: Literal["pld", "rdp"] = "pld"
+
+    @field_validator("epsilon")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be finite")
+        return v
 
 
 class Study(_Strict):
@@ -176,6 +394,7 @@ class Study(_Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    privacy_budget: PrivacyBudget | None = None
     arms: list[Arm]
 
     @field_validator("name")

@@ -7,7 +7,9 @@ from typing import Callable
 
 from torch import nn
 
+from dpmed.models.classic import ALEXNET_CAM_LAYER, VGG16_CAM_LAYER, alexnet_dp, vgg16_dp
 from dpmed.models.resnet import resnet18_gn
+from dpmed.models.resnet9 import ResNet9
 from dpmed.models.small_cnn import SmallCNN
 
 __all__ = ["ModelInfo", "MODELS", "build_model", "list_models"]
@@ -29,8 +31,17 @@ MODELS: dict[str, ModelInfo] = {
     for info in (
         ModelInfo("small_cnn", lambda c, k, s: SmallCNN(c, k), "features",
                   "4-block GroupNorm CNN, ~60k parameters; fast on CPU"),
+        ModelInfo("resnet9", ResNet9, "layer4",
+                  "ResNet-9 of 003_9a91354dc2d7e2df.txt (Klause et al. 2022): torchvision ResNet, one BasicBlock per "
+                  "stage, GroupNorm(32), Mish, no in-place ops; 4.9M parameters"),
         ModelInfo("resnet18", resnet18_gn, "layer4",
                   "torchvision ResNet-18, GroupNorm(32), no in-place ops; 11M parameters"),
+        ModelInfo("alexnet", alexnet_dp, ALEXNET_CAM_LAYER,
+                  "torchvision AlexNet features (001_d0483fd35863b74c.txt), out-of-place ReLU, GAP + linear head; "
+                  "2.5M parameters"),
+        ModelInfo("vgg16", vgg16_dp, VGG16_CAM_LAYER,
+                  "torchvision VGG-16 features (001_d0483fd35863b74c.txt), no BatchNorm, out-of-place ReLU, GAP + "
+                  "linear head; 14.7M parameters"),
     )
 }
 

@@ -1,0 +1,66 @@
+"""`dpmed privacy`: planning numbers from the command line, each with its accountant and assumptions."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from dpmed import accounting
+from dpmed.cli import main
+
+REFERENCE = ["--noise-multiplier", "5.002", "--sample-rate", str(128 / 5218), "--steps", "2039", "--delta", "1e-4"]
+
+
+def _eps(line: str) -> float:
+    return float(re.search(r"eps = ([0-9.e+-]+)", line).group(1))
+
+
+def test_epsilon_under_every_accountant_names_each_and_the_assumptions(capsys):
+    assert main(["privacy", "epsilon", *REFERENCE, "--accountant", "all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [_eps(line) for line in lines[:3]] == pytest.approx([0.689, 0.770, 0.994], abs=0.005)
+    assert "[pld:" in lines[0] and "[rdp:" in lines[1] and "[rdp-classic:" in lines[2]
+    assert "Poisson sampling" in lines[3] and "add or remove one training image" in lines[3]
+
+
+def test_calibrate_from_dataset_size_batch_and_epochs_matches_the_library(capsys):
+    args = ["--dataset-size", "5000", "--batch-size", "100", "--epochs", "10"]
+    assert main(["privacy", "calibrate", "--target-epsilon", "2", *args]) == 0
+    out = capsys.readouterr().out
+    sigma = float(re.search(r"noise_multiplier = ([0-9.e+-]+)", out).group(1))
+    expected = accounting.noise_multiplier_for(target_epsilon=2, delta=1e-5, sample_rate=0.02, steps=500)
+    assert sigma == pytest.approx(expected, rel=1e-5)
+    assert "delta = 1e-05" in out and "T = 500" in out
+
+
+def test_high_budget_calibration_says_which_accountant_certified_it(capsys):
+    assert main(["privacy", "calibrate", "--target-epsilon", "1e12", "--sample-rate", "0.01", "--steps", "1000",
+                 "--delta", "1e-5"]) == 0
+    out = capsys.readouterr().out
+    assert "[rdp:" in out and "PLD cannot resolve" in out and _eps(out) <= 1e12
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["epsilon", "--noise-multiplier", "1", "--steps", "3", "--delta", "1e-5"], "--sample-rate"),
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "2", "--steps", "3", "--delta", "1e-5"], "sample_rate"),
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3"], "--delta"),
+    (["calibrate", "--target-epsilon", "-1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5"],
+     "target_epsilon"),
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5",
+      "--noise", "laplace", "--accountant", "rdp"], "Laplace"),
+])
+def test_bad_arguments_end_in_one_clear_line(capsys, argv, words):
+    assert main(["privacy", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dpmed: error:") and words in err and "Traceback" not in err
+
+
+def test_privacy_commands_do_not_import_torch():
+    """Planning a study should be instant: the accounting path imports no torch."""
+    code = ("import sys; from dpmed.cli import main; main(['privacy', 'epsilon', '--noise-multiplier', '2', "
+            "'--sample-rate', '0.01', '--steps', '10', '--delta', '1e-5']); print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().endswith("False")

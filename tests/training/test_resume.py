@@ -1,0 +1,77 @@
+"""Kill and resume: a run interrupted mid-training and continued from its checkpoint ends with exactly the model
+and the privacy ledger (so the eps) of a run trained in one go (METHODS.md s.3)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dpmed.accounting import ledger_epsilon
+from dpmed.config import TrainingConfig
+from dpmed.data.synthetic import make_phantom
+from dpmed.models import build_model
+from dpmed.training import DpSgdPlan, DpSgdStep, train
+
+CFG = TrainingConfig(epochs=3, batch_size=16, physical_batch_size=64, optimizer="adam", learning_rate=1e-3)
+PLAN = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=17)  # epochs of 5 steps
+
+
+@pytest.fixture(scope="module")
+def data():
+    ds = make_phantom(n_images=120, image_size=16, seed=0)
+    return ds.train, ds.task
+
+
+def _model(task):
+    torch.manual_seed(0)
+    return build_model("small_cnn", in_channels=1, num_outputs=task.num_outputs, image_size=16)
+
+
+class Killed(Exception):
+    pass
+
+
+def _interrupt_after(monkeypatch, target, name, calls):
+    original, count = getattr(target, name), {"n": 0}
+
+    def wrapped(*args, **kwargs):
+        count["n"] += 1
+        if count["n"] > calls:
+            raise Killed
+        return original(*args, **kwargs)
+    monkeypatch.setattr(target, name, wrapped)
+
+
+@pytest.mark.parametrize("dp", [PLAN, None], ids=["dp-sgd", "non-private"])
+def test_a_resumed_run_equals_an_uninterrupted_one(data, dp, tmp_path, monkeypatch):
+    images, task = data
+    whole_model = _model(task)
+    whole = train(whole_model, images, task, CFG, seed=4, dp=dp, progress=False)
+
+    ckpt = tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:   # the "kill": step 13 of 17 (DP) or the 2nd epoch's 3rd batch fails
+        if dp is not None:
+            _interrupt_after(m, DpSgdStep, "__call__", 12)
+        else:
+            _interrupt_after(m, torch.optim.Adam, "step", len(images) // 16 + 3)
+        with pytest.raises(Killed):
+            train(_model(task), images, task, CFG, seed=4, dp=dp, progress=False, checkpoint=ckpt)
+    assert ckpt.is_file()
+
+    resumed_model = _model(task)      # a fresh process would rebuild the model the same way
+    resumed = train(resumed_model, images, task, CFG, seed=4, dp=dp, progress=False, checkpoint=ckpt)
+    assert resumed.resumed_from == (10 if dp is not None else 1)
+    assert resumed.ledger == whole.ledger and resumed.history == whole.history
+    for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    if dp is not None:
+        assert resumed.ledger.dp_sgd_steps == PLAN.steps
+        assert (ledger_epsilon(resumed.ledger, delta=1e-5) == ledger_epsilon(whole.ledger, delta=1e-5))
+
+
+def test_a_checkpoint_from_other_settings_is_not_continued(data, tmp_path):
+    images, task = data
+    ckpt = tmp_path / "checkpoint.pt"
+    train(_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt)
+    other = train(_model(task), images, task, CFG, seed=5, dp=PLAN, progress=False, checkpoint=ckpt)
+    assert other.resumed_from == 0 and other.ledger.dp_sgd_steps == PLAN.steps
