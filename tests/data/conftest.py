@@ -45,3 +45,31 @@ def _concat(dataset: Dataset) -> ImageSet:
 def concat():
     """A function: all three splits of a Dataset as one ImageSet (train, then val, then test)."""
     return _concat
+
+
+CHEST_XRAY = SHARED_DATA / "chest_xray"
+
+
+@pytest.fixture(scope="session")
+def chest_xray_path() -> Path:
+    if not (CHEST_XRAY / "train").is_dir():
+        pytest.skip(f"../shared/data/chest_xray absent: {CHEST_XRAY} not found (real-data tests need it)")
+    return CHEST_XRAY
+
+
+def _write_image(path: Path, *, level: int = 128, size: tuple[int, int] = (12, 16), mode: str = "L") -> Path:
+    """A small image whose pixels rise left to right from ``level // 2`` to ``level`` (grey or RGB)."""
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    h, w = size
+    ramp = np.linspace(level // 2, level, w, dtype=np.float64)[None, :].repeat(h, axis=0).astype(np.uint8)  # [H, W]
+    array = ramp if mode == "L" else np.stack([ramp, ramp // 2, ramp // 3], axis=-1)
+    Image.fromarray(array, mode=None).save(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def write_image():
+    """A function writing a small JPEG/PNG (by suffix): write_image(path, level=128, size=(12, 16), mode="L")."""
+    return _write_image

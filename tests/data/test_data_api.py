@@ -14,12 +14,14 @@ def test_every_exported_name_exists():
 
 def test_required_names_are_exported():
     required = {"Sample", "ImageSet", "Task", "Dataset", "make_phantom", "read_medmnist", "split_by_patient",
-                "load_dataset"}
+                "load_dataset", "read_image_folders", "read_aptos", "read_chexpert", "read_nih", "read_mimic",
+                "read_ham10000", "read_csv_table", "Preprocessing", "SplitPlan"}
     assert required <= set(dpmed.data.__all__)
 
 
 def test_submodules_declare_all():
-    for module in ("sample", "splits", "synthetic", "transforms", "registry", "formats.medmnist"):
+    for module in ("sample", "splits", "synthetic", "transforms", "registry", "manifest", "assembly", "cache",
+                   "decoding", "formats", "formats.medmnist", "formats.folders", "formats.tables", "formats.dicom"):
         mod = importlib.import_module(f"dpmed.data.{module}")
         for name in mod.__all__:
             assert hasattr(mod, name), f"dpmed.data.{module}.{name}"

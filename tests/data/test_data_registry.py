@@ -23,6 +23,8 @@ def _fixture_npz(path):
 def test_every_source_is_described(name):
     info = DATASET_SOURCES[name]
     assert info.name == name and info.summary
+    assert not info.needs_path or info.layout  # a user must learn where the files go
+    assert info.options <= {"labels", "columns", "task", "uncertain", "split", "skip_invalid", "cache_dir"}
 
 
 def test_unknown_source_lists_the_known_ones():

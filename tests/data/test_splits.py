@@ -103,3 +103,13 @@ def test_bad_arguments():
         split_by_patient(ids, labels[:9])
     with pytest.raises(ValueError, match="at least 3 patients"):
         split_by_patient(np.array(["a", "b", "a"]), np.zeros(3))
+
+
+def test_two_fractions_split_one_set_in_two():
+    ids = np.array([f"p{i // 2}" for i in range(200)])
+    labels = np.array([i % 2 for i in range(200)])
+    keep, held = split_by_patient(ids, labels, fractions=(0.9, 0.1), seed=4)
+    assert len(keep) + len(held) == 200 and 14 <= len(held) <= 26
+    assert not set(ids[keep]) & set(ids[held])
+    with pytest.raises(ValueError, match="at least 2 patients"):
+        split_by_patient(np.array(["a", "a"]), np.array([0, 1]), fractions=(0.5, 0.5))

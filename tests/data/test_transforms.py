@@ -100,3 +100,47 @@ def test_each_image_depends_only_on_itself(transform):
 def test_rejects_non_4d():
     with pytest.raises(ValueError, match=r"\[N, C, H, W\]"):
         minmax_per_image(np.zeros((4, 4), np.float32))
+
+
+# --- histogram equalisation, fixed normalisation, the Preprocessing pipeline ---------------------------------------
+
+
+def test_equalize_by_hand():
+    # cdf of 0, 0.1, 0.2, 0.9 is 1/4, 2/4, 3/4, 1; (cdf - 1/4) / (3/4) = 0, 1/3, 2/3, 1
+    out = transforms.equalize_histogram(_img([0.0, 0.1], [0.2, 0.9]))
+    np.testing.assert_allclose(out[0, 0], [[0, 1 / 3], [2 / 3, 1]], atol=1e-6)
+    # ties share a value: 0, 0, 0.5, 1 -> cdf 2/4, 2/4, 3/4, 1 -> 0, 0, 1/2, 1
+    np.testing.assert_allclose(transforms.equalize_histogram(_img([0.0, 0.0], [0.5, 1.0]))[0, 0], [[0, 0], [0.5, 1]])
+    assert not transforms.equalize_histogram(np.full((1, 1, 4, 4), 0.3, np.float32)).any()
+
+
+def test_equalize_is_per_image_and_monotone():
+    rng = np.random.default_rng(1)
+    x = rng.random((3, 1, 16, 16), dtype=np.float32) ** 3  # skewed towards dark
+    out = transforms.equalize_histogram(x)
+    np.testing.assert_array_equal(out[1:2], transforms.equalize_histogram(x[1:2]))  # other images do not matter
+    order = np.argsort(x[0].ravel(), kind="stable")
+    assert np.all(np.diff(out[0].ravel()[order]) >= 0)
+    assert x[0].mean() < 0.3 < 0.4 < out[0].mean()  # spread towards uniform (the darkest bin all maps to 0)
+
+
+def test_normalize_with_fixed_constants():
+    x = np.full((2, 3, 2, 2), 0.5, np.float32)
+    out = transforms.normalize(x, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    np.testing.assert_allclose(out[0, :, 0, 0], [(0.5 - 0.485) / 0.229, (0.5 - 0.456) / 0.224, (0.5 - 0.406) / 0.225],
+                               rtol=1e-6)
+    np.testing.assert_allclose(transforms.normalize(x, (0.5,), (0.25,)), 0.0)
+    with pytest.raises(ValueError, match="need 1 or 3 values"):
+        transforms.normalize(x, (0.5, 0.5), (1.0, 1.0))
+
+
+def test_preprocessing_runs_resize_minmax_equalize_channels_in_order():
+    x = _img([0.2, 0.4], [0.6, 0.8])
+    pre = transforms.Preprocessing(size=(2, 2), channels=3, minmax=True, equalize=True)
+    out = pre.apply(x)
+    assert out.shape == (1, 3, 2, 2)
+    np.testing.assert_allclose(out[0, 0], [[0, 1 / 3], [2 / 3, 1]], atol=1e-6)
+    record = pre.describe()
+    assert record["minmax"] and record["equalize"] and record["channels"] == 3 and record["resize"].startswith("2x2")
+    with pytest.raises(ValueError, match="channels must be 1, 3 or None"):
+        transforms.Preprocessing(channels=2)

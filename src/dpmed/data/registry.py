@@ -2,31 +2,67 @@
 
 Why a registry (DESIGN.md, style example 3, after timm's model registry): the config validates a source name
 against ``DATASET_SOURCES``, the tests parametrize over it, and adding a format is one entry, not another branch.
+Each entry also says which optional study keys it reads (``options``), so a key given to a source that would not
+read it is an error that names the key, never silently ignored.
+
+Two kinds of source: *arrays* (the phantom, a MedMNIST npz) arrive as whole arrays and are preprocessed here;
+*file layouts* (image folders, the tables of :mod:`dpmed.data.formats.tables`) are listed into a manifest and
+decoded, preprocessed, cached and split once by :mod:`dpmed.data.assembly`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from dpmed.data.assembly import SplitPlan, assemble_dataset
+from dpmed.data.formats.folders import read_image_folders
 from dpmed.data.formats.medmnist import read_medmnist
+from dpmed.data.formats.tables import (
+    read_aptos, read_chexpert, read_csv_table, read_ham10000, read_mimic, read_nih,
+)
+from dpmed.data.manifest import Manifest
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.data.synthetic import make_phantom
-from dpmed.data.transforms import resize, to_channels
+from dpmed.data.transforms import Preprocessing, resize
 from dpmed.errors import DataError
 
-__all__ = ["DatasetSource", "DATASET_SOURCES", "load_dataset"]
+__all__ = ["DatasetSource", "DataRequest", "DATASET_SOURCES", "load_dataset", "SplitPlan"]
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    """Everything a study says about its data, as a reader receives it (see DataConfig for the meaning of each).
+
+    preprocessing: the per-image steps; for generated sources its size is the size they generate at.
+    labels: findings (CheXpert, NIH, MIMIC), class order (folders) or label columns (csv); None: the default.
+    columns: the csv's column names; task: the csv's task kind; uncertain: CheXpert/MIMIC policy for -1.
+    split: None = the defaults of SplitPlan; cache_dir: where decoded tensors are memory-mapped (None: memory only).
+    """
+
+    path: Path | None
+    seed: int
+    n_images: int | None = None
+    preprocessing: Preprocessing = Preprocessing()
+    labels: tuple[str, ...] | None = None
+    columns: Mapping[str, str] | None = None
+    task: str | None = None
+    uncertain: str | None = None
+    split: SplitPlan | None = None
+    skip_invalid: bool = False
+    cache_dir: Path | None = None
 
 
 @dataclass(frozen=True)
 class DatasetSource:
     """How to obtain one kind of dataset.
 
-    read(path, image_size, n_images, seed) returns the Dataset; image_size is passed only to sources that generate
-    images (``generates=True``: the phantom is drawn at the requested size rather than resized).
+    read(request) returns the Dataset. generates: the source draws images at the requested size (the phantom)
+    rather than resizing; reads_files: a file layout, decoded and preprocessed by assembly; otherwise arrays are
+    preprocessed by :func:`load_dataset`. options: the optional study keys it reads. layout: where its files go.
     """
 
     name: str
@@ -34,21 +70,43 @@ class DatasetSource:
     needs_path: bool
     takes_n_images: bool
     generates: bool
-    read: Callable[[Path | None, int | None, int | None, int], Dataset]
+    read: Callable[[DataRequest], Dataset]
+    reads_files: bool = False
+    options: frozenset[str] = field(default_factory=frozenset)
+    layout: str = ""
 
 
-def _read_phantom(path: Path | None, image_size: int | None, n_images: int | None, seed: int) -> Dataset:
-    kwargs = {"seed": seed}
-    if image_size is not None:
-        kwargs["image_size"] = image_size
-    if n_images is not None:
-        kwargs["n_images"] = n_images
+def _read_phantom(request: DataRequest) -> Dataset:
+    kwargs = {"seed": request.seed}
+    if request.preprocessing.size is not None:
+        kwargs["image_size"] = request.preprocessing.size[0]
+    if request.n_images is not None:
+        kwargs["n_images"] = request.n_images
     return make_phantom(**kwargs)
 
 
-def _read_medmnist(path: Path | None, image_size: int | None, n_images: int | None, seed: int) -> Dataset:
-    assert path is not None  # load_dataset checks needs_path first
-    return read_medmnist(path)
+def _read_medmnist(request: DataRequest) -> Dataset:
+    assert request.path is not None  # load_dataset checks needs_path first
+    return read_medmnist(request.path)
+
+
+def _from_files(reader: Callable[[DataRequest], Manifest]) -> Callable[[DataRequest], Dataset]:
+    """A file layout's read: its reader's manifest, checked, decoded, cached and split by assembly."""
+
+    def read(request: DataRequest) -> Dataset:
+        return assemble_dataset(reader(request), preprocessing=request.preprocessing,
+                                split=request.split or SplitPlan(), skip_invalid=request.skip_invalid,
+                                cache_dir=request.cache_dir)
+
+    return read
+
+
+_FILE_OPTIONS = frozenset({"split", "skip_invalid", "cache_dir"})
+_FINDINGS_OPTIONS = _FILE_OPTIONS | {"labels", "uncertain"}
+
+
+def _uncertain(request: DataRequest) -> str:
+    return request.uncertain or "zeros"
 
 
 DATASET_SOURCES: dict[str, DatasetSource] = {
@@ -57,21 +115,74 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
         DatasetSource(
             name="phantom",
             summary="embedded synthetic chest X-rays with lesion masks, sex and age (teaching/testing, no download)",
-            needs_path=False,
-            takes_n_images=True,
-            generates=True,
-            read=_read_phantom,
+            needs_path=False, takes_n_images=True, generates=True, read=_read_phantom,
         ),
         DatasetSource(
             name="medmnist",
             summary="a MedMNIST v2 2D .npz file with its official splits (no patient ids or demographics)",
-            needs_path=True,
-            takes_n_images=False,
-            generates=False,
-            read=_read_medmnist,
+            needs_path=True, takes_n_images=False, generates=False, read=_read_medmnist,
+            layout="path: the .npz file (e.g. pneumoniamnist.npz)",
+        ),
+        DatasetSource(
+            name="folders",
+            summary="image folders: [train|val|test/]<class>/<image> (the Kermany/Kaggle chest_xray layout)",
+            needs_path=True, takes_n_images=False, generates=False, reads_files=True,
+            read=_from_files(lambda r: read_image_folders(r.path, class_names=r.labels)),
+            options=_FILE_OPTIONS | {"labels"},
+            layout="path: the folder holding train/ and test/ (or one folder per class); labels: class order",
+        ),
+        DatasetSource(
+            name="aptos",
+            summary="APTOS 2019 diabetic retinopathy: train.csv (id_code, diagnosis 0-4) + train_images/*.png",
+            needs_path=True, takes_n_images=False, generates=False, reads_files=True,
+            read=_from_files(lambda r: read_aptos(r.path)), options=_FILE_OPTIONS,
+            layout="path: the folder holding train.csv and train_images/",
+        ),
+        DatasetSource(
+            name="chexpert",
+            summary="CheXpert: train.csv/valid.csv (Path, Sex, Age, findings 1/0/-1/blank), multilabel",
+            needs_path=True, takes_n_images=False, generates=False, reads_files=True,
+            read=_from_files(lambda r: read_chexpert(r.path, findings=r.labels, uncertain=_uncertain(r))),
+            options=_FINDINGS_OPTIONS,
+            layout="path: the release folder (CheXpert-v1.0-small/) holding train.csv, valid.csv and train/",
+        ),
+        DatasetSource(
+            name="nih",
+            summary="NIH ChestX-ray14: Data_Entry_2017.csv (Finding Labels a|b, Patient ID/Age/Gender), multilabel",
+            needs_path=True, takes_n_images=False, generates=False, reads_files=True,
+            read=_from_files(lambda r: read_nih(r.path, findings=r.labels)), options=_FILE_OPTIONS | {"labels"},
+            layout="path: the folder holding Data_Entry_2017.csv and images*/ (test_list.txt optional)",
+        ),
+        DatasetSource(
+            name="mimic",
+            summary="MIMIC-CXR-JPG: metadata + chexpert label CSVs (split CSV, MIMIC-IV patients.csv optional)",
+            needs_path=True, takes_n_images=False, generates=False, reads_files=True,
+            read=_from_files(lambda r: read_mimic(r.path, findings=r.labels, uncertain=_uncertain(r))),
+            options=_FINDINGS_OPTIONS,
+            layout="path: the mimic-cxr-jpg/2.x.0 folder holding the mimic-cxr-2.0.0-*.csv.gz files and files/",
+        ),
+        DatasetSource(
+            name="ham10000",
+            summary="HAM10000 dermatoscopy: HAM10000_metadata.csv (lesion_id, image_id, dx, age, sex), split by lesion",
+            needs_path=True, takes_n_images=False, generates=False, reads_files=True,
+            read=_from_files(lambda r: read_ham10000(r.path)), options=_FILE_OPTIONS,
+            layout="path: the folder holding HAM10000_metadata.csv and HAM10000_images_part_1/, _part_2/",
+        ),
+        DatasetSource(
+            name="csv",
+            summary="a generic CSV: an image path column, label column(s), optional patient/sex/age/split columns",
+            needs_path=True, takes_n_images=False, generates=False, reads_files=True,
+            read=_from_files(lambda r: read_csv_table(r.path, columns=r.columns or {}, labels=r.labels or (),
+                                                      task=r.task)),
+            options=_FILE_OPTIONS | {"labels", "columns", "task"},
+            layout="path: the CSV file (image paths relative to its folder); columns: {path, patient, sex, age, split}",
         ),
     )
 }
+
+
+def _given_options(**values: object) -> list[str]:
+    return [key for key, value in values.items() if value not in (None, False)]
 
 
 def load_dataset(
@@ -82,16 +193,30 @@ def load_dataset(
     channels: int | None,
     seed: int,
     n_images: int | None,
+    minmax: bool = False,
+    equalize: bool = False,
+    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
+    labels: tuple[str, ...] | None = None,
+    columns: Mapping[str, str] | None = None,
+    task: str | None = None,
+    uncertain: str | None = None,
+    split: SplitPlan | None = None,
+    skip_invalid: bool = False,
+    cache_dir: str | Path | None = None,
 ) -> Dataset:
-    """Load a dataset and bring every split to ``image_size`` x ``image_size`` pixels and ``channels`` channels.
+    """Load a dataset and bring every image to ``image_size`` x ``image_size`` pixels and ``channels`` channels,
+    then per-image min-max and histogram equalisation if asked (:class:`~dpmed.data.transforms.Preprocessing`).
 
-    None keeps the data's own size or channel count. Resizing and channel conversion are per image
-    (:mod:`dpmed.data.transforms`), so they may precede a local DP mechanism (METHODS.md section 1); phantom masks
-    are generated at the requested size, other masks are resized bilinearly and thresholded at 0.5.
+    None keeps the data's own size or channel count. Every step is per image, so it may precede a local DP
+    mechanism (METHODS.md section 1); ``normalize`` (fixed mean, std) is carried on the Dataset and applied by the
+    run after any mechanism. Phantom masks are generated at the requested size, other masks are resized bilinearly
+    and thresholded at 0.5. The Dataset's ``source`` records every step (``source["preprocessing"]``).
 
-    seed: the phantom's generation seed; MedMNIST files carry fixed official splits and use no randomness.
-    n_images: the phantom's size; an error for sources with fixed content (nothing is silently ignored).
-    Raises DataError for an unknown source, a missing or superfluous path, or n_images where it does not apply.
+    seed: the phantom's generation seed (splits of file layouts use ``split.seed``).
+    n_images: the phantom's size; an error for sources with fixed content (nothing is silently ignored), and so is
+    any other option the source does not read (``DatasetSource.options``).
+    Raises DataError for an unknown source, a missing or superfluous path, an option the source does not read, or
+    any problem of the data itself (naming the file, row or column).
     """
     info = DATASET_SOURCES.get(source)
     if info is None:
@@ -99,7 +224,8 @@ def load_dataset(
         raise DataError(f"unknown dataset source {source!r}; known sources: {known}")
     if info.needs_path and path is None:
         raise DataError(
-            f"dataset source {source!r} needs a path to its file; set data.path in the study or pass --data-path"
+            f"dataset source {source!r} needs a path to its file or folder ({info.layout}); set data.path in the "
+            "study or pass --data-path"
         )
     if not info.needs_path and path is not None:
         raise DataError(f"dataset source {source!r} reads no file, but path={str(path)!r} was given; remove the path")
@@ -108,36 +234,63 @@ def load_dataset(
             f"dataset source {source!r} has fixed splits; n_images={n_images} applies only to generated sources "
             f"({', '.join(n for n, s in DATASET_SOURCES.items() if s.takes_n_images)}); remove it"
         )
+    for key in _given_options(labels=labels, columns=columns, task=task, uncertain=uncertain, split=split,
+                              skip_invalid=skip_invalid, cache_dir=cache_dir):
+        if key not in info.options:
+            takers = ", ".join(n for n, s in DATASET_SOURCES.items() if key in s.options)
+            raise DataError(f"data.{key} does not apply to source {source!r} (it applies to: {takers}); remove it")
     if image_size is not None and image_size < 1:
         raise DataError(f"image_size must be a positive number of pixels, got {image_size}")
     if channels is not None and channels not in (1, 3):
         raise DataError(f"channels must be 1 (grey) or 3 (RGB), got {channels}")
 
-    dataset = info.read(None if path is None else Path(path), image_size if info.generates else None, n_images, seed)
+    preprocessing = Preprocessing(size=None if image_size is None else (image_size, image_size), channels=channels,
+                                  minmax=minmax, equalize=equalize, normalize=normalize)
+    request = DataRequest(path=None if path is None else Path(path), seed=seed, n_images=n_images,
+                          preprocessing=preprocessing, labels=None if labels is None else tuple(labels),
+                          columns=columns, task=task, uncertain=uncertain, split=split, skip_invalid=skip_invalid,
+                          cache_dir=None if cache_dir is None else Path(cache_dir))
+    dataset = info.read(request)
+    if not info.reads_files:
+        dataset = _preprocess_arrays(dataset, preprocessing, generated=info.generates)
+    if normalize is not None:
+        c = dataset.train.image_shape[0]
+        mean, std = normalize
+        if len(mean) not in (1, c) or len(std) not in (1, c) or len(mean) != len(std):
+            raise DataError(f"data.preprocessing.normalize has {len(mean)} mean and {len(std)} std values for images "
+                            f"with {c} channel(s); give 1 value each, or {c} each")
+    return dataset
+
+
+def _preprocess_arrays(dataset: Dataset, preprocessing: Preprocessing, *, generated: bool) -> Dataset:
+    """Resize (unless generated at the size), min-max, equalise and convert channels of an array source."""
     _, height, width = dataset.train.image_shape
+    size = preprocessing.size
     steps = []
-    if image_size is not None and (height, width) != (image_size, image_size):
-        steps.append(f"resize {height}x{width} -> {image_size}x{image_size} (bilinear, antialiased)")
-    if channels is not None and dataset.train.image_shape[0] != channels:
-        steps.append(f"channels {dataset.train.image_shape[0]} -> {channels}")
+    if size is not None and not generated and (height, width) != size:
+        steps.append(f"resize {height}x{width} -> {size[0]}x{size[1]} (bilinear, antialiased)")
+    if preprocessing.minmax:
+        steps.append("per-image min-max")
+    if preprocessing.equalize:
+        steps.append("per-image histogram equalisation")
+    if preprocessing.channels is not None and dataset.train.image_shape[0] != preprocessing.channels:
+        steps.append(f"channels {dataset.train.image_shape[0]} -> {preprocessing.channels}")
+    record = {**dataset.source, "preprocessing": preprocessing.describe()}
     if not steps:
-        return dataset
+        return replace(dataset, source=record, normalization=preprocessing.normalize)
+    images_step = replace(preprocessing, size=None if generated else size)
 
     def convert(split: ImageSet) -> ImageSet:
-        images = split.images  # [N, C, H, W]
         masks = split.masks  # [N, H, W] or None
-        if image_size is not None:
-            images = resize(images, image_size)
-            if masks is not None:
-                masks = resize(masks[:, None].astype(np.float32), image_size)[:, 0] >= 0.5
-        if channels is not None:
-            images = to_channels(images, channels)
-        return ImageSet(images, split.labels, split.patient_ids, split.sex, split.age, masks)
+        if masks is not None and images_step.size is not None:
+            masks = resize(masks[:, None].astype(np.float32), images_step.size)[:, 0] >= 0.5
+        return ImageSet(images_step.apply(split.images), split.labels, split.patient_ids, split.sex, split.age, masks)
 
     return replace(
         dataset,
         train=convert(dataset.train),
         val=convert(dataset.val),
         test=convert(dataset.test),
-        source={**dataset.source, "transforms": tuple(steps)},
+        source={**record, "transforms": tuple(steps)},
+        normalization=preprocessing.normalize,
     )

@@ -105,10 +105,13 @@ class Task:
 
     kind: binary (labels 0/1, the model has 2 softmax outputs), multiclass (K softmax outputs) or multilabel
     (L sigmoid outputs). label_names: class names (binary, multiclass) or finding names (multilabel).
+    ordinal: the classes are ordered grades (APTOS diabetic retinopathy 0-4), so a near miss is better than a far
+    one and the evaluation adds quadratic-weighted kappa (METHODS.md section 4); False for nominal classes.
     """
 
     kind: TaskKind
     label_names: tuple[str, ...]
+    ordinal: bool = False
 
     @property
     def num_outputs(self) -> int:
@@ -117,7 +120,12 @@ class Task:
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """A dataset ready for a study: a task and three splits. ``synthetic`` marks teaching data (the phantom)."""
+    """A dataset ready for a study: a task and three splits. ``synthetic`` marks teaching data (the phantom).
+
+    source: provenance for the run record (format, path, preprocessing, rows left out). normalization: fixed
+    (mean, std) per channel that the run applies at the model input, after any local DP mechanism (which needs
+    pixels in [0, 1]); None when the study asks for none. The splits themselves always hold [0, 1] pixels.
+    """
 
     name: str
     task: Task
@@ -127,3 +135,4 @@ class Dataset:
     description: str = ""
     synthetic: bool = False
     source: Mapping[str, object] = field(default_factory=dict)
+    normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None

@@ -25,46 +25,50 @@ def split_by_patient(
     patient_ids: Sequence[str] | np.ndarray,
     labels: np.ndarray,
     *,
-    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+    fractions: tuple[float, ...] = (0.7, 0.15, 0.15),
     seed: int = 0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, ...]:
     """Split images into train, validation and test index arrays; a patient never crosses splits.
+
+    ``fractions`` usually holds three shares (train, val, test); two shares split one set in two, e.g. carve a
+    validation split out of a published training split (``(0.9, 0.1)``). One index array is returned per share.
 
     Patients are grouped into strata by their label (see the module docstring), shuffled within each stratum with
     ``np.random.default_rng(seed)``, and laid on a line in proportion to their image counts; a random offset per
     stratum (systematic sampling) makes the expected share of every split equal to its fraction in every stratum.
     The fractions are met in images, up to the granularity of patients.
 
-    Returns three sorted int64 index arrays into ``patient_ids`` that together are a partition of
-    ``range(len(patient_ids))``; every split is non-empty.
+    Returns one sorted int64 index array into ``patient_ids`` per fraction; together they are a partition of
+    ``range(len(patient_ids))``, and every split is non-empty.
 
-    Raises ValueError when the inputs disagree in length, when the fractions are not three positive numbers summing
-    to 1, or when there are fewer than three patients (three non-empty splits are then impossible).
+    Raises ValueError when the inputs disagree in length, when the fractions are not two or three positive numbers
+    summing to 1, or when there are fewer patients than splits (non-empty patient-level splits are then impossible).
     """
     ids = np.asarray(patient_ids).astype(str)  # [N]
     y = np.asarray(labels)  # [N] or [N, L]
     n = len(ids)
     if len(y) != n:
         raise ValueError(f"split_by_patient: {len(y)} labels for {n} patient ids; pass one label per image")
-    if len(fractions) != 3 or any(not f > 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+    k = len(fractions)
+    if k not in (2, 3) or any(not f > 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
         raise ValueError(
-            f"split_by_patient: fractions must be three positive numbers summing to 1 (train, val, test), "
+            f"split_by_patient: fractions must be three (train, val, test) or two positive numbers summing to 1, "
             f"got {tuple(fractions)}"
         )
     patients, patient_of_image = np.unique(ids, return_inverse=True)  # [P], [N]
     n_patients = len(patients)
-    if n_patients < 3:
+    if n_patients < k:
         raise ValueError(
-            f"split_by_patient: {n_patients} distinct patient(s) among {n} images; three non-empty patient-level "
-            "splits need at least 3 patients"
+            f"split_by_patient: {n_patients} distinct patient(s) among {n} images; {k} non-empty patient-level "
+            f"splits need at least {k} patients"
         )
 
     stratum = _patient_strata(patient_of_image, y, n_patients)  # [P]
     images_per_patient = np.bincount(patient_of_image, minlength=n_patients)  # [P]
-    bounds = np.cumsum(fractions)[:2]  # split k holds positions in [bounds[k-1], bounds[k])
+    bounds = np.cumsum(fractions)[:-1]  # split j holds positions in [bounds[j-1], bounds[j])
 
     rng = np.random.default_rng(seed)
-    split_of_patient = np.empty(n_patients, dtype=np.int64)  # [P] in {0, 1, 2}
+    split_of_patient = np.empty(n_patients, dtype=np.int64)  # [P] in {0, .., k - 1}
     for s in np.unique(stratum):
         members = rng.permutation(np.flatnonzero(stratum == s))
         sizes = images_per_patient[members]
@@ -74,9 +78,9 @@ def split_by_patient(
         position = (centre + rng.random()) % 1.0
         split_of_patient[members] = np.searchsorted(bounds, position, side="right")
 
-    _fill_empty_splits(split_of_patient, images_per_patient)
+    _fill_empty_splits(split_of_patient, images_per_patient, k)
     split_of_image = split_of_patient[patient_of_image]  # [N]
-    return tuple(np.flatnonzero(split_of_image == k).astype(np.int64) for k in range(3))  # type: ignore[return-value]
+    return tuple(np.flatnonzero(split_of_image == j).astype(np.int64) for j in range(k))
 
 
 def _patient_strata(patient_of_image: np.ndarray, y: np.ndarray, n_patients: int) -> np.ndarray:
@@ -97,12 +101,12 @@ def _patient_strata(patient_of_image: np.ndarray, y: np.ndarray, n_patients: int
     return counts.shape[1] - 1 - counts[:, ::-1].argmax(axis=1)  # majority class, ties to the highest
 
 
-def _fill_empty_splits(split_of_patient: np.ndarray, images_per_patient: np.ndarray) -> None:
+def _fill_empty_splits(split_of_patient: np.ndarray, images_per_patient: np.ndarray, n_splits: int) -> None:
     """Move one patient into each empty split, taken from the split with the most patients (deterministic)."""
-    for k in range(3):
+    for k in range(n_splits):
         if np.any(split_of_patient == k):
             continue
-        per_split = np.bincount(split_of_patient, minlength=3)
+        per_split = np.bincount(split_of_patient, minlength=n_splits)
         donor = int(per_split.argmax())
         candidates = np.flatnonzero(split_of_patient == donor)
         # The donor's patient with the fewest images keeps the fractions closest.

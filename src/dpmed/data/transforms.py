@@ -1,20 +1,24 @@
-"""Per-image preprocessing: resize, channel conversion, per-image min-max.
+"""Per-image preprocessing: resize, channel conversion, per-image min-max, histogram equalisation, fixed normalisation.
 
 Why per-image only: METHODS.md section 1 allows preprocessing before a local DP mechanism to use only the image
 itself. A statistic computed over the dataset (mean, std, a shared histogram) would carry information about other
 people's images into each released image and leak outside the mechanism's accounting. Every function here maps
 image i to a function of image i alone, so it can run before a mechanism, and in any chunking.
 
-All functions take and return float32 arrays [N, C, H, W] with values in [0, 1].
+All functions take and return float32 arrays [N, C, H, W] with values in [0, 1], except :func:`normalize`, whose
+output is centred: it runs after any local DP mechanism (which needs pixels in [0, R] = [0, 1]), at the model's input.
+:class:`Preprocessing` is the one description of these steps that readers, the cache key and the run record share.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["resize", "to_channels", "minmax_per_image"]
+__all__ = ["resize", "to_channels", "minmax_per_image", "equalize_histogram", "normalize", "Preprocessing"]
 
 _CHUNK_BYTES = 64 * 2**20  # resize works through at most ~64 MiB of output at a time
 
@@ -79,6 +83,93 @@ def minmax_per_image(images: np.ndarray) -> np.ndarray:
     span = x.max(axis=(1, 2, 3), keepdims=True) - lo  # [N, 1, 1, 1]
     safe = np.where(span > 0, span, np.float32(1.0))
     return np.where(span > 0, (x - lo) / safe, np.float32(0.0)).astype(np.float32)
+
+
+def equalize_histogram(images: np.ndarray, *, bins: int = 256) -> np.ndarray:
+    """Histogram-equalise each image on its own: every value becomes its rank in the image's own histogram.
+
+    The per-image equalisation 003_9a91354dc2d7e2df.txt applies after min-max (as Johnson et al. do for
+    MIMIC-CXR-JPG). Values are binned into ``bins`` equal bins over [0, 1] (all channels of an image share one
+    histogram, so colours keep their relation), and a value in bin k maps to
+    ``(cdf[k] - cdf[k_min]) / (1 - cdf[k_min])``, with cdf the image's cumulative share of values and k_min its
+    lowest occupied bin: the darkest value becomes 0, the brightest 1, and the rest spread by rank. Example: one
+    image with the four values 0, 0.1, 0.2, 0.9 becomes 0, 1/3, 2/3, 1. A constant image becomes all 0.
+    Uses only the image itself (METHODS.md section 1); no shared histogram is ever computed.
+    """
+    _check_images(images)
+    n = len(images)
+    codes = np.clip((images.reshape(n, -1) * bins).astype(np.int64), 0, bins - 1)  # [N, D] bin of each value
+    out = np.empty(codes.shape, dtype=np.float32)
+    for i in range(n):  # one histogram per image: never pooled across images
+        cdf = np.cumsum(np.bincount(codes[i], minlength=bins)) / codes.shape[1]  # [bins]
+        lowest = cdf[codes[i].min()]
+        span = 1.0 - lowest
+        out[i] = (cdf[codes[i]] - lowest) / span if span > 0 else 0.0
+    return out.reshape(images.shape)
+
+
+def normalize(images: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    """(x - mean) / std per channel with **fixed** constants (e.g. ImageNet's for a pretrained model).
+
+    Why fixed: a mean and std computed on the training images are statistics of other patients' images and would
+    leak outside a mechanism's accounting (METHODS.md section 1). ``mean`` and ``std`` hold one value (all channels)
+    or one per channel. The output leaves [0, 1]; apply it after any local DP mechanism, to every split alike.
+    """
+    _check_images(images)
+    c = images.shape[1]
+    if len(mean) not in (1, c) or len(std) not in (1, c) or any(not s > 0 for s in std):
+        raise ValueError(f"normalize: mean {mean} and std {std} need 1 or {c} values each (std > 0) for {c} channels")
+    m = np.asarray(mean, dtype=np.float32).reshape(1, -1, 1, 1)
+    s = np.asarray(std, dtype=np.float32).reshape(1, -1, 1, 1)
+    return ((images - m) / s).astype(np.float32, copy=False)
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """The per-image steps a study asks for, in the order they run: resize, min-max, equalise, channels.
+
+    size: (height, width) or None (keep the data's size); channels: 1, 3 or None (keep); minmax / equalize: the
+    functions above; normalize: fixed (mean, std) applied later, at the model input (see :func:`normalize`), so it
+    is carried here only to be recorded and checked. Every step maps image i to a function of image i alone.
+    Channels convert last so that equalisation and min-max see the image as stored (BT.601 grey of RGB is linear,
+    so converting first would give the same result for grey images anyway).
+    """
+
+    size: tuple[int, int] | None = None
+    channels: int | None = None
+    minmax: bool = False
+    equalize: bool = False
+    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.size is not None and (len(self.size) != 2 or min(self.size) < 1):
+            raise ValueError(f"Preprocessing.size must be (height, width) >= 1, got {self.size}")
+        if self.channels not in (None, 1, 3):
+            raise ValueError(f"Preprocessing.channels must be 1, 3 or None, got {self.channels}")
+
+    def apply(self, images: np.ndarray) -> np.ndarray:
+        """images float32 [N, C, H, W] in [0, 1] -> the same after resize, min-max, equalisation, channels."""
+        if self.size is not None:
+            images = resize(images, self.size)
+        if self.minmax:
+            images = minmax_per_image(images)
+        if self.equalize:
+            images = equalize_histogram(images)
+        if self.channels is not None:
+            images = to_channels(images, self.channels)
+        return images
+
+    def describe(self) -> dict[str, object]:
+        """What the run record stores: every step and its setting (JSON-ready)."""
+        return {
+            "resize": None if self.size is None else f"{self.size[0]}x{self.size[1]} (bilinear, antialiased)",
+            "minmax": self.minmax,
+            "equalize": self.equalize,
+            "channels": self.channels,
+            "normalize": None if self.normalize is None else {"mean": list(self.normalize[0]),
+                                                             "std": list(self.normalize[1])},
+            "scope": "per image only (METHODS.md section 1); normalize uses fixed constants, after any mechanism",
+        }
 
 
 def _check_images(images: np.ndarray) -> None:

@@ -31,7 +31,8 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from dpmed.evaluation.bootstrap import Estimate, bootstrap_indices
 
-__all__ = ["youden_threshold", "auroc", "rank_auroc", "evaluate_utility", "UNDEFINED_REDRAWS_WARN_FRACTION"]
+__all__ = ["youden_threshold", "auroc", "rank_auroc", "quadratic_weighted_kappa", "evaluate_utility",
+           "UNDEFINED_REDRAWS_WARN_FRACTION"]
 
 # Above this share of redraws in which a metric is undefined (one class drawn), evaluate_utility warns: the interval
 # then describes a conditional distribution (redraws that happen to contain both classes) and may be too narrow.
@@ -211,6 +212,36 @@ def rank_auroc(labels, scores) -> np.ndarray:
         return np.where((n_pos > 0) & (n_neg > 0), u / (n_pos * n_neg), np.nan)
 
 
+def _kappa_from_confusion(confusion: np.ndarray) -> np.ndarray:
+    """Quadratic-weighted kappa of confusion counts [..., K, K] (rows: true class, columns: predicted): [...]."""
+    k = confusion.shape[-1]
+    i = np.arange(k)
+    weights = (i[:, None] - i[None, :]) ** 2 / float((k - 1) ** 2)  # [K, K]
+    total = confusion.sum(axis=(-2, -1), keepdims=True)  # [..., 1, 1]
+    observed = confusion / np.maximum(total, 1)
+    expected = observed.sum(axis=-1, keepdims=True) * observed.sum(axis=-2, keepdims=True)  # outer product of marginals
+    disagreement = (weights * expected).sum(axis=(-2, -1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(disagreement > 0, 1.0 - (weights * observed).sum(axis=(-2, -1)) / disagreement, np.nan)
+
+
+def quadratic_weighted_kappa(labels, predicted, *, n_classes: int) -> float:
+    """Cohen's kappa with quadratic weights w_ij = (i - j)^2 / (K - 1)^2 (Cohen 1968): 1 - sum(w O) / sum(w E), with
+    O the observed share of (true i, predicted j) and E the product of the marginal shares.
+
+    For ordinal grades (APTOS diabetic retinopathy 0-4, METHODS.md sec. 4): predicting grade 3 for a grade 4 eye costs
+    1/16 of predicting grade 0. Equals scikit-learn's ``cohen_kappa_score(labels, predicted, weights="quadratic")``;
+    nan when it is undefined (every label and prediction one class).
+    """
+    y = np.asarray(labels, dtype=np.int64)
+    p = np.asarray(predicted, dtype=np.int64)
+    if y.shape != p.shape or y.ndim != 1 or n_classes < 2:
+        raise ValueError(f"quadratic_weighted_kappa: labels and predictions must both be [N] with K >= 2 classes; "
+                         f"got shapes {y.shape}, {p.shape} and K = {n_classes}")
+    confusion = np.bincount(y * n_classes + p, minlength=n_classes * n_classes).reshape(n_classes, n_classes)
+    return float(_kappa_from_confusion(confusion.astype(np.float64)))
+
+
 # -------------------------------------------------------------------------------------------------------- redraws
 
 
@@ -235,6 +266,18 @@ def _redraw_sum(values: np.ndarray, indices: np.ndarray) -> np.ndarray:
     out = np.empty((indices.shape[0], values.shape[1]))
     for rows, idx in _blocks(indices):
         out[rows] = values[idx].sum(axis=1)  # [b, N, m] -> [b, m]
+    return out
+
+
+def _redraw_kappa(y: np.ndarray, predicted: np.ndarray, n_classes: int, indices: np.ndarray) -> np.ndarray:
+    """Quadratic-weighted kappa in every redraw: float [n_resamples] (nan where undefined)."""
+    out = np.empty(indices.shape[0])
+    cells = n_classes * n_classes
+    codes = y * n_classes + predicted  # [N] cell of the confusion matrix
+    for rows, idx in _blocks(indices):  # idx [b, N]
+        offset = np.arange(idx.shape[0])[:, None] * cells
+        counts = np.bincount((offset + codes[idx]).ravel(), minlength=idx.shape[0] * cells)
+        out[rows] = _kappa_from_confusion(counts.reshape(idx.shape[0], n_classes, n_classes).astype(np.float64))
     return out
 
 
@@ -351,6 +394,7 @@ def evaluate_utility(
     n_resamples: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
+    ordinal: bool = False,
 ) -> dict[str, float]:
     """The utility of one model as one flat row (METHODS.md sec. 4); every interval is a percentile bootstrap.
 
@@ -359,6 +403,8 @@ def evaluate_utility(
     interval (binary and multilabel at the validation Youden thresholds, multiclass by argmax); binary adds
     ``threshold``, ``val_auroc``, ``test_sensitivity`` and ``test_specificity`` with intervals; multilabel adds
     ``threshold[<label name>]``; always ``n_test``, ``n_resamples``, ``confidence``, ``bootstrap_seed``.
+    ``ordinal=True`` (multiclass grades, e.g. APTOS) adds ``test_kappa_quadratic`` with interval: the
+    quadratic-weighted kappa of the argmax predictions (:func:`quadratic_weighted_kappa`).
 
     Thresholds come from the validation arrays only; the test arrays are redrawn ``n_resamples`` times with
     :func:`~dpmed.evaluation.bootstrap.bootstrap_indices` (``seed``), so every model scored on the same test set with
@@ -373,6 +419,13 @@ def evaluate_utility(
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
     n_test = len(np.asarray(test_labels))
     indices = bootstrap_indices(n_test, n_resamples=n_resamples, seed=seed)  # [n_resamples, n_test]
+    if ordinal and kind != "multiclass":
+        raise ValueError(f"ordinal applies to multiclass grades, not to a {kind} task")
     row = evaluate(names, val_labels, val_scores, test_labels, test_scores, indices, confidence)
+    if ordinal:
+        y, s = _multiclass_arrays(test_labels, test_scores, "test")
+        predicted = np.argmax(s, axis=1)
+        value = quadratic_weighted_kappa(y, predicted, n_classes=s.shape[1])
+        _estimate(row, "test_kappa_quadratic", value, _redraw_kappa(y, predicted, s.shape[1], indices), confidence)
     row.update(n_test=n_test, n_resamples=int(n_resamples), confidence=float(confidence), bootstrap_seed=int(seed))
     return row

@@ -1,0 +1,210 @@
+"""From a reader's :class:`~dpmed.data.manifest.Manifest` to a :class:`~dpmed.data.sample.Dataset`: check, decode,
+split -- the same for every file layout.
+
+The order matters for the user's time: table problems (a missing file, a duplicate id, a label outside the task) are
+found before any pixel is decoded, so a broken dataset stops in seconds, with one message that lists the first few
+offending rows and their count. Decoding then finds the files that exist but cannot be read (truncated, corrupt).
+``skip_invalid`` leaves flagged rows out instead, and the dataset's record states how many and why.
+
+Splits (METHODS.md, and 003_9a91354dc2d7e2df.txt's "patient-wise stratification"):
+
+* a split the publisher defined is kept (Kermany's train/test folders, NIH's test_list.txt, CheXpert's valid.csv,
+  MIMIC-CXR's split file); the splits it lacks are carved out of its training rows (and rows without a split) by
+  :func:`~dpmed.data.splits.split_by_patient`: seeded, stratified by label, whole patients only.
+  ``val_fraction`` and ``test_fraction`` are shares of those pooled rows. ``official: false`` ignores the published
+  splits and divides every row this way;
+* a patient never crosses splits. Some publishers' splits do put one patient on two sides (the Kermany release has
+  170 patients with images in both train and test). ``shared_patients: drop_from_train`` (the default) keeps the
+  published test split exactly as published, so results stay comparable with the literature, and leaves that
+  patient's other images out of train and val (test outranks val, val outranks train); the record counts them.
+  ``keep`` reproduces papers that trained on the published split as is; the record then says that patients cross.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from dpmed.data.cache import decode_images
+from dpmed.data.manifest import Manifest, describe_problems
+from dpmed.data.sample import Dataset, ImageSet
+from dpmed.data.splits import split_by_patient
+from dpmed.data.transforms import Preprocessing
+from dpmed.errors import DataError
+
+__all__ = ["SplitPlan", "assemble_dataset"]
+
+_RANK = {"test": 2, "val": 1, "train": 0, "": 0}  # which side keeps a patient that published splits share
+_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How to split (see the module docstring). Fractions are shares of the pooled rows being divided."""
+
+    val_fraction: float = 0.15
+    test_fraction: float = 0.15
+    seed: int = 0
+    official: bool = True
+    shared_patients: Literal["drop_from_train", "keep"] = "drop_from_train"
+
+    def __post_init__(self) -> None:
+        if not (0 < self.val_fraction < 1 and 0 < self.test_fraction < 1
+                and self.val_fraction + self.test_fraction < 1):
+            raise ValueError(f"val_fraction {self.val_fraction} and test_fraction {self.test_fraction} must be in "
+                             "(0, 1) with a sum below 1")
+        if self.shared_patients not in ("drop_from_train", "keep"):
+            raise ValueError(f"shared_patients must be 'drop_from_train' or 'keep', got {self.shared_patients!r}")
+
+
+def _relative(manifest: Manifest, path: Path) -> str:
+    try:
+        return str(path.relative_to(manifest.root))
+    except ValueError:
+        return str(path)
+
+
+def _flag_table_problems(manifest: Manifest) -> None:
+    """Duplicate ids (every repeat after the first) and image files that do not exist."""
+    first: dict[str, int] = {}
+    for row, key in enumerate(manifest.ids.tolist()):
+        if key in first:
+            manifest.flag(row, "duplicate id",
+                          f"id {key!r} repeats {manifest.where[first[key]]}; each image may be listed once")
+        else:
+            first[key] = row
+    for row in manifest.valid_rows():
+        path = manifest.paths[row]
+        if not path.is_file():
+            manifest.flag(row, "missing image", f"image file {_relative(manifest, path)} does not exist "
+                                                f"(looked for {path})")
+
+
+def _stop_unless_skipping(manifest: Manifest, skip_invalid: bool) -> None:
+    if manifest.problems and not skip_invalid:
+        raise DataError(describe_problems(manifest))
+
+
+def _resolve_shared_patients(manifest: Manifest, rows: np.ndarray, published: np.ndarray,
+                             plan: SplitPlan) -> tuple[np.ndarray, dict[str, int]]:
+    """Rows to keep, and counts of the patients that published splits share (see the module docstring)."""
+    patients = manifest.patient_ids[rows]
+    rank = np.array([_RANK[s] for s in published])
+    top: dict[str, int] = {}
+    sides: dict[str, set[int]] = {}
+    for pid, r in zip(patients, rank):
+        top[pid] = max(top.get(pid, -1), r)
+        sides.setdefault(pid, set()).add(r)
+    shared = {pid for pid, s in sides.items() if len(s) > 1}
+    below = np.array([top[pid] > r for pid, r in zip(patients, rank)], dtype=bool)
+    counts = {"patients_in_two_published_splits": len(shared), "rows_of_those_patients_outside_their_top_split":
+              int(below.sum())}
+    if plan.shared_patients == "keep" or not shared:
+        return np.ones(len(rows), dtype=bool), counts
+    return ~below, counts
+
+
+def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split: SplitPlan,
+                     skip_invalid: bool = False, cache_dir: Path | None = None) -> Dataset:
+    """Check, decode and split ``manifest`` into a Dataset (see the module docstring for every rule).
+
+    Raises DataError listing the first few offending rows and their count when rows are flagged and
+    ``skip_invalid`` is false, when a split ends up empty, or when too few patients remain to split.
+    """
+    _flag_table_problems(manifest)
+    _stop_unless_skipping(manifest, skip_invalid)
+    rows = manifest.valid_rows()
+    if len(rows) == 0:
+        raise DataError(describe_problems(manifest, skip_hint=False) + "\nNo usable row is left.")
+    decoded = decode_images([manifest.paths[r] for r in rows], preprocessing, cache_dir=cache_dir)
+    for position, reason in decoded.failures.items():
+        row = rows[position]
+        manifest.flag(row, "unreadable image", f"image {_relative(manifest, manifest.paths[row])} {reason}")
+    _stop_unless_skipping(manifest, skip_invalid)
+
+    usable = np.array([r not in manifest.problems for r in rows], dtype=bool)
+    rows, positions = rows[usable], np.flatnonzero(usable)  # manifest rows, and their rows in decoded.images
+    published = (manifest.splits[rows] if split.official else np.full(len(rows), "")).astype("<U5")
+    keep, shared = _resolve_shared_patients(manifest, rows, published, split)
+    rows, positions, published = rows[keep], positions[keep], published[keep]
+
+    assignment = published.copy()  # "<U5": room for "train"
+    pool = np.flatnonzero((published == "train") | (published == ""))
+    # Which splits the layout publishes is decided on all its rows: a published split whose rows were all left out
+    # is an empty split (an error below), never silently replaced by a carved one.
+    announced = set(manifest.splits.tolist()) if split.official else set()
+    missing = [name for name in ("val", "test") if name not in announced]
+    fractions = {"val": split.val_fraction, "test": split.test_fraction}
+    if missing and len(pool):
+        shares = [1.0 - sum(fractions[m] for m in missing)] + [fractions[m] for m in missing]
+        try:
+            parts = split_by_patient(manifest.patient_ids[rows[pool]], manifest.labels[rows[pool]],
+                                     fractions=tuple(shares), seed=split.seed)
+        except ValueError as exc:
+            raise DataError(f"{manifest.name} at {manifest.root}: cannot carve {' and '.join(missing)} out of "
+                            f"{len(pool)} rows: {exc}") from exc
+        assignment[pool] = "train"
+        for name, part in zip(missing, parts[1:]):
+            assignment[pool[part]] = name
+    else:
+        assignment[pool] = "train"
+
+    sets = {}
+    for name in ("train", "val", "test"):
+        chosen = np.flatnonzero(assignment == name)
+        if len(chosen) == 0:
+            raise DataError(f"{manifest.name} at {manifest.root}: the {name} split is empty after "
+                            f"{'leaving out invalid rows' if manifest.problems else 'reading'}; "
+                            "every split needs images (check the layout's split folders or split column)")
+        r = rows[chosen]
+        sets[name] = ImageSet(
+            images=np.asarray(decoded.images[positions[chosen]], dtype=np.float32),  # [n, C, H, W], a copy
+            labels=manifest.labels[r], patient_ids=manifest.patient_ids[r].astype(str),
+            sex=manifest.sex[r].astype(str), age=manifest.age[r].astype(np.float64), masks=None)
+    crossing = _patients_in_two_splits(sets)
+    if crossing and split.shared_patients != "keep":
+        raise DataError(f"{manifest.name}: {len(crossing)} patients ended up in two splits (e.g. {crossing[0]}); "
+                        "this is a bug in dpmed's splitting, please report it")
+
+    skipped = Counter(p.kind for p in manifest.problems.values())
+    rate = len(decoded.images) / max(decoded.seconds, 1e-9)
+    summary = [f"{'read' if decoded.cached else 'decoded'} {len(decoded.images)} images in {decoded.seconds:.1f} s "
+               f"({rate:.0f}/s{', from the cache' if decoded.cached else ''})"]
+    if manifest.problems:
+        summary.append(f"left out {len(manifest.problems)} invalid rows ({dict(skipped)}; skip_invalid)")
+    if shared["patients_in_two_published_splits"]:
+        summary.append(f"{shared['patients_in_two_published_splits']} patients are in two published splits: "
+                       + (f"left out their {shared['rows_of_those_patients_outside_their_top_split']} images outside "
+                          "the higher split (test > val > train)" if split.shared_patients != "keep"
+                          else "kept as published (shared_patients: keep), so patients cross splits"))
+    source = {
+        "summary": "; ".join(summary),
+        "format": manifest.notes.get("format", manifest.name), "path": str(manifest.root),
+        "preprocessing": preprocessing.describe(),
+        "rows": len(manifest),
+        "left_out_invalid": {"count": len(manifest.problems), "by_kind": dict(skipped),
+                             "examples": [f"{manifest.where[r]}: {manifest.problems[r].detail}"
+                                          for r in sorted(manifest.problems)[:_EXAMPLES]]},
+        "split": {"val_fraction": split.val_fraction, "test_fraction": split.test_fraction, "seed": split.seed,
+                  "official": split.official, "published": sorted({s for s in published if s}),
+                  "carved": missing if len(pool) else [], "shared_patients": split.shared_patients, **shared,
+                  "patients_crossing_splits": len(crossing)},
+        "decode": {"images": len(decoded.images), "seconds": round(decoded.seconds, 3), "from_cache": decoded.cached,
+                   "cache_key": decoded.key},
+        **{k: v for k, v in manifest.notes.items() if k != "format"},
+    }
+    return Dataset(name=manifest.name, task=manifest.task, train=sets["train"], val=sets["val"], test=sets["test"],
+                   description=manifest.description, synthetic=False, source=source,
+                   normalization=preprocessing.normalize)
+
+
+def _patients_in_two_splits(sets: dict[str, ImageSet]) -> list[str]:
+    owners: dict[str, set[str]] = {}
+    for name, s in sets.items():
+        for pid in set(s.patient_ids.tolist()):
+            owners.setdefault(pid, set()).add(name)
+    return sorted(pid for pid, names in owners.items() if len(names) > 1)

@@ -1,0 +1,163 @@
+"""Decode a dataset's images once -- in memory, or into a memory-mapped file keyed by the files and the preprocessing.
+
+Why: decoding a JPEG or PNG and resizing it costs far more than a training step of a small model, and a study trains
+several arms, each for several epochs, on the same images. dpmed therefore decodes every image once per study and
+holds the preprocessed float32 tensors in memory; every epoch of every arm reads those. With ``data.cache_dir`` the
+tensors also go to ``<cache_dir>/<key>.npy`` and later studies (or a resumed one) memory-map that file instead of
+decoding again.
+
+The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version, the decoded
+channel count and size, the preprocessing steps, and every file's resolved path, byte size and modification time,
+in order. Changing a file or a preprocessing step gives another key, so a stale entry is never read. Files that could
+not be decoded are stored with the entry, so a cached load reports the same unreadable rows as a fresh one.
+
+Privacy: a cache entry holds the patients' images, decoded. Keep ``cache_dir`` where the dataset itself may live;
+nothing is cached on disk unless a study asks for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import PIL
+
+from dpmed.data.decoding import UnreadableImage, peek_image, read_image
+from dpmed.data.transforms import Preprocessing
+from dpmed.errors import DataError
+
+__all__ = ["DecodedImages", "decode_images", "cache_key"]
+
+_FORMAT = "dpmed-image-cache-1"
+
+
+@dataclass(frozen=True)
+class DecodedImages:
+    """images: float32 [N, C, H, W] in [0, 1] (a read-only memory map when it came from a cache file; rows of
+    failed files are 0); failures: index -> why that file could not be decoded; cached: read from cache_dir;
+    seconds: wall time of this call; key: the cache key (None without cache_dir)."""
+
+    images: np.ndarray
+    failures: dict[int, str]
+    cached: bool
+    seconds: float
+    key: str | None
+
+
+def _layout(paths: Sequence[Path], preprocessing: Preprocessing) -> tuple[int, tuple[int, int]]:
+    """(channels, (H, W)) every decoded image gets: the preprocessing's, else the first readable file's own."""
+    for path in paths:
+        try:
+            stored_channels, stored_size = peek_image(path)
+        except (UnreadableImage, OSError):
+            continue  # that file is reported when it is decoded
+        return preprocessing.channels or stored_channels, preprocessing.size or stored_size
+    return preprocessing.channels or 1, preprocessing.size or (1, 1)
+
+
+def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int, size: tuple[int, int]) -> str:
+    """The SHA-256 (hex) of the module docstring's ingredients; a file that is missing hashes as missing."""
+    h = hashlib.sha256()
+    settings = {"format": _FORMAT, "pillow": PIL.__version__, "channels": channels, "size": list(size),
+                "resize": preprocessing.size is not None, "minmax": preprocessing.minmax,
+                "equalize": preprocessing.equalize}
+    h.update(json.dumps(settings, sort_keys=True).encode())
+    for path in paths:
+        resolved = Path(path).resolve()
+        try:
+            st = resolved.stat()
+            h.update(f"{resolved}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        except OSError:
+            h.update(f"{resolved}\0missing\n".encode())
+    return h.hexdigest()
+
+
+def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_dir: Path | None = None,
+                  workers: int | None = None) -> DecodedImages:
+    """Decode and preprocess every file in ``paths`` (in order) into one float32 [N, C, H, W] array.
+
+    Each file is decoded at the preprocessing's channel count (or the first readable file's) and, when a size is
+    set, resized to it, then min-max and equalisation run per image (:class:`~dpmed.data.transforms.Preprocessing`;
+    ``normalize`` is not applied here). Without a size every image must have the first readable image's size; one
+    that differs is a failure that says to set data.image_size. Decoding runs in ``workers`` threads (default: the
+    CPU count, at most 8; Pillow and torch release the GIL while they work).
+    """
+    start = time.perf_counter()
+    paths = [Path(p) for p in paths]
+    channels, size = _layout(paths, preprocessing)
+    key = None
+    if cache_dir is not None:
+        key = cache_key(paths, preprocessing, channels, size)
+        hit = _load(Path(cache_dir), key, len(paths))
+        if hit is not None:
+            images, failures = hit
+            return DecodedImages(images, failures, True, time.perf_counter() - start, key)
+
+    n = len(paths)
+    shape = (n, channels, *size)
+    tmp = None
+    if cache_dir is None:
+        images = np.zeros(shape, dtype=np.float32)  # [N, C, H, W]
+    else:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        tmp = Path(cache_dir) / f".{key}.{os.getpid()}.npy"
+        images = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+    per_image = replace(preprocessing, size=preprocessing.size, channels=None)  # channels are set at decode
+    check_size = preprocessing.size is None
+
+    def decode(i: int) -> str | None:
+        try:
+            x = read_image(paths[i], channels=channels, size_hint=preprocessing.size)  # [C, h, w]
+        except UnreadableImage as exc:
+            return str(exc)
+        except OSError as exc:  # vanished or unreadable between listing and decoding
+            return f"cannot be read ({type(exc).__name__}: {exc})"
+        if check_size and tuple(x.shape[1:]) != tuple(size):
+            return (f"is {x.shape[1]}x{x.shape[2]} px but the dataset's first image is {size[0]}x{size[1]}; set "
+                    "data.image_size to resize every image to one size")
+        images[i] = per_image.apply(x[None])[0]
+        return None
+
+    with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
+        outcomes = list(pool.map(decode, range(n), chunksize=16))
+    failures = {i: reason for i, reason in enumerate(outcomes) if reason is not None}
+
+    if cache_dir is not None:
+        assert tmp is not None and key is not None
+        images.flush()
+        del images
+        _store(Path(cache_dir), key, tmp, n, failures)
+        images = np.load(Path(cache_dir) / f"{key}.npy", mmap_mode="r")
+    return DecodedImages(images, failures, False, time.perf_counter() - start, key)
+
+
+def _store(cache_dir: Path, key: str, tmp: Path, n: int, failures: dict[int, str]) -> None:
+    """Rename the finished array into place, then write the index (its presence marks a complete entry)."""
+    os.replace(tmp, cache_dir / f"{key}.npy")
+    index = cache_dir / f".{key}.{os.getpid()}.json"
+    index.write_text(json.dumps({"format": _FORMAT, "n": n, "failures": {str(i): r for i, r in failures.items()}}),
+                     encoding="utf-8")
+    os.replace(index, cache_dir / f"{key}.json")
+
+
+def _load(cache_dir: Path, key: str, n: int) -> tuple[np.ndarray, dict[int, str]] | None:
+    """A complete entry for ``key`` as (memory map, failures), or None when there is none."""
+    array, index = cache_dir / f"{key}.npy", cache_dir / f"{key}.json"
+    if not (array.is_file() and index.is_file()):
+        return None
+    try:
+        meta = json.loads(index.read_text(encoding="utf-8"))
+        images = np.load(array, mmap_mode="r")
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cache entry {array} is damaged ({exc}); delete {array} and {index} to decode again") from exc
+    if meta.get("format") != _FORMAT or meta.get("n") != n or len(images) != n:
+        raise DataError(f"cache entry {array} does not match its key (format or image count); delete {array} and "
+                        f"{index} to decode again")
+    return images, {int(i): r for i, r in meta["failures"].items()}

@@ -1,0 +1,149 @@
+"""DICOM images (pydicom, the optional extra ``pip install 'dpmed[dicom]'``): stored values to display values in [0, 1].
+
+A DICOM pixel is not a brightness. The standard's grey pipeline (PS3.3 C.11, "Grayscale Transformations") is applied
+in its order, per image:
+
+1. **Modality LUT**: stored value -> modality value, ``RescaleSlope * x + RescaleIntercept`` or a Modality LUT
+   Sequence (pydicom's ``apply_modality_lut``); e.g. CT Hounsfield units.
+2. **VOI LUT**: modality value -> display value. A VOI LUT Sequence (a table) is applied by pydicom's
+   ``apply_voi_lut`` and its output divided by the table's output maximum (2^bits - 1, from LUTDescriptor). A window
+   (WindowCenter c, WindowWidth w; the first of several) is applied here directly to [0, 1] by the standard's
+   formulas: LINEAR (default) ``(x - (c - 0.5)) / (w - 1) + 0.5`` clipped to [0, 1]; LINEAR_EXACT
+   ``(x - c) / w + 0.5`` clipped; SIGMOID ``1 / (1 + exp(-4 (x - c) / w))``. With neither, the image is stretched
+   by its own min and max (per image, so METHODS.md section 1 holds).
+3. **MONOCHROME1 inversion**: in MONOCHROME1 the lowest value is displayed white; ``1 - y`` makes every image
+   "bright = dense" like MONOCHROME2, so one model sees one convention.
+
+Colour DICOM (PhotometricInterpretation RGB, or YBR converted to RGB by pydicom) is divided by 2^BitsStored - 1.
+One frame per file: multi-frame files (tomosynthesis, cine) are refused by name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dpmed.errors import DataError
+
+__all__ = ["read_dicom", "peek_dicom", "read_dicom_header", "voi_window"]
+
+INSTALL_HINT = "pip install 'dpmed[dicom]'"
+
+
+def _pydicom():
+    """The pydicom module, or a DataError that says how to install it (it is an optional extra)."""
+    try:
+        import pydicom
+    except ImportError as exc:
+        raise DataError(f"reading DICOM files needs pydicom, which is not installed: {INSTALL_HINT}") from exc
+    return pydicom
+
+
+def _open(path: Path, *, pixels: bool):
+    from dpmed.data.decoding import UnreadableImage
+
+    pydicom = _pydicom()
+    try:
+        return pydicom.dcmread(path, stop_before_pixels=not pixels)
+    except (pydicom.errors.InvalidDicomError, OSError, EOFError, ValueError, KeyError) as exc:
+        raise UnreadableImage(f"is not a readable DICOM file ({type(exc).__name__}: {exc})") from exc
+
+
+def voi_window(x: np.ndarray, center: float, width: float, function: str = "LINEAR") -> np.ndarray:
+    """The VOI window of PS3.3 C.11.2.1.2 mapped to [0, 1] (see the module docstring for the three functions)."""
+    x = x.astype(np.float64, copy=False)
+    function = (function or "LINEAR").upper()
+    if function == "SIGMOID":
+        if width <= 0:
+            raise ValueError(f"SIGMOID window needs WindowWidth > 0, got {width}")
+        return (1.0 / (1.0 + np.exp(-4.0 * (x - center) / width))).astype(np.float32)
+    if function == "LINEAR_EXACT":
+        if width <= 0:
+            raise ValueError(f"LINEAR_EXACT window needs WindowWidth > 0, got {width}")
+        return np.clip((x - center) / width + 0.5, 0.0, 1.0).astype(np.float32)
+    if function != "LINEAR":
+        raise ValueError(f"VOILUTFunction {function!r} is not LINEAR, LINEAR_EXACT or SIGMOID")
+    if width < 1:
+        raise ValueError(f"LINEAR window needs WindowWidth >= 1, got {width}")
+    if width == 1:
+        return (x > center - 0.5).astype(np.float32)
+    return np.clip((x - (center - 0.5)) / (width - 1.0) + 0.5, 0.0, 1.0).astype(np.float32)
+
+
+def _first(value) -> float:
+    """WindowCenter / WindowWidth may hold several values (alternative windows): the first is the default view."""
+    try:
+        return float(value[0])
+    except TypeError:
+        return float(value)
+
+
+def _grey(ds, stored: np.ndarray) -> np.ndarray:
+    try:
+        from pydicom.pixels import apply_modality_lut, apply_voi_lut  # pydicom >= 3
+    except ImportError:
+        from pydicom.pixel_data_handlers.util import apply_modality_lut, apply_voi_lut  # pydicom 2.x
+
+    modality = np.asarray(apply_modality_lut(stored, ds))  # [H, W] modality values
+    if modality.dtype.kind == "f" and np.array_equal(modality, np.round(modality)):
+        modality = modality.astype(np.int64)  # a table LUT is indexed by integers
+    x = modality.astype(np.float64)
+    if "VOILUTSequence" in ds:
+        y = np.asarray(apply_voi_lut(modality, ds, index=0, prefer_lut=True), dtype=np.float64)
+        bits = int(ds.VOILUTSequence[0].LUTDescriptor[2])
+        out = np.clip(y / float(2**bits - 1), 0.0, 1.0)
+    elif "WindowCenter" in ds and "WindowWidth" in ds:
+        out = voi_window(x, _first(ds.WindowCenter), _first(ds.WindowWidth), str(ds.get("VOILUTFunction", "LINEAR")))
+    else:
+        lo, hi = float(x.min()), float(x.max())
+        out = (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
+    if str(ds.PhotometricInterpretation).upper() == "MONOCHROME1":
+        out = 1.0 - out
+    return out.astype(np.float32)[None]  # [1, H, W]
+
+
+def read_dicom(path: Path) -> np.ndarray:
+    """One DICOM file -> float32 [C, H, W] in [0, 1] (C = 1 grey, 3 colour), by the pipeline of the module docstring.
+
+    Raises UnreadableImage (a flagged row) for a file that is not DICOM, has no pixel data, several frames or an
+    unsupported photometric interpretation or transfer syntax; DataError when pydicom is not installed.
+    """
+    from dpmed.data.decoding import UnreadableImage
+
+    ds = _open(path, pixels=True)
+    if "PixelData" not in ds:
+        raise UnreadableImage("is a DICOM file without pixel data (a report or a structured document?)")
+    frames = int(ds.get("NumberOfFrames", 1) or 1)
+    if frames != 1:
+        raise UnreadableImage(f"holds {frames} frames; dpmed reads single-frame images (export one frame per file)")
+    photometric = str(ds.get("PhotometricInterpretation", "")).upper()
+    try:
+        stored = ds.pixel_array  # decodes (compressed transfer syntaxes need their pydicom plugins)
+        if photometric in ("MONOCHROME1", "MONOCHROME2"):
+            return _grey(ds, stored)
+        if photometric == "RGB" or photometric.startswith("YBR"):  # pydicom returns YBR as RGB by default
+            scale = float(2 ** int(ds.get("BitsStored", 8)) - 1)
+            return np.ascontiguousarray((np.asarray(stored, np.float32) / scale).clip(0, 1).transpose(2, 0, 1))
+    except (ValueError, NotImplementedError, RuntimeError, AttributeError, KeyError, IndexError) as exc:
+        raise UnreadableImage(f"pixel data cannot be decoded ({type(exc).__name__}: {exc})") from exc
+    raise UnreadableImage(f"has PhotometricInterpretation {photometric or '(none)'!r}; dpmed reads MONOCHROME1, "
+                          "MONOCHROME2, RGB and YBR")
+
+
+def peek_dicom(path: Path) -> tuple[int, tuple[int, int]]:
+    """(SamplesPerPixel, (Rows, Columns)) from the header, without reading the pixels."""
+    from dpmed.data.decoding import UnreadableImage
+
+    ds = _open(path, pixels=False)
+    try:
+        return int(ds.get("SamplesPerPixel", 1)), (int(ds.Rows), int(ds.Columns))
+    except AttributeError as exc:
+        raise UnreadableImage("has no Rows / Columns: not an image") from exc
+
+
+def read_dicom_header(path: Path) -> dict[str, str]:
+    """PatientID, PatientSex and PatientAge as stored ("" where absent): folders of DICOM files carry their patient
+    in the header, so the folder reader takes patient ids and demographics from here."""
+    ds = _open(path, pixels=False)
+    return {key: str(ds.get(key, "") or "") for key in ("PatientID", "PatientSex", "PatientAge")}

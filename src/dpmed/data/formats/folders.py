@@ -1,0 +1,162 @@
+"""Image folders: one folder per class, optionally inside one folder per split (the Kermany / Kaggle layout).
+
+Layout (``data.path`` names the top folder)::
+
+    chest_xray/                     or chest_xray/chest_xray/ (a nested extraction is descended automatically)
+      train/NORMAL/IM-0115-0001.jpeg
+      train/PNEUMONIA/person1_bacteria_1.jpeg
+      val/...                       optional (also "valid", "validation"); carved from train when absent
+      test/...                      optional; carved from train when absent
+    or, with no published split:
+    images/<class>/<file>           every image is divided by patient into train / val / test
+
+Image files are JPEG, PNG, BMP, TIFF or DICOM (``.dcm``), found recursively under each class folder; hidden files
+(".DS_Store") are passed over, any other file is a flagged row ("not an image"). Classes are the class folders in
+sorted order unless ``labels`` gives the order (the first is the negative class of a binary task); every split must
+hold the same class folders. Two classes make a binary task, more a multiclass one. Folders next to the split
+folders (``__MACOSX``, a second copy of the data) are not read, and the record lists them.
+
+Patients. A file name carries no patient in general, so each file is its own patient, except:
+
+* **Kermany** names (Kermany, Zhang, Goldbaum 2018): ``person1_bacteria_1.jpeg`` -> patient ``person1``;
+  ``IM-0115-0001.jpeg`` and ``IM-0115-0001-0002.jpeg`` -> ``IM-0115``; ``NORMAL2-IM-0995-0001.jpeg`` ->
+  ``NORMAL2-IM-0995`` (the second batch of normal films numbers its patients separately, so its prefix stays).
+  The default ``patient_pattern`` matches these; its first non-empty group is the patient.
+* **DICOM** files: the header's PatientID (and PatientSex, PatientAge as sex and age).
+
+The Kermany release puts 170 patients in both train and test (e.g. ``person1``: virus images 6-9 in test, 11-13 in
+train). How dpmed handles that is :mod:`dpmed.data.assembly`'s ``shared_patients`` rule.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from dpmed.data.decoding import DECODERS
+from dpmed.data.manifest import SPLIT_NAMES, Manifest, parse_age, parse_sex
+from dpmed.data.sample import Task
+from dpmed.errors import DataError
+
+__all__ = ["read_image_folders", "KERMANY_PATIENT"]
+
+KERMANY_PATIENT = r"^(person\d+)_|^((?:NORMAL\d+-)?IM-\d+)-"
+"""Patient key of Kermany file names (see the module docstring); the first non-empty group is the patient."""
+
+_NOT_DATA = {"__MACOSX", "__pycache__"}
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in _NOT_DATA)
+
+
+def _find_top(root: Path) -> Path:
+    """Descend nested extractions (chest_xray/chest_xray) while a folder holds exactly one folder of folders and
+    no split folder."""
+    folder = root
+    for _ in range(4):
+        subs = _subfolders(folder)
+        if any(s.name.lower() in SPLIT_NAMES for s in subs):
+            return folder
+        if len(subs) == 1 and _subfolders(subs[0]):
+            folder = subs[0]
+            continue
+        return folder
+    return folder
+
+
+def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None = None,
+                       patient_pattern: str = KERMANY_PATIENT) -> Manifest:
+    """Read the layout of the module docstring into a Manifest (no pixel is decoded here).
+
+    Raises DataError when the folder is missing, has fewer than two class folders, the splits disagree on the
+    classes, ``class_names`` names a folder that is absent (or leaves one out), or a class folder holds no image.
+    """
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise DataError(f"image folder {root} not found (or not a folder); data.path must name the folder that holds "
+                        "train/ and test/ (or one folder per class)")
+    top = _find_top(root)
+    subs = _subfolders(top)
+    split_dirs = {s: SPLIT_NAMES[s.name.lower()] for s in subs if s.name.lower() in SPLIT_NAMES}
+    ignored = sorted(p.name for p in top.iterdir() if p.is_dir() and p not in split_dirs) if split_dirs else []
+    if split_dirs:
+        groups = [(s, name) for s, name in split_dirs.items()]
+    else:
+        groups = [(top, "")]  # class folders directly under the top folder: no published split
+
+    classes_by_group = {s: [c.name for c in _subfolders(s)] for s, _ in groups}
+    found = sorted({c for names in classes_by_group.values() for c in names})
+    for s, names in classes_by_group.items():
+        if sorted(names) != found:
+            absent = sorted(set(found) - set(names))
+            raise DataError(f"{s} lacks the class folder(s) {', '.join(absent) or '(none)'} that other splits have "
+                            f"({', '.join(found)}); every split needs the same classes")
+    if class_names is not None:
+        if sorted(class_names) != found:
+            raise DataError(f"labels {list(class_names)} do not match the class folders {found} under {top}; list "
+                            "each class folder once (the first is the negative class of a binary task)")
+        found = list(class_names)
+    if len(found) < 2:
+        raise DataError(f"{top} holds {len(found)} class folder(s) ({', '.join(found) or 'none'}); a classification "
+                        "dataset needs at least two (e.g. NORMAL and PNEUMONIA)")
+
+    pattern = re.compile(patient_pattern)
+    paths, labels, splits, where = [], [], [], []
+    for s, split in groups:
+        for k, cls in enumerate(found):
+            files = sorted(p for p in (s / cls).rglob("*") if p.is_file() and not p.name.startswith("."))
+            if not files:
+                raise DataError(f"{s / cls} holds no files: the {split or 'data'} split has no {cls} images; "
+                                "every class folder needs images")
+            for f in files:
+                paths.append(f)
+                labels.append(k)
+                splits.append(split)
+                where.append(str(f.relative_to(top)))
+    n = len(paths)
+    patients, sex, ages = [], ["unknown"] * n, [""] * n
+    matched = from_header = 0
+    for i, f in enumerate(paths):
+        m = pattern.search(f.name)
+        if m and any(m.groups()):
+            patients.append(next(g for g in m.groups() if g))
+            matched += 1
+        elif f.suffix.lower() in (".dcm", ".dicom"):
+            header = _dicom_header(f)
+            patients.append(header.get("PatientID") or str(f.relative_to(top)))
+            sex[i], ages[i] = header.get("PatientSex", ""), header.get("PatientAge", "")
+            from_header += bool(header.get("PatientID"))
+        else:
+            patients.append(str(f.relative_to(top)))  # its own patient
+    age, implausible = parse_age(ages)
+    manifest = Manifest(
+        name=root.name, root=top, task=Task("binary" if len(found) == 2 else "multiclass", tuple(found)),
+        paths=paths, labels=np.array(labels, dtype=np.int64), patient_ids=np.array(patients, dtype=str),
+        sex=parse_sex(sex), age=age, splits=np.array(splits, dtype=str), where=np.array(where, dtype=str),
+        ids=np.array(where, dtype=str),
+        notes={"format": "image-folders", "classes": list(found), "published_splits": sorted(set(splits) - {""}),
+               "patient_key": {"pattern": patient_pattern, "files_matched": matched, "dicom_patient_id": from_header,
+                               "files_as_own_patient": n - matched - from_header},
+               "folders_not_read": ignored, "implausible_ages_set_unknown": implausible},
+        description=(f"Image folders at {top}: {len(found)} classes ({', '.join(found)}), "
+                     f"{'published splits ' + ', '.join(sorted(set(splits) - {''})) if split_dirs else 'no split'}; "
+                     "sex and age unknown unless DICOM headers give them."),
+    )
+    for i, f in enumerate(paths):
+        if f.suffix.lower() not in DECODERS:
+            manifest.flag(i, "not an image", f"suffix {f.suffix or '(none)'!r} is not an image format dpmed reads "
+                                             f"({', '.join(sorted(DECODERS))}); move the file out of the class folder")
+    return manifest
+
+
+def _dicom_header(path: Path) -> dict[str, str]:
+    from dpmed.data.decoding import UnreadableImage
+    from dpmed.data.formats.dicom import read_dicom_header
+
+    try:
+        return read_dicom_header(path)
+    except UnreadableImage:
+        return {}  # the file is flagged when it is decoded

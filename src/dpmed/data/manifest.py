@@ -1,0 +1,166 @@
+"""What a reader makes of a published layout before any pixel is decoded: one row per image, and its problems.
+
+Why a manifest: every layout (class folders, the APTOS, CheXpert, NIH, MIMIC and HAM10000 tables, a generic CSV)
+comes down to the same columns -- an image file, its label, its patient, sex, age, and the split its publisher put it
+in. A reader only translates its layout into a :class:`Manifest`; checking files, decoding, caching and splitting
+then happen once, in :mod:`dpmed.data.assembly`, the same way for every layout.
+
+A row that cannot be used (its image is missing or unreadable, its label lies outside the task, its id repeats an
+earlier row) is not dropped on the spot: the reader *flags* it with a :class:`Problem`, and assembly either stops with
+one message that lists the first few flagged rows and their count, or, with ``skip_invalid``, drops them and records
+how many (METHODS.md: nothing silently ignored). Problems of the whole table (a missing column, an empty split) are
+raised at once as :class:`~dpmed.errors.DataError`: no row-level skipping can repair them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dpmed.data.sample import Task
+from dpmed.errors import DataError
+
+__all__ = ["Problem", "Manifest", "parse_sex", "parse_age", "parse_splits", "SPLIT_NAMES", "describe_problems"]
+
+SPLIT_NAMES: dict[str, str] = {"train": "train", "val": "val", "valid": "val", "validate": "val",
+                               "validation": "val", "test": "test"}
+"""How publishers name their splits (MIMIC: "validate", CheXpert: "valid") -> dpmed's train / val / test."""
+
+_SHOWN = 5  # offending rows listed in a message; the count covers all of them
+
+_SEX = {"f": "female", "female": "female", "w": "female", "woman": "female",
+        "m": "male", "male": "male", "man": "male"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why one row cannot be used. kind: a short category that is counted ("missing image", "unreadable image",
+    "label outside the task", "duplicate id", ...); detail: what exactly is wrong and, where useful, what to do."""
+
+    kind: str
+    detail: str
+
+
+@dataclass
+class Manifest:
+    """One row per image of a dataset, as its reader found it (N rows).
+
+    name: the dataset's name in messages and records; root: the folder the layout lives in (paths are shown
+    relative to it); task: what the labels mean; ordinal grades set ``task.ordinal``.
+    paths: the image file of each row; labels: int64 [N] (binary, multiclass) or float32 [N, L] 0/1 (multilabel),
+    any value in a flagged row; patient_ids: str [N], the unit that never crosses splits (a patient, or for
+    HAM10000 a lesion); sex: "female" | "male" | "unknown" [N]; age: float64 [N], nan where unknown;
+    splits: "train" | "val" | "test" where the publisher assigned one, "" where not; where: str [N], the row as a
+    user finds it ("train.csv line 17 (id_code 000c1434d8d7)" or a relative path); ids: str [N], what must be unique.
+    problems: flagged rows, row index -> Problem; notes: the reader's provenance (label policy, counts), recorded in
+    the run record; description: one paragraph for the report.
+    """
+
+    name: str
+    root: Path
+    task: Task
+    paths: list[Path]
+    labels: np.ndarray
+    patient_ids: np.ndarray
+    sex: np.ndarray
+    age: np.ndarray
+    splits: np.ndarray
+    where: np.ndarray
+    ids: np.ndarray
+    problems: dict[int, Problem] = field(default_factory=dict)
+    notes: dict[str, object] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        n = len(self.paths)
+        for name in ("labels", "patient_ids", "sex", "age", "splits", "where", "ids"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Manifest.{name} has {len(getattr(self, name))} rows for {n} paths")
+        if n == 0:
+            raise DataError(f"{self.root}: the {self.name} layout lists no images; check that data.path names the "
+                            "dataset's folder (or file)")
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def flag(self, row: int, kind: str, detail: str) -> None:
+        """Mark ``row`` unusable; the first problem found for a row is the one reported."""
+        self.problems.setdefault(int(row), Problem(kind, detail))
+
+    def valid_rows(self) -> np.ndarray:
+        """int64 indices of the rows not flagged, in order."""
+        flagged = np.zeros(len(self), dtype=bool)
+        flagged[list(self.problems)] = True
+        return np.flatnonzero(~flagged)
+
+
+def describe_problems(manifest: Manifest, *, skip_hint: bool = True) -> str:
+    """One message: how many rows are unusable, by kind, and the first few of them with what is wrong."""
+    rows = sorted(manifest.problems)
+    kinds = Counter(manifest.problems[r].kind for r in rows)
+    counts = ", ".join(f"{count} {kind}" for kind, count in kinds.most_common())
+    lines = [f"{manifest.name} at {manifest.root}: {len(rows)} of {len(manifest)} rows cannot be used ({counts}); "
+             f"the first {min(_SHOWN, len(rows))}:"]
+    lines += [f"  - {manifest.where[r]}: {manifest.problems[r].detail}" for r in rows[:_SHOWN]]
+    if skip_hint:
+        lines.append("Fix or remove these rows, or set data.skip_invalid: true to leave them out (the run record then "
+                     "states how many were left out and why).")
+    return "\n".join(lines)
+
+
+def parse_sex(values: Iterable[object]) -> np.ndarray:
+    """Publishers' sex codes (M/F, Male/Female, male/female; any case) -> "male" | "female" | "unknown" [N].
+
+    Anything else (blank, "Unknown", "O", "X") is "unknown": sex is an attribute for fairness analysis, not a label,
+    so an unusual code is reported (the count of unknowns goes into the record) rather than refused.
+    """
+    return np.array([_SEX.get(str(v).strip().lower(), "unknown") for v in values], dtype=object).astype(str)
+
+
+def parse_age(values: Iterable[object], *, oldest: float = 120.0) -> tuple[np.ndarray, int]:
+    """Ages in years -> (float64 [N] with nan where unknown, how many non-blank values were not a plausible age).
+
+    Accepts numbers and DICOM age strings ("045Y", "006M", "010W", "003D"). A value that is not a number, negative or
+    above ``oldest`` (NIH ChestX-ray14 lists ages such as 414) becomes nan, and is counted so the record can say so.
+    """
+    out, implausible = [], 0
+    units = {"Y": 1.0, "M": 1 / 12, "W": 7 / 365.25, "D": 1 / 365.25}
+    for v in values:
+        text = str(v).strip()
+        if text == "" or text.lower() in ("nan", "none", "unknown"):
+            out.append(np.nan)
+            continue
+        scale = 1.0
+        if text[-1:].upper() in units and text[:-1].replace(".", "", 1).isdigit():
+            text, scale = text[:-1], units[text[-1].upper()]
+        try:
+            age = float(text) * scale
+        except ValueError:
+            age = np.nan
+        if not (0.0 <= age <= oldest):  # also catches nan from a bad string
+            implausible += 1
+            age = np.nan
+        out.append(age)
+    return np.array(out, dtype=np.float64), implausible
+
+
+def parse_splits(values: Iterable[object]) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """Publishers' split names -> ("train" | "val" | "test" | "" per row, [(row, unknown name), ...]).
+
+    Names follow :data:`SPLIT_NAMES`; a blank means "not assigned" (the row joins the pool that dpmed splits).
+    """
+    out, bad = [], []
+    for row, v in enumerate(values):
+        text = str(v).strip().lower()
+        if text in ("", "nan"):
+            out.append("")
+        elif text in SPLIT_NAMES:
+            out.append(SPLIT_NAMES[text])
+        else:
+            out.append("")
+            bad.append((row, str(v)))
+    return np.array(out, dtype=object).astype(str), bad

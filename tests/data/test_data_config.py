@@ -1,0 +1,67 @@
+"""The study file's data section: every source of the registry is a valid ``data.source``, new keys parse, and
+unknown or misplaced keys are errors that name the key."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import pytest
+
+from dpmed.config import DataConfig, load_study
+from dpmed.data import DATASET_SOURCES
+from dpmed.errors import ConfigError, DataError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_schema_sources_are_the_registry():
+    assert set(typing.get_args(DataConfig.model_fields["source"].annotation)) == set(DATASET_SOURCES)
+
+
+def test_data_keys_parse(write_study, tmp_path):
+    (tmp_path / "xr").mkdir()
+    study = load_study(write_study(
+        "name: s\ndata:\n  source: folders\n  path: xr\n  labels: [NORMAL, PNEUMONIA]\n  image_size: 64\n"
+        "  preprocessing: {minmax: true, equalize: true, normalize: {mean: [0.5], std: [0.25]}}\n"
+        "  split: {val_fraction: 0.1, seed: 3, shared_patients: keep}\n  skip_invalid: true\n"
+        "  cache_dir: /tmp/c\narms: [{name: a, mechanism: none}]\n"))
+    d = study.data
+    assert d.path == (tmp_path / "xr").resolve() and d.labels == ["NORMAL", "PNEUMONIA"]
+    assert d.preprocessing.equalize and d.preprocessing.normalize.std == [0.25]
+    assert d.split.val_fraction == 0.1 and d.split.test_fraction == 0.15 and d.split.shared_patients == "keep"
+    assert d.skip_invalid and d.cache_dir == Path("/tmp/c")
+
+
+@pytest.mark.parametrize("data, message", [
+    ("{source: folders, path: xr, preprocessing: {equalise: true}}", "data.preprocessing.equalise: unknown key"),
+    ("{source: folders, path: xr, split: {val_fraction: 0.6, test_fraction: 0.5}}", "must be below 1"),
+    ("{source: folders, path: xr, preprocessing: {normalize: {mean: [0.5, 0.5], std: [1]}}}", "same number"),
+    ("{source: csv, path: xr, columns: {file: a}}", "data.columns.path: required key is missing"),
+    ("{source: folders}", "source 'folders' needs 'path'"),
+    ("{source: kermany, path: xr}", "data.source"),
+])
+def test_bad_data_keys_name_the_key(write_study, tmp_path, data, message):
+    (tmp_path / "xr").mkdir(exist_ok=True)
+    with pytest.raises(ConfigError, match=message):
+        load_study(write_study(f"name: s\ndata: {data}\narms: [{{name: a, mechanism: none}}]\n"))
+
+
+def test_kermany_study_file(chest_xray_path):
+    study = load_study(REPO / "configs" / "kermany.yaml")
+    assert study.data.source == "folders" and study.data.path == chest_xray_path.resolve()
+    assert study.data.image_size == 64 and study.model.name == "small_cnn"
+    arms = {arm.mechanism: arm for arm in study.arms}
+    assert arms["pixel_laplace"].scale == [0.5] and arms["dp_sgd"].target_epsilon == [1, 8]
+
+
+def test_an_option_the_source_ignores_stops_the_study(write_study, tmp_path, write_image):
+    from dpmed.study import load_study_data
+
+    for cls in ("a", "b"):
+        for i in range(3):
+            write_image(tmp_path / "xr" / cls / f"{i}.png")
+    study = load_study(write_study("name: s\ndata: {source: folders, path: xr, uncertain: ones}\n"
+                                   "arms: [{name: a, mechanism: none}]\n"))
+    with pytest.raises(DataError, match="data.uncertain does not apply to source 'folders'"):
+        load_study_data(study)

@@ -1,0 +1,139 @@
+"""DICOM decoding (pydicom, the optional extra): modality LUT, VOI LUT / window, MONOCHROME1 inversion, folders of
+DICOM files with patients from the header, broken files, and the message when pydicom is absent."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpmed.data import SplitPlan, load_dataset
+from dpmed.data.decoding import UnreadableImage, read_image
+from dpmed.data.formats import dicom
+from dpmed.data.formats.dicom import voi_window
+from dpmed.errors import DataError
+
+
+def _write_dicom(path: Path, stored: np.ndarray, *, photometric: str = "MONOCHROME2", rescale=None, window=None,
+                 function=None, voi_lut=None, patient=None, sex=None, age=None, frames: int | None = None) -> Path:
+    """A minimal single-frame 16-bit (12 stored) Secondary Capture file, with the optional transforms asked for."""
+    pydicom = pytest.importorskip("pydicom")
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.sequence import Sequence
+    from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
+
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = SecondaryCaptureImageStorage
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
+    ds.Modality = "DX"
+    ds.Rows, ds.Columns = stored.shape
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, photometric
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 12, 11, 0
+    if rescale is not None:
+        ds.RescaleSlope, ds.RescaleIntercept = rescale
+    if window is not None:
+        ds.WindowCenter, ds.WindowWidth = window
+    if function is not None:
+        ds.VOILUTFunction = function
+    if voi_lut is not None:
+        item = Dataset()
+        item.LUTDescriptor = [len(voi_lut), 0, 8]
+        item.LUTData = np.asarray(voi_lut, dtype=np.uint16).tobytes()  # OW in explicit VR
+        ds.VOILUTSequence = Sequence([item])
+    for key, value in (("PatientID", patient), ("PatientSex", sex), ("PatientAge", age)):
+        if value is not None:
+            setattr(ds, key, value)
+    if frames is not None:
+        ds.NumberOfFrames = frames
+    ds.PixelData = stored.astype(np.uint16).tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if int(pydicom.__version__.split(".")[0]) >= 3:
+        ds.save_as(path, enforce_file_format=True)
+    else:
+        ds.is_little_endian, ds.is_implicit_VR = True, False
+        ds.save_as(path, write_like_original=False)
+    return path
+
+
+STORED = np.array([[0, 100], [200, 4095]], dtype=np.uint16)
+
+
+def test_voi_window_formulas_by_hand():
+    x = np.array([-100.0, 99.5, 100.0, 300.0])
+    # LINEAR, c = 100, w = 201: (x - 99.5) / 200 + 0.5, clipped
+    np.testing.assert_allclose(voi_window(x, 100, 201), [0.0, 0.5, 0.5025, 1.0], atol=1e-6)
+    # LINEAR_EXACT, c = 100, w = 400: (x - 100) / 400 + 0.5
+    np.testing.assert_allclose(voi_window(x, 100, 400, "LINEAR_EXACT"), [0.0, 0.49875, 0.5, 1.0], atol=1e-6)
+    # SIGMOID: 1 / (1 + exp(-4 (x - c) / w)); at x = c it is 1/2
+    np.testing.assert_allclose(voi_window(np.array([100.0]), 100, 50, "SIGMOID"), [0.5])
+    with pytest.raises(ValueError, match="VOILUTFunction 'GAMMA'"):
+        voi_window(x, 100, 400, "GAMMA")
+
+
+def test_modality_lut_then_window(tmp_path):
+    # stored 0, 100, 200, 4095 -> modality (slope 2, intercept -100) -100, 100, 300, 8090 -> LINEAR_EXACT c 100 w 400
+    path = _write_dicom(tmp_path / "a.dcm", STORED, rescale=(2, -100), window=(100, 400), function="LINEAR_EXACT")
+    np.testing.assert_allclose(read_image(path, channels=1)[0], [[0.0, 0.5], [1.0, 1.0]], atol=1e-6)
+
+
+def test_monochrome1_is_inverted(tmp_path):
+    path = _write_dicom(tmp_path / "m1.dcm", STORED, photometric="MONOCHROME1", rescale=(2, -100),
+                        window=(100, 400), function="LINEAR_EXACT")
+    np.testing.assert_allclose(read_image(path, channels=1)[0], [[1.0, 0.5], [0.0, 0.0]], atol=1e-6)
+
+
+def test_voi_lut_sequence_and_no_voi(tmp_path):
+    lut = _write_dicom(tmp_path / "lut.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 85, 170, 255])
+    np.testing.assert_allclose(read_image(lut, channels=1)[0], [[0, 1 / 3], [2 / 3, 1]], atol=1e-6)
+    plain = _write_dicom(tmp_path / "plain.dcm", STORED)  # no window: the image's own range
+    np.testing.assert_allclose(read_image(plain, channels=1)[0], STORED / 4095.0, atol=1e-6)
+    assert read_image(plain, channels=3).shape == (3, 2, 2)
+
+
+def test_broken_and_multiframe_files_are_unreadable(tmp_path):
+    junk = tmp_path / "junk.dcm"
+    junk.write_bytes(b"\x00" * 50)
+    with pytest.raises(UnreadableImage, match="not a readable DICOM file"):
+        read_image(junk, channels=1)
+    multi = _write_dicom(tmp_path / "multi.dcm", STORED, frames=2)
+    with pytest.raises(UnreadableImage, match="holds 2 frames"):
+        read_image(multi, channels=1)
+
+
+def test_folder_of_dicom_files_takes_patients_from_the_header(tmp_path):
+    rng = np.random.default_rng(0)
+    for k, cls in enumerate(("normal", "nodule")):
+        for i in range(6):
+            _write_dicom(tmp_path / "cxr" / cls / f"{cls}{i}.dcm", rng.integers(0, 4096, (10, 10)),
+                         patient=f"P{i % 4}", sex="MF"[i % 2], age=f"0{40 + i}Y")
+    (tmp_path / "cxr" / "normal" / "normal5.dcm").write_bytes(b"DICM but not really")
+    with pytest.raises(DataError, match=r"normal/normal5.dcm: image normal/normal5.dcm is not a readable DICOM"):
+        load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)
+    d = load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None,
+                     skip_invalid=True, split=SplitPlan(val_fraction=0.25, test_fraction=0.25))
+    assert d.source["patient_key"]["dicom_patient_id"] == 11 and d.source["left_out_invalid"]["count"] == 1
+    ids = [set(s.patient_ids) for s in (d.train, d.val, d.test)]
+    assert set().union(*ids) == {"P0", "P1", "P2", "P3"} and not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    assert {"female", "male"} == set(np.concatenate([s.sex for s in (d.train, d.val, d.test)]))
+    assert set(np.concatenate([s.age for s in (d.train, d.val, d.test)])) <= {40.0, 41.0, 42.0, 43.0, 44.0, 45.0}
+
+
+def test_missing_pydicom_says_how_to_install(tmp_path, monkeypatch):
+    path = tmp_path / "x.dcm"
+    path.write_bytes(b"\x00" * 200)
+    monkeypatch.setitem(sys.modules, "pydicom", None)  # import pydicom now raises ImportError
+    with pytest.raises(DataError, match=r"pip install 'dpmed\[dicom\]'"):
+        dicom.read_dicom(path)
+    (tmp_path / "f" / "a").mkdir(parents=True)
+    (tmp_path / "f" / "b").mkdir()
+    for name in ("a/1.dcm", "a/2.dcm", "a/3.dcm", "b/1.dcm", "b/2.dcm", "b/3.dcm"):
+        (tmp_path / "f" / name).write_bytes(b"\x00" * 200)
+    with pytest.raises(DataError, match=r"pip install 'dpmed\[dicom\]'"):  # raised, never a skipped row
+        load_dataset(source="folders", path=tmp_path / "f", image_size=8, channels=1, seed=0, n_images=None,
+                     skip_invalid=True)

@@ -1,0 +1,236 @@
+"""Image folders (the Kermany / Kaggle chest_xray layout): fixture folders in that layout, its bad inputs, and a few
+files of the real ../shared/data/chest_xray."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpmed.data import SplitPlan, load_dataset, read_image_folders
+from dpmed.data.decoding import read_image
+from dpmed.errors import DataError
+
+# The Kermany naming: person<k>_<bacteria|virus>_<n> and (NORMAL2-)IM-<patient>-<image>[-<n>]. person9 has images in
+# both train and test, as 170 patients of the real release do.
+KERMANY = {
+    "train/NORMAL": ["IM-0001-0001.jpeg", "IM-0001-0002.jpeg", "IM-0002-0001.jpeg", "NORMAL2-IM-0001-0001.jpeg",
+                     "IM-0003-0001-0001.jpeg", "IM-0004-0001.jpeg", "IM-0005-0001.jpeg", "IM-0006-0001.jpeg"],
+    "train/PNEUMONIA": ["person1_bacteria_1.jpeg", "person1_bacteria_2.jpeg", "person2_virus_3.jpeg",
+                        "person3_bacteria_4.jpeg", "person4_virus_5.jpeg", "person5_bacteria_6.jpeg",
+                        "person6_bacteria_7.jpeg", "person7_virus_8.jpeg", "person9_virus_12.jpeg"],
+    "test/NORMAL": ["IM-0100-0001.jpeg", "IM-0101-0001.jpeg"],
+    "test/PNEUMONIA": ["person9_virus_10.jpeg", "person100_bacteria_1.jpeg"],
+}
+
+
+def _kermany(root: Path, write_image, layout=KERMANY) -> Path:
+    for folder, names in layout.items():
+        for i, name in enumerate(names):
+            write_image(root / folder / name, level=100 + 10 * i, size=(20, 24))
+    return root
+
+
+def _load(path, **kwargs):
+    args = dict(source="folders", path=path, image_size=16, channels=1, seed=0, n_images=None,
+                split=SplitPlan(val_fraction=0.3))
+    args.update(kwargs)
+    return load_dataset(**args)
+
+
+def _owners(dataset) -> dict[str, set[str]]:
+    owners: dict[str, set[str]] = {}
+    for name in ("train", "val", "test"):
+        for pid in getattr(dataset, name).patient_ids:
+            owners.setdefault(str(pid), set()).add(name)
+    return owners
+
+
+def test_kermany_layout_patients_classes_and_published_test(tmp_path, write_image):
+    m = read_image_folders(_kermany(tmp_path / "chest_xray", write_image))
+    assert m.task.kind == "binary" and m.task.label_names == ("NORMAL", "PNEUMONIA")
+    by_file = {p.name: pid for p, pid in zip(m.paths, m.patient_ids)}
+    assert by_file["IM-0001-0002.jpeg"] == by_file["IM-0001-0001.jpeg"] == "IM-0001"
+    assert by_file["IM-0003-0001-0001.jpeg"] == "IM-0003"
+    assert by_file["NORMAL2-IM-0001-0001.jpeg"] == "NORMAL2-IM-0001"  # the second batch numbers its own patients
+    assert by_file["person1_bacteria_2.jpeg"] == "person1" and by_file["person9_virus_10.jpeg"] == "person9"
+    assert m.notes["patient_key"]["files_matched"] == len(m) == 21
+    labels = dict(zip((p.name for p in m.paths), m.labels))
+    assert labels["IM-0001-0001.jpeg"] == 0 and labels["person2_virus_3.jpeg"] == 1
+
+
+def test_published_test_kept_val_carved_and_no_patient_crosses(tmp_path, write_image):
+    d = _load(_kermany(tmp_path / "chest_xray", write_image))
+    assert sorted(Path(p).name for p in d.test.patient_ids) == sorted(["IM-0100", "IM-0101", "person9", "person100"])
+    assert len(d.test) == 4 and d.train.image_shape == (1, 16, 16)
+    assert all(len(splits) == 1 for splits in _owners(d).values())
+    # person9's train image is left out (the test split outranks train), and the record says so.
+    assert "person9" not in set(d.train.patient_ids) | set(d.val.patient_ids)
+    assert len(d.train) + len(d.val) == 17 - 1
+    split = d.source["split"]
+    assert split["published"] == ["test", "train"] and split["carved"] == ["val"]
+    assert split["patients_in_two_published_splits"] == 1 and split["patients_crossing_splits"] == 0
+    assert set(d.val.labels) == {0, 1}  # stratified: both classes in the carved validation split
+
+
+def test_shared_patients_keep_reproduces_the_published_split(tmp_path, write_image):
+    d = _load(_kermany(tmp_path / "chest_xray", write_image),
+              split=SplitPlan(val_fraction=0.3, shared_patients="keep"))
+    assert len(d.train) + len(d.val) == 17
+    assert d.source["split"]["patients_crossing_splits"] == 1
+    assert "kept as published" in d.source["summary"]
+
+
+def test_official_false_splits_every_image_by_patient(tmp_path, write_image):
+    d = _load(_kermany(tmp_path / "chest_xray", write_image),
+              split=SplitPlan(val_fraction=0.2, test_fraction=0.2, official=False, seed=3))
+    assert len(d.train) + len(d.val) + len(d.test) == 21
+    assert all(len(splits) == 1 for splits in _owners(d).values())
+    assert d.source["split"]["carved"] == ["val", "test"]
+
+
+def test_split_seed_changes_the_carved_validation_split(tmp_path, write_image):
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    vals = {tuple(sorted(_load(root, split=SplitPlan(val_fraction=0.3, seed=s)).val.patient_ids)) for s in range(6)}
+    assert len(vals) > 1
+    again = _load(root, split=SplitPlan(val_fraction=0.3, seed=0))
+    np.testing.assert_array_equal(again.val.images, _load(root, split=SplitPlan(val_fraction=0.3, seed=0)).val.images)
+
+
+def test_nested_kaggle_extraction_is_descended(tmp_path, write_image):
+    _kermany(tmp_path / "chest_xray" / "chest_xray", write_image)
+    write_image(tmp_path / "chest_xray" / "__MACOSX" / "chest_xray" / "._x.jpeg")
+    m = read_image_folders(tmp_path / "chest_xray")
+    assert m.root == tmp_path / "chest_xray" / "chest_xray" and len(m) == 21
+
+
+def test_folders_beside_the_split_folders_are_listed_not_read(tmp_path, write_image):
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    write_image(root / "chest_xray" / "train" / "NORMAL" / "IM-0009-0001.jpeg")  # a second copy, as in the Kaggle zip
+    m = read_image_folders(root)
+    assert len(m) == 21 and m.notes["folders_not_read"] == ["chest_xray"]
+
+
+def test_class_folders_without_split_and_label_order(tmp_path, write_image):
+    for cls in ("benign", "malignant", "normal"):
+        for i in range(4):
+            write_image(tmp_path / "us" / cls / f"{cls}_{i}.png", level=60 + 40 * i)
+    d = _load(tmp_path / "us", labels=("normal", "benign", "malignant"),
+              split=SplitPlan(val_fraction=0.25, test_fraction=0.25))
+    assert d.task.kind == "multiclass" and d.task.label_names == ("normal", "benign", "malignant")
+    assert sum(map(len, (d.train, d.val, d.test))) == 12
+    assert d.source["patient_key"]["files_as_own_patient"] == 12
+    with pytest.raises(DataError, match=r"labels \['normal', 'benign'\] do not match the class folders"):
+        read_image_folders(tmp_path / "us", class_names=("normal", "benign"))
+
+
+def test_preprocessing_runs_per_image_and_is_recorded(tmp_path, write_image):
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    d = _load(root, minmax=True, image_size=8, channels=3)
+    assert d.train.image_shape == (3, 8, 8)
+    assert np.allclose(d.train.images.min(axis=(1, 2, 3)), 0) and np.allclose(d.train.images.max(axis=(1, 2, 3)), 1)
+    assert d.source["preprocessing"]["minmax"] is True and d.source["preprocessing"]["channels"] == 3
+
+
+# --- bad input ------------------------------------------------------------------------------------------------
+
+
+def test_truncated_image_stops_with_file_and_count(tmp_path, write_image):
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    for name in ("train/PNEUMONIA/person3_bacteria_4.jpeg", "test/NORMAL/IM-0101-0001.jpeg"):
+        data = (root / name).read_bytes()
+        (root / name).write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError) as err:
+        _load(root)
+    message = str(err.value)
+    assert "2 of 21 rows cannot be used (2 unreadable image)" in message
+    assert "train/PNEUMONIA/person3_bacteria_4.jpeg" in message and "test/NORMAL/IM-0101-0001.jpeg" in message
+    assert "skip_invalid" in message
+
+
+def test_skip_invalid_leaves_out_and_counts(tmp_path, write_image):
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    (root / "train/NORMAL/IM-0002-0001.jpeg").write_bytes(b"not a jpeg at all")
+    (root / "train/NORMAL/notes.txt").write_text("scanner log")
+    d = _load(root, skip_invalid=True)
+    left = d.source["left_out_invalid"]
+    assert left["count"] == 2 and left["by_kind"] == {"not an image": 1, "unreadable image": 1}
+    assert len(d.train) + len(d.val) == 16 - 1  # 17 train rows, the notes file, minus person9 and the broken file
+
+
+def test_not_an_image_file_is_named(tmp_path, write_image):
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    (root / "test/PNEUMONIA/readme.txt").write_text("x")
+    with pytest.raises(DataError, match=r"test/PNEUMONIA/readme.txt: suffix '.txt' is not an image format"):
+        _load(root)
+
+
+def test_empty_class_folder_and_missing_class_are_errors(tmp_path, write_image):
+    root = _kermany(tmp_path / "a", write_image, {**KERMANY, "test/PNEUMONIA": []})
+    (root / "test/PNEUMONIA").mkdir(parents=True)
+    with pytest.raises(DataError, match=r"test/PNEUMONIA holds no files: the test split has no PNEUMONIA images"):
+        read_image_folders(root)
+    root = _kermany(tmp_path / "b", write_image, {k: v for k, v in KERMANY.items() if k != "test/PNEUMONIA"})
+    with pytest.raises(DataError, match=r"test lacks the class folder\(s\) PNEUMONIA"):
+        read_image_folders(root)
+
+
+def test_missing_folder_and_one_class(tmp_path, write_image):
+    with pytest.raises(DataError, match="image folder .*nowhere not found"):
+        read_image_folders(tmp_path / "nowhere")
+    write_image(tmp_path / "one" / "train" / "NORMAL" / "IM-0001-0001.jpeg")
+    with pytest.raises(DataError, match="1 class folder"):
+        read_image_folders(tmp_path / "one")
+
+
+def test_images_of_different_sizes_need_image_size(tmp_path, write_image):
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    write_image(root / "train/NORMAL/IM-0001-0002.jpeg", size=(30, 30))
+    with pytest.raises(DataError, match=r"IM-0001-0002.jpeg is 30x30 px .* set data.image_size"):
+        _load(root, image_size=None)
+
+
+def test_options_the_source_does_not_read_are_errors(tmp_path, write_image):
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    with pytest.raises(DataError, match=r"data.columns does not apply to source 'folders' \(it applies to: csv\)"):
+        _load(root, columns={"path": "x"})
+    with pytest.raises(DataError, match=r"data.uncertain does not apply to source 'folders'"):
+        _load(root, uncertain="ones")
+    with pytest.raises(DataError, match=r"data.split does not apply to source 'medmnist'"):
+        load_dataset(source="medmnist", path=tmp_path / "x.npz", image_size=None, channels=None, seed=0,
+                     n_images=None, split=SplitPlan())
+
+
+# --- the real release ------------------------------------------------------------------------------------------
+
+
+def test_real_chest_xray_manifest(chest_xray_path):
+    m = read_image_folders(chest_xray_path)
+    listed = list(csv.DictReader((chest_xray_path / "manifest.csv").open()))
+    assert sorted(str(p.relative_to(chest_xray_path)) for p in m.paths) == sorted(r["path"] for r in listed)
+    assert m.task.label_names == ("NORMAL", "PNEUMONIA") and not m.problems
+    assert m.notes["patient_key"]["files_matched"] == len(m) == 5840
+    train = set(m.patient_ids[m.splits == "train"])
+    test = set(m.patient_ids[m.splits == "test"])
+    assert len(train & test) == 170  # the release's own split shares these patients (module docstring)
+    assert (m.labels[m.splits == "test"] == 1).sum() == 390
+
+
+def test_real_chest_xray_files_decode(chest_xray_path):
+    m = read_image_folders(chest_xray_path)
+    for i in (0, 2000, 5839):
+        x = read_image(m.paths[i], channels=1)
+        assert x.shape == (1, 224, 224) and x.dtype == np.float32 and 0 <= x.min() < x.max() <= 1
+        small = read_image(m.paths[i], channels=3, size_hint=(64, 64))  # JPEG draft: decoded at >= 64 px
+        assert small.shape[0] == 3 and min(small.shape[1:]) >= 64
+
+
+@pytest.mark.slow
+def test_real_chest_xray_whole_dataset(chest_xray_path):
+    d = load_dataset(source="folders", path=chest_xray_path, image_size=64, channels=1, seed=0, n_images=None,
+                     split=SplitPlan(val_fraction=0.1))
+    assert (len(d.train), len(d.val), len(d.test)) == (4282, 477, 624)
+    assert all(len(splits) == 1 for splits in _owners(d).values())
+    assert d.source["split"]["rows_of_those_patients_outside_their_top_split"] == 457

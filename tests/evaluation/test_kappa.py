@@ -1,0 +1,41 @@
+"""Quadratic-weighted kappa for ordinal grades (METHODS.md sec. 4): by hand, against scikit-learn, in the report row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import cohen_kappa_score
+
+from dpmed.evaluation.utility import evaluate_utility, quadratic_weighted_kappa
+
+
+def test_kappa_by_hand():
+    # y = 0, 1, 2 and predictions 0, 2, 2 (K = 3): w = (i - j)^2 / 4. Observed disagreement: w(1, 2) / 3 = 1/12.
+    # Marginals: true 1/3 each, predicted (1/3, 0, 2/3); expected disagreement = 1/3 * (1/3 * 5/4 + 2/3 * 5/4) = 5/12.
+    # kappa = 1 - (1/12) / (5/12) = 0.8
+    assert quadratic_weighted_kappa([0, 1, 2], [0, 2, 2], n_classes=3) == pytest.approx(0.8)
+    assert quadratic_weighted_kappa([0, 1, 2, 3], [0, 1, 2, 3], n_classes=5) == pytest.approx(1.0)
+    assert np.isnan(quadratic_weighted_kappa([2, 2], [2, 2], n_classes=5))  # one class only: undefined
+
+
+def test_kappa_matches_scikit_learn():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 5, 300)
+    p = np.clip(y + rng.integers(-2, 3, 300), 0, 4)
+    assert quadratic_weighted_kappa(y, p, n_classes=5) == pytest.approx(cohen_kappa_score(y, p, weights="quadratic"))
+
+
+def test_ordinal_task_reports_kappa_with_interval():
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 5, 200)
+    scores = np.eye(5)[np.clip(y + rng.integers(-1, 2, 200), 0, 4)] * 0.8 + 0.04  # [N, 5], rows sum to 1
+    args = dict(kind="multiclass", label_names=list("01234"), val_labels=y, val_scores=scores, test_labels=y,
+                test_scores=scores, n_resamples=200, seed=0)
+    row = evaluate_utility(**args, ordinal=True)
+    expected = cohen_kappa_score(y, scores.argmax(axis=1), weights="quadratic")
+    assert row["test_kappa_quadratic"] == pytest.approx(expected)
+    assert row["test_kappa_quadratic_low"] < expected < row["test_kappa_quadratic_high"]
+    assert "test_kappa_quadratic" not in evaluate_utility(**args)  # nominal classes: no kappa
+    with pytest.raises(ValueError, match="ordinal applies to multiclass"):
+        evaluate_utility(kind="binary", label_names=["a", "b"], val_labels=[0, 1], val_scores=[0.1, 0.9],
+                         test_labels=[0, 1], test_scores=[0.2, 0.8], n_resamples=10, seed=0, ordinal=True)
