@@ -34,9 +34,10 @@ def test_quickstart_writes_every_output(quickstart, capsys):
         assert (quickstart / "runs" / run_id / "run.json").is_file()
         assert (quickstart / "runs" / run_id / "predictions.npz").is_file()
     report = (quickstart / "report.html").read_text()
-    for section in ('id="summary"', 'id="utility"', 'id="privacy"', 'id="provenance"', "data:image/png;base64,",
-                    "phantom"):
-        assert section in report
+    for section in ('id="summary"', 'id="utility"', 'id="privacy"', 'id="risk"', 'id="ldp-examples"',
+                    'id="provenance"', "data:image/png;base64,", "phantom", "git_commit", "Wall time per run"):
+        assert section in report, section
+    assert (quickstart / "ldp_examples.png").is_file() and (quickstart / "auroc_vs_epsilon.png").is_file()
 
 
 def test_privacy_cards_are_honest(quickstart):

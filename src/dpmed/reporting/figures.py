@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 from matplotlib.figure import Figure  # not pyplot: no global backend or figure state is touched
 
-__all__ = ["auroc_versus_epsilon"]
+__all__ = ["auroc_versus_epsilon", "ldp_examples"]
 
 
 def auroc_versus_epsilon(records: Iterable[dict[str, Any]]) -> bytes:
@@ -20,7 +20,8 @@ def auroc_versus_epsilon(records: Iterable[dict[str, Any]]) -> bytes:
     fig = Figure(figsize=(7, 4.2), dpi=110)
     ax = fig.subplots()
     styles = {"dp_sgd": ("o", "tab:blue", "DP-SGD (eps at its delta)"),
-              "pixel_laplace": ("s", "tab:orange", "pixel Laplace LDP (eps per image)")}
+              "pixel_laplace": ("s", "tab:orange", "pixel Laplace LDP (eps per image)"),
+              "pixel_gaussian": ("^", "tab:green", "pixel Gaussian LDP (eps per image at its delta)")}
     xs = []
     for mech, (marker, color, label) in styles.items():
         pts = [r for r in records if r["mechanism"] == mech and r["privacy"]["is_dp"]
@@ -46,6 +47,27 @@ def auroc_versus_epsilon(records: Iterable[dict[str, Any]]) -> bytes:
     ax.axhline(0.5, color="grey", ls=":", lw=1)
     ax.grid(alpha=0.3, which="both")
     ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def ldp_examples(rows: list[tuple[str, Any, Any]]) -> bytes:
+    """A grid of images: the first row the originals, then one row per local-DP run (label, originals, perturbed)
+    with the same images after its mechanism. Arrays are [n, C, H, W] in [0, 1]; the first channel is shown."""
+    n = rows[0][1].shape[0]
+    fig = Figure(figsize=(1.6 * n + 1.8, 1.6 * (len(rows) + 1)), dpi=100)
+    axes = fig.subplots(len(rows) + 1, n, squeeze=False)
+    grids = [("original", rows[0][1])] + [(label, perturbed) for label, _, perturbed in rows]
+    for r, (label, images) in enumerate(grids):
+        for c in range(n):
+            ax = axes[r][c]
+            ax.imshow(images[c, 0], cmap="gray", vmin=0.0, vmax=1.0)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if c == 0:
+                ax.set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

@@ -10,7 +10,9 @@ from typing import Any, Iterable
 
 import yaml
 
-from dpmed.reporting.figures import auroc_versus_epsilon
+import numpy as np
+
+from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples
 from dpmed.reporting.tables import eps_text
 
 __all__ = ["write_report"]
@@ -74,6 +76,49 @@ def _card(r: dict[str, Any]) -> str:
             f"<table>{rows}</table></div>")
 
 
+def _risk_section(records: list[dict[str, Any]]) -> str:
+    """Reconstruction and membership-inference bounds per DP-SGD run (METHODS.md s.7), with their assumptions."""
+    rows, assumptions = [], ""
+    for r in records:
+        risk = r.get("reconstruction")
+        if not risk:
+            continue
+        tpr = risk["tpr_at_fpr"]
+        rows.append(f"<tr><td>{_e(r['run_id'])}</td><td>{_e(eps_text(r['privacy']))}</td>"
+                    f"<td class=num>{risk['kappa']:.3g}</td><td class=num>{risk['worst_case']:.3%}</td>"
+                    f"<td class=num>{risk['relaxed']:.3%}</td><td class=num>{tpr.get('0.001', 0):.2%}</td>"
+                    f"<td class=num>{tpr.get('0.01', 0):.2%}</td></tr>")
+        assumptions = risk["assumptions"]
+    if not rows:
+        return ""
+    return (f'<h2 id="risk">Reconstruction risk</h2><p>Upper bounds on the success probability of an informed '
+            f"attacker reconstructing one training image (worst case, and relaxed: gradient sign unknown), and the "
+            f"best possible membership-inference TPR at a fixed FPR, from each run's DP-SGD trade-off curve.</p>"
+            f"<table><tr><th>run</th><th>eps</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
+            f"<th>MIA TPR at FPR 0.1%</th><th>MIA TPR at FPR 1%</th></tr>{''.join(rows)}</table>"
+            f"<p>Assumptions: {_e(assumptions)}</p>")
+
+
+def _examples_section(records: list[dict[str, Any]], runs_dir: Path, out_dir: Path) -> str:
+    """Original versus perturbed images for each local-DP run (the visual point of 000_56c2431ae4df8d10.txt)."""
+    rows = []
+    for r in records:
+        path = runs_dir / r["run_id"] / "ldp_examples.npz"
+        if path.is_file():
+            with np.load(path) as f:
+                rows.append((f"{r['run_id']}\n{eps_text(r['privacy'])}", f["original"], f["perturbed"]))
+    if not rows:
+        return ""
+    png = ldp_examples(rows)
+    (out_dir / "ldp_examples.png").write_bytes(png)
+    uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return ('<h2 id="ldp-examples">Local DP: what the released images look like</h2><p>The same test images '
+            "before (top row) and after each local-DP run's mechanism. Each run applied its mechanism to its training "
+            "images only; test images are shown here so the report contains no training image. "
+            "Visual unrecognisability is not a privacy guarantee: read the eps on each card.</p>"
+            f'<img src="{uri}" alt="original and perturbed example images" style="max-width:100%">')
+
+
 def write_report(resolved: dict[str, Any], records: Iterable[dict[str, Any]], path: Path) -> None:
     """Write report.html (and the figure as PNG beside it) from the resolved study and the run records."""
     records = list(records)
@@ -115,8 +160,15 @@ bootstrap redraws of the test set (seed {study['evaluation']['bootstrap_seed']})
 different neighbours (any two images versus adding or removing one image from training), so their eps are not
 directly comparable.</p>
 <div class="cards">{''.join(_card(r) for r in records)}</div>
+{_risk_section(records)}
+{_examples_section(records, path.parent / "runs", path.parent)}
 <h2 id="provenance">Provenance</h2>
 <table>{''.join(f'<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>' for k, v in versions.items())}</table>
+<p>Wall time per run (seconds; a resumed run counts only its last session):</p>
+<table><tr><th>run</th><th>training</th><th>total</th><th>device</th><th>resumed from</th></tr>{''.join(
+    f"<tr><td>{_e(r['run_id'])}</td><td class=num>{r['timing']['train_seconds']:.1f}</td>"
+    f"<td class=num>{r['timing'].get('total_seconds', float('nan')):.1f}</td><td>{_e(r['timing'].get('device', ''))}</td>"
+    f"<td class=num>{r['timing'].get('resumed_from', 0)}</td></tr>" for r in records)}</table>
 <p>Resolved study (every derived value included):</p>
 <pre>{_e(yaml.safe_dump(resolved, sort_keys=False))}</pre>
 </body></html>"""

@@ -21,6 +21,11 @@ def results_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
         row = {"run_id": r["run_id"], "arm": r["arm"], "mechanism": r["mechanism"], "seed": r["seed"]}
         row.update({k: card.get(k) for k in _PRIVACY_COLUMNS})
         row["privacy_statement"] = card["statement"]
+        risk = r.get("reconstruction") or {}
+        row["reconstruction_worst_case"] = risk.get("worst_case")
+        row["reconstruction_relaxed"] = risk.get("relaxed")
+        for fpr, tpr in (risk.get("tpr_at_fpr") or {}).items():
+            row[f"mia_tpr_at_fpr_{fpr}"] = tpr
         row.update(r["metrics"])
         row["train_seconds"] = r["timing"]["train_seconds"]
         rows.append(row)
@@ -38,8 +43,9 @@ def write_results_table(records: Iterable[dict[str, Any]], path: Path) -> pd.Dat
 def eps_text(card: dict[str, Any]) -> str:
     if not card["is_dp"]:
         return "inf (no DP)" if card["mechanism"] == "none" else "not DP"
-    if card["mechanism"] == "pixel_laplace":
-        return f"{card['epsilon_image']:,.4g} (image, LDP)"
+    if "epsilon_image" in card:   # local DP: per image, for "any two images" (not comparable to DP-SGD's eps)
+        delta = f", d={card['delta']:.0e}" if card.get("delta") else ""
+        return f"{card['epsilon_image']:,.4g} (image, LDP{delta})"
     return f"{card['epsilon']:.3g} (d={card['delta']:.0e}, {card['accountant']})"
 
 

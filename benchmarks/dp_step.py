@@ -1,0 +1,242 @@
+"""What one DP-SGD step costs against a non-private step: dpmed's engine, Opacus (hooks, ghost) and no privacy.
+
+    python benchmarks/dp_step.py [--sizes 28x1,64x3,224x3] [--models small_cnn,resnet9,resnet18]
+                                 [--engines nonprivate,opacus-hooks,opacus-ghost,dpmed] [--device cpu|cuda]
+                                 [--batch 64] [--out benchmarks/results-<machine>.json]
+
+Each engine x model x size runs in its own subprocess, so peak memory is that configuration's alone: on CPU the
+growth of ``ru_maxrss`` over the worker's high-water mark after setup (model, data and optimizer built, imports
+done); on CUDA ``torch.cuda.max_memory_allocated`` minus what was allocated after setup. A step is what training
+does per batch: forward, backward (with clipping and noise for the DP engines) and ``optimizer.step`` (plain SGD,
+which keeps no state). After warm-up steps the median of the timed steps is reported, with the machine, the library
+versions and the load average before and after each configuration: the CPU may be shared, and contended numbers
+must be visible as such.
+
+The engines:
+* nonprivate: ``loss.backward()`` on the batch;
+* opacus-hooks / opacus-ghost: Opacus's own ``PrivacyEngine.make_private`` with ``grad_sample_mode`` "hooks"
+  (per-example gradients materialised) or "ghost" (ghost clipping with two backward passes, Li et al. 2021);
+* dpmed: ``dpmed.training.DpSgdStep(engine="dpmed")``, mixed ghost clipping with book-keeping (Bu et al. 2022,
+  2023), one backward pass.
+This is a benchmark, not a test: nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ENGINES = ("nonprivate", "opacus-hooks", "opacus-ghost", "dpmed")
+DEFAULT_MODELS = ("small_cnn", "resnet9", "resnet18")
+DEFAULT_SIZES = ("28x1", "64x3", "224x3")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine(device: str) -> dict:
+    import opacus
+    import torch
+
+    info = {
+        "cpu": _cpu_model(), "logical_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(), "torch": torch.__version__, "opacus": opacus.__version__,
+        "platform": platform.platform(), "device": device,
+    }
+    if device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+# ----------------------------------------------------------------------------------------------------- worker side
+
+def _step_function(engine: str, model, x, y, device: str):
+    """A closure running one training step of ``engine`` on the batch (x, y)."""
+    import torch
+    import torch.nn.functional as F
+
+    def loss_sum(z, t):
+        return F.cross_entropy(z, t, reduction="sum")
+
+    if engine == "nonprivate":
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss_sum(model(x), y).backward()
+            opt.step()
+        return step
+
+    if engine == "dpmed":
+        from dpmed.training import DpSgdStep
+
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+        dp = DpSgdStep(model, loss_fn=loss_sum, max_grad_norm=1.0, noise_multiplier=1.0,
+                       expected_batch_size=float(len(x)), physical_batch_size=len(x),
+                       generator=torch.Generator(device=device).manual_seed(0), engine="dpmed")
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            dp(x, y)
+            opt.step()
+        return step
+
+    import warnings
+
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    mode = engine.split("-", 1)[1]
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    loader = DataLoader(TensorDataset(x, y), batch_size=len(x))
+    criterion = torch.nn.CrossEntropyLoss(reduction="sum")
+    made = PrivacyEngine().make_private(module=model, optimizer=opt, data_loader=loader, criterion=criterion,
+                                        noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False,
+                                        loss_reduction="sum", grad_sample_mode=mode)
+    module, dp_opt = made[0], made[1]
+    criterion = made[2] if mode == "ghost" else criterion
+
+    def step():
+        dp_opt.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
+            criterion(module(x), y).backward()
+        dp_opt.step()
+    return step
+
+
+def worker(args: argparse.Namespace) -> dict:
+    import torch
+
+    from dpmed.models import build_model
+
+    size, channels = (int(v) for v in args.size.split("x"))
+    device = args.device
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = build_model(args.model, in_channels=channels, num_outputs=2, image_size=size).to(device).train()
+        x = torch.rand(args.batch, channels, size, size, device=device)          # [B, C, H, W]
+        y = torch.randint(0, 2, (args.batch,), device=device)                    # [B]
+        step = _step_function(args.engine, model, x, y, device)
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    sync()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024          # bytes (Linux: KiB)
+    for _ in range(args.warmup):
+        step()
+    sync()
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+    return {"median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times),
+            "times_ms": [1e3 * t for t in times], "peak_mib": peak / 2**20,
+            "parameters": sum(p.numel() for p in model.parameters())}
+
+
+# ----------------------------------------------------------------------------------------------------- parent side
+
+def _run_one(args: argparse.Namespace, model: str, size: str, engine: str, steps: int) -> dict:
+    cmd = [sys.executable, __file__, "--worker", "--model", model, "--size", size, "--engine", engine,
+           "--device", args.device, "--batch", str(args.batch), "--steps", str(steps), "--warmup", str(args.warmup)]
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    row = {"model": model, "size": size, "engine": engine, "batch": args.batch, "steps": steps,
+           "warmup": args.warmup, "load_before": load_before, "load_after": os.getloadavg(),
+           "wall_s": time.perf_counter() - t0}
+    if proc.returncode != 0:
+        row["error"] = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+        return row
+    row.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return row
+
+
+def _table(rows: list[dict]) -> str:
+    """Markdown: one line per model x size x engine, with ratios to the non-private step."""
+    base = {(r["model"], r["size"]): r for r in rows if r["engine"] == "nonprivate" and "error" not in r}
+    lines = ["| model | input | engine | ms/step (median) | x non-private | peak MiB | x non-private | load (1 min) |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        b = base.get((r["model"], r["size"]))
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['size']} | {r['engine']} | failed: {r['error'][:80]} | | | | |")
+            continue
+        t_ratio = f"{r['median_ms'] / b['median_ms']:.2f}" if b else "-"
+        m_ratio = f"{r['peak_mib'] / b['peak_mib']:.2f}" if b and b["peak_mib"] > 0 else "-"
+        load = max(r["load_before"][0], r["load_after"][0])
+        lines.append(f"| {r['model']} | {r['size']} | {r['engine']} | {r['median_ms']:.0f} | {t_ratio} | "
+                     f"{r['peak_mib']:.0f} | {m_ratio} | {load:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default=",".join(DEFAULT_SIZES), help="SIZExCHANNELS, comma-separated")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    p.add_argument("--engines", default=",".join(ENGINES))
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=10, help="timed steps (at 224 px on CPU: --steps-large)")
+    p.add_argument("--steps-large", type=int, default=3, help="timed steps for inputs >= 128 px on CPU")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per configuration")
+    p.add_argument("--out", type=Path, default=None)
+    # worker mode (one configuration, JSON on stdout)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    p.add_argument("--size", help=argparse.SUPPRESS)
+    p.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return 0
+
+    info = machine(args.device)
+    out = args.out or Path(__file__).parent / f"results-{platform.node() or 'machine'}-{args.device}.json"
+    rows: list[dict] = []
+    print(json.dumps(info))
+    for model in args.models.split(","):
+        for size in args.sizes.split(","):
+            large = int(size.split("x")[0]) >= 128 and args.device == "cpu"
+            for engine in args.engines.split(","):
+                row = _run_one(args, model, size, engine, args.steps_large if large else args.steps)
+                rows.append(row)
+                print(json.dumps({k: v for k, v in row.items() if k != "times_ms"}), flush=True)
+                out.write_text(json.dumps({"machine": info, "rows": rows}, indent=1))
+    print(_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Studies that survive failures and kills, and run in parallel: in-process, a process pool, and Ray."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import dpmed.executors
+from dpmed.cli import main
+
+TINY = """
+name: tiny
+data: {source: phantom, n_images: 160, image_size: 16}
+training: {epochs: 3, batch_size: 16}
+evaluation: {bootstrap_resamples: 20}
+arms:
+  - {name: base, mechanism: none}
+  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}
+"""
+TIMING = ["train_seconds"]
+
+
+def _table(folder: Path) -> pd.DataFrame:
+    return pd.read_csv(folder / "results.csv").drop(columns=TIMING).sort_values("run_id").reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> pd.DataFrame:
+    """The tiny study run in one go, in-process."""
+    folder = tmp_path_factory.mktemp("ref")
+    (folder / "s.yaml").write_text(TINY)
+    assert main(["run", str(folder / "s.yaml"), "--out", str(folder / "out"), "--no-progress"]) == 0
+    return _table(folder / "out" / "tiny")
+
+
+def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeypatch, capsys):
+    (tmp_path / "s.yaml").write_text(TINY)
+    real = dpmed.executors.run_one
+
+    def flaky(spec, context, out_dir):
+        if spec.arm == "base":
+            raise RuntimeError("disk full (simulated)")
+        return real(spec, context, out_dir)
+    monkeypatch.setattr(dpmed.executors, "run_one", flaky)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "FAILED base_seed0: RuntimeError: disk full (simulated)" in err
+    runs = out / "tiny" / "runs"
+    assert (runs / "dp_eps8_C1_seed0" / "run.json").is_file()
+    assert "disk full" in (runs / "base_seed0" / "error.json").read_text()
+    assert main(["status", str(out / "tiny")]) == 0
+    status = capsys.readouterr().out
+    assert "base_seed0" in status and "failed: RuntimeError" in status and "1 finished, 1 failed" in status
+
+    monkeypatch.setattr(dpmed.executors, "run_one", real)       # the cause is fixed: run again
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 0
+    assert not (runs / "base_seed0" / "error.json").exists()
+    assert "1 finished earlier" in capsys.readouterr().out
+
+
+def test_fail_fast_stops_at_the_first_failure(tmp_path, monkeypatch, capsys):
+    (tmp_path / "s.yaml").write_text(TINY)
+    monkeypatch.setattr(dpmed.executors, "run_one", lambda spec, context, out_dir: 1 / 0)
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress",
+                 "--fail-fast"]) == 1
+    assert "1 run(s) failed, 1 not started" in capsys.readouterr().err
+
+
+def test_a_killed_study_resumes_to_the_same_results_table(tmp_path, reference):
+    """SIGKILL the process while the DP-SGD run is mid-way (after its first checkpoint), then run again."""
+    (tmp_path / "s.yaml").write_text(TINY)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "dpmed.cli", "run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoint = out / "tiny" / "runs" / "dp_eps8_C1_seed0" / "checkpoint.pt"
+    deadline = time.monotonic() + 240
+    while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (out / "tiny" / "runs" / "base_seed0" / "run.json").is_file()
+    assert not (out / "tiny" / "runs" / "dp_eps8_C1_seed0" / "run.json").exists(), "killed too late to test resume"
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pd.testing.assert_frame_equal(_table(out / "tiny"), reference)
+
+
+def test_a_process_pool_gives_the_same_table(tmp_path, reference):
+    (tmp_path / "s.yaml").write_text(TINY)
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--workers", "2"]) == 0
+    pd.testing.assert_frame_equal(_table(tmp_path / "out" / "tiny"), reference, check_exact=False, rtol=1e-6)
+
+
+def test_ray_runs_a_two_run_study_on_a_local_instance(tmp_path, reference):
+    pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'dpmed[ray]'")
+    (tmp_path / "s.yaml").write_text(TINY)
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--executor", "ray"]) == 0
+    pd.testing.assert_frame_equal(_table(tmp_path / "out" / "tiny"), reference, check_exact=False, rtol=1e-6)
