@@ -173,3 +173,23 @@ def test_smallest_dataset_and_bad_arguments():
         make_phantom(positive_fraction=1.5)
     with pytest.raises(ValueError, match="age_contrast_loss"):
         PhantomDifficulty(age_contrast_loss=1.0)
+
+
+def test_multilabel_task_labels_each_lung_by_where_its_masks_lie(concat):
+    """The multi-label phantom's findings agree with the ground-truth masks: a lung labelled 1 has mask pixels on its
+    side of the image, and nearly all mask pixels lie on labelled sides (a large opacity near the mediastinum may
+    spill a few pixels over the midline)."""
+    multi = make_phantom(n_images=300, image_size=32, seed=5, task="multilabel")
+    binary = make_phantom(n_images=300, image_size=32, seed=5)
+    m, b = concat(multi), concat(binary)
+    assert multi.task.kind == "multilabel" and len(multi.task.label_names) == 2
+    assert m.labels.dtype == np.float32 and m.labels.shape == (300, 2)
+    assert np.array_equal(m.images, b.images)  # the same images, only the labels differ
+    assert np.array_equal(m.labels.max(axis=1) == 1, b.labels == 1)
+    half = m.masks.shape[-1] // 2
+    sides = np.stack([m.masks[:, :, :half].sum(axis=(1, 2)), m.masks[:, :, half:].sum(axis=(1, 2))], axis=1)
+    assert np.all(sides[m.labels == 1] > 0)
+    assert sides[m.labels == 0].sum() < 0.02 * sides.sum()
+    assert 0.1 < m.labels.mean(axis=0).min() and m.labels.mean(axis=0).max() < 0.5
+    with pytest.raises(ValueError, match="task"):
+        make_phantom(n_images=30, task="multiclass")

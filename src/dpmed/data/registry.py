@@ -82,6 +82,10 @@ def _read_phantom(request: DataRequest) -> Dataset:
         kwargs["image_size"] = request.preprocessing.size[0]
     if request.n_images is not None:
         kwargs["n_images"] = request.n_images
+    if request.task is not None:
+        if request.task not in ("binary", "multilabel"):
+            raise DataError(f"data.task {request.task!r} is not a phantom task: use binary or multilabel")
+        kwargs["task"] = request.task
     return make_phantom(**kwargs)
 
 
@@ -115,7 +119,8 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
         DatasetSource(
             name="phantom",
             summary="embedded synthetic chest X-rays with lesion masks, sex and age (teaching/testing, no download)",
-            needs_path=False, takes_n_images=True, generates=True, read=_read_phantom,
+            needs_path=False, takes_n_images=True, generates=True, read=_read_phantom, options=frozenset({"task"}),
+            layout="task: binary (normal / opacity, default) or multilabel (opacity per lung field)",
         ),
         DatasetSource(
             name="medmnist",

@@ -96,6 +96,7 @@ def make_phantom(
     female_fraction: float = 0.35,
     repeat_fraction: float = 0.2,
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+    task: str = "binary",
 ) -> Dataset:
     """Generate the phantom chest X-ray dataset (see the module docstring), split by patient.
 
@@ -108,8 +109,12 @@ def make_phantom(
     female_fraction: share of female patients (0.35: the smaller group, as females are in
         003_9a91354dc2d7e2df.txt).
     fractions: train/val/test shares for :func:`dpmed.data.splits.split_by_patient` (stratified by label).
+    task: ``binary`` ("normal", "opacity") or ``multilabel``: one finding per lung field ("opacity, image-left
+        lung", "opacity, image-right lung"), 1 where at least one opacity lies in that lung; the images are the same
+        as for ``binary`` with the same seed. The multi-label form stands in for the chest X-ray tables of
+        003_9a91354dc2d7e2df.txt (several findings per image, with sex and age).
 
-    Returns a :class:`Dataset` with task binary ("normal", "opacity"), masks bool [N, H, W], ``synthetic=True``.
+    Returns a :class:`Dataset` with the chosen task, masks bool [N, H, W], ``synthetic=True``.
     """
     if n_images < 3:
         raise ValueError(f"n_images must be >= 3 (three non-empty splits), got {n_images}")
@@ -118,6 +123,8 @@ def make_phantom(
     for name, value in (("positive_fraction", positive_fraction), ("female_fraction", female_fraction)):
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {value}")
+    if task not in ("binary", "multilabel"):
+        raise ValueError(f"task must be 'binary' or 'multilabel' for the phantom, got {task!r}")
     if not 0.0 <= repeat_fraction <= 1.0:
         raise ValueError(f"repeat_fraction must be in [0, 1] (at most two images per patient), got {repeat_fraction}")
 
@@ -154,11 +161,17 @@ def make_phantom(
 
     patient_ids = np.array([f"phantom-{p:05d}" for p in patient_of_image])
     sex = np.where(patient_female[patient_of_image], "female", "male")
-    full = ImageSet(images=images, labels=labels, patient_ids=patient_ids, sex=sex, age=age, masks=masks)
-    train, val, test = split_by_patient(patient_ids, labels, fractions=fractions, seed=seed)
+    kind = Task(kind="binary", label_names=("normal", "opacity"))
+    targets = labels
+    if task == "multilabel":
+        present, side = lesions["lesion_present"], lesions["lesion_side"]  # [N, 3] each
+        targets = np.stack([(present & (side == s)).any(axis=1) for s in (0, 1)], axis=1).astype(np.float32)
+        kind = Task(kind="multilabel", label_names=("opacity, image-left lung", "opacity, image-right lung"))
+    full = ImageSet(images=images, labels=targets, patient_ids=patient_ids, sex=sex, age=age, masks=masks)
+    train, val, test = split_by_patient(patient_ids, labels, fractions=fractions, seed=seed)  # stratified: any opacity
     return Dataset(
         name="phantom",
-        task=Task(kind="binary", label_names=("normal", "opacity")),
+        task=kind,
         train=full.subset(train),
         val=full.subset(val),
         test=full.subset(test),
@@ -177,6 +190,7 @@ def make_phantom(
             "female_fraction": female_fraction,
             "repeat_fraction": repeat_fraction,
             "fractions": tuple(fractions),
+            "task": task,
             "difficulty": asdict(difficulty),
         },
     )
@@ -231,6 +245,7 @@ def _draw_lesions(rng, labels, t, difficulty: PhantomDifficulty, anatomy) -> dic
         "lesion_sy": rng.uniform(lo, hi, (n, _MAX_LESIONS)),
         "lesion_peak": np.where(present, peak * rng.uniform(0.75, 1.25, (n, _MAX_LESIONS)), 0.0),
         "lesion_present": present,
+        "lesion_side": side,
     }
 
 
