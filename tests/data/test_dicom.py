@@ -97,6 +97,7 @@ def test_voi_lut_sequence_and_no_voi(tmp_path):
 
 
 def test_broken_and_multiframe_files_are_unreadable(tmp_path):
+    pytest.importorskip("pydicom")
     junk = tmp_path / "junk.dcm"
     junk.write_bytes(b"\x00" * 50)
     with pytest.raises(UnreadableImage, match="not a readable DICOM file"):
