@@ -40,6 +40,11 @@ class DpSgdPlan:
     noise: str = "gaussian"      # or "laplace": L1 clipping and Laplace noise (METHODS.md s.2)
     sampling: str = "poisson"    # or "shuffle": fixed-size shuffled batches, a reproduction mode the accountants
                                  # do not cover (its privacy card says so)
+    # The divisor of the noisy sum, fixed when the study was planned (q * N_train of the plan). Under the
+    # add/remove-one relation the size of the private set is itself private, so the divisor must not be recomputed
+    # from the data handed to training (canaries or a neighbouring set would change it). None: q * len(data), for
+    # callers that plan and train on the same set.
+    expected_batch_size: float | None = None
 
 
 @dataclass
@@ -150,7 +155,8 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
         steps_per_epoch = max(1, round(1 / dp.sample_rate))
         step_fn = DpSgdStep(model, loss_fn=lambda z, y: objective.loss(z, y, reduction="sum"),
                             max_grad_norm=dp.max_grad_norm, noise_multiplier=dp.noise_multiplier,
-                            expected_batch_size=dp.sample_rate * len(data),
+                            expected_batch_size=(dp.expected_batch_size if dp.expected_batch_size is not None
+                                                 else dp.sample_rate * len(data)),
                             physical_batch_size=cfg.physical_batch_size, generator=noise_gen, noise=dp.noise,
                             engine=cfg.dp_engine)
     bar = tqdm(total=total, initial=done * (steps_per_epoch if dp is None else 1), desc=label, unit="step",

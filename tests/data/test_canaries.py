@@ -1,0 +1,148 @@
+"""Canaries for the one-run audit: wrong labels really are wrong, insertion changes nothing else, and the sources
+leave the training split with every image of their patients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmed.config import CANARY_KIND_NAMES
+from dpmed.data import ImageSet, Task
+from dpmed.data.canaries import CANARY_KINDS, hold_out_canary_sources, insert_canaries, make_canaries
+
+BINARY = Task(kind="binary", label_names=("normal", "opacity"))
+MULTICLASS = Task(kind="multiclass", label_names=("0", "1", "2", "3", "4"))
+MULTILABEL = Task(kind="multilabel", label_names=("a", "b", "c"))
+
+
+def _images(n: int, task: Task, *, seed: int = 0, masks: bool = True, patients: int | None = None) -> ImageSet:
+    rng = np.random.default_rng(seed)
+    if task.kind == "multilabel":
+        labels = (rng.random((n, task.num_outputs)) < 0.5).astype(np.float32)
+    else:
+        labels = rng.integers(0, task.num_outputs, n).astype(np.int64)
+    pid = rng.integers(0, patients, n) if patients else np.arange(n)
+    return ImageSet(images=rng.random((n, 1, 8, 8), dtype=np.float32), labels=labels,
+                    patient_ids=np.array([f"p{i:04d}" for i in pid]),
+                    sex=rng.choice(np.array(["female", "male"]), n), age=rng.uniform(20, 90, n),
+                    masks=(rng.random((n, 8, 8)) < 0.1) if masks else None)
+
+
+def test_the_schema_offers_exactly_the_kinds_the_data_stage_makes():
+    assert set(CANARY_KIND_NAMES) == set(CANARY_KINDS)
+
+
+@pytest.mark.parametrize("task", [BINARY, MULTICLASS, MULTILABEL], ids=lambda t: t.kind)
+@pytest.mark.parametrize("kind", ["mislabelled", "marked"])
+def test_every_label_of_a_mislabelled_canary_is_wrong(task, kind):
+    pool = _images(60, task)
+    canaries = make_canaries(pool, 40, task=task, seed=3, kind=kind)
+    # find each canary's source by its untouched pixels (mislabelled) or its source's mask (marked keeps the mask)
+    source = [int(np.flatnonzero((pool.masks == mask).all(axis=(1, 2)))[0]) for mask in canaries.masks]
+    assert len(set(source)) == 40                      # drawn without replacement
+    truth = pool.labels[source]
+    if task.kind == "multilabel":
+        assert np.all(canaries.labels != truth)        # every finding flipped
+    else:
+        assert np.all(canaries.labels != truth)
+        assert canaries.labels.min() >= 0 and canaries.labels.max() < task.num_outputs
+    assert canaries.labels.dtype == pool.labels.dtype and canaries.labels.shape[1:] == pool.labels.shape[1:]
+    np.testing.assert_array_equal(canaries.sex, pool.sex[source])
+    np.testing.assert_array_equal(canaries.age, pool.age[source])
+    changed = canaries.images != pool.images[source]   # [m, C, H, W]
+    if kind == "mislabelled":
+        assert not changed.any()
+    else:  # a 4x4 patch at most: nothing outside one 4x4 window differs
+        for c in changed:
+            rows, cols = np.nonzero(c[0])
+            if len(rows):
+                assert rows.max() - rows.min() < 4 and cols.max() - cols.min() < 4
+
+
+def test_multiclass_wrong_labels_use_every_other_class():
+    pool = _images(400, MULTICLASS, seed=1)
+    canaries = make_canaries(pool, 400, task=MULTICLASS, seed=2)
+    source = [int(np.flatnonzero((pool.masks == mask).all(axis=(1, 2)))[0]) for mask in canaries.masks]
+    shift = (canaries.labels - pool.labels[source]) % 5
+    assert set(shift.tolist()) == {1, 2, 3, 4}          # not always "the next class"
+
+
+def test_noise_canaries_are_noise_in_range_with_valid_labels():
+    pool = _images(30, MULTICLASS)
+    canaries = make_canaries(pool, 30, task=MULTICLASS, seed=0, kind="noise")
+    assert canaries.images.dtype == np.float32 and 0 <= canaries.images.min() and canaries.images.max() <= 1
+    assert not np.isin(canaries.images, pool.images).all()
+    assert set(canaries.labels.tolist()) <= set(range(5))
+
+
+def test_canaries_get_their_own_patients_and_are_reproducible():
+    pool = _images(50, BINARY)
+    a = make_canaries(pool, 20, task=BINARY, seed=9)
+    b = make_canaries(pool, 20, task=BINARY, seed=9)
+    c = make_canaries(pool, 20, task=BINARY, seed=10)
+    np.testing.assert_array_equal(a.images, b.images)
+    np.testing.assert_array_equal(a.labels, b.labels)
+    assert not np.array_equal(a.images, c.images)
+    assert len(set(a.patient_ids.tolist())) == 20 and all(p.startswith("canary-") for p in a.patient_ids)
+    assert not set(a.patient_ids.tolist()) & set(pool.patient_ids.tolist())
+
+
+def test_make_canaries_rejects_bad_requests():
+    pool = _images(10, BINARY)
+    with pytest.raises(ValueError, match="unknown canary kind"):
+        make_canaries(pool, 5, task=BINARY, seed=0, kind="poison")
+    for m in (0, 11, 2.0, True):
+        with pytest.raises(ValueError):
+            make_canaries(pool, m, task=BINARY, seed=0)
+
+
+@pytest.mark.parametrize("task", [BINARY, MULTILABEL], ids=lambda t: t.kind)
+def test_insert_keeps_the_training_set_and_appends_exactly_the_included_canaries(task):
+    train, pool = _images(50, task, seed=1), _images(30, task, seed=2)
+    canaries = make_canaries(pool, 30, task=task, seed=0)
+    included = np.random.default_rng(4).random(30) < 0.5
+    merged = insert_canaries(train, canaries, included)
+    n, k = len(train), int(included.sum())
+    assert len(merged) == n + k
+    for name in ("images", "labels", "patient_ids", "sex", "age", "masks"):
+        got, head, tail = getattr(merged, name), getattr(train, name), getattr(canaries, name)[included]
+        np.testing.assert_array_equal(got[:n], head)    # the training set unchanged, in order
+        np.testing.assert_array_equal(got[n:], tail)    # then the included canaries, in canary order
+    assert merged.labels.dtype == train.labels.dtype
+    # nothing included: the training set itself; everything: all canaries
+    none = insert_canaries(train, canaries, np.zeros(30, bool))
+    np.testing.assert_array_equal(none.images, train.images)
+    assert len(insert_canaries(train, canaries, np.ones(30, bool))) == n + 30
+
+
+def test_insert_rejects_what_would_merge_silently_wrong():
+    train, canaries = _images(10, BINARY), make_canaries(_images(6, BINARY), 6, task=BINARY, seed=0)
+    with pytest.raises(ValueError, match="included must be bool"):
+        insert_canaries(train, canaries, np.ones(6, dtype=int))
+    with pytest.raises(ValueError, match="included must be bool"):
+        insert_canaries(train, canaries, np.ones(5, dtype=bool))
+    with pytest.raises(ValueError, match="masks"):
+        insert_canaries(_images(10, BINARY, masks=False), canaries, np.ones(6, bool))
+    with pytest.raises(ValueError, match="labels"):
+        insert_canaries(_images(10, MULTILABEL), canaries, np.ones(6, bool))
+    small = ImageSet(images=np.zeros((6, 1, 4, 4), np.float32), labels=canaries.labels,
+                     patient_ids=canaries.patient_ids, sex=canaries.sex, age=canaries.age)
+    with pytest.raises(ValueError, match="images"):
+        insert_canaries(_images(10, BINARY, masks=False), small, np.ones(6, bool))
+
+
+def test_held_out_sources_take_whole_patients_one_image_each():
+    train = _images(300, BINARY, seed=5, patients=180)          # many patients with two or more images
+    rest, sources = hold_out_canary_sources(train, 50, seed=1)
+    src_patients = set(sources.patient_ids.tolist())
+    assert len(sources) == 50 and len(src_patients) == 50        # one image of each of 50 patients
+    assert not src_patients & set(rest.patient_ids.tolist())     # no twin left to train on
+    held = np.isin(train.patient_ids, sources.patient_ids)
+    assert len(rest) == int((~held).sum())                        # everything else stays, in order
+    np.testing.assert_array_equal(rest.images, train.images[~held])
+    for image in sources.images:                                  # the sources are training images
+        assert (train.images == image).all(axis=(1, 2, 3)).any()
+    again, _ = hold_out_canary_sources(train, 50, seed=1)
+    np.testing.assert_array_equal(again.patient_ids, rest.patient_ids)
+    with pytest.raises(ValueError, match="canaries"):
+        hold_out_canary_sources(train, len(set(train.patient_ids.tolist())), seed=0)

@@ -1,0 +1,351 @@
+"""The one-run audit's statistics (Steinke, Nasr and Jagielski 2023, arXiv:2305.08846) against independent truth.
+
+The p-value is checked against a sum written with math.comb (not scipy) and, for delta = 0, against brute-force
+enumeration of every pattern of right and wrong guesses; the lower bound is checked for what makes it a *lower*
+bound: it is always rejected, nothing above it is, and an eps-DP mechanism (randomised response, for which the
+tail is exact) makes it overshoot its true eps with probability at most 1 - confidence.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from dpmed.evaluation.audit import (
+    audit_epsilon_lower_bound,
+    audit_epsilon_lower_bound_over_grid,
+    audit_p_value,
+    canary_scores,
+    canary_scores_from_logits,
+    choose_canaries,
+    default_audit_grid,
+    epsilon_lower_bound_from_counts,
+)
+
+TOL = 1e-6   # the bisection tolerance of epsilon_lower_bound_from_counts
+
+
+def _rr_accuracy(eps: float) -> float:
+    """Accuracy of eps-DP randomised response, written without scipy: e^eps / (1 + e^eps)."""
+    return 1.0 / (1.0 + math.exp(-eps))
+
+
+def _binom_pmf(k: int, n: int, p: float) -> float:
+    return math.comb(n, k) * p ** k * (1.0 - p) ** (n - k)
+
+
+def _p_value_by_hand(m: int, r: int, v: int, eps: float, delta: float) -> float:
+    """The paper's bound, term by term with math.comb: P[B >= v] + 2 m delta max_i P[v - i <= B < v] / i."""
+    q = _rr_accuracy(eps)
+    tail = sum(_binom_pmf(k, r, q) for k in range(v, r + 1))
+    alpha = max((sum(_binom_pmf(k, r, q) for k in range(v - i, v)) / i for i in range(1, v + 1)), default=0.0)
+    return min(1.0, tail + 2 * m * delta * alpha)
+
+
+def _p_value_by_enumeration(r: int, v: int, eps: float) -> float:
+    """P[at least v of r guesses right] when each is right independently with probability q: all 2^r patterns."""
+    q = _rr_accuracy(eps)
+    return sum(math.prod(q if right else 1.0 - q for right in pattern)
+               for pattern in itertools.product((False, True), repeat=r) if sum(pattern) >= v)
+
+
+# ------------------------------------------------------------------------------------------------------ p-value
+
+
+@settings(max_examples=200, deadline=None)
+@given(m=st.integers(1, 60), data=st.data(), eps=st.floats(0, 8), delta=st.sampled_from([0.0, 1e-6, 1e-3, 0.05]))
+def test_p_value_matches_the_formula_summed_by_hand(m, data, eps, delta):
+    r = data.draw(st.integers(0, m))
+    v = data.draw(st.integers(0, r))
+    expected = _p_value_by_hand(m, r, v, eps, delta) if v > 0 else 1.0
+    got = audit_p_value(n_canaries=m, n_guesses=r, n_correct=v, epsilon=eps, delta=delta)
+    assert got == pytest.approx(expected, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("r", [1, 3, 6, 9])
+@pytest.mark.parametrize("eps", [0.0, 0.4, 1.5, 4.0])
+def test_with_delta_zero_it_is_the_exact_tail_of_randomised_response(r, eps):
+    for v in range(r + 1):
+        got = audit_p_value(n_canaries=r, n_guesses=r, n_correct=v, epsilon=eps, delta=0.0)
+        assert got == pytest.approx(_p_value_by_enumeration(r, v, eps), rel=1e-10, abs=1e-15)
+
+
+def test_at_eps_zero_guessing_is_a_fair_coin():
+    # P[Binomial(10, 1/2) >= 8] = (45 + 10 + 1) / 1024
+    assert audit_p_value(n_canaries=10, n_guesses=10, n_correct=8, epsilon=0.0, delta=0.0) == pytest.approx(56 / 1024)
+
+
+def test_delta_makes_a_claim_harder_to_reject_and_the_p_value_is_capped_at_one():
+    kw = dict(n_canaries=1000, n_guesses=100, n_correct=80, epsilon=1.0)
+    p0, p1, p2 = (audit_p_value(**kw, delta=d) for d in (0.0, 1e-5, 1e-3))
+    assert p0 < p1 < p2 <= 1.0
+    assert audit_p_value(**kw, delta=1.0) == 1.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(r=st.integers(1, 80), data=st.data(), eps=st.floats(0, 6), step=st.floats(0.01, 2),
+       delta=st.sampled_from([0.0, 1e-5]))
+def test_p_value_grows_with_eps_and_shrinks_with_more_correct_guesses(r, data, eps, step, delta):
+    v = data.draw(st.integers(1, r))
+    m = data.draw(st.integers(r, 200))
+    p = audit_p_value(n_canaries=m, n_guesses=r, n_correct=v, epsilon=eps, delta=delta)
+    assert audit_p_value(n_canaries=m, n_guesses=r, n_correct=v, epsilon=eps + step, delta=delta) >= p - 1e-12
+    if v < r:
+        assert audit_p_value(n_canaries=m, n_guesses=r, n_correct=v + 1, epsilon=eps, delta=delta) <= p + 1e-12
+
+
+@pytest.mark.parametrize("kw", [
+    dict(n_canaries=5, n_guesses=6, n_correct=1),      # more guesses than canaries
+    dict(n_canaries=5, n_guesses=2, n_correct=3),      # more correct than guesses
+    dict(n_canaries=0, n_guesses=0, n_correct=0),
+    dict(n_canaries=5, n_guesses=2, n_correct=-1),
+    dict(n_canaries=5, n_guesses=2.0, n_correct=1),    # not an integer
+])
+def test_p_value_rejects_impossible_counts(kw):
+    with pytest.raises(ValueError):
+        audit_p_value(**kw, epsilon=1.0, delta=0.0)
+
+
+def test_p_value_rejects_bad_eps_and_delta():
+    for eps, delta in ((-0.1, 0.0), (float("nan"), 0.0), (1.0, -1e-9), (1.0, 1.5)):
+        with pytest.raises(ValueError):
+            audit_p_value(n_canaries=4, n_guesses=4, n_correct=3, epsilon=eps, delta=delta)
+
+
+# ------------------------------------------------------------------------------------------------- lower bound
+
+
+@settings(max_examples=100, deadline=None)
+@given(r=st.integers(1, 300), data=st.data(), delta=st.sampled_from([0.0, 1e-5]))
+def test_guesses_no_better_than_chance_give_bound_zero(r, data, delta):
+    v = data.draw(st.integers(0, r // 2))
+    m = data.draw(st.integers(r, 1000))
+    assert epsilon_lower_bound_from_counts(n_canaries=m, n_guesses=r, n_correct=v, delta=delta) == 0.0
+
+
+@pytest.mark.parametrize("r", [5, 20, 100, 1000])
+@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
+def test_all_guesses_right_with_delta_zero_has_a_closed_form(r, confidence):
+    """P[B(r, q) >= r] = q^r, so the bound solves q^r = 1 - confidence: eps = logit((1 - confidence)^(1/r)), or 0
+    when even eps = 0 (a fair coin, 2^-r) is not rejected."""
+    q = (1.0 - confidence) ** (1.0 / r)
+    closed = max(0.0, math.log(q / (1.0 - q)))
+    got = epsilon_lower_bound_from_counts(n_canaries=r, n_guesses=r, n_correct=r, delta=0.0, confidence=confidence)
+    assert max(0.0, closed - 2 * TOL) <= got <= closed   # bisection keeps the rejected end: never above the truth
+    assert (got == 0.0) == (0.5 ** r >= 1.0 - confidence)
+
+
+def test_more_guesses_all_right_prove_more_but_never_infinitely_much():
+    bounds = [epsilon_lower_bound_from_counts(n_canaries=1000, n_guesses=r, n_correct=r, delta=1e-5)
+              for r in (10, 50, 200, 1000)]
+    assert all(a < b for a, b in zip(bounds, bounds[1:]))
+    assert bounds[-1] < 10   # 1000 canaries, 95%: about 7.6 is all one run can show
+
+
+@settings(max_examples=80, deadline=None)
+@given(r=st.integers(1, 150), data=st.data(), delta=st.sampled_from([0.0, 1e-6, 1e-4]),
+       confidence=st.sampled_from([0.9, 0.95, 0.99]))
+def test_the_bound_is_rejected_and_nothing_above_it_is(r, data, delta, confidence):
+    v = data.draw(st.integers(0, r))
+    m = data.draw(st.integers(r, 400))
+    level = 1.0 - confidence
+    bound = epsilon_lower_bound_from_counts(n_canaries=m, n_guesses=r, n_correct=v, delta=delta,
+                                            confidence=confidence)
+    p = dict(n_canaries=m, n_guesses=r, n_correct=v, delta=delta)
+    if bound > 0:
+        assert audit_p_value(**p, epsilon=bound) < level
+    above = data.draw(st.floats(bound + 2 * TOL, bound + 20))
+    assert audit_p_value(**p, epsilon=above) >= level
+
+
+@settings(max_examples=80, deadline=None)
+@given(r=st.integers(2, 200), data=st.data(), delta=st.sampled_from([0.0, 1e-5]))
+def test_the_bound_grows_with_correct_guesses_and_shrinks_with_delta_and_confidence(r, data, delta):
+    v = data.draw(st.integers(0, r - 1))
+    m = data.draw(st.integers(r, 500))
+    b = dict(n_canaries=m, n_guesses=r, delta=delta)
+    base = epsilon_lower_bound_from_counts(**b, n_correct=v)
+    assert epsilon_lower_bound_from_counts(**b, n_correct=v + 1) >= base - 2 * TOL
+    assert epsilon_lower_bound_from_counts(**b, n_correct=v, confidence=0.99) <= base + 2 * TOL
+    assert (epsilon_lower_bound_from_counts(n_canaries=m, n_guesses=r, n_correct=v, delta=delta + 1e-3)
+            <= base + 2 * TOL)
+
+
+@pytest.mark.parametrize("eps_true", [0.0, 0.5, 1.0, 3.0])
+@pytest.mark.parametrize("r", [20, 200])
+def test_an_eps_dp_mechanism_is_overstated_at_most_one_time_in_twenty(eps_true, r):
+    """Randomised response at eps_true: each guess is right with probability q = e^eps / (1 + e^eps), so the number
+    right is Binomial(r, q) exactly, and the probability that the bound exceeds eps_true is a finite sum."""
+    q = _rr_accuracy(eps_true)
+    overstated = sum(_binom_pmf(v, r, q) for v in range(r + 1)
+                     if epsilon_lower_bound_from_counts(n_canaries=r, n_guesses=r, n_correct=v, delta=0.0) > eps_true)
+    assert overstated <= 0.05
+    # and the test has power: with eps_true = 3 and 200 guesses the bound clears 1 most of the time
+    if eps_true == 3.0 and r == 200:
+        clears = sum(_binom_pmf(v, r, q) for v in range(r + 1)
+                     if epsilon_lower_bound_from_counts(n_canaries=r, n_guesses=r, n_correct=v, delta=0.0) > 1.0)
+        assert clears > 0.9
+
+
+def test_bound_rejects_a_confidence_outside_zero_one():
+    for c in (0.0, 1.0, 1.2, float("nan")):
+        with pytest.raises(ValueError):
+            epsilon_lower_bound_from_counts(n_canaries=10, n_guesses=10, n_correct=10, delta=0.0, confidence=c)
+
+
+# ------------------------------------------------------------------------------------- guesses from canary scores
+
+
+def test_guesses_take_the_highest_and_lowest_scores_and_count_right_ones():
+    scores = np.array([0.9, 0.1, 0.8, 0.2, 0.5, 0.7])
+    included = np.array([True, False, False, False, True, True])
+    res = audit_epsilon_lower_bound(scores, included, k_positive=2, k_negative=2, delta=0.0)
+    # "in" for canaries 0 (0.9) and 2 (0.8): one right; "out" for 1 (0.1) and 3 (0.2): both right
+    assert (res.n_guesses, res.n_correct, res.n_canaries) == (4, 3, 6)
+    assert res.epsilon_lower_bound == epsilon_lower_bound_from_counts(n_canaries=6, n_guesses=4, n_correct=3,
+                                                                      delta=0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 80), data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_guess_counts_match_a_direct_count(m, data, seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 5, m).astype(float)       # many ties
+    included = rng.random(m) < 0.5
+    k_pos = data.draw(st.integers(0, m))
+    k_neg = data.draw(st.integers(0, m - k_pos))
+    res = audit_epsilon_lower_bound(scores, included, k_positive=k_pos, k_negative=k_neg, delta=1e-5)
+    # ties broken by index: rank by (-score, index)
+    ranked = sorted(range(m), key=lambda i: (-scores[i], i))
+    right = sum(included[i] for i in ranked[:k_pos]) + sum(not included[i] for i in ranked[m - k_neg:])
+    assert (res.n_guesses, res.n_correct) == (k_pos + k_neg, right)
+
+
+def test_guesses_never_look_at_the_bits():
+    """With all scores equal, which canaries are guessed depends on the index only, not on the bits."""
+    scores = np.zeros(10)
+    bits = np.array([True] * 5 + [False] * 5)
+    res = audit_epsilon_lower_bound(scores, bits, k_positive=5, k_negative=5, delta=0.0)
+    assert res.n_correct == 10      # first five guessed in, last five out: right by construction of these bits
+    flipped = audit_epsilon_lower_bound(scores, ~bits, k_positive=5, k_negative=5, delta=0.0)
+    assert flipped.n_correct == 0
+
+
+def test_perfect_scores_prove_more_than_random_scores():
+    bits = choose_canaries(400, seed=1)
+    perfect = audit_epsilon_lower_bound_over_grid(bits.astype(float), bits, delta=1e-5)
+    noise = audit_epsilon_lower_bound_over_grid(np.random.default_rng(2).random(400), bits, delta=1e-5)
+    assert perfect.epsilon_lower_bound > 3 and perfect.n_correct == perfect.n_guesses
+    assert noise.epsilon_lower_bound < perfect.epsilon_lower_bound
+
+
+def test_audit_rejects_mismatched_inputs():
+    with pytest.raises(ValueError):
+        audit_epsilon_lower_bound(np.zeros(3), np.zeros(4, bool), k_positive=1, k_negative=1, delta=0.0)
+    with pytest.raises(TypeError):
+        audit_epsilon_lower_bound(np.zeros(3), np.zeros(3), k_positive=1, k_negative=1, delta=0.0)
+    with pytest.raises(ValueError):
+        audit_epsilon_lower_bound(np.array([0.0, np.nan, 1.0]), np.zeros(3, bool), k_positive=1, k_negative=0,
+                                  delta=0.0)
+    with pytest.raises(ValueError):
+        audit_epsilon_lower_bound(np.zeros(3), np.zeros(3, bool), k_positive=2, k_negative=2, delta=0.0)
+
+
+# ---------------------------------------------------------------------------------------------- the grid, Bonferroni
+
+
+def test_grid_depends_on_m_only_and_is_valid():
+    for m in (1, 2, 7, 200, 1001):
+        grid = default_audit_grid(m)
+        assert grid and len(set(grid)) == len(grid)
+        assert all(kp >= 0 and kn >= 0 and 0 < kp + kn <= m for kp, kn in grid)
+    with pytest.raises(ValueError):
+        default_audit_grid(10, fractions=(0.7,))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), m=st.integers(10, 300), signal=st.floats(0, 4))
+def test_grid_reports_its_best_point_tested_at_the_bonferroni_level(seed, m, signal):
+    rng = np.random.default_rng(seed)
+    bits = rng.random(m) < 0.5
+    scores = signal * bits + rng.normal(size=m)
+    grid = default_audit_grid(m)
+    res = audit_epsilon_lower_bound_over_grid(scores, bits, delta=1e-5, confidence=0.95)
+    per_test = 1 - 0.05 / len(grid)
+    singles = [audit_epsilon_lower_bound(scores, bits, k_positive=kp, k_negative=kn, delta=1e-5,
+                                         confidence=per_test) for kp, kn in grid]
+    assert res.epsilon_lower_bound == max(s.epsilon_lower_bound for s in singles)
+    assert res.confidence == 0.95 and "Bonferroni" in res.method
+    best = next(s for s in singles if s.epsilon_lower_bound == res.epsilon_lower_bound)
+    assert (res.k_positive, res.k_negative, res.n_correct) == (best.k_positive, best.k_negative, best.n_correct)
+    # the correction costs power: each grid point alone, at the full level, proves at least as much
+    for (kp, kn), s in zip(grid, singles):
+        alone = audit_epsilon_lower_bound(scores, bits, k_positive=kp, k_negative=kn, delta=1e-5, confidence=0.95)
+        assert alone.epsilon_lower_bound >= s.epsilon_lower_bound
+
+
+def test_a_one_point_grid_is_the_single_audit():
+    bits = choose_canaries(50, seed=4)
+    scores = bits + np.random.default_rng(5).normal(size=50)
+    single = audit_epsilon_lower_bound(scores, bits, k_positive=10, k_negative=10, delta=1e-5)
+    grid = audit_epsilon_lower_bound_over_grid(scores, bits, delta=1e-5, grid=[(10, 10)])
+    assert grid.epsilon_lower_bound == single.epsilon_lower_bound and grid.n_correct == single.n_correct
+
+
+# ------------------------------------------------------------------------------------------------ scores and bits
+
+
+def test_scores_are_the_log_likelihood_of_each_canarys_label():
+    binary = canary_scores(np.array([0.9, 0.9, 0.0]), np.array([1, 0, 0]), task_kind="binary")
+    np.testing.assert_allclose(binary, [math.log(0.9), math.log(0.1), math.log1p(-1e-12)])
+    probs = np.array([[0.2, 0.5, 0.3], [0.6, 0.1, 0.3]])
+    np.testing.assert_allclose(canary_scores(probs, np.array([2, 1]), task_kind="multiclass"),
+                               [math.log(0.3), math.log(0.1)])
+    multi = canary_scores(np.array([[0.8, 0.4]]), np.array([[1.0, 0.0]]), task_kind="multilabel")
+    np.testing.assert_allclose(multi, [math.log(0.8) + math.log(0.6)])
+    saturated = canary_scores(np.array([1.0, 0.0]), np.array([0, 1]), task_kind="binary")
+    assert np.all(np.isfinite(saturated))
+    with pytest.raises(ValueError):
+        canary_scores(np.array([0.5]), np.array([1]), task_kind="regression")
+    with pytest.raises(ValueError):
+        canary_scores(np.array([0.5, 0.5]), np.array([1]), task_kind="binary")
+
+
+def test_inclusion_bits_are_fair_independent_coins_from_the_seed_only():
+    state = np.random.get_state()
+    bits = choose_canaries(10_000, seed=7)
+    assert np.random.get_state()[1].tolist() == state[1].tolist()   # no global random state read or changed
+    assert bits.dtype == np.bool_ and bits.shape == (10_000,)
+    np.testing.assert_array_equal(bits, choose_canaries(10_000, seed=7))
+    assert not np.array_equal(bits, choose_canaries(10_000, seed=8))
+    assert abs(bits.mean() - 0.5) < 4 * 0.5 / math.sqrt(10_000)      # 4 standard errors
+    assert abs(np.mean(bits[1:] == bits[:-1]) - 0.5) < 4 * 0.5 / math.sqrt(10_000)   # no serial pattern
+    with pytest.raises(ValueError):
+        choose_canaries(0, seed=1)
+
+
+def test_scores_from_logits_agree_with_probabilities_and_do_not_saturate():
+    rng = np.random.default_rng(0)
+    z2 = rng.normal(size=(20, 2))
+    y2 = rng.integers(0, 2, 20)
+    p1 = np.exp(z2[:, 1]) / np.exp(z2).sum(axis=1)                              # P(class 1), binary
+    np.testing.assert_allclose(canary_scores_from_logits(z2, y2, task_kind="binary"),
+                               canary_scores(p1, y2, task_kind="binary"), rtol=1e-10)
+    z3, y3 = rng.normal(size=(20, 3)), rng.integers(0, 3, 20)
+    p3 = np.exp(z3) / np.exp(z3).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(canary_scores_from_logits(z3, y3, task_kind="multiclass"),
+                               canary_scores(p3, y3, task_kind="multiclass"), rtol=1e-10)
+    zl, yl = rng.normal(size=(20, 4)), (rng.random((20, 4)) < 0.5).astype(np.float32)
+    np.testing.assert_allclose(canary_scores_from_logits(zl, yl, task_kind="multilabel"),
+                               canary_scores(1 / (1 + np.exp(-zl)), yl, task_kind="multilabel"), rtol=1e-10)
+    # margins of 40 and 60 are both "probability 1" in float32 and would tie; from logits they stay ordered
+    far = canary_scores_from_logits(np.array([[0.0, 40.0], [0.0, 60.0], [0.0, -800.0]]), np.array([1, 1, 1]),
+                                    task_kind="binary")
+    assert far[0] < far[1] < 0 and np.isfinite(far[2]) and far[2] == pytest.approx(-800.0)
+    with pytest.raises(ValueError):
+        canary_scores_from_logits(np.zeros(3), np.zeros(3), task_kind="binary")

@@ -1,0 +1,132 @@
+"""The one-run privacy audit through the real run path (issue 4, item 6): with DP off it must find a large eps, with
+DP-SGD on its lower bound must stay below the accountant's eps.
+
+One study, two arms on the same canaries (seed 0: same held-out patients, same wrong labels, same inclusion bits):
+``flat_cnn`` on 32 px phantom images, 100 mislabelled canaries, 40 epochs. Without DP the model memorises the
+canaries it trained on, and the audit's 95% lower bound clears 1 (about 2 here; 100 canaries cap it near 3.5). With
+DP-SGD at eps = 1 the same audit must not exceed 1: a bound above the claim would prove the run is not DP.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dpmed import accounting
+from dpmed.cli import main
+from dpmed.config import load_study
+from dpmed.errors import ConfigError
+from dpmed.study import resolve_runs
+
+STUDY = """
+name: audit
+data: {source: phantom, n_images: 400, image_size: 32}
+model: {name: flat_cnn}
+training: {epochs: 40, batch_size: 32, learning_rate: 0.003}
+evaluation: {bootstrap_resamples: 20, fairness: null}
+arms:
+  - {name: non-private, mechanism: none, audit: {canaries: 100}}
+  - {name: dp-sgd, mechanism: dp_sgd, target_epsilon: 1, audit: {canaries: 100, kind: mislabelled}}
+"""
+
+
+@pytest.fixture(scope="module")
+def study_out(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("audit")
+    (folder / "s.yaml").write_text(STUDY)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # small convolutions: one thread is fastest on a shared CPU; restored below
+    try:
+        assert main(["run", str(folder / "s.yaml"), "--out", str(folder / "out"), "--no-progress"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return folder / "out" / "audit"
+
+
+@pytest.fixture(scope="module")
+def records(study_out):
+    return {r["arm"]: r for r in (json.loads(p.read_text()) for p in (study_out / "runs").glob("*/run.json"))}
+
+
+def test_without_dp_the_audit_finds_a_large_eps(records):
+    audit = records["non-private"]["audit"]
+    assert audit["epsilon_lower_bound"] >= 1.0
+    assert audit["n_correct"] >= 0.9 * audit["n_guesses"] and audit["n_guesses"] >= 20
+    assert audit["n_canaries"] == 100 and audit["kind"] == "mislabelled" and audit["confidence"] == 0.95
+    assert audit["delta"] == 1e-5 and audit["claimed_epsilon"] is None and audit["consistent_with_claim"] is None
+    assert "Steinke" in audit["citation"] and "Bonferroni" in audit["method"]
+
+
+def test_with_dp_sgd_the_lower_bound_stays_below_the_claimed_eps(records):
+    card, audit = records["dp-sgd"]["privacy"], records["dp-sgd"]["audit"]
+    assert card["is_dp"] and card["epsilon"] <= 1.0
+    assert audit["claimed_epsilon"] == card["epsilon"] and audit["delta"] == card["delta"]
+    assert audit["epsilon_lower_bound"] < audit["claimed_epsilon"]
+    assert audit["consistent_with_claim"] is True and "consistent" in audit["statement"]
+    # the audit has the power to catch a run that claims eps = 1 but behaves like the non-private one
+    assert records["non-private"]["audit"]["epsilon_lower_bound"] > card["epsilon"]
+
+
+def test_both_arms_audit_the_same_canaries_and_keep_their_scores(study_out, records):
+    saved = {arm: np.load(study_out / "runs" / r["run_id"] / "audit_scores.npz") for arm, r in records.items()}
+    np.testing.assert_array_equal(saved["non-private"]["included"], saved["dp-sgd"]["included"])
+    np.testing.assert_array_equal(saved["non-private"]["labels"], saved["dp-sgd"]["labels"])
+    for arm, f in saved.items():
+        assert f["scores"].shape == (100,) and np.all(np.isfinite(f["scores"]))
+        assert int(f["included"].sum()) == records[arm]["audit"]["n_included"]
+    # without DP, the canaries it trained on fit their wrong labels better than those it never saw
+    off = saved["non-private"]
+    assert np.median(off["scores"][off["included"]]) > np.median(off["scores"][~off["included"]])
+
+
+def test_canaries_leave_the_claim_unchanged(write_study, records):
+    """q, T and sigma come from the split before canaries, so the accountant's eps is that of the same arm without an
+    audit (with Poisson sampling it depends on q, T and sigma only)."""
+    d = records["dp-sgd"]["spec"]["derived"]
+    plain = load_study(write_study(STUDY.replace(", audit: {canaries: 100, kind: mislabelled}", "")))
+    again = {s.arm: s for s in resolve_runs(plain, d["n_train"], (1, 32, 32))}["dp-sgd"]
+    assert "audit" not in again.params and "audit" in records["dp-sgd"]["spec"]["params"]
+    for key in ("noise_multiplier", "sample_rate", "steps", "delta"):
+        assert again.derived[key] == d[key]
+    eps = accounting.dp_sgd_epsilon(noise_multiplier=d["noise_multiplier"], sample_rate=d["sample_rate"],
+                                    steps=d["steps"], delta=d["delta"], accountant=d["accountant"])
+    assert records["dp-sgd"]["privacy"]["epsilon"] == pytest.approx(eps, rel=1e-9)
+
+
+def test_the_report_and_table_show_the_bound_next_to_the_claim(study_out, records):
+    html = (study_out / "report.html").read_text()
+    for r in records.values():
+        a = r["audit"]
+        assert (f"empirical lower bound eps &gt;= {a['epsilon_lower_bound']:.3g} at delta = {a['delta']:.3g} "
+                f"(one-run audit, 100 canaries, 95%)") in html
+    assert "not above the claimed eps" in html
+    csv = (study_out / "results.csv").read_text().splitlines()[0].split(",")
+    assert {"audit_epsilon_lower_bound", "audit_delta", "audit_n_canaries"} <= set(csv)
+
+
+# ----------------------------------------------------------------------------------------------- the study file
+
+
+@pytest.mark.parametrize(("arm", "match"), [
+    ("{name: a, mechanism: pixel_laplace, scale: 1, audit: {canaries: 10}}", "local DP protects the released images"),
+    ("{name: a, mechanism: scalar_shift, scale: 1, audit: {canaries: 10}}", "audit applies to arms with mechanism"),
+    ("{name: a, mechanism: none, audit: {canaries: 1}}", "canaries"),
+    ("{name: a, mechanism: none, audit: {canaries: 10, kind: poison}}", "kind"),
+    ("{name: a, mechanism: none, audit: {canaries: 10, canary: 3}}", "canary"),
+    ("{name: a, mechanism: dp_sgd, target_epsilon: 1, audit: {canaries: '10'}}", "canaries"),
+])
+def test_a_wrong_audit_option_is_an_error_that_names_it(write_study, arm, match):
+    with pytest.raises(ConfigError, match=match):
+        load_study(write_study(f"name: s\narms: [{arm}]\n"))
+
+
+def test_too_many_canaries_for_the_training_split_is_a_clear_error(write_study, tmp_path):
+    path = write_study("name: s\ndata: {source: phantom, n_images: 40, image_size: 16}\ntraining: {epochs: 1}\n"
+                       "evaluation: {bootstrap_resamples: 10, fairness: null}\n"
+                       "arms: [{name: a, mechanism: none, audit: {canaries: 500}}]\n")
+    from dpmed.study import run_study
+    result = run_study(load_study(path), out=tmp_path / "out", progress=False)
+    assert not result.records and "lower audit.canaries" in str(result.failures[0].error)
