@@ -2,7 +2,7 @@
 
     python benchmarks/dp_step.py [--sizes 28x1,64x3,224x3] [--models small_cnn,resnet9,resnet18]
                                  [--engines nonprivate,opacus-hooks,opacus-ghost,dpmed] [--device cpu|cuda]
-                                 [--batch 64] [--out benchmarks/results-<machine>.json]
+                                 [--batch 64] [--threads N] [--rounds R] [--out benchmarks/results-<machine>.json]
 
 Each engine x model x size runs in its own subprocess, so peak memory is that configuration's alone: on CPU the
 growth of ``ru_maxrss`` over the worker's high-water mark after setup (model, data and optimizer built, imports
@@ -10,7 +10,12 @@ done); on CUDA ``torch.cuda.max_memory_allocated`` minus what was allocated afte
 does per batch: forward, backward (with clipping and noise for the DP engines) and ``optimizer.step`` (plain SGD,
 which keeps no state). After warm-up steps the median of the timed steps is reported, with the machine, the library
 versions and the load average before and after each configuration: the CPU may be shared, and contended numbers
-must be visible as such.
+must be visible as such. ``--threads`` fixes torch's intra-op threads in every worker (default: torch's own choice,
+one per core). On a CPU shared with other busy processes use ``--threads 1``: with more threads than free cores
+every operator ends in a barrier that waits for a descheduled thread, which slows each step 5 to 15 times and
+penalises the engines with more, smaller operators most, so the ratios measure the contention, not the engines.
+``--rounds R`` runs every engine R times, interleaved, and pools their steps, so that a load that drifts during
+the run weighs on every engine alike.
 
 The engines:
 * nonprivate: ``loss.backward()`` on the batch;
@@ -126,6 +131,9 @@ def worker(args: argparse.Namespace) -> dict:
 
     from dpmed.models import build_model
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
     size, channels = (int(v) for v in args.size.split("x"))
     device = args.device
     with torch.random.fork_rng(devices=[]):
@@ -160,14 +168,15 @@ def worker(args: argparse.Namespace) -> dict:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
     return {"median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times),
             "times_ms": [1e3 * t for t in times], "peak_mib": peak / 2**20,
-            "parameters": sum(p.numel() for p in model.parameters())}
+            "parameters": sum(p.numel() for p in model.parameters()), "torch_threads": torch.get_num_threads()}
 
 
 # ----------------------------------------------------------------------------------------------------- parent side
 
 def _run_one(args: argparse.Namespace, model: str, size: str, engine: str, steps: int) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model, "--size", size, "--engine", engine,
-           "--device", args.device, "--batch", str(args.batch), "--steps", str(steps), "--warmup", str(args.warmup)]
+           "--device", args.device, "--batch", str(args.batch), "--steps", str(steps), "--warmup", str(args.warmup),
+           "--threads", str(args.threads)]
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -209,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=10, help="timed steps (at 224 px on CPU: --steps-large)")
     p.add_argument("--steps-large", type=int, default=3, help="timed steps for inputs >= 128 px on CPU")
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch intra-op threads per worker (0: torch's default); 1 on a CPU shared with other jobs")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every engine this many times, interleaved (a fresh worker each), and pool the steps")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per configuration")
     p.add_argument("--out", type=Path, default=None)
     # worker mode (one configuration, JSON on stdout)
@@ -223,19 +236,44 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     info = machine(args.device)
+    if args.threads:
+        info["torch_threads"] = args.threads
     out = args.out or Path(__file__).parent / f"results-{platform.node() or 'machine'}-{args.device}.json"
     rows: list[dict] = []
+    runs: list[dict] = []
     print(json.dumps(info))
+    engines = args.engines.split(",")
     for model in args.models.split(","):
         for size in args.sizes.split(","):
             large = int(size.split("x")[0]) >= 128 and args.device == "cpu"
-            for engine in args.engines.split(","):
-                row = _run_one(args, model, size, engine, args.steps_large if large else args.steps)
-                rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "times_ms"}), flush=True)
-                out.write_text(json.dumps({"machine": info, "rows": rows}, indent=1))
+            done: dict[str, list[dict]] = {engine: [] for engine in engines}
+            for _ in range(args.rounds):                     # engines interleaved: load drift hits each alike
+                for engine in engines:
+                    run = _run_one(args, model, size, engine, args.steps_large if large else args.steps)
+                    runs.append(run)
+                    done[engine].append(run)
+                    print(json.dumps({k: v for k, v in run.items() if k != "times_ms"}), flush=True)
+                    out.write_text(json.dumps({"machine": info, "rows": rows, "runs": runs}, indent=1))
+            rows.extend(_merge(done[engine]) for engine in engines)
+            out.write_text(json.dumps({"machine": info, "rows": rows, "runs": runs}, indent=1))
     print(_table(rows))
     return 0
+
+
+def _merge(runs: list[dict]) -> dict:
+    """One row from an engine's rounds: the median over all their timed steps, the largest peak memory, and the
+    load average's extremes. A failed round fails the row."""
+    failed = [r for r in runs if "error" in r]
+    if failed or len(runs) == 1:
+        return failed[0] if failed else runs[0]
+    times = [t for r in runs for t in r["times_ms"]]
+    row = dict(runs[0])
+    row.update(steps=len(times), rounds=len(runs), times_ms=times, median_ms=statistics.median(times),
+               min_ms=min(times), peak_mib=max(r["peak_mib"] for r in runs),
+               load_before=[max(r["load_before"][i] for r in runs) for i in range(3)],
+               load_after=[max(r["load_after"][i] for r in runs) for i in range(3)],
+               wall_s=sum(r["wall_s"] for r in runs))
+    return row
 
 
 if __name__ == "__main__":

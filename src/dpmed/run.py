@@ -22,10 +22,15 @@ import torch
 
 from dpmed import accounting
 from dpmed.config import EvaluationConfig, RunSpec
-from dpmed.data import Dataset, normalize
+from dpmed.data import Dataset, ImageSet, Task, normalize
+from dpmed.data.canaries import hold_out_canary_sources, insert_canaries, make_canaries
 from dpmed.evaluation import evaluate_utility, predict, save_predictions
+from dpmed.evaluation.audit import audit_epsilon_lower_bound_over_grid, canary_scores_from_logits, choose_canaries
+from dpmed.evaluation.predictions import predict_logits
+from dpmed.evaluation.explanations import explain_test_set
+from dpmed.evaluation.fairness import evaluate_fairness
 from dpmed.mechanisms import PixelGaussian, PixelLaplace, ScalarShift
-from dpmed.models import build_model
+from dpmed.models import MODELS, build_model
 from dpmed.training import DpSgdPlan, resolve_device, train
 
 __all__ = ["RunContext", "run_one", "privacy_card", "reconstruction_record", "write_json_atomic", "RUN_RECORD",
@@ -34,6 +39,7 @@ __all__ = ["RunContext", "run_one", "privacy_card", "reconstruction_record", "wr
 RUN_RECORD = "run.json"
 CHECKPOINT = "checkpoint.pt"
 EXAMPLES = "ldp_examples.npz"
+CAMS = "cams.npz"
 N_EXAMPLES = 4
 COVERAGE = ("the training images; validation images (threshold choice) and test images are not protected")
 
@@ -184,6 +190,50 @@ def _save_examples(path: Path, mechanism: Any, images: np.ndarray, *, seed: int)
     np.savez_compressed(path, original=images, perturbed=mechanism.apply(images, seed=seed + 7919))
 
 
+AUDIT_DELTA_NON_PRIVATE = 1e-5   # the delta at which a non-private arm's audit bound is stated
+AUDIT_SCORES = "audit_scores.npz"
+AUDIT_CITATION = ("Steinke, Nasr and Jagielski, Privacy Auditing with One (1) Training Run, NeurIPS 2023, "
+                  "arXiv:2305.08846")
+
+
+def _audit_canaries(train_set: ImageSet, task: Task, audit: Mapping[str, Any], *,
+                    seed: int) -> tuple[ImageSet, ImageSet, np.ndarray]:
+    """(training set with canaries, the m canaries, inclusion bits bool [m]) for a one-run audit.
+
+    The canaries' sources (one image of each of m patients) leave the training split with every image of their
+    patients; each canary goes back in with probability 1/2. The source draw, the canaries and the bits come from
+    three independent streams of the run's seed, so nothing the guesser sees (not even the canary order) depends
+    on the bits."""
+    m = audit["canaries"]
+    pool_seed, canary_seed, bits_seed = (int(c.generate_state(1)[0])
+                                         for c in np.random.SeedSequence([seed, 20230514]).spawn(3))
+    rest, sources = hold_out_canary_sources(train_set, m, seed=pool_seed)
+    canaries = make_canaries(sources, m, task=task, seed=canary_seed, kind=audit["kind"])
+    included = choose_canaries(m, seed=bits_seed)
+    return insert_canaries(rest, canaries, included), canaries, included
+
+
+def _audit_record(spec: RunSpec, audit: Mapping[str, Any], card: Mapping[str, Any], scores: np.ndarray,
+                  included: np.ndarray) -> dict[str, Any]:
+    """The audit's lower bound next to the claim it tests: same delta as the claim (1e-5 without one)."""
+    delta = spec.derived["delta"] if spec.mechanism == "dp_sgd" else AUDIT_DELTA_NON_PRIVATE
+    res = audit_epsilon_lower_bound_over_grid(scores, included, delta=delta, confidence=audit["confidence"])
+    claimed = card.get("epsilon") if card.get("is_dp") else None
+    statement = (f"empirical lower bound eps >= {res.epsilon_lower_bound:.3g} at delta = {delta:.3g} (one-run audit, "
+                 f"{res.n_canaries} {audit['kind']} canaries, {res.confidence:.0%}; {res.n_correct} of "
+                 f"{res.n_guesses} guesses correct)")
+    statement += ("; no eps is claimed" if claimed is None else
+                  f"; the accountant claims eps = {claimed:.3g}: " + (
+                      "consistent" if res.epsilon_lower_bound <= claimed else "VIOLATED: the run is not DP as claimed"))
+    return {"n_canaries": res.n_canaries, "kind": audit["kind"], "n_included": int(included.sum()),
+            "n_guesses": res.n_guesses, "n_correct": res.n_correct, "k_positive": res.k_positive,
+            "k_negative": res.k_negative, "epsilon_lower_bound": res.epsilon_lower_bound,
+            "confidence": res.confidence, "delta": delta, "claimed_epsilon": claimed,
+            "consistent_with_claim": None if claimed is None else bool(res.epsilon_lower_bound <= claimed),
+            "method": res.method, "citation": AUDIT_CITATION, "statement": statement,
+            "canary_source": "training split: one image of each of m patients, all their images held out"}
+
+
 def run_one(spec: RunSpec, context: RunContext, out_dir: Path) -> dict[str, Any]:
     """Train and evaluate one run; writes ``out_dir/run.json`` (the record, returned) and ``predictions.npz``."""
     start = time.perf_counter()
@@ -191,6 +241,12 @@ def run_one(spec: RunSpec, context: RunContext, out_dir: Path) -> dict[str, Any]
     ds = context.dataset
     device = resolve_device(context.device if spec.training.device == "auto" else spec.training.device)
     train_set = ds.train
+    audit = spec.params.get("audit")
+    if audit:
+        # One-run audit: canaries go in with probability 1/2 each. q, T and sigma were fixed before, from the
+        # split's size; with Poisson sampling the accountant depends on q, T and sigma only, so the claimed eps is the
+        # same with the canaries in, and covers each of them as a training record.
+        train_set, canaries, included = _audit_canaries(train_set, ds.task, audit, seed=spec.seed)
     mechanism = _local_mechanism(spec)
     if mechanism is not None:
         # The data holder releases perturbed training images; validation and test stay clean (METHODS.md s.1).
@@ -209,7 +265,7 @@ def run_one(spec: RunSpec, context: RunContext, out_dir: Path) -> dict[str, Any]
         d = spec.derived
         plan = DpSgdPlan(noise_multiplier=d["noise_multiplier"], max_grad_norm=spec.params["max_grad_norm"],
                          sample_rate=d["sample_rate"], steps=d["steps"], noise=spec.params["noise"],
-                         sampling=spec.params["sampling"])
+                         sampling=spec.params["sampling"], expected_batch_size=d["sample_rate"] * d["n_train"])
     # The checkpoint (with the privacy ledger) lets an interrupted run continue where it stopped; the last one
     # holds the trained model.
     result = train(model, train_set, ds.task, spec.training, seed=spec.seed, dp=plan, device=device,
@@ -236,5 +292,26 @@ def run_one(spec: RunSpec, context: RunContext, out_dir: Path) -> dict[str, Any]
                    "device": str(device), "resumed_from": result.resumed_from},
         "versions": _versions(),
     }
+    if audit:  # scored from the final model only (black-box audit); scores and bits kept for re-analysis
+        canary_input = canaries if ds.normalization is None else canaries.with_images(
+            normalize(canaries.images, *ds.normalization))
+        scores = canary_scores_from_logits(predict_logits(model, canary_input, device=device), canaries.labels,
+                                           task_kind=ds.task.kind)
+        np.savez_compressed(out_dir / AUDIT_SCORES, scores=scores, included=included, labels=canaries.labels)
+        record["audit"] = _audit_record(spec, audit, record["privacy"], scores, included)
+    if ev.fairness is not None:  # per-group metrics, a pure function of the predictions saved above (METHODS.md s.5)
+        record["fairness"] = evaluate_fairness(
+            kind=ds.task.kind, val_labels=ds.val.labels, val_scores=val_scores, test_labels=ds.test.labels,
+            test_scores=test_scores, attributes={name: getattr(ds.test, name) for name in ev.fairness.attributes},
+            age_bins=ev.fairness.age_bins, n_resamples=ev.bootstrap_resamples, seed=ev.bootstrap_seed,
+            confidence=ev.confidence)
+    if ev.explanations is not None:  # Grad-CAM needs the model: on a plain copy of it, `model` stays as it is
+        cam_start = time.perf_counter()
+        record["explanations"], cams = explain_test_set(
+            model, ds.test.images, ds.test.masks, kind=ds.task.kind, target_layer=MODELS[context.model].cam_layer,
+            normalization=ds.normalization, n_resamples=ev.bootstrap_resamples, bootstrap_seed=ev.bootstrap_seed,
+            confidence=ev.confidence, **ev.explanations.model_dump())
+        np.savez_compressed(out_dir / CAMS, **cams)   # the report's CAM grid; run.json (below) marks it complete
+        record["explanations"]["seconds"] = time.perf_counter() - cam_start
     write_json_atomic(out_dir / RUN_RECORD, record)
     return record

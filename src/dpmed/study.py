@@ -208,6 +208,8 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
         auroc = outcome["metrics"].get("test_auroc")
         log(f"{tag}: test AUROC {'undefined' if auroc is None else format(auroc, '.3f')}; "
             f"{outcome['privacy']['statement']}")
+        if outcome.get("audit"):
+            log(f"{tag}: audit: {outcome['audit']['statement']}")
 
     if todo:
         log(f"training {len(todo)} run(s) with executor {executor!r}" + (f", {workers} workers" if workers > 1 else ""))

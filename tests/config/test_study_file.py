@@ -91,3 +91,17 @@ def test_run_ids_do_not_change_when_a_sweep_grows(write_study):
     one = {r.run_id for r in expand_runs(load_study(write_study(GOOD.replace("[1, 8]", "8"))))}
     two = {r.run_id for r in expand_runs(load_study(write_study(GOOD)))}
     assert one <= two
+
+
+def test_fairness_is_on_and_explanations_off_by_default_and_both_are_checked(write_study):
+    study = load_study(write_study(GOOD))
+    assert study.evaluation.fairness.attributes == ["sex", "age"] and study.evaluation.explanations is None
+    study = load_study(write_study(GOOD + "evaluation: {fairness: null, explanations: {method: gradcam++, "
+                                          "n_images: 32}}\n"))
+    assert study.evaluation.fairness is None and study.evaluation.explanations.n_images == 32
+    for bad, key in (("fairness: {attributes: [ethnicity]}", "evaluation.fairness.attributes"),
+                     ("fairness: {age_bins: [0, 60, 30]}", "evaluation.fairness.age_bins"),
+                     ("explanations: {method: lime}", "evaluation.explanations.method"),
+                     ("cam: {method: gradcam}", "evaluation.cam")):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            load_study(write_study(GOOD + f"evaluation: {{{bad}}}\n"))

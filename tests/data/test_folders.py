@@ -234,3 +234,45 @@ def test_real_chest_xray_whole_dataset(chest_xray_path):
     assert (len(d.train), len(d.val), len(d.test)) == (4282, 477, 624)
     assert all(len(splits) == 1 for splits in _owners(d).values())
     assert d.source["split"]["rows_of_those_patients_outside_their_top_split"] == 457
+
+
+def test_a_published_split_whose_images_are_all_unreadable_is_empty_not_carved(tmp_path, write_image):
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    for name in KERMANY["test/NORMAL"] + KERMANY["test/PNEUMONIA"]:
+        folder = "test/NORMAL" if name in KERMANY["test/NORMAL"] else "test/PNEUMONIA"
+        (root / folder / name).write_bytes(b"\xff\xd8\xff\xe0 cut short")
+    with pytest.raises(DataError, match=r"4 of 21 rows cannot be used \(4 unreadable image\)"):
+        _load(root)
+    with pytest.raises(DataError, match="the test split is empty after leaving out invalid rows"):
+        _load(root, skip_invalid=True)
+
+
+@pytest.mark.filterwarnings("ignore:.*bootstrap redraws:RuntimeWarning")  # a 4-image test split
+def test_a_folder_study_records_its_preprocessing_and_left_out_rows(tmp_path, write_image):
+    """End to end through `dpmed run`: the run record's data section holds the per-image steps, the split and the
+    rows left out (what the report's provenance section shows)."""
+    import json
+
+    from dpmed.cli import main
+
+    layout = {folder: names + [f"{'IM-09%02d-0001' if 'NORMAL' in folder else 'person9%02d_virus_1'}.jpeg" % k
+                               for k in range(12)] for folder, names in KERMANY.items() if folder.startswith("train")}
+    root = _kermany(tmp_path / "chest_xray" / "chest_xray", write_image, {**KERMANY, **layout})
+    (root / "train/PNEUMONIA/person2_virus_3.jpeg").write_bytes(b"truncated")
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        "name: tiny-folders\nseeds: [0]\n"
+        "data:\n  source: folders\n  path: chest_xray\n  image_size: 16\n  channels: 3\n"
+        "  preprocessing: {minmax: true, equalize: true, normalize: {mean: [0.5], std: [0.25]}}\n"
+        "  split: {val_fraction: 0.25, seed: 0}\n  skip_invalid: true\n"
+        "model: {name: small_cnn}\ntraining: {epochs: 1, batch_size: 8}\nevaluation: {bootstrap_resamples: 20}\n"
+        "arms:\n  - {name: non-private, mechanism: none}\n")
+    assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    record = json.loads((tmp_path / "out" / "tiny-folders" / "runs" / "non-private_seed0" / "run.json").read_text())
+    data = record["data"]
+    assert data["format"] == "image-folders" and data["path"] == str(root)  # the nested extraction, descended
+    assert data["preprocessing"]["resize"].startswith("16x16") and data["preprocessing"]["channels"] == 3
+    assert data["preprocessing"]["minmax"] is True and data["preprocessing"]["equalize"] is True
+    assert data["preprocessing"]["normalize"] == {"mean": [0.5], "std": [0.25]}
+    assert data["left_out_invalid"]["count"] == 1 and data["left_out_invalid"]["by_kind"] == {"unreadable image": 1}
+    assert data["split"]["published"] == ["test", "train"] and data["split"]["patients_crossing_splits"] == 0

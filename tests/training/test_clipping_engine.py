@@ -107,6 +107,13 @@ LAYER_CASES = {
     "layer_norm_image": (lambda: nn.Sequential(nn.Conv2d(2, 3, 3), nn.LayerNorm([3, 5, 5]), nn.Flatten(),
                                                nn.Linear(75, 3)), _images(), {nn.LayerNorm}),
     "tokens": (_Tokens, lambda n, g: torch.randint(0, 11, (n, 9), generator=g), {nn.Embedding, nn.LayerNorm}),
+    "embedding_no_padding_weight_only_norm": (
+        lambda: nn.Sequential(nn.Embedding(8, 4), nn.LayerNorm(4, bias=False), nn.Flatten(), nn.Linear(4 * 6, 3)),
+        lambda n, g: torch.randint(0, 8, (n, 6), generator=g), {nn.Embedding, nn.LayerNorm}),
+    "group_norm_one_group_and_per_channel": (
+        lambda: nn.Sequential(nn.Conv2d(2, 6, 3, padding=1), nn.GroupNorm(1, 6), nn.SiLU(), nn.Conv2d(6, 4, 3),
+                              nn.GroupNorm(4, 4), nn.Flatten(), nn.Linear(100, 3)),
+        _images(), {nn.Conv2d, nn.GroupNorm}),
 }
 
 
@@ -126,19 +133,41 @@ def _case(name):
 def test_every_registered_layer_type_has_a_case():
     covered = set().union(*(types for _, _, types in LAYER_CASES.values()))
     assert set(LAYER_RULES) <= covered
+    # the layer types the engine promises (issue 7), each with a rule and a case
+    assert {nn.Conv2d, nn.Linear, nn.GroupNorm, nn.LayerNorm, nn.Embedding} <= set(LAYER_RULES)
+
+
+def test_the_benchmarked_models_are_among_those_tested():
+    """small_cnn, ResNet-9 and ResNet-18 (GroupNorm) are what the benchmark and the studies train."""
+    assert {"small_cnn", "resnet9", "resnet18"} <= set(list_models())
+
+
+def _clipped(norms, grads, clip):
+    """sum_i min(1, C / (||g_i|| + 1e-6)) g_i from explicit per-example gradients."""
+    total = [torch.zeros_like(t) for t in grads[0]]
+    for n, g in zip(norms, grads):
+        for acc, t in zip(total, g):
+            acc += min(1.0, clip / (n + 1e-6)) * t
+    return total
 
 
 @pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("name", sorted(LAYER_CASES))
 def test_layer_clipped_sum_matches_explicit_loop(name, route):
-    """Clip at the median per-example norm: some examples are clipped, some lie below the clip."""
+    """Three clip levels: below every norm (all examples clipped), the median norm (some clipped, some below the
+    clip) and above every norm (none clipped: the plain gradient of the summed loss)."""
     model, x, y = _case(name)
-    norms, _ = _per_example_norms_and_grads(model, x, y, _ce)
-    clip = sorted(norms)[len(norms) // 2]
-    assert min(norms) < clip < max(norms)
-    expected, _ = _explicit_clipped_sum(model, x, y, clip)
-    got = GhostClipper(model, route=route).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip)
-    _assert_close(got, expected)
+    norms, grads = _per_example_norms_and_grads(model, x, y, _ce)
+    median = sorted(norms)[len(norms) // 2]
+    assert 0 < min(norms) < median < max(norms)
+    engine = GhostClipper(model, route=route)
+    for clip in (min(norms) / 2, median, 2 * max(norms)):
+        got = engine.clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip)
+        _assert_close(got, _clipped(norms, grads, clip))
+    params = [p for p in model.parameters() if p.requires_grad]
+    plain = torch.autograd.grad(_ce(model(x), y), params, allow_unused=True)
+    plain = [torch.zeros_like(p) if t is None else t for p, t in zip(params, plain)]
+    _assert_close(engine.clipped_sum(x, y, loss_fn=_ce, max_grad_norm=math.inf), plain)
 
 
 @pytest.mark.parametrize("name", ["tokens", "conv2d_groups_no_bias", "group_norm"])
@@ -262,6 +291,37 @@ def test_a_layer_without_a_rule_is_named():
         GhostClipper(model)
 
 
+@pytest.mark.parametrize("layer", [nn.Conv3d(1, 2, 3), nn.ConvTranspose2d(2, 2, 3), nn.Bilinear(3, 3, 2),
+                                   nn.MultiheadAttention(4, 2, batch_first=True)],
+                         ids=lambda m: type(m).__name__)
+def test_unsupported_layers_are_refused_by_the_step_not_sent_to_another_engine(layer):
+    """No silent fallback: DpSgdStep with the dpmed engine refuses a model it cannot clip exactly, naming the
+    module and its type, and points at the Opacus engine as an explicit choice."""
+    model = nn.Sequential(nn.Linear(3, 3), layer)
+    with pytest.raises(PrivacyError, match=rf"'1' \({type(layer).__name__}\).*no per-example rule.*dp_engine"):
+        DpSgdStep(model, loss_fn=_ce, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4.0,
+                  physical_batch_size=4, generator=torch.Generator().manual_seed(0), engine="dpmed")
+
+
+def test_an_input_modified_in_place_after_use_is_refused():
+    class InPlace(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+            self.head = nn.Linear(3, 2)
+
+        def forward(self, x):
+            h = torch.tanh(x @ torch.ones(3, 3, dtype=x.dtype))                  # no gradient needed before fc
+            out = self.fc(h)
+            h.mul_(2.0)                                                          # fc's input changed after use
+            return self.head(out + h)
+
+    model = InPlace().double()
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=False)
+    with pytest.raises(PrivacyError, match="modified in place"):
+        GhostClipper(model).clipped_sum(x, torch.tensor([0, 1, 0, 1]), loss_fn=_ce, max_grad_norm=1.0)
+
+
 def test_an_embedding_that_mixes_examples_is_refused():
     with pytest.raises(PrivacyError, match="scale_grad_by_freq"):
         GhostClipper(nn.Embedding(5, 2, scale_grad_by_freq=True))
@@ -300,3 +360,27 @@ def test_any_conv_geometry_matches_explicit_loop(c_in, groups, c_out_per_group, 
     y = torch.tensor([0, 1, 1])
     expected, _ = _explicit_clipped_sum(model, x, y, clip)
     _assert_close(GhostClipper(model, route=route).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip), expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(c_in=st.integers(1, 3), groups=st.sampled_from([1, 2]), kh=st.integers(1, 3), kw=st.integers(1, 3),
+       stride=st.tuples(st.integers(1, 2), st.integers(1, 3)), padding=st.tuples(st.integers(0, 2), st.integers(0, 2)),
+       dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)), h=st.integers(5, 8), w=st.integers(5, 9))
+def test_the_two_patch_gram_routes_and_the_unfold_agree_with_torch(c_in, groups, kh, kw, stride, padding, dilation,
+                                                                   h, w):
+    """The conv ghost norm's input Gram matrix, by unfolded patches and by the pixel Gram matrix, equals the one
+    from torch's own F.unfold, for any geometry (float64)."""
+    from dpmed.training.layer_rules import _ConvGeometry, _patch_gram_by_pixels, _patch_gram_unfolded, _unfold
+
+    c_in *= groups
+    a = torch.randn(3, c_in, h, w, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    geo = _ConvGeometry((kh, kw), stride, padding, dilation, groups)
+    reference = F.unfold(a, (kh, kw), dilation, padding, stride)                 # [3, C kh kw, T]
+    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    t = ho * wo
+    torch.testing.assert_close(_unfold(a, geo), reference, rtol=0, atol=0)
+    ref = reference.view(3, groups, -1, t)
+    gram = ref.transpose(2, 3) @ ref                                              # [3, G, T, T]
+    torch.testing.assert_close(_patch_gram_unfolded(a, geo, t), gram, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(_patch_gram_by_pixels(a, geo, (ho, wo)), gram, rtol=1e-12, atol=1e-12)

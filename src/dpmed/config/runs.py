@@ -58,7 +58,9 @@ def expand_runs(study: Study) -> list[RunSpec]:
     for arm in study.arms:
         sweeps = {k: tag for k, tag in SWEEP_KEYS[type(arm)].items() if getattr(arm, k) is not None}
         not_params = {*SWEEP_KEYS[type(arm)], "name", "mechanism", "epochs", "batch_size", "learning_rate"}
-        fixed = {k: v for k, v in arm.model_dump().items() if k not in not_params}
+        # An unset audit stays out of params, so the specs (and resume checks) of arms without one are unchanged.
+        fixed = {k: v for k, v in arm.model_dump().items()
+                 if k not in not_params and not (k == "audit" and v is None)}
         overrides = {k: getattr(arm, k) for k in ("epochs", "batch_size", "learning_rate") if getattr(arm, k)}
         training = study.training.model_copy(update=overrides)
         value_lists = [getattr(arm, k) for k in sweeps]

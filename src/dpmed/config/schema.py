@@ -18,6 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 __all__ = [
     "Study", "DataConfig", "SplitConfig", "PreprocessingConfig", "NormalizeConfig", "ColumnsConfig",
     "ModelConfig", "TrainingConfig", "EvaluationConfig", "FairnessConfig", "CamConfig", "CAM_METHOD_NAMES",
+    "AuditConfig", "CANARY_KIND_NAMES", "AUDITABLE_MECHANISMS",
     "NoPrivacyArm", "PixelLaplaceArm", "PixelGaussianArm", "ScalarShiftArm", "DpSgdArm", "Arm", "PrivacyBudget",
 ]
 
@@ -186,11 +187,11 @@ class TrainingConfig(_Strict):
 
 
 class FairnessConfig(_Strict):
-    """Per-group metrics (METHODS.md s.5): the attributes to group test patients by (sex, age, or any attribute the
-    dataset records) and the age bin edges ([0,30), [30,60), ... as 003_9a91354dc2d7e2df.txt; a missing value is the
-    group "unknown")."""
+    """Per-group metrics (METHODS.md s.5): the attributes to group test patients by (sex and age, the attributes a
+    dpmed Sample records) and the age bin edges ([0,30), [30,60), ... as 003_9a91354dc2d7e2df.txt; a missing value is
+    the group "unknown", and an attribute no test image records is reported as not applicable)."""
 
-    attributes: list[str] = Field(default_factory=lambda: ["sex", "age"], min_length=1)
+    attributes: list[Literal["sex", "age"]] = Field(default_factory=lambda: ["sex", "age"], min_length=1)
     age_bins: list[float] = Field(default_factory=lambda: [0.0, 30.0, 60.0, 70.0, 80.0, 100.0], min_length=2)
 
     @field_validator("age_bins")
@@ -220,17 +221,35 @@ class CamConfig(_Strict):
 class EvaluationConfig(_Strict):
     """Percentile bootstrap over test redraws (METHODS.md s.4); the same seed gives every arm the same redraws.
 
-    fairness: per-group metrics (on by default; ``null`` turns them off). cam: Grad-CAM and its metrics (off by
-    default: they need the model and cost forward passes; e.g. ``cam: {method: gradcam, n_images: 64}``)."""
+    fairness: per-group metrics (on by default; ``null`` turns them off). explanations: Grad-CAM and its metrics (off
+    by default: they need the model and cost forward passes; e.g. ``explanations: {method: gradcam, n_images: 64}``)."""
 
     bootstrap_resamples: int = Field(default=1000, ge=10)
     confidence: float = Field(default=0.95, gt=0, lt=1)
     bootstrap_seed: int = 0
     fairness: FairnessConfig | None = Field(default_factory=FairnessConfig)
-    cam: CamConfig | None = None
+    explanations: CamConfig | None = None
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+# The canary kinds dpmed.data.canaries offers (a test keeps the two lists equal).
+CANARY_KIND_NAMES = ("mislabelled", "marked", "noise")
+# The arms an audit can test: mislabelled canaries test a claim that covers labels, which local DP on images does not.
+AUDITABLE_MECHANISMS = ("none", "dp_sgd")
+
+
+class AuditConfig(_Strict):
+    """The one-run privacy audit (Steinke, Nasr and Jagielski 2023, arXiv:2305.08846): ``canaries`` images of as
+    many patients leave the training split, get a wrong label (``kind``: mislabelled, marked = mislabelled with a
+    random 4x4 patch, noise = noise images with random labels), and each goes back in with probability 1/2. The
+    trained model's fit to each canary's label guesses which went in; the count of correct guesses gives an
+    empirical *lower* bound on eps at the run's delta (1e-5 for a non-private arm), valid at ``confidence``.
+    A lower bound above the accountant's eps would mean the run is not DP as claimed."""
+
+    canaries: int = Field(ge=2)
+    kind: Literal[CANARY_KIND_NAMES] = "mislabelled"  # type: ignore[valid-type]
+    confidence: float = Field(default=0.95, gt=0, lt=1)
 
 
 class _ArmBase(_Strict):
@@ -238,6 +257,7 @@ class _ArmBase(_Strict):
     epochs: int | None = Field(default=None, ge=1)
     batch_size: int | None = Field(default=None, ge=1)
     learning_rate: float | None = Field(default=None, gt=0)
+    audit: AuditConfig | None = None
 
     @field_validator("name")
     @classmethod
@@ -245,6 +265,15 @@ class _ArmBase(_Strict):
         if not _NAME.match(v):
             raise ValueError(f"arm name {v!r} must be letters, digits, '_', '-' or '.' (it names folders)")
         return v
+
+    @model_validator(mode="after")
+    def _auditable(self) -> "_ArmBase":
+        mechanism = getattr(self, "mechanism", None)
+        if self.audit is not None and mechanism not in AUDITABLE_MECHANISMS:
+            raise ValueError(f"audit applies to arms with mechanism {' or '.join(AUDITABLE_MECHANISMS)}, not "
+                             f"{mechanism!r}: local DP protects the released images, not their labels, so canaries "
+                             f"with wrong labels would not test its claim")
+        return self
 
 
 class NoPrivacyArm(_ArmBase):

@@ -11,7 +11,7 @@ from torch import nn
 from dpmed.data import ImageSet, Task
 from dpmed.training import OBJECTIVES
 
-__all__ = ["predict", "save_predictions", "load_predictions"]
+__all__ = ["predict", "predict_logits", "save_predictions", "load_predictions"]
 
 
 @torch.no_grad()
@@ -32,6 +32,23 @@ def predict(model: nn.Module, data: ImageSet, task: Task, *, batch_size: int = 2
     finally:
         model.train(was_training)
     return np.concatenate(scores).astype(np.float64)
+
+
+@torch.no_grad()
+def predict_logits(model: nn.Module, data: ImageSet, *, batch_size: int = 256,
+                   device: torch.device | None = None) -> np.ndarray:
+    """The model's raw outputs, float64 [N, K] (binary: K = 2 softmax logits), for scores that must not saturate:
+    a float32 probability of a well-fitted example rounds to exactly 1, and its log-likelihood to a tie (the
+    privacy audit ranks canaries by it). Eval mode for the pass, then the mode the model was in."""
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        logits = [model(torch.from_numpy(chunk).to(device)).double().cpu().numpy()
+                  for chunk in np.array_split(data.images, max(1, int(np.ceil(len(data) / batch_size))))]
+    finally:
+        model.train(was_training)
+    return np.concatenate(logits)
 
 
 def save_predictions(path: Path, **splits: tuple[ImageSet, np.ndarray]) -> None:

@@ -8,6 +8,7 @@ from typing import Callable
 from torch import nn
 
 from dpmed.models.classic import ALEXNET_CAM_LAYER, VGG16_CAM_LAYER, alexnet_dp, vgg16_dp
+from dpmed.models.flat_cnn import FlatCNN
 from dpmed.models.resnet import resnet18_gn
 from dpmed.models.resnet9 import ResNet9
 from dpmed.models.small_cnn import SmallCNN
@@ -31,6 +32,9 @@ MODELS: dict[str, ModelInfo] = {
     for info in (
         ModelInfo("small_cnn", lambda c, k, s: SmallCNN(c, k), "features",
                   "4-block GroupNorm CNN, ~60k parameters; fast on CPU"),
+        ModelInfo("flat_cnn", FlatCNN, "features",
+                  "2-block GroupNorm CNN with a flattened linear head (no global pooling): memorises single images "
+                  "quickly, the model of the privacy-audit demo; 32 S^2 K + 5k parameters for S x S images"),
         ModelInfo("resnet9", ResNet9, "layer4",
                   "ResNet-9 of 003_9a91354dc2d7e2df.txt (Klause et al. 2022): torchvision ResNet, one BasicBlock per "
                   "stage, GroupNorm(32), Mish, no in-place ops; 4.9M parameters"),

@@ -13,7 +13,8 @@ import yaml
 import numpy as np
 
 from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples
-from dpmed.reporting.tables import eps_text
+from dpmed.reporting.study_sections import study_sections
+from dpmed.reporting.tables import audit_text, eps_text
 
 __all__ = ["write_report"]
 
@@ -72,8 +73,20 @@ def _card(r: dict[str, Any]) -> str:
     skip = {"statement", "mechanism"}
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in card.items() if k not in skip)
     cls = "" if card["is_dp"] else ' class="notdp"'
-    return (f'<div class="card"><h3>{_e(r["run_id"])}</h3><p{cls}>{_e(card["statement"])}</p>'
+    audit = r.get("audit")
+    audited = "" if not audit else (f'<p{" class=notdp" if audit.get("consistent_with_claim") is False else ""}>'
+                                    f"{_e(audit_text(audit))}: {audit['n_correct']} of {audit['n_guesses']} "
+                                    f"membership guesses right{_e(_audit_verdict(audit))}</p>")
+    return (f'<div class="card"><h3>{_e(r["run_id"])}</h3><p{cls}>{_e(card["statement"])}</p>{audited}'
             f"<table>{rows}</table></div>")
+
+
+def _audit_verdict(audit: dict[str, Any]) -> str:
+    if audit.get("claimed_epsilon") is None:
+        return ""
+    if audit["consistent_with_claim"]:
+        return f"; not above the claimed eps = {audit['claimed_epsilon']:.3g}, as DP requires"
+    return f"; ABOVE the claimed eps = {audit['claimed_epsilon']:.3g}: this run is not DP as claimed"
 
 
 def _risk_section(records: list[dict[str, Any]]) -> str:
@@ -161,6 +174,7 @@ different neighbours (any two images versus adding or removing one image from tr
 directly comparable.</p>
 <div class="cards">{''.join(_card(r) for r in records)}</div>
 {_risk_section(records)}
+{study_sections(resolved, records, path.parent)}
 {_examples_section(records, path.parent / "runs", path.parent)}
 <h2 id="provenance">Provenance</h2>
 <table>{''.join(f'<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>' for k, v in versions.items())}</table>

@@ -7,6 +7,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from dpmed.evaluation.explanations import explanation_columns
+from dpmed.evaluation.fairness import fairness_columns
+
 __all__ = ["results_frame", "write_results_table", "summary_text"]
 
 _PRIVACY_COLUMNS = ("is_dp", "epsilon", "delta", "accountant", "neighbour_relation", "epsilon_pixel", "scale_b",
@@ -26,7 +29,12 @@ def results_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
         row["reconstruction_relaxed"] = risk.get("relaxed")
         for fpr, tpr in (risk.get("tpr_at_fpr") or {}).items():
             row[f"mia_tpr_at_fpr_{fpr}"] = tpr
+        if r.get("audit"):   # the one-run audit's empirical lower bound, at the delta it names
+            row.update({f"audit_{k}": r["audit"][k] for k in ("epsilon_lower_bound", "delta", "confidence",
+                                                               "n_canaries", "n_guesses", "n_correct")})
         row.update(r["metrics"])
+        row.update(fairness_columns(r.get("fairness")))            # per group, e.g. fairness[age=[80,100)]_auroc
+        row.update(explanation_columns(r.get("explanations")))     # e.g. explanations_mask_energy_low
         row["train_seconds"] = r["timing"]["train_seconds"]
         rows.append(row)
     return pd.DataFrame(rows)
@@ -47,6 +55,13 @@ def eps_text(card: dict[str, Any]) -> str:
         delta = f", d={card['delta']:.0e}" if card.get("delta") else ""
         return f"{card['epsilon_image']:,.4g} (image, LDP{delta})"
     return f"{card['epsilon']:.3g} (d={card['delta']:.0e}, {card['accountant']})"
+
+
+def audit_text(audit: dict[str, Any]) -> str:
+    """The audit's line for a privacy card, e.g. "empirical lower bound eps >= 2.1 at delta = 1e-05 (one-run audit,
+    100 canaries, 95%)": a lower bound, next to the accountant's upper bound."""
+    return (f"empirical lower bound eps >= {audit['epsilon_lower_bound']:.3g} at delta = {audit['delta']:.3g} "
+            f"(one-run audit, {audit['n_canaries']} canaries, {audit['confidence']:.0%})")
 
 
 def summary_text(records: Iterable[dict[str, Any]]) -> str:

@@ -197,9 +197,35 @@ def _conv_check(m: nn.Module) -> None:
                            "torch version does not expose the padding the engine needs to replay; use zero padding")
 
 
+def _padded_pixels(m: nn.Module, a: Tensor) -> int:
+    """Pixels per channel of the input after the convolution's padding (what the pixel Gram matrix spans)."""
+    spatial = a.shape[2:]
+    if isinstance(m.padding, str) or m.padding_mode != "zeros":
+        pads = m._reversed_padding_repeated_twice                              # (last dim: left, right, ...)
+        added = [pads[2 * i] + pads[2 * i + 1] for i in range(len(spatial))][::-1]
+    else:
+        added = [2 * p for p in m.padding]
+    n = 1
+    for size, extra in zip(spatial, added):
+        n *= size + extra
+    return n
+
+
+def _conv_gram_costs(m: nn.Module, a: Tensor, g: Tensor) -> tuple[float, float]:
+    """Multiply-adds per example of the input Gram matrix [T, T] by each route: (unfolded patches, pixel Gram)."""
+    t, d_in, _ = _conv_dims(m, g)
+    kernel = 1
+    for k in m.kernel_size:
+        kernel *= k
+    pixels = _padded_pixels(m, a)
+    unfolded = t * t * d_in + t * d_in                                          # Gram of the patches + the unfold
+    by_pixels = pixels * pixels * (m.in_channels // m.groups) + kernel * t * t + pixels * d_in // kernel
+    return unfolded, by_pixels
+
+
 def _conv_ghost_cost(m: nn.Module, a: Tensor, g: Tensor) -> float:
-    t, d_in, d_out = _conv_dims(m, g)
-    return m.groups * (t * t * (d_in + d_out) + t * d_in)                      # two Gram matrices + the unfold
+    t, _, d_out = _conv_dims(m, g)
+    return m.groups * (min(_conv_gram_costs(m, a, g)) + t * t * d_out)         # input Gram + output-gradient Gram
 
 
 def _conv_materialised_cost(m: nn.Module, a: Tensor, g: Tensor) -> float:
@@ -223,17 +249,62 @@ def _conv_weight_shape_2d(m: nn.Module) -> tuple[int, ...]:
     return shape if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
 
 
+def _unfold(a4: Tensor, geo: _ConvGeometry) -> Tensor:
+    """F.unfold(a4, ...) -> [b, C kh kw, T], in its order (channel, then kernel row, then column), as strided slices
+    of the padded input stacked along the kernel offsets. The same copy, but aten's im2col on CPU stalls for about a
+    second per call when its threads compete with other processes for the cores; plain slicing copies do not."""
+    (ph, pw), (kh, kw), (sh, sw), (dh, dw) = geo.padding, geo.kernel, geo.stride, geo.dilation
+    ap = F.pad(a4, (pw, pw, ph, ph)) if ph or pw else a4                       # [b, C, Hp, Wp]
+    ho = (ap.shape[2] - dh * (kh - 1) - 1) // sh + 1
+    wo = (ap.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    blocks = [ap[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw]
+              for i in range(kh) for j in range(kw)]                            # kh kw x [b, C, H', W']
+    return torch.stack(blocks, 2).reshape(a4.shape[0], -1, ho * wo)            # [b, C kh kw, T]
+
+
+def _patch_gram_unfolded(a4: Tensor, geo: _ConvGeometry, t: int) -> Tensor:
+    """aa[b, G, t, s] = <patch_t, patch_s> from the unfolded patches (im2col: a copy 9x the input for 3x3)."""
+    au = _unfold(a4, geo)                                                       # [b, G d_in, T]
+    au = au.view(au.shape[0], geo.groups, -1, t)                               # [b, G, d_in, T]
+    return au.transpose(2, 3) @ au                                             # [b, G, T, T]
+
+
+def _patch_gram_by_pixels(a4: Tensor, geo: _ConvGeometry, out_hw: tuple[int, int]) -> Tensor:
+    """The same aa without unfolding: a patch is the pixels p + k over the kernel offsets k, so
+    <patch_t, patch_s> = sum_k <a_{t+k}, a_{s+k}> = sum_k P[t + k, s + k] with P = the Gram matrix of the padded
+    input's pixels over the group's channels. Cheaper than im2col where the kernel is larger than the stride
+    (T^2 d_in becomes Np^2 C / G + k T^2, and no 9x copy)."""
+    (ph, pw), (kh, kw), (sh, sw), (dh, dw) = geo.padding, geo.kernel, geo.stride, geo.dilation
+    ap = F.pad(a4, (pw, pw, ph, ph)) if ph or pw else a4                       # [b, C, Hp, Wp]
+    b, c, hp, wp = ap.shape
+    av = ap.reshape(b, geo.groups, c // geo.groups, hp * wp)                    # [b, G, C/G, Np]
+    pix = (av.transpose(2, 3) @ av).view(b, geo.groups, hp, wp, hp, wp)         # [b, G, Np, Np] as a 6-d view
+    ho, wo = out_hw
+    aa = None
+    for i in range(kh):
+        rows = slice(i * dh, i * dh + sh * (ho - 1) + 1, sh)
+        for j in range(kw):
+            cols = slice(j * dw, j * dw + sw * (wo - 1) + 1, sw)
+            block = pix[:, :, rows, cols, rows, cols]                           # [b, G, H', W', H', W']
+            aa = block.clone() if aa is None else aa.add_(block)
+    return aa.reshape(b, geo.groups, ho * wo, ho * wo)                          # [b, G, T, T]
+
+
 def _conv_sq_norms(m: nn.Module, a: Tensor, g: Tensor, names: Names) -> Tensor:
     a4, g4, geo = _conv_2d(m, a, g)
     b, groups = a4.shape[0], geo.groups
     t, d_in, d_out = _conv_dims(m, g)
     sq = a4.new_zeros(b)
     if "weight" in names:
-        for s in _chunks(b, groups * (d_in * t + 2 * t * t)):
-            au = F.unfold(a4[s], geo.kernel, geo.dilation, geo.padding, geo.stride)     # [b, G d_in, T]
-            au = au.view(au.shape[0], groups, d_in, t)                                  # [b, G, d_in, T]
-            gf = g4[s].reshape(au.shape[0], groups, d_out, t)                           # [b, G, d_out, T]
-            aa = au.transpose(2, 3) @ au                                                # [b, G, T, T]
+        unfolded, by_pixels = _conv_gram_costs(m, a, g)
+        pixels = (a4.shape[2] + 2 * geo.padding[0]) * (a4.shape[3] + 2 * geo.padding[1])
+        per_example = groups * ((pixels * pixels if by_pixels < unfolded else d_in * t) + 3 * t * t)
+        for s in _chunks(b, per_example):
+            if by_pixels < unfolded:
+                aa = _patch_gram_by_pixels(a4[s], geo, tuple(g4.shape[2:]))            # [b, G, T, T]
+            else:
+                aa = _patch_gram_unfolded(a4[s], geo, t)                               # [b, G, T, T]
+            gf = g4[s].reshape(aa.shape[0], groups, d_out, t)                           # [b, G, d_out, T]
             gg = gf.transpose(2, 3) @ gf                                                # [b, G, T, T]
             sq[s] += (aa * gg).sum((1, 2, 3))
     if "bias" in names:
@@ -268,22 +339,26 @@ def _per_example_unfolded(a4: Tensor, g4: Tensor, geo: _ConvGeometry, shape: tup
     t = g4[0, 0].numel()
     out = g4.new_empty(b, groups, d_out, d_in)                                   # [B, G, d_out, d_in]
     for s in _chunks(b, groups * d_in * t):
-        au = F.unfold(a4[s], geo.kernel, geo.dilation, geo.padding, geo.stride)   # [b, G d_in, T]
+        au = _unfold(a4[s], geo)                                                  # [b, G d_in, T]
         au = au.view(au.shape[0], groups, d_in, t)
         torch.matmul(g4[s].reshape(au.shape[0], groups, d_out, t), au.transpose(2, 3), out=out[s])
     return out
 
 
-# Which kernel materialises per-example conv gradients, per device type: the grouped convolution runs near the
-# plain weight-gradient speed on CPU (oneDNN); on CUDA batched matrix products over unfolded patches do.
-_PER_EXAMPLE_CONV = {"cpu": _per_example_grouped, "cuda": _per_example_unfolded}
+def _per_example_kernel(a4: Tensor, geo: _ConvGeometry) -> Callable[..., Tensor]:
+    """Which kernel materialises per-example conv gradients. On CPU the grouped convolution runs near the plain
+    weight-gradient speed (oneDNN), except with few input channels per group (a stem on 1 or 3 channels), where it
+    runs 10 to 100 times slower than the matrix products over unfolded patches; on CUDA those products are faster."""
+    if a4.device.type == "cpu" and a4.shape[1] // geo.groups > 4:
+        return _per_example_grouped
+    return _per_example_unfolded
 
 
 def _conv_per_example(m: nn.Module, a: Tensor, g: Tensor, names: Names) -> Grads:
     a4, g4, geo = _conv_2d(m, a, g)
     out: Grads = {}
     if "weight" in names:
-        kernel = _PER_EXAMPLE_CONV.get(a4.device.type, _per_example_grouped)
+        kernel = _per_example_kernel(a4, geo)
         out["weight"] = kernel(a4, g4, geo, _conv_weight_shape_2d(m)).reshape(a4.shape[0], *m.weight.shape)
     if "bias" in names:
         out["bias"] = _bias_per_example(g4, channel_dim_last=False)             # [B, C_out]

@@ -1,0 +1,317 @@
+"""Fairness of one model across patient groups: pure functions of its saved predictions (METHODS.md sec. 5).
+
+Why these numbers (003_9a91354dc2d7e2df.txt, "Diagnostic accuracy is correlated with patient age"): that paper asks
+whether DP-SGD makes a chest X-ray model less fair to patient groups, and reads it from per-group AUROC and a
+"statistical parity difference" it defines as P(correct | group) - P(correct | rest). That is a difference of
+*accuracy*, not the textbook statistical (demographic) parity of Dwork et al. 2012, P(yhat = 1 | group) -
+P(yhat = 1 | rest); both are reported here under their own names so neither is mistaken for the other:
+
+* ``accuracy_parity_difference``: the 003 quantity. The group against all other patients pooled (the rest weighted
+  by size); for sex that is female minus male (plus any "unknown"). Positive: the group is served better.
+* ``demographic_parity_difference``: P(yhat = 1 | group) - P(yhat = 1 | rest) per group, and per attribute
+  fairlearn's ``demographic_parity_difference`` (largest minus smallest selection rate over the groups).
+* ``equalized_odds_difference``: fairlearn's (Hardt et al. 2016): the larger of the spread of true-positive rates and
+  the spread of false-positive rates over the groups.
+* ``worst_group_auroc``: the lowest group AUROC (Sagawa et al. 2020's worst-group view): a model can keep its
+  overall AUROC while one group loses.
+
+Decisions (yhat) use the Youden threshold chosen on the **validation** split (METHODS.md sec. 4), never on test.
+Groups: sex, and age bins [0,30), [30,60), [60,70), [70,80), [80,100) (003's Table 3); a missing value is its own
+group, "unknown". Every number has a 95% percentile interval over the same seeded redraws of the whole test set that
+the utility metrics use (:mod:`dpmed.evaluation.weighted`): a group's metric in a redraw is computed on the redrawn
+images that belong to it, so groups and arms are paired. Multilabel tasks average the per-label values (003's
+"average over all labels"); multiclass tasks have no single yhat = 1, so the two parity-of-decisions metrics are
+n/a there.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from dpmed.evaluation.bootstrap import bootstrap_indices
+from dpmed.evaluation.utility import youden_threshold
+from dpmed.evaluation.weighted import as_label_columns, estimate, redraw_counts, weighted_auroc, weighted_mean
+
+__all__ = ["AGE_BINS", "UNKNOWN", "GROUPINGS", "group_labels", "age_groups", "sex_groups", "decisions",
+           "evaluate_fairness", "attribute_fairness", "fairness_columns", "DEFINITIONS"]
+
+AGE_BINS: tuple[float, ...] = (0.0, 30.0, 60.0, 70.0, 80.0, 100.0)
+UNKNOWN = "unknown"
+
+DEFINITIONS = {
+    "accuracy_parity_difference": ("P(correct | group) - P(correct | rest), the rest pooled (size-weighted); the "
+                                   "'statistical parity difference' of 003_9a91354dc2d7e2df.txt, which is accuracy "
+                                   "parity; for sex: female minus male"),
+    "demographic_parity_difference": ("per group: P(yhat=1 | group) - P(yhat=1 | rest); per attribute: fairlearn "
+                                      "demographic_parity_difference (max - min selection rate over groups)"),
+    "equalized_odds_difference": ("fairlearn equalized_odds_difference: max(TPR spread, FPR spread) over the groups "
+                                  "in which both classes occur"),
+    "worst_group_auroc": "the lowest AUROC over the groups in which it is defined",
+    "threshold": "Youden's J on the validation split, applied unchanged to test",
+    "interval": "percentile bootstrap over seeded redraws of the whole test set, paired with the utility metrics",
+}
+
+
+# ---------------------------------------------------------------------------------------------------------- groups
+
+
+def _bin_label(low: float, high: float) -> str:
+    return f"[{low:g},{high:g})"
+
+
+def age_groups(age, *, bins: Sequence[float] = AGE_BINS) -> np.ndarray:
+    """Age bins as strings: "[0,30)", ...; nan (unknown age) -> "unknown"; at or above the last edge -> ">=100"."""
+    edges = np.asarray(bins, dtype=np.float64)
+    if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
+        raise ValueError(f"age bins must be increasing edges (at least two), got {list(bins)}")
+    a = np.asarray(age, dtype=np.float64)
+    out = np.full(a.shape, UNKNOWN, dtype=object)
+    known = np.isfinite(a) & (a >= edges[0])
+    which = np.searchsorted(edges, a[known], side="right") - 1                # bin index, len(edges)-1 = overflow
+    names = np.array([_bin_label(lo, hi) for lo, hi in zip(edges[:-1], edges[1:])] + [f">={edges[-1]:g}"],
+                     dtype=object)
+    out[known] = names[which]
+    return out.astype(str)
+
+
+def sex_groups(sex) -> np.ndarray:
+    """"female", "male" as recorded; empty, "nan", "none" or missing -> "unknown"."""
+    values = np.asarray(sex).astype(str)
+    lowered = np.char.lower(np.char.strip(values))
+    return np.where(np.isin(lowered, ["", "nan", "none", UNKNOWN]), UNKNOWN, lowered).astype(str)
+
+
+# attribute name -> grouping of its per-image values. An ImageSet records sex and age (dpmed.data.Sample), so those
+# are the attributes a study can name; the study schema holds the same two names.
+GROUPINGS: Mapping[str, Callable[..., np.ndarray]] = {"sex": sex_groups, "age": age_groups}
+
+
+def group_labels(attribute: str, values, *, age_bins: Sequence[float] = AGE_BINS) -> np.ndarray:
+    """The group of every image for ``attribute`` (str [n])."""
+    if attribute not in GROUPINGS:
+        raise ValueError(f"no grouping for attribute {attribute!r}; known: {', '.join(GROUPINGS)}")
+    if attribute == "age":
+        return age_groups(values, bins=age_bins)
+    return GROUPINGS[attribute](values)
+
+
+def _group_order(groups: np.ndarray, attribute: str, age_bins: Sequence[float]) -> list[str]:
+    """Age bins in age order, other groups alphabetically; "unknown" last."""
+    present = set(np.unique(groups).tolist())
+    if attribute == "age":
+        order = [_bin_label(lo, hi) for lo, hi in zip(age_bins[:-1], age_bins[1:])] + [f">={age_bins[-1]:g}"]
+        named = [g for g in order if g in present]
+    else:
+        named = sorted(present - {UNKNOWN})
+    return named + ([UNKNOWN] if UNKNOWN in present else [])
+
+
+# ------------------------------------------------------------------------------------------------------- decisions
+
+
+def decisions(kind: str, val_labels, val_scores, test_labels, test_scores):
+    """(y [n, L] 0/1, s [n, L], correct float [n], selected 0/1 [n, L] or None, thresholds list or None).
+
+    binary and multilabel: yhat = score >= the validation Youden threshold of that label; ``correct`` is the share
+    of labels decided right (the utility module's accuracy). multiclass: argmax; ``selected`` is None.
+    """
+    y, s = as_label_columns(kind, test_labels, test_scores)
+    if kind == "multiclass":
+        correct = (np.argmax(s, axis=1) == np.asarray(test_labels)).astype(np.float64)
+        return y, s, correct, None, None
+    yv, sv = as_label_columns(kind, val_labels, val_scores)
+    thresholds = [youden_threshold(yv[:, j], sv[:, j]) for j in range(y.shape[1])]   # validation, never test
+    selected = (s >= np.asarray(thresholds)[None, :]).astype(np.int64)               # [n, L]
+    correct = (selected == y).mean(axis=1)
+    return y, s, correct, selected, [float(t) for t in thresholds]
+
+
+def _nanmean(a: np.ndarray, axis: int) -> np.ndarray:
+    with warnings.catch_warnings():      # an all-nan slice is an undefined redraw: nan, said by the caller
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(a, axis=axis)
+
+
+def _spread(rates: np.ndarray) -> np.ndarray:
+    """max - min over the last axis (groups), ignoring nan; nan when fewer than two groups are defined."""
+    defined = np.isfinite(rates).sum(axis=-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        spread = np.nanmax(rates, axis=-1) - np.nanmin(rates, axis=-1)
+    return np.where(defined >= 2, spread, np.nan)
+
+
+def _group_stats(y, s, correct, selected, member, w_all) -> dict[str, np.ndarray]:
+    """Per-redraw statistics of one group (weights ``w_all`` [R, n]; member bool [n]): float [R] or [R, L]."""
+    rest = ~member
+    w, wr = w_all[:, member], w_all[:, rest]
+    out = {
+        "auroc": _nanmean(np.stack([weighted_auroc(y[member, j], s[member, j], w) for j in range(y.shape[1])],
+                                   axis=1), axis=1),
+        "accuracy": weighted_mean(correct[member], w),
+        "accuracy_rest": weighted_mean(correct[rest], wr) if rest.any() else np.full(w_all.shape[0], np.nan),
+    }
+    if selected is not None:
+        cols = range(y.shape[1])
+        out["selection"] = np.stack([weighted_mean(selected[member, j], w) for j in cols], axis=1)        # [R, L]
+        out["selection_rest"] = np.stack(
+            [weighted_mean(selected[rest, j], wr) if rest.any() else np.full(w.shape[0], np.nan) for j in cols], axis=1)
+        out["tpr"] = np.stack([weighted_mean(selected[member & (y[:, j] == 1), j], w_all[:, member & (y[:, j] == 1)])
+                               for j in cols], axis=1)
+        out["fpr"] = np.stack([weighted_mean(selected[member & (y[:, j] == 0), j], w_all[:, member & (y[:, j] == 0)])
+                               for j in cols], axis=1)
+    return out
+
+
+def _fairlearn_differences(y, selected, groups, eo_groups) -> tuple[float, float]:
+    """Point values by fairlearn itself, averaged over labels: (demographic parity diff, equalised odds diff)."""
+    from fairlearn.metrics import demographic_parity_difference, equalized_odds_difference
+
+    dp, eo = [], []
+    for j in range(y.shape[1]):
+        dp.append(demographic_parity_difference(y[:, j], selected[:, j], sensitive_features=groups))
+        keep = np.isin(groups, eo_groups[j])
+        if len(eo_groups[j]) >= 2:
+            eo.append(equalized_odds_difference(y[keep, j], selected[keep, j], sensitive_features=groups[keep]))
+    return float(np.mean(dp)), (float(np.mean(eo)) if eo else float("nan"))
+
+
+def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, selected: np.ndarray | None,
+                       groups: np.ndarray, order: Sequence[str], indices: np.ndarray,
+                       confidence: float) -> dict:
+    """Fairness across the groups of one attribute (labels/decisions as made by :func:`decisions`).
+
+    ``indices`` int [R, n]: the study's bootstrap redraws of the test set. Returns per group ``n``, ``auroc``,
+    ``accuracy``, ``accuracy_parity_difference`` and (binary, multilabel) ``n_positive`` and
+    ``demographic_parity_difference``, each {"value", "low", "high"}; per attribute ``worst_group_auroc`` (+ which
+    group), ``demographic_parity_difference`` and ``equalized_odds_difference``.
+
+    The group "unknown" (attribute not recorded) gets its own row and counts in every other group's "rest", but is
+    left out of the attribute-level summaries (worst group, the two spreads): it is missing data, not a patient
+    group, and a handful of unrecorded images would otherwise decide the worst group.
+    """
+    n = y.shape[0]
+    members = {g: groups == g for g in order}
+    ones = np.ones((1, n))
+    point = {g: _group_stats(y, s, correct, selected, m, ones) for g, m in members.items()}
+    redraws: dict[str, dict[str, list[np.ndarray]]] = {g: {} for g in order}
+    for _rows, counts in redraw_counts(indices, n):
+        for g, m in members.items():
+            for key, value in _group_stats(y, s, correct, selected, m, counts).items():
+                redraws[g].setdefault(key, []).append(value)
+    redraws_cat = {g: {k: np.concatenate(v, axis=0) for k, v in d.items()} for g, d in redraws.items()}
+
+    out_groups = {}
+    for g in order:
+        p, r = point[g], redraws_cat[g]
+        entry = {
+            "n": int(members[g].sum()),
+            "auroc": estimate(p["auroc"][0], r["auroc"], confidence=confidence),
+            "accuracy": estimate(p["accuracy"][0], r["accuracy"], confidence=confidence),
+            "accuracy_parity_difference": estimate(p["accuracy"][0] - p["accuracy_rest"][0],
+                                                   r["accuracy"] - r["accuracy_rest"], confidence=confidence),
+        }
+        if selected is not None:                     # binary, multilabel: positives (per label, summed) exist
+            entry["n_positive"] = int(y[members[g]].sum())
+            entry["demographic_parity_difference"] = estimate(
+                _nanmean(p["selection"] - p["selection_rest"], 1)[0],
+                _nanmean(r["selection"] - r["selection_rest"], 1), confidence=confidence)
+        out_groups[g] = entry
+
+    named = [g for g in order if g != UNKNOWN]
+    aurocs = np.stack([redraws_cat[g]["auroc"] for g in named], axis=1) if named else np.empty((len(indices), 0))
+    point_aurocs = np.array([point[g]["auroc"][0] for g in named])                       # [G]
+    defined = np.isfinite(point_aurocs)
+    result: dict = {"groups": out_groups}
+    if defined.any():
+        worst = named[int(np.nanargmin(np.where(defined, point_aurocs, np.inf)))]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            worst_redraws = np.nanmin(aurocs[:, defined], axis=1)
+        result["worst_group_auroc"] = {"group": worst, **estimate(point_aurocs[defined].min(), worst_redraws,
+                                                                   confidence=confidence)}
+    else:
+        result["worst_group_auroc"] = {"group": None, "value": None, "low": None, "high": None}
+
+    if selected is not None:
+        # Equalised odds needs both classes in a group (TPR and FPR); groups without them are left out.
+        eo_groups = [[g for g in named if (y[members[g], j] == 1).any() and (y[members[g], j] == 0).any()]
+                     for j in range(y.shape[1])]
+        in_named = np.isin(groups, named)
+        dp_point, eo_point = _fairlearn_differences(y[in_named], selected[in_named], groups[in_named], eo_groups)
+        sel = np.stack([redraws_cat[g]["selection"] for g in named], axis=2)               # [R, L, G]
+        tpr = np.stack([redraws_cat[g]["tpr"] for g in named], axis=2)
+        fpr = np.stack([redraws_cat[g]["fpr"] for g in named], axis=2)
+        keep = np.array([[g in eo_groups[j] for g in named] for j in range(y.shape[1])])    # [L, G]
+        tpr, fpr = np.where(keep[None], tpr, np.nan), np.where(keep[None], fpr, np.nan)
+        eo_redraws = _nanmean(np.fmax(_spread(tpr), _spread(fpr)), 1)
+        result["demographic_parity_difference"] = estimate(dp_point, _nanmean(_spread(sel), 1),
+                                                           confidence=confidence)
+        result["equalized_odds_difference"] = estimate(eo_point, eo_redraws, confidence=confidence)
+        excluded = sorted({g for j in range(y.shape[1]) for g in named if g not in eo_groups[j]})
+        if excluded:
+            result["equalized_odds_excluded_groups"] = excluded
+    return result
+
+
+def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_scores,
+                      attributes: Mapping[str, np.ndarray], age_bins: Sequence[float] = AGE_BINS,
+                      n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict:
+    """Per-attribute fairness of one model (the run.json ``"fairness"`` block); see the module docstring.
+
+    ``attributes`` maps a name (sex, age, or any recorded attribute) to its per-test-image values [n]. An attribute
+    recorded for no test image (every value unknown, e.g. PneumoniaMNIST has no sex or age) gets
+    ``{"status": "n/a", "reason": ...}`` instead of numbers. Redraws: ``bootstrap_indices(n, n_resamples, seed)``,
+    the same as :func:`~dpmed.evaluation.utility.evaluate_utility`'s.
+    """
+    y, s, correct, selected, thresholds = decisions(kind, val_labels, val_scores, test_labels, test_scores)
+    n = y.shape[0]
+    indices = bootstrap_indices(n, n_resamples=n_resamples, seed=seed)
+    out: dict = {"definitions": DEFINITIONS, "thresholds": thresholds, "n_test": n, "n_resamples": int(n_resamples),
+                 "bootstrap_seed": int(seed), "confidence": float(confidence),
+                 "age_bins": [float(b) for b in age_bins], "attributes": {}}
+    for name, values in attributes.items():
+        values = np.asarray(values)
+        if len(values) != n:
+            raise ValueError(f"attribute {name!r} has {len(values)} values for {n} test images")
+        groups = group_labels(name, values, age_bins=age_bins)
+        order = _group_order(groups, name, tuple(float(b) for b in age_bins))
+        if order == [UNKNOWN]:
+            out["attributes"][name] = {"status": "n/a",
+                                       "reason": f"no test image records {name} (all unknown): fairness by {name} "
+                                                 "cannot be measured on this dataset"}
+            continue
+        entry = attribute_fairness(y=y, s=s, correct=correct, selected=selected, groups=groups, order=order,
+                                   indices=indices, confidence=confidence)
+        entry["status"] = "ok"
+        entry["reference"] = ("female minus male (and any unknown)" if name == "sex"
+                              else "each group minus all other patients pooled")
+        out["attributes"][name] = entry
+    return out
+
+
+def fairness_columns(fairness: Mapping | None) -> dict[str, float | int | str | None]:
+    """The flat results.csv columns of a run's fairness block, e.g. ``fairness[age=[80,100)]_auroc_low``."""
+    if not fairness:
+        return {}
+    row: dict = {}
+    for attr, entry in fairness.get("attributes", {}).items():
+        if entry.get("status") != "ok":
+            continue
+        for group, g in entry["groups"].items():
+            key = f"fairness[{attr}={group}]"
+            row[f"{key}_n"] = g["n"]
+            for metric in ("auroc", "accuracy", "accuracy_parity_difference", "demographic_parity_difference"):
+                if metric in g:
+                    row[f"{key}_{metric}"] = g[metric]["value"]
+                    row[f"{key}_{metric}_low"] = g[metric]["low"]
+                    row[f"{key}_{metric}_high"] = g[metric]["high"]
+        for metric in ("worst_group_auroc", "demographic_parity_difference", "equalized_odds_difference"):
+            if metric in entry:
+                for part in ("value", "low", "high"):
+                    row[f"fairness[{attr}]_{metric}" + ("" if part == "value" else f"_{part}")] = entry[metric][part]
+        row[f"fairness[{attr}]_worst_group"] = entry["worst_group_auroc"]["group"]
+    return row

@@ -1,0 +1,108 @@
+"""Bootstrap redraws as per-image counts, so that group metrics and paired differences reuse one set of redraws.
+
+A redraw of the test set with replacement (a row of :func:`~dpmed.evaluation.bootstrap.bootstrap_indices`) is the
+same thing as a count per test image: how often that image was drawn. Written as counts, a metric on a *subgroup* of
+the redraw (e.g. the patients over 80 among the redrawn patients) is the metric on the subgroup's images weighted by
+their counts, and every arm, group and metric of a study is computed on literally the same redraws (the pairing of
+METHODS.md sec. 4). Counts also make AUROC on a variable-size subgroup vectorisable: the weighted Mann-Whitney
+statistic below needs one sort of the scores, not one per redraw.
+
+Conventions: ``weights`` are float [R, n] (R redraws, n images); a metric undefined in a redraw (no positive or no
+negative drawn in the group) is nan there and left out of the percentile interval, as in
+:func:`~dpmed.evaluation.bootstrap.percentile_interval`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from dpmed.evaluation.bootstrap import Estimate
+
+__all__ = ["redraw_counts", "weighted_auroc", "weighted_mean", "estimate", "as_label_columns", "number"]
+
+# Redraws are turned into counts in blocks so that [R, n] float64 blocks stay near 32 MiB for large test sets.
+_BLOCK_ELEMENTS = 1 << 22
+
+
+def redraw_counts(indices: np.ndarray, n: int) -> Iterator[tuple[slice, np.ndarray]]:
+    """(rows, counts float64 [b, n]) blocks: counts[r, i] = how often image i was drawn in redraw ``rows``[r].
+
+    ``indices`` int [R, n] as made by ``bootstrap_indices(n, seed=...)``; each row of counts sums to n.
+    """
+    indices = np.asarray(indices)
+    step = max(1, _BLOCK_ELEMENTS // max(1, n))
+    for start in range(0, indices.shape[0], step):
+        idx = indices[start : start + step]                                  # [b, n]
+        b = idx.shape[0]
+        flat = (idx + np.arange(b)[:, None] * n).ravel()
+        counts = np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
+        yield slice(start, start + b), counts
+
+
+def weighted_auroc(labels, scores, weights) -> np.ndarray:
+    """AUROC of 0/1 ``labels`` [n] and ``scores`` [n] with each image counted ``weights[r, i]`` times: float [R].
+
+    The weighted Mann-Whitney statistic: sum over (positive i, negative j) of w_i w_j (1[s_i > s_j] + 1/2 1[s_i =
+    s_j]), divided by (sum of positive weights) (sum of negative weights). With integer counts this is exactly the
+    AUROC of the redrawn sample (scikit-learn's ``roc_auc_score`` on the repeated images; ties count 1/2 as in
+    Hanley & McNeil 1982). nan where a redraw has no positive or no negative weight. A 1-d ``weights`` [n] gives a
+    scalar-like [1] result.
+    """
+    y = np.asarray(labels).astype(bool)
+    s = np.asarray(scores, dtype=np.float64)
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    if y.ndim != 1 or s.shape != y.shape or w.shape[1] != y.size:
+        raise ValueError(f"weighted_auroc: labels, scores [n] and weights [R, n] must agree; got {y.shape}, "
+                         f"{s.shape}, {w.shape}")
+    if y.size == 0:
+        return np.full(w.shape[0], np.nan)
+    order = np.argsort(s, kind="stable")
+    s_sorted, y_sorted, w_sorted = s[order], y[order], w[:, order]         # ascending scores
+    starts = np.flatnonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]])    # first position of each tied level
+    pos = np.add.reduceat(np.where(y_sorted, w_sorted, 0.0), starts, axis=1)   # [R, levels]
+    neg = np.add.reduceat(np.where(y_sorted, 0.0, w_sorted), starts, axis=1)   # [R, levels]
+    below = np.cumsum(neg, axis=1) - neg                                     # negative weight strictly below
+    u = (pos * (below + 0.5 * neg)).sum(axis=1)
+    n_pos, n_neg = pos.sum(axis=1), neg.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((n_pos > 0) & (n_neg > 0), u / (n_pos * n_neg), np.nan)
+
+
+def weighted_mean(values, weights) -> np.ndarray:
+    """sum_i w_ri v_i / sum_i w_ri for ``values`` [n] and ``weights`` [R, n]: float [R] (nan where no weight)."""
+    v = np.asarray(values, dtype=np.float64)
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    total = w.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, (w @ v) / np.where(total > 0, total, 1.0), np.nan)
+
+
+def number(value) -> float | None:
+    """A JSON-safe float: None for nan or infinity (run.json is written with allow_nan=False)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+def estimate(value: float, redraws: np.ndarray, *, confidence: float) -> dict[str, float | None]:
+    """{"value", "low", "high"} with the percentile interval of ``redraws`` (nan redraws left out); JSON-safe."""
+    est = Estimate.from_redraws(float(value) if value is not None else np.nan, np.asarray(redraws, dtype=float),
+                                confidence=confidence)
+    return {"value": number(est.value), "low": number(est.low), "high": number(est.high)}
+
+
+def as_label_columns(kind: str, labels, scores) -> tuple[np.ndarray, np.ndarray]:
+    """Labels and scores as 0/1 and float columns [n, L]: binary one column (P(class 1)), multiclass one-vs-rest per
+    class, multilabel per finding. The AUROC of a model is the mean over columns whose AUROC is defined."""
+    y = np.asarray(labels)
+    s = np.asarray(scores, dtype=np.float64)
+    if kind == "binary":
+        return y.reshape(-1, 1).astype(np.int64), s.reshape(-1, 1)
+    if kind == "multiclass":
+        return (y[:, None] == np.arange(s.shape[1])[None, :]).astype(np.int64), s
+    if kind == "multilabel":
+        return y.astype(np.int64), s
+    raise ValueError(f"kind must be binary, multiclass or multilabel, got {kind!r}")

@@ -1,0 +1,129 @@
+"""Study-level comparisons: the paired bootstrap AUROC difference and its p-value, Pearson r, seed summaries, and
+which runs form a sweep, each against hand-worked values, scipy, or a plain loop over the same redraws."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import pearsonr
+from sklearn.metrics import roc_auc_score
+
+from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
+from dpmed.evaluation.comparison import (bootstrap_p_value, compare_runs, paired_auroc_difference, pearson,
+                                         seed_summary)
+
+
+def test_bootstrap_p_value_by_hand():
+    # min(#{d <= 0}, #{d >= 0}) = 1 of R = 4: p = 2 (1 + 1) / 5
+    assert bootstrap_p_value(np.array([-1.0, 1.0, 2.0, 3.0])) == pytest.approx(0.8)
+    assert bootstrap_p_value(np.array([1.0, 2.0, 3.0, 4.0])) == pytest.approx(2 * 1 / 5)   # never 0
+    assert bootstrap_p_value(np.zeros(9)) == 1.0                                           # identical models
+    assert bootstrap_p_value(np.array([np.nan, 1.0, 2.0])) == pytest.approx(2 / 3)        # nan redraws left out
+    assert bootstrap_p_value(np.array([np.nan])) is None
+
+
+def test_paired_difference_by_hand_and_against_a_plain_loop():
+    y = np.array([0, 0, 1, 1, 0, 1, 0, 1])
+    a = np.array([0.1, 0.2, 0.8, 0.9, 0.3, 0.7, 0.4, 0.6])       # AUROC 1
+    b = np.array([0.1, 0.9, 0.8, 0.2, 0.3, 0.7, 0.4, 0.6])       # pos {.8,.2,.7,.6} vs neg {.1,.9,.3,.4}: 10/16
+    out = paired_auroc_difference(kind="binary", labels=y, scores=a, reference_scores=b, n_resamples=300, seed=4)
+    assert out["value"] == pytest.approx(1 - 10 / 16)
+    diffs = []
+    for idx in bootstrap_indices(len(y), n_resamples=300, seed=4):        # the same redraws, scored one by one
+        yy = y[idx]
+        diffs.append(roc_auc_score(yy, a[idx]) - roc_auc_score(yy, b[idx]) if 0 < yy.sum() < len(yy) else np.nan)
+    diffs = np.array(diffs)
+    assert (out["low"], out["high"]) == pytest.approx(percentile_interval(diffs))
+    assert out["p_value"] == pytest.approx(bootstrap_p_value(diffs))
+    assert out["defined_redraws"] == int(np.isfinite(diffs).sum())
+
+
+def test_paired_difference_of_a_model_with_itself_is_zero_with_p_one():
+    rng = np.random.default_rng(1)
+    y, s = rng.integers(0, 2, 50), rng.random(50)
+    out = paired_auroc_difference(kind="binary", labels=y, scores=s, reference_scores=s, n_resamples=100, seed=0)
+    assert (out["value"], out["low"], out["high"], out["p_value"]) == (0.0, 0.0, 0.0, 1.0)
+
+
+def test_pearson_by_hand_and_against_scipy():
+    # x = 1, 2, 3; y = 1, 2, 4: sum dx dy = 3, sum dx^2 = 2, sum dy^2 = 14/3, r = 3 / sqrt(28/3)
+    out = pearson([1, 2, 3], [1, 2, 4])
+    assert out["r"] == pytest.approx(3 / np.sqrt(28 / 3))
+    assert out["p_value"] == pytest.approx(pearsonr([1, 2, 3], [1, 2, 4]).pvalue) and out["n"] == 3
+    rng = np.random.default_rng(2)
+    x, y = rng.random(12), rng.random(12)
+    ref = pearsonr(x, y)
+    assert (pearson(x, y)["r"], pearson(x, y)["p_value"]) == pytest.approx((ref.statistic, ref.pvalue))
+    assert pearson([1, 2, None, 4], [1, 2, 3, None])["reason"] == "fewer than 3 points"   # missing points dropped
+    assert pearson([1, 2, 3], [5, 5, 5])["r"] is None
+
+
+def test_seed_summary_by_hand():
+    assert seed_summary([0.1, 0.3, None]) == {"mean": pytest.approx(0.2), "std": pytest.approx(np.sqrt(0.02)),
+                                              "min": 0.1, "max": 0.3, "n_seeds": 2}
+    assert seed_summary([0.5])["std"] is None
+
+
+def _record(run_id, arm, mechanism, *, eps=None, C=None, seed=0, parity=None, energy=None, lr=0.002):
+    params = {} if mechanism != "dp_sgd" else {"target_epsilon": eps, "max_grad_norm": C, "noise": "gaussian",
+                                               "delta": None, "accountant": "pld", "sampling": "poisson"}
+    record = {"run_id": run_id, "arm": arm, "mechanism": mechanism, "seed": seed,
+              "spec": {"params": params, "training": {"epochs": 2, "learning_rate": lr}},
+              "privacy": {"epsilon": None if eps is None else eps * 0.99}, "metrics": {}}
+    if parity is not None:
+        record["fairness"] = {"attributes": {"sex": {"status": "ok", "groups": {
+            "female": {"accuracy_parity_difference": {"value": parity}}}}}}
+    if energy is not None:
+        record["explanations"] = {"metrics": {"mask_energy": {"value": energy, "low": 0, "high": 1}}}
+    return record
+
+
+def test_compare_runs_pairs_each_private_run_with_the_non_private_one_and_finds_the_sweeps():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 40)
+    ids = np.array([f"p{i}" for i in range(40)])
+    base = np.clip(0.5 * y + 0.5 * rng.random(40), 0, 1)
+    records = [_record("np_seed0", "np", "none"),
+               *[_record(f"g_eps{e}_C1_seed0", "g", "dp_sgd", eps=e, C=1.0, parity=0.01 * e, energy=0.1 * e)
+                 for e in (1, 5, 10)],
+               *[_record(f"c_eps1_C{c}_seed0", "c", "dp_sgd", eps=1, C=c, energy=0.2 * c) for c in (0.5, 2.0)],
+               _record("other_eps1_C1_seed0", "other", "dp_sgd", eps=1, C=1.0, lr=0.1)]   # another lr: own sweep
+    predictions = {r["run_id"]: {"test_labels": y, "test_patient_ids": ids,
+                                 "test_scores": np.clip(base + 0.1 * i * rng.standard_normal(40), 0, 1)}
+                   for i, r in enumerate(records)}
+    out = compare_runs(records, predictions, kind="binary", label_names=["normal", "opacity"], n_resamples=50)
+    rows = {row["run_id"]: row for row in out["auroc_differences"]}
+    assert set(rows) == {r["run_id"] for r in records[1:]}
+    expected = (roc_auc_score(y, predictions["g_eps5_C1_seed0"]["test_scores"])
+                - roc_auc_score(y, predictions["np_seed0"]["test_scores"]))
+    assert rows["g_eps5_C1_seed0"]["auroc_difference"]["value"] == pytest.approx(expected)
+    assert rows["g_eps5_C1_seed0"]["reference_run"] == "np_seed0"
+
+    parity = out["correlations"]["epsilon_vs_accuracy_parity"]
+    assert len(parity) == 1 and parity[0]["n"] == 3                    # the eps sweep of arm g only
+    assert parity[0]["r"] == pytest.approx(1.0)
+    by_c = out["correlations"]["max_grad_norm_vs_explanations"]
+    assert len(by_c) == 1 and by_c[0]["n"] == 3                        # arm c's two norms + arm g's C = 1 at eps 1
+    assert "c+g" in by_c[0]["sweep"] or "g+c" in by_c[0]["sweep"]
+    assert by_c[0]["r"] == pytest.approx(pearsonr([1.0, 0.5, 2.0], [0.1, 0.1, 0.4]).statistic)
+    assert out["correlations"]["auroc_drop_vs_label"] == [] and out["notes"] == []   # binary: one AUROC per model
+
+
+def test_label_correlations_of_003_across_labels_against_scipy():
+    names = ["a", "b", "c", "d"]
+    base = {"a": 0.9, "b": 0.8, "c": 0.75, "d": 0.6}
+    private = {"a": 0.88, "b": 0.74, "c": 0.70, "d": 0.45}
+    y = np.zeros((20, 4), int)
+    y[:9, 0], y[:5, 1], y[:7, 2], y[:2, 3] = 1, 1, 1, 1                  # positive counts 9, 5, 7, 2
+    records = [{**_record("np_seed0", "np", "none"), "metrics": {f"test_auroc[{k}]": v for k, v in base.items()}},
+               {**_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1, C=1.0),
+                "metrics": {f"test_auroc[{k}]": v for k, v in private.items()}}]
+    predictions = {r["run_id"]: {"test_labels": y, "test_patient_ids": np.arange(20).astype(str),
+                                 "test_scores": np.random.default_rng(i).random((20, 4))}
+                   for i, r in enumerate(records)}
+    out = compare_runs(records, predictions, kind="multilabel", label_names=names, n_resamples=20)
+    row = out["correlations"]["auroc_drop_vs_label"][0]
+    drop = [base[k] - private[k] for k in names]
+    assert row["drop_vs_positive_count"]["r"] == pytest.approx(pearsonr(drop, [9, 5, 7, 2]).statistic)
+    assert row["drop_vs_positive_count"]["p_value"] == pytest.approx(pearsonr(drop, [9, 5, 7, 2]).pvalue)
+    assert row["drop_vs_nonprivate_auroc"]["r"] == pytest.approx(pearsonr(drop, list(base.values())).statistic)

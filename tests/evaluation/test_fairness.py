@@ -1,0 +1,157 @@
+"""Fairness metrics (METHODS.md sec. 5) against values worked out by hand on ten test images, against fairlearn, and
+their intervals against a plain loop over the same bootstrap redraws."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fairlearn.metrics import demographic_parity_difference, equalized_odds_difference
+from sklearn.metrics import roc_auc_score
+
+from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
+from dpmed.evaluation.fairness import (UNKNOWN, age_groups, attribute_fairness, decisions, evaluate_fairness,
+                                       group_labels, sex_groups)
+
+# Validation set whose Youden threshold is 0.5 (score >= 0.5 is positive): J = 1 there and below 1 elsewhere.
+VAL_Y = np.array([0, 0, 1, 1])
+VAL_S = np.array([0.1, 0.3, 0.5, 0.9])
+
+# Ten test images. Decisions at 0.5 and whether they are right:
+#   i  sex  age  y  s     yhat  right
+#   0  F    25   1  0.90  1     yes
+#   1  F    45   0  0.20  0     yes
+#   2  F    65   1  0.40  0     no
+#   3  F    85   0  0.60  1     no
+#   4  M    25   1  0.80  1     yes
+#   5  M    45   1  0.70  1     yes
+#   6  M    65   0  0.30  0     yes
+#   7  M    75   0  0.10  0     yes
+#   8  M    85   1  0.35  0     no
+#   9  M    nan  0  0.45  0     yes
+Y = np.array([1, 0, 1, 0, 1, 1, 0, 0, 1, 0])
+S = np.array([0.9, 0.2, 0.4, 0.6, 0.8, 0.7, 0.3, 0.1, 0.35, 0.45])
+SEX = np.array(["female"] * 4 + ["male"] * 6)
+AGE = np.array([25, 45, 65, 85, 25, 45, 65, 75, 85, np.nan])
+
+
+def _evaluate(**kw):
+    return evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=Y, test_scores=S,
+                             attributes={"sex": SEX, "age": AGE}, n_resamples=kw.pop("n_resamples", 200), seed=0,
+                             **kw)
+
+
+def test_groups_follow_the_bins_of_003_and_missing_values_become_unknown():
+    assert age_groups([0, 29.9, 30, 59, 60, 70, 80, 99.9, 100, np.nan, -1]).tolist() == [
+        "[0,30)", "[0,30)", "[30,60)", "[30,60)", "[60,70)", "[70,80)", "[80,100)", "[80,100)", ">=100", UNKNOWN,
+        UNKNOWN]
+    assert sex_groups(["female", "Male", "", "nan", "unknown"]).tolist() == ["female", "male"] + [UNKNOWN] * 3
+    with pytest.raises(ValueError, match="no grouping"):
+        group_labels("ethnicity", ["a"])
+
+
+def test_threshold_comes_from_validation_and_decides_test():
+    _, _, correct, selected, thresholds = decisions("binary", VAL_Y, VAL_S, Y, S)
+    assert thresholds == [0.5]
+    assert selected[:, 0].tolist() == [1, 0, 0, 1, 1, 1, 0, 0, 0, 0]
+    assert correct.tolist() == [1, 1, 0, 0, 1, 1, 1, 1, 0, 1]
+
+
+def test_sex_groups_by_hand():
+    sex = _evaluate()["attributes"]["sex"]
+    f, m = sex["groups"]["female"], sex["groups"]["male"]
+    assert (f["n"], f["n_positive"], m["n"], m["n_positive"]) == (4, 2, 6, 3)
+    # female AUROC: positives {.9, .4} vs negatives {.2, .6}: 3 of 4 pairs ordered; male {.8,.7,.35} vs {.3,.1,.45}: 8/9
+    assert f["auroc"]["value"] == pytest.approx(3 / 4)
+    assert m["auroc"]["value"] == pytest.approx(8 / 9)
+    assert f["accuracy"]["value"] == pytest.approx(2 / 4)
+    assert m["accuracy"]["value"] == pytest.approx(5 / 6)
+    # accuracy parity ("statistical parity difference" of 003): female minus male, and its mirror
+    assert f["accuracy_parity_difference"]["value"] == pytest.approx(2 / 4 - 5 / 6)
+    assert m["accuracy_parity_difference"]["value"] == pytest.approx(5 / 6 - 2 / 4)
+    # demographic parity per group: P(yhat=1 | female) = 2/4, P(yhat=1 | male) = 2/6
+    assert f["demographic_parity_difference"]["value"] == pytest.approx(2 / 4 - 2 / 6)
+    # per attribute: max - min selection rate = 1/6; equalised odds: TPR 1/2 vs 2/3, FPR 1/2 vs 0 -> 1/2
+    assert sex["demographic_parity_difference"]["value"] == pytest.approx(1 / 6)
+    assert sex["equalized_odds_difference"]["value"] == pytest.approx(1 / 2)
+    assert sex["worst_group_auroc"]["group"] == "female"
+    assert sex["worst_group_auroc"]["value"] == pytest.approx(3 / 4)
+    for est in (f["auroc"], m["accuracy"], f["accuracy_parity_difference"], sex["equalized_odds_difference"]):
+        assert est["low"] <= est["value"] <= est["high"] or est["low"] <= est["high"]
+
+
+def test_point_values_equal_fairlearn():
+    sex = _evaluate()["attributes"]["sex"]
+    yhat = (S >= 0.5).astype(int)
+    assert sex["demographic_parity_difference"]["value"] == pytest.approx(
+        demographic_parity_difference(Y, yhat, sensitive_features=SEX))
+    assert sex["equalized_odds_difference"]["value"] == pytest.approx(
+        equalized_odds_difference(Y, yhat, sensitive_features=SEX))
+
+
+def test_age_groups_by_hand_with_undefined_auroc_and_unknown_age():
+    age = _evaluate()["attributes"]["age"]
+    groups = age["groups"]
+    assert list(groups) == ["[0,30)", "[30,60)", "[60,70)", "[70,80)", "[80,100)", UNKNOWN]
+    assert groups["[0,30)"]["auroc"]["value"] is None            # two positives, no negative: undefined
+    assert groups["[30,60)"]["auroc"]["value"] == 1.0
+    assert groups["[60,70)"]["auroc"]["value"] == 1.0
+    assert groups["[80,100)"]["auroc"]["value"] == 0.0           # positive .35 below negative .6
+    assert groups["[80,100)"]["accuracy"]["value"] == 0.0
+    # [80,100): 0 of 2 right, against the rest pooled (7 of the other 8 right, unknown age included)
+    assert groups["[80,100)"]["accuracy_parity_difference"]["value"] == pytest.approx(0 - 7 / 8)
+    assert groups[UNKNOWN]["n"] == 1
+    # worst group among the named groups whose AUROC is defined
+    assert age["worst_group_auroc"]["group"] == "[80,100)" and age["worst_group_auroc"]["value"] == 0.0
+    # equalised odds leaves out groups lacking a class, and says which
+    assert set(age["equalized_odds_excluded_groups"]) == {"[0,30)", "[70,80)"}
+
+
+def test_redraw_path_with_the_identity_redraw_equals_fairlearn():
+    """One "redraw" that is the test set itself: the interval bounds are then the redraw code's own point values,
+    which must equal fairlearn's (the point values come from fairlearn directly)."""
+    rng = np.random.default_rng(3)
+    n = 60
+    y = rng.integers(0, 2, n)
+    s = np.clip(y * 0.3 + rng.random(n) * 0.7, 0, 1)
+    groups = rng.choice(["a", "b", "c"], n)
+    _, _, correct, selected, _ = decisions("binary", y, s, y, s)
+    out = attribute_fairness(y=y[:, None], s=s[:, None], correct=correct, selected=selected, groups=groups,
+                             order=["a", "b", "c"], indices=np.arange(n)[None, :], confidence=0.95)
+    for key, fn in (("demographic_parity_difference", demographic_parity_difference),
+                    ("equalized_odds_difference", equalized_odds_difference)):
+        expected = fn(y, selected[:, 0], sensitive_features=groups)
+        assert out[key]["value"] == pytest.approx(expected)
+        assert out[key]["low"] == pytest.approx(expected) and out[key]["high"] == pytest.approx(expected)
+
+
+def test_intervals_equal_a_plain_loop_over_the_same_redraws():
+    rng = np.random.default_rng(0)
+    n, r = 80, 60
+    y = rng.integers(0, 2, n)
+    s = np.clip(0.35 * y + 0.65 * rng.random(n), 0, 1)
+    sex = rng.choice(["female", "male"], n, p=[0.3, 0.7])
+    vy, vs = y[:20], s[:20]
+    out = evaluate_fairness(kind="binary", val_labels=vy, val_scores=vs, test_labels=y, test_scores=s,
+                            attributes={"sex": sex}, n_resamples=r, seed=5)["attributes"]["sex"]["groups"]
+    _, _, correct, _, _ = decisions("binary", vy, vs, y, s)
+    aurocs, parity = [], []
+    for idx in bootstrap_indices(n, n_resamples=r, seed=5):
+        f = idx[sex[idx] == "female"]
+        m = idx[sex[idx] == "male"]
+        aurocs.append(roc_auc_score(y[f], s[f]) if len(set(y[f])) == 2 else np.nan)
+        parity.append(correct[f].mean() - correct[m].mean())
+    assert (out["female"]["auroc"]["low"], out["female"]["auroc"]["high"]) == pytest.approx(
+        percentile_interval(np.array(aurocs)))
+    assert (out["female"]["accuracy_parity_difference"]["low"],
+            out["female"]["accuracy_parity_difference"]["high"]) == pytest.approx(percentile_interval(np.array(parity)))
+
+
+def test_multilabel_averages_labels_and_unrecorded_attributes_are_not_applicable():
+    two = np.stack([Y, Y], axis=1)
+    out = evaluate_fairness(kind="multilabel", val_labels=np.stack([VAL_Y, VAL_Y], 1),
+                            val_scores=np.stack([VAL_S, VAL_S], 1), test_labels=two, test_scores=np.stack([S, S], 1),
+                            attributes={"sex": SEX, "age": np.full(10, np.nan)}, n_resamples=50, seed=0)
+    f = out["attributes"]["sex"]["groups"]["female"]
+    assert f["auroc"]["value"] == pytest.approx(3 / 4) and f["accuracy"]["value"] == pytest.approx(1 / 2)
+    assert out["attributes"]["sex"]["equalized_odds_difference"]["value"] == pytest.approx(1 / 2)
+    assert out["attributes"]["age"]["status"] == "n/a"

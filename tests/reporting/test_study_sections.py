@@ -1,0 +1,69 @@
+"""The fairness, interpretability and comparison sections of the report, and their results.csv columns, from
+hand-made run records plus saved predictions and CAMs: the study-level comparisons are recomputed from the files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from dpmed.evaluation.explanations import explain_test_set
+from dpmed.evaluation.fairness import evaluate_fairness
+from dpmed.models import build_model
+from dpmed.reporting import results_frame, write_report
+
+RNG = np.random.default_rng(0)
+N = 60
+Y = RNG.integers(0, 2, N)
+SEX = RNG.choice(["female", "male"], N)
+AGE = RNG.uniform(20, 95, N)
+RESOLVED = {"study": {"name": "t", "model": {"name": "small_cnn"}, "seeds": [0],
+                      "arms": [{"name": "np", "mechanism": "none"}, {"name": "dp", "mechanism": "dp_sgd"}],
+                      "evaluation": {"bootstrap_resamples": 50, "bootstrap_seed": 0, "confidence": 0.95}},
+            "dataset": {"name": "phantom", "task": "binary", "synthetic": True, "n_train": 10, "n_val": 5,
+                        "n_test": N, "image_shape": [1, 16, 16]}}
+
+
+def _run(tmp_path, run_id, mechanism, eps, noise_level):
+    scores = np.clip(0.5 * Y + noise_level * RNG.random(N), 0, 1)
+    run_dir = tmp_path / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    np.savez(run_dir / "predictions.npz", test_scores=scores, test_labels=Y, test_patient_ids=np.arange(N).astype(str),
+             val_scores=scores, val_labels=Y)
+    images = RNG.random((N, 1, 16, 16)).astype(np.float32)
+    masks = np.zeros((N, 16, 16), bool)
+    masks[Y == 1, 4:9, 4:9] = True
+    explanations, cams = explain_test_set(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16),
+                                          images, masks, kind="binary", target_layer="features", method="gradcam",
+                                          n_images=8, seed=0, deletion_steps=4, pointing_tolerance=0, n_resamples=50)
+    np.savez(run_dir / "cams.npz", **cams)
+    card = ({"mechanism": "none", "is_dp": False, "epsilon": None, "statement": "no privacy"} if eps is None else
+            {"mechanism": "dp_sgd", "is_dp": True, "epsilon": eps, "delta": 1e-5, "accountant": "pld",
+             "statement": f"eps = {eps}"})
+    return {"run_id": run_id, "arm": run_id.split("_")[0], "mechanism": mechanism, "seed": 0, "privacy": card,
+            "spec": {"params": {} if eps is None else {"target_epsilon": eps, "max_grad_norm": 1.0}, "training": {}},
+            "metrics": {"test_auroc": 0.8, "test_auroc_low": 0.7, "test_auroc_high": 0.9},
+            "fairness": evaluate_fairness(kind="binary", val_labels=Y, val_scores=scores, test_labels=Y,
+                                          test_scores=scores, attributes={"sex": SEX, "age": AGE}, n_resamples=50),
+            "explanations": explanations, "timing": {"train_seconds": 1.0}, "versions": {"dpmed": "test"}}
+
+
+def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path):
+    records = [_run(tmp_path, "np_seed0", "none", None, 0.6),
+               *[_run(tmp_path, f"dp_eps{e}_C1_seed0", "dp_sgd", e, 1.0 - 0.05 * e) for e in (1, 4, 8)]]
+    write_report(RESOLVED, records, tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    for text in ('id="fairness"', 'id="interpretability"', 'id="comparisons"', "Accuracy parity difference",
+                 "equalised odds", "lesion-mask energy", "masked-input score", "AUROC difference"):
+        assert text in page, text
+    for png in ("fairness_sex.png", "fairness_age.png", "cam_grid.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+    comparisons = json.loads((tmp_path / "comparisons.json").read_text())
+    assert {row["run_id"] for row in comparisons["auroc_differences"]} == {r["run_id"] for r in records[1:]}
+    assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["n"] == 3
+
+    frame = results_frame(records)
+    for column in ("fairness[sex=female]_auroc", "fairness[sex=female]_auroc_low", "fairness[age]_worst_group_auroc",
+                   "fairness[sex]_equalized_odds_difference_high", "explanations_mask_energy",
+                   "explanations_pointing_game_low", "explanations_average_drop"):
+        assert column in frame.columns, column
