@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import yaml
 
 from dpmed import accounting
@@ -150,6 +151,18 @@ def _check_budget(study: Study, specs: list[RunSpec]) -> None:
             f"(arms, values or seeds), lower their target_epsilon, or raise the budget")
 
 
+def _check_audits(specs: list[RunSpec], n_patients: int) -> None:
+    """An audit takes its canaries' sources from distinct training patients and must leave some to train on: check
+    that before any run starts, not in every audited run after the others have trained."""
+    for spec in specs:
+        audit = spec.params.get("audit")
+        if audit is not None and audit["canaries"] >= n_patients:
+            raise ConfigError(
+                f"arm {spec.arm!r}: audit.canaries = {audit['canaries']} needs more training patients than the "
+                f"{n_patients} this dataset has (one canary per patient, and some patients left to train on); "
+                f"lower audit.canaries below {n_patients} or use more images")
+
+
 def _same_spec(record: dict[str, Any], spec: RunSpec) -> bool:
     return json.loads(json.dumps(record.get("spec"))) == json.loads(json.dumps(spec.to_dict()))
 
@@ -172,6 +185,7 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
     if dataset.source.get("summary"):
         log(f"data: {dataset.source['summary']}")
     specs = resolve_runs(study, len(dataset.train), dataset.train.image_shape)
+    _check_audits(specs, len(np.unique(dataset.train.patient_ids.astype(str))))
     runs_dir = out_dir / "runs"
     existing = {}
     for spec in specs:
