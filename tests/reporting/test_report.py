@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from dpmed.reporting import results_frame, summary_text, write_report, write_results_table
 
@@ -56,3 +57,12 @@ def test_report_reads_the_numbers_honestly(tmp_path):
                _record("dp-sgd_eps8_C1_seed0", "dp_sgd", 0.84, 0.78, 0.86, DPSGD)]
     write_report(RESOLVED, overlap, tmp_path / "report.html")
     assert "its interval overlaps the non-private one" in (tmp_path / "report.html").read_text()
+
+
+def test_the_auroc_axis_shows_a_run_below_chance_and_keeps_its_usual_floor_otherwise():
+    from dpmed.reporting.figures import auroc_figure
+
+    assert auroc_figure(RECORDS).axes[0].get_ylim() == (0.4, 1.01)
+    below = RECORDS + [_record("dp-sgd_eps1_C1_seed2", "dp_sgd", 0.39, 0.31, 0.48, {**DPSGD, "epsilon": 0.99})]
+    bottom, top = auroc_figure(below).axes[0].get_ylim()
+    assert bottom == pytest.approx(0.29) and top == 1.01

@@ -7,14 +7,22 @@ from typing import Any, Iterable
 
 from matplotlib.figure import Figure  # not pyplot: no global backend or figure state is touched
 
-__all__ = ["auroc_versus_epsilon", "ldp_examples"]
+__all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples"]
 
 
 def auroc_versus_epsilon(records: Iterable[dict[str, Any]]) -> bytes:
+    """:func:`auroc_figure` as PNG bytes."""
+    buf = io.BytesIO()
+    auroc_figure(records).savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def auroc_figure(records: Iterable[dict[str, Any]]) -> Figure:
     """Test AUROC (with its bootstrap interval) against eps on a log axis.
 
     DP-SGD arms sit at their central eps; local-DP arms at their per-image eps (a different neighbour relation,
     drawn with another marker and said in the legend); the non-private level is a line with its interval as a band.
+    The AUROC axis starts at 0.4 unless an interval reaches lower: a run below chance is shown, not cut off.
     """
     records = list(records)
     fig = Figure(figsize=(7, 4.2), dpi=110)
@@ -22,7 +30,7 @@ def auroc_versus_epsilon(records: Iterable[dict[str, Any]]) -> bytes:
     styles = {"dp_sgd": ("o", "tab:blue", "DP-SGD (eps at its delta)"),
               "pixel_laplace": ("s", "tab:orange", "pixel Laplace LDP (eps per image)"),
               "pixel_gaussian": ("^", "tab:green", "pixel Gaussian LDP (eps per image at its delta)")}
-    xs = []
+    xs, lows = [], [0.4]
     for mech, (marker, color, label) in styles.items():
         pts = [r for r in records if r["mechanism"] == mech and r["privacy"]["is_dp"]
                and r["metrics"].get("test_auroc") is not None]
@@ -34,23 +42,23 @@ def auroc_versus_epsilon(records: Iterable[dict[str, Any]]) -> bytes:
         hi = [r["metrics"]["test_auroc_high"] - r["metrics"]["test_auroc"] for r in pts]
         ax.errorbar(x, y, yerr=[lo, hi], fmt=marker, color=color, capsize=3, label=label)
         xs += x
+        lows += [r["metrics"]["test_auroc_low"] for r in pts]
     base = [r for r in records if r["mechanism"] == "none" and r["metrics"].get("test_auroc") is not None]
     for i, r in enumerate(base):
         m = r["metrics"]
         ax.axhline(m["test_auroc"], color="k", lw=1, label="non-private" if i == 0 else None)
         ax.axhspan(m["test_auroc_low"], m["test_auroc_high"], color="k", alpha=0.08)
+        lows.append(m["test_auroc_low"])
     if xs:
         ax.set_xscale("log")
     ax.set_xlabel("epsilon (log scale; lower = more private)")
     ax.set_ylabel("test AUROC")
-    ax.set_ylim(0.4, 1.01)
+    ax.set_ylim(max(0.0, min(lows) - 0.02) if min(lows) < 0.4 else 0.4, 1.01)
     ax.axhline(0.5, color="grey", ls=":", lw=1)
     ax.grid(alpha=0.3, which="both")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return fig
 
 
 def ldp_examples(rows: list[tuple[str, Any, Any]]) -> bytes:
