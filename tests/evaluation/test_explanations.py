@@ -182,11 +182,13 @@ def test_explain_reports_every_metric_with_an_interval_and_the_arrays_for_the_gr
 def test_hirescam_equals_grad_cam_on_a_pooled_head_and_not_on_a_flattened_one():
     """Draelos & Carin 2020: with global average pooling before the linear head the gradient at the target layer is
     the same at every position, so Grad-CAM's averaged weights lose nothing; a flattened head has per-position
-    weights, which only HiResCAM keeps (why configs/interpretability.yaml uses it with flat_cnn)."""
+    weights, which only HiResCAM keeps (why configs/interpretability.yaml uses it with flat_cnn); so does global max
+    pooling (small_cnn), whose gradient reaches one position per channel."""
     images = np.random.default_rng(2).random((3, 1, 16, 16)).astype(np.float32)
-    for name, same in (("small_cnn", True), ("flat_cnn", False)):
+    for name, layer, same in (("resnet9", "layer4", True), ("flat_cnn", "features", False),
+                              ("small_cnn", "features", False)):  # small_cnn: global max pooling, one position
         torch.manual_seed(0)
         model = build_model(name, in_channels=1, num_outputs=2, image_size=16)
-        grad, hires = (compute_cams(model, images, target_layer="features", targets=[1, 1, 1], method=m)
+        grad, hires = (compute_cams(model, images, target_layer=layer, targets=[1, 1, 1], method=m)
                        for m in ("gradcam", "hirescam"))
         assert np.allclose(grad, hires, atol=1e-4) == same, name

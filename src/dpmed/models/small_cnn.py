@@ -1,8 +1,14 @@
 """A small GroupNorm CNN: the fast default for CPU studies.
 
-Four conv blocks (conv 3x3 -> GroupNorm -> ReLU, stride-2 pooling), global average pooling and a linear head.
+Four conv blocks (conv 3x3 -> GroupNorm -> ReLU, stride-2 pooling), global *max* pooling and a linear head.
 GroupNorm instead of BatchNorm because BatchNorm mixes examples within a batch, which breaks per-example clipping
 in DP-SGD (Abadi et al. 2016; the Opacus ModuleValidator rejects it for the same reason).
+
+Max, not average, pooling at the end: GroupNorm gives every image's feature map a fixed mean and spread per group,
+so their spatial *average* hardly varies between images and a small lesion is averaged away; "is there a finding
+anywhere" is a maximum. Measured on the quickstart (seeds 0 and 1): with average pooling the non-private model's
+test scores stayed within 0.48-0.55 (AUROC 0.925, 0.926), with max pooling they span 0.05-0.99 (AUROC 0.966,
+0.970), and DP-SGD at eps 1 / 8 rose from 0.78, 0.74 / 0.83, 0.82 to 0.85, 0.84 / 0.89, 0.92.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ class SmallCNN(nn.Module):
             _block(2 * w, 4 * w, groups), nn.AvgPool2d(2),        # [B, 4w, H/8, W/8]
             _block(4 * w, 4 * w, groups),                         # [B, 4w, H/8, W/8]
         )
-        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.pool = nn.AdaptiveMaxPool2d(1)
         self.head = nn.Linear(4 * w, num_outputs)
 
     def forward(self, x: Tensor) -> Tensor:
