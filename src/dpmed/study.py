@@ -13,12 +13,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import yaml
 
 from dpmed import accounting
 from dpmed.config import RunSpec, Study, expand_runs, study_to_dict
 from dpmed.data import Dataset, SplitPlan, load_dataset
+from dpmed.data.canaries import max_canaries
 from dpmed.errors import ConfigError, PrivacyError
 from dpmed.executors import RunFailure, RunTask, make_executor
 from dpmed.models import MODELS
@@ -151,16 +151,17 @@ def _check_budget(study: Study, specs: list[RunSpec]) -> None:
             f"(arms, values or seeds), lower their target_epsilon, or raise the budget")
 
 
-def _check_audits(specs: list[RunSpec], n_patients: int) -> None:
-    """An audit takes its canaries' sources from distinct training patients and must leave some to train on: check
-    that before any run starts, not in every audited run after the others have trained."""
+def _check_audits(specs: list[RunSpec], limit: int) -> None:
+    """An audit takes its canaries' sources from distinct training patients and must leave some to train on
+    (``limit``: :func:`dpmed.data.canaries.max_canaries`): check that before any run starts, not in every audited
+    run after the others have trained."""
     for spec in specs:
         audit = spec.params.get("audit")
-        if audit is not None and audit["canaries"] >= n_patients:
+        if audit is not None and audit["canaries"] > limit:
             raise ConfigError(
                 f"arm {spec.arm!r}: audit.canaries = {audit['canaries']} needs more training patients than the "
-                f"{n_patients} this dataset has (one canary per patient, and some patients left to train on); "
-                f"lower audit.canaries below {n_patients} or use more images")
+                f"{limit + 1} this dataset has (one canary per patient, and some patients left to train on); "
+                f"lower audit.canaries below {limit + 1} or use more images")
 
 
 def _same_spec(record: dict[str, Any], spec: RunSpec) -> bool:
@@ -185,7 +186,7 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
     if dataset.source.get("summary"):
         log(f"data: {dataset.source['summary']}")
     specs = resolve_runs(study, len(dataset.train), dataset.train.image_shape)
-    _check_audits(specs, len(np.unique(dataset.train.patient_ids.astype(str))))
+    _check_audits(specs, max_canaries(dataset.train))
     runs_dir = out_dir / "runs"
     existing = {}
     for spec in specs:

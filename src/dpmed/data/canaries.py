@@ -26,7 +26,8 @@ import numpy as np
 
 from dpmed.data.sample import ImageSet, Task
 
-__all__ = ["CanaryKind", "CANARY_KINDS", "hold_out_canary_sources", "make_canaries", "insert_canaries"]
+__all__ = ["CanaryKind", "CANARY_KINDS", "max_canaries", "hold_out_canary_sources", "make_canaries",
+           "insert_canaries"]
 
 _PATCH = 4   # side of the "marked" canaries' patch, in pixels
 
@@ -86,6 +87,12 @@ CANARY_KINDS: dict[str, CanaryKind] = {
 }
 
 
+def max_canaries(train: ImageSet) -> int:
+    """The most canaries :func:`hold_out_canary_sources` can take from ``train``: one per patient, leaving one
+    patient to train on. A study checks its audits against this before any run starts."""
+    return len(np.unique(train.patient_ids.astype(str))) - 1
+
+
 def hold_out_canary_sources(train: ImageSet, m: int, *, seed: int) -> tuple[ImageSet, ImageSet]:
     """Split ``train`` into (the rest, m canary sources): one random image of each of m random patients, and every
     image of those patients leaves the rest, so no canary has a clean twin left to train on.
@@ -94,7 +101,7 @@ def hold_out_canary_sources(train: ImageSet, m: int, *, seed: int) -> tuple[Imag
     ValueError when m is not below the number of patients (something must remain to train on).
     """
     patients, first = np.unique(train.patient_ids.astype(str), return_inverse=True)       # [P], [N]
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m < len(patients):
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= max_canaries(train):
         raise ValueError(f"the audit needs 1 <= m < {len(patients)} canaries (one per patient of the training split, "
                          f"leaving some patients to train on), got {m!r}; lower audit.canaries or use more images")
     rng = np.random.default_rng(seed)

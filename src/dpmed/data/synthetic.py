@@ -26,7 +26,8 @@ test AUROC about 0.93, lower for patients of 70 and over than for those under 60
 and reaches about 0.97). Two facts shaped the tuning:
 * small lesions (a few pixels) are not learned at all by such average-pooled GroupNorm or normalisation-free CNNs
   in this budget: the training loss stays at ln 2, because the phantom's images differ little from one another
-  and GroupNorm normalises within an image. Only large opacities (sigma 8 to 14 px at 64 px) give such networks a usable signal;
+  and GroupNorm normalises within an image. Only large opacities (sigma 8 to 14 px at 64 px) give such networks a
+  usable signal;
 * a BatchNorm CNN (not usable under DP-SGD) learns the same data to AUROC 0.99 in 3 epochs: the ceiling is set by
   the learner, not by the lesions. Lower ``lesion_contrast`` to make the task harder for strong learners.
 """

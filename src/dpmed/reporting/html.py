@@ -23,8 +23,9 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max
 padding:0 1em;color:#1b1b1b;line-height:1.45}
 h1{margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
 /* a wide table scrolls inside itself, not the page */
-table{border-collapse:collapse;font-size:.9em;margin:.6em 0;display:block;max-width:100%;overflow-x:auto} th,td{border:1px solid #ddd;padding:.3em .6em;
-text-align:left;vertical-align:top} th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
+table{border-collapse:collapse;font-size:.9em;margin:.6em 0;display:block;max-width:100%;overflow-x:auto}
+th,td{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}
+th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.6em 1em;margin:1em 0}
 .notdp{color:#b00020;font-weight:600} pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.8em}
 .cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:1em}
