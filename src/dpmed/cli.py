@@ -204,13 +204,15 @@ def _privacy_risk(args: argparse.Namespace) -> int:
     kappa = args.kappa if args.kappa is not None else 1.0 / n
     risk = accounting.reconstruction_risk(noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps,
                                           kappa=kappa)
-    print(f"reconstruction success, upper bounds (prior kappa = {kappa:.4g}):")
-    print(f"  worst case (PLD)          {risk.worst_case:9.4%}")
-    print(f"  worst case (Edgeworth)    {risk.worst_case_edgeworth:9.4%}   cross-check of the line above")
-    print(f"  relaxed (sign unknown)    {risk.relaxed:9.4%}")
-    print(f"  GDP/CLT shortcut          {risk.gdp:9.4%}   sanity value only")
-    tpr = ", ".join(f"TPR {v:.2%} at FPR {float(k):.1%}" for k, v in risk.to_dict()["tpr_at_fpr"].items())
-    print(f"membership inference, best possible attack: {tpr}")
+    print(f"reconstruction success, upper bounds (prior kappa = {kappa:.4g}), and how each was obtained:")
+    print(f"  worst case                {risk.worst_case:9.4%}   {risk.worst_case_via}")
+    print(f"  worst case (Edgeworth)    {risk.worst_case_edgeworth:9.4%}   cross-check of the line above: "
+          f"{risk.worst_case_edgeworth_via}")
+    print(f"  relaxed (sign unknown)    {risk.relaxed:9.4%}   {risk.relaxed_via}")
+    print(f"  GDP/CLT shortcut          {risk.gdp:9.4%}   sanity value only: {risk.gdp_via}")
+    print("membership inference, best possible attack:")
+    for fpr, tpr in risk.tpr_at_fpr.items():
+        print(f"  TPR at FPR {fpr:<5.1%}          {tpr:9.4%}   {risk.tpr_at_fpr_via[fpr]}")
     print(f"assumptions: {risk.assumptions}")
     return 0
 

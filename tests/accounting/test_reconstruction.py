@@ -17,12 +17,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import special
+from scipy import optimize, special
 
 import dpmed.accounting as accounting
-from dpmed.accounting import (MIA_FPRS, RECONSTRUCTION_METHODS, ReconstructionRisk, default_kappa,
-                              membership_inference_tpr, reconstruction_bound, reconstruction_method,
-                              reconstruction_risk, relaxed_reconstruction_bound)
+from dpmed import cli
+from dpmed.accounting import (MIA_FPRS, RECONSTRUCTION_METHODS, ReconstructionRisk, default_kappa, default_delta,
+                              dp_sgd_schedule, effective_accountant, membership_inference_tpr, noise_multiplier_for,
+                              reconstruction_bound, reconstruction_method, reconstruction_risk,
+                              relaxed_reconstruction_bound)
+from dpmed.accounting import _limits
+from dpmed.accounting import reconstruction as reconstruction_module
 
 # METHODS.md s.7 (the setting of 004_6210268d59b6f8e5.txt's source paper): worst-case gamma about 1.21%.
 REFERENCE = dict(noise_multiplier=3.1852, sample_rate=0.2525, steps=300)
@@ -73,11 +77,16 @@ def test_risk_is_json_able_and_states_its_assumptions(reference_risk):
     assert data["worst_case"] == reference_risk.worst_case
     assert data["tpr_at_fpr"] == {"0.001": reference_risk.tpr_at_fpr[0.001],
                                   "0.01": reference_risk.tpr_at_fpr[0.01]}
+    assert data["worst_case_via"] == data["relaxed_via"] == "PLD"
+    assert data["worst_case_edgeworth_via"] == "Edgeworth expansion" and data["gdp_via"] == "GDP/CLT"
+    assert data["tpr_at_fpr_via"] == {"0.001": "PLD", "0.01": "PLD"}
     text = reference_risk.assumptions
     for phrase in ("kappa", "informed adversary", "Poisson", "add or remove"):
         assert phrase in text
     with pytest.raises(TypeError):
         reference_risk.tpr_at_fpr[0.5] = 1.0  # frozen all the way down
+    with pytest.raises(TypeError):
+        reference_risk.tpr_at_fpr_via[0.5] = "PLD"
 
 
 # --- exact closed forms ----------------------------------------------------------------------------------------------
@@ -299,6 +308,197 @@ def test_huge_noise_leaves_the_attacker_guessing(sigma):
     assert relaxed_reconstruction_bound(**args) == pytest.approx(1e-3, rel=1e-6)
     for method in RECONSTRUCTION_METHODS:
         assert reconstruction_bound(**args, method=method) == pytest.approx(1e-3, rel=1e-6)
+
+
+# --- the other add/remove direction: the exact power of a maximum test ----------------------------------------------
+
+def exact_add_one_step(sigma: float, q: float, kappa: float, *, relaxed: bool) -> float:
+    """T = 1, the test of Q against P (level under Q, power under P): the likelihood ratio P/Q falls with z (with
+    |z| when relaxed), so the optimal test rejects Q when z < c (|z| < c) with Q(z < c) = kappa. Solved here in
+    linear space, independently of _limits."""
+    mu = 1 / sigma
+    if relaxed:
+        def level(c):
+            return (1 - q) * special.erf(c / math.sqrt(2)) + q * (special.ndtr(c - mu) - special.ndtr(-c - mu))
+        c = optimize.brentq(lambda c: level(c) - kappa, 0.0, mu + 50, xtol=1e-14)
+        return special.erf(c / math.sqrt(2))
+    c = optimize.brentq(lambda c: (1 - q) * special.ndtr(c) + q * special.ndtr(c - mu) - kappa, -50, mu + 50,
+                        xtol=1e-14)
+    return special.ndtr(c)
+
+
+# (sigma, q, kappa): in the first two the ADD direction is the larger (REMOVE: 0.839 / 0.734), in the last two
+# the smaller (REMOVE: 0.155 / 0.110 and 0.427 / 0.393).
+ADD_ONE_STEP = [(0.7, 0.8, 0.5), (0.5, 0.9, 0.2), (1.0, 0.5, 0.05), (0.3, 0.5, 0.01)]
+
+
+@pytest.mark.parametrize("relaxed", [False, True], ids=["worst_case", "relaxed"])
+@pytest.mark.parametrize("sigma, q, kappa", ADD_ONE_STEP)
+def test_the_add_maximum_test_is_the_exact_add_power_for_one_step(sigma, q, kappa, relaxed):
+    """At T = 1 the maximum test is the likelihood-ratio test of the ADD direction: its power equals the exact
+    ADD gamma, and the PLD (both directions) stays above it."""
+    power = _limits.add_max_test_power(1 / sigma, q, 1, kappa, folded=relaxed)
+    assert power == pytest.approx(exact_add_one_step(sigma, q, kappa, relaxed=relaxed), rel=1e-9)
+    args = dict(noise_multiplier=sigma, sample_rate=q, steps=1, kappa=kappa)
+    assert (relaxed_reconstruction_bound(**args) if relaxed else reconstruction_bound(**args)) >= power - 1e-12
+
+
+@pytest.mark.parametrize("relaxed", [False, True], ids=["worst_case", "relaxed"])
+def test_the_pld_reaches_the_add_power_where_that_direction_dominates(relaxed):
+    """sigma = 0.7, q = 0.8, kappa = 0.5, T = 1: ADD 0.8823 (relaxed 0.7905) against REMOVE 0.8387 (0.7339), and
+    dp_accounting's PLD agrees with our ADD power to < 1e-5 (measured: 2e-7 and 3e-6 relative)."""
+    args = dict(noise_multiplier=0.7, sample_rate=0.8, steps=1, kappa=0.5)
+    pld = relaxed_reconstruction_bound(**args) if relaxed else reconstruction_bound(**args)
+    assert pld == pytest.approx(exact_add_one_step(0.7, 0.8, 0.5, relaxed=relaxed), rel=1e-5)
+
+
+@pytest.mark.parametrize("relaxed", [False, True], ids=["max", "max_abs"])
+def test_the_add_maximum_test_matches_a_simulation(relaxed):
+    """T = 5, q = 0.3, sigma = 0.5, kappa = 0.05. The returned power fixes the threshold c through
+    P(max < c) = F(c)^T (no mixture involved). Simulated, the test at that c has level kappa under the mixture Q
+    (so c is the largest valid threshold) and the stated power under P, each within 4 standard errors."""
+    sigma, q, steps, kappa, n = 0.5, 0.3, 5, 0.05, 400_000
+    power = _limits.add_max_test_power(1 / sigma, q, steps, kappa, folded=relaxed)
+    per_step = power ** (1 / steps)
+    c = special.erfinv(per_step) * math.sqrt(2) if relaxed else special.ndtri(per_step)
+    rng = np.random.default_rng(1)
+    shift = (rng.random((n, steps)) < q) / sigma
+    if relaxed:
+        shift *= rng.choice([-1.0, 1.0], size=(n, steps))
+
+    def statistic(z):
+        return (np.abs(z) if relaxed else z).max(axis=1)
+
+    level = float(np.mean(statistic(rng.standard_normal((n, steps)) + shift) < c))
+    simulated_power = float(np.mean(statistic(rng.standard_normal((n, steps))) < c))
+    assert abs(level - kappa) <= 4 * math.sqrt(kappa * (1 - kappa) / n)
+    assert abs(simulated_power - power) <= 4 * math.sqrt(power * (1 - power) / n)
+
+
+@FEW
+@given(sigma=st.floats(0.3, 5.0), q=rates, steps=step_counts, kappa=kappas)
+def test_the_add_lower_bounds_never_exceed_the_pld(sigma, q, steps, kappa):
+    """The maximum tests are lower bounds on gamma: never above the raw PLD values (computed without the exact
+    limits), which are upper bounds."""
+    pld = reconstruction_method("pld").gamma(sigma, q, steps, kappa)
+    relaxed_pld = reconstruction_module._relaxed_pld(sigma, q, steps, kappa)
+    assert _limits.add_max_test_power(1 / sigma, q, steps, kappa, folded=False) <= pld + 1e-12
+    assert _limits.add_max_test_power(1 / sigma, q, steps, kappa, folded=True) <= relaxed_pld + 1e-12
+
+
+@pytest.mark.parametrize("relaxed", [False, True], ids=["max", "max_abs"])
+@pytest.mark.parametrize("q, steps, kappa", [(128 / 4708, 370, 1 / 4708), (0.5, 10, 1e-3), (1e-3, 50, 1e-3)])
+def test_the_add_maximum_test_grows_with_mu_to_its_limit(q, steps, kappa, relaxed):
+    """Less noise, more power; as sigma -> 0 the power tends to the ADD ceiling min(1, kappa / (1-q)^T)
+    (1 in the first setting, 0.0499 in the last one), without overflow down to sigma = 1e-200."""
+    sigmas_down = [10.0, 3.0, 1.0, 0.5, 0.3, 0.2, 0.1, 0.05, 1e-3, 1e-6, 1e-15, 1e-200]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        powers = [_limits.add_max_test_power(1 / s, q, steps, kappa, folded=relaxed) for s in sigmas_down]
+    assert all(a <= b * (1 + 1e-12) for a, b in zip(powers, powers[1:])) and powers[0] >= kappa  # up to rounding
+    assert powers[-1] == pytest.approx(min(1.0, kappa / (1 - q) ** steps), rel=1e-9)
+
+
+# --- eps 1 .. 1e15 at the sizes of the source documents' datasets ----------------------------------------------------
+
+# (N, expected batch, epochs): PneumoniaMNIST's training images; Kermany's images; Kermany at the patient level
+DATASETS = {"pneumoniamnist": (4708, 128, 10), "kermany_images": (4282, 64, 10), "kermany_patients": (2400, 64, 10)}
+BUDGETS = (1, 8, 1e2, 1e3, 1e6, 1e9, 1e12, 1e15)
+
+
+@pytest.fixture(scope="module", params=list(DATASETS))
+def risks_by_budget(request) -> dict[float, ReconstructionRisk]:
+    """reconstruction_risk at the sigma calibrated for each eps in BUDGETS (delta = default_delta(N), the accountant
+    a study would use: PLD up to eps 500, RDP above)."""
+    n, batch, epochs = DATASETS[request.param]
+    q, steps = dp_sgd_schedule(n, batch_size=batch, epochs=epochs)
+    risks = {}
+    for eps in BUDGETS:
+        accountant, _ = effective_accountant("pld", target_epsilon=eps)
+        sigma = noise_multiplier_for(target_epsilon=eps, delta=default_delta(n), sample_rate=q, steps=steps,
+                                     accountant=accountant)
+        risks[eps] = reconstruction_risk(noise_multiplier=sigma, sample_rate=q, steps=steps, kappa=default_kappa(n))
+    return risks
+
+
+def test_every_budget_gives_finite_ordered_values(risks_by_budget):
+    for eps, risk in risks_by_budget.items():
+        values = [risk.worst_case, risk.worst_case_edgeworth, risk.relaxed, risk.gdp, *risk.tpr_at_fpr.values()]
+        assert all(math.isfinite(v) and risk.kappa <= v <= 1.0 for v in values), eps
+        assert risk.worst_case >= risk.relaxed, eps
+        assert all(not via.startswith("trivial ceiling")
+                   for via in (risk.worst_case_via, risk.relaxed_via, *risk.tpr_at_fpr_via.values())), eps
+
+
+def test_every_bound_grows_with_the_budget(risks_by_budget):
+    """Non-decreasing in eps: the worst case, the relaxed bound, the Edgeworth and GDP values, and the
+    membership-inference TPR at each false-positive rate."""
+    risks = [risks_by_budget[eps] for eps in BUDGETS]
+    series = {"worst_case": [r.worst_case for r in risks], "relaxed": [r.relaxed for r in risks],
+              "edgeworth": [r.worst_case_edgeworth for r in risks], "gdp": [r.gdp for r in risks],
+              **{f"tpr_at_{fpr}": [r.tpr_at_fpr[fpr] for r in risks] for fpr in MIA_FPRS}}
+    for name, values in series.items():
+        assert values == sorted(values), name
+
+
+def test_high_budgets_are_pinned_at_certainty(risks_by_budget):
+    """From eps = 1e3 on (sigma <= 0.141) the attacker is certain: kappa = 1/N exceeds (1-q)^T ~ 4e-5, so the
+    test of 'with' against 'without' the target reaches power 1 as sigma -> 0, and its maximum test pins gamma
+    there; the PLD is not needed. Low budgets come from the PLD."""
+    for eps in BUDGETS[3:]:
+        risk = risks_by_budget[eps]
+        assert risk.worst_case == risk.relaxed == 1.0 and set(risk.tpr_at_fpr.values()) == {1.0}
+        assert risk.worst_case_via == risk.relaxed_via == _limits.PINNED_CEILING
+    for eps in BUDGETS[:2]:
+        assert risks_by_budget[eps].worst_case_via == risks_by_budget[eps].relaxed_via == "PLD"
+        assert risks_by_budget[eps].worst_case < 0.05
+
+
+def test_the_cli_prints_the_risk_at_eps_1e12(capsys):
+    """PneumoniaMNIST at eps = 1e12 (sigma = 1.43e-5): this used to overflow inside dp_accounting."""
+    code = cli.main(["privacy", "risk", "--noise-multiplier", "1.43e-5", "--dataset-size", "4708",
+                     "--batch-size", "128", "--epochs", "10"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "100.0000%" in out and "exact limit (pinned)" in out
+
+
+# --- the safety net: values that double precision cannot compute ----------------------------------------------------
+
+PNEUMONIA_1E12 = dict(noise_multiplier=1.43e-5, sample_rate=128 / 4708, steps=370, kappa=1 / 4708)
+
+
+def test_an_uncomputable_pld_gives_the_trivial_ceiling_and_says_so(monkeypatch):
+    """Without the exact limits, sigma = 1.43e-5 would need a PLD grid interval of ~1e5 nats (e^h overflows):
+    every value falls back to the sigma = 0 power, an upper bound at every sigma, and says why."""
+    monkeypatch.setattr(_limits, "pinned", lambda *args, **kwargs: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        risk = reconstruction_risk(**PNEUMONIA_1E12)
+    top = ceiling(128 / 4708, 370, 1 / 4708)
+    assert risk.worst_case == risk.relaxed == risk.worst_case_edgeworth == top == 1.0
+    for via in (risk.worst_case_via, risk.relaxed_via, *risk.tpr_at_fpr_via.values()):
+        assert via.startswith("trivial ceiling") and "PLD not computable in double precision" in via
+    assert "Edgeworth expansion not computable in double precision" in risk.worst_case_edgeworth_via
+
+
+def test_an_overflow_inside_dp_accounting_gives_the_trivial_ceiling(monkeypatch):
+    """With our own check of the grid interval bypassed, the OverflowError that dp_accounting's connect-the-dots
+    raises (math.expm1 of an interval of 1e5 nats) is caught and reported, not raised."""
+    monkeypatch.setattr(_limits, "pinned", lambda *args, **kwargs: None)
+    monkeypatch.setattr(reconstruction_module, "_interval", lambda *args: 1e5)
+    value, via = reconstruction_module._worst_case(*PNEUMONIA_1E12.values())
+    assert value == 1.0 and via.startswith("trivial ceiling") and "math range error" in via
+
+
+def test_other_errors_are_not_swallowed(monkeypatch):
+    def broken(*args):
+        raise RuntimeError("a bug, not a numerical limit")
+
+    monkeypatch.setattr(_limits, "pinned", lambda *args, **kwargs: None)
+    monkeypatch.setattr(reconstruction_module, "_relaxed_pld", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        relaxed_reconstruction_bound(**PNEUMONIA_1E12)
 
 
 # --- arguments and the public surface --------------------------------------------------------------------------------

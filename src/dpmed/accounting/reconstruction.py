@@ -42,23 +42,35 @@ imaging"): the attacker does not know the sign of the target's gradient, so per 
 Q = (1 - q) N(0, 1) + (q/2) N(mu, 1) + (q/2) N(-mu, 1), log-likelihood ratio log(1 - q + q e^(-mu^2/2) cosh(mu z)).
 Computed with dp_accounting's connect-the-dots discretisation from its exact per-step hockey-stick curve.
 
-High budgets, and the shortcuts. No sigma does better for the attacker than sigma = 0, where the gradient sum shows
-exactly whether the target was sampled (probability 1 - a, a = (1-q)^T): gamma_inf = 1 - a (1 - kappa) (or, in the
-other add/remove direction, min(1, kappa / a), larger only when kappa > a / (1 + a)). And gamma <= kappa + mu_T /
-sqrt(2) (Pinsker). When one of these upper bounds is within 1e-6 (relative) of a lower bound (kappa, or the exact
-power of the test on the maximum or on the sum of the per-step statistics), that upper bound is returned without a
-PLD: this keeps sigma -> 0 (the eps = 1e6 and beyond regime of the source document) fast and free of overflow, and
-sigma -> inf exact. With the sampling rates and step counts of real training, gamma_inf is 1.0 in double precision.
+High budgets, and the shortcuts (in ``_limits``). No sigma does better for the attacker than sigma = 0, where the
+gradient sum shows exactly whether the target was sampled (probability 1 - a, a = (1-q)^T): gamma_inf =
+1 - a (1 - kappa), or, in the other add/remove direction, min(1, kappa / a), the larger when kappa > a / (1 + a)
+(with kappa = 1/N and 10 epochs: a ~ e^-10, so gamma_inf = 1). And gamma <= kappa + mu_T / sqrt(2) (Pinsker). When
+one of these upper bounds is within 1e-6 (relative) of a lower bound (kappa, or the exact power of a test on the
+maximum or the sum of the per-step statistics, in either direction), that upper bound is returned without a PLD:
+this keeps sigma -> 0 (eps = 1e6 .. 1e15) fast and free of overflow, and sigma -> inf exact.
+
+Where a computation cannot be carried out in double precision (a PLD whose grid interval h makes e^h overflow,
+an Edgeworth expansion of a loss whose variance is lost to round-off), its place is taken by the sigma = 0 power,
+an upper bound at every sigma, and the record says so. Each value carries how it was obtained (``*_via`` fields of
+:class:`ReconstructionRisk`): the method's label ("PLD", "Edgeworth expansion", "GDP/CLT"), "exact: ..." or
+"exact limit (pinned): ...", or "trivial ceiling (the sigma = 0 power): PLD not computable in double precision
+(why)".
 
 Accuracy. The PLD value exceeds the exact power by < 1e-3 relative in our checks (typically ~1e-4), and by at most
-~1e-15 absolute from dp_accounting's tail truncation, which dominates only for kappa below ~1e-13. The Edgeworth
+~1e-15 absolute from dp_accounting's tail truncation, which dominates only for kappa below ~1e-13. Where the two
+add/remove directions have close powers it can exceed both by more (T = 1, q = 0.5, sigma = 0.5, kappa = 0.3: 4%):
+dp_accounting's PLD takes the larger delta at each eps before the duality, and inf_eps of a maximum is at least the
+maximum of the infima; still an upper bound. The Edgeworth
 value is within 3% of the PLD for sigma >= 1 at kappa >= 1e-4, and off by 10-20% and more for sigma < 1 with few
 steps, or for very small kappa (its far tail is unreliable).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -69,7 +81,7 @@ from scipy import integrate, optimize, special
 from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from dpmed.accounting import _arguments
+from dpmed.accounting import _arguments, _limits
 
 __all__ = ["RECONSTRUCTION_METHODS", "ReconstructionMethod", "reconstruction_method", "MIA_FPRS",
            "NEIGHBOUR_RECONSTRUCTION", "ReconstructionRisk", "default_kappa", "reconstruction_bound",
@@ -80,8 +92,6 @@ NEIGHBOUR_RECONSTRUCTION = ("add or remove the target image (Poisson sampling); 
 # The false-positive rates at which a privacy card reports the optimal membership-inference TPR.
 MIA_FPRS = (0.001, 0.01)
 
-# When cheap exact bounds sandwich gamma this tightly (relative), return the upper one: far below any PLD error.
-_PIN_TOLERANCE = 1e-6
 # Restricting e^eps to >= _MIN_SCALE * kappa raises the infimum by at most _MIN_SCALE * kappa (the derivative of
 # delta(eps) + e^eps kappa in e^eps lies in [kappa - 1, kappa]): below 1e-4 relative, and upward (safe).
 _MIN_SCALE = 1e-4
@@ -94,6 +104,8 @@ _PLD_RELATIVE_EXCESS = 1e-3
 _PLD_MAX_INTERVAL = 1e-2
 _PLD_RESOLUTION = 400
 _PLD_MAX_POINTS = 4e6
+# dp_accounting's connect-the-dots discretisation divides by e^h - 1: beyond this h it overflows.
+_PLD_MAX_COMPUTABLE_INTERVAL = math.log(sys.float_info.max)
 # Per-step statistics beyond 12 standard deviations carry < 1e-32 of mass (relaxed PLD and Edgeworth quadrature).
 _TAIL_Z = 12.0
 # A composed loss this far beyond the eps window moves delta on it by less than e^-40 (see _relaxed_pld).
@@ -113,90 +125,14 @@ def _check(noise_multiplier: object, sample_rate: object, steps: object, kappa: 
     return sigma, q, steps, kappa
 
 
+class _NotComputable(ArithmeticError):
+    """A computation whose intermediate values leave the range of double precision (see _evaluate)."""
+
+
 def default_kappa(n_train: int) -> float:
     """1 / N: the success of an attacker who guesses uniformly among the N training images (METHODS.md s.7)."""
     n_train = _arguments.count("n_train", n_train, minimum=2, hint="pass the number of training images")
     return 1.0 / n_train
-
-
-def _chi2(sigma: float, q: float) -> float:
-    """chi^2(Q || P) of one worst-case step, q^2 (e^(1/sigma^2) - 1), computed in log space (inf on overflow)."""
-    inverse_variance = math.exp(min(-2 * math.log(sigma), 700.0))  # capped where the result is inf anyway
-    if inverse_variance == 0:
-        return 0.0
-    log_expm1 = inverse_variance if inverse_variance > 50 else math.log(math.expm1(inverse_variance))
-    log_chi2 = 2 * math.log(q) + log_expm1
-    return math.exp(log_chi2) if log_chi2 < 700 else math.inf
-
-
-def _gdp_mu(sigma: float, q: float, steps: int) -> float:
-    """mu_T = q sqrt(T) sqrt(e^(1/sigma^2) - 1) = sqrt(T chi^2) (inf on overflow): mu_T^2 bounds the KL divergence
-    of the composed pair, and mu_T is the GDP parameter of the central limit theorem."""
-    return math.sqrt(steps * _chi2(sigma, q))
-
-
-# --- exact limits and cheap exact tests that pin gamma ---------------------------------------------------------------
-
-def _ceiling(q: float, steps: int, kappa: float) -> float:
-    """The power at sigma = 0, an upper bound for every sigma. With a = (1-q)^T, the probability that the target is
-    never sampled, Q^T = a P^T + (1 - a) R with R invisible to P^T. Testing P against Q (the paper's direction):
-    power 1 - a (1 - kappa). Testing Q against P (the other add/remove direction): Q(E) <= kappa forces
-    P(E) <= kappa / a, power min(1, kappa / a), which is the larger only when kappa > a / (1 + a)."""
-    if q == 1.0:
-        return 1.0
-    log_never = steps * math.log1p(-q)
-    remove = -math.expm1(log_never + math.log1p(-kappa))
-    add = math.exp(min(0.0, math.log(kappa) - log_never))
-    return max(remove, add)
-
-
-def _max_test_power(mu: float, q: float, steps: int, kappa: float, *, folded: bool) -> float:
-    """Exact power of 'reject P when max_t z_t > c' (``folded``: max_t |z_t|) at level kappa: a lower bound on
-    gamma (on the relaxed gamma when folded), tight when mu is large."""
-    per_step_level = -math.expm1(math.log1p(-kappa) / steps)  # 1 - (1 - kappa)^(1/T)
-    if folded:
-        c = -special.ndtri(per_step_level / 2)
-        hit = (1 - q) * per_step_level + q * (special.ndtr(mu - c) + special.ndtr(-mu - c))
-    else:
-        c = -special.ndtri(per_step_level)
-        hit = (1 - q) * per_step_level + q * special.ndtr(mu - c)
-    return 1.0 if hit >= 1 else -math.expm1(steps * math.log1p(-hit))
-
-
-def _sum_test_power(mu: float, q: float, steps: int, kappa: float) -> float:
-    """Exact power of 'reject P when sum_t z_t > c' at level kappa: under Q the sum is N(0, T) + mu K with
-    K ~ Binomial(T, q). A lower bound on the worst-case gamma, tight when q T mu is large."""
-    c = math.sqrt(steps) * -special.ndtri(kappa)
-    k = np.arange(steps + 1)
-    log_weights = (special.gammaln(steps + 1) - special.gammaln(k + 1) - special.gammaln(steps - k + 1)
-                   + special.xlogy(k, q) + special.xlog1py(steps - k, -q))
-    return float(np.dot(np.exp(log_weights), special.ndtr((k * mu - c) / math.sqrt(steps))))
-
-
-def _pinned(sigma: float, q: float, steps: int, kappa: float, *, relaxed: bool) -> float | None:
-    """A certified upper bound on gamma that is within _PIN_TOLERANCE (relative) of a certified lower bound, or
-    None. Upper bounds: the sigma = 0 power, and kappa + TV <= kappa + mu_T / sqrt(2) (Pinsker with KL <= chi^2;
-    valid in both directions of the test, and for the relaxed pair, whose chi^2 is smaller). Lower bounds: kappa
-    and the exact tests above. This settles sigma -> 0 and sigma -> inf (gamma -> kappa) without a PLD."""
-    ceiling = _ceiling(q, steps, kappa)
-    near_kappa = kappa + _gdp_mu(sigma, q, steps) / math.sqrt(2)
-    if near_kappa - kappa <= _PIN_TOLERANCE * kappa:
-        return min(near_kappa, ceiling)
-    mu = 1 / sigma
-    if math.isinf(mu):
-        return ceiling
-    lower = _max_test_power(mu, q, steps, kappa, folded=relaxed)
-    if not relaxed and ceiling - lower > _PIN_TOLERANCE * ceiling and steps <= 1_000_000:
-        lower = max(lower, _sum_test_power(mu, q, steps, kappa))
-    return ceiling if ceiling - lower <= _PIN_TOLERANCE * ceiling else None
-
-
-def _degenerate(sigma: float, q: float, steps: int, kappa: float) -> float | None:
-    if steps == 0:
-        return kappa  # nothing released: the attacker can only guess
-    if sigma == 0:
-        return _ceiling(q, steps, kappa)  # the exact sum is released: the attacker sees whether the target was used
-    return None
 
 
 # --- the hockey-stick duality ----------------------------------------------------------------------------------------
@@ -238,8 +174,10 @@ def _step_loss(mu: float, q: float, z: float, *, relaxed: bool) -> float:
 
 
 def _interval(sigma: float, q: float, steps: int) -> float:
-    """The PLD grid h for T steps (see _PLD_RELATIVE_EXCESS)."""
+    """The PLD grid h for T steps (see _PLD_RELATIVE_EXCESS); _NotComputable where e^h overflows (tiny sigma)."""
     mu = 1 / sigma
+    if not math.isfinite(mu * mu):
+        raise _NotComputable(f"1 / sigma^2 overflows at sigma = {sigma:.3g}")
     per_step = (_step_loss(mu, q, mu + _TAIL_Z, relaxed=False)
                 - _step_loss(mu, q, -_TAIL_Z, relaxed=False))
     accurate = min(math.sqrt(_PLD_RELATIVE_EXCESS / steps), _PLD_MAX_INTERVAL, per_step / _PLD_RESOLUTION)
@@ -247,19 +185,29 @@ def _interval(sigma: float, q: float, steps: int) -> float:
     # tail) times the range of one step's loss, plus T times its mean (KL <= q mu^2/2 by convexity, and <= chi^2),
     # plus 40 standard deviations of the bulk.
     included = min(steps, q * steps + 9 * math.sqrt(q * (1 - q) * steps) + 10)
-    chi2 = _chi2(sigma, q)
+    chi2 = _limits.chi2(sigma, q)
     shift = min(chi2, q * mu * mu / 2)
     spread = min(math.sqrt(chi2), math.sqrt(q) * mu * (1 + mu / 2))
     span = included * per_step + steps * shift + 40 * math.sqrt(steps) * spread
-    return max(accurate, span / _PLD_MAX_POINTS)
+    h = max(accurate, span / _PLD_MAX_POINTS)
+    if not h <= _PLD_MAX_COMPUTABLE_INTERVAL:
+        raise _NotComputable(f"its loss grid would need an interval of {h:.3g} nats, and e^{h:.3g} overflows")
+    return h
 
 
 # --- worst case: dp_accounting's PLD of the Poisson-subsampled Gaussian ----------------------------------------------
 
-def _worst_case_pld(sigma: float, q: float, steps: int, kappa: float) -> float:
+@functools.lru_cache(maxsize=2)
+def _composed_pld(sigma: float, q: float, steps: int) -> pld_lib.PrivacyLossDistribution:
+    """Cached: reconstruction_risk reads the same composed PLD at kappa and at each false-positive rate."""
     pld = pld_lib.from_gaussian_mechanism(sigma, sensitivity=1.0, sampling_prob=q,
                                           value_discretization_interval=_interval(sigma, q, steps))
-    return _power_from_delta(pld.self_compose(steps).get_delta_for_epsilon, kappa, _ceiling(q, steps, kappa))
+    return pld.self_compose(steps)
+
+
+def _worst_case_pld(sigma: float, q: float, steps: int, kappa: float) -> float:
+    return _power_from_delta(_composed_pld(sigma, q, steps).get_delta_for_epsilon, kappa,
+                             _limits.ceiling(q, steps, kappa))
 
 
 # --- relaxed: connect-the-dots PLD from the exact per-step hockey-stick curve ----------------------------------------
@@ -335,7 +283,7 @@ def _relaxed_pld(sigma: float, q: float, steps: int, kappa: float) -> float:
     add_bottom = max(-loss_top, eps_low - (steps - 1) * max(-step.loss_min, 0.0) - _CAP_MARGIN)
     add = _connect_dots(step.delta_add, add_bottom, -step.loss_min, h)
     pld = pld_lib.PrivacyLossDistribution(remove.self_compose(steps), add.self_compose(steps))
-    return _power_from_delta(pld.get_delta_for_epsilon, kappa, _ceiling(q, steps, kappa))
+    return _power_from_delta(pld.get_delta_for_epsilon, kappa, _limits.ceiling(q, steps, kappa))
 
 
 # --- Edgeworth expansion (worst case) --------------------------------------------------------------------------------
@@ -386,6 +334,11 @@ def _worst_case_edgeworth(sigma: float, q: float, steps: int, kappa: float) -> f
     under_p, under_q = _loss_cumulants(1 / sigma, q)
 
     def standardised(cumulants: tuple[float, ...]) -> tuple[float, float, float, float]:
+        # The quadrature resolves the mean to ~1e-10 of the loss's size: a variance below (1e-8 mean)^2 is round-off
+        # (e.g. mu > ~50: under P, e^(mu z - mu^2/2) underflows and the loss is constant in double precision).
+        if not ((1e-8 * cumulants[0]) ** 2 < cumulants[1] and (steps * cumulants[1]) ** 2 < math.inf):
+            raise _NotComputable(f"the per-step loss variance {cumulants[1]:.3g} is not resolved next to its mean "
+                                 f"{cumulants[0]:.3g}")
         mean, var, k3, k4 = (steps * c for c in cumulants)
         return mean, math.sqrt(var), k3 / var ** 1.5, k4 / var ** 2
 
@@ -405,13 +358,13 @@ def _worst_case_edgeworth(sigma: float, q: float, steps: int, kappa: float) -> f
         x = gaussian
     gamma = float(_edgeworth_survival((mean_p + x * sd_p - mean_q) / sd_q, skew_q, kurt_q))
     # the exact power lies in [kappa, the sigma = 0 power]; clipping the approximation there only moves it closer
-    return min(max(gamma, kappa), _ceiling(q, steps, kappa))
+    return min(max(gamma, kappa), _limits.ceiling(q, steps, kappa))
 
 
 # --- GDP / CLT -------------------------------------------------------------------------------------------------------
 
 def _gdp(sigma: float, q: float, steps: int, kappa: float) -> float:
-    mu_t = _gdp_mu(sigma, q, steps)
+    mu_t = _limits.gdp_mu(sigma, q, steps)
     return 1.0 if mu_t > 50 else float(special.ndtr(special.ndtri(kappa) + mu_t))  # Phi(40) is 1.0 in doubles
 
 
@@ -421,23 +374,24 @@ def _gdp(sigma: float, q: float, steps: int, kappa: float) -> float:
 class ReconstructionMethod:
     """One way to compute the worst-case gamma: its name, the text a privacy card prints next to its value, whether
     it is an upper bound on the exact power (else an approximation), whether it defers to the exact limits where
-    they pin gamma (see the module docstring), and its computation ``gamma(sigma, q, steps, kappa)`` for sigma > 0
-    and steps > 0."""
+    they pin gamma (see the module docstring), its computation ``gamma(sigma, q, steps, kappa)`` for sigma > 0
+    and steps > 0, and the short label that says a value came from that computation."""
 
     name: str
     description: str
     is_upper_bound: bool
     uses_exact_limits: bool
     gamma: Callable[[float, float, int, float], float]
+    label: str
 
 
 _REGISTRY = {m.name: m for m in (
     ReconstructionMethod("pld", "PLD (dp_accounting, pessimistic connect-the-dots, add/remove): an upper bound",
-                         True, True, _worst_case_pld),
+                         True, True, _worst_case_pld, "PLD"),
     ReconstructionMethod("edgeworth", "second-order Edgeworth expansion of the composed privacy loss: an "
-                                      "approximation", False, True, _worst_case_edgeworth),
+                                      "approximation", False, True, _worst_case_edgeworth, "Edgeworth expansion"),
     ReconstructionMethod("gdp", "Gaussian-DP central limit theorem, mu = q sqrt(T) sqrt(e^(1/sigma^2) - 1): a "
-                                "sanity value only", False, False, _gdp),
+                                "sanity value only", False, False, _gdp, "GDP/CLT"),
 )}
 RECONSTRUCTION_METHODS = tuple(_REGISTRY)
 
@@ -449,6 +403,35 @@ def reconstruction_method(name: str) -> ReconstructionMethod:
     return _REGISTRY[name]
 
 
+def _evaluate(compute: Callable[[float, float, int, float], float], label: str, sigma: float, q: float, steps: int,
+              kappa: float, *, exact_limits: bool, relaxed: bool) -> tuple[float, str]:
+    """gamma and how it was obtained: the degenerate cases, then (``exact_limits``) the pinned limits, then
+    ``compute``. Where ``compute`` cannot be carried out in double precision, the sigma = 0 power, an upper bound at
+    every sigma, takes its place. Only two failures are caught: _NotComputable, raised where we detect it up front,
+    and OverflowError, which Python's math functions raise when a float result exceeds the double range (what
+    dp_accounting's PLD code hits on grids coarser than the ones we detect)."""
+    found = _limits.degenerate(sigma, q, steps, kappa)
+    if found is None and exact_limits:
+        found = _limits.pinned(sigma, q, steps, kappa, relaxed=relaxed)
+    if found is not None:
+        return found
+    try:
+        return compute(sigma, q, steps, kappa), label
+    except (_NotComputable, OverflowError) as error:
+        return (_limits.ceiling(q, steps, kappa),
+                f"trivial ceiling (the sigma = 0 power): {label} not computable in double precision ({error})")
+
+
+def _worst_case(sigma: float, q: float, steps: int, kappa: float, method: str = "pld") -> tuple[float, str]:
+    info = reconstruction_method(method)
+    return _evaluate(info.gamma, info.label, sigma, q, steps, kappa, exact_limits=info.uses_exact_limits,
+                     relaxed=False)
+
+
+def _relaxed(sigma: float, q: float, steps: int, kappa: float) -> tuple[float, str]:
+    return _evaluate(_relaxed_pld, "PLD", sigma, q, steps, kappa, exact_limits=True, relaxed=True)
+
+
 def reconstruction_bound(*, noise_multiplier: float, sample_rate: float, steps: int, kappa: float,
                          method: str = "pld") -> float:
     """Worst-case reconstruction success gamma = 1 - f(kappa) of DP-SGD (Hayes, Mahloujifar, Balle 2023).
@@ -457,18 +440,12 @@ def reconstruction_bound(*, noise_multiplier: float, sample_rate: float, steps: 
     (see the module docstring): ``pld`` is the upper bound to report, ``edgeworth`` an independent approximation,
     ``gdp`` a sanity value only. ``steps = 0`` gives kappa (nothing released); ``noise_multiplier = 0`` gives the
     exact power when the gradient sum is released without noise: 1 - (1-q)^T (1 - kappa), 1 when q = 1 (and, in
-    the other add/remove direction, min(1, kappa / (1-q)^T) if that is larger).
+    the other add/remove direction, min(1, kappa / (1-q)^T) if that is larger). :func:`reconstruction_risk` also
+    says how each value was obtained.
     """
     sigma, q, steps, kappa = _check(noise_multiplier, sample_rate, steps, kappa)
-    info = reconstruction_method(method)
-    degenerate = _degenerate(sigma, q, steps, kappa)
-    if degenerate is not None:
-        return degenerate
-    if info.uses_exact_limits:
-        pinned = _pinned(sigma, q, steps, kappa, relaxed=False)
-        if pinned is not None:
-            return pinned
-    return info.gamma(sigma, q, steps, kappa)
+    reconstruction_method(method)  # an unknown method is an error before anything else
+    return _worst_case(sigma, q, steps, kappa, method)[0]
 
 
 def relaxed_reconstruction_bound(*, noise_multiplier: float, sample_rate: float, steps: int, kappa: float) -> float:
@@ -482,13 +459,7 @@ def relaxed_reconstruction_bound(*, noise_multiplier: float, sample_rate: float,
     :func:`reconstruction_bound`.
     """
     sigma, q, steps, kappa = _check(noise_multiplier, sample_rate, steps, kappa)
-    degenerate = _degenerate(sigma, q, steps, kappa)
-    if degenerate is not None:
-        return degenerate
-    pinned = _pinned(sigma, q, steps, kappa, relaxed=True)
-    if pinned is not None:
-        return pinned
-    return _relaxed_pld(sigma, q, steps, kappa)
+    return _relaxed(sigma, q, steps, kappa)[0]
 
 
 def membership_inference_tpr(*, noise_multiplier: float, sample_rate: float, steps: int, fpr: float) -> float:
@@ -496,16 +467,19 @@ def membership_inference_tpr(*, noise_multiplier: float, sample_rate: float, ste
     ``fpr``: 1 - f(fpr) on the same trade-off curve as :func:`reconstruction_bound` (the informed, worst-case
     attacker; PLD upper bound)."""
     sigma, q, steps, fpr = _check(noise_multiplier, sample_rate, steps, fpr, kappa_name="fpr")
-    return reconstruction_bound(noise_multiplier=sigma, sample_rate=q, steps=steps, kappa=fpr)
+    return _worst_case(sigma, q, steps, fpr)[0]
 
 
 @dataclass(frozen=True)
 class ReconstructionRisk:
     """The reconstruction and membership-inference risk of one DP-SGD run, with the assumptions it rests on.
 
-    ``worst_case`` is the bound to report (PLD); ``worst_case_edgeworth`` and ``gdp`` are cross-checks (the second a
-    sanity value only); ``relaxed`` assumes the attacker does not know the sign of the target's gradient;
-    ``tpr_at_fpr`` maps each false-positive rate in MIA_FPRS to the optimal attack's true-positive rate.
+    ``worst_case`` is the bound to report (PLD, or an exact limit where one pins it); ``worst_case_edgeworth`` and
+    ``gdp`` are cross-checks (the second a sanity value only); ``relaxed`` assumes the attacker does not know the
+    sign of the target's gradient; ``tpr_at_fpr`` maps each false-positive rate in MIA_FPRS to the optimal attack's
+    true-positive rate. Each ``*_via`` field says how the value of the same name was obtained (a method's label such
+    as "PLD", "exact: ...", "exact limit (pinned): ...", or "trivial ceiling (the sigma = 0 power): ... not
+    computable in double precision (why)"; see the module docstring), for a privacy card to print next to it.
     """
 
     noise_multiplier: float
@@ -518,9 +492,15 @@ class ReconstructionRisk:
     gdp: float
     tpr_at_fpr: Mapping[float, float]
     assumptions: str
+    worst_case_via: str
+    worst_case_edgeworth_via: str
+    relaxed_via: str
+    gdp_via: str
+    tpr_at_fpr_via: Mapping[float, str]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tpr_at_fpr", MappingProxyType(dict(self.tpr_at_fpr)))
+        object.__setattr__(self, "tpr_at_fpr_via", MappingProxyType(dict(self.tpr_at_fpr_via)))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (false-positive rates become string keys, as JSON requires)."""
@@ -528,14 +508,18 @@ class ReconstructionRisk:
                 "kappa": self.kappa, "worst_case": self.worst_case,
                 "worst_case_edgeworth": self.worst_case_edgeworth, "relaxed": self.relaxed, "gdp": self.gdp,
                 "tpr_at_fpr": {repr(fpr): tpr for fpr, tpr in self.tpr_at_fpr.items()},
-                "assumptions": self.assumptions}
+                "assumptions": self.assumptions, "worst_case_via": self.worst_case_via,
+                "worst_case_edgeworth_via": self.worst_case_edgeworth_via, "relaxed_via": self.relaxed_via,
+                "gdp_via": self.gdp_via,
+                "tpr_at_fpr_via": {repr(fpr): via for fpr, via in self.tpr_at_fpr_via.items()}}
 
 
 def reconstruction_risk(*, noise_multiplier: float, sample_rate: float, steps: int,
                         kappa: float) -> ReconstructionRisk:
-    """Every reconstruction number of METHODS.md s.7 for one DP-SGD run, and the assumptions behind them."""
+    """Every reconstruction number of METHODS.md s.7 for one DP-SGD run, how each was obtained, and the
+    assumptions behind them."""
     sigma, q, steps, kappa = _check(noise_multiplier, sample_rate, steps, kappa)
-    setting = dict(noise_multiplier=sigma, sample_rate=q, steps=steps)
+    setting = (sigma, q, steps)
     assumptions = (
         f"informed adversary: knows every training image but the target, the model and the training procedure, "
         f"and would succeed with prior probability kappa = {kappa:.6g} without the model (kappa = 1/N: a uniform "
@@ -543,11 +527,13 @@ def reconstruction_risk(*, noise_multiplier: float, sample_rate: float, steps: i
         f"neighbouring relation: {NEIGHBOUR_RECONSTRUCTION}; worst case: the attacker knows the target's clipped "
         f"gradient; relaxed: it does not know its sign (Kaissis et al. 2023). The bounds reach ~100% long before "
         f"eps = 1e6; claims of protection beyond that rest on empirical attacks, not on these bounds.")
+    (worst, worst_via), (edgeworth, edgeworth_via), (gdp, gdp_via) = (
+        _worst_case(*setting, kappa, method) for method in ("pld", "edgeworth", "gdp"))
+    relaxed, relaxed_via = _relaxed(*setting, kappa)
+    tprs = {fpr: _worst_case(*setting, fpr) for fpr in MIA_FPRS}
     return ReconstructionRisk(
-        **setting, kappa=kappa,
-        worst_case=reconstruction_bound(**setting, kappa=kappa),
-        worst_case_edgeworth=reconstruction_bound(**setting, kappa=kappa, method="edgeworth"),
-        relaxed=relaxed_reconstruction_bound(**setting, kappa=kappa),
-        gdp=reconstruction_bound(**setting, kappa=kappa, method="gdp"),
-        tpr_at_fpr={fpr: membership_inference_tpr(**setting, fpr=fpr) for fpr in MIA_FPRS},
-        assumptions=assumptions)
+        noise_multiplier=sigma, sample_rate=q, steps=steps, kappa=kappa, worst_case=worst,
+        worst_case_edgeworth=edgeworth, relaxed=relaxed, gdp=gdp,
+        tpr_at_fpr={fpr: tpr for fpr, (tpr, _) in tprs.items()}, assumptions=assumptions, worst_case_via=worst_via,
+        worst_case_edgeworth_via=edgeworth_via, relaxed_via=relaxed_via, gdp_via=gdp_via,
+        tpr_at_fpr_via={fpr: via for fpr, (_, via) in tprs.items()})
