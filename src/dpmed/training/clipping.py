@@ -18,6 +18,20 @@ The assumptions that make it exact are checked, not hoped for: every trainable p
 with a rule (else PrivacyError naming the module), no BatchNorm (it mixes examples), and every parameter is used
 only inside its own layer's forward (a graph walk counts its uses; weight tying or a parameter read in a custom
 forward is an error). The loss must be a sum over examples, as for ``DpSgdStep``.
+
+User-level clipping (``groups``; McMahan et al. 2018, "Learning differentially private recurrent language models"):
+where the patient is the unit of privacy, each patient's gradients over their images are summed and that *sum* is
+clipped, sum_G c_G sum_{i in G} g_i with c_G from ||sum_{i in G} g_i||. Step 3 is unchanged, each example weighted
+by its group's factor; only the norms differ, and the norm of a group's sum is not a function of its examples'
+norms. Examples alone in their group keep the route above. For the groups with several images, each layer takes
+the cheaper of two exact routes:
+* ghost: ||sum_{i in G} g_i||^2 = sum_i ||g_i||^2 + 2 sum_{i<j in G} <g_i, g_j>, every term a ghost norm or a ghost
+  dot product of a pair of examples (``layer_rules``): cheap where the ghost norm is (deep layers: few positions,
+  many parameters), but the pairs grow with the square of a group's size;
+* materialised: the examples' per-example gradients, summed per group (index_add) and normed, a few groups at a
+  time so that memory stays bounded, then dropped: grows linearly with a group's size.
+A batch of singletons costs what image-level clipping costs; multi-image groups add the pairs' dot products or the
+materialised gradients at the layers where the ghost norm was taken.
 """
 
 from __future__ import annotations
@@ -31,14 +45,99 @@ from torch import Tensor, nn
 from dpmed.errors import PrivacyError
 from dpmed.training.layer_rules import LAYER_RULES, LayerRule
 
-__all__ = ["GhostClipper", "clip_factors", "ROUTES"]
+__all__ = ["GhostClipper", "clip_factors", "group_index", "refuse_batch_norm", "ROUTES"]
 
 ROUTES = ("mixed", "ghost", "materialised")
+
+# Per-example gradients of multi-image groups materialised at one time, per layer (elements; 2^24 float32 = 64 MiB).
+# A group larger than this still goes in one piece: its norm needs all of its images.
+_GROUP_CHUNK_ELEMENTS = 1 << 24
 
 
 def clip_factors(norms: Tensor, max_grad_norm: float) -> Tensor:
     """c_i = min(1, C / (||g_i|| + 1e-6)): Opacus's clip factor, shared by every engine so that they agree."""
     return (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+
+
+def refuse_batch_norm(model: nn.Module) -> None:
+    """PrivacyError for any BatchNorm in ``model``, trainable or frozen: every engine refuses it, with this reason."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            raise PrivacyError(f"module {name or 'model'!r} is {type(module).__name__}: BatchNorm normalises with "
+                               "batch statistics in train mode, so one example's output depends on the others and "
+                               "per-example clipping bounds nothing, frozen or not, and it writes running statistics "
+                               "of the private batch into the model without noise. Use GroupNorm (the registered "
+                               "models do)")
+
+
+def group_index(groups: Tensor, batch: int) -> tuple[Tensor, int]:
+    """(index [B] in 0..P-1, P) for the group ids of a batch of B examples: any integers, in any order."""
+    if groups.shape != (batch,):
+        raise ValueError(f"groups must hold one group id per example, shape ({batch},); got {tuple(groups.shape)}")
+    if groups.is_floating_point() or groups.is_complex() or groups.dtype == torch.bool:
+        raise ValueError(f"groups must be integer ids (int64), got {groups.dtype}")
+    ids, index = torch.unique(groups, return_inverse=True)
+    return index, len(ids)
+
+
+@dataclass(frozen=True)
+class _Grouping:
+    """The groups (patients) of one chunk, laid out for the tape: the lone examples, and the others group by group.
+
+    index [B]: each example's group in 0..P-1; lone [B1]: examples alone in their group; shared [M]: the others,
+    group by group; shared_local [M]: each one's group among the multi-image groups, 0..Q-1; shared_ids [Q]: those
+    groups' indices in 0..P-1; shared_sizes: their sizes, in that order (Python ints: chunking needs no device sync);
+    pair_left, pair_right, pair_group [R]: every pair i < j of examples of one group, and that group's index.
+    """
+
+    index: Tensor
+    count: int
+    lone: Tensor
+    shared: Tensor
+    shared_local: Tensor
+    shared_ids: Tensor
+    shared_sizes: tuple[int, ...]
+    pair_left: Tensor
+    pair_right: Tensor
+    pair_group: Tensor
+
+    @classmethod
+    def of(cls, groups: Tensor, batch: int, device: torch.device) -> _Grouping:
+        """Laid out on the CPU (a few hundred integers: no kernels, no syncs on an accelerator), then moved."""
+        index, count = group_index(groups.cpu(), batch)
+        sizes = torch.bincount(index, minlength=count)                              # [P]
+        in_shared = sizes[index] > 1                                                # [B]
+        order = torch.argsort(index, stable=True)                                   # examples group by group
+        shared = order[in_shared[order]]                                            # [M]
+        shared_ids = torch.nonzero(sizes > 1).squeeze(1)                            # [Q], ascending like `order`
+        local = torch.full((count,), -1, dtype=torch.int64)
+        local[shared_ids] = torch.arange(len(shared_ids))
+        lone = torch.nonzero(~in_shared).squeeze(1)
+        shared_sizes = tuple(sizes[shared_ids].tolist())
+        pairs, start = [], 0
+        for k in shared_sizes:
+            pairs.append(shared[start + torch.triu_indices(k, k, 1)])                 # [2, k (k - 1) / 2]
+            start += k
+        pairs = torch.cat(pairs, 1) if pairs else torch.zeros(2, 0, dtype=torch.int64)
+        return cls(index.to(device), count, lone.to(device), shared.to(device), local[index[shared]].to(device),
+                   shared_ids.to(device), shared_sizes, pairs[0].to(device), pairs[1].to(device),
+                   index[pairs[0]].to(device))
+
+    def sum(self, t: Tensor) -> Tensor:
+        """Per-example [B, *] -> per-group sums [P, *]."""
+        return t.new_zeros(self.count, *t.shape[1:]).index_add_(0, self.index, t)
+
+    def shared_chunks(self, elements_per_example: int):
+        """(rows [m], local [m] in 0..n-1, ids [n]) for runs of whole multi-image groups with at most
+        ``_GROUP_CHUNK_ELEMENTS`` elements of per-example gradients each, or one group if it alone is larger."""
+        budget = max(1, _GROUP_CHUNK_ELEMENTS // max(1, elements_per_example))
+        start, first, size = 0, 0, 0
+        for i, k in enumerate((*self.shared_sizes, None)):
+            if size and (k is None or size + k > budget):
+                rows = slice(start, start + size)
+                yield self.shared[rows], self.shared_local[rows] - first, self.shared_ids[first:i]
+                start, first, size = start + size, i, 0
+            size += k or 0
 
 
 @dataclass(frozen=True)
@@ -68,12 +167,9 @@ class _LayerState:
 
 
 def _trainable_layers(model: nn.Module) -> list[_Layer]:
+    refuse_batch_norm(model)
     layers = []
     for name, module in model.named_modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
-            raise PrivacyError(f"module {name or 'model'!r} is {type(module).__name__}: BatchNorm normalises with "
-                               "batch statistics, so one example's output depends on the others and per-example "
-                               "clipping bounds nothing. Use GroupNorm (the registered models do)")
         trainable = frozenset(n for n, p in module.named_parameters(recurse=False) if p.requires_grad)
         if not trainable:
             continue
@@ -92,10 +188,11 @@ def _trainable_layers(model: nn.Module) -> list[_Layer]:
 class _Tape:
     """The per-chunk record: forward hooks add calls, output-gradient hooks turn them into norms and sums."""
 
-    def __init__(self, layers: list[_Layer], norm_order: int, route: str) -> None:
+    def __init__(self, layers: list[_Layer], norm_order: int, route: str, grouping: _Grouping | None = None) -> None:
         self.layers = layers
         self.norm_order = norm_order
         self.route = route
+        self.grouping = grouping               # None: every example is its own unit (image-level clipping)
         self.calls: list[list[_Call]] = [[] for _ in layers]
         self.sources: list[Tensor] = []        # outputs of calls whose input needs no gradient: where backward ends
         self.states = [_LayerState() for _ in layers]
@@ -123,7 +220,10 @@ class _Tape:
                                "its per-example gradients cannot be recovered. Remove the in-place operation")
         m, rule = layer.module, layer.rule
         if self._use_ghost(call.layer, a, g):
-            state.partial = rule.ghost.sq_norms(m, a, g, layer.names)               # [B]
+            if self.grouping is None:
+                state.partial = rule.ghost.sq_norms(m, a, g, layer.names)           # [B]
+            else:
+                state.partial = self._grouped_ghost_sq_norms(layer, a, g)           # [P]
             state.kept = (a, g)
             return
         # Materialised: also the route for a layer called several times (its per-example gradient is the sum over
@@ -132,11 +232,45 @@ class _Tape:
         if len(self.calls[call.layer]) == 1 and rule.ghost is not None and not self._small(layer, a, g):
             # Keep whichever is smaller until the clip factors are known: here (a, g), and the clipped sum is then
             # book-kept like a ghost layer's (middle layers, where B p exceeds the activations).
-            state.partial = self._norm_part(per_example.values(), len(g))
+            if self.grouping is None:
+                state.partial = self._norm_part(per_example.values(), len(g))      # [B]
+            else:
+                state.partial = self._norm_part([self.grouping.sum(t) for t in per_example.values()],
+                                                self.grouping.count)               # [P]
             state.kept = (a, g)
             return
         for name, t in per_example.items():
             state.per_example[name] = state.per_example[name] + t if name in state.per_example else t
+
+    def _grouped_ghost_sq_norms(self, layer: _Layer, a: Tensor, g: Tensor) -> Tensor:
+        """This layer's share of ||sum_{i in G} g_i||^2 per group, [P], at a layer that takes ghost norms: for the
+        multi-image groups, ghost dot products of their pairs or their materialised per-example gradients."""
+        grouping, m, rule = self.grouping, layer.module, layer.rule
+        sq = g.new_zeros(grouping.count)
+        if self._pairs_cheaper(layer, a, g):
+            # sum_i ||g_i||^2 + 2 sum_{i<j in G} <g_i, g_j>, per group
+            sq.index_add_(0, grouping.index, rule.ghost.sq_norms(m, a, g, layer.names))
+            dots = rule.ghost.pair_dots(m, a, g, layer.names, grouping.pair_left, grouping.pair_right)   # [R]
+            return sq.index_add_(0, grouping.pair_group, 2 * dots)
+        lone = grouping.lone
+        if len(lone):
+            sq.index_add_(0, grouping.index[lone], rule.ghost.sq_norms(m, a[lone], g[lone], layer.names))
+        params = dict(m.named_parameters(recurse=False))
+        elements = sum(params[n].numel() for n in layer.names)
+        for rows, local, ids in grouping.shared_chunks(elements):
+            per_example = rule.per_example(m, a[rows], g[rows], layer.names)       # {name: [m, *p.shape]}
+            sums = [t.new_zeros(len(ids), *t.shape[1:]).index_add_(0, local, t) for t in per_example.values()]
+            sq.index_add_(0, ids, self._norm_part(sums, len(ids)))
+        return sq
+
+    def _pairs_cheaper(self, layer: _Layer, a: Tensor, g: Tensor) -> bool:
+        """Ghost dot products of the pairs within groups, or materialised per-example gradients, for the examples
+        of multi-image groups (M examples, R pairs): (M + R) ghost costs against M materialised ones."""
+        if self.route != "mixed":
+            return self.route == "ghost"
+        m, rule, grouping = layer.module, layer.rule, self.grouping
+        shared, pairs = len(grouping.shared), len(grouping.pair_left)
+        return (shared + pairs) * rule.ghost.cost(m, a, g) < shared * rule.materialised_cost(m, a, g)
 
     @staticmethod
     def _small(layer: _Layer, a: Tensor, g: Tensor) -> bool:
@@ -164,13 +298,18 @@ class _Tape:
         return sum(f.abs().sum(1) if self.norm_order == 1 else f.square().sum(1) for f in flat)
 
     def norms(self, batch: int, like: Tensor) -> Tensor:
-        """Per-example norms over all parameters: [B]."""
+        """Per-example norms over all parameters, [B]; with groups, norms of the per-group sums, [P]."""
+        if self.grouping is not None:
+            batch = self.grouping.count
         total = like.new_zeros(batch)
         for state in self.states:
             if state.partial is not None:
                 total = total + state.partial
             if state.per_example:
-                total = total + self._norm_part(state.per_example.values(), batch)
+                tensors = state.per_example.values()
+                if self.grouping is not None:
+                    tensors = [self.grouping.sum(t) for t in tensors]                   # [P, *p.shape]
+                total = total + self._norm_part(tensors, batch)
         return total if self.norm_order == 1 else total.clamp(min=0).sqrt()
 
     def clipped_sums(self, factors: Tensor) -> dict[int, Tensor]:
@@ -220,7 +359,8 @@ def _check_parameter_uses(loss: Tensor, tape: _Tape, owners: dict[int, tuple[int
 
 
 class GhostClipper:
-    """sum_i clip(g_i) for one physical batch, without per-example gradients where a ghost norm is cheaper.
+    """sum_i clip(g_i) for one physical batch, without per-example gradients where a ghost norm is cheaper; with
+    ``groups``, sum_G clip(sum_{i in G} g_i) (user-level clipping, see the module docstring).
 
     norm_order 2 (Gaussian DP-SGD) uses the mixed ghost/materialised choice per layer; norm_order 1 (Laplace
     DP-SGD, L1 clipping) has no ghost form and materialises every layer's per-example gradient (still one backward).
@@ -243,9 +383,15 @@ class GhostClipper:
                         for n, p in layer.module.named_parameters(recurse=False) if n in layer.names}
 
     def clipped_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor],
-                    max_grad_norm: float) -> list[Tensor]:
-        """[sum_i c_i g_i per trainable parameter] for examples x [B, ...] (B >= 1), y [B, ...]; loss_fn sums."""
-        tape = _Tape(self.layers, self.norm_order, self.route)
+                    max_grad_norm: float, groups: Tensor | None = None) -> list[Tensor]:
+        """[sum_i c_i g_i per trainable parameter] for examples x [B, ...] (B >= 1), y [B, ...]; loss_fn sums.
+
+        groups: None (each example is clipped), or the group (patient) id of each example, int [B], any integers in
+        any order: then each group's summed gradient is clipped, c_i = c_G(i) from ||sum_{j in G(i)} g_j||."""
+        grouping = None if groups is None else _Grouping.of(groups, len(x), x.device)
+        if grouping is not None and grouping.count == len(x):
+            grouping = None                   # every group a single example: exactly image-level clipping
+        tape = _Tape(self.layers, self.norm_order, self.route, grouping)
         handles = [layer.module.register_forward_hook(tape.forward_hook(i)) for i, layer in enumerate(self.layers)]
         try:
             with torch.enable_grad():
@@ -260,7 +406,10 @@ class GhostClipper:
             for h in handles:
                 h.remove()
             tape.sources.clear()       # the outputs' hooks reference the tape: break the cycle, free memory now
-        norms = tape.norms(len(x), loss)                                                # [B]
-        sums = tape.clipped_sums(clip_factors(norms, max_grad_norm))
+        norms = tape.norms(len(x), loss)                                                # [B], or [P] by group
+        factors = clip_factors(norms, max_grad_norm)
+        if grouping is not None:
+            factors = factors[grouping.index]                                           # [B]: c_G(i)
+        sums = tape.clipped_sums(factors)
         tape.states.clear()
         return [sums[id(p)] if id(p) in sums else torch.zeros_like(p) for p in self.params]

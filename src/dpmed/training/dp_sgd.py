@@ -8,6 +8,11 @@ noise are done here, once for both, so that the step is explicit and exactly wha
     g_sum = sum_i  g_i * min(1, C / ||g_i||_2)            (per-example L2 clip to C, over all parameters)
     g     = (g_sum + N(0, (sigma C)^2 I)) / (q N)          (noise on the sum, divided by the expected batch size)
 
+With ``groups`` (the patient as the unit of privacy, METHODS.md s.2b; McMahan et al. 2018) each group's summed
+gradient is clipped instead, g_sum = sum_G clip(sum_{i in G} g_i), and q N is the expected number of groups per
+batch. Whatever the engine, a step that changes a buffer of the model is refused: buffers are released with the
+model but receive no noise.
+
 Dividing by the *expected* batch size q N, not the realised one, keeps the sensitivity of each step at C / (q N);
 dividing by the realised size would make the update depend on whether an example is present in two ways. The
 physical batch size only chunks the forward and backward passes for memory; the clipped sum is the same.
@@ -24,29 +29,36 @@ from __future__ import annotations
 
 import math
 import warnings
+from itertools import repeat
 from typing import Callable
 
 import torch
 from opacus import GradSampleModule
 from torch import Tensor, nn
 
-from dpmed.training.clipping import GhostClipper, clip_factors
+from dpmed.errors import PrivacyError
+from dpmed.training.clipping import GhostClipper, clip_factors, group_index, refuse_batch_norm
 
 __all__ = ["DpSgdStep", "OpacusClipper", "CLIPPING_ENGINES"]
 
 
 class OpacusClipper:
-    """sum_i clip(g_i) for one physical batch from per-example gradients materialised by Opacus's hooks.
+    """sum_i clip(g_i) for one physical batch from per-example gradients materialised by Opacus's hooks; with
+    ``groups``, sum_G clip(sum_{i in G} g_i) from the per-example gradients summed per group.
 
-    Wrapping ``model`` in a GradSampleModule registers hooks on it for the clipper's lifetime (Opacus's design)."""
+    Wrapping ``model`` in a GradSampleModule registers hooks on it for the clipper's lifetime (Opacus's design).
+    BatchNorm is refused, as by dpmed's engine: Opacus would clip its per-example gradients, but its output mixes
+    the examples of the batch, trainable or frozen."""
 
     def __init__(self, model: nn.Module, *, norm_order: int = 2) -> None:
+        refuse_batch_norm(model)
+        self.model = model
         self.module = GradSampleModule(model, batch_first=True, loss_reduction="sum")
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.norm_order = norm_order
 
     def clipped_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor],
-                    max_grad_norm: float) -> list[Tensor]:
+                    max_grad_norm: float, groups: Tensor | None = None) -> list[Tensor]:
         loss = loss_fn(self.module(x), y)
         with warnings.catch_warnings():
             # Opacus's hooks on the first layer fire although the images need no gradient; torch warns about
@@ -54,6 +66,10 @@ class OpacusClipper:
             warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
             loss.backward()
         grads = [p.grad_sample for p in self.params]                            # each [b, *p.shape]
+        if groups is not None:
+            index, count = group_index(groups.to(x.device), len(x))
+            if count < len(x):      # else every group is one example: image-level clipping as it stands
+                grads = [g.new_zeros(count, *g.shape[1:]).index_add_(0, index, g) for g in grads]   # [P, *p.shape]
         o = self.norm_order   # per-example L2 (Gaussian) or L1 (Laplace) norm over all parameters
         norms = torch.stack([g.flatten(1).norm(p=o, dim=1) for g in grads], dim=1).norm(p=o, dim=1)   # [b]
         factor = clip_factors(norms, max_grad_norm)
@@ -64,12 +80,53 @@ class OpacusClipper:
         return sums
 
 
-# name -> clipper class; every engine takes (model, *, norm_order) and offers clipped_sum(x, y, *, loss_fn,
-# max_grad_norm). The study file picks one with training.dp_engine.
+# name -> clipper class; every engine takes (model, *, norm_order), keeps it as ``.model`` and offers
+# clipped_sum(x, y, *, loss_fn, max_grad_norm, groups=None). The study file picks one with training.dp_engine.
 CLIPPING_ENGINES: dict[str, Callable[..., GhostClipper | OpacusClipper]] = {
     "dpmed": GhostClipper,
     "opacus": OpacusClipper,
 }
+
+
+def _buffer_values(model: nn.Module) -> dict[str, Tensor]:
+    """A copy of every buffer, to compare after a step. Values, not ``_version`` counters: in torch 2.14 an
+    InstanceNorm's running statistics bump their counters, but BatchNorm's kernel writes its running mean and
+    variance without bumping them, and a write through ``.data`` never does."""
+    return {name: b.clone() for name, b in model.named_buffers()}
+
+
+def _refuse_changed_buffers(model: nn.Module, before: dict[str, Tensor]) -> None:
+    """PrivacyError naming the module and buffer a DP step changed (or added, or removed)."""
+    after = dict(model.named_buffers())
+    for name in sorted(before.keys() | after.keys()):
+        old, new = before.get(name), after.get(name)
+        if (old is not None and new is not None and old.shape == new.shape and old.dtype == new.dtype
+                and (torch.equal(old, new) or (old.is_floating_point()
+                                               and torch.allclose(old, new, rtol=0, atol=0, equal_nan=True)))):
+            continue
+        owner_name, _, buffer = name.rpartition(".")
+        owner = dict(model.named_modules()).get(owner_name)
+        raise PrivacyError(f"module {owner_name or 'model'!r} ({type(owner).__name__}) changed its buffer {buffer!r} "
+                           "during a DP-SGD step: buffers are released with the model but receive no noise, so what "
+                           "the step wrote there (a running statistic of the private batch, say) would be released "
+                           "without privacy. Use a module that keeps no running statistics (GroupNorm, or "
+                           "InstanceNorm with track_running_stats=False), or one whose buffers stay constant")
+
+
+def _group_chunks(groups: Tensor, batch: int, size: int) -> list[Tensor]:
+    """Example indices of each physical chunk, [n_k]: each group's examples contiguous and in one chunk, at most
+    ``size`` examples per chunk unless a single group has more (then that group is a chunk of its own)."""
+    index, _ = group_index(groups, batch)
+    order = torch.argsort(index, stable=True)                                   # examples group by group
+    chunks, start, filled = [], 0, 0
+    for k in torch.bincount(index).tolist():                                    # group sizes, in that order
+        if filled and filled + k > size:
+            chunks.append(order[start:start + filled])
+            start, filled = start + filled, 0
+        filled += k
+    if filled:
+        chunks.append(order[start:start + filled])
+    return chunks
 
 
 class DpSgdStep:
@@ -104,23 +161,39 @@ class DpSgdStep:
         self.physical_batch_size = physical_batch_size
         self.generator = generator
 
-    def clipped_sum(self, x: Tensor, y: Tensor) -> list[Tensor]:
-        """sum_i clip(g_i) for the examples x [B, C, H, W], y [B, ...]; zeros for an empty batch."""
+    def clipped_sum(self, x: Tensor, y: Tensor, *, groups: Tensor | None = None) -> list[Tensor]:
+        """sum_i clip(g_i) for the examples x [B, C, H, W], y [B, ...]; zeros for an empty batch.
+
+        groups: None (the image is the unit), or the group (patient) id of each example, int [B], any integers in
+        any order: then sum_G clip(sum_{i in G} g_i). A group's norm needs all of its images, so the physical
+        chunks hold whole groups: the examples are reordered group by group and cut between groups, a group larger
+        than the physical batch size making a chunk of its own. PrivacyError if the step changed a buffer."""
+        model = self.clipper.model
+        before = _buffer_values(model)
+        if groups is None:
+            chunks = zip(x.split(self.physical_batch_size), y.split(self.physical_batch_size), repeat(None))
+        else:                               # laid out on the CPU; the engines move each chunk's ids to x's device
+            groups = groups.cpu()
+            chunks = ((x[i.to(x.device)], y[i.to(y.device)], groups[i])
+                      for i in _group_chunks(groups, len(x), self.physical_batch_size))
         total = None
-        for xs, ys in zip(x.split(self.physical_batch_size), y.split(self.physical_batch_size)):
+        for xs, ys, gs in chunks:
             if len(xs) == 0:                # an empty Poisson batch: the clipped sum is zero, the noise still comes
                 continue
-            sums = self.clipper.clipped_sum(xs, ys, loss_fn=self.loss_fn, max_grad_norm=self.max_grad_norm)
+            sums = self.clipper.clipped_sum(xs, ys, loss_fn=self.loss_fn, max_grad_norm=self.max_grad_norm,
+                                            groups=gs)
             if total is None:               # the engines return fresh tensors: own them, no extra copy
                 total = sums
                 continue
             for acc, g in zip(total, sums):
                 acc.add_(g)
+        _refuse_changed_buffers(model, before)
         return total if total is not None else [torch.zeros_like(p) for p in self.params]
 
-    def __call__(self, x: Tensor, y: Tensor) -> None:
-        """Compute the noisy gradient of one Poisson batch into ``p.grad`` (the optimizer steps afterwards)."""
-        total = self.clipped_sum(x, y)
+    def __call__(self, x: Tensor, y: Tensor, *, groups: Tensor | None = None) -> None:
+        """Compute the noisy gradient of one Poisson batch into ``p.grad`` (the optimizer steps afterwards); with
+        ``groups`` (patient id per example, see ``clipped_sum``) each patient's summed gradient is clipped."""
+        total = self.clipped_sum(x, y, groups=groups)
         scale = self.noise_multiplier * self.max_grad_norm   # Gaussian std, or Laplace scale b
         for p, acc in zip(self.params, total):
             if scale > 0:

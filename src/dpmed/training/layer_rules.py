@@ -15,6 +15,10 @@ the engine picks the cheaper per layer and input size ("mixed ghost clipping", B
 factors c_i are known, the clipped sum sum_i c_i grad_i W is *one* ordinary weight-gradient computation with
 g_i scaled by c_i ("book-keeping", Bu et al. 2023): no second backward pass.
 
+User-level clipping needs the norm of a group's summed gradient, ||sum_{i in G} grad_i W||^2 = sum_i ||grad_i W||^2
++ 2 sum_{i<j} <grad_i W, grad_j W>; the cross terms are ghost dot products of pairs of examples,
+<grad_i W, grad_j W> = sum_{t,s} (a_it . a_js) (g_it . g_js), the same two Gram matrices taken across the pair.
+
 A rule is a frozen info object per layer type (``LAYER_RULES``); the engine has no if-ladder over layer names,
 and the tests iterate the same registry. A layer type without a rule is an error, never a silent approximation.
 
@@ -46,13 +50,16 @@ _CHUNK_ELEMENTS = 1 << 22
 class GhostRule:
     """The ghost-norm route of a layer: its cost, the per-example squared norms, and the book-kept clipped sum.
 
-    cost(module, a, g) -> multiply-adds per example; sq_norms(module, a, g, names) -> [B] (sum over the named
-    parameters of ||grad_i p||^2); weighted_sum(module, a, g, c, names) -> {name: sum_i c_i grad_i p}.
+    cost(module, a, g) -> multiply-adds per example (and per pair); sq_norms(module, a, g, names) -> [B] (sum over
+    the named parameters of ||grad_i p||^2); weighted_sum(module, a, g, c, names) -> {name: sum_i c_i grad_i p};
+    pair_dots(module, a, g, names, left, right) -> [n] (sum over the named parameters of <grad_l p, grad_r p> for
+    the n pairs of example indices (left[k], right[k])).
     """
 
     cost: Callable[[nn.Module, Tensor, Tensor], float]
     sq_norms: Callable[[nn.Module, Tensor, Tensor, Names], Tensor]
     weighted_sum: Callable[[nn.Module, Tensor, Tensor, Tensor, Names], Grads]
+    pair_dots: Callable[[nn.Module, Tensor, Tensor, Names, Tensor, Tensor], Tensor]
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,25 @@ def _linear_sq_norms(m: nn.Linear, a: Tensor, g: Tensor, names: Names) -> Tensor
     if "bias" in names:
         sq = sq + g3.sum(1).square().sum(1)
     return sq
+
+
+def _linear_pair_dots(m: nn.Linear, a: Tensor, g: Tensor, names: Names, left: Tensor, right: Tensor) -> Tensor:
+    a3, g3 = _linear_3d(a, g)                                                    # [B, T, d_in], [B, T, d_out]
+    t = a3.shape[1]
+    dots = a3.new_zeros(len(left))
+    if "weight" in names:
+        for s in _chunks(len(left), t * t + t * (a3.shape[2] + g3.shape[2])):
+            l, r = left[s], right[s]
+            if t == 1:             # <g_l a_l^T, g_r a_r^T> = (a_l . a_r) (g_l . g_r)
+                dots[s] += (a3[l, 0] * a3[r, 0]).sum(1) * (g3[l, 0] * g3[r, 0]).sum(1)
+            else:
+                aa = torch.bmm(a3[l], a3[r].transpose(1, 2))                    # [n, T, T]
+                gg = torch.bmm(g3[l], g3[r].transpose(1, 2))                    # [n, T, T]
+                dots[s] += (aa * gg).sum((1, 2))
+    if "bias" in names:
+        gb = g3.sum(1)                                                          # [B, d_out]
+        dots = dots + (gb[left] * gb[right]).sum(1)
+    return dots
 
 
 def _linear_weighted_sum(m: nn.Linear, a: Tensor, g: Tensor, c: Tensor, names: Names) -> Grads:
@@ -262,23 +288,30 @@ def _unfold(a4: Tensor, geo: _ConvGeometry) -> Tensor:
     return torch.stack(blocks, 2).reshape(a4.shape[0], -1, ho * wo)            # [b, C kh kw, T]
 
 
-def _patch_gram_unfolded(a4: Tensor, geo: _ConvGeometry, t: int) -> Tensor:
-    """aa[b, G, t, s] = <patch_t, patch_s> from the unfolded patches (im2col: a copy 9x the input for 3x3)."""
+def _patch_gram_unfolded(a4: Tensor, geo: _ConvGeometry, t: int, b4: Tensor | None = None) -> Tensor:
+    """aa[b, G, t, s] = <patch_t, patch_s> from the unfolded patches (im2col: a copy 9x the input for 3x3); with
+    b4, the Gram matrix across two inputs, <patch_t of a4[b], patch_s of b4[b]>."""
     au = _unfold(a4, geo)                                                       # [b, G d_in, T]
     au = au.view(au.shape[0], geo.groups, -1, t)                               # [b, G, d_in, T]
-    return au.transpose(2, 3) @ au                                             # [b, G, T, T]
+    bu = au if b4 is None else _unfold(b4, geo).view(au.shape)
+    return au.transpose(2, 3) @ bu                                             # [b, G, T, T]
 
 
-def _patch_gram_by_pixels(a4: Tensor, geo: _ConvGeometry, out_hw: tuple[int, int]) -> Tensor:
+def _patch_gram_by_pixels(a4: Tensor, geo: _ConvGeometry, out_hw: tuple[int, int],
+                          b4: Tensor | None = None) -> Tensor:
     """The same aa without unfolding: a patch is the pixels p + k over the kernel offsets k, so
     <patch_t, patch_s> = sum_k <a_{t+k}, a_{s+k}> = sum_k P[t + k, s + k] with P = the Gram matrix of the padded
     input's pixels over the group's channels. Cheaper than im2col where the kernel is larger than the stride
-    (T^2 d_in becomes Np^2 C / G + k T^2, and no 9x copy)."""
+    (T^2 d_in becomes Np^2 C / G + k T^2, and no 9x copy). With b4, P is taken across the two inputs."""
     (ph, pw), (kh, kw), (sh, sw), (dh, dw) = geo.padding, geo.kernel, geo.stride, geo.dilation
     ap = F.pad(a4, (pw, pw, ph, ph)) if ph or pw else a4                       # [b, C, Hp, Wp]
     b, c, hp, wp = ap.shape
     av = ap.reshape(b, geo.groups, c // geo.groups, hp * wp)                    # [b, G, C/G, Np]
-    pix = (av.transpose(2, 3) @ av).view(b, geo.groups, hp, wp, hp, wp)         # [b, G, Np, Np] as a 6-d view
+    if b4 is None:
+        bv = av
+    else:
+        bv = (F.pad(b4, (pw, pw, ph, ph)) if ph or pw else b4).reshape(av.shape)
+    pix = (av.transpose(2, 3) @ bv).view(b, geo.groups, hp, wp, hp, wp)         # [b, G, Np, Np] as a 6-d view
     ho, wo = out_hw
     aa = None
     for i in range(kh):
@@ -310,6 +343,31 @@ def _conv_sq_norms(m: nn.Module, a: Tensor, g: Tensor, names: Names) -> Tensor:
     if "bias" in names:
         sq = sq + _bias_per_example(g4, channel_dim_last=False).square().sum(1)
     return sq
+
+
+def _conv_pair_dots(m: nn.Module, a: Tensor, g: Tensor, names: Names, left: Tensor, right: Tensor) -> Tensor:
+    a4, g4, geo = _conv_2d(m, a, g)
+    groups = geo.groups
+    t, d_in, d_out = _conv_dims(m, g)
+    dots = a4.new_zeros(len(left))
+    if "weight" in names:
+        unfolded, by_pixels = _conv_gram_costs(m, a, g)
+        pixels = (a4.shape[2] + 2 * geo.padding[0]) * (a4.shape[3] + 2 * geo.padding[1])
+        per_pair = groups * ((pixels * pixels if by_pixels < unfolded else 2 * d_in * t) + 3 * t * t) \
+            + 2 * a4[0].numel()                                                 # + the pair's gathered inputs
+        for s in _chunks(len(left), per_pair):
+            l, r = left[s], right[s]
+            if by_pixels < unfolded:
+                aa = _patch_gram_by_pixels(a4[l], geo, tuple(g4.shape[2:]), a4[r])    # [n, G, T, T]
+            else:
+                aa = _patch_gram_unfolded(a4[l], geo, t, a4[r])                       # [n, G, T, T]
+            gl = g4[l].reshape(len(l), groups, d_out, t)                               # [n, G, d_out, T]
+            gr = g4[r].reshape(len(r), groups, d_out, t)
+            dots[s] += (aa * (gl.transpose(2, 3) @ gr)).sum((1, 2, 3))
+    if "bias" in names:
+        gb = _bias_per_example(g4, channel_dim_last=False)                      # [B, C_out]
+        dots = dots + (gb[left] * gb[right]).sum(1)
+    return dots
 
 
 def _conv_weighted_sum(m: nn.Module, a: Tensor, g: Tensor, c: Tensor, names: Names) -> Grads:
@@ -438,6 +496,18 @@ def _embedding_sq_norms(m: nn.Embedding, a: Tensor, g: Tensor, names: Names) -> 
     return sq
 
 
+def _embedding_pair_dots(m: nn.Embedding, a: Tensor, g: Tensor, names: Names, left: Tensor,
+                         right: Tensor) -> Tensor:
+    idx, g3 = _embedding_3d(m, a, g)
+    t = idx.shape[1]
+    dots = g3.new_zeros(len(left))
+    for s in _chunks(len(left), 2 * t * t + 2 * t * g3.shape[2]):
+        l, r = left[s], right[s]
+        same = (idx[l].unsqueeze(2) == idx[r].unsqueeze(1)).to(g3.dtype)        # [n, T, T]
+        dots[s] += (torch.bmm(g3[l], g3[r].transpose(1, 2)) * same).sum((1, 2))
+    return dots
+
+
 def _embedding_weighted_sum(m: nn.Embedding, a: Tensor, g: Tensor, c: Tensor, names: Names) -> Grads:
     idx, g3 = _embedding_3d(m, a, g)
     gc = (g3 * c[:, None, None]).reshape(-1, g3.shape[-1])                      # [B T, D]
@@ -453,15 +523,17 @@ def _embedding_per_example(m: nn.Embedding, a: Tensor, g: Tensor, names: Names) 
 
 
 _CONV = LayerRule(_conv_check, _conv_materialised_cost, _conv_per_example,
-                  GhostRule(_conv_ghost_cost, _conv_sq_norms, _conv_weighted_sum))
+                  GhostRule(_conv_ghost_cost, _conv_sq_norms, _conv_weighted_sum, _conv_pair_dots))
 
 LAYER_RULES: Mapping[type, LayerRule] = {
     nn.Linear: LayerRule(_accept, _linear_materialised_cost, _linear_per_example,
-                         GhostRule(_linear_ghost_cost, _linear_sq_norms, _linear_weighted_sum)),
+                         GhostRule(_linear_ghost_cost, _linear_sq_norms, _linear_weighted_sum,
+                                   _linear_pair_dots)),
     nn.Conv1d: _CONV,
     nn.Conv2d: _CONV,
     nn.GroupNorm: LayerRule(_accept, _norm_cost, _group_norm_per_example),
     nn.LayerNorm: LayerRule(_accept, _norm_cost, _layer_norm_per_example),
     nn.Embedding: LayerRule(_embedding_check, _embedding_materialised_cost, _embedding_per_example,
-                            GhostRule(_embedding_ghost_cost, _embedding_sq_norms, _embedding_weighted_sum)),
+                            GhostRule(_embedding_ghost_cost, _embedding_sq_norms, _embedding_weighted_sum,
+                                      _embedding_pair_dots)),
 }
