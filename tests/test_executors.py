@@ -1,7 +1,11 @@
-"""Studies that survive failures and kills, and run in parallel: in-process, a process pool, and Ray."""
+"""Studies that survive failures and kills, and run in parallel: in-process, a process pool, and Ray.
+
+Results are compared across executors in reproducible mode (privacy randomness derived from the seed); in the
+default secure mode no two runs share randomness, and a killed run resumes from the key in its private folder."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,9 +18,11 @@ import pytest
 
 import dpmed.executors
 from dpmed.cli import main
+from dpmed.folders import StudyFolder
 
 TINY = """
 name: tiny
+privacy_randomness: reproducible
 data: {source: phantom, n_images: 160, image_size: 16}
 training: {epochs: 3, batch_size: 16}
 evaluation: {bootstrap_resamples: 20}
@@ -44,10 +50,10 @@ def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeyp
     (tmp_path / "s.yaml").write_text(TINY)
     real = dpmed.executors.run_one
 
-    def flaky(spec, context, out_dir):
+    def flaky(spec, context, folder):
         if spec.arm == "base":
             raise RuntimeError("disk full (simulated)")
-        return real(spec, context, out_dir)
+        return real(spec, context, folder)
     monkeypatch.setattr(dpmed.executors, "run_one", flaky)
     out = tmp_path / "out"
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 1
@@ -68,19 +74,17 @@ def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeyp
 
 def test_fail_fast_stops_at_the_first_failure(tmp_path, monkeypatch, capsys):
     (tmp_path / "s.yaml").write_text(TINY)
-    monkeypatch.setattr(dpmed.executors, "run_one", lambda spec, context, out_dir: 1 / 0)
+    monkeypatch.setattr(dpmed.executors, "run_one", lambda spec, context, folder: 1 / 0)
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress",
                  "--fail-fast"]) == 1
     assert "1 run(s) failed, 1 not started" in capsys.readouterr().err
 
 
-def test_a_killed_study_resumes_to_the_same_results_table(tmp_path, reference):
-    """SIGKILL the process while the DP-SGD run is mid-way (after its first checkpoint), then run again."""
-    (tmp_path / "s.yaml").write_text(TINY)
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "dpmed.cli", "run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]
+def _kill_mid_dp_run(study: Path, out: Path) -> list[str]:
+    """Start the study in a subprocess, SIGKILL it once the DP-SGD run wrote its first checkpoint; the command."""
+    cmd = [sys.executable, "-m", "dpmed.cli", "run", str(study), "--out", str(out), "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    checkpoint = out / "tiny" / "runs" / "dp_eps8_C1_seed0" / "checkpoint.pt"
+    checkpoint = StudyFolder(out / "tiny").run("dp_eps8_C1_seed0").checkpoint
     deadline = time.monotonic() + 240
     while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -88,9 +92,33 @@ def test_a_killed_study_resumes_to_the_same_results_table(tmp_path, reference):
     proc.wait()
     assert (out / "tiny" / "runs" / "base_seed0" / "run.json").is_file()
     assert not (out / "tiny" / "runs" / "dp_eps8_C1_seed0" / "run.json").exists(), "killed too late to test resume"
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    return cmd
+
+
+def test_a_killed_study_resumes_to_the_same_results_table(tmp_path, reference):
+    """SIGKILL the process while the DP-SGD run is mid-way (after its first checkpoint), then run again."""
+    (tmp_path / "s.yaml").write_text(TINY)
+    out = tmp_path / "out"
+    done = subprocess.run(_kill_mid_dp_run(tmp_path / "s.yaml", out), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     pd.testing.assert_frame_equal(_table(out / "tiny"), reference)
+
+
+def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_path):
+    """Secure mode: the key of an unfinished run waits in its private folder (owner-only), the resumed run continues
+    from the checkpoint (same plan, same ledger), and once finished no file can regenerate its noise."""
+    (tmp_path / "s.yaml").write_text(TINY.replace("privacy_randomness: reproducible\n", ""))
+    out = tmp_path / "out"
+    cmd = _kill_mid_dp_run(tmp_path / "s.yaml", out)
+    run = StudyFolder(out / "tiny").run("dp_eps8_C1_seed0")
+    assert run.privacy_key.is_file() and oct(run.privacy_key.stat().st_mode & 0o777) == "0o600"
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(run.record.read_text())
+    assert record["timing"]["resumed_from"] > 0
+    assert record["ledger"]["events"][0]["steps"] == record["spec"]["derived"]["steps"]
+    assert not run.privacy_key.exists() and not run.checkpoint.exists()
+    assert record["privacy"]["is_dp"] and "OS entropy" in record["privacy"]["randomness"]
 
 
 def test_a_process_pool_gives_the_same_table(tmp_path, reference):

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -110,22 +109,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    import yaml
+    from dpmed.folders import StudyFolder
+    from dpmed.reporting import summary_text
+    from dpmed.study import rebuild_outputs
 
-    from dpmed.reporting import summary_text, write_report, write_results_table
-
-    study_file = args.dir / "study.yaml"
-    if not study_file.is_file():
-        raise DpmedError(f"{args.dir} holds no study.yaml; pass the folder `dpmed run` wrote (results/<study>)")
-    resolved = yaml.safe_load(study_file.read_text(encoding="utf-8"))
-    records = [json.loads(p.read_text(encoding="utf-8")) for run in resolved["runs"]
-               if (p := args.dir / "runs" / run["run_id"] / "run.json").exists()]
-    if not records:
-        raise DpmedError(f"{args.dir} has no finished run (no runs/*/run.json); run the study first")
-    write_results_table(records, args.dir / "results.csv")
-    write_report(resolved, records, args.dir / "report.html")
+    resolved, records = rebuild_outputs(args.dir)
     print(summary_text(records))
-    print(f"\nreport: {args.dir / 'report.html'} ({len(records)} of {len(resolved['runs'])} runs finished)")
+    print(f"\nreport: {StudyFolder(args.dir).report} ({len(records)} of {len(resolved['runs'])} runs finished)")
     return 0
 
 
@@ -221,25 +211,12 @@ _PRIVACY = {"epsilon": _privacy_epsilon, "calibrate": _privacy_calibrate, "risk"
 
 
 def _status(args: argparse.Namespace) -> int:
-    import yaml
+    from dpmed.study import run_states
 
-    study_file = args.dir / "study.yaml"
-    if not study_file.is_file():
-        raise DpmedError(f"{args.dir} holds no study.yaml; pass the folder `dpmed run` wrote (results/<study>)")
-    runs = yaml.safe_load(study_file.read_text(encoding="utf-8"))["runs"]
     counts: dict[str, int] = {}
-    for run in runs:
-        folder = args.dir / "runs" / run["run_id"]
-        if (folder / "run.json").is_file():
-            kind, detail = "finished", ""
-        elif (folder / "error.json").is_file():
-            kind, detail = "failed", json.loads((folder / "error.json").read_text(encoding="utf-8"))["error"]
-        elif (folder / "checkpoint.pt").is_file():
-            kind, detail = "interrupted", "continues from its checkpoint"
-        else:
-            kind, detail = "pending", ""
+    for run_id, kind, detail in run_states(args.dir):
         counts[kind] = counts.get(kind, 0) + 1
-        print(f"{run['run_id']:<36} {kind}" + (f": {detail}" if detail else ""))
+        print(f"{run_id:<36} {kind}" + (f": {detail}" if detail else ""))
     print(", ".join(f"{counts[k]} {k}" for k in ("finished", "failed", "interrupted", "pending") if k in counts))
     return 0
 

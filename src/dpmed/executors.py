@@ -18,17 +18,16 @@ from typing import Any, Callable, Sequence, Union
 
 from dpmed.config import RunSpec
 from dpmed.errors import ConfigError
-from dpmed.run import RunContext, run_one, write_json_atomic
+from dpmed.folders import RunFolder, write_json_atomic
+from dpmed.run import RunContext, run_one
 
-__all__ = ["RunTask", "RunFailure", "Outcome", "ERROR_RECORD", "make_executor", "EXECUTORS"]
-
-ERROR_RECORD = "error.json"
+__all__ = ["RunTask", "RunFailure", "Outcome", "make_executor", "EXECUTORS"]
 
 
 @dataclass(frozen=True)
 class RunTask:
     spec: RunSpec
-    out_dir: Path
+    folder: RunFolder
 
 
 @dataclass(frozen=True)
@@ -46,13 +45,13 @@ OnOutcome = Callable[[RunTask, Outcome], None]
 
 def _execute(task: RunTask, context: RunContext) -> Outcome:
     """run_one, with any exception but an interrupt turned into a recorded failure."""
-    error_file = task.out_dir / ERROR_RECORD
+    error_file = task.folder.error
     try:
-        record = run_one(task.spec, context, task.out_dir)
+        record = run_one(task.spec, context, task.folder)
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:  # noqa: BLE001 - recorded in error.json and reported; the study goes on
-        task.out_dir.mkdir(parents=True, exist_ok=True)
+        task.folder.public.mkdir(parents=True, exist_ok=True)
         write_json_atomic(error_file, {"run_id": task.spec.run_id, "error": f"{type(exc).__name__}: {exc}",
                                        "traceback": traceback.format_exc()})
         return RunFailure(task.spec.run_id, f"{type(exc).__name__}: {exc}", error_file)

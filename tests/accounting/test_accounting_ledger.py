@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.accounting import (ACCOUNTANTS, LaplaceImageEvent, Ledger, PoissonGaussianEvent, dp_sgd_epsilon,
+from dpmed.accounting import (LaplaceImageEvent, Ledger, PoissonGaussianEvent, dp_sgd_epsilon,
                               event_from_dict, event_to_dict, ledger_epsilon)
 
 Q, SIGMA, DELTA = 128 / 5218, 5.002, 1e-4

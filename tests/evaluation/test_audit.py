@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpmed.evaluation.audit import (
@@ -237,7 +237,7 @@ def test_guesses_never_look_at_the_bits():
 
 
 def test_perfect_scores_prove_more_than_random_scores():
-    bits = choose_canaries(400, seed=1)
+    bits = choose_canaries(400, rng=np.random.default_rng(1))
     perfect = audit_epsilon_lower_bound_over_grid(bits.astype(float), bits, delta=1e-5)
     noise = audit_epsilon_lower_bound_over_grid(np.random.default_rng(2).random(400), bits, delta=1e-5)
     assert perfect.epsilon_lower_bound > 3 and perfect.n_correct == perfect.n_guesses
@@ -290,7 +290,7 @@ def test_grid_reports_its_best_point_tested_at_the_bonferroni_level(seed, m, sig
 
 
 def test_a_one_point_grid_is_the_single_audit():
-    bits = choose_canaries(50, seed=4)
+    bits = choose_canaries(50, rng=np.random.default_rng(4))
     scores = bits + np.random.default_rng(5).normal(size=50)
     single = audit_epsilon_lower_bound(scores, bits, k_positive=10, k_negative=10, delta=1e-5)
     grid = audit_epsilon_lower_bound_over_grid(scores, bits, delta=1e-5, grid=[(10, 10)])
@@ -318,15 +318,15 @@ def test_scores_are_the_log_likelihood_of_each_canarys_label():
 
 def test_inclusion_bits_are_fair_independent_coins_from_the_seed_only():
     state = np.random.get_state()
-    bits = choose_canaries(10_000, seed=7)
+    bits = choose_canaries(10_000, rng=np.random.default_rng(7))
     assert np.random.get_state()[1].tolist() == state[1].tolist()   # no global random state read or changed
     assert bits.dtype == np.bool_ and bits.shape == (10_000,)
-    np.testing.assert_array_equal(bits, choose_canaries(10_000, seed=7))
-    assert not np.array_equal(bits, choose_canaries(10_000, seed=8))
+    np.testing.assert_array_equal(bits, choose_canaries(10_000, rng=np.random.default_rng(7)))
+    assert not np.array_equal(bits, choose_canaries(10_000, rng=np.random.default_rng(8)))
     assert abs(bits.mean() - 0.5) < 4 * 0.5 / math.sqrt(10_000)      # 4 standard errors
     assert abs(np.mean(bits[1:] == bits[:-1]) - 0.5) < 4 * 0.5 / math.sqrt(10_000)   # no serial pattern
     with pytest.raises(ValueError):
-        choose_canaries(0, seed=1)
+        choose_canaries(0, rng=np.random.default_rng(1))
 
 
 def test_scores_from_logits_agree_with_probabilities_and_do_not_saturate():

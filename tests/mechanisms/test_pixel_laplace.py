@@ -1,4 +1,4 @@
-"""pixel_laplace: the noise law, reproducibility per image, and the privacy fields it declares."""
+"""pixel_laplace: the noise law, where its noise comes from, and the privacy fields it declares."""
 
 from __future__ import annotations
 
@@ -7,30 +7,38 @@ import pytest
 
 from dpmed.accounting import laplace_image_epsilon
 from dpmed.mechanisms import PixelLaplace
+from dpmed.randomness import PrivacyRandomness
+
+
+def _rng(run_id: str = "r") -> np.random.Generator:
+    return PrivacyRandomness.reproducible(seed=0, run_id=run_id).stream("local_dp")
 
 
 def test_noise_has_laplace_scale_b():
     """On a mid-grey image with b small enough that clipping is rare, the mean absolute deviation of Laplace(b)
     is b and its variance 2 b^2."""
     images = np.full((20, 1, 32, 32), 0.5, dtype=np.float32)
-    out = PixelLaplace(scale=0.05).apply(images, seed=0)
+    out = PixelLaplace(scale=0.05).apply(images, rng=_rng())
     noise = (out - images).ravel()
     assert np.abs(noise).mean() == pytest.approx(0.05, rel=0.03)
     assert noise.var() == pytest.approx(2 * 0.05 ** 2, rel=0.05)
 
 
 def test_output_is_clipped_to_the_value_range():
-    out = PixelLaplace(scale=2.0).apply(np.random.default_rng(0).random((4, 3, 8, 8), dtype=np.float32), seed=1)
+    out = PixelLaplace(scale=2.0).apply(np.random.default_rng(0).random((4, 3, 8, 8), dtype=np.float32), rng=_rng())
     assert out.min() >= 0.0 and out.max() <= 1.0
     assert ((out == 0.0) | (out == 1.0)).mean() > 0.3      # heavy noise saturates many values
 
 
-def test_each_image_noise_depends_only_on_seed_and_index():
-    images = np.random.default_rng(0).random((6, 1, 8, 8), dtype=np.float32)
+def test_noise_is_the_streams_draws_in_image_order_and_never_one_shift():
+    """The perturbation is exactly clip(x + L) with L the stream's Laplace draws over the whole array, however the
+    images are chunked, so a saved stream state reproduces it; another stream gives other noise."""
+    images = np.random.default_rng(0).random((600, 1, 4, 4), dtype=np.float32)   # more than one chunk
     mech = PixelLaplace(scale=0.3)
-    whole = mech.apply(images, seed=5)
-    np.testing.assert_array_equal(whole[3:], mech.apply(images[3:], seed=5, first_index=3))
-    assert not np.array_equal(whole, mech.apply(images, seed=6))
+    whole = mech.apply(images, rng=_rng("a"))
+    expected = np.clip(images.astype(np.float64) + _rng("a").laplace(0.0, 0.3, size=images.shape), 0, 1)
+    np.testing.assert_array_equal(whole, expected.astype(np.float32))
+    assert not np.array_equal(whole, mech.apply(images, rng=_rng("b")))
     assert not np.array_equal(whole[0] - images[0], whole[1] - images[1])   # per pixel, per image: not one shift
 
 

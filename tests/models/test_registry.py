@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,7 +23,7 @@ def test_dp_sgd_step_runs_on_every_model(name, size, channels, outputs):
     before = [p.detach().clone() for p in model.parameters()]
     step = DpSgdStep(model, loss_fn=lambda z, y: F.cross_entropy(z, y, reduction="sum"), max_grad_norm=1.0,
                      noise_multiplier=1.0, expected_batch_size=3.0, physical_batch_size=2,
-                     generator=torch.Generator().manual_seed(0))
+                     noise_rng=np.random.default_rng(0))
     x = torch.rand(3, channels, size, size)
     step(x, torch.tensor([0, 1, 1]))
     assert model(x).shape == (3, outputs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -50,7 +51,7 @@ def test_noise_zero_and_no_clipping_equals_plain_sgd():
 
     model = _tiny_model()
     step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=math.inf, noise_multiplier=0.0, expected_batch_size=4.0,
-                     physical_batch_size=4, generator=torch.Generator().manual_seed(0))
+                     physical_batch_size=4, noise_rng=np.random.default_rng(0))
     step(x, y)
     for p, e in zip(model.parameters(), expected):
         torch.testing.assert_close(p.grad, e, rtol=1e-10, atol=1e-12)
@@ -72,7 +73,7 @@ def test_clipped_sum_matches_explicit_per_example_loop(clip, physical, engine):
         for e, t in zip(expected, g):
             e += factor * t
     step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=clip, noise_multiplier=0.0, expected_batch_size=1.0,
-                     physical_batch_size=physical, generator=torch.Generator().manual_seed(0), engine=engine)
+                     physical_batch_size=physical, noise_rng=np.random.default_rng(0), engine=engine)
     got = step.clipped_sum(x, y)
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
@@ -82,7 +83,7 @@ def test_empty_batch_still_adds_noise_of_the_right_scale():
     """A Poisson batch can be empty; the accountant counted the step, so the noise must still be there."""
     model = nn.Linear(500, 4).double()
     step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=2.0, noise_multiplier=1.5, expected_batch_size=10.0,
-                     physical_batch_size=8, generator=torch.Generator().manual_seed(3))
+                     physical_batch_size=8, noise_rng=np.random.default_rng(3))
     step(torch.zeros(0, 500, dtype=torch.float64), torch.zeros(0, dtype=torch.int64))
     noise = torch.cat([p.grad.flatten() for p in model.parameters()]) * 10.0
     assert noise.abs().sum() > 0
@@ -90,21 +91,26 @@ def test_empty_batch_still_adds_noise_of_the_right_scale():
     assert noise.mean().item() == pytest.approx(0.0, abs=0.2)
 
 
-def test_noise_is_reproducible_from_the_generator():
-    x, y = _data()
-    grads = []
-    for _ in range(2):
-        model = _tiny_model()
-        step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4.0,
-                         physical_batch_size=4, generator=torch.Generator().manual_seed(7))
-        step(x, y)
-        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-    torch.testing.assert_close(grads[0], grads[1])
+def test_noise_is_the_streams_float64_draws_added_before_rounding():
+    """The noise is exactly the given stream's float64 N(0, (sigma C)^2) draws, parameter by parameter, added to the
+    float32 clipped sum in float64 and only then rounded (so no float32 noise grid is exposed)."""
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(6, 1, 8, 8, generator=g), torch.randint(0, 3, (6,), generator=g)
+    model = _tiny_model().float()
+    step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=1.0, noise_multiplier=1.3, expected_batch_size=4.0,
+                     physical_batch_size=4, noise_rng=np.random.default_rng(7))
+    sums = [t.clone() for t in step.clipped_sum(x, y)]
+    step(x, y)
+    draws = np.random.default_rng(7)
+    for p, s in zip(model.parameters(), sums):
+        noise = torch.from_numpy(draws.normal(0.0, 1.3, size=tuple(p.shape)))
+        expected = (s.double() + noise).float() / 4.0
+        torch.testing.assert_close(p.grad, expected, rtol=0, atol=0)
 
 
 def test_rejects_settings_without_meaning():
     model = _tiny_model()
-    kwargs = dict(loss_fn=_loss, expected_batch_size=1.0, physical_batch_size=1, generator=torch.Generator())
+    kwargs = dict(loss_fn=_loss, expected_batch_size=1.0, physical_batch_size=1, noise_rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match="max_grad_norm"):
         DpSgdStep(model, max_grad_norm=0.0, noise_multiplier=1.0, **kwargs)
     with pytest.raises(ValueError, match="finite max_grad_norm"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -40,7 +41,7 @@ def test_l1_clipping_matches_an_explicit_per_example_loop(engine, clip):
             e.add_(factor * g)
     model.zero_grad()
     step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=clip, noise_multiplier=0.0, expected_batch_size=1.0,
-                     physical_batch_size=2, generator=torch.Generator().manual_seed(0), noise="laplace",
+                     physical_batch_size=2, noise_rng=np.random.default_rng(0), noise="laplace",
                      engine=engine)
     step(x, y)
     for p, e in zip(model.parameters(), expected):
@@ -51,7 +52,7 @@ def test_l1_clipping_matches_an_explicit_per_example_loop(engine, clip):
 def test_laplace_noise_has_scale_sigma_times_c_and_no_clipped_signal_on_an_empty_batch():
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, 80)).double()   # 5,200 noise draws
     step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=2.0, noise_multiplier=1.5, expected_batch_size=1.0,
-                     physical_batch_size=4, generator=torch.Generator().manual_seed(0), noise="laplace")
+                     physical_batch_size=4, noise_rng=np.random.default_rng(0), noise="laplace")
     x, y = torch.zeros(0, 1, 8, 8, dtype=torch.float64), torch.zeros(0, dtype=torch.long)
     step(x, y)   # empty Poisson batch: pure noise, still added
     noise = torch.cat([p.grad.flatten() for p in model.parameters()])

@@ -1,5 +1,6 @@
 """Kill and resume: a run interrupted mid-training and continued from its checkpoint ends with exactly the model
-and the privacy ledger (so the eps) of a run trained in one go (METHODS.md s.3)."""
+and the privacy ledger (so the eps) of a run trained in one go (METHODS.md s.3). The privacy randomness continues
+from the position the checkpoint saved; its key is the run's (a fresh process rebuilds it from the saved key)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dpmed.accounting import ledger_epsilon
 from dpmed.config import TrainingConfig
 from dpmed.data.synthetic import make_phantom
 from dpmed.models import build_model
+from dpmed.randomness import PrivacyRandomness
 from dpmed.training import DpSgdPlan, DpSgdStep, train
 
 CFG = TrainingConfig(epochs=3, batch_size=16, physical_batch_size=64, optimizer="adam", learning_rate=1e-3)
@@ -45,8 +47,13 @@ def _interrupt_after(monkeypatch, target, name, calls):
 @pytest.mark.parametrize("dp", [PLAN, None], ids=["dp-sgd", "non-private"])
 def test_a_resumed_run_equals_an_uninterrupted_one(data, dp, tmp_path, monkeypatch):
     images, task = data
+    key = PrivacyRandomness.secure().root_hex()
+
+    def randomness():                  # the run's key, as a fresh process reads it back from the private folder
+        return PrivacyRandomness.from_root_hex(key, "secure")
+
     whole_model = _model(task)
-    whole = train(whole_model, images, task, CFG, seed=4, dp=dp, progress=False)
+    whole = train(whole_model, images, task, CFG, seed=4, dp=dp, randomness=randomness(), progress=False)
 
     ckpt = tmp_path / "checkpoint.pt"
     with monkeypatch.context() as m:   # the "kill": step 13 of 17 (DP) or the 2nd epoch's 3rd batch fails
@@ -55,13 +62,15 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, dp, tmp_path, monkeypat
         else:
             _interrupt_after(m, torch.optim.Adam, "step", len(images) // 16 + 3)
         with pytest.raises(Killed):
-            train(_model(task), images, task, CFG, seed=4, dp=dp, progress=False, checkpoint=ckpt)
+            train(_model(task), images, task, CFG, seed=4, dp=dp, randomness=randomness(), progress=False,
+                  checkpoint=ckpt)
     assert ckpt.is_file()
 
     resumed_model = _model(task)      # a fresh process would rebuild the model the same way
-    resumed = train(resumed_model, images, task, CFG, seed=4, dp=dp, progress=False, checkpoint=ckpt)
+    resumed = train(resumed_model, images, task, CFG, seed=4, dp=dp, randomness=randomness(), progress=False,
+                    checkpoint=ckpt)
     assert resumed.resumed_from == (10 if dp is not None else 1)
-    assert resumed.ledger == whole.ledger and resumed.history == whole.history
+    assert resumed.ledger == whole.ledger and resumed.statistics == whole.statistics
     for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     if dp is not None:
@@ -72,6 +81,14 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, dp, tmp_path, monkeypat
 def test_a_checkpoint_from_other_settings_is_not_continued(data, tmp_path):
     images, task = data
     ckpt = tmp_path / "checkpoint.pt"
-    train(_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt)
-    other = train(_model(task), images, task, CFG, seed=5, dp=PLAN, progress=False, checkpoint=ckpt)
+    randomness = PrivacyRandomness.secure()
+    train(_model(task), images, task, CFG, seed=4, dp=PLAN, randomness=randomness, progress=False, checkpoint=ckpt)
+    other = train(_model(task), images, task, CFG, seed=5, dp=PLAN, randomness=PrivacyRandomness.secure(),
+                  progress=False, checkpoint=ckpt)
     assert other.resumed_from == 0 and other.ledger.dp_sgd_steps == PLAN.steps
+
+
+def test_dp_sgd_refuses_to_train_without_privacy_randomness(data):
+    images, task = data
+    with pytest.raises(ValueError, match="privacy randomness"):
+        train(_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False)

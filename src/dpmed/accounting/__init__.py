@@ -8,6 +8,8 @@ from dpmed.accounting.calibration import noise_multiplier_for
 from dpmed.accounting.epsilon import (ACCOUNTANTS, NEIGHBOUR_DP_SGD, NOISES, AccountantInfo, accountant_info,
                                       default_delta, describe_accountant, dp_sgd_epsilon, dp_sgd_event, dp_sgd_schedule,
                                       effective_accountant, ledger_epsilon)
+from dpmed.accounting.group import (GROUP_CITATION, NEIGHBOUR_PATIENT, TIGHT_GROUP_CITATION, GroupPrivacy,
+                                    group_privacy)
 from dpmed.accounting.events import (GaussianImageEvent, LaplaceImageEvent, PoissonGaussianEvent, PoissonLaplaceEvent,
                                      event_from_dict, event_to_dict)
 from dpmed.accounting.ldp import (NEIGHBOUR_LDP_IMAGE, gaussian_epsilon, gaussian_image_epsilon,
@@ -28,6 +30,8 @@ __all__ = [
     "ACCOUNTANTS", "NOISES", "AccountantInfo", "accountant_info", "describe_accountant", "effective_accountant",
     "NEIGHBOUR_DP_SGD", "dp_sgd_event", "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule",
     "noise_multiplier_for",
+    # the patient as the unit, and what image-level DP-SGD implies for a patient with k images
+    "NEIGHBOUR_PATIENT", "GroupPrivacy", "group_privacy", "GROUP_CITATION", "TIGHT_GROUP_CITATION",
     # local DP on images
     "NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for",
     "laplace_scale_for_image", "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image",

@@ -222,13 +222,17 @@ class EvaluationConfig(_Strict):
     """Percentile bootstrap over test redraws (METHODS.md s.4); the same seed gives every arm the same redraws.
 
     fairness: per-group metrics (on by default; ``null`` turns them off). explanations: Grad-CAM and its metrics (off
-    by default: they need the model and cost forward passes; e.g. ``explanations: {method: gradcam, n_images: 64}``)."""
+    by default: they need the model and cost forward passes; e.g. ``explanations: {method: gradcam, n_images: 64}``).
+    training_metrics: training-set AUROC and accuracy, private (not covered by eps), off by default."""
 
     bootstrap_resamples: int = Field(default=1000, ge=10)
     confidence: float = Field(default=0.95, gt=0, lt=1)
     bootstrap_seed: int = 0
     fairness: FairnessConfig | None = Field(default_factory=FairnessConfig)
     explanations: CamConfig | None = None
+    # AUROC and accuracy on the training images (000_56c2431ae4df8d10.txt's train/test table): computed without
+    # noise from the training images, so not covered by any eps; written only to the study's private folder.
+    training_metrics: bool = False
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -361,6 +365,14 @@ class DpSgdArm(_ArmBase):
     ``shuffle``, a reproduction mode whose eps is labelled as not holding for the run.
     accountant: pld (default), rdp, rdp-classic (published figures' conversion), pure (Laplace only). PLD resolves
     eps up to 500; higher Gaussian budgets are certified by RDP and the run records so.
+
+    privacy_unit: ``patient`` (default): neighbouring datasets differ by one patient with all of their images;
+    patients are Poisson-sampled and each one's gradients summed over their images and clipped together
+    (user-level DP-SGD, McMahan et al. 2018), and batch_size counts patients. ``image``: one image is the unit (the
+    source documents' setting); the privacy card then also states what that implies for the patient with the most
+    images. Where a dataset publishes no patient ids, each image is its own patient and the two coincide.
+    max_images_per_patient: train on at most this many images of each patient (chosen by the study seed); bounds
+    what image-level DP implies for a patient, and the per-patient work of a step.
     """
 
     mechanism: Literal["dp_sgd"]
@@ -371,6 +383,8 @@ class DpSgdArm(_ArmBase):
     noise: Literal["gaussian", "laplace"] = "gaussian"
     accountant: Literal["pld", "rdp", "rdp-classic", "pure"] = "pld"
     sampling: Literal["poisson", "shuffle"] = "poisson"
+    privacy_unit: Literal["patient", "image"] = "patient"
+    max_images_per_patient: int | None = Field(default=None, ge=1)
 
     @field_validator("target_epsilon", "noise_multiplier")
     @classmethod
@@ -415,10 +429,17 @@ class PrivacyBudget(_Strict):
 
 
 class Study(_Strict):
-    """A whole study file. ``seeds`` repeats every arm; each (arm value, seed) is one run."""
+    """A whole study file. ``seeds`` repeats every arm; each (arm value, seed) is one run.
+
+    ``seeds`` drive everything that is not private (initialisation, splits, shuffling of non-DP arms, evaluation).
+    privacy_randomness: ``secure`` (default): Poisson sampling, DP-SGD noise, local-DP noise and canary bits come
+    from fresh OS entropy per run (`dpmed.randomness`); ``reproducible``: derived from the seed and run id, for tests
+    and debugging, and such runs are labelled "not DP against anyone who knows the seed" everywhere.
+    """
 
     name: str
     seeds: list[int] = Field(default_factory=lambda: [0])
+    privacy_randomness: Literal["secure", "reproducible"] = "secure"
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)

@@ -13,7 +13,7 @@ from dpmed.data.formats.tables import read_aptos, read_chexpert, read_csv_table,
 from dpmed.data.manifest import Manifest
 from dpmed.data.registry import DATASET_SOURCES, load_dataset
 from dpmed.data.sample import Dataset, ImageSet, Sample, Task
-from dpmed.data.splits import split_by_patient
+from dpmed.data.splits import cap_images_per_patient, images_per_patient, split_by_patient
 from dpmed.data.synthetic import PhantomDifficulty, make_phantom
 from dpmed.data.transforms import Preprocessing, normalize
 
@@ -38,6 +38,8 @@ __all__ = [
     "Preprocessing",
     "normalize",
     "split_by_patient",
+    "images_per_patient",
+    "cap_images_per_patient",
     "load_dataset",
     "DATASET_SOURCES",
 ]

@@ -199,7 +199,8 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
     }
     return Dataset(name=manifest.name, task=manifest.task, train=sets["train"], val=sets["val"], test=sets["test"],
                    description=manifest.description, synthetic=False, source=source,
-                   normalization=preprocessing.normalize)
+                   normalization=preprocessing.normalize,
+                   patients_known=bool(manifest.notes.get("patients_known", True)))
 
 
 def _patients_in_two_splits(sets: dict[str, ImageSet]) -> list[str]:

@@ -125,6 +125,8 @@ class Dataset:
     source: provenance for the run record (format, path, preprocessing, rows left out). normalization: fixed
     (mean, std) per channel that the run applies at the model input, after any local DP mechanism (which needs
     pixels in [0, 1]); None when the study asks for none. The splits themselves always hold [0, 1] pixels.
+    patients_known: whether patient ids are published (False where each image had to be its own patient: MedMNIST,
+    APTOS, a CSV without a patient column), so a privacy card can say that "one patient" may mean "one image".
     """
 
     name: str
@@ -136,3 +138,4 @@ class Dataset:
     synthetic: bool = False
     source: Mapping[str, object] = field(default_factory=dict)
     normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    patients_known: bool = True

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["split_by_patient"]
+__all__ = ["split_by_patient", "images_per_patient", "cap_images_per_patient"]
 
 
 def split_by_patient(
@@ -111,3 +111,24 @@ def _fill_empty_splits(split_of_patient: np.ndarray, images_per_patient: np.ndar
         candidates = np.flatnonzero(split_of_patient == donor)
         # The donor's patient with the fewest images keeps the fractions closest.
         split_of_patient[candidates[images_per_patient[candidates].argmin()]] = k
+
+
+def images_per_patient(patient_ids: Sequence[str] | np.ndarray) -> np.ndarray:
+    """int64 [P]: how many images each patient has (patients in sorted id order)."""
+    return np.unique(np.asarray(patient_ids).astype(str), return_counts=True)[1].astype(np.int64)
+
+
+def cap_images_per_patient(patient_ids: Sequence[str] | np.ndarray, k: int, *, seed: int) -> np.ndarray:
+    """Sorted indices of at most ``k`` images of each patient, chosen uniformly by ``seed`` (a public draw: which
+    images a patient contributes is a data-preparation choice, not privacy randomness). Bounds a patient's
+    contribution where the image is the unit of privacy, and a patient's work per step where the patient is."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    ids = np.asarray(patient_ids).astype(str)
+    order = np.random.default_rng(seed).permutation(len(ids))
+    kept, seen = [], {}
+    for i in order:
+        if seen.get(ids[i], 0) < k:
+            seen[ids[i]] = seen.get(ids[i], 0) + 1
+            kept.append(i)
+    return np.sort(np.array(kept, dtype=np.int64))

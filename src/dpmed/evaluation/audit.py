@@ -79,14 +79,15 @@ class AuditResult:
         return asdict(self)
 
 
-def choose_canaries(m: int, *, seed: int) -> np.ndarray:
+def choose_canaries(m: int, *, rng: np.random.Generator) -> np.ndarray:
     """Inclusion bits bool [m]: each canary independently in the training set with probability 1/2.
 
-    Independence and the probability 1/2 are what the audit's tail bound assumes (Steinke et al. 2023, Sec. 3); the
-    draw is from ``np.random.default_rng(seed)`` and touches no global random state.
+    Independence and the probability 1/2 are what the audit's tail bound assumes (Steinke et al. 2023, Sec. 3). The
+    bits are the secret the audit's guesser tries to recover: a run draws them from its secret ``canaries`` stream
+    (`dpmed.randomness`), never from the public seed.
     """
     m = _count("m", m, minimum=1)
-    return np.random.default_rng(seed).random(m) < 0.5
+    return rng.random(m) < 0.5
 
 
 def canary_scores(predictions: np.ndarray, labels: np.ndarray, *, task_kind: str,

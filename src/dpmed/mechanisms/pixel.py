@@ -10,6 +10,12 @@ conversion), then clips to [0, R]. Clipping is post-processing and costs no priv
 changes the density ratio by at most e^(R/b), so each value is (R/b)-DP and, since any two images differ in at most
 all d values, the image is (d R / b)-DP under the relation "any two images are neighbours" (Dwork & Roth 2014,
 Thm 3.6, composed over d coordinates). That eps_image is large; we print it, because it is the honest number.
+
+The guarantee is per image, and only the pixels are protected: the labels (and the patient's other images, each a
+release of its own) go out in the clear. The noise is privacy randomness: it comes from the run's secret
+``local_dp`` stream (`dpmed.randomness`), drawn in float64, added in float64 and clipped before the result is
+rounded to float32. A seed-derived noise (as 000_56c2431ae4df8d10.txt and METHODS.md s.1 suggest, "global seed +
+image index") would let anyone who knows the seed subtract it, and two arms of one seed share it.
 """
 
 from __future__ import annotations
@@ -23,13 +29,18 @@ from dpmed.accounting import GaussianImageEvent, LaplaceImageEvent
 __all__ = ["PixelLaplace", "PixelGaussian", "ScalarShift"]
 
 
-def _perturb(images: np.ndarray, *, seed: int, first_index: int, value_range: float, draw) -> np.ndarray:
-    """image_i + draw(rng_i, shape), clipped to [0, R], with rng_i = default_rng([seed, first_index + i])."""
+# Images perturbed per call of the generator: bounds the float64 noise buffer (256 x 224 x 224 x 3 ~ 300 MB).
+_CHUNK = 256
+
+
+def _perturb(images: np.ndarray, *, rng: np.random.Generator, value_range: float, draw) -> np.ndarray:
+    """clip(image + draw(rng, shape), 0, R) for the images in order, in float64, returned in the images' dtype.
+    Drawing chunk after chunk from one stream gives the same values as one draw over the whole array."""
     out = np.empty_like(images)
-    for i, image in enumerate(images):
-        rng = np.random.default_rng([seed, first_index + i])
-        noise = np.asarray(draw(rng, image.shape), dtype=images.dtype)
-        np.clip(image + noise, 0.0, value_range, out=out[i])
+    for start in range(0, len(images), _CHUNK):
+        block = images[start:start + _CHUNK]
+        noisy = block.astype(np.float64) + draw(rng, block.shape)
+        out[start:start + _CHUNK] = np.clip(noisy, 0.0, value_range)
     return out
 
 
@@ -46,14 +57,11 @@ class PixelLaplace:
         if not self.scale > 0:
             raise ValueError(f"pixel_laplace scale must be > 0, got {self.scale}")
 
-    def apply(self, images: np.ndarray, *, seed: int, first_index: int = 0) -> np.ndarray:
-        """images: float32 [N, C, H, W] in [0, R] -> a perturbed copy, clipped to [0, R].
-
-        Image i draws its noise from ``default_rng([seed, first_index + i])``: the perturbed dataset is reproducible
-        and does not depend on batch order or on which other images are released with it.
-        """
-        return _perturb(images, seed=seed, first_index=first_index, value_range=self.value_range,
-                        draw=lambda rng, shape: rng.laplace(0.0, self.scale, size=shape))
+    def apply(self, images: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
+        """images: float32 [N, C, H, W] in [0, R] -> a perturbed copy, clipped to [0, R]; ``rng`` is the run's
+        secret local-DP stream (N * C * H * W Laplace draws, in image order)."""
+        return _perturb(images, rng=rng, value_range=self.value_range,
+                        draw=lambda g, shape: g.laplace(0.0, self.scale, size=shape))
 
     def event(self, image_shape: tuple[int, ...]) -> LaplaceImageEvent:
         """What one release of an image of ``image_shape`` (C, H, W) costs, for the accountant."""
@@ -73,10 +81,10 @@ class PixelGaussian:
         if not self.std > 0:
             raise ValueError(f"pixel_gaussian std must be > 0, got {self.std}")
 
-    def apply(self, images: np.ndarray, *, seed: int, first_index: int = 0) -> np.ndarray:
-        """images: float32 [N, C, H, W] in [0, R] -> a perturbed copy, clipped to [0, R]; per-image seeded noise."""
-        return _perturb(images, seed=seed, first_index=first_index, value_range=self.value_range,
-                        draw=lambda rng, shape: rng.normal(0.0, self.std, size=shape))
+    def apply(self, images: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
+        """images: float32 [N, C, H, W] in [0, R] -> a perturbed copy, clipped to [0, R]; noise from ``rng``."""
+        return _perturb(images, rng=rng, value_range=self.value_range,
+                        draw=lambda g, shape: g.normal(0.0, self.std, size=shape))
 
     def event(self, image_shape: tuple[int, ...]) -> GaussianImageEvent:
         return GaussianImageEvent(std=self.std, value_range=self.value_range, dimension=int(np.prod(image_shape)))
@@ -100,10 +108,10 @@ class ScalarShift:
         if not self.scale > 0:
             raise ValueError(f"scalar_shift scale must be > 0, got {self.scale}")
 
-    def apply(self, images: np.ndarray, *, seed: int, first_index: int = 0) -> np.ndarray:
+    def apply(self, images: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
         """images [N, C, H, W] -> each image plus one scalar Laplace draw, clipped to [0, R]."""
-        return _perturb(images, seed=seed, first_index=first_index, value_range=self.value_range,
-                        draw=lambda rng, shape: np.full(shape, rng.laplace(0.0, self.scale)))
+        return _perturb(images, rng=rng, value_range=self.value_range,
+                        draw=lambda g, shape: g.laplace(0.0, self.scale, size=(shape[0], 1, 1, 1)))
 
     def event(self, image_shape: tuple[int, ...]) -> None:
         return None  # not DP: there is nothing an accountant could certify

@@ -16,7 +16,7 @@ from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples
 from dpmed.reporting.study_sections import study_sections
 from dpmed.reporting.tables import audit_text, eps_text
 
-__all__ = ["write_report"]
+__all__ = ["write_report", "write_private_report"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
@@ -76,9 +76,15 @@ def _card(r: dict[str, Any]) -> str:
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in card.items() if k not in skip)
     cls = "" if card["is_dp"] else ' class="notdp"'
     audit = r.get("audit")
-    audited = "" if not audit else (f'<p{" class=notdp" if audit.get("consistent_with_claim") is False else ""}>'
-                                    f"{_e(audit_text(audit))}: {audit['n_correct']} of {audit['n_guesses']} "
-                                    f"membership guesses right{_e(_audit_verdict(audit))}</p>")
+    if not audit:
+        audited = ""
+    elif "epsilon_lower_bound" not in audit:   # the public record: the result depends on the secret canary bits
+        audited = (f"<p>Audited with {audit['n_canaries']} {_e(audit['kind'])} canaries; the result is in the study's "
+                   "private report (private/report.html): it depends on the secret canary inclusion bits.</p>")
+    else:
+        audited = (f'<p{" class=notdp" if audit.get("consistent_with_claim") is False else ""}>'
+                   f"{_e(audit_text(audit))}: {audit['n_correct']} of {audit['n_guesses']} "
+                   f"membership guesses right{_e(_audit_verdict(audit))}</p>")
     return (f'<div class="card"><h3>{_e(r["run_id"])}</h3><p{cls}>{_e(card["statement"])}</p>{audited}'
             f"<table>{rows}</table></div>")
 
@@ -88,7 +94,8 @@ def _audit_verdict(audit: dict[str, Any]) -> str:
         return ""
     if audit["consistent_with_claim"]:
         return f"; not above the claimed eps = {audit['claimed_epsilon']:.3g}, as DP requires"
-    return f"; ABOVE the claimed eps = {audit['claimed_epsilon']:.3g}: this run is not DP as claimed"
+    return (f"; ABOVE the claimed eps = {audit['claimed_epsilon']:.3g}: inconsistent with the claimed eps at "
+            f"{audit['confidence']:.0%}")
 
 
 def _risk_section(records: list[dict[str, Any]]) -> str:
@@ -107,11 +114,53 @@ def _risk_section(records: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
     return (f'<h2 id="risk">Reconstruction risk</h2><p>Upper bounds on the success probability of an informed '
-            f"attacker reconstructing one training image (worst case, and relaxed: gradient sign unknown), and the "
+            f"attacker reconstructing one training record (an image, or a patient where the card's unit is the "
+            f"patient; worst case, and relaxed: gradient sign unknown), and the "
             f"best possible membership-inference TPR at a fixed FPR, from each run's DP-SGD trade-off curve.</p>"
             f"<table><tr><th>run</th><th>eps</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
             f"<th>MIA TPR at FPR 0.1%</th><th>MIA TPR at FPR 1%</th></tr>{''.join(rows)}</table>"
             f"<p>Assumptions: {_e(assumptions)}</p>")
+
+
+def _study_privacy_section(resolved: dict[str, Any]) -> str:
+    """Every run of the study trained on the same patients: what releasing them all together costs."""
+    privacy = resolved.get("study_privacy")
+    if not privacy:
+        return ""
+    return ('<h2 id="study-privacy">The study as a whole</h2><p>Every run trained on the same patients, so sharing '
+            f"all of their models shares their composition: {_e(privacy['statement'])}.</p><p>Files that may be "
+            "shared: everything in the study folder except <code>private/</code> (checkpoints, training-set "
+            "statistics computed without noise, audit results, the log).</p>")
+
+
+def write_private_report(resolved: dict[str, Any], items: dict[str, dict[str, Any]], path: Path) -> None:
+    """private/report.html: the numbers no eps covers (training-set metrics computed without noise, one-run audit
+    results that depend on the secret canary bits), per run. Never share it."""
+    rows = []
+    for run_id, item in items.items():
+        parts = []
+        if item.get("audit"):
+            parts.append(f"<p>{_e(item['audit']['statement'])}</p>")
+        metrics = (item.get("statistics") or {}).get("training_metrics")
+        if metrics:
+            shown = {k: v for k, v in metrics.items() if k.startswith("train_") and not k.endswith(("_low", "_high"))
+                     and isinstance(v, float)}
+            parts.append("<table>" + "".join(f"<tr><th>{_e(k)}</th><td class=num>{v:.4f}</td></tr>"
+                                             for k, v in shown.items()) + "</table>")
+        if parts:
+            rows.append(f'<div class="card"><h3>{_e(run_id)}</h3>{"".join(parts)}</div>')
+    doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
+<title>dpmed private report: {_e(resolved['study']['name'])}</title><style>{_CSS}</style></head><body>
+<h1>Private: {_e(resolved['study']['name'])}</h1>
+<div class="note notdp">PRIVATE, NOT COVERED BY EPS. These numbers are computed from the training images without
+noise (training-set metrics, as in the train/test table of 000_56c2431ae4df8d10.txt) or from the audit's secret canary
+inclusion bits. Sharing them breaks the eps of the runs they describe. Keep this file in the study's private
+folder.</div>
+<div class="cards">{''.join(rows) or '<p>No private statistics were computed.</p>'}</div>
+</body></html>"""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(doc, encoding="utf-8")
+    tmp.replace(path)
 
 
 def _examples_section(records: list[dict[str, Any]], runs_dir: Path, out_dir: Path) -> str:
@@ -175,6 +224,7 @@ bootstrap redraws of the test set (seed {study['evaluation']['bootstrap_seed']})
 different neighbours (any two images versus adding or removing one image from training), so their eps are not
 directly comparable.</p>
 <div class="cards">{''.join(_card(r) for r in records)}</div>
+{_study_privacy_section(resolved)}
 {_risk_section(records)}
 {study_sections(resolved, records, path.parent)}
 {_examples_section(records, path.parent / "runs", path.parent)}

@@ -12,8 +12,9 @@ from dpmed.evaluation.fairness import fairness_columns
 
 __all__ = ["results_frame", "write_results_table", "summary_text"]
 
-_PRIVACY_COLUMNS = ("is_dp", "epsilon", "delta", "accountant", "neighbour_relation", "epsilon_pixel", "scale_b",
-                    "noise_multiplier", "sample_rate", "steps", "max_grad_norm", "target_epsilon")
+_PRIVACY_COLUMNS = ("is_dp", "epsilon", "delta", "accountant", "unit", "n_units", "neighbour_relation",
+                    "epsilon_pixel", "scale_b", "noise_multiplier", "sample_rate", "steps", "max_grad_norm",
+                    "target_epsilon", "randomness")
 
 
 def results_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
@@ -29,9 +30,8 @@ def results_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
         row["reconstruction_relaxed"] = risk.get("relaxed")
         for fpr, tpr in (risk.get("tpr_at_fpr") or {}).items():
             row[f"mia_tpr_at_fpr_{fpr}"] = tpr
-        if r.get("audit"):   # the one-run audit's empirical lower bound, at the delta it names
-            row.update({f"audit_{k}": r["audit"][k] for k in ("epsilon_lower_bound", "delta", "confidence",
-                                                               "n_canaries", "n_guesses", "n_correct")})
+        if r.get("audit"):   # the result is private (it depends on the secret canary bits): only that there was one
+            row["audit_canaries"] = r["audit"]["n_canaries"]
         row.update(r["metrics"])
         row.update(fairness_columns(r.get("fairness")))            # per group, e.g. fairness[age=[80,100)]_auroc
         row.update(explanation_columns(r.get("explanations")))     # e.g. explanations_mask_energy_low
@@ -49,6 +49,8 @@ def write_results_table(records: Iterable[dict[str, Any]], path: Path) -> pd.Dat
 
 
 def eps_text(card: dict[str, Any]) -> str:
+    if not card["is_dp"] and card.get("epsilon") is not None:   # reproducible mode: the accounted value, labelled
+        return f"{card['epsilon']:.3g} (not DP: seed known)"
     if not card["is_dp"]:
         return "inf (no DP)" if card["mechanism"] == "none" else "not DP"
     if "epsilon_image" in card:   # local DP: per image, for "any two images" (not comparable to DP-SGD's eps)

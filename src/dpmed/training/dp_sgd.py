@@ -21,8 +21,8 @@ With ``noise="laplace"`` (the "Laplacian" DP-SGD of 001_d0483fd35863b74c.txt, ME
 clipped in L1 to C and iid Laplace(sigma C) noise is added per coordinate: the L1 sensitivity of the sum is C, so
 each step is the Laplace mechanism with scale sigma in units of C.
 
-Noise comes from a seeded ``torch.Generator`` so runs reproduce. That is not a cryptographically secure source;
-deployments that release models should use a CSPRNG (Opacus ``secure_mode``), which changes no eps.
+Noise comes from the run's secret noise stream (`dpmed.randomness`: AES-CTR keyed from OS entropy, fresh per
+run), never from the public study seed: a noise that anyone can regenerate, or that two runs share, can be subtracted.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import warnings
 from itertools import repeat
 from typing import Callable
 
+import numpy as np
 import torch
 from opacus import GradSampleModule
 from torch import Tensor, nn
@@ -40,6 +41,20 @@ from dpmed.errors import PrivacyError
 from dpmed.training.clipping import GhostClipper, clip_factors, group_index, refuse_batch_norm
 
 __all__ = ["DpSgdStep", "OpacusClipper", "CLIPPING_ENGINES"]
+
+
+def _refuse_opacus_gaps(model: nn.Module) -> None:
+    """Layers whose per-example gradients Opacus 1.6 computes wrongly (its convolution sampler pads with zeros
+    whatever the padding mode; its embedding sampler gives the padding row a gradient): the clipped sum would not be
+    the model's gradient. dpmed's engine handles both (training.dp_engine: dpmed)."""
+    for name, module in model.named_modules():
+        conv = isinstance(module, nn.modules.conv._ConvNd) and module.padding_mode != "zeros"
+        embedding = isinstance(module, nn.Embedding) and module.padding_idx is not None
+        if (conv or embedding) and any(p.requires_grad for p in module.parameters(recurse=False)):
+            what = f"padding_mode {module.padding_mode!r}" if conv else f"padding_idx {module.padding_idx}"
+            raise PrivacyError(f"module {name or 'model'!r} ({type(module).__name__}, {what}): Opacus computes its "
+                               "per-example gradients wrongly, so the clipped sum would not be the model's gradient; "
+                               "use the dpmed engine (training.dp_engine: dpmed), which handles it")
 
 
 class OpacusClipper:
@@ -52,6 +67,7 @@ class OpacusClipper:
 
     def __init__(self, model: nn.Module, *, norm_order: int = 2) -> None:
         refuse_batch_norm(model)
+        _refuse_opacus_gaps(model)
         self.model = model
         self.module = GradSampleModule(model, batch_first=True, loss_reduction="sum")
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -138,7 +154,7 @@ class DpSgdStep:
 
     def __init__(self, model: nn.Module, *, loss_fn: Callable[[Tensor, Tensor], Tensor], max_grad_norm: float,
                  noise_multiplier: float, expected_batch_size: float, physical_batch_size: int,
-                 generator: torch.Generator, noise: str = "gaussian", engine: str = "dpmed") -> None:
+                 noise_rng: np.random.Generator, noise: str = "gaussian", engine: str = "dpmed") -> None:
         if not max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
         if noise_multiplier < 0:
@@ -159,7 +175,7 @@ class DpSgdStep:
         self.noise_multiplier = noise_multiplier
         self.expected_batch_size = expected_batch_size
         self.physical_batch_size = physical_batch_size
-        self.generator = generator
+        self.noise_rng = noise_rng        # the run's secret noise stream (dpmed.randomness)
 
     def clipped_sum(self, x: Tensor, y: Tensor, *, groups: Tensor | None = None) -> list[Tensor]:
         """sum_i clip(g_i) for the examples x [B, C, H, W], y [B, ...]; zeros for an empty batch.
@@ -201,9 +217,17 @@ class DpSgdStep:
             p.grad = acc.div_(self.expected_batch_size)
 
     def _noise(self, scale: float, like: Tensor) -> Tensor:
-        if self.noise == "gaussian":
-            return torch.normal(0.0, scale, size=like.shape, generator=self.generator, device=like.device,
-                                dtype=like.dtype)
-        # Laplace(b) = b (E1 - E2) for iid Exp(1) draws: torch's Laplace sampler takes no generator.
-        e = torch.empty((2, *like.shape), device=like.device, dtype=like.dtype).exponential_(generator=self.generator)
-        return scale * (e[0] - e[1])
+        """float64 noise of std (Gaussian) or scale (Laplace) ``scale`` for one parameter's clipped sum, from the
+        run's secret noise stream. ``acc.add_`` adds it in float64 and rounds the sum to the parameter's float32, so
+        every float32 value is a possible output whatever the sum (the floating-point attacks of Mironov 2012 and
+        Jin et al. 2022 read gaps in the set of noise values). A float64 model has no coarser output to round to:
+        there each Gaussian coordinate is the sum of four draws halved, Opacus's secure-mode defence (Holohan and
+        Braghin 2021)."""
+        shape = tuple(like.shape)
+        if self.noise == "laplace":
+            draw = self.noise_rng.laplace(0.0, scale, size=shape)
+        elif like.dtype == torch.float64:
+            draw = sum(self.noise_rng.normal(0.0, scale, size=shape) for _ in range(4)) / 2
+        else:
+            draw = self.noise_rng.normal(0.0, scale, size=shape)
+        return torch.from_numpy(draw).to(like.device)

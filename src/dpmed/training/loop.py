@@ -2,7 +2,15 @@
 
 Non-private and local-DP arms train with shuffled minibatches; DP-SGD arms with Poisson batches and `DpSgdStep`,
 recording one privacy event per step in the run's ledger (so a ledger is exact even for an interrupted run).
-Randomness flows through explicit generators seeded from the run seed; torch's global generator is untouched.
+
+Two kinds of randomness, kept apart (`dpmed.randomness`): the shuffling of arms without DP-SGD comes from the public
+run seed; DP-SGD's sampling and noise come from the run's secret privacy randomness. Torch's global generator is
+untouched. What training returns besides the model is either accounted (the ledger) or private (`statistics`:
+training losses, computed from the training images without noise, for the run's private folder only).
+
+The sampling unit is an image, or a patient with all their images (``DpSgdPlan.unit``; user-level DP-SGD, McMahan
+et al. 2018): patients are Poisson-sampled, and each sampled patient's gradients are summed over their images and
+clipped together, so one patient moves the noisy sum by at most C however many images they have.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -22,11 +31,12 @@ from tqdm.auto import tqdm
 from dpmed.accounting import Ledger, dp_sgd_event, dp_sgd_schedule  # noqa: F401 (re-exported)
 from dpmed.config import TrainingConfig
 from dpmed.data import ImageSet, Task
+from dpmed.randomness import PrivacyRandomness
 from dpmed.training.dp_sgd import DpSgdStep
 from dpmed.training.objectives import objective_for
-from dpmed.training.sampling import poisson_batches, shuffled_batches
+from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffled_batches
 
-__all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device"]
+__all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "sampling_units"]
 
 
 @dataclass(frozen=True)
@@ -40,33 +50,46 @@ class DpSgdPlan:
     noise: str = "gaussian"      # or "laplace": L1 clipping and Laplace noise (METHODS.md s.2)
     sampling: str = "poisson"    # or "shuffle": fixed-size shuffled batches, a reproduction mode the accountants
                                  # do not cover (its privacy card says so)
-    # The divisor of the noisy sum, fixed when the study was planned (q * N_train of the plan). Under the
+    # The divisor of the noisy sum, fixed when the study was planned (q * N_units of the plan). Under the
     # add/remove-one relation the size of the private set is itself private, so the divisor must not be recomputed
-    # from the data handed to training (canaries or a neighbouring set would change it). None: q * len(data), for
-    # callers that plan and train on the same set.
+    # from the data handed to training (canaries or a neighbouring set would change it). None: q * the number of
+    # units handed to training, for callers that plan and train on the same set.
     expected_batch_size: float | None = None
+    unit: Literal["image", "patient"] = "image"
 
 
 @dataclass
 class TrainResult:
-    """ledger: every privacy event of the run, including those before a resume. resumed_from: the epoch
-    (non-private) or step (DP-SGD) a checkpoint continued from; 0 for a run trained in one go."""
+    """ledger: every privacy event of the run, including those before a resume. statistics: per-epoch training
+    loss of arms without DP-SGD, noiseless statistics of the training images: private, never in run.json.
+    resumed_from: the epoch (without DP-SGD) or step (DP-SGD) a checkpoint continued from; 0 for one go."""
 
     ledger: Ledger
-    history: list[dict] = field(default_factory=list)
+    statistics: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     resumed_from: int = 0
 
 
-def _fixed_size_batches(n: int, *, batch_size: int, steps: int, generator: torch.Generator):
-    """``steps`` full batches of shuffled epochs (the reproduction mode ``sampling: shuffle``; not Poisson)."""
-    done = 0
-    while done < steps:
-        for idx in shuffled_batches(n, batch_size=batch_size, generator=generator):
-            if done == steps:
-                return
-            yield idx
-            done += 1
+def sampling_units(data: ImageSet, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets int64 [U + 1], images int64 [N]): unit u owns images[offsets[u]:offsets[u + 1]]. An image is its own
+    unit, or a patient is, in the order patients first appear."""
+    if unit == "image":
+        return np.arange(len(data) + 1, dtype=np.int64), np.arange(len(data), dtype=np.int64)
+    if unit != "patient":
+        raise ValueError(f"unit must be 'image' or 'patient', got {unit!r}")
+    _, first, inverse = np.unique(data.patient_ids.astype(str), return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))                     # patient number in order of first appearance
+    owner = rank[inverse]                                     # [N] unit of each image
+    images = np.argsort(owner, kind="stable").astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(first)))]).astype(np.int64)
+    return offsets, images
+
+
+def _expand(units: np.ndarray, offsets: np.ndarray, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The images of the sampled ``units`` and the unit index of each (the group the clipper sums over)."""
+    counts = offsets[units + 1] - offsets[units]                                      # [b]
+    first = np.repeat(offsets[units] - (np.cumsum(counts) - counts), counts)          # [n]
+    return images[first + np.arange(len(first))], np.repeat(units, counts)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -90,14 +113,11 @@ def _fingerprint(data: ImageSet, cfg: TrainingConfig, seed: int, dp: DpSgdPlan |
             "dp": None if dp is None else dataclasses.asdict(dp)}
 
 
-def _save_checkpoint(path: Path, *, fingerprint: dict, done: int, model: nn.Module,
-                     optimizer: torch.optim.Optimizer, generators: tuple[torch.Generator, torch.Generator],
-                     ledger: Ledger, history: list[dict]) -> None:
-    """Model, optimiser, both generators and the privacy ledger, written atomically (tmp file, then rename)."""
+def _save_checkpoint(path: Path, **state) -> None:
+    """Model, optimiser, generator positions and the privacy ledger, written atomically (tmp file, then rename).
+    It holds the privacy randomness's position: a private file (see dpmed.randomness)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save({"fingerprint": fingerprint, "done": done, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "sampler_state": generators[0].get_state(),
-                "noise_state": generators[1].get_state(), "ledger": ledger.to_dict(), "history": history}, tmp)
+    torch.save(state, tmp)
     os.replace(tmp, path)
 
 
@@ -111,15 +131,19 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
 
 
 def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, seed: int,
-          dp: DpSgdPlan | None = None, device: torch.device | None = None, progress: bool = True,
-          label: str = "train", checkpoint: Path | None = None) -> TrainResult:
-    """Train ``model`` in place on ``data``; returns the privacy ledger (empty without DP) and per-epoch history.
+          dp: DpSgdPlan | None = None, randomness: PrivacyRandomness | None = None,
+          device: torch.device | None = None, progress: bool = True, label: str = "train",
+          checkpoint: Path | None = None) -> TrainResult:
+    """Train ``model`` in place on ``data``; returns the privacy ledger (empty without DP) and private statistics.
 
-    With ``checkpoint``, the state (model, optimiser, sampler and noise generators, ledger) is saved there after
-    every epoch (DP-SGD: every round(1/q) steps) and at the end; a later call with the same arguments continues
-    from it, and ends with exactly the model and ledger of an uninterrupted run (METHODS.md s.3). Shuffle-mode
-    DP-SGD (a reproduction mode) restarts from scratch instead.
+    ``seed`` drives the (public) shuffling of arms without DP-SGD; DP-SGD needs ``randomness``, the run's privacy
+    randomness, for its sampling and noise. With ``checkpoint`` (a path in the run's private folder), the state is
+    saved there after every epoch (DP-SGD: every round(1/q) steps) and at the end; a later call with the same
+    arguments and the same randomness continues from it, and ends with exactly the model and ledger of an
+    uninterrupted run (METHODS.md s.3). Shuffle-mode DP-SGD (a reproduction mode) restarts from scratch instead.
     """
+    if dp is not None and randomness is None:
+        raise ValueError("DP-SGD needs the run's privacy randomness (dpmed.randomness.PrivacyRandomness)")
     device = device or torch.device("cpu")
     # Multilabel BCE weighted by training-label frequency, except under DP-SGD (the weights would be an
     # unaccounted statistic of the private labels; see objective_for).
@@ -128,9 +152,8 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     y_all = torch.as_tensor(data.labels, dtype=objective.target_dtype)               # [N] or [N, L]
     model.to(device).train()
     optimizer = _optimizer(model, cfg)
-    sampler_gen = torch.Generator().manual_seed(seed)
-    noise_gen = torch.Generator(device=device).manual_seed(seed + 1_000_003)
-    ledger, history, done, start = Ledger(), [], 0, time.perf_counter()
+    shuffle_gen = torch.Generator().manual_seed(seed)
+    ledger, statistics, done, start = Ledger(), [], 0, time.perf_counter()
     fingerprint = _fingerprint(data, cfg, seed, dp)
     if dp is not None and dp.sampling != "poisson":
         checkpoint = None
@@ -138,33 +161,38 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        sampler_gen.set_state(state["sampler_state"])
-        noise_gen.set_state(state["noise_state"])
-        ledger, history, done = Ledger.from_dict(state["ledger"]), state["history"], state["done"]
+        shuffle_gen.set_state(state["shuffle_state"])
+        if randomness is not None:
+            randomness.restore(state["privacy_randomness"])
+        ledger, statistics, done = Ledger.from_dict(state["ledger"]), state["statistics"], state["done"]
 
     def save(done_now: int) -> None:
         if checkpoint is not None:
-            _save_checkpoint(checkpoint, fingerprint=fingerprint, done=done_now, model=model, optimizer=optimizer,
-                             generators=(sampler_gen, noise_gen), ledger=ledger, history=history)
+            _save_checkpoint(checkpoint, fingerprint=fingerprint, done=done_now, model=model.state_dict(),
+                             optimizer=optimizer.state_dict(), shuffle_state=shuffle_gen.get_state(),
+                             privacy_randomness={} if randomness is None else randomness.state(),
+                             ledger=ledger.to_dict(), statistics=statistics)
 
     if dp is None:
         steps_per_epoch = math.ceil(len(data) / cfg.batch_size)
         total = cfg.epochs * steps_per_epoch
     else:
+        offsets, owned = sampling_units(data, dp.unit)
+        n_units = len(offsets) - 1
         total = dp.steps
         steps_per_epoch = max(1, round(1 / dp.sample_rate))
         step_fn = DpSgdStep(model, loss_fn=lambda z, y: objective.loss(z, y, reduction="sum"),
                             max_grad_norm=dp.max_grad_norm, noise_multiplier=dp.noise_multiplier,
                             expected_batch_size=(dp.expected_batch_size if dp.expected_batch_size is not None
-                                                 else dp.sample_rate * len(data)),
-                            physical_batch_size=cfg.physical_batch_size, generator=noise_gen, noise=dp.noise,
-                            engine=cfg.dp_engine)
+                                                 else dp.sample_rate * n_units),
+                            physical_batch_size=cfg.physical_batch_size, noise_rng=randomness.stream("noise"),
+                            noise=dp.noise, engine=cfg.dp_engine)
     bar = tqdm(total=total, initial=done * (steps_per_epoch if dp is None else 1), desc=label, unit="step",
                disable=not progress, leave=False)
     if dp is None:
         for epoch in range(done, cfg.epochs):         # done counts finished epochs here
             losses = []
-            for idx in shuffled_batches(len(data), batch_size=cfg.batch_size, generator=sampler_gen):
+            for idx in shuffled_batches(len(data), batch_size=cfg.batch_size, generator=shuffle_gen):
                 x, y = x_all[idx].to(device), y_all[idx].to(device)
                 optimizer.zero_grad(set_to_none=True)
                 loss = objective.loss(model(x), y)
@@ -172,27 +200,27 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                 optimizer.step()
                 losses.append(loss.item())
                 bar.update()
-            history.append({"epoch": epoch + 1, "loss": float(np.mean(losses))})
-            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}")
+            statistics.append({"epoch": epoch + 1, "training_loss": float(np.mean(losses))})
             save(epoch + 1)
     else:
         remaining = dp.steps - done                   # done counts finished steps here
-        batches = (poisson_batches(len(data), sample_rate=dp.sample_rate, steps=remaining, generator=sampler_gen)
+        sampler = randomness.stream("sampling")
+        batches = (poisson_batches(n_units, sample_rate=dp.sample_rate, steps=remaining, rng=sampler)
                    if dp.sampling == "poisson" else
-                   _fixed_size_batches(len(data), batch_size=max(1, round(dp.sample_rate * len(data))),
-                                       steps=remaining, generator=sampler_gen))
-        sizes = []
-        for step, idx in enumerate(batches, start=done + 1):
+                   fixed_size_batches(n_units, batch_size=max(1, round(dp.sample_rate * n_units)), steps=remaining,
+                                      rng=sampler))
+        for step, units in enumerate(batches, start=done + 1):
+            idx, groups = _expand(units, offsets, owned)
             optimizer.zero_grad(set_to_none=True)
-            step_fn(x_all[idx].to(device), y_all[idx].to(device))
+            if dp.unit == "patient":
+                step_fn(x_all[idx].to(device), y_all[idx].to(device), groups=torch.from_numpy(groups).to(device))
+            else:
+                step_fn(x_all[idx].to(device), y_all[idx].to(device))
             optimizer.step()
             ledger = ledger.record(dp_sgd_event(noise=dp.noise, noise_multiplier=dp.noise_multiplier,
                                                 sample_rate=dp.sample_rate, steps=1))
-            sizes.append(len(idx))
             bar.update()
             if step % steps_per_epoch == 0 or step == dp.steps:
-                history.append({"step": step, "mean_batch_size": float(np.mean(sizes))})
-                sizes = []
                 save(step)
     bar.close()
-    return TrainResult(ledger=ledger, history=history, seconds=time.perf_counter() - start, resumed_from=done)
+    return TrainResult(ledger=ledger, statistics=statistics, seconds=time.perf_counter() - start, resumed_from=done)

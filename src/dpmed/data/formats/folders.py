@@ -140,7 +140,8 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
         notes={"format": "image-folders", "classes": list(found), "published_splits": sorted(set(splits) - {""}),
                "patient_key": {"pattern": patient_pattern, "files_matched": matched, "dicom_patient_id": from_header,
                                "files_as_own_patient": n - matched - from_header},
-               "folders_not_read": ignored, "implausible_ages_set_unknown": implausible},
+               "folders_not_read": ignored, "implausible_ages_set_unknown": implausible,
+               "patients_known": matched + from_header > 0},
         description=(f"Image folders at {top}: {len(found)} classes ({', '.join(found)}), "
                      f"{'published splits ' + ', '.join(sorted(set(splits) - {''})) if split_dirs else 'no split'}; "
                      "sex and age unknown unless DICOM headers give them."),

@@ -141,6 +141,7 @@ def read_medmnist(
         ),
         synthetic=False,
         source={"format": "medmnist-npz", "path": str(path.resolve()), "bytes": path.stat().st_size},
+        patients_known=False,
     )
 
 

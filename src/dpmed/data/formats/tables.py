@@ -190,7 +190,8 @@ def read_aptos(path: str | Path) -> Manifest:
         paths=[root / "train_images" / f"{c}.png" for c in codes], labels=labels, patients=codes,
         sex=[""] * len(codes), ages=[""] * len(codes), splits=[""] * len(codes),
         where=[f"train.csv line {_line(i)} (id_code {c})" for i, c in enumerate(codes)], ids=codes,
-        notes={"format": "aptos2019", "patient_key": "id_code (APTOS publishes no patient id; each image its own)"},
+        notes={"format": "aptos2019", "patient_key": "id_code (APTOS publishes no patient id; each image its own)",
+               "patients_known": False},
         description=("APTOS 2019 diabetic retinopathy grades 0-4 (Kaggle), train.csv; no patient ids or demographics "
                      "are published, so each image is its own patient and sex/age are unknown."),
         problems=flags)
@@ -451,5 +452,6 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
         sex=frame[columns["sex"]].tolist() if "sex" in columns else [""] * n,
         ages=frame[columns["age"]].tolist() if "age" in columns else [""] * n, splits=splits,
         where=[f"{table.name} line {_line(i)} ({v})" for i, v in enumerate(values)], ids=values,
-        notes={"format": "csv", "columns": dict(columns), "labels": list(labels)},
+        notes={"format": "csv", "columns": dict(columns), "labels": list(labels),
+               "patients_known": "patient" in columns},
         description=f"Table {table.name}: {kind} labels from {', '.join(labels)}.", problems=flags)

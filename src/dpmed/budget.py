@@ -1,0 +1,170 @@
+"""What a whole study releases, accounted together: every run that trained on the same patients composes.
+
+A study releases one model per run (arm x swept value x seed), all trained on the same training split, so a user
+who shares them all shares their composition, not the eps of any single run. This module composes the ledgers of
+*every* run the study folder holds: the runs the study file asks for (planned, before training), and finished runs
+that are still in the folder although the study file no longer lists them (their files were released just the same).
+
+* DP-SGD runs (Poisson sampling, one unit of privacy) compose in one accountant: the study's eps.
+* A run without privacy (``none``, ``scalar_shift``, shuffle-mode DP-SGD) trained on the same patients makes the
+  study's total infinite: nothing that includes its model is DP.
+* Local-DP arms hold for another neighbour relation (any two images); they do not compose with add/remove into one
+  eps, so a study with them has no single total.
+* Runs with the patient as the unit and runs with the image as the unit do not compose into one eps either.
+* Reproducible-mode runs are not DP against anyone who knows the seed.
+
+``privacy_budget`` in a study file asks dpmed to refuse, before any training, a study whose total exceeds the budget
+or has none. The total is shown in the report with its accountant, delta and unit either way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+from dpmed import accounting
+from dpmed.config import PrivacyBudget, RunSpec
+from dpmed.errors import PrivacyError
+
+__all__ = ["StudyPrivacy", "study_privacy", "check_budget"]
+
+_LOCAL = ("pixel_laplace", "pixel_gaussian")
+
+
+@dataclass(frozen=True)
+class _Released:
+    """One run as the study accounting sees it."""
+
+    run_id: str
+    kind: str                     # "dp_sgd", "not_private" or "local_dp"
+    unit: str | None = None
+    delta: float | None = None
+    accountant: str | None = None
+    events: tuple = ()
+
+
+@dataclass(frozen=True)
+class StudyPrivacy:
+    """The study's privacy as a whole. dp_sgd_epsilon: all DP-SGD runs composed (None where they cannot be: mixed
+    units, or the accountant could not certify). epsilon: everything the study releases (inf with a run without
+    privacy; None with local-DP runs or mixed units). Run ids name the runs in each class."""
+
+    dp_sgd_runs: tuple[str, ...]
+    not_private: tuple[str, ...]
+    local_dp: tuple[str, ...]
+    unit: str | None
+    delta: float | None
+    accountant: str | None
+    dp_sgd_epsilon: float | None
+    epsilon: float | None
+    reproducible: bool
+    statement: str
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("dp_sgd_epsilon", "epsilon"):
+            if out[key] is not None and not math.isfinite(out[key]):
+                out[key] = "infinity"
+        return out
+
+
+def _from_spec(spec: RunSpec) -> _Released:
+    if spec.mechanism in _LOCAL:
+        return _Released(spec.run_id, "local_dp")
+    if spec.mechanism != "dp_sgd" or spec.params["sampling"] != "poisson":
+        return _Released(spec.run_id, "not_private")
+    d = spec.derived
+    event = accounting.dp_sgd_event(noise=spec.params["noise"], noise_multiplier=d["noise_multiplier"],
+                                    sample_rate=d["sample_rate"], steps=d["steps"])
+    return _Released(spec.run_id, "dp_sgd", d.get("unit", "image"), d["delta"], d["accountant"], (event,))
+
+
+def _from_record(record: Mapping[str, Any]) -> _Released:
+    """A finished run the study file no longer lists, from its run.json (its ledger is what it released)."""
+    spec = record.get("spec", {})
+    mechanism = spec.get("mechanism", record.get("mechanism"))
+    params, derived = spec.get("params", {}), spec.get("derived", {})
+    if mechanism in _LOCAL:
+        return _Released(record["run_id"], "local_dp")
+    if mechanism != "dp_sgd" or params.get("sampling", "poisson") != "poisson":
+        return _Released(record["run_id"], "not_private")
+    ledger = accounting.Ledger.from_dict(record["ledger"])
+    return _Released(record["run_id"], "dp_sgd", derived.get("unit", "image"), derived["delta"],
+                     derived["accountant"], ledger.events)
+
+
+def _compose(runs: Sequence[_Released], delta: float, accountant: str) -> tuple[float | None, str]:
+    ledger = accounting.Ledger()
+    for run in runs:
+        for event in run.events:
+            ledger = ledger.record(event)
+    try:
+        return accounting.ledger_epsilon(ledger, delta=delta, accountant=accountant), ""
+    except ValueError as exc:
+        return None, f" ({accountant.upper()} could not certify the composition: {exc})"
+
+
+def study_privacy(specs: Sequence[RunSpec], finished_elsewhere: Sequence[Mapping[str, Any]] = (), *,
+                  budget: PrivacyBudget | None = None, reproducible: bool = False) -> StudyPrivacy:
+    """Compose every run of ``specs`` (resolved, before training) and every finished run in
+    ``finished_elsewhere`` (run.json records of runs in the folder that the study no longer lists).
+
+    delta and accountant: the budget's when given; else the largest delta of the DP-SGD runs and PLD (RDP if any run
+    needed RDP: budgets beyond what PLD resolves)."""
+    runs = [_from_spec(s) for s in specs] + [_from_record(r) for r in finished_elsewhere]
+    dp = [r for r in runs if r.kind == "dp_sgd"]
+    not_private = tuple(r.run_id for r in runs if r.kind == "not_private")
+    local = tuple(r.run_id for r in runs if r.kind == "local_dp")
+    units = sorted({r.unit for r in dp})
+    unit = units[0] if len(units) == 1 else None
+    delta = budget.delta if budget is not None else max((r.delta for r in dp), default=None)
+    accountant = (budget.accountant if budget is not None else
+                  "rdp" if any(r.accountant != "pld" for r in dp) else "pld") if dp else None
+    dp_eps, why = None, ""
+    if dp and unit is None:
+        why = f" (runs with units {' and '.join(units)} do not compose into one eps)"
+    elif dp:
+        dp_eps, why = _compose(dp, delta, accountant)
+    if not_private:
+        total = math.inf
+    elif local or (dp and unit is None):
+        total = None
+    else:
+        total = dp_eps
+    parts = []
+    if dp:
+        shown = f"eps = {dp_eps:.4g} at delta = {delta:.3g}" if dp_eps is not None else "no single eps"
+        parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; unit: one "
+                     f"{unit or 'image or patient'}){why}")
+    if not_private:
+        parts.append(f"{len(not_private)} run(s) without privacy on the same patients ({', '.join(not_private)}): "
+                     "everything released with them is not DP (eps = infinity)")
+    if local:
+        parts.append(f"{len(local)} local-DP run(s) ({', '.join(local)}) hold per image under another neighbour "
+                     "relation and do not compose with DP-SGD's eps")
+    if reproducible:
+        parts.append("reproducible mode: not DP against anyone who knows the seed")
+    return StudyPrivacy(dp_sgd_runs=tuple(r.run_id for r in dp), not_private=not_private, local_dp=local, unit=unit,
+                        delta=delta, accountant=accountant, dp_sgd_epsilon=dp_eps, epsilon=total,
+                        reproducible=reproducible, statement="; ".join(parts) or "no runs")
+
+
+def check_budget(budget: PrivacyBudget, privacy: StudyPrivacy) -> None:
+    """Refuse (PrivacyError) a study whose releases together exceed ``budget`` or have no eps to compare."""
+    advice = "drop those runs, run them in another study on other patients, or remove privacy_budget"
+    if privacy.not_private:
+        raise PrivacyError(f"privacy_budget: runs {', '.join(privacy.not_private)} train without privacy (or with "
+                           "shuffled batches no accountant covers) on the same patients, so the study's releases "
+                           f"together have eps = infinity; {advice}")
+    if privacy.local_dp:
+        raise PrivacyError(f"privacy_budget: local-DP runs {', '.join(privacy.local_dp)} hold under another neighbour "
+                           f"relation (any two images), which does not compose with DP-SGD's add/remove eps; {advice}")
+    if privacy.dp_sgd_runs and privacy.dp_sgd_epsilon is None:
+        raise PrivacyError(f"privacy_budget: {privacy.statement}")
+    if privacy.dp_sgd_epsilon is not None and privacy.dp_sgd_epsilon > budget.epsilon:
+        raise PrivacyError(
+            f"privacy_budget: the study's {len(privacy.dp_sgd_runs)} DP-SGD runs together cost eps = "
+            f"{privacy.dp_sgd_epsilon:.4g} at delta = {budget.delta:g} ({budget.accountant.upper()}), above the "
+            f"budget eps = {budget.epsilon:g}; drop runs (arms, values or seeds), lower their target_epsilon, or "
+            "raise the budget")

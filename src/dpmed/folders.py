@@ -1,0 +1,150 @@
+"""The output folder of a study: every file name dpmed writes, in one place, and the one atomic write.
+
+Two kinds of file, kept apart (METHODS.md s.2b, DESIGN.md "Outputs of a study"):
+
+* **Releasable**, under ``<out>/<study>/`` outside ``private/``: the trained models' weights, run.json, study.yaml,
+  results.csv, predictions on validation and test images, the report. Nothing in them depends on the training
+  images except through the noised model and the accountant, so a user may share them and every eps still holds.
+* **Private**, under ``<out>/<study>/private/``: checkpoints (optimiser state and the privacy randomness's key and
+  position, while a run is unfinished), statistics of the training images computed without noise (training loss),
+  the audit's canary inclusion bits and scores, and the log. Never share this folder.
+
+``<study>/runs/<id>/run.json`` exists exactly when a run is finished; it is written last, atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["StudyFolder", "RunFolder", "write_json_atomic", "write_text_atomic"]
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file in the same folder, then rename: readers see the old file or the whole new one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
+    """JSON (strict: no NaN or inf) written atomically."""
+    write_text_atomic(path, json.dumps(payload, indent=2, allow_nan=False, default=str))
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's files: ``public`` (releasable) and ``private``."""
+
+    run_id: str
+    public: Path
+    private: Path
+
+    # releasable
+    @property
+    def record(self) -> Path:
+        return self.public / "run.json"
+
+    @property
+    def model(self) -> Path:
+        """The trained model's weights (a state dict): what a user may publish."""
+        return self.public / "model.pt"
+
+    @property
+    def predictions(self) -> Path:
+        return self.public / "predictions.npz"
+
+    @property
+    def examples(self) -> Path:
+        return self.public / "ldp_examples.npz"
+
+    @property
+    def cams(self) -> Path:
+        return self.public / "cams.npz"
+
+    @property
+    def error(self) -> Path:
+        return self.public / "error.json"
+
+    # private
+    @property
+    def checkpoint(self) -> Path:
+        return self.private / "checkpoint.pt"
+
+    @property
+    def privacy_key(self) -> Path:
+        return self.private / "privacy_key"
+
+    @property
+    def statistics(self) -> Path:
+        """Training-set statistics computed without noise (not covered by any eps)."""
+        return self.private / "training_statistics.json"
+
+    @property
+    def audit(self) -> Path:
+        return self.private / "audit.json"
+
+    @property
+    def audit_scores(self) -> Path:
+        return self.private / "audit_scores.npz"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.record.is_file()
+
+    def make(self) -> None:
+        self.public.mkdir(parents=True, exist_ok=True)
+        self.private.mkdir(parents=True, exist_ok=True)
+
+    def discard_secrets(self) -> None:
+        """Delete the checkpoint and the privacy key once the run is finished: a finished run is never resumed, and
+        with them gone no file left on disk can regenerate its noise."""
+        self.checkpoint.unlink(missing_ok=True)
+        self.privacy_key.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class StudyFolder:
+    """``<out>/<study name>/`` and every study-level file in it."""
+
+    root: Path
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def private(self) -> Path:
+        return self.root / "private"
+
+    @property
+    def resolved_study(self) -> Path:
+        return self.root / "study.yaml"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results.csv"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def comparisons(self) -> Path:
+        return self.root / "comparisons.json"
+
+    @property
+    def private_report(self) -> Path:
+        return self.private / "report.html"
+
+    def run(self, run_id: str) -> RunFolder:
+        return RunFolder(run_id, self.runs / run_id, self.private / "runs" / run_id)
+
+    def finished_run_ids(self) -> list[str]:
+        """Every run with a run.json in this folder, whether or not the current study file still lists it."""
+        if not self.runs.is_dir():
+            return []
+        return sorted(p.parent.name for p in self.runs.glob("*/run.json"))

@@ -1,0 +1,177 @@
+"""Where dpmed's randomness comes from: public streams of the study seed, and each run's secret privacy randomness.
+
+The two kinds are kept apart (METHODS.md s.2b):
+
+* **Public randomness** (model initialisation, data splits, which test images are explained, the bootstrap, which
+  patients a canary is made from) derives from the study seed with :func:`public_seed`: anyone may rerun it, and
+  nothing private rests on it.
+* **Privacy randomness** (Poisson sampling, DP-SGD noise, local-DP noise, the canaries' inclusion bits) is what
+  every eps rests on. An adversary who can regenerate it subtracts the noise, and two runs that share it let anyone
+  cancel it (with noise multipliers s1, s2 and the same draws u, s2 * u1 - s1 * u2 is noise-free). So
+  :meth:`PrivacyRandomness.secure` keys it with 256 bits from the operating system's entropy, fresh for every run:
+  independent across runs, arms, swept values and seeds, and derived from nothing that dpmed writes to a shareable
+  file. Its key lives only in the run's private folder while the run is unfinished (so that a resumed run continues
+  the very same draws) and is deleted when the run finishes.
+
+The generator is AES-128 in counter mode (randomgen's ``AESCounter``, AES-NI where the CPU has it), a
+cryptographically secure generator: its output reveals nothing about its key or about other outputs. numpy's
+``Generator`` turns it into floats: 53-bit uniforms, float64 Gaussians (ziggurat) and Laplace draws. Opacus's
+``secure_mode`` draws from torchcsprng's ``/dev/urandom`` generator (unmaintained; no build for current torch) and
+sums 4 float32 Gaussians per coordinate against floating-point attacks (Holohan and Braghin 2021, arXiv:2107.10138);
+dpmed instead draws float64 noise, adds it to the clipped sum in float64 and rounds the result to the model's float32
+(`dpmed.training.dp_sgd`), so every float32 output is reachable from every sum and the gaps in the set of float64
+noise values that those attacks read (Mironov 2012) fall far below the output's rounding. Residual risks, stated:
+the samplers are not exact discrete samplers (Canonne, Kamath, Steinke 2020), and timing is not constant.
+
+``PrivacyRandomness.reproducible(seed=..., run_id=...)`` derives the key from the study seed and the run id instead:
+for tests and debugging only (study key ``privacy_randomness: reproducible``). Its runs are labelled "not DP against
+anyone who knows the seed": the seed is published in study.yaml and run.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal, Mapping
+
+import numpy as np
+from randomgen import AESCounter
+
+__all__ = ["PrivacyRandomness", "PRIVACY_STREAMS", "RandomnessMode", "public_seed", "poisson_mask",
+           "NOT_DP_REPRODUCIBLE"]
+
+RandomnessMode = Literal["secure", "reproducible"]
+
+# The independent streams of a run's privacy randomness, one per use, so that (say) the number of Poisson draws
+# never shifts the noise; a run asks for them by name.
+PRIVACY_STREAMS = ("sampling", "noise", "local_dp", "canaries", "examples")
+
+# What a reproducible run's privacy card, results row and report say about it.
+NOT_DP_REPRODUCIBLE = ("not DP against anyone who knows the seed: privacy randomness derived from the published "
+                       "study seed (privacy_randomness: reproducible, for tests and debugging)")
+
+_KEY_BYTES = 32
+_REPRODUCIBLE_DOMAIN = b"dpmed reproducible privacy randomness v1"
+_STREAM_DOMAIN = b"dpmed privacy stream v1"
+_PUBLIC_DOMAIN = b"dpmed public stream v1"
+
+
+def public_seed(seed: int, stream: str) -> int:
+    """A 63-bit seed for the public randomness called ``stream`` (e.g. "init", "splits", "canary_sources"),
+    derived from the study ``seed``: independent across stream names, the same on every machine, and never used
+    for anything a privacy claim rests on."""
+    digest = hashlib.sha256(_PUBLIC_DOMAIN + b"\0" + str(int(seed)).encode() + b"\0" + stream.encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def _stream_key(root: bytes, name: str) -> int:
+    """The 128-bit AES key of stream ``name``: SHA-256 of the run's root key and the name (independent streams)."""
+    return int.from_bytes(hashlib.sha256(_STREAM_DOMAIN + root + name.encode()).digest()[:16], "little")
+
+
+def _state_to_json(state: Mapping[str, Any]) -> str:
+    def plain(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return {"dtype": str(v.dtype), "values": [int(x) for x in v.tolist()]}
+        if isinstance(v, Mapping):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+    return json.dumps(plain(state))
+
+
+def _state_from_json(text: str) -> dict[str, Any]:
+    def arrays(v: Any) -> Any:
+        if isinstance(v, dict) and set(v) == {"dtype", "values"}:
+            return np.array(v["values"], dtype=v["dtype"])
+        if isinstance(v, dict):
+            return {k: arrays(x) for k, x in v.items()}
+        return v
+    return arrays(json.loads(text))
+
+
+@dataclass(frozen=True, eq=False)
+class PrivacyRandomness:
+    """The privacy randomness of one run: independent AES-CTR streams under one root key.
+
+    ``mode`` is "secure" (root key from OS entropy) or "reproducible" (from the study seed and run id: not DP
+    against anyone who knows the seed). Streams are created on first use and remember their position, so the
+    sampler and the noise each continue where they stopped; :meth:`state` and :meth:`restore` carry those
+    positions through a (private) checkpoint so that a resumed run makes exactly the draws an uninterrupted one
+    would. Never write :meth:`root_hex` or :meth:`state` anywhere but the run's private folder.
+    """
+
+    root: bytes
+    mode: RandomnessMode
+
+    def __post_init__(self) -> None:
+        if len(self.root) != _KEY_BYTES:
+            raise ValueError(f"a privacy randomness root key has {_KEY_BYTES} bytes, got {len(self.root)}")
+        if self.mode not in ("secure", "reproducible"):
+            raise ValueError(f"mode must be 'secure' or 'reproducible', got {self.mode!r}")
+        object.__setattr__(self, "_streams", {})
+
+    @classmethod
+    def secure(cls) -> "PrivacyRandomness":
+        """Fresh randomness: a root key of 256 bits from the operating system (``secrets``), never derived from
+        anything dpmed publishes."""
+        return cls(secrets.token_bytes(_KEY_BYTES), "secure")
+
+    @classmethod
+    def reproducible(cls, *, seed: int, run_id: str) -> "PrivacyRandomness":
+        """Randomness derived from the study ``seed`` and ``run_id`` (distinct runs still get independent streams,
+        so a sweep never shares noise). Anyone who knows the seed can regenerate it: NOT DP against them."""
+        digest = hashlib.sha256(_REPRODUCIBLE_DOMAIN + b"\0" + str(int(seed)).encode() + b"\0"
+                                + run_id.encode()).digest()
+        return cls(digest, "reproducible")
+
+    @classmethod
+    def from_root_hex(cls, text: str, mode: RandomnessMode) -> "PrivacyRandomness":
+        """The randomness whose :meth:`root_hex` was saved in a run's private folder (resuming that run)."""
+        return cls(bytes.fromhex(text.strip()), mode)
+
+    def root_hex(self) -> str:
+        return self.root.hex()
+
+    @property
+    def is_secret(self) -> bool:
+        return self.mode == "secure"
+
+    def stream(self, name: str) -> np.random.Generator:
+        """The generator of stream ``name`` (one of PRIVACY_STREAMS), the same object on every call."""
+        if name not in PRIVACY_STREAMS:
+            raise ValueError(f"unknown privacy stream {name!r}; known: {', '.join(PRIVACY_STREAMS)}")
+        streams: dict[str, np.random.Generator] = self._streams  # type: ignore[attr-defined]
+        if name not in streams:
+            streams[name] = np.random.Generator(AESCounter(key=_stream_key(self.root, name)))
+        return streams[name]
+
+    def state(self) -> dict[str, str]:
+        """The positions of the streams used so far (JSON text per stream), for a private checkpoint."""
+        streams: dict[str, np.random.Generator] = self._streams  # type: ignore[attr-defined]
+        return {name: _state_to_json(g.bit_generator.state) for name, g in streams.items()}
+
+    def restore(self, state: Mapping[str, str]) -> None:
+        """Continue every stream from :meth:`state` (taken from this same root key)."""
+        for name, text in state.items():
+            generator = self.stream(name)
+            saved = _state_from_json(text)
+            if _stream_key(self.root, name) & ((1 << 64) - 1) != int(saved["s"]["seed"][0]):
+                raise ValueError(f"the saved state of privacy stream {name!r} belongs to another key")
+            generator.bit_generator.state = saved
+
+
+def poisson_mask(rng: np.random.Generator, n: int, sample_rate: float) -> np.ndarray:
+    """bool [n]: each index independently True with probability at most ``sample_rate``, never more.
+
+    Each index compares a raw 64-bit draw with floor(q 2^64), computed exactly: the inclusion probability is
+    floor(q 2^64) / 2^64, below q by less than 2^-64. A float32 uniform (torch.rand) would round q up to its 2^-24
+    grid, 6 % high at q = 1e-6 and double at 3e-8, and every accountant assumes the rate it is given."""
+    if not 0 < sample_rate <= 1:
+        raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+    if sample_rate == 1:
+        return np.ones(n, dtype=bool)
+    threshold = np.uint64(int(Fraction(sample_rate) * (1 << 64)))
+    return rng.bit_generator.random_raw(n) < threshold
