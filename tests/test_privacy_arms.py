@@ -121,7 +121,12 @@ def test_not_dp_modes_never_print_a_finite_eps(records):
     assert shift["is_dp"] is False and shift["epsilon"] is None and shift["statement"].startswith("NOT DP")
     shuffled = records["shuffled_eps8_C1_seed0"]["privacy"]
     assert shuffled["is_dp"] is False and shuffled["epsilon"] is None and "NOT DP" in shuffled["statement"]
-    assert "Poisson" in shuffled["statement"]
+    assert "Poisson" in shuffled["statement"] and 0 < shuffled["epsilon_if_poisson"] <= 8
+    # the ledger says what ran, so eps recomputed from run.json is refused, not a Poisson eps
+    ledger = accounting.Ledger.from_dict(records["shuffled_eps8_C1_seed0"]["ledger"])
+    assert [e["type"] for e in records["shuffled_eps8_C1_seed0"]["ledger"]["events"]] == ["shuffled_batches"]
+    with pytest.raises(ValueError, match="shuffled"):
+        accounting.ledger_epsilon(ledger, delta=shuffled["delta"])
 
 
 def test_dp_cards_name_delta_accountant_and_neighbours(records):

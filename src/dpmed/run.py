@@ -111,7 +111,9 @@ def _patient_guarantee(d: Mapping[str, Any], delta: float) -> dict[str, Any] | N
 def _dp_sgd_card(spec: RunSpec, ledger: accounting.Ledger, randomness_mode: str) -> dict[str, Any]:
     d, p = spec.derived, spec.params
     accountant = d["accountant"]
-    eps = accounting.ledger_epsilon(ledger, delta=d["delta"], accountant=accountant)
+    shuffled = ledger.has_shuffled_batches       # no accountant covers it: only a labelled Poisson counterpart
+    eps = accounting.ledger_epsilon(accounting.poisson_counterpart(ledger) if shuffled else ledger, delta=d["delta"],
+                                    accountant=accountant)
     clip = "L1" if p["noise"] == "laplace" else "L2"
     unit = _unit_text(d)
     neighbours = accounting.NEIGHBOUR_PATIENT if unit == "patient" else accounting.NEIGHBOUR_DP_SGD
@@ -135,7 +137,7 @@ def _dp_sgd_card(spec: RunSpec, ledger: accounting.Ledger, randomness_mode: str)
     params = (f"{unit}s: N = {d['n_units']}, q = {d['sample_rate']:.4g}, T = {ledger.dp_sgd_steps}, "
               f"sigma = {d['noise_multiplier']:.4g}, C = {p['max_grad_norm']:g}"
               + (", Laplace noise, L1 clipping" if p["noise"] == "laplace" else ""))
-    if p["sampling"] == "shuffle":
+    if shuffled:
         # The accountants assume Poisson sampling; for shuffled fixed-size batches their eps is not a valid bound.
         card.update(is_dp=False, epsilon=None, epsilon_if_poisson=eps,
                     statement=(f"NOT DP as accounted (reproduction mode): shuffled fixed-size batches, but the "

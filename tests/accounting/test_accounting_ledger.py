@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.accounting import (LaplaceImageEvent, Ledger, PoissonGaussianEvent, dp_sgd_epsilon,
-                              event_from_dict, event_to_dict, ledger_epsilon)
+from dpmed.accounting import (LaplaceImageEvent, Ledger, PoissonGaussianEvent, ShuffledBatchesEvent, dp_sgd_epsilon,
+                              event_from_dict, event_to_dict, ledger_epsilon, poisson_counterpart, shuffled_event)
 
 Q, SIGMA, DELTA = 128 / 5218, 5.002, 1e-4
 
@@ -124,3 +124,20 @@ def test_local_releases_are_not_mixed_into_dp_sgd_epsilon():
     ledger = Ledger().record(LaplaceImageEvent(scale=1.0, value_range=1.0, dimension=10))
     with pytest.raises(ValueError, match="laplace_image_epsilon"):
         ledger_epsilon(ledger, delta=1e-5)
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp", "rdp-classic", "pure"])
+def test_shuffled_batches_are_recorded_as_such_and_every_accountant_refuses_them(accountant):
+    """sampling: shuffle is recorded as what ran; recomputing eps from run.json must not give a Poisson eps."""
+    shuffled = Ledger()
+    for _ in range(5):
+        shuffled = shuffled.record(shuffled_event(noise="gaussian", noise_multiplier=SIGMA, sample_rate=Q, steps=1))
+    assert shuffled.events == (ShuffledBatchesEvent("gaussian", SIGMA, Q, 5),) and shuffled.dp_sgd_steps == 5
+    assert json_round_trip(shuffled) == shuffled
+    with pytest.raises(ValueError, match="shuffled fixed-size batches"):
+        ledger_epsilon(shuffled, delta=DELTA, accountant=accountant)
+    # the labelled hypothetical: what a Poisson run at the same rate would have cost, exactly
+    counterpart = poisson_counterpart(shuffled)
+    assert counterpart == run(Ledger(), 5) and not counterpart.has_shuffled_batches
+    assert ledger_epsilon(counterpart, delta=DELTA) == dp_sgd_epsilon(noise_multiplier=SIGMA, sample_rate=Q, steps=5,
+                                                                     delta=DELTA)

@@ -7,11 +7,11 @@ nothing else of dpmed, so every privacy number dpmed prints comes from this one 
 from dpmed.accounting.calibration import noise_multiplier_for
 from dpmed.accounting.epsilon import (ACCOUNTANTS, NEIGHBOUR_DP_SGD, NOISES, AccountantInfo, accountant_info,
                                       default_delta, describe_accountant, dp_sgd_epsilon, dp_sgd_event, dp_sgd_schedule,
-                                      effective_accountant, ledger_epsilon)
+                                      effective_accountant, ledger_epsilon, poisson_counterpart, shuffled_event)
 from dpmed.accounting.group import (GROUP_CITATION, NEIGHBOUR_PATIENT, TIGHT_GROUP_CITATION, GroupPrivacy,
                                     group_privacy)
 from dpmed.accounting.events import (GaussianImageEvent, LaplaceImageEvent, PoissonGaussianEvent, PoissonLaplaceEvent,
-                                     event_from_dict, event_to_dict)
+                                     ShuffledBatchesEvent, event_from_dict, event_to_dict)
 from dpmed.accounting.ldp import (NEIGHBOUR_LDP_IMAGE, gaussian_epsilon, gaussian_image_epsilon,
                                   gaussian_std_for_image, laplace_image_epsilon, laplace_pixel_epsilon,
                                   laplace_scale_for, laplace_scale_for_image)
@@ -24,8 +24,8 @@ from dpmed.accounting.reconstruction import (MIA_FPRS, NEIGHBOUR_RECONSTRUCTION,
 
 __all__ = [
     # events and the ledger
-    "PoissonGaussianEvent", "PoissonLaplaceEvent", "LaplaceImageEvent", "GaussianImageEvent", "event_to_dict",
-    "event_from_dict", "Ledger",
+    "PoissonGaussianEvent", "PoissonLaplaceEvent", "ShuffledBatchesEvent", "LaplaceImageEvent", "GaussianImageEvent",
+    "event_to_dict", "event_from_dict", "Ledger", "shuffled_event", "poisson_counterpart",
     # DP-SGD
     "ACCOUNTANTS", "NOISES", "AccountantInfo", "accountant_info", "describe_accountant", "effective_accountant",
     "NEIGHBOUR_DP_SGD", "dp_sgd_event", "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule",

@@ -36,12 +36,12 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpmed.accounting import _arguments
-from dpmed.accounting.events import DpSgdEvent, PoissonGaussianEvent, PoissonLaplaceEvent
+from dpmed.accounting.events import DpSgdEvent, PoissonGaussianEvent, PoissonLaplaceEvent, ShuffledBatchesEvent
 from dpmed.accounting.ledger import Ledger
 
 __all__ = ["ACCOUNTANTS", "NOISES", "AccountantInfo", "NEIGHBOUR_DP_SGD", "accountant_info", "describe_accountant",
            "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule", "estimate_epsilon", "dp_sgd_event",
-           "effective_accountant"]
+           "effective_accountant", "shuffled_event", "poisson_counterpart"]
 
 NEIGHBOUR_DP_SGD = "add or remove one training image (Poisson sampling)"
 _NEIGHBOURS = NeighboringRelation.ADD_OR_REMOVE_ONE  # the relation NEIGHBOUR_DP_SGD names
@@ -79,6 +79,23 @@ def dp_sgd_event(*, noise: str, noise_multiplier: float, sample_rate: float, ste
     if noise not in _NOISE_EVENTS:
         raise ValueError(f"noise must be one of {', '.join(NOISES)}, got {noise!r}")
     return _NOISE_EVENTS[noise](noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
+
+
+def shuffled_event(*, noise: str, noise_multiplier: float, sample_rate: float, steps: int) -> ShuffledBatchesEvent:
+    """The event of ``steps`` DP-SGD steps on shuffled fixed-size batches: recorded, and refused by every
+    accountant."""
+    return ShuffledBatchesEvent(noise=noise, noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
+
+
+def poisson_counterpart(ledger: Ledger) -> Ledger:
+    """The ledger with every shuffled-batch entry replaced by Poisson sampling at the same rate: what the run's eps
+    *would* be had it sampled as the accountants assume. A hypothetical for labelled display only; it does not hold
+    for the run."""
+    out = Ledger()
+    for e in ledger.events:
+        out = out.record(dp_sgd_event(noise=e.noise, noise_multiplier=e.noise_multiplier, sample_rate=e.sample_rate,
+                                      steps=e.steps) if isinstance(e, ShuffledBatchesEvent) else e)
+    return out
 
 
 def _as_dp_event(events: Sequence[DpSgdEvent]) -> dp_event.DpEvent:
@@ -260,6 +277,10 @@ def ledger_epsilon(ledger: Ledger, *, delta: float, accountant: str = "pld") -> 
     """
     if not isinstance(ledger, Ledger):
         raise TypeError(f"ledger must be a dpmed.accounting.Ledger, got {type(ledger).__name__}")
+    if ledger.has_shuffled_batches:
+        raise ValueError("the ledger holds steps on shuffled fixed-size batches (sampling: shuffle): every accountant "
+                         "here assumes Poisson sampling, and none covers them; poisson_counterpart(ledger) gives the "
+                         "eps a Poisson run would have had, which does not hold for this one")
     if len(ledger.dp_sgd_events) != len(ledger.events):
         raise ValueError("the ledger holds a local DP image release: that is a separate guarantee (any two images "
                          "are neighbours); report it with laplace_image_epsilon or gaussian_image_epsilon")

@@ -11,10 +11,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from dpmed.accounting.events import (DpSgdEvent, Event, GaussianImageEvent, LaplaceImageEvent, PoissonGaussianEvent,
-                                     PoissonLaplaceEvent, event_from_dict, event_to_dict)
+                                     PoissonLaplaceEvent, ShuffledBatchesEvent, event_from_dict, event_to_dict)
 
-_EVENTS = (PoissonGaussianEvent, PoissonLaplaceEvent, LaplaceImageEvent, GaussianImageEvent)
+_EVENTS = (PoissonGaussianEvent, PoissonLaplaceEvent, ShuffledBatchesEvent, LaplaceImageEvent, GaussianImageEvent)
 _DP_SGD_EVENTS = (PoissonGaussianEvent, PoissonLaplaceEvent)
+_STEP_EVENTS = (PoissonGaussianEvent, PoissonLaplaceEvent, ShuffledBatchesEvent)   # one entry per optimiser step
 
 __all__ = ["Ledger"]
 
@@ -44,15 +45,20 @@ class Ledger:
             raise TypeError(f"record() takes a privacy event ({', '.join(c.__name__ for c in _EVENTS)}), "
                             f"got {event!r}")
         last = self.events[-1] if self.events else None
-        if (isinstance(event, _DP_SGD_EVENTS) and type(last) is type(event)
-                and (last.noise_multiplier, last.sample_rate) == (event.noise_multiplier, event.sample_rate)):
+        if (isinstance(event, _STEP_EVENTS) and type(last) is type(event)
+                and replace(last, steps=0) == replace(event, steps=0)):
             return Ledger(self.events[:-1] + (replace(last, steps=last.steps + event.steps),))
         return Ledger(self.events + (event,))
 
     @property
     def dp_sgd_steps(self) -> int:
-        """Total DP-SGD steps recorded."""
-        return sum(e.steps for e in self.events if isinstance(e, _DP_SGD_EVENTS))
+        """Total DP-SGD steps recorded (Poisson-sampled or on shuffled batches)."""
+        return sum(e.steps for e in self.events if isinstance(e, _STEP_EVENTS))
+
+    @property
+    def has_shuffled_batches(self) -> bool:
+        """Whether any step ran on shuffled fixed-size batches, which no accountant covers."""
+        return any(isinstance(e, ShuffledBatchesEvent) for e in self.events)
 
     @property
     def dp_sgd_events(self) -> tuple[DpSgdEvent, ...]:

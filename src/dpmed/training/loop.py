@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from dpmed.accounting import Ledger, dp_sgd_event, dp_sgd_schedule  # noqa: F401 (re-exported)
+from dpmed.accounting import Ledger, dp_sgd_event, dp_sgd_schedule, shuffled_event  # noqa: F401 (re-exported)
 from dpmed.config import TrainingConfig
 from dpmed.data import ImageSet, Task
 from dpmed.randomness import PrivacyRandomness
@@ -217,8 +217,9 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
             else:
                 step_fn(x_all[idx].to(device), y_all[idx].to(device))
             optimizer.step()
-            ledger = ledger.record(dp_sgd_event(noise=dp.noise, noise_multiplier=dp.noise_multiplier,
-                                                sample_rate=dp.sample_rate, steps=1))
+            record = dp_sgd_event if dp.sampling == "poisson" else shuffled_event    # what ran, as it ran
+            ledger = ledger.record(record(noise=dp.noise, noise_multiplier=dp.noise_multiplier,
+                                          sample_rate=dp.sample_rate, steps=1))
             bar.update()
             if step % steps_per_epoch == 0 or step == dp.steps:
                 save(step)
