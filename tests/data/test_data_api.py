@@ -21,7 +21,8 @@ def test_required_names_are_exported():
 
 def test_submodules_declare_all():
     for module in ("sample", "splits", "synthetic", "transforms", "registry", "manifest", "assembly", "cache",
-                   "decoding", "formats", "formats.medmnist", "formats.folders", "formats.tables", "formats.dicom"):
+                   "decoder", "decoding", "dicom", "formats", "formats.medmnist", "formats.folders",
+                   "formats.table_reading", "formats.tables", "formats.chest_xray"):
         mod = importlib.import_module(f"dpmed.data.{module}")
         for name in mod.__all__:
             assert hasattr(mod, name), f"dpmed.data.{module}.{name}"

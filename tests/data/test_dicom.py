@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from dpmed.data import SplitPlan, load_dataset
+from dpmed.data import dicom
 from dpmed.data.decoding import UnreadableImage, read_image
-from dpmed.data.formats import dicom
-from dpmed.data.formats.dicom import voi_window
+from dpmed.data.dicom import voi_window
 from dpmed.errors import DataError
 
 

@@ -7,9 +7,10 @@ The data stage is the most upstream stage after config: it imports nothing of dp
 """
 
 from dpmed.data.assembly import SplitPlan, assemble_dataset
+from dpmed.data.formats.chest_xray import read_chexpert, read_mimic, read_nih
 from dpmed.data.formats.folders import read_image_folders
 from dpmed.data.formats.medmnist import read_medmnist
-from dpmed.data.formats.tables import read_aptos, read_chexpert, read_csv_table, read_ham10000, read_mimic, read_nih
+from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
 from dpmed.data.manifest import Manifest
 from dpmed.data.registry import DATASET_SOURCES, load_dataset
 from dpmed.data.sample import Dataset, ImageSet, Sample, Task

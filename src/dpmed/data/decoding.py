@@ -1,9 +1,9 @@
 """Decode one image file into float32 [C, H, W] in [0, 1], whatever its format.
 
 A registry by file suffix (DESIGN.md, style example 3): raster formats (JPEG, PNG, BMP, TIFF) through Pillow, DICOM
-through :mod:`dpmed.data.formats.dicom` (pydicom, an optional extra). Every decoder signals a file it cannot read
-with :class:`UnreadableImage`, which assembly turns into a flagged row ("unreadable image") that names the file;
-anything else (a missing optional package) is raised as it is.
+through :mod:`dpmed.data.dicom` (pydicom, an optional extra, imported by that module only when a DICOM is read). Every
+decoder signals a file it cannot read with :class:`~dpmed.data.decoder.UnreadableImage`, which assembly turns into a
+flagged row ("unreadable image") that names the file; anything else (a missing optional package) is raised as it is.
 
 Value scale: 8-bit samples / 255, 16-bit samples / 65535 (PNG with 16-bit grey, as some NIH and MIMIC exports), so
 the stored value range maps onto [0, 1] without looking at any other image. Colour to grey is ITU-R BT.601 luma
@@ -16,31 +16,18 @@ study. The result depends only on the file and the requested size, so it is dete
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from dpmed.data.decoder import Decoder, UnreadableImage
+from dpmed.data.dicom import peek_dicom, read_dicom
+
 __all__ = ["UnreadableImage", "Decoder", "DECODERS", "decoder_for", "read_image", "peek_image"]
 
 _GREY_MODES = {"1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F", "La"}
 _WIDE_MODES = {"I", "I;16", "I;16L", "I;16B", "I;16N"}  # 16-bit samples (Pillow opens 16-bit PNG as I or I;16)
-
-
-class UnreadableImage(Exception):
-    """This file cannot be decoded (truncated, corrupt, not an image, an unsupported variant): the row is flagged."""
-
-
-@dataclass(frozen=True)
-class Decoder:
-    """read(path, channels, size_hint) -> float32 [C, H, W] in [0, 1]; peek(path) -> (channels, (H, W)) from the
-    header alone. size_hint is the size a later resize will produce (a decoder may decode at >= that size)."""
-
-    name: str
-    read: Callable[[Path, int, tuple[int, int] | None], np.ndarray]
-    peek: Callable[[Path], tuple[int, tuple[int, int]]]
 
 
 def _pillow_errors() -> tuple[type[BaseException], ...]:
@@ -78,8 +65,6 @@ def _peek_raster(path: Path) -> tuple[int, tuple[int, int]]:
 
 
 def _read_dicom(path: Path, channels: int, size_hint: tuple[int, int] | None) -> np.ndarray:
-    from dpmed.data.formats.dicom import read_dicom  # pydicom is optional: imported only when a DICOM is read
-
     x = read_dicom(path)  # [C, H, W] in [0, 1]
     if x.shape[0] == channels:
         return x
@@ -88,14 +73,8 @@ def _read_dicom(path: Path, channels: int, size_hint: tuple[int, int] | None) ->
     return np.einsum("chw,c->hw", x, np.array([0.299, 0.587, 0.114], dtype=np.float32))[None]
 
 
-def _peek_dicom(path: Path) -> tuple[int, tuple[int, int]]:
-    from dpmed.data.formats.dicom import peek_dicom
-
-    return peek_dicom(path)
-
-
 _RASTER = Decoder("pillow", _read_raster, _peek_raster)
-_DICOM = Decoder("dicom (pydicom)", _read_dicom, _peek_dicom)
+_DICOM = Decoder("dicom (pydicom)", _read_dicom, peek_dicom)
 
 DECODERS: dict[str, Decoder] = {
     ".jpg": _RASTER, ".jpeg": _RASTER, ".png": _RASTER, ".bmp": _RASTER, ".tif": _RASTER, ".tiff": _RASTER,

@@ -6,8 +6,9 @@ Each entry also says which optional study keys it reads (``options``), so a key 
 read it is an error that names the key, never silently ignored.
 
 Two kinds of source: *arrays* (the phantom, a MedMNIST npz) arrive as whole arrays and are preprocessed here;
-*file layouts* (image folders, the tables of :mod:`dpmed.data.formats.tables`) are listed into a manifest and
-decoded, preprocessed, cached and split once by :mod:`dpmed.data.assembly`.
+*file layouts* (image folders, the tables of :mod:`dpmed.data.formats.chest_xray` and
+:mod:`dpmed.data.formats.tables`) are listed into a manifest and decoded, preprocessed, cached and split once by
+:mod:`dpmed.data.assembly`.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from dpmed.data.assembly import SplitPlan, assemble_dataset
+from dpmed.data.formats.chest_xray import read_chexpert, read_mimic, read_nih
 from dpmed.data.formats.folders import read_image_folders
 from dpmed.data.formats.medmnist import read_medmnist
-from dpmed.data.formats.tables import (
-    read_aptos, read_chexpert, read_csv_table, read_ham10000, read_mimic, read_nih,
-)
+from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
 from dpmed.data.manifest import Manifest
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.data.synthetic import make_phantom

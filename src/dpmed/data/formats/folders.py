@@ -35,7 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from dpmed.data.decoder import UnreadableImage
 from dpmed.data.decoding import DECODERS
+from dpmed.data.dicom import read_dicom_header
 from dpmed.data.manifest import SPLIT_NAMES, Manifest, parse_age, parse_sex
 from dpmed.data.sample import Task
 from dpmed.errors import DataError
@@ -154,9 +156,6 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
 
 
 def _dicom_header(path: Path) -> dict[str, str]:
-    from dpmed.data.decoding import UnreadableImage
-    from dpmed.data.formats.dicom import read_dicom_header
-
     try:
         return read_dicom_header(path)
     except UnreadableImage:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpmed.data.decoder import UnreadableImage
 from dpmed.errors import DataError
 
 __all__ = ["read_dicom", "peek_dicom", "read_dicom_header", "voi_window"]
@@ -41,8 +42,6 @@ def _pydicom():
 
 
 def _open(path: Path, *, pixels: bool):
-    from dpmed.data.decoding import UnreadableImage
-
     pydicom = _pydicom()
     try:
         return pydicom.dcmread(path, stop_before_pixels=not pixels)
@@ -109,8 +108,6 @@ def read_dicom(path: Path) -> np.ndarray:
     Raises UnreadableImage (a flagged row) for a file that is not DICOM, has no pixel data, several frames or an
     unsupported photometric interpretation or transfer syntax; DataError when pydicom is not installed.
     """
-    from dpmed.data.decoding import UnreadableImage
-
     ds = _open(path, pixels=True)
     if "PixelData" not in ds:
         raise UnreadableImage("is a DICOM file without pixel data (a report or a structured document?)")
@@ -133,8 +130,6 @@ def read_dicom(path: Path) -> np.ndarray:
 
 def peek_dicom(path: Path) -> tuple[int, tuple[int, int]]:
     """(SamplesPerPixel, (Rows, Columns)) from the header, without reading the pixels."""
-    from dpmed.data.decoding import UnreadableImage
-
     ds = _open(path, pixels=False)
     try:
         return int(ds.get("SamplesPerPixel", 1)), (int(ds.Rows), int(ds.Columns))

@@ -1,0 +1,30 @@
+"""What an image decoder is: the info object every decoder registers, and the one error it may signal.
+
+Below both :mod:`dpmed.data.decoding` (the registry by file suffix, and the raster decoder) and
+:mod:`dpmed.data.dicom` (the DICOM decoder), so that the arrows between them run one way: the registry imports the
+decoders, and every decoder imports only this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["UnreadableImage", "Decoder"]
+
+
+class UnreadableImage(Exception):
+    """This file cannot be decoded (truncated, corrupt, not an image, an unsupported variant): the row is flagged."""
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """read(path, channels, size_hint) -> float32 [C, H, W] in [0, 1]; peek(path) -> (channels, (H, W)) from the
+    header alone. size_hint is the size a later resize will produce (a decoder may decode at >= that size)."""
+
+    name: str
+    read: Callable[[Path, int, tuple[int, int] | None], np.ndarray]
+    peek: Callable[[Path], tuple[int, tuple[int, int]]]

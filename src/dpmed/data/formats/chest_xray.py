@@ -1,0 +1,221 @@
+"""Chest X-ray tables: CheXpert, NIH ChestX-ray14 and MIMIC-CXR-JPG, multilabel findings per radiograph.
+
+Each reader turns its tables into a :class:`~dpmed.data.manifest.Manifest` (no pixel is decoded here), with the
+shared table reading of :mod:`dpmed.data.formats.table_reading`; image files that are missing or unreadable are found
+by :mod:`dpmed.data.assembly`, which also splits.
+
+Uncertain and blank findings (CheXpert, MIMIC-CXR-JPG). The CheXpert labeller (Irvin et al. 2019) writes 1
+(positive), 0 (negative), -1 (uncertain: "may represent pneumonia") or leaves the cell blank (not mentioned). dpmed's
+policy, stated in every record: **blank -> 0** (a finding the report does not mention is taken as absent, the usual
+reading), **-1 -> ``uncertain``**: ``zeros`` (U-Zeros, the default: a finding counts only when the report asserts
+it) or ``ones`` (U-Ones, which Irvin et al. found better for atelectasis and edema). Any other value is a flagged row.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+import pandas as pd
+
+from dpmed.data.formats.table_reading import (Flags, chosen_labels, csv_line, dataset_folder, first_existing,
+                                              index_images, read_table, table_manifest)
+from dpmed.data.manifest import Manifest, parse_splits
+from dpmed.data.sample import Task
+from dpmed.errors import DataError
+
+__all__ = ["read_chexpert", "read_nih", "read_mimic", "CHEXPERT_FINDINGS", "CHEXPERT_COMPETITION", "NIH_FINDINGS",
+           "UNCERTAIN_POLICIES"]
+
+CHEXPERT_FINDINGS = (
+    "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
+    "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other", "Fracture",
+    "Support Devices")
+CHEXPERT_COMPETITION = ("Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Pleural Effusion")
+"""The five findings of the CheXpert competition (Irvin et al. 2019): the default labels of CheXpert and MIMIC."""
+NIH_FINDINGS = (
+    "Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule", "Pneumonia", "Pneumothorax",
+    "Consolidation", "Edema", "Emphysema", "Fibrosis", "Pleural_Thickening", "Hernia")
+UNCERTAIN_POLICIES = {"zeros": 0.0, "ones": 1.0}
+_FINDING_VALUES = {"1": 1.0, "1.0": 1.0, "0": 0.0, "0.0": 0.0, "": 0.0}  # blank: not mentioned -> absent
+_UNCERTAIN = {"-1", "-1.0"}
+
+
+def _findings(frame: pd.DataFrame, findings: Sequence[str], uncertain: str, table: str, start: int,
+              flag) -> np.ndarray:
+    """CheXpert-labeller columns -> float32 [N, L] by the module docstring's policy; other values are flagged."""
+    if uncertain not in UNCERTAIN_POLICIES:
+        raise DataError(f"uncertain must be one of {sorted(UNCERTAIN_POLICIES)}, got {uncertain!r}")
+    out = np.zeros((len(frame), len(findings)), dtype=np.float32)
+    for j, name in enumerate(findings):
+        for i, raw in enumerate(frame[name].tolist()):
+            text = raw.strip()
+            if text in _FINDING_VALUES:
+                out[i, j] = _FINDING_VALUES[text]
+            elif text in _UNCERTAIN:
+                out[i, j] = UNCERTAIN_POLICIES[uncertain]
+            else:
+                flag(start + i, "label outside the task",
+                     f"{name} = {raw!r} in {table}; the labeller's values are 1, 0, -1 or blank")
+    return out
+
+
+
+def _chexpert_path(root: Path, value: str) -> Path:
+    """CheXpert's Path column starts with the release folder ("CheXpert-v1.0-small/train/..."); drop it."""
+    parts = PurePosixPath(value.strip()).parts
+    if parts and (parts[0] == root.name or parts[0].lower().startswith("chexpert-v1.0")):
+        parts = parts[1:]
+    return root.joinpath(*parts)
+
+
+def read_chexpert(path: str | Path, *, findings: Sequence[str] | None = None, uncertain: str = "zeros") -> Manifest:
+    """CheXpert (Irvin et al. 2019): ``train.csv`` and optionally ``valid.csv`` in the release folder
+    (``CheXpert-v1.0-small/``), columns Path, Sex, Age and the 14 findings; images at Path.
+
+    Multilabel over ``findings`` (default: the five competition findings); uncertain and blank by the module
+    docstring's policy. valid.csv (radiologist-labelled) is the published validation split; test is carved from
+    train.csv by patient. Patient: the ``patientNNNNN`` folder in Path.
+    """
+    root = dataset_folder(path, "CheXpert", "train.csv")
+    chosen = chosen_labels(findings, CHEXPERT_COMPETITION, CHEXPERT_FINDINGS, "CheXpert")
+    parts = [("train.csv", "train")] + ([("valid.csv", "val")] if (root / "valid.csv").is_file() else [])
+    flags, frames, blocks, start = Flags(), [], [], 0
+    for name, split in parts:
+        frame = read_table(root / name, ["Path", "Sex", "Age", *chosen])
+        frames.append(frame.assign(_split=split, _where=[f"{name} line {csv_line(i)}" for i in range(len(frame))]))
+        blocks.append(_findings(frame, chosen, uncertain, name, start, flags))  # [n, L]
+        start += len(frame)
+    table = pd.concat(frames, ignore_index=True)
+    values = table["Path"].tolist()
+    patients = [m.group(1) if (m := re.search(r"(patient\d+)", v)) else v for v in values]
+    return table_manifest(
+        name="chexpert", root=root, task=Task("multilabel", chosen),
+        paths=[_chexpert_path(root, v) for v in values], labels=np.concatenate(blocks),
+        patients=patients, sex=table["Sex"].tolist(), ages=table["Age"].tolist(), splits=table["_split"].tolist(),
+        where=[f"{w} ({v})" for w, v in zip(table["_where"], values)], ids=values,
+        notes={"format": "chexpert", "findings": list(chosen), "uncertain_policy": f"-1 -> {uncertain}",
+               "blank_policy": "blank -> 0 (not mentioned)", "tables": [p[0] for p in parts]},
+        description=(f"CheXpert ({', '.join(p[0] for p in parts)}), findings {', '.join(chosen)}; uncertain (-1) "
+                     f"-> {UNCERTAIN_POLICIES[uncertain]:g}, blank -> 0."),
+        problems=flags)
+
+
+def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Manifest:
+    """NIH ChestX-ray14 (Wang et al. 2017): ``Data_Entry_2017.csv`` (or ``Data_Entry_2017_v2020.csv``) with Image
+    Index, Finding Labels ("Effusion|Mass" or "No Finding"), Patient ID, Patient Age, Patient Gender; images in
+    ``images/`` or ``images_001/images/`` ... ``images_012/images/``; the official split in ``test_list.txt`` and
+    ``train_val_list.txt`` when present (else every row is split by patient).
+
+    Multilabel over ``findings`` (default all 14). A finding name outside the 14 is a flagged row. Ages above 120
+    (the 2017 table has a few, e.g. 414) become unknown and are counted.
+    """
+    root = dataset_folder(path, "NIH ChestX-ray14", "Data_Entry_2017.csv")
+    table_path = first_existing(root, ["Data_Entry_2017.csv", "Data_Entry_2017_v2020.csv"], "NIH ChestX-ray14")
+    chosen = chosen_labels(findings, NIH_FINDINGS, NIH_FINDINGS, "NIH ChestX-ray14")
+    frame = read_table(table_path, ["Image Index", "Finding Labels", "Patient ID", "Patient Age", "Patient Gender"])
+    flags = Flags()
+    column = {f: j for j, f in enumerate(chosen)}
+    labels = np.zeros((len(frame), len(chosen)), dtype=np.float32)
+    for i, text in enumerate(frame["Finding Labels"]):
+        names = [n.strip() for n in text.split("|") if n.strip()]
+        unknown = [n for n in names if n not in NIH_FINDINGS and n != "No Finding"]
+        if not names or unknown:
+            flags(i, "label outside the task", f"Finding Labels {text!r}: {unknown or 'blank'} not among the 14 "
+                                               "findings or 'No Finding'")
+        for n in names:
+            if n in column:
+                labels[i, column[n]] = 1.0
+    folders = [root / "images"] + sorted(root.glob("images_*/images")) + sorted(root.glob("images_*"))
+    index = index_images(folders, ".png")
+    names = [n.strip() for n in frame["Image Index"]]
+    split_of = {}
+    for list_name, split in (("train_val_list.txt", "train"), ("test_list.txt", "test")):
+        if (root / list_name).is_file():
+            split_of.update({line.strip(): split for line in (root / list_name).read_text().splitlines()
+                             if line.strip()})
+    return table_manifest(
+        name="nih-chestxray14", root=root, task=Task("multilabel", chosen),
+        paths=[index.get(n, root / "images" / n) for n in names], labels=labels,
+        patients=[p.strip() for p in frame["Patient ID"]], sex=frame["Patient Gender"].tolist(),
+        ages=frame["Patient Age"].tolist(), splits=[split_of.get(n, "") for n in names],
+        where=[f"{table_path.name} line {csv_line(i)} ({n})" for i, n in enumerate(names)], ids=names,
+        notes={"format": "nih-chestxray14", "table": table_path.name, "findings": list(chosen),
+               "official_split_lists": sorted({"train_val_list.txt", "test_list.txt"} & {p.name for p in
+                                                                                         root.glob("*.txt")})},
+        description=(f"NIH ChestX-ray14 ({table_path.name}), findings {', '.join(chosen)}; "
+                     f"{'official test_list.txt split' if split_of else 'no split lists found: split by patient'}."),
+        problems=flags)
+
+
+def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncertain: str = "zeros") -> Manifest:
+    """MIMIC-CXR-JPG (Johnson et al. 2019), the PhysioNet folder ``mimic-cxr-jpg/2.x.0/``:
+    ``mimic-cxr-2.0.0-metadata.csv[.gz]`` (dicom_id, subject_id, study_id, ...), ``mimic-cxr-2.0.0-chexpert.csv[.gz]``
+    (subject_id, study_id, the 14 CheXpert findings per study), optionally ``mimic-cxr-2.0.0-split.csv[.gz]``
+    (dicom_id, split = train / validate / test) and ``patients.csv[.gz]`` from MIMIC-IV (subject_id, gender,
+    anchor_age: sex and age; without it they are unknown). Images at
+    ``files/p<first two digits>/p<subject_id>/s<study_id>/<dicom_id>.jpg``.
+
+    Labels are per study and apply to each of its images; an image whose study has no label row is flagged.
+    Uncertain and blank by the module docstring's policy; patient: subject_id.
+    """
+    root = dataset_folder(path, "MIMIC-CXR-JPG", "mimic-cxr-2.0.0-metadata.csv.gz")
+    chosen = chosen_labels(findings, CHEXPERT_COMPETITION, CHEXPERT_FINDINGS, "MIMIC-CXR-JPG")
+    stem = "mimic-cxr-2.0.0-"
+    meta_path = first_existing(root, [f"{stem}metadata.csv.gz", f"{stem}metadata.csv"], "MIMIC-CXR-JPG")
+    label_path = first_existing(root, [f"{stem}chexpert.csv.gz", f"{stem}chexpert.csv"], "MIMIC-CXR-JPG")
+    meta = read_table(meta_path, ["dicom_id", "subject_id", "study_id"])
+    studies = read_table(label_path, ["subject_id", "study_id", *chosen])
+    flags, study_flags = Flags(), Flags()
+    study_labels = _findings(studies, chosen, uncertain, label_path.name, 0, study_flags)  # [S, L]
+    bad_study = {row: detail for row, _, detail in reversed(study_flags)}  # first problem of each study
+    row_of_study: dict[tuple[str, str], int] = {}
+    repeated = set()
+    for s, key in enumerate(zip(studies["subject_id"].str.strip(), studies["study_id"].str.strip())):
+        if key in row_of_study:
+            repeated.add(key)
+        row_of_study.setdefault(key, s)
+    split_of, sex_of, age_of = {}, {}, {}
+    for name in (f"{stem}split.csv.gz", f"{stem}split.csv"):
+        if (root / name).is_file():
+            split_table = read_table(root / name, ["dicom_id", "split"])
+            split_of = dict(zip(split_table["dicom_id"].str.strip(), split_table["split"]))
+            break
+    for name in ("patients.csv.gz", "patients.csv"):
+        if (root / name).is_file():
+            people = read_table(root / name, ["subject_id", "gender", "anchor_age"])
+            sex_of = dict(zip(people["subject_id"].str.strip(), people["gender"]))
+            age_of = dict(zip(people["subject_id"].str.strip(), people["anchor_age"]))
+            break
+    labels = np.zeros((len(meta), len(chosen)), dtype=np.float32)
+    paths, patients, where = [], [], []
+    for i, (dicom, subject, study) in enumerate(zip(meta["dicom_id"].str.strip(), meta["subject_id"].str.strip(),
+                                                    meta["study_id"].str.strip())):
+        paths.append(root / "files" / f"p{subject[:2]}" / f"p{subject}" / f"s{study}" / f"{dicom}.jpg")
+        patients.append(subject)
+        where.append(f"{meta_path.name} line {csv_line(i)} (dicom_id {dicom})")
+        s = row_of_study.get((subject, study))
+        if s is None:
+            flags(i, "missing label", f"study s{study} of subject {subject} has no row in {label_path.name}")
+        elif (subject, study) in repeated:
+            flags(i, "duplicate id", f"study s{study} has several rows in {label_path.name}; keep one")
+        elif s in bad_study:
+            flags(i, "label outside the task", f"{bad_study[s]} (line {csv_line(s)}, study s{study})")
+        else:
+            labels[i] = study_labels[s]
+    splits, bad_splits = parse_splits([split_of.get(d, "") for d in meta["dicom_id"].str.strip()])
+    for row, value in bad_splits:
+        flags(row, "unknown split", f"split {value!r} is not train, validate or test")
+    return table_manifest(
+        name="mimic-cxr-jpg", root=root, task=Task("multilabel", chosen), paths=paths, labels=labels,
+        patients=patients, sex=[sex_of.get(p, "") for p in patients], ages=[age_of.get(p, "") for p in patients],
+        splits=splits, where=where, ids=meta["dicom_id"].str.strip().tolist(),
+        notes={"format": "mimic-cxr-jpg", "findings": list(chosen), "uncertain_policy": f"-1 -> {uncertain}",
+               "blank_policy": "blank -> 0 (not mentioned)", "official_split": bool(split_of),
+               "demographics": "patients.csv (MIMIC-IV)" if sex_of else "none (sex and age unknown)"},
+        description=(f"MIMIC-CXR-JPG, findings {', '.join(chosen)}; uncertain (-1) -> "
+                     f"{UNCERTAIN_POLICIES[uncertain]:g}, blank -> 0; labels per study."),
+        problems=flags)
+

@@ -1,0 +1,117 @@
+"""Reading a dataset's CSV table into a :class:`~dpmed.data.manifest.Manifest`: what every table layout shares.
+
+The table readers (:mod:`dpmed.data.formats.tables`, :mod:`dpmed.data.formats.chest_xray`) find the dataset folder
+and its table, read every cell as written (a blank stays ""), and collect problem rows as they parse them, each with
+its CSV line (header = line 1) and the value, so the user can find it; a missing table or column stops at once with
+the file and the column named. The manifest is built once, with the problems flagged on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dpmed.data.manifest import Manifest, parse_age, parse_sex
+from dpmed.errors import DataError
+
+__all__ = ["dataset_folder", "first_existing", "read_table", "csv_line", "class_index", "table_manifest", "Flags",
+           "index_images", "chosen_labels"]
+
+
+def dataset_folder(path: str | Path, dataset: str, table: str) -> Path:
+    """The dataset folder: ``path`` itself, or the folder of ``path`` when it names the table file."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        p = p.parent
+    if not p.is_dir():
+        raise DataError(f"{dataset} folder {p} not found; data.path must name the folder that holds {table}")
+    return p
+
+
+def first_existing(root: Path, names: Sequence[str], dataset: str) -> Path:
+    """The first of ``names`` that is a file in ``root`` (a table published under several names, or gzipped)."""
+    for name in names:
+        if (root / name).is_file():
+            return root / name
+    raise DataError(f"{dataset}: none of {', '.join(names)} found in {root}; data.path must name the folder the "
+                    f"dataset was extracted to (it holds {names[0]})")
+
+
+def read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:
+    """The CSV as text (keep every cell as written: blank stays ""), or DataError naming the file or the column."""
+    if not path.is_file():
+        raise DataError(f"table {path} not found")
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError) as exc:
+        raise DataError(f"{path} is not a readable CSV table ({type(exc).__name__}: {exc})") from exc
+    frame.columns = [str(c).strip() for c in frame.columns]
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        have = ", ".join(repr(c) for c in frame.columns[:30])
+        raise DataError(f"{path} has no column {', '.join(repr(c) for c in missing)}; its columns are {have}. "
+                        "Check the file (or the column names in the study file's data.columns / data.labels).")
+    if len(frame) == 0:
+        raise DataError(f"{path} has a header but no rows; the dataset needs images")
+    return frame
+
+
+def csv_line(row: int) -> int:
+    """The CSV line of data row ``row`` (0-based), as a user's editor numbers it."""
+    return row + 2  # the header is line 1
+
+
+def class_index(text: str, count: int) -> int | None:
+    """A class index 0..count-1 written as an integer ("3" or "3.0"), else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() and 0 <= value < count else None
+
+
+def table_manifest(*, name, root, task, paths, labels, patients, sex, ages, splits, where, ids, notes, description,
+                   problems=()) -> Manifest:
+    """The Manifest of a parsed table (sex and age parsed, implausible ages counted), with ``problems`` flagged."""
+    age, implausible = parse_age(ages)
+    manifest = Manifest(name=name, root=root, task=task, paths=list(paths), labels=labels,
+                        patient_ids=np.array(patients, dtype=str), sex=parse_sex(sex), age=age,
+                        splits=np.array(splits, dtype=str), where=np.array(where, dtype=str),
+                        ids=np.array(ids, dtype=str),
+                        notes={**notes, "implausible_ages_set_unknown": implausible}, description=description)
+    for row, kind, detail in problems:
+        manifest.flag(row, kind, detail)
+    return manifest
+
+
+class Flags(list):
+    """Problems found while parsing rows, (row, kind, detail); flagged on the manifest once it exists."""
+
+    def __call__(self, row: int, kind: str, detail: str) -> None:
+        self.append((row, kind, detail))
+
+
+def index_images(folders: Sequence[Path], suffix: str) -> dict[str, Path]:
+    """File name -> path over ``folders`` (first folder wins): one directory scan instead of a stat per row."""
+    index: dict[str, Path] = {}
+    for folder in folders:
+        if folder.is_dir():
+            for entry in sorted(folder.iterdir()):
+                if entry.suffix.lower() == suffix and entry.name not in index:
+                    index[entry.name] = entry
+    return index
+
+
+def chosen_labels(labels: Sequence[str] | None, default: Sequence[str], known: Sequence[str], dataset: str) -> tuple:
+    """The findings the study asks for (``default`` when none), each one of the dataset's ``known`` findings, once."""
+    chosen = tuple(labels) if labels else tuple(default)
+    unknown = [f for f in chosen if f not in known]
+    if unknown:
+        raise DataError(f"{dataset}: labels {unknown} are not findings of this dataset; choose from {list(known)}")
+    if len(set(chosen)) != len(chosen):
+        raise DataError(f"{dataset}: labels list a finding twice: {list(chosen)}")
+    return chosen
+

@@ -1,0 +1,114 @@
+"""The chest X-ray table readers (CheXpert, NIH ChestX-ray14, MIMIC-CXR-JPG) on small fixture datasets written in each
+one's published layout (conftest.py), and each one's bad inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmed.data import SplitPlan
+from dpmed.data.formats.chest_xray import CHEXPERT_FINDINGS, read_chexpert, read_mimic, read_nih
+from dpmed.errors import DataError
+
+# --- CheXpert -------------------------------------------------------------------------------------------------------
+
+
+def test_chexpert_uncertain_and_blank_policy(chexpert):
+    zeros = read_chexpert(chexpert)
+    ones = read_chexpert(chexpert, uncertain="ones")
+    assert zeros.task.label_names == ("Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Pleural Effusion")
+    edema = zeros.task.label_names.index("Edema")
+    # patient00001..04 write Edema as 0.0, -1.0, blank, 1.0 (p % 4 = 1, 2, 3, 0); patient00003 has two studies
+    first_studies = [0, 1, 2, 4]
+    assert zeros.labels[first_studies, edema].tolist() == [0.0, 0.0, 0.0, 1.0]
+    assert ones.labels[first_studies, edema].tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert zeros.notes["uncertain_policy"] == "-1 -> zeros" and zeros.notes["blank_policy"].startswith("blank -> 0")
+    assert zeros.patient_ids[0] == "patient00001" and zeros.sex[0] == "female" and zeros.age[0] == 41
+    assert zeros.paths[0] == chexpert / "train" / "patient00001" / "study1" / "view1_frontal.jpg"
+    assert (zeros.splits == "val").sum() == 4
+
+
+def test_chexpert_valid_csv_is_validation_and_test_is_carved_by_patient(chexpert, load_layout, no_patient_crosses):
+    d = load_layout("chexpert", chexpert, split=SplitPlan(test_fraction=0.25), labels=("Edema", "Pleural Effusion"))
+    assert d.task.kind == "multilabel" and d.task.label_names == ("Edema", "Pleural Effusion")
+    assert len(d.val) == 4 and set(d.val.patient_ids) == {f"patient{p}" for p in range(64541, 64545)}
+    assert no_patient_crosses(d) and len(d.train) + len(d.test) == 16
+    assert d.train.labels.dtype == np.float32 and d.train.labels.shape[1] == 2
+
+
+def test_chexpert_bad_values_and_unknown_findings(chexpert, load_layout):
+    text = (chexpert / "train.csv").read_text().splitlines()
+    cells = text[5].split(",")
+    cells[5 + CHEXPERT_FINDINGS.index("Edema")] = "maybe"
+    text[5] = ",".join(cells)
+    (chexpert / "train.csv").write_text("\n".join(text) + "\n")
+    with pytest.raises(DataError, match=r"(?s)1 of 20 rows .*train.csv line 6 \(CheXpert-v1.0-small/train/patient00004/"
+                                        r"study1/view1_frontal.jpg\): Edema = 'maybe' in train.csv"):
+        load_layout("chexpert", chexpert)
+    with pytest.raises(DataError, match=r"labels \['Pneumonnia'\] are not findings of this dataset"):
+        read_chexpert(chexpert, findings=["Pneumonnia"])
+
+
+# --- NIH ChestX-ray14 ---------------------------------------------------------------------------------------------
+
+
+def test_nih_findings_ages_folders_and_official_test_list(nih, load_layout, no_patient_crosses):
+    m = read_nih(nih)
+    assert m.task.kind == "multilabel" and len(m.task.label_names) == 14
+    effusion, mass = m.task.label_names.index("Effusion"), m.task.label_names.index("Mass")
+    row = list(m.ids).index("00000001_000.png")  # "Effusion|Mass"
+    assert m.labels[row, effusion] == m.labels[row, mass] == 1 and m.labels[row].sum() == 2
+    assert m.labels[list(m.ids).index("00000006_000.png")].sum() == 0  # "No Finding"
+    assert np.isnan(m.age[list(m.ids).index("00000005_000.png")]) and m.notes["implausible_ages_set_unknown"] == 1
+    assert m.paths[-1].parent == nih / "images_002" / "images"
+    d = load_layout("nih", nih, labels=("Effusion", "Atelectasis"), split=SplitPlan(val_fraction=0.3))
+    assert sorted(set(d.test.patient_ids)) == ["10", "11", "12"] and len(d.test) == 4
+    assert no_patient_crosses(d) and d.source["split"]["published"] == ["test", "train"]
+
+
+def test_nih_unknown_finding_and_missing_image(nih, load_layout):
+    text = (nih / "Data_Entry_2017.csv").read_text().replace("00000002_000.png,Atelectasis",
+                                                              "00000002_000.png,Pneumonnia|Mass")
+    (nih / "Data_Entry_2017.csv").write_text(text)
+    (nih / "images_001" / "images" / "00000003_000.png").unlink()
+    with pytest.raises(DataError) as err:
+        load_layout("nih", nih)
+    message = str(err.value)
+    assert "2 of 15 rows cannot be used" in message
+    assert "Data_Entry_2017.csv line 3 (00000002_000.png): Finding Labels 'Pneumonnia|Mass': ['Pneumonnia']" in message
+    assert "line 4 (00000003_000.png): image file images/00000003_000.png does not exist" in message
+
+
+# --- MIMIC-CXR-JPG ------------------------------------------------------------------------------------------------
+
+
+def test_mimic_study_labels_official_split_and_demographics(mimic, load_layout, no_patient_crosses):
+    m = read_mimic(mimic, findings=("No Finding", "Enlarged Cardiomediastinum"), uncertain="ones")
+    # study k writes finding j as ["1.0", "0.0", "-1.0", ""][(k + j) % 4]; -1 -> 1 (ones), blank -> 0
+    expected = {0: [1, 0], 1: [0, 1], 2: [1, 0], 3: [0, 1]}
+    for k, want in expected.items():
+        row = [i for i, p in enumerate(m.patient_ids) if p == str(10000032 + k)]
+        assert all(m.labels[r].tolist() == want for r in row)
+    assert m.sex[0] == "female" and m.age[0] == 50 and m.notes["official_split"] is True
+    d = load_layout("mimic", mimic)
+    assert len(d.val) == 2 and len(d.test) == 3  # subject 10000042 (k = 10) has two images, both in test
+    assert no_patient_crosses(d) and d.source["uncertain_policy"] == "-1 -> zeros"
+
+
+def test_mimic_study_without_labels_is_flagged(mimic, load_layout):
+    import pandas as pd
+
+    path = mimic / "mimic-cxr-2.0.0-chexpert.csv.gz"
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame.iloc[1:].to_csv(path, index=False, compression="gzip")
+    with pytest.raises(DataError, match=r"(?s)2 of 15 rows .*\(2 missing label\).*line 2 \(dicom_id 000a1b2c3-d4e5f6\): "
+                                        r"study s50414267 of subject 10000032 has no row"):
+        load_layout("mimic", mimic)
+    with pytest.raises(DataError, match="none of mimic-cxr-2.0.0-metadata.csv.gz, mimic-cxr-2.0.0-metadata.csv"):
+        read_mimic(mimic.parent)
+
+
+def test_mimic_without_a_required_column(mimic, write_csv):
+    write_csv(mimic / "mimic-cxr-2.0.0-metadata.csv.gz", ["dicom", "subject_id", "study_id"], [["a", "1", "2"]], gz=True)
+    with pytest.raises(DataError, match="mimic-cxr-2.0.0-metadata.csv.gz has no column 'dicom_id'"):
+        read_mimic(mimic)

@@ -1,0 +1,152 @@
+"""What every table reader shares (dpmed.data.formats.table_reading), checked on every table layout's fixture dataset
+(conftest.py): a missing column named, every row-level bad input found, flagged and counted, a published split left
+empty refused, and the message that lists the first rows."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpmed.data import SplitPlan
+from dpmed.data.formats.chest_xray import read_chexpert, read_mimic, read_nih
+from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
+from dpmed.errors import DataError
+
+# --- bad input common to every table reader ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout, table, column, read", [
+    ("aptos", "train.csv", "id_code", read_aptos),
+    ("chexpert", "train.csv", "Sex", read_chexpert),
+    ("nih", "Data_Entry_2017.csv", "Patient ID", read_nih),
+    ("ham", "HAM10000_metadata.csv", "lesion_id", read_ham10000),
+])
+def test_a_table_without_a_required_column_names_it(request, layout, table, column, read):
+    root = request.getfixturevalue(layout)
+    path = root / table
+    lines = path.read_text().splitlines()
+    lines[0] = lines[0].replace(column, column + "_renamed", 1)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=rf"{table} has no column '{column}'"):
+        read(root)
+
+
+# --- every table reader, every row-level bad input -----------------------------------------------------------------
+
+# layout fixture -> (source, the table that lists the images, extra load_dataset arguments)
+LAYOUTS = {
+    "aptos": ("aptos", "train.csv", {}),
+    "chexpert": ("chexpert", "train.csv", {}),
+    "nih": ("nih", "Data_Entry_2017.csv", {}),
+    "mimic": ("mimic", "mimic-cxr-2.0.0-metadata.csv.gz", {}),
+    "ham": ("ham10000", "HAM10000_metadata.csv", {}),
+    "table": ("csv", "labels.csv", {"columns": {"path": "file", "patient": "pid", "split": "fold"},
+                                    "labels": ("opacity",)}),
+}
+
+
+def _layout(request, layout):
+    """(folder, the reader's manifest, load(**more)) for one fixture layout."""
+    source, _, extra = LAYOUTS[layout]
+    made = request.getfixturevalue(layout)  # the dataset folder (the csv fixture: the CSV file itself)
+    folder = made.parent if made.is_file() else made
+    readers = {"aptos": read_aptos, "chexpert": read_chexpert, "nih": read_nih, "mimic": read_mimic,
+               "ham": read_ham10000,
+               "table": lambda p: read_csv_table(p, columns=extra["columns"], labels=list(extra["labels"]))}
+    load_layout = request.getfixturevalue("load_layout")
+
+    def load(**more):
+        return load_layout(source, made, **{"split": SplitPlan(val_fraction=0.25, test_fraction=0.25), **extra, **more})
+
+    return folder, readers[layout](made), load
+
+
+def _repeat_data_line(table: Path, line: int) -> None:
+    """Append a copy of ``line`` (1-based, header = 1) to the table: a duplicate id at its end."""
+    gz = table.suffix == ".gz"
+    text = gzip.open(table, "rt", encoding="utf-8").read() if gz else table.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    lines.append(lines[line - 1])
+    if gz:
+        with gzip.open(table, "wt", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    else:
+        table.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_missing_truncated_and_duplicate_rows_in_every_table_layout(request, layout, no_patient_crosses):
+    folder, manifest, load = _layout(request, layout)
+    n = len(manifest)
+    # rows 0..3 lie in every fixture's training pool (never in a published val/test split)
+    missing, truncated = manifest.paths[0], manifest.paths[2]
+    assert missing.is_file() and truncated.is_file()
+    missing.unlink()
+    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+    _repeat_data_line(folder / LAYOUTS[layout][1], 2 + 3)  # data row 3 listed again at the end
+    # Default: stop before any training, with one message naming the rows and counting them. Table problems (the
+    # missing file, the repeated id) are found before decoding, so they come first.
+    with pytest.raises(DataError) as err:
+        load()
+    message = str(err.value)
+    assert f"2 of {n + 1} rows cannot be used" in message and "1 missing image" in message
+    assert "1 duplicate id" in message and str(manifest.where[0]) in message and "skip_invalid" in message
+    assert f"line {n + 2}" in message or layout == "chexpert" and str(manifest.ids[3]) in message
+    # With the missing file back, the truncated one stops the study at decoding, named.
+    missing.write_bytes(manifest.paths[1].read_bytes())
+    _drop_last_line(folder / LAYOUTS[layout][1])
+    with pytest.raises(DataError) as err:
+        load()
+    message = str(err.value)
+    assert f"1 of {n} rows cannot be used (1 unreadable image)" in message
+    assert str(manifest.where[2]) in message and "cannot be decoded" in message
+    # skip_invalid: all three left out, counted by kind in the run record's data section.
+    missing.unlink()
+    _repeat_data_line(folder / LAYOUTS[layout][1], 2 + 3)
+    d = load(skip_invalid=True)
+    left = d.source["left_out_invalid"]
+    assert left["count"] == 3 and left["by_kind"] == {"missing image": 1, "duplicate id": 1, "unreadable image": 1}
+    assert sum(map(len, (d.train, d.val, d.test))) == n - 2 - d.source["split"][
+        "rows_of_those_patients_outside_their_top_split"] and no_patient_crosses(d)
+    assert "left out 3 invalid rows" in d.source["summary"]
+
+
+def _drop_last_line(table: Path) -> None:
+    gz = table.suffix == ".gz"
+    text = gzip.open(table, "rt", encoding="utf-8").read() if gz else table.read_text(encoding="utf-8")
+    body = "\n".join(text.splitlines()[:-1]) + "\n"
+    if gz:
+        with gzip.open(table, "wt", encoding="utf-8") as f:
+            f.write(body)
+    else:
+        table.write_text(body, encoding="utf-8")
+
+
+@pytest.mark.parametrize("layout, split, rows", [
+    ("chexpert", "val", lambda m: np.flatnonzero(m.splits == "val")),    # valid.csv is the published val split
+    ("nih", "test", lambda m: np.flatnonzero(m.splits == "test")),       # test_list.txt
+    ("mimic", "test", lambda m: np.flatnonzero(m.splits == "test")),     # the split file's "test"
+])
+def test_a_published_split_left_empty_is_an_error_not_replaced(request, layout, split, rows):
+    _, manifest, load = _layout(request, layout)
+    for r in rows(manifest):
+        manifest.paths[r].unlink()
+    with pytest.raises(DataError, match="missing image"):
+        load()
+    with pytest.raises(DataError, match=rf"the {split} split is empty after leaving out invalid rows"):
+        load(skip_invalid=True)
+
+
+def test_the_message_lists_the_first_five_rows_and_counts_all(aptos, write_csv, load_layout):
+    rows = [[f"{i:03d}c1434d8d7", 9 if i < 8 else i % 5] for i in range(15)]
+    write_csv(aptos / "train.csv", ["id_code", "diagnosis"], rows)
+    with pytest.raises(DataError) as err:
+        load_layout("aptos", aptos)
+    message = str(err.value)
+    assert "8 of 15 rows cannot be used (8 label outside the task); the first 5:" in message
+    listed = [line for line in message.splitlines() if line.startswith("  - ")]
+    assert len(listed) == 5 and listed[0].startswith("  - train.csv line 2 (id_code 000c1434d8d7)")
+    assert "line 7 " not in message  # the sixth offending row is counted, not listed

@@ -1,0 +1,159 @@
+"""The other table readers (APTOS, HAM10000, a generic CSV) on small fixture datasets written in each one's published
+layout (conftest.py), each one's bad inputs, and the example study files that read the table layouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpmed.data import SplitPlan
+from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
+from dpmed.errors import DataError
+
+# --- APTOS 2019 ---------------------------------------------------------------------------------------------------
+
+
+def test_aptos_grades_are_an_ordinal_task_split_by_fractions(aptos, load_layout):
+    m = read_aptos(aptos)
+    assert m.task.kind == "multiclass" and m.task.ordinal and m.task.label_names[4] == "proliferative DR"
+    assert m.labels.tolist() == [i % 5 for i in range(15)] and m.where[2] == "train.csv line 4 (id_code 002c1434d8d7)"
+    d = load_layout("aptos", aptos, channels=3, split=SplitPlan(val_fraction=0.2, test_fraction=0.2))
+    assert sum(map(len, (d.train, d.val, d.test))) == 15 and d.train.image_shape == (3, 8, 8)
+    assert d.source["split"]["carved"] == ["val", "test"] and len(set(d.test.labels)) >= 2
+
+
+def test_aptos_bad_rows_are_listed_with_line_and_count(aptos, write_csv, load_layout):
+    rows = [["000c1434d8d7", 0], ["001c1434d8d7", 7], ["002c1434d8d7", "x"], ["003c1434d8d7", 2],
+            ["000c1434d8d7", 1], ["zzz", 3]] + [[f"{i:03d}c1434d8d7", i % 5] for i in range(4, 15)]
+    write_csv(aptos / "train.csv", ["id_code", "diagnosis"], rows)
+    with pytest.raises(DataError) as err:
+        load_layout("aptos", aptos)
+    message = str(err.value)
+    assert "4 of 17 rows cannot be used" in message
+    assert "train.csv line 3 (id_code 001c1434d8d7): diagnosis '7' is not a grade 0-4" in message
+    assert "train.csv line 4 (id_code 002c1434d8d7): diagnosis 'x'" in message
+    assert "train.csv line 6 (id_code 000c1434d8d7): id '000c1434d8d7' repeats train.csv line 2" in message
+    assert "train.csv line 7 (id_code zzz): image file train_images/zzz.png does not exist" in message
+    d = load_layout("aptos", aptos, skip_invalid=True, split=SplitPlan(val_fraction=0.2, test_fraction=0.2))
+    assert sum(map(len, (d.train, d.val, d.test))) == 13
+    assert d.source["left_out_invalid"]["by_kind"] == {"label outside the task": 2, "duplicate id": 1,
+                                                      "missing image": 1}
+
+
+def test_aptos_missing_column_and_folder(aptos, tmp_path, write_csv):
+    write_csv(aptos / "train.csv", ["id_code", "grade"], [["000c1434d8d7", 0]])
+    with pytest.raises(DataError, match=r"train.csv has no column 'diagnosis'; its columns are 'id_code', 'grade'"):
+        read_aptos(aptos)
+    with pytest.raises(DataError, match="APTOS 2019 folder .* not found"):
+        read_aptos(tmp_path / "elsewhere")
+
+
+# --- HAM10000 -----------------------------------------------------------------------------------------------------
+
+
+def test_ham10000_is_split_by_lesion(ham, load_layout, no_patient_crosses):
+    m = read_ham10000(ham)
+    assert m.task.kind == "multiclass" and m.task.label_names == ("akiec", "bcc", "bkl", "df", "mel", "nv", "vasc")
+    assert m.labels[0] == m.task.label_names.index("nv") and m.patient_ids[0] == m.patient_ids[1] == "HAM_0000000"
+    assert np.isnan(m.age[list(m.patient_ids).index("HAM_0000003")]) and m.sex[2] == "female"
+    d = load_layout("ham10000", ham, channels=3, split=SplitPlan(val_fraction=0.25, test_fraction=0.25, seed=1))
+    assert no_patient_crosses(d) and sum(map(len, (d.train, d.val, d.test))) == 19
+
+
+def test_ham10000_unknown_dx(ham, load_layout):
+    text = (ham / "HAM10000_metadata.csv").read_text().replace(",mel,", ",melanoma,", 1)
+    (ham / "HAM10000_metadata.csv").write_text(text)
+    with pytest.raises(DataError, match=r"HAM10000_metadata.csv line 4 \(ISIC_0024308\): dx 'melanoma' is not one of"):
+        load_layout("ham10000", ham)
+
+
+def test_ham10000_duplicate_image_and_truncated_jpeg(ham, load_layout):
+    text = (ham / "HAM10000_metadata.csv").read_text().splitlines()
+    text.append(text[3])  # ISIC_0024308 listed twice
+    (ham / "HAM10000_metadata.csv").write_text("\n".join(text) + "\n")
+    victim = ham / "HAM10000_images_part_2" / "ISIC_0024310.jpg"
+    victim.write_bytes(victim.read_bytes()[:200])
+    with pytest.raises(DataError) as err:
+        load_layout("ham10000", ham)
+    message = str(err.value)
+    assert "1 of 20 rows cannot be used (1 duplicate id)" in message  # table problems stop before decoding
+    assert "HAM10000_metadata.csv line 21 (ISIC_0024308): id 'ISIC_0024308' repeats HAM10000_metadata.csv line 4" in message
+    d = load_layout("ham10000", ham, skip_invalid=True, split=SplitPlan(val_fraction=0.25, test_fraction=0.25))
+    assert d.source["left_out_invalid"]["by_kind"] == {"duplicate id": 1, "unreadable image": 1}
+    assert "image HAM10000_images_part_2/ISIC_0024310.jpg cannot be decoded" in " ".join(
+        d.source["left_out_invalid"]["examples"])
+
+
+# --- generic CSV --------------------------------------------------------------------------------------------------
+
+
+def test_generic_csv_binary_with_columns(table, load_layout, no_patient_crosses):
+    columns = {"path": "file", "patient": "pid", "sex": "gender", "age": "years", "split": "fold"}
+    d = load_layout("csv", table, columns=columns, labels=("opacity",), split=SplitPlan(val_fraction=0.2))
+    assert d.task.kind == "binary" and d.task.label_names == ("class_0", "class_1")
+    assert no_patient_crosses(d)
+    # pt6 has img12 (no split) and img13 (published test): img12 is left out of train (test outranks train)
+    assert set(d.test.patient_ids) == {"pt6", "pt7"} and len(d.test) == 3
+    assert sum(map(len, (d.train, d.val))) == 12 and set(d.train.sex) <= {"female", "male"}
+
+
+def test_generic_csv_multilabel_and_multiclass(table, tmp_path):
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity", "effusion"])
+    assert m.task.kind == "multilabel" and m.labels.shape == (16, 2) and m.labels[2].tolist() == [0.0, 1.0]
+    text = table.read_text().replace("pngs/img5.png,1,", "pngs/img5.png,3,")
+    table.write_text(text)
+    m = read_csv_table(table, columns={"path": "file", "patient": "pid"}, labels=["opacity"])
+    assert m.task.kind == "multiclass" and m.task.label_names == ("class_0", "class_1", "class_2", "class_3")
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"], task="binary")
+    assert m.problems[5].detail == "opacity = '3'; a binary label is a class index 0/1"
+
+
+def test_generic_csv_missing_named_column_and_bad_split(table, load_layout):
+    with pytest.raises(DataError, match=r"labels.csv has no column 'patient_id'; its columns are 'file', 'opacity'"):
+        read_csv_table(table, columns={"path": "file", "patient": "patient_id"}, labels=["opacity"])
+    with pytest.raises(DataError, match="must name the image column as 'path'"):
+        read_csv_table(table, columns={"image": "file"}, labels=["opacity"])
+    text = table.read_text().replace(",test\n", ",holdout\n", 1)
+    table.write_text(text)
+    with pytest.raises(DataError, match=r"labels.csv line 15 \(pngs/img13.png\): fold = 'holdout'; use train, val"):
+        load_layout("csv", table, columns={"path": "file", "split": "fold"}, labels=("opacity",))
+
+
+def test_empty_split_after_skipping_is_an_error(table, load_layout):
+    text = table.read_text()
+    for i in (13, 14, 15):
+        text = text.replace(f"pngs/img{i}.png,", f"pngs/missing{i}.png,")
+    table.write_text(text)
+    with pytest.raises(DataError, match="the test split is empty after leaving out invalid rows"):
+        load_layout("csv", table, columns={"path": "file", "split": "fold"}, labels=("opacity",), skip_invalid=True,
+              split=SplitPlan())
+
+
+# --- the example study files read these layouts ----------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "configs" / "examples"
+
+
+@pytest.mark.parametrize("name, layout, kind", [("aptos", "aptos", "multiclass"), ("chexpert", "chexpert", "multilabel"),
+                                                ("ham10000", "ham", "multiclass")])
+def test_example_study_reads_its_layout(name, layout, kind, request, no_patient_crosses):
+    from dpmed.config import load_study
+    from dpmed.study import load_study_data
+
+    study = load_study(EXAMPLES / f"{name}.yaml", {"data.path": str(request.getfixturevalue(layout)),
+                                                   "data.image_size": 8})
+    d = load_study_data(study)
+    assert d.task.kind == kind and min(len(d.train), len(d.val), len(d.test)) > 0 and no_patient_crosses(d)
+    assert d.source["preprocessing"]["resize"].startswith("8x8")
+
+
+def test_example_csv_study(table, no_patient_crosses):
+    from dpmed.config import load_study
+    from dpmed.study import load_study_data
+
+    overrides = {"data.path": str(table), "data.labels": ["opacity"], "data.image_size": 8,
+                 "data.columns": {"path": "file", "patient": "pid", "sex": "gender", "age": "years", "split": "fold"}}
+    d = load_study_data(load_study(EXAMPLES / "csv.yaml", overrides))
+    assert d.task.kind == "binary" and len(d.test) == 3 and no_patient_crosses(d)
