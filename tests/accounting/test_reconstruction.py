@@ -1,9 +1,6 @@
-"""Reconstruction risk: the reference value, exact closed forms, a Monte-Carlo attack, cross-checks between methods
-with stated tolerances, properties, and degenerate cases.
-
-The exact truths used here are independent of dp_accounting: the power of the likelihood-ratio test in closed form
-for one step (T = 1) and for full batches (q = 1, where T Gaussian steps are one Gaussian with mu = sqrt(T)/sigma),
-and a simulated likelihood-ratio attack.
+"""Reconstruction risk: the reference value, properties, degenerate cases and the high-budget regime, the other
+add/remove direction, the safety net, and the public surface. The PLDs against exact closed forms and a Monte-Carlo
+attack are in test_reconstruction_pld.py, the Edgeworth expansion in test_reconstruction_edgeworth.py.
 """
 
 from __future__ import annotations
@@ -26,6 +23,7 @@ from dpmed.accounting import (MIA_FPRS, RECONSTRUCTION_METHODS, ReconstructionRi
                               reconstruction_bound, reconstruction_method, reconstruction_risk,
                               relaxed_reconstruction_bound)
 from dpmed.accounting import _limits
+from dpmed.accounting import _pld
 from dpmed.accounting import reconstruction as reconstruction_module
 
 # METHODS.md s.7 (the setting of 004_6210268d59b6f8e5.txt's source paper): worst-case gamma about 1.21%.
@@ -89,97 +87,8 @@ def test_risk_is_json_able_and_states_its_assumptions(reference_risk):
         reference_risk.tpr_at_fpr_via[0.5] = "PLD"
 
 
-# --- exact closed forms ----------------------------------------------------------------------------------------------
-
-def exact_one_step(sigma: float, q: float, kappa: float) -> float:
-    """T = 1: the likelihood ratio grows with z, so the test rejects z > c with P(z > c) = kappa; its power under
-    (1-q) N(0,1) + q N(1/sigma, 1)."""
-    c = -special.ndtri(kappa)
-    return (1 - q) * kappa + q * special.ndtr(1 / sigma - c)
-
-
-def exact_one_step_relaxed(sigma: float, q: float, kappa: float) -> float:
-    """T = 1, relaxed: the likelihood ratio grows with |z|, so the test rejects |z| > c with P(|z| > c) = kappa."""
-    c = -special.ndtri(kappa / 2)
-    return (1 - q) * kappa + q * (special.ndtr(1 / sigma - c) + special.ndtr(-1 / sigma - c))
-
-
-ONE_STEP = [(1.0, 1.0, 0.05), (1.0, 0.5, 0.05), (0.5, 0.1, 1e-3), (3.0, 0.25, 1e-4), (2.0, 1.0, 1e-4),
-            (0.3, 0.5, 0.01), (0.3, 1.0, 1e-4)]
-
-
-@pytest.mark.parametrize("sigma, q, kappa", ONE_STEP)
-def test_one_step_matches_the_exact_power(sigma, q, kappa):
-    """The PLD is pessimistic: never below the exact power, and above it by < 0.1% (measured: < 4e-5 relative).
-    (In these settings the test of P against Q, the paper's direction, is also the larger of the two directions.)"""
-    args = dict(noise_multiplier=sigma, sample_rate=q, steps=1, kappa=kappa)
-    for computed, exact in ((reconstruction_bound(**args), exact_one_step(sigma, q, kappa)),
-                            (relaxed_reconstruction_bound(**args), exact_one_step_relaxed(sigma, q, kappa))):
-        assert computed >= exact - 1e-12
-        assert computed == pytest.approx(exact, rel=1e-3)
-
-
-@pytest.mark.parametrize("sigma, steps, kappa", [(1.0, 4, 0.05), (2.0, 10, 1e-3), (5.0, 100, 1e-4)])
-def test_full_batches_match_the_exact_gaussian_power(sigma, steps, kappa):
-    """q = 1: T steps are one Gaussian test with mu = sqrt(T)/sigma, power Phi(Phi^-1(kappa) + mu). The PLD stays
-    above it by < 0.1% (measured: < 1e-4 relative); the Edgeworth expansion is exact here (zero skewness and
-    excess kurtosis), up to quadrature error."""
-    args = dict(noise_multiplier=sigma, sample_rate=1.0, steps=steps, kappa=kappa)
-    exact = special.ndtr(special.ndtri(kappa) + math.sqrt(steps) / sigma)
-    pld = reconstruction_bound(**args)
-    assert exact - 1e-12 <= pld == pytest.approx(exact, rel=1e-3)
-    assert reconstruction_bound(**args, method="edgeworth") == pytest.approx(exact, rel=1e-6)
-
-
-# --- an independent attack: Monte Carlo of the likelihood-ratio test -------------------------------------------------
-
-def simulated_power(sigma: float, q: float, steps: int, kappa: float, *, relaxed: bool,
-                    n: int = 200_000, seed: int = 0) -> tuple[float, float]:
-    """The likelihood-ratio attack, simulated: the threshold is the empirical (1 - kappa) quantile of the summed
-    log-likelihood ratio without the target, the power its exceedance rate with the target. Returns the power and
-    its standard error (both samples' error: at threshold t the density ratio is e^t)."""
-    rng = np.random.default_rng(seed)
-    mu = 1 / sigma
-
-    def llr(z: np.ndarray) -> np.ndarray:
-        if relaxed:
-            log_cosh = np.logaddexp(mu * z, -mu * z) - math.log(2)
-            return np.logaddexp(math.log1p(-q), math.log(q) - mu * mu / 2 + log_cosh).sum(axis=1)
-        return np.logaddexp(math.log1p(-q), math.log(q) + mu * z - mu * mu / 2).sum(axis=1)
-
-    without = llr(rng.standard_normal((n, steps)))
-    shift = mu * (rng.random((n, steps)) < q)
-    if relaxed:
-        shift *= rng.choice([-1.0, 1.0], size=(n, steps))
-    with_target = llr(rng.standard_normal((n, steps)) + shift)
-    threshold = np.quantile(without, 1 - kappa)
-    power = float(np.mean(with_target > threshold))
-    error = math.sqrt(power * (1 - power) / n + math.exp(2 * threshold) * kappa * (1 - kappa) / n)
-    return power, error
-
-
-@pytest.mark.parametrize("relaxed", [False, True], ids=["worst_case", "relaxed"])
-def test_pld_matches_a_simulated_attack(relaxed):
-    """kappa = 0.05, T = 10, q = 0.5, sigma = 1 (worst case ~0.505, relaxed ~0.271): within 4 standard errors
-    (~0.0015 each)."""
-    args = dict(noise_multiplier=1.0, sample_rate=0.5, steps=10, kappa=0.05)
-    bound = relaxed_reconstruction_bound(**args) if relaxed else reconstruction_bound(**args)
-    power, error = simulated_power(1.0, 0.5, 10, 0.05, relaxed=relaxed)
-    assert abs(bound - power) <= 4 * error
-
-
-# --- cross-checks between methods ------------------------------------------------------------------------------------
-
-# Edgeworth / PLD - 1 measured: reference +0.1%, (2, 0.05, 500) +0.05%, (1, 0.01, 1000) +2.2%, (1, 0.5, 10) +0.3%.
-# It fails where the per-step loss is far from Gaussian and T too small to fix it: sigma = 0.8, q = 0.05, T = 100,
-# kappa = 1e-3: +20%; sigma = 0.7, q = 0.1, T = 50: +11%; sigma <= 0.3 with small q: off by factors.
-@pytest.mark.parametrize("sigma, q, steps, kappa", [
-    (3.1852, 0.2525, 300, 1 / 8111), (2.0, 0.05, 500, 1e-3), (1.0, 0.01, 1000, 1e-3), (1.0, 0.5, 10, 0.05)])
-def test_edgeworth_agrees_with_pld_for_dp_sgd_settings(sigma, q, steps, kappa):
-    """Agreement within 3% (relative) for sigma >= 1."""
-    args = dict(noise_multiplier=sigma, sample_rate=q, steps=steps, kappa=kappa)
-    assert reconstruction_bound(**args, method="edgeworth") == pytest.approx(reconstruction_bound(**args), rel=0.03)
-
+# --- cross-checks between methods (the PLD against independent truth: test_reconstruction_pld.py; the Edgeworth
+# expansion: test_reconstruction_edgeworth.py) -------------------------------------------------------------------
 
 def test_gdp_agrees_with_pld_in_the_clt_regime():
     """Small q, many steps, moderate sigma: the GDP value is 0.9% below the PLD (q = 0.01, T = 10^4, sigma = 2,
@@ -381,7 +290,7 @@ def test_the_add_lower_bounds_never_exceed_the_pld(sigma, q, steps, kappa):
     """The maximum tests are lower bounds on gamma: never above the raw PLD values (computed without the exact
     limits), which are upper bounds."""
     pld = reconstruction_method("pld").gamma(sigma, q, steps, kappa)
-    relaxed_pld = reconstruction_module._relaxed_pld(sigma, q, steps, kappa)
+    relaxed_pld = _pld.relaxed_pld(sigma, q, steps, kappa)
     assert _limits.add_max_test_power(1 / sigma, q, steps, kappa, folded=False) <= pld + 1e-12
     assert _limits.add_max_test_power(1 / sigma, q, steps, kappa, folded=True) <= relaxed_pld + 1e-12
 
@@ -486,7 +395,7 @@ def test_an_overflow_inside_dp_accounting_gives_the_trivial_ceiling(monkeypatch)
     """With our own check of the grid interval bypassed, the OverflowError that dp_accounting's connect-the-dots
     raises (math.expm1 of an interval of 1e5 nats) is caught and reported, not raised."""
     monkeypatch.setattr(_limits, "pinned", lambda *args, **kwargs: None)
-    monkeypatch.setattr(reconstruction_module, "_interval", lambda *args: 1e5)
+    monkeypatch.setattr(_pld, "interval", lambda *args: 1e5)
     value, via = reconstruction_module._worst_case(*PNEUMONIA_1E12.values())
     assert value == 1.0 and via.startswith("trivial ceiling") and "math range error" in via
 
@@ -496,7 +405,7 @@ def test_other_errors_are_not_swallowed(monkeypatch):
         raise RuntimeError("a bug, not a numerical limit")
 
     monkeypatch.setattr(_limits, "pinned", lambda *args, **kwargs: None)
-    monkeypatch.setattr(reconstruction_module, "_relaxed_pld", broken)
+    monkeypatch.setattr(_pld, "relaxed_pld", broken)
     with pytest.raises(RuntimeError, match="a bug"):
         relaxed_reconstruction_bound(**PNEUMONIA_1E12)
 
