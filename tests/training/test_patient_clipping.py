@@ -232,7 +232,7 @@ def test_ghost_layers_may_materialise_multi_image_groups_a_few_at_a_time(name, m
     the pairs' dot products): lone examples by ghost norm, groups materialised. With a budget below one example's
     gradients each group is materialised on its own, never split; the sum is unchanged."""
     monkeypatch.setattr("dpmed.training.clipping._Tape._pairs_cheaper", lambda self, layer, a, g: False)
-    monkeypatch.setattr("dpmed.training.clipping._GROUP_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr("dpmed.training.grouping.GROUP_CHUNK_ELEMENTS", 1)
     groups = _patients(seed=4)
     model, x, y = _case(name, groups)
     norms, grads = _patient_norms_and_grads(model, x, y, groups)
@@ -406,26 +406,3 @@ def test_any_conv_geometry_matches_explicit_patient_loop(c_in, groups, c_out_per
     clip = sorted(norms)[len(norms) // 2]
     got = GhostClipper(model, route=route).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip, groups=patients)
     _assert_close(got, _clipped(norms, grads, clip))
-
-
-@settings(max_examples=40, deadline=None)
-@given(c_in=st.integers(1, 3), groups=st.sampled_from([1, 2]), kh=st.integers(1, 3), kw=st.integers(1, 3),
-       stride=st.tuples(st.integers(1, 2), st.integers(1, 3)), padding=st.tuples(st.integers(0, 2), st.integers(0, 2)),
-       dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)), h=st.integers(5, 8), w=st.integers(5, 9))
-def test_the_two_cross_patch_gram_routes_agree_with_torch(c_in, groups, kh, kw, stride, padding, dilation, h, w):
-    """The Gram matrix of patches across two images (a pair's ghost dot product), by unfolded patches and by the
-    pixel Gram matrix, equals the one from torch's F.unfold, for any geometry (float64)."""
-    from dpmed.training.layer_rules import _ConvGeometry, _patch_gram_by_pixels, _patch_gram_unfolded
-
-    c_in *= groups
-    gen = torch.Generator().manual_seed(4)
-    a = torch.randn(3, c_in, h, w, generator=gen, dtype=torch.float64)
-    b = torch.randn(3, c_in, h, w, generator=gen, dtype=torch.float64)
-    geo = _ConvGeometry((kh, kw), stride, padding, dilation, groups)
-    ua, ub = (F.unfold(t, (kh, kw), dilation, padding, stride) for t in (a, b))   # [3, C kh kw, T]
-    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    wo = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    t = ho * wo
-    cross = ua.view(3, groups, -1, t).transpose(2, 3) @ ub.view(3, groups, -1, t)  # [3, G, T, T]
-    torch.testing.assert_close(_patch_gram_unfolded(a, geo, t, b), cross, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(_patch_gram_by_pixels(a, geo, (ho, wo), b), cross, rtol=1e-12, atol=1e-12)

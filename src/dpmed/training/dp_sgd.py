@@ -38,7 +38,8 @@ from opacus import GradSampleModule
 from torch import Tensor, nn
 
 from dpmed.errors import PrivacyError
-from dpmed.training.clipping import GhostClipper, clip_factors, group_index, refuse_batch_norm
+from dpmed.training.clipping import GhostClipper, clip_factors, refuse_batch_norm
+from dpmed.training.grouping import group_index
 
 __all__ = ["DpSgdStep", "OpacusClipper", "CLIPPING_ENGINES"]
 

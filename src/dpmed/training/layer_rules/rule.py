@@ -1,0 +1,64 @@
+"""What a layer rule is: the frozen info objects of :mod:`dpmed.training.layer_rules`, and what every layer family's
+rule shares (the bound on transient memory, and the batch chunks that keep to it).
+
+Shapes: B examples; a: the layer's input; g: the gradient of the layer's output, both batch-first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from torch import Tensor, nn
+
+__all__ = ["Grads", "Names", "GhostRule", "LayerRule", "accept", "split_batch", "CHUNK_ELEMENTS"]
+
+Grads = dict[str, Tensor]
+Names = frozenset[str]
+
+# Transient memory for one chunk of unfolded patches or Gram matrices: the engine splits the batch so that no
+# intermediate holds more elements than this (2^25 float32 = 128 MiB), which keeps peak memory near a plain step.
+CHUNK_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class GhostRule:
+    """The ghost-norm route of a layer: its cost, the per-example squared norms, and the book-kept clipped sum.
+
+    cost(module, a, g) -> multiply-adds per example (and per pair); sq_norms(module, a, g, names) -> [B] (sum over
+    the named parameters of ||grad_i p||^2); weighted_sum(module, a, g, c, names) -> {name: sum_i c_i grad_i p};
+    pair_dots(module, a, g, names, left, right) -> [n] (sum over the named parameters of <grad_l p, grad_r p> for
+    the n pairs of example indices (left[k], right[k])).
+    """
+
+    cost: Callable[[nn.Module, Tensor, Tensor], float]
+    sq_norms: Callable[[nn.Module, Tensor, Tensor, Names], Tensor]
+    weighted_sum: Callable[[nn.Module, Tensor, Tensor, Tensor, Names], Grads]
+    pair_dots: Callable[[nn.Module, Tensor, Tensor, Names, Tensor, Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class LayerRule:
+    """How per-example gradients of one layer type come from (input a, output gradient g).
+
+    check(module): raises PrivacyError for settings whose per-example gradient this rule does not compute.
+    materialised_cost(module, a, g) -> multiply-adds per example of ``per_example``.
+    per_example(module, a, g, names) -> {name: [B, *param.shape]} for the named trainable parameters.
+    ghost: the cheaper-norm route, where one exists (not for the normalisation layers, whose per-example gradients
+    are as small as their parameters).
+    """
+
+    check: Callable[[nn.Module], None]
+    materialised_cost: Callable[[nn.Module, Tensor, Tensor], float]
+    per_example: Callable[[nn.Module, Tensor, Tensor, Names], Grads]
+    ghost: GhostRule | None = None
+
+
+def accept(_module: nn.Module) -> None:
+    """Every setting of the layer type is covered."""
+
+
+def split_batch(batch: int, elements_per_example: int) -> list[slice]:
+    """Batch slices holding at most ``CHUNK_ELEMENTS`` elements of an intermediate (at least one example)."""
+    step = max(1, CHUNK_ELEMENTS // max(1, elements_per_example))
+    return [slice(i, min(i + step, batch)) for i in range(0, batch, step)]
