@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
+from dpmed.evaluation.bootstrap import bootstrap_indices
 from dpmed.evaluation.utility import evaluate_utility, quadratic_weighted_kappa
 
 
@@ -39,3 +40,18 @@ def test_ordinal_task_reports_kappa_with_interval():
     with pytest.raises(ValueError, match="ordinal applies to multiclass"):
         evaluate_utility(kind="binary", label_names=["a", "b"], val_labels=[0, 1], val_scores=[0.1, 0.9],
                          test_labels=[0, 1], test_scores=[0.2, 0.8], n_resamples=10, seed=0, ordinal=True)
+
+
+def test_kappa_interval_is_the_percentile_interval_of_sklearn_redraws():
+    """End to end: the kappa of every redraw of the seeded bootstrap is scikit-learn's on the redrawn images."""
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 5, 90)
+    scores = np.eye(5)[np.clip(y + rng.integers(-2, 3, 90), 0, 4)] * 0.8 + 0.04
+    row = evaluate_utility(kind="multiclass", label_names=list("01234"), val_labels=y, val_scores=scores,
+                           test_labels=y, test_scores=scores, n_resamples=150, seed=2, ordinal=True)
+    predicted = scores.argmax(axis=1)
+    redraws = [cohen_kappa_score(y[i], predicted[i], weights="quadratic")
+               for i in bootstrap_indices(90, n_resamples=150, seed=2)]
+    expected = np.percentile(redraws, [2.5, 97.5])
+    assert (row["test_kappa_quadratic_low"], row["test_kappa_quadratic_high"]) == pytest.approx(tuple(expected),
+                                                                                               rel=1e-12)

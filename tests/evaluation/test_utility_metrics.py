@@ -6,12 +6,11 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices
-from dpmed.evaluation.utility import auroc, evaluate_utility, rank_auroc, youden_threshold
+from dpmed.evaluation.utility import auroc, evaluate_utility, youden_threshold
+from dpmed.evaluation.weighted import weighted_auroc
 
 # ------------------------------------------------------------------------------------------------------------ AUROC
 
@@ -22,36 +21,15 @@ def test_auroc_hand_case():
     value, per_label = auroc(labels, scores, kind="binary")
     assert value == 0.75
     assert per_label == {"0": 0.75, "1": 0.75}  # class 0 one-vs-rest has the same area
-    assert rank_auroc(labels, scores) == 0.75
+    assert weighted_auroc(labels, scores, np.ones(4))[0] == 0.75  # the bootstrap engine's form, each image once
 
 
 def test_auroc_ties_get_half_credit():
     # pairs: (0.6 vs 0.2) 1, (0.9 vs 0.2) 1, (0.6 vs 0.6) 1/2, (0.9 vs 0.6) 1 -> 3.5 / 4
     labels, scores = [0, 0, 1, 1], [0.2, 0.6, 0.6, 0.9]
     assert auroc(labels, scores, kind="binary")[0] == 0.875
-    assert rank_auroc(labels, scores) == 0.875
-    assert rank_auroc([0, 1], [0.5, 0.5]) == 0.5
-
-
-def test_rank_auroc_equals_sklearn_on_random_data_with_ties():
-    rng = np.random.default_rng(0)
-    labels = rng.integers(0, 2, size=(50, 60))
-    scores = np.round(rng.random((50, 60)) * 0.5 + 0.3 * labels, 1)  # coarse scores: many ties
-    batched = rank_auroc(labels, scores)  # [50]
-    expected = [roc_auc_score(y, s) for y, s in zip(labels, scores)]
-    np.testing.assert_allclose(batched, expected, rtol=0, atol=1e-12)
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 4)), min_size=1, max_size=30))
-def test_rank_auroc_matches_sklearn_or_is_nan_with_one_class(pairs):
-    labels = np.array([p[0] for p in pairs])
-    scores = np.array([p[1] for p in pairs], dtype=float) / 4
-    got = rank_auroc(labels, scores)
-    if labels.min() == labels.max():
-        assert np.isnan(got)
-    else:
-        assert got == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+    assert weighted_auroc(labels, scores, np.ones(4))[0] == 0.875
+    assert weighted_auroc([0, 1], [0.5, 0.5], np.ones(2))[0] == 0.5
 
 
 def test_multiclass_macro_is_sklearn_one_vs_rest():

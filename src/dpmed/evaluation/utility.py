@@ -16,8 +16,11 @@ Why each choice:
 * Intervals are 95% percentile intervals over seeded redraws of the test set, paired across models
   (:mod:`dpmed.evaluation.bootstrap`; Efron & Tibshirani 1993). The threshold and the model stay fixed: the interval
   reflects the sampling of test patients. The point value is always the metric on the whole test set.
-* The redraws use :func:`rank_auroc`, a vectorised Mann-Whitney form of AUROC, because 1000 calls of scikit-learn per
-  metric and per label would make evaluation slower than training the small models of the quickstart.
+* The redraws go through the evaluation stage's one bootstrap engine, per-image counts
+  (:mod:`dpmed.evaluation.weighted`), as fairness and the comparisons do: AUROC by the weighted Mann-Whitney
+  statistic (vectorised over redraws, because 1000 calls of scikit-learn per metric and per label would make
+  evaluation slower than training the small models of the quickstart), rates by weighted means, kappa by weighted
+  confusion counts; each exact on the redrawn sample.
 """
 
 from __future__ import annotations
@@ -26,21 +29,18 @@ import warnings
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from dpmed.evaluation.bootstrap import Estimate, bootstrap_indices
+from dpmed.evaluation.weighted import (evaluate_redraws, quadratic_kappa, weighted_auroc, weighted_kappa,
+                                       weighted_mean)
 
-__all__ = ["youden_threshold", "auroc", "rank_auroc", "quadratic_weighted_kappa", "evaluate_utility",
+__all__ = ["youden_threshold", "auroc", "quadratic_weighted_kappa", "evaluate_utility",
            "UNDEFINED_REDRAWS_WARN_FRACTION"]
 
 # Above this share of redraws in which a metric is undefined (one class drawn), evaluate_utility warns: the interval
 # then describes a conditional distribution (redraws that happen to contain both classes) and may be too narrow.
 UNDEFINED_REDRAWS_WARN_FRACTION = 0.10
-
-# Redraws are processed in blocks of at most this many gathered values (~32 MiB of float64) so that a large test set
-# (e.g. NIH ChestX-ray14, 25k images x 14 labels) does not materialise [n_resamples, N] arrays all at once.
-_BLOCK_ELEMENTS = 1 << 22
 
 
 # ---------------------------------------------------------------------------------------------------------- checks
@@ -191,40 +191,6 @@ def auroc(labels, scores, *, kind: str) -> tuple[float, dict[str, float]]:
     return macro, per_label
 
 
-def rank_auroc(labels, scores) -> np.ndarray:
-    """AUROC of each row of ``labels`` / ``scores`` (0/1 and float [..., n]) at once: float [...].
-
-    Mann-Whitney form: AUROC = (R_pos - n_pos (n_pos + 1) / 2) / (n_pos n_neg), with R_pos the sum of the positives'
-    ranks among all n scores and tied scores given their average rank, which is the 1/2 credit for a tied
-    positive-negative pair that scikit-learn's trapezoidal ROC area also gives (Hanley & McNeil 1982). Rows with only
-    one class give nan. Used for the bootstrap redraws, where it is exact and vectorised (tests check it against
-    ``roc_auc_score`` on data with ties).
-    """
-    y = np.asarray(labels).astype(bool)
-    s = np.asarray(scores, dtype=np.float64)
-    if y.shape != s.shape or y.ndim == 0:
-        raise ValueError(f"rank_auroc: labels and scores must have the same shape [..., n]; got {y.shape}, {s.shape}")
-    ranks = rankdata(s, method="average", axis=-1)  # [..., n], 1-based, ties averaged
-    n_pos = y.sum(axis=-1).astype(np.float64)
-    n_neg = y.shape[-1] - n_pos
-    u = np.where(y, ranks, 0.0).sum(axis=-1) - n_pos * (n_pos + 1.0) / 2.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where((n_pos > 0) & (n_neg > 0), u / (n_pos * n_neg), np.nan)
-
-
-def _kappa_from_confusion(confusion: np.ndarray) -> np.ndarray:
-    """Quadratic-weighted kappa of confusion counts [..., K, K] (rows: true class, columns: predicted): [...]."""
-    k = confusion.shape[-1]
-    i = np.arange(k)
-    weights = (i[:, None] - i[None, :]) ** 2 / float((k - 1) ** 2)  # [K, K]
-    total = confusion.sum(axis=(-2, -1), keepdims=True)  # [..., 1, 1]
-    observed = confusion / np.maximum(total, 1)
-    expected = observed.sum(axis=-1, keepdims=True) * observed.sum(axis=-2, keepdims=True)  # outer product of marginals
-    disagreement = (weights * expected).sum(axis=(-2, -1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(disagreement > 0, 1.0 - (weights * observed).sum(axis=(-2, -1)) / disagreement, np.nan)
-
-
 def quadratic_weighted_kappa(labels, predicted, *, n_classes: int) -> float:
     """Cohen's kappa with quadratic weights w_ij = (i - j)^2 / (K - 1)^2 (Cohen 1968): 1 - sum(w O) / sum(w E), with
     O the observed share of (true i, predicted j) and E the product of the marginal shares.
@@ -239,52 +205,16 @@ def quadratic_weighted_kappa(labels, predicted, *, n_classes: int) -> float:
         raise ValueError(f"quadratic_weighted_kappa: labels and predictions must both be [N] with K >= 2 classes; "
                          f"got shapes {y.shape}, {p.shape} and K = {n_classes}")
     confusion = np.bincount(y * n_classes + p, minlength=n_classes * n_classes).reshape(n_classes, n_classes)
-    return float(_kappa_from_confusion(confusion.astype(np.float64)))
+    return float(quadratic_kappa(confusion.astype(np.float64)))
 
 
 # -------------------------------------------------------------------------------------------------------- redraws
 
 
-def _blocks(indices: np.ndarray):
-    """Consecutive blocks of redraw rows, each gathering at most ~_BLOCK_ELEMENTS values."""
-    step = max(1, _BLOCK_ELEMENTS // indices.shape[1])
-    for start in range(0, indices.shape[0], step):
-        yield slice(start, start + step), indices[start : start + step]
-
-
 def _redraw_auroc(y: np.ndarray, s: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """Per-label AUROC in every redraw: y, s [N, L] -> float [n_resamples, L] (nan where undefined)."""
-    out = np.empty((indices.shape[0], y.shape[1]))
-    for rows, idx in _blocks(indices):  # idx [b, N]
-        for j in range(y.shape[1]):
-            out[rows, j] = rank_auroc(y[idx, j], s[idx, j])
-    return out
-
-
-def _redraw_sum(values: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """Sum of ``values`` (float [N, m]) over each redraw: float [n_resamples, m]."""
-    out = np.empty((indices.shape[0], values.shape[1]))
-    for rows, idx in _blocks(indices):
-        out[rows] = values[idx].sum(axis=1)  # [b, N, m] -> [b, m]
-    return out
-
-
-def _redraw_kappa(y: np.ndarray, predicted: np.ndarray, n_classes: int, indices: np.ndarray) -> np.ndarray:
-    """Quadratic-weighted kappa in every redraw: float [n_resamples] (nan where undefined)."""
-    out = np.empty(indices.shape[0])
-    cells = n_classes * n_classes
-    codes = y * n_classes + predicted  # [N] cell of the confusion matrix
-    for rows, idx in _blocks(indices):  # idx [b, N]
-        offset = np.arange(idx.shape[0])[:, None] * cells
-        counts = np.bincount((offset + codes[idx]).ravel(), minlength=idx.shape[0] * cells)
-        out[rows] = _kappa_from_confusion(counts.reshape(idx.shape[0], n_classes, n_classes).astype(np.float64))
-    return out
-
-
-def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    """numerator / denominator, nan where the denominator is 0 (the rate is undefined in that redraw)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denominator > 0, numerator / np.maximum(denominator, 1), np.nan)
+    return evaluate_redraws(indices, lambda w: np.stack([weighted_auroc(y[:, j], s[:, j], w)      # w [b, N]
+                                                         for j in range(y.shape[1])], axis=1))
 
 
 def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidence: float) -> None:
@@ -330,15 +260,18 @@ def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, in
     row: dict = {"threshold": threshold, "val_auroc": _column_auroc(y_val, s_val)}
     _test_auroc(row, names, y[:, None], s[:, None], indices, confidence, per_label=False)
 
-    correct = (s >= threshold) == (y == 1)  # [N], the validation threshold applied unchanged
-    counts = np.stack([correct, y == 1, correct & (y == 1), correct & (y == 0)], axis=1).astype(np.float64)
+    correct = ((s >= threshold) == (y == 1)).astype(np.float64)  # [N], the validation threshold applied unchanged
+    positive = y == 1
     n = y.size
     n_pos, n_neg = float(y.sum()), float(n - y.sum())
-    point = counts.sum(axis=0)  # [4]: correct, positives, true positives, true negatives
-    redraws = _redraw_sum(counts, indices)  # [n_resamples, 4]
-    _estimate(row, "test_accuracy", point[0] / n, redraws[:, 0] / n, confidence)
-    _estimate(row, "test_sensitivity", point[2] / n_pos, _ratio(redraws[:, 2], redraws[:, 1]), confidence)
-    _estimate(row, "test_specificity", point[3] / n_neg, _ratio(redraws[:, 3], n - redraws[:, 1]), confidence)
+    # Sensitivity is the accuracy among the positives, specificity among the negatives: weighted means over those
+    # images, nan in a redraw that drew none of them.
+    redraws = evaluate_redraws(indices, lambda w: np.stack(
+        [weighted_mean(correct, w), weighted_mean(correct[positive], w[:, positive]),
+         weighted_mean(correct[~positive], w[:, ~positive])], axis=1))  # [n_resamples, 3]
+    _estimate(row, "test_accuracy", correct.sum() / n, redraws[:, 0], confidence)
+    _estimate(row, "test_sensitivity", correct[positive].sum() / n_pos, redraws[:, 1], confidence)
+    _estimate(row, "test_specificity", correct[~positive].sum() / n_neg, redraws[:, 2], confidence)
     return row
 
 
@@ -349,8 +282,9 @@ def _evaluate_multiclass(names, val_labels, val_scores, test_labels, test_scores
         raise ValueError(f"test scores have {s.shape[1]} columns for {len(names)} label_names {list(names)}")
     row: dict = {}
     _test_auroc(row, names, *_multiclass_columns(y, s, "test"), indices, confidence, per_label=True)
-    correct = (np.argmax(s, axis=1) == y).astype(np.float64)[:, None]  # [N, 1]
-    _estimate(row, "test_accuracy", correct.mean(), _redraw_sum(correct, indices)[:, 0] / y.size, confidence)
+    correct = (np.argmax(s, axis=1) == y).astype(np.float64)  # [N]
+    _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(indices, lambda w: weighted_mean(correct, w)),
+              confidence)
     return row
 
 
@@ -371,8 +305,9 @@ def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores
     row: dict = {f"threshold[{name}]": float(t) for name, t in zip(names, thresholds)}
     _test_auroc(row, names, y, s, indices, confidence, per_label=True)
     # Mean over labels of per-label accuracy = mean over images of the share of labels right (same N per label).
-    correct = ((s >= thresholds[None, :]) == (y == 1)).mean(axis=1, keepdims=True)  # [N, 1]
-    _estimate(row, "test_accuracy", correct.mean(), _redraw_sum(correct, indices)[:, 0] / y.shape[0], confidence)
+    correct = ((s >= thresholds[None, :]) == (y == 1)).mean(axis=1)  # [N]
+    _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(indices, lambda w: weighted_mean(correct, w)),
+              confidence)
     return row
 
 
@@ -426,6 +361,7 @@ def evaluate_utility(
         y, s = _multiclass_arrays(test_labels, test_scores, "test")
         predicted = np.argmax(s, axis=1)
         value = quadratic_weighted_kappa(y, predicted, n_classes=s.shape[1])
-        _estimate(row, "test_kappa_quadratic", value, _redraw_kappa(y, predicted, s.shape[1], indices), confidence)
+        redraws = evaluate_redraws(indices, lambda w: weighted_kappa(y, predicted, w, n_classes=s.shape[1]))
+        _estimate(row, "test_kappa_quadratic", value, redraws, confidence)
     row.update(n_test=n_test, n_resamples=int(n_resamples), confidence=float(confidence), bootstrap_seed=int(seed))
     return row

@@ -10,17 +10,23 @@ statistic below needs one sort of the scores, not one per redraw.
 Conventions: ``weights`` are float [R, n] (R redraws, n images); a metric undefined in a redraw (no positive or no
 negative drawn in the group) is nan there and left out of the percentile interval, as in
 :func:`~dpmed.evaluation.bootstrap.percentile_interval`.
+
+This is the one bootstrap engine of the evaluation stage: utility (:mod:`dpmed.evaluation.utility`), fairness,
+explanations and the paired comparisons all redraw through it. With integer counts every statistic here is computed
+from exact integer (or half-integer) sums, so a metric on a redraw is the metric on the redrawn sample itself, not
+an approximation of it (the tests compare each with scikit-learn on the repeated images).
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
 from dpmed.evaluation.bootstrap import Estimate
 
-__all__ = ["redraw_counts", "weighted_auroc", "weighted_mean", "estimate", "as_label_columns", "number"]
+__all__ = ["redraw_counts", "evaluate_redraws", "weighted_auroc", "weighted_mean", "quadratic_kappa",
+           "weighted_kappa", "estimate", "as_label_columns", "number"]
 
 # Redraws are turned into counts in blocks so that [R, n] float64 blocks stay near 32 MiB for large test sets.
 _BLOCK_ELEMENTS = 1 << 22
@@ -39,6 +45,13 @@ def redraw_counts(indices: np.ndarray, n: int) -> Iterator[tuple[slice, np.ndarr
         flat = (idx + np.arange(b)[:, None] * n).ravel()
         counts = np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
         yield slice(start, start + b), counts
+
+
+def evaluate_redraws(indices: np.ndarray, metric: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """``metric(counts)`` on every redraw: [R, ...], from the blocks of :func:`redraw_counts` (counts float64 [b, n]
+    -> [b, ...] each) concatenated in redraw order. n is the test-set size, ``indices.shape[1]``."""
+    indices = np.asarray(indices)
+    return np.concatenate([metric(counts) for _rows, counts in redraw_counts(indices, indices.shape[1])])
 
 
 def weighted_auroc(labels, scores, weights) -> np.ndarray:
@@ -77,6 +90,43 @@ def weighted_mean(values, weights) -> np.ndarray:
     total = w.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, (w @ v) / np.where(total > 0, total, 1.0), np.nan)
+
+
+def quadratic_kappa(confusion: np.ndarray) -> np.ndarray:
+    """Quadratic-weighted kappa of confusion counts [..., K, K] (rows: true class, columns: predicted): [...].
+
+    Cohen 1968: 1 - sum(w O) / sum(w E) with w_ij = (i - j)^2 / (K - 1)^2, O the observed share of (true i,
+    predicted j) and E the product of the marginal shares; nan where sum(w E) = 0 (every label and prediction one
+    class: undefined).
+    """
+    k = confusion.shape[-1]
+    i = np.arange(k)
+    weights = (i[:, None] - i[None, :]) ** 2 / float((k - 1) ** 2)  # [K, K]
+    total = confusion.sum(axis=(-2, -1), keepdims=True)  # [..., 1, 1]
+    observed = confusion / np.maximum(total, 1)
+    expected = observed.sum(axis=-1, keepdims=True) * observed.sum(axis=-2, keepdims=True)  # outer product of marginals
+    disagreement = (weights * expected).sum(axis=(-2, -1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(disagreement > 0, 1.0 - (weights * observed).sum(axis=(-2, -1)) / disagreement, np.nan)
+
+
+def weighted_kappa(labels, predicted, weights, *, n_classes: int) -> np.ndarray:
+    """Quadratic-weighted kappa of class ``labels`` and ``predicted`` classes (int [n] in 0..K-1) with each image
+    counted ``weights[r, i]`` times: float [R] (nan where undefined).
+
+    The confusion counts of redraw r are sum_i w_ri [labels_i = a, predicted_i = b], one matrix product; with
+    integer counts they are exactly the confusion matrix of the redrawn sample, so this is
+    :func:`quadratic_kappa` of the redrawn sample.
+    """
+    y = np.asarray(labels, dtype=np.int64)
+    p = np.asarray(predicted, dtype=np.int64)
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    if y.ndim != 1 or p.shape != y.shape or w.shape[1] != y.size:
+        raise ValueError(f"weighted_kappa: labels, predicted [n] and weights [R, n] must agree; got {y.shape}, "
+                         f"{p.shape}, {w.shape}")
+    cells = (y * n_classes + p)[:, None] == np.arange(n_classes * n_classes)[None, :]   # [n, K K] one-hot cell
+    confusion = w @ cells.astype(np.float64)                                            # [R, K K]
+    return quadratic_kappa(confusion.reshape(w.shape[0], n_classes, n_classes))
 
 
 def number(value) -> float | None:

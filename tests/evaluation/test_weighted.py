@@ -1,0 +1,106 @@
+"""The evaluation stage's one bootstrap engine (per-image counts) against scikit-learn on the redrawn samples
+themselves: with integer counts every weighted statistic must be the statistic of the sample with each image
+repeated as often as it was drawn, ties and absent classes included (METHODS.md sec. 4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import cohen_kappa_score, roc_auc_score
+
+from dpmed.evaluation.bootstrap import bootstrap_indices
+from dpmed.evaluation.weighted import (evaluate_redraws, quadratic_kappa, redraw_counts, weighted_auroc,
+                                       weighted_kappa, weighted_mean)
+
+# ------------------------------------------------------------------------------------------------------------ AUROC
+
+
+def test_weighted_auroc_equals_sklearn_on_random_data_with_ties():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, size=(50, 60))
+    scores = np.round(rng.random((50, 60)) * 0.5 + 0.3 * labels, 1)  # coarse scores: many ties
+    got = [weighted_auroc(y, s, np.ones(60))[0] for y, s in zip(labels, scores)]  # each image once
+    expected = [roc_auc_score(y, s) for y, s in zip(labels, scores)]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 4)), min_size=1, max_size=30))
+def test_weighted_auroc_matches_sklearn_or_is_nan_with_one_class(pairs):
+    labels = np.array([p[0] for p in pairs])
+    scores = np.array([p[1] for p in pairs], dtype=float) / 4
+    got = weighted_auroc(labels, scores, np.ones(len(pairs)))[0]
+    if labels.min() == labels.max():
+        assert np.isnan(got)
+    else:
+        assert got == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 4), st.integers(0, 3)), min_size=1, max_size=30))
+def test_weighted_auroc_with_counts_is_the_auroc_of_the_repeated_sample(triples):
+    labels, levels, counts = (np.array(v) for v in zip(*triples))
+    scores = levels / 4.0
+    got = weighted_auroc(labels, scores, counts[None, :].astype(float))[0]
+    y, s = np.repeat(labels, counts), np.repeat(scores, counts)
+    if y.size == 0 or y.min() == y.max():
+        assert np.isnan(got)
+    else:
+        assert got == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+
+
+def test_every_redraw_of_a_seeded_bootstrap_equals_sklearn():
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 2, 80)
+    scores = np.round(np.clip(0.35 + 0.3 * labels + rng.normal(0, 0.2, 80), 0, 1), 1)
+    indices = bootstrap_indices(80, n_resamples=60, seed=8)
+    got = evaluate_redraws(indices, lambda w: weighted_auroc(labels, scores, w))
+    expected = [roc_auc_score(labels[i], scores[i]) for i in indices]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------- means and kappa
+
+
+def test_weighted_mean_with_counts_is_the_mean_of_the_redrawn_sample():
+    values = np.random.default_rng(1).random(40)
+    indices = bootstrap_indices(40, n_resamples=30, seed=2)
+    got = evaluate_redraws(indices, lambda w: weighted_mean(values, w))
+    np.testing.assert_allclose(got, [values[i].mean() for i in indices], rtol=1e-14)
+    assert np.isnan(weighted_mean(values[:2], np.zeros((1, 2)))[0])  # nothing drawn: undefined
+
+
+def test_weighted_kappa_with_counts_is_the_kappa_of_the_redrawn_sample():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 5, 120)
+    p = np.clip(y + rng.integers(-2, 3, 120), 0, 4)
+    indices = bootstrap_indices(120, n_resamples=50, seed=1)
+    got = evaluate_redraws(indices, lambda w: weighted_kappa(y, p, w, n_classes=5))
+    expected = [cohen_kappa_score(y[i], p[i], weights="quadratic") for i in indices]
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    for r, i in enumerate(indices[:5]):  # the confusion counts are exactly the redrawn sample's
+        confusion = np.bincount(y[i] * 5 + p[i], minlength=25).reshape(5, 5).astype(np.float64)
+        assert got[r] == quadratic_kappa(confusion[None])[0]
+
+
+def test_weighted_kappa_is_nan_where_every_label_and_prediction_is_one_class():
+    y = np.array([0, 2, 2, 1])
+    w = np.array([[0, 3, 1, 0], [1, 1, 1, 1]], dtype=float)  # redraw 0: only the two 2 -> 2 images
+    got = weighted_kappa(y, y, w, n_classes=3)
+    assert np.isnan(got[0]) and got[1] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------- blocks
+
+
+def test_counts_are_the_draws_and_blocks_change_nothing(monkeypatch):
+    indices = bootstrap_indices(7, n_resamples=25, seed=0)
+    whole = np.concatenate([c for _, c in redraw_counts(indices, 7)])
+    np.testing.assert_array_equal(whole, [np.bincount(i, minlength=7) for i in indices])
+    values = np.arange(7.0)
+    one_block = evaluate_redraws(indices, lambda w: weighted_mean(values, w))
+    monkeypatch.setattr("dpmed.evaluation.weighted._BLOCK_ELEMENTS", 7 * 4)  # blocks of 4 redraws
+    assert len(list(redraw_counts(indices, 7))) == 7
+    np.testing.assert_array_equal(evaluate_redraws(indices, lambda w: weighted_mean(values, w)), one_block)
