@@ -1,156 +1,14 @@
-"""Grad-CAM and its faithfulness metrics (METHODS.md sec. 6): a network whose Grad-CAM is known in closed form,
-every metric against hand-worked values, and the caller's model left exactly as it was, for every registered
-architecture."""
+"""A run's explanations (METHODS.md sec. 6): every metric with an interval, the arrays the report's CAM grid is
+drawn from, the same images for every arm, and the caller's model left in its mode."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from dpmed.config import CAM_METHOD_NAMES
-from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
-from dpmed.evaluation.explanations import (CAM_METHODS, average_drop, compute_cams, deletion_insertion, explain,
-                                           explain_test_set, increase_in_confidence, mask_area_share, mask_energy,
-                                           masked_input_score, mean_with_interval, plain_copy, pointing_game)
-from dpmed.models import MODELS, build_model
-
-
-class Linear(nn.Module):
-    """features: a 1x1 convolution with weight 1 (A = the image, or with ``stride`` 2 the image's 2x2 means), then
-    global average pooling and logits y = w * mean(A). Grad-CAM: dy_c/dA_ij = w_c / (h w) everywhere, so alpha_c =
-    w_c / (h w) and L = ReLU(w_c A / (h w)); divided by its max: A / max(A) for w_c > 0, and all zero for w_c < 0."""
-
-    def __init__(self, stride: int = 1) -> None:
-        super().__init__()
-        self.features = nn.Conv2d(1, 1, kernel_size=stride, stride=stride, bias=False)
-        self.head = nn.Linear(1, 2, bias=False)
-        with torch.no_grad():
-            self.features.weight.fill_(1.0 / stride**2)
-            self.head.weight.copy_(torch.tensor([[-1.0], [2.0]]))
-
-    def forward(self, x):
-        return self.head(self.features(x).mean(dim=(2, 3)))
-
-
-def test_cam_methods_of_the_schema_and_of_the_module_agree():
-    assert tuple(CAM_METHODS) == CAM_METHOD_NAMES
-
-
-def test_grad_cam_in_closed_form_and_an_all_zero_map_stays_zero():
-    image = np.random.default_rng(0).random((1, 1, 4, 4)).astype(np.float32)
-    cams = compute_cams(Linear(), np.repeat(image, 2, axis=0), target_layer="features", targets=[1, 0])
-    np.testing.assert_allclose(cams[0], image[0, 0] / image.max(), rtol=1e-5)      # w_1 = 2 > 0: A / max A
-    assert np.all(cams[1] == 0)                                                      # w_0 = -1: ReLU leaves nothing
-
-
-def test_grad_cam_upsamples_bilinearly_and_divides_by_the_max_not_min_max():
-    image = np.full((1, 1, 4, 4), 0.2, np.float32)
-    image[0, 0, :2, :2] = 1.0
-    image[0, 0, 2:, 2:] = 0.5                          # 2x2 means: A = [[1, 0.2], [0.2, 0.5]]
-    cam = compute_cams(Linear(stride=2), image, target_layer="features", targets=[1])[0]
-    a = torch.tensor([[[[1.0, 0.2], [0.2, 0.5]]]])
-    expected = F.interpolate(a, size=(4, 4), mode="bilinear", align_corners=False)[0, 0].numpy()
-    np.testing.assert_allclose(cam, expected / expected.max(), rtol=1e-5)
-    assert cam.min() > 0                               # min-max rescaling would have set the minimum to 0
-
-
-def test_confidence_metrics_by_hand():
-    y, o = np.array([0.8, 0.5]), np.array([0.4, 0.6])
-    assert average_drop(y, o).mean() == pytest.approx(100 * (0.4 / 0.8 + 0) / 2)          # 25
-    assert increase_in_confidence(y, o).mean() == pytest.approx(50.0)
-    assert masked_input_score(y, o).mean() == pytest.approx(100 * (0.5 + 1.2) / 2)         # 85
-    with pytest.raises(ValueError):
-        average_drop(np.array([0.0]), np.array([0.1]))
-
-
-def test_mask_energy_of_a_cam_whose_energy_is_known():
-    cams = np.full((3, 4, 4), 0.5)
-    cams[0, :2, :2] = 1.0                # 4 px of 1 inside the mask, 12 px of 0.5 outside: 4 / (4 + 6)
-    cams[1] = 0.0                        # all-zero CAM: no energy in the lesion
-    masks = np.zeros((3, 4, 4), bool)
-    masks[:2, :2, :2] = True             # images 0 and 1: top-left 2x2; image 2: no lesion
-    np.testing.assert_allclose(mask_energy(cams, masks), [0.4, 0.0, np.nan])
-    np.testing.assert_allclose(mask_energy(np.full((1, 4, 4), 0.3), masks[:1]), [0.25])   # uniform = area share
-    np.testing.assert_allclose(mask_area_share(masks), [0.25, 0.25, np.nan])
-
-
-def test_pointing_game_by_hand():
-    masks = np.zeros((5, 5, 5), bool)
-    masks[:, :2, :2] = True
-    cams = np.zeros((5, 5, 5))
-    cams[0, 1, 1] = 1.0                  # peak inside
-    cams[1, 4, 4] = 1.0                  # peak far outside
-    cams[2, 3, 3] = 1.0                  # peak sqrt(2^2 + 2^2) = 2.83 px from the nearest mask pixel (1, 1)
-    cams[3] = 1.0                        # flat: the peak is the centre (2, 2), outside
-    # cams[4] all zero: misses
-    np.testing.assert_array_equal(pointing_game(cams, masks), [1, 0, 0, 0, 0])
-    np.testing.assert_array_equal(pointing_game(cams[2:3], masks[2:3], tolerance=2.8), [0])
-    np.testing.assert_array_equal(pointing_game(cams[2:3], masks[2:3], tolerance=2.9), [1])
-    assert np.isnan(pointing_game(cams[:1], np.zeros((1, 5, 5), bool))[0])
-
-
-def test_deletion_and_insertion_auc_by_hand():
-    image = np.array([[[[1.0, 0.5], [0.25, 0.0]]]], np.float32)
-    cam = np.array([[[4.0, 3.0], [2.0, 1.0]]])         # pixels removed / restored in reading order
-
-    def score(batch):                                  # class 1 = mean pixel value
-        m = batch.reshape(len(batch), -1).mean(axis=1)
-        return np.stack([1 - m, m], axis=1)
-
-    dele, ins, dcurve, icurve = deletion_insertion(score, image, cam, [1], steps=4)
-    np.testing.assert_allclose(dcurve[0], [0.4375, 0.1875, 0.0625, 0.0, 0.0])
-    np.testing.assert_allclose(icurve[0], [0.0, 0.25, 0.375, 0.4375, 0.4375])
-    assert dele[0] == pytest.approx((0.3125 + 0.125 + 0.03125 + 0.0) / 4)      # trapezoids, width 1/4
-    assert ins[0] == pytest.approx((0.125 + 0.3125 + 0.40625 + 0.4375) / 4)
-
-
-def test_mean_with_interval_is_a_percentile_bootstrap_over_images():
-    v = np.array([1.0, 2.0, np.nan, 4.0, 8.0])
-    out = mean_with_interval(v, n_resamples=100, seed=3)
-    defined = v[np.isfinite(v)]
-    redraws = np.array([defined[idx].mean() for idx in bootstrap_indices(4, n_resamples=100, seed=3)])
-    assert out["value"] == pytest.approx(3.75) and out["n"] == 4
-    assert (out["low"], out["high"]) == pytest.approx(percentile_interval(redraws))
-
-
-def _snapshot(model: nn.Module):
-    return ({k: v.detach().clone() for k, v in model.state_dict().items()},
-            [m.training for m in model.modules()], [p.requires_grad for p in model.parameters()],
-            [p.grad is None for p in model.parameters()],
-            sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules()))
-
-
-# pytorch-grad-cam puts the model it is given in eval mode: training mode is the state at risk, so every
-# architecture is checked in it; eval mode once.
-@pytest.mark.parametrize(("name", "mode"), [(name, "train") for name in sorted(MODELS)] + [("small_cnn", "eval")])
-def test_grad_cam_leaves_the_model_as_it_was(name, mode):
-    torch.manual_seed(0)
-    model = build_model(name, in_channels=1, num_outputs=2, image_size=32)
-    model.train(mode == "train")
-    model.get_submodule("head" if hasattr(model, "head") else "fc").weight.requires_grad_(False)  # a frozen layer
-    before = _snapshot(model)
-    images = np.random.default_rng(0).random((2, 1, 32, 32)).astype(np.float32)
-    cams = compute_cams(model, images, target_layer=MODELS[name].cam_layer, targets=[0, 1])
-    after = _snapshot(model)
-    assert cams.shape == (2, 32, 32) and cams.min() >= 0 and cams.max() <= 1
-    assert before[1:] == after[1:]                                    # modes, requires_grad, grads, hooks
-    assert all(torch.equal(before[0][k], after[0][k]) for k in before[0])
-
-
-def test_grad_cam_unwraps_an_opacus_model_and_leaves_its_hooks():
-    from opacus import GradSampleModule
-
-    model = GradSampleModule(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16))
-    hooks = sum(len(m._forward_hooks) + len(m._backward_hooks) for m in model.modules())
-    assert hooks > 0
-    cams = compute_cams(model, np.random.default_rng(1).random((2, 1, 16, 16)).astype(np.float32),
-                        target_layer="features", targets=[1, 1])
-    assert cams.shape == (2, 16, 16)
-    assert hooks == sum(len(m._forward_hooks) + len(m._backward_hooks) for m in model.modules())
-    assert model.training and not plain_copy(model).training
+from dpmed.evaluation.explanations import explain, explain_test_set
+from dpmed.models import build_model
 
 
 def test_explain_reports_every_metric_with_an_interval_and_the_arrays_for_the_grid():
@@ -177,18 +35,3 @@ def test_explain_reports_every_metric_with_an_interval_and_the_arrays_for_the_gr
     again, arrays2 = explain(model, images[positions], kind="binary", target_layer="features", deletion_steps=4,
                              n_resamples=50)
     np.testing.assert_array_equal(arrays2["cams"], arrays["cams"])
-
-
-def test_hirescam_equals_grad_cam_on_a_pooled_head_and_not_on_a_flattened_one():
-    """Draelos & Carin 2020: with global average pooling before the linear head the gradient at the target layer is
-    the same at every position, so Grad-CAM's averaged weights lose nothing; a flattened head has per-position
-    weights, which only HiResCAM keeps (why configs/interpretability.yaml uses it with flat_cnn); so does global max
-    pooling (small_cnn), whose gradient reaches one position per channel."""
-    images = np.random.default_rng(2).random((3, 1, 16, 16)).astype(np.float32)
-    for name, layer, same in (("resnet9", "layer4", True), ("flat_cnn", "features", False),
-                              ("small_cnn", "features", False)):  # small_cnn: global max pooling, one position
-        torch.manual_seed(0)
-        model = build_model(name, in_channels=1, num_outputs=2, image_size=16)
-        grad, hires = (compute_cams(model, images, target_layer=layer, targets=[1, 1, 1], method=m)
-                       for m in ("gradcam", "hirescam"))
-        assert np.allclose(grad, hires, atol=1e-4) == same, name
