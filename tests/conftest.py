@@ -28,3 +28,58 @@ def write_study(tmp_path: Path):
         return path
 
     return write
+
+
+@pytest.fixture
+def make_record():
+    """A factory of minimal typed run records (no training), for tests of what reads records: comparisons, tables,
+    the report. DP-SGD records get sigma = 1 / eps, so runs at one eps share their noise setting across arms."""
+    from dpmed.accounting import Ledger
+    from dpmed.config import RunPlan, SweptValue, TrainingConfig
+    from dpmed.mechanisms import DpSgdPlan, NoPrivacyPlan, PrivacyCard
+    from dpmed.records import DataSummary, RunRecord, Timing
+
+    def make(run_id: str, arm: str, mechanism: str = "none", *, eps: float | None = None, C: float = 1.0,
+             seed: int = 0, lr: float = 0.002, metrics: dict | None = None, fairness: dict | None = None,
+             explanations: dict | None = None) -> RunRecord:
+        training = TrainingConfig(epochs=2, learning_rate=lr)
+        if mechanism == "dp_sgd":
+            privacy = DpSgdPlan(noise_multiplier=1.0 / eps, max_grad_norm=C, sample_rate=0.1, steps=10,
+                                target_epsilon=eps, noise_given=False)
+            swept = (SweptValue(key="target_epsilon", tag="eps", value=eps),
+                     SweptValue(key="max_grad_norm", tag="C", value=C))
+            card = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement=f"eps = {eps * 0.99:g}", epsilon=eps * 0.99,
+                               delta=1e-5, accountant="pld")
+        else:
+            privacy, swept = NoPrivacyPlan(), ()
+            card = PrivacyCard(mechanism="none", is_dp=False, statement="no privacy protection (eps = infinity)")
+        plan = RunPlan(run_id=run_id, arm=arm, seed=seed, swept=swept, training=training, privacy=privacy)
+        return RunRecord(run_id=run_id, arm=arm, mechanism=mechanism, seed=seed, plan=plan,
+                         data=DataSummary(name="test", task="binary"), privacy=card, ledger=Ledger(),
+                         metrics=metrics or {}, fairness=fairness, explanations=explanations,
+                         timing=Timing(train_seconds=1.0, total_seconds=2.0, device="cpu", threads=1))
+
+    return make
+
+
+@pytest.fixture
+def make_resolved():
+    """A factory of resolved studies (study.yaml's type) around given records, for report tests."""
+    from dpmed.config import Study
+    from dpmed.records import DatasetSummary, ResolvedStudy, StudyPrivacy
+
+    def make(records, *, confidence: float = 0.95, resamples: int = 200, n_test: int = 5) -> ResolvedStudy:
+        arms = list({r.arm: r.mechanism for r in records}.items())
+        study = Study.model_validate({
+            "name": "t", "seeds": sorted({r.seed for r in records}),
+            "evaluation": {"bootstrap_resamples": resamples, "confidence": confidence},
+            "arms": [{"name": a, "mechanism": m, **({"target_epsilon": 1.0} if m == "dp_sgd" else {})}
+                     for a, m in arms]})
+        dataset = DatasetSummary(name="phantom", task="binary", synthetic=True, description="", n_train=10,
+                                 n_val=5, n_test=n_test, n_train_patients=8, patients_known=True,
+                                 image_shape=(1, 8, 8))
+        privacy = StudyPrivacy(dp_sgd_runs=(), not_private=(), local_dp=(), unit=None, delta=None, accountant=None,
+                               dp_sgd_epsilon=None, epsilon=None, reproducible=False, statement="test statement")
+        return ResolvedStudy(study=study, dataset=dataset, study_privacy=privacy, runs=[r.plan for r in records])
+
+    return make

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "load_study", "run_study", "read_results", "Study", "StudyResult", "RunSpec", "Dataset", "ImageSet", "Sample",
-    "Task", "DpmedError", "ConfigError", "DataError", "PrivacyError",
+    "load_study", "run_study", "read_results", "read_record", "Study", "StudyResult", "RunPlan", "RunRecord",
+    "PrivacyCard", "Dataset", "ImageSet", "Sample", "Task", "DpmedError", "ConfigError", "DataError", "PrivacyError",
 ]
 
 _HOME = {
-    "load_study": "dpmed.config", "Study": "dpmed.config", "RunSpec": "dpmed.config",
+    "load_study": "dpmed.config", "Study": "dpmed.config", "RunPlan": "dpmed.config",
+    "RunRecord": "dpmed.records", "read_record": "dpmed.records", "PrivacyCard": "dpmed.mechanisms",
     "run_study": "dpmed.study", "StudyResult": "dpmed.study",
     "Dataset": "dpmed.data", "ImageSet": "dpmed.data", "Sample": "dpmed.data", "Task": "dpmed.data",
     "DpmedError": "dpmed.errors", "ConfigError": "dpmed.errors", "DataError": "dpmed.errors",
@@ -41,4 +42,6 @@ def read_results(study_dir: str | Path) -> "Any":
     """results.csv of a study folder (``results/<study>``) as a pandas DataFrame, one row per run."""
     import pandas as pd
 
-    return pd.read_csv(Path(study_dir) / "results.csv")
+    from dpmed.folders import StudyFolder
+
+    return pd.read_csv(StudyFolder(Path(study_dir)).results)

@@ -20,16 +20,16 @@ or has none. The total is shown in the report with its accountant, delta and uni
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 from dpmed import accounting
-from dpmed.config import PrivacyBudget, RunSpec
+from dpmed.config import PrivacyBudget, RunPlan
 from dpmed.errors import PrivacyError
+from dpmed.mechanisms import DpSgdPlan, mechanism_info
+from dpmed.records import RunRecord, StudyPrivacy
 
-__all__ = ["StudyPrivacy", "study_privacy", "check_budget"]
-
-_LOCAL = ("pixel_laplace", "pixel_gaussian")
+__all__ = ["study_privacy", "check_budget"]
 
 
 @dataclass(frozen=True)
@@ -44,54 +44,18 @@ class _Released:
     events: tuple = ()
 
 
-@dataclass(frozen=True)
-class StudyPrivacy:
-    """The study's privacy as a whole. dp_sgd_epsilon: all DP-SGD runs composed (None where they cannot be: mixed
-    units, or the accountant could not certify). epsilon: everything the study releases (inf with a run without
-    privacy; None with local-DP runs or mixed units). Run ids name the runs in each class."""
-
-    dp_sgd_runs: tuple[str, ...]
-    not_private: tuple[str, ...]
-    local_dp: tuple[str, ...]
-    unit: str | None
-    delta: float | None
-    accountant: str | None
-    dp_sgd_epsilon: float | None
-    epsilon: float | None
-    reproducible: bool
-    statement: str
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for key in ("dp_sgd_epsilon", "epsilon"):
-            if out[key] is not None and not math.isfinite(out[key]):
-                out[key] = "infinity"
-        return out
-
-
-def _from_spec(spec: RunSpec) -> _Released:
-    if spec.mechanism in _LOCAL:
-        return _Released(spec.run_id, "local_dp")
-    if spec.mechanism != "dp_sgd" or spec.params["sampling"] != "poisson":
-        return _Released(spec.run_id, "not_private")
-    d = spec.derived
-    event = accounting.dp_sgd_event(noise=spec.params["noise"], noise_multiplier=d["noise_multiplier"],
-                                    sample_rate=d["sample_rate"], steps=d["steps"])
-    return _Released(spec.run_id, "dp_sgd", d.get("unit", "image"), d["delta"], d["accountant"], (event,))
-
-
-def _from_record(record: Mapping[str, Any]) -> _Released:
-    """A finished run the study file no longer lists, from its run.json (its ledger is what it released)."""
-    spec = record.get("spec", {})
-    mechanism = spec.get("mechanism", record.get("mechanism"))
-    params, derived = spec.get("params", {}), spec.get("derived", {})
-    if mechanism in _LOCAL:
-        return _Released(record["run_id"], "local_dp")
-    if mechanism != "dp_sgd" or params.get("sampling", "poisson") != "poisson":
-        return _Released(record["run_id"], "not_private")
-    ledger = accounting.Ledger.from_dict(record["ledger"])
-    return _Released(record["run_id"], "dp_sgd", derived.get("unit", "image"), derived["delta"],
-                     derived["accountant"], ledger.events)
+def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
+    """A run from its plan, and its ledger where it finished (else the events its plan will record)."""
+    info = mechanism_info(plan.mechanism)
+    if info.local:
+        return _Released(plan.run_id, "local_dp")
+    privacy = plan.privacy
+    if not info.is_private or not isinstance(privacy, DpSgdPlan) or privacy.sampling != "poisson":
+        return _Released(plan.run_id, "not_private")
+    events = ledger.events if ledger is not None else (accounting.dp_sgd_event(
+        noise=privacy.noise, noise_multiplier=privacy.noise_multiplier, sample_rate=privacy.sample_rate,
+        steps=privacy.steps),)
+    return _Released(plan.run_id, "dp_sgd", privacy.unit, privacy.delta, privacy.accountant, tuple(events))
 
 
 def _compose(runs: Sequence[_Released], delta: float, accountant: str) -> tuple[float | None, str]:
@@ -105,14 +69,14 @@ def _compose(runs: Sequence[_Released], delta: float, accountant: str) -> tuple[
         return None, f" ({accountant.upper()} could not certify the composition: {exc})"
 
 
-def study_privacy(specs: Sequence[RunSpec], finished_elsewhere: Sequence[Mapping[str, Any]] = (), *,
+def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunRecord] = (), *,
                   budget: PrivacyBudget | None = None, reproducible: bool = False) -> StudyPrivacy:
-    """Compose every run of ``specs`` (resolved, before training) and every finished run in
-    ``finished_elsewhere`` (run.json records of runs in the folder that the study no longer lists).
+    """Compose every run of ``plans`` (before training) and every finished run in ``finished_elsewhere`` (records of
+    runs in the folder that the study no longer lists, with the ledgers they recorded).
 
     delta and accountant: the budget's when given; else the largest delta of the DP-SGD runs and PLD (RDP if any run
     needed RDP: budgets beyond what PLD resolves)."""
-    runs = [_from_spec(s) for s in specs] + [_from_record(r) for r in finished_elsewhere]
+    runs = [_released(p, None) for p in plans] + [_released(r.plan, r.ledger) for r in finished_elsewhere]
     dp = [r for r in runs if r.kind == "dp_sgd"]
     not_private = tuple(r.run_id for r in runs if r.kind == "not_private")
     local = tuple(r.run_id for r in runs if r.kind == "local_dp")
@@ -126,12 +90,7 @@ def study_privacy(specs: Sequence[RunSpec], finished_elsewhere: Sequence[Mapping
         why = f" (runs with units {' and '.join(units)} do not compose into one eps)"
     elif dp:
         dp_eps, why = _compose(dp, delta, accountant)
-    if not_private:
-        total = math.inf
-    elif local or (dp and unit is None):
-        total = None
-    else:
-        total = dp_eps
+    total = math.inf if not_private else None if (local or (dp and unit is None)) else dp_eps
     parts = []
     if dp:
         shown = f"eps = {dp_eps:.4g} at delta = {delta:.3g}" if dp_eps is not None else "no single eps"

@@ -115,7 +115,7 @@ def _report(args: argparse.Namespace) -> int:
 
     resolved, records = rebuild_outputs(args.dir)
     print(summary_text(records))
-    print(f"\nreport: {StudyFolder(args.dir).report} ({len(records)} of {len(resolved['runs'])} runs finished)")
+    print(f"\nreport: {StudyFolder(args.dir).report} ({len(records)} of {len(resolved.runs)} runs finished)")
     return 0
 
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import multiprocessing
-import os
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence, Union
 
-from dpmed.config import RunSpec
+from dpmed.config import RunPlan
 from dpmed.errors import ConfigError
 from dpmed.folders import RunFolder, write_json_atomic
+from dpmed.records import RunRecord
 from dpmed.run import RunContext, run_one
 
 __all__ = ["RunTask", "RunFailure", "Outcome", "make_executor", "EXECUTORS"]
@@ -26,7 +26,7 @@ __all__ = ["RunTask", "RunFailure", "Outcome", "make_executor", "EXECUTORS"]
 
 @dataclass(frozen=True)
 class RunTask:
-    spec: RunSpec
+    plan: RunPlan
     folder: RunFolder
 
 
@@ -39,7 +39,7 @@ class RunFailure:
     error_file: Path
 
 
-Outcome = Union[dict, RunFailure]
+Outcome = Union[RunRecord, RunFailure]
 OnOutcome = Callable[[RunTask, Outcome], None]
 
 
@@ -47,14 +47,14 @@ def _execute(task: RunTask, context: RunContext) -> Outcome:
     """run_one, with any exception but an interrupt turned into a recorded failure."""
     error_file = task.folder.error
     try:
-        record = run_one(task.spec, context, task.folder)
+        record = run_one(task.plan, context, task.folder)
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:  # noqa: BLE001 - recorded in error.json and reported; the study goes on
         task.folder.public.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(error_file, {"run_id": task.spec.run_id, "error": f"{type(exc).__name__}: {exc}",
+        write_json_atomic(error_file, {"run_id": task.plan.run_id, "error": f"{type(exc).__name__}: {exc}",
                                        "traceback": traceback.format_exc()})
-        return RunFailure(task.spec.run_id, f"{type(exc).__name__}: {exc}", error_file)
+        return RunFailure(task.plan.run_id, f"{type(exc).__name__}: {exc}", error_file)
     error_file.unlink(missing_ok=True)  # an earlier failure of this run is history now
     return record
 
@@ -73,12 +73,10 @@ class InProcessExecutor:
 _WORKER_CONTEXT: RunContext | None = None  # set once per worker process by _start_worker
 
 
-def _start_worker(context: RunContext, threads: int) -> None:
-    """Runs in each fresh worker process: keep the dataset once per worker, and share the CPU cores fairly."""
+def _start_worker(context: RunContext) -> None:
+    """Runs in each fresh worker process: keep the dataset once per worker. Each run sets its own thread count
+    (``training.threads``), so its numbers do not depend on the executor."""
     global _WORKER_CONTEXT
-    import torch
-
-    torch.set_num_threads(threads)
     _WORKER_CONTEXT = context
 
 
@@ -88,7 +86,7 @@ def _execute_in_worker(task: RunTask) -> Outcome:
 
 
 class ProcessPoolExecutor:
-    """``workers`` runs at a time in spawned processes, each with an equal share of the CPU threads.
+    """``workers`` runs at a time in spawned processes (each run with its own ``training.threads``).
 
     The dataset is sent to each worker once. Progress bars are off (several would interleave); outcomes are logged
     as runs finish."""
@@ -97,10 +95,9 @@ class ProcessPoolExecutor:
         self.workers = workers
 
     def map(self, tasks: Sequence[RunTask], context: RunContext, on_outcome: OnOutcome, *, fail_fast: bool) -> None:
-        threads = max(1, (os.cpu_count() or 1) // self.workers)
         quiet = replace(context, progress=False)
         pool = futures.ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                           initializer=_start_worker, initargs=(quiet, threads))
+                                           initializer=_start_worker, initargs=(quiet,))
         try:
             pending = {pool.submit(_execute_in_worker, task): task for task in tasks}
             for done in futures.as_completed(pending):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from dpmed.config import expand_runs, load_study
+from dpmed.config import load_study, plan_runs, run_ids
 from dpmed.errors import ConfigError
+from dpmed.mechanisms import PlanContext
+
+CONTEXT = PlanContext(images_per_patient=np.ones(140, dtype=np.int64), image_shape=(1, 16, 16))
 
 GOOD = """
 name: s
@@ -20,13 +24,14 @@ arms:
 
 def test_good_study_expands_into_one_run_per_value_per_seed(write_study):
     study = load_study(write_study(GOOD))
-    runs = expand_runs(study)
+    runs = plan_runs(study, CONTEXT)
     assert len(runs) == 2 * (1 + 2 + 2)
     ids = [r.run_id for r in runs]
-    assert len(set(ids)) == len(ids)
+    assert ids == run_ids(study) and len(set(ids)) == len(ids)
     assert "dp_eps8_C1_seed1" in ids and "ldp_b0.5_seed0" in ids and "base_seed0" in ids
     dp = next(r for r in runs if r.run_id == "dp_eps8_C1_seed1")
-    assert dp.params["target_epsilon"] == 8.0 and dp.params["delta"] == 1e-5 and dp.seed == 1
+    assert dp.privacy.target_epsilon == 8.0 and dp.privacy.delta == 1e-5 and dp.seed == 1
+    assert dp.swept_value("target_epsilon") == 8.0 and dp.label == "dp_eps8_C1" and dp.mechanism == "dp_sgd"
 
 
 def test_exponent_floats_parse_as_numbers(write_study):
@@ -88,8 +93,8 @@ def test_not_yaml_and_missing_file(write_study, tmp_path):
 
 def test_run_ids_do_not_change_when_a_sweep_grows(write_study):
     """Adding a value must not rename (and so retrain) the runs already finished."""
-    one = {r.run_id for r in expand_runs(load_study(write_study(GOOD.replace("[1, 8]", "8"))))}
-    two = {r.run_id for r in expand_runs(load_study(write_study(GOOD)))}
+    one = set(run_ids(load_study(write_study(GOOD.replace("[1, 8]", "8")))))
+    two = set(run_ids(load_study(write_study(GOOD))))
     assert one <= two
 
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpmed.config import CAM_METHOD_NAMES
+from dpmed.names import CAM_METHODS as CAM_METHOD_NAMES
 from dpmed.evaluation.cams import CAM_METHODS, compute_cams, plain_copy
 from dpmed.models import MODELS, build_model
 

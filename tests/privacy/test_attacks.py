@@ -25,8 +25,7 @@ import torch
 import yaml
 
 import dpmed.run
-from dpmed.config import expand_runs, load_study
-from dpmed.config.schema import DpSgdArm
+from dpmed.config import load_study, run_ids
 from dpmed.study import load_study_data, run_study
 
 DATA = {"source": "phantom", "n_images": 100, "image_size": 16}
@@ -63,8 +62,7 @@ def _dp_arm(name: str, sigmas: list[float], batch_size: int | None = None) -> di
     arm = {"name": name, "mechanism": "dp_sgd", "noise_multiplier": sigmas}
     if batch_size is not None:
         arm["batch_size"] = batch_size
-    if "privacy_unit" in DpSgdArm.model_fields:
-        arm["privacy_unit"] = "image"
+    arm["privacy_unit"] = "image"
     return arm
 
 
@@ -105,7 +103,7 @@ def _spying(run_ids: list[str]):
 
 
 def _run(folder: Path, study):
-    with _spying([s.run_id for s in expand_runs(study)]) as spy:
+    with _spying(run_ids(study)) as spy:
         result = run_study(study, out=folder / "out", progress=False)
     assert not result.failures, [f.error for f in result.failures]
     return result.out_dir, spy
@@ -146,7 +144,7 @@ def _releasable(study_dir: Path) -> list[Path]:
 
 
 def _published_runs(study_dir: Path, arm: str) -> list[dict]:
-    """The runs of ``arm`` as study.yaml lists them (run id, seed, derived noise scales), in study order."""
+    """The runs of ``arm`` as study.yaml lists them (run id, seed, planned noise scales), in study order."""
     runs = yaml.safe_load((study_dir / "study.yaml").read_text(encoding="utf-8"))["runs"]
     return [r for r in runs if r["arm"] == arm]
 
@@ -176,8 +174,8 @@ def _dp_update(study_dir: Path, spy: _Spy, run_id: str) -> dict:
     """u = (theta0 - theta1) / c with c = lr / (q N): the clipped sum S plus sigma C xi, from the released model
     and the published settings (run.json); flattened in model.parameters() order."""
     rec = _record(study_dir, run_id)
-    card, spec = rec["privacy"], rec["spec"]
-    q, n, lr = card["sample_rate"], spec["derived"]["n_train"], spec["training"]["learning_rate"]
+    card, spec = rec["privacy"], rec["plan"]
+    q, n, lr = card["sample_rate"], spec["privacy"]["n_train"], spec["training"]["learning_rate"]
     assert card["steps"] == 1 and q == 1 and spec["training"]["optimizer"] == "sgd"
     assert spec["training"]["momentum"] == 0 and spec["training"]["weight_decay"] == 0
     theta0, names = spy.init_of(run_id)
@@ -227,7 +225,7 @@ def _regenerate_pixels(study_dir: Path, spy: _Spy, clean: np.ndarray, run: dict)
     """Read seed, run id and b from the released files; subtract each guessed noise from the released images."""
     rec = _record(study_dir, run["run_id"])
     seed, run_id, b = rec["seed"], rec["run_id"], rec["privacy"]["scale_b"]
-    assert (seed, run_id, b) == (run["seed"], run["run_id"], run["derived"]["scale"])
+    assert (seed, run_id, b) == (run["seed"], run["run_id"], run["privacy"]["scale"])
     y = spy.images[run_id].astype(np.float64)
     unclipped = (y > 0) & (y < 1)
     return {name: _exact_fraction(y - noise, clean, unclipped)
@@ -266,7 +264,7 @@ def test_differencing_two_pixel_laplace_scales_returns_no_clean_pixel(laplace_sw
     shared (n2 = 2 n1), that is the clean pixel x exactly. Success: more than 1 % of all pixels recovered exactly."""
     study_dir, spy, clean = laplace_sweep
     runs = _published_runs(study_dir, "lap")
-    assert [r["derived"]["scale"] for r in runs] == [0.5, 1.0]
+    assert [r["privacy"]["scale"] for r in runs] == [0.5, 1.0]
     y1, y2 = (spy.images[r["run_id"]].astype(np.float64) for r in runs)
     unclipped = (y1 > 0) & (y1 < 1) & (y2 > 0) & (y2 < 1)
     hit = (np.abs(2 * y1 - y2 - clean) < EXACT) & unclipped
@@ -281,7 +279,7 @@ def test_noise_cannot_be_regenerated_from_the_published_seed(dp_sweep, laplace_s
     numpy default_rng([seed, i]) per image, torch seeded with seed + 1_000_003; after: PrivacyRandomness.reproducible)
     and subtracts it. Success: > 1 % of unclipped pixels recovered exactly, or an S_hat with norm <= 2 N C."""
     lap_dir, lap_spy, clean = laplace_sweep
-    lap_run = next(r for r in _published_runs(lap_dir, "lap") if r["derived"]["scale"] == 1.0)
+    lap_run = next(r for r in _published_runs(lap_dir, "lap") if r["privacy"]["scale"] == 1.0)
     pixels = _regenerate_pixels(lap_dir, lap_spy, clean, lap_run)
     dp_dir, dp_spy = dp_sweep
     dp_run = _dp_update(dp_dir, dp_spy, _published_runs(dp_dir, "dp")[0]["run_id"])

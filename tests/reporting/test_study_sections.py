@@ -9,22 +9,17 @@ import numpy as np
 
 from dpmed.evaluation.explanations import explain_test_set
 from dpmed.evaluation.fairness import evaluate_fairness
+from dpmed.folders import StudyFolder
 from dpmed.models import build_model
-from dpmed.reporting import results_frame, write_report
+from dpmed.reporting import results_frame
+from dpmed.study import write_outputs
 
 RNG = np.random.default_rng(0)
 N = 60
 Y = RNG.integers(0, 2, N)
 SEX = RNG.choice(["female", "male"], N)
 AGE = RNG.uniform(20, 95, N)
-RESOLVED = {"study": {"name": "t", "model": {"name": "small_cnn"}, "seeds": [0],
-                      "arms": [{"name": "np", "mechanism": "none"}, {"name": "dp", "mechanism": "dp_sgd"}],
-                      "evaluation": {"bootstrap_resamples": 50, "bootstrap_seed": 0, "confidence": 0.95}},
-            "dataset": {"name": "phantom", "task": "binary", "synthetic": True, "n_train": 10, "n_val": 5,
-                        "n_test": N, "image_shape": [1, 16, 16]}}
-
-
-def _run(tmp_path, run_id, mechanism, eps, noise_level):
+def _run(tmp_path, make_record, run_id, arm, mechanism, eps, noise_level):
     scores = np.clip(0.5 * Y + noise_level * RNG.random(N), 0, 1)
     run_dir = tmp_path / "runs" / run_id
     run_dir.mkdir(parents=True)
@@ -37,21 +32,19 @@ def _run(tmp_path, run_id, mechanism, eps, noise_level):
                                           images, masks, kind="binary", target_layer="features", method="gradcam",
                                           n_images=8, seed=0, deletion_steps=4, pointing_tolerance=0, n_resamples=50)
     np.savez(run_dir / "cams.npz", **cams)
-    card = ({"mechanism": "none", "is_dp": False, "epsilon": None, "statement": "no privacy"} if eps is None else
-            {"mechanism": "dp_sgd", "is_dp": True, "epsilon": eps, "delta": 1e-5, "accountant": "pld",
-             "statement": f"eps = {eps}"})
-    return {"run_id": run_id, "arm": run_id.split("_")[0], "mechanism": mechanism, "seed": 0, "privacy": card,
-            "spec": {"params": {} if eps is None else {"target_epsilon": eps, "max_grad_norm": 1.0}, "training": {}},
-            "metrics": {"test_auroc": 0.8, "test_auroc_low": 0.7, "test_auroc_high": 0.9},
-            "fairness": evaluate_fairness(kind="binary", val_labels=Y, val_scores=scores, test_labels=Y,
-                                          test_scores=scores, attributes={"sex": SEX, "age": AGE}, n_resamples=50),
-            "explanations": explanations, "timing": {"train_seconds": 1.0}, "versions": {"dpmed": "test"}}
+    return make_record(run_id, arm, mechanism, eps=eps, metrics={"test_auroc": 0.8, "test_auroc_low": 0.7,
+                                                                 "test_auroc_high": 0.9},
+                       fairness=evaluate_fairness(kind="binary", val_labels=Y, val_scores=scores, test_labels=Y,
+                                                  test_scores=scores, attributes={"sex": SEX, "age": AGE},
+                                                  n_resamples=50),
+                       explanations=explanations)
 
 
-def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path):
-    records = [_run(tmp_path, "np_seed0", "none", None, 0.6),
-               *[_run(tmp_path, f"dp_eps{e}_C1_seed0", "dp_sgd", e, 1.0 - 0.05 * e) for e in (1, 4, 8)]]
-    write_report(RESOLVED, records, tmp_path / "report.html")
+def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path, make_record, make_resolved):
+    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", None, 0.6),
+               *[_run(tmp_path, make_record, f"dp_eps{e}_C1_seed0", "dp", "dp_sgd", e, 1.0 - 0.05 * e)
+                 for e in (1, 4, 8)]]
+    write_outputs(StudyFolder(tmp_path), make_resolved(records, resamples=50, n_test=N), records)
     page = (tmp_path / "report.html").read_text()
     for text in ('id="fairness"', 'id="interpretability"', 'id="comparisons"', "Accuracy parity difference",
                  "equalised odds", "lesion-mask energy", "masked-input score", "AUROC difference"):
@@ -59,7 +52,7 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path)
     for png in ("fairness_sex.png", "fairness_age.png", "cam_grid.png"):
         assert (tmp_path / png).stat().st_size > 1000
     comparisons = json.loads((tmp_path / "comparisons.json").read_text())
-    assert {row["run_id"] for row in comparisons["auroc_differences"]} == {r["run_id"] for r in records[1:]}
+    assert {row["run_id"] for row in comparisons["auroc_differences"]} == {r.run_id for r in records[1:]}
     assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["n"] == 3
 
     frame = results_frame(records)

@@ -1,16 +1,14 @@
-"""Study files: a strict, frozen schema, and expansion of a study into runs."""
+"""Study files: a strict, frozen schema, and the study expanded into typed run plans."""
 
 from dpmed.config.loading import load_study, parse_override, study_to_dict
-from dpmed.config.runs import RunSpec, expand_runs
+from dpmed.config.plans import EXECUTION_ONLY, RunPlan, SweptValue, plan_runs, run_ids
 from dpmed.config.schema import (
-    AUDITABLE_MECHANISMS, CAM_METHOD_NAMES, CANARY_KIND_NAMES, Arm, AuditConfig, CamConfig, DataConfig, DpSgdArm,
-    EvaluationConfig, FairnessConfig, ModelConfig, NoPrivacyArm, PixelGaussianArm, PixelLaplaceArm, PrivacyBudget,
-    ScalarShiftArm, Study, TrainingConfig,
+    Arm, AuditConfig, CamConfig, DataConfig, EvaluationConfig, FairnessConfig, ModelConfig, PrivacyBudget, Study,
+    TrainingConfig,
 )
 
 __all__ = [
-    "load_study", "parse_override", "study_to_dict", "RunSpec", "expand_runs",
-    "CAM_METHOD_NAMES", "CamConfig", "FairnessConfig", "AUDITABLE_MECHANISMS", "AuditConfig", "CANARY_KIND_NAMES",
-    "Arm", "DataConfig", "DpSgdArm", "EvaluationConfig", "ModelConfig", "NoPrivacyArm", "PixelGaussianArm",
-    "PixelLaplaceArm", "PrivacyBudget", "ScalarShiftArm", "Study", "TrainingConfig",
+    "load_study", "parse_override", "study_to_dict", "RunPlan", "SweptValue", "plan_runs", "run_ids",
+    "EXECUTION_ONLY", "CamConfig", "FairnessConfig", "AuditConfig", "Arm", "DataConfig", "EvaluationConfig",
+    "ModelConfig", "PrivacyBudget", "Study", "TrainingConfig",
 ]

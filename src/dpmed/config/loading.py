@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from dpmed.config import schema
 from dpmed.errors import ConfigError
+from dpmed.mechanisms import MECHANISMS
 
 __all__ = ["load_study", "parse_override", "study_to_dict"]
 
@@ -33,15 +34,17 @@ _Loader.add_implicit_resolver(
 
 
 def _field_names() -> set[str]:
+    """Every key a study file may hold, for "did you mean" hints: the schema's and every registered arm's."""
+    models = [obj for obj in vars(schema).values() if isinstance(obj, type) and issubclass(obj, BaseModel)]
     names: set[str] = set()
-    for obj in vars(schema).values():
-        if isinstance(obj, type) and issubclass(obj, BaseModel):
-            names.update(obj.model_fields)
+    for model in models + [info.arm for info in MECHANISMS.values()]:
+        names.update(model.model_fields)
     return names
 
 
 def _describe(error: Mapping[str, Any]) -> str:
-    loc = [str(p) for p in error["loc"] if p not in ("none", "pixel_laplace", "dp_sgd")]
+    # pydantic puts the discriminator's value (the mechanism) into an arm's location: a user wrote arms[0].scale
+    loc = [str(p) for p in error["loc"] if p not in MECHANISMS]
     where = ""
     for part in loc:
         where += f"[{part}]" if part.isdigit() else (f".{part}" if where else part)

@@ -2,7 +2,7 @@
 
 A study names a dataset, a model, how to train and evaluate, and the privacy *arms* to compare. Every model here
 forbids unknown keys and checks values before any training starts, so a typo or an impossible eps costs seconds,
-not hours. Arm parameters that may sweep (``target_epsilon: [1, 8]``) are always held as lists; `expand_runs`
+not hours. Arm parameters that may sweep (``target_epsilon: [1, 8]``) are always held as lists; `plan_runs`
 turns a study into one run per value combination per seed.
 """
 
@@ -11,39 +11,20 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from dpmed.data import DATASET_SOURCES, DataRequest, Preprocessing, SplitPlan
+from dpmed.mechanisms import Arm, AuditConfig, Strict as _Strict
+from dpmed.mechanisms.base import SLUG
+from dpmed.names import CAM_METHODS, DP_ENGINES, MODEL_NAMES
 
 __all__ = [
     "Study", "DataConfig", "SplitConfig", "PreprocessingConfig", "NormalizeConfig", "ColumnsConfig",
-    "ModelConfig", "TrainingConfig", "EvaluationConfig", "FairnessConfig", "CamConfig", "CAM_METHOD_NAMES",
-    "AuditConfig", "CANARY_KIND_NAMES", "AUDITABLE_MECHANISMS",
-    "NoPrivacyArm", "PixelLaplaceArm", "PixelGaussianArm", "ScalarShiftArm", "DpSgdArm", "Arm", "PrivacyBudget",
+    "ModelConfig", "TrainingConfig", "EvaluationConfig", "FairnessConfig", "CamConfig", "AuditConfig", "Arm",
+    "PrivacyBudget",
 ]
-
-
-def _as_list(value: object) -> object:
-    """Let a sweepable key hold one value or a list of values."""
-    return value if isinstance(value, list) else [value]
-
-
-def _positive_finite(values: list[float]) -> list[float]:
-    for v in values:
-        if not (v > 0 and math.isfinite(v)):
-            raise ValueError(f"must be a positive finite number, got {v}")
-    if not values:
-        raise ValueError("must hold at least one value")
-    if len(set(values)) != len(values):
-        raise ValueError(f"lists a value twice: {values}")
-    return values
-
-
-Sweep = Annotated[list[float], BeforeValidator(_as_list)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class SplitConfig(_Strict):
@@ -126,8 +107,7 @@ class DataConfig(_Strict):
     studies (it then holds the patients' images: keep it where the data may live); unset, they stay in memory.
     """
 
-    source: Literal["phantom", "medmnist", "folders", "aptos", "chexpert", "nih", "mimic", "ham10000", "csv"] = (
-        "phantom")
+    source: Literal[tuple(DATASET_SOURCES)] = "phantom"  # type: ignore[valid-type]
     path: Path | None = None
     image_size: int | None = Field(default=None, ge=8, le=1024)
     channels: Literal[1, 3] | None = None
@@ -147,6 +127,22 @@ class DataConfig(_Strict):
     def _path_from_string(cls, v: object) -> object:
         return Path(v) if isinstance(v, str) else v
 
+    def to_request(self) -> DataRequest:
+        """The request the data stage reads (`dpmed.data.read_dataset`)."""
+        pre, s = self.preprocessing, self.split
+        size = None if self.image_size is None else (self.image_size, self.image_size)
+        normalize = None if pre.normalize is None else (tuple(pre.normalize.mean), tuple(pre.normalize.std))
+        return DataRequest(
+            source=self.source, path=self.path, seed=self.seed, n_images=self.n_images,
+            preprocessing=Preprocessing(size=size, channels=self.channels, minmax=pre.minmax, equalize=pre.equalize,
+                                        normalize=normalize),
+            labels=None if self.labels is None else tuple(self.labels),
+            columns=None if self.columns is None else self.columns.model_dump(exclude_none=True), task=self.task,
+            uncertain=self.uncertain, skip_invalid=self.skip_invalid, cache_dir=self.cache_dir,
+            split=None if s is None else SplitPlan(val_fraction=s.val_fraction, test_fraction=s.test_fraction,
+                                                   seed=s.seed, official=s.official,
+                                                   shared_patients=s.shared_patients))
+
     @model_validator(mode="after")
     def _source_needs(self) -> "DataConfig":
         if self.source != "phantom" and self.path is None:
@@ -161,7 +157,7 @@ class DataConfig(_Strict):
 class ModelConfig(_Strict):
     """An architecture from the model registry (`dpmed.models`); BatchNorm never appears (DP-SGD forbids it)."""
 
-    name: str = "small_cnn"
+    name: Literal[MODEL_NAMES] = "small_cnn"  # type: ignore[valid-type]
 
 
 class TrainingConfig(_Strict):
@@ -178,12 +174,23 @@ class TrainingConfig(_Strict):
     # How DP-SGD computes the per-example clipped sum; both are exact (same sum up to float rounding). dpmed: ghost
     # norms and book-keeping, near the cost of a plain step (benchmarks/RESULTS.md); opacus: Opacus's per-example
     # gradients, slower and larger, kept for comparison and for layers only Opacus supports.
-    dp_engine: Literal["dpmed", "opacus"] = "dpmed"
+    dp_engine: Literal[DP_ENGINES] = "dpmed"  # type: ignore[valid-type]
     optimizer: Literal["sgd", "adam"] = "adam"  # Adam on the noisy clipped gradient is post-processing: still DP
     learning_rate: float = Field(default=0.001, gt=0)
     momentum: float = Field(default=0.9, ge=0, lt=1)  # sgd only
     weight_decay: float = Field(default=0.0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # CPU threads of one run's tensor operations. Float sums depend on it, so a run's numbers are the same in-process,
+    # in a process pool or on Ray only with a fixed count; "auto" = min(4, CPU cores), whatever the executor. With
+    # --workers N on N cores, set 1. Like device, it changes no setting of the study's runs.
+    threads: int | Literal["auto"] = "auto"
+
+    @field_validator("threads")
+    @classmethod
+    def _threads(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"must be at least 1 (or auto), got {v}")
+        return v
 
 
 class FairnessConfig(_Strict):
@@ -202,16 +209,12 @@ class FairnessConfig(_Strict):
         return v
 
 
-# The CAM methods dpmed.evaluation.explanations offers (a test keeps the two lists equal).
-CAM_METHOD_NAMES = ("gradcam", "gradcam++", "xgradcam", "hirescam", "layercam", "eigencam", "scorecam")
-
-
 class CamConfig(_Strict):
     """Grad-CAM and its faithfulness metrics (METHODS.md s.6) on a fixed, seeded subset of ``n_images`` test images
     (the same images for every arm). method: a pytorch-grad-cam method; deletion_steps: points of the deletion and
     insertion curves; pointing_tolerance: pixels around the lesion mask that still count as a pointing-game hit."""
 
-    method: Literal[CAM_METHOD_NAMES] = "gradcam"  # type: ignore[valid-type]
+    method: Literal[CAM_METHODS] = "gradcam"  # type: ignore[valid-type]
     n_images: int = Field(default=64, ge=1)
     seed: int = 0
     deletion_steps: int = Field(default=16, ge=2)
@@ -233,182 +236,6 @@ class EvaluationConfig(_Strict):
     # AUROC and accuracy on the training images (000_56c2431ae4df8d10.txt's train/test table): computed without
     # noise from the training images, so not covered by any eps; written only to the study's private folder.
     training_metrics: bool = False
-
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-# The canary kinds dpmed.data.canaries offers (a test keeps the two lists equal).
-CANARY_KIND_NAMES = ("mislabelled", "marked", "noise")
-# The arms an audit can test: mislabelled canaries test a claim that covers labels, which local DP on images does not.
-AUDITABLE_MECHANISMS = ("none", "dp_sgd")
-
-
-class AuditConfig(_Strict):
-    """The one-run privacy audit (Steinke, Nasr and Jagielski 2023, arXiv:2305.08846): ``canaries`` images of as
-    many patients leave the training split, get a wrong label (``kind``: mislabelled, marked = mislabelled with a
-    random 4x4 patch, noise = noise images with random labels), and each goes back in with probability 1/2. The
-    trained model's fit to each canary's label guesses which went in; the count of correct guesses gives an
-    empirical *lower* bound on eps at the run's delta (1e-5 for a non-private arm), valid at ``confidence``.
-    A lower bound above the accountant's eps would mean the run is not DP as claimed."""
-
-    canaries: int = Field(ge=2)
-    kind: Literal[CANARY_KIND_NAMES] = "mislabelled"  # type: ignore[valid-type]
-    confidence: float = Field(default=0.95, gt=0, lt=1)
-
-
-class _ArmBase(_Strict):
-    name: str
-    epochs: int | None = Field(default=None, ge=1)
-    batch_size: int | None = Field(default=None, ge=1)
-    learning_rate: float | None = Field(default=None, gt=0)
-    audit: AuditConfig | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _slug(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(f"arm name {v!r} must be letters, digits, '_', '-' or '.' (it names folders)")
-        return v
-
-    @model_validator(mode="after")
-    def _auditable(self) -> "_ArmBase":
-        mechanism = getattr(self, "mechanism", None)
-        if self.audit is not None and mechanism not in AUDITABLE_MECHANISMS:
-            raise ValueError(f"audit applies to arms with mechanism {' or '.join(AUDITABLE_MECHANISMS)}, not "
-                             f"{mechanism!r}: local DP protects the released images, not their labels, so canaries "
-                             f"with wrong labels would not test its claim")
-        return self
-
-
-class NoPrivacyArm(_ArmBase):
-    """The non-private baseline: eps = infinity."""
-
-    mechanism: Literal["none"]
-
-
-def _exactly_one(arm: BaseModel, keys: tuple[str, str], why: str) -> None:
-    given = [k for k in keys if getattr(arm, k) is not None]
-    if len(given) != 1:
-        raise ValueError(f"give exactly one of {keys[0]!r} and {keys[1]!r} ({why}); got "
-                         f"{' and '.join(repr(k) for k in given) if given else 'neither'}")
-
-
-class PixelLaplaceArm(_ArmBase):
-    """Local DP: iid Laplace(scale) noise on every released pixel value in [0, 1], then clipped (METHODS.md s.1).
-
-    scale is b in [0, 1] units (000_56c2431ae4df8d10.txt's beta): eps_pixel = 1 / b, eps_image = d / b. Or give
-    target_epsilon_image and b = d / eps_image is solved for the study's image size.
-    """
-
-    mechanism: Literal["pixel_laplace"]
-    scale: Sweep | None = None
-    target_epsilon_image: Sweep | None = None
-
-    @field_validator("scale", "target_epsilon_image")
-    @classmethod
-    def _positive(cls, v: list[float] | None) -> list[float] | None:
-        return None if v is None else _positive_finite(v)
-
-    @model_validator(mode="after")
-    def _one_noise_setting(self) -> "PixelLaplaceArm":
-        _exactly_one(self, ("scale", "target_epsilon_image"), "the noise scale, or the per-image eps to solve it for")
-        return self
-
-
-class PixelGaussianArm(_ArmBase):
-    """Local DP: iid N(0, std^2) noise on every released pixel value in [0, 1], then clipped (METHODS.md s.1).
-
-    An (eps, delta) guarantee for "any two images" (L2 sensitivity sqrt(d)); give std, or target_epsilon_image
-    (solved with the analytic Gaussian). delta defaults to min(1e-5, 1 / (10 N_train)).
-    """
-
-    mechanism: Literal["pixel_gaussian"]
-    std: Sweep | None = None
-    target_epsilon_image: Sweep | None = None
-    delta: float | None = Field(default=None, gt=0, lt=1)
-
-    @field_validator("std", "target_epsilon_image")
-    @classmethod
-    def _positive(cls, v: list[float] | None) -> list[float] | None:
-        return None if v is None else _positive_finite(v)
-
-    @model_validator(mode="after")
-    def _one_noise_setting(self) -> "PixelGaussianArm":
-        _exactly_one(self, ("std", "target_epsilon_image"), "the noise std, or the per-image eps to solve it for")
-        return self
-
-
-class ScalarShiftArm(_ArmBase):
-    """NOT DP: the reproduction of 000_56c2431ae4df8d10.txt's code, one Laplace(scale) brightness shift per image.
-
-    It carries no privacy guarantee (no finite eps exists) and is reported as "not DP" everywhere.
-    """
-
-    mechanism: Literal["scalar_shift"]
-    scale: Sweep
-
-    @field_validator("scale")
-    @classmethod
-    def _scale(cls, v: list[float]) -> list[float]:
-        return _positive_finite(v)
-
-
-class DpSgdArm(_ArmBase):
-    """DP-SGD (Abadi et al. 2016): Poisson sampling, per-example clipping, noise on the clipped sum.
-
-    The noise multiplier is calibrated from (target_epsilon, delta, sample_rate, steps) so that the accountant's eps
-    never exceeds the target. ``noise_multiplier`` instead of ``target_epsilon`` is a reproduction mode: the noise
-    is taken as given and its eps reported. delta defaults to min(1e-5, 1 / (10 N_train)).
-
-    noise: ``gaussian`` (L2 clipping, the default) or ``laplace`` (L1 clipping, Laplace noise, noise_multiplier =
-    b / C1; 001_d0483fd35863b74c.txt's "Laplacian" rows). sampling: ``poisson`` (what every accountant assumes) or
-    ``shuffle``, a reproduction mode whose eps is labelled as not holding for the run.
-    accountant: pld (default), rdp, rdp-classic (published figures' conversion), pure (Laplace only). PLD resolves
-    eps up to 500; higher Gaussian budgets are certified by RDP and the run records so.
-
-    privacy_unit: ``patient`` (default): neighbouring datasets differ by one patient with all of their images;
-    patients are Poisson-sampled and each one's gradients summed over their images and clipped together
-    (user-level DP-SGD, McMahan et al. 2018), and batch_size counts patients. ``image``: one image is the unit (the
-    source documents' setting); the privacy card then also states what that implies for the patient with the most
-    images. Where a dataset publishes no patient ids, each image is its own patient and the two coincide.
-    max_images_per_patient: train on at most this many images of each patient (chosen by the study seed); bounds
-    what image-level DP implies for a patient, and the per-patient work of a step.
-    """
-
-    mechanism: Literal["dp_sgd"]
-    target_epsilon: Sweep | None = None
-    noise_multiplier: Sweep | None = None
-    delta: float | None = Field(default=None, gt=0, lt=1)
-    max_grad_norm: Sweep = Field(default_factory=lambda: [1.0])
-    noise: Literal["gaussian", "laplace"] = "gaussian"
-    accountant: Literal["pld", "rdp", "rdp-classic", "pure"] = "pld"
-    sampling: Literal["poisson", "shuffle"] = "poisson"
-    privacy_unit: Literal["patient", "image"] = "patient"
-    max_images_per_patient: int | None = Field(default=None, ge=1)
-
-    @field_validator("target_epsilon", "noise_multiplier")
-    @classmethod
-    def _positive_or_unset(cls, v: list[float] | None) -> list[float] | None:
-        return None if v is None else _positive_finite(v)
-
-    @field_validator("max_grad_norm")
-    @classmethod
-    def _positive(cls, v: list[float]) -> list[float]:
-        return _positive_finite(v)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "DpSgdArm":
-        _exactly_one(self, ("target_epsilon", "noise_multiplier"),
-                     "a budget to calibrate the noise to, or the noise itself for a reproduction")
-        supported = {"gaussian": ("pld", "rdp", "rdp-classic"), "laplace": ("pld", "pure")}[self.noise]
-        if self.accountant not in supported:
-            raise ValueError(f"accountant {self.accountant!r} does not analyse {self.noise} noise; use one of "
-                             f"{', '.join(supported)}")
-        return self
-
-
-Arm = Annotated[Union[NoPrivacyArm, PixelLaplaceArm, PixelGaussianArm, ScalarShiftArm, DpSgdArm],
-                Field(discriminator="mechanism")]
 
 
 class PrivacyBudget(_Strict):
@@ -450,7 +277,7 @@ class Study(_Strict):
     @field_validator("name")
     @classmethod
     def _slug(cls, v: str) -> str:
-        if not _NAME.match(v):
+        if not re.match(SLUG, v):
             raise ValueError(f"study name {v!r} must be letters, digits, '_', '-' or '.' (it names a folder)")
         return v
 

@@ -12,7 +12,7 @@ from dpmed.data.formats.folders import read_image_folders
 from dpmed.data.formats.medmnist import read_medmnist
 from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
 from dpmed.data.manifest import Manifest
-from dpmed.data.registry import DATASET_SOURCES, load_dataset
+from dpmed.data.registry import DATASET_SOURCES, DataRequest, load_dataset, read_dataset
 from dpmed.data.sample import Dataset, ImageSet, Sample, Task
 from dpmed.data.splits import cap_images_per_patient, images_per_patient, split_by_patient
 from dpmed.data.synthetic import PhantomDifficulty, make_phantom
@@ -42,5 +42,7 @@ __all__ = [
     "images_per_patient",
     "cap_images_per_patient",
     "load_dataset",
+    "read_dataset",
+    "DataRequest",
     "DATASET_SOURCES",
 ]

@@ -1,4 +1,4 @@
-"""Where a study's dataset comes from: a registry of frozen source descriptions, and :func:`load_dataset`.
+"""Where a study's dataset comes from: a registry of frozen source descriptions, and :func:`read_dataset`.
 
 Why a registry (DESIGN.md, style example 3, after timm's model registry): the config validates a source name
 against ``DATASET_SOURCES``, the tests parametrize over it, and adding a format is one entry, not another branch.
@@ -30,19 +30,21 @@ from dpmed.data.synthetic import make_phantom
 from dpmed.data.transforms import Preprocessing, resize
 from dpmed.errors import DataError
 
-__all__ = ["DatasetSource", "DataRequest", "DATASET_SOURCES", "load_dataset", "SplitPlan"]
+__all__ = ["DatasetSource", "DataRequest", "DATASET_SOURCES", "read_dataset", "load_dataset", "SplitPlan"]
 
 
 @dataclass(frozen=True)
 class DataRequest:
     """Everything a study says about its data, as a reader receives it (see DataConfig for the meaning of each).
 
-    preprocessing: the per-image steps; for generated sources its size is the size they generate at.
-    labels: findings (CheXpert, NIH, MIMIC), class order (folders) or label columns (csv); None: the default.
-    columns: the csv's column names; task: the csv's task kind; uncertain: CheXpert/MIMIC policy for -1.
-    split: None = the defaults of SplitPlan; cache_dir: where decoded tensors are memory-mapped (None: memory only).
+    source: a name of DATASET_SOURCES. preprocessing: the per-image steps; for generated sources its size is the
+    size they generate at. labels: findings (CheXpert, NIH, MIMIC), class order (folders) or label columns (csv);
+    None: the default. columns: the csv's column names; task: the csv's task kind; uncertain: CheXpert/MIMIC policy
+    for -1. split: None = the defaults of SplitPlan; cache_dir: where decoded tensors are memory-mapped (None: memory
+    only).
     """
 
+    source: str
     path: Path | None
     seed: int
     n_images: int | None = None
@@ -54,6 +56,12 @@ class DataRequest:
     split: SplitPlan | None = None
     skip_invalid: bool = False
     cache_dir: Path | None = None
+
+    def given_options(self) -> list[str]:
+        """The optional study keys this request sets (each must be one its source reads)."""
+        values = {"labels": self.labels, "columns": self.columns, "task": self.task, "uncertain": self.uncertain,
+                  "split": self.split, "skip_invalid": self.skip_invalid, "cache_dir": self.cache_dir}
+        return [key for key, value in values.items() if value not in (None, False)]
 
 
 @dataclass(frozen=True)
@@ -186,85 +194,73 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
 }
 
 
-def _given_options(**values: object) -> list[str]:
-    return [key for key, value in values.items() if value not in (None, False)]
+def read_dataset(request: DataRequest) -> Dataset:
+    """The dataset ``request`` describes, every image brought to its preprocessing (size, channels, per-image
+    min-max and histogram equalisation; :class:`~dpmed.data.transforms.Preprocessing`).
 
-
-def load_dataset(
-    *,
-    source: str,
-    path: str | Path | None,
-    image_size: int | None,
-    channels: int | None,
-    seed: int,
-    n_images: int | None,
-    minmax: bool = False,
-    equalize: bool = False,
-    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
-    labels: tuple[str, ...] | None = None,
-    columns: Mapping[str, str] | None = None,
-    task: str | None = None,
-    uncertain: str | None = None,
-    split: SplitPlan | None = None,
-    skip_invalid: bool = False,
-    cache_dir: str | Path | None = None,
-) -> Dataset:
-    """Load a dataset and bring every image to ``image_size`` x ``image_size`` pixels and ``channels`` channels,
-    then per-image min-max and histogram equalisation if asked (:class:`~dpmed.data.transforms.Preprocessing`).
-
-    None keeps the data's own size or channel count. Every step is per image, so it may precede a local DP
-    mechanism (METHODS.md section 1); ``normalize`` (fixed mean, std) is carried on the Dataset and applied by the
-    run after any mechanism. Phantom masks are generated at the requested size, other masks are resized bilinearly
-    and thresholded at 0.5. The Dataset's ``source`` records every step (``source["preprocessing"]``).
-
-    seed: the phantom's generation seed (splits of file layouts use ``split.seed``).
-    n_images: the phantom's size; an error for sources with fixed content (nothing is silently ignored), and so is
-    any other option the source does not read (``DatasetSource.options``).
-    Raises DataError for an unknown source, a missing or superfluous path, an option the source does not read, or
-    any problem of the data itself (naming the file, row or column).
+    Every step is per image, so it may precede a local DP mechanism (METHODS.md section 1); ``normalize`` (fixed
+    mean, std) is carried on the Dataset and applied by the run after any mechanism. Phantom masks are generated at
+    the requested size, other masks are resized bilinearly and thresholded at 0.5. The Dataset's ``source`` records
+    every step (``source["preprocessing"]``).
+    Raises DataError for an unknown source, a missing or superfluous path, an option the source does not read
+    (nothing is silently ignored), or any problem of the data itself (naming the file, row or column).
     """
-    info = DATASET_SOURCES.get(source)
+    info = DATASET_SOURCES.get(request.source)
     if info is None:
         known = ", ".join(f"{name!r} ({s.summary})" for name, s in DATASET_SOURCES.items())
-        raise DataError(f"unknown dataset source {source!r}; known sources: {known}")
-    if info.needs_path and path is None:
+        raise DataError(f"unknown dataset source {request.source!r}; known sources: {known}")
+    if info.needs_path and request.path is None:
         raise DataError(
-            f"dataset source {source!r} needs a path to its file or folder ({info.layout}); set data.path in the "
-            "study or pass --data-path"
+            f"dataset source {request.source!r} needs a path to its file or folder ({info.layout}); set data.path in "
+            "the study or pass --data-path"
         )
-    if not info.needs_path and path is not None:
-        raise DataError(f"dataset source {source!r} reads no file, but path={str(path)!r} was given; remove the path")
-    if n_images is not None and not info.takes_n_images:
+    if not info.needs_path and request.path is not None:
+        raise DataError(f"dataset source {request.source!r} reads no file, but path={str(request.path)!r} was given; "
+                        "remove the path")
+    if request.n_images is not None and not info.takes_n_images:
         raise DataError(
-            f"dataset source {source!r} has fixed splits; n_images={n_images} applies only to generated sources "
-            f"({', '.join(n for n, s in DATASET_SOURCES.items() if s.takes_n_images)}); remove it"
+            f"dataset source {request.source!r} has fixed splits; n_images={request.n_images} applies only to "
+            f"generated sources ({', '.join(n for n, s in DATASET_SOURCES.items() if s.takes_n_images)}); remove it"
         )
-    for key in _given_options(labels=labels, columns=columns, task=task, uncertain=uncertain, split=split,
-                              skip_invalid=skip_invalid, cache_dir=cache_dir):
+    for key in request.given_options():
         if key not in info.options:
             takers = ", ".join(n for n, s in DATASET_SOURCES.items() if key in s.options)
-            raise DataError(f"data.{key} does not apply to source {source!r} (it applies to: {takers}); remove it")
-    if image_size is not None and image_size < 1:
-        raise DataError(f"image_size must be a positive number of pixels, got {image_size}")
-    if channels is not None and channels not in (1, 3):
-        raise DataError(f"channels must be 1 (grey) or 3 (RGB), got {channels}")
-
-    preprocessing = Preprocessing(size=None if image_size is None else (image_size, image_size), channels=channels,
-                                  minmax=minmax, equalize=equalize, normalize=normalize)
-    request = DataRequest(path=None if path is None else Path(path), seed=seed, n_images=n_images,
-                          preprocessing=preprocessing, labels=None if labels is None else tuple(labels),
-                          columns=columns, task=task, uncertain=uncertain, split=split, skip_invalid=skip_invalid,
-                          cache_dir=None if cache_dir is None else Path(cache_dir))
+            raise DataError(f"data.{key} does not apply to source {request.source!r} (it applies to: {takers}); "
+                            "remove it")
+    preprocessing = request.preprocessing
     dataset = info.read(request)
     if not info.reads_files:
         dataset = _preprocess_arrays(dataset, preprocessing, generated=info.generates)
-    if normalize is not None:
+    if preprocessing.normalize is not None:
         c = dataset.train.image_shape[0]
-        mean, std = normalize
+        mean, std = preprocessing.normalize
         if len(mean) not in (1, c) or len(std) not in (1, c) or len(mean) != len(std):
             raise DataError(f"data.preprocessing.normalize has {len(mean)} mean and {len(std)} std values for images "
                             f"with {c} channel(s); give 1 value each, or {c} each")
     return dataset
+
+
+def load_dataset(*, source: str, path: str | Path | None, image_size: int | None, channels: int | None, seed: int,
+                 n_images: int | None, minmax: bool = False, equalize: bool = False,
+                 normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
+                 labels: tuple[str, ...] | None = None, columns: Mapping[str, str] | None = None,
+                 task: str | None = None, uncertain: str | None = None, split: SplitPlan | None = None,
+                 skip_invalid: bool = False, cache_dir: str | Path | None = None) -> Dataset:
+    """:func:`read_dataset` with the request spelled out as keywords (the Python API; a study file's ``data``
+    section gives the same request with ``DataConfig.to_request()``). ``image_size`` x ``image_size`` pixels and
+    ``channels`` channels, None keeping the data's own; seed: the phantom's generation seed (splits of file layouts
+    use ``split.seed``); n_images: the phantom's size."""
+    if image_size is not None and image_size < 1:
+        raise DataError(f"image_size must be a positive number of pixels, got {image_size}")
+    if channels is not None and channels not in (1, 3):
+        raise DataError(f"channels must be 1 (grey) or 3 (RGB), got {channels}")
+    preprocessing = Preprocessing(size=None if image_size is None else (image_size, image_size), channels=channels,
+                                  minmax=minmax, equalize=equalize, normalize=normalize)
+    return read_dataset(DataRequest(source=source, path=None if path is None else Path(path), seed=seed,
+                                    n_images=n_images, preprocessing=preprocessing,
+                                    labels=None if labels is None else tuple(labels), columns=columns, task=task,
+                                    uncertain=uncertain, split=split, skip_invalid=skip_invalid,
+                                    cache_dir=None if cache_dir is None else Path(cache_dir)))
 
 
 def _preprocess_arrays(dataset: Dataset, preprocessing: Preprocessing, *, generated: bool) -> Dataset:

@@ -1,8 +1,19 @@
-"""Local DP mechanisms on images: array in, perturbed array out; each describes its privacy event.
+"""Privacy mechanisms: each its arm in a study file, its per-run plan, its privacy card, and (local DP) the transform
+of the released images; all listed in one registry (`dpmed.mechanisms.registry`)."""
 
-``ScalarShift`` is the exception: a reproduction of a flawed mechanism that is not DP and declares no event.
-"""
+from dpmed.mechanisms.base import (ArmBase, AuditConfig, GroupGuarantee, MechanismInfo, PlanContext, PrivacyCard,
+                                   Strict)
+from dpmed.mechanisms.dp_sgd import DpSgdArm, DpSgdPlan, ReconstructionRecord
+from dpmed.mechanisms.none import NoPrivacyArm, NoPrivacyPlan
+from dpmed.mechanisms.pixel_gaussian import PixelGaussian, PixelGaussianArm, PixelGaussianPlan
+from dpmed.mechanisms.pixel_laplace import PixelLaplace, PixelLaplaceArm, PixelLaplacePlan
+from dpmed.mechanisms.registry import MECHANISMS, Arm, PrivacyPlan, mechanism_info
+from dpmed.mechanisms.scalar_shift import ScalarShift, ScalarShiftArm, ScalarShiftPlan
 
-from dpmed.mechanisms.pixel import PixelGaussian, PixelLaplace, ScalarShift
-
-__all__ = ["PixelLaplace", "PixelGaussian", "ScalarShift"]
+__all__ = [
+    "MECHANISMS", "mechanism_info", "MechanismInfo", "Arm", "PrivacyPlan", "ArmBase", "AuditConfig", "PlanContext",
+    "PrivacyCard", "GroupGuarantee", "Strict", "ReconstructionRecord",
+    "NoPrivacyArm", "NoPrivacyPlan", "PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "PixelGaussian",
+    "PixelGaussianArm", "PixelGaussianPlan", "ScalarShift", "ScalarShiftArm", "ScalarShiftPlan", "DpSgdArm",
+    "DpSgdPlan",
+]

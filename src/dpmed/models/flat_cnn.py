@@ -3,7 +3,7 @@
 Two conv blocks (conv 3x3 -> GroupNorm -> ReLU, one stride-2 pooling) and a linear head on the *flattened* feature
 map, with no global pooling. ``small_cnn`` pools globally, which makes it blind to where a pattern sits and slow to
 memorise single images; this one sees every position and memorises single training images within a few hundred
-steps. That is what the one-run privacy audit (`dpmed.evaluation.audit`) needs to show its power: without DP the
+steps. That is what the one-run privacy audit (`dpmed.audit`) needs to show its power: without DP the
 model leaks which canaries it was trained on, with DP-SGD it must not. Square images only (``image_size``).
 """
 

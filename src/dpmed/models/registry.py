@@ -12,6 +12,7 @@ from dpmed.models.flat_cnn import FlatCNN
 from dpmed.models.resnet import resnet18_gn
 from dpmed.models.resnet9 import ResNet9
 from dpmed.models.small_cnn import SmallCNN
+from dpmed.names import MODEL_NAMES, check_registry
 
 __all__ = ["ModelInfo", "MODELS", "build_model", "list_models"]
 
@@ -48,6 +49,9 @@ MODELS: dict[str, ModelInfo] = {
                   "linear head; 14.7M parameters"),
     )
 }
+
+
+check_registry("model", MODELS, MODEL_NAMES)
 
 
 def list_models() -> list[str]:

@@ -7,17 +7,19 @@ from typing import Any, Iterable
 
 from matplotlib.figure import Figure  # not pyplot: no global backend or figure state is touched
 
+from dpmed.records import RunRecord
+
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples"]
 
 
-def auroc_versus_epsilon(records: Iterable[dict[str, Any]]) -> bytes:
+def auroc_versus_epsilon(records: Iterable[RunRecord]) -> bytes:
     """:func:`auroc_figure` as PNG bytes."""
     buf = io.BytesIO()
     auroc_figure(records).savefig(buf, format="png")
     return buf.getvalue()
 
 
-def auroc_figure(records: Iterable[dict[str, Any]]) -> Figure:
+def auroc_figure(records: Iterable[RunRecord]) -> Figure:
     """Test AUROC (with its bootstrap interval) against eps on a log axis.
 
     DP-SGD arms sit at their central eps; local-DP arms at their per-image eps (a different neighbour relation,
@@ -32,23 +34,22 @@ def auroc_figure(records: Iterable[dict[str, Any]]) -> Figure:
               "pixel_gaussian": ("^", "tab:green", "pixel Gaussian LDP (eps per image at its delta)")}
     xs, lows = [], [0.4]
     for mech, (marker, color, label) in styles.items():
-        pts = [r for r in records if r["mechanism"] == mech and r["privacy"]["is_dp"]
-               and r["metrics"].get("test_auroc") is not None]
+        pts = [(r, r.estimate("test_auroc")) for r in records if r.mechanism == mech and r.privacy.is_dp]
+        pts = [(r, e) for r, e in pts if e.value is not None]
         if not pts:
             continue
-        x = [r["privacy"]["epsilon"] for r in pts]
-        y = [r["metrics"]["test_auroc"] for r in pts]
-        lo = [r["metrics"]["test_auroc"] - r["metrics"]["test_auroc_low"] for r in pts]
-        hi = [r["metrics"]["test_auroc_high"] - r["metrics"]["test_auroc"] for r in pts]
+        x = [r.privacy.epsilon for r, _ in pts]
+        y = [e.value for _, e in pts]
+        lo = [e.value - e.low for _, e in pts]
+        hi = [e.high - e.value for _, e in pts]
         ax.errorbar(x, y, yerr=[lo, hi], fmt=marker, color=color, capsize=3, label=label)
         xs += x
-        lows += [r["metrics"]["test_auroc_low"] for r in pts]
-    base = [r for r in records if r["mechanism"] == "none" and r["metrics"].get("test_auroc") is not None]
-    for i, r in enumerate(base):
-        m = r["metrics"]
-        ax.axhline(m["test_auroc"], color="k", lw=1, label="non-private" if i == 0 else None)
-        ax.axhspan(m["test_auroc_low"], m["test_auroc_high"], color="k", alpha=0.08)
-        lows.append(m["test_auroc_low"])
+        lows += [e.low for _, e in pts]
+    base = [e for e in (r.estimate("test_auroc") for r in records if r.mechanism == "none") if e.value is not None]
+    for i, e in enumerate(base):
+        ax.axhline(e.value, color="k", lw=1, label="non-private" if i == 0 else None)
+        ax.axhspan(e.low, e.high, color="k", alpha=0.08)
+        lows.append(e.low)
     if xs:
         ax.set_xscale("log")
     ax.set_xlabel("epsilon (log scale; lower = more private)")

@@ -1,10 +1,9 @@
-"""The report's fairness, interpretability and comparison sections, and the study-level comparisons behind them.
+"""The report's comparison, fairness and interpretability sections.
 
-Why here: a comparison across runs (the paired bootstrap AUROC difference of every private run against the
-non-private one, Pearson r across an eps sweep) needs every run's predictions, so it belongs to the step that sees
-all runs: building the report. It is computed from each run's ``predictions.npz`` (and the CAM grid from its
-``cams.npz``) whenever the report is written, so ``dpmed report DIR`` recomputes it without retraining, and saved as
-``comparisons.json`` beside the report. Per-run numbers (fairness, explanations) come from run.json.
+The comparisons across runs (the paired bootstrap AUROC difference of every private run against the non-private
+one, Pearson r across an eps sweep) are computed before rendering (`dpmed.comparisons`, from the runs' saved
+predictions); these sections only render them, with the per-run fairness and explanation blocks of each record and
+the CAM grid from each run's ``cams.npz``.
 
 What is shown (METHODS.md sec. 5-6): per-group AUROC and the accuracy parity difference of 003_9a91354dc2d7e2df.txt
 (named as what it is), fairlearn's demographic parity and equalised odds differences, the worst group; Grad-CAM's
@@ -14,107 +13,57 @@ of the same test images explained by every run. Every number carries its percent
 
 from __future__ import annotations
 
-import base64
-import html
-import json
-import os
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
-from dpmed.evaluation import load_predictions
-from dpmed.evaluation.comparison import compare_runs
+from dpmed.comparisons import Comparisons, Correlation
 from dpmed.evaluation.explanations import METRIC_LABELS
+from dpmed.records import RunRecord
+from dpmed.reporting.inputs import ReportInputs, embed_png, escape as _e, estimate_text as _est
 from dpmed.reporting.study_figures import cam_grid, group_estimates
 from dpmed.reporting.tables import eps_text
 
-__all__ = ["COMPARISONS", "study_comparisons", "study_sections"]
+__all__ = ["comparison_section", "fairness_section", "interpretability_section"]
 
-COMPARISONS = "comparisons.json"
 CAM_GRID_COLUMNS = 8
 _SHORT = {"average_drop": "Average Drop %", "increase_in_confidence": "Increase in Confidence %",
-          "masked_input_score": "masked-input score %*", "deletion_auc": "deletion AUC", "insertion_auc": "insertion AUC",
+          "masked_input_score": "masked-input score %*", "deletion_auc": "deletion AUC",
+          "insertion_auc": "insertion AUC",
           "mask_energy": "lesion-mask energy", "pointing_game": "pointing game"}
 _PERCENT = ("average_drop", "increase_in_confidence", "masked_input_score")     # shown with two decimals
 
 
-def _e(value: Any) -> str:
-    return html.escape(str(value))
-
-
-def _est(est: Mapping[str, Any] | None, digits: int = 3) -> str:
-    """"v [low, high]" of an estimate dict; "–" when undefined."""
-    if not est or est.get("value") is None:
-        return "–"
-    v, lo, hi = est["value"], est.get("low"), est.get("high")
-    if lo is None or hi is None:
-        return f"{v:.{digits}f}"
-    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def _r(entry: Mapping[str, Any]) -> tuple[str, str]:
-    if entry.get("r") is None:
-        return "–", _e(entry.get("reason", ""))
-    return f"{entry['r']:+.3f}", f"{entry['p_value']:.3g}"
-
-
-def _img(png: bytes, path: Path, alt: str) -> str:
-    path.write_bytes(png)
-    uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-    return f'<img src="{uri}" alt="{_e(alt)}" style="max-width:100%">'
-
-
-def _label_names(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The task's label names as the utility metrics recorded them (``test_auroc[<name>]``, multiclass and
-    multilabel); binary tasks record none, and need none here."""
-    for r in records:
-        names = [k[len("test_auroc["):-1] for k in r["metrics"] if k.startswith("test_auroc[")]
-        if names:
-            return names
-    return []
-
-
-def study_comparisons(resolved: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
-                      out_dir: Path) -> dict[str, Any]:
-    """:func:`~dpmed.evaluation.comparison.compare_runs` over the finished runs' saved predictions, with the study's
-    bootstrap settings (so the redraws are those of every run's own intervals); written to ``comparisons.json``."""
-    predictions = {}
-    for r in records:
-        path = out_dir / "runs" / r["run_id"] / "predictions.npz"
-        if path.is_file():
-            predictions[r["run_id"]] = load_predictions(path)
-    ev = resolved["study"].get("evaluation", {})
-    out = compare_runs(records, predictions, kind=resolved["dataset"]["task"], label_names=_label_names(records),
-                       n_resamples=int(ev.get("bootstrap_resamples", 1000)), seed=int(ev.get("bootstrap_seed", 0)),
-                       confidence=float(ev.get("confidence", 0.95)))
-    tmp = out_dir / f".{COMPARISONS}.tmp"
-    tmp.write_text(json.dumps(out, indent=2, allow_nan=False), encoding="utf-8")
-    os.replace(tmp, out_dir / COMPARISONS)
-    return out
+def _r(entry: Correlation) -> tuple[str, str]:
+    if entry.r is None:
+        return "–", _e(entry.reason or "")
+    return f"{entry.r:+.3f}", f"{entry.p_value:.3g}"
 
 
 # ---------------------------------------------------------------------------------------------------- fairness
 
 
-def _fairness_attribute(name: str, runs: list[Mapping[str, Any]], out_dir: Path, level: str) -> str:
-    entries = [r["fairness"]["attributes"][name] for r in runs]
+def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) -> str:
+    level = inputs.level
+    entries = [r.fairness["attributes"][name] for r in runs]
     groups = list(dict.fromkeys(g for e in entries for g in e["groups"]))
     first = entries[0]["groups"]
-    sizes = ", ".join(f"{_e(g)}: {first[g]['n']}" + (f" ({first[g]['n_positive']} positive)"
-                                                      if "n_positive" in first[g] else "") for g in groups if g in first)
-    series = [(f"{r['run_id']} ({eps_text(r['privacy'])})", [e["groups"].get(g, {}).get("auroc") for g in groups])
+    sizes = ", ".join(f"{_e(g)}: {first[g]['n']}"
+                      + (f" ({first[g]['n_positive']} positive)" if "n_positive" in first[g] else "")
+                      for g in groups if g in first)
+    series = [(f"{r.run_id} ({eps_text(r.privacy)})", [e["groups"].get(g, {}).get("auroc") for g in groups])
               for r, e in zip(runs, entries)]
-    figure = _img(group_estimates(groups, series, ylabel="test AUROC", title=f"AUROC by {name} ({level} intervals)"),
-                  out_dir / f"fairness_{name}.png", f"AUROC by {name}")
+    figure = embed_png(group_estimates(groups, series, ylabel="test AUROC",
+                                       title=f"AUROC by {name} ({level} intervals)"),
+                       inputs.folder.root / f"fairness_{name}.png", f"AUROC by {name}")
     head = "".join(f"<th>{_e(g)}</th>" for g in groups)
     auroc_rows = "".join(
-        f"<tr><td>{_e(r['run_id'])}</td><td>{_e(eps_text(r['privacy']))}</td>"
+        f"<tr><td>{_e(r.run_id)}</td><td>{_e(eps_text(r.privacy))}</td>"
         + "".join(f"<td class=num>{_est(e['groups'].get(g, {}).get('auroc'))}</td>" for g in groups)
         + f"<td>{_e(e['worst_group_auroc'].get('group'))}: {_est(e['worst_group_auroc'])}</td></tr>"
         for r, e in zip(runs, entries))
     parity_rows = "".join(
-        f"<tr><td>{_e(r['run_id'])}</td>"
+        f"<tr><td>{_e(r.run_id)}</td>"
         + "".join(f"<td class=num>{_est(e['groups'].get(g, {}).get('accuracy_parity_difference'))}</td>"
                   for g in groups)
         + f"<td class=num>{_est(e.get('demographic_parity_difference'))}</td>"
@@ -130,25 +79,24 @@ def _fairness_attribute(name: str, runs: list[Mapping[str, Any]], out_dir: Path,
             f"{parity_rows}</table>")
 
 
-def _fairness_section(records: list[Mapping[str, Any]], comparisons: Mapping[str, Any], out_dir: Path,
-                      level: str) -> str:
-    runs = [r for r in records if r.get("fairness")]
+def fairness_section(inputs: ReportInputs) -> str:
+    runs = [r for r in inputs.records if r.fairness]
     if not runs:
         return ""
-    names = list(dict.fromkeys(a for r in runs for a in r["fairness"]["attributes"]))
+    names = list(dict.fromkeys(a for r in runs for a in r.fairness["attributes"]))
     parts = []
     for name in names:
-        ok = [r for r in runs if r["fairness"]["attributes"].get(name, {}).get("status") == "ok"]
+        ok = [r for r in runs if r.fairness["attributes"].get(name, {}).get("status") == "ok"]
         if ok:
-            parts.append(_fairness_attribute(name, ok, out_dir, level))
+            parts.append(_fairness_attribute(name, ok, inputs))
         else:
-            reason = next(r["fairness"]["attributes"][name].get("reason", "") for r in runs
-                          if name in r["fairness"]["attributes"])
+            reason = next(r.fairness["attributes"][name].get("reason", "") for r in runs
+                          if name in r.fairness["attributes"])
             parts.append(f"<h3>By {_e(name)}</h3><p>Not applicable: {_e(reason)}</p>")
-    corr = comparisons.get("correlations", {}).get("epsilon_vs_accuracy_parity", [])
+    corr = inputs.comparisons.correlations.epsilon_vs_accuracy_parity
     if corr:
-        rows = "".join(f"<tr><td>{_e(c['sweep'])}</td><td>{_e(c['attribute'])}</td><td>{_e(c['group'])}</td>"
-                       f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c['n']}</td></tr>"
+        rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(c.attribute)}</td><td>{_e(c.group)}</td>"
+                       f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td></tr>"
                        for c in corr)
         parts.append("<p>Pearson r between eps and each group's accuracy parity difference across a DP-SGD sweep "
                      "(003_9a91354dc2d7e2df.txt, Table 3; every seed a point):</p><table><tr><th>sweep</th>"
@@ -162,10 +110,10 @@ def _fairness_section(records: list[Mapping[str, Any]], comparisons: Mapping[str
 # ---------------------------------------------------------------------------------------------- interpretability
 
 
-def _grid(runs: list[Mapping[str, Any]], out_dir: Path) -> str:
+def _grid(runs: list[RunRecord], inputs: ReportInputs) -> str:
     loaded = []
     for r in runs:
-        path = out_dir / "runs" / r["run_id"] / "cams.npz"
+        path = inputs.folder.run(r.run_id).cams
         if path.is_file():
             with np.load(path) as f:
                 loaded.append((r, {k: f[k] for k in f.files}))
@@ -177,41 +125,34 @@ def _grid(runs: list[Mapping[str, Any]], out_dir: Path) -> str:
     has_lesion = (masks.reshape(len(masks), -1).any(axis=1) if masks is not None
                   else np.zeros(len(positions), bool))
     order = np.r_[np.flatnonzero(has_lesion), np.flatnonzero(~has_lesion)][:CAM_GRID_COLUMNS]   # lesions first
-    rows = [(f"{r['run_id']}\n{eps_text(r['privacy'])}", a["cams"][order]) for r, a in loaded
+    rows = [(f"{r.run_id}\n{eps_text(r.privacy)}", a["cams"][order]) for r, a in loaded
             if np.array_equal(a["positions"], positions)]
     titles = [f"test #{int(positions[i])}" for i in order]
     png = cam_grid(first["images"][order].astype(np.float32), None if masks is None else masks[order], rows, titles)
     return ("<p>The same test images explained by every run (Grad-CAM of the predicted class over the image; top "
             "row: the image with its lesion mask outlined, where the dataset has masks).</p>"
-            + _img(png, out_dir / "cam_grid.png", "CAM grid: rows runs, columns the same test images"))
+            + embed_png(png, inputs.folder.root / "cam_grid.png", "CAM grid: rows runs, columns the same test images"))
 
 
-def _flat_scores(run: Mapping[str, Any], out_dir: Path) -> bool:
+def _flat_scores(explanations: Mapping[str, Any]) -> bool:
     """Every explained image's predicted-class score below 0.55 while at least 0.5 (a binary model that is never
-    confident, whatever it ranks): the confidence metrics have next to nothing to measure. Read from run.json, or
-    from cams.npz for runs recorded before run.json carried the range."""
-    e = run["explanations"]
-    lo, hi = e.get("score_image_min"), e.get("score_image_max")
-    path = out_dir / "runs" / run["run_id"] / "cams.npz"
-    if (lo is None or hi is None) and path.is_file():
-        with np.load(path) as f:
-            if "score_image" in f.files:
-                lo, hi = float(f["score_image"].min()), float(f["score_image"].max())
+    confident, whatever it ranks): the confidence metrics have next to nothing to measure."""
+    lo, hi = explanations.get("score_image_min"), explanations.get("score_image_max")
     return lo is not None and hi is not None and hi < 0.55 and lo >= 0.5
 
 
-def _interpretability_section(records: list[Mapping[str, Any]], comparisons: Mapping[str, Any], out_dir: Path,
-                              level: str) -> str:
-    runs = [r for r in records if r.get("explanations")]
+def interpretability_section(inputs: ReportInputs) -> str:
+    runs = [r for r in inputs.records if r.explanations]
     if not runs:
         return ""
-    metrics = list(dict.fromkeys(m for r in runs for m in r["explanations"]["metrics"]))
+    level = inputs.level
+    metrics = list(dict.fromkeys(m for r in runs for m in r.explanations["metrics"]))
     head = "".join(f"<th>{_e(_SHORT.get(m, m))}</th>" for m in metrics)
     rows = "".join(
-        f"<tr><td>{_e(r['run_id'])}</td><td>{_e(eps_text(r['privacy']))}</td>"
-        + "".join(f"<td class=num>{_est(r['explanations']['metrics'].get(m), 2 if m in _PERCENT else 3)}</td>"
+        f"<tr><td>{_e(r.run_id)}</td><td>{_e(eps_text(r.privacy))}</td>"
+        + "".join(f"<td class=num>{_est(r.explanations['metrics'].get(m), 2 if m in _PERCENT else 3)}</td>"
                   for m in metrics) + "</tr>" for r in runs)
-    e0 = runs[0]["explanations"]
+    e0 = runs[0].explanations
     notes = [f"{_e(e0['method'])} ({_e(e0.get('method_reference', ''))}) at layer <code>{_e(e0['target_layer'])}"
              f"</code>, class: {_e(e0.get('explained_class', ''))}, on {e0['n_images']} test images drawn once "
              f"(seed {e0.get('image_seed', 0)}) and shared by every run; {level} percentile bootstrap intervals "
@@ -221,75 +162,66 @@ def _interpretability_section(records: list[Mapping[str, Any]], comparisons: Map
         notes.append(f"Lesion-mask energy and pointing game use the CAM of class {e0.get('lesion_class')} on the "
                      f"{e0['n_masked_images']} explained images with a lesion mask; a uniform CAM would put "
                      f"{e0.get('mask_area_share') or 0:.3f} of its energy in the mask (chance level).")
-    flat = [r["run_id"] for r in runs if _flat_scores(r, out_dir)]
+    flat = [r.run_id for r in runs if _flat_scores(r.explanations)]
     if flat:
         notes.append("Predicted-class scores Y that hardly vary (within 0.05 of chance for every explained image) in: "
                      + ", ".join(flat) + ". Masking can then move Y only a little, so Average Drop, Increase in "
                      "Confidence, the masked-input score and deletion/insertion AUC say little about the CAM for "
                      "these runs; lesion-mask energy and pointing game do not depend on Y's size.")
-    zero = [f"{r['run_id']}: {r['explanations']['n_zero_cams']}" for r in runs if r["explanations"].get("n_zero_cams")]
+    zero = [f"{r.run_id}: {r.explanations['n_zero_cams']}" for r in runs if r.explanations.get("n_zero_cams")]
     if zero:
         notes.append("All-zero CAMs (no positive evidence anywhere; they score 0 energy and miss): " + ", ".join(zero))
-    corr = [c for key in ("epsilon_vs_explanations", "max_grad_norm_vs_explanations")
-            for c in comparisons.get("correlations", {}).get(key, [])]
+    correlations = inputs.comparisons.correlations
+    corr = correlations.epsilon_vs_explanations + correlations.max_grad_norm_vs_explanations
     corr_html = ""
     if corr:
-        corr_rows = "".join(f"<tr><td>{_e(c['sweep'])}</td><td>{_e(_SHORT.get(c['metric'], c['metric']))}</td>"
-                            f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c['n']}</td>"
+        corr_rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(_SHORT.get(c.metric, c.metric))}</td>"
+                            f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td>"
                             "</tr>" for c in corr)
         corr_html = ("<p>Pearson r between the swept setting (eps, or the clipping norm at fixed eps) and each "
                      "metric:</p><table><tr><th>sweep</th><th>metric</th><th>r</th><th>p</th><th>n</th></tr>"
                      f"{corr_rows}</table>")
     return (f'<h2 id="interpretability">Interpretability</h2>'
             f"<table><tr><th>run</th><th>eps</th>{head}</tr>{rows}</table>"
-            f"<ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>{corr_html}{_grid(runs, out_dir)}")
+            f"<ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>{corr_html}{_grid(runs, inputs)}")
 
 
 # ------------------------------------------------------------------------------------------------- comparisons
 
 
-def _comparison_section(comparisons: Mapping[str, Any], level: str) -> str:
-    rows = comparisons.get("auroc_differences", [])
+def comparison_section(inputs: ReportInputs) -> str:
+    comparisons: Comparisons = inputs.comparisons
+    level = inputs.level
     parts = []
+    rows = [c for c in comparisons.auroc_differences if c.auroc_difference.p_value is not None]
     if rows:
-        body = "".join(f"<tr><td>{_e(c['run_id'])}</td><td>{_e(c['reference_run'])}</td>"
-                       f"<td class=num>{_est(c['auroc_difference'])}</td>"
-                       f"<td class=num>{c['auroc_difference']['p_value']:.3g}</td></tr>"
-                       for c in rows if c["auroc_difference"].get("p_value") is not None)
+        body = "".join(f"<tr><td>{_e(c.run_id)}</td><td>{_e(c.reference_run)}</td>"
+                       f"<td class=num>{_est(c.auroc_difference.model_dump())}</td>"
+                       f"<td class=num>{c.auroc_difference.p_value:.3g}</td></tr>" for c in rows)
         parts.append(f"<p>Test AUROC of each private run minus that of the non-private run of the same seed, paired "
                      f"bootstrap over the same test redraws [{level} CI], with a two-sided bootstrap p-value. The "
                      "interval of a difference is what says whether two arms differ; overlapping per-arm intervals "
                      "do not.</p><table><tr><th>run</th><th>reference</th><th>AUROC difference</th><th>p</th></tr>"
                      f"{body}</table>")
-    multi = [b for b in comparisons.get("by_value", []) if b["auroc_difference"]["n_seeds"] > 1]
+    multi = [b for b in comparisons.by_value if b.auroc_difference.n_seeds > 1]
     if multi:
-        body = "".join(f"<tr><td>{_e(b['value_label'])}</td><td class=num>{b['auroc_difference']['mean']:+.3f}</td>"
-                       f"<td class=num>{b['auroc_difference']['std']:.3f}</td><td class=num>"
-                       f"{b['significant_seeds']} of {b['auroc_difference']['n_seeds']}</td></tr>" for b in multi)
+        body = "".join(f"<tr><td>{_e(b.label)}</td><td class=num>{b.auroc_difference.mean:+.3f}</td>"
+                       f"<td class=num>{b.auroc_difference.std:.3f}</td><td class=num>"
+                       f"{b.significant_seeds} of {b.auroc_difference.n_seeds}</td></tr>" for b in multi)
         parts.append("<p>Over seeds (training randomness, which the test-set bootstrap does not see):</p><table><tr>"
                      f"<th>arm value</th><th>mean difference</th><th>std over seeds</th><th>seeds with p &lt; 0.05"
                      f"</th></tr>{body}</table>")
-    labels = comparisons.get("correlations", {}).get("auroc_drop_vs_label", [])
+    labels = comparisons.correlations.auroc_drop_vs_label
     if labels:
-        body = "".join(f"<tr><td>{_e(c['run_id'])}</td><td class=num>{_r(c['drop_vs_positive_count'])[0]} "
-                       f"(p {_r(c['drop_vs_positive_count'])[1]})</td><td class=num>"
-                       f"{_r(c['drop_vs_nonprivate_auroc'])[0]} (p {_r(c['drop_vs_nonprivate_auroc'])[1]})</td></tr>"
+        body = "".join(f"<tr><td>{_e(c.run_id)}</td><td class=num>{_r(c.drop_vs_positive_count)[0]} "
+                       f"(p {_r(c.drop_vs_positive_count)[1]})</td><td class=num>"
+                       f"{_r(c.drop_vs_nonprivate_auroc)[0]} (p {_r(c.drop_vs_nonprivate_auroc)[1]})</td></tr>"
                        for c in labels)
         parts.append("<p>Across labels, Pearson r between each label's AUROC drop (non-private minus private) and "
                      "its positive test count, and its non-private AUROC (003_9a91354dc2d7e2df.txt):</p><table><tr>"
                      f"<th>run</th><th>drop vs positives</th><th>drop vs non-private AUROC</th></tr>{body}</table>")
-    if comparisons.get("notes"):
-        parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in comparisons["notes"]) + "</ul>")
+    if comparisons.notes:
+        parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in comparisons.notes) + "</ul>")
     if not parts:
         return ""
     return f'<h2 id="comparisons">Private against non-private, with intervals</h2>{"".join(parts)}'
-
-
-def study_sections(resolved: Mapping[str, Any], records: Sequence[Mapping[str, Any]], out_dir: Path) -> str:
-    """The comparison, fairness and interpretability sections of report.html (empty where a study has none);
-    recomputes and writes comparisons.json from the runs' saved predictions on every call."""
-    records = list(records)
-    level = f"{float(resolved['study'].get('evaluation', {}).get('confidence', 0.95)):.0%}"
-    comparisons = study_comparisons(resolved, records, out_dir)
-    return (_comparison_section(comparisons, level) + _fairness_section(records, comparisons, out_dir, level)
-            + _interpretability_section(records, comparisons, out_dir, level))

@@ -38,6 +38,7 @@ from opacus import GradSampleModule
 from torch import Tensor, nn
 
 from dpmed.errors import PrivacyError
+from dpmed.names import DP_ENGINES, check_registry
 from dpmed.training.clipping import GhostClipper, clip_factors, refuse_batch_norm
 from dpmed.training.grouping import group_index
 
@@ -103,6 +104,7 @@ CLIPPING_ENGINES: dict[str, Callable[..., GhostClipper | OpacusClipper]] = {
     "dpmed": GhostClipper,
     "opacus": OpacusClipper,
 }
+check_registry("clipping engine", CLIPPING_ENGINES, DP_ENGINES)
 
 
 def _buffer_values(model: nn.Module) -> dict[str, Tensor]:

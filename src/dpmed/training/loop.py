@@ -15,13 +15,11 @@ clipped together, so one patient moves the noisy sum by at most C however many i
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
@@ -31,31 +29,13 @@ from tqdm.auto import tqdm
 from dpmed.accounting import Ledger, dp_sgd_event, dp_sgd_schedule, shuffled_event  # noqa: F401 (re-exported)
 from dpmed.config import TrainingConfig
 from dpmed.data import ImageSet, Task
+from dpmed.mechanisms import DpSgdPlan
 from dpmed.randomness import PrivacyRandomness
 from dpmed.training.dp_sgd import DpSgdStep
 from dpmed.training.objectives import objective_for
 from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffled_batches
 
 __all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "sampling_units"]
-
-
-@dataclass(frozen=True)
-class DpSgdPlan:
-    """The DP-SGD settings the accountant was given; training follows them exactly."""
-
-    noise_multiplier: float
-    max_grad_norm: float
-    sample_rate: float
-    steps: int
-    noise: str = "gaussian"      # or "laplace": L1 clipping and Laplace noise (METHODS.md s.2)
-    sampling: str = "poisson"    # or "shuffle": fixed-size shuffled batches, a reproduction mode the accountants
-                                 # do not cover (its privacy card says so)
-    # The divisor of the noisy sum, fixed when the study was planned (q * N_units of the plan). Under the
-    # add/remove-one relation the size of the private set is itself private, so the divisor must not be recomputed
-    # from the data handed to training (canaries or a neighbouring set would change it). None: q * the number of
-    # units handed to training, for callers that plan and train on the same set.
-    expected_batch_size: float | None = None
-    unit: Literal["image", "patient"] = "image"
 
 
 @dataclass
@@ -109,8 +89,9 @@ def _optimizer(model: nn.Module, cfg: TrainingConfig) -> torch.optim.Optimizer:
 
 def _fingerprint(data: ImageSet, cfg: TrainingConfig, seed: int, dp: DpSgdPlan | None) -> dict:
     """What a checkpoint must match to be continued: the same data size, settings, seed and DP plan."""
-    return {"n": len(data), "training": cfg.model_dump(mode="json"), "seed": seed,
-            "dp": None if dp is None else dataclasses.asdict(dp)}
+    training = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("device", "threads")}
+    return {"n": len(data), "training": training, "seed": seed,
+            "dp": None if dp is None else dp.model_dump(mode="json")}
 
 
 def _save_checkpoint(path: Path, **state) -> None:
@@ -133,7 +114,7 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
 def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, seed: int,
           dp: DpSgdPlan | None = None, randomness: PrivacyRandomness | None = None,
           device: torch.device | None = None, progress: bool = True, label: str = "train",
-          checkpoint: Path | None = None) -> TrainResult:
+          checkpoint: Path | None = None, released: tuple = ()) -> TrainResult:
     """Train ``model`` in place on ``data``; returns the privacy ledger (empty without DP) and private statistics.
 
     ``seed`` drives the (public) shuffling of arms without DP-SGD; DP-SGD needs ``randomness``, the run's privacy
@@ -141,6 +122,8 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     saved there after every epoch (DP-SGD: every round(1/q) steps) and at the end; a later call with the same
     arguments and the same randomness continues from it, and ends with exactly the model and ledger of an
     uninterrupted run (METHODS.md s.3). Shuffle-mode DP-SGD (a reproduction mode) restarts from scratch instead.
+    ``released``: privacy events of what was released before training (a local DP release of the training images),
+    which open the ledger.
     """
     if dp is not None and randomness is None:
         raise ValueError("DP-SGD needs the run's privacy randomness (dpmed.randomness.PrivacyRandomness)")
@@ -153,7 +136,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     model.to(device).train()
     optimizer = _optimizer(model, cfg)
     shuffle_gen = torch.Generator().manual_seed(seed)
-    ledger, statistics, done, start = Ledger(), [], 0, time.perf_counter()
+    ledger, statistics, done, start = Ledger(tuple(released)), [], 0, time.perf_counter()
     fingerprint = _fingerprint(data, cfg, seed, dp)
     if dp is not None and dp.sampling != "poisson":
         checkpoint = None

@@ -269,7 +269,7 @@ def test_a_folder_study_records_its_preprocessing_and_left_out_rows(tmp_path, wr
         "arms:\n  - {name: non-private, mechanism: none}\n")
     assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
     record = json.loads((tmp_path / "out" / "tiny-folders" / "runs" / "non-private_seed0" / "run.json").read_text())
-    data = record["data"]
+    data = record["data"]["source"]   # the reader's provenance
     assert data["format"] == "image-folders" and data["path"] == str(root)  # the nested extraction, descended
     assert data["preprocessing"]["resize"].startswith("16x16") and data["preprocessing"]["channels"] == 3
     assert data["preprocessing"]["minmax"] is True and data["preprocessing"]["equalize"] is True

@@ -1,6 +1,6 @@
 """Canaries for the one-run privacy audit (Steinke, Nasr and Jagielski, "Privacy Auditing with One (1) Training
 Run", NeurIPS 2023): m extra training examples, each inserted with probability 1/2, whose membership the audit then
-tries to guess from the trained model (`dpmed.evaluation.audit`).
+tries to guess from the trained model (`dpmed.audit.bound`).
 
 A good canary is one the model can only fit by memorising it, so that its score differs between "trained on it"
 and "not": we take real images from the training distribution and give them a *wrong* label ("mislabelled"). A model
@@ -24,7 +24,8 @@ from typing import Callable
 
 import numpy as np
 
-from dpmed.data.sample import ImageSet, Task
+from dpmed.data import ImageSet, Task
+from dpmed.names import CANARY_KINDS as CANARY_KIND_NAMES, check_registry
 
 __all__ = ["CanaryKind", "CANARY_KINDS", "max_canaries", "hold_out_canary_sources", "make_canaries",
            "insert_canaries"]
@@ -85,6 +86,9 @@ CANARY_KINDS: dict[str, CanaryKind] = {
         CanaryKind("marked", _marked, "mislabelled images with a 4x4 random black/white patch unique to each"),
     )
 }
+
+
+check_registry("canary kinds", CANARY_KINDS, CANARY_KIND_NAMES)
 
 
 def max_canaries(train: ImageSet) -> int:

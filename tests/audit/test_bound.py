@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.evaluation.audit import (
+from dpmed.audit.bound import (
     audit_epsilon_lower_bound,
     audit_epsilon_lower_bound_over_grid,
     audit_p_value,

@@ -11,7 +11,7 @@ import pandas as pd
 
 import dpmed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = {"data.n_images": 240, "data.image_size": 32, "training.epochs": 1, "evaluation.bootstrap_resamples": 50}
 
 

@@ -1,7 +1,8 @@
 """Studies that survive failures and kills, and run in parallel: in-process, a process pool, and Ray.
 
-Results are compared across executors in reproducible mode (privacy randomness derived from the seed); in the
-default secure mode no two runs share randomness, and a killed run resumes from the key in its private folder."""
+Results are compared across executors in reproducible mode (privacy randomness derived from the seed), number for
+number: each run sets its own thread count (training.threads), so the executor changes nothing. In the default secure
+mode no two runs share randomness, and a killed run resumes from the key in its private folder."""
 
 from __future__ import annotations
 
@@ -20,34 +21,14 @@ import dpmed.executors
 from dpmed.cli import main
 from dpmed.folders import StudyFolder
 
-TINY = """
-name: tiny
-privacy_randomness: reproducible
-data: {source: phantom, n_images: 160, image_size: 16}
-training: {epochs: 3, batch_size: 16}
-evaluation: {bootstrap_resamples: 20}
-arms:
-  - {name: base, mechanism: none}
-  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}
-"""
-TIMING = ["train_seconds"]
-
-
-def _table(folder: Path) -> pd.DataFrame:
-    return pd.read_csv(folder / "results.csv").drop(columns=TIMING).sort_values("run_id").reset_index(drop=True)
-
-
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> pd.DataFrame:
+def reference(tiny_study, results_table) -> pd.DataFrame:
     """The tiny study run in one go, in-process."""
-    folder = tmp_path_factory.mktemp("ref")
-    (folder / "s.yaml").write_text(TINY)
-    assert main(["run", str(folder / "s.yaml"), "--out", str(folder / "out"), "--no-progress"]) == 0
-    return _table(folder / "out" / "tiny")
+    return results_table(tiny_study)
 
 
-def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeypatch, capsys):
-    (tmp_path / "s.yaml").write_text(TINY)
+def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeypatch, capsys, tiny_text):
+    (tmp_path / "s.yaml").write_text(tiny_text)
     real = dpmed.executors.run_one
 
     def flaky(spec, context, folder):
@@ -72,8 +53,8 @@ def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeyp
     assert "1 finished earlier" in capsys.readouterr().out
 
 
-def test_fail_fast_stops_at_the_first_failure(tmp_path, monkeypatch, capsys):
-    (tmp_path / "s.yaml").write_text(TINY)
+def test_fail_fast_stops_at_the_first_failure(tmp_path, monkeypatch, capsys, tiny_text):
+    (tmp_path / "s.yaml").write_text(tiny_text)
     monkeypatch.setattr(dpmed.executors, "run_one", lambda spec, context, folder: 1 / 0)
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress",
                  "--fail-fast"]) == 1
@@ -95,19 +76,19 @@ def _kill_mid_dp_run(study: Path, out: Path) -> list[str]:
     return cmd
 
 
-def test_a_killed_study_resumes_to_the_same_results_table(tmp_path, reference):
+def test_a_killed_study_resumes_to_the_same_results_table(tmp_path, reference, tiny_text, results_table):
     """SIGKILL the process while the DP-SGD run is mid-way (after its first checkpoint), then run again."""
-    (tmp_path / "s.yaml").write_text(TINY)
+    (tmp_path / "s.yaml").write_text(tiny_text)
     out = tmp_path / "out"
     done = subprocess.run(_kill_mid_dp_run(tmp_path / "s.yaml", out), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    pd.testing.assert_frame_equal(_table(out / "tiny"), reference)
+    pd.testing.assert_frame_equal(results_table(out / "tiny"), reference)
 
 
-def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_path):
+def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_path, tiny_text):
     """Secure mode: the key of an unfinished run waits in its private folder (owner-only), the resumed run continues
     from the checkpoint (same plan, same ledger), and once finished no file can regenerate its noise."""
-    (tmp_path / "s.yaml").write_text(TINY.replace("privacy_randomness: reproducible\n", ""))
+    (tmp_path / "s.yaml").write_text(tiny_text.replace("privacy_randomness: reproducible\n", ""))
     out = tmp_path / "out"
     cmd = _kill_mid_dp_run(tmp_path / "s.yaml", out)
     run = StudyFolder(out / "tiny").run("dp_eps8_C1_seed0")
@@ -116,19 +97,19 @@ def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_pa
     assert done.returncode == 0, done.stderr
     record = json.loads(run.record.read_text())
     assert record["timing"]["resumed_from"] > 0
-    assert record["ledger"]["events"][0]["steps"] == record["spec"]["derived"]["steps"]
+    assert record["ledger"]["events"][0]["steps"] == record["plan"]["privacy"]["steps"]
     assert not run.privacy_key.exists() and not run.checkpoint.exists()
     assert record["privacy"]["is_dp"] and "OS entropy" in record["privacy"]["randomness"]
 
 
-def test_a_process_pool_gives_the_same_table(tmp_path, reference):
-    (tmp_path / "s.yaml").write_text(TINY)
+def test_a_process_pool_gives_the_same_table(tmp_path, reference, tiny_text, results_table):
+    (tmp_path / "s.yaml").write_text(tiny_text)
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--workers", "2"]) == 0
-    pd.testing.assert_frame_equal(_table(tmp_path / "out" / "tiny"), reference, check_exact=False, rtol=1e-6)
+    pd.testing.assert_frame_equal(results_table(tmp_path / "out" / "tiny"), reference, check_exact=True)
 
 
-def test_ray_runs_a_two_run_study_on_a_local_instance(tmp_path, reference):
+def test_ray_runs_a_two_run_study_on_a_local_instance(tmp_path, reference, tiny_text, results_table):
     pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'dpmed[ray]'")
-    (tmp_path / "s.yaml").write_text(TINY)
+    (tmp_path / "s.yaml").write_text(tiny_text)
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--executor", "ray"]) == 0
-    pd.testing.assert_frame_equal(_table(tmp_path / "out" / "tiny"), reference, check_exact=False, rtol=1e-6)
+    pd.testing.assert_frame_equal(results_table(tmp_path / "out" / "tiny"), reference, check_exact=True)

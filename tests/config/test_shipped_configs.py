@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dpmed.config import expand_runs, load_study
+from dpmed.config import load_study, run_ids
 from dpmed.errors import ConfigError
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
@@ -23,4 +23,4 @@ def test_shipped_study_files_are_valid(path, tmp_path):
         (tmp_path / "data.npz").touch()
         placeholder = tmp_path / "data.npz" if "source: medmnist" in path.read_text() else tmp_path
         study = load_study(path, {"data.path": str(placeholder)})
-    assert expand_runs(study)
+    assert run_ids(study)

@@ -9,8 +9,8 @@ from scipy.stats import pearsonr
 from sklearn.metrics import roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
-from dpmed.evaluation.comparison import (bootstrap_p_value, compare_runs, paired_auroc_difference, pearson,
-                                         seed_summary)
+from dpmed.comparisons import compare_runs
+from dpmed.evaluation.paired import bootstrap_p_value, paired_auroc_difference, pearson, seed_summary
 
 
 def test_bootstrap_p_value_by_hand():
@@ -64,66 +64,62 @@ def test_seed_summary_by_hand():
     assert seed_summary([0.5])["std"] is None
 
 
-def _record(run_id, arm, mechanism, *, eps=None, C=None, seed=0, parity=None, energy=None, lr=0.002):
-    params = {} if mechanism != "dp_sgd" else {"target_epsilon": eps, "max_grad_norm": C, "noise": "gaussian",
-                                               "delta": None, "accountant": "pld", "sampling": "poisson"}
-    record = {"run_id": run_id, "arm": arm, "mechanism": mechanism, "seed": seed,
-              "spec": {"params": params, "training": {"epochs": 2, "learning_rate": lr}},
-              "privacy": {"epsilon": None if eps is None else eps * 0.99}, "metrics": {}}
-    if parity is not None:
-        record["fairness"] = {"attributes": {"sex": {"status": "ok", "groups": {
-            "female": {"accuracy_parity_difference": {"value": parity}}}}}}
-    if energy is not None:
-        record["explanations"] = {"metrics": {"mask_energy": {"value": energy, "low": 0, "high": 1}}}
-    return record
+def _record(make_record, run_id, arm, mechanism, *, eps=None, C=1.0, seed=0, parity=None, energy=None, lr=0.002,
+            metrics=None):
+    fairness = None if parity is None else {"attributes": {"sex": {"status": "ok", "groups": {
+        "female": {"accuracy_parity_difference": {"value": parity}}}}}}
+    explanations = None if energy is None else {"metrics": {"mask_energy": {"value": energy, "low": 0, "high": 1}}}
+    return make_record(run_id, arm, mechanism, eps=eps, C=C, seed=seed, lr=lr, metrics=metrics, fairness=fairness,
+                       explanations=explanations)
 
 
-def test_compare_runs_pairs_each_private_run_with_the_non_private_one_and_finds_the_sweeps():
+def test_compare_runs_pairs_each_private_run_with_the_non_private_one_and_finds_the_sweeps(make_record):
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 40)
     ids = np.array([f"p{i}" for i in range(40)])
     base = np.clip(0.5 * y + 0.5 * rng.random(40), 0, 1)
-    records = [_record("np_seed0", "np", "none"),
-               *[_record(f"g_eps{e}_C1_seed0", "g", "dp_sgd", eps=e, C=1.0, parity=0.01 * e, energy=0.1 * e)
+    rec = lambda *a, **k: _record(make_record, *a, **k)  # noqa: E731
+    records = [rec("np_seed0", "np", "none"),
+               *[rec(f"g_eps{e}_C1_seed0", "g", "dp_sgd", eps=e, C=1.0, parity=0.01 * e, energy=0.1 * e)
                  for e in (1, 5, 10)],
-               *[_record(f"c_eps1_C{c}_seed0", "c", "dp_sgd", eps=1, C=c, energy=0.2 * c) for c in (0.5, 2.0)],
-               _record("other_eps1_C1_seed0", "other", "dp_sgd", eps=1, C=1.0, lr=0.1)]   # another lr: own sweep
-    predictions = {r["run_id"]: {"test_labels": y, "test_patient_ids": ids,
-                                 "test_scores": np.clip(base + 0.1 * i * rng.standard_normal(40), 0, 1)}
+               *[rec(f"c_eps1_C{c}_seed0", "c", "dp_sgd", eps=1, C=c, energy=0.2 * c) for c in (0.5, 2.0)],
+               rec("other_eps1_C1_seed0", "other", "dp_sgd", eps=1, C=1.0, lr=0.1)]   # another lr: own sweep
+    predictions = {r.run_id: {"test_labels": y, "test_patient_ids": ids,
+                              "test_scores": np.clip(base + 0.1 * i * rng.standard_normal(40), 0, 1)}
                    for i, r in enumerate(records)}
     out = compare_runs(records, predictions, kind="binary", label_names=["normal", "opacity"], n_resamples=50)
-    rows = {row["run_id"]: row for row in out["auroc_differences"]}
-    assert set(rows) == {r["run_id"] for r in records[1:]}
+    rows = {row.run_id: row for row in out.auroc_differences}
+    assert set(rows) == {r.run_id for r in records[1:]}
     expected = (roc_auc_score(y, predictions["g_eps5_C1_seed0"]["test_scores"])
                 - roc_auc_score(y, predictions["np_seed0"]["test_scores"]))
-    assert rows["g_eps5_C1_seed0"]["auroc_difference"]["value"] == pytest.approx(expected)
-    assert rows["g_eps5_C1_seed0"]["reference_run"] == "np_seed0"
+    assert rows["g_eps5_C1_seed0"].auroc_difference.value == pytest.approx(expected)
+    assert rows["g_eps5_C1_seed0"].reference_run == "np_seed0" and rows["g_eps5_C1_seed0"].label == "g_eps5_C1"
 
-    parity = out["correlations"]["epsilon_vs_accuracy_parity"]
-    assert len(parity) == 1 and parity[0]["n"] == 3                    # the eps sweep of arm g only
-    assert parity[0]["r"] == pytest.approx(1.0)
-    by_c = out["correlations"]["max_grad_norm_vs_explanations"]
-    assert len(by_c) == 1 and by_c[0]["n"] == 3                        # arm c's two norms + arm g's C = 1 at eps 1
-    assert "c+g" in by_c[0]["sweep"] or "g+c" in by_c[0]["sweep"]
-    assert by_c[0]["r"] == pytest.approx(pearsonr([1.0, 0.5, 2.0], [0.1, 0.1, 0.4]).statistic)
-    assert out["correlations"]["auroc_drop_vs_label"] == [] and out["notes"] == []   # binary: one AUROC per model
+    parity = out.correlations.epsilon_vs_accuracy_parity
+    assert len(parity) == 1 and parity[0].n == 3                       # the eps sweep of arm g only
+    assert parity[0].r == pytest.approx(1.0)
+    by_c = out.correlations.max_grad_norm_vs_explanations
+    assert len(by_c) == 1 and by_c[0].n == 3                           # arm c's two norms + arm g's C = 1 at eps 1
+    assert "c+g" in by_c[0].sweep or "g+c" in by_c[0].sweep
+    assert by_c[0].r == pytest.approx(pearsonr([1.0, 0.5, 2.0], [0.1, 0.1, 0.4]).statistic)
+    assert out.correlations.auroc_drop_vs_label == [] and out.notes == []   # binary: one AUROC per model
 
 
-def test_label_correlations_of_003_across_labels_against_scipy():
+def test_label_correlations_of_003_across_labels_against_scipy(make_record):
     names = ["a", "b", "c", "d"]
     base = {"a": 0.9, "b": 0.8, "c": 0.75, "d": 0.6}
     private = {"a": 0.88, "b": 0.74, "c": 0.70, "d": 0.45}
     y = np.zeros((20, 4), int)
     y[:9, 0], y[:5, 1], y[:7, 2], y[:2, 3] = 1, 1, 1, 1                  # positive counts 9, 5, 7, 2
-    records = [{**_record("np_seed0", "np", "none"), "metrics": {f"test_auroc[{k}]": v for k, v in base.items()}},
-               {**_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1, C=1.0),
-                "metrics": {f"test_auroc[{k}]": v for k, v in private.items()}}]
-    predictions = {r["run_id"]: {"test_labels": y, "test_patient_ids": np.arange(20).astype(str),
-                                 "test_scores": np.random.default_rng(i).random((20, 4))}
+    records = [_record(make_record, "np_seed0", "np", "none", metrics={f"test_auroc[{k}]": v for k, v in base.items()}),
+               _record(make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1, C=1.0,
+                       metrics={f"test_auroc[{k}]": v for k, v in private.items()})]
+    predictions = {r.run_id: {"test_labels": y, "test_patient_ids": np.arange(20).astype(str),
+                              "test_scores": np.random.default_rng(i).random((20, 4))}
                    for i, r in enumerate(records)}
     out = compare_runs(records, predictions, kind="multilabel", label_names=names, n_resamples=20)
-    row = out["correlations"]["auroc_drop_vs_label"][0]
+    row = out.correlations.auroc_drop_vs_label[0]
     drop = [base[k] - private[k] for k in names]
-    assert row["drop_vs_positive_count"]["r"] == pytest.approx(pearsonr(drop, [9, 5, 7, 2]).statistic)
-    assert row["drop_vs_positive_count"]["p_value"] == pytest.approx(pearsonr(drop, [9, 5, 7, 2]).pvalue)
-    assert row["drop_vs_nonprivate_auroc"]["r"] == pytest.approx(pearsonr(drop, list(base.values())).statistic)
+    assert row.drop_vs_positive_count.r == pytest.approx(pearsonr(drop, [9, 5, 7, 2]).statistic)
+    assert row.drop_vs_positive_count.p_value == pytest.approx(pearsonr(drop, [9, 5, 7, 2]).pvalue)
+    assert row.drop_vs_nonprivate_auroc.r == pytest.approx(pearsonr(drop, list(base.values())).statistic)

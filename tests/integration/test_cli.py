@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 import yaml
 
 from dpmed.cli import main
+from dpmed.records import read_record
 
 TINY = ["--no-progress", "--set", "data.n_images=240", "--set", "data.image_size=32", "--set", "training.epochs=2",
         "--set", "evaluation.bootstrap_resamples=100"]
@@ -41,26 +41,27 @@ def test_quickstart_writes_every_output(quickstart, capsys):
 
 
 def test_privacy_cards_are_honest(quickstart):
-    records = {p.parent.name: json.loads(p.read_text()) for p in (quickstart / "runs").glob("*/run.json")}
+    records = {p.parent.name: read_record(p) for p in (quickstart / "runs").glob("*/run.json")}
     resolved = yaml.safe_load((quickstart / "study.yaml").read_text())
-    n_train = resolved["dataset"]["n_train"]
+    n_patients = resolved["dataset"]["n_train_patients"]
     for run_id, r in records.items():
-        card = r["privacy"]
-        if r["mechanism"] == "dp_sgd":
-            assert card["epsilon"] <= card["target_epsilon"]              # calibration never overshoots
-            assert card["epsilon"] > 0.9 * card["target_epsilon"]         # ... and is not wildly loose
-            assert card["delta"] == pytest.approx(min(1e-5, 1 / (10 * n_train)))
-            assert card["sampling"] == "poisson" and card["accountant"] == "pld"
-            for word in ("delta", "PLD", "add or remove"):
-                assert word in card["statement"]
-            spec = next(s for s in resolved["runs"] if s["run_id"] == run_id)
-            assert spec["derived"]["noise_multiplier"] == card["noise_multiplier"] > 0
-        elif r["mechanism"] == "pixel_laplace":
-            assert card["dimension_d"] == 32 * 32
-            assert card["epsilon_image"] == pytest.approx(32 * 32 / 0.5)
-            assert card["epsilon_pixel"] == pytest.approx(2.0)
+        card = r.privacy
+        if r.mechanism == "dp_sgd":
+            assert card.epsilon <= card.target_epsilon              # calibration never overshoots
+            assert card.epsilon > 0.9 * card.target_epsilon         # ... and is not wildly loose
+            assert card.unit == "patient" and card.n_units == n_patients < resolved["dataset"]["n_train"]
+            assert card.delta == pytest.approx(min(1e-5, 1 / (10 * n_patients)))
+            assert card.sampling == "poisson" and card.accountant == "pld"
+            for word in ("delta", "PLD", "add or remove one training patient"):
+                assert word in card.statement
+            plan = next(s for s in resolved["runs"] if s["run_id"] == run_id)
+            assert plan["privacy"]["noise_multiplier"] == card.noise_multiplier > 0
+        elif r.mechanism == "pixel_laplace":
+            assert card.dimension_d == 32 * 32 and card.unit == "image" and "clear" in card.labels
+            assert card.epsilon_image == pytest.approx(32 * 32 / 0.5)
+            assert card.epsilon_pixel == pytest.approx(2.0)
         else:
-            assert card["is_dp"] is False and card["epsilon"] is None
+            assert card.is_dp is False and card.epsilon is None
 
 
 def test_rerun_skips_finished_runs_and_retrains_only_missing_ones(quickstart, capsys):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpmed.config import CANARY_KIND_NAMES
+from dpmed.names import CANARY_KINDS as CANARY_KIND_NAMES
 from dpmed.data import ImageSet, Task
-from dpmed.data.canaries import CANARY_KINDS, hold_out_canary_sources, insert_canaries, make_canaries
+from dpmed.audit.canaries import CANARY_KINDS, hold_out_canary_sources, insert_canaries, make_canaries
 
 BINARY = Task(kind="binary", label_names=("normal", "opacity"))
 MULTICLASS = Task(kind="multiclass", label_names=("0", "1", "2", "3", "4"))

@@ -1,0 +1,77 @@
+"""The one-run audit as a run performs it: canaries into the training set before training, the bound after.
+
+Before training (:func:`insert_canaries_for`): m canary sources (one image of each of m patients) leave the training
+split with every image of their patients; each canary goes back in with probability 1/2. Which patients and the
+canaries' wrong labels are public draws of the run's seed; the inclusion bits, the secret the guesser tries to
+recover, come from the run's secret ``canaries`` stream (`dpmed.randomness`). Nothing the guesser sees (not even the
+canary order) depends on the bits. After training (:func:`conclude`): each canary is scored from the final model only
+(black box), and the scores and bits give the empirical lower bound (`dpmed.audit.bound`). It depends on the secret
+bits, so its record belongs in the run's private folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpmed.audit.bound import audit_epsilon_lower_bound_over_grid, canary_scores_from_logits, choose_canaries
+from dpmed.audit.canaries import hold_out_canary_sources, insert_canaries, make_canaries
+from dpmed.data import ImageSet, Task
+from dpmed.mechanisms import AuditConfig
+from dpmed.randomness import public_seed
+
+__all__ = ["AuditTrial", "insert_canaries_for", "conclude", "AUDIT_DELTA_NON_PRIVATE", "AUDIT_CITATION"]
+
+AUDIT_DELTA_NON_PRIVATE = 1e-5   # the delta at which a non-private arm's audit bound is stated
+AUDIT_CITATION = ("Steinke, Nasr and Jagielski, Privacy Auditing with One (1) Training Run, NeurIPS 2023, "
+                  "arXiv:2305.08846")
+
+
+@dataclass(frozen=True, eq=False)
+class AuditTrial:
+    """One audited run's canaries (m images, each its own patient) and their secret inclusion bits (bool [m])."""
+
+    config: AuditConfig
+    canaries: ImageSet
+    included: np.ndarray
+
+
+def insert_canaries_for(train_set: ImageSet, task: Task, config: AuditConfig, *, seed: int,
+                        rng: np.random.Generator) -> tuple[ImageSet, AuditTrial]:
+    """(the training set with the included canaries, the trial). ``seed``: the run's public seed; ``rng``: its
+    secret canaries stream."""
+    m = config.canaries
+    rest, sources = hold_out_canary_sources(train_set, m, seed=public_seed(seed, "canary_sources"))
+    canaries = make_canaries(sources, m, task=task, seed=public_seed(seed, "canaries"), kind=config.kind)
+    included = choose_canaries(m, rng=rng)
+    return insert_canaries(rest, canaries, included), AuditTrial(config, canaries, included)
+
+
+def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: float | None,
+             claimed_epsilon: float | None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(the audit's private record, the arrays to keep for re-analysis: scores, bits, labels), from the final
+    model's ``logits`` on the canaries. ``delta``: the claim's (None: a non-private arm, stated at 1e-5)."""
+    scores = canary_scores_from_logits(logits, trial.canaries.labels, task_kind=task_kind)
+    delta = AUDIT_DELTA_NON_PRIVATE if delta is None else delta
+    res = audit_epsilon_lower_bound_over_grid(scores, trial.included, delta=delta,
+                                              confidence=trial.config.confidence)
+    statement = (f"empirical lower bound eps >= {res.epsilon_lower_bound:.3g} at delta = {delta:.3g} (one-run audit, "
+                 f"{res.n_canaries} {trial.config.kind} canaries, {res.confidence:.0%}; {res.n_correct} of "
+                 f"{res.n_guesses} guesses correct)")
+    statement += ("; no eps is claimed" if claimed_epsilon is None else
+                  f"; the accountant claims eps = {claimed_epsilon:.3g}: " + (
+                      "consistent" if res.epsilon_lower_bound <= claimed_epsilon else
+                      f"inconsistent with the claimed eps at {res.confidence:.0%}"))
+    record = {"n_canaries": res.n_canaries, "kind": trial.config.kind, "n_included": int(trial.included.sum()),
+              "n_guesses": res.n_guesses, "n_correct": res.n_correct, "k_positive": res.k_positive,
+              "k_negative": res.k_negative, "epsilon_lower_bound": res.epsilon_lower_bound,
+              "confidence": res.confidence, "delta": delta, "claimed_epsilon": claimed_epsilon,
+              "consistent_with_claim": None if claimed_epsilon is None else bool(
+                  res.epsilon_lower_bound <= claimed_epsilon),
+              "method": res.method, "citation": AUDIT_CITATION, "statement": statement,
+              "canary_source": "training split: one image of each of m patients, all their images held out",
+              "private": ("depends on the secret canary inclusion bits: not covered by eps, kept in the study's "
+                          "private folder")}
+    return record, {"scores": scores, "included": trial.included, "labels": trial.canaries.labels}

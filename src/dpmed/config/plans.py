@@ -1,0 +1,107 @@
+"""A study expanded into typed run plans: one per arm, per combination of swept values, per seed.
+
+A :class:`RunPlan` is everything one run needs, computed before training and frozen: its identity, its training
+settings (after the arm's overrides), its audit, and its privacy plan, one kind per mechanism
+(`dpmed.mechanisms.registry`). It flows down from `dpmed.study` through `dpmed.run` into the stages, is written to
+study.yaml and run.json, and is what comparisons and the report group runs by (never their ids).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any
+
+from pydantic import Field
+
+from dpmed.config.schema import Study, TrainingConfig
+from dpmed.mechanisms import AuditConfig, PlanContext, PrivacyPlan, Strict, mechanism_info
+
+__all__ = ["RunPlan", "SweptValue", "plan_runs", "run_ids", "EXECUTION_ONLY"]
+
+# Training settings that decide where and how fast a run executes, not what it computes in exact arithmetic: a finished
+# run made with other values of these is still the same run.
+EXECUTION_ONLY = ("device", "threads")
+
+
+class SweptValue(Strict):
+    """One swept key of a run (e.g. target_epsilon = 8), with the tag it has in the run id (eps8)."""
+
+    key: str
+    tag: str
+    value: float
+
+
+class RunPlan(Strict):
+    """One run of a study: arm x swept values x seed, with every derived value (METHODS.md s.1-2)."""
+
+    run_id: str
+    arm: str
+    seed: int
+    swept: tuple[SweptValue, ...] = ()
+    training: TrainingConfig
+    audit: AuditConfig | None = None
+    privacy: PrivacyPlan = Field(discriminator="mechanism")
+
+    @property
+    def mechanism(self) -> str:
+        return self.privacy.mechanism
+
+    @property
+    def label(self) -> str:
+        """The run without its seed (arm and swept values): the runs of one label differ only by seed."""
+        return "_".join([self.arm] + [f"{s.tag}{_tag(s.value)}" for s in self.swept])
+
+    def swept_value(self, key: str) -> float | None:
+        return next((s.value for s in self.swept if s.key == key), None)
+
+    def settings(self) -> dict[str, Any]:
+        """What the run computes, as JSON data: a finished run is reused only when these are equal."""
+        data = self.model_dump(mode="json")
+        for key in EXECUTION_ONLY:
+            data["training"].pop(key, None)
+        return data
+
+    def sweep_group(self, variable: str) -> tuple:
+        """The runs that differ from this one only in ``variable`` (and seed) share this key."""
+        others = tuple((s.key, s.value) for s in self.swept if s.key != variable)
+        return (self.arm, others, tuple(sorted(self.settings()["training"].items())))
+
+
+def _tag(value: float) -> str:
+    return f"{value:g}".replace("+", "")
+
+
+def _expand(study: Study):
+    """(arm, swept values, training, run id, seed) in study order: arms as listed, values as listed, seeds innermost.
+    A run id carries every swept key that is set, even with one value, so adding a value never renames (and
+    re-trains) old runs; keys left unset (the arm chose the other of two alternatives) are not swept."""
+    for arm in study.arms:
+        info = mechanism_info(arm.mechanism)
+        keys = {k: tag for k, tag in info.sweep_keys.items() if getattr(arm, k) is not None}
+        overrides = {k: getattr(arm, k) for k in ("epochs", "batch_size", "learning_rate") if getattr(arm, k)}
+        training = study.training.model_copy(update=overrides)
+        for values in itertools.product(*(getattr(arm, k) for k in keys)):
+            swept = tuple(SweptValue(key=k, tag=keys[k], value=v) for k, v in zip(keys, values))
+            label = "_".join([arm.name] + [f"{s.tag}{_tag(s.value)}" for s in swept])
+            for seed in study.seeds:
+                yield arm, swept, training, f"{label}_seed{seed}", seed
+
+
+def run_ids(study: Study) -> list[str]:
+    """The ids of the study's runs, in study order, without planning them."""
+    return [run_id for _, _, _, run_id, _ in _expand(study)]
+
+
+def plan_runs(study: Study, context: PlanContext) -> list[RunPlan]:
+    """Every run of ``study``, planned: each mechanism's plan from its arm, swept values and the data (``context``:
+    images per training patient, image shape; calibrations shared through its cache)."""
+    plans = []
+    for arm, swept, training, run_id, seed in _expand(study):
+        info = mechanism_info(arm.mechanism)
+        values = {s.key: s.value for s in swept}
+        privacy = info.make_plan(arm, values, replace(context, batch_size=training.batch_size,
+                                                      epochs=training.epochs))
+        plans.append(RunPlan(run_id=run_id, arm=arm.name, seed=seed, swept=swept, training=training,
+                             audit=arm.audit, privacy=privacy))
+    return plans

@@ -1,0 +1,86 @@
+"""Everything a run measures on its trained model, in one call: predictions once, then utility, fairness and
+explanations as functions of them (METHODS.md s.4-6), and, where a study asks, the training-set metrics of
+000_56c2431ae4df8d10.txt's train/test table (private: computed from the training images without noise).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dpmed.config import EvaluationConfig
+from dpmed.data import Dataset, ImageSet
+from dpmed.evaluation.explanations import explain_test_set
+from dpmed.evaluation.fairness import evaluate_fairness
+from dpmed.evaluation.predictions import predict
+from dpmed.evaluation.utility import evaluate_utility
+
+__all__ = ["Assessment", "assess"]
+
+
+@dataclass(frozen=True, eq=False)
+class Assessment:
+    """val_scores / test_scores: the model's scores (saved once as predictions.npz). metrics, fairness,
+    explanations: the run record's blocks (non-finite values as None); cams: the CAM arrays for the report's grid;
+    training_metrics: private, None unless asked."""
+
+    val_scores: np.ndarray
+    test_scores: np.ndarray
+    metrics: dict[str, Any]
+    fairness: dict[str, Any] | None = None
+    explanations: dict[str, Any] | None = None
+    cams: dict[str, np.ndarray] | None = None
+    training_metrics: dict[str, Any] | None = None
+
+
+def _finite(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
+
+
+def _utility(config: EvaluationConfig, dataset: Dataset, val_scores, labels, scores) -> dict[str, Any]:
+    return _finite(evaluate_utility(kind=dataset.task.kind, label_names=list(dataset.task.label_names),
+                                    val_labels=dataset.val.labels, val_scores=val_scores, test_labels=labels,
+                                    test_scores=scores, n_resamples=config.bootstrap_resamples,
+                                    seed=config.bootstrap_seed, confidence=config.confidence,
+                                    ordinal=dataset.task.ordinal))
+
+
+def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet], config: EvaluationConfig, *,
+           cam_layer: str, device: torch.device, training: ImageSet | None = None) -> Assessment:
+    """Measure ``model`` on ``dataset``'s validation and test splits, given as the model sees them (``inputs``:
+    validation and test after the study's fixed normalisation); ``training`` (as the model saw it) adds the private
+    training-set metrics."""
+    val_input, test_input = inputs
+    val_scores = predict(model, val_input, dataset.task, device=device)
+    test_scores = predict(model, test_input, dataset.task, device=device)
+    metrics = _utility(config, dataset, val_scores, dataset.test.labels, test_scores)
+    fairness = None
+    if config.fairness is not None:   # per-group metrics, a pure function of the predictions (METHODS.md s.5)
+        fairness = evaluate_fairness(
+            kind=dataset.task.kind, val_labels=dataset.val.labels, val_scores=val_scores,
+            test_labels=dataset.test.labels, test_scores=test_scores,
+            attributes={name: getattr(dataset.test, name) for name in config.fairness.attributes},
+            age_bins=config.fairness.age_bins, n_resamples=config.bootstrap_resamples, seed=config.bootstrap_seed,
+            confidence=config.confidence)
+    explanations = cams = None
+    if config.explanations is not None:   # Grad-CAM on a plain copy of the model: ``model`` stays as it is
+        start = time.perf_counter()
+        explanations, cams = explain_test_set(
+            model, dataset.test.images, dataset.test.masks, kind=dataset.task.kind, target_layer=cam_layer,
+            normalization=dataset.normalization, n_resamples=config.bootstrap_resamples,
+            bootstrap_seed=config.bootstrap_seed, confidence=config.confidence, **config.explanations.model_dump())
+        explanations["seconds"] = time.perf_counter() - start
+    private = None
+    if config.training_metrics and training is not None:
+        train_scores = predict(model, training, dataset.task, device=device)
+        private = {"covered_by_eps": False, "note": "computed from the training images without noise: private",
+                   **{k.replace("test_", "train_", 1): v for k, v in _utility(
+                       config, dataset, val_scores, training.labels, train_scores).items()}}
+    return Assessment(val_scores=val_scores, test_scores=test_scores, metrics=metrics, fairness=fairness,
+                      explanations=explanations, cams=cams, training_metrics=private)

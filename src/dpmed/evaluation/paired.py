@@ -1,0 +1,100 @@
+"""The statistics of comparisons between runs: what privacy costs, with intervals (`dpmed.comparisons` applies them
+to the runs of a study).
+
+* **Paired AUROC differences** (METHODS.md sec. 4): a private run against the non-private run of the same seed,
+  on the same seeded redraws of the test set that gave each arm its own interval
+  (:func:`~dpmed.evaluation.bootstrap.bootstrap_indices`, as counts in :mod:`dpmed.evaluation.weighted`). Because
+  both models are scored on each redraw, the interval of the *difference* is much narrower than the two arms'
+  intervals side by side suggest (overlapping intervals do not show that two arms are equal). The p-value is the
+  two-sided bootstrap test obtained by inverting percentile intervals: twice the share of redraws whose difference
+  falls on the other side of zero, with the +1 correction of Davison & Hinkley 1997 (eq. 4.11) so it is never 0.
+* **Seeds** of one arm value are summarised by mean, standard deviation (ddof = 1), min and max: the spread over
+  seeds is training randomness (and DP noise), which the test-set bootstrap does not see.
+* **Pearson r with p-values** (003_9a91354dc2d7e2df.txt, "To evaluate correlation ... we use Pearson's r"): across a
+  DP-SGD sweep (runs that differ only in eps, or only in the clipping norm; every seed is a point), between eps and
+  each group's accuracy parity difference, and between eps (or the clipping norm) and each explanation metric;
+  across labels (three or more), between each label's AUROC drop (non-private minus private) and its positive count
+  in the test set or its non-private AUROC. Fewer than three points give no r (said, not guessed). eps enters on
+  its own scale, as in 003's Table 3 correlation.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.stats import pearsonr
+
+from dpmed.evaluation.bootstrap import bootstrap_indices
+from dpmed.evaluation.weighted import as_label_columns, estimate, number, redraw_counts, weighted_auroc
+
+__all__ = ["paired_auroc_difference", "bootstrap_p_value", "pearson", "seed_summary"]
+
+
+def _macro_auroc(y: np.ndarray, s: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Mean over label columns of the weighted AUROC, ignoring undefined labels: [R]."""
+    per_label = np.stack([weighted_auroc(y[:, j], s[:, j], weights) for j in range(y.shape[1])], axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)    # a redraw with no defined label: nan, left out
+        return np.nanmean(per_label, axis=1)
+
+
+def bootstrap_p_value(differences: np.ndarray) -> float | None:
+    """Two-sided p-value of "difference = 0" from bootstrap redraws of the difference (nan redraws left out).
+
+    p = min(1, 2 (1 + min(#{d <= 0}, #{d >= 0})) / (R + 1)): the smallest level at which a percentile interval
+    would exclude 0, with the +1 correction that keeps a Monte Carlo p-value valid (Davison & Hinkley 1997).
+    """
+    d = np.asarray(differences, dtype=np.float64)
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return None
+    tail = min(int((d <= 0).sum()), int((d >= 0).sum()))
+    return float(min(1.0, 2.0 * (1 + tail) / (d.size + 1)))
+
+
+def paired_auroc_difference(*, kind: str, labels, scores, reference_scores, n_resamples: int = 1000,
+                            seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
+    """AUROC(scores) - AUROC(reference_scores) on the same test labels, with a paired bootstrap interval and p-value.
+
+    Both models are scored on each of the ``bootstrap_indices(n, n_resamples, seed)`` redraws (the redraws of their
+    own intervals) and the difference is taken redraw by redraw. Macro AUROC as in METHODS.md sec. 4.
+    """
+    y, s = as_label_columns(kind, labels, scores)
+    _, s0 = as_label_columns(kind, labels, reference_scores)
+    if s.shape != s0.shape:
+        raise ValueError(f"the two models' scores differ in shape: {s.shape} and {s0.shape}")
+    n = y.shape[0]
+    ones = np.ones((1, n))
+    point = float(_macro_auroc(y, s, ones)[0] - _macro_auroc(y, s0, ones)[0])
+    indices = bootstrap_indices(n, n_resamples=n_resamples, seed=seed)
+    diffs = np.concatenate([_macro_auroc(y, s, w) - _macro_auroc(y, s0, w) for _rows, w in redraw_counts(indices, n)])
+    return {**estimate(point, diffs, confidence=confidence), "p_value": bootstrap_p_value(diffs),
+            "defined_redraws": int(np.isfinite(diffs).sum())}
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
+    """Pearson's r and its two-sided p-value (scipy; t-test with n - 2 degrees of freedom), with n.
+
+    Points with a missing value are dropped; fewer than 3 points or a constant variable give r = None and a reason.
+    """
+    a = np.array([np.nan if v is None else v for v in x], dtype=np.float64)
+    b = np.array([np.nan if v is None else v for v in y], dtype=np.float64)
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    if a.size < 3:
+        return {"r": None, "p_value": None, "n": int(a.size), "reason": "fewer than 3 points"}
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return {"r": None, "p_value": None, "n": int(a.size), "reason": "one variable is constant"}
+    result = pearsonr(a, b)
+    return {"r": number(result.statistic), "p_value": number(result.pvalue), "n": int(a.size)}
+
+
+def seed_summary(values: Sequence[float | None]) -> dict[str, Any]:
+    """Mean, standard deviation (ddof = 1; None for one seed), min and max over seeds, and their count."""
+    v = np.array([x for x in values if x is not None], dtype=np.float64)
+    if v.size == 0:
+        return {"mean": None, "std": None, "min": None, "max": None, "n_seeds": 0}
+    return {"mean": number(v.mean()), "std": number(v.std(ddof=1)) if v.size > 1 else None,
+            "min": number(v.min()), "max": number(v.max()), "n_seeds": int(v.size)}

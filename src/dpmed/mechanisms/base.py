@@ -1,0 +1,217 @@
+"""What every privacy mechanism of a study declares, as types: its arm in the study file, its per-run plan, and the
+privacy card that its ledger of events supports.
+
+A mechanism is one registry entry (:class:`MechanismInfo`, listed in `dpmed.mechanisms.registry`), and everything
+downstream (the study schema's union of arms, run planning, the card, the study budget) reads the entry rather than
+branching on names. Adding a mechanism is its module (arm, plan, card, and the array transform for local DP) plus
+one entry.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping
+
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from dpmed.accounting import Ledger
+from dpmed.names import CANARY_KINDS
+
+__all__ = ["Strict", "Sweep", "positive_finite", "exactly_one", "AuditConfig", "ArmBase", "PlanContext",
+           "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG"]
+
+SLUG = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"   # names that name folders (arms, studies)
+
+
+class Strict(BaseModel):
+    """Frozen, and unknown keys or wrong types are errors (a typo in a study file costs seconds, not hours)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def _as_list(value: object) -> object:
+    """Let a sweepable key hold one value or a list of values."""
+    return value if isinstance(value, list) else [value]
+
+
+def positive_finite(values: list[float]) -> list[float]:
+    for v in values:
+        if not (v > 0 and math.isfinite(v)):
+            raise ValueError(f"must be a positive finite number, got {v}")
+    if not values:
+        raise ValueError("must hold at least one value")
+    if len(set(values)) != len(values):
+        raise ValueError(f"lists a value twice: {values}")
+    return values
+
+
+Sweep = Annotated[list[float], BeforeValidator(_as_list)]
+
+
+def exactly_one(arm: BaseModel, keys: tuple[str, str], why: str) -> None:
+    given = [k for k in keys if getattr(arm, k) is not None]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of {keys[0]!r} and {keys[1]!r} ({why}); got "
+                         f"{' and '.join(repr(k) for k in given) if given else 'neither'}")
+
+
+class AuditConfig(Strict):
+    """The one-run privacy audit (Steinke, Nasr and Jagielski 2023, arXiv:2305.08846): ``canaries`` images of as
+    many patients leave the training split, get a wrong label (``kind``: mislabelled, marked = mislabelled with a
+    random 4x4 patch, noise = noise images with random labels), and each goes back in with probability 1/2 (a secret
+    draw). The trained model's fit to each canary's label guesses which went in; the count of correct guesses gives
+    an empirical *lower* bound on eps at the run's delta (1e-5 for a non-private arm), valid at ``confidence``."""
+
+    canaries: int = Field(ge=2)
+    kind: Literal[CANARY_KINDS] = "mislabelled"  # type: ignore[valid-type]
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+
+
+class ArmBase(Strict):
+    """What every arm has: a name (it names folders), optional overrides of the study's training settings, and an
+    optional audit where the mechanism can be audited (``auditable``)."""
+
+    auditable: ClassVar[bool] = False
+    name: str
+    epochs: int | None = Field(default=None, ge=1)
+    batch_size: int | None = Field(default=None, ge=1)
+    learning_rate: float | None = Field(default=None, gt=0)
+    audit: AuditConfig | None = None
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _slug(cls, v: object) -> object:
+        if isinstance(v, str) and not re.match(SLUG, v):
+            raise ValueError(f"arm name {v!r} must be letters, digits, '_', '-' or '.' (it names folders)")
+        return v
+
+    @model_validator(mode="after")
+    def _auditable(self) -> "ArmBase":
+        if self.audit is not None and not self.auditable:
+            raise ValueError(f"audit applies to arms without privacy or with DP-SGD, not {self.mechanism!r}: "  # type: ignore[attr-defined]
+                             "local DP protects the released images, not their labels, so canaries with wrong labels "
+                             "would not test its claim")
+        return self
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What planning a run needs to know of the data and of the run's training schedule, and a cache shared by the
+    runs of one study (calibrating the same noise once).
+
+    images_per_patient: int64 [P], training images of each training patient (P patients, N = their sum images).
+    patients_known: whether the dataset publishes patient ids (else each image is its own patient).
+    image_shape: (C, H, W) of a training image: d = C H W values for local DP.
+    batch_size, epochs: the run's (after the arm's overrides)."""
+
+    images_per_patient: np.ndarray
+    image_shape: tuple[int, ...]
+    patients_known: bool = True
+    batch_size: int = 64
+    epochs: int = 1
+    cache: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def n_images(self) -> int:
+        return int(self.images_per_patient.sum())
+
+    @property
+    def dimension(self) -> int:
+        return int(math.prod(self.image_shape))
+
+
+class GroupGuarantee(Strict):
+    """What an image-level run's (epsilon, delta) implies for its patient with the most images (k): the group-privacy
+    formula (k eps, k e^((k-1) eps) delta) and, where computed, DP-SGD's tight group eps (`accounting.group_privacy`);
+    n_multi: training patients with more than one image."""
+
+    k: int
+    n_multi: int
+    formula_epsilon: float
+    formula_delta: float
+    tight_epsilon: float | None = None
+    statement: str = ""
+
+
+class PrivacyCard(Strict):
+    """What one run's privacy claim is, with every parameter it rests on; never a bare eps. Derived from the run's
+    plan and ledger by its mechanism (:attr:`MechanismInfo.card`). Fields a mechanism does not use stay None."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    mechanism: str
+    is_dp: bool
+    statement: str
+    epsilon: float | None = None
+    delta: float | None = None
+    accountant: str | None = None
+    accountant_description: str | None = None
+    accountant_note: str | None = None
+    scope: str | None = None
+    unit: Literal["patient", "image"] | None = None
+    n_units: int | None = None
+    neighbour_relation: str | None = None
+    covers: str | None = None
+    randomness: str | None = None
+    labels: str | None = None
+    patients: str | None = None
+    unit_note: str | None = None
+    patient_guarantee: GroupGuarantee | None = None
+    # local DP
+    scale_b: float | None = None
+    std: float | None = None
+    value_range_R: float | None = None
+    dimension_d: int | None = None
+    epsilon_pixel: float | None = None
+    epsilon_image: float | None = None
+    # DP-SGD
+    target_epsilon: float | None = None
+    sampling: str | None = None
+    noise: str | None = None
+    clipping: str | None = None
+    sample_rate: float | None = None
+    steps: int | None = None
+    noise_multiplier: float | None = None
+    noise_given: bool | None = None
+    max_grad_norm: float | None = None
+    epsilon_if_poisson: float | None = None
+
+
+class ImageMechanism:
+    """A local DP transform of the released training images (protocol): ``apply(images, rng)`` -> perturbed copy,
+    ``event(image_shape)`` -> the privacy event of one image's release (None: not DP)."""
+
+    def apply(self, images: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+    def event(self, image_shape: tuple[int, ...]) -> Any:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class MechanismInfo:
+    """One privacy mechanism, as the rest of dpmed knows it.
+
+    name: ``mechanism:`` in a study file. arm / plan: its arm schema and its per-run plan type (both carry
+    ``mechanism: Literal[name]``). sweep_keys: arm keys that may hold several values, and the short tag each gets in
+    a run id. make_plan(arm, swept values, context) -> plan: every derived privacy value, computed before training.
+    card(plan, ledger, randomness mode) -> PrivacyCard. image_mechanism(plan) -> the local DP transform of the
+    training images, or None (DP-SGD acts in training; ``none`` nowhere). reconstruction(plan) -> the
+    reconstruction-risk record, or None. is_private: whether its guarantee can hold for released models at all
+    (False: no privacy, or a labelled reproduction of a flawed mechanism). local: a guarantee per released image
+    ("any two images"), which does not compose with DP-SGD's add/remove eps."""
+
+    name: str
+    arm: type[ArmBase]
+    plan: type[Strict]
+    sweep_keys: Mapping[str, str]
+    make_plan: Callable[[Any, Mapping[str, float], PlanContext], Any]
+    card: Callable[[Any, Ledger, str], PrivacyCard]
+    image_mechanism: Callable[[Any], ImageMechanism | None] = lambda plan: None
+    reconstruction: Callable[[Any], Any] = lambda plan: None
+    is_private: bool = True
+    local: bool = False
+    description: str = ""

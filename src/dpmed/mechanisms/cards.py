@@ -1,0 +1,23 @@
+"""Wording shared by the privacy cards of several mechanisms: what a guarantee covers, where its randomness came
+from, and the label of a reproducible-mode run."""
+
+from __future__ import annotations
+
+from dpmed.mechanisms.base import PrivacyCard
+from dpmed.randomness import NOT_DP_REPRODUCIBLE
+
+__all__ = ["COVERAGE", "SECURE_RANDOMNESS", "LABELS_IN_CLEAR", "label_randomness"]
+
+COVERAGE = "the training images; validation images (threshold choice) and test images are not protected"
+SECURE_RANDOMNESS = ("privacy randomness (sampling, noise) fresh from OS entropy for this run, AES-128-CTR, "
+                     "never written to a shareable file")
+LABELS_IN_CLEAR = "the labels are released in the clear: local DP on the pixels does not protect them"
+
+
+def label_randomness(card: PrivacyCard, randomness_mode: str) -> PrivacyCard:
+    """A reproducible run's eps holds only against someone who does not know the published seed: say so first."""
+    if randomness_mode != "reproducible":
+        return card
+    return card.model_copy(update={
+        "is_dp": False, "randomness": NOT_DP_REPRODUCIBLE,
+        "statement": f"NOT DP against anyone who knows the seed (reproducible mode); as accounted: {card.statement}"})

@@ -1,0 +1,42 @@
+"""Where a run's numbers came from: the dpmed commit, the machine and the versions of the libraries that computed
+them (the report's provenance section)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+__all__ = ["versions"]
+
+_PACKAGES = ("dpmed", "torch", "opacus", "dp-accounting", "randomgen", "numpy", "scikit-learn")
+
+
+def _git_commit() -> str:
+    """The commit of the dpmed source tree that ran, when it is a git checkout."""
+    here = Path(__file__).parent
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                              timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (git not available)"
+    if done.returncode != 0:
+        return "unknown (not a git checkout)"
+    return done.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
+
+
+def versions() -> dict[str, str]:
+    """Python, machine, CPU count, dpmed's git commit and the versions of the packages that compute the numbers."""
+    out = {"python": platform.python_version(), "machine": f"{platform.system()} {platform.machine()}",
+           "processor": platform.processor() or "unknown", "cpu_count": str(os.cpu_count()),
+           "git_commit": _git_commit()}
+    for pkg in _PACKAGES:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out

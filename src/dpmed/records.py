@@ -1,0 +1,163 @@
+"""The record of one finished run, as a type: what ``run.json`` holds (``model_dump_json`` / ``model_validate_json``).
+
+Everything downstream of a run (the study's resume check and budget, results.csv, comparisons, the report) reads
+:class:`RunRecord` fields, never string keys of a parsed file. A run.json holds only what may be shared
+(`dpmed.folders`): the plan, the privacy card and ledger, metrics of the validation and test sets, timings and versions.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError
+
+from dpmed.accounting import Ledger
+from dpmed.config import RunPlan, Study
+from dpmed.errors import ConfigError
+from dpmed.folders import write_text_atomic
+from dpmed.mechanisms import PrivacyCard, ReconstructionRecord
+
+__all__ = ["RunRecord", "DataSummary", "Timing", "AuditSummary", "Estimate", "read_record", "StudyPrivacy",
+           "DatasetSummary", "ResolvedStudy"]
+
+
+def _ledger(value: object) -> Ledger:
+    return value if isinstance(value, Ledger) else Ledger.from_dict(value)  # type: ignore[arg-type]
+
+
+# The privacy ledger, held as the accounting type and written as its own JSON form (exact round trip).
+LedgerField = Annotated[Ledger, PlainValidator(_ledger), PlainSerializer(lambda ledger: ledger.to_dict())]
+
+
+class _Record(BaseModel):
+    # inf (a study with a non-private arm has eps = infinity) is written as "Infinity", not as null
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, ser_json_inf_nan="strings")
+
+
+class DataSummary(_Record):
+    """The dataset a run trained on: its name, task, and the reader's provenance (format, path, preprocessing, rows
+    left out, split; its keys differ by layout, so they stay a mapping)."""
+
+    name: str
+    task: str
+    source: dict[str, Any] = Field(default_factory=dict)
+
+
+class Timing(_Record):
+    """Wall time of the run's last session (a resumed run counts only that), where it ran and with how many CPU
+    threads (its numbers depend on that count), and the epoch or step a checkpoint continued from."""
+
+    train_seconds: float
+    total_seconds: float
+    device: str
+    threads: int
+    resumed_from: int = 0
+
+
+class AuditSummary(_Record):
+    """That a run was audited, and where the result is: it depends on the secret canary bits, so it is private."""
+
+    n_canaries: int
+    kind: str
+    result: str
+
+
+class Estimate(_Record):
+    """A metric with its percentile bootstrap interval (None where undefined)."""
+
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+
+
+class RunRecord(_Record):
+    """One finished run. metrics: utility on the test set (`dpmed.evaluation.evaluate_utility`: a flat mapping whose
+    keys depend on the task, e.g. ``test_auroc``, ``test_auroc_low``, ``test_auroc[<label>]``); fairness and
+    explanations: their evaluation records where the study asked for them."""
+
+    run_id: str
+    arm: str
+    mechanism: str
+    seed: int
+    plan: RunPlan
+    data: DataSummary
+    privacy: PrivacyCard
+    reconstruction: ReconstructionRecord | None = None
+    ledger: LedgerField
+    metrics: dict[str, float | int | None]
+    fairness: dict[str, Any] | None = None
+    explanations: dict[str, Any] | None = None
+    audit: AuditSummary | None = None
+    timing: Timing
+    versions: dict[str, str] = Field(default_factory=dict)
+
+    def estimate(self, metric: str) -> Estimate:
+        """``metric`` (e.g. "test_auroc") with its interval; value None where the metric is undefined or absent."""
+        def get(key: str) -> float | None:
+            v = self.metrics.get(key)
+            return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else float(v)
+        return Estimate(value=get(metric), low=get(f"{metric}_low"), high=get(f"{metric}_high"))
+
+    def write(self, path: Path) -> None:
+        """run.json, written last and atomically: the run is finished exactly when it exists."""
+        write_text_atomic(path, self.model_dump_json(indent=2))
+
+
+def read_record(path: Path) -> RunRecord:
+    """The run record at ``path``; a ConfigError naming the file if it is not one this dpmed wrote."""
+    try:
+        return RunRecord.model_validate_json(Path(path).read_bytes())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{path} is not a run record this version of dpmed can read ({where}: {first['msg']}); it "
+                          "may come from another version: run the study into another --out, or delete that run's "
+                          "folder to retrain it") from None
+
+
+class StudyPrivacy(_Record):
+    """The study's privacy as a whole (`dpmed.budget`). dp_sgd_epsilon: all DP-SGD runs composed (None where they
+    cannot be: mixed units, or the accountant could not certify). epsilon: everything the study releases (inf with a
+    run without privacy; None with local-DP runs or mixed units). Run ids name the runs in each class."""
+
+    dp_sgd_runs: tuple[str, ...]
+    not_private: tuple[str, ...]
+    local_dp: tuple[str, ...]
+    unit: str | None
+    delta: float | None
+    accountant: str | None
+    dp_sgd_epsilon: float | None
+    epsilon: float | None
+    reproducible: bool
+    statement: str
+
+
+class DatasetSummary(_Record):
+    """The study's dataset as the report describes it: sizes of the splits (images, training patients), shape."""
+
+    name: str
+    task: str
+    synthetic: bool
+    description: str
+    n_train: int
+    n_val: int
+    n_test: int
+    n_train_patients: int
+    patients_known: bool
+    image_shape: tuple[int, ...]
+
+
+class ResolvedStudy(_Record):
+    """study.yaml: the study as loaded, its dataset, every run's plan (every derived value), and the study's privacy
+    as a whole. Written before the first run trains."""
+
+    study: Study
+    dataset: DatasetSummary
+    study_privacy: StudyPrivacy
+    runs: list[RunPlan]
+
+    @property
+    def name(self) -> str:
+        return self.study.name

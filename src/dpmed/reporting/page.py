@@ -1,0 +1,81 @@
+"""The study report: one self-contained HTML file (inline CSS, figures as data URIs) that opens offline, rendered
+from a list of sections; and the private report of the numbers no eps covers.
+
+Adding a section is its function (of :class:`~dpmed.reporting.inputs.ReportInputs`, returning HTML) and one entry in
+:data:`SECTIONS`. Reporting only renders: the records, the resolved study and the comparisons arrive computed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from dpmed.comparisons import Comparisons
+from dpmed.folders import StudyFolder, write_text_atomic
+from dpmed.records import ResolvedStudy, RunRecord
+from dpmed.reporting import sections, study_sections
+from dpmed.reporting.inputs import ReportInputs, escape as _e
+
+__all__ = ["write_report", "write_private_report", "SECTIONS"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#1b1b1b;line-height:1.45}
+h1{margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
+/* a wide table scrolls inside itself, not the page */
+table{border-collapse:collapse;font-size:.9em;margin:.6em 0;display:block;max-width:100%;overflow-x:auto}
+th,td{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}
+th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.6em 1em;margin:1em 0}
+.notdp{color:#b00020;font-weight:600} pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.8em}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:1em}
+.card{border:1px solid #ddd;border-radius:6px;padding:.6em 1em} .card h3{margin:.2em 0 .4em;font-size:1em}
+.card table{font-size:.85em;width:100%;display:table} .card td{overflow-wrap:anywhere}
+"""
+
+# The report's sections, in page order.
+SECTIONS: tuple[Callable[[ReportInputs], str], ...] = (
+    sections.summary, sections.utility, sections.privacy_cards, sections.study_privacy, sections.reconstruction_risk,
+    study_sections.comparison_section, study_sections.fairness_section, study_sections.interpretability_section,
+    sections.ldp_examples_section, sections.provenance,
+)
+
+
+def write_report(resolved: ResolvedStudy, records: Sequence[RunRecord], comparisons: Comparisons,
+                 folder: StudyFolder) -> None:
+    """report.html (and its figures as PNG beside it) from the resolved study, the finished runs and the
+    comparisons."""
+    inputs = ReportInputs(resolved=resolved, records=list(records), comparisons=comparisons, folder=folder)
+    body = "\n".join(part for part in (section(inputs) for section in SECTIONS) if part)
+    doc = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>dpmed report: {_e(resolved.name)}'
+           f"</title><style>{_CSS}</style></head><body>\n<h1>What privacy costs: {_e(resolved.name)}</h1>\n{body}\n"
+           "</body></html>")
+    write_text_atomic(folder.report, doc)
+
+
+def write_private_report(resolved: ResolvedStudy, items: dict[str, dict[str, Any]], path: Path) -> None:
+    """private/report.html: the numbers no eps covers (training-set metrics computed without noise, one-run audit
+    results that depend on the secret canary bits), per run. Never share it."""
+    rows = []
+    for run_id, item in items.items():
+        parts = []
+        if item.get("audit"):
+            parts.append(f"<p>{_e(item['audit']['statement'])}</p>")
+        metrics = (item.get("statistics") or {}).get("training_metrics")
+        if metrics:
+            shown = {k: v for k, v in metrics.items() if k.startswith("train_") and not k.endswith(("_low", "_high"))
+                     and isinstance(v, float)}
+            parts.append("<table>" + "".join(f"<tr><th>{_e(k)}</th><td class=num>{v:.4f}</td></tr>"
+                                             for k, v in shown.items()) + "</table>")
+        if parts:
+            rows.append(f'<div class="card"><h3>{_e(run_id)}</h3>{"".join(parts)}</div>')
+    doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
+<title>dpmed private report: {_e(resolved.name)}</title><style>{_CSS}</style></head><body>
+<h1>Private: {_e(resolved.name)}</h1>
+<div class="note notdp">PRIVATE, NOT COVERED BY EPS. These numbers are computed from the training images without
+noise (training-set metrics, as in the train/test table of 000_56c2431ae4df8d10.txt) or from the audit's secret canary
+inclusion bits. Sharing them breaks the eps of the runs they describe. Keep this file in the study's private
+folder.</div>
+<div class="cards">{''.join(rows) or '<p>No private statistics were computed.</p>'}</div>
+</body></html>"""
+    write_text_atomic(path, doc)

@@ -1,0 +1,74 @@
+"""Run plans are typed and frozen, survive JSON exactly, and say which settings make a run the same run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from dpmed.config import RunPlan, load_study, plan_runs
+from dpmed.mechanisms import DpSgdPlan, PixelLaplacePlan, PlanContext
+
+STUDY = """
+name: s
+seeds: [0, 1]
+training: {epochs: 2, batch_size: 10}
+arms:
+  - {name: base, mechanism: none}
+  - {name: ldp, mechanism: pixel_laplace, target_epsilon_image: 512}
+  - {name: dp, mechanism: dp_sgd, target_epsilon: [1, 8], max_grad_norm: [0.5, 1]}
+  - {name: img, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image}
+"""
+# 60 patients, 100 images: 30 with one image, 20 with two, 10 with three
+CONTEXT = PlanContext(images_per_patient=np.array([1] * 30 + [2] * 20 + [3] * 10), image_shape=(1, 16, 16))
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    path = tmp_path_factory.mktemp("s") / "s.yaml"
+    path.write_text(STUDY)
+    return {p.run_id: p for p in plan_runs(load_study(path), CONTEXT)}
+
+
+def test_each_mechanism_plans_its_own_kind(plans):
+    assert isinstance(plans["ldp_epsimg512_seed0"].privacy, PixelLaplacePlan)
+    assert plans["ldp_epsimg512_seed0"].privacy.scale == pytest.approx(256 / 512)
+    dp = plans["dp_eps1_C0.5_seed0"].privacy
+    assert isinstance(dp, DpSgdPlan) and dp.unit == "patient" and dp.n_units == 60 and dp.n_train == 100
+    assert dp.sample_rate == pytest.approx(10 / 60) and dp.steps == 2 * 6
+    assert dp.expected_batch_size == pytest.approx(10)
+    image = plans["img_eps8_C1_seed0"].privacy
+    assert image.unit == "image" and image.n_units == 100 and image.patient_guarantee.k == 3
+    assert image.patient_guarantee.n_multi == 30 and "group-privacy formula" in image.patient_guarantee.statement
+
+
+def test_plans_round_trip_through_json_exactly(plans):
+    for plan in plans.values():
+        again = RunPlan.model_validate_json(plan.model_dump_json())
+        assert again == plan and type(again.privacy) is type(plan.privacy)
+
+
+def test_plans_are_frozen_and_strict(plans):
+    plan = plans["base_seed0"]
+    with pytest.raises(ValidationError):
+        plan.seed = 3
+    data = json.loads(plan.model_dump_json())
+    data["privacy"]["mechanism"] = "pixel_magic"
+    with pytest.raises(ValidationError, match="pixel_magic"):
+        RunPlan.model_validate(data)
+
+
+def test_where_a_run_executes_is_not_a_setting_of_the_run(plans):
+    plan = plans["dp_eps8_C1_seed1"]
+    moved = plan.model_copy(update={"training": plan.training.model_copy(update={"device": "cpu", "threads": 1})})
+    assert moved.settings() == plan.settings()
+    longer = plan.model_copy(update={"training": plan.training.model_copy(update={"epochs": 3})})
+    assert longer.settings() != plan.settings()
+
+
+def test_labels_and_sweeps_come_from_typed_fields(plans):
+    a, b = plans["dp_eps1_C1_seed0"], plans["dp_eps8_C1_seed1"]
+    assert (a.label, b.label) == ("dp_eps1_C1", "dp_eps8_C1")
+    assert a.swept_value("max_grad_norm") == 1.0 and a.swept_value("noise_multiplier") is None

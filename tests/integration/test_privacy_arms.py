@@ -1,0 +1,76 @@
+"""Every privacy arm end to end: the cards a trained study writes are honest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dpmed import accounting
+from dpmed.cli import main
+
+STUDY = """
+name: arms
+data: {source: phantom, n_images: 200, image_size: 16}
+training: {epochs: 1, batch_size: 20}
+evaluation: {bootstrap_resamples: 20}
+arms:
+  - {name: lap, mechanism: pixel_laplace, target_epsilon_image: 512}
+  - {name: gauss, mechanism: pixel_gaussian, target_epsilon_image: 100}
+  - {name: shift, mechanism: scalar_shift, scale: 1}
+  - {name: high, mechanism: dp_sgd, target_epsilon: [1e6, 1e15]}
+  - {name: laplace-sgd, mechanism: dp_sgd, target_epsilon: 8, noise: laplace}
+  - {name: given, mechanism: dp_sgd, noise_multiplier: 1.1, accountant: rdp-classic}
+  - {name: shuffled, mechanism: dp_sgd, target_epsilon: 8, sampling: shuffle}
+"""
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("arms")
+    (folder / "s.yaml").write_text(STUDY)
+    assert main(["run", str(folder / "s.yaml"), "--out", str(folder / "out"), "--no-progress"]) == 0
+    return {p.parent.name: json.loads(p.read_text()) for p in (folder / "out" / "arms" / "runs").glob("*/run.json")}
+
+
+def test_not_dp_modes_never_print_a_finite_eps(records):
+    shift = records["shift_b1_seed0"]["privacy"]
+    assert shift["is_dp"] is False and shift["epsilon"] is None and shift["statement"].startswith("NOT DP")
+    shuffled = records["shuffled_eps8_C1_seed0"]["privacy"]
+    assert shuffled["is_dp"] is False and shuffled["epsilon"] is None and "NOT DP" in shuffled["statement"]
+    assert "Poisson" in shuffled["statement"] and 0 < shuffled["epsilon_if_poisson"] <= 8
+    # the ledger says what ran, so eps recomputed from run.json is refused, not a Poisson eps
+    ledger = accounting.Ledger.from_dict(records["shuffled_eps8_C1_seed0"]["ledger"])
+    assert [e["type"] for e in records["shuffled_eps8_C1_seed0"]["ledger"]["events"]] == ["shuffled_batches"]
+    with pytest.raises(ValueError, match="shuffled"):
+        accounting.ledger_epsilon(ledger, delta=shuffled["delta"])
+
+
+def test_dp_cards_name_delta_accountant_and_neighbours(records):
+    for run_id, record in records.items():
+        card = record["privacy"]
+        if not card["is_dp"]:
+            continue
+        assert card["delta"] is not None and card["accountant"] and card["neighbour_relation"], run_id
+        assert card["epsilon"] <= (card.get("target_epsilon") or card.get("epsilon_image") or float("inf"))
+    high = records["high_eps1e15_C1_seed0"]["privacy"]
+    assert high["accountant"] == "rdp" and "PLD cannot resolve" in high["accountant_note"]
+    assert records["laplace-sgd_eps8_C1_seed0"]["privacy"]["clipping"] == "L1"
+    given = records["given_sigma1.1_C1_seed0"]["privacy"]
+    assert given["noise_given"] and given["accountant"] == "rdp-classic" and given["target_epsilon"] is None
+
+
+def test_reconstruction_bounds_ride_with_gaussian_poisson_runs_only(records):
+    """High budgets give no protection against reconstruction by the bound (METHODS.md s.7); Laplace noise and
+    shuffled batches are outside the bound's assumptions, so none is printed for them."""
+    high = records["high_eps1e15_C1_seed0"]["reconstruction"]
+    # sigma ~ 0: the attacker wins whenever the target was sampled at least once in T steps
+    q, steps = high["sample_rate"], high["steps"]
+    kappa = 1 / records["high_eps1e15_C1_seed0"]["privacy"]["n_units"]      # one patient among N
+    assert high["kappa"] == pytest.approx(kappa) and high["unit"] == "patient"
+    assert high["worst_case"] == pytest.approx(1 - (1 - q) ** steps * (1 - kappa), rel=1e-6)
+    assert "informed adversary" in high["assumptions"]
+    assert records["laplace-sgd_eps8_C1_seed0"]["reconstruction"] is None
+    assert records["shuffled_eps8_C1_seed0"]["reconstruction"] is None
+    given = records["given_sigma1.1_C1_seed0"]["reconstruction"]
+    assert given["kappa"] <= given["relaxed"] <= given["worst_case"] <= 1.0

@@ -1,0 +1,44 @@
+"""Every mechanism plans its runs before training: calibration over the whole budget range with the fallback to RDP,
+local DP noise solved from a per-image eps, and given noise kept as given."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmed import accounting
+from dpmed.config import load_study, plan_runs
+from dpmed.mechanisms import PlanContext
+
+STUDY = """
+name: arms
+data: {source: phantom, n_images: 200, image_size: 16}
+training: {epochs: 1, batch_size: 20}
+arms:
+  - {name: lap, mechanism: pixel_laplace, target_epsilon_image: 512}
+  - {name: gauss, mechanism: pixel_gaussian, target_epsilon_image: 100}
+  - {name: high, mechanism: dp_sgd, target_epsilon: [1e6, 1e9, 1e12, 1e15]}
+  - {name: laplace-sgd, mechanism: dp_sgd, target_epsilon: 8, noise: laplace}
+  - {name: given, mechanism: dp_sgd, noise_multiplier: 1.1, accountant: rdp-classic}
+"""
+
+
+def _plans(study, n: int = 140):
+    """The study planned on n training images of one patient each, 16 x 16 grey."""
+    return plan_runs(study, PlanContext(images_per_patient=np.ones(n, dtype=np.int64), image_shape=(1, 16, 16)))
+
+
+def test_every_derived_value_is_resolved_before_training(write_study):
+    specs = {s.run_id: s for s in _plans(load_study(write_study(STUDY)))}
+    assert specs["lap_epsimg512_seed0"].privacy.scale == pytest.approx(256 / 512)
+    gauss = specs["gauss_epsimg100_seed0"].privacy
+    eps = accounting.gaussian_image_epsilon(accounting.GaussianImageEvent(std=gauss.std, value_range=1.0,
+                                                                          dimension=256), delta=gauss.delta)
+    assert eps <= 100 and eps == pytest.approx(100, rel=1e-5)
+    for target in (1e6, 1e9, 1e12, 1e15):
+        d = specs[f"high_eps{target:g}_C1_seed0".replace("+", "")].privacy
+        assert d.accountant == "rdp" and "PLD cannot resolve" in d.accountant_note
+        assert accounting.dp_sgd_epsilon(noise_multiplier=d.noise_multiplier, sample_rate=d.sample_rate,
+                                         steps=d.steps, delta=d.delta, accountant="rdp") <= target
+    assert specs["given_sigma1.1_C1_seed0"].privacy.noise_given is True
+    assert specs["laplace-sgd_eps8_C1_seed0"].privacy.accountant == "pld"

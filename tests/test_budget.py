@@ -1,0 +1,75 @@
+"""The study's privacy as a whole (dpmed.budget): every run on the same patients composes, finished runs left out of
+the study file included; a budget refuses what exceeds it or has no single eps. Planned runs, no training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmed import accounting
+from dpmed.budget import check_budget, study_privacy
+from dpmed.config import load_study, plan_runs
+from dpmed.errors import PrivacyError
+from dpmed.mechanisms import PlanContext
+
+
+def _plans(study, n: int = 140):
+    """The study planned on n training images of one patient each, 16 x 16 grey."""
+    return plan_runs(study, PlanContext(images_per_patient=np.ones(n, dtype=np.int64), image_shape=(1, 16, 16)))
+
+
+BUDGET = ("name: b\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0, 1]\n"
+          "privacy_budget: {epsilon: 10, delta: 1e-5}\n"
+          "arms: [{name: dp, mechanism: dp_sgd, target_epsilon: 8}]\n")
+
+
+def _privacy(study, finished=()):
+    return study_privacy(_plans(study), finished, budget=study.privacy_budget)
+
+
+def test_a_study_over_its_total_budget_stops_before_training(write_study):
+    """Two eps-8 runs on the same images compose to more than 8; the declared budget catches it."""
+    study = load_study(write_study(BUDGET))
+    with pytest.raises(PrivacyError, match=r"2 DP-SGD runs together cost eps = 1\d\.\d+ .* above the budget eps = 10"):
+        check_budget(study.privacy_budget, _privacy(study))
+    wider = load_study(write_study(BUDGET.replace("epsilon: 10,", "epsilon: 20,")))
+    privacy = _privacy(wider)
+    check_budget(wider.privacy_budget, privacy)
+    assert 8 < privacy.dp_sgd_epsilon < 16 and privacy.accountant == "pld" and privacy.unit == "patient"
+
+
+def test_the_budget_counts_every_run_on_the_same_patients(write_study, make_record):
+    """A non-private or local-DP run on the same patients is released too: the total is then infinite, or has no
+    single eps, and a budget refuses the study; a finished run that left the study file still counts."""
+    with_baseline = BUDGET.replace("arms: [", "arms: [{name: base, mechanism: none}, ")
+    study = load_study(write_study(with_baseline.replace("epsilon: 10,", "epsilon: 1000,")))
+    privacy = _privacy(study)
+    assert privacy.epsilon == float("inf") and privacy.not_private == ("base_seed0", "base_seed1")
+    with pytest.raises(PrivacyError, match="base_seed0, base_seed1 train without privacy"):
+        check_budget(study.privacy_budget, privacy)
+    local = BUDGET.replace("arms: [", "arms: [{name: lap, mechanism: pixel_laplace, scale: 1}, ")
+    with pytest.raises(PrivacyError, match="another neighbour relation"):
+        study = load_study(write_study(local.replace("epsilon: 10,", "epsilon: 1000,")))
+        check_budget(study.privacy_budget, _privacy(study))
+    one = load_study(write_study(BUDGET.replace("seeds: [0, 1]", "seeds: [0]")))
+    alone = _privacy(one)
+    plan = _plans(one)[0]
+    d = plan.privacy
+    left = make_record("dp_eps8_C1_seed7", "dp", "dp_sgd", eps=8.0, seed=7).model_copy(update={
+        "plan": plan.model_copy(update={"run_id": "dp_eps8_C1_seed7", "seed": 7}),
+        "ledger": accounting.Ledger().record(accounting.dp_sgd_event(
+            noise="gaussian", noise_multiplier=d.noise_multiplier, sample_rate=d.sample_rate, steps=d.steps))})
+    both = _privacy(one, [left])
+    assert both.dp_sgd_runs == ("dp_eps8_C1_seed0", "dp_eps8_C1_seed7")
+    assert both.dp_sgd_epsilon > alone.dp_sgd_epsilon
+
+
+def test_runs_with_different_units_have_no_single_total(write_study):
+    text = BUDGET.replace("arms: [{name: dp, mechanism: dp_sgd, target_epsilon: 8}]",
+                          "arms: [{name: dp, mechanism: dp_sgd, target_epsilon: 1}, "
+                          "{name: img, mechanism: dp_sgd, target_epsilon: 1, privacy_unit: image}]")
+    study = load_study(write_study(text))
+    privacy = _privacy(study)
+    assert privacy.dp_sgd_epsilon is None and "do not compose" in privacy.statement
+    with pytest.raises(PrivacyError, match="do not compose"):
+        check_budget(study.privacy_budget, privacy)

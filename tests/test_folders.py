@@ -1,0 +1,29 @@
+"""One module knows the output folder: releasable files apart from private ones, and atomic writes."""
+
+from __future__ import annotations
+
+import json
+
+from dpmed.folders import StudyFolder, write_json_atomic
+
+
+def test_private_files_live_under_private_and_releasable_ones_do_not(tmp_path):
+    run = StudyFolder(tmp_path / "s").run("dp_eps1_seed0")
+    private = (run.checkpoint, run.privacy_key, run.statistics, run.audit, run.audit_scores)
+    releasable = (run.record, run.model, run.predictions, run.examples, run.cams, run.error)
+    assert all("private" in p.relative_to(tmp_path / "s").parts for p in private)
+    assert not any("private" in p.relative_to(tmp_path / "s").parts for p in releasable)
+
+
+def test_a_finished_run_forgets_its_secrets(tmp_path):
+    folder = StudyFolder(tmp_path / "s")
+    run = folder.run("a_seed0")
+    run.make()
+    run.checkpoint.write_bytes(b"state")
+    run.privacy_key.write_text("00" * 32)
+    write_json_atomic(run.record, {"run_id": "a_seed0"})
+    run.discard_secrets()
+    assert run.is_finished and not run.checkpoint.exists() and not run.privacy_key.exists()
+    assert folder.finished_run_ids() == ["a_seed0"]
+    assert json.loads(run.record.read_text()) == {"run_id": "a_seed0"}
+    assert not list(run.public.glob(".*.tmp"))          # the atomic write left no temporary file
