@@ -92,6 +92,11 @@ class RunFolder:
         return self.private / "audit_scores.npz"
 
     @property
+    def attack_images(self) -> Path:
+        """The reconstruction attack's best reconstructions beside the images they matched (patient images)."""
+        return self.private / "attack_reconstructions.npz"
+
+    @property
     def is_finished(self) -> bool:
         return self.record.is_file()
 

@@ -19,7 +19,8 @@ from dpmed.errors import ConfigError
 from dpmed.folders import write_text_atomic
 from dpmed.mechanisms import PrivacyCard, ReconstructionRecord
 
-__all__ = ["RunRecord", "DataSummary", "Timing", "AuditSummary", "Estimate", "read_record", "StudyPrivacy",
+__all__ = ["RunRecord", "DataSummary", "Timing", "AuditSummary", "AttackRecord", "Estimate", "read_record",
+           "StudyPrivacy",
            "DatasetSummary", "ResolvedStudy"]
 
 
@@ -64,6 +65,33 @@ class AuditSummary(_Record):
     result: str
 
 
+class AttackRecord(_Record):
+    """The imprint reconstruction attack on a DP-SGD arm (`dpmed.attack`; the realistic threat model of Ziller et al.
+    2024): ``n_success`` of ``n_trials`` attacked images were reconstructed (SSIM at or above ``threshold``, the
+    ``threshold_quantile`` of what plausible public images reach), ``rate`` with its Clopper-Pearson interval at
+    ``ci_level``; the per-batch rate and the rate of uniform-noise guesses (chance) beside it. Counts and scores only:
+    the reconstructions are kept in the run's private folder. ``attacked``: which images stood in for a batch."""
+
+    structure: str
+    n_bins: int
+    batch_size: int
+    n_batches: int
+    grouped: bool
+    threshold: float
+    threshold_quantile: float
+    n_trials: int
+    n_success: int
+    rate: float
+    rate_low: float
+    rate_high: float
+    ci_level: float
+    batch_rate: float
+    chance_rate: float
+    mean_best_ssim: float | None
+    mean_best_ncc: float | None
+    attacked: str
+
+
 class Estimate(_Record):
     """A metric with its percentile bootstrap interval (None where undefined)."""
 
@@ -90,6 +118,7 @@ class RunRecord(_Record):
     fairness: dict[str, Any] | None = None
     explanations: dict[str, Any] | None = None
     audit: AuditSummary | None = None
+    attack: AttackRecord | None = None
     timing: Timing
     versions: dict[str, str] = Field(default_factory=dict)
 

@@ -21,7 +21,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from dpmed import audit
+from dpmed import attack, audit
 from dpmed.config import EvaluationConfig, RunPlan
 from dpmed.data import Dataset, ImageSet, cap_images_per_patient, normalize
 from dpmed.evaluation import save_predictions
@@ -32,7 +32,7 @@ from dpmed.mechanisms import DpSgdPlan, mechanism_info
 from dpmed.models import MODELS, build_model
 from dpmed.provenance import versions
 from dpmed.randomness import PrivacyRandomness, public_seed
-from dpmed.records import AuditSummary, DataSummary, RunRecord, Timing
+from dpmed.records import AttackRecord, AuditSummary, DataSummary, RunRecord, Timing
 from dpmed.training import resolve_device, train
 
 __all__ = ["RunContext", "run_one", "run_threads"]
@@ -114,6 +114,24 @@ def _model_inputs(dataset: Dataset, *sets: ImageSet) -> tuple[ImageSet, ...]:
     return tuple(s.with_images(normalize(s.images, *dataset.normalization)) for s in sets)
 
 
+def _attack(model, dataset: Dataset, dp: DpSgdPlan, seed: int, device, folder: RunFolder) -> AttackRecord:
+    """The imprint attack on the arm's step (`dpmed.attack`): its counts for run.json, its images kept privately."""
+    result = attack.attack_arm(model, dataset, dp, seed=seed, device=device)
+    np.savez_compressed(folder.attack_images, reconstructions=result.images.reconstructions,
+                        originals=result.images.originals, ssim=result.images.ssim)
+    return AttackRecord(structure=result.structure, n_bins=result.n_bins, batch_size=result.batch_size,
+                        n_batches=result.n_batches, grouped=result.grouped, threshold=result.threshold.value,
+                        threshold_quantile=result.threshold.quantile, n_trials=result.n_trials,
+                        n_success=result.n_success, rate=result.rate, rate_low=result.ci[0], rate_high=result.ci[1],
+                        ci_level=result.ci_level, batch_rate=result.batch_rate, chance_rate=result.chance_rate,
+                        mean_best_ssim=_number(result.mean_best_ssim), mean_best_ncc=_number(result.mean_best_ncc),
+                        attacked=attack.ATTACKED)
+
+
+def _number(value: float) -> float | None:
+    return value if np.isfinite(value) else None
+
+
 def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
     """Train and evaluate one run; writes ``run.json`` (the record, returned), the model's weights and predictions
     into ``folder.public``, and private files (checkpoint, statistics, audit) into ``folder.private``."""
@@ -152,13 +170,14 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
             write_json_atomic(folder.audit, verdict)
             audit_summary = AuditSummary(n_canaries=plan.audit.canaries, kind=plan.audit.kind,
                                          result="in the study's private folder (it depends on the secret canary bits)")
+        attack_record = None if dp is None or dp.attack is None else _attack(model, ds, dp, plan.seed, device, folder)
     write_json_atomic(folder.statistics, {"run_id": plan.run_id, "per_epoch": result.statistics,
                                           "training_metrics": assessment.training_metrics})
     record = RunRecord(
         run_id=plan.run_id, arm=plan.arm, mechanism=plan.mechanism, seed=plan.seed, plan=plan,
         data=DataSummary(name=ds.name, task=ds.task.kind, source=dict(ds.source)), privacy=card,
         reconstruction=info.reconstruction(plan.privacy), ledger=result.ledger, metrics=assessment.metrics,
-        fairness=assessment.fairness, explanations=assessment.explanations, audit=audit_summary,
+        fairness=assessment.fairness, explanations=assessment.explanations, audit=audit_summary, attack=attack_record,
         timing=Timing(train_seconds=result.seconds, total_seconds=time.perf_counter() - start, device=str(device),
                       threads=threads, resumed_from=result.resumed_from),
         versions=versions())

@@ -24,7 +24,20 @@ from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanC
                                    exactly_one, positive_finite)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_randomness
 
-__all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "INFO"]
+__all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO"]
+
+
+class AttackConfig(Strict):
+    """The realistic threat model of 004_6210268d59b6f8e5.txt (Ziller et al. 2024) as an actual attack: the imprint
+    reconstruction attack (Fowl et al. 2022; `dpmed.attack`) on ``batches`` steps of this arm (its C, sigma and
+    expected batch size, dpmed's own DP-SGD step, fresh noise), ``structure`` ``sparse`` (the stronger under noise)
+    or ``cumulative`` (the paper's); a reconstruction succeeds above the ``threshold_quantile`` of what plausible
+    public images reach. The attacked batches are held-out test images standing in for training images (same
+    mechanism, same distribution), so the reported rate is no statistic of the training set."""
+
+    batches: int = Field(default=4, ge=1)
+    structure: Literal["sparse", "cumulative"] = "sparse"
+    threshold_quantile: float = Field(default=0.99, gt=0, lt=1)
 
 
 class DpSgdArm(ArmBase):
@@ -47,6 +60,8 @@ class DpSgdArm(ArmBase):
     images. Where a dataset publishes no patient ids, each image is its own patient and the two coincide.
     max_images_per_patient: train on at most this many images of each patient (chosen by the study seed); bounds
     what image-level DP implies for a patient, and the per-patient work of a step.
+    attack: run the imprint reconstruction attack on this arm's step (:class:`AttackConfig`); its success rate is
+    reported beside the worst-case and relaxed bounds.
     """
 
     auditable = True
@@ -60,6 +75,7 @@ class DpSgdArm(ArmBase):
     sampling: Literal["poisson", "shuffle"] = "poisson"
     privacy_unit: Literal["patient", "image"] = "patient"
     max_images_per_patient: int | None = Field(default=None, ge=1)
+    attack: AttackConfig | None = None
 
     @field_validator("target_epsilon", "noise_multiplier")
     @classmethod
@@ -110,6 +126,7 @@ class DpSgdPlan(Strict):
     patients_known: bool = True
     max_images_per_patient: int | None = None
     patient_guarantee: GroupGuarantee | None = None
+    attack: AttackConfig | None = None
 
 
 def _patient_guarantee(plan: DpSgdPlan, k: int, n_multi: int, cache: dict) -> GroupGuarantee:
@@ -146,6 +163,12 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
         q, steps = accounting.dp_sgd_schedule(n_units, batch_size=context.batch_size, epochs=context.epochs)
         delta = arm.delta or accounting.default_delta(n_units)
         accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=target, noise=arm.noise)
+        given = swept.get("noise_multiplier")
+        if target is None and given is not None and given > 0 and arm.noise == "gaussian":
+            # given noise: the accountant that can certify it (PLD resolves eps up to 500, RDP beyond), as for targets
+            rough = accounting.dp_sgd_epsilon(noise_multiplier=given, sample_rate=q, steps=steps, delta=delta,
+                                              accountant="rdp")
+            accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=rough, noise=arm.noise)
     except ValueError as exc:
         raise ConfigError(f"arm {arm.name!r}: {exc}" + (" (batch_size counts patients: privacy_unit is patient)"
                                                         if arm.privacy_unit == "patient" else "")) from None
@@ -164,7 +187,8 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
                      noise=arm.noise, sampling=arm.sampling, unit=arm.privacy_unit, expected_batch_size=q * n_units,
                      n_units=n_units, n_train=int(counts.sum()), delta=delta, accountant=accountant,
                      accountant_note=note, target_epsilon=target, noise_given=swept.get("noise_multiplier") is not None,
-                     patients_known=context.patients_known, max_images_per_patient=arm.max_images_per_patient)
+                     patients_known=context.patients_known, max_images_per_patient=arm.max_images_per_patient,
+                     attack=arm.attack)
     k = int(counts.max())
     if plan.unit == "image" and k > 1:
         plan = plan.model_copy(update={"patient_guarantee": _patient_guarantee(plan, k, int((counts > 1).sum()),

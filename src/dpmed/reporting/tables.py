@@ -31,6 +31,10 @@ def results_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
         row["reconstruction_relaxed"] = None if risk is None else risk.relaxed
         for fpr, tpr in ({} if risk is None else risk.tpr_at_fpr).items():
             row[f"mia_tpr_at_fpr_{fpr}"] = tpr
+        if r.attack is not None:   # the realistic threat model: an actual reconstruction attack
+            row.update(attack_rate=r.attack.rate, attack_rate_low=r.attack.rate_low,
+                       attack_rate_high=r.attack.rate_high, attack_chance_rate=r.attack.chance_rate,
+                       attack_threshold=r.attack.threshold)
         if r.audit is not None:   # the result is private (it depends on the secret canary bits): only that it ran
             row["audit_canaries"] = r.audit.n_canaries
         row.update(r.metrics)

@@ -1,0 +1,229 @@
+"""The imprint attack on one DP-SGD arm, over many batches: the empirical side of METHODS.md s.7.
+
+The reconstruction-robustness bounds (``dpmed.accounting.reconstruction``) reach 100 % long before eps = 1e6; the
+claim of 004_6210268d59b6f8e5.txt (Ziller et al. 2024) that high budgets still stop *realistic* reconstruction rests
+on actual attacks failing. :func:`run_imprint_attack` mounts one: for each of ``n_batches`` batches drawn from the
+training images, the adversary's imprinted model (``dpmed.attack.imprint``) goes through one step of the arm
+(dpmed's ``DpSgdStep``: clipping at C, Gaussian noise sigma C from fresh secure randomness, division by the expected
+batch size), the imprint rows are inverted into one candidate per bin, the strongest ``round(expected_batch_size)``
+are kept (the adversary knows the expected batch size, not the realised one), and each is scored against the batch
+(``dpmed.attack.success``).
+
+The result keeps the summary numbers (shareable) apart from the images (private: they *are* training images and
+their reconstructions): :meth:`AttackResult.to_dict` holds no pixel, :attr:`AttackResult.images` holds them all.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+from torchvision.transforms import Normalize
+
+from dpmed.attack.imprint import (IMPRINT_STRUCTURES, ImprintBins, imprint_model, invert_imprint,
+                                  release_imprint_gradients)
+from dpmed.attack.success import (SuccessThreshold, calibrate_threshold, clopper_pearson, match_reconstructions)
+from dpmed.data import Dataset
+from dpmed.mechanisms import DpSgdPlan
+from dpmed.randomness import PrivacyRandomness, public_seed
+from dpmed.training.objectives import OBJECTIVES
+
+__all__ = ["AttackImages", "AttackResult", "run_imprint_attack", "attack_arm", "ATTACKED"]
+
+# What a study's attack puts through the arm's step in place of a training batch, and why (run.json says it).
+ATTACKED = ("held-out test images through the arm's own step and trained model (the same mechanism and image "
+            "distribution as a training batch; a rate measured on the training images would itself be a statistic "
+            "of them, outside the accountant); bins and threshold from the validation images")
+
+
+@dataclass(frozen=True)
+class AttackImages:
+    """PRIVATE: the best reconstructions over all batches, [m, C, H, W] float32, the training images they matched,
+    [m, C, H, W], and their SSIM [m], best first. For a figure in a private folder; never in a shareable file."""
+
+    reconstructions: np.ndarray
+    originals: np.ndarray
+    ssim: np.ndarray
+
+
+@dataclass(frozen=True)
+class AttackResult:
+    """The attack's outcome on one arm. Rates are per attacked image (see ``dpmed.attack.success``): ``n_success``
+    of ``n_trials`` images (n_batches x batch_size) were reconstructed, with a Clopper-Pearson ``ci`` at
+    ``ci_level``. ``batch_*``: the same per batch (any image reconstructed), whose trials are independent.
+    ``chance_*``: the per-image rate when the kept reconstructions are replaced by as many uniform-noise images (what
+    the score gives an attack that learned nothing). ``mean_best_ssim`` / ``mean_best_ncc``: over every kept
+    reconstruction, its SSIM to the closest batch image and the NCC of that pair."""
+
+    structure: str
+    n_bins: int
+    max_grad_norm: float
+    noise_multiplier: float
+    expected_batch_size: float
+    batch_size: int
+    n_batches: int
+    grouped: bool
+    threshold: SuccessThreshold
+    n_trials: int
+    n_success: int
+    rate: float
+    ci: tuple[float, float]
+    ci_level: float
+    batch_successes: int
+    batch_rate: float
+    batch_ci: tuple[float, float]
+    chance_successes: int
+    chance_rate: float
+    chance_ci: tuple[float, float]
+    n_reconstructions: int
+    mean_best_ssim: float
+    mean_best_ncc: float
+    images: AttackImages = field(repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary, JSON-ready, without any image (safe to share: counts and scores only)."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            if name == "images":
+                continue
+            value = getattr(self, name)
+            if isinstance(value, SuccessThreshold):
+                value = {k: getattr(value, k) for k in value.__dataclass_fields__}
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[name] = value
+        return out
+
+
+def _group_ids(groups: np.ndarray | None, n: int) -> np.ndarray | None:
+    if groups is None:
+        return None
+    groups = np.asarray(groups)
+    if groups.shape != (n,):
+        raise ValueError(f"groups must hold one patient id per image, shape ({n},); got {groups.shape}")
+    return np.unique(groups, return_inverse=True)[1].astype(np.int64)
+
+
+def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.ndarray, labels: np.ndarray,
+                       public_images: np.ndarray, max_grad_norm: float, noise_multiplier: float,
+                       expected_batch_size: float, batch_size: int, n_batches: int, seed: int,
+                       n_bins: int | None = None, structure: str = "cumulative", task_kind: str = "binary",
+                       groups: np.ndarray | None = None, threshold: SuccessThreshold | None = None,
+                       n_null: int = 200, threshold_quantile: float = 0.99, n_figure: int = 8,
+                       ci_level: float = 0.95, device: str | torch.device = "cpu") -> AttackResult:
+    """Attack one arm (C = ``max_grad_norm``, sigma = ``noise_multiplier``, ``expected_batch_size`` q N) on
+    ``n_batches`` batches of ``batch_size`` images drawn without replacement from ``images`` [N, C, H, W] in [0, 1]
+    (``labels`` [N, ...] for the task ``task_kind``, a key of ``dpmed.training.OBJECTIVES``).
+
+    model_factory() -> the arm's model with its weights (the adversary's copy: it is frozen and wrapped).
+    public_images [M, C, H, W]: the adversary's public data, disjoint from ``images``: it calibrates the bins
+        (``n_bins`` equal-mass bins, default 4 x batch_size, so an image is alone in its bin with probability about
+        e^(-1/4)) and, unless ``threshold`` is given, the success threshold.
+    groups: patient id per image [N] (any ids): each patient's summed gradient is clipped (METHODS.md s.2b).
+    seed: public randomness only (which batches, the imprint pattern, the null draws, the chance images); the
+        step's noise comes from fresh OS entropy (``PrivacyRandomness.secure()``), as a DP run's does.
+    """
+    images = np.asarray(images, dtype=np.float32)
+    if images.ndim != 4 or images.min() < 0 or images.max() > 1:
+        raise ValueError("images must be [N, C, H, W] with values in [0, 1]")
+    if not 1 <= batch_size <= len(images):
+        raise ValueError(f"batch_size must be in [1, {len(images)}], got {batch_size}")
+    if n_batches < 1:
+        raise ValueError(f"n_batches must be >= 1, got {n_batches}")
+    if structure not in IMPRINT_STRUCTURES:
+        raise ValueError(f"unknown imprint structure {structure!r}; known: {sorted(IMPRINT_STRUCTURES)}")
+    objective = OBJECTIVES[task_kind]
+    image_shape = tuple(images.shape[1:])
+    group_ids = _group_ids(groups, len(images))
+    n_bins = 4 * batch_size if n_bins is None else n_bins
+    bins = ImprintBins.from_public(public_images, n_bins=n_bins, structure=structure)
+    if threshold is None:
+        threshold = calibrate_threshold(public_images, batch_size=batch_size, n_null=n_null,
+                                        quantile=threshold_quantile,
+                                        rng=np.random.default_rng(public_seed(seed, "attack_threshold")))
+    pattern = torch.Generator().manual_seed(public_seed(seed, "attack_pattern"))
+    model = imprint_model(model_factory(), bins, image_shape=image_shape, pattern_generator=pattern).to(device)
+    noise_rng = PrivacyRandomness.secure().stream("noise")
+    batches = np.random.default_rng(public_seed(seed, "attack_batches"))
+    chance = np.random.default_rng(public_seed(seed, "attack_chance"))
+    keep = max(1, round(expected_batch_size))
+
+    n_success = batch_successes = chance_successes = 0
+    best_ssim, best_ncc, gallery = [], [], []
+    for _ in range(n_batches):
+        pick = batches.choice(len(images), size=batch_size, replace=False)
+        x = torch.from_numpy(images[pick]).to(device)
+        y = torch.as_tensor(np.asarray(labels)[pick], dtype=objective.target_dtype, device=device)
+        g = None if group_ids is None else torch.from_numpy(group_ids[pick])
+        released = release_imprint_gradients(
+            model, x, y, loss_fn=lambda z, t: objective.loss(z, t, reduction="sum"), max_grad_norm=max_grad_norm,
+            noise_multiplier=noise_multiplier, expected_batch_size=expected_batch_size, noise_rng=noise_rng,
+            groups=g)
+        recs = invert_imprint(released, structure=structure, image_shape=image_shape)
+        kept = recs.images[recs.strongest(keep)].cpu().numpy()                      # [n <= keep, C, H, W]
+        originals = images[pick]
+        matches = match_reconstructions(kept, originals)
+        hit = matches.ssim >= threshold.value
+        found = len(set(matches.closest[hit].tolist()))
+        n_success += found
+        batch_successes += found > 0
+        best_ssim.extend(matches.ssim.tolist())
+        best_ncc.extend(matches.ncc.tolist())
+        gallery.extend((s, r, originals[c]) for s, r, c in zip(matches.ssim, kept, matches.closest))
+        gallery = sorted(gallery, key=lambda t: -t[0])[:n_figure]
+        noise_images = chance.uniform(0.0, 1.0, size=(len(kept), *image_shape)).astype(np.float32)
+        null = match_reconstructions(noise_images, originals)
+        chance_successes += len(set(null.closest[null.ssim >= threshold.value].tolist()))
+
+    n_trials = n_batches * batch_size
+    empty = np.zeros((0, *image_shape), dtype=np.float32)
+    return AttackResult(
+        structure=structure, n_bins=n_bins, max_grad_norm=float(max_grad_norm),
+        noise_multiplier=float(noise_multiplier), expected_batch_size=float(expected_batch_size),
+        batch_size=batch_size, n_batches=n_batches, grouped=group_ids is not None, threshold=threshold,
+        n_trials=n_trials, n_success=n_success, rate=n_success / n_trials,
+        ci=clopper_pearson(n_success, n_trials, level=ci_level), ci_level=ci_level,
+        batch_successes=batch_successes, batch_rate=batch_successes / n_batches,
+        batch_ci=clopper_pearson(batch_successes, n_batches, level=ci_level),
+        chance_successes=chance_successes, chance_rate=chance_successes / n_trials,
+        chance_ci=clopper_pearson(chance_successes, n_trials, level=ci_level),
+        n_reconstructions=len(best_ssim),
+        mean_best_ssim=float(np.mean(best_ssim)) if best_ssim else float("nan"),
+        mean_best_ncc=float(np.mean(best_ncc)) if best_ncc else float("nan"),
+        images=AttackImages(
+            reconstructions=np.stack([r for _, r, _ in gallery]) if gallery else empty,
+            originals=np.stack([o for _, _, o in gallery]) if gallery else empty,
+            ssim=np.array([s for s, _, _ in gallery])),
+    )
+
+
+def attack_arm(model: nn.Module, dataset: Dataset, plan: DpSgdPlan, *, seed: int,
+               device: str | torch.device = "cpu") -> AttackResult:
+    """The attack a study runs on one trained DP-SGD arm (its ``plan.attack`` settings): batches of held-out test
+    images (:data:`ATTACKED`) put through the arm's step (C, sigma, expected batch size, the unit of privacy) on a
+    copy of the trained ``model``, bins and threshold calibrated on the validation images. The study's fixed
+    normalisation, if any, sits in front of the model, so the imprint acts on [0, 1] pixels as the data arrive."""
+    config = plan.attack
+    test, val = dataset.test, dataset.val
+    batch_size = max(1, min(len(test), round(plan.sample_rate * plan.n_train)))
+
+    def factory() -> nn.Module:
+        copy = deepcopy(model).cpu()
+        if dataset.normalization is None:
+            return copy
+        mean, std = dataset.normalization
+        return nn.Sequential(Normalize(mean, std), copy)
+
+    groups = test.patient_ids if plan.unit == "patient" else None
+    # 4 bins per image as the paper; a small validation split calibrates fewer (an image is then less often alone)
+    n_bins = max(2, min(4 * batch_size, len(val)))
+    return run_imprint_attack(
+        model_factory=factory, images=test.images, labels=test.labels, public_images=val.images,
+        max_grad_norm=plan.max_grad_norm, noise_multiplier=plan.noise_multiplier,
+        expected_batch_size=plan.expected_batch_size or batch_size, batch_size=batch_size,
+        n_batches=config.batches, seed=public_seed(seed, "attack"), structure=config.structure, n_bins=n_bins,
+        task_kind=dataset.task.kind, groups=groups, threshold_quantile=config.threshold_quantile, device=device)

@@ -1,0 +1,293 @@
+"""The imprint module of "Robbing the Fed" and its inversion: a malicious model that turns one DP-SGD step into images.
+
+Fowl, Geiping, Czaja, Goldblum, Goldstein, "Robbing the Fed: Directly obtaining private data in federated learning
+with modified models", ICLR 2022 (arXiv:2110.13057); reference code: ``breaching``
+(github.com/JonasGeiping/breaching, ``cases/malicious_modifications/imprint.py`` and
+``attacks/analytic_attack.py:ImprintAttacker``). That package is not used: it needs hydra and its own data and model
+zoo, and its attack reads gradients it computes itself. Here the gradients come from dpmed's own DP-SGD step
+(:class:`dpmed.training.DpSgdStep`), so what is attacked is exactly what a DP arm releases.
+
+**What the adversary controls** (the "realistic" threat model of 004_6210268d59b6f8e5.txt, METHODS.md s.7, made
+concrete). It holds the architecture and weights of the arm's model and may choose its hyperparameters; it does not
+hold the training images. It ships a *modified* model (the malicious server of Fowl et al.), so it also controls:
+* an imprint block in front of the arm's model (the *body*): a linear "measurement" layer of k rows, every row the
+  same direction (the mean brightness, 1/d per pixel), biases at brightness thresholds, a nonlinearity, and a
+  frozen connection that adds a tiny brightness-dependent offset along a fixed pattern v to the image the body sees;
+* which parameters are trained (a fine-tuning hyperparameter): only the measurement layer; the body is frozen, so
+  each example's whole clipped norm C is spent on the rows the attack reads (the strongest use of the step);
+* the thresholds, from the brightness *distribution* of public images (never the private ones);
+* the scales: ``perturbation`` keeps the body's input within 1e-4 or so of the image, so the model still works,
+  and ``amplification`` makes each example's gradient far larger than any practical C, so clipping always binds
+  and every example contributes exactly C (it then bounds nothing the attack needs: see below).
+It does not control C, sigma, the batch or the noise: the step is the arm's (``DpSgdStep`` with the arm's
+``max_grad_norm``, ``noise_multiplier`` and expected batch size, fresh secure noise).
+
+**Why it works, and why clipping alone does not stop it.** Row i of the measurement layer computes
+h_i = a(gain (m(x) - t_i) / s_i) with m(x) the mean brightness; the connection's columns are all the same vector,
+so dL/dh_i = u(x) is the same for every row i. The released gradient of row i is therefore
+    dW_i = sum_j c_j u(x_j) a'_ij x_j,      db_i = sum_j c_j u(x_j) a'_ij          (c_j: the clip factor)
+and for the images that the structure isolates in bin i (see :data:`IMPRINT_STRUCTURES`), dW_i / db_i = x when one
+image is alone there. The clip factor c_j scales numerator and denominator alike and cancels: per-example clipping
+alone changes nothing (the tests check it). Only the Gaussian noise sigma C per coordinate, added to both, defeats
+the ratio.
+
+A normalisation layer removes a uniform offset of its input, so a connection that added the same value to every
+pixel would give the body almost no gradient to pass back; a zero-mean pattern v is not removed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from dpmed.training.dp_sgd import DpSgdStep
+
+__all__ = [
+    "ImprintStructure", "IMPRINT_STRUCTURES", "ImprintBins", "ImprintBlock", "ImprintedModel", "ImprintGradients",
+    "Reconstructions", "brightness", "imprint_model", "release_imprint_gradients", "invert_imprint",
+]
+
+
+def _cumulative_isolate(rows: Tensor) -> Tensor:
+    """Row i holds every image with m > t_i; row i minus row i + 1 holds those in (t_i, t_(i+1)]: [k, ...]."""
+    out = rows.clone()
+    out[:-1] -= rows[1:]
+    return out
+
+
+@dataclass(frozen=True)
+class ImprintStructure:
+    """How the imprint rows respond to brightness, and how the released rows are turned into one sum per bin.
+
+    nonlinearity(gain): the parameter-free activation after the measurement layer (its trainable layers stay
+        Linear, which dpmed's clipping engine supports).
+    widths(edges [k+1]) -> s [k]: the scale of each row's pre-activation, (m - t_i) / s_i.
+    isolate(rows [k, ...]) -> per-bin sums [k, ...]: of the images whose brightness lies in bin i.
+    """
+
+    name: str
+    nonlinearity: Callable[[float], nn.Module]
+    widths: Callable[[np.ndarray], np.ndarray]
+    isolate: Callable[[Tensor], Tensor]
+    description: str
+
+
+IMPRINT_STRUCTURES: dict[str, ImprintStructure] = {
+    s.name: s
+    for s in (
+        ImprintStructure(
+            "cumulative", lambda gain: nn.ReLU(), lambda edges: np.ones(len(edges) - 1),
+            _cumulative_isolate,
+            "ReLU rows: row i is active for every image brighter than t_i, so an image in bin b sits in rows 0..b; "
+            "differences of consecutive rows isolate a bin (Fowl et al. 2022; breaching's ImprintBlock). "
+            "An image's clipped norm is spread over b + 1 rows and a difference doubles the noise variance"),
+        ImprintStructure(
+            "sparse", lambda gain: nn.Hardtanh(min_val=0.0, max_val=gain), lambda edges: np.diff(edges),
+            lambda rows: rows,
+            "hard-tanh rows (two ReLUs): row i has a gradient only for images inside (t_i, t_(i+1)), so a row is a "
+            "bin and no difference is needed (Fowl et al. 2022; breaching's SparseImprintBlock): "
+            "the stronger variant under noise"),
+    )
+}
+
+
+def brightness(images: np.ndarray | Tensor) -> np.ndarray:
+    """The imprint's measurement m(x): the mean over every pixel and channel, float64 [N], for images [N, C, H, W]."""
+    arr = images.detach().cpu().numpy() if isinstance(images, Tensor) else np.asarray(images)
+    if arr.ndim != 4:
+        raise ValueError(f"images must be [N, C, H, W], got shape {arr.shape}")
+    return arr.reshape(len(arr), -1).astype(np.float64).mean(axis=1)
+
+
+@dataclass(frozen=True)
+class ImprintBins:
+    """Brightness bin edges e_0 < ... < e_k (float64 [k + 1]) and the structure they are used with.
+
+    Bin i is (e_i, e_(i+1)]. The interior edges are quantiles of the brightness of *public* images, so each bin holds
+    1/k of that distribution and a private batch of B images leaves an image alone in its bin with probability
+    about (1 - 1/k)^(B - 1) (bins of equal mass, as in Fowl et al. 2022 and breaching). e_0 and e_k lie just outside
+    [0, 1], the range of dpmed's images, so every image falls in some bin.
+    """
+
+    edges: np.ndarray
+    structure: str
+
+    def __post_init__(self) -> None:
+        edges = np.asarray(self.edges, dtype=np.float64)
+        if edges.ndim != 1 or len(edges) < 2 or not np.all(np.diff(edges) > 0):
+            raise ValueError("bin edges must be a strictly increasing 1-D array of at least 2 values; public images "
+                             "with tied brightness make empty bins: use fewer bins")
+        if self.structure not in IMPRINT_STRUCTURES:
+            raise ValueError(f"unknown imprint structure {self.structure!r}; known: {sorted(IMPRINT_STRUCTURES)}")
+        edges.setflags(write=False)
+        object.__setattr__(self, "edges", edges)
+
+    @classmethod
+    def from_public(cls, public_images: np.ndarray | Tensor, *, n_bins: int, structure: str = "cumulative",
+                    margin: float = 1e-3) -> "ImprintBins":
+        """Equal-mass bins of the brightness of ``public_images`` [N, C, H, W] (the adversary's data, never the
+        private batch). Needs at least n_bins public images."""
+        if n_bins < 1:
+            raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+        m = brightness(public_images)
+        if len(m) < n_bins:
+            raise ValueError(f"{len(m)} public images cannot calibrate {n_bins} equal-mass bins; give at least "
+                             "n_bins images")
+        interior = np.quantile(m, np.arange(1, n_bins) / n_bins)
+        edges = np.concatenate([[min(0.0, m.min()) - margin], interior, [max(1.0, m.max()) + margin]])
+        return cls(edges, structure)
+
+    @property
+    def n_bins(self) -> int:
+        return len(self.edges) - 1
+
+    def bin_of(self, images: np.ndarray | Tensor) -> np.ndarray:
+        """The bin index of each image, int [N] (in float64; the model decides in float32, which can differ for an
+        image within about 1e-7 of an edge)."""
+        return np.clip(np.searchsorted(self.edges, brightness(images), side="left") - 1, 0, self.n_bins - 1)
+
+
+class ImprintBlock(nn.Module):
+    """[B, C, H, W] -> the image plus a brightness-dependent offset along a fixed pattern, [B, C, H, W].
+
+    measure (trainable Linear d -> k): row i = gain / (s_i d) everywhere, bias -gain t_i / s_i, so its output is
+    gain (m(x) - t_i) / s_i; then the structure's nonlinearity; then ``connection`` (frozen Linear k -> d, no bias,
+    every column amplification * v, v a zero-mean unit pattern). gain = perturbation / amplification, so the offset
+    is perturbation * (sum of unit activations) * v and dL/dh_i = amplification * <v, dL/dx'>, the same for all i.
+    """
+
+    def __init__(self, image_shape: tuple[int, int, int], bins: ImprintBins, *, amplification: float,
+                 perturbation: float, pattern: Tensor) -> None:
+        super().__init__()
+        if not (amplification > 0 and perturbation > 0):
+            raise ValueError("amplification and perturbation must be > 0")
+        self.image_shape = tuple(int(s) for s in image_shape)
+        d = math.prod(self.image_shape)
+        if pattern.shape != (d,):
+            raise ValueError(f"pattern must have shape ({d},), got {tuple(pattern.shape)}")
+        self.structure = IMPRINT_STRUCTURES[bins.structure]
+        k = bins.n_bins
+        gain = perturbation / amplification
+        widths = self.structure.widths(bins.edges)                                             # [k]
+        self.measure = nn.Linear(d, k)
+        self.nonlinearity = self.structure.nonlinearity(gain)
+        self.connection = nn.Linear(k, d, bias=False)
+        with torch.no_grad():
+            row = torch.as_tensor(gain / (widths * d), dtype=torch.float32)                   # [k]
+            self.measure.weight.copy_(row[:, None].expand(k, d))
+            self.measure.bias.copy_(torch.as_tensor(-gain * bins.edges[:-1] / widths, dtype=torch.float32))
+            self.connection.weight.copy_((amplification * pattern.float())[:, None].expand(d, k))
+        self.connection.weight.requires_grad_(False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.nonlinearity(self.measure(x.flatten(1)))                                     # [B, k]
+        return x + self.connection(h).view(-1, *self.image_shape)                             # [B, C, H, W]
+
+
+class ImprintedModel(nn.Module):
+    """The malicious model: ``imprint`` in front of the arm's model ``body`` (frozen): [B, C, H, W] -> body's logits."""
+
+    def __init__(self, imprint: ImprintBlock, body: nn.Module) -> None:
+        super().__init__()
+        self.imprint = imprint
+        self.body = body
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.body(self.imprint(x))
+
+
+def imprint_model(body: nn.Module, bins: ImprintBins, *, image_shape: tuple[int, int, int],
+                  amplification: float = 1e6, perturbation: float = 1e-4,
+                  pattern_generator: torch.Generator) -> ImprintedModel:
+    """The adversary's model: an imprint block in front of ``body``, whose parameters it freezes (``body`` is the
+    adversary's own copy of the arm's model: it is modified in place, requires_grad set to False).
+
+    amplification 1e6 puts each example's imprint gradient far above any C used in practice (it is
+    amplification |<v, dL/dx'>| sqrt(n_rows (||x||^2 + 1)); measured at initialisation on PneumoniaMNIST and the
+    phantom, |<v, dL/dx'>| lies between 5e-5 and 0.1 for small_cnn and resnet9), so clipping binds for every
+    example and each contributes exactly C; an example whose loss gradient all but vanishes (a confidently right
+    prediction of a trained body) can stay below C and contributes less. The ratio the attack reads does not depend
+    on the amplification. perturbation 1e-4 keeps the body's
+    input within about k * 1e-4 / sqrt(d) per pixel of the image. The pattern v is drawn from
+    ``pattern_generator`` (public randomness: nothing private rests on it)."""
+    d = math.prod(image_shape)
+    v = torch.randn(d, generator=pattern_generator, dtype=torch.float64)
+    v = v - v.mean()
+    v = v / v.norm()
+    body.requires_grad_(False)
+    return ImprintedModel(ImprintBlock(image_shape, bins, amplification=amplification, perturbation=perturbation,
+                                       pattern=v), body)
+
+
+@dataclass(frozen=True)
+class ImprintGradients:
+    """What one DP-SGD step released for the imprint's measurement layer: the noisy mean gradient of its weight
+    [k, d] and bias [k] (float64 copies of ``p.grad``)."""
+
+    weight: Tensor
+    bias: Tensor
+
+
+def release_imprint_gradients(model: ImprintedModel, images: Tensor, labels: Tensor, *,
+                              loss_fn: Callable[[Tensor, Tensor], Tensor], max_grad_norm: float,
+                              noise_multiplier: float, expected_batch_size: float, noise_rng: np.random.Generator,
+                              groups: Tensor | None = None) -> ImprintGradients:
+    """One DP-SGD step of the arm on ``images`` [B, C, H, W], ``labels`` [B, ...] through dpmed's own
+    :class:`~dpmed.training.DpSgdStep` (engine "dpmed", Gaussian noise), and what it released for the imprint.
+
+    ``loss_fn`` must sum over the batch (as for ``DpSgdStep``). ``groups``: the patient id of each image (int [B]):
+    then each patient's summed gradient is clipped (METHODS.md s.2b). ``noise_rng``: the noise stream, e.g.
+    ``PrivacyRandomness.secure().stream("noise")``. The model's ``.grad`` are cleared afterwards."""
+    step = DpSgdStep(model, loss_fn=loss_fn, max_grad_norm=max_grad_norm, noise_multiplier=noise_multiplier,
+                     expected_batch_size=expected_batch_size, physical_batch_size=max(1, len(images)),
+                     noise_rng=noise_rng, noise="gaussian", engine="dpmed")
+    step(images, labels, groups=groups)
+    measure = model.imprint.measure
+    released = ImprintGradients(weight=measure.weight.grad.detach().to(torch.float64).clone(),
+                                bias=measure.bias.grad.detach().to(torch.float64).clone())
+    for p in model.parameters():
+        p.grad = None
+    return released
+
+
+@dataclass(frozen=True)
+class Reconstructions:
+    """One candidate image per bin, [k, C, H, W] float32 in [0, 1] (the data range, which the adversary knows);
+    ``occupied`` [k] bool: bins whose isolated bias gradient is not zero (every bin, once there is noise);
+    ``strength`` [k] float64: |mean of the bin's isolated weight gradient|, the adversary's ranking of how much
+    image a bin holds (breaching's rule "best when faced with differential privacy")."""
+
+    images: Tensor
+    occupied: Tensor
+    strength: Tensor
+
+    def strongest(self, n: int) -> Tensor:
+        """Indices of at most ``n`` occupied bins, strongest first, int64 [<= n]."""
+        idx = torch.nonzero(self.occupied).flatten()
+        order = torch.argsort(self.strength[idx], descending=True, stable=True)
+        return idx[order][:max(0, int(n))]
+
+
+def invert_imprint(released: ImprintGradients, *, structure: str, image_shape: tuple[int, int, int],
+                   empty_tolerance: float = 1e-6) -> Reconstructions:
+    """The attacker's inversion: isolate each bin's sums (the structure's ``isolate``), then x = dW / db per bin
+    (Fowl et al. 2022; breaching's ImprintAttacker; the ratio is unchanged by clipping and by the division by the
+    expected batch size), then clamp to [0, 1].
+
+    A bin is empty when its isolated |db| is at most ``empty_tolerance`` times the largest: without noise an empty
+    bin's rows cancel to rounding error."""
+    info = IMPRINT_STRUCTURES[structure]
+    w = info.isolate(released.weight)                                                         # [k, d]
+    b = info.isolate(released.bias)                                                           # [k]
+    scale = b.abs().max()
+    occupied = b.abs() > empty_tolerance * scale if scale > 0 else torch.zeros_like(b, dtype=torch.bool)
+    safe = torch.where(occupied, b, torch.ones_like(b))
+    x = (w / safe[:, None]).clamp(0.0, 1.0)
+    x[~occupied] = 0.0
+    return Reconstructions(images=x.to(torch.float32).view(-1, *image_shape), occupied=occupied,
+                           strength=w.mean(dim=1).abs() * occupied)

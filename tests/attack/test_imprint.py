@@ -1,0 +1,243 @@
+"""The imprint reconstruction attack (Fowl et al. 2022) through dpmed's own DP-SGD step, on phantom images.
+
+Truth here is independent of the attack's code: the training images themselves (an image alone in its bin must come
+back exactly), the clipping bound (the released gradient's norm), closed forms (Clopper-Pearson at 0 and n
+successes, NCC of affine copies), and the step itself (patching DpSgdStep must change what the attack sees).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dpmed.attack import (IMPRINT_STRUCTURES, ImprintBins, brightness, calibrate_threshold, clopper_pearson,
+                          imprint_model, invert_imprint, normalised_cross_correlation, release_imprint_gradients,
+                          run_imprint_attack, structural_similarity)
+from dpmed.data import make_phantom
+from dpmed.models.registry import build_model
+from dpmed.randomness import PrivacyRandomness
+from dpmed.training.dp_sgd import DpSgdStep
+
+SIZE = 16
+BATCH = 8
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small convolutions on a shared 2-core CPU: one thread is ~100x faster than two contending ones; restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def phantom():
+    data = make_phantom(n_images=240, image_size=SIZE, seed=0)
+    public = np.concatenate([data.val.images, data.test.images])      # the adversary's data: disjoint patients
+    return data.train.images, data.train.labels, public
+
+
+@pytest.fixture(scope="module")
+def threshold(phantom):
+    _, _, public = phantom
+    return calibrate_threshold(public, batch_size=BATCH, n_null=100, rng=np.random.default_rng(0))
+
+
+def small_cnn() -> torch.nn.Module:
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return build_model("small_cnn", in_channels=1, num_outputs=2, image_size=SIZE)
+
+
+def loss_fn(z, y):
+    return F.cross_entropy(z, y, reduction="sum")
+
+
+def lone_images(images: np.ndarray, bins: ImprintBins, count: int) -> np.ndarray:
+    """Indices of ``count`` images in distinct bins, each at least 1e-4 from an edge (float32 decides the bin)."""
+    m = brightness(images)
+    chosen, used = [], set()
+    for i, b in enumerate(bins.bin_of(images)):
+        if b not in used and np.min(np.abs(bins.edges - m[i])) > 1e-4:
+            chosen.append(i)
+            used.add(int(b))
+        if len(chosen) == count:
+            return np.array(chosen)
+    raise AssertionError("not enough images in distinct bins")
+
+
+def release(model, x, y, *, c, sigma, groups=None):
+    return release_imprint_gradients(model, x, y, loss_fn=loss_fn, max_grad_norm=c, noise_multiplier=sigma,
+                                     expected_batch_size=len(x), groups=groups,
+                                     noise_rng=PrivacyRandomness.secure().stream("noise"))
+
+
+def attacked(phantom, structure, n_bins=32):
+    images, labels, public = phantom
+    bins = ImprintBins.from_public(public, n_bins=n_bins, structure=structure)
+    model = imprint_model(small_cnn(), bins, image_shape=(1, SIZE, SIZE),
+                          pattern_generator=torch.Generator().manual_seed(0))
+    return images, labels, bins, model
+
+
+@pytest.mark.parametrize("structure", sorted(IMPRINT_STRUCTURES))
+def test_an_image_alone_in_its_bin_comes_back_exactly(phantom, structure):
+    images, labels, bins, model = attacked(phantom, structure)
+    pick = lone_images(images, bins, 3)
+    x, y = torch.from_numpy(images[pick]), torch.from_numpy(labels[pick])
+    recs = invert_imprint(release(model, x, y, c=math.inf, sigma=0.0), structure=structure,
+                          image_shape=(1, SIZE, SIZE))
+    where = bins.bin_of(images[pick])
+    assert sorted(torch.nonzero(recs.occupied).flatten().tolist()) == sorted(where.tolist())
+    for i, b in zip(pick, where):
+        np.testing.assert_allclose(recs.images[b].numpy(), images[i], atol=1e-4)
+
+
+@pytest.mark.parametrize("structure", sorted(IMPRINT_STRUCTURES))
+def test_clipping_alone_does_not_stop_the_attack(phantom, structure):
+    """The clip factor scales dW and db of an image alike, so the ratio is unchanged (Fowl et al. 2022)."""
+    images, labels, bins, model = attacked(phantom, structure)
+    pick = lone_images(images, bins, 3)
+    x, y = torch.from_numpy(images[pick]), torch.from_numpy(labels[pick])
+    free = release(model, x, y, c=math.inf, sigma=0.0)
+    c = 1e-4
+    clipped = release(model, x, y, c=c, sigma=0.0)
+    norm = lambda r: math.hypot(r.weight.norm().item(), r.bias.norm().item())
+    # The step did clip: the released mean of 3 clipped gradients has norm <= C, the unclipped one is far above.
+    assert norm(clipped) <= c * (1 + 1e-4) < 1e-3 * norm(free)
+    shape = (1, SIZE, SIZE)
+    a = invert_imprint(free, structure=structure, image_shape=shape)
+    b = invert_imprint(clipped, structure=structure, image_shape=shape)
+    for i, k in zip(pick, bins.bin_of(images[pick])):
+        np.testing.assert_allclose(b.images[k].numpy(), images[i], atol=1e-4)
+        np.testing.assert_allclose(b.images[k].numpy(), a.images[k].numpy(), atol=1e-4)
+
+
+def test_a_non_private_step_reconstructs_most_of_a_small_batch(phantom, threshold):
+    images, labels, public = phantom
+    result = run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                                max_grad_norm=math.inf, noise_multiplier=0.0, expected_batch_size=BATCH,
+                                batch_size=BATCH, n_batches=6, n_bins=64, seed=0, threshold=threshold)
+    # 64 equal-mass bins leave an image of 8 alone with probability about (63/64)^7 = 0.90.
+    assert result.n_trials == 48
+    assert result.rate >= 0.75, result.to_dict()
+    assert result.ci[0] <= result.rate <= result.ci[1]
+    assert result.mean_best_ssim > threshold.value
+    assert result.chance_successes == 0
+    assert result.images.ssim[0] > 0.999          # the best reconstruction is its training image
+    np.testing.assert_allclose(result.images.reconstructions[0], result.images.originals[0], atol=1e-3)
+
+
+def test_heavy_noise_leaves_the_attack_at_chance(phantom, threshold):
+    images, labels, public = phantom
+    result = run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                                max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=BATCH,
+                                batch_size=BATCH, n_batches=4, n_bins=32, seed=1, threshold=threshold)
+    # At chance: no more images "reconstructed" than uniform-noise images would match, and noise-like scores.
+    assert result.chance_ci[0] <= result.rate <= result.chance_ci[1]
+    assert result.ci[0] <= result.chance_rate <= result.ci[1]
+    assert result.n_reconstructions == 4 * BATCH      # with noise every bin is occupied; the strongest 8 are kept
+    assert result.mean_best_ssim < 0.3
+
+
+def test_the_gradients_come_from_dpmed_step_not_a_copy(phantom, threshold, monkeypatch):
+    images, labels, public = phantom
+    kwargs = dict(model_factory=small_cnn, images=images, labels=labels, public_images=public, max_grad_norm=0.5,
+                  noise_multiplier=0.0, expected_batch_size=7.5, batch_size=BATCH, n_batches=2, n_bins=32, seed=0,
+                  threshold=threshold)
+    calls = []
+    original = DpSgdStep.__call__
+
+    def spy(self, x, y, *, groups=None):
+        calls.append((self.max_grad_norm, self.noise_multiplier, self.expected_batch_size, self.engine, len(x)))
+        return original(self, x, y, groups=groups)
+
+    monkeypatch.setattr(DpSgdStep, "__call__", spy)
+    honest = run_imprint_attack(**kwargs)
+    assert calls == [(0.5, 0.0, 7.5, "dpmed", BATCH)] * 2
+    assert honest.n_success > 0
+
+    # A step whose clipped sums are zero releases nothing: the attack then has nothing to invert.
+    monkeypatch.setattr(DpSgdStep, "clipped_sum", lambda self, x, y, groups=None: [
+        torch.zeros_like(p) for p in self.params])
+    blind = run_imprint_attack(**kwargs)
+    assert blind.n_reconstructions == 0 and blind.n_success == 0
+
+
+def test_a_patients_images_are_clipped_together_and_still_come_back(phantom, threshold):
+    """Sparse rows: the three images' clipped gradients sit in disjoint rows, so the norms are hand-checkable."""
+    images, labels, bins, model = attacked(phantom, "sparse")
+    pick = lone_images(images, bins, 3)
+    x, y = torch.from_numpy(images[pick]), torch.from_numpy(labels[pick])
+    c = 1e-3
+    groups = torch.tensor([7, 7, 3])                 # images 0 and 1 are one patient's
+    norm = lambda r: math.hypot(r.weight.norm().item(), r.bias.norm().item()) * len(x)   # the sum
+    by_image = release(model, x, y, c=c, sigma=0.0)
+    by_patient = release(model, x, y, c=c, sigma=0.0, groups=groups)
+    assert norm(by_image) == pytest.approx(math.sqrt(3) * c, rel=1e-3)      # three clipped, orthogonal
+    assert norm(by_patient) == pytest.approx(math.sqrt(2) * c, rel=1e-3)    # the pair clipped as one
+    recs = invert_imprint(by_patient, structure="sparse", image_shape=(1, SIZE, SIZE))
+    for i, k in zip(pick, bins.bin_of(images[pick])):
+        np.testing.assert_allclose(recs.images[k].numpy(), images[i], atol=1e-4)
+
+    tr_images, tr_labels, public = phantom
+    patients = np.arange(len(tr_images)) // 2        # every two consecutive images: one patient
+    result = run_imprint_attack(model_factory=small_cnn, images=tr_images, labels=tr_labels, public_images=public,
+                                max_grad_norm=1e-3, noise_multiplier=0.0, expected_batch_size=BATCH,
+                                batch_size=BATCH, n_batches=2, n_bins=64, structure="sparse", seed=0,
+                                groups=patients, threshold=threshold)
+    assert result.grouped and result.n_success > 0
+
+
+def test_bins_hold_equal_shares_of_the_public_brightness(phantom):
+    _, _, public = phantom
+    bins = ImprintBins.from_public(public, n_bins=9, structure="cumulative")
+    counts = np.bincount(bins.bin_of(public), minlength=9)
+    assert counts.max() - counts.min() <= 1 and counts.sum() == len(public)
+    assert np.all(np.diff(bins.edges) > 0) and bins.edges[0] < 0 and bins.edges[-1] > 1
+    extremes = np.stack([np.zeros((1, SIZE, SIZE)), np.ones((1, SIZE, SIZE))]).astype(np.float32)
+    assert bins.bin_of(extremes).tolist() == [0, 8]
+
+
+def test_the_threshold_passes_copies_and_fails_noise(phantom, threshold):
+    images, _, _ = phantom
+    assert threshold.null_median < threshold.value < 1.0
+    x = images[0]
+    assert structural_similarity(x, x) == pytest.approx(1.0)
+    noise = np.random.default_rng(0).uniform(0, 1, x.shape)
+    assert structural_similarity(noise, x) < threshold.value
+
+
+def test_normalised_cross_correlation_of_hand_cases():
+    a = np.random.default_rng(0).uniform(0, 1, (1, 8, 8))
+    assert normalised_cross_correlation(a, 0.5 * a + 0.2) == pytest.approx(1.0)
+    assert normalised_cross_correlation(a, 1.0 - a) == pytest.approx(-1.0)
+    assert normalised_cross_correlation(a, np.full_like(a, 0.3)) == 0.0
+
+
+def test_clopper_pearson_matches_its_closed_forms():
+    n, alpha = 20, 0.05
+    assert clopper_pearson(0, n) == (0.0, pytest.approx(1 - (alpha / 2) ** (1 / n)))
+    assert clopper_pearson(n, n) == (pytest.approx((alpha / 2) ** (1 / n)), 1.0)
+    lo, hi = clopper_pearson(7, n)
+    # At the bounds the binomial tail probabilities are exactly alpha / 2.
+    from scipy.stats import binom
+    assert binom.sf(6, n, lo) == pytest.approx(alpha / 2) and binom.cdf(7, n, hi) == pytest.approx(alpha / 2)
+
+
+def test_the_summary_holds_no_image(phantom, threshold):
+    images, labels, public = phantom
+    result = run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                                max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=BATCH,
+                                batch_size=BATCH, n_batches=1, n_bins=32, seed=0, threshold=threshold, n_figure=3)
+    summary = result.to_dict()
+    text = json.dumps(summary)                       # plain numbers only
+    assert "images" not in summary and len(text) < 2000
+    assert result.images.reconstructions.shape == result.images.originals.shape == (3, 1, SIZE, SIZE)
+    assert list(result.images.ssim) == sorted(result.images.ssim, reverse=True)

@@ -1,0 +1,53 @@
+"""The realistic threat model in a study: an attack block on DP-SGD arms runs the imprint attack on the arm's own step,
+reports its success rate beside the bounds, and keeps every image it reconstructed in the private folder."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpmed.cli import main
+from dpmed.folders import StudyFolder
+from dpmed.records import read_record
+
+STUDY = """
+name: attacked
+data: {source: phantom, n_images: 300, image_size: 16}
+training: {epochs: 1, batch_size: 16, threads: 1}
+evaluation: {bootstrap_resamples: 20, fairness: null}
+arms:
+  - {name: open, mechanism: dp_sgd, noise_multiplier: 1.0e-9, privacy_unit: image, attack: {batches: 2}}
+  - {name: dp, mechanism: dp_sgd, target_epsilon: 1, privacy_unit: image, attack: {batches: 2}}
+  - {name: plain, mechanism: dp_sgd, target_epsilon: 1}
+"""
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("attack")
+    (folder / "s.yaml").write_text(STUDY)
+    assert main(["run", str(folder / "s.yaml"), "--out", str(folder / "out"), "--no-progress"]) == 0
+    return StudyFolder(folder / "out" / "attacked")
+
+
+def test_the_attack_reconstructs_without_noise_and_fails_at_eps_1(study):
+    open_, dp = (read_record(study.run(r).record).attack for r in ("open_sigma1e-09_C1_seed0", "dp_eps1_C1_seed0"))
+    assert open_.rate > 0.5 and open_.rate_low > dp.rate_high          # the attack works; noise stops it
+    assert dp.rate <= max(dp.chance_rate, 0.05)
+    assert open_.n_trials == 2 * open_.batch_size and "held-out test images" in open_.attacked
+    assert read_record(study.run("plain_eps1_C1_seed0").record).attack is None
+
+
+def test_reconstructions_stay_private_and_the_rate_is_in_the_table(study):
+    for run_id in ("open_sigma1e-09_C1_seed0", "dp_eps1_C1_seed0"):
+        run = study.run(run_id)
+        with np.load(run.attack_images) as f:
+            assert f["reconstructions"].shape[1:] == (1, 16, 16) and len(f["originals"]) == len(f["ssim"])
+        record = json.loads(run.record.read_text())
+        assert set(record["attack"]) >= {"rate", "rate_low", "rate_high", "chance_rate", "threshold"}
+        assert not any(p.suffix == ".npz" and "attack" in p.name for p in run.public.iterdir())
+    table = pd.read_csv(study.results)
+    assert {"attack_rate", "attack_rate_low", "attack_rate_high", "reconstruction_worst_case"} <= set(table.columns)
