@@ -68,14 +68,17 @@ def make_resolved():
     from dpmed.config import Study
     from dpmed.records import DatasetSummary, ResolvedStudy, StudyPrivacy
 
-    def make(records, *, confidence: float = 0.95, resamples: int = 200, n_test: int = 5) -> ResolvedStudy:
+    def make(records, *, confidence: float = 0.95, resamples: int = 200, n_test: int = 5, task: str = "binary",
+             label_names: tuple[str, ...] = ("normal", "opacity"), ordinal: bool = False) -> ResolvedStudy:
         arms = list({r.arm: r.mechanism for r in records}.items())
         study = Study.model_validate({
             "name": "t", "seeds": sorted({r.seed for r in records}),
             "evaluation": {"bootstrap_resamples": resamples, "confidence": confidence},
-            "arms": [{"name": a, "mechanism": m, **({"target_epsilon": 1.0} if m == "dp_sgd" else {})}
+            "arms": [{"name": a, "mechanism": m, **({"target_epsilon": 1.0} if m == "dp_sgd" else
+                                                    {"scale": 0.5} if m in ("pixel_laplace", "scalar_shift") else {})}
                      for a, m in arms]})
-        dataset = DatasetSummary(name="phantom", task="binary", synthetic=True, description="", n_train=10,
+        dataset = DatasetSummary(name="phantom", task=task, label_names=label_names, ordinal=ordinal,
+                                 synthetic=True, description="", n_train=10,
                                  n_val=5, n_test=n_test, n_train_patients=8, patients_known=True,
                                  image_shape=(1, 8, 8))
         privacy = StudyPrivacy(dp_sgd_runs=(), not_private=(), local_dp=(), unit=None, delta=None, accountant=None,

@@ -10,7 +10,8 @@ from sklearn.metrics import roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
 from dpmed.comparisons import compare_runs
-from dpmed.evaluation.paired import bootstrap_p_value, paired_auroc_difference, pearson, seed_summary
+from dpmed.evaluation.paired import (bootstrap_p_value, p_value_floor, paired_auroc_difference, paired_differences,
+                                    pearson, seed_summary)
 
 
 def test_bootstrap_p_value_by_hand():
@@ -123,3 +124,110 @@ def test_label_correlations_of_003_across_labels_against_scipy(make_record):
     assert row.drop_vs_positive_count.r == pytest.approx(pearsonr(drop, [9, 5, 7, 2]).statistic)
     assert row.drop_vs_positive_count.p_value == pytest.approx(pearsonr(drop, [9, 5, 7, 2]).pvalue)
     assert row.drop_vs_nonprivate_auroc.r == pytest.approx(pearsonr(drop, list(base.values())).statistic)
+
+
+# ------------------------------------------------------------------------ sensitivity, specificity, flags, floors
+
+
+def _rates_by_loop(y, s, t):
+    """(accuracy, sensitivity, specificity) of decisions s >= t, one redraw at a time."""
+    correct = (s >= t) == (y == 1)
+    pos = y == 1
+    return (correct.mean(), correct[pos].mean() if pos.any() else np.nan,
+            correct[~pos].mean() if (~pos).any() else np.nan)
+
+
+def test_paired_sensitivity_and_specificity_at_each_models_own_threshold_against_a_plain_loop():
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 40)
+    a, b = np.clip(0.4 * y + 0.6 * rng.random(40), 0, 1), np.clip(0.2 * y + 0.8 * rng.random(40), 0, 1)
+    ta, tb = 0.45, 0.55                                       # each model's own (validation-chosen) threshold
+    out = paired_differences(kind="binary", labels=y, scores=a, reference_scores=b, thresholds=[ta],
+                             reference_thresholds=[tb], n_resamples=200, seed=7)
+    mine, theirs = _rates_by_loop(y, a, ta), _rates_by_loop(y, b, tb)
+    for k, name in enumerate(("accuracy", "sensitivity", "specificity")):
+        assert out[name]["value"] == pytest.approx(mine[k] - theirs[k])
+        assert (out[name]["private"], out[name]["reference"]) == pytest.approx((mine[k], theirs[k]))
+        diffs = np.array([_rates_by_loop(y[i], a[i], ta)[k] - _rates_by_loop(y[i], b[i], tb)[k]
+                          for i in bootstrap_indices(40, n_resamples=200, seed=7)])          # the same redraws
+        assert (out[name]["low"], out[name]["high"]) == pytest.approx(percentile_interval(diffs))
+        assert out[name]["p_value"] == pytest.approx(bootstrap_p_value(diffs))
+    assert out["auroc"]["value"] == pytest.approx(roc_auc_score(y, a) - roc_auc_score(y, b))
+
+
+def test_p_value_floor_is_two_over_r_plus_one_and_a_one_sided_difference_sits_on_it():
+    assert p_value_floor(1000) == pytest.approx(2 / 1001) and p_value_floor(0) is None
+    d = np.linspace(0.01, 0.2, 999)                          # every redraw on one side of zero
+    assert bootstrap_p_value(d) == pytest.approx(p_value_floor(999))
+
+
+def test_compare_runs_pairs_sensitivity_with_the_runs_recorded_metrics(make_record):
+    from dpmed.evaluation import evaluate_utility
+
+    rng = np.random.default_rng(5)
+    y_val, y = rng.integers(0, 2, 60), rng.integers(0, 2, 80)
+    scores = {"np_seed0": (np.clip(0.5 * y_val + 0.5 * rng.random(60), 0, 1),
+                           np.clip(0.5 * y + 0.5 * rng.random(80), 0, 1)),
+              "dp_eps1_C1_seed0": (np.clip(0.2 * y_val + 0.8 * rng.random(60), 0, 1),
+                                   np.clip(0.2 * y + 0.8 * rng.random(80), 0, 1))}
+    metrics = {k: evaluate_utility(kind="binary", label_names=["normal", "pneumonia"], val_labels=y_val,
+                                   val_scores=v, test_labels=y, test_scores=t, n_resamples=100, seed=0)
+               for k, (v, t) in scores.items()}
+    records = [make_record("np_seed0", "np", metrics=metrics["np_seed0"]),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, metrics=metrics["dp_eps1_C1_seed0"])]
+    predictions = {k: {"test_labels": y, "test_patient_ids": np.arange(80).astype(str), "test_scores": t,
+                       "val_labels": y_val, "val_scores": v} for k, (v, t) in scores.items()}
+    out = compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"], n_resamples=100)
+    row = out.auroc_differences[0]
+    for name in ("sensitivity", "specificity", "accuracy"):
+        d = getattr(row, f"{name}_difference")
+        assert d.private == pytest.approx(metrics["dp_eps1_C1_seed0"][f"test_{name}"])     # the run's own numbers
+        assert d.reference == pytest.approx(metrics["np_seed0"][f"test_{name}"])
+        assert d.value == pytest.approx(d.private - d.reference)
+    assert out.by_value[0].sensitivity_difference.mean == pytest.approx(row.sensitivity_difference.value)
+
+
+def test_several_seeds_pair_each_run_with_its_own_seed(make_record):
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 2, 50)
+    ids = np.arange(50).astype(str)
+    good, poor = np.clip(0.6 * y + 0.4 * rng.random(50), 0, 1), np.clip(0.2 * y + 0.8 * rng.random(50), 0, 1)
+    scores = {"np_seed0": good, "np_seed1": poor, "dp_eps1_C1_seed0": poor, "dp_eps1_C1_seed1": poor}
+    records = [make_record("np_seed0", "np", seed=0), make_record("np_seed1", "np", seed=1),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, seed=0),
+               make_record("dp_eps1_C1_seed1", "dp", "dp_sgd", eps=1.0, seed=1)]
+    predictions = {k: {"test_labels": y, "test_patient_ids": ids, "test_scores": v} for k, v in scores.items()}
+    out = compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"], n_resamples=50)
+    rows = {r.run_id: r for r in out.auroc_differences}
+    assert rows["dp_eps1_C1_seed0"].reference_run == "np_seed0"
+    assert rows["dp_eps1_C1_seed1"].reference_run == "np_seed1"
+    assert rows["dp_eps1_C1_seed1"].auroc_difference.value == 0.0                          # same scores as its seed
+    summary = out.by_value[0].auroc_difference
+    assert summary.n_seeds == 2 and summary.max == 0.0 and summary.min < 0
+
+
+def test_runs_that_decide_one_class_for_every_image_are_flagged(make_record):
+    records = [make_record("np_seed0", "np", metrics={"test_sensitivity": 0.8, "test_specificity": 0.9,
+                                                      "test_predicted_classes": 2}),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0,
+                           metrics={"test_sensitivity": 0.0, "test_specificity": 1.0, "test_predicted_classes": 1}),
+               make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0,            # a record without the count
+                           metrics={"test_sensitivity": 1.0, "test_specificity": 0.0})]
+    flags = compare_runs(records, {}, kind="binary", label_names=["malignant", "normal, benign"]).run_flags
+    assert [(f.run_id, f.kind, f.predicted) for f in flags] == [("dp_eps1_C1_seed0", "one_class", "malignant"),
+                                                                ("dp_eps8_C1_seed0", "one_class", "normal, benign")]
+    assert "for every test image" in flags[0].message
+
+
+def test_small_groups_and_intervals_of_zero_width_are_flagged(make_record):
+    fairness = {"attributes": {"age": {"status": "ok", "groups": {
+        "[0,30)": {"n": 8, "n_positive": 1, "auroc": {"value": 1.0, "low": 1.0, "high": 1.0},
+                   "accuracy": {"value": 0.875, "low": 0.6, "high": 1.0}},
+        "[30,60)": {"n": 75, "n_positive": 40, "auroc": {"value": 0.97, "low": 0.94, "high": 0.99}},
+        "[60,70)": {"n": 31, "n_positive": 17, "auroc": {"value": 1.0, "low": 1.0, "high": 1.0}}}}}}
+    records = [make_record("np_seed0", "np", fairness=fairness)]
+    flags = {f.group: f for f in compare_runs(records, {}, kind="binary", label_names=["a", "b"]).group_flags}
+    assert set(flags) == {"[0,30)", "[60,70)"}
+    assert flags["[0,30)"].reasons[:2] == ["only 1 positive", "only 7 negatives"]
+    assert any("zero width" in reason for reason in flags["[0,30)"].reasons)
+    assert flags["[60,70)"].reasons == ["AUROC interval of zero width (1.000 in every redraw)"]

@@ -1,9 +1,15 @@
 """Comparisons across the runs of a study, from their records and saved predictions: what privacy costs, with
 intervals. Computed by `dpmed.study` before the report is rendered, and written to comparisons.json.
 
-* **Paired AUROC differences** (METHODS.md sec. 4): every private run against the non-private run of the same seed
-  (the first in study order), on the same seeded redraws of the test set (`dpmed.evaluation.paired`).
-* **Seeds** of one arm value (runs of one plan label) are summarised by mean, standard deviation, min and max.
+* **Paired differences** (METHODS.md sec. 4): every private run against the non-private run of the same seed (the
+  first in study order), on the same seeded redraws of the test set (`dpmed.evaluation.paired`): AUROC, accuracy,
+  and for a binary task sensitivity and specificity, each model deciding at its own validation-chosen threshold.
+  The report opens with these, read as cases ("misses about N more of every 100 pneumonia cases").
+* **Seeds** of one arm value (runs of one plan label) are summarised by mean, standard deviation, min and max: a
+  private run is always compared with its own seed's non-private run, never with the mean of the non-private seeds.
+* **Flags** the report must not leave unsaid: a run that predicts one class for every test image (its accuracy is
+  then the share of that class, and its sensitivity or specificity 0), and fairness groups too small for their
+  numbers (fewer than ``MIN_CLASS_COUNT`` positives or negatives) or with an interval of zero width.
 * **Pearson r** (003_9a91354dc2d7e2df.txt) across a DP-SGD sweep: runs that differ only in eps (or only in the
   clipping norm), grouped by their typed plans, every seed a point; between eps and each group's accuracy parity
   difference, eps (or the clipping norm) and each explanation metric; and across labels (three or more), between
@@ -18,23 +24,45 @@ from typing import Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from dpmed.evaluation.paired import paired_auroc_difference, pearson, seed_summary
+from dpmed.evaluation.paired import paired_differences, pearson, seed_summary
+from dpmed.evaluation.utility import youden_threshold
 from dpmed.evaluation.weighted import number
 from dpmed.records import RunRecord
 
-__all__ = ["Comparisons", "compare_runs", "Correlation", "SeedSummary", "AurocDifference"]
+__all__ = ["Comparisons", "compare_runs", "Correlation", "SeedSummary", "PairedDifference", "AurocDifference",
+           "Difference", "ValueSummary", "RunFlag", "GroupFlag", "MIN_CLASS_COUNT"]
+
+# A fairness group with fewer positives (or negatives) than this is flagged: its AUROC moves in steps of 1 / (its
+# positives x negatives), its sensitivity in steps of 1 / positives, and its percentile interval can collapse to a
+# point (1.000 [1.000, 1.000] for a group whose one positive outscores every negative in every redraw).
+MIN_CLASS_COUNT = 10
 
 
 class _Row(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class AurocDifference(_Row):
+class PairedDifference(_Row):
+    """Private minus non-private on the same test redraws: value (whole test set), percentile interval, two-sided
+    bootstrap p-value and its floor 2 / (R + 1) (a p-value at the floor means "at most" that), the redraws in which
+    the difference was defined, and each model's own value."""
+
     value: float | None
     low: float | None
     high: float | None
     p_value: float | None
+    p_floor: float | None = None
     defined_redraws: int
+    private: float | None = None
+    reference: float | None = None
+
+    @property
+    def p_at_floor(self) -> bool:
+        """No redraw fell on the other side of zero: the p-value is only bounded above by its floor."""
+        return self.p_value is not None and self.p_floor is not None and self.p_value <= self.p_floor * (1 + 1e-9)
+
+
+AurocDifference = PairedDifference   # the name comparisons.json's first version used
 
 
 class SeedSummary(_Row):
@@ -60,16 +88,51 @@ class Difference(_Row):
     seed: int
     reference_run: str
     epsilon: float | None
-    auroc_difference: AurocDifference
+    auroc_difference: PairedDifference
+    accuracy_difference: PairedDifference | None = None
+    sensitivity_difference: PairedDifference | None = None
+    specificity_difference: PairedDifference | None = None
 
 
 class ValueSummary(_Row):
+    """The runs of one arm value over seeds, each paired with its own seed's non-private run: mean, spread."""
+
     label: str
     arm: str
+    mechanism: str = ""
     seeds: list[int]
+    run_ids: list[str] = []
     epsilon: float | None
     auroc_difference: SeedSummary
+    accuracy_difference: SeedSummary | None = None
+    sensitivity_difference: SeedSummary | None = None
+    specificity_difference: SeedSummary | None = None
     significant_seeds: int
+
+
+class RunFlag(_Row):
+    """Something about one run that its numbers alone hide. kind: ``one_class`` (the same decision for every test
+    image; ``predicted``: which class, where known) or ``constant_labels`` (multilabel: findings decided the same way
+    for every test image, ``count`` of them)."""
+
+    run_id: str
+    kind: str
+    predicted: str | None = None
+    count: int | None = None
+    message: str
+
+
+class GroupFlag(_Row):
+    """A fairness group whose numbers in one run need a warning: few positives or negatives (fewer than
+    MIN_CLASS_COUNT), or an interval of zero width (every redraw gave the same value)."""
+
+    run_id: str
+    attribute: str
+    group: str
+    n: int
+    n_positive: int | None
+    n_negative: int | None
+    reasons: list[str]
 
 
 class ParityCorrelation(Correlation):
@@ -108,6 +171,11 @@ class Comparisons(_Row):
     by_value: list[ValueSummary]
     correlations: Correlations
     notes: list[str]
+    run_flags: list[RunFlag] = []
+    group_flags: list[GroupFlag] = []
+
+    def flags_of(self, run_id: str) -> list[RunFlag]:
+        return [f for f in self.run_flags if f.run_id == run_id]
 
 
 # What a sweep varies, and the plan fields that vary with it (left out of the key that groups a sweep's runs). Runs
@@ -161,7 +229,31 @@ def _references(records: Sequence[RunRecord], predictions) -> dict[int, RunRecor
     return references
 
 
-def _differences(records, predictions, kind, n_resamples, seed, confidence, notes) -> list[Difference]:
+def _thresholds(record: RunRecord, arrays: Mapping[str, np.ndarray], kind: str,
+                label_names: Sequence[str]) -> list[float] | None:
+    """The validation-chosen thresholds the run decided with: as its record holds them (binary ``threshold``,
+    multilabel ``threshold[<label>]``), else Youden's J again on its saved validation predictions; None for
+    multiclass (argmax) or where neither is there."""
+    if kind == "binary":
+        recorded = [record.metrics.get("threshold")]
+    elif kind == "multilabel" and label_names:
+        recorded = [record.metrics.get(f"threshold[{name}]") for name in label_names]
+    else:
+        return None
+    if all(t is not None for t in recorded):
+        return [float(t) for t in recorded]           # type: ignore[arg-type]
+    if "val_labels" not in arrays or "val_scores" not in arrays:
+        return None
+    y, s = np.asarray(arrays["val_labels"]), np.asarray(arrays["val_scores"])
+    try:
+        if kind == "binary":
+            return [youden_threshold(y, s)]
+        return [youden_threshold(y[:, j], s[:, j]) for j in range(y.shape[1])]
+    except ValueError:
+        return None
+
+
+def _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, notes) -> list[Difference]:
     references = _references(records, predictions)
     rows = []
     for r in records:
@@ -175,12 +267,14 @@ def _differences(records, predictions, kind, n_resamples, seed, confidence, note
         if not _same_test_set(mine, theirs):
             notes.append(f"{r.run_id}: its test set differs from {ref.run_id}'s; no paired difference")
             continue
-        diff = paired_auroc_difference(kind=kind, labels=mine["test_labels"], scores=mine["test_scores"],
-                                       reference_scores=theirs["test_scores"], n_resamples=n_resamples, seed=seed,
-                                       confidence=confidence)
+        diff = paired_differences(kind=kind, labels=mine["test_labels"], scores=mine["test_scores"],
+                                  reference_scores=theirs["test_scores"],
+                                  thresholds=_thresholds(r, mine, kind, label_names),
+                                  reference_thresholds=_thresholds(ref, theirs, kind, label_names),
+                                  n_resamples=n_resamples, seed=seed, confidence=confidence)
+        paired = {f"{name}_difference": PairedDifference(**values) for name, values in diff.items()}
         rows.append(Difference(run_id=r.run_id, label=r.plan.label, arm=r.arm, mechanism=r.mechanism, seed=r.seed,
-                               reference_run=ref.run_id, epsilon=number(r.privacy.epsilon),
-                               auroc_difference=AurocDifference(**diff)))
+                               reference_run=ref.run_id, epsilon=number(r.privacy.epsilon), **paired))
     return rows
 
 
@@ -191,12 +285,87 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord]) -> list[Valu
     grouped: dict[str, list[Difference]] = defaultdict(list)
     for row in rows:
         grouped[row.label].append(row)
-    return [ValueSummary(label=label, arm=members[0].arm, seeds=[m.seed for m in members],
+
+    def over_seeds(members: list[Difference], name: str) -> SeedSummary | None:
+        values = [getattr(m, name) for m in members]
+        if any(v is None for v in values):
+            return None
+        return SeedSummary(**seed_summary([v.value for v in values]))
+
+    return [ValueSummary(label=label, arm=members[0].arm, mechanism=members[0].mechanism,
+                         seeds=[m.seed for m in members], run_ids=[m.run_id for m in members],
                          epsilon=seed_summary(eps[label])["mean"],
-                         auroc_difference=SeedSummary(**seed_summary([m.auroc_difference.value for m in members])),
+                         auroc_difference=over_seeds(members, "auroc_difference"),
+                         accuracy_difference=over_seeds(members, "accuracy_difference"),
+                         sensitivity_difference=over_seeds(members, "sensitivity_difference"),
+                         specificity_difference=over_seeds(members, "specificity_difference"),
                          significant_seeds=sum(1 for m in members if m.auroc_difference.p_value is not None
                                                and m.auroc_difference.p_value < 0.05))
             for label, members in grouped.items()]
+
+
+def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[str]) -> list[RunFlag]:
+    """Runs that decide the same way for every test image (from ``test_predicted_classes`` and
+    ``test_constant_labels``; for a binary record without them, from sensitivity and specificity: 1 and 0, or 0 and
+    1, is the same decision for every image)."""
+    names = list(label_names)
+    flags = []
+    for r in records:
+        m = r.metrics
+        sens, spec = m.get("test_sensitivity"), m.get("test_specificity")
+        one_class = m.get("test_predicted_classes") == 1 or (
+            "test_predicted_classes" not in m and sens is not None and spec is not None
+            and {sens, spec} == {0.0, 1.0})
+        if one_class:
+            predicted = None
+            if kind == "binary" and sens is not None:
+                positive = names[1] if len(names) == 2 else "the positive class"
+                negative = names[0] if len(names) == 2 else "the negative class"
+                predicted = positive if sens == 1.0 else negative
+            what = predicted if predicted is not None else "one class"
+            flags.append(RunFlag(run_id=r.run_id, kind="one_class", predicted=predicted,
+                                 message=f"predicts {what} for every test image: it separates nothing at its "
+                                         "threshold (its accuracy is the share of that class, and its sensitivity "
+                                         "or specificity is 0), whatever its AUROC"))
+        constant = m.get("test_constant_labels")
+        if constant:
+            flags.append(RunFlag(run_id=r.run_id, kind="constant_labels", count=int(constant),
+                                 message=f"decides {int(constant)} of its {len(names) or 'the'} findings the same way "
+                                         "for every test image"))
+    return flags
+
+
+def _group_flags(records: Sequence[RunRecord], kind: str, n_labels: int) -> list[GroupFlag]:
+    """Fairness groups with fewer than MIN_CLASS_COUNT positives or negatives (multiclass: fewer than
+    2 MIN_CLASS_COUNT images), or an AUROC or accuracy interval of zero width, per run."""
+    out = []
+    for r in records:
+        for attribute, entry in ((r.fairness or {}).get("attributes") or {}).items():
+            if entry.get("status") != "ok":
+                continue
+            for group, g in entry["groups"].items():
+                n, n_pos = g.get("n"), g.get("n_positive")
+                if n is None:            # a record without group sizes: nothing to count
+                    continue
+                labels_per_image = max(1, n_labels) if kind == "multilabel" else 1
+                n_neg = None if n_pos is None else labels_per_image * int(n) - int(n_pos)
+                reasons = []
+                if n_pos is not None and n_pos < MIN_CLASS_COUNT:
+                    reasons.append(f"only {n_pos} positive{'s' if n_pos != 1 else ''}")
+                if n_neg is not None and n_neg < MIN_CLASS_COUNT:
+                    reasons.append(f"only {n_neg} negative{'s' if n_neg != 1 else ''}")
+                if n_pos is None and n < 2 * MIN_CLASS_COUNT:
+                    reasons.append(f"only {n} images")
+                for metric in ("auroc", "accuracy"):
+                    est = g.get(metric) or {}
+                    if est.get("value") is not None and est.get("low") is not None and est["low"] == est["high"]:
+                        reasons.append(f"{'AUROC' if metric == 'auroc' else 'accuracy'} interval of zero width "
+                                       f"({est['low']:.3f} in every redraw)")
+                if reasons:
+                    out.append(GroupFlag(run_id=r.run_id, attribute=attribute, group=group, n=int(n),
+                                         n_positive=None if n_pos is None else int(n_pos), n_negative=n_neg,
+                                         reasons=reasons))
+    return out
 
 
 def _parity_correlations(records) -> list[ParityCorrelation]:
@@ -261,14 +430,23 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Mapping
     """The study's comparisons, from run records and their loaded predictions (``run_id -> arrays`` as
     :func:`~dpmed.evaluation.predictions.load_predictions` returns them). Pure: no file is read or written."""
     notes: list[str] = []
-    rows = _differences(records, predictions, kind, n_resamples, seed, confidence, notes)
+    rows = _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, notes)
     if not any(r.mechanism == "none" for r in records):
         notes.append("no non-private arm: no AUROC differences")
     return Comparisons(
         definitions={
             "auroc_difference": "private minus non-private test AUROC (same seed), paired bootstrap over the same "
-                                "seeded test redraws; two-sided bootstrap p-value",
-            "by_value": "seeds of one arm value: mean, std (ddof=1), min, max of the AUROC differences",
+                                "seeded test redraws; two-sided bootstrap p-value, at least p_floor = 2 / (R + 1)",
+            "sensitivity_difference": "private minus non-private (same seed) share of positive test images decided "
+                                      "positive, each model at its own validation-chosen (Youden) threshold; the "
+                                      "same redraws",
+            "specificity_difference": "the same for the share of negative test images decided negative",
+            "accuracy_difference": "the same for accuracy (multiclass: argmax)",
+            "by_value": "seeds of one arm value, each paired with its own seed: mean, std (ddof=1), min, max of the "
+                        "differences",
+            "run_flags": "runs that decide the same way for every test image",
+            "group_flags": f"fairness groups with fewer than {MIN_CLASS_COUNT} positives or negatives, or an "
+                           "interval of zero width",
             "correlations": "Pearson r with two-sided p-value (scipy.stats.pearsonr); eps is the accounted eps",
         },
         n_resamples=int(n_resamples), bootstrap_seed=int(seed), confidence=float(confidence),
@@ -278,4 +456,5 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Mapping
             epsilon_vs_explanations=_explanation_correlations(records, "epsilon"),
             max_grad_norm_vs_explanations=_explanation_correlations(records, "max_grad_norm"),
             auroc_drop_vs_label=_label_correlations(records, predictions, kind, label_names, notes)),
-        notes=notes)
+        notes=notes, run_flags=_run_flags(records, kind, label_names),
+        group_flags=_group_flags(records, kind, len(label_names)))

@@ -164,10 +164,15 @@ class StudyPrivacy(_Record):
 
 
 class DatasetSummary(_Record):
-    """The study's dataset as the report describes it: sizes of the splits (images, training patients), shape."""
+    """The study's dataset as the report describes it: sizes of the splits (images, training patients), shape; the
+    task's class (or finding) names, in label order: for a binary task the second is the *positive* class, the one
+    sensitivity counts (in some public binary sets it is "benign" or "normal", not the disease); ordinal: the classes
+    are ordered grades (quadratic-weighted kappa is reported)."""
 
     name: str
     task: str
+    label_names: tuple[str, ...] = ()
+    ordinal: bool = False
     synthetic: bool
     description: str
     n_train: int
@@ -176,6 +181,16 @@ class DatasetSummary(_Record):
     n_train_patients: int
     patients_known: bool
     image_shape: tuple[int, ...]
+
+    @property
+    def positive_class(self) -> str | None:
+        """The class a binary task's sensitivity counts (label 1); None for other tasks or unknown names."""
+        return self.label_names[1] if self.task == "binary" and len(self.label_names) == 2 else None
+
+    @property
+    def negative_class(self) -> str | None:
+        """The class a binary task's specificity counts (label 0)."""
+        return self.label_names[0] if self.task == "binary" and len(self.label_names) == 2 else None
 
 
 class ResolvedStudy(_Record):

@@ -47,14 +47,14 @@ def test_summary_names_delta_and_accountant_and_survives_undefined_auroc(records
 
 def test_report_reads_the_numbers_honestly(tmp_path, records, make_record, make_resolved):
     html = _write(tmp_path, make_resolved(records, confidence=0.9), records)
-    assert "whole interval lies below the non-private one" in html          # 0.84 < 0.85
+    assert "whole interval lies below that of its seed's non-private run" in html   # 0.84 < 0.85, no predictions
     assert "test AUROC undefined" in html
     assert "90% percentile intervals" in html and "[90% CI]" in html      # the study's level, not a fixed 95%
     assert "synthetic" in html and (tmp_path / "auroc_vs_epsilon.png").stat().st_size > 1000
     assert "test statement" in html                                        # the study as a whole
     overlap = [records[0], make_record("dp-sgd_eps8_C1_seed0", "dp-sgd", "dp_sgd", eps=8.07,
                                        metrics=_metrics(0.84, 0.78, 0.86))]
-    assert "its interval overlaps the non-private one" in _write(tmp_path, make_resolved(overlap), overlap)
+    assert "its interval overlaps that of its seed's non-private run" in _write(tmp_path, make_resolved(overlap), overlap)
 
 
 def test_every_section_renders_in_page_order(tmp_path, records, make_resolved):

@@ -102,6 +102,9 @@ class DataConfig(_Strict):
     labels: findings (chexpert, nih, mimic; default: the dataset's standard set), class folder order (folders) or
     label columns (csv). columns / task: the csv's columns and task kind (inferred when unset). uncertain: CheXpert
     labeller's -1 (chexpert, mimic): ``zeros`` (default) or ``ones``; blank is always 0.
+    ordinal: whether the classes of a multiclass task are ordered grades (quadratic-weighted kappa is then
+    reported, METHODS.md s.4); unset, the layout's own knowledge decides (aptos and MedMNIST's RetinaMNIST: true;
+    others false).
     skip_invalid: leave out rows whose image is missing or unreadable or whose label is outside the task (the run
     record counts them) instead of stopping. cache_dir: memory-map decoded, preprocessed images there for later
     studies (it then holds the patients' images: keep it where the data may live); unset, they stay in memory.
@@ -117,6 +120,7 @@ class DataConfig(_Strict):
     columns: ColumnsConfig | None = None
     task: Literal["binary", "multiclass", "multilabel"] | None = None
     uncertain: Literal["zeros", "ones"] | None = None
+    ordinal: bool | None = None
     preprocessing: PreprocessingConfig = Field(default_factory=PreprocessingConfig)
     split: SplitConfig | None = None
     skip_invalid: bool = False
@@ -138,7 +142,7 @@ class DataConfig(_Strict):
                                         normalize=normalize),
             labels=None if self.labels is None else tuple(self.labels),
             columns=None if self.columns is None else self.columns.model_dump(exclude_none=True), task=self.task,
-            uncertain=self.uncertain, skip_invalid=self.skip_invalid, cache_dir=self.cache_dir,
+            uncertain=self.uncertain, ordinal=self.ordinal, skip_invalid=self.skip_invalid, cache_dir=self.cache_dir,
             split=None if s is None else SplitPlan(val_fraction=s.val_fraction, test_fraction=s.test_fraction,
                                                    seed=s.seed, official=s.official,
                                                    shared_patients=s.shared_patients))

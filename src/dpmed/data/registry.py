@@ -40,8 +40,8 @@ class DataRequest:
     source: a name of DATASET_SOURCES. preprocessing: the per-image steps; for generated sources its size is the
     size they generate at. labels: findings (CheXpert, NIH, MIMIC), class order (folders) or label columns (csv);
     None: the default. columns: the csv's column names; task: the csv's task kind; uncertain: CheXpert/MIMIC policy
-    for -1. split: None = the defaults of SplitPlan; cache_dir: where decoded tensors are memory-mapped (None: memory
-    only).
+    for -1. ordinal: whether multiclass labels are ordered grades (None: the layout's own knowledge). split: None =
+    the defaults of SplitPlan; cache_dir: where decoded tensors are memory-mapped (None: memory only).
     """
 
     source: str
@@ -53,6 +53,7 @@ class DataRequest:
     columns: Mapping[str, str] | None = None
     task: str | None = None
     uncertain: str | None = None
+    ordinal: bool | None = None
     split: SplitPlan | None = None
     skip_invalid: bool = False
     cache_dir: Path | None = None
@@ -228,7 +229,7 @@ def read_dataset(request: DataRequest) -> Dataset:
             raise DataError(f"data.{key} does not apply to source {request.source!r} (it applies to: {takers}); "
                             "remove it")
     preprocessing = request.preprocessing
-    dataset = info.read(request)
+    dataset = _ordinal(info.read(request), request.ordinal)
     if not info.reads_files:
         dataset = _preprocess_arrays(dataset, preprocessing, generated=info.generates)
     if preprocessing.normalize is not None:
@@ -240,12 +241,24 @@ def read_dataset(request: DataRequest) -> Dataset:
     return dataset
 
 
+def _ordinal(dataset: Dataset, ordinal: bool | None) -> Dataset:
+    """The dataset with the study's ``data.ordinal`` where it gives one (every source: grades are a property of the
+    labels, not of the layout); only multiclass classes can be ordered grades."""
+    if ordinal is None or ordinal == dataset.task.ordinal:
+        return dataset
+    if ordinal and dataset.task.kind != "multiclass":
+        raise DataError(f"data.ordinal: true applies to multiclass grades, but {dataset.name} is a {dataset.task.kind} "
+                        "task; remove it")
+    return replace(dataset, task=replace(dataset.task, ordinal=ordinal))
+
+
 def load_dataset(*, source: str, path: str | Path | None, image_size: int | None, channels: int | None, seed: int,
                  n_images: int | None, minmax: bool = False, equalize: bool = False,
                  normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
                  labels: tuple[str, ...] | None = None, columns: Mapping[str, str] | None = None,
-                 task: str | None = None, uncertain: str | None = None, split: SplitPlan | None = None,
-                 skip_invalid: bool = False, cache_dir: str | Path | None = None) -> Dataset:
+                 task: str | None = None, uncertain: str | None = None, ordinal: bool | None = None,
+                 split: SplitPlan | None = None, skip_invalid: bool = False,
+                 cache_dir: str | Path | None = None) -> Dataset:
     """:func:`read_dataset` with the request spelled out as keywords (the Python API; a study file's ``data``
     section gives the same request with ``DataConfig.to_request()``). ``image_size`` x ``image_size`` pixels and
     ``channels`` channels, None keeping the data's own; seed: the phantom's generation seed (splits of file layouts
@@ -259,7 +272,7 @@ def load_dataset(*, source: str, path: str | Path | None, image_size: int | None
     return read_dataset(DataRequest(source=source, path=None if path is None else Path(path), seed=seed,
                                     n_images=n_images, preprocessing=preprocessing,
                                     labels=None if labels is None else tuple(labels), columns=columns, task=task,
-                                    uncertain=uncertain, split=split, skip_invalid=skip_invalid,
+                                    uncertain=uncertain, ordinal=ordinal, split=split, skip_invalid=skip_invalid,
                                     cache_dir=None if cache_dir is None else Path(cache_dir)))
 
 

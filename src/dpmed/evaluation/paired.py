@@ -8,6 +8,12 @@ to the runs of a study).
   intervals side by side suggest (overlapping intervals do not show that two arms are equal). The p-value is the
   two-sided bootstrap test obtained by inverting percentile intervals: twice the share of redraws whose difference
   falls on the other side of zero, with the +1 correction of Davison & Hinkley 1997 (eq. 4.11) so it is never 0.
+  Its smallest possible value is 2 / (R + 1) for R defined redraws (0.002 for 1000): a p-value at that floor says
+  "at most 0.002", not "0.002" (:func:`p_value_floor`).
+* **Paired sensitivity, specificity and accuracy differences** (:func:`paired_differences`): the same redraws, each
+  model deciding at its *own* validation-chosen threshold (Youden's J, METHODS.md sec. 4; argmax for multiclass),
+  exactly as its own test_sensitivity / test_specificity / test_accuracy were computed. A clinician reads these as
+  cases: a sensitivity change of -0.12 is about 12 more missed of every 100 positive cases.
 * **Seeds** of one arm value are summarised by mean, standard deviation (ddof = 1), min and max: the spread over
   seeds is training randomness (and DP noise), which the test-set bootstrap does not see.
 * **Pearson r with p-values** (003_9a91354dc2d7e2df.txt, "To evaluate correlation ... we use Pearson's r"): across a
@@ -27,9 +33,11 @@ import numpy as np
 from scipy.stats import pearsonr
 
 from dpmed.evaluation.bootstrap import bootstrap_indices
-from dpmed.evaluation.weighted import as_label_columns, estimate, number, redraw_counts, weighted_auroc
+from dpmed.evaluation.weighted import (as_label_columns, estimate, number, redraw_counts, weighted_auroc,
+                                       weighted_mean)
 
-__all__ = ["paired_auroc_difference", "bootstrap_p_value", "pearson", "seed_summary"]
+__all__ = ["paired_auroc_difference", "paired_differences", "bootstrap_p_value", "p_value_floor", "pearson",
+           "seed_summary"]
 
 
 def _macro_auroc(y: np.ndarray, s: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -54,6 +62,16 @@ def bootstrap_p_value(differences: np.ndarray) -> float | None:
     return float(min(1.0, 2.0 * (1 + tail) / (d.size + 1)))
 
 
+def p_value_floor(defined_redraws: int) -> float | None:
+    """The smallest p-value :func:`bootstrap_p_value` can give with this many defined redraws: 2 / (R + 1).
+
+    No redraw falling on the other side of zero gives exactly this value; it then means p <= 2 / (R + 1) (more
+    redraws could only lower it), and is printed so."""
+    if defined_redraws < 1:
+        return None
+    return float(min(1.0, 2.0 / (defined_redraws + 1)))
+
+
 def paired_auroc_difference(*, kind: str, labels, scores, reference_scores, n_resamples: int = 1000,
                             seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
     """AUROC(scores) - AUROC(reference_scores) on the same test labels, with a paired bootstrap interval and p-value.
@@ -61,17 +79,78 @@ def paired_auroc_difference(*, kind: str, labels, scores, reference_scores, n_re
     Both models are scored on each of the ``bootstrap_indices(n, n_resamples, seed)`` redraws (the redraws of their
     own intervals) and the difference is taken redraw by redraw. Macro AUROC as in METHODS.md sec. 4.
     """
+    return paired_differences(kind=kind, labels=labels, scores=scores, reference_scores=reference_scores,
+                              n_resamples=n_resamples, seed=seed, confidence=confidence)["auroc"]
+
+
+def _correct(kind: str, labels, y: np.ndarray, s: np.ndarray, thresholds) -> np.ndarray | None:
+    """Per test image, the share of its labels decided right: float [n]; None where a threshold is missing.
+
+    binary and multilabel: score >= that label's validation threshold (``thresholds``: one per label column);
+    multiclass: argmax (no threshold)."""
+    if kind == "multiclass":
+        return (np.argmax(s, axis=1) == np.asarray(labels)).astype(np.float64)
+    if thresholds is None:
+        return None
+    t = np.asarray(thresholds, dtype=np.float64).reshape(1, -1)                     # [1, L]
+    if t.shape[1] != y.shape[1]:
+        raise ValueError(f"{t.shape[1]} thresholds for {y.shape[1]} label columns")
+    return ((s >= t) == (y == 1)).mean(axis=1)
+
+
+def _rates(kind: str, y: np.ndarray, correct: np.ndarray | None, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """accuracy, and (binary) sensitivity = accuracy among the positives, specificity = among the negatives: [R]."""
+    if correct is None:
+        return {}
+    out = {"accuracy": weighted_mean(correct, weights)}
+    if kind == "binary":
+        positive = y[:, 0] == 1
+        out["sensitivity"] = weighted_mean(correct[positive], weights[:, positive])
+        out["specificity"] = weighted_mean(correct[~positive], weights[:, ~positive])
+    return out
+
+
+def paired_differences(*, kind: str, labels, scores, reference_scores, thresholds=None, reference_thresholds=None,
+                       n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict[str, dict[str, Any]]:
+    """Private minus reference on the same test labels, for AUROC (macro), accuracy and, for a binary task,
+    sensitivity and specificity; each with a paired bootstrap interval and p-value over the same
+    ``bootstrap_indices(n, n_resamples, seed)`` redraws.
+
+    ``thresholds`` / ``reference_thresholds``: each model's own validation-chosen thresholds (binary: one; multilabel:
+    one per label), as its record's metrics hold them; without them only AUROC (and, multiclass, accuracy by argmax)
+    is compared. Each entry: ``value`` (whole test set), ``low``, ``high``, ``p_value``, ``p_floor``
+    (:func:`p_value_floor`), ``defined_redraws``, and the two models' own values ``private`` and ``reference``.
+    """
     y, s = as_label_columns(kind, labels, scores)
     _, s0 = as_label_columns(kind, labels, reference_scores)
     if s.shape != s0.shape:
         raise ValueError(f"the two models' scores differ in shape: {s.shape} and {s0.shape}")
     n = y.shape[0]
-    ones = np.ones((1, n))
-    point = float(_macro_auroc(y, s, ones)[0] - _macro_auroc(y, s0, ones)[0])
-    indices = bootstrap_indices(n, n_resamples=n_resamples, seed=seed)
-    diffs = np.concatenate([_macro_auroc(y, s, w) - _macro_auroc(y, s0, w) for _rows, w in redraw_counts(indices, n)])
-    return {**estimate(point, diffs, confidence=confidence), "p_value": bootstrap_p_value(diffs),
-            "defined_redraws": int(np.isfinite(diffs).sum())}
+    correct = _correct(kind, labels, y, s, thresholds)
+    correct0 = _correct(kind, labels, y, s0, reference_thresholds)
+    if correct is None or correct0 is None:
+        correct = correct0 = None
+
+    def both(w: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        mine = {"auroc": _macro_auroc(y, s, w), **_rates(kind, y, correct, w)}
+        theirs = {"auroc": _macro_auroc(y, s0, w), **_rates(kind, y, correct0, w)}
+        return mine, theirs
+
+    mine, theirs = both(np.ones((1, n)))
+    redraws: dict[str, list[np.ndarray]] = {name: [] for name in mine}
+    for _rows, w in redraw_counts(bootstrap_indices(n, n_resamples=n_resamples, seed=seed), n):
+        a, b = both(w)
+        for name in redraws:
+            redraws[name].append(a[name] - b[name])
+    out = {}
+    for name, parts in redraws.items():
+        diffs = np.concatenate(parts)
+        defined = int(np.isfinite(diffs).sum())
+        out[name] = {**estimate(float(mine[name][0] - theirs[name][0]), diffs, confidence=confidence),
+                     "p_value": bootstrap_p_value(diffs), "p_floor": p_value_floor(defined),
+                     "defined_redraws": defined, "private": number(mine[name][0]),
+                     "reference": number(theirs[name][0])}
+    return out
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:

@@ -260,7 +260,9 @@ def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, in
     row: dict = {"threshold": threshold, "val_auroc": _column_auroc(y_val, s_val)}
     _test_auroc(row, names, y[:, None], s[:, None], indices, confidence, per_label=False)
 
-    correct = ((s >= threshold) == (y == 1)).astype(np.float64)  # [N], the validation threshold applied unchanged
+    decided = s >= threshold  # [N], the validation threshold applied unchanged
+    correct = (decided == (y == 1)).astype(np.float64)
+    row["test_predicted_classes"] = int(np.unique(decided).size)  # 1: one class for every test image
     positive = y == 1
     n = y.size
     n_pos, n_neg = float(y.sum()), float(n - y.sum())
@@ -282,7 +284,9 @@ def _evaluate_multiclass(names, val_labels, val_scores, test_labels, test_scores
         raise ValueError(f"test scores have {s.shape[1]} columns for {len(names)} label_names {list(names)}")
     row: dict = {}
     _test_auroc(row, names, *_multiclass_columns(y, s, "test"), indices, confidence, per_label=True)
-    correct = (np.argmax(s, axis=1) == y).astype(np.float64)  # [N]
+    predicted = np.argmax(s, axis=1)  # [N]
+    row["test_predicted_classes"] = int(np.unique(predicted).size)  # 1: one class for every test image
+    correct = (predicted == y).astype(np.float64)
     _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(indices, lambda w: weighted_mean(correct, w)),
               confidence)
     return row
@@ -305,7 +309,10 @@ def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores
     row: dict = {f"threshold[{name}]": float(t) for name, t in zip(names, thresholds)}
     _test_auroc(row, names, y, s, indices, confidence, per_label=True)
     # Mean over labels of per-label accuracy = mean over images of the share of labels right (same N per label).
-    correct = ((s >= thresholds[None, :]) == (y == 1)).mean(axis=1)  # [N]
+    decided = s >= thresholds[None, :]  # [N, L]
+    # a finding decided the same way for every test image (all positive or all negative) says nothing about it
+    row["test_constant_labels"] = int(sum(np.unique(decided[:, j]).size == 1 for j in range(decided.shape[1])))
+    correct = (decided == (y == 1)).mean(axis=1)  # [N]
     _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(indices, lambda w: weighted_mean(correct, w)),
               confidence)
     return row
@@ -337,7 +344,10 @@ def evaluate_utility(
     it had no value); ``test_auroc[<label name>]`` per label (multiclass, multilabel); ``test_accuracy`` with
     interval (binary and multilabel at the validation Youden thresholds, multiclass by argmax); binary adds
     ``threshold``, ``val_auroc``, ``test_sensitivity`` and ``test_specificity`` with intervals; multilabel adds
-    ``threshold[<label name>]``; always ``n_test``, ``n_resamples``, ``confidence``, ``bootstrap_seed``.
+    ``threshold[<label name>]``; ``test_predicted_classes`` (binary, multiclass: how many classes the decisions
+    use on test; 1 flags a model that predicts one class for every image) and ``test_constant_labels``
+    (multilabel: findings decided the same way for every test image); always ``n_test``, ``n_resamples``,
+    ``confidence``, ``bootstrap_seed``.
     ``ordinal=True`` (multiclass grades, e.g. APTOS) adds ``test_kappa_quadratic`` with interval: the
     quadratic-weighted kappa of the argmax predictions (:func:`quadratic_weighted_kappa`).
 

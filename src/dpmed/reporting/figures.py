@@ -1,83 +1,178 @@
-"""Figures for the report, returned as PNG bytes (embedded in the HTML and saved beside it)."""
+"""Figures for the report, returned as PNG bytes (embedded in the HTML and saved beside it).
+
+Every figure comes in two layouts: ``narrow=False`` for a desktop page (panels side by side, drawn at about the
+width it is shown at) and ``narrow=True`` for a phone (panels stacked, drawn at twice the 358 CSS px it is shown at,
+with type that stays at least 10 CSS px there); :func:`~dpmed.reporting.inputs.embed_figure` lets the browser pick.
+"""
 
 from __future__ import annotations
 
 import io
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 from matplotlib.figure import Figure  # not pyplot: no global backend or figure state is touched
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import LogLocator, NullFormatter
 
 from dpmed.records import RunRecord
 
-__all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples"]
+__all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
+           "run_label"]
+
+# Type sizes in points, per layout: (dpi, text). Narrow figures are 3.9 in wide at 200 dpi (780 px) and shown at
+# 358 CSS px, so 11 pt is 11 * 200 / 72 * 358 / 780 = 14 CSS px; wide ones are shown at about their own size.
+FONT = {False: (110, 10.0), True: (200, 11.0)}
+NARROW_INCHES = 3.9          # every narrow figure's width: 780 px at 200 dpi
 
 
-def auroc_versus_epsilon(records: Iterable[RunRecord]) -> bytes:
-    """:func:`auroc_figure` as PNG bytes."""
+def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    auroc_figure(records).savefig(buf, format="png")
+    fig.savefig(buf, format="png")
     return buf.getvalue()
 
 
-def auroc_figure(records: Iterable[RunRecord]) -> Figure:
-    """Test AUROC (with its bootstrap interval) against eps on a log axis.
+def auroc_versus_epsilon(records: Iterable[RunRecord], *, narrow: bool = False) -> bytes:
+    """:func:`auroc_figure` as PNG bytes."""
+    return _png(auroc_figure(records, narrow=narrow))
 
-    DP-SGD arms sit at their central eps; local-DP arms at their per-image eps (a different neighbour relation,
-    drawn with another marker and said in the legend); the non-private level is a line with its interval as a band.
-    The AUROC axis starts at 0.4 unless an interval reaches lower: a run below chance is shown, not cut off.
+
+def run_label(record: RunRecord, several_seeds: bool) -> str:
+    """A run's short name on a figure: its arm and swept values, and its seed where a study has several."""
+    return record.plan.label + (f" s{record.seed}" if several_seeds else "")
+
+
+@dataclass(frozen=True)
+class _Panel:
+    """One kind of eps: which runs it holds, their x, and how it is labelled."""
+
+    title: str
+    xlabel: str
+    member: Callable[[RunRecord], bool]
+    x: Callable[[RunRecord], Any]
+
+
+def _unit(records: list[RunRecord]) -> str:
+    units = {r.privacy.unit for r in records if r.mechanism == "dp_sgd"}
+    return f"one {units.pop()}" if len(units) == 1 else "one patient or image"
+
+
+def _panels(records: list[RunRecord]) -> list[_Panel]:
+    local = _Panel(title="Local DP on the images", xlabel="eps per image (any two images), log scale",
+                   member=lambda r: r.privacy.is_dp and r.privacy.epsilon_image is not None,
+                   x=lambda r: r.privacy.epsilon_image)
+    central = _Panel(title="DP-SGD", xlabel=f"eps (add or remove {_unit(records)}), log scale",
+                     member=lambda r: r.mechanism == "dp_sgd" and r.privacy.is_dp and r.privacy.epsilon is not None,
+                     x=lambda r: r.privacy.epsilon)
+    present = [p for p in (local, central) if any(p.member(r) for r in records)]
+    return present or [central]
+
+
+_MARKERS = {"dp_sgd": ("o", "tab:blue", "DP-SGD"), "pixel_laplace": ("s", "tab:orange", "pixel Laplace (local DP)"),
+            "pixel_gaussian": ("^", "tab:green", "pixel Gaussian (local DP)")}
+
+
+def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figure:
+    """Test AUROC (with its bootstrap interval) against eps on a log axis, one panel per kind of eps.
+
+    Local DP's eps per image (any two images are neighbours; thousands at 64 x 64 px) and DP-SGD's eps (add or
+    remove one patient or image) answer different questions, so they never share an axis: one panel each, where
+    both kinds are in the study. Every point carries its run's label. In every panel the non-private AUROC is a
+    line with its interval as a band, and chance (0.5) a dotted line; the legend names all three. The AUROC axis
+    starts at 0.4 unless an interval reaches lower: a run below chance is shown, not cut off.
     """
     records = list(records)
-    fig = Figure(figsize=(7, 4.2), dpi=110)
-    ax = fig.subplots()
-    styles = {"dp_sgd": ("o", "tab:blue", "DP-SGD (eps at its delta)"),
-              "pixel_laplace": ("s", "tab:orange", "pixel Laplace LDP (eps per image)"),
-              "pixel_gaussian": ("^", "tab:green", "pixel Gaussian LDP (eps per image at its delta)")}
-    xs, lows = [], [0.4]
-    for mech, (marker, color, label) in styles.items():
-        pts = [(r, r.estimate("test_auroc")) for r in records if r.mechanism == mech and r.privacy.is_dp]
-        pts = [(r, e) for r, e in pts if e.value is not None]
-        if not pts:
-            continue
-        x = [r.privacy.epsilon for r, _ in pts]
-        y = [e.value for _, e in pts]
-        lo = [e.value - e.low for _, e in pts]
-        hi = [e.high - e.value for _, e in pts]
-        ax.errorbar(x, y, yerr=[lo, hi], fmt=marker, color=color, capsize=3, label=label)
-        xs += x
-        lows += [e.low for _, e in pts]
-    base = [e for e in (r.estimate("test_auroc") for r in records if r.mechanism == "none") if e.value is not None]
-    for i, e in enumerate(base):
-        ax.axhline(e.value, color="k", lw=1, label="non-private" if i == 0 else None)
-        ax.axhspan(e.low, e.high, color="k", alpha=0.08)
-        lows.append(e.low)
-    if xs:
-        ax.set_xscale("log")
-    ax.set_xlabel("epsilon (log scale; lower = more private)")
-    ax.set_ylabel("test AUROC")
-    ax.set_ylim(max(0.0, min(lows) - 0.02) if min(lows) < 0.4 else 0.4, 1.01)
-    ax.axhline(0.5, color="grey", ls=":", lw=1)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    dpi, size = FONT[narrow]
+    panels = _panels(records)
+    n = len(panels)
+    if narrow:
+        fig = Figure(figsize=(NARROW_INCHES, 3.2 * n + 1.9), dpi=dpi, layout="constrained")
+        axes = list(fig.subplots(n, 1, squeeze=False, sharey=True)[:, 0])
+    else:
+        fig = Figure(figsize=(4.6 * n + 0.8, 4.6), dpi=dpi, layout="constrained")
+        axes = list(fig.subplots(1, n, squeeze=False, sharey=True)[0])
+    several_seeds = len({r.seed for r in records}) > 1
+    base = [(r, e) for r, e in ((r, r.estimate("test_auroc")) for r in records if r.mechanism == "none")
+            if e.value is not None]
+    lows = [0.4] + [e.low for _, e in base if e.low is not None]
+    used: dict[str, tuple[str, str, str]] = {}
+    for ax, panel in zip(axes, panels):
+        for _r, e in base:
+            ax.axhline(e.value, color="k", lw=1)
+            if e.low is not None and e.high is not None:
+                ax.axhspan(e.low, e.high, color="k", alpha=0.08, lw=0)
+        ax.axhline(0.5, color="grey", ls=":", lw=1.2)
+        xs = []
+        for r in records:
+            e = r.estimate("test_auroc")
+            if not panel.member(r) or e.value is None:
+                continue
+            marker, color, name = _MARKERS.get(r.mechanism, ("D", "tab:purple", r.mechanism))
+            used[r.mechanism] = (marker, color, name)
+            x = panel.x(r)
+            low = e.value - e.low if e.low is not None else 0.0
+            high = e.high - e.value if e.high is not None else 0.0
+            ax.errorbar([x], [e.value], yerr=[[low], [high]], fmt=marker, color=color, capsize=3, ms=6)
+            ax.annotate(run_label(r, several_seeds), (x, e.value), xytext=(6, 4), textcoords="offset points",
+                        fontsize=size - 1, color="#333333")
+            xs.append(x)
+            if e.low is not None:
+                lows.append(e.low)
+        if xs:
+            ax.set_xscale("log")
+            lo, hi = min(xs), max(xs)
+            ax.set_xlim(lo / 4, hi * 25)       # whole decades shown, and room for the labels right of the points
+            ax.xaxis.set_minor_formatter(NullFormatter())    # 2x10^3, 3x10^3, ... would overlap
+            ax.xaxis.set_major_locator(LogLocator(base=10, numticks=6))
+        else:
+            ax.set_xticks([])
+            ax.text(0.5, 0.3, "no run of this kind", transform=ax.transAxes, ha="center", fontsize=size - 1,
+                    color="grey")
+        ax.set_title(panel.title, fontsize=size + 1)
+        ax.set_xlabel(panel.xlabel, fontsize=size)
+        ax.tick_params(labelsize=size - 1)
+        ax.grid(alpha=0.3, which="major")
+    axes[0].set_ylabel("test AUROC", fontsize=size)
+    if narrow:
+        for ax in axes[1:]:
+            ax.set_ylabel("test AUROC", fontsize=size)
+    axes[0].set_ylim(max(0.0, min(lows) - 0.02) if min(lows) < 0.4 else 0.4, 1.01)
+    handles = [Line2D([], [], marker=m, color=c, ls="none", label=label) for m, c, label in used.values()]
+    if base:
+        handles += [Line2D([], [], color="k", lw=1, label="non-private AUROC"),
+                    Patch(color="k", alpha=0.08, label="non-private interval")]
+    handles.append(Line2D([], [], color="grey", ls=":", lw=1.2, label="chance (AUROC 0.5)"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=1 if narrow else min(len(handles), 3),
+               fontsize=size - 1, frameon=False)
     return fig
 
 
-def ldp_examples(rows: list[tuple[str, Any, Any]]) -> bytes:
+def ldp_examples(rows: list[tuple[str, Any, Any]], *, narrow: bool = False) -> bytes:
+    """:func:`ldp_examples_figure` as PNG bytes."""
+    return _png(ldp_examples_figure(rows, narrow=narrow))
+
+
+def ldp_examples_figure(rows: list[tuple[str, Any, Any]], *, narrow: bool = False) -> Figure:
     """A grid of images: the first row the originals, then one row per local-DP run (label, originals, perturbed)
-    with the same images after its mechanism. Arrays are [n, C, H, W] in [0, 1]; the first channel is shown."""
-    n = rows[0][1].shape[0]
-    fig = Figure(figsize=(1.6 * n + 1.8, 1.6 * (len(rows) + 1)), dpi=100)
-    axes = fig.subplots(len(rows) + 1, n, squeeze=False)
+    with the same images after its mechanism. Arrays are [n, C, H, W] in [0, 1]; the first channel is shown. The
+    narrow layout shows at most three images per row, with the row's label above it."""
+    dpi, size = FONT[narrow]
+    n = rows[0][1].shape[0] if not narrow else min(3, rows[0][1].shape[0])
     grids = [("original", rows[0][1])] + [(label, perturbed) for label, _, perturbed in rows]
+    if narrow:
+        fig = Figure(figsize=(NARROW_INCHES, 1.55 * len(grids) + 0.2), dpi=dpi, layout="constrained")
+    else:
+        fig = Figure(figsize=(1.6 * n + 2.2, 1.6 * len(grids)), dpi=dpi, layout="constrained")
+    axes = fig.subplots(len(grids), n, squeeze=False)
     for r, (label, images) in enumerate(grids):
         for c in range(n):
             ax = axes[r][c]
             ax.imshow(images[c, 0], cmap="gray", vmin=0.0, vmax=1.0)
             ax.set_xticks([])
             ax.set_yticks([])
-            if c == 0:
-                ax.set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+        if narrow:
+            axes[r][0].set_title(label.replace("\n", ", "), fontsize=size - 1, loc="left")
+        else:
+            axes[r][0].set_ylabel(label, fontsize=size - 1, rotation=0, ha="right", va="center")
+    return fig

@@ -1,19 +1,42 @@
 """What every section of the report reads (the study's typed records, computed comparisons, its folder), and the small
-pieces of HTML they share."""
+pieces of HTML they share: numbers as a reader reads them (three significant figures, p-values at their floor as
+"<= 0.002"), papers cited by authors and year, and figures that stay readable on a phone."""
 
 from __future__ import annotations
 
 import base64
 import html
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpmed.comparisons import Comparisons
+from dpmed.comparisons import Comparisons, PairedDifference
 from dpmed.folders import StudyFolder
+from dpmed.mechanisms import PrivacyCard
 from dpmed.records import Estimate, ResolvedStudy, RunRecord
 
-__all__ = ["ReportInputs", "escape", "estimate_text", "embed_png"]
+__all__ = ["ReportInputs", "escape", "estimate_text", "embed_png", "embed_figure", "number_text", "p_text", "cite",
+           "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "accountant_name"]
+
+# The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
+# comments): /work/shared/seeds/README.md lists them.
+SOURCES = {
+    "000_56c2431ae4df8d10.txt": "Singh, Sikka, Kotti and Trask 2020",
+    "001_d0483fd35863b74c.txt": "Naidu et al. 2021",
+    "003_9a91354dc2d7e2df.txt": "Tayebi Arasteh, Ziller et al. 2023",
+    "004_6210268d59b6f8e5.txt": "Ziller et al. 2024",
+}
+_SOURCE_FILE = re.compile(r"\b(00\d_[0-9a-f]{16}\.txt)")
+
+# Where the definitions live: the repository's docs/METHODS.md (the report names it, it cannot link a file).
+METHODS = "docs/METHODS.md"
+
+# Below this page width the report shows each figure's narrow variant (stacked panels, larger type).
+NARROW_MEDIA = "(max-width: 700px)"
+# The CSS width a figure is shown at on a 390 px phone (the body's padding taken off), for the figures' font sizes.
+PHONE_WIDTH = 358
 
 
 @dataclass(frozen=True)
@@ -32,8 +55,85 @@ class ReportInputs:
         return f"{self.resolved.study.evaluation.confidence:.0%}"
 
 
+def cite(text: str) -> str:
+    """``text`` with every source document's file name replaced by its authors and year (records written by any
+    version of dpmed, and sentences of upstream stages, may still name the files)."""
+    return _SOURCE_FILE.sub(lambda m: SOURCES.get(m.group(1), m.group(1)), text)
+
+
 def escape(value: Any) -> str:
-    return html.escape(str(value))
+    return html.escape(cite(str(value)))
+
+
+def _ceil(x: float) -> float:
+    """ceil, forgiving the last bits of binary rounding (999.0000000001 -> 999)."""
+    return float(math.ceil(x - 1e-9 * max(1.0, abs(x))))
+
+
+def number_text(value: Any, digits: int = 3, *, up: bool = False) -> str:
+    """A number as a reader reads it: at most ``digits`` significant figures with thousands separators (0.0923,
+    3.46, 0.5, 8,192, 12,300), scientific below 1e-4 and from 1e6 (1e-5, 2.5e15), integers exact, inf as "∞",
+    booleans as yes / no, None and nan as "–". Never Python's repr (no ``False``, ``None`` or 16 digits).
+    ``up``: round up, not to nearest: an eps or delta shown shorter must never look smaller than it is (0.99942
+    -> 1, not 0.999)."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if not isinstance(value, float):
+        return str(value)
+    if math.isnan(value):
+        return "–"
+    if math.isinf(value):
+        return "∞" if value > 0 else "−∞"
+    if value == 0:
+        return "0"
+    if value.is_integer() and abs(value) < 1e6:
+        return f"{int(value):,}"
+    magnitude = math.floor(math.log10(abs(value)))
+    if -4 <= magnitude < 6:
+        decimals = digits - 1 - magnitude
+        shown = _ceil(value * 10.0 ** decimals) / 10.0 ** decimals if up else round(value, decimals)
+        text = f"{shown:,.{max(0, decimals)}f}"
+        return text.rstrip("0").rstrip(".") if "." in text else text   # 0.5, not 0.500
+    scale = 10.0 ** (magnitude - digits + 1)
+    mantissa_value = (_ceil(value / scale) * scale) if up else value
+    mantissa, exponent = f"{mantissa_value:.{digits - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def accountant_name(accountant: str | None) -> str:
+    """pld -> PLD, rdp -> RDP; longer descriptions as they are."""
+    if accountant is None:
+        return ""
+    return accountant.upper() if accountant in ("pld", "rdp", "rdp-classic", "pure") else accountant
+
+
+def eps_label(card: PrivacyCard) -> str:
+    """A run's eps as the report shows it, rounded up: "ε 1 (δ 1e-5, PLD)" for 0.99942, local DP "ε 8,192 per
+    image (local DP)", "no privacy (ε = ∞)", and "not DP" where no eps holds."""
+    if not card.is_dp and card.epsilon is not None:     # reproducible mode: the accounted value, labelled
+        return f"ε {number_text(card.epsilon, up=True)} (not DP: seed known)"
+    if not card.is_dp:
+        return "no privacy (ε = ∞)" if card.mechanism == "none" else "not DP"
+    if card.epsilon_image is not None:      # per image, "any two images": not comparable with DP-SGD's eps
+        delta = f", δ {number_text(card.delta, up=True)}" if card.delta else ""
+        return f"ε {number_text(card.epsilon_image, up=True)} per image (local DP{delta})"
+    return (f"ε {number_text(card.epsilon, up=True)} (δ {number_text(card.delta, up=True)}, "
+            f"{accountant_name(card.accountant)})")
+
+
+def p_text(diff: PairedDifference) -> str:
+    """A bootstrap p-value; at its floor 2 / (R + 1) (no redraw on the other side of zero) it is "≤ floor", since
+    more redraws could only have lowered it."""
+    if diff.p_value is None:
+        return "–"
+    if diff.p_at_floor:
+        return f"≤ {diff.p_floor:.2g}"
+    return f"{diff.p_value:.2g}"
 
 
 def estimate_text(est: Estimate | dict | None, digits: int = 3) -> str:
@@ -46,11 +146,25 @@ def estimate_text(est: Estimate | dict | None, digits: int = 3) -> str:
         return "–"
     if low is None or high is None:
         return f"{value:.{digits}f}"
-    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+    # a narrow cell may wrap between the value and its interval, never inside the interval (no-break space)
+    return f"{value:.{digits}f} [{low:.{digits}f},\u00a0{high:.{digits}f}]"
+
+
+def _uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def embed_png(png: bytes, path: Path, alt: str) -> str:
     """Save ``png`` beside the report and embed it (the report opens offline)."""
     path.write_bytes(png)
-    uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-    return f'<img src="{uri}" alt="{escape(alt)}" style="max-width:100%">'
+    return f'<img src="{_uri(png)}" alt="{escape(alt)}">'
+
+
+def embed_figure(wide: bytes, narrow: bytes, path: Path, alt: str) -> str:
+    """A figure in two layouts, both saved beside the report (``path`` and ``<stem>_narrow.png``) and embedded: the
+    browser shows the narrow one (panels stacked, type sized for a phone) at page widths of :data:`NARROW_MEDIA`,
+    so axis labels stay readable at 390 px instead of shrinking with a desktop-wide image."""
+    path.write_bytes(wide)
+    path.with_name(f"{path.stem}_narrow{path.suffix}").write_bytes(narrow)
+    return (f'<picture><source media="{NARROW_MEDIA}" srcset="{_uri(narrow)}">'
+            f'<img src="{_uri(wide)}" alt="{escape(alt)}"></picture>')

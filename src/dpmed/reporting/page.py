@@ -13,8 +13,8 @@ from typing import Any, Callable, Sequence
 from dpmed.comparisons import Comparisons
 from dpmed.folders import StudyFolder, write_text_atomic
 from dpmed.records import ResolvedStudy, RunRecord
-from dpmed.reporting import sections, study_sections
-from dpmed.reporting.inputs import ReportInputs, escape as _e
+from dpmed.reporting import clinical, sections, study_sections
+from dpmed.reporting.inputs import METHODS, ReportInputs, cite, escape as _e
 
 __all__ = ["write_report", "write_private_report", "SECTIONS"]
 
@@ -25,17 +25,43 @@ h1{margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margi
 /* a wide table scrolls inside itself, not the page */
 table{border-collapse:collapse;font-size:.9em;margin:.6em 0;display:block;max-width:100%;overflow-x:auto}
 th,td{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}
-th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums} td.eps{min-width:8em}
+img{max-width:100%;height:auto} figure{margin:1em 0}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.6em 1em;margin:1em 0}
+.flag{color:#8a4b00;background:#fff3e0;border-left:3px solid #e07b00;padding:.2em .5em;margin:.3em 0}
+span.flag{display:inline;background:none;border:0;padding:0;margin:0;font-size:.9em}
 .notdp{color:#b00020;font-weight:600} pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:.8em}
-.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:1em}
-.card{border:1px solid #ddd;border-radius:6px;padding:.6em 1em} .card h3{margin:.2em 0 .4em;font-size:1em}
-.card table{font-size:.85em;width:100%;display:table} .card td{overflow-wrap:anywhere}
+ul.reading li{margin:.3em 0}
+/* cards: the statement first, key facts, the rest folded; every row of the grid as tall as its tallest card */
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(330px,100%),1fr));grid-auto-rows:1fr;gap:1em}
+.card{border:1px solid #ddd;border-radius:6px;padding:.6em 1em;min-width:0} .card h3{margin:.2em 0 .4em;font-size:1em}
+.card .statement{font-size:.92em} .card table.facts{font-size:.85em;width:100%;display:table}
+.card table.facts th{width:45%} .card table.facts td{white-space:normal}
+.card details{font-size:.8em;margin-top:.5em} .card summary{cursor:pointer;color:#355}
+dl.raw{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:.1em .8em;font-family:ui-monospace,monospace}
+dl.raw dt{color:#555} dl.raw dd{margin:0;overflow-wrap:anywhere}
+table.clinical td:last-child{min-width:18em}
+/* a phone: one card per row at its own height, and the opening table as one block per arm */
+@media (max-width:700px){
+body{margin:1em auto} h1{font-size:1.5em} .cards{grid-auto-rows:auto}
+table.clinical,table.clinical tbody,table.clinical tr,table.clinical td{display:block;min-width:0}
+table.clinical tr:first-child{display:none} table.clinical tr{border:1px solid #ddd;margin:0 0 .8em;padding:.3em}
+table.clinical td{border:0;text-align:left;white-space:normal;padding:.15em .3em}
+table.clinical td::before{content:attr(data-label);display:block;font-size:.8em;color:#555}
+table.clinical td:last-child{min-width:0}}
 """
+
+# Lay the page out at the phone's own width (without it a phone draws it at 980 px and shrinks everything).
+_VIEWPORT = '<meta name="viewport" content="width=device-width, initial-scale=1">'
+_FOOTER = (f"<p><small>Every number's definition, and where the source papers are vague or wrong: {METHODS} in the "
+           "dpmed repository. Sources: Singh, Sikka, Kotti and Trask 2020 (local DP versus DP-SGD on chest X-rays "
+           "and APTOS); Naidu et al. 2021 (DP and interpretability); Tayebi Arasteh, Ziller et al. 2023 (private, "
+           "fair and accurate chest radiograph models); Ziller et al. 2024 (high-budget DP and reconstruction risk)."
+           "</small></p>")
 
 # The report's sections, in page order.
 SECTIONS: tuple[Callable[[ReportInputs], str], ...] = (
-    sections.summary, sections.utility, sections.privacy_cards, sections.study_privacy, sections.reconstruction_risk,
+    clinical.clinical, sections.summary, sections.utility, sections.privacy_cards, sections.study_privacy, sections.reconstruction_risk,
     study_sections.comparison_section, study_sections.fairness_section, study_sections.interpretability_section,
     sections.ldp_examples_section, sections.provenance,
 )
@@ -46,10 +72,12 @@ def write_report(resolved: ResolvedStudy, records: Sequence[RunRecord], comparis
     """report.html (and its figures as PNG beside it) from the resolved study, the finished runs and the
     comparisons."""
     inputs = ReportInputs(resolved=resolved, records=list(records), comparisons=comparisons, folder=folder)
-    body = "\n".join(part for part in (section(inputs) for section in SECTIONS) if part)
-    doc = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>dpmed report: {_e(resolved.name)}'
-           f"</title><style>{_CSS}</style></head><body>\n<h1>What privacy costs: {_e(resolved.name)}</h1>\n{body}\n"
-           "</body></html>")
+    # cite(): sentences from records and upstream stages (a card's statement, a run.json of an older dpmed) may
+    # still name a source document by its file name; the reader gets authors and year
+    body = cite("\n".join(part for part in (section(inputs) for section in SECTIONS) if part))
+    doc = (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{_VIEWPORT}<title>dpmed report: '
+           f"{_e(resolved.name)}</title><style>{_CSS}</style></head><body>\n<h1>What privacy costs: "
+           f"{_e(resolved.name)}</h1>\n{body}\n{_FOOTER}</body></html>")
     write_text_atomic(folder.report, doc)
 
 
@@ -69,11 +97,11 @@ def write_private_report(resolved: ResolvedStudy, items: dict[str, dict[str, Any
                                              for k, v in shown.items()) + "</table>")
         if parts:
             rows.append(f'<div class="card"><h3>{_e(run_id)}</h3>{"".join(parts)}</div>')
-    doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
+    doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">{_VIEWPORT}
 <title>dpmed private report: {_e(resolved.name)}</title><style>{_CSS}</style></head><body>
 <h1>Private: {_e(resolved.name)}</h1>
 <div class="note notdp">PRIVATE, NOT COVERED BY EPS. These numbers are computed from the training images without
-noise (training-set metrics, as in the train/test table of 000_56c2431ae4df8d10.txt) or from the audit's secret canary
+noise (training-set metrics, as in the train/test table of Singh et al. 2020) or from the audit's secret canary
 inclusion bits. Sharing them breaks the eps of the runs they describe. Keep this file in the study's private
 folder.</div>
 <div class="cards">{''.join(rows) or '<p>No private statistics were computed.</p>'}</div>

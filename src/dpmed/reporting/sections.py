@@ -5,41 +5,99 @@ returns HTML ("" where a study has nothing for it)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import numpy as np
 import yaml
 
-from dpmed.records import RunRecord
+from dpmed.records import DatasetSummary, RunRecord
+from dpmed.reporting.clinical import flag_html
 from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples
-from dpmed.reporting.inputs import ReportInputs, embed_png, escape, estimate_text
-from dpmed.reporting.tables import eps_text
+from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, embed_figure, eps_label, escape,
+                                    estimate_text, number_text, p_text)
 
 __all__ = ["summary", "utility", "privacy_cards", "study_privacy", "reconstruction_risk", "ldp_examples_section",
-           "provenance"]
+           "provenance", "decision_rule"]
 
 
-def _reading(records: list[RunRecord]) -> str:
-    """A plain-language summary of the trade-off, from the numbers alone."""
-    base = [e for e in (r.estimate("test_auroc") for r in records if r.mechanism == "none") if e.value is not None]
-    if not base:
-        return "This study has no non-private arm with a defined AUROC, so the cost of privacy has no baseline here."
-    b = sum(e.value for e in base) / len(base)
-    base_low = min(e.low for e in base)
-    parts = [f"Without privacy the model reaches a test AUROC of {b:.3f}."]
+def decision_rule(data: DatasetSummary) -> str:
+    """How a run's scores become decisions, in words: the validation-chosen Youden threshold, or argmax."""
+    if data.task == "multiclass":
+        return "the class with the highest score (argmax; no threshold)"
+    if data.task == "multilabel":
+        return "each finding's Youden threshold, chosen on the validation split"
+    return "the Youden threshold chosen on the validation split"
+
+
+def _measured(inputs: ReportInputs) -> str:
+    data, ev = inputs.resolved.dataset, inputs.resolved.study.evaluation
+    if data.task == "binary":
+        pos, neg = data.positive_class, data.negative_class
+        named = (f"<b>{escape(pos)}</b> cases found: {escape(pos)} is the positive class, label 1" if pos
+                 else "positive cases (label 1) found; the dataset's class names are not recorded")
+        cleared = f"{escape(neg)} cases cleared" if neg else "negative cases (label 0) cleared"
+        what = (f"test AUROC, and accuracy, sensitivity (the share of {named}) and specificity (the share of "
+                f"{cleared}) at {decision_rule(data)}")
+    elif data.task == "multiclass":
+        what = f"test AUROC (macro, one-vs-rest) and accuracy of {decision_rule(data)}"
+        if data.ordinal:
+            what += ", and quadratic-weighted kappa of the ordered grades"
+    else:
+        what = f"test AUROC (macro over findings) and accuracy at {decision_rule(data)}"
+    return (f"{what}; {inputs.level} percentile intervals from {ev.bootstrap_resamples} paired bootstrap redraws of "
+            f"the test set (seed {ev.bootstrap_seed}). Definitions: {METHODS} (in the dpmed repository), sec. 4")
+
+
+def _reading(inputs: ReportInputs) -> str:
+    """A plain-language summary of the trade-off, from the numbers alone: every private run against the
+    non-private run of its own seed (paired where predictions allow, never against a mean over seeds)."""
+    records, level = inputs.records, inputs.level
+    references = {}
+    for r in records:
+        if r.mechanism == "none" and r.estimate("test_auroc").value is not None:
+            references.setdefault(r.seed, r)
+    if not references:
+        return ("<p>This study has no non-private arm with a defined AUROC, so the cost of privacy has no baseline "
+                "here.</p>")
+    parts = ["Without privacy the model reaches a test AUROC of "
+             + "; ".join(f"{estimate_text(r.estimate('test_auroc'))}"
+                         + (f" (seed {seed})" if len(references) > 1 else "")
+                         for seed, r in sorted(references.items())) + "."]
+    paired = {d.run_id: d for d in inputs.comparisons.auroc_differences}
     for r in records:
         if r.mechanism == "none":
             continue
         e = r.estimate("test_auroc")
+        head = f"{escape(r.run_id)} ({escape(eps_label(r.privacy))})"
         if e.value is None:
-            parts.append(f"{escape(r.run_id)}: test AUROC undefined (one class only among its scores or labels).")
+            parts.append(f"{head}: test AUROC undefined (one class only among its scores or labels).")
             continue
-        verdict = ("its interval overlaps the non-private one" if e.high >= base_low
-                   else "its whole interval lies below the non-private one")
-        parts.append(f"{escape(r.run_id)} ({escape(eps_text(r.privacy))}): {e.value:.3f} ({e.value - b:+.3f}); "
-                     f"{verdict}.")
-    parts.append("Intervals are percentile bootstrap intervals over the test set; intervals that overlap do not "
-                 "show that two arms are equal, nor that they differ.")
-    return " ".join(parts)
+        d = paired.get(r.run_id)
+        ref = references.get(r.seed)
+        if d is not None and d.auroc_difference.value is not None:
+            a = d.auroc_difference
+            if a.low is not None and a.high < 0:
+                verdict = "the paired interval of the difference lies below 0: lower than without privacy"
+            elif a.low is not None and a.low > 0:
+                verdict = "the paired interval of the difference lies above 0"
+            else:
+                verdict = "the paired interval of the difference includes 0"
+            interval = "" if a.low is None else f" [{a.low:+.3f}, {a.high:+.3f}], p {p_text(a)}"
+            parts.append(f"{head}: {e.value:.3f}, {a.value:+.3f} against {escape(d.reference_run)} (same seed; "
+                         f"paired {level} CI{interval}); {verdict}.")
+        elif ref is not None:
+            b = ref.estimate("test_auroc")
+            verdict = ("its whole interval lies below that of its seed's non-private run"
+                       if e.high is not None and b.low is not None and e.high < b.low
+                       else "its interval overlaps that of its seed's non-private run")
+            parts.append(f"{head}: {e.value:.3f} ({e.value - b.value:+.3f} against {escape(ref.run_id)}, same "
+                         f"seed; no saved predictions to pair); {verdict}.")
+        else:
+            parts.append(f"{head}: {e.value:.3f}; no non-private run of seed {r.seed} to compare with.")
+    note = ("A difference is read from its paired interval; per-arm intervals that overlap show neither that two "
+            "arms are equal nor that they differ.")
+    items = "".join(f"<li>{part}</li>" for part in parts[1:])
+    return f"<p>{parts[0]}</p>" + (f'<ul class="reading">{items}</ul>' if items else "") + f"<p>{note}</p>"
 
 
 def summary(inputs: ReportInputs) -> str:
@@ -48,47 +106,111 @@ def summary(inputs: ReportInputs) -> str:
     synthetic = ('<div class="note">The data are the <b>phantom</b> chest X-rays embedded in dpmed: a synthetic '
                  "teaching and testing dataset. These numbers show how the tool works, not how a clinical model "
                  "behaves.</div>") if data.synthetic else ""
+    classes = ""
+    if data.label_names:
+        classes = (f"; classes {escape(', '.join(data.label_names))}" if data.task != "binary" else
+                   f"; positive class <b>{escape(data.positive_class)}</b> (label 1), negative "
+                   f"{escape(data.negative_class)} (label 0)")
+        if data.ordinal:
+            classes += " (ordered grades)"
     return f"""<h2 id="summary">Summary</h2>
 <table><tr><th>dataset</th><td>{escape(data.name)}: {data.n_train} / {data.n_val} / {data.n_test}
 train / validation / test images of shape {escape(tuple(data.image_shape))} ({data.n_train_patients} training
-patients), task {escape(data.task)}</td></tr>
+patients), task {escape(data.task)}{classes}</td></tr>
 <tr><th>model</th><td>{escape(study.model.name)}</td></tr><tr><th>arms</th><td>{escape(arms)}</td></tr>
-<tr><th>seeds</th><td>{escape(study.seeds)}</td></tr>
-<tr><th>measured</th><td>test AUROC (macro), and accuracy, sensitivity and specificity at the Youden threshold
-chosen on the validation split; {inputs.level} percentile intervals from {study.evaluation.bootstrap_resamples} paired
-bootstrap redraws of the test set (seed {study.evaluation.bootstrap_seed})</td></tr></table>
-{synthetic}<p>{_reading(inputs.records)}</p>"""
+<tr><th>seeds</th><td>{escape(", ".join(str(s) for s in study.seeds))}</td></tr>
+<tr><th>measured</th><td>{_measured(inputs)}</td></tr></table>
+{synthetic}{_reading(inputs)}{flag_html(inputs, [r.run_id for r in inputs.records])}"""
+
+
+def _metric_columns(inputs: ReportInputs) -> list[tuple[str, str]]:
+    """(metric, column head) of the utility table: the task's metrics that some run has."""
+    data = inputs.resolved.dataset
+    columns = [("test_auroc", f"test AUROC [{inputs.level} CI]"),
+               ("test_accuracy", "accuracy" + (" (argmax)" if data.task == "multiclass" else ""))]
+    if data.task == "binary":
+        columns += [("test_sensitivity", f"sensitivity ({escape(data.positive_class or 'label 1')} found)"),
+                    ("test_specificity", f"specificity ({escape(data.negative_class or 'label 0')} cleared)")]
+    columns.append(("test_kappa_quadratic", "quadratic-weighted kappa"))
+    return [(m, head) for m, head in columns if any(m in r.metrics for r in inputs.records)]
 
 
 def utility(inputs: ReportInputs) -> str:
-    figure = embed_png(auroc_versus_epsilon(inputs.records), inputs.folder.root / "auroc_vs_epsilon.png",
-                       "test AUROC versus epsilon")
+    figure = embed_figure(auroc_versus_epsilon(inputs.records), auroc_versus_epsilon(inputs.records, narrow=True),
+                          inputs.folder.root / "auroc_vs_epsilon.png", "test AUROC versus epsilon")
+    columns = _metric_columns(inputs)
+    flagged = {f.run_id for f in inputs.comparisons.run_flags}
     rows = "".join(
-        f"<tr><td>{escape(r.run_id)}</td><td>{escape(r.mechanism)}</td><td>{escape(eps_text(r.privacy))}</td>"
-        + "".join(f"<td class=num>{estimate_text(r.estimate(m))}</td>"
-                  for m in ("test_auroc", "test_accuracy", "test_sensitivity", "test_specificity"))
+        f"<tr><td>{escape(r.run_id)}"
+        + (' <span class="flag" title="see the warning below the table">⚠ one decision for all</span>'
+           if r.run_id in flagged else "")
+        + f"</td><td>{escape(r.mechanism)}</td><td class=eps>{escape(eps_label(r.privacy))}</td>"
+        + "".join(f"<td class=num>{estimate_text(r.estimate(m))}</td>" for m, _ in columns)
         + f"<td class=num>{r.timing.train_seconds:.1f}</td></tr>" for r in inputs.records)
-    return (f'<h2 id="utility">Utility</h2>{figure}<table><tr><th>run</th><th>mechanism</th><th>eps</th>'
-            f"<th>test AUROC [{inputs.level} CI]</th><th>accuracy</th><th>sensitivity</th><th>specificity</th>"
-            f"<th>train s</th></tr>{rows}</table>")
+    note = ("<p>The local-DP panel's eps is per image, for local DP's neighbours (any two images); the DP-SGD "
+            "panel's is for adding or removing one training patient or image. They protect against different "
+            "things, so the panels do not share an axis and their eps are not to be compared.</p>"
+            if any(r.privacy.epsilon_image is not None and r.privacy.is_dp for r in inputs.records)
+            and any(r.mechanism == "dp_sgd" for r in inputs.records) else "")
+    return (f'<h2 id="utility">Utility</h2><figure>{figure}</figure>{note}<table><tr><th>run</th><th>mechanism</th>'
+            f"<th>eps</th>{''.join(f'<th>{head}</th>' for _, head in columns)}<th>train s</th></tr>{rows}</table>"
+            f"{flag_html(inputs, [r.run_id for r in inputs.records])}")
+
+
+# A card's key facts, in the order a reader asks for them, with plain labels (the raw field names stay in the
+# folded list of every field).
+_FACTS = (("epsilon_image", "ε per image"), ("epsilon_pixel", "ε per pixel value"), ("epsilon", "ε"),
+          ("delta", "δ"), ("accountant", "accountant"), ("unit", "unit of privacy"), ("n_units", "training units N"),
+          ("target_epsilon", "target ε"), ("noise_multiplier", "noise multiplier σ"),
+          ("max_grad_norm", "clipping norm C"), ("sample_rate", "sampling rate q"), ("steps", "steps T"),
+          ("scale_b", "Laplace scale b"), ("std", "Gaussian std s"), ("value_range_R", "pixel range R"),
+          ("dimension_d", "values per image d"), ("epsilon_if_poisson", "ε if Poisson-sampled"))
+_NOTES = (("scope", "scope"), ("neighbour_relation", "neighbours"), ("covers", "covers"), ("labels", "labels"),
+          ("patients", "patients"), ("unit_note", "unit"), ("accountant_description", "accountant"),
+          ("accountant_note", "accountant note"), ("sampling", "sampling"), ("noise", "noise"),
+          ("clipping", "clipping"), ("randomness", "randomness"))
+
+
+def _fact(card, key: str) -> str | None:
+    value = getattr(card, key)
+    if value is None or (key == "epsilon" and card.epsilon_image is not None):   # local DP: said per image
+        return None
+    if key == "accountant":
+        return escape(accountant_name(value))
+    if key == "unit":
+        return f"one {escape(value)}"
+    # eps and delta rounded up: shorter, never smaller than accounted
+    return escape(number_text(value, up=key.startswith(("epsilon", "delta", "target_epsilon"))))
 
 
 def _card(r: RunRecord) -> str:
     card = r.privacy
-    fields = card.model_dump(exclude={"statement", "mechanism"}, exclude_none=True)
-    rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in fields.items())
-    cls = "" if card.is_dp else ' class="notdp"'
+    facts = [(label, _fact(card, key)) for key, label in _FACTS]
+    facts = [(label, text) for label, text in facts if text is not None]
+    if card.mechanism == "none":
+        facts = [("ε", "∞ (no protection)")]
+    rows = "".join(f"<tr><th>{label}</th><td>{text}</td></tr>" for label, text in facts)
+    cls = "statement" if card.is_dp else "statement notdp"
     audited = "" if r.audit is None else (
         f"<p>Audited with {r.audit.n_canaries} {escape(r.audit.kind)} canaries; the result is in the study's private "
         "report (private/report.html): it depends on the secret canary inclusion bits.</p>")
-    return (f'<div class="card"><h3>{escape(r.run_id)}</h3><p{cls}>{escape(card.statement)}</p>{audited}'
-            f"<table>{rows}</table></div>")
+    notes = [(label, getattr(card, key)) for key, label in _NOTES if getattr(card, key) is not None]
+    if card.patient_guarantee is not None and card.patient_guarantee.statement:
+        notes.append(("each patient", card.patient_guarantee.statement))
+    notes_html = "".join(f"<p><b>{label}:</b> {escape(text)}</p>" for label, text in notes)
+    raw = card.model_dump(mode="json", exclude_none=True)
+    raw_html = "".join(f"<dt>{escape(k)}</dt><dd>{escape(json.dumps(v))}</dd>" for k, v in raw.items())
+    more = ("<details><summary>What it covers, and every field (as in run.json)</summary>"
+            f'{notes_html}<dl class="raw">{raw_html}</dl></details>')
+    return (f'<div class="card"><h3>{escape(r.run_id)}</h3><p class="{cls}">{escape(card.statement)}</p>'
+            f'{audited}<table class="facts">{rows}</table>{more}</div>')
 
 
 def privacy_cards(inputs: ReportInputs) -> str:
     return ('<h2 id="privacy">Privacy cards</h2><p>Every eps names its delta, accountant, unit and neighbour relation. '
             "Local DP (pixel noise) and DP-SGD protect against different neighbours (any two images versus adding or "
-            "removing one patient or image from training), so their eps are not directly comparable.</p>"
+            "removing one patient or image from training), so their eps are not directly comparable. Numbers are "
+            "shown to three significant figures; every field at full precision is folded under each card.</p>"
             f'<div class="cards">{"".join(_card(r) for r in inputs.records)}</div>')
 
 
@@ -106,7 +228,7 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
     if not runs:
         return ""
     rows = "".join(
-        f"<tr><td>{escape(r.run_id)}</td><td>{escape(eps_text(r.privacy))}</td>"
+        f"<tr><td>{escape(r.run_id)}</td><td>{escape(eps_label(r.privacy))}</td>"
         f"<td class=num>{r.reconstruction.kappa:.3g}</td><td class=num>{r.reconstruction.worst_case:.3%}</td>"
         f"<td class=num>{r.reconstruction.relaxed:.3%}</td>"
         f"<td class=num>{r.reconstruction.tpr_at_fpr.get('0.001', 0):.2%}</td>"
@@ -121,17 +243,18 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
 
 
 def ldp_examples_section(inputs: ReportInputs) -> str:
-    """Original versus perturbed images for each local-DP run (the visual point of 000_56c2431ae4df8d10.txt)."""
+    """Original versus perturbed images for each local-DP run (the visual point of Singh et al. 2020,
+    000_56c2431ae4df8d10.txt)."""
     rows = []
     for r in inputs.records:
         path = inputs.folder.run(r.run_id).examples
         if path.is_file():
             with np.load(path) as f:
-                rows.append((f"{r.run_id}\n{eps_text(r.privacy)}", f["original"], f["perturbed"]))
+                rows.append((f"{r.run_id}\n{eps_label(r.privacy)}", f["original"], f["perturbed"]))
     if not rows:
         return ""
-    figure = embed_png(ldp_examples(rows), inputs.folder.root / "ldp_examples.png",
-                       "original and perturbed example images")
+    figure = embed_figure(ldp_examples(rows), ldp_examples(rows, narrow=True),
+                          inputs.folder.root / "ldp_examples.png", "original and perturbed example images")
     return ('<h2 id="ldp-examples">Local DP: what the released images look like</h2><p>The same test images '
             "before (top row) and after each local-DP run's mechanism. Each run applied its mechanism to its training "
             "images only; test images are shown here so the report contains no training image. "

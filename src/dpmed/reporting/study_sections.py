@@ -5,10 +5,12 @@ one, Pearson r across an eps sweep) are computed before rendering (`dpmed.compar
 predictions); these sections only render them, with the per-run fairness and explanation blocks of each record and
 the CAM grid from each run's ``cams.npz``.
 
-What is shown (METHODS.md sec. 5-6): per-group AUROC and the accuracy parity difference of 003_9a91354dc2d7e2df.txt
-(named as what it is), fairlearn's demographic parity and equalised odds differences, the worst group; Grad-CAM's
-faithfulness metrics of 001_d0483fd35863b74c.txt and, on the phantom, lesion-mask energy and pointing game; a grid
-of the same test images explained by every run. Every number carries its percentile bootstrap interval.
+What is shown (METHODS.md sec. 5-6): per-group AUROC and the accuracy parity difference of Tayebi Arasteh, Ziller et
+al. 2023 (003_9a91354dc2d7e2df.txt; named as what it is), fairlearn's demographic parity and equalised odds
+differences, the worst group; Grad-CAM's faithfulness metrics of Naidu et al. 2021 (001_d0483fd35863b74c.txt) and,
+on the phantom, lesion-mask energy and pointing game; a grid of the same test images explained by every run. Every
+number carries its percentile bootstrap interval; small groups and intervals of zero width are flagged
+(`dpmed.comparisons.GroupFlag`), and p-values at the bootstrap's floor are printed as "<= floor".
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from dpmed.comparisons import Comparisons, Correlation
+from dpmed.comparisons import MIN_CLASS_COUNT, Comparisons, Correlation, PairedDifference
 from dpmed.evaluation.explanations import METRIC_LABELS
 from dpmed.records import RunRecord
-from dpmed.reporting.inputs import ReportInputs, embed_png, escape as _e, estimate_text as _est
+from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
+                                    estimate_text as _est, p_text)
+from dpmed.reporting.sections import decision_rule
 from dpmed.reporting.study_figures import cam_grid, group_estimates
-from dpmed.reporting.tables import eps_text
 
 __all__ = ["comparison_section", "fairness_section", "interpretability_section"]
 
@@ -48,18 +51,29 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
     entries = [r.fairness["attributes"][name] for r in runs]
     groups = list(dict.fromkeys(g for e in entries for g in e["groups"]))
     first = entries[0]["groups"]
+    flags = [f for f in inputs.comparisons.group_flags if f.attribute == name]
+    flagged = {(f.run_id, f.group): f for f in flags}
+    small = {f.group for f in flags if any(reason.startswith("only") for reason in f.reasons)}
     sizes = ", ".join(f"{_e(g)}: {first[g]['n']}"
                       + (f" ({first[g]['n_positive']} positive)" if "n_positive" in first[g] else "")
+                      + (" ⚠ small" if g in small else "")
                       for g in groups if g in first)
-    series = [(f"{r.run_id} ({eps_text(r.privacy)})", [e["groups"].get(g, {}).get("auroc") for g in groups])
+    series = [(f"{r.run_id} ({eps_label(r.privacy)})", [e["groups"].get(g, {}).get("auroc") for g in groups])
               for r, e in zip(runs, entries)]
-    figure = embed_png(group_estimates(groups, series, ylabel="test AUROC",
-                                       title=f"AUROC by {name} ({level} intervals)"),
-                       inputs.folder.root / f"fairness_{name}.png", f"AUROC by {name}")
+    ticks = [f"{g} *" if g in small else g for g in groups]
+    title = f"AUROC by {name} ({level} intervals)" + ("; * small group" if small else "")
+    figure = embed_figure(group_estimates(ticks, series, ylabel="test AUROC", title=title),
+                          group_estimates(ticks, series, ylabel="test AUROC", title=title, narrow=True),
+                          inputs.folder.root / f"fairness_{name}.png", f"AUROC by {name}")
     head = "".join(f"<th>{_e(g)}</th>" for g in groups)
+
+    def cell(r: RunRecord, e: dict, g: str) -> str:
+        mark = ' <span class="flag" title="see the warnings below">⚠</span>' if (r.run_id, g) in flagged else ""
+        return f"<td class=num>{_est(e['groups'].get(g, {}).get('auroc'))}{mark}</td>"
+
     auroc_rows = "".join(
-        f"<tr><td>{_e(r.run_id)}</td><td>{_e(eps_text(r.privacy))}</td>"
-        + "".join(f"<td class=num>{_est(e['groups'].get(g, {}).get('auroc'))}</td>" for g in groups)
+        f"<tr><td>{_e(r.run_id)}</td><td class=eps>{_e(eps_label(r.privacy))}</td>"
+        + "".join(cell(r, e, g) for g in groups)
         + f"<td>{_e(e['worst_group_auroc'].get('group'))}: {_est(e['worst_group_auroc'])}</td></tr>"
         for r, e in zip(runs, entries))
     parity_rows = "".join(
@@ -69,12 +83,32 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         + f"<td class=num>{_est(e.get('demographic_parity_difference'))}</td>"
         f"<td class=num>{_est(e.get('equalized_odds_difference'))}</td></tr>" for r, e in zip(runs, entries))
     reference = _e(entries[0].get("reference", ""))
-    return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{figure}"
+    warnings = ""
+    if flags:
+        by_group: dict[str, list] = {}
+        for f in flags:
+            by_group.setdefault(f.group, []).append(f)
+        items = []
+        for g, members in by_group.items():
+            reasons = list(dict.fromkeys(reason for f in members for reason in f.reasons))
+            runs_named = ", ".join(_e(f.run_id) for f in members)
+            items.append(f"<li><b>{_e(g)}</b> ({members[0].n} test images"
+                         + (f", {members[0].n_positive} positive" if members[0].n_positive is not None else "")
+                         + f"): {_e('; '.join(reasons))} (runs: {runs_named})</li>")
+        warnings = (f'<div class="flag">⚠ Read these groups\' numbers as anecdotes, not measurements. With fewer '
+                    f"than {MIN_CLASS_COUNT} positives or negatives a group's AUROC moves in large steps from one "
+                    "patient to the next, and a percentile interval of zero width (e.g. 1.000 [1.000, 1.000]) means "
+                    "every redraw gave the same value because the group is too small to vary, not that the value is "
+                    f"certain.<ul>{''.join(items)}</ul></div>")
+    worst = ("<p>The worst group's interval is not that group's own interval: in each redraw it takes the lowest "
+             "AUROC over the groups, whichever group that is in that redraw, so it lies at or below the named "
+             "group's interval (the bootstrap of a minimum).</p>")
+    return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{warnings}<figure>{figure}</figure>"
             f"<p>Test AUROC per group [{level} CI], and the worst group (named groups with a defined AUROC):</p>"
-            f"<table><tr><th>run</th><th>eps</th>{head}<th>worst group</th></tr>{auroc_rows}</table>"
+            f"<table><tr><th>run</th><th>eps</th>{head}<th>worst group</th></tr>{auroc_rows}</table>{worst}"
             f"<p>Accuracy parity difference per group [{level} CI] ({reference}; the 'statistical parity difference' "
-            f"of 003_9a91354dc2d7e2df.txt, which compares accuracy), and over the groups fairlearn's demographic "
-            f"parity difference and equalised odds difference:</p>"
+            f"of Tayebi Arasteh, Ziller et al. 2023, which compares accuracy), and over the groups fairlearn's "
+            f"demographic parity difference and equalised odds difference:</p>"
             f"<table><tr><th>run</th>{head}<th>demographic parity diff.</th><th>equalised odds diff.</th></tr>"
             f"{parity_rows}</table>")
 
@@ -99,9 +133,9 @@ def fairness_section(inputs: ReportInputs) -> str:
                        f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td></tr>"
                        for c in corr)
         parts.append("<p>Pearson r between eps and each group's accuracy parity difference across a DP-SGD sweep "
-                     "(003_9a91354dc2d7e2df.txt, Table 3; every seed a point):</p><table><tr><th>sweep</th>"
+                     "(Tayebi Arasteh, Ziller et al. 2023, Table 3; every seed a point):</p><table><tr><th>sweep</th>"
                      f"<th>attribute</th><th>group</th><th>r</th><th>p</th><th>n</th></tr>{rows}</table>")
-    threshold = ("Decisions use each run's Youden threshold chosen on the validation split (METHODS.md sec. 4). "
+    threshold = (f"Decisions use each run's {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
                  "Intervals: percentile bootstrap over the same redraws of the whole test set as the utility "
                  "intervals; a group's metric in a redraw uses the redrawn images of that group.")
     return f'<h2 id="fairness">Fairness</h2><p>{threshold}</p>{"".join(parts)}'
@@ -125,13 +159,16 @@ def _grid(runs: list[RunRecord], inputs: ReportInputs) -> str:
     has_lesion = (masks.reshape(len(masks), -1).any(axis=1) if masks is not None
                   else np.zeros(len(positions), bool))
     order = np.r_[np.flatnonzero(has_lesion), np.flatnonzero(~has_lesion)][:CAM_GRID_COLUMNS]   # lesions first
-    rows = [(f"{r.run_id}\n{eps_text(r.privacy)}", a["cams"][order]) for r, a in loaded
+    rows = [(f"{r.run_id}\n{eps_label(r.privacy)}", a["cams"][order]) for r, a in loaded
             if np.array_equal(a["positions"], positions)]
     titles = [f"test #{int(positions[i])}" for i in order]
-    png = cam_grid(first["images"][order].astype(np.float32), None if masks is None else masks[order], rows, titles)
+    images, shown_masks = first["images"][order].astype(np.float32), None if masks is None else masks[order]
+    figure = embed_figure(cam_grid(images, shown_masks, rows, titles),
+                          cam_grid(images, shown_masks, rows, titles, narrow=True),
+                          inputs.folder.root / "cam_grid.png", "CAM grid: rows runs, columns the same test images")
     return ("<p>The same test images explained by every run (Grad-CAM of the predicted class over the image; top "
-            "row: the image with its lesion mask outlined, where the dataset has masks).</p>"
-            + embed_png(png, inputs.folder.root / "cam_grid.png", "CAM grid: rows runs, columns the same test images"))
+            "row: the image with its lesion mask outlined, where the dataset has masks; a phone shows the first "
+            f"three).</p><figure>{figure}</figure>")
 
 
 def _flat_scores(explanations: Mapping[str, Any]) -> bool:
@@ -149,7 +186,7 @@ def interpretability_section(inputs: ReportInputs) -> str:
     metrics = list(dict.fromkeys(m for r in runs for m in r.explanations["metrics"]))
     head = "".join(f"<th>{_e(_SHORT.get(m, m))}</th>" for m in metrics)
     rows = "".join(
-        f"<tr><td>{_e(r.run_id)}</td><td>{_e(eps_text(r.privacy))}</td>"
+        f"<tr><td>{_e(r.run_id)}</td><td>{_e(eps_label(r.privacy))}</td>"
         + "".join(f"<td class=num>{_est(r.explanations['metrics'].get(m), 2 if m in _PERCENT else 3)}</td>"
                   for m in metrics) + "</tr>" for r in runs)
     e0 = runs[0].explanations
@@ -189,28 +226,45 @@ def interpretability_section(inputs: ReportInputs) -> str:
 # ------------------------------------------------------------------------------------------------- comparisons
 
 
+def _difference_cell(d: PairedDifference | None) -> str:
+    if d is None or d.value is None:
+        return "<td class=num>–</td><td class=num>–</td>"
+    return f"<td class=num>{_est(d.model_dump())}</td><td class=num>{p_text(d)}</td>"
+
+
 def comparison_section(inputs: ReportInputs) -> str:
     comparisons: Comparisons = inputs.comparisons
     level = inputs.level
+    data = inputs.resolved.dataset
     parts = []
     rows = [c for c in comparisons.auroc_differences if c.auroc_difference.p_value is not None]
     if rows:
+        binary = data.task == "binary"
+        extra = (("sensitivity_difference", f"sensitivity ({_e(data.positive_class or 'label 1')})"),
+                 ("specificity_difference", f"specificity ({_e(data.negative_class or 'label 0')})")) if binary \
+            else (("accuracy_difference", "accuracy" + (" (argmax)" if data.task == "multiclass" else "")),)
+        heads = "".join(f"<th>{name} difference</th><th>p</th>" for _, name in (("", "AUROC"), *extra))
         body = "".join(f"<tr><td>{_e(c.run_id)}</td><td>{_e(c.reference_run)}</td>"
-                       f"<td class=num>{_est(c.auroc_difference.model_dump())}</td>"
-                       f"<td class=num>{c.auroc_difference.p_value:.3g}</td></tr>" for c in rows)
-        parts.append(f"<p>Test AUROC of each private run minus that of the non-private run of the same seed, paired "
-                     f"bootstrap over the same test redraws [{level} CI], with a two-sided bootstrap p-value. The "
-                     "interval of a difference is what says whether two arms differ; overlapping per-arm intervals "
-                     "do not.</p><table><tr><th>run</th><th>reference</th><th>AUROC difference</th><th>p</th></tr>"
-                     f"{body}</table>")
+                       + _difference_cell(c.auroc_difference)
+                       + "".join(_difference_cell(getattr(c, key)) for key, _ in extra) + "</tr>" for c in rows)
+        floor = next((c.auroc_difference.p_floor for c in rows if c.auroc_difference.p_floor), None)
+        floor_text = ("" if floor is None else
+                      f" With {comparisons.n_resamples} redraws the smallest p-value the bootstrap can give is "
+                      f"{floor:.2g} (2 / (R + 1)); a difference that no redraw crossed is shown as p ≤ {floor:.2g}.")
+        parts.append(f"<p>Each private run minus the non-private run of the same seed, paired bootstrap over the same "
+                     f"test redraws [{level} CI], with a two-sided bootstrap p-value; sensitivity and specificity "
+                     "with each run at its own validation-chosen threshold. The interval of a difference is what "
+                     f"says whether two arms differ; overlapping per-arm intervals do not.{floor_text}</p>"
+                     f"<table><tr><th>run</th><th>reference</th>{heads}</tr>{body}</table>")
     multi = [b for b in comparisons.by_value if b.auroc_difference.n_seeds > 1]
     if multi:
         body = "".join(f"<tr><td>{_e(b.label)}</td><td class=num>{b.auroc_difference.mean:+.3f}</td>"
                        f"<td class=num>{b.auroc_difference.std:.3f}</td><td class=num>"
                        f"{b.significant_seeds} of {b.auroc_difference.n_seeds}</td></tr>" for b in multi)
-        parts.append("<p>Over seeds (training randomness, which the test-set bootstrap does not see):</p><table><tr>"
-                     f"<th>arm value</th><th>mean difference</th><th>std over seeds</th><th>seeds with p &lt; 0.05"
-                     f"</th></tr>{body}</table>")
+        parts.append("<p>Over seeds (training randomness, which the test-set bootstrap does not see), each seed "
+                     "paired with its own non-private run:</p><table><tr><th>arm value</th><th>mean AUROC "
+                     "difference</th><th>std over seeds</th><th>seeds with p &lt; 0.05</th></tr>"
+                     f"{body}</table>")
     labels = comparisons.correlations.auroc_drop_vs_label
     if labels:
         body = "".join(f"<tr><td>{_e(c.run_id)}</td><td class=num>{_r(c.drop_vs_positive_count)[0]} "
@@ -218,8 +272,9 @@ def comparison_section(inputs: ReportInputs) -> str:
                        f"{_r(c.drop_vs_nonprivate_auroc)[0]} (p {_r(c.drop_vs_nonprivate_auroc)[1]})</td></tr>"
                        for c in labels)
         parts.append("<p>Across labels, Pearson r between each label's AUROC drop (non-private minus private) and "
-                     "its positive test count, and its non-private AUROC (003_9a91354dc2d7e2df.txt):</p><table><tr>"
-                     f"<th>run</th><th>drop vs positives</th><th>drop vs non-private AUROC</th></tr>{body}</table>")
+                     "its positive test count, and its non-private AUROC (Tayebi Arasteh, Ziller et al. 2023):</p>"
+                     "<table><tr><th>run</th><th>drop vs positives</th><th>drop vs non-private AUROC</th></tr>"
+                     f"{body}</table>")
     if comparisons.notes:
         parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in comparisons.notes) + "</ul>")
     if not parts:

@@ -33,10 +33,12 @@ _UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError)
 
 @dataclass(frozen=True)
 class _KnownDataset:
-    """Label names of one MedMNIST 2D dataset, as in the ``INFO`` dict of the medmnist package (medmnist/info.py)."""
+    """Label names of one MedMNIST 2D dataset, as in the ``INFO`` dict of the medmnist package (medmnist/info.py);
+    ordinal: its classes are ordered grades (medmnist's task "ordinal-regression": RetinaMNIST's DR grades 0-4)."""
 
     kind: TaskKind
     label_names: tuple[str, ...]
+    ordinal: bool = False
 
 
 _ORGANS = ("bladder", "femur-left", "femur-right", "heart", "kidney-left", "kidney-right", "liver", "lung-left",
@@ -55,7 +57,7 @@ MEDMNIST_LABELS: dict[str, _KnownDataset] = {
     "octmnist": _KnownDataset("multiclass", (
         "choroidal neovascularization", "diabetic macular edema", "drusen", "normal")),
     "pneumoniamnist": _KnownDataset("binary", ("normal", "pneumonia")),
-    "retinamnist": _KnownDataset("multiclass", ("0", "1", "2", "3", "4")),
+    "retinamnist": _KnownDataset("multiclass", ("0", "1", "2", "3", "4"), ordinal=True),
     "breastmnist": _KnownDataset("binary", ("malignant", "normal, benign")),
     "bloodmnist": _KnownDataset("multiclass", (
         "basophil", "eosinophil", "erythroblast",
@@ -131,7 +133,7 @@ def read_medmnist(
 
     return Dataset(
         name=path.stem,
-        task=Task(kind=kind, label_names=names),
+        task=Task(kind=kind, label_names=names, ordinal=kind == "multiclass" and known is not None and known.ordinal),
         train=split_set("train"),
         val=split_set("val"),
         test=split_set("test"),

@@ -1,0 +1,199 @@
+"""The table the report opens with: what each private arm costs, in the terms a clinician reads.
+
+AUROC alone does not say how many patients a model misses. Per private arm this section shows the change in AUROC,
+in sensitivity (cases of the positive class found, named: in some public binary sets class 1 is "benign" or
+"normal") and in specificity, each against the non-private run **of the same seed**, with the paired bootstrap
+intervals of `dpmed.comparisons` (each model deciding at its own threshold chosen on the validation split), and one
+sentence per arm: "at eps 1 the model misses about 12 more of every 100 pneumonia cases". With several seeds the
+sentence gives the mean over seeds and the seeds' spread (training randomness, which the test bootstrap does not
+see). Runs that predict one class for every test image are flagged here, where a reader starts.
+"""
+
+from __future__ import annotations
+
+from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary
+from dpmed.records import RunRecord
+from dpmed.reporting.inputs import ReportInputs, eps_label, escape, estimate_text
+
+__all__ = ["clinical", "case_sentence", "flag_html"]
+
+
+def _signed(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:+.{digits}f}"
+
+
+def _per100(value: float | None) -> str:
+    """A change of a rate as cases per 100: -0.124 -> "-12"."""
+    return "–" if value is None else f"{100 * value:+.0f}"
+
+
+def _paired_cell(d: PairedDifference | None, *, cases: bool) -> str:
+    if d is None or d.value is None:
+        return "–"
+    fmt = _per100 if cases else _signed
+    interval = "" if d.low is None else f" [{fmt(d.low)},\u00a0{fmt(d.high)}]"
+    return f"{fmt(d.value)}{interval}"
+
+
+def _seeds_cell(s: SeedSummary | None, *, cases: bool) -> str:
+    if s is None or s.mean is None:
+        return "–"
+    fmt = _per100 if cases else _signed
+    return f"{fmt(s.mean)} (seeds {fmt(s.min)} to {fmt(s.max)})"
+
+
+def _count(x: float, more: str, fewer: str) -> str:
+    """A change in cases per 100 as words: 12.4 -> "12 more", -3 -> "3 fewer", 0.2 -> "none"."""
+    k = round(x)
+    return "none" if k == 0 else f"{abs(k)} {more if k > 0 else fewer}"
+
+
+def _range(low: float, high: float, more: str, fewer: str) -> str:
+    a, b = round(low), round(high)
+    if a == b:
+        return _count(a, more, fewer)
+    if a > 0 or b < 0:                             # one side of zero: "4 to 19 more"
+        return f"{min(abs(a), abs(b))} to {max(abs(a), abs(b))} {more if a > 0 else fewer}"
+    return f"{_count(a, more, fewer)} to {_count(b, more, fewer)}"
+
+
+def _about(x: float, what: str, more: str, fewer: str, tail: str) -> str:
+    k = round(x)
+    if k == 0:
+        return f"{what} about as many {tail} as without privacy"
+    return f"{what} about {abs(k)} {more if k > 0 else fewer} of every 100 {tail}"
+
+
+def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: str | None, level: str,
+                  single: Difference | None = None, seeds: ValueSummary | None = None) -> str:
+    """One sentence: what the arm at ``privacy`` changes, in cases per 100. ``single``: one seed's paired
+    differences (with their intervals); ``seeds``: the mean over several seeds (with the seeds' spread)."""
+    if single is not None:
+        sens, spec, acc = single.sensitivity_difference, single.specificity_difference, single.accuracy_difference
+        lead, avg = f"At {privacy} the model", ""
+    else:
+        assert seeds is not None
+        sens, spec, acc = seeds.sensitivity_difference, seeds.specificity_difference, seeds.accuracy_difference
+        lead, avg = f"Over {len(seeds.seeds)} seeds, at {privacy} the model", " on average"
+
+    def interval(d, more, fewer) -> str:
+        if single is not None and d.low is not None:      # missed = -sensitivity: the interval flips
+            return f" ({level} CI: {_range(-100 * d.high, -100 * d.low, more, fewer)})"
+        if seeds is not None and d.min is not None and len(seeds.seeds) > 1:
+            return f" (seeds: {_range(-100 * d.max, -100 * d.min, more, fewer)})"
+        return ""
+
+    def mean(d) -> float | None:
+        return d.value if single is not None else d.mean
+
+    pos = positive or "positive"
+    neg = negative or "negative"
+    if kind == "binary" and sens is not None and spec is not None and mean(sens) is not None:
+        missed = _about(-100 * mean(sens), f"misses{avg}", "more", "fewer", f"{pos} cases")
+        alarms = _about(-100 * mean(spec), f"wrongly flags{avg}", "more", "fewer", f"{neg} cases as {pos}")
+        return (f"{lead} {missed}{interval(sens, 'more', 'fewer')} and {alarms}"
+                f"{interval(spec, 'more', 'fewer')}.")
+    if acc is not None and mean(acc) is not None:
+        unit = "findings" if kind == "multilabel" else "test images"
+        how = " (argmax)" if kind == "multiclass" else ""
+        wrong = _about(-100 * mean(acc), f"gets{avg}", "more wrong", "fewer wrong", f"{unit}{how}")
+        return f"{lead} {wrong}{interval(acc, 'more', 'fewer')}."
+    auroc = single.auroc_difference.value if single is not None else seeds.auroc_difference.mean
+    if auroc is None:
+        return f"{lead} has no defined AUROC change."
+    return f"{lead} changes the test AUROC by{avg} {auroc:+.3f}."
+
+
+def flag_html(inputs: ReportInputs, run_ids: list[str]) -> str:
+    """The warnings of these runs (one class for every image; findings decided one way), as HTML."""
+    flags = [f for run_id in run_ids for f in inputs.comparisons.flags_of(run_id)]
+    return "".join(f'<div class="flag">⚠ {escape(f.run_id)} {escape(f.message)}.</div>' for f in flags)
+
+
+def _reference_line(inputs: ReportInputs, records: dict[str, RunRecord], reference_ids: list[str]) -> str:
+    data = inputs.resolved.dataset
+    pos, neg = data.positive_class, data.negative_class
+    lines = []
+    for run_id in reference_ids:
+        r = records.get(run_id)
+        if r is None:
+            continue
+        sens, spec = r.estimate("test_sensitivity"), r.estimate("test_specificity")
+        text = f"{escape(run_id)}: test AUROC {estimate_text(r.estimate('test_auroc'))}"
+        if sens.value is not None and spec.value is not None:
+            text += (f"; it finds {100 * sens.value:.0f} of every 100 {escape(pos or 'positive')} cases "
+                     f"(sensitivity) and clears {100 * spec.value:.0f} of every 100 {escape(neg or 'negative')} cases "
+                     "(specificity)")
+        elif r.estimate("test_accuracy").value is not None:
+            text += f"; accuracy {estimate_text(r.estimate('test_accuracy'))}"
+        lines.append(text)
+    return ("<p>Without privacy, " + "; ".join(lines) + ".</p>") if lines else ""
+
+
+def _columns(kind: str, pos: str, neg: str, level: str) -> list[str]:
+    """The heads of the table's change columns (plain text: they also label each cell on a phone)."""
+    if kind == "binary":
+        return [f"AUROC change [{level} CI]", f"sensitivity change: {pos} cases found, per 100",
+                f"specificity change: {neg} cases cleared, per 100"]
+    return [f"AUROC change [{level} CI]", f"accuracy change{' (argmax)' if kind == 'multiclass' else ''}, per 100"]
+
+
+def clinical(inputs: ReportInputs) -> str:
+    comparisons, data, level = inputs.comparisons, inputs.resolved.dataset, inputs.level
+    records = {r.run_id: r for r in inputs.records}
+    kind, pos, neg = data.task, data.positive_class, data.negative_class
+    pos_text, neg_text = pos or "positive", neg or "negative"
+    head = '<h2 id="clinical">What each private arm costs, in cases</h2>'
+    if not comparisons.by_value:
+        why = "; ".join(comparisons.notes) or "no private run has a non-private run of its seed to pair with"
+        return (f"{head}<p>No paired comparison with a non-private run of the same seed ({escape(why)}), so the "
+                f"cost of privacy has no baseline here.</p>{flag_html(inputs, list(records))}")
+    columns = _columns(kind, pos_text, neg_text, level)
+    rows = []
+    differences = {d.run_id: d for d in comparisons.auroc_differences}
+    for value in comparisons.by_value:
+        members = [differences[i] for i in value.run_ids if i in differences]
+        if not members:
+            continue
+        privacy = eps_label(records[members[0].run_id].privacy)
+        single = members[0] if len(members) == 1 else None
+        sentence = case_sentence(privacy=privacy, kind=kind, positive=pos, negative=neg, level=level,
+                                 single=single, seeds=None if single else value)
+        names = ["auroc_difference"] + (["sensitivity_difference", "specificity_difference"] if kind == "binary"
+                                        else ["accuracy_difference"])
+        if single is not None:
+            cells = [_paired_cell(getattr(single, n), cases=n != "auroc_difference") for n in names]
+        else:
+            cells = [_seeds_cell(getattr(value, n), cases=n != "auroc_difference") for n in names]
+        seeds = ", ".join(str(s) for s in value.seeds)
+        rows.append(f'<tr><td data-label="private arm">{escape(value.label)}<br><small>seed'
+                    f"{'s' if len(value.seeds) > 1 else ''} {seeds}</small></td>"
+                    f'<td data-label="privacy">{escape(privacy)}</td>'
+                    + "".join(f'<td class=num data-label="{escape(c)}">{cell}</td>' for c, cell in zip(columns, cells))
+                    + f'<td data-label="reading">{escape(sentence)}{flag_html(inputs, value.run_ids)}</td></tr>')
+    if kind == "binary":
+        meaning = (f"Sensitivity is the share of <b>{escape(pos_text)}</b> cases (the positive class, label 1) "
+                   f"that the model calls {escape(pos_text)}; specificity the share of <b>{escape(neg_text)}</b> "
+                   f"cases (label 0) it calls {escape(neg_text)}. Each model decides at its own threshold, chosen on "
+                   "the validation split (Youden's J).")
+    elif kind == "multiclass":
+        meaning = "Accuracy is the share of test images whose class (the argmax of the scores) is right."
+    else:
+        meaning = ("Accuracy is the share of findings decided right, each at its threshold chosen on the "
+                   "validation split (Youden's J).")
+    references = list(dict.fromkeys(d.reference_run for d in comparisons.auroc_differences))
+    several = any(len(v.seeds) > 1 for v in comparisons.by_value)
+    pairing = (f"Each change is that private run minus the non-private run of its seed on the same {data.n_test} "
+               f"test images, with a {level} paired bootstrap interval (the same redraws for both)."
+               if not several else
+               "Each seed's private run is paired with the non-private run of the same seed; a row gives the mean "
+               "of those paired changes over seeds and the seeds' range (training randomness, which the test-set "
+               "bootstrap does not see). Each seed's own paired interval is in the section 'Private against "
+               "non-private'.")
+    example = (f"-12 per 100 in sensitivity means about 12 more missed of every 100 {escape(pos_text)} cases"
+               if kind == "binary" else "-5 per 100 in accuracy means about 5 more wrong of every 100")
+    return (f"{head}<p>{pairing} {meaning} Positive changes are better, negative worse: {example}.</p>"
+            f"{_reference_line(inputs, records, references)}"
+            '<table class="clinical"><tr><th>private arm</th><th>privacy</th>'
+            + "".join(f"<th>{escape(c)}</th>" for c in columns)
+            + f"<th>reading</th></tr>{''.join(rows)}</table>")

@@ -1,0 +1,60 @@
+"""The AUROC-versus-eps figure: local DP's eps per image and DP-SGD's eps never share an axis, and every mark on it
+is named (the runs, the non-private band, the chance line)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmed.mechanisms import PrivacyCard
+from dpmed.reporting.figures import auroc_figure
+
+
+def _metrics(auroc, low, high):
+    return {"test_auroc": auroc, "test_auroc_low": low, "test_auroc_high": high}
+
+
+@pytest.fixture
+def records(make_record):
+    laplace = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement="eps_image = 8,192", epsilon=8192.0,
+                          epsilon_image=8192.0, epsilon_pixel=2.0, delta=0.0)
+    return [make_record("non-private_seed0", "non-private", metrics=_metrics(0.96, 0.94, 0.98)),
+            make_record("pixel-laplace_b0.5_seed0", "pixel-laplace", metrics=_metrics(0.91, 0.86, 0.95))
+            .model_copy(update={"mechanism": "pixel_laplace", "privacy": laplace}),
+            make_record("dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0, metrics=_metrics(0.90, 0.85, 0.94)),
+            make_record("dp-sgd_eps8_C1_seed0", "dp-sgd", "dp_sgd", eps=8.0, metrics=_metrics(0.87, 0.82, 0.92))]
+
+
+def _points(ax) -> list[float]:
+    """The x of every plotted point (error bar caps share it)."""
+    return sorted({float(x) for line in ax.get_lines() for x in np.atleast_1d(line.get_xdata())
+                   if line.get_marker() not in (None, "None", "", " ")})
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_local_dp_and_dp_sgd_eps_get_separate_panels(records, narrow):
+    fig = auroc_figure(records, narrow=narrow)
+    local, central = fig.axes[:2]
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == 2
+    assert _points(local) == [8192.0]                                  # eps per image alone on its axis
+    assert _points(central) == pytest.approx([0.99, 7.92])             # DP-SGD's eps (as accounted) on its own
+    assert "per image" in local.get_xlabel() and "add or remove one" in central.get_xlabel()
+    assert local.get_xscale() == central.get_xscale() == "log"
+
+
+def test_legend_names_the_non_private_band_and_the_chance_line_and_points_carry_run_labels(records):
+    fig = auroc_figure(records)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "non-private AUROC" in legend and "non-private interval" in legend and "chance (AUROC 0.5)" in legend
+    labels = {t.get_text() for ax in fig.axes for t in ax.texts}
+    assert {"pixel-laplace", "dp-sgd_eps1_C1", "dp-sgd_eps8_C1"} <= labels      # arm and swept values
+
+
+def test_one_kind_of_eps_is_one_panel_and_a_run_below_chance_is_shown(records, make_record):
+    only_dp = [records[0], records[2]]
+    assert len(auroc_figure(only_dp).axes) == 1
+    below = only_dp + [make_record("dp-sgd_eps1_C1_seed2", "dp-sgd", "dp_sgd", eps=1.0, seed=2,
+                                   metrics=_metrics(0.39, 0.31, 0.48))]
+    bottom, top = auroc_figure(below).axes[0].get_ylim()
+    assert bottom == pytest.approx(0.29) and top == 1.01
+    assert auroc_figure(only_dp).axes[0].get_ylim() == (0.4, 1.01)

@@ -1,0 +1,260 @@
+"""The report as a new user reads it (issue 16): privacy cards in plain numbers, the opening table in cases per
+100 patients of the named positive class, every private run paired with its own seed, small fairness groups and
+one-class runs flagged, p-values at the bootstrap's floor said as "<=", papers cited by authors and year, and figures
+that stay readable on a phone. Built from hand-made records and predictions: no training."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.text import Text
+
+from dpmed.evaluation import evaluate_utility
+from dpmed.evaluation.fairness import evaluate_fairness
+from dpmed.folders import StudyFolder
+from dpmed.mechanisms import PrivacyCard
+from dpmed.reporting.figures import FONT, auroc_figure, ldp_examples_figure
+from dpmed.reporting.inputs import PHONE_WIDTH, number_text
+from dpmed.reporting.study_figures import cam_grid_figure, group_figure
+from dpmed.study import write_outputs
+
+REPO = Path(__file__).resolve().parents[2]
+N = 120
+RNG = np.random.default_rng(16)
+Y_VAL = np.r_[np.zeros(40, int), np.ones(40, int)]
+Y = np.r_[np.zeros(N // 2, int), np.ones(N // 2, int)]
+SEX = RNG.choice(["female", "male"], N)
+AGE = np.r_[np.full(8, 25.0), RNG.uniform(30, 95, N - 8)]       # 8 patients under 30
+
+
+def _scores(quality: float, rng) -> tuple[np.ndarray, np.ndarray]:
+    """(validation, test) scores whose separation grows with ``quality``."""
+    return (np.clip(quality * Y_VAL + (1 - quality) * rng.random(len(Y_VAL)), 0, 1),
+            np.clip(quality * Y + (1 - quality) * rng.random(N), 0, 1))
+
+
+def _run(folder: Path, make_record, run_id, arm, mechanism, *, eps=None, seed=0, scores, names, fairness=False,
+         resamples=200):
+    val, test = scores
+    run_dir = folder / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    np.savez(run_dir / "predictions.npz", test_scores=test, test_labels=Y, test_patient_ids=np.arange(N).astype(str),
+             val_scores=val, val_labels=Y_VAL)
+    metrics = evaluate_utility(kind="binary", label_names=names, val_labels=Y_VAL, val_scores=val, test_labels=Y,
+                               test_scores=test, n_resamples=resamples, seed=0)
+    block = (evaluate_fairness(kind="binary", val_labels=Y_VAL, val_scores=val, test_labels=Y, test_scores=test,
+                               attributes={"sex": SEX, "age": AGE}, n_resamples=resamples) if fairness else None)
+    return make_record(run_id, arm, mechanism, eps=eps, seed=seed, metrics=metrics, fairness=block)
+
+
+def _report(folder: Path, make_resolved, records, *, names=("normal", "pneumonia"), resamples=200, **kw) -> str:
+    write_outputs(StudyFolder(folder), make_resolved(records, resamples=resamples, n_test=N, label_names=names, **kw),
+                  records)
+    return (folder / "report.html").read_text()
+
+
+def _section(html: str, anchor: str) -> str:
+    start = html.index(f'id="{anchor}"')
+    end = html.find("<h2 ", start)
+    return html[start:end if end > 0 else None]
+
+
+def _text(fragment: str) -> str:
+    return re.sub(r"<[^>]+>", " ", fragment)
+
+
+@pytest.fixture
+def two_arms(tmp_path, make_record):
+    rng = np.random.default_rng(1)
+    names = ["normal", "pneumonia"]
+    return [_run(tmp_path, make_record, "non-private_seed0", "non-private", "none", scores=_scores(0.7, rng),
+                 names=names, fairness=True),
+            _run(tmp_path, make_record, "dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0,
+                 scores=_scores(0.35, rng), names=names, fairness=True)]
+
+
+# ------------------------------------------------------------------------------------------------- privacy cards
+
+
+def test_number_text_gives_three_significant_figures_and_plain_words():
+    assert [number_text(v) for v in (0.09235209235209235, 3.4646348288527666, 8192.0, 12345.6, 1e-5, 2.5e15,
+                                     0.5, 693, True, False, None, float("inf"))] == \
+        ["0.0924", "3.46", "8,192", "12,300", "1e-5", "2.5e15", "0.5", "693", "yes", "no", "–", "∞"]
+    assert number_text(0.9994150945476274, up=True) == "1"        # an eps shown shorter never looks smaller
+    assert number_text(0.9994150945476274) == "0.999"
+
+
+def test_privacy_cards_read_as_plain_numbers_with_the_statement_first_and_raw_fields_folded(tmp_path, make_record,
+                                                                                           make_resolved):
+    card = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="eps = 0.9994 at delta = 1e-05 (PLD accountant)",
+                       epsilon=0.9994150945476274, delta=1e-5, accountant="pld", unit="patient", n_units=693,
+                       sample_rate=0.09235209235209235, steps=88, noise_multiplier=3.4646348288527666,
+                       noise_given=False, max_grad_norm=1.0, target_epsilon=1.0, sampling="poisson")
+    records = [make_record("non-private_seed0", "non-private"),
+               make_record("dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0).model_copy(update={"privacy": card})]
+    html = _report(tmp_path, make_resolved, records)
+    cards = re.findall(r'<div class="card">(.*?)</details></div>', _section(html, "privacy"), flags=re.S)
+    assert len(cards) == 2
+    for body in cards:
+        shown, folded = body.split("<details>")
+        assert shown.index('class="statement') < shown.index('class="facts"')     # the sentence first
+        text = _text(shown)
+        assert not re.search(r"\b(False|True|None)\b", text), text                # no Python reprs
+        assert not re.search(r"\b[a-z]+_[a-z_]+\b", text.replace("_seed0", "").replace("_C1", "")), text
+        assert not re.search(r"\d\.\d{5,}", text), text                           # no 16-digit floats
+    dp = _text(cards[1].split("<details>")[0])
+    for plain in ("noise multiplier σ", "3.46", "sampling rate q", "0.0924", "δ", "1e-5", "one patient", "693"):
+        assert plain in dp, plain
+    assert "noise_multiplier" in cards[1].split("<details>")[1]                   # every raw field, folded
+    assert "3.4646348288527666" in cards[1].split("<details>")[1]
+    assert "grid-auto-rows:1fr" in html                                            # one height per row of cards
+
+
+# -------------------------------------------------------------------------------------- the opening table (cases)
+
+
+def test_report_opens_with_a_table_in_cases_of_the_named_positive_class(tmp_path, two_arms, make_resolved):
+    html = _report(tmp_path, make_resolved, two_arms)
+    body = html[html.index("<body>"):]
+    assert body.index('id="clinical"') < body.index('id="summary"')
+    assert body.index("<table") == body.index('<table class="clinical"')          # the first table of the page
+    clinical = _section(html, "clinical")
+    for head in ("AUROC change", "sensitivity change: pneumonia cases found", "specificity change: normal cases"):
+        assert head in clinical, head
+    sens = two_arms[1].metrics["test_sensitivity"] - two_arms[0].metrics["test_sensitivity"]
+    missed = round(-100 * sens)
+    assert missed > 0
+    assert f"the model misses about {missed} more of every 100 pneumonia cases" in clinical
+    assert re.search(r"\(95% CI: \d+ (to \d+ )?more\)", clinical) or "fewer to" in clinical
+
+
+def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(tmp_path, make_record, make_resolved):
+    names = ["normal", "pneumonia"]
+    rng = np.random.default_rng(2)
+    records = [_run(tmp_path, make_record, f"np_seed{s}", "np", "none", seed=s, scores=_scores(q, rng), names=names)
+               for s, q in ((0, 0.8), (1, 0.4))]
+    records += [_run(tmp_path, make_record, f"dp_eps1_C1_seed{s}", "dp", "dp_sgd", eps=1.0, seed=s,
+                     scores=_scores(q, rng), names=names) for s, q in ((0, 0.35), (1, 0.3))]
+    html = _report(tmp_path, make_resolved, records)
+    auroc = {r.run_id: r.metrics["test_auroc"] for r in records}
+    same_seed = auroc["dp_eps1_C1_seed0"] - auroc["np_seed0"]
+    against_mean = auroc["dp_eps1_C1_seed0"] - (auroc["np_seed0"] + auroc["np_seed1"]) / 2
+    assert f"{same_seed:+.3f}" != f"{against_mean:+.3f}"
+    summary = _section(html, "summary")
+    assert f"{same_seed:+.3f} against np_seed0 (same seed" in summary
+    assert f"{against_mean:+.3f}" not in summary
+    clinical = _text(_section(html, "clinical"))
+    assert "Over 2 seeds, at ε" in clinical and "on average" in clinical and "(seeds:" in clinical
+
+
+# ------------------------------------------------------------------------------------------------- fairness, p
+
+
+def test_fairness_flags_small_groups_and_explains_the_worst_group_interval(tmp_path, two_arms, make_resolved):
+    fairness = _text(_section(_report(tmp_path, make_resolved, two_arms), "fairness"))
+    assert "[0,30): 8 (" in fairness and "⚠ small" in fairness
+    assert "only" in fairness and "anecdotes" in fairness
+    assert "The worst group's interval is not that group's own interval" in fairness
+
+
+def test_p_values_at_the_bootstrap_floor_print_as_at_most(tmp_path, make_record, make_resolved):
+    names = ["normal", "pneumonia"]
+    rng = np.random.default_rng(3)
+    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", scores=_scores(0.9, rng), names=names,
+                    resamples=1000),
+               _run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=_scores(0.05, rng),
+                    names=names, resamples=1000)]
+    comparisons = _section(_report(tmp_path, make_resolved, records, resamples=1000), "comparisons")
+    assert "≤ 0.002" in comparisons and ">0.002<" not in comparisons.replace(" ", "")
+
+
+# ------------------------------------------------------------------------------ flags, decisions, class names
+
+
+def test_a_run_that_predicts_one_class_is_flagged_in_the_table_and_the_summary(tmp_path, make_record, make_resolved):
+    names = ["normal", "pneumonia"]
+    rng = np.random.default_rng(4)
+    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", scores=_scores(0.7, rng), names=names),
+               _run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, names=names,
+                    scores=(_scores(0.7, rng)[0], np.full(N, 1e-3)))]            # below the threshold everywhere
+    html = _report(tmp_path, make_resolved, records)
+    for anchor in ("clinical", "summary", "utility"):
+        assert "dp_eps1_C1_seed0 predicts normal for every test image" in _text(_section(html, anchor)), anchor
+    assert "⚠" in _section(html, "utility").split("</table>")[0]                  # in the table's row
+
+
+def test_the_positive_class_is_named_wherever_sensitivity_is_shown(tmp_path, make_record, make_resolved):
+    names = ["malignant", "normal, benign"]                    # BreastMNIST: class 1 is not the disease
+    rng = np.random.default_rng(5)
+    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", scores=_scores(0.7, rng), names=names),
+               _run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=_scores(0.4, rng),
+                    names=names)]
+    html = _report(tmp_path, make_resolved, records, names=tuple(names))
+    assert "sensitivity (normal, benign found)" in _section(html, "utility")
+    assert "positive class <b>normal, benign</b>" in _section(html, "summary")
+    assert "of every 100 normal, benign cases" in _section(html, "clinical")
+    assert "sensitivity (normal, benign) difference" in _section(html, "comparisons")
+
+
+def test_multiclass_decisions_are_argmax_not_youden_and_ordinal_grades_show_kappa(tmp_path, make_record,
+                                                                                  make_resolved):
+    y = np.arange(60) % 3
+    scores = np.eye(3)[y] * 0.6 + RNG.random((60, 3)) * 0.4
+    metrics = evaluate_utility(kind="multiclass", label_names=["0", "1", "2"], val_labels=y, val_scores=scores,
+                               test_labels=y, test_scores=scores, n_resamples=50, ordinal=True)
+    records = [make_record("np_seed0", "np", metrics=metrics)]
+    html = _report(tmp_path, make_resolved, records, task="multiclass", names=("0", "1", "2"), ordinal=True)
+    summary = _section(html, "summary")
+    assert "argmax" in summary and "Youden" not in summary
+    assert "quadratic-weighted kappa" in summary and "quadratic-weighted kappa" in _section(html, "utility")
+
+
+# --------------------------------------------------------------------------------------- citations, docs, phone
+
+
+def test_papers_are_cited_by_authors_and_year_and_methods_lives_in_the_repository(tmp_path, two_arms,
+                                                                                   make_resolved):
+    shift = PrivacyCard(mechanism="scalar_shift", is_dp=False,
+                        statement="NOT DP: one brightness shift per image (reproduction of 000_56c2431ae4df8d10.txt)")
+    records = [*two_arms, two_arms[1].model_copy(update={"run_id": "shift_seed0", "arm": "shift", "mechanism": "scalar_shift",
+                                                         "privacy": shift})]
+    html = _report(tmp_path, make_resolved, records)
+    assert not re.search(r"00\d_[0-9a-f]{16}\.txt", html)
+    assert "Singh, Sikka, Kotti and Trask 2020" in html and "Tayebi Arasteh, Ziller et al. 2023" in html
+    assert "docs/METHODS.md" in html
+    methods = REPO / "docs" / "METHODS.md"
+    assert methods.is_file() and "## 4. Utility metrics" in methods.read_text()
+    readme = (REPO / "README.md").read_text()
+    assert "](docs/METHODS.md)" in readme and "../shared/docs/METHODS.md" not in readme
+
+
+def _smallest_type_on_a_phone(fig) -> float:
+    """The smallest text of a narrow figure, in CSS px, when the figure is shown PHONE_WIDTH px wide."""
+    shown = PHONE_WIDTH / (fig.get_figwidth() * fig.dpi)
+    sizes = [t.get_fontsize() * fig.dpi / 72 * shown for t in fig.findobj(Text) if t.get_visible() and t.get_text()]
+    return min(sizes)
+
+
+def test_figures_stay_readable_on_a_phone(tmp_path, two_arms, make_record, make_resolved):
+    laplace = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement="eps_image = 8,192", epsilon=8192.0,
+                          epsilon_image=8192.0, epsilon_pixel=2.0, delta=0.0)
+    records = [*two_arms, two_arms[1].model_copy(update={"run_id": "pixel-laplace_b0.5_seed0", "arm": "pixel-laplace",
+                                                         "mechanism": "pixel_laplace", "privacy": laplace})]
+    images = RNG.random((4, 1, 16, 16))
+    est = {"value": 0.8, "low": 0.7, "high": 0.9}
+    figures = [auroc_figure(records, narrow=True),
+               group_figure(["[0,30)", "[30,60)", "[60,70)"], [("a run (ε 1)", [est] * 3), ("b", [est] * 3)],
+                            ylabel="test AUROC", title="AUROC by age", narrow=True),
+               ldp_examples_figure([("pixel-laplace\nε 8,192", images, images)], narrow=True),
+               cam_grid_figure(images, None, [("run\nε 1", images[:, 0])], ["a", "b", "c", "d"], narrow=True)]
+    for fig in figures:
+        assert _smallest_type_on_a_phone(fig) >= 10.0
+        assert fig.get_figwidth() * fig.dpi == pytest.approx(2 * 390, abs=20)      # sharp on a 2x phone screen
+    assert FONT[True][1] >= FONT[False][1]
+    html = _report(tmp_path, make_resolved, records)
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in html
+    assert html.count('<source media="(max-width: 700px)"') >= 3          # AUROC figure and both fairness figures
+    assert (tmp_path / "auroc_vs_epsilon_narrow.png").stat().st_size > 1000
