@@ -45,10 +45,11 @@ def test_high_budget_calibration_says_which_accountant_certified_it(capsys):
 
 @pytest.mark.parametrize("argv, words", [
     (["epsilon", "--noise-multiplier", "1", "--steps", "3", "--delta", "1e-5"], "--sample-rate"),
-    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "2", "--steps", "3", "--delta", "1e-5"], "sample_rate"),
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "2", "--steps", "3", "--delta", "1e-5"],
+     "--sample-rate"),
     (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3"], "--delta"),
     (["calibrate", "--target-epsilon", "-1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5"],
-     "target_epsilon"),
+     "--target-epsilon"),
     (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5",
       "--noise", "laplace", "--accountant", "rdp"], "Laplace"),
 ])
@@ -64,3 +65,37 @@ def test_privacy_commands_do_not_import_torch():
             "'--sample-rate', '0.01', '--steps', '10', '--delta', '1e-5']); print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().endswith("False")
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10", "--delta", "2"], "--delta"),
+    (["risk", "--noise-multiplier", "1", "--dataset-size", "100", "--batch-size", "200", "--epochs", "1"],
+     "--batch-size"),
+    (["calibrate", "--target-epsilon", "-1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5"],
+     "--target-epsilon"),
+    (["epsilon", "--noise-multiplier", "-1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5"],
+     "--noise-multiplier"),
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0", "--steps", "3", "--delta", "1e-5"],
+     "--sample-rate"),
+    (["risk", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3", "--kappa", "2"], "--kappa"),
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5", "--noise",
+      "laplace", "--accountant", "rdp"], "--accountant"),
+])
+def test_messages_speak_in_the_commands_own_flags(capsys, argv, flag):
+    """Someone who typed --delta or --batch-size is told about --delta or --batch-size, never about the Python
+    function default_delta(n_train) or the study key training.batch_size."""
+    assert main(["privacy", *argv]) == 2
+    err = capsys.readouterr().err
+    assert flag in err, err
+    assert not re.search(r"\b[a-z]+_[a-z_]+\b", err.replace("dp_accounting", "")), err   # no snake_case names
+    assert "default_delta" not in err and "training." not in err
+
+
+def test_known_harmless_rdp_warnings_do_not_reach_the_terminal():
+    """dp_accounting logs "Negative Renyi divergence" (a -1e-16 rounding of zero) many times when calibrating small
+    eps with RDP; the command shows its answer alone."""
+    code = ("import sys; from dpmed.cli import main; sys.exit(main(['privacy', 'calibrate', '--target-epsilon', "
+            "'0.01', '--sample-rate', '0.01', '--steps', '10', '--delta', '1e-5', '--accountant', 'rdp']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and "noise_multiplier =" in done.stdout
+    assert done.stderr == "", done.stderr[:500]

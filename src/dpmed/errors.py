@@ -6,7 +6,7 @@ prints the message alone (no traceback) and exits non-zero; the Python API raise
 
 from __future__ import annotations
 
-__all__ = ["DpmedError", "ConfigError", "DataError", "PrivacyError"]
+__all__ = ["DpmedError", "ConfigError", "DataError", "PrivacyError", "FolderError"]
 
 
 class DpmedError(Exception):
@@ -23,3 +23,7 @@ class DataError(DpmedError):
 
 class PrivacyError(DpmedError):
     """A privacy request cannot be met (e.g. a target eps no noise level reaches)."""
+
+
+class FolderError(DpmedError):
+    """An output folder cannot be written, or another dpmed run is working in it."""

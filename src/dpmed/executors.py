@@ -4,16 +4,26 @@ Every executor runs `dpmed.run.run_one` on each task and reports each outcome as
 `RunFailure` whose traceback is also written to ``runs/<id>/error.json``. A failed run does not stop the others
 unless ``fail_fast``; a finished run is never touched again (its run.json is written atomically by run_one), so a
 crash or Ctrl-C loses at most the runs in progress, and those continue from their checkpoints next time.
+
+What runs log reaches the caller's logging wherever they run: a process pool's workers send their records to this
+process, which hands each to the logger it was made by (so the caller's handlers, levels and filters apply). A worker
+ignores Ctrl-C: the interrupt is this process's to handle, and it stops the workers (quietly) and re-raises.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as futures
+import contextlib
+import logging
+import logging.handlers
 import multiprocessing
+import signal
+import threading
+import time
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Iterator, Sequence, Union
 
 from dpmed.config import RunPlan
 from dpmed.errors import ConfigError
@@ -22,6 +32,8 @@ from dpmed.records import RunRecord
 from dpmed.run import RunContext, run_one
 
 __all__ = ["RunTask", "RunFailure", "Outcome", "make_executor", "EXECUTORS"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,7 @@ OnOutcome = Callable[[RunTask, Outcome], None]
 def _execute(task: RunTask, context: RunContext) -> Outcome:
     """run_one, with any exception but an interrupt turned into a recorded failure."""
     error_file = task.folder.error
+    _log.info("%s: started", task.plan.run_id)
     try:
         record = run_one(task.plan, context, task.folder)
     except (KeyboardInterrupt, SystemExit):
@@ -73,40 +86,125 @@ class InProcessExecutor:
 _WORKER_CONTEXT: RunContext | None = None  # set once per worker process by _start_worker
 
 
-def _start_worker(context: RunContext) -> None:
-    """Runs in each fresh worker process: keep the dataset once per worker. Each run sets its own thread count
-    (``training.threads``), so its numbers do not depend on the executor."""
+def _start_worker(contexts: Any, records: Any, level: int, setup: Callable[[], None] | None) -> None:
+    """Runs in each fresh worker process: leave Ctrl-C to the parent; send every log record at ``level`` or above to
+    the parent through ``records`` (the parent decides what to show); run the caller's ``setup``; then take the
+    study's context (the dataset) from ``contexts``, once per worker. The context comes through a queue rather than
+    the start-up arguments so that starting a worker does not wait for it to read the whole dataset. Each run sets
+    its own thread count (``training.threads``), so its numbers do not depend on the executor."""
     global _WORKER_CONTEXT
-    _WORKER_CONTEXT = context
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop_worker)
+    if hasattr(signal, "pthread_sigmask"):   # started with SIGINT blocked: a Ctrl-C pending since is dropped now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    root = logging.getLogger()
+    root.handlers[:] = [logging.handlers.QueueHandler(records)]
+    root.setLevel(level)
+    if setup is not None:
+        setup()
+    _WORKER_CONTEXT = contexts.get()
+
+
+_STOPPING = False   # set in a worker by _stop_worker
+
+
+def _stop_worker(signum: int, frame: Any) -> None:
+    """SIGTERM in a worker (the parent stops the study): end the run in progress (its checkpoint stays), start no
+    other, and exit the normal way, so that what the worker holds (named semaphores, queues) is cleaned up instead of
+    reported as leaked."""
+    global _STOPPING
+    _STOPPING = True
+    raise SystemExit(128 + signum)
 
 
 def _execute_in_worker(task: RunTask) -> Outcome:
     assert _WORKER_CONTEXT is not None
+    if _STOPPING:
+        raise SystemExit(128 + signal.SIGTERM)
     return _execute(task, _WORKER_CONTEXT)
+
+
+def _forward(records: Any) -> None:
+    """In the parent: hand each worker record to the logger that made it, as if it had been logged here."""
+    while True:
+        record = records.get()
+        if record is None:
+            return
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)
+
+
+@contextlib.contextmanager
+def _interrupts_held_while_spawning() -> Iterator[None]:
+    """Hold back Ctrl-C (block SIGINT, not ignore it) in this thread while worker processes start: they inherit the
+    blocked signal from their first instruction on, so a Ctrl-C during their start-up cannot print a traceback in
+    each, and they ignore it for good once started (`_start_worker`). Here the interrupt is only delayed: it
+    arrives as soon as the workers have started."""
+    if not hasattr(signal, "pthread_sigmask"):   # pragma: no cover - Windows
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _stop_workers(pool: futures.ProcessPoolExecutor, *, grace: float = 30.0) -> None:
+    """Stop the pool's workers now (after Ctrl-C): each ends its run where it is (the run continues from its last
+    checkpoint next time) and exits cleanly; one that has not exited after ``grace`` seconds is killed."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)   # the workers get their end-of-work signal
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
 
 
 class ProcessPoolExecutor:
     """``workers`` runs at a time in spawned processes (each run with its own ``training.threads``).
 
-    The dataset is sent to each worker once. Progress bars are off (several would interleave); outcomes are logged
-    as runs finish."""
+    The dataset is sent to each worker once. Progress bars are off (several would interleave); the workers' log
+    records come back to this process; ``setup`` runs in each worker after that (e.g. the command line's filter of
+    known harmless messages)."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, *, setup: Callable[[], None] | None = None) -> None:
         self.workers = workers
+        self.setup = setup
 
     def map(self, tasks: Sequence[RunTask], context: RunContext, on_outcome: OnOutcome, *, fail_fast: bool) -> None:
-        quiet = replace(context, progress=False)
-        pool = futures.ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                           initializer=_start_worker, initargs=(quiet,))
+        spawn = multiprocessing.get_context("spawn")
+        contexts, records = spawn.Queue(), spawn.Queue()
+        for _ in range(min(self.workers, len(tasks))):
+            contexts.put(replace(context, progress=False))
+        listener = threading.Thread(target=_forward, args=(records,), name="dpmed-worker-logs", daemon=True)
+        listener.start()
+        level = min(logging.getLogger().getEffectiveLevel(), logging.getLogger("dpmed").getEffectiveLevel())
+        pool = futures.ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)) or 1, mp_context=spawn,
+                                           initializer=_start_worker, initargs=(contexts, records, level, self.setup))
         try:
-            pending = {pool.submit(_execute_in_worker, task): task for task in tasks}
+            with _interrupts_held_while_spawning():
+                pending = {pool.submit(_execute_in_worker, task): task for task in tasks}
             for done in futures.as_completed(pending):
                 outcome = done.result()
                 on_outcome(pending[done], outcome)
                 if fail_fast and isinstance(outcome, RunFailure):
                     break
+        except KeyboardInterrupt:
+            _stop_workers(pool)
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            records.put(None)
+            listener.join(timeout=10)
+            for queue in (contexts, records):
+                queue.close()
+                queue.join_thread()
 
 
 class RayExecutor:
@@ -148,16 +246,17 @@ class RayExecutor:
                 ray.shutdown()
 
 
-def make_executor(name: str, *, workers: int = 1, address: str | None = None,
-                  gpus_per_run: float = 0.0) -> Any:
-    """The executor called ``name`` ("local" or "ray"); local with workers > 1 is a process pool."""
+def make_executor(name: str, *, workers: int = 1, address: str | None = None, gpus_per_run: float = 0.0,
+                  worker_setup: Callable[[], None] | None = None) -> Any:
+    """The executor called ``name`` ("local" or "ray"); local with workers > 1 is a process pool, whose workers run
+    ``worker_setup`` (a module-level function) once at start."""
     if name not in EXECUTORS:
         raise ConfigError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
     if name == "ray":
         return RayExecutor(address=address, gpus_per_run=gpus_per_run)
-    return InProcessExecutor() if workers == 1 else ProcessPoolExecutor(workers)
+    return InProcessExecutor() if workers == 1 else ProcessPoolExecutor(workers, setup=worker_setup)
 
 
 EXECUTORS = ("local", "ray")

@@ -145,6 +145,16 @@ class StudyFolder:
     def private_report(self) -> Path:
         return self.private / "report.html"
 
+    @property
+    def log(self) -> Path:
+        """The command line's log of the study: private, as it holds audit results (secret canary bits)."""
+        return self.private / "dpmed.log"
+
+    @property
+    def lock(self) -> Path:
+        """Exists while a `dpmed run` works in the folder; names its process (`dpmed.lock`)."""
+        return self.private / "lock"
+
     def run(self, run_id: str) -> RunFolder:
         return RunFolder(run_id, self.runs / run_id, self.private / "runs" / run_id)
 

@@ -13,6 +13,7 @@ while the run is unfinished, so that a resumed run makes exactly the same draws,
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from dpmed.training import resolve_device, train
 __all__ = ["RunContext", "run_one", "run_threads"]
 
 N_EXAMPLES = 4
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -153,12 +156,16 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
                        device=device, progress=context.progress, label=plan.run_id, checkpoint=folder.checkpoint,
                        released=events)
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, folder.model)
+        _log.info("%s: trained in %.0f s; evaluating on %d validation and %d test images", plan.run_id,
+                  result.seconds, len(ds.val), len(ds.test))
+        evaluation_start = time.perf_counter()
         assessment = assess(model, ds, (val_input, test_input), context.evaluation,
                             cam_layer=MODELS[context.model].cam_layer, device=device, training=train_input)
         save_predictions(folder.predictions, val=(ds.val, assessment.val_scores), test=(ds.test,
                                                                                        assessment.test_scores))
         if assessment.cams is not None:
             np.savez_compressed(folder.cams, **assessment.cams)
+        _log.info("%s: evaluated in %.0f s", plan.run_id, time.perf_counter() - evaluation_start)
         card = info.card(plan.privacy, result.ledger, context.privacy_randomness)
         audit_summary = None
         if trial is not None:   # scored from the final model only (black box); private: it depends on the secret bits

@@ -2,35 +2,51 @@
 
 This is the one module that knows every stage. Planning (calibration included) happens here, before any training, so
 that the resolved study (every run's plan) and the study's privacy as a whole are on disk before the first step is
-taken. It also owns what is done with a study folder afterwards: its status, and rebuilding its outputs.
+taken; `prepare_study` does exactly that planning for `dpmed plan` too, which then trains nothing. It also owns what
+is done with a study folder: the lock that keeps a second `dpmed run` out of it (`claim_folder`), its status, and
+rebuilding its outputs.
+
+Progress is logged (``logging.getLogger("dpmed.study")``; the library installs no handler): the data, the study's
+privacy, each run's outcome, and after each run the study's progress with the time left, estimated from the runs
+finished so far.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+import torch
 import yaml
 
+from dpmed import accounting
+from dpmed.accounting import Ledger
 from dpmed.audit import max_canaries
 from dpmed.budget import check_budget, study_privacy
 from dpmed.comparisons import Comparisons, compare_runs
 from dpmed.config import RunPlan, Study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
-from dpmed.errors import ConfigError
+from dpmed.errors import ConfigError, FolderError
 from dpmed.evaluation import load_predictions
 from dpmed.executors import RunFailure, RunTask, make_executor
 from dpmed.folders import StudyFolder, write_json_atomic, write_text_atomic
-from dpmed.mechanisms import PlanContext
-from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, read_record
+from dpmed.lock import FolderLock, Holder, lock_holder
+from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info
+from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record
 from dpmed.reporting import write_private_report, write_report, write_results_table
 from dpmed.run import RunContext
+from dpmed.timing import Rates, clock, probe_rates
 
-__all__ = ["StudyResult", "run_study", "plan_study", "load_study_data", "write_outputs", "rebuild_outputs",
+__all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "load_study_data",
+           "planned_card", "estimate_times", "claim_folder", "folder_holder", "write_outputs", "rebuild_outputs",
            "run_states"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,41 @@ class StudyResult:
         return StudyFolder(self.out_dir).results
 
 
+@dataclass(frozen=True, eq=False)
+class PreparedStudy:
+    """A study planned against its data and its output folder, before any training: what `dpmed plan` shows and
+    `run_study` executes. finished: the runs the folder holds already, with this study's settings (not retrained);
+    elsewhere: finished runs in the folder that the study no longer lists (released all the same, so accounted);
+    privacy: everything the folder will hold, accounted together; load_seconds: reading and preparing the data."""
+
+    study: Study
+    folder: StudyFolder
+    dataset: Dataset
+    plans: list[RunPlan]
+    finished: dict[str, RunRecord]
+    elsewhere: list[RunRecord]
+    privacy: StudyPrivacy
+    load_seconds: float
+
+    @property
+    def todo(self) -> list[RunPlan]:
+        """The runs still to train, in study order."""
+        return [p for p in self.plans if p.run_id not in self.finished]
+
+    def resolved(self) -> ResolvedStudy:
+        return ResolvedStudy(study=self.study, dataset=_dataset_summary(self.dataset), study_privacy=self.privacy,
+                             runs=self.plans)
+
+
+def _check_device(study: Study) -> None:
+    """A study that asks for a GPU this machine lacks is refused before the data are read, not when each run
+    starts."""
+    if study.training.device == "cuda" and not torch.cuda.is_available():
+        build = "" if torch.version.cuda else f" (this torch {torch.__version__} is built without CUDA)"
+        raise ConfigError(f"training.device is cuda, but this machine has no CUDA GPU that torch can use{build}; "
+                          "use device cpu or auto (dpmed run --device auto), or run where a GPU is")
+
+
 def load_study_data(study: Study) -> Dataset:
     """The study's dataset, preprocessed and split as the study asks (DataError names the file or row on failure)."""
     return read_dataset(study.data.to_request())
@@ -77,28 +128,162 @@ def plan_study(study: Study, dataset: Dataset) -> list[RunPlan]:
 
 
 def _dataset_summary(dataset: Dataset) -> DatasetSummary:
-    return DatasetSummary(name=dataset.name, task=dataset.task.kind, synthetic=dataset.synthetic,
+    return DatasetSummary(name=dataset.name, task=dataset.task.kind, label_names=dataset.task.label_names,
+                          ordinal=dataset.task.ordinal, synthetic=dataset.synthetic,
                           description=dataset.description, n_train=len(dataset.train), n_val=len(dataset.val),
                           n_test=len(dataset.test), n_train_patients=len(set(dataset.train.patient_ids.tolist())),
                           patients_known=dataset.patients_known, image_shape=dataset.train.image_shape)
 
 
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """{"training.learning_rate": 0.001, "swept.0.value": 8, ...}: nested JSON data by dotted key."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in _flat(item, f"{prefix}{i}.").items()}
+    return {prefix.rstrip("."): value}
+
+
+def setting_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """``training.learning_rate: 0.001 in the finished run, 0.01 now``, one per differing setting."""
+    old, new = _flat(before), _flat(now)
+    missing = "(not set)"
+    return [f"{key}: {old.get(key, missing)} in the finished run, {new.get(key, missing)} now"
+            for key in sorted(old.keys() | new.keys()) if old.get(key, missing) != new.get(key, missing)]
+
+
 def _finished(folder: StudyFolder, plans: list[RunPlan]) -> tuple[dict[str, RunRecord], list[RunRecord]]:
     """(finished runs the study lists, by id; finished runs in the folder it no longer lists: released all the same).
-    A listed run made with other settings is refused rather than mixed into one table."""
+    A listed run made with other settings is refused rather than mixed into one table; the message names the
+    settings that differ (where and how fast a run executes, ``config.EXECUTION_ONLY``, does not count)."""
     listed = {p.run_id: p for p in plans}
-    mine, elsewhere = {}, []
+    mine, elsewhere, clashes = {}, [], []
     for run_id in folder.finished_run_ids():
         record = read_record(folder.run(run_id).record)
         if run_id not in listed:
             elsewhere.append(record)
         elif record.plan.settings() != listed[run_id].settings():
-            raise ConfigError(
-                f"{folder.run(run_id).record} was made with other settings than this study now asks for run "
-                f"{run_id}; use another --out, or delete {folder.run(run_id).public} to retrain it")
+            clashes.append((run_id, setting_differences(record.plan.settings(), listed[run_id].settings())))
         else:
             mine[run_id] = record
+    if clashes:
+        lines = [f"  - {run_id}: {'; '.join(diffs[:4])}" + (f" (and {len(diffs) - 4} more)" if len(diffs) > 4 else "")
+                 for run_id, diffs in clashes]
+        raise ConfigError(
+            f"{len(clashes)} finished run(s) in {folder.root} were made with other settings than this study now asks "
+            "for:\n" + "\n".join(lines) + f"\nuse another --out, or delete "
+            f"{', '.join(str(folder.run(r).public) for r, _ in clashes)} to retrain them")
     return mine, elsewhere
+
+
+def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy:
+    """Read the data and plan every run of ``study`` (calibration included) against the output folder
+    ``out/<study.name>/``: which runs are finished, and the study's privacy as a whole, with ``privacy_budget``
+    checked. Trains and writes nothing. Raises ConfigError if the folder holds runs made with other settings."""
+    _check_device(study)
+    folder = StudyFolder(Path(out) / study.name)
+    start = time.perf_counter()
+    dataset = load_study_data(study)
+    load_seconds = time.perf_counter() - start
+    plans = plan_study(study, dataset)
+    existing, elsewhere = _finished(folder, plans)
+    privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget,
+                            reproducible=study.privacy_randomness == "reproducible")
+    if study.privacy_budget is not None:
+        check_budget(study.privacy_budget, privacy)
+    return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,
+                         elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds)
+
+
+def planned_card(plan: RunPlan, image_shape: tuple[int, ...], randomness: str) -> PrivacyCard:
+    """The privacy card ``plan``'s run will carry if it runs as planned: its mechanism's card of the events the run
+    will record (a local DP release of the training images, then T DP-SGD steps)."""
+    info = mechanism_info(plan.mechanism)
+    events = []
+    transform = info.image_mechanism(plan.privacy)
+    if transform is not None:
+        event = transform.event(image_shape)
+        if event is not None:
+            events.append(event)
+    dp = plan.privacy
+    if isinstance(dp, DpSgdPlan):
+        make = accounting.dp_sgd_event if dp.sampling == "poisson" else accounting.shuffled_event
+        events.append(make(noise=dp.noise, noise_multiplier=dp.noise_multiplier, sample_rate=dp.sample_rate,
+                           steps=dp.steps))
+    return info.card(plan.privacy, Ledger(tuple(events)), randomness)
+
+
+def estimate_times(prepared: PreparedStudy) -> tuple[Rates, dict[str, float]]:
+    """(the probe's rates, estimated seconds of each run still to train): a short timing probe on this machine
+    now (`dpmed.timing`), scaled by each run's steps."""
+    rates = probe_rates(prepared.todo, prepared.dataset, model=prepared.study.model.name,
+                        evaluation=prepared.study.evaluation)
+    n_train = len(prepared.dataset.train)
+    return rates, {p.run_id: rates.run_seconds(p, n_train) or 0.0 for p in prepared.todo}
+
+
+@contextlib.contextmanager
+def _writing(root: Path, advice: str) -> Iterator[None]:
+    """Turn a failure to write into the folder ``root`` (or to create it) into one FolderError naming the folder
+    and ``advice``; any other OSError passes."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        culprit, folder = Path(exc.filename).absolute(), root.absolute()
+        if not (culprit == folder or folder in culprit.parents or culprit in folder.parents):
+            raise
+        reason = exc.strerror or type(exc).__name__
+        raise FolderError(f"cannot write to the output folder {root}: {reason} ({exc.filename}); {advice}") from None
+
+
+@contextlib.contextmanager
+def claim_folder(root: Path | str) -> Iterator[Holder]:
+    """Hold the study folder ``root`` for this process (`dpmed.lock`): FolderError naming the holder if another
+    live `dpmed run` works in it, or naming the folder if it cannot be created or written. Re-entrant."""
+    folder = StudyFolder(Path(root))
+    with _writing(folder.root, "choose a writable folder with --out, or make this one writable"):
+        with FolderLock(folder.lock, what=str(folder.root)) as holder:
+            yield holder
+
+
+def folder_holder(root: Path | str) -> Holder | None:
+    """The `dpmed run` process working in the study folder ``root`` now, if any."""
+    return lock_holder(StudyFolder(Path(root)).lock)
+
+
+class _Progress:
+    """The study's progress line after each run: runs done of all, time elapsed, and time left, from the rate of
+    the runs finished in this session (`dpmed.timing.Rates`), shared among the workers."""
+
+    def __init__(self, prepared: PreparedStudy, workers: int) -> None:
+        self.total, self.earlier = len(prepared.plans), len(prepared.finished)
+        self.left = {p.run_id: p for p in prepared.todo}
+        self.records: list[RunRecord] = []
+        self.failed, self.workers = 0, workers
+        self.n_train = len(prepared.dataset.train)
+        self.start = time.perf_counter()
+
+    def line(self, run_id: str, outcome: RunRecord | RunFailure) -> str:
+        self.left.pop(run_id, None)
+        if isinstance(outcome, RunFailure):
+            self.failed += 1
+        else:
+            self.records.append(outcome)
+        done = self.total - len(self.left)
+        parts = [f"study: {done} of {self.total} runs done"
+                 + (f" ({self.earlier} earlier)" if self.earlier else "")
+                 + (f", {self.failed} failed" if self.failed else ""),
+                 f"{clock(time.perf_counter() - self.start)} elapsed"]
+        if self.left:
+            rates = Rates.from_records(self.records, self.n_train)
+            seconds = [rates.run_seconds(p, self.n_train) for p in self.left.values()] if rates else [None]
+            if None in seconds:
+                parts.append("time left: known after the first run")
+            else:
+                parts.append(f"about {clock(sum(seconds) / min(self.workers, len(seconds)))} left")
+        return ", ".join(parts)
 
 
 def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[RunRecord]) -> Comparisons:
@@ -106,8 +291,9 @@ def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[Run
     redraws of every run's own intervals)."""
     predictions = {r.run_id: load_predictions(folder.run(r.run_id).predictions) for r in records
                    if folder.run(r.run_id).predictions.is_file()}
-    labels = next(([k[len("test_auroc["):-1] for k in r.metrics if k.startswith("test_auroc[")] for r in records
-                   if any(k.startswith("test_auroc[") for k in r.metrics)), [])
+    labels = list(resolved.dataset.label_names) or next(
+        ([k[len("test_auroc["):-1] for k in r.metrics if k.startswith("test_auroc[")] for r in records
+         if any(k.startswith("test_auroc[") for k in r.metrics)), [])   # a study.yaml written before label_names
     ev = resolved.study.evaluation
     return compare_runs(records, predictions, kind=resolved.dataset.task, label_names=labels,
                         n_resamples=ev.bootstrap_resamples, seed=ev.bootstrap_seed, confidence=ev.confidence)
@@ -159,7 +345,8 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     records = [read_record(folder.run(p.run_id).record) for p in resolved.runs if folder.run(p.run_id).is_finished]
     if not records:
         raise ConfigError(f"{folder.root} has no finished run (no runs/*/run.json); run the study first")
-    write_outputs(folder, resolved, records)
+    with _writing(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy"):
+        write_outputs(folder, resolved, records)
     return resolved, records
 
 
@@ -181,66 +368,68 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     return states
 
 
-def run_study(study: Study, *, out: Path | str = "results", progress: bool = True,
-              log: Callable[[str], None] = lambda _msg: None, executor: str = "local", workers: int = 1,
-              address: str | None = None, fail_fast: bool = False) -> StudyResult:
+def run_study(study: Study, *, out: Path | str = "results", progress: bool = True, executor: str = "local",
+              workers: int = 1, address: str | None = None, fail_fast: bool = False,
+              worker_setup: Callable[[], None] | None = None) -> StudyResult:
     """Run every unfinished run of ``study`` into ``out/<study.name>/`` and write results.csv and report.html.
 
-    A run whose run.json exists is loaded, not retrained; if it was made with different settings, this raises
-    ConfigError rather than mixing two studies in one table (use another --out, or delete that run's folder).
-    A run that fails is recorded (runs/<id>/error.json) and the others go on, unless ``fail_fast``; the report
-    covers the finished runs. ``executor``: "local" (``workers`` > 1: a process pool) or "ray" (at ``address``).
-    Before any training, every run the folder will hold is accounted together (`dpmed.budget`); with
-    ``privacy_budget`` a study over it is refused.
+    The folder is held for the whole call (`claim_folder`): a second run_study on it, in another process, raises
+    FolderError naming this one. A run whose run.json exists is loaded, not retrained; if it was made with
+    different settings, this raises ConfigError naming them rather than mixing two studies in one table (use
+    another --out, or delete that run's folder). A run that fails is recorded (runs/<id>/error.json) and the others
+    go on, unless ``fail_fast``; the report covers the finished runs. ``executor``: "local" (``workers`` > 1: a
+    process pool, each worker running ``worker_setup`` first) or "ray" (at ``address``). Before any training, every
+    run the folder will hold is accounted together (`dpmed.budget`); with ``privacy_budget`` a study over it is
+    refused.
     """
     start = time.perf_counter()
-    folder = StudyFolder(Path(out) / study.name)
-    dataset = load_study_data(study)
-    log(f"data: {dataset.name}, {len(dataset.train)}/{len(dataset.val)}/{len(dataset.test)} train/val/test images "
-        f"of shape {dataset.train.image_shape}, task {dataset.task.kind}")
-    if dataset.source.get("summary"):
-        log(f"data: {dataset.source['summary']}")
-    plans = plan_study(study, dataset)
-    existing, elsewhere = _finished(folder, plans)
-    privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget,
-                            reproducible=study.privacy_randomness == "reproducible")
-    if study.privacy_budget is not None:
-        check_budget(study.privacy_budget, privacy)
-    log(f"study privacy: {privacy.statement}")
-    folder.runs.mkdir(parents=True, exist_ok=True)
-    resolved = ResolvedStudy(study=study, dataset=_dataset_summary(dataset), study_privacy=privacy, runs=plans)
-    write_text_atomic(folder.resolved_study, yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
-    context = RunContext(dataset=dataset, model=study.model.name, evaluation=study.evaluation,
-                         progress=progress and executor == "local" and workers == 1,
-                         privacy_randomness=study.privacy_randomness)
-    order = {plan.run_id: i for i, plan in enumerate(plans, start=1)}
-    for plan in plans:
-        if plan.run_id in existing:
-            log(f"[{order[plan.run_id]}/{len(plans)}] {plan.run_id}: finished earlier, skipped")
-    todo = [RunTask(plan, folder.run(plan.run_id)) for plan in plans if plan.run_id not in existing]
-    outcomes: dict[str, RunRecord | RunFailure] = dict(existing)
+    _check_device(study)
+    root = Path(out) / study.name
+    with claim_folder(root), _writing(root, "choose a writable folder with --out, or make this one writable"):
+        prepared = prepare_study(study, out=out)
+        folder, dataset, plans = prepared.folder, prepared.dataset, prepared.plans
+        _log.info("data: %s, %d/%d/%d train/val/test images of shape %s, task %s (%.0f s to prepare)", dataset.name,
+                  len(dataset.train), len(dataset.val), len(dataset.test), dataset.train.image_shape,
+                  dataset.task.kind, prepared.load_seconds)
+        if dataset.source.get("summary"):
+            _log.info("data: %s", dataset.source["summary"])
+        _log.info("study privacy: %s", prepared.privacy.statement)
+        folder.runs.mkdir(parents=True, exist_ok=True)
+        resolved = prepared.resolved()
+        write_text_atomic(folder.resolved_study, yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
+        context = RunContext(dataset=dataset, model=study.model.name, evaluation=study.evaluation,
+                             progress=progress and executor == "local" and workers == 1,
+                             privacy_randomness=study.privacy_randomness)
+        order = {plan.run_id: i for i, plan in enumerate(plans, start=1)}
+        for run_id in prepared.finished:
+            _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
+        todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
+        outcomes: dict[str, RunRecord | RunFailure] = dict(prepared.finished)
+        tracker = _Progress(prepared, workers if executor == "local" else len(todo) or 1)
 
-    def on_outcome(task: RunTask, outcome: RunRecord | RunFailure) -> None:
-        outcomes[task.plan.run_id] = outcome
-        tag = f"[{order[task.plan.run_id]}/{len(plans)}] {task.plan.run_id}"
-        if isinstance(outcome, RunFailure):
-            log(f"{tag}: FAILED: {outcome.error} (traceback in {outcome.error_file})")
-            return
-        auroc = outcome.estimate("test_auroc").value
-        log(f"{tag}: test AUROC {'undefined' if auroc is None else format(auroc, '.3f')}; "
-            f"{outcome.privacy.statement}")
-        if task.folder.audit.is_file():   # shown to the user, never written to a shareable file
-            audit = json.loads(task.folder.audit.read_text(encoding="utf-8"))
-            log(f"{tag}: audit (private: {task.folder.audit}): {audit['statement']}")
+        def on_outcome(task: RunTask, outcome: RunRecord | RunFailure) -> None:
+            outcomes[task.plan.run_id] = outcome
+            tag = f"[{order[task.plan.run_id]}/{len(plans)}] {task.plan.run_id}"
+            if isinstance(outcome, RunFailure):
+                _log.warning("%s: FAILED: %s (traceback in %s)", tag, outcome.error, outcome.error_file)
+            else:
+                auroc = outcome.estimate("test_auroc").value
+                _log.info("%s: test AUROC %s; %s", tag, "undefined" if auroc is None else format(auroc, ".3f"),
+                          outcome.privacy.statement)
+                if task.folder.audit.is_file():   # shown to the user, never written to a shareable file
+                    audit = json.loads(task.folder.audit.read_text(encoding="utf-8"))
+                    _log.info("%s: audit (private: %s): %s", tag, task.folder.audit, audit["statement"])
+            _log.info("%s", tracker.line(task.plan.run_id, outcome))
 
-    if todo:
-        log(f"training {len(todo)} run(s) with executor {executor!r}" + (f", {workers} workers" if workers > 1 else ""))
-        make_executor(executor, workers=workers, address=address).map(todo, context, on_outcome,
-                                                                       fail_fast=fail_fast)
-    records = [outcomes[p.run_id] for p in plans if isinstance(outcomes.get(p.run_id), RunRecord)]
-    failures = [outcomes[p.run_id] for p in plans if isinstance(outcomes.get(p.run_id), RunFailure)]
-    if records:
-        write_outputs(folder, resolved, records)
-    return StudyResult(study=study, out_dir=folder.root, records=records, resumed=sorted(existing),
+        if todo:
+            _log.info("training %d run(s) with executor %r%s", len(todo), executor,
+                      f", {workers} workers" if workers > 1 else "")
+            make_executor(executor, workers=workers, address=address, worker_setup=worker_setup).map(
+                todo, context, on_outcome, fail_fast=fail_fast)
+        records = [outcomes[p.run_id] for p in plans if isinstance(outcomes.get(p.run_id), RunRecord)]
+        failures = [outcomes[p.run_id] for p in plans if isinstance(outcomes.get(p.run_id), RunFailure)]
+        if records:
+            write_outputs(folder, resolved, records)
+    return StudyResult(study=study, out_dir=folder.root, records=records, resumed=sorted(prepared.finished),
                        seconds=time.perf_counter() - start, failures=failures,
                        pending=[p.run_id for p in plans if p.run_id not in outcomes])

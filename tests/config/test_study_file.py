@@ -110,3 +110,30 @@ def test_fairness_is_on_and_explanations_off_by_default_and_both_are_checked(wri
                      ("cam: {method: gradcam}", "evaluation.cam")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             load_study(write_study(GOOD + f"evaluation: {{{bad}}}\n"))
+
+
+@pytest.mark.parametrize("change, words", [
+    (("mechanism: dp_sgd", "mechanism: dp-sgd"), "arms[2].mechanism: 'dp-sgd' is not a mechanism (did you mean 'dp_sgd'?)"),
+    (("mechanism: pixel_laplace", "mechanism: pixel-laplace"), "did you mean 'pixel_laplace'?"),
+    (("training: {epochs: 2}", "training: {epochs: 2, optimizer: adamw}"), "did you mean 'adam'?"),
+    (("training: {epochs: 2}", "training: {epochs: 2}\nmodel: {name: resnet-18}"), "did you mean 'resnet18'?"),
+])
+def test_a_mistyped_choice_gets_the_closest_one(write_study, change, words):
+    with pytest.raises(ConfigError) as info:
+        load_study(write_study(GOOD.replace(*change)))
+    assert words in str(info.value)
+
+
+def test_problems_an_override_causes_are_blamed_on_it_not_on_the_file(write_study):
+    path = write_study(GOOD)
+    with pytest.raises(ConfigError) as info:
+        load_study(path, {"training.learning_rate": "fast"},
+                   origins={"training.learning_rate": "--set training.learning_rate=fast"})
+    message = str(info.value)
+    assert "--set training.learning_rate=fast: training.learning_rate" in message
+    assert "study file" not in message.splitlines()[0] or "command line" in message.splitlines()[0]
+    with pytest.raises(ConfigError, match=r"--set arms\.7\.scale=1: '7' is not an index"):
+        load_study(path, {"arms.7.scale": 1}, origins={"arms.7.scale": "--set arms.7.scale=1"})
+    with pytest.raises(ConfigError, match=r"--data-path gone\.npz: no such file"):
+        load_study(path, {"data.source": "medmnist", "data.path": "/nowhere/gone.npz"},
+                   origins={"data.path": "--data-path gone.npz"})

@@ -1,7 +1,9 @@
 """Read a study file into a :class:`~dpmed.config.schema.Study`, or fail naming the file and the key.
 
 Precedence is command line over file over defaults: ``overrides`` (``{"training.epochs": 2}``) are applied to the
-parsed YAML before validation, so they are checked exactly like keys written in the file.
+parsed YAML before validation, so they are checked exactly like keys written in the file; a problem they cause is
+blamed on them (``origins`` says how the user gave each, e.g. ``--set training.epochs=abc``), not on the file.
+A value outside a fixed set of choices (a mechanism, a model, an optimiser) gets the closest choice as a hint.
 """
 
 from __future__ import annotations
@@ -42,13 +44,59 @@ def _field_names() -> set[str]:
     return names
 
 
-def _describe(error: Mapping[str, Any]) -> str:
+def _choices(text: str) -> list[str]:
+    """"'a', 'b' or 'c'" (pydantic's list of allowed values) -> ["a", "b", "c"]."""
+    return re.findall(r"'([^']*)'", text)
+
+
+def _closest(value: object, choices: list[str]) -> str:
+    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.5) if isinstance(value, str) else []
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _is_union_member(part: str) -> bool:
+    """pydantic names the member of a union a value failed against in the location (``int``, ``literal['auto']``,
+    ``NormalizeConfig``); a study key is snake_case."""
+    return "[" in part or "(" in part or part[:1].isupper() or part in {"int", "float", "str", "bool", "none"}
+
+
+def _location(error: Mapping[str, Any]) -> list[str]:
     # pydantic puts the discriminator's value (the mechanism) into an arm's location: a user wrote arms[0].scale
-    loc = [str(p) for p in error["loc"] if p not in MECHANISMS]
+    return [str(p) for p in error["loc"] if p not in MECHANISMS and not _is_union_member(str(p))]
+
+
+def _expected(error: Mapping[str, Any]) -> str:
+    """What one member of a union wanted: "a valid integer", "one of auto"."""
+    if error["type"] == "literal_error":
+        return "one of " + ", ".join(_choices(str((error.get("ctx") or {}).get("expected", ""))))
+    return error["msg"].removeprefix("Value error, ").removeprefix("Input should be ").strip()
+
+
+def _merge_unions(errors: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], list[str], str | None]]:
+    """(error, location, text or None) per problem: a value that fits no member of a union (``epochs: abc`` for
+    ``int | "auto"``) is one problem, not one per member."""
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for error in errors:
+        groups.setdefault(tuple(_location(error)), []).append(error)
+    problems = []
+    for loc, group in groups.items():
+        if len(group) == 1:
+            problems.append((group[0], list(loc), None))
+            continue
+        where = "".join(f"[{p}]" if p.isdigit() else (f".{p}" if i else p) for i, p in enumerate(loc))
+        got = group[0].get("input")
+        choices = [c for e in group if e["type"] == "literal_error"
+                   for c in _choices(str((e.get("ctx") or {}).get("expected", "")))]
+        problems.append((group[0], list(loc), f"{where}: should be {' or '.join(_expected(e) for e in group)} "
+                                              f"(got {got!r}){_closest(got, choices)}"))
+    return problems
+
+
+def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
     where = ""
     for part in loc:
         where += f"[{part}]" if part.isdigit() else (f".{part}" if where else part)
-    kind, msg = error["type"], error["msg"]
+    kind, msg, ctx = error["type"], error["msg"], error.get("ctx") or {}
     if kind == "extra_forbidden":
         key = loc[-1]
         close = difflib.get_close_matches(key, sorted(_field_names()), n=1)
@@ -56,9 +104,29 @@ def _describe(error: Mapping[str, Any]) -> str:
         return f"{where}: unknown key{hint}; remove or rename it"
     if kind == "missing":
         return f"{where}: required key is missing"
+    if kind == "union_tag_invalid":   # an arm's mechanism that is not registered
+        choices = _choices(str(ctx.get("expected_tags", "")))
+        tag = ctx.get("tag")
+        return (f"{where}.mechanism: {tag!r} is not a mechanism{_closest(tag, choices)}; use one of "
+                f"{', '.join(choices)}")
+    if kind == "literal_error":
+        choices = _choices(str(ctx.get("expected", "")))
+        got = error.get("input")
+        return f"{where}: {got!r} is not one of {', '.join(choices)}{_closest(got, choices)}"
     got = error.get("input")
     shown = "" if isinstance(got, (dict, list)) or "got" in msg else f" (got {got!r})"
     return f"{where or '(top level)'}: {msg.removeprefix('Value error, ')}{shown}"
+
+
+def _dotted(key: str) -> list[str]:
+    return key.split(".")
+
+
+def _blame(loc: list[str], origins: Mapping[str, str]) -> tuple[str | None, list[str]]:
+    """(the option that set this location or a section holding it, options that set something inside it)."""
+    exact = next((origins[k] for k in origins if loc[:len(_dotted(k))] == _dotted(k)), None)
+    inside = [origins[k] for k in origins if _dotted(k)[:len(loc)] == loc and _dotted(k) != loc]
+    return exact, inside
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -69,32 +137,37 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), yaml.load(value, Loader=_Loader)
 
 
-def _apply(raw: dict, key: str, value: Any) -> None:
+def _apply(raw: dict, key: str, value: Any, origin: str) -> None:
     node: Any = raw
     parts = key.split(".")
     for part in parts[:-1]:
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"override {key!r}: {part!r} is not an index of that list")
+                raise ConfigError(f"{origin}: {part!r} is not an index of that list (it has {len(node)} entries)")
             node = node[int(part)]
         else:
             node = node.setdefault(part, {})
             if not isinstance(node, (dict, list)):
-                raise ConfigError(f"override {key!r}: {part!r} holds a value, not a section")
+                raise ConfigError(f"{origin}: {part!r} holds a value, not a section")
     last = parts[-1]
     if isinstance(node, list):
         if not last.isdigit() or int(last) >= len(node):
-            raise ConfigError(f"override {key!r}: {last!r} is not an index of that list")
+            raise ConfigError(f"{origin}: {last!r} is not an index of that list (it has {len(node)} entries)")
         node[int(last)] = value
     else:
         node[last] = value
 
 
-def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> schema.Study:
+def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
+               origins: Mapping[str, str] | None = None) -> schema.Study:
     """Parse and validate a study file; relative data paths are resolved against the file's folder.
 
-    Raises ConfigError naming the file and every offending key, before anything is trained.
+    Raises ConfigError naming the file and every offending key, before anything is trained; a problem caused by an
+    override is blamed on it, in the words of ``origins`` (override key -> how the user gave it, e.g.
+    ``{"training.epochs": "--set training.epochs=abc"}``; default: ``override training.epochs='abc'``).
     """
+    overrides = dict(overrides or {})
+    origins = {key: (origins or {}).get(key) or f"override {key}={value!r}" for key, value in overrides.items()}
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"study file {path} does not exist; pass the path of a .yaml study (see configs/)")
@@ -104,18 +177,32 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
         raise ConfigError(f"study file {path} is not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"study file {path}: expected a mapping of keys (name, data, arms, ...) at the top")
-    for key, value in (overrides or {}).items():
-        _apply(raw, key, value)
+    for key, value in overrides.items():
+        _apply(raw, key, value, origins[key])
     try:
         study = schema.Study.model_validate(raw)
     except ValidationError as exc:
-        lines = [f"  - {_describe(e)}" for e in exc.errors()]
-        raise ConfigError(f"study file {path} has {len(lines)} problem(s):\n" + "\n".join(lines)) from None
+        lines, from_options = [], 0
+        for error, loc, merged in _merge_unions(exc.errors()):
+            text = merged or _describe(error, loc)
+            exact, inside = _blame(loc, origins)
+            if exact is not None:
+                from_options += 1
+                text = f"{exact}: {text}"
+            elif inside:
+                text += f" (after {', '.join(inside)})"
+            lines.append(f"  - {text}")
+        head = (f"the command line's settings for study file {path} have {len(lines)} problem(s)"
+                if from_options == len(lines) else f"study file {path} has {len(lines)} problem(s)")
+        raise ConfigError(f"{head}:\n" + "\n".join(lines)) from None
     data_path = study.data.path
     if data_path is not None and not data_path.is_absolute():
         data_path = (path.parent / data_path).resolve()
         study = study.model_copy(update={"data": study.data.model_copy(update={"path": data_path})})
     if data_path is not None and not data_path.exists():
+        if "data.path" in origins:
+            raise ConfigError(f"{origins['data.path']}: no such file or folder ({data_path}); pass the dataset's "
+                              "file or folder")
         raise ConfigError(
             f"study file {path}: data.path {data_path} does not exist; fix the path in the file or pass "
             "--data-path FILE"

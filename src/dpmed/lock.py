@@ -1,0 +1,200 @@
+"""One `dpmed run` per study folder at a time: a lock file that names the process holding it.
+
+Two runs of one study into one folder would both train every unfinished run and overwrite each other's checkpoints
+(and each other's privacy keys: two different noise draws of the same run would be two releases). `run_study` holds
+this lock for as long as it works in the folder; a second one refuses, naming the holder (PID, host, start time).
+
+* The lock file is created atomically (``O_CREAT | O_EXCL``): of two processes, exactly one creates it.
+* A lock whose process is gone (killed, machine rebooted) is *stale* and is taken over: on the same host the PID is
+  checked (and its start time, so that a recycled PID does not look alive). The check and the takeover happen under
+  an advisory ``flock`` of the folder that holds the lock, so that of two processes finding the same stale lock only
+  one replaces it. A lock held from another host cannot be checked from here and is never taken over; the message
+  says which file to delete once that run is known to be gone.
+* Re-entrant within a process (the command line may hold it around `run_study`, which takes it again).
+
+Readers (`dpmed status`, `dpmed report`, `dpmed plan`) do not take the lock; they may call :func:`lock_holder` to
+say that a run is under way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+from dpmed.errors import FolderError
+
+try:  # advisory locks: POSIX only; elsewhere the takeover of a stale lock is unguarded
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["Holder", "FolderLocked", "FolderLock", "lock_holder", "holder_alive"]
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lock: process id, host name, when it took the lock (local time, ISO 8601), the process's start
+    time as the kernel counts it (Linux; tells a recycled PID apart) and a random token naming this holding."""
+
+    pid: int
+    host: str
+    started: str
+    token: str
+    process_start: int | None = None
+
+    @classmethod
+    def current(cls) -> "Holder":
+        return cls(pid=os.getpid(), host=socket.gethostname(), started=time.strftime("%Y-%m-%d %H:%M:%S"),
+                   token=secrets.token_hex(8), process_start=_process_start(os.getpid()))
+
+    def describe(self) -> str:
+        return f"PID {self.pid} on host {self.host}, since {self.started}"
+
+
+class FolderLocked(FolderError):
+    """Another live process holds the lock; ``holder`` says which."""
+
+    def __init__(self, message: str, holder: Holder | None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+def _process_start(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat), or None where unknown;
+    -1 for a zombie (exited, not yet reaped: as good as gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()   # the command name may hold spaces and parentheses
+    try:
+        return -1 if fields[0] == "Z" else int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def holder_alive(holder: Holder) -> bool | None:
+    """True if the holder's process runs, False if it is gone, None if this cannot be known from here (another
+    host)."""
+    if holder.host != socket.gethostname():
+        return None
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # it exists, as another user's process
+        pass
+    except OSError:
+        return None
+    start = _process_start(holder.pid)
+    if start == -1:
+        return False
+    if holder.process_start is not None and start is not None and start != holder.process_start:
+        return False          # the PID was recycled by an unrelated process
+    return True
+
+
+def _read(path: Path) -> Holder | None:
+    """The holder recorded in ``path``; None if there is no lock file or it cannot be parsed."""
+    try:
+        return Holder(**json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def lock_holder(path: Path) -> Holder | None:
+    """The live (or unverifiable, other-host) holder of the lock at ``path``, or None if it is free or stale."""
+    holder = _read(Path(path))
+    return holder if holder is not None and holder_alive(holder) is not False else None
+
+
+@contextlib.contextmanager
+def _guard(folder: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``folder`` for the few milliseconds of a check-and-take: serialises the
+    takeover of a stale lock. The kernel drops it if the process dies. Best effort where unsupported."""
+    fd = None
+    if fcntl is not None:
+        try:
+            fd = os.open(folder, os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            if fd is not None:
+                os.close(fd)
+            fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)      # closing releases the flock
+
+
+def _create(path: Path, holder: Holder) -> bool:
+    """Create the lock file holding ``holder``; False if it exists already."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(asdict(holder)))
+    return True
+
+
+_HELD: dict[Path, list] = {}   # lock paths this process holds: [holder, depth]
+
+
+class FolderLock:
+    """``with FolderLock(path):`` holds the lock file at ``path`` (its folder is created), or raises
+    :class:`FolderLocked` naming the live holder. ``what`` names the folder in messages."""
+
+    def __init__(self, path: Path, *, what: str | None = None) -> None:
+        self.path = Path(path).absolute()
+        self.what = what or str(self.path.parent)
+
+    def __enter__(self) -> Holder:
+        held = _HELD.get(self.path)
+        if held is not None:
+            held[1] += 1
+            return held[0]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        me = Holder.current()
+        with _guard(self.path.parent):
+            for _ in range(3):
+                if _create(self.path, me):
+                    _HELD[self.path] = [me, 1]
+                    return me
+                holder = _read(self.path)
+                if holder is not None and holder_alive(holder) is not False:
+                    raise FolderLocked(self._refusal(holder), holder)
+                # stale (its process is gone) or unreadable: under the guard, no other dpmed acts between our read
+                # and this removal, so what we remove is what we judged
+                self.path.unlink(missing_ok=True)
+        raise FolderLocked(f"{self.what} is being locked and unlocked by other processes; try again", None)
+
+    def _refusal(self, holder: Holder) -> str:
+        where = ("" if holder_alive(holder) else
+                 f"; it runs on another host, so dpmed cannot check it from here: if it has ended, delete "
+                 f"{self.path}")
+        return (f"{self.what} is in use by another dpmed run ({holder.describe()}){where}. Wait for it to finish, "
+                f"or run into another folder with --out; `dpmed status` and `dpmed report` may read the folder "
+                f"meanwhile")
+
+    def __exit__(self, *exc: object) -> None:
+        held = _HELD.get(self.path)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] > 0:
+            return
+        del _HELD[self.path]
+        current = _read(self.path)
+        if current is not None and current.token == held[0].token:
+            self.path.unlink(missing_ok=True)

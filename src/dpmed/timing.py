@@ -1,0 +1,249 @@
+"""How long a study's runs take: measured by a short probe before training (`dpmed plan`), and learnt from the runs
+that have finished while a study runs (the ETA of `dpmed run`).
+
+A run's time is dominated by its optimiser steps, and a step's cost depends on what kind of step it is: a plain step
+on a shuffled batch, or a DP-SGD step (per-example clipping with the study's engine) on a Poisson batch of a given
+expected size; and on the model, the image size, the device and the threads, which a study shares. So the probe
+times a few steps of each kind the study's runs need, of the study's model on images of the study's shape, on the
+device and with the threads the runs will use, and scales by each run's number of steps; it then times one evaluation
+(predictions, bootstrap intervals, fairness, explanations on a few images, scaled) on the real validation and test
+images. The probe trains on random images, never on the training images, and its model is discarded.
+
+Not included: audits and attacks (extra passes over their canaries and batches), and a machine that gets busier or
+quieter meanwhile (the load at probe time is stated).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping
+
+import numpy as np
+import torch
+
+from dpmed.config import EvaluationConfig, RunPlan
+from dpmed.data import Dataset, ImageSet, normalize
+from dpmed.evaluation.assessment import assess
+from dpmed.mechanisms import DpSgdPlan
+from dpmed.models import MODELS, build_model
+from dpmed.randomness import PrivacyRandomness
+from dpmed.records import RunRecord
+from dpmed.run import run_threads
+from dpmed.training import train
+
+__all__ = ["StepKind", "step_kind", "run_steps", "Rates", "probe_rates", "clock", "machine_load"]
+
+_PROBE_SECONDS = 1.5      # aim of the timed part of each step kind's probe
+_MIN_STEPS, _MAX_STEPS = 3, 40
+_PROBE_CAMS = 2           # images explained in the evaluation probe (scaled to the study's n_images)
+
+
+@dataclass(frozen=True)
+class StepKind:
+    """What a step's cost depends on, besides what the whole study shares (model, image shape)."""
+
+    dp_sgd: bool
+    batch: int                # images per step (DP-SGD: expected)
+    physical_batch: int
+    engine: str | None        # DP-SGD clipping engine
+    threads: int
+    device: str
+
+    def describe(self) -> str:
+        what = f"DP-SGD ({self.engine} engine)" if self.dp_sgd else "plain"
+        return f"{what} steps of {self.batch} images"
+
+
+def _device(setting: str, default: str) -> str:
+    name = default if setting == "auto" else setting
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def step_kind(plan: RunPlan, device: str = "auto") -> StepKind:
+    """The kind of the steps of ``plan``'s run. ``device``: where a run whose ``training.device`` is auto runs
+    (auto: CUDA if available)."""
+    training = plan.training
+    dp = plan.privacy if isinstance(plan.privacy, DpSgdPlan) else None
+    batch = training.batch_size if dp is None else max(1, round(dp.sample_rate * dp.n_train))
+    return StepKind(dp_sgd=dp is not None, batch=batch, physical_batch=training.physical_batch_size,
+                    engine=None if dp is None else training.dp_engine, threads=run_threads(training.threads),
+                    device=_device(training.device, device))
+
+
+def run_steps(plan: RunPlan, n_train: int) -> int:
+    """Optimiser steps of ``plan``'s run on ``n_train`` training images (DP-SGD: the planned T)."""
+    if isinstance(plan.privacy, DpSgdPlan):
+        return plan.privacy.steps
+    return plan.training.epochs * math.ceil(n_train / plan.training.batch_size)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Seconds per step of each step kind, and seconds of one run's evaluation (and what else a run does besides
+    training). ``how``: in words, how they were obtained."""
+
+    per_step: Mapping[StepKind, float]
+    evaluation: float
+    how: str = ""
+    probe_seconds: float = 0.0
+    steps_timed: Mapping[StepKind, int] = field(default_factory=dict)
+
+    def run_seconds(self, plan: RunPlan, n_train: int, device: str = "auto") -> float | None:
+        """Estimated seconds of ``plan``'s run; None if no step of its kind (nor any other) was timed."""
+        kind = step_kind(plan, device)
+        rate = self.per_step.get(kind)
+        if rate is None:
+            same = [r for k, r in self.per_step.items() if k.dp_sgd == kind.dp_sgd] or list(self.per_step.values())
+            if not same:
+                return None
+            rate = float(np.mean(same))
+        return run_steps(plan, n_train) * rate + self.evaluation
+
+    @classmethod
+    def from_records(cls, records: Iterable[RunRecord], n_train: int) -> "Rates | None":
+        """Rates learnt from finished runs' timings (runs resumed from a checkpoint are left out: their training
+        time covers part of their steps); None if there is none."""
+        per_kind: dict[StepKind, list[float]] = {}
+        evaluation = []
+        for record in records:
+            timing = record.timing
+            if timing is None or timing.resumed_from:
+                continue
+            steps = run_steps(record.plan, n_train)
+            if steps > 0:
+                kind = step_kind(record.plan, timing.device)
+                per_kind.setdefault(kind, []).append(timing.train_seconds / steps)
+            evaluation.append(max(0.0, timing.total_seconds - timing.train_seconds))
+        if not per_kind:
+            return None
+        return cls(per_step={k: float(np.mean(v)) for k, v in per_kind.items()},
+                   evaluation=float(np.mean(evaluation)), how="from the runs finished so far")
+
+
+@contextlib.contextmanager
+def _threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _random_images(dataset: Dataset, n: int, rng: np.random.Generator) -> ImageSet:
+    """``n`` random images of the study's shape with random labels of its task: what the probe trains on."""
+    task = dataset.task
+    if task.kind == "multilabel":
+        labels = rng.integers(0, 2, size=(n, task.num_outputs)).astype(np.float32)
+    else:
+        labels = rng.integers(0, task.num_outputs, size=n).astype(np.int64)
+    images = rng.random((n, *dataset.train.image_shape), dtype=np.float32)
+    if dataset.normalization is not None:
+        images = normalize(images, *dataset.normalization)
+    return ImageSet(images=images, labels=labels, patient_ids=np.array([f"probe{i}" for i in range(n)]),
+                    sex=np.full(n, "unknown"), age=np.full(n, np.nan))
+
+
+def _time_steps(model_name: str, data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan, steps: int,
+                device: torch.device) -> float:
+    """Seconds of ``steps`` optimiser steps of ``kind`` on ``data`` (two batches' worth of images), of a freshly
+    built model (as a run trains one)."""
+    shape = dataset.train.image_shape
+    model = build_model(model_name, in_channels=shape[0], num_outputs=dataset.task.num_outputs, image_size=shape[1])
+    training = plan.training.model_copy(update={"epochs": math.ceil(steps / 2)})
+    dp = None
+    if kind.dp_sgd:
+        source = plan.privacy
+        dp = DpSgdPlan(noise_multiplier=source.noise_multiplier, max_grad_norm=source.max_grad_norm,
+                       sample_rate=kind.batch / len(data), steps=steps, noise=source.noise, unit="image",
+                       expected_batch_size=float(kind.batch), n_units=len(data), n_train=len(data))
+    randomness = PrivacyRandomness.reproducible(seed=0, run_id="timing-probe")   # a probe: nothing is released
+    result = train(model, data, dataset.task, training, seed=0, dp=dp, randomness=randomness, device=device,
+                   progress=False)
+    return result.seconds
+
+
+def _probe_kind(dataset: Dataset, model_name: str, kind: StepKind, plan: RunPlan) -> tuple[float, int]:
+    """(seconds per step, steps timed) of ``kind``: a warm-up of two steps, then as many as fit the probe's aim."""
+    rng = np.random.default_rng(0)
+    data = _random_images(dataset, 2 * kind.batch, rng)
+    device = torch.device(kind.device)
+    with _threads(kind.threads), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        warm = _time_steps(model_name, data, dataset, kind, plan, 2, device) / 2
+        steps = int(min(_MAX_STEPS, max(_MIN_STEPS, _PROBE_SECONDS / max(warm, 1e-4))))
+        steps += steps % 2     # whole passes over the two batches
+        seconds = _time_steps(model_name, data, dataset, kind, plan, steps, device)
+    return seconds / steps, steps
+
+
+def _probe_evaluation(dataset: Dataset, model_name: str, evaluation: EvaluationConfig, kind: StepKind) -> float:
+    """Seconds of one run's evaluation on the real validation and test images, with a freshly initialised model
+    (its scores are discarded); explanations on a few images, scaled to the study's number."""
+    device = torch.device(kind.device)
+    config, scale = evaluation, 1.0
+    if evaluation.explanations is not None:
+        n = min(_PROBE_CAMS, evaluation.explanations.n_images)
+        scale = evaluation.explanations.n_images / n
+        config = evaluation.model_copy(update={"explanations": evaluation.explanations.model_copy(
+            update={"n_images": n})})
+    inputs = (dataset.val, dataset.test)
+    if dataset.normalization is not None:
+        inputs = tuple(s.with_images(normalize(s.images, *dataset.normalization)) for s in inputs)
+    with _threads(kind.threads), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = build_model(model_name, in_channels=dataset.train.image_shape[0],
+                            num_outputs=dataset.task.num_outputs, image_size=dataset.train.image_shape[1]).to(device)
+        start = time.perf_counter()
+        result = assess(model, dataset, inputs, config, cam_layer=MODELS[model_name].cam_layer, device=device)
+        seconds = time.perf_counter() - start
+    cams = (result.explanations or {}).get("seconds", 0.0)
+    return seconds + cams * (scale - 1)
+
+
+def probe_rates(plans: Iterable[RunPlan], dataset: Dataset, *, model: str, evaluation: EvaluationConfig,
+                device: str = "auto") -> Rates:
+    """Time the step kinds that ``plans`` need (one probe per kind) and one evaluation, on this machine now."""
+    start = time.perf_counter()
+    kinds: dict[StepKind, RunPlan] = {}
+    for plan in plans:
+        kinds.setdefault(step_kind(plan, device), plan)
+    per_step, timed = {}, {}
+    for kind, plan in kinds.items():
+        per_step[kind], timed[kind] = _probe_kind(dataset, model, kind, plan)
+    first = next(iter(kinds), None)
+    evaluation_seconds = 0.0 if first is None else _probe_evaluation(dataset, model, evaluation, first)
+    devices = sorted({k.device for k in kinds})
+    threads = sorted({k.threads for k in kinds})
+    steps = ", ".join(f"{timed[k]} {k.describe()} ({per_step[k] * 1000:.0f} ms each)" for k in kinds)
+    how = (f"timed now on {'/'.join(devices)} with {'/'.join(map(str, threads))} thread(s)"
+           f"{machine_load()}: {steps}, of {model} on random images of shape "
+           f"{'x'.join(map(str, dataset.train.image_shape))}, scaled by each run's steps; one evaluation of the "
+           f"validation and test images ({evaluation_seconds:.1f} s) added per run")
+    return Rates(per_step=per_step, evaluation=evaluation_seconds, how=how, probe_seconds=time.perf_counter() - start,
+                 steps_timed=timed)
+
+
+def machine_load() -> str:
+    """", load 3.2 on 2 cores" where the operating system tells; the probe's numbers depend on it."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return ""
+    return f" (load {load:.1f} on {os.cpu_count() or 1} cores)"
+
+
+def clock(seconds: float) -> str:
+    """1:05 (minutes:seconds) or 2:03:04 (hours); '?' for an unknown time."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(max(0.0, seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
