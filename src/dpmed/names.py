@@ -12,7 +12,8 @@ from typing import Iterable
 __all__ = ["MODEL_NAMES", "CAM_METHODS", "CANARY_KINDS", "DP_ENGINES", "check_registry"]
 
 # dpmed.models.MODELS
-MODEL_NAMES = ("small_cnn", "flat_cnn", "resnet9", "resnet18", "alexnet", "vgg16")
+MODEL_NAMES = ("small_cnn", "flat_cnn", "resnet9", "resnet18", "alexnet", "vgg16", "small_cnn_ws", "resnet9_ws",
+               "scatternet_linear", "scatternet_cnn")
 # dpmed.evaluation.explanations.CAM_METHODS (pytorch-grad-cam)
 CAM_METHODS = ("gradcam", "gradcam++", "xgradcam", "hirescam", "layercam", "eigencam", "scorecam")
 # the one-run audit's canaries (dpmed.audit)

@@ -329,7 +329,7 @@ def test_released_pt_files_hold_model_weights_only(dp_sweep, laplace_sweep):
 
 
 _REALISED = re.compile(r"(batch.?size|sampled)", re.I)
-_PUBLIC = {"batch_size", "physical_batch_size", "expected_batch_size"}    # settings, not realised counts
+_PUBLIC = {"batch_size", "physical_batch_size", "expected_batch_size", "reference_batch_size"}  # settings, not counts
 _TRAIN_STAT = re.compile(r"(loss|acc|batch|sampled)", re.I)
 
 

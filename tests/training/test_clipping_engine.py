@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from dpmed.errors import PrivacyError
-from dpmed.models import build_model, list_models
+from dpmed.models import WSConv2d, build_model, list_models
 from dpmed.training import DpSgdStep
 from dpmed.training.clipping import ROUTES, GhostClipper
 from dpmed.training.layer_rules import LAYER_RULES
@@ -111,6 +111,12 @@ LAYER_CASES = {
     "embedding_no_padding_weight_only_norm": (
         lambda: nn.Sequential(nn.Embedding(8, 4), nn.LayerNorm(4, bias=False), nn.Flatten(), nn.Linear(4 * 6, 3)),
         lambda n, g: torch.randint(0, 8, (n, 6), generator=g), {nn.Embedding, nn.LayerNorm}),
+    "ws_conv2d": (lambda: _conv_net(WSConv2d(2, 4, 3, padding=1), 4), _images(), {WSConv2d}),
+    "ws_conv2d_groups_stride_no_bias": (
+        lambda: _conv_net(WSConv2d(4, 6, (3, 2), stride=2, groups=2, bias=False), 6), _images(c=4), {WSConv2d}),
+    "ws_conv2d_reflect_group_norm": (
+        lambda: nn.Sequential(WSConv2d(2, 4, 3, padding=1, padding_mode="reflect"), nn.GroupNorm(2, 4), nn.ReLU(),
+                              nn.Flatten(), nn.Linear(196, 3)), _images(), {WSConv2d, nn.GroupNorm}),
     "group_norm_one_group_and_per_channel": (
         lambda: nn.Sequential(nn.Conv2d(2, 6, 3, padding=1), nn.GroupNorm(1, 6), nn.SiLU(), nn.Conv2d(6, 4, 3),
                               nn.GroupNorm(4, 4), nn.Flatten(), nn.Linear(100, 3)),

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from dpmed.errors import PrivacyError
-from dpmed.models import build_model, list_models
+from dpmed.models import WSConv2d, build_model, list_models
 from dpmed.training import DpSgdStep
 from dpmed.training.clipping import ROUTES, GhostClipper
 from dpmed.training.dp_sgd import OpacusClipper
@@ -138,6 +138,9 @@ LAYER_CASES = {
     "layer_norm_image": (lambda: nn.Sequential(nn.Conv2d(2, 3, 3), nn.LayerNorm([3, 5, 5]), nn.Flatten(),
                                                nn.Linear(75, 3)), _images(), {nn.LayerNorm}),
     "tokens": (_Tokens, lambda n, g: torch.randint(0, 11, (n, 9), generator=g), {nn.Embedding, nn.LayerNorm}),
+    "ws_conv2d": (lambda: _conv_net(WSConv2d(2, 4, 3, padding=1), 4), _images(), {WSConv2d}),
+    "ws_conv2d_groups_stride_no_bias": (
+        lambda: _conv_net(WSConv2d(4, 6, (3, 2), stride=2, groups=2, bias=False), 6), _images(c=4), {WSConv2d}),
 }
 
 
@@ -203,7 +206,8 @@ def test_l1_patient_clipping_matches_explicit_loop(name, engine):
 
 
 # AlexNet and VGG-16 add no layer type to the others and are among the slowest in float64: run them with -m slow.
-_SLOW_MODELS = {"alexnet", "vgg16"}
+# So does ResNet-9 with weight standardisation (resnet9's layers and small_cnn_ws's WSConv2d, both run here).
+_SLOW_MODELS = {"alexnet", "vgg16", "resnet9_ws"}
 
 
 @pytest.mark.parametrize("engine", ["dpmed-mixed", "opacus"])

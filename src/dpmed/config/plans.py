@@ -80,6 +80,8 @@ def _expand(study: Study):
         info = mechanism_info(arm.mechanism)
         keys = {k: tag for k, tag in info.sweep_keys.items() if getattr(arm, k) is not None}
         overrides = {k: getattr(arm, k) for k in ("epochs", "batch_size", "learning_rate") if getattr(arm, k)}
+        if arm.epochs:              # an arm's epochs replace the study's training length, steps included
+            overrides["steps"] = None
         training = study.training.model_copy(update=overrides)
         for values in itertools.product(*(getattr(arm, k) for k in keys)):
             swept = tuple(SweptValue(key=k, tag=keys[k], value=v) for k, v in zip(keys, values))
@@ -101,7 +103,7 @@ def plan_runs(study: Study, context: PlanContext) -> list[RunPlan]:
         info = mechanism_info(arm.mechanism)
         values = {s.key: s.value for s in swept}
         privacy = info.make_plan(arm, values, replace(context, batch_size=training.batch_size,
-                                                      epochs=training.epochs))
+                                                      epochs=training.epochs, steps=training.steps))
         plans.append(RunPlan(run_id=run_id, arm=arm.name, seed=seed, swept=swept, training=training,
                              audit=arm.audit, privacy=privacy))
     return plans

@@ -22,8 +22,8 @@ from dpmed.names import CAM_METHODS, DP_ENGINES, MODEL_NAMES
 
 __all__ = [
     "Study", "DataConfig", "SplitConfig", "PreprocessingConfig", "NormalizeConfig", "ColumnsConfig",
-    "ModelConfig", "TrainingConfig", "EvaluationConfig", "FairnessConfig", "CamConfig", "AuditConfig", "Arm",
-    "PrivacyBudget",
+    "ModelConfig", "TrainingConfig", "AugmentationConfig", "ScheduleConfig", "EvaluationConfig", "FairnessConfig",
+    "CamConfig", "AuditConfig", "Arm", "PrivacyBudget",
 ]
 
 
@@ -164,15 +164,71 @@ class ModelConfig(_Strict):
     name: Literal[MODEL_NAMES] = "small_cnn"  # type: ignore[valid-type]
 
 
+class AugmentationConfig(_Strict):
+    """Augmentation multiplicity (De, Berrada, Hayes, Smith, Balle 2022): every sampled image is trained on as
+    ``multiplicity`` (K) augmented copies, each copy's loss weighted 1/K, so a unit's gradient is the mean over the
+    copies summed over its images, and it is that sum which is clipped: one unit still moves the noisy sum by at most
+    C, and the accounting is unchanged (METHODS.md s.9). The average lowers the variance of the signal, not the noise.
+
+    crop_padding: reflect-pad by this many pixels and crop back to the image size at a random offset; ``auto`` is
+    S / 8 for S px images (4 px at 32 px, De et al.'s CIFAR-10 setting); 0 turns crops off.
+    flip: random horizontal flips, off by default: on chest X-rays a flipped image puts the heart on the right
+    (situs inversus, dextrocardia) and swaps the side markers and the laterality of findings, an image the test
+    set never holds; turn it on for images without a left-right anatomy (dermoscopy, histology).
+    Which crop and flip each copy gets is public randomness (`dpmed.training.augmentation` says why that is sound).
+    """
+
+    multiplicity: int = Field(default=1, ge=1)
+    crop_padding: int | Literal["auto"] = "auto"
+    flip: bool = False
+
+    @field_validator("crop_padding")
+    @classmethod
+    def _padding(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 0:
+            raise ValueError(f"must be >= 0 (or auto), got {v}")
+        return v
+
+
+class ScheduleConfig(_Strict):
+    """The learning rate over a run's T steps: ``constant`` (the default), ``cosine`` (half a cosine from the base
+    rate to 0; Loshchilov and Hutter 2017) or ``step`` (times ``gamma`` at each of the ``milestones``, fractions of
+    T), after a linear warm-up over the first ``warmup_fraction`` of T (Goyal et al. 2017)."""
+
+    kind: Literal["constant", "cosine", "step"] = "constant"
+    warmup_fraction: float = Field(default=0.0, ge=0, lt=1)
+    milestones: list[float] = Field(default_factory=lambda: [0.5, 0.75])
+    gamma: float = Field(default=0.1, gt=0, le=1)
+
+    @field_validator("milestones")
+    @classmethod
+    def _fractions(cls, v: list[float]) -> list[float]:
+        if any(not 0 < m < 1 for m in v) or any(b <= a for a, b in zip(v, v[1:])):
+            raise ValueError(f"milestones must be increasing fractions of the run in (0, 1), got {v}")
+        return v
+
+
 class TrainingConfig(_Strict):
     """How every arm trains, unless the arm overrides ``epochs``, ``batch_size`` or ``learning_rate``.
 
     batch_size: the logical batch. Non-private arms draw shuffled batches of this size; DP-SGD draws Poisson
     batches with sample_rate = batch_size / N_train (so this is the *expected* size). physical_batch_size only bounds
     memory and never changes the math.
+
+    Training length: ``steps`` (optimiser steps T, the same for every arm) or ``epochs``: passes over the data, or
+    ``auto`` (the default): at least 10 epochs and at least 500 steps, so that neither 500 nor 5000 training images
+    are under-trained (`dpmed.mechanisms.training_steps`). DP-SGD's accountant takes the resulting T.
+
+    The private training recipe (De et al. 2022; METHODS.md s.9), each off by default: ``augmentation``
+    (augmentation multiplicity), ``ema_decay`` (the released and evaluated model is an exponential moving average of
+    the iterates: post-processing, free in eps), ``lr_schedule`` (warm-up, cosine or step decay) and ``lr_scaling``
+    (the learning rate scaled with the batch: ``linear``, lr * B / reference_batch_size, Goyal et al. 2017, for SGD;
+    ``sqrt`` for Adam, Malladi et al. 2022). Weight standardisation and ScatterNet features are models
+    (``small_cnn_ws``, ``resnet9_ws``, ``scatternet_linear``, ``scatternet_cnn``).
     """
 
-    epochs: int = Field(default=5, ge=1)
+    epochs: int | Literal["auto"] = "auto"
+    steps: int | None = Field(default=None, ge=1)
     batch_size: int = Field(default=64, ge=1)
     physical_batch_size: int = Field(default=128, ge=1)
     # How DP-SGD computes the per-example clipped sum; both are exact (same sum up to float rounding). dpmed: ghost
@@ -183,18 +239,31 @@ class TrainingConfig(_Strict):
     learning_rate: float = Field(default=0.001, gt=0)
     momentum: float = Field(default=0.9, ge=0, lt=1)  # sgd only
     weight_decay: float = Field(default=0.0, ge=0)
+    lr_schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    lr_scaling: Literal["none", "linear", "sqrt"] = "none"
+    reference_batch_size: int = Field(default=256, ge=1)
+    augmentation: AugmentationConfig | None = None
+    # De et al. 2022 use 0.999 and up; the decay is warmed up as min(decay, (1 + t) / (10 + t)) at update t.
+    ema_decay: float | None = Field(default=None, gt=0, lt=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # CPU threads of one run's tensor operations. Float sums depend on it, so a run's numbers are the same in-process,
     # in a process pool or on Ray only with a fixed count; "auto" = min(4, CPU cores), whatever the executor. With
     # --workers N on N cores, set 1. Like device, it changes no setting of the study's runs.
     threads: int | Literal["auto"] = "auto"
 
-    @field_validator("threads")
+    @field_validator("threads", "epochs")
     @classmethod
-    def _threads(cls, v: int | str) -> int | str:
+    def _positive_or_auto(cls, v: int | str) -> int | str:
         if isinstance(v, int) and v < 1:
             raise ValueError(f"must be at least 1 (or auto), got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _one_length(self) -> "TrainingConfig":
+        if self.steps is not None and self.epochs != "auto":
+            raise ValueError(f"give the training length once: steps ({self.steps}) or epochs ({self.epochs}), not "
+                             "both")
+        return self
 
 
 class FairnessConfig(_Strict):

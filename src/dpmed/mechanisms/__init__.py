@@ -1,8 +1,8 @@
 """Privacy mechanisms: each its arm in a study file, its per-run plan, its privacy card, and (local DP) the transform
 of the released images; all listed in one registry (`dpmed.mechanisms.registry`)."""
 
-from dpmed.mechanisms.base import (ArmBase, AuditConfig, GroupGuarantee, MechanismInfo, PlanContext, PrivacyCard,
-                                   Strict)
+from dpmed.mechanisms.base import (AUTO_EPOCHS, AUTO_MIN_STEPS, ArmBase, AuditConfig, GroupGuarantee, MechanismInfo,
+                                   PlanContext, PrivacyCard, Strict, training_steps)
 from dpmed.mechanisms.dp_sgd import DpSgdArm, DpSgdPlan, ReconstructionRecord
 from dpmed.mechanisms.none import NoPrivacyArm, NoPrivacyPlan
 from dpmed.mechanisms.pixel_gaussian import PixelGaussian, PixelGaussianArm, PixelGaussianPlan
@@ -12,7 +12,8 @@ from dpmed.mechanisms.scalar_shift import ScalarShift, ScalarShiftArm, ScalarShi
 
 __all__ = [
     "MECHANISMS", "mechanism_info", "MechanismInfo", "Arm", "PrivacyPlan", "ArmBase", "AuditConfig", "PlanContext",
-    "PrivacyCard", "GroupGuarantee", "Strict", "ReconstructionRecord",
+    "PrivacyCard", "GroupGuarantee", "Strict", "ReconstructionRecord", "training_steps", "AUTO_EPOCHS",
+    "AUTO_MIN_STEPS",
     "NoPrivacyArm", "NoPrivacyPlan", "PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "PixelGaussian",
     "PixelGaussianArm", "PixelGaussianPlan", "ScalarShift", "ScalarShiftArm", "ScalarShiftPlan", "DpSgdArm",
     "DpSgdPlan",

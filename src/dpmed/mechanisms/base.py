@@ -21,9 +21,30 @@ from dpmed.accounting import Ledger
 from dpmed.names import CANARY_KINDS
 
 __all__ = ["Strict", "Sweep", "positive_finite", "exactly_one", "AuditConfig", "ArmBase", "PlanContext",
-           "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG"]
+           "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG", "training_steps",
+           "AUTO_EPOCHS", "AUTO_MIN_STEPS"]
 
 SLUG = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"   # names that name folders (arms, studies)
+
+# ``training.epochs: auto`` (the default): at least AUTO_EPOCHS passes over the data and at least AUTO_MIN_STEPS
+# optimiser steps. A fixed epoch count under-trains small sets (5 epochs of 500 images at batch 64 are 40 steps) and
+# a fixed step count under-trains large ones; this is 500 steps (64 epochs) at 500 images and 780 steps (10 epochs)
+# at 5000. DP-SGD wants many steps at a fixed eps (De et al. 2022), which the floor gives small sets.
+AUTO_EPOCHS = 10
+AUTO_MIN_STEPS = 500
+
+
+def training_steps(steps_per_epoch: int, *, epochs: int | str, steps: int | None) -> int:
+    """The optimiser steps T of a run: ``steps`` when given (``training.steps``); else ``epochs`` passes of
+    ``steps_per_epoch`` each; ``epochs: auto``: max(AUTO_EPOCHS passes, AUTO_MIN_STEPS steps). DP-SGD plans T with
+    it (steps_per_epoch = round(N / B) over its units), the loop of the other arms likewise (ceil(N / B))."""
+    if steps is not None:
+        return int(steps)
+    if epochs == "auto":
+        return max(AUTO_EPOCHS * steps_per_epoch, AUTO_MIN_STEPS)
+    if not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive integer or 'auto', got {epochs!r}")
+    return epochs * steps_per_epoch
 
 
 class Strict(BaseModel):
@@ -105,13 +126,14 @@ class PlanContext:
     images_per_patient: int64 [P], training images of each training patient (P patients, N = their sum images).
     patients_known: whether the dataset publishes patient ids (else each image is its own patient).
     image_shape: (C, H, W) of a training image: d = C H W values for local DP.
-    batch_size, epochs: the run's (after the arm's overrides)."""
+    batch_size, epochs, steps: the run's (after the arm's overrides; :func:`training_steps` turns them into T)."""
 
     images_per_patient: np.ndarray
     image_shape: tuple[int, ...]
     patients_known: bool = True
     batch_size: int = 64
-    epochs: int = 1
+    epochs: int | str = 1
+    steps: int | None = None
     cache: dict = field(default_factory=dict, compare=False)
 
     @property

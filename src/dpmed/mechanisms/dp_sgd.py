@@ -21,7 +21,7 @@ from dpmed import accounting
 from dpmed.accounting import Ledger
 from dpmed.errors import ConfigError, PrivacyError
 from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep,
-                                   exactly_one, positive_finite)
+                                   exactly_one, positive_finite, training_steps)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_randomness
 
 __all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO"]
@@ -153,14 +153,16 @@ def _patient_guarantee(plan: DpSgdPlan, k: int, n_multi: int, cache: dict) -> Gr
 
 
 def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
-    """q = B / N and T = epochs * round(N / B) over the N units; delta; the certifying accountant; sigma."""
+    """q = B / N and T over the N units (``training.steps``, or epochs * round(N / B), or ``epochs: auto``'s
+    max(10 epochs, 500 steps); `base.training_steps`); delta; the certifying accountant; sigma."""
     counts = context.images_per_patient
     if arm.max_images_per_patient is not None:
         counts = np.minimum(counts, arm.max_images_per_patient)
     n_units = int(len(counts) if arm.privacy_unit == "patient" else counts.sum())
     target = swept.get("target_epsilon")
     try:
-        q, steps = accounting.dp_sgd_schedule(n_units, batch_size=context.batch_size, epochs=context.epochs)
+        q, steps_per_epoch = accounting.dp_sgd_schedule(n_units, batch_size=context.batch_size, epochs=1)
+        steps = training_steps(steps_per_epoch, epochs=context.epochs, steps=context.steps)
         delta = arm.delta or accounting.default_delta(n_units)
         accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=target, noise=arm.noise)
         given = swept.get("noise_multiplier")

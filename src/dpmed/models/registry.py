@@ -11,7 +11,9 @@ from dpmed.models.classic import ALEXNET_CAM_LAYER, VGG16_CAM_LAYER, alexnet_dp,
 from dpmed.models.flat_cnn import FlatCNN
 from dpmed.models.resnet import resnet18_gn
 from dpmed.models.resnet9 import ResNet9
+from dpmed.models.scatternet import scatternet_cnn, scatternet_linear
 from dpmed.models.small_cnn import SmallCNN
+from dpmed.models.standardized import weight_standardize
 from dpmed.names import MODEL_NAMES, check_registry
 
 __all__ = ["ModelInfo", "MODELS", "build_model", "list_models"]
@@ -47,6 +49,18 @@ MODELS: dict[str, ModelInfo] = {
         ModelInfo("vgg16", vgg16_dp, VGG16_CAM_LAYER,
                   "torchvision VGG-16 features (001_d0483fd35863b74c.txt), no BatchNorm, out-of-place ReLU, GAP + "
                   "linear head; 14.7M parameters"),
+        # The private training recipe (METHODS.md s.9): weight standardisation + GroupNorm (Qiao et al. 2019;
+        # De et al. 2022), and handcrafted scattering features (Tramer and Boneh 2021).
+        ModelInfo("small_cnn_ws", lambda c, k, s: weight_standardize(SmallCNN(c, k)), "features",
+                  "small_cnn with weight-standardised convolutions before each GroupNorm (De et al. 2022)"),
+        ModelInfo("resnet9_ws", lambda c, k, s: weight_standardize(ResNet9(c, k, s)), "layer4",
+                  "resnet9 with weight-standardised convolutions before each GroupNorm (De et al. 2022)"),
+        ModelInfo("scatternet_linear", scatternet_linear, "features",
+                  "frozen scattering transform (J=2, L=8), GroupNorm, linear head (Tramer and Boneh 2021); "
+                  "81 C (S/4)^2 K parameters"),
+        ModelInfo("scatternet_cnn", scatternet_cnn, "features",
+                  "frozen scattering transform (J=2, L=8), GroupNorm, two-block GroupNorm CNN head (Tramer and "
+                  "Boneh 2021); 84k parameters for grey images"),
     )
 }
 

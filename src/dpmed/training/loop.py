@@ -11,6 +11,11 @@ training losses, computed from the training images without noise, for the run's 
 The sampling unit is an image, or a patient with all their images (``DpSgdPlan.unit``; user-level DP-SGD, McMahan
 et al. 2018): patients are Poisson-sampled, and each sampled patient's gradients are summed over their images and
 clipped together, so one patient moves the noisy sum by at most C however many images they have.
+
+The private training recipe of De et al. 2022 (METHODS.md s.9), each part a setting of ``TrainingConfig``:
+augmentation multiplicity (`augmentation`: K copies per image in the unit's clipping group), parameter averaging
+(`averaging`: the released model is the EMA of the iterates), the learning rate scaled and scheduled (`schedule`),
+and the training length in steps (T: the DP-SGD plan's; for the other arms `dpmed.mechanisms.training_steps`).
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from tqdm.auto import tqdm
 from dpmed.accounting import Ledger, dp_sgd_event, dp_sgd_schedule, shuffled_event  # noqa: F401 (re-exported)
 from dpmed.config import TrainingConfig
 from dpmed.data import ImageSet, Task
-from dpmed.mechanisms import DpSgdPlan
-from dpmed.randomness import PrivacyRandomness
+from dpmed.mechanisms import DpSgdPlan, training_steps
+from dpmed.randomness import PrivacyRandomness, public_seed
+from dpmed.training.augmentation import Augmentation, image_keys
+from dpmed.training.averaging import ParameterAverage
 from dpmed.training.dp_sgd import DpSgdStep
 from dpmed.training.objectives import objective_for
 from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffled_batches
+from dpmed.training.schedule import base_learning_rate, set_learning_rate
 
 __all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "sampling_units"]
 
@@ -81,10 +89,22 @@ def resolve_device(name: str) -> torch.device:
 
 
 def _optimizer(model: nn.Module, cfg: TrainingConfig) -> torch.optim.Optimizer:
+    lr = base_learning_rate(cfg)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, momentum=cfg.momentum,
-                           weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def _augmentation(cfg: TrainingConfig, data: ImageSet, seed: int) -> tuple[Augmentation | None, np.ndarray | None]:
+    """The run's augmentation (public randomness from the run seed; see `dpmed.training.augmentation` for why that
+    is sound) and the key of each training image, or (None, None) without ``training.augmentation``."""
+    aug = cfg.augmentation
+    if aug is None:
+        return None, None
+    size = min(data.images.shape[2:])
+    padding = max(1, round(size / 8)) if aug.crop_padding == "auto" else aug.crop_padding
+    return (Augmentation(multiplicity=aug.multiplicity, padding=padding, flip=aug.flip,
+                         seed=public_seed(seed, "augmentation")), image_keys(data.images))
 
 
 def _fingerprint(data: ImageSet, cfg: TrainingConfig, seed: int, dp: DpSgdPlan | None) -> dict:
@@ -135,6 +155,8 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     y_all = torch.as_tensor(data.labels, dtype=objective.target_dtype)               # [N] or [N, L]
     model.to(device).train()
     optimizer = _optimizer(model, cfg)
+    augment, keys = _augmentation(cfg, data, seed)
+    average = None if cfg.ema_decay is None else ParameterAverage(model, decay=cfg.ema_decay)
     shuffle_gen = torch.Generator().manual_seed(seed)
     ledger, statistics, done, start = Ledger(tuple(released)), [], 0, time.perf_counter()
     fingerprint = _fingerprint(data, cfg, seed, dp)
@@ -148,23 +170,32 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
         if randomness is not None:
             randomness.restore(state["privacy_randomness"])
         ledger, statistics, done = Ledger.from_dict(state["ledger"]), state["statistics"], state["done"]
+        if average is not None:
+            average.load_state_dict(state["average"])
 
     def save(done_now: int) -> None:
         if checkpoint is not None:
             _save_checkpoint(checkpoint, fingerprint=fingerprint, done=done_now, model=model.state_dict(),
                              optimizer=optimizer.state_dict(), shuffle_state=shuffle_gen.get_state(),
                              privacy_randomness={} if randomness is None else randomness.state(),
-                             ledger=ledger.to_dict(), statistics=statistics)
+                             ledger=ledger.to_dict(), statistics=statistics,
+                             average=None if average is None else average.state_dict())
+
+    def after_step() -> None:
+        optimizer.step()
+        if average is not None:
+            average.update()
 
     if dp is None:
         steps_per_epoch = math.ceil(len(data) / cfg.batch_size)
-        total = cfg.epochs * steps_per_epoch
+        total = training_steps(steps_per_epoch, epochs=cfg.epochs, steps=cfg.steps)
     else:
         offsets, owned = sampling_units(data, dp.unit)
         n_units = len(offsets) - 1
         total = dp.steps
         steps_per_epoch = max(1, round(1 / dp.sample_rate))
-        step_fn = DpSgdStep(model, loss_fn=lambda z, y: objective.loss(z, y, reduction="sum"),
+        weight = 1.0 if augment is None else augment.loss_weight       # 1/K per copy: a group sums to the mean
+        step_fn = DpSgdStep(model, loss_fn=lambda z, y: objective.loss(z, y, reduction="sum") * weight,
                             max_grad_norm=dp.max_grad_norm, noise_multiplier=dp.noise_multiplier,
                             expected_batch_size=(dp.expected_batch_size if dp.expected_batch_size is not None
                                                  else dp.sample_rate * n_units),
@@ -173,14 +204,21 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     bar = tqdm(total=total, initial=done * (steps_per_epoch if dp is None else 1), desc=label, unit="step",
                disable=not progress, leave=False)
     if dp is None:
-        for epoch in range(done, cfg.epochs):         # done counts finished epochs here
+        for epoch in range(done, math.ceil(total / steps_per_epoch)):      # done counts finished epochs here
             losses = []
-            for idx in shuffled_batches(len(data), batch_size=cfg.batch_size, generator=shuffle_gen):
-                x, y = x_all[idx].to(device), y_all[idx].to(device)
+            for i, idx in enumerate(shuffled_batches(len(data), batch_size=cfg.batch_size, generator=shuffle_gen)):
+                step = epoch * steps_per_epoch + i                             # 0-based
+                if step >= total:                                               # training.steps ends mid-epoch
+                    break
+                x, y = x_all[idx], y_all[idx]
+                if augment is not None:                # the mean loss over K copies: each copy weighs 1/K
+                    x, y, _ = augment.expand(x, y, keys[idx.numpy()], step)
+                x, y = x.to(device), y.to(device)
                 optimizer.zero_grad(set_to_none=True)
                 loss = objective.loss(model(x), y)
                 loss.backward()
-                optimizer.step()
+                set_learning_rate(optimizer, cfg, step, total)
+                after_step()
                 losses.append(loss.item())
                 bar.update()
             statistics.append({"epoch": epoch + 1, "training_loss": float(np.mean(losses))})
@@ -194,12 +232,14 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                                       rng=sampler))
         for step, units in enumerate(batches, start=done + 1):
             idx, groups = _expand(units, offsets, owned)
+            x, y = x_all[idx], y_all[idx]
+            unit_ids = torch.from_numpy(groups) if dp.unit == "patient" else None     # image unit: no grouping
+            if augment is not None:            # K copies of each image join its unit's clipping group
+                x, y, unit_ids = augment.expand(x, y, keys[idx], step, unit_ids)
             optimizer.zero_grad(set_to_none=True)
-            if dp.unit == "patient":
-                step_fn(x_all[idx].to(device), y_all[idx].to(device), groups=torch.from_numpy(groups).to(device))
-            else:
-                step_fn(x_all[idx].to(device), y_all[idx].to(device))
-            optimizer.step()
+            step_fn(x.to(device), y.to(device), groups=None if unit_ids is None else unit_ids.to(device))
+            set_learning_rate(optimizer, cfg, step - 1, dp.steps)
+            after_step()
             record = dp_sgd_event if dp.sampling == "poisson" else shuffled_event    # what ran, as it ran
             ledger = ledger.record(record(noise=dp.noise, noise_multiplier=dp.noise_multiplier,
                                           sample_rate=dp.sample_rate, steps=1))
@@ -207,4 +247,6 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
             if step % steps_per_epoch == 0 or step == dp.steps:
                 save(step)
     bar.close()
+    if average is not None:                    # the released (and evaluated) model is the average of the iterates
+        average.copy_to(model)
     return TrainResult(ledger=ledger, statistics=statistics, seconds=time.perf_counter() - start, resumed_from=done)

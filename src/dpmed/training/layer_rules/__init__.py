@@ -20,7 +20,8 @@ User-level clipping needs the norm of a group's summed gradient, ||sum_{i in G} 
 <grad_i W, grad_j W> = sum_{t,s} (a_it . a_js) (g_it . g_js), the same two Gram matrices taken across the pair.
 
 A rule is a frozen info object per layer type (``LAYER_RULES``, below; :mod:`.rule` defines it), one module per
-layer family (:mod:`.linear`, :mod:`.convolution`, :mod:`.normalisation`, :mod:`.embedding`); the engine has no
+layer family (:mod:`.linear`, :mod:`.convolution`, :mod:`.standardized`, :mod:`.normalisation`,
+:mod:`.embedding`); the engine has no
 if-ladder over layer names, and the tests iterate the same registry. A layer type without a rule is an error, never
 a silent approximation. Adding a layer type is its rule in its family's module plus one entry here.
 
@@ -33,11 +34,13 @@ from typing import Mapping
 
 from torch import nn
 
+from dpmed.models.standardized import WSConv2d
 from dpmed.training.layer_rules.convolution import CONVOLUTION
 from dpmed.training.layer_rules.embedding import EMBEDDING
 from dpmed.training.layer_rules.linear import LINEAR
 from dpmed.training.layer_rules.normalisation import GROUP_NORM, LAYER_NORM
 from dpmed.training.layer_rules.rule import GhostRule, LayerRule
+from dpmed.training.layer_rules.standardized import WS_CONVOLUTION
 
 __all__ = ["LayerRule", "GhostRule", "LAYER_RULES"]
 
@@ -45,6 +48,7 @@ LAYER_RULES: Mapping[type, LayerRule] = {
     nn.Linear: LINEAR,
     nn.Conv1d: CONVOLUTION,
     nn.Conv2d: CONVOLUTION,
+    WSConv2d: WS_CONVOLUTION,          # weight-standardised (dpmed.models.standardized)
     nn.GroupNorm: GROUP_NORM,
     nn.LayerNorm: LAYER_NORM,
     nn.Embedding: EMBEDDING,

@@ -1,0 +1,53 @@
+"""The recipe's models (METHODS.md s.9): weight-standardised variants (Qiao et al. 2019, as De et al. 2022 train
+with) and ScatterNet (Tramer and Boneh 2021). The registry-wide tests (a DP-SGD step, exact clipping against an
+explicit loop with both engines, Grad-CAM) already run them; here what makes each what it claims to be."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dpmed.models import WSConv2d, build_model
+from dpmed.models.scatternet import ScatterNet
+from dpmed.training import DpSgdStep
+
+
+@pytest.mark.parametrize(("ws", "plain"), [("small_cnn_ws", "small_cnn"), ("resnet9_ws", "resnet9")])
+def test_ws_variants_standardise_every_convolution_and_keep_the_parameters(ws, plain):
+    model = build_model(ws, in_channels=1, num_outputs=2, image_size=28)
+    reference = build_model(plain, in_channels=1, num_outputs=2, image_size=28)
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert convs and all(type(m) is WSConv2d for m in convs)
+    shapes = [(n, p.shape) for n, p in model.named_parameters()]
+    assert shapes == [(n, p.shape) for n, p in reference.named_parameters()]
+
+
+@pytest.mark.parametrize("name", ["scatternet_linear", "scatternet_cnn"])
+def test_the_scattering_front_end_is_frozen_and_only_the_head_trains(name):
+    """No parameter in the scattering transform; its filters are constant buffers, which a DP-SGD step leaves
+    unchanged (the step refuses any buffer it changed); the trainable part is the GroupNorm and the head."""
+    torch.manual_seed(0)
+    model = build_model(name, in_channels=1, num_outputs=2, image_size=28)
+    assert isinstance(model, ScatterNet) and not list(model.scattering.parameters())
+    assert list(model.scattering.buffers())
+    trainable = {n.split(".")[0] for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable <= {"norm", "features", "head"} and model.norm.num_channels == 81
+    x = torch.rand(4, 1, 28, 28)
+    before = [p.detach().clone() for p in model.parameters()]
+    step = DpSgdStep(model, loss_fn=lambda z, y: F.cross_entropy(z, y, reduction="sum"), max_grad_norm=1.0,
+                     noise_multiplier=0.5, expected_batch_size=4.0, physical_batch_size=4,
+                     noise_rng=np.random.default_rng(0))
+    step(x, torch.tensor([0, 1, 0, 1]))
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert model(x).shape == (4, 2)
+
+
+def test_scatternet_features_are_the_wavelet_coefficients_at_a_quarter_of_the_size():
+    model = build_model("scatternet_linear", in_channels=3, num_outputs=5, image_size=64)
+    assert model.norm.num_channels == 3 * 81 and model.head.in_features == 3 * 81 * 16 * 16
+    with pytest.raises(ValueError, match="at least 4 px"):
+        ScatterNet(1, 2, 3)

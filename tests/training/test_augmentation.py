@@ -1,0 +1,139 @@
+"""Augmentation multiplicity (De et al. 2022) against its definition, in float64.
+
+Per unit u (an image, or a patient with their images), the clipped quantity must be
+    g_u = sum_{images j of u} (1/K) sum_k grad l(aug_k(x_j)),
+clipped to C as a whole: the truth below computes it the slow way (one backward per copy), and the step must agree
+for both engines and both units. One unit's contribution stays at most C whatever K, so the accounting is unchanged.
+The augmentation a copy gets depends on (public seed, step, copy, the image itself) only, never on the batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dpmed.config.schema import AugmentationConfig
+from dpmed.training import DpSgdStep
+from dpmed.training.augmentation import Augmentation, image_keys
+
+K = 4
+
+
+def _ce(z, y):
+    return F.cross_entropy(z, y, reduction="sum")
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.Tanh(), nn.Flatten(),
+                         nn.Linear(4 * 8 * 8, 3)).double()
+
+
+def _batch(n=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 1, 8, 8, generator=g, dtype=torch.float64)
+    return x, torch.randint(0, 3, (n,), generator=g), image_keys(x.numpy())
+
+
+def _step(model, clip, engine="dpmed", weight=1.0):
+    return DpSgdStep(model, loss_fn=lambda z, y: _ce(z, y) * weight, max_grad_norm=clip, noise_multiplier=0.0,
+                     expected_batch_size=1.0, physical_batch_size=64, noise_rng=np.random.default_rng(0),
+                     engine=engine)
+
+
+def _unit_gradients(model, copies, y, units):
+    """The definition: per unit, sum over its images of the mean over the K copies of each copy's gradient."""
+    n = len(y)
+    params = list(model.parameters())
+    out = {}
+    for u in torch.unique(units).tolist():
+        total = [torch.zeros_like(p) for p in params]
+        for j in torch.nonzero(units == u).flatten().tolist():
+            for k in range(K):
+                g = torch.autograd.grad(_ce(model(copies[k * n + j:k * n + j + 1]), y[j:j + 1]), params)
+                for acc, t in zip(total, g):
+                    acc += t / K
+        out[u] = total
+    return out
+
+
+@pytest.mark.parametrize("engine", ["dpmed", "opacus"])
+@pytest.mark.parametrize("unit", ["image", "patient"])
+def test_the_clipped_sum_is_the_clipped_mean_over_copies(unit, engine):
+    model = _model()
+    x, y, keys = _batch()
+    augment = Augmentation(multiplicity=K, padding=2, flip=True, seed=7)
+    patients = torch.tensor([3, 8, 3, 1, 8, 8]) if unit == "patient" else None
+    copies, labels, groups = augment.expand(x, y, keys, step=5, groups=patients)
+    assert copies.shape == (K * 6, 1, 8, 8) and labels.shape == (K * 6,) and groups.shape == (K * 6,)
+    units = patients if patients is not None else torch.arange(6)
+    truth = _unit_gradients(model, augment.apply(x, keys, 5), y, units)
+    norms = {u: torch.cat([t.flatten() for t in g]).norm().item() for u, g in truth.items()}
+    step = _step(model, 1.0, engine, augment.loss_weight)          # Opacus hooks a model once: one step, 3 clips
+    for clip in (min(norms.values()) / 2, sorted(norms.values())[len(norms) // 2], 2 * max(norms.values())):
+        expected = [sum(min(1.0, clip / (norms[u] + 1e-6)) * g[i] for u, g in truth.items())
+                    for i in range(len(list(model.parameters())))]
+        step.max_grad_norm = clip
+        got = step.clipped_sum(copies, labels, groups=groups)
+        for a, b in zip(got, expected, strict=True):
+            assert (a - b).norm().item() <= 1e-8 * b.norm().item()
+
+
+@pytest.mark.parametrize("multiplicity", [1, 4, 16])
+def test_one_unit_moves_the_sum_by_at_most_c_whatever_k(multiplicity):
+    model = _model()
+    x, y, keys = _batch(n=3)
+    augment = Augmentation(multiplicity=multiplicity, padding=2, flip=True, seed=0)
+    copies, labels, groups = augment.expand(x, y, keys, step=1, groups=torch.tensor([4, 4, 4]))   # one patient
+    clip = 1e-3
+    got = _step(model, clip, weight=augment.loss_weight).clipped_sum(copies, labels, groups=groups)
+    assert torch.cat([t.flatten() for t in got]).norm().item() <= clip * (1 + 1e-9)
+    images, _, image_groups = augment.expand(x[:1], y[:1], keys[:1], step=1)                         # one image
+    got = _step(model, clip, weight=augment.loss_weight).clipped_sum(images, labels[:multiplicity],
+                                                                    groups=image_groups)
+    assert torch.cat([t.flatten() for t in got]).norm().item() <= clip * (1 + 1e-9)
+
+
+def test_an_images_copies_do_not_depend_on_the_rest_of_the_batch():
+    """What makes a public seed sound: the copies of an image are a function of (seed, step, copy, the image), so
+    adding or removing another unit from the batch changes nothing else's gradient."""
+    x, _, keys = _batch(n=5)
+    augment = Augmentation(multiplicity=3, padding=2, flip=True, seed=11)
+    whole = augment.apply(x, keys, step=9).view(3, 5, 1, 8, 8)
+    part = augment.apply(x[[4, 1]], keys[[4, 1]], step=9).view(3, 2, 1, 8, 8)
+    torch.testing.assert_close(part[:, 0], whole[:, 4], rtol=0, atol=0)
+    torch.testing.assert_close(part[:, 1], whole[:, 1], rtol=0, atol=0)
+    assert not torch.equal(augment.apply(x, keys, step=10), augment.apply(x, keys, step=9))      # fresh per step
+    assert not torch.equal(whole[0], whole[1])                                                    # and per copy
+
+
+def test_each_copy_is_a_reflect_padded_crop_maybe_flipped():
+    x, _, keys = _batch(n=4)
+    p = 2
+    augment = Augmentation(multiplicity=5, padding=p, flip=True, seed=3)
+    u = augment.draws(keys, step=2)                                            # [K, n, 3]
+    copies = augment.apply(x, keys, step=2).view(5, 4, 1, 8, 8)
+    padded = F.pad(x, (p, p, p, p), mode="reflect")
+    flips = set()
+    for k in range(5):
+        for i in range(4):
+            dy, dx = (int(v % (2 * p + 1)) for v in u[k, i, :2])
+            crop = padded[i, :, dy:dy + 8, dx:dx + 8]
+            flipped = bool(u[k, i, 2] >> np.uint64(63))
+            flips.add(flipped)
+            torch.testing.assert_close(copies[k, i], crop.flip(-1) if flipped else crop, rtol=0, atol=0)
+    assert flips == {True, False}
+    plain = Augmentation(multiplicity=2, padding=0, flip=False, seed=3).apply(x, keys, step=2)
+    torch.testing.assert_close(plain, x.repeat(2, 1, 1, 1), rtol=0, atol=0)
+
+
+def test_flips_are_off_by_default_and_keys_follow_the_pixels():
+    """Chest X-rays have a left and a right (the heart, side markers): no flip unless asked. Equal images get equal
+    keys (so equal augmentations), different images different ones."""
+    assert AugmentationConfig().flip is False and AugmentationConfig().multiplicity == 1
+    x, _, keys = _batch(n=3)
+    assert len(set(keys.tolist())) == 3
+    assert image_keys(np.concatenate([x.numpy(), x.numpy()[:1]]))[3] == keys[0]

@@ -1,0 +1,146 @@
+"""The private training recipe in the loop (De et al. 2022; METHODS.md s.9): what each part costs in privacy
+(nothing: the ledger, hence eps, is that of the plain run), what the released model is (the EMA of the iterates),
+and that a run with the recipe resumes exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dpmed.accounting import ledger_epsilon
+from dpmed.config import TrainingConfig
+from dpmed.data.synthetic import make_phantom
+from dpmed.models import build_model
+from dpmed.randomness import PrivacyRandomness
+from dpmed.training import DpSgdPlan, DpSgdStep, train
+from dpmed.training.averaging import ParameterAverage
+
+CFG = TrainingConfig(epochs=2, batch_size=16, physical_batch_size=64, optimizer="adam", learning_rate=1e-3)
+RECIPE = TrainingConfig.model_validate({**CFG.model_dump(), "ema_decay": 0.9,
+                                        "augmentation": {"multiplicity": 3, "crop_padding": 2},
+                                        "lr_schedule": {"kind": "cosine", "warmup_fraction": 0.2}})
+PLAN = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=9)
+PATIENT_PLAN = PLAN.model_copy(update={"unit": "patient"})
+
+
+@pytest.fixture(scope="module")
+def data():
+    ds = make_phantom(n_images=100, image_size=16, seed=0)
+    return ds.train, ds.task
+
+
+def _model(task):
+    torch.manual_seed(0)
+    return build_model("small_cnn", in_channels=1, num_outputs=task.num_outputs, image_size=16)
+
+
+def _randomness(key):
+    return PrivacyRandomness.from_root_hex(key, "secure")
+
+
+@pytest.mark.parametrize("plan", [PLAN, PATIENT_PLAN], ids=["image", "patient"])
+def test_the_recipe_leaves_the_ledger_and_eps_as_they_were(data, plan):
+    """Augmentation multiplicity, EMA and the schedule change the model, not a single privacy event."""
+    images, task = data
+    key = PrivacyRandomness.secure().root_hex()
+    plain = train(_model(task), images, task, CFG, seed=1, dp=plan, randomness=_randomness(key), progress=False)
+    model = _model(task)
+    recipe = train(model, images, task, RECIPE, seed=1, dp=plan, randomness=_randomness(key), progress=False)
+    assert recipe.ledger == plain.ledger and recipe.ledger.dp_sgd_steps == plan.steps
+    assert ledger_epsilon(recipe.ledger, delta=1e-5) == ledger_epsilon(plain.ledger, delta=1e-5)
+
+
+def test_the_released_model_is_the_ema_of_the_iterates(data, monkeypatch):
+    """The iterates of a run without EMA (same privacy randomness: EMA changes no iterate), averaged by the
+    formula d_t = min(decay, (1 + t) / (10 + t)), are the weights of the run with EMA; its ledger is the same."""
+    images, task = data
+    key = PrivacyRandomness.secure().root_hex()
+    model, iterates = _model(task), []
+    initial = [p.detach().clone() for p in model.parameters()]
+    original = torch.optim.Adam.step
+
+    def recording(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        iterates.append([p.detach().clone() for p in model.parameters()])
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(torch.optim.Adam, "step", recording)
+        plain = train(model, images, task, CFG, seed=1, dp=PLAN, randomness=_randomness(key), progress=False)
+    assert len(iterates) == PLAN.steps
+    average = initial
+    for t, weights in enumerate(iterates):
+        d = min(0.99, (1 + t) / (10 + t))
+        average = [d * a + (1 - d) * w for a, w in zip(average, weights)]
+    averaged_model = _model(task)
+    with_ema = train(averaged_model, images, task, CFG.model_copy(update={"ema_decay": 0.99}), seed=1, dp=PLAN,
+                     randomness=_randomness(key), progress=False)
+    assert with_ema.ledger == plain.ledger
+    for p, expected, last in zip(averaged_model.parameters(), average, iterates[-1]):
+        torch.testing.assert_close(p.detach(), expected, rtol=1e-5, atol=1e-6)
+    assert any(not torch.allclose(p, last) for p, last in zip(averaged_model.parameters(), iterates[-1]))
+
+
+def test_parameter_average_warms_up_and_round_trips():
+    model = torch.nn.Linear(3, 2)
+    average = ParameterAverage(model, decay=0.999)
+    assert [average.rate(t) for t in (0, 1, 90)] == [0.1, 2 / 11, 0.91] and average.rate(10 ** 6) == 0.999
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    average.update()
+    other = ParameterAverage(model, decay=0.999)
+    other.load_state_dict(average.state_dict())
+    assert other.updates == 1 and all(torch.equal(a, b) for a, b in zip(other.average, average.average))
+    with pytest.raises(ValueError, match="another decay"):
+        ParameterAverage(model, decay=0.9).load_state_dict(average.state_dict())
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("dp", [PATIENT_PLAN, None], ids=["dp-sgd", "non-private"])
+def test_a_run_with_the_recipe_resumes_exactly(data, dp, tmp_path, monkeypatch):
+    """The checkpoint carries the average; augmentations and rates are functions of the step: a run killed midway
+    and resumed ends with the model (the EMA) and ledger of an uninterrupted one."""
+    images, task = data
+    key = PrivacyRandomness.secure().root_hex()
+    whole_model = _model(task)
+    whole = train(whole_model, images, task, RECIPE, seed=2, dp=dp, randomness=_randomness(key), progress=False)
+    ckpt, calls = tmp_path / "checkpoint.pt", {"n": 0}
+    target, name = (DpSgdStep, "__call__") if dp is not None else (torch.optim.Adam, "step")
+    original = getattr(target, name)
+
+    def dying(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 7:
+            raise Killed
+        return original(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(target, name, dying)
+        with pytest.raises(Killed):
+            train(_model(task), images, task, RECIPE, seed=2, dp=dp, randomness=_randomness(key), progress=False,
+                  checkpoint=ckpt)
+    resumed_model = _model(task)
+    resumed = train(resumed_model, images, task, RECIPE, seed=2, dp=dp, randomness=_randomness(key),
+                    progress=False, checkpoint=ckpt)
+    assert resumed.resumed_from > 0 and resumed.ledger == whole.ledger
+    for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_non_private_training_runs_exactly_the_steps_asked(data, monkeypatch):
+    """training.steps: T optimiser steps, the last epoch cut short (70 images at batch 16: 5 steps an epoch)."""
+    images, task = data
+    count = {"n": 0}
+    original = torch.optim.Adam.step
+
+    def counting(self, *args, **kwargs):
+        count["n"] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", counting)
+    cfg = TrainingConfig(steps=12, batch_size=16)
+    result = train(_model(task), images, task, cfg, seed=0, progress=False)
+    assert count["n"] == 12 and len(result.statistics) == -(-12 // -(-len(images) // 16))
