@@ -42,3 +42,23 @@ def test_every_derived_value_is_resolved_before_training(write_study):
                                          steps=d.steps, delta=d.delta, accountant="rdp") <= target
     assert specs["given_sigma1.1_C1_seed0"].privacy.noise_given is True
     assert specs["laplace-sgd_eps8_C1_seed0"].privacy.accountant == "pld"
+
+
+def test_without_patient_ids_the_unit_is_the_image_and_the_card_says_why(write_study):
+    """A dataset without patient ids (MedMNIST files) cannot protect a patient: every image would pass for a patient
+    of its own. The default patient unit then falls back to the image, and the card names the reason."""
+    from dpmed.accounting import Ledger, dp_sgd_event
+    from dpmed.mechanisms import mechanism_info
+
+    study = load_study(write_study(STUDY))
+    unknown = plan_runs(study, PlanContext(images_per_patient=np.ones(140, dtype=np.int64), image_shape=(1, 16, 16),
+                                           patients_known=False))
+    known = _plans(study)
+    dp = next(p for p in unknown if p.arm == "laplace-sgd").privacy
+    assert dp.unit == "image" and dp.n_units == 140
+    assert next(p for p in known if p.arm == "laplace-sgd").privacy.unit == "patient"
+    ledger = Ledger((dp_sgd_event(noise=dp.noise, noise_multiplier=dp.noise_multiplier, sample_rate=dp.sample_rate,
+                                  steps=dp.steps),))
+    card = mechanism_info("dp_sgd").card(dp, ledger, "secure")
+    assert "unit: one image" in card.statement and "one patient" not in card.statement
+    assert "no patient ids" in card.unit_note

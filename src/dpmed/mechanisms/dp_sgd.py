@@ -158,7 +158,10 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
     counts = context.images_per_patient
     if arm.max_images_per_patient is not None:
         counts = np.minimum(counts, arm.max_images_per_patient)
-    n_units = int(len(counts) if arm.privacy_unit == "patient" else counts.sum())
+    # Without patient ids the patient cannot be the unit: every image would pass for a patient of its own, and the
+    # card would promise "one patient" for what protects one image. The unit is then the image, and the card says why.
+    unit = arm.privacy_unit if context.patients_known else "image"
+    n_units = int(len(counts) if unit == "patient" else counts.sum())
     target = swept.get("target_epsilon")
     try:
         q, steps_per_epoch = accounting.dp_sgd_schedule(n_units, batch_size=context.batch_size, epochs=1)
@@ -173,7 +176,7 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
             accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=rough, noise=arm.noise)
     except ValueError as exc:
         raise ConfigError(f"arm {arm.name!r}: {exc}" + (" (batch_size counts patients: privacy_unit is patient)"
-                                                        if arm.privacy_unit == "patient" else "")) from None
+                                                        if unit == "patient" else "")) from None
     sigma = swept.get("noise_multiplier")
     if sigma is None:
         key = (target, delta, q, steps, accountant, arm.noise)
@@ -186,7 +189,7 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
                 raise PrivacyError(f"arm {arm.name!r}, target_epsilon {target:g}: {exc}") from None
         sigma = context.cache[key]
     plan = DpSgdPlan(noise_multiplier=sigma, max_grad_norm=swept["max_grad_norm"], sample_rate=q, steps=steps,
-                     noise=arm.noise, sampling=arm.sampling, unit=arm.privacy_unit, expected_batch_size=q * n_units,
+                     noise=arm.noise, sampling=arm.sampling, unit=unit, expected_batch_size=q * n_units,
                      n_units=n_units, n_train=int(counts.sum()), delta=delta, accountant=accountant,
                      accountant_note=note, target_epsilon=target, noise_given=swept.get("noise_multiplier") is not None,
                      patients_known=context.patients_known, max_images_per_patient=arm.max_images_per_patient,
@@ -215,8 +218,8 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         noise_multiplier=plan.noise_multiplier, noise_given=plan.noise_given, max_grad_norm=plan.max_grad_norm,
         covers=COVERAGE, randomness=SECURE_RANDOMNESS, patient_guarantee=plan.patient_guarantee,
         unit_note=None if plan.patients_known else (
-            "the dataset publishes no patient ids: each image counts as its own patient, so a patient with several "
-            "images is protected only as a group of them"))
+            "the dataset publishes no patient ids, so the unit is one image: a patient with several images is "
+            "protected only as a group of them (group privacy), and how many such patients there are is unknown"))
     if shuffled:
         # The accountants assume Poisson sampling; for shuffled fixed-size batches their eps is not a valid bound.
         return PrivacyCard(**fields, is_dp=False, epsilon=None, epsilon_if_poisson=eps, statement=(
