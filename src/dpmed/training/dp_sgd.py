@@ -23,11 +23,15 @@ each step is the Laplace mechanism with scale sigma in units of C.
 
 Noise comes from the run's secret noise stream (`dpmed.randomness`: AES-CTR keyed from OS entropy, fresh per
 run), never from the public study seed: a noise that anyone can regenerate, or that two runs share, can be subtracted.
+A cryptographic generator costs more than torch's own: its draws for one step are made on a second thread while the
+clipped sum is computed (numpy releases the GIL while it fills an array), in the same order as one thread would make
+them, so the stream and a resumed run are unchanged.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from itertools import repeat
 from typing import Callable
@@ -212,25 +216,40 @@ class DpSgdStep:
     def __call__(self, x: Tensor, y: Tensor, *, groups: Tensor | None = None) -> None:
         """Compute the noisy gradient of one Poisson batch into ``p.grad`` (the optimizer steps afterwards); with
         ``groups`` (patient id per example, see ``clipped_sum``) each patient's summed gradient is clipped."""
-        total = self.clipped_sum(x, y, groups=groups)
         scale = self.noise_multiplier * self.max_grad_norm   # Gaussian std, or Laplace scale b
-        for p, acc in zip(self.params, total):
+        draws: list[np.ndarray] = []
+        failure: list[BaseException] = []
+
+        def draw_all() -> None:
+            try:
+                draws.extend(self._noise(scale, tuple(p.shape), p.dtype) for p in self.params)
+            except BaseException as exc:    # re-raised on the calling thread
+                failure.append(exc)
+
+        noise_thread = threading.Thread(target=draw_all, name="dpmed-noise", daemon=True) if scale > 0 else None
+        if noise_thread is not None:
+            noise_thread.start()
+        try:
+            total = self.clipped_sum(x, y, groups=groups)
+        finally:                            # never leave the stream mid-draw, whatever the clipped sum raised
+            if noise_thread is not None:
+                noise_thread.join()
+        if failure:
+            raise failure[0]
+        for i, (p, acc) in enumerate(zip(self.params, total)):
             if scale > 0:
-                acc.add_(self._noise(scale, acc))
+                acc.add_(torch.from_numpy(draws[i]).to(acc.device))
             p.grad = acc.div_(self.expected_batch_size)
 
-    def _noise(self, scale: float, like: Tensor) -> Tensor:
+    def _noise(self, scale: float, shape: tuple[int, ...], dtype: torch.dtype) -> np.ndarray:
         """float64 noise of std (Gaussian) or scale (Laplace) ``scale`` for one parameter's clipped sum, from the
         run's secret noise stream. ``acc.add_`` adds it in float64 and rounds the sum to the parameter's float32, so
         every float32 value is a possible output whatever the sum (the floating-point attacks of Mironov 2012 and
         Jin et al. 2022 read gaps in the set of noise values). A float64 model has no coarser output to round to:
         there each Gaussian coordinate is the sum of four draws halved, Opacus's secure-mode defence (Holohan and
         Braghin 2021)."""
-        shape = tuple(like.shape)
         if self.noise == "laplace":
-            draw = self.noise_rng.laplace(0.0, scale, size=shape)
-        elif like.dtype == torch.float64:
-            draw = sum(self.noise_rng.normal(0.0, scale, size=shape) for _ in range(4)) / 2
-        else:
-            draw = self.noise_rng.normal(0.0, scale, size=shape)
-        return torch.from_numpy(draw).to(like.device)
+            return self.noise_rng.laplace(0.0, scale, size=shape)
+        if dtype == torch.float64:
+            return sum(self.noise_rng.normal(0.0, scale, size=shape) for _ in range(4)) / 2
+        return self.noise_rng.normal(0.0, scale, size=shape)
