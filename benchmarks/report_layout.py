@@ -14,8 +14,9 @@ report has loaded:
 * ``images``: every figure's displayed width and the width of the PNG it shows (which source of a ``<picture>``
   the browser chose at that width).
 
-With ``--screenshots`` it also writes ``report-<width>.png`` of the whole page at each width. Exit status 1 when a
-width overflows. tests/reporting/test_report_layout.py runs the same check on a report made of hand-made records
+With ``--screenshots`` it also writes ``report-<width>.png`` of the whole page at each width (a page taller than
+Chromium draws in one picture comes in parts, ``report-<width>-1.png``, ``-2``, ...). Exit status 1 when a width
+overflows. tests/reporting/test_report_layout.py runs the same check on a report made of hand-made records
 and skips when Chromium is absent.
 """
 
@@ -71,12 +72,18 @@ def find_chromium() -> str | None:
     return None
 
 
-def _wrapper(report: Path, width: int, height: int, folder: Path) -> Path:
+# The tallest picture one screenshot takes; a longer page is taken in parts of this height.
+MAX_SHOT_HEIGHT = 16000
+
+
+def _wrapper(report: Path, width: int, height: int, folder: Path, offset: int = 0) -> Path:
+    """A page holding the report in an iframe ``width`` x ``height`` CSS px, shifted up by ``offset`` px (so that a
+    window shows the part of the report from ``offset`` down)."""
     page = folder / f"wrapper-{width}.html"
     page.write_text(
-        '<!doctype html><html><head><meta charset="utf-8"></head><body style="margin:0">'
+        '<!doctype html><html><head><meta charset="utf-8"></head><body style="margin:0;overflow:hidden">'
         f'<iframe id="report" src="{html.escape(report.resolve().as_uri())}" '
-        f'style="width:{width}px;height:{height}px;border:0;display:block"></iframe>'
+        f'style="width:{width}px;height:{height}px;border:0;display:block;margin-top:-{offset}px"></iframe>'
         f"<script>{_MEASURE}</script></body></html>", encoding="utf-8")
     return page
 
@@ -105,14 +112,14 @@ def measure(report: Path, width: int, *, binary: str | None = None, timeout: flo
     return result
 
 
-def screenshot(report: Path, width: int, path: Path, *, height: int, binary: str | None = None,
+def screenshot(report: Path, width: int, path: Path, *, height: int, offset: int = 0, binary: str | None = None,
                timeout: float = 180) -> Path:
-    """A PNG of the whole report (``height`` CSS pixels of it) laid out at ``width``."""
+    """A PNG of the report laid out at ``width``: ``height`` CSS pixels of it from ``offset`` down."""
     binary = binary or find_chromium()
     if binary is None:
         raise FileNotFoundError("no chromium on PATH (Debian: apt-get install -y chromium)")
     with tempfile.TemporaryDirectory(prefix="dpmed-layout-") as tmp:
-        page = _wrapper(Path(report), width, height, Path(tmp))
+        page = _wrapper(Path(report), width, offset + height, Path(tmp), offset)
         _chromium(binary, [f"--window-size={width},{height}", "--virtual-time-budget=5000",
                            f"--screenshot={Path(path).resolve()}", page.as_uri()], timeout)
     if not Path(path).is_file():
@@ -127,9 +134,14 @@ def check_report(report: Path, widths=(1280, 390), screenshots: Path | None = No
         out[width] = measure(report, width)
         if screenshots is not None:
             screenshots.mkdir(parents=True, exist_ok=True)
-            height = min(int(out[width]["scroll_height"]) + 10, 16000)
-            out[width]["screenshot"] = str(screenshot(report, width, screenshots / f"report-{width}.png",
-                                                      height=height))
+            total = int(out[width]["scroll_height"]) + 10
+            offsets = list(range(0, total, MAX_SHOT_HEIGHT))
+            names = ([f"report-{width}.png"] if len(offsets) == 1
+                     else [f"report-{width}-{k}.png" for k in range(1, len(offsets) + 1)])
+            out[width]["screenshots"] = [
+                str(screenshot(report, width, screenshots / name, offset=offset,
+                               height=min(MAX_SHOT_HEIGHT, total - offset)))
+                for name, offset in zip(names, offsets)]
     return out
 
 
@@ -153,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"        privacy card heights: {r['card_heights']}")
         for image in r["images"]:
             print(f"        figure '{image['alt']}': shown {image['shown']} px wide from a {image['natural']} px PNG")
-        if "screenshot" in r:
-            print(f"        screenshot: {r['screenshot']}")
+        for shot in r.get("screenshots", []):
+            print(f"        screenshot: {shot}")
     return 1 if any(r["overflows"] for r in results.values()) else 0
 
 

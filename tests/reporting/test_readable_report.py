@@ -13,47 +13,13 @@ import pytest
 from matplotlib.text import Text
 
 from dpmed.evaluation import evaluate_utility
-from dpmed.evaluation.fairness import evaluate_fairness
-from dpmed.folders import StudyFolder
 from dpmed.mechanisms import PrivacyCard
 from dpmed.reporting.figures import FONT, auroc_figure, ldp_examples_figure
 from dpmed.reporting.inputs import PHONE_WIDTH, number_text
 from dpmed.reporting.study_figures import cam_grid_figure, group_figure
-from dpmed.study import write_outputs
 
 REPO = Path(__file__).resolve().parents[2]
-N = 120
 RNG = np.random.default_rng(16)
-Y_VAL = np.r_[np.zeros(40, int), np.ones(40, int)]
-Y = np.r_[np.zeros(N // 2, int), np.ones(N // 2, int)]
-SEX = RNG.choice(["female", "male"], N)
-AGE = np.r_[np.full(8, 25.0), RNG.uniform(30, 95, N - 8)]       # 8 patients under 30
-
-
-def _scores(quality: float, rng) -> tuple[np.ndarray, np.ndarray]:
-    """(validation, test) scores whose separation grows with ``quality``."""
-    return (np.clip(quality * Y_VAL + (1 - quality) * rng.random(len(Y_VAL)), 0, 1),
-            np.clip(quality * Y + (1 - quality) * rng.random(N), 0, 1))
-
-
-def _run(folder: Path, make_record, run_id, arm, mechanism, *, eps=None, seed=0, scores, names, fairness=False,
-         resamples=200):
-    val, test = scores
-    run_dir = folder / "runs" / run_id
-    run_dir.mkdir(parents=True)
-    np.savez(run_dir / "predictions.npz", test_scores=test, test_labels=Y, test_patient_ids=np.arange(N).astype(str),
-             val_scores=val, val_labels=Y_VAL)
-    metrics = evaluate_utility(kind="binary", label_names=names, val_labels=Y_VAL, val_scores=val, test_labels=Y,
-                               test_scores=test, n_resamples=resamples, seed=0)
-    block = (evaluate_fairness(kind="binary", val_labels=Y_VAL, val_scores=val, test_labels=Y, test_scores=test,
-                               attributes={"sex": SEX, "age": AGE}, n_resamples=resamples) if fairness else None)
-    return make_record(run_id, arm, mechanism, eps=eps, seed=seed, metrics=metrics, fairness=block)
-
-
-def _report(folder: Path, make_resolved, records, *, names=("normal", "pneumonia"), resamples=200, **kw) -> str:
-    write_outputs(StudyFolder(folder), make_resolved(records, resamples=resamples, n_test=N, label_names=names, **kw),
-                  records)
-    return (folder / "report.html").read_text()
 
 
 def _section(html: str, anchor: str) -> str:
@@ -64,16 +30,6 @@ def _section(html: str, anchor: str) -> str:
 
 def _text(fragment: str) -> str:
     return re.sub(r"<[^>]+>", " ", fragment)
-
-
-@pytest.fixture
-def two_arms(tmp_path, make_record):
-    rng = np.random.default_rng(1)
-    names = ["normal", "pneumonia"]
-    return [_run(tmp_path, make_record, "non-private_seed0", "non-private", "none", scores=_scores(0.7, rng),
-                 names=names, fairness=True),
-            _run(tmp_path, make_record, "dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0,
-                 scores=_scores(0.35, rng), names=names, fairness=True)]
 
 
 # ------------------------------------------------------------------------------------------------- privacy cards
@@ -87,24 +43,30 @@ def test_number_text_gives_three_significant_figures_and_plain_words():
     assert number_text(0.9994150945476274) == "0.999"
 
 
-def test_privacy_cards_read_as_plain_numbers_with_the_statement_first_and_raw_fields_folded(tmp_path, make_record,
-                                                                                           make_resolved):
+def test_privacy_cards_read_as_plain_numbers_with_the_statement_first_and_raw_fields_folded(make_record,
+                                                                                           report_html):
     card = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="eps = 0.9994 at delta = 1e-05 (PLD accountant)",
                        epsilon=0.9994150945476274, delta=1e-5, accountant="pld", unit="patient", n_units=693,
                        sample_rate=0.09235209235209235, steps=88, noise_multiplier=3.4646348288527666,
                        noise_given=False, max_grad_norm=1.0, target_epsilon=1.0, sampling="poisson")
+    laplace = PrivacyCard(mechanism="pixel_laplace", is_dp=True, epsilon=8192.0, epsilon_image=8192.0,
+                          epsilon_pixel=2.0, delta=0.0, scale_b=0.5,         # a mechanism's statement, as printed
+                          statement="eps_image = 8,192 (delta = 0; unit: one image); eps per pixel value = 2")
     records = [make_record("non-private_seed0", "non-private"),
-               make_record("dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0).model_copy(update={"privacy": card})]
-    html = _report(tmp_path, make_resolved, records)
+               make_record("dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0).model_copy(update={"privacy": card}),
+               make_record("pixel-laplace_b0.5_seed0", "pixel-laplace").model_copy(
+                   update={"mechanism": "pixel_laplace", "privacy": laplace})]
+    html = report_html(records)
     cards = re.findall(r'<div class="card">(.*?)</details></div>', _section(html, "privacy"), flags=re.S)
-    assert len(cards) == 2
+    assert len(cards) == 3
     for body in cards:
         shown, folded = body.split("<details>")
         assert shown.index('class="statement') < shown.index('class="facts"')     # the sentence first
         text = _text(shown)
         assert not re.search(r"\b(False|True|None)\b", text), text                # no Python reprs
-        assert not re.search(r"\b[a-z]+_[a-z_]+\b", text.replace("_seed0", "").replace("_C1", "")), text
+        assert not re.search(r"\b[a-z]+_[a-z_]+\b", re.sub(r"_(seed0|C1|b0\.5)", "", text)), text   # no field names
         assert not re.search(r"\d\.\d{5,}", text), text                           # no 16-digit floats
+    assert "ε per image = 8,192 (δ = 0; unit: one image); ε per pixel value = 2" in _text(cards[2])
     dp = _text(cards[1].split("<details>")[0])
     for plain in ("noise multiplier σ", "3.46", "sampling rate q", "0.0924", "δ", "1e-5", "one patient", "693"):
         assert plain in dp, plain
@@ -116,11 +78,11 @@ def test_privacy_cards_read_as_plain_numbers_with_the_statement_first_and_raw_fi
 # -------------------------------------------------------------------------------------- the opening table (cases)
 
 
-def test_report_opens_with_a_table_in_cases_of_the_named_positive_class(tmp_path, two_arms, make_resolved):
-    html = _report(tmp_path, make_resolved, two_arms)
+def test_report_opens_with_a_table_in_cases_of_the_named_positive_class(two_arms, report_html):
+    html = report_html(two_arms)
     body = html[html.index("<body>"):]
     assert body.index('id="clinical"') < body.index('id="summary"')
-    assert body.index("<table") == body.index('<table class="clinical"')          # the first table of the page
+    assert body.index("<table") == body.index('<table class="clinical stack"')          # the first table of the page
     clinical = _section(html, "clinical")
     for head in ("AUROC change", "sensitivity change: pneumonia cases found", "specificity change: normal cases"):
         assert head in clinical, head
@@ -131,14 +93,14 @@ def test_report_opens_with_a_table_in_cases_of_the_named_positive_class(tmp_path
     assert re.search(r"\(95% CI: \d+ (to \d+ )?more\)", clinical) or "fewer to" in clinical
 
 
-def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(tmp_path, make_record, make_resolved):
+def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(scored_run, scores, report_html):
     names = ["normal", "pneumonia"]
     rng = np.random.default_rng(2)
-    records = [_run(tmp_path, make_record, f"np_seed{s}", "np", "none", seed=s, scores=_scores(q, rng), names=names)
+    records = [scored_run(f"np_seed{s}", "np", "none", seed=s, scores=scores(q, rng), names=names)
                for s, q in ((0, 0.8), (1, 0.4))]
-    records += [_run(tmp_path, make_record, f"dp_eps1_C1_seed{s}", "dp", "dp_sgd", eps=1.0, seed=s,
-                     scores=_scores(q, rng), names=names) for s, q in ((0, 0.35), (1, 0.3))]
-    html = _report(tmp_path, make_resolved, records)
+    records += [scored_run(f"dp_eps1_C1_seed{s}", "dp", "dp_sgd", eps=1.0, seed=s, scores=scores(q, rng),
+                           names=names) for s, q in ((0, 0.35), (1, 0.3))]
+    html = report_html(records)
     auroc = {r.run_id: r.metrics["test_auroc"] for r in records}
     same_seed = auroc["dp_eps1_C1_seed0"] - auroc["np_seed0"]
     against_mean = auroc["dp_eps1_C1_seed0"] - (auroc["np_seed0"] + auroc["np_seed1"]) / 2
@@ -153,60 +115,59 @@ def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(tm
 # ------------------------------------------------------------------------------------------------- fairness, p
 
 
-def test_fairness_flags_small_groups_and_explains_the_worst_group_interval(tmp_path, two_arms, make_resolved):
-    fairness = _text(_section(_report(tmp_path, make_resolved, two_arms), "fairness"))
+def test_fairness_flags_small_groups_and_explains_the_worst_group_interval(two_arms, report_html):
+    fairness = _text(_section(report_html(two_arms), "fairness"))
     assert "[0,30): 8 (" in fairness and "⚠ small" in fairness
     assert "only" in fairness and "anecdotes" in fairness
     assert "The worst group's interval is not that group's own interval" in fairness
 
 
-def test_p_values_at_the_bootstrap_floor_print_as_at_most(tmp_path, make_record, make_resolved):
+def test_p_values_at_the_bootstrap_floor_print_as_at_most(scored_run, scores, report_html):
     names = ["normal", "pneumonia"]
     rng = np.random.default_rng(3)
-    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", scores=_scores(0.9, rng), names=names,
-                    resamples=1000),
-               _run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=_scores(0.05, rng),
-                    names=names, resamples=1000)]
-    comparisons = _section(_report(tmp_path, make_resolved, records, resamples=1000), "comparisons")
+    records = [scored_run("np_seed0", "np", "none", scores=scores(0.9, rng), names=names, resamples=1000),
+               scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=scores(0.05, rng), names=names,
+                          resamples=1000)]
+    comparisons = _section(report_html(records, resamples=1000), "comparisons")
     assert "≤ 0.002" in comparisons and ">0.002<" not in comparisons.replace(" ", "")
 
 
 # ------------------------------------------------------------------------------ flags, decisions, class names
 
 
-def test_a_run_that_predicts_one_class_is_flagged_in_the_table_and_the_summary(tmp_path, make_record, make_resolved):
+def test_a_run_that_predicts_one_class_is_flagged_in_the_table_and_the_summary(scored_run, scores, report_html):
     names = ["normal", "pneumonia"]
     rng = np.random.default_rng(4)
-    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", scores=_scores(0.7, rng), names=names),
-               _run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, names=names,
-                    scores=(_scores(0.7, rng)[0], np.full(N, 1e-3)))]            # below the threshold everywhere
-    html = _report(tmp_path, make_resolved, records)
+    first = scores(0.7, rng)
+    val, test = scores(0.7, rng)
+    records = [scored_run("np_seed0", "np", "none", scores=first, names=names),
+               scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, names=names,
+                          scores=(val, np.full_like(test, 1e-3)))]               # below the threshold everywhere
+    html = report_html(records)
     for anchor in ("clinical", "summary", "utility"):
         assert "dp_eps1_C1_seed0 predicts normal for every test image" in _text(_section(html, anchor)), anchor
     assert "⚠" in _section(html, "utility").split("</table>")[0]                  # in the table's row
 
 
-def test_the_positive_class_is_named_wherever_sensitivity_is_shown(tmp_path, make_record, make_resolved):
+def test_the_positive_class_is_named_wherever_sensitivity_is_shown(scored_run, scores, report_html):
     names = ["malignant", "normal, benign"]                    # BreastMNIST: class 1 is not the disease
     rng = np.random.default_rng(5)
-    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", scores=_scores(0.7, rng), names=names),
-               _run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=_scores(0.4, rng),
-                    names=names)]
-    html = _report(tmp_path, make_resolved, records, names=tuple(names))
+    records = [scored_run("np_seed0", "np", "none", scores=scores(0.7, rng), names=names),
+               scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=scores(0.4, rng), names=names)]
+    html = report_html(records, names=tuple(names))
     assert "sensitivity (normal, benign found)" in _section(html, "utility")
     assert "positive class <b>normal, benign</b>" in _section(html, "summary")
     assert "of every 100 normal, benign cases" in _section(html, "clinical")
     assert "sensitivity (normal, benign) difference" in _section(html, "comparisons")
 
 
-def test_multiclass_decisions_are_argmax_not_youden_and_ordinal_grades_show_kappa(tmp_path, make_record,
-                                                                                  make_resolved):
+def test_multiclass_decisions_are_argmax_not_youden_and_ordinal_grades_show_kappa(make_record, report_html):
     y = np.arange(60) % 3
     scores = np.eye(3)[y] * 0.6 + RNG.random((60, 3)) * 0.4
     metrics = evaluate_utility(kind="multiclass", label_names=["0", "1", "2"], val_labels=y, val_scores=scores,
                                test_labels=y, test_scores=scores, n_resamples=50, ordinal=True)
     records = [make_record("np_seed0", "np", metrics=metrics)]
-    html = _report(tmp_path, make_resolved, records, task="multiclass", names=("0", "1", "2"), ordinal=True)
+    html = report_html(records, task="multiclass", names=("0", "1", "2"), ordinal=True)
     summary = _section(html, "summary")
     assert "argmax" in summary and "Youden" not in summary
     assert "quadratic-weighted kappa" in summary and "quadratic-weighted kappa" in _section(html, "utility")
@@ -215,13 +176,12 @@ def test_multiclass_decisions_are_argmax_not_youden_and_ordinal_grades_show_kapp
 # --------------------------------------------------------------------------------------- citations, docs, phone
 
 
-def test_papers_are_cited_by_authors_and_year_and_methods_lives_in_the_repository(tmp_path, two_arms,
-                                                                                   make_resolved):
+def test_papers_are_cited_by_authors_and_year_and_methods_lives_in_the_repository(two_arms, report_html):
     shift = PrivacyCard(mechanism="scalar_shift", is_dp=False,
                         statement="NOT DP: one brightness shift per image (reproduction of 000_56c2431ae4df8d10.txt)")
-    records = [*two_arms, two_arms[1].model_copy(update={"run_id": "shift_seed0", "arm": "shift", "mechanism": "scalar_shift",
-                                                         "privacy": shift})]
-    html = _report(tmp_path, make_resolved, records)
+    records = [*two_arms, two_arms[1].model_copy(update={"run_id": "shift_seed0", "arm": "shift",
+                                                         "mechanism": "scalar_shift", "privacy": shift})]
+    html = report_html(records)
     assert not re.search(r"00\d_[0-9a-f]{16}\.txt", html)
     assert "Singh, Sikka, Kotti and Trask 2020" in html and "Tayebi Arasteh, Ziller et al. 2023" in html
     assert "docs/METHODS.md" in html
@@ -238,11 +198,12 @@ def _smallest_type_on_a_phone(fig) -> float:
     return min(sizes)
 
 
-def test_figures_stay_readable_on_a_phone(tmp_path, two_arms, make_record, make_resolved):
+def test_figures_stay_readable_on_a_phone(tmp_path, two_arms, report_html):
     laplace = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement="eps_image = 8,192", epsilon=8192.0,
                           epsilon_image=8192.0, epsilon_pixel=2.0, delta=0.0)
-    records = [*two_arms, two_arms[1].model_copy(update={"run_id": "pixel-laplace_b0.5_seed0", "arm": "pixel-laplace",
-                                                         "mechanism": "pixel_laplace", "privacy": laplace})]
+    records = [*two_arms, two_arms[1].model_copy(update={"run_id": "pixel-laplace_b0.5_seed0",
+                                                         "arm": "pixel-laplace", "mechanism": "pixel_laplace",
+                                                         "privacy": laplace})]
     images = RNG.random((4, 1, 16, 16))
     est = {"value": 0.8, "low": 0.7, "high": 0.9}
     figures = [auroc_figure(records, narrow=True),
@@ -254,7 +215,7 @@ def test_figures_stay_readable_on_a_phone(tmp_path, two_arms, make_record, make_
         assert _smallest_type_on_a_phone(fig) >= 10.0
         assert fig.get_figwidth() * fig.dpi == pytest.approx(2 * 390, abs=20)      # sharp on a 2x phone screen
     assert FONT[True][1] >= FONT[False][1]
-    html = _report(tmp_path, make_resolved, records)
+    html = report_html(records)
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in html
     assert html.count('<source media="(max-width: 700px)"') >= 3          # AUROC figure and both fairness figures
     assert (tmp_path / "auroc_vs_epsilon_narrow.png").stat().st_size > 1000

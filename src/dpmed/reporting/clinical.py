@@ -194,6 +194,6 @@ def clinical(inputs: ReportInputs) -> str:
                if kind == "binary" else "-5 per 100 in accuracy means about 5 more wrong of every 100")
     return (f"{head}<p>{pairing} {meaning} Positive changes are better, negative worse: {example}.</p>"
             f"{_reference_line(inputs, records, references)}"
-            '<table class="clinical"><tr><th>private arm</th><th>privacy</th>'
+            '<table class="clinical stack"><tr><th>private arm</th><th>privacy</th>'
             + "".join(f"<th>{escape(c)}</th>" for c in columns)
             + f"<th>reading</th></tr>{''.join(rows)}</table>")

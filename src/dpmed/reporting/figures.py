@@ -8,6 +8,7 @@ with type that stays at least 10 CSS px there); :func:`~dpmed.reporting.inputs.e
 from __future__ import annotations
 
 import io
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -19,7 +20,7 @@ from matplotlib.ticker import LogLocator, NullFormatter
 from dpmed.records import RunRecord
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
-           "run_label"]
+           "run_label", "image_rows"]
 
 # Type sizes in points, per layout: (dpi, text). Narrow figures are 3.9 in wide at 200 dpi (780 px) and shown at
 # 358 CSS px, so 11 pt is 11 * 200 / 72 * 358 / 780 = 14 CSS px; wide ones are shown at about their own size.
@@ -148,6 +149,25 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
     return fig
 
 
+def image_rows(fig: Figure, labels: list[str], n: int, *, narrow: bool) -> list[Any]:
+    """Axes for a grid of images, one row per label and ``n`` per row: a desktop figure names each row at its left;
+    a phone's names it above the row, wrapped to the figure's width, in a subfigure of its own (a label drawn as the
+    first image's title would widen that column and push the other images right)."""
+    dpi, size = FONT[narrow]
+    if not narrow:
+        axes = fig.subplots(len(labels), n, squeeze=False)
+        for row, label in zip(axes, labels):
+            row[0].set_ylabel(label, fontsize=size - 1, rotation=0, ha="right", va="center")
+        return list(axes)
+    wrap = int(fig.get_figwidth() * 72 / (0.6 * (size - 1))) - 2
+    rows = []
+    for sub, label in zip(fig.subfigures(len(labels), 1, squeeze=False)[:, 0], labels):
+        text = "\n".join(part for line in label.split("\n") for part in (textwrap.wrap(line, wrap) or [line]))
+        sub.suptitle(text, fontsize=size - 1, x=0.01, ha="left")
+        rows.append(sub.subplots(1, n, squeeze=False)[0])
+    return rows
+
+
 def ldp_examples(rows: list[tuple[str, Any, Any]], *, narrow: bool = False) -> bytes:
     """:func:`ldp_examples_figure` as PNG bytes."""
     return _png(ldp_examples_figure(rows, narrow=narrow))
@@ -161,18 +181,15 @@ def ldp_examples_figure(rows: list[tuple[str, Any, Any]], *, narrow: bool = Fals
     n = rows[0][1].shape[0] if not narrow else min(3, rows[0][1].shape[0])
     grids = [("original", rows[0][1])] + [(label, perturbed) for label, _, perturbed in rows]
     if narrow:
-        fig = Figure(figsize=(NARROW_INCHES, 1.55 * len(grids) + 0.2), dpi=dpi, layout="constrained")
+        lines = sum(label.count("\n") + 1 for label, _ in grids)
+        fig = Figure(figsize=(NARROW_INCHES, 1.3 * len(grids) + 0.22 * lines + 0.2), dpi=dpi, layout="constrained")
     else:
         fig = Figure(figsize=(1.6 * n + 2.2, 1.6 * len(grids)), dpi=dpi, layout="constrained")
-    axes = fig.subplots(len(grids), n, squeeze=False)
-    for r, (label, images) in enumerate(grids):
+    axes = image_rows(fig, [label for label, _ in grids], n, narrow=narrow)
+    for r, (_label, images) in enumerate(grids):
         for c in range(n):
             ax = axes[r][c]
             ax.imshow(images[c, 0], cmap="gray", vmin=0.0, vmax=1.0)
             ax.set_xticks([])
             ax.set_yticks([])
-        if narrow:
-            axes[r][0].set_title(label.replace("\n", ", "), fontsize=size - 1, loc="left")
-        else:
-            axes[r][0].set_ylabel(label, fontsize=size - 1, rotation=0, ha="right", va="center")
     return fig

@@ -18,7 +18,7 @@ from dpmed.mechanisms import PrivacyCard
 from dpmed.records import Estimate, ResolvedStudy, RunRecord
 
 __all__ = ["ReportInputs", "escape", "estimate_text", "embed_png", "embed_figure", "number_text", "p_text", "cite",
-           "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "accountant_name"]
+           "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "accountant_name", "stacked"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -112,9 +112,22 @@ def accountant_name(accountant: str | None) -> str:
     return accountant.upper() if accountant in ("pld", "rdp", "rdp-classic", "pure") else accountant
 
 
+def _unbroken(text: str) -> str:
+    """``text`` with no line break inside a number or between a symbol and its value: "ε 1", "δ 1e-5" and "ε = ∞"
+    stay on one line in a narrow cell (a browser may otherwise break "1e-" from "5"). No-break spaces, and the
+    non-breaking hyphen in exponents."""
+    text = re.sub(r"(\d)e-(\d)", "\\1e\u2011\\2", text)
+    return re.sub(r"(ε|δ|=) ", "\\1\u00a0", text)
+
+
 def eps_label(card: PrivacyCard) -> str:
     """A run's eps as the report shows it, rounded up: "ε 1 (δ 1e-5, PLD)" for 0.99942, local DP "ε 8,192 per
-    image (local DP)", "no privacy (ε = ∞)", and "not DP" where no eps holds."""
+    image (local DP)", "no privacy (ε = ∞)", and "not DP" where no eps holds; no line break inside "ε 1" or
+    "δ 1e-5" (see :func:`_unbroken`)."""
+    return _unbroken(_eps_label(card))
+
+
+def _eps_label(card: PrivacyCard) -> str:
     if not card.is_dp and card.epsilon is not None:     # reproducible mode: the accounted value, labelled
         return f"ε {number_text(card.epsilon, up=True)} (not DP: seed known)"
     if not card.is_dp:
@@ -132,7 +145,7 @@ def p_text(diff: PairedDifference) -> str:
     if diff.p_value is None:
         return "–"
     if diff.p_at_floor:
-        return f"≤ {diff.p_floor:.2g}"
+        return f"≤\u00a0{diff.p_floor:.2g}"         # one unit: "≤" never ends a line
     return f"{diff.p_value:.2g}"
 
 
@@ -168,3 +181,26 @@ def embed_figure(wide: bytes, narrow: bytes, path: Path, alt: str) -> str:
     path.with_name(f"{path.stem}_narrow{path.suffix}").write_bytes(narrow)
     return (f'<picture><source media="{NARROW_MEDIA}" srcset="{_uri(narrow)}">'
             f'<img src="{_uri(wide)}" alt="{escape(alt)}"></picture>')
+
+
+_HEAD = re.compile(r"<th[^>]*>(.*?)</th>", re.S)
+_TAG = re.compile(r"<[^>]+>")
+
+
+def stacked(table: str) -> str:
+    """A table of runs (``<table><tr><th>..</th>..</tr><tr><td>..</td>..</tr>..</table>``: one head row, then one
+    row per run with the run's name first) marked to read on a phone: every cell carries its column's head as
+    ``data-label``, and the page's CSS shows each row as a block of labelled values below :data:`NARROW_MEDIA`
+    instead of a table to scroll sideways. On a desktop it is the same table, the run's name kept on one line."""
+    start = table.index("<tr>")
+    end = table.index("</tr>", start)
+    heads = [html.unescape(_TAG.sub("", h)).strip() for h in _HEAD.findall(table[start:end])]
+    body = table[end:]
+
+    def label(row: re.Match) -> str:
+        names = iter(heads)
+        return re.sub(r"<td(?=[\s>])", lambda _: f'<td data-label="{html.escape(next(names, ""), quote=True)}"',
+                      row.group(0))
+
+    return (table[:start].replace("<table", '<table class="stack"', 1) + table[start:end]
+            + re.sub(r"<tr>.*?</tr>", label, body, flags=re.S))

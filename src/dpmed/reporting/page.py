@@ -40,14 +40,16 @@ ul.reading li{margin:.3em 0}
 .card details{font-size:.8em;margin-top:.5em} .card summary{cursor:pointer;color:#355}
 dl.raw{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:.1em .8em;font-family:ui-monospace,monospace}
 dl.raw dt{color:#555} dl.raw dd{margin:0;overflow-wrap:anywhere}
-table.clinical td:last-child{min-width:18em}
-/* a phone: one card per row at its own height, and the opening table as one block per arm */
+table.clinical td:last-child{min-width:18em} table.stack td:first-child,td.run{white-space:nowrap}
+details.resolved summary{cursor:pointer;color:#355}
+/* a phone: one card per row at its own height, and every table of runs as one block of labelled values per run */
 @media (max-width:700px){
 body{margin:1em auto} h1{font-size:1.5em} .cards{grid-auto-rows:auto}
-table.clinical,table.clinical tbody,table.clinical tr,table.clinical td{display:block;min-width:0}
-table.clinical tr:first-child{display:none} table.clinical tr{border:1px solid #ddd;margin:0 0 .8em;padding:.3em}
-table.clinical td{border:0;text-align:left;white-space:normal;padding:.15em .3em}
-table.clinical td::before{content:attr(data-label);display:block;font-size:.8em;color:#555}
+table.stack,table.stack tbody,table.stack tr,table.stack td{display:block;min-width:0}
+table.stack tr:first-child{display:none} table.stack tr{border:1px solid #ddd;margin:0 0 .8em;padding:.3em}
+table.stack td{border:0;text-align:left;white-space:normal;padding:.15em .3em}
+table.stack td::before{content:attr(data-label);display:block;font-size:.8em;color:#555}
+table.stack td:first-child{font-weight:600} table.stack td:first-child::before{display:none}
 table.clinical td:last-child{min-width:0}}
 """
 

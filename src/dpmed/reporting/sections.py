@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 import numpy as np
 import yaml
@@ -14,10 +15,10 @@ from dpmed.records import DatasetSummary, RunRecord
 from dpmed.reporting.clinical import flag_html
 from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, embed_figure, eps_label, escape,
-                                    estimate_text, number_text, p_text)
+                                    estimate_text, number_text, p_text, stacked)
 
 __all__ = ["summary", "utility", "privacy_cards", "study_privacy", "reconstruction_risk", "ldp_examples_section",
-           "provenance", "decision_rule"]
+           "provenance", "decision_rule", "statement_text"]
 
 
 def decision_rule(data: DatasetSummary) -> str:
@@ -152,8 +153,9 @@ def utility(inputs: ReportInputs) -> str:
             "things, so the panels do not share an axis and their eps are not to be compared.</p>"
             if any(r.privacy.epsilon_image is not None and r.privacy.is_dp for r in inputs.records)
             and any(r.mechanism == "dp_sgd" for r in inputs.records) else "")
-    return (f'<h2 id="utility">Utility</h2><figure>{figure}</figure>{note}<table><tr><th>run</th><th>mechanism</th>'
-            f"<th>eps</th>{''.join(f'<th>{head}</th>' for _, head in columns)}<th>train s</th></tr>{rows}</table>"
+    table = stacked(f"<table><tr><th>run</th><th>mechanism</th><th>eps</th>"
+                    f"{''.join(f'<th>{head}</th>' for _, head in columns)}<th>training seconds</th></tr>{rows}</table>")
+    return (f'<h2 id="utility">Utility</h2><figure>{figure}</figure>{note}{table}'
             f"{flag_html(inputs, [r.run_id for r in inputs.records])}")
 
 
@@ -169,6 +171,20 @@ _NOTES = (("scope", "scope"), ("neighbour_relation", "neighbours"), ("covers", "
           ("patients", "patients"), ("unit_note", "unit"), ("accountant_description", "accountant"),
           ("accountant_note", "accountant note"), ("sampling", "sampling"), ("noise", "noise"),
           ("clipping", "clipping"), ("randomness", "randomness"))
+
+
+# A card's statement comes from its mechanism in plain ASCII (the prompt prints it too); the card shows the symbols
+# and words a reader knows ("eps_image = 8,192" reads "ε per image = 8,192").
+_SYMBOLS = ((re.compile(r"\beps_image\b"), "ε per image"), (re.compile(r"\beps_pixel\b"), "ε per pixel value"),
+            (re.compile(r"\beps\b"), "ε"), (re.compile(r"\bdelta\b"), "δ"), (re.compile(r"\bsigma\b"), "σ"),
+            (re.compile(r"= infinity\b"), "= ∞"))
+
+
+def statement_text(statement: str) -> str:
+    """A card's statement with symbols for eps, delta and sigma, and no field names."""
+    for pattern, symbol in _SYMBOLS:
+        statement = pattern.sub(symbol, statement)
+    return statement
 
 
 def _fact(card, key: str) -> str | None:
@@ -202,7 +218,8 @@ def _card(r: RunRecord) -> str:
     raw_html = "".join(f"<dt>{escape(k)}</dt><dd>{escape(json.dumps(v))}</dd>" for k, v in raw.items())
     more = ("<details><summary>What it covers, and every field (as in run.json)</summary>"
             f'{notes_html}<dl class="raw">{raw_html}</dl></details>')
-    return (f'<div class="card"><h3>{escape(r.run_id)}</h3><p class="{cls}">{escape(card.statement)}</p>'
+    statement = escape(statement_text(card.statement))
+    return (f'<div class="card"><h3>{escape(r.run_id)}</h3><p class="{cls}">{statement}</p>'
             f'{audited}<table class="facts">{rows}</table>{more}</div>')
 
 
@@ -237,8 +254,8 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
             "reconstructing one training record (an image, or a patient where the card's unit is the patient; worst "
             "case, and relaxed: gradient sign unknown), and the best possible membership-inference TPR at a fixed "
             "FPR, from each run's DP-SGD trade-off curve.</p>"
-            "<table><tr><th>run</th><th>eps</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
-            f"<th>MIA TPR at FPR 0.1%</th><th>MIA TPR at FPR 1%</th></tr>{rows}</table>"
+            + stacked("<table><tr><th>run</th><th>eps</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
+                      f"<th>MIA TPR at FPR 0.1%</th><th>MIA TPR at FPR 1%</th></tr>{rows}</table>") +
             f"<p>Assumptions: {escape(runs[-1].reconstruction.assumptions)}</p>")
 
 
@@ -272,6 +289,7 @@ def provenance(inputs: ReportInputs) -> str:
             f"by dpmed {escape(versions.get('dpmed', ''))}.</p><table>"
             + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in versions.items())
             + "</table><p>Wall time per run (seconds; a resumed run counts only its last session):</p>"
-            "<table><tr><th>run</th><th>training</th><th>total</th><th>device</th><th>threads</th><th>resumed from"
-            f"</th></tr>{timing}</table><p>Resolved study (every derived value included):</p>"
-            f"<pre>{escape(resolved)}</pre>")
+            + stacked("<table><tr><th>run</th><th>training</th><th>total</th><th>device</th><th>threads</th>"
+                      f"<th>resumed from</th></tr>{timing}</table>")
+            + '<details class="resolved"><summary>The resolved study (study.yaml: every setting, every derived '
+            f"value included)</summary><pre>{escape(resolved)}</pre></details>")

@@ -8,12 +8,13 @@ layout for phones (:data:`~dpmed.reporting.figures.FONT`).
 from __future__ import annotations
 
 import io
+import textwrap
 from typing import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from dpmed.reporting.figures import FONT, NARROW_INCHES
+from dpmed.reporting.figures import FONT, NARROW_INCHES, image_rows
 
 __all__ = ["group_estimates", "group_figure", "cam_grid", "cam_grid_figure"]
 
@@ -38,12 +39,19 @@ def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[dic
     narrow layout (a phone) puts the groups on y and the values on x, so long group names and many runs still fit a
     358 px column."""
     dpi, size = FONT[narrow]
+    width_inches = NARROW_INCHES if narrow else max(6.0, 1.2 * len(groups) + 3)
+    # legend entries and the title wrap to the figure's width (a character is about 0.6 of the type size wide), so
+    # none is cut off at the figure's edges; two legend columns only where every entry fits half the width
+    wrap = int(width_inches * 72 / (0.6 * size)) - 6
+    series = [("\n".join(textwrap.wrap(label, wrap)) or label, estimates) for label, estimates in series]
+    title = "\n".join(textwrap.wrap(title, wrap)) or title
+    columns = 2 if not narrow and all(len(label) <= wrap // 2 - 4 for label, _ in series) else 1
+    lines = sum(label.count("\n") + 1 for label, _ in series)
     if narrow:
-        fig = Figure(figsize=(NARROW_INCHES, 0.45 * len(groups) * max(1, len(series)) ** 0.5 + 2.2 + 0.28 * len(series)),
+        fig = Figure(figsize=(width_inches, 0.45 * len(groups) * max(1, len(series)) ** 0.5 + 2.2 + 0.28 * lines),
                      dpi=dpi, layout="constrained")
     else:
-        fig = Figure(figsize=(max(6.0, 1.2 * len(groups) + 3), 4.4 + 0.2 * ((len(series) + 1) // 2)), dpi=dpi,
-                     layout="constrained")
+        fig = Figure(figsize=(width_inches, 4.4 + 0.2 * -(-lines // columns)), dpi=dpi, layout="constrained")
     ax = fig.subplots()
     width = 0.8 / max(1, len(series))
     for k, (label, estimates) in enumerate(series):
@@ -73,7 +81,7 @@ def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[dic
         ax.grid(alpha=0.3, axis="y")
     ax.tick_params(labelsize=size - 1)
     ax.set_title(title, fontsize=size)
-    fig.legend(fontsize=size - 1, loc="outside lower center", ncol=1 if narrow else 2, frameon=False)
+    fig.legend(fontsize=size - 1, loc="outside lower center", ncol=columns, frameon=False)
     return fig
 
 
@@ -92,10 +100,12 @@ def cam_grid_figure(images: np.ndarray, masks: np.ndarray | None, rows: Sequence
     n = min(3, images.shape[0]) if narrow else images.shape[0]
     labelled = [("image (lesion mask)", None), *rows]
     if narrow:
-        fig = Figure(figsize=(NARROW_INCHES, 1.5 * len(labelled) + 0.3), dpi=dpi, layout="constrained")
+        lines = sum(label.count("\n") + 1 for label, _ in labelled)
+        fig = Figure(figsize=(NARROW_INCHES, 1.25 * len(labelled) + 0.22 * lines + 0.3), dpi=dpi,
+                     layout="constrained")
     else:
         fig = Figure(figsize=(1.5 * n + 2.2, 1.5 * len(labelled)), dpi=dpi, layout="constrained")
-    axes = fig.subplots(len(labelled), n, squeeze=False)
+    axes = image_rows(fig, [label for label, _ in labelled], n, narrow=narrow)
     for c in range(n):
         ax = axes[0][c]
         ax.imshow(images[c, 0], cmap="gray", vmin=0.0, vmax=1.0)
@@ -106,12 +116,7 @@ def cam_grid_figure(images: np.ndarray, masks: np.ndarray | None, rows: Sequence
         for r, (_label, cams) in enumerate(rows, start=1):
             axes[r][c].imshow(images[c, 0], cmap="gray", vmin=0.0, vmax=1.0)
             axes[r][c].imshow(cams[c].astype(np.float32), cmap="jet", vmin=0.0, vmax=1.0, alpha=0.45)
-    for r, (label, _cams) in enumerate(labelled):
-        if narrow:
-            axes[r][0].set_title(label.replace("\n", ", "), fontsize=size - 1, loc="left")
-        else:
-            axes[r][0].set_ylabel(label, fontsize=size - 2, rotation=0, ha="right", va="center")
-    for ax in axes.flat:
+    for ax in (ax for row in axes for ax in row):
         ax.set_xticks([])
         ax.set_yticks([])
     return fig

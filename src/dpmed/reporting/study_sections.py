@@ -15,7 +15,7 @@ number carries its percentile bootstrap interval; small groups and intervals of 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from dpmed.comparisons import MIN_CLASS_COUNT, Comparisons, Correlation, PairedD
 from dpmed.evaluation.explanations import METRIC_LABELS
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
-                                    estimate_text as _est, p_text)
+                                    estimate_text as _est, p_text, stacked)
 from dpmed.reporting.sections import decision_rule
 from dpmed.reporting.study_figures import cam_grid, group_estimates
 
@@ -43,6 +43,16 @@ def _r(entry: Correlation) -> tuple[str, str]:
     return f"{entry.r:+.3f}", f"{entry.p_value:.3g}"
 
 
+def _none_defined(correlations: Sequence[Correlation], what: str) -> str | None:
+    """One sentence where no correlation has an r (a sweep of two eps values gives none): a table of dashes says
+    less. None where some r is defined."""
+    if any(c.r is not None for c in correlations):
+        return None
+    reasons = "; ".join(dict.fromkeys(c.reason or "undefined" for c in correlations))
+    sweeps = "; ".join(dict.fromkeys(c.sweep for c in correlations))
+    return f"not computed for any of the {len(correlations)} {what}: {reasons} ({sweeps})"
+
+
 # ---------------------------------------------------------------------------------------------------- fairness
 
 
@@ -58,7 +68,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                       + (f" ({first[g]['n_positive']} positive)" if "n_positive" in first[g] else "")
                       + (" ⚠ small" if g in small else "")
                       for g in groups if g in first)
-    series = [(f"{r.run_id} ({eps_label(r.privacy)})", [e["groups"].get(g, {}).get("auroc") for g in groups])
+    series = [(f"{r.run_id}: {eps_label(r.privacy)}", [e["groups"].get(g, {}).get("auroc") for g in groups])
               for r, e in zip(runs, entries)]
     ticks = [f"{g} *" if g in small else g for g in groups]
     title = f"AUROC by {name} ({level} intervals)" + ("; * small group" if small else "")
@@ -105,12 +115,13 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
              "group's interval (the bootstrap of a minimum).</p>")
     return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{warnings}<figure>{figure}</figure>"
             f"<p>Test AUROC per group [{level} CI], and the worst group (named groups with a defined AUROC):</p>"
-            f"<table><tr><th>run</th><th>eps</th>{head}<th>worst group</th></tr>{auroc_rows}</table>{worst}"
-            f"<p>Accuracy parity difference per group [{level} CI] ({reference}; the 'statistical parity difference' "
+            + stacked(f"<table><tr><th>run</th><th>eps</th>{head}<th>worst group</th></tr>{auroc_rows}</table>")
+            + worst
+            + f"<p>Accuracy parity difference per group [{level} CI] ({reference}; the 'statistical parity difference' "
             f"of Tayebi Arasteh, Ziller et al. 2023, which compares accuracy), and over the groups fairlearn's "
             f"demographic parity difference and equalised odds difference:</p>"
-            f"<table><tr><th>run</th>{head}<th>demographic parity diff.</th><th>equalised odds diff.</th></tr>"
-            f"{parity_rows}</table>")
+            + stacked(f"<table><tr><th>run</th>{head}<th>demographic parity diff.</th><th>equalised odds diff.</th>"
+                      f"</tr>{parity_rows}</table>"))
 
 
 def fairness_section(inputs: ReportInputs) -> str:
@@ -128,14 +139,18 @@ def fairness_section(inputs: ReportInputs) -> str:
                           if name in r.fairness["attributes"])
             parts.append(f"<h3>By {_e(name)}</h3><p>Not applicable: {_e(reason)}</p>")
     corr = inputs.comparisons.correlations.epsilon_vs_accuracy_parity
-    if corr:
+    undefined = _none_defined(corr, "groups") if corr else None
+    if undefined:
+        parts.append("<p>Pearson r between eps and each group's accuracy parity difference across a DP-SGD sweep "
+                     f"(Tayebi Arasteh, Ziller et al. 2023, Table 3): {_e(undefined)}.</p>")
+    elif corr:
         rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(c.attribute)}</td><td>{_e(c.group)}</td>"
                        f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td></tr>"
                        for c in corr)
         parts.append("<p>Pearson r between eps and each group's accuracy parity difference across a DP-SGD sweep "
                      "(Tayebi Arasteh, Ziller et al. 2023, Table 3; every seed a point):</p><table><tr><th>sweep</th>"
                      f"<th>attribute</th><th>group</th><th>r</th><th>p</th><th>n</th></tr>{rows}</table>")
-    threshold = (f"Decisions use each run's {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
+    threshold = (f"Each run's decisions: {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
                  "Intervals: percentile bootstrap over the same redraws of the whole test set as the utility "
                  "intervals; a group's metric in a redraw uses the redrawn images of that group.")
     return f'<h2 id="fairness">Fairness</h2><p>{threshold}</p>{"".join(parts)}'
@@ -211,16 +226,20 @@ def interpretability_section(inputs: ReportInputs) -> str:
     correlations = inputs.comparisons.correlations
     corr = correlations.epsilon_vs_explanations + correlations.max_grad_norm_vs_explanations
     corr_html = ""
-    if corr:
+    undefined = _none_defined(corr, "metrics and sweeps") if corr else None
+    if undefined:
+        corr_html = ("<p>Pearson r between the swept setting (eps, or the clipping norm at fixed eps) and each "
+                     f"metric: {_e(undefined)}.</p>")
+    elif corr:
         corr_rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(_SHORT.get(c.metric, c.metric))}</td>"
                             f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td>"
                             "</tr>" for c in corr)
         corr_html = ("<p>Pearson r between the swept setting (eps, or the clipping norm at fixed eps) and each "
                      "metric:</p><table><tr><th>sweep</th><th>metric</th><th>r</th><th>p</th><th>n</th></tr>"
                      f"{corr_rows}</table>")
-    return (f'<h2 id="interpretability">Interpretability</h2>'
-            f"<table><tr><th>run</th><th>eps</th>{head}</tr>{rows}</table>"
-            f"<ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>{corr_html}{_grid(runs, inputs)}")
+    return ('<h2 id="interpretability">Interpretability</h2>'
+            + stacked(f"<table><tr><th>run</th><th>eps</th>{head}</tr>{rows}</table>")
+            + f"<ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>{corr_html}{_grid(runs, inputs)}")
 
 
 # ------------------------------------------------------------------------------------------------- comparisons
@@ -244,27 +263,29 @@ def comparison_section(inputs: ReportInputs) -> str:
                  ("specificity_difference", f"specificity ({_e(data.negative_class or 'label 0')})")) if binary \
             else (("accuracy_difference", "accuracy" + (" (argmax)" if data.task == "multiclass" else "")),)
         heads = "".join(f"<th>{name} difference</th><th>p</th>" for _, name in (("", "AUROC"), *extra))
-        body = "".join(f"<tr><td>{_e(c.run_id)}</td><td>{_e(c.reference_run)}</td>"
+        body = "".join(f"<tr><td>{_e(c.run_id)}</td><td class=run>{_e(c.reference_run)}</td>"
                        + _difference_cell(c.auroc_difference)
                        + "".join(_difference_cell(getattr(c, key)) for key, _ in extra) + "</tr>" for c in rows)
+        decided = (f"{'sensitivity and specificity' if binary else 'accuracy'} with each run deciding by "
+                   f"{decision_rule(data)}")
         floor = next((c.auroc_difference.p_floor for c in rows if c.auroc_difference.p_floor), None)
         floor_text = ("" if floor is None else
                       f" With {comparisons.n_resamples} redraws the smallest p-value the bootstrap can give is "
                       f"{floor:.2g} (2 / (R + 1)); a difference that no redraw crossed is shown as p ≤ {floor:.2g}.")
         parts.append(f"<p>Each private run minus the non-private run of the same seed, paired bootstrap over the same "
-                     f"test redraws [{level} CI], with a two-sided bootstrap p-value; sensitivity and specificity "
-                     "with each run at its own validation-chosen threshold. The interval of a difference is what "
+                     f"test redraws [{level} CI], with a two-sided bootstrap p-value; {decided}. The interval of a "
+                     "difference is what "
                      f"says whether two arms differ; overlapping per-arm intervals do not.{floor_text}</p>"
-                     f"<table><tr><th>run</th><th>reference</th>{heads}</tr>{body}</table>")
+                     + stacked(f"<table><tr><th>run</th><th>reference</th>{heads}</tr>{body}</table>"))
     multi = [b for b in comparisons.by_value if b.auroc_difference.n_seeds > 1]
     if multi:
         body = "".join(f"<tr><td>{_e(b.label)}</td><td class=num>{b.auroc_difference.mean:+.3f}</td>"
                        f"<td class=num>{b.auroc_difference.std:.3f}</td><td class=num>"
                        f"{b.significant_seeds} of {b.auroc_difference.n_seeds}</td></tr>" for b in multi)
         parts.append("<p>Over seeds (training randomness, which the test-set bootstrap does not see), each seed "
-                     "paired with its own non-private run:</p><table><tr><th>arm value</th><th>mean AUROC "
-                     "difference</th><th>std over seeds</th><th>seeds with p &lt; 0.05</th></tr>"
-                     f"{body}</table>")
+                     "paired with its own non-private run:</p>"
+                     + stacked("<table><tr><th>arm value</th><th>mean AUROC difference</th><th>std over seeds</th>"
+                               f"<th>seeds with p &lt; 0.05</th></tr>{body}</table>"))
     labels = comparisons.correlations.auroc_drop_vs_label
     if labels:
         body = "".join(f"<tr><td>{_e(c.run_id)}</td><td class=num>{_r(c.drop_vs_positive_count)[0]} "

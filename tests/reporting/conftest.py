@@ -1,0 +1,74 @@
+"""Fixtures of the report tests: runs made from hand-made scores (predictions saved as a run saves them; metrics and
+fairness blocks computed by the evaluation stage itself), and the report written from them by the study's own
+``write_outputs``. No training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmed.evaluation import evaluate_utility
+from dpmed.evaluation.fairness import evaluate_fairness
+from dpmed.folders import StudyFolder
+from dpmed.study import write_outputs
+
+N = 120                                                          # test images
+_RNG = np.random.default_rng(16)
+Y_VAL = np.r_[np.zeros(40, int), np.ones(40, int)]
+Y = np.r_[np.zeros(N // 2, int), np.ones(N // 2, int)]
+SEX = _RNG.choice(["female", "male"], N)
+AGE = np.r_[np.full(8, 25.0), _RNG.uniform(30, 95, N - 8)]      # 8 patients under 30: a small fairness group
+
+
+def binary_scores(quality: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(validation, test) scores of a binary model whose separation grows with ``quality`` in [0, 1]."""
+    return (np.clip(quality * Y_VAL + (1 - quality) * rng.random(len(Y_VAL)), 0, 1),
+            np.clip(quality * Y + (1 - quality) * rng.random(N), 0, 1))
+
+
+@pytest.fixture
+def scores():
+    """:func:`binary_scores`."""
+    return binary_scores
+
+
+@pytest.fixture
+def scored_run(tmp_path, make_record):
+    """A factory of finished binary runs in tmp_path: saves runs/<id>/predictions.npz and returns the run's record
+    with the metrics (and, with ``fairness=True``, the fairness block by sex and age) that evaluation computes."""
+
+    def make(run_id: str, arm: str, mechanism: str = "none", *, scores, eps: float | None = None, seed: int = 0,
+             names=("normal", "pneumonia"), fairness: bool = False, resamples: int = 200):
+        val, test = scores
+        run_dir = tmp_path / "runs" / run_id
+        run_dir.mkdir(parents=True)
+        np.savez(run_dir / "predictions.npz", test_scores=test, test_labels=Y,
+                 test_patient_ids=np.arange(N).astype(str), val_scores=val, val_labels=Y_VAL)
+        metrics = evaluate_utility(kind="binary", label_names=list(names), val_labels=Y_VAL, val_scores=val,
+                                   test_labels=Y, test_scores=test, n_resamples=resamples, seed=0)
+        block = (evaluate_fairness(kind="binary", val_labels=Y_VAL, val_scores=val, test_labels=Y, test_scores=test,
+                                   attributes={"sex": SEX, "age": AGE}, n_resamples=resamples) if fairness else None)
+        return make_record(run_id, arm, mechanism, eps=eps, seed=seed, metrics=metrics, fairness=block)
+
+    return make
+
+
+@pytest.fixture
+def report_html(tmp_path, make_resolved):
+    """Write results.csv, comparisons.json and report.html for ``records`` into tmp_path; return report.html."""
+
+    def write(records, *, names=("normal", "pneumonia"), resamples: int = 200, **kw) -> str:
+        resolved = make_resolved(records, resamples=resamples, n_test=N, label_names=tuple(names), **kw)
+        write_outputs(StudyFolder(tmp_path), resolved, records)
+        return (tmp_path / "report.html").read_text()
+
+    return write
+
+
+@pytest.fixture
+def two_arms(scored_run):
+    """A non-private run and a DP-SGD run at eps 1 that finds fewer pneumonia cases, both with fairness blocks."""
+    rng = np.random.default_rng(1)
+    return [scored_run("non-private_seed0", "non-private", "none", scores=binary_scores(0.7, rng), fairness=True),
+            scored_run("dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0, scores=binary_scores(0.35, rng),
+                       fairness=True)]

@@ -1,0 +1,58 @@
+"""The report in a real browser (issue 16): headless Chromium lays out a report made of hand-made records at a desktop
+width (1280 px) and a phone's (390 px); the page must not scroll sideways, no element may stick out of the viewport
+except inside a box that scrolls by itself, the privacy cards of one row are one height, and a phone gets each
+figure's narrow variant. benchmarks/report_layout.py does the measuring (and takes screenshots of real reports)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from dpmed.mechanisms import PrivacyCard
+
+_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "report_layout.py"
+
+
+def _layout_module():
+    spec = importlib.util.spec_from_file_location("report_layout", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+layout = _layout_module()
+pytestmark = pytest.mark.skipif(layout.find_chromium() is None,
+                                reason="Chromium is not installed (Debian: apt-get install -y chromium); the report's "
+                                       "layout is checked in a real browser only")
+
+
+@pytest.fixture
+def report(tmp_path, two_arms, report_html) -> Path:
+    laplace = PrivacyCard(mechanism="pixel_laplace", is_dp=True, epsilon=8192.0, epsilon_image=8192.0,
+                          epsilon_pixel=2.0, delta=0.0, scale_b=0.5, value_range_R=1.0, dimension_d=4096,
+                          statement="eps_image = 8,192 (delta = 0; unit: one image, pixels only (the labels are "
+                                    "released in the clear); neighbours: any two images); eps per pixel value = 2")
+    records = [*two_arms, two_arms[1].model_copy(update={"run_id": "pixel-laplace_b0.5_seed0",
+                                                         "arm": "pixel-laplace", "mechanism": "pixel_laplace",
+                                                         "privacy": laplace})]
+    report_html(records)
+    return tmp_path / "report.html"
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_report_fits_the_page_width_in_chromium(report, width):
+    result = layout.measure(report, width)
+    assert result["inner_width"] == width
+    assert not result["overflows"], f"page {result['scroll_width']} px wide at {width} px: {result['offenders']}"
+    assert result["offenders"] == []
+    assert len(result["card_heights"]) == 3
+    if width == 1280:                             # one row of three cards: one height, whatever each card holds
+        assert len(set(result["card_heights"])) == 1, result["card_heights"]
+    figures = [image for image in result["images"] if image["natural"]]
+    assert figures and all(image["shown"] <= width for image in figures)
+    if width == 390:                              # the phone's variant of every figure (780 px, shown at 358)
+        assert {image["natural"] for image in figures} == {780}, figures
+    else:
+        assert 780 not in {image["natural"] for image in figures}, figures
