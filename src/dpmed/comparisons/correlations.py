@@ -1,0 +1,174 @@
+"""Pearson r across the runs of a study (Tayebi Arasteh, Ziller et al. 2023, 003_9a91354dc2d7e2df.txt): the trends the
+source papers read off their tables, quantified, for `dpmed.comparisons` (and comparisons.json's ``correlations``).
+
+* **Across a DP-SGD sweep**: runs that differ only in eps (or only in the clipping norm), grouped by their typed plans,
+  every seed a point: eps against each fairness group's accuracy parity difference (003, Table 3); eps, or the
+  clipping norm at fixed eps, against each explanation metric (the trends of Naidu et al. 2021's Tables 1-2 and
+  Figure 6b).
+* **Across labels** (three or more): each label's AUROC drop (non-private minus private, same seed) against its
+  positive count and its non-private AUROC.
+
+Every r comes with its two-sided p-value and the number of points (`dpmed.evaluation.paired.pearson`); an r that
+cannot be computed (fewer than 3 points, a constant side) carries the reason instead.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Mapping, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from dpmed.evaluation.paired import pearson
+from dpmed.evaluation.weighted import number
+from dpmed.records import RunRecord
+
+__all__ = ["Correlation", "ParityCorrelation", "ExplanationCorrelation", "LabelCorrelation", "Correlations",
+           "correlate_runs"]
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Correlation(_Row):
+    """Pearson r, its two-sided p-value and the number of points; ``reason`` where r is undefined."""
+
+    r: float | None
+    p_value: float | None
+    n: int
+    reason: str | None = None
+
+
+class ParityCorrelation(Correlation):
+    sweep: str
+    attribute: str
+    group: str
+
+
+class ExplanationCorrelation(Correlation):
+    sweep: str
+    metric: str
+
+
+class LabelCorrelation(_Row):
+    run_id: str
+    epsilon: float | None
+    drop_vs_positive_count: Correlation
+    drop_vs_nonprivate_auroc: Correlation
+
+
+class Correlations(_Row):
+    """Every correlation of a study (comparisons.json's ``correlations``)."""
+
+    epsilon_vs_accuracy_parity: list[ParityCorrelation]
+    epsilon_vs_explanations: list[ExplanationCorrelation]
+    max_grad_norm_vs_explanations: list[ExplanationCorrelation]
+    auroc_drop_vs_label: list[LabelCorrelation]
+
+
+# What a sweep varies, and the plan fields that vary with it (left out of the key that groups a sweep's runs). Runs
+# group across arms, so that a clipping-norm arm at eps 1 and the eps arm's own eps 1 run fall on one curve when all
+# else agrees; the certifying accountant may differ along an eps sweep (RDP beyond what PLD resolves).
+_VARIES = {"epsilon": {"target_epsilon", "noise_multiplier", "noise_given", "patient_guarantee", "accountant",
+                       "accountant_note"},
+           "max_grad_norm": {"max_grad_norm"}}
+
+
+def _x(record: RunRecord, variable: str) -> float | None:
+    """eps as accounted (the x of 003's Table 3); the clipping norm as set."""
+    return record.privacy.epsilon if variable == "epsilon" else record.plan.swept_value(variable)
+
+
+def _sweeps(records: Sequence[RunRecord], variable: str) -> dict[str, list[RunRecord]]:
+    """DP-SGD runs grouped by everything in their plans except ``variable`` (and the seed), where it takes at
+    least two values; the key names the arms and the settings held fixed."""
+    groups: dict[tuple, list[RunRecord]] = defaultdict(list)
+    for r in records:
+        if r.mechanism != "dp_sgd" or _x(r, variable) is None:
+            continue
+        privacy = {k: v for k, v in r.plan.privacy.model_dump(mode="json").items() if k not in _VARIES[variable]}
+        key = (repr(sorted(privacy.items())), repr(sorted(r.plan.settings()["training"].items())),
+               repr(r.plan.audit))
+        groups[key].append(r)
+    out = {}
+    for runs in groups.values():
+        if len({_x(r, variable) for r in runs}) < 2:
+            continue
+        plan = runs[0].plan.privacy
+        shown = {"noise": plan.noise} | ({"max_grad_norm": plan.max_grad_norm} if variable == "epsilon" else {})
+        if variable == "max_grad_norm" and plan.target_epsilon is not None:
+            shown["target_epsilon"] = plan.target_epsilon
+        arms = "+".join(dict.fromkeys(r.arm for r in runs))
+        out[f"{variable} sweep: {arms} (" + ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) + ")"] = runs
+    return out
+
+
+def _parity_correlations(records) -> list[ParityCorrelation]:
+    """Pearson r between eps and each group's accuracy parity difference, per DP-SGD eps sweep (003, Table 3)."""
+    out = []
+    for sweep, runs in _sweeps(records, "epsilon").items():
+        keys = sorted({(attr, group) for r in runs for attr, entry in (r.fairness or {}).get("attributes", {}).items()
+                       if entry.get("status") == "ok" for group in entry["groups"]})
+        for attr, group in keys:
+            eps, parity = [], []
+            for r in runs:
+                g = (r.fairness or {}).get("attributes", {}).get(attr, {}).get("groups", {}).get(group)
+                eps.append(r.privacy.epsilon)
+                parity.append(None if g is None else g["accuracy_parity_difference"]["value"])
+            out.append(ParityCorrelation(sweep=sweep, attribute=attr, group=group, **pearson(eps, parity)))
+    return out
+
+
+def _explanation_correlations(records, variable: str) -> list[ExplanationCorrelation]:
+    """Pearson r between eps (or the clipping norm) and each explanation metric, per DP-SGD sweep: the trends of
+    001_d0483fd35863b74c.txt's Tables 1-2 (eps) and Figure 6b (clipping factor at eps 1), quantified."""
+    out = []
+    for sweep, runs in _sweeps(records, variable).items():
+        metrics = sorted({m for r in runs for m, v in (r.explanations or {}).get("metrics", {}).items()
+                          if isinstance(v, dict) and "value" in v})
+        for metric in metrics:
+            xs = [_x(r, variable) for r in runs]
+            vals = [((r.explanations or {}).get("metrics", {}).get(metric) or {}).get("value") for r in runs]
+            out.append(ExplanationCorrelation(sweep=sweep, metric=metric, **pearson(xs, vals)))
+    return out
+
+
+def _label_correlations(records, predictions, references, kind, label_names, notes) -> list[LabelCorrelation]:
+    """Per private run: Pearson r over labels between AUROC drop and positive count / non-private AUROC (003),
+    against its seed's non-private run (``references``: seed -> that run)."""
+    if kind == "binary":          # one AUROC per model: nothing to correlate across labels
+        return []
+    if len(label_names) < 3:
+        notes.append(f"AUROC drop versus label prevalence: n/a, the task has {len(label_names)} label(s) and a "
+                     "correlation across labels needs at least 3")
+        return []
+    out = []
+    for r in records:
+        ref = references.get(r.seed)
+        if r.mechanism == "none" or ref is None:
+            continue
+        base = [ref.metrics.get(f"test_auroc[{name}]") for name in label_names]
+        mine = [r.metrics.get(f"test_auroc[{name}]") for name in label_names]
+        drop = [None if a is None or b is None else a - b for a, b in zip(base, mine)]
+        y = predictions[ref.run_id]["test_labels"]
+        counts = ((y[:, None] == np.arange(len(label_names))[None, :]).sum(axis=0) if y.ndim == 1
+                  else y.sum(axis=0)).tolist()
+        out.append(LabelCorrelation(run_id=r.run_id, epsilon=number(r.privacy.epsilon),
+                                    drop_vs_positive_count=Correlation(**pearson(drop, counts)),
+                                    drop_vs_nonprivate_auroc=Correlation(**pearson(drop, base))))
+    return out
+
+
+def correlate_runs(records: Sequence[RunRecord], predictions: Mapping[str, Mapping[str, np.ndarray]],
+                   references: Mapping[int, RunRecord], *, kind: str, label_names: Sequence[str],
+                   notes: list[str]) -> Correlations:
+    """The study's correlations, from run records, their loaded predictions (for the labels' positive counts) and
+    the non-private run of each seed (``references``). Why a correlation across labels is not computed goes to
+    ``notes``. Pure: no file is read or written."""
+    return Correlations(
+        epsilon_vs_accuracy_parity=_parity_correlations(records),
+        epsilon_vs_explanations=_explanation_correlations(records, "epsilon"),
+        max_grad_norm_vs_explanations=_explanation_correlations(records, "max_grad_norm"),
+        auroc_drop_vs_label=_label_correlations(records, predictions, references, kind, label_names, notes))
