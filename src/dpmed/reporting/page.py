@@ -10,11 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from dpmed.comparisons import Comparisons
 from dpmed.folders import StudyFolder, write_text_atomic
 from dpmed.records import ResolvedStudy, RunRecord
 from dpmed.reporting import clinical, sections, study_sections
-from dpmed.reporting.inputs import METHODS, ReportInputs, cite, escape as _e
+from dpmed.reporting.inputs import METHODS, ReportInputs, cite, embed_png, escape as _e
+from dpmed.reporting.threat_section import ATTACK_IMAGE_KEYS, attack_label, reconstructions_figure, threat_section
 
 __all__ = ["write_report", "write_private_report", "SECTIONS"]
 
@@ -63,8 +66,8 @@ _FOOTER = (f"<p><small>Every number's definition, and where the source papers ar
 
 # The report's sections, in page order.
 SECTIONS: tuple[Callable[[ReportInputs], str], ...] = (
-    clinical.clinical, sections.summary, sections.utility, sections.privacy_cards, sections.study_privacy, sections.reconstruction_risk,
-    study_sections.comparison_section, study_sections.fairness_section, study_sections.interpretability_section,
+    clinical.clinical, sections.summary, sections.utility, sections.privacy_cards, sections.study_privacy,
+    sections.reconstruction_risk, threat_section, study_sections.comparison_section, study_sections.fairness_section, study_sections.interpretability_section,
     sections.ldp_examples_section, sections.provenance,
 )
 
@@ -83,9 +86,38 @@ def write_report(resolved: ResolvedStudy, records: Sequence[RunRecord], comparis
     write_text_atomic(folder.report, doc)
 
 
+def _reconstructions(items: dict[str, dict[str, Any]], path: Path) -> str:
+    """The attack's best reconstructions beside the images they matched, one pair of rows per attacked run (the
+    figure of Ziller et al. 2024 that shows what an attack at each eps recovers), saved beside the private report."""
+    rows = []
+    for item in items.values():
+        attack = item.get("attack")
+        if attack is None:
+            continue
+        with np.load(attack["images"]) as f:
+            arrays = {key: f[key] for key in ATTACK_IMAGE_KEYS}
+        if len(arrays["ssim"]):
+            rows.append((attack_label(attack["record"]), arrays))
+    if not rows:
+        return ""
+    figure = embed_png(reconstructions_figure(rows), path.with_name("attack_reconstructions.png"),
+                       "the attack's best reconstructions under the images they matched")
+    return ('<h2 id="reconstructions">The imprint attack\'s best reconstructions</h2><p>Per attacked run, the '
+            "reconstructions with the highest SSIM to an image of their batch (bottom row) under that image (top "
+            "row). The attacked images are held-out test images put through the run's own DP-SGD step in place of a "
+            "training batch; they are patient images all the same, so they appear here and not in report.html. "
+            "A reconstruction counts as a success when its SSIM reaches the threshold given in report.html's "
+            f"section 'Three threat models'.</p><figure>{figure}</figure>")
+
+
 def write_private_report(resolved: ResolvedStudy, items: dict[str, dict[str, Any]], path: Path) -> None:
     """private/report.html: the numbers no eps covers (training-set metrics computed without noise, one-run audit
-    results that depend on the secret canary bits), per run. Never share it."""
+    results that depend on the secret canary bits) and the images no public file may hold (the reconstruction
+    attack's best reconstructions beside the images they matched), per run. Never share it.
+
+    ``items``: run id -> what the run's private folder holds: ``audit`` (audit.json), ``statistics``
+    (training_statistics.json), ``attack`` ({"record": the RunRecord, "images": the path of its
+    ``RunFolder.attack_images``})."""
     rows = []
     for run_id, item in items.items():
         parts = []
@@ -99,13 +131,17 @@ def write_private_report(resolved: ResolvedStudy, items: dict[str, dict[str, Any
                                              for k, v in shown.items()) + "</table>")
         if parts:
             rows.append(f'<div class="card"><h3>{_e(run_id)}</h3>{"".join(parts)}</div>')
+    reconstructions = _reconstructions(items, path)
+    cards = f'<div class="cards">{"".join(rows)}</div>' if rows else ""
+    if not rows and not reconstructions:
+        cards = "<p>No private statistics were computed.</p>"
     doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">{_VIEWPORT}
 <title>dpmed private report: {_e(resolved.name)}</title><style>{_CSS}</style></head><body>
 <h1>Private: {_e(resolved.name)}</h1>
 <div class="note notdp">PRIVATE, NOT COVERED BY EPS. These numbers are computed from the training images without
 noise (training-set metrics, as in the train/test table of Singh et al. 2020) or from the audit's secret canary
-inclusion bits. Sharing them breaks the eps of the runs they describe. Keep this file in the study's private
-folder.</div>
-<div class="cards">{''.join(rows) or '<p>No private statistics were computed.</p>'}</div>
+inclusion bits, and the images are patient images and their reconstructions. Sharing them breaks the eps of the
+runs they describe, or shows patients' images. Keep this file in the study's private folder.</div>
+{cards}{reconstructions}
 </body></html>"""
     write_text_atomic(path, doc)

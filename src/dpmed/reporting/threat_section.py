@@ -1,0 +1,103 @@
+"""The report's section on the three threat models of Ziller et al. 2024 (004_6210268d59b6f8e5.txt): the worst-case and
+relaxed reconstruction bounds beside the success rate of an actual attack (the realistic threat model), per DP-SGD
+run with an attack, and the private figure of its best reconstructions.
+
+The section shows counts and rates only (run.json's ``attack`` block). The attack's images (the attacked images and
+their reconstructions, ``RunFolder.attack_images``) are patient images: :func:`reconstructions_figure` draws them
+for the private report (private/report.html) and never for report.html.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from dpmed.records import RunRecord
+from dpmed.reporting.inputs import ReportInputs, eps_label, escape, estimate_text, stacked
+
+__all__ = ["threat_section", "reconstructions_figure", "attack_label", "ATTACK_IMAGE_KEYS"]
+
+# What RunFolder.attack_images holds (written by dpmed.run): [m, C, H, W] arrays in [0, 1] and SSIM [m], best first.
+ATTACK_IMAGE_KEYS = ("originals", "reconstructions", "ssim")
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def threat_section(inputs: ReportInputs) -> str:
+    """Per DP-SGD run with an attack: eps, the worst-case and relaxed bounds, the imprint attack's success rate with
+    its interval, the chance rate and the test AUROC; "" where no run was attacked."""
+    runs = [r for r in inputs.records if r.attack is not None]
+    if not runs:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(r.run_id)}</td><td class=eps>{escape(eps_label(r.privacy))}</td>"
+        f"<td class=num>{_percent(r.reconstruction.worst_case if r.reconstruction else None)}</td>"
+        f"<td class=num>{_percent(r.reconstruction.relaxed if r.reconstruction else None)}</td>"
+        f"<td class=num>{r.attack.rate:.1%} [{r.attack.rate_low:.1%},\u00a0{r.attack.rate_high:.1%}]<br>"
+        f"<small>{r.attack.n_success} of {r.attack.n_trials} images</small></td>"
+        f"<td class=num>{r.attack.chance_rate:.1%}</td>"
+        f"<td class=num>{estimate_text(r.estimate('test_auroc'))}</td></tr>" for r in runs)
+    first = runs[0].attack
+    one_in = round(1 / (1 - first.threshold_quantile))
+    table = stacked("<table><tr><th>run</th><th>eps</th><th>worst case (bound)</th><th>relaxed (bound)</th>"
+                    f"<th>realistic: attack success [{first.ci_level:.0%} CI]</th><th>chance</th>"
+                    f"<th>test AUROC [{inputs.level} CI]</th></tr>{rows}</table>")
+    return (
+        '<h2 id="threat">Three threat models: bounds and an actual attack</h2>'
+        "<p>Ziller et al. 2024 judge an eps by three threat models. <b>Worst case</b> and <b>relaxed</b> are upper "
+        "bounds on an informed attacker's chance to reconstruct one training record (Hayes et al. 2023; Kaissis et "
+        "al. 2023; the section above). <b>Realistic</b> is the threat model of Ziller et al. 2024: an adversary who "
+        "holds the model's architecture and weights and may modify the model before a training step, but does not "
+        "hold the images, and must actually reconstruct them. dpmed mounts that attack: the imprint attack of Fowl "
+        "et al. 2022 (a linear layer with brightness bins put in front of the model), through dpmed's own DP-SGD "
+        "step with each run's clipping norm, noise multiplier, expected batch size and unit of privacy, on batches "
+        "of held-out test images standing in for a training batch (a rate measured on the training images would "
+        "itself be a statistic of them, outside the accountant).</p>"
+        "<p><b>Success</b>: each reconstruction is matched to its closest image of the batch by SSIM "
+        "(structural similarity); an attacked image counts as reconstructed when its match reaches SSIM "
+        f"{first.threshold:.2f}. That threshold is calibrated on public images (here the validation split), not "
+        f"chosen: only 1 in {one_in} plausible images that carry no information about the batch reach it by "
+        f"chance. Rates are per attacked image ({first.n_trials} per run, in {first.n_batches} batches of "
+        f"{first.batch_size}), with exact (Clopper-Pearson) intervals; 'chance' is the rate of as many uniform-noise "
+        "guesses.</p>"
+        f"{table}"
+        "<p>The bounds say what no attacker can exceed; the attack says what one strong attacker achieves. Where the "
+        "bounds reach 100 % and the attack still fails, the protection rests on the attack's failure, not on a "
+        "guarantee. The reconstructed images are patient images: they are shown only in the study's private report "
+        "(private/report.html), never in this file.</p>")
+
+
+def reconstructions_figure(rows: Sequence[tuple[str, Mapping[str, np.ndarray]]], n: int = 6) -> bytes:
+    """PNG: per attacked run (a label and its :data:`ATTACK_IMAGE_KEYS` arrays), its ``n`` best reconstructions
+    (bottom) under the images they matched (top), each with its SSIM, the run's label above the pair of rows. The
+    first channel is shown."""
+    fig = Figure(figsize=(1.3 * n + 0.6, 3.0 * len(rows)), dpi=100, layout="constrained")
+    for sub, (label, arrays) in zip(fig.subfigures(len(rows), 1, squeeze=False)[:, 0], rows):
+        sub.suptitle(label.replace("\n", " · "), fontsize=10, x=0.01, ha="left")
+        axes = sub.subplots(2, n, squeeze=False)
+        for r, key in enumerate(("originals", "reconstructions")):
+            axes[r][0].set_ylabel(("original", "reconstructed")[r], fontsize=9)
+            for c in range(n):
+                ax = axes[r][c]
+                ax.set_xticks([])
+                ax.set_yticks([])
+                if c >= len(arrays[key]):
+                    ax.set_frame_on(False)
+                    continue
+                ax.imshow(np.asarray(arrays[key][c, 0], dtype=np.float32), cmap="gray", vmin=0.0, vmax=1.0)
+                if r == 1:
+                    ax.set_xlabel(f"SSIM {float(arrays['ssim'][c]):.2f}", fontsize=9)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def attack_label(record: RunRecord) -> str:
+    """A run's name on the figure: its id, eps, and the attack's success rate."""
+    rate = "" if record.attack is None else f"\nattack success {record.attack.rate:.0%}"
+    return f"{record.run_id}\n{eps_label(record.privacy)}{rate}"

@@ -1,0 +1,138 @@
+"""The realistic threat model in the report (issue 17): per attacked DP-SGD run, the worst-case and relaxed bounds beside
+the imprint attack's success rate, said plainly; the attack's images only in the private report. Built from
+hand-made records and a hand-made attack_reconstructions.npz: no training."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from dpmed.folders import StudyFolder
+from dpmed.mechanisms.dp_sgd import ReconstructionRecord
+from dpmed.records import AttackRecord
+from dpmed.reporting import SECTIONS
+from dpmed.reporting.threat_section import reconstructions_figure, threat_section
+from dpmed.study import write_outputs
+
+RNG = np.random.default_rng(17)
+
+
+def _attack(rate: float, low: float, high: float, n_success: int) -> AttackRecord:
+    return AttackRecord(structure="cumulative", n_bins=64, batch_size=16, n_batches=4, grouped=False,
+                        threshold=0.873, threshold_quantile=0.99, n_trials=64, n_success=n_success, rate=rate,
+                        rate_low=low, rate_high=high, ci_level=0.95, batch_rate=rate, chance_rate=0.0,
+                        mean_best_ssim=0.5, mean_best_ncc=0.4,
+                        attacked="held-out test images through the arm's own step and trained model")
+
+
+def _risk(worst: float, relaxed: float) -> ReconstructionRecord:
+    return ReconstructionRecord(noise_multiplier=1.0, sample_rate=0.1, steps=10, kappa=1e-3, worst_case=worst,
+                                worst_case_edgeworth=worst, relaxed=relaxed, gdp=worst, tpr_at_fpr={"0.001": 0.01},
+                                assumptions="informed adversary", worst_case_via="pld",
+                                worst_case_edgeworth_via="edgeworth", relaxed_via="pld", gdp_via="gdp",
+                                tpr_at_fpr_via={"0.001": "pld"}, unit="image")
+
+
+@pytest.fixture
+def attacked(make_record):
+    auroc = {"test_auroc": 0.81, "test_auroc_low": 0.74, "test_auroc_high": 0.88}
+    return [make_record("np_seed0", "np", metrics=auroc),
+            make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, metrics=auroc).model_copy(
+                update={"attack": _attack(0.0, 0.0, 0.056, 0), "reconstruction": _risk(0.0123, 0.0046)}),
+            make_record("dp_eps1e+06_C1_seed0", "dp", "dp_sgd", eps=1e6, metrics=auroc).model_copy(
+                update={"attack": _attack(0.25, 0.15, 0.37, 16), "reconstruction": _risk(1.0, 1.0)}),
+            make_record("plain_eps8_C1_seed0", "plain", "dp_sgd", eps=8.0, metrics=auroc)]       # not attacked
+
+
+def _save_images(folder: StudyFolder, run_id: str, m: int = 5) -> np.ndarray:
+    """A run's private attack file as dpmed.run writes it: originals, reconstructions [m, 1, 16, 16], SSIM [m]."""
+    originals = RNG.random((m, 1, 16, 16)).astype(np.float32)
+    run = folder.run(run_id)
+    run.private.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(run.attack_images, originals=originals,
+                        reconstructions=np.clip(originals + 0.05 * RNG.standard_normal(originals.shape), 0, 1),
+                        ssim=np.linspace(0.95, 0.6, m))
+    return originals
+
+
+def _section(html: str, anchor: str) -> str:
+    start = html.index(f'id="{anchor}"')
+    end = html.find("<h2 ", start)
+    return html[start:end if end > 0 else None]
+
+
+def _text(fragment: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", fragment))
+
+
+def test_threat_section_follows_the_bounds_with_the_attack_rate_per_attacked_run(tmp_path, attacked, make_resolved):
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(attacked), attacked)
+    html = folder.report.read_text()
+    assert SECTIONS.index(threat_section) == [s.__name__ for s in SECTIONS].index("reconstruction_risk") + 1
+    assert html.index('id="risk"') < html.index('id="threat"') < html.index('id="provenance"')
+    section = _section(html, "threat")
+    rows = re.findall(r"<tr><td data-label[^>]*>([^<]+)</td>", section)
+    assert rows == ["dp_eps1_C1_seed0", "dp_eps1e+06_C1_seed0"]                    # attacked runs only
+    text = _text(section)
+    for shown in ("1.2%", "0.5%", "0.0% [0.0%, 5.6%]", "0 of 64 images", "25.0% [15.0%, 37.0%]", "16 of 64",
+                  "100.0%", "0.810 [0.740, 0.880]"):
+        assert shown in text, shown
+    assert "ε 990,000 (δ 1e‑5, PLD)" in text                                # the report's eps labels
+
+
+def test_threat_section_says_which_threat_model_and_what_counts_as_success(tmp_path, attacked, make_resolved):
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(attacked), attacked)
+    text = _text(_section(folder.report.read_text(), "threat"))
+    for plain in ("Realistic is the threat model of Ziller et al. 2024", "imprint attack of Fowl et al. 2022",
+                  "through dpmed's own DP-SGD step", "held-out test images",
+                  "SSIM 0.87", "calibrated on public images", "only 1 in 100 plausible images",
+                  "Worst case and relaxed are upper bounds"):
+        assert plain in text, plain
+    assert not re.search(r"00\d_[0-9a-f]{16}\.txt", folder.report.read_text())
+
+
+def test_no_attacked_run_no_threat_section(tmp_path, make_record, make_resolved):
+    records = [make_record("np_seed0", "np"), make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)]
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(records), records)
+    assert 'id="threat"' not in folder.report.read_text()
+
+
+def test_reconstructions_are_in_the_private_report_and_never_in_the_public_one(tmp_path, attacked, make_resolved):
+    folder = StudyFolder(tmp_path)
+    for run_id in ("dp_eps1_C1_seed0", "dp_eps1e+06_C1_seed0"):
+        _save_images(folder, run_id)
+    write_outputs(folder, make_resolved(attacked), attacked)
+    private = folder.private_report.read_text()
+    figure = _section(private, "reconstructions")
+    assert "best reconstructions" in figure and "held-out test images" in figure
+    assert figure.count('<img src="data:image/png;base64,') == 1
+    png = folder.private / "attack_reconstructions.png"
+    assert png.stat().st_size > 1000
+    public = folder.report.read_text()
+    assert 'id="reconstructions"' not in public and "attack_reconstructions" not in public
+    payload = re.search(r'src="data:image/png;base64,([^"]+)"', figure).group(1)
+    assert payload[:200] not in public
+    public_files = [p.name for p in folder.root.rglob("*") if folder.private not in p.parents]
+    assert not [name for name in public_files if "reconstruction" in name]      # no attack image outside private/
+    assert "private/report.html" in _text(_section(public, "threat"))
+
+
+def test_private_report_without_attack_files_shows_no_figure(tmp_path, attacked, make_resolved):
+    folder = StudyFolder(tmp_path)
+    _save_images(folder, "dp_eps1_C1_seed0", m=0)                                  # an attack that kept nothing
+    write_outputs(folder, make_resolved(attacked), attacked)
+    private = folder.private_report.read_text() if folder.private_report.is_file() else ""
+    assert 'id="reconstructions"' not in private
+
+
+def test_reconstructions_figure_pairs_each_original_with_its_reconstruction():
+    originals = RNG.random((3, 1, 8, 8))
+    rows = [("run a\nε 1", {"originals": originals, "reconstructions": originals, "ssim": np.array([0.9, 0.8, 0.7])}),
+            ("run b\nε 1e6", {"originals": originals[:1], "reconstructions": originals[:1], "ssim": np.array([0.5])})]
+    png = reconstructions_figure(rows, n=4)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
