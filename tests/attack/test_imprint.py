@@ -205,6 +205,18 @@ def test_bins_hold_equal_shares_of_the_public_brightness(phantom):
     assert bins.bin_of(extremes).tolist() == [0, 8]
 
 
+def test_public_images_of_tied_brightness_merge_bins_instead_of_failing():
+    """As many bins as public images (a small validation split), several of one brightness: the quantiles tie. The
+    Kermany 004 study failed here after training; tied edges now merge into fewer bins, each still holding images."""
+    levels = np.repeat(np.array([0.2, 0.2, 0.2, 0.4, 0.5, 0.5, 0.7, 0.9], dtype=np.float32), 3)
+    public = np.broadcast_to(levels[:, None, None, None], (len(levels), 1, SIZE, SIZE)).copy()
+    bins = ImprintBins.from_public(public, n_bins=len(public), structure="sparse")
+    assert np.all(np.diff(bins.edges) > 0) and 2 <= bins.n_bins < len(public)
+    per_level = {float(v): set(bins.bin_of(public[levels == v]).tolist()) for v in np.unique(levels)}
+    assert all(len(b) == 1 for b in per_level.values())                          # one bin per brightness level
+    assert len(set().union(*per_level.values())) == len(per_level)                # and distinct levels apart
+
+
 def test_the_threshold_passes_copies_and_fails_noise(phantom, threshold):
     images, _, _ = phantom
     assert threshold.null_median < threshold.value < 1.0

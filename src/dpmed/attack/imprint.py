@@ -131,14 +131,16 @@ class ImprintBins:
     def from_public(cls, public_images: np.ndarray | Tensor, *, n_bins: int, structure: str = "cumulative",
                     margin: float = 1e-3) -> "ImprintBins":
         """Equal-mass bins of the brightness of ``public_images`` [N, C, H, W] (the adversary's data, never the
-        private batch). Needs at least n_bins public images."""
+        private batch). Needs at least n_bins public images; tied brightness values give fewer than n_bins bins."""
         if n_bins < 1:
             raise ValueError(f"n_bins must be >= 1, got {n_bins}")
         m = brightness(public_images)
         if len(m) < n_bins:
             raise ValueError(f"{len(m)} public images cannot calibrate {n_bins} equal-mass bins; give at least "
                              "n_bins images")
-        interior = np.quantile(m, np.arange(1, n_bins) / n_bins)
+        # Public images of exactly equal brightness (JPEGs of a flat field, many copies of a template) put several
+        # quantiles on one value; those bins would be empty, so tied edges merge and fewer, larger bins remain.
+        interior = np.unique(np.quantile(m, np.arange(1, n_bins) / n_bins))
         edges = np.concatenate([[min(0.0, m.min()) - margin], interior, [max(1.0, m.max()) + margin]])
         return cls(edges, structure)
 
