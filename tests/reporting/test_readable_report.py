@@ -219,3 +219,46 @@ def test_figures_stay_readable_on_a_phone(tmp_path, two_arms, report_html):
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in html
     assert html.count('<source media="(max-width: 700px)"') >= 3          # AUROC figure and both fairness figures
     assert (tmp_path / "auroc_vs_epsilon_narrow.png").stat().st_size > 1000
+
+
+def test_multiclass_arms_are_read_as_more_wrong_of_every_100_images_by_argmax(tmp_path, make_record, report_html):
+    y = np.arange(90) % 3
+    rng = np.random.default_rng(6)
+    good = np.eye(3)[y] * 0.7 + rng.random((90, 3)) * 0.3
+    poor = np.eye(3)[y] * 0.2 + rng.random((90, 3)) * 0.8
+    records = []
+    for run_id, arm, mechanism, scores in (("np_seed0", "np", "none", good),
+                                           ("dp_eps1_C1_seed0", "dp", "dp_sgd", poor)):
+        (tmp_path / "runs" / run_id).mkdir(parents=True)
+        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
+                 test_patient_ids=np.arange(90).astype(str))
+        metrics = evaluate_utility(kind="multiclass", label_names=["a", "b", "c"], val_labels=y, val_scores=scores,
+                                   test_labels=y, test_scores=scores, n_resamples=50)
+        records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
+                                   metrics=metrics))
+    wrong = round(100 * (records[0].metrics["test_accuracy"] - records[1].metrics["test_accuracy"]))
+    assert wrong > 0
+    clinical = _text(_section(report_html(records, task="multiclass", names=("a", "b", "c")), "clinical"))
+    assert "accuracy change (argmax), per 100" in clinical
+    assert f"the model gets about {wrong} more wrong of every 100 test images (argmax)" in clinical
+    assert "sensitivity" not in clinical and "Youden" not in clinical
+
+
+def test_numbers_and_run_names_stay_whole_and_tables_of_runs_stack_on_a_phone(two_arms, report_html):
+    from dpmed.comparisons import PairedDifference
+    from dpmed.reporting.inputs import eps_label, p_text
+
+    assert eps_label(two_arms[1].privacy) == "ε\u00a00.99 (δ\u00a01e\u20115, PLD)"     # no break inside a number
+    assert eps_label(two_arms[0].privacy) == "no privacy (ε\u00a0=\u00a0∞)"
+    floor = PairedDifference(value=-0.2, low=-0.3, high=-0.1, p_value=2 / 1001, p_floor=2 / 1001, defined_redraws=1000)
+    assert p_text(floor) == "≤\u00a00.002"
+    html = report_html(two_arms)
+    utility = _section(html, "utility")
+    table = utility[utility.index('<table class="stack">'):]
+    heads = re.findall(r"<th>(.*?)</th>", table.split("</tr>")[0])
+    first_row = table.split("</tr>")[1]
+    assert re.findall(r'data-label="([^"]*)"', first_row) == [re.sub(r"<[^>]+>", "", h) for h in heads]
+    for anchor in ("fairness", "comparisons", "provenance"):
+        assert '<table class="stack">' in _section(html, anchor), anchor
+    assert "table.stack td::before{content:attr(data-label)" in html
+    assert '<details class="resolved">' in _section(html, "provenance")                  # the YAML folded

@@ -1,5 +1,5 @@
-"""The realistic threat model in the report (issue 17): per attacked DP-SGD run, the worst-case and relaxed bounds beside
-the imprint attack's success rate, said plainly; the attack's images only in the private report. Built from
+"""The realistic threat model in the report (issue 17): per attacked DP-SGD run, the worst-case and relaxed bounds
+beside the imprint attack's success rate, said plainly; the attack's images only in the private report. Built from
 hand-made records and a hand-made attack_reconstructions.npz: no training."""
 
 from __future__ import annotations
