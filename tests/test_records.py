@@ -36,3 +36,21 @@ def test_records_are_frozen(make_record):
     with pytest.raises(Exception):
         make_record("a_seed0", "a").seed = 3
     assert RunRecord.model_config["frozen"]
+
+
+def test_a_study_with_data_files_round_trips_through_study_yaml(tmp_path):
+    """study.yaml is read back through JSON (`dpmed report`, `dpmed status`); the strict schema refused its own
+    data path there (a Path from JSON text), so no study on a real dataset could be rebuilt."""
+    import yaml
+
+    from dpmed.config import Study
+
+    study = Study.model_validate({"name": "files", "data": {"source": "medmnist", "path": str(tmp_path / "x.npz"),
+                                                            "cache_dir": str(tmp_path / "cache")},
+                                  "arms": [{"name": "np", "mechanism": "none"}]})
+    text = yaml.safe_dump(study.model_dump(mode="json"))
+    back = Study.model_validate_json(json.dumps(yaml.safe_load(text)))
+    assert back == study and back.data.path == tmp_path / "x.npz"
+    with pytest.raises(ValueError, match="must be a path"):
+        Study.model_validate({"name": "bad", "data": {"source": "medmnist", "path": 3},
+                              "arms": [{"name": "np", "mechanism": "none"}]})

@@ -126,10 +126,16 @@ class DataConfig(_Strict):
     skip_invalid: bool = False
     cache_dir: Path | None = None
 
-    @field_validator("path", "cache_dir", mode="before")
+    # "plain": the model is strict, and strict JSON validation takes a Path only as... a Path, which JSON cannot
+    # hold; a study.yaml read back through JSON (dpmed report) would refuse its own data path.
+    @field_validator("path", "cache_dir", mode="plain")
     @classmethod
-    def _path_from_string(cls, v: object) -> object:
-        return Path(v) if isinstance(v, str) else v
+    def _path_from_string(cls, v: object) -> Path | None:
+        if v is None or isinstance(v, Path):
+            return v
+        if isinstance(v, str):
+            return Path(v)
+        raise ValueError(f"must be a path (a string), got {type(v).__name__} {v!r}")
 
     def to_request(self) -> DataRequest:
         """The request the data stage reads (`dpmed.data.read_dataset`)."""
