@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from dpmed.data.assembly import SplitPlan, assemble_dataset
+from dpmed.data.cohorts import PatientSelection, select_patients
 from dpmed.data.formats.chest_xray import read_chexpert, read_mimic, read_nih
 from dpmed.data.formats.folders import read_image_folders
 from dpmed.data.formats.medmnist import read_medmnist
@@ -42,6 +43,7 @@ class DataRequest:
     None: the default. columns: the csv's column names; task: the csv's task kind; uncertain: CheXpert/MIMIC policy
     for -1. ordinal: whether multiclass labels are ordered grades (None: the layout's own knowledge). split: None =
     the defaults of SplitPlan; cache_dir: where decoded tensors are memory-mapped (None: memory only).
+    patients: keep one seeded cohort of the patients in every split (`dpmed.data.cohorts`; None: all).
     """
 
     source: str
@@ -57,6 +59,7 @@ class DataRequest:
     split: SplitPlan | None = None
     skip_invalid: bool = False
     cache_dir: Path | None = None
+    patients: PatientSelection | None = None
 
     def given_options(self) -> list[str]:
         """The optional study keys this request sets (each must be one its source reads)."""
@@ -232,6 +235,8 @@ def read_dataset(request: DataRequest) -> Dataset:
     dataset = _ordinal(info.read(request), request.ordinal)
     if not info.reads_files:
         dataset = _preprocess_arrays(dataset, preprocessing, generated=info.generates)
+    if request.patients is not None:
+        dataset = select_patients(dataset, request.patients)
     if preprocessing.normalize is not None:
         c = dataset.train.image_shape[0]
         mean, std = preprocessing.normalize
