@@ -22,45 +22,65 @@ __all__ = ["ModelInfo", "MODELS", "build_model", "list_models"]
 @dataclass(frozen=True)
 class ModelInfo:
     """name: the study file's ``model.name``. build(in_channels, num_outputs, image_size) -> module.
-    cam_layer: dotted name of the layer Grad-CAM reads (METHODS.md s.6)."""
+    cam_layer: dotted name of the layer Grad-CAM reads (METHODS.md s.6). head: the classifier's module, which
+    weights from a file may leave at its initialisation (another class count) and ``model.trainable: head`` trains.
+    blocks: the feature blocks in forward order, each the module names it holds, for ``model.trainable:
+    {last_blocks: N}`` (`dpmed.models.weights`); parameters in no block and outside the head (a stem) train only
+    with ``trainable: all``."""
 
     name: str
     build: Callable[[int, int, int], nn.Module]
     cam_layer: str
     description: str
+    head: str = "head"
+    blocks: tuple[tuple[str, ...], ...] = ()
+
+
+_SMALL_CNN_BLOCKS = (("features.0",), ("features.2",), ("features.4",), ("features.6",))
+
+
+def _resnet_blocks(per_stage: int) -> tuple[tuple[str, ...], ...]:
+    """torchvision ResNet residual blocks, layer1.0 ... layer4.<per_stage - 1> (the stem conv1/bn1 is in none)."""
+    return tuple((f"layer{stage}.{i}",) for stage in range(1, 5) for i in range(per_stage))
 
 
 MODELS: dict[str, ModelInfo] = {
     info.name: info
     for info in (
         ModelInfo("small_cnn", lambda c, k, s: SmallCNN(c, k), "features",
-                  "4-block GroupNorm CNN, ~60k parameters; fast on CPU"),
+                  "4-block GroupNorm CNN, ~60k parameters; fast on CPU", blocks=_SMALL_CNN_BLOCKS),
         ModelInfo("flat_cnn", FlatCNN, "features",
                   "2-block GroupNorm CNN with a flattened linear head (no global pooling): memorises single images "
-                  "quickly, the model of the privacy-audit demo; 32 S^2 K + 5k parameters for S x S images"),
+                  "quickly, the model of the privacy-audit demo; 32 S^2 K + 5k parameters for S x S images",
+                  blocks=(("features.0", "features.1"), ("features.4", "features.5"))),
         ModelInfo("resnet9", ResNet9, "layer4",
                   "ResNet-9 of 003_9a91354dc2d7e2df.txt (Klause et al. 2022): torchvision ResNet, one BasicBlock per "
-                  "stage, GroupNorm(32), Mish, no in-place ops; 4.9M parameters"),
+                  "stage, GroupNorm(32), Mish, no in-place ops; 4.9M parameters", head="fc", blocks=_resnet_blocks(1)),
         ModelInfo("resnet18", resnet18_gn, "layer4",
-                  "torchvision ResNet-18, GroupNorm(32), no in-place ops; 11M parameters"),
+                  "torchvision ResNet-18, GroupNorm(32), no in-place ops; 11M parameters", head="fc",
+                  blocks=_resnet_blocks(2)),
         ModelInfo("alexnet", alexnet_dp, ALEXNET_CAM_LAYER,
                   "torchvision AlexNet features (001_d0483fd35863b74c.txt), out-of-place ReLU, GAP + linear head; "
-                  "2.5M parameters"),
+                  "2.5M parameters", blocks=tuple((f"features.{i}",) for i in (0, 3, 6, 8, 10))),
         ModelInfo("vgg16", vgg16_dp, VGG16_CAM_LAYER,
                   "torchvision VGG-16 features (001_d0483fd35863b74c.txt), no BatchNorm, out-of-place ReLU, GAP + "
-                  "linear head; 14.7M parameters"),
+                  "linear head; 14.7M parameters",
+                  blocks=tuple((f"features.{i}",) for i in (0, 2, 5, 7, 10, 12, 14, 17, 19, 21, 24, 26, 28))),
         # The private training recipe (METHODS.md s.9): weight standardisation + GroupNorm (Qiao et al. 2019;
         # De et al. 2022), and handcrafted scattering features (Tramer and Boneh 2021).
         ModelInfo("small_cnn_ws", lambda c, k, s: weight_standardize(SmallCNN(c, k)), "features",
-                  "small_cnn with weight-standardised convolutions before each GroupNorm (De et al. 2022)"),
+                  "small_cnn with weight-standardised convolutions before each GroupNorm (De et al. 2022)",
+                  blocks=_SMALL_CNN_BLOCKS),
         ModelInfo("resnet9_ws", lambda c, k, s: weight_standardize(ResNet9(c, k, s)), "layer4",
-                  "resnet9 with weight-standardised convolutions before each GroupNorm (De et al. 2022)"),
+                  "resnet9 with weight-standardised convolutions before each GroupNorm (De et al. 2022)", head="fc",
+                  blocks=_resnet_blocks(1)),
         ModelInfo("scatternet_linear", scatternet_linear, "features",
                   "frozen scattering transform (J=2, L=8), GroupNorm, linear head (Tramer and Boneh 2021); "
-                  "81 C (S/4)^2 K parameters"),
+                  "81 C (S/4)^2 K parameters", blocks=(("norm",),)),
         ModelInfo("scatternet_cnn", scatternet_cnn, "features",
                   "frozen scattering transform (J=2, L=8), GroupNorm, two-block GroupNorm CNN head (Tramer and "
-                  "Boneh 2021); 84k parameters for grey images"),
+                  "Boneh 2021); 84k parameters for grey images",
+                  blocks=(("norm",), ("features.0", "features.1"), ("features.4", "features.5"))),
     )
 }
 

@@ -1,0 +1,154 @@
+"""Starting a model from saved weights, and choosing which of its parameters train.
+
+Why: a prior that costs no privacy is the strongest lever on DP-SGD's utility (De et al. 2022; Tramer and Boneh
+2021; METHODS.md s.9). 003_9a91354dc2d7e2df.txt pretrains its ResNet-9 on MIMIC-CXR, 000_56c2431ae4df8d10.txt starts
+from an ImageNet ResNet-18, 004_6210268d59b6f8e5.txt fine-tunes pretrained models. Nothing here downloads: a
+study names a local file.
+
+**Layouts read.** A state dict as torch saves it: dpmed's own ``model.pt`` (every run writes one), torchvision's
+ResNet layout (dpmed's ``resnet18`` keeps its module names: ``conv1``, ``layer1.0.bn1``, ..., ``fc``), or a
+checkpoint that holds one under ``state_dict`` or ``model``; a ``module.`` prefix (DataParallel) is removed. Every
+parameter of the model except its classifier head must come from the file with its shape, and every tensor of the
+file must have a place in the model: otherwise the architectures differ, and the error names the key. The head
+(``ModelInfo.head``) is loaded where its shape matches and otherwise left at its initialisation (a checkpoint for
+1000 ImageNet classes starting a two-class model): that is the usual fine-tuning, and the record lists the keys.
+
+**No BatchNorm.** A checkpoint with BatchNorm running statistics (torchvision's and timm's ImageNet ResNets) is
+refused. Its normalisation was fitted with statistics of batches, and under DP-SGD it cannot be kept: in training
+mode BatchNorm mixes the examples of a batch, so one example's influence on the update is no longer its own clipped
+gradient (per-example clipping bounds nothing), and its running mean and variance are statistics of the private
+images released without noise (`dpmed.training.clipping` refuses the layer for both reasons). Dropping the
+statistics and swapping in GroupNorm would leave weights fitted to another normalisation. Use weights trained with
+GroupNorm or weight-standardised convolutions: BiT (Kolesnikov et al. 2020) and the DP-SGD checkpoints of De et al.
+2022 are such, or pretrain one with dpmed's ``pretrain`` stage.
+
+**Freezing.** ``trainable`` is ``all``, ``head`` or ``last_blocks: N`` (the head and the last N blocks of
+``ModelInfo.blocks``); every other parameter gets ``requires_grad = False``. DP-SGD takes only parameters that
+require a gradient (`dpmed.training.dp_sgd.DpSgdStep.params`, and each clipping engine's layers): a frozen
+parameter is neither clipped nor noised, and the noise has exactly as many coordinates as there are trainable
+parameters. Fewer noised coordinates is the point: the noise norm grows with sqrt(d) (Tramer and Boneh 2021).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import torch
+from torch import Tensor, nn
+
+from dpmed.errors import ConfigError
+
+__all__ = ["LoadedWeights", "read_state_dict", "load_weights", "set_trainable", "file_sha256", "TRAINABLE_ALL",
+           "TRAINABLE_HEAD", "BATCH_NORM_STATISTICS"]
+
+TRAINABLE_ALL = "all"
+TRAINABLE_HEAD = "head"
+BATCH_NORM_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
+_CONTAINERS = ("state_dict", "model")
+_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class LoadedWeights:
+    """What a file gave a model: ``loaded`` keys (their tensors copied in) and ``kept`` keys of the head left at
+    their initialisation because the file's shape differs (e.g. another number of classes)."""
+
+    loaded: tuple[str, ...]
+    kept: tuple[str, ...]
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes (the record names the weights by it)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _examples(keys: list[str]) -> str:
+    return ", ".join(keys[:_EXAMPLES]) + (f" (and {len(keys) - _EXAMPLES} more)" if len(keys) > _EXAMPLES else "")
+
+
+def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tensor]:
+    """The state dict in ``path`` (the layouts of the module docstring), on the CPU. ConfigError naming ``key`` and
+    the path if the file is missing or holds no state dict; naming the BatchNorm keys if it holds BatchNorm."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{key}: no such file {path}; give the path of a local state dict (dpmed downloads "
+                          "nothing)")
+    try:
+        raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:   # torch raises several types for a file that is not a checkpoint
+        raise ConfigError(f"{key}: {path} is not a torch state dict ({type(exc).__name__}: {exc})") from None
+    for name in _CONTAINERS:
+        if isinstance(raw, Mapping) and isinstance(raw.get(name), Mapping):
+            raw = raw[name]
+            break
+    if not isinstance(raw, Mapping) or not raw or not all(isinstance(v, Tensor) for v in raw.values()):
+        raise ConfigError(f"{key}: {path} holds no state dict (a mapping of names to tensors, or one under "
+                          f"{' or '.join(_CONTAINERS)})")
+    state = {(k[len("module."):] if k.startswith("module.") else k): v for k, v in raw.items()}
+    batch_norm = [k for k in state if k.rsplit(".", 1)[-1] in BATCH_NORM_STATISTICS]
+    if batch_norm:
+        raise ConfigError(
+            f"{key}: {path} holds BatchNorm running statistics ({_examples(batch_norm)}); BatchNorm cannot be used "
+            "under DP-SGD: in training it mixes the examples of a batch, so per-example clipping no longer bounds "
+            "one example's influence, and its running mean and variance would be statistics of the private images "
+            "released without noise. Use weights trained with GroupNorm or weight standardisation (BiT checkpoints, "
+            "De et al. 2022's, or dpmed's own model.pt), or pretrain with the study's pretrain stage")
+    return state
+
+
+def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str,
+                 key: str = "model.weights") -> LoadedWeights:
+    """Copy ``state`` into ``model`` (the rules of the module docstring): ConfigError naming the first keys that are
+    missing, unexpected or of another shape outside the head ``head`` (a module name, e.g. "fc")."""
+    own = model.state_dict()
+    in_head = lambda k: k == head or k.startswith(head + ".")  # noqa: E731
+    missing = [k for k in own if k not in state and not in_head(k)]
+    unexpected = [k for k in state if k not in own]
+    mismatched = [k for k in own if k in state and state[k].shape != own[k].shape and not in_head(k)]
+    if mismatched:
+        k = mismatched[0]
+        raise ConfigError(f"{key}: {k} has shape {list(state[k].shape)} in the file but {list(own[k].shape)} in the "
+                          f"model" + (f" (and {len(mismatched) - 1} more keys differ)" if len(mismatched) > 1 else "")
+                          + "; the weights were trained for another architecture, input channels or image size")
+    if missing or unexpected:
+        parts = ([f"the model's {_examples(missing)} are not in the file"] if missing else []) + \
+                ([f"the file's {_examples(unexpected)} have no place in the model"] if unexpected else [])
+        raise ConfigError(f"{key}: the file does not fit the model: {'; '.join(parts)}; the architectures differ "
+                          "(dpmed reads its own model.pt and torchvision's ResNet names)")
+    kept = tuple(k for k in own if in_head(k) and (k not in state or state[k].shape != own[k].shape))
+    loaded = tuple(k for k in own if k not in kept)
+    with torch.no_grad():
+        for k in loaded:
+            own[k].copy_(state[k].to(own[k].dtype))
+    return LoadedWeights(loaded=loaded, kept=kept)
+
+
+def set_trainable(model: nn.Module, trainable: str | int, *, head: str,
+                  blocks: tuple[tuple[str, ...], ...]) -> tuple[int, int]:
+    """Freeze what ``trainable`` leaves out: "all", "head", or an int N (the head and the last N of ``blocks``,
+    each block a tuple of module names). Returns (trainable parameter count, frozen parameter count)."""
+    if trainable == TRAINABLE_ALL:
+        prefixes: tuple[str, ...] | None = None
+    elif trainable == TRAINABLE_HEAD:
+        prefixes = (head,)
+    elif isinstance(trainable, int) and not isinstance(trainable, bool) and trainable >= 1:
+        if trainable > len(blocks):
+            raise ConfigError(f"model.trainable: last_blocks {trainable}, but this model has {len(blocks)} blocks "
+                              f"({', '.join('+'.join(b) for b in blocks)}); use at most {len(blocks)}, or all")
+        prefixes = (head,) + tuple(name for block in blocks[len(blocks) - trainable:] for name in block)
+    else:
+        raise ValueError(f"trainable must be 'all', 'head' or a number of blocks >= 1, got {trainable!r}")
+    n_trainable = n_frozen = 0
+    for name, p in model.named_parameters():
+        train = prefixes is None or any(name == q or name.startswith(q + ".") for q in prefixes)
+        p.requires_grad_(train)
+        n_trainable += p.numel() if train else 0
+        n_frozen += 0 if train else p.numel()
+    return n_trainable, n_frozen

@@ -1,0 +1,155 @@
+"""Starting from saved weights and freezing (`dpmed.models.weights`): the layouts read, the refusals with their
+reasons, and what freezing means under DP-SGD (a frozen parameter is neither clipped nor noised, and never moves)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import nn
+
+from dpmed.errors import ConfigError
+from dpmed.models import MODELS, build_model, list_models
+from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
+from dpmed.training import DpSgdStep
+
+
+def _save(state: dict, path) -> str:
+    torch.save(state, path)
+    return path
+
+
+def _loss(z, y):
+    return F.cross_entropy(z, y, reduction="sum")
+
+
+def test_dpmed_model_pt_round_trips(tmp_path):
+    """A run's released model.pt (a state dict on the CPU) starts a fresh model of the same name exactly."""
+    torch.manual_seed(0)
+    trained = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=32)
+    path = _save({k: v.detach().cpu() for k, v in trained.state_dict().items()}, tmp_path / "model.pt")
+    torch.manual_seed(1)
+    fresh = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=32)
+    loaded = load_weights(fresh, read_state_dict(path), head="head")
+    assert loaded.kept == () and set(loaded.loaded) == set(trained.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(trained.state_dict().values(), fresh.state_dict().values()))
+    assert len(file_sha256(path)) == 64
+
+
+def test_torchvision_resnet18_layout_loads_into_resnet18_and_a_new_head_is_kept(tmp_path):
+    """torchvision's ResNet-18 names, with GroupNorm (a GroupNorm / BiT-style checkpoint): every tensor but the
+    1000-class head lands in dpmed's resnet18; the two-class head keeps its initialisation, and the record says so."""
+    torch.manual_seed(0)
+    source = torchvision.models.resnet18(num_classes=1000, norm_layer=lambda c: nn.GroupNorm(32, c))
+    path = _save(source.state_dict(), tmp_path / "resnet18_gn.pt")
+    model = build_model("resnet18", in_channels=3, num_outputs=2, image_size=224)
+    head_before = model.fc.weight.detach().clone()
+    loaded = load_weights(model, read_state_dict(path), head=MODELS["resnet18"].head)
+    assert loaded.kept == ("fc.weight", "fc.bias")
+    assert len(loaded.loaded) == len(source.state_dict()) - 2
+    assert torch.equal(model.layer4[1].conv2.weight, source.layer4[1].conv2.weight)
+    assert torch.equal(model.bn1.weight, source.bn1.weight) and torch.equal(model.fc.weight, head_before)
+
+
+def test_batch_norm_weights_are_refused_with_the_reason(tmp_path):
+    path = _save(torchvision.models.resnet18().state_dict(), tmp_path / "imagenet_bn.pt")
+    with pytest.raises(ConfigError) as info:
+        read_state_dict(path)
+    message = str(info.value)
+    assert "BatchNorm running statistics" in message and "bn1.running_mean" in message
+    assert "per-example clipping" in message and "GroupNorm" in message and "BiT" in message
+
+
+def test_a_shape_mismatch_names_the_key(tmp_path):
+    rgb = build_model("small_cnn", in_channels=3, num_outputs=2, image_size=32)
+    path = _save(rgb.state_dict(), tmp_path / "rgb.pt")
+    grey = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=32)
+    with pytest.raises(ConfigError, match=r"model.weights: features.0.0.weight has shape \[16, 3, 3, 3\] in the file "
+                                          r"but \[16, 1, 3, 3\]"):
+        load_weights(grey, read_state_dict(path), head="head")
+
+
+def test_another_architecture_is_refused_naming_keys(tmp_path):
+    """ResNet-18 weights for ResNet-9 (same stem at 128 px, one block per stage instead of two)."""
+    path = _save(build_model("resnet18", in_channels=1, num_outputs=2, image_size=128).state_dict(), tmp_path / "r.pt")
+    with pytest.raises(ConfigError, match=r"the file's layer1.1.conv1.weight.* have no place in the model"):
+        load_weights(build_model("resnet9", in_channels=1, num_outputs=2, image_size=128), read_state_dict(path),
+                     head="fc")
+
+
+def test_a_missing_file_names_the_key_and_the_path(tmp_path):
+    missing = tmp_path / "nowhere" / "weights.pt"
+    with pytest.raises(ConfigError, match=f"model.weights: no such file {missing}"):
+        read_state_dict(missing)
+
+
+def test_checkpoint_containers_and_a_data_parallel_prefix_are_read(tmp_path):
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=32)
+    wrapped = {"state_dict": {f"module.{k}": v for k, v in model.state_dict().items()}, "epoch": 3}
+    state = read_state_dict(_save(wrapped, tmp_path / "ckpt.pt"))
+    assert set(state) == set(model.state_dict())
+    with pytest.raises(ConfigError, match="holds no state dict"):
+        read_state_dict(_save({"epoch": 3}, tmp_path / "not.pt"))
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_every_model_names_its_head_and_blocks(name):
+    """The registry's head and blocks exist in the built model; ``trainable`` partitions the parameters: the head
+    alone, then the head and ever more blocks from the end, then all."""
+    info = MODELS[name]
+    model = build_model(name, in_channels=1, num_outputs=2, image_size=32)
+    names = [n for n, _ in model.named_parameters()]
+    total = sum(p.numel() for p in model.parameters())
+    assert any(n.startswith(info.head + ".") for n in names)
+    for block in info.blocks:
+        for module in block:
+            assert any(n.startswith(module + ".") for n in names), f"{name}: block {module} holds no parameter"
+    counts = [set_trainable(model, "head", head=info.head, blocks=info.blocks)]
+    counts += [set_trainable(model, k, head=info.head, blocks=info.blocks) for k in range(1, len(info.blocks) + 1)]
+    assert all(a + b == total for a, b in counts)
+    assert [c[0] for c in counts] == sorted(c[0] for c in counts) and counts[0][0] < total
+    set_trainable(model, "head", head=info.head, blocks=info.blocks)
+    head_only = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert head_only == {n for n in names if n.startswith(info.head + ".")}
+    assert set_trainable(model, "all", head=info.head, blocks=info.blocks) == (total, 0)
+    with pytest.raises(ConfigError, match="last_blocks"):
+        set_trainable(model, len(info.blocks) + 1, head=info.head, blocks=info.blocks)
+
+
+@pytest.mark.parametrize("engine", ["dpmed", "opacus"])
+def test_frozen_layers_do_not_move_under_dp_sgd_and_the_noise_has_the_trainable_dimension(engine):
+    """small_cnn with its last block and head trainable: the DP-SGD step noises exactly the trainable parameters
+    (as many noise coordinates as trainable parameters), SGD with weight decay leaves every frozen parameter as it
+    was, and each example's clipped gradient is measured over the trainable parameters only (an explicit loop)."""
+    torch.manual_seed(0)
+    info = MODELS["small_cnn"]
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    n_trainable, n_frozen = set_trainable(model, 1, head=info.head, blocks=info.blocks)
+    assert n_frozen > 0
+    x, y = torch.rand(6, 1, 16, 16), torch.tensor([0, 1, 0, 1, 1, 0])
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    expected = [torch.zeros_like(p) for p in trainable]
+    for i in range(len(x)):                                   # the explicit per-example loop, trainable only
+        grads = torch.autograd.grad(_loss(model(x[i:i + 1]), y[i:i + 1]), trainable)
+        norm = torch.sqrt(sum((g ** 2).sum() for g in grads))
+        for e, g in zip(expected, grads):
+            e.add_(g * min(1.0, 0.05 / float(norm)))
+
+    step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=0.05, noise_multiplier=1.0, expected_batch_size=6.0,
+                     physical_batch_size=4, noise_rng=np.random.default_rng(0), engine=engine)
+    assert sum(p.numel() for p in step.params) == n_trainable
+    clipped = step.clipped_sum(x, y)
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(clipped, expected))
+
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9, weight_decay=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        step(x, y)
+        assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
+        optimizer.step()
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]) != p.requires_grad, n
