@@ -14,13 +14,13 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError
 
 from dpmed.accounting import Ledger
-from dpmed.config import RunPlan, Study
+from dpmed.config import RunPlan, Study, TrainingConfig
 from dpmed.errors import ConfigError
 from dpmed.folders import write_text_atomic
 from dpmed.mechanisms import PrivacyCard, ReconstructionRecord
 
 __all__ = ["RunRecord", "DataSummary", "Timing", "AuditSummary", "AttackRecord", "Estimate", "read_record",
-           "StudyPrivacy",
+           "StudyPrivacy", "PretrainRecord", "StartRecord", "read_pretrain_record",
            "DatasetSummary", "ResolvedStudy"]
 
 
@@ -100,6 +100,71 @@ class Estimate(_Record):
     high: float | None = None
 
 
+class PretrainRecord(_Record):
+    """Public pretraining (`dpmed.pretraining`): what it trained on and how, and how it did on the public validation
+    images. Nothing here is protected by any eps, and nothing here depends on the private images: the overlap checks
+    are listed, never their counts (`dpmed.data.overlap` says why).
+
+    data: the public dataset's reader record (format, path, preprocessing, cohort). public: the user's statement of
+    why the data are public. key: the content hash that names the cached weights (public images, settings, model).
+    validation_auroc: the pretrained model's (macro) AUROC on the public validation split."""
+
+    dataset: str
+    task: str
+    label_names: tuple[str, ...] = ()
+    public: str
+    data: dict[str, Any] = Field(default_factory=dict)
+    n_train: int
+    n_val: int
+    n_test: int
+    image_shape: tuple[int, ...]
+    model: str
+    training: TrainingConfig
+    seed: int
+    steps: int
+    seconds: float
+    key: str
+    weights: str
+    sha256: str
+    validation_auroc: float | None = None
+    overlap_checks: dict[str, str] = Field(default_factory=dict)
+    near_duplicate_bits: int
+    start_weights: str | None = None   # sha256 of model.weights the pretraining itself started from, if any
+
+    def write(self, path: Path) -> None:
+        write_text_atomic(path, self.model_dump_json(indent=2))
+
+
+def read_pretrain_record(path: Path) -> PretrainRecord:
+    return PretrainRecord.model_validate_json(Path(path).read_bytes())
+
+
+class StartRecord(_Record):
+    """Where every arm's model started and what of it trained (`dpmed.models.weights`).
+
+    weights / sha256: the state dict loaded (model.weights, or the pretrain stage's cached weights); trained_on: what
+    they were trained on (model.weights_source, or the pretraining's public statement and dataset); trainable:
+    "all", "head" or the number of last blocks; n_trainable / n_frozen: parameter counts (DP-SGD clips and noises
+    the trainable ones only); loaded: tensors copied from the file; kept: head keys left at initialisation (another
+    class count). pretraining: the pretrain stage's record where the weights come from it."""
+
+    weights: str | None = None
+    sha256: str | None = None
+    trained_on: str | None = None
+    trainable: str | int = "all"
+    n_trainable: int
+    n_frozen: int
+    loaded: int = 0
+    kept: tuple[str, ...] = ()
+    pretraining: PretrainRecord | None = None
+
+    @property
+    def trainable_text(self) -> str:
+        if isinstance(self.trainable, int):
+            return f"the head and the last {self.trainable} block(s)"
+        return {"all": "all parameters", "head": "the head only"}.get(self.trainable, str(self.trainable))
+
+
 class RunRecord(_Record):
     """One finished run. metrics: utility on the test set (`dpmed.evaluation.evaluate_utility`: a flat mapping whose
     keys depend on the task, e.g. ``test_auroc``, ``test_auroc_low``, ``test_auroc[<label>]``); fairness and
@@ -119,6 +184,7 @@ class RunRecord(_Record):
     explanations: dict[str, Any] | None = None
     audit: AuditSummary | None = None
     attack: AttackRecord | None = None
+    start: StartRecord | None = None   # None: randomly initialised, every parameter trained
     timing: Timing
     versions: dict[str, str] = Field(default_factory=dict)
 

@@ -17,6 +17,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -27,16 +28,18 @@ from dpmed.config import EvaluationConfig, RunPlan
 from dpmed.data import Dataset, ImageSet, cap_images_per_patient, normalize
 from dpmed.evaluation import save_predictions
 from dpmed.evaluation.assessment import assess
+from dpmed.errors import ConfigError
 from dpmed.evaluation.predictions import predict_logits
 from dpmed.folders import RunFolder, write_json_atomic, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, mechanism_info
 from dpmed.models import MODELS, build_model
+from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
 from dpmed.provenance import versions
 from dpmed.randomness import PrivacyRandomness, public_seed
-from dpmed.records import AttackRecord, AuditSummary, DataSummary, RunRecord, Timing
+from dpmed.records import AttackRecord, AuditSummary, DataSummary, RunRecord, StartRecord, Timing
 from dpmed.training import resolve_device, train
 
-__all__ = ["RunContext", "run_one", "run_threads"]
+__all__ = ["RunContext", "run_one", "run_threads", "start_model"]
 
 N_EXAMPLES = 4
 
@@ -45,8 +48,10 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RunContext:
-    """What every run of a study shares: the dataset, the model name, the evaluation settings and where privacy
-    randomness comes from ("secure" or "reproducible", the study's ``privacy_randomness``)."""
+    """What every run of a study shares: the dataset, the model name, the evaluation settings, where privacy
+    randomness comes from ("secure" or "reproducible", the study's ``privacy_randomness``) and where the model
+    starts (``start``: saved weights and what trains, `dpmed.pretraining.prepare_start`; None: random
+    initialisation, everything trains)."""
 
     dataset: Dataset
     model: str
@@ -54,6 +59,7 @@ class RunContext:
     device: str = "auto"
     progress: bool = True
     privacy_randomness: str = "secure"
+    start: StartRecord | None = None
 
 
 def run_threads(setting: int | str) -> int:
@@ -131,6 +137,22 @@ def _attack(model, dataset: Dataset, dp: DpSgdPlan, seed: int, device, folder: R
                         attacked=attack.ATTACKED)
 
 
+def start_model(model: torch.nn.Module, name: str, start: StartRecord | None) -> None:
+    """Load ``start``'s weights into ``model`` (a freshly built ``name``) and freeze what it does not train
+    (`dpmed.models.weights`). The file must still be the one the study recorded (its sha256): the run record names
+    the weights by that hash."""
+    if start is None:
+        return
+    info = MODELS[name]
+    if start.weights is not None:
+        path = Path(start.weights)
+        if not path.is_file() or file_sha256(path) != start.sha256:
+            raise ConfigError(f"the starting weights {path} are missing or changed since the study was prepared "
+                              f"(sha256 {start.sha256}); run the study again to record the file it uses")
+        load_weights(model, read_state_dict(path), head=info.head)
+    set_trainable(model, start.trainable, head=info.head, blocks=info.blocks)
+
+
 def _number(value: float) -> float | None:
     return value if np.isfinite(value) else None
 
@@ -151,6 +173,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
             torch.manual_seed(plan.seed)
             model = build_model(context.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
                                 image_size=ds.train.image_shape[1])
+        start_model(model, context.model, context.start)
         dp = plan.privacy if isinstance(plan.privacy, DpSgdPlan) else None
         result = train(model, train_input, ds.task, plan.training, seed=plan.seed, dp=dp, randomness=randomness,
                        device=device, progress=context.progress, label=plan.run_id, checkpoint=folder.checkpoint,
@@ -185,6 +208,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         data=DataSummary(name=ds.name, task=ds.task.kind, source=dict(ds.source)), privacy=card,
         reconstruction=info.reconstruction(plan.privacy), ledger=result.ledger, metrics=assessment.metrics,
         fairness=assessment.fairness, explanations=assessment.explanations, audit=audit_summary, attack=attack_record,
+        start=context.start,
         timing=Timing(train_seconds=result.seconds, total_seconds=time.perf_counter() - start, device=str(device),
                       threads=threads, resumed_from=result.resumed_from),
         versions=versions())

@@ -207,7 +207,7 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
             f"study file {path}: data.path {data_path} does not exist; fix the path in the file or pass "
             "--data-path FILE"
         )
-    return study
+    return schema.resolve_paths(study, path.parent)   # model.weights, pretrain.data.path
 
 
 def study_to_dict(study: schema.Study) -> dict:

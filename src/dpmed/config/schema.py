@@ -16,13 +16,17 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from dpmed.data import DATASET_SOURCES, DataRequest, Preprocessing, SplitPlan
+from dpmed.data.cohorts import PatientSelection
+from dpmed.data.overlap import HASH_BITS, NEAR_DUPLICATE_BITS
+from dpmed.errors import ConfigError
 from dpmed.mechanisms import Arm, AuditConfig, Strict as _Strict
 from dpmed.mechanisms.base import SLUG
 from dpmed.names import CAM_METHODS, DP_ENGINES, MODEL_NAMES
 
 __all__ = [
     "Study", "DataConfig", "SplitConfig", "PreprocessingConfig", "NormalizeConfig", "ColumnsConfig",
-    "ModelConfig", "TrainingConfig", "AugmentationConfig", "ScheduleConfig", "EvaluationConfig", "FairnessConfig",
+    "ModelConfig", "LastBlocks", "PretrainConfig", "PatientsConfig", "resolve_paths", "TrainingConfig",
+    "AugmentationConfig", "ScheduleConfig", "EvaluationConfig", "FairnessConfig",
     "CamConfig", "AuditConfig", "Arm", "PrivacyBudget",
 ]
 
@@ -90,6 +94,16 @@ class ColumnsConfig(_Strict):
     split: str | None = None
 
 
+class PatientsConfig(_Strict):
+    """One cohort of the dataset's patients (`dpmed.data.cohorts`): a seeded draw divides the patients into part 0
+    (a ``fraction`` of them) and part 1 (the rest), in every split. Two studies that take the two parts of one seed
+    see disjoint patients: a second site simulated from one release (``configs/kermany_pretrained.yaml``)."""
+
+    fraction: float = Field(gt=0, lt=1)
+    part: Literal[0, 1]
+    seed: int = 0
+
+
 class DataConfig(_Strict):
     """Where the images come from (README, "A study file, explained", lists where each layout's files go).
 
@@ -105,6 +119,7 @@ class DataConfig(_Strict):
     ordinal: whether the classes of a multiclass task are ordered grades (quadratic-weighted kappa is then
     reported, METHODS.md s.4); unset, the layout's own knowledge decides (aptos and MedMNIST's RetinaMNIST: true;
     others false).
+    patients: keep one seeded cohort of the patients (``{fraction, part, seed}``; `PatientsConfig`).
     skip_invalid: leave out rows whose image is missing or unreadable or whose label is outside the task (the run
     record counts them) instead of stopping. cache_dir: memory-map decoded, preprocessed images there for later
     studies (it then holds the patients' images: keep it where the data may live); unset, they stay in memory.
@@ -125,6 +140,7 @@ class DataConfig(_Strict):
     split: SplitConfig | None = None
     skip_invalid: bool = False
     cache_dir: Path | None = None
+    patients: PatientsConfig | None = None
 
     # "plain": the model is strict, and strict JSON validation takes a Path only as... a Path, which JSON cannot
     # hold; a study.yaml read back through JSON (dpmed report) would refuse its own data path.
@@ -151,7 +167,9 @@ class DataConfig(_Strict):
             uncertain=self.uncertain, ordinal=self.ordinal, skip_invalid=self.skip_invalid, cache_dir=self.cache_dir,
             split=None if s is None else SplitPlan(val_fraction=s.val_fraction, test_fraction=s.test_fraction,
                                                    seed=s.seed, official=s.official,
-                                                   shared_patients=s.shared_patients))
+                                                   shared_patients=s.shared_patients),
+            patients=None if self.patients is None else PatientSelection(
+                fraction=self.patients.fraction, part=self.patients.part, seed=self.patients.seed))
 
     @model_validator(mode="after")
     def _source_needs(self) -> "DataConfig":
@@ -164,10 +182,47 @@ class DataConfig(_Strict):
         return self
 
 
+class LastBlocks(_Strict):
+    """``trainable: {last_blocks: N}``: the head and the last N feature blocks of the model (``ModelInfo.blocks``)."""
+
+    last_blocks: int = Field(ge=1)
+
+
 class ModelConfig(_Strict):
-    """An architecture from the model registry (`dpmed.models`); BatchNorm never appears (DP-SGD forbids it)."""
+    """An architecture from the model registry (`dpmed.models`); BatchNorm never appears (DP-SGD forbids it).
+
+    weights: a local state dict every arm starts from (`dpmed.models.weights`: dpmed's own model.pt, torchvision's
+    ResNet names; the head may differ; BatchNorm weights are refused, with the reason). Relative paths are read from
+    the study file's folder; nothing downloads. weights_source: what the weights were trained on, in the user's words
+    (required with ``weights``): the run record and the report print it beside the file's sha256, since a prior
+    trained on the private patients would carry them past every eps.
+    trainable: ``all`` (default), ``head``, or ``{last_blocks: N}``; the rest is frozen, and DP-SGD neither clips
+    nor noises frozen parameters (the noise has as many coordinates as there are trainable parameters).
+    """
 
     name: Literal[MODEL_NAMES] = "small_cnn"  # type: ignore[valid-type]
+    weights: Path | None = None
+    weights_source: str | None = Field(default=None, min_length=1)
+    trainable: Literal["all", "head"] | LastBlocks = "all"
+
+    @field_validator("weights", mode="before")
+    @classmethod
+    def _path_from_string(cls, v: object) -> object:
+        return Path(v) if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _declared(self) -> "ModelConfig":
+        if self.weights is not None and self.weights_source is None:
+            raise ValueError("model.weights needs model.weights_source: say what the weights were trained on (e.g. "
+                             "'ImageNet-21k, BiT-M'); the record and the report print it")
+        if self.weights is None and self.weights_source is not None:
+            raise ValueError("model.weights_source describes model.weights, which is not set")
+        return self
+
+    @property
+    def trainable_setting(self) -> str | int:
+        """"all", "head" or the number of last blocks (`dpmed.models.weights.set_trainable`)."""
+        return self.trainable.last_blocks if isinstance(self.trainable, LastBlocks) else self.trainable
 
 
 class AugmentationConfig(_Strict):
@@ -334,6 +389,48 @@ class PrivacyBudget(_Strict):
         return v
 
 
+class PretrainConfig(_Strict):
+    """Public pretraining, a stage before the arms (`dpmed.pretraining`): the model trains once, without privacy, on
+    a dataset the user declares public, and every arm starts from those weights (the source documents' practice:
+    003_9a91354dc2d7e2df.txt pretrains on MIMIC-CXR; METHODS.md s.9).
+
+    data: any dataset dpmed reads (a ``data`` section; image_size and channels default to the study's, so the model
+    fits both; without a path, a source that is the study's own reads the study's ``data.path``: another cohort of
+    one release, selected with ``patients``). public: the user's statement of why these data are public (a second site's released images, a
+    published dataset): printed in the report beside "not protected by any eps". training: how to train on them
+    (epochs or steps, batch size, learning rate, ...; the arms' own settings do not apply). seed: initialisation and
+    shuffling (public). near_duplicate_bits: the perceptual-hash distance at or below which a public and a private
+    image count as the same image (`dpmed.data.overlap`; 30 of 255 bits by default). The weights are cached in the
+    study folder by a content hash of the public images, these settings and the model, so they train once.
+    """
+
+    data: DataConfig
+    public: str = Field(min_length=1)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    seed: int = 0
+    near_duplicate_bits: int = Field(default=NEAR_DUPLICATE_BITS, ge=0, le=HASH_BITS // 2)
+
+
+def resolve_paths(study: "Study", folder: Path) -> "Study":
+    """``study`` with ``model.weights`` and ``pretrain.data.path`` read from ``folder`` (the study file's) where
+    relative; ConfigError naming the key and the path if the file or folder does not exist (dpmed downloads
+    nothing). ``data.path`` is resolved by `dpmed.config.loading`."""
+    model, pretrain = study.model, study.pretrain
+    if model.weights is not None:
+        weights = model.weights if model.weights.is_absolute() else (folder / model.weights).resolve()
+        if not weights.is_file():
+            raise ConfigError(f"model.weights: no such file {weights}; give the path of a local state dict (relative "
+                              "paths are read from the study file's folder; dpmed downloads nothing)")
+        model = model.model_copy(update={"weights": weights})
+    if pretrain is not None and pretrain.data.path is not None:
+        path = pretrain.data.path if pretrain.data.path.is_absolute() else (folder / pretrain.data.path).resolve()
+        if not path.exists():
+            raise ConfigError(f"pretrain.data.path: no such file or folder {path} (relative paths are read from the "
+                              "study file's folder)")
+        pretrain = pretrain.model_copy(update={"data": pretrain.data.model_copy(update={"path": path})})
+    return study.model_copy(update={"model": model, "pretrain": pretrain})
+
+
 class Study(_Strict):
     """A whole study file. ``seeds`` repeats every arm; each (arm value, seed) is one run.
 
@@ -341,6 +438,7 @@ class Study(_Strict):
     privacy_randomness: ``secure`` (default): Poisson sampling, DP-SGD noise, local-DP noise and canary bits come
     from fresh OS entropy per run (`dpmed.randomness`); ``reproducible``: derived from the seed and run id, for tests
     and debugging, and such runs are labelled "not DP against anyone who knows the seed" everywhere.
+    pretrain: public pretraining before the arms (`PretrainConfig`); every arm starts from its weights.
     """
 
     name: str
@@ -351,7 +449,22 @@ class Study(_Strict):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     privacy_budget: PrivacyBudget | None = None
+    pretrain: PretrainConfig | None = None
     arms: list[Arm]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _public_cohort_of_the_same_release(cls, raw: object) -> object:
+        """``pretrain.data`` without a path, of the study's own source, reads the study's ``data.path``: another
+        cohort of the same release (``data.patients``), the second site of ``configs/kermany_pretrained.yaml``;
+        ``--data-path`` then moves both."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("pretrain"), dict):
+            return raw
+        public, private = raw["pretrain"].get("data"), raw.get("data")
+        if (isinstance(public, dict) and isinstance(private, dict) and "path" not in public
+                and public.get("source") == private.get("source") and private.get("path") is not None):
+            raw = {**raw, "pretrain": {**raw["pretrain"], "data": {**public, "path": private["path"]}}}
+        return raw
 
     @field_validator("name")
     @classmethod

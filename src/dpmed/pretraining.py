@@ -1,0 +1,226 @@
+"""Where every arm's model starts: saved weights (``model.weights``), or public pretraining (``pretrain``), a stage
+run once before the arms.
+
+Why: DP-SGD pays for every coordinate it noises and every step it takes, and a model that already knows what a chest
+X-ray looks like needs fewer of both. A prior costs no privacy when it was learnt from data that are not the private
+patients' (De et al. 2022; Tramer and Boneh 2021; METHODS.md s.9): 003_9a91354dc2d7e2df.txt pretrains on MIMIC-CXR
+before its DP training on other hospitals' images, 000_56c2431ae4df8d10.txt starts from ImageNet.
+
+The stage, in order (`prepare_start`):
+
+1. read the dataset the study declares public (``pretrain.data``, any reader; image size and channels default to
+   the private data's, so one model fits both);
+2. refuse it if it overlaps the private dataset in any split (identical images, shared patient ids, near-duplicate
+   images: `dpmed.data.overlap`), before anything trains;
+3. train the model on it without privacy (``pretrain.training``, ``pretrain.seed``), once: the weights are cached
+   under ``<study>/pretrain/<key>/`` by a content hash of the public images and labels, the pretraining settings,
+   the model and any weights it started from, so a resumed or re-run study reuses them. They are releasable
+   (public data only), so they sit beside the runs, not in ``private/``;
+4. check that the weights fit the private model (the head may differ: another class count), freeze what
+   ``model.trainable`` leaves out, refuse a study folder whose finished runs started otherwise (they would be
+   reused), and hand every run the same :class:`~dpmed.records.StartRecord`.
+
+What pretraining learnt is not protected by any eps: the report says so, with the public data and the pretrained
+model's AUROC on their validation split. The privacy of the private patients is untouched by it, provided the public
+set holds none of them, which is what step 2 checks and the user's ``pretrain.public`` statement declares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dpmed.config import Study
+from dpmed.config.schema import DataConfig, PretrainConfig
+from dpmed.data import Dataset, ImageSet, normalize, read_dataset
+from dpmed.data.overlap import refuse_overlap
+from dpmed.errors import ConfigError
+from dpmed.evaluation import auroc, predict
+from dpmed.folders import StudyFolder
+from dpmed.mechanisms import training_steps
+from dpmed.models import MODELS, build_model
+from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
+from dpmed.records import PretrainRecord, StartRecord, read_pretrain_record, read_record
+from dpmed.training import resolve_device, train
+
+__all__ = ["prepare_start", "pretrain", "pretrain_folder", "public_request", "refuse_other_starts"]
+
+_log = logging.getLogger(__name__)
+
+
+def pretrain_folder(folder: StudyFolder) -> Path:
+    """``<study>/pretrain/``: the cached weights of public pretraining, one sub-folder per content hash."""
+    return folder.root / "pretrain"
+
+
+def public_request(config: DataConfig, private: Dataset):
+    """The public data's request, with image size and channels of the private data where the study gives none."""
+    c, h, _ = private.train.image_shape
+    update = {k: v for k, v in (("image_size", h), ("channels", c)) if getattr(config, k) is None}
+    return config.model_copy(update=update).to_request()
+
+
+def _with_inputs(dataset: Dataset, images: ImageSet) -> ImageSet:
+    """The set as the model sees it: the dataset's fixed normalisation, if any (as `dpmed.run` does)."""
+    return images if dataset.normalization is None else images.with_images(normalize(images.images,
+                                                                                      *dataset.normalization))
+
+
+def _content_key(public: Dataset, config: PretrainConfig, model: str, start_sha: str | None) -> str:
+    """sha256 over the public images and labels (every split), the pretraining settings that change what is
+    computed, the model and the weights it starts from: equal keys, equal weights up to float rounding."""
+    digest = hashlib.sha256()
+    for split in (public.train, public.val, public.test):
+        for array in (split.images, split.labels):
+            digest.update(np.ascontiguousarray(array).tobytes())
+            digest.update(str(array.shape).encode())
+    training = {k: v for k, v in config.training.model_dump(mode="json").items() if k not in ("device", "threads")}
+    settings = {"training": training, "seed": config.seed, "model": model, "start": start_sha,
+                "task": [public.task.kind, list(public.task.label_names)], "normalization": public.normalization}
+    digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def _cached(where: Path) -> PretrainRecord | None:
+    record_path, weights = where / "pretrain.json", where / "weights.pt"
+    if not (record_path.is_file() and weights.is_file()):
+        return None
+    record = read_pretrain_record(record_path)
+    return record if file_sha256(weights) == record.sha256 else None
+
+
+def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: bool = True) -> PretrainRecord:
+    """Steps 1-3 of the module docstring: the pretrain stage's record, its weights trained now or found cached.
+    DataError if the public set overlaps ``private``; ConfigError if its images do not fit the private model."""
+    config = study.pretrain
+    if config is None:
+        raise ValueError("the study has no pretrain section")
+    public = read_dataset(public_request(config.data, private))
+    if public.train.image_shape[0] != private.train.image_shape[0]:
+        raise ConfigError(f"pretrain.data gives {public.train.image_shape[0]}-channel images, the private data "
+                          f"{private.train.image_shape[0]}-channel ones; set pretrain.data.channels to "
+                          f"{private.train.image_shape[0]} (one model must take both)")
+    _log.info("pretrain: checking %s (%d images) against the private %s (%d images) for overlap", public.name,
+              len(public.train) + len(public.val) + len(public.test), private.name,
+              len(private.train) + len(private.val) + len(private.test))
+    overlap = refuse_overlap(public, private, max_distance=config.near_duplicate_bits, what="pretrain.data")
+    start = study.model.weights
+    start_sha = None if start is None else file_sha256(start)
+    key = _content_key(public, config, study.model.name, start_sha)
+    where = pretrain_folder(folder) / key[:16]
+    cached = _cached(where)
+    if cached is not None:
+        _log.info("pretrain: weights of an earlier run found in %s (validation AUROC %s)", where,
+                  "undefined" if cached.validation_auroc is None else f"{cached.validation_auroc:.3f}")
+        return cached
+
+    info = MODELS[study.model.name]
+    c, h, _ = public.train.image_shape
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = build_model(study.model.name, in_channels=c, num_outputs=public.task.num_outputs, image_size=h)
+    if start is not None:
+        load_weights(model, read_state_dict(start), head=info.head)
+    device = resolve_device(config.training.device if config.training.device != "auto" else study.training.device)
+    train_input, val_input = _with_inputs(public, public.train), _with_inputs(public, public.val)
+    _log.info("pretrain: training %s on %d public images (%s), without privacy", study.model.name, len(public.train),
+              public.name)
+    begin = time.perf_counter()
+    result = train(model, train_input, public.task, config.training, seed=config.seed, device=device,
+                   progress=progress, label="pretrain")
+    seconds = time.perf_counter() - begin
+    try:
+        validation = float(auroc(public.val.labels, predict(model, val_input, public.task, device=device),
+                                 kind=public.task.kind)[0])
+    except ValueError:   # a validation split without both classes
+        validation = None
+    where.mkdir(parents=True, exist_ok=True)
+    weights = where / "weights.pt"
+    tmp = where / ".weights.pt.tmp"
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
+    os.replace(tmp, weights)
+    steps_per_epoch = int(np.ceil(len(public.train) / config.training.batch_size))
+    record = PretrainRecord(
+        dataset=public.name, task=public.task.kind, label_names=public.task.label_names, public=config.public,
+        data={k: v for k, v in public.source.items() if k != "decode"}, n_train=len(public.train),
+        n_val=len(public.val), n_test=len(public.test), image_shape=public.train.image_shape,
+        model=study.model.name, training=config.training, seed=config.seed,
+        steps=training_steps(steps_per_epoch, epochs=config.training.epochs, steps=config.training.steps),
+        seconds=result.seconds or seconds, key=key, weights=str(weights), sha256=file_sha256(weights),
+        validation_auroc=validation, overlap_checks=overlap.checks(), near_duplicate_bits=config.near_duplicate_bits,
+        start_weights=start_sha)
+    record.write(where / "pretrain.json")
+    _log.info("pretrain: done in %.0f s, public validation AUROC %s; weights in %s", seconds,
+              "undefined" if validation is None else f"{validation:.3f}", weights)
+    return record
+
+
+def _starting_point(start: StartRecord | None) -> tuple:
+    return (None, "all") if start is None else (start.sha256, start.trainable)
+
+
+def refuse_other_starts(folder: StudyFolder, start: StartRecord | None) -> None:
+    """ConfigError naming the finished runs in ``folder`` that started from other weights or trained another part
+    of the model than ``start``: a resumed study reuses finished runs, and one table must not mix two starts (the
+    runs' plans do not hold the start, so the study's own settings check cannot see it)."""
+    clashes = []
+    for run_id in folder.finished_run_ids():
+        before = read_record(folder.run(run_id).record).start
+        if _starting_point(before) != _starting_point(start):
+            clashes.append(f"{run_id} (started from {'random weights' if before is None else before.weights}, "
+                           f"trained {'all' if before is None else before.trainable})")
+    if clashes:
+        now = "random weights" if start is None else start.weights
+        raise ConfigError(f"{len(clashes)} finished run(s) in {folder.root} started from other weights than this "
+                          f"study now does ({now}, trained {_starting_point(start)[1]}): {'; '.join(clashes[:4])}; "
+                          "use another --out, or delete those runs to retrain them")
+
+
+def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progress: bool = True
+                  ) -> StartRecord | None:
+    """Where every arm of ``study`` starts (the module docstring): None for a randomly initialised model trained
+    whole; otherwise the weights (``model.weights`` or public pretraining, run or found cached now), their sha256 and
+    provenance, and what trains. Raises before any arm trains: ConfigError for weights that do not fit the model or
+    hold BatchNorm, DataError for a public set that overlaps the private one."""
+    config = study.model
+    trainable = config.trainable_setting
+    if study.pretrain is None and config.weights is None and trainable == "all":
+        refuse_other_starts(folder, None)
+        return None
+    info = MODELS[config.name]
+    weights, sha, trained_on, record = None, None, None, None
+    if config.weights is not None:
+        weights, sha, trained_on = config.weights, file_sha256(config.weights), config.weights_source
+    if study.pretrain is not None:
+        record = pretrain(study, dataset, folder, progress=progress)
+        weights, sha = Path(record.weights), record.sha256
+        trained_on = (f"public pretraining on {record.dataset} ({record.n_train} training images): "
+                      f"{record.public}" + ("" if config.weights is None
+                                            else f"; it started from {config.weights} ({config.weights_source})"))
+    c, h, _ = dataset.train.image_shape
+    with torch.random.fork_rng(devices=[]):
+        model = build_model(config.name, in_channels=c, num_outputs=dataset.task.num_outputs, image_size=h)
+    loaded = None
+    if weights is not None:
+        key = "model.weights" if record is None else "the pretrained weights"
+        loaded = load_weights(model, read_state_dict(weights, key=key), head=info.head, key=key)
+        _log.info("start: %d tensors loaded from %s%s", len(loaded.loaded), weights,
+                  f"; head left at its initialisation (another shape): {', '.join(loaded.kept)}" if loaded.kept
+                  else "")
+        _log.debug("start: loaded %s", ", ".join(loaded.loaded))
+    n_trainable, n_frozen = set_trainable(model, trainable, head=info.head, blocks=info.blocks)
+    _log.info("start: %d parameters train (%s), %d frozen (neither clipped nor noised under DP-SGD)", n_trainable,
+              trainable, n_frozen)
+    start = StartRecord(weights=None if weights is None else str(weights), sha256=sha, trained_on=trained_on,
+                        trainable=trainable, n_trainable=n_trainable, n_frozen=n_frozen,
+                        loaded=0 if loaded is None else len(loaded.loaded),
+                        kept=() if loaded is None else loaded.kept, pretraining=record)
+    refuse_other_starts(folder, start)
+    return start

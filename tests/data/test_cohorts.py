@@ -1,0 +1,63 @@
+"""Cohorts of patients (`dpmed.data.cohorts`): the two parts of one draw are complementary and disjoint, whole
+patients stay together, and a study file selects one with ``data.patients``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmed.config.schema import DataConfig
+from dpmed.data import read_dataset
+from dpmed.data.cohorts import PatientSelection, patient_draws, select_patients
+from dpmed.errors import DataError
+
+
+def _patients(dataset) -> dict[str, set[str]]:
+    return {name: set(getattr(dataset, name).patient_ids.tolist()) for name in ("train", "val", "test")}
+
+
+def test_the_two_parts_of_a_draw_divide_every_split(phantom):
+    first = select_patients(phantom, PatientSelection(fraction=0.3, part=0, seed=4))
+    rest = select_patients(phantom, PatientSelection(fraction=0.3, part=1, seed=4))
+    for name in ("train", "val", "test"):
+        whole, a, b = (getattr(d, name) for d in (phantom, first, rest))
+        assert len(a) + len(b) == len(whole)
+        assert not set(a.patient_ids.tolist()) & set(b.patient_ids.tolist())
+    share = len(set().union(*_patients(first).values())) / len(set().union(*_patients(phantom).values()))
+    assert 0.25 < share < 0.35
+    assert first.source["cohort"]["images"]["train"]["of"] == len(phantom.train)
+
+
+def test_a_patient_keeps_all_of_their_images(phantom):
+    """Every image of a selected patient is kept (the draw depends on the id alone)."""
+    chosen = select_patients(phantom, PatientSelection(fraction=0.5, part=0, seed=0))
+    kept = set(chosen.train.patient_ids.tolist())
+    ids = phantom.train.patient_ids
+    assert int(np.isin(ids, list(kept)).sum()) == len(chosen.train)
+
+
+def test_draws_are_the_same_whatever_the_order_of_the_rows():
+    ids = np.array(["a", "b", "c", "a", "d"])
+    draws = patient_draws(ids, seed=3)
+    assert draws[0] == draws[3] and np.all((0 <= draws) & (draws < 1))
+    assert np.array_equal(patient_draws(ids[::-1], seed=3), draws[::-1])
+    assert not np.array_equal(patient_draws(ids, seed=4), draws)
+
+
+def test_data_patients_in_a_study_file_selects_the_cohort():
+    config = DataConfig.model_validate({"source": "phantom", "n_images": 200, "image_size": 16,
+                                        "patients": {"fraction": 0.5, "part": 1, "seed": 2}})
+    dataset = read_dataset(config.to_request())
+    whole = read_dataset(DataConfig.model_validate({"source": "phantom", "n_images": 200,
+                                                    "image_size": 16}).to_request())
+    assert len(dataset.train) < len(whole.train)
+    assert dataset.source["cohort"]["part"] == 1
+
+
+def test_an_empty_split_is_an_error(phantom):
+    tiny = select_patients(phantom, PatientSelection(fraction=0.5, part=0, seed=0))
+    with pytest.raises(DataError, match="leaves the .* split"):
+        # at most a handful of patients per split: a 0.1 % cohort empties a split
+        select_patients(tiny, PatientSelection(fraction=0.001, part=0, seed=0))
+    with pytest.raises(ValueError):
+        PatientSelection(fraction=1.0, part=0)

@@ -1,0 +1,95 @@
+"""End to end through `main(argv)`: the tiny phantom study started from public pretraining (a second phantom) with
+only its last block and head trained, and from a run's released model.pt. What the records say, that the frozen
+layers of the released DP-SGD model are exactly the pretrained ones, and the report's section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dpmed.cli import main
+from dpmed.folders import StudyFolder
+from dpmed.models.weights import file_sha256
+from dpmed.records import read_record
+from dpmed.reporting.inputs import ReportInputs
+from dpmed.reporting.pretraining_section import pretraining_section
+from dpmed.study import rebuild_outputs
+
+PRETRAIN = """
+pretrain:
+  public: "a second phantom (seed 1): synthetic, of no person"
+  data: {source: phantom, n_images: 160, seed: 1}
+  training: {steps: 20, batch_size: 16}
+"""
+
+
+@pytest.fixture(scope="module")
+def pretrained(tiny_text, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("pretrained")
+    text = tiny_text.replace("name: tiny", "name: tiny-pretrained") + PRETRAIN + \
+        "model: {name: small_cnn, trainable: {last_blocks: 1}}\n"
+    (folder / "s.yaml").write_text(text)
+    assert main(["run", str(folder / "s.yaml"), "--out", str(folder / "out"), "--no-progress"]) == 0
+    return folder / "out" / "tiny-pretrained"
+
+
+def test_every_run_records_the_pretrained_start(pretrained):
+    records = [read_record(p) for p in sorted((pretrained / "runs").glob("*/run.json"))]
+    assert len(records) == 2
+    starts = {r.start.model_dump_json() for r in records}
+    assert len(starts) == 1                                    # every arm starts from the same weights
+    start = records[0].start
+    weights = Path(start.weights)
+    assert weights.parent.parent == pretrained / "pretrain" and "private" not in weights.parts
+    assert start.sha256 == file_sha256(weights) == start.pretraining.sha256
+    assert start.trainable == 1 and start.n_frozen > 0 and start.n_trainable > 0
+    assert start.pretraining.public.startswith("a second phantom") and start.pretraining.steps == 20
+
+
+def test_frozen_layers_of_the_released_dp_model_are_the_pretrained_ones(pretrained):
+    dp = next(r for r in (read_record(p) for p in (pretrained / "runs").glob("*/run.json")) if r.mechanism == "dp_sgd")
+    released = torch.load(pretrained / "runs" / dp.run_id / "model.pt", weights_only=True)
+    start = torch.load(dp.start.weights, weights_only=True)
+    frozen = [k for k in released if k.startswith(("features.0.", "features.2.", "features.4."))]
+    trained = [k for k in released if k.startswith(("features.6.", "head."))]
+    assert frozen and all(torch.equal(released[k], start[k]) for k in frozen)
+    assert all(not torch.equal(released[k], start[k]) for k in trained)
+
+
+def test_the_report_section_says_pretraining_is_not_protected(pretrained):
+    resolved, records = rebuild_outputs(pretrained)          # study.yaml with the pretrain key reads back
+    html = pretraining_section(ReportInputs(resolved=resolved, records=records, comparisons=None,
+                                            folder=StudyFolder(pretrained)))
+    for text in ("Where the models started", "Not protected by any eps", "a second phantom (seed 1)",
+                 "AUROC", "the head and the last 1 block(s)", "all passed"):
+        assert text in html, text
+    assert pretraining_section(ReportInputs(resolved=resolved, records=[r.model_copy(update={"start": None})
+                                                                        for r in records],
+                                            comparisons=None, folder=StudyFolder(pretrained))) == ""
+
+
+def test_a_released_model_starts_another_study(tiny_study, tiny_text, tmp_path):
+    weights = tiny_study / "runs" / "base_seed0" / "model.pt"
+    text = tiny_text.replace("name: tiny", "name: tiny-from-weights") + (
+        f"model: {{name: small_cnn, weights: {weights}, weights_source: 'the tiny study, non-private arm', "
+        "trainable: head}\n")
+    (tmp_path / "s.yaml").write_text(text)
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    record = read_record(tmp_path / "out" / "tiny-from-weights" / "runs" / "dp_eps8_C1_seed0" / "run.json")
+    assert record.start.sha256 == file_sha256(weights) and record.start.weights == str(weights)
+    assert record.start.trained_on == "the tiny study, non-private arm" and record.start.n_trainable == 130
+    report = (tmp_path / "out" / "tiny-from-weights" / "report.html").read_text()
+    assert "tiny-from-weights" in report
+
+
+def test_a_rerun_that_starts_otherwise_is_refused_not_mixed(pretrained, capsys):
+    """The finished runs started from the pretrained weights with one block trained; the same folder with the head
+    alone trained would reuse them in one table: refused, naming the runs, before anything trains."""
+    study_file = pretrained.parent.parent / "s.yaml"
+    code = main(["run", str(study_file), "--out", str(pretrained.parent), "--no-progress",
+                 "--set", "model.trainable=head"])
+    assert code != 0
+    err = capsys.readouterr().err
+    assert "started from other weights than this study now does" in err and "base_seed0" in err

@@ -1,0 +1,140 @@
+"""Where every arm starts (`dpmed.pretraining.prepare_start`): nothing for a plain study; saved weights with their
+hash and what trains; public pretraining trained once and cached by content, refused before it trains when the
+public set overlaps the private one; and the study-file keys (a missing file is an error naming the key and path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import dpmed.pretraining as pretraining
+from dpmed.config import Study, load_study
+from dpmed.data import make_phantom
+from dpmed.errors import ConfigError, DataError
+from dpmed.folders import StudyFolder
+from dpmed.models import build_model
+from dpmed.models.weights import file_sha256
+from dpmed.pretraining import prepare_start, pretrain_folder
+
+ARMS = [{"name": "base", "mechanism": "none"}]
+PUBLIC = {"public": "another phantom: synthetic, of no person",
+          "data": {"source": "phantom", "n_images": 100, "image_size": 16, "seed": 1},
+          "training": {"steps": 4, "batch_size": 16}}
+
+
+@pytest.fixture(scope="module")
+def private():
+    return make_phantom(seed=0, n_images=100, image_size=16)
+
+
+def _study(**keys) -> Study:
+    return Study.model_validate({"name": "s", "data": {"source": "phantom", "n_images": 100, "image_size": 16},
+                                 "arms": ARMS, **keys})
+
+
+def _no_training(*args, **kwargs):
+    raise AssertionError("trained although it should not have")
+
+
+def test_a_plain_study_starts_from_random_weights(private, tmp_path):
+    assert prepare_start(_study(), private, StudyFolder(tmp_path)) is None
+
+
+def test_saved_weights_start_every_arm_with_their_hash_and_what_trains(private, tmp_path):
+    weights = tmp_path / "model.pt"
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict(), weights)
+    study = _study(model={"name": "small_cnn", "weights": str(weights), "weights_source": "the phantom, seed 9",
+                          "trainable": "head"})
+    start = prepare_start(study, private, StudyFolder(tmp_path / "out"))
+    assert start.sha256 == file_sha256(weights) and start.trained_on == "the phantom, seed 9"
+    assert start.loaded == 14 and start.kept == () and start.pretraining is None
+    assert start.trainable == "head" and start.n_trainable == 65 * 2 and start.n_frozen > 0
+
+
+def test_pretraining_trains_once_and_is_cached_by_content(private, tmp_path, monkeypatch):
+    study = _study(pretrain=PUBLIC, model={"trainable": {"last_blocks": 1}})
+    folder = StudyFolder(tmp_path)
+    first = prepare_start(study, private, folder)
+    record = first.pretraining
+    assert record.dataset == "phantom" and record.steps == 4 and record.public == PUBLIC["public"]
+    assert Path(first.weights).parent == pretrain_folder(folder) / record.key[:16]
+    assert first.sha256 == record.sha256 == file_sha256(Path(first.weights))
+    assert "public pretraining on phantom" in first.trained_on and first.trainable == 1
+    assert set(record.overlap_checks) == {"identical images", "shared patients", "near-duplicates"}
+    monkeypatch.setattr(pretraining, "train", _no_training)
+    again = prepare_start(study, private, folder)
+    assert again.sha256 == first.sha256
+    other = study.model_copy(update={"pretrain": study.pretrain.model_copy(update={"seed": 5})})
+    with pytest.raises(AssertionError, match="trained although"):          # other settings: another key
+        prepare_start(other, private, folder)
+
+
+def test_an_overlapping_public_set_is_refused_before_anything_trains(private, tmp_path, monkeypatch):
+    monkeypatch.setattr(pretraining, "train", _no_training)
+    same = {**PUBLIC, "data": {"source": "phantom", "n_images": 100, "image_size": 16, "seed": 0}}
+    with pytest.raises(DataError, match="pretrain.data .* overlaps the private dataset"):
+        prepare_start(_study(pretrain=same), private, StudyFolder(tmp_path))
+    assert not pretrain_folder(StudyFolder(tmp_path)).exists()
+
+
+def test_public_images_must_have_the_private_channels(private, tmp_path, monkeypatch):
+    monkeypatch.setattr(pretraining, "train", _no_training)
+    rgb = {**PUBLIC, "data": {**PUBLIC["data"], "channels": 3}}
+    with pytest.raises(ConfigError, match="set pretrain.data.channels to 1"):
+        prepare_start(_study(pretrain=rgb), private, StudyFolder(tmp_path))
+
+
+def test_public_images_take_the_private_size_by_default(private):
+    request = pretraining.public_request(_study(pretrain={**PUBLIC, "data": {"source": "phantom"}}).pretrain.data,
+                                         private)
+    assert request.preprocessing.size == (16, 16) and request.preprocessing.channels == 1
+
+
+# --- the study file ------------------------------------------------------------------------------------------------
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "study.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_missing_weights_file_names_the_key_and_the_path(tmp_path):
+    path = _write(tmp_path, "name: s\nmodel: {weights: w/none.pt, weights_source: x}\narms: [{name: a, mechanism: "
+                            "none}]\n")
+    with pytest.raises(ConfigError, match=f"model.weights: no such file {tmp_path / 'w' / 'none.pt'}"):
+        load_study(path)
+
+
+def test_relative_weights_and_public_data_paths_are_read_from_the_study_folder(tmp_path):
+    (tmp_path / "w").mkdir()
+    torch.save({}, tmp_path / "w" / "m.pt")
+    (tmp_path / "public").mkdir()
+    path = _write(tmp_path, "name: s\nmodel: {weights: w/m.pt, weights_source: x, trainable: {last_blocks: 2}}\n"
+                            "pretrain: {public: p, data: {source: folders, path: public}}\n"
+                            "arms: [{name: a, mechanism: none}]\n")
+    study = load_study(path)
+    assert study.model.weights == (tmp_path / "w" / "m.pt").resolve()
+    assert study.pretrain.data.path == (tmp_path / "public").resolve()
+    assert study.model.trainable_setting == 2
+    with pytest.raises(ConfigError, match="pretrain.data.path: no such file or folder"):
+        load_study(_write(tmp_path, "name: s\npretrain: {public: p, data: {source: folders, path: gone}}\n"
+                                    "arms: [{name: a, mechanism: none}]\n"))
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    ("{weights: m.pt}", "needs model.weights_source"),
+    ("{weights_source: ImageNet}", "describes model.weights, which is not set"),
+    ("{trainable: {last_blocks: 0}}", "last_blocks"),
+    ("{trainable: some}", "trainable"),
+])
+def test_model_keys_are_checked(tmp_path, model, message):
+    with pytest.raises(ConfigError, match=message):
+        load_study(_write(tmp_path, f"name: s\nmodel: {model}\narms: [{{name: a, mechanism: none}}]\n"))
+
+
+def test_pretrain_needs_a_public_statement(tmp_path):
+    with pytest.raises(ConfigError, match="public"):
+        load_study(_write(tmp_path, "name: s\npretrain: {data: {source: phantom}}\narms: [{name: a, mechanism: "
+                                    "none}]\n"))
