@@ -138,3 +138,14 @@ def test_pretrain_needs_a_public_statement(tmp_path):
     with pytest.raises(ConfigError, match="public"):
         load_study(_write(tmp_path, "name: s\npretrain: {data: {source: phantom}}\narms: [{name: a, mechanism: "
                                     "none}]\n"))
+
+
+def test_a_data_free_prior_from_random_processes(private, tmp_path):
+    """Pretraining on images of random processes (Tang et al. 2023): six process classes, so the two-class private
+    model keeps its own head, and the record says so."""
+    prior = {"public": "images of random processes: no data, no person",
+             "data": {"source": "random_processes", "n_images": 60}, "training": {"steps": 3, "batch_size": 16}}
+    start = prepare_start(_study(pretrain=prior), private, StudyFolder(tmp_path))
+    assert start.pretraining.dataset == "random_processes" and start.pretraining.task == "multiclass"
+    assert start.kept == ("head.weight", "head.bias") and start.loaded == 12
+    assert start.pretraining.image_shape == (1, 16, 16)

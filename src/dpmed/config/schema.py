@@ -107,11 +107,12 @@ class PatientsConfig(_Strict):
 class DataConfig(_Strict):
     """Where the images come from (README, "A study file, explained", lists where each layout's files go).
 
-    source: ``phantom`` (embedded synthetic chest X-rays, generated from ``seed``), ``medmnist`` (a MedMNIST v2
-    ``.npz`` at ``path``), or a published layout at ``path``: ``folders`` (class folders, the Kermany layout),
-    ``aptos``, ``chexpert``, ``nih``, ``mimic``, ``ham10000``, ``csv`` (a generic table). DICOM files are read
-    wherever a layout lists them (``pip install 'dpmed[dicom]'``). Relative paths are resolved against the study
-    file's folder (``cache_dir`` against the working directory).
+    source: ``phantom`` (embedded synthetic chest X-rays, generated from ``seed``), ``random_processes`` (synthetic
+    images of random processes, a data-free prior for ``pretrain``; `dpmed.data.random_processes`), ``medmnist``
+    (a MedMNIST v2 ``.npz`` at ``path``), or a published layout at ``path``: ``folders`` (class folders, the
+    Kermany layout), ``aptos``, ``chexpert``, ``nih``, ``mimic``, ``ham10000``, ``csv`` (a generic table). DICOM
+    files are read wherever a layout lists them (``pip install 'dpmed[dicom]'``). Relative paths are resolved
+    against the study file's folder (``cache_dir`` against the working directory).
     image_size / channels: resize and channel conversion applied per image before any mechanism (METHODS.md s.1).
     labels: findings (chexpert, nih, mimic; default: the dataset's standard set), class folder order (folders) or
     label columns (csv). columns / task: the csv's columns and task kind (inferred when unset). uncertain: CheXpert
@@ -173,12 +174,14 @@ class DataConfig(_Strict):
 
     @model_validator(mode="after")
     def _source_needs(self) -> "DataConfig":
-        if self.source != "phantom" and self.path is None:
+        info = DATASET_SOURCES[self.source]
+        if info.needs_path and self.path is None:
             raise ValueError(f"source {self.source!r} needs 'path': its file or folder (or pass --data-path)")
-        if self.source == "phantom" and self.path is not None:
-            raise ValueError("source 'phantom' is generated, it takes no 'path'")
-        if self.source != "phantom" and self.n_images is not None:
-            raise ValueError("'n_images' applies only to source 'phantom'")
+        if not info.needs_path and self.path is not None:
+            raise ValueError(f"source {self.source!r} is generated, it takes no 'path'")
+        if not info.takes_n_images and self.n_images is not None:
+            generated = ", ".join(repr(n) for n, s in DATASET_SOURCES.items() if s.takes_n_images)
+            raise ValueError(f"'n_images' applies only to generated sources ({generated})")
         return self
 
 
@@ -396,11 +399,12 @@ class PretrainConfig(_Strict):
 
     data: any dataset dpmed reads (a ``data`` section; image_size and channels default to the study's, so the model
     fits both; without a path, a source that is the study's own reads the study's ``data.path``: another cohort of
-    one release, selected with ``patients``). public: the user's statement of why these data are public (a second site's released images, a
-    published dataset): printed in the report beside "not protected by any eps". training: how to train on them
-    (epochs or steps, batch size, learning rate, ...; the arms' own settings do not apply). seed: initialisation and
-    shuffling (public). near_duplicate_bits: the perceptual-hash distance at or below which a public and a private
-    image count as the same image (`dpmed.data.overlap`; 30 of 255 bits by default). The weights are cached in the
+    one release, selected with ``patients``; ``random_processes`` is a prior that needs no data). public: the
+    user's statement of why these data are public (a second site's released images, a published dataset): printed
+    in the report beside "not protected by any eps". training: how to train on them (epochs or steps, batch size,
+    learning rate, ...; the arms' own settings do not apply). seed: initialisation and shuffling (public).
+    near_duplicate_bits: the perceptual-hash distance at or below which a public and a private image count as the
+    same image (`dpmed.data.overlap`; 30 of 255 bits by default). The weights are cached in the
     study folder by a content hash of the public images, these settings and the model, so they train once.
     """
 

@@ -26,6 +26,7 @@ from dpmed.data.formats.folders import read_image_folders
 from dpmed.data.formats.medmnist import read_medmnist
 from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
 from dpmed.data.manifest import Manifest
+from dpmed.data.random_processes import make_random_processes
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.data.synthetic import make_phantom
 from dpmed.data.transforms import Preprocessing, resize
@@ -101,6 +102,15 @@ def _read_phantom(request: DataRequest) -> Dataset:
     return make_phantom(**kwargs)
 
 
+def _read_random_processes(request: DataRequest) -> Dataset:
+    kwargs = {"seed": request.seed}
+    if request.preprocessing.size is not None:
+        kwargs["image_size"] = request.preprocessing.size[0]
+    if request.n_images is not None:
+        kwargs["n_images"] = request.n_images
+    return make_random_processes(**kwargs)
+
+
 def _read_medmnist(request: DataRequest) -> Dataset:
     assert request.path is not None  # load_dataset checks needs_path first
     return read_medmnist(request.path)
@@ -133,6 +143,13 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             summary="embedded synthetic chest X-rays with lesion masks, sex and age (teaching/testing, no download)",
             needs_path=False, takes_n_images=True, generates=True, read=_read_phantom, options=frozenset({"task"}),
             layout="task: binary (normal / opacity, default) or multilabel (opacity per lung field)",
+        ),
+        DatasetSource(
+            name="random_processes",
+            summary="synthetic images of random processes (dead leaves, 1/f^alpha noise) labelled by the process: a "
+                    "data-free prior for pretraining (Tang et al. 2023); no person, no download",
+            needs_path=False, takes_n_images=True, generates=True, read=_read_random_processes,
+            layout="n_images: how many (default 6000); 6 classes, one per process",
         ),
         DatasetSource(
             name="medmnist",
