@@ -200,8 +200,13 @@ class ProcessPoolExecutor:
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            # Every worker has exited. A context no worker took (Ctrl-C while they started) is never read: waiting
+            # for it to be flushed into the pipe would wait for ever.
+            contexts.cancel_join_thread()
             records.put(None)
             listener.join(timeout=10)
+            if listener.is_alive():   # pragma: no cover - a worker's record that cannot be unpickled
+                records.cancel_join_thread()
             for queue in (contexts, records):
                 queue.close()
                 queue.join_thread()

@@ -1,0 +1,119 @@
+"""What `dpmed run` shows while it works: a log in the study's private folder, a progress line over the whole study
+with the time left, no carriage-return bars where stderr is not a terminal, none of dp_accounting's known harmless
+warnings from worker processes, and a quiet Ctrl-C with --workers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dpmed import accounting
+from dpmed.cli import main
+
+
+def _study(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_log_is_written_in_the_private_folder(tiny_study):
+    log = tiny_study / "private" / "dpmed.log"
+    text = log.read_text(encoding="utf-8")
+    for line in ("training 2 run(s) with executor 'local'", "base_seed0: started", "dp_eps8_C1_seed0: evaluated in",
+                 "study: 2 of 2 runs done"):
+        assert line in text, line
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ MainProcess dpmed\.study INFO: ", text, re.M)
+    assert [p.name for p in tiny_study.rglob("*.log")] == ["dpmed.log"]     # nowhere outside private/
+
+
+def test_without_a_terminal_there_are_no_bars_but_a_study_progress_line_with_time_left(tiny_text, tmp_path, capsys):
+    study = _study(tmp_path, tiny_text.replace("epochs: 3", "epochs: 1"))
+    assert main(["run", str(study), "--out", str(tmp_path / "out")]) == 0      # bars not switched off by hand
+    err = capsys.readouterr().err
+    assert "\r" not in err and "step/s" not in err and "it/s" not in err
+    assert re.search(r"^study: 1 of 2 runs done, \d+:\d\d elapsed, about \d+:\d\d left$", err, re.M), err
+    assert re.search(r"^study: 2 of 2 runs done, \d+:\d\d elapsed$", err, re.M), err
+    assert re.search(r"^base_seed0: trained in \d+ s; evaluating on \d+ validation and \d+ test images$", err, re.M)
+    assert max(map(len, err.splitlines())) < 1000
+
+
+def test_known_harmless_rdp_warnings_of_worker_processes_do_not_reach_the_terminal(tiny_text, tmp_path, caplog):
+    """sigma 0.5 with the RDP accountant: dp_accounting logs "failed to converge" for low orders when a run's card
+    is computed, which with --workers happens in a worker process."""
+    absl = logging.getLogger("absl")
+    filters, absl.filters = absl.filters, []         # main() in this process may have installed the command's filter
+    try:
+        with caplog.at_level(logging.WARNING, logger="absl"):
+            accounting.dp_sgd_epsilon(noise_multiplier=0.5, sample_rate=16 / 96, steps=6, delta=1e-5,
+                                      accountant="rdp")
+    finally:
+        absl.filters = filters
+    assert any("failed to converge" in r.getMessage() for r in caplog.records)   # the warning this test hides
+    study = _study(tmp_path, tiny_text.replace("epochs: 3", "epochs: 1").replace(
+        "target_epsilon: 8}", "noise_multiplier: 0.5, accountant: rdp}"))
+    done = subprocess.run([sys.executable, "-m", "dpmed.cli", "run", str(study), "--out", str(tmp_path / "out"),
+                           "--workers", "2"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "RDP accountant" in done.stderr                     # the DP-SGD run's card came back from its worker
+    assert "converge" not in done.stderr and "Renyi" not in done.stderr, done.stderr
+    assert "absl" not in done.stderr and "warning" not in done.stderr.lower(), done.stderr
+
+
+def _workers(pid: int) -> list[int]:
+    """The spawned worker processes of ``pid`` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == pid and b"spawn_main" in (stat.parent / "cmdline").read_bytes():
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the worker processes in /proc")
+@pytest.mark.parametrize("moment", ["while the workers start", "while they train"])
+def test_ctrl_c_with_workers_stops_quietly_and_keeps_the_folder_usable(tiny_text, tmp_path, moment):
+    """Ctrl-C reaches every process of the terminal's foreground group: the command and its workers, which may be
+    still importing torch or already training."""
+    out = tmp_path / "out"
+    study = _study(tmp_path, tiny_text.replace("epochs: 3", "epochs: 20"))
+    proc = subprocess.Popen([sys.executable, "-m", "dpmed.cli", "run", str(study), "--out", str(out), "--workers",
+                             "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    seen = []
+    for line in proc.stderr:                   # the line logged just before the workers are started
+        seen.append(line)
+        if line.startswith("training 2 run(s)"):
+            break
+    deadline = time.monotonic() + 240
+    if moment == "while the workers start":    # two worker processes exist and are importing dpmed and torch
+        while proc.poll() is None and time.monotonic() < deadline and len(_workers(proc.pid)) < 2:
+            time.sleep(0.05)
+        time.sleep(1)
+    else:
+        started = [out / "tiny" / "runs" / run_id for run_id in ("base_seed0", "dp_eps8_C1_seed0")]   # at start
+        while proc.poll() is None and time.monotonic() < deadline and not all(p.is_dir() for p in started):
+            time.sleep(0.2)
+        time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, rest = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError("dpmed run did not end within 120 s of Ctrl-C") from None
+    stderr = "".join(seen) + rest
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert "interrupted: finished runs are kept" in stderr and "run the same command to continue" in stderr
+    assert not (out / "tiny" / "private" / "lock").exists()
+    assert not list((out / "tiny" / "runs").glob("*/run.json"))          # both runs were stopped, none finished

@@ -1,0 +1,76 @@
+"""How the command shows what the library logs (`dpmed.log`): dpmed's lines as they are, other libraries' warnings
+with their origin, dp_accounting's two known harmless messages dropped and nothing else, a private log file that
+exists only once something is logged, and the caller's own logging left as it was afterwards."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+
+from dpmed.log import KNOWN_HARMLESS, detach, log_to_console, log_to_file, quiet_known_noise
+
+
+@pytest.fixture
+def absl_logger():
+    """The absl logger with no filters, restored afterwards (main() in this process may have added the command's)."""
+    absl = logging.getLogger("absl")
+    saved = absl.filters[:]
+    absl.filters = []
+    yield absl
+    absl.filters = saved
+
+
+def test_exactly_the_two_known_harmless_absl_messages_are_dropped(absl_logger):
+    stream = io.StringIO()
+    handler = log_to_console(stream=stream)
+    try:
+        absl_logger.warning("_compute_log_a_frac failed to converge after 1000 iterations with q=0.16, sigma=0.5, "
+                            "alpha=1.1. Excluding this order from the epsilon computation.")
+        absl_logger.warning("Negative Renyi divergence of -1.59e-16, probably caused by numerical instability")
+        absl_logger.warning("an unrelated absl warning")
+        logging.getLogger("dpmed.test").info("a dpmed line")
+        logging.getLogger("somelib").warning("a library warning")
+    finally:
+        detach(handler)
+    assert stream.getvalue().splitlines() == ["warning (absl): an unrelated absl warning", "a dpmed line",
+                                              "warning (somelib): a library warning"]
+    assert KNOWN_HARMLESS == ("failed to converge", "Negative Renyi divergence")
+
+
+def test_quiet_known_noise_installs_its_filter_once(absl_logger):
+    quiet_known_noise()
+    quiet_known_noise()
+    assert len(absl_logger.filters) == 1
+
+
+def test_the_log_file_appears_with_the_first_line_and_its_folder(tmp_path):
+    path = tmp_path / "study" / "private" / "dpmed.log"
+    handler = log_to_file(path)
+    try:
+        assert not path.parent.exists()                    # a command refused before logging leaves no file
+        logging.getLogger("dpmed.study").info("study: %d of %d runs done", 1, 2)
+        logging.getLogger("dpmed.study").debug("not at INFO")
+    finally:
+        detach(handler)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1 and lines[0].endswith(" dpmed.study INFO: study: 1 of 2 runs done")
+    logging.getLogger("dpmed.study").info("after detach")
+    assert len(path.read_text(encoding="utf-8").splitlines()) == 1
+
+
+def test_the_console_sets_aside_a_terminal_handler_of_the_root_logger_and_gives_it_back(capsys):
+    """Opacus calls logging.basicConfig when imported: its stderr handler would print every line a second time."""
+    root = logging.getLogger()
+    theirs = logging.StreamHandler()                       # what basicConfig adds: stderr
+    root.addHandler(theirs)
+    try:
+        handler = log_to_console()
+        assert theirs not in root.handlers and handler in root.handlers
+        logging.getLogger("dpmed.study").info("once")
+        detach(handler)
+        assert theirs in root.handlers and handler not in root.handlers
+    finally:
+        root.removeHandler(theirs)
+    assert capsys.readouterr().err.count("once") == 1
