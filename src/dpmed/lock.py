@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import socket
@@ -36,6 +37,8 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["Holder", "FolderLocked", "FolderLock", "lock_holder", "holder_alive"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,8 @@ class FolderLock:
                 # stale (its process is gone) or unreadable: under the guard, no other dpmed acts between our read
                 # and this removal, so what we remove is what we judged
                 self.path.unlink(missing_ok=True)
+                _log.warning("%s: took over the lock of a dpmed run that is gone (%s)", self.what,
+                             "unreadable lock file" if holder is None else holder.describe())
         raise FolderLocked(f"{self.what} is being locked and unlocked by other processes; try again", None)
 
     def _refusal(self, holder: Holder) -> str:

@@ -1,0 +1,114 @@
+"""The output folder: one `dpmed run` at a time (a second one refuses, naming the first; a lock left by a process
+that is gone is taken over), and a folder that cannot be written ends in one line, not an OSError traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dpmed.cli import main
+
+
+def _study(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def _one_line_error(err: str) -> str:
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpmed: error: "), err
+    return lines[0]
+
+
+def test_a_second_run_on_the_same_folder_refuses_naming_the_first(tiny_text, tmp_path, capsys):
+    study = _study(tmp_path, tiny_text)
+    out = tmp_path / "out"
+    first = subprocess.Popen([sys.executable, "-m", "dpmed.cli", "run", str(study), "--out", str(out),
+                              "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        resolved = out / "tiny" / "study.yaml"        # written once the first run holds the folder, before training
+        deadline = time.monotonic() + 180
+        while not resolved.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert resolved.exists() and first.poll() is None, "the first run ended before the test could start"
+        assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 2
+        line = _one_line_error(capsys.readouterr().err)
+        assert f"is in use by another dpmed run (PID {first.pid} on host {socket.gethostname()}" in line
+        assert "--out" in line
+        assert main(["plan", str(study), "--out", str(out), "--no-estimate"]) == 0     # readers may look meanwhile
+        assert f"a dpmed run is working in that folder now (PID {first.pid}" in capsys.readouterr().out
+    finally:
+        first.send_signal(signal.SIGINT)
+        _, err = first.communicate(timeout=120)
+    assert first.returncode in (0, 130), err
+    assert not (out / "tiny" / "private" / "lock").exists()          # released when the first run ended
+
+
+def test_the_lock_of_a_process_that_is_gone_is_taken_over(tiny_study, tiny_text, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()                                               # its PID now names no process
+    lock = out / "tiny" / "private" / "lock"
+    lock.write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname(), "started": "2026-01-01 00:00:00",
+                                "token": "0123456789abcdef", "process_start": 1}))
+    assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "2 finished earlier" in captured.out
+    assert f"took over the lock of a dpmed run that is gone (PID {gone.pid} on host" in captured.err
+    assert not lock.exists()                                  # taken over, then released at the end
+
+
+# ------------------------------------------------------------------------------------------- unwritable folders
+
+
+def test_run_into_an_output_folder_that_cannot_be_made_ends_in_one_line(tiny_text, tmp_path, capsys):
+    blocker = tmp_path / "results"
+    blocker.write_text("a file where the output folder should be\n")
+    assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(blocker), "--no-progress"]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.startswith(f"dpmed: error: cannot write to the output folder {blocker / 'tiny'}: Not a directory")
+    assert "--out" in line
+
+
+@pytest.mark.parametrize("how", ["a folder in the way", "read-only"])
+def test_report_into_a_folder_that_cannot_be_written_ends_in_one_line(tiny_study, tmp_path, capsys, how):
+    folder = tmp_path / "tiny"
+    shutil.copytree(tiny_study, folder)
+    if how == "read-only":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders; the other case covers the message")
+        os.chmod(folder, 0o555)
+    else:
+        (folder / ".comparisons.json.tmp").mkdir()              # where the report's first file is written
+    try:
+        assert main(["report", str(folder)]) == 2
+    finally:
+        os.chmod(folder, 0o755)
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.startswith(f"dpmed: error: cannot write to the output folder {folder}: ")
+    assert "writable" in line
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_run_into_a_read_only_folder_ends_in_one_line(tiny_text, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chmod(out, 0o555)
+    try:
+        assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), "--no-progress"]) == 2
+    finally:
+        os.chmod(out, 0o755)
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.startswith(f"dpmed: error: cannot write to the output folder {out / 'tiny'}: Permission denied")

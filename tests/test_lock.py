@@ -1,0 +1,148 @@
+"""The lock of a study folder (`dpmed.lock`): a live holder keeps others out and is named; a holder that is gone
+(killed, a recycled PID, a file it never finished) is taken over, by exactly one of several takers; a holder on
+another host is never taken over; the lock is re-entrant and released only by its own holding."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+from dpmed.errors import FolderError
+from dpmed.lock import FolderLock, FolderLocked, Holder, holder_alive, lock_holder
+
+HOLD = """
+import sys, time
+from dpmed.lock import FolderLock
+with FolderLock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def holder_process(tmp_path):
+    """A separate process holding the lock at tmp_path/private/lock; killed at the end."""
+    path = tmp_path / "private" / "lock"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    yield proc, path
+    proc.kill()
+    proc.wait()
+
+
+def _write(path: Path, holder: Holder) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(holder)))
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_live_holder_in_another_process_keeps_others_out_and_is_named(holder_process):
+    proc, path = holder_process
+    assert lock_holder(path).pid == proc.pid
+    with pytest.raises(FolderLocked) as info:
+        with FolderLock(path, what="results/tiny"):
+            pass
+    assert isinstance(info.value, FolderError) and info.value.holder.pid == proc.pid
+    message = str(info.value)
+    assert message.startswith(f"results/tiny is in use by another dpmed run (PID {proc.pid} on host "
+                              f"{socket.gethostname()}, since ")
+    assert "--out" in message
+    assert json.loads(path.read_text())["pid"] == proc.pid          # the refusal leaves the holder's file alone
+
+
+def test_the_lock_of_a_killed_holder_is_taken_over(holder_process):
+    proc, path = holder_process
+    proc.kill()
+    proc.wait()
+    assert path.exists() and lock_holder(path) is None             # the file is left behind, and known stale
+    with FolderLock(path) as me:
+        assert me.pid == os.getpid() and json.loads(path.read_text())["token"] == me.token
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("stale", ["dead pid", "recycled pid", "zombie", "unreadable"])
+def test_stale_locks_are_taken_over(tmp_path, stale):
+    path = tmp_path / "lock"
+    me = Holder.current()
+    if stale == "dead pid":
+        _write(path, replace(me, pid=_dead_pid()))
+    elif stale == "recycled pid":      # this very PID, but a process that started at another time
+        _write(path, replace(me, process_start=(me.process_start or 0) + 12345))
+    elif stale == "zombie":
+        proc = subprocess.Popen([sys.executable, "-c", "pass"])
+        while Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0] != "Z":
+            time.sleep(0.02)           # exited, not yet reaped
+        _write(path, replace(me, pid=proc.pid, process_start=None))
+    else:
+        path.write_text('{"pid": 12')  # a holder that died while writing its file
+    if stale != "unreadable":
+        assert holder_alive(json_holder(path)) is False
+    with FolderLock(path) as holder:
+        assert json.loads(path.read_text())["token"] == holder.token
+    if stale == "zombie":
+        proc.wait()
+
+
+def json_holder(path: Path) -> Holder:
+    return Holder(**json.loads(path.read_text()))
+
+
+def test_a_holder_on_another_host_is_never_taken_over(tmp_path):
+    path = tmp_path / "lock"
+    _write(path, replace(Holder.current(), pid=_dead_pid(), host="elsewhere.example"))
+    assert holder_alive(json_holder(path)) is None
+    with pytest.raises(FolderLocked, match=f"another host, .*delete {path}"):
+        with FolderLock(path):
+            pass
+    assert json_holder(path).host == "elsewhere.example"
+
+
+def test_the_lock_is_reentrant_and_released_only_by_its_own_holding(tmp_path):
+    path = tmp_path / "private" / "lock"
+    with FolderLock(path) as outer:
+        with FolderLock(path) as inner:
+            assert inner == outer
+        assert path.exists()                           # the inner exit keeps the outer holding
+    assert not path.exists()
+    with FolderLock(path):
+        _write(path, replace(Holder.current(), token="someone-else"))   # e.g. deleted by hand and retaken
+    assert json_holder(path).token == "someone-else"   # not ours to remove
+
+
+def _take(path: str, start: float, results) -> None:
+    while time.time() < start:
+        time.sleep(0.001)
+    try:
+        with FolderLock(Path(path)):
+            results.put("took")
+            time.sleep(1.0)
+    except FolderLocked:
+        results.put("refused")
+
+
+def test_of_several_processes_finding_one_stale_lock_exactly_one_takes_it(tmp_path):
+    path = tmp_path / "lock"
+    _write(path, replace(Holder.current(), pid=_dead_pid()))
+    fork = multiprocessing.get_context("fork")
+    results = fork.Queue()
+    start = time.time() + 0.5
+    procs = [fork.Process(target=_take, args=(str(path), start, results)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    assert sorted(results.get(timeout=5) for _ in procs) == ["refused"] * 3 + ["took"]
