@@ -116,6 +116,7 @@ def _load(args: argparse.Namespace) -> Any:
     """The study of `run` or `plan`, with the command line's overrides; a problem they cause is blamed on the
     option that set it."""
     from dpmed.config import load_study, parse_override  # imported here: `dpmed privacy` needs no torch
+    from dpmed.study import check_device
 
     overrides: dict[str, Any] = {}
     origins: dict[str, str] = {}
@@ -127,7 +128,9 @@ def _load(args: argparse.Namespace) -> Any:
         origins["data.path"] = f"--data-path {args.data_path}"
     if args.device is not None:
         overrides["training.device"], origins["training.device"] = args.device, f"--device {args.device}"
-    return load_study(args.study or _default_study(), overrides, origins=origins)
+    study = load_study(args.study or _default_study(), overrides, origins=origins)
+    check_device(study, given_as=origins.get("training.device"))    # before the data are read or a folder is made
+    return study
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -206,8 +209,9 @@ def _table(rows: list[list[str]]) -> str:
 def _plan(args: argparse.Namespace) -> int:
     handler = log_to_console()   # before Opacus is imported: it configures logging if nobody has
     try:
-        from dpmed.study import estimate_times, folder_holder, planned_card, prepare_study
+        from dpmed.study import estimate_times, planned_card, prepare_study
         from dpmed.timing import clock, run_steps
+        from dpmed.workspace import folder_holder
 
         study = _load(args)
         prepared = prepare_study(study, out=args.out)
@@ -239,6 +243,13 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"\nT: optimiser steps (DP-SGD: Poisson-sampled at rate q; other runs: shuffled batches of "
           f"{study.training.batch_size} unless the arm says otherwise)")
     print(f"study privacy: {prepared.privacy.statement}")
+    budget = study.privacy_budget
+    if budget is not None:
+        print(f"privacy budget: eps = {budget.epsilon:g} at delta = {budget.delta:g} ({budget.accountant.upper()}); "
+              f"the study's runs together use eps = {_number(prepared.privacy.dp_sgd_epsilon)} of it")
+    else:
+        print("privacy budget: none set (privacy_budget in the study file refuses, before training, a study whose runs "
+              "together exceed it)")
     if rates is not None:
         total = sum(seconds.values())
         training = total - rates.evaluation * len(seconds)
@@ -254,7 +265,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _holder_note(study_dir: Path) -> str | None:
-    from dpmed.study import folder_holder
+    from dpmed.workspace import folder_holder
 
     holder = folder_holder(study_dir)
     return None if holder is None else f"a dpmed run ({holder.describe()}) is working in this folder now"

@@ -2,24 +2,23 @@
 
 This is the one module that knows every stage. Planning (calibration included) happens here, before any training, so
 that the resolved study (every run's plan) and the study's privacy as a whole are on disk before the first step is
-taken; `prepare_study` does exactly that planning for `dpmed plan` too, which then trains nothing. It also owns what
-is done with a study folder: the lock that keeps a second `dpmed run` out of it (`claim_folder`), its status, and
-rebuilding its outputs.
+taken; `prepare_study` does exactly that planning for `dpmed plan` too, which then trains nothing. It also reads a
+study folder back: its runs' states, and its outputs rebuilt from the finished runs. A running study holds its folder
+(`dpmed.workspace.claim_folder`), so that a second `dpmed run` stays out.
 
 Progress is logged (``logging.getLogger("dpmed.study")``; the library installs no handler): the data, the study's
 privacy, each run's outcome, and after each run the study's progress with the time left, estimated from the runs
-finished so far.
+finished so far (`dpmed.workspace.StudyProgress`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 import yaml
@@ -31,19 +30,19 @@ from dpmed.budget import check_budget, study_privacy
 from dpmed.comparisons import Comparisons, compare_runs
 from dpmed.config import RunPlan, Study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
-from dpmed.errors import ConfigError, FolderError
+from dpmed.errors import ConfigError
 from dpmed.evaluation import load_predictions
 from dpmed.executors import RunFailure, RunTask, make_executor
 from dpmed.folders import StudyFolder, write_json_atomic, write_text_atomic
-from dpmed.lock import FolderLock, Holder, lock_holder
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record
 from dpmed.reporting import write_private_report, write_report, write_results_table
 from dpmed.run import RunContext
-from dpmed.timing import Rates, clock, probe_rates
+from dpmed.timing import Rates, probe_rates
+from dpmed.workspace import StudyProgress, claim_folder, writing_into
 
 __all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "load_study_data",
-           "planned_card", "estimate_times", "claim_folder", "folder_holder", "write_outputs", "rebuild_outputs",
+           "planned_card", "estimate_times", "check_device", "setting_differences", "write_outputs", "rebuild_outputs",
            "run_states"]
 
 _log = logging.getLogger(__name__)
@@ -97,13 +96,14 @@ class PreparedStudy:
                              runs=self.plans)
 
 
-def _check_device(study: Study) -> None:
+def check_device(study: Study, *, given_as: str | None = None) -> None:
     """A study that asks for a GPU this machine lacks is refused before the data are read, not when each run
-    starts."""
+    starts. ``given_as``: how the user asked for it, if not in the study file (e.g. ``--device cuda``)."""
     if study.training.device == "cuda" and not torch.cuda.is_available():
         build = "" if torch.version.cuda else f" (this torch {torch.__version__} is built without CUDA)"
-        raise ConfigError(f"training.device is cuda, but this machine has no CUDA GPU that torch can use{build}; "
-                          "use device cpu or auto (dpmed run --device auto), or run where a GPU is")
+        asked = f"{given_as}: training.device is cuda" if given_as else "training.device is cuda"
+        raise ConfigError(f"{asked}, but this machine has no CUDA GPU that torch can use{build}; use device cpu or "
+                          "auto (dpmed run --device cpu), or run where a GPU is")
 
 
 def load_study_data(study: Study) -> Dataset:
@@ -180,7 +180,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     """Read the data and plan every run of ``study`` (calibration included) against the output folder
     ``out/<study.name>/``: which runs are finished, and the study's privacy as a whole, with ``privacy_budget``
     checked. Trains and writes nothing. Raises ConfigError if the folder holds runs made with other settings."""
-    _check_device(study)
+    check_device(study)
     folder = StudyFolder(Path(out) / study.name)
     start = time.perf_counter()
     dataset = load_study_data(study)
@@ -220,70 +220,6 @@ def estimate_times(prepared: PreparedStudy) -> tuple[Rates, dict[str, float]]:
                         evaluation=prepared.study.evaluation)
     n_train = len(prepared.dataset.train)
     return rates, {p.run_id: rates.run_seconds(p, n_train) or 0.0 for p in prepared.todo}
-
-
-@contextlib.contextmanager
-def _writing(root: Path, advice: str) -> Iterator[None]:
-    """Turn a failure to write into the folder ``root`` (or to create it) into one FolderError naming the folder
-    and ``advice``; any other OSError passes."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is None:
-            raise
-        culprit, folder = Path(exc.filename).absolute(), root.absolute()
-        if not (culprit == folder or folder in culprit.parents or culprit in folder.parents):
-            raise
-        reason = exc.strerror or type(exc).__name__
-        raise FolderError(f"cannot write to the output folder {root}: {reason} ({exc.filename}); {advice}") from None
-
-
-@contextlib.contextmanager
-def claim_folder(root: Path | str) -> Iterator[Holder]:
-    """Hold the study folder ``root`` for this process (`dpmed.lock`): FolderError naming the holder if another
-    live `dpmed run` works in it, or naming the folder if it cannot be created or written. Re-entrant."""
-    folder = StudyFolder(Path(root))
-    with _writing(folder.root, "choose a writable folder with --out, or make this one writable"):
-        with FolderLock(folder.lock, what=str(folder.root)) as holder:
-            yield holder
-
-
-def folder_holder(root: Path | str) -> Holder | None:
-    """The `dpmed run` process working in the study folder ``root`` now, if any."""
-    return lock_holder(StudyFolder(Path(root)).lock)
-
-
-class _Progress:
-    """The study's progress line after each run: runs done of all, time elapsed, and time left, from the rate of
-    the runs finished in this session (`dpmed.timing.Rates`), shared among the workers."""
-
-    def __init__(self, prepared: PreparedStudy, workers: int) -> None:
-        self.total, self.earlier = len(prepared.plans), len(prepared.finished)
-        self.left = {p.run_id: p for p in prepared.todo}
-        self.records: list[RunRecord] = []
-        self.failed, self.workers = 0, workers
-        self.n_train = len(prepared.dataset.train)
-        self.start = time.perf_counter()
-
-    def line(self, run_id: str, outcome: RunRecord | RunFailure) -> str:
-        self.left.pop(run_id, None)
-        if isinstance(outcome, RunFailure):
-            self.failed += 1
-        else:
-            self.records.append(outcome)
-        done = self.total - len(self.left)
-        parts = [f"study: {done} of {self.total} runs done"
-                 + (f" ({self.earlier} earlier)" if self.earlier else "")
-                 + (f", {self.failed} failed" if self.failed else ""),
-                 f"{clock(time.perf_counter() - self.start)} elapsed"]
-        if self.left:
-            rates = Rates.from_records(self.records, self.n_train)
-            seconds = [rates.run_seconds(p, self.n_train) for p in self.left.values()] if rates else [None]
-            if None in seconds:
-                parts.append("time left: known after the first run")
-            else:
-                parts.append(f"about {clock(sum(seconds) / min(self.workers, len(seconds)))} left")
-        return ", ".join(parts)
 
 
 def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[RunRecord]) -> Comparisons:
@@ -345,7 +281,7 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     records = [read_record(folder.run(p.run_id).record) for p in resolved.runs if folder.run(p.run_id).is_finished]
     if not records:
         raise ConfigError(f"{folder.root} has no finished run (no runs/*/run.json); run the study first")
-    with _writing(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy"):
+    with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy"):
         write_outputs(folder, resolved, records)
     return resolved, records
 
@@ -383,9 +319,9 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
     refused.
     """
     start = time.perf_counter()
-    _check_device(study)
+    check_device(study)
     root = Path(out) / study.name
-    with claim_folder(root), _writing(root, "choose a writable folder with --out, or make this one writable"):
+    with claim_folder(root), writing_into(root):
         prepared = prepare_study(study, out=out)
         folder, dataset, plans = prepared.folder, prepared.dataset, prepared.plans
         _log.info("data: %s, %d/%d/%d train/val/test images of shape %s, task %s (%.0f s to prepare)", dataset.name,
@@ -405,7 +341,8 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
             _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
         todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
         outcomes: dict[str, RunRecord | RunFailure] = dict(prepared.finished)
-        tracker = _Progress(prepared, workers if executor == "local" else len(todo) or 1)
+        tracker = StudyProgress(total=len(plans), earlier=len(prepared.finished), todo=prepared.todo,
+                                n_train=len(dataset.train), workers=workers if executor == "local" else len(todo) or 1)
 
         def on_outcome(task: RunTask, outcome: RunRecord | RunFailure) -> None:
             outcomes[task.plan.run_id] = outcome

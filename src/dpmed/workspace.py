@@ -1,0 +1,94 @@
+"""A study folder as a place of work: who holds it, writing into it, and how far the work in it has come.
+
+* `claim_folder` keeps a second `dpmed run` out of a study folder for as long as one works in it (`dpmed.lock`: the
+  lock file names the process, and a lock whose process is gone is taken over); `folder_holder` tells a reader
+  (`dpmed plan`, `status`, `report`) that a run is under way.
+* `writing_into` turns a failure to write into the folder (read-only, a file where a folder should be, a full
+  disk) into one `FolderError` that names the folder and says what to do, instead of an OSError traceback.
+* `StudyProgress` is the line `dpmed run` logs after each run: runs done of all, time elapsed, and the time left,
+  estimated from the runs finished in this session (`dpmed.timing.Rates`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from dpmed.config import RunPlan
+from dpmed.errors import FolderError
+from dpmed.executors import RunFailure
+from dpmed.folders import StudyFolder
+from dpmed.lock import FolderLock, Holder, lock_holder
+from dpmed.records import RunRecord
+from dpmed.timing import Rates, clock
+
+__all__ = ["claim_folder", "folder_holder", "writing_into", "StudyProgress", "UNWRITABLE_ADVICE"]
+
+UNWRITABLE_ADVICE = "choose a writable folder with --out, or make this one writable"
+
+
+@contextlib.contextmanager
+def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE) -> Iterator[None]:
+    """Turn a failure to write into the folder ``root`` (or to create it) into one FolderError naming the folder
+    and ``advice``; any other OSError passes."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        culprit, folder = Path(exc.filename).absolute(), root.absolute()
+        if not (culprit == folder or folder in culprit.parents or culprit in folder.parents):
+            raise
+        reason = exc.strerror or type(exc).__name__
+        raise FolderError(f"cannot write to the output folder {root}: {reason} ({exc.filename}); {advice}") from None
+
+
+@contextlib.contextmanager
+def claim_folder(root: Path | str) -> Iterator[Holder]:
+    """Hold the study folder ``root`` for this process (`dpmed.lock`): FolderError naming the holder if another
+    live `dpmed run` works in it, or naming the folder if it cannot be created or written. Re-entrant."""
+    folder = StudyFolder(Path(root))
+    with writing_into(folder.root):
+        with FolderLock(folder.lock, what=str(folder.root)) as holder:
+            yield holder
+
+
+def folder_holder(root: Path | str) -> Holder | None:
+    """The `dpmed run` process working in the study folder ``root`` now, if any."""
+    return lock_holder(StudyFolder(Path(root)).lock)
+
+
+class StudyProgress:
+    """The study's progress line after each run: runs done of all, time elapsed, and time left, from the rate of
+    the runs finished in this session (`dpmed.timing.Rates`), shared among ``workers``."""
+
+    def __init__(self, *, total: int, earlier: int, todo: Iterable[RunPlan], n_train: int, workers: int) -> None:
+        self.total, self.earlier = total, earlier
+        self.left = {p.run_id: p for p in todo}
+        self.records: list[RunRecord] = []
+        self.failed, self.workers = 0, workers
+        self.n_train = n_train
+        self.start = time.perf_counter()
+
+    def line(self, run_id: str, outcome: RunRecord | RunFailure) -> str:
+        """Count ``run_id``'s outcome and say where the study stands."""
+        self.left.pop(run_id, None)
+        if isinstance(outcome, RunFailure):
+            self.failed += 1
+        else:
+            self.records.append(outcome)
+        done = self.total - len(self.left)
+        parts = [f"study: {done} of {self.total} runs done"
+                 + (f" ({self.earlier} earlier)" if self.earlier else "")
+                 + (f", {self.failed} failed" if self.failed else ""),
+                 f"{clock(time.perf_counter() - self.start)} elapsed"]
+        if self.left:
+            rates = Rates.from_records(self.records, self.n_train)
+            seconds = [rates.run_seconds(p, self.n_train) for p in self.left.values()] if rates else [None]
+            if None in seconds:
+                parts.append("time left: known after the first run")
+            else:
+                parts.append(f"about {clock(sum(seconds) / min(self.workers, len(seconds)))} left")
+        return ", ".join(parts)

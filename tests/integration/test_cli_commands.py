@@ -1,0 +1,161 @@
+"""The command line as a user meets it before and around training: --version and `python -m dpmed`, `dpmed plan`,
+--device, and messages that name what the user typed (--set, a mistyped mechanism, the setting that differs from the
+finished runs). Each uses the tiny phantom study of conftest.py; `dpmed plan` is checked against what `dpmed run`
+then did on the same study."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from dpmed.cli import main
+from dpmed.records import read_record
+
+
+def _study(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def _finished_copy(tiny_study: Path, tmp_path: Path) -> Path:
+    """A copy of the finished tiny study's output root (holding tiny/), for tests that run into it."""
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / tiny_study.name)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ --version, -m
+
+
+def test_version_prints_the_installed_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dpmed {metadata.version('dpmed')}"
+
+
+def test_python_dash_m_dpmed_is_the_dpmed_command():
+    done = subprocess.run([sys.executable, "-m", "dpmed", "privacy", "epsilon", "--noise-multiplier", "1",
+                           "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"^eps = [0-9.]+ at delta = 1e-05", done.stdout, flags=re.M)
+    bad = subprocess.run([sys.executable, "-m", "dpmed", "privacy", "epsilon", "--noise-multiplier", "1",
+                          "--sample-rate", "0.01", "--steps", "100", "--delta", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("dpmed: error: --delta")
+
+
+# ------------------------------------------------------------------------------------------------------- plan
+
+
+def test_plan_shows_every_run_as_run_then_made_it_and_trains_nothing(tiny_study, tiny_text, tmp_path, capsys):
+    """Each run's sigma, eps (with delta, accountant and unit), q and T in `dpmed plan` are the ones `dpmed run`
+    recorded for the same study; the study's eps, the budget and a timed estimate are printed; nothing is written."""
+    study = _study(tmp_path, tiny_text)
+    out = tmp_path / "plan-out"
+    assert main(["plan", str(study), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert not out.exists()                                   # no folder, no runs/, no study.yaml: nothing trained
+    resolved = yaml.safe_load((tiny_study / "study.yaml").read_text())
+    ids = {r["run_id"] for r in resolved["runs"]}
+    rows = {line.split()[0]: line for line in text.splitlines() if line.split()[:1] and line.split()[0] in ids}
+    assert set(rows) == ids == {"base_seed0", "dp_eps8_C1_seed0"}
+    dp_plan = next(r for r in resolved["runs"] if r["run_id"] == "dp_eps8_C1_seed0")["privacy"]
+    card = read_record(tiny_study / "runs" / "dp_eps8_C1_seed0" / "run.json").privacy
+    dp = rows["dp_eps8_C1_seed0"]
+    assert f"sigma = {dp_plan['noise_multiplier']:.4g}" in dp
+    assert f" {dp_plan['sample_rate']:.4g} " in dp and f" {dp_plan['steps']} " in dp
+    assert f"{card.epsilon:.4g} (delta {card.delta:.3g}; PLD; one patient)" in dp
+    assert "infinity (no privacy)" in rows["base_seed0"]
+    assert re.search(r"^study privacy: the 1 DP-SGD runs together: eps = [0-9.]+ at delta = 1e-05", text, re.M)
+    assert "privacy budget: none set" in text
+    estimate = re.search(r"^estimated time: about (\d+):(\d\d) for `dpmed run`", text, re.M)
+    assert estimate and int(estimate[1]) * 60 + int(estimate[2]) > 0
+    assert re.search(r"how: timed now on cpu .*DP-SGD", text)
+    for row in rows.values():
+        assert re.search(r"\d+:\d\d$", row)                     # each run's own estimate
+
+
+def test_plan_of_a_finished_folder_says_nothing_is_left_to_train(tiny_study, tiny_text, tmp_path, capsys):
+    out = _finished_copy(tiny_study, tmp_path)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    assert main(["plan", str(_study(tmp_path, tiny_text)), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "2 of 2 runs finished earlier, not retrained" in text
+    assert "nothing to train" in text and text.count(" done\n") == 2
+    assert before == sorted(p.relative_to(out) for p in out.rglob("*"))
+
+
+def test_plan_shows_the_budget_the_study_spends(tiny_text, tmp_path, capsys):
+    text = tiny_text.replace("  - {name: base, mechanism: none}\n", "")
+    study = _study(tmp_path, text + "privacy_budget: {epsilon: 20, delta: 1.0e-5}\n")
+    assert main(["plan", str(study), "--out", str(tmp_path / "o"), "--no-estimate"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("privacy budget:"))
+    assert re.fullmatch(r"privacy budget: eps = 20 at delta = 1e-05 \(PLD\); the study's runs together use eps = "
+                        r"7\.99\d? of it", line), line
+
+
+# ---------------------------------------------------------------------------------------------- device, clashes
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+@pytest.mark.parametrize("flags, said", [(["--device", "cuda"], "--device cuda"),
+                                         (["--set", "training.device=cuda"], "--set training.device=cuda")])
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_cuda_without_a_gpu_is_refused_before_anything_is_read_or_written(tiny_text, tmp_path, capsys, flags, said,
+                                                                          command):
+    out = tmp_path / "out"
+    assert main([command, str(_study(tmp_path, tiny_text)), "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dpmed: error: {said}: training.device is cuda, but this machine has no CUDA GPU")
+    assert "--device cpu" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_finished_runs_made_otherwise_are_refused_naming_the_setting_but_not_the_device(tiny_study, tiny_text,
+                                                                                       tmp_path, capsys):
+    out = _finished_copy(tiny_study, tmp_path)
+    study = str(_study(tmp_path, tiny_text))
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("run.json")}
+    assert main(["run", study, "--out", str(out), "--no-progress", "--set", "training.learning_rate=0.01",
+                 "--set", "training.device=cpu", "--set", "training.threads=1"]) == 2
+    err = capsys.readouterr().err
+    assert "2 finished run(s)" in err
+    assert err.count("training.learning_rate: 0.001 in the finished run, 0.01 now") == 2
+    assert "device" not in err and "threads" not in err     # where and how fast runs execute changes no result
+    assert before == {p: p.stat().st_mtime_ns for p in out.rglob("run.json")}
+    # only the device changed: the finished runs are the study's runs
+    assert main(["run", study, "--out", str(out), "--no-progress", "--set", "training.device=cpu"]) == 0
+    assert "2 runs (2 finished earlier)" in capsys.readouterr().out
+    assert before == {p: p.stat().st_mtime_ns for p in out.rglob("run.json")}
+
+
+# ----------------------------------------------------------------------------------------- messages in user words
+
+
+def test_a_bad_set_is_blamed_on_the_set_not_on_the_study_file(tiny_text, tmp_path, capsys):
+    study = _study(tmp_path, tiny_text)
+    assert main(["run", str(study), "--out", str(tmp_path / "out"), "--set", "training.epochs=abc"]) == 2
+    err = capsys.readouterr().err
+    head, *problems = err.strip().splitlines()
+    assert head.startswith("dpmed: error: the command line's settings for study file")
+    assert problems and problems[0].startswith("  - --set training.epochs=abc: training.epochs")
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_a_mistyped_mechanism_gets_did_you_mean(tiny_text, tmp_path, capsys):
+    study = _study(tmp_path, tiny_text.replace("mechanism: dp_sgd", "mechanism: dp-sgd"))
+    assert main(["plan", str(study), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "arms[1].mechanism: 'dp-sgd' is not a mechanism (did you mean 'dp_sgd'?)" in err
+    assert "Traceback" not in err

@@ -1,0 +1,74 @@
+"""Time estimates (`dpmed.timing`) and the study's progress line (`dpmed.workspace.StudyProgress`): steps per run as
+training takes them, seconds per step learnt per kind of step (plain or DP-SGD), and the time left shared among the
+workers. Numbers by hand from make_record's timings (1 s of training, 2 s in all, per run)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from dpmed.timing import Rates, clock, run_steps, step_kind
+from dpmed.workspace import StudyProgress
+
+N_TRAIN = 100     # plain runs of make_record: 2 epochs of ceil(100 / 64) = 2 batches; DP-SGD runs: 10 steps
+
+
+def test_clock_reads_as_minutes_or_hours():
+    assert [clock(s) for s in (0, 5.4, 65, 3599.6, 7384)] == ["0:00", "0:05", "1:05", "1:00:00", "2:03:04"]
+    assert clock(None) == clock(math.inf) == clock(math.nan) == "?"
+    assert clock(-3) == "0:00"
+
+
+def test_run_steps_counts_the_steps_training_takes(make_record):
+    plain = make_record("np_seed0", "np").plan
+    dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0).plan
+    assert run_steps(plain, N_TRAIN) == 2 * math.ceil(N_TRAIN / 64) == 4
+    assert run_steps(plain, 64) == 2 and run_steps(plain, 65) == 4         # a last partial batch is a step
+    assert run_steps(dp, N_TRAIN) == dp.privacy.steps == 10               # the planned T, whatever N
+    assert step_kind(dp, "cpu").dp_sgd and not step_kind(plain, "cpu").dp_sgd
+
+
+def test_rates_are_learnt_per_kind_of_step_from_finished_runs(make_record):
+    plain, dp = make_record("np_seed0", "np"), make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)
+    rates = Rates.from_records([plain, dp], N_TRAIN)
+    assert rates.per_step[step_kind(plain.plan, "cpu")] == pytest.approx(1.0 / 4)
+    assert rates.per_step[step_kind(dp.plan, "cpu")] == pytest.approx(1.0 / 10)
+    assert rates.evaluation == pytest.approx(1.0)                         # total minus training
+    other = make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0).plan
+    assert rates.run_seconds(other, N_TRAIN, device="cpu") == pytest.approx(10 * 0.1 + 1.0)
+    only_plain = Rates.from_records([plain], N_TRAIN)                     # no DP-SGD step timed: the plain rate
+    assert only_plain.run_seconds(other, N_TRAIN, device="cpu") == pytest.approx(10 * 0.25 + 1.0)
+
+
+def test_a_resumed_run_teaches_no_rate(make_record):
+    record = make_record("np_seed0", "np")
+    resumed = record.model_copy(update={"timing": record.timing.model_copy(update={"resumed_from": 1})})
+    assert Rates.from_records([resumed], N_TRAIN) is None
+
+
+def _progress(make_record, workers: int):
+    runs = [make_record("np_seed0", "np"), make_record("np_seed1", "np", seed=1),
+            make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)]
+    progress = StudyProgress(total=4, earlier=1, todo=[r.plan for r in runs], n_train=N_TRAIN, workers=workers)
+    return progress, runs
+
+
+@pytest.mark.parametrize("workers, left", [(1, "0:06"), (2, "0:03")])
+def test_the_progress_line_says_runs_done_and_time_left_from_the_runs_finished(make_record, workers, left):
+    progress, runs = _progress(make_record, workers)
+    # left after the first: a plain run (4 steps at 0.25 s, + 1 s) and a DP-SGD run (10 steps at 0.25 s, + 1 s)
+    line = progress.line("np_seed0", runs[0])
+    assert re.fullmatch(rf"study: 2 of 4 runs done \(1 earlier\), 0:0\d elapsed, about {left} left", line), line
+
+
+def test_the_progress_line_counts_failures_and_ends_without_a_time_left(make_record, tmp_path):
+    from dpmed.executors import RunFailure
+
+    progress, runs = _progress(make_record, 1)
+    line = progress.line("np_seed0", RunFailure("np_seed0", "RuntimeError: boom", tmp_path / "error.json"))
+    assert line.endswith("time left: known after the first run") and ", 1 failed," in line
+    progress.line("np_seed1", runs[1])
+    assert re.fullmatch(r"study: 4 of 4 runs done \(1 earlier\), 1 failed, 0:0\d elapsed",
+                        progress.line("dp_eps1_C1_seed0", runs[2]))
