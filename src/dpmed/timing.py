@@ -28,7 +28,7 @@ import torch
 from dpmed.config import EvaluationConfig, RunPlan
 from dpmed.data import Dataset, ImageSet, normalize
 from dpmed.evaluation.assessment import assess
-from dpmed.mechanisms import DpSgdPlan
+from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.randomness import PrivacyRandomness
 from dpmed.records import RunRecord
@@ -80,7 +80,8 @@ def run_steps(plan: RunPlan, n_train: int) -> int:
     """Optimiser steps of ``plan``'s run on ``n_train`` training images (DP-SGD: the planned T)."""
     if isinstance(plan.privacy, DpSgdPlan):
         return plan.privacy.steps
-    return plan.training.epochs * math.ceil(n_train / plan.training.batch_size)
+    return training_steps(math.ceil(n_train / plan.training.batch_size), epochs=plan.training.epochs,
+                          steps=plan.training.steps)
 
 
 @dataclass(frozen=True)

@@ -144,3 +144,22 @@ def test_non_private_training_runs_exactly_the_steps_asked(data, monkeypatch):
     cfg = TrainingConfig(steps=12, batch_size=16)
     result = train(_model(task), images, task, cfg, seed=0, progress=False)
     assert count["n"] == 12 and len(result.statistics) == -(-12 // -(-len(images) // 16))
+
+
+def test_the_time_estimates_count_the_steps_the_length_asks_for():
+    """`epochs: auto` and `steps` (the default length since the recipe) reach the progress line and `dpmed plan`
+    as steps: a study of non-private runs without an epoch count failed after its first run when the estimate
+    multiplied the word 'auto'."""
+    from dpmed.config import TrainingConfig
+    from dpmed.config.plans import RunPlan
+    from dpmed.mechanisms import NoPrivacyPlan
+    from dpmed.timing import run_steps
+
+    def plan(**training):
+        return RunPlan(run_id="np_seed0", arm="np", seed=0, swept=(), training=TrainingConfig(**training),
+                       audit=None, privacy=NoPrivacyPlan())
+
+    assert run_steps(plan(batch_size=128), 500) == 500                    # auto: 4 steps an epoch, 500 at least
+    assert run_steps(plan(batch_size=128), 12800) == 1000                 # auto: 10 epochs of 100
+    assert run_steps(plan(batch_size=100, steps=37), 1000) == 37
+    assert run_steps(plan(batch_size=100, epochs=3), 1000) == 30
