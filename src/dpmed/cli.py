@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
-import re
 import sys
 from importlib import metadata, resources
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any, Sequence
 from dpmed import accounting
 from dpmed.errors import DpmedError
 from dpmed.log import detach, log_to_console, log_to_file, quiet_known_noise
+from dpmed.privacy_commands import privacy_command, privacy_parser
 
 __all__ = ["main"]
 
@@ -77,37 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
     rep = sub.add_parser("report", help="rebuild results.csv and report.html from the finished runs in DIR")
     rep.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
-    _privacy_parser(sub.add_parser("privacy", help="eps, noise calibration and reconstruction risk, no training"))
+    privacy_parser(sub.add_parser("privacy", help="eps, noise calibration and reconstruction risk, no training"))
     return p
-
-
-def _schedule_arguments(p: argparse.ArgumentParser, *, with_delta: bool = True) -> None:
-    p.add_argument("--sample-rate", type=float, help="Poisson rate q (or give --dataset-size and --batch-size)")
-    p.add_argument("--steps", type=int, help="optimiser steps T (or give --epochs with --dataset-size)")
-    p.add_argument("--dataset-size", type=int, help="N training images: q = batch / N, T = epochs * round(N / batch)")
-    p.add_argument("--batch-size", type=int, help="expected Poisson batch size (with --dataset-size)")
-    p.add_argument("--epochs", type=int, help="passes over the data (with --dataset-size and --batch-size)")
-    if with_delta:
-        p.add_argument("--delta", type=float, help="delta (default min(1e-5, 1/(10 N)) when --dataset-size is given)")
-    p.add_argument("--noise", choices=accounting.NOISES, default="gaussian",
-                   help="gaussian (L2 clipping; default) or laplace (L1 clipping, noise multiplier = b / C1)")
-
-
-def _privacy_parser(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="privacy_command", required=True)
-    eps = sub.add_parser("epsilon", help="eps(delta) of a DP-SGD run with given noise")
-    eps.add_argument("--noise-multiplier", type=float, required=True, help="sigma (or b / C1 for Laplace)")
-    _schedule_arguments(eps)
-    eps.add_argument("--accountant", choices=(*accounting.ACCOUNTANTS, "all"), default="pld",
-                     help="pld (default), rdp, rdp-classic, pure (Laplace only), or all that apply")
-    cal = sub.add_parser("calibrate", help="the smallest noise multiplier whose eps is at most a target")
-    cal.add_argument("--target-epsilon", type=float, required=True)
-    _schedule_arguments(cal)
-    cal.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default="pld")
-    risk = sub.add_parser("risk", help="reconstruction and membership-inference bounds (METHODS.md s.7)")
-    risk.add_argument("--noise-multiplier", type=float, required=True)
-    _schedule_arguments(risk, with_delta=False)
-    risk.add_argument("--kappa", type=float, help="the attacker's prior success (default 1 / N with --dataset-size)")
 
 
 # ---------------------------------------------------------------------------------------------------- studies
@@ -300,164 +270,12 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------------- privacy
-
-def _schedule(args: argparse.Namespace) -> tuple[float, int, int | None]:
-    """(q, T, N or None) from --sample-rate/--steps, or from --dataset-size/--batch-size/--epochs as studies do."""
-    if args.dataset_size is not None and args.batch_size is not None:
-        if args.sample_rate is not None or (args.steps is not None and args.epochs is not None):
-            raise DpmedError("give either --sample-rate and --steps, or --dataset-size, --batch-size and --epochs")
-        if args.epochs is None and args.steps is None:
-            raise DpmedError("with --dataset-size and --batch-size, give --epochs (or --steps)")
-        if args.batch_size > args.dataset_size:
-            raise DpmedError(f"--batch-size {args.batch_size} exceeds --dataset-size {args.dataset_size}; lower "
-                             "--batch-size")
-        q, steps = accounting.dp_sgd_schedule(args.dataset_size, batch_size=args.batch_size, epochs=args.epochs or 1)
-        return q, (args.steps if args.epochs is None else steps), args.dataset_size
-    if args.sample_rate is None or args.steps is None:
-        raise DpmedError("give --sample-rate and --steps (or --dataset-size, --batch-size and --epochs)")
-    return args.sample_rate, args.steps, args.dataset_size
-
-
-def _delta(args: argparse.Namespace, n: int | None) -> float:
-    if args.delta is not None:
-        return args.delta
-    if n is None:
-        raise DpmedError("give --delta (or --dataset-size, for the default min(1e-5, 1/(10 N)))")
-    return accounting.default_delta(n)
-
-
-def _check_flags(args: argparse.Namespace) -> None:
-    """Each number where it enters, in the command's own words (the library's checks speak of its arguments)."""
-    def finite(flag: str, value: float) -> None:
-        if not math.isfinite(value):
-            raise DpmedError(f"{flag} must be a finite number, got {value:g}")
-
-    value = getattr(args, "noise_multiplier", None)
-    if value is not None:
-        finite("--noise-multiplier", value)
-        if value < 0:
-            raise DpmedError(f"--noise-multiplier must be >= 0, got {value:g}")
-    value = getattr(args, "target_epsilon", None)
-    if value is not None:
-        finite("--target-epsilon", value)
-        if value <= 0:
-            raise DpmedError(f"--target-epsilon must be > 0 (the eps budget of the whole run), got {value:g}")
-    if args.sample_rate is not None:
-        finite("--sample-rate", args.sample_rate)
-        if not 0 < args.sample_rate <= 1:
-            raise DpmedError(f"--sample-rate must be in (0, 1] (the Poisson rate q = batch / N), got "
-                             f"{args.sample_rate:g}")
-    for flag, name in (("--steps", "steps"), ("--dataset-size", "dataset_size"), ("--batch-size", "batch_size"),
-                       ("--epochs", "epochs")):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise DpmedError(f"{flag} must be at least 1, got {value}")
-    value = getattr(args, "delta", None)
-    if value is not None:
-        finite("--delta", value)
-        if not 0 < value < 1:
-            raise DpmedError(f"--delta must be in (0, 1), got {value:g}; leave it out and give --dataset-size N for "
-                             "the usual min(1e-5, 1/(10 N))")
-    value = getattr(args, "kappa", None)
-    if value is not None:
-        finite("--kappa", value)
-        if not 0 < value <= 1:
-            raise DpmedError(f"--kappa must be in (0, 1] (a prior probability of success), got {value:g}")
-
-
-# The library's names for what these commands take as flags: a message that reaches the user still speaks of flags.
-_FLAG_NAMES = [
-    (r"default_delta\(n_train\)", "--dataset-size N (delta = min(1e-5, 1/(10 N)))"),
-    (r"training\.batch_size", "--batch-size"), (r"\bn_train\b", "--dataset-size"),
-    (r"\btarget_epsilon\b", "--target-epsilon"), (r"\bnoise_multiplier\b", "--noise-multiplier"),
-    (r"\bsample_rate\b", "--sample-rate"), (r"\bbatch_size\b", "--batch-size"),
-    (r"accountant\s*=\s*'([a-z-]+)'", r"--accountant \1"), (r"accountant '([a-z-]+)'", r"--accountant \1"),
-]
-
-
-def _in_flags(message: str) -> str:
-    for pattern, flag in _FLAG_NAMES:
-        message = re.sub(pattern, flag, message)
-    return message
-
-
-def _privacy(args: argparse.Namespace) -> int:
-    try:
-        _check_flags(args)
-        return _PRIVACY[args.privacy_command](args)
-    except (ValueError, DpmedError) as exc:  # accounting checks its arguments and explains: in the flags' words
-        raise DpmedError(_in_flags(str(exc))) from None
-
-
-def _assumptions(args: argparse.Namespace, q: float, steps: int, sigma: float) -> str:
-    noise = ("Laplace noise b = sigma C1, L1 clipping" if args.noise == "laplace"
-             else "Gaussian noise N(0, (sigma C)^2), L2 clipping")
-    return (f"assumes: Poisson sampling at q = {q:.6g} for T = {steps} steps, noise multiplier sigma = {sigma:.6g} "
-            f"({noise}); neighbours: {accounting.NEIGHBOUR_DP_SGD}")
-
-
-def _privacy_epsilon(args: argparse.Namespace) -> int:
-    q, steps, n = _schedule(args)
-    delta = _delta(args, n)
-    names = ([a for a in accounting.ACCOUNTANTS if args.noise in accounting.accountant_info(a).noises]
-             if args.accountant == "all" else [args.accountant])
-    for name in names:
-        eps = accounting.dp_sgd_epsilon(noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps,
-                                        delta=delta, accountant=name, noise=args.noise)
-        print(f"eps = {eps:.6g} at delta = {delta:.3g}  [{name}: {accounting.describe_accountant(name)}]")
-    print(_assumptions(args, q, steps, args.noise_multiplier))
-    return 0
-
-
-def _privacy_calibrate(args: argparse.Namespace) -> int:
-    q, steps, n = _schedule(args)
-    delta = _delta(args, n)
-    name, note = accounting.effective_accountant(args.accountant, target_epsilon=args.target_epsilon,
-                                                 noise=args.noise)
-    sigma = accounting.noise_multiplier_for(target_epsilon=args.target_epsilon, delta=delta, sample_rate=q,
-                                            steps=steps, accountant=name, noise=args.noise)
-    eps = accounting.dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta,
-                                    accountant=name, noise=args.noise)
-    print(f"noise_multiplier = {sigma:.6g}  (eps = {eps:.6g} <= target {args.target_epsilon:g} at delta = "
-          f"{delta:.3g}) [{name}: {accounting.describe_accountant(name)}]")
-    if note:
-        print(f"note: {note}")
-    print(_assumptions(args, q, steps, sigma))
-    return 0
-
-
-def _privacy_risk(args: argparse.Namespace) -> int:
-    q, steps, n = _schedule(args)
-    if args.noise != "gaussian":
-        raise DpmedError("reconstruction bounds are implemented for Gaussian noise only (METHODS.md s.7)")
-    if args.kappa is None and n is None:
-        raise DpmedError("give --kappa (or --dataset-size, for the uniform prior kappa = 1/N)")
-    kappa = args.kappa if args.kappa is not None else 1.0 / n
-    risk = accounting.reconstruction_risk(noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps,
-                                          kappa=kappa)
-    print(f"reconstruction success, upper bounds (prior kappa = {kappa:.4g}), and how each was obtained:")
-    print(f"  worst case                {risk.worst_case:9.4%}   {risk.worst_case_via}")
-    print(f"  worst case (Edgeworth)    {risk.worst_case_edgeworth:9.4%}   cross-check of the line above: "
-          f"{risk.worst_case_edgeworth_via}")
-    print(f"  relaxed (sign unknown)    {risk.relaxed:9.4%}   {risk.relaxed_via}")
-    print(f"  GDP/CLT shortcut          {risk.gdp:9.4%}   sanity value only: {risk.gdp_via}")
-    print("membership inference, best possible attack:")
-    for fpr, tpr in risk.tpr_at_fpr.items():
-        print(f"  TPR at FPR {fpr:<5.1%}          {tpr:9.4%}   {risk.tpr_at_fpr_via[fpr]}")
-    print(f"assumptions: {risk.assumptions}")
-    return 0
-
-
-_PRIVACY = {"epsilon": _privacy_epsilon, "calibrate": _privacy_calibrate, "risk": _privacy_risk}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpmed`` command; returns the exit status (0 ok, 1 some runs failed, 2 bad input or an
     unusable output folder, 130 interrupted)."""
     args = _parser().parse_args(argv)
     quiet_known_noise()
-    commands = {"run": _run, "plan": _plan, "report": _report, "status": _status, "privacy": _privacy}
+    commands = {"run": _run, "plan": _plan, "report": _report, "status": _status, "privacy": privacy_command}
     try:
         return commands[args.command](args)
     except DpmedError as exc:
