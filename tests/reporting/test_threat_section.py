@@ -136,3 +136,13 @@ def test_reconstructions_figure_pairs_each_original_with_its_reconstruction():
             ("run b\nε 1e6", {"originals": originals[:1], "reconstructions": originals[:1], "ssim": np.array([0.5])})]
     png = reconstructions_figure(rows, n=4)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+
+
+def test_small_bounds_keep_two_significant_figures():
+    """eps 1's worst-case bound on PneumoniaMNIST is 0.056 %: one decimal printed it as 0.1 %, and 0.030 % as 0.0 %,
+    which reads as no risk at all."""
+    from dpmed.reporting.threat_section import _percent
+
+    assert _percent(0.0005624) == "0.056%" and _percent(0.0002956) == "0.03%"
+    assert _percent(0.0179) == "1.8%" and _percent(1.0) == "100.0%" and _percent(0.0) == "0.0%"
+    assert _percent(None) == "–"

@@ -25,7 +25,13 @@ ATTACK_IMAGE_KEYS = ("originals", "reconstructions", "ssim")
 
 
 def _percent(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1%}"
+    """A bound as a percentage with two significant figures below 1 % (eps 1's 0.056 % is not "0.1%", and 0.030 %
+    is not "0.0%", which reads as no risk at all), one decimal above."""
+    if value is None:
+        return "–"
+    if 0 < value < 0.01:
+        return f"{100 * value:.2g}%"
+    return f"{value:.1%}"
 
 
 def threat_section(inputs: ReportInputs) -> str:
