@@ -77,7 +77,7 @@ def test_threat_section_follows_the_bounds_with_the_attack_rate_per_attacked_run
     rows = re.findall(r"<tr><td data-label[^>]*>([^<]+)</td>", section)
     assert rows == ["dp_eps1_C1_seed0", "dp_eps1e+06_C1_seed0"]                    # attacked runs only
     text = _text(section)
-    for shown in ("1.2%", "0.5%", "0.0% [0.0%, 5.6%]", "0 of 64 images", "25.0% [15.0%, 37.0%]", "16 of 64",
+    for shown in ("1.2%", "0.46%", "0.0% [0.0%, 5.6%]", "0 of 64 images", "25.0% [15.0%, 37.0%]", "16 of 64",
                   "100.0%", "0.810 [0.740, 0.880]"):
         assert shown in text, shown
     assert "ε 990,000 (δ 1e‑5, PLD)" in text                                # the report's eps labels
