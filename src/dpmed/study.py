@@ -35,6 +35,7 @@ from dpmed.evaluation import load_predictions
 from dpmed.executors import RunFailure, RunTask, make_executor
 from dpmed.folders import StudyFolder, write_json_atomic, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info
+from dpmed.pretraining import prepare_start
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record
 from dpmed.reporting import write_private_report, write_report, write_results_table
 from dpmed.run import RunContext
@@ -236,17 +237,20 @@ def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[Run
 
 
 def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, dict[str, Any]]:
-    """Per run, what its private folder holds for the private report: audit results and training metrics."""
-    items = {}
+    """Per run, what its private folder holds for the private report: audit results, training metrics, and the
+    reconstruction attack's images (the record that labels them and the file's path; reporting reads the arrays)."""
+    items: dict[str, dict[str, Any]] = {}
     for r in records:
         run = folder.run(r.run_id)
-        item = {}
+        item: dict[str, Any] = {}
         if run.audit.is_file():
             item["audit"] = json.loads(run.audit.read_text(encoding="utf-8"))
         if run.statistics.is_file():
             stats = json.loads(run.statistics.read_text(encoding="utf-8"))
             if stats.get("training_metrics"):
                 item["statistics"] = stats
+        if r.attack is not None and run.attack_images.is_file():
+            item["attack"] = {"record": r, "images": run.attack_images}
         if item:
             items[r.run_id] = item
     return items
@@ -335,7 +339,8 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
         write_text_atomic(folder.resolved_study, yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
         context = RunContext(dataset=dataset, model=study.model.name, evaluation=study.evaluation,
                              progress=progress and executor == "local" and workers == 1,
-                             privacy_randomness=study.privacy_randomness)
+                             privacy_randomness=study.privacy_randomness,
+                             start=prepare_start(study, dataset, folder, progress=progress))
         order = {plan.run_id: i for i, plan in enumerate(plans, start=1)}
         for run_id in prepared.finished:
             _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
