@@ -1,0 +1,170 @@
+"""The ``data`` section of a study file: where the images come from, how they are preprocessed and split, and
+which cohort of patients a study keeps (strict and frozen, like the rest of `dpmed.config.schema`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from dpmed.data import DATASET_SOURCES, DataRequest, Preprocessing, SplitPlan
+from dpmed.data.cohorts import PatientSelection
+from dpmed.mechanisms import Strict as _Strict
+
+__all__ = ["DataConfig", "SplitConfig", "PreprocessingConfig", "NormalizeConfig", "ColumnsConfig", "PatientsConfig"]
+
+
+class SplitConfig(_Strict):
+    """How images are split where the dataset publishes no split (or only some of train / val / test).
+
+    val_fraction / test_fraction: shares of the rows being divided (a published training split plus rows without a
+    split); seeded (``seed``), stratified by label, whole patients only (HAM10000: whole lesions).
+    official: keep the splits the layout publishes (Kermany's train/test folders, NIH's test_list.txt, CheXpert's
+    valid.csv, MIMIC's split file); false divides every image by the fractions instead.
+    shared_patients: where published splits put one patient on two sides (the Kermany release: 170 patients),
+    ``drop_from_train`` keeps the published test split and leaves that patient's other images out of train and val;
+    ``keep`` trains on the published split as is (a reproduction mode; patients then cross splits, and the record
+    says how many).
+    """
+
+    val_fraction: float = Field(default=0.15, gt=0, lt=1)
+    test_fraction: float = Field(default=0.15, gt=0, lt=1)
+    seed: int = 0
+    official: bool = True
+    shared_patients: Literal["drop_from_train", "keep"] = "drop_from_train"
+
+    @model_validator(mode="after")
+    def _room_for_train(self) -> "SplitConfig":
+        if self.val_fraction + self.test_fraction >= 1:
+            raise ValueError(f"val_fraction + test_fraction must be below 1 (train keeps the rest), got "
+                             f"{self.val_fraction} + {self.test_fraction}")
+        return self
+
+
+class NormalizeConfig(_Strict):
+    """Fixed per-channel constants, (x - mean) / std at the model input, after any local DP mechanism. Fixed, never
+    computed from the training images: their mean and std would leak other patients' images (METHODS.md s.1)."""
+
+    mean: list[float] = Field(min_length=1, max_length=3)
+    std: list[float] = Field(min_length=1, max_length=3)
+
+    @model_validator(mode="after")
+    def _matching(self) -> "NormalizeConfig":
+        if len(self.mean) != len(self.std) or any(not (s > 0 and math.isfinite(s)) for s in self.std):
+            raise ValueError(f"mean and std need the same number of values (1 or one per channel) and std > 0, got "
+                             f"mean {self.mean}, std {self.std}")
+        return self
+
+
+class PreprocessingConfig(_Strict):
+    """Per-image steps after the resize (``data.image_size``), before any mechanism (METHODS.md s.1): ``minmax``
+    stretches each image to [0, 1]; ``equalize`` histogram-equalises it (003_9a91354dc2d7e2df.txt does both);
+    ``normalize`` applies fixed constants at the model input. Channel conversion is ``data.channels``."""
+
+    minmax: bool = False
+    equalize: bool = False
+    normalize: NormalizeConfig | None = None
+
+
+class ColumnsConfig(_Strict):
+    """The columns of a generic CSV (source ``csv``): ``path`` (image file, relative to the CSV) is required;
+    ``patient``, ``sex``, ``age`` and ``split`` (train / val / test / blank) are optional."""
+
+    path: str
+    patient: str | None = None
+    sex: str | None = None
+    age: str | None = None
+    split: str | None = None
+
+
+class PatientsConfig(_Strict):
+    """One cohort of the dataset's patients (`dpmed.data.cohorts`): a seeded draw divides the patients into part 0
+    (a ``fraction`` of them) and part 1 (the rest), in every split. Two studies that take the two parts of one seed
+    see disjoint patients: a second site simulated from one release (``configs/kermany_pretrained.yaml``)."""
+
+    fraction: float = Field(gt=0, lt=1)
+    part: Literal[0, 1]
+    seed: int = 0
+
+
+class DataConfig(_Strict):
+    """Where the images come from (README, "A study file, explained", lists where each layout's files go).
+
+    source: ``phantom`` (embedded synthetic chest X-rays, generated from ``seed``), ``random_processes`` (synthetic
+    images of random processes, a data-free prior for ``pretrain``; `dpmed.data.random_processes`), ``medmnist``
+    (a MedMNIST v2 ``.npz`` at ``path``), or a published layout at ``path``: ``folders`` (class folders, the
+    Kermany layout), ``aptos``, ``chexpert``, ``nih``, ``mimic``, ``ham10000``, ``csv`` (a generic table). DICOM
+    files are read wherever a layout lists them (``pip install 'dpmed[dicom]'``). Relative paths are resolved
+    against the study file's folder (``cache_dir`` against the working directory).
+    image_size / channels: resize and channel conversion applied per image before any mechanism (METHODS.md s.1).
+    labels: findings (chexpert, nih, mimic; default: the dataset's standard set), class folder order (folders) or
+    label columns (csv). columns / task: the csv's columns and task kind (inferred when unset). uncertain: CheXpert
+    labeller's -1 (chexpert, mimic): ``zeros`` (default) or ``ones``; blank is always 0.
+    ordinal: whether the classes of a multiclass task are ordered grades (quadratic-weighted kappa is then
+    reported, METHODS.md s.4); unset, the layout's own knowledge decides (aptos and MedMNIST's RetinaMNIST: true;
+    others false).
+    patients: keep one seeded cohort of the patients (``{fraction, part, seed}``; `PatientsConfig`).
+    skip_invalid: leave out rows whose image is missing or unreadable or whose label is outside the task (the run
+    record counts them) instead of stopping. cache_dir: memory-map decoded, preprocessed images there for later
+    studies (it then holds the patients' images: keep it where the data may live); unset, they stay in memory.
+    """
+
+    source: Literal[tuple(DATASET_SOURCES)] = "phantom"  # type: ignore[valid-type]
+    path: Path | None = None
+    image_size: int | None = Field(default=None, ge=8, le=1024)
+    channels: Literal[1, 3] | None = None
+    n_images: int | None = Field(default=None, ge=20)
+    seed: int = 0
+    labels: list[str] | None = Field(default=None, min_length=1)
+    columns: ColumnsConfig | None = None
+    task: Literal["binary", "multiclass", "multilabel"] | None = None
+    uncertain: Literal["zeros", "ones"] | None = None
+    ordinal: bool | None = None
+    preprocessing: PreprocessingConfig = Field(default_factory=PreprocessingConfig)
+    split: SplitConfig | None = None
+    skip_invalid: bool = False
+    cache_dir: Path | None = None
+    patients: PatientsConfig | None = None
+
+    # "plain": the model is strict, and strict JSON validation takes a Path only as... a Path, which JSON cannot
+    # hold; a study.yaml read back through JSON (dpmed report) would refuse its own data path.
+    @field_validator("path", "cache_dir", mode="plain")
+    @classmethod
+    def _path_from_string(cls, v: object) -> Path | None:
+        if v is None or isinstance(v, Path):
+            return v
+        if isinstance(v, str):
+            return Path(v)
+        raise ValueError(f"must be a path (a string), got {type(v).__name__} {v!r}")
+
+    def to_request(self) -> DataRequest:
+        """The request the data stage reads (`dpmed.data.read_dataset`)."""
+        pre, s = self.preprocessing, self.split
+        size = None if self.image_size is None else (self.image_size, self.image_size)
+        normalize = None if pre.normalize is None else (tuple(pre.normalize.mean), tuple(pre.normalize.std))
+        return DataRequest(
+            source=self.source, path=self.path, seed=self.seed, n_images=self.n_images,
+            preprocessing=Preprocessing(size=size, channels=self.channels, minmax=pre.minmax, equalize=pre.equalize,
+                                        normalize=normalize),
+            labels=None if self.labels is None else tuple(self.labels),
+            columns=None if self.columns is None else self.columns.model_dump(exclude_none=True), task=self.task,
+            uncertain=self.uncertain, ordinal=self.ordinal, skip_invalid=self.skip_invalid, cache_dir=self.cache_dir,
+            split=None if s is None else SplitPlan(val_fraction=s.val_fraction, test_fraction=s.test_fraction,
+                                                   seed=s.seed, official=s.official,
+                                                   shared_patients=s.shared_patients),
+            patients=None if self.patients is None else PatientSelection(
+                fraction=self.patients.fraction, part=self.patients.part, seed=self.patients.seed))
+
+    @model_validator(mode="after")
+    def _source_needs(self) -> "DataConfig":
+        info = DATASET_SOURCES[self.source]
+        if info.needs_path and self.path is None:
+            raise ValueError(f"source {self.source!r} needs 'path': its file or folder (or pass --data-path)")
+        if not info.needs_path and self.path is not None:
+            raise ValueError(f"source {self.source!r} is generated, it takes no 'path'")
+        if not info.takes_n_images and self.n_images is not None:
+            generated = ", ".join(repr(n) for n, s in DATASET_SOURCES.items() if s.takes_n_images)
+            raise ValueError(f"'n_images' applies only to generated sources ({generated})")
+        return self
