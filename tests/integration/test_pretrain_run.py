@@ -93,3 +93,11 @@ def test_a_rerun_that_starts_otherwise_is_refused_not_mixed(pretrained, capsys):
     assert code != 0
     err = capsys.readouterr().err
     assert "started from other weights than this study now does" in err and "base_seed0" in err
+
+
+def test_the_study_report_carries_the_pretraining_section(pretrained):
+    """The section is one of the report's SECTIONS, so report.html of a pretrained study says what was learnt
+    without privacy."""
+    from dpmed.reporting.page import SECTIONS
+
+    assert pretraining_section in SECTIONS

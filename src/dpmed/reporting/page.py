@@ -17,6 +17,7 @@ from dpmed.folders import StudyFolder, write_text_atomic
 from dpmed.records import ResolvedStudy, RunRecord
 from dpmed.reporting import clinical, sections, study_sections
 from dpmed.reporting.inputs import METHODS, ReportInputs, cite, embed_png, escape as _e
+from dpmed.reporting.pretraining_section import pretraining_section
 from dpmed.reporting.threat_section import ATTACK_IMAGE_KEYS, attack_label, reconstructions_figure, threat_section
 
 __all__ = ["write_report", "write_private_report", "SECTIONS"]
@@ -66,7 +67,8 @@ _FOOTER = (f"<p><small>Every number's definition, and where the source papers ar
 
 # The report's sections, in page order.
 SECTIONS: tuple[Callable[[ReportInputs], str], ...] = (
-    clinical.clinical, sections.summary, sections.utility, sections.privacy_cards, sections.study_privacy,
+    clinical.clinical, sections.summary, pretraining_section, sections.utility, sections.privacy_cards,
+    sections.study_privacy,
     sections.reconstruction_risk, threat_section, study_sections.comparison_section, study_sections.fairness_section,
     study_sections.interpretability_section, sections.ldp_examples_section, sections.provenance,
 )
