@@ -39,7 +39,7 @@ from dpmed.randomness import PrivacyRandomness, public_seed
 from dpmed.records import AttackRecord, AuditSummary, DataSummary, RunRecord, StartRecord, Timing
 from dpmed.training import resolve_device, train
 
-__all__ = ["RunContext", "run_one", "run_threads", "start_model"]
+__all__ = ["RunContext", "run_one", "run_threads", "torch_threads", "start_model"]
 
 N_EXAMPLES = 4
 
@@ -68,7 +68,7 @@ def run_threads(setting: int | str) -> int:
 
 
 @contextlib.contextmanager
-def _threads(n: int) -> Iterator[None]:
+def torch_threads(n: int) -> Iterator[None]:
     """torch's intra-op thread count for the run, restored afterwards (float sums depend on it)."""
     before = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -166,7 +166,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
     device = resolve_device(context.device if plan.training.device == "auto" else plan.training.device)
     threads = run_threads(plan.training.threads)
     randomness = _privacy_randomness(plan, context.privacy_randomness, folder)
-    with _threads(threads):
+    with torch_threads(threads):
         train_set, trial, events = _training_set(plan, ds, randomness, folder)
         train_input, val_input, test_input = _model_inputs(ds, train_set, ds.val, ds.test)
         with torch.random.fork_rng(devices=[]):

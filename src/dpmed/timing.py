@@ -15,12 +15,11 @@ quieter meanwhile (the load at probe time is stated).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Mapping
 
 import numpy as np
 import torch
@@ -32,7 +31,7 @@ from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.randomness import PrivacyRandomness
 from dpmed.records import RunRecord
-from dpmed.run import run_threads
+from dpmed.run import run_threads, torch_threads
 from dpmed.training import train
 
 __all__ = ["StepKind", "step_kind", "run_steps", "Rates", "probe_rates", "clock", "machine_load"]
@@ -127,16 +126,6 @@ class Rates:
                    evaluation=float(np.mean(evaluation)), how="from the runs finished so far")
 
 
-@contextlib.contextmanager
-def _threads(n: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _random_images(dataset: Dataset, n: int, rng: np.random.Generator) -> ImageSet:
     """``n`` random images of the study's shape with random labels of its task: what the probe trains on."""
     task = dataset.task
@@ -175,7 +164,7 @@ def _probe_kind(dataset: Dataset, model_name: str, kind: StepKind, plan: RunPlan
     rng = np.random.default_rng(0)
     data = _random_images(dataset, 2 * kind.batch, rng)
     device = torch.device(kind.device)
-    with _threads(kind.threads), torch.random.fork_rng(devices=[]):
+    with torch_threads(kind.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         warm = _time_steps(model_name, data, dataset, kind, plan, 2, device) / 2
         steps = int(min(_MAX_STEPS, max(_MIN_STEPS, _PROBE_SECONDS / max(warm, 1e-4))))
@@ -197,7 +186,7 @@ def _probe_evaluation(dataset: Dataset, model_name: str, evaluation: EvaluationC
     inputs = (dataset.val, dataset.test)
     if dataset.normalization is not None:
         inputs = tuple(s.with_images(normalize(s.images, *dataset.normalization)) for s in inputs)
-    with _threads(kind.threads), torch.random.fork_rng(devices=[]):
+    with torch_threads(kind.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = build_model(model_name, in_channels=dataset.train.image_shape[0],
                             num_outputs=dataset.task.num_outputs, image_size=dataset.train.image_shape[1]).to(device)
