@@ -88,8 +88,11 @@ def test_ctrl_c_with_workers_stops_quietly_and_keeps_the_folder_usable(tiny_text
     still importing torch or already training."""
     out = tmp_path / "out"
     study = _study(tmp_path, tiny_text.replace("epochs: 3", "epochs: 20"))
+    # A terminal starts its commands with Ctrl-C at its default action; a test runner started in the background by a
+    # shell (`cmd &`) ignores SIGINT, and an ignored SIGINT is inherited through exec, so the child gets it back here.
     proc = subprocess.Popen([sys.executable, "-m", "dpmed.cli", "run", str(study), "--out", str(out), "--workers",
-                             "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in proc.stderr:                   # the line logged just before the workers are started
         seen.append(line)
