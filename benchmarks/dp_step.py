@@ -89,12 +89,13 @@ def _step_function(engine: str, model, x, y, device: str):
         return step
 
     if engine == "dpmed":
+        from dpmed.randomness import PrivacyRandomness
         from dpmed.training import DpSgdStep
 
         opt = torch.optim.SGD(model.parameters(), lr=1e-4)
         dp = DpSgdStep(model, loss_fn=loss_sum, max_grad_norm=1.0, noise_multiplier=1.0,
                        expected_batch_size=float(len(x)), physical_batch_size=len(x),
-                       generator=torch.Generator(device=device).manual_seed(0), engine="dpmed")
+                       noise_rng=PrivacyRandomness.secure().stream("noise"), engine="dpmed")   # as a run draws it
 
         def step():
             opt.zero_grad(set_to_none=True)
