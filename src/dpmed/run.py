@@ -48,13 +48,12 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RunContext:
-    """What every run of a study shares: the dataset, the model name, the evaluation settings, where privacy
+    """What every run of a study shares: the dataset, the evaluation settings, where privacy
     randomness comes from ("secure" or "reproducible", the study's ``privacy_randomness``) and where the model
     starts (``start``: saved weights and what trains, `dpmed.pretraining.prepare_start`; None: random
     initialisation, everything trains)."""
 
     dataset: Dataset
-    model: str
     evaluation: EvaluationConfig
     device: str = "auto"
     progress: bool = True
@@ -171,9 +170,9 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         train_input, val_input, test_input = _model_inputs(ds, train_set, ds.val, ds.test)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(plan.seed)
-            model = build_model(context.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
+            model = build_model(plan.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
                                 image_size=ds.train.image_shape[1])
-        start_model(model, context.model, context.start)
+        start_model(model, plan.model, context.start)
         dp = plan.privacy if isinstance(plan.privacy, DpSgdPlan) else None
         result = train(model, train_input, ds.task, plan.training, seed=plan.seed, dp=dp, randomness=randomness,
                        device=device, progress=context.progress, label=plan.run_id, checkpoint=folder.checkpoint,
@@ -183,7 +182,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
                   result.seconds, len(ds.val), len(ds.test))
         evaluation_start = time.perf_counter()
         assessment = assess(model, ds, (val_input, test_input), context.evaluation,
-                            cam_layer=MODELS[context.model].cam_layer, device=device, training=train_input)
+                            cam_layer=MODELS[plan.model].cam_layer, device=device, training=train_input)
         save_predictions(folder.predictions, val=(ds.val, assessment.val_scores), test=(ds.test,
                                                                                        assessment.test_scores))
         if assessment.cams is not None:

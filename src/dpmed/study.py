@@ -153,10 +153,30 @@ def setting_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str
             for key in sorted(old.keys() | new.keys()) if old.get(key, missing) != new.get(key, missing)]
 
 
-def _finished(folder: StudyFolder, plans: list[RunPlan]) -> tuple[dict[str, RunRecord], list[RunRecord]]:
+# What says that two datasets are the same data to a finished run (not where the files lie, nor the description).
+_SAME_DATA = ("name", "task", "label_names", "n_train", "n_val", "n_test", "n_train_patients", "image_shape")
+
+
+def _other_data(folder: StudyFolder, dataset: Dataset) -> list[str]:
+    """How the dataset of the folder's finished runs (its study.yaml) differs from ``dataset``, one line per field."""
+    if not folder.finished_run_ids() or not folder.resolved_study.is_file():
+        return []
+    before = _read_resolved(folder).dataset.model_dump(mode="json", include=set(_SAME_DATA))
+    now = _dataset_summary(dataset).model_dump(mode="json", include=set(_SAME_DATA))
+    return [f"dataset.{key}: {before[key]} in the finished runs, {now[key]} now" for key in _SAME_DATA
+            if before[key] != now[key]]
+
+
+def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset
+              ) -> tuple[dict[str, RunRecord], list[RunRecord]]:
     """(finished runs the study lists, by id; finished runs in the folder it no longer lists: released all the same).
-    A listed run made with other settings is refused rather than mixed into one table; the message names the
-    settings that differ (where and how fast a run executes, ``config.EXECUTION_ONLY``, does not count)."""
+    A listed run made with other settings (its plan, the model included) or finished runs on other data are refused
+    rather than mixed into one table; the message names what differs (where and how fast a run executes,
+    ``config.EXECUTION_ONLY``, does not count)."""
+    data = _other_data(folder, dataset)
+    if data:
+        raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
+                          f"{'; '.join(data)}; use another --out, or delete {folder.runs} to retrain them")
     listed = {p.run_id: p for p in plans}
     mine, elsewhere, clashes = {}, [], []
     for run_id in folder.finished_run_ids():
@@ -187,7 +207,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     dataset = load_study_data(study)
     load_seconds = time.perf_counter() - start
     plans = plan_study(study, dataset)
-    existing, elsewhere = _finished(folder, plans)
+    existing, elsewhere = _finished(folder, plans, dataset)
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget,
                             reproducible=study.privacy_randomness == "reproducible")
     if study.privacy_budget is not None:
@@ -337,7 +357,7 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
         folder.runs.mkdir(parents=True, exist_ok=True)
         resolved = prepared.resolved()
         write_text_atomic(folder.resolved_study, yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
-        context = RunContext(dataset=dataset, model=study.model.name, evaluation=study.evaluation,
+        context = RunContext(dataset=dataset, evaluation=study.evaluation,
                              progress=progress and executor == "local" and workers == 1,
                              privacy_randomness=study.privacy_randomness,
                              start=prepare_start(study, dataset, folder, progress=progress))

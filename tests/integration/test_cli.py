@@ -85,6 +85,21 @@ def test_changed_settings_refuse_to_mix_with_finished_runs(quickstart, capsys):
     assert before == sorted(quickstart.glob("runs/*/run.json"))
 
 
+@pytest.mark.parametrize(("change", "named"), [
+    ("model.name=flat_cnn", "model: small_cnn in the finished run, flat_cnn now"),
+    ("data.n_images=280", "dataset.n_train: "),
+    ("data.image_size=28", "dataset.image_shape: [1, 32, 32] in the finished runs, [1, 28, 28] now"),
+])
+def test_another_model_or_other_data_refuse_to_mix_with_finished_runs(quickstart, capsys, change, named):
+    """Finished runs are reused only for the same model and the same data: before, a study whose model or image size
+    changed reported the old runs beside the new ones as one study."""
+    before = {p: p.stat().st_mtime_ns for p in quickstart.glob("runs/*/run.json")}
+    assert main(["run", "--out", str(quickstart.parent), *TINY, "--set", change]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "--out" in err and "Traceback" not in err, err
+    assert before == {p: p.stat().st_mtime_ns for p in quickstart.glob("runs/*/run.json")}
+
+
 def test_report_rebuilds_from_finished_runs(quickstart, capsys):
     (quickstart / "report.html").unlink()
     assert main(["report", str(quickstart)]) == 0

@@ -33,11 +33,14 @@ class SweptValue(Strict):
 
 
 class RunPlan(Strict):
-    """One run of a study: arm x swept values x seed, with every derived value (METHODS.md s.1-2)."""
+    """One run of a study: arm x swept values x seed, with every derived value (METHODS.md s.1-2). model: the
+    architecture (``model.name``); where it starts and what of it trains is the study's start, the same for every
+    run and checked apart (`dpmed.pretraining.refuse_other_starts`)."""
 
     run_id: str
     arm: str
     seed: int
+    model: str
     swept: tuple[SweptValue, ...] = ()
     training: TrainingConfig
     audit: AuditConfig | None = None
@@ -104,6 +107,6 @@ def plan_runs(study: Study, context: PlanContext) -> list[RunPlan]:
         values = {s.key: s.value for s in swept}
         privacy = info.make_plan(arm, values, replace(context, batch_size=training.batch_size,
                                                       epochs=training.epochs, steps=training.steps))
-        plans.append(RunPlan(run_id=run_id, arm=arm.name, seed=seed, swept=swept, training=training,
-                             audit=arm.audit, privacy=privacy))
+        plans.append(RunPlan(run_id=run_id, arm=arm.name, seed=seed, model=study.model.name, swept=swept,
+                             training=training, audit=arm.audit, privacy=privacy))
     return plans
