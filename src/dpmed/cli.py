@@ -179,6 +179,7 @@ def _table(rows: list[list[str]]) -> str:
 def _plan(args: argparse.Namespace) -> int:
     handler = log_to_console()   # before Opacus is imported: it configures logging if nobody has
     try:
+        from dpmed.pretraining import describe_start
         from dpmed.study import estimate_times, planned_card, prepare_study
         from dpmed.timing import clock, run_steps
         from dpmed.workspace import folder_holder
@@ -201,6 +202,7 @@ def _plan(args: argparse.Namespace) -> int:
     holder = folder_holder(folder.root)
     if holder is not None:
         print(f"note: a dpmed run is working in that folder now ({holder.describe()})")
+    print(f"start: {describe_start(study)}")
     rows = [["run", "mechanism", "noise", "q", "T", "eps (delta; accountant; unit)", "time"]]
     for plan in prepared.plans:
         card = planned_card(plan, ds.train.image_shape, study.privacy_randomness)
@@ -227,8 +229,9 @@ def _plan(args: argparse.Namespace) -> int:
               f"{clock(prepared.load_seconds)} to read the data, then {clock(total)} for the {len(seconds)} run(s) "
               f"to train one after the other ({clock(training)} training, {clock(total - training)} evaluation); "
               f"--workers N divides the runs' part by up to N where there are cores for them")
-        print(f"  how: {rates.how}; the probe took {rates.probe_seconds:.0f} s. Not included: audits, attacks, "
-              f"writing the report, and a machine that gets busier or quieter meanwhile")
+        pretraining = "public pretraining (unless cached), " if study.pretrain is not None else ""
+        print(f"  how: {rates.how}; the probe took {rates.probe_seconds:.0f} s. Not included: {pretraining}audits, "
+              f"attacks, writing the report, and a machine that gets busier or quieter meanwhile")
     elif not prepared.todo:
         print("estimated time: nothing to train (every run is finished); `dpmed run` would only rewrite the report")
     return 0

@@ -50,7 +50,7 @@ from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set
 from dpmed.records import PretrainRecord, StartRecord, read_pretrain_record, read_record
 from dpmed.training import resolve_device, train
 
-__all__ = ["prepare_start", "pretrain", "pretrain_folder", "public_request", "refuse_other_starts"]
+__all__ = ["describe_start", "prepare_start", "pretrain", "pretrain_folder", "public_request", "refuse_other_starts"]
 
 _log = logging.getLogger(__name__)
 
@@ -181,6 +181,26 @@ def refuse_other_starts(folder: StudyFolder, start: StartRecord | None) -> None:
         raise ConfigError(f"{len(clashes)} finished run(s) in {folder.root} started from other weights than this "
                           f"study now does ({now}, trained {_starting_point(start)[1]}): {'; '.join(clashes[:4])}; "
                           "use another --out, or delete those runs to retrain them")
+
+
+def describe_start(study: Study) -> str:
+    """Where the arms of ``study`` will start and what of the model trains, from the study file alone (``dpmed
+    plan``: nothing is read or trained); what a start learnt before the arms is not covered by any eps."""
+    config, pretrain_config = study.model, study.pretrain
+    trains = {"all": "every parameter trains", "head": "only the head trains"}.get(
+        config.trainable_setting, f"the head and the last {config.trainable_setting} block(s) train")
+    if pretrain_config is None and config.weights is None:
+        return f"random initialisation; {trains}"
+    prior = "" if config.weights is None else f"{config.weights} ({config.weights_source})"
+    if pretrain_config is not None:
+        data, t = pretrain_config.data, pretrain_config.training
+        length = f"{t.steps} steps" if t.steps is not None else f"{t.epochs} epochs"
+        where = "" if data.path is None else f" at {data.path}"
+        prior = (f"public pretraining on {data.source}{where} ({length} at batch {t.batch_size}, without privacy"
+                 + (f", from {prior}" if prior else "") + f"; declared public: {pretrain_config.public}), run "
+                 "when `dpmed run` starts unless its weights are cached in the study folder, after the overlap "
+                 "checks against the private data")
+    return f"{prior}; {trains}. What the model learns before the arms is not covered by any eps"
 
 
 def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progress: bool = True

@@ -101,3 +101,29 @@ def test_the_study_report_carries_the_pretraining_section(pretrained):
     from dpmed.reporting.page import SECTIONS
 
     assert pretraining_section in SECTIONS
+
+
+def test_each_privacy_card_names_the_start_its_eps_does_not_cover(pretrained):
+    """A reader who looks only at one run's card still learns that the model did not start from nothing."""
+    from dpmed.reporting.sections import privacy_cards
+
+    resolved, records = rebuild_outputs(pretrained)
+    html = privacy_cards(ReportInputs(resolved=resolved, records=records, comparisons=None,
+                                      folder=StudyFolder(pretrained)))
+    note = "Started from public pretraining on phantom"
+    assert html.count(note) == 2 and html.count("what the model learnt there is not covered by this ε") == 2
+    fresh = [r.model_copy(update={"start": None}) for r in records]          # random initialisation: no such note
+    assert "Started from" not in privacy_cards(ReportInputs(resolved=resolved, records=fresh, comparisons=None,
+                                                            folder=StudyFolder(pretrained)))
+
+
+def test_plan_says_where_the_arms_start(pretrained, capsys):
+    """`dpmed plan` of a study with public pretraining announces the stage (what, how long, declared public, not
+    covered by eps) before anything trains."""
+    study_file = pretrained.parent.parent / "s.yaml"
+    assert main(["plan", str(study_file), "--out", str(pretrained.parent), "--no-estimate"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("start: "))
+    for text in ("public pretraining on phantom (20 steps at batch 16, without privacy",
+                 "declared public: a second phantom (seed 1)", "the head and the last 1 block(s) train",
+                 "not covered by any eps"):
+        assert text in line, line

@@ -219,8 +219,19 @@ def _card(r: RunRecord) -> str:
     more = ("<details><summary>What it covers, and every field (as in run.json)</summary>"
             f'{notes_html}<dl class="raw">{raw_html}</dl></details>')
     statement = escape(statement_text(card.statement))
-    return (f'<div class="card"><h3>{escape(r.run_id)}</h3><p class="{cls}">{statement}</p>'
+    return (f'<div class="card"><h3>{escape(r.run_id)}</h3><p class="{cls}">{statement}</p>{_start_note(r)}'
             f'{audited}<table class="facts">{rows}</table>{more}</div>')
+
+
+def _start_note(r: RunRecord) -> str:
+    """Where a run that did not start from random weights started: the ε above covers only what followed."""
+    start = r.start
+    if start is None or start.weights is None:
+        return ""
+    prior = (f"public pretraining on {start.pretraining.dataset}" if start.pretraining is not None
+             else f"the weights {start.weights} ({start.trained_on})")
+    return (f'<p class="note">Started from {escape(prior)} (<a href="#start">where the models started</a>): what the '
+            "model learnt there is not covered by this ε.</p>")
 
 
 def privacy_cards(inputs: ReportInputs) -> str:
