@@ -20,11 +20,9 @@ leaves with small or with large discs; 1/f^alpha noise with alpha 1, 1.5, 2 or 2
 features contrastively; a class of the process is a simpler pretext that the ordinary training loop can train,
 stated here as the difference. Used as ``pretrain.data: {source: random_processes, n_images: N}``.
 
-Measured once (seed 0, small_cnn trained whole, 10 epochs at batch 128, PneumoniaMNIST, test AUROC): without a
-prior non-private 0.955, DP-SGD eps 1 0.939, eps 8 0.939; after 6000 of these images 0.951, 0.894, 0.942; after
-6000 phantom images 0.964, 0.928, 0.937. This pretext, fine-tuned whole, does not help a small CNN on 28 px X-rays
-(at eps 1 it costs 0.045); Tang et al.'s gains come from contrastive features kept frozen under a DP linear head
-(``model.trainable: head``), which is not what was measured here.
+What it gave when measured is in benchmarks/RESULTS.md ("Priors that cost no privacy"): not a gain for a small CNN
+fine-tuned whole. Tang et al.'s gains come from contrastive features kept frozen under a DP linear head
+(``model.trainable: head``), which is a different use.
 """
 
 from __future__ import annotations

@@ -19,8 +19,10 @@ mode BatchNorm mixes the examples of a batch, so one example's influence on the 
 gradient (per-example clipping bounds nothing), and its running mean and variance are statistics of the private
 images released without noise (`dpmed.training.clipping` refuses the layer for both reasons). Dropping the
 statistics and swapping in GroupNorm would leave weights fitted to another normalisation. Use weights trained with
-GroupNorm or weight-standardised convolutions: BiT (Kolesnikov et al. 2020) and the DP-SGD checkpoints of De et al.
-2022 are such, or pretrain one with dpmed's ``pretrain`` stage.
+GroupNorm (dpmed's own models, any run's model.pt) or pretrain them with dpmed's ``pretrain`` stage. BiT (Kolesnikov
+et al. 2020) and De et al. 2022's checkpoints are GroupNorm with weight standardisation, but on ResNet-v2 and
+WideResNet architectures that are not among dpmed's models, so their files do not load here (the error names the
+first key without a place); timm's ResNet-18 uses torchvision's names and BatchNorm, so it is refused as above.
 
 **Freezing.** ``trainable`` is ``all``, ``head`` or ``last_blocks: N`` (the head and the last N blocks of
 ``ModelInfo.blocks``); every other parameter gets ``requires_grad = False``. DP-SGD takes only parameters that
