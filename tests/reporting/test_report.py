@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -72,3 +74,23 @@ def test_the_auroc_axis_shows_a_run_below_chance_and_keeps_its_usual_floor_other
                                    metrics=_metrics(0.39, 0.31, 0.48))]
     bottom, top = auroc_figure(below).axes[0].get_ylim()
     assert bottom == pytest.approx(0.29) and top == 1.01
+
+
+def test_the_report_says_on_what_the_settings_were_chosen(records, make_resolved):
+    """Hyperparameters searched on the private patients cost privacy no eps covers: the study's statement is
+    printed, and its absence is said, not hidden."""
+    from dpmed.folders import StudyFolder
+    from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.sections import study_privacy
+
+    def section(resolved):
+        return study_privacy(ReportInputs(resolved=resolved, records=records, comparisons=None,
+                                          folder=StudyFolder(Path("unused"))))
+
+    resolved = make_resolved(records)
+    assert "Settings chosen on:</b> not stated" in section(resolved) and "Papernot and Steinke" in section(resolved)
+    said = resolved.model_copy(update={"study": resolved.study.model_copy(
+        update={"settings_chosen_on": "CheXpert's validation split <b>"})})
+    html = section(said)
+    assert "CheXpert&#x27;s validation split &lt;b&gt; (the study's own statement)" in html   # escaped, as given
+    assert "not stated" not in html

@@ -290,9 +290,13 @@ class Study(_Strict):
     from fresh OS entropy per run (`dpmed.randomness`); ``reproducible``: derived from the seed and run id, for tests
     and debugging, and such runs are labelled "not DP against anyone who knows the seed" everywhere.
     pretrain: public pretraining before the arms (`PretrainConfig`); every arm starts from its weights.
+    settings_chosen_on: on what data the learning rates, clipping norm, batch size and length were chosen, in the
+    user's words; the report prints it in "The study as a whole". Settings picked by comparing results on the
+    private patients spend privacy that no eps covers (Papernot and Steinke 2022), so a reader must be told.
     """
 
     name: str
+    settings_chosen_on: str | None = Field(default=None, min_length=1)
     seeds: list[int] = Field(default_factory=lambda: [0])
     privacy_randomness: Literal["secure", "reproducible"] = "secure"
     data: DataConfig = Field(default_factory=DataConfig)
