@@ -226,7 +226,7 @@ def _card(r: RunRecord) -> str:
 def _start_note(r: RunRecord) -> str:
     """Where a run that did not start from random weights started: the ε above covers only what followed."""
     start = r.start
-    if start is None or start.weights is None:
+    if start is None or start.weights is None or r.privacy.mechanism == "none":   # no ε to qualify
         return ""
     prior = (f"public pretraining on {start.pretraining.dataset}" if start.pretraining is not None
              else f"the weights {start.weights} ({start.trained_on})")
