@@ -140,12 +140,12 @@ def _random_images(dataset: Dataset, n: int, rng: np.random.Generator) -> ImageS
                     sex=np.full(n, "unknown"), age=np.full(n, np.nan))
 
 
-def _time_steps(model_name: str, data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan, steps: int,
+def _time_steps(data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan, steps: int,
                 device: torch.device) -> float:
     """Seconds of ``steps`` optimiser steps of ``kind`` on ``data`` (two batches' worth of images), of a freshly
     built model (as a run trains one)."""
     shape = dataset.train.image_shape
-    model = build_model(model_name, in_channels=shape[0], num_outputs=dataset.task.num_outputs, image_size=shape[1])
+    model = build_model(plan.model, in_channels=shape[0], num_outputs=dataset.task.num_outputs, image_size=shape[1])
     training = plan.training.model_copy(update={"epochs": math.ceil(steps / 2)})
     dp = None
     if kind.dp_sgd:
@@ -159,17 +159,17 @@ def _time_steps(model_name: str, data: ImageSet, dataset: Dataset, kind: StepKin
     return result.seconds
 
 
-def _probe_kind(dataset: Dataset, model_name: str, kind: StepKind, plan: RunPlan) -> tuple[float, int]:
+def _probe_kind(dataset: Dataset, kind: StepKind, plan: RunPlan) -> tuple[float, int]:
     """(seconds per step, steps timed) of ``kind``: a warm-up of two steps, then as many as fit the probe's aim."""
     rng = np.random.default_rng(0)
     data = _random_images(dataset, 2 * kind.batch, rng)
     device = torch.device(kind.device)
     with torch_threads(kind.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        warm = _time_steps(model_name, data, dataset, kind, plan, 2, device) / 2
+        warm = _time_steps(data, dataset, kind, plan, 2, device) / 2
         steps = int(min(_MAX_STEPS, max(_MIN_STEPS, _PROBE_SECONDS / max(warm, 1e-4))))
         steps += steps % 2     # whole passes over the two batches
-        seconds = _time_steps(model_name, data, dataset, kind, plan, steps, device)
+        seconds = _time_steps(data, dataset, kind, plan, steps, device)
     return seconds / steps, steps
 
 
@@ -197,23 +197,25 @@ def _probe_evaluation(dataset: Dataset, model_name: str, evaluation: EvaluationC
     return seconds + cams * (scale - 1)
 
 
-def probe_rates(plans: Iterable[RunPlan], dataset: Dataset, *, model: str, evaluation: EvaluationConfig,
+def probe_rates(plans: Iterable[RunPlan], dataset: Dataset, *, evaluation: EvaluationConfig,
                 device: str = "auto") -> Rates:
-    """Time the step kinds that ``plans`` need (one probe per kind) and one evaluation, on this machine now."""
+    """Time the step kinds that ``plans`` need (one probe per kind, with the plan's model) and one evaluation, on this
+    machine now."""
     start = time.perf_counter()
     kinds: dict[StepKind, RunPlan] = {}
     for plan in plans:
         kinds.setdefault(step_kind(plan, device), plan)
     per_step, timed = {}, {}
     for kind, plan in kinds.items():
-        per_step[kind], timed[kind] = _probe_kind(dataset, model, kind, plan)
+        per_step[kind], timed[kind] = _probe_kind(dataset, kind, plan)
     first = next(iter(kinds), None)
-    evaluation_seconds = 0.0 if first is None else _probe_evaluation(dataset, model, evaluation, first)
+    evaluation_seconds = 0.0 if first is None else _probe_evaluation(dataset, kinds[first].model, evaluation, first)
+    models = "/".join(sorted({plan.model for plan in kinds.values()}))
     devices = sorted({k.device for k in kinds})
     threads = sorted({k.threads for k in kinds})
     steps = ", ".join(f"{timed[k]} {k.describe()} ({per_step[k] * 1000:.0f} ms each)" for k in kinds)
     how = (f"timed now on {'/'.join(devices)} with {'/'.join(map(str, threads))} thread(s)"
-           f"{machine_load()}: {steps}, of {model} on random images of shape "
+           f"{machine_load()}: {steps}, of {models} on random images of shape "
            f"{'x'.join(map(str, dataset.train.image_shape))}, scaled by each run's steps; one evaluation of the "
            f"validation and test images ({evaluation_seconds:.1f} s) added per run")
     return Rates(per_step=per_step, evaluation=evaluation_seconds, how=how, probe_seconds=time.perf_counter() - start,
