@@ -3,16 +3,20 @@
 (mean and spread over seeds) with the difference to the first variant paired by seed.
 
     python benchmarks/utility_ablation.py configs/pneumoniamnist.yaml --out ablation-pneumonia \
-        [--seeds 0,1,2] [--variants shipped,recipe] [--data-path FILE] [--arms dp-only] [--threads 1]
+        [--seeds 0,1,2] [--variants shipped,schedule] [--data-path FILE] [--arms dp-only] [--threads 1] \
+        [--set KEY=VALUE ...]
 
 Each variant is a `dpmed run` of its own in ``OUT/<variant>`` (resumable: a variant that finished is read, not
 retrained). The variants are listed in VARIANTS below: from `shipped` to `augment` each adds one part of De et al.
 2022's recipe (METHODS.md s.9) to the one before, so the table reads as an ablation from today's recipe to the full
 one; the ScatterNet variants swap the model of `schedule` for frozen scattering features (Tramer and Boneh 2021);
-`no-pretrain` drops a study's public pretraining instead. Nothing here was tuned on the evaluation data: the settings are De et al.'s
-(EMA 0.999, augmentation multiplicity, warm-up and cosine decay) and dpmed's defaults.
+`no-pretrain` drops a study's public pretraining instead. Nothing here was tuned on the evaluation data: the
+settings are De et al.'s (EMA 0.999, augmentation multiplicity, warm-up and cosine decay), Tramer and Boneh's
+(J = 2, L = 8) and dpmed's defaults.
 
-This is a benchmark, not a test: the table goes to stdout, the numbers to OUT/ablation.json.
+``--set`` overrides apply to every variant before the variant's own (to start the ablation from another recipe
+than the study file's, e.g. the one it shipped before). This is a benchmark, not a test: the table goes to stdout,
+the numbers to OUT/ablation.json.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ def run_variant(study: str, name: str, overrides: list[str], args: argparse.Name
         cmd += ["--data-path", args.data_path]
     if args.arms == "dp-only":
         cmd += ["--set", DP_ONLY]
-    for o in overrides:
+    for o in [*args.set, *overrides]:
         cmd += ["--set", o]
     start = time.perf_counter()
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
@@ -100,6 +104,8 @@ def main() -> None:
     parser.add_argument("--arms", choices=("study", "dp-only"), default="study",
                         help="the study's arms, or dp-only: the non-private arm and DP-SGD at eps 1 and 8")
     parser.add_argument("--threads", default="1", help="training.threads of every run")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override of the study file for every variant, before the variant's own (repeatable)")
     args = parser.parse_args()
     names = args.variants.split(",")
     unknown = [n for n in names if n not in VARIANTS]
