@@ -30,24 +30,21 @@ import sys
 import time
 from pathlib import Path
 
-# Cumulative: each variant is the previous one plus one part.
+# De et al. 2022's free parts: the default length, the EMA of the iterates, warm-up then cosine decay.
+_SCHEDULE = ["training.epochs=auto", "training.ema_decay=0.999",
+             "training.lr_schedule={kind: cosine, warmup_fraction: 0.05}"]
+# Cumulative up to `augment`: each variant is the previous one plus one part.
 VARIANTS: dict[str, list[str]] = {
     "shipped": [],
-    "steps": ["training.epochs=auto"],
-    "ema": ["training.epochs=auto", "training.ema_decay=0.999"],
-    "schedule": ["training.epochs=auto", "training.ema_decay=0.999",
-                 "training.lr_schedule={kind: cosine, warmup_fraction: 0.05}"],
-    "ws": ["training.epochs=auto", "training.ema_decay=0.999",
-           "training.lr_schedule={kind: cosine, warmup_fraction: 0.05}", "model.name=small_cnn_ws"],
-    "augment": ["training.epochs=auto", "training.ema_decay=0.999",
-                "training.lr_schedule={kind: cosine, warmup_fraction: 0.05}", "model.name=small_cnn_ws",
-                "training.augmentation={multiplicity: 4}"],
+    "steps": _SCHEDULE[:1],
+    "ema": _SCHEDULE[:2],
+    "schedule": _SCHEDULE,
+    "ws": [*_SCHEDULE, "model.name=small_cnn_ws"],
+    "augment": [*_SCHEDULE, "model.name=small_cnn_ws", "training.augmentation={multiplicity: 4}"],
     # Not cumulative: `schedule` with the model swapped for frozen scattering features and a small head (Tramer and
     # Boneh 2021), their answer to small data without public data.
-    "scatternet-linear": ["training.epochs=auto", "training.ema_decay=0.999",
-                          "training.lr_schedule={kind: cosine, warmup_fraction: 0.05}", "model.name=scatternet_linear"],
-    "scatternet-cnn": ["training.epochs=auto", "training.ema_decay=0.999",
-                       "training.lr_schedule={kind: cosine, warmup_fraction: 0.05}", "model.name=scatternet_cnn"],
+    "scatternet-linear": [*_SCHEDULE, "model.name=scatternet_linear"],
+    "scatternet-cnn": [*_SCHEDULE, "model.name=scatternet_cnn"],
     # Not cumulative: a study with a pretrain section (configs/kermany_pretrained.yaml) without it, so that the
     # paired difference to `shipped` is minus what the public prior gains.
     "no-pretrain": ["pretrain=null"],
