@@ -50,7 +50,8 @@ def test_bad_data_keys_name_the_key(write_study, tmp_path, data, message):
 def test_kermany_study_file(chest_xray_path):
     study = load_study(REPO / "configs" / "kermany.yaml")
     assert study.data.source == "folders" and study.data.path == chest_xray_path.resolve()
-    assert study.data.image_size == 64 and study.model.name == "small_cnn"
+    assert study.data.image_size == 64 and study.model.name == "scatternet_cnn"
+    assert study.training.epochs == "auto" and study.training.ema_decay == 0.999
     arms = {arm.mechanism: arm for arm in study.arms}
     assert arms["pixel_laplace"].scale == [0.5] and arms["dp_sgd"].target_epsilon == [1, 8]
 
