@@ -124,6 +124,32 @@ def test_threshold_comes_from_validation_and_is_applied_unchanged_to_test():
     assert row["test_accuracy"] == 5 / 8
     assert row["test_sensitivity"] == 3 / 4
     assert row["test_specificity"] == 2 / 4
+    # On validation at 0.4: positives 0.4, 0.6, 0.9 all called (3 / 3); negatives 0.1, 0.2 cleared, 0.7 not (2 / 3).
+    assert row["val_sensitivity"] == 1.0 and row["val_specificity"] == pytest.approx(2 / 3)
+
+
+def _two_proportion_p(k1, n1, k2, n2):
+    """Two-sided p of the pooled two-proportion z-test, by scipy's normal distribution."""
+    from scipy.stats import norm
+
+    pooled = (k1 + k2) / (n1 + n2)
+    return 2 * norm.sf(abs(k1 / n1 - k2 / n2) / np.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2)))
+
+
+def test_threshold_shift_p_is_the_bonferroni_two_proportion_test_of_the_rate_that_moved_most():
+    row = _binary_row()
+    # sensitivity 3/3 on validation against 3/4 on test; specificity 2/3 against 2/4 (test above)
+    p = min(_two_proportion_p(3, 3, 3, 4), _two_proportion_p(2, 3, 2, 4))
+    assert row["threshold_shift_p"] == pytest.approx(2 * p) and 2 * p == pytest.approx(0.6991, abs=1e-4)
+    # A test set whose negatives all score above the threshold: specificity 1 on validation, 0 on test
+    n = 200
+    val_labels, val_scores = np.r_[np.zeros(n, int), np.ones(n, int)], np.r_[np.full(n, 0.1), np.full(n, 0.9)]
+    row = _binary_row(val_labels=val_labels, val_scores=val_scores, test_labels=val_labels,
+                      test_scores=np.full(2 * n, 0.95))
+    assert row["val_specificity"] == 1.0 and row["test_specificity"] == 0.0 and row["threshold_shift_p"] < 1e-40
+    # Validation and test the same images: no shift at all
+    row = _binary_row(test_labels=VAL_LABELS, test_scores=VAL_SCORES)
+    assert row["threshold_shift_p"] == 1.0
 
 
 def test_binary_row_auroc_values_and_bookkeeping():

@@ -33,6 +33,12 @@ def scores():
 
 
 @pytest.fixture
+def labels():
+    """(validation labels, test labels): what every scored run is scored against."""
+    return Y_VAL, Y
+
+
+@pytest.fixture
 def scored_run(tmp_path, make_record):
     """A factory of finished binary runs in tmp_path: saves runs/<id>/predictions.npz and returns the run's record
     with the metrics (and, with ``fairness=True``, the fairness block by sex and age) that evaluation computes."""

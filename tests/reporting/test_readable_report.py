@@ -149,6 +149,29 @@ def test_a_run_that_predicts_one_class_is_flagged_in_the_table_and_the_summary(s
     assert "⚠" in _section(html, "utility").split("</table>")[0]                  # in the table's row
 
 
+def test_a_threshold_that_does_not_carry_over_to_the_test_images_is_flagged(scored_run, scores, labels,
+                                                                            report_html):
+    # The Kermany release's test folder: pneumonia scores alike on validation and test, but normal films score higher
+    # on test, so the threshold set where validation's normals lie lets half of test's normals through.
+    y_val, y = labels
+    names = ["normal", "pneumonia"]
+    val = np.where(y_val == 1, 0.9, 0.1)
+    test = np.where(y == 1, 0.9, np.where(np.arange(len(y)) % 2 == 0, 0.95, 0.1))   # every other normal film above 0.9
+    shifted = [scored_run("np_seed0", "np", "none", scores=(val, test), names=names),
+               scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=(val, test), names=names)]
+    assert shifted[0].metrics["val_specificity"] == 1.0 and shifted[0].metrics["test_specificity"] == 0.5
+    clinical = _text(_section(report_html(shifted), "clinical"))
+    assert ("The threshold chosen on the validation split does not carry over to the test images in 2 of 2 runs "
+            "(p &lt; 0.001): np_seed0 cleared 100 of every 100 normal cases on validation and 50 [") in clinical
+
+    rng = np.random.default_rng(6)                           # validation and test drawn alike: no warning
+    alike = [scored_run("np_seed1", "np", "none", scores=scores(0.7, rng), names=names, seed=1),
+             scored_run("dp_eps1_C1_seed1", "dp", "dp_sgd", eps=1.0, scores=scores(0.5, rng), names=names, seed=1)]
+    clinical = _text(_section(report_html(alike), "clinical"))
+    assert "Over" in clinical or "At ε" in clinical                       # the table of paired changes is there
+    assert "does not carry over" not in clinical
+
+
 def test_the_positive_class_is_named_wherever_sensitivity_is_shown(scored_run, scores, report_html):
     names = ["malignant", "normal, benign"]                    # BreastMNIST: class 1 is not the disease
     rng = np.random.default_rng(5)

@@ -25,6 +25,7 @@ Why each choice:
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Callable, Sequence
 
@@ -274,6 +275,32 @@ def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, in
     _estimate(row, "test_accuracy", correct.sum() / n, redraws[:, 0], confidence)
     _estimate(row, "test_sensitivity", correct[positive].sum() / n_pos, redraws[:, 1], confidence)
     _estimate(row, "test_specificity", correct[~positive].sum() / n_neg, redraws[:, 2], confidence)
+    row.update(_threshold_transfer(y_val, s_val >= threshold, y, decided))
+    return row
+
+
+def _threshold_transfer(y_val: np.ndarray, val_decided: np.ndarray, y: np.ndarray, decided: np.ndarray) -> dict:
+    """Sensitivity and specificity on validation at its own threshold, and ``threshold_shift_p``: whether they
+    carry over to test, the two-sided p of the two-proportion z-test (pooled variance) of the rate that differs
+    most, times 2 for the two rates (Bonferroni). A tiny p says the test images differ from those the threshold
+    was chosen on (another site, scanner or labelling; the Kermany release's test folder), so test sensitivity and
+    specificity measure that shift as much as the model, which AUROC alone hides. The validation rates are those
+    the threshold was fitted to, a little optimistic; the report warns only far below chance (p < 0.001)."""
+    row: dict = {}
+    p_values = []
+    for name, cls, called in (("sensitivity", 1, True), ("specificity", 0, False)):
+        on_val, on_test = y_val == cls, y == cls
+        if not on_val.any():
+            row[f"val_{name}"] = None
+            continue
+        k_val, n_val = float((val_decided[on_val] == called).sum()), float(on_val.sum())
+        k_test, n_test = float((decided[on_test] == called).sum()), float(on_test.sum())
+        row[f"val_{name}"] = k_val / n_val
+        pooled = (k_val + k_test) / (n_val + n_test) if n_test else 0.0
+        se = math.sqrt(pooled * (1 - pooled) * (1 / n_val + 1 / n_test)) if n_test else 0.0
+        if se > 0:
+            p_values.append(math.erfc(abs(k_val / n_val - k_test / n_test) / se / math.sqrt(2)))
+    row["threshold_shift_p"] = min(1.0, 2 * min(p_values)) if p_values else None
     return row
 
 
@@ -343,7 +370,8 @@ def evaluate_utility(
     Keys: ``test_auroc`` (macro) with ``_low`` / ``_high`` and ``test_auroc_undefined_redraws`` (redraws in which
     it had no value); ``test_auroc[<label name>]`` per label (multiclass, multilabel); ``test_accuracy`` with
     interval (binary and multilabel at the validation Youden thresholds, multiclass by argmax); binary adds
-    ``threshold``, ``val_auroc``, ``test_sensitivity`` and ``test_specificity`` with intervals; multilabel adds
+    ``threshold``, ``val_auroc``, ``test_sensitivity`` and ``test_specificity`` with intervals,
+    ``val_sensitivity``, ``val_specificity`` and ``threshold_shift_p`` (:func:`_threshold_transfer`); multilabel adds
     ``threshold[<label name>]``; ``test_predicted_classes`` (binary, multiclass: how many classes the decisions
     use on test; 1 flags a model that predicts one class for every image) and ``test_constant_labels``
     (multilabel: findings decided the same way for every test image); always ``n_test``, ``n_resamples``,

@@ -6,7 +6,9 @@ in sensitivity (cases of the positive class found, named: in some public binary 
 intervals of `dpmed.comparisons` (each model deciding at its own threshold chosen on the validation split), and one
 sentence per arm: "at eps 1 the model misses about 12 more of every 100 pneumonia cases". With several seeds the
 sentence gives the mean over seeds and the seeds' spread (training randomness, which the test bootstrap does not
-see). Runs that predict one class for every test image are flagged here, where a reader starts.
+see). Runs that predict one class for every test image are flagged here, where a reader starts, and so are runs
+whose validation-chosen threshold does not carry over to the test images (validation and test rates differ far
+beyond chance: the test images differ from those the threshold was chosen on, e.g. the Kermany release's test folder).
 """
 
 from __future__ import annotations
@@ -130,6 +132,34 @@ def _reference_line(inputs: ReportInputs, records: dict[str, RunRecord], referen
     return ("<p>Without privacy, " + "; ".join(lines) + ".</p>") if lines else ""
 
 
+# Below this ``threshold_shift_p`` (`dpmed.evaluation.utility`) the report says that the validation-chosen threshold
+# does not carry over to the test images: far below chance, since the validation rates are those the threshold was
+# fitted to and a study holds many runs.
+SHIFT_P = 1e-3
+
+
+def _shift_line(records: dict[str, RunRecord], pos: str, neg: str, level: str) -> str:
+    """A warning where binary runs' sensitivity or specificity at their own threshold differ between validation and
+    test beyond chance: the decisions were set on images unlike the test images (another site, scanner, period or
+    labelling), so the test rates measure that shift as much as the model; AUROC needs no threshold."""
+    shifted = [r for r in records.values()
+               if r.metrics.get("threshold_shift_p") is not None and r.metrics["threshold_shift_p"] < SHIFT_P]
+    if not shifted:
+        return ""
+    gaps = [(abs(r.metrics[f"val_{rate}"] - r.estimate(f"test_{rate}").value), r, rate, verb, cases)
+            for r in shifted for rate, verb, cases in (("sensitivity", "found", pos), ("specificity", "cleared", neg))
+            if r.metrics.get(f"val_{rate}") is not None and r.estimate(f"test_{rate}").value is not None]
+    _, r, rate, verb, cases = max(gaps, key=lambda gap: gap[0])
+    test = r.estimate(f"test_{rate}")
+    interval = "" if test.low is None else f" [{100 * test.low:.0f}, {100 * test.high:.0f}] ({level} CI)"
+    return (f'<div class="flag">⚠ The threshold chosen on the validation split does not carry over to the test '
+            f"images in {len(shifted)} of {len(records)} runs (p &lt; {SHIFT_P:g}): {escape(r.run_id)} {verb} "
+            f"{100 * r.metrics[f'val_{rate}']:.0f} of every 100 {escape(cases)} cases on validation and "
+            f"{100 * test.value:.0f}{interval} on test. The test images differ from the validation images in what "
+            "the model's scores see (another site, scanner, period or labelling): sensitivity, specificity and "
+            "accuracy here are those of a threshold set on other images; AUROC needs no threshold.</div>")
+
+
 def _columns(kind: str, pos: str, neg: str, level: str) -> list[str]:
     """The heads of the table's change columns (plain text: they also label each cell on a phone)."""
     if kind == "binary":
@@ -194,6 +224,7 @@ def clinical(inputs: ReportInputs) -> str:
                if kind == "binary" else "-5 per 100 in accuracy means about 5 more wrong of every 100")
     return (f"{head}<p>{pairing} {meaning} Positive changes are better, negative worse: {example}.</p>"
             f"{_reference_line(inputs, records, references)}"
+            + (_shift_line(records, pos_text, neg_text, level) if kind == "binary" else "") +
             '<table class="clinical stack"><tr><th>private arm</th><th>privacy</th>'
             + "".join(f"<th>{escape(c)}</th>" for c in columns)
             + f"<th>reading</th></tr>{''.join(rows)}</table>")
