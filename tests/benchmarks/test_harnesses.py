@@ -56,3 +56,58 @@ def test_ablation_base_overrides_come_before_each_variants_own(monkeypatch, tmp_
     sets = [calls[0][i + 1] for i, a in enumerate(calls[0]) if a == "--set"]
     assert sets.index("model.name=small_cnn") < sets.index("training.epochs=10") < sets.index("training.epochs=auto")
     assert sets[-3:] == ablation.VARIANTS["schedule"]
+
+
+def _site_calibration():
+    sys.path.insert(0, str(_BENCHMARKS))
+    try:
+        import site_calibration
+    finally:
+        sys.path.remove(str(_BENCHMARKS))
+    return site_calibration
+
+
+def test_site_calibration_oracle_and_draws_against_hand_counts():
+    import numpy as np
+
+    site = _site_calibration()
+    # t = 0.4 -> [0, 1, 1, 1] and t = 0.9 -> [0, 0, 0, 1] are right 3 times of 4; no threshold does better.
+    assert site.oracle_accuracy(np.array([0, 0, 1, 1]), np.array([0.1, 0.6, 0.4, 0.9])) == 0.75
+    # Patients 0-9 negative (score 0.1), 10-19 positive (0.8), two images each: Youden's threshold on any draw that
+    # holds both classes is 0.8 (the highest of the equal maxima), so every held-out patient is right.
+    patients = np.repeat(np.arange(20), 2)
+    labels = (patients >= 10).astype(int)
+    scores = np.where(labels == 1, 0.8, 0.1)
+    accs = site.calibrated_accuracy(labels, scores, patients, fraction=0.5, draws=50, rng=np.random.default_rng(0))
+    assert len(accs) == 50 and set(accs) == {1.0}
+    # One image per patient, two patients: the only draw of one patient holds one class, so no draw counts.
+    assert site.calibrated_accuracy(np.array([0, 1]), np.array([0.2, 0.7]), np.array(["a", "b"]), fraction=0.5,
+                                    draws=5, rng=np.random.default_rng(0)) == []
+    try:
+        site.calibrated_accuracy(labels, scores, patients, fraction=1.0, draws=1, rng=np.random.default_rng(0))
+    except ValueError as err:
+        assert "no patient" in str(err)
+    else:
+        raise AssertionError("a fraction that leaves nothing to evaluate must be refused")
+
+
+def test_site_calibration_reads_a_study_folder_and_groups_seeds(tmp_path, capsys):
+    import numpy as np
+
+    site = _site_calibration()
+    for seed, shift in ((0, 0.0), (1, 0.15)):
+        run = tmp_path / "study" / "runs" / f"dp-sgd_eps1_C1_seed{seed}"
+        run.mkdir(parents=True)
+        # Validation puts Youden's threshold at 0.6; on test the negatives score 0.5 + shift and the positives 0.9.
+        # Seed 1's negatives cross 0.6: accuracy 1.0 and 0.5 at the validation threshold, but a threshold chosen on
+        # half of the test patients (0.9) and every oracle still separate them.
+        np.savez(run / "predictions.npz", val_labels=np.array([0, 0, 1, 1]), val_scores=np.array([0.2, 0.3, 0.6, 0.7]),
+                 test_labels=np.repeat([0, 1], 10), test_scores=np.r_[np.full(10, 0.5 + shift), np.full(10, 0.9)],
+                 test_patient_ids=np.array([f"p{i}" for i in range(20)]))
+    out = tmp_path / "rows.json"
+    site.main([str(tmp_path / "study"), "--fractions", "0.5", "--draws", "20", "--json", str(out)])
+    rows = json.loads(out.read_text())
+    assert [r["validation"] for r in rows] == [1.0, 0.5]
+    assert all(r["group"] == "dp-sgd_eps1_C1" and r["oracle"] == 1.0 for r in rows)
+    assert "| study | dp-sgd_eps1_C1 | 0.750 (1.000, 0.500) | 1.000 (1.000, 1.000) | 1.000 (1.000, 1.000) |" in (
+        capsys.readouterr().out)
