@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpmed.evaluation import youden_threshold
+from dpmed.evaluation import load_predictions, youden_threshold
 
 __all__ = ["calibrated_accuracy", "oracle_accuracy", "main"]
 
@@ -64,8 +64,8 @@ def calibrated_accuracy(labels: np.ndarray, scores: np.ndarray, patients: np.nda
 def _rows(study: Path, fractions: list[float], draws: int, seed: int) -> list[dict]:
     rows = []
     for path in sorted(study.glob("runs/*/predictions.npz")):
-        z = np.load(path)
-        if "test_patient_ids" not in z.files or z["test_scores"].ndim != 1:
+        z = load_predictions(path)
+        if "test_patient_ids" not in z or z["test_scores"].ndim != 1:
             print(f"{path}: skipped (not a binary run with patient ids)", file=sys.stderr)
             continue
         y, s, p = z["test_labels"], z["test_scores"], z["test_patient_ids"]

@@ -4,6 +4,7 @@ stream). One step of a small model per engine; nothing here asserts a speed."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -25,13 +26,17 @@ def test_dp_step_runs_every_engine(tmp_path):
         assert row["median_ms"] > 0 and row["parameters"] > 0 and row["torch_threads"] == 1
 
 
-def _ablation():
+def _harness(name: str):
+    """A benchmark script as a module (benchmarks/ is not a package)."""
     sys.path.insert(0, str(_BENCHMARKS))
     try:
-        import utility_ablation
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(_BENCHMARKS))
-    return utility_ablation
+
+
+def _ablation():
+    return _harness("utility_ablation")
 
 
 def test_ablation_variants_add_one_part_each_up_to_augment_and_scatternet_swaps_the_model_of_schedule():
@@ -59,12 +64,7 @@ def test_ablation_base_overrides_come_before_each_variants_own(monkeypatch, tmp_
 
 
 def _site_calibration():
-    sys.path.insert(0, str(_BENCHMARKS))
-    try:
-        import site_calibration
-    finally:
-        sys.path.remove(str(_BENCHMARKS))
-    return site_calibration
+    return _harness("site_calibration")
 
 
 def test_site_calibration_oracle_and_draws_against_hand_counts():
