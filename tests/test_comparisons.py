@@ -217,6 +217,17 @@ def test_runs_that_decide_one_class_for_every_image_are_flagged(make_record):
     assert [(f.run_id, f.kind, f.predicted) for f in flags] == [("dp_eps1_C1_seed0", "one_class", "malignant"),
                                                                 ("dp_eps8_C1_seed0", "one_class", "normal, benign")]
     assert "for every test image" in flags[0].message
+    assert "at its threshold" in flags[0].message and "sensitivity or specificity is 0" in flags[0].message
+
+
+def test_a_multiclass_run_that_predicts_one_class_is_flagged_without_binary_words(make_record):
+    # A multiclass model decides by argmax: the flag must not speak of a threshold, sensitivity or specificity.
+    records = [make_record("np_seed0", "np", metrics={"test_predicted_classes": 3}),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, metrics={"test_predicted_classes": 1})]
+    flags = compare_runs(records, {}, kind="multiclass", label_names=["normal", "bacterial", "viral"]).run_flags
+    assert [(f.run_id, f.kind, f.predicted) for f in flags] == [("dp_eps1_C1_seed0", "one_class", None)]
+    assert "argmax" in flags[0].message and "recall is 0" in flags[0].message
+    assert "threshold" not in flags[0].message and "specificity" not in flags[0].message
 
 
 def test_small_groups_and_intervals_of_zero_width_are_flagged(make_record):

@@ -251,11 +251,15 @@ def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[st
                 positive = names[1] if len(names) == 2 else "the positive class"
                 negative = names[0] if len(names) == 2 else "the negative class"
                 predicted = positive if sens == 1.0 else negative
+            if kind == "binary":
+                why = ("it separates nothing at its threshold (its accuracy is the share of that class, and its "
+                       "sensitivity or specificity is 0)")
+            else:   # multiclass: the argmax decides, there is no threshold
+                why = ("the same argmax everywhere, so it separates nothing (its accuracy is the share of that class, "
+                       "and every other class's recall is 0)")
             what = predicted if predicted is not None else "one class"
             flags.append(RunFlag(run_id=r.run_id, kind="one_class", predicted=predicted,
-                                 message=f"predicts {what} for every test image: it separates nothing at its "
-                                         "threshold (its accuracy is the share of that class, and its sensitivity "
-                                         "or specificity is 0), whatever its AUROC"))
+                                 message=f"predicts {what} for every test image: {why}, whatever its AUROC"))
         constant = m.get("test_constant_labels")
         if constant:
             flags.append(RunFlag(run_id=r.run_id, kind="constant_labels", count=int(constant),
