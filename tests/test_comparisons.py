@@ -230,6 +230,20 @@ def test_a_multiclass_run_that_predicts_one_class_is_flagged_without_binary_word
     assert "threshold" not in flags[0].message and "specificity" not in flags[0].message
 
 
+def test_a_multiclass_run_that_never_chooses_some_class_is_flagged(make_record):
+    # Partial collapse under heavy noise: the argmax picks two of three classes, so the third's recall is 0.
+    records = [make_record("np_seed0", "np", metrics={"test_predicted_classes": 3}),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, metrics={"test_predicted_classes": 2})]
+    names = ["normal", "bacterial", "viral"]
+    flags = compare_runs(records, {}, kind="multiclass", label_names=names).run_flags
+    assert [(f.run_id, f.kind, f.count) for f in flags] == [("dp_eps1_C1_seed0", "unused_classes", 2)]
+    assert "only 2 of the 3 classes" in flags[0].message and "1 class(es) are never predicted" in flags[0].message
+    binary = compare_runs([make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0,
+                                       metrics={"test_predicted_classes": 2})], {}, kind="binary",
+                          label_names=["a", "b"]).run_flags
+    assert binary == []                                                   # both classes chosen: nothing to say
+
+
 def test_small_groups_and_intervals_of_zero_width_are_flagged(make_record):
     fairness = {"attributes": {"age": {"status": "ok", "groups": {
         "[0,30)": {"n": 8, "n_positive": 1, "auroc": {"value": 1.0, "low": 1.0, "high": 1.0},

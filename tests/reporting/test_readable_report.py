@@ -267,6 +267,29 @@ def test_multiclass_arms_are_read_as_more_wrong_of_every_100_images_by_argmax(tm
     assert "sensitivity" not in clinical and "Youden" not in clinical
 
 
+def test_a_multiclass_run_that_never_chooses_a_class_is_flagged_in_the_table_and_the_reading(tmp_path, make_record,
+                                                                                             report_html):
+    y = np.arange(90) % 3
+    rng = np.random.default_rng(7)
+    good = np.eye(3)[y] * 0.7 + rng.random((90, 3)) * 0.3
+    two = good * np.array([1.0, 1.0, 0.0])                                  # the argmax is never "c"
+    records = []
+    for run_id, arm, mechanism, scores in (("np_seed0", "np", "none", good), ("dp_eps1_C1_seed0", "dp", "dp_sgd", two)):
+        (tmp_path / "runs" / run_id).mkdir(parents=True)
+        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
+                 test_patient_ids=np.arange(90).astype(str))
+        metrics = evaluate_utility(kind="multiclass", label_names=["a", "b", "c"], val_labels=y, val_scores=scores,
+                                   test_labels=y, test_scores=scores, n_resamples=50)
+        records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
+                                   metrics=metrics))
+    assert [r.metrics["test_predicted_classes"] for r in records] == [3, 2]
+    html = report_html(records, task="multiclass", names=("a", "b", "c"))
+    table = _section(html, "utility").split("</table>")[0]
+    assert table.count("⚠ classes never chosen") == 1 and "one decision for all" not in table
+    assert "dp_eps1_C1_seed0 chooses only 2 of the 3 classes for the test images (argmax)" in _text(
+        _section(html, "clinical"))
+
+
 def test_numbers_and_run_names_stay_whole_and_tables_of_runs_stack_on_a_phone(two_arms, report_html):
     from dpmed.comparisons import PairedDifference
     from dpmed.reporting.inputs import eps_label, p_text

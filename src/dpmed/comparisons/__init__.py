@@ -103,8 +103,9 @@ class ValueSummary(_Row):
 
 class RunFlag(_Row):
     """Something about one run that its numbers alone hide. kind: ``one_class`` (the same decision for every test
-    image; ``predicted``: which class, where known) or ``constant_labels`` (multilabel: findings decided the same way
-    for every test image, ``count`` of them)."""
+    image; ``predicted``: which class, where known), ``unused_classes`` (multiclass: the argmax chooses only ``count``
+    of the classes for the test images, so the others' recall is 0) or ``constant_labels`` (multilabel: findings
+    decided the same way for every test image, ``count`` of them)."""
 
     run_id: str
     kind: str
@@ -234,9 +235,9 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord]) -> list[Valu
 
 
 def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[str]) -> list[RunFlag]:
-    """Runs that decide the same way for every test image (from ``test_predicted_classes`` and
-    ``test_constant_labels``; for a binary record without them, from sensitivity and specificity: 1 and 0, or 0 and
-    1, is the same decision for every image)."""
+    """Runs that decide the same way for every test image, or (multiclass) never choose some class (from
+    ``test_predicted_classes`` and ``test_constant_labels``; for a binary record without them, from sensitivity and
+    specificity: 1 and 0, or 0 and 1, is the same decision for every image)."""
     names = list(label_names)
     flags = []
     for r in records:
@@ -260,6 +261,12 @@ def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[st
             what = predicted if predicted is not None else "one class"
             flags.append(RunFlag(run_id=r.run_id, kind="one_class", predicted=predicted,
                                  message=f"predicts {what} for every test image: {why}, whatever its AUROC"))
+        chosen = m.get("test_predicted_classes")
+        if kind == "multiclass" and chosen is not None and 1 < chosen < len(names):
+            flags.append(RunFlag(run_id=r.run_id, kind="unused_classes", count=int(chosen),
+                                 message=f"chooses only {int(chosen)} of the {len(names)} classes for the test images "
+                                         f"(argmax): {len(names) - int(chosen)} class(es) are never predicted, so "
+                                         "their recall is 0, whatever its AUROC"))
         constant = m.get("test_constant_labels")
         if constant:
             flags.append(RunFlag(run_id=r.run_id, kind="constant_labels", count=int(constant),
@@ -321,7 +328,7 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Mapping
             "accuracy_difference": "the same for accuracy (multiclass: argmax)",
             "by_value": "seeds of one arm value, each paired with its own seed: mean, std (ddof=1), min, max of the "
                         "differences",
-            "run_flags": "runs that decide the same way for every test image",
+            "run_flags": "runs that decide the same way for every test image, or (multiclass) never choose some class",
             "group_flags": f"fairness groups with fewer than {MIN_CLASS_COUNT} positives or negatives, or an "
                            "interval of zero width",
             "correlations": "Pearson r with two-sided p-value (scipy.stats.pearsonr); eps is the accounted eps",

@@ -140,10 +140,12 @@ def utility(inputs: ReportInputs) -> str:
     figure = embed_figure(auroc_versus_epsilon(inputs.records), auroc_versus_epsilon(inputs.records, narrow=True),
                           inputs.folder.root / "auroc_vs_epsilon.png", "test AUROC versus epsilon")
     columns = _metric_columns(inputs)
-    flagged = {f.run_id for f in inputs.comparisons.run_flags}
+    badges = {"one_class": "one decision for all", "unused_classes": "classes never chosen",
+              "constant_labels": "one decision for all"}
+    flagged = {f.run_id: badges.get(f.kind, "see below") for f in inputs.comparisons.run_flags}
     rows = "".join(
         f"<tr><td>{escape(r.run_id)}"
-        + (' <span class="flag" title="see the warning below the table">⚠ one decision for all</span>'
+        + (f' <span class="flag" title="see the warning below the table">⚠ {flagged[r.run_id]}</span>'
            if r.run_id in flagged else "")
         + f"</td><td>{escape(r.mechanism)}</td><td class=eps>{escape(eps_label(r.privacy))}</td>"
         + "".join(f"<td class=num>{estimate_text(r.estimate(m))}</td>" for m, _ in columns)
