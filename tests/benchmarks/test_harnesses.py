@@ -111,3 +111,32 @@ def test_site_calibration_reads_a_study_folder_and_groups_seeds(tmp_path, capsys
     assert all(r["group"] == "dp-sgd_eps1_C1" and r["oracle"] == 1.0 for r in rows)
     assert "| study | dp-sgd_eps1_C1 | 0.750 (1.000, 0.500) | 1.000 (1.000, 1.000) | 1.000 (1.000, 1.000) |" in (
         capsys.readouterr().out)
+
+
+def test_kermany_three_class_splits_by_patient_and_reads_as_a_multiclass_medmnist_file(tmp_path):
+    from PIL import Image
+
+    from dpmed.data.formats.medmnist import read_medmnist
+
+    three = _harness("kermany_three_class")
+    root = tmp_path / "chest_xray"
+    files = {"test": ["NORMAL/IM-0001-0001", "PNEUMONIA/person1_bacteria_1", "PNEUMONIA/person2_virus_2"],
+             "train": [f"NORMAL/IM-{i:04d}-0001" for i in range(10, 30)]
+             + [f"PNEUMONIA/person{i}_bacteria_{j}" for i in range(10, 30) for j in (1, 2)]
+             + [f"PNEUMONIA/person{i}_virus_9" for i in range(30, 40)]
+             + ["PNEUMONIA/person1_bacteria_7", "PNEUMONIA/person2_virus_8"]}      # patients also in test
+    for folder, names in files.items():
+        for name in names:
+            (root / folder / name).parent.mkdir(parents=True, exist_ok=True)
+            Image.new("L", (40, 40), 100).save(root / folder / f"{name}.jpeg")
+    parts = three.split(root, train_images=20)
+    patients = {k: {three.patient_of(p) for p in v} for k, v in parts.items()}
+    assert not {"person1", "person2"} & (patients["train"] | patients["val"])             # test's patients left out
+    assert not patients["train"] & patients["val"]
+    assert len(patients["val"]) == 5                                            # a tenth of the 50 other patients
+    assert 20 <= len(parts["train"]) <= 21                              # whole patients until at least 20 images
+    assert [three.label_of(p) for p in parts["test"]] == [0, 1, 2]
+    three.write(root, tmp_path / "k3.npz", size=8, train_images=0)
+    data = read_medmnist(tmp_path / "k3.npz")
+    assert data.task.kind == "multiclass" and data.train.images.shape[1:] == (1, 8, 8)
+    assert len(data.train.images) + len(data.val.images) == 20 + 40 + 10                 # every other train image
