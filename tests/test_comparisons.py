@@ -237,7 +237,8 @@ def test_a_multiclass_run_that_never_chooses_some_class_is_flagged(make_record):
     names = ["normal", "bacterial", "viral"]
     flags = compare_runs(records, {}, kind="multiclass", label_names=names).run_flags
     assert [(f.run_id, f.kind, f.count) for f in flags] == [("dp_eps1_C1_seed0", "unused_classes", 2)]
-    assert "only 2 of the 3 classes" in flags[0].message and "1 class(es) are never predicted" in flags[0].message
+    assert "only 2 of the 3 classes" in flags[0].message and "1 class is never predicted, so its recall is 0" in (
+        flags[0].message)
     binary = compare_runs([make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0,
                                        metrics={"test_predicted_classes": 2})], {}, kind="binary",
                           label_names=["a", "b"]).run_flags

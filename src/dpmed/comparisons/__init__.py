@@ -263,10 +263,11 @@ def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[st
                                  message=f"predicts {what} for every test image: {why}, whatever its AUROC"))
         chosen = m.get("test_predicted_classes")
         if kind == "multiclass" and chosen is not None and 1 < chosen < len(names):
+            unused = len(names) - int(chosen)
+            never = "1 class is never predicted, so its" if unused == 1 else f"{unused} are never predicted, so their"
             flags.append(RunFlag(run_id=r.run_id, kind="unused_classes", count=int(chosen),
                                  message=f"chooses only {int(chosen)} of the {len(names)} classes for the test images "
-                                         f"(argmax): {len(names) - int(chosen)} class(es) are never predicted, so "
-                                         "their recall is 0, whatever its AUROC"))
+                                         f"(argmax): {never} recall is 0, whatever its AUROC"))
         constant = m.get("test_constant_labels")
         if constant:
             flags.append(RunFlag(run_id=r.run_id, kind="constant_labels", count=int(constant),
