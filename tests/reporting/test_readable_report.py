@@ -244,21 +244,28 @@ def test_figures_stay_readable_on_a_phone(tmp_path, two_arms, report_html):
     assert (tmp_path / "auroc_vs_epsilon_narrow.png").stat().st_size > 1000
 
 
-def test_multiclass_arms_are_read_as_more_wrong_of_every_100_images_by_argmax(tmp_path, make_record, report_html):
-    y = np.arange(90) % 3
+def _multiclass_pair(tmp_path, make_record, private_scores, y):
+    """A non-private run scored well and a DP run scored ``private_scores`` on three classes ``y`` (validation = test),
+    saved under tmp_path/runs as a study would save them; their records."""
     rng = np.random.default_rng(6)
-    good = np.eye(3)[y] * 0.7 + rng.random((90, 3)) * 0.3
-    poor = np.eye(3)[y] * 0.2 + rng.random((90, 3)) * 0.8
+    good = np.eye(3)[y] * 0.7 + rng.random((len(y), 3)) * 0.3
     records = []
     for run_id, arm, mechanism, scores in (("np_seed0", "np", "none", good),
-                                           ("dp_eps1_C1_seed0", "dp", "dp_sgd", poor)):
+                                           ("dp_eps1_C1_seed0", "dp", "dp_sgd", private_scores(good))):
         (tmp_path / "runs" / run_id).mkdir(parents=True)
         np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
-                 test_patient_ids=np.arange(90).astype(str))
+                 test_patient_ids=np.arange(len(y)).astype(str))
         metrics = evaluate_utility(kind="multiclass", label_names=["a", "b", "c"], val_labels=y, val_scores=scores,
                                    test_labels=y, test_scores=scores, n_resamples=50)
         records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
                                    metrics=metrics))
+    return records
+
+
+def test_multiclass_arms_are_read_as_more_wrong_of_every_100_images_by_argmax(tmp_path, make_record, report_html):
+    y = np.arange(90) % 3
+    rng = np.random.default_rng(8)
+    records = _multiclass_pair(tmp_path, make_record, lambda good: np.eye(3)[y] * 0.2 + rng.random((90, 3)) * 0.8, y)
     wrong = round(100 * (records[0].metrics["test_accuracy"] - records[1].metrics["test_accuracy"]))
     assert wrong > 0
     clinical = _text(_section(report_html(records, task="multiclass", names=("a", "b", "c")), "clinical"))
@@ -270,18 +277,7 @@ def test_multiclass_arms_are_read_as_more_wrong_of_every_100_images_by_argmax(tm
 def test_a_multiclass_run_that_never_chooses_a_class_is_flagged_in_the_table_and_the_reading(tmp_path, make_record,
                                                                                              report_html):
     y = np.arange(90) % 3
-    rng = np.random.default_rng(7)
-    good = np.eye(3)[y] * 0.7 + rng.random((90, 3)) * 0.3
-    two = good * np.array([1.0, 1.0, 0.0])                                  # the argmax is never "c"
-    records = []
-    for run_id, arm, mechanism, scores in (("np_seed0", "np", "none", good), ("dp_eps1_C1_seed0", "dp", "dp_sgd", two)):
-        (tmp_path / "runs" / run_id).mkdir(parents=True)
-        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
-                 test_patient_ids=np.arange(90).astype(str))
-        metrics = evaluate_utility(kind="multiclass", label_names=["a", "b", "c"], val_labels=y, val_scores=scores,
-                                   test_labels=y, test_scores=scores, n_resamples=50)
-        records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
-                                   metrics=metrics))
+    records = _multiclass_pair(tmp_path, make_record, lambda good: good * np.array([1.0, 1.0, 0.0]), y)  # never "c"
     assert [r.metrics["test_predicted_classes"] for r in records] == [3, 2]
     html = report_html(records, task="multiclass", names=("a", "b", "c"))
     table = _section(html, "utility").split("</table>")[0]
