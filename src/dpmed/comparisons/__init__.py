@@ -243,9 +243,9 @@ def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[st
     for r in records:
         m = r.metrics
         sens, spec = m.get("test_sensitivity"), m.get("test_specificity")
-        one_class = m.get("test_predicted_classes") == 1 or (
-            "test_predicted_classes" not in m and sens is not None and spec is not None
-            and {sens, spec} == {0.0, 1.0})
+        chosen = m.get("test_predicted_classes")
+        one_class = chosen == 1 or (
+            chosen is None and sens is not None and spec is not None and {sens, spec} == {0.0, 1.0})
         if one_class:
             predicted = None
             if kind == "binary" and sens is not None:
@@ -261,7 +261,6 @@ def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[st
             what = predicted if predicted is not None else "one class"
             flags.append(RunFlag(run_id=r.run_id, kind="one_class", predicted=predicted,
                                  message=f"predicts {what} for every test image: {why}, whatever its AUROC"))
-        chosen = m.get("test_predicted_classes")
         if kind == "multiclass" and chosen is not None and 1 < chosen < len(names):
             unused = len(names) - int(chosen)
             never = "1 class is never predicted, so its" if unused == 1 else f"{unused} are never predicted, so their"
