@@ -51,8 +51,8 @@ def split(root: Path, *, train_images: int, seed: int = 0) -> dict[str, list[Pat
     held_out = {patient_of(p) for p in test}
     by_patient: dict[str, list[Path]] = {}
     for p in sorted((root / "train").glob("*/*.jpeg")):
-        if patient_of(p) not in held_out:
-            by_patient.setdefault(patient_of(p), []).append(p)
+        if (patient := patient_of(p)) not in held_out:
+            by_patient.setdefault(patient, []).append(p)
     patients = sorted(by_patient)
     np.random.default_rng(seed).shuffle(patients)
     n_val = len(patients) // 10
