@@ -9,7 +9,7 @@
 
 Exit status: 0 done, 1 some runs failed, 2 bad input (or the output folder is unusable or in use), 130 interrupted.
 What runs log goes to the terminal (stderr) and to the study's private log file (`dpmed.log`); progress bars only
-where stderr is a terminal.
+where stderr is a terminal, elsewhere a line at each tenth of a run's steps.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="train and evaluate every arm of a study, then write the report")
     _study_arguments(run)
     run.add_argument("--no-progress", action="store_true",
-                     help="no progress bars (they are drawn only where stderr is a terminal)")
+                     help="no progress bars (they are drawn only where stderr is a terminal); "
+                          "a line at each tenth of a run's steps instead")
     run.add_argument("--workers", type=int, default=1, help="runs at a time in local processes (default 1)")
     run.add_argument("--executor", choices=("local", "ray"), default="local",
                      help="local (default) or ray: each run a Ray task (pip install 'dpmed[ray]')")

@@ -134,7 +134,7 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
               public.name)
     begin = time.perf_counter()
     result = train(model, train_input, public.task, config.training, seed=config.seed, device=device,
-                   progress=progress, label="pretrain")
+                   progress=progress, log_progress=True, label="pretrain")
     seconds = time.perf_counter() - begin
     try:
         validation = float(auroc(public.val.labels, predict(model, val_input, public.task, device=device),

@@ -175,8 +175,8 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         start_model(model, plan.model, context.start)
         dp = plan.privacy if isinstance(plan.privacy, DpSgdPlan) else None
         result = train(model, train_input, ds.task, plan.training, seed=plan.seed, dp=dp, randomness=randomness,
-                       device=device, progress=context.progress, label=plan.run_id, checkpoint=folder.checkpoint,
-                       released=events)
+                       device=device, progress=context.progress, log_progress=True, label=plan.run_id,
+                       checkpoint=folder.checkpoint, released=events)
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, folder.model)
         _log.info("%s: trained in %.0f s; evaluating on %d validation and %d test images", plan.run_id,
                   result.seconds, len(ds.val), len(ds.test))

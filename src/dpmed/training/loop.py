@@ -20,6 +20,7 @@ and the training length in steps (T: the DP-SGD plan's; for the other arms `dpme
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -44,6 +45,8 @@ from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffle
 from dpmed.training.schedule import base_learning_rate, set_learning_rate
 
 __all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "sampling_units"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -122,6 +125,32 @@ def _save_checkpoint(path: Path, **state) -> None:
     os.replace(tmp, path)
 
 
+class _Progress:
+    """How far a run is: a bar on a terminal, or (``log`` and no bar: a batch job's log file, a worker process) a
+    log line at each tenth of the steps with the time left, so that an hour's run is not an hour of silence (none for
+    runs under 10 steps, nor at the last step, which the caller's "trained in" line follows). Step counts and wall
+    time only: nothing of the images, the losses or which units were sampled."""
+
+    def __init__(self, total: int, done: int, label: str, *, bar: bool, log: bool) -> None:
+        self.total, self.done, self.first, self.label = total, done, done, label
+        self.start = time.perf_counter()
+        quiet = bar or not log or total < 10
+        self.marks = set() if quiet else {math.ceil(total * k / 10) for k in range(1, 10)}
+        self.bar = tqdm(total=total, initial=done, desc=label, unit="step", disable=not bar, leave=False)
+
+    def step(self) -> None:
+        self.bar.update()
+        self.done += 1
+        if self.done in self.marks:
+            elapsed = time.perf_counter() - self.start
+            left = elapsed / (self.done - self.first) * (self.total - self.done)
+            _log.info("%s: step %d of %d (%d %%), %.0f s so far, about %.0f s left", self.label, self.done,
+                      self.total, 100 * self.done // self.total, elapsed, left)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
     """The checkpoint at ``path`` if it continues this very training; None if absent or made with other settings
     (that partial run released nothing, so starting afresh loses no privacy accounting)."""
@@ -133,8 +162,8 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
 
 def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, seed: int,
           dp: DpSgdPlan | None = None, randomness: PrivacyRandomness | None = None,
-          device: torch.device | None = None, progress: bool = True, label: str = "train",
-          checkpoint: Path | None = None, released: tuple = ()) -> TrainResult:
+          device: torch.device | None = None, progress: bool = True, log_progress: bool = False,
+          label: str = "train", checkpoint: Path | None = None, released: tuple = ()) -> TrainResult:
     """Train ``model`` in place on ``data``; returns the privacy ledger (empty without DP) and private statistics.
 
     ``seed`` drives the (public) shuffling of arms without DP-SGD; DP-SGD needs ``randomness``, the run's privacy
@@ -143,7 +172,8 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     arguments and the same randomness continues from it, and ends with exactly the model and ledger of an
     uninterrupted run (METHODS.md s.3). Shuffle-mode DP-SGD (a reproduction mode) restarts from scratch instead.
     ``released``: privacy events of what was released before training (a local DP release of the training images),
-    which open the ledger.
+    which open the ledger. ``progress`` draws a bar; ``log_progress`` logs a line at each tenth of the steps where no
+    bar is drawn (a batch job's log, a worker process; see `_Progress`).
     """
     if dp is not None and randomness is None:
         raise ValueError("DP-SGD needs the run's privacy randomness (dpmed.randomness.PrivacyRandomness)")
@@ -201,8 +231,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                                                  else dp.sample_rate * n_units),
                             physical_batch_size=cfg.physical_batch_size, noise_rng=randomness.stream("noise"),
                             noise=dp.noise, engine=cfg.dp_engine)
-    bar = tqdm(total=total, initial=done * (steps_per_epoch if dp is None else 1), desc=label, unit="step",
-               disable=not progress, leave=False)
+    bar = _Progress(total, done * (steps_per_epoch if dp is None else 1), label, bar=progress, log=log_progress)
     if dp is None:
         for epoch in range(done, math.ceil(total / steps_per_epoch)):      # done counts finished epochs here
             losses = []
@@ -220,7 +249,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                 set_learning_rate(optimizer, cfg, step, total)
                 after_step()
                 losses.append(loss.item())
-                bar.update()
+                bar.step()
             statistics.append({"epoch": epoch + 1, "training_loss": float(np.mean(losses))})
             save(epoch + 1)
     else:
@@ -243,7 +272,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
             record = dp_sgd_event if dp.sampling == "poisson" else shuffled_event    # what ran, as it ran
             ledger = ledger.record(record(noise=dp.noise, noise_multiplier=dp.noise_multiplier,
                                           sample_rate=dp.sample_rate, steps=1))
-            bar.update()
+            bar.step()
             if step % steps_per_epoch == 0 or step == dp.steps:
                 save(step)
     bar.close()
