@@ -1,5 +1,5 @@
 """Where no progress bar is drawn (a batch job's log, a worker process), a run logs a line at each tenth of its
-steps: step counts and times only, never a loss; a resumed run counts on from its checkpoint."""
+steps: step counts and times only, never a loss. A resumed run counts on from its checkpoint (test_resume.py)."""
 
 from __future__ import annotations
 
@@ -8,28 +8,14 @@ import math
 import re
 
 import pytest
-import torch
 
 from dpmed.config import TrainingConfig
-from dpmed.data.synthetic import make_phantom
-from dpmed.models import build_model
 from dpmed.randomness import PrivacyRandomness
 from dpmed.training import DpSgdPlan, train
 
 CFG = TrainingConfig(epochs=3, batch_size=16, physical_batch_size=64, optimizer="adam", learning_rate=1e-3)
-PLAN = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=17)  # checkpoints every 5 steps
+PLAN = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=17)
 LINE = re.compile(r"^train: step (\d+) of (\d+) \((\d+) %\), \d+ s so far, about \d+ s left$")
-
-
-@pytest.fixture(scope="module")
-def data():
-    ds = make_phantom(n_images=120, image_size=16, seed=0)
-    return ds.train, ds.task
-
-
-def _model(task):
-    torch.manual_seed(0)
-    return build_model("small_cnn", in_channels=1, num_outputs=task.num_outputs, image_size=16)
 
 
 def _lines(caplog) -> list[tuple[int, int, int]]:
@@ -42,59 +28,30 @@ def _lines(caplog) -> list[tuple[int, int, int]]:
     return found
 
 
-def test_dp_sgd_run_logs_each_tenth_of_its_steps(data, caplog):
+def test_dp_sgd_run_logs_each_tenth_of_its_steps(data, new_model, caplog):
     images, task = data
     with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
-        train(_model(task), images, task, CFG, seed=0, dp=PLAN, randomness=PrivacyRandomness.secure(),
+        train(new_model(task), images, task, CFG, seed=0, dp=PLAN, randomness=PrivacyRandomness.secure(),
               progress=False, log_progress=True)
     # the tenths of 17 steps, rounded up; the last step is left to the caller's "trained in" line
     assert _lines(caplog) == [(s, 17, 100 * s // 17) for s in (2, 4, 6, 7, 9, 11, 12, 14, 16)]
     assert not any("loss" in r.getMessage() for r in caplog.records)
 
 
-def test_non_private_run_counts_steps_across_epochs(data, caplog):
+def test_non_private_run_counts_steps_across_epochs(data, new_model, caplog):
     images, task = data
     total = 3 * math.ceil(len(images) / CFG.batch_size)
     with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
-        train(_model(task), images, task, CFG, seed=0, progress=False, log_progress=True)
+        train(new_model(task), images, task, CFG, seed=0, progress=False, log_progress=True)
     assert _lines(caplog) == [(math.ceil(total * k / 10), total, 100 * math.ceil(total * k / 10) // total)
                               for k in range(1, 10)]
 
 
 @pytest.mark.parametrize("bar, log, steps", [(True, True, 17), (False, False, 17), (False, True, 9)])
-def test_no_lines_with_a_bar_when_not_asked_or_under_ten_steps(data, caplog, bar, log, steps):
+def test_no_lines_with_a_bar_when_not_asked_or_under_ten_steps(data, new_model, caplog, bar, log, steps):
     images, task = data
     plan = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=steps)
     with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
-        train(_model(task), images, task, CFG, seed=0, dp=plan, randomness=PrivacyRandomness.secure(), progress=bar,
+        train(new_model(task), images, task, CFG, seed=0, dp=plan, randomness=PrivacyRandomness.secure(), progress=bar,
               log_progress=log)
     assert _lines(caplog) == []
-
-
-def test_resumed_run_logs_only_the_tenths_after_its_checkpoint(data, caplog, tmp_path, monkeypatch):
-    images, task = data
-    key = PrivacyRandomness.secure().root_hex()   # the run's key, as a resumed process reads it back
-    ckpt = tmp_path / "checkpoint.pt"
-
-    class Killed(Exception):
-        pass
-
-    from dpmed.training import loop
-    original, calls = loop.DpSgdStep.__call__, {"n": 0}
-
-    def interrupted(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] > 7:        # dies in step 8, after the checkpoint of step 5
-            raise Killed
-        return original(self, *args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(loop.DpSgdStep, "__call__", interrupted)
-        with pytest.raises(Killed):
-            train(_model(task), images, task, CFG, seed=0, dp=PLAN, randomness=PrivacyRandomness.from_root_hex(key, "secure"),
-                  progress=False, checkpoint=ckpt)
-    with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
-        result = train(_model(task), images, task, CFG, seed=0, dp=PLAN, randomness=PrivacyRandomness.from_root_hex(key, "secure"),
-                       progress=False, log_progress=True, checkpoint=ckpt)
-    assert result.resumed_from == 5
-    assert [step for step, _, _ in _lines(caplog)] == [6, 7, 9, 11, 12, 14, 16]

@@ -4,29 +4,20 @@ from the position the checkpoint saved; its key is the run's (a fresh process re
 
 from __future__ import annotations
 
+import logging
+import math
+import re
+
 import pytest
 import torch
 
 from dpmed.accounting import ledger_epsilon
 from dpmed.config import TrainingConfig
-from dpmed.data.synthetic import make_phantom
-from dpmed.models import build_model
 from dpmed.randomness import PrivacyRandomness
 from dpmed.training import DpSgdPlan, DpSgdStep, train
 
 CFG = TrainingConfig(epochs=3, batch_size=16, physical_batch_size=64, optimizer="adam", learning_rate=1e-3)
 PLAN = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=17)  # epochs of 5 steps
-
-
-@pytest.fixture(scope="module")
-def data():
-    ds = make_phantom(n_images=120, image_size=16, seed=0)
-    return ds.train, ds.task
-
-
-def _model(task):
-    torch.manual_seed(0)
-    return build_model("small_cnn", in_channels=1, num_outputs=task.num_outputs, image_size=16)
 
 
 class Killed(Exception):
@@ -45,14 +36,14 @@ def _interrupt_after(monkeypatch, target, name, calls):
 
 
 @pytest.mark.parametrize("dp", [PLAN, None], ids=["dp-sgd", "non-private"])
-def test_a_resumed_run_equals_an_uninterrupted_one(data, dp, tmp_path, monkeypatch):
+def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp, tmp_path, monkeypatch, caplog):
     images, task = data
     key = PrivacyRandomness.secure().root_hex()
 
     def randomness():                  # the run's key, as a fresh process reads it back from the private folder
         return PrivacyRandomness.from_root_hex(key, "secure")
 
-    whole_model = _model(task)
+    whole_model = new_model(task)
     whole = train(whole_model, images, task, CFG, seed=4, dp=dp, randomness=randomness(), progress=False)
 
     ckpt = tmp_path / "checkpoint.pt"
@@ -62,14 +53,19 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, dp, tmp_path, monkeypat
         else:
             _interrupt_after(m, torch.optim.Adam, "step", len(images) // 16 + 3)
         with pytest.raises(Killed):
-            train(_model(task), images, task, CFG, seed=4, dp=dp, randomness=randomness(), progress=False,
+            train(new_model(task), images, task, CFG, seed=4, dp=dp, randomness=randomness(), progress=False,
                   checkpoint=ckpt)
     assert ckpt.is_file()
 
-    resumed_model = _model(task)      # a fresh process would rebuild the model the same way
-    resumed = train(resumed_model, images, task, CFG, seed=4, dp=dp, randomness=randomness(), progress=False,
-                    checkpoint=ckpt)
+    resumed_model = new_model(task)   # a fresh process would rebuild the model the same way
+    with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
+        resumed = train(resumed_model, images, task, CFG, seed=4, dp=dp, randomness=randomness(), progress=False,
+                        log_progress=True, checkpoint=ckpt)
     assert resumed.resumed_from == (10 if dp is not None else 1)
+    per_epoch = math.ceil(len(images) / CFG.batch_size)
+    total, done = (PLAN.steps, 10) if dp is not None else (3 * per_epoch, per_epoch)
+    logged = [int(m.group(1)) for r in caplog.records if (m := re.search(r": step (\d+) of ", r.getMessage()))]
+    assert logged == sorted(s for s in {math.ceil(total * k / 10) for k in range(1, 10)} if s > done)  # counts on
     assert resumed.ledger == whole.ledger and resumed.statistics == whole.statistics
     for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
@@ -78,17 +74,17 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, dp, tmp_path, monkeypat
         assert (ledger_epsilon(resumed.ledger, delta=1e-5) == ledger_epsilon(whole.ledger, delta=1e-5))
 
 
-def test_a_checkpoint_from_other_settings_is_not_continued(data, tmp_path):
+def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_path):
     images, task = data
     ckpt = tmp_path / "checkpoint.pt"
     randomness = PrivacyRandomness.secure()
-    train(_model(task), images, task, CFG, seed=4, dp=PLAN, randomness=randomness, progress=False, checkpoint=ckpt)
-    other = train(_model(task), images, task, CFG, seed=5, dp=PLAN, randomness=PrivacyRandomness.secure(),
+    train(new_model(task), images, task, CFG, seed=4, dp=PLAN, randomness=randomness, progress=False, checkpoint=ckpt)
+    other = train(new_model(task), images, task, CFG, seed=5, dp=PLAN, randomness=PrivacyRandomness.secure(),
                   progress=False, checkpoint=ckpt)
     assert other.resumed_from == 0 and other.ledger.dp_sgd_steps == PLAN.steps
 
 
-def test_dp_sgd_refuses_to_train_without_privacy_randomness(data):
+def test_dp_sgd_refuses_to_train_without_privacy_randomness(data, new_model):
     images, task = data
     with pytest.raises(ValueError, match="privacy randomness"):
-        train(_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False)
+        train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False)
