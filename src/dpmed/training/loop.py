@@ -231,7 +231,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                                                  else dp.sample_rate * n_units),
                             physical_batch_size=cfg.physical_batch_size, noise_rng=randomness.stream("noise"),
                             noise=dp.noise, engine=cfg.dp_engine)
-    bar = _Progress(total, done * (steps_per_epoch if dp is None else 1), label, bar=progress, log=log_progress)
+    shown = _Progress(total, done * (steps_per_epoch if dp is None else 1), label, bar=progress, log=log_progress)
     if dp is None:
         for epoch in range(done, math.ceil(total / steps_per_epoch)):      # done counts finished epochs here
             losses = []
@@ -249,7 +249,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                 set_learning_rate(optimizer, cfg, step, total)
                 after_step()
                 losses.append(loss.item())
-                bar.step()
+                shown.step()
             statistics.append({"epoch": epoch + 1, "training_loss": float(np.mean(losses))})
             save(epoch + 1)
     else:
@@ -272,10 +272,10 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
             record = dp_sgd_event if dp.sampling == "poisson" else shuffled_event    # what ran, as it ran
             ledger = ledger.record(record(noise=dp.noise, noise_multiplier=dp.noise_multiplier,
                                           sample_rate=dp.sample_rate, steps=1))
-            bar.step()
+            shown.step()
             if step % steps_per_epoch == 0 or step == dp.steps:
                 save(step)
-    bar.close()
+    shown.close()
     if average is not None:                    # the released (and evaluated) model is the average of the iterates
         average.copy_to(model)
     return TrainResult(ledger=ledger, statistics=statistics, seconds=time.perf_counter() - start, resumed_from=done)
