@@ -73,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                                        "time; reads the data and calibrates as `run` does, trains nothing")
     _study_arguments(plan)
     plan.add_argument("--no-estimate", action="store_true", help="skip the timing probe (a few seconds)")
-    status = sub.add_parser("status", help="list the finished, failed, interrupted and pending runs in DIR")
+    status = sub.add_parser("status", help="list the finished, failed, interrupted (the step its checkpoint reached) "
+                                           "and pending runs in DIR")
     status.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
     rep = sub.add_parser("report", help="rebuild results.csv and report.html from the finished runs in DIR")
     rep.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")

@@ -40,6 +40,7 @@ from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy
 from dpmed.reporting import write_private_report, write_report, write_results_table
 from dpmed.run import RunContext
 from dpmed.timing import Rates, probe_rates
+from dpmed.training import checkpoint_progress
 from dpmed.workspace import StudyProgress, claim_folder, writing_into
 
 __all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "load_study_data",
@@ -309,9 +310,19 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     return resolved, records
 
 
+def _checkpoint_detail(path: Path) -> str:
+    """How far an interrupted (or running) run's checkpoint is, and how old: a run still training rewrites it
+    every epoch, so a minutes-old checkpoint of a folder in use is a run in progress."""
+    minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
+    age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
+    progress = checkpoint_progress(path)
+    where = "" if progress is None else f" at step {progress[0]} of {progress[1]}"
+    return f"continues from its checkpoint{where} (saved {age} ago)"
+
+
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     """(run id, state, detail) of every run the study folder lists: finished, failed (with the error), interrupted
-    (a private checkpoint waits) or pending."""
+    (a private checkpoint waits: the step it reached and its age) or pending."""
     folder = StudyFolder(Path(study_dir))
     states = []
     for plan in _read_resolved(folder).runs:
@@ -321,7 +332,7 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
         elif files.error.is_file():
             states.append((plan.run_id, "failed", json.loads(files.error.read_text(encoding="utf-8"))["error"]))
         elif files.checkpoint.is_file():
-            states.append((plan.run_id, "interrupted", "continues from its checkpoint"))
+            states.append((plan.run_id, "interrupted", _checkpoint_detail(files.checkpoint)))
         else:
             states.append((plan.run_id, "pending", ""))
     return states

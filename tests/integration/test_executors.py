@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -85,7 +86,7 @@ def test_a_killed_study_resumes_to_the_same_results_table(tmp_path, reference, t
     pd.testing.assert_frame_equal(results_table(out / "tiny"), reference)
 
 
-def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_path, tiny_text):
+def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_path, tiny_text, capsys):
     """Secure mode: the key of an unfinished run waits in its private folder (owner-only), the resumed run continues
     from the checkpoint (same plan, same ledger), and once finished no file can regenerate its noise."""
     (tmp_path / "s.yaml").write_text(tiny_text.replace("privacy_randomness: reproducible\n", ""))
@@ -93,11 +94,17 @@ def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_pa
     cmd = _kill_mid_dp_run(tmp_path / "s.yaml", out)
     run = StudyFolder(out / "tiny").run("dp_eps8_C1_seed0")
     assert run.privacy_key.is_file() and oct(run.privacy_key.stat().st_mode & 0o777) == "0o600"
+    assert main(["status", str(out / "tiny")]) == 0
+    shown = re.search(r"dp_eps8_C1_seed0 +interrupted: continues from its checkpoint at step (\d+) of (\d+) \(saved "
+                      r"(under a minute|\d+ min) ago\)", capsys.readouterr().out)
+    assert shown, "status does not say how far the interrupted run got"
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     record = json.loads(run.record.read_text())
     assert record["timing"]["resumed_from"] > 0
     assert record["ledger"]["events"][0]["steps"] == record["plan"]["privacy"]["steps"]
+    assert int(shown.group(1)) == record["timing"]["resumed_from"] and int(shown.group(2)) == record["ledger"][
+        "events"][0]["steps"]
     assert not run.privacy_key.exists() and not run.checkpoint.exists()
     assert record["privacy"]["is_dp"] and "OS entropy" in record["privacy"]["randomness"]
 

@@ -14,7 +14,7 @@ import torch
 from dpmed.accounting import ledger_epsilon
 from dpmed.config import TrainingConfig
 from dpmed.randomness import PrivacyRandomness
-from dpmed.training import DpSgdPlan, DpSgdStep, train
+from dpmed.training import DpSgdPlan, DpSgdStep, checkpoint_progress, train
 
 CFG = TrainingConfig(epochs=3, batch_size=16, physical_batch_size=64, optimizer="adam", learning_rate=1e-3)
 PLAN = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=17)  # epochs of 5 steps
@@ -55,15 +55,15 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp, tmp_path
         with pytest.raises(Killed):
             train(new_model(task), images, task, CFG, seed=4, dp=dp, randomness=randomness(), progress=False,
                   checkpoint=ckpt)
-    assert ckpt.is_file()
+    per_epoch = math.ceil(len(images) / CFG.batch_size)
+    total, done = (PLAN.steps, 10) if dp is not None else (3 * per_epoch, per_epoch)
+    assert checkpoint_progress(ckpt) == (done, total)         # what `dpmed status` shows: the last save, not step 13
 
     resumed_model = new_model(task)   # a fresh process would rebuild the model the same way
     with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
         resumed = train(resumed_model, images, task, CFG, seed=4, dp=dp, randomness=randomness(), progress=False,
                         log_progress=True, checkpoint=ckpt)
     assert resumed.resumed_from == (10 if dp is not None else 1)
-    per_epoch = math.ceil(len(images) / CFG.batch_size)
-    total, done = (PLAN.steps, 10) if dp is not None else (3 * per_epoch, per_epoch)
     logged = [int(m.group(1)) for r in caplog.records if (m := re.search(r": step (\d+) of ", r.getMessage()))]
     assert logged == sorted(s for s in {math.ceil(total * k / 10) for k in range(1, 10)} if s > done)  # counts on
     assert resumed.ledger == whole.ledger and resumed.statistics == whole.statistics
@@ -72,6 +72,11 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp, tmp_path
     if dp is not None:
         assert resumed.ledger.dp_sgd_steps == PLAN.steps
         assert (ledger_epsilon(resumed.ledger, delta=1e-5) == ledger_epsilon(whole.ledger, delta=1e-5))
+
+
+def test_an_unreadable_checkpoint_has_no_progress(tmp_path):
+    (tmp_path / "checkpoint.pt").write_bytes(b"cut short by a full disk")
+    assert checkpoint_progress(tmp_path / "checkpoint.pt") is None
 
 
 def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_path):

@@ -1,11 +1,12 @@
 """Training: batches (Poisson for DP-SGD), the DP-SGD step, and the loop."""
 
 from dpmed.training.dp_sgd import DpSgdStep
-from dpmed.training.loop import DpSgdPlan, TrainResult, dp_sgd_schedule, resolve_device, train
+from dpmed.training.loop import (DpSgdPlan, TrainResult, checkpoint_progress, dp_sgd_schedule, resolve_device,
+                                 train)
 from dpmed.training.objectives import OBJECTIVES, Objective
 from dpmed.training.sampling import poisson_batches, shuffled_batches
 
 __all__ = [
-    "DpSgdStep", "DpSgdPlan", "TrainResult", "dp_sgd_schedule", "resolve_device", "train", "OBJECTIVES",
+    "DpSgdStep", "DpSgdPlan", "TrainResult", "checkpoint_progress", "dp_sgd_schedule", "resolve_device", "train", "OBJECTIVES",
     "Objective", "poisson_batches", "shuffled_batches",
 ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,8 @@ from dpmed.training.objectives import objective_for
 from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffled_batches
 from dpmed.training.schedule import base_learning_rate, set_learning_rate
 
-__all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "sampling_units"]
+__all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "sampling_units",
+           "checkpoint_progress"]
 
 _log = logging.getLogger(__name__)
 
@@ -160,6 +162,16 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
     return state if state.get("fingerprint") == fingerprint else None
 
 
+def checkpoint_progress(path: Path) -> tuple[int, int] | None:
+    """(steps done, steps in all) of the training a checkpoint holds, for ``dpmed status``; None where the file is
+    unreadable or was written before checkpoints recorded their progress (such a one still continues its run)."""
+    try:
+        progress = torch.load(path, map_location="cpu", weights_only=True).get("progress")
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
+        return None
+    return None if progress is None else (int(progress["steps"]), int(progress["of"]))
+
+
 def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, seed: int,
           dp: DpSgdPlan | None = None, randomness: PrivacyRandomness | None = None,
           device: torch.device | None = None, progress: bool = True, log_progress: bool = False,
@@ -209,7 +221,8 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                              optimizer=optimizer.state_dict(), shuffle_state=shuffle_gen.get_state(),
                              privacy_randomness={} if randomness is None else randomness.state(),
                              ledger=ledger.to_dict(), statistics=statistics,
-                             average=None if average is None else average.state_dict())
+                             average=None if average is None else average.state_dict(),
+                             progress={"steps": shown.done, "of": total})
 
     def after_step() -> None:
         optimizer.step()
