@@ -45,7 +45,7 @@ from dpmed.workspace import StudyProgress, claim_folder, writing_into
 
 __all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "load_study_data",
            "planned_card", "estimate_times", "check_device", "setting_differences", "write_outputs", "rebuild_outputs",
-           "run_states"]
+           "run_states", "read_resolved"]
 
 _log = logging.getLogger(__name__)
 
@@ -295,6 +295,11 @@ def _read_resolved(folder: StudyFolder) -> ResolvedStudy:
     # through JSON: the plans' tuples are lists in YAML, which only JSON validation reads as tuples
     data = yaml.safe_load(folder.resolved_study.read_text(encoding="utf-8"))
     return ResolvedStudy.model_validate_json(json.dumps(data))
+
+
+def read_resolved(study_dir: Path) -> ResolvedStudy:
+    """The study.yaml of the study output folder ``study_dir``: the study, its data and every run's plan, as run."""
+    return _read_resolved(StudyFolder(Path(study_dir)))
 
 
 def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 _BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -140,3 +142,43 @@ def test_kermany_three_class_splits_by_patient_and_reads_as_a_multiclass_medmnis
     data = read_medmnist(tmp_path / "k3.npz")
     assert data.task.kind == "multiclass" and data.train.images.shape[1:] == (1, 8, 8)
     assert len(data.train.images) + len(data.val.images) == 20 + 40 + 10                 # every other train image
+
+
+def test_shifted_inputs_moves_images_by_reflection_as_counted_by_hand():
+    import numpy as np
+
+    shifts = _harness("shifted_inputs")
+    image = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)        # rows 0-3, 4-7, 8-11, 12-15
+    right = shifts.shifted(image, 1, 0)[0, 0]
+    assert right[:, 1:].tolist() == image[0, 0, :, :3].tolist()        # content one column to the right
+    assert right[:, 0].tolist() == [1, 5, 9, 13]                       # the new left edge: reflection of column 1
+    down = shifts.shifted(image, 0, -1)[0, 0]                           # dy = -1: up one row
+    assert down[:3].tolist() == image[0, 0, 1:].tolist() and down[3].tolist() == [8, 9, 10, 11]
+    assert shifts.shifted(image, 0, 0) is image
+    assert len(shifts.transforms("shifts", 2)) == 5 and len(shifts.transforms("flip", 2)) == 2
+
+
+def test_shifted_inputs_recomputes_a_study_from_its_models_and_refuses_other_scores(tmp_path, capsys):
+    import numpy as np
+
+    from dpmed.cli import main
+
+    (tmp_path / "s.yaml").write_text("name: tta\ndata: {source: phantom, n_images: 160, image_size: 16}\n"
+                                     "training: {epochs: 2, batch_size: 16, threads: 1}\n"
+                                     "evaluation: {bootstrap_resamples: 20}\narms: [{name: base, mechanism: none}]\n")
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path), "--no-progress"]) == 0
+    study, shifts = tmp_path / "tta", _harness("shifted_inputs")
+    shifts.main([str(study), "--json", str(tmp_path / "rows.json")])
+    row, = json.loads((tmp_path / "rows.json").read_text())
+    record = json.loads((study / "runs" / "base_seed0" / "run.json").read_text())
+    assert row["shift_px"] == 1 and row["group"] == "base"                         # 16 px / 16
+    assert row["none"]["test_auroc"] == pytest.approx(record["metrics"]["test_auroc"], abs=1e-9)
+    assert row["none"]["accuracy"] == pytest.approx(record["metrics"]["test_accuracy"], abs=1e-9)
+    assert {"shifts", "flip"} <= set(row) and "| tta | base (1) | shifts |" in capsys.readouterr().out
+
+    saved = study / "runs" / "base_seed0" / "predictions.npz"
+    arrays = dict(np.load(saved))
+    arrays["test_scores"] = 1 - arrays["test_scores"]
+    np.savez(saved, **arrays)
+    with pytest.raises(SystemExit, match="does not give its saved test scores"):
+        shifts.main([str(study)])
