@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from dpmed.data import ImageSet
-from dpmed.evaluation import auroc, load_predictions, youden_threshold
+from dpmed.evaluation import auroc, load_predictions, predict, youden_threshold
 from dpmed.models import build_model
 from dpmed.records import read_record
 from dpmed.study import load_study_data, read_resolved
@@ -57,14 +57,9 @@ def transforms(variant: str, shift: int) -> list:
     raise ValueError(f"unknown variant {variant!r}")
 
 
-@torch.no_grad()
-def _scores(model: torch.nn.Module, data: ImageSet, variant: str, shift: int) -> np.ndarray:
-    """P(class 1), the mean over the variant's copies of every image."""
-    out = []
-    for f in transforms(variant, shift):
-        x = torch.from_numpy(f(data.images))
-        out.append(torch.cat([torch.softmax(model(c), 1)[:, 1].double() for c in torch.split(x, 256)]).numpy())
-    return np.mean(out, axis=0)
+def _scores(model: torch.nn.Module, data: ImageSet, task, variant: str, shift: int) -> np.ndarray:
+    """P(class 1), the mean over the variant's copies of every image (each scored as the study scored it)."""
+    return np.mean([predict(model, data.with_images(f(data.images)), task) for f in transforms(variant, shift)], axis=0)
 
 
 def _rows(study: Path, variants: list[str], shift: int | None) -> list[dict]:
@@ -80,11 +75,10 @@ def _rows(study: Path, variants: list[str], shift: int | None) -> list[dict]:
         model = build_model(record.plan.model, in_channels=dataset.test.image_shape[0],
                             num_outputs=dataset.task.num_outputs, image_size=size)
         model.load_state_dict(torch.load(run / "model.pt", map_location="cpu", weights_only=True))
-        model.eval()
         saved = load_predictions(run / "predictions.npz")["test_scores"]
         row = {"study": study.name, "run": run.name, "group": run.name.rsplit("_seed", 1)[0], "shift_px": shift}
         for variant in ["none", *variants]:
-            val, test = (_scores(model, s, variant, shift) for s in (dataset.val, dataset.test))
+            val, test = (_scores(model, s, dataset.task, variant, shift) for s in (dataset.val, dataset.test))
             if variant == "none" and not np.allclose(test, saved, rtol=1e-4, atol=1e-5):
                 raise SystemExit(f"{run}: the model does not give its saved test scores (max difference "
                                  f"{np.max(np.abs(test - saved)):.2g}); was the folder made by another version?")
