@@ -7,6 +7,6 @@ from dpmed.training.objectives import OBJECTIVES, Objective
 from dpmed.training.sampling import poisson_batches, shuffled_batches
 
 __all__ = [
-    "DpSgdStep", "DpSgdPlan", "TrainResult", "checkpoint_progress", "dp_sgd_schedule", "resolve_device", "train", "OBJECTIVES",
-    "Objective", "poisson_batches", "shuffled_batches",
+    "DpSgdStep", "DpSgdPlan", "TrainResult", "checkpoint_progress", "dp_sgd_schedule", "resolve_device", "train",
+    "OBJECTIVES", "Objective", "poisson_batches", "shuffled_batches",
 ]
