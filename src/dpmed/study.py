@@ -162,7 +162,7 @@ def _other_data(folder: StudyFolder, dataset: Dataset) -> list[str]:
     """How the dataset of the folder's finished runs (its study.yaml) differs from ``dataset``, one line per field."""
     if not folder.finished_run_ids() or not folder.resolved_study.is_file():
         return []
-    before = _read_resolved(folder).dataset.model_dump(mode="json", include=set(_SAME_DATA))
+    before = read_resolved(folder.root).dataset.model_dump(mode="json", include=set(_SAME_DATA))
     now = _dataset_summary(dataset).model_dump(mode="json", include=set(_SAME_DATA))
     return [f"dataset.{key}: {before[key]} in the finished runs, {now[key]} now" for key in _SAME_DATA
             if before[key] != now[key]]
@@ -289,7 +289,9 @@ def write_outputs(folder: StudyFolder, resolved: ResolvedStudy, records: list[Ru
         write_private_report(resolved, private, folder.private_report)
 
 
-def _read_resolved(folder: StudyFolder) -> ResolvedStudy:
+def read_resolved(study_dir: Path) -> ResolvedStudy:
+    """The study.yaml of the study output folder ``study_dir``: the study, its data and every run's plan, as run."""
+    folder = StudyFolder(Path(study_dir))
     if not folder.resolved_study.is_file():
         raise ConfigError(f"{folder.root} holds no study.yaml; pass the folder `dpmed run` wrote (results/<study>)")
     # through JSON: the plans' tuples are lists in YAML, which only JSON validation reads as tuples
@@ -297,16 +299,11 @@ def _read_resolved(folder: StudyFolder) -> ResolvedStudy:
     return ResolvedStudy.model_validate_json(json.dumps(data))
 
 
-def read_resolved(study_dir: Path) -> ResolvedStudy:
-    """The study.yaml of the study output folder ``study_dir``: the study, its data and every run's plan, as run."""
-    return _read_resolved(StudyFolder(Path(study_dir)))
-
-
 def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     """Rewrite results.csv and the reports of the study folder ``study_dir`` from its finished runs (``dpmed
     report``); returns the resolved study and the records."""
     folder = StudyFolder(Path(study_dir))
-    resolved = _read_resolved(folder)
+    resolved = read_resolved(folder.root)
     records = [read_record(folder.run(p.run_id).record) for p in resolved.runs if folder.run(p.run_id).is_finished]
     if not records:
         raise ConfigError(f"{folder.root} has no finished run (no runs/*/run.json); run the study first")
@@ -330,7 +327,7 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     (a private checkpoint waits: the step it reached and its age) or pending."""
     folder = StudyFolder(Path(study_dir))
     states = []
-    for plan in _read_resolved(folder).runs:
+    for plan in read_resolved(folder.root).runs:
         files = folder.run(plan.run_id)
         if files.is_finished:
             states.append((plan.run_id, "finished", ""))
