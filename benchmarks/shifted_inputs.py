@@ -76,13 +76,13 @@ def _rows(study: Path, variants: list[str], shift: int | None) -> list[dict]:
                             num_outputs=dataset.task.num_outputs, image_size=size)
         model.load_state_dict(torch.load(run / "model.pt", map_location="cpu", weights_only=True))
         saved = load_predictions(run / "predictions.npz")["test_scores"]
+        y = dataset.test.labels.astype(bool)
         row = {"study": study.name, "run": run.name, "group": run.name.rsplit("_seed", 1)[0], "shift_px": shift}
         for variant in ["none", *variants]:
             val, test = (_scores(model, s, dataset.task, variant, shift) for s in (dataset.val, dataset.test))
             if variant == "none" and not np.allclose(test, saved, rtol=1e-4, atol=1e-5):
                 raise SystemExit(f"{run}: the model does not give its saved test scores (max difference "
                                  f"{np.max(np.abs(test - saved)):.2g}); was the folder made by another version?")
-            y = dataset.test.labels.astype(bool)
             threshold = youden_threshold(dataset.val.labels, val)
             row[variant] = {"val_auroc": auroc(dataset.val.labels, val, kind="binary")[0],
                             "test_auroc": auroc(dataset.test.labels, test, kind="binary")[0],

@@ -165,8 +165,8 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
 def checkpoint_progress(path: Path) -> tuple[int, int] | None:
     """(steps done, steps in all) of the training a checkpoint holds, for ``dpmed status``; None where the file is
     unreadable or was written before checkpoints recorded their progress (such a one still continues its run)."""
-    try:
-        progress = torch.load(path, map_location="cpu", weights_only=True).get("progress")
+    try:   # mapped, not read: the weights and optimiser state stay on disk
+        progress = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("progress")
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
         return None
     return None if progress is None else (int(progress["steps"]), int(progress["of"]))
