@@ -20,13 +20,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["StudyFolder", "RunFolder", "write_json_atomic", "write_text_atomic"]
+__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_json_atomic", "write_text_atomic"]
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, then rename: readers see the old file or the whole new one."""
+def open_owner_only(path: Path, mode: str = "w"):
+    """``path`` opened for writing, created readable by its owner only (0600) from the first byte: a secret written
+    first and chmod-ed after would be readable by others in between, whatever the umask."""
+    path.unlink(missing_ok=True)                # O_CREAT keeps the mode of a file that already exists
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), mode,
+                     **({} if "b" in mode else {"encoding": "utf-8"}))
+
+
+def write_text_atomic(path: Path, text: str, *, owner_only: bool = False) -> None:
+    """Write to a temporary file in the same folder, then rename: readers see the old file or the whole new one.
+    ``owner_only``: the file is created 0600 (`open_owner_only`), for the run's secrets."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    if owner_only:
+        with open_owner_only(tmp) as f:
+            f.write(text)
+    else:
+        tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -103,6 +116,14 @@ class RunFolder:
     def make(self) -> None:
         self.public.mkdir(parents=True, exist_ok=True)
         self.private.mkdir(parents=True, exist_ok=True)
+
+    def discard_attempt(self) -> None:
+        """Delete what an unfinished earlier attempt of this run left: its checkpoint and key (made for other
+        settings or data, they cannot continue this training) and its public files, so that no model of that
+        attempt lies beside this one's without a record, and nothing of it is mistaken for this run's."""
+        self.discard_secrets()
+        for path in (self.model, self.predictions, self.examples, self.cams):
+            path.unlink(missing_ok=True)
 
     def discard_secrets(self) -> None:
         """Delete the checkpoint and the privacy key once the run is finished: a finished run is never resumed, and

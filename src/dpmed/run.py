@@ -13,6 +13,8 @@ while the run is unfinished, so that a resumed run makes exactly the same draws,
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import time
@@ -77,17 +79,49 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _privacy_randomness(plan: RunPlan, mode: str, folder: RunFolder) -> PrivacyRandomness:
+def _attempt(plan: RunPlan, context: RunContext) -> str:
+    """What an unfinished attempt of the run must share with this one for its key to serve again: the run's
+    settings, the randomness mode, the study's start and the training data's content (sha256; it is kept only in
+    the private key file, which goes when the run finishes)."""
+    digest = hashlib.sha256(json.dumps({"plan": plan.settings(), "randomness": context.privacy_randomness,
+                                        "start": None if context.start is None else context.start.model_dump(
+                                            mode="json"), "normalization": str(context.dataset.normalization)},
+                                       sort_keys=True).encode())
+    train = context.dataset.train
+    for array in (train.images, train.labels):
+        digest.update(np.ascontiguousarray(array).tobytes())
+        digest.update(str(array.shape).encode())
+    digest.update("\0".join(map(str, train.patient_ids)).encode())
+    return digest.hexdigest()
+
+
+def _saved_key(path: Path) -> tuple[str, str] | None:
+    """(root key, attempt) of the private key file; None where there is none, or an older version's bare key."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        return str(saved["root"]), str(saved["attempt"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -> PrivacyRandomness:
     """Secure: a fresh key, kept in the private folder (owner-only) until the run finishes, so that an interrupted
     run continues with the same draws (a second, different perturbation of the same images would be a second
-    release); reproducible: derived from the published seed and run id."""
-    if mode == "reproducible":
-        return PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id)
-    if folder.privacy_key.is_file():
-        return PrivacyRandomness.from_root_hex(folder.privacy_key.read_text(encoding="utf-8"), "secure")
-    randomness = PrivacyRandomness.secure()
-    write_text_atomic(folder.privacy_key, randomness.root_hex())
-    os.chmod(folder.privacy_key, 0o600)
+    release); reproducible: derived from the published seed and run id.
+
+    The key serves again only an attempt with the same settings, start and training data (`_attempt`). Any other
+    attempt starts afresh: what the earlier one left is deleted (its model, if evaluation failed after training)
+    and a secure run gets a new key, so that no two models trained on other settings share their batches and
+    noise, whose difference would cancel the noise."""
+    mode, attempt = context.privacy_randomness, _attempt(plan, context)
+    saved = _saved_key(folder.privacy_key)
+    if saved is not None and saved[1] == attempt:
+        return PrivacyRandomness.from_root_hex(saved[0], mode)
+    folder.discard_attempt()
+    randomness = (PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id) if mode == "reproducible" else
+                  PrivacyRandomness.secure())
+    write_text_atomic(folder.privacy_key, json.dumps({"root": randomness.root_hex(), "attempt": attempt}),
+                      owner_only=True)
     return randomness
 
 
@@ -164,7 +198,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
     ds, info = context.dataset, mechanism_info(plan.mechanism)
     device = resolve_device(context.device if plan.training.device == "auto" else plan.training.device)
     threads = run_threads(plan.training.threads)
-    randomness = _privacy_randomness(plan, context.privacy_randomness, folder)
+    randomness = _privacy_randomness(plan, context, folder)
     with torch_threads(threads):
         train_set, trial, events = _training_set(plan, ds, randomness, folder)
         train_input, val_input, test_input = _model_inputs(ds, train_set, ds.val, ds.test)

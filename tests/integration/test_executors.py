@@ -93,7 +93,8 @@ def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_pa
     out = tmp_path / "out"
     cmd = _kill_mid_dp_run(tmp_path / "s.yaml", out)
     run = StudyFolder(out / "tiny").run("dp_eps8_C1_seed0")
-    assert run.privacy_key.is_file() and oct(run.privacy_key.stat().st_mode & 0o777) == "0o600"
+    for secret in (run.privacy_key, run.checkpoint):      # the checkpoint holds the streams' keys too
+        assert secret.is_file() and oct(secret.stat().st_mode & 0o777) == "0o600", secret
     assert main(["status", str(out / "tiny")]) == 0
     shown = re.search(r"dp_eps8_C1_seed0 +interrupted: continues from its checkpoint at step (\d+) of (\d+) \(saved "
                       r"(under a minute|\d+ min) ago\)", capsys.readouterr().out)

@@ -406,3 +406,40 @@ def test_training_returns_nothing_about_membership_but_the_model(tmp_path):
                        randomness=PrivacyRandomness.reproducible(seed=0, run_id="neighbours"))
         results.append((result.ledger, result.statistics, result.resumed_from))
     assert results[0] == results[1]
+
+
+def _crash(*args, **kwargs):
+    raise RuntimeError("evaluation failed after training (a full disk, Ctrl-C in Grad-CAM)")
+
+
+def test_a_retried_run_with_other_settings_shares_no_noise_with_the_attempt_it_replaces(tmp_path, n_train):
+    """Adversary: the model an attempt left in the public folder when its evaluation failed (copied before the
+    retry), and the retried run's release. The retry changed delta, which keeps the run id and moves sigma. With
+    the first attempt's key used again the two steps share their batch and their xi, and the differencing of
+    `test_differencing_two_dp_sgd_runs_of_one_sweep_cancels_no_noise` returns the clean clipped sum."""
+    arm = {"name": "dp", "mechanism": "dp_sgd", "target_epsilon": [2.0], "batch_size": n_train,
+           "privacy_unit": "image"}
+    first = _study(tmp_path, "retry", [arm | {"accountant": "pld"}])
+    run_id, = run_ids(first)
+    with pytest.MonkeyPatch.context() as mp, _spying([run_id]) as spy1:
+        mp.setattr(dpmed.run, "assess", _crash)
+        failed = run_study(first, out=tmp_path / "out", progress=False)
+    assert failed.failures and not (failed.out_dir / "runs" / run_id / "run.json").exists()
+    left = torch.load(failed.out_dir / "runs" / run_id / "model.pt", map_location="cpu", weights_only=True)
+    sigma1 = _published_runs(failed.out_dir, "dp")[0]["privacy"]["noise_multiplier"]
+
+    study_dir, spy2 = _run(tmp_path, _study(tmp_path, "retry", [arm | {"accountant": "rdp"}]))
+    theta0, names = spy1.init_of(run_id)
+    assert all(torch.equal(theta0[k], spy2.init_of(run_id)[0][k]) for k in names)
+    second = _dp_update(study_dir, spy2, run_id)
+    c = _record(study_dir, run_id)["plan"]["training"]["learning_rate"] / n_train
+    first_run = second | {"sigma": sigma1, "u": np.concatenate(
+        [((theta0[k].double() - left[k].double()) / c).numpy().ravel() for k in names])}
+    for run in (first_run, second):
+        _check_update_is_noise(run)
+    s1, s2 = first_run["sigma"], second["sigma"]
+    assert s1 != s2
+    s_hat = (s2 * first_run["u"] - s1 * second["u"]) / (s2 - s1)
+    norm, bound = float(np.linalg.norm(s_hat)), second["N"] * second["C"]
+    assert norm > 2 * bound, (f"the retry (sigma {s2:g}) and the attempt it replaced (sigma {s1:g}) gave S_hat with "
+                              f"||S_hat|| = {norm:.4g} <= 2 N C = {2 * bound:g}: they share their noise")

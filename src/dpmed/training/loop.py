@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from dpmed.accounting import Ledger, dp_sgd_event, dp_sgd_schedule, shuffled_event  # noqa: F401 (re-exported)
 from dpmed.config import TrainingConfig
 from dpmed.data import ImageSet, Task
+from dpmed.folders import open_owner_only
 from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.randomness import PrivacyRandomness, public_seed
 from dpmed.training.augmentation import Augmentation, image_keys
@@ -121,9 +122,11 @@ def _fingerprint(data: ImageSet, cfg: TrainingConfig, seed: int, dp: DpSgdPlan |
 
 def _save_checkpoint(path: Path, **state) -> None:
     """Model, optimiser, generator positions and the privacy ledger, written atomically (tmp file, then rename).
-    It holds the privacy randomness's position: a private file (see dpmed.randomness)."""
+    It holds the privacy randomness's position and stream keys: a private file (see dpmed.randomness), created
+    readable by its owner only, like the key file itself."""
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(state, tmp)
+    with open_owner_only(tmp, "wb") as f:
+        torch.save(state, f)
     os.replace(tmp, path)
 
 
@@ -155,7 +158,7 @@ class _Progress:
 
 def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
     """The checkpoint at ``path`` if it continues this very training; None if absent or made with other settings
-    (that partial run released nothing, so starting afresh loses no privacy accounting)."""
+    (`dpmed.run` gave this attempt a fresh key and deleted what the earlier one left)."""
     if path is None or not path.is_file():
         return None
     state = torch.load(path, map_location="cpu", weights_only=True)
