@@ -36,6 +36,7 @@ from dpmed.executors import RunFailure, RunTask, make_executor
 from dpmed.folders import StudyFolder, write_json_atomic, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info
 from dpmed.pretraining import prepare_start
+from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record
 from dpmed.reporting import write_private_report, write_report, write_results_table
 from dpmed.run import RunContext
@@ -168,12 +169,19 @@ def _other_data(folder: StudyFolder, dataset: Dataset) -> list[str]:
             if before[key] != now[key]]
 
 
-def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset
+def _randomness_of(record: RunRecord) -> str | None:
+    """The privacy randomness a finished run drew ("secure" or "reproducible", as its card says), None for a run
+    that drew none (no privacy)."""
+    card = record.privacy.randomness
+    return None if card is None else "reproducible" if card == NOT_DP_REPRODUCIBLE else "secure"
+
+
+def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, randomness: str
               ) -> tuple[dict[str, RunRecord], list[RunRecord]]:
     """(finished runs the study lists, by id; finished runs in the folder it no longer lists: released all the same).
-    A listed run made with other settings (its plan, the model included) or finished runs on other data are refused
-    rather than mixed into one table; the message names what differs (where and how fast a run executes,
-    ``config.EXECUTION_ONLY``, does not count)."""
+    A listed run made with other settings (its plan, the model included, or the other privacy randomness) or
+    finished runs on other data are refused rather than mixed into one table; the message names what differs (where
+    and how fast a run executes, ``config.EXECUTION_ONLY``, does not count)."""
     data = _other_data(folder, dataset)
     if data:
         raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
@@ -184,8 +192,12 @@ def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset
         record = read_record(folder.run(run_id).record)
         if run_id not in listed:
             elsewhere.append(record)
-        elif record.plan.settings() != listed[run_id].settings():
-            clashes.append((run_id, setting_differences(record.plan.settings(), listed[run_id].settings())))
+            continue
+        diffs = setting_differences(record.plan.settings(), listed[run_id].settings())
+        if _randomness_of(record) not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
+            diffs.append(f"privacy_randomness: {_randomness_of(record)} in the finished run, {randomness} now")
+        if diffs:
+            clashes.append((run_id, diffs))
         else:
             mine[run_id] = record
     if clashes:
@@ -208,9 +220,9 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     dataset = load_study_data(study)
     load_seconds = time.perf_counter() - start
     plans = plan_study(study, dataset)
-    existing, elsewhere = _finished(folder, plans, dataset)
-    privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget,
-                            reproducible=study.privacy_randomness == "reproducible")
+    existing, elsewhere = _finished(folder, plans, dataset, study.privacy_randomness)
+    reproducible = "reproducible" in {study.privacy_randomness, *map(_randomness_of, elsewhere)}
+    privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
     if study.privacy_budget is not None:
         check_budget(study.privacy_budget, privacy)
     return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,

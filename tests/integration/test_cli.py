@@ -89,10 +89,12 @@ def test_changed_settings_refuse_to_mix_with_finished_runs(quickstart, capsys):
     ("model.name=flat_cnn", "model: small_cnn in the finished run, flat_cnn now"),
     ("data.n_images=280", "dataset.n_train: "),
     ("data.image_size=28", "dataset.image_shape: [1, 32, 32] in the finished runs, [1, 28, 28] now"),
+    ("privacy_randomness=reproducible", "privacy_randomness: secure in the finished run, reproducible now"),
 ])
 def test_another_model_or_other_data_refuse_to_mix_with_finished_runs(quickstart, capsys, change, named):
-    """Finished runs are reused only for the same model and the same data: before, a study whose model or image size
-    changed reported the old runs beside the new ones as one study."""
+    """Finished runs are reused only for the same model, the same data and the same privacy randomness: before, a
+    study whose model or image size changed reported the old runs beside the new ones as one study, and a study
+    switched from reproducible to secure randomness called the reused runs DP."""
     before = {p: p.stat().st_mtime_ns for p in quickstart.glob("runs/*/run.json")}
     assert main(["run", "--out", str(quickstart.parent), *TINY, "--set", change]) == 2
     err = capsys.readouterr().err
