@@ -49,7 +49,7 @@ def make_record():
             swept = (SweptValue(key="target_epsilon", tag="eps", value=eps),
                      SweptValue(key="max_grad_norm", tag="C", value=C))
             card = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement=f"eps = {eps * 0.99:g}", epsilon=eps * 0.99,
-                               delta=1e-5, accountant="pld")
+                               delta=1e-5, accountant="pld", unit="image")
         else:
             privacy, swept = NoPrivacyPlan(), ()
             card = PrivacyCard(mechanism="none", is_dp=False, statement="no privacy protection (eps = infinity)")

@@ -94,7 +94,7 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     parts = []
     if dp:
         shown = f"eps = {dp_eps:.4g} at delta = {delta:.3g}" if dp_eps is not None else "no single eps"
-        parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; unit: one "
+        parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; neighbours: add/remove one "
                      f"{unit or 'image or patient'}){why}")
     if not_private:
         parts.append(f"{len(not_private)} run(s) without privacy on the same patients ({', '.join(not_private)}): "

@@ -159,7 +159,7 @@ def _noise_text(card: Any) -> str:
 
 
 def _eps_text(card: Any) -> str:
-    """eps with delta, accountant and unit, or why there is none."""
+    """eps with delta, accountant and neighbours (the unit added or removed), or why there is none."""
     if card.epsilon is None:
         if card.epsilon_if_poisson is not None:
             return f"not DP: shuffled batches (a Poisson run would have eps {card.epsilon_if_poisson:.4g})"
@@ -167,7 +167,8 @@ def _eps_text(card: Any) -> str:
     accountant = card.accountant or ""
     accountant = accountant.upper() if accountant in accounting.ACCOUNTANTS else accountant.split(" (")[0]
     per = " per image" if card.epsilon_image is not None else ""
-    text = f"{card.epsilon:,.4g}{per} (delta {card.delta:.3g}; {accountant}; one {card.unit})"
+    neighbours = "any two images" if per else f"add/remove one {card.unit}"
+    text = f"{card.epsilon:,.4g}{per} (delta {card.delta:.3g}; {accountant}; {neighbours})"
     if not card.is_dp:
         text += " [not DP: seed known]"
     return text

@@ -290,7 +290,8 @@ def test_numbers_and_run_names_stay_whole_and_tables_of_runs_stack_on_a_phone(tw
     from dpmed.comparisons import PairedDifference
     from dpmed.reporting.inputs import eps_label, p_text
 
-    assert eps_label(two_arms[1].privacy) == "ε\u00a00.99 (δ\u00a01e\u20115, PLD)"     # no break inside a number
+    assert eps_label(two_arms[1].privacy) == ("ε\u00a00.99 (δ\u00a01e\u20115, PLD, add/remove one image)")  # no break
+                                                                                                 # inside a number
     assert eps_label(two_arms[0].privacy) == "no privacy (ε\u00a0=\u00a0∞)"
     floor = PairedDifference(value=-0.2, low=-0.3, high=-0.1, p_value=2 / 1001, p_floor=2 / 1001, defined_redraws=1000)
     assert p_text(floor) == "≤\u00a00.002"

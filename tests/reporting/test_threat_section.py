@@ -80,7 +80,7 @@ def test_threat_section_follows_the_bounds_with_the_attack_rate_per_attacked_run
     for shown in ("1.2%", "0.46%", "0.0% [0.0%, 5.6%]", "0 of 64 images", "25.0% [15.0%, 37.0%]", "16 of 64",
                   "100.0%", "0.810 [0.740, 0.880]"):
         assert shown in text, shown
-    assert "ε 990,000 (δ 1e‑5, PLD)" in text                                # the report's eps labels
+    assert "ε 990,000 (δ 1e‑5, PLD, add/remove one image)" in text                  # the report's eps labels
 
 
 def test_threat_section_says_which_threat_model_and_what_counts_as_success(tmp_path, attacked, make_resolved):

@@ -121,9 +121,9 @@ def _unbroken(text: str) -> str:
 
 
 def eps_label(card: PrivacyCard) -> str:
-    """A run's eps as the report shows it, rounded up: "ε 1 (δ 1e-5, PLD)" for 0.99942, local DP "ε 8,192 per
-    image (local DP)", "no privacy (ε = ∞)", and "not DP" where no eps holds; no line break inside "ε 1" or
-    "δ 1e-5" (see :func:`_unbroken`)."""
+    """A run's eps as the report shows it, rounded up, with its delta, accountant and neighbours: "ε 1 (δ 1e-5, PLD,
+    add/remove one patient)" for 0.99942, local DP "ε 8,192 per image (local DP, any two images)", "no privacy
+    (ε = ∞)", and "not DP" where no eps holds; no line break inside "ε 1" or "δ 1e-5" (see :func:`_unbroken`)."""
     return _unbroken(_eps_label(card))
 
 
@@ -134,9 +134,9 @@ def _eps_label(card: PrivacyCard) -> str:
         return "no privacy (ε = ∞)" if card.mechanism == "none" else "not DP"
     if card.epsilon_image is not None:      # per image, "any two images": not comparable with DP-SGD's eps
         delta = f", δ {number_text(card.delta, up=True)}" if card.delta else ""
-        return f"ε {number_text(card.epsilon_image, up=True)} per image (local DP{delta})"
+        return f"ε {number_text(card.epsilon_image, up=True)} per image (local DP, any two images{delta})"
     return (f"ε {number_text(card.epsilon, up=True)} (δ {number_text(card.delta, up=True)}, "
-            f"{accountant_name(card.accountant)})")
+            f"{accountant_name(card.accountant)}, add/remove one {card.unit})")
 
 
 def p_text(diff: PairedDifference) -> str:

@@ -60,18 +60,19 @@ def eps_text(card: PrivacyCard) -> str:
         return "inf (no DP)" if card.mechanism == "none" else "not DP"
     if card.epsilon_image is not None:   # local DP: per image, for "any two images" (not comparable to DP-SGD's eps)
         delta = f", d={card.delta:.0e}" if card.delta else ""
-        return f"{card.epsilon_image:,.4g} (image, LDP{delta})"
-    return f"{card.epsilon:.3g} (d={card.delta:.0e}, {card.accountant})"
+        return f"{card.epsilon_image:,.4g} (LDP, any two images{delta})"
+    return f"{card.epsilon:.3g} (d={card.delta:.0e}, {card.accountant}, add/remove one {card.unit})"
 
 
 def summary_text(records: Iterable[RunRecord]) -> str:
-    """A fixed-width table for the terminal: run, eps with its delta and accountant, test AUROC with interval."""
-    lines = [f"{'run':<28} {'eps':<30} {'test AUROC [95% CI]':<24} {'acc':>6}"]
+    """A fixed-width table for the terminal: run, eps with its delta, accountant and neighbours, test AUROC with
+    interval."""
+    lines = [f"{'run':<28} {'eps':<46} {'test AUROC [95% CI]':<24} {'acc':>6}"]
     for r in records:
         auc = r.estimate("test_auroc")
         shown = ("undefined" if auc.value is None else f"{auc.value:.3f}" if auc.low is None
                  else f"{auc.value:.3f} [{auc.low:.3f}, {auc.high:.3f}]")
         acc = r.estimate("test_accuracy").value
-        lines.append(f"{r.run_id:<28} {eps_text(r.privacy):<30} {shown:<24} "
+        lines.append(f"{r.run_id:<28} {eps_text(r.privacy):<46} {shown:<24} "
                      f"{'' if acc is None else format(acc, '.3f'):>6}")
     return "\n".join(lines)
