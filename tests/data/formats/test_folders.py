@@ -113,6 +113,17 @@ def test_folders_beside_the_split_folders_are_listed_not_read(tmp_path, write_im
     assert len(m) == 21 and m.notes["folders_not_read"] == ["chest_xray"]
 
 
+def test_the_patient_is_the_unit_only_where_every_file_names_its_patient(tmp_path, write_image):
+    """One file outside the naming pattern would be its own "patient": a DP-SGD card promising "one patient" would
+    then be false for a person with several such files, so the unit falls back to the image."""
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    assert read_image_folders(root).notes["patients_known"] is True
+    write_image(root / "train" / "NORMAL" / "scan_0001.jpeg")
+    manifest = read_image_folders(root)
+    assert manifest.notes["patient_key"]["files_as_own_patient"] == 1 and manifest.notes["patients_known"] is False
+    assert not _load(root).patients_known
+
+
 def test_class_folders_without_split_and_label_order(tmp_path, write_image):
     for cls in ("benign", "malignant", "normal"):
         for i in range(4):

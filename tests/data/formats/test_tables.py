@@ -60,6 +60,7 @@ def test_ham10000_is_split_by_lesion(ham, load_layout, no_patient_crosses):
     assert np.isnan(m.age[list(m.patient_ids).index("HAM_0000003")]) and m.sex[2] == "female"
     d = load_layout("ham10000", ham, channels=3, split=SplitPlan(val_fraction=0.25, test_fraction=0.25, seed=1))
     assert no_patient_crosses(d) and sum(map(len, (d.train, d.val, d.test))) == 19
+    assert not d.patients_known      # a lesion is not a person: the unit of privacy is the image
 
 
 def test_ham10000_unknown_dx(ham, load_layout):

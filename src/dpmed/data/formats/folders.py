@@ -143,7 +143,9 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
                "patient_key": {"pattern": patient_pattern, "files_matched": matched, "dicom_patient_id": from_header,
                                "files_as_own_patient": n - matched - from_header},
                "folders_not_read": ignored, "implausible_ages_set_unknown": implausible,
-               "patients_known": matched + from_header > 0},
+               # the patient is the unit only where every file names its patient: a file without a key is its own
+               # "patient", which a person with several such files is not
+               "patients_known": 0 < n == matched + from_header},
         description=(f"Image folders at {top}: {len(found)} classes ({', '.join(found)}), "
                      f"{'published splits ' + ', '.join(sorted(set(splits) - {''})) if split_dirs else 'no split'}; "
                      "sex and age unknown unless DICOM headers give them."),

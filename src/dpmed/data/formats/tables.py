@@ -90,8 +90,11 @@ def read_ham10000(path: str | Path) -> Manifest:
         paths=[index.get(f"{i}.jpg", root / "HAM10000_images_part_1" / f"{i}.jpg") for i in ids],
         patients=[v.strip() for v in frame["lesion_id"]], sex=frame["sex"].tolist(), ages=frame["age"].tolist(),
         splits=[""] * len(ids), where=[f"{table_path.name} line {csv_line(i)} ({v})" for i, v in enumerate(ids)],
-        ids=ids, notes={"format": "ham10000", "patient_key": "lesion_id (split by lesion)",
-                        "classes": HAM10000_CLASSES},
+        ids=ids, notes={"format": "ham10000", "classes": HAM10000_CLASSES,
+                        # a person may have several lesions and the table names no person: the split keeps each
+                        # lesion's images together, but the unit of privacy can only be the image
+                        "patient_key": "lesion_id (split by lesion; no patient id is published)",
+                        "patients_known": False},
         description="HAM10000 dermatoscopic images, 7 classes; split by lesion (lesion_id), sex and age from the table.",
         problems=flags)
 
