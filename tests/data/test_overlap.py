@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from dpmed.data import Dataset, ImageSet, Task, load_dataset, make_phantom, read_image_folders
 from dpmed.data.assembly import SplitPlan, assemble_dataset
@@ -104,6 +105,31 @@ def test_near_duplicates_survive_resizing_cropping_and_contrast():
         refuse_overlap(public, private)
 
 
+def _zoomed(images: np.ndarray, fraction: float) -> np.ndarray:
+    """The central ``fraction`` of both the width and the height of images [N, C, S, S] (a uniform centre crop)."""
+    n = images.shape[-1]
+    keep = int(n * fraction)
+    start = (n - keep) // 2
+    return np.ascontiguousarray(images[..., start:start + keep, start:start + keep])
+
+
+@pytest.mark.parametrize("fraction", [0.875, 0.9])
+def test_near_duplicates_survive_a_uniform_centre_crop(fraction):
+    """A public copy of 10 private images cut from the same 200 px "films" by a centre crop of both axes (87.5 % is
+    "resize to 256, centre-crop 224"), then shrunk to 56 px, against the private images read at 64 px: each is found
+    with its partner (a crop of one axis only would not match them), and 40 unrelated public images are not."""
+    films = _textures(60, seed=0, size=200)
+    copies = resize(_zoomed(films[:10], fraction), 56)
+    others = _textures(40, seed=5, size=56)
+    private = _recorded(resize(films, 64), [f"p{i}" for i in range(60)], "private")
+    public = _recorded(np.concatenate([others[:20], copies, others[20:]]), [f"q{i}" for i in range(50)], "public")
+    overlap = find_overlap(public, private)
+    assert not overlap.identical and not overlap.shared_patients
+    found = {pair.private.split(" ")[0]: pair.public.split(" ")[0] for pair in overlap.near_duplicates}
+    assert found == {f"train[{i}]": f"train[{20 + i}]" for i in range(10)}
+    assert "80% of both" in overlap.near_note
+
+
 def test_hash_distance_is_zero_for_the_same_image_and_about_half_for_unrelated_ones():
     images = _textures(30, seed=3)
     hashes = perceptual_hashes(images)[0]
@@ -115,6 +141,7 @@ def test_hash_distance_is_zero_for_the_same_image_and_about_half_for_unrelated_o
 
 
 # --- the real pair: PneumoniaMNIST is Kermany, centre-cropped and shrunk -------------------------------------------
+
 
 def _kermany_test_subset(chest_xray_path: Path, tmp_path: Path, per_class: int) -> Dataset:
     """The first ``per_class`` test images of each Kermany class, read by dpmed's folders reader at 64 px grey."""
@@ -141,6 +168,28 @@ def test_pneumoniamnist_is_refused_against_a_subset_of_the_kermany_test_folder(p
     assert overlap.shared_patients is None and not overlap.identical
     with pytest.raises(DataError, match="PneumoniaMNIST and the Kermany folders share"):
         refuse_overlap(public, private)
+
+
+def test_a_kermany_film_resized_to_256_and_centre_cropped_to_224_is_found(chest_xray_path):
+    """The common ImageNet-style derivative of a real film (shorter side resized to 256, the central 224 x 224
+    kept), read at 64 px like the private images: each of 40 Kermany test images is found, with its own copy."""
+    files = [f for cls in ("NORMAL", "PNEUMONIA")
+             for f in sorted((chest_xray_path / "test" / cls).glob("*.jpeg"))[:20]]
+
+    def read(image: Image.Image) -> np.ndarray:
+        return np.asarray(image.convert("L").resize((64, 64), Image.BILINEAR), dtype=np.float32)[None] / 255
+
+    def crop_224(image: Image.Image) -> Image.Image:
+        scale = 256 / min(image.size)
+        image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BILINEAR)
+        left, top = (image.width - 224) // 2, (image.height - 224) // 2
+        return image.crop((left, top, left + 224, top + 224))
+
+    films = [Image.open(f) for f in files]
+    private = np.stack([read(film) for film in films])
+    public = np.stack([read(crop_224(film)) for film in films])[::-1].copy()
+    distance, nearest = near_duplicates(private, public)
+    assert (distance <= NEAR_DUPLICATE_BITS).all() and (nearest == np.arange(len(files))[::-1]).all()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,11 @@ a public / private pair. Three checks, each on every split of both sets:
   bits that survive resizing, re-encoding and contrast changes. Two images are near-duplicates when their hashes
   differ in at most ``max_distance`` bits. A resized copy keeps its hash; a *cropped* copy does not, and MedMNIST
   crops: so each image is also hashed after central crops to 95 %, 90 %, ... 50 % of its width or of its height,
-  and a pair's distance is the least over one image's crops against the other's whole image, both ways round.
+  and after central crops of both at once (a zoom) to 95 %, 90 %, 87.5 %, 85 % and 80 % of each side (87.5 % is
+  the common "resize to 256, centre-crop 224", which the one-axis crops miss), and a pair's distance is the least
+  over one image's crops against the other's whole image, both ways round. A crop of one fraction along one axis
+  and another along the other, a shift or a rotation can still escape (benchmarks/RESULTS.md, "Priors that cost no
+  privacy", measures what is found).
   Two generated sets (the phantom at two seeds) are not compared this way: a generator has no recorded image to
   copy, and its images share one template by design (phantoms of seeds 0 and 1 come within 30 bits of each other),
   so only identical images are looked for.
@@ -28,7 +32,8 @@ near-duplicate among the 5856 PneumoniaMNIST images; of the 624 Kermany test ima
 images as PneumoniaMNIST's test split, 328 (53 %) are found. Between two disjoint halves of the Kermany patients
 (five seeds, about 2700 images each) no near-duplicate is flagged at 30 bits except one pair of byte-identical
 images that the release files under two patient ids (NORMAL2-IM-0095 and NORMAL2-IM-0096), which the
-identical-image check finds too; the first chance match between the halves appears at 36 bits.
+identical-image check finds too; the first chance match between the halves appears at 36 bits. The zooms
+(both-axis crops) changed none of these counts.
 
 What the checks find is printed to the user and never written to a shareable file: whether a private image has a
 look-alike in a public set is a statistic of the private images. A study that trains at all has passed, so the
@@ -49,13 +54,14 @@ from dpmed.data.sample import Dataset, ImageSet
 from dpmed.errors import DataError
 
 __all__ = ["Overlap", "ImagePair", "find_overlap", "refuse_overlap", "perceptual_hashes", "hash_distances",
-           "near_duplicates", "HASH_BITS", "NEAR_DUPLICATE_BITS", "CROP_FRACTIONS"]
+           "near_duplicates", "HASH_BITS", "NEAR_DUPLICATE_BITS", "CROP_FRACTIONS", "ZOOM_FRACTIONS"]
 
 HASH_SIZE = 32                  # images are resized to this before the DCT
 DCT_KEEP = 16                   # the lowest DCT_KEEP x DCT_KEEP coefficients, less DC, make the hash
 HASH_BITS = DCT_KEEP * DCT_KEEP - 1          # 255
 NEAR_DUPLICATE_BITS = 30        # default max_distance (see the module docstring for how it was chosen)
-CROP_FRACTIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5)
+CROP_FRACTIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5)    # of the width, or of the height
+ZOOM_FRACTIONS = (0.95, 0.9, 0.875, 0.85, 0.8)                                # of both at once (a zoom)
 _WORDS = (HASH_BITS + 63) // 64
 _CHUNK = 256
 _EXAMPLES = 5
@@ -138,16 +144,19 @@ def _hash(x: torch.Tensor) -> np.ndarray:
     return np.packbits(bits, axis=1).view(">u8").astype(np.uint64)                         # [N, _WORDS]
 
 
-def perceptual_hashes(images: np.ndarray, *, crops: tuple[float, ...] = ()) -> np.ndarray:
-    """DCT hashes of images [N, C, H, W]: uint64 [V, N, words], V = 1 + 2 len(crops): the whole image, then each
-    central crop of the width, then of the height (``crops``: fractions kept)."""
+def perceptual_hashes(images: np.ndarray, *, crops: tuple[float, ...] = (), zooms: tuple[float, ...] = ()
+                      ) -> np.ndarray:
+    """DCT hashes of images [N, C, H, W]: uint64 [V, N, words], V = 1 + 2 len(crops) + len(zooms): the whole image,
+    then each central crop of the width, then of the height (``crops``: fractions kept), then each central crop of
+    both at once (``zooms``: the fraction kept of each side)."""
     out = []
     for start in range(0, len(images), 4 * _CHUNK):
         x = _grey(images[start:start + 4 * _CHUNK])
-        variants = [x] + [_central(x, f, -1) for f in crops] + [_central(x, f, -2) for f in crops]
+        variants = ([x] + [_central(x, f, -1) for f in crops] + [_central(x, f, -2) for f in crops]
+                    + [_central(_central(x, f, -1), f, -2) for f in zooms])
         out.append(np.stack([_hash(v) for v in variants]))
     if not out:
-        return np.zeros((1 + 2 * len(crops), 0, _WORDS), dtype=np.uint64)
+        return np.zeros((1 + 2 * len(crops) + len(zooms), 0, _WORDS), dtype=np.uint64)
     return np.concatenate(out, axis=1)
 
 
@@ -171,12 +180,13 @@ def _nearest(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return best, where
 
 
-def near_duplicates(private: np.ndarray, public: np.ndarray, *, crops: tuple[float, ...] = CROP_FRACTIONS
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def near_duplicates(private: np.ndarray, public: np.ndarray, *, crops: tuple[float, ...] = CROP_FRACTIONS,
+                    zooms: tuple[float, ...] = ZOOM_FRACTIONS) -> tuple[np.ndarray, np.ndarray]:
     """For each private image [N, C, H, W], the least hash distance to any public image [M, C', H', W'] over the
-    crops of either against the whole of the other, and the index of that public image: (int32 [N], int64 [N])."""
-    hp = perceptual_hashes(private, crops=crops)                                  # [V, N, words]
-    hq = perceptual_hashes(public, crops=crops)                                   # [V, M, words]
+    crops and zooms of either against the whole of the other, and the index of that public image: (int32 [N],
+    int64 [N])."""
+    hp = perceptual_hashes(private, crops=crops, zooms=zooms)                     # [V, N, words]
+    hq = perceptual_hashes(public, crops=crops, zooms=zooms)                      # [V, M, words]
     best = np.full(len(private), HASH_BITS + 1, dtype=np.int32)
     where = np.zeros(len(private), dtype=np.int64)
     pairs = [(hp[v], hq[0]) for v in range(len(hp))] + [(hp[0], hq[v]) for v in range(1, len(hq))]
@@ -201,7 +211,7 @@ def _content_hashes(images: np.ndarray) -> list[str]:
 
 
 def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_DUPLICATE_BITS,
-                 crops: tuple[float, ...] = CROP_FRACTIONS) -> Overlap:
+                 crops: tuple[float, ...] = CROP_FRACTIONS, zooms: tuple[float, ...] = ZOOM_FRACTIONS) -> Overlap:
     """Run the three checks of the module docstring between every split of ``public`` and of ``private``."""
     pub_images, pub_where, pub_patients = _pooled(public)
     priv_images, priv_where, priv_patients = _pooled(private)
@@ -228,11 +238,12 @@ def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_
         near, near_note = None, ("not checked: both sets are generated (no recorded image to copy; identical images "
                                  "are checked)")
     else:
-        distance, nearest = near_duplicates(priv_images, pub_images, crops=crops)
+        distance, nearest = near_duplicates(priv_images, pub_images, crops=crops, zooms=zooms)
         near = tuple(ImagePair(public=pub_where[nearest[i]], private=priv_where[i], distance=int(distance[i]))
                      for i in np.flatnonzero(distance <= max_distance))
         near_note = (f"DCT perceptual hash ({HASH_BITS} bits at {HASH_SIZE} px), at most {max_distance} bits apart, "
-                     f"central crops to {min(crops, default=1):.0%} of width or height either way")
+                     f"central crops to {min(crops, default=1):.0%} of width or height and to "
+                     f"{min(zooms, default=1):.0%} of both, either way")
     return Overlap(n_public=len(pub_images), n_private=len(priv_images), identical=identical,
                    shared_patients=shared, patients_note=patients_note, near_duplicates=near, near_note=near_note,
                    max_distance=max_distance)
