@@ -71,6 +71,29 @@ def test_pretraining_trains_once_and_is_cached_by_content(private, tmp_path, mon
         prepare_start(other, private, folder)
 
 
+def test_cached_pretraining_is_found_after_a_relative_out_folder_moves(private, tmp_path, monkeypatch):
+    """``--out`` relative to the working directory, then the folder moved and the study resumed from another
+    working directory: the cached weights are read where the entry is now, without training again; so are those of
+    an entry whose record still names the weights by the path given when it was written (older entries)."""
+    study = _study(pretrain=PUBLIC, model={"trainable": "head"})
+    monkeypatch.chdir(tmp_path)
+    first = prepare_start(study, private, StudyFolder(Path("out") / "s"))
+    entry_name = first.pretraining.key[:16]
+    assert Path(first.weights) == Path("out") / "s" / "pretrain" / entry_name / "weights.pt"
+    (tmp_path / "out").rename(tmp_path / "moved")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    monkeypatch.setattr(pretraining, "train", _no_training)
+    folder = StudyFolder(Path("..") / "moved" / "s")
+    entry = pretrain_folder(folder) / entry_name
+    again = prepare_start(study, private, folder)
+    assert Path(again.weights) == entry / "weights.pt" and again.pretraining.weights == again.weights
+    assert again.sha256 == first.sha256 and again.loaded == first.loaded and again.kept == first.kept
+    older = first.pretraining.model_copy(update={"weights": first.weights})       # out/s/pretrain/...: stale now
+    older.write(entry / "pretrain.json")
+    assert Path(prepare_start(study, private, folder).weights) == entry / "weights.pt"
+
+
 def test_an_overlapping_public_set_is_refused_before_anything_trains(private, tmp_path, monkeypatch):
     monkeypatch.setattr(pretraining, "train", _no_training)
     same = {**PUBLIC, "data": {"source": "phantom", "n_images": 100, "image_size": 16, "seed": 0}}

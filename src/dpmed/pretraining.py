@@ -14,7 +14,8 @@ The stage, in order (`prepare_start`):
    images: `dpmed.data.overlap`), before anything trains;
 3. train the model on it without privacy (``pretrain.training``, ``pretrain.seed``), once: the weights are cached
    under ``<study>/pretrain/<key>/`` by a content hash of the public images and labels, the pretraining settings,
-   the model and any weights it started from, so a resumed or re-run study reuses them. They are releasable
+   the model and any weights it started from, so a resumed or re-run study reuses them, also after its folder
+   moved or from another working directory (an entry names its weights relative to itself). They are releasable
    (public data only), so they sit beside the runs, not in ``private/``;
 4. check that the weights fit the private model (the head may differ: another class count), freeze what
    ``model.trainable`` leaves out, refuse a study folder whose finished runs started otherwise (they would be
@@ -53,6 +54,7 @@ from dpmed.training import resolve_device, train
 __all__ = ["describe_start", "prepare_start", "pretrain", "pretrain_folder", "public_request", "refuse_other_starts"]
 
 _log = logging.getLogger(__name__)
+_WEIGHTS = "weights.pt"     # the weights' file name in a cache entry, which its pretrain.json names them by
 
 
 def pretrain_folder(folder: StudyFolder) -> Path:
@@ -88,12 +90,22 @@ def _content_key(public: Dataset, config: PretrainConfig, model: str, start_sha:
     return digest.hexdigest()
 
 
+def _located(record: PretrainRecord, where: Path) -> PretrainRecord:
+    """``record`` naming the weights in the cache entry ``where`` as this process reaches it: the entry's own
+    pretrain.json names them relative to the entry, since the study folder may move, or be resumed from another
+    working directory, after it was written."""
+    return record.model_copy(update={"weights": str(where / _WEIGHTS)})
+
+
 def _cached(where: Path) -> PretrainRecord | None:
-    record_path, weights = where / "pretrain.json", where / "weights.pt"
+    """The cache entry ``where``'s record, its weights named where they are found now; None if absent or changed.
+    Entries written before the record named the weights relative to the entry (it held the path as given then,
+    stale once the folder moved) are read the same way: only the entry's own weights file is ever used."""
+    record_path, weights = where / "pretrain.json", where / _WEIGHTS
     if not (record_path.is_file() and weights.is_file()):
         return None
     record = read_pretrain_record(record_path)
-    return record if file_sha256(weights) == record.sha256 else None
+    return _located(record, where) if file_sha256(weights) == record.sha256 else None
 
 
 def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: bool = True) -> PretrainRecord:
@@ -142,8 +154,8 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     except ValueError:   # a validation split without both classes
         validation = None
     where.mkdir(parents=True, exist_ok=True)
-    weights = where / "weights.pt"
-    tmp = where / ".weights.pt.tmp"
+    weights = where / _WEIGHTS
+    tmp = where / f".{_WEIGHTS}.tmp"
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
     os.replace(tmp, weights)
     steps_per_epoch = int(np.ceil(len(public.train) / config.training.batch_size))
@@ -153,13 +165,13 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
         n_val=len(public.val), n_test=len(public.test), image_shape=public.train.image_shape,
         model=study.model.name, training=config.training, seed=config.seed,
         steps=training_steps(steps_per_epoch, epochs=config.training.epochs, steps=config.training.steps),
-        seconds=result.seconds or seconds, key=key, weights=str(weights), sha256=file_sha256(weights),
+        seconds=result.seconds or seconds, key=key, weights=_WEIGHTS, sha256=file_sha256(weights),
         validation_auroc=validation, overlap_checks=overlap.checks(), near_duplicate_bits=config.near_duplicate_bits,
         start_weights=start_sha)
     record.write(where / "pretrain.json")
     _log.info("pretrain: done in %.0f s, public validation AUROC %s; weights in %s", seconds,
               "undefined" if validation is None else f"{validation:.3f}", weights)
-    return record
+    return _located(record, where)
 
 
 def _starting_point(start: StartRecord | None) -> tuple:
