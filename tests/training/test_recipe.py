@@ -10,7 +10,8 @@ import torch
 from dpmed.accounting import ledger_epsilon
 from dpmed.config import TrainingConfig
 from dpmed.data.synthetic import make_phantom
-from dpmed.models import build_model
+from dpmed.models import MODELS, build_model
+from dpmed.models.weights import set_trainable
 from dpmed.randomness import PrivacyRandomness
 from dpmed.training import DpSgdPlan, DpSgdStep, train
 from dpmed.training.averaging import ParameterAverage
@@ -93,6 +94,50 @@ def test_parameter_average_warms_up_and_round_trips():
     assert other.updates == 1 and all(torch.equal(a, b) for a, b in zip(other.average, average.average))
     with pytest.raises(ValueError, match="another decay"):
         ParameterAverage(model, decay=0.9).load_state_dict(average.state_dict())
+
+
+@pytest.mark.parametrize("dp", [PLAN, None], ids=["dp-sgd", "non-private"])
+def test_frozen_parameters_stay_bit_identical_under_ema(data, dp):
+    """``model.trainable: {last_blocks: 1}`` with ``ema_decay``: the released model is the average of the trained
+    parameters, and every frozen one is exactly as loaded (the average of a constant rounds away from it in float32,
+    so frozen parameters must not be averaged at all)."""
+    images, task = data
+    key = PrivacyRandomness.secure().root_hex()
+    model = _model(task)
+    info = MODELS["small_cnn"]
+    set_trainable(model, 1, head=info.head, blocks=info.blocks)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    assert frozen and len(frozen) < len(before)
+    train(model, images, task, CFG.model_copy(update={"ema_decay": 0.99}), seed=1, dp=dp,
+          randomness=None if dp is None else _randomness(key), progress=False)
+    after = dict(model.named_parameters())
+    assert all(torch.equal(after[name].detach(), before[name]) for name in frozen)
+    assert all(not torch.equal(after[name].detach(), before[name]) for name in set(before) - frozen)
+
+
+def test_parameter_average_leaves_frozen_parameters_out_and_reads_an_average_of_every_parameter():
+    """Only trainable parameters are averaged; copy_to writes them and leaves the frozen ones; a saved average of
+    every parameter (checkpoints written before frozen parameters were left out) restores the trainable ones."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 2))
+    model[0].requires_grad_(False)
+    frozen = [p.detach().clone() for p in model[0].parameters()]
+    average = ParameterAverage(model, decay=0.999)
+    assert len(average.average) == 2
+    for _ in range(50):
+        with torch.no_grad():
+            model[1].weight.add_(0.01)
+        average.update()
+    expected = [a.clone() for a in average.average]
+    average.copy_to(model)
+    assert all(torch.equal(p, f) for p, f in zip(model[0].parameters(), frozen))
+    assert torch.equal(model[1].weight, expected[0]) and torch.equal(model[1].bias, expected[1])
+    older = {"decay": 0.999, "updates": 50, "average": frozen + expected}
+    restored = ParameterAverage(model, decay=0.999)
+    restored.load_state_dict(older)
+    assert restored.updates == 50 and all(torch.equal(a, b) for a, b in zip(restored.average, expected))
+    with pytest.raises(ValueError, match="other parameters"):
+        average.copy_to(torch.nn.Linear(64, 2))
 
 
 class Killed(Exception):
