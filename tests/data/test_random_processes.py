@@ -32,6 +32,19 @@ def test_dead_leaves_are_flat_discs_and_larger_discs_leave_fewer_grey_levels():
     assert max(small) <= 401 and np.mean(large) < np.mean(small)    # each disc one grey level, fewer seen when large
 
 
+def _background_share(image: np.ndarray) -> float:
+    """The share of the most common grey level: the background's, where no disc is large."""
+    return np.unique(image, return_counts=True)[1].max() / image.size
+
+
+def test_dead_leaves_draw_a_fixed_count_of_discs_not_until_covered():
+    """A fixed number of discs (as the module docstring says): a small image is nearly covered, most of a 224 px
+    one keeps its background grey."""
+    rng = np.random.default_rng(0)
+    assert max(_background_share(dead_leaves(rng, 28, 1 / 8)) for _ in range(3)) < 0.2
+    assert min(_background_share(dead_leaves(rng, 224, 1 / 8)) for _ in range(3)) > 0.7
+
+
 @pytest.mark.parametrize("alpha", [1.0, 2.5])
 def test_spectral_noise_has_the_asked_for_slope(alpha):
     """The radially averaged power falls as f^(-2 alpha) (fitted on log-log, within 0.3)."""

@@ -10,8 +10,10 @@ Two families, each drawn from the seed (`numpy.random.default_rng`), grey, in [0
 
 * **dead leaves** (Matheron 1968; Lee, Mumford, Huang 2001, "Occlusion models for natural images"): discs of
   uniform random grey level at uniform positions, radii with density proportional to r^-3 between r_min and r_max,
-  each new disc falling *under* the ones already there, until the image is covered. Their statistics are scale
-  invariant, like those of natural images (and radiographs: overlapping structures of all sizes);
+  each new disc falling *under* the ones already there. A fixed number of discs is drawn (``_DISCS``), not "until
+  the image is covered": pixels no disc reaches keep one background grey, a share that grows with the image side
+  (most of a 224 px image). Where covered, their statistics are scale invariant, like those of natural images (and
+  radiographs: overlapping structures of all sizes);
 * **1/f^alpha noise**: white noise shaped in the Fourier domain to an amplitude spectrum 1/f^alpha, then stretched
   to [0, 1] per image; alpha near 1 to 3 spans fine texture to smooth shading.
 
