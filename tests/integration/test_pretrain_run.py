@@ -82,6 +82,10 @@ def test_a_released_model_starts_another_study(tiny_study, tiny_text, tmp_path):
     assert record.start.trained_on == "the tiny study, non-private arm" and record.start.n_trainable == 130
     report = (tmp_path / "out" / "tiny-from-weights" / "report.html").read_text()
     assert "tiny-from-weights" in report
+    # the study.yaml it wrote reads back (its weights path through JSON): status, report and a rerun work
+    study_dir = str(tmp_path / "out" / "tiny-from-weights")
+    assert main(["status", study_dir]) == 0 and main(["report", study_dir]) == 0
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
 
 
 def test_a_rerun_that_starts_otherwise_is_refused_not_mixed(pretrained, capsys):

@@ -13,6 +13,17 @@ from dpmed.data import DATASET_SOURCES, DataRequest, Preprocessing, SplitPlan
 from dpmed.data.cohorts import PatientSelection
 from dpmed.mechanisms import Strict as _Strict
 
+
+def path_from_string(cls, v: object) -> Path | None:
+    """A path field's validator, used in mode "plain": the models are strict, and strict JSON validation takes a
+    Path only as... a Path, which JSON cannot hold; a study.yaml read back through JSON (``dpmed report``,
+    ``status``, a resumed run) would refuse its own paths."""
+    if v is None or isinstance(v, Path):
+        return v
+    if isinstance(v, str):
+        return Path(v)
+    raise ValueError(f"must be a path (a string), got {type(v).__name__} {v!r}")
+
 __all__ = ["DataConfig", "SplitConfig", "PreprocessingConfig", "NormalizeConfig", "ColumnsConfig", "PatientsConfig"]
 
 
@@ -128,16 +139,7 @@ class DataConfig(_Strict):
     cache_dir: Path | None = None
     patients: PatientsConfig | None = None
 
-    # "plain": the model is strict, and strict JSON validation takes a Path only as... a Path, which JSON cannot
-    # hold; a study.yaml read back through JSON (dpmed report) would refuse its own data path.
-    @field_validator("path", "cache_dir", mode="plain")
-    @classmethod
-    def _path_from_string(cls, v: object) -> Path | None:
-        if v is None or isinstance(v, Path):
-            return v
-        if isinstance(v, str):
-            return Path(v)
-        raise ValueError(f"must be a path (a string), got {type(v).__name__} {v!r}")
+    _path_from_string = field_validator("path", "cache_dir", mode="plain")(path_from_string)
 
     def to_request(self) -> DataRequest:
         """The request the data stage reads (`dpmed.data.read_dataset`)."""

@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from dpmed.config.data_section import (ColumnsConfig, DataConfig, NormalizeConfig, PatientsConfig,
-                                       PreprocessingConfig, SplitConfig)
+                                       PreprocessingConfig, SplitConfig, path_from_string)
 from dpmed.data.overlap import HASH_BITS, NEAR_DUPLICATE_BITS
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import Arm, AuditConfig, Strict as _Strict
@@ -55,10 +55,7 @@ class ModelConfig(_Strict):
     weights_source: str | None = Field(default=None, min_length=1)
     trainable: Literal["all", "head"] | LastBlocks = "all"
 
-    @field_validator("weights", mode="before")
-    @classmethod
-    def _path_from_string(cls, v: object) -> object:
-        return Path(v) if isinstance(v, str) else v
+    _path_from_string = field_validator("weights", mode="plain")(path_from_string)
 
     @model_validator(mode="after")
     def _declared(self) -> "ModelConfig":
