@@ -169,6 +169,15 @@ def _other_data(folder: StudyFolder, dataset: Dataset) -> list[str]:
             if before[key] != now[key]]
 
 
+def _other_evaluation(folder: StudyFolder, study: Study) -> list[str]:
+    """How the evaluation settings of the folder's finished runs (its study.yaml) differ from ``study``'s: every
+    run's metrics, intervals and explanations were computed with them, and one report states one level."""
+    if not folder.finished_run_ids() or not folder.resolved_study.is_file():
+        return []
+    before = read_resolved(folder.root).study.evaluation.model_dump(mode="json")
+    return [f"evaluation.{line}" for line in setting_differences(before, study.evaluation.model_dump(mode="json"))]
+
+
 def _randomness_of(record: RunRecord) -> str | None:
     """The privacy randomness a finished run drew ("secure" or "reproducible", as its card says), None for a run
     that drew none (no privacy)."""
@@ -176,16 +185,22 @@ def _randomness_of(record: RunRecord) -> str | None:
     return None if card is None else "reproducible" if card == NOT_DP_REPRODUCIBLE else "secure"
 
 
-def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, randomness: str
+def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, study: Study
               ) -> tuple[dict[str, RunRecord], list[RunRecord]]:
     """(finished runs the study lists, by id; finished runs in the folder it no longer lists: released all the same).
-    A listed run made with other settings (its plan, the model included, or the other privacy randomness) or
-    finished runs on other data are refused rather than mixed into one table; the message names what differs (where
-    and how fast a run executes, ``config.EXECUTION_ONLY``, does not count)."""
+    A listed run made with other settings (its plan, the model included, or the other privacy randomness), or
+    finished runs on other data or evaluated otherwise, are refused rather than mixed into one table; the message
+    names what differs (where and how fast a run executes, ``config.EXECUTION_ONLY``, does not count)."""
     data = _other_data(folder, dataset)
     if data:
         raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
                           f"{'; '.join(data)}; use another --out, or delete {folder.runs} to retrain them")
+    evaluation = _other_evaluation(folder, study)
+    if evaluation:
+        raise ConfigError(f"the finished runs in {folder.root} were evaluated with other settings than this study now "
+                          f"asks for: {'; '.join(evaluation)}; use another --out, or delete {folder.runs} to retrain "
+                          "them")
+    randomness = study.privacy_randomness
     listed = {p.run_id: p for p in plans}
     mine, elsewhere, clashes = {}, [], []
     for run_id in folder.finished_run_ids():
@@ -220,7 +235,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     dataset = load_study_data(study)
     load_seconds = time.perf_counter() - start
     plans = plan_study(study, dataset)
-    existing, elsewhere = _finished(folder, plans, dataset, study.privacy_randomness)
+    existing, elsewhere = _finished(folder, plans, dataset, study)
     reproducible = "reproducible" in {study.privacy_randomness, *map(_randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
     if study.privacy_budget is not None:

@@ -90,11 +90,13 @@ def test_changed_settings_refuse_to_mix_with_finished_runs(quickstart, capsys):
     ("data.n_images=280", "dataset.n_train: "),
     ("data.image_size=28", "dataset.image_shape: [1, 32, 32] in the finished runs, [1, 28, 28] now"),
     ("privacy_randomness=reproducible", "privacy_randomness: secure in the finished run, reproducible now"),
+    ("evaluation.confidence=0.5", "evaluation.confidence: 0.95 in the finished run, 0.5 now"),
 ])
 def test_another_model_or_other_data_refuse_to_mix_with_finished_runs(quickstart, capsys, change, named):
-    """Finished runs are reused only for the same model, the same data and the same privacy randomness: before, a
-    study whose model or image size changed reported the old runs beside the new ones as one study, and a study
-    switched from reproducible to secure randomness called the reused runs DP."""
+    """Finished runs are reused only for the same model, data, privacy randomness and evaluation: before, a study
+    whose model or image size changed reported the old runs beside the new ones as one study, a study switched from
+    reproducible to secure randomness called the reused runs DP, and one whose confidence level changed labelled
+    every run's interval with the new level."""
     before = {p: p.stat().st_mtime_ns for p in quickstart.glob("runs/*/run.json")}
     assert main(["run", "--out", str(quickstart.parent), *TINY, "--set", change]) == 2
     err = capsys.readouterr().err
