@@ -22,6 +22,7 @@ Splits (METHODS.md, and 003_9a91354dc2d7e2df.txt's "patient-wise stratification"
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,8 @@ from dpmed.data.transforms import Preprocessing
 from dpmed.errors import DataError
 
 __all__ = ["SplitPlan", "assemble_dataset"]
+
+_log = logging.getLogger(__name__)
 
 _RANK = {"test": 2, "val": 1, "train": 0, "": 0}  # which side keeps a patient that published splits share
 _EXAMPLES = 5
@@ -176,6 +179,10 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
                f"({rate:.0f}/s{', from the cache' if decoded.cached else ''})"]
     if manifest.problems:
         summary.append(f"left out {len(manifest.problems)} invalid rows ({dict(skipped)}; skip_invalid)")
+        # which rows: told to the user (terminal, private log), never in data.source, which run.json and study.yaml
+        # carry: a private file's name can name its patient
+        for r in sorted(manifest.problems)[:_EXAMPLES]:
+            _log.warning("left out %s: %s", manifest.where[r], manifest.problems[r].detail)
     if shared["patients_in_two_published_splits"]:
         summary.append(f"{shared['patients_in_two_published_splits']} patients are in two published splits: "
                        + (f"left out their {shared['rows_of_those_patients_outside_their_top_split']} images outside "
@@ -186,9 +193,7 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
         "format": manifest.notes.get("format", manifest.name), "path": str(manifest.root),
         "preprocessing": preprocessing.describe(),
         "rows": len(manifest),
-        "left_out_invalid": {"count": len(manifest.problems), "by_kind": dict(skipped),
-                             "examples": [f"{manifest.where[r]}: {manifest.problems[r].detail}"
-                                          for r in sorted(manifest.problems)[:_EXAMPLES]]},
+        "left_out_invalid": {"count": len(manifest.problems), "by_kind": dict(skipped)},
         "split": {"val_fraction": split.val_fraction, "test_fraction": split.test_fraction, "seed": split.seed,
                   "official": split.official, "published": sorted({s for s in published if s}),
                   "carved": missing if len(pool) else [], "shared_patients": split.shared_patients, **shared,
