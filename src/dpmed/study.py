@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import torch
 import yaml
+from pydantic import ValidationError
 
 from dpmed import accounting
 from dpmed.accounting import Ledger
@@ -322,8 +323,13 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
     if not folder.resolved_study.is_file():
         raise ConfigError(f"{folder.root} holds no study.yaml; pass the folder `dpmed run` wrote (results/<study>)")
     # through JSON: the plans' tuples are lists in YAML, which only JSON validation reads as tuples
-    data = yaml.safe_load(folder.resolved_study.read_text(encoding="utf-8"))
-    return ResolvedStudy.model_validate_json(json.dumps(data))
+    try:
+        data = yaml.safe_load(folder.resolved_study.read_text(encoding="utf-8"))
+        return ResolvedStudy.model_validate_json(json.dumps(data))
+    except (yaml.YAMLError, UnicodeDecodeError, ValidationError) as exc:
+        raise ConfigError(f"{folder.resolved_study} cannot be read ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0]}); `dpmed run` writes it and reads it back to check finished runs: "
+                          "restore it from a copy, or run the study into another --out") from None
 
 
 def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpmed.config import load_study, plan_runs, run_ids
+from dpmed.config import load_study, parse_override, plan_runs, run_ids
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import PlanContext
 
@@ -89,6 +89,20 @@ def test_not_yaml_and_missing_file(write_study, tmp_path):
         load_study(write_study("name: [unclosed"))
     with pytest.raises(ConfigError, match="does not exist"):
         load_study(tmp_path / "absent.yaml")
+
+
+def test_a_key_given_twice_a_file_not_in_utf8_and_a_bad_override_are_named(write_study, tmp_path):
+    """Plain YAML keeps the last of two equal keys: a second training block dropped the first's settings silently."""
+    with pytest.raises(ConfigError, match=r"key 'training' appears twice in one section \(lines 4 and 5\)"):
+        load_study(write_study(GOOD.replace("arms:", "training: {batch_size: 16}\narms:")))
+    with pytest.raises(ConfigError, match="appears twice"):
+        load_study(write_study(GOOD.replace("{epochs: 2}", "{epochs: 2, epochs: 3}")))
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(GOOD.replace("name: s", "name: s\nsettings_chosen_on: caf\u00e9").encode("latin-1"))
+    with pytest.raises(ConfigError, match=f"study file {latin} is not UTF-8 text .*save it as UTF-8"):
+        load_study(latin)
+    with pytest.raises(ConfigError, match=r"--set 'training.epochs=\[1': the value is not valid YAML"):
+        parse_override("training.epochs=[1")
 
 
 def test_run_ids_do_not_change_when_a_sweep_grows(write_study):

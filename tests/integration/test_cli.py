@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +110,16 @@ def test_report_rebuilds_from_finished_runs(quickstart, capsys):
     assert main(["report", str(quickstart)]) == 0
     assert (quickstart / "report.html").is_file()
     assert main(["report", str(quickstart.parent)]) == 2
+
+
+def test_a_damaged_study_yaml_is_named_not_a_traceback(quickstart, tmp_path, capsys):
+    copy = tmp_path / "quickstart"
+    shutil.copytree(quickstart, copy)
+    (copy / "study.yaml").write_text("study: [unclosed\n")
+    for command in (["report", str(copy)], ["status", str(copy)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"{copy / 'study.yaml'} cannot be read" in err and "Traceback" not in err, err
 
 
 def test_bad_study_file_fails_with_one_clear_message(write_study, tmp_path, capsys):

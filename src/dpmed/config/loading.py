@@ -25,7 +25,20 @@ __all__ = ["load_study", "parse_override", "study_to_dict"]
 
 class _Loader(yaml.SafeLoader):
     """YAML 1.1 reads ``1e-5`` as a string (it wants ``1.0e-5``); privacy parameters are written that way, so
-    accept exponent floats too."""
+    accept exponent floats too. A key given twice in one mapping is an error (plain YAML keeps the last silently,
+    so a second ``training:`` block would drop the first's settings without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one section (lines {seen[key]} and {line}); keep one",
+                    key_node.start_mark)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -134,7 +147,11 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set training.epochs=2")
-    return key.strip(), yaml.load(value, Loader=_Loader)
+    try:
+        return key.strip(), yaml.load(value, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({str(exc).splitlines()[0]}); quote it, e.g. "
+                          f"--set '{key.strip()}=\"...\"'") from None
 
 
 def _apply(raw: dict, key: str, value: Any, origin: str) -> None:
@@ -175,6 +192,9 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"study file {path} is not valid YAML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"study file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8 "
+                          "(most editors: 'Save with encoding')") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"study file {path}: expected a mapping of keys (name, data, arms, ...) at the top")
     for key, value in overrides.items():
