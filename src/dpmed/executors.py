@@ -21,6 +21,7 @@ import signal
 import threading
 import time
 import traceback
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
@@ -55,21 +56,31 @@ Outcome = Union[RunRecord, RunFailure]
 OnOutcome = Callable[[RunTask, Outcome], None]
 
 
+def _failure(task: RunTask, error: str, details: str) -> RunFailure:
+    """The run's failure, written to its error.json (``details``: the traceback, or what is known instead)."""
+    task.folder.public.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(task.folder.error, {"run_id": task.plan.run_id, "error": error, "traceback": details})
+    return RunFailure(task.plan.run_id, error, task.folder.error)
+
+
 def _execute(task: RunTask, context: RunContext) -> Outcome:
     """run_one, with any exception but an interrupt turned into a recorded failure."""
-    error_file = task.folder.error
     _log.info("%s: started", task.plan.run_id)
     try:
         record = run_one(task.plan, context, task.folder)
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:  # noqa: BLE001 - recorded in error.json and reported; the study goes on
-        task.folder.public.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(error_file, {"run_id": task.plan.run_id, "error": f"{type(exc).__name__}: {exc}",
-                                       "traceback": traceback.format_exc()})
-        return RunFailure(task.plan.run_id, f"{type(exc).__name__}: {exc}", error_file)
-    error_file.unlink(missing_ok=True)  # an earlier failure of this run is history now
+        return _failure(task, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    task.folder.error.unlink(missing_ok=True)  # an earlier failure of this run is history now
     return record
+
+
+# A worker killed from outside (the out-of-memory killer, kill -9) breaks the whole pool: every run not yet
+# finished fails with this, and the next `dpmed run` continues each from its checkpoint.
+WORKER_DIED = ("a worker process died (killed from outside: out of memory, kill -9) before this run finished; run "
+               "the study again: unfinished runs continue from their checkpoints (with fewer --workers, or a smaller "
+               "training.physical_batch_size, if memory ran out)")
 
 
 class InProcessExecutor:
@@ -191,7 +202,10 @@ class ProcessPoolExecutor:
             with _interrupts_held_while_spawning():
                 pending = {pool.submit(_execute_in_worker, task): task for task in tasks}
             for done in futures.as_completed(pending):
-                outcome = done.result()
+                try:
+                    outcome = done.result()
+                except BrokenProcessPool:
+                    outcome = _failure(pending[done], WORKER_DIED, "no traceback: the process was killed")
                 on_outcome(pending[done], outcome)
                 if fail_fast and isinstance(outcome, RunFailure):
                     break

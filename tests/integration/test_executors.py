@@ -6,6 +6,7 @@ mode no two runs share randomness, and a killed run resumes from the key in its 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -20,7 +21,11 @@ import pytest
 
 import dpmed.executors
 from dpmed.cli import main
+from dpmed.config import load_study
+from dpmed.executors import WORKER_DIED, ProcessPoolExecutor, RunFailure, RunTask
 from dpmed.folders import StudyFolder
+from dpmed.run import RunContext
+from dpmed.study import prepare_study
 
 @pytest.fixture(scope="module")
 def reference(tiny_study, results_table) -> pd.DataFrame:
@@ -108,6 +113,22 @@ def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_pa
         "events"][0]["steps"]
     assert not run.privacy_key.exists() and not run.checkpoint.exists()
     assert record["privacy"]["is_dp"] and "OS entropy" in record["privacy"]["randomness"]
+
+
+def test_a_worker_killed_from_outside_fails_its_runs_with_a_reason_not_a_traceback(tmp_path, tiny_text):
+    """A worker that dies (here at start-up, as the out-of-memory killer would end it) breaks the process pool: each
+    unfinished run fails with the reason and what to do, in its error.json, and the study is not aborted."""
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    prepared = prepare_study(load_study(tmp_path / "s.yaml"), out=tmp_path / "out")
+    tasks = [RunTask(plan, prepared.folder.run(plan.run_id)) for plan in prepared.plans]
+    outcomes = []
+    ProcessPoolExecutor(2, setup=functools.partial(os._exit, 9)).map(
+        tasks, RunContext(dataset=prepared.dataset, evaluation=prepared.study.evaluation, progress=False),
+        lambda task, outcome: outcomes.append(outcome), fail_fast=False)
+    assert sorted(o.run_id for o in outcomes) == sorted(t.plan.run_id for t in tasks)
+    for outcome in outcomes:
+        assert isinstance(outcome, RunFailure) and outcome.error == WORKER_DIED
+        assert json.loads(outcome.error_file.read_text())["error"] == WORKER_DIED
 
 
 def test_a_process_pool_gives_the_same_table(tmp_path, reference, tiny_text, results_table):
