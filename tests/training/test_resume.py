@@ -74,9 +74,13 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp, tmp_path
         assert (ledger_epsilon(resumed.ledger, delta=1e-5) == ledger_epsilon(whole.ledger, delta=1e-5))
 
 
-def test_an_unreadable_checkpoint_has_no_progress(tmp_path):
+def test_an_unreadable_checkpoint_has_no_progress_and_training_names_it(data, new_model, tmp_path):
     (tmp_path / "checkpoint.pt").write_bytes(b"cut short by a full disk")
     assert checkpoint_progress(tmp_path / "checkpoint.pt") is None
+    images, task = data
+    with pytest.raises(RuntimeError, match=f"the checkpoint {tmp_path / 'checkpoint.pt'} cannot be read .*delete it"):
+        train(new_model(task), images, task, CFG, seed=4, dp=PLAN, randomness=PrivacyRandomness.secure(),
+              progress=False, checkpoint=tmp_path / "checkpoint.pt")
 
 
 def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_path):

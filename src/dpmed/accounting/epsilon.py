@@ -253,8 +253,9 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
         raise ValueError(f"accountant {accountant!r} returned nan for {released}; try the other accountant")
     if eps == math.inf:  # sigma > 0, so inf means the accountant could not resolve eps, not that it is infinite
         limit = f"{info.max_epsilon:g} (its limit; accountant='rdp' has none)" if info.max_epsilon < math.inf else "inf"
-        raise ValueError(f"accountant {accountant!r} cannot certify an eps below {limit} for {released} at "
-                         f"delta = {delta:g}; an RDP estimate is eps ~ {estimate_epsilon(released, delta=delta):.3g}")
+        raise ValueError(f"the eps of {released} at delta = {delta:g} lies above {limit}, the largest accountant "
+                         f"{accountant!r} certifies; an RDP estimate is eps ~ "
+                         f"{estimate_epsilon(released, delta=delta):.3g}")
     return eps
 
 

@@ -161,7 +161,11 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
     (`dpmed.run` gave this attempt a fresh key and deleted what the earlier one left)."""
     if path is None or not path.is_file():
         return None
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        raise RuntimeError(f"the checkpoint {path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+                           "delete it to train this run afresh") from None
     return state if state.get("fingerprint") == fingerprint else None
 
 
