@@ -91,6 +91,19 @@ def test_not_yaml_and_missing_file(write_study, tmp_path):
         load_study(tmp_path / "absent.yaml")
 
 
+def test_a_key_of_another_section_and_numeric_choices_get_useful_hints(write_study):
+    """A real key in the wrong place was offered itself as the correction; numeric choices were listed as nothing."""
+    text = GOOD.replace("seeds: [0, 1]", "seed: 3\ndata: {source: phantom, channels: 2}")
+    with pytest.raises(ConfigError) as err:
+        load_study(write_study(text.replace("{name: base, mechanism: none}",
+                                            "{name: base, mechanism: none, max_grad_norm: 1}")))
+    message = str(err.value)
+    assert "data.channels: 2 is not one of 1, 3" in message
+    for key in ("seed", "arms[0].max_grad_norm"):
+        assert f"{key}: unknown key (valid elsewhere in a study, not here" in message
+    assert "did you mean 'seed'" not in message and "did you mean 'max_grad_norm'" not in message
+
+
 def test_a_key_given_twice_a_file_not_in_utf8_and_a_bad_override_are_named(write_study, tmp_path):
     """Plain YAML keeps the last of two equal keys: a second training block dropped the first's settings silently."""
     with pytest.raises(ConfigError, match=r"key 'training' appears twice in one section \(lines 4 and 5\)"):

@@ -58,8 +58,8 @@ def _field_names() -> set[str]:
 
 
 def _choices(text: str) -> list[str]:
-    """"'a', 'b' or 'c'" (pydantic's list of allowed values) -> ["a", "b", "c"]."""
-    return re.findall(r"'([^']*)'", text)
+    """"'a', 'b' or 'c'" (pydantic's list of allowed values) -> ["a", "b", "c"]; unquoted numbers ("1 or 3") too."""
+    return re.findall(r"'([^']*)'", text) or [c for c in re.split(r",\s*|\s+or\s+", text.strip()) if c]
 
 
 def _closest(value: object, choices: list[str]) -> str:
@@ -112,8 +112,11 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
     kind, msg, ctx = error["type"], error["msg"], error.get("ctx") or {}
     if kind == "extra_forbidden":
         key = loc[-1]
-        close = difflib.get_close_matches(key, sorted(_field_names()), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        if key in _field_names():   # a real key, in another section: suggesting itself would not help
+            hint = " (valid elsewhere in a study, not here: check the section it is in, or the arm's mechanism)"
+        else:
+            close = difflib.get_close_matches(key, sorted(_field_names()), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
         return f"{where}: unknown key{hint}; remove or rename it"
     if kind == "missing":
         return f"{where}: required key is missing"
