@@ -62,3 +62,16 @@ def test_without_patient_ids_the_unit_is_the_image_and_the_card_says_why(write_s
     card = mechanism_info("dp_sgd").card(dp, ledger, "secure")
     assert "unit: one image" in card.statement and "one patient" not in card.statement
     assert "no patient ids" in card.unit_note
+
+
+def test_a_batch_larger_than_the_patients_names_patients_not_images():
+    """30 patients with 4 images each: an expected batch of 40 fits the 120 images but not the 30 patients that
+    DP-SGD samples, and the message must count what it samples."""
+    from dpmed.config.schema import Study
+    from dpmed.errors import ConfigError
+
+    study = Study.model_validate({"name": "b", "training": {"epochs": 1, "batch_size": 40},
+                                  "arms": [{"name": "dp", "mechanism": "dp_sgd", "target_epsilon": 8}]})
+    with pytest.raises(ConfigError, match=r"batch_size 40 exceeds the 30 training patients .*lower "
+                                          r"training.batch_size"):
+        plan_runs(study, PlanContext(images_per_patient=np.full(30, 4, dtype=np.int64), image_shape=(1, 16, 16)))

@@ -163,6 +163,10 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
     unit = arm.privacy_unit if context.patients_known else "image"
     n_units = int(len(counts) if unit == "patient" else counts.sum())
     target = swept.get("target_epsilon")
+    if context.batch_size > n_units:
+        raise ConfigError(f"arm {arm.name!r}: training.batch_size {context.batch_size} exceeds the {n_units} training "
+                          f"{unit}s (DP-SGD's expected batch counts {unit}s: privacy_unit is {unit}); lower "
+                          "training.batch_size")
     try:
         q, steps_per_epoch = accounting.dp_sgd_schedule(n_units, batch_size=context.batch_size, epochs=1)
         steps = training_steps(steps_per_epoch, epochs=context.epochs, steps=context.steps)
