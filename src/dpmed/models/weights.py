@@ -24,6 +24,12 @@ et al. 2020) and De et al. 2022's checkpoints are GroupNorm with weight standard
 WideResNet architectures that are not among dpmed's models, so their files do not load here (the error names the
 first key without a place); timm's ResNet-18 uses torchvision's names and BatchNorm, so it is refused as above.
 
+**What a state dict cannot show.** Names and shapes are all a file carries: one whose names and shapes fit loads,
+whatever trained it. BatchNorm weights saved without their running statistics load into the GroupNorm layers of the
+same names, and ``small_cnn``'s weights into ``small_cnn_ws`` (the same tensors; the latter standardises its
+convolutions), both without error. Hence ``weights_source``, which the record and the report print beside the
+file's sha256: the user says what the weights are.
+
 **Freezing.** ``trainable`` is ``all``, ``head`` or ``last_blocks: N`` (the head and the last N blocks of
 ``ModelInfo.blocks``); every other parameter gets ``requires_grad = False``. DP-SGD takes only parameters that
 require a gradient (`dpmed.training.dp_sgd.DpSgdStep.params`, and each clipping engine's layers): a frozen
