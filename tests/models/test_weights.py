@@ -85,6 +85,21 @@ def test_a_missing_file_names_the_key_and_the_path(tmp_path):
         read_state_dict(missing)
 
 
+def test_a_folder_a_text_file_and_a_pickled_model_say_what_to_give_instead(tmp_path):
+    """Before: "no such file" for a folder, "(KeyError: 101)" for a text file, and torch's advice to unpickle with
+    weights_only=False (which would run any code in the file) for a whole saved model."""
+    with pytest.raises(ConfigError, match=f"model.weights: {tmp_path} is a folder; give the path of the weights file"):
+        read_state_dict(tmp_path)
+    (tmp_path / "notes.txt").write_text("epoch 10, AUROC 0.93")
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=32)
+    torch.save(model, tmp_path / "whole.pt")
+    for path in (tmp_path / "notes.txt", tmp_path / "whole.pt"):
+        with pytest.raises(ConfigError, match=r"is not a torch state dict .*torch.save\(model.state_dict\(\), PATH\)"
+                           ) as err:
+            read_state_dict(path)
+        assert "weights_only=False" not in str(err.value) and "add_safe_globals" not in str(err.value)
+
+
 def test_checkpoint_containers_and_a_data_parallel_prefix_are_read(tmp_path):
     model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=32)
     wrapped = {"state_dict": {f"module.{k}": v for k, v in model.state_dict().items()}, "epoch": 3}

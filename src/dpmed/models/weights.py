@@ -85,13 +85,19 @@ def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tens
     """The state dict in ``path`` (the layouts of the module docstring), on the CPU. ConfigError naming ``key`` and
     the path if the file is missing or holds no state dict; naming the BatchNorm keys if it holds BatchNorm."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{key}: {path} is a folder; give the path of the weights file in it (a .pt state dict)")
     if not path.is_file():
         raise ConfigError(f"{key}: no such file {path}; give the path of a local state dict (dpmed downloads "
                           "nothing)")
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:   # torch raises several types for a file that is not a checkpoint
-        raise ConfigError(f"{key}: {path} is not a torch state dict ({type(exc).__name__}: {exc})") from None
+        # torch's own advice (weights_only=False, safe globals) is not the user's to follow: its first line only
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(f"{key}: {path} is not a torch state dict ({type(exc).__name__}: {first}); save one with "
+                          "torch.save(model.state_dict(), PATH): a whole pickled model is not read, since unpickling "
+                          "it could run any code") from None
     for name in _CONTAINERS:
         if isinstance(raw, Mapping) and isinstance(raw.get(name), Mapping):
             raw = raw[name]
