@@ -102,6 +102,9 @@ def test_a_key_of_another_section_and_numeric_choices_get_useful_hints(write_stu
     for key in ("seed", "arms[0].max_grad_norm"):
         assert f"{key}: unknown key (valid elsewhere in a study, not here" in message
     assert "did you mean 'seed'" not in message and "did you mean 'max_grad_norm'" not in message
+    with pytest.raises(ConfigError, match=r"data.labels\[0\]: .*\(got False\); YAML reads yes/no/on/off as "
+                                          r"true/false: quote the name, e.g. 'no'"):
+        load_study(write_study(GOOD.replace("training:", "data: {source: phantom, labels: [no, yes]}\ntraining:")))
 
 
 def test_a_key_given_twice_a_file_not_in_utf8_and_a_bad_override_are_named(write_study, tmp_path):

@@ -131,6 +131,8 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
         return f"{where}: {got!r} is not one of {', '.join(choices)}{_closest(got, choices)}"
     got = error.get("input")
     shown = "" if isinstance(got, (dict, list)) or "got" in msg else f" (got {got!r})"
+    if isinstance(got, bool) and kind == "string_type":   # YAML 1.1: yes, no, on, off, true, false are booleans
+        shown += f"; YAML reads yes/no/on/off as true/false: quote the name, e.g. '{'yes' if got else 'no'}'"
     return f"{where or '(top level)'}: {msg.removeprefix('Value error, ')}{shown}"
 
 
