@@ -160,23 +160,19 @@ def setting_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str
 _SAME_DATA = ("name", "task", "label_names", "n_train", "n_val", "n_test", "n_train_patients", "image_shape")
 
 
-def _other_data(folder: StudyFolder, dataset: Dataset) -> list[str]:
+def _other_data(before: ResolvedStudy, dataset: Dataset) -> list[str]:
     """How the dataset of the folder's finished runs (its study.yaml) differs from ``dataset``, one line per field."""
-    if not folder.finished_run_ids() or not folder.resolved_study.is_file():
-        return []
-    before = read_resolved(folder.root).dataset.model_dump(mode="json", include=set(_SAME_DATA))
+    old = before.dataset.model_dump(mode="json", include=set(_SAME_DATA))
     now = _dataset_summary(dataset).model_dump(mode="json", include=set(_SAME_DATA))
-    return [f"dataset.{key}: {before[key]} in the finished runs, {now[key]} now" for key in _SAME_DATA
-            if before[key] != now[key]]
+    return [f"dataset.{key}: {old[key]} in the finished runs, {now[key]} now" for key in _SAME_DATA
+            if old[key] != now[key]]
 
 
-def _other_evaluation(folder: StudyFolder, study: Study) -> list[str]:
+def _other_evaluation(before: ResolvedStudy, study: Study) -> list[str]:
     """How the evaluation settings of the folder's finished runs (its study.yaml) differ from ``study``'s: every
     run's metrics, intervals and explanations were computed with them, and one report states one level."""
-    if not folder.finished_run_ids() or not folder.resolved_study.is_file():
-        return []
-    before = read_resolved(folder.root).study.evaluation.model_dump(mode="json")
-    return [f"evaluation.{line}" for line in setting_differences(before, study.evaluation.model_dump(mode="json"))]
+    return [f"evaluation.{line}" for line in setting_differences(before.study.evaluation.model_dump(mode="json"),
+                                                                  study.evaluation.model_dump(mode="json"))]
 
 
 def _randomness_of(record: RunRecord) -> str | None:
@@ -192,11 +188,13 @@ def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, study
     A listed run made with other settings (its plan, the model included, or the other privacy randomness), or
     finished runs on other data or evaluated otherwise, are refused rather than mixed into one table; the message
     names what differs (where and how fast a run executes, ``config.EXECUTION_ONLY``, does not count)."""
-    data = _other_data(folder, dataset)
+    before = (read_resolved(folder.root) if folder.finished_run_ids() and folder.resolved_study.is_file()
+              else None)
+    data = [] if before is None else _other_data(before, dataset)
     if data:
         raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
                           f"{'; '.join(data)}; use another --out, or delete {folder.runs} to retrain them")
-    evaluation = _other_evaluation(folder, study)
+    evaluation = [] if before is None else _other_evaluation(before, study)
     if evaluation:
         raise ConfigError(f"the finished runs in {folder.root} were evaluated with other settings than this study now "
                           f"asks for: {'; '.join(evaluation)}; use another --out, or delete {folder.runs} to retrain "
@@ -328,8 +326,8 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
         return ResolvedStudy.model_validate_json(json.dumps(data))
     except (yaml.YAMLError, UnicodeDecodeError, ValidationError) as exc:
         raise ConfigError(f"{folder.resolved_study} cannot be read ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0]}); `dpmed run` writes it and reads it back to check finished runs: "
-                          "restore it from a copy, or run the study into another --out") from None
+                          f"{str(exc).splitlines()[0]}); `dpmed run` writes it and reads it back to check finished "
+                          "runs: restore it from a copy, or run the study into another --out") from None
 
 
 def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
