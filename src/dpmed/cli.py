@@ -73,8 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                                        "time; reads the data and calibrates as `run` does, trains nothing")
     _study_arguments(plan)
     plan.add_argument("--no-estimate", action="store_true", help="skip the timing probe (a few seconds)")
-    status = sub.add_parser("status", help="list the finished, failed, interrupted (the step its checkpoint reached) "
-                                           "and pending runs in DIR")
+    status = sub.add_parser("status", help="list the finished, unreadable, failed, interrupted (the step its checkpoint "
+                                           "reached) and pending runs in DIR")
     status.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
     rep = sub.add_parser("report", help="rebuild results.csv and report.html from the finished runs in DIR")
     rep.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
@@ -270,7 +270,8 @@ def _status(args: argparse.Namespace) -> int:
     for run_id, kind, detail in run_states(args.dir):
         counts[kind] = counts.get(kind, 0) + 1
         print(f"{run_id:<36} {kind}" + (f": {detail}" if detail else ""))
-    print(", ".join(f"{counts[k]} {k}" for k in ("finished", "failed", "interrupted", "pending") if k in counts))
+    print(", ".join(f"{counts[k]} {k}" for k in ("finished", "unreadable", "failed", "interrupted", "pending")
+                    if k in counts))
     if note:
         print(f"{note}: runs shown as interrupted or pending may be in progress")
     return 0

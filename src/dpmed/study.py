@@ -354,14 +354,19 @@ def _checkpoint_detail(path: Path) -> str:
 
 
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
-    """(run id, state, detail) of every run the study folder lists: finished, failed (with the error), interrupted
-    (a private checkpoint waits: the step it reached and its age) or pending."""
+    """(run id, state, detail) of every run the study folder lists: finished, unreadable (a run.json that `dpmed
+    report` would refuse: why), failed (with the error), interrupted (a private checkpoint waits: the step it reached
+    and its age) or pending."""
     folder = StudyFolder(Path(study_dir))
     states = []
     for plan in read_resolved(folder.root).runs:
         files = folder.run(plan.run_id)
         if files.is_finished:
-            states.append((plan.run_id, "finished", ""))
+            try:
+                read_record(files.record)
+                states.append((plan.run_id, "finished", ""))
+            except ConfigError as exc:
+                states.append((plan.run_id, "unreadable", str(exc)))
         elif files.error.is_file():
             states.append((plan.run_id, "failed", json.loads(files.error.read_text(encoding="utf-8"))["error"]))
         elif files.checkpoint.is_file():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -110,6 +111,16 @@ def test_report_rebuilds_from_finished_runs(quickstart, capsys):
     assert main(["report", str(quickstart)]) == 0
     assert (quickstart / "report.html").is_file()
     assert main(["report", str(quickstart.parent)]) == 2
+
+
+def test_status_calls_a_damaged_run_record_unreadable_not_finished(quickstart, tmp_path, capsys):
+    copy = tmp_path / "quickstart"
+    shutil.copytree(quickstart, copy)
+    (copy / "runs" / "non-private_seed0" / "run.json").write_text("{cut short")
+    assert main(["status", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"non-private_seed0 +unreadable: .*run\.json is not a run record", out), out
+    assert "3 finished, 1 unreadable" in out
 
 
 def test_a_damaged_study_yaml_is_named_not_a_traceback(quickstart, tmp_path, capsys):
