@@ -117,7 +117,12 @@ def load_study_data(study: Study) -> Dataset:
 
 def plan_study(study: Study, dataset: Dataset) -> list[RunPlan]:
     """Every run of ``study`` on ``dataset``, planned (METHODS.md s.1-2): DP-SGD's q, T, delta and calibrated sigma
-    over its unit, local DP noise scales. Audits are checked against the training patients."""
+    over its unit, local DP noise scales. Audits are checked against the training patients, and augmentation's crop
+    padding against the image size."""
+    augmentation, side = study.training.augmentation, min(dataset.train.image_shape[1:])
+    if augmentation is not None and augmentation.crop_padding != "auto" and augmentation.crop_padding >= side:
+        raise ConfigError(f"training.augmentation.crop_padding {augmentation.crop_padding} px needs images larger "
+                          f"than that (reflect padding), and these are {side} px; lower it, or use 'auto' (side / 8)")
     context = PlanContext(images_per_patient=images_per_patient(dataset.train.patient_ids),
                           image_shape=dataset.train.image_shape, patients_known=dataset.patients_known)
     plans = plan_runs(study, context)

@@ -113,6 +113,14 @@ def test_report_rebuilds_from_finished_runs(quickstart, capsys):
     assert main(["report", str(quickstart.parent)]) == 2
 
 
+def test_a_crop_padding_beyond_the_image_is_refused_before_training(tmp_path, capsys):
+    """Before: every run failed in training with a message that named no key."""
+    assert main(["run", "--out", str(tmp_path / "out"), *TINY, "--set", "training.augmentation={crop_padding: 32}"]) == 2
+    err = capsys.readouterr().err
+    assert "training.augmentation.crop_padding 32 px needs images larger than that" in err and "32 px" in err
+    assert not (tmp_path / "out" / "quickstart" / "runs").exists()
+
+
 def test_status_calls_a_damaged_run_record_unreadable_not_finished(quickstart, tmp_path, capsys):
     copy = tmp_path / "quickstart"
     shutil.copytree(quickstart, copy)
