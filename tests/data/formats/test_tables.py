@@ -48,6 +48,8 @@ def test_aptos_missing_column_and_folder(aptos, tmp_path, write_csv):
         read_aptos(aptos)
     with pytest.raises(DataError, match="APTOS 2019 folder .* not found"):
         read_aptos(tmp_path / "elsewhere")
+    with pytest.raises(DataError, match=f"{aptos} holds it: data.path names the dataset's folder, not one inside it"):
+        read_aptos(aptos / "train_images")
 
 
 # --- HAM10000 -----------------------------------------------------------------------------------------------------

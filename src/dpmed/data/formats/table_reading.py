@@ -43,7 +43,9 @@ def first_existing(root: Path, names: Sequence[str], dataset: str) -> Path:
 def read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:
     """The CSV as text (keep every cell as written: blank stays ""), or DataError naming the file or the column."""
     if not path.is_file():
-        raise DataError(f"table {path} not found")
+        inside = (f"; {path.parent.parent} holds it: data.path names the dataset's folder, not one inside it"
+                  if (path.parent.parent / path.name).is_file() else "")
+        raise DataError(f"table {path} not found{inside}")
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError) as exc:
