@@ -182,13 +182,14 @@ def _table(rows: list[list[str]]) -> str:
 def _plan(args: argparse.Namespace) -> int:
     handler = log_to_console()   # before Opacus is imported: it configures logging if nobody has
     try:
-        from dpmed.pretraining import describe_start
+        from dpmed.pretraining import check_weights, describe_start
         from dpmed.study import estimate_times, planned_card, prepare_study
         from dpmed.timing import clock, run_steps
         from dpmed.workspace import folder_holder
 
         study = _load(args)
         prepared = prepare_study(study, out=args.out)
+        check_weights(study, prepared.dataset)
         rates, seconds = (None, {}) if args.no_estimate or not prepared.todo else estimate_times(prepared)
     finally:
         detach(handler)

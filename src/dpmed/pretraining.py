@@ -51,7 +51,8 @@ from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set
 from dpmed.records import PretrainRecord, StartRecord, read_pretrain_record, read_record
 from dpmed.training import resolve_device, train
 
-__all__ = ["describe_start", "prepare_start", "pretrain", "pretrain_folder", "public_request", "refuse_other_starts"]
+__all__ = ["check_weights", "describe_start", "prepare_start", "pretrain", "pretrain_folder", "public_request",
+           "refuse_other_starts"]
 
 _log = logging.getLogger(__name__)
 _WEIGHTS = "weights.pt"     # the weights' file name in a cache entry, which its pretrain.json names them by
@@ -215,6 +216,22 @@ def describe_start(study: Study) -> str:
     return f"{prior}; {trains}. What the model learns before the arms is not covered by any eps"
 
 
+def _fresh_model(study: Study, dataset: Dataset) -> torch.nn.Module:
+    """The study's model for ``dataset``'s images and task, built without touching the global random state."""
+    c, h, _ = dataset.train.image_shape
+    with torch.random.fork_rng(devices=[]):
+        return build_model(study.model.name, in_channels=c, num_outputs=dataset.task.num_outputs, image_size=h)
+
+
+def check_weights(study: Study, dataset: Dataset) -> None:
+    """Raise the ConfigError `prepare_start` would for ``model.weights`` (missing, not a state dict, BatchNorm
+    statistics, another architecture), reading the file but training nothing: ``dpmed plan`` checks it as
+    ``dpmed run`` will."""
+    if study.model.weights is not None:
+        load_weights(_fresh_model(study, dataset), read_state_dict(study.model.weights),
+                     head=MODELS[study.model.name].head)
+
+
 def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progress: bool = True
                   ) -> StartRecord | None:
     """Where every arm of ``study`` starts (the module docstring): None for a randomly initialised model trained
@@ -236,9 +253,7 @@ def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progre
         trained_on = (f"public pretraining on {record.dataset} ({record.n_train} training images): "
                       f"{record.public}" + ("" if config.weights is None
                                             else f"; it started from {config.weights} ({config.weights_source})"))
-    c, h, _ = dataset.train.image_shape
-    with torch.random.fork_rng(devices=[]):
-        model = build_model(config.name, in_channels=c, num_outputs=dataset.task.num_outputs, image_size=h)
+    model = _fresh_model(study, dataset)
     loaded = None
     if weights is not None:
         key = "model.weights" if record is None else "the pretrained weights"

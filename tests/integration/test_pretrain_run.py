@@ -70,7 +70,7 @@ def test_the_report_section_says_pretraining_is_not_protected(pretrained):
                                             comparisons=None, folder=StudyFolder(pretrained))) == ""
 
 
-def test_a_released_model_starts_another_study(tiny_study, tiny_text, tmp_path):
+def test_a_released_model_starts_another_study(tiny_study, tiny_text, tmp_path, capsys):
     weights = tiny_study / "runs" / "base_seed0" / "model.pt"
     text = tiny_text.replace("name: tiny", "name: tiny-from-weights") + (
         f"model: {{name: small_cnn, weights: {weights}, weights_source: 'the tiny study, non-private arm', "
@@ -82,6 +82,12 @@ def test_a_released_model_starts_another_study(tiny_study, tiny_text, tmp_path):
     assert record.start.trained_on == "the tiny study, non-private arm" and record.start.n_trainable == 130
     report = (tmp_path / "out" / "tiny-from-weights" / "report.html").read_text()
     assert "tiny-from-weights" in report
+    # dpmed plan checks the file as run does: a text file named as weights is refused before anything trains
+    (tmp_path / "notes.txt").write_text("not weights")
+    bad = text.replace(str(weights), str(tmp_path / "notes.txt"))
+    (tmp_path / "bad.yaml").write_text(bad.replace("name: tiny-from-weights", "name: tiny-bad-weights"))
+    assert main(["plan", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "out"), "--no-estimate"]) == 2
+    assert f"{tmp_path / 'notes.txt'} is not a torch state dict" in capsys.readouterr().err
     # the study.yaml it wrote reads back (its weights path through JSON): status, report and a rerun work
     study_dir = str(tmp_path / "out" / "tiny-from-weights")
     assert main(["status", study_dir]) == 0 and main(["report", study_dir]) == 0
