@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Hashable, Mapping
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -33,6 +33,8 @@ class _Loader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            if not isinstance(key, Hashable):    # SafeLoader's own error names it below
+                continue
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} appears twice in one section (lines {seen[key]} and {line}); keep one",
