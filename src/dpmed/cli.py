@@ -73,8 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                                        "time; reads the data and calibrates as `run` does, trains nothing")
     _study_arguments(plan)
     plan.add_argument("--no-estimate", action="store_true", help="skip the timing probe (a few seconds)")
-    status = sub.add_parser("status", help="list the finished, unreadable, failed, interrupted (the step its checkpoint "
-                                           "reached) and pending runs in DIR")
+    status = sub.add_parser("status", help="list the finished, unreadable, failed, interrupted (the step its "
+                                           "checkpoint reached) and pending runs in DIR")
     status.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
     rep = sub.add_parser("report", help="rebuild results.csv and report.html from the finished runs in DIR")
     rep.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
@@ -167,8 +167,7 @@ def _eps_text(card: Any) -> str:
     accountant = card.accountant or ""
     accountant = accountant.upper() if accountant in accounting.ACCOUNTANTS else accountant.split(" (")[0]
     per = " per image" if card.epsilon_image is not None else ""
-    neighbours = "any two images" if per else f"add/remove one {card.unit}"
-    text = f"{card.epsilon:,.4g}{per} (delta {card.delta:.3g}; {accountant}; {neighbours})"
+    text = f"{card.epsilon:,.4g}{per} (delta {card.delta:.3g}; {accountant}; {card.neighbours_in_brief})"
     if not card.is_dp:
         text += " [not DP: seed known]"
     return text

@@ -213,8 +213,9 @@ def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, study
             elsewhere.append(record)
             continue
         diffs = setting_differences(record.plan.settings(), listed[run_id].settings())
-        if _randomness_of(record) not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
-            diffs.append(f"privacy_randomness: {_randomness_of(record)} in the finished run, {randomness} now")
+        drawn = _randomness_of(record)
+        if drawn not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
+            diffs.append(f"privacy_randomness: {drawn} in the finished run, {randomness} now")
         if diffs:
             clashes.append((run_id, diffs))
         else:

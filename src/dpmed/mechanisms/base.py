@@ -201,6 +201,12 @@ class PrivacyCard(Strict):
     max_grad_norm: float | None = None
     epsilon_if_poisson: float | None = None
 
+    @property
+    def neighbours_in_brief(self) -> str:
+        """The neighbour relation in a few words, for a label beside the eps (``neighbour_relation`` says it in
+        full): "any two images" for local DP on the images, else "add/remove one patient" (or image)."""
+        return "any two images" if self.epsilon_image is not None else f"add/remove one {self.unit}"
+
 
 class ImageMechanism:
     """A local DP transform of the released training images (protocol): ``apply(images, rng)`` -> perturbed copy,

@@ -134,9 +134,9 @@ def _eps_label(card: PrivacyCard) -> str:
         return "no privacy (ε = ∞)" if card.mechanism == "none" else "not DP"
     if card.epsilon_image is not None:      # per image, "any two images": not comparable with DP-SGD's eps
         delta = f", δ {number_text(card.delta, up=True)}" if card.delta else ""
-        return f"ε {number_text(card.epsilon_image, up=True)} per image (local DP, any two images{delta})"
+        return f"ε {number_text(card.epsilon_image, up=True)} per image (local DP, {card.neighbours_in_brief}{delta})"
     return (f"ε {number_text(card.epsilon, up=True)} (δ {number_text(card.delta, up=True)}, "
-            f"{accountant_name(card.accountant)}, add/remove one {card.unit})")
+            f"{accountant_name(card.accountant)}, {card.neighbours_in_brief})")
 
 
 def p_text(diff: PairedDifference) -> str:

@@ -60,8 +60,8 @@ def eps_text(card: PrivacyCard) -> str:
         return "inf (no DP)" if card.mechanism == "none" else "not DP"
     if card.epsilon_image is not None:   # local DP: per image, for "any two images" (not comparable to DP-SGD's eps)
         delta = f", d={card.delta:.0e}" if card.delta else ""
-        return f"{card.epsilon_image:,.4g} (LDP, any two images{delta})"
-    return f"{card.epsilon:.3g} (d={card.delta:.0e}, {card.accountant}, add/remove one {card.unit})"
+        return f"{card.epsilon_image:,.4g} (LDP, {card.neighbours_in_brief}{delta})"
+    return f"{card.epsilon:.3g} (d={card.delta:.0e}, {card.accountant}, {card.neighbours_in_brief})"
 
 
 def summary_text(records: Iterable[RunRecord]) -> str:

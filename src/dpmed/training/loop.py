@@ -156,6 +156,10 @@ class _Progress:
         self.bar.close()
 
 
+# What torch.load raises for a checkpoint cut short or not a checkpoint at all.
+_UNREADABLE = (OSError, RuntimeError, EOFError, pickle.UnpicklingError)
+
+
 def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
     """The checkpoint at ``path`` if it continues this very training; None if absent or made with other settings
     (`dpmed.run` gave this attempt a fresh key and deleted what the earlier one left)."""
@@ -163,7 +167,7 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+    except _UNREADABLE as exc:
         raise RuntimeError(f"the checkpoint {path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
                            "delete it to train this run afresh") from None
     return state if state.get("fingerprint") == fingerprint else None
@@ -174,7 +178,7 @@ def checkpoint_progress(path: Path) -> tuple[int, int] | None:
     unreadable or was written before checkpoints recorded their progress (such a one still continues its run)."""
     try:   # mapped, not read: the weights and optimiser state stay on disk
         progress = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("progress")
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
+    except _UNREADABLE:
         return None
     return None if progress is None else (int(progress["steps"]), int(progress["of"]))
 
