@@ -59,6 +59,19 @@ def test_full_batch_is_the_exact_gaussian_mechanism(sigma, steps, delta):
     assert rdp >= exact - 1e-9
 
 
+@pytest.mark.parametrize("q", [1 - 2 ** -53, 1 - 1e-13, 1 - 1e-10])
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_a_rate_a_hair_below_one_is_accounted_as_one(q, accountant):
+    """dp_accounting's subsampled Gaussian PLD raised ("a must be greater than b") for 1 - q below about 1e-13 at
+    sigma 0.3. Rounding such a rate up to 1 is sound (subsampling at a lower rate only amplifies): the eps is the
+    exact Gaussian mechanism's, never less."""
+    sigma, steps, delta = 0.3046875, 3, 1e-5
+    eps = dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta, accountant=accountant)
+    assert eps == dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=1.0, steps=steps, delta=delta,
+                                 accountant=accountant)
+    assert eps >= gaussian_epsilon(math.sqrt(steps) / sigma, delta) - 1e-9
+
+
 def within_pld_range(**args) -> bool:
     """Settings whose RDP eps is below 400 have PLD eps below its 500 limit."""
     return dp_sgd_epsilon(**args, accountant="rdp") < 400

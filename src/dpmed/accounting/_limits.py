@@ -19,13 +19,26 @@ import math
 import numpy as np
 from scipy import special
 
-__all__ = ["chi2", "gdp_mu", "ceiling", "pinsker", "degenerate", "pinned", "remove_max_test_power",
+__all__ = ["accountable_rate", "chi2", "gdp_mu", "ceiling", "pinsker", "degenerate", "pinned", "remove_max_test_power",
            "remove_sum_test_power", "add_max_test_power"]
 
 # When cheap exact bounds sandwich gamma this tightly (relative), return the upper one: far below any PLD error.
 _PIN_TOLERANCE = 1e-6
 # Phi(c - mu) is 1.0 in doubles once c - mu > 40: beyond mu + 40 every per-step Q-probability below c is ~1.
 _FAR_Z = 40.0
+
+# Sampling rates this close to 1 are accounted as 1 (`accountable_rate`).
+_RATE_ONE = 1e-9
+
+
+def accountable_rate(q: float) -> float:
+    """The sampling rate handed to dp_accounting: ``q``, or 1 where 1 - q < 1e-9. Why: for such q (1 - q down to
+    1e-13 at sigma 0.3, 1e-15 at sigma 0.1-0.3 on a coarser grid) its subsampled Gaussian PLD fails inside
+    ``common._log_sub`` ("a must be greater than b"), since log(1 - q) has lost its digits. Rounding up is sound:
+    Poisson subsampling's privacy profile grows with q, so every eps, delta or reconstruction bound at rate 1 bounds
+    the one at q, and it differs by about 1 - q."""
+    return 1.0 if 1.0 - q < _RATE_ONE else q
+
 
 PINNED_CEILING = "exact limit (pinned): the sigma = 0 power, within 1e-6 (relative) of an exact test's power"
 PINNED_NEAR_KAPPA = "exact limit (pinned): kappa + the Pinsker bound, within 1e-6 (relative) of kappa"

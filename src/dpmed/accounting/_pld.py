@@ -120,7 +120,7 @@ def interval(sigma: float, q: float, steps: int) -> float:
 @functools.lru_cache(maxsize=2)
 def composed_pld(sigma: float, q: float, steps: int) -> pld_lib.PrivacyLossDistribution:
     """Cached: reconstruction_risk reads the same composed PLD at kappa and at each false-positive rate."""
-    pld = pld_lib.from_gaussian_mechanism(sigma, sensitivity=1.0, sampling_prob=q,
+    pld = pld_lib.from_gaussian_mechanism(sigma, sensitivity=1.0, sampling_prob=_limits.accountable_rate(q),
                                           value_discretization_interval=interval(sigma, q, steps))
     return pld.self_compose(steps)
 

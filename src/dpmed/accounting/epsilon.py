@@ -36,6 +36,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpmed.accounting import _arguments
+from dpmed.accounting._limits import accountable_rate
 from dpmed.accounting.events import DpSgdEvent, PoissonGaussianEvent, PoissonLaplaceEvent, ShuffledBatchesEvent
 from dpmed.accounting.ledger import Ledger
 
@@ -104,7 +105,8 @@ def _as_dp_event(events: Sequence[DpSgdEvent]) -> dp_event.DpEvent:
             return dp_event.LaplaceDpEvent(e.noise_multiplier)
         return dp_event.GaussianDpEvent(e.noise_multiplier)
     return dp_event.ComposedDpEvent([
-        dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(e.sample_rate, mechanism(e)), e.steps)
+        dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(accountable_rate(e.sample_rate), mechanism(e)),
+                                     e.steps)
         for e in events])
 
 
