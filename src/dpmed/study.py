@@ -117,8 +117,8 @@ def load_study_data(study: Study) -> Dataset:
 
 def plan_study(study: Study, dataset: Dataset) -> list[RunPlan]:
     """Every run of ``study`` on ``dataset``, planned (METHODS.md s.1-2): DP-SGD's q, T, delta and calibrated sigma
-    over its unit, local DP noise scales. Audits are checked against the training patients, and augmentation's crop
-    padding against the image size."""
+    over its unit, local DP noise scales. Audits are checked against the training patients, the batch against the
+    training images, and augmentation's crop padding against the image size."""
     augmentation, side = study.training.augmentation, min(dataset.train.image_shape[1:])
     if augmentation is not None and augmentation.crop_padding != "auto" and augmentation.crop_padding >= side:
         raise ConfigError(f"training.augmentation.crop_padding {augmentation.crop_padding} px needs images larger "
@@ -128,6 +128,12 @@ def plan_study(study: Study, dataset: Dataset) -> list[RunPlan]:
     plans = plan_runs(study, context)
     limit = max_canaries(dataset.train)
     for plan in plans:
+        # DP-SGD refuses this in its own plan (counting its unit); the other arms would quietly train on the whole
+        # set at every step, another recipe than the batch the study states.
+        if plan.training.batch_size > len(dataset.train):
+            raise ConfigError(f"arm {plan.arm!r}: training.batch_size {plan.training.batch_size} exceeds the "
+                              f"{len(dataset.train)} training images; lower training.batch_size to at most "
+                              f"{len(dataset.train)}")
         if plan.audit is not None and plan.audit.canaries > limit:
             raise ConfigError(
                 f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training patients than the "

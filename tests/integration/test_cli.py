@@ -121,6 +121,16 @@ def test_a_crop_padding_beyond_the_image_is_refused_before_training(tmp_path, ca
     assert not (tmp_path / "out" / "quickstart" / "runs").exists()
 
 
+def test_a_batch_larger_than_the_training_set_is_refused_for_arms_without_dp_sgd(tmp_path, capsys):
+    """Before: the non-private arm trained on the whole set at every step, under the batch size the study states."""
+    argv = ["run", "--out", str(tmp_path / "out"), *TINY, "--set", "training.batch_size=5000",
+            "--set", "arms=[{name: non-private, mechanism: none}]"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"arm 'non-private': training.batch_size 5000 exceeds the \d+ training images", err), err
+    assert "Traceback" not in err and not (tmp_path / "out" / "quickstart" / "runs").exists()
+
+
 def test_status_calls_a_damaged_run_record_unreadable_not_finished(quickstart, tmp_path, capsys):
     copy = tmp_path / "quickstart"
     shutil.copytree(quickstart, copy)
