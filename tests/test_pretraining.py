@@ -4,6 +4,7 @@ public set overlaps the private one; and the study-file keys (a missing file is 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,21 @@ def test_pretraining_trains_once_and_is_cached_by_content(private, tmp_path, mon
     other = study.model_copy(update={"pretrain": study.pretrain.model_copy(update={"seed": 5})})
     with pytest.raises(AssertionError, match="trained although"):          # other settings: another key
         prepare_start(other, private, folder)
+
+
+def test_a_pretrained_head_for_other_classes_is_not_loaded_even_where_its_shape_fits(private, tmp_path):
+    """The same two outputs, in the other order: before, the head was loaded, so each private class started from
+    the other class's weights. Now it is left at its initialisation, and the record lists it; the same names in the
+    same order still load it."""
+    names = private.task.label_names
+    swapped = dataclasses.replace(private, task=dataclasses.replace(private.task, label_names=names[::-1]))
+    study = _study(pretrain=PUBLIC)
+    start = prepare_start(study, swapped, StudyFolder(tmp_path))
+    assert start.pretraining.label_names == names and start.kept == ("head.weight", "head.bias")
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    assert start.loaded == len(model.state_dict()) - 2
+    same = prepare_start(study, private, StudyFolder(tmp_path / "same"))
+    assert same.sha256 == start.sha256 and same.kept == () and same.loaded == len(model.state_dict())
 
 
 def test_cached_pretraining_is_found_after_a_relative_out_folder_moves(private, tmp_path, monkeypatch):

@@ -17,7 +17,8 @@ The stage, in order (`prepare_start`):
    the model and any weights it started from, so a resumed or re-run study reuses them, also after its folder
    moved or from another working directory (an entry names its weights relative to itself). They are releasable
    (public data only), so they sit beside the runs, not in ``private/``;
-4. check that the weights fit the private model (the head may differ: another class count), freeze what
+4. check that the weights fit the private model (the head may differ: another class count; it is left at its
+   initialisation unless the public classes are the private ones, in the same order), freeze what
    ``model.trainable`` leaves out, refuse a study folder whose finished runs started otherwise (they would be
    reused), and hand every run the same :class:`~dpmed.records.StartRecord`.
 
@@ -34,6 +35,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -134,6 +136,12 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
                   "undefined" if cached.validation_auroc is None else f"{cached.validation_auroc:.3f}")
         return cached
 
+    # Weights not trained yet: finished runs that started from other ones would refuse them once trained
+    # (`refuse_other_starts`), so refuse now rather than after the training.
+    trainable = study.model.trainable_setting
+    _refuse_clashes(folder, lambda before: before is not None and before.pretraining is not None
+                    and before.pretraining.key == key and before.trainable == trainable,
+                    f"public pretraining on {public.name} not yet trained, key {key[:16]}, trained {trainable}")
     info = MODELS[study.model.name]
     c, h, _ = public.train.image_shape
     with torch.random.fork_rng(devices=[]):
@@ -179,21 +187,26 @@ def _starting_point(start: StartRecord | None) -> tuple:
     return (None, "all") if start is None else (start.sha256, start.trainable)
 
 
+def _refuse_clashes(folder: StudyFolder, same: Callable[[StartRecord | None], bool], now: str) -> None:
+    """ConfigError naming the finished runs in ``folder`` whose start ``same`` rejects (``now``: this study's)."""
+    clashes = []
+    for run_id in folder.finished_run_ids():
+        before = read_record(folder.run(run_id).record).start
+        if not same(before):
+            clashes.append(f"{run_id} (started from {'random weights' if before is None else before.weights}, "
+                           f"trained {'all' if before is None else before.trainable})")
+    if clashes:
+        raise ConfigError(f"{len(clashes)} finished run(s) in {folder.root} started from other weights than this "
+                          f"study now does ({now}): {'; '.join(clashes[:4])}; use another --out, or delete those "
+                          "runs to retrain them")
+
+
 def refuse_other_starts(folder: StudyFolder, start: StartRecord | None) -> None:
     """ConfigError naming the finished runs in ``folder`` that started from other weights or trained another part
     of the model than ``start``: a resumed study reuses finished runs, and one table must not mix two starts (the
     runs' plans do not hold the start, so the study's own settings check cannot see it)."""
-    clashes = []
-    for run_id in folder.finished_run_ids():
-        before = read_record(folder.run(run_id).record).start
-        if _starting_point(before) != _starting_point(start):
-            clashes.append(f"{run_id} (started from {'random weights' if before is None else before.weights}, "
-                           f"trained {'all' if before is None else before.trainable})")
-    if clashes:
-        now = "random weights" if start is None else start.weights
-        raise ConfigError(f"{len(clashes)} finished run(s) in {folder.root} started from other weights than this "
-                          f"study now does ({now}, trained {_starting_point(start)[1]}): {'; '.join(clashes[:4])}; "
-                          "use another --out, or delete those runs to retrain them")
+    now = f"{'random weights' if start is None else start.weights}, trained {_starting_point(start)[1]}"
+    _refuse_clashes(folder, lambda before: _starting_point(before) == _starting_point(start), now)
 
 
 def describe_start(study: Study) -> str:
@@ -257,10 +270,15 @@ def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progre
     loaded = None
     if weights is not None:
         key = "model.weights" if record is None else "the pretrained weights"
-        loaded = load_weights(model, read_state_dict(weights, key=key), head=info.head, key=key)
+        # Public pretraining knows what its outputs mean: its head is used only for the same classes in the same
+        # order (a user's own file says nothing of its classes: its head is used where the shape fits).
+        same_classes = record is None or tuple(record.label_names) == tuple(dataset.task.label_names)
+        loaded = load_weights(model, read_state_dict(weights, key=key), head=info.head, key=key,
+                              same_classes=same_classes)
+        why = "another shape" if same_classes else (f"pretrained for {list(record.label_names)}, not "
+                                                    f"{list(dataset.task.label_names)}")
         _log.info("start: %d tensors loaded from %s%s", len(loaded.loaded), weights,
-                  f"; head left at its initialisation (another shape): {', '.join(loaded.kept)}" if loaded.kept
-                  else "")
+                  f"; head left at its initialisation ({why}): {', '.join(loaded.kept)}" if loaded.kept else "")
         _log.debug("start: loaded %s", ", ".join(loaded.loaded))
     n_trainable, n_frozen = set_trainable(model, trainable, head=info.head, blocks=info.blocks)
     _log.info("start: %d parameters train (%s), %d frozen (neither clipped nor noised under DP-SGD)", n_trainable,

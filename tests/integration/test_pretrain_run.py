@@ -105,6 +105,22 @@ def test_a_rerun_that_starts_otherwise_is_refused_not_mixed(pretrained, capsys):
     assert "started from other weights than this study now does" in err and "base_seed0" in err
 
 
+def test_other_pretraining_settings_are_refused_before_they_train(pretrained, capsys, monkeypatch):
+    """Before: the new pretraining trained (minutes on real data), and only then were the finished runs found to
+    have started from other weights."""
+    def no_training(*args, **kwargs):
+        raise AssertionError("pretrained although the finished runs would refuse the weights")
+
+    monkeypatch.setattr("dpmed.pretraining.train", no_training)
+    study_file = pretrained.parent.parent / "s.yaml"
+    code = main(["run", str(study_file), "--out", str(pretrained.parent), "--no-progress",
+                 "--set", "pretrain.seed=5"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "started from other weights than this study now does (public pretraining on phantom not yet trained" in err
+    assert "base_seed0" in err and not list((pretrained / "pretrain").glob("*/pretrain.json"))[1:]
+
+
 def test_the_study_report_carries_the_pretraining_section(pretrained):
     """The section is one of the report's SECTIONS, so report.html of a pretrained study says what was learnt
     without privacy."""

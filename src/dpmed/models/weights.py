@@ -117,10 +117,13 @@ def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tens
     return state
 
 
-def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str,
-                 key: str = "model.weights") -> LoadedWeights:
+def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str, key: str = "model.weights",
+                 same_classes: bool = True) -> LoadedWeights:
     """Copy ``state`` into ``model`` (the rules of the module docstring): ConfigError naming the first keys that are
-    missing, unexpected or of another shape outside the head ``head`` (a module name, e.g. "fc")."""
+    missing, unexpected or of another shape outside the head ``head`` (a module name, e.g. "fc").
+    ``same_classes=False``: the file's outputs are known to mean other classes (or the same in another order), so
+    the head is left at its initialisation whatever its shape; a head of the right shape would otherwise start
+    each output from another class's weights."""
     own = model.state_dict()
     in_head = lambda k: k == head or k.startswith(head + ".")  # noqa: E731
     missing = [k for k in own if k not in state and not in_head(k)]
@@ -136,7 +139,8 @@ def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str,
                 ([f"the file's {_examples(unexpected)} have no place in the model"] if unexpected else [])
         raise ConfigError(f"{key}: the file does not fit the model: {'; '.join(parts)}; the architectures differ "
                           "(dpmed reads its own model.pt and torchvision's ResNet names)")
-    kept = tuple(k for k in own if in_head(k) and (k not in state or state[k].shape != own[k].shape))
+    kept = tuple(k for k in own if in_head(k)
+                 and (not same_classes or k not in state or state[k].shape != own[k].shape))
     loaded = tuple(k for k in own if k not in kept)
     with torch.no_grad():
         for k in loaded:

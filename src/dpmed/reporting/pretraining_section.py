@@ -67,7 +67,11 @@ def pretraining_section(inputs: ReportInputs) -> str:
         source = ("random initialisation" if start.weights is None else
                   f"<code>{escape(start.weights)}</code> (sha256 <code>{escape(start.sha256)}</code>), trained on: "
                   f"{escape(start.trained_on)}")
-        kept = (f"; head left at its initialisation ({escape(', '.join(start.kept))}: another shape in the file)"
+        other_classes = (start.pretraining is not None
+                         and tuple(start.pretraining.label_names) != tuple(inputs.resolved.dataset.label_names))
+        why = (f"pretrained for {', '.join(start.pretraining.label_names)}, in this order" if other_classes
+               else "another shape in the file")
+        kept = (f"; head left at its initialisation ({escape(', '.join(start.kept))}: {escape(why)})"
                 if start.kept else "")
         parts.append(
             f"<p>Runs {escape(', '.join(runs))}: started from {source}. Trained: {escape(start.trainable_text)}, "
