@@ -128,17 +128,18 @@ def plan_study(study: Study, dataset: Dataset) -> list[RunPlan]:
     plans = plan_runs(study, context)
     limit = max_canaries(dataset.train)
     for plan in plans:
+        if plan.audit is not None and plan.audit.canaries > limit:
+            raise ConfigError(
+                f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training patients than the "
+                f"{limit + 1} this dataset has (one canary per patient, and some patients left to train on); "
+                f"lower audit.canaries below {limit + 1} or use more images")
+    for plan in plans:
         # DP-SGD refuses this in its own plan (counting its unit); the other arms would quietly train on the whole
         # set at every step, another recipe than the batch the study states.
         if plan.training.batch_size > len(dataset.train):
             raise ConfigError(f"arm {plan.arm!r}: training.batch_size {plan.training.batch_size} exceeds the "
                               f"{len(dataset.train)} training images; lower training.batch_size to at most "
                               f"{len(dataset.train)}")
-        if plan.audit is not None and plan.audit.canaries > limit:
-            raise ConfigError(
-                f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training patients than the "
-                f"{limit + 1} this dataset has (one canary per patient, and some patients left to train on); "
-                f"lower audit.canaries below {limit + 1} or use more images")
     return plans
 
 
