@@ -155,3 +155,20 @@ def test_multilabel_averages_labels_and_unrecorded_attributes_are_not_applicable
     assert f["auroc"]["value"] == pytest.approx(3 / 4) and f["accuracy"]["value"] == pytest.approx(1 / 2)
     assert out["attributes"]["sex"]["equalized_odds_difference"]["value"] == pytest.approx(1 / 2)
     assert out["attributes"]["age"]["status"] == "n/a"
+
+
+def test_demographic_parity_difference_is_undefined_with_one_named_group():
+    """fairlearn's spread over a single named group (the rest unknown) is 0.0, which read as "no disparity"."""
+    rng = np.random.default_rng(3)
+    yv = rng.integers(0, 2, 100)
+    sv = (yv * 0.3 + rng.random(100) * 0.7).round(2)
+    y = rng.integers(0, 2, 60)
+    s = (y * 0.3 + rng.random(60) * 0.7).round(2)
+    sex = np.where(rng.random(60) < 0.8, "female", "unknown")
+    out = evaluate_fairness(kind="binary", val_labels=yv, val_scores=sv, test_labels=y, test_scores=s,
+                            attributes={"sex": sex}, n_resamples=50, seed=0)
+    entry = out["attributes"]["sex"]
+    assert entry["equalized_odds_difference"]["value"] is None
+    assert entry["demographic_parity_difference"]["value"] is None      # before: 0.0
+    # the per-group differences against the rest (here: the unknown) stay defined
+    assert entry["groups"]["female"]["demographic_parity_difference"]["value"] is not None

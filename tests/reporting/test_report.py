@@ -94,3 +94,11 @@ def test_the_report_says_on_what_the_settings_were_chosen(records, make_resolved
     html = section(said)
     assert "CheXpert&#x27;s validation split &lt;b&gt; (the study's own statement)" in html   # escaped, as given
     assert "not stated" not in html
+
+
+def test_summary_header_states_the_confidence_level_of_the_intervals(make_record):
+    metrics = {"test_auroc": 0.8, "test_auroc_low": 0.7, "test_auroc_high": 0.9, "test_accuracy": 0.75,
+               "confidence": 0.9}
+    header = summary_text([make_record("r0", "base", metrics=metrics)]).splitlines()[0]
+    assert "90% CI" in header
+    assert "95%" not in header

@@ -148,9 +148,11 @@ def _group_stats(y, s, correct, selected, member, w_all) -> dict[str, np.ndarray
     """Per-redraw statistics of one group (weights ``w_all`` [R, n]; member bool [n]): float [R] or [R, L]."""
     rest = ~member
     w, wr = w_all[:, member], w_all[:, rest]
+    # the labels defined in the group (both classes among its images); a redraw that loses one is undefined
+    defined = [j for j in range(y.shape[1]) if member.any() and y[member, j].min() != y[member, j].max()]
     out = {
-        "auroc": _nanmean(np.stack([weighted_auroc(y[member, j], s[member, j], w) for j in range(y.shape[1])],
-                                   axis=1), axis=1),
+        "auroc": (np.stack([weighted_auroc(y[member, j], s[member, j], w) for j in defined], axis=1).mean(axis=1)
+                  if defined else np.full(w_all.shape[0], np.nan)),
         "accuracy": weighted_mean(correct[member], w),
         "accuracy_rest": weighted_mean(correct[rest], wr) if rest.any() else np.full(w_all.shape[0], np.nan),
     }
@@ -171,6 +173,8 @@ def _fairlearn_differences(y, selected, groups, eo_groups) -> tuple[float, float
     from fairlearn.metrics import demographic_parity_difference, equalized_odds_difference
 
     dp, eo = [], []
+    if len(np.unique(groups)) < 2:       # a spread over one group compares nothing: undefined, as in the redraws
+        return float("nan"), float("nan")
     for j in range(y.shape[1]):
         dp.append(demographic_parity_difference(y[:, j], selected[:, j], sensitive_features=groups))
         keep = np.isin(groups, eo_groups[j])

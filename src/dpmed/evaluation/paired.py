@@ -26,7 +26,6 @@ to the runs of a study).
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -41,11 +40,13 @@ __all__ = ["paired_auroc_difference", "paired_differences", "bootstrap_p_value",
 
 
 def _macro_auroc(y: np.ndarray, s: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Mean over label columns of the weighted AUROC, ignoring undefined labels: [R]."""
-    per_label = np.stack([weighted_auroc(y[:, j], s[:, j], weights) for j in range(y.shape[1])], axis=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)    # a redraw with no defined label: nan, left out
-        return np.nanmean(per_label, axis=1)
+    """Mean over the label columns defined on the whole test set (both classes present) of the weighted AUROC: [R];
+    nan in a redraw that lost one of them (the same labels in every redraw as in the point value)."""
+    defined = [j for j in range(y.shape[1]) if y[:, j].min() != y[:, j].max()]
+    if not defined:
+        return np.full(np.atleast_2d(weights).shape[0], np.nan)
+    per_label = np.stack([weighted_auroc(y[:, j], s[:, j], weights) for j in defined], axis=1)
+    return per_label.mean(axis=1)                          # nan where any defined label is undefined in the redraw
 
 
 def bootstrap_p_value(differences: np.ndarray) -> float | None:

@@ -241,7 +241,10 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, i
         raise ValueError(
             f"test AUROC is undefined: no label has both positives and negatives among the {y.shape[0]} test samples"
         )
-    macro_redraws = _macro(_redraw_auroc(y, s, indices))  # [n_resamples]
+    # The redraws average the same labels as the point value: a redraw that lost one of them (no positive or no
+    # negative drawn) is undefined, not the mean of the labels it kept (a different statistic).
+    defined = np.array([not np.isnan(by_index[str(j)]) for j in range(y.shape[1])])
+    macro_redraws = _redraw_auroc(y[:, defined], s[:, defined], indices).mean(axis=1)  # [n_resamples], nan if any
     _estimate(row, "test_auroc", macro, macro_redraws, confidence)
     row["test_auroc_undefined_redraws"] = int(np.isnan(macro_redraws).sum())
     if per_label:

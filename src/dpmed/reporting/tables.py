@@ -67,7 +67,10 @@ def eps_text(card: PrivacyCard) -> str:
 def summary_text(records: Iterable[RunRecord]) -> str:
     """A fixed-width table for the terminal: run, eps with its delta, accountant and neighbours, test AUROC with
     interval."""
-    lines = [f"{'run':<28} {'eps':<46} {'test AUROC [95% CI]':<24} {'acc':>6}"]
+    records = list(records)
+    levels = {float(r.metrics["confidence"]) for r in records if r.metrics.get("confidence") is not None}
+    level = f"{levels.pop():.0%} CI" if len(levels) == 1 else "CI"      # the level the intervals were computed at
+    lines = [f"{'run':<28} {'eps':<46} {f'test AUROC [{level}]':<24} {'acc':>6}"]
     for r in records:
         auc = r.estimate("test_auroc")
         shown = ("undefined" if auc.value is None else f"{auc.value:.3f}" if auc.low is None

@@ -1,0 +1,84 @@
+"""A bootstrap redraw of the macro AUROC averages the same labels as the point value.
+
+A redraw that draws no positive (or no negative) of a label that is defined on the whole test set is undefined
+(scikit-learn's macro AUROC raises on it), not the mean of the labels it kept. Before, those redraws silently
+averaged fewer labels, which shifted the interval (here the upper bound by ~0.3) and hid them from
+``test_auroc_undefined_redraws`` and from the >10% warning.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
+from dpmed.evaluation.fairness import evaluate_fairness
+from dpmed.evaluation.paired import paired_differences
+from dpmed.evaluation.utility import evaluate_utility
+
+N, R, SEED = 200, 1000, 0
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    y = (rng.random((N, 3)) < [0.3, 0.3, 0.0]).astype(int)
+    y[:2, 2] = 1                                   # a rare finding: 2 positives among 200 test images
+    s = np.clip(0.35 * y + rng.random((N, 3)) * 0.65, 0, 1)
+    s[:2, 2] = 0.01                                # ... ranked below every negative: its AUROC is ~0
+    return y, s
+
+
+def _sk_macro(y, s):
+    """scikit-learn's macro AUROC of the redrawn sample; undefined (nan) when a label has one class in it."""
+    if any(y[:, j].min() == y[:, j].max() for j in range(y.shape[1])):
+        return np.nan
+    return roc_auc_score(y, s, average="macro")
+
+
+def test_utility_macro_auroc_interval_uses_the_same_labels_in_every_redraw():
+    y, s = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        row = evaluate_utility(kind="multilabel", label_names=["a", "b", "rare"], val_labels=y, val_scores=s,
+                               test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
+    ref = np.array([_sk_macro(y[i], s[i]) for i in bootstrap_indices(N, n_resamples=R, seed=SEED)])
+    low, high = percentile_interval(ref)
+    assert row["test_auroc"] == pytest.approx(roc_auc_score(y, s, average="macro"))
+    assert row["test_auroc_undefined_redraws"] == int(np.isnan(ref).sum())       # 132, not 0
+    assert (row["test_auroc_low"], row["test_auroc_high"]) == pytest.approx((low, high), abs=1e-12)
+
+
+def test_utility_warns_when_many_redraws_lose_a_label():
+    y, s = _data()
+    with pytest.warns(RuntimeWarning, match="test_auroc"):
+        evaluate_utility(kind="multilabel", label_names=["a", "b", "rare"], val_labels=y, val_scores=s,
+                         test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
+
+
+def test_paired_macro_auroc_difference_uses_the_same_labels_in_every_redraw():
+    y, s = _data()
+    s0 = np.clip(s + np.random.default_rng(1).normal(0, 0.1, s.shape), 0, 1)
+    out = paired_differences(kind="multilabel", labels=y, scores=s, reference_scores=s0, n_resamples=R, seed=SEED)
+    idx = bootstrap_indices(N, n_resamples=R, seed=SEED)
+    ref = np.array([_sk_macro(y[i], s[i]) - _sk_macro(y[i], s0[i]) for i in idx])
+    low, high = percentile_interval(ref)
+    assert out["auroc"]["defined_redraws"] == int(np.isfinite(ref).sum())
+    assert (out["auroc"]["low"], out["auroc"]["high"]) == pytest.approx((low, high), abs=1e-12)
+
+
+def test_fairness_group_auroc_interval_uses_the_group_labels_in_every_redraw():
+    y, s = _data()
+    sex = np.array(["female"] * N)
+    sex[100:] = "male"                             # both rare positives (rows 0, 1) are female
+    out = evaluate_fairness(kind="multilabel", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
+                            attributes={"sex": sex}, n_resamples=R, seed=SEED)
+    g = out["attributes"]["sex"]["groups"]["female"]["auroc"]
+    member = sex == "female"
+    ref = []
+    for i in bootstrap_indices(N, n_resamples=R, seed=SEED):
+        keep = i[member[i]]
+        ref.append(_sk_macro(y[keep], s[keep]))
+    low, high = percentile_interval(np.array(ref))
+    assert g["value"] == pytest.approx(roc_auc_score(y[member], s[member], average="macro"))
+    assert (g["low"], g["high"]) == pytest.approx((low, high), abs=1e-12)
