@@ -208,6 +208,8 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
                                 image_size=ds.train.image_shape[1])
         start_model(model, plan.model, context.start)
         dp = plan.privacy if isinstance(plan.privacy, DpSgdPlan) else None
+        if dp is not None and dp.attack is not None:
+            attack.attack_batch_size(ds, dp)     # a validation split too small for the attack fails before training
         result = train(model, train_input, ds.task, plan.training, seed=plan.seed, dp=dp, randomness=randomness,
                        device=device, progress=context.progress, log_progress=True, label=plan.run_id,
                        checkpoint=folder.checkpoint, released=events)

@@ -146,3 +146,30 @@ def test_small_bounds_keep_two_significant_figures():
     assert _percent(0.0005624) == "0.056%" and _percent(0.0002956) == "0.03%"
     assert _percent(0.0179) == "1.8%" and _percent(1.0) == "100.0%" and _percent(0.0) == "0.0%"
     assert _percent(None) == "–"
+
+
+def test_attack_above_the_run_bound_is_shown_against_the_attacked_steps_bound(tmp_path, make_record, make_resolved):
+    """The run's bound is for a record Poisson-sampled over T steps; the attack puts every image in one batch, so its
+    game's bound is the attacked step's (q = 1, T = 1). Before, only the run's bound (64.3 %) stood beside an 86 %
+    attack under "the bounds say what no attacker can exceed" (measured on the phantom, one epoch, sigma 1e-3)."""
+    attack = AttackRecord(structure="sparse", n_bins=64, batch_size=8, n_batches=60, grouped=False, threshold=0.861,
+                          threshold_quantile=0.99, n_trials=480, n_success=413, rate=0.860, rate_low=0.826,
+                          rate_high=0.890, ci_level=0.95, batch_rate=1.0, chance_rate=0.0, mean_best_ssim=0.9,
+                          mean_best_ncc=0.9, attacked="held-out test images")
+    risk = ReconstructionRecord(noise_multiplier=1e-3, sample_rate=8 / 168, steps=21, kappa=1 / 168,
+                                worst_case=0.643, worst_case_edgeworth=0.643, relaxed=0.643, gdp=1.0,
+                                tpr_at_fpr={"0.001": 0.64}, assumptions="informed adversary",
+                                worst_case_via="exact limit", worst_case_edgeworth_via="exact limit",
+                                relaxed_via="exact limit", gdp_via="gdp", tpr_at_fpr_via={"0.001": "exact"},
+                                unit="image")
+    records = [make_record("np_seed0", "np"),
+               make_record("dp_eps1e+15_C1_seed0", "dp", "dp_sgd", eps=1e15).model_copy(
+                   update={"attack": attack, "reconstruction": risk})]
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(records), records)
+    section = _section(folder.report.read_text(), "threat")
+    row = re.search(r"<tr><td data-label[^>]*>dp_eps1e\+15_C1_seed0</td>(.*?)</tr>", section, re.S).group(1)
+    cells = [re.sub(r"<[^>]+>", " ", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+    assert "100.0%" in cells                        # the attacked step's bound, beside the run's 64.3 %
+    assert "attacked step" in section
+    assert "above the run's bound" in section       # the 86 % attack is flagged, not silently above a "bound"

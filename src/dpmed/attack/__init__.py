@@ -2,7 +2,8 @@
 threat model): the imprint attack of Fowl et al. 2022 through dpmed's own DP-SGD step, its success criterion, and
 its success rate over many batches."""
 
-from dpmed.attack.experiment import ATTACKED, AttackImages, AttackResult, attack_arm, run_imprint_attack
+from dpmed.attack.experiment import (ATTACKED, AttackImages, AttackResult, attack_arm, attack_batch_size,
+                                     run_imprint_attack)
 from dpmed.attack.imprint import (IMPRINT_STRUCTURES, ImprintBins, ImprintBlock, ImprintedModel, ImprintGradients,
                                   ImprintStructure, Reconstructions, brightness, imprint_model, invert_imprint,
                                   release_imprint_gradients)
@@ -11,7 +12,7 @@ from dpmed.attack.success import (Matches, SuccessThreshold, calibrate_threshold
                                   structural_similarity)
 
 __all__ = [
-    "AttackImages", "AttackResult", "run_imprint_attack", "attack_arm", "ATTACKED",
+    "AttackImages", "AttackResult", "run_imprint_attack", "attack_arm", "attack_batch_size", "ATTACKED",
     "IMPRINT_STRUCTURES", "ImprintBins", "ImprintBlock", "ImprintedModel", "ImprintGradients", "ImprintStructure",
     "Reconstructions", "brightness", "imprint_model", "invert_imprint", "release_imprint_gradients",
     "Matches", "SuccessThreshold", "calibrate_threshold", "clopper_pearson", "match_reconstructions",

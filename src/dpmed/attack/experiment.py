@@ -28,11 +28,12 @@ from dpmed.attack.imprint import (IMPRINT_STRUCTURES, ImprintBins, imprint_model
                                   release_imprint_gradients)
 from dpmed.attack.success import (SuccessThreshold, calibrate_threshold, clopper_pearson, match_reconstructions)
 from dpmed.data import Dataset
+from dpmed.errors import ConfigError
 from dpmed.mechanisms import DpSgdPlan
 from dpmed.randomness import PrivacyRandomness, public_seed
 from dpmed.training.objectives import OBJECTIVES
 
-__all__ = ["AttackImages", "AttackResult", "run_imprint_attack", "attack_arm", "ATTACKED"]
+__all__ = ["AttackImages", "AttackResult", "run_imprint_attack", "attack_arm", "attack_batch_size", "ATTACKED"]
 
 # What a study's attack puts through the arm's step in place of a training batch, and why (run.json says it).
 ATTACKED = ("held-out test images through the arm's own step and trained model (the same mechanism and image "
@@ -114,7 +115,8 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
                        n_bins: int | None = None, structure: str = "cumulative", task_kind: str = "binary",
                        groups: np.ndarray | None = None, threshold: SuccessThreshold | None = None,
                        n_null: int = 200, threshold_quantile: float = 0.99, n_figure: int = 8,
-                       ci_level: float = 0.95, device: str | torch.device = "cpu") -> AttackResult:
+                       ci_level: float = 0.95, device: str | torch.device = "cpu",
+                       noise: str = "gaussian") -> AttackResult:
     """Attack one arm (C = ``max_grad_norm``, sigma = ``noise_multiplier``, ``expected_batch_size`` q N) on
     ``n_batches`` batches of ``batch_size`` images drawn without replacement from ``images`` [N, C, H, W] in [0, 1]
     (``labels`` [N, ...] for the task ``task_kind``, a key of ``dpmed.training.OBJECTIVES``).
@@ -124,6 +126,7 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
         (``n_bins`` equal-mass bins, default 4 x batch_size, so an image is alone in its bin with probability about
         e^(-1/4)) and, unless ``threshold`` is given, the success threshold.
     groups: patient id per image [N] (any ids): each patient's summed gradient is clipped (METHODS.md s.2b).
+    noise: the arm's noise, "gaussian" (L2 clipping) or "laplace" (L1 clipping, noise_multiplier = b / C).
     seed: public randomness only (which batches, the imprint pattern, the null draws, the chance images); the
         step's noise comes from fresh OS entropy (``PrivacyRandomness.secure()``), as a DP run's does.
     """
@@ -162,7 +165,7 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
         released = release_imprint_gradients(
             model, x, y, loss_fn=lambda z, t: objective.loss(z, t, reduction="sum"), max_grad_norm=max_grad_norm,
             noise_multiplier=noise_multiplier, expected_batch_size=expected_batch_size, noise_rng=noise_rng,
-            groups=g)
+            groups=g, noise=noise)
         recs = invert_imprint(released, structure=structure, image_shape=image_shape)
         kept = recs.images[recs.strongest(keep)].cpu().numpy()                      # [n <= keep, C, H, W]
         originals = images[pick]
@@ -201,6 +204,18 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
     )
 
 
+def attack_batch_size(dataset: Dataset, plan: DpSgdPlan) -> int:
+    """The attacked batch size (images) of ``plan`` on ``dataset``; ConfigError where the validation split cannot
+    calibrate the success threshold (it needs more than that many images). dpmed.run calls it before training, so a
+    study with too small a validation split fails at once rather than after the run has trained."""
+    batch_size = max(1, min(len(dataset.test), round(plan.sample_rate * plan.n_train)))
+    if len(dataset.val) < max(batch_size + 1, 2):
+        raise ConfigError(f"the imprint attack needs more validation images than its batch of {batch_size} (they "
+                          f"calibrate its bins and success threshold), got {len(dataset.val)}; drop the arm's "
+                          "attack, lower training.batch_size, or enlarge the validation split")
+    return batch_size
+
+
 def attack_arm(model: nn.Module, dataset: Dataset, plan: DpSgdPlan, *, seed: int,
                device: str | torch.device = "cpu") -> AttackResult:
     """The attack a study runs on one trained DP-SGD arm (its ``plan.attack`` settings): batches of held-out test
@@ -209,7 +224,7 @@ def attack_arm(model: nn.Module, dataset: Dataset, plan: DpSgdPlan, *, seed: int
     normalisation, if any, sits in front of the model, so the imprint acts on [0, 1] pixels as the data arrive."""
     config = plan.attack
     test, val = dataset.test, dataset.val
-    batch_size = max(1, min(len(test), round(plan.sample_rate * plan.n_train)))
+    batch_size = attack_batch_size(dataset, plan)
 
     def factory() -> nn.Module:
         copy = deepcopy(model).cpu()
@@ -226,4 +241,5 @@ def attack_arm(model: nn.Module, dataset: Dataset, plan: DpSgdPlan, *, seed: int
         max_grad_norm=plan.max_grad_norm, noise_multiplier=plan.noise_multiplier,
         expected_batch_size=plan.expected_batch_size or batch_size, batch_size=batch_size,
         n_batches=config.batches, seed=public_seed(seed, "attack"), structure=config.structure, n_bins=n_bins,
-        task_kind=dataset.task.kind, groups=groups, threshold_quantile=config.threshold_quantile, device=device)
+        task_kind=dataset.task.kind, groups=groups, threshold_quantile=config.threshold_quantile, device=device,
+        noise=plan.noise)

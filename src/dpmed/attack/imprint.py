@@ -238,16 +238,17 @@ class ImprintGradients:
 def release_imprint_gradients(model: ImprintedModel, images: Tensor, labels: Tensor, *,
                               loss_fn: Callable[[Tensor, Tensor], Tensor], max_grad_norm: float,
                               noise_multiplier: float, expected_batch_size: float, noise_rng: np.random.Generator,
-                              groups: Tensor | None = None) -> ImprintGradients:
+                              groups: Tensor | None = None, noise: str = "gaussian") -> ImprintGradients:
     """One DP-SGD step of the arm on ``images`` [B, C, H, W], ``labels`` [B, ...] through dpmed's own
-    :class:`~dpmed.training.DpSgdStep` (engine "dpmed", Gaussian noise), and what it released for the imprint.
+    :class:`~dpmed.training.DpSgdStep` (engine "dpmed"; ``noise`` "gaussian" with L2 clipping, or "laplace" with L1
+    clipping, as the arm's), and what it released for the imprint.
 
     ``loss_fn`` must sum over the batch (as for ``DpSgdStep``). ``groups``: the patient id of each image (int [B]):
     then each patient's summed gradient is clipped (METHODS.md s.2b). ``noise_rng``: the noise stream, e.g.
     ``PrivacyRandomness.secure().stream("noise")``. The model's ``.grad`` are cleared afterwards."""
     step = DpSgdStep(model, loss_fn=loss_fn, max_grad_norm=max_grad_norm, noise_multiplier=noise_multiplier,
                      expected_batch_size=expected_batch_size, physical_batch_size=max(1, len(images)),
-                     noise_rng=noise_rng, noise="gaussian", engine="dpmed")
+                     noise_rng=noise_rng, noise=noise, engine="dpmed")
     step(images, labels, groups=groups)
     measure = model.imprint.measure
     released = ImprintGradients(weight=measure.weight.grad.detach().to(torch.float64).clone(),

@@ -1,0 +1,54 @@
+"""The attack a study runs on a trained DP-SGD arm (`dpmed.attack.attack_arm`): through the arm's own step (its
+noise and clipping norm), and refused before training where the validation split cannot calibrate it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dpmed.attack import attack_arm
+from dpmed.data import make_phantom
+from dpmed.errors import ConfigError
+from dpmed.mechanisms.dp_sgd import AttackConfig, DpSgdPlan
+from dpmed.models.registry import build_model
+from dpmed.training import dp_sgd
+
+
+@pytest.fixture(scope="module")
+def phantom():
+    return make_phantom(n_images=240, image_size=16, seed=0)
+
+
+def _model():
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+
+
+def test_a_laplace_arm_is_attacked_through_its_own_laplace_step(phantom, monkeypatch):
+    seen = []
+    original = dp_sgd.DpSgdStep.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        seen.append((self.noise, self.norm_order))
+
+    monkeypatch.setattr(dp_sgd.DpSgdStep, "__init__", spy)
+    n = len(phantom.train.images)
+    plan = DpSgdPlan(noise_multiplier=0.05, max_grad_norm=1.0, sample_rate=8 / n, steps=100, noise="laplace",
+                     unit="image", expected_batch_size=8.0, n_units=n, n_train=n, attack=AttackConfig(batches=1))
+    attack_arm(_model(), phantom, plan, seed=0)
+    assert seen and all(s == ("laplace", 1) for s in seen), seen
+
+
+def test_a_validation_split_too_small_for_the_attack_is_a_config_error_before_training(phantom, monkeypatch):
+    from dpmed import attack
+
+    n = len(phantom.train.images)
+    plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=40 / n, steps=100, unit="image",
+                     expected_batch_size=40.0, n_units=n, n_train=n, attack=AttackConfig(batches=1))
+    assert len(phantom.val.images) < 40
+    with pytest.raises(ConfigError, match="validation"):
+        attack.attack_batch_size(phantom, plan)           # what dpmed.run checks before it trains
+    with pytest.raises(ConfigError, match="validation"):
+        attack_arm(_model(), phantom, plan, seed=0)
