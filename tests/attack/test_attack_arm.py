@@ -52,3 +52,17 @@ def test_a_validation_split_too_small_for_the_attack_is_a_config_error_before_tr
         attack.attack_batch_size(phantom, plan)           # what dpmed.run checks before it trains
     with pytest.raises(ConfigError, match="validation"):
         attack_arm(_model(), phantom, plan, seed=0)
+
+
+def test_a_patient_unit_arm_keeps_as_many_guesses_as_the_batch_holds_images(phantom):
+    """Under the patient unit the expected batch counts patients (fewer than its images): keeping only that many
+    reconstructions capped the per-image success rate at patients / images whatever the noise."""
+    n_train = len(phantom.train.images)
+    n_patients = len(set(phantom.train.patient_ids.tolist()))
+    assert n_patients < n_train
+    q = 12 / n_patients
+    plan = DpSgdPlan(noise_multiplier=1e-4, max_grad_norm=1.0, sample_rate=q, steps=100, unit="patient",
+                     expected_batch_size=12.0, n_units=n_patients, n_train=n_train, attack=AttackConfig(batches=2))
+    result = attack_arm(_model(), phantom, plan, seed=0)
+    assert result.batch_size == round(q * n_train) > 12
+    assert result.n_reconstructions == result.n_batches * result.batch_size

@@ -5,9 +5,9 @@ claim of 004_6210268d59b6f8e5.txt (Ziller et al. 2024) that high budgets still s
 on actual attacks failing. :func:`run_imprint_attack` mounts one: for each of ``n_batches`` batches drawn from the
 training images, the adversary's imprinted model (``dpmed.attack.imprint``) goes through one step of the arm
 (dpmed's ``DpSgdStep``: clipping at C, Gaussian noise sigma C from fresh secure randomness, division by the expected
-batch size), the imprint rows are inverted into one candidate per bin, the strongest ``round(expected_batch_size)``
-are kept (the adversary knows the expected batch size, not the realised one), and each is scored against the batch
-(``dpmed.attack.success``).
+batch size), the imprint rows are inverted into one candidate per bin, the strongest ``batch_size`` are kept (the
+expected number of images in a batch, q times the training images whatever the unit: the adversary knows that, not
+the realised batch), and each is scored against the batch (``dpmed.attack.success``).
 
 The result keeps the summary numbers (shareable) apart from the images (private: they *are* training images and
 their reconstructions): :meth:`AttackResult.to_dict` holds no pixel, :attr:`AttackResult.images` holds them all.
@@ -153,7 +153,9 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
     noise_rng = PrivacyRandomness.secure().stream("noise")
     batches = np.random.default_rng(public_seed(seed, "attack_batches"))
     chance = np.random.default_rng(public_seed(seed, "attack_chance"))
-    keep = max(1, round(expected_batch_size))
+    # as many guesses as the batch holds images (the threshold was calibrated for that many); under the patient unit
+    # the expected batch size counts patients, fewer than the images: keeping that few capped the attack's rate
+    keep = batch_size
 
     n_success = batch_successes = chance_successes = 0
     best_ssim, best_ncc, gallery = [], [], []
