@@ -4,10 +4,10 @@ The reconstruction-robustness bounds (``dpmed.accounting.reconstruction``) reach
 claim of 004_6210268d59b6f8e5.txt (Ziller et al. 2024) that high budgets still stop *realistic* reconstruction rests
 on actual attacks failing. :func:`run_imprint_attack` mounts one: for each of ``n_batches`` batches drawn from the
 training images, the adversary's imprinted model (``dpmed.attack.imprint``) goes through one step of the arm
-(dpmed's ``DpSgdStep``: clipping at C, Gaussian noise sigma C from fresh secure randomness, division by the expected
-batch size), the imprint rows are inverted into one candidate per bin, the strongest ``batch_size`` are kept (the
-expected number of images in a batch, q times the training images whatever the unit: the adversary knows that, not
-the realised batch), and each is scored against the batch (``dpmed.attack.success``).
+(dpmed's ``DpSgdStep``: clipping at C, the arm's noise of scale sigma C from fresh secure randomness, division by
+the expected batch size), the imprint rows are inverted into one candidate per bin, the strongest ``batch_size``
+are kept (the expected number of images in a batch, q times the training images whatever the unit: the adversary
+knows that, not the realised batch), and each is scored against the batch (``dpmed.attack.success``).
 
 The result keeps the summary numbers (shareable) apart from the images (private: they *are* training images and
 their reconstructions): :meth:`AttackResult.to_dict` holds no pixel, :attr:`AttackResult.images` holds them all.
