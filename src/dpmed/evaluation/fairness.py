@@ -33,7 +33,7 @@ import numpy as np
 
 from dpmed.evaluation.bootstrap import bootstrap_indices
 from dpmed.evaluation.utility import youden_threshold
-from dpmed.evaluation.weighted import as_label_columns, estimate, redraw_counts, weighted_auroc, weighted_mean
+from dpmed.evaluation.weighted import as_label_columns, estimate, redraw_counts, weighted_macro_auroc, weighted_mean
 
 __all__ = ["AGE_BINS", "UNKNOWN", "GROUPINGS", "group_labels", "age_groups", "sex_groups", "decisions",
            "evaluate_fairness", "attribute_fairness", "fairness_columns", "DEFINITIONS"]
@@ -148,11 +148,8 @@ def _group_stats(y, s, correct, selected, member, w_all) -> dict[str, np.ndarray
     """Per-redraw statistics of one group (weights ``w_all`` [R, n]; member bool [n]): float [R] or [R, L]."""
     rest = ~member
     w, wr = w_all[:, member], w_all[:, rest]
-    # the labels defined in the group (both classes among its images); a redraw that loses one is undefined
-    defined = [j for j in range(y.shape[1]) if member.any() and y[member, j].min() != y[member, j].max()]
     out = {
-        "auroc": (np.stack([weighted_auroc(y[member, j], s[member, j], w) for j in defined], axis=1).mean(axis=1)
-                  if defined else np.full(w_all.shape[0], np.nan)),
+        "auroc": weighted_macro_auroc(y[member], s[member], w),
         "accuracy": weighted_mean(correct[member], w),
         "accuracy_rest": weighted_mean(correct[rest], wr) if rest.any() else np.full(w_all.shape[0], np.nan),
     }

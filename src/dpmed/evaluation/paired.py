@@ -32,21 +32,11 @@ import numpy as np
 from scipy.stats import pearsonr
 
 from dpmed.evaluation.bootstrap import bootstrap_indices
-from dpmed.evaluation.weighted import (as_label_columns, estimate, number, redraw_counts, weighted_auroc,
+from dpmed.evaluation.weighted import (as_label_columns, estimate, number, redraw_counts, weighted_macro_auroc,
                                        weighted_mean)
 
 __all__ = ["paired_auroc_difference", "paired_differences", "bootstrap_p_value", "p_value_floor", "pearson",
            "seed_summary"]
-
-
-def _macro_auroc(y: np.ndarray, s: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Mean over the label columns defined on the whole test set (both classes present) of the weighted AUROC: [R];
-    nan in a redraw that lost one of them (the same labels in every redraw as in the point value)."""
-    defined = [j for j in range(y.shape[1]) if y[:, j].min() != y[:, j].max()]
-    if not defined:
-        return np.full(np.atleast_2d(weights).shape[0], np.nan)
-    per_label = np.stack([weighted_auroc(y[:, j], s[:, j], weights) for j in defined], axis=1)
-    return per_label.mean(axis=1)                          # nan where any defined label is undefined in the redraw
 
 
 def bootstrap_p_value(differences: np.ndarray) -> float | None:
@@ -133,8 +123,8 @@ def paired_differences(*, kind: str, labels, scores, reference_scores, threshold
         correct = correct0 = None
 
     def both(w: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        mine = {"auroc": _macro_auroc(y, s, w), **_rates(kind, y, correct, w)}
-        theirs = {"auroc": _macro_auroc(y, s0, w), **_rates(kind, y, correct0, w)}
+        mine = {"auroc": weighted_macro_auroc(y, s, w), **_rates(kind, y, correct, w)}
+        theirs = {"auroc": weighted_macro_auroc(y, s0, w), **_rates(kind, y, correct0, w)}
         return mine, theirs
 
     mine, theirs = both(np.ones((1, n)))

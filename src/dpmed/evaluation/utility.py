@@ -12,7 +12,8 @@ Why each choice:
   Cancer 3:32-35) chosen on the **validation** split and applied unchanged to test. A threshold chosen on the test
   set (an anti-example in the source documents' code) tunes the reported accuracy to the very images that measure it.
 * AUROC per label is scikit-learn's; the macro average is one-vs-rest for multiclass and the mean over labels for
-  multilabel, taken over the labels whose AUROC is defined (both classes present) in the set at hand.
+  multilabel, taken over the labels whose AUROC is defined (both classes present) in the test set; a redraw that
+  loses one of them is undefined (counted, not averaged over fewer labels).
 * Intervals are 95% percentile intervals over seeded redraws of the test set, paired across models
   (:mod:`dpmed.evaluation.bootstrap`; Efron & Tibshirani 1993). The threshold and the model stay fixed: the interval
   reflects the sampling of test patients. The point value is always the metric on the whole test set.

@@ -25,8 +25,8 @@ import numpy as np
 
 from dpmed.evaluation.bootstrap import Estimate
 
-__all__ = ["redraw_counts", "evaluate_redraws", "weighted_auroc", "weighted_mean", "quadratic_kappa",
-           "weighted_kappa", "estimate", "as_label_columns", "number"]
+__all__ = ["redraw_counts", "evaluate_redraws", "weighted_auroc", "weighted_macro_auroc", "weighted_mean",
+           "quadratic_kappa", "weighted_kappa", "estimate", "as_label_columns", "number"]
 
 # Redraws are turned into counts in blocks so that [R, n] float64 blocks stay near 32 MiB for large test sets.
 _BLOCK_ELEMENTS = 1 << 22
@@ -81,6 +81,16 @@ def weighted_auroc(labels, scores, weights) -> np.ndarray:
     n_pos, n_neg = pos.sum(axis=1), neg.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where((n_pos > 0) & (n_neg > 0), u / (n_pos * n_neg), np.nan)
+
+
+def weighted_macro_auroc(labels: np.ndarray, scores: np.ndarray, weights) -> np.ndarray:
+    """Mean over the label columns of ``labels`` [n, L] that hold both classes of the weighted AUROC: float [R]; nan
+    in a redraw that lost one of them (every redraw averages the labels the point value does: the mean of the ones
+    it kept would be another statistic), and everywhere where no column holds both classes."""
+    defined = [j for j in range(labels.shape[1]) if len(labels) and labels[:, j].min() != labels[:, j].max()]
+    if not defined:
+        return np.full(np.atleast_2d(weights).shape[0], np.nan)
+    return np.stack([weighted_auroc(labels[:, j], scores[:, j], weights) for j in defined], axis=1).mean(axis=1)
 
 
 def weighted_mean(values, weights) -> np.ndarray:
