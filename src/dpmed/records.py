@@ -69,7 +69,8 @@ class AttackRecord(_Record):
     """The imprint reconstruction attack on a DP-SGD arm (`dpmed.attack`; the realistic threat model of Ziller et al.
     2024): ``n_success`` of ``n_trials`` attacked images were reconstructed (SSIM at or above ``threshold``, the
     ``threshold_quantile`` of what plausible public images reach), ``rate`` with its Clopper-Pearson interval at
-    ``ci_level``; the per-batch rate and the rate of uniform-noise guesses (chance) beside it. Counts and scores only:
+    ``ci_level``; the per-batch rate and the rate of as many random public images in place of the
+    reconstructions (chance: the criterion's own false positives) beside it. Counts and scores only:
     the reconstructions are kept in the run's private folder. ``attacked``: which images stood in for a batch."""
 
     structure: str
@@ -146,7 +147,8 @@ class StartRecord(_Record):
     they were trained on (model.weights_source, or the pretraining's public statement and dataset); trainable:
     "all", "head" or the number of last blocks; n_trainable / n_frozen: parameter counts (DP-SGD clips and noises
     the trainable ones only); loaded: tensors copied from the file; kept: head keys left at initialisation (another
-    class count, or public pretraining for other classes or another order). pretraining: the pretrain stage's record where the weights come from it."""
+    class count, or public pretraining for other classes or another order). pretraining: the pretrain stage's
+    record where the weights come from it."""
 
     weights: str | None = None
     sha256: str | None = None

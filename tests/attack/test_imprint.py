@@ -129,7 +129,7 @@ def test_a_non_private_step_reconstructs_most_of_a_small_batch(phantom, threshol
     assert result.rate >= 0.75, result.to_dict()
     assert result.ci[0] <= result.rate <= result.ci[1]
     assert result.mean_best_ssim > threshold.value
-    assert result.chance_successes == 0
+    assert result.chance_rate < result.ci[0]             # plausible public guesses come nowhere near it
     assert result.images.ssim[0] > 0.999          # the best reconstruction is its training image
     np.testing.assert_allclose(result.images.reconstructions[0], result.images.originals[0], atol=1e-3)
 
@@ -139,11 +139,30 @@ def test_heavy_noise_leaves_the_attack_at_chance(phantom, threshold):
     result = run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
                                 max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=BATCH,
                                 batch_size=BATCH, n_batches=4, n_bins=32, seed=1, threshold=threshold)
-    # At chance: no more images "reconstructed" than uniform-noise images would match, and noise-like scores.
+    # At chance: no more images "reconstructed" than random public guesses would match, and noise-like scores.
     assert result.chance_ci[0] <= result.rate <= result.chance_ci[1]
     assert result.ci[0] <= result.chance_rate <= result.ci[1]
     assert result.n_reconstructions == 4 * BATCH      # with noise every bin is occupied; the strongest 8 are kept
     assert result.mean_best_ssim < 0.3
+
+
+def test_chance_is_what_plausible_public_guesses_score_under_the_threshold(phantom):
+    """'chance' answers with random public images: its rate follows the threshold's quantile (about 1 - quantile per
+    guess). Uniform-noise guesses, as before, never pass any threshold (SSIM < 0.2), so chance read 0 % even where a
+    plausible image passes half the time."""
+    images, labels, public = phantom
+    rates = {}
+    for quantile in (0.5, 0.99):
+        result = run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                                    max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=BATCH,
+                                    batch_size=BATCH, n_batches=8, n_bins=32, seed=2, threshold_quantile=quantile,
+                                    n_null=100)
+        assert result.rate == 0.0                      # the noise leaves the attack itself with nothing
+        rates[quantile] = result
+    # At the median a guess passes half the time, so 8 guesses find about 1 - (1 - 0.5/8)^8 = 40 % of a batch.
+    assert rates[0.5].chance_ci[0] > 0.2
+    assert rates[0.99].chance_rate < rates[0.5].chance_ci[0]
+    assert rates[0.99].chance_ci[0] <= 0.01 <= rates[0.99].chance_ci[1]
 
 
 def test_the_gradients_come_from_dpmed_step_not_a_copy(phantom, threshold, monkeypatch):

@@ -19,10 +19,10 @@ from dpmed.study import write_outputs
 RNG = np.random.default_rng(17)
 
 
-def _attack(rate: float, low: float, high: float, n_success: int) -> AttackRecord:
+def _attack(rate: float, low: float, high: float, n_success: int, chance: float = 0.0) -> AttackRecord:
     return AttackRecord(structure="cumulative", n_bins=64, batch_size=16, n_batches=4, grouped=False,
                         threshold=0.873, threshold_quantile=0.99, n_trials=64, n_success=n_success, rate=rate,
-                        rate_low=low, rate_high=high, ci_level=0.95, batch_rate=rate, chance_rate=0.0,
+                        rate_low=low, rate_high=high, ci_level=0.95, batch_rate=rate, chance_rate=chance,
                         mean_best_ssim=0.5, mean_best_ncc=0.4,
                         attacked="held-out test images through the arm's own step and trained model")
 
@@ -40,7 +40,8 @@ def attacked(make_record):
     auroc = {"test_auroc": 0.81, "test_auroc_low": 0.74, "test_auroc_high": 0.88}
     return [make_record("np_seed0", "np", metrics=auroc),
             make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, metrics=auroc).model_copy(
-                update={"attack": _attack(0.0, 0.0, 0.056, 0), "reconstruction": _risk(0.0123, 0.0046)}),
+                update={"attack": _attack(0.0, 0.0, 0.056, 0, chance=0.016),
+                        "reconstruction": _risk(0.0123, 0.0046)}),
             make_record("dp_eps1e+06_C1_seed0", "dp", "dp_sgd", eps=1e6, metrics=auroc).model_copy(
                 update={"attack": _attack(0.25, 0.15, 0.37, 16), "reconstruction": _risk(1.0, 1.0)}),
             make_record("plain_eps8_C1_seed0", "plain", "dp_sgd", eps=8.0, metrics=auroc)]       # not attacked
@@ -81,6 +82,18 @@ def test_threat_section_follows_the_bounds_with_the_attack_rate_per_attacked_run
                   "100.0%", "0.810 [0.740, 0.880]"):
         assert shown in text, shown
     assert "ε 990,000 (δ 1e‑5, PLD, add/remove one image)" in text                  # the report's eps labels
+
+
+def test_an_attack_whose_interval_reaches_chance_is_said_to_show_nothing(tmp_path, attacked, make_resolved):
+    """'chance' is the rate of random validation images in place of the reconstructions; an attack that does not
+    beat it has reconstructed nothing, and its row says so (the 25 % attack, far above 1.6 %, is not flagged)."""
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(attacked), attacked)
+    section = _section(folder.report.read_text(), "threat")
+    rows = dict(re.findall(r"<tr><td data-label[^>]*>([^<]+)</td>(.*?)</tr>", section, re.S))
+    assert "1.6%" in _text(rows["dp_eps1_C1_seed0"]) and "not above chance" in rows["dp_eps1_C1_seed0"]
+    assert "not above chance" not in rows["dp_eps1e+06_C1_seed0"]
+    assert "validation images drawn at random in place of the reconstructions" in _text(section)
 
 
 def test_threat_section_says_which_threat_model_and_what_counts_as_success(tmp_path, attacked, make_resolved):

@@ -56,8 +56,9 @@ class AttackResult:
     """The attack's outcome on one arm. Rates are per attacked image (see ``dpmed.attack.success``): ``n_success``
     of ``n_trials`` images (n_batches x batch_size) were reconstructed, with a Clopper-Pearson ``ci`` at
     ``ci_level``. ``batch_*``: the same per batch (any image reconstructed), whose trials are independent.
-    ``chance_*``: the per-image rate when the kept reconstructions are replaced by as many uniform-noise images (what
-    the score gives an attack that learned nothing). ``mean_best_ssim`` / ``mean_best_ncc``: over every kept
+    ``chance_*``: the per-image rate when the kept reconstructions are replaced by as many public images drawn at
+    random (an attack that learned nothing but answers with plausible images: the success criterion's own false
+    positives, about 1 - ``threshold.quantile`` per guess). ``mean_best_ssim`` / ``mean_best_ncc``: over every kept
     reconstruction, its SSIM to the closest batch image and the NCC of that pair."""
 
     structure: str
@@ -124,13 +125,14 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
     model_factory() -> the arm's model with its weights (the adversary's copy: it is frozen and wrapped).
     public_images [M, C, H, W]: the adversary's public data, disjoint from ``images``: it calibrates the bins
         (``n_bins`` equal-mass bins, default 4 x batch_size, so an image is alone in its bin with probability about
-        e^(-1/4)) and, unless ``threshold`` is given, the success threshold.
+        e^(-1/4)), the chance guesses and, unless ``threshold`` is given, the success threshold.
     groups: patient id per image [N] (any ids): each patient's summed gradient is clipped (METHODS.md s.2b).
     noise: the arm's noise, "gaussian" (L2 clipping) or "laplace" (L1 clipping, noise_multiplier = b / C).
-    seed: public randomness only (which batches, the imprint pattern, the null draws, the chance images); the
+    seed: public randomness only (which batches, the imprint pattern, the null draws, the chance guesses); the
         step's noise comes from fresh OS entropy (``PrivacyRandomness.secure()``), as a DP run's does.
     """
     images = np.asarray(images, dtype=np.float32)
+    public_images = np.asarray(public_images, dtype=np.float32)
     if images.ndim != 4 or images.min() < 0 or images.max() > 1:
         raise ValueError("images must be [N, C, H, W] with values in [0, 1]")
     if not 1 <= batch_size <= len(images):
@@ -180,8 +182,11 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
         best_ncc.extend(matches.ncc.tolist())
         gallery.extend((s, r, originals[c]) for s, r, c in zip(matches.ssim, kept, matches.closest))
         gallery = sorted(gallery, key=lambda t: -t[0])[:n_figure]
-        noise_images = chance.uniform(0.0, 1.0, size=(len(kept), *image_shape)).astype(np.float32)
-        null = match_reconstructions(noise_images, originals)
+        # chance: plausible guesses that carry nothing of the batch (uniform noise never passes, so it measured
+        # nothing: a criterion that a fixed public image can meet has a prior of its own, and this is it)
+        guesses = public_images[chance.choice(len(public_images), size=len(kept),
+                                              replace=len(kept) > len(public_images))]
+        null = match_reconstructions(guesses, originals)
         chance_successes += len(set(null.closest[null.ssim >= threshold.value].tolist()))
 
     n_trials = n_batches * batch_size

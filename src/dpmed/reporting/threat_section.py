@@ -50,6 +50,8 @@ def _attack_cell(r: RunRecord) -> str:
     a = r.attack
     cell = (f"{a.rate:.1%} [{a.rate_low:.1%},\u00a0{a.rate_high:.1%}]<br>"
             f"<small>{a.n_success} of {a.n_trials} images</small>")
+    if a.rate_low <= a.chance_rate:
+        cell += "<br><small>not above chance</small>"
     if r.reconstruction is not None and a.rate_low > r.reconstruction.worst_case:
         cell += "<br><small>above the run's bound: compare with the attacked step's bound</small>"
     return cell
@@ -92,8 +94,10 @@ def threat_section(inputs: ReportInputs) -> str:
         f"{first.threshold:.2f}. That threshold is calibrated on public images (here the validation split), not "
         f"chosen: only 1 in {one_in} plausible images that carry no information about the batch reach it by "
         f"chance. Rates are per attacked image ({first.n_trials} per run, in {first.n_batches} batches of "
-        f"{first.batch_size}), with exact (Clopper-Pearson) intervals; 'chance' is the rate of as many uniform-noise "
-        "guesses.</p>"
+        f"{first.batch_size}), with exact (Clopper-Pearson) intervals; 'chance' is the rate of as many "
+        "validation images drawn at random in place of the reconstructions: what an attack that learned nothing "
+        f"but answers with plausible images scores, about 1 in {one_in} per guess by the threshold's construction. "
+        "An attack whose interval reaches down to chance has shown no reconstruction.</p>"
         f"{table}"
         "<p>What each number covers. The run's bounds are for a record Poisson-sampled at rate q over all T steps "
         "(it is in no batch at all with probability (1-q)^T) and for success as singling it out against the prior "
