@@ -6,7 +6,7 @@ from __future__ import annotations
 from dpmed.mechanisms.base import PrivacyCard
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
-__all__ = ["COVERAGE", "SECURE_RANDOMNESS", "LABELS_IN_CLEAR", "label_randomness"]
+__all__ = ["COVERAGE", "SECURE_RANDOMNESS", "LABELS_IN_CLEAR", "label_randomness", "label_not_dp"]
 
 COVERAGE = "the training images; validation images (threshold choice) and test images are not protected"
 SECURE_RANDOMNESS = ("privacy randomness (sampling, noise) fresh from OS entropy for this run, AES-128-CTR, "
@@ -14,10 +14,19 @@ SECURE_RANDOMNESS = ("privacy randomness (sampling, noise) fresh from OS entropy
 LABELS_IN_CLEAR = "the labels are released in the clear: local DP on the pixels does not protect them"
 
 
+def label_not_dp(card: PrivacyCard, why: str, **update: object) -> PrivacyCard:
+    """``card`` marked not DP: ``why`` goes first in its statement and in its patient note (whose group eps, derived
+    from the accounted eps, holds no more than that does), the accounted values are kept after "as accounted"."""
+    group = card.patient_guarantee
+    if group is not None and group.statement:
+        group = group.model_copy(update={"statement": f"{why}; as accounted: {group.statement}"})
+    return card.model_copy(update={"is_dp": False, "statement": f"{why}; as accounted: {card.statement}",
+                                   "patient_guarantee": group, **update})
+
+
 def label_randomness(card: PrivacyCard, randomness_mode: str) -> PrivacyCard:
     """A reproducible run's eps holds only against someone who does not know the published seed: say so first."""
     if randomness_mode != "reproducible":
         return card
-    return card.model_copy(update={
-        "is_dp": False, "randomness": NOT_DP_REPRODUCIBLE,
-        "statement": f"NOT DP against anyone who knows the seed (reproducible mode); as accounted: {card.statement}"})
+    return label_not_dp(card, "NOT DP against anyone who knows the seed (reproducible mode)",
+                        randomness=NOT_DP_REPRODUCIBLE)

@@ -22,7 +22,7 @@ from dpmed.accounting import Ledger
 from dpmed.errors import ConfigError, PrivacyError
 from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep,
                                    exactly_one, positive_finite, training_steps)
-from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_randomness
+from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_not_dp, label_randomness
 
 __all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO"]
 
@@ -133,17 +133,18 @@ def _patient_guarantee(plan: DpSgdPlan, k: int, n_multi: int, cache: dict) -> Gr
     """Group privacy of an image-level run for its patient with the most images (k), cached per setting."""
     key = ("group", plan.noise_multiplier, plan.sample_rate, plan.steps, plan.delta, plan.accountant, plan.noise, k)
     if key not in cache:
-        eps = accounting.dp_sgd_epsilon(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
+        cache[key, "eps"] = eps = accounting.dp_sgd_epsilon(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
                                         steps=plan.steps, delta=plan.delta, accountant=plan.accountant,
                                         noise=plan.noise)
         tight = plan.noise == "gaussian" and plan.sampling == "poisson"
         cache[key] = accounting.group_privacy(epsilon=eps, delta=plan.delta, k=k, **(dict(
             noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps) if tight else {}))
-    group = cache[key]
+    group, eps = cache[key], cache[key, "eps"]
     formula = (f"({group.formula_epsilon:.4g}, {group.formula_delta:.3g})-DP" if group.formula_delta < 1
                else f"eps {group.formula_epsilon:.4g} with delta >= 1 (vacuous)")
     text = (f"the image is the unit: {n_multi} training patients have several images, up to k = {k}; for that "
-            f"patient the group-privacy formula (k eps, k e^((k-1) eps) delta) gives {formula} "
+            f"patient the group-privacy formula (k eps, k e^((k-1) eps) delta) applied to the run's eps = {eps:.4g} "
+            f"at delta = {plan.delta:.3g} ({plan.accountant.upper()} accountant) gives {formula} "
             f"({accounting.GROUP_CITATION})")
     if group.tight_epsilon is not None:
         text += (f"; DP-SGD's tight group value is eps = {group.tight_epsilon:.4g} at delta = {plan.delta:.3g} "
@@ -224,15 +225,18 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         unit_note=None if plan.patients_known else (
             "the dataset publishes no patient ids, so the unit is one image: a patient with several images is "
             "protected only as a group of them (group privacy), and how many such patients there are is unknown"))
-    if shuffled:
-        # The accountants assume Poisson sampling; for shuffled fixed-size batches their eps is not a valid bound.
-        return PrivacyCard(**fields, is_dp=False, epsilon=None, epsilon_if_poisson=eps, statement=(
-            f"NOT DP as accounted (reproduction mode): shuffled fixed-size batches, but the "
-            f"{plan.accountant.upper()} accountant assumes Poisson sampling, so its eps = {eps:.4g} at delta = "
-            f"{plan.delta:.3g} does not hold for this run ({params})"))
     statement = (f"eps = {eps:.4g} at delta = {plan.delta:.3g} ({plan.accountant.upper()} accountant; unit: one "
                  f"{plan.unit}; neighbours: {neighbours}; {params})")
-    return label_randomness(PrivacyCard(**fields, is_dp=True, epsilon=eps, statement=statement), randomness_mode)
+    card = PrivacyCard(**fields, is_dp=True, epsilon=eps, statement=statement)
+    if shuffled:
+        # The accountants assume Poisson sampling; for shuffled fixed-size batches their eps is not a valid bound.
+        card = label_not_dp(
+            card, f"NOT DP (reproduction mode): shuffled fixed-size batches, but the {plan.accountant.upper()} "
+            "accountant assumes Poisson sampling, so its eps does not hold for this run",
+            epsilon=None, epsilon_if_poisson=eps,
+            neighbour_relation=neighbours.replace("(Poisson sampling", "(accounted as if Poisson sampling")[:-1]
+            + "; the run shuffled fixed-size batches)")
+    return label_randomness(card, randomness_mode)
 
 
 class ReconstructionRecord(Strict):

@@ -1,0 +1,66 @@
+"""What a DP-SGD card says when its eps does not hold: a shuffled-batch reproduction or a reproducible-mode run must
+not call anything on it DP, nor claim randomness or a sampling it did not have. The runs are planned on 140 images of
+70 patients (two each) with the image as the unit, so each card carries a note for the patient with two images."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmed import accounting
+from dpmed.accounting import Ledger, dp_sgd_event, shuffled_event
+from dpmed.config import load_study, plan_runs
+from dpmed.mechanisms import PlanContext, mechanism_info
+from dpmed.mechanisms.cards import SECURE_RANDOMNESS
+from dpmed.randomness import NOT_DP_REPRODUCIBLE
+
+STUDY = """
+name: cards
+data: {source: phantom, n_images: 200, image_size: 16}
+training: {epochs: 1, batch_size: 20}
+arms:
+  - {name: poisson, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image}
+  - {name: shuffled, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image, sampling: shuffle}
+"""
+
+
+@pytest.fixture
+def plans(write_study):
+    specs = plan_runs(load_study(write_study(STUDY)),
+                      PlanContext(images_per_patient=np.full(70, 2, dtype=np.int64), image_shape=(1, 16, 16)))
+    return {s.arm: s.privacy for s in specs}
+
+
+def _card(plan, mode: str):
+    make = shuffled_event if plan.sampling == "shuffle" else dp_sgd_event
+    ledger = Ledger((make(noise=plan.noise, noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
+                          steps=plan.steps),))
+    return mechanism_info("dp_sgd").card(plan, ledger, mode)
+
+
+def test_a_secure_poisson_card_is_dp_and_its_patient_note_names_the_eps_it_derives_from(plans):
+    card = _card(plans["poisson"], "secure")
+    assert card.is_dp and card.randomness == SECURE_RANDOMNESS
+    assert "(Poisson sampling)" in card.neighbour_relation
+    note = card.patient_guarantee.statement
+    assert not note.startswith("NOT DP") and "k = 2" in note
+    assert f"eps = {card.epsilon:.4g} at delta = {card.delta:.3g} (PLD accountant)" in note
+
+
+def test_a_shuffled_card_labels_its_patient_note_not_dp_and_does_not_claim_poisson_sampling(plans):
+    card = _card(plans["shuffled"], "secure")
+    assert not card.is_dp and card.epsilon is None and card.statement.startswith("NOT DP")
+    assert card.patient_guarantee.statement.startswith("NOT DP")          # was "... gives (eps, delta)-DP"
+    assert "as if Poisson" in card.neighbour_relation and "shuffled fixed-size batches" in card.neighbour_relation
+    assert "(Poisson sampling)" not in card.neighbour_relation
+    assert card.epsilon_if_poisson == pytest.approx(accounting.dp_sgd_epsilon(
+        noise_multiplier=card.noise_multiplier, sample_rate=card.sample_rate, steps=card.steps, delta=card.delta))
+
+
+@pytest.mark.parametrize("arm", ["poisson", "shuffled"])
+def test_a_reproducible_card_never_claims_fresh_randomness_nor_dp(plans, arm):
+    """The shuffled branch returned before the reproducible label: its card said its noise was fresh OS entropy."""
+    card = _card(plans[arm], "reproducible")
+    assert not card.is_dp and card.randomness == NOT_DP_REPRODUCIBLE and card.randomness != SECURE_RANDOMNESS
+    assert card.statement.startswith("NOT DP against anyone who knows the seed")
+    assert card.patient_guarantee.statement.startswith("NOT DP against anyone who knows the seed")
