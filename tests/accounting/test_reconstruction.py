@@ -81,10 +81,23 @@ def test_risk_is_json_able_and_states_its_assumptions(reference_risk):
     text = reference_risk.assumptions
     for phrase in ("kappa", "informed adversary", "Poisson", "add or remove"):
         assert phrase in text
+    assert "target image" in text and "patient" not in text
     with pytest.raises(TypeError):
         reference_risk.tpr_at_fpr[0.5] = 1.0  # frozen all the way down
     with pytest.raises(TypeError):
         reference_risk.tpr_at_fpr_via[0.5] = "PLD"
+
+
+def test_with_the_patient_as_unit_the_same_numbers_name_the_patient_as_the_target(reference_risk):
+    """A patient-unit run's kappa is 1 / N patients and its neighbours differ by one patient; the assumptions said
+    "knows every training image but the target" and "add or remove the target image" for every run."""
+    patient = reconstruction_risk(**REFERENCE, kappa=REFERENCE_KAPPA, unit="patient")
+    assert patient.worst_case == reference_risk.worst_case and patient.relaxed == reference_risk.relaxed
+    text = patient.assumptions
+    assert "every training patient but the target patient" in text
+    assert "add or remove the target patient with all of their images" in text and "target image" not in text
+    with pytest.raises(ValueError, match="unit"):
+        reconstruction_risk(**REFERENCE, kappa=REFERENCE_KAPPA, unit="record")
 
 
 # --- cross-checks between methods (the PLD against independent truth: test_reconstruction_pld.py; the Edgeworth

@@ -186,3 +186,23 @@ def test_attack_above_the_run_bound_is_shown_against_the_attacked_steps_bound(tm
     assert "100.0%" in cells                        # the attacked step's bound, beside the run's 64.3 %
     assert "attacked step" in section
     assert "above the run's bound" in section       # the 86 % attack is flagged, not silently above a "bound"
+
+
+def test_risk_assumptions_are_quoted_once_per_unit_from_a_named_run(tmp_path, make_record, make_resolved):
+    """The section printed the last run's assumptions under every row: a patient-unit row stood under "the target
+    image" and another run's kappa, q and T."""
+    def risk(unit: str, kappa: float) -> ReconstructionRecord:
+        return _risk(0.01, 0.005).model_copy(update={"unit": unit, "kappa": kappa,
+                                                     "assumptions": f"target {unit}, kappa = {kappa}"})
+    records = [make_record("dp_patient_seed0", "dp", "dp_sgd", eps=1.0).model_copy(
+                   update={"reconstruction": risk("patient", 1 / 174)}),
+               make_record("dp_patient_seed1", "dp", "dp_sgd", eps=1.0).model_copy(
+                   update={"reconstruction": risk("patient", 1 / 175)}),
+               make_record("img_seed0", "img", "dp_sgd", eps=8.0).model_copy(
+                   update={"reconstruction": risk("image", 1 / 210)})]
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(records), records)
+    text = _text(_section(folder.report.read_text(), "risk"))
+    assert "with the patient as the unit (quoted from dp_patient_seed0" in text
+    assert f"target patient, kappa = {1 / 174}" in text and f"target patient, kappa = {1 / 175}" not in text
+    assert "with the image as the unit (quoted from img_seed0" in text and f"target image, kappa = {1 / 210}" in text

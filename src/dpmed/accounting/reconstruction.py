@@ -83,6 +83,9 @@ __all__ = ["RECONSTRUCTION_METHODS", "ReconstructionMethod", "reconstruction_met
 
 NEIGHBOUR_RECONSTRUCTION = ("add or remove the target image (Poisson sampling); the larger of the tests "
                             "'without vs with the target' (Hayes et al. 2023) and 'with vs without'")
+# The same with the patient as the unit (METHODS.md s.2b): the record is one patient's images, clipped together.
+_NEIGHBOUR_PATIENT = NEIGHBOUR_RECONSTRUCTION.replace(
+    "the target image (Poisson sampling)", "the target patient with all of their images (Poisson sampling of patients)")
 # The false-positive rates at which a privacy card reports the optimal membership-inference TPR.
 MIA_FPRS = (0.001, 0.01)
 
@@ -260,17 +263,21 @@ class ReconstructionRisk:
                 "tpr_at_fpr_via": {repr(fpr): via for fpr, via in self.tpr_at_fpr_via.items()}}
 
 
-def reconstruction_risk(*, noise_multiplier: float, sample_rate: float, steps: int,
-                        kappa: float) -> ReconstructionRisk:
+def reconstruction_risk(*, noise_multiplier: float, sample_rate: float, steps: int, kappa: float,
+                        unit: str = "image") -> ReconstructionRisk:
     """Every reconstruction number of METHODS.md s.7 for one DP-SGD run, how each was obtained, and the
-    assumptions behind them."""
+    assumptions behind them. ``unit``: what the run's neighbours differ by ("image" or "patient"); the numbers
+    are the same, the assumptions say which record the target is."""
     sigma, q, steps, kappa = _check(noise_multiplier, sample_rate, steps, kappa)
+    if unit not in ("image", "patient"):
+        raise ValueError(f"unit must be 'image' or 'patient', got {unit!r}")
     setting = (sigma, q, steps)
+    neighbours = NEIGHBOUR_RECONSTRUCTION if unit == "image" else _NEIGHBOUR_PATIENT
     assumptions = (
-        f"informed adversary: knows every training image but the target, the model and the training procedure, "
-        f"and would succeed with prior probability kappa = {kappa:.6g} without the model (kappa = 1/N: a uniform "
-        f"guess); Poisson sampling at rate q = {q:g} for T = {steps} steps with noise multiplier {sigma:g}; "
-        f"neighbouring relation: {NEIGHBOUR_RECONSTRUCTION}; worst case: the attacker knows the target's clipped "
+        f"informed adversary: knows every training {unit} but the target {unit}, the model and the training "
+        f"procedure, and would succeed with prior probability kappa = {kappa:.6g} without the model (kappa = 1/N: "
+        f"a uniform guess among the N training {unit}s); Poisson sampling at rate q = {q:g} for T = {steps} steps "
+        f"with noise multiplier {sigma:g}; neighbouring relation: {neighbours}; worst case: the attacker knows the target's clipped "
         f"gradient; relaxed: it does not know its sign (Kaissis et al. 2023). The bounds reach ~100% long before "
         f"eps = 1e6; claims of protection beyond that rest on empirical attacks, not on these bounds.")
     (worst, worst_via), (edgeworth, edgeworth_via), (gdp, gdp_via) = (

@@ -266,7 +266,8 @@ def _reconstruction(plan: DpSgdPlan) -> ReconstructionRecord | None:
     if plan.noise != "gaussian" or plan.sampling != "poisson":
         return None
     risk = accounting.reconstruction_risk(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
-                                          steps=plan.steps, kappa=accounting.default_kappa(plan.n_units))
+                                          steps=plan.steps, kappa=accounting.default_kappa(plan.n_units),
+                                          unit=plan.unit)
     return ReconstructionRecord(**risk.to_dict(), unit=plan.unit)
 
 

@@ -281,7 +281,22 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
             "FPR, from each run's DP-SGD trade-off curve.</p>"
             + stacked("<table><tr><th>run</th><th>eps</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
                       f"<th>MIA TPR at FPR 0.1%</th><th>MIA TPR at FPR 1%</th></tr>{rows}</table>") +
-            f"<p>Assumptions: {escape(runs[-1].reconstruction.assumptions)}</p>")
+            _risk_assumptions(runs))
+
+
+def _risk_assumptions(runs: list[RunRecord]) -> str:
+    """The assumptions behind the bounds, once per unit of privacy (the target is an image or a patient), each
+    quoted from a named run: the others of that unit differ only in their own kappa, q, T and sigma."""
+    first: dict[str, RunRecord] = {}
+    for r in runs:
+        first.setdefault(r.reconstruction.unit, r)
+    if len(first) == 1:
+        r = next(iter(first.values()))
+        return (f"<p>Assumptions (quoted from {escape(r.run_id)}; each run's kappa, q, T and sigma are its own, in its "
+                f"run.json): {escape(r.reconstruction.assumptions)}</p>")
+    return "".join(f"<p>Assumptions with the {unit} as the unit (quoted from {escape(r.run_id)}; each run's kappa, q, "
+                   f"T and sigma are its own, in its run.json): {escape(r.reconstruction.assumptions)}</p>"
+                   for unit, r in first.items())
 
 
 def ldp_examples_section(inputs: ReportInputs) -> str:
