@@ -207,6 +207,12 @@ class PrivacyCard(Strict):
         full): "any two images" for local DP on the images, else "add/remove one patient" (or image)."""
         return "any two images" if self.epsilon_image is not None else f"add/remove one {self.unit}"
 
+    @property
+    def accountant_in_brief(self) -> str:
+        """The accountant in a word or two, for a label beside the eps: "pld", "rdp", local DP's "closed form" or
+        "analytic Gaussian" (``accountant`` says it in full)."""
+        return (self.accountant or "").split(" (")[0].replace(" mechanism", "")
+
 
 class ImageMechanism:
     """A local DP transform of the released training images (protocol): ``apply(images, rng)`` -> perturbed copy,

@@ -18,6 +18,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import LogLocator, NullFormatter
 
 from dpmed.records import RunRecord
+from dpmed.reporting.inputs import accountant_name
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
            "run_label", "image_rows"]
@@ -59,13 +60,33 @@ def _unit(records: list[RunRecord]) -> str:
     return f"one {units.pop()}" if len(units) == 1 else "one patient or image"
 
 
+def _terms(records: list[RunRecord]) -> str:
+    """The delta and accountant the panel's eps are at ("δ 1e-05, PLD"), or where to find them when runs differ."""
+    terms = {(r.privacy.delta or 0.0, r.privacy.accountant_in_brief) for r in records}
+    if not terms:
+        return "δ, accountant"
+    if len(terms) != 1:
+        return "δ and accountant per run: see its card"
+    delta, accountant = terms.pop()
+    return f"δ {delta:.0e}, {accountant_name(accountant)}" if delta else f"δ 0, {accountant}"
+
+
+def _is_local(r: RunRecord) -> bool:
+    return r.privacy.epsilon_image is not None
+
+
+def _is_central(r: RunRecord) -> bool:
+    return r.mechanism == "dp_sgd" and r.privacy.epsilon is not None
+
+
 def _panels(records: list[RunRecord]) -> list[_Panel]:
-    local = _Panel(title="Local DP on the images", xlabel="eps per image (any two images), log scale",
-                   member=lambda r: r.privacy.is_dp and r.privacy.epsilon_image is not None,
-                   x=lambda r: r.privacy.epsilon_image)
-    central = _Panel(title="DP-SGD", xlabel=f"eps (add or remove {_unit(records)}), log scale",
-                     member=lambda r: r.mechanism == "dp_sgd" and r.privacy.is_dp and r.privacy.epsilon is not None,
-                     x=lambda r: r.privacy.epsilon)
+    """Runs whose eps holds, and reproducible-mode runs at their accounted eps (their points say "not DP")."""
+    local = _Panel(title="Local DP on the images",
+                   xlabel=f"eps per image ({_terms([r for r in records if _is_local(r)])}; any two images), log scale",
+                   member=_is_local, x=lambda r: r.privacy.epsilon_image)
+    central = _Panel(title="DP-SGD", xlabel=f"eps ({_terms([r for r in records if _is_central(r)])}; add or remove "
+                                            f"{_unit(records)}), log scale",
+                     member=_is_central, x=lambda r: r.privacy.epsilon)
     present = [p for p in (local, central) if any(p.member(r) for r in records)]
     return present or [central]
 
@@ -115,7 +136,8 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
             low = e.value - e.low if e.low is not None else 0.0
             high = e.high - e.value if e.high is not None else 0.0
             ax.errorbar([x], [e.value], yerr=[[low], [high]], fmt=marker, color=color, capsize=3, ms=6)
-            ax.annotate(run_label(r, several_seeds), (x, e.value), xytext=(6, 4), textcoords="offset points",
+            label = run_label(r, several_seeds) + ("" if r.privacy.is_dp else " (not DP: seed known)")
+            ax.annotate(label, (x, e.value), xytext=(6, 4), textcoords="offset points",
                         fontsize=size - 1, color="#333333")
             xs.append(x)
             if e.low is not None:

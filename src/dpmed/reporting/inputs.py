@@ -122,19 +122,21 @@ def _unbroken(text: str) -> str:
 
 def eps_label(card: PrivacyCard) -> str:
     """A run's eps as the report shows it, rounded up, with its delta, accountant and neighbours: "ε 1 (δ 1e-5, PLD,
-    add/remove one patient)" for 0.99942, local DP "ε 8,192 per image (local DP, any two images)", "no privacy
-    (ε = ∞)", and "not DP" where no eps holds; no line break inside "ε 1" or "δ 1e-5" (see :func:`_unbroken`)."""
+    add/remove one patient)" for 0.99942, local DP "ε 8,192 per image (local DP, δ 0, closed form, any two
+    images)", "no privacy (ε = ∞)", "not DP" where no eps holds, and a reproducible-mode run's accounted label
+    followed by ", not DP: seed known"; no line break inside "ε 1" or "δ 1e-5" (see :func:`_unbroken`)."""
     return _unbroken(_eps_label(card))
 
 
 def _eps_label(card: PrivacyCard) -> str:
     if not card.is_dp and card.epsilon is not None:     # reproducible mode: the accounted value, labelled
-        return f"ε {number_text(card.epsilon, up=True)} (not DP: seed known)"
+        return f"{_eps_label(card.model_copy(update={'is_dp': True}))}, not DP: seed known"
     if not card.is_dp:
         return "no privacy (ε = ∞)" if card.mechanism == "none" else "not DP"
     if card.epsilon_image is not None:      # per image, "any two images": not comparable with DP-SGD's eps
-        delta = f", δ {number_text(card.delta, up=True)}" if card.delta else ""
-        return f"ε {number_text(card.epsilon_image, up=True)} per image (local DP, {card.neighbours_in_brief}{delta})"
+        return (f"ε {number_text(card.epsilon_image, up=True)} per image (local DP, "
+                f"δ {number_text(card.delta, up=True) if card.delta else 0}, {card.accountant_in_brief}, "
+                f"{card.neighbours_in_brief})")
     return (f"ε {number_text(card.epsilon, up=True)} (δ {number_text(card.delta, up=True)}, "
             f"{accountant_name(card.accountant)}, {card.neighbours_in_brief})")
 

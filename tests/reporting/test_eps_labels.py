@@ -1,0 +1,60 @@
+"""Every eps a study prints names its delta, accountant and neighbour relation, in the terminal summary, the report
+and the figure's axes: local DP included (delta 0, closed form), and a reproducible-mode run, whose label is the
+accounted one followed by "not DP: seed known" (it was the bare number with that note)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpmed.mechanisms import PrivacyCard
+from dpmed.mechanisms.cards import label_randomness
+from dpmed.reporting.figures import auroc_figure
+from dpmed.reporting.inputs import eps_label
+from dpmed.reporting.tables import eps_text
+
+LAPLACE = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement="eps_image = 2,048", epsilon=2048.0,
+                      epsilon_image=2048.0, epsilon_pixel=2.0, delta=0.0,
+                      accountant="closed form (Laplace mechanism, pure DP)")
+GAUSS = PrivacyCard(mechanism="pixel_gaussian", is_dp=True, statement="eps_image = 2,320", epsilon=2320.0,
+                    epsilon_image=2320.0, delta=1e-5,
+                    accountant="analytic Gaussian mechanism (Balle & Wang 2018), L2 sensitivity sqrt(d) R")
+DP_SGD = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="eps = 7.99", epsilon=7.99, delta=1e-5,
+                     accountant="pld", unit="patient")
+
+
+def _plain(text: str) -> str:
+    return text.replace("\u00a0", " ").replace("\u2011", "-")
+
+
+def test_local_dp_labels_name_delta_and_accountant():
+    assert _plain(eps_label(LAPLACE)) == "ε 2,048 per image (local DP, δ 0, closed form, any two images)"
+    assert _plain(eps_label(GAUSS)) == "ε 2,320 per image (local DP, δ 1e-5, analytic Gaussian, any two images)"
+    assert eps_text(LAPLACE) == "2,048 (LDP, d=0, closed form, any two images)"
+    assert eps_text(GAUSS) == "2,320 (LDP, d=1e-05, analytic Gaussian, any two images)"
+
+
+@pytest.mark.parametrize("card", [LAPLACE, GAUSS, DP_SGD], ids=["laplace", "gaussian", "dp_sgd"])
+def test_a_reproducible_run_keeps_its_full_label_and_says_not_dp(card):
+    reproducible = label_randomness(card, "reproducible")
+    assert not reproducible.is_dp
+    for shown, secure in ((eps_label(reproducible), eps_label(card)), (eps_text(reproducible), eps_text(card))):
+        assert shown.startswith(secure) and shown.endswith("not DP: seed known")
+    assert "δ" in eps_label(reproducible) and "d=" in eps_text(reproducible)
+
+
+def test_the_figure_axes_name_delta_and_accountant_and_reproducible_runs_are_plotted_as_not_dp(make_record):
+    """In reproducible mode the DP-SGD panel said "no run of this kind" although the study had DP-SGD runs."""
+    base = make_record("non-private_seed0", "non-private",
+                       metrics={"test_auroc": 0.95, "test_auroc_low": 0.93, "test_auroc_high": 0.97})
+    metrics = {"test_auroc": 0.9, "test_auroc_low": 0.85, "test_auroc_high": 0.94}
+    dp = make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0, metrics=metrics)
+    local = make_record("lap_seed0", "lap", metrics=metrics).model_copy(
+        update={"mechanism": "pixel_laplace", "privacy": LAPLACE})
+    secure = auroc_figure([base, dp, local])
+    xlabels = [_plain(ax.get_xlabel()) for ax in secure.axes[:2]]
+    assert "δ 0, closed form; any two images" in xlabels[0] and "δ 1e-05, PLD; add or remove one image" in xlabels[1]
+    reproducible = [r.model_copy(update={"privacy": label_randomness(r.privacy, "reproducible")}) for r in (dp, local)]
+    fig = auroc_figure([base, *reproducible])
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "no run of this kind" not in texts
+    assert sum("not DP: seed known" in t for t in texts) == 2
