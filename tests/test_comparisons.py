@@ -95,6 +95,9 @@ def test_compare_runs_pairs_each_private_run_with_the_non_private_one_and_finds_
                 - roc_auc_score(y, predictions["np_seed0"]["test_scores"]))
     assert rows["g_eps5_C1_seed0"].auroc_difference.value == pytest.approx(expected)
     assert rows["g_eps5_C1_seed0"].reference_run == "np_seed0" and rows["g_eps5_C1_seed0"].label == "g_eps5_C1"
+    # comparisons.json never holds a bare eps: each carries its delta, accountant and neighbours
+    assert rows["g_eps5_C1_seed0"].epsilon_label == "4.95 (d=1e-05, pld, add/remove one image)"
+    assert {v.label: v.epsilon_label for v in out.by_value}["g_eps5_C1"] == rows["g_eps5_C1_seed0"].epsilon_label
 
     parity = out.correlations.epsilon_vs_accuracy_parity
     assert len(parity) == 1 and parity[0].n == 3                       # the eps sweep of arm g only

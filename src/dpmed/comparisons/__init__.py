@@ -79,6 +79,7 @@ class Difference(_Row):
     seed: int
     reference_run: str
     epsilon: float | None
+    epsilon_label: str = ""         # the eps with its delta, accountant and neighbours (or "not DP"): never bare
     auroc_difference: PairedDifference
     accuracy_difference: PairedDifference | None = None
     sensitivity_difference: PairedDifference | None = None
@@ -94,6 +95,7 @@ class ValueSummary(_Row):
     seeds: list[int]
     run_ids: list[str] = []
     epsilon: float | None
+    epsilon_label: str = ""         # the first seed's eps with its delta, accountant and neighbours
     auroc_difference: SeedSummary
     accuracy_difference: SeedSummary | None = None
     sensitivity_difference: SeedSummary | None = None
@@ -204,14 +206,16 @@ def _differences(records, predictions, kind, label_names, n_resamples, seed, con
                                   n_resamples=n_resamples, seed=seed, confidence=confidence)
         paired = {f"{name}_difference": PairedDifference(**values) for name, values in diff.items()}
         rows.append(Difference(run_id=r.run_id, label=r.plan.label, arm=r.arm, mechanism=r.mechanism, seed=r.seed,
-                               reference_run=ref.run_id, epsilon=number(r.privacy.epsilon), **paired))
+                               reference_run=ref.run_id, epsilon=number(r.privacy.epsilon),
+                               epsilon_label=r.privacy.in_brief(), **paired))
     return rows
 
 
 def _by_value(rows: list[Difference], records: Sequence[RunRecord]) -> list[ValueSummary]:
-    eps = defaultdict(list)
+    eps, eps_labels = defaultdict(list), {}
     for r in records:
         eps[r.plan.label].append(r.privacy.epsilon)
+        eps_labels.setdefault(r.plan.label, r.privacy.in_brief())
     grouped: dict[str, list[Difference]] = defaultdict(list)
     for row in rows:
         grouped[row.label].append(row)
@@ -224,7 +228,7 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord]) -> list[Valu
 
     return [ValueSummary(label=label, arm=members[0].arm, mechanism=members[0].mechanism,
                          seeds=[m.seed for m in members], run_ids=[m.run_id for m in members],
-                         epsilon=seed_summary(eps[label])["mean"],
+                         epsilon=seed_summary(eps[label])["mean"], epsilon_label=eps_labels[label],
                          auroc_difference=over_seeds(members, "auroc_difference"),
                          accuracy_difference=over_seeds(members, "accuracy_difference"),
                          sensitivity_difference=over_seeds(members, "sensitivity_difference"),

@@ -55,6 +55,7 @@ class ExplanationCorrelation(Correlation):
 class LabelCorrelation(_Row):
     run_id: str
     epsilon: float | None
+    epsilon_label: str = ""         # the eps with its delta, accountant and neighbours (or "not DP"): never bare
     drop_vs_positive_count: Correlation
     drop_vs_nonprivate_auroc: Correlation
 
@@ -156,6 +157,7 @@ def _label_correlations(records, predictions, references, kind, label_names, not
         counts = ((y[:, None] == np.arange(len(label_names))[None, :]).sum(axis=0) if y.ndim == 1
                   else y.sum(axis=0)).tolist()
         out.append(LabelCorrelation(run_id=r.run_id, epsilon=number(r.privacy.epsilon),
+                                    epsilon_label=r.privacy.in_brief(),
                                     drop_vs_positive_count=Correlation(**pearson(drop, counts)),
                                     drop_vs_nonprivate_auroc=Correlation(**pearson(drop, base))))
     return out

@@ -207,6 +207,19 @@ class PrivacyCard(Strict):
         full): "any two images" for local DP on the images, else "add/remove one patient" (or image)."""
         return "any two images" if self.epsilon_image is not None else f"add/remove one {self.unit}"
 
+    def in_brief(self) -> str:
+        """The eps in one line, never bare: "1 (d=1e-05, pld, add/remove one patient)", local DP "8,192 (LDP, d=0,
+        closed form, any two images)", "inf (no DP)", "not DP", and a reproducible-mode run's accounted line
+        followed by "; not DP: seed known". For the terminal and comparisons.json; the report has its own."""
+        if not self.is_dp and self.epsilon is not None:   # reproducible mode: the accounted value, labelled
+            return f"{self.model_copy(update={'is_dp': True}).in_brief()}; not DP: seed known"
+        if not self.is_dp:
+            return "inf (no DP)" if self.mechanism == "none" else "not DP"
+        if self.epsilon_image is not None:   # per image, for "any two images" (not comparable to DP-SGD's eps)
+            delta = f"{self.delta:.0e}" if self.delta else "0"
+            return f"{self.epsilon_image:,.4g} (LDP, d={delta}, {self.accountant_in_brief}, {self.neighbours_in_brief})"
+        return f"{self.epsilon:.3g} (d={self.delta:.0e}, {self.accountant}, {self.neighbours_in_brief})"
+
     @property
     def accountant_in_brief(self) -> str:
         """The accountant in a word or two, for a label beside the eps: "pld", "rdp", local DP's "closed form" or

@@ -54,16 +54,8 @@ def write_results_table(records: Iterable[RunRecord], path: Path) -> pd.DataFram
 
 
 def eps_text(card: PrivacyCard) -> str:
-    """A run's eps for the terminal, never bare: "1 (d=1e-05, pld, add/remove one patient)", local DP "8,192 (LDP,
-    d=0, closed form, any two images)", a reproducible-mode run's accounted text followed by "; not DP: seed known"."""
-    if not card.is_dp and card.epsilon is not None:   # reproducible mode: the accounted value, labelled
-        return f"{eps_text(card.model_copy(update={'is_dp': True}))}; not DP: seed known"
-    if not card.is_dp:
-        return "inf (no DP)" if card.mechanism == "none" else "not DP"
-    if card.epsilon_image is not None:   # local DP: per image, for "any two images" (not comparable to DP-SGD's eps)
-        delta = f"{card.delta:.0e}" if card.delta else "0"
-        return f"{card.epsilon_image:,.4g} (LDP, d={delta}, {card.accountant_in_brief}, {card.neighbours_in_brief})"
-    return f"{card.epsilon:.3g} (d={card.delta:.0e}, {card.accountant}, {card.neighbours_in_brief})"
+    """A run's eps for the terminal: :meth:`PrivacyCard.in_brief`."""
+    return card.in_brief()
 
 
 def summary_text(records: Iterable[RunRecord]) -> str:
