@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -24,6 +25,16 @@ def test_epsilon_under_every_accountant_names_each_and_the_assumptions(capsys):
     assert [_eps(line) for line in lines[:3]] == pytest.approx([0.689, 0.770, 0.994], abs=0.005)
     assert "[pld:" in lines[0] and "[rdp:" in lines[1] and "[rdp-classic:" in lines[2]
     assert "Poisson sampling" in lines[3] and "add or remove one training image" in lines[3]
+
+
+def test_a_pure_dp_bound_is_printed_at_delta_zero_beside_the_pld_at_the_given_delta(capsys):
+    """The pure accountant's line said "at delta = 1e-05" and then "(delta = 0)": two deltas for one eps."""
+    assert main(["privacy", "epsilon", "--noise", "laplace", "--accountant", "all", "--noise-multiplier", "1",
+                 "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"]) == 0
+    pld, pure = capsys.readouterr().out.splitlines()[:2]
+    assert "[pld:" in pld and "at delta = 1e-05" in pld
+    assert "[pure:" in pure and "at delta = 0 " in pure and "1e-05" not in pure
+    assert _eps(pure) == pytest.approx(100 * math.log1p(0.01 * math.expm1(1.0)), rel=1e-5)   # closed form by hand
 
 
 def test_calibrate_from_dataset_size_batch_and_epochs_matches_the_library(capsys):

@@ -124,6 +124,7 @@ def check_budget(budget: PrivacyBudget, privacy: StudyPrivacy) -> None:
     if privacy.dp_sgd_epsilon is not None and privacy.dp_sgd_epsilon > budget.epsilon:
         raise PrivacyError(
             f"privacy_budget: the study's {len(privacy.dp_sgd_runs)} DP-SGD runs together cost eps = "
-            f"{privacy.dp_sgd_epsilon:.4g} at delta = {budget.delta:g} ({budget.accountant.upper()}), above the "
+            f"{privacy.dp_sgd_epsilon:.4g} at delta = {budget.delta:g} ({budget.accountant.upper()}; neighbours: "
+            f"add/remove one {privacy.unit}), above the "
             f"budget eps = {budget.epsilon:g}; drop runs (arms, values or seeds), lower their target_epsilon, or "
             "raise the budget")

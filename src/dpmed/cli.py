@@ -162,7 +162,8 @@ def _eps_text(card: Any) -> str:
     """eps with delta, accountant and neighbours (the unit added or removed), or why there is none."""
     if card.epsilon is None:
         if card.epsilon_if_poisson is not None:
-            return f"not DP: shuffled batches (a Poisson run would have eps {card.epsilon_if_poisson:.4g})"
+            return (f"not DP: shuffled batches (a Poisson run would have eps {card.epsilon_if_poisson:.4g} at delta "
+                    f"{card.delta:.3g}; {card.accountant.upper()}; {card.neighbours_in_brief})")
         return "infinity (no privacy)" if card.mechanism == "none" else "not DP"
     accountant = card.accountant or ""
     accountant = accountant.upper() if accountant in accounting.ACCOUNTANTS else accountant.split(" (")[0]
@@ -220,8 +221,10 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"study privacy: {prepared.privacy.statement}")
     budget = study.privacy_budget
     if budget is not None:
-        print(f"privacy budget: eps = {budget.epsilon:g} at delta = {budget.delta:g} ({budget.accountant.upper()}); "
-              f"the study's runs together use eps = {_number(prepared.privacy.dp_sgd_epsilon)} of it")
+        unit = prepared.privacy.unit or "image or patient"
+        print(f"privacy budget: eps = {budget.epsilon:g} at delta = {budget.delta:g} ({budget.accountant.upper()}; "
+              f"add/remove one {unit}); the study's runs together use eps = "
+              f"{_number(prepared.privacy.dp_sgd_epsilon)} of it")
     else:
         print("privacy budget: none set (privacy_budget in the study file refuses, before training, a study whose runs "
               "together exceed it)")

@@ -149,7 +149,8 @@ def _privacy_epsilon(args: argparse.Namespace) -> int:
     for name in names:
         eps = accounting.dp_sgd_epsilon(noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps,
                                         delta=delta, accountant=name, noise=args.noise)
-        print(f"eps = {eps:.6g} at delta = {delta:.3g}  [{name}: {accounting.describe_accountant(name)}]")
+        shown = 0 if name == "pure" else delta          # a pure-DP bound: delta plays no role in it
+        print(f"eps = {eps:.6g} at delta = {shown:.3g}  [{name}: {accounting.describe_accountant(name)}]")
     print(_assumptions(args, q, steps, args.noise_multiplier))
     return 0
 

@@ -102,7 +102,8 @@ def test_plan_shows_the_budget_the_study_spends(tiny_text, tmp_path, capsys):
     study = _study(tmp_path, text + "privacy_budget: {epsilon: 20, delta: 1.0e-5}\n")
     assert main(["plan", str(study), "--out", str(tmp_path / "o"), "--no-estimate"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("privacy budget:"))
-    assert re.fullmatch(r"privacy budget: eps = 20 at delta = 1e-05 \(PLD\); the study's runs together use eps = "
+    assert re.fullmatch(r"privacy budget: eps = 20 at delta = 1e-05 \(PLD; add/remove one (patient|image)\); the "
+                        r"study's runs together use eps = "
                         r"7\.99\d? of it", line), line
 
 

@@ -64,3 +64,12 @@ def test_a_reproducible_card_never_claims_fresh_randomness_nor_dp(plans, arm):
     assert not card.is_dp and card.randomness == NOT_DP_REPRODUCIBLE and card.randomness != SECURE_RANDOMNESS
     assert card.statement.startswith("NOT DP against anyone who knows the seed")
     assert card.patient_guarantee.statement.startswith("NOT DP against anyone who knows the seed")
+
+
+def test_the_plan_line_of_a_shuffled_run_names_delta_accountant_and_neighbours_of_its_poisson_eps(plans):
+    from dpmed.cli import _eps_text
+
+    card = _card(plans["shuffled"], "secure")
+    text = _eps_text(card)
+    assert text.startswith("not DP: shuffled batches") and f"{card.epsilon_if_poisson:.4g}" in text
+    assert f"delta {card.delta:.3g}" in text and "PLD" in text and "add/remove one image" in text
