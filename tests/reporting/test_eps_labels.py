@@ -58,3 +58,32 @@ def test_the_figure_axes_name_delta_and_accountant_and_reproducible_runs_are_plo
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert "no run of this kind" not in texts
     assert sum("not DP: seed known" in t for t in texts) == 2
+
+
+def test_the_released_images_section_names_a_not_dp_reproduction_as_such(tmp_path, make_record, make_resolved):
+    """scalar_shift (a source document's flawed mechanism, not DP) appeared under "after each local-DP run's
+    mechanism"."""
+    import re
+    from html import unescape
+
+    import numpy as np
+
+    from dpmed.folders import StudyFolder
+    from dpmed.study import write_outputs
+
+    shift = PrivacyCard(mechanism="scalar_shift", is_dp=False, statement="NOT DP: one shift per image")
+    records = [make_record("np_seed0", "np"),
+               make_record("lap_seed0", "lap").model_copy(update={"mechanism": "pixel_laplace", "privacy": LAPLACE}),
+               make_record("shift_seed0", "shift").model_copy(update={"mechanism": "scalar_shift", "privacy": shift})]
+    folder = StudyFolder(tmp_path)
+    images = np.random.default_rng(0).random((3, 1, 8, 8)).astype(np.float32)
+    for run_id in ("lap_seed0", "shift_seed0"):
+        folder.run(run_id).examples.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(folder.run(run_id).examples, original=images, perturbed=images[::-1])
+    write_outputs(folder, make_resolved(records), records)
+    html = folder.report.read_text()
+    start = html.index('id="ldp-examples"')
+    section = unescape(re.sub(r"<[^>]+>", " ", html[start:html.find("<h2 ", start)]))
+    assert "Local DP and its not-DP reproductions" in section
+    assert "shift_seed0: a source document's mechanism reproduced as it was, which is not DP" in section
+    assert "each local-DP run's mechanism" not in section

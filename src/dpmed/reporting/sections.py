@@ -300,21 +300,26 @@ def _risk_assumptions(runs: list[RunRecord]) -> str:
 
 
 def ldp_examples_section(inputs: ReportInputs) -> str:
-    """Original versus perturbed images for each local-DP run (the visual point of Singh et al. 2020,
-    000_56c2431ae4df8d10.txt)."""
-    rows = []
+    """Original versus perturbed images for each run with an image mechanism (the visual point of Singh et al.
+    2020, 000_56c2431ae4df8d10.txt): local DP, and the not-DP reproductions of flawed ones, named as such."""
+    rows, not_dp = [], []
     for r in inputs.records:
         path = inputs.folder.run(r.run_id).examples
         if path.is_file():
             with np.load(path) as f:
                 rows.append((f"{r.run_id}\n{eps_label(r.privacy)}", f["original"], f["perturbed"]))
+            if not r.privacy.is_dp:
+                not_dp.append(r.run_id)
     if not rows:
         return ""
     figure = embed_figure(ldp_examples(rows), ldp_examples(rows, narrow=True),
                           inputs.folder.root / "ldp_examples.png", "original and perturbed example images")
-    return ('<h2 id="ldp-examples">Local DP: what the released images look like</h2><p>The same test images '
-            "before (top row) and after each local-DP run's mechanism. Each run applied its mechanism to its training "
-            "images only; test images are shown here so the report contains no training image. "
+    heading = "Local DP" + (" and its not-DP reproductions" if not_dp else "")
+    which = (f" ({', '.join(not_dp)}: a source document's mechanism reproduced as it was, which is not DP)"
+             if not_dp else "")
+    return (f'<h2 id="ldp-examples">{heading}: what the released images look like</h2><p>The same test images '
+            f"before (top row) and after each run's image mechanism{escape(which)}. Each run applied its mechanism "
+            "to its training images only; test images are shown here so the report contains no training image. "
             f"Visual unrecognisability is not a privacy guarantee: read the eps on each card.</p>{figure}")
 
 
