@@ -167,6 +167,11 @@ class StudyFolder:
         return self.private / "report.html"
 
     @property
+    def data_fingerprint(self) -> Path:
+        """sha256 of the data the finished runs trained on: a statistic of the training images, so private."""
+        return self.private / "data_fingerprint"
+
+    @property
     def log(self) -> Path:
         """The command line's log of the study: private, as it holds audit results (secret canary bits)."""
         return self.private / "dpmed.log"

@@ -13,13 +13,16 @@ finished so far (`dpmed.workspace.StudyProgress`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import yaml
 from pydantic import ValidationError
@@ -89,6 +92,7 @@ class PreparedStudy:
     elsewhere: list[RunRecord]
     privacy: StudyPrivacy
     load_seconds: float
+    fingerprint: str = ""
 
     @property
     def todo(self) -> list[RunPlan]:
@@ -194,7 +198,27 @@ def _randomness_of(record: RunRecord) -> str | None:
     return None if card is None else "reproducible" if card == NOT_DP_REPRODUCIBLE else "secure"
 
 
-def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, study: Study
+def data_fingerprint(dataset: Dataset) -> str:
+    """sha256 over every split's images, labels and patient ids, in order: what finished runs trained and were
+    evaluated on. The sizes and shape in study.yaml do not tell a corrected label file or another file of the same
+    shape apart. A function of the training images, so it is kept in ``private/`` only."""
+    digest = hashlib.sha256()
+    for split in (dataset.train, dataset.val, dataset.test):
+        for array in (split.images, split.labels, split.patient_ids.astype(str)):
+            array = np.ascontiguousarray(array)
+            digest.update(f"{array.dtype.str}{array.shape}".encode())
+            digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()
+
+
+def _other_fingerprint(folder: StudyFolder, fingerprint: str) -> bool:
+    """Whether the folder's finished runs are recorded as trained on other data than ``fingerprint`` (False where
+    no fingerprint was kept: folders written before it, checked from their next run on)."""
+    path = folder.data_fingerprint
+    return bool(folder.finished_run_ids()) and path.is_file() and path.read_text().strip() != fingerprint
+
+
+def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, study: Study, fingerprint: str
               ) -> tuple[dict[str, RunRecord], list[RunRecord]]:
     """(finished runs the study lists, by id; finished runs in the folder it no longer lists: released all the same).
     A listed run made with other settings (its plan, the model included, or the other privacy randomness), or
@@ -203,6 +227,8 @@ def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, study
     before = (read_resolved(folder.root) if folder.finished_run_ids() and folder.resolved_study.is_file()
               else None)
     data = [] if before is None else _other_data(before, dataset)
+    if not data and _other_fingerprint(folder, fingerprint):
+        data = ["the images, labels or patient ids differ (a file was changed or replaced; sizes and shape match)"]
     if data:
         raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
                           f"{'; '.join(data)}; use another --out, or delete {folder.runs} to retrain them")
@@ -247,13 +273,14 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     dataset = load_study_data(study)
     load_seconds = time.perf_counter() - start
     plans = plan_study(study, dataset)
-    existing, elsewhere = _finished(folder, plans, dataset, study)
+    fingerprint = data_fingerprint(dataset)
+    existing, elsewhere = _finished(folder, plans, dataset, study, fingerprint)
     reproducible = "reproducible" in {study.privacy_randomness, *map(_randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
     if study.privacy_budget is not None:
         check_budget(study.privacy_budget, privacy)
     return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,
-                         elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds)
+                         elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint)
 
 
 def planned_card(plan: RunPlan, image_shape: tuple[int, ...], randomness: str) -> PrivacyCard:
@@ -285,14 +312,25 @@ def estimate_times(prepared: PreparedStudy) -> tuple[Rates, dict[str, float]]:
 def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[RunRecord]) -> Comparisons:
     """Paired comparisons over the finished runs' saved predictions, with the study's bootstrap settings (the
     redraws of every run's own intervals)."""
-    predictions = {r.run_id: load_predictions(folder.run(r.run_id).predictions) for r in records
-                   if folder.run(r.run_id).predictions.is_file()}
+    predictions, unread = {}, []
+    for r in records:
+        path = folder.run(r.run_id).predictions
+        try:
+            predictions[r.run_id] = load_predictions(path)
+        except FileNotFoundError:
+            unread.append(f"{r.run_id}: {path} is missing, so its paired comparisons are left out; delete "
+                          f"{folder.run(r.run_id).public} and run the study again to retrain it")
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:       # a damaged or foreign file
+            unread.append(f"{r.run_id}: {path} cannot be read ({type(exc).__name__}: {exc}), so its paired "
+                          f"comparisons are left out; delete {folder.run(r.run_id).public} and run the study again "
+                          "to retrain it")
     labels = list(resolved.dataset.label_names) or next(
         ([k[len("test_auroc["):-1] for k in r.metrics if k.startswith("test_auroc[")] for r in records
          if any(k.startswith("test_auroc[") for k in r.metrics)), [])   # a study.yaml written before label_names
     ev = resolved.study.evaluation
-    return compare_runs(records, predictions, kind=resolved.dataset.task, label_names=labels,
-                        n_resamples=ev.bootstrap_resamples, seed=ev.bootstrap_seed, confidence=ev.confidence)
+    out = compare_runs(records, predictions, kind=resolved.dataset.task, label_names=labels,
+                       n_resamples=ev.bootstrap_resamples, seed=ev.bootstrap_seed, confidence=ev.confidence)
+    return out.model_copy(update={"notes": unread + out.notes}) if unread else out
 
 
 def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, dict[str, Any]]:
@@ -418,6 +456,7 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
         folder.runs.mkdir(parents=True, exist_ok=True)
         resolved = prepared.resolved()
         write_text_atomic(folder.resolved_study, yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
+        write_text_atomic(folder.data_fingerprint, prepared.fingerprint, owner_only=True)
         context = RunContext(dataset=dataset, evaluation=study.evaluation,
                              progress=progress and executor == "local" and workers == 1,
                              privacy_randomness=study.privacy_randomness,

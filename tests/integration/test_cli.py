@@ -93,6 +93,7 @@ def test_changed_settings_refuse_to_mix_with_finished_runs(quickstart, capsys):
     ("data.image_size=28", "dataset.image_shape: [1, 32, 32] in the finished runs, [1, 28, 28] now"),
     ("privacy_randomness=reproducible", "privacy_randomness: secure in the finished run, reproducible now"),
     ("evaluation.confidence=0.5", "evaluation.confidence: 0.95 in the finished run, 0.5 now"),
+    ("data.preprocessing.minmax=true", "the images, labels or patient ids differ"),   # same sizes, other pixels
 ])
 def test_another_model_or_other_data_refuse_to_mix_with_finished_runs(quickstart, capsys, change, named):
     """Finished runs are reused only for the same model, data, privacy randomness and evaluation: before, a study
@@ -104,6 +105,28 @@ def test_another_model_or_other_data_refuse_to_mix_with_finished_runs(quickstart
     err = capsys.readouterr().err
     assert named in err and "--out" in err and "Traceback" not in err, err
     assert before == {p: p.stat().st_mtime_ns for p in quickstart.glob("runs/*/run.json")}
+
+
+def test_the_data_fingerprint_is_private(quickstart):
+    """It is a function of the training images: a shareable file holding it would be outside every eps."""
+    fingerprint = (quickstart / "private" / "data_fingerprint").read_text()
+    assert re.fullmatch(r"[0-9a-f]{64}", fingerprint)
+    public = [p for p in quickstart.rglob("*") if p.is_file() and "private" not in p.relative_to(quickstart).parts]
+    assert public and not [p for p in public if fingerprint.encode() in p.read_bytes()]
+
+
+def test_a_damaged_predictions_file_leaves_its_comparisons_out_and_says_so(quickstart, tmp_path, capsys):
+    """Before: `dpmed report` (and `dpmed run` after skipping the finished runs) ended in a traceback."""
+    copy = tmp_path / "quickstart"
+    shutil.copytree(quickstart, copy)
+    (copy / "runs" / "dp-sgd_eps1_C1_seed0" / "predictions.npz").write_text("x")
+    assert main(["report", str(copy)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    report = (copy / "report.html").read_text()
+    assert "predictions.npz cannot be read" in report and "paired comparisons are left out" in report
+    pairs = yaml.safe_load((copy / "comparisons.json").read_text())["auroc_differences"]
+    assert "dp-sgd_eps1_C1_seed0" not in {row["run_id"] for row in pairs} and pairs
 
 
 def test_report_rebuilds_from_finished_runs(quickstart, capsys):
