@@ -1,10 +1,10 @@
 """From a reader's :class:`~dpmed.data.manifest.Manifest` to a :class:`~dpmed.data.sample.Dataset`: check, decode,
 split -- the same for every file layout.
 
-The order matters for the user's time: table problems (a missing file, a duplicate id, a label outside the task) are
-found before any pixel is decoded, so a broken dataset stops in seconds, with one message that lists the first few
-offending rows and their count. Decoding then finds the files that exist but cannot be read (truncated, corrupt).
-``skip_invalid`` leaves flagged rows out instead, and the dataset's record states how many and why.
+The order matters for the user's time: table problems (a missing file, a duplicate id or file, a label outside the
+task) are found before any pixel is decoded, so a broken dataset stops in seconds, with one message that lists the
+first few offending rows and their count. Decoding then finds the files that exist but cannot be read (truncated,
+corrupt). ``skip_invalid`` leaves flagged rows out instead, and the dataset's record states how many and why.
 
 Splits (METHODS.md, and 003_9a91354dc2d7e2df.txt's "patient-wise stratification"):
 
@@ -23,6 +23,8 @@ Splits (METHODS.md, and 003_9a91354dc2d7e2df.txt's "patient-wise stratification"
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +74,11 @@ def _relative(manifest: Manifest, path: Path) -> str:
 
 
 def _flag_table_problems(manifest: Manifest) -> None:
-    """Duplicate ids (every repeat after the first) and image files that do not exist."""
+    """Duplicate ids (every repeat after the first), image files that do not exist, and one file listed twice.
+
+    A file is compared by what it is, not how a row spells it: ``images/020.png``, ``./images/020.png`` and a link to
+    it are one image, and listed under two patients it could sit in train and in test at once.
+    """
     first: dict[str, int] = {}
     for row, key in enumerate(manifest.ids.tolist()):
         if key in first:
@@ -80,11 +86,24 @@ def _flag_table_problems(manifest: Manifest) -> None:
                           f"id {key!r} repeats {manifest.where[first[key]]}; each image may be listed once")
         else:
             first[key] = row
+    row_of_file: dict[object, int] = {}
     for row in manifest.valid_rows():
         path = manifest.paths[row]
-        if not path.is_file():
+        try:
+            found = path.stat()
+        except OSError:
+            found = None
+        if found is None or not stat.S_ISREG(found.st_mode):
             manifest.flag(row, "missing image", f"image file {_relative(manifest, path)} does not exist "
                                                 f"(looked for {path})")
+            continue
+        # st_ino is 0 where a file system has no file ids: compare the resolved path there
+        file = (found.st_dev, found.st_ino) if found.st_ino else os.path.realpath(path)
+        if file in row_of_file:
+            manifest.flag(row, "duplicate image", f"image file {_relative(manifest, path)} is the same file as "
+                                                  f"{manifest.where[row_of_file[file]]}; each image may be listed once")
+        else:
+            row_of_file[file] = row
 
 
 def _stop_unless_skipping(manifest: Manifest, skip_invalid: bool) -> None:

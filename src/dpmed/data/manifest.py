@@ -26,9 +26,10 @@ from dpmed.errors import DataError
 
 __all__ = ["Problem", "Manifest", "parse_sex", "parse_age", "parse_splits", "SPLIT_NAMES", "describe_problems"]
 
-SPLIT_NAMES: dict[str, str] = {"train": "train", "val": "val", "valid": "val", "validate": "val",
-                               "validation": "val", "test": "test"}
-"""How publishers name their splits (MIMIC: "validate", CheXpert: "valid") -> dpmed's train / val / test."""
+SPLIT_NAMES: dict[str, str] = {"train": "train", "training": "train", "val": "val", "valid": "val",
+                               "validate": "val", "validation": "val", "test": "test", "testing": "test"}
+"""How publishers name their splits (MIMIC: "validate", CheXpert: "valid", the Kaggle brain-tumour MRI folders:
+"Training", "Testing"; compared in lower case) -> dpmed's train / val / test."""
 
 _SHOWN = 5  # offending rows listed in a message; the count covers all of them
 

@@ -113,6 +113,45 @@ def test_folders_beside_the_split_folders_are_listed_not_read(tmp_path, write_im
     assert len(m) == 21 and m.notes["folders_not_read"] == ["chest_xray"]
 
 
+@pytest.mark.parametrize("train, test", [("Training", "Testing"), ("Train", "Testing"), ("TRAINING", "test")])
+def test_split_folders_in_any_common_spelling_are_splits_not_classes(tmp_path, write_image, train, test):
+    """The Kaggle brain-tumour MRI layout (Training/, Testing/): read as classes, the model would learn which folder
+    an image came from; a Testing/ beside Train/ must not be left out."""
+    layout = {folder.replace("train/", f"{train}/").replace("test/", f"{test}/"): names
+              for folder, names in KERMANY.items()}
+    m = read_image_folders(_kermany(tmp_path / "mri", write_image, layout))
+    assert m.task.label_names == ("NORMAL", "PNEUMONIA") and len(m) == 21 and m.notes["folders_not_read"] == []
+    assert m.notes["published_splits"] == ["test", "train"] and (m.splits == "test").sum() == 4
+    assert m.labels[list(m.where).index(f"{test}/PNEUMONIA/person9_virus_10.jpeg")] == 1
+
+
+def test_a_folder_of_class_folders_beside_the_splits_is_refused_not_left_out(tmp_path, write_image):
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    write_image(root / "holdout" / "NORMAL" / "IM-0200-0001.jpeg")
+    write_image(root / "holdout" / "PNEUMONIA" / "person200_virus_1.jpeg")
+    with pytest.raises(DataError, match=r"chest_xray/holdout holds the class folder\(s\) NORMAL, PNEUMONIA like the "
+                                        r"split folder\(s\) test, train, but 'holdout' is not a split name, so it "
+                                        r"would be left out\. dpmed reads <split>/<class>/<image>"):
+        read_image_folders(root)
+
+
+def test_class_folders_that_all_hold_the_same_folders_of_images_are_refused(tmp_path, write_image):
+    """Fold1/NORMAL, Fold2/NORMAL, ...: read as classes Fold1 and Fold2, the real classes would be flattened."""
+    for fold in ("Fold1", "Fold2"):
+        for cls in ("NORMAL", "PNEUMONIA"):
+            for i in range(3):
+                write_image(tmp_path / "folds" / fold / cls / f"{cls}_{i}.png")
+    with pytest.raises(DataError, match=r"the folders Fold1, Fold2 in .*folds each hold the folders of images "
+                                        r"NORMAL, PNEUMONIA: those are the classes.* rename the outer folders"):
+        read_image_folders(tmp_path / "folds")
+    # folders below one class only (subtypes, a patient's series) are that class's images, read recursively
+    for i in range(3):
+        write_image(tmp_path / "cxr" / "NORMAL" / f"n{i}.png")
+        write_image(tmp_path / "cxr" / "PNEUMONIA" / ("bacteria" if i % 2 else "virus") / f"p{i}.png")
+    m = read_image_folders(tmp_path / "cxr")
+    assert m.task.label_names == ("NORMAL", "PNEUMONIA") and m.labels.tolist() == [0, 0, 0, 1, 1, 1]
+
+
 def test_the_patient_is_the_unit_only_where_every_file_names_its_patient(tmp_path, write_image):
     """One file outside the naming pattern would be its own "patient": a DP-SGD card promising "one patient" would
     then be false for a person with several such files, so the unit falls back to the image."""
@@ -169,6 +208,22 @@ def test_skip_invalid_leaves_out_and_counts(tmp_path, write_image):
     left = d.source["left_out_invalid"]
     assert left["count"] == 2 and left["by_kind"] == {"not an image": 1, "unreadable image": 1}
     assert len(d.train) + len(d.val) == 16 - 1  # 17 train rows, the notes file, minus person9 and the broken file
+
+
+def test_a_broken_link_in_a_class_folder_is_a_missing_image(tmp_path, write_image):
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    link = root / "train" / "NORMAL" / "IM-0007-0001.jpeg"
+    try:
+        link.symlink_to(tmp_path / "gone" / "IM-0007-0001.jpeg")
+    except OSError:
+        pytest.skip("this file system cannot make symbolic links")
+    with pytest.raises(DataError) as err:
+        _load(root)
+    message = str(err.value)
+    assert "1 of 22 rows cannot be used (1 missing image)" in message and "skip_invalid" in message
+    assert (f"train/NORMAL/IM-0007-0001.jpeg: image train/NORMAL/IM-0007-0001.jpeg is a link to "
+            f"{tmp_path / 'gone' / 'IM-0007-0001.jpeg'}, which does not exist") in message
+    assert _load(root, skip_invalid=True).source["left_out_invalid"]["by_kind"] == {"missing image": 1}
 
 
 def test_not_an_image_file_is_named(tmp_path, write_image):

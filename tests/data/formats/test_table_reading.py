@@ -4,6 +4,7 @@ empty refused, and the message that lists the first rows."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 from pathlib import Path
 
@@ -32,6 +33,27 @@ def test_a_table_without_a_required_column_names_it(request, layout, table, colu
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(DataError, match=rf"{table} has no column '{column}'"):
         read(root)
+
+
+@pytest.mark.parametrize("layout, name, column, read", [
+    ("nih", "Data_Entry_2017.csv", "Patient ID", read_nih),
+    ("ham", "HAM10000_metadata.csv", "lesion_id", read_ham10000),
+    ("table", "labels.csv", "pid", lambda p: read_csv_table(p, columns={"path": "file", "patient": "pid"},
+                                                            labels=["opacity"])),
+])
+def test_a_blank_patient_id_is_refused_naming_table_column_and_lines(request, layout, name, column, read):
+    """Blank ids would all become one patient "": one side of the split, and one "person" to the privacy unit."""
+    made = request.getfixturevalue(layout)
+    path = made if made.is_file() else made / name
+    rows = list(csv.reader(path.open(newline="")))
+    at = rows[0].index(column)
+    for line in (4, 6, 7):  # 1-based, header = 1
+        rows[line - 1][at] = " "
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    with pytest.raises(DataError, match=rf"{name}: the (patient|lesion) column '{column}' is blank on 3 of "
+                                        rf"{len(rows) - 1} rows \(lines 4, 6, 7\); fill in each row's"):
+        read(made)
 
 
 # --- every table reader, every row-level bad input -----------------------------------------------------------------

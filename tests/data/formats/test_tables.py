@@ -124,6 +124,43 @@ def test_generic_csv_missing_named_column_and_bad_split(table, load_layout):
         load_layout("csv", table, columns={"path": "file", "split": "fold"}, labels=("opacity",))
 
 
+def test_generic_csv_one_image_spelled_two_ways_is_a_duplicate(table, load_layout):
+    """Under another patient, the second spelling could put a copy of a training image in the test split."""
+    with table.open("a") as f:
+        f.write("./pngs/img0.png,0,0,pt20,F,30,test\npngs/../pngs/img3.png,1,0,pt21,M,31,\n")
+    columns = {"path": "file", "patient": "pid", "split": "fold"}
+    with pytest.raises(DataError) as err:
+        load_layout("csv", table, columns=columns, labels=("opacity",))
+    message = str(err.value)
+    assert "2 of 18 rows cannot be used (2 duplicate image)" in message
+    assert ("labels.csv line 18 (./pngs/img0.png): image file pngs/img0.png is the same file as labels.csv line 2 "
+            "(pngs/img0.png)") in message
+    assert "labels.csv line 19 (pngs/../pngs/img3.png): image file pngs/../pngs/img3.png is the same file as " \
+           "labels.csv line 5 (pngs/img3.png)" in message
+    d = load_layout("csv", table, columns=columns, labels=("opacity",), skip_invalid=True)
+    assert d.source["left_out_invalid"]["by_kind"] == {"duplicate image": 2}
+    assert not {"pt20", "pt21"} & set(np.concatenate([d.train.patient_ids, d.val.patient_ids, d.test.patient_ids]))
+
+
+def test_generic_csv_blank_patient_ids_are_refused_with_column_and_lines(table, load_layout):
+    lines = table.read_text().splitlines()  # pid is the fourth column; its ids have no comma
+    blank = [",".join(cells[:3] + [""] + cells[4:]) for cells in (line.split(",") for line in lines)]
+    table.write_text("\n".join(blank[n] if n in (2, 4) else line for n, line in enumerate(lines)) + "\n")
+    with pytest.raises(DataError, match=r"labels.csv: the patient column 'pid' is blank on 2 of 16 rows \(lines 3, "
+                                        r"5\); fill in each row's patient id, or remove 'patient' from data.columns"):
+        read_csv_table(table, columns={"path": "file", "patient": "pid"}, labels=["opacity"])
+    table.write_text("\n".join(lines[:1] + blank[1:]) + "\n")
+    with pytest.raises(DataError, match=r"'pid' is blank on 16 of 16 rows \(lines 2, 3, 4, 5, 6, \.\.\.\)"):
+        load_layout("csv", table, columns={"path": "file", "patient": "pid"}, labels=("opacity",))
+    assert read_csv_table(table, columns={"path": "file"}, labels=["opacity"]).patient_ids[0] == "pngs/img0.png"
+
+
+def test_generic_csv_label_column_listed_twice_is_refused(table):
+    with pytest.raises(DataError, match=r"data.labels lists the column\(s\) \['opacity'\] more than once "
+                                        r"\(\['opacity', 'effusion', 'opacity'\]\); list each label column once"):
+        read_csv_table(table, columns={"path": "file"}, labels=["opacity", "effusion", "opacity"])
+
+
 def test_empty_split_after_skipping_is_an_error(table, load_layout):
     text = table.read_text()
     for i in (13, 14, 15):

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from dpmed.data.formats.table_reading import (Flags, chosen_labels, csv_line, dataset_folder, first_existing,
-                                              index_images, read_table, table_manifest)
+                                              index_images, patient_column, read_table, table_manifest)
 from dpmed.data.manifest import Manifest, parse_splits
 from dpmed.data.sample import Task
 from dpmed.errors import DataError
@@ -139,7 +139,9 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
     return table_manifest(
         name="nih-chestxray14", root=root, task=Task("multilabel", chosen),
         paths=[index.get(n, root / "images" / n) for n in names], labels=labels,
-        patients=[p.strip() for p in frame["Patient ID"]], sex=frame["Patient Gender"].tolist(),
+        patients=patient_column(frame, "Patient ID", table_path, "fill in each row's Patient ID (the published "
+                                "table has one on every row), or remove those rows"),
+        sex=frame["Patient Gender"].tolist(),
         ages=frame["Patient Age"].tolist(), splits=[split_of.get(n, "") for n in names],
         where=[f"{table_path.name} line {csv_line(i)} ({n})" for i, n in enumerate(names)], ids=names,
         notes={"format": "nih-chestxray14", "table": table_path.name, "findings": list(chosen),

@@ -3,18 +3,25 @@
 Layout (``data.path`` names the top folder)::
 
     chest_xray/                     or chest_xray/chest_xray/ (a nested extraction is descended automatically)
-      train/NORMAL/IM-0115-0001.jpeg
+      train/NORMAL/IM-0115-0001.jpeg  (also "training"; split folder names match in any case)
       train/PNEUMONIA/person1_bacteria_1.jpeg
       val/...                       optional (also "valid", "validation"); carved from train when absent
-      test/...                      optional; carved from train when absent
+      test/...                      optional (also "testing"); carved from train when absent
     or, with no published split:
     images/<class>/<file>           every image is divided by patient into train / val / test
 
 Image files are JPEG, PNG, BMP, TIFF or DICOM (``.dcm``), found recursively under each class folder; hidden files
-(".DS_Store") are passed over, any other file is a flagged row ("not an image"). Classes are the class folders in
-sorted order unless ``labels`` gives the order (the first is the negative class of a binary task); every split must
-hold the same class folders. Two classes make a binary task, more a multiclass one. Folders next to the split
-folders (``__MACOSX``, a second copy of the data) are not read, and the record lists them.
+(".DS_Store") are passed over, any other file is a flagged row ("not an image"), and so is a link whose target is
+gone ("missing image"). Classes are the class folders in sorted order unless ``labels`` gives the order (the first is
+the negative class of a binary task); every split must hold the same class folders. Two classes make a binary task,
+more a multiclass one. Folders next to the split folders (``__MACOSX``, a second copy of the data) are not read, and
+the record lists them.
+
+A split must never be taken for a class, nor left out unsaid: a model would learn which folder an image came from,
+or be tested on less than the user meant. So a folder next to the split folders that holds class folders (a split
+under a name dpmed does not know, ``holdout/NORMAL``) is refused, and so are class folders that all hold the same
+folders of images (``Fold1/NORMAL``, ``Fold2/NORMAL``: the inner folders are the classes); each message names the
+folder and the layout dpmed reads.
 
 Patients. A file name carries no patient in general, so each file is its own patient, except:
 
@@ -30,6 +37,7 @@ train). How dpmed handles that is :mod:`dpmed.data.assembly`'s ``shared_patients
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -54,6 +62,41 @@ def _subfolders(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in _NOT_DATA)
 
 
+def _holds_images(folder: Path) -> bool:
+    """Whether ``folder`` itself holds an image file, as a class folder does (a split or group folder does not)."""
+    return any(p.suffix.lower() in DECODERS and p.is_file() for p in folder.iterdir())
+
+
+def _dangling(path: Path) -> bool:
+    """A link whose target is gone: listed so it is reported as a missing image, never silently passed over."""
+    return path.is_symlink() and not path.exists()
+
+
+_LAYOUT_HINT = ("dpmed reads <split>/<class>/<image>, the split folders named train (or training), val (valid, "
+                "validation) or test (testing) in any case, or <class>/<image> with no split")
+
+
+def _refuse_splits_taken_for_classes(top: Path, classes_by_group: dict[Path, list[str]],
+                                     split_dirs: dict[Path, str]) -> None:
+    """Stop where a split or group folder would be read as a class or left out (see the module docstring)."""
+    for group, names in classes_by_group.items():
+        inner = [{f.name for f in _subfolders(group / c)} for c in names]
+        if len(inner) >= 2 and len(inner[0]) >= 2 and all(i == inner[0] for i in inner) and all(
+                _holds_images(group / names[0] / f) for f in inner[0]):
+            raise DataError(f"the folders {', '.join(names)} in {group} each hold the folders of images "
+                            f"{', '.join(sorted(inner[0]))}: those are the classes, and {', '.join(names)} are not "
+                            f"(they would be read as classes). {_LAYOUT_HINT}: rename the outer folders to split "
+                            "names, or point data.path at one of them")
+    classes = {c for names in classes_by_group.values() for c in names}
+    for other in _subfolders(top) if split_dirs else []:
+        held = sorted(classes & {c.name for c in _subfolders(other)}) if other not in split_dirs else []
+        if held:
+            raise DataError(f"{other} holds the class folder(s) {', '.join(held)} like the split folder(s) "
+                            f"{', '.join(s.name for s in split_dirs)}, but {other.name!r} is not a split name, so it "
+                            f"would be left out. {_LAYOUT_HINT}: rename it to the split it holds, or move it out of "
+                            f"{top}")
+
+
 def _find_top(root: Path) -> Path:
     """Descend nested extractions (chest_xray/chest_xray) while a folder holds exactly one folder of folders and
     no split folder."""
@@ -74,7 +117,8 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     """Read the layout of the module docstring into a Manifest (no pixel is decoded here).
 
     Raises DataError when the folder is missing, has fewer than two class folders, the splits disagree on the
-    classes, ``class_names`` names a folder that is absent (or leaves one out), or a class folder holds no image.
+    classes, ``class_names`` names a folder that is absent (or leaves one out), a class folder holds no image, or a
+    split or group folder would be read as a class or left out (the module docstring).
     """
     root = Path(path).expanduser()
     if not root.is_dir():
@@ -90,6 +134,7 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
         groups = [(top, "")]  # class folders directly under the top folder: no published split
 
     classes_by_group = {s: [c.name for c in _subfolders(s)] for s, _ in groups}
+    _refuse_splits_taken_for_classes(top, classes_by_group, split_dirs)
     found = sorted({c for names in classes_by_group.values() for c in names})
     for s, names in classes_by_group.items():
         if sorted(names) != found:
@@ -109,7 +154,8 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     paths, labels, splits, where = [], [], [], []
     for s, split in groups:
         for k, cls in enumerate(found):
-            files = sorted(p for p in (s / cls).rglob("*") if p.is_file() and not p.name.startswith("."))
+            files = sorted(p for p in (s / cls).rglob("*")
+                           if (p.is_file() or _dangling(p)) and not p.name.startswith("."))
             if not files:
                 raise DataError(f"{s / cls} holds no files: the {split or 'data'} split has no {cls} images; "
                                 "every class folder needs images")
@@ -151,6 +197,9 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
                      "sex and age unknown unless DICOM headers give them."),
     )
     for i, f in enumerate(paths):
+        if _dangling(f):
+            manifest.flag(i, "missing image", f"image {where[i]} is a link to {os.readlink(f)}, which does not "
+                                              "exist; restore the file it points to, or delete the link")
         if f.suffix.lower() not in DECODERS:
             manifest.flag(i, "not an image", f"suffix {f.suffix or '(none)'!r} is not an image format dpmed reads "
                                              f"({', '.join(sorted(DECODERS))}); move the file out of the class folder")

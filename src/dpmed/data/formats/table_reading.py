@@ -17,8 +17,10 @@ import pandas as pd
 from dpmed.data.manifest import Manifest, parse_age, parse_sex
 from dpmed.errors import DataError
 
-__all__ = ["dataset_folder", "first_existing", "read_table", "csv_line", "class_index", "table_manifest", "Flags",
-           "index_images", "chosen_labels"]
+__all__ = ["dataset_folder", "first_existing", "read_table", "csv_line", "class_index", "patient_column",
+           "table_manifest", "Flags", "index_images", "chosen_labels"]
+
+_SHOWN = 5  # lines listed in a message; the count covers all of them
 
 
 def dataset_folder(path: str | Path, dataset: str, table: str) -> Path:
@@ -73,6 +75,23 @@ def class_index(text: str, count: int) -> int | None:
     except ValueError:
         return None
     return int(value) if value.is_integer() and 0 <= value < count else None
+
+
+def patient_column(frame: pd.DataFrame, column: str, table: Path, remedy: str, *, unit: str = "patient") -> list[str]:
+    """The ids of ``column``, stripped, or DataError naming the table, the column and the lines where one is blank.
+
+    Why refuse: every blank id would become one patient "", who is then kept on one side of the split and counted
+    as one person in a patient-level privacy unit, though the rows belong to unknown, different people.
+    ``remedy`` says what the user can do (fill the ids in; for a generic CSV also: drop the patient column);
+    ``unit`` is what the column identifies (HAM10000: the lesion).
+    """
+    ids = [v.strip() for v in frame[column]]
+    blank = [csv_line(i) for i, v in enumerate(ids) if not v]
+    if blank:
+        lines = ", ".join(map(str, blank[:_SHOWN])) + (", ..." if len(blank) > _SHOWN else "")
+        raise DataError(f"{table}: the {unit} column {column!r} is blank on {len(blank)} of {len(ids)} rows "
+                        f"(line{'s' if len(blank) > 1 else ''} {lines}); {remedy}")
+    return ids
 
 
 def table_manifest(*, name, root, task, paths, labels, patients, sex, ages, splits, where, ids, notes, description,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from dpmed.data.formats.table_reading import (Flags, class_index, csv_line, dataset_folder, first_existing,
-                                              index_images, read_table, table_manifest)
+                                              index_images, patient_column, read_table, table_manifest)
 from dpmed.data.manifest import Manifest, parse_splits
 from dpmed.data.sample import Task, TaskKind
 from dpmed.errors import DataError
@@ -88,7 +88,9 @@ def read_ham10000(path: str | Path) -> Manifest:
     return table_manifest(
         name="ham10000", root=root, task=Task("multiclass", classes), labels=labels,
         paths=[index.get(f"{i}.jpg", root / "HAM10000_images_part_1" / f"{i}.jpg") for i in ids],
-        patients=[v.strip() for v in frame["lesion_id"]], sex=frame["sex"].tolist(), ages=frame["age"].tolist(),
+        patients=patient_column(frame, "lesion_id", table_path, "fill in each row's lesion_id (the published "
+                                "table has one on every row), or remove those rows", unit="lesion"),
+        sex=frame["sex"].tolist(), ages=frame["age"].tolist(),
         splits=[""] * len(ids), where=[f"{table_path.name} line {csv_line(i)} ({v})" for i, v in enumerate(ids)],
         ids=ids, notes={"format": "ham10000", "classes": HAM10000_CLASSES,
                         # a person may have several lesions and the table names no person: the split keeps each
@@ -106,8 +108,10 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
 
     Image paths are relative to the CSV's folder (or absolute). One label column holds class indices 0, 1, ...:
     binary when the task is binary or (task unset) every value is 0 or 1, else multiclass with classes 0..max.
-    Several label columns make a multilabel task, each column 0 or 1. Without a patient column each image is its
-    own patient; the split column (train / val / validation / test, blank = let dpmed split) publishes a split.
+    Several label columns make a multilabel task, each column 0 or 1, each named once. Without a patient column each
+    image is its own patient; with one, a blank id is refused (the blank rows would be one patient). The split column
+    (train / val / validation / test, as :data:`~dpmed.data.manifest.SPLIT_NAMES` spells them; blank = let dpmed
+    split) publishes a split.
     """
     table = Path(path).expanduser()
     if table.is_dir():
@@ -119,6 +123,10 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
                         f" got {dict(columns)}")
     if not labels:
         raise DataError("source 'csv' needs data.labels: the label column(s)")
+    repeated = sorted({c for c in labels if list(labels).count(c) > 1})
+    if repeated:
+        raise DataError(f"data.labels lists the column(s) {repeated} more than once ({list(labels)}); list each label "
+                        "column once")
     frame = read_table(table, [columns["path"], *labels, *(columns[k] for k in sorted(columns) if k != "path")])
     kind: TaskKind = task or ("multilabel" if len(labels) > 1 else "binary")
     flags = Flags()
@@ -158,7 +166,9 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
     return table_manifest(
         name=table.stem, root=table.parent, task=Task(kind, names),
         paths=[Path(v) if Path(v).is_absolute() else table.parent / v for v in values], labels=y,
-        patients=frame[columns["patient"]].str.strip().tolist() if "patient" in columns else values,
+        patients=patient_column(frame, columns["patient"], table, "fill in each row's patient id, or remove "
+                                "'patient' from data.columns (each image is then its own patient)")
+        if "patient" in columns else values,
         sex=frame[columns["sex"]].tolist() if "sex" in columns else [""] * n,
         ages=frame[columns["age"]].tolist() if "age" in columns else [""] * n, splits=splits,
         where=[f"{table.name} line {csv_line(i)} ({v})" for i, v in enumerate(values)], ids=values,
