@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -167,3 +169,75 @@ def test_problems_an_override_causes_are_blamed_on_it_not_on_the_file(write_stud
     with pytest.raises(ConfigError, match=r"--data-path gone\.npz: no such file"):
         load_study(path, {"data.source": "medmnist", "data.path": "/nowhere/gone.npz"},
                    origins={"data.path": "--data-path gone.npz"})
+
+
+@pytest.mark.parametrize("override, key", [
+    ({"data.seed": -1}, "data.seed"),
+    ({"seeds": [99999999999999999999999]}, "seeds[0]"),
+    ({"seeds": [0, 2**32]}, "seeds[1]"),
+    ({"evaluation.bootstrap_seed": -1}, "evaluation.bootstrap_seed"),
+    ({"evaluation.explanations": {"seed": -1}}, "evaluation.explanations.seed"),
+    ({"data.split": {"seed": -5}}, "data.split.seed"),
+    ({"data.patients": {"fraction": 0.5, "part": 0, "seed": 2**40}}, "data.patients.seed"),
+    ({"pretrain": {"data": {"source": "phantom", "seed": -2}, "public": "synthetic"}}, "pretrain.data.seed"),
+    ({"pretrain": {"data": {"source": "phantom"}, "public": "synthetic", "seed": -3}}, "pretrain.seed"),
+])
+def test_a_seed_no_generator_takes_is_refused_naming_its_key(write_study, override, key):
+    """Negative or huge seeds passed the schema and failed later naming no key: numpy's traceback for data.seed -1,
+    every run failing after training for the evaluation seeds, torch's overflow for seeds above 2**64."""
+    origins = {k: f"--set {k}={v}" for k, v in override.items()}
+    with pytest.raises(ConfigError) as info:
+        load_study(write_study(GOOD), override, origins=origins)
+    message = str(info.value)
+    assert f"{origins[next(iter(override))]}: {key}: a seed must be a whole number from 0 to 4294967295" in message
+
+
+def test_the_largest_seed_is_accepted_and_seeds_every_generator(write_study):
+    import torch
+
+    study = load_study(write_study(GOOD), {"seeds": [0, 2**32 - 1], "data.seed": 2**32 - 1})
+    assert study.seeds == [0, 2**32 - 1]
+    np.random.default_rng(study.data.seed)
+    torch.Generator().manual_seed(study.seeds[-1])
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "resnet18", "scatternet_linear"])
+def test_more_last_blocks_than_the_model_has_are_refused_when_the_file_is_read(write_study, name):
+    """`dpmed plan` printed "the last 99 block(s) train" for a setting `dpmed run` then refused (after any public
+    pretraining had trained); the file is checked now, by the rule set_trainable applies."""
+    from dpmed.models import MODELS
+
+    n = len(MODELS[name].blocks)
+    path = write_study(GOOD + f"model: {{name: {name}, trainable: {{last_blocks: {n + 1}}}}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_study(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert f"model.trainable: last_blocks {n + 1}, but {name} has {n} blocks" in message
+    assert f"use at most {n}, or all" in message
+    assert load_study(path, {"model.trainable": {"last_blocks": n}}).model.trainable_setting == n
+
+
+@pytest.mark.parametrize("override, words", [
+    ({"arms": [{"name": "x"}]},
+     "arms[0].mechanism: required key is missing; say which mechanism the arm uses, one of none, pixel_laplace, "
+     "pixel_gaussian, scalar_shift, dp_sgd"),
+    ({"training": 3}, "training: must be a mapping of settings (key: value lines, or {key: value, ...}), got 3"),
+    ({"data": None}, "data: must be a mapping of settings (key: value lines, or {key: value, ...}), got null "
+                     "(nothing under the key); write its settings under it, or remove the key to keep the defaults"),
+    ({"arms": [3]}, "arms[0]: must be a mapping of settings"),
+    ({"model.trainable": 3}, "model.trainable: should be one of all, head or a mapping such as {last_blocks: ...}"),
+    ({"name": ".."}, "name: study name must start with a letter or digit and hold only letters, digits, '_', '-' or "
+                     "'.' (it names a folder); got '..': rename it"),
+    ({"name": "s\n"}, "study name must start with a letter or digit"),
+    ({"arms.0.name": "-x"}, "arms[0].name: arm name must start with a letter or digit"),
+])
+def test_messages_say_what_is_wrong_in_the_study_files_words(write_study, override, words):
+    """pydantic's words reached users: "Unable to extract tag using discriminator 'mechanism'", "instance of
+    TrainingConfig" (a class they never see), and a name of only allowed characters ('..') was told to be made of
+    them; a trailing newline passed as a folder name."""
+    with pytest.raises(ConfigError) as info:
+        load_study(write_study(GOOD), override)
+    message = str(info.value)
+    assert words in message
+    assert "discriminator" not in message and "instance of" not in message and not re.search(r"[a-z]Config\b", message)

@@ -75,3 +75,50 @@ def test_a_batch_larger_than_the_patients_names_patients_not_images():
     with pytest.raises(ConfigError, match=r"batch_size 40 exceeds the 30 training patients .*lower "
                                           r"training.batch_size"):
         plan_runs(study, PlanContext(images_per_patient=np.full(30, 4, dtype=np.int64), image_shape=(1, 16, 16)))
+
+
+@pytest.mark.parametrize("unit, counts, n", [
+    ("image", np.ones(40, dtype=np.int64), 40),
+    ("patient", np.full(30, 4, dtype=np.int64), 30),     # 120 images, but the accountant counts 30 patients
+])
+def test_a_delta_at_or_above_one_over_n_is_refused_at_planning(unit, counts, n):
+    """delta 0.9 at N = 40 calibrated sigma = 0.0003 and printed "eps 0 (delta 0.9)": noiseless training read as
+    perfectly private. A user's delta must stay below 1/N, N the units the accountant counts; below it, it is kept."""
+    from dpmed.config.schema import Study
+    from dpmed.errors import ConfigError
+
+    context = PlanContext(images_per_patient=counts, image_shape=(1, 16, 16))
+
+    def study(delta: float) -> Study:
+        return Study.model_validate({"name": "d", "training": {"epochs": 1, "batch_size": 8}, "arms": [
+            {"name": "dp", "mechanism": "dp_sgd", "target_epsilon": 8, "delta": delta, "privacy_unit": unit}]})
+
+    for delta in (0.9, 1.0 / n):
+        with pytest.raises(ConfigError) as info:
+            plan_runs(study(delta), context)
+        message = str(info.value)
+        assert f"arm 'dp': delta {delta:g} is at or above 1/N = 1/{n}" in message
+        assert f"the {n} training {unit}s the accountant counts" in message
+        assert f"default min(1e-5, 1/(10 N)) = {accounting.default_delta(n):.3g}" in message
+    below = 0.99 / n
+    (plan,) = plan_runs(study(below), context)
+    assert plan.privacy.delta == below and plan.privacy.n_units == n and plan.privacy.noise_multiplier > 0.3
+
+
+def test_a_per_image_delta_of_local_dp_at_or_above_one_over_n_is_refused():
+    """pixel_gaussian's delta is per image ("any two images"), but all N training images are released under it:
+    releasing each one unperturbed with probability delta is (0, delta)-DP and gives away delta N images."""
+    from dpmed.config.schema import Study
+    from dpmed.errors import ConfigError
+
+    context = PlanContext(images_per_patient=np.ones(40, dtype=np.int64), image_shape=(1, 16, 16))
+
+    def study(delta: float) -> Study:
+        return Study.model_validate({"name": "g", "arms": [
+            {"name": "gauss", "mechanism": "pixel_gaussian", "target_epsilon_image": 100, "delta": delta}]})
+
+    with pytest.raises(ConfigError, match=r"arm 'gauss': delta 0\.5 is at or above 1/N = 1/40 = 0\.025, N being "
+                                          r"the 40 training images released.*default min\(1e-5, 1/\(10 N\)\)"):
+        plan_runs(study(0.5), context)
+    (plan,) = plan_runs(study(0.02), context)
+    assert plan.privacy.delta == 0.02

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from dpmed.data import DATASET_SOURCES, DataRequest, Preprocessing, SplitPlan
 from dpmed.data.cohorts import PatientSelection
@@ -24,7 +24,26 @@ def path_from_string(cls, v: object) -> Path | None:
         return Path(v)
     raise ValueError(f"must be a path (a string), got {type(v).__name__} {v!r}")
 
-__all__ = ["DataConfig", "SplitConfig", "PreprocessingConfig", "NormalizeConfig", "ColumnsConfig", "PatientsConfig"]
+
+SEED_MAX = 2**32 - 1
+
+
+def _seed_in_range(v: int) -> int:
+    """Every seed of a study is checked here, so that one no generator takes is refused naming its key before
+    anything trains, rather than where a generator first takes it: numpy's traceback for ``data.seed: -1``, every run
+    failing after training for ``evaluation.bootstrap_seed: -1``, torch's "Overflow when unpacking long long" above
+    2**64. numpy's default_rng takes any non-negative integer and torch's manual_seed one below 2**64; 2**32 - 1 is
+    what every common seeded API takes (numpy's legacy RandomState, scikit-learn's random_state too)."""
+    if not 0 <= v <= SEED_MAX:
+        raise ValueError(f"a seed must be a whole number from 0 to {SEED_MAX} (2**32 - 1); got {v}: pick one in "
+                         "that range")
+    return v
+
+
+Seed = Annotated[int, AfterValidator(_seed_in_range)]
+
+__all__ = ["DataConfig", "SplitConfig", "PreprocessingConfig", "NormalizeConfig", "ColumnsConfig", "PatientsConfig",
+           "Seed", "SEED_MAX"]
 
 
 class SplitConfig(_Strict):
@@ -42,7 +61,7 @@ class SplitConfig(_Strict):
 
     val_fraction: float = Field(default=0.15, gt=0, lt=1)
     test_fraction: float = Field(default=0.15, gt=0, lt=1)
-    seed: int = 0
+    seed: Seed = 0
     official: bool = True
     shared_patients: Literal["drop_from_train", "keep"] = "drop_from_train"
 
@@ -97,7 +116,7 @@ class PatientsConfig(_Strict):
 
     fraction: float = Field(gt=0, lt=1)
     part: Literal[0, 1]
-    seed: int = 0
+    seed: Seed = 0
 
 
 class DataConfig(_Strict):
@@ -127,7 +146,7 @@ class DataConfig(_Strict):
     image_size: int | None = Field(default=None, ge=8, le=1024)
     channels: Literal[1, 3] | None = None
     n_images: int | None = Field(default=None, ge=20)
-    seed: int = 0
+    seed: Seed = 0
     labels: list[str] | None = Field(default=None, min_length=1)
     columns: ColumnsConfig | None = None
     task: Literal["binary", "multiclass", "multilabel"] | None = None

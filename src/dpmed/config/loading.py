@@ -80,10 +80,25 @@ def _location(error: Mapping[str, Any]) -> list[str]:
     return [str(p) for p in error["loc"] if p not in MECHANISMS and not _is_union_member(str(p))]
 
 
+_SECTION_TYPES = ("model_type", "model_attributes_type", "dict_type")
+
+
+def _a_mapping(error: Mapping[str, Any]) -> str:
+    """What a section wants, in a study file's words: pydantic says "a valid dictionary or instance of
+    TrainingConfig", a class the user never sees. A section of one or two keys shows them ({last_blocks: ...})."""
+    model = vars(schema).get(str((error.get("ctx") or {}).get("class_name", "")))
+    keys = list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
+    if 0 < len(keys) <= 2:
+        return "a mapping such as {" + ", ".join(f"{k}: ..." for k in keys) + "}"
+    return "a mapping of settings (key: value lines, or {key: value, ...})"
+
+
 def _expected(error: Mapping[str, Any]) -> str:
     """What one member of a union wanted: "a valid integer", "one of auto"."""
     if error["type"] == "literal_error":
         return "one of " + ", ".join(_choices(str((error.get("ctx") or {}).get("expected", ""))))
+    if error["type"] in _SECTION_TYPES:
+        return _a_mapping(error)
     return error["msg"].removeprefix("Value error, ").removeprefix("Input should be ").strip()
 
 
@@ -122,6 +137,15 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
         return f"{where}: unknown key{hint}; remove or rename it"
     if kind == "missing":
         return f"{where}: required key is missing"
+    if kind == "union_tag_not_found":   # an arm without ``mechanism``: pydantic speaks of its discriminator
+        return (f"{where}.mechanism: required key is missing; say which mechanism the arm uses, one of "
+                f"{', '.join(MECHANISMS)} (e.g. mechanism: dp_sgd)")
+    if kind in _SECTION_TYPES:
+        got = error.get("input")
+        if got is None:   # ``data:`` with nothing under it, or ``data: null``
+            return (f"{where or '(top level)'}: must be {_a_mapping(error)}, got null (nothing under the key); write "
+                    "its settings under it, or remove the key to keep the defaults")
+        return f"{where or '(top level)'}: must be {_a_mapping(error)}, got {got!r}"
     if kind == "union_tag_invalid":   # an arm's mechanism that is not registered
         choices = _choices(str(ctx.get("expected_tags", "")))
         tag = ctx.get("tag")

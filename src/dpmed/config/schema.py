@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from dpmed.config.data_section import (ColumnsConfig, DataConfig, NormalizeConfig, PatientsConfig,
-                                       PreprocessingConfig, SplitConfig, path_from_string)
+                                       PreprocessingConfig, Seed, SplitConfig, path_from_string)
 from dpmed.data.overlap import HASH_BITS, NEAR_DUPLICATE_BITS
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import Arm, AuditConfig, Strict as _Strict
@@ -56,6 +56,21 @@ class ModelConfig(_Strict):
     trainable: Literal["all", "head"] | LastBlocks = "all"
 
     _path_from_string = field_validator("weights", mode="plain")(path_from_string)
+
+    @field_validator("trainable")
+    @classmethod
+    def _blocks_exist(cls, v: str | LastBlocks, info: ValidationInfo) -> str | LastBlocks:
+        """More blocks than the model has was refused only by `dpmed run`, when it froze the model (after any public
+        pretraining), while `dpmed plan` described it as planned; the file is the place to refuse it."""
+        name = info.data.get("name")
+        if isinstance(v, LastBlocks) and name is not None:
+            from dpmed.models import MODELS   # here: the models import torchvision, which a study file rarely needs
+            from dpmed.models.weights import last_blocks_problem
+
+            problem = last_blocks_problem(v.last_blocks, MODELS[name].blocks, model=name)
+            if problem is not None:
+                raise ValueError(problem)
+        return v
 
     @model_validator(mode="after")
     def _declared(self) -> "ModelConfig":
@@ -197,7 +212,7 @@ class CamConfig(_Strict):
 
     method: Literal[CAM_METHODS] = "gradcam"  # type: ignore[valid-type]
     n_images: int = Field(default=64, ge=1)
-    seed: int = 0
+    seed: Seed = 0
     deletion_steps: int = Field(default=16, ge=2)
     pointing_tolerance: float = Field(default=0.0, ge=0)
 
@@ -211,7 +226,7 @@ class EvaluationConfig(_Strict):
 
     bootstrap_resamples: int = Field(default=1000, ge=10)
     confidence: float = Field(default=0.95, gt=0, lt=1)
-    bootstrap_seed: int = 0
+    bootstrap_seed: Seed = 0
     fairness: FairnessConfig | None = Field(default_factory=FairnessConfig)
     explanations: CamConfig | None = None
     # AUROC and accuracy on the training images (000_56c2431ae4df8d10.txt's train/test table): computed without
@@ -255,7 +270,7 @@ class PretrainConfig(_Strict):
     data: DataConfig
     public: str = Field(min_length=1)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
-    seed: int = 0
+    seed: Seed = 0
     near_duplicate_bits: int = Field(default=NEAR_DUPLICATE_BITS, ge=0, le=HASH_BITS // 2)
 
 
@@ -294,7 +309,7 @@ class Study(_Strict):
 
     name: str
     settings_chosen_on: str | None = Field(default=None, min_length=1)
-    seeds: list[int] = Field(default_factory=lambda: [0])
+    seeds: list[Seed] = Field(default_factory=lambda: [0])
     privacy_randomness: Literal["secure", "reproducible"] = "secure"
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -321,8 +336,9 @@ class Study(_Strict):
     @field_validator("name")
     @classmethod
     def _slug(cls, v: str) -> str:
-        if not re.match(SLUG, v):
-            raise ValueError(f"study name {v!r} must be letters, digits, '_', '-' or '.' (it names a folder)")
+        if not re.fullmatch(SLUG, v):
+            raise ValueError(f"study name must start with a letter or digit and hold only letters, digits, '_', '-' "
+                             f"or '.' (it names a folder); got {v!r}: rename it")
         return v
 
     @field_validator("seeds")

@@ -17,12 +17,13 @@ from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from dpmed.accounting import Ledger
+from dpmed.accounting import Ledger, default_delta
+from dpmed.errors import ConfigError
 from dpmed.names import CANARY_KINDS
 
 __all__ = ["Strict", "Sweep", "positive_finite", "exactly_one", "AuditConfig", "ArmBase", "PlanContext",
            "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG", "training_steps",
-           "AUTO_EPOCHS", "AUTO_MIN_STEPS"]
+           "AUTO_EPOCHS", "AUTO_MIN_STEPS", "refuse_vacuous_delta"]
 
 SLUG = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"   # names that name folders (arms, studies)
 
@@ -72,6 +73,19 @@ def positive_finite(values: list[float]) -> list[float]:
 Sweep = Annotated[list[float], BeforeValidator(_as_list)]
 
 
+def refuse_vacuous_delta(arm: str, delta: float | None, n: int, *, counted: str, whole: str) -> None:
+    """ConfigError for a user's delta at or above 1/N (``counted``: what the N are; ``whole``: the release that
+    shows why). Releasing each of N records whole with probability delta is (0, delta)-DP and gives away delta N of
+    them in expectation, so at such a delta a calibration may drop the noise to almost nothing and still print a
+    small eps. Planning is the first point that knows N (the study file does not), and it precedes any training."""
+    if delta is None or n < 1 or delta < 1.0 / n:   # no units: the plan's own checks say so
+        return
+    raise ConfigError(
+        f"arm {arm!r}: delta {delta:g} is at or above 1/N = 1/{n} = {1.0 / n:.3g}, N being {counted}; at such a "
+        f"delta no eps means anything ({whole} with probability delta is (0, delta)-DP). Set delta well below 1/N, "
+        f"or leave it out for the default min(1e-5, 1/(10 N)) = {default_delta(n):.3g}")
+
+
 def exactly_one(arm: BaseModel, keys: tuple[str, str], why: str) -> None:
     given = [k for k in keys if getattr(arm, k) is not None]
     if len(given) != 1:
@@ -105,8 +119,9 @@ class ArmBase(Strict):
     @field_validator("name", mode="before")
     @classmethod
     def _slug(cls, v: object) -> object:
-        if isinstance(v, str) and not re.match(SLUG, v):
-            raise ValueError(f"arm name {v!r} must be letters, digits, '_', '-' or '.' (it names folders)")
+        if isinstance(v, str) and not re.fullmatch(SLUG, v):
+            raise ValueError(f"arm name must start with a letter or digit and hold only letters, digits, '_', '-' "
+                             f"or '.' (it names folders); got {v!r}: rename it")
         return v
 
     @model_validator(mode="after")

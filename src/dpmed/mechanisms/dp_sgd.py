@@ -21,7 +21,7 @@ from dpmed import accounting
 from dpmed.accounting import Ledger
 from dpmed.errors import ConfigError, PrivacyError
 from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep,
-                                   exactly_one, positive_finite, training_steps)
+                                   exactly_one, positive_finite, refuse_vacuous_delta, training_steps)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_not_dp, label_randomness
 
 __all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO"]
@@ -164,6 +164,10 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
     unit = arm.privacy_unit if context.patients_known else "image"
     n_units = int(len(counts) if unit == "patient" else counts.sum())
     target = swept.get("target_epsilon")
+    # delta 0.9 at N = 40 calibrated sigma = 0.0003 and printed "eps 0": noiseless training read as private
+    whole = "publishing each patient with their images whole" if unit == "patient" else "publishing each image whole"
+    refuse_vacuous_delta(arm.name, arm.delta, n_units, whole=whole,
+                         counted=f"the {n_units} training {unit}s the accountant counts (privacy_unit: {unit})")
     if context.batch_size > n_units:
         raise ConfigError(f"arm {arm.name!r}: training.batch_size {context.batch_size} exceeds the {n_units} training "
                           f"{unit}s (DP-SGD's expected batch counts {unit}s: privacy_unit is {unit}); lower "

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from dpmed import accounting
 from dpmed.accounting import GaussianImageEvent, Ledger
 from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep, exactly_one,
-                                   positive_finite)
+                                   positive_finite, refuse_vacuous_delta)
 from dpmed.mechanisms.cards import LABELS_IN_CLEAR, label_randomness
 from dpmed.mechanisms.perturb import perturb
 from dpmed.mechanisms.pixel_laplace import LOCAL_CARD
@@ -75,6 +75,9 @@ class PixelGaussianPlan(Strict):
 
 
 def _plan(arm: PixelGaussianArm, swept: dict, context: PlanContext) -> PixelGaussianPlan:
+    # delta is per image ("any two images"), and the N training images are each released under it
+    refuse_vacuous_delta(arm.name, arm.delta, context.n_images, whole="releasing every image unperturbed",
+                         counted=f"the {context.n_images} training images released, each under this per-image delta")
     delta = arm.delta or accounting.default_delta(context.n_images)
     target = swept.get("target_epsilon_image")
     std = swept.get("std") or accounting.gaussian_std_for_image(epsilon_image=target, delta=delta,

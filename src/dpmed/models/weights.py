@@ -49,8 +49,8 @@ from torch import Tensor, nn
 
 from dpmed.errors import ConfigError
 
-__all__ = ["LoadedWeights", "read_state_dict", "load_weights", "set_trainable", "file_sha256", "TRAINABLE_ALL",
-           "TRAINABLE_HEAD", "BATCH_NORM_STATISTICS"]
+__all__ = ["LoadedWeights", "read_state_dict", "load_weights", "set_trainable", "last_blocks_problem", "file_sha256",
+           "TRAINABLE_ALL", "TRAINABLE_HEAD", "BATCH_NORM_STATISTICS"]
 
 TRAINABLE_ALL = "all"
 TRAINABLE_HEAD = "head"
@@ -148,6 +148,18 @@ def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str, ke
     return LoadedWeights(loaded=loaded, kept=kept)
 
 
+def last_blocks_problem(n: int, blocks: tuple[tuple[str, ...], ...], *, model: str = "this model") -> str | None:
+    """Why ``trainable: {last_blocks: n}`` does not fit a model with ``blocks`` (``model``: its name), or None. One
+    rule for the study schema, which refuses it when the file is read (``dpmed plan`` as ``dpmed run``, and before
+    public pretraining trains), and for `set_trainable`."""
+    if n <= len(blocks):
+        return None
+    if not blocks:
+        return f"last_blocks {n}, but {model} has no feature blocks; use head or all"
+    return (f"last_blocks {n}, but {model} has {len(blocks)} blocks ({', '.join('+'.join(b) for b in blocks)}); use "
+            f"at most {len(blocks)}, or all")
+
+
 def set_trainable(model: nn.Module, trainable: str | int, *, head: str,
                   blocks: tuple[tuple[str, ...], ...]) -> tuple[int, int]:
     """Freeze what ``trainable`` leaves out: "all", "head", or an int N (the head and the last N of ``blocks``,
@@ -157,9 +169,9 @@ def set_trainable(model: nn.Module, trainable: str | int, *, head: str,
     elif trainable == TRAINABLE_HEAD:
         prefixes = (head,)
     elif isinstance(trainable, int) and not isinstance(trainable, bool) and trainable >= 1:
-        if trainable > len(blocks):
-            raise ConfigError(f"model.trainable: last_blocks {trainable}, but this model has {len(blocks)} blocks "
-                              f"({', '.join('+'.join(b) for b in blocks)}); use at most {len(blocks)}, or all")
+        problem = last_blocks_problem(trainable, blocks)
+        if problem is not None:
+            raise ConfigError(f"model.trainable: {problem}")
         prefixes = (head,) + tuple(name for block in blocks[len(blocks) - trainable:] for name in block)
     else:
         raise ValueError(f"trainable must be 'all', 'head' or a number of blocks >= 1, got {trainable!r}")
