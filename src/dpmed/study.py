@@ -34,7 +34,7 @@ from dpmed.budget import check_budget, study_privacy
 from dpmed.comparisons import Comparisons, compare_runs
 from dpmed.config import RunPlan, Study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
-from dpmed.errors import ConfigError
+from dpmed.errors import ConfigError, DataError
 from dpmed.evaluation import load_predictions
 from dpmed.executors import RunFailure, RunTask, make_executor
 from dpmed.folders import StudyFolder, write_json_atomic, write_text_atomic
@@ -115,8 +115,31 @@ def check_device(study: Study, *, given_as: str | None = None) -> None:
 
 
 def load_study_data(study: Study) -> Dataset:
-    """The study's dataset, preprocessed and split as the study asks (DataError names the file or row on failure)."""
-    return read_dataset(study.data.to_request())
+    """The study's dataset, preprocessed and split as the study asks (DataError names the file or row on failure),
+    with the classes each split needs (:func:`check_classes`)."""
+    dataset = read_dataset(study.data.to_request())
+    check_classes(dataset, where=str(study.data.path or study.data.source))
+    return dataset
+
+
+def check_classes(dataset: Dataset, *, where: str) -> None:
+    """DataError, before any training, where a split lacks a class it needs: a binary task needs both classes in
+    training (else nothing is learnt), validation (Youden's threshold, METHODS.md s.4) and test (AUROC); a
+    multiclass one at least two classes in training. Before, such a study trained every run and then failed in
+    evaluation, or reported an AUROC for a model that had seen one class (``where``: the data, for the message)."""
+    kind, names = dataset.task.kind, dataset.task.label_names
+    if kind not in ("binary", "multiclass"):
+        return
+    splits = (("training", dataset.train), ("validation", dataset.val), ("test", dataset.test))
+    for split, images in splits if kind == "binary" else splits[:1]:
+        present = np.unique(np.asarray(images.labels))
+        if len(present) < 2:
+            held = ", ".join(names[int(c)] if int(c) < len(names) else str(c) for c in present) or "none"
+            needs = ("both classes in training, validation and test" if kind == "binary"
+                     else "at least two classes in training")
+            raise DataError(f"{where}: the {split} split holds only class {held} ({len(images)} images); a {kind} "
+                            f"task needs {needs}: check the label column or class folders (data.labels), or the "
+                            "split settings")
 
 
 def plan_study(study: Study, dataset: Dataset) -> list[RunPlan]:
