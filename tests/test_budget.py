@@ -73,3 +73,15 @@ def test_runs_with_different_units_have_no_single_total(write_study):
     assert privacy.dp_sgd_epsilon is None and "do not compose" in privacy.statement
     with pytest.raises(PrivacyError, match="do not compose"):
         check_budget(study.privacy_budget, privacy)
+
+
+def test_a_budget_delta_at_or_above_one_over_n_is_refused_before_training(tmp_path, write_study):
+    """The study's total eps is composed at the budget's delta: at delta 0.5 the two eps-8 runs composed to a small
+    eps and passed a budget they exceed at any meaningful delta."""
+    from dpmed.errors import ConfigError
+    from dpmed.study import prepare_study
+
+    study = load_study(write_study(BUDGET.replace("delta: 1e-5", "delta: 0.5")))
+    with pytest.raises(ConfigError, match=r"privacy_budget.delta 0.5 is at or above 1/N = 1/\d+ .* training patients"):
+        prepare_study(study, out=tmp_path)
+    prepare_study(load_study(write_study(BUDGET.replace("epsilon: 10,", "epsilon: 20,"))), out=tmp_path)

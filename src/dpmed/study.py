@@ -301,9 +301,23 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     reproducible = "reproducible" in {study.privacy_randomness, *map(_randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
     if study.privacy_budget is not None:
+        _refuse_vacuous_budget_delta(study.privacy_budget.delta, plans)
         check_budget(study.privacy_budget, privacy)
     return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,
                          elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint)
+
+
+def _refuse_vacuous_budget_delta(delta: float, plans: list[RunPlan]) -> None:
+    """The study's total eps is composed at the budget's delta: at delta >= 1/N a large composition reads small and
+    passes any budget (the arms' own delta is refused likewise, `mechanisms.base.refuse_vacuous_delta`)."""
+    units = {(p.privacy.n_units, p.privacy.unit) for p in plans if isinstance(p.privacy, DpSgdPlan)}
+    if not units:
+        return
+    n, unit = max(units)
+    if delta >= 1.0 / n:
+        raise ConfigError(f"privacy_budget.delta {delta:g} is at or above 1/N = 1/{n} = {1.0 / n:.3g} (N: the {n} "
+                          f"training {unit}s the DP-SGD runs count); at such a delta no eps means anything: set it "
+                          f"well below 1/N, e.g. {accounting.default_delta(n):.3g}")
 
 
 def planned_card(plan: RunPlan, image_shape: tuple[int, ...], randomness: str) -> PrivacyCard:
