@@ -37,6 +37,15 @@ def test_a_pure_dp_bound_is_printed_at_delta_zero_beside_the_pld_at_the_given_de
     assert _eps(pure) == pytest.approx(100 * math.log1p(0.01 * math.expm1(1.0)), rel=1e-5)   # closed form by hand
 
 
+def test_with_every_accountant_one_that_cannot_certify_is_said_and_the_others_still_print(capsys):
+    """Before: PLD's refusal above eps 500 ended the command (exit 2) before RDP, which certifies it, was printed."""
+    assert main(["privacy", "epsilon", "--noise-multiplier", "1e-6", "--sample-rate", "0.01", "--steps", "100",
+                 "--delta", "1e-5", "--accountant", "all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("eps: none certified  [pld:") and "above 500" in lines[0]
+    assert "[rdp:" in lines[1] and _eps(lines[1]) > 1e12 and "[rdp-classic:" in lines[2]
+
+
 def test_calibrate_from_dataset_size_batch_and_epochs_matches_the_library(capsys):
     args = ["--dataset-size", "5000", "--batch-size", "100", "--epochs", "10"]
     assert main(["privacy", "calibrate", "--target-epsilon", "2", *args]) == 0

@@ -13,6 +13,7 @@ import pytest
 
 from dpmed.data import SplitPlan
 from dpmed.data.formats.chest_xray import read_chexpert, read_mimic, read_nih
+from dpmed.data.formats.table_reading import read_table
 from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
 from dpmed.errors import DataError
 
@@ -172,3 +173,17 @@ def test_the_message_lists_the_first_five_rows_and_counts_all(aptos, write_csv, 
     listed = [line for line in message.splitlines() if line.startswith("  - ")]
     assert len(listed) == 5 and listed[0].startswith("  - train.csv line 2 (id_code 000c1434d8d7)")
     assert "line 7 " not in message  # the sixth offending row is counted, not listed
+
+
+@pytest.mark.parametrize("content, said", [
+    ("file,label\nä.png,1\n".encode("latin-1"), "is not UTF-8 text .* save it as UTF-8"),
+    (b"", "is empty; it needs a header line and one row per image"),
+    (b"file;label\na.png;1\n", "its columns are 'file;label'.* holds ';': dpmed reads comma-separated tables"),
+])
+def test_a_table_saved_another_way_says_how_to_save_it(tmp_path, content, said):
+    """Before: a Latin-1 file gave a bare UnicodeDecodeError, an empty one "No columns to parse", and a
+    semicolon-separated one only that the columns were missing."""
+    path = tmp_path / "labels.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=said):
+        read_table(path, ["file", "label"])

@@ -50,14 +50,22 @@ def read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:
         raise DataError(f"table {path} not found{inside}")
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError) as exc:
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8 (e.g. 'CSV UTF-8' in a spreadsheet)"
+                        ) from exc
+    except pd.errors.EmptyDataError as exc:
+        raise DataError(f"{path} is empty; it needs a header line and one row per image") from exc
+    except (pd.errors.ParserError, OSError, EOFError) as exc:
         raise DataError(f"{path} is not a readable CSV table ({type(exc).__name__}: {exc})") from exc
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in required if c not in frame.columns]
     if missing:
         have = ", ".join(repr(c) for c in frame.columns[:30])
+        other = next((d for d in (";", "\t", "|") if len(frame.columns) == 1 and d in frame.columns[0]), None)
+        hint = (f" Its one column holds {other!r}: dpmed reads comma-separated tables; save it with commas."
+                if other else "")
         raise DataError(f"{path} has no column {', '.join(repr(c) for c in missing)}; its columns are {have}. "
-                        "Check the file (or the column names in the study file's data.columns / data.labels).")
+                        f"Check the file (or the column names in the study file's data.columns / data.labels).{hint}")
     if len(frame) == 0:
         raise DataError(f"{path} has a header but no rows; the dataset needs images")
     return frame
