@@ -39,6 +39,7 @@ from dpmed.evaluation import load_predictions
 from dpmed.executors import RunFailure, RunTask, make_executor
 from dpmed.folders import StudyFolder, write_json_atomic, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info
+from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.pretraining import prepare_start
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record
@@ -309,15 +310,12 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
 
 def _refuse_vacuous_budget_delta(delta: float, plans: list[RunPlan]) -> None:
     """The study's total eps is composed at the budget's delta: at delta >= 1/N a large composition reads small and
-    passes any budget (the arms' own delta is refused likewise, `mechanisms.base.refuse_vacuous_delta`)."""
+    passes any budget. N: the most units any DP-SGD run counts (the weakest requirement of the runs')."""
     units = {(p.privacy.n_units, p.privacy.unit) for p in plans if isinstance(p.privacy, DpSgdPlan)}
-    if not units:
-        return
-    n, unit = max(units)
-    if delta >= 1.0 / n:
-        raise ConfigError(f"privacy_budget.delta {delta:g} is at or above 1/N = 1/{n} = {1.0 / n:.3g} (N: the {n} "
-                          f"training {unit}s the DP-SGD runs count); at such a delta no eps means anything: set it "
-                          f"well below 1/N, e.g. {accounting.default_delta(n):.3g}")
+    if units:
+        n, unit = max(units)
+        refuse_vacuous_delta("privacy_budget.delta", delta, n, counted=f"the {n} training {unit}s the DP-SGD runs "
+                             f"count", whole=f"publishing each {unit} whole")
 
 
 def planned_card(plan: RunPlan, image_shape: tuple[int, ...], randomness: str) -> PrivacyCard:

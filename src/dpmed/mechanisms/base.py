@@ -73,15 +73,16 @@ def positive_finite(values: list[float]) -> list[float]:
 Sweep = Annotated[list[float], BeforeValidator(_as_list)]
 
 
-def refuse_vacuous_delta(arm: str, delta: float | None, n: int, *, counted: str, whole: str) -> None:
-    """ConfigError for a user's delta at or above 1/N (``counted``: what the N are; ``whole``: the release that
-    shows why). Releasing each of N records whole with probability delta is (0, delta)-DP and gives away delta N of
-    them in expectation, so at such a delta a calibration may drop the noise to almost nothing and still print a
-    small eps. Planning is the first point that knows N (the study file does not), and it precedes any training."""
+def refuse_vacuous_delta(what: str, delta: float | None, n: int, *, counted: str, whole: str) -> None:
+    """ConfigError for a user's delta at or above 1/N (``what``: where it was set, "arm 'dp': delta" or
+    "privacy_budget.delta"; ``counted``: what the N are; ``whole``: the release that shows why). Releasing each of
+    N records whole with probability delta is (0, delta)-DP and gives away delta N of them in expectation, so at
+    such a delta a calibration may drop the noise to almost nothing and still print a small eps. Planning is the
+    first point that knows N (the study file does not), and it precedes any training."""
     if delta is None or n < 1 or delta < 1.0 / n:   # no units: the plan's own checks say so
         return
     raise ConfigError(
-        f"arm {arm!r}: delta {delta:g} is at or above 1/N = 1/{n} = {1.0 / n:.3g}, N being {counted}; at such a "
+        f"{what} {delta:g} is at or above 1/N = 1/{n} = {1.0 / n:.3g}, N being {counted}; at such a "
         f"delta no eps means anything ({whole} with probability delta is (0, delta)-DP). Set delta well below 1/N, "
         f"or leave it out for the default min(1e-5, 1/(10 N)) = {default_delta(n):.3g}")
 

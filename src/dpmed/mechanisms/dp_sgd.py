@@ -133,13 +133,13 @@ def _patient_guarantee(plan: DpSgdPlan, k: int, n_multi: int, cache: dict) -> Gr
     """Group privacy of an image-level run for its patient with the most images (k), cached per setting."""
     key = ("group", plan.noise_multiplier, plan.sample_rate, plan.steps, plan.delta, plan.accountant, plan.noise, k)
     if key not in cache:
-        cache[key, "eps"] = eps = accounting.dp_sgd_epsilon(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
+        eps = accounting.dp_sgd_epsilon(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
                                         steps=plan.steps, delta=plan.delta, accountant=plan.accountant,
                                         noise=plan.noise)
         tight = plan.noise == "gaussian" and plan.sampling == "poisson"
-        cache[key] = accounting.group_privacy(epsilon=eps, delta=plan.delta, k=k, **(dict(
+        cache[key] = eps, accounting.group_privacy(epsilon=eps, delta=plan.delta, k=k, **(dict(
             noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps) if tight else {}))
-    group, eps = cache[key], cache[key, "eps"]
+    eps, group = cache[key]
     formula = (f"({group.formula_epsilon:.4g}, {group.formula_delta:.3g})-DP" if group.formula_delta < 1
                else f"eps {group.formula_epsilon:.4g} with delta >= 1 (vacuous)")
     text = (f"the image is the unit: {n_multi} training patients have several images, up to k = {k}; for that "
@@ -166,7 +166,7 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
     target = swept.get("target_epsilon")
     # delta 0.9 at N = 40 calibrated sigma = 0.0003 and printed "eps 0": noiseless training read as private
     whole = "publishing each patient with their images whole" if unit == "patient" else "publishing each image whole"
-    refuse_vacuous_delta(arm.name, arm.delta, n_units, whole=whole,
+    refuse_vacuous_delta(f"arm {arm.name!r}: delta", arm.delta, n_units, whole=whole,
                          counted=f"the {n_units} training {unit}s the accountant counts (privacy_unit: {unit})")
     if context.batch_size > n_units:
         raise ConfigError(f"arm {arm.name!r}: training.batch_size {context.batch_size} exceeds the {n_units} training "
