@@ -4,6 +4,7 @@ files of the real ../shared/data/chest_xray."""
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +134,29 @@ def test_a_folder_of_class_folders_beside_the_splits_is_refused_not_left_out(tmp
                                         r"split folder\(s\) test, train, but 'holdout' is not a split name, so it "
                                         r"would be left out\. dpmed reads <split>/<class>/<image>"):
         read_image_folders(root)
+
+
+def test_a_class_folder_of_images_beside_the_splits_is_refused_not_left_out(tmp_path, write_image):
+    """NORMAL/*.png beside train/ and test/: images meant for a split, which were listed as a folder not read."""
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    write_image(root / "normal" / "IM-0300-0001.png")
+    write_image(root / "normal" / "more" / "IM-0301-0001.jpeg")
+    (root / "normal" / "notes.txt").write_text("x")
+    with pytest.raises(DataError, match=r"chest_xray/normal holds 2 image\(s\) and is named like the class NORMAL of "
+                                        r"the split folder\(s\) test, train, but 'normal' is not a split name, so its "
+                                        r"images would be left out\. dpmed reads <split>/<class>/<image>.*: move them "
+                                        r"into the NORMAL folder of a split \(e\.g\. train/NORMAL\), or remove normal"):
+        read_image_folders(root)
+    # a class-named folder without images (or with hidden files only), a hidden folder and __MACOSX are listed, not
+    # refused
+    shutil.rmtree(root / "normal")
+    (root / "normal").mkdir()
+    (root / "normal" / "notes.txt").write_text("x")
+    write_image(root / "PNEUMONIA" / "._person1_virus_1.jpeg")
+    write_image(root / ".NORMAL" / "IM-0300-0001.jpeg")
+    write_image(root / "__MACOSX" / "NORMAL" / "IM-0300-0001.jpeg")
+    m = read_image_folders(root)
+    assert len(m) == 21 and m.notes["folders_not_read"] == [".NORMAL", "PNEUMONIA", "__MACOSX", "normal"]
 
 
 def test_class_folders_that_all_hold_the_same_folders_of_images_are_refused(tmp_path, write_image):

@@ -19,9 +19,10 @@ the record lists them.
 
 A split must never be taken for a class, nor left out unsaid: a model would learn which folder an image came from,
 or be tested on less than the user meant. So a folder next to the split folders that holds class folders (a split
-under a name dpmed does not know, ``holdout/NORMAL``) is refused, and so are class folders that all hold the same
-folders of images (``Fold1/NORMAL``, ``Fold2/NORMAL``: the inner folders are the classes); each message names the
-folder and the layout dpmed reads.
+under a name dpmed does not know, ``holdout/NORMAL``) is refused, and so is a folder of images there named like
+one of the classes (``NORMAL/`` beside ``train/``: images meant for a split), and so are class folders that all
+hold the same folders of images (``Fold1/NORMAL``, ``Fold2/NORMAL``: the inner folders are the classes); each
+message names the folder and the layout dpmed reads.
 
 Patients. A file name carries no patient in general, so each file is its own patient, except:
 
@@ -78,7 +79,8 @@ _LAYOUT_HINT = ("dpmed reads <split>/<class>/<image>, the split folders named tr
 
 def _refuse_splits_taken_for_classes(top: Path, classes_by_group: dict[Path, list[str]],
                                      split_dirs: dict[Path, str]) -> None:
-    """Stop where a split or group folder would be read as a class or left out (see the module docstring)."""
+    """Stop where a split or group folder would be read as a class, or it or a class's images would be left out (see
+    the module docstring)."""
     for group, names in classes_by_group.items():
         inner = [{f.name for f in _subfolders(group / c)} for c in names]
         if len(inner) >= 2 and len(inner[0]) >= 2 and all(i == inner[0] for i in inner) and all(
@@ -95,6 +97,15 @@ def _refuse_splits_taken_for_classes(top: Path, classes_by_group: dict[Path, lis
                             f"{', '.join(s.name for s in split_dirs)}, but {other.name!r} is not a split name, so it "
                             f"would be left out. {_LAYOUT_HINT}: rename it to the split it holds, or move it out of "
                             f"{top}")
+        named = next((c for c in sorted(classes) if c.casefold() == other.name.casefold()), None)
+        images = sum(1 for f in other.rglob("*") if f.suffix.lower() in DECODERS and not f.name.startswith(".")
+                     and f.is_file()) if named and other not in split_dirs else 0
+        if images:
+            first = min(split_dirs, key=lambda s: (split_dirs[s] != "train", s.name)).name  # train/ if there
+            raise DataError(f"{other} holds {images} image(s) and is named like the class {named} of the split "
+                            f"folder(s) {', '.join(s.name for s in split_dirs)}, but {other.name!r} is not a split "
+                            f"name, so its images would be left out. {_LAYOUT_HINT}: move them into the {named} "
+                            f"folder of a split (e.g. {first}/{named}), or remove {other.name} from {top}")
 
 
 def _find_top(root: Path) -> Path:
@@ -118,7 +129,8 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
 
     Raises DataError when the folder is missing, has fewer than two class folders, the splits disagree on the
     classes, ``class_names`` names a folder that is absent (or leaves one out), a class folder holds no image, or a
-    split or group folder would be read as a class or left out (the module docstring).
+    split or group folder would be read as a class or left out, or a folder of a class's images beside the split
+    folders would be left out (the module docstring).
     """
     root = Path(path).expanduser()
     if not root.is_dir():
