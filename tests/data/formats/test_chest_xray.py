@@ -79,6 +79,32 @@ def test_nih_unknown_finding_and_missing_image(nih, load_layout):
     assert "line 4 (00000003_000.png): image file images/00000003_000.png does not exist" in message
 
 
+def test_nih_split_list_line_without_a_row_is_refused_where_a_row_loses_its_split(nih):
+    """A typo in test_list.txt: its row would be divided with the training rows instead of kept in test."""
+    (nih / "test_list.txt").write_text((nih / "test_list.txt").read_text().replace("00000011_000", "0000011_000"))
+    with pytest.raises(DataError, match=r"test_list.txt line 2: 0000011_000.png has no row in Data_Entry_2017.csv, "
+                                        r"and the table has 1 row\(s\) in neither split list \(line 14: "
+                                        r"00000011_000.png\), which the official split would then not hold; correct "
+                                        r"the line to the Image Index it means, or add the row of 0000011_000.png to "
+                                        r"Data_Entry_2017.csv"):
+        read_nih(nih)
+
+
+def test_nih_split_list_lines_without_a_row_are_counted_where_no_row_loses_its_split(nih):
+    """A table cut to a subset of the release (the lists still name every image), or one list only: recorded."""
+    table = nih / "Data_Entry_2017.csv"
+    table.write_text("".join(line for line in table.read_text().splitlines(keepends=True)
+                             if not line.startswith("00000011_000.png")))
+    m = read_nih(nih)
+    assert len(m) == 14 and (m.splits == "test").sum() == 3
+    assert m.notes["split_list_lines_without_row"] == {"count": 1, "first": ["test_list.txt line 2 (00000011_000.png)"]}
+    assert "1 split list line(s) name images without a row (not read)" in m.description
+    (nih / "train_val_list.txt").unlink()
+    (nih / "test_list.txt").write_text((nih / "test_list.txt").read_text().replace("00000010_000", "0000010_000"))
+    m = read_nih(nih)
+    assert m.notes["split_list_lines_without_row"]["count"] == 2 and (m.splits == "test").sum() == 2
+
+
 # --- MIMIC-CXR-JPG ------------------------------------------------------------------------------------------------
 
 

@@ -111,6 +111,12 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
 
     Multilabel over ``findings`` (default all 14). A finding name outside the 14 is a flagged row. Ages above 120
     (the 2017 table has a few, e.g. 414) become unknown and are counted.
+
+    A list line naming an image that has no row in the table is refused when both lists are present (the release's
+    two lists name every row of its table) and some row is in neither: the line is then most likely a typo of that
+    row's image, and the row would silently lose its official split (divided with the training rows: a test image
+    may be trained on). Otherwise (a table cut to a subset of the release, or one list only, which leaves rows out
+    anyway) the lines are counted in the record and its description (``split_list_lines_without_row``).
     """
     root = dataset_folder(path, "NIH ChestX-ray14", "Data_Entry_2017.csv")
     table_path = first_existing(root, ["Data_Entry_2017.csv", "Data_Entry_2017_v2020.csv"], "NIH ChestX-ray14")
@@ -131,11 +137,22 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
     folders = [root / "images"] + sorted(root.glob("images_*/images")) + sorted(root.glob("images_*"))
     index = index_images(folders, ".png")
     names = [n.strip() for n in frame["Image Index"]]
-    split_of = {}
+    split_of, rows, no_row, lists = {}, set(names), [], 0
     for list_name, split in (("train_val_list.txt", "train"), ("test_list.txt", "test")):
         if (root / list_name).is_file():
-            split_of.update({line.strip(): split for line in (root / list_name).read_text().splitlines()
-                             if line.strip()})
+            lists += 1
+            lines = [(n, line.strip()) for n, line in enumerate((root / list_name).read_text().splitlines(), 1)]
+            split_of.update({image: split for _, image in lines if image})
+            no_row += [(list_name, n, image) for n, image in lines if image and image not in rows]
+    unlisted = ([f"line {csv_line(i)}: {n}" for i, n in enumerate(names) if n not in split_of]
+                if no_row and lists == 2 else [])
+    if unlisted:  # the docstring: a typo in a list would take its row out of the official split
+        list_name, line, image = no_row[0]
+        more = f" ({len(no_row) - 1} more list line(s) name no row)" if len(no_row) > 1 else ""
+        raise DataError(f"{root / list_name} line {line}: {image} has no row in {table_path.name}{more}, and the "
+                        f"table has {len(unlisted)} row(s) in neither split list ({', '.join(unlisted[:5])}"
+                        f"{', ...' if len(unlisted) > 5 else ''}), which the official split would then not hold; "
+                        f"correct the line to the Image Index it means, or add the row of {image} to {table_path.name}")
     return table_manifest(
         name="nih-chestxray14", root=root, task=Task("multilabel", chosen),
         paths=[index.get(n, root / "images" / n) for n in names], labels=labels,
@@ -146,9 +163,13 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
         where=[f"{table_path.name} line {csv_line(i)} ({n})" for i, n in enumerate(names)], ids=names,
         notes={"format": "nih-chestxray14", "table": table_path.name, "findings": list(chosen),
                "official_split_lists": sorted({"train_val_list.txt", "test_list.txt"} & {p.name for p in
-                                                                                         root.glob("*.txt")})},
+                                                                                         root.glob("*.txt")}),
+               "split_list_lines_without_row": {"count": len(no_row),
+                                                "first": [f"{f} line {n} ({i})" for f, n, i in no_row[:5]]}},
         description=(f"NIH ChestX-ray14 ({table_path.name}), findings {', '.join(chosen)}; "
-                     f"{'official test_list.txt split' if split_of else 'no split lists found: split by patient'}."),
+                     f"{'official test_list.txt split' if split_of else 'no split lists found: split by patient'}"
+                     + (f"; {len(no_row)} split list line(s) name images without a row (not read)" if no_row else "")
+                     + "."),
         problems=flags)
 
 
