@@ -187,3 +187,24 @@ def test_a_table_saved_another_way_says_how_to_save_it(tmp_path, content, said):
     path.write_bytes(content)
     with pytest.raises(DataError, match=said):
         read_table(path, ["file", "label"])
+
+
+@pytest.mark.parametrize("layout, table, read", [
+    ("aptos", "train.csv", read_aptos),
+    ("chexpert", "train.csv", read_chexpert),
+    ("nih", "Data_Entry_2017.csv", read_nih),
+    ("ham", "HAM10000_metadata.csv", read_ham10000),
+    ("mimic", "mimic-cxr-2.0.0-metadata.csv.gz", read_mimic),
+])
+def test_a_table_that_is_a_folder_is_said_to_be_a_folder(request, layout, table, read):
+    """An unzip that made a folder of the table's name: before, "table ... not found" (or "none of ... found") for a
+    path the user could see was there."""
+    root = request.getfixturevalue(layout)
+    moved = root / "moved.tmp"
+    (root / table).rename(moved)
+    (root / table).mkdir()
+    moved.rename(root / table / table)
+    with pytest.raises(DataError, match=rf"table .*{table} is a folder, not a CSV file; dpmed reads the CSV file "
+                                        rf"{table} there: replace the folder with the table file itself \(it holds "
+                                        rf".*{table}/{table}: move that file up in place of the folder\)"):
+        read(root)

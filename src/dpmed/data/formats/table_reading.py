@@ -2,8 +2,8 @@
 
 The table readers (:mod:`dpmed.data.formats.tables`, :mod:`dpmed.data.formats.chest_xray`) find the dataset folder
 and its table, read every cell as written (a blank stays ""), and collect problem rows as they parse them, each with
-its CSV line (header = line 1) and the value, so the user can find it; a missing table or column stops at once with
-the file and the column named. The manifest is built once, with the problems flagged on it.
+its CSV line (header = line 1) and the value, so the user can find it; a missing table (or a folder in its place) or
+column stops at once with the file and the column named. The manifest is built once, with the problems flagged on it.
 """
 
 from __future__ import annotations
@@ -38,12 +38,26 @@ def first_existing(root: Path, names: Sequence[str], dataset: str) -> Path:
     for name in names:
         if (root / name).is_file():
             return root / name
+    folder = next((root / name for name in names if (root / name).is_dir()), None)
+    if folder is not None:
+        raise _folder_not_table(folder)
     raise DataError(f"{dataset}: none of {', '.join(names)} found in {root}; data.path must name the folder the "
                     f"dataset was extracted to (it holds {names[0]})")
 
 
+def _folder_not_table(path: Path) -> DataError:
+    """A folder where the layout's table should be (an unzip that made a folder of the table's name): said as such,
+    not as a table "not found" that the user can see is there."""
+    inner = (f" (it holds {path / path.name}: move that file up in place of the folder)"
+             if (path / path.name).is_file() else "")
+    return DataError(f"table {path} is a folder, not a CSV file; dpmed reads the CSV file {path.name} there: replace "
+                     f"the folder with the table file itself{inner}")
+
+
 def read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:
     """The CSV as text (keep every cell as written: blank stays ""), or DataError naming the file or the column."""
+    if path.is_dir():
+        raise _folder_not_table(path)
     if not path.is_file():
         inside = (f"; {path.parent.parent} holds it: data.path names the dataset's folder, not one inside it"
                   if (path.parent.parent / path.name).is_file() else "")
