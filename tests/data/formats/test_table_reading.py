@@ -208,3 +208,23 @@ def test_a_table_that_is_a_folder_is_said_to_be_a_folder(request, layout, table,
                                         rf"{table} there: replace the folder with the table file itself \(it holds "
                                         rf".*{table}/{table}: move that file up in place of the folder\)"):
         read(root)
+
+
+@pytest.mark.parametrize("layout, optional, read", [
+    ("chexpert", "valid.csv", read_chexpert),
+    ("nih", "test_list.txt", read_nih),
+    ("mimic", "mimic-cxr-2.0.0-split.csv.gz", read_mimic),
+    ("mimic", "patients.csv.gz", read_mimic),
+])
+def test_an_optional_table_that_is_a_folder_is_refused_not_skipped(request, layout, optional, read):
+    """A file the layout may leave out was looked for with is_file(): a folder in its place was skipped, and with it
+    the published validation split (CheXpert), the official test split (NIH, MIMIC) or the sex and age columns."""
+    root = request.getfixturevalue(layout)
+    path = root / optional
+    assert path.is_file()
+    moved = root / "moved.tmp"
+    path.rename(moved)
+    path.mkdir()
+    moved.rename(path / optional)
+    with pytest.raises(DataError, match=rf"table .*{optional} is a folder, not a (CSV|text) file; .*move that file up"):
+        read(root)

@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from dpmed.data.formats.table_reading import (Flags, chosen_labels, csv_line, dataset_folder, first_existing,
-                                              index_images, patient_column, read_table, table_manifest)
+                                              index_images, optional_file, patient_column, read_table,
+                                              table_manifest)
 from dpmed.data.manifest import Manifest, parse_splits
 from dpmed.data.sample import Task
 from dpmed.errors import DataError
@@ -81,7 +82,7 @@ def read_chexpert(path: str | Path, *, findings: Sequence[str] | None = None, un
     """
     root = dataset_folder(path, "CheXpert", "train.csv")
     chosen = chosen_labels(findings, CHEXPERT_COMPETITION, CHEXPERT_FINDINGS, "CheXpert")
-    parts = [("train.csv", "train")] + ([("valid.csv", "val")] if (root / "valid.csv").is_file() else [])
+    parts = [("train.csv", "train")] + ([("valid.csv", "val")] if optional_file(root / "valid.csv") else [])
     flags, frames, blocks, start = Flags(), [], [], 0
     for name, split in parts:
         frame = read_table(root / name, ["Path", "Sex", "Age", *chosen])
@@ -139,7 +140,7 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
     names = [n.strip() for n in frame["Image Index"]]
     split_of, rows, no_row, lists = {}, set(names), [], 0
     for list_name, split in (("train_val_list.txt", "train"), ("test_list.txt", "test")):
-        if (root / list_name).is_file():
+        if optional_file(root / list_name):
             lists += 1
             lines = [(n, line.strip()) for n, line in enumerate((root / list_name).read_text().splitlines(), 1)]
             split_of.update({image: split for _, image in lines if image})
@@ -202,12 +203,12 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         row_of_study.setdefault(key, s)
     split_of, sex_of, age_of = {}, {}, {}
     for name in (f"{stem}split.csv.gz", f"{stem}split.csv"):
-        if (root / name).is_file():
+        if optional_file(root / name):
             split_table = read_table(root / name, ["dicom_id", "split"])
             split_of = dict(zip(split_table["dicom_id"].str.strip(), split_table["split"]))
             break
     for name in ("patients.csv.gz", "patients.csv"):
-        if (root / name).is_file():
+        if optional_file(root / name):
             people = read_table(root / name, ["subject_id", "gender", "anchor_age"])
             sex_of = dict(zip(people["subject_id"].str.strip(), people["gender"]))
             age_of = dict(zip(people["subject_id"].str.strip(), people["anchor_age"]))

@@ -17,7 +17,7 @@ import pandas as pd
 from dpmed.data.manifest import Manifest, parse_age, parse_sex
 from dpmed.errors import DataError
 
-__all__ = ["dataset_folder", "first_existing", "read_table", "csv_line", "class_index", "patient_column",
+__all__ = ["dataset_folder", "first_existing", "optional_file", "read_table", "csv_line", "class_index", "patient_column",
            "table_manifest", "Flags", "index_images", "chosen_labels"]
 
 _SHOWN = 5  # lines listed in a message; the count covers all of them
@@ -45,13 +45,22 @@ def first_existing(root: Path, names: Sequence[str], dataset: str) -> Path:
                     f"dataset was extracted to (it holds {names[0]})")
 
 
+def optional_file(path: Path) -> bool:
+    """Whether a file the layout may leave out (CheXpert's valid.csv, NIH's split lists, MIMIC's split and patients
+    tables) is there; a folder in its place is refused, not skipped (a published split would be dropped unsaid)."""
+    if path.is_dir():
+        raise _folder_not_table(path)
+    return path.is_file()
+
+
 def _folder_not_table(path: Path) -> DataError:
     """A folder where the layout's table should be (an unzip that made a folder of the table's name): said as such,
     not as a table "not found" that the user can see is there."""
     inner = (f" (it holds {path / path.name}: move that file up in place of the folder)"
              if (path / path.name).is_file() else "")
-    return DataError(f"table {path} is a folder, not a CSV file; dpmed reads the CSV file {path.name} there: replace "
-                     f"the folder with the table file itself{inner}")
+    kind = "text" if path.suffix == ".txt" else "CSV"
+    return DataError(f"table {path} is a folder, not a {kind} file; dpmed reads the {kind} file {path.name} there: "
+                     f"replace the folder with the table file itself{inner}")
 
 
 def read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:
