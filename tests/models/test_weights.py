@@ -100,6 +100,21 @@ def test_a_folder_a_text_file_and_a_pickled_model_say_what_to_give_instead(tmp_p
         assert "weights_only=False" not in str(err.value) and "add_safe_globals" not in str(err.value)
 
 
+def test_a_whole_pickled_module_gets_our_words_not_torchs(tmp_path):
+    """Before: the message quoted torch's first line, with its terminal escape codes (bold) and its offer to load the
+    file anyway, and named no class; now the class, why it is not read, and what to save instead."""
+    path = tmp_path / "whole.pt"
+    torch.save(nn.Linear(2, 2), path)
+    with pytest.raises(ConfigError) as err:
+        read_state_dict(path)
+    message = str(err.value)
+    assert message == (
+        f"model.weights: {path} is not a torch state dict but a pickled torch.nn.modules.linear.Linear object (as "
+        "torch.save(model, PATH) saves a whole model); dpmed does not unpickle objects, since that could run any code "
+        "in the file: save the weights alone, with torch.save(model.state_dict(), PATH), and give that file")
+    assert "\x1b" not in message and "trust" not in message.lower() and "weights_only" not in message
+
+
 def test_checkpoint_containers_and_a_data_parallel_prefix_are_read(tmp_path):
     model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=32)
     wrapped = {"state_dict": {f"module.{k}": v for k, v in model.state_dict().items()}, "epoch": 3}

@@ -40,6 +40,8 @@ parameters. Fewer noised coordinates is the point: the noise norm grows with sqr
 from __future__ import annotations
 
 import hashlib
+import pickle
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -57,6 +59,7 @@ TRAINABLE_HEAD = "head"
 BATCH_NORM_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
 _CONTAINERS = ("state_dict", "model")
 _EXAMPLES = 5
+_ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")   # ANSI colour and cursor codes
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,24 @@ def _examples(keys: list[str]) -> str:
     return ", ".join(keys[:_EXAMPLES]) + (f" (and {len(keys) - _EXAMPLES} more)" if len(keys) > _EXAMPLES else "")
 
 
+def _not_a_state_dict(exc: Exception, path: Path, key: str) -> str:
+    """Why torch could not read ``path`` as tensors, in our words. torch's text on a pickled object (a whole model
+    saved with ``torch.save(model, PATH)``) advises weights_only=False or allow-listing its classes, which would run
+    the file's code, and it holds terminal escape codes: only the class it names is kept. Other errors keep their
+    first line, without escape codes."""
+    text = _ESCAPES.sub("", str(exc))
+    if isinstance(exc, pickle.UnpicklingError) and "weights only load failed" in text.lower():
+        named = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        what = f"a pickled {named.group(1)} object" if named else "pickled Python objects"
+        return (f"{key}: {path} is not a torch state dict but {what} (as torch.save(model, PATH) saves a whole "
+                "model); dpmed does not unpickle objects, since that could run any code in the file: save the weights "
+                "alone, with torch.save(model.state_dict(), PATH), and give that file")
+    first = (text.strip().splitlines() or [""])[0][:200]
+    return (f"{key}: {path} is not a torch state dict ({type(exc).__name__}{': ' + first if first else ''}); save one "
+            "with torch.save(model.state_dict(), PATH): a whole pickled model is not read, since unpickling it could "
+            "run any code")
+
+
 def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tensor]:
     """The state dict in ``path`` (the layouts of the module docstring), on the CPU. ConfigError naming ``key`` and
     the path if the file is missing or holds no state dict; naming the BatchNorm keys if it holds BatchNorm."""
@@ -93,11 +114,7 @@ def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tens
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:   # torch raises several types for a file that is not a checkpoint
-        # torch's own advice (weights_only=False, safe globals) is not the user's to follow: its first line only
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise ConfigError(f"{key}: {path} is not a torch state dict ({type(exc).__name__}: {first}); save one with "
-                          "torch.save(model.state_dict(), PATH): a whole pickled model is not read, since unpickling "
-                          "it could run any code") from None
+        raise ConfigError(_not_a_state_dict(exc, path, key)) from None
     for name in _CONTAINERS:
         if isinstance(raw, Mapping) and isinstance(raw.get(name), Mapping):
             raw = raw[name]
