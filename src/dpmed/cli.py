@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dpmed import accounting
-from dpmed.errors import DpmedError
+from dpmed.errors import ConfigError, DpmedError
 from dpmed.log import detach, log_to_console, log_to_file, quiet_known_noise
 from dpmed.privacy_commands import privacy_command, privacy_parser
 
@@ -43,11 +43,25 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type for a count of at least 1: refused while the command line is parsed, not after the data
+    have been read (minutes on a real dataset)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (1 or more), got {text}")
+    return value
+
+
 def _study_arguments(p: argparse.ArgumentParser) -> None:
     """What names a study and its output folder: the same for `run` and `plan`."""
     p.add_argument("study", nargs="?", type=Path, help="study file (default: the embedded phantom quickstart)")
     p.add_argument("--out", type=Path, default=Path("results"), help="output root (default: ./results)")
-    p.add_argument("--data-path", type=Path, help="the dataset file, overriding data.path in the study")
+    p.add_argument("--data-path", type=Path,
+                   help="the dataset's file or folder, overriding data.path in the study: a relative --data-path is "
+                        "read from the current directory (a relative data.path, from the study file's folder)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a study key, e.g. --set training.epochs=2 (repeatable)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"),
@@ -64,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true",
                      help="no progress bars (they are drawn only where stderr is a terminal); "
                           "a line at each tenth of a run's steps instead")
-    run.add_argument("--workers", type=int, default=1, help="runs at a time in local processes (default 1)")
+    run.add_argument("--workers", type=_positive_int, default=1,
+                     help="runs at a time in local processes (default 1)")
     run.add_argument("--executor", choices=("local", "ray"), default="local",
                      help="local (default) or ray: each run a Ray task (pip install 'dpmed[ray]')")
     run.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")
@@ -96,7 +111,13 @@ def _load(args: argparse.Namespace) -> Any:
         key, value = parse_override(text)
         overrides[key], origins[key] = value, f"--set {text}"
     if args.data_path is not None:
-        overrides["data.path"] = str(args.data_path.resolve())
+        data_path = args.data_path.resolve()
+        if not data_path.exists():   # load_study would see only the absolute path, not what it was read from
+            tried = "" if args.data_path.is_absolute() else (f" (tried {data_path}: a relative --data-path is read "
+                                                             f"from the current directory, {Path.cwd()})")
+            raise ConfigError(f"--data-path {args.data_path}: no such file or folder{tried}; pass the dataset's "
+                              "file or folder")
+        overrides["data.path"] = str(data_path)
         origins["data.path"] = f"--data-path {args.data_path}"
     if args.device is not None:
         overrides["training.device"], origins["training.device"] = args.device, f"--device {args.device}"
@@ -243,6 +264,32 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_study_folder(study_dir: Path) -> None:
+    """`report` and `status` read the study.yaml `dpmed run` writes into a study's folder: without one, say what the
+    path is instead (missing, a file, the output root above the study folders, a study folder that lost its
+    study.yaml) and what to pass or do."""
+    from dpmed.folders import StudyFolder
+
+    folder = StudyFolder(study_dir)
+    if folder.resolved_study.is_file():
+        return
+    what = "pass the folder `dpmed run` wrote for the study (OUT/<study name>, by default results/<study name>)"
+    if not study_dir.exists():
+        raise ConfigError(f"no such folder {study_dir}; {what}")
+    if not study_dir.is_dir():
+        raise ConfigError(f"{study_dir} is a file, not a folder; {what}")
+    studies = sorted(p.parent for p in study_dir.glob("*/study.yaml"))
+    if studies:
+        raise ConfigError(f"{study_dir} holds no study.yaml but {len(studies)} study folder(s) do: "
+                          f"{', '.join(map(str, studies[:5]))}; pass one of them")
+    if folder.runs.is_dir():
+        raise ConfigError(f"{folder.resolved_study} is missing: {study_dir} holds runs/ but not the study.yaml `dpmed "
+                          f"run` writes beside it; rerun the study file that made them (name: {study_dir.name}) with "
+                          f"`dpmed run STUDY --out {study_dir.parent}`: it rewrites study.yaml and keeps the finished "
+                          "runs")
+    raise ConfigError(f"{study_dir} is not a dpmed study folder: it holds no study.yaml (nor runs/); {what}")
+
+
 def _holder_note(study_dir: Path) -> str | None:
     from dpmed.workspace import folder_holder
 
@@ -255,6 +302,7 @@ def _report(args: argparse.Namespace) -> int:
     from dpmed.reporting import summary_text
     from dpmed.study import rebuild_outputs
 
+    _check_study_folder(args.dir)
     note = _holder_note(args.dir)
     resolved, records = rebuild_outputs(args.dir)
     print(summary_text(records))
@@ -268,6 +316,7 @@ def _report(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from dpmed.study import run_states
 
+    _check_study_folder(args.dir)
     note = _holder_note(args.dir)
     counts: dict[str, int] = {}
     for run_id, kind, detail in run_states(args.dir):

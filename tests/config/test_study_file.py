@@ -72,6 +72,22 @@ def test_missing_data_path_is_an_error_before_training(write_study, tmp_path):
         load_study(path)
 
 
+def test_a_missing_relative_data_path_says_what_was_tried_and_from_which_folder(write_study, tmp_path):
+    """Before: the absolute path alone, without the path as written or the folder a relative one is read from."""
+    path = write_study("name: s\ndata: {source: medmnist, path: ../d/x.npz}\narms: [{name: a, mechanism: none}]\n")
+    with pytest.raises(ConfigError) as info:
+        load_study(path)
+    assert str(info.value) == (
+        f"study file {path}: data.path ../d/x.npz does not exist (tried {(tmp_path.parent / 'd' / 'x.npz').resolve()}: "
+        f"a relative data.path is read from the study file's folder, {tmp_path.resolve()}); fix the path in the file "
+        "or pass --data-path FILE")
+    with pytest.raises(ConfigError) as info:
+        load_study(path, {"data.path": "y.npz"}, origins={"data.path": "--set data.path=y.npz"})
+    assert str(info.value) == (
+        f"--set data.path=y.npz: no such file or folder y.npz (tried {(tmp_path / 'y.npz').resolve()}: a relative "
+        f"data.path is read from the study file's folder, {tmp_path.resolve()}); pass the dataset's file or folder")
+
+
 def test_relative_data_path_resolves_against_the_study_file(write_study, tmp_path):
     (tmp_path / "d.npz").write_bytes(b"x")
     study = load_study(write_study("name: s\ndata: {source: medmnist, path: d.npz}\narms: [{name: a, mechanism: none}]"))

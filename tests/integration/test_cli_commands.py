@@ -161,3 +161,37 @@ def test_a_mistyped_mechanism_gets_did_you_mean(tiny_text, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "arms[1].mechanism: 'dp-sgd' is not a mechanism (did you mean 'dp_sgd'?)" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("workers", ["0", "-2", "two"])
+def test_workers_below_one_are_refused_while_the_command_line_is_parsed(tiny_text, tmp_path, capsys, workers):
+    """Before: --workers 0 was refused only after the data were read (minutes on a real dataset) and the output
+    folder made."""
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as done:
+        main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), "--workers", workers])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (f"dpmed run: error: argument --workers: must be a positive integer (1 or "
+                                            f"more), got {workers}")
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_a_data_path_that_does_not_exist_says_what_it_tried_and_from_where(tmp_path, capsys, monkeypatch):
+    """Before: "--data-path gone.npz: no such file or folder (/abs/gone.npz)", without what a relative path is read
+    from; the --help text called it "the dataset file" and said nothing of relative paths."""
+    study = _study(tmp_path, "name: real\ndata: {source: medmnist, path: x.npz}\narms: [{name: a, mechanism: none}]\n")
+    cwd = tmp_path / "here"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--data-path", "gone.npz"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"dpmed: error: --data-path gone.npz: no such file or folder (tried {cwd / 'gone.npz'}: a relative "
+                   f"--data-path is read from the current directory, {cwd}); pass the dataset's file or folder\n")
+    assert main(["plan", str(study), "--data-path", str(tmp_path / "gone.npz")]) == 2
+    assert capsys.readouterr().err == (f"dpmed: error: --data-path {tmp_path / 'gone.npz'}: no such file or folder; "
+                                       "pass the dataset's file or folder\n")
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert ("a relative --data-path is read from the current directory (a relative data.path, from the study file's "
+            "folder)") in " ".join(capsys.readouterr().out.split())

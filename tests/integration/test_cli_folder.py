@@ -112,3 +112,39 @@ def test_run_into_a_read_only_folder_ends_in_one_line(tiny_text, tmp_path, capsy
         os.chmod(out, 0o755)
     line = _one_line_error(capsys.readouterr().err)
     assert line.startswith(f"dpmed: error: cannot write to the output folder {out / 'tiny'}: Permission denied")
+
+
+# ---------------------------------------------------------------------------------- report and status: which folder
+
+
+def test_report_and_status_of_a_folder_without_study_yaml_say_what_is_missing_and_what_to_do(tiny_study, tiny_text,
+                                                                                             tmp_path, capsys):
+    """Before: "X holds no study.yaml" for every case, a folder that does not exist included, and nothing on how to
+    get study.yaml back when it was deleted beside finished runs."""
+    out = tmp_path / "out"
+    folder = out / "tiny"
+    shutil.copytree(tiny_study, folder)
+    (folder / "study.yaml").unlink()
+    for command in ("report", "status"):
+        assert main([command, str(folder)]) == 2
+        assert _one_line_error(capsys.readouterr().err) == (
+            f"dpmed: error: {folder / 'study.yaml'} is missing: {folder} holds runs/ but not the study.yaml `dpmed "
+            f"run` writes beside it; rerun the study file that made them (name: tiny) with `dpmed run STUDY --out "
+            f"{out}`: it rewrites study.yaml and keeps the finished runs")
+        assert main([command, str(tmp_path / "nowhere")]) == 2
+        assert _one_line_error(capsys.readouterr().err) == (
+            f"dpmed: error: no such folder {tmp_path / 'nowhere'}; pass the folder `dpmed run` wrote for the study "
+            "(OUT/<study name>, by default results/<study name>)")
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    assert _one_line_error(capsys.readouterr().err).startswith(
+        f"dpmed: error: {tmp_path / 'empty'} is not a dpmed study folder: it holds no study.yaml (nor runs/); pass the "
+        "folder `dpmed run` wrote")
+    # what the message says to do works: the finished runs are kept, and the folder reports again
+    assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), "--no-progress"]) == 0
+    assert "2 runs (2 finished earlier)" in capsys.readouterr().out
+    assert main(["report", str(folder)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2                      # the output root, not the study's folder in it
+    assert _one_line_error(capsys.readouterr().err) == (
+        f"dpmed: error: {out} holds no study.yaml but 1 study folder(s) do: {folder}; pass one of them")

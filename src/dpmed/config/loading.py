@@ -246,18 +246,19 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
         head = (f"the command line's settings for study file {path} have {len(lines)} problem(s)"
                 if from_options == len(lines) else f"study file {path} has {len(lines)} problem(s)")
         raise ConfigError(f"{head}:\n" + "\n".join(lines)) from None
-    data_path = study.data.path
+    given = data_path = study.data.path
     if data_path is not None and not data_path.is_absolute():
         data_path = (path.parent / data_path).resolve()
         study = study.model_copy(update={"data": study.data.model_copy(update={"path": data_path})})
-    if data_path is not None and not data_path.exists():
+    if given is not None and data_path is not None and not data_path.exists():
+        # a relative path: the absolute one tried, and the folder it was read from (the user may have meant another)
+        tried = "" if given.is_absolute() else (f" (tried {data_path}: a relative data.path is read from the study "
+                                                f"file's folder, {path.parent.resolve()})")
         if "data.path" in origins:
-            raise ConfigError(f"{origins['data.path']}: no such file or folder ({data_path}); pass the dataset's "
+            raise ConfigError(f"{origins['data.path']}: no such file or folder {given}{tried}; pass the dataset's "
                               "file or folder")
-        raise ConfigError(
-            f"study file {path}: data.path {data_path} does not exist; fix the path in the file or pass "
-            "--data-path FILE"
-        )
+        raise ConfigError(f"study file {path}: data.path {given} does not exist{tried}; fix the path in the file or "
+                          "pass --data-path FILE")
     return schema.resolve_paths(study, path.parent)   # model.weights, pretrain.data.path
 
 
