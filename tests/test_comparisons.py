@@ -96,7 +96,7 @@ def test_compare_runs_pairs_each_private_run_with_the_non_private_one_and_finds_
     assert rows["g_eps5_C1_seed0"].auroc_difference.value == pytest.approx(expected)
     assert rows["g_eps5_C1_seed0"].reference_run == "np_seed0" and rows["g_eps5_C1_seed0"].label == "g_eps5_C1"
     # comparisons.json never holds a bare eps: each carries its delta, accountant and neighbours
-    assert rows["g_eps5_C1_seed0"].epsilon_label == "4.95 (d=1e-05, pld, add/remove one image)"
+    assert rows["g_eps5_C1_seed0"].epsilon_label == "4.95 (delta 1e-05, PLD, add/remove one image)"
     assert {v.label: v.epsilon_label for v in out.by_value}["g_eps5_C1"] == rows["g_eps5_C1_seed0"].epsilon_label
 
     parity = out.correlations.epsilon_vs_accuracy_parity

@@ -22,7 +22,6 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpmed import accounting
 from dpmed.errors import ConfigError, DpmedError
 from dpmed.log import detach, log_to_console, log_to_file, quiet_known_noise
 from dpmed.privacy_commands import privacy_command, privacy_parser
@@ -179,22 +178,6 @@ def _noise_text(card: Any) -> str:
     return "-"
 
 
-def _eps_text(card: Any) -> str:
-    """eps with delta, accountant and neighbours (the unit added or removed), or why there is none."""
-    if card.epsilon is None:
-        if card.epsilon_if_poisson is not None:
-            return (f"not DP: shuffled batches (a Poisson run would have eps {card.epsilon_if_poisson:.4g} at delta "
-                    f"{card.delta:.3g}; {card.accountant.upper()}; {card.neighbours_in_brief})")
-        return "infinity (no privacy)" if card.mechanism == "none" else "not DP"
-    accountant = card.accountant or ""
-    accountant = accountant.upper() if accountant in accounting.ACCOUNTANTS else accountant.split(" (")[0]
-    per = " per image" if card.epsilon_image is not None else ""
-    text = f"{card.epsilon:,.4g}{per} (delta {card.delta:.3g}; {accountant}; {card.neighbours_in_brief})"
-    if not card.is_dp:
-        text += " [not DP: seed known]"
-    return text
-
-
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
@@ -228,13 +211,13 @@ def _plan(args: argparse.Namespace) -> int:
     if holder is not None:
         print(f"note: a dpmed run is working in that folder now ({holder.describe()})")
     print(f"start: {describe_start(study)}")
-    rows = [["run", "mechanism", "noise", "q", "T", "eps (delta; accountant; unit)", "time"]]
+    rows = [["run", "mechanism", "noise", "q", "T", "eps (delta, accountant, neighbours)", "time"]]
     for plan in prepared.plans:
         card = planned_card(plan, ds.train.image_shape, study.privacy_randomness)
         time_text = ("done" if plan.run_id in prepared.finished else
                      "-" if rates is None else clock(seconds[plan.run_id]))
         rows.append([plan.run_id, plan.mechanism, _noise_text(card), _number(card.sample_rate),
-                     str(run_steps(plan, n_train)), _eps_text(card), time_text])
+                     str(run_steps(plan, n_train)), card.in_brief(), time_text])
     print()
     print(_table(rows))
     print(f"\nT: optimiser steps (DP-SGD: Poisson-sampled at rate q; other runs: shuffled batches of "

@@ -75,8 +75,8 @@ def test_plan_shows_every_run_as_run_then_made_it_and_trains_nothing(tiny_study,
     dp = rows["dp_eps8_C1_seed0"]
     assert f"sigma = {dp_plan['noise_multiplier']:.4g}" in dp
     assert f" {dp_plan['sample_rate']:.4g} " in dp and f" {dp_plan['steps']} " in dp
-    assert f"{card.epsilon:.4g} (delta {card.delta:.3g}; PLD; add/remove one patient)" in dp
-    assert "infinity (no privacy)" in rows["base_seed0"]
+    assert f"{card.epsilon:.4g} (delta {card.delta:.3g}, PLD, add/remove one patient)" in dp
+    assert "inf (no privacy)" in rows["base_seed0"]
     assert re.search(r"^study privacy: the 1 DP-SGD runs together: eps = [0-9.]+ at delta = 1e-05", text, re.M)
     assert "privacy budget: none set" in text
     assert "start: random initialisation; every parameter trains" in text

@@ -66,10 +66,10 @@ def test_a_reproducible_card_never_claims_fresh_randomness_nor_dp(plans, arm):
     assert card.patient_guarantee.statement.startswith("NOT DP against anyone who knows the seed")
 
 
-def test_the_plan_line_of_a_shuffled_run_names_delta_accountant_and_neighbours_of_its_poisson_eps(plans):
-    from dpmed.cli import _eps_text
-
+def test_the_one_line_label_of_a_shuffled_run_names_delta_accountant_and_neighbours_of_its_poisson_eps(plans):
+    """The plan, the summary, results.csv and comparisons.json print `in_brief`; a shuffled run's was a bare "not
+    DP" there, while the plan (then its own formatter) gave the eps it would have had with Poisson sampling."""
     card = _card(plans["shuffled"], "secure")
-    text = _eps_text(card)
+    text = card.in_brief()
     assert text.startswith("not DP: shuffled batches") and f"{card.epsilon_if_poisson:.4g}" in text
     assert f"delta {card.delta:.3g}" in text and "PLD" in text and "add/remove one image" in text

@@ -10,7 +10,6 @@ from dpmed.mechanisms import PrivacyCard
 from dpmed.mechanisms.cards import label_randomness
 from dpmed.reporting.figures import auroc_figure
 from dpmed.reporting.inputs import eps_label
-from dpmed.reporting.tables import eps_text
 
 LAPLACE = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement="eps_image = 2,048", epsilon=2048.0,
                       epsilon_image=2048.0, epsilon_pixel=2.0, delta=0.0,
@@ -29,17 +28,17 @@ def _plain(text: str) -> str:
 def test_local_dp_labels_name_delta_and_accountant():
     assert _plain(eps_label(LAPLACE)) == "ε 2,048 per image (local DP, δ 0, closed form, any two images)"
     assert _plain(eps_label(GAUSS)) == "ε 2,320 per image (local DP, δ 1e-5, analytic Gaussian, any two images)"
-    assert eps_text(LAPLACE) == "2,048 (LDP, d=0, closed form, any two images)"
-    assert eps_text(GAUSS) == "2,320 (LDP, d=1e-05, analytic Gaussian, any two images)"
+    assert LAPLACE.in_brief() == "2,048 per image (local DP, delta 0, closed form, any two images)"
+    assert GAUSS.in_brief() == "2,320 per image (local DP, delta 1e-05, analytic Gaussian, any two images)"
 
 
 @pytest.mark.parametrize("card", [LAPLACE, GAUSS, DP_SGD], ids=["laplace", "gaussian", "dp_sgd"])
 def test_a_reproducible_run_keeps_its_full_label_and_says_not_dp(card):
     reproducible = label_randomness(card, "reproducible")
     assert not reproducible.is_dp
-    for shown, secure in ((eps_label(reproducible), eps_label(card)), (eps_text(reproducible), eps_text(card))):
+    for shown, secure in ((eps_label(reproducible), eps_label(card)), (reproducible.in_brief(), card.in_brief())):
         assert shown.startswith(secure) and shown.endswith("not DP: seed known")
-    assert "δ" in eps_label(reproducible) and "d=" in eps_text(reproducible)
+    assert "δ" in eps_label(reproducible) and "delta" in reproducible.in_brief()
 
 
 def test_the_figure_axes_name_delta_and_accountant_and_reproducible_runs_are_plotted_as_not_dp(make_record):

@@ -42,8 +42,8 @@ def test_results_table_has_one_row_per_run_with_privacy_fields(tmp_path, records
 
 def test_summary_names_delta_and_accountant_and_survives_undefined_auroc(records):
     text = summary_text(records).splitlines()
-    assert "inf (no DP)" in text[1] and "0.900 [0.850, 0.950]" in text[1]
-    assert "d=1e-05" in text[2] and "pld" in text[2] and "add/remove one image" in text[2]
+    assert "inf (no privacy)" in text[1] and "0.900 [0.850, 0.950]" in text[1]
+    assert "delta 1e-05" in text[2] and "PLD" in text[2] and "add/remove one image" in text[2]
     assert "undefined" in text[3]
 
 

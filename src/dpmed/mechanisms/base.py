@@ -17,7 +17,7 @@ from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from dpmed.accounting import Ledger, default_delta
+from dpmed.accounting import ACCOUNTANTS, Ledger, default_delta
 from dpmed.errors import ConfigError
 from dpmed.names import CANARY_KINDS
 
@@ -224,23 +224,32 @@ class PrivacyCard(Strict):
         return "any two images" if self.epsilon_image is not None else f"add/remove one {self.unit}"
 
     def in_brief(self) -> str:
-        """The eps in one line, never bare: "1 (d=1e-05, pld, add/remove one patient)", local DP "8,192 (LDP, d=0,
-        closed form, any two images)", "inf (no DP)", "not DP", and a reproducible-mode run's accounted line
-        followed by "; not DP: seed known". For the terminal and comparisons.json; the report has its own."""
+        """The eps in one plain-text line, never bare, for the terminal (the plan and the summary), results.csv and
+        comparisons.json; the report rounds up and typesets its own (`dpmed.reporting.inputs.eps_label`).
+
+        "0.9994 (delta 1e-05, PLD, add/remove one patient)"; local DP "2,048 per image (local DP, delta 0, closed
+        form, any two images)"; "inf (no privacy)"; a shuffled-batch run "not DP: shuffled batches (a Poisson run would
+        have eps 8.37 at delta 1e-05, PLD, add/remove one image)"; a reproducible-mode run the accounted line followed
+        by "; not DP: seed known"; "not DP" for a mechanism with no eps at all."""
         if not self.is_dp and self.epsilon is not None:   # reproducible mode: the accounted value, labelled
             return f"{self.model_copy(update={'is_dp': True}).in_brief()}; not DP: seed known"
+        if self.epsilon is None and self.epsilon_if_poisson is not None:
+            return (f"not DP: shuffled batches (a Poisson run would have eps {self.epsilon_if_poisson:.4g} at delta "
+                    f"{self.delta:.3g}, {self.accountant_in_brief}, {self.neighbours_in_brief})")
         if not self.is_dp:
-            return "inf (no DP)" if self.mechanism == "none" else "not DP"
+            return "inf (no privacy)" if self.mechanism == "none" else "not DP"
+        delta = f"{self.delta:.3g}" if self.delta else "0"
         if self.epsilon_image is not None:   # per image, for "any two images" (not comparable to DP-SGD's eps)
-            delta = f"{self.delta:.0e}" if self.delta else "0"
-            return f"{self.epsilon_image:,.4g} (LDP, d={delta}, {self.accountant_in_brief}, {self.neighbours_in_brief})"
-        return f"{self.epsilon:.3g} (d={self.delta:.0e}, {self.accountant}, {self.neighbours_in_brief})"
+            return (f"{self.epsilon_image:,.4g} per image (local DP, delta {delta}, {self.accountant_in_brief}, "
+                    f"{self.neighbours_in_brief})")
+        return f"{self.epsilon:,.4g} (delta {delta}, {self.accountant_in_brief}, {self.neighbours_in_brief})"
 
     @property
     def accountant_in_brief(self) -> str:
-        """The accountant in a word or two, for a label beside the eps: "pld", "rdp", local DP's "closed form" or
+        """The accountant in a word or two, for a label beside the eps: "PLD", "RDP", local DP's "closed form" or
         "analytic Gaussian" (``accountant`` says it in full)."""
-        return (self.accountant or "").split(" (")[0].replace(" mechanism", "")
+        short = (self.accountant or "").split(" (")[0].replace(" mechanism", "")
+        return short.upper() if short in ACCOUNTANTS else short
 
 
 class ImageMechanism:

@@ -18,7 +18,6 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import LogLocator, NullFormatter
 
 from dpmed.records import RunRecord
-from dpmed.reporting.inputs import accountant_name
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
            "run_label", "image_rows"]
@@ -68,7 +67,7 @@ def _terms(records: list[RunRecord]) -> str:
     if len(terms) != 1:
         return "δ and accountant per run: see its card"
     delta, accountant = terms.pop()
-    return f"δ {delta:.0e}, {accountant_name(accountant)}" if delta else f"δ 0, {accountant}"
+    return f"δ {delta:.3g}, {accountant}" if delta else f"δ 0, {accountant}"
 
 
 def _is_local(r: RunRecord) -> bool:

@@ -138,7 +138,7 @@ def _eps_label(card: PrivacyCard) -> str:
                 f"δ {number_text(card.delta, up=True) if card.delta else 0}, {card.accountant_in_brief}, "
                 f"{card.neighbours_in_brief})")
     return (f"ε {number_text(card.epsilon, up=True)} (δ {number_text(card.delta, up=True)}, "
-            f"{accountant_name(card.accountant)}, {card.neighbours_in_brief})")
+            f"{card.accountant_in_brief}, {card.neighbours_in_brief})")
 
 
 def p_text(diff: PairedDifference) -> str:

@@ -9,10 +9,9 @@ import pandas as pd
 
 from dpmed.evaluation.explanations import explanation_columns
 from dpmed.evaluation.fairness import fairness_columns
-from dpmed.mechanisms import PrivacyCard
 from dpmed.records import RunRecord
 
-__all__ = ["results_frame", "write_results_table", "summary_text", "eps_text"]
+__all__ = ["results_frame", "write_results_table", "summary_text"]
 
 _PRIVACY_COLUMNS = ("is_dp", "epsilon", "delta", "accountant", "unit", "n_units", "neighbour_relation",
                     "epsilon_pixel", "scale_b", "noise_multiplier", "sample_rate", "steps", "max_grad_norm",
@@ -53,23 +52,19 @@ def write_results_table(records: Iterable[RunRecord], path: Path) -> pd.DataFram
     return frame
 
 
-def eps_text(card: PrivacyCard) -> str:
-    """A run's eps for the terminal: :meth:`PrivacyCard.in_brief`."""
-    return card.in_brief()
-
-
 def summary_text(records: Iterable[RunRecord]) -> str:
     """A fixed-width table for the terminal: run, eps with its delta, accountant and neighbours, test AUROC with
     interval."""
     records = list(records)
     levels = {float(r.metrics["confidence"]) for r in records if r.metrics.get("confidence") is not None}
     level = f"{levels.pop():.0%} CI" if len(levels) == 1 else "CI"      # the level the intervals were computed at
-    lines = [f"{'run':<28} {'eps':<46} {f'test AUROC [{level}]':<24} {'acc':>6}"]
+    width = max([len("eps"), *(len(r.privacy.in_brief()) for r in records)])
+    lines = [f"{'run':<28} {'eps':<{width}} {f'test AUROC [{level}]':<24} {'acc':>6}"]
     for r in records:
         auc = r.estimate("test_auroc")
         shown = ("undefined" if auc.value is None else f"{auc.value:.3f}" if auc.low is None
                  else f"{auc.value:.3f} [{auc.low:.3f}, {auc.high:.3f}]")
         acc = r.estimate("test_accuracy").value
-        lines.append(f"{r.run_id:<28} {eps_text(r.privacy):<46} {shown:<24} "
+        lines.append(f"{r.run_id:<28} {r.privacy.in_brief():<{width}} {shown:<24} "
                      f"{'' if acc is None else format(acc, '.3f'):>6}")
     return "\n".join(lines)
