@@ -106,11 +106,25 @@ def test_generic_csv_multilabel_and_multiclass(table, tmp_path):
     m = read_csv_table(table, columns={"path": "file"}, labels=["opacity", "effusion"])
     assert m.task.kind == "multilabel" and m.labels.shape == (16, 2) and m.labels[2].tolist() == [0.0, 1.0]
     text = table.read_text().replace("pngs/img5.png,1,", "pngs/img5.png,3,")
-    table.write_text(text)
+    table.write_text(text.replace("pngs/img7.png,1,", "pngs/img7.png,2,"))
     m = read_csv_table(table, columns={"path": "file", "patient": "pid"}, labels=["opacity"])
     assert m.task.kind == "multiclass" and m.task.label_names == ("class_0", "class_1", "class_2", "class_3")
     m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"], task="binary")
     assert m.problems[5].detail == "opacity = '3'; a binary label is a class index 0/1"
+
+
+def test_generic_csv_a_mistyped_label_that_leaves_classes_without_rows_is_refused(table):
+    """"11" for "1" in a 0/1 column read as twelve classes, ten of them empty, and trained a 12-way model."""
+    table.write_text(table.read_text().replace("pngs/img5.png,1,", "pngs/img5.png,11,"))
+    with pytest.raises(DataError, match=r"labels.csv: the labels of 'opacity' read as classes 0..11, but no row holds "
+                                        r"class 2, 3, 4, 5, 6, 7, 8, 9, 10; 1 row\(s\) hold a class above it \(line 7: "
+                                        r"11\)\. Correct the mistyped labels; if the classes are meant as written, set "
+                                        r"data.task: multiclass"):
+        read_csv_table(table, columns={"path": "file"}, labels=["opacity"])
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"], task="multiclass")
+    assert len(m.task.label_names) == 12 and not m.problems                   # stated: read as written
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"], task="binary")
+    assert m.problems[5].detail == "opacity = '11'; a binary label is a class index 0/1"
 
 
 def test_generic_csv_missing_named_column_and_bad_split(table, load_layout):

@@ -107,7 +107,8 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
     the rest optional) and ``labels: [<label column>, ...]``.
 
     Image paths are relative to the CSV's folder (or absolute). One label column holds class indices 0, 1, ...:
-    binary when the task is binary or (task unset) every value is 0 or 1, else multiclass with classes 0..max.
+    binary when the task is binary or (task unset) every value is 0 or 1, else multiclass with classes 0..max (so
+    inferred, a class below the max that no row holds is refused as a likely typo; ``task: multiclass`` reads it).
     Several label columns make a multilabel task, each column 0 or 1, each named once. Without a patient column each
     image is its own patient; with one, a blank id is refused (the blank rows would be one patient). The split column
     (train / val / validation / test, as :data:`~dpmed.data.manifest.SPLIT_NAMES` spells them; blank = let dpmed
@@ -148,6 +149,8 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
         if task is None and any(p is not None and p > 1 for p in parsed):
             kind = "multiclass"
         count = 2 if kind == "binary" else max([p for p in parsed if p is not None], default=1) + 1
+        if task is None and kind == "multiclass":
+            _refuse_classes_without_rows(parsed, count, labels[0], table)
         y = np.zeros(len(frame), dtype=np.int64)
         for i, (raw, p) in enumerate(zip(raw_values, parsed)):
             if p is None or p >= count:
@@ -176,3 +179,17 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
                "patients_known": "patient" in columns},
         description=f"Table {table.name}: {kind} labels from {', '.join(labels)}.", problems=flags)
 
+
+def _refuse_classes_without_rows(parsed: list[int | None], count: int, column: str, table: Path) -> None:
+    """Where the task was inferred as classes 0..max of the label column, a class index with no row is most likely
+    a typo above it ("11" for "1" makes twelve classes, ten of them empty): refused, naming the rows above the gap,
+    rather than trained and reported over classes that do not exist. ``task: multiclass`` states the classes."""
+    empty = sorted(set(range(count)) - {p for p in parsed if p is not None})
+    if not empty:
+        return
+    above = [(i, p) for i, p in enumerate(parsed) if p is not None and p > empty[0]]
+    rows = ", ".join(f"line {csv_line(i)}: {p}" for i, p in above[:5]) + (", ..." if len(above) > 5 else "")
+    gaps = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
+    raise DataError(f"{table}: the labels of {column!r} read as classes 0..{count - 1}, but no row holds class "
+                    f"{gaps}; {len(above)} row(s) hold a class above it ({rows}). Correct the mistyped labels; if the "
+                    "classes are meant as written, set data.task: multiclass")
