@@ -165,8 +165,9 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
         notes={"format": "nih-chestxray14", "table": table_path.name, "findings": list(chosen),
                "official_split_lists": sorted({"train_val_list.txt", "test_list.txt"} & {p.name for p in
                                                                                          root.glob("*.txt")}),
+               # lines, not image names: the notes go to run.json, and a file's name can name its patient
                "split_list_lines_without_row": {"count": len(no_row),
-                                                "first": [f"{f} line {n} ({i})" for f, n, i in no_row[:5]]}},
+                                                "first": [f"{f} line {n}" for f, n, _ in no_row[:5]]}},
         description=(f"NIH ChestX-ray14 ({table_path.name}), findings {', '.join(chosen)}; "
                      f"{'official test_list.txt split' if split_of else 'no split lists found: split by patient'}"
                      + (f"; {len(no_row)} split list line(s) name images without a row (not read)" if no_row else "")
