@@ -250,7 +250,7 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
     if data_path is not None and not data_path.is_absolute():
         data_path = (path.parent / data_path).resolve()
         study = study.model_copy(update={"data": study.data.model_copy(update={"path": data_path})})
-    if given is not None and data_path is not None and not data_path.exists():
+    if data_path is not None and not data_path.exists():
         # a relative path: the absolute one tried, and the folder it was read from (the user may have meant another)
         tried = "" if given.is_absolute() else (f" (tried {data_path}: a relative data.path is read from the study "
                                                 f"file's folder, {path.parent.resolve()})")
