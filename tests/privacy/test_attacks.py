@@ -199,10 +199,18 @@ def _dp_noise_guesses(seed: int, run_id: str, shapes: list[tuple], scale: float)
     yield "torch seed+1_000_003", np.concatenate(
         [torch.normal(0.0, scale, size=s, generator=g).double().numpy().ravel() for s in shapes])
     rnd = _randomness()
-    if rnd is not None:                                         # the fixed library's reproducible derivation
+    if rnd is not None:                                         # the fixed library's reproducible derivation:
+        from randomgen import AESCounter                        # blocks of unit noise, each keyed by two raw
+        from dpmed.training.noise import BLOCK                  # words of the run's noise stream
+
         rng = rnd.PrivacyRandomness.reproducible(seed=seed, run_id=run_id).stream("noise")
-        yield "PrivacyRandomness.reproducible", np.concatenate(
-            [rng.standard_normal(size=s).ravel() * scale for s in shapes])
+        size = sum(math.prod(s) for s in shapes)
+        blocks = []
+        for start in range(0, size, BLOCK):
+            hi, lo = (int(w) for w in rng.bit_generator.random_raw(2))
+            blocks.append(np.random.Generator(AESCounter(key=(hi << 64) | lo)).standard_normal(
+                min(BLOCK, size - start)))
+        yield "PrivacyRandomness.reproducible", np.concatenate(blocks) * scale
 
 
 def _pixel_noise_guesses(seed: int, run_id: str, shape: tuple, b: float):

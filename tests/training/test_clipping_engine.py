@@ -9,7 +9,6 @@ model, clip levels that clip all, some or none of the examples, and randomly dra
 from __future__ import annotations
 
 import math
-import threading
 
 import pytest
 import numpy as np
@@ -267,48 +266,6 @@ def test_engines_give_the_same_noisy_gradient(noise):
         step(x, y)
         grads[engine] = [p.grad for p in model.parameters()]
     _assert_close(grads["dpmed"], grads["opacus"])
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_noise_is_the_streams_draws_in_parameter_order(dtype):
-    """The draws are made on a second thread while the clipped sum is computed: the step must still add exactly
-    what one thread drawing parameter after parameter would (a resumed run replays the stream from its state), and
-    leave the stream where that thread would."""
-    model, x, y = _case("group_norm")
-    model = model.to(dtype)
-    x = x.to(dtype)
-    step = DpSgdStep(model, loss_fn=_ce, max_grad_norm=0.5, noise_multiplier=0.7, expected_batch_size=4.0,
-                     physical_batch_size=2, noise_rng=np.random.default_rng(11), engine="dpmed")
-    clipped = [t.clone() for t in step.clipped_sum(x, y)]
-    step(x, y)
-    twin = np.random.default_rng(11)
-    for p, c in zip(step.params, clipped):
-        if dtype == torch.float64:       # four draws halved (step._noise)
-            draw = sum(twin.normal(0.0, 0.35, size=tuple(p.shape)) for _ in range(4)) / 2
-        else:
-            draw = twin.normal(0.0, 0.35, size=tuple(p.shape))
-        expected = (c + torch.from_numpy(draw)) / 4.0
-        torch.testing.assert_close(p.grad, expected.to(dtype), rtol=1e-6, atol=1e-7)
-    assert step.noise_rng.random() == twin.random()
-
-
-def test_a_failing_step_leaves_no_draw_half_made():
-    """The clipped sum raises: the noise thread is joined before the error reaches the caller, so nothing draws
-    from the stream after the step has returned."""
-    def broken_loss(z, t):
-        raise ValueError("broken loss")
-
-    model = nn.Linear(300, 4)
-    rng = np.random.default_rng(2)
-    step = DpSgdStep(model, loss_fn=broken_loss, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4.0,
-                     physical_batch_size=4, noise_rng=rng, engine="dpmed")
-    with pytest.raises(ValueError, match="broken loss"):
-        step(torch.randn(4, 300), torch.randint(0, 4, (4,)))
-    assert not any(t.name == "dpmed-noise" for t in threading.enumerate())
-    twin = np.random.default_rng(2)
-    for p in step.params:                       # the whole step's draws were made, no more
-        twin.normal(0.0, 1.0, size=tuple(p.shape))
-    assert rng.bit_generator.state == twin.bit_generator.state
 
 
 def test_empty_batch_still_gets_noise():

@@ -23,16 +23,16 @@ each step is the Laplace mechanism with scale sigma in units of C.
 
 Noise comes from the run's secret noise stream (`dpmed.randomness`: AES-CTR keyed from OS entropy, fresh per
 run), never from the public study seed: a noise that anyone can regenerate, or that two runs share, can be subtracted.
-A cryptographic generator costs more than torch's own: its draws for one step are made on a second thread while the
-clipped sum is computed (numpy releases the GIL while it fills an array), in the same order as one thread would make
-them, so the stream and a resumed run are unchanged.
+A cryptographic generator costs more than torch's own: a step's noise is drawn in blocks on several threads while the
+clipped sum is computed (`dpmed.training.noise`), the same draws whatever the number of threads, so the stream and a
+resumed run are unchanged.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
 from typing import Callable
 
@@ -45,6 +45,7 @@ from dpmed.errors import PrivacyError
 from dpmed.names import DP_ENGINES, check_registry
 from dpmed.training.clipping import GhostClipper, clip_factors, refuse_batch_norm
 from dpmed.training.grouping import group_index
+from dpmed.training.noise import block_keys, fill_noise, noise_workers
 
 __all__ = ["DpSgdStep", "OpacusClipper", "CLIPPING_ENGINES"]
 
@@ -183,6 +184,10 @@ class DpSgdStep:
         self.expected_batch_size = expected_batch_size
         self.physical_batch_size = physical_batch_size
         self.noise_rng = noise_rng        # the run's secret noise stream (dpmed.randomness)
+        if len({p.dtype for p in self.params}) > 1:
+            raise ValueError("the trainable parameters must share one dtype: the noise is drawn for them as one "
+                             f"vector; got {sorted({str(p.dtype) for p in self.params})}")
+        self._flat: Tensor | None = None
 
     def clipped_sum(self, x: Tensor, y: Tensor, *, groups: Tensor | None = None) -> list[Tensor]:
         """sum_i clip(g_i) for the examples x [B, C, H, W], y [B, ...]; zeros for an empty batch.
@@ -215,41 +220,40 @@ class DpSgdStep:
 
     def __call__(self, x: Tensor, y: Tensor, *, groups: Tensor | None = None) -> None:
         """Compute the noisy gradient of one Poisson batch into ``p.grad`` (the optimizer steps afterwards); with
-        ``groups`` (patient id per example, see ``clipped_sum``) each patient's summed gradient is clipped."""
+        ``groups`` (patient id per example, see ``clipped_sum``) each patient's summed gradient is clipped.
+
+        The noise is float64, from the run's secret stream (`dpmed.training.noise`: blocks drawn on several threads
+        while the clipped sum is computed), added to the clipped sum in float64 and then rounded to the parameter's
+        float32, so that every float32 value is a possible output whatever the sum (the floating-point attacks of
+        Mironov 2012 and Jin et al. 2022 read gaps in the set of noise values). A float64 model has no coarser
+        output to round to: there each Gaussian coordinate is the sum of four draws halved, Opacus's secure-mode
+        defence (Holohan and Braghin 2021)."""
         scale = self.noise_multiplier * self.max_grad_norm   # Gaussian std, or Laplace scale b
-        draws: list[np.ndarray] = []
-        failure: list[BaseException] = []
-
-        def draw_all() -> None:
-            try:
-                draws.extend(self._noise(scale, tuple(p.shape), p.dtype) for p in self.params)
-            except BaseException as exc:    # re-raised on the calling thread
-                failure.append(exc)
-
-        noise_thread = threading.Thread(target=draw_all, name="dpmed-noise", daemon=True) if scale > 0 else None
-        if noise_thread is not None:
-            noise_thread.start()
-        try:
-            total = self.clipped_sum(x, y, groups=groups)
-        finally:                            # never leave the stream mid-draw, whatever the clipped sum raised
-            if noise_thread is not None:
-                noise_thread.join()
-        if failure:
-            raise failure[0]
-        for i, (p, acc) in enumerate(zip(self.params, total)):
-            if scale > 0:
-                acc.add_(torch.from_numpy(draws[i]).to(acc.device))
+        if not scale > 0 or not self.params:      # sigma 0 (with C = inf, scale is nan): no noise
+            for p, acc in zip(self.params, self.clipped_sum(x, y, groups=groups)):
+                p.grad = acc.div_(self.expected_batch_size)
+            return
+        flat = self._noise_buffer()
+        keys = block_keys(self.noise_rng, len(flat))        # the stream moves here, before anything can fail
+        with ThreadPoolExecutor(max_workers=min(len(keys), noise_workers()),
+                                thread_name_prefix="dpmed-noise") as pool:
+            filling = fill_noise(flat.numpy(), keys, pool, kind=self.noise,
+                                 four_halved=self.params[0].dtype == torch.float64)
+            total = self.clipped_sum(x, y, groups=groups)    # leaving the pool waits for every block, even if
+            for f in filling:                                # this raised: no draw is left half made
+                f.result()                  # re-raises a failed draw on this thread
+        noise = flat.to(self.params[0].device)               # one copy to the GPU (pinned memory there)
+        start = 0
+        for p, acc in zip(self.params, total):
+            acc.add_(noise[start:start + acc.numel()].view(acc.shape), alpha=scale)   # in float64, then rounded
+            start += acc.numel()
             p.grad = acc.div_(self.expected_batch_size)
 
-    def _noise(self, scale: float, shape: tuple[int, ...], dtype: torch.dtype) -> np.ndarray:
-        """float64 noise of std (Gaussian) or scale (Laplace) ``scale`` for one parameter's clipped sum, from the
-        run's secret noise stream. ``acc.add_`` adds it in float64 and rounds the sum to the parameter's float32, so
-        every float32 value is a possible output whatever the sum (the floating-point attacks of Mironov 2012 and
-        Jin et al. 2022 read gaps in the set of noise values). A float64 model has no coarser output to round to:
-        there each Gaussian coordinate is the sum of four draws halved, Opacus's secure-mode defence (Holohan and
-        Braghin 2021)."""
-        if self.noise == "laplace":
-            return self.noise_rng.laplace(0.0, scale, size=shape)
-        if dtype == torch.float64:
-            return sum(self.noise_rng.normal(0.0, scale, size=shape) for _ in range(4)) / 2
-        return self.noise_rng.normal(0.0, scale, size=shape)
+    def _noise_buffer(self) -> Tensor:
+        """float64 [number of trainable coordinates], reused from step to step; in pinned memory where the model
+        is on a GPU (a synchronous copy from it, so the next step cannot overwrite it early)."""
+        if self._flat is None:
+            size = sum(p.numel() for p in self.params)
+            pin = self.params[0].device.type == "cuda"
+            self._flat = torch.empty(size, dtype=torch.float64, pin_memory=pin)
+        return self._flat

@@ -1,0 +1,68 @@
+"""The noise of one DP-SGD step, drawn from the run's secret noise stream in blocks, on several threads at once.
+
+A cryptographic generator (AES-CTR, `dpmed.randomness`) on one core takes several times longer to draw a ResNet-18's
+noise than a GPU takes for a whole non-private step (benchmarks/RESULTS.md, "On a GPU"). So a step's noise is cut into blocks of a fixed number of coordinates, each block drawn by its own AES-CTR generator
+whose 128-bit key is two raw words taken, in block order, from the run's noise stream; the blocks are filled in
+parallel while the clipped sum is computed. numpy releases the GIL while it fills an array, but a thread that
+wants it back can wait a whole switch interval (5 ms) behind the thread that launches the clipped sum's kernels, so
+each block is one fill of unit noise and nothing else (the scale is applied where the noise is added, on the
+model's device), and the blocks are large: a ResNet-18 has 11 of them.
+
+What this keeps:
+* **Secrecy and freshness.** Each block key is output of the secret stream, so it is as unpredictable as the
+  stream itself; no key repeats within or across steps (they are successive, non-overlapping stream output).
+* **Determinism and resumption.** The draws depend on the stream's state and the parameter count alone, never on
+  the number of threads or the machine: a step advances the stream by exactly two raw words per block, so a run
+  resumed from a checkpointed stream state makes the very draws an uninterrupted one would.
+* **The float64 noise** of `dpmed.training.dp_sgd` (added to the clipped sum before rounding to float32), and the
+  four-draws-halved Gaussian of a float64 model (Holohan and Braghin 2021).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from randomgen import AESCounter
+
+__all__ = ["BLOCK", "block_keys", "fill_noise", "noise_workers"]
+
+BLOCK = 1 << 20     # coordinates per block: enough blocks to share among threads, few GIL hand-overs
+
+
+def block_keys(stream: np.random.Generator, size: int) -> list[int]:
+    """The 128-bit AES keys of the blocks of a noise vector of ``size`` coordinates, taken from ``stream``
+    (two raw 64-bit words a block, high word first). The stream moves by exactly 2 * ceil(size / BLOCK) words."""
+    words = stream.bit_generator.random_raw(2 * math.ceil(size / BLOCK)).tolist()
+    return [(hi << 64) | lo for hi, lo in zip(words[0::2], words[1::2])]
+
+
+def _fill_block(out: np.ndarray, key: int, kind: str, four_halved: bool) -> None:
+    block = np.random.Generator(AESCounter(key=key))
+    if kind == "laplace":
+        out[:] = block.laplace(0.0, 1.0, size=len(out))
+    elif four_halved:
+        out[:] = sum(block.standard_normal(size=len(out)) for _ in range(4)) / 2
+    else:
+        block.standard_normal(size=len(out), dtype=np.float64, out=out)     # one call: one GIL hand-over
+
+
+def noise_workers() -> int:
+    """Threads that fill blocks: the cores this process may use, at most 8 (more gains little)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:                       # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def fill_noise(out: np.ndarray, keys: list[int], pool: ThreadPoolExecutor, *, kind: str, four_halved: bool) -> list:
+    """Start filling the float64 vector ``out`` with unit noise (Gaussian of std 1, or Laplace of scale 1), block b
+    from ``keys[b]``; returns the futures (wait on them before reading ``out``). ``four_halved``: each Gaussian
+    coordinate is the sum of four draws halved (a float64 model). The caller multiplies by the std or scale."""
+    if len(keys) != math.ceil(len(out) / BLOCK):
+        raise ValueError(f"{len(keys)} keys for {len(out)} coordinates in blocks of {BLOCK}")
+    return [pool.submit(_fill_block, out[b * BLOCK:(b + 1) * BLOCK], key, kind, four_halved)
+            for b, key in enumerate(keys)]

@@ -1,0 +1,159 @@
+"""The noise of a DP-SGD step (dpmed.training.noise, DpSgdStep) against a one-thread twin written from the rule:
+
+block b of the flat noise vector (parameters in order, BLOCK coordinates a block) is drawn by an AES-CTR generator
+keyed by raw words 2b and 2b+1 of the run's noise stream; unit float64 noise (a float64 model: four Gaussian draws
+halved) is multiplied by sigma C and added to the clipped sum in float64 before rounding. The twin below draws each block
+with numpy's own ``normal``/``laplace`` on one thread, block after block, as nothing in the step does.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from randomgen import AESCounter
+from torch import nn
+
+import dpmed.training.dp_sgd as dp_sgd_module
+from dpmed.randomness import PrivacyRandomness
+from dpmed.training import DpSgdStep
+from dpmed.training.noise import BLOCK, block_keys, fill_noise
+
+
+def _ce(z, y):
+    return F.cross_entropy(z, y, reduction="sum")
+
+
+def _twin_noise(seed: int, size: int, *, kind: str = "gaussian", four_halved: bool = False):
+    """The unit noise vector and the stream after it, one block after another on this thread."""
+    stream = np.random.default_rng(seed)
+    parts = []
+    for start in range(0, size, BLOCK):
+        hi, lo = (int(w) for w in stream.bit_generator.random_raw(2))
+        block = np.random.Generator(AESCounter(key=(hi << 64) | lo))
+        n = min(BLOCK, size - start)
+        if kind == "laplace":
+            parts.append(block.laplace(0.0, 1.0, size=n))
+        elif four_halved:
+            parts.append(sum(block.normal(0.0, 1.0, size=n) for _ in range(4)) / 2)
+        else:
+            parts.append(block.normal(0.0, 1.0, size=n))
+    return np.concatenate(parts), stream
+
+
+def _wide_model(dtype=torch.float32) -> nn.Module:
+    """A model of two blocks of noise (2^20 < 1,101,000 + 4,004 coordinates), the first ending inside the first
+    layer's weight."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(1100, 1000), nn.ReLU(), nn.Linear(1000, 4)).to(dtype)
+
+
+def _batch(dtype=torch.float32):
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(5, 1100, generator=g).to(dtype), torch.randint(0, 4, (5,), generator=g)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplace"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_step_adds_the_twins_noise_in_float64_and_leaves_the_stream_where_the_twin_does(kind, dtype):
+    model = _wide_model(dtype)
+    x, y = _batch(dtype)
+    step = DpSgdStep(model, loss_fn=_ce, max_grad_norm=0.5, noise_multiplier=0.7, expected_batch_size=4.0,
+                     physical_batch_size=2, noise_rng=np.random.default_rng(11), noise=kind)
+    clipped = [t.clone() for t in step.clipped_sum(x, y)]
+    step(x, y)
+    size = sum(p.numel() for p in step.params)
+    assert math.ceil(size / BLOCK) == 2
+    noise, twin = _twin_noise(11, size, kind=kind, four_halved=dtype == torch.float64 and kind == "gaussian")
+    start = 0
+    for p, c in zip(step.params, clipped):
+        draw = torch.from_numpy(noise[start:start + p.numel()]).view(p.shape)
+        start += p.numel()
+        expected = ((c.double() + 0.35 * draw).to(dtype) / 4.0)        # summed in float64, then rounded
+        if dtype == torch.float32:      # exactly the float64 sum, rounded once
+            torch.testing.assert_close(p.grad, expected, rtol=0, atol=0)
+        else:                           # sigma C times the draw may be fused into the add: an ulp of float64
+            torch.testing.assert_close(p.grad, expected, rtol=1e-12, atol=1e-15)
+    assert step.noise_rng.random() == twin.random()
+
+
+def test_the_draws_do_not_depend_on_the_number_of_threads(monkeypatch):
+    grads = []
+    for workers in (1, 2, 5):
+        monkeypatch.setattr(dp_sgd_module, "noise_workers", lambda w=workers: w)
+        model = _wide_model()
+        step = DpSgdStep(model, loss_fn=_ce, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4.0,
+                         physical_batch_size=5, noise_rng=np.random.default_rng(3))
+        step(*_batch())
+        step(*_batch())                                        # a second step reuses the buffer
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert torch.equal(grads[0], grads[1]) and torch.equal(grads[0], grads[2])
+
+
+def test_a_failing_step_has_moved_the_stream_by_its_keys_only_and_leaves_no_thread():
+    """The clipped sum raises: every block is finished before the error reaches the caller, and the stream moved
+    by the step's keys and nothing else (a resumed run takes the next keys)."""
+    def broken_loss(z, t):
+        raise ValueError("broken loss")
+
+    model = nn.Linear(300, 4)
+    rng = np.random.default_rng(2)
+    step = DpSgdStep(model, loss_fn=broken_loss, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4.0,
+                     physical_batch_size=4, noise_rng=rng)
+    with pytest.raises(ValueError, match="broken loss"):
+        step(torch.randn(4, 300), torch.randint(0, 4, (4,)))
+    assert not any(t.name.startswith("dpmed-noise") for t in threading.enumerate())
+    twin = np.random.default_rng(2)
+    twin.bit_generator.random_raw(2)                           # 1,204 coordinates: one block, two words
+    assert rng.bit_generator.state == twin.bit_generator.state
+
+
+def test_a_run_resumed_from_the_streams_saved_state_draws_the_same_keys():
+    run = PrivacyRandomness.reproducible(seed=0, run_id="r")
+    block_keys(run.stream("noise"), 10)
+    saved = run.state()
+    after = block_keys(run.stream("noise"), 3 * BLOCK)
+    resumed = PrivacyRandomness.from_root_hex(run.root_hex(), "reproducible")
+    resumed.restore(saved)
+    assert block_keys(resumed.stream("noise"), 3 * BLOCK) == after
+
+
+@pytest.mark.parametrize("size, blocks", [(1, 1), (BLOCK, 1), (BLOCK + 1, 2), (3 * BLOCK, 3)])
+def test_one_key_per_block_two_words_each_and_no_key_repeats(size, blocks):
+    stream = np.random.default_rng(5)
+    keys = block_keys(stream, size) + block_keys(stream, size)
+    assert len(keys) == 2 * blocks and len(set(keys)) == len(keys)
+    assert all(0 <= k < 2 ** 128 for k in keys)
+    twin = np.random.default_rng(5)
+    twin.bit_generator.random_raw(4 * blocks)
+    assert stream.bit_generator.state == twin.bit_generator.state
+
+
+@pytest.mark.parametrize("kind, moment", [("gaussian", lambda v: v.std()), ("laplace", lambda v: np.abs(v).mean())])
+def test_blocks_are_unit_noise_and_uncorrelated(kind, moment):
+    out = np.full(2 * BLOCK, np.nan)
+    with ThreadPoolExecutor(2) as pool:
+        for f in fill_noise(out, block_keys(np.random.default_rng(0), len(out)), pool, kind=kind,
+                            four_halved=False):
+            f.result()
+    assert not np.isnan(out).any()
+    first, second = out[:BLOCK], out[BLOCK:]
+    assert moment(first) == pytest.approx(1.0, rel=0.005) and moment(second) == pytest.approx(1.0, rel=0.005)
+    assert abs(np.corrcoef(first, second)[0, 1]) < 0.005           # 2^20 pairs: standard error 0.001
+
+
+def test_fill_noise_refuses_keys_that_do_not_cover_the_vector():
+    with ThreadPoolExecutor(1) as pool, pytest.raises(ValueError, match="keys"):
+        fill_noise(np.empty(BLOCK + 1), [1], pool, kind="gaussian", four_halved=False)
+
+
+def test_parameters_of_two_dtypes_are_refused():
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2).double())
+    with pytest.raises(ValueError, match="one dtype"):
+        DpSgdStep(model, loss_fn=_ce, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=1.0,
+                  physical_batch_size=1, noise_rng=np.random.default_rng(0))
