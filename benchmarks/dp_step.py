@@ -1,7 +1,7 @@
 """What one DP-SGD step costs against a non-private step: dpmed's engine, Opacus (hooks, ghost) and no privacy.
 
     python benchmarks/dp_step.py [--sizes 28x1,64x3,224x3] [--models small_cnn,resnet9,resnet18]
-                                 [--engines nonprivate,opacus-hooks,opacus-ghost,dpmed] [--device cpu|cuda]
+                                 [--engines nonprivate,opacus-hooks,opacus-ghost,dpmed[,dpmed-no-noise]] [--device cpu|cuda]
                                  [--batch 64] [--threads N] [--rounds R] [--out benchmarks/results-<machine>.json]
 
 Each engine x model x size runs in its own subprocess, so peak memory is that configuration's alone: on CPU the
@@ -22,7 +22,9 @@ The engines:
 * opacus-hooks / opacus-ghost: Opacus's own ``PrivacyEngine.make_private`` with ``grad_sample_mode`` "hooks"
   (per-example gradients materialised) or "ghost" (ghost clipping with two backward passes, Li et al. 2021);
 * dpmed: ``dpmed.training.DpSgdStep(engine="dpmed")``, mixed ghost clipping with book-keeping (Bu et al. 2022,
-  2023), one backward pass.
+  2023), one backward pass, and float64 noise from a secret AES-CTR stream (Opacus's engines draw torch's own);
+* dpmed-no-noise (not in the default ``--engines``): the same step with sigma = 0, so that a run can split the
+  dpmed step's cost into clipping and noise.
 This is a benchmark, not a test: nothing here asserts a speed.
 """
 
@@ -40,6 +42,7 @@ import time
 from pathlib import Path
 
 ENGINES = ("nonprivate", "opacus-hooks", "opacus-ghost", "dpmed")
+EXTRA_ENGINES = ("dpmed-no-noise",)     # dpmed with sigma = 0: the clipping alone, to split a step's cost
 DEFAULT_MODELS = ("small_cnn", "resnet9", "resnet18")
 DEFAULT_SIZES = ("28x1", "64x3", "224x3")
 
@@ -88,12 +91,13 @@ def _step_function(engine: str, model, x, y, device: str):
             opt.step()
         return step
 
-    if engine == "dpmed":
+    if engine in ("dpmed", "dpmed-no-noise"):
         from dpmed.randomness import PrivacyRandomness
         from dpmed.training import DpSgdStep
 
         opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-        dp = DpSgdStep(model, loss_fn=loss_sum, max_grad_norm=1.0, noise_multiplier=1.0,
+        dp = DpSgdStep(model, loss_fn=loss_sum, max_grad_norm=1.0,
+                       noise_multiplier=1.0 if engine == "dpmed" else 0.0,
                        expected_batch_size=float(len(x)), physical_batch_size=len(x),
                        noise_rng=PrivacyRandomness.secure().stream("noise"), engine="dpmed")   # as a run draws it
 
@@ -229,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--size", help=argparse.SUPPRESS)
-    p.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
+    p.add_argument("--engine", choices=ENGINES + EXTRA_ENGINES, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     if args.worker:

@@ -18,11 +18,13 @@ _BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 def test_dp_step_runs_every_engine(tmp_path):
     out = tmp_path / "steps.json"
     done = subprocess.run([sys.executable, str(_BENCHMARKS / "dp_step.py"), "--models", "small_cnn", "--sizes", "16x1",
-                           "--batch", "8", "--steps", "1", "--warmup", "0", "--threads", "1", "--out", str(out)],
+                           "--batch", "8", "--steps", "1", "--warmup", "0", "--threads", "1", "--out", str(out),
+                           "--engines", "nonprivate,opacus-hooks,opacus-ghost,dpmed,dpmed-no-noise"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["rows"]
-    assert [r["engine"] for r in rows] == ["nonprivate", "opacus-hooks", "opacus-ghost", "dpmed"]
+    assert [r["engine"] for r in rows] == ["nonprivate", "opacus-hooks", "opacus-ghost", "dpmed",
+                                                "dpmed-no-noise"]
     for row in rows:
         assert "error" not in row, row
         assert row["median_ms"] > 0 and row["parameters"] > 0 and row["torch_threads"] == 1
