@@ -1,7 +1,8 @@
 """What one DP-SGD step costs against a non-private step: dpmed's engine, Opacus (hooks, ghost) and no privacy.
 
     python benchmarks/dp_step.py [--sizes 28x1,64x3,224x3] [--models small_cnn,resnet9,resnet18]
-                                 [--engines nonprivate,opacus-hooks,opacus-ghost,dpmed[,dpmed-no-noise]] [--device cpu|cuda]
+                                 [--engines nonprivate,opacus-hooks,opacus-ghost,dpmed[,dpmed-no-noise]]
+                                 [--device cpu|cuda]
                                  [--batch 64] [--threads N] [--rounds R] [--out benchmarks/results-<machine>.json]
 
 Each engine x model x size runs in its own subprocess, so peak memory is that configuration's alone: on CPU the

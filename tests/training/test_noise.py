@@ -2,8 +2,8 @@
 
 block b of the flat noise vector (parameters in order, BLOCK coordinates a block) is drawn by an AES-CTR generator
 keyed by raw words 2b and 2b+1 of the run's noise stream; unit float64 noise (a float64 model: four Gaussian draws
-halved) is multiplied by sigma C and added to the clipped sum in float64 before rounding. The twin below draws each block
-with numpy's own ``normal``/``laplace`` on one thread, block after block, as nothing in the step does.
+halved) is multiplied by sigma C and added to the clipped sum in float64 before rounding. The twin below draws each
+block with numpy's own ``normal``/``laplace`` on one thread, block after block, as nothing in the step does.
 """
 
 from __future__ import annotations

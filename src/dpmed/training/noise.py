@@ -1,9 +1,10 @@
 """The noise of one DP-SGD step, drawn from the run's secret noise stream in blocks, on several threads at once.
 
 A cryptographic generator (AES-CTR, `dpmed.randomness`) on one core takes several times longer to draw a ResNet-18's
-noise than a GPU takes for a whole non-private step (benchmarks/RESULTS.md, "On a GPU"). So a step's noise is cut into blocks of a fixed number of coordinates, each block drawn by its own AES-CTR generator
-whose 128-bit key is two raw words taken, in block order, from the run's noise stream; the blocks are filled in
-parallel while the clipped sum is computed. numpy releases the GIL while it fills an array, but a thread that
+noise than a GPU takes for a whole non-private step (benchmarks/RESULTS.md, "On a GPU"). So a step's noise is cut
+into blocks of a fixed number of coordinates, each block drawn by its own AES-CTR generator whose 128-bit key is two
+raw words taken, in block order, from the run's noise stream; the blocks are filled in parallel while the clipped
+sum is computed. numpy releases the GIL while it fills an array, but a thread that
 wants it back can wait a whole switch interval (5 ms) behind the thread that launches the clipped sum's kernels, so
 each block is one fill of unit noise and nothing else (the scale is applied where the noise is added, on the
 model's device), and the blocks are large: a ResNet-18 has 11 of them.
