@@ -3,7 +3,8 @@
     python benchmarks/dp_step.py [--sizes 28x1,64x3,224x3] [--models small_cnn,resnet9,resnet18]
                                  [--engines nonprivate,opacus-hooks,opacus-ghost,dpmed[,dpmed-no-noise]]
                                  [--device cpu|cuda]
-                                 [--batch 64] [--threads N] [--rounds R] [--out benchmarks/results-<machine>.json]
+                                 [--batch 64] [--threads N] [--rounds R] [--profile STEPS]
+                                 [--out benchmarks/results-<machine>.json]
 
 Each engine x model x size runs in its own subprocess, so peak memory is that configuration's alone: on CPU the
 growth of ``ru_maxrss`` over the worker's high-water mark after setup (model, data and optimizer built, imports
@@ -16,7 +17,9 @@ one per core). On a CPU shared with other busy processes use ``--threads 1``: wi
 every operator ends in a barrier that waits for a descheduled thread, which slows each step 5 to 15 times and
 penalises the engines with more, smaller operators most, so the ratios measure the contention, not the engines.
 ``--rounds R`` runs every engine R times, interleaved, and pools their steps, so that a load that drifts during
-the run weighs on every engine alike.
+the run weighs on every engine alike. ``--profile S`` profiles S more steps of each configuration after the timed
+ones (torch.profiler; the timings are taken without it) and prints, per step, the dpmed step's phases (clipped sum,
+waiting for the noise, adding it) and the operators with the most self time, on the GPU where there is one.
 
 The engines:
 * nonprivate: ``loss.backward()`` on the batch;
@@ -172,9 +175,33 @@ def worker(args: argparse.Namespace) -> dict:
         peak = torch.cuda.max_memory_allocated() - base
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    return {"median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times),
-            "times_ms": [1e3 * t for t in times], "peak_mib": peak / 2**20,
-            "parameters": sum(p.numel() for p in model.parameters()), "torch_threads": torch.get_num_threads()}
+    row = {"median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times),
+           "times_ms": [1e3 * t for t in times], "peak_mib": peak / 2**20,
+           "parameters": sum(p.numel() for p in model.parameters()), "torch_threads": torch.get_num_threads()}
+    if args.profile:
+        row["profile"] = _profile(step, sync, args.profile, device)
+    return row
+
+
+def _profile(step, sync, steps: int, device: str, top: int = 12) -> dict:
+    """Where a step's time goes, per step over ``steps`` profiled steps (after the timed ones, so the profiler's
+    overhead touches no timing): the phases the dpmed step labels (``dpmed.*``: clipped sum, waiting for the
+    noise, adding it) and the operators with the most self time, on the GPU where there is one."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    events = prof.key_averages()
+    own = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
+    ranked = sorted((e for e in events if not e.key.startswith("dpmed.")), key=lambda e: -getattr(e, own))
+    return {"steps": steps, "ranked_by": own.replace("_total", ""),
+            "phases": {e.key: {"cpu_ms": e.cpu_time_total / 1e3 / steps, "device_ms": e.device_time_total / 1e3 / steps}
+                       for e in events if e.key.startswith("dpmed.")},
+            "top": [{"op": e.key, "calls": e.count // steps, "self_ms": getattr(e, own) / 1e3 / steps}
+                    for e in ranked[:top]]}
 
 
 # ----------------------------------------------------------------------------------------------------- parent side
@@ -182,7 +209,7 @@ def worker(args: argparse.Namespace) -> dict:
 def _run_one(args: argparse.Namespace, model: str, size: str, engine: str, steps: int) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model, "--size", size, "--engine", engine,
            "--device", args.device, "--batch", str(args.batch), "--steps", str(steps), "--warmup", str(args.warmup),
-           "--threads", str(args.threads)]
+           "--threads", str(args.threads), "--profile", str(args.profile)]
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -230,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="run every engine this many times, interleaved (a fresh worker each), and pool the steps")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per configuration")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--profile", type=int, default=0,
+                   help="also profile this many steps after the timed ones (torch.profiler; phases and top operators)")
     # worker mode (one configuration, JSON on stdout)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
@@ -263,7 +292,20 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend(_merge(done[engine]) for engine in engines)
             out.write_text(json.dumps({"machine": info, "rows": rows, "runs": runs}, indent=1))
     print(_table(rows))
+    for row in rows:
+        if "profile" in row:
+            print(_profile_lines(row))
     return 0
+
+
+def _profile_lines(row: dict) -> str:
+    """A profiled configuration in a few lines: its phases, then its operators with the most self time, per step."""
+    prof = row["profile"]
+    lines = [f"profile {row['model']} {row['size']} {row['engine']} (ms per step, {prof['steps']} steps):"]
+    lines += [f"  {name}: {t['cpu_ms']:.2f} on the CPU, {t['device_ms']:.2f} on the device"
+              for name, t in sorted(prof["phases"].items())]
+    lines += [f"  {op['self_ms']:8.2f} {prof['ranked_by']}  {op['calls']:5d} calls  {op['op']}" for op in prof["top"]]
+    return "\n".join(lines)
 
 
 def _merge(runs: list[dict]) -> dict:

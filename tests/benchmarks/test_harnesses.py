@@ -19,7 +19,7 @@ def test_dp_step_runs_every_engine(tmp_path):
     out = tmp_path / "steps.json"
     done = subprocess.run([sys.executable, str(_BENCHMARKS / "dp_step.py"), "--models", "small_cnn", "--sizes", "16x1",
                            "--batch", "8", "--steps", "1", "--warmup", "0", "--threads", "1", "--out", str(out),
-                           "--engines", "nonprivate,opacus-hooks,opacus-ghost,dpmed,dpmed-no-noise"],
+                           "--engines", "nonprivate,opacus-hooks,opacus-ghost,dpmed,dpmed-no-noise", "--profile", "1"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["rows"]
@@ -28,6 +28,13 @@ def test_dp_step_runs_every_engine(tmp_path):
     for row in rows:
         assert "error" not in row, row
         assert row["median_ms"] > 0 and row["parameters"] > 0 and row["torch_threads"] == 1
+        assert row["profile"]["top"] and all(op["self_ms"] >= 0 for op in row["profile"]["top"])
+    # the dpmed step names its phases; sigma 0 draws no noise, so it has the clipped sum's phase only
+    by_engine = {r["engine"]: r["profile"]["phases"] for r in rows}
+    assert set(by_engine["dpmed"]) == {"dpmed.clipped_sum", "dpmed.noise_wait", "dpmed.noise_add"}
+    assert by_engine["dpmed"]["dpmed.clipped_sum"]["cpu_ms"] > 0
+    assert by_engine["dpmed-no-noise"] == {} and by_engine["nonprivate"] == {}
+    assert "profile small_cnn 16x1 dpmed (ms per step, 1 steps):" in done.stdout
 
 
 def _harness(name: str):

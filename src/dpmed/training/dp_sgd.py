@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from opacus import GradSampleModule
 from torch import Tensor, nn
+from torch.profiler import record_function
 
 from dpmed.errors import PrivacyError
 from dpmed.names import DP_ENGINES, check_registry
@@ -235,19 +236,23 @@ class DpSgdStep:
             return
         flat = self._noise_buffer()
         keys = block_keys(self.noise_rng, len(flat))        # the stream moves here, before anything can fail
+        # The record_function labels name the step's phases in a torch profile (benchmarks/dp_step.py --profile).
         with ThreadPoolExecutor(max_workers=min(len(keys), noise_workers()),
                                 thread_name_prefix="dpmed-noise") as pool:
             filling = fill_noise(flat.numpy(), keys, pool, kind=self.noise,
                                  four_halved=self.params[0].dtype == torch.float64)
-            total = self.clipped_sum(x, y, groups=groups)    # leaving the pool waits for every block, even if
-            for f in filling:                                # this raised: no draw is left half made
-                f.result()                  # re-raises a failed draw on this thread
-        noise = flat.to(self.params[0].device)               # one copy to the GPU (pinned memory there)
-        start = 0
-        for p, acc in zip(self.params, total):
-            acc.add_(noise[start:start + acc.numel()].view(acc.shape), alpha=scale)   # in float64, then rounded
-            start += acc.numel()
-            p.grad = acc.div_(self.expected_batch_size)
+            with record_function("dpmed.clipped_sum"):
+                total = self.clipped_sum(x, y, groups=groups)   # leaving the pool waits for every block, even if
+            with record_function("dpmed.noise_wait"):           # this raised: no draw is left half made
+                for f in filling:
+                    f.result()              # re-raises a failed draw on this thread
+        with record_function("dpmed.noise_add"):
+            noise = flat.to(self.params[0].device)           # one copy to the GPU (pinned memory there)
+            start = 0
+            for p, acc in zip(self.params, total):
+                acc.add_(noise[start:start + acc.numel()].view(acc.shape), alpha=scale)   # in float64, then rounded
+                start += acc.numel()
+                p.grad = acc.div_(self.expected_batch_size)
 
     def _noise_buffer(self) -> Tensor:
         """float64 [number of trainable coordinates], reused from step to step; in pinned memory where the model
