@@ -26,6 +26,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
 
+from pydantic_core import PydanticSerializationError
+
 from dpmed.config import RunPlan
 from dpmed.errors import ConfigError
 from dpmed.folders import RunFolder, write_json_atomic
@@ -63,6 +65,15 @@ def _failure(task: RunTask, error: str, details: str) -> RunFailure:
     return RunFailure(task.plan.run_id, error, task.folder.error)
 
 
+def _is_interrupt(exc: Exception) -> bool:
+    """Whether ``exc`` is a Ctrl-C in disguise. pydantic-core turns a KeyboardInterrupt raised inside a serialiser
+    (a record being written when the signal lands) into a PydanticSerializationError that names it only in its
+    message, with no __cause__ or __context__; left alone, an interrupted run would be recorded as a failed one."""
+    if isinstance(exc, PydanticSerializationError) and "KeyboardInterrupt" in str(exc):
+        return True
+    return isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt)
+
+
 def _execute(task: RunTask, context: RunContext) -> Outcome:
     """run_one, with any exception but an interrupt turned into a recorded failure."""
     _log.info("%s: started", task.plan.run_id)
@@ -71,6 +82,8 @@ def _execute(task: RunTask, context: RunContext) -> Outcome:
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:  # noqa: BLE001 - recorded in error.json and reported; the study goes on
+        if _is_interrupt(exc):
+            raise KeyboardInterrupt from exc
         return _failure(task, f"{type(exc).__name__}: {exc}", traceback.format_exc())
     task.folder.error.unlink(missing_ok=True)  # an earlier failure of this run is history now
     return record

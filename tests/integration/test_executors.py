@@ -59,6 +59,26 @@ def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeyp
     assert "1 finished earlier" in capsys.readouterr().out
 
 
+def test_a_ctrl_c_while_a_record_is_serialised_interrupts_the_study_instead_of_failing_the_run(tmp_path, monkeypatch,
+                                                                                                 tiny_text):
+    """pydantic-core hides a KeyboardInterrupt raised in a serialiser inside a PydanticSerializationError; the
+    interrupt must still stop the study (exit 130 from the CLI) and leave no error.json calling the run failed."""
+    from pydantic import BaseModel, field_serializer
+
+    class Record(BaseModel):
+        value: int
+
+        @field_serializer("value")
+        def _signal_lands_here(self, value):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(dpmed.executors, "run_one", lambda spec, context, folder: Record(value=1).model_dump_json())
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 130
+    assert not list((out / "tiny" / "runs").glob("*/error.json"))
+
+
 def test_fail_fast_stops_at_the_first_failure(tmp_path, monkeypatch, capsys, tiny_text):
     (tmp_path / "s.yaml").write_text(tiny_text)
     monkeypatch.setattr(dpmed.executors, "run_one", lambda spec, context, folder: 1 / 0)
