@@ -32,7 +32,11 @@ def _one_line_error(err: str) -> str:
 
 
 def test_a_second_run_on_the_same_folder_refuses_naming_the_first(tiny_text, tmp_path, capsys):
-    study = _study(tmp_path, tiny_text)
+    # Long enough that the first run still holds the folder however fast the machine (the tiny study's three epochs
+    # could end before the second command got to the lock); it is interrupted below.
+    long_text = tiny_text.replace("epochs: 3,", "epochs: 1000,")
+    assert long_text != tiny_text
+    study = _study(tmp_path, long_text)
     out = tmp_path / "out"
     first = subprocess.Popen([sys.executable, "-m", "dpmed.cli", "run", str(study), "--out", str(out),
                               "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
