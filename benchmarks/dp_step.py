@@ -3,7 +3,7 @@
     python benchmarks/dp_step.py [--sizes 28x1,64x3,224x3] [--models small_cnn,resnet9,resnet18]
                                  [--engines nonprivate,opacus-hooks,opacus-ghost,dpmed[,dpmed-no-noise]]
                                  [--device cpu|cuda]
-                                 [--batch 64] [--threads N] [--rounds R] [--profile STEPS]
+                                 [--batch 64] [--threads N] [--rounds R] [--profile STEPS] [--count-ops]
                                  [--out benchmarks/results-<machine>.json]
 
 Each engine x model x size runs in its own subprocess, so peak memory is that configuration's alone: on CPU the
@@ -20,6 +20,7 @@ penalises the engines with more, smaller operators most, so the ratios measure t
 the run weighs on every engine alike. ``--profile S`` profiles S more steps of each configuration after the timed
 ones (torch.profiler; the timings are taken without it) and prints, per step, the dpmed step's phases (clipped sum,
 waiting for the noise, adding it) and the operators with the most self time, on the GPU where there is one.
+``--count-ops`` counts the operators torch dispatches in one more step (views included: each costs host time).
 
 The engines:
 * nonprivate: ``loss.backward()`` on the batch;
@@ -180,7 +181,26 @@ def worker(args: argparse.Namespace) -> dict:
            "parameters": sum(p.numel() for p in model.parameters()), "torch_threads": torch.get_num_threads()}
     if args.profile:
         row["profile"] = _profile(step, sync, args.profile, device)
+    if args.count_ops:
+        row["dispatched_ops"] = _count_ops(step)
     return row
+
+
+def _count_ops(step) -> int:
+    """Operators torch dispatches in one step, views included: on a GPU each costs host time whether or not it
+    launches a kernel, so where kernels are short this count, not their work, sets the step's time."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Counter.count += 1
+            return func(*args, **(kwargs or {}))
+
+    with Counter():
+        step()
+    return Counter.count
 
 
 def _profile(step, sync, steps: int, device: str, top: int = 12) -> dict:
@@ -209,7 +229,7 @@ def _profile(step, sync, steps: int, device: str, top: int = 12) -> dict:
 def _run_one(args: argparse.Namespace, model: str, size: str, engine: str, steps: int) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model, "--size", size, "--engine", engine,
            "--device", args.device, "--batch", str(args.batch), "--steps", str(steps), "--warmup", str(args.warmup),
-           "--threads", str(args.threads), "--profile", str(args.profile)]
+           "--threads", str(args.threads), "--profile", str(args.profile)] + (["--count-ops"] if args.count_ops else [])
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -259,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--profile", type=int, default=0,
                    help="also profile this many steps after the timed ones (torch.profiler; phases and top operators)")
+    p.add_argument("--count-ops", action="store_true",
+                   help="also count the operators torch dispatches in one step (views included)")
     # worker mode (one configuration, JSON on stdout)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
@@ -295,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         if "profile" in row:
             print(_profile_lines(row))
+        if "dispatched_ops" in row:
+            print(f"dispatched operators per step, {row['model']} {row['size']} {row['engine']}: "
+                  f"{row['dispatched_ops']}")
     return 0
 
 

@@ -19,7 +19,8 @@ def test_dp_step_runs_every_engine(tmp_path):
     out = tmp_path / "steps.json"
     done = subprocess.run([sys.executable, str(_BENCHMARKS / "dp_step.py"), "--models", "small_cnn", "--sizes", "16x1",
                            "--batch", "8", "--steps", "1", "--warmup", "0", "--threads", "1", "--out", str(out),
-                           "--engines", "nonprivate,opacus-hooks,opacus-ghost,dpmed,dpmed-no-noise", "--profile", "1"],
+                           "--engines", "nonprivate,opacus-hooks,opacus-ghost,dpmed,dpmed-no-noise", "--profile", "1",
+                           "--count-ops"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["rows"]
@@ -35,6 +36,9 @@ def test_dp_step_runs_every_engine(tmp_path):
     assert by_engine["dpmed"]["dpmed.clipped_sum"]["cpu_ms"] > 0
     assert by_engine["dpmed-no-noise"] == {} and by_engine["nonprivate"] == {}
     assert "profile small_cnn 16x1 dpmed (ms per step, 1 steps):" in done.stdout
+    # clipping and noise dispatch operators a plain step does not
+    ops = {r["engine"]: r["dispatched_ops"] for r in rows}
+    assert 0 < ops["nonprivate"] < ops["dpmed-no-noise"] < ops["dpmed"]
 
 
 def _harness(name: str):

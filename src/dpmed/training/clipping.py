@@ -248,7 +248,10 @@ class _Tape:
                 a, g = state.kept
                 sums = layer.rule.ghost.weighted_sum(layer.module, a, g, factors.to(g.dtype), layer.names)
             else:
-                sums = {n: torch.einsum("b,b...->...", factors.to(t.dtype), t) for n, t in state.per_example.items()}
+                # c^T [B, p] as one matrix-vector product: einsum adds a permute, views and a bmm per call, and on a
+                # GPU each dispatched op costs host time the kernel does not (benchmarks/RESULTS.md, "On a GPU")
+                sums = {n: (factors.to(t.dtype) @ t.reshape(len(t), -1)).view(t.shape[1:])
+                        for n, t in state.per_example.items()}
             for n, t in sums.items():
                 out[id(params[n])] = t
         return out

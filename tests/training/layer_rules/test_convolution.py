@@ -15,13 +15,19 @@ from dpmed.training.layer_rules.convolution import _ConvGeometry, _patch_gram_by
 @settings(max_examples=40, deadline=None)
 @given(c_in=st.integers(1, 3), groups=st.sampled_from([1, 2]), kh=st.integers(1, 3), kw=st.integers(1, 3),
        stride=st.tuples(st.integers(1, 2), st.integers(1, 3)), padding=st.tuples(st.integers(0, 2), st.integers(0, 2)),
-       dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)), h=st.integers(5, 8), w=st.integers(5, 9))
+       dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)), h=st.integers(5, 8), w=st.integers(5, 9),
+       strided=st.booleans())
 def test_the_two_patch_gram_routes_and_the_unfold_agree_with_torch(c_in, groups, kh, kw, stride, padding, dilation,
-                                                                   h, w):
+                                                                   h, w, strided):
     """The conv ghost norm's input Gram matrix, by unfolded patches and by the pixel Gram matrix, equals the one
-    from torch's own F.unfold, for any geometry (float64)."""
+    from torch's own F.unfold, for any geometry (float64), also where the input is a strided view that starts
+    inside its storage (a batch chunk of a layer's input: both routes read it through strides and an offset)."""
     c_in *= groups
-    a = torch.randn(3, c_in, h, w, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    gen = torch.Generator().manual_seed(4)
+    if strided:                          # every other column of examples 1-3 of a larger tensor: offset, not contiguous
+        a = torch.randn(5, c_in, h, 2 * w, generator=gen, dtype=torch.float64)[1:4, :, :, ::2]
+    else:
+        a = torch.randn(3, c_in, h, w, generator=gen, dtype=torch.float64)
     geo = _ConvGeometry((kh, kw), stride, padding, dilation, groups)
     reference = F.unfold(a, (kh, kw), dilation, padding, stride)                 # [3, C kh kw, T]
     ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1

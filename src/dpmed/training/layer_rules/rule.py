@@ -17,7 +17,7 @@ Grads = dict[str, Tensor]
 Names = frozenset[str]
 
 # Transient memory for one chunk of unfolded patches or Gram matrices: the engine splits the batch so that no
-# intermediate holds more elements than this (2^25 float32 = 128 MiB), which keeps peak memory near a plain step.
+# intermediate holds more elements than this (2^22 float32 = 16 MiB), which keeps peak memory near a plain step.
 CHUNK_ELEMENTS = 1 << 22
 
 
