@@ -231,8 +231,7 @@ class DpSgdStep:
         defence (Holohan and Braghin 2021)."""
         scale = self.noise_multiplier * self.max_grad_norm   # Gaussian std, or Laplace scale b
         if not scale > 0 or not self.params:      # sigma 0 (with C = inf, scale is nan): no noise
-            for p, acc in zip(self.params, self.clipped_sum(x, y, groups=groups)):
-                p.grad = acc.div_(self.expected_batch_size)
+            self._set_grads(self.clipped_sum(x, y, groups=groups))
             return
         flat = self._noise_buffer()
         keys = block_keys(self.noise_rng, len(flat))        # the stream moves here, before anything can fail
@@ -248,11 +247,17 @@ class DpSgdStep:
                     f.result()              # re-raises a failed draw on this thread
         with record_function("dpmed.noise_add"):
             noise = flat.to(self.params[0].device)           # one copy to the GPU (pinned memory there)
-            start = 0
-            for p, acc in zip(self.params, total):
-                acc.add_(noise[start:start + acc.numel()].view(acc.shape), alpha=scale)   # in float64, then rounded
-                start += acc.numel()
-                p.grad = acc.div_(self.expected_batch_size)
+            pieces = noise.split([acc.numel() for acc in total])
+            # in float64, then rounded; one call for all parameters (a GPU pays host time per dispatched op)
+            torch._foreach_add_(total, [n.view(acc.shape) for n, acc in zip(pieces, total)], alpha=scale)
+        self._set_grads(total)
+
+    def _set_grads(self, total: list[Tensor]) -> None:
+        """p.grad = the noisy (or plain) clipped sum divided by the expected batch size qN, for every parameter."""
+        if total:
+            torch._foreach_div_(total, self.expected_batch_size)
+        for p, acc in zip(self.params, total):
+            p.grad = acc
 
     def _noise_buffer(self) -> Tensor:
         """float64 [number of trainable coordinates], reused from step to step; in pinned memory where the model

@@ -252,13 +252,14 @@ def _per_example_unfolded(a4: Tensor, g4: Tensor, geo: _ConvGeometry, shape: tup
     """grad_i W = g_i unfold(a_i)^T as batched matrix products, in batch chunks that bound the unfolded copy."""
     b, groups = a4.shape[0], geo.groups
     d_out, d_in = shape[0] // groups, shape[1] * shape[2] * shape[3]
-    t = g4[0, 0].numel()
-    out = g4.new_empty(b, groups, d_out, d_in)                                   # [B, G, d_out, d_in]
+    t = math.prod(g4.shape[2:])
+    out = g4.new_empty(b * groups, d_out, d_in)                                  # [B G, d_out, d_in]
     for s in split_batch(b, groups * d_in * t):
-        au = _unfold(a4[s], geo)                                                  # [b, G d_in, T]
-        au = au.view(au.shape[0], groups, d_in, t)
-        torch.matmul(g4[s].reshape(au.shape[0], groups, d_out, t), au.transpose(2, 3), out=out[s])
-    return out
+        n = (s.stop - s.start) * groups
+        au = _unfold(a4[s], geo).view(n, d_in, t)                                 # [b G, d_in, T]
+        # 3-d bmm: a 4-d matmul with out= dispatches several views and expands more per chunk
+        torch.bmm(g4[s].reshape(n, d_out, t), au.transpose(1, 2), out=out[s.start * groups:s.stop * groups])
+    return out.view(b, groups, d_out, d_in)
 
 
 def _per_example_kernel(a4: Tensor, geo: _ConvGeometry) -> Callable[..., Tensor]:
