@@ -170,7 +170,8 @@ def _patch_gram_by_pixels(a4: Tensor, geo: _ConvGeometry, out_hw: tuple[int, int
     # P[t + k, s + k] for each kernel offset k = (i dh, j dw): offset (i, j) shifts both pixel indices, so its block
     # is one strided view of pix starting i dh (S_2 + S_4) + j dw (S_3 + S_5) further in. One view and one add per
     # offset (four slices and an add were 5 kh kw dispatched ops, each costing host time on a GPU); a single
-    # reduction over all offsets as two more view dimensions is fewer ops still but a tenth slower on CPU
+    # reduction over all offsets as two more view dimensions is fewer ops still but slower on CPU (benchmarks/
+    # RESULTS.md, "On a GPU")
     s0, s1, s2, s3, s4, s5 = pix.stride()
     size, strides = (b, geo.groups, ho, wo, ho, wo), (s0, s1, sh * s2, sw * s3, sh * s4, sw * s5)
     aa = None
