@@ -79,6 +79,22 @@ def test_a_ctrl_c_while_a_record_is_serialised_interrupts_the_study_instead_of_f
     assert not list((out / "tiny" / "runs").glob("*/error.json"))
 
 
+def test_an_error_raised_while_a_ctrl_c_unwinds_still_interrupts_the_study(tmp_path, monkeypatch, tiny_text):
+    """Clean-up that fails while a KeyboardInterrupt unwinds (a file closed on the way out) raises another
+    exception whose __context__ is the interrupt: that is still an interrupt, not a failed run."""
+    def interrupted(spec, context, folder):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise OSError("closing the checkpoint failed (simulated)")
+
+    monkeypatch.setattr(dpmed.executors, "run_one", interrupted)
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 130
+    assert not list((out / "tiny" / "runs").glob("*/error.json"))
+
+
 def test_fail_fast_stops_at_the_first_failure(tmp_path, monkeypatch, capsys, tiny_text):
     (tmp_path / "s.yaml").write_text(tiny_text)
     monkeypatch.setattr(dpmed.executors, "run_one", lambda spec, context, folder: 1 / 0)
