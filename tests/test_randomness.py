@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import random
+from fractions import Fraction
+
 import numpy as np
 import pytest
+import scipy.stats
 import torch
 
-from dpmed.randomness import PRIVACY_STREAMS, PrivacyRandomness, public_seed
+from dpmed.randomness import PRIVACY_STREAMS, PrivacyRandomness, _bernoulli_exp, discrete_laplace, public_seed
 
 
 def _draws(r: PrivacyRandomness, name: str = "noise", n: int = 64) -> np.ndarray:
@@ -73,3 +78,31 @@ def test_public_seeds_are_stable_and_separate():
     assert public_seed(0, "init") == public_seed(0, "init")
     assert len({public_seed(0, "init"), public_seed(0, "splits"), public_seed(1, "init")}) == 3
     assert 0 <= public_seed(12345, "bootstrap") < 2 ** 63
+
+
+@pytest.mark.parametrize("scale", [Fraction(1, 2), Fraction(3), Fraction(7, 3), Fraction(50)])
+def test_discrete_laplace_has_its_law(scale):
+    """Chi-square of 20,000 draws against the exact pmf (1 - r) / (1 + r) r^|x|, r = e^(-1/scale), the tail pooled.
+    A sampler with its two parameters swapped (CKS 2020's Lap_Z(t/s)) fails for every scale but 1."""
+    rng = random.Random(7)
+    draws = [discrete_laplace(scale, rng.randrange) for _ in range(20_000)]
+    r = math.exp(-1 / float(scale))
+    edge = max(1, int(3 * float(scale)))
+    pmf = {x: (1 - r) / (1 + r) * r ** abs(x) for x in range(-edge, edge + 1)}
+    counts = {x: sum(d == x for d in draws) for x in pmf}
+    observed = list(counts.values()) + [len(draws) - sum(counts.values())]
+    expected = [len(draws) * p for p in pmf.values()] + [len(draws) * (1 - sum(pmf.values()))]
+    assert scipy.stats.chisquare(observed, expected).pvalue > 1e-4
+
+
+def test_discrete_laplace_refuses_a_scale_that_is_not_positive():
+    with pytest.raises(ValueError, match="positive"):
+        discrete_laplace(Fraction(0))
+
+
+def test_exact_bernoulli_of_exp_matches_its_probability():
+    rng = random.Random(3)
+    for gamma in (Fraction(0), Fraction(1, 3), Fraction(1), Fraction(5, 2)):
+        hits = sum(_bernoulli_exp(gamma, rng.randrange) for _ in range(20_000))
+        p = math.exp(-float(gamma))
+        assert abs(hits / 20_000 - p) < 5 * math.sqrt(p * (1 - p) / 20_000) + 1e-9

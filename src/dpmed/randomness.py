@@ -21,7 +21,9 @@ sums 4 float32 Gaussians per coordinate against floating-point attacks (Holohan 
 dpmed instead draws float64 noise, adds it to the clipped sum in float64 and rounds the result to the model's float32
 (`dpmed.training.dp_sgd`), so every float32 output is reachable from every sum and the gaps in the set of float64
 noise values that those attacks read (Mironov 2012) fall far below the output's rounding. Residual risks, stated:
-the samplers are not exact discrete samplers (Canonne, Kamath, Steinke 2020), and timing is not constant.
+the continuous samplers are not exact (Canonne, Kamath, Steinke 2020), and timing is not constant. The one integer
+release, the training set's noisy size (`dpmed.released_counts`), uses their exact discrete Laplace sampler
+(:func:`discrete_laplace`) over integer draws from the operating system.
 
 ``PrivacyRandomness.reproducible(seed=..., run_id=...)`` derives the key from the study seed and the run id instead:
 for tests and debugging only (study key ``privacy_randomness: reproducible``). Its runs are labelled "not DP against
@@ -35,13 +37,13 @@ import json
 import secrets
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
 from randomgen import AESCounter
 
 __all__ = ["PrivacyRandomness", "PRIVACY_STREAMS", "RandomnessMode", "public_seed", "poisson_mask",
-           "NOT_DP_REPRODUCIBLE"]
+           "NOT_DP_REPRODUCIBLE", "discrete_laplace"]
 
 RandomnessMode = Literal["secure", "reproducible"]
 
@@ -175,3 +177,47 @@ def poisson_mask(rng: np.random.Generator, n: int, sample_rate: float) -> np.nda
         return np.ones(n, dtype=bool)
     threshold = np.uint64(int(Fraction(sample_rate) * (1 << 64)))
     return rng.bit_generator.random_raw(n) < threshold
+
+
+# Exact sampling of the discrete Laplace distribution, P(x) proportional to exp(-|x| / scale) on the integers
+# (Canonne, Kamath, Steinke 2020, "The discrete Gaussian for differential privacy", Algorithms 1 and 2): rational
+# arithmetic on uniform integers only, so no floating-point rounding shifts a probability (Mironov 2012). Nothing in
+# numpy, dp_accounting or Opacus samples it exactly; ``randbelow(n)`` draws uniformly from 0..n-1.
+
+
+def _bernoulli(p: Fraction, randbelow: Callable[[int], int]) -> bool:
+    return randbelow(p.denominator) < p.numerator
+
+
+def _bernoulli_exp(gamma: Fraction, randbelow: Callable[[int], int]) -> bool:
+    """True with probability exp(-gamma), gamma >= 0 (CKS 2020, Algorithm 1, with its reduction for gamma > 1)."""
+    while gamma > 1:
+        if not _bernoulli_exp(Fraction(1), randbelow):
+            return False
+        gamma -= 1
+    k = 1
+    while _bernoulli(gamma / k, randbelow):
+        k += 1
+    return k % 2 == 1
+
+
+def discrete_laplace(scale: Fraction, randbelow: Callable[[int], int] = secrets.randbelow) -> int:
+    """One integer with P(x) = (1 - e^(-1/scale)) / (1 + e^(-1/scale)) e^(-|x| / scale), sampled exactly (CKS 2020,
+    Algorithm 2). Added to a count of sensitivity 1 it is (1 / scale, 0)-DP. ``randbelow``: the uniform integer
+    source, the operating system's by default (reproducible runs pass a seeded one)."""
+    scale = Fraction(scale)
+    if scale <= 0:
+        raise ValueError(f"scale must be positive, got {scale}")
+    t, s = scale.numerator, scale.denominator   # CKS sample Lap_Z(t / s)
+    while True:
+        u = randbelow(t)
+        if not _bernoulli_exp(Fraction(u, t), randbelow):
+            continue
+        v = 0
+        while _bernoulli_exp(Fraction(1), randbelow):
+            v += 1
+        y = (u + t * v) // s
+        negative = randbelow(2) == 1
+        if negative and y == 0:
+            continue
+        return -y if negative else y
