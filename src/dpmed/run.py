@@ -240,7 +240,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
                                           "training_metrics": assessment.training_metrics})
     record = RunRecord(
         run_id=plan.run_id, arm=plan.arm, mechanism=plan.mechanism, seed=plan.seed, plan=plan,
-        data=DataSummary(name=ds.name, task=ds.task.kind, source=dict(ds.source)), privacy=card,
+        data=DataSummary(name=ds.name, task=ds.task.kind, source=ds.shareable_source()), privacy=card,
         reconstruction=info.reconstruction(plan.privacy), ledger=result.ledger, metrics=assessment.metrics,
         fairness=assessment.fairness, explanations=assessment.explanations, audit=audit_summary, attack=attack_record,
         start=context.start,

@@ -139,3 +139,32 @@ class Dataset:
     source: Mapping[str, object] = field(default_factory=dict)
     normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     patients_known: bool = True
+
+    def shareable_source(self) -> dict[str, object]:
+        """``source`` without what the reader found in the files (:data:`SHAREABLE_SOURCE`): for run.json."""
+        kept: dict[str, object] = {}
+        for key, value in self.source.items():
+            allowed = SHAREABLE_SOURCE.get(key)
+            if allowed is True:
+                kept[key] = value
+            elif allowed:
+                kept[key] = {k: v for k, v in value.items() if k in allowed} if isinstance(value, Mapping) else value
+        return kept
+
+
+# The provenance keys (``Dataset.source``) a shareable file may hold: how the reader was set up, never what it found.
+# Counts of rows, of rows left out, of images a cohort kept, of patients in two splits or of files matched, file sizes
+# and cache keys all change when one patient is added to the training set, so an add/remove eps does not hold against
+# a file that holds them; they go to the terminal and the private log. A key or sub-key not listed here is left out
+# (a set lists the sub-keys kept of a mapping).
+SHAREABLE_SOURCE: dict[str, bool | frozenset[str]] = {
+    **dict.fromkeys(("format", "path", "preprocessing", "transforms", "classes", "published_splits",
+                     "patients_known", "columns", "labels", "findings", "uncertain_policy", "blank_policy", "tables",
+                     "table", "official_split_lists", "official_split", "demographics", "generator", "seed",
+                     "n_images", "image_size", "positive_fraction", "female_fraction", "repeat_fraction",
+                     "fractions", "task", "difficulty"), True),
+    "patient_key": frozenset({"pattern"}),
+    "split": frozenset({"val_fraction", "test_fraction", "seed", "official", "published", "carved",
+                        "shared_patients"}),
+    "cohort": frozenset({"fraction", "part", "seed", "description", "patients_known"}),
+}

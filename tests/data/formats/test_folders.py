@@ -338,9 +338,10 @@ def test_a_published_split_whose_images_are_all_unreadable_is_empty_not_carved(t
 
 
 @pytest.mark.filterwarnings("ignore:.*bootstrap redraws:RuntimeWarning")  # a 4-image test split
-def test_a_folder_study_records_its_preprocessing_and_left_out_rows(tmp_path, write_image):
-    """End to end through `dpmed run`: the run record's data section holds the per-image steps, the split and the
-    rows left out (what the report's provenance section shows)."""
+def test_a_folder_study_records_its_preprocessing_and_tells_left_out_rows_privately(tmp_path, write_image, caplog):
+    """End to end through `dpmed run`: the run record's data section holds the per-image steps and the split
+    settings (what the report's provenance section shows); the rows left out and the patients crossing splits are
+    counts of the data, told in the terminal and the private log, never in run.json."""
     import json
 
     from dpmed.cli import main
@@ -364,5 +365,7 @@ def test_a_folder_study_records_its_preprocessing_and_left_out_rows(tmp_path, wr
     assert data["preprocessing"]["resize"].startswith("16x16") and data["preprocessing"]["channels"] == 3
     assert data["preprocessing"]["minmax"] is True and data["preprocessing"]["equalize"] is True
     assert data["preprocessing"]["normalize"] == {"mean": [0.5], "std": [0.25]}
-    assert data["left_out_invalid"]["count"] == 1 and data["left_out_invalid"]["by_kind"] == {"unreadable image": 1}
-    assert data["split"]["published"] == ["test", "train"] and data["split"]["patients_crossing_splits"] == 0
+    assert data["split"]["published"] == ["test", "train"] and data["split"]["val_fraction"] == 0.25
+    assert not {"left_out_invalid", "rows", "decode", "summary"} & set(data)
+    assert "patients_crossing_splits" not in data["split"]
+    assert "left out 1 invalid rows ({'unreadable image': 1}" in caplog.text
