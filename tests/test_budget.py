@@ -3,6 +3,8 @@ the study file included; a budget refuses what exceeds it or has no single eps. 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -85,3 +87,24 @@ def test_a_budget_delta_at_or_above_one_over_n_is_refused_before_training(tmp_pa
     with pytest.raises(ConfigError, match=r"privacy_budget.delta 0.5 is at or above 1/N = 1/\d+ .* training patients"):
         prepare_study(study, out=tmp_path)
     prepare_study(load_study(write_study(BUDGET.replace("epsilon: 10,", "epsilon: 20,"))), out=tmp_path)
+
+
+def test_a_released_count_is_paid_once_however_many_runs_plan_from_it(write_study):
+    """Two seeds plan from the one count of training patients: the study adds its eps once, to the composed
+    training; a count released at another eps (an earlier draw of the folder) is another release, added too."""
+    study = load_study(write_study(BUDGET.replace("epsilon: 10,", "epsilon: 20,")))
+    context = PlanContext(images_per_patient=np.ones(140, dtype=np.int64), image_shape=(1, 16, 16),
+                          released_sizes={"patients": 150}, size_epsilon=0.05)
+    plans = plan_runs(study, context)
+    privacy = study_privacy(plans, budget=study.privacy_budget)
+    ledger = accounting.Ledger()
+    for plan in plans:
+        p = plan.privacy
+        ledger = ledger.record(accounting.dp_sgd_event(noise=p.noise, noise_multiplier=p.noise_multiplier,
+                                                       sample_rate=p.sample_rate, steps=p.steps))
+    training = accounting.ledger_epsilon(ledger, delta=1e-5, accountant="pld")
+    assert privacy.dp_sgd_epsilon == pytest.approx(training + 0.05)
+    assert "1 DP count(s) of the training set: patients at eps 0.05" in privacy.statement
+    other = plan_runs(study, replace(context, size_epsilon=0.1))[:1]
+    both = study_privacy(plans + [other[0].model_copy(update={"run_id": "old"})], budget=study.privacy_budget)
+    assert both.dp_sgd_epsilon > training + 0.05 + 0.1

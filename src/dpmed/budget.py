@@ -5,7 +5,9 @@ who shares them all shares their composition, not the eps of any single run. Thi
 *every* run the study folder holds: the runs the study file asks for (planned, before training), and finished runs
 that are still in the folder although the study file no longer lists them (their files were released just the same).
 
-* DP-SGD runs (Poisson sampling, one unit of privacy) compose in one accountant: the study's eps.
+* DP-SGD runs (Poisson sampling, one unit of privacy) compose in one accountant: the study's eps. To that is added
+  the eps of each DP count of the training set they planned from (`dpmed.released_size`): once per count, however
+  many runs share it.
 * A run without privacy (``none``, ``scalar_shift``, shuffle-mode DP-SGD) trained on the same patients makes the
   study's total infinite: nothing that includes its model is DP.
 * Local-DP arms hold for another neighbour relation (any two images); they do not compose with add/remove into one
@@ -42,6 +44,7 @@ class _Released:
     delta: float | None = None
     accountant: str | None = None
     events: tuple = ()
+    size: tuple[str, float] | None = None     # the DP count it planned from (count key, its eps), if released
 
 
 def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
@@ -55,7 +58,8 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
     events = ledger.events if ledger is not None else (accounting.dp_sgd_event(
         noise=privacy.noise, noise_multiplier=privacy.noise_multiplier, sample_rate=privacy.sample_rate,
         steps=privacy.steps),)
-    return _Released(plan.run_id, "dp_sgd", privacy.unit, privacy.delta, privacy.accountant, tuple(events))
+    size = (privacy.size_key, privacy.size_epsilon) if privacy.size_epsilon else None
+    return _Released(plan.run_id, "dp_sgd", privacy.unit, privacy.delta, privacy.accountant, tuple(events), size)
 
 
 def _compose(runs: Sequence[_Released], delta: float, accountant: str) -> tuple[float | None, str]:
@@ -90,6 +94,11 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
         why = f" (runs with units {' and '.join(units)} do not compose into one eps)"
     elif dp:
         dp_eps, why = _compose(dp, delta, accountant)
+        sizes = {r.size for r in dp if r.size is not None}
+        if dp_eps is not None and sizes:
+            dp_eps += sum(eps for _, eps in sizes)
+            why += (f" (including {len(sizes)} DP count(s) of the training set: "
+                    + ", ".join(f"{key} at eps {eps:g}" for key, eps in sorted(sizes)) + ")")
     total = math.inf if not_private else None if (local or (dp and unit is None)) else dp_eps
     parts = []
     if dp:

@@ -167,6 +167,12 @@ class StudyFolder:
         return self.private / "report.html"
 
     @property
+    def released_sizes(self) -> Path:
+        """The DP counts of the training set drawn for this study (`dpmed.released_size`), kept so that reruns
+        plan from the same draw; with the data's fingerprint beside each, so private."""
+        return self.private / "released_sizes.json"
+
+    @property
     def data_fingerprint(self) -> Path:
         """sha256 of the data the finished runs trained on: a statistic of the training images, so private."""
         return self.private / "data_fingerprint"

@@ -232,7 +232,9 @@ class StudyPrivacy(_Record):
 
 
 class DatasetSummary(_Record):
-    """The study's dataset as the report describes it: sizes of the splits (images, training patients), shape; the
+    """The study's dataset as the report describes it: sizes of the splits, shape; the training set's size exactly
+    (n_train images, n_train_patients) only in a study without DP-SGD runs, else None, and released_sizes holds the
+    DP counts its DP-SGD runs planned from, at size_epsilon each (`dpmed.released_size`); the
     task's class (or finding) names, in label order: for a binary task the second is the *positive* class, the one
     sensitivity counts (in some public binary sets it is "benign" or "normal", not the disease); ordinal: the classes
     are ordered grades (quadratic-weighted kappa is reported)."""
@@ -243,10 +245,12 @@ class DatasetSummary(_Record):
     ordinal: bool = False
     synthetic: bool
     description: str
-    n_train: int
+    n_train: int | None
     n_val: int
     n_test: int
-    n_train_patients: int
+    n_train_patients: int | None
+    released_sizes: dict[str, int] = Field(default_factory=dict)
+    size_epsilon: float | None = None
     patients_known: bool
     image_shape: tuple[int, ...]
 

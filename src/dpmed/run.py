@@ -230,7 +230,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
             canaries, = _model_inputs(ds, trial.canaries)
             verdict, arrays = audit.conclude(trial, predict_logits(model, canaries, device=device),
                                              task_kind=ds.task.kind, delta=None if dp is None else dp.delta,
-                                             claimed_epsilon=None if dp is None else card.epsilon)
+                                             claimed_epsilon=None if dp is None else card.training_epsilon)
             np.savez_compressed(folder.audit_scores, **arrays)
             write_json_atomic(folder.audit, verdict)
             audit_summary = AuditSummary(n_canaries=plan.audit.canaries, kind=plan.audit.kind,

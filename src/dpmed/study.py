@@ -18,9 +18,9 @@ import json
 import logging
 import time
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -38,10 +38,11 @@ from dpmed.errors import ConfigError, DataError
 from dpmed.evaluation import load_predictions
 from dpmed.executors import RunFailure, RunTask, make_executor
 from dpmed.folders import StudyFolder, write_json_atomic, write_text_atomic
-from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info
+from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.pretraining import prepare_start
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
+from dpmed.released_size import needed_sizes, release_sizes
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record
 from dpmed.reporting import write_private_report, write_report, write_results_table
 from dpmed.run import RunContext
@@ -94,6 +95,7 @@ class PreparedStudy:
     privacy: StudyPrivacy
     load_seconds: float
     fingerprint: str = ""
+    sizes: Mapping[str, int] = field(default_factory=dict)   # the DP counts DP-SGD planned from (released_size)
 
     @property
     def todo(self) -> list[RunPlan]:
@@ -101,8 +103,8 @@ class PreparedStudy:
         return [p for p in self.plans if p.run_id not in self.finished]
 
     def resolved(self) -> ResolvedStudy:
-        return ResolvedStudy(study=self.study, dataset=_dataset_summary(self.dataset), study_privacy=self.privacy,
-                             runs=self.plans)
+        return ResolvedStudy(study=self.study, study_privacy=self.privacy, runs=self.plans,
+                             dataset=_dataset_summary(self.dataset, self.sizes, self.study.size_epsilon))
 
 
 def check_device(study: Study, *, given_as: str | None = None) -> None:
@@ -143,16 +145,24 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
                             "split settings")
 
 
-def plan_study(study: Study, dataset: Dataset) -> list[RunPlan]:
+def plan_context(dataset: Dataset) -> PlanContext:
+    """What planning reads of ``dataset``: images per training patient, the image shape, whether patients are known."""
+    return PlanContext(images_per_patient=images_per_patient(dataset.train.patient_ids),
+                       image_shape=dataset.train.image_shape, patients_known=dataset.patients_known)
+
+
+def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None = None) -> list[RunPlan]:
     """Every run of ``study`` on ``dataset``, planned (METHODS.md s.1-2): DP-SGD's q, T, delta and calibrated sigma
-    over its unit, local DP noise scales. Audits are checked against the training patients, the batch against the
-    training images, and augmentation's crop padding against the image size."""
+    over its unit, from ``sizes``, the DP counts of its units (`dpmed.released_size`; None: from the exact counts,
+    taken as public), local DP noise scales. Audits are checked against the training patients, the batch against
+    the training images, and augmentation's crop padding against the image size."""
     augmentation, side = study.training.augmentation, min(dataset.train.image_shape[1:])
     if augmentation is not None and augmentation.crop_padding != "auto" and augmentation.crop_padding >= side:
         raise ConfigError(f"training.augmentation.crop_padding {augmentation.crop_padding} px needs images larger "
                           f"than that (reflect padding), and these are {side} px; lower it, or use 'auto' (side / 8)")
-    context = PlanContext(images_per_patient=images_per_patient(dataset.train.patient_ids),
-                          image_shape=dataset.train.image_shape, patients_known=dataset.patients_known)
+    context = plan_context(dataset)
+    if sizes is not None:
+        context = replace(context, released_sizes=sizes, size_epsilon=study.size_epsilon)
     plans = plan_runs(study, context)
     limit = max_canaries(dataset.train)
     for plan in plans:
@@ -171,11 +181,32 @@ def plan_study(study: Study, dataset: Dataset) -> list[RunPlan]:
     return plans
 
 
-def _dataset_summary(dataset: Dataset) -> DatasetSummary:
+def _tell_largest_patient(plans: list[RunPlan], dataset: Dataset) -> None:
+    """What each image-unit DP-SGD run's eps implies for the training patient with the most images, where its arm
+    declares no max_images_per_patient for the card to state it for: told to the user (terminal, private log) and
+    written to no shareable file, since that count is a statistic of the training set."""
+    counts = images_per_patient(dataset.train.patient_ids)
+    k = int(counts.max()) if dataset.patients_known and len(counts) else 1
+    cache: dict = {}
+    for plan in plans:
+        dp = plan.privacy
+        if k > 1 and isinstance(dp, DpSgdPlan) and dp.unit == "image" and dp.max_images_per_patient is None:
+            group = patient_guarantee(dp, k, cache, why=f"up to k = {k} training images ({int((counts > 1).sum())} "
+                                      "patients have several; shown here only, not in any shareable file)")
+            _log.info("%s: %s", plan.run_id, group.statement)
+
+
+def _dataset_summary(dataset: Dataset, sizes: Mapping[str, int] | None = None,
+                     size_epsilon: float | None = None) -> DatasetSummary:
+    """The dataset as study.yaml and the report show it: with DP-SGD runs (``sizes``: their DP counts), the training
+    set's size only as those counts (`dpmed.released_size`); without, exactly (no add/remove eps to break)."""
+    hidden = bool(sizes)
     return DatasetSummary(name=dataset.name, task=dataset.task.kind, label_names=dataset.task.label_names,
                           ordinal=dataset.task.ordinal, synthetic=dataset.synthetic,
-                          description=dataset.description, n_train=len(dataset.train), n_val=len(dataset.val),
-                          n_test=len(dataset.test), n_train_patients=len(set(dataset.train.patient_ids.tolist())),
+                          description=dataset.description, n_train=None if hidden else len(dataset.train),
+                          n_val=len(dataset.val), n_test=len(dataset.test),
+                          n_train_patients=None if hidden else len(set(dataset.train.patient_ids.tolist())),
+                          released_sizes=dict(sizes or {}), size_epsilon=size_epsilon if hidden else None,
                           patients_known=dataset.patients_known, image_shape=dataset.train.image_shape)
 
 
@@ -197,7 +228,8 @@ def setting_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str
 
 
 # What says that two datasets are the same data to a finished run (not where the files lie, nor the description).
-_SAME_DATA = ("name", "task", "label_names", "n_train", "n_val", "n_test", "n_train_patients", "image_shape")
+# (The training set's size is checked with the images, by the private fingerprint: study.yaml may not hold it.)
+_SAME_DATA = ("name", "task", "label_names", "n_val", "n_test", "image_shape")
 
 
 def _other_data(before: ResolvedStudy, dataset: Dataset) -> list[str]:
@@ -290,14 +322,20 @@ def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, study
 def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy:
     """Read the data and plan every run of ``study`` (calibration included) against the output folder
     ``out/<study.name>/``: which runs are finished, and the study's privacy as a whole, with ``privacy_budget``
-    checked. Trains and writes nothing. Raises ConfigError if the folder holds runs made with other settings."""
+    checked. Trains nothing, and writes only the DP counts of the training set that DP-SGD plans from, where this
+    folder holds none yet (private; `dpmed.released_size`). Raises ConfigError if the folder holds runs made with
+    other settings."""
     check_device(study)
     folder = StudyFolder(Path(out) / study.name)
     start = time.perf_counter()
     dataset = load_study_data(study)
     load_seconds = time.perf_counter() - start
-    plans = plan_study(study, dataset)
     fingerprint = data_fingerprint(dataset)
+    sizes = release_sizes(needed_sizes(study, plan_context(dataset)), epsilon=study.size_epsilon,
+                          path=folder.released_sizes, fingerprint=fingerprint,
+                          reproducible_seed=study.seeds[0] if study.privacy_randomness == "reproducible" else None)
+    plans = plan_study(study, dataset, sizes)
+    _tell_largest_patient(plans, dataset)
     existing, elsewhere = _finished(folder, plans, dataset, study, fingerprint)
     reproducible = "reproducible" in {study.privacy_randomness, *map(_randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
@@ -305,7 +343,8 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
         _refuse_vacuous_budget_delta(study.privacy_budget.delta, plans)
         check_budget(study.privacy_budget, privacy)
     return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,
-                         elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint)
+                         elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint,
+                         sizes=sizes)
 
 
 def _refuse_vacuous_budget_delta(delta: float, plans: list[RunPlan]) -> None:

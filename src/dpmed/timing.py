@@ -69,7 +69,7 @@ def step_kind(plan: RunPlan, device: str = "auto") -> StepKind:
     (auto: CUDA if available)."""
     training = plan.training
     dp = plan.privacy if isinstance(plan.privacy, DpSgdPlan) else None
-    batch = training.batch_size if dp is None else max(1, round(dp.sample_rate * dp.n_train))
+    batch = training.batch_size if dp is None else max(1, round(dp.sample_rate * dp.n_units))
     return StepKind(dp_sgd=dp is not None, batch=batch, physical_batch=training.physical_batch_size,
                     engine=None if dp is None else training.dp_engine, threads=run_threads(training.threads),
                     device=_device(training.device, device))
@@ -152,7 +152,7 @@ def _time_steps(data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan,
         source = plan.privacy
         dp = DpSgdPlan(noise_multiplier=source.noise_multiplier, max_grad_norm=source.max_grad_norm,
                        sample_rate=kind.batch / len(data), steps=steps, noise=source.noise, unit="image",
-                       expected_batch_size=float(kind.batch), n_units=len(data), n_train=len(data))
+                       expected_batch_size=float(kind.batch), n_units=len(data))
     randomness = PrivacyRandomness.reproducible(seed=0, run_id="timing-probe")   # a probe: nothing is released
     result = train(model, data, dataset.task, training, seed=0, dp=dp, randomness=randomness, device=device,
                    progress=False)

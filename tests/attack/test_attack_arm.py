@@ -36,7 +36,7 @@ def test_a_laplace_arm_is_attacked_through_its_own_laplace_step(phantom, monkeyp
     monkeypatch.setattr(dp_sgd.DpSgdStep, "__init__", spy)
     n = len(phantom.train.images)
     plan = DpSgdPlan(noise_multiplier=0.05, max_grad_norm=1.0, sample_rate=8 / n, steps=100, noise="laplace",
-                     unit="image", expected_batch_size=8.0, n_units=n, n_train=n, attack=AttackConfig(batches=1))
+                     unit="image", expected_batch_size=8.0, n_units=n, attack=AttackConfig(batches=1))
     attack_arm(_model(), phantom, plan, seed=0)
     assert seen and all(s == ("laplace", 1) for s in seen), seen
 
@@ -46,7 +46,7 @@ def test_a_validation_split_too_small_for_the_attack_is_a_config_error_before_tr
 
     n = len(phantom.train.images)
     plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=40 / n, steps=100, unit="image",
-                     expected_batch_size=40.0, n_units=n, n_train=n, attack=AttackConfig(batches=1))
+                     expected_batch_size=40.0, n_units=n, attack=AttackConfig(batches=1))
     assert len(phantom.val.images) < 40
     with pytest.raises(ConfigError, match="validation"):
         attack.attack_batch_size(phantom, plan)           # what dpmed.run checks before it trains
@@ -56,13 +56,13 @@ def test_a_validation_split_too_small_for_the_attack_is_a_config_error_before_tr
 
 def test_a_patient_unit_arm_keeps_as_many_guesses_as_the_batch_holds_images(phantom):
     """Under the patient unit the expected batch counts patients (fewer than its images): keeping only that many
-    reconstructions capped the per-image success rate at patients / images whatever the noise."""
-    n_train = len(phantom.train.images)
+    reconstructions capped the per-image success rate at patients / images whatever the noise. The images per
+    patient are the test split's: the training set's are a private statistic."""
     n_patients = len(set(phantom.train.patient_ids.tolist()))
-    assert n_patients < n_train
-    q = 12 / n_patients
-    plan = DpSgdPlan(noise_multiplier=1e-4, max_grad_norm=1.0, sample_rate=q, steps=100, unit="patient",
-                     expected_batch_size=12.0, n_units=n_patients, n_train=n_train, attack=AttackConfig(batches=2))
+    test_patients = len(set(phantom.test.patient_ids.tolist()))
+    assert test_patients < len(phantom.test)
+    plan = DpSgdPlan(noise_multiplier=1e-4, max_grad_norm=1.0, sample_rate=12 / n_patients, steps=100,
+                     unit="patient", expected_batch_size=12.0, n_units=n_patients, attack=AttackConfig(batches=2))
     result = attack_arm(_model(), phantom, plan, seed=0)
-    assert result.batch_size == round(q * n_train) > 12
+    assert result.batch_size == round(12 * len(phantom.test) / test_patients) > 12
     assert result.n_reconstructions == result.n_batches * result.batch_size

@@ -19,7 +19,7 @@ arms:
   - {name: base, mechanism: none}
   - {name: ldp, mechanism: pixel_laplace, target_epsilon_image: 512}
   - {name: dp, mechanism: dp_sgd, target_epsilon: [1, 8], max_grad_norm: [0.5, 1]}
-  - {name: img, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image}
+  - {name: img, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image, max_images_per_patient: 2}
 """
 # 60 patients, 100 images: 30 with one image, 20 with two, 10 with three
 CONTEXT = PlanContext(images_per_patient=np.array([1] * 30 + [2] * 20 + [3] * 10), image_shape=(1, 16, 16))
@@ -36,12 +36,12 @@ def test_each_mechanism_plans_its_own_kind(plans):
     assert isinstance(plans["ldp_epsimg512_seed0"].privacy, PixelLaplacePlan)
     assert plans["ldp_epsimg512_seed0"].privacy.scale == pytest.approx(256 / 512)
     dp = plans["dp_eps1_C0.5_seed0"].privacy
-    assert isinstance(dp, DpSgdPlan) and dp.unit == "patient" and dp.n_units == 60 and dp.n_train == 100
+    assert isinstance(dp, DpSgdPlan) and dp.unit == "patient" and dp.n_units == 60
     assert dp.sample_rate == pytest.approx(10 / 60) and dp.steps == 2 * 6
     assert dp.expected_batch_size == pytest.approx(10)
     image = plans["img_eps8_C1_seed0"].privacy
-    assert image.unit == "image" and image.n_units == 100 and image.patient_guarantee.k == 3
-    assert image.patient_guarantee.n_multi == 30 and "group-privacy formula" in image.patient_guarantee.statement
+    assert image.unit == "image" and image.n_units == 30 + 2 * 30 and image.patient_guarantee.k == 2
+    assert "group-privacy formula" in image.patient_guarantee.statement
 
 
 def test_plans_round_trip_through_json_exactly(plans):

@@ -21,7 +21,7 @@ from dpmed.cli import main
 from dpmed.config import load_study
 from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder
-from dpmed.study import load_study_data, plan_study
+from dpmed.study import load_study_data, plan_study, read_resolved
 
 # Reproducible privacy randomness: the audit is a 95 % test, so with fresh bits it would fail now and then by design;
 # the test needs the same bits every time (each run still draws its own, from its run id).
@@ -90,7 +90,9 @@ def test_without_dp_the_audit_finds_a_large_eps(audits):
 def test_with_dp_sgd_the_lower_bound_stays_below_the_claimed_eps(records, audits):
     card, audit = records["dp-sgd"]["privacy"], audits["dp-sgd"]
     assert card["epsilon"] <= 1.0 and "NOT DP against anyone who knows the seed" in card["statement"]
-    assert audit["claimed_epsilon"] == card["epsilon"] and audit["delta"] == card["delta"]
+    # the audit tests training: its claim leaves out what the released training-set size costs
+    assert audit["claimed_epsilon"] == pytest.approx(card["epsilon"] - card["size_epsilon"]) and card["size_epsilon"]
+    assert audit["delta"] == card["delta"]
     assert audit["epsilon_lower_bound"] < audit["claimed_epsilon"]
     assert audit["consistent_with_claim"] is True and "consistent" in audit["statement"]
     # the audit has the power to catch a run that claims eps = 1 but behaves like the non-private one
@@ -111,18 +113,19 @@ def test_both_arms_audit_the_same_canaries_with_their_own_secret_bits(study_out,
     assert np.median(off["scores"][off["included"]]) > np.median(off["scores"][~off["included"]])
 
 
-def test_canaries_leave_the_claim_unchanged(write_study, records):
+def test_canaries_leave_the_claim_unchanged(write_study, records, study_out):
     """q, T and sigma come from the split before canaries, so the accountant's eps is that of the same arm without an
     audit (with Poisson sampling it depends on q, T and sigma only)."""
     d = records["dp-sgd"]["plan"]["privacy"]
     plain = load_study(write_study(STUDY.replace(", audit: {canaries: 100, kind: mislabelled}", "")))
-    again = {s.arm: s for s in plan_study(plain, load_study_data(plain))}["dp-sgd"]
+    sizes = read_resolved(study_out).dataset.released_sizes          # the DP count the study planned from
+    again = {s.arm: s for s in plan_study(plain, load_study_data(plain), sizes)}["dp-sgd"]
     assert again.audit is None and records["dp-sgd"]["plan"]["audit"]["canaries"] == 100
     for key in ("noise_multiplier", "sample_rate", "steps", "delta"):
         assert getattr(again.privacy, key) == d[key]
     eps = accounting.dp_sgd_epsilon(noise_multiplier=d["noise_multiplier"], sample_rate=d["sample_rate"],
                                     steps=d["steps"], delta=d["delta"], accountant=d["accountant"])
-    assert records["dp-sgd"]["privacy"]["epsilon"] == pytest.approx(eps, rel=1e-9)
+    assert records["dp-sgd"]["privacy"]["epsilon"] == pytest.approx(eps + d["size_epsilon"], rel=1e-9)
 
 
 # ----------------------------------------------------------------------------------------------- the study file

@@ -45,13 +45,17 @@ def test_quickstart_writes_every_output(quickstart, capsys):
 def test_privacy_cards_are_honest(quickstart):
     records = {p.parent.name: read_record(p) for p in (quickstart / "runs").glob("*/run.json")}
     resolved = yaml.safe_load((quickstart / "study.yaml").read_text())
-    n_patients = resolved["dataset"]["n_train_patients"]
+    dataset = resolved["dataset"]
+    assert dataset["n_train"] is None and dataset["n_train_patients"] is None   # the exact size is private
+    batch = resolved["study"]["training"]["batch_size"]
+    n_patients = max(dataset["released_sizes"]["patients"], batch)   # the DP count, at least the expected batch
     for run_id, r in records.items():
         card = r.privacy
         if r.mechanism == "dp_sgd":
             assert card.epsilon <= card.target_epsilon              # calibration never overshoots
             assert card.epsilon > 0.9 * card.target_epsilon         # ... and is not wildly loose
-            assert card.unit == "patient" and card.n_units == n_patients < resolved["dataset"]["n_train"]
+            assert card.size_epsilon == dataset["size_epsilon"] == 0.02
+            assert card.unit == "patient" and card.n_units == n_patients
             assert card.delta == pytest.approx(min(1e-5, 1 / (10 * n_patients)))
             assert card.sampling == "poisson" and card.accountant == "pld"
             for word in ("delta", "PLD", "add or remove one training patient"):
@@ -89,7 +93,7 @@ def test_changed_settings_refuse_to_mix_with_finished_runs(quickstart, capsys):
 
 @pytest.mark.parametrize(("change", "named"), [
     ("model.name=flat_cnn", "model: small_cnn in the finished run, flat_cnn now"),
-    ("data.n_images=280", "dataset.n_train: "),
+    ("data.n_images=280", "dataset.n_val: "),
     ("data.image_size=28", "dataset.image_shape: [1, 32, 32] in the finished runs, [1, 28, 28] now"),
     ("privacy_randomness=reproducible", "privacy_randomness: secure in the finished run, reproducible now"),
     ("evaluation.confidence=0.5", "evaluation.confidence: 0.95 in the finished run, 0.5 now"),

@@ -60,12 +60,16 @@ def test_python_dash_m_dpmed_is_the_dpmed_command():
 
 def test_plan_shows_every_run_as_run_then_made_it_and_trains_nothing(tiny_study, tiny_text, tmp_path, capsys):
     """Each run's sigma, eps (with delta, accountant and unit), q and T in `dpmed plan` are the ones `dpmed run`
-    recorded for the same study; the study's eps, the budget and a timed estimate are printed; nothing is written."""
+    then recorded into the same folder; the study's eps, the budget and a timed estimate are printed. Nothing is
+    written but the private DP count of the training set, which the run then plans from."""
     study = _study(tmp_path, tiny_text)
     out = tmp_path / "plan-out"
     assert main(["plan", str(study), "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert not out.exists()                                   # no folder, no runs/, no study.yaml: nothing trained
+    assert [p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()] == [
+        f"{tiny_study.name}/private/released_sizes.json"]   # no runs/, no study.yaml: nothing trained
+    assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 0
+    tiny_study = out / tiny_study.name
     resolved = yaml.safe_load((tiny_study / "study.yaml").read_text())
     ids = {r["run_id"] for r in resolved["runs"]}
     rows = {line.split()[0]: line for line in text.splitlines() if line.split()[:1] and line.split()[0] in ids}

@@ -19,8 +19,9 @@ name: cards
 data: {source: phantom, n_images: 200, image_size: 16}
 training: {epochs: 1, batch_size: 20}
 arms:
-  - {name: poisson, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image}
-  - {name: shuffled, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image, sampling: shuffle}
+  - {name: poisson, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image, max_images_per_patient: 2}
+  - {name: shuffled, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image, sampling: shuffle,
+     max_images_per_patient: 2}
 """
 
 

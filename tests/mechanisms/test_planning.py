@@ -8,7 +8,8 @@ import pytest
 
 from dpmed import accounting
 from dpmed.config import load_study, plan_runs
-from dpmed.mechanisms import PlanContext
+from dpmed.errors import ConfigError
+from dpmed.mechanisms import PlanContext, mechanism_info
 
 STUDY = """
 name: arms
@@ -122,3 +123,48 @@ def test_a_per_image_delta_of_local_dp_at_or_above_one_over_n_is_refused():
         plan_runs(study(0.5), context)
     (plan,) = plan_runs(study(0.02), context)
     assert plan.privacy.delta == 0.02
+
+
+SIZED = """
+name: sized
+data: {source: phantom, n_images: 200, image_size: 16}
+training: {epochs: 2, batch_size: 20}
+arms:
+  - {name: dp, mechanism: dp_sgd, target_epsilon: 1}
+  - {name: given, mechanism: dp_sgd, noise_multiplier: 2.0}
+"""
+
+
+def _sized(study, released: int, epsilon: float = 0.05):
+    context = PlanContext(images_per_patient=np.ones(140, dtype=np.int64), image_shape=(1, 16, 16),
+                          released_sizes={"patients": released}, size_epsilon=epsilon)
+    return {p.arm: p.privacy for p in plan_runs(study, context)}
+
+
+def test_a_released_count_is_what_q_t_and_delta_are_planned_from_and_its_eps_is_on_the_card(write_study):
+    """140 training patients, released as 173: q = 20 / 173, T = 2 round(173 / 20), delta from 173; the noise is
+    calibrated to 1 - 0.05, and the card's eps adds the count's 0.05 to what the accountant gives the training."""
+    plans = _sized(load_study(write_study(SIZED)), 173)
+    dp = plans["dp"]
+    assert dp.n_units == 173 and dp.size_epsilon == 0.05 and dp.expected_batch_size == pytest.approx(20)
+    assert dp.sample_rate == pytest.approx(20 / 173) and dp.steps == 2 * 9
+    assert dp.delta == pytest.approx(min(1e-5, 1 / 1730))
+    training = accounting.dp_sgd_epsilon(noise_multiplier=dp.noise_multiplier, sample_rate=dp.sample_rate,
+                                         steps=dp.steps, delta=dp.delta)
+    assert 0.94 < training <= 0.95
+    ledger = accounting.Ledger((accounting.dp_sgd_event(noise="gaussian", noise_multiplier=dp.noise_multiplier,
+                                                        sample_rate=dp.sample_rate, steps=dp.steps),))
+    card = mechanism_info("dp_sgd").card(dp, ledger, "secure")
+    assert card.epsilon == pytest.approx(training + 0.05) and card.training_epsilon == pytest.approx(training)
+    assert "N = 173, a count released at eps 0.05" in card.statement
+    assert "+ 0.05 for the released size" in card.statement
+    given = plans["given"]     # given noise: its eps is what it is, the count's added
+    assert given.noise_multiplier == 2.0 and given.size_epsilon == 0.05
+
+
+def test_a_count_drawn_below_the_batch_plans_q_1_and_a_target_under_the_count_eps_is_refused(write_study):
+    plans = _sized(load_study(write_study(SIZED)), 7)
+    assert plans["dp"].n_units == 20 and plans["dp"].sample_rate == 1.0
+    with pytest.raises(ConfigError, match="target_epsilon 1 leaves nothing for training once the study's "
+                                          "size_epsilon 1 is spent"):
+        _sized(load_study(write_study(SIZED)), 140, epsilon=1.0)

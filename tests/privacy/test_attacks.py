@@ -13,6 +13,7 @@ Tiny studies on the embedded phantom (100 images, 16 px, small_cnn, seed 0) keep
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import json
 import math
@@ -25,6 +26,8 @@ import torch
 import yaml
 
 import dpmed.run
+import dpmed.study
+from dpmed import released_size
 from dpmed.config import load_study, run_ids
 from dpmed.study import load_study_data, run_study
 
@@ -103,7 +106,10 @@ def _spying(run_ids: list[str]):
 
 
 def _run(folder: Path, study):
-    with _spying(run_ids(study)) as spy:
+    """Run ``study``, its released training-set count pinned to the exact count (noise 0): these attacks aim at the
+    training's noise, and q = 1 (batch_size = N) needs a count no larger than N."""
+    with _spying(run_ids(study)) as spy, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(released_size, "discrete_laplace", lambda scale, randbelow=None: 0)
         result = run_study(study, out=folder / "out", progress=False)
     assert not result.failures, [f.error for f in result.failures]
     return result.out_dir, spy
@@ -175,7 +181,8 @@ def _dp_update(study_dir: Path, spy: _Spy, run_id: str) -> dict:
     and the published settings (run.json); flattened in model.parameters() order."""
     rec = _record(study_dir, run_id)
     card, spec = rec["privacy"], rec["plan"]
-    q, n, lr = card["sample_rate"], spec["privacy"]["n_train"], spec["training"]["learning_rate"]
+    q, lr = card["sample_rate"], spec["training"]["learning_rate"]
+    n = spec["privacy"]["expected_batch_size"] / q
     assert card["steps"] == 1 and q == 1 and spec["training"]["optimizer"] == "sgd"
     assert spec["training"]["momentum"] == 0 and spec["training"]["weight_decay"] == 0
     theta0, names = spy.init_of(run_id)
@@ -436,6 +443,7 @@ def test_a_retried_run_with_other_settings_shares_no_noise_with_the_attempt_it_r
     run_id, = run_ids(first)
     with pytest.MonkeyPatch.context() as mp, _spying([run_id]) as spy1:
         mp.setattr(dpmed.run, "assess", _crash)
+        mp.setattr(released_size, "discrete_laplace", lambda scale, randbelow=None: 0)   # as in _run: q = 1
         failed = run_study(first, out=tmp_path / "out", progress=False)
     assert failed.failures and not (failed.out_dir / "runs" / run_id / "run.json").exists()
     left = torch.load(failed.out_dir / "runs" / run_id / "model.pt", map_location="cpu", weights_only=True)
@@ -449,3 +457,50 @@ def test_a_retried_run_with_other_settings_shares_no_noise_with_the_attempt_it_r
     first_run = second | {"sigma": sigma1, "u": np.concatenate(
         [((theta0[k].double() - left[k].double()) / c).numpy().ravel() for k in names])}
     _assert_differencing_fails(first_run, second)
+
+
+# --- the training set's size ---------------------------------------------------------------------------------------
+
+def _without_one_patient(dataset):
+    """The neighbouring dataset under the patient unit: the training patient with the most images left out whole."""
+    ids, counts = np.unique(dataset.train.patient_ids, return_counts=True)
+    keep = np.flatnonzero(dataset.train.patient_ids != ids[np.argmax(counts)])
+    assert counts.max() > 1
+    return dataclasses.replace(dataset, train=dataset.train.subset(keep))
+
+
+def _released_without_training(folder: Path, study, dataset, noise: int) -> dict:
+    """What the shareable files say of a study on ``dataset`` that training does not compute (the DP model and its
+    evaluation are left out): study.yaml whole, and each run.json's identity, plan, data provenance, privacy card,
+    reconstruction bounds and ledger; the released count's noise fixed at ``noise``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dpmed.study, "load_study_data", lambda s: dataset)
+        patch.setattr(released_size, "discrete_laplace", lambda scale, randbelow=None: noise)
+        result = run_study(study, out=folder, progress=False)
+    assert not result.failures, [f.error for f in result.failures]
+    released = {"study.yaml": (result.out_dir / "study.yaml").read_text()}
+    for path in sorted(result.out_dir.glob("runs/*/run.json")):
+        record = json.loads(path.read_text())
+        released[path.parent.name] = {k: record[k] for k in ("run_id", "plan", "data", "privacy", "reconstruction",
+                                                             "ledger")}
+    return released
+
+
+def test_the_shareable_files_cannot_tell_a_dataset_from_its_neighbour_beyond_the_released_count(tmp_path):
+    """Adversary: everything dpmed writes outside private/ about two studies on neighbouring datasets (one patient
+    with all of their images more or fewer). Once the released count agrees, which the discrete Laplace noise makes
+    as likely as e^(+-size_epsilon) allows, those files are identical: N reaches them only through the count. The
+    positive control, the exact count (no noise) as dpmed released it before, tells the two apart: q, T, delta, the
+    expected batch, the prior 1/N and the sizes in study.yaml all read N."""
+    arms = [{"name": "dp", "mechanism": "dp_sgd", "target_epsilon": [2.0], "accountant": "pld"}]
+    study = _study(tmp_path, "size", arms)
+    full = load_study_data(study)
+    neighbour = _without_one_patient(full)
+    same = _released_without_training(tmp_path / "a", study, full, noise=0)
+    coupled = _released_without_training(tmp_path / "b", study, neighbour, noise=1)   # count agrees: N - 1 + 1
+    assert same == coupled
+    exact = _released_without_training(tmp_path / "c", study, neighbour, noise=0)       # control: N - 1 released
+    assert exact["study.yaml"] != same["study.yaml"]
+    run = "dp_eps2_C1_seed0"
+    assert exact[run]["plan"]["privacy"]["n_units"] == same[run]["plan"]["privacy"]["n_units"] - 1
+    assert exact[run]["plan"]["privacy"]["sample_rate"] > same[run]["plan"]["privacy"]["sample_rate"]

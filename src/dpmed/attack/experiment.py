@@ -214,8 +214,13 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
 def attack_batch_size(dataset: Dataset, plan: DpSgdPlan) -> int:
     """The attacked batch size (images) of ``plan`` on ``dataset``; ConfigError where the validation split cannot
     calibrate the success threshold (it needs more than that many images). dpmed.run calls it before training, so a
-    study with too small a validation split fails at once rather than after the run has trained."""
-    batch_size = max(1, min(len(dataset.test), round(plan.sample_rate * plan.n_train)))
+    study with too small a validation split fails at once rather than after the run has trained. The batch is the
+    plan's expected batch of units, in images per test patient where the patient is the unit: nothing here is
+    counted on the training set, whose size is private."""
+    units = plan.expected_batch_size if plan.expected_batch_size is not None else plan.sample_rate * plan.n_units
+    per_unit = (len(dataset.test) / max(1, len(np.unique(dataset.test.patient_ids))) if plan.unit == "patient"
+                else 1.0)
+    batch_size = max(1, min(len(dataset.test), round(units * per_unit)))
     if len(dataset.val) < max(batch_size + 1, 2):
         raise ConfigError(f"the imprint attack needs more validation images than its batch of {batch_size} (they "
                           f"calibrate its bins and success threshold), got {len(dataset.val)}; drop the arm's "

@@ -142,11 +142,15 @@ class PlanContext:
     images_per_patient: int64 [P], training images of each training patient (P patients, N = their sum images).
     patients_known: whether the dataset publishes patient ids (else each image is its own patient).
     image_shape: (C, H, W) of a training image: d = C H W values for local DP.
-    batch_size, epochs, steps: the run's (after the arm's overrides; :func:`training_steps` turns them into T)."""
+    batch_size, epochs, steps: the run's (after the arm's overrides; :func:`training_steps` turns them into T).
+    released_sizes: the DP counts of the training units by count key (`dpmed.released_size`), released at
+    size_epsilon each, that DP-SGD plans from; None: plan from the exact counts, taken as public (direct callers)."""
 
     images_per_patient: np.ndarray
     image_shape: tuple[int, ...]
     patients_known: bool = True
+    released_sizes: Mapping[str, int] | None = None
+    size_epsilon: float = 0.0
     batch_size: int = 64
     epochs: int | str = 1
     steps: int | None = None
@@ -162,12 +166,11 @@ class PlanContext:
 
 
 class GroupGuarantee(Strict):
-    """What an image-level run's (epsilon, delta) implies for its patient with the most images (k): the group-privacy
-    formula (k eps, k e^((k-1) eps) delta) and, where computed, DP-SGD's tight group eps (`accounting.group_privacy`);
-    n_multi: training patients with more than one image."""
+    """What an image-level run's (epsilon, delta) implies for a patient with k images (the declared
+    max_images_per_patient): the group-privacy formula (k eps, k e^((k-1) eps) delta) and, where computed, DP-SGD's
+    tight group eps (`accounting.group_privacy`)."""
 
     k: int
-    n_multi: int
     formula_epsilon: float
     formula_delta: float
     tight_epsilon: float | None = None
@@ -191,6 +194,7 @@ class PrivacyCard(Strict):
     scope: str | None = None
     unit: Literal["patient", "image"] | None = None
     n_units: int | None = None
+    size_epsilon: float | None = None
     neighbour_relation: str | None = None
     covers: str | None = None
     randomness: str | None = None
@@ -216,6 +220,11 @@ class PrivacyCard(Strict):
     noise_given: bool | None = None
     max_grad_norm: float | None = None
     epsilon_if_poisson: float | None = None
+
+    @property
+    def training_epsilon(self) -> float | None:
+        """The eps of training alone (an audit tests that), without what the released training-set size costs."""
+        return None if self.epsilon is None else self.epsilon - (self.size_epsilon or 0.0)
 
     @property
     def neighbours_in_brief(self) -> str:
@@ -272,8 +281,10 @@ class MechanismInfo:
     a run id. make_plan(arm, swept values, context) -> plan: every derived privacy value, computed before training.
     card(plan, ledger, randomness mode) -> PrivacyCard. image_mechanism(plan) -> the local DP transform of the
     training images, or None (DP-SGD acts in training; ``none`` nowhere). reconstruction(plan) -> the
-    reconstruction-risk record, or None. is_private: whether its guarantee can hold for released models at all
-    (False: no privacy, or a labelled reproduction of a flawed mechanism). local: a guarantee per released image
+    reconstruction-risk record, or None. size(arm, context) -> (count key, exact count) of the training units its
+    plans rest on, which a study releases as a DP count (`dpmed.released_size`), or None. is_private: whether its
+    guarantee can hold for released models at all (False: no privacy, or a labelled reproduction of a flawed
+    mechanism). local: a guarantee per released image
     ("any two images"), which does not compose with DP-SGD's add/remove eps."""
 
     name: str
@@ -284,6 +295,7 @@ class MechanismInfo:
     card: Callable[[Any, Ledger, str], PrivacyCard]
     image_mechanism: Callable[[Any], ImageMechanism | None] = lambda plan: None
     reconstruction: Callable[[Any], Any] = lambda plan: None
+    size: Callable[[Any, PlanContext], tuple[str, int] | None] = lambda arm, context: None
     is_private: bool = True
     local: bool = False
     description: str = ""

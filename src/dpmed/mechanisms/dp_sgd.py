@@ -7,7 +7,12 @@ its ledger supports, and its reconstruction-risk record (METHODS.md s.7). The st
 The unit of privacy is a patient with all of their images by default (user-level DP-SGD, McMahan et al. 2018:
 patients Poisson-sampled at q = B / N_patients, each sampled patient's gradients summed and clipped together, the
 accountant unchanged with N = N_patients; METHODS.md s.2b), or one image. With the image as the unit the card also
-states what the eps implies for the patient with the most images (`accounting.group_privacy`).
+states what the eps implies for a patient with several images (`accounting.group_privacy`).
+
+Under add/remove neighbours the number N of training units is itself private: q = B / N, T from N, the default delta
+and the expected batch are functions of it, and a file that holds one of them exactly tells the two datasets apart.
+So a study plans from a DP count of the units (`dpmed.released_size`, ``context.released_sizes``), and each run's eps
+adds that count's eps (``size_epsilon``) by basic composition; its noise is calibrated to the target less it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanC
                                    exactly_one, positive_finite, refuse_vacuous_delta, training_steps)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_not_dp, label_randomness
 
-__all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO"]
+__all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO", "size_key", "patient_guarantee"]
 
 
 class AttackConfig(Strict):
@@ -101,11 +106,18 @@ class DpSgdArm(ArmBase):
 class DpSgdPlan(Strict):
     """One DP-SGD run as the accountant was told and training follows it exactly.
 
-    sample_rate q, steps T, noise_multiplier sigma (given, or calibrated to target_epsilon), max_grad_norm C; noise
-    and sampling as in the arm; unit: patient or image, n_units N of them (q = B / N), n_train the images trained
-    on. expected_batch_size: the divisor of the noisy sum, q N fixed at planning: under add/remove the size of the
-    private set is itself private, so training must not recompute it from the data it is handed (canaries or a
-    neighbouring set would change it); None only for direct callers that plan and train on one set."""
+    sample_rate q, steps T, noise_multiplier sigma (given, or calibrated to target_epsilon less size_epsilon),
+    max_grad_norm C; noise and sampling as in the arm; unit: patient or image. n_units: the N that q = B / N, T and
+    delta were planned from: in a study the DP count of the units, released at size_epsilon (0: N was handed to
+    the planner as public, by a direct caller). expected_batch_size: the divisor of the noisy sum, q N fixed at
+    planning: under add/remove the size of the private set is itself private, so training must not recompute it from
+    the data it is handed (canaries or a neighbouring set would change it); None only for direct callers that plan
+    and train on one set."""
+
+    @property
+    def size_key(self) -> str:
+        """Which count of the training set the plan rests on (`released_size`): one count per key and study."""
+        return size_key(self.unit, self.max_images_per_patient)
 
     mechanism: Literal["dp_sgd"] = "dp_sgd"
     noise_multiplier: float
@@ -117,7 +129,7 @@ class DpSgdPlan(Strict):
     unit: Literal["patient", "image"] = "image"
     expected_batch_size: float | None = None
     n_units: int = 0
-    n_train: int = 0
+    size_epsilon: float = 0.0
     delta: float = 1e-5
     accountant: str = "pld"
     accountant_note: str | None = None
@@ -129,8 +141,34 @@ class DpSgdPlan(Strict):
     attack: AttackConfig | None = None
 
 
-def _patient_guarantee(plan: DpSgdPlan, k: int, n_multi: int, cache: dict) -> GroupGuarantee:
-    """Group privacy of an image-level run for its patient with the most images (k), cached per setting."""
+def size_key(unit: str, max_images_per_patient: int | None) -> str:
+    """The count an arm's plan needs: its units, capped images being another count than all images."""
+    if unit == "image" and max_images_per_patient is not None:
+        return f"images, at most {max_images_per_patient} per patient"
+    return f"{unit}s"
+
+
+def _counts(arm: DpSgdArm, context: PlanContext) -> tuple[str, np.ndarray, int]:
+    """(the arm's unit, images per training patient after its cap, the exact number of its training units)."""
+    counts = context.images_per_patient
+    if arm.max_images_per_patient is not None:
+        counts = np.minimum(counts, arm.max_images_per_patient)
+    # Without patient ids the patient cannot be the unit: every image would pass for a patient of its own, and the
+    # card would promise "one patient" for what protects one image. The unit is then the image, and the card says why.
+    unit = arm.privacy_unit if context.patients_known else "image"
+    return unit, counts, int(len(counts) if unit == "patient" else counts.sum())
+
+
+def _size(arm: DpSgdArm, context: PlanContext) -> tuple[str, int]:
+    """(count key, exact count) of the training units the arm plans from: what the study releases as a DP count."""
+    unit, _, n_units = _counts(arm, context)
+    return size_key(unit, arm.max_images_per_patient if unit == "image" else None), n_units
+
+
+def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
+                      why: str = "at most k = {k} training images (max_images_per_patient)") -> GroupGuarantee:
+    """Group privacy of an image-level run for a patient with k images (``why``: where k comes from), cached per
+    setting. The released size counts each of the patient's images, so it adds k size_epsilon to either value."""
     key = ("group", plan.noise_multiplier, plan.sample_rate, plan.steps, plan.delta, plan.accountant, plan.noise, k)
     if key not in cache:
         eps = accounting.dp_sgd_epsilon(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
@@ -139,39 +177,46 @@ def _patient_guarantee(plan: DpSgdPlan, k: int, n_multi: int, cache: dict) -> Gr
         tight = plan.noise == "gaussian" and plan.sampling == "poisson"
         cache[key] = eps, accounting.group_privacy(epsilon=eps, delta=plan.delta, k=k, **(dict(
             noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps) if tight else {}))
-    eps, group = cache[key]
+    training, tight_group = cache[key]
+    eps = training + plan.size_epsilon
+    group = accounting.group_privacy(epsilon=eps, delta=plan.delta, k=k)
+    tight = None if tight_group.tight_epsilon is None else tight_group.tight_epsilon + k * plan.size_epsilon
     formula = (f"({group.formula_epsilon:.4g}, {group.formula_delta:.3g})-DP" if group.formula_delta < 1
                else f"eps {group.formula_epsilon:.4g} with delta >= 1 (vacuous)")
-    text = (f"the image is the unit: {n_multi} training patients have several images, up to k = {k}; for that "
-            f"patient the group-privacy formula (k eps, k e^((k-1) eps) delta) applied to the run's eps = {eps:.4g} "
-            f"at delta = {plan.delta:.3g} ({plan.accountant.upper()} accountant) gives {formula} "
-            f"({accounting.GROUP_CITATION})")
-    if group.tight_epsilon is not None:
-        text += (f"; DP-SGD's tight group value is eps = {group.tight_epsilon:.4g} at delta = {plan.delta:.3g} "
-                 f"({accounting.TIGHT_GROUP_CITATION})")
-    return GroupGuarantee(k=k, n_multi=n_multi, formula_epsilon=group.formula_epsilon,
-                          formula_delta=group.formula_delta, tight_epsilon=group.tight_epsilon, statement=text)
+    text = (f"the image is the unit: a patient has {why.format(k=k)}; for such a patient the group-privacy formula "
+            f"(k eps, k e^((k-1) eps) delta) applied to the run's eps = {eps:.4g} at delta = {plan.delta:.3g} "
+            f"({plan.accountant.upper()} accountant{' plus the released size' if plan.size_epsilon else ''}) gives "
+            f"{formula} ({accounting.GROUP_CITATION})")
+    if tight is not None:
+        text += (f"; DP-SGD's tight group value is eps = {tight:.4g} at delta = {plan.delta:.3g} "
+                 f"({accounting.TIGHT_GROUP_CITATION}" + (", plus k times the released size's eps)"
+                                                          if plan.size_epsilon else ")"))
+    return GroupGuarantee(k=k, formula_epsilon=group.formula_epsilon, formula_delta=group.formula_delta,
+                          tight_epsilon=tight, statement=text)
 
 
 def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
     """q = B / N and T over the N units (``training.steps``, or epochs * round(N / B), or ``epochs: auto``'s
     max(10 epochs, 500 steps); `base.training_steps`); delta; the certifying accountant; sigma."""
-    counts = context.images_per_patient
-    if arm.max_images_per_patient is not None:
-        counts = np.minimum(counts, arm.max_images_per_patient)
-    # Without patient ids the patient cannot be the unit: every image would pass for a patient of its own, and the
-    # card would promise "one patient" for what protects one image. The unit is then the image, and the card says why.
-    unit = arm.privacy_unit if context.patients_known else "image"
-    n_units = int(len(counts) if unit == "patient" else counts.sum())
+    unit, counts, exact = _counts(arm, context)
     target = swept.get("target_epsilon")
     # delta 0.9 at N = 40 calibrated sigma = 0.0003 and printed "eps 0": noiseless training read as private
     whole = "publishing each patient with their images whole" if unit == "patient" else "publishing each image whole"
-    refuse_vacuous_delta(f"arm {arm.name!r}: delta", arm.delta, n_units, whole=whole,
-                         counted=f"the {n_units} training {unit}s the accountant counts (privacy_unit: {unit})")
-    if context.batch_size > n_units:
-        raise ConfigError(f"arm {arm.name!r}: training.batch_size {context.batch_size} exceeds the {n_units} training "
+    # These two refusals read the exact count: they reach the user who holds the data, never a shareable file.
+    refuse_vacuous_delta(f"arm {arm.name!r}: delta", arm.delta, exact, whole=whole,
+                         counted=f"the {exact} training {unit}s the accountant counts (privacy_unit: {unit})")
+    if context.batch_size > exact:
+        raise ConfigError(f"arm {arm.name!r}: training.batch_size {context.batch_size} exceeds the {exact} training "
                           f"{unit}s (DP-SGD's expected batch counts {unit}s: privacy_unit is {unit}); lower "
                           "training.batch_size")
+    size_epsilon = 0.0 if context.released_sizes is None else context.size_epsilon
+    released = exact if context.released_sizes is None else context.released_sizes[_size(arm, context)[0]]
+    # The plan's N: the released count, at least the expected batch (a count drawn below it would ask for q > 1)
+    n_units = max(released, context.batch_size)
+    if target is not None and target <= size_epsilon:
+        raise ConfigError(f"arm {arm.name!r}: target_epsilon {target:g} leaves nothing for training once the study's "
+                          f"size_epsilon {size_epsilon:g} is spent on the training set's size; raise target_epsilon or "
+                          "lower size_epsilon")
     try:
         q, steps_per_epoch = accounting.dp_sgd_schedule(n_units, batch_size=context.batch_size, epochs=1)
         steps = training_steps(steps_per_epoch, epochs=context.epochs, steps=context.steps)
@@ -188,49 +233,57 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
                                                         if unit == "patient" else "")) from None
     sigma = swept.get("noise_multiplier")
     if sigma is None:
-        key = (target, delta, q, steps, accountant, arm.noise)
+        key = (target - size_epsilon, delta, q, steps, accountant, arm.noise)
         if key not in context.cache:
             try:
                 context.cache[key] = accounting.noise_multiplier_for(
-                    target_epsilon=target, delta=delta, sample_rate=q, steps=steps, accountant=accountant,
-                    noise=arm.noise)
+                    target_epsilon=target - size_epsilon, delta=delta, sample_rate=q, steps=steps,
+                    accountant=accountant, noise=arm.noise)
             except ValueError as exc:
                 raise PrivacyError(f"arm {arm.name!r}, target_epsilon {target:g}: {exc}") from None
         sigma = context.cache[key]
     plan = DpSgdPlan(noise_multiplier=sigma, max_grad_norm=swept["max_grad_norm"], sample_rate=q, steps=steps,
                      noise=arm.noise, sampling=arm.sampling, unit=unit, expected_batch_size=q * n_units,
-                     n_units=n_units, n_train=int(counts.sum()), delta=delta, accountant=accountant,
+                     n_units=n_units, size_epsilon=size_epsilon, delta=delta, accountant=accountant,
                      accountant_note=note, target_epsilon=target, noise_given=swept.get("noise_multiplier") is not None,
                      patients_known=context.patients_known, max_images_per_patient=arm.max_images_per_patient,
                      attack=arm.attack)
-    k = int(counts.max())
-    if plan.unit == "image" and k > 1:
-        plan = plan.model_copy(update={"patient_guarantee": _patient_guarantee(plan, k, int((counts > 1).sum()),
-                                                                               context.cache)})
+    # The image-unit guarantee for a patient is stated for the declared cap: the most images any one patient has is
+    # a statistic of the training set (`dpmed.study` tells it to the user's terminal and private log only).
+    k = arm.max_images_per_patient
+    if plan.unit == "image" and context.patients_known and k is not None and k > 1:
+        plan = plan.model_copy(update={"patient_guarantee": patient_guarantee(plan, k, context.cache)})
     return plan
 
 
 def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     shuffled = ledger.has_shuffled_batches       # no accountant covers it: only a labelled Poisson counterpart
-    eps = accounting.ledger_epsilon(accounting.poisson_counterpart(ledger) if shuffled else ledger, delta=plan.delta,
-                                    accountant=plan.accountant)
+    training = accounting.ledger_epsilon(accounting.poisson_counterpart(ledger) if shuffled else ledger,
+                                         delta=plan.delta, accountant=plan.accountant)
+    eps = training + plan.size_epsilon
     neighbours = accounting.NEIGHBOUR_PATIENT if plan.unit == "patient" else accounting.NEIGHBOUR_DP_SGD
-    params = (f"{plan.unit}s: N = {plan.n_units}, q = {plan.sample_rate:.4g}, T = {ledger.dp_sgd_steps}, "
+    size = (f"N = {plan.n_units}, a count released at eps {plan.size_epsilon:g} (discrete Laplace)"
+            if plan.size_epsilon else f"N = {plan.n_units}, taken as public")
+    params = (f"{plan.unit}s: {size}, q = {plan.sample_rate:.4g}, T = {ledger.dp_sgd_steps}, "
               f"sigma = {plan.noise_multiplier:.4g}, C = {plan.max_grad_norm:g}"
               + (", Laplace noise, L1 clipping" if plan.noise == "laplace" else ""))
+    parts = (f"training {training:.4g} by the {plan.accountant.upper()} accountant + {plan.size_epsilon:g} for the "
+             f"released size, added (basic composition)" if plan.size_epsilon
+             else f"{plan.accountant.upper()} accountant")
     fields = dict(
         mechanism="dp_sgd", scope="central DP of the trained model", delta=plan.delta,
         target_epsilon=plan.target_epsilon, accountant=plan.accountant,
         accountant_description=accounting.describe_accountant(plan.accountant), accountant_note=plan.accountant_note,
-        unit=plan.unit, n_units=plan.n_units, neighbour_relation=neighbours, sampling=plan.sampling, noise=plan.noise,
+        unit=plan.unit, n_units=plan.n_units, size_epsilon=plan.size_epsilon, neighbour_relation=neighbours,
+        sampling=plan.sampling, noise=plan.noise,
         clipping="L1" if plan.noise == "laplace" else "L2", sample_rate=plan.sample_rate, steps=ledger.dp_sgd_steps,
         noise_multiplier=plan.noise_multiplier, noise_given=plan.noise_given, max_grad_norm=plan.max_grad_norm,
         covers=COVERAGE, randomness=SECURE_RANDOMNESS, patient_guarantee=plan.patient_guarantee,
         unit_note=None if plan.patients_known else (
             "the dataset publishes no patient ids, so the unit is one image: a patient with several images is "
             "protected only as a group of them (group privacy), and how many such patients there are is unknown"))
-    statement = (f"eps = {eps:.4g} at delta = {plan.delta:.3g} ({plan.accountant.upper()} accountant; unit: one "
-                 f"{plan.unit}; neighbours: {neighbours}; {params})")
+    statement = (f"eps = {eps:.4g} at delta = {plan.delta:.3g} ({parts}; unit: one {plan.unit}; neighbours: "
+                 f"{neighbours}; {params})")
     card = PrivacyCard(**fields, is_dp=True, epsilon=eps, statement=statement)
     if shuffled:
         # The accountants assume Poisson sampling; for shuffled fixed-size batches their eps is not a valid bound.
@@ -277,5 +330,5 @@ def _reconstruction(plan: DpSgdPlan) -> ReconstructionRecord | None:
 
 INFO = MechanismInfo(name="dp_sgd", arm=DpSgdArm, plan=DpSgdPlan,
                      sweep_keys={"target_epsilon": "eps", "noise_multiplier": "sigma", "max_grad_norm": "C"},
-                     make_plan=_plan, card=_card, reconstruction=_reconstruction,
+                     make_plan=_plan, card=_card, reconstruction=_reconstruction, size=_size,
                      description="DP-SGD: Poisson sampling, per-patient (or per-image) clipping, noise on the sum")

@@ -101,6 +101,16 @@ def _reading(inputs: ReportInputs) -> str:
     return f"<p>{parts[0]}</p>" + (f'<ul class="reading">{items}</ul>' if items else "") + f"<p>{note}</p>"
 
 
+def _sizes(data: DatasetSummary) -> str:
+    """The splits' sizes; the training set's only as its DP counts where DP-SGD runs planned from them."""
+    if data.n_train is not None:
+        return (f"{data.n_train} / {data.n_val} / {data.n_test} train / validation / test images "
+                f"({data.n_train_patients} training patients)")
+    counts = ", ".join(f"about {n:,} {escape(key)}" for key, n in data.released_sizes.items())
+    return (f"{counts} in training (a DP count at eps {data.size_epsilon:g}, included in every DP-SGD run's eps: the "
+            f"exact size is private); {data.n_val} / {data.n_test} validation / test images")
+
+
 def summary(inputs: ReportInputs) -> str:
     study, data = inputs.resolved.study, inputs.resolved.dataset
     arms = ", ".join(f"{a.name} ({a.mechanism})" for a in study.arms)
@@ -115,9 +125,8 @@ def summary(inputs: ReportInputs) -> str:
         if data.ordinal:
             classes += " (ordered grades)"
     return f"""<h2 id="summary">Summary</h2>
-<table><tr><th>dataset</th><td>{escape(data.name)}: {data.n_train} / {data.n_val} / {data.n_test}
-train / validation / test images of shape {escape(tuple(data.image_shape))} ({data.n_train_patients} training
-patients), task {escape(data.task)}{classes}</td></tr>
+<table><tr><th>dataset</th><td>{escape(data.name)}: {_sizes(data)}, images of shape
+{escape(tuple(data.image_shape))}, task {escape(data.task)}{classes}</td></tr>
 <tr><th>model</th><td>{escape(study.model.name)}</td></tr><tr><th>arms</th><td>{escape(arms)}</td></tr>
 <tr><th>seeds</th><td>{escape(", ".join(str(s) for s in study.seeds))}</td></tr>
 <tr><th>measured</th><td>{_measured(inputs)}</td></tr></table>
@@ -164,7 +173,8 @@ def utility(inputs: ReportInputs) -> str:
 # A card's key facts, in the order a reader asks for them, with plain labels (the raw field names stay in the
 # folded list of every field).
 _FACTS = (("epsilon_image", "ε per image"), ("epsilon_pixel", "ε per pixel value"), ("epsilon", "ε"),
-          ("delta", "δ"), ("accountant", "accountant"), ("unit", "unit of privacy"), ("n_units", "training units N"),
+          ("delta", "δ"), ("accountant", "accountant"), ("unit", "unit of privacy"),
+          ("n_units", "training units N (planned from)"), ("size_epsilon", "ε of the released N (included in ε)"),
           ("target_epsilon", "target ε"), ("noise_multiplier", "noise multiplier σ"),
           ("max_grad_norm", "clipping norm C"), ("sample_rate", "sampling rate q"), ("steps", "steps T"),
           ("scale_b", "Laplace scale b"), ("std", "Gaussian std s"), ("value_range_R", "pixel range R"),

@@ -1,0 +1,66 @@
+"""The training set's size, released only as a DP count: what DP-SGD plans from.
+
+Under add/remove neighbours (one patient, or one image, more or fewer) the number N of training units is itself
+private. DP-SGD's q = B / N, its T over epochs, the default delta, the expected batch and the reconstruction prior
+1/N are all functions of N, and a shareable file that holds any of them exactly tells a dataset from its neighbour
+with certainty, whatever eps the card prints. So a study releases N only as a noisy count N + Z, Z discrete Laplace
+of scale 1 / size_epsilon, sampled exactly (`dpmed.randomness.discrete_laplace`): a count changes by at most one
+between neighbours, so the count is (size_epsilon, 0)-DP (Dwork and Roth 2014, s.3.3), and every value planned from it
+is post-processing. Each DP-SGD run's eps is its training's eps plus size_epsilon (basic composition, Dwork and Roth
+2014, Theorem 3.16, which allows the training to be chosen after seeing the count), and its noise is calibrated to its
+target less size_epsilon.
+
+One count per kind of unit an arm plans over (patients; images; images capped per patient) is drawn once per study
+folder and data, from the operating system, and kept in ``private/released_sizes.json``: every run and every rerun of
+the study plans from the same counts, so the study pays size_epsilon once per count (`dpmed.budget`) and no fresh
+draws exist to be averaged. Deleting that file or the folder and running again releases new counts, at a new cost.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from fractions import Fraction
+from pathlib import Path
+from typing import Mapping
+
+from dpmed.config import Study
+from dpmed.folders import write_text_atomic
+from dpmed.mechanisms import PlanContext, mechanism_info
+from dpmed.randomness import discrete_laplace, public_seed
+
+__all__ = ["needed_sizes", "release_sizes"]
+
+
+def needed_sizes(study: Study, context: PlanContext) -> dict[str, int]:
+    """The exact counts the study's arms plan from, by count key (``dp_sgd.size_key``); empty without DP-SGD arms."""
+    needed: dict[str, int] = {}
+    for arm in study.arms:
+        size = mechanism_info(arm.mechanism).size(arm, context)
+        if size is not None:
+            needed[size[0]] = size[1]
+    return needed
+
+
+def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerprint: str,
+                  reproducible_seed: int | None = None) -> dict[str, int]:
+    """The noisy count of each of ``needed`` (exact counts by key), at ``epsilon`` each: the one drawn earlier for
+    this key, epsilon and data (``fingerprint``) when ``path`` holds it, else a fresh draw, added to ``path``.
+    ``reproducible_seed``: derive the noise from this public seed (reproducible mode, not DP) instead of the OS."""
+    draws = json.loads(path.read_text(encoding="utf-8"))["draws"] if path.is_file() else []
+    mode = "secure" if reproducible_seed is None else f"reproducible {reproducible_seed}"
+    released, fresh = {}, []
+    for key, exact in needed.items():
+        earlier = next((d["count"] for d in draws if (d["key"], d["epsilon"], d["data"], d["mode"])
+                        == (key, epsilon, fingerprint, mode)), None)
+        if earlier is None:
+            source = (secrets.randbelow if reproducible_seed is None
+                      else random.Random(public_seed(reproducible_seed, f"released size {key}")).randrange)
+            earlier = exact + discrete_laplace(1 / Fraction(epsilon), source)
+            fresh.append({"key": key, "epsilon": epsilon, "data": fingerprint, "mode": mode, "count": earlier})
+        released[key] = int(earlier)
+    if fresh:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps({"draws": draws + fresh}, indent=2), owner_only=True)
+    return released

@@ -1,0 +1,40 @@
+"""The training set's size released as a DP count (dpmed.released_size): drawn once per study folder, data and eps,
+reused by every rerun (fresh draws could be averaged), kept owner-only in private/; reproducible mode is seeded."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+from dpmed.released_size import release_sizes
+
+NEEDED = {"patients": 140, "images": 300}
+
+
+def test_a_count_is_drawn_once_and_every_rerun_plans_from_the_same_draw(tmp_path):
+    path = tmp_path / "private" / "released_sizes.json"
+    first = release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc")
+    assert set(first) == set(NEEDED) and stat.S_IMODE(path.stat().st_mode) == 0o600
+    for _ in range(3):
+        assert release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc") == first
+    draws = json.loads(path.read_text())["draws"]
+    assert len(draws) == 2 and {d["count"] for d in draws} == set(first.values())
+
+
+def test_other_data_or_another_eps_is_another_release_and_is_drawn_afresh(tmp_path):
+    """A new draw for each, the old ones kept (a study's earlier runs planned from them). 40 fresh draws of scale 50
+    (the law itself is tested in test_randomness): not all alike, and none 2,000 off (probability e^-40 each)."""
+    path = tmp_path / "released_sizes.json"
+    counts = [release_sizes({"patients": 5000}, epsilon=0.02, path=path, fingerprint=str(i))["patients"]
+              for i in range(40)]
+    assert len(json.loads(path.read_text())["draws"]) == 40
+    assert len(set(counts)) > 10 and all(abs(c - 5000) < 2000 for c in counts)
+    release_sizes({"patients": 5000}, epsilon=0.5, path=path, fingerprint="0")
+    assert len(json.loads(path.read_text())["draws"]) == 41
+
+
+def test_reproducible_mode_derives_the_count_from_the_public_seed(tmp_path):
+    one = release_sizes(NEEDED, epsilon=0.02, path=tmp_path / "a.json", fingerprint="x", reproducible_seed=3)
+    two = release_sizes(NEEDED, epsilon=0.02, path=tmp_path / "b.json", fingerprint="x", reproducible_seed=3)
+    other = release_sizes(NEEDED, epsilon=0.02, path=tmp_path / "c.json", fingerprint="x", reproducible_seed=4)
+    assert one == two != other
