@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import logging
 import math
 import re
 from pathlib import Path
@@ -461,12 +462,14 @@ def test_a_retried_run_with_other_settings_shares_no_noise_with_the_attempt_it_r
 
 # --- the training set's size ---------------------------------------------------------------------------------------
 
-def _without_one_patient(dataset):
-    """The neighbouring dataset under the patient unit: the training patient with the most images left out whole."""
+def _neighbour(dataset, unit: str):
+    """The neighbouring dataset: the training patient with the most images left out whole (patient unit), or one of
+    that patient's images (image unit)."""
     ids, counts = np.unique(dataset.train.patient_ids, return_counts=True)
-    keep = np.flatnonzero(dataset.train.patient_ids != ids[np.argmax(counts)])
-    assert counts.max() > 1
-    return dataclasses.replace(dataset, train=dataset.train.subset(keep))
+    theirs = np.flatnonzero(dataset.train.patient_ids == ids[np.argmax(counts)])
+    assert len(theirs) > 1
+    gone = theirs if unit == "patient" else theirs[:1]
+    return dataclasses.replace(dataset, train=dataset.train.subset(np.setdiff1d(np.arange(len(dataset.train)), gone)))
 
 
 def _released_without_training(folder: Path, study, dataset, noise: int) -> dict:
@@ -486,17 +489,22 @@ def _released_without_training(folder: Path, study, dataset, noise: int) -> dict
     return released
 
 
-def test_the_shareable_files_cannot_tell_a_dataset_from_its_neighbour_beyond_the_released_count(tmp_path):
+@pytest.mark.parametrize("unit", ["patient", "image"])
+def test_the_shareable_files_cannot_tell_a_dataset_from_its_neighbour_beyond_the_released_count(tmp_path, unit,
+                                                                                                 caplog):
     """Adversary: everything dpmed writes outside private/ about two studies on neighbouring datasets (one patient
-    with all of their images more or fewer). Once the released count agrees, which the discrete Laplace noise makes
-    as likely as e^(+-size_epsilon) allows, those files are identical: N reaches them only through the count. The
-    positive control, the exact count (no noise) as dpmed released it before, tells the two apart: q, T, delta, the
-    expected batch, the prior 1/N and the sizes in study.yaml all read N."""
-    arms = [{"name": "dp", "mechanism": "dp_sgd", "target_epsilon": [2.0], "accountant": "pld"}]
+    with all of their images, or one image, more or fewer). Once the released count agrees, which the discrete
+    Laplace noise makes as likely as e^(+-size_epsilon) allows, those files are identical: N reaches them only
+    through the count. The positive control, the exact count (no noise) as dpmed released it before, tells the two
+    apart: q, T, delta, the expected batch, the prior 1/N and the sizes in study.yaml all read N."""
+    arms = [{"name": "dp", "mechanism": "dp_sgd", "target_epsilon": [2.0], "accountant": "pld", "privacy_unit": unit}]
     study = _study(tmp_path, "size", arms)
     full = load_study_data(study)
-    neighbour = _without_one_patient(full)
+    neighbour = _neighbour(full, unit)
+    caplog.set_level(logging.INFO, logger="dpmed.study")
     same = _released_without_training(tmp_path / "a", study, full, noise=0)
+    if unit == "image":   # the most images of one patient: told to the user, in no shareable file
+        assert "a patient has up to k = 2 training images" in caplog.text and "k = 2" not in str(same)
     coupled = _released_without_training(tmp_path / "b", study, neighbour, noise=1)   # count agrees: N - 1 + 1
     assert same == coupled
     exact = _released_without_training(tmp_path / "c", study, neighbour, noise=0)       # control: N - 1 released
