@@ -102,3 +102,22 @@ def test_summary_header_states_the_confidence_level_of_the_intervals(make_record
     header = summary_text([make_record("r0", "base", metrics=metrics)]).splitlines()[0]
     assert "90% CI" in header
     assert "95%" not in header
+
+
+def test_the_summary_gives_the_training_set_only_as_its_dp_count_where_dp_sgd_planned_from_one(records,
+                                                                                              make_resolved):
+    from dpmed.folders import StudyFolder
+    from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.sections import summary
+
+    def section(resolved):
+        return summary(ReportInputs(resolved=resolved, records=records, folder=StudyFolder(Path("unused")),
+                                    comparisons=compare_runs(records, {}, kind="binary", label_names=[])))
+
+    resolved = make_resolved(records)
+    assert "10 / 5 / 5 train / validation / test images (8 training patients)" in section(resolved)
+    hidden = resolved.model_copy(update={"dataset": resolved.dataset.model_copy(update={
+        "n_train": None, "n_train_patients": None, "released_sizes": {"patients": 9}, "size_epsilon": 0.02})})
+    html = section(hidden)
+    assert "about 9 patients in training (a DP count at eps 0.02" in html and "5 / 5 validation / test images" in html
+    assert "10 /" not in html and "8 training" not in html

@@ -125,7 +125,7 @@ def summary(inputs: ReportInputs) -> str:
         if data.ordinal:
             classes += " (ordered grades)"
     return f"""<h2 id="summary">Summary</h2>
-<table><tr><th>dataset</th><td>{escape(data.name)}: {_sizes(data)}, images of shape
+<table><tr><th>dataset</th><td>{escape(data.name)}: {_sizes(data)}; images of shape
 {escape(tuple(data.image_shape))}, task {escape(data.task)}{classes}</td></tr>
 <tr><th>model</th><td>{escape(study.model.name)}</td></tr><tr><th>arms</th><td>{escape(arms)}</td></tr>
 <tr><th>seeds</th><td>{escape(", ".join(str(s) for s in study.seeds))}</td></tr>
