@@ -114,11 +114,6 @@ class DpSgdPlan(Strict):
     the data it is handed (canaries or a neighbouring set would change it); None only for direct callers that plan
     and train on one set."""
 
-    @property
-    def size_key(self) -> str:
-        """Which count of the training set the plan rests on (`released_size`): one count per key and study."""
-        return size_key(self.unit, self.max_images_per_patient)
-
     mechanism: Literal["dp_sgd"] = "dp_sgd"
     noise_multiplier: float
     max_grad_norm: float
@@ -139,6 +134,11 @@ class DpSgdPlan(Strict):
     max_images_per_patient: int | None = None
     patient_guarantee: GroupGuarantee | None = None
     attack: AttackConfig | None = None
+
+    @property
+    def size_key(self) -> str:
+        """Which count of the training set the plan rests on (`released_size`): one count per key and study."""
+        return size_key(self.unit, self.max_images_per_patient)
 
 
 def size_key(unit: str, max_images_per_patient: int | None) -> str:
