@@ -204,6 +204,11 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"data: {ds.name}, {n_train}/{len(ds.val)}/{len(ds.test)} train/val/test images of shape {shape}, task "
           f"{ds.task.kind}, {len(set(ds.train.patient_ids.tolist()))} training patients "
           f"(read and prepared in {prepared.load_seconds:.0f} s)")
+    if prepared.sizes:
+        counts = ", ".join(f"about {n:,} {key}" for key, n in prepared.sizes.items())
+        print(f"size: DP-SGD plans from a DP count of the training set, {counts} (eps {study.size_epsilon:g}, part of "
+              f"every DP-SGD run's eps; kept in {folder.released_sizes}); the exact sizes above are for you only: "
+              "no shareable file holds them")
     finished = (f"{len(prepared.finished)} of {len(prepared.plans)} runs finished earlier, not retrained"
                 if prepared.finished else "no finished runs")
     print(f"output: {folder.root}: {finished}")
