@@ -170,7 +170,9 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     steps_per_epoch = int(np.ceil(len(public.train) / config.training.batch_size))
     record = PretrainRecord(
         dataset=public.name, task=public.task.kind, label_names=public.task.label_names, public=config.public,
-        data={k: v for k, v in public.source.items() if k != "decode"}, n_train=len(public.train),
+        # the reader's settings only: a cohort of the private release counts the release's images ("of"), and
+        # those include the private patients
+        data=public.shareable_source(), n_train=len(public.train),
         n_val=len(public.val), n_test=len(public.test), image_shape=public.train.image_shape,
         model=study.model.name, training=config.training, seed=config.seed,
         steps=training_steps(steps_per_epoch, epochs=config.training.epochs, steps=config.training.steps),

@@ -26,6 +26,11 @@ def test_the_two_parts_of_a_draw_divide_every_split(phantom):
     share = len(set().union(*_patients(first).values())) / len(set().union(*_patients(phantom).values()))
     assert 0.25 < share < 0.35
     assert first.source["cohort"]["images"]["train"]["of"] == len(phantom.train)
+    # what a shareable file may hold of it: the draw, never the counts (the "of" of a public cohort counts the
+    # private one's images too)
+    assert first.shareable_source()["cohort"] == {"fraction": 0.3, "part": 0, "seed": 4,
+                                                  "description": first.source["cohort"]["description"],
+                                                  "patients_known": phantom.patients_known}
 
 
 def test_a_patient_keeps_all_of_their_images(phantom):
