@@ -38,8 +38,11 @@ def test_a_second_run_on_the_same_folder_refuses_naming_the_first(tiny_text, tmp
     assert long_text != tiny_text
     study = _study(tmp_path, long_text)
     out = tmp_path / "out"
+    # Ctrl-C at its default action in the child: a test runner started in the background by a shell (`cmd &`)
+    # ignores SIGINT, and an ignored SIGINT is inherited through exec, so the SIGINT below would go unheard.
     first = subprocess.Popen([sys.executable, "-m", "dpmed.cli", "run", str(study), "--out", str(out),
-                              "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         resolved = out / "tiny" / "study.yaml"        # written once the first run holds the folder, before training
         deadline = time.monotonic() + 180
