@@ -22,7 +22,7 @@ dpmed instead draws float64 noise, adds it to the clipped sum in float64 and rou
 (`dpmed.training.dp_sgd`), so every float32 output is reachable from every sum and the gaps in the set of float64
 noise values that those attacks read (Mironov 2012) fall far below the output's rounding. Residual risks, stated:
 the continuous samplers are not exact (Canonne, Kamath, Steinke 2020), and timing is not constant. The one integer
-release, the training set's noisy size (`dpmed.released_counts`), uses their exact discrete Laplace sampler
+release, the training set's noisy size (`dpmed.released_size`), uses their exact discrete Laplace sampler
 (:func:`discrete_laplace`) over integer draws from the operating system.
 
 ``PrivacyRandomness.reproducible(seed=..., run_id=...)`` derives the key from the study seed and the run id instead:

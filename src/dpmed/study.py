@@ -181,12 +181,12 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
     return plans
 
 
-def _tell_largest_patient(plans: list[RunPlan], dataset: Dataset) -> None:
+def _tell_largest_patient(plans: list[RunPlan], context: PlanContext) -> None:
     """What each image-unit DP-SGD run's eps implies for the training patient with the most images, where its arm
     declares no max_images_per_patient for the card to state it for: told to the user (terminal, private log) and
     written to no shareable file, since that count is a statistic of the training set."""
-    counts = images_per_patient(dataset.train.patient_ids)
-    k = int(counts.max()) if dataset.patients_known and len(counts) else 1
+    counts = context.images_per_patient
+    k = int(counts.max()) if context.patients_known and len(counts) else 1
     cache: dict = {}
     for plan in plans:
         dp = plan.privacy
@@ -331,11 +331,12 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     dataset = load_study_data(study)
     load_seconds = time.perf_counter() - start
     fingerprint = data_fingerprint(dataset)
-    sizes = release_sizes(needed_sizes(study, plan_context(dataset)), epsilon=study.size_epsilon,
+    context = plan_context(dataset)
+    sizes = release_sizes(needed_sizes(study, context), epsilon=study.size_epsilon,
                           path=folder.released_sizes, fingerprint=fingerprint,
                           reproducible_seed=study.seeds[0] if study.privacy_randomness == "reproducible" else None)
     plans = plan_study(study, dataset, sizes)
-    _tell_largest_patient(plans, dataset)
+    _tell_largest_patient(plans, context)
     existing, elsewhere = _finished(folder, plans, dataset, study, fingerprint)
     reproducible = "reproducible" in {study.privacy_randomness, *map(_randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
