@@ -23,6 +23,7 @@ from dpmed.models import WSConv2d, build_model, list_models
 from dpmed.training import DpSgdStep
 from dpmed.training.clipping import ROUTES, GhostClipper
 from dpmed.training.layer_rules import LAYER_RULES
+from dpmed.training.layer_rules.rule import CHUNK_ELEMENTS, GPU_CHUNK_ELEMENTS, split_batch
 
 RTOL = 1e-5
 
@@ -175,6 +176,28 @@ def test_layer_clipped_sum_matches_explicit_loop(name, route):
     plain = torch.autograd.grad(_ce(model(x), y), params, allow_unused=True)
     plain = [torch.zeros_like(p) if t is None else t for p, t in zip(params, plain)]
     _assert_close(engine.clipped_sum(x, y, loss_fn=_ce, max_grad_norm=math.inf), plain)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("name", sorted(LAYER_CASES))
+def test_layer_clipped_sum_matches_explicit_loop_one_example_per_chunk(name, route, monkeypatch):
+    """The cases above fit one chunk of transient memory; with a bound of one element every intermediate is cut
+    into one-example chunks, so the chunked loops (and the pair chunks of the mixed route) are what is tested."""
+    monkeypatch.setattr("dpmed.training.layer_rules.rule.CHUNK_ELEMENTS", 1)
+    model, x, y = _case(name)
+    norms, grads = _per_example_norms_and_grads(model, x, y, _ce)
+    median = sorted(norms)[len(norms) // 2]
+    got = GhostClipper(model, route=route).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=median)
+    _assert_close(got, _clipped(norms, grads, median))
+
+
+def test_the_chunk_bound_is_larger_on_a_gpu():
+    """A CUDA device gets the larger bound (no GPU needed: the device is only read); every other device, the CPU's."""
+    per_example = CHUNK_ELEMENTS // 4
+    assert split_batch(64, per_example, torch.device("cpu")) == [slice(i, i + 4) for i in range(0, 64, 4)]
+    assert split_batch(64, per_example, torch.device("meta")) == split_batch(64, per_example, torch.device("cpu"))
+    assert split_batch(64, per_example, torch.device("cuda")) == [slice(0, 64)]
+    assert split_batch(3, 10 * GPU_CHUNK_ELEMENTS, torch.device("cuda")) == [slice(0, 1), slice(1, 2), slice(2, 3)]
 
 
 @pytest.mark.parametrize("name", ["tokens", "conv2d_groups_no_bias", "group_norm"])

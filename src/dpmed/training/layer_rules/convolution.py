@@ -191,7 +191,7 @@ def _conv_sq_norms(m: nn.Module, a: Tensor, g: Tensor, names: Names) -> Tensor:
         unfolded, by_pixels = _conv_gram_costs(m, a, g)
         pixels = (a4.shape[2] + 2 * geo.padding[0]) * (a4.shape[3] + 2 * geo.padding[1])
         per_example = groups * ((pixels * pixels if by_pixels < unfolded else d_in * t) + 3 * t * t)
-        for s in split_batch(b, per_example):
+        for s in split_batch(b, per_example, a4.device):
             if by_pixels < unfolded:
                 aa = _patch_gram_by_pixels(a4[s], geo, tuple(g4.shape[2:]))            # [b, G, T, T]
             else:
@@ -214,7 +214,7 @@ def _conv_pair_dots(m: nn.Module, a: Tensor, g: Tensor, names: Names, left: Tens
         pixels = (a4.shape[2] + 2 * geo.padding[0]) * (a4.shape[3] + 2 * geo.padding[1])
         per_pair = groups * ((pixels * pixels if by_pixels < unfolded else 2 * d_in * t) + 3 * t * t) \
             + 2 * a4[0].numel()                                                 # + the pair's gathered inputs
-        for s in split_batch(len(left), per_pair):
+        for s in split_batch(len(left), per_pair, a4.device):
             l, r = left[s], right[s]
             if by_pixels < unfolded:
                 aa = _patch_gram_by_pixels(a4[l], geo, tuple(g4.shape[2:]), a4[r])    # [n, G, T, T]
@@ -255,7 +255,7 @@ def _per_example_unfolded(a4: Tensor, g4: Tensor, geo: _ConvGeometry, shape: tup
     d_out, d_in = shape[0] // groups, shape[1] * shape[2] * shape[3]
     t = math.prod(g4.shape[2:])
     out = g4.new_empty(b * groups, d_out, d_in)                                  # [B G, d_out, d_in]
-    for s in split_batch(b, groups * d_in * t):
+    for s in split_batch(b, groups * d_in * t, a4.device):
         n = (s.stop - s.start) * groups
         au = _unfold(a4[s], geo).view(n, d_in, t)                                 # [b G, d_in, T]
         # 3-d bmm: a 4-d matmul with out= dispatches several views and expands more per chunk

@@ -47,7 +47,7 @@ def _embedding_materialised_cost(m: nn.Embedding, a: Tensor, g: Tensor) -> float
 def _embedding_sq_norms(m: nn.Embedding, a: Tensor, g: Tensor, names: Names) -> Tensor:
     idx, g3 = _embedding_3d(m, a, g)
     sq = g3.new_zeros(idx.shape[0])
-    for s in split_batch(idx.shape[0], 2 * idx.shape[1] ** 2):
+    for s in split_batch(idx.shape[0], 2 * idx.shape[1] ** 2, g3.device):
         same = (idx[s].unsqueeze(2) == idx[s].unsqueeze(1)).to(g3.dtype)        # [b, T, T]
         sq[s] += (torch.bmm(g3[s], g3[s].transpose(1, 2)) * same).sum((1, 2))
     return sq
@@ -58,7 +58,7 @@ def _embedding_pair_dots(m: nn.Embedding, a: Tensor, g: Tensor, names: Names, le
     idx, g3 = _embedding_3d(m, a, g)
     t = idx.shape[1]
     dots = g3.new_zeros(len(left))
-    for s in split_batch(len(left), 2 * t * t + 2 * t * g3.shape[2]):
+    for s in split_batch(len(left), 2 * t * t + 2 * t * g3.shape[2], g3.device):
         l, r = left[s], right[s]
         same = (idx[l].unsqueeze(2) == idx[r].unsqueeze(1)).to(g3.dtype)        # [n, T, T]
         dots[s] += (torch.bmm(g3[l], g3[r].transpose(1, 2)) * same).sum((1, 2))

@@ -43,7 +43,7 @@ def _linear_sq_norms(m: nn.Linear, a: Tensor, g: Tensor, names: Names) -> Tensor
         if a3.shape[1] == 1:       # ||g a^T||^2 = ||a||^2 ||g||^2
             sq = sq + a3.square().sum((1, 2)) * g3.square().sum((1, 2))
         else:
-            for s in split_batch(a3.shape[0], a3.shape[1] ** 2):
+            for s in split_batch(a3.shape[0], a3.shape[1] ** 2, a3.device):
                 aa = torch.bmm(a3[s], a3[s].transpose(1, 2))                    # [b, T, T]
                 gg = torch.bmm(g3[s], g3[s].transpose(1, 2))                    # [b, T, T]
                 sq[s] += (aa * gg).sum((1, 2))
@@ -57,7 +57,7 @@ def _linear_pair_dots(m: nn.Linear, a: Tensor, g: Tensor, names: Names, left: Te
     t = a3.shape[1]
     dots = a3.new_zeros(len(left))
     if "weight" in names:
-        for s in split_batch(len(left), t * t + t * (a3.shape[2] + g3.shape[2])):
+        for s in split_batch(len(left), t * t + t * (a3.shape[2] + g3.shape[2]), a3.device):
             l, r = left[s], right[s]
             if t == 1:             # <g_l a_l^T, g_r a_r^T> = (a_l . a_r) (g_l . g_r)
                 dots[s] += (a3[l, 0] * a3[r, 0]).sum(1) * (g3[l, 0] * g3[r, 0]).sum(1)

@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
 from torch import Tensor, nn
 
-__all__ = ["Grads", "Names", "GhostRule", "LayerRule", "accept", "split_batch", "CHUNK_ELEMENTS"]
+__all__ = ["Grads", "Names", "GhostRule", "LayerRule", "accept", "split_batch", "CHUNK_ELEMENTS",
+           "GPU_CHUNK_ELEMENTS"]
 
 Grads = dict[str, Tensor]
 Names = frozenset[str]
@@ -19,6 +21,9 @@ Names = frozenset[str]
 # Transient memory for one chunk of unfolded patches or Gram matrices: the engine splits the batch so that no
 # intermediate holds more elements than this (2^22 float32 = 16 MiB), which keeps peak memory near a plain step.
 CHUNK_ELEMENTS = 1 << 22
+# On a GPU the step is bound by launching many small batched products, not by memory (benchmarks/RESULTS.md, "On a
+# GPU"): chunks 16 times larger there (2^26 float32 = 256 MiB, small beside a GPU's memory) cut the launches.
+GPU_CHUNK_ELEMENTS = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,9 @@ def accept(_module: nn.Module) -> None:
     """Every setting of the layer type is covered."""
 
 
-def split_batch(batch: int, elements_per_example: int) -> list[slice]:
-    """Batch slices holding at most ``CHUNK_ELEMENTS`` elements of an intermediate (at least one example)."""
-    step = max(1, CHUNK_ELEMENTS // max(1, elements_per_example))
+def split_batch(batch: int, elements_per_example: int, device: torch.device) -> list[slice]:
+    """Batch slices holding at most ``CHUNK_ELEMENTS`` elements of an intermediate (``GPU_CHUNK_ELEMENTS`` on a CUDA
+    device; at least one example)."""
+    bound = GPU_CHUNK_ELEMENTS if device.type == "cuda" else CHUNK_ELEMENTS
+    step = max(1, bound // max(1, elements_per_example))
     return [slice(i, min(i + step, batch)) for i in range(0, batch, step)]

@@ -100,7 +100,7 @@ def _channel_dots(m: WSConv2d, a: Tensor, g: Tensor, a4: Tensor, g4: Tensor, geo
     count = a4.shape[0] if left is None else len(left)
     per_example = groups * ((pixels * pixels if by_pixels < unfolded else 2 * d_in * t) + 3 * t * t)
     out = a4.new_zeros(count, groups, d_out)
-    for s in split_batch(count, per_example):
+    for s in split_batch(count, per_example, a4.device):
         l, r = (s, s) if left is None else (left[s], right[s])
         other = None if left is None else a4[r]
         if by_pixels < unfolded:
