@@ -30,22 +30,34 @@ def test_run_steps_counts_the_steps_training_takes(make_record):
     assert step_kind(dp, "cpu").dp_sgd and not step_kind(plain, "cpu").dp_sgd
 
 
+def _runs(*records):
+    return [(r.plan, r.timing) for r in records]
+
+
 def test_rates_are_learnt_per_kind_of_step_from_finished_runs(make_record):
     plain, dp = make_record("np_seed0", "np"), make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)
-    rates = Rates.from_records([plain, dp], N_TRAIN)
+    rates = Rates.from_runs(_runs(plain, dp), N_TRAIN)
     assert rates.per_step[step_kind(plain.plan, "cpu")] == pytest.approx(1.0 / 4)
     assert rates.per_step[step_kind(dp.plan, "cpu")] == pytest.approx(1.0 / 10)
     assert rates.evaluation == pytest.approx(1.0)                         # total minus training
     other = make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0).plan
     assert rates.run_seconds(other, N_TRAIN, device="cpu") == pytest.approx(10 * 0.1 + 1.0)
-    only_plain = Rates.from_records([plain], N_TRAIN)                     # no DP-SGD step timed: the plain rate
+    only_plain = Rates.from_runs(_runs(plain), N_TRAIN)                   # no DP-SGD step timed: the plain rate
     assert only_plain.run_seconds(other, N_TRAIN, device="cpu") == pytest.approx(10 * 0.25 + 1.0)
 
 
 def test_a_resumed_run_teaches_no_rate(make_record):
     record = make_record("np_seed0", "np")
     resumed = record.model_copy(update={"timing": record.timing.model_copy(update={"resumed_from": 1})})
-    assert Rates.from_records([resumed], N_TRAIN) is None
+    assert Rates.from_runs(_runs(resumed), N_TRAIN) is None
+
+
+def test_a_timing_without_seconds_teaches_no_rate(make_record):
+    """A DP-SGD run's record holds no seconds (they are private): it must be skipped, not divided."""
+    dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)
+    shared = dp.timing.shareable(dp.plan)
+    assert shared.train_seconds is None and shared.total_seconds is None and shared.device == dp.timing.device
+    assert Rates.from_runs([(dp.plan, shared)], N_TRAIN) is None
 
 
 def _progress(make_record, workers: int):
@@ -61,6 +73,17 @@ def test_the_progress_line_says_runs_done_and_time_left_from_the_runs_finished(m
     # left after the first: a plain run (4 steps at 0.25 s, + 1 s) and a DP-SGD run (10 steps at 0.25 s, + 1 s)
     line = progress.line("np_seed0", runs[0])
     assert re.fullmatch(rf"study: 2 of 4 runs done \(1 earlier\), 0:0\d elapsed, about {left} left", line), line
+
+
+def test_the_progress_line_learns_a_dp_sgd_runs_rate_from_its_private_timing(make_record):
+    """The record of a DP-SGD run holds no seconds; the study passes the private ones, and the rate is learnt."""
+    progress, runs = _progress(make_record, 1)
+    dp = runs[2]
+    public = dp.model_copy(update={"timing": dp.timing.shareable(dp.plan)})
+    assert progress.line(dp.run_id, public).endswith("time left: known after the first run")
+    progress, runs = _progress(make_record, 1)
+    # left: two plain runs of 4 steps at the DP-SGD rate (0.1 s) + 1 s of evaluation each
+    assert progress.line(dp.run_id, public, dp.timing).endswith("about 0:03 left")
 
 
 def test_the_progress_line_counts_failures_and_ends_without_a_time_left(make_record, tmp_path):

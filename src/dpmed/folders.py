@@ -97,6 +97,11 @@ class RunFolder:
         return self.private / "training_statistics.json"
 
     @property
+    def timing(self) -> Path:
+        """The run's wall times: a DP-SGD run's grow with what Poisson sampling drew (not covered by any eps)."""
+        return self.private / "timing.json"
+
+    @property
     def audit(self) -> Path:
         return self.private / "audit.json"
 

@@ -2,7 +2,8 @@
 
 Everything downstream of a run (the study's resume check and budget, results.csv, comparisons, the report) reads
 :class:`RunRecord` fields, never string keys of a parsed file. A run.json holds only what may be shared
-(`dpmed.folders`): the plan, the privacy card and ledger, metrics of the validation and test sets, timings and versions.
+(`dpmed.folders`): the plan, the privacy card and ledger, metrics of the validation and test sets, timings (a DP-SGD
+run's seconds excepted: `Timing`) and versions.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from dpmed.accounting import Ledger
 from dpmed.config import RunPlan, Study, TrainingConfig
 from dpmed.errors import ConfigError
 from dpmed.folders import write_text_atomic
-from dpmed.mechanisms import PrivacyCard, ReconstructionRecord
+from dpmed.mechanisms import DpSgdPlan, PrivacyCard, ReconstructionRecord
 
-__all__ = ["RunRecord", "DataSummary", "Timing", "AuditSummary", "AttackRecord", "Estimate", "read_record",
-           "StudyPrivacy", "PretrainRecord", "StartRecord", "read_pretrain_record",
+__all__ = ["RunRecord", "DataSummary", "Timing", "read_timing", "AuditSummary", "AttackRecord", "Estimate",
+           "read_record", "StudyPrivacy", "PretrainRecord", "StartRecord", "read_pretrain_record",
            "DatasetSummary", "ResolvedStudy"]
 
 
@@ -48,13 +49,35 @@ class DataSummary(_Record):
 
 class Timing(_Record):
     """Wall time of the run's last session (a resumed run counts only that), where it ran and with how many CPU
-    threads (its numbers depend on that count), and the epoch or step a checkpoint continued from."""
+    threads (its numbers depend on that count), and the epoch or step a checkpoint continued from.
 
-    train_seconds: float
-    total_seconds: float
+    A DP-SGD run's seconds are None in run.json (`shareable`) and kept in its private folder: its training time
+    grows with the number of units Poisson sampling drew and with their images, statistics of the training set
+    that no eps covers (a timing side channel; Jin et al. 2022 show such channels in DP libraries)."""
+
+    train_seconds: float | None
+    total_seconds: float | None
     device: str
     threads: int
     resumed_from: int = 0
+
+    def shareable(self, plan: RunPlan) -> Timing:
+        """What run.json may hold: all of it for a run without DP-SGD, no seconds for a DP-SGD run."""
+        if isinstance(plan.privacy, DpSgdPlan):
+            return self.model_copy(update={"train_seconds": None, "total_seconds": None})
+        return self
+
+    def write(self, path: Path) -> None:
+        write_text_atomic(path, self.model_dump_json(indent=2))
+
+
+def read_timing(path: Path) -> Timing | None:
+    """The full timing a run kept in its private folder; None where there is none (a run finished by an older
+    dpmed, or a file that is not one)."""
+    try:
+        return Timing.model_validate_json(Path(path).read_bytes())
+    except (OSError, ValidationError):
+        return None
 
 
 class AuditSummary(_Record):

@@ -5,9 +5,10 @@
 exactly when that file exists; anything that fails before leaves no record and the run is simply redone.
 
 What a run writes is split as `dpmed.folders` says: the released model's weights, run.json and predictions are
-releasable; the checkpoint with the privacy randomness, noiseless training statistics and the audit's secret bits are
-private. The privacy randomness is fresh per run (`dpmed.randomness`); its key is kept in the private folder only
-while the run is unfinished, so that a resumed run makes exactly the same draws, and deleted when it finishes.
+releasable; the checkpoint with the privacy randomness, noiseless training statistics, a DP-SGD run's wall times
+and the audit's secret bits are private. The privacy randomness is fresh per run (`dpmed.randomness`); its key is
+kept in the private folder only while the run is unfinished, so that a resumed run makes exactly the same draws, and
+deleted when it finishes.
 """
 
 from __future__ import annotations
@@ -238,15 +239,15 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         attack_record = None if dp is None or dp.attack is None else _attack(model, ds, dp, plan.seed, device, folder)
     write_json_atomic(folder.statistics, {"run_id": plan.run_id, "per_epoch": result.statistics,
                                           "training_metrics": assessment.training_metrics})
+    timing = Timing(train_seconds=result.seconds, total_seconds=time.perf_counter() - start, device=str(device),
+                    threads=threads, resumed_from=result.resumed_from)
     record = RunRecord(
         run_id=plan.run_id, arm=plan.arm, mechanism=plan.mechanism, seed=plan.seed, plan=plan,
         data=DataSummary(name=ds.name, task=ds.task.kind, source=ds.shareable_source()), privacy=card,
         reconstruction=info.reconstruction(plan.privacy), ledger=result.ledger, metrics=assessment.metrics,
         fairness=assessment.fairness, explanations=assessment.explanations, audit=audit_summary, attack=attack_record,
-        start=context.start,
-        timing=Timing(train_seconds=result.seconds, total_seconds=time.perf_counter() - start, device=str(device),
-                      threads=threads, resumed_from=result.resumed_from),
-        versions=versions())
+        start=context.start, timing=timing.shareable(plan), versions=versions())
+    timing.write(folder.timing)
     record.write(folder.record)
     folder.discard_secrets()
     return record

@@ -43,7 +43,7 @@ from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.pretraining import prepare_start
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.released_size import needed_sizes, release_sizes
-from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record
+from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
 from dpmed.reporting import write_private_report, write_report, write_results_table
 from dpmed.run import RunContext
 from dpmed.timing import Rates, probe_rates
@@ -409,8 +409,9 @@ def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[Run
 
 
 def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, dict[str, Any]]:
-    """Per run, what its private folder holds for the private report: audit results, training metrics, and the
-    reconstruction attack's images (the record that labels them and the file's path; reporting reads the arrays)."""
+    """Per run, what its private folder holds for the private report: audit results, training metrics, a DP-SGD
+    run's wall times, and the reconstruction attack's images (the record that labels them and the file's path;
+    reporting reads the arrays)."""
     items: dict[str, dict[str, Any]] = {}
     for r in records:
         run = folder.run(r.run_id)
@@ -421,6 +422,9 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, d
             stats = json.loads(run.statistics.read_text(encoding="utf-8"))
             if stats.get("training_metrics"):
                 item["statistics"] = stats
+        timing = read_timing(run.timing) if r.timing.train_seconds is None else None
+        if timing is not None:
+            item["timing"] = timing
         if r.attack is not None and run.attack_images.is_file():
             item["attack"] = {"record": r, "images": run.attack_images}
         if item:
@@ -556,7 +560,7 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
                 if task.folder.audit.is_file():   # shown to the user, never written to a shareable file
                     audit = json.loads(task.folder.audit.read_text(encoding="utf-8"))
                     _log.info("%s: audit (private: %s): %s", tag, task.folder.audit, audit["statement"])
-            _log.info("%s", tracker.line(task.plan.run_id, outcome))
+            _log.info("%s", tracker.line(task.plan.run_id, outcome, read_timing(task.folder.timing)))
 
         if todo:
             _log.info("training %d run(s) with executor %r%s", len(todo), executor,

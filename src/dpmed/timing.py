@@ -30,7 +30,7 @@ from dpmed.evaluation.assessment import assess
 from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.randomness import PrivacyRandomness
-from dpmed.records import RunRecord
+from dpmed.records import Timing
 from dpmed.run import run_threads, torch_threads
 from dpmed.training import train
 
@@ -106,18 +106,18 @@ class Rates:
         return run_steps(plan, n_train) * rate + self.evaluation
 
     @classmethod
-    def from_records(cls, records: Iterable[RunRecord], n_train: int) -> "Rates | None":
-        """Rates learnt from finished runs' timings (runs resumed from a checkpoint are left out: their training
-        time covers part of their steps); None if there is none."""
+    def from_runs(cls, runs: Iterable[tuple[RunPlan, Timing]], n_train: int) -> "Rates | None":
+        """Rates learnt from finished runs' plans and full timings (a DP-SGD run's are in its private folder; runs
+        resumed from a checkpoint are left out: their training time covers part of their steps); None if there is
+        none."""
         per_kind: dict[StepKind, list[float]] = {}
         evaluation = []
-        for record in records:
-            timing = record.timing
-            if timing is None or timing.resumed_from:
+        for plan, timing in runs:
+            if timing.resumed_from or timing.train_seconds is None or timing.total_seconds is None:
                 continue
-            steps = run_steps(record.plan, n_train)
+            steps = run_steps(plan, n_train)
             if steps > 0:
-                kind = step_kind(record.plan, timing.device)
+                kind = step_kind(plan, timing.device)
                 per_kind.setdefault(kind, []).append(timing.train_seconds / steps)
             evaluation.append(max(0.0, timing.total_seconds - timing.train_seconds))
         if not per_kind:

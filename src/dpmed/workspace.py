@@ -21,7 +21,7 @@ from dpmed.errors import FolderError
 from dpmed.executors import RunFailure
 from dpmed.folders import StudyFolder
 from dpmed.lock import FolderLock, Holder, lock_holder
-from dpmed.records import RunRecord
+from dpmed.records import RunRecord, Timing
 from dpmed.timing import Rates, clock
 
 __all__ = ["claim_folder", "folder_holder", "writing_into", "StudyProgress", "UNWRITABLE_ADVICE"]
@@ -67,25 +67,26 @@ class StudyProgress:
     def __init__(self, *, total: int, earlier: int, todo: Iterable[RunPlan], n_train: int, workers: int) -> None:
         self.total, self.earlier = total, earlier
         self.left = {p.run_id: p for p in todo}
-        self.records: list[RunRecord] = []
+        self.finished: list[tuple[RunPlan, Timing]] = []
         self.failed, self.workers = 0, workers
         self.n_train = n_train
         self.start = time.perf_counter()
 
-    def line(self, run_id: str, outcome: RunRecord | RunFailure) -> str:
-        """Count ``run_id``'s outcome and say where the study stands."""
+    def line(self, run_id: str, outcome: RunRecord | RunFailure, timing: Timing | None = None) -> str:
+        """Count ``run_id``'s outcome and say where the study stands. ``timing``: the run's full timing from its
+        private folder (a DP-SGD run's record holds no seconds); without it, the record's."""
         self.left.pop(run_id, None)
         if isinstance(outcome, RunFailure):
             self.failed += 1
         else:
-            self.records.append(outcome)
+            self.finished.append((outcome.plan, timing or outcome.timing))
         done = self.total - len(self.left)
         parts = [f"study: {done} of {self.total} runs done"
                  + (f" ({self.earlier} earlier)" if self.earlier else "")
                  + (f", {self.failed} failed" if self.failed else ""),
                  f"{clock(time.perf_counter() - self.start)} elapsed"]
         if self.left:
-            rates = Rates.from_records(self.records, self.n_train)
+            rates = Rates.from_runs(self.finished, self.n_train)
             seconds = [rates.run_seconds(p, self.n_train) for p in self.left.values()] if rates else [None]
             if None in seconds:
                 parts.append("time left: known after the first run")

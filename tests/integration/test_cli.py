@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from dpmed.cli import main
-from dpmed.records import read_record
+from dpmed.folders import StudyFolder
+from dpmed.records import read_record, read_timing
 
 TINY = ["--no-progress", "--set", "data.n_images=240", "--set", "data.image_size=32", "--set", "training.epochs=2",
         "--set", "evaluation.bootstrap_resamples=100"]
@@ -117,6 +118,32 @@ def test_the_data_fingerprint_is_private(quickstart):
     assert re.fullmatch(r"[0-9a-f]{64}", fingerprint)
     public = [p for p in quickstart.rglob("*") if p.is_file() and "private" not in p.relative_to(quickstart).parts]
     assert public and not [p for p in public if fingerprint.encode() in p.read_bytes()]
+
+
+def test_a_dp_sgd_runs_wall_time_is_kept_in_the_private_folder(quickstart):
+    """It grows with the patients Poisson sampling drew and with their images, statistics of the training set that
+    no eps covers: before, run.json, results.csv and the report gave it to the second. Runs without DP-SGD keep it."""
+    folder = StudyFolder(quickstart)
+    frame = pd.read_csv(folder.results).set_index("run_id")
+    public_report, private_report = folder.report.read_text(), folder.private_report.read_text()
+    kinds = set()
+    for path in folder.runs.glob("*/run.json"):
+        record = read_record(path)
+        private = read_timing(folder.run(record.run_id).timing)
+        assert private.total_seconds >= private.train_seconds > 0
+        provenance = re.search(rf'<td data-label="run">{re.escape(record.run_id)}</td><td data-label="training" '
+                               r"class=num>(.*?)</td>", public_report)
+        if record.mechanism == "dp_sgd":
+            assert record.timing == private.model_copy(update={"train_seconds": None, "total_seconds": None})
+            assert pd.isna(frame.loc[record.run_id, "train_seconds"])
+            assert "private" in provenance.group(1) and f"{private.train_seconds:.1f}" not in provenance.group(1)
+            assert f"Wall time: training {private.train_seconds:.1f} s" in private_report
+        else:
+            assert record.timing == private
+            assert frame.loc[record.run_id, "train_seconds"] == pytest.approx(private.train_seconds)
+            assert provenance.group(1) == f"{private.train_seconds:.1f}"
+        kinds.add(record.mechanism == "dp_sgd")
+    assert kinds == {True, False}
 
 
 def test_a_damaged_predictions_file_leaves_its_comparisons_out_and_says_so(quickstart, tmp_path, capsys):

@@ -473,9 +473,10 @@ def _neighbour(dataset, unit: str):
 
 
 def _released_without_training(folder: Path, study, dataset, noise: int) -> dict:
-    """What the shareable files say of a study on ``dataset`` that training does not compute (the DP model and its
-    evaluation are left out): study.yaml whole, and each run.json's identity, plan, data provenance, privacy card,
-    reconstruction bounds and ledger; the released count's noise fixed at ``noise``."""
+    """What the shareable files say of a study on ``dataset`` besides the DP model and its evaluation: study.yaml
+    whole, and each run.json's identity, plan, data provenance, privacy card, reconstruction bounds, ledger and
+    timing (whose seconds would grow with the units Poisson sampling drew); the released count's noise fixed at
+    ``noise``."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(dpmed.study, "load_study_data", lambda s: dataset)
         patch.setattr(released_size, "discrete_laplace", lambda scale, randbelow=None: noise)
@@ -485,7 +486,7 @@ def _released_without_training(folder: Path, study, dataset, noise: int) -> dict
     for path in sorted(result.out_dir.glob("runs/*/run.json")):
         record = json.loads(path.read_text())
         released[path.parent.name] = {k: record[k] for k in ("run_id", "plan", "data", "privacy", "reconstruction",
-                                                             "ledger")}
+                                                             "ledger", "timing")}
     return released
 
 

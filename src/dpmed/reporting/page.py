@@ -113,16 +113,21 @@ def _reconstructions(items: dict[str, dict[str, Any]], path: Path) -> str:
 
 
 def write_private_report(resolved: ResolvedStudy, items: dict[str, dict[str, Any]], path: Path) -> None:
-    """private/report.html: the numbers no eps covers (training-set metrics computed without noise, one-run audit
-    results that depend on the secret canary bits) and the images no public file may hold (the reconstruction
-    attack's best reconstructions beside the images they matched), per run. Never share it.
+    """private/report.html: the numbers no eps covers (training-set metrics computed without noise, a DP-SGD run's
+    wall time, one-run audit results that depend on the secret canary bits) and the images no public file may hold
+    (the reconstruction attack's best reconstructions beside the images they matched), per run. Never share it.
 
     ``items``: run id -> what the run's private folder holds: ``audit`` (audit.json), ``statistics``
-    (training_statistics.json), ``attack`` ({"record": the RunRecord, "images": the path of its
-    ``RunFolder.attack_images``})."""
+    (training_statistics.json), ``timing`` (a DP-SGD run's `Timing`, timing.json), ``attack`` ({"record": the
+    RunRecord, "images": the path of its ``RunFolder.attack_images``})."""
     rows = []
     for run_id, item in items.items():
         parts = []
+        if item.get("timing"):
+            t = item["timing"]
+            parts.append(f"<p>Wall time: training {t.train_seconds:.1f} s, in all {t.total_seconds:.1f} s "
+                         f"({_e(t.device)}, {t.threads} threads"
+                         + (f", resumed from {t.resumed_from}" if t.resumed_from else "") + ").</p>")
         if item.get("audit"):
             parts.append(f"<p>{_e(item['audit']['statement'])}</p>")
         metrics = (item.get("statistics") or {}).get("training_metrics")
@@ -141,8 +146,9 @@ def write_private_report(resolved: ResolvedStudy, items: dict[str, dict[str, Any
 <title>dpmed private report: {_e(resolved.name)}</title><style>{_CSS}</style></head><body>
 <h1>Private: {_e(resolved.name)}</h1>
 <div class="note notdp">PRIVATE, NOT COVERED BY EPS. These numbers are computed from the training images without
-noise (training-set metrics, as in the train/test table of Singh et al. 2020) or from the audit's secret canary
-inclusion bits, and the images are patient images and their reconstructions. Sharing them breaks the eps of the
+noise (training-set metrics, as in the train/test table of Singh et al. 2020; a DP-SGD run's wall time, which grows
+with what Poisson sampling drew) or from the audit's secret canary inclusion bits, and the images are patient images
+and their reconstructions. Sharing them breaks the eps of the
 runs they describe, or shows patients' images. Keep this file in the study's private folder.</div>
 {cards}{reconstructions}
 </body></html>"""

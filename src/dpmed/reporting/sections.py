@@ -158,7 +158,7 @@ def utility(inputs: ReportInputs) -> str:
            if r.run_id in flagged else "")
         + f"</td><td>{escape(r.mechanism)}</td><td class=eps>{escape(eps_label(r.privacy))}</td>"
         + "".join(f"<td class=num>{estimate_text(r.estimate(m))}</td>" for m, _ in columns)
-        + f"<td class=num>{r.timing.train_seconds:.1f}</td></tr>" for r in inputs.records)
+        + f"<td class=num>{_seconds(r.timing.train_seconds)}</td></tr>" for r in inputs.records)
     note = ("<p>The local-DP panel's eps is per image, for local DP's neighbours (any two images); the DP-SGD "
             "panel's is for adding or removing one training patient or image. They protect against different "
             "things, so the panels do not share an axis and their eps are not to be compared.</p>"
@@ -333,17 +333,27 @@ def ldp_examples_section(inputs: ReportInputs) -> str:
             f"Visual unrecognisability is not a privacy guarantee: read the eps on each card.</p>{figure}")
 
 
+def _seconds(value: float | None) -> str:
+    """A wall time, or where a DP-SGD run's is (`dpmed.records.Timing`: it is a statistic of the training set)."""
+    if value is not None:
+        return f"{value:.1f}"
+    return ('<span title="a DP-SGD run\'s time grows with the patients or images Poisson sampling drew, which no '
+            'eps covers">private</span>')
+
+
 def provenance(inputs: ReportInputs) -> str:
     versions = inputs.records[0].versions if inputs.records else {}
-    timing = "".join(f"<tr><td>{escape(r.run_id)}</td><td class=num>{r.timing.train_seconds:.1f}</td>"
-                     f"<td class=num>{r.timing.total_seconds:.1f}</td><td>{escape(r.timing.device)}</td>"
+    timing = "".join(f"<tr><td>{escape(r.run_id)}</td><td class=num>{_seconds(r.timing.train_seconds)}</td>"
+                     f"<td class=num>{_seconds(r.timing.total_seconds)}</td><td>{escape(r.timing.device)}</td>"
                      f"<td class=num>{r.timing.threads}</td><td class=num>{r.timing.resumed_from}</td></tr>"
                      for r in inputs.records)
     resolved = yaml.safe_dump(inputs.resolved.model_dump(mode="json"), sort_keys=False)
     return (f'<h2 id="provenance">Provenance</h2><p>Written {escape(dt.datetime.now().isoformat(timespec="seconds"))} '
             f"by dpmed {escape(versions.get('dpmed', ''))}.</p><table>"
             + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in versions.items())
-            + "</table><p>Wall time per run (seconds; a resumed run counts only its last session):</p>"
+            + "</table><p>Wall time per run (seconds; a resumed run counts only its last session; a DP-SGD run's "
+            "is in the private report: it grows with what Poisson sampling drew from the training set, which no eps "
+            "covers):</p>"
             + stacked("<table><tr><th>run</th><th>training</th><th>total</th><th>device</th><th>threads</th>"
                       f"<th>resumed from</th></tr>{timing}</table>")
             + '<details class="resolved"><summary>The resolved study (study.yaml: every setting, every derived '

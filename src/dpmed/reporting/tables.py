@@ -19,7 +19,7 @@ _PRIVACY_COLUMNS = ("is_dp", "epsilon", "delta", "accountant", "unit", "n_units"
 
 
 def results_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
-    """One row per run: identity, privacy card fields, every metric, wall time."""
+    """One row per run: identity, privacy card fields, every metric, wall time (empty for a DP-SGD run: private)."""
     rows = []
     for r in records:
         row = {"run_id": r.run_id, "arm": r.arm, "mechanism": r.mechanism, "seed": r.seed}
