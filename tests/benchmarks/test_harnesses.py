@@ -195,3 +195,42 @@ def test_shifted_inputs_recomputes_a_study_from_its_models_and_refuses_other_sco
     np.savez(saved, **arrays)
     with pytest.raises(SystemExit, match="does not give its saved test scores"):
         shifts.main([str(study)])
+
+
+def test_film_rendering_finds_the_central_crop_each_reference_image_was_rendered_with():
+    import numpy as np
+
+    films = np.random.default_rng(0).random((6, 40, 60), dtype=np.float32)
+    rendering = _harness("film_rendering")
+    made = [("width", 0.7)] * 4 + [("height", 0.8)] * 2
+    reference = np.concatenate([rendering._render(films[:4], 0.7, 1.0, 12), rendering._render(films[4:], 1.0, 0.8, 12)])
+    order = np.array([3, 0, 5, 1, 4, 2])                                  # reference image j is film order[j]
+    crop, corr, index = rendering.best_crops(films, reference[order])
+    assert crop == made and corr == pytest.approx(1.0, abs=1e-6)
+    assert (order[index] == np.arange(6)).all()
+    crop, corr, _ = rendering.best_crops(films, reference, fractions=(1.0, 0.9))     # the crop is not offered
+    assert max(corr) < 0.99
+
+
+def test_film_rendering_scores_both_renderings_at_the_runs_validation_threshold(tmp_path, capsys):
+    """With the study's own test images as the second rendering, both columns agree with run.json."""
+    import numpy as np
+
+    from dpmed.cli import main
+    from dpmed.study import load_study_data, read_resolved
+
+    (tmp_path / "s.yaml").write_text("name: rendering\ndata: {source: phantom, n_images: 160, image_size: 16}\n"
+                                     "training: {epochs: 2, batch_size: 16, threads: 1}\n"
+                                     "evaluation: {bootstrap_resamples: 20}\narms: [{name: base, mechanism: none}]\n")
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path), "--no-progress"]) == 0
+    study = tmp_path / "rendering"
+    test = load_study_data(read_resolved(study).study).test
+    np.savez(tmp_path / "m.npz", test_images=test.images[:, 0] * 255, test_labels=test.labels[:, None])
+    _harness("film_rendering").main([str(study), "--medmnist", str(tmp_path / "m.npz"), "--json",
+                                     str(tmp_path / "rows.json")])
+    row, = json.loads((tmp_path / "rows.json").read_text())
+    record = json.loads((study / "runs" / "base_seed0" / "run.json").read_text())
+    for rendering in ("folders", "medmnist"):
+        assert row[rendering]["test_auroc"] == pytest.approx(record["metrics"]["test_auroc"], abs=1e-6)
+        assert row[rendering]["accuracy"] == pytest.approx(record["metrics"]["test_accuracy"], abs=1e-9)
+    assert "| rendering | base (1) | accuracy |" in capsys.readouterr().out
