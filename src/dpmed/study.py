@@ -44,7 +44,7 @@ from dpmed.pretraining import prepare_start
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.released_size import needed_sizes, release_sizes
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
-from dpmed.reporting import write_private_report, write_report, write_results_table
+from dpmed.reporting import PrivateRun, write_private_report, write_report, write_results_table
 from dpmed.run import RunContext
 from dpmed.timing import Rates, probe_rates
 from dpmed.training import checkpoint_progress
@@ -408,25 +408,18 @@ def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[Run
     return out.model_copy(update={"notes": unread + out.notes}) if unread else out
 
 
-def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, dict[str, Any]]:
-    """Per run, what its private folder holds for the private report: audit results, training metrics, a DP-SGD
-    run's wall times, and the reconstruction attack's images (the record that labels them and the file's path;
-    reporting reads the arrays)."""
-    items: dict[str, dict[str, Any]] = {}
+def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, PrivateRun]:
+    """Per run, what its private folder holds for the private report (`PrivateRun`), for runs that hold any."""
+    items: dict[str, PrivateRun] = {}
     for r in records:
         run = folder.run(r.run_id)
-        item: dict[str, Any] = {}
-        if run.audit.is_file():
-            item["audit"] = json.loads(run.audit.read_text(encoding="utf-8"))
-        if run.statistics.is_file():
-            stats = json.loads(run.statistics.read_text(encoding="utf-8"))
-            if stats.get("training_metrics"):
-                item["statistics"] = stats
-        timing = read_timing(run.timing) if r.timing.train_seconds is None else None
-        if timing is not None:
-            item["timing"] = timing
-        if r.attack is not None and run.attack_images.is_file():
-            item["attack"] = {"record": r, "images": run.attack_images}
+        audit = json.loads(run.audit.read_text(encoding="utf-8")) if run.audit.is_file() else None
+        stats = json.loads(run.statistics.read_text(encoding="utf-8")) if run.statistics.is_file() else {}
+        attacked = r.attack is not None and run.attack_images.is_file()
+        item = PrivateRun(audit_statement=None if audit is None else audit["statement"],
+                          training_metrics=stats.get("training_metrics") or None,
+                          timing=read_timing(run.timing) if r.timing.train_seconds is None else None,
+                          attack_images=run.attack_images if attacked else None, attacked=r if attacked else None)
         if item:
             items[r.run_id] = item
     return items

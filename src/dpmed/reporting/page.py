@@ -7,20 +7,21 @@ Adding a section is its function (of :class:`~dpmed.reporting.inputs.ReportInput
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from dpmed.comparisons import Comparisons
 from dpmed.folders import StudyFolder, write_text_atomic
-from dpmed.records import ResolvedStudy, RunRecord
+from dpmed.records import ResolvedStudy, RunRecord, Timing
 from dpmed.reporting import clinical, sections, study_sections
 from dpmed.reporting.inputs import METHODS, ReportInputs, cite, embed_png, escape as _e
 from dpmed.reporting.pretraining_section import pretraining_section
 from dpmed.reporting.threat_section import ATTACK_IMAGE_KEYS, attack_label, reconstructions_figure, threat_section
 
-__all__ = ["write_report", "write_private_report", "SECTIONS"]
+__all__ = ["write_report", "write_private_report", "PrivateRun", "SECTIONS"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
@@ -88,18 +89,34 @@ def write_report(resolved: ResolvedStudy, records: Sequence[RunRecord], comparis
     write_text_atomic(folder.report, doc)
 
 
-def _reconstructions(items: dict[str, dict[str, Any]], path: Path) -> str:
+@dataclass(frozen=True)
+class PrivateRun:
+    """What one run's private folder gives the private report (`dpmed.folders.RunFolder`): the audit's statement
+    (audit.json), training-set metrics computed without noise (training_statistics.json), a DP-SGD run's wall time
+    (timing.json), and the attack's reconstructions (the file, and the record that labels them)."""
+
+    audit_statement: str | None = None
+    training_metrics: Mapping[str, Any] | None = None
+    timing: Timing | None = None
+    attack_images: Path | None = None
+    attacked: RunRecord | None = None
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.audit_statement, self.training_metrics, self.timing,
+                                           self.attack_images))
+
+
+def _reconstructions(items: Mapping[str, PrivateRun], path: Path) -> str:
     """The attack's best reconstructions beside the images they matched, one pair of rows per attacked run (the
     figure of Ziller et al. 2024 that shows what an attack at each eps recovers), saved beside the private report."""
     rows = []
     for item in items.values():
-        attack = item.get("attack")
-        if attack is None:
+        if item.attack_images is None or item.attacked is None:
             continue
-        with np.load(attack["images"]) as f:
+        with np.load(item.attack_images) as f:
             arrays = {key: f[key] for key in ATTACK_IMAGE_KEYS}
         if len(arrays["ssim"]):
-            rows.append((attack_label(attack["record"]), arrays))
+            rows.append((attack_label(item.attacked), arrays))
     if not rows:
         return ""
     figure = embed_png(reconstructions_figure(rows), path.with_name("attack_reconstructions.png"),
@@ -112,25 +129,21 @@ def _reconstructions(items: dict[str, dict[str, Any]], path: Path) -> str:
             f"section 'Three threat models'.</p><figure>{figure}</figure>")
 
 
-def write_private_report(resolved: ResolvedStudy, items: dict[str, dict[str, Any]], path: Path) -> None:
+def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun], path: Path) -> None:
     """private/report.html: the numbers no eps covers (training-set metrics computed without noise, a DP-SGD run's
     wall time, one-run audit results that depend on the secret canary bits) and the images no public file may hold
-    (the reconstruction attack's best reconstructions beside the images they matched), per run. Never share it.
-
-    ``items``: run id -> what the run's private folder holds: ``audit`` (audit.json), ``statistics``
-    (training_statistics.json), ``timing`` (a DP-SGD run's `Timing`, timing.json), ``attack`` ({"record": the
-    RunRecord, "images": the path of its ``RunFolder.attack_images``})."""
+    (the reconstruction attack's best reconstructions beside the images they matched), per run id. Never share it."""
     rows = []
     for run_id, item in items.items():
         parts = []
-        if item.get("timing"):
-            t = item["timing"]
+        t = item.timing
+        if t is not None and t.train_seconds is not None and t.total_seconds is not None:
             parts.append(f"<p>Wall time: training {t.train_seconds:.1f} s, in all {t.total_seconds:.1f} s "
                          f"({_e(t.device)}, {t.threads} threads"
                          + (f", resumed from {t.resumed_from}" if t.resumed_from else "") + ").</p>")
-        if item.get("audit"):
-            parts.append(f"<p>{_e(item['audit']['statement'])}</p>")
-        metrics = (item.get("statistics") or {}).get("training_metrics")
+        if item.audit_statement:
+            parts.append(f"<p>{_e(item.audit_statement)}</p>")
+        metrics = item.training_metrics
         if metrics:
             shown = {k: v for k, v in metrics.items() if k.startswith("train_") and not k.endswith(("_low", "_high"))
                      and isinstance(v, float)}
