@@ -17,6 +17,12 @@ holds every film at one size (the copy in ../shared/data holds 224 x 224 px film
    differ. PneumoniaMNIST's validation split is not used: it is drawn by image from the train folder, so it holds
    other films of the study's training patients.
 
+3. ``--restore OUT`` writes a copy of the folders (train and test) in which each film is cut to the central crop that
+   matches its PneumoniaMNIST image best (the train folder's films against PneumoniaMNIST's train and validation
+   images, the test folder's against its test images), as lossless PNG under the same names: dpmed's resize then
+   stretches that crop back to a square, so a study on OUT sees each film with the aspect MedMNIST gave it, at any
+   size. The crops come from the films' content alone, never from a label.
+
 This is a benchmark, not a test: the tables go to stdout.
 """
 
@@ -82,6 +88,37 @@ def best_crops(films: np.ndarray, reference: np.ndarray, fractions=FRACTIONS
     return crop, best, index
 
 
+def _grey_films(root: Path, split: str) -> tuple[list[Path], np.ndarray]:
+    from PIL import Image
+
+    paths = sorted(p for p in root.glob(f"{split}/*/*") if p.is_file())
+    return paths, np.stack([np.asarray(Image.open(p).convert("L"), dtype=np.float32) / 255.0 for p in paths])
+
+
+def restore(root: Path, medmnist: Path, out: Path) -> None:
+    """Part 3 of the module docstring: ``out``/<split>/<class>/<film>.png, each film cut to its matching crop."""
+    from PIL import Image
+
+    with np.load(medmnist) as z:
+        references = {"train": np.concatenate([z["train_images"], z["val_images"]]) / 255.0,
+                      "test": z["test_images"] / 255.0}
+    for split, reference in references.items():
+        paths, films = _grey_films(root, split)
+        crop, corr, _ = best_crops(films, reference.astype(np.float32))
+        for path, (axis, f), film in zip(paths, crop, films):
+            h, w = film.shape
+            keep_h, keep_w = (round(h * f), w) if axis == "height" else (h, round(w * f))
+            top, left = (h - keep_h) // 2, (w - keep_w) // 2
+            target = out / split / path.parent.name / f"{path.stem}.png"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            cut = film[top:top + keep_h, left:left + keep_w]
+            Image.fromarray(np.round(cut * 255).astype(np.uint8)).save(target)
+        counts = collections.Counter(f for _, f in crop)
+        print(f"{split}: {len(paths)} films written to {out / split}; best correlation median {np.median(corr):.3f}, "
+              f"{np.mean(corr > 0.95):.0%} above 0.95; crops kept "
+              + ", ".join(f"{f:.0%}: {n}" for f, n in sorted(counts.items(), reverse=True)))
+
+
 def _medmnist_test(path: Path) -> ImageSet:
     with np.load(path) as z:
         images, labels = z["test_images"].astype(np.float32) / 255.0, z["test_labels"].reshape(-1).astype(np.int64)
@@ -125,13 +162,20 @@ def _rows(study: Path, medmnist: ImageSet) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("studies", nargs="+", type=Path)
+    parser.add_argument("studies", nargs="*", type=Path)
     parser.add_argument("--medmnist", type=Path, required=True, help="pneumoniamnist.npz")
     parser.add_argument("--films", type=Path, help="the release's folders (test/<class>/<film>), for part 1")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write every run's row here")
+    parser.add_argument("--restore", type=Path, help="write the aspect-restored copy of --films here (part 3)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.restore:
+        if not args.films:
+            raise SystemExit("--restore needs --films, the folders to restore")
+        restore(args.films, args.medmnist, args.restore)
+        if not args.studies:
+            return
     medmnist = _medmnist_test(args.medmnist)
     rows: list[dict] = []
     for study in args.studies:
@@ -139,9 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     if not rows:
         raise SystemExit("no run with model.pt under " + ", ".join(map(str, args.studies)))
     if args.films:
-        from PIL import Image
-        films = np.stack([np.asarray(Image.open(p).convert("L"), dtype=np.float32) / 255.0
-                          for p in sorted(args.films.glob("test/*/*")) if p.is_file()])
+        _, films = _grey_films(args.films, "test")
         crop, corr, index = best_crops(films, medmnist.images[:, 0])
         counts = collections.Counter(crop)
         print(f"{len(films)} test films of {films.shape[1]} x {films.shape[2]} px against {len(medmnist.labels)} "

@@ -234,3 +234,27 @@ def test_film_rendering_scores_both_renderings_at_the_runs_validation_threshold(
         assert row[rendering]["test_auroc"] == pytest.approx(record["metrics"]["test_auroc"], abs=1e-6)
         assert row[rendering]["accuracy"] == pytest.approx(record["metrics"]["test_accuracy"], abs=1e-9)
     assert "| rendering | base (1) | accuracy |" in capsys.readouterr().out
+
+
+def test_film_rendering_restores_each_film_to_the_crop_its_reference_image_shows(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    rendering = _harness("film_rendering")
+    films = {"train": rng.random((2, 40, 60), dtype=np.float32), "test": rng.random((1, 40, 60), dtype=np.float32)}
+    for split, stack in films.items():
+        for i, film in enumerate(stack):
+            (tmp_path / "src" / split / "A").mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.round(film * 255).astype(np.uint8)).save(tmp_path / "src" / split / "A" / f"f{i}.png")
+    grey = {k: np.round(v * 255) / 255 for k, v in films.items()}                  # as the PNGs hold them
+    as_uint8 = lambda x: np.round(x * 255).astype(np.uint8)                          # noqa: E731
+    np.savez(tmp_path / "m.npz", train_images=as_uint8(rendering._render(grey["train"][:1], 0.7, 1.0, 12)),
+             val_images=as_uint8(rendering._render(grey["train"][1:], 0.55, 1.0, 12)),
+             test_images=as_uint8(rendering._render(grey["test"], 1.0, 0.8, 12)))
+    rendering.main(["--medmnist", str(tmp_path / "m.npz"), "--films", str(tmp_path / "src"), "--restore",
+                    str(tmp_path / "out")])
+    sizes = {p.relative_to(tmp_path / "out").as_posix(): Image.open(p).size for p in (tmp_path / "out").rglob("*.png")}
+    assert sizes == {"train/A/f0.png": (42, 40), "train/A/f1.png": (33, 40), "test/A/f0.png": (60, 32)}
+    restored = np.asarray(Image.open(tmp_path / "out" / "train" / "A" / "f0.png"), dtype=np.float32) / 255
+    assert np.array_equal(restored, grey["train"][0][:, 9:51])                     # the central 42 of 60 columns
