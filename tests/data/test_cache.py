@@ -33,6 +33,7 @@ def test_key_follows_preprocessing_and_file_changes(tmp_path, write_image):
     assert cache_key(paths, Preprocessing(size=(8, 8), channels=1, equalize=True), 1, (8, 8)) != key
     assert cache_key(paths, pre, 3, (8, 8)) != key and cache_key(paths, pre, 1, (16, 16)) != key
     assert cache_key(paths[::-1], pre, 1, (8, 8)) != key
+    assert cache_key(paths, Preprocessing(size=(8, 8), channels=1, aspect="crop"), 1, (8, 8)) != key
     stat = os.stat(paths[2])
     os.utime(paths[2], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the file changed
     assert cache_key(paths, pre, 1, (8, 8)) != key

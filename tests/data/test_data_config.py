@@ -23,18 +23,20 @@ def test_data_keys_parse(write_study, tmp_path):
     (tmp_path / "xr").mkdir()
     study = load_study(write_study(
         "name: s\ndata:\n  source: folders\n  path: xr\n  labels: [NORMAL, PNEUMONIA]\n  image_size: 64\n"
-        "  preprocessing: {minmax: true, equalize: true, normalize: {mean: [0.5], std: [0.25]}}\n"
+        "  preprocessing: {aspect: crop, minmax: true, equalize: true, normalize: {mean: [0.5], std: [0.25]}}\n"
         "  split: {val_fraction: 0.1, seed: 3, shared_patients: keep}\n  skip_invalid: true\n"
         "  cache_dir: /tmp/c\narms: [{name: a, mechanism: none}]\n"))
     d = study.data
     assert d.path == (tmp_path / "xr").resolve() and d.labels == ["NORMAL", "PNEUMONIA"]
     assert d.preprocessing.equalize and d.preprocessing.normalize.std == [0.25]
+    assert d.preprocessing.aspect == "crop" and d.to_request().preprocessing.aspect == "crop"
     assert d.split.val_fraction == 0.1 and d.split.test_fraction == 0.15 and d.split.shared_patients == "keep"
     assert d.skip_invalid and d.cache_dir == Path("/tmp/c")
 
 
 @pytest.mark.parametrize("data, message", [
     ("{source: folders, path: xr, preprocessing: {equalise: true}}", "data.preprocessing.equalise: unknown key"),
+    ("{source: folders, path: xr, preprocessing: {aspect: pad}}", "data.preprocessing.aspect"),
     ("{source: folders, path: xr, split: {val_fraction: 0.6, test_fraction: 0.5}}", "must be below 1"),
     ("{source: folders, path: xr, preprocessing: {normalize: {mean: [0.5, 0.5], std: [1]}}}", "same number"),
     ("{source: csv, path: xr, columns: {file: a}}", "data.columns.path: required key is missing"),

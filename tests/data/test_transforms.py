@@ -144,3 +144,25 @@ def test_preprocessing_runs_resize_minmax_equalize_channels_in_order():
     assert record["minmax"] and record["equalize"] and record["channels"] == 3 and record["resize"].startswith("2x2")
     with pytest.raises(ValueError, match="channels must be 1, 3 or None"):
         transforms.Preprocessing(channels=2)
+
+
+def test_center_crop_keeps_the_central_part_at_the_target_aspect_as_counted_by_hand():
+    wide = np.arange(24, dtype=np.float32).reshape(1, 1, 4, 6) / 24      # 4 rows of 6
+    assert transforms.center_crop(wide, (2, 2))[0, 0].tolist() == wide[0, 0, :, 1:5].tolist()   # columns 1-4
+    tall = wide.transpose(0, 1, 3, 2)                                     # 6 rows of 4
+    assert transforms.center_crop(tall, (2, 2))[0, 0].tolist() == tall[0, 0, 1:5].tolist()
+    assert transforms.center_crop(wide, (8, 12)) is wide                  # the aspect already matches
+    assert transforms.center_crop(wide, (1, 3))[0, 0].tolist() == wide[0, 0, 1:3].tolist()    # rows 1-2 of 4
+
+
+def test_preprocessing_crops_before_it_resizes_only_when_asked():
+    wide = np.zeros((1, 1, 4, 8), dtype=np.float32)
+    wide[..., 2:6] = 1.0                                                  # a bright central square
+    cropped = transforms.Preprocessing(size=(2, 2), aspect="crop").apply(wide)
+    stretched = transforms.Preprocessing(size=(2, 2)).apply(wide)
+    np.testing.assert_allclose(cropped, 1.0)                              # only the central square remains
+    np.testing.assert_array_equal(stretched, transforms.resize(wide, (2, 2)))   # the whole image, squeezed
+    assert stretched.max() < 0.7                                          # the dark sides are still in it
+    assert transforms.Preprocessing(size=(2, 2), aspect="crop").describe()["aspect"] == "crop"
+    with pytest.raises(ValueError, match="aspect must be 'stretch' or 'crop'"):
+        transforms.Preprocessing(aspect="pad")

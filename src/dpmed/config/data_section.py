@@ -89,10 +89,14 @@ class NormalizeConfig(_Strict):
 
 
 class PreprocessingConfig(_Strict):
-    """Per-image steps after the resize (``data.image_size``), before any mechanism (METHODS.md s.1): ``minmax``
-    stretches each image to [0, 1]; ``equalize`` histogram-equalises it (003_9a91354dc2d7e2df.txt does both);
-    ``normalize`` applies fixed constants at the model input. Channel conversion is ``data.channels``."""
+    """Per-image steps around the resize (``data.image_size``), before any mechanism (METHODS.md s.1): ``aspect``
+    says how an image that is not square reaches the square size, ``stretch`` (the whole image, distorted) or
+    ``crop`` (its central square, then resized: the film keeps its proportions and loses its sides, as MedMNIST
+    renders PneumoniaMNIST); ``minmax`` stretches each image to [0, 1]; ``equalize`` histogram-equalises it
+    (003_9a91354dc2d7e2df.txt does both); ``normalize`` applies fixed constants at the model input. Channel
+    conversion is ``data.channels``."""
 
+    aspect: Literal["stretch", "crop"] = "stretch"
     minmax: bool = False
     equalize: bool = False
     normalize: NormalizeConfig | None = None
@@ -167,8 +171,8 @@ class DataConfig(_Strict):
         normalize = None if pre.normalize is None else (tuple(pre.normalize.mean), tuple(pre.normalize.std))
         return DataRequest(
             source=self.source, path=self.path, seed=self.seed, n_images=self.n_images,
-            preprocessing=Preprocessing(size=size, channels=self.channels, minmax=pre.minmax, equalize=pre.equalize,
-                                        normalize=normalize),
+            preprocessing=Preprocessing(size=size, channels=self.channels, aspect=pre.aspect, minmax=pre.minmax,
+                                        equalize=pre.equalize, normalize=normalize),
             labels=None if self.labels is None else tuple(self.labels),
             columns=None if self.columns is None else self.columns.model_dump(exclude_none=True), task=self.task,
             uncertain=self.uncertain, ordinal=self.ordinal, skip_invalid=self.skip_invalid, cache_dir=self.cache_dir,

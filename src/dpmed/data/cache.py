@@ -68,6 +68,8 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
     settings = {"format": _FORMAT, "pillow": PIL.__version__, "channels": channels, "size": list(size),
                 "resize": preprocessing.size is not None, "minmax": preprocessing.minmax,
                 "equalize": preprocessing.equalize}
+    if preprocessing.aspect != "stretch":   # only then, so that the caches written before the option stay valid
+        settings["aspect"] = preprocessing.aspect
     h.update(json.dumps(settings, sort_keys=True).encode())
     for path in paths:
         resolved = Path(path).resolve()

@@ -29,7 +29,7 @@ from dpmed.data.manifest import Manifest
 from dpmed.data.random_processes import make_random_processes
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.data.synthetic import make_phantom
-from dpmed.data.transforms import Preprocessing, resize
+from dpmed.data.transforms import Preprocessing, center_crop, resize
 from dpmed.errors import DataError
 
 __all__ = ["DatasetSource", "DataRequest", "DATASET_SOURCES", "read_dataset", "load_dataset", "SplitPlan"]
@@ -275,7 +275,7 @@ def _ordinal(dataset: Dataset, ordinal: bool | None) -> Dataset:
 
 
 def load_dataset(*, source: str, path: str | Path | None, image_size: int | None, channels: int | None, seed: int,
-                 n_images: int | None, minmax: bool = False, equalize: bool = False,
+                 n_images: int | None, aspect: str = "stretch", minmax: bool = False, equalize: bool = False,
                  normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
                  labels: tuple[str, ...] | None = None, columns: Mapping[str, str] | None = None,
                  task: str | None = None, uncertain: str | None = None, ordinal: bool | None = None,
@@ -284,13 +284,17 @@ def load_dataset(*, source: str, path: str | Path | None, image_size: int | None
     """:func:`read_dataset` with the request spelled out as keywords (the Python API; a study file's ``data``
     section gives the same request with ``DataConfig.to_request()``). ``image_size`` x ``image_size`` pixels and
     ``channels`` channels, None keeping the data's own; seed: the phantom's generation seed (splits of file layouts
-    use ``split.seed``); n_images: the phantom's size."""
+    use ``split.seed``); n_images: the phantom's size; aspect: "stretch" or "crop"
+    (`dpmed.data.transforms.center_crop`)."""
     if image_size is not None and image_size < 1:
         raise DataError(f"image_size must be a positive number of pixels, got {image_size}")
     if channels is not None and channels not in (1, 3):
         raise DataError(f"channels must be 1 (grey) or 3 (RGB), got {channels}")
-    preprocessing = Preprocessing(size=None if image_size is None else (image_size, image_size), channels=channels,
-                                  minmax=minmax, equalize=equalize, normalize=normalize)
+    try:
+        preprocessing = Preprocessing(size=None if image_size is None else (image_size, image_size), channels=channels,
+                                      aspect=aspect, minmax=minmax, equalize=equalize, normalize=normalize)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
     return read_dataset(DataRequest(source=source, path=None if path is None else Path(path), seed=seed,
                                     n_images=n_images, preprocessing=preprocessing,
                                     labels=None if labels is None else tuple(labels), columns=columns, task=task,
@@ -304,7 +308,9 @@ def _preprocess_arrays(dataset: Dataset, preprocessing: Preprocessing, *, genera
     size = preprocessing.size
     steps = []
     if size is not None and not generated and (height, width) != size:
-        steps.append(f"resize {height}x{width} -> {size[0]}x{size[1]} (bilinear, antialiased)")
+        cropped = preprocessing.aspect == "crop" and height * size[1] != width * size[0]
+        steps.append(("central crop to the aspect, then " if cropped else "")
+                     + f"resize {height}x{width} -> {size[0]}x{size[1]} (bilinear, antialiased)")
     if preprocessing.minmax:
         steps.append("per-image min-max")
     if preprocessing.equalize:
@@ -319,7 +325,10 @@ def _preprocess_arrays(dataset: Dataset, preprocessing: Preprocessing, *, genera
     def convert(split: ImageSet) -> ImageSet:
         masks = split.masks  # [N, H, W] or None
         if masks is not None and images_step.size is not None:
-            masks = resize(masks[:, None].astype(np.float32), images_step.size)[:, 0] >= 0.5
+            region = masks[:, None].astype(np.float32)        # [N, 1, H, W], cut as the images are
+            if images_step.aspect == "crop":
+                region = center_crop(region, images_step.size)
+            masks = resize(region, images_step.size)[:, 0] >= 0.5
         return ImageSet(images_step.apply(split.images), split.labels, split.patient_ids, split.sex, split.age, masks)
 
     return replace(

@@ -1,4 +1,5 @@
-"""Per-image preprocessing: resize, channel conversion, per-image min-max, histogram equalisation, fixed normalisation.
+"""Per-image preprocessing: central crop to the target aspect, resize, channel conversion, per-image min-max,
+histogram equalisation, fixed normalisation.
 
 Why per-image only: METHODS.md section 1 allows preprocessing before a local DP mechanism to use only the image
 itself. A statistic computed over the dataset (mean, std, a shared histogram) would carry information about other
@@ -18,7 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["resize", "to_channels", "minmax_per_image", "equalize_histogram", "normalize", "Preprocessing"]
+__all__ = ["center_crop", "resize", "to_channels", "minmax_per_image", "equalize_histogram", "normalize",
+           "Preprocessing"]
 
 _CHUNK_BYTES = 64 * 2**20  # resize works through at most ~64 MiB of output at a time
 
@@ -48,6 +50,28 @@ def resize(images: np.ndarray, size: int | tuple[int, int]) -> np.ndarray:
         resized = F.interpolate(block, size=(height, width), mode="bilinear", align_corners=False, antialias=True)
         out[start : start + per_chunk] = resized.numpy()
     return np.clip(out, 0.0, 1.0, out=out)
+
+
+def center_crop(images: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """The central part of images [N, C, H, W] with the aspect of ``size`` = (height, width): a film wider than that
+    loses equal strips at its left and right, a taller one at its top and bottom. A view; ``images`` itself when the
+    aspect already matches to the pixel.
+
+    Why: resizing a 1,400 x 1,000 px film to a square stretches it; MedMNIST renders PneumoniaMNIST from the central
+    square of each film (Yang et al. 2023), as torchxrayvision's XRayCenterCrop does, so that a film keeps its
+    proportions and loses its sides (arms, shoulders, markers) instead.
+    """
+    _check_images(images)
+    height, width = size
+    h, w = images.shape[-2:]
+    if h * width > w * height:                 # taller than the target aspect: crop rows
+        keep_h, keep_w = max(1, round(w * height / width)), w
+    else:                                      # wider (or equal): crop columns
+        keep_h, keep_w = h, max(1, round(h * width / height))
+    if (keep_h, keep_w) == (h, w):
+        return images
+    top, left = (h - keep_h) // 2, (w - keep_w) // 2
+    return images[..., top:top + keep_h, left:left + keep_w]
 
 
 def to_channels(images: np.ndarray, channels: int) -> np.ndarray:
@@ -126,9 +150,11 @@ def normalize(images: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...
 
 @dataclass(frozen=True)
 class Preprocessing:
-    """The per-image steps a study asks for, in the order they run: resize, min-max, equalise, channels.
+    """The per-image steps a study asks for, in the order they run: crop, resize, min-max, equalise, channels.
 
-    size: (height, width) or None (keep the data's size); channels: 1, 3 or None (keep); minmax / equalize: the
+    size: (height, width) or None (keep the data's size); aspect: how an image of another aspect reaches ``size``,
+    "stretch" (resize it whole) or "crop" (:func:`center_crop`, then resize); channels: 1, 3 or None (keep); minmax /
+    equalize: the
     functions above; normalize: fixed (mean, std) applied later, at the model input (see :func:`normalize`), so it
     is carried here only to be recorded and checked. Every step maps image i to a function of image i alone.
     Channels convert last so that equalisation and min-max see the image as stored (BT.601 grey of RGB is linear,
@@ -137,6 +163,7 @@ class Preprocessing:
 
     size: tuple[int, int] | None = None
     channels: int | None = None
+    aspect: str = "stretch"
     minmax: bool = False
     equalize: bool = False
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
@@ -146,10 +173,14 @@ class Preprocessing:
             raise ValueError(f"Preprocessing.size must be (height, width) >= 1, got {self.size}")
         if self.channels not in (None, 1, 3):
             raise ValueError(f"Preprocessing.channels must be 1, 3 or None, got {self.channels}")
+        if self.aspect not in ("stretch", "crop"):
+            raise ValueError(f"Preprocessing.aspect must be 'stretch' or 'crop', got {self.aspect!r}")
 
     def apply(self, images: np.ndarray) -> np.ndarray:
-        """images float32 [N, C, H, W] in [0, 1] -> the same after resize, min-max, equalisation, channels."""
+        """images float32 [N, C, H, W] in [0, 1] -> the same after crop, resize, min-max, equalisation, channels."""
         if self.size is not None:
+            if self.aspect == "crop":
+                images = center_crop(images, self.size)
             images = resize(images, self.size)
         if self.minmax:
             images = minmax_per_image(images)
@@ -163,6 +194,7 @@ class Preprocessing:
         """What the run record stores: every step and its setting (JSON-ready)."""
         return {
             "resize": None if self.size is None else f"{self.size[0]}x{self.size[1]} (bilinear, antialiased)",
+            "aspect": self.aspect,
             "minmax": self.minmax,
             "equalize": self.equalize,
             "channels": self.channels,

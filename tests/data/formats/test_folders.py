@@ -369,3 +369,26 @@ def test_a_folder_study_records_its_preprocessing_and_tells_left_out_rows_privat
     assert not {"left_out_invalid", "rows", "decode", "summary"} & set(data)
     assert "patients_crossing_splits" not in data["split"]
     assert "left out 1 invalid rows ({'unreadable image': 1}" in caplog.text
+
+
+def test_aspect_crop_decodes_the_central_square_of_a_wide_film(tmp_path, write_image):
+    """A film twice as wide as high: ``crop`` keeps its central square, ``stretch`` squeezes all of it; each is the
+    decoded file put through the same steps by hand, and the cache does not mix them."""
+    from dpmed.data import Preprocessing
+
+    layout = {folder: names[:2] for folder, names in KERMANY.items()}
+    root = tmp_path / "wide"
+    for folder, names in layout.items():
+        for name in names:
+            write_image(root / folder / name.replace(".jpeg", ".png"), level=200, size=(20, 40))
+    film = root / "test" / "NORMAL" / "IM-0100-0001.png"
+    raw = read_image(film, channels=1)[None]                               # [1, 1, 20, 40]
+    for aspect in ("crop", "stretch"):
+        data = _load(root, aspect=aspect, cache_dir=tmp_path / "cache", split=SplitPlan(val_fraction=0.5))
+        row = [str(p) for p in data.test.patient_ids].index("IM-0100")
+        expected = Preprocessing(size=(16, 16), aspect=aspect).apply(raw)[0]
+        np.testing.assert_allclose(data.test.images[row], expected, atol=1e-6)
+        assert data.source["preprocessing"]["aspect"] == aspect
+    cropped = Preprocessing(size=(16, 16), aspect="crop").apply(raw)[0, 0]
+    stretched = Preprocessing(size=(16, 16)).apply(raw)[0, 0]
+    assert np.ptp(cropped[0]) < 0.6 * np.ptp(stretched[0])                 # half the ramp, not all of it
