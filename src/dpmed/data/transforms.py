@@ -153,12 +153,11 @@ class Preprocessing:
     """The per-image steps a study asks for, in the order they run: crop, resize, min-max, equalise, channels.
 
     size: (height, width) or None (keep the data's size); aspect: how an image of another aspect reaches ``size``,
-    "stretch" (resize it whole) or "crop" (:func:`center_crop`, then resize); channels: 1, 3 or None (keep); minmax /
-    equalize: the
-    functions above; normalize: fixed (mean, std) applied later, at the model input (see :func:`normalize`), so it
-    is carried here only to be recorded and checked. Every step maps image i to a function of image i alone.
-    Channels convert last so that equalisation and min-max see the image as stored (BT.601 grey of RGB is linear,
-    so converting first would give the same result for grey images anyway).
+    "stretch" (resize it whole) or "crop" (:func:`center_crop`, then resize); channels: 1, 3 or None (keep);
+    minmax / equalize: the functions above; normalize: fixed (mean, std) applied later, at the model input (see
+    :func:`normalize`), so it is carried here only to be recorded and checked. Every step maps image i to a
+    function of image i alone. Channels convert last so that equalisation and min-max see the image as stored
+    (BT.601 grey of RGB is linear, so converting first would give the same result for grey images anyway).
     """
 
     size: tuple[int, int] | None = None
