@@ -210,7 +210,8 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
                           f"{unit}s (DP-SGD's expected batch counts {unit}s: privacy_unit is {unit}); lower "
                           "training.batch_size")
     size_epsilon = 0.0 if context.released_sizes is None else context.size_epsilon
-    released = exact if context.released_sizes is None else context.released_sizes[size_key(unit, arm.max_images_per_patient)]
+    released = (exact if context.released_sizes is None
+                else context.released_sizes[size_key(unit, arm.max_images_per_patient)])
     # The plan's N: the released count, at least the expected batch (a count drawn below it would ask for q > 1)
     n_units = max(released, context.batch_size)
     if target is not None and target <= size_epsilon:
