@@ -37,9 +37,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from dpmed.data import ImageSet
+from dpmed.data.transforms import resize
 from dpmed.evaluation import auroc, load_predictions, predict
 from dpmed.models import build_model
 from dpmed.records import read_record
@@ -50,14 +50,19 @@ __all__ = ["best_crops", "main"]
 FRACTIONS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5)
 
 
-def _render(images: np.ndarray, width: float, height: float, size: int) -> np.ndarray:
-    """Central crop to ``width`` and ``height`` of each side of images [N, H, W], resized to ``size`` px."""
-    t = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))[:, None]
-    h_in, w_in = t.shape[-2:]
+def _central(images: np.ndarray, width: float, height: float) -> np.ndarray:
+    """The central ``width`` and ``height`` (fractions kept) of each side of images [..., H, W]."""
+    h_in, w_in = images.shape[-2:]
     h, w = max(1, round(h_in * height)), max(1, round(w_in * width))
     top, left = (h_in - h) // 2, (w_in - w) // 2
-    crop = t[..., top:top + h, left:left + w]
-    return F.interpolate(crop, size=(size, size), mode="bilinear", align_corners=False, antialias=True)[:, 0].numpy()
+    return images[..., top:top + h, left:left + w]
+
+
+def _render(images: np.ndarray, width: float, height: float, size: int) -> np.ndarray:
+    """Images [N, H, W] cut to their central ``width`` and ``height``, then resized to ``size`` px by dpmed's own
+    resize (`dpmed.data.transforms.resize`)."""
+    crop = _central(np.asarray(images, dtype=np.float32), width, height)[:, None]
+    return resize(crop, size)[:, 0]
 
 
 def _unit(images: np.ndarray) -> np.ndarray:
@@ -106,12 +111,9 @@ def restore(root: Path, medmnist: Path, out: Path) -> None:
         paths, films = _grey_films(root, split)
         crop, corr, _ = best_crops(films, reference.astype(np.float32))
         for path, (axis, f), film in zip(paths, crop, films):
-            h, w = film.shape
-            keep_h, keep_w = (round(h * f), w) if axis == "height" else (h, round(w * f))
-            top, left = (h - keep_h) // 2, (w - keep_w) // 2
             target = out / split / path.parent.name / f"{path.stem}.png"
             target.parent.mkdir(parents=True, exist_ok=True)
-            cut = film[top:top + keep_h, left:left + keep_w]
+            cut = _central(film, f if axis == "width" else 1.0, f if axis == "height" else 1.0)
             Image.fromarray(np.round(cut * 255).astype(np.uint8)).save(target)
         counts = collections.Counter(f for _, f in crop)
         print(f"{split}: {len(paths)} films written to {out / split}; best correlation median {np.median(corr):.3f}, "
