@@ -151,16 +151,18 @@ def plan_context(dataset: Dataset) -> PlanContext:
                        image_shape=dataset.train.image_shape, patients_known=dataset.patients_known)
 
 
-def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None = None) -> list[RunPlan]:
+def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None = None, *,
+               context: PlanContext | None = None) -> list[RunPlan]:
     """Every run of ``study`` on ``dataset``, planned (METHODS.md s.1-2): DP-SGD's q, T, delta and calibrated sigma
     over its unit, from ``sizes``, the DP counts of its units (`dpmed.released_size`; None: from the exact counts,
-    taken as public), local DP noise scales. Audits are checked against the training patients, the batch against
+    taken as public), local DP noise scales. ``context``: :func:`plan_context` of ``dataset``, where the caller
+    has it already. Audits are checked against the training patients, the batch against
     the training images, and augmentation's crop padding against the image size."""
     augmentation, side = study.training.augmentation, min(dataset.train.image_shape[1:])
     if augmentation is not None and augmentation.crop_padding != "auto" and augmentation.crop_padding >= side:
         raise ConfigError(f"training.augmentation.crop_padding {augmentation.crop_padding} px needs images larger "
                           f"than that (reflect padding), and these are {side} px; lower it, or use 'auto' (side / 8)")
-    context = plan_context(dataset)
+    context = context or plan_context(dataset)
     if sizes is not None:
         context = replace(context, released_sizes=sizes, size_epsilon=study.size_epsilon)
     plans = plan_runs(study, context)
@@ -335,7 +337,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     sizes = release_sizes(needed_sizes(study, context), epsilon=study.size_epsilon,
                           path=folder.released_sizes, fingerprint=fingerprint,
                           reproducible_seed=study.seeds[0] if study.privacy_randomness == "reproducible" else None)
-    plans = plan_study(study, dataset, sizes)
+    plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
     existing, elsewhere = _finished(folder, plans, dataset, study, fingerprint)
     reproducible = "reproducible" in {study.privacy_randomness, *map(_randomness_of, elsewhere)}
