@@ -81,7 +81,9 @@ def read_timing(path: Path) -> Timing | None:
 
 
 class AuditSummary(_Record):
-    """That a run was audited, and where the result is: it depends on the secret canary bits, so it is private."""
+    """That a run was audited, and where the result is: it depends on the secret canary bits, so it is private.
+    ``n_canaries``: the number the arm asked for; each training patient is drawn at rate m / N, and how many were is
+    a statistic of the training set, kept with the result."""
 
     n_canaries: int
     kind: str

@@ -132,12 +132,19 @@ def _training_set(plan: RunPlan, dataset: Dataset, randomness: PrivacyRandomness
     train_set = dataset.train
     cap = plan.privacy.max_images_per_patient if isinstance(plan.privacy, DpSgdPlan) else None
     if cap:
-        train_set = train_set.subset(cap_images_per_patient(train_set.patient_ids, cap,
+        train_set = train_set.subset(cap_images_per_patient(train_set.patient_ids, train_set.images, cap,
                                                             seed=public_seed(plan.seed, "image_cap")))
     trial = None
     if plan.audit is not None:   # q, T and sigma were fixed from the split before: the claim covers each canary
-        train_set, trial = audit.insert_canaries_for(train_set, dataset.task, plan.audit, seed=plan.seed,
-                                                     rng=randomness.stream("canaries"))
+        dp = plan.privacy
+        # Canary patients are drawn at rate m / N. For DP-SGD N is the DP count it plans from: the exact count would
+        # make every patient's draw read all the others. An arm without DP-SGD makes no central claim to break.
+        n_patients = dp.n_units if isinstance(dp, DpSgdPlan) else len(np.unique(train_set.patient_ids.astype(str)))
+        try:
+            train_set, trial = audit.insert_canaries_for(train_set, dataset.task, plan.audit, seed=plan.seed,
+                                                         n_patients=n_patients, rng=randomness.stream("canaries"))
+        except ValueError as exc:
+            raise ConfigError(f"arm {plan.arm!r}: {exc}") from None
     transform = mechanism_info(plan.mechanism).image_mechanism(plan.privacy)
     events = ()
     if transform is not None:

@@ -132,17 +132,43 @@ def test_insert_rejects_what_would_merge_silently_wrong():
 
 
 def test_held_out_sources_take_whole_patients_one_image_each():
-    train = _images(300, BINARY, seed=5, patients=180)          # many patients with two or more images
-    rest, sources = hold_out_canary_sources(train, 50, seed=1)
+    train = _images(600, BINARY, seed=5, patients=360)          # many patients with two or more images
+    n_patients = len(set(train.patient_ids.tolist()))
+    rest, sources = hold_out_canary_sources(train, 50, seed=1, n_patients=n_patients)
     src_patients = set(sources.patient_ids.tolist())
-    assert len(sources) == 50 and len(src_patients) == 50        # one image of each of 50 patients
+    assert len(sources) == len(src_patients)                     # one image of each drawn patient
+    assert abs(len(sources) - 50) < 4 * np.sqrt(50)              # about m: Binomial(P, m / P)
     assert not src_patients & set(rest.patient_ids.tolist())     # no twin left to train on
     held = np.isin(train.patient_ids, sources.patient_ids)
     assert len(rest) == int((~held).sum())                        # everything else stays, in order
     np.testing.assert_array_equal(rest.images, train.images[~held])
     for image in sources.images:                                  # the sources are training images
         assert (train.images == image).all(axis=(1, 2, 3)).any()
-    again, _ = hold_out_canary_sources(train, 50, seed=1)
+    again, _ = hold_out_canary_sources(train, 50, seed=1, n_patients=n_patients)
     np.testing.assert_array_equal(again.patient_ids, rest.patient_ids)
-    with pytest.raises(ValueError, match="canaries"):
-        hold_out_canary_sources(train, len(set(train.patient_ids.tolist())), seed=0)
+    with pytest.raises(ValueError, match="canar"):
+        hold_out_canary_sources(train, 2 * n_patients, seed=0, n_patients=n_patients)   # every patient drawn
+
+
+def _made(train, n_patients, kind, task, seed=3):
+    """{(image bytes, label bytes)} of the canaries an audit makes from ``train``, and the rest's image bytes."""
+    rest, sources = hold_out_canary_sources(train, 40, seed=seed, n_patients=n_patients)
+    canaries = make_canaries(sources, len(sources), task=task, seed=seed + 1, kind=kind)
+    return ({(x.tobytes(), y.tobytes()) for x, y in zip(canaries.images, canaries.labels)},
+            {x.tobytes() for x in rest.images})
+
+
+@pytest.mark.parametrize("kind", ["mislabelled", "marked", "noise"])
+@pytest.mark.parametrize("task", [BINARY, MULTICLASS])
+def test_removing_a_patient_changes_the_audits_training_set_by_that_patient_alone(kind, task):
+    """The attack m patients drawn from all of them failed: a neighbour without one patient must hold out, make
+    and keep exactly what the full set did for every other patient (the count of patients is public and fixed)."""
+    train = _images(400, task, seed=7, patients=200)
+    ids = train.patient_ids.astype(str)
+    canaries, rest = _made(train, 200, kind, task)
+    for patient in np.unique(ids)[:25]:
+        keep = np.flatnonzero(ids != patient)
+        mine = {x.tobytes() for x in train.images[ids == patient]}
+        canaries_n, rest_n = _made(train.subset(keep), 200, kind, task)
+        assert rest_n == rest - mine
+        assert len(canaries - canaries_n) <= 1 and not canaries_n - canaries   # at most this patient's canary goes

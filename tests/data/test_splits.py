@@ -1,4 +1,5 @@
-"""split_by_patient: a partition, no patient in two splits, stratified, seeded; property tests with hypothesis."""
+"""split_by_patient and cap_images_per_patient: partitions, no patient in two splits, stratified, seeded, and a cap
+that maps neighbours to neighbours; property tests with hypothesis."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.data import split_by_patient
+from dpmed.data import cap_images_per_patient, split_by_patient
 
 
 def _check_partition(ids: np.ndarray, parts) -> None:
@@ -113,3 +114,54 @@ def test_two_fractions_split_one_set_in_two():
     assert not set(ids[keep]) & set(ids[held])
     with pytest.raises(ValueError, match="at least 2 patients"):
         split_by_patient(np.array(["a", "a"]), np.array([0, 1]), fractions=(0.5, 0.5))
+
+
+def _capped(ids, images, k, seed=0):
+    """{(patient, image bytes)} the cap keeps."""
+    kept = cap_images_per_patient(ids, images, k, seed=seed)
+    return {(ids[i], images[i].tobytes()) for i in kept}
+
+
+def _patients_with_images(n_patients=40, seed=0):
+    rng = np.random.default_rng(seed)
+    per = rng.integers(1, 7, n_patients)
+    ids = np.repeat([f"p{i}" for i in range(n_patients)], per)
+    return ids, rng.random((len(ids), 1, 4, 4)).astype(np.float32)
+
+
+def test_the_cap_keeps_at_most_k_images_of_each_patient_and_all_of_those_with_fewer():
+    ids, images = _patients_with_images()
+    kept = cap_images_per_patient(ids, images, 3, seed=1)
+    assert np.all(np.diff(kept) > 0)
+    got = dict(zip(*np.unique(ids[kept], return_counts=True)))
+    want = dict(zip(*np.unique(ids, return_counts=True)))
+    assert got == {p: min(n, 3) for p, n in want.items()}
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), drop=st.integers(0, 39), k=st.integers(1, 4))
+def test_removing_a_patient_changes_no_other_patients_kept_images(seed, drop, k):
+    """The attack a seeded shuffle of all images failed: a neighbour without patient ``drop`` must train on
+    exactly the other patients' images it trained on before (the cap maps neighbours to neighbours)."""
+    ids, images = _patients_with_images(seed=seed % 1000)
+    without = ids != f"p{drop}"
+    full = _capped(ids, images, k, seed=seed)
+    assert _capped(ids[without], images[without], k, seed=seed) == {x for x in full if x[0] != f"p{drop}"}
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), drop=st.integers(0, 10**6))
+def test_removing_one_image_changes_its_patients_kept_images_by_at_most_one_in_and_one_out(seed, drop):
+    ids, images = _patients_with_images(seed=seed % 1000)
+    drop %= len(ids)
+    rest = np.arange(len(ids)) != drop
+    before, after = _capped(ids, images, 2, seed=seed), _capped(ids[rest], images[rest], 2, seed=seed)
+    assert len(before - after) <= 1 and len(after - before) <= 1
+    assert {x[0] for x in before ^ after} <= {ids[drop]}
+
+
+def test_the_caps_choice_follows_the_seed_not_the_order_of_the_images():
+    ids, images = _patients_with_images()
+    perm = np.random.default_rng(5).permutation(len(ids))
+    assert _capped(ids, images, 2, seed=3) == _capped(ids[perm], images[perm], 2, seed=3)
+    assert _capped(ids, images, 2, seed=3) != _capped(ids, images, 2, seed=4)

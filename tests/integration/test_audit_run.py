@@ -1,8 +1,9 @@
 """The one-run privacy audit through the real run path (issue 4, item 6): with DP off it must find a large eps, with
 DP-SGD on its lower bound must stay below the accountant's eps.
 
-One study, two arms on the same canaries (seed 0: same held-out patients, same wrong labels; each run draws its own
-secret inclusion bits): ``flat_cnn`` on 32 px phantom images, 100 mislabelled canaries, 40 epochs. Without DP the
+One study, two arms with the same draw of canary patients (seed 0; each patient drawn at rate 100 / N, where the
+DP-SGD arm's N is the study's DP count and the other's the exact count; each run draws its own secret inclusion
+bits): ``flat_cnn`` on 32 px phantom images, about 100 mislabelled canaries, 40 epochs. Without DP the
 model memorises the canaries it trained on, and the audit's 95% lower bound clears 1 (about 2 here; 100 canaries cap
 it near 3.5). With DP-SGD at eps = 1 the same audit must not exceed 1: a bound above the claim would prove the run is
 not DP. The audit's result depends on the secret bits, so it lives in the study's private folder only.
@@ -82,7 +83,8 @@ def test_without_dp_the_audit_finds_a_large_eps(audits):
     audit = audits["non-private"]
     assert audit["epsilon_lower_bound"] >= 1.0
     assert audit["n_correct"] >= 0.9 * audit["n_guesses"] and audit["n_guesses"] >= 20
-    assert audit["n_canaries"] == 100 and audit["kind"] == "mislabelled" and audit["confidence"] == 0.95
+    assert abs(audit["n_canaries"] - 100) < 40         # Binomial(N, 100 / N): sd about 10
+    assert audit["kind"] == "mislabelled" and audit["confidence"] == 0.95
     assert audit["delta"] == 1e-5 and audit["claimed_epsilon"] is None and audit["consistent_with_claim"] is None
     assert "Steinke" in audit["citation"] and "Bonferroni" in audit["method"]
 
@@ -99,14 +101,13 @@ def test_with_dp_sgd_the_lower_bound_stays_below_the_claimed_eps(records, audits
     assert audits["non-private"]["epsilon_lower_bound"] > card["epsilon"]
 
 
-def test_both_arms_audit_the_same_canaries_with_their_own_secret_bits(study_out, records, audits):
+def test_each_arm_audits_its_canaries_with_its_own_secret_bits(study_out, records, audits):
     folder = StudyFolder(study_out)
     saved = {arm: np.load(folder.run(r["run_id"]).audit_scores) for arm, r in records.items()}
-    np.testing.assert_array_equal(saved["non-private"]["labels"], saved["dp-sgd"]["labels"])   # public draws
-    # the bits are privacy randomness, each run's own (equal for 100 fair coins with probability 2^-100)
+    # the bits are privacy randomness, each run's own (equal for ~100 fair coins with probability 2^-100)
     assert not np.array_equal(saved["non-private"]["included"], saved["dp-sgd"]["included"])
     for arm, f in saved.items():
-        assert f["scores"].shape == (100,) and np.all(np.isfinite(f["scores"]))
+        assert f["scores"].shape == (audits[arm]["n_canaries"],) and np.all(np.isfinite(f["scores"]))
         assert int(f["included"].sum()) == audits[arm]["n_included"]
     # without DP, the canaries it trained on fit their wrong labels better than those it never saw
     off = saved["non-private"]

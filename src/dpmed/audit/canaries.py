@@ -19,12 +19,13 @@ The audit's validity does not depend on what the canaries look like (any m recor
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from dpmed.data import ImageSet, Task
+from dpmed.data import ImageSet, Task, cap_images_per_patient, patient_draws
 from dpmed.names import CANARY_KINDS as CANARY_KIND_NAMES, check_registry
 
 __all__ = ["CanaryKind", "CANARY_KINDS", "max_canaries", "hold_out_canary_sources", "make_canaries",
@@ -97,22 +98,32 @@ def max_canaries(train: ImageSet) -> int:
     return len(np.unique(train.patient_ids.astype(str))) - 1
 
 
-def hold_out_canary_sources(train: ImageSet, m: int, *, seed: int) -> tuple[ImageSet, ImageSet]:
-    """Split ``train`` into (the rest, m canary sources): one random image of each of m random patients, and every
-    image of those patients leaves the rest, so no canary has a clean twin left to train on.
+def hold_out_canary_sources(train: ImageSet, m: int, *, seed: int, n_patients: int) -> tuple[ImageSet, ImageSet]:
+    """Split ``train`` into (the rest, the canary sources): each patient whose draw u(patient) of ``seed``
+    (`dpmed.data.patient_draws`) is below m / ``n_patients`` gives one image (its image of smallest hash, as
+    `dpmed.data.cap_images_per_patient` keeps one) and all of its images leave the rest, so no canary has a clean
+    twin left to train on. ``n_patients``: a public count of the training patients (for DP-SGD the DP count it plans
+    from), so that about m patients are drawn; how many were is a statistic of the training set (private).
 
-    The rest keeps its images in their original order. Randomness: ``np.random.default_rng(seed)`` only. Raises
-    ValueError when m is not below the number of patients (something must remain to train on).
+    Why a draw per patient rather than m patients drawn from all of them: whether a patient is a source then reads
+    that patient alone, so adding or removing one patient changes the rest or the sources by that patient only,
+    and a DP-SGD run's eps still holds for every other patient. Drawing exactly m from all patients, as before,
+    let one patient's presence change which others were held out.
+
+    The rest keeps its images in their original order. Raises ValueError when no patient is drawn, or every one is
+    (something must remain to train on).
     """
-    patients, first = np.unique(train.patient_ids.astype(str), return_inverse=True)       # [P], [N]
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= max_canaries(train):
-        raise ValueError(f"the audit needs 1 <= m < {len(patients)} canaries (one per patient of the training split, "
-                         f"leaving some patients to train on), got {m!r}; lower audit.canaries or use more images")
-    rng = np.random.default_rng(seed)
-    chosen = rng.choice(len(patients), size=int(m), replace=False)                         # [m] patient numbers
-    sources = np.array([rng.choice(np.flatnonzero(first == p)) for p in chosen])           # [m] image indices
-    rest = np.flatnonzero(~np.isin(first, chosen))
-    return train.subset(rest), train.subset(sources)
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1 or n_patients < 1:
+        raise ValueError(f"the audit needs m >= 1 canaries and a count of patients >= 1, got {m!r} and "
+                         f"{n_patients!r}")
+    ids = train.patient_ids.astype(str)
+    drawn = patient_draws(ids, seed) < m / n_patients                                    # bool [N], per patient
+    if not drawn.any() or drawn.all():
+        raise ValueError(f"the audit's draw of about {m} canary patients found {'none' if not drawn.any() else 'all'} "
+                         "of the training patients; raise or lower audit.canaries, or use more images")
+    held = np.flatnonzero(drawn)
+    sources = held[cap_images_per_patient(ids[held], train.images[held], 1, seed=seed)]
+    return train.subset(np.flatnonzero(~drawn)), train.subset(sources)
 
 
 def make_canaries(images: ImageSet, m: int, *, task: Task, seed: int, kind: str = "mislabelled") -> ImageSet:
@@ -121,17 +132,29 @@ def make_canaries(images: ImageSet, m: int, *, task: Task, seed: int, kind: str 
 
     Patient ids become ``canary-00000`` ... so a canary never shares a patient with a real image; sex, age and
     masks are the source image's (the pixels of a mislabelled canary are unchanged, so its lesion mask still
-    describes them). Randomness: ``np.random.default_rng(seed)`` only.
+    describes them). Randomness: ``seed`` only: which images, and their order, from ``np.random.default_rng(seed)``;
+    each canary's own draws from ``seed`` and its source (:func:`_canary_key`).
     """
     if kind not in CANARY_KINDS:
         raise ValueError(f"unknown canary kind {kind!r}; known: {', '.join(sorted(CANARY_KINDS))}")
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= len(images):
         raise ValueError(f"m must be an integer in [1, {len(images)}] (the pool's size), got {m!r}")
-    rng = np.random.default_rng(seed)
-    source = images.subset(rng.choice(len(images), size=int(m), replace=False))
-    pixels, labels = CANARY_KINDS[kind].make(source.images, source.labels, task, rng)
-    return ImageSet(images=pixels, labels=labels, patient_ids=np.array([f"canary-{i:05d}" for i in range(m)]),
-                    sex=source.sex, age=source.age, masks=source.masks)
+    source = images.subset(np.random.default_rng(seed).choice(len(images), size=int(m), replace=False))
+    make = CANARY_KINDS[kind].make
+    made = [make(source.images[i:i + 1], source.labels[i:i + 1], task, np.random.default_rng(_canary_key(source, i, seed)))
+            for i in range(m)]
+    return ImageSet(images=np.concatenate([x for x, _ in made]), labels=np.concatenate([y for _, y in made]),
+                    patient_ids=np.array([f"canary-{i:05d}" for i in range(m)]), sex=source.sex, age=source.age,
+                    masks=source.masks)
+
+
+def _canary_key(images: ImageSet, i: int, seed: int) -> list[int]:
+    """The seed of canary i's own draws (wrong label, patch, noise): ``seed`` and a hash of its source's patient and
+    pixels, so that a canary is the same whichever other canaries are made beside it (a draw from one generator in
+    turn gave each canary draws that depended on the others)."""
+    digest = hashlib.blake2b(f"{images.patient_ids[i]}\0".encode() + np.ascontiguousarray(images.images[i]).tobytes(),
+                             digest_size=8).digest()
+    return [seed, int.from_bytes(digest, "big")]
 
 
 def insert_canaries(train: ImageSet, canaries: ImageSet, included: np.ndarray) -> ImageSet:

@@ -1,7 +1,7 @@
 """The one-run audit as a run performs it: canaries into the training set before training, the bound after.
 
-Before training (:func:`insert_canaries_for`): m canary sources (one image of each of m patients) leave the training
-split with every image of their patients; each canary goes back in with probability 1/2. Which patients and the
+Before training (:func:`insert_canaries_for`): about m canary sources (one image of each patient drawn at rate m / the
+public count of patients) leave the training split with every image of their patients; each canary goes back in with probability 1/2. Which patients and the
 canaries' wrong labels are public draws of the run's seed; the inclusion bits, the secret the guesser tries to
 recover, come from the run's secret ``canaries`` stream (`dpmed.randomness`). Nothing the guesser sees (not even the
 canary order) depends on the bits. After training (:func:`conclude`): each canary is scored from the final model only
@@ -38,12 +38,13 @@ class AuditTrial:
     included: np.ndarray
 
 
-def insert_canaries_for(train_set: ImageSet, task: Task, config: AuditConfig, *, seed: int,
+def insert_canaries_for(train_set: ImageSet, task: Task, config: AuditConfig, *, seed: int, n_patients: int,
                         rng: np.random.Generator) -> tuple[ImageSet, AuditTrial]:
-    """(the training set with the included canaries, the trial). ``seed``: the run's public seed; ``rng``: its
-    secret canaries stream."""
-    m = config.canaries
-    rest, sources = hold_out_canary_sources(train_set, m, seed=public_seed(seed, "canary_sources"))
+    """(the training set with the included canaries, the trial). ``seed``: the run's public seed; ``n_patients``: a
+    public count of the training patients (:func:`hold_out_canary_sources`); ``rng``: its secret canaries stream."""
+    rest, sources = hold_out_canary_sources(train_set, config.canaries, seed=public_seed(seed, "canary_sources"),
+                                            n_patients=n_patients)
+    m = len(sources)
     canaries = make_canaries(sources, m, task=task, seed=public_seed(seed, "canaries"), kind=config.kind)
     included = choose_canaries(m, rng=rng)
     return insert_canaries(rest, canaries, included), AuditTrial(config, canaries, included)
@@ -71,7 +72,8 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
               "consistent_with_claim": None if claimed_epsilon is None else bool(
                   res.epsilon_lower_bound <= claimed_epsilon),
               "method": res.method, "citation": AUDIT_CITATION, "statement": statement,
-              "canary_source": "training split: one image of each of m patients, all their images held out",
+              "canary_source": ("training split: one image of each patient drawn at rate m / the public count of "
+                                "patients, all their images held out"),
               "private": ("depends on the secret canary inclusion bits: not covered by eps, kept in the study's "
                           "private folder")}
     return record, {"scores": scores, "included": trial.included, "labels": trial.canaries.labels}

@@ -7,6 +7,7 @@ The data stage is the most upstream stage after config: it imports nothing of dp
 """
 
 from dpmed.data.assembly import SplitPlan, assemble_dataset
+from dpmed.data.cohorts import patient_draws
 from dpmed.data.formats.chest_xray import read_chexpert, read_mimic, read_nih
 from dpmed.data.formats.folders import read_image_folders
 from dpmed.data.formats.medmnist import read_medmnist
@@ -41,6 +42,7 @@ __all__ = [
     "split_by_patient",
     "images_per_patient",
     "cap_images_per_patient",
+    "patient_draws",
     "load_dataset",
     "read_dataset",
     "DataRequest",

@@ -14,6 +14,7 @@ Stratification is by one label per patient, because a patient is the unit that m
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -118,17 +119,29 @@ def images_per_patient(patient_ids: Sequence[str] | np.ndarray) -> np.ndarray:
     return np.unique(np.asarray(patient_ids).astype(str), return_counts=True)[1].astype(np.int64)
 
 
-def cap_images_per_patient(patient_ids: Sequence[str] | np.ndarray, k: int, *, seed: int) -> np.ndarray:
-    """Sorted indices of at most ``k`` images of each patient, chosen uniformly by ``seed`` (a public draw: which
-    images a patient contributes is a data-preparation choice, not privacy randomness). Bounds a patient's
-    contribution where the image is the unit of privacy, and a patient's work per step where the patient is."""
+def cap_images_per_patient(patient_ids: Sequence[str] | np.ndarray, images: np.ndarray, k: int, *,
+                           seed: int) -> np.ndarray:
+    """Sorted indices of at most ``k`` images of each patient: the ``k`` whose keyed hash of (``seed``, patient id,
+    pixels) is smallest (``images`` [N, ...]). ``seed`` is public: which images a patient contributes is a
+    data-preparation choice, not privacy randomness. Bounds a patient's contribution where the image is the unit of
+    privacy, and a patient's work per step where the patient is.
+
+    Why a hash of each image, not a shuffle of all of them: a patient's choice then reads only that patient's own
+    images, so adding or removing one patient leaves every other patient's kept images as they were (the cap maps
+    neighbours to neighbours and DP-SGD's eps carries over to the uncapped set); adding or removing one image changes
+    its patient's kept images by at most one in and one out. A shuffle of all N images by the seed let one patient's
+    presence reorder every other patient's choice, so neighbouring sets trained on sets far apart."""
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     ids = np.asarray(patient_ids).astype(str)
-    order = np.random.default_rng(seed).permutation(len(ids))
-    kept, seen = [], {}
-    for i in order:
-        if seen.get(ids[i], 0) < k:
-            seen[ids[i]] = seen.get(ids[i], 0) + 1
-            kept.append(i)
-    return np.sort(np.array(kept, dtype=np.int64))
+    pixels = np.ascontiguousarray(images)
+    if len(pixels) != len(ids):
+        raise ValueError(f"{len(ids)} patient ids for {len(pixels)} images")
+    keys = np.array([int.from_bytes(hashlib.blake2b(f"{seed}:{pid}\0".encode() + pixels[i].tobytes(),
+                                                    digest_size=8).digest(), "big")
+                     for i, pid in enumerate(ids.tolist())], dtype=np.uint64)
+    order = np.lexsort((np.arange(len(ids)), keys, ids))        # by patient, then key; equal pixels by position
+    patient_sorted = ids[order]
+    starts = np.r_[0, np.flatnonzero(patient_sorted[1:] != patient_sorted[:-1]) + 1]
+    rank = np.arange(len(ids)) - np.repeat(starts, np.diff(np.r_[starts, len(ids)]))
+    return np.sort(order[rank < k]).astype(np.int64)

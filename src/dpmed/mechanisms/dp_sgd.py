@@ -63,8 +63,9 @@ class DpSgdArm(ArmBase):
     (user-level DP-SGD, McMahan et al. 2018), and batch_size counts patients. ``image``: one image is the unit (the
     source documents' setting); the privacy card then also states what that implies for the patient with the most
     images. Where a dataset publishes no patient ids, each image is its own patient and the two coincide.
-    max_images_per_patient: train on at most this many images of each patient (chosen by the study seed); bounds
-    what image-level DP implies for a patient, and the per-patient work of a step.
+    max_images_per_patient: train on at most this many images of each patient (chosen per patient by a hash of the
+    study seed and each image, `dpmed.data.cap_images_per_patient`); bounds what image-level DP implies for a
+    patient, and the per-patient work of a step.
     attack: run the imprint reconstruction attack on this arm's step (:class:`AttackConfig`); its success rate is
     reported beside the worst-case and relaxed bounds.
     """
