@@ -141,8 +141,8 @@ def make_canaries(images: ImageSet, m: int, *, task: Task, seed: int, kind: str 
         raise ValueError(f"m must be an integer in [1, {len(images)}] (the pool's size), got {m!r}")
     source = images.subset(np.random.default_rng(seed).choice(len(images), size=int(m), replace=False))
     make = CANARY_KINDS[kind].make
-    made = [make(source.images[i:i + 1], source.labels[i:i + 1], task, np.random.default_rng(_canary_key(source, i, seed)))
-            for i in range(m)]
+    made = [make(source.images[i:i + 1], source.labels[i:i + 1], task,
+                 np.random.default_rng(_canary_key(source, i, seed))) for i in range(m)]
     return ImageSet(images=np.concatenate([x for x, _ in made]), labels=np.concatenate([y for _, y in made]),
                     patient_ids=np.array([f"canary-{i:05d}" for i in range(m)]), sex=source.sex, age=source.age,
                     masks=source.masks)

@@ -1,12 +1,12 @@
 """The one-run audit as a run performs it: canaries into the training set before training, the bound after.
 
 Before training (:func:`insert_canaries_for`): about m canary sources (one image of each patient drawn at rate m / the
-public count of patients) leave the training split with every image of their patients; each canary goes back in with probability 1/2. Which patients and the
-canaries' wrong labels are public draws of the run's seed; the inclusion bits, the secret the guesser tries to
-recover, come from the run's secret ``canaries`` stream (`dpmed.randomness`). Nothing the guesser sees (not even the
-canary order) depends on the bits. After training (:func:`conclude`): each canary is scored from the final model only
-(black box), and the scores and bits give the empirical lower bound (`dpmed.audit.bound`). It depends on the secret
-bits, so its record belongs in the run's private folder.
+public count of patients) leave the training split with every image of their patients; each canary goes back in with
+probability 1/2. Which patients and the canaries' wrong labels are public draws of the run's seed; the inclusion bits,
+the secret the guesser tries to recover, come from the run's secret ``canaries`` stream (`dpmed.randomness`). Nothing
+the guesser sees (not even the canary order) depends on the bits. After training (:func:`conclude`): each canary is
+scored from the final model only (black box), and the scores and bits give the empirical lower bound
+(`dpmed.audit.bound`). It depends on the secret bits, so its record belongs in the run's private folder.
 """
 
 from __future__ import annotations
