@@ -9,8 +9,8 @@ from dpmed.folders import StudyFolder, write_json_atomic
 
 def test_private_files_live_under_private_and_releasable_ones_do_not(tmp_path):
     run = StudyFolder(tmp_path / "s").run("dp_eps1_seed0")
-    private = (run.checkpoint, run.privacy_key, run.statistics, run.audit, run.audit_scores)
-    releasable = (run.record, run.model, run.predictions, run.examples, run.cams, run.error)
+    private = (run.checkpoint, run.privacy_key, run.statistics, run.audit, run.audit_scores, run.error, run.timing)
+    releasable = (run.record, run.model, run.predictions, run.examples, run.cams)
     assert all("private" in p.relative_to(tmp_path / "s").parts for p in private)
     assert not any("private" in p.relative_to(tmp_path / "s").parts for p in releasable)
 
@@ -27,3 +27,12 @@ def test_a_finished_run_forgets_its_secrets(tmp_path):
     assert folder.finished_run_ids() == ["a_seed0"]
     assert json.loads(run.record.read_text()) == {"run_id": "a_seed0"}
     assert not list(run.public.glob(".*.tmp"))          # the atomic write left no temporary file
+
+
+def test_the_private_folder_is_its_owners_alone(tmp_path):
+    folder = StudyFolder(tmp_path / "s")
+    folder.make_private()
+    assert folder.private.stat().st_mode & 0o777 == 0o700
+    folder.private.chmod(0o755)                      # a folder made by an older dpmed, or by hand
+    folder.make_private()
+    assert folder.private.stat().st_mode & 0o777 == 0o700

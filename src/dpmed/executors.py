@@ -1,7 +1,7 @@
 """Where the runs of a study execute: in this process, in a local process pool, or as Ray tasks on a cluster.
 
 Every executor runs `dpmed.run.run_one` on each task and reports each outcome as it arrives: the run's record, or a
-`RunFailure` whose traceback is also written to ``runs/<id>/error.json``. A failed run does not stop the others
+`RunFailure` whose traceback is also written to ``private/runs/<id>/error.json``. A failed run does not stop the others
 unless ``fail_fast``; a finished run is never touched again (its run.json is written atomically by run_one), so a
 crash or Ctrl-C loses at most the runs in progress, and those continue from their checkpoints next time.
 
@@ -60,7 +60,7 @@ OnOutcome = Callable[[RunTask, Outcome], None]
 
 def _failure(task: RunTask, error: str, details: str) -> RunFailure:
     """The run's failure, written to its error.json (``details``: the traceback, or what is known instead)."""
-    task.folder.public.mkdir(parents=True, exist_ok=True)
+    task.folder.make()
     write_json_atomic(task.folder.error, {"run_id": task.plan.run_id, "error": error, "traceback": details})
     return RunFailure(task.plan.run_id, error, task.folder.error)
 

@@ -78,11 +78,13 @@ class RunFolder:
     def cams(self) -> Path:
         return self.public / "cams.npz"
 
+    # private
     @property
     def error(self) -> Path:
-        return self.public / "error.json"
+        """A failed run's exception and traceback: private, since a message may carry a statistic of the training
+        set (an out-of-memory error names the bytes a sampled batch needed, which grow with its realised size)."""
+        return self.private / "error.json"
 
-    # private
     @property
     def checkpoint(self) -> Path:
         return self.private / "checkpoint.pt"
@@ -191,6 +193,14 @@ class StudyFolder:
     def lock(self) -> Path:
         """Exists while a `dpmed run` works in the folder; names its process (`dpmed.lock`)."""
         return self.private / "lock"
+
+    def make_private(self) -> None:
+        """Create ``private/`` readable by its owner only (0700; an older folder's is narrowed): it holds the runs'
+        privacy keys, checkpoints and the statistics no eps covers, which other users of the machine must not read.
+        The files in it may be 0644 (the log, the reports): the folder keeps others from reaching them."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.private.mkdir(mode=0o700, exist_ok=True)
+        self.private.chmod(0o700)
 
     def run(self, run_id: str) -> RunFolder:
         return RunFolder(run_id, self.runs / run_id, self.private / "runs" / run_id)

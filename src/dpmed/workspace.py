@@ -48,9 +48,11 @@ def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE) -> Iterator[None]:
 @contextlib.contextmanager
 def claim_folder(root: Path | str) -> Iterator[Holder]:
     """Hold the study folder ``root`` for this process (`dpmed.lock`): FolderError naming the holder if another
-    live `dpmed run` works in it, or naming the folder if it cannot be created or written. Re-entrant."""
+    live `dpmed run` works in it, or naming the folder if it cannot be created or written. Re-entrant. Makes the
+    folder's ``private/`` readable by its owner only (`StudyFolder.make_private`)."""
     folder = StudyFolder(Path(root))
     with writing_into(folder.root):
+        folder.make_private()
         with FolderLock(folder.lock, what=str(folder.root)) as holder:
             yield holder
 

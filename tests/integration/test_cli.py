@@ -124,6 +124,7 @@ def test_a_dp_sgd_runs_wall_time_is_kept_in_the_private_folder(quickstart):
     """It grows with the patients Poisson sampling drew and with their images, statistics of the training set that
     no eps covers: before, run.json, results.csv and the report gave it to the second. Runs without DP-SGD keep it."""
     folder = StudyFolder(quickstart)
+    assert folder.private.stat().st_mode & 0o777 == 0o700          # other users of the machine cannot list it
     frame = pd.read_csv(folder.results).set_index("run_id")
     public_report, private_report = folder.report.read_text(), folder.private_report.read_text()
     kinds = set()

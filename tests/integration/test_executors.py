@@ -48,14 +48,15 @@ def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeyp
     assert "FAILED base_seed0: RuntimeError: disk full (simulated)" in err
     runs = out / "tiny" / "runs"
     assert (runs / "dp_eps8_C1_seed0" / "run.json").is_file()
-    assert "disk full" in (runs / "base_seed0" / "error.json").read_text()
+    assert "disk full" in (out / "tiny" / "private" / "runs" / "base_seed0" / "error.json").read_text()
+    assert not (runs / "base_seed0" / "error.json").exists()     # a message may carry a training-set statistic
     assert main(["status", str(out / "tiny")]) == 0
     status = capsys.readouterr().out
     assert "base_seed0" in status and "failed: RuntimeError" in status and "1 finished, 1 failed" in status
 
     monkeypatch.setattr(dpmed.executors, "run_one", real)       # the cause is fixed: run again
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 0
-    assert not (runs / "base_seed0" / "error.json").exists()
+    assert not (out / "tiny" / "private" / "runs" / "base_seed0" / "error.json").exists()
     assert "1 finished earlier" in capsys.readouterr().out
 
 
@@ -76,7 +77,7 @@ def test_a_ctrl_c_while_a_record_is_serialised_interrupts_the_study_instead_of_f
     (tmp_path / "s.yaml").write_text(tiny_text)
     out = tmp_path / "out"
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 130
-    assert not list((out / "tiny" / "runs").glob("*/error.json"))
+    assert not list((out / "tiny").glob("**/error.json"))
 
 
 def test_an_error_raised_while_a_ctrl_c_unwinds_still_interrupts_the_study(tmp_path, monkeypatch, tiny_text):
@@ -92,7 +93,7 @@ def test_an_error_raised_while_a_ctrl_c_unwinds_still_interrupts_the_study(tmp_p
     (tmp_path / "s.yaml").write_text(tiny_text)
     out = tmp_path / "out"
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 130
-    assert not list((out / "tiny" / "runs").glob("*/error.json"))
+    assert not list((out / "tiny").glob("**/error.json"))
 
 
 def test_fail_fast_stops_at_the_first_failure(tmp_path, monkeypatch, capsys, tiny_text):
