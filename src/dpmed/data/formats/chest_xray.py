@@ -13,6 +13,7 @@ it) or ``ones`` (U-Ones, which Irvin et al. found better for atelectasis and ede
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -26,6 +27,8 @@ from dpmed.data.formats.table_reading import (Flags, chosen_labels, csv_line, da
 from dpmed.data.manifest import Manifest, parse_splits
 from dpmed.data.sample import Task
 from dpmed.errors import DataError
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["read_chexpert", "read_nih", "read_mimic", "CHEXPERT_FINDINGS", "CHEXPERT_COMPETITION", "NIH_FINDINGS",
            "UNCERTAIN_POLICIES"]
@@ -117,7 +120,8 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
     two lists name every row of its table) and some row is in neither: the line is then most likely a typo of that
     row's image, and the row would silently lose its official split (divided with the training rows: a test image
     may be trained on). Otherwise (a table cut to a subset of the release, or one list only, which leaves rows out
-    anyway) the lines are counted in the record and its description (``split_list_lines_without_row``).
+    anyway) the lines are counted in the record (``split_list_lines_without_row``, private) and told to the user; never
+    in the description, which study.yaml and the report carry: with public lists, the count gives the table's rows.
     """
     root = dataset_folder(path, "NIH ChestX-ray14", "Data_Entry_2017.csv")
     table_path = first_existing(root, ["Data_Entry_2017.csv", "Data_Entry_2017_v2020.csv"], "NIH ChestX-ray14")
@@ -154,6 +158,9 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
                         f"table has {len(unlisted)} row(s) in neither split list ({', '.join(unlisted[:5])}"
                         f"{', ...' if len(unlisted) > 5 else ''}), which the official split would then not hold; "
                         f"correct the line to the Image Index it means, or add the row of {image} to {table_path.name}")
+    if no_row:   # to the user (terminal, private log) only
+        _log.warning("%s: %d split list line(s) name images without a row in %s (not read), e.g. %s", root,
+                     len(no_row), table_path.name, ", ".join(f"{f} line {n}" for f, n, _ in no_row[:3]))
     return table_manifest(
         name="nih-chestxray14", root=root, task=Task("multilabel", chosen),
         paths=[index.get(n, root / "images" / n) for n in names], labels=labels,
@@ -169,9 +176,7 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
                "split_list_lines_without_row": {"count": len(no_row),
                                                 "first": [f"{f} line {n}" for f, n, _ in no_row[:5]]}},
         description=(f"NIH ChestX-ray14 ({table_path.name}), findings {', '.join(chosen)}; "
-                     f"{'official test_list.txt split' if split_of else 'no split lists found: split by patient'}"
-                     + (f"; {len(no_row)} split list line(s) name images without a row (not read)" if no_row else "")
-                     + "."),
+                     f"{'official test_list.txt split' if split_of else 'no split lists found: split by patient'}."),
         problems=flags)
 
 
