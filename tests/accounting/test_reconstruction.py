@@ -472,3 +472,20 @@ def test_the_names_are_exported():
              "NEIGHBOUR_RECONSTRUCTION", "ReconstructionRisk", "default_kappa", "reconstruction_bound",
              "relaxed_reconstruction_bound", "membership_inference_tpr", "reconstruction_risk"}
     assert names <= set(accounting.__all__)
+
+
+def test_the_released_count_multiplies_every_bound_by_its_likelihood_ratio(reference_risk):
+    """A count of the training units released at eps_N beside the model: with or without the target it moves by one,
+    so its likelihood ratio is at most e^eps_N, and the attacker's power over both is at most e^eps_N times the
+    power over the model alone (capped at 1). eps_N = ln 2 doubles each number; eps_N = 0 is the model alone."""
+    assert reconstruction_risk(**REFERENCE, kappa=REFERENCE_KAPPA, size_epsilon=0.0) == reference_risk
+    doubled = reconstruction_risk(**REFERENCE, kappa=REFERENCE_KAPPA, size_epsilon=math.log(2))
+    for name in ("worst_case", "worst_case_edgeworth", "relaxed", "gdp"):
+        assert getattr(doubled, name) == pytest.approx(min(1.0, 2 * getattr(reference_risk, name)), rel=1e-12)
+    for fpr, tpr in reference_risk.tpr_at_fpr.items():
+        assert doubled.tpr_at_fpr[fpr] == pytest.approx(min(1.0, 2 * tpr), rel=1e-12)
+    assert "eps_N = 0.693147" in doubled.assumptions and "eps_N" not in reference_risk.assumptions
+    high = reconstruction_risk(noise_multiplier=0.5, sample_rate=0.5, steps=100, kappa=0.01, size_epsilon=1.0)
+    assert high.worst_case == 1.0 and all(0 <= v <= 1 for v in high.tpr_at_fpr.values())
+    with pytest.raises(ValueError, match="size_epsilon"):
+        reconstruction_risk(**REFERENCE, kappa=REFERENCE_KAPPA, size_epsilon=-0.1)

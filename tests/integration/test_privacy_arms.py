@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -68,7 +69,9 @@ def test_reconstruction_bounds_ride_with_gaussian_poisson_runs_only(records):
     q, steps = high["sample_rate"], high["steps"]
     kappa = 1 / records["high_eps1e15_C1_seed0"]["privacy"]["n_units"]      # one patient among N
     assert high["kappa"] == pytest.approx(kappa) and high["unit"] == "patient"
-    assert high["worst_case"] == pytest.approx(1 - (1 - q) ** steps * (1 - kappa), rel=1e-6)
+    count = math.exp(records["high_eps1e15_C1_seed0"]["privacy"]["size_epsilon"])   # the released N beside it
+    assert high["worst_case"] == pytest.approx(min(1.0, count * (1 - (1 - q) ** steps * (1 - kappa))), rel=1e-6)
+    assert "eps_N" in high["assumptions"]
     assert "informed adversary" in high["assumptions"]
     assert records["laplace-sgd_eps8_C1_seed0"]["reconstruction"] is None
     assert records["shuffled_eps8_C1_seed0"]["reconstruction"] is None

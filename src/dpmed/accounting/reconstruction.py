@@ -69,6 +69,7 @@ steps, or for very small kappa (its far tail is unreliable).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -264,11 +265,20 @@ class ReconstructionRisk:
 
 
 def reconstruction_risk(*, noise_multiplier: float, sample_rate: float, steps: int, kappa: float,
-                        unit: str = "image") -> ReconstructionRisk:
+                        unit: str = "image", size_epsilon: float = 0.0) -> ReconstructionRisk:
     """Every reconstruction number of METHODS.md s.7 for one DP-SGD run, how each was obtained, and the
     assumptions behind them. ``unit``: what the run's neighbours differ by ("image" or "patient"); the numbers
-    are the same, the assumptions say which record the target is."""
+    are the same, the assumptions say which record the target is.
+
+    ``size_epsilon``: the eps of the count of training units released beside the model (`dpmed.released_size`,
+    pure DP). The attacker sees it too, and with or without the target it shifts by one, so every number is
+    multiplied by e^size_epsilon and capped at 1: the count's likelihood ratio is at most that, and the best test's
+    power is concave in its false-positive rate, so an attacker's power over both is at most e^eps_N times its power
+    over the model alone at the same rate. Left out, the bounds were those of a model released without its count."""
     sigma, q, steps, kappa = _check(noise_multiplier, sample_rate, steps, kappa)
+    size_epsilon = _arguments.positive("size_epsilon", size_epsilon, allow_zero=True,
+                                       hint="the eps of the released count of training units (0: none released)")
+    factor = math.exp(size_epsilon)
     if unit not in ("image", "patient"):
         raise ValueError(f"unit must be 'image' or 'patient', got {unit!r}")
     setting = (sigma, q, steps)
@@ -280,13 +290,17 @@ def reconstruction_risk(*, noise_multiplier: float, sample_rate: float, steps: i
         f"with noise multiplier {sigma:g}; neighbouring relation: {neighbours}; worst case: the attacker knows the target's clipped "
         f"gradient; relaxed: it does not know its sign (Kaissis et al. 2023). The bounds reach ~100% long before "
         f"eps = 1e6; claims of protection beyond that rest on empirical attacks, not on these bounds.")
+    if size_epsilon:
+        assumptions += (f" The training set's size is released beside the model as a count at eps_N = "
+                        f"{size_epsilon:g} (pure DP): every number includes it, multiplied by e^eps_N and capped at 1.")
     (worst, worst_via), (edgeworth, edgeworth_via), (gdp, gdp_via) = (
         _worst_case(*setting, kappa, method) for method in ("pld", "edgeworth", "gdp"))
     relaxed, relaxed_via = _relaxed(*setting, kappa)
     tprs = {fpr: _worst_case(*setting, fpr) for fpr in MIA_FPRS}
+    worst, edgeworth, relaxed, gdp = (min(1.0, factor * x) for x in (worst, edgeworth, relaxed, gdp))
     return ReconstructionRisk(
         noise_multiplier=sigma, sample_rate=q, steps=steps, kappa=kappa, worst_case=worst,
         worst_case_edgeworth=edgeworth, relaxed=relaxed, gdp=gdp,
-        tpr_at_fpr={fpr: tpr for fpr, (tpr, _) in tprs.items()}, assumptions=assumptions, worst_case_via=worst_via,
+        tpr_at_fpr={fpr: min(1.0, factor * tpr) for fpr, (tpr, _) in tprs.items()}, assumptions=assumptions, worst_case_via=worst_via,
         worst_case_edgeworth_via=edgeworth_via, relaxed_via=relaxed_via, gdp_via=gdp_via,
         tpr_at_fpr_via={fpr: via for fpr, (_, via) in tprs.items()})

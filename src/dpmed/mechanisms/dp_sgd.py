@@ -326,7 +326,7 @@ def _reconstruction(plan: DpSgdPlan) -> ReconstructionRecord | None:
         return None
     risk = accounting.reconstruction_risk(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
                                           steps=plan.steps, kappa=accounting.default_kappa(plan.n_units),
-                                          unit=plan.unit)
+                                          unit=plan.unit, size_epsilon=plan.size_epsilon)
     return ReconstructionRecord(**risk.to_dict(), unit=plan.unit)
 
 
