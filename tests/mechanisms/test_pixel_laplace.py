@@ -52,3 +52,14 @@ def test_event_records_the_honest_image_epsilon():
 def test_rejects_non_positive_scale():
     with pytest.raises(ValueError, match="scale"):
         PixelLaplace(scale=0.0)
+
+
+def test_the_card_names_delta_the_accountant_the_unit_what_is_unprotected_and_no_private_sampling():
+    from dpmed.accounting import Ledger
+    from dpmed.mechanisms import mechanism_info
+    from dpmed.mechanisms.pixel_laplace import PixelLaplacePlan
+    plan = PixelLaplacePlan(scale=0.5, dimension=4096)
+    card = mechanism_info("pixel_laplace").card(plan, Ledger((PixelLaplace(scale=0.5).event((1, 64, 64)),)), "secure")
+    assert card.statement.startswith("eps_image = 8,192 at delta = 0 (closed form, the Laplace mechanism; unit: one")
+    assert "how many images there are" in card.statement and "eps_pixel = 2" in card.statement
+    assert "sampling" not in card.randomness and "noise" in card.randomness

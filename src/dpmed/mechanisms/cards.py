@@ -11,7 +11,10 @@ __all__ = ["COVERAGE", "SECURE_RANDOMNESS", "LABELS_IN_CLEAR", "label_randomness
 COVERAGE = "the training images; validation images (threshold choice) and test images are not protected"
 SECURE_RANDOMNESS = ("privacy randomness (sampling, noise) fresh from OS entropy for this run, AES-128-CTR, "
                      "never written to a shareable file")
-LABELS_IN_CLEAR = "the labels are released in the clear: local DP on the pixels does not protect them"
+LABELS_IN_CLEAR = ("the labels, and how many images there are, are released in the clear: local DP on the pixels "
+                   "protects neither")
+# Local DP draws noise only: no sampling is private (the model then trains on the noised images as any data).
+LOCAL_RANDOMNESS = SECURE_RANDOMNESS.replace("(sampling, noise)", "(the pixels' noise)")
 
 
 def label_not_dp(card: PrivacyCard, why: str, **update: object) -> PrivacyCard:

@@ -91,8 +91,8 @@ def _card(plan: PixelGaussianPlan, ledger: Ledger, randomness_mode: str) -> Priv
     eps_pixel = accounting.gaussian_epsilon(mu=event.value_range / event.std, delta=plan.delta)
     statement = (f"eps_image = {eps_image:,.6g} at delta = {plan.delta:.3g} (analytic Gaussian; unit: one image, "
                  f"pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; "
-                 f"s = {event.std:g}, R = {event.value_range:g}, d = {event.dimension}); eps per pixel value "
-                 f"= {eps_pixel:.4g}")
+                 f"s = {event.std:g}, R = {event.value_range:g}, d = {event.dimension}); the same for one pixel "
+                 f"value of an image: eps_pixel = {eps_pixel:.4g} at delta = {plan.delta:.3g}")
     card = PrivacyCard(mechanism="pixel_gaussian", is_dp=True, statement=statement, **LOCAL_CARD,
                        std=event.std, value_range_R=event.value_range, dimension_d=event.dimension,
                        epsilon_pixel=eps_pixel, epsilon_image=eps_image, epsilon=eps_image, delta=plan.delta,

@@ -21,7 +21,7 @@ from dpmed import accounting
 from dpmed.accounting import LaplaceImageEvent, Ledger
 from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep, exactly_one,
                                    positive_finite)
-from dpmed.mechanisms.cards import COVERAGE, LABELS_IN_CLEAR, SECURE_RANDOMNESS, label_randomness
+from dpmed.mechanisms.cards import COVERAGE, LABELS_IN_CLEAR, LOCAL_RANDOMNESS, label_randomness
 from dpmed.mechanisms.perturb import perturb
 
 __all__ = ["PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "INFO", "LOCAL_CARD"]
@@ -30,7 +30,7 @@ __all__ = ["PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "INFO", "LOCAL
 LOCAL_CARD = {"scope": "local DP on each released training image", "unit": "image",
               "neighbour_relation": accounting.NEIGHBOUR_LDP_IMAGE, "labels": LABELS_IN_CLEAR, "covers": COVERAGE,
               "patients": ("each image is released on its own: a patient with k images is protected by k eps_image "
-                           "(basic composition)"), "randomness": SECURE_RANDOMNESS}
+                           "(basic composition)"), "randomness": LOCAL_RANDOMNESS}
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,10 @@ def _card(plan: PixelLaplacePlan, ledger: Ledger, randomness_mode: str) -> Priva
     event = next(e for e in ledger.events if isinstance(e, LaplaceImageEvent))
     eps_pixel = accounting.laplace_pixel_epsilon(scale=event.scale, value_range=event.value_range)
     eps_image = accounting.laplace_image_epsilon(event)
-    statement = (f"eps_image = {eps_image:,.6g} (delta = 0; unit: one image, pixels only ({LABELS_IN_CLEAR}); "
-                 f"neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; Laplace b = {event.scale:g}, "
-                 f"R = {event.value_range:g}, d = {event.dimension}); eps per pixel value = {eps_pixel:g}")
+    statement = (f"eps_image = {eps_image:,.6g} at delta = 0 (closed form, the Laplace mechanism; unit: one image, "
+                 f"pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; Laplace "
+                 f"b = {event.scale:g}, R = {event.value_range:g}, d = {event.dimension}); the same for one pixel "
+                 f"value of an image: eps_pixel = {eps_pixel:g}")
     card = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement=statement, **LOCAL_CARD,
                        scale_b=event.scale, value_range_R=event.value_range, dimension_d=event.dimension,
                        epsilon_pixel=eps_pixel, epsilon_image=eps_image, epsilon=eps_image, delta=0.0,
