@@ -66,3 +66,37 @@ def test_an_empty_split_is_an_error(phantom):
         select_patients(tiny, PatientSelection(fraction=0.001, part=0, seed=0))
     with pytest.raises(ValueError):
         PatientSelection(fraction=1.0, part=0)
+
+
+def _two_hospitals(root, write_image, n=40):
+    """A Kermany-like release (train and test folders, patient keys in the names) of n patients per class."""
+    for k in range(n):
+        write_image(root / "train" / "PNEUMONIA" / f"person{k}_bacteria_{k}.jpeg", level=60 + k)
+        write_image(root / "train" / "NORMAL" / f"IM-{k:04d}-0001.jpeg", level=100 + k)
+        if k % 4 == 0:
+            write_image(root / "test" / "PNEUMONIA" / f"person{500 + k}_virus_1.jpeg", level=70 + k)
+            write_image(root / "test" / "NORMAL" / f"IM-{500 + k:04d}-0001.jpeg", level=110 + k)
+    return root
+
+
+def _cohort(root, part):
+    config = DataConfig.model_validate({"source": "folders", "path": str(root), "image_size": 8, "channels": 1,
+                                        "split": {"val_fraction": 0.25, "seed": 1},
+                                        "patients": {"fraction": 0.5, "part": part, "seed": 2}})
+    return read_dataset(config.to_request())
+
+
+def test_a_cohorts_carved_split_does_not_depend_on_the_other_cohorts_patients(tmp_path, write_image):
+    """The attack on a simulated second site: the public hospital's training set (and so its pretrained weights)
+    must be the same whether or not one patient of the private hospital is in the release. Carving validation out of
+    the whole release and then keeping a cohort let one private patient move public ones between splits."""
+    root = _two_hospitals(tmp_path / "chest_xray", write_image)
+    public = _patients(_cohort(root, 0))
+    private = _cohort(root, 1)
+    assert public["val"] and not set().union(*public.values()) & set().union(*_patients(private).values())
+    for patient in sorted(_patients(private)["train"])[:6]:
+        for f in root.glob(f"train/*/{patient}[_-]*"):
+            f.rename(tmp_path / f.name)                         # the release without this private patient
+        assert _patients(_cohort(root, 0)) == public, patient
+        for f in tmp_path.glob("*.jpeg"):
+            f.rename(root / "train" / ("PNEUMONIA" if f.name.startswith("person") else "NORMAL") / f.name)

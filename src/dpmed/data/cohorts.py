@@ -9,7 +9,11 @@ of one ``seed`` and ``fraction`` are complementary and disjoint by construction,
     part 0 = the patients with u < fraction; part 1 = the rest
 
 A patient's images stay together (every split is filtered by the same patient set), so a patient never appears in
-both cohorts, and the published train / val / test assignment of each image is kept. The draw depends on the
+both cohorts, and the published train / val / test assignment of each image is kept. Where a file layout publishes
+no validation or test split, each cohort's is carved from its own patients (`dpmed.data.registry` selects the
+cohort from the reader's manifest before assembly carves): carved from the whole release and then filtered, one
+hospital's split, and so a "public" cohort's training set and pretrained weights, would depend on which patients
+the other hospital has. The draw depends on the
 patient id alone, not on the order of the rows or on the other patients, so one cohort is the same whichever
 splits or preprocessing a study asks for. It is public randomness (METHODS.md s.2b): which patients form a
 simulated site is a design choice of the study, not a private draw.
@@ -28,7 +32,7 @@ import numpy as np
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.errors import DataError
 
-__all__ = ["PatientSelection", "select_patients", "patient_draws"]
+__all__ = ["PatientSelection", "select_patients", "patient_draws", "in_cohort"]
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,14 @@ def patient_draws(patient_ids: np.ndarray, seed: int) -> np.ndarray:
     return draws[inverse]
 
 
+def in_cohort(patient_ids: np.ndarray, selection: PatientSelection) -> np.ndarray:
+    """bool [N]: which entries of ``patient_ids`` belong to the cohort of ``selection``."""
+    below = patient_draws(patient_ids, selection.seed) < selection.fraction
+    return below if selection.part == 0 else ~below
+
+
 def _keep(images: ImageSet, selection: PatientSelection) -> ImageSet:
-    below = patient_draws(images.patient_ids, selection.seed) < selection.fraction
-    return images.subset(np.flatnonzero(below if selection.part == 0 else ~below))
+    return images.subset(np.flatnonzero(in_cohort(images.patient_ids, selection)))
 
 
 def select_patients(dataset: Dataset, selection: PatientSelection) -> Dataset:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +91,15 @@ class Manifest:
     def flag(self, row: int, kind: str, detail: str) -> None:
         """Mark ``row`` unusable; the first problem found for a row is the one reported."""
         self.problems.setdefault(int(row), Problem(kind, detail))
+
+    def subset(self, rows: np.ndarray) -> "Manifest":
+        """The manifest of ``rows`` only, in that order (its problems renumbered with them)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        position = {int(r): i for i, r in enumerate(rows)}
+        return replace(self, paths=[self.paths[r] for r in rows], labels=self.labels[rows],
+                       patient_ids=self.patient_ids[rows], sex=self.sex[rows], age=self.age[rows],
+                       splits=self.splits[rows], where=self.where[rows], ids=self.ids[rows],
+                       problems={position[r]: p for r, p in self.problems.items() if r in position})
 
     def valid_rows(self) -> np.ndarray:
         """int64 indices of the rows not flagged, in order."""

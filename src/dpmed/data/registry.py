@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from dpmed.data.assembly import SplitPlan, assemble_dataset
-from dpmed.data.cohorts import PatientSelection, select_patients
+from dpmed.data.cohorts import PatientSelection, in_cohort, select_patients
 from dpmed.data.formats.chest_xray import read_chexpert, read_mimic, read_nih
 from dpmed.data.formats.folders import read_image_folders
 from dpmed.data.formats.medmnist import read_medmnist
@@ -120,7 +120,14 @@ def _from_files(reader: Callable[[DataRequest], Manifest]) -> Callable[[DataRequ
     """A file layout's read: its reader's manifest, checked, decoded, cached and split by assembly."""
 
     def read(request: DataRequest) -> Dataset:
-        return assemble_dataset(reader(request), preprocessing=request.preprocessing,
+        manifest = reader(request)
+        if request.patients is not None:   # before the split is carved: each cohort's from its own patients
+            chosen = np.flatnonzero(in_cohort(manifest.patient_ids, request.patients))
+            if len(chosen) == 0:
+                raise DataError(f"data.patients ({request.patients.describe()}) keeps none of the {len(manifest)} "
+                                f"images at {manifest.root}; choose a larger share or another seed")
+            manifest = manifest.subset(chosen)
+        return assemble_dataset(manifest, preprocessing=request.preprocessing,
                                 split=request.split or SplitPlan(), skip_invalid=request.skip_invalid,
                                 cache_dir=request.cache_dir)
 
