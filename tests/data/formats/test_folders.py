@@ -176,15 +176,14 @@ def test_class_folders_that_all_hold_the_same_folders_of_images_are_refused(tmp_
     assert m.task.label_names == ("NORMAL", "PNEUMONIA") and m.labels.tolist() == [0, 0, 0, 1, 1, 1]
 
 
-def test_the_patient_is_the_unit_only_where_every_file_names_its_patient(tmp_path, write_image):
-    """One file outside the naming pattern would be its own "patient": a DP-SGD card promising "one patient" would
-    then be false for a person with several such files, so the unit falls back to the image."""
+def test_a_layout_where_some_files_name_no_patient_is_refused_naming_them(tmp_path, write_image):
+    """One file outside the naming pattern would be its own "patient" (false for a person with several such files),
+    and falling back to the image as the unit would let that one file change every card: refused instead."""
     root = _kermany(tmp_path / "chest_xray", write_image)
     assert read_image_folders(root).notes["patients_known"] is True
     write_image(root / "train" / "NORMAL" / "scan_0001.jpeg")
-    manifest = read_image_folders(root)
-    assert manifest.notes["patient_key"]["files_as_own_patient"] == 1 and manifest.notes["patients_known"] is False
-    assert not _load(root).patients_known
+    with pytest.raises(DataError, match=r"1 of 22 images name no patient \(e.g. train/NORMAL/scan_0001.jpeg\).*rename"):
+        read_image_folders(root)
 
 
 def test_class_folders_without_split_and_label_order(tmp_path, write_image):

@@ -32,6 +32,10 @@ Patients. A file name carries no patient in general, so each file is its own pat
   The default ``patient_pattern`` matches these; its first non-empty group is the patient.
 * **DICOM** files: the header's PatientID (and PatientSex, PatientAge as sex and age).
 
+A layout in which some files name their patient and others do not is refused, naming the others. Whether the patient
+can be the unit of privacy would otherwise turn on whether one such file exists, so that a single image changed what
+every privacy card says (and a file without a key is its own "patient", which a person with several is not).
+
 The Kermany release puts 170 patients in both train and test (e.g. ``person1``: virus images 6-9 in test, 11-13 in
 train). How dpmed handles that is :mod:`dpmed.data.assembly`'s ``shared_patients`` rule.
 """
@@ -191,6 +195,14 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
             from_header += bool(header.get("PatientID"))
         else:
             patients.append(str(f.relative_to(top)))  # its own patient
+    # Files that are no image are flagged below (and left out with skip_invalid): their names decide nothing.
+    images = [f.suffix.lower() in DECODERS and not _dangling(f) for f in paths]
+    unnamed = [w for w, p, image in zip(where, patients, images) if image and p == w]
+    if unnamed and len(unnamed) < sum(images):
+        raise DataError(f"{top}: {len(unnamed)} of {sum(images)} images name no patient (e.g. {', '.join(unnamed[:3])}) while "
+                        "the others do, so dpmed cannot tell whose images they are nor protect their patients as one "
+                        "unit; rename them as the others are named (person<k>_..., IM-<patient>-..., or DICOM files "
+                        "with a PatientID), or move them out of the class folders")
     age, implausible = parse_age(ages)
     manifest = Manifest(
         name=root.name, root=top, task=Task("binary" if len(found) == 2 else "multiclass", tuple(found)),
@@ -201,9 +213,8 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
                "patient_key": {"pattern": patient_pattern, "files_matched": matched, "dicom_patient_id": from_header,
                                "files_as_own_patient": n - matched - from_header},
                "folders_not_read": ignored, "implausible_ages_set_unknown": implausible,
-               # the patient is the unit only where every file names its patient: a file without a key is its own
-               # "patient", which a person with several such files is not
-               "patients_known": 0 < n == matched + from_header},
+               # every file names its patient, or none does (a mixed layout is refused above)
+               "patients_known": not unnamed and any(images)},
         description=(f"Image folders at {top}: {len(found)} classes ({', '.join(found)}), "
                      f"{'published splits ' + ', '.join(sorted(set(splits) - {''})) if split_dirs else 'no split'}; "
                      "sex and age unknown unless DICOM headers give them."),
