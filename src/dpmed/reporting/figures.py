@@ -20,12 +20,25 @@ from matplotlib.ticker import LogLocator, NullFormatter
 from dpmed.records import RunRecord
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
-           "run_label", "image_rows"]
+           "run_label", "image_rows", "plot_interval"]
 
 # Type sizes in points, per layout: (dpi, text). Narrow figures are 3.9 in wide at 200 dpi (780 px) and shown at
 # 358 CSS px, so 11 pt is 11 * 200 / 72 * 358 / 780 = 14 CSS px; wide ones are shown at about their own size.
 FONT = {False: (110, 10.0), True: (200, 11.0)}
 NARROW_INCHES = 3.9          # every narrow figure's width: 780 px at 200 dpi
+
+
+def plot_interval(ax: Any, at: float, value: float, low: float | None, high: float | None, *, across: bool = False,
+                  marker: str = "o", ms: float = 4, **style: Any) -> Any:
+    """A point estimate at ``at`` with its interval drawn as a line from ``low`` to ``high`` (``across``: values on
+    x), not as error bars: a percentile bootstrap interval need not contain its point (few redraws, or a skewed
+    statistic such as a small group's AUROC), and error bars cannot show that (matplotlib refuses negative lengths,
+    which made a finished study's report fail). Returns the point's line, for a legend."""
+    xy = (value, at) if across else (at, value)
+    point, = ax.plot([xy[0]], [xy[1]], marker, ms=ms, **style)
+    if low is not None and high is not None:
+        (ax.hlines if across else ax.vlines)(at, low, high, color=point.get_color(), lw=1.2)
+    return point
 
 
 def _png(fig: Figure) -> bytes:
@@ -132,9 +145,7 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
             marker, color, name = _MARKERS.get(r.mechanism, ("D", "tab:purple", r.mechanism))
             used[r.mechanism] = (marker, color, name)
             x = panel.x(r)
-            low = e.value - e.low if e.low is not None else 0.0
-            high = e.high - e.value if e.high is not None else 0.0
-            ax.errorbar([x], [e.value], yerr=[[low], [high]], fmt=marker, color=color, capsize=3, ms=6)
+            plot_interval(ax, x, e.value, e.low, e.high, marker=marker, color=color, ms=6)
             label = run_label(r, several_seeds) + ("" if r.privacy.is_dp else " (not DP: seed known)")
             ax.annotate(label, (x, e.value), xytext=(6, 4), textcoords="offset points",
                         fontsize=size - 1, color="#333333")

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from dpmed.reporting.figures import FONT, NARROW_INCHES, image_rows
+from dpmed.reporting.figures import FONT, NARROW_INCHES, image_rows, plot_interval
 
 __all__ = ["group_estimates", "group_figure", "cam_grid", "cam_grid_figure"]
 
@@ -55,19 +55,15 @@ def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[dic
     ax = fig.subplots()
     width = 0.8 / max(1, len(series))
     for k, (label, estimates) in enumerate(series):
-        pos, vals, lo, hi = [], [], [], []
+        color = f"C{k % 10}"
         for i, est in enumerate(estimates):
             if not est or est.get("value") is None:
                 continue
-            v = est["value"]
-            pos.append(i - 0.4 + width * (k + 0.5))
-            vals.append(v)
-            lo.append(v - est["low"] if est.get("low") is not None else 0.0)
-            hi.append(est["high"] - v if est.get("high") is not None else 0.0)
-        if narrow:
-            ax.errorbar(vals, pos, xerr=[lo, hi], fmt="o", ms=4, capsize=2, label=label)
-        else:
-            ax.errorbar(pos, vals, yerr=[lo, hi], fmt="o", ms=4, capsize=2, label=label)
+            point = plot_interval(ax, i - 0.4 + width * (k + 0.5), est["value"], est.get("low"), est.get("high"),
+                                  across=narrow, color=color)
+            if label is not None:
+                point.set_label(label)
+                label = None                                # one legend entry per run
     if narrow:
         ax.set_yticks(range(len(groups)))
         ax.set_yticklabels(groups)

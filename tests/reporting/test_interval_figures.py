@@ -1,0 +1,29 @@
+"""Figures draw an interval that does not hold its point as it is: a percentile bootstrap interval need not (few
+redraws, a small group's skewed AUROC), and error bars, which refuse negative lengths, made a finished study's report
+fail on one (AUROC 0.571 with the interval [0.335, 0.415])."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.collections import LineCollection
+
+from dpmed.reporting.study_figures import group_estimates, group_figure
+
+AWRY = {"value": 0.571, "low": 0.335, "high": 0.415}
+
+
+def _segments(fig) -> list[np.ndarray]:
+    return [seg for c in fig.axes[0].collections if isinstance(c, LineCollection) for seg in c.get_segments()]
+
+
+def test_an_interval_below_its_point_is_drawn_from_its_low_to_its_high_end_in_both_layouts():
+    for narrow in (False, True):
+        fig = group_figure(["[0,30)", "[30,60)"], [("a run", [AWRY, {"value": 0.8, "low": 0.7, "high": 0.9}]),
+                                                   ("b", [None, {"value": 0.6, "low": None, "high": None}])],
+                           ylabel="test AUROC", title="AUROC by age", narrow=narrow)
+        ends = sorted(tuple(sorted(seg[:, 0 if narrow else 1])) for seg in _segments(fig))
+        assert ends == [(0.335, 0.415), (0.7, 0.9)]                 # one line per interval, none for b's
+        points = sorted(v for line in fig.axes[0].lines for v in (line.get_xdata() if narrow else line.get_ydata()))
+        assert points == [0.571, 0.6, 0.8]
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == ["a run", "b"]   # one entry per run
+    assert group_estimates(["[0,30)"], [("a run", [AWRY])], ylabel="AUROC", title="t")[:8] == b"\x89PNG\r\n\x1a\n"
