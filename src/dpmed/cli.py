@@ -18,6 +18,8 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
+import traceback
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Sequence
@@ -318,8 +320,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dpmed`` command; returns the exit status (0 ok, 1 some runs failed, 2 bad input or an
-    unusable output folder, 130 interrupted)."""
+    """Entry point of the ``dpmed`` command; returns the exit status (0 ok, 1 some runs failed or dpmed itself did,
+    2 bad input or an unusable output folder, 130 interrupted)."""
     args = _parser().parse_args(argv)
     quiet_known_noise()
     commands = {"run": _run, "plan": _plan, "report": _report, "status": _status, "privacy": privacy_command}
@@ -334,6 +336,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of our output went away (e.g. `dpmed report DIR | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:  # noqa: BLE001 - the last resort: a bug in dpmed, told in one line, its traceback kept
+        return _internal_error(exc)
+
+
+def _internal_error(exc: Exception) -> int:
+    """One line for a failure that is dpmed's own, with its traceback in a file only the user can read (it may name
+    a private file or value); finished runs are on disk already, so the same command continues after a fix."""
+    fd, path = tempfile.mkstemp(prefix="dpmed-error-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("".join(traceback.format_exception(exc)))
+    print(f"dpmed: internal error: {type(exc).__name__}: {exc}. Finished runs are kept and the same command goes on "
+          f"from them; please report this with the traceback in {path}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

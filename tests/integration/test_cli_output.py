@@ -120,3 +120,25 @@ def test_ctrl_c_with_workers_stops_quietly_and_keeps_the_folder_usable(tiny_text
     assert "interrupted: finished runs are kept" in stderr and "run the same command to continue" in stderr
     assert not (out / "tiny" / "private" / "lock").exists()
     assert not list((out / "tiny" / "runs").glob("*/run.json"))          # both runs were stopped, none finished
+
+
+def test_a_bug_in_dpmed_reaches_the_user_as_one_line_with_its_traceback_in_a_private_file(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """No traceback reaches a user: a failure that is dpmed's own (here the report stage raising) is told in one
+    line naming a file, readable by the user only, that holds the traceback to report."""
+    import dpmed.cli
+
+    def broken(args):
+        raise ValueError("'yerr' must not contain negative values")
+
+    monkeypatch.setattr(dpmed.cli, "_report", broken)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)             # read TMPDIR again
+    assert main(["report", str(tmp_path / "study")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("dpmed: internal error: ValueError: 'yerr' must not")
+    assert "Traceback" not in err and "Finished runs are kept" in err
+    path = Path(err.split("traceback in ")[1])
+    assert path.parent == tmp_path and path.stat().st_mode & 0o777 == 0o600
+    assert "Traceback" in path.read_text() and "in broken" in path.read_text()
