@@ -334,9 +334,12 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     load_seconds = time.perf_counter() - start
     fingerprint = data_fingerprint(dataset)
     context = plan_context(dataset)
-    sizes = release_sizes(needed_sizes(study, context), epsilon=study.size_epsilon,
-                          path=folder.released_sizes, fingerprint=fingerprint,
-                          reproducible_seed=study.seeds[0] if study.privacy_randomness == "reproducible" else None)
+    needed = needed_sizes(study, context)
+    with writing_into(folder.root):      # `dpmed plan` too writes the DP counts: into private/, made owner-only
+        if needed:
+            folder.make_private()
+        sizes = release_sizes(needed, epsilon=study.size_epsilon, path=folder.released_sizes, fingerprint=fingerprint,
+                              reproducible_seed=study.seeds[0] if study.privacy_randomness == "reproducible" else None)
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
     existing, elsewhere = _finished(folder, plans, dataset, study, fingerprint)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 
 from dpmed.data import Preprocessing, SplitPlan, load_dataset
 from dpmed.data.cache import cache_key, decode_images
+from dpmed.errors import DataError
 
 
 def _files(tmp_path, write_image, n=6):
@@ -62,3 +64,11 @@ def test_load_dataset_reuses_the_cache(tmp_path, write_image):
     assert one.source["decode"]["from_cache"] is False and two.source["decode"]["from_cache"] is True
     np.testing.assert_array_equal(one.train.images, two.train.images)
     assert two.train.images.flags.writeable and not isinstance(two.train.images, np.memmap)
+
+
+def test_a_cache_dir_that_cannot_be_made_is_a_clear_error_naming_the_setting(tmp_path, write_image):
+    paths = _files(tmp_path, write_image)
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the cache folder should be")
+    with pytest.raises(DataError, match=r"data.cache_dir .*cache/inner cannot be made or written .*remove data.cache_dir"):
+        decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=blocker / "inner")

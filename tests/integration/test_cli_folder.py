@@ -89,6 +89,20 @@ def test_run_into_an_output_folder_that_cannot_be_made_ends_in_one_line(tiny_tex
     assert "--out" in line
 
 
+def test_plan_into_an_output_folder_that_cannot_be_made_ends_in_one_line_and_makes_private_owner_only(
+        tiny_text, tmp_path, capsys):
+    """`dpmed plan` writes the DP counts DP-SGD plans from (private/released_sizes.json), so it meets the same
+    folder problems as `dpmed run` and must answer them as it does; the private folder it makes is 0700."""
+    blocker = tmp_path / "results"
+    blocker.write_text("a file where the output folder should be\n")
+    study = _study(tmp_path, tiny_text)
+    assert main(["plan", str(study), "--out", str(blocker), "--no-estimate"]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.startswith(f"dpmed: error: cannot write to the output folder {blocker / 'tiny'}: Not a directory")
+    assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--no-estimate"]) == 0
+    assert (tmp_path / "out" / "tiny" / "private").stat().st_mode & 0o777 == 0o700
+
+
 @pytest.mark.parametrize("how", ["a folder in the way", "read-only"])
 def test_report_into_a_folder_that_cannot_be_written_ends_in_one_line(tiny_study, tmp_path, capsys, how):
     folder = tmp_path / "tiny"

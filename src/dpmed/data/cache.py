@@ -108,9 +108,13 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     if cache_dir is None:
         images = np.zeros(shape, dtype=np.float32)  # [N, C, H, W]
     else:
-        Path(cache_dir).mkdir(parents=True, exist_ok=True)
         tmp = Path(cache_dir) / f".{key}.{os.getpid()}.npy"
-        images = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+        try:
+            Path(cache_dir).mkdir(parents=True, exist_ok=True)
+            images = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+        except OSError as exc:
+            raise DataError(f"data.cache_dir {cache_dir} cannot be made or written ({exc.strerror or exc}); choose a "
+                            "writable folder, or remove data.cache_dir to decode without a cache") from None
     per_image = replace(preprocessing, size=preprocessing.size, channels=None)  # channels are set at decode
     check_size = preprocessing.size is None
 
