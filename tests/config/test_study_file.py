@@ -257,3 +257,8 @@ def test_messages_say_what_is_wrong_in_the_study_files_words(write_study, overri
     message = str(info.value)
     assert words in message
     assert "discriminator" not in message and "instance of" not in message and not re.search(r"[a-z]Config\b", message)
+
+
+def test_a_folder_given_as_the_study_file_is_said_to_be_a_folder(tmp_path):
+    with pytest.raises(ConfigError, match=r"study file .* is a folder; pass the path of a .yaml study in it"):
+        load_study(tmp_path)

@@ -217,6 +217,8 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
     overrides = dict(overrides or {})
     origins = {key: (origins or {}).get(key) or f"override {key}={value!r}" for key, value in overrides.items()}
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"study file {path} is a folder; pass the path of a .yaml study in it (see configs/)")
     if not path.is_file():
         raise ConfigError(f"study file {path} does not exist; pass the path of a .yaml study (see configs/)")
     try:

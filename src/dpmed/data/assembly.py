@@ -94,8 +94,8 @@ def _flag_table_problems(manifest: Manifest) -> None:
         except OSError:
             found = None
         if found is None or not stat.S_ISREG(found.st_mode):
-            manifest.flag(row, "missing image", f"image file {_relative(manifest, path)} does not exist "
-                                                f"(looked for {path})")
+            what = "is a folder, not an image file" if found and stat.S_ISDIR(found.st_mode) else "does not exist"
+            manifest.flag(row, "missing image", f"image file {_relative(manifest, path)} {what} (looked for {path})")
             continue
         # st_ino is 0 where a file system has no file ids: compare the resolved path there
         file = (found.st_dev, found.st_ino) if found.st_ino else os.path.realpath(path)

@@ -179,6 +179,7 @@ def test_the_message_lists_the_first_five_rows_and_counts_all(aptos, write_csv, 
     ("file,label\nä.png,1\n".encode("latin-1"), "is not UTF-8 text .* save it as UTF-8"),
     (b"", "is empty; it needs a header line and one row per image"),
     (b"file;label\na.png;1\n", "its columns are 'file;label'.* holds ';': dpmed reads comma-separated tables"),
+    (b"file,label\na.png,1\nb.png,1,extra\n", r"Expected 2 fields in line 3, saw 3\); every line needs as many"),
 ])
 def test_a_table_saved_another_way_says_how_to_save_it(tmp_path, content, said):
     """Before: a Latin-1 file gave a bare UnicodeDecodeError, an empty one "No columns to parse", and a

@@ -211,3 +211,12 @@ def test_example_csv_study(table, no_patient_crosses):
                  "data.columns": {"path": "file", "patient": "pid", "sex": "gender", "age": "years", "split": "fold"}}
     d = load_study_data(load_study(EXAMPLES / "csv.yaml", overrides))
     assert d.task.kind == "binary" and len(d.test) == 3 and no_patient_crosses(d)
+
+
+def test_a_row_that_names_a_folder_is_said_to_name_a_folder(aptos, write_csv, load_layout):
+    """Before, "does not exist" sent the user looking for a file that is there, as a folder."""
+    (aptos / "train_images" / "dir0c1434d8d7.png").mkdir()
+    rows = [["dir0c1434d8d7", 0]] + [[f"{i:03d}c1434d8d7", i % 5] for i in range(15)]
+    write_csv(aptos / "train.csv", ["id_code", "diagnosis"], rows)
+    with pytest.raises(DataError, match=r"image file train_images/dir0c1434d8d7.png is a folder, not an image file"):
+        load_layout("aptos", aptos)
