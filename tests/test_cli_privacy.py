@@ -71,7 +71,8 @@ def test_high_budget_calibration_says_which_accountant_certified_it(capsys):
     (["calibrate", "--target-epsilon", "-1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5"],
      "--target-epsilon"),
     (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5",
-      "--noise", "laplace", "--accountant", "rdp"], "Laplace"),
+      "--noise", "laplace", "--accountant", "rdp"],
+     "--accountant rdp does not apply to laplace noise; use one of pld, pure"),
 ])
 def test_bad_arguments_end_in_one_clear_line(capsys, argv, words):
     assert main(["privacy", *argv]) == 2
@@ -119,3 +120,24 @@ def test_known_harmless_rdp_warnings_do_not_reach_the_terminal():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and "noise_multiplier =" in done.stdout
     assert done.stderr == "", done.stderr[:500]
+
+
+def test_the_pure_accountant_needs_no_delta_and_is_refused_for_gaussian_noise_before_anything_else(capsys):
+    """Before, --accountant pure asked for --delta although its bound has none, and with Gaussian noise asked for
+    --delta before saying that pure does not apply at all."""
+    assert main(["privacy", "epsilon", "--noise", "laplace", "--accountant", "pure", "--noise-multiplier", "1",
+                 "--sample-rate", "0.01", "--steps", "100"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert _eps(line) == pytest.approx(100 * math.log1p(0.01 * math.expm1(1.0)), rel=1e-5) and "delta = 0 " in line
+    assert main(["privacy", "epsilon", "--accountant", "pure", "--noise-multiplier", "1", "--sample-rate", "0.01",
+                 "--steps", "100"]) == 2
+    assert capsys.readouterr().err.strip() == ("dpmed: error: --accountant pure does not apply to gaussian noise; "
+                                               "use one of pld, rdp, rdp-classic")
+
+
+def test_an_eps_beyond_the_accountants_reach_is_said_in_the_runs_own_terms(capsys):
+    assert main(["privacy", "epsilon", "--noise-multiplier", "0.01", "--sample-rate", "0.5", "--steps", "100",
+                 "--delta", "1e-5"]) == 2
+    err = capsys.readouterr().err
+    assert "the eps of 100 steps at --noise-multiplier 0.01, --sample-rate 0.5 at delta = 1e-05 lies above 500" in err
+    assert "Event" not in err and "RDP estimate" in err

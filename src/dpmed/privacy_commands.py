@@ -32,16 +32,19 @@ def _schedule_arguments(p: argparse.ArgumentParser, *, with_delta: bool = True) 
 def privacy_parser(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="privacy_command", required=True)
     eps = sub.add_parser("epsilon", help="eps(delta) of a DP-SGD run with given noise")
-    eps.add_argument("--noise-multiplier", type=float, required=True, help="sigma (or b / C1 for Laplace)")
+    eps.add_argument("--noise-multiplier", type=float, required=True,
+                     help="sigma: the noise std over the clipping norm C (b / C1 for Laplace)")
     _schedule_arguments(eps)
     eps.add_argument("--accountant", choices=(*accounting.ACCOUNTANTS, "all"), default="pld",
                      help="pld (default), rdp, rdp-classic, pure (Laplace only), or all that apply")
     cal = sub.add_parser("calibrate", help="the smallest noise multiplier whose eps is at most a target")
-    cal.add_argument("--target-epsilon", type=float, required=True)
+    cal.add_argument("--target-epsilon", type=float, required=True, help="the eps budget of the whole run")
     _schedule_arguments(cal)
-    cal.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default="pld")
+    cal.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default="pld",
+                     help="pld (default), rdp, rdp-classic, pure (Laplace only)")
     risk = sub.add_parser("risk", help="reconstruction and membership-inference bounds (METHODS.md s.7)")
-    risk.add_argument("--noise-multiplier", type=float, required=True)
+    risk.add_argument("--noise-multiplier", type=float, required=True,
+                      help="sigma: the noise std over the clipping norm C (Gaussian noise)")
     _schedule_arguments(risk, with_delta=False)
     risk.add_argument("--kappa", type=float, help="the attacker's prior success (default 1 / N with --dataset-size)")
 
@@ -77,6 +80,11 @@ def _check_flags(args: argparse.Namespace) -> None:
         if not math.isfinite(value):
             raise DpmedError(f"{flag} must be a finite number, got {value:g}")
 
+    accountant = getattr(args, "accountant", "all")
+    if accountant != "all" and args.noise not in accounting.accountant_info(accountant).noises:
+        usable = [a for a in accounting.ACCOUNTANTS if args.noise in accounting.accountant_info(a).noises]
+        raise DpmedError(f"--accountant {accountant} does not apply to {args.noise} noise; use one of "
+                         f"{', '.join(usable)}")
     value = getattr(args, "noise_multiplier", None)
     if value is not None:
         finite("--noise-multiplier", value)
@@ -143,7 +151,8 @@ def _assumptions(args: argparse.Namespace, q: float, steps: int, sigma: float) -
 
 def _privacy_epsilon(args: argparse.Namespace) -> int:
     q, steps, n = _schedule(args)
-    delta = _delta(args, n)
+    # the pure accountant's bound has delta 0: it needs none (any valid value is passed on and not used)
+    delta = 1e-5 if args.accountant == "pure" and args.delta is None and n is None else _delta(args, n)
     names = ([a for a in accounting.ACCOUNTANTS if args.noise in accounting.accountant_info(a).noises]
              if args.accountant == "all" else [args.accountant])
     for name in names:

@@ -252,13 +252,20 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
         return math.inf  # no noise: the gradient sum is released exactly
     eps = info.epsilon(released, delta)
     if math.isnan(eps):
-        raise ValueError(f"accountant {accountant!r} returned nan for {released}; try the other accountant")
+        raise ValueError(f"accountant {accountant!r} returned nan for {_described(released)}; try the other "
+                         "accountant")
     if eps == math.inf:  # sigma > 0, so inf means the accountant could not resolve eps, not that it is infinite
         limit = f"{info.max_epsilon:g} (its limit; accountant='rdp' has none)" if info.max_epsilon < math.inf else "inf"
-        raise ValueError(f"the eps of {released} at delta = {delta:g} lies above {limit}, the largest accountant "
-                         f"{accountant!r} certifies; an RDP estimate is eps ~ "
+        raise ValueError(f"the eps of {_described(released)} at delta = {delta:g} lies above {limit}, the largest "
+                         f"accountant {accountant!r} certifies; an RDP estimate is eps ~ "
                          f"{estimate_epsilon(released, delta=delta):.3g}")
     return eps
+
+
+def _described(events: Sequence) -> str:
+    """Events in words for a message (their reprs name classes and fields, not what was run)."""
+    return "; ".join(f"{e.steps} steps at noise_multiplier {e.noise_multiplier:g}, sample_rate {e.sample_rate:g}"
+                     for e in events)
 
 
 def dp_sgd_epsilon(*, noise_multiplier: float, sample_rate: float, steps: int, delta: float,
