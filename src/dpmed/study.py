@@ -198,6 +198,18 @@ def _tell_largest_patient(plans: list[RunPlan], context: PlanContext) -> None:
             _log.info("%s: %s", plan.run_id, group.statement)
 
 
+def _tell_whole_batches(plans: list[RunPlan]) -> None:
+    """Warn where a DP-SGD run samples every unit at every step (q = 1): its DP count of units is at most the
+    expected batch, so the study's batch size is not what trains and the noise is spread over fewer, larger steps
+    than the user may think (terminal and private log only: the count is near the exact one)."""
+    for plan in plans:
+        dp = plan.privacy
+        if isinstance(dp, DpSgdPlan) and dp.sample_rate >= 1.0:
+            _log.warning("%s: q = 1: the DP count of the training %ss is no more than the expected batch of %d, so "
+                         "every %s is in every one of its %d steps; lower training.batch_size for sampled batches",
+                         plan.run_id, dp.unit, plan.training.batch_size, dp.unit, dp.steps)
+
+
 def _dataset_summary(dataset: Dataset, sizes: Mapping[str, int] | None = None,
                      size_epsilon: float | None = None) -> DatasetSummary:
     """The dataset as study.yaml and the report show it: with DP-SGD runs (``sizes``: their DP counts), the training
@@ -342,6 +354,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
                               reproducible_seed=study.seeds[0] if study.privacy_randomness == "reproducible" else None)
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
+    _tell_whole_batches(plans)
     existing, elsewhere = _finished(folder, plans, dataset, study, fingerprint)
     reproducible = "reproducible" in {study.privacy_randomness, *map(_randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
@@ -465,7 +478,10 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     resolved = read_resolved(folder.root)
     records = [read_record(folder.run(p.run_id).record) for p in resolved.runs if folder.run(p.run_id).is_finished]
     if not records:
-        raise ConfigError(f"{folder.root} has no finished run (no runs/*/run.json); run the study first")
+        waiting = sum(kind == "interrupted" for _, kind, _ in run_states(folder.root))
+        raise ConfigError(f"{folder.root} has no finished run (no runs/*/run.json); " + (
+            f"{waiting} run(s) were interrupted: run the same `dpmed run` again to continue them" if waiting
+            else "run the study first"))
     with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy"):
         write_outputs(folder, resolved, records)
     return resolved, records

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from dpmed.cli import main
+from dpmed.folders import StudyFolder
 
 
 def _study(tmp_path: Path, text: str) -> Path:
@@ -169,3 +170,18 @@ def test_report_and_status_of_a_folder_without_study_yaml_say_what_is_missing_an
     assert main(["report", str(out)]) == 2                      # the output root, not the study's folder in it
     assert _one_line_error(capsys.readouterr().err) == (
         f"dpmed: error: {out} holds no study.yaml but 1 study folder(s) do: {folder}; pass one of them")
+
+
+def test_report_of_a_folder_whose_runs_were_all_interrupted_says_to_continue_them(tiny_study, tmp_path, capsys):
+    """Before: "run the study first", as if nothing had been done."""
+    folder = StudyFolder(tmp_path / "tiny")
+    shutil.copytree(tiny_study, folder.root)
+    for record in folder.runs.glob("*/run.json"):
+        record.unlink()
+    run_id = sorted(p.name for p in folder.runs.iterdir())[0]
+    folder.run(run_id).make()
+    folder.run(run_id).checkpoint.write_bytes(b"an unreadable checkpoint still continues its run")
+    assert main(["report", str(folder.root)]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.endswith("has no finished run (no runs/*/run.json); 1 run(s) were interrupted: run the same "
+                         "`dpmed run` again to continue them")

@@ -142,3 +142,19 @@ def test_a_bug_in_dpmed_reaches_the_user_as_one_line_with_its_traceback_in_a_pri
     path = Path(err.split("traceback in ")[1])
     assert path.parent == tmp_path and path.stat().st_mode & 0o777 == 0o600
     assert "Traceback" in path.read_text() and "in broken" in path.read_text()
+
+
+@pytest.mark.parametrize(("seed", "warned"), [(0, True), (2, False)])
+def test_a_dp_count_no_larger_than_the_batch_is_told_as_q_equal_to_one(tmp_path, capsys, seed, warned):
+    """Planned from a DP count at or below the expected batch, DP-SGD takes every unit in every step (q = 1): the
+    batch the study states is then not what trains, which was silent. 96 training patients, batch 96; with
+    reproducible randomness the count is 95 for seed 0 and 97 for seed 2 (size_epsilon 1)."""
+    study = _study(tmp_path, "name: tiny\nprivacy_randomness: reproducible\nsize_epsilon: 1\n"
+                             f"seeds: [{seed}]\ndata: {{source: phantom, n_images: 160, image_size: 16}}\n"
+                             "training: {epochs: 3, batch_size: 96, threads: 1}\n"
+                             "arms:\n  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n")
+    assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--no-estimate"]) == 0
+    captured = capsys.readouterr()
+    told = f"dp_eps8_C1_seed{seed}: q = 1: the DP count of the training patients is no more than the expected batch"
+    assert (told in captured.err) is warned
+    assert ("about 95 patients" if warned else "about 97 patients") in captured.out
