@@ -76,7 +76,19 @@ def test_sex_groups_by_hand():
     assert sex["worst_group_auroc"]["group"] == "female"
     assert sex["worst_group_auroc"]["value"] == pytest.approx(3 / 4)
     for est in (f["auroc"], m["accuracy"], f["accuracy_parity_difference"], sex["equalized_odds_difference"]):
-        assert est["low"] <= est["value"] <= est["high"] or est["low"] <= est["high"]
+        assert est["low"] <= est["value"] <= est["high"]
+    # The bounds of 200 redraws of ten images cannot be worked out by hand; they are those of the same statistic
+    # recomputed on each redraw (bootstrap_indices(10, 200, seed=0), as evaluate_fairness draws them).
+    correct = np.array([1, 1, 0, 0, 1, 1, 1, 1, 0, 1])              # the "right" column of the table
+    aurocs, accuracies, parities = [], [], []
+    for idx in bootstrap_indices(10, n_resamples=200, seed=0):
+        fi, mi = idx[SEX[idx] == "female"], idx[SEX[idx] == "male"]
+        aurocs.append(roc_auc_score(Y[fi], S[fi]) if len(set(Y[fi])) == 2 else np.nan)
+        accuracies.append(correct[mi].mean() if len(mi) else np.nan)
+        parities.append(correct[fi].mean() - correct[mi].mean() if len(fi) and len(mi) else np.nan)
+    for est, redraws in ((f["auroc"], aurocs), (m["accuracy"], accuracies),
+                         (f["accuracy_parity_difference"], parities)):
+        assert (est["low"], est["high"]) == pytest.approx(percentile_interval(np.array(redraws)), abs=1e-12)
 
 
 def test_point_values_equal_fairlearn():
@@ -146,6 +158,83 @@ def test_intervals_equal_a_plain_loop_over_the_same_redraws():
             out["female"]["accuracy_parity_difference"]["high"]) == pytest.approx(percentile_interval(np.array(parity)))
 
 
+def _fpr_gap_data():
+    """Female and male patients whose positives score alike (TPRs close) while male negatives score higher (FPR
+    about 0.5 against about 0.15): the FPR gap dominates equalised odds and male is the worst AUROC group. A few
+    patients of unknown sex have reversed scores (AUROC near 0), which must not count as a patient group."""
+    rng = np.random.default_rng(7)
+    sex = np.array(["female"] * 70 + ["male"] * 70 + [UNKNOWN] * 12)
+    y = (rng.random(sex.size) < 0.4).astype(int)
+    y[-12:] = [1] * 6 + [0] * 6
+    negative_top = np.where(sex == "male", 1.0, 0.58)
+    s = np.where(y == 1, rng.uniform(0.45, 1.0, sex.size), rng.uniform(0.0, 1.0, sex.size) * negative_top)
+    s[-12:] = np.where(y[-12:] == 1, 0.05, 0.95)
+    return y, s.round(2), sex
+
+
+def _fpr_gap_fairness(r, seed):
+    y, s, sex = _fpr_gap_data()
+    out = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s,
+                            attributes={"sex": sex}, n_resamples=r, seed=seed)
+    assert out["thresholds"] == [0.5]
+    return out["attributes"]["sex"], y, s, sex
+
+
+def test_worst_group_auroc_interval_is_the_percentile_interval_of_the_lowest_sklearn_group_auroc():
+    """Per redraw the worst group is the lowest of scikit-learn's AUROCs of the redrawn female and male images (the
+    unknown left out): the interval describes the worst group of each redrawn population, not the best one."""
+    r, seed = 200, 3
+    sex_entry, y, s, sex = _fpr_gap_fairness(r, seed)
+    worst, best, with_unknown = [], [], []
+    for idx in bootstrap_indices(len(y), n_resamples=r, seed=seed):
+        aurocs = {}
+        for g in ("female", "male", UNKNOWN):
+            k = idx[sex[idx] == g]
+            aurocs[g] = roc_auc_score(y[k], s[k]) if len(set(y[k])) == 2 else np.nan
+        assert np.isfinite(aurocs["female"]) and np.isfinite(aurocs["male"])     # no undefined redraw to skip
+        worst.append(min(aurocs["female"], aurocs["male"]))
+        best.append(max(aurocs["female"], aurocs["male"]))
+        with_unknown.append(np.nanmin(list(aurocs.values())))
+    expected = percentile_interval(np.array(worst))
+    est = sex_entry["worst_group_auroc"]
+    assert est["group"] == "male"
+    assert est["value"] == pytest.approx(roc_auc_score(y[sex == "male"], s[sex == "male"]))
+    assert (est["low"], est["high"]) == pytest.approx(expected, abs=1e-12)
+    # the data tell the worst group's interval apart from the best group's and from one counting the unknown
+    assert percentile_interval(np.array(best))[0] > expected[0] + 0.05
+    assert percentile_interval(np.array(with_unknown))[1] < expected[0]
+
+
+def test_equalized_odds_interval_is_the_percentile_interval_of_max_tpr_or_fpr_gap_when_the_fpr_gap_dominates():
+    """Per redraw: TPR and FPR of the redrawn female and male images at the validation threshold, and equalised
+    odds = max(|TPR gap|, |FPR gap|) (fairlearn's definition, DEFINITIONS). Here the FPR gap is the larger in
+    almost every redraw, so an interval built from the TPR gap alone would sit near 0."""
+    r, seed = 200, 3
+    sex_entry, y, s, sex = _fpr_gap_fairness(r, seed)
+    yhat = (s >= 0.5).astype(int)
+    tpr_gaps, fpr_gaps = [], []
+    for idx in bootstrap_indices(len(y), n_resamples=r, seed=seed):
+        rates = {}
+        for g in ("female", "male"):
+            k = idx[sex[idx] == g]
+            pos, neg = k[y[k] == 1], k[y[k] == 0]
+            assert len(pos) and len(neg)                              # both rates defined in every redraw
+            rates[g] = (yhat[pos].mean(), yhat[neg].mean())
+        tpr_gaps.append(abs(rates["female"][0] - rates["male"][0]))
+        fpr_gaps.append(abs(rates["female"][1] - rates["male"][1]))
+    tpr_gaps, fpr_gaps = np.array(tpr_gaps), np.array(fpr_gaps)
+    assert (fpr_gaps > tpr_gaps).mean() > 0.9
+    expected = percentile_interval(np.maximum(tpr_gaps, fpr_gaps))
+    est = sex_entry["equalized_odds_difference"]
+    assert (est["low"], est["high"]) == pytest.approx(expected, abs=1e-12)
+    tpr_only = percentile_interval(tpr_gaps)
+    assert expected[0] - tpr_only[0] > 0.15 and expected[1] - tpr_only[1] > 0.15
+    named = sex != UNKNOWN
+    assert est["value"] == pytest.approx(equalized_odds_difference(y[named], yhat[named],
+                                                                   sensitive_features=sex[named]))
+    assert "equalized_odds_excluded_groups" not in sex_entry     # unknown is left out silently, not "excluded"
+
+
 def test_multilabel_averages_labels_and_unrecorded_attributes_are_not_applicable():
     two = np.stack([Y, Y], axis=1)
     out = evaluate_fairness(kind="multilabel", val_labels=np.stack([VAL_Y, VAL_Y], 1),
@@ -158,17 +247,22 @@ def test_multilabel_averages_labels_and_unrecorded_attributes_are_not_applicable
 
 
 def test_demographic_parity_difference_is_undefined_with_one_named_group():
-    """fairlearn's spread over a single named group (the rest unknown) is 0.0, which read as "no disparity"."""
-    rng = np.random.default_rng(3)
-    yv = rng.integers(0, 2, 100)
-    sv = (yv * 0.3 + rng.random(100) * 0.7).round(2)
-    y = rng.integers(0, 2, 60)
-    s = (y * 0.3 + rng.random(60) * 0.7).round(2)
-    sex = np.where(rng.random(60) < 0.8, "female", "unknown")
-    out = evaluate_fairness(kind="binary", val_labels=yv, val_scores=sv, test_labels=y, test_scores=s,
+    """fairlearn's spread over a single named group (the rest unknown) is 0.0, which read as "no disparity".
+
+    The ten images of the table above, images 3 and 8 of unknown sex: the attribute-level spreads compare nothing,
+    while each group's difference against the rest (here the unknown) is still defined and worked out by hand."""
+    sex = np.where(np.isin(np.arange(10), [3, 8]), UNKNOWN, "female")
+    out = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=Y, test_scores=S,
                             attributes={"sex": sex}, n_resamples=50, seed=0)
     entry = out["attributes"]["sex"]
     assert entry["equalized_odds_difference"]["value"] is None
     assert entry["demographic_parity_difference"]["value"] is None      # before: 0.0
-    # the per-group differences against the rest (here: the unknown) stay defined
-    assert entry["groups"]["female"]["demographic_parity_difference"]["value"] is not None
+    female = entry["groups"]["female"]
+    # yhat = 1 for images 0, 4, 5 of the 8 female images and for 3 of the unknown (3, 8)
+    assert female["demographic_parity_difference"]["value"] == pytest.approx(3 / 8 - 1 / 2)
+    # right: 7 of 8 female images (all but 2), none of the unknown (3 and 8 are both wrong)
+    assert female["accuracy_parity_difference"]["value"] == pytest.approx(7 / 8 - 0 / 2)
+    # female AUROC: positives .9, .8, .7 beat all 4 negatives {.2, .3, .1, .45}, .4 beats 3 of them: 15 / 16; the
+    # unknown group (positive .35 below negative .6, AUROC 0) is no patient group and cannot be the worst
+    assert entry["worst_group_auroc"]["group"] == "female"
+    assert entry["worst_group_auroc"]["value"] == pytest.approx(15 / 16)
