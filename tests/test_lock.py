@@ -123,13 +123,15 @@ def test_the_lock_is_reentrant_and_released_only_by_its_own_holding(tmp_path):
     assert json_holder(path).token == "someone-else"   # not ours to remove
 
 
-def _take(path: str, start: float, results) -> None:
+def _take(path: str, start: float, results, everyone_answered) -> None:
     while time.time() < start:
         time.sleep(0.001)
     try:
         with FolderLock(Path(path)):
             results.put("took")
-            time.sleep(1.0)
+            # held until every process has answered: a fixed sleep let a process delayed by load past it take the
+            # lock after its release, and the test then saw two takers
+            everyone_answered.wait(60)
     except FolderLocked:
         results.put("refused")
 
@@ -138,11 +140,13 @@ def test_of_several_processes_finding_one_stale_lock_exactly_one_takes_it(tmp_pa
     path = tmp_path / "lock"
     _write(path, replace(Holder.current(), pid=_dead_pid()))
     fork = multiprocessing.get_context("fork")
-    results = fork.Queue()
+    results, everyone_answered = fork.Queue(), fork.Event()
     start = time.time() + 0.5
-    procs = [fork.Process(target=_take, args=(str(path), start, results)) for _ in range(4)]
+    procs = [fork.Process(target=_take, args=(str(path), start, results, everyone_answered)) for _ in range(4)]
     for p in procs:
         p.start()
+    answers = sorted(results.get(timeout=60) for _ in procs)
+    everyone_answered.set()
     for p in procs:
         p.join(30)
-    assert sorted(results.get(timeout=5) for _ in procs) == ["refused"] * 3 + ["took"]
+    assert answers == ["refused"] * 3 + ["took"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import numpy as np
@@ -154,14 +153,6 @@ def test_lesion_contrast_is_a_parameter(concat):
     assert gain(strong) > gain(weak) + 0.05
     recorded = make_phantom(n_images=60, seed=1).source["difficulty"]
     assert recorded["lesion_contrast"] == PhantomDifficulty().lesion_contrast
-
-
-def test_generation_is_vectorised_fast():
-    start = time.perf_counter()
-    make_phantom(n_images=1200, image_size=64, seed=11)
-    # The target is < 2 s on one laptop core; the bound is loose so a busy CI machine does not flake, yet a
-    # per-pixel Python loop (minutes) fails.
-    assert time.perf_counter() - start < 10.0
 
 
 def test_smallest_dataset_and_bad_arguments():

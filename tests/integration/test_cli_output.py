@@ -87,7 +87,8 @@ def test_ctrl_c_with_workers_stops_quietly_and_keeps_the_folder_usable(tiny_text
     """Ctrl-C reaches every process of the terminal's foreground group: the command and its workers, which may be
     still importing torch or already training."""
     out = tmp_path / "out"
-    study = _study(tmp_path, tiny_text.replace("epochs: 3", "epochs: 20"))
+    # long enough that no run can end between the moment below and the signal, on any machine
+    study = _study(tmp_path, tiny_text.replace("epochs: 3", "epochs: 500"))
     # A terminal starts its commands with Ctrl-C at its default action; a test runner started in the background by a
     # shell (`cmd &`) ignores SIGINT, and an ignored SIGINT is inherited through exec, so the child gets it back here.
     proc = subprocess.Popen([sys.executable, "-m", "dpmed.cli", "run", str(study), "--out", str(out), "--workers",
@@ -103,11 +104,11 @@ def test_ctrl_c_with_workers_stops_quietly_and_keeps_the_folder_usable(tiny_text
         while proc.poll() is None and time.monotonic() < deadline and len(_workers(proc.pid)) < 2:
             time.sleep(0.05)
         time.sleep(1)
-    else:
-        started = [out / "tiny" / "runs" / run_id for run_id in ("base_seed0", "dp_eps8_C1_seed0")]   # at start
-        while proc.poll() is None and time.monotonic() < deadline and not all(p.is_dir() for p in started):
-            time.sleep(0.2)
-        time.sleep(1)
+    else:                                      # both runs have saved a checkpoint: they are training
+        saved = [out / "tiny" / "private" / "runs" / run_id / "checkpoint.pt" for run_id in ("base_seed0",
+                                                                                            "dp_eps8_C1_seed0")]
+        while proc.poll() is None and time.monotonic() < deadline and not all(p.is_file() for p in saved):
+            time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
     try:
         _, rest = proc.communicate(timeout=120)
