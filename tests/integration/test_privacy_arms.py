@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+import yaml
 
 from dpmed import accounting
 from dpmed.cli import main
@@ -48,12 +49,25 @@ def test_not_dp_modes_never_print_a_finite_eps(records):
 
 
 def test_dp_cards_name_delta_accountant_and_neighbours(records):
+    """A local-DP card's eps is its own epsilon_image, so it is checked against the budget the study asked for (read
+    from STUDY itself): at most that, and calibrated to it (the std or scale was solved for it, not set far below);
+    a DP-SGD card's eps, training plus the released size, against its arm's target where one was given."""
+    local_targets = {arm["name"]: float(arm["target_epsilon_image"]) for arm in yaml.safe_load(STUDY)["arms"]
+                     if "target_epsilon_image" in arm}
+    checked = set()
     for run_id, record in records.items():
         card = record["privacy"]
         if not card["is_dp"]:
             continue
         assert card["delta"] is not None and card["accountant"] and card["neighbour_relation"], run_id
-        assert card["epsilon"] <= (card.get("target_epsilon") or card.get("epsilon_image") or float("inf"))
+        if record["arm"] in local_targets:
+            target = local_targets[record["arm"]]
+            assert card["epsilon"] == card["epsilon_image"], run_id
+            assert card["epsilon"] <= target and card["epsilon"] == pytest.approx(target, rel=1e-6), run_id
+            checked.add(record["arm"])
+        elif card["target_epsilon"] is not None:
+            assert card["epsilon"] <= card["target_epsilon"], run_id
+    assert checked == set(local_targets) == {"lap", "gauss"}
     high = records["high_eps1e15_C1_seed0"]["privacy"]
     assert high["accountant"] == "rdp" and "PLD cannot resolve" in high["accountant_note"]
     assert records["laplace-sgd_eps8_C1_seed0"]["privacy"]["clipping"] == "L1"

@@ -1,0 +1,155 @@
+"""Patient-level DP-SGD in the training loop (METHODS.md s.2b; McMahan et al. 2018): the unit that is Poisson-sampled
+is a patient with all of their images, and the DP step clips each sampled patient's summed gradient as one group.
+
+The accountant counts N_patients units sampled at rate q; its eps holds only if the loop really samples patients
+(not images) and really hands the step one group per patient (not one per image, which would let a patient with k
+images move the noisy sum by k C). The truth here is worked by hand for the index helpers, and, for the loop itself,
+read off what the DP step actually receives: images stamped with their own index so that each row can be traced
+back to its patient.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpmed.config import TrainingConfig
+from dpmed.data.synthetic import make_phantom
+from dpmed.randomness import PrivacyRandomness
+from dpmed.training import DpSgdPlan, DpSgdStep, train
+from dpmed.training.loop import _expand, sampling_units
+
+# patient "b" owns images 0, 2, 5; "a" owns 1, 4; "c" owns 3. First appearance: b, a, c (not sorted order a, b, c).
+IDS = np.array(["b", "a", "b", "c", "a", "b"])
+SIZES = (2, 3) * 15                                  # 30 patients of 2 or 3 images: 75 images
+STAMP = 128.0                                        # image i carries i / 128 in its first pixel (exact in float32)
+
+
+def _ids_only(patient_ids) -> object:
+    """Just what `sampling_units` reads of an ImageSet: its patient ids and its length."""
+    class Ids:
+        def __init__(self, ids):
+            self.patient_ids = np.asarray(ids)
+
+        def __len__(self):
+            return len(self.patient_ids)
+    return Ids(patient_ids)
+
+
+def test_an_image_is_its_own_unit():
+    offsets, images = sampling_units(_ids_only(IDS), "image")
+    assert offsets.tolist() == [0, 1, 2, 3, 4, 5, 6] and images.tolist() == [0, 1, 2, 3, 4, 5]
+    assert offsets.dtype == np.int64 and images.dtype == np.int64
+
+
+def test_a_patient_unit_owns_all_of_their_images_in_order_of_first_appearance():
+    """Worked by hand: unit 0 is b (images 0, 2, 5), unit 1 is a (1, 4), unit 2 is c (3)."""
+    offsets, images = sampling_units(_ids_only(IDS), "patient")
+    assert offsets.tolist() == [0, 3, 5, 6]
+    assert images.tolist() == [0, 2, 5, 1, 4, 3]
+    assert offsets.dtype == np.int64 and images.dtype == np.int64
+
+
+def test_an_unknown_unit_is_refused():
+    with pytest.raises(ValueError, match="unit must be 'image' or 'patient'"):
+        sampling_units(_ids_only(IDS), "study")
+
+
+def test_expand_lists_each_sampled_unit_with_all_its_images_and_its_unit_as_group():
+    """Units 2 (c: image 3) and 0 (b: images 0, 2, 5), in the order sampled; each image tagged with its unit."""
+    offsets, images = sampling_units(_ids_only(IDS), "patient")
+    idx, groups = _expand(np.array([2, 0]), offsets, images)
+    assert idx.tolist() == [3, 0, 2, 5] and groups.tolist() == [2, 0, 0, 0]
+    idx, groups = _expand(np.array([0, 1, 2]), offsets, images)
+    assert idx.tolist() == [0, 2, 5, 1, 4, 3] and groups.tolist() == [0, 0, 0, 1, 1, 2]
+    idx, groups = _expand(np.array([1]), offsets, images)
+    assert idx.tolist() == [1, 4] and groups.tolist() == [1, 1]
+
+
+def test_expand_of_an_empty_batch_is_empty():
+    """Poisson sampling draws empty batches now and then; the step still runs (and adds noise) on nothing."""
+    offsets, images = sampling_units(_ids_only(IDS), "patient")
+    idx, groups = _expand(np.array([], dtype=np.int64), offsets, images)
+    assert len(idx) == 0 and len(groups) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(-5, 30), min_size=1, max_size=40), data=st.data())
+def test_units_partition_the_images_by_patient_and_expand_recovers_them(ids, data):
+    """Against the definition: unit u is the u-th distinct patient in order of appearance and owns exactly the
+    images with that id, ascending; expanding any subset of units gives those images, each tagged with its unit."""
+    patient_ids = np.array([str(i) for i in ids])
+    offsets, images = sampling_units(_ids_only(patient_ids), "patient")
+    order = list(dict.fromkeys(patient_ids.tolist()))                 # distinct ids, first appearance first
+    assert len(offsets) == len(order) + 1 and sorted(images.tolist()) == list(range(len(ids)))
+    for u, pid in enumerate(order):
+        assert images[offsets[u]:offsets[u + 1]].tolist() == [i for i, p in enumerate(patient_ids) if p == pid]
+    chosen = np.array(sorted(data.draw(st.sets(st.integers(0, len(order) - 1)))), dtype=np.int64)
+    idx, groups = _expand(chosen, offsets, images)
+    expected = [(i, u) for u in chosen.tolist() for i, p in enumerate(patient_ids) if p == order[u]]
+    assert list(zip(idx.tolist(), groups.tolist())) == expected
+
+
+@pytest.fixture(scope="module")
+def patients():
+    """75 phantom images owned by 30 patients of 2 or 3 images, in shuffled order; image i carries i / 128 in its
+    first pixel so that the rows the DP step receives can be traced back to their image."""
+    phantom = make_phantom(n_images=120, image_size=16, seed=0)
+    n = sum(SIZES)
+    owner = np.repeat(np.arange(len(SIZES)), SIZES)
+    owner = owner[np.random.default_rng(0).permutation(n)]
+    images = phantom.train.images[:n].copy()
+    images[:, 0, 0, 0] = np.arange(n) / STAMP
+    base = phantom.train
+    data = dataclasses.replace(base, images=images, labels=base.labels[:n], patient_ids=np.array(
+        [f"patient-{p:03d}" for p in owner]), sex=base.sex[:n], age=base.age[:n],
+        masks=None if base.masks is None else base.masks[:n])
+    return data, phantom.task, owner
+
+
+def test_the_loop_samples_patients_and_hands_the_step_each_one_whole_as_one_group(patients, new_model,
+                                                                                  monkeypatch):
+    """Every step's batch is a set of whole patients, one group id per patient (so each is clipped as one unit),
+    and the number of patients per step follows Binomial(P, q), the law the accountant assumes. Sampling images
+    instead of patients, or passing no groups (each image its own unit), breaks the first; the law is checked
+    loosely (5 standard errors on the mean, a wide band on the variance) under reproducible randomness, so the
+    test is deterministic."""
+    data, task, owner = patients
+    n_patients, q, steps = len(SIZES), 0.2, 300
+    plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=q, steps=steps, unit="patient",
+                     expected_batch_size=q * n_patients, n_units=n_patients)
+    cfg = TrainingConfig(epochs=1, batch_size=8, physical_batch_size=64, optimizer="sgd", learning_rate=1e-3)
+    seen, real_call = [], DpSgdStep.__call__
+
+    def spy(self, x, y, *, groups=None):
+        rows = np.rint(x[:, 0, 0, 0].double().cpu().numpy() * STAMP).astype(np.int64)
+        seen.append((rows, None if groups is None else groups.cpu().numpy()))
+        return real_call(self, x, y, groups=groups)
+
+    monkeypatch.setattr(DpSgdStep, "__call__", spy)
+    result = train(new_model(task), data, task, cfg, seed=0, dp=plan, progress=False,
+                   randomness=PrivacyRandomness.reproducible(seed=0, run_id="patient-sampling"))
+    assert len(seen) == steps and result.ledger.dp_sgd_steps == steps
+
+    size = np.bincount(owner)
+    per_step = []
+    for rows, groups in seen:
+        assert groups is not None, "patient-level DP-SGD must pass group ids to the DP step"
+        assert len(groups) == len(rows) and len(set(rows.tolist())) == len(rows)
+        by_group = {g: rows[groups == g] for g in np.unique(groups).tolist()}
+        owners = set()
+        for g, members in by_group.items():
+            (patient,) = set(owner[members].tolist())                    # one group holds one patient's images
+            assert len(members) == size[patient], f"patient {patient} arrived with {len(members)} of {size[patient]}"
+            owners.add(patient)
+        assert len(owners) == len(by_group)                              # and one patient is in one group only
+        per_step.append(len(owners))
+    counts = np.array(per_step)
+    mean, var = n_patients * q, n_patients * q * (1 - q)
+    assert abs(counts.mean() - mean) <= 5 * np.sqrt(var / steps)
+    assert 0.6 * var <= counts.var() <= 1.5 * var
+    assert len(set(per_step)) > 3 and counts.max() < n_patients          # a random number, not a fixed batch
