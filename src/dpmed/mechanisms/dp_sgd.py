@@ -170,7 +170,8 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
                       why: str = "at most k = {k} training images (max_images_per_patient)") -> GroupGuarantee:
     """Group privacy of an image-level run for a patient with k images (``why``: where k comes from), cached per
     setting. The released size counts each of the patient's images, so it adds k size_epsilon to either value."""
-    key = ("group", plan.noise_multiplier, plan.sample_rate, plan.steps, plan.delta, plan.accountant, plan.noise, k)
+    key = ("group", plan.noise_multiplier, plan.sample_rate, plan.steps, plan.delta, plan.accountant, plan.noise,
+           plan.sampling, k)
     if key not in cache:
         eps = accounting.dp_sgd_epsilon(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
                                         steps=plan.steps, delta=plan.delta, accountant=plan.accountant,

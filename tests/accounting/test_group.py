@@ -1,0 +1,155 @@
+"""Group privacy: what an image-level DP-SGD run implies for a patient with k training images (METHODS.md s.2b).
+
+Two values are stated on every image-level card whose arm declares max_images_per_patient: the group-privacy formula
+(k eps, k e^((k-1) eps) delta) of Dwork and Roth 2014, Lemma 2.2 (approximate DP: Vadhan 2017), and DP-SGD's tight
+group value (Ganesh 2024: the PLD of a mixture of Gaussians with sensitivities 0..k and Binomial(k, q) weights).
+A wrong value here is a wrong promise to every patient with several images, so each is checked against independent
+truth: the formula worked by hand, the tight value at q = 1 against the exact Gaussian mechanism (Balle and Wang
+2018, solved here with scipy, not dp_accounting), and the released count's eps, which ``patient_guarantee`` must add
+k times (the count counts each of the patient's images).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import optimize, stats
+
+from dpmed.accounting import dp_sgd_epsilon, group_privacy
+from dpmed.mechanisms.dp_sgd import DpSgdPlan, patient_guarantee
+
+DELTA = 1e-5
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """Exact eps(delta) of the Gaussian mechanism with sensitivity / std = mu (Balle and Wang 2018, Thm. 8):
+    delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu), inverted by bracketing. Independent of
+    dp_accounting (the code's tight value comes from its PLD)."""
+    def excess(eps: float) -> float:
+        return stats.norm.cdf(mu / 2 - eps / mu) - math.exp(eps + stats.norm.logcdf(-mu / 2 - eps / mu)) - delta
+
+    if excess(0.0) <= 0:
+        return 0.0
+    upper = 1.0
+    while excess(upper) > 0:
+        upper *= 2
+    return optimize.brentq(excess, 0.0, upper, xtol=1e-12, rtol=1e-12)
+
+
+def test_the_formula_worked_by_hand():
+    """eps = 1, delta = 1e-5, k = 3: (3 * 1, 3 e^(2 * 1) 1e-5) = (3, 2.2167e-4)."""
+    g = group_privacy(epsilon=1.0, delta=DELTA, k=3)
+    assert g.k == 3
+    assert g.formula_epsilon == pytest.approx(3.0, rel=1e-12)
+    assert g.formula_delta == pytest.approx(3 * math.e ** 2 * 1e-5, rel=1e-12)
+    assert g.formula_delta == pytest.approx(2.21671682968e-4, rel=1e-10)
+    assert not g.formula_is_vacuous
+    assert g.tight_epsilon is None                       # not asked for: no DP-SGD parameters given
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 7.5])
+def test_a_group_of_one_is_the_run_itself(epsilon):
+    """k = 1: the formula gives (eps, delta) back, and so does the tight value (a patient with one image is one
+    image), with or without DP-SGD parameters."""
+    for extra in ({}, dict(noise_multiplier=1.0, sample_rate=0.1, steps=10)):
+        g = group_privacy(epsilon=epsilon, delta=DELTA, k=1, **extra)
+        assert g.formula_epsilon == epsilon and g.formula_delta == pytest.approx(DELTA, rel=1e-12)
+        assert g.tight_epsilon == epsilon
+
+
+def test_a_formula_delta_of_one_or_more_is_capped_at_one_and_called_vacuous():
+    """eps = 10, k = 3: k e^((k-1) eps) delta = 3 e^20 1e-5 ~ 1.5e4, no guarantee at all; the formula says so by
+    delta_k = 1 (not a number above 1, not an overflow)."""
+    g = group_privacy(epsilon=10.0, delta=DELTA, k=3)
+    assert g.formula_epsilon == 30.0 and g.formula_delta == 1.0 and g.formula_is_vacuous
+    huge = group_privacy(epsilon=1e4, delta=DELTA, k=50)     # e^(49e4) overflows a float: still capped at 1
+    assert huge.formula_delta == 1.0 and huge.formula_is_vacuous
+    edge = group_privacy(epsilon=0.5, delta=0.4, k=2)        # 2 e^0.5 0.4 = 1.32: vacuous just above 1
+    assert edge.formula_delta == 1.0
+
+
+@pytest.mark.parametrize("sigma, steps, k", [(2.0, 1, 2), (4.0, 3, 3), (8.0, 10, 2), (6.0, 4, 5)])
+def test_at_sample_rate_one_the_tight_value_is_the_gaussian_mechanism_of_k_images(sigma, steps, k):
+    """q = 1: all k images join every step, so the patient moves the sum by k C each step: T Gaussian mechanisms
+    of sensitivity k and std sigma, one of mu = k sqrt(T) / sigma. The PLD is pessimistic: at or above the exact
+    eps, and within its discretisation (a few percent) of it."""
+    exact = gaussian_epsilon(k * math.sqrt(steps) / sigma, DELTA)
+    run = dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=1.0, steps=steps, delta=DELTA)
+    tight = group_privacy(epsilon=run, delta=DELTA, k=k, noise_multiplier=sigma, sample_rate=1.0,
+                          steps=steps).tight_epsilon
+    assert tight is not None
+    assert tight >= exact - 1e-9
+    assert tight == pytest.approx(exact, rel=0.02)
+
+
+@pytest.mark.parametrize("sigma, q, steps, k", [(1.5, 0.05, 200, 3), (3.0, 0.1, 100, 5), (2.0, 1.0, 3, 3)])
+def test_the_tight_value_is_no_worse_than_the_formula_at_the_formula_s_delta(sigma, q, steps, k):
+    """The formula is a valid bound, so the tight curve must lie under it: at the formula's delta_k the tight eps
+    is at most k eps. (At the run's own, smaller delta the tight eps can exceed k eps: the two statements on a card
+    are at different deltas, and comparing their eps alone would compare unlike things.) The tight value also
+    grows with k and is at least the run's eps."""
+    run = dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=DELTA)
+    formula = group_privacy(epsilon=run, delta=DELTA, k=k)
+    assert not formula.formula_is_vacuous
+    dp_sgd = dict(noise_multiplier=sigma, sample_rate=q, steps=steps)
+    at_delta_k = group_privacy(epsilon=run, delta=formula.formula_delta, k=k, **dp_sgd).tight_epsilon
+    assert at_delta_k <= formula.formula_epsilon
+    tight = group_privacy(epsilon=run, delta=DELTA, k=k, **dp_sgd).tight_epsilon
+    fewer = group_privacy(epsilon=run, delta=DELTA, k=k - 1, **dp_sgd).tight_epsilon
+    assert run - 1e-9 <= fewer < tight
+
+
+def test_the_tight_value_is_skipped_beyond_what_the_pld_resolves():
+    g = group_privacy(epsilon=200.0, delta=DELTA, k=3, noise_multiplier=0.1, sample_rate=0.5, steps=100)
+    assert g.formula_epsilon == 600.0 and g.tight_epsilon is None
+
+
+@pytest.mark.parametrize("bad", [dict(k=0), dict(k=2.0), dict(delta=0.0), dict(delta=1.0)])
+def test_impossible_arguments_are_refused(bad):
+    with pytest.raises(ValueError):
+        group_privacy(**{"epsilon": 1.0, "delta": DELTA, "k": 2, **bad})
+
+
+PLAN = DpSgdPlan(noise_multiplier=1.5, max_grad_norm=1.0, sample_rate=0.05, steps=200, unit="image", delta=DELTA,
+                 n_units=4000, accountant="pld")
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_patient_guarantee_adds_the_released_count_s_eps_k_times(k):
+    """An image-level run of a study that released its image count at size_epsilon s: the patient's images are k
+    records of that count as of the training, so the run is (eps_train + s)-DP per image and the patient's
+    formula is (k (eps_train + s), k e^((k-1)(eps_train + s)) delta); the tight value is the training's tight value
+    plus k s. Leaving s out, or adding it once instead of k times, changes both."""
+    s = 0.25
+    plan = PLAN.model_copy(update={"size_epsilon": s})
+    train_eps = dp_sgd_epsilon(noise_multiplier=1.5, sample_rate=0.05, steps=200, delta=DELTA, accountant="pld")
+    got = patient_guarantee(plan, k, {})
+    per_image = train_eps + s
+    assert got.k == k
+    assert got.formula_epsilon == pytest.approx(k * per_image, rel=1e-12)
+    assert got.formula_delta == pytest.approx(k * math.exp((k - 1) * per_image) * DELTA, rel=1e-10)
+    tight_train = group_privacy(epsilon=train_eps, delta=DELTA, k=k, noise_multiplier=1.5, sample_rate=0.05,
+                                steps=200).tight_epsilon
+    assert got.tight_epsilon == pytest.approx(tight_train + k * s, rel=1e-12)
+    without = patient_guarantee(PLAN, k, {})                          # the same run with N taken as public
+    assert got.formula_epsilon - without.formula_epsilon == pytest.approx(k * s, rel=1e-9)
+    assert got.tight_epsilon - without.tight_epsilon == pytest.approx(k * s, rel=1e-9)
+    assert "plus the released size" in got.statement and "plus k times the released size's eps" in got.statement
+    assert f"{got.formula_epsilon:.4g}" in got.statement and f"{got.tight_epsilon:.4g}" in got.statement
+
+
+def test_patient_guarantee_says_when_the_formula_is_vacuous():
+    """sigma 0.8, q 0.02, T 500: eps ~ 4.7 per image, so for k = 5 the formula's delta is far above 1."""
+    plan = PLAN.model_copy(update={"noise_multiplier": 0.8, "sample_rate": 0.02, "steps": 500})
+    got = patient_guarantee(plan, 5, {})
+    assert got.formula_delta == 1.0 and "vacuous" in got.statement
+    assert got.tight_epsilon is not None and f"{got.tight_epsilon:.4g}" in got.statement
+
+
+def test_a_shuffled_plan_gets_no_tight_value_even_after_its_poisson_twin_filled_the_cache():
+    """The tight value is proved for Poisson sampling only. A study caches one value per setting, and the key left the
+    sampling out, so a shuffled arm planned after an otherwise identical Poisson arm was given the Poisson value."""
+    cache: dict = {}
+    assert patient_guarantee(PLAN, 3, cache).tight_epsilon is not None
+    assert patient_guarantee(PLAN.model_copy(update={"sampling": "shuffle"}), 3, cache).tight_epsilon is None
