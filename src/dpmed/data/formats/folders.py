@@ -183,6 +183,7 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     n = len(paths)
     patients, sex, ages = [], ["unknown"] * n, [""] * n
     matched = from_header = 0
+    unreadable = set()                     # DICOM files without a readable header: flagged when decoded
     for i, f in enumerate(paths):
         m = pattern.search(f.name)
         if m and any(m.groups()):
@@ -190,19 +191,22 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
             matched += 1
         elif f.suffix.lower() in (".dcm", ".dicom"):
             header = _dicom_header(f)
+            if header is None:
+                unreadable.add(i)
+                header = {}
             patients.append(header.get("PatientID") or str(f.relative_to(top)))
             sex[i], ages[i] = header.get("PatientSex", ""), header.get("PatientAge", "")
             from_header += bool(header.get("PatientID"))
         else:
             patients.append(str(f.relative_to(top)))  # its own patient
-    # Files that are no image are flagged below (and left out with skip_invalid): their names decide nothing.
-    images = [f.suffix.lower() in DECODERS and not _dangling(f) for f in paths]
+    # Files that are no image, or unreadable DICOM, are flagged below (left out with skip_invalid): they decide nothing.
+    images = [f.suffix.lower() in DECODERS and not _dangling(f) and i not in unreadable for i, f in enumerate(paths)]
     unnamed = [w for w, p, image in zip(where, patients, images) if image and p == w]
     if unnamed and len(unnamed) < sum(images):
-        raise DataError(f"{top}: {len(unnamed)} of {sum(images)} images name no patient (e.g. {', '.join(unnamed[:3])}) while "
-                        "the others do, so dpmed cannot tell whose images they are nor protect their patients as one "
-                        "unit; rename them as the others are named (person<k>_..., IM-<patient>-..., or DICOM files "
-                        "with a PatientID), or move them out of the class folders")
+        raise DataError(f"{top}: {len(unnamed)} of {sum(images)} images name no patient (e.g. "
+                        f"{', '.join(unnamed[:3])}) while the others do, so dpmed cannot tell whose images they are "
+                        "nor protect their patients as one unit; rename them as the others are named (person<k>_..., "
+                        "IM-<patient>-..., or DICOM files with a PatientID), or move them out of the class folders")
     age, implausible = parse_age(ages)
     manifest = Manifest(
         name=root.name, root=top, task=Task("binary" if len(found) == 2 else "multiclass", tuple(found)),
@@ -229,8 +233,9 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     return manifest
 
 
-def _dicom_header(path: Path) -> dict[str, str]:
+def _dicom_header(path: Path) -> dict[str, str] | None:
+    """The file's DICOM header fields, or None where it cannot be read (the file is flagged when it is decoded)."""
     try:
         return read_dicom_header(path)
     except UnreadableImage:
-        return {}  # the file is flagged when it is decoded
+        return None
