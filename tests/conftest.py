@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from scipy import optimize, special
 
 # The property tests draw the same examples on every run, so that an unchanged commit cannot turn red by chance (a
 # rate of 1 - 2^-53 once broke dp_accounting's PLD in one run of many). HYPOTHESIS_PROFILE=explore draws fresh
@@ -95,3 +97,24 @@ def make_resolved():
         return ResolvedStudy(study=study, dataset=dataset, study_privacy=privacy, runs=[r.plan for r in records])
 
     return make
+
+
+def _exact_gaussian_epsilon(mu: float, delta: float) -> float:
+    def delta_of(eps: float) -> float:
+        return special.ndtr(mu / 2 - eps / mu) - math.exp(eps + special.log_ndtr(-mu / 2 - eps / mu))
+
+    if delta_of(0.0) <= delta:
+        return 0.0
+    upper = 1.0
+    while delta_of(upper) > delta:
+        upper *= 2
+    return optimize.brentq(lambda eps: delta_of(eps) - delta, 0.0, upper, xtol=1e-12, rtol=1e-12)
+
+
+@pytest.fixture(scope="session")
+def exact_gaussian_epsilon():
+    """eps(delta) of the Gaussian mechanism with sensitivity / std = mu, exactly (Balle and Wang 2018, Thm. 8):
+    delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu), the second term in log space (eps in the thousands
+    does not overflow), inverted by bracketing. Independent of dp_accounting and of dpmed's own analytic Gaussian:
+    the truth the accounting tests compare against. Called as exact_gaussian_epsilon(mu, delta)."""
+    return _exact_gaussian_epsilon

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from scipy import optimize, stats
 
 from dpmed.accounting import dp_sgd_epsilon, group_privacy
 from dpmed.mechanisms.dp_sgd import DpSgdPlan, patient_guarantee
@@ -22,19 +21,6 @@ from dpmed.mechanisms.dp_sgd import DpSgdPlan, patient_guarantee
 DELTA = 1e-5
 
 
-def gaussian_epsilon(mu: float, delta: float) -> float:
-    """Exact eps(delta) of the Gaussian mechanism with sensitivity / std = mu (Balle and Wang 2018, Thm. 8):
-    delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu), inverted by bracketing. Independent of
-    dp_accounting (the code's tight value comes from its PLD)."""
-    def excess(eps: float) -> float:
-        return stats.norm.cdf(mu / 2 - eps / mu) - math.exp(eps + stats.norm.logcdf(-mu / 2 - eps / mu)) - delta
-
-    if excess(0.0) <= 0:
-        return 0.0
-    upper = 1.0
-    while excess(upper) > 0:
-        upper *= 2
-    return optimize.brentq(excess, 0.0, upper, xtol=1e-12, rtol=1e-12)
 
 
 def test_the_formula_worked_by_hand():
@@ -70,11 +56,12 @@ def test_a_formula_delta_of_one_or_more_is_capped_at_one_and_called_vacuous():
 
 
 @pytest.mark.parametrize("sigma, steps, k", [(2.0, 1, 2), (4.0, 3, 3), (8.0, 10, 2), (6.0, 4, 5)])
-def test_at_sample_rate_one_the_tight_value_is_the_gaussian_mechanism_of_k_images(sigma, steps, k):
+def test_at_sample_rate_one_the_tight_value_is_the_gaussian_mechanism_of_k_images(sigma, steps, k,
+                                                                                  exact_gaussian_epsilon):
     """q = 1: all k images join every step, so the patient moves the sum by k C each step: T Gaussian mechanisms
     of sensitivity k and std sigma, one of mu = k sqrt(T) / sigma. The PLD is pessimistic: at or above the exact
     eps, and within its discretisation (a few percent) of it."""
-    exact = gaussian_epsilon(k * math.sqrt(steps) / sigma, DELTA)
+    exact = exact_gaussian_epsilon(k * math.sqrt(steps) / sigma, DELTA)
     run = dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=1.0, steps=steps, delta=DELTA)
     tight = group_privacy(epsilon=run, delta=DELTA, k=k, noise_multiplier=sigma, sample_rate=1.0,
                           steps=steps).tight_epsilon

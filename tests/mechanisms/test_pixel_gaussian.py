@@ -11,25 +11,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from scipy import optimize, stats
 
 from dpmed.accounting import Ledger
 from dpmed.mechanisms import PixelGaussian, mechanism_info
 from dpmed.mechanisms.pixel_gaussian import PixelGaussianPlan
 
 
-def analytic_gaussian_epsilon(mu: float, delta: float) -> float:
-    """delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu), solved for eps with brentq; the second term in
-    log space so that eps in the thousands (64 x 64 images at s = 0.5) does not overflow e^eps."""
-    def excess(eps: float) -> float:
-        return stats.norm.cdf(mu / 2 - eps / mu) - math.exp(eps + stats.norm.logcdf(-mu / 2 - eps / mu)) - delta
-
-    if excess(0.0) <= 0:
-        return 0.0
-    upper = 1.0
-    while excess(upper) > 0:
-        upper *= 2
-    return optimize.brentq(excess, 0.0, upper, xtol=1e-12, rtol=1e-12)
 
 
 def _card(std: float, shape: tuple[int, ...], delta: float, value_range: float = 1.0, mode: str = "secure"):
@@ -43,13 +30,14 @@ def _card(std: float, shape: tuple[int, ...], delta: float, value_range: float =
     (20.0, (1, 16, 16), 1e-6, 1.0),         # mu = 0.8: eps_image below 4
     (3.0, (3, 8, 8), 2e-4, 2.0),            # R = 2 doubles the sensitivity: mu = sqrt(192) 2 / 3
 ])
-def test_card_epsilons_are_the_analytic_gaussian_at_the_plans_delta(std, shape, delta, value_range):
+def test_card_epsilons_are_the_analytic_gaussian_at_the_plans_delta(std, shape, delta, value_range,
+                                                                   exact_gaussian_epsilon):
     """eps_image: mu = sqrt(d) R / s; eps_pixel: mu = R / s; both at the plan's delta (not a default one), and the
     card's headline eps is eps_image. dpmed rounds eps up, never down, to 1e-12 relative."""
     d = math.prod(shape)
     card = _card(std, shape, delta, value_range)
-    image = analytic_gaussian_epsilon(math.sqrt(d) * value_range / std, delta)
-    pixel = analytic_gaussian_epsilon(value_range / std, delta)
+    image = exact_gaussian_epsilon(math.sqrt(d) * value_range / std, delta)
+    pixel = exact_gaussian_epsilon(value_range / std, delta)
     assert card.epsilon_image == pytest.approx(image, rel=1e-9) and card.epsilon_image >= image * (1 - 1e-12)
     assert card.epsilon_pixel == pytest.approx(pixel, rel=1e-9) and card.epsilon_pixel >= pixel * (1 - 1e-12)
     assert card.epsilon == card.epsilon_image and card.delta == delta and card.is_dp
@@ -62,12 +50,13 @@ def test_a_smaller_delta_gives_a_larger_epsilon_on_the_card():
     assert strict.epsilon_image > loose.epsilon_image and strict.epsilon_pixel > loose.epsilon_pixel
 
 
-def test_the_card_names_delta_the_accountant_the_unit_what_is_unprotected_and_no_private_sampling():
+def test_the_card_names_delta_the_accountant_the_unit_what_is_unprotected_and_no_private_sampling(
+        exact_gaussian_epsilon):
     card = _card(0.5, (1, 64, 64), 1e-6)
-    eps = analytic_gaussian_epsilon(128.0, 1e-6)
+    eps = exact_gaussian_epsilon(128.0, 1e-6)
     assert card.statement.startswith(f"eps_image = {eps:,.6g} at delta = 1e-06 (analytic Gaussian; unit: one image")
     assert "how many images there are" in card.statement and "labels" in card.statement
-    assert f"eps_pixel = {analytic_gaussian_epsilon(2.0, 1e-6):.4g} at delta = 1e-06" in card.statement
+    assert f"eps_pixel = {exact_gaussian_epsilon(2.0, 1e-6):.4g} at delta = 1e-06" in card.statement
     assert "any two images" in card.statement and "d = 4096" in card.statement
     assert "analytic Gaussian" in card.accountant and "Balle" in card.accountant
     assert card.unit == "image" and "how many images there are" in card.labels
