@@ -1,7 +1,7 @@
 """Where the runs of a study execute: in this process, in a local process pool, or as Ray tasks on a cluster.
 
 Every executor runs `dpmed.run.run_one` on each task and reports each outcome as it arrives: the run's record, or a
-`RunFailure` whose traceback is also written to ``private/runs/<id>/error.json``. A failed run does not stop the others
+`RunFailure` whose traceback is also written to ``private/runs/<id>/error.json``. A failed run does not stop others
 unless ``fail_fast``; a finished run is never touched again (its run.json is written atomically by run_one), so a
 crash or Ctrl-C loses at most the runs in progress, and those continue from their checkpoints next time.
 

@@ -528,8 +528,8 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
     The folder is held for the whole call (`claim_folder`): a second run_study on it, in another process, raises
     FolderError naming this one. A run whose run.json exists is loaded, not retrained; if it was made with
     different settings, this raises ConfigError naming them rather than mixing two studies in one table (use
-    another --out, or delete that run's folder). A run that fails is recorded (private/runs/<id>/error.json) and the others
-    go on, unless ``fail_fast``; the report covers the finished runs. ``executor``: "local" (``workers`` > 1: a
+    another --out, or delete that run's folder). A run that fails is recorded (private/runs/<id>/error.json) and the
+    others go on, unless ``fail_fast``; the report covers the finished runs. ``executor``: "local" (``workers`` > 1: a
     process pool, each worker running ``worker_setup`` first) or "ray" (at ``address``). Before any training, every
     run the folder will hold is accounted together (`dpmed.budget`); with ``privacy_budget`` a study over it is
     refused.

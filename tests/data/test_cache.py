@@ -70,5 +70,5 @@ def test_a_cache_dir_that_cannot_be_made_is_a_clear_error_naming_the_setting(tmp
     paths = _files(tmp_path, write_image)
     blocker = tmp_path / "cache"
     blocker.write_text("a file where the cache folder should be")
-    with pytest.raises(DataError, match=r"data.cache_dir .*cache/inner cannot be made or written .*remove data.cache_dir"):
+    with pytest.raises(DataError, match=r"data.cache_dir .*cache/inner cannot be made or written .*remove data.cache"):
         decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=blocker / "inner")

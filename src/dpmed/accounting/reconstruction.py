@@ -301,6 +301,6 @@ def reconstruction_risk(*, noise_multiplier: float, sample_rate: float, steps: i
     return ReconstructionRisk(
         noise_multiplier=sigma, sample_rate=q, steps=steps, kappa=kappa, worst_case=worst,
         worst_case_edgeworth=edgeworth, relaxed=relaxed, gdp=gdp,
-        tpr_at_fpr={fpr: min(1.0, factor * tpr) for fpr, (tpr, _) in tprs.items()}, assumptions=assumptions, worst_case_via=worst_via,
-        worst_case_edgeworth_via=edgeworth_via, relaxed_via=relaxed_via, gdp_via=gdp_via,
+        tpr_at_fpr={fpr: min(1.0, factor * tpr) for fpr, (tpr, _) in tprs.items()}, assumptions=assumptions,
+        worst_case_via=worst_via, worst_case_edgeworth_via=edgeworth_via, relaxed_via=relaxed_via, gdp_via=gdp_via,
         tpr_at_fpr_via={fpr: via for fpr, (_, via) in tprs.items()})

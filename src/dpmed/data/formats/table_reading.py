@@ -78,7 +78,7 @@ def read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:
                         ) from exc
     except pd.errors.EmptyDataError as exc:
         raise DataError(f"{path} is empty; it needs a header line and one row per image") from exc
-    except pd.errors.ParserError as exc:        # pandas: "Error tokenizing data. C error: Expected 6 fields in line 122"
+    except pd.errors.ParserError as exc:   # "Error tokenizing data. C error: Expected 6 fields in line 122, saw 8"
         detail = " ".join(str(exc).split())
         raise DataError(f"{path} is not a readable CSV table ({detail}); every line needs as many comma-separated "
                         "fields as the header (quote a field that holds a comma)") from exc
