@@ -72,7 +72,7 @@ def test_high_budget_calibration_says_which_accountant_certified_it(capsys):
      "--target-epsilon"),
     (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5",
       "--noise", "laplace", "--accountant", "rdp"],
-     "--accountant rdp does not apply to laplace noise; use one of pld, pure"),
+     "--accountant rdp does not analyse laplace noise; it handles gaussian. For laplace noise use 'pld' or 'pure'"),
 ])
 def test_bad_arguments_end_in_one_clear_line(capsys, argv, words):
     assert main(["privacy", *argv]) == 2
@@ -131,8 +131,9 @@ def test_the_pure_accountant_needs_no_delta_and_is_refused_for_gaussian_noise_be
     assert _eps(line) == pytest.approx(100 * math.log1p(0.01 * math.expm1(1.0)), rel=1e-5) and "delta = 0 " in line
     assert main(["privacy", "epsilon", "--accountant", "pure", "--noise-multiplier", "1", "--sample-rate", "0.01",
                  "--steps", "100"]) == 2
-    assert capsys.readouterr().err.strip() == ("dpmed: error: --accountant pure does not apply to gaussian noise; "
-                                               "use one of pld, rdp, rdp-classic")
+    assert capsys.readouterr().err.strip() == (
+        "dpmed: error: --accountant pure does not analyse gaussian noise; it handles laplace. For gaussian noise use "
+        "'pld' or 'rdp' or 'rdp-classic'")
 
 
 def test_an_eps_beyond_the_accountants_reach_is_said_in_the_runs_own_terms(capsys):

@@ -81,10 +81,8 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise DpmedError(f"{flag} must be a finite number, got {value:g}")
 
     accountant = getattr(args, "accountant", "all")
-    if accountant != "all" and args.noise not in accounting.accountant_info(accountant).noises:
-        usable = [a for a in accounting.ACCOUNTANTS if args.noise in accounting.accountant_info(a).noises]
-        raise DpmedError(f"--accountant {accountant} does not apply to {args.noise} noise; use one of "
-                         f"{', '.join(usable)}")
+    if accountant != "all":   # before anything else is asked for: the library's check of accountant and noise
+        accounting.effective_accountant(accountant, target_epsilon=None, noise=args.noise)
     value = getattr(args, "noise_multiplier", None)
     if value is not None:
         finite("--noise-multiplier", value)
