@@ -19,13 +19,12 @@ The audit's validity does not depend on what the canaries look like (any m recor
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from dpmed.data import ImageSet, Task, cap_images_per_patient, patient_draws
+from dpmed.data import ImageSet, Task, cap_images_per_patient, image_keys, patient_draws
 from dpmed.names import CANARY_KINDS as CANARY_KIND_NAMES, check_registry
 
 __all__ = ["CanaryKind", "CANARY_KINDS", "max_canaries", "hold_out_canary_sources", "make_canaries",
@@ -133,7 +132,7 @@ def make_canaries(images: ImageSet, m: int, *, task: Task, seed: int, kind: str 
     Patient ids become ``canary-00000`` ... so a canary never shares a patient with a real image; sex, age and
     masks are the source image's (the pixels of a mislabelled canary are unchanged, so its lesion mask still
     describes them). Randomness: ``seed`` only: which images, and their order, from ``np.random.default_rng(seed)``;
-    each canary's own draws from ``seed`` and its source (:func:`_canary_key`).
+    each canary's own draws from ``seed`` and its source (`dpmed.data.image_keys`).
     """
     if kind not in CANARY_KINDS:
         raise ValueError(f"unknown canary kind {kind!r}; known: {', '.join(sorted(CANARY_KINDS))}")
@@ -141,20 +140,15 @@ def make_canaries(images: ImageSet, m: int, *, task: Task, seed: int, kind: str 
         raise ValueError(f"m must be an integer in [1, {len(images)}] (the pool's size), got {m!r}")
     source = images.subset(np.random.default_rng(seed).choice(len(images), size=int(m), replace=False))
     make = CANARY_KINDS[kind].make
-    made = [make(source.images[i:i + 1], source.labels[i:i + 1], task,
-                 np.random.default_rng(_canary_key(source, i, seed))) for i in range(m)]
+    # each canary's own draws (wrong label, patch, noise) from its source alone, so that a canary is the same whichever
+    # others are made beside it (one generator drawn in turn gave each canary draws that depended on the others)
+    keys = image_keys(source.patient_ids, source.images, seed=seed)
+    made = [make(source.images[i:i + 1], source.labels[i:i + 1], task, np.random.default_rng(int(keys[i])))
+            for i in range(m)]
     return ImageSet(images=np.concatenate([x for x, _ in made]), labels=np.concatenate([y for _, y in made]),
                     patient_ids=np.array([f"canary-{i:05d}" for i in range(m)]), sex=source.sex, age=source.age,
                     masks=source.masks)
 
-
-def _canary_key(images: ImageSet, i: int, seed: int) -> list[int]:
-    """The seed of canary i's own draws (wrong label, patch, noise): ``seed`` and a hash of its source's patient and
-    pixels, so that a canary is the same whichever other canaries are made beside it (a draw from one generator in
-    turn gave each canary draws that depended on the others)."""
-    digest = hashlib.blake2b(f"{images.patient_ids[i]}\0".encode() + np.ascontiguousarray(images.images[i]).tobytes(),
-                             digest_size=8).digest()
-    return [seed, int.from_bytes(digest, "big")]
 
 
 def insert_canaries(train: ImageSet, canaries: ImageSet, included: np.ndarray) -> ImageSet:

@@ -15,7 +15,7 @@ from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
 from dpmed.data.manifest import Manifest
 from dpmed.data.registry import DATASET_SOURCES, DataRequest, load_dataset, read_dataset
 from dpmed.data.sample import Dataset, ImageSet, Sample, Task
-from dpmed.data.splits import cap_images_per_patient, images_per_patient, split_by_patient
+from dpmed.data.splits import cap_images_per_patient, image_keys, images_per_patient, split_by_patient
 from dpmed.data.synthetic import PhantomDifficulty, make_phantom
 from dpmed.data.transforms import Preprocessing, normalize
 
@@ -42,6 +42,7 @@ __all__ = [
     "split_by_patient",
     "images_per_patient",
     "cap_images_per_patient",
+    "image_keys",
     "patient_draws",
     "load_dataset",
     "read_dataset",

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["split_by_patient", "images_per_patient", "cap_images_per_patient"]
+__all__ = ["split_by_patient", "images_per_patient", "cap_images_per_patient", "image_keys"]
 
 
 def split_by_patient(
@@ -119,6 +119,19 @@ def images_per_patient(patient_ids: Sequence[str] | np.ndarray) -> np.ndarray:
     return np.unique(np.asarray(patient_ids).astype(str), return_counts=True)[1].astype(np.int64)
 
 
+def image_keys(patient_ids: Sequence[str] | np.ndarray, images: np.ndarray, *, seed: int) -> np.ndarray:
+    """uint64 [N]: a keyed hash of (``seed``, patient id, pixels) of each image [N, ...]: a public draw for each image
+    that depends on that image and its patient alone, never on the other images (see
+    :func:`cap_images_per_patient`)."""
+    ids = np.asarray(patient_ids).astype(str)
+    pixels = np.ascontiguousarray(images)
+    if len(pixels) != len(ids):
+        raise ValueError(f"{len(ids)} patient ids for {len(pixels)} images")
+    return np.array([int.from_bytes(hashlib.blake2b(f"{seed}:{pid}\0".encode() + pixels[i].tobytes(),
+                                                    digest_size=8).digest(), "big")
+                     for i, pid in enumerate(ids.tolist())], dtype=np.uint64)
+
+
 def cap_images_per_patient(patient_ids: Sequence[str] | np.ndarray, images: np.ndarray, k: int, *,
                            seed: int) -> np.ndarray:
     """Sorted indices of at most ``k`` images of each patient: the ``k`` whose keyed hash of (``seed``, patient id,
@@ -134,12 +147,7 @@ def cap_images_per_patient(patient_ids: Sequence[str] | np.ndarray, images: np.n
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     ids = np.asarray(patient_ids).astype(str)
-    pixels = np.ascontiguousarray(images)
-    if len(pixels) != len(ids):
-        raise ValueError(f"{len(ids)} patient ids for {len(pixels)} images")
-    keys = np.array([int.from_bytes(hashlib.blake2b(f"{seed}:{pid}\0".encode() + pixels[i].tobytes(),
-                                                    digest_size=8).digest(), "big")
-                     for i, pid in enumerate(ids.tolist())], dtype=np.uint64)
+    keys = image_keys(ids, images, seed=seed)
     order = np.lexsort((np.arange(len(ids)), keys, ids))        # by patient, then key; equal pixels by position
     patient_sorted = ids[order]
     starts = np.r_[0, np.flatnonzero(patient_sorted[1:] != patient_sorted[:-1]) + 1]
