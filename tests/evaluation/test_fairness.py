@@ -266,3 +266,45 @@ def test_demographic_parity_difference_is_undefined_with_one_named_group():
     # unknown group (positive .35 below negative .6, AUROC 0) is no patient group and cannot be the worst
     assert entry["worst_group_auroc"]["group"] == "female"
     assert entry["worst_group_auroc"]["value"] == pytest.approx(15 / 16)
+
+
+def _rare_negative_data():
+    """Sixty female images with both classes well separated, and thirty male ones of which only two are negative and
+    rank high: male is the worst AUROC group, and about one redraw in eight draws neither male negative."""
+    rng = np.random.default_rng(11)
+    sex = np.array(["female"] * 60 + ["male"] * 30)
+    y = np.r_[np.tile([1, 0], 30), np.ones(28, int), [0, 0]]
+    s = np.where(y == 1, rng.uniform(0.4, 1.0, y.size), rng.uniform(0.0, 0.6, y.size))
+    s[-2:] = [0.9, 0.7]                          # the male negatives: male AUROC well below female's
+    return y, s.round(3), sex
+
+
+def test_a_redraw_in_which_a_compared_group_loses_a_class_is_undefined_for_the_attribute_summaries():
+    """The worst group and equalised odds compare the groups defined on the whole test set. A redraw that draws no
+    male negative has no male AUROC or FPR: it is undefined (left out, counted), as for the macro AUROC. Taking the
+    lowest of the groups still defined would report female's AUROC for it, and lift the interval's top."""
+    y, s, sex = _rare_negative_data()
+    r, seed = 400, 2
+    out = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s,
+                            attributes={"sex": sex}, n_resamples=r, seed=seed)["attributes"]["sex"]
+    yhat = (s >= 0.5).astype(int)
+    worst, worst_of_kept, eo = [], [], []
+    for idx in bootstrap_indices(len(y), n_resamples=r, seed=seed):
+        auroc, rates = {}, {}
+        for g in ("female", "male"):
+            k = idx[sex[idx] == g]
+            pos, neg = k[y[k] == 1], k[y[k] == 0]
+            auroc[g] = roc_auc_score(y[k], s[k]) if len(pos) and len(neg) else np.nan
+            rates[g] = (yhat[pos].mean() if len(pos) else np.nan, yhat[neg].mean() if len(neg) else np.nan)
+        worst.append(np.min(list(auroc.values())))                            # nan if either is nan
+        worst_of_kept.append(np.nanmin(list(auroc.values())))
+        eo.append(np.max([abs(rates["female"][0] - rates["male"][0]), abs(rates["female"][1] - rates["male"][1])]))
+    worst, eo = np.array(worst), np.array(eo)
+    undefined = int(np.isnan(worst).sum())
+    assert 20 < undefined < 100 and np.array_equal(np.isnan(worst), np.isnan(eo))
+    est = out["worst_group_auroc"]
+    assert est["group"] == "male" and est["undefined_redraws"] == undefined
+    assert (est["low"], est["high"]) == pytest.approx(percentile_interval(worst), abs=1e-12)
+    assert percentile_interval(np.array(worst_of_kept))[1] > est["high"] + 0.01      # the old, lifted interval
+    eo_est = out["equalized_odds_difference"]
+    assert (eo_est["low"], eo_est["high"]) == pytest.approx(percentile_interval(eo), abs=1e-12)

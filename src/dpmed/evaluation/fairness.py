@@ -51,7 +51,9 @@ DEFINITIONS = {
                                   "in which both classes occur"),
     "worst_group_auroc": "the lowest AUROC over the groups in which it is defined",
     "threshold": "Youden's J on the validation split, applied unchanged to test",
-    "interval": "percentile bootstrap over seeded redraws of the whole test set, paired with the utility metrics",
+    "interval": ("percentile bootstrap over seeded redraws of the whole test set, paired with the utility metrics; "
+                 "a redraw in which a group that a summary compares draws one class only (or none of its images) "
+                 "is undefined for that summary and left out (worst_group_auroc counts them)"),
 }
 
 
@@ -135,13 +137,14 @@ def _nanmean(a: np.ndarray, axis: int) -> np.ndarray:
         return np.nanmean(a, axis=axis)
 
 
-def _spread(rates: np.ndarray) -> np.ndarray:
-    """max - min over the last axis (groups), ignoring nan; nan when fewer than two groups are defined."""
-    defined = np.isfinite(rates).sum(axis=-1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        spread = np.nanmax(rates, axis=-1) - np.nanmin(rates, axis=-1)
-    return np.where(defined >= 2, spread, np.nan)
+def _spread(rates: np.ndarray, compared: np.ndarray) -> np.ndarray:
+    """max - min over the groups ``compared`` (bool [..., G], broadcast against ``rates`` [R, ..., G]); nan where
+    fewer than two groups are compared, and in a redraw where a compared group's rate is undefined (nan). Dropping
+    that group instead would make the redraw a spread over fewer groups, another statistic than the point value's
+    (as the macro AUROC of :mod:`dpmed.evaluation.utility` treats a redraw that lost a label)."""
+    compared = np.broadcast_to(compared, rates.shape)
+    spread = (np.where(compared, rates, -np.inf).max(axis=-1) - np.where(compared, rates, np.inf).min(axis=-1))
+    return np.where(compared.sum(axis=-1) >= 2, spread, np.nan)          # max/min carry a compared group's nan
 
 
 def _group_stats(y, s, correct, selected, member, w_all) -> dict[str, np.ndarray]:
@@ -229,11 +232,13 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
     result: dict = {"groups": out_groups}
     if defined.any():
         worst = named[int(np.nanargmin(np.where(defined, point_aurocs, np.inf)))]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            worst_redraws = np.nanmin(aurocs[:, defined], axis=1)
+        # The lowest over the groups the point value compares: a redraw in which one of them drew one class only
+        # is undefined (nan, left out of the interval), not the lowest of the groups it kept, which would leave
+        # out the small group most likely to be the worst and lift the interval.
+        worst_redraws = aurocs[:, defined].min(axis=1)
         result["worst_group_auroc"] = {"group": worst, **estimate(point_aurocs[defined].min(), worst_redraws,
-                                                                   confidence=confidence)}
+                                                                   confidence=confidence),
+                                       "undefined_redraws": int(np.isnan(worst_redraws).sum())}
     else:
         result["worst_group_auroc"] = {"group": None, "value": None, "low": None, "high": None}
 
@@ -247,10 +252,13 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
         tpr = np.stack([redraws_cat[g]["tpr"] for g in named], axis=2)
         fpr = np.stack([redraws_cat[g]["fpr"] for g in named], axis=2)
         keep = np.array([[g in eo_groups[j] for g in named] for j in range(y.shape[1])])    # [L, G]
-        tpr, fpr = np.where(keep[None], tpr, np.nan), np.where(keep[None], fpr, np.nan)
-        eo_redraws = _nanmean(np.fmax(_spread(tpr), _spread(fpr)), 1)
-        result["demographic_parity_difference"] = estimate(dp_point, _nanmean(_spread(sel), 1),
-                                                           confidence=confidence)
+        # The labels the point value averages (two or more groups with both classes); nan propagates: a redraw in
+        # which a compared group lost a class, or vanished, is undefined.
+        eo_labels = keep.sum(axis=1) >= 2
+        eo_redraws = (np.maximum(_spread(tpr, keep), _spread(fpr, keep))[:, eo_labels].mean(axis=1)
+                      if eo_labels.any() else np.full(len(indices), np.nan))
+        dp_redraws = _spread(sel, np.ones(len(named), dtype=bool)).mean(axis=1)
+        result["demographic_parity_difference"] = estimate(dp_point, dp_redraws, confidence=confidence)
         result["equalized_odds_difference"] = estimate(eo_point, eo_redraws, confidence=confidence)
         excluded = sorted({g for j in range(y.shape[1]) for g in named if g not in eo_groups[j]})
         if excluded:

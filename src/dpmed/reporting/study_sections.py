@@ -112,7 +112,9 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                     f"certain.<ul>{''.join(items)}</ul></div>")
     worst = ("<p>The worst group's interval is not that group's own interval: in each redraw it takes the lowest "
              "AUROC over the groups, whichever group that is in that redraw, so it lies at or below the named "
-             "group's interval (the bootstrap of a minimum).</p>")
+             "group's interval (the bootstrap of a minimum). A redraw in which one of the groups drew a single "
+             "class has no worst group and is left out of the interval, as are such redraws of the two differences "
+             "over the groups.</p>")
     return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{warnings}<figure>{figure}</figure>"
             f"<p>Test AUROC per group [{level} CI], and the worst group (named groups with a defined AUROC):</p>"
             + stacked(f"<table><tr><th>run</th><th>eps</th>{head}<th>worst group</th></tr>{auroc_rows}</table>")
