@@ -14,13 +14,20 @@ Two kinds of file, kept apart (METHODS.md s.2b, DESIGN.md "Outputs of a study"):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_json_atomic", "write_text_atomic"]
+__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_json_atomic", "write_text_atomic", "RELEASE_TIME"]
+
+# The modification time of every releasable file and folder (1980-01-01 UTC, the earliest a zip archive records;
+# reproducible builds fix their files' times for the same reason). A file's real time would tell how long the DP-SGD
+# runs written before it trained, which grows with what Poisson sampling drew (`dpmed.records.Timing`); tar and zip
+# keep it.
+RELEASE_TIME = 315532800
 
 
 def open_owner_only(path: Path, mode: str = "w"):
@@ -201,6 +208,21 @@ class StudyFolder:
         self.root.mkdir(parents=True, exist_ok=True)
         self.private.mkdir(mode=0o700, exist_ok=True)
         self.private.chmod(0o700)
+
+    def settle_times(self) -> None:
+        """Set every releasable file's and folder's access and modification times to `RELEASE_TIME` (``private/``
+        keeps its own: its log and timing files hold the wall times anyway). Called whenever a command leaves the
+        folder (`dpmed.workspace.claim_folder`, ``dpmed report``). A file that another process removes meanwhile is
+        skipped."""
+        if not self.root.is_dir():
+            return
+        for top, folders, files in os.walk(self.root):
+            if Path(top) == self.root:
+                folders[:] = [f for f in folders if f != self.private.name]
+            for name in [*folders, *files]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.utime(Path(top) / name, (RELEASE_TIME, RELEASE_TIME), follow_symlinks=False)
+        os.utime(self.root, (RELEASE_TIME, RELEASE_TIME))
 
     def run(self, run_id: str) -> RunFolder:
         return RunFolder(run_id, self.runs / run_id, self.private / "runs" / run_id)

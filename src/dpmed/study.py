@@ -484,6 +484,7 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
             else "run the study first"))
     with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy"):
         write_outputs(folder, resolved, records)
+        folder.settle_times()
     return resolved, records
 
 

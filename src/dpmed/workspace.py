@@ -49,12 +49,16 @@ def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE) -> Iterator[None]:
 def claim_folder(root: Path | str) -> Iterator[Holder]:
     """Hold the study folder ``root`` for this process (`dpmed.lock`): FolderError naming the holder if another
     live `dpmed run` works in it, or naming the folder if it cannot be created or written. Re-entrant. Makes the
-    folder's ``private/`` readable by its owner only (`StudyFolder.make_private`)."""
+    folder's ``private/`` readable by its owner only (`StudyFolder.make_private`), and on leaving sets the times of
+    what it wrote to a constant (`StudyFolder.settle_times`)."""
     folder = StudyFolder(Path(root))
     with writing_into(folder.root):
         folder.make_private()
         with FolderLock(folder.lock, what=str(folder.root)) as holder:
-            yield holder
+            try:
+                yield holder
+            finally:            # also after a failure or Ctrl-C: what was written keeps no wall time
+                folder.settle_times()
 
 
 def folder_holder(root: Path | str) -> Holder | None:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from dpmed.cli import main
-from dpmed.folders import StudyFolder
+from dpmed.folders import RELEASE_TIME, StudyFolder
 from dpmed.records import read_record, read_timing
 
 TINY = ["--no-progress", "--set", "data.n_images=240", "--set", "data.image_size=32", "--set", "training.epochs=2",
@@ -73,10 +73,10 @@ def test_privacy_cards_are_honest(quickstart):
 
 def test_rerun_skips_finished_runs_and_retrains_only_missing_ones(quickstart, capsys):
     out = str(quickstart.parent)
-    stamps = {p: p.stat().st_mtime_ns for p in quickstart.glob("runs/*/run.json")}
+    stamps = {p: (p.stat().st_ino, p.read_bytes()) for p in quickstart.glob("runs/*/run.json")}
     assert main(["run", "--out", out, *TINY]) == 0
     assert "4 finished earlier" in capsys.readouterr().out
-    assert stamps == {p: p.stat().st_mtime_ns for p in quickstart.glob("runs/*/run.json")}
+    assert stamps == {p: (p.stat().st_ino, p.read_bytes()) for p in quickstart.glob("runs/*/run.json")}
     victim = quickstart / "runs" / "non-private_seed0" / "run.json"
     victim.unlink()
     assert main(["run", "--out", out, *TINY]) == 0
@@ -105,11 +105,11 @@ def test_another_model_or_other_data_refuse_to_mix_with_finished_runs(quickstart
     whose model or image size changed reported the old runs beside the new ones as one study, a study switched from
     reproducible to secure randomness called the reused runs DP, and one whose confidence level changed labelled
     every run's interval with the new level."""
-    before = {p: p.stat().st_mtime_ns for p in quickstart.glob("runs/*/run.json")}
+    before = {p: (p.stat().st_ino, p.read_bytes()) for p in quickstart.glob("runs/*/run.json")}
     assert main(["run", "--out", str(quickstart.parent), *TINY, "--set", change]) == 2
     err = capsys.readouterr().err
     assert named in err and "--out" in err and "Traceback" not in err, err
-    assert before == {p: p.stat().st_mtime_ns for p in quickstart.glob("runs/*/run.json")}
+    assert before == {p: (p.stat().st_ino, p.read_bytes()) for p in quickstart.glob("runs/*/run.json")}
 
 
 def test_the_data_fingerprint_is_private(quickstart):
@@ -145,6 +145,10 @@ def test_a_dp_sgd_runs_wall_time_is_kept_in_the_private_folder(quickstart):
             assert provenance.group(1) == f"{private.train_seconds:.1f}"
         kinds.add(record.mechanism == "dp_sgd")
     assert kinds == {True, False}
+    # nor do the files' times (tar and zip keep them), nor a date in the report
+    released = [quickstart, *(p for p in quickstart.rglob("*") if "private" not in p.relative_to(quickstart).parts)]
+    assert len(released) > 10 and {p.stat().st_mtime for p in released} == {RELEASE_TIME}
+    assert not re.search(r"20\d\d-\d\d-\d\d", public_report)
 
 
 def test_a_damaged_predictions_file_leaves_its_comparisons_out_and_says_so(quickstart, tmp_path, capsys):

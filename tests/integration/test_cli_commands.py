@@ -134,18 +134,18 @@ def test_finished_runs_made_otherwise_are_refused_naming_the_setting_but_not_the
                                                                                        tmp_path, capsys):
     out = _finished_copy(tiny_study, tmp_path)
     study = str(_study(tmp_path, tiny_text))
-    before = {p: p.stat().st_mtime_ns for p in out.rglob("run.json")}
+    before = {p: (p.stat().st_ino, p.read_bytes()) for p in out.rglob("run.json")}
     assert main(["run", study, "--out", str(out), "--no-progress", "--set", "training.learning_rate=0.01",
                  "--set", "training.device=cpu", "--set", "training.threads=1"]) == 2
     err = capsys.readouterr().err
     assert "2 finished run(s)" in err
     assert err.count("training.learning_rate: 0.001 in the finished run, 0.01 now") == 2
     assert "device" not in err and "threads" not in err     # where and how fast runs execute changes no result
-    assert before == {p: p.stat().st_mtime_ns for p in out.rglob("run.json")}
+    assert before == {p: (p.stat().st_ino, p.read_bytes()) for p in out.rglob("run.json")}
     # only the device changed: the finished runs are the study's runs
     assert main(["run", study, "--out", str(out), "--no-progress", "--set", "training.device=cpu"]) == 0
     assert "2 runs (2 finished earlier)" in capsys.readouterr().out
-    assert before == {p: p.stat().st_mtime_ns for p in out.rglob("run.json")}
+    assert before == {p: (p.stat().st_ino, p.read_bytes()) for p in out.rglob("run.json")}
 
 
 # ----------------------------------------------------------------------------------------- messages in user words

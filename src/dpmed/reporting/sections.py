@@ -4,7 +4,6 @@ returns HTML ("" where a study has nothing for it)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 
@@ -349,8 +348,8 @@ def provenance(inputs: ReportInputs) -> str:
                      f"<td class=num>{r.timing.threads}</td><td class=num>{r.timing.resumed_from}</td></tr>"
                      for r in inputs.records)
     resolved = yaml.safe_dump(inputs.resolved.model_dump(mode="json"), sort_keys=False)
-    return (f'<h2 id="provenance">Provenance</h2><p>Written {escape(dt.datetime.now().isoformat(timespec="seconds"))} '
-            f"by dpmed {escape(versions.get('dpmed', ''))}.</p><table>"
+    # No date: when the report was written tells how long the DP-SGD runs before it took (`dpmed.records.Timing`).
+    return (f'<h2 id="provenance">Provenance</h2><p>Written by dpmed {escape(versions.get("dpmed", ""))}.</p><table>'
             + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in versions.items())
             + "</table><p>Wall time per run (seconds; a resumed run counts only its last session; a DP-SGD run's "
             "is in the private report: it grows with what Poisson sampling drew from the training set, which no eps "
