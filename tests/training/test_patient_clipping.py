@@ -410,3 +410,26 @@ def test_any_conv_geometry_matches_explicit_patient_loop(c_in, groups, c_out_per
     clip = sorted(norms)[len(norms) // 2]
     got = GhostClipper(model, route=route).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip, groups=patients)
     _assert_close(got, _clipped(norms, grads, clip))
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["image", "patient"])
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_unit_whose_gradient_overflows_adds_nothing_to_the_clipped_sum(engine, grouped):
+    """One image scaled by 1e36 (an undecoded raw pixel value, say) overflows its gradient in float32. Its clip
+    factor alone would be 0, but 0 times inf is nan and one nan in the sum made the whole noised update nan: the
+    release then told whether that unit was sampled. Its unit (with the patient as the unit, all of its images) must
+    instead add exactly nothing: the clipped sum equals the sum without it."""
+    torch.manual_seed(0)
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    groups = _patients(1)
+    x, y = torch.rand(len(groups), 1, 16, 16), torch.randint(0, 2, (len(groups),))
+    bad = int(torch.nonzero(groups == 42)[0])                 # one image of the patient with 3 images
+    x_bad = x.clone()
+    x_bad[bad] *= 1e36
+    keep = groups != 42 if grouped else torch.arange(len(x)) != bad
+    kwargs = dict(loss_fn=_ce, max_grad_norm=1.0)
+    clipper = ENGINES[engine](model, 2)
+    got = clipper.clipped_sum(x_bad, y, groups=groups if grouped else None, **kwargs)
+    assert all(torch.isfinite(t).all() for t in got)
+    expected = clipper.clipped_sum(x[keep], y[keep], groups=groups[keep] if grouped else None, **kwargs)
+    _assert_close(got, expected, rtol=1e-5)

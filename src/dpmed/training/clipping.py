@@ -46,14 +46,25 @@ from dpmed.errors import PrivacyError
 from dpmed.training.grouping import Grouping
 from dpmed.training.layer_rules import LAYER_RULES, LayerRule
 
-__all__ = ["GhostClipper", "clip_factors", "refuse_batch_norm", "ROUTES"]
+__all__ = ["GhostClipper", "clip_factors", "finite_rows", "refuse_batch_norm", "ROUTES"]
 
 ROUTES = ("mixed", "ghost", "materialised")
 
 
 def clip_factors(norms: Tensor, max_grad_norm: float) -> Tensor:
-    """c_i = min(1, C / (||g_i|| + 1e-6)): Opacus's clip factor, shared by every engine so that they agree."""
-    return (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+    """c_i = min(1, C / (||g_i|| + 1e-6)): Opacus's clip factor, shared by every engine so that they agree; 0 for a
+    non-finite norm (an overflowing gradient), whose unit the engines then leave out of the sum (`finite_rows`)."""
+    factors = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+    return torch.where(torch.isfinite(norms), factors, torch.zeros_like(factors))
+
+
+def finite_rows(t: Tensor, keep: Tensor) -> Tensor:
+    """``t`` [B, ...] with the rows where ``keep`` [B] is False set to zero.
+
+    Why: a unit whose gradient overflowed has clip factor 0, but 0 times inf is nan, and one nan in the clipped sum
+    makes the whole noised update nan. Whether the release is nan would then depend on whether that one unit was
+    sampled: its influence would not be bounded by C. With its rows zeroed it contributes nothing, within C."""
+    return torch.where(keep.view(-1, *[1] * (t.dim() - 1)), t, torch.zeros((), dtype=t.dtype, device=t.device))
 
 
 def refuse_batch_norm(model: nn.Module) -> None:
@@ -239,11 +250,16 @@ class _Tape:
                 total = total + self._norm_part(tensors, batch)
         return total if self.norm_order == 1 else total.clamp(min=0).sqrt()
 
-    def clipped_sums(self, factors: Tensor) -> dict[int, Tensor]:
-        """{id(parameter): sum_i c_i g_i} for every parameter whose layer took part in the loss."""
+    def clipped_sums(self, factors: Tensor, keep: Tensor | None = None) -> dict[int, Tensor]:
+        """{id(parameter): sum_i c_i g_i} for every parameter whose layer took part in the loss; ``keep`` [B]: the
+        examples whose unit's norm is finite, the others' rows zeroed first (`finite_rows`); None: all of them."""
         out: dict[int, Tensor] = {}
         for layer, state in zip(self.layers, self.states):
             params = dict(layer.module.named_parameters(recurse=False))
+            if keep is not None:
+                state.per_example = {n: finite_rows(t, keep) for n, t in state.per_example.items()}
+                if state.kept is not None:
+                    state.kept = tuple(finite_rows(t, keep) for t in state.kept)
             if state.kept is not None:
                 a, g = state.kept
                 sums = layer.rule.ghost.weighted_sum(layer.module, a, g, factors.to(g.dtype), layer.names)
@@ -340,6 +356,7 @@ class GhostClipper:
         factors = clip_factors(norms, max_grad_norm)
         if grouping is not None:
             factors = factors[grouping.index]                                           # [B]: c_G(i)
-        sums = tape.clipped_sums(factors)
+        finite = bool(torch.isfinite(norms).all())         # one check per chunk; the rows are zeroed only if not
+        sums = tape.clipped_sums(factors, None if finite else factors > 0)
         tape.states.clear()
         return [sums[id(p)] if id(p) in sums else torch.zeros_like(p) for p in self.params]

@@ -44,7 +44,7 @@ from torch.profiler import record_function
 
 from dpmed.errors import PrivacyError
 from dpmed.names import DP_ENGINES, check_registry
-from dpmed.training.clipping import GhostClipper, clip_factors, refuse_batch_norm
+from dpmed.training.clipping import GhostClipper, clip_factors, finite_rows, refuse_batch_norm
 from dpmed.training.grouping import group_index
 from dpmed.training.noise import block_keys, fill_noise, noise_workers
 
@@ -97,6 +97,8 @@ class OpacusClipper:
         o = self.norm_order   # per-example L2 (Gaussian) or L1 (Laplace) norm over all parameters
         norms = torch.stack([g.flatten(1).norm(p=o, dim=1) for g in grads], dim=1).norm(p=o, dim=1)   # [b]
         factor = clip_factors(norms, max_grad_norm)
+        if not bool(torch.isfinite(norms).all()):            # an overflowing unit contributes nothing (finite_rows)
+            grads = [finite_rows(g, factor > 0) for g in grads]
         sums = [torch.einsum("b,b...->...", factor, g) for g in grads]
         for p in self.params:
             p.grad_sample = None
