@@ -166,17 +166,23 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
     if sizes is not None:
         context = replace(context, released_sizes=sizes, size_epsilon=study.size_epsilon)
     plans = plan_runs(study, context)
-    limit = max_canaries(dataset.train)
+    # DP-SGD's plans check their batch against the DP count of their units, and their audits are checked against
+    # it here: whether a study runs is seen by whoever holds its files, so it must not read the exact count. The
+    # other arms' checks read the exact counts, which their own releases do not protect (local DP releases the
+    # number of images in the clear).
     for plan in plans:
+        dp = isinstance(plan.privacy, DpSgdPlan)
+        limit = plan.privacy.n_units - 1 if dp else max_canaries(dataset.train)
         if plan.audit is not None and plan.audit.canaries > limit:
             raise ConfigError(
                 f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training patients than the "
-                f"{limit + 1} this dataset has (one canary per patient, and some patients left to train on); "
-                f"lower audit.canaries below {limit + 1} or use more images")
+                f"{limit + 1} " + ("of the DP count it plans from" if dp else "this dataset has") + " (one canary "
+                f"per patient, and some patients left to train on); lower audit.canaries below {limit + 1} or use "
+                "more images")
     for plan in plans:
-        # DP-SGD refuses this in its own plan (counting its unit); the other arms would quietly train on the whole
-        # set at every step, another recipe than the batch the study states.
-        if plan.training.batch_size > len(dataset.train):
+        # The other arms would quietly train on the whole set at every step, another recipe than the batch the
+        # study states.
+        if not isinstance(plan.privacy, DpSgdPlan) and plan.training.batch_size > len(dataset.train):
             raise ConfigError(f"arm {plan.arm!r}: training.batch_size {plan.training.batch_size} exceeds the "
                               f"{len(dataset.train)} training images; lower training.batch_size to at most "
                               f"{len(dataset.train)}")

@@ -168,3 +168,22 @@ def test_a_count_drawn_below_the_batch_plans_q_1_and_a_target_under_the_count_ep
     with pytest.raises(ConfigError, match="target_epsilon 1 leaves nothing for training once the study's "
                                           "size_epsilon 1 is spent"):
         _sized(load_study(write_study(SIZED)), 140, epsilon=1.0)
+
+
+@pytest.mark.parametrize("batch, delta", [(140, None), (141, None), (20, 1 / 140), (20, 1 / 141), (20, 0.0071)])
+def test_whether_a_dp_sgd_arm_plans_depends_on_the_released_count_not_the_exact_one(write_study, batch, delta):
+    """Whether a study runs is seen by whoever holds its files. Two neighbouring training sets, 139 and 141
+    patients, with the same released count 140: every outcome, a plan or a refusal and its message, must be the
+    same, including at a batch or a delta right at the exact counts' thresholds (before: refused on one side)."""
+    text = SIZED.replace("batch_size: 20", f"batch_size: {batch}").replace(
+        "target_epsilon: 1}", "target_epsilon: 1" + ("}" if delta is None else f", delta: {delta}}}"))
+
+    def outcome(exact: int):
+        context = PlanContext(images_per_patient=np.ones(exact, dtype=np.int64), image_shape=(1, 16, 16),
+                              released_sizes={"patients": 140}, size_epsilon=0.05)
+        try:
+            return [p.privacy.model_dump() for p in plan_runs(load_study(write_study(text)), context)]
+        except ConfigError as exc:
+            return str(exc)
+
+    assert outcome(139) == outcome(141)

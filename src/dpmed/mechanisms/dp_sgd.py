@@ -200,21 +200,28 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
 def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
     """q = B / N and T over the N units (``training.steps``, or epochs * round(N / B), or ``epochs: auto``'s
     max(10 epochs, 500 steps); `base.training_steps`); delta; the certifying accountant; sigma."""
-    unit, counts, exact = _counts(arm, context)
+    unit, _, exact = _counts(arm, context)
     target = swept.get("target_epsilon")
-    # delta 0.9 at N = 40 calibrated sigma = 0.0003 and printed "eps 0": noiseless training read as private
-    whole = "publishing each patient with their images whole" if unit == "patient" else "publishing each image whole"
-    # These two refusals read the exact count: they reach the user who holds the data, never a shareable file.
-    refuse_vacuous_delta(f"arm {arm.name!r}: delta", arm.delta, exact, whole=whole,
-                         counted=f"the {exact} training {unit}s the accountant counts (privacy_unit: {unit})")
-    if context.batch_size > exact:
-        raise ConfigError(f"arm {arm.name!r}: training.batch_size {context.batch_size} exceeds the {exact} training "
-                          f"{unit}s (DP-SGD's expected batch counts {unit}s: privacy_unit is {unit}); lower "
-                          "training.batch_size")
     size_epsilon = 0.0 if context.released_sizes is None else context.size_epsilon
+    # The count the plan reads: the released DP count, or the exact one where the study takes it as public. The
+    # refusals below read it too, never a private exact count: whether a study runs at all is seen by whoever holds
+    # its files, so a refusal at the exact count would tell a dataset from its neighbour at the threshold.
     released = (exact if context.released_sizes is None
                 else context.released_sizes[size_key(unit, arm.max_images_per_patient)])
-    # The plan's N: the released count, at least the expected batch (a count drawn below it would ask for q > 1)
+    units = (f"the DP count {released} of the training {unit}s" if size_epsilon
+             else f"the {released} training {unit}s")
+    detail = f"privacy_unit: {unit}" + (f"; the count is the exact one plus noise of standard deviation "
+                                        f"{2 ** 0.5 / size_epsilon:.0f} (size_epsilon {size_epsilon:g})"
+                                        if size_epsilon else "")
+    # delta 0.9 at N = 40 calibrated sigma = 0.0003 and printed "eps 0": noiseless training read as private
+    whole = "publishing each patient with their images whole" if unit == "patient" else "publishing each image whole"
+    refuse_vacuous_delta(f"arm {arm.name!r}: delta", arm.delta, released, whole=whole,
+                         counted=f"{units} the accountant counts ({detail})")
+    if context.batch_size > released and not size_epsilon:
+        raise ConfigError(f"arm {arm.name!r}: training.batch_size {context.batch_size} exceeds {units} ({detail}; "
+                          f"DP-SGD's expected batch counts {unit}s); lower training.batch_size")
+    # The plan's N: the released count, at least the expected batch (a count drawn below it would ask for q > 1; the
+    # study then warns that every unit is in every step, `dpmed.study`)
     n_units = max(released, context.batch_size)
     if target is not None and target <= size_epsilon:
         raise ConfigError(f"arm {arm.name!r}: target_epsilon {target:g} leaves nothing for training once the study's "
