@@ -187,3 +187,28 @@ def test_whether_a_dp_sgd_arm_plans_depends_on_the_released_count_not_the_exact_
             return str(exc)
 
     assert outcome(139) == outcome(141)
+
+
+@pytest.mark.parametrize("cap", [None, 3])
+def test_an_image_unit_card_with_patients_known_says_what_it_means_for_a_patient(write_study, cap):
+    """With patient ids and the image as the unit, the card must speak of patients: without a cap it says that a
+    patient of k images is protected only as a group of k, for a k it cannot state (the most images of one patient is
+    a statistic of the training set); with a cap of k it states the patient's guarantee, and its neighbours are
+    images of the capped set, since one image added to the data as supplied can swap one kept image for another."""
+    text = STUDY.replace("noise: laplace}", "noise: laplace, privacy_unit: image"
+                         + ("}" if cap is None else f", max_images_per_patient: {cap}}}"))
+    context = PlanContext(images_per_patient=np.array([1, 2, 5] * 30, dtype=np.int64), image_shape=(1, 16, 16))
+    dp = next(p for p in plan_runs(load_study(write_study(text)), context) if p.arm == "laplace-sgd").privacy
+    ledger = accounting.Ledger((accounting.dp_sgd_event(noise=dp.noise, noise_multiplier=dp.noise_multiplier,
+                                                        sample_rate=dp.sample_rate, steps=dp.steps),))
+    card = mechanism_info("dp_sgd").card(dp, ledger, "secure")
+    assert "unit: one image" in card.statement
+    if cap is None:
+        assert card.patient_guarantee is None
+        assert "a patient with k images is protected only as a group of k" in card.unit_note
+        assert "max_images_per_patient" in card.unit_note and "5" not in card.unit_note    # the largest patient
+        assert card.neighbour_relation == accounting.NEIGHBOUR_DP_SGD
+    else:
+        assert card.patient_guarantee is not None and card.patient_guarantee.k == cap and card.unit_note is None
+        assert "one image of the training set as capped at 3 per patient" in card.neighbour_relation
+        assert "capped at 3 per patient" in card.statement

@@ -266,12 +266,32 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
     return plan
 
 
+def _unit_note(plan: DpSgdPlan) -> str | None:
+    """What an image-unit card says about patients where it states no patient guarantee (None otherwise)."""
+    if not plan.patients_known:
+        return ("the dataset publishes no patient ids, so the unit is one image: a patient with several images is "
+                "protected only as a group of them (group privacy), and how many such patients there are is unknown")
+    if plan.unit == "image" and plan.patient_guarantee is None:
+        # The most images any one patient has is a statistic of the training set: told to the user only (`dpmed.study`)
+        return ("the unit is one image although the dataset records patients: a patient with k images is protected "
+                "only as a group of k, at about (k eps, k e^((k-1) eps) delta) (group privacy), for a k this card does "
+                "not state, since the most images of one patient is a statistic of the training set; set "
+                "max_images_per_patient, or privacy_unit: patient, to have the patient's guarantee stated")
+    return None
+
+
 def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     shuffled = ledger.has_shuffled_batches       # no accountant covers it: only a labelled Poisson counterpart
     training = accounting.ledger_epsilon(accounting.poisson_counterpart(ledger) if shuffled else ledger,
                                          delta=plan.delta, accountant=plan.accountant)
     eps = training + plan.size_epsilon
     neighbours = accounting.NEIGHBOUR_PATIENT if plan.unit == "patient" else accounting.NEIGHBOUR_DP_SGD
+    cap = plan.max_images_per_patient
+    if plan.unit == "image" and cap is not None:
+        # The cap keeps each patient's k images of smallest keyed hash (`dpmed.data.cap_images_per_patient`): one
+        # image added to the data as supplied can swap one kept image for another, two changes of the capped set.
+        neighbours = neighbours.replace("one training image", f"one image of the training set as capped at {cap} "
+                                        "per patient")
     size = (f"N = {plan.n_units}, a count released at eps {plan.size_epsilon:g} (discrete Laplace)"
             if plan.size_epsilon else f"N = {plan.n_units}, taken as public")
     params = (f"{plan.unit}s: {size}, q = {plan.sample_rate:.4g}, T = {ledger.dp_sgd_steps}, "
@@ -289,9 +309,7 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         clipping="L1" if plan.noise == "laplace" else "L2", sample_rate=plan.sample_rate, steps=ledger.dp_sgd_steps,
         noise_multiplier=plan.noise_multiplier, noise_given=plan.noise_given, max_grad_norm=plan.max_grad_norm,
         covers=COVERAGE, randomness=SECURE_RANDOMNESS, patient_guarantee=plan.patient_guarantee,
-        unit_note=None if plan.patients_known else (
-            "the dataset publishes no patient ids, so the unit is one image: a patient with several images is "
-            "protected only as a group of them (group privacy), and how many such patients there are is unknown"))
+        unit_note=_unit_note(plan))
     statement = (f"eps = {eps:.4g} at delta = {plan.delta:.3g} ({parts}; unit: one {plan.unit}; neighbours: "
                  f"{neighbours}; {params})")
     card = PrivacyCard(**fields, is_dp=True, epsilon=eps, statement=statement)
