@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_json_atomic", "write_text_atomic", "RELEASE_TIME"]
+__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_json_atomic", "write_text_atomic", "RELEASE_TIME",
+           "RETRAIN_NOTE"]
+
+# Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
+# training set and its runs are new releases of the same patients, which no folder composes with the old ones.
+RETRAIN_NOTE = ("(retrained DP-SGD runs, here or in another folder, are new releases of the same patients: if earlier "
+                "runs' files were shared, their eps add up with the new ones', and no study folder accounts for both)")
 
 # The modification time of every releasable file and folder (1980-01-01 UTC, the earliest a zip archive records;
 # reproducible builds fix their files' times for the same reason). A file's real time would tell how long the DP-SGD

@@ -46,7 +46,7 @@ from dpmed.data import Dataset, ImageSet, normalize, read_dataset
 from dpmed.data.overlap import refuse_overlap
 from dpmed.errors import ConfigError
 from dpmed.evaluation import auroc, predict
-from dpmed.folders import StudyFolder
+from dpmed.folders import RETRAIN_NOTE, StudyFolder
 from dpmed.mechanisms import training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
@@ -200,7 +200,7 @@ def _refuse_clashes(folder: StudyFolder, same: Callable[[StartRecord | None], bo
     if clashes:
         raise ConfigError(f"{len(clashes)} finished run(s) in {folder.root} started from other weights than this "
                           f"study now does ({now}): {'; '.join(clashes[:4])}; use another --out, or delete those "
-                          "runs to retrain them")
+                          f"runs to retrain them {RETRAIN_NOTE}")
 
 
 def refuse_other_starts(folder: StudyFolder, start: StartRecord | None) -> None:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidat
 from dpmed.accounting import Ledger
 from dpmed.config import RunPlan, Study, TrainingConfig
 from dpmed.errors import ConfigError
-from dpmed.folders import write_text_atomic
+from dpmed.folders import RETRAIN_NOTE, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, ReconstructionRecord
 
 __all__ = ["RunRecord", "DataSummary", "Timing", "read_timing", "AuditSummary", "AttackRecord", "Estimate",
@@ -233,10 +233,11 @@ def read_record(path: Path) -> RunRecord:
         return RunRecord.model_validate_json(Path(path).read_bytes())
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"{path} is not a run record this version of dpmed can read ({where}: {first['msg']}); it "
+        where = ".".join(str(p) for p in first["loc"])            # empty where the file is not JSON at all
+        raise ConfigError(f"{path} is not a run record this version of dpmed can read ("
+                          + (f"{where}: " if where else "") + f"{first['msg']}); it "
                           "may come from another version: run the study into another --out, or delete that run's "
-                          "folder to retrain it") from None
+                          f"folder to retrain it {RETRAIN_NOTE}") from None
 
 
 class StudyPrivacy(_Record):

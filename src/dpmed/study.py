@@ -37,7 +37,7 @@ from dpmed.data import Dataset, images_per_patient, read_dataset
 from dpmed.errors import ConfigError, DataError
 from dpmed.evaluation import load_predictions
 from dpmed.executors import RunFailure, RunTask, make_executor
-from dpmed.folders import StudyFolder, write_json_atomic, write_text_atomic
+from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_json_atomic, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.pretraining import prepare_start
@@ -307,12 +307,12 @@ def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, study
         data = ["the images, labels or patient ids differ (a file was changed or replaced; sizes and shape match)"]
     if data:
         raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
-                          f"{'; '.join(data)}; use another --out, or delete {folder.runs} to retrain them")
+                          f"{'; '.join(data)}; use another --out, or delete {folder.runs} to retrain them {RETRAIN_NOTE}")
     evaluation = [] if before is None else _other_evaluation(before, study)
     if evaluation:
         raise ConfigError(f"the finished runs in {folder.root} were evaluated with other settings than this study now "
                           f"asks for: {'; '.join(evaluation)}; use another --out, or delete {folder.runs} to retrain "
-                          "them")
+                          f"them {RETRAIN_NOTE}")
     randomness = study.privacy_randomness
     listed = {p.run_id: p for p in plans}
     mine, elsewhere, clashes = {}, [], []
@@ -335,7 +335,7 @@ def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, study
         raise ConfigError(
             f"{len(clashes)} finished run(s) in {folder.root} were made with other settings than this study now asks "
             "for:\n" + "\n".join(lines) + f"\nuse another --out, or delete "
-            f"{', '.join(str(folder.run(r).public) for r, _ in clashes)} to retrain them")
+            f"{', '.join(str(folder.run(r).public) for r, _ in clashes)} to retrain them {RETRAIN_NOTE}")
     return mine, elsewhere
 
 
@@ -418,11 +418,11 @@ def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[Run
             predictions[r.run_id] = load_predictions(path)
         except FileNotFoundError:
             unread.append(f"{r.run_id}: {path} is missing, so its paired comparisons are left out; delete "
-                          f"{folder.run(r.run_id).public} and run the study again to retrain it")
+                          f"{folder.run(r.run_id).public} and run the study again to retrain it {RETRAIN_NOTE}")
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:       # a damaged or foreign file
             unread.append(f"{r.run_id}: {path} cannot be read ({type(exc).__name__}: {exc}), so its paired "
                           f"comparisons are left out; delete {folder.run(r.run_id).public} and run the study again "
-                          "to retrain it")
+                          f"to retrain it {RETRAIN_NOTE}")
     labels = list(resolved.dataset.label_names) or next(
         ([k[len("test_auroc["):-1] for k in r.metrics if k.startswith("test_auroc[")] for r in records
          if any(k.startswith("test_auroc[") for k in r.metrics)), [])   # a study.yaml written before label_names
@@ -507,10 +507,12 @@ def _checkpoint_detail(path: Path) -> str:
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     """(run id, state, detail) of every run the study folder lists: finished, unreadable (a run.json that `dpmed
     report` would refuse: why), failed (with the error), interrupted (a private checkpoint waits: the step it reached
-    and its age) or pending."""
+    and its age) or pending; then every finished run the folder holds that the study file no longer lists (its model
+    is released all the same, and the study's eps composes it: `dpmed.budget`)."""
     folder = StudyFolder(Path(study_dir))
     states = []
-    for plan in read_resolved(folder.root).runs:
+    listed = read_resolved(folder.root).runs
+    for plan in listed:
         files = folder.run(plan.run_id)
         if files.is_finished:
             try:
@@ -524,6 +526,9 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
             states.append((plan.run_id, "interrupted", _checkpoint_detail(files.checkpoint)))
         else:
             states.append((plan.run_id, "pending", ""))
+    names = {plan.run_id for plan in listed}
+    states += [(run_id, "finished", "not in the study file now, but in this folder: the study's eps still counts it")
+               for run_id in folder.finished_run_ids() if run_id not in names]
     return states
 
 

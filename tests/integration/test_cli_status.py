@@ -1,0 +1,49 @@
+"""`dpmed status` and the messages that advise retraining: what a user reads about runs the study file no longer
+lists, damaged records, and what a retrained DP-SGD run means for an earlier one's eps."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import yaml
+
+from dpmed.cli import main
+from dpmed.folders import RETRAIN_NOTE
+
+
+def test_status_lists_a_finished_run_the_study_file_no_longer_lists(tiny_study, tmp_path, capsys):
+    """A run dropped from the study file is still in the folder: its model is released and the study's eps composes
+    it, so status must show it, not count only the runs the file lists (before: "1 finished" of 2 in the folder)."""
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    resolved = yaml.safe_load((copy / "study.yaml").read_text())
+    dropped = resolved["runs"].pop()["run_id"]
+    (copy / "study.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    assert main(["status", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"{re.escape(dropped)} +finished: not in the study file now, .*eps still counts it", out), out
+    assert out.strip().splitlines()[-1] == "2 finished"
+
+
+def test_a_record_that_is_not_json_is_named_without_an_empty_field_and_with_the_retraining_note(tiny_study, tmp_path,
+                                                                                              capsys):
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    record = next(copy.glob("runs/*/run.json"))
+    record.write_text("{cut short")
+    assert main(["report", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert f"{record} is not a run record this version of dpmed can read (Invalid JSON" in err, err
+    assert "(:" not in err and RETRAIN_NOTE in err
+
+
+def test_a_changed_setting_s_refusal_says_retraining_is_a_new_release(tiny_study, tiny_study_file, tmp_path, capsys):
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    assert main(["run", str(tiny_study_file), "--out", str(tmp_path), "--no-progress",
+                 "--set", "training.epochs=4"]) == 2
+    err = capsys.readouterr().err
+    assert "to retrain them" in err and RETRAIN_NOTE in err, err
+    assert json.loads(next(copy.glob("runs/*/run.json")).read_text())     # nothing finished was touched
