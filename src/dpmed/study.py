@@ -307,7 +307,8 @@ def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, study
         data = ["the images, labels or patient ids differ (a file was changed or replaced; sizes and shape match)"]
     if data:
         raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
-                          f"{'; '.join(data)}; use another --out, or delete {folder.runs} to retrain them {RETRAIN_NOTE}")
+                          f"{'; '.join(data)}; use another --out, or delete {folder.runs} to retrain them "
+                          f"{RETRAIN_NOTE}")
     evaluation = [] if before is None else _other_evaluation(before, study)
     if evaluation:
         raise ConfigError(f"the finished runs in {folder.root} were evaluated with other settings than this study now "
