@@ -4,7 +4,8 @@ split -- the same for every file layout.
 The order matters for the user's time: table problems (a missing file, a duplicate id or file, a label outside the
 task) are found before any pixel is decoded, so a broken dataset stops in seconds, with one message that lists the
 first few offending rows and their count. Decoding then finds the files that exist but cannot be read (truncated,
-corrupt). ``skip_invalid`` leaves flagged rows out instead, and the dataset's record states how many and why.
+corrupt). ``skip_invalid`` leaves flagged rows out instead; how many and why is told to the user and kept in the
+private log, never in a shareable file (a count of the private rows).
 
 Splits (METHODS.md, and 003_9a91354dc2d7e2df.txt's "patient-wise stratification"):
 

@@ -117,8 +117,9 @@ def describe_problems(manifest: Manifest, *, skip_hint: bool = True) -> str:
              f"the first {min(_SHOWN, len(rows))}:"]
     lines += [f"  - {manifest.where[r]}: {manifest.problems[r].detail}" for r in rows[:_SHOWN]]
     if skip_hint:
-        lines.append("Fix or remove these rows, or set data.skip_invalid: true to leave them out (the run record then "
-                     "states how many were left out and why).")
+        lines.append("Fix or remove these rows, or set data.skip_invalid: true to leave them out (dpmed then tells "
+                     "you, and its private log keeps, how many were left out and why: no shareable file says so, as "
+                     "the count is a statistic of the private data).")
     return "\n".join(lines)
 
 
