@@ -568,7 +568,7 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
                              privacy_randomness=study.privacy_randomness,
                              start=prepare_start(study, dataset, folder, progress=progress))
         order = {plan.run_id: i for i, plan in enumerate(plans, start=1)}
-        for run_id in prepared.finished:
+        for run_id in sorted(prepared.finished, key=order.__getitem__):
             _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
         todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
         outcomes: dict[str, RunRecord | RunFailure] = dict(prepared.finished)

@@ -47,3 +47,15 @@ def test_a_changed_setting_s_refusal_says_retraining_is_a_new_release(tiny_study
     err = capsys.readouterr().err
     assert "to retrain them" in err and RETRAIN_NOTE in err, err
     assert json.loads(next(copy.glob("runs/*/run.json")).read_text())     # nothing finished was touched
+
+
+def test_a_rerun_tells_the_runs_finished_earlier_in_the_study_s_order(tiny_text, tmp_path, caplog):
+    """Before, they came in the folder's alphabetical order: [2/2] before [1/2]."""
+    path = tmp_path / "s.yaml"
+    path.write_text(tiny_text.replace("{name: base, mechanism: none}", "{name: zeta, mechanism: none}")
+                    .replace("{name: dp, mechanism: dp_sgd, target_epsilon: 8}", "{name: alpha, mechanism: none}"))
+    for _ in range(2):
+        caplog.clear()
+        assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    told = re.findall(r"\[(\d)/2\] (\S+): finished earlier, skipped", caplog.text)
+    assert told == [("1", "zeta_seed0"), ("2", "alpha_seed0")], caplog.text
