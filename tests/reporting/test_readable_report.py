@@ -122,6 +122,37 @@ def test_fairness_flags_small_groups_and_explains_the_worst_group_interval(two_a
     assert "The worst group's interval is not that group's own interval" in fairness
 
 
+def test_each_small_group_warning_names_exactly_the_runs_it_holds_for(scored_run, scores, tmp_path, report_html):
+    """The warning merged every run's reasons into one line and listed every run after it: "accuracy interval of
+    zero width (1.000 in every redraw); accuracy interval of zero width (0.000 in every redraw) (runs: all)" said
+    of runs whose interval was neither. Each reason must name the runs whose comparisons.json flag has it, no other."""
+    import json
+
+    rng = np.random.default_rng(4)
+    young = slice(0, 8)                               # the 8 patients under 30 (conftest), all of label 0
+    records = []
+    for run_id, arm, mechanism, young_scores in (("np_seed0", "np", "none", np.zeros(8)),
+                                                 ("dp_eps1_C1_seed0", "dp", "dp_sgd", np.tile([0.0, 1.0], 4)),
+                                                 ("dp_eps8_C1_seed0", "dp", "dp_sgd", np.ones(8))):
+        val, test = scores(0.8, rng)
+        test = test.copy()
+        test[young] = young_scores                    # all right, half right, all wrong
+        records.append(scored_run(run_id, arm, mechanism, eps=None if mechanism == "none" else float(run_id[6]),
+                                  scores=(val, test), fairness=True))
+    html = report_html(records)
+    flags = [f for f in json.loads((tmp_path / "comparisons.json").read_text())["group_flags"]
+             if f["attribute"] == "age" and f["group"] == "[0,30)"]
+    expected = {(reason, f["run_id"]) for f in flags for reason in f["reasons"]}
+    assert len({reason for reason, _ in expected if "zero width" in reason}) >= 2     # the runs' reasons differ
+    warning = _section(html, "fairness").split("<b>[0,30)</b>")[1].split("</ul>")[0]
+    stated = set()
+    for item in re.findall(r"<li>(.*?)</li>", warning):
+        reason, runs = re.fullmatch(r"(.*) \((?:every run|runs?: (.*))\)", _text(item).strip()).groups()
+        for run_id in (runs.split(", ") if runs else [r.run_id for r in records]):
+            stated.add((reason, run_id))
+    assert stated == expected
+
+
 def test_p_values_at_the_bootstrap_floor_print_as_at_most(scored_run, scores, report_html):
     names = ["normal", "pneumonia"]
     rng = np.random.default_rng(3)

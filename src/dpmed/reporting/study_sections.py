@@ -99,12 +99,21 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         for f in flags:
             by_group.setdefault(f.group, []).append(f)
         items = []
+        shown = {r.run_id for r in runs}
         for g, members in by_group.items():
-            reasons = list(dict.fromkeys(reason for f in members for reason in f.reasons))
-            runs_named = ", ".join(_e(f.run_id) for f in members)
+            # each reason with exactly the runs it holds for: one run's interval of zero width is not another's
+            by_reason: dict[str, list[str]] = {}
+            for f in members:
+                for reason in f.reasons:
+                    by_reason.setdefault(reason, []).append(f.run_id)
+            reasons = "".join(
+                f"<li>{_e(reason)} ("
+                + ("every run" if set(ids) == shown and len(ids) > 1 else
+                   f"run{'s' if len(ids) > 1 else ''}: {', '.join(_e(i) for i in ids)}") + ")</li>"
+                for reason, ids in by_reason.items())
             items.append(f"<li><b>{_e(g)}</b> ({members[0].n} test images"
                          + (f", {members[0].n_positive} positive" if members[0].n_positive is not None else "")
-                         + f"): {_e('; '.join(reasons))} (runs: {runs_named})</li>")
+                         + f"):<ul>{reasons}</ul></li>")
         warnings = (f'<div class="flag">⚠ Read these groups\' numbers as anecdotes, not measurements. With fewer '
                     f"than {MIN_CLASS_COUNT} positives or negatives a group's AUROC moves in large steps from one "
                     "patient to the next, and a percentile interval of zero width (e.g. 1.000 [1.000, 1.000]) means "
