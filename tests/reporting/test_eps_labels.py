@@ -59,9 +59,10 @@ def test_the_figure_axes_name_delta_and_accountant_and_reproducible_runs_are_plo
     assert sum("not DP: seed known" in t for t in texts) == 2
 
 
-def test_the_released_images_section_names_a_not_dp_reproduction_as_such(tmp_path, make_record, make_resolved):
+def test_the_released_images_section_says_why_each_not_dp_run_is_not_dp(tmp_path, make_record, make_resolved):
     """scalar_shift (a source document's flawed mechanism, not DP) appeared under "after each local-DP run's
-    mechanism"."""
+    mechanism"; then every not-DP run was called a reproduction of a flawed mechanism, a reproducible-mode Laplace
+    run too, which is not DP because its seed is published. Each is named with its own card's reason."""
     import re
     from html import unescape
 
@@ -71,18 +72,26 @@ def test_the_released_images_section_names_a_not_dp_reproduction_as_such(tmp_pat
     from dpmed.study import write_outputs
 
     shift = PrivacyCard(mechanism="scalar_shift", is_dp=False, statement="NOT DP: one shift per image")
-    records = [make_record("np_seed0", "np"),
-               make_record("lap_seed0", "lap").model_copy(update={"mechanism": "pixel_laplace", "privacy": LAPLACE}),
+    laplace = make_record("lap_seed0", "lap").model_copy(update={"mechanism": "pixel_laplace", "privacy": LAPLACE})
+    records = [make_record("np_seed0", "np"), laplace,
+               laplace.model_copy(update={"run_id": "seeded_seed0",
+                                          "privacy": label_randomness(LAPLACE, "reproducible")}),
                make_record("shift_seed0", "shift").model_copy(update={"mechanism": "scalar_shift", "privacy": shift})]
     folder = StudyFolder(tmp_path)
     images = np.random.default_rng(0).random((3, 1, 8, 8)).astype(np.float32)
-    for run_id in ("lap_seed0", "shift_seed0"):
+    for run_id in ("lap_seed0", "seeded_seed0", "shift_seed0"):
         folder.run(run_id).examples.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(folder.run(run_id).examples, original=images, perturbed=images[::-1])
     write_outputs(folder, make_resolved(records), records)
     html = folder.report.read_text()
     start = html.index('id="ldp-examples"')
-    section = unescape(re.sub(r"<[^>]+>", " ", html[start:html.find("<h2 ", start)]))
+    section = re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html[start:html.find("<h2 ", start)])))
     assert "Local DP and its not-DP reproductions" in section
-    assert "shift_seed0: a source document's mechanism reproduced as it was, which is not DP" in section
     assert "each local-DP run's mechanism" not in section
+    named = section.split("image mechanism (", 1)[1].split(". Each run applied")[0]
+    said = {clause.split(": ", 1)[0]: clause.split(": ", 1)[1] for clause in named.split("; ")}
+    assert set(said) == {"seeded_seed0", "shift_seed0"}          # the DP run is not among them
+    assert said["shift_seed0"].startswith("not DP") and "reproduces" in said["shift_seed0"]
+    assert "seed" not in said["shift_seed0"]
+    assert said["seeded_seed0"].startswith("not DP") and "published study seed" in said["seeded_seed0"]
+    assert "reproduc" not in said["seeded_seed0"].replace("reproducible mode", "")

@@ -14,11 +14,13 @@ from typing import Any
 
 from dpmed.comparisons import Comparisons, PairedDifference
 from dpmed.folders import StudyFolder
-from dpmed.mechanisms import PrivacyCard
+from dpmed.mechanisms import MECHANISMS, PrivacyCard
+from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import Estimate, ResolvedStudy, RunRecord
 
 __all__ = ["ReportInputs", "escape", "estimate_text", "embed_png", "embed_figure", "number_text", "p_text", "cite",
-           "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "accountant_name", "stacked"]
+           "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction", "not_dp_reasons",
+           "not_dp_text", "accountant_name", "stacked"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -139,6 +141,42 @@ def _eps_label(card: PrivacyCard) -> str:
                 f"{card.neighbours_in_brief})")
     return (f"ε {number_text(card.epsilon, up=True)} (δ {number_text(card.delta, up=True)}, "
             f"{card.accountant_in_brief}, {card.neighbours_in_brief})")
+
+
+def is_reproduction(card: PrivacyCard) -> bool:
+    """Whether a run's mechanism is a labelled reproduction of a flawed one (the registry's ``is_private`` is False
+    for it, and it is not the arm without privacy): not DP whatever its settings."""
+    info = MECHANISMS.get(card.mechanism)
+    return card.mechanism != "none" and info is not None and not info.is_private
+
+
+def not_dp_reasons(card: PrivacyCard) -> list[str]:
+    """Why a run is not DP, each reason read from its own card, as clauses that follow "not DP because": its
+    mechanism is a labelled reproduction of a flawed one (the registry's ``is_private``), it trained on shuffled
+    batches that its accountant does not cover (``epsilon_if_poisson``), its privacy randomness came from the
+    published seed (``randomness``, reproducible mode). [] for a DP run and for a run without privacy."""
+    if card.is_dp or card.mechanism == "none":
+        return []
+    reasons = []
+    if is_reproduction(card):
+        reasons.append("it reproduces a source document's flawed mechanism as it was")
+    if card.epsilon is None and card.epsilon_if_poisson is not None:
+        reasons.append("it trained on shuffled fixed-size batches, which its accountant (it assumes Poisson "
+                       "sampling) does not cover")
+    if card.randomness == NOT_DP_REPRODUCIBLE:
+        reasons.append("its privacy randomness derives from the published study seed (reproducible mode)"
+                       + (", so its ε holds only against someone who does not know the seed"
+                          if card.epsilon is not None else ""))
+    return reasons
+
+
+def not_dp_text(card: PrivacyCard) -> str | None:
+    """"not DP because ..." for a run that is not DP (:func:`not_dp_reasons`; where its card gives no reason this
+    report knows, it points to the card); None for a DP run and for a run without privacy."""
+    if card.is_dp or card.mechanism == "none":
+        return None
+    reasons = not_dp_reasons(card)
+    return f"not DP because {', and '.join(reasons)}" if reasons else "not DP (its privacy card says why)"
 
 
 def p_text(diff: PairedDifference) -> str:

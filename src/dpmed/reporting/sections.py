@@ -14,7 +14,7 @@ from dpmed.records import DatasetSummary, RunRecord
 from dpmed.reporting.clinical import flag_html
 from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, embed_figure, eps_label, escape,
-                                    estimate_text, number_text, p_text, stacked)
+                                    estimate_text, is_reproduction, not_dp_text, number_text, p_text, stacked)
 
 __all__ = ["summary", "utility", "privacy_cards", "study_privacy", "reconstruction_risk", "ldp_examples_section",
            "provenance", "decision_rule", "statement_text"]
@@ -312,21 +312,22 @@ def _risk_assumptions(runs: list[RunRecord]) -> str:
 def ldp_examples_section(inputs: ReportInputs) -> str:
     """Original versus perturbed images for each run with an image mechanism (the visual point of Singh et al.
     2020, 000_56c2431ae4df8d10.txt): local DP, and the not-DP reproductions of flawed ones, named as such."""
-    rows, not_dp = [], []
+    rows, not_dp, reproductions = [], [], False
     for r in inputs.records:
         path = inputs.folder.run(r.run_id).examples
         if path.is_file():
             with np.load(path) as f:
                 rows.append((f"{r.run_id}\n{eps_label(r.privacy)}", f["original"], f["perturbed"]))
-            if not r.privacy.is_dp:
-                not_dp.append(r.run_id)
+            why = not_dp_text(r.privacy)       # each run's own reason, from its card: not all of them reproductions
+            if why is not None:
+                not_dp.append(f"{r.run_id}: {why}")
+                reproductions |= is_reproduction(r.privacy)
     if not rows:
         return ""
     figure = embed_figure(ldp_examples(rows), ldp_examples(rows, narrow=True),
                           inputs.folder.root / "ldp_examples.png", "original and perturbed example images")
-    heading = "Local DP" + (" and its not-DP reproductions" if not_dp else "")
-    which = (f" ({', '.join(not_dp)}: a source document's mechanism reproduced as it was, which is not DP)"
-             if not_dp else "")
+    heading = "Local DP" + (" and its not-DP reproductions" if reproductions else "")
+    which = f" ({'; '.join(not_dp)})" if not_dp else ""
     return (f'<h2 id="ldp-examples">{heading}: what the released images look like</h2><p>The same test images '
             f"before (top row) and after each run's image mechanism{escape(which)}. Each run applied its mechanism "
             "to its training images only; test images are shown here so the report contains no training image. "
