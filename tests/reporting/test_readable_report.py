@@ -112,6 +112,36 @@ def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(sc
     assert "Over 2 seeds, at ε" in clinical and "on average" in clinical and "(seeds:" in clinical
 
 
+def test_a_run_that_is_not_dp_is_no_private_arm_and_its_reading_says_why(scored_run, scores, report_html):
+    """The opening table called a scalar_shift run a "private arm" and read "At not DP the model misses ...", a
+    reproducible-mode run "At ε 4 (...), not DP: seed known the model ..."; the summary said of the shift run "lower
+    than without privacy". Each not-DP row now names its run and its card's reason; a DP row reads "At ε ..."."""
+    from dpmed.mechanisms.cards import label_randomness
+
+    rng = np.random.default_rng(5)
+    shift = PrivacyCard(mechanism="scalar_shift", is_dp=False, statement="NOT DP: one Laplace shift per image")
+    seeded = scored_run("seeded_eps4_C1_seed0", "seeded", "dp_sgd", eps=4.0, scores=scores(0.5, rng))
+    records = [scored_run("np_seed0", "np", "none", scores=scores(0.9, rng)),
+               scored_run("shift_seed0", "shift", scores=scores(0.1, rng)).model_copy(
+                   update={"mechanism": "scalar_shift", "privacy": shift}),
+               seeded.model_copy(update={"privacy": label_randomness(seeded.privacy, "reproducible")}),
+               scored_run("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0, scores=scores(0.6, rng))]
+    html = report_html(records)
+    clinical = _section(html, "clinical")
+    assert "private arm" not in clinical and "At not DP" not in clinical
+    readings = dict(re.findall(r'<tr><td data-label="[^"]+">([^<]+)<br>.*?<td data-label="reading">([^<]+)',
+                               clinical))
+    assert set(readings) == {"shift", "seeded_eps4_C1", "dp_eps8_C1"}
+    for label, reason in (("shift", "reproduces"), ("seeded_eps4_C1", "published study seed")):
+        assert readings[label].startswith(f"{label}, which is not DP because"), readings[label]
+        assert reason in readings[label] and "without privacy" not in readings[label]
+    assert "published study seed" not in readings["shift"] and "reproduces" not in readings["seeded_eps4_C1"]
+    assert readings["dp_eps8_C1"].startswith("At ε") and "not DP" not in readings["dp_eps8_C1"]
+    summary = {line.split(" ", 1)[0]: line for line in re.findall(r"<li>(.*?)</li>", _section(html, "summary"))}
+    assert "lower than" in summary["shift_seed0"]           # its paired interval lies below 0
+    assert "without privacy" not in summary["shift_seed0"] and "not DP because" in summary["shift_seed0"]
+
+
 # ------------------------------------------------------------------------------------------------- fairness, p
 
 

@@ -1,6 +1,7 @@
 """The table the report opens with: what each private arm costs, in the terms a clinician reads.
 
-AUROC alone does not say how many patients a model misses. Per private arm this section shows the change in AUROC,
+AUROC alone does not say how many patients a model misses. Per compared arm (a private one, or a not-DP one such as
+a reproduction of a flawed mechanism, named as not DP with its card's reason) this section shows the change in AUROC,
 in sensitivity (cases of the positive class found, named: in some public binary sets class 1 is "benign" or
 "normal") and in specificity, each against the non-private run **of the same seed**, with the paired bootstrap
 intervals of `dpmed.comparisons` (each model deciding at its own threshold chosen on the validation split), and one
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary
 from dpmed.records import RunRecord
-from dpmed.reporting.inputs import ReportInputs, eps_label, escape, estimate_text
+from dpmed.reporting.inputs import ReportInputs, eps_label, escape, estimate_text, not_dp_text
 
 __all__ = ["clinical", "case_sentence", "flag_html"]
 
@@ -59,24 +60,33 @@ def _range(low: float, high: float, more: str, fewer: str) -> str:
     return f"{_count(a, more, fewer)} to {_count(b, more, fewer)}"
 
 
-def _about(x: float, what: str, more: str, fewer: str, tail: str) -> str:
+def _about(x: float, what: str, more: str, fewer: str, tail: str, baseline: str | None = None) -> str:
+    """``baseline``: what the change is against, said where the subject is not a privacy level ("the non-private
+    run"); None: "without privacy", and "more" needs no "than"."""
     k = round(x)
     if k == 0:
-        return f"{what} about as many {tail} as without privacy"
-    return f"{what} about {abs(k)} {more if k > 0 else fewer} of every 100 {tail}"
+        return f"{what} about as many {tail} as {baseline or 'without privacy'}"
+    return f"{what} about {abs(k)} {more if k > 0 else fewer} of every 100 {tail}" + (f" than {baseline}"
+                                                                                     if baseline else "")
 
 
 def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: str | None, level: str,
-                  single: Difference | None = None, seeds: ValueSummary | None = None) -> str:
+                  single: Difference | None = None, seeds: ValueSummary | None = None,
+                  not_dp: tuple[str, str] | None = None) -> str:
     """One sentence: what the arm at ``privacy`` changes, in cases per 100. ``single``: one seed's paired
-    differences (with their intervals); ``seeds``: the mean over several seeds (with the seeds' spread)."""
+    differences (with their intervals); ``seeds``: the mean over several seeds (with the seeds' spread).
+    ``not_dp``: (the arm's name, why it is not DP) for an arm whose privacy is no ε: the sentence is then about
+    that arm against the non-private run ("shift_b1, which is not DP because ..., misses ..."), not "at" a level
+    of privacy."""
+    subject = f"at {privacy} the model" if not_dp is None else f"{not_dp[0]}, which is {not_dp[1]},"
+    baseline = None if not_dp is None else "the non-private run"
     if single is not None:
         sens, spec, acc = single.sensitivity_difference, single.specificity_difference, single.accuracy_difference
-        lead, avg = f"At {privacy} the model", ""
+        lead, avg = (f"At {privacy} the model" if not_dp is None else subject), ""
     else:
         assert seeds is not None
         sens, spec, acc = seeds.sensitivity_difference, seeds.specificity_difference, seeds.accuracy_difference
-        lead, avg = f"Over {len(seeds.seeds)} seeds, at {privacy} the model", " on average"
+        lead, avg = f"Over {len(seeds.seeds)} seeds, {subject}", " on average"
 
     def interval(d, more, fewer) -> str:
         if single is not None and d.low is not None:      # missed = -sensitivity: the interval flips
@@ -91,19 +101,19 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
     pos = positive or "positive"
     neg = negative or "negative"
     if kind == "binary" and sens is not None and spec is not None and mean(sens) is not None:
-        missed = _about(-100 * mean(sens), f"misses{avg}", "more", "fewer", f"{pos} cases")
-        alarms = _about(-100 * mean(spec), f"wrongly flags{avg}", "more", "fewer", f"{neg} cases as {pos}")
+        missed = _about(-100 * mean(sens), f"misses{avg}", "more", "fewer", f"{pos} cases", baseline)
+        alarms = _about(-100 * mean(spec), f"wrongly flags{avg}", "more", "fewer", f"{neg} cases as {pos}", baseline)
         return (f"{lead} {missed}{interval(sens, 'more', 'fewer')} and {alarms}"
                 f"{interval(spec, 'more', 'fewer')}.")
     if acc is not None and mean(acc) is not None:
         unit = "findings" if kind == "multilabel" else "test images"
         how = " (argmax)" if kind == "multiclass" else ""
-        wrong = _about(-100 * mean(acc), f"gets{avg}", "more wrong", "fewer wrong", f"{unit}{how}")
+        wrong = _about(-100 * mean(acc), f"gets{avg}", "more wrong", "fewer wrong", f"{unit}{how}", baseline)
         return f"{lead} {wrong}{interval(acc, 'more', 'fewer')}."
     auroc = single.auroc_difference.value if single is not None else seeds.auroc_difference.mean
     if auroc is None:
         return f"{lead} has no defined AUROC change."
-    return f"{lead} changes the test AUROC by{avg} {auroc:+.3f}."
+    return f"{lead} changes the test AUROC by{avg} {auroc:+.3f}" + (f" against {baseline}." if baseline else ".")
 
 
 def flag_html(inputs: ReportInputs, run_ids: list[str]) -> str:
@@ -173,7 +183,12 @@ def clinical(inputs: ReportInputs) -> str:
     records = {r.run_id: r for r in inputs.records}
     kind, pos, neg = data.task, data.positive_class, data.negative_class
     pos_text, neg_text = pos or "positive", neg or "negative"
-    head = '<h2 id="clinical">What each private arm costs, in cases</h2>'
+    # an arm that is not DP (a reproduction of a flawed mechanism, shuffled batches, a published seed) is compared
+    # too, but it is no private arm: the table then speaks of compared arms, and each such row says why
+    why_not = {value.label: not_dp_text(records[value.run_ids[0]].privacy)
+               for value in comparisons.by_value if value.run_ids and value.run_ids[0] in records}
+    arm = "private arm" if not any(why_not.values()) else "compared arm"
+    head = f'<h2 id="clinical">What each {arm} costs, in cases</h2>'
     if not comparisons.by_value:
         why = "; ".join(comparisons.notes) or "no private run has a non-private run of its seed to pair with"
         return (f"{head}<p>No paired comparison with a non-private run of the same seed ({escape(why)}), so the "
@@ -187,8 +202,9 @@ def clinical(inputs: ReportInputs) -> str:
             continue
         privacy = eps_label(records[members[0].run_id].privacy)
         single = members[0] if len(members) == 1 else None
+        not_dp = None if why_not.get(value.label) is None else (value.label, why_not[value.label])
         sentence = case_sentence(privacy=privacy, kind=kind, positive=pos, negative=neg, level=level,
-                                 single=single, seeds=None if single else value)
+                                 single=single, seeds=None if single else value, not_dp=not_dp)
         names = ["auroc_difference"] + (["sensitivity_difference", "specificity_difference"] if kind == "binary"
                                         else ["accuracy_difference"])
         if single is not None:
@@ -196,7 +212,7 @@ def clinical(inputs: ReportInputs) -> str:
         else:
             cells = [_seeds_cell(getattr(value, n), cases=n != "auroc_difference") for n in names]
         seeds = ", ".join(str(s) for s in value.seeds)
-        rows.append(f'<tr><td data-label="private arm">{escape(value.label)}<br><small>seed'
+        rows.append(f'<tr><td data-label="{arm}">{escape(value.label)}<br><small>seed'
                     f"{'s' if len(value.seeds) > 1 else ''} {seeds}</small></td>"
                     f'<td data-label="privacy">{escape(privacy)}</td>'
                     + "".join(f'<td class=num data-label="{escape(c)}">{cell}</td>' for c, cell in zip(columns, cells))
@@ -213,18 +229,18 @@ def clinical(inputs: ReportInputs) -> str:
                    "validation split (Youden's J).")
     references = list(dict.fromkeys(d.reference_run for d in comparisons.auroc_differences))
     several = any(len(v.seeds) > 1 for v in comparisons.by_value)
-    pairing = (f"Each change is that private run minus the non-private run of its seed on the same {data.n_test} "
+    pairing = (f"Each change is that run minus the non-private run of its seed on the same {data.n_test} "
                f"test images, with a {level} paired bootstrap interval (the same redraws for both)."
                if not several else
-               "Each seed's private run is paired with the non-private run of the same seed; a row gives the mean "
+               "Each seed's run is paired with the non-private run of the same seed; a row gives the mean "
                "of those paired changes over seeds and the seeds' range (training randomness, which the test-set "
-               "bootstrap does not see). Each seed's own paired interval is in the section 'Private against "
-               "non-private'.")
+               "bootstrap does not see). Each seed's own paired interval is in the section 'Against the "
+               "non-private run, with intervals'.")
     example = (f"-12 per 100 in sensitivity means about 12 more missed of every 100 {escape(pos_text)} cases"
                if kind == "binary" else "-5 per 100 in accuracy means about 5 more wrong of every 100")
     return (f"{head}<p>{pairing} {meaning} Positive changes are better, negative worse: {example}.</p>"
             f"{_reference_line(inputs, records, references)}"
             + (_shift_line(records, pos_text, neg_text, level) if kind == "binary" else "") +
-            '<table class="clinical stack"><tr><th>private arm</th><th>privacy</th>'
+            f'<table class="clinical stack"><tr><th>{arm}</th><th>privacy</th>'
             + "".join(f"<th>{escape(c)}</th>" for c in columns)
             + f"<th>reading</th></tr>{''.join(rows)}</table>")

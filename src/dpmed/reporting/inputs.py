@@ -164,9 +164,7 @@ def not_dp_reasons(card: PrivacyCard) -> list[str]:
         reasons.append("it trained on shuffled fixed-size batches, which its accountant (it assumes Poisson "
                        "sampling) does not cover")
     if card.randomness == NOT_DP_REPRODUCIBLE:
-        reasons.append("its privacy randomness derives from the published study seed (reproducible mode)"
-                       + (", so its ε holds only against someone who does not know the seed"
-                          if card.epsilon is not None else ""))
+        reasons.append("its privacy randomness derives from the published study seed (reproducible mode)")
     return reasons
 
 

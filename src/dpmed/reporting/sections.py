@@ -49,8 +49,9 @@ def _measured(inputs: ReportInputs) -> str:
 
 
 def _reading(inputs: ReportInputs) -> str:
-    """A plain-language summary of the trade-off, from the numbers alone: every private run against the
-    non-private run of its own seed (paired where predictions allow, never against a mean over seeds)."""
+    """A plain-language summary of the trade-off, from the numbers alone: every other run against the
+    non-private run of its own seed (paired where predictions allow, never against a mean over seeds); a run that
+    is not DP says why, from its card."""
     records, level = inputs.records, inputs.level
     references = {}
     for r in records:
@@ -68,7 +69,14 @@ def _reading(inputs: ReportInputs) -> str:
         if r.mechanism == "none":
             continue
         e = r.estimate("test_auroc")
-        head = f"{escape(r.run_id)} ({escape(eps_label(r.privacy))})"
+        why = not_dp_text(r.privacy)      # a not-DP run says why, and is not said to be "with privacy"
+        if why is None:
+            head = f"{escape(r.run_id)} ({escape(eps_label(r.privacy))})"
+        else:                             # a reproducible-mode run's accounted eps, after why it does not hold
+            accounted = ("" if r.privacy.epsilon is None else
+                         f"; as accounted: {eps_label(r.privacy.model_copy(update={'is_dp': True}))}")
+            head = f"{escape(r.run_id)} ({escape(why + accounted)})"
+        than = "without privacy" if why is None else "the non-private run"
         if e.value is None:
             parts.append(f"{head}: test AUROC undefined (one class only among its scores or labels).")
             continue
@@ -77,7 +85,7 @@ def _reading(inputs: ReportInputs) -> str:
         if d is not None and d.auroc_difference.value is not None:
             a = d.auroc_difference
             if a.low is not None and a.high < 0:
-                verdict = "the paired interval of the difference lies below 0: lower than without privacy"
+                verdict = f"the paired interval of the difference lies below 0: lower than {than}"
             elif a.low is not None and a.low > 0:
                 verdict = "the paired interval of the difference lies above 0"
             else:

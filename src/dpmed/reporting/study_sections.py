@@ -283,7 +283,7 @@ def comparison_section(inputs: ReportInputs) -> str:
         floor_text = ("" if floor is None else
                       f" With {comparisons.n_resamples} redraws the smallest p-value the bootstrap can give is "
                       f"{floor:.2g} (2 / (R + 1)); a difference that no redraw crossed is shown as p ≤ {floor:.2g}.")
-        parts.append(f"<p>Each private run minus the non-private run of the same seed, paired bootstrap over the same "
+        parts.append(f"<p>Each run minus the non-private run of the same seed, paired bootstrap over the same "
                      f"test redraws [{level} CI], with a two-sided bootstrap p-value; {decided}. The interval of a "
                      "difference is what "
                      f"says whether two arms differ; overlapping per-arm intervals do not.{floor_text}</p>"
@@ -311,4 +311,4 @@ def comparison_section(inputs: ReportInputs) -> str:
         parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in comparisons.notes) + "</ul>")
     if not parts:
         return ""
-    return f'<h2 id="comparisons">Private against non-private, with intervals</h2>{"".join(parts)}'
+    return f'<h2 id="comparisons">Against the non-private run, with intervals</h2>{"".join(parts)}'
