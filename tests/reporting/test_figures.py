@@ -3,6 +3,8 @@ is named (the runs, the non-private band, the chance line)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -58,3 +60,30 @@ def test_one_kind_of_eps_is_one_panel_and_a_run_below_chance_is_shown(records, m
     bottom, top = auroc_figure(below).axes[0].get_ylim()
     assert bottom == pytest.approx(0.29) and top == 1.01
     assert auroc_figure(only_dp).axes[0].get_ylim() == (0.4, 1.01)
+
+
+def test_the_dp_sgd_axis_names_the_unit_each_arm_uses_where_they_differ(records):
+    """Arms at one patient and at one image shared an axis labelled "add or remove one patient or image"."""
+    image = records[3]
+    patient = records[2].model_copy(update={"arm": "dp-patient",
+                                            "privacy": records[2].privacy.model_copy(update={"unit": "patient"})})
+    for narrow in (False, True):
+        label = " ".join(auroc_figure([records[0], patient, image], narrow=narrow).axes[0].get_xlabel().split())
+        said = {unit: set(arms.split(", ")) for unit, arms in re.findall(r"one (patient|image) \(([^()]*)\)", label)}
+        assert said == {"patient": {"dp-patient"}, "image": {"dp-sgd"}}, label
+
+
+def test_the_report_names_the_runs_the_figure_leaves_out_and_why(records, make_record, report_html):
+    """A run with no eps (a flawed mechanism's reproduction, shuffled batches) was dropped from the figure unsaid."""
+    shift = PrivacyCard(mechanism="scalar_shift", is_dp=False, statement="NOT DP: one Laplace shift per image")
+    shuffled = PrivacyCard(mechanism="dp_sgd", is_dp=False, statement="NOT DP: shuffled batches", delta=1e-5,
+                           accountant="pld", unit="image", epsilon_if_poisson=8.0, sampling="shuffle")
+    extra = [make_record("shift_b1_seed0", "shift", metrics=_metrics(0.7, 0.6, 0.8)).model_copy(
+                 update={"mechanism": "scalar_shift", "privacy": shift}),
+             make_record("shuffled_eps8_C1_seed0", "shuffled", "dp_sgd", eps=8.0, metrics=_metrics(0.8, 0.7, 0.9))
+             .model_copy(update={"privacy": shuffled})]
+    html = report_html(records + extra)
+    caption = re.sub(r"<[^>]+>", "", html.split('id="utility"')[1].split("</figure>")[0].split("<figcaption>")[1])
+    named = set(re.findall(r"(\S+_seed0) \(", caption))
+    assert named == {"shift_b1_seed0", "shuffled_eps8_C1_seed0"}      # the plotted runs are not among them
+    assert "reproduces" in caption and "shuffled" in caption and "not DP" in caption

@@ -20,7 +20,7 @@ from matplotlib.ticker import LogLocator, NullFormatter
 from dpmed.records import RunRecord
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
-           "run_label", "image_rows", "plot_interval"]
+           "run_label", "image_rows", "plot_interval", "plotted"]
 
 # Type sizes in points, per layout: (dpi, text). Narrow figures are 3.9 in wide at 200 dpi (780 px) and shown at
 # 358 CSS px, so 11 pt is 11 * 200 / 72 * 358 / 780 = 14 CSS px; wide ones are shown at about their own size.
@@ -68,8 +68,15 @@ class _Panel:
 
 
 def _unit(records: list[RunRecord]) -> str:
-    units = {r.privacy.unit for r in records if r.mechanism == "dp_sgd"}
-    return f"one {units.pop()}" if len(units) == 1 else "one patient or image"
+    """What the DP-SGD panel's neighbours add or remove: "one patient"; where its arms differ, each unit with the
+    arms that use it ("one patient (dp-patient) or one image (dp-image)")."""
+    arms: dict[str, list[str]] = {}
+    for r in records:
+        if _is_central(r) and r.arm not in arms.setdefault(r.privacy.unit or "unit", []):
+            arms[r.privacy.unit or "unit"].append(r.arm)
+    if len(arms) <= 1:
+        return f"one {next(iter(arms), 'patient or image')}"
+    return " or ".join(f"one {unit} ({', '.join(names)})" for unit, names in arms.items())
 
 
 def _terms(records: list[RunRecord]) -> str:
@@ -89,6 +96,13 @@ def _is_local(r: RunRecord) -> bool:
 
 def _is_central(r: RunRecord) -> bool:
     return r.mechanism == "dp_sgd" and r.privacy.epsilon is not None
+
+
+def plotted(r: RunRecord) -> bool:
+    """Whether :func:`auroc_figure` draws this run as a point: it has an eps (one that holds, or a reproducible-mode
+    run's accounted one, labelled not DP) and a defined AUROC. The non-private runs are its line and band; the
+    others (no eps at all: a flawed mechanism's reproduction, shuffled batches) are in no panel."""
+    return (_is_local(r) or _is_central(r)) and r.estimate("test_auroc").value is not None
 
 
 def _panels(records: list[RunRecord]) -> list[_Panel]:
@@ -163,7 +177,11 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
             ax.text(0.5, 0.3, "no run of this kind", transform=ax.transAxes, ha="center", fontsize=size - 1,
                     color="grey")
         ax.set_title(panel.title, fontsize=size + 1)
-        ax.set_xlabel(panel.xlabel, fontsize=size)
+        # wrapped at about the panel's width in characters: a phone's label, or one naming several units' arms,
+        # would outgrow it
+        width = int((fig.get_figwidth() if narrow else fig.get_figwidth() / n) * 72 / (0.6 * size))
+        ax.set_xlabel(textwrap.fill(panel.xlabel, width, break_long_words=False, break_on_hyphens=False),
+                      fontsize=size)
         ax.tick_params(labelsize=size - 1)
         ax.grid(alpha=0.3, which="major")
     axes[0].set_ylabel("test AUROC", fontsize=size)

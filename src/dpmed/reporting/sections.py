@@ -12,7 +12,7 @@ import yaml
 
 from dpmed.records import DatasetSummary, RunRecord
 from dpmed.reporting.clinical import flag_html
-from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples
+from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples, plotted
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, embed_figure, eps_label, escape,
                                     estimate_text, is_reproduction, not_dp_text, number_text, p_text, stacked)
 
@@ -152,6 +152,24 @@ def _metric_columns(inputs: ReportInputs) -> list[tuple[str, str]]:
     return [(m, head) for m, head in columns if any(m in r.metrics for r in inputs.records)]
 
 
+def _left_out(inputs: ReportInputs) -> str:
+    """The caption that names the runs the AUROC-versus-eps figure has no point for, and why: no eps to place them
+    at (not DP, with the card's reason), or an undefined AUROC. The non-private runs are its line and band."""
+    no_eps, undefined = [], []
+    for r in inputs.records:
+        if r.mechanism == "none" or plotted(r):
+            continue
+        if r.estimate("test_auroc").value is None:
+            undefined.append(escape(r.run_id))
+        else:
+            no_eps.append(f"{escape(r.run_id)} ({escape(not_dp_text(r.privacy) or 'no ε on its card')})")
+    parts = ([f"runs with no ε to place them at: {'; '.join(no_eps)}"] if no_eps else []) + \
+        ([f"runs whose test AUROC is undefined: {', '.join(undefined)}"] if undefined else [])
+    if not parts:
+        return ""
+    return f"<figcaption>Not in the figure (the table below has them): {'. And '.join(parts)}.</figcaption>"
+
+
 def utility(inputs: ReportInputs) -> str:
     figure = embed_figure(auroc_versus_epsilon(inputs.records), auroc_versus_epsilon(inputs.records, narrow=True),
                           inputs.folder.root / "auroc_vs_epsilon.png", "test AUROC versus epsilon")
@@ -173,7 +191,7 @@ def utility(inputs: ReportInputs) -> str:
             and any(r.mechanism == "dp_sgd" for r in inputs.records) else "")
     table = stacked(f"<table><tr><th>run</th><th>mechanism</th><th>eps</th>"
                     f"{''.join(f'<th>{head}</th>' for _, head in columns)}<th>training seconds</th></tr>{rows}</table>")
-    return (f'<h2 id="utility">Utility</h2><figure>{figure}</figure>{note}{table}'
+    return (f'<h2 id="utility">Utility</h2><figure>{figure}{_left_out(inputs)}</figure>{note}{table}'
             f"{flag_html(inputs, [r.run_id for r in inputs.records])}")
 
 
