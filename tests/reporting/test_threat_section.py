@@ -77,8 +77,8 @@ def test_threat_section_follows_the_bounds_with_the_attack_rate_per_attacked_run
     section = _section(html, "threat")
     rows = re.findall(r"<tr><td data-label[^>]*>([^<]+)</td>", section)
     assert rows == ["dp_eps1_C1_seed0", "dp_eps1e+06_C1_seed0"]                    # attacked runs only
-    text = _text(section)
-    for shown in ("1.2%", "0.46%", "0.0% [0.0%, 5.6%]", "0 of 64 images", "25.0% [15.0%, 37.0%]", "16 of 64",
+    text = _text(section)                           # the worst-case bound 1.23 % is shown rounded up, as eps is
+    for shown in ("1.3%", "0.46%", "0.0% [0.0%, 5.6%]", "0 of 64 images", "25.0% [15.0%, 37.0%]", "16 of 64",
                   "100.0%", "0.810 [0.740, 0.880]"):
         assert shown in text, shown
     assert "ε 990,000 (δ 1e‑5, PLD, add/remove one image)" in text                  # the report's eps labels
@@ -156,9 +156,33 @@ def test_small_bounds_keep_two_significant_figures():
     which reads as no risk at all."""
     from dpmed.reporting.threat_section import _percent
 
-    assert _percent(0.0005624) == "0.056%" and _percent(0.0002956) == "0.03%"
+    assert _percent(0.0005624) == "0.057%" and _percent(0.0002956) == "0.03%"     # bounds: rounded up
     assert _percent(0.0179) == "1.8%" and _percent(1.0) == "100.0%" and _percent(0.0) == "0.0%"
     assert _percent(None) == "–"
+
+
+def test_every_bound_the_report_shows_is_rounded_up_never_below_the_bound(tmp_path, make_record, make_resolved):
+    """Upper bounds were rounded to nearest (0.0031425 shown as 0.314 %) while eps is rounded up: a bound shown
+    shorter looked smaller than it is. Each shown bound is at least the bound and less than one shown unit above."""
+    risk = _risk(0.0031425, 0.0012341).model_copy(update={"tpr_at_fpr": {"0.001": 0.0012341, "0.01": 0.0123412}})
+    records = [make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0).model_copy(
+                   update={"reconstruction": risk, "attack": _attack(0.0, 0.0, 0.056, 0)}),
+               make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0).model_copy(
+                   update={"reconstruction": _risk(0.0005624, 0.0179)})]
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(records), records)
+    html = folder.report.read_text()
+    truths = [(0.0031425, 0.0012341, 0.0012341, 0.0123412), (0.0005624, 0.0179, 0.01)]
+    risk_rows = re.findall(r"<tr><td[^>]*>dp_eps\d_C1_seed0</td>(.*?)</tr>", _section(html, "risk"), flags=re.S)
+    threat_rows = re.findall(r"<tr><td[^>]*>dp_eps1_C1_seed0</td>(.*?)</tr>", _section(html, "threat"), flags=re.S)
+    shown = [(re.findall(r"([\d.]+)%", _text(row))[:4], truth) for row, truth in zip(risk_rows, truths)]
+    shown.append((re.findall(r"([\d.]+)%", _text(threat_rows[0]))[:2], truths[0][:2]))
+    assert len(shown) == 3
+    for cells, truth in shown:
+        assert len(cells) == len(truth)
+        for text, bound in zip(cells, truth):
+            unit = 10.0 ** -len(text.partition(".")[2])
+            assert bound <= float(text) / 100 < bound + unit / 100, (text, bound)
 
 
 def test_attack_above_the_run_bound_is_shown_against_the_attacked_steps_bound(tmp_path, make_record, make_resolved):

@@ -20,7 +20,7 @@ from dpmed.records import Estimate, ResolvedStudy, RunRecord
 
 __all__ = ["ReportInputs", "escape", "estimate_text", "embed_png", "embed_figure", "number_text", "p_text", "cite",
            "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction", "not_dp_reasons",
-           "not_dp_text", "accountant_name", "stacked"]
+           "not_dp_text", "accountant_name", "stacked", "bound_percent"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -105,6 +105,16 @@ def number_text(value: Any, digits: int = 3, *, up: bool = False) -> str:
     mantissa, exponent = f"{mantissa_value:.{digits - 1}e}".split("e")
     mantissa = mantissa.rstrip("0").rstrip(".")
     return f"{mantissa}e{int(exponent)}"
+
+
+def bound_percent(value: float | None, decimals: int) -> str:
+    """An upper bound on a probability (a reconstruction or membership-inference bound) as a percentage with
+    ``decimals`` decimals, rounded up as eps is: a bound shown shorter must never look smaller than it is (0.0031425
+    -> "0.315%" at 3, not "0.314%"). "–" where there is none."""
+    if value is None:
+        return "–"
+    scale = 10.0 ** decimals
+    return f"{_ceil(100 * value * scale) / scale:.{decimals}f}%"
 
 
 def accountant_name(accountant: str | None) -> str:

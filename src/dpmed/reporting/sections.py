@@ -13,8 +13,8 @@ import yaml
 from dpmed.records import DatasetSummary, RunRecord
 from dpmed.reporting.clinical import flag_html
 from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples, plotted
-from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, embed_figure, eps_label, escape,
-                                    estimate_text, is_reproduction, not_dp_text, number_text, p_text, stacked)
+from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, bound_percent, embed_figure, eps_label,
+                                    escape, estimate_text, is_reproduction, not_dp_text, number_text, p_text, stacked)
 
 __all__ = ["summary", "utility", "privacy_cards", "study_privacy", "reconstruction_risk", "ldp_examples_section",
            "provenance", "decision_rule", "statement_text"]
@@ -307,10 +307,10 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
         return ""
     rows = "".join(
         f"<tr><td>{escape(r.run_id)}</td><td>{escape(eps_label(r.privacy))}</td>"
-        f"<td class=num>{r.reconstruction.kappa:.3g}</td><td class=num>{r.reconstruction.worst_case:.3%}</td>"
-        f"<td class=num>{r.reconstruction.relaxed:.3%}</td>"
-        f"<td class=num>{r.reconstruction.tpr_at_fpr.get('0.001', 0):.2%}</td>"
-        f"<td class=num>{r.reconstruction.tpr_at_fpr.get('0.01', 0):.2%}</td></tr>" for r in runs)
+        f"<td class=num>{r.reconstruction.kappa:.3g}</td><td class=num>{bound_percent(r.reconstruction.worst_case, 3)}"
+        f"</td><td class=num>{bound_percent(r.reconstruction.relaxed, 3)}</td>"     # upper bounds: rounded up
+        f"<td class=num>{bound_percent(r.reconstruction.tpr_at_fpr.get('0.001'), 2)}</td>"
+        f"<td class=num>{bound_percent(r.reconstruction.tpr_at_fpr.get('0.01'), 2)}</td></tr>" for r in runs)
     return ('<h2 id="risk">Reconstruction risk</h2><p>Upper bounds on the success probability of an informed attacker '
             "reconstructing one training record (an image, or a patient where the card's unit is the patient; worst "
             "case, and relaxed: gradient sign unknown), and the best possible membership-inference TPR at a fixed "

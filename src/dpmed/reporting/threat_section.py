@@ -17,7 +17,8 @@ from matplotlib.figure import Figure
 
 from dpmed import accounting
 from dpmed.records import RunRecord
-from dpmed.reporting.inputs import ReportInputs, eps_label, escape, estimate_text, stacked
+from dpmed.reporting.inputs import (ReportInputs, bound_percent, eps_label, escape, estimate_text, number_text,
+                                    stacked)
 
 __all__ = ["threat_section", "reconstructions_figure", "attack_label", "ATTACK_IMAGE_KEYS"]
 
@@ -26,13 +27,14 @@ ATTACK_IMAGE_KEYS = ("originals", "reconstructions", "ssim")
 
 
 def _percent(value: float | None) -> str:
-    """A bound as a percentage with two significant figures below 1 % (eps 1's 0.056 % is not "0.1%", and 0.030 %
-    is not "0.0%", which reads as no risk at all), one decimal above."""
+    """A bound as a percentage with two significant figures below 1 % (eps 1's 0.05624 % is not "0.1%", and 0.030 %
+    is not "0.0%", which reads as no risk at all), one decimal above; rounded up, as eps is: an upper bound shown
+    shorter never looks smaller than it is (0.05624 % -> "0.057%")."""
     if value is None:
         return "–"
     if 0 < value < 0.01:
-        return f"{100 * value:.2g}%"
-    return f"{value:.1%}"
+        return f"{number_text(100 * value, 2, up=True)}%"
+    return bound_percent(value, 1)
 
 
 def _step_bound(r: RunRecord) -> float | None:
