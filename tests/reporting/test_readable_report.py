@@ -183,6 +183,33 @@ def test_each_small_group_warning_names_exactly_the_runs_it_holds_for(scored_run
     assert stated == expected
 
 
+def test_an_interval_wholly_beside_its_point_is_explained_where_one_is_shown(two_arms, report_html):
+    """A percentile interval need not contain its point (equalised odds "0.275 [0.286, 1.000]"): unexplained, it
+    reads as an error. The note appears for an attribute exactly where one of its shown intervals is such a case."""
+    import copy
+
+    def outside(est) -> bool:
+        return bool(est) and None not in (est.get("low"), est.get("value")) and not est["low"] <= est["value"] <= \
+            est["high"]
+
+    def cases(records, attribute) -> bool:
+        entries = [r.fairness["attributes"][attribute] for r in records]
+        return any(outside(e.get(key)) for e in entries
+                   for key in ("worst_group_auroc", "demographic_parity_difference", "equalized_odds_difference")) \
+            or any(outside(g.get(m)) for e in entries for g in e["groups"].values()
+                   for m in ("auroc", "accuracy_parity_difference"))
+
+    fairness = copy.deepcopy(two_arms[1].fairness)
+    fairness["attributes"]["sex"]["equalized_odds_difference"] = {"value": 0.275, "low": 0.286, "high": 1.0}
+    edited = [two_arms[0], two_arms[1].model_copy(update={"fairness": fairness})]
+    for records in (two_arms, edited):
+        section = _section(report_html(records), "fairness")
+        for attribute in ("sex", "age"):
+            part = section.split(f"<h3>By {attribute}</h3>")[1].split("<h3>")[0]
+            assert ("wholly on one side of" in part) == cases(records, attribute), attribute
+    assert cases(edited, "sex")
+
+
 def test_p_values_at_the_bootstrap_floor_print_as_at_most(scored_run, scores, report_html):
     names = ["normal", "pneumonia"]
     rng = np.random.default_rng(3)

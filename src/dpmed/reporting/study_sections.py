@@ -132,7 +132,34 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
             f"of Tayebi Arasteh, Ziller et al. 2023, which compares accuracy), and over the groups fairlearn's "
             f"demographic parity difference and equalised odds difference:</p>"
             + stacked(f"<table><tr><th>run</th>{head}<th>demographic parity diff.</th><th>equalised odds diff.</th>"
-                      f"</tr>{parity_rows}</table>"))
+                      f"</tr>{parity_rows}</table>")
+            + _outside_note(runs, entries, groups, level))
+
+
+def _outside_note(runs: list[RunRecord], entries: list[dict], groups: list[str], level: str) -> str:
+    """A note where some interval of the attribute's tables lies wholly on one side of its point (equalised odds
+    0.275 [0.286, 1.000]), which reads as an error but is what a percentile bootstrap of such statistics does."""
+    def outside(est: dict | None) -> bool:
+        value, low, high = ((est or {}).get(k) for k in ("value", "low", "high"))
+        return None not in (value, low, high) and not low <= value <= high
+
+    shown = [(f"{g} AUROC", lambda e, g=g: e["groups"].get(g, {}).get("auroc")) for g in groups]
+    shown += [("worst-group AUROC", lambda e: e.get("worst_group_auroc")),
+              ("demographic parity difference", lambda e: e.get("demographic_parity_difference")),
+              ("equalised odds difference", lambda e: e.get("equalized_odds_difference"))]
+    shown += [(f"{g} accuracy parity difference",
+               lambda e, g=g: e["groups"].get(g, {}).get("accuracy_parity_difference")) for g in groups]
+    cases = [(r.run_id, what, get(e)) for r, e in zip(runs, entries) for what, get in shown if outside(get(e))]
+    if not cases:
+        return ""
+    run_id, what, est = cases[0]
+    several = len(cases) > 1
+    return (f"<p>{len(cases)} interval{'s' if several else ''} in these tables lie{'' if several else 's'} wholly on "
+            f"one side of {'their points' if several else 'its point'} (e.g. {_e(run_id)}'s {_e(what)} "
+            f"{_est(est)}). A percentile interval is the middle {level} of the redraws' values, not a band around the "
+            "point. Each redraw's noise pushes a minimum over the groups (the worst group) down and a largest minus "
+            "smallest (the two differences over the groups) up, and a small group's value moves in large steps, so "
+            "the redraws can all fall on one side of the value on the whole test set.</p>")
 
 
 def fairness_section(inputs: ReportInputs) -> str:
