@@ -79,7 +79,7 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
     that arm against the non-private run ("shift_b1, which is not DP because ..., misses ..."), not "at" a level
     of privacy."""
     subject = f"at {privacy} the model" if not_dp is None else f"{not_dp[0]}, which is {not_dp[1]},"
-    baseline = None if not_dp is None else "the non-private run"
+    baseline = None if not_dp is None else "the non-private run" if single is not None else "its seed's non-private run"
     if single is not None:
         sens, spec, acc = single.sensitivity_difference, single.specificity_difference, single.accuracy_difference
         lead, avg = (f"At {privacy} the model" if not_dp is None else subject), ""
