@@ -142,3 +142,22 @@ def test_an_eps_beyond_the_accountants_reach_is_said_in_the_runs_own_terms(capsy
     err = capsys.readouterr().err
     assert "the eps of 100 steps at --noise-multiplier 0.01, --sample-rate 0.5 at delta = 1e-05 lies above 500" in err
     assert "Event" not in err and "RDP estimate" in err
+
+
+@pytest.mark.parametrize("command", [["calibrate", "--target-epsilon", "1"], ["epsilon", "--noise-multiplier", "1"]])
+@pytest.mark.parametrize("delta", ["0.9", "0.025"])
+def test_a_delta_at_or_above_one_over_the_dataset_size_is_refused_as_dpmed_run_refuses_it(capsys, command, delta):
+    """Before: calibrate at N = 40 and delta = 0.9 printed "noise_multiplier = 0.000173258 (eps = 0 <= target 1)",
+    exit 0: noiseless training read as private."""
+    assert main(["privacy", *command, "--dataset-size", "40", "--batch-size", "20", "--epochs", "1",
+                 "--delta", delta]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dpmed: error: --delta {delta} is at or above 1/N = 1/40 = 0.025") and err.count("\n") == 1
+    assert "no eps means anything" in err and "Traceback" not in err
+    assert main(["privacy", *command, "--dataset-size", "40", "--batch-size", "20", "--epochs", "1",
+                 "--delta", "0.002"]) == 0
+
+
+def test_without_the_dataset_size_a_large_delta_is_not_judged_against_an_unknown_n(capsys):
+    assert main(["privacy", "epsilon", "--noise-multiplier", "1", "--sample-rate", "0.5", "--steps", "2",
+                 "--delta", "0.9"]) == 0

@@ -13,6 +13,7 @@ import re
 
 from dpmed import accounting
 from dpmed.errors import DpmedError
+from dpmed.mechanisms.base import refuse_vacuous_delta
 
 __all__ = ["privacy_parser", "privacy_command"]
 
@@ -68,6 +69,9 @@ def _schedule(args: argparse.Namespace) -> tuple[float, int, int | None]:
 
 def _delta(args: argparse.Namespace, n: int | None) -> float:
     if args.delta is not None:
+        if n is not None:   # as `dpmed run` refuses it; with --sample-rate alone N is not known here
+            refuse_vacuous_delta("--delta", args.delta, n, counted=f"the {n} training images of --dataset-size",
+                                 whole="publishing each training image whole")
         return args.delta
     if n is None:
         raise DpmedError("give --delta (or --dataset-size, for the default min(1e-5, 1/(10 N)))")
