@@ -161,3 +161,20 @@ def test_a_delta_at_or_above_one_over_the_dataset_size_is_refused_as_dpmed_run_r
 def test_without_the_dataset_size_a_large_delta_is_not_judged_against_an_unknown_n(capsys):
     assert main(["privacy", "epsilon", "--noise-multiplier", "1", "--sample-rate", "0.5", "--steps", "2",
                  "--delta", "0.9"]) == 0
+
+
+def test_below_pld_s_delta_floor_epsilon_names_the_floor_and_calibrate_falls_back_to_rdp(capsys):
+    """Before: epsilon said eps "lies above 500" (RDP: 2.6) and calibrate returned sigma = 766653, eps 0.0005 for a
+    target of 1, silently."""
+    setting = ["--sample-rate", "0.089", "--steps", "88", "--delta", "1e-15"]
+    assert main(["privacy", "epsilon", "--noise-multiplier", "3", *setting]) == 2
+    err = capsys.readouterr().err
+    assert "--accountant pld cannot resolve delta = 1e-15 after 88 steps" in err and "above 500" not in err
+    assert "use --accountant rdp" in err and err.count("\n") == 1
+    assert main(["privacy", "calibrate", "--target-epsilon", "1", *setting]) == 0
+    out = capsys.readouterr().out
+    sigma = float(re.search(r"noise_multiplier = ([0-9.e+-]+)", out).group(1))
+    assert "[rdp:" in out and "note: PLD cannot resolve delta below 1e-12 after 88 steps" in out
+    assert sigma == pytest.approx(accounting.noise_multiplier_for(target_epsilon=1, delta=1e-15, sample_rate=0.089,
+                                                                  steps=88, accountant="rdp"), rel=1e-5)
+    assert 0.99 < _eps(out) <= 1

@@ -177,7 +177,7 @@ def _privacy_calibrate(args: argparse.Namespace) -> int:
     q, steps, n = _schedule(args)
     delta = _delta(args, n)
     name, note = accounting.effective_accountant(args.accountant, target_epsilon=args.target_epsilon,
-                                                 noise=args.noise)
+                                                 noise=args.noise, delta=delta, steps=steps)
     sigma = accounting.noise_multiplier_for(target_epsilon=args.target_epsilon, delta=delta, sample_rate=q,
                                             steps=steps, accountant=name, noise=args.noise)
     eps = accounting.dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta,

@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from dp_accounting import dp_event
+from dp_accounting.privacy_accountant import NeighboringRelation
+from dp_accounting.rdp import rdp_privacy_accountant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -110,3 +113,36 @@ def test_search_never_returns_a_point_above_target_even_on_a_rough_curve(root, w
     lo, hi = _bracket(eps_at, target=1.0, x0=0.0, slope=-1.0, tol=tol)
     assert hi.x - lo.x <= tol
     assert eps_at(hi.sigma) <= 1.0 < eps_at(lo.sigma)
+
+
+def _rdp_epsilon_by_dp_accounting(sigma, q, steps, delta):
+    """dp_accounting's RDP accountant called directly, not through dpmed."""
+    accountant = rdp_privacy_accountant.RdpAccountant(neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE)
+    accountant.compose(dp_event.SelfComposedDpEvent(
+        dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps))
+    return accountant.get_epsilon(delta)
+
+
+def test_below_pld_s_delta_floor_calibration_refuses_pld_and_falls_back_to_rdp():
+    """Before: at delta = 1e-15 PLD calibration returned sigma = 766653 with eps 0.0005 for a target of 1 (PLD
+    returned inf, read as "above target", until a sigma where its tail mass rounded to exactly 1e-15). Now PLD is
+    refused for the real cause, the effective accountant falls back to RDP, and RDP's sigma is checked against
+    dp_accounting's RDP accountant directly: it meets the target and a slightly smaller one does not."""
+    q, steps, delta = 0.089, 88, 1e-15
+    with pytest.raises(ValueError, match=r"cannot resolve delta = 1e-15.*accountant 'rdp'.*at least 1e-12"):
+        noise_multiplier_for(target_epsilon=1.0, delta=delta, sample_rate=q, steps=steps, accountant="pld")
+    name, note = effective_accountant("pld", target_epsilon=1.0, delta=delta, steps=steps)
+    assert name == "rdp" and "cannot resolve delta below 1e-12" in note
+    assert effective_accountant("pld", target_epsilon=1.0, delta=1e-12, steps=steps) == ("pld", None)
+    assert effective_accountant("pld", target_epsilon=1.0, noise="laplace", delta=delta, steps=steps)[0] == "pure"
+    sigma = noise_multiplier_for(target_epsilon=1.0, delta=delta, sample_rate=q, steps=steps, accountant=name)
+    assert _rdp_epsilon_by_dp_accounting(sigma, q, steps, delta) <= 1.0
+    assert _rdp_epsilon_by_dp_accounting(sigma * (1 - 2 * RTOL), q, steps, delta) > 1.0
+    assert 5 < sigma < 10
+
+
+def test_calibration_never_returns_the_edge_of_what_the_accountant_resolves_as_an_answer():
+    """q = 0.5, T = 2, delta = 0.9: PLD resolves no eps below sigma ~ 1.7e-4 (inf) and gives 0 just above; the search
+    read inf as "above the target" and returned sigma = 1.7e-4 "(eps = 0 <= target 1)"."""
+    with pytest.raises(ValueError, match="stops resolving eps, not at the target"):
+        noise_multiplier_for(target_epsilon=1.0, delta=0.9, sample_rate=0.5, steps=2, accountant="pld")

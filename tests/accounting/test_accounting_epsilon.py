@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from dpmed.accounting import (ACCOUNTANTS, NEIGHBOUR_DP_SGD, PoissonGaussianEvent, accountant_info, default_delta,
                               describe_accountant, dp_sgd_epsilon)
+from dpmed.accounting.epsilon import _pld_epsilon, _rdp_epsilon
 
 GAUSSIAN = [a for a in ACCOUNTANTS if "gaussian" in accountant_info(a).noises]  # Laplace-only ones excluded
 
@@ -156,3 +157,31 @@ def test_default_delta(n, expected):
 def test_default_delta_rejects_impossible_sizes(n):
     with pytest.raises(ValueError, match="n_train"):
         default_delta(n)
+
+
+# PLD's floor on delta (see _PLD_MIN_DELTA in dpmed.accounting.epsilon): max(1e-12, 1e-15 T).
+
+def test_pld_below_its_delta_floor_is_refused_for_the_real_cause_not_as_an_eps_above_500():
+    """Before: at delta = 1e-15 dp_accounting's PLD returned inf (each composition moves up to 1e-15 of probability
+    to an infinite loss) and dpmed said the eps "lies above 500", while RDP gives 2.6."""
+    with pytest.raises(ValueError, match=r"cannot resolve delta = 1e-15 after 88 steps.*accountant 'rdp'") as error:
+        dp_sgd_epsilon(noise_multiplier=3.0, sample_rate=0.089, steps=88, delta=1e-15, accountant="pld")
+    assert "above 500" not in str(error.value)
+    assert dp_sgd_epsilon(noise_multiplier=3.0, sample_rate=0.089, steps=88, delta=1e-15,
+                          accountant="rdp") == pytest.approx(2.59, abs=0.01)
+    with pytest.raises(ValueError, match="accountant 'pure'"):   # Laplace noise: the pure bound needs no delta
+        dp_sgd_epsilon(noise_multiplier=3.0, sample_rate=0.089, steps=88, delta=1e-15, accountant="pld",
+                       noise="laplace")
+
+
+def test_the_floor_grows_with_the_steps_where_the_pld_turns_to_rounding_noise():
+    """q = 0.01, sigma = 1, T = 1e4: below the floor (1e-11 here) the PLD eps is noise; at delta = 1e-14 it lay above
+    RDP's bound, which the true PLD never exceeds. At the floor it is below RDP again."""
+    setting = dict(noise_multiplier=1.0, sample_rate=0.01, steps=10_000)
+    events = [PoissonGaussianEvent(**setting)]
+    assert _pld_epsilon(events, 1e-14) > _rdp_epsilon(events, 1e-14)   # why: below the floor, PLD is wrong
+    with pytest.raises(ValueError, match=r"resolves delta down to 1e-11"):
+        dp_sgd_epsilon(**setting, delta=5e-12, accountant="pld")
+    assert dp_sgd_epsilon(**setting, delta=1e-11, accountant="pld") < dp_sgd_epsilon(**setting, delta=1e-11,
+                                                                                      accountant="rdp")
+    assert accountant_info("pld").min_delta(88) == 1e-12 and accountant_info("rdp").min_delta(10**9) == 0

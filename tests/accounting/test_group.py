@@ -140,3 +140,11 @@ def test_a_shuffled_plan_gets_no_tight_value_even_after_its_poisson_twin_filled_
     cache: dict = {}
     assert patient_guarantee(PLAN, 3, cache).tight_epsilon is not None
     assert patient_guarantee(PLAN.model_copy(update={"sampling": "shuffle"}), 3, cache).tight_epsilon is None
+
+
+def test_the_tight_value_is_skipped_below_the_delta_the_pld_resolves():
+    """After 1e4 steps the PLD resolves delta down to 1e-11 only (dpmed.accounting.epsilon._PLD_MIN_DELTA); below,
+    its eps is double-precision noise, so no tight value is stated from it."""
+    dp_sgd = dict(noise_multiplier=1.0, sample_rate=0.01, steps=10_000)
+    assert group_privacy(epsilon=5.0, delta=1e-13, k=2, **dp_sgd).tight_epsilon is None
+    assert group_privacy(epsilon=5.0, delta=1e-10, k=2, **dp_sgd).tight_epsilon is not None

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from dpmed.accounting import _arguments
-from dpmed.accounting.epsilon import accountant_info, dp_sgd_event, estimate_epsilon
+from dpmed.accounting.epsilon import accountant_info, dp_sgd_event, estimate_epsilon, refuse_unresolved_delta
 
 __all__ = ["noise_multiplier_for"]
 
@@ -34,7 +34,9 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
 
     Guarantee: ``dp_sgd_epsilon(noise_multiplier=sigma, ...) <= target_epsilon`` for the returned sigma, and the
     eps of sigma / (1 + rtol) was found above the target. Raises ValueError when no sigma in [1e-12, 1e12] meets
-    the target, or when the target is beyond what the accountant resolves (PLD: 500; use 'rdp' for high budgets).
+    the target, when the target or delta is beyond what the accountant resolves (PLD: eps up to 500, delta down to
+    max(1e-12, 1e-15 steps); use 'rdp' there), or when the search ends at the edge of what the accountant resolves
+    with an eps far below the target (an accountant's inf is "cannot resolve", not "above the target").
     ``noise="laplace"`` calibrates b / C1 of Laplace DP-SGD (L1 clipping) the same way.
     """
     target = _arguments.positive("target_epsilon", target_epsilon, hint="pass the eps budget of the whole run")
@@ -52,6 +54,7 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
     rtol = _arguments.real("rtol", rtol)
     if not 0 < rtol < 0.5:
         raise ValueError(f"rtol must be in (0, 0.5), got {rtol!r}; 1e-3 is plenty")
+    refuse_unresolved_delta(accountant, delta, steps, noise=noise)
 
     def event(sigma: float):
         return dp_sgd_event(noise=noise, noise_multiplier=sigma, sample_rate=sample_rate, steps=steps)
@@ -63,8 +66,15 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
         return info.epsilon([event(sigma)], delta)
 
     rough_lo, rough_hi = _bracket(estimate, target=target, x0=0.0, slope=-1.0, tol=_ESTIMATE_TOLERANCE)
-    _, hi = _bracket(exact, target=target, x0=_secant_root(rough_lo, rough_hi, target),
-                     slope=_slope(rough_lo, rough_hi), tol=math.log1p(rtol))
+    lo, hi = _bracket(exact, target=target, x0=_secant_root(rough_lo, rough_hi, target),
+                      slope=_slope(rough_lo, rough_hi), tol=math.log1p(rtol))
+    if lo.eps == math.inf and hi.eps < target / 2:
+        # eps moves by a factor of about (1 + rtol)^2 over the bracket, so this is the accountant's edge, not the
+        # target: e.g. PLD's grid gives up (inf) below some sigma at which eps is already 0 (at delta >= 1/N)
+        raise ValueError(f"target_epsilon = {target:g}: noise calibration stopped where accountant {accountant!r} "
+                         f"stops resolving eps, not at the target: it resolves no eps at noise_multiplier "
+                         f"{lo.sigma:.6g} and gives {hi.eps:.3g}, far below the target, at {hi.sigma:.6g}; check "
+                         "delta (at or above 1/N no eps means anything) or use accountant 'rdp'")
     return hi.sigma
 
 

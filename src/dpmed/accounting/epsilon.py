@@ -42,7 +42,7 @@ from dpmed.accounting.ledger import Ledger
 
 __all__ = ["ACCOUNTANTS", "NOISES", "AccountantInfo", "NEIGHBOUR_DP_SGD", "accountant_info", "describe_accountant",
            "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule", "estimate_epsilon", "dp_sgd_event",
-           "effective_accountant", "shuffled_event", "poisson_counterpart"]
+           "effective_accountant", "refuse_unresolved_delta", "shuffled_event", "poisson_counterpart"]
 
 NEIGHBOUR_DP_SGD = "add or remove one training image (Poisson sampling)"
 _NEIGHBOURS = NeighboringRelation.ADD_OR_REMOVE_ONE  # the relation NEIGHBOUR_DP_SGD names
@@ -64,6 +64,17 @@ _PLD_MAX_INTERVAL = 50.0
 # q = sigma = 0.609375, T = 950, delta = 1e-5: true eps ~ 725). That cannot happen far below eps ~ 700, so PLD
 # reports eps up to 500 and refuses beyond, predictably; RDP (no such limit) serves higher budgets.
 _PLD_MAX_EPSILON = 500.0
+# dp_accounting's PLD also has a floor on delta. Each composition moves up to 1e-15 of probability to an infinite
+# loss (``tail_mass_truncation``), so at delta ~ 1e-15 it certifies no eps at all (inf); and it composes T steps by
+# raising an FFT to the power T in double precision, which multiplies each coefficient's rounding error by about T,
+# so every composed probability carries an error of order T * 1e-16. delta(eps) sums these over the loss grid, and
+# below about T * 1e-16 the eps it returns is noise, in either direction. Measured (eps at three grids h = 1e-3,
+# 5e-4, 2.5e-4): q = 0.01, sigma = 1, T = 1e4 agrees to 0.11% at delta = 1e-11 and 0.48% at 1e-12, but differs by
+# 6% at 1e-13 and 16% at 1e-14, some values above RDP's bound (which PLD always beats); T = 1e5: 0.11% at 1e-10,
+# 0.78% at 1e-11, 9% at 1e-12; T = 1e3: 0.15% at 1e-12, 104% at 1e-14. So PLD serves delta >= max(1e-12,
+# 1e-15 T) and refuses below, predictably; RDP (no such floor) serves smaller delta.
+_PLD_MIN_DELTA = 1e-12
+_PLD_STEPS_PER_MIN_DELTA = 1e15   # the floor grows by 1e-15 per step
 # A few RDP orders: an upper bound on eps, within 1% of the default orders' below eps ~ 100 (up to 1.4x looser
 # far above), at a tenth of the cost.
 _ESTIMATE_ORDERS = (1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
@@ -185,22 +196,33 @@ def _pld_epsilon(events: Sequence[DpSgdEvent], delta: float) -> float:
     return eps if eps <= _PLD_MAX_EPSILON else math.inf
 
 
+def _pld_min_delta(steps: int) -> float:
+    """The smallest delta PLD resolves after ``steps`` composed steps (see _PLD_MIN_DELTA)."""
+    return max(_PLD_MIN_DELTA, steps / _PLD_STEPS_PER_MIN_DELTA)   # divided: 1e4 steps give 1e-11 exactly
+
+
+def _no_min_delta(steps: int) -> float:
+    return 0.0
+
+
 @dataclass(frozen=True)
 class AccountantInfo:
     """One accountant: its name in configs, the description printed in privacy cards, the largest eps it resolves,
-    the noises it analyses, and its computation ``epsilon(events, delta)`` for events with steps > 0 and
-    noise_multiplier > 0, which returns inf when it cannot certify an eps of at most ``max_epsilon``."""
+    the noises it analyses, its computation ``epsilon(events, delta)`` for events with steps > 0 and
+    noise_multiplier > 0, which returns inf when it cannot certify an eps of at most ``max_epsilon``, and
+    ``min_delta(steps)``, the smallest delta it resolves after that many steps (0: any)."""
 
     name: str
     description: str
     max_epsilon: float
     noises: tuple[str, ...]
     epsilon: Callable[[Sequence[DpSgdEvent], float], float]
+    min_delta: Callable[[int], float] = _no_min_delta
 
 
 _REGISTRY = {info.name: info for info in (
     AccountantInfo("pld", "PLD (dp_accounting, pessimistic estimate: an upper bound on eps)", _PLD_MAX_EPSILON,
-                   ("gaussian", "laplace"), _pld_epsilon),
+                   ("gaussian", "laplace"), _pld_epsilon, _pld_min_delta),
     AccountantInfo("rdp", "RDP (dp_accounting, default orders 1.1-1024, improved conversion of Balle et al. 2020 "
                           "as in Opacus)", math.inf, ("gaussian",), _rdp_epsilon),
     AccountantInfo("rdp-classic", "RDP (dp_accounting, default orders) with the classic conversion of Mironov 2017 "
@@ -224,21 +246,44 @@ def describe_accountant(name: str) -> str:
     return accountant_info(name).description
 
 
-def effective_accountant(accountant: str, *, target_epsilon: float | None, noise: str = "gaussian"
-                         ) -> tuple[str, str | None]:
-    """The accountant that will certify a run asked to use ``accountant`` at ``target_epsilon``, and why if it
-    differs: PLD resolves eps only up to 500 (see _PLD_MAX_EPSILON), so higher Gaussian budgets (the 1e6-1e15
-    regime of 004_6210268d59b6f8e5.txt) fall back to RDP, and the run records that RDP produced its number."""
+def effective_accountant(accountant: str, *, target_epsilon: float | None, noise: str = "gaussian",
+                         delta: float | None = None, steps: int | None = None) -> tuple[str, str | None]:
+    """The accountant that will certify a run asked to use ``accountant`` at ``target_epsilon`` (and, where given,
+    ``delta`` after ``steps`` steps), and why if it differs: PLD resolves eps only up to 500 (see
+    _PLD_MAX_EPSILON), so higher Gaussian budgets (the 1e6-1e15 regime of 004_6210268d59b6f8e5.txt) fall back to
+    RDP, and the run records that RDP produced its number; likewise PLD resolves delta only down to
+    max(1e-12, 1e-15 T) (see _PLD_MIN_DELTA). Laplace noise falls back to the pure bound, which needs no delta."""
     info = accountant_info(accountant)
     if noise not in info.noises:
         raise ValueError(f"accountant {accountant!r} does not analyse {noise} noise; it handles "
                          f"{', '.join(info.noises)}. For {noise} noise use "
                          f"{' or '.join(repr(n) for n, i in _REGISTRY.items() if noise in i.noises)}")
+    fallback = "rdp" if noise == "gaussian" else "pure"
     if target_epsilon is not None and target_epsilon > info.max_epsilon:
-        fallback = "rdp" if noise == "gaussian" else "pure"
         return fallback, (f"{accountant.upper()} cannot resolve eps above {info.max_epsilon:g} in double precision; "
                           f"{fallback} certified this budget instead")
+    if delta is not None and steps is not None and delta < info.min_delta(steps):
+        return fallback, (f"{accountant.upper()} cannot resolve delta below {info.min_delta(steps):.3g} after "
+                          f"{steps} steps ({_DELTA_FLOOR_WHY}); {fallback} certified this budget instead")
     return accountant, None
+
+
+_DELTA_FLOOR_WHY = ("dp_accounting composes its privacy loss distribution by FFT in double precision, with a "
+                    "rounding error that grows with the steps, and moves up to 1e-15 of probability to an infinite "
+                    "loss at each composition")
+
+
+def refuse_unresolved_delta(accountant: str, delta: float, steps: int, *, noise: str) -> None:
+    """ValueError, naming the cause and the fix, when ``delta`` lies below the smallest delta ``accountant``
+    resolves after ``steps`` steps (PLD: max(1e-12, 1e-15 T), see _PLD_MIN_DELTA): there its eps is rounding noise,
+    or inf at delta ~ 1e-15, which is no statement about the run's eps."""
+    floor = accountant_info(accountant).min_delta(steps)
+    if delta < floor:
+        fallback = {"gaussian": "rdp", "laplace": "pure"}.get(noise)   # none for a ledger of both noises
+        use = f"use accountant {fallback!r}, which has no such floor, or " if fallback else "use "
+        raise ValueError(f"accountant {accountant!r} cannot resolve delta = {delta:g} after {steps} steps: it "
+                         f"resolves delta down to {floor:.3g} ({_DELTA_FLOOR_WHY}); {use}a delta of at least "
+                         f"{floor:.3g}")
 
 
 def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> float:
@@ -250,6 +295,9 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
         return 0.0
     if any(e.noise_multiplier == 0 for e in released):
         return math.inf  # no noise: the gradient sum is released exactly
+    noises = {"laplace" if isinstance(e, PoissonLaplaceEvent) else "gaussian" for e in released}
+    refuse_unresolved_delta(accountant, delta, sum(e.steps for e in released),
+                            noise=noises.pop() if len(noises) == 1 else "mixed")
     eps = info.epsilon(released, delta)
     if math.isnan(eps):
         raise ValueError(f"accountant {accountant!r} returned nan for {_described(released)}; try the other "

@@ -29,6 +29,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from scipy import stats
 
 from dpmed.accounting import _arguments
+from dpmed.accounting.epsilon import accountant_info
 
 __all__ = ["NEIGHBOUR_PATIENT", "GroupPrivacy", "group_privacy", "GROUP_CITATION",
            "TIGHT_GROUP_CITATION"]
@@ -88,12 +89,14 @@ def group_privacy(*, epsilon: float, delta: float, k: int, noise_multiplier: flo
     """The guarantee of an image-level (``epsilon``, ``delta``) DP-SGD run for a patient with ``k`` images.
 
     Give ``noise_multiplier``, ``sample_rate`` and ``steps`` (Gaussian noise, Poisson sampling) for the tight value
-    too; it is skipped when k eps exceeds what the PLD resolves."""
+    too; it is skipped when k eps exceeds what the PLD resolves, or delta lies below the smallest delta it resolves
+    after ``steps`` steps (max(1e-12, 1e-15 steps): below, its eps is double-precision rounding noise)."""
     k = _arguments.count("k", k, minimum=1, hint="the number of training images of the patient")
     delta = _arguments.probability("delta", delta, include_one=False, hint="the run's delta")
     eps_k, delta_k = _formula(epsilon, delta, k)
     tight = None
-    if noise_multiplier is not None and k > 1 and eps_k <= _TIGHT_MAX_EPSILON:
+    if (noise_multiplier is not None and k > 1 and eps_k <= _TIGHT_MAX_EPSILON
+            and delta >= accountant_info("pld").min_delta(steps)):
         tight = _tight(noise_multiplier, sample_rate, steps, k, delta, eps_k)
     elif k == 1:
         tight = epsilon
