@@ -79,11 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true",
                      help="no progress bars (they are drawn only where stderr is a terminal); "
                           "a line at each tenth of a run's steps instead")
-    run.add_argument("--workers", type=_positive_int, default=1,
-                     help="runs at a time in local processes (default 1)")
+    run.add_argument("--workers", type=_positive_int,
+                     help="runs at a time in local processes (default 1; not with --executor ray)")
     run.add_argument("--executor", choices=("local", "ray"), default="local",
                      help="local (default) or ray: each run a Ray task (pip install 'dpmed[ray]')")
-    run.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")
+    run.add_argument("--address", help="Ray cluster address, with --executor ray (default: start a local Ray "
+                                       "instance)")
     run.add_argument("--fail-fast", action="store_true", help="stop at the first failed run (default: go on)")
     plan = sub.add_parser("plan", help="every run's plan (sigma, eps, q, T), the study's privacy and an estimated "
                                        "time; reads the data and calibrates as `run` does, trains nothing")
@@ -127,7 +128,18 @@ def _load(args: argparse.Namespace) -> Any:
     return study
 
 
+def _check_executor_flags(args: argparse.Namespace) -> None:
+    """Each executor's own flags, refused with the other one before the data are read: neither is ignored."""
+    if args.executor != "ray" and args.address is not None:
+        raise ConfigError(f"--address {args.address} names a Ray cluster and applies only with --executor ray; add "
+                          "--executor ray to train there, or leave --address out to train here")
+    if args.executor == "ray" and args.workers is not None:
+        raise ConfigError(f"--workers {args.workers} counts local processes and does not apply with --executor ray "
+                          "(Ray runs each run as a task of its own); leave --workers out, or use --executor local")
+
+
 def _run(args: argparse.Namespace) -> int:
+    _check_executor_flags(args)
     bars = not args.no_progress and sys.stderr.isatty()
     handlers = [log_to_console(bars=bars)]   # before Opacus is imported: it configures logging if nobody has
     try:
@@ -145,7 +157,7 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
     folder = StudyFolder(args.out / study.name)
     handlers.append(log_to_file(folder.log))
     try:
-        result = run_study(study, out=args.out, progress=bars, executor=args.executor, workers=args.workers,
+        result = run_study(study, out=args.out, progress=bars, executor=args.executor, workers=args.workers or 1,
                            address=args.address, fail_fast=args.fail_fast, worker_setup=quiet_known_noise)
     except KeyboardInterrupt:
         _log.warning("interrupted: finished runs are kept in %s; run the same command to continue", folder.root)

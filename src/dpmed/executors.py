@@ -281,11 +281,16 @@ class RayExecutor:
 def make_executor(name: str, *, workers: int = 1, address: str | None = None, gpus_per_run: float = 0.0,
                   worker_setup: Callable[[], None] | None = None) -> Any:
     """The executor called ``name`` ("local" or "ray"); local with workers > 1 is a process pool, whose workers run
-    ``worker_setup`` (a module-level function) once at start."""
+    ``worker_setup`` (a module-level function) once at start. ``address`` is Ray's only and ``workers`` local's
+    only: given to the other executor, either is refused."""
     if name not in EXECUTORS:
         raise ConfigError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
+    if name != "ray" and address is not None:   # neither is ignored: each belongs to one executor
+        raise ConfigError(f"--address {address} names a Ray cluster and applies only with --executor ray")
+    if name == "ray" and workers != 1:
+        raise ConfigError(f"--workers {workers} counts local processes and does not apply with --executor ray")
     if name == "ray":
         return RayExecutor(address=address, gpus_per_run=gpus_per_run)
     return InProcessExecutor() if workers == 1 else ProcessPoolExecutor(workers, setup=worker_setup)

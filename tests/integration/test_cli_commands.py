@@ -183,6 +183,24 @@ def test_workers_below_one_are_refused_while_the_command_line_is_parsed(tiny_tex
     assert "Traceback" not in err and not out.exists()
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--address", "ray://h:1"], "--address ray://h:1 names a Ray cluster and applies only with --executor ray"),
+    (["--address", "ray://h:1", "--executor", "local"], "--address ray://h:1 names a Ray cluster"),
+    (["--executor", "ray", "--workers", "2"], "--workers 2 counts local processes and does not apply with --executor "
+                                              "ray"),
+    (["--executor", "ray", "--workers", "1"], "--workers 1 counts local processes"),
+])
+def test_an_executor_s_flag_given_to_the_other_executor_is_refused_before_the_data_are_read(
+        tiny_text, tmp_path, capsys, flags, message):
+    """Before: --address without --executor ray trained locally, exit 0, and --workers with --executor ray was
+    dropped; both silently."""
+    out = tmp_path / "out"
+    assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dpmed: error: {message}") and err.count("\n") == 1
+    assert "Traceback" not in err and not out.exists()
+
+
 def test_a_data_path_that_does_not_exist_says_what_it_tried_and_from_where(tmp_path, capsys, monkeypatch):
     """Before: "--data-path gone.npz: no such file or folder (/abs/gone.npz)", without what a relative path is read
     from; the --help text called it "the dataset file" and said nothing of relative paths."""

@@ -22,7 +22,8 @@ import pytest
 import dpmed.executors
 from dpmed.cli import main
 from dpmed.config import load_study
-from dpmed.executors import WORKER_DIED, ProcessPoolExecutor, RunFailure, RunTask
+from dpmed.errors import ConfigError
+from dpmed.executors import WORKER_DIED, ProcessPoolExecutor, RunFailure, RunTask, make_executor
 from dpmed.folders import StudyFolder
 from dpmed.run import RunContext
 from dpmed.study import prepare_study
@@ -179,3 +180,11 @@ def test_ray_runs_a_two_run_study_on_a_local_instance(tmp_path, reference, tiny_
     (tmp_path / "s.yaml").write_text(tiny_text)
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--executor", "ray"]) == 0
     pd.testing.assert_frame_equal(results_table(tmp_path / "out" / "tiny"), reference, check_exact=True)
+
+
+@pytest.mark.parametrize("name, options, flag", [("local", dict(address="ray://h:1"), "--address"),
+                                                 ("ray", dict(workers=2), "--workers")])
+def test_an_executor_refuses_the_other_executor_s_option(name, options, flag):
+    """The Python API's run_study(executor=..., workers=..., address=...) reaches here: neither option is ignored."""
+    with pytest.raises(ConfigError, match=f"^{flag} .*--executor ray"):
+        make_executor(name, **options)
