@@ -109,6 +109,16 @@ def test_not_yaml_and_missing_file(write_study, tmp_path):
         load_study(tmp_path / "absent.yaml")
 
 
+@pytest.mark.parametrize("seeds, expected", [("0", [0]), ("7", [7]), ("[3]", [3])])
+def test_seeds_may_be_one_integer_as_a_swept_key_may_be_one_value(write_study, seeds, expected):
+    """Before: seeds: 0 was refused as "not a valid list" while target_epsilon: 8 was read as [8]."""
+    study = load_study(write_study(GOOD.replace("seeds: [0, 1]", f"seeds: {seeds}")))
+    assert study.seeds == expected
+    assert [r.seed for r in plan_runs(study, CONTEXT)] == expected * 5
+    with pytest.raises(ConfigError, match="seeds: Input should be a valid list"):   # a bool is no seed
+        load_study(write_study(GOOD.replace("seeds: [0, 1]", "seeds: true")))
+
+
 def test_a_key_of_another_section_and_numeric_choices_get_useful_hints(write_study):
     """A real key in the wrong place was offered itself as the correction; numeric choices were listed as nothing."""
     text = GOOD.replace("seeds: [0, 1]", "seed: 3\ndata: {source: phantom, channels: 2}")

@@ -295,7 +295,7 @@ def resolve_paths(study: "Study", folder: Path) -> "Study":
 
 
 class Study(_Strict):
-    """A whole study file. ``seeds`` repeats every arm; each (arm value, seed) is one run.
+    """A whole study file. ``seeds`` (one integer or a list) repeats every arm; each (arm value, seed) is one run.
 
     ``seeds`` drive everything that is not private (initialisation, splits, shuffling of non-DP arms, evaluation).
     privacy_randomness: ``secure`` (default): Poisson sampling, DP-SGD noise, local-DP noise and canary bits come
@@ -345,6 +345,12 @@ class Study(_Strict):
             raise ValueError(f"study name must start with a letter or digit and hold only letters, digits, '_', '-' "
                              f"or '.' (it names a folder); got {v!r}: rename it")
         return v
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _one_seed(cls, v: object) -> object:
+        """``seeds: 0`` is the list [0], as ``target_epsilon: 8`` is [8]."""
+        return [v] if isinstance(v, int) and not isinstance(v, bool) else v
 
     @field_validator("seeds")
     @classmethod
