@@ -109,6 +109,15 @@ def test_not_yaml_and_missing_file(write_study, tmp_path):
         load_study(tmp_path / "absent.yaml")
 
 
+def test_a_yaml_error_is_one_line_that_places_it_in_the_file_not_in_a_unicode_string(write_study):
+    """Before: five lines, each mark saying in "<unicode string>", line 5 instead of the study file."""
+    path = write_study(GOOD.replace("arms:", "arms:\n  - name: a\n  bad: [\n"))
+    with pytest.raises(ConfigError) as error:
+        load_study(path)
+    assert str(error.value) == (f"study file {path} is not valid YAML: line 7, column 3: expected <block end>, but "
+                                "found '?' (while parsing a block collection at line 6, column 3)")
+
+
 @pytest.mark.parametrize("seeds, expected", [("0", [0]), ("7", [7]), ("[3]", [3])])
 def test_seeds_may_be_one_integer_as_a_swept_key_may_be_one_value(write_study, seeds, expected):
     """Before: seeds: 0 was refused as "not a valid list" while target_epsilon: 8 was read as [8]."""

@@ -50,6 +50,31 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _read_yaml(path: Path) -> Any:
+    """The YAML document in ``path``, its marks naming the file (``yaml.load`` of a string names "<unicode
+    string>")."""
+    loader = _Loader(path.read_text(encoding="utf-8"))
+    loader.name = str(path)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: where, what, and in what construct (its own text spans five lines, with a
+    snippet)."""
+    def at(mark: Any) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None or not exc.problem:
+        return " ".join(str(exc).split())
+    text = f"{at(exc.problem_mark)}: {exc.problem}"
+    if exc.context:
+        text += f" ({exc.context}" + (f" at {at(exc.context_mark)}" if exc.context_mark is not None else "") + ")"
+    return text
+
+
 def _field_names() -> set[str]:
     """Every key a study file may hold, for "did you mean" hints: the schema's and every registered arm's."""
     models = [obj for obj in vars(schema).values() if isinstance(obj, type) and issubclass(obj, BaseModel)]
@@ -222,9 +247,9 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
     if not path.is_file():
         raise ConfigError(f"study file {path} does not exist; pass the path of a .yaml study (see configs/)")
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+        raw = _read_yaml(path)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"study file {path} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"study file {path} is not valid YAML: {_yaml_problem(exc)}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"study file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8 "
                           "(most editors: 'Save with encoding')") from None
