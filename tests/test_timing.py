@@ -93,5 +93,16 @@ def test_the_progress_line_counts_failures_and_ends_without_a_time_left(make_rec
     line = progress.line("np_seed0", RunFailure("np_seed0", "RuntimeError: boom", tmp_path / "error.json"))
     assert line.endswith("time left: known after the first run") and ", 1 failed," in line
     progress.line("np_seed1", runs[1])
-    assert re.fullmatch(r"study: 4 of 4 runs done \(1 earlier\), 1 failed, 0:0\d elapsed",
+    assert re.fullmatch(r"study: 3 of 4 runs done \(1 earlier\), 1 failed, 0:0\d elapsed",
                         progress.line("dp_eps1_C1_seed0", runs[2]))
+
+
+def test_runs_that_all_failed_are_not_called_done(make_record, tmp_path):
+    """Before: a study whose two runs both failed logged "study: 2 of 2 runs done, 2 failed"."""
+    from dpmed.executors import RunFailure
+
+    progress = StudyProgress(total=2, earlier=0, todo=[make_record("a_seed0", "a").plan,
+                                                       make_record("b_seed0", "b").plan], n_train=N_TRAIN, workers=1)
+    progress.line("a_seed0", RunFailure("a_seed0", "RuntimeError: boom", tmp_path / "a.json"))
+    line = progress.line("b_seed0", RunFailure("b_seed0", "RuntimeError: boom", tmp_path / "b.json"))
+    assert re.fullmatch(r"study: 0 of 2 runs done, 2 failed, 0:0\d elapsed", line), line

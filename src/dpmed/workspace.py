@@ -5,8 +5,8 @@
   (`dpmed plan`, `status`, `report`) that a run is under way.
 * `writing_into` turns a failure to write into the folder (read-only, a file where a folder should be, a full
   disk) into one `FolderError` that names the folder and says what to do, instead of an OSError traceback.
-* `StudyProgress` is the line `dpmed run` logs after each run: runs done of all, time elapsed, and the time left,
-  estimated from the runs finished in this session (`dpmed.timing.Rates`).
+* `StudyProgress` is the line `dpmed run` logs after each run: runs done (finished) of all, runs failed, time
+  elapsed, and the time left, estimated from the runs finished in this session (`dpmed.timing.Rates`).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class StudyProgress:
             self.failed += 1
         else:
             self.finished.append((outcome.plan, timing or outcome.timing))
-        done = self.total - len(self.left)
+        done = self.earlier + len(self.finished)      # a failed run is not done: it is counted as failed
         parts = [f"study: {done} of {self.total} runs done"
                  + (f" ({self.earlier} earlier)" if self.earlier else "")
                  + (f", {self.failed} failed" if self.failed else ""),
