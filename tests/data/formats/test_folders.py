@@ -274,6 +274,22 @@ def test_missing_folder_and_one_class(tmp_path, write_image):
         read_image_folders(tmp_path / "one")
 
 
+@pytest.mark.parametrize("labels", [None, ("NORMAL", "PNEUMONIA")])
+def test_a_folder_without_class_folders_says_it_holds_no_images_not_that_labels_mismatch(tmp_path, write_image,
+                                                                                          labels):
+    """Before: an empty data folder with labels gave "labels [...] do not match the class folders []"."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match=rf"image folder {empty} is empty: it holds no images; data.path must name"):
+        read_image_folders(empty, class_names=labels)
+    (empty / "train").mkdir()
+    with pytest.raises(DataError, match=r"its split folder\(s\) train hold no class folders, so there are no images"):
+        read_image_folders(empty, class_names=labels)
+    write_image(tmp_path / "loose" / "IM-0001-0001.jpeg")
+    with pytest.raises(DataError, match=r"holds no class folders, only 1 file\(s\) \(e.g. IM-0001-0001.jpeg\)"):
+        read_image_folders(tmp_path / "loose", class_names=labels)
+
+
 def test_images_of_different_sizes_need_image_size(tmp_path, write_image):
     root = _kermany(tmp_path / "chest_xray", write_image)
     write_image(root / "train/NORMAL/IM-0001-0002.jpeg", size=(30, 30))

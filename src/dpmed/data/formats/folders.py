@@ -127,6 +127,21 @@ def _find_top(root: Path) -> Path:
     return folder
 
 
+def _refuse_no_class_folders(top: Path, split_dirs: dict[Path, str]) -> None:
+    """DataError for a folder with no class folder anywhere: say what it holds instead (nothing, loose files, or
+    empty split folders), not that the class folders [] disagree with ``labels``."""
+    layout = ("data.path must name a folder with one folder of images per class (e.g. NORMAL/ and PNEUMONIA/), or "
+              "train/ and test/ folders that each hold such class folders")
+    if split_dirs:
+        raise DataError(f"image folder {top}: its split folder(s) {', '.join(sorted(s.name for s in split_dirs))} "
+                        f"hold no class folders, so there are no images to read; {layout}")
+    files = [p for p in top.iterdir() if not p.name.startswith(".")]
+    if not files:
+        raise DataError(f"image folder {top} is empty: it holds no images; {layout}")
+    raise DataError(f"image folder {top} holds no class folders, only {len(files)} file(s) (e.g. {files[0].name}); "
+                    f"each image's class is the folder it lies in: {layout}")
+
+
 def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None = None,
                        patient_pattern: str = KERMANY_PATIENT) -> Manifest:
     """Read the layout of the module docstring into a Manifest (no pixel is decoded here).
@@ -157,6 +172,8 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
             absent = sorted(set(found) - set(names))
             raise DataError(f"{s} lacks the class folder(s) {', '.join(absent) or '(none)'} that other splits have "
                             f"({', '.join(found)}); every split needs the same classes")
+    if not found:   # before labels are compared with the folders: there are none to compare with
+        _refuse_no_class_folders(top, split_dirs)
     if class_names is not None:
         if sorted(class_names) != found:
             raise DataError(f"labels {list(class_names)} do not match the class folders {found} under {top}; list "
