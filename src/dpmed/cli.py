@@ -87,7 +87,13 @@ def _parser() -> argparse.ArgumentParser:
                                        "instance)")
     run.add_argument("--fail-fast", action="store_true", help="stop at the first failed run (default: go on)")
     plan = sub.add_parser("plan", help="every run's plan (sigma, eps, q, T), the study's privacy and an estimated "
-                                       "time; reads the data and calibrates as `run` does, trains nothing")
+                                       "time; reads the data and calibrates as `run` does, trains nothing",
+                          description="Every run's plan (sigma, eps, q, T), the study's privacy and an estimated "
+                                      "time: reads the data and calibrates as `run` does, and trains nothing. It "
+                                      "writes one file: where the study has DP-SGD arms and the folder holds none "
+                                      "yet, the DP count of the training set they plan from, drawn now, in "
+                                      "OUT/<study>/private/released_sizes.json (private; `run` reuses that draw, so "
+                                      "its plans are the ones shown here).")
     _study_arguments(plan)
     plan.add_argument("--no-estimate", action="store_true", help="skip the timing probe (a few seconds)")
     status = sub.add_parser("status", help="list the finished, unreadable, failed, interrupted (the step its "

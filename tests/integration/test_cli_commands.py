@@ -219,3 +219,12 @@ def test_a_data_path_that_does_not_exist_says_what_it_tried_and_from_where(tmp_p
         main(["run", "--help"])
     assert ("a relative --data-path is read from the current directory (a relative data.path, from the study file's "
             "folder)") in " ".join(capsys.readouterr().out.split())
+
+
+def test_plan_help_says_the_one_file_plan_writes(capsys):
+    """Before: `dpmed plan --help` did not say that plan draws the DP count and writes it into the study folder."""
+    with pytest.raises(SystemExit) as done:
+        main(["plan", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "OUT/<study>/private/released_sizes.json" in text and "the DP count of the training set" in text
