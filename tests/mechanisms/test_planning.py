@@ -212,3 +212,20 @@ def test_an_image_unit_card_with_patients_known_says_what_it_means_for_a_patient
         assert card.patient_guarantee is not None and card.patient_guarantee.k == cap and card.unit_note is None
         assert "one image of the training set as capped at 3 per patient" in card.neighbour_relation
         assert "capped at 3 per patient" in card.statement
+
+
+def test_a_delta_below_what_pld_resolves_plans_with_rdp_and_says_so(write_study):
+    """At delta 1e-15 dp_accounting's PLD returns inf or rounding noise; an arm given a target or a noise must then be
+    planned and certified by RDP, with the card's note naming why (before: an internal error at the card)."""
+    text = SIZED.replace("target_epsilon: 1}", "target_epsilon: 1, delta: 1.0e-15}").replace(
+        "noise_multiplier: 2.0}", "noise_multiplier: 2.0, delta: 1.0e-15}")
+    plans = _sized(load_study(write_study(text)), 140)
+    for name in ("dp", "given"):
+        dp = plans[name]
+        assert dp.accountant == "rdp" and "cannot resolve delta" in dp.accountant_note
+        ledger = accounting.Ledger((accounting.dp_sgd_event(noise=dp.noise, noise_multiplier=dp.noise_multiplier,
+                                                            sample_rate=dp.sample_rate, steps=dp.steps),))
+        card = mechanism_info("dp_sgd").card(dp, ledger, "secure")
+        assert np.isfinite(card.epsilon) and card.delta == 1e-15 and card.accountant == "rdp"
+        if name == "dp":
+            assert card.epsilon <= 1.0 + 1e-9          # the target, met under RDP

@@ -231,13 +231,15 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
         q, steps_per_epoch = accounting.dp_sgd_schedule(n_units, batch_size=context.batch_size, epochs=1)
         steps = training_steps(steps_per_epoch, epochs=context.epochs, steps=context.steps)
         delta = arm.delta or accounting.default_delta(n_units)
-        accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=target, noise=arm.noise)
+        accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=target, noise=arm.noise,
+                                                           delta=delta, steps=steps)
         given = swept.get("noise_multiplier")
         if target is None and given is not None and given > 0 and arm.noise == "gaussian":
             # given noise: the accountant that can certify it (PLD resolves eps up to 500, RDP beyond), as for targets
             rough = accounting.dp_sgd_epsilon(noise_multiplier=given, sample_rate=q, steps=steps, delta=delta,
                                               accountant="rdp")
-            accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=rough, noise=arm.noise)
+            accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=rough, noise=arm.noise,
+                                                               delta=delta, steps=steps)
     except ValueError as exc:
         raise ConfigError(f"arm {arm.name!r}: {exc}" + (" (batch_size counts patients: privacy_unit is patient)"
                                                         if unit == "patient" else "")) from None
