@@ -59,3 +59,21 @@ def test_a_rerun_tells_the_runs_finished_earlier_in_the_study_s_order(tiny_text,
         assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
     told = re.findall(r"\[(\d)/2\] (\S+): finished earlier, skipped", caplog.text)
     assert told == [("1", "zeta_seed0"), ("2", "alpha_seed0")], caplog.text
+
+
+def test_plan_on_a_file_without_patient_ids_does_not_count_patients(tmp_path, capsys):
+    """A MedMNIST file publishes no patient ids: plan counted its images as "training patients"."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for split, n in (("train", 40), ("val", 10), ("test", 10)):
+        arrays[f"{split}_images"] = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        arrays[f"{split}_labels"] = (np.arange(n) % 2)[:, None].astype(np.uint8)
+    np.savez(tmp_path / "m.npz", **arrays)
+    study = tmp_path / "s.yaml"
+    study.write_text(f"name: m\ndata: {{source: medmnist, path: {tmp_path / 'm.npz'}}}\n"
+                     "training: {batch_size: 8}\narms: [{name: a, mechanism: none}]\n")
+    assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--no-estimate"]) == 0
+    out = capsys.readouterr().out
+    assert "no patient ids" in out and "training patients" not in out, out
