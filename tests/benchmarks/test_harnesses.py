@@ -258,3 +258,16 @@ def test_film_rendering_restores_each_film_to_the_crop_its_reference_image_shows
     assert sizes == {"train/A/f0.png": (42, 40), "train/A/f1.png": (33, 40), "test/A/f0.png": (60, 32)}
     restored = np.asarray(Image.open(tmp_path / "out" / "train" / "A" / "f0.png"), dtype=np.float32) / 255
     assert np.array_equal(restored, grey["train"][0][:, 9:51])                     # the central 42 of 60 columns
+
+
+@pytest.mark.parametrize("steps", [1000, 10000])
+def test_at_dpmeds_pld_delta_floor_the_library_s_grids_agree_and_stay_below_rdp(steps):
+    """The floor dpmed puts on PLD's delta (max(1e-12, 1e-15 T)) must lie where dp_accounting's PLD is still
+    consistent: three grids agree to 1 % and none exceeds RDP's bound. Checked with the harness's own calls."""
+    from dpmed.accounting.epsilon import _pld_min_delta
+
+    floor = _harness("pld_delta_floor")
+    delta = _pld_min_delta(steps)
+    eps = [floor.pld_epsilon(0.01, 1.0, steps, delta, h) for h in floor.GRIDS]
+    assert max(eps) / min(eps) - 1 < 0.01
+    assert max(eps) <= floor.rdp_epsilon(0.01, 1.0, steps, delta)

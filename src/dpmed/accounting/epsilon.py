@@ -68,11 +68,9 @@ _PLD_MAX_EPSILON = 500.0
 # loss (``tail_mass_truncation``), so at delta ~ 1e-15 it certifies no eps at all (inf); and it composes T steps by
 # raising an FFT to the power T in double precision, which multiplies each coefficient's rounding error by about T,
 # so every composed probability carries an error of order T * 1e-16. delta(eps) sums these over the loss grid, and
-# below about T * 1e-16 the eps it returns is noise, in either direction. Measured (eps at three grids h = 1e-3,
-# 5e-4, 2.5e-4): q = 0.01, sigma = 1, T = 1e4 agrees to 0.11% at delta = 1e-11 and 0.48% at 1e-12, but differs by
-# 6% at 1e-13 and 16% at 1e-14, some values above RDP's bound (which PLD always beats); T = 1e5: 0.11% at 1e-10,
-# 0.78% at 1e-11, 9% at 1e-12; T = 1e3: 0.15% at 1e-12, 104% at 1e-14. So PLD serves delta >= max(1e-12,
-# 1e-15 T) and refuses below, predictably; RDP (no such floor) serves smaller delta.
+# below about T * 1e-16 the eps it returns is noise, in either direction: three grids disagree by several percent,
+# some values above RDP's bound, which PLD always beats (benchmarks/RESULTS.md, "What PLD resolves"). So PLD serves
+# delta >= max(1e-12, 1e-15 T) and refuses below, predictably; RDP (no such floor) serves smaller delta.
 _PLD_MIN_DELTA = 1e-12
 _PLD_STEPS_PER_MIN_DELTA = 1e15   # the floor grows by 1e-15 per step
 # A few RDP orders: an upper bound on eps, within 1% of the default orders' below eps ~ 100 (up to 1.4x looser
