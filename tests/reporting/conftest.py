@@ -33,6 +33,12 @@ def scores():
 
 
 @pytest.fixture
+def attributes():
+    """The test images' recorded sex and age, by which every scored run's fairness block is computed."""
+    return {"sex": SEX, "age": AGE}
+
+
+@pytest.fixture
 def labels():
     """(validation labels, test labels): what every scored run is scored against."""
     return Y_VAL, Y

@@ -393,3 +393,23 @@ def test_numbers_and_run_names_stay_whole_and_tables_of_runs_stack_on_a_phone(tw
         assert '<table class="stack">' in _section(html, anchor), anchor
     assert "table.stack td::before{content:attr(data-label)" in html
     assert '<details class="resolved">' in _section(html, "provenance")                  # the YAML folded
+
+
+def test_a_worst_group_interval_that_lost_many_redraws_says_how_many(scored_run, scores, labels, attributes,
+                                                                    two_arms, report_html):
+    """One positive patient under 30: in about e^-1 of the redraws it is not drawn, the group has one class, and no
+    group is the worst (`dpmed.evaluation.fairness`). The interval then describes the other redraws only, and the
+    table must say how many were left out, as the utility metrics warn above a tenth."""
+    from dpmed.evaluation.fairness import evaluate_fairness
+    assert "redraws undefined" not in _section(report_html(two_arms), "fairness")   # none where none are lost
+    y_val, y = labels
+    age = attributes["age"].copy()
+    age[np.flatnonzero(y == 1)[0]] = 25.0                    # the group under 30: 8 negatives and 1 positive
+    val, test = scores(0.6, np.random.default_rng(2))
+    run = scored_run("dp-sgd_eps8_C1_seed0", "dp-sgd", "dp_sgd", eps=8.0, scores=(val, test))
+    block = evaluate_fairness(kind="binary", val_labels=y_val, val_scores=val, test_labels=y, test_scores=test,
+                              attributes={**attributes, "age": age}, n_resamples=200)
+    lost = block["attributes"]["age"]["worst_group_auroc"]["undefined_redraws"]
+    assert 40 < lost < 110
+    html = report_html([run.model_copy(update={"fairness": block})])
+    assert f"({lost} of 200 redraws undefined)" in _text(_section(html, "fairness"))

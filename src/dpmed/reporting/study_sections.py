@@ -21,6 +21,7 @@ import numpy as np
 
 from dpmed.comparisons import MIN_CLASS_COUNT, Comparisons, Correlation, PairedDifference
 from dpmed.evaluation.explanations import METRIC_LABELS
+from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
                                     estimate_text as _est, p_text, stacked)
@@ -56,6 +57,16 @@ def _none_defined(correlations: Sequence[Correlation], what: str) -> str | None:
 # ---------------------------------------------------------------------------------------------------- fairness
 
 
+def _undefined_share(worst: Mapping[str, Any], resamples: int | None) -> str:
+    """Where many redraws left a compared group one class (a tiny group), how many: the interval describes only the
+    others (`dpmed.evaluation.fairness`), as the utility metrics warn above the same share."""
+    undefined = worst.get("undefined_redraws") or 0
+    if not resamples or undefined <= UNDEFINED_REDRAWS_WARN_FRACTION * resamples:
+        return ""
+    return (f' <span class="flag" title="in these redraws a group drew a single class, so no group is the worst; '
+            f'the interval uses the others">({undefined} of {resamples} redraws undefined)</span>')
+
+
 def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) -> str:
     level = inputs.level
     entries = [r.fairness["attributes"][name] for r in runs]
@@ -84,7 +95,8 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
     auroc_rows = "".join(
         f"<tr><td>{_e(r.run_id)}</td><td class=eps>{_e(eps_label(r.privacy))}</td>"
         + "".join(cell(r, e, g) for g in groups)
-        + f"<td>{_e(e['worst_group_auroc'].get('group'))}: {_est(e['worst_group_auroc'])}</td></tr>"
+        + f"<td>{_e(e['worst_group_auroc'].get('group'))}: {_est(e['worst_group_auroc'])}"
+        + _undefined_share(e["worst_group_auroc"], r.fairness.get("n_resamples")) + "</td></tr>"
         for r, e in zip(runs, entries))
     parity_rows = "".join(
         f"<tr><td>{_e(r.run_id)}</td>"
