@@ -134,18 +134,7 @@ def _load(args: argparse.Namespace) -> Any:
     return study
 
 
-def _check_executor_flags(args: argparse.Namespace) -> None:
-    """Each executor's own flags, refused with the other one before the data are read: neither is ignored."""
-    if args.executor != "ray" and args.address is not None:
-        raise ConfigError(f"--address {args.address} names a Ray cluster and applies only with --executor ray; add "
-                          "--executor ray to train there, or leave --address out to train here")
-    if args.executor == "ray" and args.workers is not None:
-        raise ConfigError(f"--workers {args.workers} counts local processes and does not apply with --executor ray "
-                          "(Ray runs each run as a task of its own); leave --workers out, or use --executor local")
-
-
 def _run(args: argparse.Namespace) -> int:
-    _check_executor_flags(args)
     bars = not args.no_progress and sys.stderr.isatty()
     handlers = [log_to_console(bars=bars)]   # before Opacus is imported: it configures logging if nobody has
     try:
@@ -155,10 +144,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Handler]) -> int:
+    from dpmed.executors import check_executor_options
     from dpmed.folders import StudyFolder
     from dpmed.reporting import summary_text
     from dpmed.study import run_study
 
+    check_executor_options(args.executor, workers=args.workers, address=args.address)   # before the data are read
     study = _load(args)
     folder = StudyFolder(args.out / study.name)
     handlers.append(log_to_file(folder.log))

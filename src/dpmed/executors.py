@@ -34,7 +34,7 @@ from dpmed.folders import RunFolder, write_json_atomic
 from dpmed.records import RunRecord
 from dpmed.run import RunContext, run_one
 
-__all__ = ["RunTask", "RunFailure", "Outcome", "make_executor", "EXECUTORS"]
+__all__ = ["RunTask", "RunFailure", "Outcome", "make_executor", "check_executor_options", "EXECUTORS"]
 
 _log = logging.getLogger(__name__)
 
@@ -278,6 +278,17 @@ class RayExecutor:
                 ray.shutdown()
 
 
+def check_executor_options(name: str, *, workers: int | None, address: str | None) -> None:
+    """ConfigError where one executor's own option is given to the other, so that neither is ignored: ``address``
+    is Ray's only, ``workers`` (None: not given) local's only. `dpmed run` checks before the data are read."""
+    if name != "ray" and address is not None:
+        raise ConfigError(f"--address {address} names a Ray cluster and applies only with --executor ray; add "
+                          "--executor ray to train there, or leave --address out to train here")
+    if name == "ray" and workers is not None:
+        raise ConfigError(f"--workers {workers} counts local processes and does not apply with --executor ray "
+                          "(Ray runs each run as a task of its own); leave --workers out, or use --executor local")
+
+
 def make_executor(name: str, *, workers: int = 1, address: str | None = None, gpus_per_run: float = 0.0,
                   worker_setup: Callable[[], None] | None = None) -> Any:
     """The executor called ``name`` ("local" or "ray"); local with workers > 1 is a process pool, whose workers run
@@ -287,10 +298,7 @@ def make_executor(name: str, *, workers: int = 1, address: str | None = None, gp
         raise ConfigError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
-    if name != "ray" and address is not None:   # neither is ignored: each belongs to one executor
-        raise ConfigError(f"--address {address} names a Ray cluster and applies only with --executor ray")
-    if name == "ray" and workers != 1:
-        raise ConfigError(f"--workers {workers} counts local processes and does not apply with --executor ray")
+    check_executor_options(name, workers=None if workers == 1 else workers, address=address)
     if name == "ray":
         return RayExecutor(address=address, gpus_per_run=gpus_per_run)
     return InProcessExecutor() if workers == 1 else ProcessPoolExecutor(workers, setup=worker_setup)
