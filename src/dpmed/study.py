@@ -170,9 +170,10 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
     # it here: whether a study runs is seen by whoever holds its files, so it must not read the exact count. The
     # other arms' checks read the exact counts, which their own releases do not protect (local DP releases the
     # number of images in the clear).
+    exact_limit = max_canaries(dataset.train)
     for plan in plans:
         dp = isinstance(plan.privacy, DpSgdPlan)
-        limit = plan.privacy.n_units - 1 if dp else max_canaries(dataset.train)
+        limit = plan.privacy.n_units - 1 if dp else exact_limit
         if plan.audit is not None and plan.audit.canaries > limit:
             raise ConfigError(
                 f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training patients than the "
