@@ -91,6 +91,7 @@ def test_report_opens_with_a_table_in_cases_of_the_named_positive_class(two_arms
     assert missed > 0
     assert f"the model misses about {missed} more of every 100 pneumonia cases" in clinical
     assert re.search(r"\(95% CI: \d+ (to \d+ )?more\)", clinical) or "fewer to" in clinical
+    assert "AUROC change [95% CI]" in clinical and "seed range" not in clinical
 
 
 def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(scored_run, scores, report_html):
@@ -110,6 +111,8 @@ def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(sc
     assert f"{against_mean:+.3f}" not in summary
     clinical = _text(_section(html, "clinical"))
     assert "Over 2 seeds, at ε" in clinical and "on average" in clinical and "(seeds:" in clinical
+    # a row over seeds holds the mean and the seeds' range, which its heading must not call an interval
+    assert "AUROC change mean (seed range)" in clinical and "CI]" not in clinical.split("reading")[0]
 
 
 def test_a_run_that_is_not_dp_is_no_private_arm_and_its_reading_says_why(scored_run, scores, report_html):

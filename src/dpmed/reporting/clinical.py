@@ -170,12 +170,18 @@ def _shift_line(records: dict[str, RunRecord], pos: str, neg: str, level: str) -
             "accuracy here are those of a threshold set on other images; AUROC needs no threshold.</div>")
 
 
-def _columns(kind: str, pos: str, neg: str, level: str) -> list[str]:
-    """The heads of the table's change columns (plain text: they also label each cell on a phone)."""
+def _columns(kind: str, pos: str, neg: str, level: str, seeds: tuple[bool, bool]) -> list[str]:
+    """The heads of the table's change columns (plain text: they also label each cell on a phone).
+
+    ``seeds``: (a row is one seed's paired change, a row is a mean over seeds). A one-seed row's bracket is a
+    bootstrap interval; a several-seed row's parenthesis is the seeds' range, which the heading must not call a CI.
+    """
+    one, several = seeds
+    auroc = " or ".join(([f"[{level} CI]"] if one else []) + (["mean (seed range)"] if several else [])) or f"[{level} CI]"
     if kind == "binary":
-        return [f"AUROC change [{level} CI]", f"sensitivity change: {pos} cases found, per 100",
+        return [f"AUROC change {auroc}", f"sensitivity change: {pos} cases found, per 100",
                 f"specificity change: {neg} cases cleared, per 100"]
-    return [f"AUROC change [{level} CI]", f"accuracy change{' (argmax)' if kind == 'multiclass' else ''}, per 100"]
+    return [f"AUROC change {auroc}", f"accuracy change{' (argmax)' if kind == 'multiclass' else ''}, per 100"]
 
 
 def clinical(inputs: ReportInputs) -> str:
@@ -193,9 +199,10 @@ def clinical(inputs: ReportInputs) -> str:
         why = "; ".join(comparisons.notes) or "no private run has a non-private run of its seed to pair with"
         return (f"{head}<p>No paired comparison with a non-private run of the same seed ({escape(why)}), so the "
                 f"cost of privacy has no baseline here.</p>{flag_html(inputs, list(records))}")
-    columns = _columns(kind, pos_text, neg_text, level)
-    rows = []
     differences = {d.run_id: d for d in comparisons.auroc_differences}
+    sizes = {len([i for i in v.run_ids if i in differences]) for v in comparisons.by_value} - {0}
+    columns = _columns(kind, pos_text, neg_text, level, (1 in sizes, any(k > 1 for k in sizes)))
+    rows = []
     for value in comparisons.by_value:
         members = [differences[i] for i in value.run_ids if i in differences]
         if not members:
