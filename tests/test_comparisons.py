@@ -10,7 +10,7 @@ from sklearn.metrics import roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
 from dpmed.comparisons import compare_runs
-from dpmed.evaluation.paired import (bootstrap_p_value, p_value_floor, paired_auroc_difference, paired_differences,
+from dpmed.evaluation.paired import (bootstrap_p_value, p_value_floor, paired_differences,
                                     pearson, seed_summary)
 
 
@@ -27,7 +27,7 @@ def test_paired_difference_by_hand_and_against_a_plain_loop():
     y = np.array([0, 0, 1, 1, 0, 1, 0, 1])
     a = np.array([0.1, 0.2, 0.8, 0.9, 0.3, 0.7, 0.4, 0.6])       # AUROC 1
     b = np.array([0.1, 0.9, 0.8, 0.2, 0.3, 0.7, 0.4, 0.6])       # pos {.8,.2,.7,.6} vs neg {.1,.9,.3,.4}: 10/16
-    out = paired_auroc_difference(kind="binary", labels=y, scores=a, reference_scores=b, n_resamples=300, seed=4)
+    out = paired_differences(kind="binary", labels=y, scores=a, reference_scores=b, n_resamples=300, seed=4)["auroc"]
     assert out["value"] == pytest.approx(1 - 10 / 16)
     diffs = []
     for idx in bootstrap_indices(len(y), n_resamples=300, seed=4):        # the same redraws, scored one by one
@@ -42,7 +42,7 @@ def test_paired_difference_by_hand_and_against_a_plain_loop():
 def test_paired_difference_of_a_model_with_itself_is_zero_with_p_one():
     rng = np.random.default_rng(1)
     y, s = rng.integers(0, 2, 50), rng.random(50)
-    out = paired_auroc_difference(kind="binary", labels=y, scores=s, reference_scores=s, n_resamples=100, seed=0)
+    out = paired_differences(kind="binary", labels=y, scores=s, reference_scores=s, n_resamples=100, seed=0)["auroc"]
     assert (out["value"], out["low"], out["high"], out["p_value"]) == (0.0, 0.0, 0.0, 1.0)
 
 

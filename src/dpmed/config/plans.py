@@ -65,11 +65,6 @@ class RunPlan(Strict):
             data["training"].pop(key, None)
         return data
 
-    def sweep_group(self, variable: str) -> tuple:
-        """The runs that differ from this one only in ``variable`` (and seed) share this key."""
-        others = tuple((s.key, s.value) for s in self.swept if s.key != variable)
-        return (self.arm, others, tuple(sorted(self.settings()["training"].items())))
-
 
 def _tag(value: float) -> str:
     return f"{value:g}".replace("+", "")

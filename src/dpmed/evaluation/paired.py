@@ -35,8 +35,7 @@ from dpmed.evaluation.bootstrap import bootstrap_indices
 from dpmed.evaluation.weighted import (as_label_columns, estimate, number, redraw_counts, weighted_macro_auroc,
                                        weighted_mean)
 
-__all__ = ["paired_auroc_difference", "paired_differences", "bootstrap_p_value", "p_value_floor", "pearson",
-           "seed_summary"]
+__all__ = ["paired_differences", "bootstrap_p_value", "p_value_floor", "pearson", "seed_summary"]
 
 
 def bootstrap_p_value(differences: np.ndarray) -> float | None:
@@ -61,17 +60,6 @@ def p_value_floor(defined_redraws: int) -> float | None:
     if defined_redraws < 1:
         return None
     return float(min(1.0, 2.0 / (defined_redraws + 1)))
-
-
-def paired_auroc_difference(*, kind: str, labels, scores, reference_scores, n_resamples: int = 1000,
-                            seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
-    """AUROC(scores) - AUROC(reference_scores) on the same test labels, with a paired bootstrap interval and p-value.
-
-    Both models are scored on each of the ``bootstrap_indices(n, n_resamples, seed)`` redraws (the redraws of their
-    own intervals) and the difference is taken redraw by redraw. Macro AUROC as in METHODS.md sec. 4.
-    """
-    return paired_differences(kind=kind, labels=labels, scores=scores, reference_scores=reference_scores,
-                              n_resamples=n_resamples, seed=seed, confidence=confidence)["auroc"]
 
 
 def _correct(kind: str, labels, y: np.ndarray, s: np.ndarray, thresholds) -> np.ndarray | None:

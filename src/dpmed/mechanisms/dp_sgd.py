@@ -183,7 +183,7 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
     eps = training + plan.size_epsilon
     group = accounting.group_privacy(epsilon=eps, delta=plan.delta, k=k)
     tight = None if tight_group.tight_epsilon is None else tight_group.tight_epsilon + k * plan.size_epsilon
-    formula = (f"({group.formula_epsilon:.4g}, {group.formula_delta:.3g})-DP" if group.formula_delta < 1
+    formula = (f"({group.formula_epsilon:.4g}, {group.formula_delta:.3g})-DP" if not group.formula_is_vacuous
                else f"eps {group.formula_epsilon:.4g} with delta >= 1 (vacuous)")
     text = (f"the image is the unit: a patient has {why.format(k=k)}; for such a patient the group-privacy formula "
             f"(k eps, k e^((k-1) eps) delta) applied to the run's eps = {eps:.4g} at delta = {plan.delta:.3g} "
