@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from dpmed.mechanisms.base import AuditConfig
 from dpmed.timing import Rates, clock, run_steps, step_kind
 from dpmed.workspace import StudyProgress
 
@@ -28,6 +29,19 @@ def test_run_steps_counts_the_steps_training_takes(make_record):
     assert run_steps(plain, 64) == 2 and run_steps(plain, 65) == 4         # a last partial batch is a step
     assert run_steps(dp, N_TRAIN) == dp.privacy.steps == 10               # the planned T, whatever N
     assert step_kind(dp, "cpu").dp_sgd and not step_kind(plain, "cpu").dp_sgd
+
+
+def test_an_audited_run_without_dp_sgd_counts_the_images_the_audit_leaves(make_record):
+    # 200 of 500 patients' images leave as canary sources (600 of 1000 images stay) and about 100 canaries go back:
+    # 700 images, ceil(700 / 64) = 11 batches an epoch, 2 epochs; without the audit 2 * 16
+    audit = AuditConfig(canaries=200)
+    plain = make_record("np_seed0", "np").plan
+    audited = plain.model_copy(update={"audit": audit})
+    assert run_steps(plain, 1000, 500) == 32
+    assert run_steps(audited, 1000, 500) == 2 * math.ceil(700 / 64) == 22
+    assert run_steps(audited, 1000) == 32                                  # no patient count: the plain count
+    dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0).plan
+    assert run_steps(dp.model_copy(update={"audit": audit}), 1000, 500) == 10   # DP-SGD: the planned T, always
 
 
 def _runs(*records):

@@ -179,6 +179,15 @@ def _number(value: float | None, spec: str = ".4g") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _steps_text(plan: Any, n_train: int, n_patients: int) -> str:
+    """T as the plan table shows it: "about" where the audit's secret draws set the training set's size."""
+    from dpmed.mechanisms import DpSgdPlan
+    from dpmed.timing import run_steps
+
+    steps = str(run_steps(plan, n_train, n_patients))
+    return f"about {steps}" if plan.audit is not None and not isinstance(plan.privacy, DpSgdPlan) else steps
+
+
 def _noise_text(card: Any) -> str:
     if card.noise_multiplier is not None:
         return f"sigma = {card.noise_multiplier:.4g}"
@@ -199,7 +208,7 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         from dpmed.pretraining import check_weights, describe_start
         from dpmed.study import estimate_times, planned_card, prepare_study
-        from dpmed.timing import clock, run_steps
+        from dpmed.timing import clock
         from dpmed.workspace import folder_holder
 
         study = _load(args)
@@ -229,13 +238,14 @@ def _plan(args: argparse.Namespace) -> int:
     if holder is not None:
         print(f"note: a dpmed run is working in that folder now ({holder.describe()})")
     print(f"start: {describe_start(study)}")
+    n_patients = len(set(ds.train.patient_ids.astype(str).tolist()))
     rows = [["run", "mechanism", "noise", "q", "T", "eps (delta, accountant, neighbours)", "time"]]
     for plan in prepared.plans:
         card = planned_card(plan, ds.train.image_shape, study.privacy_randomness)
         time_text = ("done" if plan.run_id in prepared.finished else
                      "-" if rates is None else clock(seconds[plan.run_id]))
         rows.append([plan.run_id, plan.mechanism, _noise_text(card), _number(card.sample_rate),
-                     str(run_steps(plan, n_train)), card.in_brief(), time_text])
+                     _steps_text(plan, n_train, n_patients), card.in_brief(), time_text])
     print()
     print(_table(rows))
     print(f"\nT: optimiser steps (DP-SGD: Poisson-sampled at rate q; other runs: shuffled batches of "

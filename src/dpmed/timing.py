@@ -75,10 +75,18 @@ def step_kind(plan: RunPlan, device: str = "auto") -> StepKind:
                     device=_device(training.device, device))
 
 
-def run_steps(plan: RunPlan, n_train: int) -> int:
-    """Optimiser steps of ``plan``'s run on ``n_train`` training images (DP-SGD: the planned T)."""
+def run_steps(plan: RunPlan, n_train: int, n_patients: int | None = None) -> int:
+    """Optimiser steps of ``plan``'s run on ``n_train`` training images (DP-SGD: the planned T).
+
+    An audited run without DP-SGD trains on what the audit leaves: about m of the ``n_patients`` training patients
+    are held out as canary sources with all their images and about m / 2 canaries go back in, each by a secret
+    draw, so its T is known only in expectation; given ``n_patients`` this counts the expected images.
+    """
     if isinstance(plan.privacy, DpSgdPlan):
         return plan.privacy.steps
+    if plan.audit is not None and n_patients:
+        m = min(plan.audit.canaries, n_patients)
+        n_train = max(1, round(n_train * (1 - m / n_patients) + m / 2))
     return training_steps(math.ceil(n_train / plan.training.batch_size), epochs=plan.training.epochs,
                           steps=plan.training.steps)
 
