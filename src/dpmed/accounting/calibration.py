@@ -8,7 +8,8 @@ factor 1 + rtol) was found above it.
 eps(sigma) falls as a near power law (eps ~ 1/sigma at small eps, ~ 1/sigma^2 at large eps), so the search runs
 in x = log(sigma) on log(eps): nothing overflows from sigma ~ 1e-8 (eps ~ 1e15) to sigma ~ 1e6, and secant steps
 in these coordinates are nearly exact. A cheap RDP estimate locates the answer first, so the accountant itself
-(each PLD call costs tens of milliseconds) is called a handful of times. Bisection guards against slow progress.
+(a PLD call costs far more than the estimate: benchmarks/RESULTS.md, section "The PLD grids' cost") is called a
+handful of times. Bisection guards against slow progress.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ _NEIGHBOURS = NeighboringRelation.ADD_OR_REMOVE_ONE  # the relation NEIGHBOUR_DP
 # h = sqrt(1e-4 * eps / T) keeps that excess near 1e-4 relative, far below a calibration tolerance of 1e-3.
 # eps is taken from a cheap RDP estimate (an upper bound, up to 40x loose at large eps and small q). The FFT's
 # cost grows with eps / h, so h is never below eps / 1e6; dp_accounting evaluates expm1(h), so h stays <= 50.
-# Measured cost (2-core CPU) at the reference setting: h = 1.9e-4, about 50 ms per eps.
+# What one eps costs on this grid at the reference setting: benchmarks/RESULTS.md, section "The PLD grids' cost".
 _PLD_RELATIVE_EXCESS = 1e-4
 _PLD_FEW_STEPS_INTERVAL = 5e-4
 _PLD_GRID_POINTS = 1e6

@@ -210,8 +210,9 @@ def imprint_model(body: nn.Module, bins: ImprintBins, *, image_shape: tuple[int,
     adversary's own copy of the arm's model: it is modified in place, requires_grad set to False).
 
     amplification 1e6 puts each example's imprint gradient far above any C used in practice (it is
-    amplification |<v, dL/dx'>| sqrt(n_rows (||x||^2 + 1)); measured at initialisation on PneumoniaMNIST and the
-    phantom, |<v, dL/dx'>| lies between 5e-5 and 0.1 for small_cnn and resnet9), so clipping binds for every
+    amplification |<v, dL/dx'>| sqrt(n_rows (||x||^2 + 1)), and 1e6 times the smallest |<v, dL/dx'>| measured at
+    initialisation for small_cnn and resnet9 is still far above 1: benchmarks/RESULTS.md, section "The imprint
+    attack's amplification"), so clipping binds for every
     example and each contributes exactly C; an example whose loss gradient all but vanishes (a confidently right
     prediction of a trained body) can stay below C and contributes less. The ratio the attack reads does not depend
     on the amplification. perturbation 1e-4 keeps the body's

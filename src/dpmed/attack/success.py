@@ -6,15 +6,14 @@ Sheikh, Simoncelli 2004, as scikit-image computes it: 7 x 7 Gaussian-free window
 cross-correlation of the same pair is reported beside it.
 
 **The threshold** is calibrated, not chosen: medical images of one dataset look alike, so an *unrelated* image of
-the same kind already reaches a high SSIM against the closest of a batch (measured: PneumoniaMNIST 28 px, best of
-32 unrelated images, median 0.69, 99th percentile 0.84; the 16 px phantom, median 0.79, 99th percentile 0.87). The
-best guess an adversary can make *without* the private data is such a plausible public image. So the threshold is
-the ``quantile`` (default 0.99) of that null distribution, computed on public images: a reconstruction passes only
-if it matches its batch image better than 99 % of plausible guesses that carry no information about the batch do.
-For scale, :func:`noise_level_at` gives the pixel noise at which a noisy copy of an image falls to the threshold
-(on PneumoniaMNIST with batches of 128, the threshold is 0.85 and a noisy copy passes up to a pixel noise sd of
-about 0.04 in [0, 1] units: a success is that image seen through mild noise). Uniform noise images score below 0.2
-against the closest of a batch and never pass.
+the same kind already reaches a high SSIM against the closest of a batch (measured on PneumoniaMNIST and the
+phantom in benchmarks/RESULTS.md, section "The attack's SSIM threshold"). The best guess an adversary can make
+*without* the private data is such a plausible public image. So the threshold is the ``quantile`` (default 0.99)
+of that null distribution, computed on public images: a reconstruction passes only if it matches its batch image
+better than 99 % of plausible guesses that carry no information about the batch do. For scale,
+:func:`noise_level_at` gives the pixel noise at which a noisy copy of an image falls to the threshold (on
+PneumoniaMNIST a success is that image seen through mild noise). Uniform noise images score far below the threshold
+against the closest of a batch and never pass (both measured in the same section).
 
 **The success rate** is per attacked *image*: a trial is one training image in one attacked batch, and it is a
 success when at least one kept reconstruction has that image as its closest (SSIM) batch image with SSIM at or

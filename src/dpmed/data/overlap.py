@@ -23,17 +23,15 @@ a public / private pair. Three checks, each on every split of both sets:
   and another along the other, a shift or a rotation can still escape (benchmarks/RESULTS.md, "Priors that cost no
   privacy", measures what is found).
   Two generated sets (the phantom at two seeds) are not compared this way: a generator has no recorded image to
-  copy, and its images share one template by design (phantoms of seeds 0 and 1 come within 30 bits of each other),
-  so only identical images are looked for.
+  copy, and its images share one template by design (phantoms of two seeds come within the default
+  ``max_distance`` of each other), so only identical images are looked for.
 
-Measured on the shared data (``tests/data/test_overlap.py``, the slow tests print the counts): with the default
-``max_distance`` of 30 bits (11.8 % of 255), 3222 of the 5383 Kermany images dpmed reads at 64 px have a
-near-duplicate among the 5856 PneumoniaMNIST images; of the 624 Kermany test images, which are the same 624 source
-images as PneumoniaMNIST's test split, 328 (53 %) are found. Between two disjoint halves of the Kermany patients
-(five seeds, about 2700 images each) no near-duplicate is flagged at 30 bits except one pair of byte-identical
-images that the release files under two patient ids (NORMAL2-IM-0095 and NORMAL2-IM-0096), which the
-identical-image check finds too; the first chance match between the halves appears at 36 bits. The zooms
-(both-axis crops) changed none of these counts.
+The default ``max_distance`` of 30 bits (11.8 % of 255) finds most of the Kermany images in PneumoniaMNIST, while
+between two disjoint halves of the Kermany patients it flags only one pair of byte-identical images filed under two
+patient ids, and the first chance match lies a few bits above it: measured on the shared data in
+benchmarks/RESULTS.md, section "Priors that cost no privacy" ("What the overlap refusal finds on the shared
+data"; the slow tests of ``tests/data/test_overlap.py`` print the counts). The zooms (both-axis crops) changed none
+of those counts.
 
 What the checks find is printed to the user and never written to a shareable file: whether a private image has a
 look-alike in a public set is a statistic of the private images. A study that trains at all has passed, so the

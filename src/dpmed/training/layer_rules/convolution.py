@@ -107,9 +107,10 @@ def _conv_ghost_cost(m: nn.Module, a: Tensor, g: Tensor) -> float:
 
 
 def _conv_materialised_cost(m: nn.Module, a: Tensor, g: Tensor) -> float:
-    """T d_in d_out multiply-adds, plus a fixed per-example overhead of the grouped kernel (~64 positions' worth,
-    measured on CPU: it runs at ~1/3 of the plain weight-gradient speed at T = 49 and near it at T >= 1024). The
-    cost only picks the route; both routes give the same sum."""
+    """T d_in d_out multiply-adds, plus a fixed per-example overhead of the grouped kernel (~64 positions' worth:
+    on CPU it is slow at few output positions and near the plain weight-gradient speed at many; measured in
+    benchmarks/RESULTS.md, section "Per-example convolution gradients on CPU"). The cost only picks the route; both
+    routes give the same sum."""
     t, d_in, d_out = _conv_dims(m, g)
     return m.groups * (t + 64) * d_in * d_out
 
@@ -266,7 +267,8 @@ def _per_example_unfolded(a4: Tensor, g4: Tensor, geo: _ConvGeometry, shape: tup
 def _per_example_kernel(a4: Tensor, geo: _ConvGeometry) -> Callable[..., Tensor]:
     """Which kernel materialises per-example conv gradients. On CPU the grouped convolution runs near the plain
     weight-gradient speed (oneDNN), except with few input channels per group (a stem on 1 or 3 channels), where it
-    runs 10 to 100 times slower than the matrix products over unfolded patches; on CUDA those products are faster."""
+    runs far slower than the matrix products over unfolded patches (benchmarks/RESULTS.md, section "Per-example
+    convolution gradients on CPU"); on CUDA those products are faster."""
     if a4.device.type == "cpu" and a4.shape[1] // geo.groups > 4:
         return _per_example_grouped
     return _per_example_unfolded
