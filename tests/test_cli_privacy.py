@@ -80,6 +80,20 @@ def test_bad_arguments_end_in_one_clear_line(capsys, argv, words):
     assert err.startswith("dpmed: error:") and words in err and "Traceback" not in err
 
 
+def test_risk_offers_no_noise_choice_and_no_flag_is_read_as_another_by_its_prefix(capsys):
+    """The reconstruction bounds hold for Gaussian noise only: risk offered --noise and then refused laplace; and
+    argparse's prefix matching read --noise as --noise-multiplier on a command without --noise."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["privacy", "risk", "--help"])
+    assert exit_.value.code == 0 and "--noise " not in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["privacy", "risk", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3", "--kappa", "0.01",
+              "--noise", "laplace"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "dpmed: error: unrecognized arguments: --noise laplace" in err and "Traceback" not in err
+
+
 def test_privacy_commands_do_not_import_torch():
     """Planning a study should be instant: the accounting path imports no torch."""
     code = ("import sys; from dpmed.cli import main; main(['privacy', 'epsilon', '--noise-multiplier', '2', "

@@ -18,7 +18,7 @@ from dpmed.mechanisms.base import refuse_vacuous_delta
 __all__ = ["privacy_parser", "privacy_command"]
 
 
-def _schedule_arguments(p: argparse.ArgumentParser, *, with_delta: bool = True) -> None:
+def _schedule_arguments(p: argparse.ArgumentParser, *, with_delta: bool = True, with_noise: bool = True) -> None:
     p.add_argument("--sample-rate", type=float, help="Poisson rate q (or give --dataset-size and --batch-size)")
     p.add_argument("--steps", type=int, help="optimiser steps T (or give --epochs with --dataset-size)")
     p.add_argument("--dataset-size", type=int, help="N training images: q = batch / N, T = epochs * round(N / batch)")
@@ -26,27 +26,31 @@ def _schedule_arguments(p: argparse.ArgumentParser, *, with_delta: bool = True) 
     p.add_argument("--epochs", type=int, help="passes over the data (with --dataset-size and --batch-size)")
     if with_delta:
         p.add_argument("--delta", type=float, help="delta (default min(1e-5, 1/(10 N)) when --dataset-size is given)")
-    p.add_argument("--noise", choices=accounting.NOISES, default="gaussian",
-                   help="gaussian (L2 clipping; default) or laplace (L1 clipping, noise multiplier = b / C1)")
+    if with_noise:   # reconstruction bounds hold for Gaussian noise only (METHODS.md s.7): risk offers no choice
+        p.add_argument("--noise", choices=accounting.NOISES, default="gaussian",
+                       help="gaussian (L2 clipping; default) or laplace (L1 clipping, noise multiplier = b / C1)")
 
 
 def privacy_parser(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="privacy_command", required=True)
-    eps = sub.add_parser("epsilon", help="eps(delta) of a DP-SGD run with given noise")
+    # no abbreviated flags: --noise would otherwise be read as --noise-multiplier where a command has no --noise
+    eps = sub.add_parser("epsilon", help="eps(delta) of a DP-SGD run with given noise", allow_abbrev=False)
     eps.add_argument("--noise-multiplier", type=float, required=True,
                      help="sigma: the noise std over the clipping norm C (b / C1 for Laplace)")
     _schedule_arguments(eps)
     eps.add_argument("--accountant", choices=(*accounting.ACCOUNTANTS, "all"), default="pld",
                      help="pld (default), rdp, rdp-classic, pure (Laplace only), or all that apply")
-    cal = sub.add_parser("calibrate", help="the smallest noise multiplier whose eps is at most a target")
+    cal = sub.add_parser("calibrate", help="the smallest noise multiplier whose eps is at most a target",
+                         allow_abbrev=False)
     cal.add_argument("--target-epsilon", type=float, required=True, help="the eps budget of the whole run")
     _schedule_arguments(cal)
     cal.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default="pld",
                      help="pld (default), rdp, rdp-classic, pure (Laplace only)")
-    risk = sub.add_parser("risk", help="reconstruction and membership-inference bounds (METHODS.md s.7)")
+    risk = sub.add_parser("risk", help="reconstruction and membership-inference bounds (METHODS.md s.7)",
+                          allow_abbrev=False)
     risk.add_argument("--noise-multiplier", type=float, required=True,
                       help="sigma: the noise std over the clipping norm C (Gaussian noise)")
-    _schedule_arguments(risk, with_delta=False)
+    _schedule_arguments(risk, with_delta=False, with_noise=False)
     risk.add_argument("--kappa", type=float, help="the attacker's prior success (default 1 / N with --dataset-size)")
 
 
@@ -192,8 +196,6 @@ def _privacy_calibrate(args: argparse.Namespace) -> int:
 
 def _privacy_risk(args: argparse.Namespace) -> int:
     q, steps, n = _schedule(args)
-    if args.noise != "gaussian":
-        raise DpmedError("reconstruction bounds are implemented for Gaussian noise only (METHODS.md s.7)")
     if args.kappa is None and n is None:
         raise DpmedError("give --kappa (or --dataset-size, for the uniform prior kappa = 1/N)")
     kappa = args.kappa if args.kappa is not None else 1.0 / n
