@@ -192,3 +192,14 @@ def test_below_pld_s_delta_floor_epsilon_names_the_floor_and_calibrate_falls_bac
     assert sigma == pytest.approx(accounting.noise_multiplier_for(target_epsilon=1, delta=1e-15, sample_rate=0.089,
                                                                   steps=88, accountant="rdp"), rel=1e-5)
     assert 0.99 < _eps(out) <= 1
+
+
+@pytest.mark.parametrize("kappa", ["1", "1.5", "0"])
+def test_kappa_is_refused_at_one_by_the_flag_check_with_the_interval_accounting_uses(capsys, kappa):
+    """The flag check said "(0, 1]" and let kappa = 1 through, where accounting then refused it under its own name
+    "kappa" with "(0, 1)": the message contradicted itself and named no flag."""
+    assert main(["privacy", "risk", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3",
+                 "--kappa", kappa]) == 2
+    err = capsys.readouterr().err
+    assert f"--kappa must be in (0, 1) (a prior probability of success), got {kappa}" in err, err
+    assert "(0, 1]" not in err

@@ -120,8 +120,8 @@ def _check_flags(args: argparse.Namespace) -> None:
     value = getattr(args, "kappa", None)
     if value is not None:
         finite("--kappa", value)
-        if not 0 < value <= 1:
-            raise DpmedError(f"--kappa must be in (0, 1] (a prior probability of success), got {value:g}")
+        if not 0 < value < 1:         # at kappa = 1 a guess always succeeds, and accounting refuses it
+            raise DpmedError(f"--kappa must be in (0, 1) (a prior probability of success), got {value:g}")
 
 
 # The library's names for what these commands take as flags: a message that reaches the user still speaks of flags.
