@@ -87,3 +87,45 @@ def test_the_report_names_the_runs_the_figure_leaves_out_and_why(records, make_r
     named = set(re.findall(r"(\S+_seed0) \(", caption))
     assert named == {"shift_b1_seed0", "shuffled_eps8_C1_seed0"}      # the plotted runs are not among them
     assert "reproduces" in caption and "shuffled" in caption and "not DP" in caption
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_a_local_dp_studys_legend_and_labels_stay_inside_the_figure_and_apart(make_record, narrow):
+    """In a local-DP-only study the one panel's figure is narrow, and the legend's three columns ran past both edges
+    ("chance (AUROC" cut off, a marker missing); in reproducible mode the long point labels of nearby points
+    overlapped each other and left the figure. Measured on the drawn figure, as the saved PNG shows it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dpmed.config import SweptValue
+    from dpmed.mechanisms.cards import label_randomness
+
+    def local(mechanism: str, arm: str, b: float, eps: float, auroc: float):
+        card = label_randomness(PrivacyCard(mechanism=mechanism, is_dp=True, statement="eps_image", epsilon=eps,
+                                            epsilon_image=eps, delta=0.0, accountant="closed form"), "reproducible")
+        record = make_record(f"{arm}_b{b}_seed0", arm, metrics=_metrics(auroc, auroc - 0.05, auroc + 0.04))
+        plan = record.plan.model_copy(update={"swept": (SweptValue(key="b", tag="b", value=b),)})
+        return record.model_copy(update={"mechanism": mechanism, "privacy": card, "plan": plan})
+
+    records = [make_record("non-private_seed0", "non-private", metrics=_metrics(0.96, 0.94, 0.98)),
+               local("pixel_laplace", "pixel-laplace", 0.5, 8192.0, 0.91),
+               local("pixel_laplace", "pixel-laplace", 1.0, 4096.0, 0.85),
+               local("pixel_gaussian", "pixel-gaussian", 0.5, 8000.0, 0.88),
+               local("pixel_gaussian", "pixel-gaussian", 1.0, 4000.0, 0.83)]
+    fig = auroc_figure(records, narrow=narrow)
+    FigureCanvasAgg(fig).draw()
+    renderer, edge = fig.canvas.get_renderer(), fig.bbox
+
+    def inside(box) -> bool:
+        return edge.x0 <= box.x0 and box.x1 <= edge.x1 and edge.y0 <= box.y0 and box.y1 <= edge.y1
+
+    legend = fig.legends[0]
+    assert inside(legend.get_window_extent(renderer)), (legend.get_window_extent(renderer), edge)
+    assert "chance (AUROC 0.5)" in [t.get_text() for t in legend.get_texts()]
+    (ax,) = fig.axes
+    assert inside(ax.xaxis.label.get_window_extent(renderer))
+    labels = [t for t in ax.texts if "not DP: seed known" in t.get_text()]
+    assert len(labels) == 4
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    for k, box in enumerate(boxes):
+        assert inside(box), (labels[k].get_text(), box, edge)
+        assert not any(box.overlaps(other) for other in boxes[k + 1:]), labels[k].get_text()

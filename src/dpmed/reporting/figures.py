@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 from matplotlib.figure import Figure  # not pyplot: no global backend or figure state is touched
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.text import Annotation
 from matplotlib.ticker import LogLocator, NullFormatter
 
 from dpmed.records import RunRecord
@@ -162,7 +163,7 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
             plot_interval(ax, x, e.value, e.low, e.high, marker=marker, color=color, ms=6)
             label = run_label(r, several_seeds) + ("" if r.privacy.is_dp else " (not DP: seed known)")
             ax.annotate(label, (x, e.value), xytext=(6, 4), textcoords="offset points",
-                        fontsize=size - 1, color="#333333")
+                        fontsize=size - 1, color="#333333").set_in_layout(False)   # placed by _fit_inside
             xs.append(x)
             if e.low is not None:
                 lows.append(e.low)
@@ -194,9 +195,67 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
         handles += [Line2D([], [], color="k", lw=1, label="non-private AUROC"),
                     Patch(color="k", alpha=0.08, label="non-private interval")]
     handles.append(Line2D([], [], color="grey", ls=":", lw=1.2, label="chance (AUROC 0.5)"))
-    fig.legend(handles=handles, loc="outside lower center", ncol=1 if narrow else min(len(handles), 3),
-               fontsize=size - 1, frameon=False)
+    for ncol in range(1 if narrow else min(len(handles), 3), 0, -1):     # the most columns that fit the width
+        legend = fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=size - 1, frameon=False)
+        if ncol == 1 or legend.get_window_extent().width <= fig.bbox.width:
+            break
+        legend.remove()
+    _fit_inside(fig, axes)
     return fig
+
+
+def _inside(box: Any, edge: Any) -> bool:
+    return edge.x0 <= box.x0 and box.x1 <= edge.x1 and edge.y0 <= box.y0 and box.y1 <= edge.y1
+
+
+def _place_beside(text: Any, room: Any) -> Any:
+    """Put a point's label where it stays within ``room`` (the axes' width): right of the point, then on two lines
+    (its note in brackets on the second), then left of it, then left on two lines; the last where none fits.
+    Returns its window extent."""
+    label = text.get_text()
+    two_lines = (label.replace(" (", "\n(", 1) if " (" in label else
+                 textwrap.fill(label, max(12, len(label) // 2 + 2), break_long_words=False, break_on_hyphens=False))
+    for words, align, dx in ((label, "left", 6), (two_lines, "left", 6), (label, "right", -6),
+                             (two_lines, "right", -6)):
+        text.set_text(words)
+        text.set_horizontalalignment(align)
+        text.xyann = (dx, text.xyann[1])
+        box = text.get_window_extent()
+        if room.x0 <= box.x0 and box.x1 <= room.x1:
+            break
+    return box
+
+
+def _fit_inside(fig: Figure, axes: list[Any]) -> None:
+    """Keep every text of the figure inside it and the points' labels apart, measured after layout: an x label
+    wrapped by a character estimate can still spill over the figure's edge (rewrapped until it fits); a point's
+    label that would leave its axes is put on two lines or left of the point (:func:`_place_beside`); and labels of
+    points close together (two mechanisms at a similar eps, or long reproducible-mode labels) are pushed down until
+    none overlaps another. The labels stay out of the layout, so placing them does not move the axes they were
+    placed on."""
+    fig.draw_without_rendering()
+    edge = fig.bbox
+    for ax in axes:
+        label = ax.xaxis.label
+        width = max(len(line) for line in label.get_text().split("\n"))
+        while width > 12 and not _inside(label.get_window_extent(), edge):
+            width -= 4
+            label.set_text(textwrap.fill(" ".join(label.get_text().split()), width, break_long_words=False,
+                                         break_on_hyphens=False))
+    fig.draw_without_rendering()
+    points = 72 / fig.dpi
+    for ax in axes:
+        placed: list[Any] = []
+        labels = [t for t in ax.texts if isinstance(t, Annotation)]      # "no run of this kind" is a plain text
+        for text in sorted(labels, key=lambda t: -t.xy[1]):                  # top first, each pushed below the last
+            box = _place_beside(text, ax.bbox)
+            for _ in range(len(placed) + 1):
+                hit = next((b for b in placed if b.overlaps(box)), None)
+                if hit is None:
+                    break
+                text.xyann = (text.xyann[0], text.xyann[1] - (box.y1 - hit.y0 + 2) * points)
+                box = text.get_window_extent()
+            placed.append(box)
 
 
 def image_rows(fig: Figure, labels: list[str], n: int, *, narrow: bool) -> list[Any]:
