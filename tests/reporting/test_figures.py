@@ -129,3 +129,17 @@ def test_a_local_dp_studys_legend_and_labels_stay_inside_the_figure_and_apart(ma
     for k, box in enumerate(boxes):
         assert inside(box), (labels[k].get_text(), box, edge)
         assert not any(box.overlaps(other) for other in boxes[k + 1:]), labels[k].get_text()
+
+
+def test_every_report_figure_is_written_to_png_by_one_function():
+    """figures.py and study_figures.py each had their own copy of the PNG writer (and the threat section a third,
+    inline): a change to how figures are saved (dpi, size) would reach some figures and not others."""
+    from pathlib import Path
+
+    import dpmed.reporting
+    from dpmed.reporting import figures, study_figures, threat_section
+
+    sources = {p.name: p.read_text() for p in Path(dpmed.reporting.__file__).parent.glob("*.py")}
+    assert [name for name, text in sources.items() if ".savefig(" in text] == ["figures.py"]
+    assert sources["figures.py"].count(".savefig(") == 1
+    assert study_figures.png_bytes is threat_section.png_bytes is figures.png_bytes

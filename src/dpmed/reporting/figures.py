@@ -21,7 +21,7 @@ from matplotlib.ticker import LogLocator, NullFormatter
 from dpmed.records import RunRecord
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
-           "run_label", "image_rows", "plot_interval", "plotted"]
+           "run_label", "image_rows", "plot_interval", "plotted", "png_bytes"]
 
 # Type sizes in points, per layout: (dpi, text). Narrow figures are 3.9 in wide at 200 dpi (780 px) and shown at
 # 358 CSS px, so 11 pt is 11 * 200 / 72 * 358 / 780 = 14 CSS px; wide ones are shown at about their own size.
@@ -42,7 +42,8 @@ def plot_interval(ax: Any, at: float, value: float, low: float | None, high: flo
     return point
 
 
-def _png(fig: Figure) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
+    """A figure as PNG bytes, drawn at the figure's own size and dpi (the layouts' type sizes assume both)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
@@ -50,7 +51,7 @@ def _png(fig: Figure) -> bytes:
 
 def auroc_versus_epsilon(records: Iterable[RunRecord], *, narrow: bool = False) -> bytes:
     """:func:`auroc_figure` as PNG bytes."""
-    return _png(auroc_figure(records, narrow=narrow))
+    return png_bytes(auroc_figure(records, narrow=narrow))
 
 
 def run_label(record: RunRecord, several_seeds: bool) -> str:
@@ -279,7 +280,7 @@ def image_rows(fig: Figure, labels: list[str], n: int, *, narrow: bool) -> list[
 
 def ldp_examples(rows: list[tuple[str, Any, Any]], *, narrow: bool = False) -> bytes:
     """:func:`ldp_examples_figure` as PNG bytes."""
-    return _png(ldp_examples_figure(rows, narrow=narrow))
+    return png_bytes(ldp_examples_figure(rows, narrow=narrow))
 
 
 def ldp_examples_figure(rows: list[tuple[str, Any, Any]], *, narrow: bool = False) -> Figure:

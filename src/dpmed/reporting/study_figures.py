@@ -7,28 +7,21 @@ layout for phones (:data:`~dpmed.reporting.figures.FONT`).
 
 from __future__ import annotations
 
-import io
 import textwrap
 from typing import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from dpmed.reporting.figures import FONT, NARROW_INCHES, image_rows, plot_interval
+from dpmed.reporting.figures import FONT, NARROW_INCHES, image_rows, plot_interval, png_bytes
 
 __all__ = ["group_estimates", "group_figure", "cam_grid", "cam_grid_figure"]
-
-
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
 
 
 def group_estimates(groups: Sequence[str], series: Sequence[tuple[str, Sequence[dict | None]]], *,
                     ylabel: str, title: str, narrow: bool = False) -> bytes:
     """:func:`group_figure` as PNG bytes."""
-    return _png(group_figure(groups, series, ylabel=ylabel, title=title, narrow=narrow))
+    return png_bytes(group_figure(groups, series, ylabel=ylabel, title=title, narrow=narrow))
 
 
 def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[dict | None]]], *,
@@ -84,7 +77,7 @@ def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[dic
 def cam_grid(images: np.ndarray, masks: np.ndarray | None, rows: Sequence[tuple[str, np.ndarray]],
              column_titles: Sequence[str], *, narrow: bool = False) -> bytes:
     """:func:`cam_grid_figure` as PNG bytes."""
-    return _png(cam_grid_figure(images, masks, rows, column_titles, narrow=narrow))
+    return png_bytes(cam_grid_figure(images, masks, rows, column_titles, narrow=narrow))
 
 
 def cam_grid_figure(images: np.ndarray, masks: np.ndarray | None, rows: Sequence[tuple[str, np.ndarray]],

@@ -9,7 +9,6 @@ for the private report (private/report.html) and never for report.html.
 
 from __future__ import annotations
 
-import io
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -18,6 +17,7 @@ from matplotlib.figure import Figure
 from dpmed import accounting
 from dpmed.attack import clopper_pearson
 from dpmed.records import RunRecord
+from dpmed.reporting.figures import png_bytes
 from dpmed.reporting.inputs import (ReportInputs, bound_percent, eps_label, escape, estimate_text, number_text,
                                     stacked)
 
@@ -168,9 +168,7 @@ def reconstructions_figure(rows: Sequence[tuple[str, Mapping[str, np.ndarray]]],
                 ax.imshow(np.asarray(arrays[key][c, 0], dtype=np.float32), cmap="gray", vmin=0.0, vmax=1.0)
                 if r == 1:
                     ax.set_xlabel(f"SSIM {float(arrays['ssim'][c]):.2f}", fontsize=9)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def attack_label(record: RunRecord) -> str:
