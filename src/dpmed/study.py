@@ -506,6 +506,16 @@ def _checkpoint_detail(path: Path) -> str:
     return f"continues from its checkpoint{where} (saved {age} ago)"
 
 
+def _failure_message(path: Path) -> str:
+    """The error a failed run's error.json records, or "(error.json unreadable)": a file cut short or edited by hand
+    still marks the run as failed, and must not stop `dpmed status` from listing the others."""
+    try:
+        error = json.loads(path.read_text(encoding="utf-8"))["error"]
+    except (OSError, ValueError, TypeError, KeyError):      # ValueError covers bad JSON and bytes that are not UTF-8
+        return "(error.json unreadable)"
+    return str(error)
+
+
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     """(run id, state, detail) of every run the study folder lists: finished, unreadable (a run.json that `dpmed
     report` would refuse: why), failed (with the error), interrupted (a private checkpoint waits: the step it reached
@@ -523,7 +533,7 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
             except ConfigError as exc:
                 states.append((plan.run_id, "unreadable", str(exc)))
         elif files.error.is_file():
-            states.append((plan.run_id, "failed", json.loads(files.error.read_text(encoding="utf-8"))["error"]))
+            states.append((plan.run_id, "failed", _failure_message(files.error)))
         elif files.checkpoint.is_file():
             states.append((plan.run_id, "interrupted", _checkpoint_detail(files.checkpoint)))
         else:

@@ -7,10 +7,11 @@ import json
 import re
 import shutil
 
+import pytest
 import yaml
 
 from dpmed.cli import main
-from dpmed.folders import RETRAIN_NOTE
+from dpmed.folders import RETRAIN_NOTE, StudyFolder
 
 
 def test_status_lists_a_finished_run_the_study_file_no_longer_lists(tiny_study, tmp_path, capsys):
@@ -25,6 +26,25 @@ def test_status_lists_a_finished_run_the_study_file_no_longer_lists(tiny_study, 
     out = capsys.readouterr().out
     assert re.search(rf"{re.escape(dropped)} +finished: not in the study file now, .*eps still counts it", out), out
     assert out.strip().splitlines()[-1] == "2 finished"
+
+
+@pytest.mark.parametrize("content", [b"{cut short", b"[]", b'{"run_id": "x"}', b"\xff\xfe"],
+                         ids=["not-json", "not-an-object", "no-error", "not-utf8"])
+def test_status_shows_a_run_whose_error_json_is_unreadable_as_failed(tiny_study, tmp_path, capsys, content):
+    """A bad run.json was shown as unreadable, but a bad error.json crashed `dpmed status` ("internal error:
+    JSONDecodeError") and hid every other run's state."""
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    record = next(copy.glob("runs/*/run.json"))
+    run_id = record.parent.name
+    record.unlink()
+    error = StudyFolder(copy).run(run_id).error
+    error.parent.mkdir(parents=True, exist_ok=True)
+    error.write_bytes(content)
+    assert main(["status", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^{re.escape(run_id)} +failed: \(error.json unreadable\)$", out, re.M), out
+    assert out.strip().splitlines()[-1] == "1 finished, 1 failed"
 
 
 def test_a_record_that_is_not_json_is_named_without_an_empty_field_and_with_the_retraining_note(tiny_study, tmp_path,
