@@ -24,3 +24,22 @@ def test_shipped_study_files_are_valid(path, tmp_path):
         placeholder = tmp_path / "data.npz" if "source: medmnist" in path.read_text() else tmp_path
         study = load_study(path, {"data.path": str(placeholder)})
     assert run_ids(study)
+
+
+def test_the_quickstart_and_the_schema_say_q_is_the_batch_over_the_released_count_of_units():
+    """Both said sample_rate = B / N_train, but DP-SGD plans from the released DP count of its training units
+    (patients where ids exist, else images; `dpmed.released_size`), never from the exact number of training images.
+    The packaged quickstart (what `dpmed run` with no file runs) is the repository's file."""
+    from importlib import resources
+
+    from dpmed.config import TrainingConfig
+
+    shipped = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
+    packaged = Path(str(resources.files("dpmed") / "configs" / "quickstart.yaml"))
+    assert shipped.read_bytes() == packaged.read_bytes()
+    comment = " ".join(line.partition("#")[2].strip() for line in shipped.read_text().splitlines()
+                       if "batch_size:" in line or line.strip().startswith("# N the released"))
+    doc = " ".join(TrainingConfig.__doc__.split())
+    for text in (comment, doc):
+        assert "N_train" not in text and "/ N," in text, text
+        assert "released (DP) count of training patients" in text or "released DP count of the arm's units" in text

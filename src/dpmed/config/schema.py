@@ -135,8 +135,10 @@ class TrainingConfig(_Strict):
     """How every arm trains, unless the arm overrides ``epochs``, ``batch_size`` or ``learning_rate``.
 
     batch_size: the logical batch. Non-private arms draw shuffled batches of this size; DP-SGD draws Poisson
-    batches with sample_rate = batch_size / N_train (so this is the *expected* size). physical_batch_size only bounds
-    memory and never changes the math.
+    batches of training units with sample_rate q = batch_size / N, N the released DP count of the arm's units
+    (patients where the data has patient ids and privacy_unit is patient, else images; `dpmed.released_size`), so
+    this is the *expected* number of units per batch. N is not the exact training size: that size is private too.
+    physical_batch_size only bounds memory and never changes the math.
 
     Training length: ``steps`` (optimiser steps T, the same for every arm) or ``epochs``: passes over the data, or
     ``auto`` (the default): at least 10 epochs and at least 500 steps, so that neither 500 nor 5000 training images
