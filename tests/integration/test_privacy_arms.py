@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -17,6 +20,7 @@ data: {source: phantom, n_images: 200, image_size: 16}
 training: {epochs: 1, batch_size: 20}
 evaluation: {bootstrap_resamples: 20}
 arms:
+  - {name: base, mechanism: none}
   - {name: lap, mechanism: pixel_laplace, target_epsilon_image: 512}
   - {name: gauss, mechanism: pixel_gaussian, target_epsilon_image: 100}
   - {name: shift, mechanism: scalar_shift, scale: 1}
@@ -28,11 +32,16 @@ arms:
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory):
+def study_out(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("arms")
     (folder / "s.yaml").write_text(STUDY)
     assert main(["run", str(folder / "s.yaml"), "--out", str(folder / "out"), "--no-progress"]) == 0
-    return {p.parent.name: json.loads(p.read_text()) for p in (folder / "out" / "arms" / "runs").glob("*/run.json")}
+    return folder / "out" / "arms"
+
+
+@pytest.fixture(scope="module")
+def records(study_out):
+    return {p.parent.name: json.loads(p.read_text()) for p in (study_out / "runs").glob("*/run.json")}
 
 
 def test_not_dp_modes_never_print_a_finite_eps(records):
@@ -91,3 +100,27 @@ def test_reconstruction_bounds_ride_with_gaussian_poisson_runs_only(records):
     assert records["shuffled_eps8_C1_seed0"]["reconstruction"] is None
     given = records["given_sigma1.1_C1_seed0"]["reconstruction"]
     assert given["kappa"] <= given["relaxed"] <= given["worst_case"] <= 1.0
+
+
+def test_results_csv_epsilon_holds_what_the_readme_says_for_each_kind_of_run(study_out, records):
+    """README said results.csv leaves `epsilon` empty for every run without a central eps, but local-DP rows hold
+    their eps per image there (e.g. 8192 at delta 0 for the quickstart's Laplace arm). Each kind of run's `epsilon`
+    is checked against what README's "Privacy arms" says of it."""
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8").split())
+    said = re.search(r"results\.csv's `epsilon` is (.*?) \* Every study", readme).group(1)
+    per_image = set(re.findall(r"`(\w+)`", re.search(r"\* ([^*]*?): eps \*\*per image", said).group(1)))
+    empty = re.search(r"\* empty for (.*?)\.", said).group(1)
+    assert per_image == {"pixel_laplace", "pixel_gaussian"} and "`dp_sgd` with `sampling: shuffle`" in empty
+    empty_mechanisms = set(re.findall(r"`(\w+)`", empty)) - {"dp_sgd"}
+    frame = pd.read_csv(study_out / "results.csv")
+    assert set(frame["mechanism"]) == per_image | empty_mechanisms | {"dp_sgd"}
+    for row in frame.itertuples():
+        card = records[row.run_id]["privacy"]
+        if row.mechanism in per_image:
+            assert row.epsilon == pytest.approx(card["epsilon_image"]) and "any two images" in row.neighbour_relation
+            assert (row.delta == 0) == (row.mechanism == "pixel_laplace"), row.run_id
+        elif row.mechanism in empty_mechanisms or card["sampling"] == "shuffle":
+            assert math.isnan(row.epsilon), row.run_id
+        else:                                       # DP-SGD with Poisson sampling: central, the released count included
+            assert row.epsilon == pytest.approx(card["epsilon"]) and row.epsilon > row.size_epsilon > 0, row.run_id
+            assert row.unit in ("patient", "image") and row.is_dp
