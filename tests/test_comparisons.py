@@ -260,3 +260,38 @@ def test_small_groups_and_intervals_of_zero_width_are_flagged(make_record):
     assert flags["[0,30)"].reasons[:2] == ["only 1 positive", "only 7 negatives"]
     assert any("zero width" in reason for reason in flags["[0,30)"].reasons)
     assert flags["[60,70)"].reasons == ["AUROC interval of zero width (1.000 in every redraw)"]
+
+
+def test_compare_runs_redraws_the_patients_the_runs_intervals_redrew(make_record):
+    """Runs whose own intervals redrew test patients (their bootstrap_unit) are compared on the same patient redraws,
+    read from predictions.npz's test_patient_ids; runs recorded before dpmed redrew patients, on image redraws."""
+    rng = np.random.default_rng(8)
+    patient = rng.integers(0, 25, 90)                                     # 25 patients, several images each
+    y = (patient % 2).astype(np.int64)
+    ids = np.array([f"p{p}" for p in patient])
+    look = rng.normal(size=25)[patient]
+    scores = {"np_seed0": np.clip(0.5 + 0.3 * (y - 0.5) + 0.2 * look, 0, 1),
+              "dp_eps1_C1_seed0": np.clip(0.5 + 0.1 * (y - 0.5) + 0.2 * look + 0.1 * rng.normal(size=90), 0, 1)}
+    predictions = {k: {"test_labels": y, "test_patient_ids": ids, "test_scores": v} for k, v in scores.items()}
+    expected = {unit: paired_differences(kind="binary", labels=y, scores=scores["dp_eps1_C1_seed0"],
+                                         reference_scores=scores["np_seed0"], n_resamples=200, seed=3,
+                                         patient_ids=ids if unit == "patient" else None)["auroc"]
+                for unit in ("patient", "image")}
+    assert (expected["patient"]["low"], expected["patient"]["high"]) != (expected["image"]["low"],
+                                                                         expected["image"]["high"])
+
+    def compared(units):
+        records = [make_record(run_id, arm, mechanism, eps=eps, metrics={} if unit is None else
+                               {"bootstrap_unit": unit})
+                   for (run_id, arm, mechanism, eps), unit in zip((("np_seed0", "np", "none", None),
+                                                                   ("dp_eps1_C1_seed0", "dp", "dp_sgd", 1.0)), units)]
+        return compare_runs(records, predictions, kind="binary", label_names=["a", "b"], n_resamples=200, seed=3)
+
+    for units, unit in ((("patient", "patient"), "patient"), (("image", "image"), "image"), ((None, None), "image"),
+                        (("patient", None), "image")):
+        out = compared(units)
+        got = out.auroc_differences[0].auroc_difference
+        assert out.bootstrap_unit == unit
+        assert (got.low, got.high, got.p_value) == (expected[unit]["low"], expected[unit]["high"],
+                                                    expected[unit]["p_value"])
+        assert any("redrew different units" in note for note in out.notes) == (units == ("patient", None))

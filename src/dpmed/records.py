@@ -194,8 +194,9 @@ class StartRecord(_Record):
 
 class RunRecord(_Record):
     """One finished run. metrics: utility on the test set (`dpmed.evaluation.evaluate_utility`: a flat mapping whose
-    keys depend on the task, e.g. ``test_auroc``, ``test_auroc_low``, ``test_auroc[<label>]``); fairness and
-    explanations: their evaluation records where the study asked for them."""
+    keys depend on the task, e.g. ``test_auroc``, ``test_auroc_low``, ``test_auroc[<label>]``, and the one word
+    ``bootstrap_unit``, "patient" or "image", absent from records that predate it, which redrew images); fairness
+    and explanations: their evaluation records where the study asked for them."""
 
     run_id: str
     arm: str
@@ -206,7 +207,7 @@ class RunRecord(_Record):
     privacy: PrivacyCard
     reconstruction: ReconstructionRecord | None = None
     ledger: LedgerField
-    metrics: dict[str, float | int | None]
+    metrics: dict[str, float | int | str | None]
     fairness: dict[str, Any] | None = None
     explanations: dict[str, Any] | None = None
     audit: AuditSummary | None = None

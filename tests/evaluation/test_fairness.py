@@ -128,7 +128,7 @@ def test_redraw_path_with_the_identity_redraw_equals_fairlearn():
     groups = rng.choice(["a", "b", "c"], n)
     _, _, correct, selected, _ = decisions("binary", y, s, y, s)
     out = attribute_fairness(y=y[:, None], s=s[:, None], correct=correct, selected=selected, groups=groups,
-                             order=["a", "b", "c"], indices=np.arange(n)[None, :], confidence=0.95)
+                             order=["a", "b", "c"], redraws=np.arange(n)[None, :], confidence=0.95)
     for key, fn in (("demographic_parity_difference", demographic_parity_difference),
                     ("equalized_odds_difference", equalized_odds_difference)):
         expected = fn(y, selected[:, 0], sensitive_features=groups)

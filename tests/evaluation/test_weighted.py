@@ -97,10 +97,10 @@ def test_weighted_kappa_is_nan_where_every_label_and_prediction_is_one_class():
 
 def test_counts_are_the_draws_and_blocks_change_nothing(monkeypatch):
     indices = bootstrap_indices(7, n_resamples=25, seed=0)
-    whole = np.concatenate([c for _, c in redraw_counts(indices, 7)])
+    whole = np.concatenate([c for _, c in redraw_counts(indices)])
     np.testing.assert_array_equal(whole, [np.bincount(i, minlength=7) for i in indices])
     values = np.arange(7.0)
     one_block = evaluate_redraws(indices, lambda w: weighted_mean(values, w))
     monkeypatch.setattr("dpmed.evaluation.weighted._BLOCK_ELEMENTS", 7 * 4)  # blocks of 4 redraws
-    assert len(list(redraw_counts(indices, 7))) == 7
+    assert len(list(redraw_counts(indices))) == 7
     np.testing.assert_array_equal(evaluate_redraws(indices, lambda w: weighted_mean(values, w)), one_block)

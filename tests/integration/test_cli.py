@@ -41,6 +41,9 @@ def test_quickstart_writes_every_output(quickstart, capsys):
                     'id="provenance"', "data:image/png;base64,", "phantom", "git_commit", "Wall time per run"):
         assert section in report, section
     assert (quickstart / "ldp_examples.png").is_file() and (quickstart / "auroc_vs_epsilon.png").is_file()
+    # the phantom names each image's patient (some have two images): the test bootstrap redraws patients
+    assert set(frame["bootstrap_unit"]) == {"patient"} and (frame["n_test_patients"] < frame["n_test"]).all()
+    assert "redraws of the test patients (each drawn patient with all of their images)" in report
 
 
 def test_privacy_cards_are_honest(quickstart):

@@ -47,7 +47,8 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
     write_outputs(StudyFolder(tmp_path), make_resolved(records, resamples=50, n_test=N), records)
     page = (tmp_path / "report.html").read_text()
     for text in ('id="fairness"', 'id="interpretability"', 'id="comparisons"', "Accuracy parity difference",
-                 "equalised odds", "lesion-mask energy", "masked-input score", "AUROC difference"):
+                 "equalised odds", "lesion-mask energy", "masked-input score", "AUROC difference",
+                 "percentile bootstrap intervals over those images."):       # explained without patient ids
         assert text in page, text
     for png in ("fairness_sex.png", "fairness_age.png", "cam_grid.png"):
         assert (tmp_path / png).stat().st_size > 1000
@@ -60,3 +61,23 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
                    "fairness[sex]_equalized_odds_difference_high", "explanations_mask_energy",
                    "explanations_pointing_game_low", "explanations_average_drop"):
         assert column in frame.columns, column
+
+
+def test_the_report_says_whether_the_bootstrap_redrew_patients_or_images(two_arms, report_html):
+    """Every interval sentence names what its redraws drew: the runs' bootstrap_unit (run.json) for the utility and
+    fairness intervals, the comparisons' for the paired differences; records without it predate the patient
+    bootstrap and redrew images."""
+    page = report_html(two_arms)                          # computed without patient ids: images
+    for text in ("paired bootstrap redraws of the test images (seed", "over the same redraws of the test images as "
+                 "the utility intervals", "redraws of the test images [95% CI]",
+                 "(the same redraws of the test images for both)"):
+        assert text in page, text
+    assert "test patients" not in page
+    by_patient = [r.model_copy(update={"metrics": {**r.metrics, "bootstrap_unit": "patient"}}) for r in two_arms]
+    page = report_html(by_patient)
+    patients = "the test patients (each drawn patient with all of their images)"
+    for text in (f"paired bootstrap redraws of {patients} (seed", f"over the same redraws of {patients} as the "
+                 "utility intervals", "redraws of the test patients [95% CI]",
+                 "(the same redraws of the test patients for both)"):
+        assert text in page, text
+    assert "redraws of the test images" not in page

@@ -2,7 +2,8 @@
 intervals. Computed by `dpmed.study` before the report is rendered, and written to comparisons.json.
 
 * **Paired differences** (METHODS.md sec. 4): every private run against the non-private run of the same seed (the
-  first in study order), on the same seeded redraws of the test set (`dpmed.evaluation.paired`): AUROC, accuracy,
+  first in study order), on the same seeded redraws of the test set that gave the runs their own intervals (of its
+  patients where the runs redrew patients; `dpmed.evaluation.paired`): AUROC, accuracy,
   and for a binary task sensitivity and specificity, each model deciding at its own validation-chosen threshold.
   The report opens with these, read as cases ("misses about N more of every 100 pneumonia cases").
 * **Seeds** of one arm value (runs of one plan label) are summarised by mean, standard deviation, min and max: a
@@ -16,7 +17,7 @@ intervals. Computed by `dpmed.study` before the report is rendered, and written 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -130,11 +131,13 @@ class GroupFlag(_Row):
 
 
 class Comparisons(_Row):
-    """The study's comparisons (comparisons.json)."""
+    """The study's comparisons (comparisons.json). bootstrap_unit: what the paired differences redrew, the test
+    set's patients or its images (comparisons.json files that predate it redrew images)."""
 
     definitions: dict[str, str]
     n_resamples: int
     bootstrap_seed: int
+    bootstrap_unit: Literal["patient", "image"] = "image"
     confidence: float
     auroc_differences: list[Difference]
     by_value: list[ValueSummary]
@@ -150,6 +153,18 @@ class Comparisons(_Row):
 def _same_test_set(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
     return (a["test_labels"].shape == b["test_labels"].shape and np.array_equal(a["test_labels"], b["test_labels"])
             and np.array_equal(a["test_patient_ids"], b["test_patient_ids"]))
+
+
+def _bootstrap_unit(records: Sequence[RunRecord], notes: list[str]) -> Literal["patient", "image"]:
+    """"patient" where every run's own intervals redrew the test patients (its ``bootstrap_unit``), else "image":
+    the differences then use the redraws the runs' intervals used. A record without the key predates the patient
+    bootstrap and redrew images; runs that disagree (some recorded by an older dpmed) are compared by image, said in
+    a note."""
+    units = {str(r.metrics.get("bootstrap_unit", "image")) for r in records}
+    if len(units) > 1:
+        notes.append("the runs' intervals redrew different units (" + ", ".join(sorted(units)) + "; runs recorded "
+                     "before dpmed redrew patients redrew images): the paired differences redraw images")
+    return "patient" if units == {"patient"} else "image"
 
 
 def _references(records: Sequence[RunRecord], predictions) -> dict[int, RunRecord]:
@@ -185,7 +200,8 @@ def _thresholds(record: RunRecord, arrays: Mapping[str, np.ndarray], kind: str,
         return None
 
 
-def _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, notes) -> list[Difference]:
+def _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, unit,
+                 notes) -> list[Difference]:
     references = _references(records, predictions)
     rows = []
     for r in records:
@@ -203,7 +219,8 @@ def _differences(records, predictions, kind, label_names, n_resamples, seed, con
                                   reference_scores=theirs["test_scores"],
                                   thresholds=_thresholds(r, mine, kind, label_names),
                                   reference_thresholds=_thresholds(ref, theirs, kind, label_names),
-                                  n_resamples=n_resamples, seed=seed, confidence=confidence)
+                                  n_resamples=n_resamples, seed=seed, confidence=confidence,
+                                  patient_ids=mine["test_patient_ids"] if unit == "patient" else None)
         paired = {f"{name}_difference": PairedDifference(**values) for name, values in diff.items()}
         rows.append(Difference(run_id=r.run_id, label=r.plan.label, arm=r.arm, mechanism=r.mechanism, seed=r.seed,
                                reference_run=ref.run_id, epsilon=number(r.privacy.epsilon),
@@ -318,13 +335,15 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Mapping
     """The study's comparisons, from run records and their loaded predictions (``run_id -> arrays`` as
     :func:`~dpmed.evaluation.predictions.load_predictions` returns them). Pure: no file is read or written."""
     notes: list[str] = []
-    rows = _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, notes)
+    unit = _bootstrap_unit(records, notes)
+    rows = _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, unit, notes)
     if not any(r.mechanism == "none" for r in records):
         notes.append("no non-private arm: no AUROC differences")
     return Comparisons(
         definitions={
             "auroc_difference": "private minus non-private test AUROC (same seed), paired bootstrap over the same "
-                                "seeded test redraws; two-sided bootstrap p-value, at least p_floor = 2 / (R + 1)",
+                                "seeded test redraws (of bootstrap_unit: patients, each with all of their images, "
+                                "or images); two-sided bootstrap p-value, at least p_floor = 2 / (R + 1)",
             "sensitivity_difference": "private minus non-private (same seed) share of positive test images decided "
                                       "positive, each model at its own validation-chosen (Youden) threshold; the "
                                       "same redraws",
@@ -337,7 +356,7 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Mapping
                            "interval of zero width",
             "correlations": "Pearson r with two-sided p-value (scipy.stats.pearsonr); eps is the accounted eps",
         },
-        n_resamples=int(n_resamples), bootstrap_seed=int(seed), confidence=float(confidence),
+        n_resamples=int(n_resamples), bootstrap_seed=int(seed), bootstrap_unit=unit, confidence=float(confidence),
         auroc_differences=rows, by_value=_by_value(rows, records),
         correlations=correlate_runs(records, predictions, _references(records, predictions), kind=kind,
                                     label_names=label_names, notes=notes),

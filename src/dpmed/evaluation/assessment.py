@@ -43,12 +43,18 @@ def _finite(values: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
 
 
-def _utility(config: EvaluationConfig, dataset: Dataset, val_scores, labels, scores) -> dict[str, Any]:
+def _patients(dataset: Dataset, images: ImageSet) -> np.ndarray | None:
+    """The patient of each image of ``images``, the unit the bootstrap redraws (METHODS.md sec. 4); None where the
+    dataset names no patients (each image its own: the image is redrawn)."""
+    return images.patient_ids if dataset.patients_known else None
+
+
+def _utility(config: EvaluationConfig, dataset: Dataset, val_scores, images: ImageSet, scores) -> dict[str, Any]:
     return _finite(evaluate_utility(kind=dataset.task.kind, label_names=list(dataset.task.label_names),
-                                    val_labels=dataset.val.labels, val_scores=val_scores, test_labels=labels,
+                                    val_labels=dataset.val.labels, val_scores=val_scores, test_labels=images.labels,
                                     test_scores=scores, n_resamples=config.bootstrap_resamples,
                                     seed=config.bootstrap_seed, confidence=config.confidence,
-                                    ordinal=dataset.task.ordinal))
+                                    ordinal=dataset.task.ordinal, test_patient_ids=_patients(dataset, images)))
 
 
 def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet], config: EvaluationConfig, *,
@@ -59,7 +65,7 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
     val_input, test_input = inputs
     val_scores = predict(model, val_input, dataset.task, device=device)
     test_scores = predict(model, test_input, dataset.task, device=device)
-    metrics = _utility(config, dataset, val_scores, dataset.test.labels, test_scores)
+    metrics = _utility(config, dataset, val_scores, dataset.test, test_scores)
     fairness = None
     if config.fairness is not None:   # per-group metrics, a pure function of the predictions (METHODS.md s.5)
         fairness = evaluate_fairness(
@@ -67,20 +73,21 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
             test_labels=dataset.test.labels, test_scores=test_scores,
             attributes={name: getattr(dataset.test, name) for name in config.fairness.attributes},
             age_bins=config.fairness.age_bins, n_resamples=config.bootstrap_resamples, seed=config.bootstrap_seed,
-            confidence=config.confidence)
+            confidence=config.confidence, patient_ids=_patients(dataset, dataset.test))
     explanations = cams = None
     if config.explanations is not None:   # Grad-CAM on a plain copy of the model: ``model`` stays as it is
         start = time.perf_counter()
         explanations, cams = explain_test_set(
             model, dataset.test.images, dataset.test.masks, kind=dataset.task.kind, target_layer=cam_layer,
             normalization=dataset.normalization, n_resamples=config.bootstrap_resamples,
-            bootstrap_seed=config.bootstrap_seed, confidence=config.confidence, **config.explanations.model_dump())
+            bootstrap_seed=config.bootstrap_seed, confidence=config.confidence,
+            patient_ids=_patients(dataset, dataset.test), **config.explanations.model_dump())
         explanations["seconds"] = time.perf_counter() - start
     private = None
     if config.training_metrics and training is not None:
         train_scores = predict(model, training, dataset.task, device=device)
         private = {"covered_by_eps": False, "note": "computed from the training images without noise: private",
                    **{k.replace("test_", "train_", 1): v for k, v in _utility(
-                       config, dataset, val_scores, training.labels, train_scores).items()}}
+                       config, dataset, val_scores, training, train_scores).items()}}
     return Assessment(val_scores=val_scores, test_scores=test_scores, metrics=metrics, fairness=fairness,
                       explanations=explanations, cams=cams, training_metrics=private)

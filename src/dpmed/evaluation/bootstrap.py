@@ -1,4 +1,4 @@
-"""Seeded, paired percentile bootstrap of test-set metrics.
+"""Seeded, paired percentile bootstrap of test-set metrics, redrawing patients where the test set names them.
 
 Why: a test AUROC on a few hundred images moves by several points from one draw of patients to the next, and the
 cost of privacy dpmed reports is often of that size. METHODS.md sec. 4 therefore asks for 1000 redraws of the test set
@@ -8,18 +8,30 @@ documents are ruled out here by construction: a "+/-" bootstrap standard deviati
 (:func:`percentile_interval` returns quantiles, never a std), and unseeded bootstraps (:func:`bootstrap_indices`
 demands a seed and touches no global random state).
 
-Pairing: every model evaluated on one test set with one seed gets exactly the same redraws, so the difference between
-two models can be bootstrapped redraw by redraw and the intervals of the arms of a study are comparable.
+The unit redrawn is the patient where patient ids are known (:func:`bootstrap_redraws`): the images of one patient
+(both eyes, follow-up films, several views) are not independent, so the test set is a sample of patients, and
+redrawing its images one by one treats correlated images as separate evidence and makes the interval too narrow.
+Redrawing whole patients with replacement, each drawn patient bringing all of their images, is the cluster
+bootstrap for hierarchical data (Davison & Hinkley 1997, Bootstrap Methods and their Application, sec. 3.8: resample
+the clusters, keep each drawn cluster whole), whose variance estimate Field & Welsh 2007 ("Bootstrapping clustered
+data", JRSS B 69:369-390) show to be consistent, as the clusters grow in number, when the clusters are a random
+sample (here the test patients). A redraw holds as many patients as the test set, so its number of images varies. Where no patient ids exist (each image its own patient) the image is the
+unit, and the redraws are exactly those of the image bootstrap.
+
+Pairing: every model evaluated on one test set (same images in the same order, same patient ids) with one seed gets
+exactly the same redraws, so the difference between two models can be bootstrapped redraw by redraw and the
+intervals of the arms of a study are comparable.
 """
 
 from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-__all__ = ["Estimate", "bootstrap_indices", "percentile_interval"]
+__all__ = ["Estimate", "Redraws", "bootstrap_indices", "bootstrap_redraws", "patient_numbers", "percentile_interval"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,8 @@ class Estimate:
 
 
 def bootstrap_indices(n: int, *, n_resamples: int = 1000, seed: int) -> np.ndarray:
-    """Row r holds the test-set positions drawn (with replacement) in redraw r: int64 [n_resamples, n].
+    """Row r holds the positions drawn (with replacement) in redraw r: int64 [n_resamples, n]; the positions are the
+    test set's images, or its patients (:func:`bootstrap_redraws`).
 
     The draw depends on ``(n, n_resamples, seed)`` only, through its own ``np.random.default_rng(seed)``; no global
     state is read or changed. Calling it again with the same arguments for another model gives the same redraws,
@@ -55,11 +68,91 @@ def bootstrap_indices(n: int, *, n_resamples: int = 1000, seed: int) -> np.ndarr
             "the models compared (METHODS.md sec. 4)"
         )
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise ValueError(f"n (the test-set size) must be a positive int, got {n!r}")
+        raise ValueError(f"n (the test set's images or patients) must be a positive int, got {n!r}")
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, numbers.Integral) or n_resamples < 1:
         raise ValueError(f"n_resamples must be a positive int, got {n_resamples!r}")
     rng = np.random.default_rng(int(seed))
     return rng.integers(0, int(n), size=(int(n_resamples), int(n)), dtype=np.int64)  # [n_resamples, n]
+
+
+@dataclass(frozen=True, eq=False)
+class Redraws:
+    """Seeded redraws of a test set, as the units drawn and the unit each image belongs to.
+
+    draws: int64 [n_resamples, n_units], row r the units (patients, or images) drawn with replacement in redraw r;
+    unit_of_image: int64 [n_images], image i belongs to unit ``unit_of_image[i]``, and is in redraw r as often as its
+    unit was drawn there (:func:`dpmed.evaluation.weighted.redraw_counts`); unit: what was drawn, "patient" or
+    "image" (then ``unit_of_image`` is 0..n-1). Make them with :func:`bootstrap_redraws`.
+    """
+
+    draws: np.ndarray
+    unit_of_image: np.ndarray
+    unit: Literal["patient", "image"]
+
+    def __post_init__(self) -> None:
+        if self.draws.ndim != 2 or self.unit_of_image.ndim != 1:
+            raise ValueError(f"draws must be [n_resamples, n_units] and unit_of_image [n_images]; got shapes "
+                             f"{self.draws.shape} and {self.unit_of_image.shape}")
+        if self.unit not in ("patient", "image"):
+            raise ValueError(f"unit must be 'patient' or 'image', got {self.unit!r}")
+        if self.unit_of_image.size and (self.unit_of_image.min() < 0 or self.unit_of_image.max() >= self.n_units):
+            raise ValueError(f"unit_of_image must index the {self.n_units} units drawn")
+
+    @classmethod
+    def of_images(cls, indices) -> "Redraws":
+        """Image positions drawn, int [n_resamples, n] (as :func:`bootstrap_indices` makes them), as redraws of
+        images: each image its own unit."""
+        draws = np.asarray(indices, dtype=np.int64)
+        if draws.ndim != 2:
+            raise ValueError(f"indices must be [n_resamples, n], got shape {draws.shape}")
+        return cls(draws=draws, unit_of_image=np.arange(draws.shape[1], dtype=np.int64), unit="image")
+
+    @property
+    def n_resamples(self) -> int:
+        return int(self.draws.shape[0])
+
+    @property
+    def n_units(self) -> int:
+        """Patients (or images) in the test set, and in every redraw."""
+        return int(self.draws.shape[1])
+
+    @property
+    def n_images(self) -> int:
+        return int(self.unit_of_image.shape[0])
+
+
+def patient_numbers(patient_ids) -> np.ndarray:
+    """Each image's patient as an int64 [n] in 0..P-1, patients numbered in order of first appearance.
+
+    First appearance, not sorted ids: where every id is distinct patient k is image k, so the patient redraws of
+    :func:`bootstrap_redraws` are, bit for bit, the image redraws of the same seed (the unit changes nothing where
+    each image is its own patient)."""
+    ids = np.asarray(patient_ids).astype(str)
+    if ids.ndim != 1:
+        raise ValueError(f"patient ids must be one per image, shape [n]; got shape {ids.shape}")
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size, dtype=np.int64)
+    return rank[inverse.reshape(-1)]
+
+
+def bootstrap_redraws(n: int, *, patient_ids=None, n_resamples: int = 1000, seed: int) -> Redraws:
+    """The seeded redraws of a test set of ``n`` images: of its patients where ``patient_ids`` (str [n]) are given,
+    else of its images (module docstring).
+
+    By patient: ``bootstrap_indices(P, n_resamples, seed)`` draws P of the P patients (numbered by
+    :func:`patient_numbers`) per redraw, and every image of a drawn patient comes with them. By image:
+    ``bootstrap_indices(n, n_resamples, seed)``, as before patients were known. The redraws depend on ``(n, ids,
+    n_resamples, seed)`` only, so every model scored on one test set with one seed sees the same ones (paired).
+    """
+    if patient_ids is None:
+        return Redraws.of_images(bootstrap_indices(n, n_resamples=n_resamples, seed=seed))
+    unit_of_image = patient_numbers(patient_ids)
+    if unit_of_image.size != n:
+        raise ValueError(f"{unit_of_image.size} patient ids for {n} test images")
+    n_patients = int(unit_of_image.max()) + 1 if unit_of_image.size else 0
+    return Redraws(draws=bootstrap_indices(n_patients, n_resamples=n_resamples, seed=seed),
+                   unit_of_image=unit_of_image, unit="patient")
 
 
 def percentile_interval(samples: np.ndarray, *, confidence: float = 0.95) -> tuple[float, float]:

@@ -11,8 +11,10 @@ both on the explained images of a test set and writes the run.json block and the
   finding the mask annotates (binary: class 1), on the explained images that carry a non-empty mask, so a model that
   misses a lesion is asked "where would opacity be?", not "why normal?".
 
-Every mean has a 95% percentile bootstrap interval over seeded redraws of the explained images. The caller's model
-is never modified (the CAMs and scores come from :func:`~dpmed.evaluation.cams.plain_copy`).
+Every mean has a 95% percentile bootstrap interval over seeded redraws of the explained images, or of their
+patients where the test set names them (each drawn patient with all of their explained images: the images of one
+patient are not independent evidence about a CAM either). The caller's model is never modified (the CAMs and
+scores come from :func:`~dpmed.evaluation.cams.plain_copy`).
 """
 
 from __future__ import annotations
@@ -45,14 +47,15 @@ def select_images(n_test: int, *, n_images: int, seed: int) -> np.ndarray:
 def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: str, method: str = "gradcam",
             normalization=None, masks: np.ndarray | None = None, lesion_class: int | None = 1,
             deletion_steps: int = 16, pointing_tolerance: float = 0.0, n_resamples: int = 1000, seed: int = 0,
-            confidence: float = 0.95) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+            confidence: float = 0.95, patient_ids=None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Explain ``images`` ([0, 1] pixels [N, C, H, W], e.g. the :func:`select_images` of the test set).
 
     Returns (record, arrays): the run.json ``"explanations"`` block (method, target layer, every metric with its
     interval) and the arrays for ``cams.npz`` (cams, targets, Y, O, deletion and insertion curves, and, where masks
     are given, lesion_cams and lesion_positions). ``model`` is never modified (see :func:`plain_copy`).
-    Intervals: percentile bootstrap over the explained images (``bootstrap_indices(n, n_resamples, seed)``), so
-    every arm explaining the same images gets the same redraws.
+    Intervals: percentile bootstrap over the explained images, or over their patients where ``patient_ids`` (str
+    [N], one per image) are given (:func:`~dpmed.evaluation.faithfulness.mean_with_interval`; the record's
+    ``bootstrap_unit`` says which), so every arm explaining the same images gets the same redraws.
     """
     clone = plain_copy(model)
 
@@ -68,19 +71,23 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
     o = scores_of(cams[:, None] * images)[rows, targets]                        # E = L * I, before normalisation
     deletion, insertion, del_curve, ins_curve = deletion_insertion(scores_of, images, cams, targets,
                                                                    steps=deletion_steps)
+    ids = None if patient_ids is None else np.asarray(patient_ids).astype(str)
+    if ids is not None and ids.shape != (len(images),):
+        raise ValueError(f"{ids.size} patient ids for {len(images)} explained images")
     stats = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
     metrics = {
-        "average_drop": mean_with_interval(average_drop(y, o), **stats),
-        "increase_in_confidence": mean_with_interval(increase_in_confidence(y, o), **stats),
-        "masked_input_score": mean_with_interval(masked_input_score(y, o), **stats),
-        "deletion_auc": mean_with_interval(deletion, **stats),
-        "insertion_auc": mean_with_interval(insertion, **stats),
+        "average_drop": mean_with_interval(average_drop(y, o), patient_ids=ids, **stats),
+        "increase_in_confidence": mean_with_interval(increase_in_confidence(y, o), patient_ids=ids, **stats),
+        "masked_input_score": mean_with_interval(masked_input_score(y, o), patient_ids=ids, **stats),
+        "deletion_auc": mean_with_interval(deletion, patient_ids=ids, **stats),
+        "insertion_auc": mean_with_interval(insertion, patient_ids=ids, **stats),
     }
     arrays = {"cams": cams.astype(np.float16), "targets": targets, "score_image": y, "score_masked": o,
               "deletion_curve": del_curve, "insertion_curve": ins_curve}
     record: dict[str, Any] = {"method": method, "method_reference": CAM_METHODS[method].reference,
                               "target_layer": target_layer, "explained_class": "predicted (argmax)",
                               "n_images": int(len(images)), "n_zero_cams": int((cams.max(axis=(1, 2)) <= 0).sum()),
+                              "bootstrap_unit": "image" if ids is None else "patient",
                               # Y's spread: the confidence metrics divide by Y, and a model whose class scores
                               # barely leave 1/K can drop little whatever its CAM shows (read them with it)
                               "score_image_min": number(y.min()), "score_image_max": number(y.max()),
@@ -94,9 +101,12 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
             lesion_cams = cams_of_plain(clone, images[positions], target_layer=target_layer,
                                         targets=[lesion_class] * positions.size, method=method,
                                         normalization=normalization)           # [M, H, W]
-            metrics["mask_energy"] = mean_with_interval(mask_energy(lesion_cams, masks[positions]), **stats)
+            lesion_ids = None if ids is None else ids[positions]
+            metrics["mask_energy"] = mean_with_interval(mask_energy(lesion_cams, masks[positions]),
+                                                        patient_ids=lesion_ids, **stats)
             metrics["pointing_game"] = mean_with_interval(
-                pointing_game(lesion_cams, masks[positions], tolerance=pointing_tolerance), **stats)
+                pointing_game(lesion_cams, masks[positions], tolerance=pointing_tolerance), patient_ids=lesion_ids,
+                **stats)
             arrays.update(lesion_cams=lesion_cams.astype(np.float16), lesion_positions=positions)
             record.update(lesion_class=int(lesion_class), pointing_tolerance_px=float(pointing_tolerance),
                           n_masked_images=int(positions.size),
@@ -110,19 +120,21 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
 def explain_test_set(model: nn.Module, images: np.ndarray, masks: np.ndarray | None, *, kind: str, target_layer: str,
                      method: str, n_images: int, seed: int, deletion_steps: int, pointing_tolerance: float,
                      normalization=None, n_resamples: int = 1000, bootstrap_seed: int = 0,
-                     confidence: float = 0.95) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+                     confidence: float = 0.95, patient_ids=None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """:func:`explain` on the :func:`select_images` (``n_images``, ``seed``) of a test set: the run's explanations.
 
-    The keyword names match the study file's ``evaluation.explanations`` block. The arrays add ``positions`` (test
-    indices), the explained ``images`` (float16) and their ``masks``, so the report can draw its CAM grid from
-    cams.npz alone.
+    The keyword names match the study file's ``evaluation.explanations`` block; ``patient_ids`` (str, one per test
+    image; None where the dataset names no patients) make the intervals redraw the explained images' patients. The
+    arrays add ``positions`` (test indices), the explained ``images`` (float16) and their ``masks``, so the report
+    can draw its CAM grid from cams.npz alone.
     """
     positions = select_images(len(images), n_images=n_images, seed=seed)
     chosen_masks = None if masks is None else np.asarray(masks)[positions]
     record, arrays = explain(model, np.asarray(images)[positions], kind=kind, target_layer=target_layer, method=method,
                              normalization=normalization, masks=chosen_masks, deletion_steps=deletion_steps,
                              pointing_tolerance=pointing_tolerance, n_resamples=n_resamples, seed=bootstrap_seed,
-                             confidence=confidence)
+                             confidence=confidence,
+                             patient_ids=None if patient_ids is None else np.asarray(patient_ids)[positions])
     record["image_seed"] = int(seed)
     arrays.update(positions=positions, images=np.asarray(images)[positions].astype(np.float16))
     if chosen_masks is not None:

@@ -18,10 +18,10 @@ P(yhat = 1 | rest); both are reported here under their own names so neither is m
 Decisions (yhat) use the Youden threshold chosen on the **validation** split (METHODS.md sec. 4), never on test.
 Groups: sex, and age bins [0,30), [30,60), [60,70), [70,80), [80,100) (003's Table 3); a missing value is its own
 group, "unknown". Every number has a 95% percentile interval over the same seeded redraws of the whole test set that
-the utility metrics use (:mod:`dpmed.evaluation.weighted`): a group's metric in a redraw is computed on the redrawn
-images that belong to it, so groups and arms are paired. Multilabel tasks average the per-label values (003's
-"average over all labels"); multiclass tasks have no single yhat = 1, so the two parity-of-decisions metrics are
-n/a there.
+the utility metrics use (:mod:`dpmed.evaluation.weighted`; by patient where patient ids are known): a group's metric
+in a redraw is computed on the redrawn images that belong to it, so groups and arms are paired. Multilabel tasks
+average the per-label values (003's "average over all labels"); multiclass tasks have no single yhat = 1, so the two
+parity-of-decisions metrics are n/a there.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from dpmed.evaluation.bootstrap import bootstrap_indices
+from dpmed.evaluation.bootstrap import Redraws, bootstrap_redraws
 from dpmed.evaluation.utility import youden_threshold
 from dpmed.evaluation.weighted import as_label_columns, estimate, redraw_counts, weighted_macro_auroc, weighted_mean
 
@@ -51,7 +51,8 @@ DEFINITIONS = {
                                   "in which both classes occur"),
     "worst_group_auroc": "the lowest AUROC over the groups in which it is defined",
     "threshold": "Youden's J on the validation split, applied unchanged to test",
-    "interval": ("percentile bootstrap over seeded redraws of the whole test set, paired with the utility metrics; "
+    "interval": ("percentile bootstrap over seeded redraws of the whole test set (of its patients, each with all "
+                 "of their images, where patient ids are known), paired with the utility metrics; "
                  "a redraw in which a group that a summary compares draws one class only (or none of its images) "
                  "is undefined for that summary and left out (worst_group_auroc counts them)"),
 }
@@ -184,11 +185,12 @@ def _fairlearn_differences(y, selected, groups, eo_groups) -> tuple[float, float
 
 
 def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, selected: np.ndarray | None,
-                       groups: np.ndarray, order: Sequence[str], indices: np.ndarray,
+                       groups: np.ndarray, order: Sequence[str], redraws: Redraws | np.ndarray,
                        confidence: float) -> dict:
     """Fairness across the groups of one attribute (labels/decisions as made by :func:`decisions`).
 
-    ``indices`` int [R, n]: the study's bootstrap redraws of the test set. Returns per group ``n``, ``auroc``,
+    ``redraws``: the study's bootstrap redraws of the test set (:class:`~dpmed.evaluation.bootstrap.Redraws`, or
+    image positions int [R, n]). Returns per group ``n``, ``auroc``,
     ``accuracy``, ``accuracy_parity_difference`` and (binary, multilabel) ``n_positive`` and
     ``demographic_parity_difference``, each {"value", "low", "high"}; per attribute ``worst_group_auroc`` (+ which
     group), ``demographic_parity_difference`` and ``equalized_odds_difference``.
@@ -201,12 +203,14 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
     members = {g: groups == g for g in order}
     ones = np.ones((1, n))
     point = {g: _group_stats(y, s, correct, selected, m, ones) for g, m in members.items()}
-    redraws: dict[str, dict[str, list[np.ndarray]]] = {g: {} for g in order}
-    for _rows, counts in redraw_counts(indices, n):
+    if not isinstance(redraws, Redraws):
+        redraws = Redraws.of_images(redraws)
+    by_group: dict[str, dict[str, list[np.ndarray]]] = {g: {} for g in order}
+    for _rows, counts in redraw_counts(redraws):
         for g, m in members.items():
             for key, value in _group_stats(y, s, correct, selected, m, counts).items():
-                redraws[g].setdefault(key, []).append(value)
-    redraws_cat = {g: {k: np.concatenate(v, axis=0) for k, v in d.items()} for g, d in redraws.items()}
+                by_group[g].setdefault(key, []).append(value)
+    redraws_cat = {g: {k: np.concatenate(v, axis=0) for k, v in d.items()} for g, d in by_group.items()}
 
     out_groups = {}
     for g in order:
@@ -226,7 +230,8 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
         out_groups[g] = entry
 
     named = [g for g in order if g != UNKNOWN]
-    aurocs = np.stack([redraws_cat[g]["auroc"] for g in named], axis=1) if named else np.empty((len(indices), 0))
+    aurocs = (np.stack([redraws_cat[g]["auroc"] for g in named], axis=1) if named
+              else np.empty((redraws.n_resamples, 0)))
     point_aurocs = np.array([point[g]["auroc"][0] for g in named])                       # [G]
     defined = np.isfinite(point_aurocs)
     result: dict = {"groups": out_groups}
@@ -256,7 +261,7 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
         # which a compared group lost a class, or vanished, is undefined.
         eo_labels = keep.sum(axis=1) >= 2
         eo_redraws = (np.maximum(_spread(tpr, keep), _spread(fpr, keep))[:, eo_labels].mean(axis=1)
-                      if eo_labels.any() else np.full(len(indices), np.nan))
+                      if eo_labels.any() else np.full(redraws.n_resamples, np.nan))
         dp_redraws = _spread(sel, np.ones(len(named), dtype=bool)).mean(axis=1)
         result["demographic_parity_difference"] = estimate(dp_point, dp_redraws, confidence=confidence)
         result["equalized_odds_difference"] = estimate(eo_point, eo_redraws, confidence=confidence)
@@ -268,19 +273,20 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
 
 def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_scores,
                       attributes: Mapping[str, np.ndarray], age_bins: Sequence[float] = AGE_BINS,
-                      n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict:
+                      n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95, patient_ids=None) -> dict:
     """Per-attribute fairness of one model (the run.json ``"fairness"`` block); see the module docstring.
 
     ``attributes`` maps a name (sex, age, or any recorded attribute) to its per-test-image values [n]. An attribute
     recorded for no test image (every value unknown, e.g. PneumoniaMNIST has no sex or age) gets
-    ``{"status": "n/a", "reason": ...}`` instead of numbers. Redraws: ``bootstrap_indices(n, n_resamples, seed)``,
-    the same as :func:`~dpmed.evaluation.utility.evaluate_utility`'s.
+    ``{"status": "n/a", "reason": ...}`` instead of numbers. Redraws: ``bootstrap_redraws(n, patient_ids,
+    n_resamples, seed)`` (by patient where ``patient_ids``, str [n], are given), the same as
+    :func:`~dpmed.evaluation.utility.evaluate_utility`'s for the same ids; ``bootstrap_unit`` says which.
     """
     y, s, correct, selected, thresholds = decisions(kind, val_labels, val_scores, test_labels, test_scores)
     n = y.shape[0]
-    indices = bootstrap_indices(n, n_resamples=n_resamples, seed=seed)
+    redraws = bootstrap_redraws(n, patient_ids=patient_ids, n_resamples=n_resamples, seed=seed)
     out: dict = {"definitions": DEFINITIONS, "thresholds": thresholds, "n_test": n, "n_resamples": int(n_resamples),
-                 "bootstrap_seed": int(seed), "confidence": float(confidence),
+                 "bootstrap_seed": int(seed), "bootstrap_unit": redraws.unit, "confidence": float(confidence),
                  "age_bins": [float(b) for b in age_bins], "attributes": {}}
     for name, values in attributes.items():
         values = np.asarray(values)
@@ -294,7 +300,7 @@ def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_sc
                                                  "cannot be measured on this dataset"}
             continue
         entry = attribute_fairness(y=y, s=s, correct=correct, selected=selected, groups=groups, order=order,
-                                   indices=indices, confidence=confidence)
+                                   redraws=redraws, confidence=confidence)
         entry["status"] = "ok"
         entry["reference"] = ("female minus male (and any unknown)" if name == "sex"
                               else "each group minus all other patients pooled")

@@ -16,8 +16,9 @@ pure functions of scores, CAMs and masks, per image, and their means with bootst
   level), and the pointing game (Zhang et al. 2018): a hit when the peak of L lies in the mask (optionally within
   ``tolerance`` pixels of it; an all-zero CAM points nowhere and misses).
 
-Every mean has a 95% percentile bootstrap interval over seeded redraws of the explained images
-(:func:`mean_with_interval`, on the per-image count redraws of :mod:`dpmed.evaluation.weighted`).
+Every mean has a 95% percentile bootstrap interval over seeded redraws of the explained images, or of their
+patients where patient ids are known (:func:`mean_with_interval`, on the per-image count redraws of
+:mod:`dpmed.evaluation.weighted`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dpmed.evaluation.bootstrap import bootstrap_indices
+from dpmed.evaluation.bootstrap import bootstrap_redraws
 from dpmed.evaluation.weighted import estimate, evaluate_redraws, weighted_mean
 
 __all__ = ["METRIC_LABELS", "average_drop", "increase_in_confidence", "masked_input_score", "mask_energy",
@@ -165,14 +166,25 @@ def _trapezoid(curve: np.ndarray) -> np.ndarray:
     return ((curve[:, 1:] + curve[:, :-1]) / 2.0).sum(axis=1) / steps
 
 
-def mean_with_interval(per_image, *, n_resamples: int = 1000, seed: int = 0,
-                       confidence: float = 0.95) -> dict[str, Any]:
-    """Mean of per-image values (nan = undefined, left out) with a seeded percentile bootstrap interval over images,
-    and ``n`` (the defined values)."""
+def mean_with_interval(per_image, *, n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95,
+                       patient_ids=None) -> dict[str, Any]:
+    """Mean of per-image values (nan = undefined, left out) with a seeded percentile bootstrap interval, and ``n``
+    (the defined values).
+
+    The redraws are of the images with a defined value, or, where ``patient_ids`` (str, one per value) are given,
+    of their patients, each drawn patient with all of their images (the unit of
+    :func:`~dpmed.evaluation.bootstrap.bootstrap_redraws`): a redrawn mean is then the mean over the images of the
+    drawn patients."""
     v = np.asarray(per_image, dtype=np.float64)
-    v = v[np.isfinite(v)]
+    defined = np.isfinite(v)
+    if patient_ids is not None:
+        patient_ids = np.asarray(patient_ids)
+        if patient_ids.shape != v.shape:
+            raise ValueError(f"{patient_ids.shape[0]} patient ids for {v.shape[0]} values")
+        patient_ids = patient_ids[defined]
+    v = v[defined]
     if v.size == 0:
         return {"value": None, "low": None, "high": None, "n": 0}
-    indices = bootstrap_indices(v.size, n_resamples=n_resamples, seed=seed)
-    redraws = evaluate_redraws(indices, lambda w: weighted_mean(v, w))
+    draws = bootstrap_redraws(v.size, patient_ids=patient_ids, n_resamples=n_resamples, seed=seed)
+    redraws = evaluate_redraws(draws, lambda w: weighted_mean(v, w))
     return {**estimate(v.mean(), redraws, confidence=confidence), "n": int(v.size)}

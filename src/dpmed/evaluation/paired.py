@@ -2,8 +2,9 @@
 to the runs of a study).
 
 * **Paired AUROC differences** (METHODS.md sec. 4): a private run against the non-private run of the same seed,
-  on the same seeded redraws of the test set that gave each arm its own interval
-  (:func:`~dpmed.evaluation.bootstrap.bootstrap_indices`, as counts in :mod:`dpmed.evaluation.weighted`). Because
+  on the same seeded redraws of the test set that gave each arm its own interval (of its patients where their ids
+  are known: :func:`~dpmed.evaluation.bootstrap.bootstrap_redraws`, as counts in :mod:`dpmed.evaluation.weighted`).
+  Because
   both models are scored on each redraw, the interval of the *difference* is much narrower than the two arms'
   intervals side by side suggest (overlapping intervals do not show that two arms are equal). The p-value is the
   two-sided bootstrap test obtained by inverting percentile intervals: twice the share of redraws whose difference
@@ -31,7 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.stats import pearsonr
 
-from dpmed.evaluation.bootstrap import bootstrap_indices
+from dpmed.evaluation.bootstrap import bootstrap_redraws
 from dpmed.evaluation.weighted import (as_label_columns, estimate, number, redraw_counts, weighted_macro_auroc,
                                        weighted_mean)
 
@@ -90,10 +91,12 @@ def _rates(kind: str, y: np.ndarray, correct: np.ndarray | None, weights: np.nda
 
 
 def paired_differences(*, kind: str, labels, scores, reference_scores, thresholds=None, reference_thresholds=None,
-                       n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict[str, dict[str, Any]]:
+                       n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95,
+                       patient_ids=None) -> dict[str, dict[str, Any]]:
     """Private minus reference on the same test labels, for AUROC (macro), accuracy and, for a binary task,
     sensitivity and specificity; each with a paired bootstrap interval and p-value over the same
-    ``bootstrap_indices(n, n_resamples, seed)`` redraws.
+    ``bootstrap_redraws(n, patient_ids, n_resamples, seed)`` redraws: of the test patients where ``patient_ids``
+    (str [n], the test set's) are given, else of its images; the redraws each model's own intervals used.
 
     ``thresholds`` / ``reference_thresholds``: each model's own validation-chosen thresholds (binary: one; multilabel:
     one per label), as its record's metrics hold them; without them only AUROC (and, multiclass, accuracy by argmax)
@@ -117,7 +120,7 @@ def paired_differences(*, kind: str, labels, scores, reference_scores, threshold
 
     mine, theirs = both(np.ones((1, n)))
     redraws: dict[str, list[np.ndarray]] = {name: [] for name in mine}
-    for _rows, w in redraw_counts(bootstrap_indices(n, n_resamples=n_resamples, seed=seed), n):
+    for _rows, w in redraw_counts(bootstrap_redraws(n, patient_ids=patient_ids, n_resamples=n_resamples, seed=seed)):
         a, b = both(w)
         for name in redraws:
             redraws[name].append(a[name] - b[name])

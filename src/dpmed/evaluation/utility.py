@@ -16,7 +16,9 @@ Why each choice:
   loses one of them is undefined (counted, not averaged over fewer labels).
 * Intervals are 95% percentile intervals over seeded redraws of the test set, paired across models
   (:mod:`dpmed.evaluation.bootstrap`; Efron & Tibshirani 1993). The threshold and the model stay fixed: the interval
-  reflects the sampling of test patients. The point value is always the metric on the whole test set.
+  reflects the sampling of test patients, so where patient ids are known whole patients are redrawn, each with all
+  of their images (the cluster bootstrap, Davison & Hinkley 1997, sec. 3.8); where they are not, each image is its
+  own patient. The point value is always the metric on the whole test set.
 * The redraws go through the evaluation stage's one bootstrap engine, per-image counts
   (:mod:`dpmed.evaluation.weighted`), as fairness and the comparisons do: AUROC by the weighted Mann-Whitney
   statistic (vectorised over redraws, because 1000 calls of scikit-learn per metric and per label would make
@@ -33,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from dpmed.evaluation.bootstrap import Estimate, bootstrap_indices
+from dpmed.evaluation.bootstrap import Estimate, Redraws, bootstrap_redraws
 from dpmed.evaluation.weighted import (evaluate_redraws, quadratic_kappa, weighted_auroc, weighted_kappa,
                                        weighted_mean)
 
@@ -213,9 +215,9 @@ def quadratic_weighted_kappa(labels, predicted, *, n_classes: int) -> float:
 # -------------------------------------------------------------------------------------------------------- redraws
 
 
-def _redraw_auroc(y: np.ndarray, s: np.ndarray, indices: np.ndarray) -> np.ndarray:
+def _redraw_auroc(y: np.ndarray, s: np.ndarray, redraws: Redraws) -> np.ndarray:
     """Per-label AUROC in every redraw: y, s [N, L] -> float [n_resamples, L] (nan where undefined)."""
-    return evaluate_redraws(indices, lambda w: np.stack([weighted_auroc(y[:, j], s[:, j], w)      # w [b, N]
+    return evaluate_redraws(redraws, lambda w: np.stack([weighted_auroc(y[:, j], s[:, j], w)      # w [b, N]
                                                          for j in range(y.shape[1])], axis=1))
 
 
@@ -234,7 +236,7 @@ def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidenc
     row[name], row[f"{name}_low"], row[f"{name}_high"] = est.value, est.low, est.high
 
 
-def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, indices, confidence, *,
+def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, redraws: Redraws, confidence, *,
                 per_label: bool) -> None:
     """Macro test AUROC with interval (+ the per-label values) into ``row``."""
     macro, by_index = _auroc_columns(y, s)
@@ -245,7 +247,7 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, i
     # The redraws average the same labels as the point value: a redraw that lost one of them (no positive or no
     # negative drawn) is undefined, not the mean of the labels it kept (a different statistic).
     defined = np.array([not np.isnan(by_index[str(j)]) for j in range(y.shape[1])])
-    macro_redraws = _redraw_auroc(y[:, defined], s[:, defined], indices).mean(axis=1)  # [n_resamples], nan if any
+    macro_redraws = _redraw_auroc(y[:, defined], s[:, defined], redraws).mean(axis=1)  # [n_resamples], nan if any
     _estimate(row, "test_auroc", macro, macro_redraws, confidence)
     row["test_auroc_undefined_redraws"] = int(np.isnan(macro_redraws).sum())
     if per_label:
@@ -256,14 +258,14 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, i
 # ------------------------------------------------------------------------------------------------------ per kind
 
 
-def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, indices, confidence) -> dict:
+def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence) -> dict:
     if len(names) != 2:
         raise ValueError(f"a binary task has two class names (negative, positive), got {list(names)}")
     y_val, s_val = _binary_arrays(val_labels, val_scores, "validation")
     y, s = _binary_arrays(test_labels, test_scores, "test")
     threshold = youden_threshold(y_val, s_val)  # chosen on validation, never on test (METHODS.md sec. 4)
     row: dict = {"threshold": threshold, "val_auroc": _column_auroc(y_val, s_val)}
-    _test_auroc(row, names, y[:, None], s[:, None], indices, confidence, per_label=False)
+    _test_auroc(row, names, y[:, None], s[:, None], redraws, confidence, per_label=False)
 
     decided = s >= threshold  # [N], the validation threshold applied unchanged
     correct = (decided == (y == 1)).astype(np.float64)
@@ -273,12 +275,12 @@ def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, in
     n_pos, n_neg = float(y.sum()), float(n - y.sum())
     # Sensitivity is the accuracy among the positives, specificity among the negatives: weighted means over those
     # images, nan in a redraw that drew none of them.
-    redraws = evaluate_redraws(indices, lambda w: np.stack(
+    rates = evaluate_redraws(redraws, lambda w: np.stack(
         [weighted_mean(correct, w), weighted_mean(correct[positive], w[:, positive]),
          weighted_mean(correct[~positive], w[:, ~positive])], axis=1))  # [n_resamples, 3]
-    _estimate(row, "test_accuracy", correct.sum() / n, redraws[:, 0], confidence)
-    _estimate(row, "test_sensitivity", correct[positive].sum() / n_pos, redraws[:, 1], confidence)
-    _estimate(row, "test_specificity", correct[~positive].sum() / n_neg, redraws[:, 2], confidence)
+    _estimate(row, "test_accuracy", correct.sum() / n, rates[:, 0], confidence)
+    _estimate(row, "test_sensitivity", correct[positive].sum() / n_pos, rates[:, 1], confidence)
+    _estimate(row, "test_specificity", correct[~positive].sum() / n_neg, rates[:, 2], confidence)
     row.update(_threshold_transfer(y_val, s_val >= threshold, y, decided))
     return row
 
@@ -308,22 +310,22 @@ def _threshold_transfer(y_val: np.ndarray, val_decided: np.ndarray, y: np.ndarra
     return row
 
 
-def _evaluate_multiclass(names, val_labels, val_scores, test_labels, test_scores, indices, confidence) -> dict:
+def _evaluate_multiclass(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence) -> dict:
     _multiclass_arrays(val_labels, val_scores, "validation")  # argmax needs no threshold; still reject bad input
     y, s = _multiclass_arrays(test_labels, test_scores, "test")
     if s.shape[1] != len(names):
         raise ValueError(f"test scores have {s.shape[1]} columns for {len(names)} label_names {list(names)}")
     row: dict = {}
-    _test_auroc(row, names, *_multiclass_columns(y, s, "test"), indices, confidence, per_label=True)
+    _test_auroc(row, names, *_multiclass_columns(y, s, "test"), redraws, confidence, per_label=True)
     predicted = np.argmax(s, axis=1)  # [N]
     row["test_predicted_classes"] = int(np.unique(predicted).size)  # 1: one class for every test image
     correct = (predicted == y).astype(np.float64)
-    _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(indices, lambda w: weighted_mean(correct, w)),
+    _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(redraws, lambda w: weighted_mean(correct, w)),
               confidence)
     return row
 
 
-def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores, indices, confidence) -> dict:
+def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence) -> dict:
     y_val, s_val = _multilabel_arrays(val_labels, val_scores, "validation")
     y, s = _multilabel_arrays(test_labels, test_scores, "test")
     if s.shape[1] != len(names) or s_val.shape[1] != len(names):
@@ -338,13 +340,13 @@ def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores
         except ValueError as err:
             raise ValueError(f"label {name!r}: no validation threshold can be chosen: {err}") from err
     row: dict = {f"threshold[{name}]": float(t) for name, t in zip(names, thresholds)}
-    _test_auroc(row, names, y, s, indices, confidence, per_label=True)
+    _test_auroc(row, names, y, s, redraws, confidence, per_label=True)
     # Mean over labels of per-label accuracy = mean over images of the share of labels right (same N per label).
     decided = s >= thresholds[None, :]  # [N, L]
     # a finding decided the same way for every test image (all positive or all negative) says nothing about it
     row["test_constant_labels"] = int(sum(np.unique(decided[:, j]).size == 1 for j in range(decided.shape[1])))
     correct = (decided == (y == 1)).mean(axis=1)  # [N]
-    _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(indices, lambda w: weighted_mean(correct, w)),
+    _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(redraws, lambda w: weighted_mean(correct, w)),
               confidence)
     return row
 
@@ -368,7 +370,8 @@ def evaluate_utility(
     seed: int = 0,
     confidence: float = 0.95,
     ordinal: bool = False,
-) -> dict[str, float]:
+    test_patient_ids=None,
+) -> dict[str, float | int | str]:
     """The utility of one model as one flat row (METHODS.md sec. 4); every interval is a percentile bootstrap.
 
     Keys: ``test_auroc`` (macro) with ``_low`` / ``_high`` and ``test_auroc_undefined_redraws`` (redraws in which
@@ -379,14 +382,17 @@ def evaluate_utility(
     ``threshold[<label name>]``; ``test_predicted_classes`` (binary, multiclass: how many classes the decisions
     use on test; 1 flags a model that predicts one class for every image) and ``test_constant_labels``
     (multilabel: findings decided the same way for every test image); always ``n_test``, ``n_resamples``,
-    ``confidence``, ``bootstrap_seed``.
+    ``confidence``, ``bootstrap_seed`` and ``bootstrap_unit`` ("patient" or "image": what was redrawn), with
+    ``n_test_patients`` where patients were.
     ``ordinal=True`` (multiclass grades, e.g. APTOS) adds ``test_kappa_quadratic`` with interval: the
     quadratic-weighted kappa of the argmax predictions (:func:`quadratic_weighted_kappa`).
 
-    Thresholds come from the validation arrays only; the test arrays are redrawn ``n_resamples`` times with
-    :func:`~dpmed.evaluation.bootstrap.bootstrap_indices` (``seed``), so every model scored on the same test set with
-    the same seed sees the same redraws (paired). A redraw in which a metric is undefined counts as nan and is left
-    out of its interval; above 10% of such redraws a ``RuntimeWarning`` says so. Point values use the whole test set.
+    Thresholds come from the validation arrays only; the test set is redrawn ``n_resamples`` times with
+    :func:`~dpmed.evaluation.bootstrap.bootstrap_redraws` (``seed``): by patient where ``test_patient_ids`` (str [N],
+    one per test image) are given, each drawn patient with all of their images, else by image. Every model scored on
+    the same test set (and ids) with the same seed sees the same redraws (paired). A redraw in which a metric is
+    undefined counts as nan and is left out of its interval; above 10% of such redraws a ``RuntimeWarning`` says so.
+    Point values use the whole test set.
     """
     evaluate = _lookup(_EVALUATORS, kind)
     names = tuple(str(name) for name in label_names)
@@ -395,15 +401,18 @@ def evaluate_utility(
     if not (isinstance(confidence, (int, float)) and 0.0 < confidence < 1.0):
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
     n_test = len(np.asarray(test_labels))
-    indices = bootstrap_indices(n_test, n_resamples=n_resamples, seed=seed)  # [n_resamples, n_test]
+    redraws = bootstrap_redraws(n_test, patient_ids=test_patient_ids, n_resamples=n_resamples, seed=seed)
     if ordinal and kind != "multiclass":
         raise ValueError(f"ordinal applies to multiclass grades, not to a {kind} task")
-    row = evaluate(names, val_labels, val_scores, test_labels, test_scores, indices, confidence)
+    row = evaluate(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence)
     if ordinal:
         y, s = _multiclass_arrays(test_labels, test_scores, "test")
         predicted = np.argmax(s, axis=1)
         value = quadratic_weighted_kappa(y, predicted, n_classes=s.shape[1])
-        redraws = evaluate_redraws(indices, lambda w: weighted_kappa(y, predicted, w, n_classes=s.shape[1]))
-        _estimate(row, "test_kappa_quadratic", value, redraws, confidence)
-    row.update(n_test=n_test, n_resamples=int(n_resamples), confidence=float(confidence), bootstrap_seed=int(seed))
+        kappas = evaluate_redraws(redraws, lambda w: weighted_kappa(y, predicted, w, n_classes=s.shape[1]))
+        _estimate(row, "test_kappa_quadratic", value, kappas, confidence)
+    row.update(n_test=n_test, n_resamples=int(n_resamples), confidence=float(confidence), bootstrap_seed=int(seed),
+               bootstrap_unit=redraws.unit)
+    if redraws.unit == "patient":
+        row["n_test_patients"] = redraws.n_units
     return row

@@ -1,11 +1,13 @@
 """Bootstrap redraws as per-image counts, so that group metrics and paired differences reuse one set of redraws.
 
-A redraw of the test set with replacement (a row of :func:`~dpmed.evaluation.bootstrap.bootstrap_indices`) is the
-same thing as a count per test image: how often that image was drawn. Written as counts, a metric on a *subgroup* of
-the redraw (e.g. the patients over 80 among the redrawn patients) is the metric on the subgroup's images weighted by
-their counts, and every arm, group and metric of a study is computed on literally the same redraws (the pairing of
-METHODS.md sec. 4). Counts also make AUROC on a variable-size subgroup vectorisable: the weighted Mann-Whitney
-statistic below needs one sort of the scores, not one per redraw.
+A redraw of the test set with replacement (:class:`~dpmed.evaluation.bootstrap.Redraws`) is the same thing as a
+count per test image: how often that image was drawn. Where patients are redrawn, that is how often the image's
+patient was drawn (a drawn patient brings all of their images), so the counts of one patient's images are equal in
+every redraw. Written as counts, a metric on a *subgroup* of the redraw (e.g. the patients over 80 among the redrawn
+patients) is the metric on the subgroup's images weighted by their counts, and every arm, group and metric of a
+study is computed on literally the same redraws (the pairing of METHODS.md sec. 4). Counts also make AUROC on a
+variable-size subgroup vectorisable: the weighted Mann-Whitney statistic below needs one sort of the scores, not one
+per redraw.
 
 Conventions: ``weights`` are float [R, n] (R redraws, n images); a metric undefined in a redraw (no positive or no
 negative drawn in the group) is nan there and left out of the percentile interval, as in
@@ -23,7 +25,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from dpmed.evaluation.bootstrap import Estimate
+from dpmed.evaluation.bootstrap import Estimate, Redraws
 
 __all__ = ["redraw_counts", "evaluate_redraws", "weighted_auroc", "weighted_macro_auroc", "weighted_mean",
            "quadratic_kappa", "weighted_kappa", "estimate", "as_label_columns", "number"]
@@ -32,26 +34,36 @@ __all__ = ["redraw_counts", "evaluate_redraws", "weighted_auroc", "weighted_macr
 _BLOCK_ELEMENTS = 1 << 22
 
 
-def redraw_counts(indices: np.ndarray, n: int) -> Iterator[tuple[slice, np.ndarray]]:
-    """(rows, counts float64 [b, n]) blocks: counts[r, i] = how often image i was drawn in redraw ``rows``[r].
+def redraw_counts(redraws: Redraws | np.ndarray) -> Iterator[tuple[slice, np.ndarray]]:
+    """(rows, counts float64 [b, n]) blocks: counts[r, i] = how often image i is in redraw ``rows``[r], i.e. how
+    often its unit (its patient, or the image itself) was drawn there.
 
-    ``indices`` int [R, n] as made by ``bootstrap_indices(n, seed=...)``; each row of counts sums to n.
+    ``redraws``: :class:`~dpmed.evaluation.bootstrap.Redraws`, or image positions int [R, n] as
+    ``bootstrap_indices(n, seed=...)`` makes them. Each row of the counts sums to n where images are redrawn, and to
+    the images of the drawn patients where patients are.
     """
-    indices = np.asarray(indices)
-    step = max(1, _BLOCK_ELEMENTS // max(1, n))
-    for start in range(0, indices.shape[0], step):
-        idx = indices[start : start + step]                                  # [b, n]
+    if not isinstance(redraws, Redraws):
+        redraws = Redraws.of_images(redraws)
+    m = redraws.n_units
+    step = max(1, _BLOCK_ELEMENTS // max(1, m, redraws.n_images))
+    # Every image its own unit, in order (redraws of images, or of patients with one image each): the unit counts are
+    # the image counts, used as they are so that results stay bit for bit those of the image bootstrap (a gathered
+    # copy can be summed in another order by BLAS).
+    own_unit = m == redraws.n_images and np.array_equal(redraws.unit_of_image, np.arange(m))
+    for start in range(0, redraws.n_resamples, step):
+        idx = redraws.draws[start : start + step]                            # [b, m] units drawn
         b = idx.shape[0]
-        flat = (idx + np.arange(b)[:, None] * n).ravel()
-        counts = np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
+        flat = (idx + np.arange(b)[:, None] * m).ravel()
+        counts = np.bincount(flat, minlength=b * m).reshape(b, m).astype(np.float64)      # [b, m] per unit
+        if not own_unit:
+            counts = counts[:, redraws.unit_of_image]                        # [b, n] an image counts as its patient
         yield slice(start, start + b), counts
 
 
-def evaluate_redraws(indices: np.ndarray, metric: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+def evaluate_redraws(redraws: Redraws | np.ndarray, metric: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """``metric(counts)`` on every redraw: [R, ...], from the blocks of :func:`redraw_counts` (counts float64 [b, n]
-    -> [b, ...] each) concatenated in redraw order. n is the test-set size, ``indices.shape[1]``."""
-    indices = np.asarray(indices)
-    return np.concatenate([metric(counts) for _rows, counts in redraw_counts(indices, indices.shape[1])])
+    -> [b, ...] each) concatenated in redraw order."""
+    return np.concatenate([metric(counts) for _rows, counts in redraw_counts(redraws)])
 
 
 def weighted_auroc(labels, scores, weights) -> np.ndarray:

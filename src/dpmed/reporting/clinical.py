@@ -237,7 +237,8 @@ def clinical(inputs: ReportInputs) -> str:
     references = list(dict.fromkeys(d.reference_run for d in comparisons.auroc_differences))
     several = any(len(v.seeds) > 1 for v in comparisons.by_value)
     pairing = (f"Each change is that run minus the non-private run of its seed on the same {data.n_test} "
-               f"test images, with a {level} paired bootstrap interval (the same redraws for both)."
+               f"test images, with a {level} paired bootstrap interval (the same redraws of the test "
+               f"{'patients' if comparisons.bootstrap_unit == 'patient' else 'images'} for both)."
                if not several else
                "Each seed's run is paired with the non-private run of the same seed; a row gives the mean "
                "of those paired changes over seeds and the seeds' range (training randomness, which the test-set "

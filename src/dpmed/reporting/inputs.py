@@ -56,6 +56,17 @@ class ReportInputs:
         """The confidence level of every interval, e.g. "95%"."""
         return f"{self.resolved.study.evaluation.confidence:.0%}"
 
+    @property
+    def redrawn(self) -> str:
+        """What the runs' test-set bootstrap redrew, in words that follow "redraws of": the runs' ``bootstrap_unit``
+        (a record without it predates the patient bootstrap and redrew images)."""
+        units = {str(r.metrics.get("bootstrap_unit", "image")) for r in self.records}
+        if units == {"patient"}:
+            return "the test patients (each drawn patient with all of their images)"
+        if units <= {"image"}:
+            return "the test images"
+        return "the test patients (images in runs recorded before dpmed redrew patients)"
+
 
 def cite(text: str) -> str:
     """``text`` with every source document's file name replaced by its authors and year (records written by any

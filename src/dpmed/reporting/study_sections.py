@@ -201,7 +201,7 @@ def fairness_section(inputs: ReportInputs) -> str:
                      "(Tayebi Arasteh, Ziller et al. 2023, Table 3; every seed a point):</p><table><tr><th>sweep</th>"
                      f"<th>attribute</th><th>group</th><th>r</th><th>p</th><th>n</th></tr>{rows}</table>")
     threshold = (f"Each run's decisions: {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
-                 "Intervals: percentile bootstrap over the same redraws of the whole test set as the utility "
+                 f"Intervals: percentile bootstrap over the same redraws of {inputs.redrawn} as the utility "
                  "intervals; a group's metric in a redraw uses the redrawn images of that group.")
     return f'<h2 id="fairness">Fairness</h2><p>{threshold}</p>{"".join(parts)}'
 
@@ -258,7 +258,8 @@ def interpretability_section(inputs: ReportInputs) -> str:
     notes = [f"{_e(e0['method'])} ({_e(e0.get('method_reference', ''))}) at layer <code>{_e(e0['target_layer'])}"
              f"</code>, class: {_e(e0.get('explained_class', ''))}, on {e0['n_images']} test images drawn once "
              f"(seed {e0.get('image_seed', 0)}) and shared by every run; {level} percentile bootstrap intervals "
-             "over those images."]
+             + ("over those images' patients (each drawn patient with all of their explained images)."
+                if e0.get("bootstrap_unit") == "patient" else "over those images.")]
     notes += [f"{_e(_SHORT.get(m, m))}: {_e(METRIC_LABELS.get(m, ''))}." for m in metrics]
     if e0.get("n_masked_images"):
         notes.append(f"Lesion-mask energy and pointing game use the CAM of class {e0.get('lesion_class')} on the "
@@ -322,10 +323,11 @@ def comparison_section(inputs: ReportInputs) -> str:
         floor_text = ("" if floor is None else
                       f" With {comparisons.n_resamples} redraws the smallest p-value the bootstrap can give is "
                       f"{floor:.2g} (2 / (R + 1)); a difference that no redraw crossed is shown as p ≤ {floor:.2g}.")
+        unit = "patients" if comparisons.bootstrap_unit == "patient" else "images"
         parts.append(f"<p>Each run minus the non-private run of the same seed, paired bootstrap over the same "
-                     f"test redraws [{level} CI], with a two-sided bootstrap p-value; {decided}. The interval of a "
-                     "difference is what "
-                     f"says whether two arms differ; overlapping per-arm intervals do not.{floor_text}</p>"
+                     f"redraws of the test {unit} [{level} CI], with a two-sided bootstrap p-value; {decided}. The "
+                     "interval of a difference is what says whether two arms differ; overlapping per-arm intervals "
+                     f"do not.{floor_text}</p>"
                      + stacked(f"<table><tr><th>run</th><th>reference</th>{heads}</tr>{body}</table>"))
     multi = [b for b in comparisons.by_value if b.auroc_difference.n_seeds > 1]
     if multi:
