@@ -35,3 +35,33 @@ def test_explain_reports_every_metric_with_an_interval_and_the_arrays_for_the_gr
     again, arrays2 = explain(model, images[positions], kind="binary", target_layer="features", deletion_steps=4,
                              n_resamples=50)
     np.testing.assert_array_equal(arrays2["cams"], arrays["cams"])
+
+
+def test_all_zero_maps_are_counted_for_the_maps_each_metric_reads(monkeypatch):
+    """``n_zero_cams`` counts the predicted-class maps, which the confidence and deletion/insertion metrics read;
+    mask energy and the pointing game read separate lesion-class maps, whose all-zero maps (0 energy, a miss) are
+    counted apart as ``n_zero_lesion_cams``."""
+    calls = []
+
+    def fake_cams(clone, images, *, targets, **kw):
+        maps = np.zeros((len(images), 16, 16), np.float32)
+        maps[:, 5, 5] = 1.0                                      # a peak inside the lesion masks below
+        if calls:
+            maps[:2] = 0.0                                       # the second call, lesion maps: two all-zero
+        else:
+            maps[-1] = 0.0                                       # the first, predicted-class maps: one all-zero
+        calls.append(list(targets))
+        return maps
+
+    monkeypatch.setattr("dpmed.evaluation.explanations.cams_of_plain", fake_cams)
+    torch.manual_seed(0)
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    images = np.random.default_rng(0).random((6, 1, 16, 16)).astype(np.float32)
+    masks = np.zeros((6, 16, 16), bool)
+    masks[:4, 4:8, 4:8] = True                                    # four images carry a lesion mask
+    record, _ = explain(model, images, kind="binary", target_layer="features", masks=masks, deletion_steps=2,
+                        n_resamples=20)
+    assert calls[1] == [1, 1, 1, 1]                               # the lesion maps: class 1 on the masked images
+    assert record["n_zero_cams"] == 1 and record["n_zero_lesion_cams"] == 2 and record["n_masked_images"] == 4
+    assert record["metrics"]["mask_energy"]["value"] == pytest.approx(0.5)    # two maps all inside, two score 0
+    assert record["metrics"]["pointing_game"]["value"] == pytest.approx(0.5)  # two hits, two misses

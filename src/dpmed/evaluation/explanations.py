@@ -51,8 +51,11 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
     """Explain ``images`` ([0, 1] pixels [N, C, H, W], e.g. the :func:`select_images` of the test set).
 
     Returns (record, arrays): the run.json ``"explanations"`` block (method, target layer, every metric with its
-    interval) and the arrays for ``cams.npz`` (cams, targets, Y, O, deletion and insertion curves, and, where masks
-    are given, lesion_cams and lesion_positions). ``model`` is never modified (see :func:`plain_copy`).
+    interval, and the all-zero maps among the CAMs each metric reads: ``n_zero_cams`` of the predicted class, read
+    by the confidence and deletion/insertion metrics, and ``n_zero_lesion_cams`` of the lesion class, read by mask
+    energy and the pointing game) and the arrays for ``cams.npz`` (cams, targets, Y, O, deletion and insertion
+    curves, and, where masks are given, lesion_cams and lesion_positions). ``model`` is never modified (see
+    :func:`plain_copy`).
     Intervals: percentile bootstrap over the explained images, or over their patients where ``patient_ids`` (str
     [N], one per image) are given (:func:`~dpmed.evaluation.faithfulness.mean_with_interval`; the record's
     ``bootstrap_unit`` says which), so every arm explaining the same images gets the same redraws.
@@ -110,6 +113,9 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
             arrays.update(lesion_cams=lesion_cams.astype(np.float16), lesion_positions=positions)
             record.update(lesion_class=int(lesion_class), pointing_tolerance_px=float(pointing_tolerance),
                           n_masked_images=int(positions.size),
+                          # maps of their own (the lesion class, not the predicted one): their all-zero maps score
+                          # 0 energy and miss, so they are counted for the two metrics they enter
+                          n_zero_lesion_cams=int((lesion_cams.max(axis=(1, 2)) <= 0).sum()),
                           mask_area_share=number(np.nanmean(mask_area_share(masks[positions]))))
         else:
             record["mask_note"] = "none of the explained images carries a lesion mask"

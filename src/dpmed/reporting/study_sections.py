@@ -271,9 +271,21 @@ def interpretability_section(inputs: ReportInputs) -> str:
                      + ", ".join(flat) + ". Masking can then move Y only a little, so Average Drop, Increase in "
                      "Confidence, the masked-input score and deletion/insertion AUC say little about the CAM for "
                      "these runs; lesion-mask energy and pointing game do not depend on Y's size.")
-    zero = [f"{r.run_id}: {r.explanations['n_zero_cams']}" for r in runs if r.explanations.get("n_zero_cams")]
+    # Each count with the metrics that read its maps: the predicted-class maps feed the confidence and
+    # deletion/insertion metrics, the lesion-class maps (records before them lack the count) energy and pointing.
+    zero = [f"{_e(r.run_id)}: {e['n_zero_cams']} of {e['n_images']}" for r in runs
+            if (e := r.explanations).get("n_zero_cams")]
     if zero:
-        notes.append("All-zero CAMs (no positive evidence anywhere; they score 0 energy and miss): " + ", ".join(zero))
+        notes.append("All-zero CAMs of the predicted class (no positive evidence anywhere), which Average Drop, "
+                     "Increase in Confidence, the masked-input score and deletion/insertion AUC read (the masked "
+                     "input is then a black image, and deletion and insertion take the pixels in raster order): "
+                     + ", ".join(zero) + ".")
+    lesion_zero = [f"{_e(r.run_id)}: {e['n_zero_lesion_cams']} of {e['n_masked_images']}" for r in runs
+                   if (e := r.explanations).get("n_zero_lesion_cams")]
+    if lesion_zero:
+        notes.append(f"All-zero CAMs of class {e0.get('lesion_class')} on the explained images with a lesion mask, "
+                     "which lesion-mask energy and the pointing game read (such a map scores 0 energy and misses): "
+                     + ", ".join(lesion_zero) + ".")
     correlations = inputs.comparisons.correlations
     corr = correlations.epsilon_vs_explanations + correlations.max_grad_norm_vs_explanations
     corr_html = ""
