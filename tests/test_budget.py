@@ -108,3 +108,17 @@ def test_a_released_count_is_paid_once_however_many_runs_plan_from_it(write_stud
     other = plan_runs(study, replace(context, size_epsilon=0.1))[:1]
     both = study_privacy(plans + [other[0].model_copy(update={"run_id": "old"})], budget=study.privacy_budget)
     assert both.dp_sgd_epsilon > training + 0.05 + 0.1
+
+
+def test_a_run_whose_noise_one_unit_outruns_makes_the_study_not_dp(write_study):
+    """eps 1e9 needs noise so small that one unit moves a coordinate past every draw of the sampler
+    (`accounting.truncation`): that run holds no claim, so neither does the study, and a budget refuses it."""
+    high = BUDGET.replace("target_epsilon: 8}", "target_epsilon: 8}, {name: huge, mechanism: dp_sgd, "
+                          "target_epsilon: 1.0e+9, accountant: rdp}").replace("epsilon: 10,", "epsilon: 1.0e+12,")
+    study = load_study(write_study(high))
+    privacy = _privacy(study)
+    assert privacy.not_private == ("huge_eps1e09_C1_seed0", "huge_eps1e09_C1_seed1")
+    assert privacy.epsilon == float("inf") and privacy.dp_sgd_runs == ("dp_eps8_C1_seed0", "dp_eps8_C1_seed1")
+    assert privacy.delta == 1e-5                          # the eps-8 runs' samplers cost nothing float64 can see
+    with pytest.raises(PrivacyError, match="noise below what the sampler draws"):
+        check_budget(study.privacy_budget, privacy)

@@ -11,7 +11,8 @@ import pytest
 import scipy.stats
 import torch
 
-from dpmed.randomness import PRIVACY_STREAMS, PrivacyRandomness, _bernoulli_exp, discrete_laplace, public_seed
+from dpmed.randomness import (GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND, PRIVACY_STREAMS, PrivacyRandomness,
+                             _bernoulli_exp, discrete_laplace, public_seed)
 
 
 def _draws(r: PrivacyRandomness, name: str = "noise", n: int = 64) -> np.ndarray:
@@ -106,3 +107,29 @@ def test_exact_bernoulli_of_exp_matches_its_probability():
         hits = sum(_bernoulli_exp(gamma, rng.randrange) for _ in range(20_000))
         p = math.exp(-float(gamma))
         assert abs(hits / 20_000 - p) < 5 * math.sqrt(p * (1 - p) / 20_000) + 1e-9
+
+
+def _fed(words: list[int]) -> np.random.Generator:
+    """A numpy Generator fed ``words`` as its raw 64-bit output, then a word that makes any draw accept at once."""
+    from randomgen import UserBitGenerator
+
+    state = {"n": 0}
+
+    def next_raw(_state):
+        state["n"] += 1
+        return words[state["n"] - 1] if state["n"] <= len(words) else 1 << 63
+    return np.random.Generator(UserBitGenerator(next_raw, 64))
+
+
+def test_the_samplers_largest_draws_reach_their_stated_bounds_and_no_further():
+    """numpy's uniforms are multiples of 2^-53 (the raw word's top 53 bits), so the largest uniform is 1 - 2^-53.
+    Laplace: that uniform gives exactly the bound. Gaussian: a ziggurat tail draw (first word: layer 0, largest
+    magnitude) with the second uniform at its largest accepts only tail values below the bound; scanning the first
+    uniform down from the top finds the largest accepted draw just below it."""
+    top = (1 << 64) - 1
+    assert _fed([top]).laplace(0.0, 1.0) == pytest.approx(LAPLACE_DRAW_BOUND, rel=1e-15)
+    assert _fed([1 << 11]).laplace(0.0, 1.0) >= -LAPLACE_DRAW_BOUND              # uniform 2^-53: -52 log 2
+    largest = 0.0
+    for k in range(150, 320):
+        largest = max(largest, abs(_fed([top - 0xFF, ((1 << 53) - k) << 11, top]).standard_normal()))
+    assert GAUSSIAN_DRAW_BOUND - 1e-3 < largest < GAUSSIAN_DRAW_BOUND

@@ -8,8 +8,11 @@ that are still in the folder although the study file no longer lists them (their
 * DP-SGD runs (Poisson sampling, one unit of privacy) compose in one accountant: the study's eps. To that is added
   the eps of each DP count of the training set they planned from (`dpmed.released_size`): once per count, however
   many runs share it.
-* A run without privacy (``none``, ``scalar_shift``, shuffle-mode DP-SGD) trained on the same patients makes the
-  study's total infinite: nothing that includes its model is DP.
+* A run without privacy (``none``, ``scalar_shift``, shuffle-mode DP-SGD, DP-SGD whose noise is below what its
+  sampler draws: `dpmed.accounting.truncation`) trained on the same patients makes the study's total infinite:
+  nothing that includes its model is DP.
+* The delta each DP-SGD run pays for its sampler's bounded draws adds to the study's delta (below float64's
+  resolution of delta at every sigma a study calibrates below eps in the hundreds).
 * Local-DP arms hold for another neighbour relation (any two images); they do not compose with add/remove into one
   eps, so a study with them has no single total.
 * Runs with the patient as the unit and runs with the image as the unit do not compose into one eps either.
@@ -45,6 +48,7 @@ class _Released:
     accountant: str | None = None
     events: tuple = ()
     size: tuple[str, float] | None = None     # the DP count it planned from (count key, its eps), if released
+    sampler_delta: float = 0.0                # what its noise sampler's bounded draws add to delta
 
 
 def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
@@ -53,13 +57,15 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
     if info.local:
         return _Released(plan.run_id, "local_dp")
     privacy = plan.privacy
-    if not info.is_private or not isinstance(privacy, DpSgdPlan) or privacy.sampling != "poisson":
+    if (not info.is_private or not isinstance(privacy, DpSgdPlan) or privacy.sampling != "poisson"
+            or privacy.sampler_delta > privacy.delta):
         return _Released(plan.run_id, "not_private")
     events = ledger.events if ledger is not None else (accounting.dp_sgd_event(
         noise=privacy.noise, noise_multiplier=privacy.noise_multiplier, sample_rate=privacy.sample_rate,
         steps=privacy.steps),)
     size = (privacy.size_key, privacy.size_epsilon) if privacy.size_epsilon else None
-    return _Released(plan.run_id, "dp_sgd", privacy.unit, privacy.delta, privacy.accountant, tuple(events), size)
+    return _Released(plan.run_id, "dp_sgd", privacy.unit, privacy.delta, privacy.accountant, tuple(events), size,
+                     privacy.sampler_delta)
 
 
 def _compose(runs: Sequence[_Released], delta: float, accountant: str) -> tuple[float | None, str]:
@@ -99,6 +105,8 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
             dp_eps += sum(eps for _, eps in sizes)
             why += (f" (including {len(sizes)} DP count(s) of the training set: "
                     + ", ".join(f"{key} at eps {eps:g}" for key, eps in sorted(sizes)) + ")")
+    if dp:   # the accountant composes at delta; the runs' samplers add theirs (exact noise would not)
+        delta = delta + sum(r.sampler_delta for r in dp)
     total = math.inf if not_private else None if (local or (dp and unit is None)) else dp_eps
     parts = []
     if dp:
@@ -106,8 +114,8 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; neighbours: add/remove one "
                      f"{unit or 'image or patient'}){why}")
     if not_private:
-        parts.append(f"{len(not_private)} run(s) without privacy on the same patients ({', '.join(not_private)}): "
-                     "everything released with them is not DP (eps = infinity)")
+        parts.append(f"{len(not_private)} run(s) without a privacy claim that holds, on the same patients "
+                     f"({', '.join(not_private)}): everything released with them is not DP (eps = infinity)")
     if local:
         parts.append(f"{len(local)} local-DP run(s) ({', '.join(local)}) hold per image under another neighbour "
                      "relation and do not compose with DP-SGD's eps")
@@ -123,13 +131,17 @@ def check_budget(budget: PrivacyBudget, privacy: StudyPrivacy) -> None:
     advice = "drop those runs, run them in another study on other patients, or remove privacy_budget"
     if privacy.not_private:
         raise PrivacyError(f"privacy_budget: runs {', '.join(privacy.not_private)} train without privacy (or with "
-                           "shuffled batches no accountant covers) on the same patients, so the study's releases "
-                           f"together have eps = infinity; {advice}")
+                           "shuffled batches no accountant covers, or noise below what the sampler draws) on the same "
+                           f"patients, so the study's releases together have eps = infinity; {advice}")
     if privacy.local_dp:
         raise PrivacyError(f"privacy_budget: local-DP runs {', '.join(privacy.local_dp)} hold under another neighbour "
                            f"relation (any two images), which does not compose with DP-SGD's add/remove eps; {advice}")
     if privacy.dp_sgd_runs and privacy.dp_sgd_epsilon is None:
         raise PrivacyError(f"privacy_budget: {privacy.statement}")
+    if privacy.delta is not None and privacy.delta > budget.delta:
+        raise PrivacyError(f"privacy_budget: the DP-SGD runs' noise samplers draw bounded values, which adds "
+                           f"{privacy.delta - budget.delta:.2g} to the budget's delta = {budget.delta:g}; raise their "
+                           "noise (lower target_epsilon) or drop runs")
     if privacy.dp_sgd_epsilon is not None and privacy.dp_sgd_epsilon > budget.epsilon:
         raise PrivacyError(
             f"privacy_budget: the study's {len(privacy.dp_sgd_runs)} DP-SGD runs together cost eps = "

@@ -21,7 +21,10 @@ sums 4 float32 Gaussians per coordinate against floating-point attacks (Holohan 
 dpmed instead draws float64 noise, adds it to the clipped sum in float64 and rounds the result to the model's float32
 (`dpmed.training.dp_sgd`), so every float32 output is reachable from every sum and the gaps in the set of float64
 noise values that those attacks read (Mironov 2012) fall far below the output's rounding. Residual risks, stated:
-the continuous samplers are not exact (Canonne, Kamath, Steinke 2020), and timing is not constant. The one integer
+the continuous samplers are not exact (Canonne, Kamath, Steinke 2020), and timing is not constant. One way in which
+they are not exact is priced rather than stated: their draws are bounded (:data:`GAUSSIAN_DRAW_BOUND`,
+:data:`LAPLACE_DRAW_BOUND`), and `dpmed.accounting.truncation` turns the bound into delta, or voids a claim at
+noise so small that one unit moves an output past every draw. The one integer
 release, the training set's noisy size (`dpmed.released_size`), uses their exact discrete Laplace sampler
 (:func:`discrete_laplace`) over integer draws from the operating system.
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
 from dataclasses import dataclass
 from fractions import Fraction
@@ -43,7 +47,7 @@ import numpy as np
 from randomgen import AESCounter
 
 __all__ = ["PrivacyRandomness", "PRIVACY_STREAMS", "RandomnessMode", "public_seed", "poisson_mask",
-           "NOT_DP_REPRODUCIBLE", "discrete_laplace"]
+           "NOT_DP_REPRODUCIBLE", "discrete_laplace", "GAUSSIAN_DRAW_BOUND", "LAPLACE_DRAW_BOUND"]
 
 RandomnessMode = Literal["secure", "reproducible"]
 
@@ -54,6 +58,15 @@ PRIVACY_STREAMS = ("sampling", "noise", "local_dp", "canaries", "examples")
 # What a reproducible run's privacy card, results row and report say about it.
 NOT_DP_REPRODUCIBLE = ("not DP against anyone who knows the seed: privacy randomness derived from the published "
                        "study seed (privacy_randomness: reproducible, for tests and debugging)")
+
+# The largest magnitude numpy's float64 samplers return for unit noise, whatever bit generator feeds them: their
+# uniforms are multiples of 2^-53 in [0, 1 - 2^-53] (next_double). Gaussian (the ziggurat of
+# Generator.standard_normal): a tail draw is r + x with x = -log(1 - u1) / r, accepted only if
+# -2 log(1 - u2) > x^2, and -log(1 - u2) <= 53 log 2, so |Z| < r + sqrt(2 * 53 log 2), r = 3.6541528853610088 the
+# ziggurat's last layer. Laplace (Generator.laplace): -log(2 - 2U) with 2 - 2U rounded to at least 2^-53, so
+# |Z| <= 53 log 2. tests/test_randomness.py feeds the samplers the extreme words and finds draws at the bounds.
+GAUSSIAN_DRAW_BOUND = 3.6541528853610088 + math.sqrt(2 * 53 * math.log(2))      # 12.2258...
+LAPLACE_DRAW_BOUND = 53 * math.log(2)                                          # 36.7368...
 
 _KEY_BYTES = 32
 _REPRODUCIBLE_DOMAIN = b"dpmed reproducible privacy randomness v1"

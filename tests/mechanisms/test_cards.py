@@ -74,3 +74,36 @@ def test_the_one_line_label_of_a_shuffled_run_names_delta_accountant_and_neighbo
     text = card.in_brief()
     assert text.startswith("not DP: shuffled batches") and f"{card.epsilon_if_poisson:.4g}" in text
     assert f"delta {card.delta:.3g}" in text and "PLD" in text and "add/remove one image" in text
+
+
+def test_a_poisson_card_claims_its_delta_unchanged_where_the_samplers_bound_costs_nothing_visible(plans):
+    card = _card(plans["poisson"], "secure")
+    assert card.is_dp and card.sampler_delta < 1e-25 and not card.sampler_voids
+    assert card.delta == plans["poisson"].delta                 # the sampler's share is below float64's resolution
+    assert "sampler" not in card.statement
+
+
+@pytest.mark.parametrize("eps", [1e6, 1e12])
+def test_at_the_high_budget_noise_that_one_unit_outruns_the_card_is_not_dp_and_says_why(plans, eps):
+    """Calibrated for eps 1e6 or more, sigma is so small that one image's clipped gradient moves a coordinate past
+    every draw of numpy's sampler: the run is not (eps, delta)-DP at any eps, and nothing may call it DP."""
+    plan = plans["poisson"].model_copy(update={"noise_multiplier": accounting.noise_multiplier_for(
+        target_epsilon=eps, delta=1e-5, sample_rate=plans["poisson"].sample_rate, steps=plans["poisson"].steps,
+        accountant="rdp"), "accountant": "rdp"})
+    card = _card(plan, "secure")
+    assert plan.sampler_delta == 1.0 and card.sampler_voids
+    assert not card.is_dp and card.statement.startswith("NOT DP as run: the noise sampler's draws never exceed 12.23")
+    assert card.epsilon is not None and card.epsilon <= eps           # the accounted value, kept and labelled
+    assert card.in_brief().endswith("not DP: noise below the sampler's reach")
+    assert card.patient_guarantee.statement.startswith("NOT DP as run")
+
+
+def test_between_the_two_the_card_pays_the_samplers_share_in_its_delta(plans):
+    """At sigma 0.15 one sampled step can move a coordinate past the bound with probability about Q(12.23 - 6.7):
+    the claim holds at delta plus T q times that, and says so."""
+    plan = plans["poisson"].model_copy(update={"noise_multiplier": 0.15, "accountant": "rdp"})
+    card = _card(plan, "secure")
+    share = plan.sampler_delta
+    assert 1e-3 * plan.delta < share < plan.delta and card.is_dp
+    assert card.delta == plan.delta + share and card.sampler_delta == share
+    assert "pays for the noise sampler's bounded draws" in card.statement

@@ -16,6 +16,7 @@ from dpmed.accounting.ldp import (NEIGHBOUR_LDP_IMAGE, gaussian_epsilon, gaussia
                                   gaussian_std_for_image, laplace_image_epsilon, laplace_pixel_epsilon,
                                   laplace_scale_for, laplace_scale_for_image)
 from dpmed.accounting.ledger import Ledger
+from dpmed.accounting.truncation import bounded_noise_delta, gaussian_end_shortfall, laplace_end_excess
 from dpmed.accounting.reconstruction import (MIA_FPRS, NEIGHBOUR_RECONSTRUCTION, RECONSTRUCTION_METHODS,
                                              ReconstructionMethod, ReconstructionRisk, default_kappa,
                                              membership_inference_tpr, reconstruction_bound,
@@ -39,4 +40,6 @@ __all__ = [
     "RECONSTRUCTION_METHODS", "ReconstructionMethod", "reconstruction_method", "NEIGHBOUR_RECONSTRUCTION",
     "MIA_FPRS", "default_kappa", "reconstruction_bound", "relaxed_reconstruction_bound", "membership_inference_tpr",
     "ReconstructionRisk", "reconstruction_risk",
+    # what a sampler whose draws are bounded costs a claim
+    "bounded_noise_delta", "laplace_end_excess", "gaussian_end_shortfall",
 ]

@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from dpmed.accounting import ACCOUNTANTS, Ledger, default_delta
 from dpmed.errors import ConfigError
 from dpmed.names import CANARY_KINDS
+from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
 __all__ = ["Strict", "Sweep", "positive_finite", "exactly_one", "AuditConfig", "ArmBase", "PlanContext",
            "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG", "training_steps",
@@ -221,6 +222,8 @@ class PrivacyCard(Strict):
     noise_given: bool | None = None
     max_grad_norm: float | None = None
     epsilon_if_poisson: float | None = None
+    sampler_delta: float | None = None      # DP-SGD: the part of delta paid for the noise sampler's bounded draws
+    sampler_voids: bool | None = None       # the bounded draws void the claim (the accounted eps is kept, labelled)
 
     @property
     def training_epsilon(self) -> float | None:
@@ -241,8 +244,8 @@ class PrivacyCard(Strict):
         form, any two images)"; "inf (no privacy)"; a shuffled-batch run "not DP: shuffled batches (a Poisson run would
         have eps 8.37 at delta 1e-05, PLD, add/remove one image)"; a reproducible-mode run the accounted line followed
         by "; not DP: seed known"; "not DP" for a mechanism with no eps at all."""
-        if not self.is_dp and self.epsilon is not None:   # reproducible mode: the accounted value, labelled
-            return f"{self.model_copy(update={'is_dp': True}).in_brief()}; not DP: seed known"
+        if not self.is_dp and self.epsilon is not None:   # an accounted value whose claim does not hold, labelled
+            return f"{self.model_copy(update={'is_dp': True}).in_brief()}; not DP: {self.why_not_dp_in_brief}"
         if self.epsilon is None and self.epsilon_if_poisson is not None:
             return (f"not DP: shuffled batches (a Poisson run would have eps {self.epsilon_if_poisson:.4g} at delta "
                     f"{self.delta:.3g}, {self.accountant_in_brief}, {self.neighbours_in_brief})")
@@ -253,6 +256,14 @@ class PrivacyCard(Strict):
             return (f"{self.epsilon_image:,.4g} per image (local DP, delta {delta}, {self.accountant_in_brief}, "
                     f"{self.neighbours_in_brief})")
         return f"{self.epsilon:,.4g} (delta {delta}, {self.accountant_in_brief}, {self.neighbours_in_brief})"
+
+    @property
+    def why_not_dp_in_brief(self) -> str:
+        """Why an accounted eps does not hold, in a few words: "seed known" (reproducible mode), "noise below the
+        sampler's reach" (draws too bounded for the noise level, `accounting.truncation`), or both."""
+        reasons = (["seed known"] if self.randomness == NOT_DP_REPRODUCIBLE else []) + (
+            ["noise below the sampler's reach"] if self.sampler_voids else [])
+        return ", ".join(reasons) or "see its privacy card"
 
     @property
     def accountant_in_brief(self) -> str:

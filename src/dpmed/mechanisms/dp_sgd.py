@@ -28,6 +28,7 @@ from dpmed.errors import ConfigError, PrivacyError
 from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep,
                                    exactly_one, positive_finite, refuse_vacuous_delta, training_steps)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_not_dp, label_randomness
+from dpmed.randomness import GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND
 
 __all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO", "size_key", "patient_guarantee"]
 
@@ -135,6 +136,16 @@ class DpSgdPlan(Strict):
     max_images_per_patient: int | None = None
     patient_guarantee: GroupGuarantee | None = None
     attack: AttackConfig | None = None
+
+    @property
+    def sampler_delta(self) -> float:
+        """The delta this run pays because its noise sampler's draws are bounded (`accounting.truncation`): its
+        card claims delta plus this, and where this exceeds delta the claim is void. 1 without noise."""
+        if not self.noise_multiplier > 0:
+            return 1.0
+        bound = GAUSSIAN_DRAW_BOUND if self.noise == "gaussian" else LAPLACE_DRAW_BOUND
+        return accounting.bounded_noise_delta(noise=self.noise, noise_multiplier=self.noise_multiplier,
+                                              sample_rate=self.sample_rate, steps=self.steps, bound=bound)
 
     @property
     def size_key(self) -> str:
@@ -312,9 +323,25 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         noise_multiplier=plan.noise_multiplier, noise_given=plan.noise_given, max_grad_norm=plan.max_grad_norm,
         covers=COVERAGE, randomness=SECURE_RANDOMNESS, patient_guarantee=plan.patient_guarantee,
         unit_note=_unit_note(plan))
-    statement = (f"eps = {eps:.4g} at delta = {plan.delta:.3g} ({parts}; unit: one {plan.unit}; neighbours: "
+    # The sampler's draws are bounded: the claim pays for that in delta (for any sigma a study calibrates below eps
+    # in the hundreds, below float64's resolution of delta), and is void where it would pay more than delta itself
+    sampler = plan.sampler_delta
+    void = sampler > plan.delta
+    delta = plan.delta if void else plan.delta + sampler
+    paid = (f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
+            if not void and sampler >= 1e-3 * plan.delta else "")
+    fields.update(delta=delta, sampler_delta=sampler)
+    statement = (f"eps = {eps:.4g} at delta = {delta:.3g} ({parts}{paid}; unit: one {plan.unit}; neighbours: "
                  f"{neighbours}; {params})")
     card = PrivacyCard(**fields, is_dp=True, epsilon=eps, statement=statement)
+    if void:
+        bound = GAUSSIAN_DRAW_BOUND if plan.noise == "gaussian" else LAPLACE_DRAW_BOUND
+        card = label_not_dp(
+            card, f"NOT DP as run: the noise sampler's draws never exceed {bound:.4g} times the noise "
+            f"{'std' if plan.noise == 'gaussian' else 'scale'}, and at sigma = {plan.noise_multiplier:.3g} one "
+            f"{plan.unit}'s clipped gradient can move a coordinate past every draw of the run without it (probability "
+            f"up to {sampler:.2g} over the run, above delta = {plan.delta:.3g}); the accountant's eps holds only for "
+            "exact noise, which no floating-point sampler draws at this noise level", sampler_voids=True)
     if shuffled:
         # The accountants assume Poisson sampling; for shuffled fixed-size batches their eps is not a valid bound.
         card = label_not_dp(

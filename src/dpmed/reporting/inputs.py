@@ -152,8 +152,8 @@ def eps_label(card: PrivacyCard) -> str:
 
 
 def _eps_label(card: PrivacyCard) -> str:
-    if not card.is_dp and card.epsilon is not None:     # reproducible mode: the accounted value, labelled
-        return f"{_eps_label(card.model_copy(update={'is_dp': True}))}, not DP: seed known"
+    if not card.is_dp and card.epsilon is not None:     # an accounted value whose claim does not hold, labelled
+        return f"{_eps_label(card.model_copy(update={'is_dp': True}))}, not DP: {card.why_not_dp_in_brief}"
     if not card.is_dp:
         return "no privacy (ε = ∞)" if card.mechanism == "none" else "not DP"
     if card.epsilon_image is not None:      # per image, "any two images": not comparable with DP-SGD's eps
@@ -186,6 +186,9 @@ def not_dp_reasons(card: PrivacyCard) -> list[str]:
                        "sampling) does not cover")
     if card.randomness == NOT_DP_REPRODUCIBLE:
         reasons.append("its privacy randomness derives from the published study seed (reproducible mode)")
+    if card.sampler_voids:
+        reasons.append("its noise is so small that one unit can move an output past every value the noise sampler "
+                       "draws (the accountant's eps holds for exact noise only)")
     return reasons
 
 
