@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from dpmed.accounting import Ledger
@@ -61,3 +62,27 @@ def test_the_card_names_delta_the_accountant_the_unit_what_is_unprotected_and_no
     assert "analytic Gaussian" in card.accountant and "Balle" in card.accountant
     assert card.unit == "image" and "how many images there are" in card.labels
     assert "sampling" not in card.randomness and "noise" in card.randomness
+
+
+def test_a_patient_with_k_images_is_told_both_halves_of_basic_composition():
+    """k releases of an (eps, delta) Gaussian mechanism are (k eps, k delta): the note said k eps_image alone."""
+    card = _card(0.5, (1, 8, 8), 1e-5)
+    assert "(k eps_image, k delta)" in card.patients and "sqrt(k)" in card.patients
+
+
+def test_where_the_sampler_cannot_reach_the_tail_a_pixel_at_zero_needs_the_card_says_not_dp():
+    """numpy's Gaussian never exceeds 12.23 std, so at s = R / 13 a pixel at 0 is never released as R (a pixel at R
+    is half the time): the analytic Gaussian's delta does not hold. At R / s = 8 the missing tail is 2e-19 of the
+    mass at the end: left out."""
+    from dpmed.randomness import PrivacyRandomness
+    rng = PrivacyRandomness.reproducible(seed=0, run_id="g").stream("local_dp")
+    n = 400_000
+    mech = PixelGaussian(std=1 / 13)
+    assert (mech.apply(np.zeros((n, 1, 1, 1), dtype=np.float32), rng=rng) == 1.0).sum() == 0
+    assert (mech.apply(np.ones((n, 1, 1, 1), dtype=np.float32), rng=rng) == 1.0).mean() == pytest.approx(0.5, abs=0.01)
+    void = _card(1 / 13, (1, 8, 8), 1e-5)
+    assert not void.is_dp and void.sampler_voids and "beyond every draw" in void.statement
+    near = _card(1 / 11, (1, 8, 8), 1e-5)
+    assert not near.is_dp and "a share 5.9e-07 beyond the sampler's draws" in near.statement
+    fine = _card(1 / 8, (1, 8, 8), 1e-5)
+    assert fine.is_dp and not fine.sampler_voids

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -63,3 +65,33 @@ def test_the_card_names_delta_the_accountant_the_unit_what_is_unprotected_and_no
     assert card.statement.startswith("eps_image = 8,192 at delta = 0 (closed form, the Laplace mechanism; unit: one")
     assert "how many images there are" in card.statement and "eps_pixel = 2" in card.statement
     assert "sampling" not in card.randomness and "noise" in card.randomness
+
+
+def _laplace_card(scale: float, shape=(1, 8, 8)):
+    from dpmed.accounting import Ledger
+    from dpmed.mechanisms import mechanism_info
+    from dpmed.mechanisms.pixel_laplace import PixelLaplacePlan
+    plan = PixelLaplacePlan(scale=scale, dimension=int(np.prod(shape)))
+    return mechanism_info("pixel_laplace").card(plan, Ledger((PixelLaplace(scale=scale).event(shape),)), "secure")
+
+
+def test_where_the_noise_cannot_span_the_range_a_pixel_at_zero_is_never_released_as_r_and_the_card_says_not_dp():
+    """The attack that breaks the closed form: the sampler's draws never exceed 53 log 2 scales, so at b = R / 40 a
+    pixel at 0 can never come out as R while a pixel at R does half the time. Seen here with the sampler itself."""
+    mech, n = PixelLaplace(scale=1 / 40), 400_000
+    dark = mech.apply(np.zeros((n, 1, 1, 1), dtype=np.float32), rng=_rng("dark"))
+    bright = mech.apply(np.ones((n, 1, 1, 1), dtype=np.float32), rng=_rng("bright"))
+    assert (dark == 1.0).sum() == 0 and (bright == 1.0).mean() == pytest.approx(0.5, abs=0.01)
+    card = _laplace_card(1 / 40)
+    assert not card.is_dp and card.sampler_voids and card.statement.startswith("NOT DP as run")
+    assert card.in_brief().endswith("not DP: noise below the sampler's reach")
+
+
+def test_the_card_adds_the_samplers_end_point_excess_where_it_shows_and_nothing_where_it_does_not():
+    plain = _laplace_card(0.5)
+    assert plain.epsilon_pixel == 2.0 and plain.epsilon_image == 128.0 and plain.is_dp   # 4e-16 of eps: left out
+    # R / b = 30: a pixel at 0 is released as R with probability (e^-30 - e^-36.74) / 2, not e^-30 / 2
+    close = _laplace_card(1 / 30)
+    by_hand = math.log(0.5 / (0.5 * (math.exp(-30) - math.exp(-53 * math.log(2)))))
+    assert close.is_dp and close.epsilon_pixel == pytest.approx(by_hand, rel=1e-12) and close.epsilon_pixel > 30.001
+    assert close.epsilon_image == pytest.approx(64 * by_hand) and "bounded draws" in close.statement

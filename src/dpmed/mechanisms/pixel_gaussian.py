@@ -2,6 +2,11 @@
 
 The Gaussian mechanism with L2 sensitivity sqrt(d) R (any two images differ by at most that): an (eps, delta)
 guarantee for "any two images" from the analytic Gaussian (Balle and Wang 2018). Unit: the image, pixels only.
+
+The sampler's draws never exceed about 12.23 std (`dpmed.randomness`). Clipped to [0, R], every output stays
+reachable from every input while R / s is below that; the mass a pixel at 0 puts at R is then the exact one less the
+missing tail. Where that shortfall is above 1e-9 of it (`accounting.gaussian_end_shortfall`, R / s above about 10)
+the analytic Gaussian's (eps, delta) is not known to hold for the run, and its card says not DP.
 """
 
 from __future__ import annotations
@@ -16,11 +21,19 @@ from dpmed import accounting
 from dpmed.accounting import GaussianImageEvent, Ledger
 from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep, exactly_one,
                                    positive_finite, refuse_vacuous_delta)
-from dpmed.mechanisms.cards import LABELS_IN_CLEAR, label_randomness
+from dpmed.mechanisms.cards import LABELS_IN_CLEAR, label_not_dp, label_randomness
 from dpmed.mechanisms.perturb import perturb
 from dpmed.mechanisms.pixel_laplace import LOCAL_CARD
+from dpmed.randomness import GAUSSIAN_DRAW_BOUND
 
 __all__ = ["PixelGaussian", "PixelGaussianArm", "PixelGaussianPlan", "INFO"]
+
+# A share of the end mass that the bounded sampler misses below this is left out, as float64's rounding is.
+_NEGLIGIBLE = 1e-9
+# Basic composition over a patient's k releases adds the deltas too (Dwork & Roth 2014, Thm 3.16); the k releases
+# are also one Gaussian mechanism with sqrt(k) times the sensitivity (Dong, Roth, Su 2019, Cor. 3.3).
+PATIENTS = ("each image is released on its own: a patient with k images is protected by (k eps_image, k delta) "
+            "(basic composition), or as one Gaussian mechanism with sqrt(k) times the sensitivity")
 
 
 @dataclass(frozen=True)
@@ -93,10 +106,19 @@ def _card(plan: PixelGaussianPlan, ledger: Ledger, randomness_mode: str) -> Priv
                  f"pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; "
                  f"s = {event.std:g}, R = {event.value_range:g}, d = {event.dimension}); the same for one pixel "
                  f"value of an image: eps_pixel = {eps_pixel:.4g} at delta = {plan.delta:.3g}")
-    card = PrivacyCard(mechanism="pixel_gaussian", is_dp=True, statement=statement, **LOCAL_CARD,
-                       std=event.std, value_range_R=event.value_range, dimension_d=event.dimension,
-                       epsilon_pixel=eps_pixel, epsilon_image=eps_image, epsilon=eps_image, delta=plan.delta,
+    card = PrivacyCard(mechanism="pixel_gaussian", is_dp=True, statement=statement,
+                       **{**LOCAL_CARD, "patients": PATIENTS}, std=event.std, value_range_R=event.value_range,
+                       dimension_d=event.dimension, epsilon_pixel=eps_pixel, epsilon_image=eps_image,
+                       epsilon=eps_image, delta=plan.delta,
                        accountant="analytic Gaussian mechanism (Balle & Wang 2018), L2 sensitivity sqrt(d) R")
+    ratio = event.value_range / event.std
+    shortfall = accounting.gaussian_end_shortfall(ratio=ratio, bound=GAUSSIAN_DRAW_BOUND)
+    if shortfall > _NEGLIGIBLE:
+        card = label_not_dp(
+            card, f"NOT DP as run: the noise sampler's draws never exceed {GAUSSIAN_DRAW_BOUND:.4g} s, and at "
+            f"s = {event.std:g} (R / s = {ratio:.4g}) the tail a pixel at 0 needs to be released as R is "
+            + ("beyond every draw" if shortfall >= 1 else f"a share {shortfall:.2g} beyond the sampler's draws")
+            + "; the analytic Gaussian holds only for exact Gaussian noise", sampler_voids=True)
     return label_randomness(card, randomness_mode)
 
 

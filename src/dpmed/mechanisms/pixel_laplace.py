@@ -7,10 +7,16 @@ e^(R/b), so each value is (R/b)-DP and, since any two images differ in at most a
 (d R / b)-DP under the relation "any two images are neighbours" (Dwork and Roth 2014, Thm 3.6, composed over d
 coordinates). That eps_image is large; it is printed, because it is the honest number. The unit is the image and only
 the pixels are protected: the labels go out in the clear, and a patient's k images are k releases.
+
+The sampler's draws never exceed 53 log 2 scales (`dpmed.randomness`), so a pixel at 0 is released as R less often
+than exact noise would: the ratio at the clipped end exceeds e^(R/b) (`accounting.laplace_end_excess`). The card
+adds that excess to eps_pixel where it is above 1e-9 of it (at R/b above about 18), and where R/b reaches the bound no
+eps holds at all: the run is labelled not DP.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -21,10 +27,15 @@ from dpmed import accounting
 from dpmed.accounting import LaplaceImageEvent, Ledger
 from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep, exactly_one,
                                    positive_finite)
-from dpmed.mechanisms.cards import COVERAGE, LABELS_IN_CLEAR, LOCAL_RANDOMNESS, label_randomness
+from dpmed.mechanisms.cards import COVERAGE, LABELS_IN_CLEAR, LOCAL_RANDOMNESS, label_not_dp, label_randomness
 from dpmed.mechanisms.perturb import perturb
+from dpmed.randomness import LAPLACE_DRAW_BOUND
 
 __all__ = ["PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "INFO", "LOCAL_CARD"]
+
+# An end-point excess of the bounded sampler below this share of eps_pixel is left out of the card, as float64's
+# rounding of eps is (at R/b = 2 it is 4e-16 of it); above it, it is added.
+_NEGLIGIBLE = 1e-9
 
 # What every local-DP card says about its unit (the image) and the patient.
 LOCAL_CARD = {"scope": "local DP on each released training image", "unit": "image",
@@ -94,15 +105,26 @@ def _plan(arm: PixelLaplaceArm, swept: dict, context: PlanContext) -> PixelLapla
 def _card(plan: PixelLaplacePlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     event = next(e for e in ledger.events if isinstance(e, LaplaceImageEvent))
     eps_pixel = accounting.laplace_pixel_epsilon(scale=event.scale, value_range=event.value_range)
-    eps_image = accounting.laplace_image_epsilon(event)
+    excess = accounting.laplace_end_excess(ratio=eps_pixel, bound=LAPLACE_DRAW_BOUND)
+    paid = ""
+    if excess > _NEGLIGIBLE * eps_pixel and math.isfinite(excess):
+        eps_pixel += excess
+        paid = (f"; eps_pixel includes {excess:.3g} for the noise sampler's bounded draws (at most "
+                f"{LAPLACE_DRAW_BOUND:.4g} b), which release a pixel at 0 as R less often than exact noise")
+    eps_image = eps_pixel * event.dimension if paid else accounting.laplace_image_epsilon(event)
     statement = (f"eps_image = {eps_image:,.6g} at delta = 0 (closed form, the Laplace mechanism; unit: one image, "
                  f"pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; Laplace "
                  f"b = {event.scale:g}, R = {event.value_range:g}, d = {event.dimension}); the same for one pixel "
-                 f"value of an image: eps_pixel = {eps_pixel:g}")
+                 f"value of an image: eps_pixel = {eps_pixel:g}{paid}")
     card = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement=statement, **LOCAL_CARD,
                        scale_b=event.scale, value_range_R=event.value_range, dimension_d=event.dimension,
                        epsilon_pixel=eps_pixel, epsilon_image=eps_image, epsilon=eps_image, delta=0.0,
                        accountant="closed form (Laplace mechanism, pure DP)")
+    if not math.isfinite(excess):
+        card = label_not_dp(
+            card, f"NOT DP as run: the noise sampler's draws never exceed {LAPLACE_DRAW_BOUND:.4g} b, and at "
+            f"b = {event.scale:g} (R / b = {eps_pixel:.4g}) a pixel at 0 is never released as R, which a pixel at R "
+            "is half the time; the closed form holds only for exact Laplace noise", sampler_voids=True)
     return label_randomness(card, randomness_mode)
 
 
