@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 _BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -271,3 +273,23 @@ def test_at_dpmeds_pld_delta_floor_the_library_s_grids_agree_and_stay_below_rdp(
     eps = [floor.pld_epsilon(0.01, 1.0, steps, delta, h) for h in floor.GRIDS]
     assert max(eps) / min(eps) - 1 < 0.01
     assert max(eps) <= floor.rdp_epsilon(0.01, 1.0, steps, delta)
+
+
+def test_bootstrap_unit_prints_equal_widths_without_shared_patients_and_wider_with_them(tmp_path, capsys):
+    """Two runs of one study: ids all distinct (the patient bootstrap is the image one) or two images per patient
+    with near-equal scores (redrawing patients redraws pairs: wider)."""
+    harness = runpy.run_path(str(_BENCHMARKS / "bootstrap_unit.py"))
+    rng = np.random.default_rng(0)
+    for name, ids in (("distinct", np.arange(200).astype(str)), ("pairs", np.repeat(np.arange(100), 2).astype(str))):
+        run = tmp_path / name / "runs" / "r_seed0"
+        run.mkdir(parents=True)
+        labels = np.repeat(rng.integers(0, 2, 100), 2)
+        scores = np.clip(labels * 0.3 + np.repeat(rng.random(100), 2) * 0.7, 0, 1)
+        np.savez(run / "predictions.npz", val_scores=scores, val_labels=labels, test_scores=scores,
+                 test_labels=labels, test_patient_ids=ids, val_patient_ids=ids)
+        (run / "run.json").write_text(json.dumps({"metrics": {"bootstrap_seed": 3}}))
+    assert harness["main"]([str(tmp_path / "distinct"), str(tmp_path / "pairs"), "--resamples", "200"]) == 0
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines()[2:]]
+    ratio = {(r[1].strip(), r[4].strip()): float(r[7].split()[0]) for r in rows}
+    assert ratio[("distinct", "test_auroc")] == ratio[("distinct", "test_accuracy")] == 1.0
+    assert ratio[("pairs", "test_auroc")] > 1.1 and ratio[("pairs", "test_accuracy")] > 1.1
