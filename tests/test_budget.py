@@ -3,6 +3,7 @@ the study file included; a budget refuses what exceeds it or has no single eps. 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -122,3 +123,54 @@ def test_a_run_whose_noise_one_unit_outruns_makes_the_study_not_dp(write_study):
     assert privacy.delta == 1e-5                          # the eps-8 runs' samplers cost nothing float64 can see
     with pytest.raises(PrivacyError, match="noise below what the sampler draws"):
         check_budget(study.privacy_budget, privacy)
+
+
+LOCAL = ("name: l\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0, 1]\n"
+         "arms: [{name: lap, mechanism: pixel_laplace, scale: 0.5}]\n")
+
+
+def test_local_dp_runs_on_the_same_images_add_up_per_image(write_study, make_record):
+    """Each local-DP run releases a new noisy copy of every training image: two seeds of b = 0.5 on 16x16 grey images
+    are 512 each, 1,024 per image together (pure, basic composition), stated under their own neighbour relation; a
+    finished run left out of the study file released its copy too. DP-SGD's eps does not absorb it."""
+    study = load_study(write_study(LOCAL))
+    privacy = _privacy(study)
+    assert privacy.local_dp == ("lap_b0.5_seed0", "lap_b0.5_seed1")
+    assert (privacy.local_dp_epsilon, privacy.local_dp_delta, privacy.epsilon) == (1024.0, 0.0, None)
+    assert privacy.statement == (
+        "the 2 local-DP runs together (lap_b0.5_seed0, lap_b0.5_seed1): eps_image = 1,024 per image at delta = 0 "
+        "(basic composition of the Laplace mechanism, Dwork & Roth 2014, Thm 3.16; neighbours: "
+        f"{accounting.NEIGHBOUR_LDP_IMAGE}), under another neighbour relation than DP-SGD's")
+    old_plan = _plans(load_study(write_study(LOCAL.replace("scale: 0.5", "scale: 0.25"), "old.yaml")))[0]
+    old = make_record("lap_b0.25_seed0", "lap", "pixel_laplace").model_copy(update={
+        "plan": old_plan, "ledger": accounting.Ledger().record(
+            accounting.LaplaceImageEvent(scale=0.25, value_range=1.0, dimension=256))})
+    assert _privacy(study, [old]).local_dp_epsilon == 512 + 512 + 1024
+    with_dp = load_study(write_study(LOCAL.replace("}]", "}, {name: dp, mechanism: dp_sgd, target_epsilon: 8}]")))
+    both = _privacy(with_dp)
+    assert both.local_dp_epsilon == 1024 and both.epsilon is None and 8 < both.dp_sgd_epsilon < 16
+    assert both.statement.endswith("under another neighbour relation than DP-SGD's, so no single total with it")
+
+
+def test_local_gaussian_runs_compose_as_one_gaussian_mechanism(write_study):
+    """Swept std and two seeds: four releases of each image, composed from the runs' plans (mu = sqrt(sum mu_i^2))
+    at the arm's delta."""
+    study = load_study(write_study(LOCAL.replace("{name: lap, mechanism: pixel_laplace, scale: 0.5}",
+                                                 "{name: g, mechanism: pixel_gaussian, std: [4, 8], delta: 1.0e-6}")))
+    privacy = _privacy(study)
+    mu = math.sqrt(2 * (16 / 4) ** 2 + 2 * (16 / 8) ** 2)
+    assert privacy.local_dp_delta == 1e-6
+    assert privacy.local_dp_epsilon == pytest.approx(accounting.gaussian_epsilon(mu=mu, delta=1e-6), rel=1e-12)
+    assert privacy.statement.startswith("the 4 local-DP runs together (g_s4_seed0, g_s4_seed1, g_s8_seed0, "
+                                        f"g_s8_seed1): eps_image = {privacy.local_dp_epsilon:,.6g} per image at "
+                                        "delta = 1e-06 (the Gaussian runs composed into one Gaussian mechanism")
+
+
+def test_reproducible_local_runs_keep_their_listing_without_a_total(write_study):
+    """A reproducible run is not DP against anyone who knows the seed: no per-image total is claimed for it."""
+    study = load_study(write_study(LOCAL))
+    privacy = study_privacy(_plans(study), reproducible=True)
+    assert privacy.local_dp_epsilon is None and privacy.local_dp_delta is None
+    assert privacy.statement == ("2 local-DP run(s) (lap_b0.5_seed0, lap_b0.5_seed1) hold per image under another "
+                                 "neighbour relation and do not compose with DP-SGD's eps; reproducible mode: not DP "
+                                 "against anyone who knows the seed")

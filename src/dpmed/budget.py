@@ -13,8 +13,10 @@ that are still in the folder although the study file no longer lists them (their
   nothing that includes its model is DP.
 * The delta each DP-SGD run pays for its sampler's bounded draws adds to the study's delta (below float64's
   resolution of delta at every sigma a study calibrates below eps in the hundreds).
-* Local-DP arms hold for another neighbour relation (any two images); they do not compose with add/remove into one
-  eps, so a study with them has no single total.
+* Local-DP runs (each seed and swept value of a ``pixel_laplace`` or ``pixel_gaussian`` arm) each release a new,
+  independently noised copy of every training image; whoever holds several of their models holds several releases of
+  each image, which compose under their own relation (any two images): `accounting.compose_image_events` adds them
+  up into one per-image total. That relation is not DP-SGD's add/remove, so a study with both has no single total.
 * Runs with the patient as the unit and runs with the image as the unit do not compose into one eps either.
 * Reproducible-mode runs are not DP against anyone who knows the seed.
 
@@ -46,7 +48,7 @@ class _Released:
     unit: str | None = None
     delta: float | None = None
     accountant: str | None = None
-    events: tuple = ()
+    events: tuple = ()                        # DP-SGD: its events; local DP: its one release of the images
     size: tuple[str, float] | None = None     # the DP count it planned from (count key, its eps), if released
     sampler_delta: float = 0.0                # what its noise sampler's bounded draws add to delta
 
@@ -55,7 +57,11 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
     """A run from its plan, and its ledger where it finished (else the events its plan will record)."""
     info = mechanism_info(plan.mechanism)
     if info.local:
-        return _Released(plan.run_id, "local_dp")
+        if not info.is_private:              # no guarantee to compose: listed, without a total
+            return _Released(plan.run_id, "local_dp")
+        event = _image_event(plan, ledger)
+        delta = getattr(plan.privacy, "delta", 0.0) if isinstance(event, accounting.GaussianImageEvent) else 0.0
+        return _Released(plan.run_id, "local_dp", delta=delta, events=(event,))
     privacy = plan.privacy
     if (not info.is_private or not isinstance(privacy, DpSgdPlan) or privacy.sampling != "poisson"
             or privacy.sampler_delta > privacy.delta):
@@ -66,6 +72,27 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
     size = (privacy.size_key, privacy.size_epsilon) if privacy.size_epsilon else None
     return _Released(plan.run_id, "dp_sgd", privacy.unit, privacy.delta, privacy.accountant, tuple(events), size,
                      privacy.sampler_delta)
+
+
+def _image_event(plan: RunPlan, ledger: accounting.Ledger | None):
+    """The release of the training images a local-DP run recorded (finished), else the one its plan will record."""
+    image_events = (accounting.LaplaceImageEvent, accounting.GaussianImageEvent)
+    recorded = [e for e in ledger.events if isinstance(e, image_events)] if ledger is not None else []
+    if recorded:
+        return recorded[0]
+    # the event depends on the image's d = C H W values only, which the plan holds
+    return mechanism_info(plan.mechanism).image_mechanism(plan.privacy).event((plan.privacy.dimension,))
+
+
+def _local_statement(local: Sequence[_Released], composed: accounting.ImageComposition | None, dp: bool) -> str:
+    ids = ", ".join(r.run_id for r in local)
+    if composed is None:
+        return (f"{len(local)} local-DP run(s) ({ids}) hold per image under another neighbour relation and do not "
+                "compose with DP-SGD's eps")
+    runs = f"the {len(local)} local-DP runs together" if len(local) > 1 else "the local-DP run"
+    return (f"{runs} ({ids}): eps_image = {composed.epsilon:,.6g} per image at delta = {composed.delta:.3g} "
+            f"({composed.method}, {composed.citation}; neighbours: {composed.neighbour_relation}), under another "
+            "neighbour relation than DP-SGD's" + (", so no single total with it" if dp else ""))
 
 
 def _compose(runs: Sequence[_Released], delta: float, accountant: str) -> tuple[float | None, str]:
@@ -116,13 +143,19 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     if not_private:
         parts.append(f"{len(not_private)} run(s) without a privacy claim that holds, on the same patients "
                      f"({', '.join(not_private)}): everything released with them is not DP (eps = infinity)")
+    local_runs = [r for r in runs if r.kind == "local_dp"]
+    # every release of the images composes; a run without a guarantee, or reproducible mode, keeps the bare listing
+    composed = (accounting.compose_image_events([r.events[0] for r in local_runs],
+                                                deltas=[r.delta for r in local_runs])
+                if local_runs and not reproducible and all(r.events for r in local_runs) else None)
     if local:
-        parts.append(f"{len(local)} local-DP run(s) ({', '.join(local)}) hold per image under another neighbour "
-                     "relation and do not compose with DP-SGD's eps")
+        parts.append(_local_statement(local_runs, composed, bool(dp)))
     if reproducible:
         parts.append("reproducible mode: not DP against anyone who knows the seed")
     return StudyPrivacy(dp_sgd_runs=tuple(r.run_id for r in dp), not_private=not_private, local_dp=local, unit=unit,
                         delta=delta, accountant=accountant, dp_sgd_epsilon=dp_eps, epsilon=total,
+                        local_dp_epsilon=composed.epsilon if composed else None,
+                        local_dp_delta=composed.delta if composed else None,
                         reproducible=reproducible, statement="; ".join(parts) or "no runs")
 
 

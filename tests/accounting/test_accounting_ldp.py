@@ -1,4 +1,5 @@
-"""Local DP of the pixel Laplace mechanism (METHODS.md s.1)."""
+"""Local DP of the pixel Laplace mechanism (METHODS.md s.1), and several local-DP releases of the same image
+composed into one per-image guarantee."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpmed.accounting import (NEIGHBOUR_LDP_IMAGE, LaplaceImageEvent, laplace_image_epsilon, laplace_pixel_epsilon,
+from dp_accounting.pld import privacy_loss_distribution
+from scipy import stats
+
+from dpmed.accounting import (NEIGHBOUR_LDP_IMAGE, GaussianImageEvent, LaplaceImageEvent, compose_image_events,
+                              gaussian_epsilon, gaussian_image_epsilon, laplace_image_epsilon, laplace_pixel_epsilon,
                               laplace_scale_for)
 
 
@@ -46,3 +51,91 @@ def test_invalid_arguments_name_the_argument(call, argument):
 
 def test_neighbour_relation_is_any_two_images():
     assert NEIGHBOUR_LDP_IMAGE.startswith("any two images")
+
+
+# --- several releases of the same image (one per local-DP run) compose -----------------------------------------------
+
+D = 16 * 16          # a 16x16 grey image
+
+
+def test_two_laplace_runs_add_up_to_a_pure_per_image_eps():
+    """b = 0.5 on 256 values: each run is eps_image 512 (pure); the two together 1024, still pure (Dwork & Roth
+    2014, Thm 3.16); another scale adds its own d R / b."""
+    half = LaplaceImageEvent(scale=0.5, value_range=1.0, dimension=D)
+    both = compose_image_events([half, half])
+    assert (both.epsilon, both.delta, both.releases, both.mu) == (1024.0, 0.0, 2, None)
+    assert both.method == "basic composition of the Laplace mechanism" and "Thm 3.16" in both.citation
+    assert both.neighbour_relation == NEIGHBOUR_LDP_IMAGE
+    assert compose_image_events([half, LaplaceImageEvent(scale=1.0, value_range=1.0, dimension=D)],
+                                deltas=[0, 0]).epsilon == 512 + 256
+    assert compose_image_events([half]).epsilon == laplace_image_epsilon(half)
+
+
+def _balle_wang_delta(eps: float, mu: float) -> float:
+    """delta(eps) of the Gaussian mechanism with sensitivity / std = mu (Balle & Wang 2018, Thm. 8), written out
+    with scipy.stats, independently of dpmed."""
+    return stats.norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * stats.norm.cdf(-mu / 2 - eps / mu)
+
+
+def test_two_gaussian_runs_compose_into_one_gaussian_mechanism(exact_gaussian_epsilon):
+    """s = 8 and s = 16 on 256 values: mu_i = sqrt(256) / s_i = 2 and 1, so together the Gaussian mechanism with
+    mu = sqrt(5) (Dong, Roth & Su 2019, Cor. 3.3), at the larger of the two deltas; far below the sum of their eps."""
+    first, second = (GaussianImageEvent(std=s, value_range=1.0, dimension=D) for s in (8.0, 16.0))
+    both = compose_image_events([first, second], deltas=[1e-5, 1e-6])
+    mu = math.sqrt(2.0 ** 2 + 1.0 ** 2)
+    assert both.mu == pytest.approx(mu, rel=1e-15) and both.delta == 1e-5 and both.releases == 2
+    assert both.epsilon == pytest.approx(gaussian_epsilon(mu=mu, delta=1e-5), rel=1e-12)
+    assert both.epsilon == pytest.approx(exact_gaussian_epsilon(mu, 1e-5), rel=1e-9)
+    assert _balle_wang_delta(both.epsilon, mu) == pytest.approx(1e-5, rel=1e-6)   # the composed delta at that eps
+    assert both.epsilon < gaussian_image_epsilon(first, delta=1e-5) + gaussian_image_epsilon(second, delta=1e-6)
+    assert "Cor. 3.3" in both.citation
+
+
+def test_the_composed_gaussian_matches_dp_accountings_composition_of_the_two():
+    """The composition theorem itself, checked against dp_accounting's PLD of the two Gaussian mechanisms composed
+    (pessimistic discretisation: a little above the exact eps, never below)."""
+    both = compose_image_events([GaussianImageEvent(std=s, value_range=1.0, dimension=D) for s in (8.0, 16.0)],
+                                deltas=[1e-5, 1e-5])
+    pld = privacy_loss_distribution.from_gaussian_mechanism(1 / 2.0, value_discretization_interval=1e-4)
+    pld = pld.compose(privacy_loss_distribution.from_gaussian_mechanism(1 / 1.0, value_discretization_interval=1e-4))
+    assert pld.get_epsilon_for_delta(1e-5) == pytest.approx(both.epsilon, rel=1e-3)
+    assert pld.get_epsilon_for_delta(1e-5) >= both.epsilon - 1e-9
+
+
+def test_one_laplace_and_one_gaussian_run_compose_by_basic_composition():
+    """eps and delta add up: 512 + the Gaussian run's own eps at its delta, delta = that delta + 0."""
+    laplace = LaplaceImageEvent(scale=0.5, value_range=1.0, dimension=D)
+    gaussian = GaussianImageEvent(std=8.0, value_range=1.0, dimension=D)
+    both = compose_image_events([laplace, gaussian], deltas=[0.0, 1e-5])
+    assert both.epsilon == pytest.approx(512 + gaussian_epsilon(mu=2.0, delta=1e-5), rel=1e-15)
+    assert both.epsilon == 512 + gaussian_image_epsilon(gaussian, delta=1e-5)
+    assert both.delta == 1e-5 and both.mu is None and "Thm 3.16" in both.citation
+
+
+def test_mixed_runs_compose_the_gaussian_ones_first():
+    """Two Gaussian runs and one Laplace run: the Laplace eps plus the two Gaussians' exact composition (at their
+    larger delta), which is below basic composition of all three (sum eps, sum delta)."""
+    laplace = LaplaceImageEvent(scale=0.5, value_range=1.0, dimension=D)
+    gaussians = [GaussianImageEvent(std=s, value_range=1.0, dimension=D) for s in (8.0, 16.0)]
+    three = compose_image_events([gaussians[0], laplace, gaussians[1]], deltas=[1e-5, 0.0, 1e-6])
+    gaussian_part = compose_image_events(gaussians, deltas=[1e-5, 1e-6])
+    assert three.epsilon == pytest.approx(512 + gaussian_part.epsilon, rel=1e-15) and three.delta == 1e-5
+    basic = 512 + gaussian_image_epsilon(gaussians[0], delta=1e-5) + gaussian_image_epsilon(gaussians[1], delta=1e-6)
+    assert three.epsilon < basic
+
+
+def test_one_gaussian_run_alone_is_its_own_guarantee():
+    event = GaussianImageEvent(std=3.0, value_range=1.0, dimension=D)
+    assert compose_image_events([event], deltas=[1e-5]).epsilon == gaussian_image_epsilon(event, delta=1e-5)
+
+
+@pytest.mark.parametrize("events, deltas, error, match", [
+    ([], None, ValueError, "at least one"),
+    ([LaplaceImageEvent(scale=1.0, value_range=1.0, dimension=4)], [1e-5], ValueError, r"deltas\[0\] must be 0"),
+    ([GaussianImageEvent(std=1.0, value_range=1.0, dimension=4)], None, ValueError, r"deltas\[0\] must be in"),
+    ([GaussianImageEvent(std=1.0, value_range=1.0, dimension=4)], [1e-5, 1e-5], ValueError, "one delta per event"),
+    (["not an event"], None, TypeError, "LaplaceImageEvent or GaussianImageEvent"),
+])
+def test_composition_refuses_what_it_cannot_compose(events, deltas, error, match):
+    with pytest.raises(error, match=match):
+        compose_image_events(events, deltas=deltas)

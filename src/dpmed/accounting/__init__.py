@@ -12,7 +12,8 @@ from dpmed.accounting.group import (GROUP_CITATION, NEIGHBOUR_PATIENT, TIGHT_GRO
                                     group_privacy)
 from dpmed.accounting.events import (GaussianImageEvent, LaplaceImageEvent, PoissonGaussianEvent, PoissonLaplaceEvent,
                                      ShuffledBatchesEvent, event_from_dict, event_to_dict)
-from dpmed.accounting.ldp import (NEIGHBOUR_LDP_IMAGE, gaussian_epsilon, gaussian_image_epsilon,
+from dpmed.accounting.ldp import (GAUSSIAN_COMPOSITION, LAPLACE_COMPOSITION, MIXED_COMPOSITION, NEIGHBOUR_LDP_IMAGE,
+                                  ImageComposition, compose_image_events, gaussian_epsilon, gaussian_image_epsilon,
                                   gaussian_std_for_image, laplace_image_epsilon, laplace_pixel_epsilon,
                                   laplace_scale_for, laplace_scale_for_image)
 from dpmed.accounting.ledger import Ledger
@@ -36,6 +37,8 @@ __all__ = [
     # local DP on images
     "NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for",
     "laplace_scale_for_image", "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image",
+    # several local-DP releases of the same image (one per run), composed into one per-image guarantee
+    "ImageComposition", "compose_image_events", "LAPLACE_COMPOSITION", "GAUSSIAN_COMPOSITION", "MIXED_COMPOSITION",
     # reconstruction and membership-inference risk
     "RECONSTRUCTION_METHODS", "ReconstructionMethod", "reconstruction_method", "NEIGHBOUR_RECONSTRUCTION",
     "MIA_FPRS", "default_kappa", "reconstruction_bound", "relaxed_reconstruction_bound", "membership_inference_tpr",

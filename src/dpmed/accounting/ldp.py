@@ -11,19 +11,28 @@ curve is the analytic Gaussian of Balle & Wang 2018 (Thm. 8), delta(eps) = Phi(m
 Phi(-mu/2 - eps/mu) with mu = sqrt(d) R / s. We evaluate it in log space rather than through dp_accounting's PLD,
 because image-level eps of Gaussian pixel noise is routinely far above 500, where the PLD's double-precision
 inversion overflows (see epsilon.py); the tests check both agree where the PLD works.
+
+Each local-DP run of a study (each seed, each swept value) releases a new, independently noised copy of every
+training image, and whoever holds several of its models holds several releases of each image. Those releases compose
+under the same relation "any two images are neighbours": :func:`compose_image_events` adds them up into one
+per-image guarantee (Laplace: basic composition; Gaussian: one Gaussian mechanism; mixed: basic composition).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Sequence
 
 from scipy import special
 
 from dpmed.accounting import _arguments
-from dpmed.accounting.events import GaussianImageEvent, LaplaceImageEvent
+from dpmed.accounting.events import GaussianImageEvent, ImageEvent, LaplaceImageEvent
 
 __all__ = ["NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for",
-           "laplace_scale_for_image", "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image"]
+           "laplace_scale_for_image", "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image",
+           "ImageComposition", "compose_image_events", "LAPLACE_COMPOSITION", "GAUSSIAN_COMPOSITION",
+           "MIXED_COMPOSITION"]
 
 NEIGHBOUR_LDP_IMAGE = "any two images (local DP on the released image)"
 
@@ -110,3 +119,82 @@ def gaussian_std_for_image(*, epsilon_image: float, delta: float, dimension: int
         else:
             hi = mid
     return sensitivity / lo
+
+
+# How compose_image_events composed, and the theorem it rests on
+LAPLACE_COMPOSITION = ("basic composition of the Laplace mechanism", "Dwork & Roth 2014, Thm 3.16")
+GAUSSIAN_COMPOSITION = ("the Gaussian runs composed into one Gaussian mechanism, mu = sqrt(sum mu_i^2), and its "
+                        "analytic Gaussian eps", "Dong, Roth & Su 2019, Gaussian DP, Cor. 3.3; Balle & Wang 2018")
+MIXED_COMPOSITION = ("basic composition of the Laplace runs' eps and the Gaussian runs' (eps, delta), those composed "
+                     "first into one Gaussian mechanism", "Dwork & Roth 2014, Thm 3.16; Dong, Roth & Su 2019, Cor. 3.3")
+
+
+@dataclass(frozen=True)
+class ImageComposition:
+    """Several local-DP releases of the same image, composed into one per-image (eps, delta) guarantee for the
+    relation ``neighbour_relation`` ("any two images"). ``method`` says how, ``citation`` the theorem it rests on;
+    ``mu`` is the composed Gaussian mechanism's sensitivity / std where every release was Gaussian, else None."""
+
+    epsilon: float
+    delta: float
+    releases: int
+    method: str
+    citation: str
+    mu: float | None = None
+    neighbour_relation: str = NEIGHBOUR_LDP_IMAGE
+
+
+def compose_image_events(events: Sequence[ImageEvent], *, deltas: Sequence[float] | None = None) -> ImageComposition:
+    """One per-image guarantee for ``events``: independent local-DP releases of the same image (one per run that
+    noised the training images anew), which compose under the same relation "any two images are neighbours".
+
+    ``deltas[i]`` is the delta at which release i's own guarantee is stated (its run's delta): 0 for a Laplace
+    release (pure DP; ``deltas`` may be left out when every release is Laplace), in (0, 1) for a Gaussian one.
+
+    * all Laplace: pure DP, eps = sum of eps_image (basic composition, Dwork & Roth 2014, Thm 3.16), delta = 0;
+      pure eps add up exactly, no tighter pure-DP bound exists.
+    * all Gaussian: the composition of Gaussian mechanisms with mu_i = sqrt(d_i) R_i / s_i is exactly the Gaussian
+      mechanism with mu = sqrt(sum mu_i^2) (Dong, Roth & Su 2019, Cor. 3.3), so eps is that mechanism's analytic
+      Gaussian eps at the largest delta of the runs (a delta each image is already released under): far below the
+      sum of the runs' eps.
+    * mixed: basic composition (eps and delta add up): the Laplace releases' eps, plus the (eps, delta) of the
+      Gaussian releases composed as above. Composing the Gaussian ones first is exact and keeps one Laplace run from
+      turning the Gaussian runs' total into the (much larger) sum of their eps; with one Gaussian release it is
+      that release's own (eps_i, delta_i).
+    """
+    events = tuple(events)
+    if not events:
+        raise ValueError("events must hold at least one LaplaceImageEvent or GaussianImageEvent; a study without "
+                         "local-DP runs has nothing to compose")
+    for event in events:
+        if not isinstance(event, (LaplaceImageEvent, GaussianImageEvent)):
+            raise TypeError(f"events must be LaplaceImageEvent or GaussianImageEvent, got {event!r}")
+    if deltas is None:
+        deltas = [0.0] * len(events)
+    deltas = tuple(deltas)
+    if len(deltas) != len(events):
+        raise ValueError(f"deltas must hold one delta per event: got {len(deltas)} for {len(events)} events")
+    checked = []
+    for i, (event, delta) in enumerate(zip(events, deltas)):
+        if isinstance(event, LaplaceImageEvent):
+            delta = _arguments.positive(f"deltas[{i}]", delta, allow_zero=True)
+            if delta != 0:
+                raise ValueError(f"deltas[{i}] must be 0 for a LaplaceImageEvent (the Laplace mechanism is pure DP), "
+                                 f"got {delta!r}")
+        else:
+            delta = _arguments.probability(f"deltas[{i}]", delta, include_one=False,
+                                           hint="pass the delta the Gaussian run's guarantee is stated at")
+        checked.append(delta)
+    laplace = math.fsum(laplace_image_epsilon(e) for e in events if isinstance(e, LaplaceImageEvent))
+    gaussian = [(e, d) for e, d in zip(events, checked) if isinstance(e, GaussianImageEvent)]
+    if not gaussian:
+        return ImageComposition(epsilon=laplace, delta=0.0, releases=len(events), method=LAPLACE_COMPOSITION[0],
+                                citation=LAPLACE_COMPOSITION[1])
+    mu = math.hypot(*(math.sqrt(e.dimension) * e.value_range / e.std for e, _ in gaussian))   # one: mu_1 exactly
+    delta = max(d for _, d in gaussian)
+    eps = gaussian_epsilon(mu=mu, delta=delta)
+    if len(gaussian) == len(events):
+        return ImageComposition(epsilon=eps, delta=delta, releases=len(events), method=GAUSSIAN_COMPOSITION[0],
+                                citation=GAUSSIAN_COMPOSITION[1], mu=mu)
+    return ImageComposition(epsilon=laplace + eps, delta=delta, releases=len(events), method=MIXED_COMPOSITION[0],
+                            citation=MIXED_COMPOSITION[1])
