@@ -330,7 +330,7 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     delta = plan.delta if void else plan.delta + sampler
     paid = (f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
             if not void and sampler >= 1e-3 * plan.delta else "")
-    fields.update(delta=delta, sampler_delta=sampler)
+    fields.update(delta=delta, sampler_delta=sampler, sampler_voids=void)
     statement = (f"eps = {eps:.4g} at delta = {delta:.3g} ({parts}{paid}; unit: one {plan.unit}; neighbours: "
                  f"{neighbours}; {params})")
     card = PrivacyCard(**fields, is_dp=True, epsilon=eps, statement=statement)
