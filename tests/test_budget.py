@@ -174,3 +174,13 @@ def test_reproducible_local_runs_keep_their_listing_without_a_total(write_study)
     assert privacy.statement == ("2 local-DP run(s) (lap_b0.5_seed0, lap_b0.5_seed1) hold per image under another "
                                  "neighbour relation and do not compose with DP-SGD's eps; reproducible mode: not DP "
                                  "against anyone who knows the seed")
+
+
+def test_a_local_run_whose_noise_cannot_span_the_pixel_range_counts_as_no_privacy(write_study):
+    """b = R / 50: a pixel at 0 is never released as R (`dpmed.mechanisms.pixel_laplace`): no per-image eps holds,
+    so the study's releases together are not DP, and the run is not added to the local total."""
+    study = load_study(write_study(BUDGET.replace("arms: [", "arms: [{name: lap, mechanism: pixel_laplace, "
+                                                  "scale: [0.5, 0.02]}, ").replace("seeds: [0, 1]", "seeds: [0]")))
+    privacy = _privacy(study)
+    assert privacy.not_private == ("lap_b0.02_seed0",) and privacy.epsilon == float("inf")
+    assert privacy.local_dp == ("lap_b0.5_seed0",) and privacy.local_dp_epsilon == 2 * 256

@@ -86,6 +86,11 @@ class PixelGaussianPlan(Strict):
     dimension: int
     target_epsilon_image: float | None = None
 
+    @property
+    def sampler_voids(self) -> bool:
+        """Whether the sampler misses a measurable share of the end mass (module docstring); pixels in [0, 1]."""
+        return accounting.gaussian_end_shortfall(ratio=1.0 / self.std, bound=GAUSSIAN_DRAW_BOUND) > _NEGLIGIBLE
+
 
 def _plan(arm: PixelGaussianArm, swept: dict, context: PlanContext) -> PixelGaussianPlan:
     # delta is per image ("any two images"), and the N training images are each released under it
@@ -113,7 +118,7 @@ def _card(plan: PixelGaussianPlan, ledger: Ledger, randomness_mode: str) -> Priv
                        accountant="analytic Gaussian mechanism (Balle & Wang 2018), L2 sensitivity sqrt(d) R")
     ratio = event.value_range / event.std
     shortfall = accounting.gaussian_end_shortfall(ratio=ratio, bound=GAUSSIAN_DRAW_BOUND)
-    if shortfall > _NEGLIGIBLE:
+    if plan.sampler_voids:
         card = label_not_dp(
             card, f"NOT DP as run: the noise sampler's draws never exceed {GAUSSIAN_DRAW_BOUND:.4g} s, and at "
             f"s = {event.std:g} (R / s = {ratio:.4g}) the tail a pixel at 0 needs to be released as R is "

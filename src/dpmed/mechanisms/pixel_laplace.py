@@ -9,14 +9,13 @@ coordinates). That eps_image is large; it is printed, because it is the honest n
 the pixels are protected: the labels go out in the clear, and a patient's k images are k releases.
 
 The sampler's draws never exceed 53 log 2 scales (`dpmed.randomness`), so a pixel at 0 is released as R less often
-than exact noise would: the ratio at the clipped end exceeds e^(R/b) (`accounting.laplace_end_excess`). The card
-adds that excess to eps_pixel where it is above 1e-9 of it (at R/b above about 18), and where R/b reaches the bound no
-eps holds at all: the run is labelled not DP.
+than exact noise would: the ratio at the clipped end exceeds e^(R/b) (`accounting.laplace_end_excess`), by 4e-16 of
+it at R/b = 2 and without bound once R/b reaches 53 log 2. Where the excess is above 1e-9 of eps_pixel (R/b above
+about 18, b below R / 18) the closed form is not the run's: the card says not DP, and the study counts no eps for it.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,8 +32,8 @@ from dpmed.randomness import LAPLACE_DRAW_BOUND
 
 __all__ = ["PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "INFO", "LOCAL_CARD"]
 
-# An end-point excess of the bounded sampler below this share of eps_pixel is left out of the card, as float64's
-# rounding of eps is (at R/b = 2 it is 4e-16 of it); above it, it is added.
+# An end-point excess of the bounded sampler below this share of eps_pixel is left out, as float64's rounding of eps
+# is; above it the run is not DP.
 _NEGLIGIBLE = 1e-9
 
 # What every local-DP card says about its unit (the image) and the patient.
@@ -94,6 +93,12 @@ class PixelLaplacePlan(Strict):
     dimension: int
     target_epsilon_image: float | None = None
 
+    @property
+    def sampler_voids(self) -> bool:
+        """Whether the sampler's bounded draws void the closed form (module docstring); pixels in [0, 1]."""
+        ratio = 1.0 / self.scale
+        return accounting.laplace_end_excess(ratio=ratio, bound=LAPLACE_DRAW_BOUND) > _NEGLIGIBLE * ratio
+
 
 def _plan(arm: PixelLaplaceArm, swept: dict, context: PlanContext) -> PixelLaplacePlan:
     target = swept.get("target_epsilon_image")
@@ -105,26 +110,23 @@ def _plan(arm: PixelLaplaceArm, swept: dict, context: PlanContext) -> PixelLapla
 def _card(plan: PixelLaplacePlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     event = next(e for e in ledger.events if isinstance(e, LaplaceImageEvent))
     eps_pixel = accounting.laplace_pixel_epsilon(scale=event.scale, value_range=event.value_range)
-    excess = accounting.laplace_end_excess(ratio=eps_pixel, bound=LAPLACE_DRAW_BOUND)
-    paid = ""
-    if excess > _NEGLIGIBLE * eps_pixel and math.isfinite(excess):
-        eps_pixel += excess
-        paid = (f"; eps_pixel includes {excess:.3g} for the noise sampler's bounded draws (at most "
-                f"{LAPLACE_DRAW_BOUND:.4g} b), which release a pixel at 0 as R less often than exact noise")
-    eps_image = eps_pixel * event.dimension if paid else accounting.laplace_image_epsilon(event)
+    eps_image = accounting.laplace_image_epsilon(event)
     statement = (f"eps_image = {eps_image:,.6g} at delta = 0 (closed form, the Laplace mechanism; unit: one image, "
                  f"pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; Laplace "
                  f"b = {event.scale:g}, R = {event.value_range:g}, d = {event.dimension}); the same for one pixel "
-                 f"value of an image: eps_pixel = {eps_pixel:g}{paid}")
+                 f"value of an image: eps_pixel = {eps_pixel:g}")
     card = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement=statement, **LOCAL_CARD,
                        scale_b=event.scale, value_range_R=event.value_range, dimension_d=event.dimension,
                        epsilon_pixel=eps_pixel, epsilon_image=eps_image, epsilon=eps_image, delta=0.0,
                        accountant="closed form (Laplace mechanism, pure DP)")
-    if not math.isfinite(excess):
+    if plan.sampler_voids:
+        never = eps_pixel >= LAPLACE_DRAW_BOUND
         card = label_not_dp(
             card, f"NOT DP as run: the noise sampler's draws never exceed {LAPLACE_DRAW_BOUND:.4g} b, and at "
-            f"b = {event.scale:g} (R / b = {eps_pixel:.4g}) a pixel at 0 is never released as R, which a pixel at R "
-            "is half the time; the closed form holds only for exact Laplace noise", sampler_voids=True)
+            f"b = {event.scale:g} (R / b = {eps_pixel:.4g}) a pixel at 0 is "
+            + ("never released as R, which a pixel at R is half the time" if never else
+               "released as R measurably less often than exact noise would, so the end-point ratio exceeds "
+               "e^(R / b)") + "; the closed form holds only for exact Laplace noise", sampler_voids=True)
     return label_randomness(card, randomness_mode)
 
 
