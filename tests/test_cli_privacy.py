@@ -94,6 +94,19 @@ def test_risk_offers_no_noise_choice_and_no_flag_is_read_as_another_by_its_prefi
     assert "dpmed: error: unrecognized arguments: --noise laplace" in err and "Traceback" not in err
 
 
+def test_a_noise_that_one_unit_outruns_is_said_to_make_a_run_not_dp(capsys):
+    """Calibrated for eps 1e9, sigma is far below what numpy's bounded sampler can hide one unit's gradient in
+    (`accounting.truncation`): the command says a dpmed run there is not DP; at eps 8 it says nothing of it."""
+    argv = ["--sample-rate", "0.05", "--steps", "500", "--delta", "1e-5"]
+    assert main(["privacy", "calibrate", "--target-epsilon", "1e9", "--accountant", "rdp", *argv]) == 0
+    assert "note: a dpmed run at this sigma is NOT DP as run" in capsys.readouterr().out
+    assert main(["privacy", "epsilon", "--noise-multiplier", "0.15", "--accountant", "rdp", *argv]) == 0
+    out = capsys.readouterr().out
+    assert "note: a dpmed run's card adds" in out and "to delta for its noise sampler's bounded draws" in out
+    assert main(["privacy", "calibrate", "--target-epsilon", "8", *argv]) == 0
+    assert "sampler" not in capsys.readouterr().out
+
+
 def test_privacy_commands_do_not_import_torch():
     """Planning a study should be instant: the accounting path imports no torch."""
     code = ("import sys; from dpmed.cli import main; main(['privacy', 'epsilon', '--noise-multiplier', '2', "

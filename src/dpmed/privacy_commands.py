@@ -155,6 +155,25 @@ def _assumptions(args: argparse.Namespace, q: float, steps: int, sigma: float) -
             f"({noise}); neighbours: {accounting.NEIGHBOUR_DP_SGD}")
 
 
+def _sampler_note(args: argparse.Namespace, q: float, steps: int, sigma: float, delta: float) -> str | None:
+    """What dpmed's noise sampler, whose draws are bounded, does to this setting's claim (`accounting.truncation`):
+    nothing visible at the noise of any eps below a few hundred; a share of delta; or the whole claim."""
+    from dpmed.randomness import GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND    # numpy's samplers, not accounting's
+
+    bound = GAUSSIAN_DRAW_BOUND if args.noise == "gaussian" else LAPLACE_DRAW_BOUND
+    paid = (1.0 if not sigma > 0 else
+            accounting.bounded_noise_delta(noise=args.noise, noise_multiplier=sigma, sample_rate=q, steps=steps,
+                                           bound=bound))
+    if paid > delta:
+        return (f"note: a dpmed run at this sigma is NOT DP as run: its noise sampler never draws beyond {bound:.4g} "
+                f"times the noise {'std' if args.noise == 'gaussian' else 'scale'}, and one unit's clipped gradient can "
+                f"move a coordinate past every draw (probability up to {paid:.2g} over the run, above delta); the eps "
+                "above is for exact noise")
+    if paid >= 1e-3 * delta:
+        return f"note: a dpmed run's card adds {paid:.2g} to delta for its noise sampler's bounded draws"
+    return None
+
+
 def _privacy_epsilon(args: argparse.Namespace) -> int:
     q, steps, n = _schedule(args)
     # the pure accountant's bound has delta 0: it needs none (any valid value is passed on and not used)
@@ -173,6 +192,9 @@ def _privacy_epsilon(args: argparse.Namespace) -> int:
             continue
         shown = 0 if name == "pure" else delta          # a pure-DP bound: delta plays no role in it
         print(f"eps = {eps:.6g} at delta = {shown:.3g}  [{name}: {accounting.describe_accountant(name)}]")
+    note = _sampler_note(args, q, steps, args.noise_multiplier, delta)
+    if note:
+        print(note)
     print(_assumptions(args, q, steps, args.noise_multiplier))
     return 0
 
@@ -190,6 +212,9 @@ def _privacy_calibrate(args: argparse.Namespace) -> int:
           f"{delta:.3g}) [{name}: {accounting.describe_accountant(name)}]")
     if note:
         print(f"note: {note}")
+    sampler = _sampler_note(args, q, steps, sigma, delta)
+    if sampler:
+        print(sampler)
     print(_assumptions(args, q, steps, sigma))
     return 0
 
