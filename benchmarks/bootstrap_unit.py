@@ -33,7 +33,8 @@ def widths(run_dir: Path, resamples: int) -> dict[str, tuple[float, float]] | No
     if p["test_scores"].ndim != 1:
         return None
     seed = int(record["metrics"].get("bootstrap_seed", 0))
-    common = dict(kind="binary", label_names=["negative", "positive"], val_labels=p["val_labels"], val_scores=p["val_scores"],
+    common = dict(kind="binary", label_names=["negative", "positive"], val_labels=p["val_labels"],
+                  val_scores=p["val_scores"],
                   test_labels=p["test_labels"], test_scores=p["test_scores"], n_resamples=resamples, seed=seed)
     images = evaluate_utility(**common)
     patients = evaluate_utility(**common, test_patient_ids=p["test_patient_ids"])

@@ -165,10 +165,10 @@ def _sampler_note(args: argparse.Namespace, q: float, steps: int, sigma: float, 
             accounting.bounded_noise_delta(noise=args.noise, noise_multiplier=sigma, sample_rate=q, steps=steps,
                                            bound=bound))
     if paid > delta:
+        unit = "std" if args.noise == "gaussian" else "scale"
         return (f"note: a dpmed run at this sigma is NOT DP as run: its noise sampler never draws beyond {bound:.4g} "
-                f"times the noise {'std' if args.noise == 'gaussian' else 'scale'}, and one unit's clipped gradient can "
-                f"move a coordinate past every draw (probability up to {paid:.2g} over the run, above delta); the eps "
-                "above is for exact noise")
+                f"times the noise {unit}, and one unit's clipped gradient can move a coordinate past every draw "
+                f"(probability up to {paid:.2g} over the run, above delta); the eps above is for exact noise")
     if paid >= 1e-3 * delta:
         return f"note: a dpmed run's card adds {paid:.2g} to delta for its noise sampler's bounded draws"
     return None

@@ -15,8 +15,9 @@ Redrawing whole patients with replacement, each drawn patient bringing all of th
 bootstrap for hierarchical data (Davison & Hinkley 1997, Bootstrap Methods and their Application, sec. 3.8: resample
 the clusters, keep each drawn cluster whole), whose variance estimate Field & Welsh 2007 ("Bootstrapping clustered
 data", JRSS B 69:369-390) show to be consistent, as the clusters grow in number, when the clusters are a random
-sample (here the test patients). A redraw holds as many patients as the test set, so its number of images varies. Where no patient ids exist (each image its own patient) the image is the
-unit, and the redraws are exactly those of the image bootstrap.
+sample (here the test patients). A redraw holds as many patients as the test set, so its number of images varies.
+Where no patient ids exist (each image its own patient) the image is the unit, and the redraws are exactly those of
+the image bootstrap.
 
 Pairing: every model evaluated on one test set (same images in the same order, same patient ids) with one seed gets
 exactly the same redraws, so the difference between two models can be bootstrapped redraw by redraw and the

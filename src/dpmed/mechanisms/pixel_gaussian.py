@@ -95,7 +95,8 @@ class PixelGaussianPlan(Strict):
 def _plan(arm: PixelGaussianArm, swept: dict, context: PlanContext) -> PixelGaussianPlan:
     # delta is per image ("any two images"), and the N training images are each released under it
     refuse_vacuous_delta(f"arm {arm.name!r}: delta", arm.delta, context.n_images,
-                         whole="releasing every image unperturbed", counted=f"the {context.n_images} training images released, each under this per-image delta")
+                         whole="releasing every image unperturbed",
+                         counted=f"the {context.n_images} training images released, each under this per-image delta")
     delta = arm.delta or accounting.default_delta(context.n_images)
     target = swept.get("target_epsilon_image")
     std = swept.get("std") or accounting.gaussian_std_for_image(epsilon_image=target, delta=delta,

@@ -177,7 +177,8 @@ def _columns(kind: str, pos: str, neg: str, level: str, seeds: tuple[bool, bool]
     bootstrap interval; a several-seed row's parenthesis is the seeds' range, which the heading must not call a CI.
     """
     one, several = seeds
-    auroc = " or ".join(([f"[{level} CI]"] if one else []) + (["mean (seed range)"] if several else [])) or f"[{level} CI]"
+    auroc = (" or ".join(([f"[{level} CI]"] if one else []) + (["mean (seed range)"] if several else []))
+             or f"[{level} CI]")
     if kind == "binary":
         return [f"AUROC change {auroc}", f"sensitivity change: {pos} cases found, per 100",
                 f"specificity change: {neg} cases cleared, per 100"]

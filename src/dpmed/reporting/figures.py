@@ -162,7 +162,8 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
             used[r.mechanism] = (marker, color, name)
             x = panel.x(r)
             plot_interval(ax, x, e.value, e.low, e.high, marker=marker, color=color, ms=6)
-            label = run_label(r, several_seeds) + ("" if r.privacy.is_dp else f" (not DP: {r.privacy.why_not_dp_in_brief})")
+            why = "" if r.privacy.is_dp else f" (not DP: {r.privacy.why_not_dp_in_brief})"
+            label = run_label(r, several_seeds) + why
             ax.annotate(label, (x, e.value), xytext=(6, 4), textcoords="offset points",
                         fontsize=size - 1, color="#333333").set_in_layout(False)   # placed by _fit_inside
             xs.append(x)
