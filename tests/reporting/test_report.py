@@ -81,10 +81,10 @@ def test_the_report_says_on_what_the_settings_were_chosen(records, make_resolved
     printed, and its absence is said, not hidden."""
     from dpmed.folders import StudyFolder
     from dpmed.reporting.inputs import ReportInputs
-    from dpmed.reporting.sections import study_privacy
+    from dpmed.reporting.sections import study_privacy_section
 
     def section(resolved):
-        return study_privacy(ReportInputs(resolved=resolved, records=records, comparisons=None,
+        return study_privacy_section(ReportInputs(resolved=resolved, records=records, comparisons=None,
                                           folder=StudyFolder(Path("unused"))))
 
     resolved = make_resolved(records)

@@ -16,8 +16,8 @@ from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples, plotted
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, bound_percent, embed_figure, eps_label,
                                     escape, estimate_text, is_reproduction, not_dp_text, number_text, p_text, stacked)
 
-__all__ = ["summary", "utility", "privacy_cards", "study_privacy", "reconstruction_risk", "ldp_examples_section",
-           "provenance", "decision_rule", "statement_text"]
+__all__ = ["summary", "utility", "privacy_cards", "study_privacy_section", "reconstruction_risk",
+           "ldp_examples_section", "provenance", "decision_rule", "statement_text"]
 
 
 def decision_rule(data: DatasetSummary) -> str:
@@ -280,7 +280,7 @@ def privacy_cards(inputs: ReportInputs) -> str:
             f'<div class="cards">{"".join(_card(r) for r in inputs.records)}</div>')
 
 
-def study_privacy(inputs: ReportInputs) -> str:
+def study_privacy_section(inputs: ReportInputs) -> str:
     """Every run trained on the same patients: what releasing them all together costs."""
     return ('<h2 id="study-privacy">The study as a whole</h2><p>Every run trained on the same patients, so sharing '
             f"all of their models shares their composition: {escape(inputs.resolved.study_privacy.statement)}.</p>"
