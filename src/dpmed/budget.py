@@ -143,7 +143,7 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; neighbours: add/remove one "
                      f"{unit or 'image or patient'}){why}")
     if not_private:
-        parts.append(f"{len(not_private)} run(s) without a privacy claim that holds, on the same patients "
+        parts.append(f"{len(not_private)} run(s) without privacy, or whose claim does not hold, on the same patients "
                      f"({', '.join(not_private)}): everything released with them is not DP (eps = infinity)")
     local_runs = [r for r in runs if r.kind == "local_dp"]
     # every release of the images composes; a run without a guarantee, or reproducible mode, keeps the bare listing
