@@ -184,3 +184,16 @@ def test_a_local_run_whose_noise_cannot_span_the_pixel_range_counts_as_no_privac
     privacy = _privacy(study)
     assert privacy.not_private == ("lap_b0.02_seed0",) and privacy.epsilon == float("inf")
     assert privacy.local_dp == ("lap_b0.5_seed0",) and privacy.local_dp_epsilon == 2 * 256
+
+
+def test_a_budget_is_not_refused_for_a_sampler_share_that_the_composition_can_absorb(write_study):
+    """An eps-3000 run's sampler share (2e-15 here, at q 1/7) made a budget at eps 1e5 refuse the study: runs
+    calibrated at the budget's delta plus any share exceeded it. The composition now takes the shares from the
+    budget's delta, so the total holds at the budget's delta itself."""
+    study = load_study(write_study(BUDGET.replace("target_epsilon: 8}", "target_epsilon: 3000, accountant: rdp}")
+                                   .replace("epsilon: 10,", "epsilon: 100000, accountant: rdp,")))
+    plans = _plans(study)
+    assert all(1e-5 + p.privacy.sampler_delta > 1e-5 for p in plans)       # a share float64 does not round away
+    privacy = _privacy(study)
+    check_budget(study.privacy_budget, privacy)
+    assert privacy.delta == 1e-5 and 3000 < privacy.dp_sgd_epsilon < 1e5

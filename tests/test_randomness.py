@@ -127,8 +127,9 @@ def test_the_samplers_largest_draws_reach_their_stated_bounds_and_no_further():
     magnitude) with the second uniform at its largest accepts only tail values below the bound; scanning the first
     uniform down from the top finds the largest accepted draw just below it."""
     top = (1 << 64) - 1
-    assert _fed([top]).laplace(0.0, 1.0) == pytest.approx(LAPLACE_DRAW_BOUND, rel=1e-15)
-    assert _fed([1 << 11]).laplace(0.0, 1.0) >= -LAPLACE_DRAW_BOUND              # uniform 2^-53: -52 log 2
+    assert _fed([top]).laplace(0.0, 1.0) == pytest.approx(53 * math.log(2), rel=1e-15)    # 2 - 2U rounds to 2^-53
+    assert _fed([1 << 11]).laplace(0.0, 1.0) == pytest.approx(-LAPLACE_DRAW_BOUND, rel=1e-15)   # U = 2^-53: the
+    assert LAPLACE_DRAW_BOUND == pytest.approx(52 * math.log(2))                                # nearer end
     largest = 0.0
     for k in range(150, 320):
         largest = max(largest, abs(_fed([top - 0xFF, ((1 << 53) - k) << 11, top]).standard_normal()))

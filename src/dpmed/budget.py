@@ -11,8 +11,8 @@ that are still in the folder although the study file no longer lists them (their
 * A run without privacy (``none``, ``scalar_shift``, shuffle-mode DP-SGD, DP-SGD whose noise is below what its
   sampler draws: `dpmed.accounting.truncation`) trained on the same patients makes the study's total infinite:
   nothing that includes its model is DP.
-* The delta each DP-SGD run pays for its sampler's bounded draws adds to the study's delta (below float64's
-  resolution of delta at every sigma a study calibrates below eps in the hundreds).
+* The delta each DP-SGD run pays for its sampler's bounded draws adds to the study's delta, or, under a budget, is
+  taken from the budget's delta before composing (a thousandth of delta or less up to eps of several hundred).
 * Local-DP runs (each seed and swept value of a ``pixel_laplace`` or ``pixel_gaussian`` arm) each release a new,
   independently noised copy of every training image; whoever holds several of their models holds several releases of
   each image, which compose under their own relation (any two images): `accounting.compose_image_events` adds them
@@ -66,7 +66,7 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
         return _Released(plan.run_id, "local_dp", delta=delta, events=(event,))
     privacy = plan.privacy
     if (not info.is_private or not isinstance(privacy, DpSgdPlan) or privacy.sampling != "poisson"
-            or privacy.sampler_delta > privacy.delta):
+            or privacy.sampler_voids):
         return _Released(plan.run_id, "not_private")
     events = ledger.events if ledger is not None else (accounting.dp_sgd_event(
         noise=privacy.noise, noise_multiplier=privacy.noise_multiplier, sample_rate=privacy.sample_rate,
@@ -125,17 +125,24 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     accountant = (budget.accountant if budget is not None else
                   "rdp" if any(r.accountant != "pld" for r in dp) else "pld") if dp else None
     dp_eps, why = None, ""
+    # The runs' samplers add their shares to delta (exact noise would not): with a budget the accountant composes at
+    # its delta less them, so that the total holds at the budget's delta; without, at the runs' delta plus them.
+    shares = sum(r.sampler_delta for r in dp)
+    composed_at = delta - shares if budget is not None else delta
     if dp and unit is None:
         why = f" (runs with units {' and '.join(units)} do not compose into one eps)"
+    elif dp and composed_at <= 0:
+        why = (f" (the runs' noise samplers, whose draws are bounded, already cost {shares:.2g} of the budget's "
+               f"delta = {delta:g})")
     elif dp:
-        dp_eps, why = _compose(dp, delta, accountant)
+        dp_eps, why = _compose(dp, composed_at, accountant)
         sizes = {r.size for r in dp if r.size is not None}
         if dp_eps is not None and sizes:
             dp_eps += sum(eps for _, eps in sizes)
             why += (f" (including {len(sizes)} DP count(s) of the training set: "
                     + ", ".join(f"{key} at eps {eps:g}" for key, eps in sorted(sizes)) + ")")
-    if dp:   # the accountant composes at delta; the runs' samplers add theirs (exact noise would not)
-        delta = delta + sum(r.sampler_delta for r in dp)
+    if dp and budget is None:
+        delta = delta + shares
     total = math.inf if not_private else None if (local or (dp and unit is None)) else dp_eps
     parts = []
     if dp:
@@ -173,10 +180,6 @@ def check_budget(budget: PrivacyBudget, privacy: StudyPrivacy) -> None:
                            f"relation (any two images), which does not compose with DP-SGD's add/remove eps; {advice}")
     if privacy.dp_sgd_runs and privacy.dp_sgd_epsilon is None:
         raise PrivacyError(f"privacy_budget: {privacy.statement}")
-    if privacy.delta is not None and privacy.delta > budget.delta:
-        raise PrivacyError(f"privacy_budget: the DP-SGD runs' noise samplers draw bounded values, which adds "
-                           f"{privacy.delta - budget.delta:.2g} to the budget's delta = {budget.delta:g}; raise their "
-                           "noise (lower target_epsilon) or drop runs")
     if privacy.dp_sgd_epsilon is not None and privacy.dp_sgd_epsilon > budget.epsilon:
         raise PrivacyError(
             f"privacy_budget: the study's {len(privacy.dp_sgd_runs)} DP-SGD runs together cost eps = "

@@ -157,17 +157,16 @@ def _assumptions(args: argparse.Namespace, q: float, steps: int, sigma: float) -
 
 def _sampler_note(args: argparse.Namespace, q: float, steps: int, sigma: float, delta: float) -> str | None:
     """What dpmed's noise sampler, whose draws are bounded, does to this setting's claim (`accounting.truncation`):
-    nothing visible at the noise of any eps below a few hundred; a share of delta; or the whole claim."""
-    from dpmed.randomness import GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND    # numpy's samplers, not accounting's
+    nothing visible at the noise of eps up to several hundred; a share of delta; or the whole claim."""
+    from dpmed.randomness import DRAW_BOUNDS, GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND    # numpy's, not accounting's
 
     bound = GAUSSIAN_DRAW_BOUND if args.noise == "gaussian" else LAPLACE_DRAW_BOUND
     paid = (1.0 if not sigma > 0 else
             accounting.bounded_noise_delta(noise=args.noise, noise_multiplier=sigma, sample_rate=q, steps=steps,
                                            bound=bound))
     if paid > delta:
-        unit = "std" if args.noise == "gaussian" else "scale"
-        return (f"note: a dpmed run at this sigma is NOT DP as run: its noise sampler never draws beyond {bound:.4g} "
-                f"times the noise {unit}, and one unit's clipped gradient can move a coordinate past every draw "
+        return (f"note: a dpmed run at this sigma is NOT DP as run: its noise sampler's draws are bounded "
+                f"({DRAW_BOUNDS[args.noise]}), and one unit's clipped gradient can move a coordinate past every draw "
                 f"(probability up to {paid:.2g} over the run, above delta); the eps above is for exact noise")
     if paid >= 1e-3 * delta:
         return f"note: a dpmed run's card adds {paid:.2g} to delta for its noise sampler's bounded draws"

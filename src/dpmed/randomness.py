@@ -47,7 +47,7 @@ import numpy as np
 from randomgen import AESCounter
 
 __all__ = ["PrivacyRandomness", "PRIVACY_STREAMS", "RandomnessMode", "public_seed", "poisson_mask",
-           "NOT_DP_REPRODUCIBLE", "discrete_laplace", "GAUSSIAN_DRAW_BOUND", "LAPLACE_DRAW_BOUND"]
+           "NOT_DP_REPRODUCIBLE", "discrete_laplace", "GAUSSIAN_DRAW_BOUND", "LAPLACE_DRAW_BOUND", "DRAW_BOUNDS"]
 
 RandomnessMode = Literal["secure", "reproducible"]
 
@@ -63,10 +63,15 @@ NOT_DP_REPRODUCIBLE = ("not DP against anyone who knows the seed: privacy random
 # uniforms are multiples of 2^-53 in [0, 1 - 2^-53] (next_double). Gaussian (the ziggurat of
 # Generator.standard_normal): a tail draw is r + x with x = -log(1 - u1) / r, accepted only if
 # -2 log(1 - u2) > x^2, and -log(1 - u2) <= 53 log 2, so |Z| < r + sqrt(2 * 53 log 2), r = 3.6541528853610088 the
-# ziggurat's last layer. Laplace (Generator.laplace): -log(2 - 2U) with 2 - 2U rounded to at least 2^-53, so
-# |Z| <= 53 log 2. tests/test_randomness.py feeds the samplers the extreme words and finds draws at the bounds.
+# ziggurat's last layer. Laplace (Generator.laplace): -log(2 - 2U) with 2 - 2U rounded to at least 2^-53 above 0,
+# and log(2U) with U at least 2^-53 below, so draws lie in [-52 log 2, 53 log 2]: the bound that counts is the nearer
+# end, 52 log 2 (a shift towards the lower end meets it first). tests/test_randomness.py feeds the samplers the
+# extreme words and finds draws at the bounds.
 GAUSSIAN_DRAW_BOUND = 3.6541528853610088 + math.sqrt(2 * 53 * math.log(2))      # 12.2258...
-LAPLACE_DRAW_BOUND = 53 * math.log(2)                                          # 36.7368...
+LAPLACE_DRAW_BOUND = 52 * math.log(2)                                          # 36.0437...
+# The bounds in words, for a card that rests on them.
+DRAW_BOUNDS = {"gaussian": "numpy's Gaussian never exceeds 12.23 std",
+               "laplace": "numpy's Laplace lies between -36.04 and 36.74 scales"}
 
 _KEY_BYTES = 32
 _REPRODUCIBLE_DOMAIN = b"dpmed reproducible privacy randomness v1"

@@ -47,7 +47,7 @@ def test_no_gradient_shape_moves_more_mass_past_the_bound_than_the_step_bound(si
     rng = np.random.default_rng(seed)
     shape = np.abs(rng.standard_normal(k)) ** rng.uniform(0.5, 6.0)
     shifts = shape / np.linalg.norm(shape) / sigma
-    bound = _gaussian_step_mass(sigma, B)
+    bound = _gaussian_step_mass(1 / sigma, B)
     assert _excess(shifts) <= bound
     assert _excess(np.full(k, 1 / (sigma * math.sqrt(k)))) <= bound
     assert _excess(np.array([1 / sigma])) <= bound

@@ -10,7 +10,7 @@ import pytest
 from dpmed import accounting
 from dpmed.accounting import Ledger, dp_sgd_event, shuffled_event
 from dpmed.config import load_study, plan_runs
-from dpmed.mechanisms import PlanContext, mechanism_info
+from dpmed.mechanisms import PlanContext, mechanism_info, patient_guarantee
 from dpmed.mechanisms.cards import SECURE_RANDOMNESS
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
@@ -92,18 +92,36 @@ def test_at_the_high_budget_noise_that_one_unit_outruns_the_card_is_not_dp_and_s
         accountant="rdp"), "accountant": "rdp"})
     card = _card(plan, "secure")
     assert plan.sampler_delta == 1.0 and card.sampler_voids
-    assert not card.is_dp and card.statement.startswith("NOT DP as run: the noise sampler's draws never exceed 12.23")
+    assert not card.is_dp and card.statement.startswith(
+        "NOT DP as run: the noise sampler's draws are bounded (numpy's Gaussian never exceeds 12.23 std)")
     assert card.epsilon is not None and card.epsilon <= eps           # the accounted value, kept and labelled
     assert card.in_brief().endswith("not DP: noise below the sampler's reach")
     assert card.patient_guarantee.statement.startswith("NOT DP as run")
+    from dpmed.reporting.inputs import not_dp_text
+    assert "one unit can move an output past every value the noise sampler draws" in not_dp_text(card)
 
 
 def test_between_the_two_the_card_pays_the_samplers_share_in_its_delta(plans):
     """At sigma 0.15 one sampled step can move a coordinate past the bound with probability about Q(12.23 - 6.7):
     the claim holds at delta plus T q times that, and says so."""
     plan = plans["poisson"].model_copy(update={"noise_multiplier": 0.15, "accountant": "rdp"})
+    plan = plan.model_copy(update={"patient_guarantee": patient_guarantee(plan, 2, {})})
     card = _card(plan, "secure")
     share = plan.sampler_delta
     assert 1e-3 * plan.delta < share < plan.delta and card.is_dp
     assert card.delta == plan.delta + share and card.sampler_delta == share
     assert "pays for the noise sampler's bounded draws" in card.statement
+    # a patient's two images add up to 2 C: 13.3 std at sigma 0.15, past every draw in any step that samples both
+    note = card.patient_guarantee
+    assert note.tight_epsilon is None and "does not hold as run: the patient's k images together" in note.statement
+    assert f"at delta = {card.delta:.3g}" in note.statement        # the formula reads the run's own claim
+
+
+def test_a_noise_level_whose_sampler_share_is_above_delta_is_not_dp(plans):
+    """sigma 0.1: T q S is about 0.3 at q 0.05, T 500; a claim "at delta 0.3" would be no claim: the card must say
+    NOT DP (not only where the share reaches 1)."""
+    plan = plans["poisson"].model_copy(update={"noise_multiplier": 0.1, "accountant": "rdp", "sample_rate": 0.05,
+                                               "steps": 500})
+    assert 0.1 < plan.sampler_delta < 0.9
+    card = _card(plan, "secure")
+    assert not card.is_dp and card.sampler_voids and card.delta == plan.delta

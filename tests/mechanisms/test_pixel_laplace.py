@@ -76,7 +76,7 @@ def _laplace_card(scale: float, shape=(1, 8, 8)):
 
 
 def test_where_the_noise_cannot_span_the_range_a_pixel_at_zero_is_never_released_as_r_and_the_card_says_not_dp():
-    """The attack that breaks the closed form: the sampler's draws never exceed 53 log 2 scales, so at b = R / 40 a
+    """The attack that breaks the closed form: the sampler's draws lie within 53 log 2 scales, so at b = R / 40 a
     pixel at 0 can never come out as R while a pixel at R does half the time. Seen here with the sampler itself."""
     mech, n = PixelLaplace(scale=1 / 40), 400_000
     dark = mech.apply(np.zeros((n, 1, 1, 1), dtype=np.float32), rng=_rng("dark"))
@@ -97,3 +97,9 @@ def test_the_card_leaves_out_an_end_point_excess_below_float64s_resolution_and_i
     assert by_hand - 30 > 1e-3 and not close.is_dp and close.sampler_voids
     assert "measurably less often" in close.statement
     assert _laplace_card(1 / 17).is_dp and not _laplace_card(1 / 19).is_dp      # the threshold, about R / b = 18
+
+
+def test_the_report_gives_a_voided_local_run_the_local_reason():
+    from dpmed.reporting.inputs import not_dp_text
+    text = not_dp_text(_laplace_card(1 / 40))
+    assert "a pixel at one end of the range is released at the other" in text and "accountant" not in text

@@ -28,7 +28,7 @@ from dpmed.errors import ConfigError, PrivacyError
 from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep,
                                    exactly_one, positive_finite, refuse_vacuous_delta, training_steps)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_not_dp, label_randomness
-from dpmed.randomness import GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND
+from dpmed.randomness import DRAW_BOUNDS, GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND
 
 __all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO", "size_key", "patient_guarantee"]
 
@@ -148,6 +148,11 @@ class DpSgdPlan(Strict):
                                               sample_rate=self.sample_rate, steps=self.steps, bound=bound)
 
     @property
+    def sampler_voids(self) -> bool:
+        """Whether the sampler's share exceeds delta itself: then no (eps, delta) claim holds for the run."""
+        return self.sampler_delta > self.delta
+
+    @property
     def size_key(self) -> str:
         """Which count of the training set the plan rests on (`released_size`): one count per key and study."""
         return size_key(self.unit, self.max_images_per_patient)
@@ -192,18 +197,30 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
             noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps) if tight else {}))
     training, tight_group = cache[key]
     eps = training + plan.size_epsilon
-    group = accounting.group_privacy(epsilon=eps, delta=plan.delta, k=k)
+    delta = plan.delta + plan.sampler_delta          # the run's claim, its sampler's share included (its card's)
+    group = accounting.group_privacy(epsilon=eps, delta=delta, k=k)
     tight = None if tight_group.tight_epsilon is None else tight_group.tight_epsilon + k * plan.size_epsilon
     formula = (f"({group.formula_epsilon:.4g}, {group.formula_delta:.3g})-DP" if not group.formula_is_vacuous
                else f"eps {group.formula_epsilon:.4g} with delta >= 1 (vacuous)")
     text = (f"the image is the unit: a patient has {why.format(k=k)}; for such a patient the group-privacy formula "
-            f"(k eps, k e^((k-1) eps) delta) applied to the run's eps = {eps:.4g} at delta = {plan.delta:.3g} "
+            f"(k eps, k e^((k-1) eps) delta) applied to the run's eps = {eps:.4g} at delta = {delta:.3g} "
             f"({plan.accountant.upper()} accountant{' plus the released size' if plan.size_epsilon else ''}) gives "
             f"{formula} ({accounting.GROUP_CITATION})")
     if tight is not None:
-        text += (f"; DP-SGD's tight group value is eps = {tight:.4g} at delta = {plan.delta:.3g} "
-                 f"({accounting.TIGHT_GROUP_CITATION}" + (", plus k times the released size's eps)"
-                                                          if plan.size_epsilon else ")"))
+        # k images' clipped gradients add up to k C: they outrun the bounded sampler sooner than one image does
+        group_sampler = 1.0 if not plan.noise_multiplier > 0 else accounting.bounded_noise_delta(
+            noise=plan.noise, noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
+            steps=plan.steps, bound=GAUSSIAN_DRAW_BOUND, group=k)
+        if group_sampler > plan.delta:
+            text += (f"; DP-SGD's tight group value (eps = {tight:.4g} for exact noise; "
+                     f"{accounting.TIGHT_GROUP_CITATION}) does not hold as run: the patient's k images together can "
+                     f"move a coordinate past every draw of the noise sampler ({DRAW_BOUNDS['gaussian']}; probability "
+                     f"up to {group_sampler:.2g} over the run)")
+            tight = None
+        else:
+            text += (f"; DP-SGD's tight group value is eps = {tight:.4g} at delta = {plan.delta + group_sampler:.3g} "
+                     f"({accounting.TIGHT_GROUP_CITATION}" + (", plus k times the released size's eps)"
+                                                              if plan.size_epsilon else ")"))
     return GroupGuarantee(k=k, formula_epsilon=group.formula_epsilon, formula_delta=group.formula_delta,
                           tight_epsilon=tight, statement=text)
 
@@ -323,10 +340,10 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         noise_multiplier=plan.noise_multiplier, noise_given=plan.noise_given, max_grad_norm=plan.max_grad_norm,
         covers=COVERAGE, randomness=SECURE_RANDOMNESS, patient_guarantee=plan.patient_guarantee,
         unit_note=_unit_note(plan))
-    # The sampler's draws are bounded: the claim pays for that in delta (for any sigma a study calibrates below eps
-    # in the hundreds, below float64's resolution of delta), and is void where it would pay more than delta itself
+    # The sampler's draws are bounded: the claim pays for that in delta (within float64's rounding of delta up to eps
+    # of a few tens, below a thousandth of it up to several hundred), and is void where it would pay more than delta
     sampler = plan.sampler_delta
-    void = sampler > plan.delta
+    void = plan.sampler_voids
     delta = plan.delta if void else plan.delta + sampler
     paid = (f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
             if not void and sampler >= 1e-3 * plan.delta else "")
@@ -335,10 +352,9 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
                  f"{neighbours}; {params})")
     card = PrivacyCard(**fields, is_dp=True, epsilon=eps, statement=statement)
     if void:
-        bound = GAUSSIAN_DRAW_BOUND if plan.noise == "gaussian" else LAPLACE_DRAW_BOUND
         card = label_not_dp(
-            card, f"NOT DP as run: the noise sampler's draws never exceed {bound:.4g} times the noise "
-            f"{'std' if plan.noise == 'gaussian' else 'scale'}, and at sigma = {plan.noise_multiplier:.3g} one "
+            card, f"NOT DP as run: the noise sampler's draws are bounded ({DRAW_BOUNDS[plan.noise]}), and at "
+            f"sigma = {plan.noise_multiplier:.3g} one "
             f"{plan.unit}'s clipped gradient can move a coordinate past every draw of the run without it (probability "
             f"up to {sampler:.2g} over the run, above delta = {plan.delta:.3g}); the accountant's eps holds only for "
             "exact noise, which no floating-point sampler draws at this noise level", sampler_voids=True)

@@ -24,7 +24,7 @@ from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyC
 from dpmed.mechanisms.cards import LABELS_IN_CLEAR, label_not_dp, label_randomness
 from dpmed.mechanisms.perturb import perturb
 from dpmed.mechanisms.pixel_laplace import LOCAL_CARD
-from dpmed.randomness import GAUSSIAN_DRAW_BOUND
+from dpmed.randomness import DRAW_BOUNDS, GAUSSIAN_DRAW_BOUND
 
 __all__ = ["PixelGaussian", "PixelGaussianArm", "PixelGaussianPlan", "INFO"]
 
@@ -121,7 +121,7 @@ def _card(plan: PixelGaussianPlan, ledger: Ledger, randomness_mode: str) -> Priv
     shortfall = accounting.gaussian_end_shortfall(ratio=ratio, bound=GAUSSIAN_DRAW_BOUND)
     if plan.sampler_voids:
         card = label_not_dp(
-            card, f"NOT DP as run: the noise sampler's draws never exceed {GAUSSIAN_DRAW_BOUND:.4g} s, and at "
+            card, f"NOT DP as run: the noise sampler's draws are bounded ({DRAW_BOUNDS['gaussian']}), and at "
             f"s = {event.std:g} (R / s = {ratio:.4g}) the tail a pixel at 0 needs to be released as R is "
             + ("beyond every draw" if shortfall >= 1 else f"a share {shortfall:.2g} beyond the sampler's draws")
             + "; the analytic Gaussian holds only for exact Gaussian noise", sampler_voids=True)

@@ -8,9 +8,10 @@ e^(R/b), so each value is (R/b)-DP and, since any two images differ in at most a
 coordinates). That eps_image is large; it is printed, because it is the honest number. The unit is the image and only
 the pixels are protected: the labels go out in the clear, and a patient's k images are k releases.
 
-The sampler's draws never exceed 53 log 2 scales (`dpmed.randomness`), so a pixel at 0 is released as R less often
+The sampler's draws lie between -52 log 2 and 53 log 2 scales (`dpmed.randomness`), so a pixel at R is released as 0
+(and one at 0 as R) less often
 than exact noise would: the ratio at the clipped end exceeds e^(R/b) (`accounting.laplace_end_excess`), by 4e-16 of
-it at R/b = 2 and without bound once R/b reaches 53 log 2. Where the excess is above 1e-9 of eps_pixel (R/b above
+it at R/b = 2 and without bound once R/b reaches 52 log 2. Where the excess is above 1e-9 of eps_pixel (R/b above
 about 18, b below R / 18) the closed form is not the run's: the card says not DP, and the study counts no eps for it.
 """
 
@@ -28,7 +29,7 @@ from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyC
                                    positive_finite)
 from dpmed.mechanisms.cards import COVERAGE, LABELS_IN_CLEAR, LOCAL_RANDOMNESS, label_not_dp, label_randomness
 from dpmed.mechanisms.perturb import perturb
-from dpmed.randomness import LAPLACE_DRAW_BOUND
+from dpmed.randomness import DRAW_BOUNDS, LAPLACE_DRAW_BOUND
 
 __all__ = ["PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "INFO", "LOCAL_CARD"]
 
@@ -122,10 +123,10 @@ def _card(plan: PixelLaplacePlan, ledger: Ledger, randomness_mode: str) -> Priva
     if plan.sampler_voids:
         never = eps_pixel >= LAPLACE_DRAW_BOUND
         card = label_not_dp(
-            card, f"NOT DP as run: the noise sampler's draws never exceed {LAPLACE_DRAW_BOUND:.4g} b, and at "
-            f"b = {event.scale:g} (R / b = {eps_pixel:.4g}) a pixel at 0 is "
-            + ("never released as R, which a pixel at R is half the time" if never else
-               "released as R measurably less often than exact noise would, so the end-point ratio exceeds "
+            card, f"NOT DP as run: the noise sampler's draws are bounded ({DRAW_BOUNDS['laplace']}), and at "
+            f"b = {event.scale:g} (R / b = {eps_pixel:.4g}) a pixel at R is "
+            + ("never released as 0, which a pixel at 0 is half the time" if never else
+               "released as 0 measurably less often than exact noise would, so the end-point ratio exceeds "
                "e^(R / b)") + "; the closed form holds only for exact Laplace noise", sampler_voids=True)
     return label_randomness(card, randomness_mode)
 
