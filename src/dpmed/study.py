@@ -1,5 +1,7 @@
 """Run a whole study: load the data once, plan every run, skip finished ones, execute the rest, collect, report.
 
+Which finished runs a study may reuse, and what refuses the rest, is `dpmed.resumption`'s.
+
 This is the one module that knows every stage. Planning (calibration included) happens here, before any training, so
 that the resolved study (every run's plan) and the study's privacy as a whole are on disk before the first step is
 taken; `prepare_study` does exactly that planning for `dpmed plan` too, which then trains nothing. It also reads a
@@ -13,14 +15,13 @@ finished so far (`dpmed.workspace.StudyProgress`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import torch
@@ -41,18 +42,18 @@ from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_json_atomic, write_te
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.pretraining import prepare_start
-from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.released_size import needed_sizes, release_sizes
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
 from dpmed.reporting import PrivateRun, write_private_report, write_report, write_results_table
+from dpmed.resumption import data_fingerprint, finished_runs, randomness_of
 from dpmed.run import RunContext
 from dpmed.timing import Rates, probe_rates
 from dpmed.training import checkpoint_progress
 from dpmed.workspace import StudyProgress, claim_folder, writing_into
 
 __all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "load_study_data",
-           "planned_card", "estimate_times", "check_device", "setting_differences", "write_outputs", "rebuild_outputs",
-           "run_states", "read_resolved"]
+           "planned_card", "estimate_times", "check_device", "write_outputs", "rebuild_outputs", "run_states",
+           "read_resolved"]
 
 _log = logging.getLogger(__name__)
 
@@ -231,116 +232,6 @@ def _dataset_summary(dataset: Dataset, sizes: Mapping[str, int] | None = None,
                           patients_known=dataset.patients_known, image_shape=dataset.train.image_shape)
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    """{"training.learning_rate": 0.001, "swept.0.value": 8, ...}: nested JSON data by dotted key."""
-    if isinstance(value, dict):
-        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
-    if isinstance(value, list):
-        return {k: v for i, item in enumerate(value) for k, v in _flat(item, f"{prefix}{i}.").items()}
-    return {prefix.rstrip("."): value}
-
-
-def setting_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """``training.learning_rate: 0.001 in the finished run, 0.01 now``, one per differing setting."""
-    old, new = _flat(before), _flat(now)
-    missing = "(not set)"
-    return [f"{key}: {old.get(key, missing)} in the finished run, {new.get(key, missing)} now"
-            for key in sorted(old.keys() | new.keys()) if old.get(key, missing) != new.get(key, missing)]
-
-
-# What says that two datasets are the same data to a finished run (not where the files lie, nor the description).
-# (The training set's size is checked with the images, by the private fingerprint: study.yaml may not hold it.)
-_SAME_DATA = ("name", "task", "label_names", "n_val", "n_test", "image_shape")
-
-
-def _other_data(before: ResolvedStudy, dataset: Dataset) -> list[str]:
-    """How the dataset of the folder's finished runs (its study.yaml) differs from ``dataset``, one line per field."""
-    old = before.dataset.model_dump(mode="json", include=set(_SAME_DATA))
-    now = _dataset_summary(dataset).model_dump(mode="json", include=set(_SAME_DATA))
-    return [f"dataset.{key}: {old[key]} in the finished runs, {now[key]} now" for key in _SAME_DATA
-            if old[key] != now[key]]
-
-
-def _other_evaluation(before: ResolvedStudy, study: Study) -> list[str]:
-    """How the evaluation settings of the folder's finished runs (its study.yaml) differ from ``study``'s: every
-    run's metrics, intervals and explanations were computed with them, and one report states one level."""
-    return [f"evaluation.{line}" for line in setting_differences(before.study.evaluation.model_dump(mode="json"),
-                                                                  study.evaluation.model_dump(mode="json"))]
-
-
-def _randomness_of(record: RunRecord) -> str | None:
-    """The privacy randomness a finished run drew ("secure" or "reproducible", as its card says), None for a run
-    that drew none (no privacy)."""
-    card = record.privacy.randomness
-    return None if card is None else "reproducible" if card == NOT_DP_REPRODUCIBLE else "secure"
-
-
-def data_fingerprint(dataset: Dataset) -> str:
-    """sha256 over every split's images, labels and patient ids, in order: what finished runs trained and were
-    evaluated on. The sizes and shape in study.yaml do not tell a corrected label file or another file of the same
-    shape apart. A function of the training images, so it is kept in ``private/`` only."""
-    digest = hashlib.sha256()
-    for split in (dataset.train, dataset.val, dataset.test):
-        for array in (split.images, split.labels, split.patient_ids.astype(str)):
-            array = np.ascontiguousarray(array)
-            digest.update(f"{array.dtype.str}{array.shape}".encode())
-            digest.update(memoryview(array).cast("B"))
-    return digest.hexdigest()
-
-
-def _other_fingerprint(folder: StudyFolder, fingerprint: str) -> bool:
-    """Whether the folder's finished runs are recorded as trained on other data than ``fingerprint`` (False where
-    no fingerprint was kept: folders written before it, checked from their next run on)."""
-    path = folder.data_fingerprint
-    return bool(folder.finished_run_ids()) and path.is_file() and path.read_text().strip() != fingerprint
-
-
-def _finished(folder: StudyFolder, plans: list[RunPlan], dataset: Dataset, study: Study, fingerprint: str
-              ) -> tuple[dict[str, RunRecord], list[RunRecord]]:
-    """(finished runs the study lists, by id; finished runs in the folder it no longer lists: released all the same).
-    A listed run made with other settings (its plan, the model included, or the other privacy randomness), or
-    finished runs on other data or evaluated otherwise, are refused rather than mixed into one table; the message
-    names what differs (where and how fast a run executes, ``config.EXECUTION_ONLY``, does not count)."""
-    before = (read_resolved(folder.root) if folder.finished_run_ids() and folder.resolved_study.is_file()
-              else None)
-    data = [] if before is None else _other_data(before, dataset)
-    if not data and _other_fingerprint(folder, fingerprint):
-        data = ["the images, labels or patient ids differ (a file was changed or replaced; sizes and shape match)"]
-    if data:
-        raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
-                          f"{'; '.join(data)}; use another --out, or delete {folder.runs} to retrain them "
-                          f"{RETRAIN_NOTE}")
-    evaluation = [] if before is None else _other_evaluation(before, study)
-    if evaluation:
-        raise ConfigError(f"the finished runs in {folder.root} were evaluated with other settings than this study now "
-                          f"asks for: {'; '.join(evaluation)}; use another --out, or delete {folder.runs} to retrain "
-                          f"them {RETRAIN_NOTE}")
-    randomness = study.privacy_randomness
-    listed = {p.run_id: p for p in plans}
-    mine, elsewhere, clashes = {}, [], []
-    for run_id in folder.finished_run_ids():
-        record = read_record(folder.run(run_id).record)
-        if run_id not in listed:
-            elsewhere.append(record)
-            continue
-        diffs = setting_differences(record.plan.settings(), listed[run_id].settings())
-        drawn = _randomness_of(record)
-        if drawn not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
-            diffs.append(f"privacy_randomness: {drawn} in the finished run, {randomness} now")
-        if diffs:
-            clashes.append((run_id, diffs))
-        else:
-            mine[run_id] = record
-    if clashes:
-        lines = [f"  - {run_id}: {'; '.join(diffs[:4])}" + (f" (and {len(diffs) - 4} more)" if len(diffs) > 4 else "")
-                 for run_id, diffs in clashes]
-        raise ConfigError(
-            f"{len(clashes)} finished run(s) in {folder.root} were made with other settings than this study now asks "
-            "for:\n" + "\n".join(lines) + f"\nuse another --out, or delete "
-            f"{', '.join(str(folder.run(r).public) for r, _ in clashes)} to retrain them {RETRAIN_NOTE}")
-    return mine, elsewhere
-
-
 def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy:
     """Read the data and plan every run of ``study`` (calibration included) against the output folder
     ``out/<study.name>/``: which runs are finished, and the study's privacy as a whole, with ``privacy_budget``
@@ -363,8 +254,10 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
     _tell_whole_batches(plans)
-    existing, elsewhere = _finished(folder, plans, dataset, study, fingerprint)
-    reproducible = "reproducible" in {study.privacy_randomness, *map(_randomness_of, elsewhere)}
+    before = (read_resolved(folder.root) if folder.finished_run_ids() and folder.resolved_study.is_file()
+              else None)
+    existing, elsewhere = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint, before)
+    reproducible = "reproducible" in {study.privacy_randomness, *map(randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
     if study.privacy_budget is not None:
         _refuse_vacuous_budget_delta(study.privacy_budget.delta, plans)
