@@ -97,6 +97,9 @@ def test_at_the_high_budget_noise_that_one_unit_outruns_the_card_is_not_dp_and_s
     assert card.epsilon is not None and card.epsilon <= eps           # the accounted value, kept and labelled
     assert card.in_brief().endswith("not DP: noise below the sampler's reach")
     assert card.patient_guarantee.statement.startswith("NOT DP as run")
+    # the patient's note of a void run reads the run's delta, not delta plus a share of 1 (that raised)
+    note = patient_guarantee(plan, 2, {})
+    assert f"at delta = {plan.delta:.3g} " in note.statement and note.tight_epsilon is None
     from dpmed.reporting.inputs import not_dp_text
     assert "one unit can move an output past every value the noise sampler draws" in not_dp_text(card)
 

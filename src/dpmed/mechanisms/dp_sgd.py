@@ -197,7 +197,8 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
             noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps) if tight else {}))
     training, tight_group = cache[key]
     eps = training + plan.size_epsilon
-    delta = plan.delta + plan.sampler_delta          # the run's claim, its sampler's share included (its card's)
+    # the run's claim, its sampler's share included, as its card states it (a void run's card keeps delta, labelled)
+    delta = plan.delta if plan.sampler_voids else plan.delta + plan.sampler_delta
     group = accounting.group_privacy(epsilon=eps, delta=delta, k=k)
     tight = None if tight_group.tight_epsilon is None else tight_group.tight_epsilon + k * plan.size_epsilon
     formula = (f"({group.formula_epsilon:.4g}, {group.formula_delta:.3g})-DP" if not group.formula_is_vacuous
