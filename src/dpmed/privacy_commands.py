@@ -158,12 +158,11 @@ def _assumptions(args: argparse.Namespace, q: float, steps: int, sigma: float) -
 def _sampler_note(args: argparse.Namespace, q: float, steps: int, sigma: float, delta: float) -> str | None:
     """What dpmed's noise sampler, whose draws are bounded, does to this setting's claim (`accounting.truncation`):
     nothing visible at the noise of eps up to several hundred; a share of delta; or the whole claim."""
-    from dpmed.randomness import DRAW_BOUNDS, GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND    # numpy's, not accounting's
+    from dpmed.randomness import DRAW_BOUND, DRAW_BOUNDS    # numpy's samplers, not accounting's
 
-    bound = GAUSSIAN_DRAW_BOUND if args.noise == "gaussian" else LAPLACE_DRAW_BOUND
     paid = (1.0 if not sigma > 0 else
             accounting.bounded_noise_delta(noise=args.noise, noise_multiplier=sigma, sample_rate=q, steps=steps,
-                                           bound=bound))
+                                           bound=DRAW_BOUND[args.noise]))
     if paid > delta:
         return (f"note: a dpmed run at this sigma is NOT DP as run: its noise sampler's draws are bounded "
                 f"({DRAW_BOUNDS[args.noise]}), and one unit's clipped gradient can move a coordinate past every draw "

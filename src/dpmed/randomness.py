@@ -47,7 +47,8 @@ import numpy as np
 from randomgen import AESCounter
 
 __all__ = ["PrivacyRandomness", "PRIVACY_STREAMS", "RandomnessMode", "public_seed", "poisson_mask",
-           "NOT_DP_REPRODUCIBLE", "discrete_laplace", "GAUSSIAN_DRAW_BOUND", "LAPLACE_DRAW_BOUND", "DRAW_BOUNDS"]
+           "NOT_DP_REPRODUCIBLE", "discrete_laplace", "GAUSSIAN_DRAW_BOUND", "LAPLACE_DRAW_BOUND", "DRAW_BOUND",
+           "DRAW_BOUNDS"]
 
 RandomnessMode = Literal["secure", "reproducible"]
 
@@ -69,6 +70,7 @@ NOT_DP_REPRODUCIBLE = ("not DP against anyone who knows the seed: privacy random
 # extreme words and finds draws at the bounds.
 GAUSSIAN_DRAW_BOUND = 3.6541528853610088 + math.sqrt(2 * 53 * math.log(2))      # 12.2258...
 LAPLACE_DRAW_BOUND = 52 * math.log(2)                                          # 36.0437...
+DRAW_BOUND = {"gaussian": GAUSSIAN_DRAW_BOUND, "laplace": LAPLACE_DRAW_BOUND}
 # The bounds in words, for a card that rests on them.
 DRAW_BOUNDS = {"gaussian": "numpy's Gaussian never exceeds 12.23 std",
                "laplace": "numpy's Laplace lies between -36.04 and 36.74 scales"}

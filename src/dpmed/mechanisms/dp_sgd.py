@@ -28,7 +28,7 @@ from dpmed.errors import ConfigError, PrivacyError
 from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep,
                                    exactly_one, positive_finite, refuse_vacuous_delta, training_steps)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_not_dp, label_randomness
-from dpmed.randomness import DRAW_BOUNDS, GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND
+from dpmed.randomness import DRAW_BOUND, DRAW_BOUNDS
 
 __all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO", "size_key", "patient_guarantee"]
 
@@ -137,20 +137,29 @@ class DpSgdPlan(Strict):
     patient_guarantee: GroupGuarantee | None = None
     attack: AttackConfig | None = None
 
-    @property
-    def sampler_delta(self) -> float:
-        """The delta this run pays because its noise sampler's draws are bounded (`accounting.truncation`): its
-        card claims delta plus this, and where this exceeds delta the claim is void. 1 without noise."""
+    def sampler_share(self, group: int = 1) -> float:
+        """The delta this run pays because its noise sampler's draws are bounded (`accounting.truncation`), for one
+        unit or for ``group`` of them together (a patient's images where the image is the unit). 1 without noise."""
         if not self.noise_multiplier > 0:
             return 1.0
-        bound = GAUSSIAN_DRAW_BOUND if self.noise == "gaussian" else LAPLACE_DRAW_BOUND
         return accounting.bounded_noise_delta(noise=self.noise, noise_multiplier=self.noise_multiplier,
-                                              sample_rate=self.sample_rate, steps=self.steps, bound=bound)
+                                              sample_rate=self.sample_rate, steps=self.steps,
+                                              bound=DRAW_BOUND[self.noise], group=group)
+
+    @property
+    def sampler_delta(self) -> float:
+        """The unit's share: its card claims delta plus this, and where this exceeds delta the claim is void."""
+        return self.sampler_share()
 
     @property
     def sampler_voids(self) -> bool:
         """Whether the sampler's share exceeds delta itself: then no (eps, delta) claim holds for the run."""
         return self.sampler_delta > self.delta
+
+    @property
+    def claimed_delta(self) -> float:
+        """The delta the card states: delta plus the sampler's share (a void run's card keeps delta, labelled)."""
+        return self.delta if self.sampler_voids else self.delta + self.sampler_delta
 
     @property
     def size_key(self) -> str:
@@ -197,8 +206,7 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
             noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps) if tight else {}))
     training, tight_group = cache[key]
     eps = training + plan.size_epsilon
-    # the run's claim, its sampler's share included, as its card states it (a void run's card keeps delta, labelled)
-    delta = plan.delta if plan.sampler_voids else plan.delta + plan.sampler_delta
+    delta = plan.claimed_delta                       # the run's claim, as its card states it
     group = accounting.group_privacy(epsilon=eps, delta=delta, k=k)
     tight = None if tight_group.tight_epsilon is None else tight_group.tight_epsilon + k * plan.size_epsilon
     formula = (f"({group.formula_epsilon:.4g}, {group.formula_delta:.3g})-DP" if not group.formula_is_vacuous
@@ -209,9 +217,7 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
             f"{formula} ({accounting.GROUP_CITATION})")
     if tight is not None:
         # k images' clipped gradients add up to k C: they outrun the bounded sampler sooner than one image does
-        group_sampler = 1.0 if not plan.noise_multiplier > 0 else accounting.bounded_noise_delta(
-            noise=plan.noise, noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
-            steps=plan.steps, bound=GAUSSIAN_DRAW_BOUND, group=k)
+        group_sampler = plan.sampler_share(group=k)
         if group_sampler > plan.delta:
             text += (f"; DP-SGD's tight group value (eps = {tight:.4g} for exact noise; "
                      f"{accounting.TIGHT_GROUP_CITATION}) does not hold as run: the patient's k images together can "
@@ -343,9 +349,7 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         unit_note=_unit_note(plan))
     # The sampler's draws are bounded: the claim pays for that in delta (within float64's rounding of delta up to eps
     # of a few tens, below a thousandth of it up to several hundred), and is void where it would pay more than delta
-    sampler = plan.sampler_delta
-    void = plan.sampler_voids
-    delta = plan.delta if void else plan.delta + sampler
+    sampler, void, delta = plan.sampler_delta, plan.sampler_voids, plan.claimed_delta
     paid = (f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
             if not void and sampler >= 1e-3 * plan.delta else "")
     fields.update(delta=delta, sampler_delta=sampler, sampler_voids=void)
