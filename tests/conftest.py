@@ -51,8 +51,8 @@ def make_record():
     from dpmed.records import DataSummary, RunRecord, Timing
 
     def make(run_id: str, arm: str, mechanism: str = "none", *, eps: float | None = None, C: float = 1.0,
-             seed: int = 0, lr: float = 0.002, metrics: dict | None = None, fairness: dict | None = None,
-             explanations: dict | None = None) -> RunRecord:
+             seed: int = 0, lr: float = 0.002, metrics: dict | None = None, fairness=None,
+             explanations=None) -> RunRecord:
         training = TrainingConfig(epochs=2, learning_rate=lr)
         if mechanism == "dp_sgd":
             privacy = DpSgdPlan(noise_multiplier=1.0 / eps, max_grad_norm=C, sample_rate=0.1, steps=10,
@@ -69,6 +69,42 @@ def make_record():
                          data=DataSummary(name="test", task="binary"), privacy=card, ledger=Ledger(),
                          metrics=metrics or {}, fairness=fairness, explanations=explanations,
                          timing=Timing(train_seconds=1.0, total_seconds=2.0, device="cpu", threads=1))
+
+    return make
+
+
+@pytest.fixture
+def make_fairness():
+    """A typed fairness block of one attribute from a compact spec, for tests of what reads it: ``groups`` maps a
+    group to the fields it needs (e.g. {"n": 8, "auroc": {"value": 1.0, "low": 1.0, "high": 1.0}}); the fields not
+    given are undefined (value None), a group's size 10 unless given."""
+    from dpmed.evaluation.summaries import AttributeFairness, Fairness, GroupFairness, WorstGroup
+
+    def make(attribute: str, groups: dict[str, dict]) -> Fairness:
+        blank = {"n": 10, "auroc": {"value": None}, "accuracy": {"value": None},
+                 "accuracy_parity_difference": {"value": None}}
+        entry = AttributeFairness(status="ok", worst_group_auroc=WorstGroup(value=None),
+                                  groups={g: GroupFairness(**(blank | fields)) for g, fields in groups.items()})
+        return Fairness(definitions={}, thresholds=[0.5], n_test=sum(g.n for g in entry.groups.values()),
+                        n_resamples=200, bootstrap_seed=0, confidence=0.95, age_bins=[0.0, 30.0, 60.0, 70.0, 80.0,
+                                                                                     100.0],
+                        attributes={attribute: entry})
+
+    return make
+
+
+@pytest.fixture
+def make_explanations():
+    """A typed explanations block with the given metrics ({"mask_energy": {"value": 0.4, ...}}), the other fields
+    those of a Grad-CAM run on 8 images (``fields`` replaces any of them)."""
+    from dpmed.evaluation.summaries import Explanations
+
+    def make(metrics: dict[str, dict], **fields) -> Explanations:
+        base = dict(method="gradcam", method_reference="Selvaraju et al. 2017", target_layer="features",
+                    explained_class="predicted (argmax)", n_images=8, n_zero_cams=0, score_image_min=0.6,
+                    score_image_max=0.9, deletion_steps=8, baseline="black (0 in [0, 1] pixels)", labels={},
+                    image_seed=0, metrics={m: {"n": 8} | v for m, v in metrics.items()})
+        return Explanations(**(base | fields))
 
     return make
 

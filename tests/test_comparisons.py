@@ -66,20 +66,23 @@ def test_seed_summary_by_hand():
 
 
 def _record(make_record, run_id, arm, mechanism, *, eps=None, C=1.0, seed=0, parity=None, energy=None, lr=0.002,
-            metrics=None):
-    fairness = None if parity is None else {"attributes": {"sex": {"status": "ok", "groups": {
-        "female": {"accuracy_parity_difference": {"value": parity}}}}}}
-    explanations = None if energy is None else {"metrics": {"mask_energy": {"value": energy, "low": 0, "high": 1}}}
+            metrics=None, make_fairness=None, make_explanations=None):
+    fairness = None if parity is None else make_fairness("sex", {"female": {"accuracy_parity_difference":
+                                                                                {"value": parity}}})
+    explanations = None if energy is None else make_explanations({"mask_energy": {"value": energy, "low": 0,
+                                                                                  "high": 1}})
     return make_record(run_id, arm, mechanism, eps=eps, C=C, seed=seed, lr=lr, metrics=metrics, fairness=fairness,
                        explanations=explanations)
 
 
-def test_compare_runs_pairs_each_private_run_with_the_non_private_one_and_finds_the_sweeps(make_record):
+def test_compare_runs_pairs_each_private_run_with_the_non_private_one_and_finds_the_sweeps(make_record, make_fairness,
+                                                                                          make_explanations):
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 40)
     ids = np.array([f"p{i}" for i in range(40)])
     base = np.clip(0.5 * y + 0.5 * rng.random(40), 0, 1)
-    rec = lambda *a, **k: _record(make_record, *a, **k)  # noqa: E731
+    rec = lambda *a, **k: _record(make_record, *a, make_fairness=make_fairness,  # noqa: E731
+                                  make_explanations=make_explanations, **k)
     records = [rec("np_seed0", "np", "none"),
                *[rec(f"g_eps{e}_C1_seed0", "g", "dp_sgd", eps=e, C=1.0, parity=0.01 * e, energy=0.1 * e)
                  for e in (1, 5, 10)],
@@ -248,12 +251,12 @@ def test_a_multiclass_run_that_never_chooses_some_class_is_flagged(make_record):
     assert binary == []                                                   # both classes chosen: nothing to say
 
 
-def test_small_groups_and_intervals_of_zero_width_are_flagged(make_record):
-    fairness = {"attributes": {"age": {"status": "ok", "groups": {
+def test_small_groups_and_intervals_of_zero_width_are_flagged(make_record, make_fairness):
+    fairness = make_fairness("age", {
         "[0,30)": {"n": 8, "n_positive": 1, "auroc": {"value": 1.0, "low": 1.0, "high": 1.0},
                    "accuracy": {"value": 0.875, "low": 0.6, "high": 1.0}},
         "[30,60)": {"n": 75, "n_positive": 40, "auroc": {"value": 0.97, "low": 0.94, "high": 0.99}},
-        "[60,70)": {"n": 31, "n_positive": 17, "auroc": {"value": 1.0, "low": 1.0, "high": 1.0}}}}}}
+        "[60,70)": {"n": 31, "n_positive": 17, "auroc": {"value": 1.0, "low": 1.0, "high": 1.0}}})
     records = [make_record("np_seed0", "np", fairness=fairness)]
     flags = {f.group: f for f in compare_runs(records, {}, kind="binary", label_names=["a", "b"]).group_flags}
     assert set(flags) == {"[0,30)", "[60,70)"}

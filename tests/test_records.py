@@ -54,3 +54,58 @@ def test_a_study_with_data_files_round_trips_through_study_yaml(tmp_path):
     with pytest.raises(ValueError, match="must be a path"):
         Study.model_validate({"name": "bad", "data": {"source": "medmnist", "path": 3},
                               "arms": [{"name": "np", "mechanism": "none"}]})
+
+
+def test_the_evaluation_blocks_round_trip_and_read_as_earlier_versions_wrote_them(tmp_path, make_record):
+    """run.json's fairness and explanations blocks are types now, with the JSON they always had: a block computed by
+    the evaluation round-trips exactly, one written before the newer fields (the bootstrap unit, the undefined
+    redraws, the lesion maps' zero count) still reads, with the defaults that say what those versions did, and a
+    misspelt key is refused with the file's name."""
+    import numpy as np
+
+    from dpmed.evaluation.fairness import evaluate_fairness
+    from dpmed.evaluation.summaries import Explanations, Fairness
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 60)
+    s = np.clip(0.4 * y + 0.6 * rng.random(60), 0, 1)
+    fairness = evaluate_fairness(kind="binary", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
+                                 attributes={"sex": rng.choice(["female", "male"], 60), "age": np.full(60, np.nan)},
+                                 n_resamples=50, patient_ids=np.arange(60).astype(str))
+    record = make_record("np_seed0", "np", fairness=fairness)
+    record.write(tmp_path / "run.json")
+    assert read_record(tmp_path / "run.json") == record
+    data = json.loads((tmp_path / "run.json").read_text())
+    female = data["fairness"]["attributes"]["sex"]["groups"]["female"]
+    assert set(female["auroc"]) == {"value", "low", "high"} and female["n"] == fairness.attributes["sex"].groups[
+        "female"].n
+    assert data["fairness"]["attributes"]["age"]["status"] == "n/a"
+    assert data["fairness"]["bootstrap_unit"] == "patient"
+
+    est = {"value": 0.7, "low": 0.6, "high": 0.8}
+    older_fairness = {"definitions": {}, "thresholds": [0.5], "n_test": 20, "n_resamples": 50, "bootstrap_seed": 0,
+                      "confidence": 0.95, "age_bins": [0, 30, 100], "attributes": {"sex": {
+                          "status": "ok", "reference": "female minus male (and any unknown)",
+                          "groups": {"female": {"n": 9, "n_positive": 4, "auroc": est, "accuracy": est,
+                                                "accuracy_parity_difference": est,
+                                                "demographic_parity_difference": est}},
+                          "worst_group_auroc": {"group": "female", **est},
+                          "demographic_parity_difference": est, "equalized_odds_difference": est}}}
+    older_explanations = {"method": "gradcam", "method_reference": "Selvaraju et al. 2017", "target_layer": "features",
+                          "explained_class": "predicted (argmax)", "n_images": 8, "n_zero_cams": 1,
+                          "score_image_min": 0.5, "score_image_max": 0.9, "deletion_steps": 16,
+                          "baseline": "black (0 in [0, 1] pixels)", "labels": {}, "image_seed": 0,
+                          "metrics": {"mask_energy": {**est, "n": 8}}, "lesion_class": 1, "n_masked_images": 4,
+                          "pointing_tolerance_px": 0.0, "mask_area_share": 0.1, "seconds": 1.5}
+    data.update(fairness=older_fairness, explanations=older_explanations)
+    (tmp_path / "run.json").write_text(json.dumps(data))
+    older = read_record(tmp_path / "run.json")
+    assert isinstance(older.fairness, Fairness) and isinstance(older.explanations, Explanations)
+    assert older.fairness.bootstrap_unit == "image" and older.explanations.bootstrap_unit == "image"   # images then
+    assert older.fairness.attributes["sex"].worst_group_auroc.undefined_redraws is None
+    assert older.explanations.n_zero_lesion_cams is None and older.explanations.metrics["mask_energy"].n == 8
+
+    data["explanations"] = {**older_explanations, "metrics": {"mask_energy": {**est, "count": 8}}}
+    (tmp_path / "run.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"run.json is not a run record .*explanations\.metrics\.mask_energy"):
+        read_record(tmp_path / "run.json")

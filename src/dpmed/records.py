@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidat
 
 from dpmed.accounting import Ledger
 from dpmed.config import RunPlan, Study, TrainingConfig
+from dpmed.evaluation.summaries import Estimate, Explanations, Fairness
 from dpmed.errors import ConfigError
 from dpmed.folders import RETRAIN_NOTE, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, ReconstructionRecord
@@ -118,14 +119,6 @@ class AttackRecord(_Record):
     attacked: str
 
 
-class Estimate(_Record):
-    """A metric with its percentile bootstrap interval (None where undefined)."""
-
-    value: float | None
-    low: float | None = None
-    high: float | None = None
-
-
 class PretrainRecord(_Record):
     """Public pretraining (`dpmed.pretraining`): what it trained on and how, and how it did on the public validation
     images. Nothing here is protected by any eps, and nothing here depends on the private images: the overlap checks
@@ -196,7 +189,7 @@ class RunRecord(_Record):
     """One finished run. metrics: utility on the test set (`dpmed.evaluation.evaluate_utility`: a flat mapping whose
     keys depend on the task, e.g. ``test_auroc``, ``test_auroc_low``, ``test_auroc[<label>]``, and the one word
     ``bootstrap_unit``, "patient" or "image", absent from records that predate it, which redrew images); fairness
-    and explanations: their evaluation records where the study asked for them."""
+    and explanations: their evaluation blocks (`dpmed.evaluation.summaries`) where the study asked for them."""
 
     run_id: str
     arm: str
@@ -208,8 +201,8 @@ class RunRecord(_Record):
     reconstruction: ReconstructionRecord | None = None
     ledger: LedgerField
     metrics: dict[str, float | int | str | None]
-    fairness: dict[str, Any] | None = None
-    explanations: dict[str, Any] | None = None
+    fairness: Fairness | None = None
+    explanations: Explanations | None = None
     audit: AuditSummary | None = None
     attack: AttackRecord | None = None
     start: StartRecord | None = None   # None: randomly initialised, every parameter trained

@@ -201,7 +201,7 @@ def _probe_evaluation(dataset: Dataset, model_name: str, evaluation: EvaluationC
         start = time.perf_counter()
         result = assess(model, dataset, inputs, config, cam_layer=MODELS[model_name].cam_layer, device=device)
         seconds = time.perf_counter() - start
-    cams = (result.explanations or {}).get("seconds", 0.0)
+    cams = (result.explanations.seconds or 0.0) if result.explanations is not None else 0.0
     return seconds + cams * (scale - 1)
 
 

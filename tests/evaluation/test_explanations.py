@@ -21,16 +21,16 @@ def test_explain_reports_every_metric_with_an_interval_and_the_arrays_for_the_gr
     record, arrays = explain_test_set(model, images, masks, kind="binary", target_layer="features",
                                       method="gradcam", n_images=6, seed=0, deletion_steps=4, pointing_tolerance=0,
                                       n_resamples=50)
-    assert set(record["metrics"]) == {"average_drop", "increase_in_confidence", "masked_input_score", "deletion_auc",
+    assert set(record.metrics) == {"average_drop", "increase_in_confidence", "masked_input_score", "deletion_auc",
                                       "insertion_auc", "mask_energy", "pointing_game"}
-    for est in record["metrics"].values():
-        assert est["low"] <= est["high"] and est["n"] >= 1
-    assert record["target_layer"] == "features" and record["n_images"] == 6 and model.training
-    assert record["mask_area_share"] == pytest.approx(16 / 256)
+    for est in record.metrics.values():
+        assert est.low <= est.high and est.n >= 1
+    assert record.target_layer == "features" and record.n_images == 6 and model.training
+    assert record.mask_area_share == pytest.approx(16 / 256)
     positions = arrays["positions"]
     assert arrays["cams"].shape == (6, 16, 16) and arrays["images"].shape == (6, 1, 16, 16)
     np.testing.assert_array_equal(arrays["masks"], masks[positions])
-    assert len(arrays["lesion_positions"]) == record["n_masked_images"] == int(masks[positions].any(axis=(1, 2)).sum())
+    assert len(arrays["lesion_positions"]) == record.n_masked_images == int(masks[positions].any(axis=(1, 2)).sum())
     # the same call explains the same images: every arm of a study shows the same columns in the CAM grid
     again, arrays2 = explain(model, images[positions], kind="binary", target_layer="features", deletion_steps=4,
                              n_resamples=50)
@@ -62,6 +62,6 @@ def test_all_zero_maps_are_counted_for_the_maps_each_metric_reads(monkeypatch):
     record, _ = explain(model, images, kind="binary", target_layer="features", masks=masks, deletion_steps=2,
                         n_resamples=20)
     assert calls[1] == [1, 1, 1, 1]                               # the lesion maps: class 1 on the masked images
-    assert record["n_zero_cams"] == 1 and record["n_zero_lesion_cams"] == 2 and record["n_masked_images"] == 4
-    assert record["metrics"]["mask_energy"]["value"] == pytest.approx(0.5)    # two maps all inside, two score 0
-    assert record["metrics"]["pointing_game"]["value"] == pytest.approx(0.5)  # two hits, two misses
+    assert record.n_zero_cams == 1 and record.n_zero_lesion_cams == 2 and record.n_masked_images == 4
+    assert record.metrics["mask_energy"].value == pytest.approx(0.5)    # two maps all inside, two score 0
+    assert record.metrics["pointing_game"].value == pytest.approx(0.5)  # two hits, two misses

@@ -57,26 +57,26 @@ def test_threshold_comes_from_validation_and_decides_test():
 
 
 def test_sex_groups_by_hand():
-    sex = _evaluate()["attributes"]["sex"]
-    f, m = sex["groups"]["female"], sex["groups"]["male"]
-    assert (f["n"], f["n_positive"], m["n"], m["n_positive"]) == (4, 2, 6, 3)
+    sex = _evaluate().attributes["sex"]
+    f, m = sex.groups["female"], sex.groups["male"]
+    assert (f.n, f.n_positive, m.n, m.n_positive) == (4, 2, 6, 3)
     # female AUROC: positives {.9, .4} vs negatives {.2, .6}: 3 of 4 pairs ordered; male {.8,.7,.35} vs {.3,.1,.45}: 8/9
-    assert f["auroc"]["value"] == pytest.approx(3 / 4)
-    assert m["auroc"]["value"] == pytest.approx(8 / 9)
-    assert f["accuracy"]["value"] == pytest.approx(2 / 4)
-    assert m["accuracy"]["value"] == pytest.approx(5 / 6)
+    assert f.auroc.value == pytest.approx(3 / 4)
+    assert m.auroc.value == pytest.approx(8 / 9)
+    assert f.accuracy.value == pytest.approx(2 / 4)
+    assert m.accuracy.value == pytest.approx(5 / 6)
     # accuracy parity ("statistical parity difference" of 003): female minus male, and its mirror
-    assert f["accuracy_parity_difference"]["value"] == pytest.approx(2 / 4 - 5 / 6)
-    assert m["accuracy_parity_difference"]["value"] == pytest.approx(5 / 6 - 2 / 4)
+    assert f.accuracy_parity_difference.value == pytest.approx(2 / 4 - 5 / 6)
+    assert m.accuracy_parity_difference.value == pytest.approx(5 / 6 - 2 / 4)
     # demographic parity per group: P(yhat=1 | female) = 2/4, P(yhat=1 | male) = 2/6
-    assert f["demographic_parity_difference"]["value"] == pytest.approx(2 / 4 - 2 / 6)
+    assert f.demographic_parity_difference.value == pytest.approx(2 / 4 - 2 / 6)
     # per attribute: max - min selection rate = 1/6; equalised odds: TPR 1/2 vs 2/3, FPR 1/2 vs 0 -> 1/2
-    assert sex["demographic_parity_difference"]["value"] == pytest.approx(1 / 6)
-    assert sex["equalized_odds_difference"]["value"] == pytest.approx(1 / 2)
-    assert sex["worst_group_auroc"]["group"] == "female"
-    assert sex["worst_group_auroc"]["value"] == pytest.approx(3 / 4)
-    for est in (f["auroc"], m["accuracy"], f["accuracy_parity_difference"], sex["equalized_odds_difference"]):
-        assert est["low"] <= est["value"] <= est["high"]
+    assert sex.demographic_parity_difference.value == pytest.approx(1 / 6)
+    assert sex.equalized_odds_difference.value == pytest.approx(1 / 2)
+    assert sex.worst_group_auroc.group == "female"
+    assert sex.worst_group_auroc.value == pytest.approx(3 / 4)
+    for est in (f.auroc, m.accuracy, f.accuracy_parity_difference, sex.equalized_odds_difference):
+        assert est.low <= est.value <= est.high
     # The bounds of 200 redraws of ten images cannot be worked out by hand; they are those of the same statistic
     # recomputed on each redraw (bootstrap_indices(10, 200, seed=0), as evaluate_fairness draws them).
     correct = np.array([1, 1, 0, 0, 1, 1, 1, 1, 0, 1])              # the "right" column of the table
@@ -86,36 +86,36 @@ def test_sex_groups_by_hand():
         aurocs.append(roc_auc_score(Y[fi], S[fi]) if len(set(Y[fi])) == 2 else np.nan)
         accuracies.append(correct[mi].mean() if len(mi) else np.nan)
         parities.append(correct[fi].mean() - correct[mi].mean() if len(fi) and len(mi) else np.nan)
-    for est, redraws in ((f["auroc"], aurocs), (m["accuracy"], accuracies),
-                         (f["accuracy_parity_difference"], parities)):
-        assert (est["low"], est["high"]) == pytest.approx(percentile_interval(np.array(redraws)), abs=1e-12)
+    for est, redraws in ((f.auroc, aurocs), (m.accuracy, accuracies),
+                         (f.accuracy_parity_difference, parities)):
+        assert (est.low, est.high) == pytest.approx(percentile_interval(np.array(redraws)), abs=1e-12)
 
 
 def test_point_values_equal_fairlearn():
-    sex = _evaluate()["attributes"]["sex"]
+    sex = _evaluate().attributes["sex"]
     yhat = (S >= 0.5).astype(int)
-    assert sex["demographic_parity_difference"]["value"] == pytest.approx(
+    assert sex.demographic_parity_difference.value == pytest.approx(
         demographic_parity_difference(Y, yhat, sensitive_features=SEX))
-    assert sex["equalized_odds_difference"]["value"] == pytest.approx(
+    assert sex.equalized_odds_difference.value == pytest.approx(
         equalized_odds_difference(Y, yhat, sensitive_features=SEX))
 
 
 def test_age_groups_by_hand_with_undefined_auroc_and_unknown_age():
-    age = _evaluate()["attributes"]["age"]
-    groups = age["groups"]
+    age = _evaluate().attributes["age"]
+    groups = age.groups
     assert list(groups) == ["[0,30)", "[30,60)", "[60,70)", "[70,80)", "[80,100)", UNKNOWN]
-    assert groups["[0,30)"]["auroc"]["value"] is None            # two positives, no negative: undefined
-    assert groups["[30,60)"]["auroc"]["value"] == 1.0
-    assert groups["[60,70)"]["auroc"]["value"] == 1.0
-    assert groups["[80,100)"]["auroc"]["value"] == 0.0           # positive .35 below negative .6
-    assert groups["[80,100)"]["accuracy"]["value"] == 0.0
+    assert groups["[0,30)"].auroc.value is None            # two positives, no negative: undefined
+    assert groups["[30,60)"].auroc.value == 1.0
+    assert groups["[60,70)"].auroc.value == 1.0
+    assert groups["[80,100)"].auroc.value == 0.0           # positive .35 below negative .6
+    assert groups["[80,100)"].accuracy.value == 0.0
     # [80,100): 0 of 2 right, against the rest pooled (7 of the other 8 right, unknown age included)
-    assert groups["[80,100)"]["accuracy_parity_difference"]["value"] == pytest.approx(0 - 7 / 8)
-    assert groups[UNKNOWN]["n"] == 1
+    assert groups["[80,100)"].accuracy_parity_difference.value == pytest.approx(0 - 7 / 8)
+    assert groups[UNKNOWN].n == 1
     # worst group among the named groups whose AUROC is defined
-    assert age["worst_group_auroc"]["group"] == "[80,100)" and age["worst_group_auroc"]["value"] == 0.0
+    assert age.worst_group_auroc.group == "[80,100)" and age.worst_group_auroc.value == 0.0
     # equalised odds leaves out groups lacking a class, and says which
-    assert set(age["equalized_odds_excluded_groups"]) == {"[0,30)", "[70,80)"}
+    assert set(age.equalized_odds_excluded_groups) == {"[0,30)", "[70,80)"}
 
 
 def test_redraw_path_with_the_identity_redraw_equals_fairlearn():
@@ -132,8 +132,8 @@ def test_redraw_path_with_the_identity_redraw_equals_fairlearn():
     for key, fn in (("demographic_parity_difference", demographic_parity_difference),
                     ("equalized_odds_difference", equalized_odds_difference)):
         expected = fn(y, selected[:, 0], sensitive_features=groups)
-        assert out[key]["value"] == pytest.approx(expected)
-        assert out[key]["low"] == pytest.approx(expected) and out[key]["high"] == pytest.approx(expected)
+        assert getattr(out, key).value == pytest.approx(expected)
+        assert getattr(out, key).low == pytest.approx(expected) and getattr(out, key).high == pytest.approx(expected)
 
 
 def test_intervals_equal_a_plain_loop_over_the_same_redraws():
@@ -144,7 +144,7 @@ def test_intervals_equal_a_plain_loop_over_the_same_redraws():
     sex = rng.choice(["female", "male"], n, p=[0.3, 0.7])
     vy, vs = y[:20], s[:20]
     out = evaluate_fairness(kind="binary", val_labels=vy, val_scores=vs, test_labels=y, test_scores=s,
-                            attributes={"sex": sex}, n_resamples=r, seed=5)["attributes"]["sex"]["groups"]
+                            attributes={"sex": sex}, n_resamples=r, seed=5).attributes["sex"].groups
     _, _, correct, _, _ = decisions("binary", vy, vs, y, s)
     aurocs, parity = [], []
     for idx in bootstrap_indices(n, n_resamples=r, seed=5):
@@ -152,10 +152,10 @@ def test_intervals_equal_a_plain_loop_over_the_same_redraws():
         m = idx[sex[idx] == "male"]
         aurocs.append(roc_auc_score(y[f], s[f]) if len(set(y[f])) == 2 else np.nan)
         parity.append(correct[f].mean() - correct[m].mean())
-    assert (out["female"]["auroc"]["low"], out["female"]["auroc"]["high"]) == pytest.approx(
+    assert (out["female"].auroc.low, out["female"].auroc.high) == pytest.approx(
         percentile_interval(np.array(aurocs)))
-    assert (out["female"]["accuracy_parity_difference"]["low"],
-            out["female"]["accuracy_parity_difference"]["high"]) == pytest.approx(percentile_interval(np.array(parity)))
+    assert (out["female"].accuracy_parity_difference.low,
+            out["female"].accuracy_parity_difference.high) == pytest.approx(percentile_interval(np.array(parity)))
 
 
 def _fpr_gap_data():
@@ -176,8 +176,8 @@ def _fpr_gap_fairness(r, seed):
     y, s, sex = _fpr_gap_data()
     out = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s,
                             attributes={"sex": sex}, n_resamples=r, seed=seed)
-    assert out["thresholds"] == [0.5]
-    return out["attributes"]["sex"], y, s, sex
+    assert out.thresholds == [0.5]
+    return out.attributes["sex"], y, s, sex
 
 
 def test_worst_group_auroc_interval_is_the_percentile_interval_of_the_lowest_sklearn_group_auroc():
@@ -196,10 +196,10 @@ def test_worst_group_auroc_interval_is_the_percentile_interval_of_the_lowest_skl
         best.append(max(aurocs["female"], aurocs["male"]))
         with_unknown.append(np.nanmin(list(aurocs.values())))
     expected = percentile_interval(np.array(worst))
-    est = sex_entry["worst_group_auroc"]
-    assert est["group"] == "male"
-    assert est["value"] == pytest.approx(roc_auc_score(y[sex == "male"], s[sex == "male"]))
-    assert (est["low"], est["high"]) == pytest.approx(expected, abs=1e-12)
+    est = sex_entry.worst_group_auroc
+    assert est.group == "male"
+    assert est.value == pytest.approx(roc_auc_score(y[sex == "male"], s[sex == "male"]))
+    assert (est.low, est.high) == pytest.approx(expected, abs=1e-12)
     # the data tell the worst group's interval apart from the best group's and from one counting the unknown
     assert percentile_interval(np.array(best))[0] > expected[0] + 0.05
     assert percentile_interval(np.array(with_unknown))[1] < expected[0]
@@ -225,14 +225,13 @@ def test_equalized_odds_interval_is_the_percentile_interval_of_max_tpr_or_fpr_ga
     tpr_gaps, fpr_gaps = np.array(tpr_gaps), np.array(fpr_gaps)
     assert (fpr_gaps > tpr_gaps).mean() > 0.9
     expected = percentile_interval(np.maximum(tpr_gaps, fpr_gaps))
-    est = sex_entry["equalized_odds_difference"]
-    assert (est["low"], est["high"]) == pytest.approx(expected, abs=1e-12)
+    est = sex_entry.equalized_odds_difference
+    assert (est.low, est.high) == pytest.approx(expected, abs=1e-12)
     tpr_only = percentile_interval(tpr_gaps)
     assert expected[0] - tpr_only[0] > 0.15 and expected[1] - tpr_only[1] > 0.15
     named = sex != UNKNOWN
-    assert est["value"] == pytest.approx(equalized_odds_difference(y[named], yhat[named],
-                                                                   sensitive_features=sex[named]))
-    assert "equalized_odds_excluded_groups" not in sex_entry     # unknown is left out silently, not "excluded"
+    assert est.value == pytest.approx(equalized_odds_difference(y[named], yhat[named], sensitive_features=sex[named]))
+    assert sex_entry.equalized_odds_excluded_groups == []     # unknown is left out silently, not "excluded"
 
 
 def test_multilabel_averages_labels_and_unrecorded_attributes_are_not_applicable():
@@ -240,10 +239,10 @@ def test_multilabel_averages_labels_and_unrecorded_attributes_are_not_applicable
     out = evaluate_fairness(kind="multilabel", val_labels=np.stack([VAL_Y, VAL_Y], 1),
                             val_scores=np.stack([VAL_S, VAL_S], 1), test_labels=two, test_scores=np.stack([S, S], 1),
                             attributes={"sex": SEX, "age": np.full(10, np.nan)}, n_resamples=50, seed=0)
-    f = out["attributes"]["sex"]["groups"]["female"]
-    assert f["auroc"]["value"] == pytest.approx(3 / 4) and f["accuracy"]["value"] == pytest.approx(1 / 2)
-    assert out["attributes"]["sex"]["equalized_odds_difference"]["value"] == pytest.approx(1 / 2)
-    assert out["attributes"]["age"]["status"] == "n/a"
+    f = out.attributes["sex"].groups["female"]
+    assert f.auroc.value == pytest.approx(3 / 4) and f.accuracy.value == pytest.approx(1 / 2)
+    assert out.attributes["sex"].equalized_odds_difference.value == pytest.approx(1 / 2)
+    assert out.attributes["age"].status == "n/a"
 
 
 def test_demographic_parity_difference_is_undefined_with_one_named_group():
@@ -254,18 +253,18 @@ def test_demographic_parity_difference_is_undefined_with_one_named_group():
     sex = np.where(np.isin(np.arange(10), [3, 8]), UNKNOWN, "female")
     out = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=Y, test_scores=S,
                             attributes={"sex": sex}, n_resamples=50, seed=0)
-    entry = out["attributes"]["sex"]
-    assert entry["equalized_odds_difference"]["value"] is None
-    assert entry["demographic_parity_difference"]["value"] is None      # before: 0.0
-    female = entry["groups"]["female"]
+    entry = out.attributes["sex"]
+    assert entry.equalized_odds_difference.value is None
+    assert entry.demographic_parity_difference.value is None      # before: 0.0
+    female = entry.groups["female"]
     # yhat = 1 for images 0, 4, 5 of the 8 female images and for 3 of the unknown (3, 8)
-    assert female["demographic_parity_difference"]["value"] == pytest.approx(3 / 8 - 1 / 2)
+    assert female.demographic_parity_difference.value == pytest.approx(3 / 8 - 1 / 2)
     # right: 7 of 8 female images (all but 2), none of the unknown (3 and 8 are both wrong)
-    assert female["accuracy_parity_difference"]["value"] == pytest.approx(7 / 8 - 0 / 2)
+    assert female.accuracy_parity_difference.value == pytest.approx(7 / 8 - 0 / 2)
     # female AUROC: positives .9, .8, .7 beat all 4 negatives {.2, .3, .1, .45}, .4 beats 3 of them: 15 / 16; the
     # unknown group (positive .35 below negative .6, AUROC 0) is no patient group and cannot be the worst
-    assert entry["worst_group_auroc"]["group"] == "female"
-    assert entry["worst_group_auroc"]["value"] == pytest.approx(15 / 16)
+    assert entry.worst_group_auroc.group == "female"
+    assert entry.worst_group_auroc.value == pytest.approx(15 / 16)
 
 
 def _rare_negative_data():
@@ -286,7 +285,7 @@ def test_a_redraw_in_which_a_compared_group_loses_a_class_is_undefined_for_the_a
     y, s, sex = _rare_negative_data()
     r, seed = 400, 2
     out = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s,
-                            attributes={"sex": sex}, n_resamples=r, seed=seed)["attributes"]["sex"]
+                            attributes={"sex": sex}, n_resamples=r, seed=seed).attributes["sex"]
     yhat = (s >= 0.5).astype(int)
     worst, worst_of_kept, eo = [], [], []
     for idx in bootstrap_indices(len(y), n_resamples=r, seed=seed):
@@ -302,9 +301,9 @@ def test_a_redraw_in_which_a_compared_group_loses_a_class_is_undefined_for_the_a
     worst, eo = np.array(worst), np.array(eo)
     undefined = int(np.isnan(worst).sum())
     assert 20 < undefined < 100 and np.array_equal(np.isnan(worst), np.isnan(eo))
-    est = out["worst_group_auroc"]
-    assert est["group"] == "male" and est["undefined_redraws"] == undefined
-    assert (est["low"], est["high"]) == pytest.approx(percentile_interval(worst), abs=1e-12)
-    assert percentile_interval(np.array(worst_of_kept))[1] > est["high"] + 0.01      # the old, lifted interval
-    eo_est = out["equalized_odds_difference"]
-    assert (eo_est["low"], eo_est["high"]) == pytest.approx(percentile_interval(eo), abs=1e-12)
+    est = out.worst_group_auroc
+    assert est.group == "male" and est.undefined_redraws == undefined
+    assert (est.low, est.high) == pytest.approx(percentile_interval(worst), abs=1e-12)
+    assert percentile_interval(np.array(worst_of_kept))[1] > est.high + 0.01      # the old, lifted interval
+    eo_est = out.equalized_odds_difference
+    assert (eo_est.low, eo_est.high) == pytest.approx(percentile_interval(eo), abs=1e-12)

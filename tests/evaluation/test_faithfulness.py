@@ -67,5 +67,5 @@ def test_mean_with_interval_is_a_percentile_bootstrap_over_images():
     out = mean_with_interval(v, n_resamples=100, seed=3)
     defined = v[np.isfinite(v)]
     redraws = np.array([defined[idx].mean() for idx in bootstrap_indices(4, n_resamples=100, seed=3)])
-    assert out["value"] == pytest.approx(3.75) and out["n"] == 4
-    assert (out["low"], out["high"]) == pytest.approx(percentile_interval(redraws))
+    assert out.value == pytest.approx(3.75) and out.n == 4
+    assert (out.low, out.high) == pytest.approx(percentile_interval(redraws))

@@ -73,12 +73,12 @@ def test_fairness_group_auroc_interval_uses_the_group_labels_in_every_redraw():
     sex[100:] = "male"                             # both rare positives (rows 0, 1) are female
     out = evaluate_fairness(kind="multilabel", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
                             attributes={"sex": sex}, n_resamples=R, seed=SEED)
-    g = out["attributes"]["sex"]["groups"]["female"]["auroc"]
+    g = out.attributes["sex"].groups["female"].auroc
     member = sex == "female"
     ref = []
     for i in bootstrap_indices(N, n_resamples=R, seed=SEED):
         keep = i[member[i]]
         ref.append(_sk_macro(y[keep], s[keep]))
     low, high = percentile_interval(np.array(ref))
-    assert g["value"] == pytest.approx(roc_auc_score(y[member], s[member], average="macro"))
-    assert (g["low"], g["high"]) == pytest.approx((low, high), abs=1e-12)
+    assert g.value == pytest.approx(roc_auc_score(y[member], s[member], average="macro"))
+    assert (g.low, g.high) == pytest.approx((low, high), abs=1e-12)

@@ -90,7 +90,7 @@ def test_the_run_row_records_which_unit_was_redrawn():
     by_image = evaluate_utility(**kw)
     assert by_image["bootstrap_unit"] == "image" and "n_test_patients" not in by_image
     assert evaluate_fairness(kind="binary", val_labels=y, val_scores=a, test_labels=y, test_scores=a,
-                             attributes={}, n_resamples=50, patient_ids=ids)["bootstrap_unit"] == "patient"
+                             attributes={}, n_resamples=50, patient_ids=ids).bootstrap_unit == "patient"
 
 
 # ---------------------------------------------------------------------- (b) each image its own patient: as before
@@ -122,8 +122,8 @@ def test_distinct_ids_give_the_image_bootstrap_bit_for_bit():
         assert _without_unit(with_ids) == _without_unit(evaluate_utility(**task, n_resamples=R, seed=SEED))
     fair = dict(kind="binary", val_labels=y, val_scores=a, test_labels=y, test_scores=a,
                 attributes={"sex": sex}, n_resamples=R, seed=SEED)
-    assert ({**evaluate_fairness(**fair, patient_ids=ids), "bootstrap_unit": None}
-            == {**evaluate_fairness(**fair), "bootstrap_unit": None})
+    assert (evaluate_fairness(**fair, patient_ids=ids).model_copy(update={"bootstrap_unit": "image"})
+            == evaluate_fairness(**fair))
     paired = dict(kind="binary", labels=y, scores=a, reference_scores=b, thresholds=[0.5],
                   reference_thresholds=[0.3], n_resamples=R, seed=SEED)
     assert paired_differences(**paired, patient_ids=ids) == paired_differences(**paired)
@@ -154,8 +154,8 @@ def test_patient_intervals_equal_an_explicit_loop_over_redrawn_patients():
         assert (row[f"{name}_low"], row[f"{name}_high"]) == pytest.approx(tuple(expected), abs=1e-12), name
     fairness = evaluate_fairness(kind="binary", val_labels=y, val_scores=a, test_labels=y,
                                  test_scores=a, attributes={"sex": sex}, n_resamples=R, seed=SEED, patient_ids=ids)
-    group = fairness["attributes"]["sex"]["groups"]["female"]["auroc"]
-    assert (group["low"], group["high"]) == pytest.approx(percentile_interval(np.array(female)), abs=1e-12)
+    group = fairness.attributes["sex"].groups["female"].auroc
+    assert (group.low, group.high) == pytest.approx(percentile_interval(np.array(female)), abs=1e-12)
     # Images of one patient are not independent: redrawing them one by one gives a narrower interval here.
     by_image = evaluate_utility(kind="binary", label_names=["normal", "disease"], val_labels=y,
                                 val_scores=a, test_labels=y, test_scores=a, n_resamples=R,
@@ -170,8 +170,8 @@ def test_explanation_means_redraw_the_explained_images_patients():
     keep = np.isfinite(values)
     v, kept = values[keep], ids[keep]
     means = [v[idx].mean() for idx in _patient_samples(kept, R, SEED)]
-    assert (out["low"], out["high"]) == pytest.approx(percentile_interval(np.array(means)), abs=1e-12)
-    assert out["n"] == int(keep.sum())
+    assert (out.low, out.high) == pytest.approx(percentile_interval(np.array(means)), abs=1e-12)
+    assert out.n == int(keep.sum())
 
 
 def test_explain_records_the_unit_and_redraws_the_explained_images_patients():
@@ -186,12 +186,12 @@ def test_explain_records_the_unit_and_redraws_the_explained_images_patients():
     kw = dict(kind="binary", target_layer="features", deletion_steps=2, n_resamples=60, seed=1)
     record, arrays = explain(model, images, patient_ids=ids, **kw)
     plain, _ = explain(model, images, **kw)
-    assert record["bootstrap_unit"] == "patient" and plain["bootstrap_unit"] == "image"
-    insertion = record["metrics"]["insertion_auc"]
+    assert record.bootstrap_unit == "patient" and plain.bootstrap_unit == "image"
+    insertion = record.metrics["insertion_auc"]
     curve = arrays["insertion_curve"]                                       # [8, steps + 1], trapezoid AUC
     per_image = ((curve[:, 1:] + curve[:, :-1]) / 2).sum(axis=1) / 2
     means = [per_image[idx].mean() for idx in _patient_samples(ids, 60, 1)]
-    assert (insertion["low"], insertion["high"]) == pytest.approx(percentile_interval(np.array(means)), abs=1e-9)
+    assert (insertion.low, insertion.high) == pytest.approx(percentile_interval(np.array(means)), abs=1e-9)
 
 
 # --------------------------------------------------------------------------------------- (d) pairing still holds

@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.collections import LineCollection
 
+from dpmed.evaluation.summaries import Estimate
 from dpmed.reporting.study_figures import group_estimates, group_figure
 
-AWRY = {"value": 0.571, "low": 0.335, "high": 0.415}
+AWRY = Estimate(value=0.571, low=0.335, high=0.415)
 
 
 def _segments(fig) -> list[np.ndarray]:
@@ -18,8 +19,8 @@ def _segments(fig) -> list[np.ndarray]:
 
 def test_an_interval_below_its_point_is_drawn_from_its_low_to_its_high_end_in_both_layouts():
     for narrow in (False, True):
-        fig = group_figure(["[0,30)", "[30,60)"], [("a run", [AWRY, {"value": 0.8, "low": 0.7, "high": 0.9}]),
-                                                   ("b", [None, {"value": 0.6, "low": None, "high": None}])],
+        fig = group_figure(["[0,30)", "[30,60)"], [("a run", [AWRY, Estimate(value=0.8, low=0.7, high=0.9)]),
+                                                   ("b", [None, Estimate(value=0.6)])],
                            ylabel="test AUROC", title="AUROC by age", narrow=narrow)
         ends = sorted(tuple(sorted(seg[:, 0 if narrow else 1])) for seg in _segments(fig))
         assert ends == [(0.335, 0.415), (0.7, 0.9)]                 # one line per interval, none for b's

@@ -13,6 +13,7 @@ import pytest
 from matplotlib.text import Text
 
 from dpmed.evaluation import evaluate_utility
+from dpmed.evaluation.summaries import Estimate
 from dpmed.mechanisms import PrivacyCard
 from dpmed.reporting.figures import FONT, auroc_figure, ldp_examples_figure
 from dpmed.reporting.inputs import PHONE_WIDTH, number_text
@@ -189,21 +190,21 @@ def test_each_small_group_warning_names_exactly_the_runs_it_holds_for(scored_run
 def test_an_interval_wholly_beside_its_point_is_explained_where_one_is_shown(two_arms, report_html):
     """A percentile interval need not contain its point (equalised odds "0.275 [0.286, 1.000]"): unexplained, it
     reads as an error. The note appears for an attribute exactly where one of its shown intervals is such a case."""
-    import copy
 
     def outside(est) -> bool:
-        return bool(est) and None not in (est.get("low"), est.get("value")) and not est["low"] <= est["value"] <= \
-            est["high"]
+        return est is not None and None not in (est.low, est.value) and not est.low <= est.value <= est.high
 
     def cases(records, attribute) -> bool:
-        entries = [r.fairness["attributes"][attribute] for r in records]
-        return any(outside(e.get(key)) for e in entries
+        entries = [r.fairness.attributes[attribute] for r in records]
+        return any(outside(getattr(e, key)) for e in entries
                    for key in ("worst_group_auroc", "demographic_parity_difference", "equalized_odds_difference")) \
-            or any(outside(g.get(m)) for e in entries for g in e["groups"].values()
+            or any(outside(getattr(g, m)) for e in entries for g in e.groups.values()
                    for m in ("auroc", "accuracy_parity_difference"))
 
-    fairness = copy.deepcopy(two_arms[1].fairness)
-    fairness["attributes"]["sex"]["equalized_odds_difference"] = {"value": 0.275, "low": 0.286, "high": 1.0}
+    before = two_arms[1].fairness
+    sex = before.attributes["sex"].model_copy(
+        update={"equalized_odds_difference": Estimate(value=0.275, low=0.286, high=1.0)})
+    fairness = before.model_copy(update={"attributes": {**before.attributes, "sex": sex}})
     edited = [two_arms[0], two_arms[1].model_copy(update={"fairness": fairness})]
     for records in (two_arms, edited):
         section = _section(report_html(records), "fairness")
@@ -319,7 +320,7 @@ def test_figures_stay_readable_on_a_phone(tmp_path, two_arms, report_html):
                                                          "arm": "pixel-laplace", "mechanism": "pixel_laplace",
                                                          "privacy": laplace})]
     images = RNG.random((4, 1, 16, 16))
-    est = {"value": 0.8, "low": 0.7, "high": 0.9}
+    est = Estimate(value=0.8, low=0.7, high=0.9)
     figures = [auroc_figure(records, narrow=True),
                group_figure(["[0,30)", "[30,60)", "[60,70)"], [("a run (ε 1)", [est] * 3), ("b", [est] * 3)],
                             ylabel="test AUROC", title="AUROC by age", narrow=True),
@@ -412,7 +413,7 @@ def test_a_worst_group_interval_that_lost_many_redraws_says_how_many(scored_run,
     run = scored_run("dp-sgd_eps8_C1_seed0", "dp-sgd", "dp_sgd", eps=8.0, scores=(val, test))
     block = evaluate_fairness(kind="binary", val_labels=y_val, val_scores=val, test_labels=y, test_scores=test,
                               attributes={**attributes, "age": age}, n_resamples=200)
-    lost = block["attributes"]["age"]["worst_group_auroc"]["undefined_redraws"]
+    lost = block.attributes["age"].worst_group_auroc.undefined_redraws
     assert 40 < lost < 110
     html = report_html([run.model_copy(update={"fairness": block})])
     assert f"({lost} of 200 redraws undefined)" in _text(_section(html, "fairness"))

@@ -83,18 +83,18 @@ def test_the_report_says_whether_the_bootstrap_redrew_patients_or_images(two_arm
     assert "redraws of the test images" not in page
 
 
-def test_each_all_zero_count_is_attached_to_the_metrics_its_maps_feed(tmp_path, make_record, make_resolved):
+def test_each_all_zero_count_is_attached_to_the_metrics_its_maps_feed(tmp_path, make_record, make_resolved,
+                                                                      make_explanations):
     """The predicted-class maps feed the confidence and deletion/insertion metrics, the lesion-class maps energy and
     the pointing game: each count of all-zero maps is named with its own metrics, never one for the other."""
     estimate = {"value": 0.5, "low": 0.4, "high": 0.6, "n": 4}
-    explanations = {"method": "gradcam", "method_reference": "Selvaraju et al. 2017", "target_layer": "features",
-                    "explained_class": "predicted (argmax)", "n_images": 8, "image_seed": 0, "n_zero_cams": 3,
-                    "n_masked_images": 4, "n_zero_lesion_cams": 2, "lesion_class": 1, "mask_area_share": 0.1,
-                    "metrics": {m: estimate for m in ("average_drop", "deletion_auc", "mask_energy",
-                                                      "pointing_game")}}
+    explanations = make_explanations({m: estimate for m in ("average_drop", "deletion_auc", "mask_energy",
+                                                            "pointing_game")},
+                                     n_zero_cams=3, n_masked_images=4, n_zero_lesion_cams=2, lesion_class=1,
+                                     mask_area_share=0.1)
     records = [make_record("np_seed0", "np", explanations=explanations),
                make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0,
-                           explanations={**explanations, "n_zero_cams": 0, "n_zero_lesion_cams": 1})]
+                           explanations=explanations.model_copy(update={"n_zero_cams": 0, "n_zero_lesion_cams": 1}))]
     write_outputs(StudyFolder(tmp_path), make_resolved(records, resamples=50, n_test=N), records)
     page = (tmp_path / "report.html").read_text()
     predicted = page[page.index("All-zero CAMs of the predicted class"):]

@@ -301,15 +301,13 @@ def _group_flags(records: Sequence[RunRecord], kind: str, n_labels: int) -> list
     2 MIN_CLASS_COUNT images), or an AUROC or accuracy interval of zero width, per run."""
     out = []
     for r in records:
-        for attribute, entry in ((r.fairness or {}).get("attributes") or {}).items():
-            if entry.get("status") != "ok":
+        for attribute in (r.fairness.attributes if r.fairness else {}):
+            if (entry := r.fairness.ok(attribute)) is None:
                 continue
-            for group, g in entry["groups"].items():
-                n, n_pos = g.get("n"), g.get("n_positive")
-                if n is None:            # a record without group sizes: nothing to count
-                    continue
+            for group, g in entry.groups.items():
+                n, n_pos = g.n, g.n_positive
                 labels_per_image = max(1, n_labels) if kind == "multilabel" else 1
-                n_neg = None if n_pos is None else labels_per_image * int(n) - int(n_pos)
+                n_neg = None if n_pos is None else labels_per_image * n - n_pos
                 reasons = []
                 if n_pos is not None and n_pos < MIN_CLASS_COUNT:
                     reasons.append(f"only {n_pos} positive{'s' if n_pos != 1 else ''}")
@@ -317,15 +315,12 @@ def _group_flags(records: Sequence[RunRecord], kind: str, n_labels: int) -> list
                     reasons.append(f"only {n_neg} negative{'s' if n_neg != 1 else ''}")
                 if n_pos is None and n < 2 * MIN_CLASS_COUNT:
                     reasons.append(f"only {n} images")
-                for metric in ("auroc", "accuracy"):
-                    est = g.get(metric) or {}
-                    if est.get("value") is not None and est.get("low") is not None and est["low"] == est["high"]:
-                        reasons.append(f"{'AUROC' if metric == 'auroc' else 'accuracy'} interval of zero width "
-                                       f"({est['low']:.3f} in every redraw)")
+                for metric, est in (("AUROC", g.auroc), ("accuracy", g.accuracy)):
+                    if est.value is not None and est.low is not None and est.low == est.high:
+                        reasons.append(f"{metric} interval of zero width ({est.low:.3f} in every redraw)")
                 if reasons:
-                    out.append(GroupFlag(run_id=r.run_id, attribute=attribute, group=group, n=int(n),
-                                         n_positive=None if n_pos is None else int(n_pos), n_negative=n_neg,
-                                         reasons=reasons))
+                    out.append(GroupFlag(run_id=r.run_id, attribute=attribute, group=group, n=n, n_positive=n_pos,
+                                         n_negative=n_neg, reasons=reasons))
     return out
 
 

@@ -110,14 +110,15 @@ def _parity_correlations(records) -> list[ParityCorrelation]:
     """Pearson r between eps and each group's accuracy parity difference, per DP-SGD eps sweep (003, Table 3)."""
     out = []
     for sweep, runs in _sweeps(records, "epsilon").items():
-        keys = sorted({(attr, group) for r in runs for attr, entry in (r.fairness or {}).get("attributes", {}).items()
-                       if entry.get("status") == "ok" for group in entry["groups"]})
+        keys = sorted({(attr, group) for r in runs if r.fairness for attr in r.fairness.attributes
+                       if (entry := r.fairness.ok(attr)) for group in entry.groups})
         for attr, group in keys:
             eps, parity = [], []
             for r in runs:
-                g = (r.fairness or {}).get("attributes", {}).get(attr, {}).get("groups", {}).get(group)
+                entry = r.fairness.ok(attr) if r.fairness else None
+                g = None if entry is None else entry.groups.get(group)
                 eps.append(r.privacy.epsilon)
-                parity.append(None if g is None else g["accuracy_parity_difference"]["value"])
+                parity.append(None if g is None else g.accuracy_parity_difference.value)
             out.append(ParityCorrelation(sweep=sweep, attribute=attr, group=group, **pearson(eps, parity)))
     return out
 
@@ -127,11 +128,11 @@ def _explanation_correlations(records, variable: str) -> list[ExplanationCorrela
     001_d0483fd35863b74c.txt's Tables 1-2 (eps) and Figure 6b (clipping factor at eps 1), quantified."""
     out = []
     for sweep, runs in _sweeps(records, variable).items():
-        metrics = sorted({m for r in runs for m, v in (r.explanations or {}).get("metrics", {}).items()
-                          if isinstance(v, dict) and "value" in v})
+        metrics = sorted({m for r in runs if r.explanations for m in r.explanations.metrics})
         for metric in metrics:
             xs = [_x(r, variable) for r in runs]
-            vals = [((r.explanations or {}).get("metrics", {}).get(metric) or {}).get("value") for r in runs]
+            vals = [None if r.explanations is None or metric not in r.explanations.metrics
+                    else r.explanations.metrics[metric].value for r in runs]
             out.append(ExplanationCorrelation(sweep=sweep, metric=metric, **pearson(xs, vals)))
     return out
 

@@ -19,6 +19,7 @@ from dpmed.data import Dataset, ImageSet
 from dpmed.evaluation.explanations import explain_test_set
 from dpmed.evaluation.fairness import evaluate_fairness
 from dpmed.evaluation.predictions import predict
+from dpmed.evaluation.summaries import Explanations, Fairness
 from dpmed.evaluation.utility import evaluate_utility
 
 __all__ = ["Assessment", "assess"]
@@ -33,8 +34,8 @@ class Assessment:
     val_scores: np.ndarray
     test_scores: np.ndarray
     metrics: dict[str, Any]
-    fairness: dict[str, Any] | None = None
-    explanations: dict[str, Any] | None = None
+    fairness: Fairness | None = None
+    explanations: Explanations | None = None
     cams: dict[str, np.ndarray] | None = None
     training_metrics: dict[str, Any] | None = None
 
@@ -82,7 +83,7 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
             normalization=dataset.normalization, n_resamples=config.bootstrap_resamples,
             bootstrap_seed=config.bootstrap_seed, confidence=config.confidence,
             patient_ids=_patients(dataset, dataset.test), **config.explanations.model_dump())
-        explanations["seconds"] = time.perf_counter() - start
+        explanations = explanations.model_copy(update={"seconds": time.perf_counter() - start})
     private = None
     if config.training_metrics and training is not None:
         train_scores = predict(model, training, dataset.task, device=device)

@@ -19,7 +19,7 @@ scores come from :func:`~dpmed.evaluation.cams.plain_copy`).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from torch import nn
@@ -28,6 +28,7 @@ from dpmed.evaluation.cams import CAM_METHODS, cams_of_plain, class_probabilitie
 from dpmed.evaluation.faithfulness import (METRIC_LABELS, average_drop, deletion_insertion, increase_in_confidence,
                                            mask_area_share, mask_energy, masked_input_score, mean_with_interval,
                                            pointing_game)
+from dpmed.evaluation.summaries import Explanations
 from dpmed.evaluation.weighted import number
 
 # CAM_METHODS and METRIC_LABELS are re-exported: the study schema and the report name them here.
@@ -47,10 +48,10 @@ def select_images(n_test: int, *, n_images: int, seed: int) -> np.ndarray:
 def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: str, method: str = "gradcam",
             normalization=None, masks: np.ndarray | None = None, lesion_class: int | None = 1,
             deletion_steps: int = 16, pointing_tolerance: float = 0.0, n_resamples: int = 1000, seed: int = 0,
-            confidence: float = 0.95, patient_ids=None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+            confidence: float = 0.95, patient_ids=None) -> tuple[Explanations, dict[str, np.ndarray]]:
     """Explain ``images`` ([0, 1] pixels [N, C, H, W], e.g. the :func:`select_images` of the test set).
 
-    Returns (record, arrays): the run.json ``"explanations"`` block (method, target layer, every metric with its
+    Returns (record, arrays): the run record's explanations block (method, target layer, every metric with its
     interval, and the all-zero maps among the CAMs each metric reads: ``n_zero_cams`` of the predicted class, read
     by the confidence and deletion/insertion metrics, and ``n_zero_lesion_cams`` of the lesion class, read by mask
     energy and the pointing game) and the arrays for ``cams.npz`` (cams, targets, Y, O, deletion and insertion
@@ -119,14 +120,13 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
                           mask_area_share=number(np.nanmean(mask_area_share(masks[positions]))))
         else:
             record["mask_note"] = "none of the explained images carries a lesion mask"
-    record["metrics"] = metrics
-    return record, arrays
+    return Explanations(**record, metrics=metrics), arrays
 
 
 def explain_test_set(model: nn.Module, images: np.ndarray, masks: np.ndarray | None, *, kind: str, target_layer: str,
                      method: str, n_images: int, seed: int, deletion_steps: int, pointing_tolerance: float,
                      normalization=None, n_resamples: int = 1000, bootstrap_seed: int = 0,
-                     confidence: float = 0.95, patient_ids=None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+                     confidence: float = 0.95, patient_ids=None) -> tuple[Explanations, dict[str, np.ndarray]]:
     """:func:`explain` on the :func:`select_images` (``n_images``, ``seed``) of a test set: the run's explanations.
 
     The keyword names match the study file's ``evaluation.explanations`` block; ``patient_ids`` (str, one per test
@@ -141,22 +141,21 @@ def explain_test_set(model: nn.Module, images: np.ndarray, masks: np.ndarray | N
                              pointing_tolerance=pointing_tolerance, n_resamples=n_resamples, seed=bootstrap_seed,
                              confidence=confidence,
                              patient_ids=None if patient_ids is None else np.asarray(patient_ids)[positions])
-    record["image_seed"] = int(seed)
+    record = record.model_copy(update={"image_seed": int(seed)})
     arrays.update(positions=positions, images=np.asarray(images)[positions].astype(np.float16))
     if chosen_masks is not None:
         arrays["masks"] = chosen_masks.astype(bool)
     return record, arrays
 
 
-def explanation_columns(explanations: Mapping | None) -> dict[str, Any]:
+def explanation_columns(explanations: Explanations | None) -> dict[str, Any]:
     """The flat results.csv columns of a run's explanations block, e.g. ``explanations_mask_energy_low``."""
-    if not explanations:
+    if explanations is None:
         return {}
-    row: dict[str, Any] = {"explanations_method": explanations.get("method"),
-                           "explanations_target_layer": explanations.get("target_layer"),
-                           "explanations_mask_area_share": explanations.get("mask_area_share")}
-    for metric, v in explanations.get("metrics", {}).items():
-        row[f"explanations_{metric}"] = v["value"]
-        row[f"explanations_{metric}_low"] = v["low"]
-        row[f"explanations_{metric}_high"] = v["high"]
+    row: dict[str, Any] = {"explanations_method": explanations.method,
+                           "explanations_target_layer": explanations.target_layer,
+                           "explanations_mask_area_share": explanations.mask_area_share}
+    for metric, v in explanations.metrics.items():
+        row[f"explanations_{metric}"], row[f"explanations_{metric}_low"], row[f"explanations_{metric}_high"] = (
+            v.value, v.low, v.high)
     return row

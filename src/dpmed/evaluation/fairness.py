@@ -32,6 +32,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from dpmed.evaluation.bootstrap import Redraws, bootstrap_redraws
+from dpmed.evaluation.summaries import AttributeFairness, Fairness, GroupFairness, WorstGroup
 from dpmed.evaluation.utility import youden_threshold
 from dpmed.evaluation.weighted import as_label_columns, estimate, redraw_counts, weighted_macro_auroc, weighted_mean
 
@@ -186,14 +187,15 @@ def _fairlearn_differences(y, selected, groups, eo_groups) -> tuple[float, float
 
 def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, selected: np.ndarray | None,
                        groups: np.ndarray, order: Sequence[str], redraws: Redraws | np.ndarray,
-                       confidence: float) -> dict:
+                       confidence: float) -> AttributeFairness:
     """Fairness across the groups of one attribute (labels/decisions as made by :func:`decisions`).
 
     ``redraws``: the study's bootstrap redraws of the test set (:class:`~dpmed.evaluation.bootstrap.Redraws`, or
     image positions int [R, n]). Returns per group ``n``, ``auroc``,
     ``accuracy``, ``accuracy_parity_difference`` and (binary, multilabel) ``n_positive`` and
-    ``demographic_parity_difference``, each {"value", "low", "high"}; per attribute ``worst_group_auroc`` (+ which
-    group), ``demographic_parity_difference`` and ``equalized_odds_difference``.
+    ``demographic_parity_difference``, each an Estimate; per attribute ``worst_group_auroc`` (+ which group),
+    ``demographic_parity_difference`` and ``equalized_odds_difference`` (status "ok", no reference: the caller
+    names it).
 
     The group "unknown" (attribute not recorded) gets its own row and counts in every other group's "rest", but is
     left out of the attribute-level summaries (worst group, the two spreads): it is missing data, not a patient
@@ -213,39 +215,37 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
     redraws_cat = {g: {k: np.concatenate(v, axis=0) for k, v in d.items()} for g, d in by_group.items()}
 
     out_groups = {}
+    decided = selected is not None                   # binary, multilabel: positives (per label, summed) exist
     for g in order:
         p, r = point[g], redraws_cat[g]
-        entry = {
-            "n": int(members[g].sum()),
-            "auroc": estimate(p["auroc"][0], r["auroc"], confidence=confidence),
-            "accuracy": estimate(p["accuracy"][0], r["accuracy"], confidence=confidence),
-            "accuracy_parity_difference": estimate(p["accuracy"][0] - p["accuracy_rest"][0],
-                                                   r["accuracy"] - r["accuracy_rest"], confidence=confidence),
-        }
-        if selected is not None:                     # binary, multilabel: positives (per label, summed) exist
-            entry["n_positive"] = int(y[members[g]].sum())
-            entry["demographic_parity_difference"] = estimate(
+        out_groups[g] = GroupFairness(
+            n=int(members[g].sum()),
+            auroc=estimate(p["auroc"][0], r["auroc"], confidence=confidence),
+            accuracy=estimate(p["accuracy"][0], r["accuracy"], confidence=confidence),
+            accuracy_parity_difference=estimate(p["accuracy"][0] - p["accuracy_rest"][0],
+                                                r["accuracy"] - r["accuracy_rest"], confidence=confidence),
+            n_positive=int(y[members[g]].sum()) if decided else None,
+            demographic_parity_difference=estimate(
                 _nanmean(p["selection"] - p["selection_rest"], 1)[0],
-                _nanmean(r["selection"] - r["selection_rest"], 1), confidence=confidence)
-        out_groups[g] = entry
+                _nanmean(r["selection"] - r["selection_rest"], 1), confidence=confidence) if decided else None)
 
     named = [g for g in order if g != UNKNOWN]
     aurocs = (np.stack([redraws_cat[g]["auroc"] for g in named], axis=1) if named
               else np.empty((redraws.n_resamples, 0)))
     point_aurocs = np.array([point[g]["auroc"][0] for g in named])                       # [G]
     defined = np.isfinite(point_aurocs)
-    result: dict = {"groups": out_groups}
+    fields: dict = {}
     if defined.any():
         worst = named[int(np.nanargmin(np.where(defined, point_aurocs, np.inf)))]
         # The lowest over the groups the point value compares: a redraw in which one of them drew one class only
         # is undefined (nan, left out of the interval), not the lowest of the groups it kept, which would leave
         # out the small group most likely to be the worst and lift the interval.
         worst_redraws = aurocs[:, defined].min(axis=1)
-        result["worst_group_auroc"] = {"group": worst, **estimate(point_aurocs[defined].min(), worst_redraws,
-                                                                   confidence=confidence),
-                                       "undefined_redraws": int(np.isnan(worst_redraws).sum())}
+        fields["worst_group_auroc"] = WorstGroup(
+            group=worst, **estimate(point_aurocs[defined].min(), worst_redraws, confidence=confidence).model_dump(),
+            undefined_redraws=int(np.isnan(worst_redraws).sum()))
     else:
-        result["worst_group_auroc"] = {"group": None, "value": None, "low": None, "high": None}
+        fields["worst_group_auroc"] = WorstGroup(value=None)
 
     if selected is not None:
         # Equalised odds needs both classes in a group (TPR and FPR); groups without them are left out.
@@ -263,31 +263,28 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
         eo_redraws = (np.maximum(_spread(tpr, keep), _spread(fpr, keep))[:, eo_labels].mean(axis=1)
                       if eo_labels.any() else np.full(redraws.n_resamples, np.nan))
         dp_redraws = _spread(sel, np.ones(len(named), dtype=bool)).mean(axis=1)
-        result["demographic_parity_difference"] = estimate(dp_point, dp_redraws, confidence=confidence)
-        result["equalized_odds_difference"] = estimate(eo_point, eo_redraws, confidence=confidence)
-        excluded = sorted({g for j in range(y.shape[1]) for g in named if g not in eo_groups[j]})
-        if excluded:
-            result["equalized_odds_excluded_groups"] = excluded
-    return result
+        fields["demographic_parity_difference"] = estimate(dp_point, dp_redraws, confidence=confidence)
+        fields["equalized_odds_difference"] = estimate(eo_point, eo_redraws, confidence=confidence)
+        fields["equalized_odds_excluded_groups"] = sorted(
+            {g for j in range(y.shape[1]) for g in named if g not in eo_groups[j]})
+    return AttributeFairness(status="ok", groups=out_groups, **fields)
 
 
 def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_scores,
                       attributes: Mapping[str, np.ndarray], age_bins: Sequence[float] = AGE_BINS,
-                      n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95, patient_ids=None) -> dict:
-    """Per-attribute fairness of one model (the run.json ``"fairness"`` block); see the module docstring.
+                      n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95, patient_ids=None) -> Fairness:
+    """Per-attribute fairness of one model (the run record's fairness block); see the module docstring.
 
     ``attributes`` maps a name (sex, age, or any recorded attribute) to its per-test-image values [n]. An attribute
-    recorded for no test image (every value unknown, e.g. PneumoniaMNIST has no sex or age) gets
-    ``{"status": "n/a", "reason": ...}`` instead of numbers. Redraws: ``bootstrap_redraws(n, patient_ids,
+    recorded for no test image (every value unknown, e.g. PneumoniaMNIST has no sex or age) gets status "n/a" and a
+    reason instead of numbers. Redraws: ``bootstrap_redraws(n, patient_ids,
     n_resamples, seed)`` (by patient where ``patient_ids``, str [n], are given), the same as
     :func:`~dpmed.evaluation.utility.evaluate_utility`'s for the same ids; ``bootstrap_unit`` says which.
     """
     y, s, correct, selected, thresholds = decisions(kind, val_labels, val_scores, test_labels, test_scores)
     n = y.shape[0]
     redraws = bootstrap_redraws(n, patient_ids=patient_ids, n_resamples=n_resamples, seed=seed)
-    out: dict = {"definitions": DEFINITIONS, "thresholds": thresholds, "n_test": n, "n_resamples": int(n_resamples),
-                 "bootstrap_seed": int(seed), "bootstrap_unit": redraws.unit, "confidence": float(confidence),
-                 "age_bins": [float(b) for b in age_bins], "attributes": {}}
+    out: dict[str, AttributeFairness] = {}
     for name, values in attributes.items():
         values = np.asarray(values)
         if len(values) != n:
@@ -295,38 +292,36 @@ def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_sc
         groups = group_labels(name, values, age_bins=age_bins)
         order = _group_order(groups, name, tuple(float(b) for b in age_bins))
         if order == [UNKNOWN]:
-            out["attributes"][name] = {"status": "n/a",
-                                       "reason": f"no test image records {name} (all unknown): fairness by {name} "
-                                                 "cannot be measured on this dataset"}
+            out[name] = AttributeFairness(status="n/a", reason=f"no test image records {name} (all unknown): "
+                                                               f"fairness by {name} cannot be measured on this dataset")
             continue
         entry = attribute_fairness(y=y, s=s, correct=correct, selected=selected, groups=groups, order=order,
                                    redraws=redraws, confidence=confidence)
-        entry["status"] = "ok"
-        entry["reference"] = ("female minus male (and any unknown)" if name == "sex"
-                              else "each group minus all other patients pooled")
-        out["attributes"][name] = entry
-    return out
+        out[name] = entry.model_copy(update={"reference": "female minus male (and any unknown)" if name == "sex"
+                                             else "each group minus all other patients pooled"})
+    return Fairness(definitions=DEFINITIONS, thresholds=thresholds, n_test=n, n_resamples=int(n_resamples),
+                    bootstrap_seed=int(seed), bootstrap_unit=redraws.unit, confidence=float(confidence),
+                    age_bins=[float(b) for b in age_bins], attributes=out)
 
 
-def fairness_columns(fairness: Mapping | None) -> dict[str, float | int | str | None]:
+def fairness_columns(fairness: Fairness | None) -> dict[str, float | int | str | None]:
     """The flat results.csv columns of a run's fairness block, e.g. ``fairness[age=[80,100)]_auroc_low``."""
-    if not fairness:
+    if fairness is None:
         return {}
     row: dict = {}
-    for attr, entry in fairness.get("attributes", {}).items():
-        if entry.get("status") != "ok":
+    for attr in fairness.attributes:
+        if (entry := fairness.ok(attr)) is None:
             continue
-        for group, g in entry["groups"].items():
+        for group, g in entry.groups.items():
             key = f"fairness[{attr}={group}]"
-            row[f"{key}_n"] = g["n"]
+            row[f"{key}_n"] = g.n
             for metric in ("auroc", "accuracy", "accuracy_parity_difference", "demographic_parity_difference"):
-                if metric in g:
-                    row[f"{key}_{metric}"] = g[metric]["value"]
-                    row[f"{key}_{metric}_low"] = g[metric]["low"]
-                    row[f"{key}_{metric}_high"] = g[metric]["high"]
+                if (est := getattr(g, metric)) is not None:
+                    row[f"{key}_{metric}"], row[f"{key}_{metric}_low"], row[f"{key}_{metric}_high"] = (
+                        est.value, est.low, est.high)
         for metric in ("worst_group_auroc", "demographic_parity_difference", "equalized_odds_difference"):
-            if metric in entry:
+            if (est := getattr(entry, metric)) is not None:
                 for part in ("value", "low", "high"):
-                    row[f"fairness[{attr}]_{metric}" + ("" if part == "value" else f"_{part}")] = entry[metric][part]
-        row[f"fairness[{attr}]_worst_group"] = entry["worst_group_auroc"]["group"]
+                    row[f"fairness[{attr}]_{metric}" + ("" if part == "value" else f"_{part}")] = getattr(est, part)
+        row[f"fairness[{attr}]_worst_group"] = entry.worst_group_auroc.group if entry.worst_group_auroc else None
     return row

@@ -23,11 +23,12 @@ patients where patient ids are known (:func:`mean_with_interval`, on the per-ima
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from dpmed.evaluation.bootstrap import bootstrap_redraws
+from dpmed.evaluation.summaries import MeanEstimate
 from dpmed.evaluation.weighted import estimate, evaluate_redraws, weighted_mean
 
 __all__ = ["METRIC_LABELS", "average_drop", "increase_in_confidence", "masked_input_score", "mask_energy",
@@ -167,7 +168,7 @@ def _trapezoid(curve: np.ndarray) -> np.ndarray:
 
 
 def mean_with_interval(per_image, *, n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95,
-                       patient_ids=None) -> dict[str, Any]:
+                       patient_ids=None) -> MeanEstimate:
     """Mean of per-image values (nan = undefined, left out) with a seeded percentile bootstrap interval, and ``n``
     (the defined values).
 
@@ -184,7 +185,7 @@ def mean_with_interval(per_image, *, n_resamples: int = 1000, seed: int = 0, con
         patient_ids = patient_ids[defined]
     v = v[defined]
     if v.size == 0:
-        return {"value": None, "low": None, "high": None, "n": 0}
+        return MeanEstimate(value=None, n=0)
     draws = bootstrap_redraws(v.size, patient_ids=patient_ids, n_resamples=n_resamples, seed=seed)
     redraws = evaluate_redraws(draws, lambda w: weighted_mean(v, w))
-    return {**estimate(v.mean(), redraws, confidence=confidence), "n": int(v.size)}
+    return MeanEstimate(**estimate(v.mean(), redraws, confidence=confidence).model_dump(), n=int(v.size))

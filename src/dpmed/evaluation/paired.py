@@ -128,7 +128,7 @@ def paired_differences(*, kind: str, labels, scores, reference_scores, threshold
     for name, parts in redraws.items():
         diffs = np.concatenate(parts)
         defined = int(np.isfinite(diffs).sum())
-        out[name] = {**estimate(float(mine[name][0] - theirs[name][0]), diffs, confidence=confidence),
+        out[name] = {**estimate(float(mine[name][0] - theirs[name][0]), diffs, confidence=confidence).model_dump(),
                      "p_value": bootstrap_p_value(diffs), "p_floor": p_value_floor(defined),
                      "defined_redraws": defined, "private": number(mine[name][0]),
                      "reference": number(theirs[name][0])}

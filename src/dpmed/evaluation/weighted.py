@@ -25,7 +25,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from dpmed.evaluation.bootstrap import Estimate, Redraws
+from dpmed.evaluation.bootstrap import Redraws, percentile_interval
+from dpmed.evaluation.summaries import Estimate
 
 __all__ = ["redraw_counts", "evaluate_redraws", "weighted_auroc", "weighted_macro_auroc", "weighted_mean",
            "quadratic_kappa", "weighted_kappa", "estimate", "as_label_columns", "number"]
@@ -159,11 +160,10 @@ def number(value) -> float | None:
     return value if np.isfinite(value) else None
 
 
-def estimate(value: float, redraws: np.ndarray, *, confidence: float) -> dict[str, float | None]:
-    """{"value", "low", "high"} with the percentile interval of ``redraws`` (nan redraws left out); JSON-safe."""
-    est = Estimate.from_redraws(float(value) if value is not None else np.nan, np.asarray(redraws, dtype=float),
-                                confidence=confidence)
-    return {"value": number(est.value), "low": number(est.low), "high": number(est.high)}
+def estimate(value: float | None, redraws: np.ndarray, *, confidence: float) -> Estimate:
+    """``value`` with the percentile interval of ``redraws`` (nan redraws left out); None where undefined."""
+    low, high = percentile_interval(np.asarray(redraws, dtype=float), confidence=confidence)
+    return Estimate(value=number(value), low=number(low), high=number(high))
 
 
 def as_label_columns(kind: str, labels, scores) -> tuple[np.ndarray, np.ndarray]:

@@ -214,12 +214,11 @@ def p_text(diff: PairedDifference) -> str:
     return f"{diff.p_value:.2g}"
 
 
-def estimate_text(est: Estimate | dict | None, digits: int = 3) -> str:
-    """"v [low, high]" of an estimate (a record's, or an evaluation block's dict); "–" when undefined."""
+def estimate_text(est: Estimate | None, digits: int = 3) -> str:
+    """"v [low, high]" of an estimate; "–" when undefined."""
     if est is None:
         return "–"
-    value, low, high = ((est.value, est.low, est.high) if isinstance(est, Estimate)
-                        else (est.get("value"), est.get("low"), est.get("high")))
+    value, low, high = est.value, est.low, est.high
     if value is None:
         return "–"
     if low is None or high is None:

@@ -13,22 +13,23 @@ from typing import Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
+from dpmed.evaluation.summaries import Estimate
 from dpmed.reporting.figures import FONT, NARROW_INCHES, image_rows, plot_interval, png_bytes
 
 __all__ = ["group_estimates", "group_figure", "cam_grid", "cam_grid_figure"]
 
 
-def group_estimates(groups: Sequence[str], series: Sequence[tuple[str, Sequence[dict | None]]], *,
+def group_estimates(groups: Sequence[str], series: Sequence[tuple[str, Sequence[Estimate | None]]], *,
                     ylabel: str, title: str, narrow: bool = False) -> bytes:
     """:func:`group_figure` as PNG bytes."""
     return png_bytes(group_figure(groups, series, ylabel=ylabel, title=title, narrow=narrow))
 
 
-def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[dict | None]]], *,
+def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[Estimate | None]]], *,
                  ylabel: str, title: str, narrow: bool = False) -> Figure:
     """One point with its interval per (run, group): groups on x, runs side by side within a group.
 
-    ``series``: (run label, one {"value", "low", "high"} or None per group). Undefined values are left out. The
+    ``series``: (run label, one estimate or None per group). Undefined values are left out. The
     narrow layout (a phone) puts the groups on y and the values on x, so long group names and many runs still fit a
     358 px column."""
     dpi, size = FONT[narrow]
@@ -50,9 +51,9 @@ def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[dic
     for k, (label, estimates) in enumerate(series):
         color = f"C{k % 10}"
         for i, est in enumerate(estimates):
-            if not est or est.get("value") is None:
+            if est is None or est.value is None:
                 continue
-            point = plot_interval(ax, i - 0.4 + width * (k + 0.5), est["value"], est.get("low"), est.get("high"),
+            point = plot_interval(ax, i - 0.4 + width * (k + 0.5), est.value, est.low, est.high,
                                   across=narrow, color=color)
             if label is not None:
                 point.set_label(label)

@@ -15,12 +15,13 @@ number carries its percentile bootstrap interval; small groups and intervals of 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from dpmed.comparisons import MIN_CLASS_COUNT, Comparisons, Correlation, PairedDifference
 from dpmed.evaluation.explanations import METRIC_LABELS
+from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, WorstGroup
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
@@ -57,29 +58,35 @@ def _none_defined(correlations: Sequence[Correlation], what: str) -> str | None:
 # ---------------------------------------------------------------------------------------------------- fairness
 
 
-def _undefined_share(worst: Mapping[str, Any], resamples: int | None) -> str:
+def _undefined_share(worst: WorstGroup | None, resamples: int) -> str:
     """Where many redraws left a compared group one class (a tiny group), how many: the interval describes only the
     others (`dpmed.evaluation.fairness`), as the utility metrics warn above the same share."""
-    undefined = worst.get("undefined_redraws") or 0
+    undefined = (worst.undefined_redraws if worst is not None else None) or 0
     if not resamples or undefined <= UNDEFINED_REDRAWS_WARN_FRACTION * resamples:
         return ""
     return (f' <span class="flag" title="in these redraws a group drew a single class, so no group is the worst; '
             f'the interval uses the others">({undefined} of {resamples} redraws undefined)</span>')
 
 
+def _group(entry: AttributeFairness, group: str, metric: str) -> Estimate | None:
+    """One group's ``metric`` (None where the run has no such group)."""
+    g = entry.groups.get(group)
+    return None if g is None else getattr(g, metric)
+
+
 def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) -> str:
     level = inputs.level
-    entries = [r.fairness["attributes"][name] for r in runs]
-    groups = list(dict.fromkeys(g for e in entries for g in e["groups"]))
-    first = entries[0]["groups"]
+    entries: list[AttributeFairness] = [r.fairness.attributes[name] for r in runs]
+    groups = list(dict.fromkeys(g for e in entries for g in e.groups))
+    first = entries[0].groups
     flags = [f for f in inputs.comparisons.group_flags if f.attribute == name]
     flagged = {(f.run_id, f.group): f for f in flags}
     small = {f.group for f in flags if any(reason.startswith("only") for reason in f.reasons)}
-    sizes = ", ".join(f"{_e(g)}: {first[g]['n']}"
-                      + (f" ({first[g]['n_positive']} positive)" if "n_positive" in first[g] else "")
+    sizes = ", ".join(f"{_e(g)}: {first[g].n}"
+                      + (f" ({first[g].n_positive} positive)" if first[g].n_positive is not None else "")
                       + (" ⚠ small" if g in small else "")
                       for g in groups if g in first)
-    series = [(f"{r.run_id}: {eps_label(r.privacy)}", [e["groups"].get(g, {}).get("auroc") for g in groups])
+    series = [(f"{r.run_id}: {eps_label(r.privacy)}", [_group(e, g, "auroc") for g in groups])
               for r, e in zip(runs, entries)]
     ticks = [f"{g} *" if g in small else g for g in groups]
     title = f"AUROC by {name} ({level} intervals)" + ("; * small group" if small else "")
@@ -88,23 +95,22 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                           inputs.folder.root / f"fairness_{name}.png", f"AUROC by {name}")
     head = "".join(f"<th>{_e(g)}</th>" for g in groups)
 
-    def cell(r: RunRecord, e: dict, g: str) -> str:
+    def cell(r: RunRecord, e: AttributeFairness, g: str) -> str:
         mark = ' <span class="flag" title="see the warnings below">⚠</span>' if (r.run_id, g) in flagged else ""
-        return f"<td class=num>{_est(e['groups'].get(g, {}).get('auroc'))}{mark}</td>"
+        return f"<td class=num>{_est(_group(e, g, 'auroc'))}{mark}</td>"
 
     auroc_rows = "".join(
         f"<tr><td>{_e(r.run_id)}</td><td class=eps>{_e(eps_label(r.privacy))}</td>"
         + "".join(cell(r, e, g) for g in groups)
-        + f"<td>{_e(e['worst_group_auroc'].get('group'))}: {_est(e['worst_group_auroc'])}"
-        + _undefined_share(e["worst_group_auroc"], r.fairness.get("n_resamples")) + "</td></tr>"
+        + f"<td>{_e(e.worst_group_auroc.group if e.worst_group_auroc else None)}: {_est(e.worst_group_auroc)}"
+        + _undefined_share(e.worst_group_auroc, r.fairness.n_resamples) + "</td></tr>"
         for r, e in zip(runs, entries))
     parity_rows = "".join(
         f"<tr><td>{_e(r.run_id)}</td>"
-        + "".join(f"<td class=num>{_est(e['groups'].get(g, {}).get('accuracy_parity_difference'))}</td>"
-                  for g in groups)
-        + f"<td class=num>{_est(e.get('demographic_parity_difference'))}</td>"
-        f"<td class=num>{_est(e.get('equalized_odds_difference'))}</td></tr>" for r, e in zip(runs, entries))
-    reference = _e(entries[0].get("reference", ""))
+        + "".join(f"<td class=num>{_est(_group(e, g, 'accuracy_parity_difference'))}</td>" for g in groups)
+        + f"<td class=num>{_est(e.demographic_parity_difference)}</td>"
+        f"<td class=num>{_est(e.equalized_odds_difference)}</td></tr>" for r, e in zip(runs, entries))
+    reference = _e(entries[0].reference or "")
     warnings = ""
     if flags:
         by_group: dict[str, list] = {}
@@ -148,19 +154,19 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
             + _outside_note(runs, entries, groups, level))
 
 
-def _outside_note(runs: list[RunRecord], entries: list[dict], groups: list[str], level: str) -> str:
+def _outside_note(runs: list[RunRecord], entries: list[AttributeFairness], groups: list[str], level: str) -> str:
     """A note where some interval of the attribute's tables lies wholly on one side of its point (equalised odds
     0.275 [0.286, 1.000]), which reads as an error but is what a percentile bootstrap of such statistics does."""
-    def outside(est: dict | None) -> bool:
-        value, low, high = ((est or {}).get(k) for k in ("value", "low", "high"))
-        return None not in (value, low, high) and not low <= value <= high
+    def outside(est: Estimate | None) -> bool:
+        return (est is not None and None not in (est.value, est.low, est.high)
+                and not est.low <= est.value <= est.high)          # type: ignore[operator]
 
-    shown = [(f"{g} AUROC", lambda e, g=g: e["groups"].get(g, {}).get("auroc")) for g in groups]
-    shown += [("worst-group AUROC", lambda e: e.get("worst_group_auroc")),
-              ("demographic parity difference", lambda e: e.get("demographic_parity_difference")),
-              ("equalised odds difference", lambda e: e.get("equalized_odds_difference"))]
+    shown = [(f"{g} AUROC", lambda e, g=g: _group(e, g, "auroc")) for g in groups]
+    shown += [("worst-group AUROC", lambda e: e.worst_group_auroc),
+              ("demographic parity difference", lambda e: e.demographic_parity_difference),
+              ("equalised odds difference", lambda e: e.equalized_odds_difference)]
     shown += [(f"{g} accuracy parity difference",
-               lambda e, g=g: e["groups"].get(g, {}).get("accuracy_parity_difference")) for g in groups]
+               lambda e, g=g: _group(e, g, "accuracy_parity_difference")) for g in groups]
     cases = [(r.run_id, what, get(e)) for r, e in zip(runs, entries) for what, get in shown if outside(get(e))]
     if not cases:
         return ""
@@ -178,15 +184,14 @@ def fairness_section(inputs: ReportInputs) -> str:
     runs = [r for r in inputs.records if r.fairness]
     if not runs:
         return ""
-    names = list(dict.fromkeys(a for r in runs for a in r.fairness["attributes"]))
+    names = list(dict.fromkeys(a for r in runs for a in r.fairness.attributes))
     parts = []
     for name in names:
-        ok = [r for r in runs if r.fairness["attributes"].get(name, {}).get("status") == "ok"]
+        ok = [r for r in runs if r.fairness.ok(name)]
         if ok:
             parts.append(_fairness_attribute(name, ok, inputs))
         else:
-            reason = next(r.fairness["attributes"][name].get("reason", "") for r in runs
-                          if name in r.fairness["attributes"])
+            reason = next(r.fairness.attributes[name].reason or "" for r in runs if name in r.fairness.attributes)
             parts.append(f"<h3>By {_e(name)}</h3><p>Not applicable: {_e(reason)}</p>")
     corr = inputs.comparisons.correlations.epsilon_vs_accuracy_parity
     undefined = _none_defined(corr, "groups") if corr else None
@@ -236,10 +241,10 @@ def _grid(runs: list[RunRecord], inputs: ReportInputs) -> str:
             f"three).</p><figure>{figure}</figure>")
 
 
-def _flat_scores(explanations: Mapping[str, Any]) -> bool:
+def _flat_scores(explanations: Explanations) -> bool:
     """Every explained image's predicted-class score below 0.55 while at least 0.5 (a binary model that is never
     confident, whatever it ranks): the confidence metrics have next to nothing to measure."""
-    lo, hi = explanations.get("score_image_min"), explanations.get("score_image_max")
+    lo, hi = explanations.score_image_min, explanations.score_image_max
     return lo is not None and hi is not None and hi < 0.55 and lo >= 0.5
 
 
@@ -248,23 +253,23 @@ def interpretability_section(inputs: ReportInputs) -> str:
     if not runs:
         return ""
     level = inputs.level
-    metrics = list(dict.fromkeys(m for r in runs for m in r.explanations["metrics"]))
+    metrics = list(dict.fromkeys(m for r in runs for m in r.explanations.metrics))
     head = "".join(f"<th>{_e(_SHORT.get(m, m))}</th>" for m in metrics)
     rows = "".join(
         f"<tr><td>{_e(r.run_id)}</td><td>{_e(eps_label(r.privacy))}</td>"
-        + "".join(f"<td class=num>{_est(r.explanations['metrics'].get(m), 2 if m in _PERCENT else 3)}</td>"
+        + "".join(f"<td class=num>{_est(r.explanations.metrics.get(m), 2 if m in _PERCENT else 3)}</td>"
                   for m in metrics) + "</tr>" for r in runs)
     e0 = runs[0].explanations
-    notes = [f"{_e(e0['method'])} ({_e(e0.get('method_reference', ''))}) at layer <code>{_e(e0['target_layer'])}"
-             f"</code>, class: {_e(e0.get('explained_class', ''))}, on {e0['n_images']} test images drawn once "
-             f"(seed {e0.get('image_seed', 0)}) and shared by every run; {level} percentile bootstrap intervals "
+    notes = [f"{_e(e0.method)} ({_e(e0.method_reference)}) at layer <code>{_e(e0.target_layer)}"
+             f"</code>, class: {_e(e0.explained_class)}, on {e0.n_images} test images drawn once "
+             f"(seed {e0.image_seed}) and shared by every run; {level} percentile bootstrap intervals "
              + ("over those images' patients (each drawn patient with all of their explained images)."
-                if e0.get("bootstrap_unit") == "patient" else "over those images.")]
+                if e0.bootstrap_unit == "patient" else "over those images.")]
     notes += [f"{_e(_SHORT.get(m, m))}: {_e(METRIC_LABELS.get(m, ''))}." for m in metrics]
-    if e0.get("n_masked_images"):
-        notes.append(f"Lesion-mask energy and pointing game use the CAM of class {e0.get('lesion_class')} on the "
-                     f"{e0['n_masked_images']} explained images with a lesion mask; a uniform CAM would put "
-                     f"{e0.get('mask_area_share') or 0:.3f} of its energy in the mask (chance level).")
+    if e0.n_masked_images:
+        notes.append(f"Lesion-mask energy and pointing game use the CAM of class {e0.lesion_class} on the "
+                     f"{e0.n_masked_images} explained images with a lesion mask; a uniform CAM would put "
+                     f"{e0.mask_area_share or 0:.3f} of its energy in the mask (chance level).")
     flat = [r.run_id for r in runs if _flat_scores(r.explanations)]
     if flat:
         notes.append("Predicted-class scores Y that hardly vary (within 0.05 of chance for every explained image) in: "
@@ -273,17 +278,16 @@ def interpretability_section(inputs: ReportInputs) -> str:
                      "these runs; lesion-mask energy and pointing game do not depend on Y's size.")
     # Each count with the metrics that read its maps: the predicted-class maps feed the confidence and
     # deletion/insertion metrics, the lesion-class maps (records before them lack the count) energy and pointing.
-    zero = [f"{_e(r.run_id)}: {e['n_zero_cams']} of {e['n_images']}" for r in runs
-            if (e := r.explanations).get("n_zero_cams")]
+    zero = [f"{_e(r.run_id)}: {e.n_zero_cams} of {e.n_images}" for r in runs if (e := r.explanations).n_zero_cams]
     if zero:
         notes.append("All-zero CAMs of the predicted class (no positive evidence anywhere), which Average Drop, "
                      "Increase in Confidence, the masked-input score and deletion/insertion AUC read (the masked "
                      "input is then a black image, and deletion and insertion take the pixels in raster order): "
                      + ", ".join(zero) + ".")
-    lesion_zero = [f"{_e(r.run_id)}: {e['n_zero_lesion_cams']} of {e['n_masked_images']}" for r in runs
-                   if (e := r.explanations).get("n_zero_lesion_cams")]
+    lesion_zero = [f"{_e(r.run_id)}: {e.n_zero_lesion_cams} of {e.n_masked_images}" for r in runs
+                   if (e := r.explanations).n_zero_lesion_cams]
     if lesion_zero:
-        notes.append(f"All-zero CAMs of class {e0.get('lesion_class')} on the explained images with a lesion mask, "
+        notes.append(f"All-zero CAMs of class {e0.lesion_class} on the explained images with a lesion mask, "
                      "which lesion-mask energy and the pointing game read (such a map scores 0 energy and misses): "
                      + ", ".join(lesion_zero) + ".")
     correlations = inputs.comparisons.correlations
@@ -311,7 +315,7 @@ def interpretability_section(inputs: ReportInputs) -> str:
 def _difference_cell(d: PairedDifference | None) -> str:
     if d is None or d.value is None:
         return "<td class=num>–</td><td class=num>–</td>"
-    return f"<td class=num>{_est(d.model_dump())}</td><td class=num>{p_text(d)}</td>"
+    return f"<td class=num>{_est(Estimate(value=d.value, low=d.low, high=d.high))}</td><td class=num>{p_text(d)}</td>"
 
 
 def comparison_section(inputs: ReportInputs) -> str:
