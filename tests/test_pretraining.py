@@ -18,6 +18,7 @@ from dpmed.folders import StudyFolder
 from dpmed.models import build_model
 from dpmed.models.weights import file_sha256
 from dpmed.pretraining import prepare_start, pretrain_folder
+from dpmed.run import start_model
 
 ARMS = [{"name": "base", "mechanism": "none"}]
 PUBLIC = {"public": "another phantom: synthetic, of no person",
@@ -85,6 +86,16 @@ def test_a_pretrained_head_for_other_classes_is_not_loaded_even_where_its_shape_
     assert start.loaded == len(model.state_dict()) - 2
     same = prepare_start(study, private, StudyFolder(tmp_path / "same"))
     assert same.sha256 == start.sha256 and same.kept == () and same.loaded == len(model.state_dict())
+    # ... and the model each run trains is started so: before, run.start_model loaded the head anyway
+    file = torch.load(start.weights, weights_only=True)
+    torch.manual_seed(3)
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    start_model(model, "small_cnn", start)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, initial[k] if k in start.kept else file[k]), k
+    start_model(model, "small_cnn", same)
+    assert torch.equal(model.head.weight, file["head.weight"])
 
 
 def test_cached_pretraining_is_found_after_a_relative_out_folder_moves(private, tmp_path, monkeypatch):

@@ -181,7 +181,8 @@ def _attack(model, dataset: Dataset, dp: DpSgdPlan, seed: int, device, folder: R
 def start_model(model: torch.nn.Module, name: str, start: StartRecord | None) -> None:
     """Load ``start``'s weights into ``model`` (a freshly built ``name``) and freeze what it does not train
     (`dpmed.models.weights`). The file must still be the one the study recorded (its sha256): the run record names
-    the weights by that hash."""
+    the weights by that hash. The head keys the study left at their initialisation (``start.kept``: pretrained for
+    other classes, or another order) are left so here too, whatever their shape."""
     if start is None:
         return
     info = MODELS[name]
@@ -190,7 +191,11 @@ def start_model(model: torch.nn.Module, name: str, start: StartRecord | None) ->
         if not path.is_file() or file_sha256(path) != start.sha256:
             raise ConfigError(f"the starting weights {path} are missing or changed since the study was prepared "
                               f"(sha256 {start.sha256}); run the study again to record the file it uses")
-        load_weights(model, read_state_dict(path), head=info.head)
+        state = {k: v for k, v in read_state_dict(path).items() if k not in start.kept}
+        loaded = load_weights(model, state, head=info.head, path=path)
+        if len(loaded.loaded) != start.loaded:        # one rule for what the record says and what the run loads
+            raise AssertionError(f"{len(loaded.loaded)} tensors loaded from {path}, the study recorded "
+                                 f"{start.loaded}")
     set_trainable(model, start.trainable, head=info.head, blocks=info.blocks)
 
 
