@@ -275,7 +275,7 @@ def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progre
         # Public pretraining knows what its outputs mean: its head is used only for the same classes in the same
         # order (a user's own file says nothing of its classes: its head is used where the shape fits).
         same_classes = record is None or tuple(record.label_names) == tuple(dataset.task.label_names)
-        loaded = load_weights(model, read_state_dict(weights, key=key), head=info.head, key=key,
+        loaded = load_weights(model, read_state_dict(weights, key=key), head=info.head, key=key, path=weights,
                               same_classes=same_classes)
         why = "another shape" if same_classes else (f"pretrained for {list(record.label_names)}, not "
                                                     f"{list(dataset.task.label_names)}")

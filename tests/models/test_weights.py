@@ -3,6 +3,8 @@ reasons, and what freezing means under DP-SGD (a frozen parameter is neither cli
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -59,24 +61,26 @@ def test_batch_norm_weights_are_refused_with_the_reason(tmp_path):
         read_state_dict(path)
     message = str(info.value)
     assert "BatchNorm running statistics" in message and "bn1.running_mean" in message
-    assert "per-example clipping" in message and "GroupNorm" in message and "BiT" in message
+    assert "per-example clipping" in message and "GroupNorm" in message and "model.pt" in message
+    assert "do not fit dpmed's models" in message       # BiT's files are named only as what does not load
 
 
-def test_a_shape_mismatch_names_the_key(tmp_path):
+def test_a_shape_mismatch_names_the_file_and_the_key(tmp_path):
     rgb = build_model("small_cnn", in_channels=3, num_outputs=2, image_size=32)
     path = _save(rgb.state_dict(), tmp_path / "rgb.pt")
     grey = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=32)
-    with pytest.raises(ConfigError, match=r"model.weights: features.0.0.weight has shape \[16, 3, 3, 3\] in the file "
-                                          r"but \[16, 1, 3, 3\]"):
-        load_weights(grey, read_state_dict(path), head="head")
+    with pytest.raises(ConfigError, match=re.escape(f"model.weights: {path}: features.0.0.weight has shape "
+                                                    "[16, 3, 3, 3] in the file but [16, 1, 3, 3]")):
+        load_weights(grey, read_state_dict(path), head="head", path=path)
 
 
 def test_another_architecture_is_refused_naming_keys(tmp_path):
     """ResNet-18 weights for ResNet-9 (same stem at 128 px, one block per stage instead of two)."""
     path = _save(build_model("resnet18", in_channels=1, num_outputs=2, image_size=128).state_dict(), tmp_path / "r.pt")
-    with pytest.raises(ConfigError, match=r"the file's layer1.1.conv1.weight.* have no place in the model"):
+    with pytest.raises(ConfigError, match=re.escape(f"model.weights: {path}: the file does not fit the model")
+                       + r".*the file's layer1.1.conv1.weight.* have no place in the model"):
         load_weights(build_model("resnet9", in_channels=1, num_outputs=2, image_size=128), read_state_dict(path),
-                     head="fc")
+                     head="fc", path=path)
 
 
 def test_a_missing_file_names_the_key_and_the_path(tmp_path):

@@ -76,7 +76,7 @@ class ModelConfig(_Strict):
     def _declared(self) -> "ModelConfig":
         if self.weights is not None and self.weights_source is None:
             raise ValueError("model.weights needs model.weights_source: say what the weights were trained on (e.g. "
-                             "'ImageNet-21k, BiT-M'); the record and the report print it")
+                             "'NIH ChestX-ray14, dpmed small_cnn, run nih_seed0'); the record and the report print it")
         if self.weights is None and self.weights_source is not None:
             raise ValueError("model.weights_source describes model.weights, which is not set")
         return self

@@ -129,15 +129,17 @@ def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tens
             f"{key}: {path} holds BatchNorm running statistics ({_examples(batch_norm)}); BatchNorm cannot be used "
             "under DP-SGD: in training it mixes the examples of a batch, so per-example clipping no longer bounds "
             "one example's influence, and its running mean and variance would be statistics of the private images "
-            "released without noise. Use weights trained with GroupNorm or weight standardisation (BiT checkpoints, "
-            "De et al. 2022's, or dpmed's own model.pt), or pretrain with the study's pretrain stage")
+            "released without noise. Use weights trained with GroupNorm for one of dpmed's models (any dpmed run's "
+            "model.pt), or pretrain with the study's pretrain stage (GroupNorm checkpoints of other architectures, "
+            "such as BiT's ResNet-v2, suit DP-SGD too, but do not fit dpmed's models)")
     return state
 
 
 def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str, key: str = "model.weights",
-                 same_classes: bool = True) -> LoadedWeights:
-    """Copy ``state`` into ``model`` (the rules of the module docstring): ConfigError naming the first keys that are
-    missing, unexpected or of another shape outside the head ``head`` (a module name, e.g. "fc").
+                 path: Path | None = None, same_classes: bool = True) -> LoadedWeights:
+    """Copy ``state`` (read from ``path``) into ``model`` (the rules of the module docstring): ConfigError naming
+    the file and the first keys that are missing, unexpected or of another shape outside the head ``head`` (a module
+    name, e.g. "fc").
     ``same_classes=False``: the file's outputs are known to mean other classes (or the same in another order), so
     the head is left at its initialisation whatever its shape; a head of the right shape would otherwise start
     each output from another class's weights."""
@@ -146,15 +148,16 @@ def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str, ke
     missing = [k for k in own if k not in state and not in_head(k)]
     unexpected = [k for k in state if k not in own]
     mismatched = [k for k in own if k in state and state[k].shape != own[k].shape and not in_head(k)]
+    where = f"{key}: " if path is None else f"{key}: {path}: "
     if mismatched:
         k = mismatched[0]
-        raise ConfigError(f"{key}: {k} has shape {list(state[k].shape)} in the file but {list(own[k].shape)} in the "
+        raise ConfigError(f"{where}{k} has shape {list(state[k].shape)} in the file but {list(own[k].shape)} in the "
                           f"model" + (f" (and {len(mismatched) - 1} more keys differ)" if len(mismatched) > 1 else "")
                           + "; the weights were trained for another architecture, input channels or image size")
     if missing or unexpected:
         parts = ([f"the model's {_examples(missing)} are not in the file"] if missing else []) + \
                 ([f"the file's {_examples(unexpected)} have no place in the model"] if unexpected else [])
-        raise ConfigError(f"{key}: the file does not fit the model: {'; '.join(parts)}; the architectures differ "
+        raise ConfigError(f"{where}the file does not fit the model: {'; '.join(parts)}; the architectures differ "
                           "(dpmed reads its own model.pt and torchvision's ResNet names)")
     kept = tuple(k for k in own if in_head(k)
                  and (not same_classes or k not in state or state[k].shape != own[k].shape))
