@@ -68,6 +68,12 @@ def test_pretraining_trains_once_and_is_cached_by_content(private, tmp_path, mon
     monkeypatch.setattr(pretraining, "train", _no_training)
     again = prepare_start(study, private, folder)
     assert again.sha256 == first.sha256
+    # what this study declares and checks is its own, not the first study's to use the entry (the report prints it)
+    restated = study.model_copy(update={"pretrain": study.pretrain.model_copy(
+        update={"public": "restated: a phantom, of no person", "near_duplicate_bits": 5})})
+    cached = prepare_start(restated, private, folder).pretraining
+    assert cached.sha256 == first.sha256 and cached.public == "restated: a phantom, of no person"
+    assert cached.near_duplicate_bits == 5
     other = study.model_copy(update={"pretrain": study.pretrain.model_copy(update={"seed": 5})})
     with pytest.raises(AssertionError, match="trained although"):          # other settings: another key
         prepare_start(other, private, folder)

@@ -134,7 +134,11 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     if cached is not None:
         _log.info("pretrain: weights of an earlier run found in %s (validation AUROC %s)", where,
                   "undefined" if cached.validation_auroc is None else f"{cached.validation_auroc:.3f}")
-        return cached
+        # The key names the weights by what trained them; what this study declares and checked (its statement, the
+        # reader's path, the overlap check's threshold) is this study's, not the first one's to use the entry.
+        return cached.model_copy(update={"public": config.public, "data": public.shareable_source(),
+                                         "overlap_checks": overlap.checks(),
+                                         "near_duplicate_bits": config.near_duplicate_bits})
 
     # Weights not trained yet: finished runs that started from other ones would refuse them once trained
     # (`refuse_other_starts`), so refuse now rather than after the training.
