@@ -30,14 +30,14 @@ def widths(run_dir: Path, resamples: int) -> dict[str, tuple[float, float]] | No
     """{metric: (image-level width, patient-level width)} of one binary run; None for other tasks."""
     record = json.loads((run_dir / "run.json").read_text())    # plain JSON: records of older versions too
     p = load_predictions(run_dir / "predictions.npz")
-    if p["test_scores"].ndim != 1:
+    if p.test.scores.ndim != 1 or p.val is None:
         return None
     seed = int(record["metrics"].get("bootstrap_seed", 0))
-    common = dict(kind="binary", label_names=["negative", "positive"], val_labels=p["val_labels"],
-                  val_scores=p["val_scores"],
-                  test_labels=p["test_labels"], test_scores=p["test_scores"], n_resamples=resamples, seed=seed)
+    common = dict(kind="binary", label_names=["negative", "positive"], val_labels=p.val.labels,
+                  val_scores=p.val.scores, test_labels=p.test.labels, test_scores=p.test.scores,
+                  n_resamples=resamples, seed=seed)
     images = evaluate_utility(**common)
-    patients = evaluate_utility(**common, test_patient_ids=p["test_patient_ids"])
+    patients = evaluate_utility(**common, test_patient_ids=p.test.patient_ids)
     return {m: (images[f"{m}_high"] - images[f"{m}_low"], patients[f"{m}_high"] - patients[f"{m}_low"])
             for m in METRICS}
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         if not found:
             print(f"{study}: no binary run with predictions", file=sys.stderr)
             continue
-        ids = load_predictions(runs[0] / "predictions.npz")["test_patient_ids"]
+        ids = load_predictions(runs[0] / "predictions.npz").test.patient_ids
         for m in METRICS:
             image = [w[m][0] for w in found]
             patient = [w[m][1] for w in found]

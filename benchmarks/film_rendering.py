@@ -150,7 +150,7 @@ def _rows(study: Path, medmnist: ImageSet) -> list[dict]:
                             image_size=shape[-1])
         model.load_state_dict(torch.load(run / "model.pt", map_location="cpu", weights_only=True))
         ours = predict(model, dataset.test, dataset.task)
-        saved = load_predictions(run / "predictions.npz")["test_scores"]
+        saved = load_predictions(run / "predictions.npz").test.scores
         if not np.allclose(ours, saved, rtol=1e-4, atol=1e-5):
             raise SystemExit(f"{run}: the model does not give its saved test scores (max difference "
                              f"{np.max(np.abs(ours - saved)):.2g}); was the folder made by another version?")

@@ -75,7 +75,7 @@ def _rows(study: Path, variants: list[str], shift: int | None) -> list[dict]:
         model = build_model(record.plan.model, in_channels=dataset.test.image_shape[0],
                             num_outputs=dataset.task.num_outputs, image_size=size)
         model.load_state_dict(torch.load(run / "model.pt", map_location="cpu", weights_only=True))
-        saved = load_predictions(run / "predictions.npz")["test_scores"]
+        saved = load_predictions(run / "predictions.npz").test.scores
         y = dataset.test.labels.astype(bool)
         row = {"study": study.name, "run": run.name, "group": run.name.rsplit("_seed", 1)[0], "shift_px": shift}
         for variant in ["none", *variants]:

@@ -65,14 +65,14 @@ def _rows(study: Path, fractions: list[float], draws: int, seed: int) -> list[di
     rows = []
     for path in sorted(study.glob("runs/*/predictions.npz")):
         z = load_predictions(path)
-        if "test_patient_ids" not in z or z["test_scores"].ndim != 1:
-            print(f"{path}: skipped (not a binary run with patient ids)", file=sys.stderr)
+        if z.val is None or z.test.scores.ndim != 1:
+            print(f"{path}: skipped (not a binary run with validation predictions)", file=sys.stderr)
             continue
-        y, s, p = z["test_labels"], z["test_scores"], z["test_patient_ids"]
+        y, s, p = z.test.labels, z.test.scores, z.test.patient_ids
         rng = np.random.default_rng(seed)     # the same draws for every run: differences are paired
         row = {"study": study.name, "run": path.parent.name,
                "group": re.sub(r"_seed\d+$", "", path.parent.name),
-               "validation": _accuracy(y, s, youden_threshold(z["val_labels"], z["val_scores"])),
+               "validation": _accuracy(y, s, youden_threshold(z.val.labels, z.val.scores)),
                "oracle": oracle_accuracy(y, s)}
         for f in fractions:
             accs = calibrated_accuracy(y, s, p, fraction=f, draws=draws, rng=rng)

@@ -10,6 +10,7 @@ from sklearn.metrics import roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
 from dpmed.comparisons import compare_runs
+from dpmed.evaluation.predictions import Predictions, SplitPredictions
 from dpmed.evaluation.paired import (bootstrap_p_value, p_value_floor, paired_differences,
                                     pearson, seed_summary)
 
@@ -65,6 +66,13 @@ def test_seed_summary_by_hand():
     assert seed_summary([0.5])["std"] is None
 
 
+def _saved(labels, patient_ids, scores, *, val=None) -> Predictions:
+    """A run's predictions as load_predictions returns them: the test split, and (labels, scores) of validation."""
+    return Predictions(test=SplitPredictions(scores=scores, labels=labels, patient_ids=patient_ids),
+                       val=None if val is None else SplitPredictions(scores=val[1], labels=val[0],
+                                                                      patient_ids=np.arange(len(val[0])).astype(str)))
+
+
 def _record(make_record, run_id, arm, mechanism, *, eps=None, C=1.0, seed=0, parity=None, energy=None, lr=0.002,
             metrics=None, make_fairness=None, make_explanations=None):
     fairness = None if parity is None else make_fairness("sex", {"female": {"accuracy_parity_difference":
@@ -88,14 +96,13 @@ def test_compare_runs_pairs_each_private_run_with_the_non_private_one_and_finds_
                  for e in (1, 5, 10)],
                *[rec(f"c_eps1_C{c}_seed0", "c", "dp_sgd", eps=1, C=c, energy=0.2 * c) for c in (0.5, 2.0)],
                rec("other_eps1_C1_seed0", "other", "dp_sgd", eps=1, C=1.0, lr=0.1)]   # another lr: own sweep
-    predictions = {r.run_id: {"test_labels": y, "test_patient_ids": ids,
-                              "test_scores": np.clip(base + 0.1 * i * rng.standard_normal(40), 0, 1)}
+    predictions = {r.run_id: _saved(y, ids, np.clip(base + 0.1 * i * rng.standard_normal(40), 0, 1))
                    for i, r in enumerate(records)}
     out = compare_runs(records, predictions, kind="binary", label_names=["normal", "opacity"], n_resamples=50)
     rows = {row.run_id: row for row in out.auroc_differences}
     assert set(rows) == {r.run_id for r in records[1:]}
-    expected = (roc_auc_score(y, predictions["g_eps5_C1_seed0"]["test_scores"])
-                - roc_auc_score(y, predictions["np_seed0"]["test_scores"]))
+    expected = (roc_auc_score(y, predictions["g_eps5_C1_seed0"].test.scores)
+                - roc_auc_score(y, predictions["np_seed0"].test.scores))
     assert rows["g_eps5_C1_seed0"].auroc_difference.value == pytest.approx(expected)
     assert rows["g_eps5_C1_seed0"].reference_run == "np_seed0" and rows["g_eps5_C1_seed0"].label == "g_eps5_C1"
     # comparisons.json never holds a bare eps: each carries its delta, accountant and neighbours
@@ -121,8 +128,7 @@ def test_label_correlations_of_003_across_labels_against_scipy(make_record):
     records = [_record(make_record, "np_seed0", "np", "none", metrics={f"test_auroc[{k}]": v for k, v in base.items()}),
                _record(make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1, C=1.0,
                        metrics={f"test_auroc[{k}]": v for k, v in private.items()})]
-    predictions = {r.run_id: {"test_labels": y, "test_patient_ids": np.arange(20).astype(str),
-                              "test_scores": np.random.default_rng(i).random((20, 4))}
+    predictions = {r.run_id: _saved(y, np.arange(20).astype(str), np.random.default_rng(i).random((20, 4)))
                    for i, r in enumerate(records)}
     out = compare_runs(records, predictions, kind="multilabel", label_names=names, n_resamples=20)
     row = out.correlations.auroc_drop_vs_label[0]
@@ -181,8 +187,7 @@ def test_compare_runs_pairs_sensitivity_with_the_runs_recorded_metrics(make_reco
                for k, (v, t) in scores.items()}
     records = [make_record("np_seed0", "np", metrics=metrics["np_seed0"]),
                make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, metrics=metrics["dp_eps1_C1_seed0"])]
-    predictions = {k: {"test_labels": y, "test_patient_ids": np.arange(80).astype(str), "test_scores": t,
-                       "val_labels": y_val, "val_scores": v} for k, (v, t) in scores.items()}
+    predictions = {k: _saved(y, np.arange(80).astype(str), t, val=(y_val, v)) for k, (v, t) in scores.items()}
     out = compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"], n_resamples=100)
     row = out.auroc_differences[0]
     for name in ("sensitivity", "specificity", "accuracy"):
@@ -202,7 +207,7 @@ def test_several_seeds_pair_each_run_with_its_own_seed(make_record):
     records = [make_record("np_seed0", "np", seed=0), make_record("np_seed1", "np", seed=1),
                make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, seed=0),
                make_record("dp_eps1_C1_seed1", "dp", "dp_sgd", eps=1.0, seed=1)]
-    predictions = {k: {"test_labels": y, "test_patient_ids": ids, "test_scores": v} for k, v in scores.items()}
+    predictions = {k: _saved(y, ids, v) for k, v in scores.items()}
     out = compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"], n_resamples=50)
     rows = {r.run_id: r for r in out.auroc_differences}
     assert rows["dp_eps1_C1_seed0"].reference_run == "np_seed0"
@@ -275,7 +280,7 @@ def test_compare_runs_redraws_the_patients_the_runs_intervals_redrew(make_record
     look = rng.normal(size=25)[patient]
     scores = {"np_seed0": np.clip(0.5 + 0.3 * (y - 0.5) + 0.2 * look, 0, 1),
               "dp_eps1_C1_seed0": np.clip(0.5 + 0.1 * (y - 0.5) + 0.2 * look + 0.1 * rng.normal(size=90), 0, 1)}
-    predictions = {k: {"test_labels": y, "test_patient_ids": ids, "test_scores": v} for k, v in scores.items()}
+    predictions = {k: _saved(y, ids, v) for k, v in scores.items()}
     expected = {unit: paired_differences(kind="binary", labels=y, scores=scores["dp_eps1_C1_seed0"],
                                          reference_scores=scores["np_seed0"], n_resamples=200, seed=3,
                                          patient_ids=ids if unit == "patient" else None)["auroc"]

@@ -119,6 +119,7 @@ def test_site_calibration_reads_a_study_folder_and_groups_seeds(tmp_path, capsys
         # Seed 1's negatives cross 0.6: accuracy 1.0 and 0.5 at the validation threshold, but a threshold chosen on
         # half of the test patients (0.9) and every oracle still separate them.
         np.savez(run / "predictions.npz", val_labels=np.array([0, 0, 1, 1]), val_scores=np.array([0.2, 0.3, 0.6, 0.7]),
+                 val_patient_ids=np.array(["v0", "v1", "v2", "v3"]),
                  test_labels=np.repeat([0, 1], 10), test_scores=np.r_[np.full(10, 0.5 + shift), np.full(10, 0.9)],
                  test_patient_ids=np.array([f"p{i}" for i in range(20)]))
     out = tmp_path / "rows.json"

@@ -55,7 +55,8 @@ def scored_run(tmp_path, make_record):
         run_dir = tmp_path / "runs" / run_id
         run_dir.mkdir(parents=True)
         np.savez(run_dir / "predictions.npz", test_scores=test, test_labels=Y,
-                 test_patient_ids=np.arange(N).astype(str), val_scores=val, val_labels=Y_VAL)
+                 test_patient_ids=np.arange(N).astype(str), val_scores=val, val_labels=Y_VAL,
+                 val_patient_ids=np.arange(len(Y_VAL)).astype(str))
         metrics = evaluate_utility(kind="binary", label_names=list(names), val_labels=Y_VAL, val_scores=val,
                                    test_labels=Y, test_scores=test, n_resamples=resamples, seed=0)
         block = (evaluate_fairness(kind="binary", val_labels=Y_VAL, val_scores=val, test_labels=Y, test_scores=test,

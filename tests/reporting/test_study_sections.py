@@ -24,7 +24,7 @@ def _run(tmp_path, make_record, run_id, arm, mechanism, eps, noise_level):
     run_dir = tmp_path / "runs" / run_id
     run_dir.mkdir(parents=True)
     np.savez(run_dir / "predictions.npz", test_scores=scores, test_labels=Y, test_patient_ids=np.arange(N).astype(str),
-             val_scores=scores, val_labels=Y)
+             val_scores=scores, val_labels=Y, val_patient_ids=np.arange(N).astype(str))
     images = RNG.random((N, 1, 16, 16)).astype(np.float32)
     masks = np.zeros((N, 16, 16), bool)
     masks[Y == 1, 4:9, 4:9] = True

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dpmed.comparisons.correlations import Correlation, Correlations, correlate_runs
 from dpmed.evaluation.paired import paired_differences, seed_summary
+from dpmed.evaluation.predictions import Predictions
 from dpmed.evaluation.utility import youden_threshold
 from dpmed.evaluation.weighted import number
 from dpmed.records import RunRecord
@@ -150,9 +151,9 @@ class Comparisons(_Row):
         return [f for f in self.run_flags if f.run_id == run_id]
 
 
-def _same_test_set(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
-    return (a["test_labels"].shape == b["test_labels"].shape and np.array_equal(a["test_labels"], b["test_labels"])
-            and np.array_equal(a["test_patient_ids"], b["test_patient_ids"]))
+def _same_test_set(a: Predictions, b: Predictions) -> bool:
+    return (a.test.labels.shape == b.test.labels.shape and np.array_equal(a.test.labels, b.test.labels)
+            and np.array_equal(a.test.patient_ids, b.test.patient_ids))
 
 
 def _bootstrap_unit(records: Sequence[RunRecord], notes: list[str]) -> Literal["patient", "image"]:
@@ -176,7 +177,7 @@ def _references(records: Sequence[RunRecord], predictions) -> dict[int, RunRecor
     return references
 
 
-def _thresholds(record: RunRecord, arrays: Mapping[str, np.ndarray], kind: str,
+def _thresholds(record: RunRecord, predictions: Predictions, kind: str,
                 label_names: Sequence[str]) -> list[float] | None:
     """The validation-chosen thresholds the run decided with: as its record holds them (binary ``threshold``,
     multilabel ``threshold[<label>]``), else Youden's J again on its saved validation predictions; None for
@@ -189,9 +190,9 @@ def _thresholds(record: RunRecord, arrays: Mapping[str, np.ndarray], kind: str,
         return None
     if all(t is not None for t in recorded):
         return [float(t) for t in recorded]           # type: ignore[arg-type]
-    if "val_labels" not in arrays or "val_scores" not in arrays:
+    if predictions.val is None:
         return None
-    y, s = np.asarray(arrays["val_labels"]), np.asarray(arrays["val_scores"])
+    y, s = np.asarray(predictions.val.labels), np.asarray(predictions.val.scores)
     try:
         if kind == "binary":
             return [youden_threshold(y, s)]
@@ -215,12 +216,12 @@ def _differences(records, predictions, kind, label_names, n_resamples, seed, con
         if not _same_test_set(mine, theirs):
             notes.append(f"{r.run_id}: its test set differs from {ref.run_id}'s; no paired difference")
             continue
-        diff = paired_differences(kind=kind, labels=mine["test_labels"], scores=mine["test_scores"],
-                                  reference_scores=theirs["test_scores"],
+        diff = paired_differences(kind=kind, labels=mine.test.labels, scores=mine.test.scores,
+                                  reference_scores=theirs.test.scores,
                                   thresholds=_thresholds(r, mine, kind, label_names),
                                   reference_thresholds=_thresholds(ref, theirs, kind, label_names),
                                   n_resamples=n_resamples, seed=seed, confidence=confidence,
-                                  patient_ids=mine["test_patient_ids"] if unit == "patient" else None)
+                                  patient_ids=mine.test.patient_ids if unit == "patient" else None)
         paired = {f"{name}_difference": PairedDifference(**values) for name, values in diff.items()}
         rows.append(Difference(run_id=r.run_id, label=r.plan.label, arm=r.arm, mechanism=r.mechanism, seed=r.seed,
                                reference_run=ref.run_id, epsilon=number(r.privacy.epsilon),
@@ -324,11 +325,11 @@ def _group_flags(records: Sequence[RunRecord], kind: str, n_labels: int) -> list
     return out
 
 
-def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Mapping[str, np.ndarray]], *, kind: str,
+def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predictions], *, kind: str,
                  label_names: Sequence[str], n_resamples: int = 1000, seed: int = 0,
                  confidence: float = 0.95) -> Comparisons:
-    """The study's comparisons, from run records and their loaded predictions (``run_id -> arrays`` as
-    :func:`~dpmed.evaluation.predictions.load_predictions` returns them). Pure: no file is read or written."""
+    """The study's comparisons, from run records and their loaded predictions (``run_id ->`` what
+    :func:`~dpmed.evaluation.predictions.load_predictions` returns). Pure: no file is read or written."""
     notes: list[str] = []
     unit = _bootstrap_unit(records, notes)
     rows = _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, unit, notes)

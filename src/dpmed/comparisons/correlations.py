@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from dpmed.evaluation.paired import pearson
+from dpmed.evaluation.predictions import Predictions
 from dpmed.evaluation.weighted import number
 from dpmed.records import RunRecord
 
@@ -154,7 +155,7 @@ def _label_correlations(records, predictions, references, kind, label_names, not
         base = [ref.metrics.get(f"test_auroc[{name}]") for name in label_names]
         mine = [r.metrics.get(f"test_auroc[{name}]") for name in label_names]
         drop = [None if a is None or b is None else a - b for a, b in zip(base, mine)]
-        y = predictions[ref.run_id]["test_labels"]
+        y = predictions[ref.run_id].test.labels
         counts = ((y[:, None] == np.arange(len(label_names))[None, :]).sum(axis=0) if y.ndim == 1
                   else y.sum(axis=0)).tolist()
         out.append(LabelCorrelation(run_id=r.run_id, epsilon=number(r.privacy.epsilon),
@@ -164,7 +165,7 @@ def _label_correlations(records, predictions, references, kind, label_names, not
     return out
 
 
-def correlate_runs(records: Sequence[RunRecord], predictions: Mapping[str, Mapping[str, np.ndarray]],
+def correlate_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predictions],
                    references: Mapping[int, RunRecord], *, kind: str, label_names: Sequence[str],
                    notes: list[str]) -> Correlations:
     """The study's correlations, from run records, their loaded predictions (for the labels' positive counts) and

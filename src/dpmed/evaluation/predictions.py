@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,32 @@ from torch import nn
 from dpmed.data import ImageSet, Task
 from dpmed.training import OBJECTIVES
 
-__all__ = ["predict", "predict_logits", "save_predictions", "load_predictions"]
+__all__ = ["predict", "predict_logits", "save_predictions", "load_predictions", "Predictions", "SplitPredictions"]
+
+_FIELDS = ("scores", "labels", "patient_ids", "sex", "age")
+_REQUIRED = ("scores", "labels", "patient_ids")
+
+
+@dataclass(frozen=True, eq=False)
+class SplitPredictions:
+    """One split's saved predictions: the model's scores (as :func:`predict` gives them), the labels, and each
+    image's patient id, sex and age (str, str, float; the fairness groups and the patient bootstrap read them; sex
+    and age None in files written without them)."""
+
+    scores: np.ndarray
+    labels: np.ndarray
+    patient_ids: np.ndarray
+    sex: np.ndarray | None = None
+    age: np.ndarray | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Predictions:
+    """A run's predictions.npz: the test split, and the validation split that chose its thresholds (None in a file
+    without it)."""
+
+    test: SplitPredictions
+    val: SplitPredictions | None = None
 
 
 @torch.no_grad()
@@ -64,6 +90,20 @@ def save_predictions(path: Path, **splits: tuple[ImageSet, np.ndarray]) -> None:
     tmp.replace(path)
 
 
-def load_predictions(path: Path) -> dict[str, np.ndarray]:
+def load_predictions(path: Path) -> Predictions:
+    """The predictions :func:`save_predictions` wrote to ``path``. FileNotFoundError if it is absent; ValueError
+    naming the file and the array if it lacks the test split's scores, labels or patient ids (or has a split's
+    arrays in part)."""
     with np.load(path, allow_pickle=False) as f:
-        return {k: f[k] for k in f.files}
+        arrays = {k: f[k] for k in f.files}
+
+    def split(name: str) -> SplitPredictions | None:
+        present = {field: arrays[f"{name}_{field}"] for field in _FIELDS if f"{name}_{field}" in arrays}
+        if not present and name != "test":
+            return None
+        missing = [f"{name}_{field}" for field in _REQUIRED if field not in present]
+        if missing:
+            raise ValueError(f"{path} has no {', '.join(missing)}: not a predictions file of this dpmed")
+        return SplitPredictions(**present)
+
+    return Predictions(test=split("test"), val=split("val"))  # type: ignore[arg-type]
