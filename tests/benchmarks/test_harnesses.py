@@ -294,3 +294,16 @@ def test_bootstrap_unit_prints_equal_widths_without_shared_patients_and_wider_wi
     ratio = {(r[1].strip(), r[4].strip()): float(r[7].split()[0]) for r in rows}
     assert ratio[("distinct", "test_auroc")] == ratio[("distinct", "test_accuracy")] == 1.0
     assert ratio[("pairs", "test_auroc")] > 1.1 and ratio[("pairs", "test_accuracy")] > 1.1
+
+
+def test_overlap_crops_finds_each_crafted_copy_of_a_few_films_and_skips_without_the_data(tmp_path, capsys):
+    overlap = _harness("overlap_crops")
+    assert overlap.main(["--data", str(tmp_path)]) == 0
+    assert "skipped: the Kermany folders are absent" in capsys.readouterr().out
+    shared = _BENCHMARKS.parents[0] / ".." / "shared" / "data"
+    if not (shared / "chest_xray" / "train").is_dir():
+        pytest.skip(f"real data absent: {shared} (the project's shared/data folder sits beside the repo)")
+    assert overlap.main(["--data", str(shared), "--films", "4", "--skip-full"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 28 px") or
+            line.startswith("| 64 px")]
+    assert len(rows) == 2 and all(cell.strip() == "4/4" for row in rows for cell in row.split("|")[2:-2]), rows
