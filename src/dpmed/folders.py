@@ -9,7 +9,10 @@ Two kinds of file, kept apart (METHODS.md s.2b, DESIGN.md "Outputs of a study"):
   position, while a run is unfinished), statistics of the training images computed without noise (training loss),
   the audit's canary inclusion bits and scores, and the log. Never share this folder.
 
-``<study>/runs/<id>/run.json`` exists exactly when a run is finished; it is written last, atomically.
+``<study>/runs/<id>/run.json`` exists exactly when a run is finished; it is written last, atomically. A run's other
+releasable files (model, predictions, CAMs, local-DP examples) are written into its private folder first and moved
+beside run.json only when the run finishes (`RunFolder.release`): a run that fails or is stopped after training
+leaves no model in the releasable folder, where the study's eps, which counts finished runs, would not cover it.
 """
 
 from __future__ import annotations
@@ -133,17 +136,40 @@ class RunFolder:
     def is_finished(self) -> bool:
         return self.record.is_file()
 
+    def unreleased(self, path: Path) -> Path:
+        """Where the run writes the releasable file ``path`` (its model, predictions, CAMs, examples) until it
+        finishes: its private folder (module docstring)."""
+        return self.private / "unreleased" / path.name
+
+    @property
+    def released_files(self) -> tuple[Path, ...]:
+        return (self.model, self.predictions, self.examples, self.cams)
+
+    def release(self) -> None:
+        """Move the run's written releasable files beside run.json; called just before run.json is written."""
+        for path in self.released_files:
+            staged = self.unreleased(path)
+            if staged.is_file():
+                os.replace(staged, path)
+
+    def leftovers(self) -> list[Path]:
+        """Releasable files of an unfinished run (no run.json): left by a dpmed that wrote them in place, or by a
+        stop between `release` and run.json. No eps covers them."""
+        return [] if self.is_finished else [p for p in self.released_files if p.is_file()]
+
     def make(self) -> None:
         self.public.mkdir(parents=True, exist_ok=True)
         self.private.mkdir(parents=True, exist_ok=True)
+        (self.private / "unreleased").mkdir(exist_ok=True)
 
     def discard_attempt(self) -> None:
         """Delete what an unfinished earlier attempt of this run left: its checkpoint and key (made for other
         settings or data, they cannot continue this training) and its public files, so that no model of that
         attempt lies beside this one's without a record, and nothing of it is mistaken for this run's."""
         self.discard_secrets()
-        for path in (self.model, self.predictions, self.examples, self.cams):
+        for path in self.released_files:
             path.unlink(missing_ok=True)
+            self.unreleased(path).unlink(missing_ok=True)
 
     def discard_secrets(self) -> None:
         """Delete the checkpoint and the privacy key once the run is finished: a finished run is never resumed, and

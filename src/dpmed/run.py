@@ -151,7 +151,7 @@ def _training_set(plan: RunPlan, dataset: Dataset, randomness: PrivacyRandomness
         train_set = train_set.with_images(transform.apply(train_set.images, rng=randomness.stream("local_dp")))
         event = transform.event(train_set.image_shape)
         events = () if event is None else (event,)
-        np.savez_compressed(folder.examples, original=dataset.test.images[:N_EXAMPLES],   # for the report's figure
+        np.savez_compressed(folder.unreleased(folder.examples), original=dataset.test.images[:N_EXAMPLES],  # figure
                             perturbed=transform.apply(dataset.test.images[:N_EXAMPLES],
                                                       rng=randomness.stream("examples")))
     return train_set, trial, events
@@ -226,16 +226,16 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         result = train(model, train_input, ds.task, plan.training, seed=plan.seed, dp=dp, randomness=randomness,
                        device=device, progress=context.progress, log_progress=True, label=plan.run_id,
                        checkpoint=folder.checkpoint, released=events)
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, folder.model)
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, folder.unreleased(folder.model))
         _log.info("%s: trained in %.0f s; evaluating on %d validation and %d test images", plan.run_id,
                   result.seconds, len(ds.val), len(ds.test))
         evaluation_start = time.perf_counter()
         assessment = assess(model, ds, (val_input, test_input), context.evaluation,
                             cam_layer=MODELS[plan.model].cam_layer, device=device, training=train_input)
-        save_predictions(folder.predictions, val=(ds.val, assessment.val_scores), test=(ds.test,
-                                                                                       assessment.test_scores))
+        save_predictions(folder.unreleased(folder.predictions), val=(ds.val, assessment.val_scores),
+                         test=(ds.test, assessment.test_scores))
         if assessment.cams is not None:
-            np.savez_compressed(folder.cams, **assessment.cams)
+            np.savez_compressed(folder.unreleased(folder.cams), **assessment.cams)
         _log.info("%s: evaluated in %.0f s", plan.run_id, time.perf_counter() - evaluation_start)
         card = info.card(plan.privacy, result.ledger, context.privacy_randomness)
         audit_summary = None
@@ -260,6 +260,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         fairness=assessment.fairness, explanations=assessment.explanations, audit=audit_summary, attack=attack_record,
         start=context.start, timing=timing.shareable(plan), versions=versions())
     timing.write(folder.timing)
+    folder.release()            # the model and its outputs become releasable with the record that accounts for them
     record.write(folder.record)
     folder.discard_secrets()
     return record

@@ -437,6 +437,20 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     return states
 
 
+def _withdraw_leftovers(folder: StudyFolder) -> None:
+    """Delete the releasable files of unfinished runs (`RunFolder.leftovers`: a model without its run.json, left by
+    a dpmed that wrote them in place, or by a stop just before run.json): the study's eps counts finished runs only,
+    so it would not cover them. A run still planned writes its own again; one no longer planned has no record."""
+    for run_dir in sorted(p for p in folder.runs.iterdir() if p.is_dir()):
+        left = folder.run(run_dir.name).leftovers()
+        for path in left:
+            path.unlink()
+        if left:
+            _log.warning("%s: unfinished; deleted its %s from the shareable folder, where no eps of this study "
+                         "covers them (copies shared before are releases that no study folder accounts for)",
+                         run_dir.name, ", ".join(p.name for p in left))
+
+
 def run_study(study: Study, *, out: Path | str = "results", progress: bool = True, executor: str = "local",
               workers: int = 1, address: str | None = None, fail_fast: bool = False,
               worker_setup: Callable[[], None] | None = None) -> StudyResult:
@@ -464,6 +478,7 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
             _log.info("data: %s", dataset.source["summary"])
         _log.info("study privacy: %s", prepared.privacy.statement)
         folder.runs.mkdir(parents=True, exist_ok=True)
+        _withdraw_leftovers(folder)
         resolved = prepared.resolved()
         write_text_atomic(folder.resolved_study, yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
         write_text_atomic(folder.data_fingerprint, prepared.fingerprint, owner_only=True)

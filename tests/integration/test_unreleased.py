@@ -1,0 +1,43 @@
+"""A run's releasable files appear only with its run.json (`dpmed.folders.RunFolder.release`): the study's eps counts
+finished runs, so a model left by a run that failed after training, beside no record, was a release no eps covered
+(and once its arm left the study file, not even the count of runs named it). Before, model.pt was written into the
+shareable folder as soon as training ended."""
+
+from __future__ import annotations
+
+import dpmed.run
+from dpmed.cli import main
+
+
+def test_a_run_that_fails_after_training_leaves_no_model_where_files_are_shared(tmp_path, monkeypatch, capsys,
+                                                                                 tiny_text):
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    real = dpmed.run.assess
+
+    def failing(model, dataset, inputs, config, **kwargs):
+        if failing.calls == 0:                       # the first run to finish training
+            failing.calls += 1
+            raise RuntimeError("evaluation failed (simulated)")
+        return real(model, dataset, inputs, config, **kwargs)
+    failing.calls = 0
+    monkeypatch.setattr(dpmed.run, "assess", failing)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 1
+    study = out / "tiny"
+    failed = [p.name for p in (study / "runs").iterdir() if not (p / "run.json").is_file()]
+    assert len(failed) == 1, failed
+    assert not [p.name for p in (study / "runs" / failed[0]).iterdir()]         # nothing shareable of it
+    assert (study / "private" / "runs" / failed[0] / "unreleased" / "model.pt").is_file()
+    finished = [p for p in (study / "runs").iterdir() if (p / "run.json").is_file()]
+    assert len(finished) == 1 and (finished[0] / "model.pt").is_file() and (finished[0] / "predictions.npz").is_file()
+    assert not (study / "private" / "runs" / finished[0].name / "unreleased" / "model.pt").exists()
+
+    # a model an older dpmed left beside no record, of a run the study no longer lists, is withdrawn
+    stray = study / "runs" / "dropped_seed0"
+    stray.mkdir()
+    (stray / "model.pt").write_bytes(b"weights")
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 0
+    assert not (stray / "model.pt").exists()
+    assert "dropped_seed0: unfinished; deleted its model.pt from the shareable folder" in capsys.readouterr().err
+    assert all((p / "model.pt").is_file() for p in (study / "runs").iterdir() if (p / "run.json").is_file())
