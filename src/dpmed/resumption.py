@@ -63,6 +63,35 @@ def _other_evaluation(before: ResolvedStudy, study: Study) -> list[str]:
                                                                   study.evaluation.model_dump(mode="json"))]
 
 
+def _recorded_evaluation(record: RunRecord) -> dict[str, Any]:
+    """The evaluation settings a finished run's own record shows (the subset it keeps), by the study file's keys."""
+    shown: dict[str, Any] = {}
+    for key, metric in (("bootstrap_resamples", "n_resamples"), ("confidence", "confidence"),
+                        ("bootstrap_seed", "bootstrap_seed")):
+        if record.metrics.get(metric) is not None:
+            shown[key] = record.metrics[metric]
+    shown["fairness"] = None if record.fairness is None else {"age_bins": list(record.fairness.age_bins),
+                                                              "attributes": list(record.fairness.attributes)}
+    e = record.explanations
+    shown["explanations"] = None if e is None else {"method": e.method, "seed": e.image_seed,
+                                                    "deletion_steps": e.deletion_steps}
+    return shown
+
+
+def _evaluated_otherwise(record: RunRecord, study: Study) -> list[str]:
+    """How the evaluation a finished run's record shows differs from ``study``'s. The folder's study.yaml says it for
+    all runs at once; this reads each record, so that runs are not reused under other settings where study.yaml is
+    gone (`dpmed status` advises rerunning such a folder)."""
+    shown = _recorded_evaluation(record)
+    config = study.evaluation.model_dump(mode="json")
+    now: dict[str, Any] = {k: config[k] for k in shown if k not in ("fairness", "explanations")}
+    now["fairness"] = None if config["fairness"] is None else {k: config["fairness"][k]
+                                                               for k in ("age_bins", "attributes")}
+    now["explanations"] = None if config["explanations"] is None else {k: config["explanations"][k]
+                                                                       for k in ("method", "seed", "deletion_steps")}
+    return [f"evaluation.{line}" for line in setting_differences(shown, now)]
+
+
 def randomness_of(record: RunRecord) -> str | None:
     """The privacy randomness a finished run drew ("secure" or "reproducible", as its card says), None for a run
     that drew none (no privacy)."""
@@ -119,6 +148,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
             elsewhere.append(record)
             continue
         diffs = setting_differences(record.plan.settings(), listed[run_id].settings())
+        diffs += _evaluated_otherwise(record, study)
         drawn = randomness_of(record)
         if drawn not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
             diffs.append(f"privacy_randomness: {drawn} in the finished run, {randomness} now")
