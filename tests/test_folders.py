@@ -36,3 +36,26 @@ def test_the_private_folder_is_its_owners_alone(tmp_path):
     folder.private.chmod(0o755)                      # a folder made by an older dpmed, or by hand
     folder.make_private()
     assert folder.private.stat().st_mode & 0o777 == 0o700
+
+
+
+def test_two_processes_writing_one_file_atomically_do_not_take_each_others_temporary_file(tmp_path, monkeypatch):
+    """`dpmed report` may write the report while `dpmed run` writes it too. Here another process writes the same
+    file from start to finish while this one is between filling its temporary file and renaming it: before, both
+    used ".report.html.tmp", the other renamed this one's half-written file away, and this rename failed."""
+    import os
+    import subprocess
+    import sys
+
+    import dpmed.folders
+
+    path = tmp_path / "report.html"
+    real = os.replace
+
+    def other_writer_first(src, dst):
+        subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from dpmed.folders import "
+                        "write_text_atomic; write_text_atomic(Path(sys.argv[1]), 'other')", str(path)], check=True)
+        real(src, dst)
+    monkeypatch.setattr(dpmed.folders.os, "replace", other_writer_first)
+    dpmed.folders.write_text_atomic(path, "mine")
+    assert path.read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["report.html"]

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_json_atomic", "write_text_atomic", "RELEASE_TIME",
-           "RETRAIN_NOTE"]
+__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_json_atomic", "write_text_atomic", "temporary_beside",
+           "RELEASE_TIME", "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
@@ -47,10 +47,17 @@ def open_owner_only(path: Path, mode: str = "w"):
                      **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
+def temporary_beside(path: Path) -> Path:
+    """The temporary file an atomic write of ``path`` fills before renaming it: in the same folder, and one per
+    process, so that a `dpmed report` while `dpmed run` writes the same report neither takes the other's half-written
+    file nor loses its own."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
 def write_text_atomic(path: Path, text: str, *, owner_only: bool = False) -> None:
     """Write to a temporary file in the same folder, then rename: readers see the old file or the whole new one.
     ``owner_only``: the file is created 0600 (`open_owner_only`), for the run's secrets."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = temporary_beside(path)
     if owner_only:
         with open_owner_only(tmp) as f:
             f.write(text)

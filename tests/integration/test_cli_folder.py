@@ -113,7 +113,7 @@ def test_report_into_a_folder_that_cannot_be_written_ends_in_one_line(tiny_study
             pytest.skip("root writes into read-only folders; the other case covers the message")
         os.chmod(folder, 0o555)
     else:
-        (folder / ".comparisons.json.tmp").mkdir()              # where the report's first file is written
+        (folder / f".comparisons.json.{os.getpid()}.tmp").mkdir()   # where the report's first file is written
     try:
         assert main(["report", str(folder)]) == 2
     finally:

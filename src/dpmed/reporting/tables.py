@@ -9,6 +9,7 @@ import pandas as pd
 
 from dpmed.evaluation.explanations import explanation_columns
 from dpmed.evaluation.fairness import fairness_columns
+from dpmed.folders import temporary_beside
 from dpmed.records import RunRecord
 
 __all__ = ["results_frame", "write_results_table", "summary_text"]
@@ -46,7 +47,7 @@ def results_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
 
 def write_results_table(records: Iterable[RunRecord], path: Path) -> pd.DataFrame:
     frame = results_frame(records)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = temporary_beside(path)
     frame.to_csv(tmp, index=False)
     tmp.replace(path)
     return frame
