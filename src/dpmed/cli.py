@@ -7,7 +7,8 @@
     dpmed privacy epsilon|calibrate|risk ...     (planning without training; imports no torch)
     dpmed --version;  python -m dpmed ...
 
-Exit status: 0 done, 1 some runs failed, 2 bad input (or the output folder is unusable or in use), 130 interrupted.
+Exit status: 0 done, 1 some runs failed, 2 bad input (or the output folder is unusable or in use), 130 interrupted
+(Ctrl-C, or SIGTERM during `dpmed run`: `timeout`, SLURM, `docker stop`; the same clean-up runs for both).
 What runs log goes to the terminal (stderr) and to the study's private log file (`dpmed.log`); progress bars only
 where stderr is a terminal, elsewhere a line at each tenth of a run's steps.
 """
@@ -15,14 +16,17 @@ where stderr is a terminal, elsewhere a line at each tenth of a run's steps.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 import traceback
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from dpmed.errors import ConfigError, DpmedError
 from dpmed.log import detach, log_to_console, log_to_file, quiet_known_noise
@@ -134,16 +138,40 @@ def _load(args: argparse.Namespace) -> Any:
     return study
 
 
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[list[int]]:
+    """Take SIGTERM (sent by `timeout`, SLURM, `docker stop`) as Ctrl-C for as long as the block runs, so that the
+    same clean-up happens: the folder's file times settled (a file's real time tells how long DP-SGD runs trained:
+    `dpmed.folders.RELEASE_TIME`), its lock released, the workers stopped, the "interrupted" line. Left at its
+    default, SIGTERM ended dpmed at once, with none of that. Yields a list that holds the signal once one came; the
+    previous handler comes back after. Only the main thread may set handlers: elsewhere this changes nothing."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _run(args: argparse.Namespace) -> int:
     bars = not args.no_progress and sys.stderr.isatty()
     handlers = [log_to_console(bars=bars)]   # before Opacus is imported: it configures logging if nobody has
     try:
-        return _run_logged(args, bars, handlers)
+        with _terminate_as_interrupt() as terminated:
+            return _run_logged(args, bars, handlers, terminated)
     finally:
         detach(*handlers)
 
 
-def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Handler]) -> int:
+def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Handler], terminated: list[int]) -> int:
     from dpmed.executors import check_executor_options
     from dpmed.folders import StudyFolder
     from dpmed.reporting import summary_text
@@ -157,7 +185,9 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
         result = run_study(study, out=args.out, progress=bars, executor=args.executor, workers=args.workers or 1,
                            address=args.address, fail_fast=args.fail_fast, worker_setup=quiet_known_noise)
     except KeyboardInterrupt:
-        _log.warning("interrupted: finished runs are kept in %s; run the same command to continue", folder.root)
+        how = " (SIGTERM; exit status 130, as for Ctrl-C)" if terminated else ""
+        _log.warning("interrupted%s: finished runs are kept in %s; run the same command to continue", how,
+                     folder.root)
         return 130
     if result.records:
         print(summary_text(result.records))
@@ -168,9 +198,11 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
         print(f"log:     {folder.log} (private: it holds audit results)")
     if result.failures or result.pending:
         for failure in result.failures:
-            print(f"FAILED {failure.run_id}: {failure.error} (see {failure.error_file})", file=sys.stderr)
-        print(f"{len(result.failures)} run(s) failed, {len(result.pending)} not started; fix the cause and run the "
-              f"same command again: finished runs are kept", file=sys.stderr)
+            print(f"FAILED {failure.run_id}: {failure.error} ({failure.traceback_note})", file=sys.stderr)
+        stopped = (f", {len(result.pending)} not finished (--fail-fast stopped the study; a run stopped mid-way "
+                   "continues from its checkpoint)" if result.pending else "")
+        print(f"{len(result.failures)} run(s) failed{stopped}; fix the cause and run the same command again: "
+              "finished runs are kept", file=sys.stderr)
         return 1
     return 0
 
@@ -342,7 +374,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpmed`` command; returns the exit status (0 ok, 1 some runs failed or dpmed itself did,
-    2 bad input or an unusable output folder, 130 interrupted)."""
+    2 bad input or an unusable output folder, 130 interrupted: Ctrl-C, or SIGTERM during `dpmed run`)."""
     args = _parser().parse_args(argv)
     quiet_known_noise()
     commands = {"run": _run, "plan": _plan, "report": _report, "status": _status, "privacy": privacy_command}

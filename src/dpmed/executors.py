@@ -2,12 +2,19 @@
 
 Every executor runs `dpmed.run.run_one` on each task and reports each outcome as it arrives: the run's record, or a
 `RunFailure` whose traceback is also written to ``private/runs/<id>/error.json``. A failed run does not stop others
-unless ``fail_fast``; a finished run is never touched again (its run.json is written atomically by run_one), so a
-crash or Ctrl-C loses at most the runs in progress, and those continue from their checkpoints next time.
+unless ``fail_fast``, which stops the runs in progress as Ctrl-C does; a finished run is never touched again (its
+run.json is written atomically by run_one), so a crash, Ctrl-C or fail-fast stop loses at most the runs in progress,
+and those continue from their checkpoints next time. A run's earlier error.json is deleted when it starts again, so
+that `dpmed status` shows what happened last (an interruption after an old failure is an interruption).
 
-What runs log reaches the caller's logging wherever they run: a process pool's workers send their records to this
-process, which hands each to the logger it was made by (so the caller's handlers, levels and filters apply). A worker
-ignores Ctrl-C: the interrupt is this process's to handle, and it stops the workers (quietly) and re-raises.
+What runs log reaches the caller's logging in this process and in a process pool: the pool's workers send their
+records to this process, which hands each to the logger it was made by (so the caller's handlers, levels and filters
+apply). Ray tasks' logs do not: Ray is started with ``log_to_driver=False`` (so that its workers' lines do not
+interleave with the caller's), and they stay in Ray's own log files (``/tmp/ray/session_latest/logs`` on each node by
+default; the cluster's log folder where it is set); their outcomes still come back. A worker ignores Ctrl-C: the
+interrupt is this process's to handle, and it stops the workers (quietly) and re-raises. A worker told to stop
+(SIGTERM, from this process or from outside: `kill`, SLURM's scancel) ends its run where it is, and this process
+takes that as an interrupt of the study.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from pydantic_core import PydanticSerializationError
 from dpmed.config import RunPlan
 from dpmed.errors import ConfigError
 from dpmed.folders import RunFolder, write_json_atomic
-from dpmed.records import RunRecord
+from dpmed.records import RunRecord, read_record
 from dpmed.run import RunContext, run_one
 
 __all__ = ["RunTask", "RunFailure", "Outcome", "make_executor", "check_executor_options", "EXECUTORS"]
@@ -47,11 +54,19 @@ class RunTask:
 
 @dataclass(frozen=True)
 class RunFailure:
-    """A run that raised: its id, ``Type: message``, and the file holding the whole traceback."""
+    """A run that raised: its id, ``Type: message``, and the file holding the whole traceback (None where that file
+    could not be written, e.g. on a full disk: the failure is reported all the same)."""
 
     run_id: str
     error: str
-    error_file: Path
+    error_file: Path | None
+
+    @property
+    def traceback_note(self) -> str:
+        """Where the traceback is, for the messages that report the failure."""
+        if self.error_file is None:
+            return "no traceback kept: its error file could not be written"
+        return f"traceback in {self.error_file}"
 
 
 Outcome = Union[RunRecord, RunFailure]
@@ -59,9 +74,16 @@ OnOutcome = Callable[[RunTask, Outcome], None]
 
 
 def _failure(task: RunTask, error: str, details: str) -> RunFailure:
-    """The run's failure, written to its error.json (``details``: the traceback, or what is known instead)."""
-    task.folder.make()
-    write_json_atomic(task.folder.error, {"run_id": task.plan.run_id, "error": error, "traceback": details})
+    """The run's failure, written to its error.json (``details``: the traceback, or what is known instead). Where
+    that cannot be written (a full disk: often the very cause of the failure) the failure is still reported, and
+    the other runs go on; what to do about the disk is told when the study writes its outputs."""
+    try:
+        task.folder.make()
+        write_json_atomic(task.folder.error, {"run_id": task.plan.run_id, "error": error, "traceback": details})
+    except OSError as exc:
+        _log.warning("%s: could not write its error file %s (%s); the run failed with %s", task.plan.run_id,
+                     task.folder.error, exc, error)
+        return RunFailure(task.plan.run_id, error, None)
     return RunFailure(task.plan.run_id, error, task.folder.error)
 
 
@@ -75,8 +97,10 @@ def _is_interrupt(exc: Exception) -> bool:
 
 
 def _execute(task: RunTask, context: RunContext) -> Outcome:
-    """run_one, with any exception but an interrupt turned into a recorded failure."""
+    """run_one, with any exception but an interrupt turned into a recorded failure. An error.json of an earlier
+    attempt is deleted first: left beside this attempt's checkpoint, it would make an interrupted run look failed."""
     _log.info("%s: started", task.plan.run_id)
+    task.folder.error.unlink(missing_ok=True)
     try:
         record = run_one(task.plan, context, task.folder)
     except (KeyboardInterrupt, SystemExit):
@@ -85,7 +109,6 @@ def _execute(task: RunTask, context: RunContext) -> Outcome:
         if _is_interrupt(exc):
             raise KeyboardInterrupt from exc
         return _failure(task, f"{type(exc).__name__}: {exc}", traceback.format_exc())
-    task.folder.error.unlink(missing_ok=True)  # an earlier failure of this run is history now
     return record
 
 
@@ -111,12 +134,14 @@ _WORKER_CONTEXT: RunContext | None = None  # set once per worker process by _sta
 
 
 def _start_worker(contexts: Any, records: Any, level: int, setup: Callable[[], None] | None) -> None:
-    """Runs in each fresh worker process: leave Ctrl-C to the parent; send every log record at ``level`` or above to
-    the parent through ``records`` (the parent decides what to show); run the caller's ``setup``; then take the
-    study's context (the dataset) from ``contexts``, once per worker. The context comes through a queue rather than
-    the start-up arguments so that starting a worker does not wait for it to read the whole dataset. Each run sets
-    its own thread count (``training.threads``), so its numbers do not depend on the executor."""
-    global _WORKER_CONTEXT
+    """Runs in each fresh worker process: leave Ctrl-C to the parent; take SIGTERM as the order to stop
+    (`_stop_worker`; one that comes while this runs is remembered, and the worker then runs nothing); send every log
+    record at ``level`` or above to the parent through ``records`` (the parent decides what to show); run the
+    caller's ``setup``; then take the study's context (the dataset) from ``contexts``, once per worker. The context
+    comes through a queue rather than the start-up arguments so that starting a worker does not wait for it to read
+    the whole dataset. Each run sets its own thread count (``training.threads``), so its numbers do not depend on
+    the executor."""
+    global _WORKER_CONTEXT, _STARTED
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop_worker)
     if hasattr(signal, "pthread_sigmask"):   # started with SIGINT blocked: a Ctrl-C pending since is dropped now
@@ -127,18 +152,22 @@ def _start_worker(contexts: Any, records: Any, level: int, setup: Callable[[], N
     if setup is not None:
         setup()
     _WORKER_CONTEXT = contexts.get()
+    _STARTED = True
 
 
 _STOPPING = False   # set in a worker by _stop_worker
+_STARTED = False    # set in a worker once _start_worker is done
 
 
 def _stop_worker(signum: int, frame: Any) -> None:
-    """SIGTERM in a worker (the parent stops the study): end the run in progress (its checkpoint stays), start no
-    other, and exit the normal way, so that what the worker holds (named semaphores, queues) is cleaned up instead of
-    reported as leaked."""
+    """SIGTERM in a worker (the parent stops the study, or `kill` or SLURM's scancel stops the worker): end the
+    run in progress (its checkpoint stays), start no other, and exit the normal way, so that what the worker holds
+    (named semaphores, queues) is cleaned up instead of reported as leaked. While the worker starts, only remember
+    it: an exception raised in the pool's initializer would be logged with its traceback."""
     global _STOPPING
     _STOPPING = True
-    raise SystemExit(128 + signum)
+    if _STARTED:
+        raise SystemExit(128 + signum)
 
 
 def _execute_in_worker(task: RunTask) -> Outcome:
@@ -164,7 +193,8 @@ def _interrupts_held_while_spawning() -> Iterator[None]:
     """Hold back Ctrl-C (block SIGINT, not ignore it) in this thread while worker processes start: they inherit the
     blocked signal from their first instruction on, so a Ctrl-C during their start-up cannot print a traceback in
     each, and they ignore it for good once started (`_start_worker`). Here the interrupt is only delayed: it
-    arrives as soon as the workers have started."""
+    arrives as soon as the workers have started. SIGTERM is not held back: a worker still importing (it holds
+    nothing yet) is best ended at once, so that stopping the study is quick."""
     if not hasattr(signal, "pthread_sigmask"):   # pragma: no cover - Windows
         yield
         return
@@ -176,8 +206,9 @@ def _interrupts_held_while_spawning() -> Iterator[None]:
 
 
 def _stop_workers(pool: futures.ProcessPoolExecutor, *, grace: float = 30.0) -> None:
-    """Stop the pool's workers now (after Ctrl-C): each ends its run where it is (the run continues from its last
-    checkpoint next time) and exits cleanly; one that has not exited after ``grace`` seconds is killed."""
+    """Stop the pool's workers now (after Ctrl-C, SIGTERM or a fail-fast failure): each ends its run where it is (the
+    run continues from its last checkpoint next time) and exits cleanly; one that has not exited after ``grace``
+    seconds is killed. Runs already handed to a worker cannot be cancelled, only stopped this way."""
     processes = list(getattr(pool, "_processes", {}).values())
     for process in processes:
         if process.is_alive():
@@ -211,6 +242,8 @@ class ProcessPoolExecutor:
         level = min(logging.getLogger().getEffectiveLevel(), logging.getLogger("dpmed").getEffectiveLevel())
         pool = futures.ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)) or 1, mp_context=spawn,
                                            initializer=_start_worker, initargs=(contexts, records, level, self.setup))
+        reported: set[futures.Future] = set()
+        stopped = False
         try:
             with _interrupts_held_while_spawning():
                 pending = {pool.submit(_execute_in_worker, task): task for task in tasks}
@@ -219,8 +252,13 @@ class ProcessPoolExecutor:
                     outcome = done.result()
                 except BrokenProcessPool:
                     outcome = _failure(pending[done], WORKER_DIED, "no traceback: the process was killed")
+                except SystemExit:   # the worker was told to stop from outside (SIGTERM): the study is stopped
+                    raise KeyboardInterrupt from None
+                reported.add(done)
                 on_outcome(pending[done], outcome)
                 if fail_fast and isinstance(outcome, RunFailure):
+                    stopped = True
+                    _stop_workers(pool)   # runs already handed to a worker would go on, unseen, to their end
                     break
         except KeyboardInterrupt:
             _stop_workers(pool)
@@ -237,6 +275,23 @@ class ProcessPoolExecutor:
             for queue in (contexts, records):
                 queue.close()
                 queue.join_thread()
+        if stopped:
+            for task, outcome in _ended_before_the_stop(pending, reported):
+                on_outcome(task, outcome)
+
+
+def _ended_before_the_stop(pending: dict[futures.Future, RunTask],
+                           reported: set[futures.Future]) -> Iterator[tuple[RunTask, Outcome]]:
+    """After a fail-fast stop, once the pool is shut down: the runs that ended before their workers were stopped but
+    were not reported yet, with their outcomes, so that the study counts them. A run that wrote its run.json just
+    as it was stopped is finished (its record is read back); the others were stopped, or never started."""
+    for future, task in pending.items():
+        if future in reported:
+            continue
+        if future.done() and not future.cancelled() and future.exception() is None:
+            yield task, future.result()
+        elif task.folder.is_finished:
+            yield task, read_record(task.folder.record)
 
 
 class RayExecutor:

@@ -69,7 +69,7 @@ class StudyResult:
     resumed: list[str]
     seconds: float
     failures: list[RunFailure] = field(default_factory=list)
-    pending: list[str] = field(default_factory=list)   # not run: a fail-fast stop came first
+    pending: list[str] = field(default_factory=list)   # not finished: a fail-fast stop came first
 
     @property
     def report_path(self) -> Path:
@@ -383,7 +383,8 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
         raise ConfigError(f"{folder.root} has no finished run (no runs/*/run.json); " + (
             f"{waiting} run(s) were interrupted: run the same `dpmed run` again to continue them" if waiting
             else "run the study first"))
-    with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy"):
+    with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy",
+                      "free space on its disk, then run `dpmed report` again (the finished runs are untouched)"):
         write_outputs(folder, resolved, records)
         folder.settle_times()
     return resolved, records
@@ -498,7 +499,7 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
             outcomes[task.plan.run_id] = outcome
             tag = f"[{order[task.plan.run_id]}/{len(plans)}] {task.plan.run_id}"
             if isinstance(outcome, RunFailure):
-                _log.warning("%s: FAILED: %s (traceback in %s)", tag, outcome.error, outcome.error_file)
+                _log.warning("%s: FAILED: %s (%s)", tag, outcome.error, outcome.traceback_note)
             else:
                 auroc = outcome.estimate("test_auroc").value
                 _log.info("%s: test AUROC %s; %s", tag, "undefined" if auroc is None else format(auroc, ".3f"),

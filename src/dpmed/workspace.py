@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import time
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -24,25 +25,41 @@ from dpmed.lock import FolderLock, Holder, lock_holder
 from dpmed.records import RunRecord, Timing
 from dpmed.timing import Rates, clock
 
-__all__ = ["claim_folder", "folder_holder", "writing_into", "StudyProgress", "UNWRITABLE_ADVICE"]
+__all__ = ["claim_folder", "folder_holder", "writing_into", "StudyProgress", "UNWRITABLE_ADVICE", "FULL_DISK_ADVICE"]
 
 UNWRITABLE_ADVICE = "choose a writable folder with --out, or make this one writable"
+FULL_DISK_ADVICE = ("free space on its disk, or choose a folder on another disk with --out; finished runs are kept, "
+                    "and the same command continues from them")
+
+# What a file system refuses whichever file is written: no space or quota left, mounted read-only, access denied.
+_FULL = {errno.ENOSPC} | ({errno.EDQUOT} if hasattr(errno, "EDQUOT") else set())
+_REFUSED = _FULL | {errno.EROFS, errno.EACCES}
 
 
 @contextlib.contextmanager
-def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE) -> Iterator[None]:
+def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE, full_advice: str = FULL_DISK_ADVICE) -> Iterator[None]:
     """Turn a failure to write into the folder ``root`` (or to create it) into one FolderError naming the folder
-    and ``advice``; any other OSError passes."""
+    and ``advice`` (``full_advice`` for a full disk or an exhausted quota); any other OSError passes.
+
+    A full disk, an exhausted quota, a read-only file system or a denied permission is the folder's problem even
+    where the error names no file: a write (or the close that flushes it) that runs out of space raises ENOSPC with
+    no file name, and left alone it reached the user as an internal error. A full disk met writing a file outside
+    the folder (a cache) is told too, naming that file."""
     try:
         yield
     except OSError as exc:
-        if exc.filename is None:
-            raise
-        culprit, folder = Path(exc.filename).absolute(), root.absolute()
-        if not (culprit == folder or folder in culprit.parents or culprit in folder.parents):
-            raise
+        folder = root.absolute()
+        culprit = None if exc.filename is None else Path(exc.filename).absolute()
+        inside = culprit is None or culprit == folder or folder in culprit.parents or culprit in folder.parents
         reason = exc.strerror or type(exc).__name__
-        raise FolderError(f"cannot write to the output folder {root}: {reason} ({exc.filename}); {advice}") from None
+        if exc.errno in _FULL and not inside:
+            raise FolderError(f"cannot write {exc.filename}: {reason}; free space on its disk, then run the same "
+                              "command again") from None
+        if not inside or (culprit is None and exc.errno not in _REFUSED):
+            raise
+        where = "" if culprit is None else f" ({exc.filename})"
+        tail = full_advice if exc.errno in _FULL else advice
+        raise FolderError(f"cannot write to the output folder {root}: {reason}{where}; {tail}") from None
 
 
 @contextlib.contextmanager

@@ -159,3 +159,71 @@ def test_a_dp_count_no_larger_than_the_batch_is_told_as_q_equal_to_one(tmp_path,
     told = f"dp_eps8_C1_seed{seed}: q = 1: the DP count of the training patients is no more than the expected batch"
     assert (told in captured.err) is warned
     assert ("about 95 patients" if warned else "about 97 patients") in captured.out
+
+
+# ------------------------------------------------------------------------------------------------------- SIGTERM
+
+
+def test_sigterm_during_run_is_taken_as_ctrl_c_and_the_handler_before_comes_back(tiny_text, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """`timeout`, SLURM and `docker stop` end a command with SIGTERM: while `dpmed run` works it goes the way of
+    Ctrl-C (and only then: the handler that was there before comes back)."""
+    import dpmed.executors
+
+    class Unhandled(Exception):
+        """Stands for SIGTERM's default action here, which would end the test runner."""
+
+    def before(signum, frame):
+        raise Unhandled
+
+    def terminated(plan, context, folder):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+
+    monkeypatch.setattr(dpmed.executors, "run_one", terminated)
+    out = tmp_path / "out"
+    previous = signal.signal(signal.SIGTERM, before)
+    try:
+        assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), "--no-progress"]) == 130
+        assert signal.getsignal(signal.SIGTERM) is before
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capsys.readouterr().err
+    assert f"interrupted (SIGTERM; exit status 130, as for Ctrl-C): finished runs are kept in {out / 'tiny'}" in err
+    assert not (out / "tiny" / "private" / "lock").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="sends SIGTERM to a process group")
+@pytest.mark.parametrize("workers, to", [(1, "dpmed"), (2, "dpmed"), (2, "every process")],
+                         ids=["in process, like timeout", "workers, like docker stop", "workers, like SLURM"])
+def test_sigterm_mid_run_cleans_up_as_ctrl_c_does(tiny_text, tmp_path, workers, to):
+    """Before: dpmed ended at once with status -15 and no message, left its lock, and left the shareable files with
+    their real times, which tell how long DP-SGD runs trained (`dpmed.folders.RELEASE_TIME`). SIGTERM goes to dpmed
+    alone (`timeout`, `docker stop`), or to dpmed and its workers (SLURM's scancel)."""
+    from dpmed.folders import RELEASE_TIME, StudyFolder
+
+    out = tmp_path / "out"
+    folder = StudyFolder(out / "tiny")
+    study = _study(tmp_path, tiny_text.replace("epochs: 3", "epochs: 500"))
+    proc = subprocess.Popen([sys.executable, "-m", "dpmed.cli", "run", str(study), "--out", str(out), "--no-progress",
+                             "--workers", str(workers)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    saved = [folder.run(run_id).checkpoint for run_id in ("base_seed0", "dp_eps8_C1_seed0")][:workers]
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline and not all(p.is_file() for p in saved):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1]
+    (os.kill if to == "dpmed" else os.killpg)(proc.pid, signal.SIGTERM)
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError("dpmed run did not end within 120 s of SIGTERM") from None
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert "interrupted (SIGTERM; exit status 130, as for Ctrl-C): finished runs are kept" in stderr, stderr
+    assert not folder.lock.exists()
+    assert not list(folder.root.glob("**/run.json")) and not list(folder.root.glob("**/error.json"))
+    shareable = [folder.root, folder.resolved_study, folder.runs, *folder.runs.rglob("*")]
+    assert folder.resolved_study.is_file() and len(shareable) > 3        # a run's folder is there too
+    assert {path: path.stat().st_mtime for path in shareable} == {path: RELEASE_TIME for path in shareable}

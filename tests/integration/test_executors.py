@@ -102,7 +102,94 @@ def test_fail_fast_stops_at_the_first_failure(tmp_path, monkeypatch, capsys, tin
     monkeypatch.setattr(dpmed.executors, "run_one", lambda spec, context, folder: 1 / 0)
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress",
                  "--fail-fast"]) == 1
-    assert "1 run(s) failed, 1 not started" in capsys.readouterr().err
+    assert "1 run(s) failed, 1 not finished (--fail-fast stopped the study" in capsys.readouterr().err
+
+
+# Run in each worker process of the fail-fast test below (as its ``setup``): replaces run_one there by a stand-in
+# that plays the role the test gives each run. A module of its own, so that the spawned workers can import it.
+_FAKE_RUNS = '''
+import time
+
+import dpmed.executors
+
+
+def install(roles, slow_seconds):
+    def fake(plan, context, folder):
+        folder.make()
+        role = roles[plan.run_id]
+        (folder.public / "started").touch()
+        if role == "fail":
+            (folder.public / "failing").touch()
+            raise RuntimeError("simulated failure")
+        if role == "finish":                  # ends after the failure, before the study has taken it in
+            while not list(folder.public.parent.glob("*/failing")):
+                time.sleep(0.05)
+            time.sleep(0.5)
+        else:                                 # a long run, handed to a worker before the failure came
+            time.sleep(slow_seconds)
+        (folder.public / "finished").touch()
+        return "record of " + plan.run_id
+    dpmed.executors.run_one = fake
+'''
+
+
+def test_fail_fast_with_workers_stops_the_runs_in_progress_and_counts_those_that_finished(tmp_path, monkeypatch,
+                                                                                          tiny_text):
+    """Before: after the failure the pool waited for every run already handed to a worker (they cannot be
+    cancelled): they trained to their end, wrote run.json, and were never counted ("0 runs ... 3 not started").
+    Now the workers are stopped as at Ctrl-C, and a run that finished before the stop is reported."""
+    (tmp_path / "fake_runs.py").write_text(_FAKE_RUNS)
+    monkeypatch.syspath_prepend(str(tmp_path))       # spawned workers start with this process's sys.path
+    import fake_runs
+
+    (tmp_path / "s.yaml").write_text(tiny_text.replace("privacy_randomness", "seeds: [0, 1]\nprivacy_randomness"))
+    prepared = prepare_study(load_study(tmp_path / "s.yaml"), out=tmp_path / "out")
+    tasks = [RunTask(plan, prepared.folder.run(plan.run_id)) for plan in prepared.plans]
+    assert len(tasks) == 4
+    roles = dict(zip([t.plan.run_id for t in tasks], ["fail", "finish", "slow", "slow"]))
+    finisher = tasks[1].folder.public / "finished"
+    outcomes = {}
+
+    def on_outcome(task, outcome):
+        outcomes[task.plan.run_id] = outcome
+        if isinstance(outcome, RunFailure):    # the study takes its time with the failure: the next run ends meanwhile
+            deadline = time.monotonic() + 120
+            while not finisher.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(2)
+
+    ProcessPoolExecutor(2, setup=functools.partial(fake_runs.install, roles, 60)).map(
+        tasks, RunContext(dataset=prepared.dataset, evaluation=prepared.study.evaluation, progress=False),
+        on_outcome, fail_fast=True)
+    assert isinstance(outcomes.pop(tasks[0].plan.run_id), RunFailure)
+    assert outcomes == {tasks[1].plan.run_id: f"record of {tasks[1].plan.run_id}"}
+    for task in tasks[2:]:     # not stopped, the pool would have waited for them to sleep out their 60 s and finish
+        assert not (task.folder.public / "finished").exists()
+
+
+def test_a_failed_run_that_is_run_again_and_interrupted_shows_as_interrupted(tmp_path, monkeypatch, capsys,
+                                                                           tiny_text):
+    """Before: the old error.json stayed until the run finished, so `dpmed status` showed the old failure instead of
+    the interruption (and the checkpoint it continues from)."""
+    (tmp_path / "s.yaml").write_text(tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", ""))
+    out = tmp_path / "out"
+    command = ["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]
+    monkeypatch.setattr(dpmed.executors, "run_one", lambda plan, context, folder: 1 / 0)
+    assert main(command) == 1
+    error = StudyFolder(out / "tiny").run("base_seed0").error
+    assert error.is_file()
+
+    def interrupted(plan, context, folder):
+        folder.checkpoint.write_bytes(b"a checkpoint of the second attempt")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(dpmed.executors, "run_one", interrupted)
+    assert main(command) == 130
+    assert not error.exists()
+    capsys.readouterr()
+    assert main(["status", str(out / "tiny")]) == 0
+    status = capsys.readouterr().out
+    assert re.search(r"^base_seed0 +interrupted: continues from its checkpoint", status, re.M), status
+    assert status.strip().endswith("1 interrupted")
 
 
 def _kill_mid_dp_run(study: Path, out: Path) -> list[str]:

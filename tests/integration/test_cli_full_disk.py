@@ -1,0 +1,68 @@
+"""A full disk under `dpmed run` and `dpmed report`: one line that names the folder and says what to do, never
+"internal error ... please report this". A write that runs out of space raises ENOSPC naming no file, and the
+failed run's error.json cannot be written either; simulated here by raising it, not by filling a real disk."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+import dpmed.executors
+import dpmed.study
+from dpmed.cli import main
+
+
+def _full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))     # as a write's ENOSPC: no file name
+
+
+def _study(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def _error_line(err: str) -> str:
+    """The one error line of ``err`` (after the progress lines `dpmed run` logs first), with no traceback."""
+    assert "Traceback" not in err and "internal error" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("dpmed: error: ")]
+    assert len(errors) == 1 and err.strip().endswith(errors[0]), err
+    return errors[0]
+
+
+def test_a_run_failed_by_a_full_disk_is_reported_though_its_error_file_cannot_be_written(tiny_text, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """Before: writing the failed run's error.json raised ENOSPC again, which nothing caught."""
+    monkeypatch.setattr(dpmed.executors, "run_one", _full)
+    monkeypatch.setattr(dpmed.executors, "write_json_atomic", _full)
+    assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(tmp_path / "out"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "Traceback" not in err, err
+    for run_id in ("base_seed0", "dp_eps8_C1_seed0"):
+        assert (f"FAILED {run_id}: OSError: [Errno 28] No space left on device (no traceback kept: its error file "
+                "could not be written)") in err
+        assert f"{run_id}: could not write its error file" in err
+    assert "2 run(s) failed; fix the cause" in err
+
+
+def test_a_full_disk_while_run_writes_the_study_folder_ends_in_one_line(tiny_text, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(dpmed.study, "write_text_atomic", _full)     # study.yaml, written before any training
+    out = tmp_path / "out"
+    assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), "--no-progress"]) == 2
+    assert _error_line(capsys.readouterr().err) == (
+        f"dpmed: error: cannot write to the output folder {out / 'tiny'}: No space left on device; free space on its "
+        "disk, or choose a folder on another disk with --out; finished runs are kept, and the same command continues "
+        "from them")
+    assert not (out / "tiny" / "private" / "lock").exists()
+
+
+def test_a_full_disk_while_report_writes_ends_in_one_line(tiny_study, tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "tiny"
+    shutil.copytree(tiny_study, folder)
+    monkeypatch.setattr(dpmed.study, "write_outputs", _full)
+    assert main(["report", str(folder)]) == 2
+    assert _error_line(capsys.readouterr().err) == (
+        f"dpmed: error: cannot write to the output folder {folder}: No space left on device; free space on its disk, "
+        "then run `dpmed report` again (the finished runs are untouched)")

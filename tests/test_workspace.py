@@ -1,0 +1,47 @@
+"""Writing into a study folder: what the file system refuses reaches the user as one FolderError naming the folder
+and what to do, also where the error names no file (a write that runs out of space)."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from dpmed.errors import FolderError
+from dpmed.workspace import writing_into
+
+REFUSALS = [errno.ENOSPC, errno.EROFS, errno.EACCES] + ([errno.EDQUOT] if hasattr(errno, "EDQUOT") else [])
+
+
+@pytest.mark.parametrize("code", REFUSALS, ids=[errno.errorcode[c] for c in REFUSALS])
+def test_a_refusal_that_names_no_file_is_told_as_the_folder_s(tmp_path, code):
+    """A write (or the close that flushes it) on a full disk raises ENOSPC with no file name: before, it passed as
+    it was, and `dpmed run` ended in "internal error ... please report this"."""
+    out = tmp_path / "out"
+    with pytest.raises(FolderError) as caught:
+        with writing_into(out):
+            raise OSError(code, os.strerror(code))
+    message = str(caught.value)
+    assert message.startswith(f"cannot write to the output folder {out}: {os.strerror(code)}; ")
+    full = code in (errno.ENOSPC, getattr(errno, "EDQUOT", None))
+    assert ("free space on its disk" in message) is full and "--out" in message
+    if full:
+        assert "finished runs are kept" in message
+
+
+def test_a_full_disk_met_writing_a_file_outside_the_folder_names_that_file(tmp_path):
+    cache = tmp_path / "cache" / "weights.pt"
+    with pytest.raises(FolderError, match=f"^cannot write {cache}: No space left on device; free space on its disk"):
+        with writing_into(tmp_path / "out"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(cache))
+
+
+@pytest.mark.parametrize("error", [OSError(errno.EIO, "Input/output error"),
+                                   OSError(errno.EACCES, "Permission denied", "/somewhere/else/data.csv")],
+                         ids=["no file, not a refusal", "another file's permission"])
+def test_other_os_errors_pass(tmp_path, error):
+    with pytest.raises(OSError) as caught:
+        with writing_into(tmp_path / "out"):
+            raise error
+    assert caught.value is error
