@@ -74,3 +74,26 @@ def test_the_console_sets_aside_a_terminal_handler_of_the_root_logger_and_gives_
     finally:
         root.removeHandler(theirs)
     assert capsys.readouterr().err.count("once") == 1
+
+
+def test_a_log_file_that_cannot_be_written_says_so_once_and_the_terminal_goes_on(tmp_path, capsys):
+    """A full disk: before, every line after printed Python's "--- Logging error ---" with a traceback."""
+    import errno
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    handler = log_to_file(tmp_path / "private" / "dpmed.log")
+    console = log_to_console(bars=False)
+    try:
+        handler.stream = Full()
+        log = logging.getLogger("dpmed.test")
+        for i in range(3):
+            log.info("line %d", i)
+    finally:
+        handler.stream = None
+        detach(handler, console)
+    err = capsys.readouterr().err
+    assert err.count("dpmed: cannot write the log file") == 1 and "No space left on device" in err
+    assert "Logging error" not in err and "Traceback" not in err and "line 2" in err

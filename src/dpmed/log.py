@@ -94,10 +94,22 @@ class _File(logging.FileHandler):
 
     def __init__(self, path: Path) -> None:
         super().__init__(path, mode="a", encoding="utf-8", delay=True)
+        self.failed = False
 
     def _open(self):  # noqa: ANN202 - logging.FileHandler's hook
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
         return super()._open()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.failed:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # logging.Handler's hook
+        """A line that cannot be written (a full disk) ends the file's log with one line on stderr, instead of
+        Python's "--- Logging error ---" traceback at every line after; the terminal still shows them."""
+        self.failed = True
+        sys.stderr.write(f"dpmed: cannot write the log file {self.baseFilename} ({sys.exc_info()[1]}); the log goes "
+                         "on in the terminal only\n")
 
 
 def log_to_file(path: Path, *, level: int = logging.INFO) -> logging.Handler:
