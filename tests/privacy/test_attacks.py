@@ -434,10 +434,12 @@ def _crash(*args, **kwargs):
 
 
 def test_a_retried_run_with_other_settings_shares_no_noise_with_the_attempt_it_replaces(tmp_path, n_train):
-    """Adversary: the model an attempt left in the public folder when its evaluation failed (copied before the
-    retry), and the retried run's release. The retry changed delta, which keeps the run id and moves sigma. With
-    the first attempt's key used again the two steps share their batch and their xi, and the differencing of
-    `test_differencing_two_dp_sgd_runs_of_one_sweep_cancels_no_noise` returns the clean clipped sum."""
+    """Adversary: the model an attempt trained before its evaluation failed, and the retried run's release. The
+    retry changed delta, which keeps the run id and moves sigma. With the first attempt's key used again the two
+    steps share their batch and their xi, and the differencing of
+    `test_differencing_two_dp_sgd_runs_of_one_sweep_cancels_no_noise` returns the clean clipped sum. (That model is
+    no longer left in the shareable folder, only in the private one, `dpmed.folders.RunFolder.release`; the fresh
+    key keeps a copy taken from there, or by an older dpmed from the shareable folder, useless all the same.)"""
     arm = {"name": "dp", "mechanism": "dp_sgd", "target_epsilon": [2.0], "batch_size": n_train,
            "privacy_unit": "image"}
     first = _study(tmp_path, "retry", [arm | {"accountant": "pld"}])
@@ -447,7 +449,9 @@ def test_a_retried_run_with_other_settings_shares_no_noise_with_the_attempt_it_r
         mp.setattr(released_size, "discrete_laplace", lambda scale, randbelow=None: 0)   # as in _run: q = 1
         failed = run_study(first, out=tmp_path / "out", progress=False)
     assert failed.failures and not (failed.out_dir / "runs" / run_id / "run.json").exists()
-    left = torch.load(failed.out_dir / "runs" / run_id / "model.pt", map_location="cpu", weights_only=True)
+    assert not (failed.out_dir / "runs" / run_id / "model.pt").exists()
+    left = torch.load(failed.out_dir / "private" / "runs" / run_id / "unreleased" / "model.pt", map_location="cpu",
+                      weights_only=True)
     sigma1 = _published_runs(failed.out_dir, "dp")[0]["privacy"]["noise_multiplier"]
 
     study_dir, spy2 = _run(tmp_path, _study(tmp_path, "retry", [arm | {"accountant": "rdp"}]))
