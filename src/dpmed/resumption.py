@@ -73,12 +73,13 @@ def _recorded_evaluation(record: RunRecord) -> dict[str, Any]:
     shown["fairness"] = None if record.fairness is None else {"age_bins": list(record.fairness.age_bins),
                                                               "attributes": list(record.fairness.attributes)}
     e = record.explanations
-    shown["explanations"] = None if e is None else {"method": e.method, "seed": e.image_seed,
-                                                    "deletion_steps": e.deletion_steps}
+    shown["explanations"] = None if e is None else {
+        "method": e.method, "seed": e.image_seed, "deletion_steps": e.deletion_steps, "n_images": e.n_images,
+        **({} if not e.n_masked_images else {"pointing_tolerance": e.pointing_tolerance_px})}
     return shown
 
 
-def _evaluated_otherwise(record: RunRecord, study: Study) -> list[str]:
+def _evaluated_otherwise(record: RunRecord, study: Study, n_test: int) -> list[str]:
     """How the evaluation a finished run's record shows differs from ``study``'s. The folder's study.yaml says it for
     all runs at once; this reads each record, so that runs are not reused under other settings where study.yaml is
     gone (`dpmed status` advises rerunning such a folder)."""
@@ -87,8 +88,13 @@ def _evaluated_otherwise(record: RunRecord, study: Study) -> list[str]:
     now: dict[str, Any] = {k: config[k] for k in shown if k not in ("fairness", "explanations")}
     now["fairness"] = None if config["fairness"] is None else {k: config["fairness"][k]
                                                                for k in ("age_bins", "attributes")}
-    now["explanations"] = None if config["explanations"] is None else {k: config["explanations"][k]
-                                                                       for k in ("method", "seed", "deletion_steps")}
+    asked, explained = config["explanations"], shown["explanations"]
+    now["explanations"] = None if asked is None else {k: asked[k] for k in ("method", "seed", "deletion_steps")}
+    if asked is not None and explained is not None:
+        # a record holds the images it explained: n_images, or the whole test set where that is smaller
+        now["explanations"]["n_images"] = min(asked["n_images"], n_test)
+        if "pointing_tolerance" in explained:      # recorded where lesion masks were explained
+            now["explanations"]["pointing_tolerance"] = asked["pointing_tolerance"]
     return [f"evaluation.{line}" for line in setting_differences(shown, now)]
 
 
@@ -148,7 +154,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
             elsewhere.append(record)
             continue
         diffs = setting_differences(record.plan.settings(), listed[run_id].settings())
-        diffs += _evaluated_otherwise(record, study)
+        diffs += _evaluated_otherwise(record, study, summary.n_test)
         drawn = randomness_of(record)
         if drawn not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
             diffs.append(f"privacy_randomness: {drawn} in the finished run, {randomness} now")

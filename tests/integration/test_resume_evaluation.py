@@ -23,3 +23,25 @@ def test_without_study_yaml_each_record_says_how_it_was_evaluated(tiny_study, ti
     assert "evaluation.explanations.method: (not set) in the finished run, gradcam now" in capsys.readouterr().err
     assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0     # as they were made
     assert "2 finished earlier" in capsys.readouterr().out and (out / "tiny" / "study.yaml").is_file()
+
+
+def test_the_explained_images_and_the_pointing_tolerance_count_and_a_test_set_smaller_than_asked_is_no_change(
+        tiny_text, tmp_path, capsys):
+    """A record holds the images it explained, min(n_images, the test set); the pointing tolerance where lesion masks
+    were explained (the phantom has them). Before, both were ignored, and a rerun reused runs under another number
+    of images and another tolerance while study.yaml and the report stated the new ones."""
+    study = tmp_path / "s.yaml"
+    study.write_text(tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "")
+                     .replace("evaluation: {bootstrap_resamples: 20}",
+                              "evaluation: {bootstrap_resamples: 20, explanations: {n_images: 1000}}"))
+    out = tmp_path / "out"
+    command = ["run", str(study), "--out", str(out), "--no-progress"]
+    assert main(command) == 0
+    (out / "tiny" / "study.yaml").unlink()
+    capsys.readouterr()
+    assert main([*command, "--set", "evaluation.explanations={n_images: 5}"]) == 2
+    assert "evaluation.explanations.n_images:" in capsys.readouterr().err
+    assert main([*command, "--set", "evaluation.explanations={n_images: 1000, pointing_tolerance: 3}"]) == 2
+    assert "evaluation.explanations.pointing_tolerance: 0.0 in the finished run, 3.0 now" in capsys.readouterr().err
+    assert main([*command, "--set", "evaluation.explanations={n_images: 5000}"]) == 0     # the whole test set again
+    assert "1 finished earlier" in capsys.readouterr().out
