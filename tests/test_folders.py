@@ -59,3 +59,31 @@ def test_two_processes_writing_one_file_atomically_do_not_take_each_others_tempo
     monkeypatch.setattr(dpmed.folders.os, "replace", other_writer_first)
     dpmed.folders.write_text_atomic(path, "mine")
     assert path.read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["report.html"]
+
+
+def test_a_failed_atomic_write_leaves_no_half_written_file_and_a_killed_writers_is_found(tmp_path, monkeypatch):
+    """With one temporary name per process, no later write replaces a temporary file left behind: a writer deletes
+    its own when the write fails, and those of killed writers are found for deletion (`dpmed run` deletes them)."""
+    import errno
+    import os
+    from pathlib import Path
+
+    import pytest
+
+    from dpmed.folders import stale_temporaries, write_text_atomic
+
+    def full(self, text, encoding=None):
+        with open(self, "w", encoding=encoding) as f:
+            f.write(text[:5])
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "write_text", full)
+        with pytest.raises(OSError):
+            write_text_atomic(tmp_path / "comparisons.json", "{}" * 100)
+    assert list(tmp_path.iterdir()) == []
+    killed = tmp_path / "runs" / "a_seed0" / f".run.json.{2 ** 22 + 12345}.tmp"     # no such process
+    killed.parent.mkdir(parents=True)
+    killed.write_text('{"run_id": "a_se')
+    mine = tmp_path / f".report.html.{os.getpid()}.tmp"
+    mine.write_text("<html>")
+    assert stale_temporaries(tmp_path) == [killed]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 __all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_json_atomic", "write_text_atomic", "temporary_beside",
-           "RELEASE_TIME", "RETRAIN_NOTE"]
+           "stale_temporaries", "RELEASE_TIME", "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
@@ -50,20 +50,46 @@ def open_owner_only(path: Path, mode: str = "w"):
 def temporary_beside(path: Path) -> Path:
     """The temporary file an atomic write of ``path`` fills before renaming it: in the same folder, and one per
     process, so that a `dpmed report` while `dpmed run` writes the same report neither takes the other's half-written
-    file nor loses its own."""
+    file nor loses its own. A writer deletes it when the write fails; one killed meanwhile leaves it
+    (`stale_temporaries`)."""
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def stale_temporaries(root: Path) -> list[Path]:
+    """The temporary files of :func:`temporary_beside` under ``root`` whose writer is no longer running: half-written
+    files left by a process that was killed, which no later write replaces."""
+    stale = []
+    for path in root.rglob(".*.tmp"):
+        pid = path.name.rsplit(".", 2)[-2]
+        if pid.isdigit() and not _running(int(pid)):
+            stale.append(path)
+    return stale
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:          # another user's process
+        return True
+    return True
 
 
 def write_text_atomic(path: Path, text: str, *, owner_only: bool = False) -> None:
     """Write to a temporary file in the same folder, then rename: readers see the old file or the whole new one.
     ``owner_only``: the file is created 0600 (`open_owner_only`), for the run's secrets."""
     tmp = temporary_beside(path)
-    if owner_only:
-        with open_owner_only(tmp) as f:
-            f.write(text)
-    else:
-        tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        if owner_only:
+            with open_owner_only(tmp) as f:
+                f.write(text)
+        else:
+            tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)     # a half-written file under a name of its own would stay for good
+        raise
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
@@ -174,8 +200,15 @@ class RunFolder:
         settings or data, they cannot continue this training) and its public files, so that no model of that
         attempt lies beside this one's without a record, and nothing of it is mistaken for this run's."""
         self.discard_secrets()
+        self.discard_unreleased()
         for path in self.released_files:
             path.unlink(missing_ok=True)
+
+    def discard_unreleased(self) -> None:
+        """Delete what earlier attempts wrote for release and did not release (an attempt writes its own again, or
+        writes none where its settings ask for none: a CAM file of an attempt with explanations on must not be
+        released beside the record of one with them off)."""
+        for path in self.released_files:
             self.unreleased(path).unlink(missing_ok=True)
 
     def discard_secrets(self) -> None:

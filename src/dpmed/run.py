@@ -212,6 +212,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
     device = resolve_device(context.device if plan.training.device == "auto" else plan.training.device)
     threads = run_threads(plan.training.threads)
     randomness = _privacy_randomness(plan, context, folder)
+    folder.discard_unreleased()     # this attempt writes its own; an earlier one's (its CAMs) must not be released
     with torch_threads(threads):
         train_set, trial, events = _training_set(plan, ds, randomness, folder)
         train_input, val_input, test_input = _model_inputs(ds, train_set, ds.val, ds.test)

@@ -38,7 +38,7 @@ from dpmed.data import Dataset, images_per_patient, read_dataset
 from dpmed.errors import ConfigError, DataError
 from dpmed.evaluation import load_predictions
 from dpmed.executors import RunFailure, RunTask, make_executor
-from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_json_atomic, write_text_atomic
+from dpmed.folders import RETRAIN_NOTE, StudyFolder, stale_temporaries, write_json_atomic, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.pretraining import prepare_start
@@ -441,7 +441,10 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
 def _withdraw_leftovers(folder: StudyFolder) -> None:
     """Delete the releasable files of unfinished runs (`RunFolder.leftovers`: a model without its run.json, left by
     a dpmed that wrote them in place, or by a stop just before run.json): the study's eps counts finished runs only,
-    so it would not cover them. A run still planned writes its own again; one no longer planned has no record."""
+    so it would not cover them. A run still planned writes its own again; one no longer planned has no record. And
+    the half-written temporary files of killed writers (`stale_temporaries`), which no later write replaces."""
+    for path in stale_temporaries(folder.root):
+        path.unlink(missing_ok=True)
     for run_dir in sorted(p for p in folder.runs.iterdir() if p.is_dir()):
         left = folder.run(run_dir.name).leftovers()
         for path in left:

@@ -41,3 +41,27 @@ def test_a_run_that_fails_after_training_leaves_no_model_where_files_are_shared(
     assert not (stray / "model.pt").exists()
     assert "dropped_seed0: unfinished; deleted its model.pt from the shareable folder" in capsys.readouterr().err
     assert all((p / "model.pt").is_file() for p in (study / "runs").iterdir() if (p / "run.json").is_file())
+
+
+def test_an_earlier_attempts_cams_are_not_released_beside_a_record_without_explanations(tmp_path, monkeypatch,
+                                                                                       tiny_text):
+    """The attempt's key does not depend on the evaluation settings, so a rerun with explanations off continues the
+    same attempt: before, the CAM file its first try had written for release came out beside a run.json whose
+    explanations are None."""
+    study = tmp_path / "s.yaml"
+    study.write_text(tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "")
+                     .replace("evaluation: {bootstrap_resamples: 20}",
+                              "evaluation: {bootstrap_resamples: 20, explanations: {n_images: 4}}"))
+    out = tmp_path / "out"
+
+    def stopped(*args, **kwargs):
+        raise RuntimeError("stopped after evaluation (simulated)")
+    with monkeypatch.context() as patch:
+        patch.setattr(dpmed.run, "Timing", stopped)
+        assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 1
+    private = out / "tiny" / "private" / "runs" / "base_seed0" / "unreleased"
+    assert (private / "cams.npz").is_file()
+    study.write_text(study.read_text().replace(", explanations: {n_images: 4}", ""))
+    assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 0
+    run = out / "tiny" / "runs" / "base_seed0"
+    assert (run / "run.json").is_file() and (run / "model.pt").is_file() and not (run / "cams.npz").exists()

@@ -48,8 +48,12 @@ def results_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
 def write_results_table(records: Iterable[RunRecord], path: Path) -> pd.DataFrame:
     frame = results_frame(records)
     tmp = temporary_beside(path)
-    frame.to_csv(tmp, index=False)
-    tmp.replace(path)
+    try:
+        frame.to_csv(tmp, index=False)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return frame
 
 
