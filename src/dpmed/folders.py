@@ -76,14 +76,17 @@ def _running(pid: int) -> bool:
     return True
 
 
-def write_text_atomic(path: Path, text: str, *, owner_only: bool = False) -> None:
+def write_text_atomic(path: Path, text: str | bytes, *, owner_only: bool = False) -> None:
     """Write to a temporary file in the same folder, then rename: readers see the old file or the whole new one.
-    ``owner_only``: the file is created 0600 (`open_owner_only`), for the run's secrets."""
+    ``text`` may be bytes (a figure). ``owner_only``: the file is created 0600 (`open_owner_only`), for the run's
+    secrets."""
     tmp = temporary_beside(path)
     try:
         if owner_only:
-            with open_owner_only(tmp) as f:
+            with open_owner_only(tmp, "wb" if isinstance(text, bytes) else "w") as f:
                 f.write(text)
+        elif isinstance(text, bytes):
+            tmp.write_bytes(text)
         else:
             tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmed.comparisons import Comparisons, PairedDifference
-from dpmed.folders import StudyFolder
+from dpmed.folders import StudyFolder, write_text_atomic
 from dpmed.mechanisms import MECHANISMS, PrivacyCard
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import Estimate, ResolvedStudy, RunRecord
@@ -233,7 +233,7 @@ def _uri(png: bytes) -> str:
 
 def embed_png(png: bytes, path: Path, alt: str) -> str:
     """Save ``png`` beside the report and embed it (the report opens offline)."""
-    path.write_bytes(png)
+    write_text_atomic(path, png)        # `dpmed report` may write it while `dpmed run` does
     return f'<img src="{_uri(png)}" alt="{escape(alt)}">'
 
 
@@ -241,8 +241,8 @@ def embed_figure(wide: bytes, narrow: bytes, path: Path, alt: str) -> str:
     """A figure in two layouts, both saved beside the report (``path`` and ``<stem>_narrow.png``) and embedded: the
     browser shows the narrow one (panels stacked, type sized for a phone) at page widths of :data:`NARROW_MEDIA`,
     so axis labels stay readable at 390 px instead of shrinking with a desktop-wide image."""
-    path.write_bytes(wide)
-    path.with_name(f"{path.stem}_narrow{path.suffix}").write_bytes(narrow)
+    write_text_atomic(path, wide)
+    write_text_atomic(path.with_name(f"{path.stem}_narrow{path.suffix}"), narrow)
     return (f'<picture><source media="{NARROW_MEDIA}" srcset="{_uri(narrow)}">'
             f'<img src="{_uri(wide)}" alt="{escape(alt)}"></picture>')
 
