@@ -70,7 +70,8 @@ def test_a_failed_atomic_write_leaves_no_half_written_file_and_a_killed_writers_
 
     import pytest
 
-    from dpmed.folders import stale_temporaries, write_text_atomic
+    from dpmed.folders import write_text_atomic
+    from dpmed.workspace import stale_temporaries
 
     def full(self, text, encoding=None):
         with open(self, "w", encoding=encoding) as f:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 __all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_json_atomic", "write_text_atomic", "temporary_beside",
-           "stale_temporaries", "RELEASE_TIME", "RETRAIN_NOTE"]
+           "RELEASE_TIME", "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
@@ -51,29 +51,8 @@ def temporary_beside(path: Path) -> Path:
     """The temporary file an atomic write of ``path`` fills before renaming it: in the same folder, and one per
     process, so that a `dpmed report` while `dpmed run` writes the same report neither takes the other's half-written
     file nor loses its own. A writer deletes it when the write fails; one killed meanwhile leaves it
-    (`stale_temporaries`)."""
+    (`dpmed.workspace.stale_temporaries`)."""
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
-def stale_temporaries(root: Path) -> list[Path]:
-    """The temporary files of :func:`temporary_beside` under ``root`` whose writer is no longer running: half-written
-    files left by a process that was killed, which no later write replaces."""
-    stale = []
-    for path in root.rglob(".*.tmp"):
-        pid = path.name.rsplit(".", 2)[-2]
-        if pid.isdigit() and not _running(int(pid)):
-            stale.append(path)
-    return stale
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:          # another user's process
-        return True
-    return True
 
 
 def write_text_atomic(path: Path, text: str | bytes, *, owner_only: bool = False) -> None:

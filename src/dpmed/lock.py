@@ -36,7 +36,7 @@ try:  # advisory locks: POSIX only; elsewhere the takeover of a stale lock is un
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Holder", "FolderLocked", "FolderLock", "lock_holder", "holder_alive"]
+__all__ = ["Holder", "FolderLocked", "FolderLock", "lock_holder", "holder_alive", "process_running"]
 
 _log = logging.getLogger(__name__)
 
@@ -83,23 +83,30 @@ def _process_start(pid: int) -> int | None:
         return None
 
 
-def holder_alive(holder: Holder) -> bool | None:
-    """True if the holder's process runs, False if it is gone, None if this cannot be known from here (another
-    host)."""
-    if holder.host != socket.gethostname():
-        return None
+def process_running(pid: int) -> bool | None:
+    """True if process ``pid`` runs on this host, False if there is none or it has ended (a zombie), None if this
+    cannot be known."""
     try:
-        os.kill(holder.pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:   # it exists, as another user's process
         pass
     except OSError:
         return None
-    start = _process_start(holder.pid)
-    if start == -1:
-        return False
-    if holder.process_start is not None and start is not None and start != holder.process_start:
+    return _process_start(pid) != -1
+
+
+def holder_alive(holder: Holder) -> bool | None:
+    """True if the holder's process runs, False if it is gone, None if this cannot be known from here (another
+    host)."""
+    if holder.host != socket.gethostname():
+        return None
+    running = process_running(holder.pid)
+    if not running:
+        return running
+    start = _process_start(holder.pid) if holder.process_start is not None else None
+    if start is not None and start != holder.process_start:
         return False          # the PID was recycled by an unrelated process
     return True
 

@@ -38,7 +38,7 @@ from dpmed.data import Dataset, images_per_patient, read_dataset
 from dpmed.errors import ConfigError, DataError
 from dpmed.evaluation import load_predictions
 from dpmed.executors import RunFailure, RunTask, make_executor
-from dpmed.folders import RETRAIN_NOTE, StudyFolder, stale_temporaries, write_json_atomic, write_text_atomic
+from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_json_atomic, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.pretraining import prepare_start
@@ -49,7 +49,7 @@ from dpmed.resumption import data_fingerprint, finished_runs, randomness_of
 from dpmed.run import RunContext
 from dpmed.timing import Rates, probe_rates
 from dpmed.training import checkpoint_progress
-from dpmed.workspace import StudyProgress, claim_folder, writing_into
+from dpmed.workspace import StudyProgress, claim_folder, stale_temporaries, writing_into
 
 __all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "load_study_data",
            "planned_card", "estimate_times", "check_device", "write_outputs", "rebuild_outputs", "run_states",

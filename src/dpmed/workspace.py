@@ -21,11 +21,12 @@ from dpmed.config import RunPlan
 from dpmed.errors import FolderError
 from dpmed.executors import RunFailure
 from dpmed.folders import StudyFolder
-from dpmed.lock import FolderLock, Holder, lock_holder
+from dpmed.lock import FolderLock, Holder, lock_holder, process_running
 from dpmed.records import RunRecord, Timing
 from dpmed.timing import Rates, clock
 
-__all__ = ["claim_folder", "folder_holder", "writing_into", "StudyProgress", "UNWRITABLE_ADVICE", "FULL_DISK_ADVICE"]
+__all__ = ["claim_folder", "folder_holder", "writing_into", "stale_temporaries", "StudyProgress", "UNWRITABLE_ADVICE",
+           "FULL_DISK_ADVICE"]
 
 UNWRITABLE_ADVICE = "choose a writable folder with --out, or make this one writable"
 FULL_DISK_ADVICE = ("free space on its disk, or choose a folder on another disk with --out; finished runs are kept, "
@@ -34,6 +35,18 @@ FULL_DISK_ADVICE = ("free space on its disk, or choose a folder on another disk 
 # What a file system refuses whichever file is written: no space or quota left, mounted read-only, access denied.
 _FULL = {errno.ENOSPC} | ({errno.EDQUOT} if hasattr(errno, "EDQUOT") else set())
 _REFUSED = _FULL | {errno.EROFS, errno.EACCES}
+
+
+def stale_temporaries(root: Path) -> list[Path]:
+    """The temporary files of `dpmed.folders.temporary_beside` under ``root`` whose writer no longer runs here:
+    half-written files left by a process that was killed, which no later write replaces (one whose writer cannot
+    be known to be gone is kept)."""
+    stale = []
+    for path in root.rglob(".*.tmp"):
+        pid = path.name.rsplit(".", 2)[-2]
+        if pid.isdigit() and process_running(int(pid)) is False:
+            stale.append(path)
+    return stale
 
 
 @contextlib.contextmanager
