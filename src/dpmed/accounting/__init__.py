@@ -17,7 +17,8 @@ from dpmed.accounting.ldp import (GAUSSIAN_COMPOSITION, LAPLACE_COMPOSITION, MIX
                                   gaussian_std_for_image, laplace_image_epsilon, laplace_pixel_epsilon,
                                   laplace_scale_for, laplace_scale_for_image)
 from dpmed.accounting.ledger import Ledger
-from dpmed.accounting.truncation import bounded_noise_delta, gaussian_end_shortfall, laplace_end_excess
+from dpmed.accounting.truncation import (NEGLIGIBLE_SHARE, bounded_noise_delta, gaussian_end_shortfall,
+                                         laplace_end_excess)
 from dpmed.accounting.reconstruction import (MIA_FPRS, NEIGHBOUR_RECONSTRUCTION, RECONSTRUCTION_METHODS,
                                              ReconstructionMethod, ReconstructionRisk, default_kappa,
                                              membership_inference_tpr, reconstruction_bound,
@@ -44,5 +45,5 @@ __all__ = [
     "MIA_FPRS", "default_kappa", "reconstruction_bound", "relaxed_reconstruction_bound", "membership_inference_tpr",
     "ReconstructionRisk", "reconstruction_risk",
     # what a sampler whose draws are bounded costs a claim
-    "bounded_noise_delta", "laplace_end_excess", "gaussian_end_shortfall",
+    "bounded_noise_delta", "laplace_end_excess", "gaussian_end_shortfall", "NEGLIGIBLE_SHARE",
 ]

@@ -38,7 +38,11 @@ from scipy.stats import binom, norm
 
 from dpmed.accounting import _arguments
 
-__all__ = ["bounded_noise_delta", "laplace_end_excess", "gaussian_end_shortfall"]
+__all__ = ["bounded_noise_delta", "laplace_end_excess", "gaussian_end_shortfall", "NEGLIGIBLE_SHARE"]
+
+# Local DP: a clipped end's excess (Laplace, as a share of eps_pixel) or shortfall (Gaussian, of its mass) below this
+# share is left out, as float64's rounding of eps is; above it the closed form is not the run's, and it is not DP.
+NEGLIGIBLE_SHARE = 1e-9
 
 # Gradients are spread over at most this many coordinates in the bound over gradient shapes: more than any model
 # dpmed trains has parameters (the term it enters is below 1e-25 at every sigma).

@@ -28,8 +28,6 @@ from dpmed.randomness import DRAW_BOUNDS, GAUSSIAN_DRAW_BOUND
 
 __all__ = ["PixelGaussian", "PixelGaussianArm", "PixelGaussianPlan", "INFO"]
 
-# A share of the end mass that the bounded sampler misses below this is left out, as float64's rounding is.
-_NEGLIGIBLE = 1e-9
 # Basic composition over a patient's k releases adds the deltas too (Dwork & Roth 2014, Thm 3.16); the k releases
 # are also one Gaussian mechanism with sqrt(k) times the sensitivity (Dong, Roth, Su 2019, Cor. 3.3).
 PATIENTS = ("each image is released on its own: a patient with k images is protected by (k eps_image, k delta) "
@@ -89,7 +87,8 @@ class PixelGaussianPlan(Strict):
     @property
     def sampler_voids(self) -> bool:
         """Whether the sampler misses a measurable share of the end mass (module docstring); pixels in [0, 1]."""
-        return accounting.gaussian_end_shortfall(ratio=1.0 / self.std, bound=GAUSSIAN_DRAW_BOUND) > _NEGLIGIBLE
+        shortfall = accounting.gaussian_end_shortfall(ratio=1.0 / self.std, bound=GAUSSIAN_DRAW_BOUND)
+        return shortfall > accounting.NEGLIGIBLE_SHARE
 
 
 def _plan(arm: PixelGaussianArm, swept: dict, context: PlanContext) -> PixelGaussianPlan:

@@ -9,10 +9,10 @@ coordinates). That eps_image is large; it is printed, because it is the honest n
 the pixels are protected: the labels go out in the clear, and a patient's k images are k releases.
 
 The sampler's draws lie between -52 log 2 and 53 log 2 scales (`dpmed.randomness`), so a pixel at R is released as 0
-(and one at 0 as R) less often
-than exact noise would: the ratio at the clipped end exceeds e^(R/b) (`accounting.laplace_end_excess`), by 4e-16 of
-it at R/b = 2 and without bound once R/b reaches 52 log 2. Where the excess is above 1e-9 of eps_pixel (R/b above
-about 18, b below R / 18) the closed form is not the run's: the card says not DP, and the study counts no eps for it.
+(and one at 0 as R) less often than exact noise would: the ratio at the clipped end exceeds e^(R/b)
+(`accounting.laplace_end_excess`), by 4e-16 of it at R/b = 2 and without bound once R/b reaches 52 log 2. Where the
+excess is above ``accounting.NEGLIGIBLE_SHARE`` (1e-9) of eps_pixel (R/b above about 18, b below R / 18) the closed
+form is not the run's: the card says not DP, and the study counts no eps for it.
 """
 
 from __future__ import annotations
@@ -32,10 +32,6 @@ from dpmed.mechanisms.perturb import perturb
 from dpmed.randomness import DRAW_BOUNDS, LAPLACE_DRAW_BOUND
 
 __all__ = ["PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "INFO", "LOCAL_CARD"]
-
-# An end-point excess of the bounded sampler below this share of eps_pixel is left out, as float64's rounding of eps
-# is; above it the run is not DP.
-_NEGLIGIBLE = 1e-9
 
 # What every local-DP card says about its unit (the image) and the patient.
 LOCAL_CARD = {"scope": "local DP on each released training image", "unit": "image",
@@ -98,7 +94,8 @@ class PixelLaplacePlan(Strict):
     def sampler_voids(self) -> bool:
         """Whether the sampler's bounded draws void the closed form (module docstring); pixels in [0, 1]."""
         ratio = 1.0 / self.scale
-        return accounting.laplace_end_excess(ratio=ratio, bound=LAPLACE_DRAW_BOUND) > _NEGLIGIBLE * ratio
+        excess = accounting.laplace_end_excess(ratio=ratio, bound=LAPLACE_DRAW_BOUND)
+        return excess > accounting.NEGLIGIBLE_SHARE * ratio
 
 
 def _plan(arm: PixelLaplaceArm, swept: dict, context: PlanContext) -> PixelLaplacePlan:
