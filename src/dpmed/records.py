@@ -209,6 +209,12 @@ class RunRecord(_Record):
     timing: Timing
     versions: dict[str, str] = Field(default_factory=dict)
 
+    @property
+    def bootstrap_unit(self) -> str:
+        """What the run's test-set intervals redrew: "patient" or "image" (a record without the word predates the
+        patient bootstrap, and redrew images)."""
+        return str(self.metrics.get("bootstrap_unit", "image"))
+
     def estimate(self, metric: str) -> Estimate:
         """``metric`` (e.g. "test_auroc") with its interval; value None where the metric is undefined or absent."""
         def get(key: str) -> float | None:

@@ -161,7 +161,7 @@ def _bootstrap_unit(records: Sequence[RunRecord], notes: list[str]) -> Literal["
     the differences then use the redraws the runs' intervals used. A record without the key predates the patient
     bootstrap and redrew images; runs that disagree (some recorded by an older dpmed) are compared by image, said in
     a note."""
-    units = {str(r.metrics.get("bootstrap_unit", "image")) for r in records}
+    units = {r.bootstrap_unit for r in records}
     if len(units) > 1:
         notes.append("the runs' intervals redrew different units (" + ", ".join(sorted(units)) + "; runs recorded "
                      "before dpmed redrew patients redrew images): the paired differences redraw images")

@@ -58,9 +58,8 @@ class ReportInputs:
 
     @property
     def redrawn(self) -> str:
-        """What the runs' test-set bootstrap redrew, in words that follow "redraws of": the runs' ``bootstrap_unit``
-        (a record without it predates the patient bootstrap and redrew images)."""
-        units = {str(r.metrics.get("bootstrap_unit", "image")) for r in self.records}
+        """What the runs' test-set bootstrap redrew, in words that follow "redraws of" (`RunRecord.bootstrap_unit`)."""
+        units = {r.bootstrap_unit for r in self.records}
         if units == {"patient"}:
             return "the test patients (each drawn patient with all of their images)"
         if units <= {"image"}:
