@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
 
-from dpmed.evaluation.bootstrap import Estimate, bootstrap_indices, percentile_interval
+from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
 from dpmed.evaluation.utility import evaluate_utility
 
 
@@ -131,14 +130,9 @@ def test_percentile_interval_wants_one_value_per_redraw():
         percentile_interval(np.zeros((10, 2)))
 
 
-# ------------------------------------------------------------------------------------------------------- Estimate
-
-
-def test_estimate_is_frozen_and_keeps_the_full_set_value():
-    est = Estimate.from_redraws(0.5, np.arange(1.0, 101.0))
-    assert est.value == 0.5 and (est.low, est.high) == pytest.approx((3.475, 97.525))
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        est.value = 1.0  # type: ignore[misc]
+def test_percentile_interval_of_one_to_a_hundred_is_numpys_linear_quantiles():
+    # numpy's default (linear) quantiles of 1..100 at 2.5 % and 97.5 %: 1 + 0.025 * 99 and 1 + 0.975 * 99.
+    assert percentile_interval(np.arange(1.0, 101.0)) == pytest.approx((3.475, 97.525))
 
 
 def test_interval_contains_the_point_estimate_on_a_typical_case():

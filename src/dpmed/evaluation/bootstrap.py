@@ -32,26 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["Estimate", "Redraws", "bootstrap_indices", "bootstrap_redraws", "patient_numbers", "percentile_interval"]
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A point value with its percentile bootstrap interval.
-
-    ``value`` is the metric on the whole test set, never the mean of the redraws; ``low`` and ``high`` are the
-    percentile interval of the redraws (nan when no redraw defined the metric).
-    """
-
-    value: float
-    low: float
-    high: float
-
-    @classmethod
-    def from_redraws(cls, value: float, redraws: np.ndarray, *, confidence: float = 0.95) -> "Estimate":
-        """``value`` with the percentile interval of ``redraws`` (float [n_resamples], nan = undefined redraw)."""
-        low, high = percentile_interval(redraws, confidence=confidence)
-        return cls(value=float(value), low=low, high=high)
+__all__ = ["Redraws", "bootstrap_indices", "bootstrap_redraws", "patient_numbers", "percentile_interval"]
 
 
 def bootstrap_indices(n: int, *, n_resamples: int = 1000, seed: int) -> np.ndarray:

@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from dpmed.evaluation.bootstrap import Estimate, Redraws, bootstrap_redraws
+from dpmed.evaluation.bootstrap import Redraws, bootstrap_redraws, percentile_interval
 from dpmed.evaluation.weighted import (evaluate_redraws, quadratic_kappa, weighted_auroc, weighted_kappa,
                                        weighted_mean)
 
@@ -232,8 +232,8 @@ def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidenc
             RuntimeWarning,
             stacklevel=3,
         )
-    est = Estimate.from_redraws(value, redraws, confidence=confidence)
-    row[name], row[f"{name}_low"], row[f"{name}_high"] = est.value, est.low, est.high
+    low, high = percentile_interval(redraws, confidence=confidence)  # nan when no redraw defined it
+    row[name], row[f"{name}_low"], row[f"{name}_high"] = float(value), low, high
 
 
 def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, redraws: Redraws, confidence, *,
