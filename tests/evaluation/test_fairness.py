@@ -287,7 +287,7 @@ def test_a_redraw_in_which_a_compared_group_loses_a_class_is_undefined_for_the_a
     out = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s,
                             attributes={"sex": sex}, n_resamples=r, seed=seed).attributes["sex"]
     yhat = (s >= 0.5).astype(int)
-    worst, worst_of_kept, eo = [], [], []
+    worst, worst_of_kept, eo, dp = [], [], [], []
     for idx in bootstrap_indices(len(y), n_resamples=r, seed=seed):
         auroc, rates = {}, {}
         for g in ("female", "male"):
@@ -298,6 +298,8 @@ def test_a_redraw_in_which_a_compared_group_loses_a_class_is_undefined_for_the_a
         worst.append(np.min(list(auroc.values())))                            # nan if either is nan
         worst_of_kept.append(np.nanmin(list(auroc.values())))
         eo.append(np.max([abs(rates["female"][0] - rates["male"][0]), abs(rates["female"][1] - rates["male"][1])]))
+        chosen = {g: yhat[idx[sex[idx] == g]] for g in ("female", "male")}
+        dp.append(abs(chosen["female"].mean() - chosen["male"].mean()) if all(map(len, chosen.values())) else np.nan)
     worst, eo = np.array(worst), np.array(eo)
     undefined = int(np.isnan(worst).sum())
     assert 20 < undefined < 100 and np.array_equal(np.isnan(worst), np.isnan(eo))
@@ -307,3 +309,7 @@ def test_a_redraw_in_which_a_compared_group_loses_a_class_is_undefined_for_the_a
     assert percentile_interval(np.array(worst_of_kept))[1] > est.high + 0.01      # the old, lifted interval
     eo_est = out.equalized_odds_difference
     assert (eo_est.low, eo_est.high) == pytest.approx(percentile_interval(eo), abs=1e-12)
+    assert eo_est.undefined_redraws == undefined                  # a group without a negative: no FPR, undefined
+    dp_est = out.demographic_parity_difference                    # both groups in every redraw: always defined
+    assert dp_est.undefined_redraws == int(np.isnan(dp).sum()) == 0
+    assert (dp_est.low, dp_est.high) == pytest.approx(percentile_interval(np.array(dp)), abs=1e-12)

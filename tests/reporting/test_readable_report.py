@@ -13,7 +13,7 @@ import pytest
 from matplotlib.text import Text
 
 from dpmed.evaluation import evaluate_utility
-from dpmed.evaluation.summaries import Estimate
+from dpmed.evaluation.summaries import Estimate, Spread
 from dpmed.mechanisms import PrivacyCard
 from dpmed.reporting.figures import FONT, auroc_figure, ldp_examples_figure
 from dpmed.reporting.inputs import PHONE_WIDTH, number_text
@@ -203,7 +203,7 @@ def test_an_interval_wholly_beside_its_point_is_explained_where_one_is_shown(two
 
     before = two_arms[1].fairness
     sex = before.attributes["sex"].model_copy(
-        update={"equalized_odds_difference": Estimate(value=0.275, low=0.286, high=1.0)})
+        update={"equalized_odds_difference": Spread(value=0.275, low=0.286, high=1.0)})
     fairness = before.model_copy(update={"attributes": {**before.attributes, "sex": sex}})
     edited = [two_arms[0], two_arms[1].model_copy(update={"fairness": fairness})]
     for records in (two_arms, edited):
@@ -397,6 +397,29 @@ def test_numbers_and_run_names_stay_whole_and_tables_of_runs_stack_on_a_phone(tw
         assert '<table class="stack">' in _section(html, anchor), anchor
     assert "table.stack td::before{content:attr(data-label)" in html
     assert '<details class="resolved">' in _section(html, "provenance")                  # the YAML folded
+
+
+def test_a_group_with_one_class_is_named_where_equalised_odds_leaves_it_out(scored_run, scores, labels, attributes,
+                                                                           report_html):
+    """A single negative image under 30: equalised odds cannot compare the group (no positive, so no TPR) and leaves
+    it out, which the report and results.csv must say; in about e^-1 of the redraws the group is absent, which
+    leaves the demographic parity difference undefined there, and its cell must say how many redraws."""
+    from dpmed.evaluation.fairness import evaluate_fairness, fairness_columns
+    y_val, y = labels
+    age = np.where(attributes["age"] < 30, 45.0, attributes["age"])
+    age[np.flatnonzero(y == 0)[0]] = 25.0                                  # the group under 30: one negative
+    val, test = scores(0.6, np.random.default_rng(2))
+    run = scored_run("dp-sgd_eps8_C1_seed0", "dp-sgd", "dp_sgd", eps=8.0, scores=(val, test))
+    block = evaluate_fairness(kind="binary", val_labels=y_val, val_scores=val, test_labels=y, test_scores=test,
+                              attributes={**attributes, "age": age}, n_resamples=200)
+    entry = block.attributes["age"]
+    assert entry.equalized_odds_excluded_groups == ["[0,30)"] and entry.equalized_odds_difference.undefined_redraws == 0
+    lost = entry.demographic_parity_difference.undefined_redraws
+    assert 40 < lost < 110
+    assert fairness_columns(block)["fairness[age]_equalized_odds_excluded"] == "[0,30)"
+    part = _text(_section(report_html([run.model_copy(update={"fairness": block})]), "fairness")).split("By age")[1]
+    assert "Equalised odds compares only the groups with both classes on test; left out: [0,30)" in part
+    assert f"({lost} of 200 redraws undefined)" in part
 
 
 def test_a_worst_group_interval_that_lost_many_redraws_says_how_many(scored_run, scores, labels, attributes,

@@ -48,7 +48,10 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
     page = (tmp_path / "report.html").read_text()
     for text in ('id="fairness"', 'id="interpretability"', 'id="comparisons"', "Accuracy parity difference",
                  "equalised odds", "lesion-mask energy", "masked-input score", "AUROC difference",
-                 "percentile bootstrap intervals over those images."):       # explained without patient ids
+                 "percentile bootstrap intervals over those images.",         # explained without patient ids
+                 "Test accuracy per group", "Demographic parity difference per group",
+                 "in 4 equal steps, a deleted pixel (or one not yet inserted) set to black (0 in [0, 1] pixels)",
+                 "within 0 px of the lesion mask"):                          # the settings the metrics depend on
         assert text in page, text
     for png in ("fairness_sex.png", "fairness_age.png", "cam_grid.png"):
         assert (tmp_path / png).stat().st_size > 1000

@@ -32,7 +32,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from dpmed.evaluation.bootstrap import Redraws, bootstrap_redraws
-from dpmed.evaluation.summaries import AttributeFairness, Fairness, GroupFairness, WorstGroup
+from dpmed.evaluation.summaries import AttributeFairness, Fairness, GroupFairness, Spread, WorstGroup
 from dpmed.evaluation.utility import youden_threshold
 from dpmed.evaluation.weighted import as_label_columns, estimate, redraw_counts, weighted_macro_auroc, weighted_mean
 
@@ -263,11 +263,17 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
         eo_redraws = (np.maximum(_spread(tpr, keep), _spread(fpr, keep))[:, eo_labels].mean(axis=1)
                       if eo_labels.any() else np.full(redraws.n_resamples, np.nan))
         dp_redraws = _spread(sel, np.ones(len(named), dtype=bool)).mean(axis=1)
-        fields["demographic_parity_difference"] = estimate(dp_point, dp_redraws, confidence=confidence)
-        fields["equalized_odds_difference"] = estimate(eo_point, eo_redraws, confidence=confidence)
+        fields["demographic_parity_difference"] = _spread_estimate(dp_point, dp_redraws, confidence)
+        fields["equalized_odds_difference"] = _spread_estimate(eo_point, eo_redraws, confidence)
         fields["equalized_odds_excluded_groups"] = sorted(
             {g for j in range(y.shape[1]) for g in named if g not in eo_groups[j]})
     return AttributeFairness(status="ok", groups=out_groups, **fields)
+
+
+def _spread_estimate(value: float, redraws: np.ndarray, confidence: float) -> Spread:
+    """A statistic over the groups with its interval and the redraws (nan) that left it undefined."""
+    return Spread(**estimate(value, redraws, confidence=confidence).model_dump(),
+                  undefined_redraws=int(np.isnan(redraws).sum()))
 
 
 def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_scores,
@@ -324,4 +330,6 @@ def fairness_columns(fairness: Fairness | None) -> dict[str, float | int | str |
                 for part in ("value", "low", "high"):
                     row[f"fairness[{attr}]_{metric}" + ("" if part == "value" else f"_{part}")] = getattr(est, part)
         row[f"fairness[{attr}]_worst_group"] = entry.worst_group_auroc.group if entry.worst_group_auroc else None
+        if entry.equalized_odds_difference is not None:     # groups without both classes on test: not compared
+            row[f"fairness[{attr}]_equalized_odds_excluded"] = "; ".join(entry.equalized_odds_excluded_groups)
     return row

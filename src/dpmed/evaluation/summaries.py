@@ -15,7 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Estimate", "MeanEstimate", "GroupFairness", "WorstGroup", "AttributeFairness", "Fairness", "Explanations"]
+__all__ = ["Estimate", "MeanEstimate", "GroupFairness", "Spread", "WorstGroup",
+           "AttributeFairness", "Fairness", "Explanations"]
 
 
 class _Summary(BaseModel):
@@ -51,12 +52,17 @@ class GroupFairness(_Summary):
     demographic_parity_difference: Estimate | None = None
 
 
-class WorstGroup(Estimate):
-    """The lowest group AUROC: which group at the point value (None where no group's AUROC is defined), and how many
-    redraws were undefined because a compared group drew one class (None in records that predate the count)."""
+class Spread(Estimate):
+    """A statistic over the groups of an attribute, with the redraws that left it undefined (a compared group absent,
+    or without a class the statistic needs) and so out of its interval; None in records that predate the count."""
+
+    undefined_redraws: int | None = None
+
+
+class WorstGroup(Spread):
+    """The lowest group AUROC, and which group it is at the point value (None where no group's AUROC is defined)."""
 
     group: str | None = None
-    undefined_redraws: int | None = None
 
 
 class AttributeFairness(_Summary):
@@ -68,8 +74,8 @@ class AttributeFairness(_Summary):
     reference: str | None = None
     groups: dict[str, GroupFairness] = Field(default_factory=dict)
     worst_group_auroc: WorstGroup | None = None
-    demographic_parity_difference: Estimate | None = None
-    equalized_odds_difference: Estimate | None = None
+    demographic_parity_difference: Spread | None = None
+    equalized_odds_difference: Spread | None = None
     equalized_odds_excluded_groups: list[str] = Field(default_factory=list)
 
 

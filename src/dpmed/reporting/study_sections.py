@@ -21,7 +21,7 @@ import numpy as np
 
 from dpmed.comparisons import MIN_CLASS_COUNT, Comparisons, Correlation, PairedDifference
 from dpmed.evaluation.explanations import METRIC_LABELS
-from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, WorstGroup
+from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, Spread
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
@@ -58,14 +58,15 @@ def _none_defined(correlations: Sequence[Correlation], what: str) -> str | None:
 # ---------------------------------------------------------------------------------------------------- fairness
 
 
-def _undefined_share(worst: WorstGroup | None, resamples: int) -> str:
-    """Where many redraws left a compared group one class (a tiny group), how many: the interval describes only the
-    others (`dpmed.evaluation.fairness`), as the utility metrics warn above the same share."""
-    undefined = (worst.undefined_redraws if worst is not None else None) or 0
+def _undefined_share(spread: Spread | None, resamples: int) -> str:
+    """Where many redraws left a statistic over the groups undefined (a tiny group absent, or with one class), how
+    many: the interval describes only the others (`dpmed.evaluation.fairness`), as the utility metrics warn above
+    the same share."""
+    undefined = (spread.undefined_redraws if spread is not None else None) or 0
     if not resamples or undefined <= UNDEFINED_REDRAWS_WARN_FRACTION * resamples:
         return ""
-    return (f' <span class="flag" title="in these redraws a group drew a single class, so no group is the worst; '
-            f'the interval uses the others">({undefined} of {resamples} redraws undefined)</span>')
+    return (f' <span class="flag" title="in these redraws a compared group was absent or lacked a class the '
+            f'statistic needs; the interval uses the others">({undefined} of {resamples} redraws undefined)</span>')
 
 
 def _group(entry: AttributeFairness, group: str, metric: str) -> Estimate | None:
@@ -105,11 +106,17 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         + f"<td>{_e(e.worst_group_auroc.group if e.worst_group_auroc else None)}: {_est(e.worst_group_auroc)}"
         + _undefined_share(e.worst_group_auroc, r.fairness.n_resamples) + "</td></tr>"
         for r, e in zip(runs, entries))
-    parity_rows = "".join(
-        f"<tr><td>{_e(r.run_id)}</td>"
-        + "".join(f"<td class=num>{_est(_group(e, g, 'accuracy_parity_difference'))}</td>" for g in groups)
-        + f"<td class=num>{_est(e.demographic_parity_difference)}</td>"
-        f"<td class=num>{_est(e.equalized_odds_difference)}</td></tr>" for r, e in zip(runs, entries))
+    def per_group(metric: str, tail=lambda r, e: "") -> str:
+        return "".join(f"<tr><td>{_e(r.run_id)}</td>"
+                       + "".join(f"<td class=num>{_est(_group(e, g, metric))}</td>" for g in groups)
+                       + tail(r, e) + "</tr>" for r, e in zip(runs, entries))
+
+    def spreads(r: RunRecord, e: AttributeFairness) -> str:
+        return "".join(f"<td class=num>{_est(s)}{_undefined_share(s, r.fairness.n_resamples)}</td>"
+                       for s in (e.demographic_parity_difference, e.equalized_odds_difference))
+
+    decided = any(_group(e, g, "demographic_parity_difference") is not None for e in entries for g in groups)
+    excluded = entries[0].equalized_odds_excluded_groups          # the test set's groups: the same for every run
     reference = _e(entries[0].reference or "")
     warnings = ""
     if flags:
@@ -140,17 +147,33 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
     worst = ("<p>The worst group's interval is not that group's own interval: in each redraw it takes the lowest "
              "AUROC over the groups, whichever group that is in that redraw, so it lies at or below the named "
              "group's interval (the bootstrap of a minimum). A redraw in which one of the groups drew a single "
-             "class has no worst group and is left out of the interval, as are such redraws of the two differences "
-             "over the groups.</p>")
+             "class has no worst group and is left out of the interval.</p>")
+    differences = ("<p>Over the groups, fairlearn's demographic parity difference (the largest minus the smallest "
+                   "share of images decided positive) and equalised odds difference (the larger of the same spread "
+                   "of the true-positive and of the false-positive rate) [" + level + " CI]. A redraw in which a "
+                   "group is absent leaves both undefined, one in which a compared group lacks a class the "
+                   "equalised odds difference; such redraws are left out of the interval"
+                   + (f". Equalised odds compares only the groups with both classes on test; left out: "
+                      f"{_e(', '.join(excluded))}" if excluded else "") + ".</p>")
     return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{warnings}<figure>{figure}</figure>"
             f"<p>Test AUROC per group [{level} CI], and the worst group (named groups with a defined AUROC):</p>"
             + stacked(f"<table><tr><th>run</th><th>eps</th>{head}<th>worst group</th></tr>{auroc_rows}</table>")
             + worst
+            + f"<p>Test accuracy per group at the run's decision [{level} CI]:</p>"
+            + stacked(f"<table><tr><th>run</th>{head}</tr>{per_group('accuracy')}</table>")
             + f"<p>Accuracy parity difference per group [{level} CI] ({reference}; the 'statistical parity difference' "
-            f"of Tayebi Arasteh, Ziller et al. 2023, which compares accuracy), and over the groups fairlearn's "
-            f"demographic parity difference and equalised odds difference:</p>"
-            + stacked(f"<table><tr><th>run</th>{head}<th>demographic parity diff.</th><th>equalised odds diff.</th>"
-                      f"</tr>{parity_rows}</table>")
+            f"of Tayebi Arasteh, Ziller et al. 2023, which compares accuracy)"
+            + (", and over the groups fairlearn's demographic parity difference and equalised odds difference:</p>"
+               if decided else ":</p>")
+            + stacked(f"<table><tr><th>run</th>{head}"
+                      + ("<th>demographic parity diff.</th><th>equalised odds diff.</th>" if decided else "")
+                      + f"</tr>{per_group('accuracy_parity_difference', spreads if decided else lambda r, e: '')}"
+                      "</table>")
+            + (differences
+               + f"<p>Demographic parity difference per group [{level} CI] ({reference}; the share of images "
+               "decided positive):</p>"
+               + stacked(f"<table><tr><th>run</th>{head}</tr>{per_group('demographic_parity_difference')}</table>")
+               if decided else "")
             + _outside_note(runs, entries, groups, level))
 
 
@@ -266,6 +289,13 @@ def interpretability_section(inputs: ReportInputs) -> str:
              + ("over those images' patients (each drawn patient with all of their explained images)."
                 if e0.bootstrap_unit == "patient" else "over those images.")]
     notes += [f"{_e(_SHORT.get(m, m))}: {_e(METRIC_LABELS.get(m, ''))}." for m in metrics]
+    if {"deletion_auc", "insertion_auc"} & set(metrics):
+        notes.append(f"Deletion and insertion take the pixels in order of the CAM in {e0.deletion_steps} equal steps, "
+                     f"a deleted pixel (or one not yet inserted) set to {_e(e0.baseline)}; the AUC is that of the "
+                     "predicted-class score against the share of pixels taken (trapezoid rule).")
+    if "pointing_game" in metrics and e0.pointing_tolerance_px is not None:
+        notes.append(f"Pointing game: a hit where the CAM's peak lies within {e0.pointing_tolerance_px:g} px of the "
+                     "lesion mask (0: inside it).")
     if e0.n_masked_images:
         notes.append(f"Lesion-mask energy and pointing game use the CAM of class {e0.lesion_class} on the "
                      f"{e0.n_masked_images} explained images with a lesion mask; a uniform CAM would put "
