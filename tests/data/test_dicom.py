@@ -138,3 +138,23 @@ def test_missing_pydicom_says_how_to_install(tmp_path, monkeypatch):
     with pytest.raises(DataError, match=r"pip install 'dpmed\[dicom\]'"):  # raised, never a skipped row
         load_dataset(source="folders", path=tmp_path / "f", image_size=8, channels=1, seed=0, n_images=None,
                      skip_invalid=True)
+
+
+def test_a_dicom_file_named_like_kermany_still_takes_its_patient_from_the_header(tmp_path):
+    """A viewer's export names files IM-<series>-<image>.dcm, which the Kermany pattern reads as patient IM-<series>:
+    the header's PatientID must decide, or each patient's series would scatter over the splits as separate units
+    (and the sex and age in the header would be lost)."""
+    rng = np.random.default_rng(0)
+    for k, cls in enumerate(("normal", "nodule")):
+        for p in range(5):
+            for series in (1, 2, 3):
+                _write_dicom(tmp_path / "cxr" / cls / f"P{k}{p}" / f"IM-000{series}-0001.dcm",
+                             rng.integers(0, 4096, (10, 10)), patient=f"P{k}{p}", sex="MF"[p % 2], age="050Y")
+    d = load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None,
+                     split=SplitPlan(val_fraction=0.2, test_fraction=0.2))
+    assert d.source["patient_key"]["dicom_patient_id"] == 30 and d.source["patient_key"]["files_matched"] == 0
+    ids = [set(s.patient_ids) for s in (d.train, d.val, d.test)]
+    assert set().union(*ids) == {f"P{k}{p}" for k in range(2) for p in range(5)}
+    assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    assert [len(s.patient_ids) for s in (d.train, d.val, d.test)] == [3 * len(i) for i in ids]  # every series kept
+    assert {"female", "male"} == set(np.concatenate([s.sex for s in (d.train, d.val, d.test)]))

@@ -30,14 +30,16 @@ Patients. A file name carries no patient in general, so each file is its own pat
   ``IM-0115-0001.jpeg`` and ``IM-0115-0001-0002.jpeg`` -> ``IM-0115``; ``NORMAL2-IM-0995-0001.jpeg`` ->
   ``NORMAL2-IM-0995`` (the second batch of normal films numbers its patients separately, so its prefix stays).
   The default ``patient_pattern`` matches these; its first non-empty group is the patient.
-* **DICOM** files: the header's PatientID (and PatientSex, PatientAge as sex and age).
+* **DICOM** files: the header's PatientID (and PatientSex, PatientAge as sex and age), before the file name: a
+  viewer's export names files ``IM-<series>-<image>.dcm``, which the Kermany pattern would read as a patient. A
+  DICOM file without a PatientID falls back to the name.
 
 A layout in which some files name their patient and others do not is refused, naming the others. Whether the patient
 can be the unit of privacy would otherwise turn on whether one such file exists, so that a single image changed what
 every privacy card says (and a file without a key is its own "patient", which a person with several is not).
 
-The Kermany release puts 170 patients in both train and test (e.g. ``person1``: virus images 6-9 in test, 11-13 in
-train). How dpmed handles that is :mod:`dpmed.data.assembly`'s ``shared_patients`` rule.
+The Kermany release puts 170 patients in both train and test (e.g. ``person1``: bacteria images 1-2 in train, virus
+images 6-13 in test). How dpmed handles that is :mod:`dpmed.data.assembly`'s ``shared_patients`` rule.
 """
 
 from __future__ import annotations
@@ -202,18 +204,22 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     matched = from_header = 0
     unreadable = set()                     # DICOM files without a readable header: flagged when decoded
     for i, f in enumerate(paths):
-        m = pattern.search(f.name)
-        if m and any(m.groups()):
-            patients.append(next(g for g in m.groups() if g))
-            matched += 1
-        elif f.suffix.lower() in (".dcm", ".dicom"):
+        header: dict[str, str] = {}
+        if f.suffix.lower() in (".dcm", ".dicom"):
+            # The header first: a DICOM viewer's export names files IM-<series>-<image> (OsiriX, Horos), which the
+            # Kermany pattern would read as a patient, scattering each real patient over their series.
             header = _dicom_header(f)
             if header is None:
                 unreadable.add(i)
                 header = {}
-            patients.append(header.get("PatientID") or str(f.relative_to(top)))
             sex[i], ages[i] = header.get("PatientSex", ""), header.get("PatientAge", "")
-            from_header += bool(header.get("PatientID"))
+        m = pattern.search(f.name)
+        if (header.get("PatientID") or "").strip():
+            patients.append(header["PatientID"])
+            from_header += 1
+        elif m and any(m.groups()):
+            patients.append(next(g for g in m.groups() if g))
+            matched += 1
         else:
             patients.append(str(f.relative_to(top)))  # its own patient
     # Files that are no image, or unreadable DICOM, are flagged below (left out with skip_invalid): they decide nothing.
