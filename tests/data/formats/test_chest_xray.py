@@ -49,6 +49,22 @@ def test_chexpert_bad_values_and_unknown_findings(chexpert, load_layout):
         read_chexpert(chexpert, findings=["Pneumonnia"])
 
 
+def test_a_chexpert_path_without_a_patient_folder_is_flagged_not_made_its_own_patient(chexpert, load_layout,
+                                                                                      write_image):
+    """Each CheXpert image's patient is its patientNNNNN folder; a row without one would be a "patient" of its own,
+    one unit for what may be one of a person's several images, while the card still says the patient is the unit."""
+    write_image(chexpert / "train" / "extra" / "view1_frontal.jpg", level=90)
+    lines = (chexpert / "train.csv").read_text().splitlines()
+    lines.append(lines[1].replace("patient00001/study1", "extra"))
+    (chexpert / "train.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"(?s)1 of 21 rows .*train.csv line 18 \(CheXpert-v1.0-small/train/extra/"
+                                        r"view1_frontal.jpg\): Path '.*' has no patient<NNNNN> folder"):
+        load_layout("chexpert", chexpert)
+    d = load_layout("chexpert", chexpert, skip_invalid=True, split=SplitPlan(test_fraction=0.25))
+    ids = np.concatenate([d.train.patient_ids, d.val.patient_ids, d.test.patient_ids])
+    assert len(ids) == 20 and all(i.startswith("patient") for i in ids)
+
+
 # --- NIH ChestX-ray14 ---------------------------------------------------------------------------------------------
 
 

@@ -81,7 +81,7 @@ def read_chexpert(path: str | Path, *, findings: Sequence[str] | None = None, un
 
     Multilabel over ``findings`` (default: the five competition findings); uncertain and blank by the module
     docstring's policy. valid.csv (radiologist-labelled) is the published validation split; test is carved from
-    train.csv by patient. Patient: the ``patientNNNNN`` folder in Path.
+    train.csv by patient. Patient: the ``patientNNNNN`` folder in Path (a row without one is flagged).
     """
     root = dataset_folder(path, "CheXpert", "train.csv")
     chosen = chosen_labels(findings, CHEXPERT_COMPETITION, CHEXPERT_FINDINGS, "CheXpert")
@@ -95,6 +95,10 @@ def read_chexpert(path: str | Path, *, findings: Sequence[str] | None = None, un
     table = pd.concat(frames, ignore_index=True)
     values = table["Path"].tolist()
     patients = [m.group(1) if (m := re.search(r"(patient\d+)", v)) else v for v in values]
+    for i, v in enumerate(values):
+        if patients[i] == v:    # as its own patient it would be one unit of someone's several images: refused
+            flags(i, "no patient", f"Path {v!r} has no patient<NNNNN> folder, which names each CheXpert image's "
+                                   "patient; correct the path, or delete the row")
     return table_manifest(
         name="chexpert", root=root, task=Task("multilabel", chosen),
         paths=[_chexpert_path(root, v) for v in values], labels=np.concatenate(blocks),
