@@ -169,6 +169,20 @@ def test_generic_csv_blank_patient_ids_are_refused_with_column_and_lines(table, 
     assert read_csv_table(table, columns={"path": "file"}, labels=["opacity"]).patient_ids[0] == "pngs/img0.png"
 
 
+def test_generic_csv_blank_path_is_a_missing_image_naming_its_line(table, load_layout):
+    """A blank path cell resolves to the CSV's own folder; the row must say the cell is blank, not that a folder is
+    no image file."""
+    lines = table.read_text().splitlines()
+    column = lines[0].split(",").index("file")
+    cells = lines[2].split(",")
+    lines[2] = ",".join(cells[:column] + [""] + cells[column + 1:])
+    table.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError) as err:
+        load_layout("csv", table, columns={"path": "file", "patient": "pid"}, labels=("opacity",))
+    assert "labels.csv line 3 (): file is blank; fill in the image's path, or delete the row" in str(err.value)
+    assert "folder" not in str(err.value).split("line 3")[1].split("\n")[0]
+
+
 def test_generic_csv_label_column_listed_twice_is_refused(table):
     with pytest.raises(DataError, match=r"data.labels lists the column\(s\) \['opacity'\] more than once "
                                         r"\(\['opacity', 'effusion', 'opacity'\]\); list each label column once"):

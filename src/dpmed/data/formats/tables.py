@@ -160,6 +160,8 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
                 y[i] = p
         names = tuple(f"class_{k}" for k in range(max(count, 2)))
     values = [v.strip() for v in frame[columns["path"]]]
+    for i in (i for i, v in enumerate(values) if not v):
+        flags(i, "missing image", f"{columns['path']} is blank; fill in the image's path, or delete the row")
     n = len(frame)
     splits = [""] * n
     if "split" in columns:
