@@ -100,3 +100,16 @@ def test_a_cohorts_carved_split_does_not_depend_on_the_other_cohorts_patients(tm
         assert _patients(_cohort(root, 0)) == public, patient
         for f in tmp_path.glob("*.jpeg"):
             f.rename(root / "train" / ("PNEUMONIA" if f.name.startswith("person") else "NORMAL") / f.name)
+
+
+def test_a_file_layouts_cohort_record_counts_the_rows_it_was_cut_from(tmp_path, write_image):
+    """A file layout is cut to the cohort before its split is carved, so its record's counts are the rows of the
+    whole release it was cut from, not the cut set again (which recorded every split as keeping all it had)."""
+    root = _two_hospitals(tmp_path / "chest_xray", write_image)
+    dataset = _cohort(root, 0)
+    counts = dataset.source["cohort"]["images"]
+    assert counts["rows_cut_from"] == 100                   # 80 training and 20 test images in the release
+    assert [counts[name]["kept"] for name in ("train", "val", "test")] == [len(dataset.train), len(dataset.val),
+                                                                           len(dataset.test)]
+    assert 30 < sum(len(s) for s in (dataset.train, dataset.val, dataset.test)) < 70
+    assert "images" not in dataset.shareable_source()["cohort"]

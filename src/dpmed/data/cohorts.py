@@ -73,15 +73,21 @@ def _keep(images: ImageSet, selection: PatientSelection) -> ImageSet:
     return images.subset(np.flatnonzero(in_cohort(images.patient_ids, selection)))
 
 
-def select_patients(dataset: Dataset, selection: PatientSelection) -> Dataset:
+def select_patients(dataset: Dataset, selection: PatientSelection, *, rows_before: int | None = None) -> Dataset:
     """``dataset`` with only the patients of ``selection`` in each split; the record (``source["cohort"]``) says
-    which cohort and how many images each split kept. DataError if a split ends up empty."""
+    which cohort and how many images each split kept, of how many. DataError if a split ends up empty.
+
+    ``rows_before``: where a file layout's rows were cut to the cohort before its split was carved (a carved split
+    holds other patients once cut), ``dataset`` is that cut and this the number of rows it was cut from; each split
+    then has no "of" of its own."""
     kept = {name: _keep(getattr(dataset, name), selection) for name in ("train", "val", "test")}
     empty = [name for name, images in kept.items() if len(images) == 0]
     if empty:
         raise DataError(f"data.patients ({selection.describe()}) leaves the {' and '.join(empty)} split(s) of "
                         f"{dataset.name} without images; choose a larger share or another seed")
-    counts = {name: {"kept": len(kept[name]), "of": len(getattr(dataset, name))} for name in kept}
+    counts: dict = ({name: {"kept": len(kept[name]), "of": len(getattr(dataset, name))} for name in kept}
+                    if rows_before is None else
+                    {**{name: {"kept": len(kept[name])} for name in kept}, "rows_cut_from": rows_before})
     source = {**dataset.source, "cohort": {"fraction": selection.fraction, "part": selection.part,
                                            "seed": selection.seed, "description": selection.describe(),
                                            "images": counts, "patients_known": dataset.patients_known}}

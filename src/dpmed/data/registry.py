@@ -121,15 +121,17 @@ def _from_files(reader: Callable[[DataRequest], Manifest]) -> Callable[[DataRequ
 
     def read(request: DataRequest) -> Dataset:
         manifest = reader(request)
+        rows = len(manifest)
         if request.patients is not None:   # before the split is carved: each cohort's from its own patients
             chosen = np.flatnonzero(in_cohort(manifest.patient_ids, request.patients))
             if len(chosen) == 0:
                 raise DataError(f"data.patients ({request.patients.describe()}) keeps none of the {len(manifest)} "
                                 f"images at {manifest.root}; choose a larger share or another seed")
             manifest = manifest.subset(chosen)
-        return assemble_dataset(manifest, preprocessing=request.preprocessing,
-                                split=request.split or SplitPlan(), skip_invalid=request.skip_invalid,
-                                cache_dir=request.cache_dir)
+        dataset = assemble_dataset(manifest, preprocessing=request.preprocessing,
+                                   split=request.split or SplitPlan(), skip_invalid=request.skip_invalid,
+                                   cache_dir=request.cache_dir)
+        return dataset if request.patients is None else select_patients(dataset, request.patients, rows_before=rows)
 
     return read
 
@@ -259,7 +261,7 @@ def read_dataset(request: DataRequest) -> Dataset:
     dataset = _ordinal(info.read(request), request.ordinal)
     if not info.reads_files:
         dataset = _preprocess_arrays(dataset, preprocessing, generated=info.generates)
-    if request.patients is not None:
+    if request.patients is not None and not info.reads_files:      # a file layout's read selected it already
         dataset = select_patients(dataset, request.patients)
     if preprocessing.normalize is not None:
         c = dataset.train.image_shape[0]
