@@ -15,9 +15,12 @@ what backpropagation already has, each layer's input a and output gradient g (se
 
 It is exact, not an approximation: the tests compare it with an explicit per-example autograd loop in float64.
 The assumptions that make it exact are checked, not hoped for: every trainable parameter belongs to a layer type
-with a rule (else PrivacyError naming the module), no BatchNorm (it mixes examples), and every parameter is used
+with a rule (else PrivacyError naming the module), no BatchNorm (it mixes examples), every parameter is used
 only inside its own layer's forward (a graph walk counts its uses; weight tying or a parameter read in a custom
-forward is an error). The loss must be a sum over examples, as for ``DpSgdStep``.
+forward is an error), every trainable layer's input and output have one row per example, batch first (a layer on
+x.reshape(B * T, d) would have its rows clipped, not its examples), and no output where backward ends (a layer
+whose input needs no gradient) is modified in place (its gradient would never arrive). The loss must be a sum over
+examples, as for ``DpSgdStep``.
 
 User-level clipping (``groups``; McMahan et al. 2018, "Learning differentially private recurrent language models"):
 where the patient is the unit of privacy, each patient's gradients over their images are summed and that *sum* is
@@ -126,13 +129,16 @@ def _trainable_layers(model: nn.Module) -> list[_Layer]:
 class _Tape:
     """The per-chunk record: forward hooks add calls, output-gradient hooks turn them into norms and sums."""
 
-    def __init__(self, layers: list[_Layer], norm_order: int, route: str, grouping: Grouping | None = None) -> None:
+    def __init__(self, layers: list[_Layer], norm_order: int, route: str, batch: int,
+                 grouping: Grouping | None = None) -> None:
         self.layers = layers
         self.norm_order = norm_order
         self.route = route
+        self.batch = batch                     # rows fed to the model: one per example (augmented copies included)
         self.grouping = grouping               # None: every example is its own unit (image-level clipping)
         self.calls: list[list[_Call]] = [[] for _ in layers]
         self.sources: list[Tensor] = []        # outputs of calls whose input needs no gradient: where backward ends
+        self.source_versions: list[tuple[int, int]] = []     # (layer, the output's version) per source
         self.states = [_LayerState() for _ in layers]
 
     def forward_hook(self, index: int) -> Callable:
@@ -141,6 +147,7 @@ class _Tape:
             if not isinstance(a, Tensor) or not isinstance(output, Tensor):
                 raise PrivacyError(f"module {self.layers[index].name!r}: the clipping engine needs a tensor input "
                                    "and output")
+            self._check_batch_first(index, module, a, output)
             call = _Call(index, a.detach(), a._version)
             self.calls[index].append(call)
             if not output.requires_grad:
@@ -148,7 +155,41 @@ class _Tape:
             output.register_hook(lambda g: self._on_output_grad(call, g))
             if not a.requires_grad:
                 self.sources.append(output)
+                self.source_versions.append((index, output._version))
         return hook
+
+    def _check_batch_first(self, index: int, module: nn.Module, a: Tensor, output: Tensor) -> None:
+        """PrivacyError unless the layer's input and output have one row per example, batch first.
+
+        Why: the rules read row i of a and g as example i. A layer applied to a reshape that folds another dimension
+        into the batch (a Linear on x.reshape(B * T, d), a conv per channel on [B * C, 1, H, W]) has B * T rows: its
+        rules would clip each row, a position or channel, instead of each example, so one example's clipped
+        contribution could reach T C, not C (and with B > 1 the shapes would clash deep inside a rule)."""
+        for what, t in (("input", a), ("output", output)):
+            if t.dim() == 0 or t.shape[0] != self.batch:
+                name = self.layers[index].name or "model"
+                rows = "a scalar" if t.dim() == 0 else f"{t.shape[0]} rows"
+                raise PrivacyError(f"module {name!r} ({type(module).__name__}) has {rows} in its {what} "
+                                   f"{tuple(t.shape)} where the model's input has {self.batch}, one per example: "
+                                   "per-example clipping needs every trainable layer's input and output batch-first, "
+                                   "one row per example, else it clips rows, not examples. Keep the batch dimension "
+                                   "first and apart (apply the layer to [B, T, d], not to a reshape to [B * T, d])")
+
+    def check_sources(self) -> None:
+        """PrivacyError if the output of a layer whose input needs no gradient was modified in place since the layer
+        returned it.
+
+        Why: backward ends at these outputs (``autograd.grad(loss, sources)``). After an in-place op (ReLU(inplace=
+        True), h += 1) the tensor stands for the modified value, so backward stops there and the gradient of the
+        layer's own output, hence its per-example gradients, never arrive: the layer would get a zero clipped sum and
+        silently never train. (An in-place op on any other layer's output is harmless: its hook still receives the
+        gradient of the output the layer returned.)"""
+        for source, (index, version) in zip(self.sources, self.source_versions):
+            if source._version != version:
+                raise PrivacyError(f"the output of module {self.layers[index].name!r} was modified in place after "
+                                   "the layer returned it (ReLU(inplace=True), +=, ...); its input needs no "
+                                   "gradient, so backward ends at that output and the layer's per-example gradients "
+                                   "cannot be recovered (it would never train). Remove the in-place operation")
 
     def _on_output_grad(self, call: _Call, g: Tensor) -> None:
         layer, state = self.layers[call.layer], self.states[call.layer]
@@ -337,7 +378,7 @@ class GhostClipper:
         grouping = None if groups is None else Grouping.of(groups, len(x), x.device)
         if grouping is not None and grouping.count == len(x):
             grouping = None                   # every group a single example: exactly image-level clipping
-        tape = _Tape(self.layers, self.norm_order, self.route, grouping)
+        tape = _Tape(self.layers, self.norm_order, self.route, len(x), grouping)   # len(x): every row the model sees
         handles = [layer.module.register_forward_hook(tape.forward_hook(i)) for i, layer in enumerate(self.layers)]
         try:
             with torch.enable_grad():
@@ -345,6 +386,7 @@ class GhostClipper:
             if not loss.requires_grad:
                 raise PrivacyError("the loss does not depend on any trainable parameter")
             _check_parameter_uses(loss, tape, self._owners)
+            tape.check_sources()
             # Gradients of the layer outputs only: autograd computes no parameter gradient, and the output hooks see
             # every layer, because each layer's output lies on a path from the loss to some source output.
             torch.autograd.grad(loss, tape.sources, allow_unused=True)
