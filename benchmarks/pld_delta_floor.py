@@ -25,7 +25,8 @@ def event(q: float, sigma: float, steps: int):
 
 
 def pld_epsilon(q: float, sigma: float, steps: int, delta: float, h: float) -> float:
-    accountant = pld_privacy_accountant.PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=h)
+    accountant = pld_privacy_accountant.PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                                      value_discretization_interval=h)
     return accountant.compose(event(q, sigma, steps)).get_epsilon(delta)
 
 
@@ -46,10 +47,12 @@ def main() -> None:
         for delta in (float(d) for d in args.deltas.split(",")):
             eps = [pld_epsilon(args.q, args.sigma, steps, delta, h) for h in GRIDS]
             bound = rdp_epsilon(args.q, args.sigma, steps, delta)
-            finite = [e for e in eps if math.isfinite(e)]
-            spread = max(finite) / min(finite) - 1 if len(finite) == len(eps) and min(finite) > 0 else math.inf
-            print(f"| {steps:g} | {delta:g} | {', '.join(f'{e:.4g}' for e in eps)} | {spread:.2%} | {bound:.4g} | "
-                  f"{'yes' if any(e > bound for e in finite) else 'no'} |")
+            if all(math.isfinite(e) for e in eps) and min(eps) > 0:
+                spread, above = f"{max(eps) / min(eps) - 1:.2%}", "yes" if max(eps) > bound else "no"
+            else:              # a grid that cannot resolve this delta at all: no spread, and no verdict against RDP
+                spread = above = "– (inf)"
+            print(f"| {steps:g} | {delta:g} | {', '.join(f'{e:.4g}' for e in eps)} | {spread} | {bound:.4g} | "
+                  f"{above} |")
 
 
 if __name__ == "__main__":
