@@ -25,7 +25,7 @@ __all__ = ["write_report", "write_private_report", "PrivateRun", "SECTIONS"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;color:#1b1b1b;line-height:1.45}
+padding:0 1em;color:#1b1b1b;line-height:1.45;overflow-wrap:break-word}  /* a long path breaks, not the page */
 h1{margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
 /* a wide table scrolls inside itself, not the page */
 table{border-collapse:collapse;font-size:.9em;margin:.6em 0;display:block;max-width:100%;overflow-x:auto}
