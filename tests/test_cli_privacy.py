@@ -37,6 +37,19 @@ def test_a_pure_dp_bound_is_printed_at_delta_zero_beside_the_pld_at_the_given_de
     assert _eps(pure) == pytest.approx(100 * math.log1p(0.01 * math.expm1(1.0)), rel=1e-5)   # closed form by hand
 
 
+def test_calibrating_for_a_pure_dp_bound_needs_no_delta_and_shows_delta_zero(capsys):
+    """calibrate asked for --delta under the pure accountant and then printed it beside a delta-0 bound."""
+    args = ["privacy", "calibrate", "--target-epsilon", "2", "--sample-rate", "0.01", "--steps", "100",
+            "--noise", "laplace", "--accountant", "pure"]
+    assert main(args) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "at delta = 0)" in line and _eps(line) <= 2
+    sigma = float(re.search(r"noise_multiplier = ([0-9.e+-]+)", line).group(1))
+    # the pure bound by hand: T log(1 + q (e^(1/sigma) - 1)) for Laplace b = sigma C1 at sensitivity C1
+    assert _eps(line) == pytest.approx(100 * math.log1p(0.01 * math.expm1(1 / sigma)), rel=1e-4)
+    assert main([*args, "--delta", "1e-5"]) == 0 and "1e-05" not in capsys.readouterr().out.splitlines()[0]
+
+
 def test_with_every_accountant_one_that_cannot_certify_is_said_and_the_others_still_print(capsys):
     """Before: PLD's refusal above eps 500 ended the command (exit 2) before RDP, which certifies it, was printed."""
     assert main(["privacy", "epsilon", "--noise-multiplier", "1e-6", "--sample-rate", "0.01", "--steps", "100",

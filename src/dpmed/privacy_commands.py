@@ -199,15 +199,17 @@ def _privacy_epsilon(args: argparse.Namespace) -> int:
 
 def _privacy_calibrate(args: argparse.Namespace) -> int:
     q, steps, n = _schedule(args)
-    delta = _delta(args, n)
+    # as for epsilon: the pure accountant's bound has delta 0, so it needs none and shows none
+    delta = 1e-5 if args.accountant == "pure" and args.delta is None and n is None else _delta(args, n)
     name, note = accounting.effective_accountant(args.accountant, target_epsilon=args.target_epsilon,
                                                  noise=args.noise, delta=delta, steps=steps)
     sigma = accounting.noise_multiplier_for(target_epsilon=args.target_epsilon, delta=delta, sample_rate=q,
                                             steps=steps, accountant=name, noise=args.noise)
     eps = accounting.dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta,
                                     accountant=name, noise=args.noise)
+    shown = 0 if name == "pure" else delta
     print(f"noise_multiplier = {sigma:.6g}  (eps = {eps:.6g} <= target {args.target_epsilon:g} at delta = "
-          f"{delta:.3g}) [{name}: {accounting.describe_accountant(name)}]")
+          f"{shown:.3g}) [{name}: {accounting.describe_accountant(name)}]")
     if note:
         print(f"note: {note}")
     sampler = _sampler_note(args, q, steps, sigma, delta)
