@@ -111,6 +111,27 @@ def test_a_released_count_is_paid_once_however_many_runs_plan_from_it(write_stud
     assert both.dp_sgd_epsilon > training + 0.05 + 0.1
 
 
+def test_runs_under_different_caps_of_images_per_patient_do_not_compose_into_one_eps(write_study):
+    """A cap keeps each patient's k images of smallest keyed hash, so one image added to the data as supplied can
+    swap one kept image for another: a capped run's add/remove is of the capped set. Composed under one label with an
+    uncapped run, the total read as add/remove one supplied image, which the capped run does not give."""
+    capped = BUDGET.replace("target_epsilon: 8}]", "target_epsilon: 8}, {name: cap, mechanism: dp_sgd, "
+                            "target_epsilon: 8, privacy_unit: image, max_images_per_patient: 1}]")
+    study = load_study(write_study(capped.replace("privacy_budget: {epsilon: 10, delta: 1e-5}\n", "")
+                                   .replace("arms: [{name: dp,", "arms: [{name: dp, privacy_unit: image,")))
+    privacy = study_privacy(plan_runs(study, PlanContext(images_per_patient=np.full(70, 2, dtype=np.int64),
+                                                         image_shape=(1, 16, 16))))
+    assert privacy.dp_sgd_epsilon is None and privacy.unit is None
+    assert ("units image and image of the training set as capped at 1 per patient do not compose into one eps"
+            in privacy.statement)
+    alone = load_study(write_study(BUDGET.replace("target_epsilon: 8}]", "target_epsilon: 8, privacy_unit: image, "
+                                                  "max_images_per_patient: 1}]")))
+    one = study_privacy(plan_runs(alone, PlanContext(images_per_patient=np.full(70, 2, dtype=np.int64),
+                                                     image_shape=(1, 16, 16))))
+    assert one.dp_sgd_epsilon is not None
+    assert "add/remove one image of the training set as capped at 1 per patient" in one.statement
+
+
 def test_a_run_whose_noise_one_unit_outruns_makes_the_study_not_dp(write_study):
     """eps 1e9 needs noise so small that one unit moves a coordinate past every draw of the sampler
     (`accounting.truncation`): that run holds no claim, so neither does the study, and a budget refuses it."""

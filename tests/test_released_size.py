@@ -33,6 +33,25 @@ def test_other_data_or_another_eps_is_another_release_and_is_drawn_afresh(tmp_pa
     assert len(json.loads(path.read_text())["draws"]) == 41
 
 
+def test_a_count_is_not_drawn_again_beside_finished_runs_planned_from_an_earlier_draw(tmp_path):
+    """Deleting the private file while finished runs stay would make a second draw of the same count, a second
+    release the study's accounting cannot tell from the first (two draws may even come out equal)."""
+    import pytest
+
+    from dpmed.errors import PrivacyError
+
+    path = tmp_path / "private" / "released_sizes.json"
+    first = release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc")
+    planned = {("patients", 0.02)}
+    assert release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned) == first
+    path.unlink()
+    with pytest.raises(PrivacyError, match=r"holds no count of the training set's patients \(at eps 0.02\) .* "
+                                           r"second release"):
+        release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned)
+    assert not path.exists()                                              # nothing drawn, nothing written
+    release_sizes(NEEDED, epsilon=0.05, path=path, fingerprint="abc", planned_before=planned)   # another eps: drawn
+
+
 def test_reproducible_mode_derives_the_count_from_the_public_seed(tmp_path):
     one = release_sizes(NEEDED, epsilon=0.02, path=tmp_path / "a.json", fingerprint="x", reproducible_seed=3)
     two = release_sizes(NEEDED, epsilon=0.02, path=tmp_path / "b.json", fingerprint="x", reproducible_seed=3)

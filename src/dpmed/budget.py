@@ -17,7 +17,8 @@ that are still in the folder although the study file no longer lists them (their
   independently noised copy of every training image; whoever holds several of their models holds several releases of
   each image, which compose under their own relation (any two images): `accounting.compose_image_events` adds them
   up into one per-image total. That relation is not DP-SGD's add/remove, so a study with both has no single total.
-* Runs with the patient as the unit and runs with the image as the unit do not compose into one eps either.
+* Runs with the patient as the unit and runs with the image as the unit do not compose into one eps either, nor do
+  image-unit runs under different ``max_images_per_patient`` caps (or none): each is add/remove of another set.
 * Reproducible-mode runs are not DP against anyone who knows the seed.
 
 ``privacy_budget`` in a study file asks dpmed to refuse, before any training, a study whose total exceeds the budget
@@ -72,7 +73,12 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
         noise=privacy.noise, noise_multiplier=privacy.noise_multiplier, sample_rate=privacy.sample_rate,
         steps=privacy.steps),)
     size = (privacy.size_key, privacy.size_epsilon) if privacy.size_epsilon else None
-    return _Released(plan.run_id, "dp_sgd", privacy.unit, privacy.delta, privacy.accountant, tuple(events), size,
+    # A cap keeps each patient's k images of smallest keyed hash: one image added to the data as supplied can swap
+    # one kept image for another, so a capped run's add/remove is of the capped set, not of the supplied images,
+    # and runs under different caps (or none) have different neighbours: they do not compose into one eps.
+    unit = (privacy.unit if privacy.unit != "image" or privacy.max_images_per_patient is None else
+            f"image of the training set as capped at {privacy.max_images_per_patient} per patient")
+    return _Released(plan.run_id, "dp_sgd", unit, privacy.delta, privacy.accountant, tuple(events), size,
                      privacy.sampler_delta)
 
 
@@ -138,6 +144,8 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
         dp_eps, why = _compose(dp, composed_at, accountant)
         sizes = {r.size for r in dp if r.size is not None}
         if dp_eps is not None and sizes:
+            # One cost per count: a folder holds one draw per key and eps (`released_size` refuses to draw again
+            # beside finished runs planned from an earlier one), shared by every run planned from it.
             dp_eps += sum(eps for _, eps in sizes)
             why += (f" (including {len(sizes)} DP count(s) of the training set: "
                     + ", ".join(f"{key} at eps {eps:g}" for key, eps in sorted(sizes)) + ")")

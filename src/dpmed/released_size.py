@@ -13,7 +13,9 @@ target less size_epsilon.
 One count per kind of unit an arm plans over (patients; images; images capped per patient) is drawn once per study
 folder and data, from the operating system, and kept in ``private/released_sizes.json``: every run and every rerun of
 the study plans from the same counts, so the study pays size_epsilon once per count (`dpmed.budget`) and no fresh
-draws exist to be averaged. Deleting that file or the folder and running again releases new counts, at a new cost.
+draws exist to be averaged. Deleting the folder and running again releases new counts, at a new cost; deleting only
+that file while finished runs planned from its counts stay in the folder is refused: a second draw beside theirs would
+be a second release, which their records could not be told apart from the first.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import random
 import secrets
 from fractions import Fraction
 from pathlib import Path
-from typing import Mapping
+from typing import Collection, Mapping
 
 from dpmed.config import Study
+from dpmed.errors import PrivacyError
 from dpmed.folders import write_text_atomic
 from dpmed.mechanisms import PlanContext, mechanism_info
 from dpmed.randomness import discrete_laplace, public_seed
@@ -44,16 +47,25 @@ def needed_sizes(study: Study, context: PlanContext) -> dict[str, int]:
 
 
 def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerprint: str,
-                  reproducible_seed: int | None = None) -> dict[str, int]:
+                  reproducible_seed: int | None = None,
+                  planned_before: Collection[tuple[str, float]] = ()) -> dict[str, int]:
     """The noisy count of each of ``needed`` (exact counts by key), at ``epsilon`` each: the one drawn earlier for
     this key, epsilon and data (``fingerprint``) when ``path`` holds it, else a fresh draw, added to ``path``.
-    ``reproducible_seed``: derive the noise from this public seed (reproducible mode, not DP) instead of the OS."""
+    ``reproducible_seed``: derive the noise from this public seed (reproducible mode, not DP) instead of the OS.
+    ``planned_before``: the (key, epsilon) of the counts the folder's finished runs were planned from; a fresh draw
+    of one of them is refused (PrivacyError; module docstring)."""
     draws = json.loads(path.read_text(encoding="utf-8"))["draws"] if path.is_file() else []
     mode = "secure" if reproducible_seed is None else f"reproducible {reproducible_seed}"
     released, fresh = {}, []
     for key, exact in needed.items():
         earlier = next((d["count"] for d in draws if (d["key"], d["epsilon"], d["data"], d["mode"])
                         == (key, epsilon, fingerprint, mode)), None)
+        if earlier is None and (key, epsilon) in planned_before:
+            raise PrivacyError(
+                f"{path} holds no count of the training set's {key} (at eps {epsilon:g}) for these data, but finished "
+                "DP-SGD runs in this folder were planned from one: a new count beside theirs would be a second "
+                "release of it, which the study's privacy could not tell from the first. Restore the file, or run "
+                "the study into another folder (--out)")
         if earlier is None:
             source = (secrets.randbelow if reproducible_seed is None
                       else random.Random(public_seed(reproducible_seed, f"released size {key}")).randrange)

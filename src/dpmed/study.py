@@ -250,7 +250,8 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
         if needed:
             folder.make_private()
         sizes = release_sizes(needed, epsilon=study.size_epsilon, path=folder.released_sizes, fingerprint=fingerprint,
-                              reproducible_seed=study.seeds[0] if study.privacy_randomness == "reproducible" else None)
+                              reproducible_seed=study.seeds[0] if study.privacy_randomness == "reproducible" else None,
+                              planned_before=_counts_planned_before(folder))
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
     _tell_whole_batches(plans)
@@ -265,6 +266,12 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,
                          elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint,
                          sizes=sizes)
+
+
+def _counts_planned_before(folder: StudyFolder) -> set[tuple[str, float]]:
+    """The DP counts of the training set (key, eps) that the folder's finished DP-SGD runs were planned from."""
+    plans = [read_record(folder.run(run_id).record).plan.privacy for run_id in folder.finished_run_ids()]
+    return {(p.size_key, p.size_epsilon) for p in plans if isinstance(p, DpSgdPlan) and p.size_epsilon}
 
 
 def _refuse_vacuous_budget_delta(delta: float, plans: list[RunPlan]) -> None:
