@@ -189,7 +189,7 @@ def test_whether_a_dp_sgd_arm_plans_depends_on_the_released_count_not_the_exact_
     assert outcome(139) == outcome(141)
 
 
-@pytest.mark.parametrize("cap", [None, 3])
+@pytest.mark.parametrize("cap", [None, 3, 1])
 def test_an_image_unit_card_with_patients_known_says_what_it_means_for_a_patient(write_study, cap):
     """With patient ids and the image as the unit, the card must speak of patients: without a cap it says that a
     patient of k images is protected only as a group of k, for a k it cannot state (the most images of one patient is
@@ -210,8 +210,10 @@ def test_an_image_unit_card_with_patients_known_says_what_it_means_for_a_patient
         assert card.neighbour_relation == accounting.NEIGHBOUR_DP_SGD
     else:
         assert card.patient_guarantee is not None and card.patient_guarantee.k == cap and card.unit_note is None
-        assert "one image of the training set as capped at 3 per patient" in card.neighbour_relation
-        assert "capped at 3 per patient" in card.statement
+        assert f"one image of the training set as capped at {cap} per patient" in card.neighbour_relation
+        assert f"capped at {cap} per patient" in card.statement
+        if cap == 1:                          # one image per patient: the patient's guarantee is the run's own
+            assert card.patient_guarantee.formula_epsilon == pytest.approx(card.epsilon)
 
 
 def test_a_delta_below_what_pld_resolves_plans_with_rdp_and_says_so(write_study):

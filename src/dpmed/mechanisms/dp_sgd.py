@@ -298,7 +298,7 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
     # The image-unit guarantee for a patient is stated for the declared cap: the most images any one patient has is
     # a statistic of the training set (`dpmed.study` tells it to the user's terminal and private log only).
     k = arm.max_images_per_patient
-    if plan.unit == "image" and context.patients_known and k is not None and k > 1:
+    if plan.unit == "image" and context.patients_known and k is not None:    # k = 1: the run's own guarantee
         plan = plan.model_copy(update={"patient_guarantee": patient_guarantee(plan, k, context.cache)})
     return plan
 
