@@ -105,7 +105,7 @@ def test_an_in_place_op_on_a_later_layer_output_stays_exact(op, route):
 # --------------------------------------------------------------------------- batch-first, one row per example
 
 class _FoldedPositions(nn.Module):
-    """A Linear on the pixels of every image folded into the batch: [B * 36, 2] rows."""
+    """A Linear on the 7 x 7 pixels of every image folded into the batch: [B * 49, 2] rows."""
 
     def __init__(self):
         super().__init__()
@@ -142,6 +142,19 @@ def test_a_layer_with_rows_that_are_not_examples_is_refused(build, name, batch):
         GhostClipper(model).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=1e-3)
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_the_opacus_engine_refuses_rows_that_are_not_examples_too(batch):
+    """Opacus also reads a layer's rows as examples: with the folded Linear it returned B * 49 per-example gradients
+    (B = 1: one example's clipped contribution ~31 C) without a word."""
+    from dpmed.training.dp_sgd import OpacusClipper
+
+    torch.manual_seed(0)
+    x, y = _images(batch)
+    with pytest.raises(PrivacyError, match=rf"parameter 'mix.weight': Opacus computed {49 * batch} per-example "
+                                           rf"gradients for the {batch} examples.*batch-first"):
+        OpacusClipper(_FoldedPositions().double()).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=1e-3)
+
+
 def test_the_step_refuses_folded_rows_even_one_example_per_chunk():
     """Through DpSgdStep, physical batches of one (where nothing crashed before): refused, not clipped per row."""
     torch.manual_seed(0)
@@ -155,7 +168,7 @@ def test_the_step_refuses_folded_rows_even_one_example_per_chunk():
 
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_layer_on_batch_first_sequences_stays_exact(batch):
-    """The same Linear on [B, 36, 2] (positions kept apart from the batch) is clipped per example, exactly."""
+    """The same Linear on [B, 49, 2] (positions kept apart from the batch) is clipped per example, exactly."""
     class Positions(_FoldedPositions):
         def forward(self, x):
             return self.mix(x.flatten(2).transpose(1, 2)).mean(1)

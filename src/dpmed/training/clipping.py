@@ -18,7 +18,8 @@ The assumptions that make it exact are checked, not hoped for: every trainable p
 with a rule (else PrivacyError naming the module), no BatchNorm (it mixes examples), every parameter is used
 only inside its own layer's forward (a graph walk counts its uses; weight tying or a parameter read in a custom
 forward is an error), every trainable layer's input and output have one row per example, batch first (a layer on
-x.reshape(B * T, d) would have its rows clipped, not its examples), and no output where backward ends (a layer
+x.reshape(B * T, d) would have its rows clipped, not its examples; checked by shape, so a layer on a sequence-first
+[T, B, d] with T = B would pass unseen), and no output where backward ends (a layer
 whose input needs no gradient) is modified in place (its gradient would never arrive). The loss must be a sum over
 examples, as for ``DpSgdStep``.
 

@@ -78,7 +78,7 @@ class OpacusClipper:
         _refuse_opacus_gaps(model)
         self.model = model
         self.module = GradSampleModule(model, batch_first=True, loss_reduction="sum")
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.names, self.params = zip(*[(n, p) for n, p in model.named_parameters() if p.requires_grad])
         self.norm_order = norm_order
 
     def clipped_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor],
@@ -90,6 +90,13 @@ class OpacusClipper:
             warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
             loss.backward()
         grads = [p.grad_sample for p in self.params]                            # each [b, *p.shape]
+        for name, g in zip(self.names, grads):
+            # Opacus reads a layer's rows as examples, as dpmed's engine does (`clipping._Tape._check_batch_first`):
+            # a layer on x.reshape(B * T, d) would be clipped per row, one example moving the sum by up to T C.
+            if g is None or g.shape[0] != len(x):
+                raise PrivacyError(f"parameter {name!r}: Opacus computed {'no' if g is None else g.shape[0]} "
+                                   f"per-example gradients for the {len(x)} examples of the batch: per-example "
+                                   "clipping needs every trainable layer's input batch-first, one row per example")
         if groups is not None:
             index, count = group_index(groups.to(x.device), len(x))
             if count < len(x):      # else every group is one example: image-level clipping as it stands
