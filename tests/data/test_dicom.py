@@ -158,3 +158,23 @@ def test_a_dicom_file_named_like_kermany_still_takes_its_patient_from_the_header
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
     assert [len(s.patient_ids) for s in (d.train, d.val, d.test)] == [3 * len(i) for i in ids]  # every series kept
     assert {"female", "male"} == set(np.concatenate([s.sex for s in (d.train, d.val, d.test)]))
+
+
+def test_a_dicom_file_with_a_blank_patient_id_names_no_patient_whatever_its_name(tmp_path):
+    """Anonymised exports blank PatientID: the Kermany pattern must not then read IM-<series> from the name as a
+    patient (each real patient scattered over their series); blank beside named files is the mixed layout refused.
+    A PatientID's leading and trailing spaces are not significant: " P1" is P1."""
+    rng = np.random.default_rng(0)
+    for k, cls in enumerate(("normal", "nodule")):
+        for p in range(3):
+            for series in (1, 2):
+                _write_dicom(tmp_path / "cxr" / cls / f"P{k}{p}" / f"IM-000{series}-0001.dcm",
+                             rng.integers(0, 4096, (10, 10)), patient=" " * series + f"P{k}{p}")
+    d = load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None,
+                     split=SplitPlan(val_fraction=0.2, test_fraction=0.2))
+    ids = set(np.concatenate([s.patient_ids for s in (d.train, d.val, d.test)]))
+    assert ids == {f"P{k}{p}" for k in range(2) for p in range(3)}
+    _write_dicom(tmp_path / "cxr" / "normal" / "P00" / "IM-0003-0001.dcm", rng.integers(0, 4096, (10, 10)),
+                 patient="  ")
+    with pytest.raises(DataError, match=r"1 of 13 images name no patient \(e.g. normal/P00/IM-0003-0001.dcm\)"):
+        load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)

@@ -30,16 +30,16 @@ Patients. A file name carries no patient in general, so each file is its own pat
   ``IM-0115-0001.jpeg`` and ``IM-0115-0001-0002.jpeg`` -> ``IM-0115``; ``NORMAL2-IM-0995-0001.jpeg`` ->
   ``NORMAL2-IM-0995`` (the second batch of normal films numbers its patients separately, so its prefix stays).
   The default ``patient_pattern`` matches these; its first non-empty group is the patient.
-* **DICOM** files: the header's PatientID (and PatientSex, PatientAge as sex and age), before the file name: a
+* **DICOM** files: the header's PatientID (and PatientSex, PatientAge as sex and age), never the file name: a
   viewer's export names files ``IM-<series>-<image>.dcm``, which the Kermany pattern would read as a patient. A
-  DICOM file without a PatientID falls back to the name.
+  DICOM file without a PatientID names no patient.
 
 A layout in which some files name their patient and others do not is refused, naming the others. Whether the patient
 can be the unit of privacy would otherwise turn on whether one such file exists, so that a single image changed what
 every privacy card says (and a file without a key is its own "patient", which a person with several is not).
 
 The Kermany release puts 170 patients in both train and test (e.g. ``person1``: bacteria images 1-2 in train, virus
-images 6-13 in test). How dpmed handles that is :mod:`dpmed.data.assembly`'s ``shared_patients`` rule.
+images 6-9 and 11-13 in test). How dpmed handles that is :mod:`dpmed.data.assembly`'s ``shared_patients`` rule.
 """
 
 from __future__ import annotations
@@ -204,19 +204,19 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     matched = from_header = 0
     unreadable = set()                     # DICOM files without a readable header: flagged when decoded
     for i, f in enumerate(paths):
-        header: dict[str, str] = {}
+        m = pattern.search(f.name)
         if f.suffix.lower() in (".dcm", ".dicom"):
-            # The header first: a DICOM viewer's export names files IM-<series>-<image> (OsiriX, Horos), which the
-            # Kermany pattern would read as a patient, scattering each real patient over their series.
+            # The header only, never the name: a DICOM viewer's export names files IM-<series>-<image> (OsiriX,
+            # Horos), which the Kermany pattern would read as a patient, scattering each real patient over their
+            # series. Without a PatientID (anonymised exports blank it) the file names no patient.
             header = _dicom_header(f)
             if header is None:
                 unreadable.add(i)
                 header = {}
             sex[i], ages[i] = header.get("PatientSex", ""), header.get("PatientAge", "")
-        m = pattern.search(f.name)
-        if (header.get("PatientID") or "").strip():
-            patients.append(header["PatientID"])
-            from_header += 1
+            patient = (header.get("PatientID") or "").strip()     # leading and trailing spaces are not significant
+            patients.append(patient or str(f.relative_to(top)))
+            from_header += bool(patient)
         elif m and any(m.groups()):
             patients.append(next(g for g in m.groups() if g))
             matched += 1
