@@ -419,7 +419,14 @@ def test_a_group_with_one_class_is_named_where_equalised_odds_leaves_it_out(scor
     assert fairness_columns(block)["fairness[age]_equalized_odds_excluded"] == "[0,30)"
     part = _text(_section(report_html([run.model_copy(update={"fairness": block})]), "fairness")).split("By age")[1]
     assert "Equalised odds compares only the groups with both classes on test; left out: [0,30)" in part
-    assert f"({lost} of 200 redraws undefined)" in part
+    assert f"({lost} of 200 redraws undefined)" in part and "earlier version" not in part
+    assert "a group is absent leaves the demographic parity difference undefined" in part
+    older = entry.model_copy(update={"demographic_parity_difference": entry.demographic_parity_difference.model_copy(
+        update={"undefined_redraws": None})})                          # as records before the count read
+    older_block = block.model_copy(update={"attributes": {**block.attributes, "age": older}})
+    part = _text(_section(report_html([run.model_copy(update={"fairness": older_block})]), "fairness"))
+    assert "redraws undefined" not in part.split("By age")[1]
+    assert "dp-sgd_eps8_C1_seed0: written by an earlier version of dpmed" in part.split("By age")[1]
 
 
 def test_a_worst_group_interval_that_lost_many_redraws_says_how_many(scored_run, scores, labels, attributes,

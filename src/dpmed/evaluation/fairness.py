@@ -54,8 +54,9 @@ DEFINITIONS = {
     "threshold": "Youden's J on the validation split, applied unchanged to test",
     "interval": ("percentile bootstrap over seeded redraws of the whole test set (of its patients, each with all "
                  "of their images, where patient ids are known), paired with the utility metrics; "
-                 "a redraw in which a group that a summary compares draws one class only (or none of its images) "
-                 "is undefined for that summary and left out (worst_group_auroc counts them)"),
+                 "a redraw in which a group that a summary compares draws none of its images, or lacks a class the "
+                 "summary needs (AUROC and equalised odds need both), is undefined for that summary and left out; "
+                 "each attribute-level summary counts them (undefined_redraws)"),
 }
 
 

@@ -117,6 +117,11 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
 
     decided = any(_group(e, g, "demographic_parity_difference") is not None for e in entries for g in groups)
     excluded = entries[0].equalized_odds_excluded_groups          # the test set's groups: the same for every run
+    several = len(runs[0].fairness.thresholds or []) > 1         # multilabel: a group may be left out for one label
+    # Records written before the two differences counted their undefined redraws cannot flag a large share.
+    uncounted = [r.run_id for r, e in zip(runs, entries)
+                 if any(s is not None and s.value is not None and s.undefined_redraws is None
+                        for s in (e.worst_group_auroc, e.demographic_parity_difference, e.equalized_odds_difference))]
     reference = _e(entries[0].reference or "")
     warnings = ""
     if flags:
@@ -151,10 +156,16 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
     differences = ("<p>Over the groups, fairlearn's demographic parity difference (the largest minus the smallest "
                    "share of images decided positive) and equalised odds difference (the larger of the same spread "
                    "of the true-positive and of the false-positive rate) [" + level + " CI]. A redraw in which a "
-                   "group is absent leaves both undefined, one in which a compared group lacks a class the "
-                   "equalised odds difference; such redraws are left out of the interval"
-                   + (f". Equalised odds compares only the groups with both classes on test; left out: "
-                      f"{_e(', '.join(excluded))}" if excluded else "") + ".</p>")
+                   "group is absent leaves the demographic parity difference undefined, one in which a group that "
+                   "equalised odds compares is absent or lacks a class leaves that undefined; such redraws are left "
+                   "out of the interval"
+                   + (f". Equalised odds compares only the groups with both classes on test; left out"
+                      f"{' (for at least one finding)' if several else ''}: {_e(', '.join(excluded))}"
+                      if excluded else "") + ".</p>")
+    if uncounted:
+        differences += (f"<p>{_e(', '.join(uncounted))}: written by an earlier version of dpmed, which did not "
+                        "count the redraws each summary over the groups left out, so a large share of them is not "
+                        "flagged there.</p>")
     return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{warnings}<figure>{figure}</figure>"
             f"<p>Test AUROC per group [{level} CI], and the worst group (named groups with a defined AUROC):</p>"
             + stacked(f"<table><tr><th>run</th><th>eps</th>{head}<th>worst group</th></tr>{auroc_rows}</table>")
