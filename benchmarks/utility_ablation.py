@@ -17,9 +17,9 @@ before (benchmarks/RESULTS.md, "Utility under DP"):
     python benchmarks/utility_ablation.py configs/pneumoniamnist.yaml --out ablation-pneumonia --arms dp-only \
         --set model.name=small_cnn --set training.epochs=10 --set training.ema_decay=null \
         --set "training.lr_schedule={kind: constant}"
- Nothing here was tuned on the evaluation data: the
-settings are De et al.'s (EMA 0.999, augmentation multiplicity, warm-up and cosine decay), Tramer and Boneh's
-(J = 2, L = 8) and dpmed's defaults.
+
+Nothing here was tuned on the evaluation data: the settings are De et al.'s (EMA 0.999, augmentation multiplicity,
+warm-up and cosine decay), Tramer and Boneh's (J = 2, L = 8) and dpmed's defaults.
 
 ``--set`` overrides apply to every variant before the variant's own (to start the ablation from another recipe
 than the study file's, e.g. the one it shipped before). This is a benchmark, not a test: the table goes to stdout,
