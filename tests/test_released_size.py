@@ -49,6 +49,8 @@ def test_a_count_is_not_drawn_again_beside_finished_runs_planned_from_an_earlier
                                            r"second release"):
         release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned)
     assert not path.exists()                                              # nothing drawn, nothing written
+    release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="other")  # other data: the study refuses its runs
+    release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned)
     release_sizes(NEEDED, epsilon=0.05, path=path, fingerprint="abc", planned_before=planned)   # another eps: drawn
 
 

@@ -52,15 +52,18 @@ def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fing
     """The noisy count of each of ``needed`` (exact counts by key), at ``epsilon`` each: the one drawn earlier for
     this key, epsilon and data (``fingerprint``) when ``path`` holds it, else a fresh draw, added to ``path``.
     ``reproducible_seed``: derive the noise from this public seed (reproducible mode, not DP) instead of the OS.
-    ``planned_before``: the (key, epsilon) of the counts the folder's finished runs were planned from; a fresh draw
-    of one of them is refused (PrivacyError; module docstring)."""
+    ``planned_before``: the (key, epsilon) of the counts the folder's finished runs were planned from; where ``path``
+    holds no draw of one of them at all (for any data), it was deleted beside those runs, and a fresh draw is refused
+    (PrivacyError; module docstring). A draw for other data or randomness is left to the study to refuse: its
+    finished runs were made on other data or in another mode."""
     draws = json.loads(path.read_text(encoding="utf-8"))["draws"] if path.is_file() else []
     mode = "secure" if reproducible_seed is None else f"reproducible {reproducible_seed}"
     released, fresh = {}, []
     for key, exact in needed.items():
         earlier = next((d["count"] for d in draws if (d["key"], d["epsilon"], d["data"], d["mode"])
                         == (key, epsilon, fingerprint, mode)), None)
-        if earlier is None and (key, epsilon) in planned_before:
+        if (earlier is None and (key, epsilon) in planned_before
+                and not any((d["key"], d["epsilon"]) == (key, epsilon) for d in draws)):
             raise PrivacyError(
                 f"{path} holds no count of the training set's {key} (at eps {epsilon:g}) for these data, but finished "
                 "DP-SGD runs in this folder were planned from one: a new count beside theirs would be a second "
