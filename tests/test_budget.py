@@ -111,6 +111,40 @@ def test_a_released_count_is_paid_once_however_many_runs_plan_from_it(write_stud
     assert both.dp_sgd_epsilon > training + 0.05 + 0.1
 
 
+def test_the_samplers_shares_add_to_the_studys_delta_or_come_out_of_the_budgets(write_study):
+    """At sigma 0.15 one unit moves a coordinate 6.7 std, near the sampler's bound: each run pays a share of delta
+    that float64 sees. Without a budget the study's delta is the runs' plus every share; with one, the runs are
+    composed at the budget's delta less the shares, so that the total holds at the budget's delta."""
+    text = BUDGET.replace("target_epsilon: 8}]", "noise_multiplier: 0.15, accountant: rdp}]")
+    free = load_study(write_study(text.replace("privacy_budget: {epsilon: 10, delta: 1e-5}\n", "")))
+    plans = _plans(free)
+    shares = sum(p.privacy.sampler_delta for p in plans)
+    assert shares > 1e-4 * 1e-5
+    privacy = study_privacy(plans)
+    assert privacy.delta == pytest.approx(1e-5 + shares, rel=1e-12, abs=0) and privacy.delta > 1e-5
+    budgeted = load_study(write_study(text.replace("epsilon: 10,", "epsilon: 1.0e+6, accountant: rdp,")))
+    privacy = study_privacy(_plans(budgeted), budget=budgeted.privacy_budget)
+    ledger = accounting.Ledger()
+    for plan in _plans(budgeted):
+        p = plan.privacy
+        ledger = ledger.record(accounting.dp_sgd_event(noise=p.noise, noise_multiplier=p.noise_multiplier,
+                                                       sample_rate=p.sample_rate, steps=p.steps))
+    assert privacy.delta == 1e-5
+    assert privacy.dp_sgd_epsilon == pytest.approx(
+        accounting.ledger_epsilon(ledger, delta=1e-5 - shares, accountant="rdp"), rel=1e-9)
+    assert privacy.dp_sgd_epsilon > accounting.ledger_epsilon(ledger, delta=1e-5, accountant="rdp")
+
+
+def test_without_a_budget_the_study_takes_the_largest_delta_and_rdp_if_any_run_needs_it(write_study):
+    """The docstring's two rules: the runs' largest delta (the weakest claim among them), and RDP as soon as one run
+    was certified with RDP (PLD might not certify the composition)."""
+    text = BUDGET.replace("privacy_budget: {epsilon: 10, delta: 1e-5}\n", "").replace(
+        "target_epsilon: 8}]", "target_epsilon: 8, delta: 1.0e-6}, {name: r, mechanism: dp_sgd, target_epsilon: 8, "
+        "accountant: rdp}]")
+    privacy = study_privacy(_plans(load_study(write_study(text))))
+    assert privacy.accountant == "rdp" and privacy.delta == pytest.approx(1e-5, rel=1e-6)
+
+
 def test_runs_under_different_caps_of_images_per_patient_do_not_compose_into_one_eps(write_study):
     """A cap keeps each patient's k images of smallest keyed hash, so one image added to the data as supplied can
     swap one kept image for another: a capped run's add/remove is of the capped set. Composed under one label with an

@@ -88,3 +88,18 @@ def test_a_failed_atomic_write_leaves_no_half_written_file_and_a_killed_writers_
     mine = tmp_path / f".report.html.{os.getpid()}.tmp"
     mine.write_text("<html>")
     assert stale_temporaries(tmp_path) == [killed]
+
+
+def test_release_moves_every_staged_file_beside_the_record(tmp_path):
+    """A run stages its model, predictions, CAMs and local-DP examples privately; release() must move each one (a
+    file it forgot would vanish from the study: the report's CAM grid reads cams.npz beside run.json)."""
+    run = StudyFolder(tmp_path / "s").run("a_seed0")
+    run.make()
+    for i, path in enumerate(run.released_files):
+        run.unreleased(path).parent.mkdir(parents=True, exist_ok=True)
+        run.unreleased(path).write_text(str(i))
+    assert not any(p.exists() for p in run.released_files)
+    run.release()
+    assert [p.read_text() for p in run.released_files] == [str(i) for i in range(len(run.released_files))]
+    assert {p.name for p in run.released_files} == {"model.pt", "predictions.npz", "cams.npz", "ldp_examples.npz"}
+    assert not any(run.unreleased(p).exists() for p in run.released_files)

@@ -54,6 +54,23 @@ def test_a_count_is_not_drawn_again_beside_finished_runs_planned_from_an_earlier
     release_sizes(NEEDED, epsilon=0.05, path=path, fingerprint="abc", planned_before=planned)   # another eps: drawn
 
 
+def test_the_count_is_the_exact_one_plus_discrete_laplace_noise_of_scale_one_over_eps(tmp_path, monkeypatch):
+    """Half the scale would make the count (2 eps)-DP while every card charges eps; the draws' spread alone cannot
+    tell scale 25 from 50 in a few dozen draws, so the sampler's argument is checked (its law: test_randomness)."""
+    import pytest
+
+    from dpmed import released_size
+
+    calls = []
+
+    def recorded(scale, source):
+        calls.append(scale)
+        return 7
+    monkeypatch.setattr(released_size, "discrete_laplace", recorded)
+    got = release_sizes({"patients": 140}, epsilon=0.02, path=tmp_path / "r.json", fingerprint="abc")
+    assert got == {"patients": 147} and len(calls) == 1 and float(calls[0]) == pytest.approx(50.0, rel=1e-12)
+
+
 def test_reproducible_mode_derives_the_count_from_the_public_seed(tmp_path):
     one = release_sizes(NEEDED, epsilon=0.02, path=tmp_path / "a.json", fingerprint="x", reproducible_seed=3)
     two = release_sizes(NEEDED, epsilon=0.02, path=tmp_path / "b.json", fingerprint="x", reproducible_seed=3)

@@ -90,3 +90,23 @@ def test_a_clipped_pixel_is_void_where_its_noise_cannot_span_the_range():
     assert r + accounting.laplace_end_excess(ratio=r, bound=LAPLACE_DRAW_BOUND) == pytest.approx(math.log(ratio))
     assert accounting.gaussian_end_shortfall(ratio=B, bound=B) == 1.0
     assert accounting.gaussian_end_shortfall(ratio=3.0, bound=B) == pytest.approx(norm.sf(B) / norm.sf(3.0))
+
+
+def test_a_groups_share_mixes_the_shifts_of_j_sampled_units_by_their_binomial_weights():
+    """k = 2 images of one patient: one sampled (probability 2 q (1 - q)) shifts by 1/sigma, both (q^2) by 2/sigma;
+    understating either weight would understate the delta of the patient's tight group value."""
+    sigma, q, steps = 0.5, 0.1, 100
+    m1, m2 = _gaussian_step_mass(1 / sigma, B), _gaussian_step_mass(2 / sigma, B)
+    assert 0 < m1 < m2 < 1
+    got = accounting.bounded_noise_delta(noise="gaussian", noise_multiplier=sigma, sample_rate=q, steps=steps,
+                                         bound=B, group=2)
+    assert got == pytest.approx(steps * (2 * q * (1 - q) * m1 + q * q * m2), rel=1e-12, abs=0)
+
+
+def test_the_laplace_share_is_the_closed_form_by_hand():
+    """One unit shifts Laplace noise by 1/sigma = 1 scale: it moves P(L - 1 < Z <= L) = e^-L (e - 1) / 2 past the
+    bound L in a step that samples it (probability q), T steps."""
+    bound = 20.0
+    got = accounting.bounded_noise_delta(noise="laplace", noise_multiplier=1.0, sample_rate=0.05, steps=500,
+                                         bound=bound)
+    assert got == pytest.approx(500 * 0.05 * 0.5 * math.exp(-bound) * (math.e - 1), rel=1e-9, abs=0)

@@ -165,3 +165,15 @@ def test_the_caps_choice_follows_the_seed_not_the_order_of_the_images():
     perm = np.random.default_rng(5).permutation(len(ids))
     assert _capped(ids, images, 2, seed=3) == _capped(ids[perm], images[perm], 2, seed=3)
     assert _capped(ids, images, 2, seed=3) != _capped(ids, images, 2, seed=4)
+
+
+def test_a_stratum_of_one_patient_lands_in_each_split_as_often_as_its_fraction():
+    """The random rotation of each stratum's positions: without it a lone positive patient (a stratum of one, centre
+    0.5) would always land in the same split, so that a rare class never reached validation or test."""
+    ids = np.array([f"p{i}" for i in range(41)])
+    labels = np.array([1] + [0] * 40)                              # p0: the only positive patient
+    where = [next(j for j, part in enumerate(split_by_patient(ids, labels, seed=seed)) if 0 in part)
+             for seed in range(400)]
+    shares = np.bincount(where, minlength=3) / len(where)
+    # 0.7 / 0.15 / 0.15 with a binomial sd of at most 0.023 over 400 seeds: 4 sd
+    np.testing.assert_allclose(shares, [0.7, 0.15, 0.15], atol=0.095)
