@@ -138,6 +138,21 @@ def test_mimic_study_labels_official_split_and_demographics(mimic, load_layout, 
     assert no_patient_crosses(d) and d.source["uncertain_policy"] == "-1 -> zeros"
 
 
+def test_mimic_age_is_the_age_at_the_exam_where_the_anchor_year_and_study_date_give_it(mimic, write_csv):
+    """anchor_age is the age in the patient's anchor year; an exam years later is of an older patient, which moves
+    images between the fairness age bins. Without the dates, anchor_age as given."""
+    import pandas as pd
+
+    people = pd.read_csv(mimic / "patients.csv.gz", dtype=str)
+    people["anchor_year"] = "2150"
+    people.to_csv(mimic / "patients.csv.gz", index=False, compression="gzip")
+    meta = pd.read_csv(mimic / "mimic-cxr-2.0.0-metadata.csv.gz", dtype=str)
+    meta["StudyDate"] = ["21570412" if i == 0 else "" for i in range(len(meta))]    # 7 years on; the rest unknown
+    meta.to_csv(mimic / "mimic-cxr-2.0.0-metadata.csv.gz", index=False, compression="gzip")
+    m = read_mimic(mimic)
+    assert m.age[0] == 57 and m.age[1] == 50              # subject 10000032: anchor_age 50 in 2150
+
+
 def test_mimic_study_without_labels_is_flagged(mimic, load_layout):
     import pandas as pd
 

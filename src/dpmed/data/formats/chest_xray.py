@@ -184,12 +184,23 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
         problems=flags)
 
 
+def _age_at_exam(anchor_age: str, anchor_year: str, study_date: str) -> str:
+    """MIMIC's age at the exam (read_mimic): anchor_age plus the years from anchor_year to the StudyDate (YYYYMMDD);
+    anchor_age as given where either date is missing or unreadable."""
+    try:
+        return str(int(anchor_age) + int(study_date.strip()[:4]) - int(anchor_year))
+    except ValueError:
+        return anchor_age
+
+
 def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncertain: str = "zeros") -> Manifest:
     """MIMIC-CXR-JPG (Johnson et al. 2019), the PhysioNet folder ``mimic-cxr-jpg/2.x.0/``:
     ``mimic-cxr-2.0.0-metadata.csv[.gz]`` (dicom_id, subject_id, study_id, ...), ``mimic-cxr-2.0.0-chexpert.csv[.gz]``
     (subject_id, study_id, the 14 CheXpert findings per study), optionally ``mimic-cxr-2.0.0-split.csv[.gz]``
     (dicom_id, split = train / validate / test) and ``patients.csv[.gz]`` from MIMIC-IV (subject_id, gender,
-    anchor_age: sex and age; without it they are unknown). Images at
+    anchor_age: sex and age; without it they are unknown). anchor_age is the age in the patient's anchor_year; where
+    patients.csv has anchor_year and the metadata StudyDate (both shifted alike per patient), an image's age is
+    anchor_age + (the study's year - anchor_year), its age at the exam, as the fairness age bins need. Images at
     ``files/p<first two digits>/p<subject_id>/s<study_id>/<dicom_id>.jpg``.
 
     Labels are per study and apply to each of its images; an image whose study has no label row is flagged.
@@ -211,7 +222,7 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         if key in row_of_study:
             repeated.add(key)
         row_of_study.setdefault(key, s)
-    split_of, sex_of, age_of = {}, {}, {}
+    split_of, sex_of, age_of, year_of = {}, {}, {}, {}
     for name in (f"{stem}split.csv.gz", f"{stem}split.csv"):
         if optional_file(root / name):
             split_table = read_table(root / name, ["dicom_id", "split"])
@@ -222,7 +233,10 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
             people = read_table(root / name, ["subject_id", "gender", "anchor_age"])
             sex_of = dict(zip(people["subject_id"].str.strip(), people["gender"]))
             age_of = dict(zip(people["subject_id"].str.strip(), people["anchor_age"]))
+            if "anchor_year" in people.columns:
+                year_of = dict(zip(people["subject_id"].str.strip(), people["anchor_year"]))
             break
+    dates = meta["StudyDate"].str.strip().tolist() if "StudyDate" in meta.columns else [""] * len(meta)
     labels = np.zeros((len(meta), len(chosen)), dtype=np.float32)
     paths, patients, where = [], [], []
     for i, (dicom, subject, study) in enumerate(zip(meta["dicom_id"].str.strip(), meta["subject_id"].str.strip(),
@@ -244,7 +258,8 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         flags(row, "unknown split", f"split {value!r} is not train, validate or test")
     return table_manifest(
         name="mimic-cxr-jpg", root=root, task=Task("multilabel", chosen), paths=paths, labels=labels,
-        patients=patients, sex=[sex_of.get(p, "") for p in patients], ages=[age_of.get(p, "") for p in patients],
+        patients=patients, sex=[sex_of.get(p, "") for p in patients],
+        ages=[_age_at_exam(age_of.get(p, ""), year_of.get(p, ""), date) for p, date in zip(patients, dates)],
         splits=splits, where=where, ids=meta["dicom_id"].str.strip().tolist(),
         notes={"format": "mimic-cxr-jpg", "findings": list(chosen), "uncertain_policy": f"-1 -> {uncertain}",
                "blank_policy": "blank -> 0 (not mentioned)", "official_split": bool(split_of),
