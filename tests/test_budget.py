@@ -158,6 +158,7 @@ def test_runs_under_different_caps_of_images_per_patient_do_not_compose_into_one
     assert privacy.dp_sgd_epsilon is None and privacy.unit is None
     assert ("units image and image of the training set as capped at 1 per patient do not compose into one eps"
             in privacy.statement)
+    assert "one image or patient" not in privacy.statement                  # no arm has the patient as its unit
     alone = load_study(write_study(BUDGET.replace("target_epsilon: 8}]", "target_epsilon: 8, privacy_unit: image, "
                                                   "max_images_per_patient: 1}]")))
     one = study_privacy(plan_runs(alone, PlanContext(images_per_patient=np.full(70, 2, dtype=np.int64),

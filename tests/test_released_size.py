@@ -52,6 +52,11 @@ def test_a_count_is_not_drawn_again_beside_finished_runs_planned_from_an_earlier
     release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="other")  # other data: the study refuses its runs
     release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned)
     release_sizes(NEEDED, epsilon=0.05, path=path, fingerprint="abc", planned_before=planned)   # another eps: drawn
+    seeded = tmp_path / "seeded.json"                # reproducible mode: the public seed draws the same count again
+    again = release_sizes(NEEDED, epsilon=0.02, path=seeded, fingerprint="abc", reproducible_seed=3)
+    seeded.unlink()
+    assert release_sizes(NEEDED, epsilon=0.02, path=seeded, fingerprint="abc", reproducible_seed=3,
+                         planned_before=planned) == again
 
 
 def test_the_count_is_the_exact_one_plus_discrete_laplace_noise_of_scale_one_over_eps(tmp_path, monkeypatch):

@@ -156,7 +156,7 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     if dp:
         shown = f"eps = {dp_eps:.4g} at delta = {delta:.3g}" if dp_eps is not None else "no single eps"
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; neighbours: add/remove one "
-                     f"{unit or 'image or patient'}){why}")
+                     f"{unit or ' or '.join(units)}){why}")
     if not_private:
         parts.append(f"{len(not_private)} run(s) without privacy, or whose claim does not hold, on the same patients "
                      f"({', '.join(not_private)}): everything released with them is not DP (eps = infinity)")

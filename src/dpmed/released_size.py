@@ -62,7 +62,8 @@ def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fing
     for key, exact in needed.items():
         earlier = next((d["count"] for d in draws if (d["key"], d["epsilon"], d["data"], d["mode"])
                         == (key, epsilon, fingerprint, mode)), None)
-        if (earlier is None and (key, epsilon) in planned_before
+        # (reproducible mode draws the same count again from its public seed: nothing new is released)
+        if (earlier is None and reproducible_seed is None and (key, epsilon) in planned_before
                 and not any((d["key"], d["epsilon"]) == (key, epsilon) for d in draws)):
             raise PrivacyError(
                 f"{path} holds no count of the training set's {key} (at eps {epsilon:g}) for these data, but finished "

@@ -132,8 +132,10 @@ def _training_set(plan: RunPlan, dataset: Dataset, randomness: PrivacyRandomness
     train_set = dataset.train
     cap = plan.privacy.max_images_per_patient if isinstance(plan.privacy, DpSgdPlan) else None
     if cap:
+        # One public key for every run of the study, not the run's seed: capped runs of several seeds then train on
+        # one capped set, whose add/remove neighbours their composed eps is stated for (`dpmed.budget`).
         train_set = train_set.subset(cap_images_per_patient(train_set.patient_ids, train_set.images, cap,
-                                                            seed=public_seed(plan.seed, "image_cap")))
+                                                            seed=public_seed(0, "image_cap")))
     trial = None
     if plan.audit is not None:   # q, T and sigma were fixed from the split before: the claim covers each canary
         dp = plan.privacy

@@ -195,6 +195,7 @@ class PrivacyCard(Strict):
     accountant_note: str | None = None
     scope: str | None = None
     unit: Literal["patient", "image"] | None = None
+    capped_at: int | None = None            # image unit: the images kept per patient (max_images_per_patient)
     n_units: int | None = None
     size_epsilon: float | None = None
     neighbour_relation: str | None = None
@@ -233,8 +234,14 @@ class PrivacyCard(Strict):
     @property
     def neighbours_in_brief(self) -> str:
         """The neighbour relation in a few words, for a label beside the eps (``neighbour_relation`` says it in
-        full): "any two images" for local DP on the images, else "add/remove one patient" (or image)."""
-        return "any two images" if self.epsilon_image is not None else f"add/remove one {self.unit}"
+        full): "any two images" for local DP on the images, else "add/remove one patient" (or image, or image of the
+        set capped at k per patient: one supplied image can swap a kept one, so that is not add/remove of the
+        supplied images)."""
+        if self.epsilon_image is not None:
+            return "any two images"
+        capped = (f" of the set capped at {self.capped_at} per patient" if self.unit == "image" and self.capped_at
+                  else "")
+        return f"add/remove one {self.unit}{capped}"
 
     def in_brief(self) -> str:
         """The eps in one plain-text line, never bare, for the terminal (the plan and the summary), results.csv and

@@ -64,9 +64,9 @@ class DpSgdArm(ArmBase):
     (user-level DP-SGD, McMahan et al. 2018), and batch_size counts patients. ``image``: one image is the unit (the
     source documents' setting); the privacy card then also states what that implies for the patient with the most
     images. Where a dataset publishes no patient ids, each image is its own patient and the two coincide.
-    max_images_per_patient: train on at most this many images of each patient (chosen per patient by a hash of the
-    study seed and each image, `dpmed.data.cap_images_per_patient`); bounds what image-level DP implies for a
-    patient, and the per-patient work of a step.
+    max_images_per_patient: train on at most this many images of each patient (chosen per patient by a keyed hash of
+    each image, one key for the whole study, `dpmed.data.cap_images_per_patient`); bounds what image-level DP implies
+    for a patient, and the per-patient work of a step.
     attack: run the imprint reconstruction attack on this arm's step (:class:`AttackConfig`); its success rate is
     reported beside the worst-case and relaxed bounds.
     """
@@ -134,6 +134,10 @@ class DpSgdPlan(Strict):
     noise_given: bool = True
     patients_known: bool = True
     max_images_per_patient: int | None = None
+    # "study": every capped run keeps the same images, chosen by one public key (`dpmed.run`), so that the study's
+    # capped runs are add/remove of one capped set and compose (`dpmed.budget`); None: no cap, or a record of a
+    # version that keyed the choice by each run's seed (a set of its own per seed, not reused now).
+    image_cap_key: Literal["study"] | None = None
     patient_guarantee: GroupGuarantee | None = None
     attack: AttackConfig | None = None
 
@@ -294,7 +298,7 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
                      n_units=n_units, size_epsilon=size_epsilon, delta=delta, accountant=accountant,
                      accountant_note=note, target_epsilon=target, noise_given=swept.get("noise_multiplier") is not None,
                      patients_known=context.patients_known, max_images_per_patient=arm.max_images_per_patient,
-                     attack=arm.attack)
+                     image_cap_key="study" if arm.max_images_per_patient is not None else None, attack=arm.attack)
     # The image-unit guarantee for a patient is stated for the declared cap: the most images any one patient has is
     # a statistic of the training set (`dpmed.study` tells it to the user's terminal and private log only).
     k = arm.max_images_per_patient
@@ -341,7 +345,8 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         mechanism="dp_sgd", scope="central DP of the trained model", delta=plan.delta,
         target_epsilon=plan.target_epsilon, accountant=plan.accountant,
         accountant_description=accounting.describe_accountant(plan.accountant), accountant_note=plan.accountant_note,
-        unit=plan.unit, n_units=plan.n_units, size_epsilon=plan.size_epsilon, neighbour_relation=neighbours,
+        unit=plan.unit, capped_at=cap if plan.unit == "image" else None, n_units=plan.n_units,
+        size_epsilon=plan.size_epsilon, neighbour_relation=neighbours,
         sampling=plan.sampling, noise=plan.noise,
         clipping="L1" if plan.noise == "laplace" else "L2", sample_rate=plan.sample_rate, steps=ledger.dp_sgd_steps,
         noise_multiplier=plan.noise_multiplier, noise_given=plan.noise_given, max_grad_norm=plan.max_grad_norm,
