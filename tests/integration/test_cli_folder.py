@@ -187,14 +187,21 @@ def test_report_of_a_folder_whose_runs_were_all_interrupted_says_to_continue_the
                          "`dpmed run` again to continue them")
 
 
-def test_a_study_whose_counts_file_was_deleted_beside_finished_runs_is_refused(tiny_study, tiny_study_file, tmp_path,
-                                                                                capsys):
+def test_a_study_whose_counts_file_was_deleted_beside_finished_runs_is_refused(tiny_study, tiny_study_file, tiny_text,
+                                                                                tmp_path, capsys):
     """The finished runs were planned from the DP count in private/released_sizes.json; with the file gone, a new
-    draw beside them would be a second release of the count that the study's total could not tell from the first."""
+    draw beside them would be a second release of the count that the study's total could not tell from the first.
+    In reproducible mode (the tiny study's) the public seed draws the same count again: nothing is refused."""
+    secure = _study(tmp_path, tiny_text.replace("privacy_randomness: reproducible", "privacy_randomness: secure"))
     out = tmp_path / "out"
-    shutil.copytree(tiny_study, out / "tiny")
+    assert main(["run", str(secure), "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
     (out / "tiny" / "private" / "released_sizes.json").unlink()
-    assert main(["plan", str(tiny_study_file), "--out", str(out), "--no-estimate"]) == 2
+    assert main(["plan", str(secure), "--out", str(out), "--no-estimate"]) == 2
     line = _one_line_error(capsys.readouterr().err)
     assert "holds no count of the training set's patients" in line and "Restore the file" in line
     assert not (out / "tiny" / "private" / "released_sizes.json").exists()
+    seeded = tmp_path / "seeded"
+    shutil.copytree(tiny_study, seeded / "tiny")
+    (seeded / "tiny" / "private" / "released_sizes.json").unlink()
+    assert main(["plan", str(tiny_study_file), "--out", str(seeded), "--no-estimate"]) == 0
