@@ -34,7 +34,7 @@ from typing import Sequence
 from dpmed import accounting
 from dpmed.config import PrivacyBudget, RunPlan
 from dpmed.errors import PrivacyError
-from dpmed.mechanisms import DpSgdPlan, mechanism_info
+from dpmed.mechanisms import DpSgdPlan, mechanism_info, unit_words
 from dpmed.records import RunRecord, StudyPrivacy
 
 __all__ = ["study_privacy", "check_budget"]
@@ -73,11 +73,9 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
         noise=privacy.noise, noise_multiplier=privacy.noise_multiplier, sample_rate=privacy.sample_rate,
         steps=privacy.steps),)
     size = (privacy.size_key, privacy.size_epsilon) if privacy.size_epsilon else None
-    # A cap keeps each patient's k images of smallest keyed hash: one image added to the data as supplied can swap
-    # one kept image for another, so a capped run's add/remove is of the capped set, not of the supplied images,
-    # and runs under different caps (or none) have different neighbours: they do not compose into one eps.
-    unit = (privacy.unit if privacy.unit != "image" or privacy.max_images_per_patient is None else
-            f"image of the training set as capped at {privacy.max_images_per_patient} per patient")
+    # A capped run's add/remove is of the capped set (`mechanisms.unit_words`), so runs under different caps (or
+    # none) have different neighbours: they do not compose into one eps.
+    unit = unit_words(privacy.unit, privacy.max_images_per_patient)
     return _Released(plan.run_id, "dp_sgd", unit, privacy.delta, privacy.accountant, tuple(events), size,
                      privacy.sampler_delta)
 

@@ -212,7 +212,7 @@ def test_an_image_unit_card_with_patients_known_says_what_it_means_for_a_patient
         assert card.patient_guarantee is not None and card.patient_guarantee.k == cap and card.unit_note is None
         assert f"one image of the training set as capped at {cap} per patient" in card.neighbour_relation
         assert f"capped at {cap} per patient" in card.statement
-        assert card.in_brief().endswith(f"add/remove one image of the set capped at {cap} per patient)")
+        assert card.in_brief().endswith(f"add/remove one image of the training set as capped at {cap} per patient)")
         if cap == 1:                          # one image per patient: the patient's guarantee is the run's own
             assert card.patient_guarantee.formula_epsilon == pytest.approx(card.epsilon)
 

@@ -2,7 +2,7 @@
 of the released images; all listed in one registry (`dpmed.mechanisms.registry`)."""
 
 from dpmed.mechanisms.base import (AUTO_EPOCHS, AUTO_MIN_STEPS, ArmBase, AuditConfig, GroupGuarantee, MechanismInfo,
-                                   PlanContext, PrivacyCard, Strict, training_steps)
+                                   PlanContext, PrivacyCard, Strict, training_steps, unit_words)
 from dpmed.mechanisms.dp_sgd import DpSgdArm, DpSgdPlan, ReconstructionRecord, patient_guarantee
 from dpmed.mechanisms.none import NoPrivacyArm, NoPrivacyPlan
 from dpmed.mechanisms.pixel_gaussian import PixelGaussian, PixelGaussianArm, PixelGaussianPlan
@@ -16,5 +16,5 @@ __all__ = [
     "AUTO_MIN_STEPS",
     "NoPrivacyArm", "NoPrivacyPlan", "PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "PixelGaussian",
     "PixelGaussianArm", "PixelGaussianPlan", "ScalarShift", "ScalarShiftArm", "ScalarShiftPlan", "DpSgdArm",
-    "DpSgdPlan", "patient_guarantee",
+    "DpSgdPlan", "patient_guarantee", "unit_words",
 ]

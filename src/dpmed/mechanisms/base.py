@@ -24,7 +24,7 @@ from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
 __all__ = ["Strict", "Sweep", "positive_finite", "exactly_one", "AuditConfig", "ArmBase", "PlanContext",
            "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG", "training_steps",
-           "AUTO_EPOCHS", "AUTO_MIN_STEPS", "refuse_vacuous_delta"]
+           "AUTO_EPOCHS", "AUTO_MIN_STEPS", "refuse_vacuous_delta", "unit_words"]
 
 SLUG = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"   # names that name folders (arms, studies)
 
@@ -72,6 +72,15 @@ def positive_finite(values: list[float]) -> list[float]:
 
 
 Sweep = Annotated[list[float], BeforeValidator(_as_list)]
+
+
+def unit_words(unit: str | None, capped_at: int | None) -> str:
+    """A DP-SGD unit in the words that follow "add/remove one": "patient", "image", or, for images under
+    max_images_per_patient, "image of the training set as capped at k per patient": the cap keeps each patient's k
+    images of smallest keyed hash, so one image added to the data as supplied can swap one kept image for another,
+    and the eps is of add/remove in the capped set, not in the supplied images."""
+    return (f"image of the training set as capped at {capped_at} per patient" if unit == "image" and capped_at
+            else str(unit))
 
 
 def refuse_vacuous_delta(what: str, delta: float | None, n: int, *, counted: str, whole: str) -> None:
@@ -234,14 +243,11 @@ class PrivacyCard(Strict):
     @property
     def neighbours_in_brief(self) -> str:
         """The neighbour relation in a few words, for a label beside the eps (``neighbour_relation`` says it in
-        full): "any two images" for local DP on the images, else "add/remove one patient" (or image, or image of the
-        set capped at k per patient: one supplied image can swap a kept one, so that is not add/remove of the
-        supplied images)."""
+        full): "any two images" for local DP on the images, else "add/remove one patient" (or image, or capped
+        image: `unit_words`)."""
         if self.epsilon_image is not None:
             return "any two images"
-        capped = (f" of the set capped at {self.capped_at} per patient" if self.unit == "image" and self.capped_at
-                  else "")
-        return f"add/remove one {self.unit}{capped}"
+        return f"add/remove one {unit_words(self.unit, self.capped_at)}"
 
     def in_brief(self) -> str:
         """The eps in one plain-text line, never bare, for the terminal (the plan and the summary), results.csv and

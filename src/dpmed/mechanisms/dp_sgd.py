@@ -26,7 +26,8 @@ from dpmed import accounting
 from dpmed.accounting import Ledger
 from dpmed.errors import ConfigError, PrivacyError
 from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep,
-                                   exactly_one, positive_finite, refuse_vacuous_delta, training_steps)
+                                   exactly_one, positive_finite, refuse_vacuous_delta, training_steps,
+                                   unit_words)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_not_dp, label_randomness
 from dpmed.randomness import DRAW_BOUND, DRAW_BOUNDS
 
@@ -328,11 +329,8 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     eps = training + plan.size_epsilon
     neighbours = accounting.NEIGHBOUR_PATIENT if plan.unit == "patient" else accounting.NEIGHBOUR_DP_SGD
     cap = plan.max_images_per_patient
-    if plan.unit == "image" and cap is not None:
-        # The cap keeps each patient's k images of smallest keyed hash (`dpmed.data.cap_images_per_patient`): one
-        # image added to the data as supplied can swap one kept image for another, two changes of the capped set.
-        neighbours = neighbours.replace("one training image", f"one image of the training set as capped at {cap} "
-                                        "per patient")
+    if plan.unit == "image" and cap is not None:     # `unit_words`: the eps is of add/remove in the capped set
+        neighbours = neighbours.replace("one training image", f"one {unit_words(plan.unit, cap)}")
     size = (f"N = {plan.n_units}, a count released at eps {plan.size_epsilon:g} (discrete Laplace)"
             if plan.size_epsilon else f"N = {plan.n_units}, taken as public")
     params = (f"{plan.unit}s: {size}, q = {plan.sample_rate:.4g}, T = {ledger.dp_sgd_steps}, "
