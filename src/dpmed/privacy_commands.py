@@ -72,6 +72,10 @@ def _schedule(args: argparse.Namespace) -> tuple[float, int, int | None]:
 
 
 def _delta(args: argparse.Namespace, n: int | None) -> float:
+    """--delta, else the default for --dataset-size. The pure accountant's bound has delta 0: it needs none (any valid
+    value is passed on and not used)."""
+    if args.delta is None and n is None and args.accountant == "pure":
+        return 1e-5
     if args.delta is not None:
         if n is not None:   # as `dpmed run` refuses it; with --sample-rate alone N is not known here
             refuse_vacuous_delta("--delta", args.delta, n, counted=f"the {n} training images of --dataset-size",
@@ -174,8 +178,7 @@ def _sampler_note(args: argparse.Namespace, q: float, steps: int, sigma: float, 
 
 def _privacy_epsilon(args: argparse.Namespace) -> int:
     q, steps, n = _schedule(args)
-    # the pure accountant's bound has delta 0: it needs none (any valid value is passed on and not used)
-    delta = 1e-5 if args.accountant == "pure" and args.delta is None and n is None else _delta(args, n)
+    delta = _delta(args, n)
     names = ([a for a in accounting.ACCOUNTANTS if args.noise in accounting.accountant_info(a).noises]
              if args.accountant == "all" else [args.accountant])
     for name in names:
@@ -199,8 +202,7 @@ def _privacy_epsilon(args: argparse.Namespace) -> int:
 
 def _privacy_calibrate(args: argparse.Namespace) -> int:
     q, steps, n = _schedule(args)
-    # as for epsilon: the pure accountant's bound has delta 0, so it needs none and shows none
-    delta = 1e-5 if args.accountant == "pure" and args.delta is None and n is None else _delta(args, n)
+    delta = _delta(args, n)
     name, note = accounting.effective_accountant(args.accountant, target_epsilon=args.target_epsilon,
                                                  noise=args.noise, delta=delta, steps=steps)
     sigma = accounting.noise_multiplier_for(target_epsilon=args.target_epsilon, delta=delta, sample_rate=q,
