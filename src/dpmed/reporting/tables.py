@@ -9,7 +9,7 @@ import pandas as pd
 
 from dpmed.evaluation.explanations import explanation_columns
 from dpmed.evaluation.fairness import fairness_columns
-from dpmed.folders import temporary_beside
+from dpmed.folders import write_text_atomic
 from dpmed.records import RunRecord
 
 __all__ = ["results_frame", "write_results_table", "summary_text"]
@@ -47,13 +47,7 @@ def results_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
 
 def write_results_table(records: Iterable[RunRecord], path: Path) -> pd.DataFrame:
     frame = results_frame(records)
-    tmp = temporary_beside(path)
-    try:
-        frame.to_csv(tmp, index=False)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, frame.to_csv(index=False))
     return frame
 
 
