@@ -78,7 +78,8 @@ class OpacusClipper:
         _refuse_opacus_gaps(model)
         self.model = model
         self.module = GradSampleModule(model, batch_first=True, loss_reduction="sum")
-        self.names, self.params = zip(*[(n, p) for n, p in model.named_parameters() if p.requires_grad])
+        trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.names, self.params = [n for n, _ in trainable], [p for _, p in trainable]
         self.norm_order = norm_order
 
     def clipped_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor],
