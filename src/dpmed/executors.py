@@ -327,10 +327,23 @@ class RayExecutor:
                 if fail_fast and isinstance(outcome, RunFailure):
                     for ref in pending:
                         ray.cancel(ref)
+                    for task, outcome in self._ended_before_the_stop(pending):
+                        on_outcome(task, outcome)
                     return
         finally:
             if started_here:
                 ray.shutdown()
+
+    def _ended_before_the_stop(self, pending: dict[Any, RunTask]) -> Iterator[tuple[RunTask, Outcome]]:
+        """After a fail-fast stop: the runs that ended before their cancellation reached them, with their outcomes,
+        so that the study counts them (as `_ended_before_the_stop` does for the process pool). A cancelled run raises
+        on ``get``; one that wrote its run.json just as it was stopped is finished all the same."""
+        for ref, task in pending.items():
+            try:
+                yield task, self.ray.get(ref)
+            except self.ray.exceptions.RayError:
+                if task.folder.is_finished:
+                    yield task, read_record(task.folder.record)
 
 
 def check_executor_options(name: str, *, workers: int | None, address: str | None) -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -165,6 +166,60 @@ def test_fail_fast_with_workers_stops_the_runs_in_progress_and_counts_those_that
     assert outcomes == {tasks[1].plan.run_id: f"record of {tasks[1].plan.run_id}"}
     for task in tasks[2:]:     # not stopped, the pool would have waited for them to sleep out their 60 s and finish
         assert not (task.folder.public / "finished").exists()
+
+
+class _FakeRay:
+    """What RayExecutor uses of Ray, with outcomes set per task: the first task's outcome comes back first, a task
+    whose outcome is None was cancelled (``get`` raises as Ray's does)."""
+
+    class exceptions:
+        class RayError(Exception):
+            pass
+
+        class TaskCancelledError(RayError):
+            pass
+
+    def __init__(self, outcomes):
+        self.outcomes, self.cancelled = outcomes, []
+
+    def is_initialized(self):
+        return True
+
+    def put(self, value):
+        return value
+
+    def remote(self, **resources):
+        return lambda function: SimpleNamespace(remote=lambda task, context: task.plan.run_id)
+
+    def wait(self, refs, num_returns):
+        return refs[:num_returns], refs[num_returns:]
+
+    def cancel(self, ref):
+        self.cancelled.append(ref)
+
+    def get(self, ref):
+        if self.outcomes[ref] is None:
+            raise self.exceptions.TaskCancelledError(ref)
+        return self.outcomes[ref]
+
+
+def test_fail_fast_on_ray_counts_the_runs_that_finished_before_the_cancellation(monkeypatch):
+    """Before: after the failure the other tasks were cancelled and the study returned at once, so a run that had
+    finished meanwhile (its run.json written) was not counted. Now each is asked for its outcome; a cancelled one
+    counts only where its run.json was written as it was stopped."""
+    failure = RunFailure("a", "RuntimeError: simulated", None)
+    fake = _FakeRay({"a": failure, "b": "record of b", "c": None, "d": None})
+    finished = {"a": False, "b": True, "c": False, "d": True}
+    tasks = [RunTask(SimpleNamespace(run_id=name), SimpleNamespace(is_finished=finished[name], record=f"{name}.json"))
+             for name in "abcd"]
+    monkeypatch.setattr(dpmed.executors, "read_record", lambda path: f"record read from {path}")
+    executor = dpmed.executors.RayExecutor.__new__(dpmed.executors.RayExecutor)
+    executor.ray, executor.cpus_per_run, executor.gpus_per_run = fake, 1.0, 0.0
+    outcomes = {}
+    executor.map(tasks, RunContext(dataset=None, evaluation=None, progress=False),
+                 lambda task, outcome: outcomes.update({task.plan.run_id: outcome}), fail_fast=True)
+    assert sorted(fake.cancelled) == ["b", "c", "d"]
+    assert outcomes == {"a": failure, "b": "record of b", "d": "record read from d.json"}
 
 
 def test_a_failed_run_that_is_run_again_and_interrupted_shows_as_interrupted(tmp_path, monkeypatch, capsys,
