@@ -342,9 +342,11 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, P
         audit = json.loads(run.audit.read_text(encoding="utf-8")) if run.audit.is_file() else None
         stats = json.loads(run.statistics.read_text(encoding="utf-8")) if run.statistics.is_file() else {}
         attacked = r.attack is not None and run.attack_images.is_file()
+        withheld = r.timing.shareable(r.plan) != r.timing    # a DP-SGD run's seconds in an older dpmed's run.json
         item = PrivateRun(audit_statement=None if audit is None else audit["statement"],
                           training_metrics=stats.get("training_metrics") or None,
-                          timing=read_timing(run.timing) if r.timing.train_seconds is None else None,
+                          timing=(r.timing if withheld else
+                                  read_timing(run.timing) if r.timing.train_seconds is None else None),
                           attack_images=run.attack_images if attacked else None, attacked=r if attacked else None)
         if item:
             items[r.run_id] = item
@@ -353,11 +355,15 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, P
 
 def write_outputs(folder: StudyFolder, resolved: ResolvedStudy, records: list[RunRecord]) -> None:
     """results.csv, comparisons.json and report.html from the finished runs, and private/report.html where runs
-    hold private statistics (audit results, training-set metrics). Comparisons are computed before rendering."""
-    comparisons = _comparisons(folder, resolved, records)
+    hold private statistics (audit results, training-set metrics). Comparisons are computed before rendering.
+
+    The public outputs take each run's timing as `Timing.shareable` gives it: a DP-SGD run that an older dpmed
+    finished still holds its seconds in run.json, and they go to the private report only."""
+    public = [r.model_copy(update={"timing": r.timing.shareable(r.plan)}) for r in records]
+    comparisons = _comparisons(folder, resolved, public)
     write_json_atomic(folder.comparisons, comparisons.model_dump(mode="json"))
-    write_results_table(records, folder.results)
-    write_report(resolved, records, comparisons, folder)
+    write_results_table(public, folder.results)
+    write_report(resolved, public, comparisons, folder)
     private = _private_items(folder, records)
     if private:
         folder.private.mkdir(parents=True, exist_ok=True)

@@ -154,6 +154,25 @@ def test_a_dp_sgd_runs_wall_time_is_kept_in_the_private_folder(quickstart):
     assert not re.search(r"20\d\d-\d\d-\d\d", public_report)
 
 
+def test_a_report_rebuilt_for_an_older_dp_sgd_record_keeps_its_wall_time_private(quickstart, tmp_path, capsys):
+    """An older dpmed wrote a DP-SGD run's seconds into run.json. Before, `dpmed report` copied them into results.csv
+    and the public report (under a note saying they were private); now they go to the private report only."""
+    copy = tmp_path / "quickstart"
+    shutil.copytree(quickstart, copy)
+    folder = StudyFolder(copy)
+    path = next(p for p in folder.runs.glob("*/run.json") if read_record(p).mechanism == "dp_sgd")
+    record = read_record(path)
+    folder.run(record.run_id).timing.unlink()          # an older dpmed kept no private copy
+    older = record.timing.model_copy(update={"train_seconds": 1234.5678, "total_seconds": 2345.6789})
+    path.write_text(record.model_copy(update={"timing": older}).model_dump_json(indent=2))
+    assert main(["report", str(copy)]) == 0
+    capsys.readouterr()
+    assert pd.isna(pd.read_csv(folder.results).set_index("run_id").loc[record.run_id, "train_seconds"])
+    public = [p for p in copy.rglob("*") if p.is_file() and "private" not in p.relative_to(copy).parts and p != path]
+    assert not [p for p in public if b"1234.5" in p.read_bytes() or b"2345.6" in p.read_bytes()]
+    assert "Wall time: training 1234.6 s" in folder.private_report.read_text()
+
+
 def test_a_damaged_predictions_file_leaves_its_comparisons_out_and_says_so(quickstart, tmp_path, capsys):
     """Before: `dpmed report` (and `dpmed run` after skipping the finished runs) ended in a traceback."""
     copy = tmp_path / "quickstart"
