@@ -270,6 +270,23 @@ def test_small_groups_and_intervals_of_zero_width_are_flagged(make_record, make_
     assert flags["[60,70)"].reasons == ["AUROC interval of zero width (1.000 in every redraw)"]
 
 
+def test_a_multilabel_group_is_flagged_for_the_findings_with_few_positives_or_negatives(make_record, make_fairness):
+    """Before, positives were summed over findings: 11 images with 5 and 6 positives counted as 11 positives and 11
+    negatives, no warning, though each finding's AUROC in the group rests on 5 or 6 of either."""
+    est = {"value": 0.8, "low": 0.6, "high": 0.95}
+    fairness = make_fairness("age", {
+        "[70,80)": {"n": 11, "n_positive": 11, "n_positive_by_label": [5, 6], "auroc": est},
+        "[30,60)": {"n": 40, "n_positive": 45, "n_positive_by_label": [20, 25], "auroc": est},
+        "older": {"n": 30, "n_positive": 12, "auroc": est}})      # a record from before the per-finding counts
+    records = [make_record("np_seed0", "np", fairness=fairness)]
+    flags = {f.group: f for f in compare_runs(records, {}, kind="multilabel",
+                                              label_names=["opacity, left", "effusion"]).group_flags}
+    assert set(flags) == {"[70,80)"}
+    assert flags["[70,80)"].reasons == ["only 5 positives of opacity, left", "only 6 negatives of opacity, left",
+                                        "only 6 positives of effusion", "only 5 negatives of effusion"]
+    assert (flags["[70,80)"].n_positive, flags["[70,80)"].n_negative) == (5, 5)
+
+
 def test_compare_runs_redraws_the_patients_the_runs_intervals_redrew(make_record):
     """Runs whose own intervals redrew test patients (their bootstrap_unit) are compared on the same patient redraws,
     read from predictions.npz's test_patient_ids; runs recorded before dpmed redrew patients, on image redraws."""

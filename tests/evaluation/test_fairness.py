@@ -245,6 +245,18 @@ def test_multilabel_averages_labels_and_unrecorded_attributes_are_not_applicable
     assert out.attributes["age"].status == "n/a"
 
 
+def test_a_multilabel_group_counts_each_finding_s_positives():
+    """Before, only their sum over findings was kept, and the report read it as a count of images."""
+    other = np.array([1, 1, 1, 1, 0, 0, 0, 0, 0, 0])        # every female image, no male image
+    out = evaluate_fairness(kind="multilabel", val_labels=np.stack([VAL_Y, VAL_Y], 1),
+                            val_scores=np.stack([VAL_S, VAL_S], 1), test_labels=np.stack([Y, other], 1),
+                            test_scores=np.stack([S, S], 1), attributes={"sex": SEX}, n_resamples=20, seed=0)
+    groups = out.attributes["sex"].groups
+    assert (groups["female"].n_positive_by_label, groups["female"].n_positive) == ([2, 4], 6)
+    assert (groups["male"].n_positive_by_label, groups["male"].n_positive) == ([3, 0], 3)
+    assert _evaluate().attributes["sex"].groups["female"].n_positive_by_label is None
+
+
 def test_demographic_parity_difference_is_undefined_with_one_named_group():
     """fairlearn's spread over a single named group (the rest unknown) is 0.0, which read as "no disparity".
 

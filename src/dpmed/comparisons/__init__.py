@@ -120,7 +120,8 @@ class RunFlag(_Row):
 
 class GroupFlag(_Row):
     """A fairness group whose numbers in one run need a warning: few positives or negatives (fewer than
-    MIN_CLASS_COUNT), or an interval of zero width (every redraw gave the same value)."""
+    MIN_CLASS_COUNT; multilabel: in any one finding, and n_positive, n_negative are the fewest over findings), or an
+    interval of zero width (every redraw gave the same value)."""
 
     run_id: str
     attribute: str
@@ -297,23 +298,36 @@ def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[st
     return flags
 
 
-def _group_flags(records: Sequence[RunRecord], kind: str, n_labels: int) -> list[GroupFlag]:
-    """Fairness groups with fewer than MIN_CLASS_COUNT positives or negatives (multiclass: fewer than
-    2 MIN_CLASS_COUNT images), or an AUROC or accuracy interval of zero width, per run."""
+def _few(count: int, kind: str, finding: str | None) -> list[str]:
+    """The reason "only k positives" (of one finding), where ``count`` is below MIN_CLASS_COUNT."""
+    if count >= MIN_CLASS_COUNT:
+        return []
+    return [f"only {count} {kind}{'s' if count != 1 else ''}" + (f" of {finding}" if finding else "")]
+
+
+def _group_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[str]) -> list[GroupFlag]:
+    """Fairness groups with fewer than MIN_CLASS_COUNT positives or negatives (multilabel: in any one finding, as
+    each finding's AUROC sees them; multiclass: fewer than 2 MIN_CLASS_COUNT images), or an AUROC or accuracy
+    interval of zero width, per run."""
     out = []
     for r in records:
         for attribute in (r.fairness.attributes if r.fairness else {}):
             if (entry := r.fairness.ok(attribute)) is None:
                 continue
             for group, g in entry.groups.items():
-                n, n_pos = g.n, g.n_positive
-                labels_per_image = max(1, n_labels) if kind == "multilabel" else 1
-                n_neg = None if n_pos is None else labels_per_image * n - n_pos
+                n, n_pos, by_label = g.n, g.n_positive, g.n_positive_by_label
                 reasons = []
-                if n_pos is not None and n_pos < MIN_CLASS_COUNT:
-                    reasons.append(f"only {n_pos} positive{'s' if n_pos != 1 else ''}")
-                if n_neg is not None and n_neg < MIN_CLASS_COUNT:
-                    reasons.append(f"only {n_neg} negative{'s' if n_neg != 1 else ''}")
+                if by_label is not None:
+                    names = list(label_names) if len(label_names) == len(by_label) else [
+                        f"finding {j + 1}" for j in range(len(by_label))]
+                    for name, k in zip(names, by_label):
+                        reasons += _few(k, "positive", name) + _few(n - k, "negative", name)
+                    n_pos, n_neg = min(by_label), n - max(by_label)
+                else:   # binary; a multilabel record that predates the per-finding counts: summed over findings
+                    labels_per_image = max(1, len(label_names)) if kind == "multilabel" else 1
+                    n_neg = None if n_pos is None else labels_per_image * n - n_pos
+                    if n_pos is not None:
+                        reasons += _few(n_pos, "positive", None) + _few(n_neg, "negative", None)
                 if n_pos is None and n < 2 * MIN_CLASS_COUNT:
                     reasons.append(f"only {n} images")
                 for metric, est in (("AUROC", g.auroc), ("accuracy", g.accuracy)):
@@ -348,8 +362,8 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
             "by_value": "seeds of one arm value, each paired with its own seed: mean, std (ddof=1), min, max of the "
                         "differences",
             "run_flags": "runs that decide the same way for every test image, or (multiclass) never choose some class",
-            "group_flags": f"fairness groups with fewer than {MIN_CLASS_COUNT} positives or negatives, or an "
-                           "interval of zero width",
+            "group_flags": f"fairness groups with fewer than {MIN_CLASS_COUNT} positives or negatives (multilabel: "
+                           "in any one finding), or an interval of zero width",
             "correlations": "Pearson r with two-sided p-value (scipy.stats.pearsonr); eps is the accounted eps",
         },
         n_resamples=int(n_resamples), bootstrap_seed=int(seed), bootstrap_unit=unit, confidence=float(confidence),
@@ -357,4 +371,4 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
         correlations=correlate_runs(records, predictions, _references(records, predictions), kind=kind,
                                     label_names=label_names, notes=notes),
         notes=notes, run_flags=_run_flags(records, kind, label_names),
-        group_flags=_group_flags(records, kind, len(label_names)))
+        group_flags=_group_flags(records, kind, label_names))

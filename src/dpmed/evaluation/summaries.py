@@ -42,7 +42,8 @@ class MeanEstimate(Estimate):
 
 class GroupFairness(_Summary):
     """One group of one attribute (`dpmed.evaluation.fairness`). n_positive and demographic_parity_difference exist
-    for binary and multilabel tasks only (a multiclass task has no single decision yhat = 1)."""
+    for binary and multilabel tasks only (a multiclass task has no single decision yhat = 1); a multilabel task's
+    n_positive sums its findings' positives, and n_positive_by_label gives each finding's (None in older records)."""
 
     n: int
     auroc: Estimate
@@ -50,6 +51,7 @@ class GroupFairness(_Summary):
     accuracy_parity_difference: Estimate
     n_positive: int | None = None
     demographic_parity_difference: Estimate | None = None
+    n_positive_by_label: list[int] | None = None
 
 
 class Spread(Estimate):

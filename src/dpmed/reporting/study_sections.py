@@ -21,7 +21,7 @@ import numpy as np
 
 from dpmed.comparisons import MIN_CLASS_COUNT, Comparisons, Correlation, PairedDifference
 from dpmed.evaluation.explanations import METRIC_LABELS
-from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, Spread
+from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, GroupFairness, Spread
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
@@ -75,6 +75,14 @@ def _group(entry: AttributeFairness, group: str, metric: str) -> Estimate | None
     return None if g is None else getattr(g, metric)
 
 
+def _positives(g: GroupFairness) -> str:
+    """A group's positives in words, after its size: a multilabel task's per finding (a sum over findings would
+    count an image once for each of its findings)."""
+    if g.n_positive_by_label is not None:
+        return "positives per finding: " + ", ".join(str(k) for k in g.n_positive_by_label)
+    return "" if g.n_positive is None else f"{g.n_positive} positive"
+
+
 def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) -> str:
     level = inputs.level
     entries: list[AttributeFairness] = [r.fairness.attributes[name] for r in runs]
@@ -83,8 +91,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
     flags = [f for f in inputs.comparisons.group_flags if f.attribute == name]
     flagged = {(f.run_id, f.group): f for f in flags}
     small = {f.group for f in flags if any(reason.startswith("only") for reason in f.reasons)}
-    sizes = ", ".join(f"{_e(g)}: {first[g].n}"
-                      + (f" ({first[g].n_positive} positive)" if first[g].n_positive is not None else "")
+    sizes = ", ".join(f"{_e(g)}: {first[g].n}" + (f" ({_positives(first[g])})" if _positives(first[g]) else "")
                       + (" ⚠ small" if g in small else "")
                       for g in groups if g in first)
     series = [(f"{r.run_id}: {eps_label(r.privacy)}", [_group(e, g, "auroc") for g in groups])
@@ -141,8 +148,8 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                 + ("every run" if set(ids) == shown and len(ids) > 1 else
                    f"run{'s' if len(ids) > 1 else ''}: {', '.join(_e(i) for i in ids)}") + ")</li>"
                 for reason, ids in by_reason.items())
-            items.append(f"<li><b>{_e(g)}</b> ({members[0].n} test images"
-                         + (f", {members[0].n_positive} positive" if members[0].n_positive is not None else "")
+            positives = _positives(first[g]) if g in first else ""
+            items.append(f"<li><b>{_e(g)}</b> ({members[0].n} test images" + (f"; {positives}" if positives else "")
                          + f"):<ul>{reasons}</ul></li>")
         warnings = (f'<div class="flag">⚠ Read these groups\' numbers as anecdotes, not measurements. With fewer '
                     f"than {MIN_CLASS_COUNT} positives or negatives a group's AUROC moves in large steps from one "
