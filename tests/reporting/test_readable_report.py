@@ -76,6 +76,25 @@ def test_privacy_cards_read_as_plain_numbers_with_the_statement_first_and_raw_fi
     assert "grid-auto-rows:1fr" in html                                            # one height per row of cards
 
 
+def test_what_an_image_unit_eps_means_for_a_patient_is_shown_not_folded(make_record, report_html):
+    """Before, the unit note and the patient's group guarantee sat in the folded raw fields only, so that every table
+    and card face read "ε 1 (δ 1e-5, PLD, add/remove one image)", easy to take for the patient's ε."""
+    from dpmed.mechanisms.base import GroupGuarantee
+
+    base = dict(mechanism="dp_sgd", is_dp=True, statement="eps = 1 at delta = 1e-05 (PLD accountant)", epsilon=1.0,
+                delta=1e-5, accountant="pld", unit="image")
+    cards = {"dp-sgd_eps1_C1_seed0": PrivacyCard(**base, unit_note="UNIT NOTE: a patient is protected as a group"),
+             "dp-sgd_eps1_C1_seed1": PrivacyCard(**base, patient_guarantee=GroupGuarantee(
+                 k=3, formula_epsilon=3.0, formula_delta=2.3e-4, statement="GROUP: a patient with 3 images: eps 3"))}
+    records = [make_record("non-private_seed0", "non-private")] + [
+        make_record(run_id, "dp-sgd", "dp_sgd", eps=1.0).model_copy(update={"privacy": card})
+        for run_id, card in cards.items()]
+    faces = [body.split("<details>")[0] for body in
+             re.findall(r'<div class="card">(.*?)</details></div>', _section(report_html(records), "privacy"), re.S)]
+    assert "UNIT NOTE: a patient is protected as a group" in faces[1]
+    assert "GROUP: a patient with 3 images: eps 3" in faces[2]
+
+
 # -------------------------------------------------------------------------------------- the opening table (cases)
 
 

@@ -251,14 +251,18 @@ def _card(r: RunRecord) -> str:
     notes = [(label, getattr(card, key)) for key, label in _NOTES if getattr(card, key) is not None]
     if card.patient_guarantee is not None and card.patient_guarantee.statement:
         notes.append(("each patient", card.patient_guarantee.statement))
-    notes_html = "".join(f"<p><b>{label}:</b> {escape(text)}</p>" for label, text in notes)
+    # What an image-unit ε means for a patient is shown, not folded away: ε per image read as the patient's would
+    # overstate the protection of every patient with several images.
+    shown = [(label, text) for label, text in notes if label in ("unit", "each patient")]
+    notes_html = "".join(f"<p><b>{label}:</b> {escape(text)}</p>" for label, text in notes if (label, text) not in shown)
+    unit_html = "".join(f'<p class="note"><b>{label}:</b> {escape(text)}</p>' for label, text in shown)
     raw = card.model_dump(mode="json", exclude_none=True)
     raw_html = "".join(f"<dt>{escape(k)}</dt><dd>{escape(json.dumps(v))}</dd>" for k, v in raw.items())
     more = ("<details><summary>What it covers, and every field (as in run.json)</summary>"
             f'{notes_html}<dl class="raw">{raw_html}</dl></details>')
     statement = escape(statement_text(card.statement))
-    return (f'<div class="card"><h3>{escape(r.run_id)}</h3><p class="{cls}">{statement}</p>{_start_note(r)}'
-            f'{audited}<table class="facts">{rows}</table>{more}</div>')
+    return (f'<div class="card"><h3>{escape(r.run_id)}</h3><p class="{cls}">{statement}</p>{unit_html}'
+            f'{_start_note(r)}{audited}<table class="facts">{rows}</table>{more}</div>')
 
 
 def _start_note(r: RunRecord) -> str:
