@@ -73,6 +73,17 @@ def test_the_dp_sgd_axis_names_the_unit_each_arm_uses_where_they_differ(records)
         assert said == {"patient": {"dp-patient"}, "image": {"dp-sgd"}}, label
 
 
+def test_the_dp_sgd_axis_tells_a_capped_image_unit_from_the_image(records):
+    """Before, runs on one image of a training set capped at k per patient shared "one image" with uncapped runs,
+    though their eps are of another neighbour relation (and do not compose with theirs)."""
+    image = records[3]
+    capped = records[2].model_copy(update={"arm": "dp-capped", "privacy": records[2].privacy.model_copy(
+        update={"unit": "image", "capped_at": 2})})
+    label = " ".join(auroc_figure([records[0], capped, image]).axes[0].get_xlabel().split())
+    assert "one image of the training set as capped at 2 per patient (dp-capped)" in label, label
+    assert "one image (dp-sgd)" in label, label
+
+
 def test_the_report_names_the_runs_the_figure_leaves_out_and_why(records, make_record, report_html):
     """A run with no eps (a flawed mechanism's reproduction, shuffled batches) was dropped from the figure unsaid."""
     shift = PrivacyCard(mechanism="scalar_shift", is_dp=False, statement="NOT DP: one Laplace shift per image")

@@ -18,6 +18,7 @@ from matplotlib.patches import Patch
 from matplotlib.text import Annotation
 from matplotlib.ticker import LogLocator, NullFormatter
 
+from dpmed.mechanisms.base import unit_words
 from dpmed.records import RunRecord
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
@@ -71,11 +72,13 @@ class _Panel:
 
 def _unit(records: list[RunRecord]) -> str:
     """What the DP-SGD panel's neighbours add or remove: "one patient"; where its arms differ, each unit with the
-    arms that use it ("one patient (dp-patient) or one image (dp-image)")."""
+    arms that use it ("one patient (dp-patient) or one image (dp-image)"); an image of a capped training set is a
+    unit of its own (`unit_words`)."""
     arms: dict[str, list[str]] = {}
     for r in records:
-        if _is_central(r) and r.arm not in arms.setdefault(r.privacy.unit or "unit", []):
-            arms[r.privacy.unit or "unit"].append(r.arm)
+        unit = unit_words(r.privacy.unit, r.privacy.capped_at) if r.privacy.unit else "unit"
+        if _is_central(r) and r.arm not in arms.setdefault(unit, []):
+            arms[unit].append(r.arm)
     if len(arms) <= 1:
         return f"one {next(iter(arms), 'patient or image')}"
     return " or ".join(f"one {unit} ({', '.join(names)})" for unit, names in arms.items())
