@@ -466,3 +466,21 @@ def test_a_worst_group_interval_that_lost_many_redraws_says_how_many(scored_run,
     assert 40 < lost < 110
     html = report_html([run.model_copy(update={"fairness": block})])
     assert f"({lost} of 200 redraws undefined)" in _text(_section(html, "fairness"))
+
+
+def test_a_change_that_rounds_to_none_reads_as_a_sentence_and_as_0():
+    """Before: "the model gets on average about as many findings as without privacy" (wrong findings, or right?),
+    and "-0 (seeds -7 to +7)" in the table's cells."""
+    from dpmed.comparisons import SeedSummary, ValueSummary
+    from dpmed.reporting.clinical import _per100, case_sentence
+
+    def summary(mean, low, high):
+        return SeedSummary(mean=mean, std=0.01, min=low, max=high, n_seeds=2)
+
+    seeds = ValueSummary(label="eps 8", arm="dp", seeds=[0, 1], epsilon=8.0,
+                         auroc_difference=summary(-0.01, -0.02, 0.0), accuracy_difference=summary(-0.002, -0.07, 0.06),
+                         significant_seeds=0)
+    sentence = case_sentence(privacy="ε 8", kind="multilabel", positive=None, negative=None, level="95%", seeds=seeds)
+    assert sentence.startswith("Over 2 seeds, at ε 8 the model gets on average about as many findings wrong as "
+                               "without privacy (seeds: "), sentence
+    assert [_per100(v) for v in (-0.004, 0.004, -0.0, -0.07, 0.07, None)] == ["0", "0", "0", "-7", "+7", "–"]

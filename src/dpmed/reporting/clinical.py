@@ -26,8 +26,11 @@ def _signed(value: float | None, digits: int = 3) -> str:
 
 
 def _per100(value: float | None) -> str:
-    """A change of a rate as cases per 100: -0.124 -> "-12"."""
-    return "–" if value is None else f"{100 * value:+.0f}"
+    """A change of a rate as cases per 100: -0.124 -> "-12", and "0", not "-0", for a change that rounds to none."""
+    if value is None:
+        return "–"
+    k = round(100 * value)
+    return "0" if k == 0 else f"{k:+d}"
 
 
 def _paired_cell(d: PairedDifference | None, *, cases: bool) -> str:
@@ -60,12 +63,14 @@ def _range(low: float, high: float, more: str, fewer: str) -> str:
     return f"{_count(a, more, fewer)} to {_count(b, more, fewer)}"
 
 
-def _about(x: float, what: str, more: str, fewer: str, tail: str, baseline: str | None = None) -> str:
+def _about(x: float, what: str, more: str, fewer: str, tail: str, baseline: str | None = None,
+           same: str | None = None) -> str:
     """``baseline``: what the change is against, said where the subject is not a privacy level ("the non-private
-    run"); None: "without privacy", and "more" needs no "than"."""
+    run"); None: "without privacy", and "more" needs no "than". ``same``: what follows "about as many" where the
+    change rounds to none, if not ``tail`` ("test images wrong" where ``more`` is "more wrong")."""
     k = round(x)
     if k == 0:
-        return f"{what} about as many {tail} as {baseline or 'without privacy'}"
+        return f"{what} about as many {same or tail} as {baseline or 'without privacy'}"
     return f"{what} about {abs(k)} {more if k > 0 else fewer} of every 100 {tail}" + (f" than {baseline}"
                                                                                      if baseline else "")
 
@@ -108,7 +113,8 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
     if acc is not None and mean(acc) is not None:
         unit = "findings" if kind == "multilabel" else "test images"
         how = " (argmax)" if kind == "multiclass" else ""
-        wrong = _about(-100 * mean(acc), f"gets{avg}", "more wrong", "fewer wrong", f"{unit}{how}", baseline)
+        wrong = _about(-100 * mean(acc), f"gets{avg}", "more wrong", "fewer wrong", f"{unit}{how}", baseline,
+                       same=f"{unit}{how} wrong")
         return f"{lead} {wrong}{interval(acc, 'more', 'fewer')}."
     auroc = single.auroc_difference.value if single is not None else seeds.auroc_difference.mean
     if auroc is None:
