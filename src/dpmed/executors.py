@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import contextlib
+import importlib.util
 import logging
 import logging.handlers
 import multiprocessing
@@ -33,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
 
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError   # installed with pydantic (its pinned core), not re-exported
 
 from dpmed.config import RunPlan
 from dpmed.errors import ConfigError
@@ -294,6 +295,9 @@ def _ended_before_the_stop(pending: dict[futures.Future, RunTask],
             yield task, read_record(task.folder.record)
 
 
+RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'dpmed[ray]'"
+
+
 class RayExecutor:
     """Each run as a Ray task with its CPU and GPU needs (pip install 'dpmed[ray]'); same folders, same resume.
 
@@ -304,7 +308,7 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise ConfigError("--executor ray needs Ray: pip install 'dpmed[ray]'") from None
+            raise ConfigError(RAY_MISSING) from None
         self.ray = ray
         self.address = address
         self.cpus_per_run = cpus_per_run
@@ -348,7 +352,10 @@ class RayExecutor:
 
 def check_executor_options(name: str, *, workers: int | None, address: str | None) -> None:
     """ConfigError where one executor's own option is given to the other, so that neither is ignored: ``address``
-    is Ray's only, ``workers`` (None: not given) local's only. `dpmed run` checks before the data are read."""
+    is Ray's only, ``workers`` (None: not given) local's only; and where Ray is asked for and not installed. `dpmed
+    run` checks before the data are read."""
+    if name == "ray" and importlib.util.find_spec("ray") is None:
+        raise ConfigError(RAY_MISSING)
     if name != "ray" and address is not None:
         raise ConfigError(f"--address {address} names a Ray cluster and applies only with --executor ray; add "
                           "--executor ray to train there, or leave --address out to train here")

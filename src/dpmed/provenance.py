@@ -11,7 +11,8 @@ from pathlib import Path
 
 __all__ = ["versions"]
 
-_PACKAGES = ("dpmed", "torch", "opacus", "dp-accounting", "randomgen", "numpy", "scikit-learn")
+_PACKAGES = ("dpmed", "torch", "opacus", "dp-accounting", "randomgen", "numpy", "scipy", "scikit-learn",
+             "scikit-image", "fairlearn", "grad-cam", "kymatio", "pydantic")
 
 
 def _git_commit() -> str:

@@ -129,8 +129,9 @@ def test_missing_pydicom_says_how_to_install(tmp_path, monkeypatch):
     path = tmp_path / "x.dcm"
     path.write_bytes(b"\x00" * 200)
     monkeypatch.setitem(sys.modules, "pydicom", None)  # import pydicom now raises ImportError
-    with pytest.raises(DataError, match=r"pip install 'dpmed\[dicom\]'"):
+    with pytest.raises(DataError, match=r"pip install 'dpmed\[dicom\]'") as raised:
         dicom.read_dicom(path)
+    assert str(raised.value).startswith(f"{path}: ")           # one stray .dcm among thousands: which one
     (tmp_path / "f" / "a").mkdir(parents=True)
     (tmp_path / "f" / "b").mkdir()
     for name in ("a/1.dcm", "a/2.dcm", "a/3.dcm", "b/1.dcm", "b/2.dcm", "b/3.dcm"):

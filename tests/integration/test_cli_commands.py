@@ -183,6 +183,16 @@ def test_workers_below_one_are_refused_while_the_command_line_is_parsed(tiny_tex
     assert "Traceback" not in err and not out.exists()
 
 
+def test_executor_ray_without_ray_is_refused_before_the_data_are_read(tiny_text, tmp_path, capsys, monkeypatch):
+    """Before: the data were read and study.yaml, the released counts and the log written before the refusal."""
+    monkeypatch.setitem(sys.modules, "ray", None)            # as if the extra were not installed
+    out = tmp_path / "out"
+    assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), "--executor", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert err == "dpmed: error: --executor ray needs Ray, which is not installed: pip install 'dpmed[ray]'\n"
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--address", "ray://h:1"], "--address ray://h:1 names a Ray cluster and applies only with --executor ray"),
     (["--address", "ray://h:1", "--executor", "local"], "--address ray://h:1 names a Ray cluster"),

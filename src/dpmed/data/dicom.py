@@ -32,17 +32,18 @@ __all__ = ["read_dicom", "peek_dicom", "read_dicom_header", "voi_window"]
 INSTALL_HINT = "pip install 'dpmed[dicom]'"
 
 
-def _pydicom():
-    """The pydicom module, or a DataError that says how to install it (it is an optional extra)."""
+def _pydicom(path: Path):
+    """The pydicom module, or a DataError that names the file that needs it and says how to install it (it is an
+    optional extra; one stray .dcm among thousands of images is otherwise hard to find)."""
     try:
         import pydicom
     except ImportError as exc:
-        raise DataError(f"reading DICOM files needs pydicom, which is not installed: {INSTALL_HINT}") from exc
+        raise DataError(f"{path}: reading DICOM files needs pydicom, which is not installed: {INSTALL_HINT}") from exc
     return pydicom
 
 
 def _open(path: Path, *, pixels: bool):
-    pydicom = _pydicom()
+    pydicom = _pydicom(path)
     try:
         return pydicom.dcmread(path, stop_before_pixels=not pixels)
     except (pydicom.errors.InvalidDicomError, OSError, EOFError, ValueError, KeyError) as exc:
