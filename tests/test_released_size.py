@@ -81,3 +81,15 @@ def test_reproducible_mode_derives_the_count_from_the_public_seed(tmp_path):
     two = release_sizes(NEEDED, epsilon=0.02, path=tmp_path / "b.json", fingerprint="x", reproducible_seed=3)
     other = release_sizes(NEEDED, epsilon=0.02, path=tmp_path / "c.json", fingerprint="x", reproducible_seed=4)
     assert one == two != other
+
+
+def test_several_released_counts_are_told_apart_each_with_its_guarantee():
+    """Before: "about 281 images, about 256 images, at most 2 per patient, about 218 patients in training (a DP count
+    at eps 0.02, included in every DP-SGD run's eps": three counts read as four, no delta, no neighbours, and each
+    run's eps includes only the count it was planned from."""
+    from dpmed.released_size import describe_counts
+
+    text = describe_counts({"images": 281, "images, at most 2 per patient": 256, "patients": 2180}, 0.02)
+    assert text == ("about 281 images; about 256 images, at most 2 per patient; about 2,180 patients (each a DP count: "
+                    "ε 0.02, δ 0, add/remove one of what it counts; a DP-SGD run's ε includes the count it was "
+                    "planned from)")

@@ -239,6 +239,7 @@ def _plan(args: argparse.Namespace) -> int:
     handler = log_to_console()   # before Opacus is imported: it configures logging if nobody has
     try:
         from dpmed.pretraining import check_weights, describe_start
+        from dpmed.released_size import describe_counts
         from dpmed.study import estimate_times, planned_card, prepare_study
         from dpmed.timing import clock
         from dpmed.workspace import folder_holder
@@ -259,10 +260,9 @@ def _plan(args: argparse.Namespace) -> int:
              else "no patient ids (each image counts as its own patient)")
           + f" (read and prepared in {prepared.load_seconds:.0f} s)")
     if prepared.sizes:
-        counts = ", ".join(f"about {n:,} {key}" for key, n in prepared.sizes.items())
-        print(f"size: DP-SGD plans from a DP count of the training set, {counts} (eps {study.size_epsilon:g}, part of "
-              f"every DP-SGD run's eps; kept in {folder.released_sizes}); the exact sizes above are for you only: "
-              "no shareable file holds them")
+        print(f"size: DP-SGD plans from the training set's size as released: "
+              f"{describe_counts(prepared.sizes, study.size_epsilon)}; kept in {folder.released_sizes}; the exact "
+              "sizes above are for you only: no shareable file holds them")
     finished = (f"{len(prepared.finished)} of {len(prepared.plans)} runs finished earlier, not retrained"
                 if prepared.finished else "no finished runs")
     print(f"output: {folder.root}: {finished}")

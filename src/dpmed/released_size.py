@@ -33,7 +33,17 @@ from dpmed.folders import write_text_atomic
 from dpmed.mechanisms import PlanContext, mechanism_info
 from dpmed.randomness import discrete_laplace, public_seed
 
-__all__ = ["needed_sizes", "release_sizes"]
+__all__ = ["needed_sizes", "release_sizes", "describe_counts"]
+
+
+def describe_counts(sizes: Mapping[str, int], epsilon: float) -> str:
+    """The released counts in words, each with its own guarantee: "about 281 images; about 218 patients (each a DP
+    count: ε 0.02, δ 0, add/remove one of what it counts; a DP-SGD run's ε includes the count it was planned from)".
+    Counts are separated by semicolons, as a key may hold a comma ("images, at most 2 per patient")."""
+    counts = "; ".join(f"about {n:,} {key}" for key, n in sizes.items())
+    each = "each a DP count" if len(sizes) > 1 else "a DP count"
+    which = "the count it was planned from" if len(sizes) > 1 else "it"
+    return f"{counts} ({each}: ε {epsilon:g}, δ 0, add/remove one of what it counts; a DP-SGD run's ε includes {which})"
 
 
 def needed_sizes(study: Study, context: PlanContext) -> dict[str, int]:

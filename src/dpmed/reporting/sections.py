@@ -11,6 +11,7 @@ import numpy as np
 import yaml
 
 from dpmed.records import DatasetSummary, RunRecord
+from dpmed.released_size import describe_counts
 from dpmed.reporting.clinical import flag_html
 from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples, plotted
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, bound_percent, embed_figure, eps_label,
@@ -113,9 +114,9 @@ def _sizes(data: DatasetSummary) -> str:
     if data.n_train is not None:
         return (f"{data.n_train} / {data.n_val} / {data.n_test} train / validation / test images "
                 f"({data.n_train_patients} training patients)")
-    counts = ", ".join(f"about {n:,} {escape(key)}" for key, n in data.released_sizes.items())
-    return (f"{counts} in training (a DP count at eps {data.size_epsilon:g}, included in every DP-SGD run's eps: the "
-            f"exact size is private); {data.n_val} / {data.n_test} validation / test images")
+    counts = escape(describe_counts(data.released_sizes, data.size_epsilon))
+    return (f"in training {counts}: the exact size is private; {data.n_val} / {data.n_test} validation / test "
+            "images")
 
 
 def summary(inputs: ReportInputs) -> str:
