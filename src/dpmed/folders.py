@@ -246,6 +246,11 @@ class StudyFolder:
         return self.private / "data_fingerprint"
 
     @property
+    def attributes_fingerprint(self) -> Path:
+        """sha256 of what else the finished runs were made with (sex, age, lesion masks, normalisation): private."""
+        return self.private / "attributes_fingerprint"
+
+    @property
     def log(self) -> Path:
         """The command line's log of the study: private, as it holds audit results (secret canary bits)."""
         return self.private / "dpmed.log"

@@ -1,8 +1,8 @@
 """What a study may reuse of the finished runs its folder holds: the same data, settings and evaluation, or nothing.
 
 A finished run is reused only where rerunning it would compute the same thing: its plan's settings (the model
-included), its privacy randomness, the data (checked by a private fingerprint of every split, since study.yaml's
-sizes and shape do not tell a corrected label file apart) and the evaluation settings every run's intervals were
+included), its privacy randomness, the data (checked by private fingerprints of every split, since study.yaml's
+sizes and shape do not tell a corrected label file or age column apart) and the evaluation settings every run's intervals were
 computed with. Anything else is refused with a message naming what differs, never mixed into one table. Runs the
 study file no longer lists are returned apart: their files were released all the same, so the study's privacy
 counts them (`dpmed.budget`).
@@ -11,6 +11,7 @@ counts them (`dpmed.budget`).
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from dpmed.folders import RETRAIN_NOTE, StudyFolder
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, read_record
 
-__all__ = ["finished_runs", "data_fingerprint", "randomness_of", "setting_differences"]
+__all__ = ["finished_runs", "data_fingerprint", "attributes_fingerprint", "randomness_of", "setting_differences"]
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -118,24 +119,44 @@ def data_fingerprint(dataset: Dataset) -> str:
     return digest.hexdigest()
 
 
-def _other_fingerprint(folder: StudyFolder, fingerprint: str) -> bool:
-    """Whether the folder's finished runs are recorded as trained on other data than ``fingerprint`` (False where
-    no fingerprint was kept: folders written before it, checked from their next run on)."""
-    path = folder.data_fingerprint
+def attributes_fingerprint(dataset: Dataset) -> str:
+    """sha256 over every split's sex, age and lesion masks and the normalisation of the images: what else finished
+    runs were evaluated (fairness groups, the pointing metric) or trained with. Apart from `data_fingerprint`, which
+    keys the released counts of the training set: a corrected age column changes no count. Private, as that is."""
+    digest = hashlib.sha256(repr(dataset.normalization).encode())
+    for split in (dataset.train, dataset.val, dataset.test):
+        for array in (split.sex.astype(str), split.age.astype(np.float64), split.masks):
+            if array is None:
+                digest.update(b"none")
+                continue
+            array = np.ascontiguousarray(array)
+            digest.update(f"{array.dtype.str}{array.shape}".encode())
+            digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()
+
+
+def _other_fingerprint(folder: StudyFolder, path: Path, fingerprint: str) -> bool:
+    """Whether the folder's finished runs are recorded (in ``path``) as made with other data than ``fingerprint``
+    (False where none was kept: folders written before it, checked from their next run on)."""
     return bool(folder.finished_run_ids()) and path.is_file() and path.read_text().strip() != fingerprint
 
 
 def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSummary, study: Study,
-                  fingerprint: str, before: ResolvedStudy | None) -> tuple[dict[str, RunRecord], list[RunRecord]]:
+                  fingerprint: str, before: ResolvedStudy | None,
+                  attributes: str | None = None) -> tuple[dict[str, RunRecord], list[RunRecord]]:
     """(finished runs the study lists, by id; finished runs in the folder it no longer lists: released all the same).
     A listed run made with other settings (its plan, the model included, or the other privacy randomness), or
     finished runs on other data or evaluated otherwise, are refused rather than mixed into one table; the message
     names what differs (where and how fast a run executes, ``config.EXECUTION_ONLY``, does not count).
     ``summary``: the dataset now, as study.yaml shows it; ``fingerprint``: its :func:`data_fingerprint`;
-    ``before``: the folder's study.yaml as read back, None where it holds no finished run."""
+    ``before``: the folder's study.yaml as read back, None where it holds no finished run; ``attributes``: the
+    dataset's :func:`attributes_fingerprint` (None: not checked)."""
     data = [] if before is None else _other_data(before, summary)
-    if not data and _other_fingerprint(folder, fingerprint):
+    if not data and _other_fingerprint(folder, folder.data_fingerprint, fingerprint):
         data = ["the images, labels or patient ids differ (a file was changed or replaced; sizes and shape match)"]
+    if not data and attributes is not None and _other_fingerprint(folder, folder.attributes_fingerprint, attributes):
+        data = ["the patients' sex or age, the lesion masks or the images' normalisation differ (a column or file was "
+                "changed, or data.preprocessing.normalize; the images themselves match)"]
     if data:
         raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
                           f"{'; '.join(data)}; use another --out, or delete {folder.runs} to retrain them "

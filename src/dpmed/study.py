@@ -45,7 +45,7 @@ from dpmed.pretraining import prepare_start
 from dpmed.released_size import needed_sizes, release_sizes
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
 from dpmed.reporting import PrivateRun, write_private_report, write_report, write_results_table
-from dpmed.resumption import data_fingerprint, finished_runs, randomness_of
+from dpmed.resumption import attributes_fingerprint, data_fingerprint, finished_runs, randomness_of
 from dpmed.run import RunContext
 from dpmed.timing import Rates, probe_rates
 from dpmed.training import checkpoint_progress
@@ -96,6 +96,7 @@ class PreparedStudy:
     privacy: StudyPrivacy
     load_seconds: float
     fingerprint: str = ""
+    attributes: str = ""          # resumption.attributes_fingerprint
     sizes: Mapping[str, int] = field(default_factory=dict)   # the DP counts DP-SGD planned from (released_size)
 
     @property
@@ -257,7 +258,9 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     _tell_whole_batches(plans)
     before = (read_resolved(folder.root) if folder.finished_run_ids() and folder.resolved_study.is_file()
               else None)
-    existing, elsewhere = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint, before)
+    attributes = attributes_fingerprint(dataset)
+    existing, elsewhere = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint, before,
+                                        attributes)
     reproducible = "reproducible" in {study.privacy_randomness, *map(randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
     if study.privacy_budget is not None:
@@ -265,6 +268,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
         check_budget(study.privacy_budget, privacy)
     return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,
                          elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint,
+                         attributes=attributes,
                          sizes=sizes)
 
 
@@ -499,6 +503,7 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
         resolved = prepared.resolved()
         write_text_atomic(folder.resolved_study, yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
         write_text_atomic(folder.data_fingerprint, prepared.fingerprint, owner_only=True)
+        write_text_atomic(folder.attributes_fingerprint, prepared.attributes, owner_only=True)
         context = RunContext(dataset=dataset, evaluation=study.evaluation,
                              progress=progress and executor == "local" and workers == 1,
                              privacy_randomness=study.privacy_randomness,

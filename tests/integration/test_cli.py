@@ -102,6 +102,7 @@ def test_changed_settings_refuse_to_mix_with_finished_runs(quickstart, capsys):
     ("privacy_randomness=reproducible", "privacy_randomness: secure in the finished run, reproducible now"),
     ("evaluation.confidence=0.5", "evaluation.confidence: 0.95 in the finished run, 0.5 now"),
     ("data.preprocessing.minmax=true", "the images, labels or patient ids differ"),   # same sizes, other pixels
+    ("data.preprocessing.normalize={mean: [0.5], std: [0.25]}", "the images' normalisation differ"),
 ])
 def test_another_model_or_other_data_refuse_to_mix_with_finished_runs(quickstart, capsys, change, named):
     """Finished runs are reused only for the same model, data, privacy randomness and evaluation: before, a study

@@ -45,3 +45,33 @@ def test_the_explained_images_and_the_pointing_tolerance_count_and_a_test_set_sm
     assert "evaluation.explanations.pointing_tolerance: 0.0 in the finished run, 3.0 now" in capsys.readouterr().err
     assert main([*command, "--set", "evaluation.explanations={n_images: 5000}"]) == 0     # the whole test set again
     assert "1 finished earlier" in capsys.readouterr().out
+
+
+def test_the_attributes_fingerprint_sees_sex_age_masks_and_normalisation_and_nothing_else():
+    """Before, only images, labels and patient ids were fingerprinted: a study whose CSV's ages were corrected
+    reused its finished runs, and one table then held fairness groups of two different age columns."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from dpmed.data import load_dataset
+    from dpmed.resumption import attributes_fingerprint, data_fingerprint
+
+    dataset = load_dataset(source="phantom", path=None, image_size=16, channels=1, seed=0, n_images=60)
+    assert dataset.test.masks is not None
+    same = replace(dataset, test=replace(dataset.test, age=dataset.test.age.copy()))
+    assert attributes_fingerprint(same) == attributes_fingerprint(dataset)
+    masks = dataset.test.masks.copy()
+    masks[0, 0, 0] = ~masks[0, 0, 0]
+    sex = dataset.val.sex.copy()
+    sex[0] = "male" if sex[0] != "male" else "female"
+    changed = {"age": replace(dataset, test=replace(dataset.test, age=dataset.test.age + 25)),
+               "sex": replace(dataset, val=replace(dataset.val, sex=sex)),
+               "masks": replace(dataset, test=replace(dataset.test, masks=masks)),
+               "no masks": replace(dataset, test=replace(dataset.test, masks=None)),
+               "normalisation": replace(dataset, normalization=((0.5,), (0.25,)))}
+    prints = {name: attributes_fingerprint(d) for name, d in changed.items()}
+    assert attributes_fingerprint(dataset) not in prints.values() and len(set(prints.values())) == len(prints)
+    # the released counts of the training set stay keyed to the images, labels and patients alone
+    assert {data_fingerprint(d) for d in changed.values()} == {data_fingerprint(dataset)}
+    assert np.isfinite(dataset.test.age).any()
