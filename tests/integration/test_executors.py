@@ -55,9 +55,12 @@ def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeyp
     assert main(["status", str(out / "tiny")]) == 0
     status = capsys.readouterr().out
     assert "base_seed0" in status and "failed: RuntimeError" in status and "1 finished, 1 failed" in status
+    report = (out / "tiny" / "report.html").read_text()    # before: the arm listed, its run missing, unsaid
+    assert "⚠ 1 of the 2 runs this study plans are not in this report" in report and "base_seed0" in report
 
     monkeypatch.setattr(dpmed.executors, "run_one", real)       # the cause is fixed: run again
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 0
+    assert "runs this study plans are not in this report" not in (out / "tiny" / "report.html").read_text()
     assert not (out / "tiny" / "private" / "runs" / "base_seed0" / "error.json").exists()
     assert "1 finished earlier" in capsys.readouterr().out
 

@@ -119,6 +119,21 @@ def _sizes(data: DatasetSummary) -> str:
             "images")
 
 
+def unfinished(inputs: ReportInputs) -> str:
+    """A warning at the top where runs the study plans are not in the report (failed, interrupted or not yet run):
+    without it, an arm listed in the summary, its eps counted in the study's, could be missing from every table
+    unsaid."""
+    shown = {r.run_id for r in inputs.records}
+    missing = [p.run_id for p in inputs.resolved.runs if p.run_id not in shown]
+    if not missing:
+        return ""
+    named = ", ".join(escape(m) for m in missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+    return (f'<div class="flag">⚠ {len(missing)} of the {len(inputs.resolved.runs)} runs this study plans are not '
+            f"in this report: they have not finished (failed, interrupted or not yet run): {named}. <code>dpmed "
+            "status</code> on the study folder says which and why; the same <code>dpmed run</code> again trains "
+            "them and rewrites this report.</div>")
+
+
 def summary(inputs: ReportInputs) -> str:
     study, data = inputs.resolved.study, inputs.resolved.dataset
     arms = ", ".join(f"{a.name} ({a.mechanism})" for a in study.arms)
