@@ -459,11 +459,16 @@ def _withdraw_leftovers(folder: StudyFolder) -> None:
     """Delete the releasable files of unfinished runs (`RunFolder.leftovers`: a model without its run.json, left by
     a dpmed that wrote them in place, or by a stop just before run.json): the study's eps counts finished runs only,
     so it would not cover them. A run still planned writes its own again; one no longer planned has no record. And
-    the half-written temporary files of killed writers (`stale_temporaries`), which no later write replaces."""
+    the half-written temporary files of killed writers (`stale_temporaries`), which no later write replaces; and the
+    privacy key and checkpoint of a run stopped between writing its run.json and deleting them, which nothing
+    would delete later (`RunFolder.discard_secrets`)."""
     for path in stale_temporaries(folder.root):
         path.unlink(missing_ok=True)
     for run_dir in sorted(p for p in folder.runs.iterdir() if p.is_dir()):
-        left = folder.run(run_dir.name).leftovers()
+        run = folder.run(run_dir.name)
+        if run.is_finished:
+            run.discard_secrets()
+        left = run.leftovers()
         for path in left:
             path.unlink()
         if left:

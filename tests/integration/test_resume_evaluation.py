@@ -75,3 +75,20 @@ def test_the_attributes_fingerprint_sees_sex_age_masks_and_normalisation_and_not
     # the released counts of the training set stay keyed to the images, labels and patients alone
     assert {data_fingerprint(d) for d in changed.values()} == {data_fingerprint(dataset)}
     assert np.isfinite(dataset.test.age).any()
+
+
+def test_a_finished_run_s_key_and_checkpoint_left_by_a_stop_are_deleted_by_the_next_run(tiny_study, tiny_study_file,
+                                                                                         tmp_path, capsys):
+    """A stop between writing run.json and deleting the run's secrets left its privacy key and checkpoint for good:
+    nothing resumes a finished run, so nothing deleted them, though no file may be left to regenerate its noise."""
+    from dpmed.folders import StudyFolder
+
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    run = StudyFolder(out / "tiny").run("dp_eps8_C1_seed0")
+    assert run.is_finished
+    run.privacy_key.write_bytes(b"the key of a finished run")
+    run.checkpoint.write_bytes(b"its last checkpoint")
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0
+    assert "2 finished earlier" in capsys.readouterr().out
+    assert not run.privacy_key.exists() and not run.checkpoint.exists()
