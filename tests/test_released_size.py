@@ -83,6 +83,49 @@ def test_reproducible_mode_derives_the_count_from_the_public_seed(tmp_path):
     assert one == two != other
 
 
+def test_a_damaged_file_is_refused_naming_it_and_never_replaced(tmp_path):
+    """Before: a truncated file ended `dpmed run` in "internal error: JSONDecodeError"."""
+    import pytest
+
+    from dpmed.errors import PrivacyError
+
+    path = tmp_path / "released_sizes.json"
+    for damaged in ('{"draws": [{"key": "patients", "epsil', '{"draws": [{"key": "patients"}]}', "[]"):
+        path.write_text(damaged)
+        with pytest.raises(PrivacyError, match=rf"^{path} cannot be read .* Restore it from a copy"):
+            release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc")
+        assert path.read_text() == damaged
+    assert release_sizes({}, epsilon=0.02, path=path, fingerprint="abc") == {}    # nothing to plan: not read
+
+
+def test_two_processes_drawing_at_once_plan_from_one_draw(tmp_path):
+    """`dpmed plan` holds no study folder: beside a starting `dpmed run`, each drew a count the file did not hold
+    yet, and one of two releases was kept. The draws are made under a lock on the folder: here one drawer holds it
+    and writes its draw late; the other waits, and then plans from that draw instead of drawing its own."""
+    import threading
+    import time
+
+    from dpmed.released_size import held_draws
+
+    path = tmp_path / "private" / "released_sizes.json"
+    inside = threading.Event()
+
+    def first():
+        with held_draws(path):
+            inside.set()
+            time.sleep(0.5)
+            path.write_text(json.dumps({"draws": [{"key": "patients", "epsilon": 0.02, "data": "abc",
+                                                   "mode": "secure", "count": 123456}]}))
+
+    holder = threading.Thread(target=first)
+    holder.start()
+    assert inside.wait(30)
+    second = release_sizes({"patients": 140}, epsilon=0.02, path=path, fingerprint="abc")
+    holder.join()
+    assert second == {"patients": 123456}
+    assert len(json.loads(path.read_text())["draws"]) == 1
+
+
 def test_several_released_counts_are_told_apart_each_with_its_guarantee():
     """Before: "about 281 images, about 256 images, at most 2 per patient, about 218 patients in training (a DP count
     at eps 0.02, included in every DP-SGD run's eps": three counts read as four, no delta, no neighbours, and each

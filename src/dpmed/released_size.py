@@ -20,12 +20,14 @@ be a second release, which their records could not be told apart from the first.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import secrets
 from fractions import Fraction
 from pathlib import Path
-from typing import Collection, Mapping
+from typing import Collection, Iterator, Mapping
 
 from dpmed.config import Study
 from dpmed.errors import PrivacyError
@@ -65,8 +67,53 @@ def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fing
     ``planned_before``: the (key, epsilon) of the counts the folder's finished runs were planned from; where ``path``
     holds no draw of one of them at all (for any data), it was deleted beside those runs, and a fresh draw is refused
     (PrivacyError; module docstring). A draw for other data or randomness is left to the study to refuse: its
-    finished runs were made on other data or in another mode."""
-    draws = json.loads(path.read_text(encoding="utf-8"))["draws"] if path.is_file() else []
+    finished runs were made on other data or in another mode. The read, the draws and the write are one step under
+    `held_draws`; a file that cannot be read is refused (PrivacyError), never replaced by fresh draws."""
+    if not needed:
+        return {}
+    with held_draws(path):
+        return _release(needed, epsilon=epsilon, path=path, fingerprint=fingerprint,
+                        reproducible_seed=reproducible_seed, planned_before=planned_before)
+
+
+@contextlib.contextmanager
+def held_draws(path: Path) -> Iterator[None]:
+    """An exclusive lock (flock on the folder holding ``path``) for reading and adding draws: `dpmed plan` holds no
+    study folder, and beside a starting `dpmed run` each would otherwise draw a count the file did not hold yet,
+    and one of the two releases would be kept and the other forgotten."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:    # pragma: no cover - Windows: the study folder's lock (dpmed.lock) is all there is
+        yield
+        return
+    handle = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)       # and with it the lock
+
+
+def _read_draws(path: Path) -> list[dict]:
+    """The draws ``path`` holds ([] where there is no file); PrivacyError naming the file where it is damaged."""
+    if not path.is_file():
+        return []
+    try:
+        draws = json.loads(path.read_text(encoding="utf-8"))["draws"]
+        for d in draws:
+            (d["key"], d["epsilon"], d["data"], d["mode"], int(d["count"]))
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise PrivacyError(
+            f"{path} cannot be read ({type(exc).__name__}: {exc}); it holds the DP counts of the training set that "
+            "DP-SGD plans from. Restore it from a copy; deleting it beside finished DP-SGD runs is refused, as a "
+            "fresh count would be a second release; or run the study into another folder (--out)") from None
+    return draws
+
+
+def _release(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerprint: str,
+             reproducible_seed: int | None, planned_before: Collection[tuple[str, float]]) -> dict[str, int]:
+    draws = _read_draws(path)
     mode = "secure" if reproducible_seed is None else f"reproducible {reproducible_seed}"
     released, fresh = {}, []
     for key, exact in needed.items():
@@ -87,6 +134,5 @@ def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fing
             fresh.append({"key": key, "epsilon": epsilon, "data": fingerprint, "mode": mode, "count": earlier})
         released[key] = int(earlier)
     if fresh:
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps({"draws": draws + fresh}, indent=2), owner_only=True)
     return released
