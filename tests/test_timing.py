@@ -71,6 +71,7 @@ def test_a_timing_without_seconds_teaches_no_rate(make_record):
     dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)
     shared = dp.timing.shareable(dp.plan)
     assert shared.train_seconds is None and shared.total_seconds is None and shared.device == dp.timing.device
+    assert shared.resumed_from is None          # how far it came before a stop depends on the same wall time
     assert Rates.from_runs([(dp.plan, shared)], N_TRAIN) is None
 
 

@@ -54,18 +54,20 @@ class Timing(_Record):
 
     A DP-SGD run's seconds are None in run.json (`shareable`) and kept in its private folder: its training time
     grows with the number of units Poisson sampling drew and with their images, statistics of the training set
-    that no eps covers (a timing side channel; Jin et al. 2022 show such channels in DP libraries)."""
+    that no eps covers (a timing side channel; Jin et al. 2022 show such channels in DP libraries). So is the step
+    it resumed from: how far a run had come when it was stopped depends on the same times."""
 
     train_seconds: float | None
     total_seconds: float | None
     device: str
     threads: int
-    resumed_from: int = 0
+    resumed_from: int | None = 0
 
     def shareable(self, plan: RunPlan) -> Timing:
-        """What run.json may hold: all of it for a run without DP-SGD, no seconds for a DP-SGD run."""
+        """What run.json may hold: all of it for a run without DP-SGD; for a DP-SGD run, no seconds and no step it
+        resumed from."""
         if isinstance(plan.privacy, DpSgdPlan):
-            return self.model_copy(update={"train_seconds": None, "total_seconds": None})
+            return self.model_copy(update={"train_seconds": None, "total_seconds": None, "resumed_from": None})
         return self
 
     def write(self, path: Path) -> None:

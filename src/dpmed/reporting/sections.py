@@ -388,11 +388,19 @@ def _seconds(value: float | None) -> str:
             'eps covers">private</span>')
 
 
+def _resumed(step: int | None) -> str:
+    """The epoch or step a run resumed from, or where a DP-SGD run's is (it depends on its private wall time)."""
+    if step is not None:
+        return str(step)
+    return ('<span title="how far a DP-SGD run had come when it was stopped depends on its wall time, which no eps '
+            'covers">private</span>')
+
+
 def provenance(inputs: ReportInputs) -> str:
     versions = inputs.records[0].versions if inputs.records else {}
     timing = "".join(f"<tr><td>{escape(r.run_id)}</td><td class=num>{_seconds(r.timing.train_seconds)}</td>"
                      f"<td class=num>{_seconds(r.timing.total_seconds)}</td><td>{escape(r.timing.device)}</td>"
-                     f"<td class=num>{r.timing.threads}</td><td class=num>{r.timing.resumed_from}</td></tr>"
+                     f"<td class=num>{r.timing.threads}</td><td class=num>{_resumed(r.timing.resumed_from)}</td></tr>"
                      for r in inputs.records)
     resolved = yaml.safe_dump(inputs.resolved.model_dump(mode="json"), sort_keys=False)
     # No date: when the report was written tells how long the DP-SGD runs before it took (`dpmed.records.Timing`).
