@@ -79,6 +79,30 @@ def test_pretraining_trains_once_and_is_cached_by_content(private, tmp_path, mon
         prepare_start(other, private, folder)
 
 
+@pytest.mark.parametrize("threads, expected", [({}, 1), ({"threads": 2}, 2)])
+def test_pretraining_trains_at_the_set_thread_count_not_the_process_s(private, tmp_path, monkeypatch, threads,
+                                                                      expected):
+    """Before, it trained at whatever count torch had (the machine's cores, or what earlier work left), so the same
+    study file gave other weights on another machine; now the pretrain stage's own count, else the study's."""
+    seen = []
+    real = pretraining.train
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pretraining, "train", spy)
+    study = _study(pretrain={**PUBLIC, "training": {**PUBLIC["training"], **threads}}, training={"threads": 1})
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        prepare_start(study, private, StudyFolder(tmp_path))
+        assert torch.get_num_threads() == 3                       # and the process's count is given back
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [expected]
+
+
 def test_a_pretrained_head_for_other_classes_is_not_loaded_even_where_its_shape_fits(private, tmp_path):
     """The same two outputs, in the other order: before, the head was loaded, so each private class started from
     the other class's weights. Now it is left at its initialisation, and the record lists it; the same names in the

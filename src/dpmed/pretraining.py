@@ -51,7 +51,7 @@ from dpmed.mechanisms import training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
 from dpmed.records import PretrainRecord, StartRecord, read_pretrain_record, read_record
-from dpmed.training import resolve_device, train
+from dpmed.training import resolve_device, run_threads, torch_threads, train
 
 __all__ = ["check_weights", "describe_start", "prepare_start", "pretrain", "pretrain_folder", "public_request",
            "refuse_other_starts"]
@@ -157,13 +157,16 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     train_input, val_input = _with_inputs(public, public.train), _with_inputs(public, public.val)
     _log.info("pretrain: training %s on %d public images (%s), without privacy", study.model.name, len(public.train),
               public.name)
+    # A set thread count, as each run has: float sums depend on it, and the weights would differ between machines.
+    threads = run_threads(config.training.threads if config.training.threads != "auto" else study.training.threads)
     begin = time.perf_counter()
-    result = train(model, train_input, public.task, config.training, seed=config.seed, device=device,
-                   progress=progress, log_progress=True, label="pretrain")
-    seconds = time.perf_counter() - begin
+    with torch_threads(threads):
+        result = train(model, train_input, public.task, config.training, seed=config.seed, device=device,
+                       progress=progress, log_progress=True, label="pretrain")
+        seconds = time.perf_counter() - begin
+        scores = predict(model, val_input, public.task, device=device)
     try:
-        validation = float(auroc(public.val.labels, predict(model, val_input, public.task, device=device),
-                                 kind=public.task.kind)[0])
+        validation = float(auroc(public.val.labels, scores, kind=public.task.kind)[0])
     except ValueError:   # a validation split without both classes
         validation = None
     where.mkdir(parents=True, exist_ok=True)

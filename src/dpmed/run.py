@@ -13,15 +13,12 @@ deleted when it finishes.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -40,9 +37,9 @@ from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set
 from dpmed.provenance import versions
 from dpmed.randomness import PrivacyRandomness, public_seed
 from dpmed.records import AttackRecord, AuditSummary, DataSummary, RunRecord, StartRecord, Timing
-from dpmed.training import resolve_device, train
+from dpmed.training import resolve_device, run_threads, torch_threads, train
 
-__all__ = ["RunContext", "run_one", "run_threads", "torch_threads", "start_model"]
+__all__ = ["RunContext", "run_one", "start_model"]
 
 N_EXAMPLES = 4
 
@@ -62,22 +59,6 @@ class RunContext:
     progress: bool = True
     privacy_randomness: str = "secure"
     start: StartRecord | None = None
-
-
-def run_threads(setting: int | str) -> int:
-    """The CPU threads of a run: the study's ``training.threads``, "auto" = min(4, cores) whatever the executor."""
-    return min(4, os.cpu_count() or 1) if setting == "auto" else int(setting)
-
-
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """torch's intra-op thread count for the run, restored afterwards (float sums depend on it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _attempt(plan: RunPlan, context: RunContext) -> str:

@@ -31,8 +31,7 @@ from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.randomness import PrivacyRandomness
 from dpmed.records import Timing
-from dpmed.run import run_threads, torch_threads
-from dpmed.training import train
+from dpmed.training import run_threads, torch_threads, train
 
 __all__ = ["StepKind", "step_kind", "run_steps", "Rates", "probe_rates", "clock", "machine_load"]
 

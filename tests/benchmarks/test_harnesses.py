@@ -17,6 +17,17 @@ import pytest
 _BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+@pytest.fixture(autouse=True)
+def _threads_given_back():
+    """Harnesses run here in-process set torch's thread count for their measurement (--threads) and keep it: without
+    this, every later test in the session would run at their count."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 def test_dp_step_runs_every_engine(tmp_path):
     out = tmp_path / "steps.json"
     done = subprocess.run([sys.executable, str(_BENCHMARKS / "dp_step.py"), "--models", "small_cnn", "--sizes", "16x1",

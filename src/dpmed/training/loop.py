@@ -20,6 +20,7 @@ and the training length in steps (T: the DP-SGD plan's; for the other arms `dpme
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -27,6 +28,7 @@ import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -46,8 +48,8 @@ from dpmed.training.objectives import objective_for
 from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffled_batches
 from dpmed.training.schedule import base_learning_rate, set_learning_rate
 
-__all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "sampling_units",
-           "checkpoint_progress"]
+__all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "run_threads", "torch_threads",
+           "sampling_units", "checkpoint_progress"]
 
 _log = logging.getLogger(__name__)
 
@@ -84,6 +86,22 @@ def _expand(units: np.ndarray, offsets: np.ndarray, images: np.ndarray) -> tuple
     counts = offsets[units + 1] - offsets[units]                                      # [b]
     first = np.repeat(offsets[units] - (np.cumsum(counts) - counts), counts)          # [n]
     return images[first + np.arange(len(first))], np.repeat(units, counts)
+
+
+def run_threads(setting: int | str) -> int:
+    """The CPU threads of a run: the study's ``training.threads``, "auto" = min(4, cores) whatever the executor."""
+    return min(4, os.cpu_count() or 1) if setting == "auto" else int(setting)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op thread count for the run, restored afterwards (float sums depend on it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def resolve_device(name: str) -> torch.device:
