@@ -158,6 +158,10 @@ def test_runs_under_different_caps_of_images_per_patient_do_not_compose_into_one
     assert privacy.dp_sgd_epsilon is None and privacy.unit is None
     assert ("units image and image of the training set as capped at 1 per patient do not compose into one eps"
             in privacy.statement)
+    # before: "no single eps (RDP; neighbours: add/remove one image or image of the training set as capped ...)",
+    # an accountant that composed nothing, and two relations run together
+    assert "(neighbours: add/remove one image; add/remove one image of the training set as capped at 1 per patient)" \
+        in privacy.statement and "RDP" not in privacy.statement and "PLD" not in privacy.statement
     assert "one image or patient" not in privacy.statement                  # no arm has the patient as its unit
     alone = load_study(write_study(BUDGET.replace("target_epsilon: 8}]", "target_epsilon: 8, privacy_unit: image, "
                                                   "max_images_per_patient: 1}]")))
@@ -218,7 +222,7 @@ def test_local_gaussian_runs_compose_as_one_gaussian_mechanism(write_study):
     assert privacy.local_dp_delta == 1e-6
     assert privacy.local_dp_epsilon == pytest.approx(accounting.gaussian_epsilon(mu=mu, delta=1e-6), rel=1e-12)
     assert privacy.statement.startswith("the 4 local-DP runs together (g_s4_seed0, g_s4_seed1, g_s8_seed0, "
-                                        f"g_s8_seed1): eps_image = {privacy.local_dp_epsilon:,.6g} per image at "
+                                        f"g_s8_seed1): eps_image = {privacy.local_dp_epsilon:,.4g} per image at "
                                         "delta = 1e-06 (the Gaussian runs composed into one Gaussian mechanism")
 
 

@@ -96,7 +96,7 @@ def _local_statement(local: Sequence[_Released], composed: accounting.ImageCompo
         return (f"{len(local)} local-DP run(s) ({ids}) hold per image under another neighbour relation and do not "
                 "compose with DP-SGD's eps")
     runs = f"the {len(local)} local-DP runs together" if len(local) > 1 else "the local-DP run"
-    return (f"{runs} ({ids}): eps_image = {composed.epsilon:,.6g} per image at delta = {composed.delta:.3g} "
+    return (f"{runs} ({ids}): eps_image = {composed.epsilon:,.4g} per image at delta = {composed.delta:.3g} "
             f"({composed.method}, {composed.citation}; neighbours: {composed.neighbour_relation}), under another "
             "neighbour relation than DP-SGD's" + (", so no single total with it" if dp else ""))
 
@@ -134,7 +134,7 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     shares = sum(r.sampler_delta for r in dp)
     composed_at = delta - shares if budget is not None else delta
     if dp and unit is None:
-        why = f" (runs with units {' and '.join(units)} do not compose into one eps)"
+        why = ""    # said below: no accountant composes runs of different neighbour relations
     elif dp and composed_at <= 0:
         why = (f" (the runs' noise samplers, whose draws are bounded, already cost {shares:.2g} of the budget's "
                f"delta = {delta:g})")
@@ -151,10 +151,14 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
         delta = delta + shares
     total = math.inf if not_private else None if (local or (dp and unit is None)) else dp_eps
     parts = []
-    if dp:
+    if dp and unit is None:
+        parts.append(f"the {len(dp)} DP-SGD runs together: no single eps, as the runs with units "
+                     f"{' and '.join(units)} do not compose into one eps (neighbours: "
+                     + "; ".join(f"add/remove one {u}" for u in units) + ")")
+    elif dp:
         shown = f"eps = {dp_eps:.4g} at delta = {delta:.3g}" if dp_eps is not None else "no single eps"
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; neighbours: add/remove one "
-                     f"{unit or ' or '.join(units)}){why}")
+                     f"{unit}){why}")
     if not_private:
         parts.append(f"{len(not_private)} run(s) without privacy, or whose claim does not hold, on the same patients "
                      f"({', '.join(not_private)}): everything released with them is not DP (eps = infinity)")
