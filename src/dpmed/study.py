@@ -346,11 +346,11 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, P
         audit = json.loads(run.audit.read_text(encoding="utf-8")) if run.audit.is_file() else None
         stats = json.loads(run.statistics.read_text(encoding="utf-8")) if run.statistics.is_file() else {}
         attacked = r.attack is not None and run.attack_images.is_file()
-        withheld = r.timing.shareable(r.plan) != r.timing    # a DP-SGD run's seconds in an older dpmed's run.json
+        # a DP-SGD run's full timing is in its private folder; an older dpmed left it in run.json only
+        timing = None if not isinstance(r.plan.privacy, DpSgdPlan) else read_timing(run.timing) or (
+            r.timing if r.timing.train_seconds is not None else None)
         item = PrivateRun(audit_statement=None if audit is None else audit["statement"],
-                          training_metrics=stats.get("training_metrics") or None,
-                          timing=(r.timing if withheld else
-                                  read_timing(run.timing) if r.timing.train_seconds is None else None),
+                          training_metrics=stats.get("training_metrics") or None, timing=timing,
                           attack_images=run.attack_images if attacked else None, attacked=r if attacked else None)
         if item:
             items[r.run_id] = item
