@@ -383,7 +383,14 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
     try:
         data = yaml.safe_load(folder.resolved_study.read_text(encoding="utf-8"))
         return ResolvedStudy.model_validate_json(json.dumps(data))
-    except (yaml.YAMLError, UnicodeDecodeError, ValidationError) as exc:
+    except ValidationError as exc:     # a file in the format of another dpmed version, or edited by hand
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{folder.resolved_study} is not a study.yaml this version of dpmed can read ("
+                          + (f"{where}: " if where else "") + f"{first['msg']}); it may have been written by another "
+                          "version of dpmed: read the folder with that version, or run the study again into another "
+                          "--out") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{folder.resolved_study} cannot be read ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0]}); `dpmed run` writes it and reads it back to check finished "
                           "runs: restore it from a copy, or run the study into another --out") from None

@@ -92,3 +92,20 @@ def test_a_finished_run_s_key_and_checkpoint_left_by_a_stop_are_deleted_by_the_n
     assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0
     assert "2 finished earlier" in capsys.readouterr().out
     assert not run.privacy_key.exists() and not run.checkpoint.exists()
+
+
+def test_a_study_yaml_of_another_version_is_named_as_such_with_the_key(tiny_study, tmp_path, capsys):
+    """Before: "study.yaml cannot be read (ValidationError: 3 validation errors ...); restore it from a copy", though
+    the file was whole, a copy would fail the same way, and the cause (a key an older dpmed wrote) went unnamed."""
+    import yaml
+
+    out = tmp_path / "tiny"
+    shutil.copytree(tiny_study, out)
+    data = yaml.safe_load((out / "study.yaml").read_text())
+    data["runs"][1]["privacy"]["n_train"] = 112            # what an older dpmed wrote there
+    (out / "study.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a study.yaml this version of dpmed can read (runs.1.privacy" in err and "n_train" in err, err
+    assert "another version of dpmed" in err and "Traceback" not in err and err.count("\n") == 1
