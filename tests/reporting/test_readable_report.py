@@ -112,6 +112,10 @@ def test_report_opens_with_a_table_in_cases_of_the_named_positive_class(two_arms
     assert f"the model misses about {missed} more of every 100 pneumonia cases" in clinical
     assert re.search(r"\(95% CI: \d+ (to \d+ )?more\)", clinical) or "fewer to" in clinical
     assert "AUROC change [95% CI]" in clinical and "seed range" not in clinical
+    # what ε, δ and the accountant are, in words, for a reader who does not know DP (before: nowhere)
+    assert "Reading ε." in clinical and "e<sup>ε</sup> times more likely" in clinical and "except with probability δ" \
+        in clinical
+    assert "Reading ε." not in _section(report_html(two_arms[:1]), "clinical")    # no ε to read
 
 
 def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(scored_run, scores, report_html):

@@ -14,6 +14,8 @@ beyond chance: the test images differ from those the threshold was chosen on, e.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import ReportInputs, eps_label, escape, estimate_text, not_dp_text
@@ -258,4 +260,20 @@ def clinical(inputs: ReportInputs) -> str:
             + (_shift_line(records, pos_text, neg_text, level) if kind == "binary" else "") +
             f'<table class="clinical stack"><tr><th>{arm}</th><th>privacy</th>'
             + "".join(f"<th>{escape(c)}</th>" for c in columns)
-            + f"<th>reading</th></tr>{''.join(rows)}</table>")
+            + f"<th>reading</th></tr>{''.join(rows)}</table>{_reading_eps(inputs.records)}")
+
+
+def _reading_eps(records: Sequence[RunRecord]) -> str:
+    """What the privacy column's ε means, in words, for readers who do not know DP (the column names δ, accountant
+    and neighbours; this says what they are). Only where some run has an ε."""
+    if not any(r.privacy.is_dp and r.privacy.epsilon is not None for r in records):
+        return ""
+    return ("<p class=\"note\"><b>Reading ε.</b> Differential privacy bounds what the released model can give away "
+            "about any one unit of the training data, the patient or the image as each label says (\"add/remove "
+            "one patient\"): whatever anyone concludes from what was released, each conclusion is at most "
+            "e<sup>ε</sup> times more likely with that unit's images in the training set than without them (2.7 "
+            "times at ε 1, about 3,000 at ε 8), except with probability δ. Smaller ε is stronger protection; an ε "
+            "in the tens or more promises little in theory, though a real attack may still fail (the section "
+            "'Reconstruction risk' bounds how often, where DP-SGD ran). PLD and RDP name the accountant that computed ε from the "
+            "training's noise and sampling (PLD is the tighter). A local-DP ε \"per image\" protects each released "
+            "image against any other image, a different promise, not comparable with DP-SGD's ε.</p>")
