@@ -134,5 +134,7 @@ def test_several_released_counts_are_told_apart_each_with_its_guarantee():
 
     text = describe_counts({"images": 281, "images, at most 2 per patient": 256, "patients": 2180}, 0.02)
     assert text == ("about 281 images; about 256 images, at most 2 per patient; about 2,180 patients (each a DP count: "
-                    "ε 0.02, δ 0, add/remove one of what it counts; a DP-SGD run's ε includes the count it was "
-                    "planned from)")
+                    "eps 0.02, delta 0, add/remove one of what it counts; a DP-SGD run's eps includes the count it "
+                    "was planned from)")
+    assert describe_counts({"patients": 9}, 0.02, symbols=True) == (
+        "about 9 patients (a DP count: ε 0.02, δ 0, add/remove one of what it counts; a DP-SGD run's ε includes it)")

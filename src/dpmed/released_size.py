@@ -38,14 +38,17 @@ from dpmed.randomness import discrete_laplace, public_seed
 __all__ = ["needed_sizes", "release_sizes", "describe_counts"]
 
 
-def describe_counts(sizes: Mapping[str, int], epsilon: float) -> str:
+def describe_counts(sizes: Mapping[str, int], epsilon: float, *, symbols: bool = False) -> str:
     """The released counts in words, each with its own guarantee: "about 281 images; about 218 patients (each a DP
-    count: ε 0.02, δ 0, add/remove one of what it counts; a DP-SGD run's ε includes the count it was planned from)".
-    Counts are separated by semicolons, as a key may hold a comma ("images, at most 2 per patient")."""
+    count: eps 0.02, delta 0, add/remove one of what it counts; a DP-SGD run's eps includes the count it was planned
+    from)", in ASCII for the terminal, or with ``symbols`` (ε, δ) for the report. Counts are separated by
+    semicolons, as a key may hold a comma ("images, at most 2 per patient")."""
+    eps, delta = ("ε", "δ") if symbols else ("eps", "delta")
     counts = "; ".join(f"about {n:,} {key}" for key, n in sizes.items())
     each = "each a DP count" if len(sizes) > 1 else "a DP count"
     which = "the count it was planned from" if len(sizes) > 1 else "it"
-    return f"{counts} ({each}: ε {epsilon:g}, δ 0, add/remove one of what it counts; a DP-SGD run's ε includes {which})"
+    return (f"{counts} ({each}: {eps} {epsilon:g}, {delta} 0, add/remove one of what it counts; a DP-SGD run's {eps} "
+            f"includes {which})")
 
 
 def needed_sizes(study: Study, context: PlanContext) -> dict[str, int]:

@@ -114,7 +114,7 @@ def _sizes(data: DatasetSummary) -> str:
     if data.n_train is not None:
         return (f"{data.n_train} / {data.n_val} / {data.n_test} train / validation / test images "
                 f"({data.n_train_patients} training patients)")
-    counts = escape(describe_counts(data.released_sizes, data.size_epsilon))
+    counts = escape(describe_counts(data.released_sizes, data.size_epsilon, symbols=True))
     return (f"in training {counts}: the exact size is private; {data.n_val} / {data.n_test} validation / test "
             "images")
 
