@@ -241,6 +241,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     other settings."""
     check_device(study)
     folder = StudyFolder(Path(out) / study.name)
+    _refuse_shared_cache(study, folder)
     start = time.perf_counter()
     dataset = load_study_data(study)
     load_seconds = time.perf_counter() - start
@@ -270,6 +271,19 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
                          elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint,
                          attributes=attributes,
                          sizes=sizes)
+
+
+def _refuse_shared_cache(study: Study, folder: StudyFolder) -> None:
+    """ConfigError for a data.cache_dir in the study folder outside private/: the cache holds the training images,
+    decoded, and everything there but private/ is the folder's shareable part."""
+    cache = study.data.cache_dir
+    if cache is None:
+        return
+    cache, root, private = (Path(p).resolve() for p in (cache, folder.root, folder.private))
+    if cache.is_relative_to(root) and not cache.is_relative_to(private):
+        raise ConfigError(f"data.cache_dir {study.data.cache_dir} lies in the study folder {folder.root}, whose files "
+                          "outside private/ may be shared, and the cache holds the training images, decoded: put it "
+                          f"where the dataset itself lives, or under {folder.private}")
 
 
 def _counts_planned_before(folder: StudyFolder) -> set[tuple[str, float]]:

@@ -72,3 +72,117 @@ def test_a_cache_dir_that_cannot_be_made_is_a_clear_error_naming_the_setting(tmp
     blocker.write_text("a file where the cache folder should be")
     with pytest.raises(DataError, match=r"data.cache_dir .*cache/inner cannot be made or written .*remove data.cache"):
         decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=blocker / "inner")
+
+
+def test_a_file_rewritten_with_its_size_and_time_set_back_is_not_read_from_the_cache(tmp_path, write_image):
+    """Before, the key held path, size and modification time only: an image replaced by one of the same byte length
+    and its time restored (`touch -r`) was read from the cache with its old pixels."""
+    import time
+
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    key = cache_key(paths, pre, 1, (8, 8))
+    before = os.stat(paths[2])
+    time.sleep(0.01)                           # a status-change time the filesystem can tell from the first
+    with open(paths[2], "r+b") as f:           # rewritten in place (same inode), here with the same bytes
+        f.write(paths[2].read_bytes())
+    os.utime(paths[2], ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(paths[2])
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    if after.st_ctime_ns == before.st_ctime_ns:
+        pytest.skip("this filesystem's status-change times are too coarse to tell the rewrite")
+    assert cache_key(paths, pre, 1, (8, 8)) != key
+    replaced = tmp_path / "copy.png"          # replaced by a copy (another inode), its time set back too
+    replaced.write_bytes(paths[4].read_bytes())
+    os.utime(replaced, ns=(os.stat(paths[4]).st_atime_ns, os.stat(paths[4]).st_mtime_ns))
+    key = cache_key(paths, pre, 1, (8, 8))
+    os.replace(replaced, paths[4])
+    assert cache_key(paths, pre, 1, (8, 8)) != key
+
+
+def test_an_entry_is_owner_only_and_a_stopped_decode_leaves_no_partial_images(tmp_path, write_image, monkeypatch):
+    """Decoded patient images: before, 0644 files in a 0755 folder (under umask 022), and a decode stopped midway
+    left a full-size temporary file of them that nothing removed."""
+    import dpmed.data.cache as cache
+
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    old = os.umask(0o022)
+    try:
+        decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
+    assert {p.stat().st_mode & 0o777 for p in (tmp_path / "cache").iterdir()} == {0o600}
+
+    real = cache.read_image
+
+    def stopped(path, **kw):
+        if path == paths[3]:
+            raise KeyboardInterrupt
+        return real(path, **kw)
+
+    monkeypatch.setattr(cache, "read_image", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        decode_images(paths, pre, cache_dir=tmp_path / "stopped", workers=1)
+    assert list((tmp_path / "stopped").iterdir()) == []
+
+
+def test_a_file_that_could_not_be_read_at_all_is_not_cached_as_unreadable(tmp_path, write_image, monkeypatch):
+    """An OSError (a full file table, a share gone for a moment) was stored with the entry as the file's failure, so
+    every later study reported the file unreadable, or skipped it, though it reads fine."""
+    import dpmed.data.cache as cache
+
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    real = cache.read_image
+
+    def once(path, **kw):
+        if path == paths[3]:
+            raise OSError(24, "Too many open files")
+        return real(path, **kw)
+
+    monkeypatch.setattr(cache, "read_image", once)
+    first = decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    assert list(first.failures) == [3] and not list((tmp_path / "cache").glob("*.npy"))
+    monkeypatch.setattr(cache, "read_image", real)
+    again = decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    assert again.failures == {} and not again.cached
+
+
+@pytest.mark.parametrize("index", ["[]", '{"format": "dpmed-image-cache-1", "n": 6}', '{"n": "six"}'])
+def test_a_damaged_index_is_an_error_naming_the_entry(tmp_path, write_image, index):
+    """Before: "internal error: AttributeError: 'list' object has no attribute 'get'" or KeyError: 'failures'."""
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    first = decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    (tmp_path / "cache" / f"{first.key}.json").write_text(index)
+    with pytest.raises(DataError, match=rf"cache entry .*{first.key}.npy is damaged .* to decode again"):
+        decode_images(paths, pre, cache_dir=tmp_path / "cache")
+
+
+def test_a_cache_in_the_study_folder_s_shareable_part_is_refused(tmp_path, write_image):
+    """The cache holds the training images, decoded; before, data.cache_dir pointing into the output study folder
+    was accepted without a word, and the .npy sat beside run.json among the files a user may share."""
+    from dpmed.config import load_study
+    from dpmed.errors import ConfigError
+    from dpmed.study import prepare_study
+
+    for cls in ("a", "b"):
+        for i in range(6):
+            write_image(tmp_path / "data" / cls / f"{cls}{i}.png", level=50 + 20 * i)
+    out = tmp_path / "out"
+    study_file = tmp_path / "s.yaml"
+    for cache, refused in ((out / "s" / "decoded", True), (out / "s" / "private" / "decoded", False),
+                           (tmp_path / "cache", False)):
+        study_file.write_text(f"name: s\ndata: {{source: folders, path: {tmp_path / 'data'}, image_size: 8, "
+                              f"cache_dir: {cache}}}\ntraining: {{batch_size: 4}}\n"
+                              "arms: [{name: base, mechanism: none}]\n")
+        if refused:
+            with pytest.raises(ConfigError, match=r"data.cache_dir .* lies in the study folder .* put it where the "
+                                                  r"dataset itself lives, or under .*private"):
+                prepare_study(load_study(study_file), out=out)
+            assert not cache.exists()
+        else:
+            prepare_study(load_study(study_file), out=out)
+            assert list(cache.glob("*.npy"))

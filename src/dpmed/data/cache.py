@@ -7,16 +7,22 @@ tensors also go to ``<cache_dir>/<key>.npy`` and later studies (or a resumed one
 decoding again.
 
 The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version, the decoded
-channel count and size, the preprocessing steps, and every file's resolved path, byte size and modification time,
-in order. Changing a file or a preprocessing step gives another key, so a stale entry is never read. Files that could
-not be decoded are stored with the entry, so a cached load reports the same unreadable rows as a fresh one.
+channel count and size, the preprocessing steps, and every file's resolved path, byte size, inode, modification time
+and status-change time, in order. Changing a file or a preprocessing step gives another key, so a stale entry is not
+read: a file rewritten in place with its size and modification time set back (``touch -r``) still has a new
+status-change time, which no user call sets. Files that could not be decoded are stored with the entry, so a cached
+load reports the same unreadable rows as a fresh one; an entry is not stored where a file could not be read at all
+(an OSError: a full file table, a network share gone for a moment), since that may pass.
 
-Privacy: a cache entry holds the patients' images, decoded. Keep ``cache_dir`` where the dataset itself may live;
-nothing is cached on disk unless a study asks for it.
+Privacy: a cache entry holds the patients' images, decoded. Its files are created readable by their owner only, in a
+folder made owner-only, and a decode stopped midway deletes its partial file. Keep ``cache_dir`` where the dataset
+itself may live (never in a study folder's shareable part: `dpmed.study` refuses that); nothing is cached on disk
+unless a study asks for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -32,6 +38,7 @@ import PIL
 from dpmed.data.decoding import UnreadableImage, peek_image, read_image
 from dpmed.data.transforms import Preprocessing
 from dpmed.errors import DataError
+from dpmed.folders import open_owner_only, write_text_atomic
 
 __all__ = ["DecodedImages", "decode_images", "cache_key"]
 
@@ -75,7 +82,7 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
         resolved = Path(path).resolve()
         try:
             st = resolved.stat()
-            h.update(f"{resolved}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            h.update(f"{resolved}\0{st.st_size}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
         except OSError:
             h.update(f"{resolved}\0missing\n".encode())
     return h.hexdigest()
@@ -97,7 +104,7 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     key = None
     if cache_dir is not None:
         key = cache_key(paths, preprocessing, channels, size)
-        hit = _load(Path(cache_dir), key, len(paths))
+        hit = _load(Path(cache_dir), key, len(paths), (channels, *size))
         if hit is not None:
             images, failures = hit
             return DecodedImages(images, failures, True, time.perf_counter() - start, key)
@@ -110,12 +117,16 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     else:
         tmp = Path(cache_dir) / f".{key}.{os.getpid()}.npy"
         try:
-            Path(cache_dir).mkdir(parents=True, exist_ok=True)
+            Path(cache_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+            open_owner_only(tmp, "wb").close()      # decoded patient images: 0600 before the first byte
             images = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
         except OSError as exc:
+            with contextlib.suppress(OSError):    # a file open_owner_only made before the failure
+                tmp.unlink()
             raise DataError(f"data.cache_dir {cache_dir} cannot be made or written ({exc.strerror or exc}); choose a "
                             "writable folder, or remove data.cache_dir to decode without a cache") from None
     per_image = replace(preprocessing, size=preprocessing.size, channels=None)  # channels are set at decode
+    unread: set[int] = set()
     check_size = preprocessing.size is None
 
     def decode(i: int) -> str | None:
@@ -123,7 +134,8 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
             x = read_image(paths[i], channels=channels, size_hint=preprocessing.size)  # [C, h, w]
         except UnreadableImage as exc:
             return str(exc)
-        except OSError as exc:  # vanished or unreadable between listing and decoding
+        except OSError as exc:  # vanished or unreadable between listing and decoding: may pass, so not cached
+            unread.add(i)
             return f"cannot be read ({type(exc).__name__}: {exc})"
         if check_size and tuple(x.shape[1:]) != tuple(size):
             return (f"is {x.shape[1]}x{x.shape[2]} px but the dataset's first image is {size[0]}x{size[1]}; set "
@@ -131,39 +143,47 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
         images[i] = per_image.apply(x[None])[0]
         return None
 
-    with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
-        outcomes = list(pool.map(decode, range(n), chunksize=16))
-    failures = {i: reason for i, reason in enumerate(outcomes) if reason is not None}
-
-    if cache_dir is not None:
-        assert tmp is not None and key is not None
-        images.flush()
-        del images
-        _store(Path(cache_dir), key, tmp, n, failures)
-        images = np.load(Path(cache_dir) / f"{key}.npy", mmap_mode="r")
+    try:
+        with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
+            outcomes = list(pool.map(decode, range(n), chunksize=16))
+        failures = {i: reason for i, reason in enumerate(outcomes) if reason is not None}
+        if cache_dir is not None:
+            assert tmp is not None and key is not None
+            images.flush()
+            if unread:
+                images = np.array(images)    # in memory: the next study decodes again
+            else:
+                del images
+                _store(Path(cache_dir), key, tmp, n, failures)
+                images = np.load(Path(cache_dir) / f"{key}.npy", mmap_mode="r")
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)      # stopped midway, or not stored: no partial copy of the images stays
     return DecodedImages(images, failures, False, time.perf_counter() - start, key)
 
 
 def _store(cache_dir: Path, key: str, tmp: Path, n: int, failures: dict[int, str]) -> None:
     """Rename the finished array into place, then write the index (its presence marks a complete entry)."""
     os.replace(tmp, cache_dir / f"{key}.npy")
-    index = cache_dir / f".{key}.{os.getpid()}.json"
-    index.write_text(json.dumps({"format": _FORMAT, "n": n, "failures": {str(i): r for i, r in failures.items()}}),
-                     encoding="utf-8")
-    os.replace(index, cache_dir / f"{key}.json")
+    write_text_atomic(cache_dir / f"{key}.json", json.dumps(
+        {"format": _FORMAT, "n": n, "failures": {str(i): r for i, r in failures.items()}}), owner_only=True)
 
 
-def _load(cache_dir: Path, key: str, n: int) -> tuple[np.ndarray, dict[int, str]] | None:
-    """A complete entry for ``key`` as (memory map, failures), or None when there is none."""
+def _load(cache_dir: Path, key: str, n: int, shape: tuple[int, ...]) -> tuple[np.ndarray, dict[int, str]] | None:
+    """A complete entry for ``key`` as (memory map, failures), or None when there is none. ``shape``: each image's
+    [C, H, W], which the entry's array must have."""
     array, index = cache_dir / f"{key}.npy", cache_dir / f"{key}.json"
     if not (array.is_file() and index.is_file()):
         return None
     try:
         meta = json.loads(index.read_text(encoding="utf-8"))
         images = np.load(array, mmap_mode="r")
-    except (OSError, ValueError) as exc:
-        raise DataError(f"cache entry {array} is damaged ({exc}); delete {array} and {index} to decode again") from exc
-    if meta.get("format") != _FORMAT or meta.get("n") != n or len(images) != n:
-        raise DataError(f"cache entry {array} does not match its key (format or image count); delete {array} and "
-                        f"{index} to decode again")
-    return images, {int(i): r for i, r in meta["failures"].items()}
+        failures = {int(i): str(r) for i, r in meta["failures"].items()}
+        matches = meta["format"] == _FORMAT and meta["n"] == n and images.shape == (n, *shape)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DataError(f"cache entry {array} is damaged ({type(exc).__name__}: {exc}); delete {array} and {index} "
+                        "to decode again") from exc
+    if not matches:
+        raise DataError(f"cache entry {array} does not match its key (format, image count or shape); delete {array} "
+                        f"and {index} to decode again")
+    return images, failures
