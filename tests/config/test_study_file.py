@@ -206,6 +206,30 @@ def test_problems_an_override_causes_are_blamed_on_it_not_on_the_file(write_stud
                    origins={"data.path": "--data-path gone.npz"})
 
 
+def test_override_edge_cases_a_reviewer_found(write_study):
+    """Before: --set into a section the file left null was refused as 'holds a value'; an unknown section made by
+    --set was blamed on the file; 010 became 8 and 1:30 became 90 (YAML 1.1 octal and base 60); an empty key part
+    reached the schema as 'training.'; learning_rate=.inf trained and failed at evaluation without naming the key."""
+    path = write_study(GOOD.replace("training: {epochs: 2}", "training: {epochs: 2}\ndata: {split: null}"))
+    assert load_study(path, {"data.split.seed": 3}).data.split.seed == 3
+    with pytest.raises(ConfigError) as info:
+        load_study(path, {"trainingg.epochs": 1}, origins={"trainingg.epochs": "--set trainingg.epochs=1"})
+    first = str(info.value).splitlines()
+    assert first[0].startswith("the command line's settings") and "--set trainingg.epochs=1: trainingg" in first[1]
+    assert parse_override("data.split.seed=010") == ("data.split.seed", "010")
+    assert parse_override("training.epochs=1:30") == ("training.epochs", "1:30")
+    assert parse_override("seeds=[0, 12]") == ("seeds", [0, 12]) and parse_override("a=-3") == ("a", -3)
+    with pytest.raises(ConfigError, match=r"data\.split\.seed"):
+        load_study(path, {"data.split.seed": parse_override("data.split.seed=010")[1]})
+    with pytest.raises(ConfigError, match="has an empty part between dots"):
+        parse_override("training..epochs=2")
+    for key in ("training.learning_rate", "training.weight_decay", "arms.2.learning_rate"):
+        with pytest.raises(ConfigError, match=re.escape(key.replace("arms.2", "arms[2]")) + r".*finite"):
+            load_study(path, {key: parse_override(f"{key}=.inf")[1]})
+    with pytest.raises(ConfigError, match="quote the whole value"):
+        load_study(path, {"name": parse_override("name=a: b")[1]})
+
+
 @pytest.mark.parametrize("override, key", [
     ({"data.seed": -1}, "data.seed"),
     ({"seeds": [99999999999999999999999]}, "seeds[0]"),

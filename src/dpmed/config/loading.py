@@ -48,6 +48,11 @@ _Loader.add_implicit_resolver(
     re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
     list("-+0123456789."),
 )
+# YAML 1.1 also reads 010 as octal 8, 0x10 as 16 and 1:30 as sexagesimal 90: a seed or an epoch count written so
+# would silently be another number. Integers are decimal here; anything else stays a string for the schema to refuse.
+for _first, _resolvers in _Loader.yaml_implicit_resolvers.items():
+    _resolvers[:] = [(tag, regexp) for tag, regexp in _resolvers if tag != "tag:yaml.org,2002:int"]
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?(0|[1-9][0-9_]*)$"), list("-+0123456789"))
 
 
 def _read_yaml(path: Path) -> Any:
@@ -184,6 +189,8 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
     shown = "" if isinstance(got, (dict, list)) or "got" in msg else f" (got {got!r})"
     if isinstance(got, bool) and kind == "string_type":   # YAML 1.1: yes, no, on, off, true, false are booleans
         shown += f"; YAML reads yes/no/on/off as true/false: quote the name, e.g. '{'yes' if got else 'no'}'"
+    if isinstance(got, dict) and kind == "string_type":   # name=a: b, or name: a: b
+        shown += "; YAML read the text after a colon and a space as a section: quote the whole value"
     return f"{where or '(top level)'}: {msg.removeprefix('Value error, ')}{shown}"
 
 
@@ -191,10 +198,14 @@ def _dotted(key: str) -> list[str]:
     return key.split(".")
 
 
-def _blame(loc: list[str], origins: Mapping[str, str]) -> tuple[str | None, list[str]]:
-    """(the option that set this location or a section holding it, options that set something inside it)."""
+def _blame(loc: list[str], origins: Mapping[str, str], kind: str = "") -> tuple[str | None, list[str]]:
+    """(the option that set this location or a section holding it, options that set something inside it). An
+    unknown key (``kind`` extra_forbidden) that an option's key passes through was made by that option: --set
+    trainingg.epochs=1 is the option's mistake, not the file's."""
     exact = next((origins[k] for k in origins if loc[:len(_dotted(k))] == _dotted(k)), None)
     inside = [origins[k] for k in origins if _dotted(k)[:len(loc)] == loc and _dotted(k) != loc]
+    if exact is None and inside and kind == "extra_forbidden":
+        return inside[0], []
     return exact, inside
 
 
@@ -203,6 +214,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set training.epochs=2")
+    if any(not part.strip() for part in key.strip().split(".")):
+        raise ConfigError(f"--set {text!r}: the key {key.strip()!r} has an empty part between dots; write it as "
+                          "section.key, e.g. --set training.epochs=2")
     try:
         return key.strip(), yaml.load(value, Loader=_Loader)
     except yaml.YAMLError as exc:
@@ -219,7 +233,9 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> None:
                 raise ConfigError(f"{origin}: {part!r} is not an index of that list (it has {len(node)} entries)")
             node = node[int(part)]
         else:
-            node = node.setdefault(part, {})
+            if node.get(part) is None:       # absent, or null in the file (a section left at its defaults)
+                node[part] = {}
+            node = node[part]
             if not isinstance(node, (dict, list)):
                 raise ConfigError(f"{origin}: {part!r} holds a value, not a section")
     last = parts[-1]
@@ -263,7 +279,7 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
         lines, from_options = [], 0
         for error, loc, merged in _merge_unions(exc.errors()):
             text = merged or _describe(error, loc)
-            exact, inside = _blame(loc, origins)
+            exact, inside = _blame(loc, origins, error["type"])
             if exact is not None:
                 from_options += 1
                 text = f"{exact}: {text}"

@@ -161,9 +161,9 @@ class TrainingConfig(_Strict):
     # gradients, slower and larger, kept for comparison and for layers only Opacus supports.
     dp_engine: Literal[DP_ENGINES] = "dpmed"  # type: ignore[valid-type]
     optimizer: Literal["sgd", "adam"] = "adam"  # Adam on the noisy clipped gradient is post-processing: still DP
-    learning_rate: float = Field(default=0.001, gt=0)
+    learning_rate: float = Field(default=0.001, gt=0, allow_inf_nan=False)
     momentum: float = Field(default=0.9, ge=0, lt=1)  # sgd only
-    weight_decay: float = Field(default=0.0, ge=0)
+    weight_decay: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     lr_schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     lr_scaling: Literal["none", "linear", "sqrt"] = "none"
     reference_batch_size: int = Field(default=256, ge=1)
@@ -216,7 +216,7 @@ class CamConfig(_Strict):
     n_images: int = Field(default=64, ge=1)
     seed: Seed = 0
     deletion_steps: int = Field(default=16, ge=2)
-    pointing_tolerance: float = Field(default=0.0, ge=0)
+    pointing_tolerance: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
 
 class EvaluationConfig(_Strict):

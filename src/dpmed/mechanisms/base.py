@@ -125,7 +125,7 @@ class ArmBase(Strict):
     name: str
     epochs: int | None = Field(default=None, ge=1)
     batch_size: int | None = Field(default=None, ge=1)
-    learning_rate: float | None = Field(default=None, gt=0)
+    learning_rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     audit: AuditConfig | None = None
 
     @field_validator("name", mode="before")
