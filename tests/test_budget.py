@@ -257,3 +257,11 @@ def test_a_budget_is_not_refused_for_a_sampler_share_that_the_composition_can_ab
     privacy = _privacy(study)
     check_budget(study.privacy_budget, privacy)
     assert privacy.delta == 1e-5 and 3000 < privacy.dp_sgd_epsilon < 1e5
+
+
+def test_a_large_composed_local_eps_is_written_in_digits():
+    """Before: "eps_image = 1.638e+04 per image" for two runs of 8,192 each, beside rows written "8,192"."""
+    from dpmed.budget import _total
+
+    assert [_total(v) for v in (16384.0, 87808.0, 1024.0, 49.31927, 0.99942)] == [
+        "16,384", "87,808", "1,024", "49.32", "0.9994"]

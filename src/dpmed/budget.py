@@ -90,13 +90,18 @@ def _image_event(plan: RunPlan, ledger: accounting.Ledger | None):
     return mechanism_info(plan.mechanism).image_mechanism(plan.privacy).event((plan.privacy.dimension,))
 
 
+def _total(eps: float) -> str:
+    """A composed eps to four figures, in digits from 1,000 up (16,384, not 1.638e+04) like each run's."""
+    return f"{eps:,.0f}" if eps >= 1000 else f"{eps:.4g}"
+
+
 def _local_statement(local: Sequence[_Released], composed: accounting.ImageComposition | None, dp: bool) -> str:
     ids = ", ".join(r.run_id for r in local)
     if composed is None:
         return (f"{len(local)} local-DP run(s) ({ids}) hold per image under another neighbour relation and do not "
                 "compose with DP-SGD's eps")
     runs = f"the {len(local)} local-DP runs together" if len(local) > 1 else "the local-DP run"
-    return (f"{runs} ({ids}): eps_image = {composed.epsilon:,.4g} per image at delta = {composed.delta:.3g} "
+    return (f"{runs} ({ids}): eps_image = {_total(composed.epsilon)} per image at delta = {composed.delta:.3g} "
             f"({composed.method}, {composed.citation}; neighbours: {composed.neighbour_relation}), under another "
             "neighbour relation than DP-SGD's" + (", so no single total with it" if dp else ""))
 

@@ -113,8 +113,9 @@ def test_report_opens_with_a_table_in_cases_of_the_named_positive_class(two_arms
     assert re.search(r"\(95% CI: \d+ (to \d+ )?more\)", clinical) or "fewer to" in clinical
     assert "AUROC change [95% CI]" in clinical and "seed range" not in clinical
     # what ε, δ and the accountant are, in words, for a reader who does not know DP (before: nowhere)
-    assert "Reading ε." in clinical and "e<sup>ε</sup> times more likely" in clinical and "except with probability δ" \
-        in clinical
+    # (ε, δ)-DP: Pr[M(D) in S] <= e^ε Pr[M(D') in S] + δ; δ is added, not the chance that the bound fails
+    assert "Reading ε." in clinical and "is at most e<sup>ε</sup> times its probability without them" in clinical
+    assert "plus δ, a small allowance" in clinical and "except with probability" not in clinical
     assert "Reading ε." not in _section(report_html(two_arms[:1]), "clinical")    # no ε to read
 
 
@@ -476,7 +477,7 @@ def test_a_change_that_rounds_to_none_reads_as_a_sentence_and_as_0():
     """Before: "the model gets on average about as many findings as without privacy" (wrong findings, or right?),
     and "-0 (seeds -7 to +7)" in the table's cells."""
     from dpmed.comparisons import SeedSummary, ValueSummary
-    from dpmed.reporting.clinical import _per100, case_sentence
+    from dpmed.reporting.clinical import _per100, _signed, case_sentence
 
     def summary(mean, low, high):
         return SeedSummary(mean=mean, std=0.01, min=low, max=high, n_seeds=2)
@@ -488,3 +489,4 @@ def test_a_change_that_rounds_to_none_reads_as_a_sentence_and_as_0():
     assert sentence.startswith("Over 2 seeds, at ε 8 the model gets on average about as many findings wrong as "
                                "without privacy (seeds: "), sentence
     assert [_per100(v) for v in (-0.004, 0.004, -0.0, -0.07, 0.07, None)] == ["0", "0", "0", "-7", "+7", "–"]
+    assert [_signed(v) for v in (-0.0004, 0.0004, -0.012, 0.012)] == ["0.000", "0.000", "-0.012", "+0.012"]

@@ -24,7 +24,11 @@ __all__ = ["clinical", "case_sentence", "flag_html"]
 
 
 def _signed(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:+.{digits}f}"
+    """+0.012, -0.004, and 0.000 (not -0.000 or +0.000) for a change that rounds to none."""
+    if value is None:
+        return "–"
+    text = f"{value:+.{digits}f}"
+    return text[1:] if float(text) == 0 else text
 
 
 def _per100(value: float | None) -> str:
@@ -270,9 +274,10 @@ def _reading_eps(records: Sequence[RunRecord]) -> str:
         return ""
     return ("<p class=\"note\"><b>Reading ε.</b> Differential privacy bounds what the released model can give away "
             "about any one unit of the training data, the patient or the image as each label says (\"add/remove "
-            "one patient\"): whatever anyone concludes from what was released, each conclusion is at most "
-            "e<sup>ε</sup> times more likely with that unit's images in the training set than without them (2.7 "
-            "times at ε 1, about 3,000 at ε 8), except with probability δ. Smaller ε is stronger protection; an ε "
+            "one patient\"): whatever anyone concludes from what was released, the probability of each conclusion "
+            "with that unit's images in the training set is at most e<sup>ε</sup> times its probability without "
+            "them (2.7 times at ε 1, about 3,000 at ε 8), plus δ, a small allowance kept below one over the number "
+            "of units. Smaller ε is stronger protection; an ε "
             "in the tens or more promises little in theory, though a real attack may still fail (the section "
             "'Reconstruction risk' bounds how often, where DP-SGD ran). PLD and RDP name the accountant that computed ε from the "
             "training's noise and sampling (PLD is the tighter). A local-DP ε \"per image\" protects each released "
