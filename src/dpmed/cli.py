@@ -347,7 +347,11 @@ def _report(args: argparse.Namespace) -> int:
 
     _check_study_folder(args.dir)
     note = _holder_note(args.dir)
-    resolved, records = rebuild_outputs(args.dir)
+    handler = log_to_console()      # what the rebuild says of the folder (e.g. an older run.json it rewrote)
+    try:
+        resolved, records = rebuild_outputs(args.dir)
+    finally:
+        detach(handler)
     print(summary_text(records))
     print(f"\nreport: {StudyFolder(args.dir).report} ({len(records)} of {len(resolved.runs)} runs finished)")
     if note:

@@ -21,7 +21,7 @@ import time
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -371,6 +371,27 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, P
     return items
 
 
+def _withdraw_public_timing(folder: StudyFolder, records: Sequence[RunRecord]) -> None:
+    """A DP-SGD run.json that an older dpmed wrote still holds the run's seconds, or the step it resumed from, which
+    are private (`Timing.shareable`): keep them in the run's private timing.json where it has none, rewrite run.json
+    with the shareable part, and say that copies of the folder shared before still hold them."""
+    rewritten = []
+    for r in records:
+        shared = r.timing.shareable(r.plan)
+        if shared == r.timing:
+            continue
+        run = folder.run(r.run_id)
+        if read_timing(run.timing) is None:
+            run.private.mkdir(parents=True, exist_ok=True)
+            r.timing.write(run.timing)
+        r.model_copy(update={"timing": shared}).write(run.record)
+        rewritten.append(r.run_id)
+    if rewritten:
+        _log.warning("%d DP-SGD run.json file(s) written by an older dpmed held the run's wall time (%s): moved to "
+                     "the private folder; copies of the folder shared before still hold it", len(rewritten),
+                     ", ".join(rewritten))
+
+
 def write_outputs(folder: StudyFolder, resolved: ResolvedStudy, records: list[RunRecord]) -> None:
     """results.csv, comparisons.json and report.html from the finished runs, and private/report.html where runs
     hold private statistics (audit results, training-set metrics). Comparisons are computed before rendering.
@@ -423,6 +444,7 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
             else "run the study first"))
     with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy",
                       "free space on its disk, then run `dpmed report` again (the finished runs are untouched)"):
+        _withdraw_public_timing(folder, records)
         write_outputs(folder, resolved, records)
         folder.settle_times()
     return resolved, records
@@ -526,6 +548,7 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
         _log.info("study privacy: %s", prepared.privacy.statement)
         folder.runs.mkdir(parents=True, exist_ok=True)
         _withdraw_leftovers(folder)
+        _withdraw_public_timing(folder, [*prepared.finished.values(), *prepared.elsewhere])
         resolved = prepared.resolved()
         write_text_atomic(folder.resolved_study, yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
         write_text_atomic(folder.data_fingerprint, prepared.fingerprint, owner_only=True)

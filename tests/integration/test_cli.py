@@ -168,11 +168,13 @@ def test_a_report_rebuilt_for_an_older_dp_sgd_record_keeps_its_wall_time_private
     older = record.timing.model_copy(update={"train_seconds": 1234.5678, "total_seconds": 2345.6789})
     path.write_text(record.model_copy(update={"timing": older}).model_dump_json(indent=2))
     assert main(["report", str(copy)]) == 0
-    capsys.readouterr()
+    assert "1 DP-SGD run.json file(s) written by an older dpmed held the run's wall time" in capsys.readouterr().err
     assert pd.isna(pd.read_csv(folder.results).set_index("run_id").loc[record.run_id, "train_seconds"])
-    public = [p for p in copy.rglob("*") if p.is_file() and "private" not in p.relative_to(copy).parts and p != path]
-    assert not [p for p in public if b"1234.5" in p.read_bytes() or b"2345.6" in p.read_bytes()]
+    public = [p for p in copy.rglob("*") if p.is_file() and "private" not in p.relative_to(copy).parts]
+    assert not [p for p in public if b"1234.5" in p.read_bytes() or b"2345.6" in p.read_bytes()]   # run.json too
+    assert read_timing(folder.run(record.run_id).timing).train_seconds == 1234.5678     # kept, privately
     assert "Wall time: training 1234.6 s" in folder.private_report.read_text()
+    assert read_record(path).timing == older.shareable(record.plan)
 
 
 def test_a_damaged_predictions_file_leaves_its_comparisons_out_and_says_so(quickstart, tmp_path, capsys):
