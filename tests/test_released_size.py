@@ -105,13 +105,14 @@ def test_two_processes_drawing_at_once_plan_from_one_draw(tmp_path):
     import threading
     import time
 
-    from dpmed.released_size import held_draws
+    from dpmed.lock import guard
 
     path = tmp_path / "private" / "released_sizes.json"
+    path.parent.mkdir()
     inside = threading.Event()
 
     def first():
-        with held_draws(path):
+        with guard(path.parent):
             inside.set()
             time.sleep(0.5)
             path.write_text(json.dumps({"draws": [{"key": "patients", "epsilon": 0.02, "data": "abc",

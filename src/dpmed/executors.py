@@ -338,13 +338,15 @@ class RayExecutor:
             if started_here:
                 ray.shutdown()
 
-    def _ended_before_the_stop(self, pending: dict[Any, RunTask]) -> Iterator[tuple[RunTask, Outcome]]:
+    def _ended_before_the_stop(self, pending: dict[Any, RunTask], *,
+                               grace: float = 30.0) -> Iterator[tuple[RunTask, Outcome]]:
         """After a fail-fast stop: the runs that ended before their cancellation reached them, with their outcomes,
         so that the study counts them (as `_ended_before_the_stop` does for the process pool). A cancelled run raises
-        on ``get``; one that wrote its run.json just as it was stopped is finished all the same."""
+        on ``get``, as does one still not stopped after ``grace`` seconds; one that wrote its run.json just as it was
+        stopped is finished all the same."""
         for ref, task in pending.items():
             try:
-                yield task, self.ray.get(ref)
+                yield task, self.ray.get(ref, timeout=grace)
             except self.ray.exceptions.RayError:
                 if task.folder.is_finished:
                     yield task, read_record(task.folder.record)

@@ -36,7 +36,7 @@ try:  # advisory locks: POSIX only; elsewhere the takeover of a stale lock is un
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Holder", "FolderLocked", "FolderLock", "lock_holder", "holder_alive", "process_running"]
+__all__ = ["Holder", "FolderLocked", "FolderLock", "lock_holder", "holder_alive", "process_running", "guard"]
 
 _log = logging.getLogger(__name__)
 
@@ -128,9 +128,11 @@ def lock_holder(path: Path) -> Holder | None:
 
 
 @contextlib.contextmanager
-def _guard(folder: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``folder`` for the few milliseconds of a check-and-take: serialises the
-    takeover of a stale lock. The kernel drops it if the process dies. Best effort where unsupported."""
+def guard(folder: Path) -> Iterator[None]:
+    """An exclusive advisory lock (flock) on ``folder`` for a short read-check-write: serialises the takeover of a
+    stale lock, and the draws of the released counts (`dpmed.released_size`). The kernel drops it if the process
+    dies. Best effort where unsupported (no fcntl; a filesystem that refuses flock); on NFS it may hold for one host
+    only."""
     fd = None
     if fcntl is not None:
         try:
@@ -176,7 +178,7 @@ class FolderLock:
             return held[0]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         me = Holder.current()
-        with _guard(self.path.parent):
+        with guard(self.path.parent):
             for _ in range(3):
                 if _create(self.path, me):
                     _HELD[self.path] = [me, 1]

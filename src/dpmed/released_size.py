@@ -20,18 +20,17 @@ be a second release, which their records could not be told apart from the first.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import random
 import secrets
 from fractions import Fraction
 from pathlib import Path
-from typing import Collection, Iterator, Mapping
+from typing import Collection, Mapping
 
 from dpmed.config import Study
 from dpmed.errors import PrivacyError
 from dpmed.folders import write_text_atomic
+from dpmed.lock import guard
 from dpmed.mechanisms import PlanContext, mechanism_info
 from dpmed.randomness import discrete_laplace, public_seed
 
@@ -74,28 +73,12 @@ def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fing
     `held_draws`; a file that cannot be read is refused (PrivacyError), never replaced by fresh draws."""
     if not needed:
         return {}
-    with held_draws(path):
+    # `dpmed plan` holds no study folder: beside a starting `dpmed run`, each would otherwise draw a count the file
+    # did not hold yet, and one of the two releases would be kept and the other forgotten
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with guard(path.parent):
         return _release(needed, epsilon=epsilon, path=path, fingerprint=fingerprint,
                         reproducible_seed=reproducible_seed, planned_before=planned_before)
-
-
-@contextlib.contextmanager
-def held_draws(path: Path) -> Iterator[None]:
-    """An exclusive lock (flock on the folder holding ``path``) for reading and adding draws: `dpmed plan` holds no
-    study folder, and beside a starting `dpmed run` each would otherwise draw a count the file did not hold yet,
-    and one of the two releases would be kept and the other forgotten."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:    # pragma: no cover - Windows: the study folder's lock (dpmed.lock) is all there is
-        yield
-        return
-    handle = os.open(path.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(handle)       # and with it the lock
 
 
 def _read_draws(path: Path) -> list[dict]:

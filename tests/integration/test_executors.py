@@ -201,7 +201,7 @@ class _FakeRay:
     def cancel(self, ref):
         self.cancelled.append(ref)
 
-    def get(self, ref):
+    def get(self, ref, timeout=None):
         if self.outcomes[ref] is None:
             raise self.exceptions.TaskCancelledError(ref)
         return self.outcomes[ref]
