@@ -70,7 +70,7 @@ def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fing
     holds no draw of one of them at all (for any data), it was deleted beside those runs, and a fresh draw is refused
     (PrivacyError; module docstring). A draw for other data or randomness is left to the study to refuse: its
     finished runs were made on other data or in another mode. The read, the draws and the write are one step under
-    `held_draws`; a file that cannot be read is refused (PrivacyError), never replaced by fresh draws."""
+    `dpmed.lock.guard`; a file that cannot be read is refused (PrivacyError), never replaced by fresh draws."""
     if not needed:
         return {}
     # `dpmed plan` holds no study folder: beside a starting `dpmed run`, each would otherwise draw a count the file

@@ -444,6 +444,7 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
             else "run the study first"))
     with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy",
                       "free space on its disk, then run `dpmed report` again (the finished runs are untouched)"):
+        folder.make_private()       # 0700 before anything private is written into it (an older folder's narrowed)
         _withdraw_public_timing(folder, records)
         write_outputs(folder, resolved, records)
         folder.settle_times()

@@ -216,10 +216,17 @@ def test_override_edge_cases_a_reviewer_found(write_study):
         load_study(path, {"trainingg.epochs": 1}, origins={"trainingg.epochs": "--set trainingg.epochs=1"})
     first = str(info.value).splitlines()
     assert first[0].startswith("the command line's settings") and "--set trainingg.epochs=1: trainingg" in first[1]
+    in_file = write_study(GOOD + "trainingg: {epochs: 1}\n")    # the file's own unknown key stays the file's
+    with pytest.raises(ConfigError) as info:
+        load_study(in_file, {"trainingg.epochs": 2}, origins={"trainingg.epochs": "--set trainingg.epochs=2"})
+    assert str(info.value).startswith("study file") and "(after --set trainingg.epochs=2)" in str(info.value)
+    with pytest.raises(ConfigError, match=r"--set training.epochz=2: training.epochz: unknown key"):
+        load_study(path, {"training.epochz": 2}, origins={"training.epochz": "--set training.epochz=2"})
     assert parse_override("data.split.seed=010") == ("data.split.seed", "010")
     assert parse_override("training.epochs=1:30") == ("training.epochs", "1:30")
     assert parse_override("seeds=[0, 12]") == ("seeds", [0, 12]) and parse_override("a=-3") == ("a", -3)
-    with pytest.raises(ConfigError, match=r"data\.split\.seed"):
+    assert parse_override("training.learning_rate=1:30.0") == ("training.learning_rate", "1:30.0")
+    with pytest.raises(ConfigError, match=r"data\.split\.seed.*write it without them"):
         load_study(path, {"data.split.seed": parse_override("data.split.seed=010")[1]})
     with pytest.raises(ConfigError, match="has an empty part between dots"):
         parse_override("training..epochs=2")

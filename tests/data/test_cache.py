@@ -131,21 +131,22 @@ def test_an_entry_is_owner_only_and_a_stopped_decode_leaves_no_partial_images(tm
 def test_a_file_that_could_not_be_read_at_all_is_not_cached_as_unreadable(tmp_path, write_image, monkeypatch):
     """An OSError (a full file table, a share gone for a moment) was stored with the entry as the file's failure, so
     every later study reported the file unreadable, or skipped it, though it reads fine."""
-    import dpmed.data.cache as cache
+    from PIL import Image
 
     paths = _files(tmp_path, write_image)
     pre = Preprocessing(size=(8, 8), channels=1)
-    real = cache.read_image
+    real = Image.open
 
-    def once(path, **kw):
-        if path == paths[3]:
+    def once(path, *args, **kw):              # where the system fails: inside the decoder, as a real EMFILE would
+        if str(path) == str(paths[3]):
             raise OSError(24, "Too many open files")
-        return real(path, **kw)
+        return real(path, *args, **kw)
 
-    monkeypatch.setattr(cache, "read_image", once)
+    monkeypatch.setattr(Image, "open", once)
     first = decode_images(paths, pre, cache_dir=tmp_path / "cache")
-    assert list(first.failures) == [3] and not list((tmp_path / "cache").glob("*.npy"))
-    monkeypatch.setattr(cache, "read_image", real)
+    assert list(first.failures) == [3] and "Too many open files" in first.failures[3]
+    assert not list((tmp_path / "cache").glob("*.npy"))
+    monkeypatch.setattr(Image, "open", real)
     again = decode_images(paths, pre, cache_dir=tmp_path / "cache")
     assert again.failures == {} and not again.cached
 
@@ -186,3 +187,24 @@ def test_a_cache_in_the_study_folder_s_shareable_part_is_refused(tmp_path, write
         else:
             prepare_study(load_study(study_file), out=out)
             assert list(cache.glob("*.npy"))
+
+
+def test_a_cache_entry_you_cannot_read_is_named_as_another_user_s(tmp_path, write_image, monkeypatch):
+    """Entries are owner-only: another user's entry gave an internal PermissionError traceback, or 'is damaged ...
+    delete it', telling the user to delete someone else's files."""
+    from pathlib import Path
+
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    real = Path.read_text
+
+    def denied(self, *args, **kwargs):
+        if self.suffix == ".json" and self.parent.name == "cache":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(DataError, match=r"is not readable by you: .* set a data.cache_dir of your own") as raised:
+        decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    assert "delete" not in str(raised.value)

@@ -165,6 +165,7 @@ def test_a_report_rebuilt_for_an_older_dp_sgd_record_keeps_its_wall_time_private
     path = next(p for p in folder.runs.glob("*/run.json") if read_record(p).mechanism == "dp_sgd")
     record = read_record(path)
     folder.run(record.run_id).timing.unlink()          # an older dpmed kept no private copy
+    folder.private.chmod(0o755)                        # nor did it make private/ owner-only
     older = record.timing.model_copy(update={"train_seconds": 1234.5678, "total_seconds": 2345.6789})
     path.write_text(record.model_copy(update={"timing": older}).model_dump_json(indent=2))
     assert main(["report", str(copy)]) == 0
@@ -175,6 +176,7 @@ def test_a_report_rebuilt_for_an_older_dp_sgd_record_keeps_its_wall_time_private
     assert read_timing(folder.run(record.run_id).timing).train_seconds == 1234.5678     # kept, privately
     assert "Wall time: training 1234.6 s" in folder.private_report.read_text()
     assert read_record(path).timing == older.shareable(record.plan)
+    assert folder.private.stat().st_mode & 0o777 == 0o700       # where it went, other users of the machine cannot
 
 
 def test_a_damaged_predictions_file_leaves_its_comparisons_out_and_says_so(quickstart, tmp_path, capsys):

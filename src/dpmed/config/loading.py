@@ -50,8 +50,14 @@ _Loader.add_implicit_resolver(
 )
 # YAML 1.1 also reads 010 as octal 8, 0x10 as 16 and 1:30 as sexagesimal 90: a seed or an epoch count written so
 # would silently be another number. Integers are decimal here; anything else stays a string for the schema to refuse.
+# Floats likewise lose base 60 (1:30.0 as 90.0).
+_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+                    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X)
 for _first, _resolvers in _Loader.yaml_implicit_resolvers.items():
-    _resolvers[:] = [(tag, regexp) for tag, regexp in _resolvers if tag != "tag:yaml.org,2002:int"]
+    _resolvers[:] = [(tag, _FLOAT if tag == "tag:yaml.org,2002:float" and "inf" in regexp.pattern else regexp)
+                     for tag, regexp in _resolvers if tag != "tag:yaml.org,2002:int"]
 _Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?(0|[1-9][0-9_]*)$"), list("-+0123456789"))
 
 
@@ -189,6 +195,8 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
     shown = "" if isinstance(got, (dict, list)) or "got" in msg else f" (got {got!r})"
     if isinstance(got, bool) and kind == "string_type":   # YAML 1.1: yes, no, on, off, true, false are booleans
         shown += f"; YAML reads yes/no/on/off as true/false: quote the name, e.g. '{'yes' if got else 'no'}'"
+    if isinstance(got, str) and re.fullmatch(r"[-+]?0[0-9_]+", got):   # YAML 1.1 would read 010 as octal 8
+        shown += "; an integer is read in decimal without leading zeros: write it without them"
     if isinstance(got, dict) and kind == "string_type":   # name=a: b, or name: a: b
         shown += "; YAML read the text after a colon and a space as a section: quote the whole value"
     return f"{where or '(top level)'}: {msg.removeprefix('Value error, ')}{shown}"
@@ -198,14 +206,17 @@ def _dotted(key: str) -> list[str]:
     return key.split(".")
 
 
-def _blame(loc: list[str], origins: Mapping[str, str], kind: str = "") -> tuple[str | None, list[str]]:
+def _blame(loc: list[str], origins: Mapping[str, str], kind: str = "",
+           created: Mapping[str, list[list[str]]] | None = None) -> tuple[str | None, list[str]]:
     """(the option that set this location or a section holding it, options that set something inside it). An
-    unknown key (``kind`` extra_forbidden) that an option's key passes through was made by that option: --set
-    trainingg.epochs=1 is the option's mistake, not the file's."""
+    unknown key (``kind`` extra_forbidden) that an option made (``created``: the sections each option's key added,
+    absent or null in the file before) is that option's mistake: --set trainingg.epochs=1, not the file's."""
     exact = next((origins[k] for k in origins if loc[:len(_dotted(k))] == _dotted(k)), None)
     inside = [origins[k] for k in origins if _dotted(k)[:len(loc)] == loc and _dotted(k) != loc]
-    if exact is None and inside and kind == "extra_forbidden":
-        return inside[0], []
+    if exact is None and kind == "extra_forbidden":
+        makers = [origins[k] for k in origins if loc in (created or {}).get(k, [])]
+        if makers:
+            return ", ".join(makers), []
     return exact, inside
 
 
@@ -224,10 +235,12 @@ def parse_override(text: str) -> tuple[str, Any]:
                           f"--set '{key.strip()}=\"...\"'") from None
 
 
-def _apply(raw: dict, key: str, value: Any, origin: str) -> None:
+def _apply(raw: dict, key: str, value: Any, origin: str) -> list[list[str]]:
+    """Set ``key`` in ``raw`` to ``value``; the sections (as key paths) it had to add, absent or null before."""
     node: Any = raw
     parts = key.split(".")
-    for part in parts[:-1]:
+    created = []
+    for depth, part in enumerate(parts[:-1]):
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
                 raise ConfigError(f"{origin}: {part!r} is not an index of that list (it has {len(node)} entries)")
@@ -235,6 +248,7 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> None:
         else:
             if node.get(part) is None:       # absent, or null in the file (a section left at its defaults)
                 node[part] = {}
+                created.append(parts[:depth + 1])
             node = node[part]
             if not isinstance(node, (dict, list)):
                 raise ConfigError(f"{origin}: {part!r} holds a value, not a section")
@@ -244,7 +258,10 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> None:
             raise ConfigError(f"{origin}: {last!r} is not an index of that list (it has {len(node)} entries)")
         node[int(last)] = value
     else:
+        if last not in node:
+            created.append(parts)
         node[last] = value
+    return created
 
 
 def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
@@ -271,15 +288,14 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
                           "(most editors: 'Save with encoding')") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"study file {path}: expected a mapping of keys (name, data, arms, ...) at the top")
-    for key, value in overrides.items():
-        _apply(raw, key, value, origins[key])
+    created = {key: _apply(raw, key, value, origins[key]) for key, value in overrides.items()}
     try:
         study = schema.Study.model_validate(raw)
     except ValidationError as exc:
         lines, from_options = [], 0
         for error, loc, merged in _merge_unions(exc.errors()):
             text = merged or _describe(error, loc)
-            exact, inside = _blame(loc, origins, error["type"])
+            exact, inside = _blame(loc, origins, error["type"], created)
             if exact is not None:
                 from_options += 1
                 text = f"{exact}: {text}"

@@ -15,7 +15,7 @@ load reports the same unreadable rows as a fresh one; an entry is not stored whe
 (an OSError: a full file table, a network share gone for a moment), since that may pass.
 
 Privacy: a cache entry holds the patients' images, decoded. Its files are created readable by their owner only, in a
-folder made owner-only, and a decode stopped midway deletes its partial file. Keep ``cache_dir`` where the dataset
+folder made owner-only (so one user's cache is not another's), and a decode stopped midway deletes its partial file. Keep ``cache_dir`` where the dataset
 itself may live (never in a study folder's shareable part: `dpmed.study` refuses that); nothing is cached on disk
 unless a study asks for it.
 """
@@ -173,13 +173,17 @@ def _load(cache_dir: Path, key: str, n: int, shape: tuple[int, ...]) -> tuple[np
     """A complete entry for ``key`` as (memory map, failures), or None when there is none. ``shape``: each image's
     [C, H, W], which the entry's array must have."""
     array, index = cache_dir / f"{key}.npy", cache_dir / f"{key}.json"
-    if not (array.is_file() and index.is_file()):
-        return None
     try:
+        if not (array.is_file() and index.is_file()):
+            return None
         meta = json.loads(index.read_text(encoding="utf-8"))
         images = np.load(array, mmap_mode="r")
         failures = {int(i): str(r) for i, r in meta["failures"].items()}
         matches = meta["format"] == _FORMAT and meta["n"] == n and images.shape == (n, *shape)
+    except PermissionError:
+        raise DataError(f"cache entry {array} is not readable by you: dpmed keeps decoded images readable by their "
+                        "owner only, so a cache made by another user is theirs; set a data.cache_dir of your own") \
+            from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"cache entry {array} is damaged ({type(exc).__name__}: {exc}); delete {array} and {index} "
                         "to decode again") from exc

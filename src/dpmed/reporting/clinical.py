@@ -277,7 +277,7 @@ def _reading_eps(records: Sequence[RunRecord]) -> str:
             "one patient\"): whatever anyone concludes from what was released, the probability of each conclusion "
             "with that unit's images in the training set is at most e<sup>ε</sup> times its probability without "
             "them (2.7 times at ε 1, about 3,000 at ε 8), plus δ, a small allowance kept below one over the number "
-            "of units. Smaller ε is stronger protection; an ε "
+            "of units, and the other way round. Smaller ε is stronger protection; an ε "
             "in the tens or more promises little in theory, though a real attack may still fail (the section "
             "'Reconstruction risk' bounds how often, where DP-SGD ran). PLD and RDP name the accountant that computed ε from the "
             "training's noise and sampling (PLD is the tighter). A local-DP ε \"per image\" protects each released "
