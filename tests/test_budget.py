@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dpmed import accounting
-from dpmed.budget import check_budget, study_privacy
+from dpmed.budget import _total, check_budget, study_privacy
 from dpmed.config import load_study, plan_runs
 from dpmed.errors import PrivacyError
 from dpmed.mechanisms import PlanContext
@@ -222,7 +222,7 @@ def test_local_gaussian_runs_compose_as_one_gaussian_mechanism(write_study):
     assert privacy.local_dp_delta == 1e-6
     assert privacy.local_dp_epsilon == pytest.approx(accounting.gaussian_epsilon(mu=mu, delta=1e-6), rel=1e-12)
     assert privacy.statement.startswith("the 4 local-DP runs together (g_s4_seed0, g_s4_seed1, g_s8_seed0, "
-                                        f"g_s8_seed1): eps_image = {privacy.local_dp_epsilon:,.4g} per image at "
+                                        f"g_s8_seed1): eps_image = {_total(privacy.local_dp_epsilon)} per image at "
                                         "delta = 1e-06 (the Gaussian runs composed into one Gaussian mechanism")
 
 
@@ -261,7 +261,5 @@ def test_a_budget_is_not_refused_for_a_sampler_share_that_the_composition_can_ab
 
 def test_a_large_composed_local_eps_is_written_in_digits():
     """Before: "eps_image = 1.638e+04 per image" for two runs of 8,192 each, beside rows written "8,192"."""
-    from dpmed.budget import _total
-
-    assert [_total(v) for v in (16384.0, 87808.0, 1024.0, 49.31927, 0.99942)] == [
-        "16,384", "87,808", "1,024", "49.32", "0.9994"]
+    assert [_total(v) for v in (16384.0, 87808.0, 1024.0, 49.31927, 0.99942, 8.19249, 8.192, 1.0, 2.5e15, 1e15)] == [
+        "16,384", "87,808", "1,024", "49.32", "0.9995", "8.193", "8.192", "1", "2.5e15", "1e15"]   # never rounded down

@@ -91,8 +91,18 @@ def _image_event(plan: RunPlan, ledger: accounting.Ledger | None):
 
 
 def _total(eps: float) -> str:
-    """A composed eps to four figures, in digits from 1,000 up (16,384, not 1.638e+04) like each run's."""
-    return f"{eps:,.0f}" if eps >= 1000 else f"{eps:.4g}"
+    """A composed eps rounded up, never shown smaller than accounted: to four figures below 1,000, in whole digits up
+    to a million (16,384, not 1.638e+04), then as 2.5e15, as the report writes each run's."""
+    if not math.isfinite(eps) or eps <= 0:
+        return f"{eps:g}"
+    if eps >= 1e6:
+        exponent = math.floor(math.log10(eps))
+        return f"{math.ceil(eps / 10 ** exponent * 100 - 1e-9) / 100:g}e{exponent}"
+    if eps >= 1000:
+        return f"{math.ceil(eps - 1e-9):,}"
+    places = 3 - math.floor(math.log10(eps))
+    text = f"{math.ceil(eps * 10 ** places - 1e-9) / 10 ** places:.{places}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _local_statement(local: Sequence[_Released], composed: accounting.ImageComposition | None, dp: bool) -> str:

@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="list the finished, unreadable, failed, interrupted (the step its "
                                            "checkpoint reached) and pending runs in DIR")
     status.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
-    rep = sub.add_parser("report", help="rebuild results.csv and report.html from the finished runs in DIR")
+    rep = sub.add_parser("report", help="rebuild results.csv and report.html from the finished runs in DIR (and "
+                                        "move an older dpmed's DP-SGD wall times from run.json into private/)")
     rep.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
     privacy_parser(sub.add_parser("privacy", help="eps, noise calibration and reconstruction risk, no training"))
     return p

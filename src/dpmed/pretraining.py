@@ -157,7 +157,8 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     train_input, val_input = _with_inputs(public, public.train), _with_inputs(public, public.val)
     _log.info("pretrain: training %s on %d public images (%s), without privacy", study.model.name, len(public.train),
               public.name)
-    # A set thread count, as each run has: float sums depend on it, and the weights would differ between machines.
+    # The pretrain stage's thread count (auto: the study's training.threads), as each run sets its own: float sums
+    # depend on it, so a count left to the process would give other weights wherever the process's count differs.
     threads = run_threads(config.training.threads if config.training.threads != "auto" else study.training.threads)
     begin = time.perf_counter()
     with torch_threads(threads):

@@ -89,7 +89,7 @@ def _read_draws(path: Path) -> list[dict]:
         draws = json.loads(path.read_text(encoding="utf-8"))["draws"]
         for d in draws:
             (d["key"], d["epsilon"], d["data"], d["mode"], int(d["count"]))
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise PrivacyError(
             f"{path} cannot be read ({type(exc).__name__}: {exc}); it holds the DP counts of the training set that "
             "DP-SGD plans from. Restore it from a copy; deleting it beside finished DP-SGD runs is refused, as a "

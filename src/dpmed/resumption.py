@@ -1,11 +1,11 @@
 """What a study may reuse of the finished runs its folder holds: the same data, settings and evaluation, or nothing.
 
-A finished run is reused only where rerunning it would compute the same thing: its plan's settings (the model
-included), its privacy randomness, the data (checked by private fingerprints of every split, since study.yaml's
-sizes and shape do not tell a corrected label file or age column apart) and the evaluation settings every run's intervals were
-computed with. Anything else is refused with a message naming what differs, never mixed into one table. Runs the
-study file no longer lists are returned apart: their files were released all the same, so the study's privacy
-counts them (`dpmed.budget`).
+A finished run is reused only where rerunning it would compute the same thing: its plan's settings (the model included),
+its privacy randomness, the data (checked by private fingerprints of every split, since study.yaml's sizes and shape do
+not tell a corrected label file or age column apart) and the evaluation settings every run's intervals were computed
+with. Anything else is refused with a message naming what differs, never mixed into one table. Runs the study file no
+longer lists are returned apart: their files were released all the same, so the study's privacy counts them
+(`dpmed.budget`).
 """
 
 from __future__ import annotations

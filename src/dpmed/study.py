@@ -375,21 +375,26 @@ def _withdraw_public_timing(folder: StudyFolder, records: Sequence[RunRecord]) -
     """A DP-SGD run.json that an older dpmed wrote still holds the run's seconds, or the step it resumed from, which
     are private (`Timing.shareable`): keep them in the run's private timing.json where it has none, rewrite run.json
     with the shareable part, and say that copies of the folder shared before still hold them."""
-    rewritten = []
+    rewritten, seconds = [], []
     for r in records:
         shared = r.timing.shareable(r.plan)
         if shared == r.timing:
             continue
+        if r.timing.train_seconds is not None or r.timing.total_seconds is not None:
+            seconds.append(r.run_id)
         run = folder.run(r.run_id)
         if read_timing(run.timing) is None:
             run.private.mkdir(parents=True, exist_ok=True)
             r.timing.write(run.timing)
         r.model_copy(update={"timing": shared}).write(run.record)
         rewritten.append(r.run_id)
-    if rewritten:
+    if seconds:
         _log.warning("%d DP-SGD run.json file(s) written by an older dpmed held the run's wall time (%s): moved to "
-                     "the private folder; copies of the folder shared before still hold it", len(rewritten),
-                     ", ".join(rewritten))
+                     "the private folder; copies of the folder shared before still hold it", len(seconds),
+                     ", ".join(seconds))
+    elif rewritten:
+        _log.info("%d DP-SGD run.json file(s) written by an older dpmed said whether the run resumed (%s): that "
+                  "step is private now, and was moved to the private folder", len(rewritten), ", ".join(rewritten))
 
 
 def write_outputs(folder: StudyFolder, resolved: ResolvedStudy, records: list[RunRecord]) -> None:
@@ -433,7 +438,8 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
 
 def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     """Rewrite results.csv and the reports of the study folder ``study_dir`` from its finished runs (``dpmed
-    report``); returns the resolved study and the records."""
+    report``), after moving an older dpmed's DP-SGD timing out of run.json (`_withdraw_public_timing`); returns the
+    resolved study and the records."""
     folder = StudyFolder(Path(study_dir))
     resolved = read_resolved(folder.root)
     records = [read_record(folder.run(p.run_id).record) for p in resolved.runs if folder.run(p.run_id).is_finished]
@@ -443,7 +449,7 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
             f"{waiting} run(s) were interrupted: run the same `dpmed run` again to continue them" if waiting
             else "run the study first"))
     with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy",
-                      "free space on its disk, then run `dpmed report` again (the finished runs are untouched)"):
+                      "free space on its disk, then run `dpmed report` again (the finished runs are kept)"):
         folder.make_private()       # 0700 before anything private is written into it (an older folder's narrowed)
         _withdraw_public_timing(folder, records)
         write_outputs(folder, resolved, records)

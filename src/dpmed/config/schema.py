@@ -263,7 +263,8 @@ class PretrainConfig(_Strict):
     one release, selected with ``patients``; ``random_processes`` is a prior that needs no data). public: the
     user's statement of why these data are public (a second site's released images, a published dataset): printed
     in the report beside "not protected by any eps". training: how to train on them (epochs or steps, batch size,
-    learning rate, ...; the arms' own settings do not apply). seed: initialisation and shuffling (public).
+    learning rate, ...; the arms' own settings do not apply, but device and threads left at auto take the study's
+    training.device and training.threads). seed: initialisation and shuffling (public).
     near_duplicate_bits: the perceptual-hash distance at or below which a public and a private image count as the
     same image (`dpmed.data.overlap`; 30 of 255 bits by default). The weights are cached in the
     study folder by a content hash of the public images, these settings and the model, so they train once.

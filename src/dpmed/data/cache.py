@@ -14,10 +14,11 @@ status-change time, which no user call sets. Files that could not be decoded are
 load reports the same unreadable rows as a fresh one; an entry is not stored where a file could not be read at all
 (an OSError: a full file table, a network share gone for a moment), since that may pass.
 
-Privacy: a cache entry holds the patients' images, decoded. Its files are created readable by their owner only, in a
-folder made owner-only (so one user's cache is not another's), and a decode stopped midway deletes its partial file. Keep ``cache_dir`` where the dataset
-itself may live (never in a study folder's shareable part: `dpmed.study` refuses that); nothing is cached on disk
-unless a study asks for it.
+Privacy: a cache entry holds the patients' images, decoded. Its files are created readable by their owner only (0600;
+so one user's cache is not another's), a cache folder dpmed creates is 0700 (an existing one keeps its mode), and a
+decode stopped midway deletes its partial file. Keep ``cache_dir`` where the dataset itself may live (never in the
+study's own folder outside private/: `dpmed.study` refuses that); nothing is cached on disk unless a study asks for
+it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 A registry by file suffix (DESIGN.md, style example 3): raster formats (JPEG, PNG, BMP, TIFF) through Pillow, DICOM
 through :mod:`dpmed.data.dicom` (pydicom, an optional extra, imported by that module only when a DICOM is read). Every
 decoder signals a file it cannot read with :class:`~dpmed.data.decoder.UnreadableImage`, which assembly turns into a
-flagged row ("unreadable image") that names the file; anything else (a missing optional package) is raised as it is.
+flagged row ("unreadable image") that names the file; anything else is raised as it is: a missing optional package,
+or the system's error (an OSError with an errno: too many open files, a share gone), which may pass and so must not be
+kept as the file's failure (`dpmed.data.cache`).
 
 Value scale: 8-bit samples / 255, 16-bit samples / 65535 (PNG with 16-bit grey, as some NIH and MIMIC exports), so
 the stored value range maps onto [0, 1] without looking at any other image. Colour to grey is ITU-R BT.601 luma

@@ -1,4 +1,5 @@
-"""The table the report opens with: what each private arm costs, in the terms a clinician reads.
+"""The table the report opens with (after a warning of planned runs it lacks): what each private arm costs, in the
+terms a clinician reads, and what its ε means in words.
 
 AUROC alone does not say how many patients a model misses. Per compared arm (a private one, or a not-DP one such as
 a reproduction of a flawed mechanism, named as not DP with its card's reason) this section shows the change in AUROC,
@@ -279,6 +280,7 @@ def _reading_eps(records: Sequence[RunRecord]) -> str:
             "them (2.7 times at ε 1, about 3,000 at ε 8), plus δ, a small allowance kept below one over the number "
             "of units, and the other way round. Smaller ε is stronger protection; an ε "
             "in the tens or more promises little in theory, though a real attack may still fail (the section "
-            "'Reconstruction risk' bounds how often, where DP-SGD ran). PLD and RDP name the accountant that computed ε from the "
-            "training's noise and sampling (PLD is the tighter). A local-DP ε \"per image\" protects each released "
-            "image against any other image, a different promise, not comparable with DP-SGD's ε.</p>")
+            "'Reconstruction risk' bounds how often, where DP-SGD ran). PLD and RDP name the accountant that "
+            "computed ε from the training's noise and sampling (PLD is the tighter). A local-DP ε \"per image\" "
+            "protects each released image against any other image, a different promise, not comparable with "
+            "DP-SGD's ε.</p>")

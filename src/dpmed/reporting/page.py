@@ -68,8 +68,8 @@ _FOOTER = (f"<p><small>Every number's definition, and where the source papers ar
 
 # The report's sections, in page order.
 SECTIONS: tuple[Callable[[ReportInputs], str], ...] = (
-    sections.unfinished, clinical.clinical, sections.summary, pretraining_section, sections.utility, sections.privacy_cards,
-    sections.study_privacy_section,
+    sections.unfinished, clinical.clinical, sections.summary, pretraining_section, sections.utility,
+    sections.privacy_cards, sections.study_privacy_section,
     sections.reconstruction_risk, threat_section, study_sections.comparison_section, study_sections.fairness_section,
     study_sections.interpretability_section, sections.ldp_examples_section, sections.provenance,
 )

@@ -1,6 +1,6 @@
-"""The report's sections about every study: summary, utility, privacy cards, the study as a whole, reconstruction
-risk, local-DP examples, provenance. Each is a function of :class:`~dpmed.reporting.inputs.ReportInputs` that
-returns HTML ("" where a study has nothing for it)."""
+"""The report's sections about every study: a warning of planned runs it lacks, summary, utility, privacy cards, the
+study as a whole, reconstruction risk, local-DP examples, provenance. Each is a function of
+:class:`~dpmed.reporting.inputs.ReportInputs` that returns HTML ("" where a study has nothing for it)."""
 
 from __future__ import annotations
 
@@ -270,7 +270,8 @@ def _card(r: RunRecord) -> str:
     # What an image-unit ε means for a patient is shown, not folded away: ε per image read as the patient's would
     # overstate the protection of every patient with several images.
     shown = [(label, text) for label, text in notes if label in ("unit", "each patient")]
-    notes_html = "".join(f"<p><b>{label}:</b> {escape(text)}</p>" for label, text in notes if (label, text) not in shown)
+    notes_html = "".join(f"<p><b>{label}:</b> {escape(text)}</p>" for label, text in notes
+                         if (label, text) not in shown)
     unit_html = "".join(f'<p class="note"><b>{label}:</b> {escape(text)}</p>' for label, text in shown)
     raw = card.model_dump(mode="json", exclude_none=True)
     raw_html = "".join(f"<dt>{escape(k)}</dt><dd>{escape(json.dumps(v))}</dd>" for k, v in raw.items())
