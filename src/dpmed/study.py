@@ -21,7 +21,7 @@ import time
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 import numpy as np
 import torch
@@ -49,7 +49,8 @@ from dpmed.resumption import attributes_fingerprint, data_fingerprint, finished_
 from dpmed.run import RunContext
 from dpmed.timing import Rates, probe_rates
 from dpmed.training import checkpoint_progress
-from dpmed.workspace import StudyProgress, claim_folder, stale_temporaries, writing_into
+from dpmed.workspace import (StudyProgress, claim_folder, withdraw_leftovers, withdraw_public_timing,
+                             writing_into)
 
 __all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "load_study_data",
            "planned_card", "estimate_times", "check_device", "write_outputs", "rebuild_outputs", "run_states",
@@ -371,32 +372,6 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, P
     return items
 
 
-def _withdraw_public_timing(folder: StudyFolder, records: Sequence[RunRecord]) -> None:
-    """A DP-SGD run.json that an older dpmed wrote still holds the run's seconds, or the step it resumed from, which
-    are private (`Timing.shareable`): keep them in the run's private timing.json where it has none, rewrite run.json
-    with the shareable part, and say that copies of the folder shared before still hold them."""
-    rewritten, seconds = [], []
-    for r in records:
-        shared = r.timing.shareable(r.plan)
-        if shared == r.timing:
-            continue
-        if r.timing.train_seconds is not None or r.timing.total_seconds is not None:
-            seconds.append(r.run_id)
-        run = folder.run(r.run_id)
-        if read_timing(run.timing) is None:
-            run.private.mkdir(parents=True, exist_ok=True)
-            r.timing.write(run.timing)
-        r.model_copy(update={"timing": shared}).write(run.record)
-        rewritten.append(r.run_id)
-    if seconds:
-        _log.warning("%d DP-SGD run.json file(s) written by an older dpmed held the run's wall time (%s): moved to "
-                     "the private folder; copies of the folder shared before still hold it", len(seconds),
-                     ", ".join(seconds))
-    elif rewritten:
-        _log.info("%d DP-SGD run.json file(s) written by an older dpmed said whether the run resumed (%s): that "
-                  "step is private now, and was moved to the private folder", len(rewritten), ", ".join(rewritten))
-
-
 def write_outputs(folder: StudyFolder, resolved: ResolvedStudy, records: list[RunRecord]) -> None:
     """results.csv, comparisons.json and report.html from the finished runs, and private/report.html where runs
     hold private statistics (audit results, training-set metrics). Comparisons are computed before rendering.
@@ -438,7 +413,7 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
 
 def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     """Rewrite results.csv and the reports of the study folder ``study_dir`` from its finished runs (``dpmed
-    report``), after moving an older dpmed's DP-SGD timing out of run.json (`_withdraw_public_timing`); returns the
+    report``), after moving an older dpmed's DP-SGD timing out of run.json (`withdraw_public_timing`); returns the
     resolved study and the records."""
     folder = StudyFolder(Path(study_dir))
     resolved = read_resolved(folder.root)
@@ -451,7 +426,7 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy",
                       "free space on its disk, then run `dpmed report` again (the finished runs are kept)"):
         folder.make_private()       # 0700 before anything private is written into it (an older folder's narrowed)
-        _withdraw_public_timing(folder, records)
+        withdraw_public_timing(folder, records)
         write_outputs(folder, resolved, records)
         folder.settle_times()
     return resolved, records
@@ -505,28 +480,6 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     return states
 
 
-def _withdraw_leftovers(folder: StudyFolder) -> None:
-    """Delete the releasable files of unfinished runs (`RunFolder.leftovers`: a model without its run.json, left by
-    a dpmed that wrote them in place, or by a stop just before run.json): the study's eps counts finished runs only,
-    so it would not cover them. A run still planned writes its own again; one no longer planned has no record. And
-    the half-written temporary files of killed writers (`stale_temporaries`), which no later write replaces; and the
-    privacy key and checkpoint of a run stopped between writing its run.json and deleting them, which nothing
-    would delete later (`RunFolder.discard_secrets`)."""
-    for path in stale_temporaries(folder.root):
-        path.unlink(missing_ok=True)
-    for run_dir in sorted(p for p in folder.runs.iterdir() if p.is_dir()):
-        run = folder.run(run_dir.name)
-        if run.is_finished:
-            run.discard_secrets()
-        left = run.leftovers()
-        for path in left:
-            path.unlink()
-        if left:
-            _log.warning("%s: unfinished; deleted its %s from the shareable folder, where no eps of this study "
-                         "covers them (copies shared before are releases that no study folder accounts for)",
-                         run_dir.name, ", ".join(p.name for p in left))
-
-
 def run_study(study: Study, *, out: Path | str = "results", progress: bool = True, executor: str = "local",
               workers: int = 1, address: str | None = None, fail_fast: bool = False,
               worker_setup: Callable[[], None] | None = None) -> StudyResult:
@@ -554,8 +507,8 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
             _log.info("data: %s", dataset.source["summary"])
         _log.info("study privacy: %s", prepared.privacy.statement)
         folder.runs.mkdir(parents=True, exist_ok=True)
-        _withdraw_leftovers(folder)
-        _withdraw_public_timing(folder, [*prepared.finished.values(), *prepared.elsewhere])
+        withdraw_leftovers(folder)
+        withdraw_public_timing(folder, [*prepared.finished.values(), *prepared.elsewhere])
         resolved = prepared.resolved()
         write_text_atomic(folder.resolved_study, yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
         write_text_atomic(folder.data_fingerprint, prepared.fingerprint, owner_only=True)

@@ -5,6 +5,8 @@
   (`dpmed plan`, `status`, `report`) that a run is under way.
 * `writing_into` turns a failure to write into the folder (read-only, a file where a folder should be, a full
   disk) into one `FolderError` that names the folder and says what to do, instead of an OSError traceback.
+* `withdraw_leftovers` and `withdraw_public_timing` take out of the shareable part what no eps covers: an unfinished
+  run's files, a finished run's left secrets, an older dpmed's DP-SGD timing in run.json.
 * `StudyProgress` is the line `dpmed run` logs after each run: runs done (finished) of all, runs failed, time
   elapsed, and the time left, estimated from the runs finished in this session (`dpmed.timing.Rates`).
 """
@@ -13,20 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from dpmed.config import RunPlan
 from dpmed.errors import FolderError
 from dpmed.executors import RunFailure
 from dpmed.folders import StudyFolder
 from dpmed.lock import FolderLock, Holder, lock_holder, process_running
-from dpmed.records import RunRecord, Timing
+from dpmed.records import RunRecord, Timing, read_timing
 from dpmed.timing import Rates, clock
 
-__all__ = ["claim_folder", "folder_holder", "writing_into", "stale_temporaries", "StudyProgress", "UNWRITABLE_ADVICE",
-           "FULL_DISK_ADVICE"]
+__all__ = ["claim_folder", "folder_holder", "writing_into", "stale_temporaries", "withdraw_leftovers",
+           "withdraw_public_timing", "StudyProgress", "UNWRITABLE_ADVICE", "FULL_DISK_ADVICE"]
+
+_log = logging.getLogger(__name__)
 
 UNWRITABLE_ADVICE = "choose a writable folder with --out, or make this one writable"
 FULL_DISK_ADVICE = ("free space on its disk, or choose a folder on another disk with --out; finished runs are kept, "
@@ -129,3 +134,51 @@ class StudyProgress:
             else:
                 parts.append(f"about {clock(sum(seconds) / min(self.workers, len(seconds)))} left")
         return ", ".join(parts)
+
+
+def withdraw_leftovers(folder: StudyFolder) -> None:
+    """Delete the releasable files of unfinished runs (`RunFolder.leftovers`: a model without its run.json, left by
+    a dpmed that wrote them in place, or by a stop just before run.json): the study's eps counts finished runs only,
+    so it would not cover them. A run still planned writes its own again; one no longer planned has no record. And
+    the half-written temporary files of killed writers (`stale_temporaries`), which no later write replaces; and the
+    privacy key and checkpoint of a run stopped between writing its run.json and deleting them, which nothing
+    would delete later (`RunFolder.discard_secrets`)."""
+    for path in stale_temporaries(folder.root):
+        path.unlink(missing_ok=True)
+    for run_dir in sorted(p for p in folder.runs.iterdir() if p.is_dir()):
+        run = folder.run(run_dir.name)
+        if run.is_finished:
+            run.discard_secrets()
+        left = run.leftovers()
+        for path in left:
+            path.unlink()
+        if left:
+            _log.warning("%s: unfinished; deleted its %s from the shareable folder, where no eps of this study "
+                         "covers them (copies shared before are releases that no study folder accounts for)",
+                         run_dir.name, ", ".join(p.name for p in left))
+
+
+def withdraw_public_timing(folder: StudyFolder, records: Sequence[RunRecord]) -> None:
+    """A DP-SGD run.json that an older dpmed wrote still holds the run's seconds, or the step it resumed from, which
+    are private (`Timing.shareable`): keep them in the run's private timing.json where it has none, rewrite run.json
+    with the shareable part, and say that copies of the folder shared before still hold them."""
+    rewritten, seconds = [], []
+    for r in records:
+        shared = r.timing.shareable(r.plan)
+        if shared == r.timing:
+            continue
+        if r.timing.train_seconds is not None or r.timing.total_seconds is not None:
+            seconds.append(r.run_id)
+        run = folder.run(r.run_id)
+        if read_timing(run.timing) is None:
+            run.private.mkdir(parents=True, exist_ok=True)
+            r.timing.write(run.timing)
+        r.model_copy(update={"timing": shared}).write(run.record)
+        rewritten.append(r.run_id)
+    if seconds:
+        _log.warning("%d DP-SGD run.json file(s) written by an older dpmed held the run's wall time (%s): moved to "
+                     "the private folder; copies of the folder shared before still hold it", len(seconds),
+                     ", ".join(seconds))
+    elif rewritten:
+        _log.info("%d DP-SGD run.json file(s) written by an older dpmed said whether the run resumed (%s): that "
+                  "step is private now, and was moved to the private folder", len(rewritten), ", ".join(rewritten))
