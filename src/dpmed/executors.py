@@ -107,6 +107,9 @@ def _execute(task: RunTask, context: RunContext) -> Outcome:
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:  # noqa: BLE001 - recorded in error.json and reported; the study goes on
+        stop = exc.__cause__ or exc.__context__
+        if isinstance(stop, SystemExit):   # a worker told to stop, inside a library's clean-up (torch.save's
+            raise stop from None          # zip writer then raises "unexpected pos"): a stop, not a failed run
         if _is_interrupt(exc):
             raise KeyboardInterrupt from exc
         return _failure(task, f"{type(exc).__name__}: {exc}", traceback.format_exc())

@@ -65,4 +65,4 @@ def test_a_full_disk_while_report_writes_ends_in_one_line(tiny_study, tmp_path, 
     assert main(["report", str(folder)]) == 2
     assert _error_line(capsys.readouterr().err) == (
         f"dpmed: error: cannot write to the output folder {folder}: No space left on device; free space on its disk, "
-        "then run `dpmed report` again (the finished runs are untouched)")
+        "then run `dpmed report` again (the finished runs are kept)")
