@@ -113,10 +113,18 @@ def data_fingerprint(dataset: Dataset) -> str:
     digest = hashlib.sha256()
     for split in (dataset.train, dataset.val, dataset.test):
         for array in (split.images, split.labels, split.patient_ids.astype(str)):
-            array = np.ascontiguousarray(array)
-            digest.update(f"{array.dtype.str}{array.shape}".encode())
-            digest.update(memoryview(array).cast("B"))
+            _hash_array(digest, array)
     return digest.hexdigest()
+
+
+def _hash_array(digest: Any, array: np.ndarray | None) -> None:
+    """Add ``array`` to ``digest``: its dtype and shape, then its bytes (None: a marker of its own)."""
+    if array is None:
+        digest.update(b"none")
+        return
+    array = np.ascontiguousarray(array)
+    digest.update(f"{array.dtype.str}{array.shape}".encode())
+    digest.update(memoryview(array).cast("B"))
 
 
 def attributes_fingerprint(dataset: Dataset) -> str:
@@ -126,12 +134,7 @@ def attributes_fingerprint(dataset: Dataset) -> str:
     digest = hashlib.sha256(repr(dataset.normalization).encode())
     for split in (dataset.train, dataset.val, dataset.test):
         for array in (split.sex.astype(str), split.age.astype(np.float64), split.masks):
-            if array is None:
-                digest.update(b"none")
-                continue
-            array = np.ascontiguousarray(array)
-            digest.update(f"{array.dtype.str}{array.shape}".encode())
-            digest.update(memoryview(array).cast("B"))
+            _hash_array(digest, array)
     return digest.hexdigest()
 
 
