@@ -53,11 +53,9 @@ def _read_raster(path: Path, channels: int, size_hint: tuple[int, int] | None) -
                 return np.repeat(x, 3, axis=0) if channels == 3 else x
             converted = im.convert("L" if channels == 1 else "RGB")
             x = np.asarray(converted, dtype=np.float32) / np.float32(255.0)  # [H, W] or [H, W, 3]
-    except OSError as exc:
-        if exc.errno is not None:   # the system's error (too many open files, a share gone), not the image's
-            raise
-        raise UnreadableImage(f"cannot be decoded ({type(exc).__name__}: {exc})") from exc
     except _pillow_errors() as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:   # the system's error (too many open files, a share
+            raise                                                # gone), not the image's
         raise UnreadableImage(f"cannot be decoded ({type(exc).__name__}: {exc})") from exc
     return x[None] if x.ndim == 2 else np.ascontiguousarray(x.transpose(2, 0, 1))  # [C, H, W]
 

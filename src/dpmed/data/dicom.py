@@ -46,11 +46,9 @@ def _open(path: Path, *, pixels: bool):
     pydicom = _pydicom(path)
     try:
         return pydicom.dcmread(path, stop_before_pixels=not pixels)
-    except OSError as exc:
-        if pixels and exc.errno is not None:   # the system's error, not the file's: the cache must not keep it
-            raise
-        raise UnreadableImage(f"is not a readable DICOM file ({type(exc).__name__}: {exc})") from exc
-    except (pydicom.errors.InvalidDicomError, EOFError, ValueError, KeyError) as exc:
+    except (pydicom.errors.InvalidDicomError, OSError, EOFError, ValueError, KeyError) as exc:
+        if pixels and isinstance(exc, OSError) and exc.errno is not None:   # the system's error, not the file's:
+            raise                                                          # the cache must not keep it
         raise UnreadableImage(f"is not a readable DICOM file ({type(exc).__name__}: {exc})") from exc
 
 
