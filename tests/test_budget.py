@@ -11,9 +11,10 @@ import pytest
 
 from dpmed import accounting
 from dpmed.budget import _total, check_budget, study_privacy
-from dpmed.config import load_study, plan_runs
+from dpmed.config import PrivacyBudget, load_study, plan_runs
 from dpmed.errors import PrivacyError
 from dpmed.mechanisms import PlanContext
+from dpmed.records import StudyPrivacy
 
 
 def _plans(study, n: int = 140):
@@ -263,3 +264,13 @@ def test_a_large_composed_local_eps_is_written_in_digits():
     """Before: "eps_image = 1.638e+04 per image" for two runs of 8,192 each, beside rows written "8,192"."""
     assert [_total(v) for v in (16384.0, 87808.0, 1024.0, 49.31927, 0.99942, 8.19249, 8.192, 1.0, 2.5e15, 1e15)] == [
         "16,384", "87,808", "1,024", "49.32", "0.9995", "8.193", "8.192", "1", "2.5e15", "1e15"]   # never rounded down
+
+
+def test_a_total_just_over_the_budget_never_reads_as_equal_to_it():
+    """Before: "cost eps = 8 at delta = 1e-05 ..., above the budget eps = 8" for a total of 8.00001 (rounded to
+    nearest); a total is rounded up, like every eps dpmed prints."""
+    privacy = StudyPrivacy(dp_sgd_runs=("dp_seed0", "dp_seed1"), not_private=(), local_dp=(), unit="patient",
+                           delta=1e-5, accountant="pld", dp_sgd_epsilon=8.00001, epsilon=8.00001, reproducible=False,
+                           statement="")
+    with pytest.raises(PrivacyError, match=r"cost eps = 8\.001 at delta = 1e-05 .* above the budget eps = 8;"):
+        check_budget(PrivacyBudget(epsilon=8, delta=1e-5), privacy)

@@ -36,6 +36,7 @@ from dpmed.config import PrivacyBudget, RunPlan
 from dpmed.errors import PrivacyError
 from dpmed.mechanisms import DpSgdPlan, mechanism_info, unit_words
 from dpmed.records import RunRecord, StudyPrivacy
+from dpmed.reporting.inputs import number_text
 
 __all__ = ["study_privacy", "check_budget"]
 
@@ -91,18 +92,9 @@ def _image_event(plan: RunPlan, ledger: accounting.Ledger | None):
 
 
 def _total(eps: float) -> str:
-    """A composed eps rounded up, never shown smaller than accounted: to four figures below 1,000, in whole digits up
-    to a million (16,384, not 1.638e+04), then as 2.5e15, as the report writes each run's."""
-    if not math.isfinite(eps) or eps <= 0:
-        return f"{eps:g}"
-    if eps >= 1e6:
-        exponent = math.floor(math.log10(eps))
-        return f"{math.ceil(eps / 10 ** exponent * 100 - 1e-9) / 100:g}e{exponent}"
-    if eps >= 1000:
-        return f"{math.ceil(eps - 1e-9):,}"
-    places = 3 - math.floor(math.log10(eps))
-    text = f"{math.ceil(eps * 10 ** places - 1e-9) / 10 ** places:.{places}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    """A composed eps to four figures, rounded up: never shown smaller than accounted (a total of 8.00001 over a
+    budget of 8 reads "8.001", not "8"), in digits up to a million (16,384, not 1.638e+04), then as 2.5e15."""
+    return number_text(eps, 4, up=True)
 
 
 def _local_statement(local: Sequence[_Released], composed: accounting.ImageComposition | None, dp: bool) -> str:
@@ -171,7 +163,7 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
                      f"{' and '.join(units)} do not compose into one eps (neighbours: "
                      + "; ".join(f"add/remove one {u}" for u in units) + ")")
     elif dp:
-        shown = f"eps = {dp_eps:.4g} at delta = {delta:.3g}" if dp_eps is not None else "no single eps"
+        shown = f"eps = {_total(dp_eps)} at delta = {delta:.3g}" if dp_eps is not None else "no single eps"
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; neighbours: add/remove one "
                      f"{unit}){why}")
     if not_private:
@@ -208,7 +200,7 @@ def check_budget(budget: PrivacyBudget, privacy: StudyPrivacy) -> None:
     if privacy.dp_sgd_epsilon is not None and privacy.dp_sgd_epsilon > budget.epsilon:
         raise PrivacyError(
             f"privacy_budget: the study's {len(privacy.dp_sgd_runs)} DP-SGD runs together cost eps = "
-            f"{privacy.dp_sgd_epsilon:.4g} at delta = {budget.delta:g} ({budget.accountant.upper()}; neighbours: "
+            f"{_total(privacy.dp_sgd_epsilon)} at delta = {budget.delta:g} ({budget.accountant.upper()}; neighbours: "
             f"add/remove one {privacy.unit}), above the "
             f"budget eps = {budget.epsilon:g}; drop runs (arms, values or seeds), lower their target_epsilon, or "
             "raise the budget")
