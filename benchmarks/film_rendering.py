@@ -43,7 +43,8 @@ from dpmed.data.transforms import resize
 from dpmed.evaluation import auroc, load_predictions, predict
 from dpmed.models import build_model
 from dpmed.records import read_record
-from dpmed.study import load_study_data, read_resolved
+from dpmed.outputs import read_resolved
+from dpmed.study import load_study_data
 
 __all__ = ["best_crops", "main"]
 

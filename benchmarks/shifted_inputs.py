@@ -31,7 +31,8 @@ from dpmed.data import ImageSet
 from dpmed.evaluation import auroc, load_predictions, predict, youden_threshold
 from dpmed.models import build_model
 from dpmed.records import read_record
-from dpmed.study import load_study_data, read_resolved
+from dpmed.outputs import read_resolved
+from dpmed.study import load_study_data
 
 __all__ = ["shifted", "transforms", "main"]
 

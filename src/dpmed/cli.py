@@ -1,4 +1,5 @@
-"""The command line: parsing and printing only; the work happens in `dpmed.study` and `dpmed.accounting`.
+"""The command line: parsing and printing only; the work happens in `dpmed.study`, `dpmed.outputs` and
+`dpmed.accounting`.
 
     dpmed run [STUDY] [--out DIR] [--data-path FILE] [--set KEY=VALUE ...] [--device cpu|cuda|auto]
     dpmed plan [STUDY] [the same options]       (every run's plan, the study's privacy, an estimated time; no training)
@@ -344,7 +345,7 @@ def _holder_note(study_dir: Path) -> str | None:
 def _report(args: argparse.Namespace) -> int:
     from dpmed.folders import StudyFolder
     from dpmed.reporting import summary_text
-    from dpmed.study import rebuild_outputs
+    from dpmed.outputs import rebuild_outputs
 
     _check_study_folder(args.dir)
     note = _holder_note(args.dir)
@@ -362,7 +363,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from dpmed.study import run_states
+    from dpmed.outputs import run_states
 
     _check_study_folder(args.dir)
     note = _holder_note(args.dir)

@@ -21,7 +21,8 @@ from dpmed.cli import main
 from dpmed.config import load_study
 from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder
-from dpmed.study import load_study_data, plan_study, read_resolved
+from dpmed.outputs import read_resolved
+from dpmed.study import load_study_data, plan_study
 
 # Reproducible privacy randomness: the audit is a 95 % test, so with fresh bits it would fail now and then by design;
 # the test needs the same bits every time (each run still draws its own, from its run id).

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import dpmed.executors
+import dpmed.outputs
 import dpmed.study
 from dpmed.cli import main
 
@@ -61,7 +62,7 @@ def test_a_full_disk_while_run_writes_the_study_folder_ends_in_one_line(tiny_tex
 def test_a_full_disk_while_report_writes_ends_in_one_line(tiny_study, tmp_path, monkeypatch, capsys):
     folder = tmp_path / "tiny"
     shutil.copytree(tiny_study, folder)
-    monkeypatch.setattr(dpmed.study, "write_outputs", _full)
+    monkeypatch.setattr(dpmed.outputs, "write_outputs", _full)
     assert main(["report", str(folder)]) == 2
     assert _error_line(capsys.readouterr().err) == (
         f"dpmed: error: cannot write to the output folder {folder}: No space left on device; free space on its disk, "

@@ -15,7 +15,7 @@ from dpmed.models.weights import file_sha256
 from dpmed.records import read_record
 from dpmed.reporting.inputs import ReportInputs
 from dpmed.reporting.pretraining_section import pretraining_section
-from dpmed.study import rebuild_outputs
+from dpmed.outputs import rebuild_outputs
 
 PRETRAIN = """
 pretrain:

@@ -10,7 +10,7 @@ import pytest
 from dpmed.evaluation import evaluate_utility
 from dpmed.evaluation.fairness import evaluate_fairness
 from dpmed.folders import StudyFolder
-from dpmed.study import write_outputs
+from dpmed.outputs import write_outputs
 
 N = 120                                                          # test images
 _RNG = np.random.default_rng(16)

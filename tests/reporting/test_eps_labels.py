@@ -69,7 +69,7 @@ def test_the_released_images_section_says_why_each_not_dp_run_is_not_dp(tmp_path
     import numpy as np
 
     from dpmed.folders import StudyFolder
-    from dpmed.study import write_outputs
+    from dpmed.outputs import write_outputs
 
     shift = PrivacyCard(mechanism="scalar_shift", is_dp=False, statement="NOT DP: one shift per image")
     laplace = make_record("lap_seed0", "lap").model_copy(update={"mechanism": "pixel_laplace", "privacy": LAPLACE})

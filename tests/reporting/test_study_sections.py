@@ -12,7 +12,7 @@ from dpmed.evaluation.fairness import evaluate_fairness
 from dpmed.folders import StudyFolder
 from dpmed.models import build_model
 from dpmed.reporting import results_frame
-from dpmed.study import write_outputs
+from dpmed.outputs import write_outputs
 
 RNG = np.random.default_rng(0)
 N = 60

@@ -16,7 +16,7 @@ from dpmed.mechanisms.dp_sgd import ReconstructionRecord
 from dpmed.records import AttackRecord
 from dpmed.reporting import SECTIONS
 from dpmed.reporting.threat_section import reconstructions_figure, threat_section
-from dpmed.study import write_outputs
+from dpmed.outputs import write_outputs
 
 RNG = np.random.default_rng(17)
 

@@ -1,5 +1,5 @@
 """Comparisons across the runs of a study, from their records and saved predictions: what privacy costs, with
-intervals. Computed by `dpmed.study` before the report is rendered, and written to comparisons.json.
+intervals. Computed by `dpmed.outputs` before the report is rendered, and written to comparisons.json.
 
 * **Paired differences** (METHODS.md sec. 4): every private run against the non-private run of the same seed (the
   first in study order), on the same seeded redraws of the test set that gave the runs their own intervals (of its
