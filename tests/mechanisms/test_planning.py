@@ -163,8 +163,19 @@ def test_a_released_count_is_what_q_t_and_delta_are_planned_from_and_its_eps_is_
 
 
 def test_a_count_drawn_below_the_batch_plans_q_1_and_a_target_under_the_count_eps_is_refused(write_study):
+    """The card states the count as released and the reconstruction baseline reads it: before, the card said "N = 20,
+    a count released at eps 0.05" for a count of 7, and kappa was 1/20, which made the risk bound look smaller."""
     plans = _sized(load_study(write_study(SIZED)), 7)
-    assert plans["dp"].n_units == 20 and plans["dp"].sample_rate == 1.0
+    dp = plans["dp"]
+    assert dp.n_units == 20 and dp.sample_rate == 1.0 and dp.released_units == 7
+    card = mechanism_info("dp_sgd").card(dp, accounting.Ledger((accounting.dp_sgd_event(
+        noise="gaussian", noise_multiplier=dp.noise_multiplier, sample_rate=1.0, steps=dp.steps),)), "secure")
+    assert ("N = 20, the expected batch: the count released at eps 0.05 (discrete Laplace), 7, is below it, so every "
+            "patient is in every step") in card.statement
+    assert mechanism_info("dp_sgd").reconstruction(dp).kappa == pytest.approx(1 / 7)
+    assert _sized(load_study(write_study(SIZED)), -3)["dp"].released_units == -3
+    assert mechanism_info("dp_sgd").reconstruction(_sized(load_study(write_study(SIZED)), -3)["dp"]).kappa == 0.5
+    assert _sized(load_study(write_study(SIZED)), 20)["dp"].released_units is None     # N is the count: as before
     with pytest.raises(ConfigError, match="target_epsilon 1 leaves nothing for training once the study's "
                                           "size_epsilon 1 is spent"):
         _sized(load_study(write_study(SIZED)), 140, epsilon=1.0)

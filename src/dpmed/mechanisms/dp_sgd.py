@@ -115,7 +115,9 @@ class DpSgdPlan(Strict):
     the planner as public, by a direct caller). expected_batch_size: the divisor of the noisy sum, q N fixed at
     planning: under add/remove the size of the private set is itself private, so training must not recompute it from
     the data it is handed (canaries or a neighbouring set would change it); None only for direct callers that plan
-    and train on one set."""
+    and train on one set. released_units: the DP count where it fell below the expected batch B, so that N is B
+    and q = 1 (every unit in every step); the card states it and the reconstruction bound's baseline reads it, not
+    B (a larger N would make the baseline, and the bound, look smaller); None otherwise."""
 
     mechanism: Literal["dp_sgd"] = "dp_sgd"
     noise_multiplier: float
@@ -127,6 +129,7 @@ class DpSgdPlan(Strict):
     unit: Literal["patient", "image"] = "image"
     expected_batch_size: float | None = None
     n_units: int = 0
+    released_units: int | None = None
     size_epsilon: float = 0.0
     delta: float = 1e-5
     accountant: str = "pld"
@@ -296,7 +299,8 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
         sigma = context.cache[key]
     plan = DpSgdPlan(noise_multiplier=sigma, max_grad_norm=swept["max_grad_norm"], sample_rate=q, steps=steps,
                      noise=arm.noise, sampling=arm.sampling, unit=unit, expected_batch_size=q * n_units,
-                     n_units=n_units, size_epsilon=size_epsilon, delta=delta, accountant=accountant,
+                     n_units=n_units, released_units=released if released < n_units else None,
+                     size_epsilon=size_epsilon, delta=delta, accountant=accountant,
                      accountant_note=note, target_epsilon=target, noise_given=swept.get("noise_multiplier") is not None,
                      patients_known=context.patients_known, max_images_per_patient=arm.max_images_per_patient,
                      image_cap_key="study" if arm.max_images_per_patient is not None else None, attack=arm.attack)
@@ -333,6 +337,9 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         neighbours = neighbours.replace("one training image", f"one {unit_words(plan.unit, cap)}")
     size = (f"N = {plan.n_units}, a count released at eps {plan.size_epsilon:g} (discrete Laplace)"
             if plan.size_epsilon else f"N = {plan.n_units}, taken as public")
+    if plan.released_units is not None:
+        size = (f"N = {plan.n_units}, the expected batch: the count released at eps {plan.size_epsilon:g} (discrete "
+                f"Laplace), {plan.released_units}, is below it, so every {plan.unit} is in every step")
     params = (f"{plan.unit}s: {size}, q = {plan.sample_rate:.4g}, T = {ledger.dp_sgd_steps}, "
               f"sigma = {plan.noise_multiplier:.4g}, C = {plan.max_grad_norm:g}"
               + (", Laplace noise, L1 clipping" if plan.noise == "laplace" else ""))
@@ -399,12 +406,18 @@ class ReconstructionRecord(Strict):
     unit: Literal["patient", "image"]
 
 
+def _baseline_units(plan: DpSgdPlan) -> int:
+    """The N of the baseline kappa = 1 / N: the released count, also where it fell below the batch (at least 2: a
+    count drawn at 1 or below is a set too small to say more of than a coin flip)."""
+    return max(2, plan.released_units) if plan.released_units is not None else plan.n_units
+
+
 def _reconstruction(plan: DpSgdPlan) -> ReconstructionRecord | None:
     """Only for Gaussian noise with Poisson sampling, the setting the bounds are proved for."""
     if plan.noise != "gaussian" or plan.sampling != "poisson":
         return None
     risk = accounting.reconstruction_risk(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
-                                          steps=plan.steps, kappa=accounting.default_kappa(plan.n_units),
+                                          steps=plan.steps, kappa=accounting.default_kappa(_baseline_units(plan)),
                                           unit=plan.unit, size_epsilon=plan.size_epsilon)
     return ReconstructionRecord(**risk.to_dict(), unit=plan.unit)
 
