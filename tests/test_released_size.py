@@ -139,3 +139,5 @@ def test_several_released_counts_are_told_apart_each_with_its_guarantee():
                     "was planned from)")
     assert describe_counts({"patients": 9}, 0.02, symbols=True) == (
         "about 9 patients (a DP count: ε 0.02, δ 0, add/remove one of what it counts; a DP-SGD run's ε includes it)")
+    assert describe_counts({"patients": -100}, 0.02).startswith(       # before: "about -100 patients"
+        "patients: -100 as drawn (the noise outweighs so few) (a DP count: eps 0.02")
