@@ -257,7 +257,7 @@ def _plan(args: argparse.Namespace) -> int:
     n_train = len(ds.train)
     print(f"study {study.name}: {len(prepared.plans)} runs planned as `dpmed run` would; nothing is trained")
     print(f"data: {ds.name}, {n_train}/{len(ds.val)}/{len(ds.test)} train/val/test images of shape {shape}, task "
-          f"{ds.task.kind}, "
+          f"{ds.task.describe()}, "
           + (f"{len(set(ds.train.patient_ids.tolist()))} training patients" if ds.patients_known
              else "no patient ids (each image counts as its own patient)")
           + f" (read and prepared in {prepared.load_seconds:.0f} s)")

@@ -87,6 +87,7 @@ def test_plan_shows_every_run_as_run_then_made_it_and_trains_nothing(tiny_study,
     assert re.search(r"^study privacy: the 1 DP-SGD runs together: eps = [0-9.]+ at delta = 1e-05", text, re.M)
     assert "privacy budget: none set" in text
     assert "start: random initialisation; every parameter trains" in text
+    assert "task binary (positive class opacity, label 1; negative normal, label 0)" in text   # before: "task binary"
     # a fast machine trains this tiny study in under half a second, so "about 0:00" is a right answer here
     assert re.search(r"^estimated time: about \d+:\d\d for `dpmed run`: \d+:\d\d to read the data", text, re.M)
     assert re.search(r"how: timed now on cpu .*DP-SGD", text)

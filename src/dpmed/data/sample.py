@@ -117,6 +117,14 @@ class Task:
     def num_outputs(self) -> int:
         return len(self.label_names)
 
+    def describe(self) -> str:
+        """The task as the terminal states it, naming the positive class of a binary task: class folders are read
+        in sorted order, so "abnormal" before "normal" would make normal the positive class without a word."""
+        if self.kind == "binary" and len(self.label_names) == 2:
+            return (f"binary (positive class {self.label_names[1]}, label 1; negative {self.label_names[0]}, "
+                    "label 0)")
+        return f"{self.kind} ({', '.join(self.label_names)})" if self.label_names else self.kind
+
 
 @dataclass(frozen=True, eq=False)
 class Dataset:

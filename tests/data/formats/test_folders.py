@@ -407,3 +407,33 @@ def test_aspect_crop_decodes_the_central_square_of_a_wide_film(tmp_path, write_i
     cropped = Preprocessing(size=(16, 16), aspect="crop").apply(raw)[0, 0]
     stretched = Preprocessing(size=(16, 16)).apply(raw)[0, 0]
     assert np.ptp(cropped[0]) < 0.6 * np.ptp(stretched[0])                 # half the ramp, not all of it
+
+
+def test_sorted_class_folders_name_their_positive_class_and_labels_reorder_them(tmp_path, write_image):
+    """Folders are read in sorted order, so abnormal/ before normal/ makes normal the positive class: the task says
+    so (the terminal prints it) and data.labels turns it round."""
+    for cls in ("normal", "abnormal"):
+        for i in range(4):
+            write_image(tmp_path / "xr" / cls / f"{cls}_{i}.png", level=60 + 40 * i)
+    split = SplitPlan(val_fraction=0.25, test_fraction=0.25)
+    assert _load(tmp_path / "xr", split=split).task.describe() == (
+        "binary (positive class normal, label 1; negative abnormal, label 0)")
+    assert _load(tmp_path / "xr", labels=("normal", "abnormal"), split=split).task.describe() == (
+        "binary (positive class abnormal, label 1; negative normal, label 0)")
+
+
+def test_plan_tells_the_data_summary_before_a_refusal_it_may_explain(tmp_path, write_image, capsys):
+    """A batch above the training set is refused at planning; the summary saying that rows were left out (a patient
+    in two published splits) comes first. Before, `dpmed plan` never printed it and `dpmed run` only after
+    planning, so the refusal's count of training images was unexplained."""
+    from dpmed.cli import main
+
+    _kermany(tmp_path / "chest_xray", write_image)
+    study = tmp_path / "study.yaml"
+    study.write_text("name: tiny-folders\nseeds: [0]\ndata: {source: folders, path: chest_xray, image_size: 16}\n"
+                     "model: {name: small_cnn}\ntraining: {epochs: 1, batch_size: 500}\n"
+                     "arms:\n  - {name: non-private, mechanism: none}\n")
+    assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--no-estimate"]) == 2
+    err = capsys.readouterr().err
+    summary = err.index("1 patients are in two published splits: left out their 1 images outside the higher split")
+    assert summary < err.index("dpmed: error: arm 'non-private': training.batch_size 500 exceeds")
