@@ -240,6 +240,8 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     start = time.perf_counter()
     dataset = load_study_data(study)
     load_seconds = time.perf_counter() - start
+    if dataset.source.get("summary"):   # before planning, whose refusals (a batch above the set) it may explain
+        _log.info("data: %s", dataset.source["summary"])
     fingerprint = data_fingerprint(dataset)
     context = plan_context(dataset)
     needed = needed_sizes(study, context)
@@ -345,9 +347,7 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
         folder, dataset, plans = prepared.folder, prepared.dataset, prepared.plans
         _log.info("data: %s, %d/%d/%d train/val/test images of shape %s, task %s (%.0f s to prepare)", dataset.name,
                   len(dataset.train), len(dataset.val), len(dataset.test), dataset.train.image_shape,
-                  dataset.task.kind, prepared.load_seconds)
-        if dataset.source.get("summary"):
-            _log.info("data: %s", dataset.source["summary"])
+                  dataset.task.describe(), prepared.load_seconds)
         _log.info("study privacy: %s", prepared.privacy.statement)
         folder.runs.mkdir(parents=True, exist_ok=True)
         withdraw_leftovers(folder)
