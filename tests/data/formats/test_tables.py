@@ -102,6 +102,28 @@ def test_generic_csv_binary_with_columns(table, load_layout, no_patient_crosses)
     assert sum(map(len, (d.train, d.val))) == 12 and set(d.train.sex) <= {"female", "male"}
 
 
+def test_generic_csv_a_named_sex_or_age_column_of_which_nothing_reads_is_refused(table):
+    """Before: a sex column coded 0/1 made every image's sex unknown without a word, and the report said the data
+    record no sex. One odd value among readable ones stays unknown, as before."""
+    columns = {"path": "file", "sex": "gender", "age": "years"}
+    lines = table.read_text().splitlines()
+    coded = [",".join(f[:4] + [str("FM".index(f[4])) if f[4] in "FM" else f[4]] + f[5:])
+             for f in (line.split(",") for line in lines[1:])]
+    table.write_text("\n".join([lines[0], *coded]) + "\n")
+    with pytest.raises(DataError, match=r"labels.csv: no value of the sex column 'gender' \(data.columns.sex\) reads "
+                                        r"as a sex \(it holds '0', '1', \.\.\.\); write M/F or male/female, or "
+                                        r"remove 'sex' from data.columns"):
+        read_csv_table(table, columns=columns, labels=["opacity"])
+    table.write_text("\n".join([lines[0], *(line.replace(f",{20 + i},", f",{20 + i} years,")
+                                           for i, line in enumerate(lines[1:]))]) + "\n")
+    with pytest.raises(DataError, match=r"no value of the age column 'years' \(data.columns.age\) reads as an age "
+                                        r"\(it holds '20 years', '21 years', '22 years', '23 years', \.\.\.\)"):
+        read_csv_table(table, columns=columns, labels=["opacity"])
+    table.write_text("\n".join([lines[0], lines[1].replace(",F,", ",X,"), *lines[2:]]) + "\n")
+    m = read_csv_table(table, columns=columns, labels=["opacity"])
+    assert m.sex.tolist().count("unknown") == 1 and (m.sex != "unknown").sum() == 15
+
+
 def test_generic_csv_multilabel_and_multiclass(table, tmp_path):
     m = read_csv_table(table, columns={"path": "file"}, labels=["opacity", "effusion"])
     assert m.task.kind == "multilabel" and m.labels.shape == (16, 2) and m.labels[2].tolist() == [0.0, 1.0]

@@ -17,7 +17,7 @@ import numpy as np
 
 from dpmed.data.formats.table_reading import (Flags, class_index, csv_line, dataset_folder, first_existing,
                                               index_images, patient_column, read_table, table_manifest)
-from dpmed.data.manifest import Manifest, parse_splits
+from dpmed.data.manifest import Manifest, parse_age, parse_sex, parse_splits
 from dpmed.data.sample import Task, TaskKind
 from dpmed.errors import DataError
 
@@ -163,6 +163,7 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
     for i in (i for i, v in enumerate(values) if not v):
         flags(i, "missing image", f"{columns['path']} is blank; fill in the image's path, or delete the row")
     n = len(frame)
+    _refuse_unread_attributes(frame, columns, table)
     splits = [""] * n
     if "split" in columns:
         splits, bad = parse_splits(frame[columns["split"]])
@@ -180,6 +181,24 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
         notes={"format": "csv", "columns": dict(columns), "labels": list(labels),
                "patients_known": "patient" in columns},
         description=f"Table {table.name}: {kind} labels from {', '.join(labels)}.", problems=flags)
+
+
+def _refuse_unread_attributes(frame, columns: Mapping[str, str], table: Path) -> None:
+    """DataError where the study names a sex or age column of which no filled-in value reads as one: a column of
+    0/1 sex codes (which is which differs between publishers) or of ages written "45 years" would otherwise leave
+    every image's attribute unknown, and the report would say the data record none. Single odd values stay unknown,
+    as for any publisher's table (`parse_sex`, `parse_age`)."""
+    for key, noun, unread, remedy in (
+            ("sex", "a sex", lambda v: parse_sex(v) == "unknown", "write M/F or male/female"),
+            ("age", "an age", lambda v: np.isnan(parse_age(v)[0]),
+             "write ages in years (45, 45.5) or as DICOM does (045Y)")):
+        if key not in columns:
+            continue
+        filled = [str(v).strip() for v in frame[columns[key]] if str(v).strip()]
+        if filled and unread(filled).all():
+            shown = ", ".join(repr(v[:20]) for v in list(dict.fromkeys(filled))[:4])
+            raise DataError(f"{table}: no value of the {key} column {columns[key]!r} (data.columns.{key}) reads as "
+                            f"{noun} (it holds {shown}, ...); {remedy}, or remove '{key}' from data.columns")
 
 
 def _refuse_classes_without_rows(parsed: list[int | None], count: int, column: str, table: Path) -> None:
