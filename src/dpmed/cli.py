@@ -259,7 +259,8 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"data: {ds.name}, {n_train}/{len(ds.val)}/{len(ds.test)} train/val/test images of shape {shape}, task "
           f"{ds.task.describe()}, "
           + (f"{len(set(ds.train.patient_ids.tolist()))} training patients" if ds.patients_known
-             else "no patient ids (each image counts as its own patient)")
+             else "no patient ids (each image counts as its own patient: a patient column (source: csv), DICOM's "
+                  "PatientID or Kermany's file names give them)")
           + f" (read and prepared in {prepared.load_seconds:.0f} s)")
     if prepared.sizes:
         print(f"size: DP-SGD plans from the training set's size as released: "

@@ -315,8 +315,9 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
 def _unit_note(plan: DpSgdPlan) -> str | None:
     """What an image-unit card says about patients where it states no patient guarantee (None otherwise)."""
     if not plan.patients_known:
-        return ("the dataset publishes no patient ids, so the unit is one image: a patient with several images is "
-                "protected only as a group of them (group privacy), and how many such patients there are is unknown")
+        return ("no patient ids are known for these images (the dataset, as read, names none), so the unit is one "
+                "image: a patient with several images is protected only as a group of them (group privacy), and how "
+                "many such patients there are is unknown")
     if plan.unit == "image" and plan.patient_guarantee is None:
         # The most images any one patient has is a statistic of the training set: told to the user only (`dpmed.study`)
         return ("the unit is one image although the dataset records patients: a patient with k images is protected "
