@@ -490,3 +490,20 @@ def test_a_change_that_rounds_to_none_reads_as_a_sentence_and_as_0():
                                "without privacy (seeds: "), sentence
     assert [_per100(v) for v in (-0.004, 0.004, -0.0, -0.07, 0.07, None)] == ["0", "0", "0", "-7", "+7", "–"]
     assert [_signed(v) for v in (-0.0004, 0.0004, -0.012, 0.012)] == ["0.000", "0.000", "-0.012", "+0.012"]
+
+
+def test_an_unchanged_false_alarm_rate_reads_as_one_sentence_with_its_interval():
+    """Before: "wrongly flags about as many class_0 cases as class_1 as without privacy (95% CI: none)"."""
+    from dpmed.comparisons import Difference, PairedDifference
+    from dpmed.reporting.clinical import case_sentence
+
+    def paired(value, low, high):
+        return PairedDifference(value=value, low=low, high=high, p_value=1.0, defined_redraws=200)
+
+    single = Difference(run_id="dp_seed0", label="eps 8", arm="dp", mechanism="dp_sgd", seed=0,
+                        reference_run="base_seed0", epsilon=8.0, auroc_difference=paired(-0.01, -0.02, 0.0),
+                        sensitivity_difference=paired(-0.05, -0.12, 0.01), specificity_difference=paired(0, 0, 0))
+    sentence = case_sentence(privacy="ε 8", kind="binary", positive="class_1", negative="class_0", level="95%",
+                             single=single)
+    assert sentence == ("At ε 8 the model misses about 5 more of every 100 class_1 cases (95% CI: 1 fewer to 12 more) "
+                        "and wrongly flags about as many class_0 cases as without privacy (95% CI: no change).")

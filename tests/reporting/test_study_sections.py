@@ -11,8 +11,8 @@ from dpmed.evaluation.explanations import explain_test_set
 from dpmed.evaluation.fairness import evaluate_fairness
 from dpmed.folders import StudyFolder
 from dpmed.models import build_model
-from dpmed.reporting import results_frame
 from dpmed.outputs import write_outputs
+from dpmed.reporting import results_frame
 
 RNG = np.random.default_rng(0)
 N = 60
@@ -108,3 +108,13 @@ def test_each_all_zero_count_is_attached_to_the_metrics_its_maps_feed(tmp_path, 
     assert "energy" not in predicted and "pointing" not in predicted and "dp_eps1" not in predicted   # 0: unsaid
     assert "lesion-mask energy and the pointing game" in lesion and "0 energy and misses" in lesion
     assert "np_seed0: 2 of 4, dp_eps1_C1_seed0: 1 of 4" in lesion and "Average Drop" not in lesion
+
+
+def test_a_label_correlation_without_r_gives_its_reason_not_a_p_value():
+    """Before: "– (p one variable is constant)" in the across-labels table."""
+    from dpmed.comparisons.correlations import Correlation
+    from dpmed.reporting.study_sections import _r_with_p
+
+    assert _r_with_p(Correlation(r=None, p_value=None, n=3, reason="one variable is constant")) == (
+        "– (one variable is constant)")
+    assert _r_with_p(Correlation(r=0.4123, p_value=0.0312, n=5)) == "+0.412 (p 0.0312)"

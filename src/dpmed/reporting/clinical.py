@@ -64,7 +64,7 @@ def _count(x: float, more: str, fewer: str) -> str:
 def _range(low: float, high: float, more: str, fewer: str) -> str:
     a, b = round(low), round(high)
     if a == b:
-        return _count(a, more, fewer)
+        return "no change" if a == 0 else _count(a, more, fewer)      # not "95% CI: none"
     if a > 0 or b < 0:                             # one side of zero: "4 to 19 more"
         return f"{min(abs(a), abs(b))} to {max(abs(a), abs(b))} {more if a > 0 else fewer}"
     return f"{_count(a, more, fewer)} to {_count(b, more, fewer)}"
@@ -114,7 +114,8 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
     neg = negative or "negative"
     if kind == "binary" and sens is not None and spec is not None and mean(sens) is not None:
         missed = _about(-100 * mean(sens), f"misses{avg}", "more", "fewer", f"{pos} cases", baseline)
-        alarms = _about(-100 * mean(spec), f"wrongly flags{avg}", "more", "fewer", f"{neg} cases as {pos}", baseline)
+        alarms = _about(-100 * mean(spec), f"wrongly flags{avg}", "more", "fewer", f"{neg} cases as {pos}", baseline,
+                        same=f"{neg} cases")         # not "about as many normal cases as opacity as without privacy"
         return (f"{lead} {missed}{interval(sens, 'more', 'fewer')} and {alarms}"
                 f"{interval(spec, 'more', 'fewer')}.")
     if acc is not None and mean(acc) is not None:

@@ -45,6 +45,12 @@ def _r(entry: Correlation) -> tuple[str, str]:
     return f"{entry.r:+.3f}", f"{entry.p_value:.3g}"
 
 
+def _r_with_p(entry: Correlation) -> str:
+    """"+0.412 (p 0.03)", or "– (why)" where r is undefined (before: "– (p one variable is constant)")."""
+    r, p = _r(entry)
+    return f"{r} (p {p})" if entry.r is not None else f"{r} ({p})" if p else r
+
+
 def _none_defined(correlations: Sequence[Correlation], what: str) -> str | None:
     """One sentence where no correlation has an r (a sweep of two eps values gives none): a table of dashes says
     less. None where some r is defined."""
@@ -404,10 +410,8 @@ def comparison_section(inputs: ReportInputs) -> str:
                                f"<th>seeds with p &lt; 0.05</th></tr>{body}</table>"))
     labels = comparisons.correlations.auroc_drop_vs_label
     if labels:
-        body = "".join(f"<tr><td>{_e(c.run_id)}</td><td class=num>{_r(c.drop_vs_positive_count)[0]} "
-                       f"(p {_r(c.drop_vs_positive_count)[1]})</td><td class=num>"
-                       f"{_r(c.drop_vs_nonprivate_auroc)[0]} (p {_r(c.drop_vs_nonprivate_auroc)[1]})</td></tr>"
-                       for c in labels)
+        body = "".join(f"<tr><td>{_e(c.run_id)}</td><td class=num>{_r_with_p(c.drop_vs_positive_count)}</td>"
+                       f"<td class=num>{_r_with_p(c.drop_vs_nonprivate_auroc)}</td></tr>" for c in labels)
         parts.append("<p>Across labels, Pearson r between each label's AUROC drop (non-private minus private) and "
                      "its positive test count, and its non-private AUROC (Tayebi Arasteh, Ziller et al. 2023):</p>"
                      "<table><tr><th>run</th><th>drop vs positives</th><th>drop vs non-private AUROC</th></tr>"
