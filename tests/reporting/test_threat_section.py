@@ -13,10 +13,10 @@ from dpmed import accounting
 from dpmed.attack import clopper_pearson
 from dpmed.folders import StudyFolder
 from dpmed.mechanisms.dp_sgd import ReconstructionRecord
+from dpmed.outputs import write_outputs
 from dpmed.records import AttackRecord
 from dpmed.reporting import SECTIONS
 from dpmed.reporting.threat_section import reconstructions_figure, threat_section
-from dpmed.outputs import write_outputs
 
 RNG = np.random.default_rng(17)
 
