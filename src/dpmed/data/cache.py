@@ -95,8 +95,8 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
 
     Each file is decoded at the preprocessing's channel count (or the first readable file's) and, when a size is
     set, resized to it, then min-max and equalisation run per image (:class:`~dpmed.data.transforms.Preprocessing`;
-    ``normalize`` is not applied here). Without a size every image must have the first readable image's size; one
-    that differs is a failure that says to set data.image_size. Decoding runs in ``workers`` threads (default: the
+    ``normalize`` is not applied here). Without a size every image must have the first readable image's size: any
+    that differs is a DataError that says to set data.image_size (not a bad row that skip_invalid would drop). Decoding runs in ``workers`` threads (default: the
     CPU count, at most 8; Pillow and torch release the GIL while they work).
     """
     start = time.perf_counter()
@@ -129,6 +129,7 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     per_image = replace(preprocessing, size=preprocessing.size, channels=None)  # channels are set at decode
     unread: set[int] = set()
     check_size = preprocessing.size is None
+    wrong_size: dict[int, tuple[int, int]] = {}
 
     def decode(i: int) -> str | None:
         try:
@@ -139,8 +140,8 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
             unread.add(i)
             return f"cannot be read ({type(exc).__name__}: {exc})"
         if check_size and tuple(x.shape[1:]) != tuple(size):
-            return (f"is {x.shape[1]}x{x.shape[2]} px but the dataset's first image is {size[0]}x{size[1]}; set "
-                    "data.image_size to resize every image to one size")
+            wrong_size[i] = (x.shape[1], x.shape[2])
+            return "wrong size"
         images[i] = per_image.apply(x[None])[0]
         return None
 
@@ -148,6 +149,11 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
         with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
             outcomes = list(pool.map(decode, range(n), chunksize=16))
         failures = {i: reason for i, reason in enumerate(outcomes) if reason is not None}
+        if wrong_size:   # one setting, not bad rows: skip_invalid would leave out every image of another size
+            i = min(wrong_size)
+            raise DataError(f"{len(wrong_size)} of {n} images differ in size from the first readable one "
+                            f"({size[0]}x{size[1]} px), e.g. {paths[i]} is {wrong_size[i][0]}x{wrong_size[i][1]} px; "
+                            "set data.image_size to resize every image to one size")
         if cache_dir is not None:
             assert tmp is not None and key is not None
             images.flush()

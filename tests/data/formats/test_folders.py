@@ -293,8 +293,12 @@ def test_a_folder_without_class_folders_says_it_holds_no_images_not_that_labels_
 def test_images_of_different_sizes_need_image_size(tmp_path, write_image):
     root = _kermany(tmp_path / "chest_xray", write_image)
     write_image(root / "train/NORMAL/IM-0001-0002.jpeg", size=(30, 30))
-    with pytest.raises(DataError, match=r"IM-0001-0002.jpeg is 30x30 px .* set data.image_size"):
+    message = (r"^1 of 21 images differ in size from the first readable one \(20x24 px\), e\.g\. \S+/train/NORMAL/"
+               r"IM-0001-0002\.jpeg is 30x30 px; set data.image_size to resize every image to one size$")
+    with pytest.raises(DataError, match=message):
         _load(root, image_size=None)
+    with pytest.raises(DataError, match=message):    # before: counted as an unreadable row, which this would drop
+        _load(root, image_size=None, skip_invalid=True)
 
 
 def test_options_the_source_does_not_read_are_errors(tmp_path, write_image):
