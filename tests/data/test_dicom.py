@@ -116,9 +116,14 @@ def test_folder_of_dicom_files_takes_patients_from_the_header(tmp_path):
     (tmp_path / "cxr" / "normal" / "normal5.dcm").write_bytes(b"DICM but not really")
     with pytest.raises(DataError, match=r"normal/normal5.dcm: image normal/normal5.dcm is not a readable DICOM"):
         load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)
+    cut = tmp_path / "cxr" / "nodule" / "nodule5.dcm"       # cut inside its header, before PatientID
+    cut.write_bytes(cut.read_bytes()[:300])
+    with pytest.raises(DataError, match=r"2 of 12 rows cannot be used \(2 unreadable image\); the first 2:\n  - "
+                                        r"nodule/nodule5.dcm: image nodule/nodule5.dcm is a DICOM file without pixel data"):
+        load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)
     d = load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None,
                      skip_invalid=True, split=SplitPlan(val_fraction=0.25, test_fraction=0.25))
-    assert d.source["patient_key"]["dicom_patient_id"] == 11 and d.source["left_out_invalid"]["count"] == 1
+    assert d.source["patient_key"]["dicom_patient_id"] == 10 and d.source["left_out_invalid"]["count"] == 2
     ids = [set(s.patient_ids) for s in (d.train, d.val, d.test)]
     assert set().union(*ids) == {"P0", "P1", "P2", "P3"} and not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
     assert {"female", "male"} == set(np.concatenate([s.sex for s in (d.train, d.val, d.test)]))

@@ -142,6 +142,10 @@ def peek_dicom(path: Path) -> tuple[int, tuple[int, int]]:
 
 def read_dicom_header(path: Path) -> dict[str, str]:
     """PatientID, PatientSex and PatientAge as stored ("" where absent): folders of DICOM files carry their patient
-    in the header, so the folder reader takes patient ids and demographics from here."""
+    in the header, so the folder reader takes patient ids and demographics from here. UnreadableImage for a header
+    without Rows / Columns: pydicom reads a file cut short inside its header without a word, and its missing
+    PatientID would otherwise be taken for a file that names no patient."""
     ds = _open(path, pixels=False)
+    if "Rows" not in ds or "Columns" not in ds:
+        raise UnreadableImage("has no Rows / Columns in its header: cut short, or not an image")
     return {key: str(ds.get(key, "") or "") for key in ("PatientID", "PatientSex", "PatientAge")}
