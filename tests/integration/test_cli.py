@@ -179,6 +179,34 @@ def test_a_report_rebuilt_for_an_older_dp_sgd_record_keeps_its_wall_time_private
     assert folder.private.stat().st_mode & 0o777 == 0o700       # where it went, other users of the machine cannot
 
 
+def test_dpmed_run_over_an_older_folder_withdraws_its_dp_sgd_timing_and_keeps_the_private_copy(
+        tiny_study, tiny_study_file, tmp_path, capsys):
+    """The `dpmed run` path (the report path is the test above). An older run.json with the seconds and no private
+    copy: they move to private/. One with only the step it resumed from beside a full private timing.json: the step
+    leaves run.json and the private seconds are not overwritten by the record's empty ones."""
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / tiny_study.name)
+    folder = StudyFolder(out / tiny_study.name)
+    dp = [p for p in sorted(folder.runs.glob("*/run.json")) if read_record(p).mechanism == "dp_sgd"]
+    seconds_only = step_only = read_record(dp[0])         # the tiny study's one DP-SGD run, in both cases
+    folder.run(seconds_only.run_id).timing.unlink()
+    older = seconds_only.timing.model_copy(update={"train_seconds": 1234.5678, "total_seconds": 2345.6789})
+    dp[0].write_text(seconds_only.model_copy(update={"timing": older}).model_dump_json(indent=2))
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0
+    assert "1 DP-SGD run.json file(s) written by an older dpmed held the run's wall time" in capsys.readouterr().err
+    public = [p for p in folder.root.rglob("*") if p.is_file() and "private" not in p.relative_to(folder.root).parts]
+    assert not [p for p in public if b"1234.5" in p.read_bytes() or b"2345.6" in p.read_bytes()]
+    assert read_timing(folder.run(seconds_only.run_id).timing).train_seconds == 1234.5678
+
+    kept = read_timing(folder.run(step_only.run_id).timing)
+    resumed = step_only.timing.model_copy(update={"train_seconds": None, "total_seconds": None, "resumed_from": 3})
+    dp[0].write_text(step_only.model_copy(update={"timing": resumed}).model_dump_json(indent=2))
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0
+    assert "said whether the run resumed" in capsys.readouterr().err
+    assert read_record(dp[0]).timing.resumed_from is None
+    assert read_timing(folder.run(step_only.run_id).timing) == kept and kept.train_seconds == 1234.5678
+
+
 def test_a_damaged_predictions_file_leaves_its_comparisons_out_and_says_so(quickstart, tmp_path, capsys):
     """Before: `dpmed report` (and `dpmed run` after skipping the finished runs) ended in a traceback."""
     copy = tmp_path / "quickstart"
