@@ -116,9 +116,11 @@ def test_another_model_or_other_data_refuse_to_mix_with_finished_runs(quickstart
     assert before == {p: (p.stat().st_ino, p.read_bytes()) for p in quickstart.glob("runs/*/run.json")}
 
 
-def test_the_data_fingerprint_is_private(quickstart):
-    """It is a function of the training images: a shareable file holding it would be outside every eps."""
-    fingerprint = (quickstart / "private" / "data_fingerprint").read_text()
+@pytest.mark.parametrize("name", ["data_fingerprint", "attributes_fingerprint"])
+def test_the_data_fingerprints_are_private(quickstart, name):
+    """Functions of the training images, and of every split's sex, age and masks: a shareable file holding either
+    would be outside every eps."""
+    fingerprint = (quickstart / "private" / name).read_text()
     assert re.fullmatch(r"[0-9a-f]{64}", fingerprint)
     public = [p for p in quickstart.rglob("*") if p.is_file() and "private" not in p.relative_to(quickstart).parts]
     assert public and not [p for p in public if fingerprint.encode() in p.read_bytes()]

@@ -36,9 +36,11 @@ def test_a_run_that_fails_after_training_leaves_no_model_where_files_are_shared(
     stray = study / "runs" / "dropped_seed0"
     stray.mkdir()
     (stray / "model.pt").write_bytes(b"weights")
+    killed = study / "runs" / finished[0].name / f".model.pt.{2 ** 22 + 12345}.tmp"   # its writer is gone
+    killed.write_bytes(b"half a model")
     capsys.readouterr()
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 0
-    assert not (stray / "model.pt").exists()
+    assert not (stray / "model.pt").exists() and not killed.exists()
     assert "dropped_seed0: unfinished; deleted its model.pt from the shareable folder" in capsys.readouterr().err
     assert all((p / "model.pt").is_file() for p in (study / "runs").iterdir() if (p / "run.json").is_file())
 
