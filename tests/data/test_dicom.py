@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmed.data import SplitPlan, load_dataset
+from dpmed.data import Preprocessing, SplitPlan, load_dataset
 from dpmed.data import dicom
 from dpmed.data.decoding import UnreadableImage, read_image
 from dpmed.data.dicom import voi_window
@@ -184,3 +184,24 @@ def test_a_dicom_file_with_a_blank_patient_id_names_no_patient_whatever_its_name
                  patient="  ")
     with pytest.raises(DataError, match=r"1 of 13 images name no patient \(e.g. normal/P00/IM-0003-0001.dcm\)"):
         load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)
+
+
+def test_a_dicom_file_the_system_could_not_open_is_not_cached_as_unreadable(tmp_path, monkeypatch):
+    """As for PNG and JPEG (test_cache): an OSError of the system (a full file table) inside pydicom passes through
+    the decoder, so the cache does not store the file as "not a readable DICOM file" for every later study."""
+    pydicom = pytest.importorskip("pydicom")
+    from dpmed.data.cache import decode_images
+
+    rng = np.random.default_rng(0)
+    paths = [_write_dicom(tmp_path / f"{i}.dcm", rng.integers(0, 4096, (10, 10))) for i in range(4)]
+    real = pydicom.dcmread
+
+    def once(path, *args, **kw):
+        if str(path) == str(paths[2]) and not kw.get("stop_before_pixels"):
+            raise OSError(24, "Too many open files")
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(pydicom, "dcmread", once)
+    first = decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=tmp_path / "cache")
+    assert list(first.failures) == [2] and "Too many open files" in first.failures[2]
+    assert not list((tmp_path / "cache").glob("*.npy"))
