@@ -150,3 +150,33 @@ def test_of_several_processes_finding_one_stale_lock_exactly_one_takes_it(tmp_pa
     for p in procs:
         p.join(30)
     assert answers == ["refused"] * 3 + ["took"]
+
+
+def test_guard_is_best_effort_where_the_filesystem_refuses_flock(tmp_path, monkeypatch):
+    """Some network filesystems refuse flock (ENOLCK): the guard then only serialises nothing, and `dpmed plan` and
+    `dpmed run` must go on rather than stop with an OSError. The folder's descriptor is closed either way."""
+    import errno
+
+    from dpmed import lock
+
+    if lock.fcntl is None:
+        pytest.skip("no fcntl on this platform: the guard is a no-op there")
+    opened = []
+    real_open = os.open
+
+    def track(*args, **kwargs):
+        fd = real_open(*args, **kwargs)
+        opened.append(fd)
+        return fd
+
+    def refused(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(lock.os, "open", track)
+    monkeypatch.setattr(lock.fcntl, "flock", refused)
+    ran = []
+    with lock.guard(tmp_path):
+        ran.append(True)
+    assert ran == [True] and len(opened) == 1
+    with pytest.raises(OSError):
+        os.fstat(opened[0])                     # closed

@@ -208,3 +208,14 @@ def test_a_cache_entry_you_cannot_read_is_named_as_another_user_s(tmp_path, writ
     with pytest.raises(DataError, match=r"is not readable by you: .* set a data.cache_dir of your own") as raised:
         decode_images(paths, pre, cache_dir=tmp_path / "cache")
     assert "delete" not in str(raised.value)
+
+
+def test_an_entry_of_another_shape_under_the_key_is_refused(tmp_path, write_image):
+    """An array of the right count but another C x H x W (a file copied in by hand, a bug) is not read as images."""
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    first = decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    np.save(tmp_path / "cache" / f"{first.key}.npy", np.zeros((6, 1, 4, 4), dtype=np.float32))
+    with pytest.raises(DataError, match=rf"cache entry .*{first.key}.npy does not match its key \(format, image "
+                                        r"count or shape\)"):
+        decode_images(paths, pre, cache_dir=tmp_path / "cache")
