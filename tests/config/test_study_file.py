@@ -228,9 +228,11 @@ def test_override_edge_cases_a_reviewer_found(write_study):
     assert parse_override("training.learning_rate=1:30.0") == ("training.learning_rate", "1:30.0")
     with pytest.raises(ConfigError, match=r"data\.split\.seed.*write it without them"):
         load_study(path, {"data.split.seed": parse_override("data.split.seed=010")[1]})
-    with pytest.raises(ConfigError, match="has an empty part between dots"):
-        parse_override("training..epochs=2")
-    for key in ("training.learning_rate", "training.weight_decay", "arms.2.learning_rate"):
+    for text in ("training..epochs=2", "training.=2", ".epochs=2"):
+        with pytest.raises(ConfigError, match="has an empty part between dots"):
+            parse_override(text)
+    for key in ("training.learning_rate", "training.weight_decay", "arms.2.learning_rate",
+                "evaluation.explanations.pointing_tolerance"):
         with pytest.raises(ConfigError, match=re.escape(key.replace("arms.2", "arms[2]")) + r".*finite"):
             load_study(path, {key: parse_override(f"{key}=.inf")[1]})
     with pytest.raises(ConfigError, match="quote the whole value"):

@@ -258,9 +258,7 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> list[list[str]]:
             raise ConfigError(f"{origin}: {last!r} is not an index of that list (it has {len(node)} entries)")
         node[int(last)] = value
     else:
-        if last not in node:
-            created.append(parts)
-        node[last] = value
+        node[last] = value       # an unknown key it sets is the option's by its own path (`_blame`)
     return created
 
 
