@@ -277,14 +277,20 @@ def test_a_multilabel_group_is_flagged_for_the_findings_with_few_positives_or_ne
     fairness = make_fairness("age", {
         "[70,80)": {"n": 11, "n_positive": 11, "n_positive_by_label": [5, 6], "auroc": est},
         "[30,60)": {"n": 40, "n_positive": 45, "n_positive_by_label": [20, 25], "auroc": est},
-        "older": {"n": 30, "n_positive": 12, "auroc": est}})      # a record from before the per-finding counts
+        "older": {"n": 30, "n_positive": 12, "auroc": est},      # a record from before the per-finding counts
+        "older, few": {"n": 8, "n_positive": 12, "auroc": est},  # 2 findings x 8 images: 4 negatives, not -4
+        "at the bound": {"n": 30, "n_positive": 19, "n_positive_by_label": [10, 9], "auroc": est}})
     records = [make_record("np_seed0", "np", fairness=fairness)]
     flags = {f.group: f for f in compare_runs(records, {}, kind="multilabel",
                                               label_names=["opacity, left", "effusion"]).group_flags}
-    assert set(flags) == {"[70,80)"}
+    assert set(flags) == {"[70,80)", "older, few", "at the bound"}
     assert flags["[70,80)"].reasons == ["only 5 positives of opacity, left", "only 6 negatives of opacity, left",
                                         "only 6 positives of effusion", "only 5 negatives of effusion"]
     assert (flags["[70,80)"].n_positive, flags["[70,80)"].n_negative) == (5, 5)
+    assert flags["older, few"].reasons[:1] == ["only 4 negatives"]
+    assert flags["at the bound"].reasons == ["only 9 positives of effusion"]     # 10, the minimum, is enough
+    unnamed = {f.group: f for f in compare_runs(records, {}, kind="multilabel", label_names=[]).group_flags}
+    assert unnamed["[70,80)"].reasons[0] == "only 5 positives of finding 1"     # names that do not match: numbered
 
 
 def test_compare_runs_redraws_the_patients_the_runs_intervals_redrew(make_record):
