@@ -264,6 +264,8 @@ def test_a_large_composed_local_eps_is_written_in_digits():
     """Before: "eps_image = 1.638e+04 per image" for two runs of 8,192 each, beside rows written "8,192"."""
     assert [_total(v) for v in (16384.0, 87808.0, 1024.0, 49.31927, 0.99942, 8.19249, 8.192, 1.0, 2.5e15, 1e15)] == [
         "16,384", "87,808", "1,024", "49.32", "0.9995", "8.193", "8.192", "1", "2.5e15", "1e15"]   # never rounded down
+    assert [_total(v) for v in (2.5123e15, 1000.0, 1234.2, 999.9999999999999)] == [
+        "2.513e15", "1,000", "1,235", "1,000"]          # up at every scale; a float's last bits are not a digit
 
 
 def test_a_total_just_over_the_budget_never_reads_as_equal_to_it():

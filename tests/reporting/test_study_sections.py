@@ -118,3 +118,16 @@ def test_a_label_correlation_without_r_gives_its_reason_not_a_p_value():
     assert _r_with_p(Correlation(r=None, p_value=None, n=3, reason="one variable is constant")) == (
         "– (one variable is constant)")
     assert _r_with_p(Correlation(r=0.4123, p_value=0.0312, n=5)) == "+0.412 (p 0.0312)"
+
+
+def test_a_multilabel_group_s_positives_are_given_per_finding_not_summed():
+    """Before: "[70,80): 11 (11 positive)" for 11 images with 5 and 6 positives in two findings."""
+    from dpmed.evaluation.summaries import Estimate, GroupFairness
+    from dpmed.reporting.study_sections import _positives
+
+    est = Estimate(value=0.8, low=0.6, high=0.9)
+    group = GroupFairness(n=11, auroc=est, accuracy=est, accuracy_parity_difference=est, n_positive=11,
+                          n_positive_by_label=[5, 6])
+    assert _positives(group) == "positives per finding: 5, 6"
+    assert _positives(group.model_copy(update={"n_positive_by_label": None})) == "11 positive"   # binary, or older
+    assert _positives(group.model_copy(update={"n_positive_by_label": None, "n_positive": None})) == ""

@@ -97,7 +97,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
     flags = [f for f in inputs.comparisons.group_flags if f.attribute == name]
     flagged = {(f.run_id, f.group): f for f in flags}
     small = {f.group for f in flags if any(reason.startswith("only") for reason in f.reasons)}
-    sizes = ", ".join(f"{_e(g)}: {first[g].n}" + (f" ({_positives(first[g])})" if _positives(first[g]) else "")
+    sizes = ", ".join(f"{_e(g)}: {first[g].n}" + (f" ({positives})" if (positives := _positives(first[g])) else "")
                       + (" ⚠ small" if g in small else "")
                       for g in groups if g in first)
     series = [(f"{r.run_id}: {eps_label(r.privacy)}", [_group(e, g, "auroc") for g in groups])
