@@ -127,6 +127,36 @@ def test_an_entry_is_owner_only_and_a_stopped_decode_leaves_no_partial_images(tm
         decode_images(paths, pre, cache_dir=tmp_path / "stopped", workers=1)
     assert list((tmp_path / "stopped").iterdir()) == []
 
+    def full(*args, **kwargs):          # the disk fills as the array is sized: the empty 0600 file is removed
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache.np.lib.format, "open_memmap", full)
+    with pytest.raises(DataError, match="cannot be made or written"):
+        decode_images(paths, pre, cache_dir=tmp_path / "full")
+    assert list((tmp_path / "full").iterdir()) == []
+
+
+def test_a_file_replaced_by_another_with_the_same_size_and_times_changes_the_key(tmp_path, write_image, monkeypatch):
+    """The inode on its own: a file swapped for another whose size, mtime and ctime all match (a restore that sets
+    them back, on a filesystem whose ctime is coarse) is another file."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    real = Path.stat
+    before = cache_key(paths, pre, 1, (8, 8))
+
+    def other_inode(self, *args, **kwargs):
+        st = real(self, *args, **kwargs)
+        if self.name != "2.png":
+            return st
+        return SimpleNamespace(st_size=st.st_size, st_ino=st.st_ino + 1, st_mtime_ns=st.st_mtime_ns,
+                               st_ctime_ns=st.st_ctime_ns, st_mode=st.st_mode)
+
+    monkeypatch.setattr(Path, "stat", other_inode)
+    assert cache_key(paths, pre, 1, (8, 8)) != before
+
 
 def test_a_file_that_could_not_be_read_at_all_is_not_cached_as_unreadable(tmp_path, write_image, monkeypatch):
     """An OSError (a full file table, a share gone for a moment) was stored with the entry as the file's failure, so
