@@ -72,3 +72,14 @@ def test_labels_and_sweeps_come_from_typed_fields(plans):
     a, b = plans["dp_eps1_C1_seed0"], plans["dp_eps8_C1_seed1"]
     assert (a.label, b.label) == ("dp_eps1_C1", "dp_eps8_C1")
     assert a.swept_value("max_grad_norm") == 1.0 and a.swept_value("noise_multiplier") is None
+
+
+def test_the_count_a_card_states_below_the_batch_is_not_a_setting_of_the_run(plans):
+    """A run an older dpmed finished from a DP count below the batch has no released_units; planned now it has the
+    count. Before, the finished run was refused as made with other settings (and retraining it would release the
+    same patients again). What trains (N, q, T, sigma) is still compared."""
+    plan = plans["dp_eps8_C1_seed1"]
+    stated = plan.model_copy(update={"privacy": plan.privacy.model_copy(update={"released_units": 35})})
+    assert stated.settings() == plan.settings()
+    other = plan.model_copy(update={"privacy": plan.privacy.model_copy(update={"sample_rate": 1.0})})
+    assert other.settings() != plan.settings()

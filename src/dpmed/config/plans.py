@@ -63,6 +63,9 @@ class RunPlan(Strict):
         data = self.model_dump(mode="json")
         for key in EXECUTION_ONLY:
             data["training"].pop(key, None)
+        # DP-SGD's count as released where it fell below the batch: what the card states, not what trains (N, q,
+        # T and sigma decide that), and absent from the runs an older dpmed finished, which must still resume
+        data["privacy"].pop("released_units", None)
         return data
 
 
