@@ -170,7 +170,10 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
     exact_limit = max_canaries(dataset.train)
     for plan in plans:
         dp = isinstance(plan.privacy, DpSgdPlan)
-        limit = plan.privacy.n_units - 1 if dp else exact_limit
+        limit = exact_limit
+        if isinstance(plan.privacy, DpSgdPlan):     # the count as released, also where it fell below the batch
+            released = plan.privacy.released_units
+            limit = (plan.privacy.n_units if released is None else released) - 1
         if plan.audit is not None and plan.audit.canaries > limit:
             raise ConfigError(
                 f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training patients than the "

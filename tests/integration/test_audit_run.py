@@ -150,3 +150,18 @@ def test_too_many_canaries_for_the_training_split_is_a_clear_error(write_study, 
     with pytest.raises(ConfigError, match=r"arm 'a': audit.canaries = 500 .* lower audit.canaries below \d+"):
         run_study(load_study(path), out=tmp_path / "out", progress=False)
     assert not (tmp_path / "out" / "s" / "runs").exists()     # refused before any run started
+
+
+def test_canaries_are_checked_against_the_count_as_released_also_below_the_batch(write_study):
+    """A DP count drawn below the expected batch plans N = B (q = 1); the audit's canaries were checked against B,
+    so 30 canaries passed beside a released count of 20."""
+    study = load_study(write_study(
+        "name: s\ndata: {source: phantom, n_images: 120, image_size: 16}\ntraining: {epochs: 1, batch_size: 64}\n"
+        "evaluation: {bootstrap_resamples: 10, fairness: null}\n"
+        "arms: [{name: a, mechanism: dp_sgd, target_epsilon: 8, audit: {canaries: 30}}]\n"))
+    dataset = load_study_data(study)
+    with pytest.raises(ConfigError, match=r"arm 'a': audit.canaries = 30 needs more training patients than the 20 "
+                                          r"of the DP count it plans from .* lower audit.canaries below 20"):
+        plan_study(study, dataset, {"patients": 20})
+    (plan,) = plan_study(study, dataset, {"patients": 40})
+    assert plan.privacy.released_units == 40 and plan.privacy.n_units == 64 and plan.audit.canaries == 30

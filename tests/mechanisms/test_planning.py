@@ -172,6 +172,7 @@ def test_a_count_drawn_below_the_batch_plans_q_1_and_a_target_under_the_count_ep
         noise="gaussian", noise_multiplier=dp.noise_multiplier, sample_rate=1.0, steps=dp.steps),)), "secure")
     assert ("N = 20, the expected batch: the count released at eps 0.05 (discrete Laplace), 7, is below it, so every "
             "patient is in every step") in card.statement
+    assert (card.n_units, card.released_units) == (20, 7)       # the report's key facts and results.csv show both
     assert mechanism_info("dp_sgd").reconstruction(dp).kappa == pytest.approx(1 / 7)
     assert _sized(load_study(write_study(SIZED)), -3)["dp"].released_units == -3
     assert mechanism_info("dp_sgd").reconstruction(_sized(load_study(write_study(SIZED)), -3)["dp"]).kappa == 0.5

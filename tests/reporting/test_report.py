@@ -122,3 +122,21 @@ def test_the_summary_gives_the_training_set_only_as_its_dp_count_where_dp_sgd_pl
     assert ("in training about 9 patients (a DP count: ε 0.02, δ 0, add/remove one of what it counts; a DP-SGD "
             "run&#x27;s ε includes it)" in html and "5 / 5 validation / test images" in html)
     assert "10 /" not in html and "8 training" not in html
+
+
+def test_a_card_planned_from_a_count_below_the_batch_shows_the_count_beside_n(make_record):
+    """Before: the key facts said only "training units N (planned from) 64" and "ε of the released N", though 64 was
+    the batch and the count released was 35; results.csv had no column for it."""
+    from dpmed.reporting import results_frame
+    from dpmed.reporting.sections import _card
+
+    record = make_record("dp_eps8_seed0", "dp", "dp_sgd", eps=8.0)
+    record = record.model_copy(update={"privacy": record.privacy.model_copy(update={
+        "n_units": 64, "released_units": 35, "size_epsilon": 0.02})})
+    html = _card(record)
+    assert "<th>training units N (planned from)</th><td>64</td>" in html
+    assert "<th>released count (below the expected batch, which N then is)</th><td>35</td>" in html
+    assert "<th>ε of the released count (included in ε)</th><td>0.02</td>" in html
+    assert results_frame([record]).loc[0, "released_units"] == 35
+    plain = make_record("dp_eps8_seed1", "dp", "dp_sgd", eps=8.0)
+    assert "released count (below" not in _card(plain)

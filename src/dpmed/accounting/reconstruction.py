@@ -286,10 +286,11 @@ def reconstruction_risk(*, noise_multiplier: float, sample_rate: float, steps: i
     assumptions = (
         f"informed adversary: knows every training {unit} but the target {unit}, the model and the training "
         f"procedure, and would succeed with prior probability kappa = {kappa:.6g} without the model (kappa = 1/N: "
-        f"a uniform guess among the N training {unit}s); Poisson sampling at rate q = {q:g} for T = {steps} steps "
-        f"with noise multiplier {sigma:g}; neighbouring relation: {neighbours}; worst case: the attacker knows the target's clipped "
-        f"gradient; relaxed: it does not know its sign (Kaissis et al. 2023). The bounds reach ~100% long before "
-        f"eps = 1e6; claims of protection beyond that rest on empirical attacks, not on these bounds.")
+        f"a uniform guess among N training {unit}s, N as released); Poisson sampling at rate q = {q:g} for T = "
+        f"{steps} steps with noise multiplier {sigma:g}; neighbouring relation: {neighbours}; worst case: the "
+        f"attacker knows the target's clipped gradient; relaxed: it does not know its sign (Kaissis et al. 2023). "
+        f"The bounds reach ~100% long before eps = 1e6; claims of protection beyond that rest on empirical "
+        f"attacks, not on these bounds.")
     if size_epsilon:
         assumptions += (f" The training set's size is released beside the model as a count at eps_N = "
                         f"{size_epsilon:g} (pure DP): every number includes it, multiplied by e^eps_N and capped at 1.")

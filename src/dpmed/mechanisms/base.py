@@ -206,6 +206,7 @@ class PrivacyCard(Strict):
     unit: Literal["patient", "image"] | None = None
     capped_at: int | None = None            # image unit: the images kept per patient (max_images_per_patient)
     n_units: int | None = None
+    released_units: int | None = None       # DP-SGD: the released count where it fell below the batch (N is then B)
     size_epsilon: float | None = None
     neighbour_relation: str | None = None
     covers: str | None = None

@@ -352,6 +352,7 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         target_epsilon=plan.target_epsilon, accountant=plan.accountant,
         accountant_description=accounting.describe_accountant(plan.accountant), accountant_note=plan.accountant_note,
         unit=plan.unit, capped_at=cap if plan.unit == "image" else None, n_units=plan.n_units,
+        released_units=plan.released_units,
         size_epsilon=plan.size_epsilon, neighbour_relation=neighbours,
         sampling=plan.sampling, noise=plan.noise,
         clipping="L1" if plan.noise == "laplace" else "L2", sample_rate=plan.sample_rate, steps=ledger.dp_sgd_steps,

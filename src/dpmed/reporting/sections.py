@@ -215,7 +215,9 @@ def utility(inputs: ReportInputs) -> str:
 # folded list of every field).
 _FACTS = (("epsilon_image", "ε per image"), ("epsilon_pixel", "ε per pixel value"), ("epsilon", "ε"),
           ("delta", "δ"), ("accountant", "accountant"), ("unit", "unit of privacy"),
-          ("n_units", "training units N (planned from)"), ("size_epsilon", "ε of the released N (included in ε)"),
+          ("n_units", "training units N (planned from)"),
+          ("released_units", "released count (below the expected batch, which N then is)"),
+          ("size_epsilon", "ε of the released count (included in ε)"),
           ("target_epsilon", "target ε"), ("noise_multiplier", "noise multiplier σ"),
           ("max_grad_norm", "clipping norm C"), ("sample_rate", "sampling rate q"), ("steps", "steps T"),
           ("scale_b", "Laplace scale b"), ("std", "Gaussian std s"), ("value_range_R", "pixel range R"),

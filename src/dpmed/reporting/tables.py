@@ -14,7 +14,7 @@ from dpmed.records import RunRecord
 
 __all__ = ["results_frame", "write_results_table", "summary_text"]
 
-_PRIVACY_COLUMNS = ("is_dp", "epsilon", "delta", "accountant", "unit", "n_units", "size_epsilon",
+_PRIVACY_COLUMNS = ("is_dp", "epsilon", "delta", "accountant", "unit", "n_units", "released_units", "size_epsilon",
                     "neighbour_relation", "epsilon_pixel", "scale_b", "noise_multiplier", "sample_rate", "steps",
                     "max_grad_norm", "target_epsilon", "randomness", "sampler_delta", "sampler_voids")
 
