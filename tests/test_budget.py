@@ -276,3 +276,6 @@ def test_a_total_just_over_the_budget_never_reads_as_equal_to_it():
                            statement="")
     with pytest.raises(PrivacyError, match=r"cost eps = 8\.001 at delta = 1e-05 .* above the budget eps = 8;"):
         check_budget(PrivacyBudget(epsilon=8, delta=1e-5), privacy)
+    closer = privacy.model_copy(update={"dp_sgd_epsilon": 8.000000001})      # inside the rounding's tolerance
+    with pytest.raises(PrivacyError, match=r"cost eps = 8\.000000001 at delta = 1e-05 .* above the budget eps = 8;"):
+        check_budget(PrivacyBudget(epsilon=8, delta=1e-5), closer)

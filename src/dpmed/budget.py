@@ -198,9 +198,12 @@ def check_budget(budget: PrivacyBudget, privacy: StudyPrivacy) -> None:
     if privacy.dp_sgd_runs and privacy.dp_sgd_epsilon is None:
         raise PrivacyError(f"privacy_budget: {privacy.statement}")
     if privacy.dp_sgd_epsilon is not None and privacy.dp_sgd_epsilon > budget.epsilon:
+        shown = _total(privacy.dp_sgd_epsilon)
+        if float(shown.replace(",", "")) <= budget.epsilon:      # over by less than its last figure: all of them
+            shown = f"{privacy.dp_sgd_epsilon:.15g}"
         raise PrivacyError(
             f"privacy_budget: the study's {len(privacy.dp_sgd_runs)} DP-SGD runs together cost eps = "
-            f"{_total(privacy.dp_sgd_epsilon)} at delta = {budget.delta:g} ({budget.accountant.upper()}; neighbours: "
+            f"{shown} at delta = {budget.delta:g} ({budget.accountant.upper()}; neighbours: "
             f"add/remove one {privacy.unit}), above the "
             f"budget eps = {budget.epsilon:g}; drop runs (arms, values or seeds), lower their target_epsilon, or "
             "raise the budget")

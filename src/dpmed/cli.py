@@ -213,6 +213,13 @@ def _number(value: float | None, spec: str = ".4g") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _total_text(eps: float | None) -> str:
+    """A study's eps as the line above it (`dpmed.budget`) writes it: rounded up, never smaller than accounted."""
+    from dpmed.reporting.inputs import number_text
+
+    return "-" if eps is None else number_text(eps, 4, up=True)
+
+
 def _steps_text(plan: Any, n_train: int, n_patients: int) -> str:
     """T as the plan table shows it: "about" where the audit's secret draws set the training set's size."""
     from dpmed.mechanisms import DpSgdPlan
@@ -291,7 +298,7 @@ def _plan(args: argparse.Namespace) -> int:
         unit = prepared.privacy.unit or "image or patient"
         print(f"privacy budget: eps = {budget.epsilon:g} at delta = {budget.delta:g} ({budget.accountant.upper()}; "
               f"add/remove one {unit}); the study's runs together use eps = "
-              f"{_number(prepared.privacy.dp_sgd_epsilon)} of it")
+              f"{_total_text(prepared.privacy.dp_sgd_epsilon)} of it")
     else:
         print("privacy budget: none set (privacy_budget in the study file refuses, before training, a study whose runs "
               "together exceed it)")

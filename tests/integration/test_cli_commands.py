@@ -109,10 +109,15 @@ def test_plan_shows_the_budget_the_study_spends(tiny_text, tmp_path, capsys):
     text = tiny_text.replace("  - {name: base, mechanism: none}\n", "")
     study = _study(tmp_path, text + "privacy_budget: {epsilon: 20, delta: 1.0e-5}\n")
     assert main(["plan", str(study), "--out", str(tmp_path / "o"), "--no-estimate"]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("privacy budget:"))
+    out = capsys.readouterr().out.splitlines()
+    line = next(x for x in out if x.startswith("privacy budget:"))
     assert re.fullmatch(r"privacy budget: eps = 20 at delta = 1e-05 \(PLD; add/remove one (patient|image)\); the "
                         r"study's runs together use eps = "
                         r"7\.99\d? of it", line), line
+    total = re.search(r"runs together: eps = (\S+) at", next(x for x in out if x.startswith("study privacy:")))
+    assert line.endswith(f"use eps = {total.group(1)} of it")     # before: 7.997 above, 7.996 here (to nearest)
+    from dpmed.cli import _total_text
+    assert [_total_text(v) for v in (7.99612, 16384.2, None)] == ["7.997", "16,385", "-"]
 
 
 # ---------------------------------------------------------------------------------------------- device, clashes
