@@ -117,7 +117,7 @@ def test_plan_shows_the_budget_the_study_spends(tiny_text, tmp_path, capsys):
     total = re.search(r"runs together: eps = (\S+) at", next(x for x in out if x.startswith("study privacy:")))
     assert line.endswith(f"use eps = {total.group(1)} of it")     # before: 7.997 above, 7.996 here (to nearest)
     from dpmed.cli import _total_text
-    assert [_total_text(v) for v in (7.99612, 16384.2, None)] == ["7.997", "16,385", "-"]
+    assert [_total_text(v) for v in (7.99612, 16384.2, None)] == ["7.997", "16,390", "-"]
 
 
 # ---------------------------------------------------------------------------------------------- device, clashes
