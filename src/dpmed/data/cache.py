@@ -78,6 +78,8 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
                 "equalize": preprocessing.equalize}
     if preprocessing.aspect != "stretch":   # only then, so that the caches written before the option stay valid
         settings["aspect"] = preprocessing.aspect
+    if preprocessing.size is None:   # an entry from before kept images of another size as failures, which are refused
+        settings["other_sizes"] = "refused"
     h.update(json.dumps(settings, sort_keys=True).encode())
     for path in paths:
         resolved = Path(path).resolve()
