@@ -105,6 +105,14 @@ def test_broken_and_multiframe_files_are_unreadable(tmp_path):
     multi = _write_dicom(tmp_path / "multi.dcm", STORED, frames=2)
     with pytest.raises(UnreadableImage, match="holds 2 frames"):
         read_image(multi, channels=1)
+    pydicom = pytest.importorskip("pydicom")
+    empty = pydicom.dcmread(_write_dicom(tmp_path / "empty.dcm", STORED))
+    empty.Rows = None                             # present and empty: before, a TypeError's traceback
+    empty.save_as(tmp_path / "empty.dcm")
+    with pytest.raises(UnreadableImage, match="has no Rows / Columns: not an image"):
+        dicom.peek_dicom(tmp_path / "empty.dcm")
+    with pytest.raises(UnreadableImage, match="has no Rows / Columns in its header"):
+        dicom.read_dicom_header(tmp_path / "empty.dcm")
 
 
 def test_folder_of_dicom_files_takes_patients_from_the_header(tmp_path):
@@ -119,7 +127,8 @@ def test_folder_of_dicom_files_takes_patients_from_the_header(tmp_path):
     cut = tmp_path / "cxr" / "nodule" / "nodule5.dcm"       # cut inside its header, before PatientID
     cut.write_bytes(cut.read_bytes()[:300])
     with pytest.raises(DataError, match=r"2 of 12 rows cannot be used \(2 unreadable image\); the first 2:\n  - "
-                                        r"nodule/nodule5.dcm: image nodule/nodule5.dcm is a DICOM file without pixel data"):
+                                        r"nodule/nodule5.dcm: image nodule/nodule5.dcm has no Rows / Columns in its header: cut short, or not an "
+                                        r"image"):
         load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)
     d = load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None,
                      skip_invalid=True, split=SplitPlan(val_fraction=0.25, test_fraction=0.25))

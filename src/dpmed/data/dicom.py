@@ -136,7 +136,7 @@ def peek_dicom(path: Path) -> tuple[int, tuple[int, int]]:
     ds = _open(path, pixels=False)
     try:
         return int(ds.get("SamplesPerPixel", 1)), (int(ds.Rows), int(ds.Columns))
-    except AttributeError as exc:
+    except (AttributeError, TypeError, ValueError) as exc:     # absent, or present and empty
         raise UnreadableImage("has no Rows / Columns: not an image") from exc
 
 
@@ -146,6 +146,6 @@ def read_dicom_header(path: Path) -> dict[str, str]:
     without Rows / Columns: pydicom reads a file cut short inside its header without a word, and its missing
     PatientID would otherwise be taken for a file that names no patient."""
     ds = _open(path, pixels=False)
-    if "Rows" not in ds or "Columns" not in ds:
+    if not ds.get("Rows") or not ds.get("Columns"):       # absent, or present and empty
         raise UnreadableImage("has no Rows / Columns in its header: cut short, or not an image")
     return {key: str(ds.get(key, "") or "") for key in ("PatientID", "PatientSex", "PatientAge")}

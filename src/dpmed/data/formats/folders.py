@@ -202,16 +202,17 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     n = len(paths)
     patients, sex, ages = [], ["unknown"] * n, [""] * n
     matched = from_header = 0
-    unreadable = set()                     # DICOM files without a readable header: flagged when decoded
+    unreadable: dict[int, str] = {}        # DICOM files without a readable header, and why: flagged below
     for i, f in enumerate(paths):
         m = pattern.search(f.name)
         if f.suffix.lower() in (".dcm", ".dicom"):
             # The header only, never the name: a DICOM viewer's export names files IM-<series>-<image> (OsiriX,
             # Horos), which the Kermany pattern would read as a patient, scattering each real patient over their
             # series. Without a PatientID (anonymised exports blank it) the file names no patient.
-            header = _dicom_header(f)
-            if header is None:
-                unreadable.add(i)
+            try:
+                header = read_dicom_header(f)
+            except UnreadableImage as exc:
+                unreadable[i] = str(exc)
                 header = {}
             sex[i], ages[i] = header.get("PatientSex", ""), header.get("PatientAge", "")
             patient = (header.get("PatientID") or "").strip()     # leading and trailing spaces are not significant
@@ -246,6 +247,8 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
                      f"{'published splits ' + ', '.join(sorted(set(splits) - {''})) if split_dirs else 'no split'}; "
                      "sex and age unknown unless DICOM headers give them."),
     )
+    for i, reason in unreadable.items():
+        manifest.flag(i, "unreadable image", f"image {where[i]} {reason}")
     for i, f in enumerate(paths):
         if _dangling(f):
             manifest.flag(i, "missing image", f"image {where[i]} is a link to {os.readlink(f)}, which does not "
@@ -254,11 +257,3 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
             manifest.flag(i, "not an image", f"suffix {f.suffix or '(none)'!r} is not an image format dpmed reads "
                                              f"({', '.join(sorted(DECODERS))}); move the file out of the class folder")
     return manifest
-
-
-def _dicom_header(path: Path) -> dict[str, str] | None:
-    """The file's DICOM header fields, or None where it cannot be read (the file is flagged when it is decoded)."""
-    try:
-        return read_dicom_header(path)
-    except UnreadableImage:
-        return None
