@@ -97,3 +97,4 @@ def test_plan_on_a_file_without_patient_ids_does_not_count_patients(tmp_path, ca
     assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--no-estimate"]) == 0
     out = capsys.readouterr().out
     assert "no patient ids" in out and "training patients" not in out, out
+    assert "a patient column (source: csv), DICOM's PatientID or Kermany's file names give them" in out   # how
