@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from dpmed import accounting
-from dpmed.budget import _total, check_budget, study_privacy
+from dpmed.budget import check_budget, study_privacy
 from dpmed.config import PrivacyBudget, load_study, plan_runs
 from dpmed.errors import PrivacyError
 from dpmed.mechanisms import PlanContext
+from dpmed.numbers import epsilon_text
 from dpmed.records import StudyPrivacy
 
 
@@ -222,9 +223,10 @@ def test_local_gaussian_runs_compose_as_one_gaussian_mechanism(write_study):
     mu = math.sqrt(2 * (16 / 4) ** 2 + 2 * (16 / 8) ** 2)
     assert privacy.local_dp_delta == 1e-6
     assert privacy.local_dp_epsilon == pytest.approx(accounting.gaussian_epsilon(mu=mu, delta=1e-6), rel=1e-12)
+    total = epsilon_text(privacy.local_dp_epsilon)
     assert privacy.statement.startswith("the 4 local-DP runs together (g_s4_seed0, g_s4_seed1, g_s8_seed0, "
-                                        f"g_s8_seed1): eps_image = {_total(privacy.local_dp_epsilon)} per image at "
-                                        "delta = 1e-06 (the Gaussian runs composed into one Gaussian mechanism")
+                                        f"g_s8_seed1): eps_image = {total} per image at delta = 1e-06 (the Gaussian "
+                                        "runs composed into one Gaussian mechanism")
 
 
 def test_reproducible_local_runs_keep_their_listing_without_a_total(write_study):
@@ -262,9 +264,10 @@ def test_a_budget_is_not_refused_for_a_sampler_share_that_the_composition_can_ab
 
 def test_a_large_composed_local_eps_is_written_in_digits():
     """Before: "eps_image = 1.638e+04 per image" for two runs of 8,192 each, beside rows written "8,192"."""
-    assert [_total(v) for v in (16384.0, 87808.0, 1024.0, 49.31927, 0.99942, 8.19249, 8.192, 1.0, 2.5e15, 1e15)] == [
+    values = (16384.0, 87808.0, 1024.0, 49.31927, 0.99942, 8.19249, 8.192, 1.0, 2.5e15, 1e15)
+    assert [epsilon_text(v) for v in values] == [
         "16,384", "87,808", "1,024", "49.32", "0.9995", "8.193", "8.192", "1", "2.5e15", "1e15"]   # never rounded down
-    assert [_total(v) for v in (2.5123e15, 1000.0, 1234.2, 999.9999999999999)] == [
+    assert [epsilon_text(v) for v in (2.5123e15, 1000.0, 1234.2, 999.9999999999999)] == [
         "2.513e15", "1,000", "1,235", "1,000"]          # up at every scale; a float's last bits are not a digit
 
 

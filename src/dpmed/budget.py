@@ -36,7 +36,7 @@ from dpmed.config import PrivacyBudget, RunPlan
 from dpmed.errors import PrivacyError
 from dpmed.mechanisms import DpSgdPlan, mechanism_info, unit_words
 from dpmed.records import RunRecord, StudyPrivacy
-from dpmed.reporting.inputs import number_text
+from dpmed.numbers import epsilon_text
 
 __all__ = ["study_privacy", "check_budget"]
 
@@ -91,19 +91,13 @@ def _image_event(plan: RunPlan, ledger: accounting.Ledger | None):
     return mechanism_info(plan.mechanism).image_mechanism(plan.privacy).event((plan.privacy.dimension,))
 
 
-def _total(eps: float) -> str:
-    """A composed eps to four figures, rounded up: never shown smaller than accounted (a total of 8.00001 over a
-    budget of 8 reads "8.001", not "8"), in digits up to a million (16,384, not 1.638e+04), then as 2.5e15."""
-    return number_text(eps, 4, up=True)
-
-
 def _local_statement(local: Sequence[_Released], composed: accounting.ImageComposition | None, dp: bool) -> str:
     ids = ", ".join(r.run_id for r in local)
     if composed is None:
         return (f"{len(local)} local-DP run(s) ({ids}) hold per image under another neighbour relation and do not "
                 "compose with DP-SGD's eps")
     runs = f"the {len(local)} local-DP runs together" if len(local) > 1 else "the local-DP run"
-    return (f"{runs} ({ids}): eps_image = {_total(composed.epsilon)} per image at delta = {composed.delta:.3g} "
+    return (f"{runs} ({ids}): eps_image = {epsilon_text(composed.epsilon)} per image at delta = {composed.delta:.3g} "
             f"({composed.method}, {composed.citation}; neighbours: {composed.neighbour_relation}), under another "
             "neighbour relation than DP-SGD's" + (", so no single total with it" if dp else ""))
 
@@ -163,7 +157,7 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
                      f"{' and '.join(units)} do not compose into one eps (neighbours: "
                      + "; ".join(f"add/remove one {u}" for u in units) + ")")
     elif dp:
-        shown = f"eps = {_total(dp_eps)} at delta = {delta:.3g}" if dp_eps is not None else "no single eps"
+        shown = f"eps = {epsilon_text(dp_eps)} at delta = {delta:.3g}" if dp_eps is not None else "no single eps"
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; neighbours: add/remove one "
                      f"{unit}){why}")
     if not_private:
@@ -198,7 +192,7 @@ def check_budget(budget: PrivacyBudget, privacy: StudyPrivacy) -> None:
     if privacy.dp_sgd_runs and privacy.dp_sgd_epsilon is None:
         raise PrivacyError(f"privacy_budget: {privacy.statement}")
     if privacy.dp_sgd_epsilon is not None and privacy.dp_sgd_epsilon > budget.epsilon:
-        shown = _total(privacy.dp_sgd_epsilon)
+        shown = epsilon_text(privacy.dp_sgd_epsilon)
         if float(shown.replace(",", "")) <= budget.epsilon:      # over by less than its last figure: all of them
             shown = f"{privacy.dp_sgd_epsilon:.15g}"
         raise PrivacyError(

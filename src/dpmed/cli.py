@@ -213,13 +213,6 @@ def _number(value: float | None, spec: str = ".4g") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _total_text(eps: float | None) -> str:
-    """A study's eps as the line above it (`dpmed.budget`) writes it: rounded up, never smaller than accounted."""
-    from dpmed.reporting.inputs import number_text
-
-    return "-" if eps is None else number_text(eps, 4, up=True)
-
-
 def _steps_text(plan: Any, n_train: int, n_patients: int) -> str:
     """T as the plan table shows it: "about" where the audit's secret draws set the training set's size."""
     from dpmed.mechanisms import DpSgdPlan
@@ -247,6 +240,7 @@ def _table(rows: list[list[str]]) -> str:
 def _plan(args: argparse.Namespace) -> int:
     handler = log_to_console()   # before Opacus is imported: it configures logging if nobody has
     try:
+        from dpmed.numbers import epsilon_text
         from dpmed.pretraining import check_weights, describe_start
         from dpmed.released_size import describe_counts
         from dpmed.study import estimate_times, planned_card, prepare_study
@@ -296,9 +290,10 @@ def _plan(args: argparse.Namespace) -> int:
     budget = study.privacy_budget
     if budget is not None:
         unit = prepared.privacy.unit or "image or patient"
+        used = prepared.privacy.dp_sgd_epsilon
         print(f"privacy budget: eps = {budget.epsilon:g} at delta = {budget.delta:g} ({budget.accountant.upper()}; "
               f"add/remove one {unit}); the study's runs together use eps = "
-              f"{_total_text(prepared.privacy.dp_sgd_epsilon)} of it")
+              f"{'-' if used is None else epsilon_text(used)} of it")
     else:
         print("privacy budget: none set (privacy_budget in the study file refuses, before training, a study whose runs "
               "together exceed it)")

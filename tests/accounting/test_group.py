@@ -17,6 +17,7 @@ import pytest
 
 from dpmed.accounting import dp_sgd_epsilon, group_privacy
 from dpmed.mechanisms.dp_sgd import DpSgdPlan, patient_guarantee
+from dpmed.numbers import epsilon_text
 
 DELTA = 1e-5
 
@@ -123,7 +124,7 @@ def test_patient_guarantee_adds_the_released_count_s_eps_k_times(k):
     assert got.formula_epsilon - without.formula_epsilon == pytest.approx(k * s, rel=1e-9)
     assert got.tight_epsilon - without.tight_epsilon == pytest.approx(k * s, rel=1e-9)
     assert "plus the released size" in got.statement and "plus k times the released size's eps" in got.statement
-    assert f"{got.formula_epsilon:.4g}" in got.statement and f"{got.tight_epsilon:.4g}" in got.statement
+    assert epsilon_text(got.formula_epsilon) in got.statement and epsilon_text(got.tight_epsilon) in got.statement
 
 
 def test_patient_guarantee_says_when_the_formula_is_vacuous():
@@ -131,7 +132,7 @@ def test_patient_guarantee_says_when_the_formula_is_vacuous():
     plan = PLAN.model_copy(update={"noise_multiplier": 0.8, "sample_rate": 0.02, "steps": 500})
     got = patient_guarantee(plan, 5, {})
     assert got.formula_delta == 1.0 and "vacuous" in got.statement
-    assert got.tight_epsilon is not None and f"{got.tight_epsilon:.4g}" in got.statement
+    assert got.tight_epsilon is not None and epsilon_text(got.tight_epsilon) in got.statement
 
 
 def test_a_shuffled_plan_gets_no_tight_value_even_after_its_poisson_twin_filled_the_cache():

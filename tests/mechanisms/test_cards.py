@@ -12,6 +12,7 @@ from dpmed.accounting import Ledger, dp_sgd_event, shuffled_event
 from dpmed.config import load_study, plan_runs
 from dpmed.mechanisms import PlanContext, mechanism_info, patient_guarantee
 from dpmed.mechanisms.cards import SECURE_RANDOMNESS
+from dpmed.numbers import epsilon_text
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
 STUDY = """
@@ -45,7 +46,7 @@ def test_a_secure_poisson_card_is_dp_and_its_patient_note_names_the_eps_it_deriv
     assert "(Poisson sampling)" in card.neighbour_relation
     note = card.patient_guarantee.statement
     assert not note.startswith("NOT DP") and "k = 2" in note
-    assert f"eps = {card.epsilon:.4g} at delta = {card.delta:.3g} (PLD accountant)" in note
+    assert f"eps = {epsilon_text(card.epsilon)} at delta = {card.delta:.3g} (PLD accountant)" in note
 
 
 def test_a_shuffled_card_labels_its_patient_note_not_dp_and_does_not_claim_poisson_sampling(plans):
@@ -72,7 +73,7 @@ def test_the_one_line_label_of_a_shuffled_run_names_delta_accountant_and_neighbo
     DP" there, while the plan (then its own formatter) gave the eps it would have had with Poisson sampling."""
     card = _card(plans["shuffled"], "secure")
     text = card.in_brief()
-    assert text.startswith("not DP: shuffled batches") and f"{card.epsilon_if_poisson:.4g}" in text
+    assert text.startswith("not DP: shuffled batches") and f"{epsilon_text(card.epsilon_if_poisson)}" in text
     assert f"delta {card.delta:.3g}" in text and "PLD" in text and "add/remove one image" in text
 
 
@@ -128,3 +129,16 @@ def test_a_noise_level_whose_sampler_share_is_above_delta_is_not_dp(plans):
     assert 0.1 < plan.sampler_delta < 0.9
     card = _card(plan, "secure")
     assert not card.is_dp and card.sampler_voids and card.delta == plan.delta
+
+
+def test_every_eps_a_card_prints_is_rounded_up():
+    """Before: in_brief and the statements rounded to nearest at four figures ("7.996" for 7.99612), while the
+    report and the study's total rounded up ("7.997"): the terminal and results.csv showed less than accounted."""
+    from dpmed.mechanisms import PrivacyCard
+
+    card = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="", epsilon=7.99612, delta=1e-5, accountant="pld",
+                       unit="patient", neighbour_relation="add/remove one patient")
+    assert card.in_brief().startswith("7.997 (delta 1e-05, PLD")
+    local = card.model_copy(update={"epsilon_image": 16384.2, "mechanism": "pixel_laplace", "delta": 0.0})
+    assert local.in_brief().startswith("16,390 per image (local DP, delta 0")
+    assert [epsilon_text(v) for v in (7.99612, 1e15, float("inf"))] == ["7.997", "1e15", "inf"]

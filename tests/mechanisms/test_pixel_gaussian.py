@@ -16,6 +16,7 @@ import pytest
 from dpmed.accounting import Ledger
 from dpmed.mechanisms import PixelGaussian, mechanism_info
 from dpmed.mechanisms.pixel_gaussian import PixelGaussianPlan
+from dpmed.numbers import epsilon_text
 
 
 
@@ -55,9 +56,9 @@ def test_the_card_names_delta_the_accountant_the_unit_what_is_unprotected_and_no
         exact_gaussian_epsilon):
     card = _card(0.5, (1, 64, 64), 1e-6)
     eps = exact_gaussian_epsilon(128.0, 1e-6)
-    assert card.statement.startswith(f"eps_image = {eps:,.6g} at delta = 1e-06 (analytic Gaussian; unit: one image")
+    assert card.statement.startswith(f"eps_image = {epsilon_text(eps)} at delta = 1e-06 (analytic Gaussian; unit: one image")
     assert "how many images there are" in card.statement and "labels" in card.statement
-    assert f"eps_pixel = {exact_gaussian_epsilon(2.0, 1e-6):.4g} at delta = 1e-06" in card.statement
+    assert f"eps_pixel = {epsilon_text(exact_gaussian_epsilon(2.0, 1e-6))} at delta = 1e-06" in card.statement
     assert "any two images" in card.statement and "d = 4096" in card.statement
     assert "analytic Gaussian" in card.accountant and "Balle" in card.accountant
     assert card.unit == "image" and "how many images there are" in card.labels

@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from dpmed.accounting import ACCOUNTANTS, Ledger, default_delta
 from dpmed.errors import ConfigError
 from dpmed.names import CANARY_KINDS
+from dpmed.numbers import epsilon_text
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
 __all__ = ["Strict", "Sweep", "positive_finite", "exactly_one", "AuditConfig", "ArmBase", "PlanContext",
@@ -252,24 +253,25 @@ class PrivacyCard(Strict):
 
     def in_brief(self) -> str:
         """The eps in one plain-text line, never bare, for the terminal (the plan and the summary), results.csv and
-        comparisons.json; the report rounds up and typesets its own (`dpmed.reporting.inputs.eps_label`).
+        comparisons.json, rounded up to four figures (`dpmed.numbers.epsilon_text`); the report typesets its own
+        (`dpmed.reporting.inputs.eps_label`).
 
-        "0.9994 (delta 1e-05, PLD, add/remove one patient)"; local DP "2,048 per image (local DP, delta 0, closed
-        form, any two images)"; "inf (no privacy)"; a shuffled-batch run "not DP: shuffled batches (a Poisson run would
-        have eps 8.37 at delta 1e-05, PLD, add/remove one image)"; a reproducible-mode run the accounted line followed
-        by "; not DP: seed known"; "not DP" for a mechanism with no eps at all."""
+        "0.9995 (delta 1e-05, PLD, add/remove one patient)" for 0.99942; local DP "2,048 per image (local DP, delta
+        0, closed form, any two images)"; "inf (no privacy)"; a shuffled-batch run "not DP: shuffled batches (a
+        Poisson run would have eps 8.37 at delta 1e-05, PLD, add/remove one image)"; a reproducible-mode run the
+        accounted line followed by "; not DP: seed known"; "not DP" for a mechanism with no eps at all."""
         if not self.is_dp and self.epsilon is not None:   # an accounted value whose claim does not hold, labelled
             return f"{self.model_copy(update={'is_dp': True}).in_brief()}; not DP: {self.why_not_dp_in_brief}"
         if self.epsilon is None and self.epsilon_if_poisson is not None:
-            return (f"not DP: shuffled batches (a Poisson run would have eps {self.epsilon_if_poisson:.4g} at delta "
-                    f"{self.delta:.3g}, {self.accountant_in_brief}, {self.neighbours_in_brief})")
+            return (f"not DP: shuffled batches (a Poisson run would have eps {epsilon_text(self.epsilon_if_poisson)} "
+                    f"at delta {self.delta:.3g}, {self.accountant_in_brief}, {self.neighbours_in_brief})")
         if not self.is_dp:
             return "inf (no privacy)" if self.mechanism == "none" else "not DP"
         delta = f"{self.delta:.3g}" if self.delta else "0"
         if self.epsilon_image is not None:   # per image, for "any two images" (not comparable to DP-SGD's eps)
-            return (f"{self.epsilon_image:,.4g} per image (local DP, delta {delta}, {self.accountant_in_brief}, "
-                    f"{self.neighbours_in_brief})")
-        return f"{self.epsilon:,.4g} (delta {delta}, {self.accountant_in_brief}, {self.neighbours_in_brief})"
+            return (f"{epsilon_text(self.epsilon_image)} per image (local DP, delta {delta}, "
+                    f"{self.accountant_in_brief}, {self.neighbours_in_brief})")
+        return f"{epsilon_text(self.epsilon)} (delta {delta}, {self.accountant_in_brief}, {self.neighbours_in_brief})"
 
     @property
     def why_not_dp_in_brief(self) -> str:

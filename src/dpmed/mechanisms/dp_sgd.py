@@ -29,6 +29,7 @@ from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanC
                                    exactly_one, positive_finite, refuse_vacuous_delta, training_steps,
                                    unit_words)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_not_dp, label_randomness
+from dpmed.numbers import epsilon_text
 from dpmed.randomness import DRAW_BOUND, DRAW_BOUNDS
 
 __all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO", "size_key", "patient_guarantee"]
@@ -217,25 +218,25 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
     delta = plan.claimed_delta                       # the run's claim, as its card states it
     group = accounting.group_privacy(epsilon=eps, delta=delta, k=k)
     tight = None if tight_group.tight_epsilon is None else tight_group.tight_epsilon + k * plan.size_epsilon
-    formula = (f"({group.formula_epsilon:.4g}, {group.formula_delta:.3g})-DP" if not group.formula_is_vacuous
-               else f"eps {group.formula_epsilon:.4g} with delta >= 1 (vacuous)")
+    formula = (f"({epsilon_text(group.formula_epsilon)}, {group.formula_delta:.3g})-DP" if not group.formula_is_vacuous
+               else f"eps {epsilon_text(group.formula_epsilon)} with delta >= 1 (vacuous)")
     text = (f"the image is the unit: a patient has {why.format(k=k)}; for such a patient the group-privacy formula "
-            f"(k eps, k e^((k-1) eps) delta) applied to the run's eps = {eps:.4g} at delta = {delta:.3g} "
+            f"(k eps, k e^((k-1) eps) delta) applied to the run's eps = {epsilon_text(eps)} at delta = {delta:.3g} "
             f"({plan.accountant.upper()} accountant{' plus the released size' if plan.size_epsilon else ''}) gives "
             f"{formula} ({accounting.GROUP_CITATION})")
     if tight is not None:
         # k images' clipped gradients add up to k C: they outrun the bounded sampler sooner than one image does
         group_sampler = plan.sampler_share(group=k)
         if group_sampler > plan.delta:
-            text += (f"; DP-SGD's tight group value (eps = {tight:.4g} for exact noise; "
+            text += (f"; DP-SGD's tight group value (eps = {epsilon_text(tight)} for exact noise; "
                      f"{accounting.TIGHT_GROUP_CITATION}) does not hold as run: the patient's k images together can "
                      f"move a coordinate past every draw of the noise sampler ({DRAW_BOUNDS['gaussian']}; probability "
                      f"up to {group_sampler:.2g} over the run)")
             tight = None
         else:
-            text += (f"; DP-SGD's tight group value is eps = {tight:.4g} at delta = {plan.delta + group_sampler:.3g} "
-                     f"({accounting.TIGHT_GROUP_CITATION}" + (", plus k times the released size's eps)"
-                                                              if plan.size_epsilon else ")"))
+            text += (f"; DP-SGD's tight group value is eps = {epsilon_text(tight)} at delta = "
+                     f"{plan.delta + group_sampler:.3g} ({accounting.TIGHT_GROUP_CITATION}"
+                     + (", plus k times the released size's eps)" if plan.size_epsilon else ")"))
     return GroupGuarantee(k=k, formula_epsilon=group.formula_epsilon, formula_delta=group.formula_delta,
                           tight_epsilon=tight, statement=text)
 
@@ -344,8 +345,8 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     params = (f"{plan.unit}s: {size}, q = {plan.sample_rate:.4g}, T = {ledger.dp_sgd_steps}, "
               f"sigma = {plan.noise_multiplier:.4g}, C = {plan.max_grad_norm:g}"
               + (", Laplace noise, L1 clipping" if plan.noise == "laplace" else ""))
-    parts = (f"training {training:.4g} by the {plan.accountant.upper()} accountant + {plan.size_epsilon:g} for the "
-             f"released size, added (basic composition)" if plan.size_epsilon
+    parts = (f"training {epsilon_text(training)} by the {plan.accountant.upper()} accountant + "
+             f"{plan.size_epsilon:g} for the released size, added (basic composition)" if plan.size_epsilon
              else f"{plan.accountant.upper()} accountant")
     fields = dict(
         mechanism="dp_sgd", scope="central DP of the trained model", delta=plan.delta,
@@ -365,7 +366,7 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     paid = (f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
             if not void and sampler >= 1e-3 * plan.delta else "")
     fields.update(delta=delta, sampler_delta=sampler, sampler_voids=void)
-    statement = (f"eps = {eps:.4g} at delta = {delta:.3g} ({parts}{paid}; unit: one {plan.unit}; neighbours: "
+    statement = (f"eps = {epsilon_text(eps)} at delta = {delta:.3g} ({parts}{paid}; unit: one {plan.unit}; neighbours: "
                  f"{neighbours}; {params})")
     card = PrivacyCard(**fields, is_dp=True, epsilon=eps, statement=statement)
     if void:

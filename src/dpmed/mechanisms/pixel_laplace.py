@@ -29,6 +29,7 @@ from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyC
                                    positive_finite)
 from dpmed.mechanisms.cards import COVERAGE, LABELS_IN_CLEAR, LOCAL_RANDOMNESS, label_not_dp, label_randomness
 from dpmed.mechanisms.perturb import perturb
+from dpmed.numbers import epsilon_text
 from dpmed.randomness import DRAW_BOUNDS, LAPLACE_DRAW_BOUND
 
 __all__ = ["PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "INFO", "LOCAL_CARD"]
@@ -109,8 +110,8 @@ def _card(plan: PixelLaplacePlan, ledger: Ledger, randomness_mode: str) -> Priva
     event = next(e for e in ledger.events if isinstance(e, LaplaceImageEvent))
     eps_pixel = accounting.laplace_pixel_epsilon(scale=event.scale, value_range=event.value_range)
     eps_image = accounting.laplace_image_epsilon(event)
-    statement = (f"eps_image = {eps_image:,.6g} at delta = 0 (closed form, the Laplace mechanism; unit: one image, "
-                 f"pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; Laplace "
+    statement = (f"eps_image = {epsilon_text(eps_image)} at delta = 0 (closed form, the Laplace mechanism; unit: "
+                 f"one image, pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; Laplace "
                  f"b = {event.scale:g}, R = {event.value_range:g}, d = {event.dimension}); the same for one pixel "
                  f"value of an image: eps_pixel = {eps_pixel:g}")
     card = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement=statement, **LOCAL_CARD,

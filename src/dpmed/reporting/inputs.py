@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 from dpmed.comparisons import Comparisons, PairedDifference
 from dpmed.folders import StudyFolder, write_text_atomic
 from dpmed.mechanisms import MECHANISMS, PrivacyCard
+from dpmed.numbers import number_text, round_up
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import Estimate, ResolvedStudy, RunRecord
 
@@ -77,46 +77,6 @@ def escape(value: Any) -> str:
     return html.escape(cite(str(value)))
 
 
-def _ceil(x: float) -> float:
-    """ceil, forgiving the last bits of binary rounding (999.0000000001 -> 999)."""
-    return float(math.ceil(x - 1e-9 * max(1.0, abs(x))))
-
-
-def number_text(value: Any, digits: int = 3, *, up: bool = False) -> str:
-    """A number as a reader reads it: at most ``digits`` significant figures with thousands separators (0.0923,
-    3.46, 0.5, 8,192, 12,300), scientific below 1e-4 and from 1e6 (1e-5, 2.5e15), integers exact, inf as "∞",
-    booleans as yes / no, None and nan as "–". Never Python's repr (no ``False``, ``None`` or 16 digits).
-    ``up``: round up, not to nearest: an eps or delta shown shorter must never look smaller than it is (0.99942
-    -> 1, not 0.999)."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if not isinstance(value, float):
-        return str(value)
-    if math.isnan(value):
-        return "–"
-    if math.isinf(value):
-        return "∞" if value > 0 else "−∞"
-    if value == 0:
-        return "0"
-    if value.is_integer() and abs(value) < 1e6:
-        return f"{int(value):,}"
-    magnitude = math.floor(math.log10(abs(value)))
-    if -4 <= magnitude < 6:
-        decimals = digits - 1 - magnitude
-        shown = _ceil(value * 10.0 ** decimals) / 10.0 ** decimals if up else round(value, decimals)
-        text = f"{shown:,.{max(0, decimals)}f}"
-        return text.rstrip("0").rstrip(".") if "." in text else text   # 0.5, not 0.500
-    scale = 10.0 ** (magnitude - digits + 1)
-    mantissa_value = (_ceil(value / scale) * scale) if up else value
-    mantissa, exponent = f"{mantissa_value:.{digits - 1}e}".split("e")
-    mantissa = mantissa.rstrip("0").rstrip(".")
-    return f"{mantissa}e{int(exponent)}"
-
-
 def bound_percent(value: float | None, decimals: int) -> str:
     """An upper bound on a probability (a reconstruction or membership-inference bound) as a percentage with
     ``decimals`` decimals, rounded up as eps is: a bound shown shorter must never look smaller than it is (0.0031425
@@ -124,7 +84,7 @@ def bound_percent(value: float | None, decimals: int) -> str:
     if value is None:
         return "–"
     scale = 10.0 ** decimals
-    return f"{_ceil(100 * value * scale) / scale:.{decimals}f}%"
+    return f"{round_up(100 * value * scale) / scale:.{decimals}f}%"
 
 
 def accountant_name(accountant: str | None) -> str:

@@ -1,0 +1,58 @@
+"""How dpmed writes a number for a reader: in the report, on the terminal and in a privacy card's statement.
+
+One place, so that every eps is rounded the same way wherever it is printed: up, never shown smaller than the
+accountant's value (a study total of 8.00001 over a budget of 8 must not read "8").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["number_text", "epsilon_text", "round_up"]
+
+
+def round_up(x: float) -> float:
+    """ceil, forgiving the last bits of binary rounding (999.0000000001 -> 999)."""
+    return float(math.ceil(x - 1e-9 * max(1.0, abs(x))))
+
+
+def number_text(value: Any, digits: int = 3, *, up: bool = False) -> str:
+    """A number as a reader reads it: at most ``digits`` significant figures with thousands separators (0.0923,
+    3.46, 0.5, 8,192, 12,300), scientific below 1e-4 and from 1e6 (1e-5, 2.5e15), integers exact, inf as "∞",
+    booleans as yes / no, None and nan as "–". Never Python's repr (no ``False``, ``None`` or 16 digits).
+    ``up``: round up, not to nearest: an eps or delta shown shorter must never look smaller than it is (0.99942
+    -> 1, not 0.999)."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if not isinstance(value, float):
+        return str(value)
+    if math.isnan(value):
+        return "–"
+    if math.isinf(value):
+        return "∞" if value > 0 else "−∞"
+    if value == 0:
+        return "0"
+    if value.is_integer() and abs(value) < 1e6:
+        return f"{int(value):,}"
+    magnitude = math.floor(math.log10(abs(value)))
+    if -4 <= magnitude < 6:
+        decimals = digits - 1 - magnitude
+        shown = round_up(value * 10.0 ** decimals) / 10.0 ** decimals if up else round(value, decimals)
+        text = f"{shown:,.{max(0, decimals)}f}"
+        return text.rstrip("0").rstrip(".") if "." in text else text   # 0.5, not 0.500
+    scale = 10.0 ** (magnitude - digits + 1)
+    mantissa_value = (round_up(value / scale) * scale) if up else value
+    mantissa, exponent = f"{mantissa_value:.{digits - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def epsilon_text(eps: float) -> str:
+    """An eps in plain text, to four figures and rounded up (0.99942 -> 0.9995, 16,384, 2.5e15; inf as "inf"): the
+    form of a card's statement, the terminal and results.csv."""
+    return "inf" if math.isinf(eps) and eps > 0 else number_text(float(eps), 4, up=True)
