@@ -1,0 +1,41 @@
+"""How dpmed writes numbers: an eps rounded up is never shown smaller than accounted, and never larger by more than
+one unit of its last figure (checked against the float it was made from, over the whole positive range)."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpmed.numbers import epsilon_text, number_text
+
+POSITIVE = st.floats(min_value=1e-300, max_value=1e300, allow_nan=False, allow_infinity=False)
+
+
+def _read(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+@settings(max_examples=400, deadline=None)
+@given(POSITIVE, st.integers(min_value=1, max_value=6))
+def test_rounding_up_never_shows_less_and_at_most_one_unit_of_the_last_figure_more(value, digits):
+    shown = _read(number_text(value, digits, up=True))
+    unit = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    if value.is_integer() and value < 1e6:
+        assert shown == value                                        # integers below a million are exact
+    else:
+        assert shown >= value * (1 - 1e-9)                           # up; the last bits of binary rounding forgiven
+        assert shown <= value + unit * (1 + 1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(POSITIVE)
+def test_epsilon_text_is_four_figures_up(value):
+    assert epsilon_text(value) == number_text(value, 4, up=True)
+    assert _read(epsilon_text(value)) >= value * (1 - 1e-9)
+
+
+def test_epsilon_text_by_hand():
+    assert [epsilon_text(v) for v in (0.99942, 7.99612, 8.0, 16384.2, 2.5123e15, 1e-5, float("inf"))] == [
+        "0.9995", "7.997", "8", "16,390", "2.513e15", "1e-5", "inf"]
