@@ -326,3 +326,16 @@ def test_compare_runs_redraws_the_patients_the_runs_intervals_redrew(make_record
         assert (got.low, got.high, got.p_value) == (expected[unit]["low"], expected[unit]["high"],
                                                     expected[unit]["p_value"])
         assert any("redrew different units" in note for note in out.notes) == (units == ("patient", None))
+
+
+def test_a_sweep_holds_runs_an_older_dpmed_finished_beside_runs_planned_now(make_record):
+    """A run planned now from a count below the batch carries released_units; one an older dpmed finished does not,
+    and still resumes. Before, the two fell into different sweeps and the correlation lost a point."""
+    from dpmed.comparisons.correlations import _sweeps
+
+    runs = [make_record(f"g_eps{e}_seed0", "g", "dp_sgd", eps=float(e)) for e in (1, 5, 10)]
+    newer = runs[2].plan.model_copy(update={"privacy": runs[2].plan.privacy.model_copy(update={"released_units": 35})})
+    runs[2] = runs[2].model_copy(update={"plan": newer})
+    sweeps = _sweeps(runs, "epsilon")
+    assert [sorted(r.run_id for r in group) for group in sweeps.values()] == [
+        ["g_eps10_seed0", "g_eps1_seed0", "g_eps5_seed0"]]

@@ -174,6 +174,12 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
         if isinstance(plan.privacy, DpSgdPlan):     # the count as released, also where it fell below the batch
             released = plan.privacy.released_units
             limit = (plan.privacy.n_units if released is None else released) - 1
+        if plan.audit is not None and plan.audit.canaries > limit and limit < 2:     # 2: the fewest canaries
+            raise ConfigError(
+                f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training patients than the "
+                f"{limit + 1} " + ("of the DP count it plans from" if dp else "this dataset has") + ", which leave "
+                "none to audit with (one canary per patient, and some patients left to train on); remove the "
+                "arm's audit, or use more images")
         if plan.audit is not None and plan.audit.canaries > limit:
             raise ConfigError(
                 f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training patients than the "

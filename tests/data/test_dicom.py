@@ -214,3 +214,20 @@ def test_a_dicom_file_the_system_could_not_open_is_not_cached_as_unreadable(tmp_
     first = decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=tmp_path / "cache")
     assert list(first.failures) == [2] and "Too many open files" in first.failures[2]
     assert not list((tmp_path / "cache").glob("*.npy"))
+
+
+def test_a_broken_link_to_a_dicom_file_is_a_missing_image(tmp_path):
+    """Before: the header read's failure came first, "not a readable DICOM file (FileNotFoundError ...)", and the
+    missing image's kind and its advice (restore the file, or delete the link) were lost."""
+    rng = np.random.default_rng(0)
+    for cls in ("normal", "nodule"):
+        for i in range(4):
+            _write_dicom(tmp_path / "cxr" / cls / f"{cls}{i}.dcm", rng.integers(0, 4096, (10, 10)), patient=f"P{i}")
+    link = tmp_path / "cxr" / "normal" / "link.dcm"
+    try:
+        link.symlink_to(tmp_path / "gone.dcm")
+    except OSError:
+        pytest.skip("this file system cannot make symbolic links")
+    with pytest.raises(DataError, match=r"1 of 9 rows cannot be used \(1 missing image\).*\n  - normal/link.dcm: image "
+                                        r"normal/link.dcm is a link to \S+gone.dcm, which does not exist"):
+        load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)

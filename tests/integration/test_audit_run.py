@@ -21,6 +21,7 @@ from dpmed.cli import main
 from dpmed.config import load_study
 from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder
+from dpmed.numbers import number_text
 from dpmed.outputs import read_resolved
 from dpmed.study import load_study_data, plan_study
 
@@ -72,7 +73,8 @@ def test_the_audit_result_is_private(study_out, records, audits):
     assert "empirical lower bound" not in public and "audit_epsilon_lower_bound" not in public
     private = (study_out / "private" / "report.html").read_text()
     for a in audits.values():
-        assert (f"empirical lower bound eps &gt;= {a['epsilon_lower_bound']:.3g} at delta = {a['delta']:.3g}") in private
+        bound = number_text(a["epsilon_lower_bound"], down=True)      # a lower bound is never shown larger
+        assert f"empirical lower bound eps &gt;= {bound} at delta = {a['delta']:.3g}" in private
     assert "NOT COVERED BY EPS" in private
 
 
@@ -165,3 +167,40 @@ def test_canaries_are_checked_against_the_count_as_released_also_below_the_batch
         plan_study(study, dataset, {"patients": 20})
     (plan,) = plan_study(study, dataset, {"patients": 40})
     assert plan.privacy.released_units == 40 and plan.privacy.n_units == 64 and plan.audit.canaries == 30
+
+
+def test_a_dp_count_too_small_for_any_audit_says_so_rather_than_a_negative_bound(write_study):
+    """A count drawn at eps 0.02 can be 1, 0 or below for a small set: before, "lower audit.canaries below -20"."""
+    study = load_study(write_study(
+        "name: s\ndata: {source: phantom, n_images: 120, image_size: 16}\ntraining: {epochs: 1, batch_size: 64}\n"
+        "evaluation: {bootstrap_resamples: 10, fairness: null}\n"
+        "arms: [{name: a, mechanism: dp_sgd, target_epsilon: 8, audit: {canaries: 30}}]\n"))
+    dataset = load_study_data(study)
+    for count in (-20, 1, 2):
+        with pytest.raises(ConfigError, match=rf"than the {count} of the DP count it plans from, which leave none to "
+                                              r"audit with .*; remove the arm's audit, or use more images$"):
+            plan_study(study, dataset, {"patients": count})
+
+
+def test_canaries_are_drawn_against_the_count_as_released_also_below_the_batch(write_study, monkeypatch):
+    """Each patient is drawn at rate m / N: with N the batch (q = 1), about m times count / B canaries came out, not
+    the m asked for."""
+    import dpmed.run
+    from dpmed.randomness import PrivacyRandomness
+
+    study = load_study(write_study(
+        "name: s\ndata: {source: phantom, n_images: 120, image_size: 16}\ntraining: {epochs: 1, batch_size: 64}\n"
+        "evaluation: {bootstrap_resamples: 10, fairness: null}\n"
+        "arms: [{name: a, mechanism: dp_sgd, target_epsilon: 8, audit: {canaries: 30}}]\n"))
+    dataset = load_study_data(study)
+    (plan,) = plan_study(study, dataset, {"patients": 40})
+    told = []
+
+    def stop(train_set, task, config, *, seed, n_patients, rng):
+        told.append(n_patients)
+        raise ValueError("stopped here")
+
+    monkeypatch.setattr(dpmed.run.audit, "insert_canaries_for", stop)
+    with pytest.raises(ConfigError, match="stopped here"):
+        dpmed.run._training_set(plan, dataset, PrivacyRandomness.secure(), None)
+    assert told == [40] and plan.privacy.n_units == 64

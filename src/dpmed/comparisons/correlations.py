@@ -90,7 +90,8 @@ def _sweeps(records: Sequence[RunRecord], variable: str) -> dict[str, list[RunRe
     for r in records:
         if r.mechanism != "dp_sgd" or _x(r, variable) is None:
             continue
-        privacy = {k: v for k, v in r.plan.privacy.model_dump(mode="json").items() if k not in _VARIES[variable]}
+        # settings(): without what a card only states (released_units), which older finished runs do not carry
+        privacy = {k: v for k, v in r.plan.settings()["privacy"].items() if k not in _VARIES[variable]}
         key = (repr(sorted(privacy.items())), repr(sorted(r.plan.settings()["training"].items())),
                repr(r.plan.audit))
         groups[key].append(r)

@@ -247,8 +247,6 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
                      f"{'published splits ' + ', '.join(sorted(set(splits) - {''})) if split_dirs else 'no split'}; "
                      "sex and age unknown unless DICOM headers give them."),
     )
-    for i, reason in unreadable.items():
-        manifest.flag(i, "unreadable image", f"image {where[i]} {reason}")
     for i, f in enumerate(paths):
         if _dangling(f):
             manifest.flag(i, "missing image", f"image {where[i]} is a link to {os.readlink(f)}, which does not "
@@ -256,4 +254,6 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
         if f.suffix.lower() not in DECODERS:
             manifest.flag(i, "not an image", f"suffix {f.suffix or '(none)'!r} is not an image format dpmed reads "
                                              f"({', '.join(sorted(DECODERS))}); move the file out of the class folder")
+    for i, reason in unreadable.items():       # after: a row keeps its first problem, and a missing file says so
+        manifest.flag(i, "unreadable image", f"image {where[i]} {reason}")
     return manifest
