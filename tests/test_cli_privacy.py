@@ -229,3 +229,15 @@ def test_kappa_is_refused_at_one_by_the_flag_check_with_the_interval_accounting_
     err = capsys.readouterr().err
     assert f"--kappa must be in (0, 1) (a prior probability of success), got {kappa}" in err, err
     assert "(0, 1]" not in err
+
+
+def test_the_calculator_s_eps_is_six_figures_rounded_up(capsys):
+    """Before: "eps = 4.5702" for 4.570200378885429 (to nearest), while dpmed plan said 4.571 (up)."""
+    from dpmed import accounting
+
+    args = ["--noise-multiplier", "1", "--sample-rate", "0.0256", "--steps", "800", "--delta", "1e-5"]
+    assert main(["privacy", "epsilon", *args, "--accountant", "pld"]) == 0
+    exact = accounting.dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=0.0256, steps=800, delta=1e-5,
+                                      accountant="pld")
+    shown = _eps(capsys.readouterr().out.splitlines()[0])
+    assert exact <= shown <= exact + 1e-5 * 10 ** math.floor(math.log10(exact))

@@ -39,3 +39,20 @@ def test_epsilon_text_is_four_figures_up(value):
 def test_epsilon_text_by_hand():
     assert [epsilon_text(v) for v in (0.99942, 7.99612, 8.0, 16384.2, 2.5123e15, 1e-5, float("inf"))] == [
         "0.9995", "7.997", "8", "16,390", "2.513e15", "1e-5", "inf"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(min_value=1e-300, max_value=1.0, allow_nan=False), st.integers(min_value=1, max_value=6))
+def test_deltas_and_the_calculator_s_eps_keep_python_s_notation_and_round_up(value, digits):
+    from dpmed.numbers import delta_text, up_to_figures
+
+    printed = float(f"{up_to_figures(value, digits):.{digits}g}")
+    assert value * (1 - 1e-9) <= printed <= value * (1 + 10.0 ** (1 - digits)) * (1 + 1e-9)   # up, by < 1 unit
+    assert float(delta_text(value)) >= value * (1 - 1e-9)
+
+
+def test_delta_text_by_hand():
+    from dpmed.numbers import delta_text
+
+    assert [delta_text(d) for d in (1e-5, 1.3108610730117053e-05, 2.1316334936330522e-05, 1e-6, 0.0)] == [
+        "1e-05", "1.32e-05", "2.14e-05", "1e-06", "0"]      # before: 1.31e-05 for a claim at 1.3109e-05

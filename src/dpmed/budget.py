@@ -36,7 +36,7 @@ from dpmed.config import PrivacyBudget, RunPlan
 from dpmed.errors import PrivacyError
 from dpmed.mechanisms import DpSgdPlan, mechanism_info, unit_words
 from dpmed.records import RunRecord, StudyPrivacy
-from dpmed.numbers import epsilon_text
+from dpmed.numbers import delta_text, epsilon_text
 
 __all__ = ["study_privacy", "check_budget"]
 
@@ -97,9 +97,10 @@ def _local_statement(local: Sequence[_Released], composed: accounting.ImageCompo
         return (f"{len(local)} local-DP run(s) ({ids}) hold per image under another neighbour relation and do not "
                 "compose with DP-SGD's eps")
     runs = f"the {len(local)} local-DP runs together" if len(local) > 1 else "the local-DP run"
-    return (f"{runs} ({ids}): eps_image = {epsilon_text(composed.epsilon)} per image at delta = {composed.delta:.3g} "
-            f"({composed.method}, {composed.citation}; neighbours: {composed.neighbour_relation}), under another "
-            "neighbour relation than DP-SGD's" + (", so no single total with it" if dp else ""))
+    return (f"{runs} ({ids}): eps_image = {epsilon_text(composed.epsilon)} per image at delta = "
+            f"{delta_text(composed.delta)} ({composed.method}, {composed.citation}; neighbours: "
+            f"{composed.neighbour_relation}), under another neighbour relation than DP-SGD's"
+            + (", so no single total with it" if dp else ""))
 
 
 def _compose(runs: Sequence[_Released], delta: float, accountant: str) -> tuple[float | None, str]:
@@ -157,7 +158,8 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
                      f"{' and '.join(units)} do not compose into one eps (neighbours: "
                      + "; ".join(f"add/remove one {u}" for u in units) + ")")
     elif dp:
-        shown = f"eps = {epsilon_text(dp_eps)} at delta = {delta:.3g}" if dp_eps is not None else "no single eps"
+        shown = (f"eps = {epsilon_text(dp_eps)} at delta = {delta_text(delta)}" if dp_eps is not None
+                 else "no single eps")
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; neighbours: add/remove one "
                      f"{unit}){why}")
     if not_private:

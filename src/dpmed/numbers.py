@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["number_text", "epsilon_text", "round_up"]
+__all__ = ["number_text", "epsilon_text", "delta_text", "up_to_figures", "round_up", "round_down"]
 
 
 def round_up(x: float) -> float:
@@ -17,12 +17,17 @@ def round_up(x: float) -> float:
     return float(math.ceil(x - 1e-9 * max(1.0, abs(x))))
 
 
-def number_text(value: Any, digits: int = 3, *, up: bool = False) -> str:
+def round_down(x: float) -> float:
+    """floor, forgiving the last bits of binary rounding (a lower bound shown shorter must not look larger)."""
+    return -round_up(-x)
+
+
+def number_text(value: Any, digits: int = 3, *, up: bool = False, down: bool = False) -> str:
     """A number as a reader reads it: at most ``digits`` significant figures with thousands separators (0.0923,
     3.46, 0.5, 8,192, 12,300), scientific below 1e-4 and from 1e6 (1e-5, 2.5e15), integers exact, inf as "∞",
     booleans as yes / no, None and nan as "–". Never Python's repr (no ``False``, ``None`` or 16 digits).
     ``up``: round up, not to nearest: an eps or delta shown shorter must never look smaller than it is (0.99942
-    -> 1, not 0.999)."""
+    -> 1, not 0.999); ``down``: round down, for a lower bound (an audit's empirical eps)."""
     if value is None:
         return "–"
     if isinstance(value, bool):
@@ -39,17 +44,34 @@ def number_text(value: Any, digits: int = 3, *, up: bool = False) -> str:
         return "0"
     if value.is_integer() and abs(value) < 1e6:
         return f"{int(value):,}"
+    direct = round_up if up else round_down if down else None
     magnitude = math.floor(math.log10(abs(value)))
     if -4 <= magnitude < 6:
         decimals = digits - 1 - magnitude
-        shown = round_up(value * 10.0 ** decimals) / 10.0 ** decimals if up else round(value, decimals)
+        shown = direct(value * 10.0 ** decimals) / 10.0 ** decimals if direct else round(value, decimals)
         text = f"{shown:,.{max(0, decimals)}f}"
         return text.rstrip("0").rstrip(".") if "." in text else text   # 0.5, not 0.500
     scale = 10.0 ** (magnitude - digits + 1)
-    mantissa_value = (round_up(value / scale) * scale) if up else value
+    mantissa_value = direct(value / scale) * scale if direct else value
     mantissa, exponent = f"{mantissa_value:.{digits - 1}e}".split("e")
     mantissa = mantissa.rstrip("0").rstrip(".")
     return f"{mantissa}e{int(exponent)}"
+
+
+def up_to_figures(value: float, digits: int) -> float:
+    """``value`` rounded up to ``digits`` significant figures (positive finite values; others as they are), for the
+    plain forms that print it with ``:.{digits}g``: a delta (1.31086e-05 -> 1.32e-05) and the privacy calculator's
+    eps, which scripts may read back, so they keep Python's notation."""
+    if not math.isfinite(value) or value <= 0:
+        return value
+    scale = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    return round_up(value / scale) * scale
+
+
+def delta_text(delta: float) -> str:
+    """A delta as cards and the terminal write it (1e-05, 1.32e-05), rounded up: never shown smaller than the claim,
+    which a bounded noise sampler's share can make a little larger than the delta asked for."""
+    return f"{up_to_figures(delta, 3):.3g}"
 
 
 def epsilon_text(eps: float) -> str:

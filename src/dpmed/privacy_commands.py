@@ -14,6 +14,7 @@ import re
 from dpmed import accounting
 from dpmed.errors import DpmedError
 from dpmed.mechanisms.base import refuse_vacuous_delta
+from dpmed.numbers import up_to_figures
 
 __all__ = ["privacy_parser", "privacy_command"]
 
@@ -192,7 +193,8 @@ def _privacy_epsilon(args: argparse.Namespace) -> int:
             print(f"eps: none certified  [{name}: {exc}]")
             continue
         shown = 0 if name == "pure" else delta          # a pure-DP bound: delta plays no role in it
-        print(f"eps = {eps:.6g} at delta = {shown:.3g}  [{name}: {accounting.describe_accountant(name)}]")
+        print(f"eps = {up_to_figures(eps, 6):.6g} at delta = {shown:.3g}  [{name}: "
+              f"{accounting.describe_accountant(name)}]")
     note = _sampler_note(args, q, steps, args.noise_multiplier, delta)
     if note:
         print(note)
@@ -210,8 +212,8 @@ def _privacy_calibrate(args: argparse.Namespace) -> int:
     eps = accounting.dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta,
                                     accountant=name, noise=args.noise)
     shown = 0 if name == "pure" else delta
-    print(f"noise_multiplier = {sigma:.6g}  (eps = {eps:.6g} <= target {args.target_epsilon:g} at delta = "
-          f"{shown:.3g}) [{name}: {accounting.describe_accountant(name)}]")
+    print(f"noise_multiplier = {sigma:.6g}  (eps = {up_to_figures(eps, 6):.6g} <= target "
+          f"{args.target_epsilon:g} at delta = {shown:.3g}) [{name}: {accounting.describe_accountant(name)}]")
     if note:
         print(f"note: {note}")
     sampler = _sampler_note(args, q, steps, sigma, delta)

@@ -12,7 +12,7 @@ from dpmed.accounting import Ledger, dp_sgd_event, shuffled_event
 from dpmed.config import load_study, plan_runs
 from dpmed.mechanisms import PlanContext, mechanism_info, patient_guarantee
 from dpmed.mechanisms.cards import SECURE_RANDOMNESS
-from dpmed.numbers import epsilon_text
+from dpmed.numbers import delta_text, epsilon_text
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
 STUDY = """
@@ -118,7 +118,7 @@ def test_between_the_two_the_card_pays_the_samplers_share_in_its_delta(plans):
     # a patient's two images add up to 2 C: 13.3 std at sigma 0.15, past every draw in any step that samples both
     note = card.patient_guarantee
     assert note.tight_epsilon is None and "does not hold as run: the patient's k images together" in note.statement
-    assert f"at delta = {card.delta:.3g}" in note.statement        # the formula reads the run's own claim
+    assert f"at delta = {delta_text(card.delta)}" in note.statement     # the run's own claim, rounded up
 
 
 def test_a_noise_level_whose_sampler_share_is_above_delta_is_not_dp(plans):

@@ -65,6 +65,9 @@ def test_the_card_names_delta_the_accountant_the_unit_what_is_unprotected_and_no
     assert card.statement.startswith("eps_image = 8,192 at delta = 0 (closed form, the Laplace mechanism; unit: one")
     assert "how many images there are" in card.statement and "eps_pixel = 2" in card.statement
     assert "sampling" not in card.randomness and "noise" in card.randomness
+    third = mechanism_info("pixel_laplace").card(PixelLaplacePlan(scale=3.0, dimension=4096),
+                                                Ledger((PixelLaplace(scale=3.0).event((1, 64, 64)),)), "secure")
+    assert third.statement.endswith("eps_pixel = 0.3334")                # 1/3 rounded up (before: 0.333333)
 
 
 def _laplace_card(scale: float, shape=(1, 8, 8)):

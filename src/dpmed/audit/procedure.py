@@ -20,6 +20,7 @@ from dpmed.audit.bound import audit_epsilon_lower_bound_over_grid, canary_scores
 from dpmed.audit.canaries import hold_out_canary_sources, insert_canaries, make_canaries
 from dpmed.data import ImageSet, Task
 from dpmed.mechanisms import AuditConfig
+from dpmed.numbers import epsilon_text, number_text
 from dpmed.randomness import public_seed
 
 __all__ = ["AuditTrial", "insert_canaries_for", "conclude", "AUDIT_DELTA_NON_PRIVATE", "AUDIT_CITATION"]
@@ -58,11 +59,11 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
     delta = AUDIT_DELTA_NON_PRIVATE if delta is None else delta
     res = audit_epsilon_lower_bound_over_grid(scores, trial.included, delta=delta,
                                               confidence=trial.config.confidence)
-    statement = (f"empirical lower bound eps >= {res.epsilon_lower_bound:.3g} at delta = {delta:.3g} (one-run audit, "
-                 f"{res.n_canaries} {trial.config.kind} canaries, {res.confidence:.0%}; {res.n_correct} of "
-                 f"{res.n_guesses} guesses correct)")
+    statement = (f"empirical lower bound eps >= {number_text(res.epsilon_lower_bound, down=True)} at delta = "
+                 f"{delta:.3g} (one-run audit, {res.n_canaries} {trial.config.kind} canaries, {res.confidence:.0%}; "
+                 f"{res.n_correct} of {res.n_guesses} guesses correct)")
     statement += ("; no eps is claimed" if claimed_epsilon is None else
-                  f"; the accountant claims eps = {claimed_epsilon:.3g}: " + (
+                  f"; the accountant claims eps = {epsilon_text(claimed_epsilon)}: " + (
                       "consistent" if res.epsilon_lower_bound <= claimed_epsilon else
                       f"inconsistent with the claimed eps at {res.confidence:.0%}"))
     record = {"n_canaries": res.n_canaries, "kind": trial.config.kind, "n_included": int(trial.included.sum()),

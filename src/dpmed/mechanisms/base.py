@@ -20,7 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from dpmed.accounting import ACCOUNTANTS, Ledger, default_delta
 from dpmed.errors import ConfigError
 from dpmed.names import CANARY_KINDS
-from dpmed.numbers import epsilon_text
+from dpmed.numbers import delta_text, epsilon_text
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
 __all__ = ["Strict", "Sweep", "positive_finite", "exactly_one", "AuditConfig", "ArmBase", "PlanContext",
@@ -264,10 +264,10 @@ class PrivacyCard(Strict):
             return f"{self.model_copy(update={'is_dp': True}).in_brief()}; not DP: {self.why_not_dp_in_brief}"
         if self.epsilon is None and self.epsilon_if_poisson is not None:
             return (f"not DP: shuffled batches (a Poisson run would have eps {epsilon_text(self.epsilon_if_poisson)} "
-                    f"at delta {self.delta:.3g}, {self.accountant_in_brief}, {self.neighbours_in_brief})")
+                    f"at delta {delta_text(self.delta)}, {self.accountant_in_brief}, {self.neighbours_in_brief})")
         if not self.is_dp:
             return "inf (no privacy)" if self.mechanism == "none" else "not DP"
-        delta = f"{self.delta:.3g}" if self.delta else "0"
+        delta = f"{delta_text(self.delta)}" if self.delta else "0"
         if self.epsilon_image is not None:   # per image, for "any two images" (not comparable to DP-SGD's eps)
             return (f"{epsilon_text(self.epsilon_image)} per image (local DP, delta {delta}, "
                     f"{self.accountant_in_brief}, {self.neighbours_in_brief})")

@@ -29,7 +29,7 @@ from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanC
                                    exactly_one, positive_finite, refuse_vacuous_delta, training_steps,
                                    unit_words)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_not_dp, label_randomness
-from dpmed.numbers import epsilon_text
+from dpmed.numbers import delta_text, epsilon_text
 from dpmed.randomness import DRAW_BOUND, DRAW_BOUNDS
 
 __all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO", "size_key", "patient_guarantee"]
@@ -218,12 +218,14 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
     delta = plan.claimed_delta                       # the run's claim, as its card states it
     group = accounting.group_privacy(epsilon=eps, delta=delta, k=k)
     tight = None if tight_group.tight_epsilon is None else tight_group.tight_epsilon + k * plan.size_epsilon
-    formula = (f"({epsilon_text(group.formula_epsilon)}, {group.formula_delta:.3g})-DP" if not group.formula_is_vacuous
+    formula = (f"({epsilon_text(group.formula_epsilon)}, {delta_text(group.formula_delta)})-DP"
+               if not group.formula_is_vacuous
                else f"eps {epsilon_text(group.formula_epsilon)} with delta >= 1 (vacuous)")
+    size = " plus the released size" if plan.size_epsilon else ""
     text = (f"the image is the unit: a patient has {why.format(k=k)}; for such a patient the group-privacy formula "
-            f"(k eps, k e^((k-1) eps) delta) applied to the run's eps = {epsilon_text(eps)} at delta = {delta:.3g} "
-            f"({plan.accountant.upper()} accountant{' plus the released size' if plan.size_epsilon else ''}) gives "
-            f"{formula} ({accounting.GROUP_CITATION})")
+            f"(k eps, k e^((k-1) eps) delta) applied to the run's eps = {epsilon_text(eps)} at delta = "
+            f"{delta_text(delta)} ({plan.accountant.upper()} accountant{size}) gives {formula} "
+            f"({accounting.GROUP_CITATION})")
     if tight is not None:
         # k images' clipped gradients add up to k C: they outrun the bounded sampler sooner than one image does
         group_sampler = plan.sampler_share(group=k)
@@ -235,7 +237,7 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
             tight = None
         else:
             text += (f"; DP-SGD's tight group value is eps = {epsilon_text(tight)} at delta = "
-                     f"{plan.delta + group_sampler:.3g} ({accounting.TIGHT_GROUP_CITATION}"
+                     f"{delta_text(plan.delta + group_sampler)} ({accounting.TIGHT_GROUP_CITATION}"
                      + (", plus k times the released size's eps)" if plan.size_epsilon else ")"))
     return GroupGuarantee(k=k, formula_epsilon=group.formula_epsilon, formula_delta=group.formula_delta,
                           tight_epsilon=tight, statement=text)
@@ -366,16 +368,16 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     paid = (f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
             if not void and sampler >= 1e-3 * plan.delta else "")
     fields.update(delta=delta, sampler_delta=sampler, sampler_voids=void)
-    statement = (f"eps = {epsilon_text(eps)} at delta = {delta:.3g} ({parts}{paid}; unit: one {plan.unit}; neighbours: "
-                 f"{neighbours}; {params})")
+    statement = (f"eps = {epsilon_text(eps)} at delta = {delta_text(delta)} ({parts}{paid}; unit: one {plan.unit}; "
+                 f"neighbours: {neighbours}; {params})")
     card = PrivacyCard(**fields, is_dp=True, epsilon=eps, statement=statement)
     if void:
         card = label_not_dp(
             card, f"NOT DP as run: the noise sampler's draws are bounded ({DRAW_BOUNDS[plan.noise]}), and at "
             f"sigma = {plan.noise_multiplier:.3g} one "
             f"{plan.unit}'s clipped gradient can move a coordinate past every draw of the run without it (probability "
-            f"up to {sampler:.2g} over the run, above delta = {plan.delta:.3g}); the accountant's eps holds only for "
-            "exact noise, which no floating-point sampler draws at this noise level", sampler_voids=True)
+            f"up to {sampler:.2g} over the run, above delta = {delta_text(plan.delta)}); the accountant's eps holds "
+            "only for exact noise, which no floating-point sampler draws at this noise level", sampler_voids=True)
     if shuffled:
         # The accountants assume Poisson sampling; for shuffled fixed-size batches their eps is not a valid bound.
         card = label_not_dp(

@@ -24,7 +24,7 @@ from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyC
 from dpmed.mechanisms.cards import LABELS_IN_CLEAR, label_not_dp, label_randomness
 from dpmed.mechanisms.perturb import perturb
 from dpmed.mechanisms.pixel_laplace import LOCAL_CARD
-from dpmed.numbers import epsilon_text
+from dpmed.numbers import delta_text, epsilon_text
 from dpmed.randomness import DRAW_BOUNDS, GAUSSIAN_DRAW_BOUND
 
 __all__ = ["PixelGaussian", "PixelGaussianArm", "PixelGaussianPlan", "INFO"]
@@ -108,10 +108,10 @@ def _card(plan: PixelGaussianPlan, ledger: Ledger, randomness_mode: str) -> Priv
     event = next(e for e in ledger.events if isinstance(e, GaussianImageEvent))
     eps_image = accounting.gaussian_image_epsilon(event, delta=plan.delta)
     eps_pixel = accounting.gaussian_epsilon(mu=event.value_range / event.std, delta=plan.delta)
-    statement = (f"eps_image = {epsilon_text(eps_image)} at delta = {plan.delta:.3g} (analytic Gaussian; unit: one "
-                 f"image, pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; "
+    statement = (f"eps_image = {epsilon_text(eps_image)} at delta = {delta_text(plan.delta)} (analytic Gaussian; "
+                 f"unit: one image, pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; "
                  f"s = {event.std:g}, R = {event.value_range:g}, d = {event.dimension}); the same for one pixel "
-                 f"value of an image: eps_pixel = {epsilon_text(eps_pixel)} at delta = {plan.delta:.3g}")
+                 f"value of an image: eps_pixel = {epsilon_text(eps_pixel)} at delta = {delta_text(plan.delta)}")
     card = PrivacyCard(mechanism="pixel_gaussian", is_dp=True, statement=statement,
                        **{**LOCAL_CARD, "patients": PATIENTS}, std=event.std, value_range_R=event.value_range,
                        dimension_d=event.dimension, epsilon_pixel=eps_pixel, epsilon_image=eps_image,

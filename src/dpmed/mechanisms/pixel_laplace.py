@@ -113,7 +113,7 @@ def _card(plan: PixelLaplacePlan, ledger: Ledger, randomness_mode: str) -> Priva
     statement = (f"eps_image = {epsilon_text(eps_image)} at delta = 0 (closed form, the Laplace mechanism; unit: "
                  f"one image, pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; Laplace "
                  f"b = {event.scale:g}, R = {event.value_range:g}, d = {event.dimension}); the same for one pixel "
-                 f"value of an image: eps_pixel = {eps_pixel:g}")
+                 f"value of an image: eps_pixel = {epsilon_text(eps_pixel)}")
     card = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement=statement, **LOCAL_CARD,
                        scale_b=event.scale, value_range_R=event.value_range, dimension_d=event.dimension,
                        epsilon_pixel=eps_pixel, epsilon_image=eps_image, epsilon=eps_image, delta=0.0,
@@ -122,7 +122,7 @@ def _card(plan: PixelLaplacePlan, ledger: Ledger, randomness_mode: str) -> Priva
         never = eps_pixel >= LAPLACE_DRAW_BOUND
         card = label_not_dp(
             card, f"NOT DP as run: the noise sampler's draws are bounded ({DRAW_BOUNDS['laplace']}), and at "
-            f"b = {event.scale:g} (R / b = {eps_pixel:.4g}) a pixel at R is "
+            f"b = {event.scale:g} (R / b = {epsilon_text(eps_pixel)}) a pixel at R is "
             + ("never released as 0, which a pixel at 0 is half the time" if never else
                "released as 0 measurably less often than exact noise would, so the end-point ratio exceeds "
                "e^(R / b)") + "; the closed form holds only for exact Laplace noise", sampler_voids=True)

@@ -251,7 +251,7 @@ def _fact(card, key: str) -> str | None:
     if key == "unit":
         return f"one {escape(value)}"
     # eps and delta rounded up: shorter, never smaller than accounted
-    return escape(number_text(value, up=key.startswith(("epsilon", "delta", "target_epsilon"))))
+    return escape(number_text(value, up=key.startswith(("epsilon", "delta", "target_epsilon", "size_epsilon"))))
 
 
 def _card(r: RunRecord) -> str:
