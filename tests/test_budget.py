@@ -282,3 +282,26 @@ def test_a_total_just_over_the_budget_never_reads_as_equal_to_it():
     closer = privacy.model_copy(update={"dp_sgd_epsilon": 8.000000001})      # inside the rounding's tolerance
     with pytest.raises(PrivacyError, match=r"cost eps = 8\.000000001 at delta = 1e-05 .* above the budget eps = 8;"):
         check_budget(PrivacyBudget(epsilon=8, delta=1e-5), closer)
+
+
+def test_runs_each_within_pld_s_reach_whose_composition_is_not_are_composed_by_rdp(write_study):
+    """Six runs at about 400 each: before, "no single eps (PLD could not certify the composition ...
+    accountant='rdp' has none)" without a budget, and a refusal naming a Python argument under one."""
+    text = ("name: b\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0, 1, 2, 3, 4, 5]\n"
+            "training: {epochs: 20, batch_size: 20}\narms: [{name: dp, mechanism: dp_sgd, noise_multiplier: 0.2}]\n")
+    study = load_study(write_study(text))
+    plans = _plans(study)
+    assert {p.privacy.accountant for p in plans} == {"pld"}
+    privacy = study_privacy(plans)
+    ledger = accounting.Ledger()
+    for p in plans:
+        ledger = ledger.record(accounting.dp_sgd_event(noise="gaussian", noise_multiplier=0.2,
+                                                       sample_rate=p.privacy.sample_rate, steps=p.privacy.steps))
+    expected = accounting.ledger_epsilon(ledger, delta=plans[0].privacy.delta, accountant="rdp")   # at the runs' delta
+    assert privacy.accountant == "rdp" and privacy.dp_sgd_epsilon == pytest.approx(expected, rel=1e-6)
+    assert expected > 500
+    assert "(RDP; neighbours: add/remove one patient) (the composition lies beyond what PLD resolves" in (
+        privacy.statement)
+    budgeted = load_study(write_study(text + "privacy_budget: {epsilon: 100000, delta: 1e-4}\n"))
+    privacy = study_privacy(_plans(budgeted), budget=budgeted.privacy_budget)
+    assert privacy.dp_sgd_epsilon is None and "set privacy_budget.accountant: rdp" in privacy.statement

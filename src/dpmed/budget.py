@@ -120,7 +120,7 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     runs in the folder that the study no longer lists, with the ledgers they recorded).
 
     delta and accountant: the budget's when given; else the largest delta of the DP-SGD runs and PLD (RDP if any run
-    needed RDP: budgets beyond what PLD resolves)."""
+    needed RDP, or if their composition lies beyond what PLD resolves)."""
     runs = [_released(p, None) for p in plans] + [_released(r.plan, r.ledger) for r in finished_elsewhere]
     dp = [r for r in runs if r.kind == "dp_sgd"]
     not_private = tuple(r.run_id for r in runs if r.kind == "not_private")
@@ -142,6 +142,16 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
                f"delta = {delta:g})")
     elif dp:
         dp_eps, why = _compose(dp, composed_at, accountant)
+        if dp_eps is None and accountant == "pld" and budget is None:
+            # runs each within PLD's reach whose composition is not: RDP, as a single run beyond it is planned
+            # (`accounting.effective_accountant`)
+            dp_eps, retried = _compose(dp, composed_at, "rdp")
+            if dp_eps is not None:
+                accountant, why = "rdp", " (the composition lies beyond what PLD resolves, so RDP certifies it)"
+            else:
+                why += retried
+        elif dp_eps is None and accountant == "pld":
+            why += "; set privacy_budget.accountant: rdp to compose beyond what PLD resolves"
         sizes = {r.size for r in dp if r.size is not None}
         if dp_eps is not None and sizes:
             # One cost per count: a folder holds one draw per key and eps (`released_size` refuses to draw again
