@@ -489,3 +489,14 @@ def test_the_released_count_multiplies_every_bound_by_its_likelihood_ratio(refer
     assert high.worst_case == 1.0 and all(0 <= v <= 1 for v in high.tpr_at_fpr.values())
     with pytest.raises(ValueError, match="size_epsilon"):
         reconstruction_risk(**REFERENCE, kappa=REFERENCE_KAPPA, size_epsilon=-0.1)
+
+
+def test_the_assumptions_state_the_no_noise_limit_the_high_budgets_reach():
+    """Before: "The bounds reach ~100% long before eps = 1e6" beside bounds of 65.7 % at sigma 1e-6 (10 steps at q
+    0.1: the target was never sampled with probability 0.9^10). The limit is now stated as the run's own number."""
+    high = reconstruction_risk(noise_multiplier=1e-6, sample_rate=0.1, steps=10, kappa=1 / 64)
+    never = 0.9 ** 10 * (1 - 1 / 64)
+    assert high.worst_case == pytest.approx(1 - never, rel=1e-9)
+    assert f"where the bound is {math.ceil((1 - never) * 1e4) / 100:g}%: the chance that the target image was " \
+           "sampled in some step at all" in high.assumptions
+    assert "65.68%" in high.assumptions and "~100%" not in high.assumptions

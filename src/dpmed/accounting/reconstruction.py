@@ -283,14 +283,17 @@ def reconstruction_risk(*, noise_multiplier: float, sample_rate: float, steps: i
         raise ValueError(f"unit must be 'image' or 'patient', got {unit!r}")
     setting = (sigma, q, steps)
     neighbours = NEIGHBOUR_RECONSTRUCTION if unit == "image" else _NEIGHBOUR_PATIENT
+    ceiling = min(1.0, factor * _limits.ceiling(q, steps, kappa))
     assumptions = (
         f"informed adversary: knows every training {unit} but the target {unit}, the model and the training "
         f"procedure, and would succeed with prior probability kappa = {kappa:.6g} without the model (kappa = 1/N: "
         f"a uniform guess among N training {unit}s, N as released); Poisson sampling at rate q = {q:g} for T = "
         f"{steps} steps with noise multiplier {sigma:g}; neighbouring relation: {neighbours}; worst case: the "
         f"attacker knows the target's clipped gradient; relaxed: it does not know its sign (Kaissis et al. 2023). "
-        f"The bounds reach ~100% long before eps = 1e6; claims of protection beyond that rest on empirical "
-        f"attacks, not on these bounds.")
+        f"No noise helps the attacker more than none, where the bound is {math.ceil(ceiling * 1e4) / 100:g}%: the "
+        f"chance that the target {unit} was sampled in some step at all (1 - (1 - q)^T, with kappa"
+        f"{' and eps_N' if size_epsilon else ''}); high budgets (eps 1e6 and beyond) sit at it, and any "
+        f"protection beyond it rests on empirical attacks, not on these bounds.")
     if size_epsilon:
         assumptions += (f" The training set's size is released beside the model as a count at eps_N = "
                         f"{size_epsilon:g} (pure DP): every number includes it, multiplied by e^eps_N and capped at 1.")
