@@ -1,8 +1,9 @@
 """The imprint attack on one DP-SGD arm, over many batches: the empirical side of METHODS.md s.7.
 
 The reconstruction-robustness bounds (``dpmed.accounting.reconstruction``) reach their no-noise limit (the chance
-the target was sampled at all: 100 % after a few epochs) long before eps = 1e6; the claim of 004_6210268d59b6f8e5.txt (Ziller et al. 2024) that high budgets still stop *realistic* reconstruction rests
-on actual attacks failing. :func:`run_imprint_attack` mounts one: for each of ``n_batches`` batches drawn from the
+the target was sampled at all: 100 % after a few epochs) long before eps = 1e6; the claim of
+004_6210268d59b6f8e5.txt (Ziller et al. 2024) that high budgets still stop *realistic* reconstruction rests on actual
+attacks failing. :func:`run_imprint_attack` mounts one: for each of ``n_batches`` batches drawn from the
 training images, the adversary's imprinted model (``dpmed.attack.imprint``) goes through one step of the arm
 (dpmed's ``DpSgdStep``: clipping at C, the arm's noise of scale sigma C from fresh secure randomness, division by
 the expected batch size), the imprint rows are inverted into one candidate per bin, the strongest ``batch_size``
