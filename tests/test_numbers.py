@@ -56,3 +56,9 @@ def test_delta_text_by_hand():
 
     assert [delta_text(d) for d in (1e-5, 1.3108610730117053e-05, 2.1316334936330522e-05, 1e-6, 0.0)] == [
         "1e-05", "1.32e-05", "2.14e-05", "1e-06", "0"]      # before: 1.31e-05 for a claim at 1.3109e-05
+
+
+def test_a_value_rounded_up_to_a_million_is_written_as_a_million_is():
+    """Before: 999,100.87 at three figures read "1,000,000" on a card beside "target ε 1e6"."""
+    assert [number_text(v, 3, up=True) for v in (999100.87, 1e6, 999.96)] == ["1e6", "1e6", "1,000"]
+    assert epsilon_text(999999.9) == "1e6" and epsilon_text(999100.87) == "999,200"

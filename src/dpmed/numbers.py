@@ -49,8 +49,9 @@ def number_text(value: Any, digits: int = 3, *, up: bool = False, down: bool = F
     if -4 <= magnitude < 6:
         decimals = digits - 1 - magnitude
         shown = direct(value * 10.0 ** decimals) / 10.0 ** decimals if direct else round(value, decimals)
-        text = f"{shown:,.{max(0, decimals)}f}"
-        return text.rstrip("0").rstrip(".") if "." in text else text   # 0.5, not 0.500
+        if abs(shown) < 1e6:        # rounded up to a million: written as 1e6, as a million itself is
+            text = f"{shown:,.{max(0, decimals)}f}"
+            return text.rstrip("0").rstrip(".") if "." in text else text   # 0.5, not 0.500
     scale = 10.0 ** (magnitude - digits + 1)
     mantissa_value = direct(value / scale) * scale if direct else value
     mantissa, exponent = f"{mantissa_value:.{digits - 1}e}".split("e")
