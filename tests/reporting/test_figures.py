@@ -142,6 +142,27 @@ def test_a_local_dp_studys_legend_and_labels_stay_inside_the_figure_and_apart(ma
         assert not any(box.overlaps(other) for other in boxes[k + 1:]), labels[k].get_text()
 
 
+def test_high_budget_labels_with_their_not_dp_reason_stay_inside_the_phone_figure(make_record):
+    """eps 1e6 .. 1e15 whose noise the sampler cannot reach: before, "(not DP: noise below the sampler's reach)"
+    labels ran past the narrow figure's left edge (x0 = -236 px), over the axis title."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    records = [make_record("non-private_seed0", "non-private", metrics=_metrics(0.96, 0.94, 0.98)),
+               make_record("dp_eps1_seed0", "dp", "dp_sgd", eps=1.0, metrics=_metrics(0.80, 0.75, 0.85))]
+    for k, eps in enumerate((1e6, 1e10, 1e15)):
+        r = make_record(f"dp_eps{eps:g}_seed0", "dp", "dp_sgd", eps=eps, metrics=_metrics(0.9 + k / 100, 0.85, 0.95))
+        records.append(r.model_copy(update={"privacy": r.privacy.model_copy(update={"is_dp": False,
+                                                                                    "sampler_voids": True})}))
+    fig = auroc_figure(records, narrow=True)
+    FigureCanvasAgg(fig).draw()
+    renderer, edge = fig.canvas.get_renderer(), fig.bbox
+    labels = [t for ax in fig.axes for t in ax.texts if "not DP" in t.get_text()]
+    assert len(labels) == 3
+    for text in labels:
+        box = text.get_window_extent(renderer)
+        assert edge.x0 <= box.x0 and box.x1 <= edge.x1, (text.get_text(), box, edge)
+
+
 def test_every_report_figure_is_written_to_png_by_one_function():
     """figures.py and study_figures.py each had their own copy of the PNG writer (and the threat section a third,
     inline): a change to how figures are saved (dpi, size) would reach some figures and not others."""

@@ -8,6 +8,7 @@ with type that stays at least 10 CSS px there); :func:`~dpmed.reporting.inputs.e
 from __future__ import annotations
 
 import io
+import re
 import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -215,20 +216,32 @@ def _inside(box: Any, edge: Any) -> bool:
 
 def _place_beside(text: Any, room: Any) -> Any:
     """Put a point's label where it stays within ``room`` (the axes' width): right of the point, then on two lines
-    (its note in brackets on the second), then left of it, then left on two lines; the last where none fits.
-    Returns its window extent."""
+    (its note in brackets on the second), then left of it, then left on two lines; then the same with a not-DP
+    note shortened to "(not DP)" (the card and the table give the reason), then wrapped narrow on the side with
+    more room. Returns its window extent."""
     label = text.get_text()
-    two_lines = (label.replace(" (", "\n(", 1) if " (" in label else
-                 textwrap.fill(label, max(12, len(label) // 2 + 2), break_long_words=False, break_on_hyphens=False))
-    for words, align, dx in ((label, "left", 6), (two_lines, "left", 6), (label, "right", -6),
-                             (two_lines, "right", -6)):
-        text.set_text(words)
-        text.set_horizontalalignment(align)
-        text.xyann = (dx, text.xyann[1])
-        box = text.get_window_extent()
-        if room.x0 <= box.x0 and box.x1 <= room.x1:
-            break
-    return box
+    short = re.sub(r" \(not DP: [^)]*\)", " (not DP)", label)
+
+    def two_lines(words: str) -> str:
+        return (words.replace(" (", "\n(", 1) if " (" in words else
+                textwrap.fill(words, max(12, len(words) // 2 + 2), break_long_words=False, break_on_hyphens=False))
+
+    for words in dict.fromkeys((label, two_lines(label), short, two_lines(short))):
+        for align, dx in (("left", 6), ("right", -6)):
+            box = _set(text, words, align, dx)
+            if room.x0 <= box.x0 and box.x1 <= room.x1:
+                return box
+    x = _set(text, "", "left", 0).x0                                   # the point itself
+    right = room.x1 - x > x - room.x0
+    return _set(text, textwrap.fill(short, 14, break_long_words=False, break_on_hyphens=False),
+                "left" if right else "right", 6 if right else -6)
+
+
+def _set(text: Any, words: str, align: str, dx: float) -> Any:
+    text.set_text(words)
+    text.set_horizontalalignment(align)
+    text.xyann = (dx, text.xyann[1])
+    return text.get_window_extent()
 
 
 def _fit_inside(fig: Figure, axes: list[Any]) -> None:
