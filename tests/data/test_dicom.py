@@ -127,8 +127,8 @@ def test_folder_of_dicom_files_takes_patients_from_the_header(tmp_path):
     cut = tmp_path / "cxr" / "nodule" / "nodule5.dcm"       # cut inside its header, before PatientID
     cut.write_bytes(cut.read_bytes()[:300])
     with pytest.raises(DataError, match=r"2 of 12 rows cannot be used \(2 unreadable image\); the first 2:\n  - "
-                                        r"nodule/nodule5.dcm: image nodule/nodule5.dcm has no Rows / Columns in its header: cut short, or not an "
-                                        r"image"):
+                                        r"nodule/nodule5.dcm: image nodule/nodule5.dcm has no Rows / Columns in its "
+                                        r"header: cut short, or not an image"):
         load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)
     d = load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None,
                      skip_invalid=True, split=SplitPlan(val_fraction=0.25, test_fraction=0.25))

@@ -98,8 +98,9 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     Each file is decoded at the preprocessing's channel count (or the first readable file's) and, when a size is
     set, resized to it, then min-max and equalisation run per image (:class:`~dpmed.data.transforms.Preprocessing`;
     ``normalize`` is not applied here). Without a size every image must have the first readable image's size: any
-    that differs is a DataError that says to set data.image_size (not a bad row that skip_invalid would drop). Decoding runs in ``workers`` threads (default: the
-    CPU count, at most 8; Pillow and torch release the GIL while they work).
+    that differs is a DataError that says to set data.image_size (not a bad row that skip_invalid would drop).
+    Decoding runs in ``workers`` threads (default: the CPU count, at most 8; Pillow and torch release the GIL while
+    they work).
     """
     start = time.perf_counter()
     paths = [Path(p) for p in paths]
