@@ -149,3 +149,17 @@ def test_the_tight_value_is_skipped_below_the_delta_the_pld_resolves():
     dp_sgd = dict(noise_multiplier=1.0, sample_rate=0.01, steps=10_000)
     assert group_privacy(epsilon=5.0, delta=1e-13, k=2, **dp_sgd).tight_epsilon is None
     assert group_privacy(epsilon=5.0, delta=1e-10, k=2, **dp_sgd).tight_epsilon is not None
+
+
+def test_a_tight_value_the_pld_library_cannot_compute_is_left_out_not_a_crash(monkeypatch):
+    """dp_accounting's mixture-of-Gaussians PLD can fail its own truncation search and add None to an int: a
+    fresh-clone CI run of the attack study hit it in planning (the DP count it planned from is drawn fresh each
+    time), and `dpmed run` ended in an internal error. The formula value stands without the tight one."""
+    from dp_accounting.pld import pld_privacy_accountant
+
+    def broken(self, event, count=1):
+        raise TypeError("unsupported operand type(s) for +: 'NoneType' and 'int'")
+
+    monkeypatch.setattr(pld_privacy_accountant.PLDAccountant, "compose", broken)
+    got = group_privacy(epsilon=1.0, delta=1e-5, k=2, noise_multiplier=1.59, sample_rate=0.076, steps=13)
+    assert got.tight_epsilon is None and (got.formula_epsilon, got.k) == (2.0, 2)

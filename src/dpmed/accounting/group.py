@@ -79,7 +79,10 @@ def _tight(noise_multiplier: float, sample_rate: float, steps: int, k: int, delt
     try:
         accountant.compose(event)
         eps = float(accountant.get_epsilon(delta))
-    except (OverflowError, FloatingPointError, ValueError):
+    except (OverflowError, FloatingPointError, ValueError, TypeError):
+        # TypeError: dp_accounting 0.6.0's mixture-of-Gaussians PLD binary-searches its lower truncation point in
+        # [z - max sensitivity, z], and where the tail mass is not bracketed there (it depends on sigma, q and k
+        # to the last bits) the search returns None, which it then adds to an int. The formula value still stands.
         return None
     return eps if math.isfinite(eps) and eps <= _TIGHT_MAX_EPSILON else None
 
