@@ -122,9 +122,9 @@ def _training_set(plan: RunPlan, dataset: Dataset, randomness: PrivacyRandomness
         dp = plan.privacy
         # Canary patients are drawn at rate m / N. For DP-SGD N is the DP count it plans from: the exact count would
         # make every patient's draw read all the others. An arm without DP-SGD makes no central claim to break.
-        # (the count as released also where it fell below the batch, which N then is: drawn at m / B, about m
-        # times count / B canaries would come out)
-        n_patients = ((dp.n_units if dp.released_units is None else dp.released_units) if isinstance(dp, DpSgdPlan)
+        # (The count as released also where it fell below the batch: drawn at m / B, about m count / B canaries
+        # would come out.)
+        n_patients = (dp.released_count if isinstance(dp, DpSgdPlan)
                       else len(np.unique(train_set.patient_ids.astype(str))))
         try:
             train_set, trial = audit.insert_canaries_for(train_set, dataset.task, plan.audit, seed=plan.seed,

@@ -170,22 +170,16 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
     exact_limit = max_canaries(dataset.train)
     for plan in plans:
         dp = isinstance(plan.privacy, DpSgdPlan)
-        limit = exact_limit
-        if isinstance(plan.privacy, DpSgdPlan):     # the count as released, also where it fell below the batch
-            released = plan.privacy.released_units
-            limit = (plan.privacy.n_units if released is None else released) - 1
-        if plan.audit is not None and plan.audit.canaries > limit and limit < 2:     # 2: the fewest canaries
-            raise ConfigError(
-                f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training patients than the "
-                f"{limit + 1} " + ("of the DP count it plans from" if dp else "this dataset has") + ", which leave "
-                "none to audit with (one canary per patient, and some patients left to train on); remove the "
-                "arm's audit, or use more images")
+        limit = plan.privacy.released_count - 1 if isinstance(plan.privacy, DpSgdPlan) else exact_limit
         if plan.audit is not None and plan.audit.canaries > limit:
+            none_left = limit < 2                   # 2: the fewest canaries an audit takes
             raise ConfigError(
                 f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training patients than the "
-                f"{limit + 1} " + ("of the DP count it plans from" if dp else "this dataset has") + " (one canary "
-                f"per patient, and some patients left to train on); lower audit.canaries below {limit + 1} or use "
-                "more images")
+                f"{limit + 1} " + ("of the DP count it plans from" if dp else "this dataset has")
+                + (", which leave none to audit with" if none_left else "")
+                + " (one canary per patient, and some patients left to train on); "
+                + ("remove the arm's audit, or use more images" if none_left
+                   else f"lower audit.canaries below {limit + 1} or use more images"))
     for plan in plans:
         # The other arms would quietly train on the whole set at every step, another recipe than the batch the
         # study states.

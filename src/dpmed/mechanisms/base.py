@@ -267,7 +267,7 @@ class PrivacyCard(Strict):
                     f"at delta {delta_text(self.delta)}, {self.accountant_in_brief}, {self.neighbours_in_brief})")
         if not self.is_dp:
             return "inf (no privacy)" if self.mechanism == "none" else "not DP"
-        delta = f"{delta_text(self.delta)}" if self.delta else "0"
+        delta = delta_text(self.delta) if self.delta else "0"
         if self.epsilon_image is not None:   # per image, for "any two images" (not comparable to DP-SGD's eps)
             return (f"{epsilon_text(self.epsilon_image)} per image (local DP, delta {delta}, "
                     f"{self.accountant_in_brief}, {self.neighbours_in_brief})")

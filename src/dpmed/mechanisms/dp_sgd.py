@@ -146,6 +146,11 @@ class DpSgdPlan(Strict):
     patient_guarantee: GroupGuarantee | None = None
     attack: AttackConfig | None = None
 
+    @property
+    def released_count(self) -> int:
+        """The count of training units as released: N, or the count that fell below the batch where N is B."""
+        return self.n_units if self.released_units is None else self.released_units
+
     def sampler_share(self, group: int = 1) -> float:
         """The delta this run pays because its noise sampler's draws are bounded (`accounting.truncation`), for one
         unit or for ``group`` of them together (a patient's images where the image is the unit). 1 without noise."""
