@@ -180,6 +180,10 @@ def estimate_epsilon(events: Sequence[DpSgdEvent], *, delta: float) -> float:
 
 def _pld_epsilon(events: Sequence[DpSgdEvent], delta: float) -> float:
     scale = estimate_epsilon(events, delta=delta)
+    if scale == 0.0:
+        # an upper bound of 0 (a delta so large that it covers the whole difference) is the answer; PLD's grid,
+        # sized relative to eps, would be at its finest here: millions of points and minutes for the same 0
+        return 0.0
     coarsest = scale / _PLD_GRID_POINTS
     if not coarsest <= _PLD_MAX_INTERVAL:
         return math.inf  # RDP estimate above 5e7: eps is far beyond _PLD_MAX_EPSILON
