@@ -165,6 +165,19 @@ def test_run_ids_do_not_change_when_a_sweep_grows(write_study):
     assert one <= two
 
 
+@pytest.mark.parametrize("arms, folder", [
+    ("[{name: dp, mechanism: dp_sgd, target_epsilon: 8}, {name: dp_eps8_C1, mechanism: none}]", "dp_eps8_C1_seed0"),
+    ("[{name: base, mechanism: none}, {name: Base, mechanism: none}]", "Base_seed0"),
+    ("[{name: dp, mechanism: dp_sgd, target_epsilon: [1.00001, 1.000012]}]", "dp_eps1.00001_C1_seed0"),
+])
+def test_two_runs_that_would_write_one_folder_are_refused_naming_both(write_study, arms, folder):
+    """Before: such a study planned both runs; the second overwrote the first's model in runs/<id>/ (on macOS's and
+    Windows's file systems also where the ids differ only in case) and a resumed study took one for the other."""
+    with pytest.raises(ConfigError, match=re.escape(f"would both write runs/{folder}/")) as caught:
+        load_study(write_study(f"name: s\nseeds: [0]\narms: {arms}\n"))
+    assert str(caught.value).count("arm '") == 2
+
+
 def test_fairness_is_on_and_explanations_off_by_default_and_both_are_checked(write_study):
     study = load_study(write_study(GOOD))
     assert study.evaluation.fairness.attributes == ["sex", "age"] and study.evaluation.explanations is None

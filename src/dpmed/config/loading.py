@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from dpmed.config import schema
+from dpmed.config.plans import check_run_ids
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import MECHANISMS
 
@@ -303,6 +304,10 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
         head = (f"the command line's settings for study file {path} have {len(lines)} problem(s)"
                 if from_options == len(lines) else f"study file {path} has {len(lines)} problem(s)")
         raise ConfigError(f"{head}:\n" + "\n".join(lines)) from None
+    try:
+        check_run_ids(study)
+    except ValueError as exc:
+        raise ConfigError(f"study file {path}: {exc}") from None
     given = data_path = study.data.path
     if data_path is not None and not data_path.is_absolute():
         data_path = (path.parent / data_path).resolve()

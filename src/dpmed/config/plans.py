@@ -17,7 +17,7 @@ from pydantic import Field
 from dpmed.config.schema import Study, TrainingConfig
 from dpmed.mechanisms import AuditConfig, PlanContext, PrivacyPlan, Strict, mechanism_info
 
-__all__ = ["RunPlan", "SweptValue", "plan_runs", "run_ids", "EXECUTION_ONLY"]
+__all__ = ["RunPlan", "SweptValue", "plan_runs", "run_ids", "check_run_ids", "EXECUTION_ONLY"]
 
 # Training settings that decide where and how fast a run executes, not what it computes in exact arithmetic: a finished
 # run made with other values of these is still the same run.
@@ -94,6 +94,24 @@ def _expand(study: Study):
 def run_ids(study: Study) -> list[str]:
     """The ids of the study's runs, in study order, without planning them."""
     return [run_id for _, _, _, run_id, _ in _expand(study)]
+
+
+def check_run_ids(study: Study) -> None:
+    """Raise ValueError if two runs of ``study`` would write one folder ``runs/<run id>/``, where the second would
+    overwrite the first's model and be taken for it when the study resumes. Ids are compared ignoring case, as the
+    default file systems of macOS and Windows compare names. They collide where an arm is named like another arm's
+    run (``b`` swept at eps 8 and an arm ``b_eps8_C1``), or two swept values agree in the 6 significant figures a
+    run id keeps of them."""
+    seen: dict[str, str] = {}
+    for arm, swept, _, run_id, _ in _expand(study):
+        values = ", ".join(f"{s.key} {s.value:.15g}" for s in swept)
+        what = f"arm {arm.name!r}" + (f" ({values})" if values else "")
+        first = seen.setdefault(run_id.casefold(), what)
+        if first != what:
+            raise ValueError(f"{first} and {what} would both write runs/{run_id}/ (a run id is its arm's name, then "
+                             "each swept value to 6 significant figures, then the seed; names that differ only in "
+                             "case are one folder on macOS and Windows): rename an arm, or give values that differ "
+                             "within 6 figures")
 
 
 def plan_runs(study: Study, context: PlanContext) -> list[RunPlan]:
