@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+from pathlib import Path
 
-from dpmed.folders import StudyFolder, write_json_atomic
+from dpmed.folders import RELEASE_TIME, StudyFolder, write_json_atomic
 
 
 def test_private_files_live_under_private_and_releasable_ones_do_not(tmp_path):
@@ -37,6 +40,48 @@ def test_the_private_folder_is_its_owners_alone(tmp_path):
     folder.make_private()
     assert folder.private.stat().st_mode & 0o777 == 0o700
 
+
+def test_a_file_system_that_ignores_chmod_is_told_once_not_trusted_silently(tmp_path, monkeypatch, caplog):
+    """Windows (folders inherit their parent's access list), FAT and exFAT drives, some shares: chmod 700 changes
+    nothing there, and the privacy keys in private/ stayed readable by others without a word."""
+    folder = StudyFolder(tmp_path / "s")
+    folder.make_private()
+    assert not caplog.records                          # a file system that keeps permissions: nothing to say
+    folder.private.chmod(0o755)
+    monkeypatch.setattr(Path, "chmod", lambda self, mode: None)
+    with caplog.at_level(logging.WARNING, logger="dpmed"):
+        folder.make_private()
+        folder.make_private()
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "stays readable by other users of this machine (mode 755 after chmod 700" in caplog.text
+    assert str(folder.private) in caplog.text and "privacy keys" in caplog.text
+
+
+def test_release_times_never_touch_what_a_link_points_to_even_where_links_have_no_times_of_their_own(
+        tmp_path, monkeypatch):
+    """Windows sets no link's own times (os.utime(follow_symlinks=False) raises NotImplementedError), which ended every
+    dpmed run and dpmed report there with an internal error; where links have times, theirs are set."""
+    outside = tmp_path / "elsewhere.txt"
+    outside.write_text("not dpmed's")
+    folder = StudyFolder(tmp_path / "s")
+    folder.make_private()
+    (folder.root / "results.csv").write_text("a\n")
+    (folder.root / "link").symlink_to(outside)
+    before = outside.stat().st_mtime
+    real = os.utime
+
+    def windows_utime(path, times=None, *, follow_symlinks=True):
+        if not follow_symlinks:
+            raise NotImplementedError("utime: follow_symlinks unavailable on this platform")
+        real(path, times)
+    monkeypatch.setattr(os, "utime", windows_utime)
+    monkeypatch.setattr(os, "supports_follow_symlinks", set())
+    folder.settle_times()
+    assert (folder.root / "results.csv").stat().st_mtime == RELEASE_TIME == folder.root.stat().st_mtime
+    assert outside.stat().st_mtime == before
+    monkeypatch.undo()
+    folder.settle_times()
+    assert os.lstat(folder.root / "link").st_mtime == RELEASE_TIME and outside.stat().st_mtime == before
 
 
 def test_two_processes_writing_one_file_atomically_do_not_take_each_others_temporary_file(tmp_path, monkeypatch):

@@ -18,7 +18,9 @@ leaves no model in the releasable folder, where the study's eps, which counts fi
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,8 @@ RETRAIN_NOTE = ("(retrained DP-SGD runs, here or in another folder, are new rele
 # runs written before it trained, which grows with what Poisson sampling drew (`dpmed.records.Timing`); tar and zip
 # keep it.
 RELEASE_TIME = 315532800
+
+_log = logging.getLogger(__name__)
 
 
 def open_owner_only(path: Path, mode: str = "w"):
@@ -77,6 +81,16 @@ def write_text_atomic(path: Path, text: str | bytes, *, owner_only: bool = False
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
     """JSON (strict: no NaN or inf) written atomically."""
     write_text_atomic(path, json.dumps(payload, indent=2, allow_nan=False, default=str))
+
+
+@functools.lru_cache(maxsize=None)   # once per folder and process: every command makes the folder private again
+def _tell_unrestricted(private: Path, mode: int) -> None:
+    """Warn that the file system keeps ``private`` open to others: chmod is a no-op on Windows (its folders inherit
+    their parent's access list), on exFAT and FAT drives and on some network shares."""
+    _log.warning("%s stays readable by other users of this machine (mode %o after chmod 700: Windows, or a drive or "
+                 "share without Unix permissions): the runs' privacy keys and checkpoints, the audit's results and "
+                 "the log in it are readable by whoever can read the output folder. Use an --out on a disk that "
+                 "keeps permissions, or restrict the folder's access yourself", private, mode)
 
 
 @dataclass(frozen=True)
@@ -267,6 +281,9 @@ class StudyFolder:
         self.root.mkdir(parents=True, exist_ok=True)
         self.private.mkdir(mode=0o700, exist_ok=True)
         self.private.chmod(0o700)
+        mode = self.private.stat().st_mode & 0o777
+        if mode & 0o077:
+            _tell_unrestricted(self.private.absolute(), mode)
 
     def settle_times(self) -> None:
         """Set every releasable file's and folder's access and modification times to `RELEASE_TIME` (``private/``
@@ -275,12 +292,18 @@ class StudyFolder:
         skipped."""
         if not self.root.is_dir():
             return
+        # a link's own times where the platform can set them (not Windows): never those of what it points to
+        own_times = os.utime in os.supports_follow_symlinks
         for top, folders, files in os.walk(self.root):
             if Path(top) == self.root:
                 folders[:] = [f for f in folders if f != self.private.name]
             for name in [*folders, *files]:
+                path = Path(top) / name
                 with contextlib.suppress(FileNotFoundError):
-                    os.utime(Path(top) / name, (RELEASE_TIME, RELEASE_TIME), follow_symlinks=False)
+                    if own_times:
+                        os.utime(path, (RELEASE_TIME, RELEASE_TIME), follow_symlinks=False)
+                    elif not path.is_symlink():
+                        os.utime(path, (RELEASE_TIME, RELEASE_TIME))
         os.utime(self.root, (RELEASE_TIME, RELEASE_TIME))
 
     def run(self, run_id: str) -> RunFolder:
