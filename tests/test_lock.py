@@ -111,6 +111,64 @@ def test_a_holder_on_another_host_is_never_taken_over(tmp_path):
     assert json_holder(path).host == "elsewhere.example"
 
 
+def test_a_live_holder_whose_start_time_is_unknown_is_refused_with_the_file_to_delete(holder_process, monkeypatch):
+    """macOS and Windows record no process start time, so a PID reused after a restart looks alive for ever: the
+    refusal said only "wait for it to finish". Where dpmed cannot tell at all, it said "another host"."""
+    from dpmed import lock
+
+    proc, path = holder_process
+    _write(path, replace(json_holder(path), process_start=None))
+    with pytest.raises(FolderLocked, match=f"if PID {proc.pid} is not a dpmed run .*, delete {path}"):
+        with FolderLock(path):
+            pass
+    monkeypatch.setattr(lock, "process_running", lambda pid: None)
+    with pytest.raises(FolderLocked) as refused:
+        with FolderLock(path):
+            pass
+    assert f"dpmed cannot tell whether it still runs: if it has ended, delete {path}" in str(refused.value)
+    assert "another host" not in str(refused.value)
+
+
+@pytest.mark.parametrize("handle, error, exit_code, running", [
+    (None, 87, None, False),       # ERROR_INVALID_PARAMETER: no such process
+    (None, 5, None, True),         # ERROR_ACCESS_DENIED: another user's process
+    (None, 6, None, None),
+    (1234, 0, 259, True),          # STILL_ACTIVE
+    (1234, 0, 0, False),           # exited, its handle still held by someone
+])
+def test_on_windows_a_pid_is_asked_of_the_kernel_and_never_signalled(monkeypatch, handle, error, exit_code, running):
+    """os.kill(pid, 0) on Windows sends CTRL_C_EVENT to the process group pid (it could stop a run, dpmed's own
+    included), and a PID that is gone raised a plain OSError, read as "cannot tell": a crashed run's lock was never
+    taken over."""
+    import ctypes
+
+    from dpmed import lock
+
+    closed = []
+
+    class Function:
+        def __init__(self, body):
+            self.body, self.restype, self.argtypes = body, None, None
+
+        def __call__(self, *args):
+            return self.body(*args)
+
+    def exit_code_of(h, code):
+        code._obj.value = exit_code
+        return 1
+
+    kernel32 = type("Kernel32", (), {})()
+    kernel32.OpenProcess = Function(lambda access, inherit, pid: handle)
+    kernel32.GetExitCodeProcess = Function(exit_code_of)
+    kernel32.CloseHandle = Function(closed.append)
+    monkeypatch.setattr(lock, "_WINDOWS", True)
+    monkeypatch.setattr(ctypes, "WinDLL", lambda name, use_last_error: kernel32, raising=False)
+    monkeypatch.setattr(ctypes, "get_last_error", lambda: error, raising=False)
+    monkeypatch.setattr(lock.os, "kill", lambda *a: pytest.fail("os.kill is no probe on Windows"))
+    assert lock.process_running(4321) is running
+    assert closed == ([] if handle is None else [handle])
+
+
 def test_the_lock_is_reentrant_and_released_only_by_its_own_holding(tmp_path):
     path = tmp_path / "private" / "lock"
     with FolderLock(path) as outer:

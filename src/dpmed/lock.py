@@ -6,9 +6,10 @@ this lock for as long as it works in the folder; a second one refuses, naming th
 
 * The lock file is created atomically (``O_CREAT | O_EXCL``): of two processes, exactly one creates it.
 * A lock whose process is gone (killed, machine rebooted) is *stale* and is taken over: on the same host the PID is
-  checked (and its start time, so that a recycled PID does not look alive). The check and the takeover happen under
-  an advisory ``flock`` of the folder that holds the lock, so that of two processes finding the same stale lock only
-  one replaces it. A lock held from another host cannot be checked from here and is never taken over; the message
+  checked (and, on Linux, its start time, so that a recycled PID does not look alive; elsewhere the refusal says
+  which file to delete if that PID is no dpmed run). The check and the takeover happen under an advisory lock
+  (``flock``; on Windows ``msvcrt.locking`` of a file beside the lock), so that of two processes finding the same
+  stale lock only one replaces it. A lock held from another host cannot be checked from here and is never taken over; the message
   says which file to delete once that run is known to be gone.
 * Re-entrant within a process (the command line may hold it around `run_study`, which takes it again).
 
@@ -31,14 +32,19 @@ from typing import Iterator
 
 from dpmed.errors import FolderError
 
-try:  # advisory locks: POSIX only; elsewhere the takeover of a stale lock is unguarded
+try:  # advisory locks: flock on POSIX, msvcrt.locking on Windows
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
+try:
+    import msvcrt
+except ImportError:  # every platform but Windows
+    msvcrt = None  # type: ignore[assignment]
 
 __all__ = ["Holder", "FolderLocked", "FolderLock", "lock_holder", "holder_alive", "process_running", "guard"]
 
 _log = logging.getLogger(__name__)
+_WINDOWS = os.name == "nt"
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,8 @@ def _process_start(pid: int) -> int | None:
 def process_running(pid: int) -> bool | None:
     """True if process ``pid`` runs on this host, False if there is none or it has ended (a zombie), None if this
     cannot be known."""
+    if _WINDOWS:
+        return _windows_process_running(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -95,6 +103,28 @@ def process_running(pid: int) -> bool | None:
     except OSError:
         return None
     return _process_start(pid) != -1
+
+
+def _windows_process_running(pid: int) -> bool | None:
+    """Windows: whether ``pid`` exists and has not exited, asked of the kernel. ``os.kill(pid, 0)`` is no probe there:
+    signal 0 is CTRL_C_EVENT, sent to the process group ``pid``, and a PID that is gone raises a plain OSError."""
+    import ctypes
+    from ctypes import wintypes
+
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    kernel32.OpenProcess.restype = wintypes.HANDLE
+    kernel32.OpenProcess.argtypes = (wintypes.DWORD, wintypes.BOOL, wintypes.DWORD)
+    handle = kernel32.OpenProcess(0x1000, False, pid)    # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        # ERROR_INVALID_PARAMETER: no such process; ERROR_ACCESS_DENIED: another user's, running
+        return {87: False, 5: True}.get(ctypes.get_last_error())
+    try:
+        code = wintypes.DWORD()
+        if not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)):
+            return None
+        return code.value == 259                         # STILL_ACTIVE
+    finally:
+        kernel32.CloseHandle(handle)
 
 
 def holder_alive(holder: Holder) -> bool | None:
@@ -129,23 +159,36 @@ def lock_holder(path: Path) -> Holder | None:
 
 @contextlib.contextmanager
 def guard(folder: Path) -> Iterator[None]:
-    """An exclusive advisory lock (flock) on ``folder`` for a short read-check-write: serialises the takeover of a
-    stale lock, and the draws of the released counts (`dpmed.released_size`). The kernel drops it if the process
-    dies. Best effort where unsupported (no fcntl; a filesystem that refuses flock); on NFS it may hold for one host
-    only."""
+    """An exclusive advisory lock on ``folder`` for a short read-check-write: serialises the takeover of a stale lock,
+    and the draws of the released counts (`dpmed.released_size`). The system drops it if the process dies. POSIX:
+    flock of the folder; Windows, which cannot open a folder: msvcrt.locking of its file ``guard``. Best effort where
+    neither works (a filesystem that refuses them); on NFS it may hold for one host only."""
     fd = None
-    if fcntl is not None:
-        try:
+    try:
+        if fcntl is not None:
             fd = os.open(folder, os.O_RDONLY)
             fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            if fd is not None:
-                os.close(fd)
-            fd = None
+        elif msvcrt is not None:  # pragma: no cover - Windows
+            fd = os.open(Path(folder) / "guard", os.O_RDWR | os.O_CREAT, 0o600)
+            for attempt in range(30):   # each LK_LOCK retries for 10 s, then raises
+                try:
+                    msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+                    break
+                except OSError:
+                    if attempt == 29:
+                        raise
+    except OSError:
+        if fd is not None:
+            os.close(fd)
+        fd = None
     try:
         yield
     finally:
         if fd is not None:
+            if fcntl is None and msvcrt is not None:  # pragma: no cover - Windows: unlock before closing
+                with contextlib.suppress(OSError):
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
             os.close(fd)      # closing releases the flock
 
 
@@ -194,9 +237,18 @@ class FolderLock:
         raise FolderLocked(f"{self.what} is being locked and unlocked by other processes; try again", None)
 
     def _refusal(self, holder: Holder) -> str:
-        where = ("" if holder_alive(holder) else
-                 f"; it runs on another host, so dpmed cannot check it from here: if it has ended, delete "
-                 f"{self.path}")
+        if holder.host != socket.gethostname():
+            where = (f"; it runs on another host, so dpmed cannot check it from here: if it has ended, delete "
+                     f"{self.path}")
+        elif holder_alive(holder) is None:
+            where = f"; dpmed cannot tell whether it still runs: if it has ended, delete {self.path}"
+        elif holder.process_start is None or _process_start(holder.pid) is None:
+            # no start time to tell a recycled PID apart (macOS, Windows): after a restart another process may
+            # have that PID
+            where = (f"; if PID {holder.pid} is not a dpmed run (after a restart, another process may have its "
+                     f"number), delete {self.path}")
+        else:
+            where = ""
         return (f"{self.what} is in use by another dpmed run ({holder.describe()}){where}. Wait for it to finish, "
                 f"or run into another folder with --out; `dpmed status` and `dpmed report` may read the folder "
                 f"meanwhile")
