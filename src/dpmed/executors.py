@@ -32,7 +32,7 @@ import traceback
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from pydantic_core import PydanticSerializationError   # installed with pydantic (its pinned core), not re-exported
 
@@ -251,7 +251,7 @@ class ProcessPoolExecutor:
         try:
             with _interrupts_held_while_spawning():
                 pending = {pool.submit(_execute_in_worker, task): task for task in tasks}
-            for done in futures.as_completed(pending):
+            for done in _as_completed_interruptibly(pending):
                 try:
                     outcome = done.result()
                 except BrokenProcessPool:
@@ -282,6 +282,15 @@ class ProcessPoolExecutor:
         if stopped:
             for task, outcome in _ended_before_the_stop(pending, reported):
                 on_outcome(task, outcome)
+
+
+def _as_completed_interruptibly(fs: Iterable[futures.Future]) -> Iterator[futures.Future]:
+    """``futures.as_completed(fs)``, waking every second: on Windows, before Python 3.14, a wait on a lock without a
+    timeout cannot be interrupted, so Ctrl-C would have waited for the next run to end (CPython issue 74157)."""
+    remaining = set(fs)
+    while remaining:
+        done, remaining = futures.wait(remaining, timeout=1.0, return_when=futures.FIRST_COMPLETED)
+        yield from done
 
 
 def _ended_before_the_stop(pending: dict[futures.Future, RunTask],

@@ -357,3 +357,29 @@ def test_an_executor_refuses_the_other_executor_s_option(name, options, flag):
     """The Python API's run_study(executor=..., workers=..., address=...) reaches here: neither option is ignored."""
     with pytest.raises(ConfigError, match=f"^{flag} .*--executor ray"):
         make_executor(name, **options)
+
+
+def test_the_pool_s_wait_wakes_every_second_and_yields_each_run_once(monkeypatch):
+    """On Windows before Python 3.14 a wait without a timeout cannot be interrupted: Ctrl-C with --workers waited for
+    the next run to end. The wait now wakes every second, and still hands on every run exactly once."""
+    import threading
+    from concurrent import futures
+
+    timeouts = []
+    real_wait = futures.wait
+
+    def recording_wait(fs, timeout=None, return_when=futures.ALL_COMPLETED):
+        timeouts.append(timeout)
+        return real_wait(fs, timeout=timeout, return_when=return_when)
+    monkeypatch.setattr(dpmed.executors.futures, "wait", recording_wait)
+    release = threading.Event()
+    with futures.ThreadPoolExecutor(2) as pool:
+        quick = [pool.submit(lambda i=i: i) for i in range(3)]
+        slow = pool.submit(release.wait, 30)
+        seen = []
+        for done in dpmed.executors._as_completed_interruptibly([*quick, slow]):
+            seen.append(done)
+            if len(seen) == 3:
+                release.set()
+    assert sorted(map(id, seen)) == sorted(map(id, [*quick, slow])) and seen[-1] is slow
+    assert timeouts and set(timeouts) == {1.0}
