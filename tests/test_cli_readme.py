@@ -54,7 +54,8 @@ def test_set_up_is_two_commands_and_says_how_to_install_a_cpu_only_torch():
 def test_the_study_file_explained_documents_the_device(tmp_path):
     section = _section("A study file, explained")
     block = re.search(r"```yaml\n(.*?)```", section, flags=re.S).group(1)
-    assert re.search(r"^  device: auto +# auto \(a CUDA GPU if torch sees one\), cpu or cuda; `--device`", block, re.M)
+    assert re.search(r"^  device: auto +# auto \(a CUDA GPU if torch sees one; not MPS\), cpu or cuda; `--device`",
+                     block, re.M)
     path = tmp_path / "explained.yaml"
     path.write_text(block)
     assert load_study(path).training.device == "auto"       # the block is a valid study as written
