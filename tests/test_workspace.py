@@ -45,3 +45,20 @@ def test_other_os_errors_pass(tmp_path, error):
         with writing_into(tmp_path / "out"):
             raise error
     assert caught.value is error
+
+
+def test_a_file_that_cannot_be_replaced_is_told_it_may_be_open_elsewhere(tmp_path):
+    """Windows refuses to replace a file another program holds open (results.csv in a spreadsheet) with EACCES: the
+    advice was only to make the folder writable, which it already is."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.csv").write_text("run_id\n")
+    with pytest.raises(FolderError) as caught:
+        with writing_into(out):
+            raise PermissionError(errno.EACCES, "Permission denied", str(out / "results.csv"))
+    assert f"({out / 'results.csv'}); if another program has it open (a spreadsheet, a viewer), close it and run " \
+           "again; else choose a writable folder with --out" in str(caught.value)
+    with pytest.raises(FolderError) as caught:                 # a folder it cannot write into: no such advice
+        with writing_into(out):
+            raise PermissionError(errno.EACCES, "Permission denied", str(out / "runs"))
+    assert "another program" not in str(caught.value)

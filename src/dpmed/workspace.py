@@ -77,6 +77,9 @@ def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE, full_advice: str =
             raise
         where = "" if culprit is None else f" ({exc.filename})"
         tail = full_advice if exc.errno in _FULL else advice
+        if exc.errno == errno.EACCES and culprit is not None and culprit.is_file():
+            # Windows refuses to replace a file another program holds open (winerror 32) with EACCES too
+            tail = f"if another program has it open (a spreadsheet, a viewer), close it and run again; else {tail}"
         raise FolderError(f"cannot write to the output folder {root}: {reason}{where}; {tail}") from None
 
 
