@@ -118,6 +118,35 @@ def test_a_yaml_error_is_one_line_that_places_it_in_the_file_not_in_a_unicode_st
                                 "found '?' (while parsing a block collection at line 6, column 3)")
 
 
+@pytest.mark.parametrize("change, words", [
+    ("name: s\nsize_epsilon: !!int abc", "not valid YAML: a value its tag cannot convert (ValueError: invalid "),
+    ("name: s\nsize_epsilon: [" + "[" * 20000 + "]" * 20000 + "]", "not valid YAML: its lists or sections are nested "
+                                                                     "too deep"),
+    ("name: s\nName: t", "Name: unknown key (did you mean 'name'?); remove or rename it"),
+    ("name: s\nnone: 1", "none: unknown key"),
+    ("name: s\nevaluation: {Confidence: 0.9}", "evaluation.Confidence: unknown key (did you mean 'confidence'?)"),
+])
+def test_what_pyyaml_and_pydantic_raise_for_odd_files_is_a_message_naming_the_file(write_study, change, words):
+    """Found by fuzzing: an impossible date or a bad explicit tag raised ValueError, KeyError or AttributeError, deep
+    nesting RecursionError, and an unknown key spelt with a capital (or named like a mechanism) was dropped from its
+    own location, so that the message builder met an empty one: each reached the user as an internal error."""
+    path = write_study(GOOD.replace("name: s", change))
+    with pytest.raises(ConfigError) as caught:
+        load_study(path)
+    assert str(caught.value).startswith(f"study file {path}") and words in str(caught.value)
+
+
+def test_a_date_is_text_in_a_study_file_and_an_override_key_with_brackets_is_told_its_spelling(write_study):
+    """name: 2020-02-30 raised "day is out of range for month"; name: 2020-01-15 was a date the schema refused."""
+    assert load_study(write_study(GOOD.replace("name: s", "name: 2020-02-30"))).name == "2020-02-30"
+    assert parse_override("name=2020-01-15") == ("name", "2020-01-15")
+    with pytest.raises(ConfigError, match=r"--set 'arms\[0\].name=x': a list item is named by its index after a dot: "
+                                          r"write arms.0.name=\.\.\."):
+        parse_override("arms[0].name=x")
+    with pytest.raises(ConfigError, match=r"--set 'name=!!bool maybe': the value is not valid YAML \(a value its tag"):
+        parse_override("name=!!bool maybe")
+
+
 @pytest.mark.parametrize("seeds, expected", [("0", [0]), ("7", [7]), ("[3]", [3])])
 def test_seeds_may_be_one_integer_as_a_swept_key_may_be_one_value(write_study, seeds, expected):
     """Before: seeds: 0 was refused as "not a valid list" while target_epsilon: 8 was read as [8]."""

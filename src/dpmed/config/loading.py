@@ -60,6 +60,13 @@ for _first, _resolvers in _Loader.yaml_implicit_resolvers.items():
     _resolvers[:] = [(tag, _FLOAT if tag == "tag:yaml.org,2002:float" and "inf" in regexp.pattern else regexp)
                      for tag, regexp in _resolvers if tag != "tag:yaml.org,2002:int"]
 _Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?(0|[1-9][0-9_]*)$"), list("-+0123456789"))
+# No key of a study is a date: 2020-02-30 stays text (a study's name), not a date that does not exist.
+for _resolvers in _Loader.yaml_implicit_resolvers.values():
+    _resolvers[:] = [(tag, regexp) for tag, regexp in _resolvers if tag != "tag:yaml.org,2002:timestamp"]
+
+# What PyYAML raises, beyond YAMLError, for a value its explicit tag cannot convert (!!int abc, !!bool maybe,
+# !!timestamp x) or for nesting deeper than Python's recursion limit.
+_UNREADABLE = (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError, RecursionError)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -71,6 +78,13 @@ def _read_yaml(path: Path) -> Any:
         return loader.get_single_data()
     finally:
         loader.dispose()
+
+
+def _unreadable(exc: BaseException) -> str:
+    """One of `_UNREADABLE` that is no YAMLError, in words: PyYAML gives it no line."""
+    if isinstance(exc, RecursionError):
+        return "its lists or sections are nested too deep"
+    return f"a value its tag cannot convert ({type(exc).__name__}: {exc}); remove the !!tag or fix the value"
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -113,8 +127,11 @@ def _is_union_member(part: str) -> bool:
 
 
 def _location(error: Mapping[str, Any]) -> list[str]:
-    # pydantic puts the discriminator's value (the mechanism) into an arm's location: a user wrote arms[0].scale
-    return [str(p) for p in error["loc"] if p not in MECHANISMS and not _is_union_member(str(p))]
+    # pydantic puts the discriminator's value (the mechanism) into an arm's location: a user wrote arms[0].scale.
+    # An unknown key is the user's own, last, whatever its spelling (Name, none, arms[0] from a --set)
+    loc = [str(p) for p in error["loc"]]
+    own = loc[-1:] if error["type"] == "extra_forbidden" else []
+    return [p for p in loc[:len(loc) - len(own)] if p not in MECHANISMS and not _is_union_member(p)] + own
 
 
 _SECTION_TYPES = ("model_type", "model_attributes_type", "dict_type")
@@ -165,7 +182,7 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
         where += f"[{part}]" if part.isdigit() else (f".{part}" if where else part)
     kind, msg, ctx = error["type"], error["msg"], error.get("ctx") or {}
     if kind == "extra_forbidden":
-        key = loc[-1]
+        key = loc[-1] if loc else str(error["loc"][-1])
         if key in _field_names():   # a real key, in another section: suggesting itself would not help
             hint = " (valid elsewhere in a study, not here: check the section it is in, or the arm's mechanism)"
         else:
@@ -226,13 +243,17 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set training.epochs=2")
+    if re.search(r"\[\s*\d+\s*\]", key):
+        dotted = re.sub(r"\[\s*(\d+)\s*\]", r".\1", key.strip())
+        raise ConfigError(f"--set {text!r}: a list item is named by its index after a dot: write {dotted}=...")
     if any(not part.strip() for part in key.strip().split(".")):
         raise ConfigError(f"--set {text!r}: the key {key.strip()!r} has an empty part between dots; write it as "
                           "section.key, e.g. --set training.epochs=2")
     try:
         return key.strip(), yaml.load(value, Loader=_Loader)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({str(exc).splitlines()[0]}); quote it, e.g. "
+    except _UNREADABLE as exc:
+        problem = str(exc).splitlines()[0] if isinstance(exc, yaml.YAMLError) else _unreadable(exc)
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({problem}); quote it, e.g. "
                           f"--set '{key.strip()}=\"...\"'") from None
 
 
@@ -285,6 +306,8 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
     except UnicodeDecodeError as exc:
         raise ConfigError(f"study file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8 "
                           "(most editors: 'Save with encoding')") from None
+    except _UNREADABLE as exc:
+        raise ConfigError(f"study file {path} is not valid YAML: {_unreadable(exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"study file {path}: expected a mapping of keys (name, data, arms, ...) at the top")
     created = {key: _apply(raw, key, value, origins[key]) for key, value in overrides.items()}
