@@ -203,6 +203,22 @@ def test_without_the_dataset_size_a_large_delta_is_not_judged_against_an_unknown
                  "--delta", "0.9"]) == 0
 
 
+@pytest.mark.parametrize("argv", [
+    ["epsilon", "--noise-multiplier", "1e-200", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"],
+    ["epsilon", "--noise-multiplier", "1e200", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"],
+    ["epsilon", "--noise-multiplier", "1e200", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5",
+     "--accountant", "rdp"],
+    ["calibrate", "--target-epsilon", "0.5", "--sample-rate", "1e-6", "--steps", "1", "--delta", "1e-5",
+     "--noise", "laplace"],
+])
+def test_values_whose_arithmetic_fails_in_dp_accounting_get_one_line_not_an_internal_error(capsys, argv):
+    """Found by fuzzing: ZeroDivisionError and OverflowError from dp_accounting reached the user as internal
+    errors."""
+    assert main(["privacy", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "its arithmetic fails at values this extreme" in err and err.count("\n") == 1, err
+
+
 def test_below_pld_s_delta_floor_epsilon_names_the_floor_and_calibrate_falls_back_to_rdp(capsys):
     """Before: epsilon said eps "lies above 500" (RDP: 2.6) and calibrate returned sigma = 766653, eps 0.0005 for a
     target of 1, silently."""

@@ -151,6 +151,9 @@ def privacy_command(args: argparse.Namespace) -> int:
         return _PRIVACY[args.privacy_command](args)
     except (ValueError, DpmedError) as exc:  # accounting checks its arguments and explains: in the flags' words
         raise DpmedError(_in_flags(str(exc))) from None
+    except ArithmeticError as exc:   # beyond what accounting already words: values this extreme overflow elsewhere
+        raise DpmedError(f"these values are too extreme to compute with ({type(exc).__name__}: {exc}); "
+                         "check the flags") from None
 
 
 def _assumptions(args: argparse.Namespace, q: float, steps: int, sigma: float) -> str:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from dpmed.accounting import _arguments
-from dpmed.accounting.epsilon import accountant_info, dp_sgd_event, estimate_epsilon, refuse_unresolved_delta
+from dpmed.accounting.epsilon import (accountant_info, arithmetic_failed, dp_sgd_event, estimate_epsilon,
+                                      refuse_unresolved_delta)
 
 __all__ = ["noise_multiplier_for"]
 
@@ -61,10 +62,16 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
         return dp_sgd_event(noise=noise, noise_multiplier=sigma, sample_rate=sample_rate, steps=steps)
 
     def estimate(sigma: float) -> float:
-        return estimate_epsilon([event(sigma)], delta=delta)
+        try:
+            return estimate_epsilon([event(sigma)], delta=delta)
+        except ArithmeticError as exc:
+            raise arithmetic_failed("rdp", [event(sigma)], delta, exc) from None
 
     def exact(sigma: float) -> float:  # what dp_sgd_epsilon computes, with inf where the accountant cannot resolve
-        return info.epsilon([event(sigma)], delta)
+        try:
+            return info.epsilon([event(sigma)], delta)
+        except ArithmeticError as exc:
+            raise arithmetic_failed(accountant, [event(sigma)], delta, exc) from None
 
     rough_lo, rough_hi = _bracket(estimate, target=target, x0=0.0, slope=-1.0, tol=_ESTIMATE_TOLERANCE)
     lo, hi = _bracket(exact, target=target, x0=_secant_root(rough_lo, rough_hi, target),

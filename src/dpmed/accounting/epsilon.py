@@ -300,7 +300,10 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
     noises = {"laplace" if isinstance(e, PoissonLaplaceEvent) else "gaussian" for e in released}
     refuse_unresolved_delta(accountant, delta, sum(e.steps for e in released),
                             noise=noises.pop() if len(noises) == 1 else "mixed")
-    eps = info.epsilon(released, delta)
+    try:
+        eps = info.epsilon(released, delta)
+    except ArithmeticError as exc:
+        raise arithmetic_failed(accountant, released, delta, exc) from None
     if math.isnan(eps):
         raise ValueError(f"accountant {accountant!r} returned nan for {_described(released)}; try the other "
                          "accountant")
@@ -310,6 +313,13 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
                          f"accountant {accountant!r} certifies; an RDP estimate is eps ~ "
                          f"{estimate_epsilon(released, delta=delta):.3g}")
     return eps
+
+
+def arithmetic_failed(accountant: str, events: Sequence, delta: float, exc: ArithmeticError) -> ValueError:
+    """dp_accounting's own arithmetic fails at extreme values (noise_multiplier 1e-200 or 1e200 divides by zero or
+    overflows): a ValueError in words, which every caller turns into a message naming its key or flag."""
+    return ValueError(f"accountant {accountant!r} cannot compute eps for {_described(events)} at delta = {delta:g}: "
+                      f"its arithmetic fails at values this extreme ({type(exc).__name__}: {exc})")
 
 
 def _described(events: Sequence) -> str:
