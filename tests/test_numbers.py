@@ -51,6 +51,15 @@ def test_deltas_and_the_calculator_s_eps_keep_python_s_notation_and_round_up(val
     assert float(delta_text(value)) >= value * (1 - 1e-9)
 
 
+def test_a_delta_far_below_any_use_is_printed_not_a_division_by_zero():
+    """Found by fuzzing: delta 5e-324 (a study file's delta) made the rounding scale underflow to 0: ZeroDivisionError
+    in every card that printed it."""
+    from dpmed.numbers import delta_text, up_to_figures
+
+    for tiny in (5e-324, 1e-310, 2.5e-308):
+        assert up_to_figures(tiny, 3) > tiny and float(delta_text(tiny)) > 0
+
+
 def test_delta_text_by_hand():
     from dpmed.numbers import delta_text
 

@@ -125,8 +125,12 @@ def _load(args: argparse.Namespace) -> Any:
         key, value = parse_override(text)
         overrides[key], origins[key] = value, f"--set {text}"
     if args.data_path is not None:
-        data_path = args.data_path.resolve()
-        if not data_path.exists():   # load_study would see only the absolute path, not what it was read from
+        try:
+            data_path = args.data_path.resolve()
+            exists = data_path.exists()
+        except (OSError, ValueError) as exc:    # a name too long for the file system, a NUL byte in it
+            raise ConfigError(f"--data-path {args.data_path}: not a usable path ({exc})") from None
+        if not exists:   # load_study would see only the absolute path, not what it was read from
             tried = "" if args.data_path.is_absolute() else (f" (tried {data_path}: a relative --data-path is read "
                                                              f"from the current directory, {Path.cwd()})")
             raise ConfigError(f"--data-path {args.data_path}: no such file or folder{tried}; pass the dataset's "

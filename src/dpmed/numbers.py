@@ -66,7 +66,9 @@ def up_to_figures(value: float, digits: int) -> float:
     if not math.isfinite(value) or value <= 0:
         return value
     scale = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
-    return round_up(value / scale) * scale
+    rounded = round_up(value / scale) * scale if scale > 0 else 0.0
+    # below about 1e-305 the scale is subnormal or underflows to 0: so far down, rounding up is the next float
+    return rounded if rounded >= value else math.nextafter(value, math.inf)
 
 
 def delta_text(delta: float) -> str:

@@ -356,3 +356,28 @@ def test_messages_say_what_is_wrong_in_the_study_files_words(write_study, overri
 def test_a_folder_given_as_the_study_file_is_said_to_be_a_folder(tmp_path):
     with pytest.raises(ConfigError, match=r"study file .* is a folder; pass the path of a .yaml study in it"):
         load_study(tmp_path)
+
+
+@pytest.mark.parametrize("arm, words", [
+    ("{name: a, mechanism: pixel_laplace, scale: 5.0e-324}", "scale b = 4.94066e-324 is too extreme to compute with"),
+    ("{name: a, mechanism: pixel_laplace, target_epsilon_image: 1.0e-320}", "the scale b that target_epsilon_image"),
+    ("{name: a, mechanism: pixel_gaussian, std: 5.0e-324}", "std s = 4.94066e-324 is too extreme to compute with"),
+    ("{name: a, mechanism: pixel_gaussian, target_epsilon_image: 1.0e+20}", "too extreme to compute with "
+                                                                           "(OverflowError"),
+    ("{name: a, mechanism: dp_sgd, noise_multiplier: 1.0e-300}", "its arithmetic fails at values this extreme"),
+    ("{name: a, mechanism: dp_sgd, noise_multiplier: 1.0e+308}", "its arithmetic fails at values this extreme"),
+])
+def test_values_too_extreme_to_compute_with_are_refused_naming_the_arm(write_study, arm, words):
+    """Found by fuzzing: each reached the user as an internal error (ZeroDivisionError and OverflowError inside
+    dp_accounting, a ratio R / b of inf in the samplers' bound checks)."""
+    study = load_study(write_study(f"name: s\nseeds: [0]\narms: [{arm}]\n"))
+    with pytest.raises(ConfigError, match=r"^arm 'a'") as caught:
+        plan_runs(study, CONTEXT)
+    assert words in str(caught.value)
+
+
+def test_a_path_the_file_system_cannot_take_is_named_not_an_internal_error(write_study):
+    for bad in ("a" * 300 + ".npz", "a\\0b.npz"):
+        path = write_study(f'name: s\ndata: {{source: medmnist, path: "{bad}"}}\narms: [{{name: a, mechanism: none}}]')
+        with pytest.raises(ConfigError, match=f"^study file {re.escape(str(path))}: a path in it cannot be used"):
+            load_study(path)

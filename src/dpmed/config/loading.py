@@ -331,6 +331,16 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
         check_run_ids(study)
     except ValueError as exc:
         raise ConfigError(f"study file {path}: {exc}") from None
+    try:
+        return _with_paths_resolved(study, path, origins)
+    except (OSError, ValueError) as exc:   # a name too long for the file system, a NUL byte in it
+        raise ConfigError(f"study file {path}: a path in it cannot be used ({exc}); fix data.path, model.weights "
+                          "or pretrain.data.path") from None
+
+
+def _with_paths_resolved(study: schema.Study, path: Path, origins: Mapping[str, str]) -> schema.Study:
+    """``study`` with its paths absolute, read from the study file's folder where relative; ConfigError where one
+    does not exist."""
     given = data_path = study.data.path
     if data_path is not None and not data_path.is_absolute():
         data_path = (path.parent / data_path).resolve()

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
+from dpmed.errors import ConfigError
 from dpmed.config.schema import Study, TrainingConfig
 from dpmed.mechanisms import AuditConfig, PlanContext, PrivacyPlan, Strict, mechanism_info
 
@@ -121,8 +122,13 @@ def plan_runs(study: Study, context: PlanContext) -> list[RunPlan]:
     for arm, swept, training, run_id, seed in _expand(study):
         info = mechanism_info(arm.mechanism)
         values = {s.key: s.value for s in swept}
-        privacy = info.make_plan(arm, values, replace(context, batch_size=training.batch_size,
-                                                      epochs=training.epochs, steps=training.steps))
+        try:
+            privacy = info.make_plan(arm, values, replace(context, batch_size=training.batch_size,
+                                                          epochs=training.epochs, steps=training.steps))
+        except (ValueError, ArithmeticError) as exc:   # a value too extreme to compute with (scale 5e-324, ...)
+            why = (f"its values are too extreme to compute with ({type(exc).__name__}: {exc})"
+                   if isinstance(exc, ArithmeticError) else str(exc))
+            raise ConfigError(f"arm {arm.name!r} ({run_id}): {why}") from None
         plans.append(RunPlan(run_id=run_id, arm=arm.name, seed=seed, model=study.model.name, swept=swept,
                              training=training, audit=arm.audit, privacy=privacy))
     return plans

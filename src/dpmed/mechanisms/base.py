@@ -23,7 +23,7 @@ from dpmed.names import CANARY_KINDS
 from dpmed.numbers import delta_text, epsilon_text
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
-__all__ = ["Strict", "Sweep", "positive_finite", "exactly_one", "AuditConfig", "ArmBase", "PlanContext",
+__all__ = ["Strict", "Sweep", "positive_finite", "computable_scale", "exactly_one", "AuditConfig", "ArmBase", "PlanContext",
            "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG", "training_steps",
            "AUTO_EPOCHS", "AUTO_MIN_STEPS", "refuse_vacuous_delta", "unit_words"]
 
@@ -96,6 +96,14 @@ def refuse_vacuous_delta(what: str, delta: float | None, n: int, *, counted: str
         f"{what} {delta:g} is at or above 1/N = 1/{n} = {1.0 / n:.3g}, N being {counted}; at such a "
         f"delta no eps means anything ({whole} with probability delta is (0, delta)-DP). Set delta well below 1/N, "
         f"or leave it out for the default min(1e-5, 1/(10 N)) = {default_delta(n):.3g}")
+
+
+def computable_scale(what: str, value: float) -> float:
+    """``value``, a local-DP noise scale, if it and its reciprocal are finite floats: the closed forms divide the
+    pixel range by it. ValueError naming ``what`` otherwise (a scale of 5e-324, or one a target of 1e-320 made inf)."""
+    if not (0 < value < math.inf and 1.0 / value < math.inf):
+        raise ValueError(f"{what} = {value:g} is too extreme to compute with (it and its reciprocal must be finite)")
+    return value
 
 
 def exactly_one(arm: BaseModel, keys: tuple[str, str], why: str) -> None:

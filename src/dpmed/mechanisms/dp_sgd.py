@@ -285,10 +285,12 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
         accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=target, noise=arm.noise,
                                                            delta=delta, steps=steps)
         given = swept.get("noise_multiplier")
-        if target is None and given is not None and given > 0 and arm.noise == "gaussian":
-            # given noise: the accountant that can certify it (PLD resolves eps up to 500, RDP beyond), as for targets
+        if target is None and given is not None and given > 0:
+            # given noise: the accountant that can certify it (PLD resolves eps up to 500, RDP or the pure bound
+            # beyond), as for targets
             rough = accounting.dp_sgd_epsilon(noise_multiplier=given, sample_rate=q, steps=steps, delta=delta,
-                                              accountant="rdp")
+                                              accountant="rdp" if arm.noise == "gaussian" else "pure",
+                                              noise=arm.noise)
             accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=rough, noise=arm.noise,
                                                                delta=delta, steps=steps)
     except ValueError as exc:

@@ -19,8 +19,8 @@ from pydantic import Field, field_validator, model_validator
 
 from dpmed import accounting
 from dpmed.accounting import GaussianImageEvent, Ledger
-from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep, exactly_one,
-                                   positive_finite, refuse_vacuous_delta)
+from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep, computable_scale,
+                                   exactly_one, positive_finite, refuse_vacuous_delta)
 from dpmed.mechanisms.cards import LABELS_IN_CLEAR, label_not_dp, label_randomness
 from dpmed.mechanisms.perturb import perturb
 from dpmed.mechanisms.pixel_laplace import LOCAL_CARD
@@ -101,6 +101,7 @@ def _plan(arm: PixelGaussianArm, swept: dict, context: PlanContext) -> PixelGaus
     target = swept.get("target_epsilon_image")
     std = swept.get("std") or accounting.gaussian_std_for_image(epsilon_image=target, delta=delta,
                                                                 dimension=context.dimension, value_range=1.0)
+    computable_scale("std s" if "std" in swept else f"the std s that target_epsilon_image {target:g} gives", std)
     return PixelGaussianPlan(std=std, delta=delta, dimension=context.dimension, target_epsilon_image=target)
 
 

@@ -25,8 +25,8 @@ from pydantic import field_validator, model_validator
 
 from dpmed import accounting
 from dpmed.accounting import LaplaceImageEvent, Ledger
-from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep, exactly_one,
-                                   positive_finite)
+from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep, computable_scale,
+                                   exactly_one, positive_finite)
 from dpmed.mechanisms.cards import COVERAGE, LABELS_IN_CLEAR, LOCAL_RANDOMNESS, label_not_dp, label_randomness
 from dpmed.mechanisms.perturb import perturb
 from dpmed.numbers import epsilon_text
@@ -103,6 +103,8 @@ def _plan(arm: PixelLaplaceArm, swept: dict, context: PlanContext) -> PixelLapla
     target = swept.get("target_epsilon_image")
     scale = swept.get("scale") or accounting.laplace_scale_for_image(epsilon_image=target,
                                                                      dimension=context.dimension, value_range=1.0)
+    computable_scale("scale b" if "scale" in swept else f"the scale b that target_epsilon_image {target:g} gives",
+                     scale)
     return PixelLaplacePlan(scale=scale, dimension=context.dimension, target_epsilon_image=target)
 
 
