@@ -45,6 +45,23 @@ def test_every_derived_value_is_resolved_before_training(write_study):
     assert specs["laplace-sgd_eps8_C1_seed0"].privacy.accountant == "pld"
 
 
+@pytest.mark.parametrize("scale, accountant", [(0.5, "pld"), (1e-300, "pure")])
+def test_given_laplace_noise_keeps_pld_unless_pld_cannot_certify_it(write_study, scale, accountant):
+    """The pure bound grows with T, PLD's eps with about sqrt(T): at b = 0.5, q = 2/140, T = 10000 the pure bound is
+    875 (above PLD's 500) while PLD certifies far less, and a fallback read from the pure bound printed an eps many
+    times too large. Only noise PLD cannot certify (b = 1e-300: an internal error before) falls back."""
+    study = load_study(write_study(f"name: s\ntraining: {{steps: 10000, batch_size: 2}}\narms: [{{name: a, "
+                                   f"mechanism: dp_sgd, noise: laplace, noise_multiplier: {scale}}}]\n"))
+    plan = _plans(study)[0].privacy
+    pure = accounting.dp_sgd_epsilon(noise_multiplier=scale, sample_rate=plan.sample_rate, steps=plan.steps,
+                                     delta=plan.delta, accountant="pure", noise="laplace")
+    assert plan.steps == 10000 and pure > 500 and plan.accountant == accountant
+    if accountant == "pld":
+        assert plan.accountant_note is None
+        assert accounting.dp_sgd_epsilon(noise_multiplier=scale, sample_rate=plan.sample_rate, steps=plan.steps,
+                                         delta=plan.delta, noise="laplace") < pure / 10
+
+
 def test_without_patient_ids_the_unit_is_the_image_and_the_card_says_why(write_study):
     """A dataset without patient ids (MedMNIST files) cannot protect a patient: every image would pass for a patient
     of its own. The default patient unit then falls back to the image, and the card names the reason."""

@@ -17,6 +17,7 @@ adds that count's eps (``size_epsilon``) by basic composition; its noise is cali
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
@@ -286,11 +287,18 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
                                                            delta=delta, steps=steps)
         given = swept.get("noise_multiplier")
         if target is None and given is not None and given > 0:
-            # given noise: the accountant that can certify it (PLD resolves eps up to 500, RDP or the pure bound
-            # beyond), as for targets
-            rough = accounting.dp_sgd_epsilon(noise_multiplier=given, sample_rate=q, steps=steps, delta=delta,
-                                              accountant="rdp" if arm.noise == "gaussian" else "pure",
-                                              noise=arm.noise)
+            # given noise: the accountant that can certify it (PLD resolves eps up to 500; RDP beyond for Gaussian
+            # noise, the pure bound for Laplace noise, whose eps grows with T, not with about sqrt(T) as PLD's: a
+            # pure bound above 500 says nothing of PLD's), as for targets
+            if arm.noise == "gaussian":
+                rough = accounting.dp_sgd_epsilon(noise_multiplier=given, sample_rate=q, steps=steps, delta=delta,
+                                                  accountant="rdp")
+            else:
+                try:
+                    rough = accounting.dp_sgd_epsilon(noise_multiplier=given, sample_rate=q, steps=steps,
+                                                      delta=delta, accountant=arm.accountant, noise="laplace")
+                except ValueError:   # beyond what the arm's accountant certifies
+                    rough = math.inf
             accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=rough, noise=arm.noise,
                                                                delta=delta, steps=steps)
     except ValueError as exc:
