@@ -47,17 +47,30 @@ def test_other_os_errors_pass(tmp_path, error):
     assert caught.value is error
 
 
-def test_a_file_that_cannot_be_replaced_is_told_it_may_be_open_elsewhere(tmp_path):
+@pytest.mark.parametrize("windows", [True, False])
+def test_a_file_that_cannot_be_replaced_is_named_and_on_windows_told_it_may_be_open_elsewhere(tmp_path, monkeypatch,
+                                                                                            windows):
     """Windows refuses to replace a file another program holds open (results.csv in a spreadsheet) with EACCES: the
-    advice was only to make the folder writable, which it already is."""
+    advice was only to make the folder writable, which it already is, and the message named the atomic write's
+    temporary file (os.replace's first name), which is gone by then, not the file it replaces."""
+    import dpmed.workspace
+    from dpmed.folders import write_text_atomic
+
+    monkeypatch.setattr(dpmed.workspace, "_WINDOWS", windows)
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.csv").write_text("run_id\n")
+
+    def open_elsewhere(src, dst):
+        raise PermissionError(errno.EACCES, "Access is denied", str(src), None, str(dst))
+    monkeypatch.setattr(os, "replace", open_elsewhere)
     with pytest.raises(FolderError) as caught:
         with writing_into(out):
-            raise PermissionError(errno.EACCES, "Permission denied", str(out / "results.csv"))
-    assert f"({out / 'results.csv'}); if another program has it open (a spreadsheet, a viewer), close it and run " \
-           "again; else choose a writable folder with --out" in str(caught.value)
+            write_text_atomic(out / "results.csv", "run_id\nnew\n")
+    message = str(caught.value)
+    assert f"Access is denied ({out / 'results.csv'}); " in message and ".tmp" not in message
+    hint = "if another program has it open (a spreadsheet, a viewer), close it and run again; else choose a writable"
+    assert (hint in message) is windows
     with pytest.raises(FolderError) as caught:                 # a folder it cannot write into: no such advice
         with writing_into(out):
             raise PermissionError(errno.EACCES, "Permission denied", str(out / "runs"))

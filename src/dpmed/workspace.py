@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -32,6 +33,7 @@ __all__ = ["claim_folder", "folder_holder", "writing_into", "stale_temporaries",
            "withdraw_public_timing", "StudyProgress", "UNWRITABLE_ADVICE", "FULL_DISK_ADVICE"]
 
 _log = logging.getLogger(__name__)
+_WINDOWS = os.name == "nt"
 
 UNWRITABLE_ADVICE = "choose a writable folder with --out, or make this one writable"
 FULL_DISK_ADVICE = ("free space on its disk, or choose a folder on another disk with --out; finished runs are kept, "
@@ -75,9 +77,10 @@ def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE, full_advice: str =
                               "command again") from None
         if not inside or (culprit is None and exc.errno not in _REFUSED):
             raise
-        where = "" if culprit is None else f" ({exc.filename})"
+        named = exc.filename2 if exc.filename2 is not None else exc.filename   # os.replace: the file replaced
+        where = "" if named is None else f" ({named})"
         tail = full_advice if exc.errno in _FULL else advice
-        if exc.errno == errno.EACCES and culprit is not None and culprit.is_file():
+        if _WINDOWS and exc.errno == errno.EACCES and named is not None and Path(named).is_file():
             # Windows refuses to replace a file another program holds open (winerror 32) with EACCES too
             tail = f"if another program has it open (a spreadsheet, a viewer), close it and run again; else {tail}"
         raise FolderError(f"cannot write to the output folder {root}: {reason}{where}; {tail}") from None
