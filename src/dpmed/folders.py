@@ -87,10 +87,16 @@ def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
 def _tell_unrestricted(private: Path, mode: int) -> None:
     """Warn that the file system keeps ``private`` open to others: chmod is a no-op on Windows (its folders inherit
     their parent's access list), on exFAT and FAT drives and on some network shares."""
-    _log.warning("%s stays readable by other users of this machine (mode %o after chmod 700: Windows, or a drive or "
-                 "share without Unix permissions): the runs' privacy keys and checkpoints, the audit's results and "
-                 "the log in it are readable by whoever can read the output folder. Use an --out on a disk that "
-                 "keeps permissions, or restrict the folder's access yourself", private, mode)
+    if os.name == "nt":   # chmod sets only the read-only flag there, whatever the disk
+        _log.warning("dpmed cannot make %s readable by you alone on Windows (it keeps the access list it inherits): "
+                     "it holds the runs' privacy keys and checkpoints, the audit's results and the log. Restrict it "
+                     "yourself, e.g. icacls \"%s\" /inheritance:r /grant:r \"%%USERNAME%%\":(OI)(CI)F", private,
+                     private)
+        return
+    _log.warning("%s stays readable by other users of this machine (mode %o after chmod 700: a drive or share "
+                 "without Unix permissions): the runs' privacy keys and checkpoints, the audit's results and the log "
+                 "in it are readable by whoever can read the output folder. Use an --out on a disk that keeps "
+                 "permissions, or restrict the folder's access yourself", private, mode)
 
 
 @dataclass(frozen=True)

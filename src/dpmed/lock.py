@@ -6,11 +6,11 @@ this lock for as long as it works in the folder; a second one refuses, naming th
 
 * The lock file is created atomically (``O_CREAT | O_EXCL``): of two processes, exactly one creates it.
 * A lock whose process is gone (killed, machine rebooted) is *stale* and is taken over: on the same host the PID is
-  checked (and, on Linux, its start time, so that a recycled PID does not look alive; elsewhere the refusal says
-  which file to delete if that PID is no dpmed run). The check and the takeover happen under an advisory lock
+  checked (and, on Linux, its start time, so that a recycled PID does not look alive; elsewhere the refusal
+  says which file to delete if that PID is no dpmed run). The check and the takeover happen under an advisory lock
   (``flock``; on Windows ``msvcrt.locking`` of a file beside the lock), so that of two processes finding the same
-  stale lock only one replaces it. A lock held from another host cannot be checked from here and is never taken over; the message
-  says which file to delete once that run is known to be gone.
+  stale lock only one replaces it. A lock held from another host cannot be checked from here and is never taken
+  over; the message says which file to delete once that run is known to be gone.
 * Re-entrant within a process (the command line may hold it around `run_study`, which takes it again).
 
 Readers (`dpmed status`, `dpmed report`, `dpmed plan`) do not take the lock; they may call :func:`lock_holder` to
@@ -114,6 +114,10 @@ def _windows_process_running(pid: int) -> bool | None:
     kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
     kernel32.OpenProcess.restype = wintypes.HANDLE
     kernel32.OpenProcess.argtypes = (wintypes.DWORD, wintypes.BOOL, wintypes.DWORD)
+    kernel32.GetExitCodeProcess.restype = wintypes.BOOL
+    kernel32.GetExitCodeProcess.argtypes = (wintypes.HANDLE, wintypes.LPDWORD)
+    kernel32.CloseHandle.restype = wintypes.BOOL
+    kernel32.CloseHandle.argtypes = (wintypes.HANDLE,)
     handle = kernel32.OpenProcess(0x1000, False, pid)    # PROCESS_QUERY_LIMITED_INFORMATION
     if not handle:
         # ERROR_INVALID_PARAMETER: no such process; ERROR_ACCESS_DENIED: another user's, running
@@ -177,10 +181,12 @@ def guard(folder: Path) -> Iterator[None]:
                 except OSError:
                     if attempt == 29:
                         raise
-    except OSError:
+    except OSError as exc:
         if fd is not None:
             os.close(fd)
         fd = None
+        _log.warning("%s: no advisory lock could be taken (%s); going on without one: do not start another dpmed "
+                     "command on this folder meanwhile", folder, exc.strerror or exc)
     try:
         yield
     finally:
