@@ -56,8 +56,12 @@ def test_a_delta_far_below_any_use_is_printed_not_a_division_by_zero():
     in every card that printed it."""
     from dpmed.numbers import delta_text, up_to_figures
 
-    for tiny in (5e-324, 1e-310, 2.5e-308):
-        assert up_to_figures(tiny, 3) > tiny and float(delta_text(tiny)) > 0
+    import random
+
+    draw = random.Random(0)
+    tinies = [5e-324, 1e-310, 2.5e-308, 7.9705e-319] + [10.0 ** draw.uniform(-323.5, -299) for _ in range(3000)]
+    for tiny in tinies:
+        assert up_to_figures(tiny, 3) >= tiny and float(delta_text(tiny)) >= tiny, tiny
 
 
 def test_delta_text_by_hand():

@@ -67,8 +67,13 @@ def up_to_figures(value: float, digits: int) -> float:
         return value
     scale = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
     rounded = round_up(value / scale) * scale if scale > 0 else 0.0
-    # below about 1e-305 the scale is subnormal or underflows to 0: so far down, rounding up is the next float
-    return rounded if rounded >= value else math.nextafter(value, math.inf)
+    if value >= 1e-300 and rounded >= value:
+        return rounded
+    # far below any use floats are sparse and the scale subnormal (or 0): step up until the text is no smaller
+    up = max(rounded, math.nextafter(value, math.inf))
+    while float(f"{up:.{digits}g}") < value:
+        up = max(up * (1 + 10.0 ** (1 - digits)), math.nextafter(up, math.inf))
+    return up
 
 
 def delta_text(delta: float) -> str:
