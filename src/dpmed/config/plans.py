@@ -12,10 +12,10 @@ import itertools
 from dataclasses import replace
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from dpmed.errors import ConfigError
 from dpmed.config.schema import Study, TrainingConfig
+from dpmed.errors import ConfigError
 from dpmed.mechanisms import AuditConfig, PlanContext, PrivacyPlan, Strict, mechanism_info
 
 __all__ = ["RunPlan", "SweptValue", "plan_runs", "run_ids", "check_run_ids", "EXECUTION_ONLY"]
@@ -125,6 +125,8 @@ def plan_runs(study: Study, context: PlanContext) -> list[RunPlan]:
         try:
             privacy = info.make_plan(arm, values, replace(context, batch_size=training.batch_size,
                                                           epochs=training.epochs, steps=training.steps))
+        except ValidationError:   # a plan its own model refuses: dpmed's bug, not the study's
+            raise
         except (ValueError, ArithmeticError) as exc:   # a value too extreme to compute with (scale 5e-324, ...)
             why = (f"its values are too extreme to compute with ({type(exc).__name__}: {exc})"
                    if isinstance(exc, ArithmeticError) else str(exc))
