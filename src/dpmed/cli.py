@@ -403,17 +403,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # noqa: BLE001 - the last resort: a bug in dpmed, told in one line, its traceback kept
-        return _internal_error(exc)
+        return _internal_error(exc, args.command)
 
 
-def _internal_error(exc: Exception) -> int:
+def _internal_error(exc: Exception, command: str) -> int:
     """One line for a failure that is dpmed's own, with its traceback in a file only the user can read (it may name
-    a private file or value); finished runs are on disk already, so the same command continues after a fix."""
+    a private file or value); after `dpmed run` or `dpmed report` finished runs are on disk already, so the same
+    command continues after a fix (the other commands keep nothing to continue from)."""
     fd, path = tempfile.mkstemp(prefix="dpmed-error-", suffix=".txt")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write("".join(traceback.format_exception(exc)))
-    print(f"dpmed: internal error: {type(exc).__name__}: {exc}. Finished runs are kept and the same command goes on "
-          f"from them; please report this with the traceback in {path}", file=sys.stderr)
+    kept = (" Finished runs are kept and the same command goes on from them;" if command in ("run", "report")
+            else "")
+    print(f"dpmed: internal error: {type(exc).__name__}: {exc}.{kept} Please report this with the traceback in {path}",
+          file=sys.stderr)
     return 1
 
 
