@@ -68,10 +68,7 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
             raise arithmetic_failed("rdp", [event(sigma)], delta, exc) from None
 
     def exact(sigma: float) -> float:  # what dp_sgd_epsilon computes, with inf where the accountant cannot resolve
-        try:
-            return info.epsilon([event(sigma)], delta)
-        except ArithmeticError as exc:
-            raise arithmetic_failed(accountant, [event(sigma)], delta, exc) from None
+        return info.epsilon([event(sigma)], delta)
 
     rough_lo, rough_hi = _bracket(estimate, target=target, x0=0.0, slope=-1.0, tol=_ESTIMATE_TOLERANCE)
     lo, hi = _bracket(exact, target=target, x0=_secant_root(rough_lo, rough_hi, target),

@@ -210,7 +210,7 @@ def _no_min_delta(steps: int) -> float:
 @dataclass(frozen=True)
 class AccountantInfo:
     """One accountant: its name in configs, the description printed in privacy cards, the largest eps it resolves,
-    the noises it analyses, its computation ``epsilon(events, delta)`` for events with steps > 0 and
+    the noises it analyses, its computation ``compute(events, delta)`` for events with steps > 0 and
     noise_multiplier > 0, which returns inf when it cannot certify an eps of at most ``max_epsilon``, and
     ``min_delta(steps)``, the smallest delta it resolves after that many steps (0: any)."""
 
@@ -218,8 +218,17 @@ class AccountantInfo:
     description: str
     max_epsilon: float
     noises: tuple[str, ...]
-    epsilon: Callable[[Sequence[DpSgdEvent], float], float]
+    compute: Callable[[Sequence[DpSgdEvent], float], float]
     min_delta: Callable[[int], float] = _no_min_delta
+
+    def epsilon(self, events: Sequence[DpSgdEvent], delta: float) -> float:
+        """``compute(events, delta)``, where dp_accounting's own arithmetic fails at extreme values (noise_multiplier
+        1e-200 or 1e200 divides by zero or overflows) a ValueError in words, which every caller turns into a
+        message naming its key or flag."""
+        try:
+            return self.compute(events, delta)
+        except ArithmeticError as exc:
+            raise arithmetic_failed(self.name, events, delta, exc) from None
 
 
 _REGISTRY = {info.name: info for info in (
@@ -300,10 +309,7 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
     noises = {"laplace" if isinstance(e, PoissonLaplaceEvent) else "gaussian" for e in released}
     refuse_unresolved_delta(accountant, delta, sum(e.steps for e in released),
                             noise=noises.pop() if len(noises) == 1 else "mixed")
-    try:
-        eps = info.epsilon(released, delta)
-    except ArithmeticError as exc:
-        raise arithmetic_failed(accountant, released, delta, exc) from None
+    eps = info.epsilon(released, delta)
     if math.isnan(eps):
         raise ValueError(f"accountant {accountant!r} returned nan for {_described(released)}; try the other "
                          "accountant")
@@ -316,8 +322,7 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
 
 
 def arithmetic_failed(accountant: str, events: Sequence, delta: float, exc: ArithmeticError) -> ValueError:
-    """dp_accounting's own arithmetic fails at extreme values (noise_multiplier 1e-200 or 1e200 divides by zero or
-    overflows): a ValueError in words, which every caller turns into a message naming its key or flag."""
+    """An accountant's arithmetic failing at extreme values, as the ValueError `AccountantInfo.epsilon` raises."""
     return ValueError(f"accountant {accountant!r} cannot compute eps for {_described(events)} at delta = {delta:g}: "
                       f"its arithmetic fails at values this extreme ({type(exc).__name__}: {exc})")
 
