@@ -215,6 +215,8 @@ def test_fairness_is_on_and_explanations_off_by_default_and_both_are_checked(wri
     assert study.evaluation.fairness is None and study.evaluation.explanations.n_images == 32
     for bad, key in (("fairness: {attributes: [ethnicity]}", "evaluation.fairness.attributes"),
                      ("fairness: {age_bins: [0, 60, 30]}", "evaluation.fairness.age_bins"),
+                     ("fairness: {age_bins: [0, .nan]}", "evaluation.fairness.age_bins"),     # NaN was taken
+                     ("fairness: {age_bins: [0, 30, .inf]}", "evaluation.fairness.age_bins"),
                      ("explanations: {method: lime}", "evaluation.explanations.method"),
                      ("cam: {method: gradcam}", "evaluation.cam")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

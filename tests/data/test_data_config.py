@@ -39,6 +39,7 @@ def test_data_keys_parse(write_study, tmp_path):
     ("{source: folders, path: xr, preprocessing: {aspect: pad}}", "data.preprocessing.aspect"),
     ("{source: folders, path: xr, split: {val_fraction: 0.6, test_fraction: 0.5}}", "must be below 1"),
     ("{source: folders, path: xr, preprocessing: {normalize: {mean: [0.5, 0.5], std: [1]}}}", "same number"),
+    ("{source: folders, path: xr, preprocessing: {normalize: {mean: [.nan], std: [1]}}}", "finite"),   # was taken
     ("{source: csv, path: xr, columns: {file: a}}", "data.columns.path: required key is missing"),
     ("{source: folders}", "source 'folders' needs 'path'"),
     ("{source: kermany, path: xr}", "data.source"),

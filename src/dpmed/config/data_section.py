@@ -82,9 +82,10 @@ class NormalizeConfig(_Strict):
 
     @model_validator(mode="after")
     def _matching(self) -> "NormalizeConfig":
-        if len(self.mean) != len(self.std) or any(not (s > 0 and math.isfinite(s)) for s in self.std):
-            raise ValueError(f"mean and std need the same number of values (1 or one per channel) and std > 0, got "
-                             f"mean {self.mean}, std {self.std}")
+        if (len(self.mean) != len(self.std) or any(not (s > 0 and math.isfinite(s)) for s in self.std)
+                or not all(math.isfinite(m) for m in self.mean)):
+            raise ValueError(f"mean and std need the same number of values (1 or one per channel), finite, and std > "
+                             f"0, got mean {self.mean}, std {self.std}")
         return self
 
 

@@ -202,8 +202,9 @@ class FairnessConfig(_Strict):
     @field_validator("age_bins")
     @classmethod
     def _increasing(cls, v: list[float]) -> list[float]:
-        if any(b <= a for a, b in zip(v, v[1:])):
-            raise ValueError(f"age bin edges must increase, got {v}")
+        if not all(math.isfinite(b) for b in v) or any(b <= a for a, b in zip(v, v[1:])):
+            raise ValueError(f"age bin edges must be finite numbers that increase (ages from the last edge on form a "
+                             f"group of their own), got {v}")
         return v
 
 
