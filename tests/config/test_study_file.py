@@ -173,6 +173,17 @@ def test_a_key_of_another_section_and_numeric_choices_get_useful_hints(write_stu
         load_study(write_study(GOOD.replace("training:", "data: {source: phantom, labels: [no, yes]}\ntraining:")))
 
 
+def test_merge_keys_share_settings_and_own_keys_override_them(write_study):
+    """YAML's ``<<: *anchor`` was refused ("could not determine a constructor for the tag ... merge"), and a key
+    overriding a merged one must not count as given twice; one given twice beside the merge still does."""
+    arms = ("arms:\n  - &dp {name: a, mechanism: dp_sgd, target_epsilon: 8, max_grad_norm: 0.5}\n"
+            "  - <<: *dp\n    name: b\n    target_epsilon: 2\n")
+    study = load_study(write_study("name: s\nseeds: [0]\n" + arms))
+    assert [(a.name, a.target_epsilon, a.max_grad_norm) for a in study.arms] == [("a", [8], [0.5]), ("b", [2], [0.5])]
+    with pytest.raises(ConfigError, match="key 'name' appears twice"):
+        load_study(write_study("name: s\nseeds: [0]\n" + arms + "    name: c\n"))
+
+
 def test_a_key_given_twice_a_file_not_in_utf8_and_a_bad_override_are_named(write_study, tmp_path):
     """Plain YAML keeps the last of two equal keys: a second training block dropped the first's settings silently."""
     with pytest.raises(ConfigError, match=r"key 'training' appears twice in one section \(lines 4 and 5\)"):

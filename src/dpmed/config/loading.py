@@ -27,11 +27,14 @@ __all__ = ["load_study", "parse_override", "study_to_dict"]
 class _Loader(yaml.SafeLoader):
     """YAML 1.1 reads ``1e-5`` as a string (it wants ``1.0e-5``); privacy parameters are written that way, so
     accept exponent floats too. A key given twice in one mapping is an error (plain YAML keeps the last silently,
-    so a second ``training:`` block would drop the first's settings without a word)."""
+    so a second ``training:`` block would drop the first's settings without a word); a key that overrides one
+    merged in with ``<<: *anchor`` is not (that is what merge keys are for)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":     # SafeLoader's flatten_mapping merges it, own keys last
+                continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if not isinstance(key, Hashable):    # SafeLoader's own error names it below
