@@ -208,8 +208,6 @@ def test_without_the_dataset_size_a_large_delta_is_not_judged_against_an_unknown
     ["epsilon", "--noise-multiplier", "1e200", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"],
     ["epsilon", "--noise-multiplier", "1e200", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5",
      "--accountant", "rdp"],
-    ["calibrate", "--target-epsilon", "0.5", "--sample-rate", "1e-6", "--steps", "1", "--delta", "1e-5",
-     "--noise", "laplace"],
 ])
 def test_values_whose_arithmetic_fails_in_dp_accounting_get_one_line_not_an_internal_error(capsys, argv):
     """Found by fuzzing: ZeroDivisionError and OverflowError from dp_accounting reached the user as internal
@@ -217,6 +215,17 @@ def test_values_whose_arithmetic_fails_in_dp_accounting_get_one_line_not_an_inte
     assert main(["privacy", *argv]) == 2
     err = capsys.readouterr().err
     assert "its arithmetic fails at values this extreme" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "laplace"])
+def test_calibrating_at_a_delta_that_already_covers_every_noise_says_why_in_one_line(capsys, noise):
+    """q = 1e-6, T = 1: an example is drawn with chance 1e-6 < delta = 1e-5, so every noise gives eps 0. Laplace
+    calibration then failed inside dp_accounting (a division by zero, told as 'arithmetic fails')."""
+    assert main(["privacy", "calibrate", "--target-epsilon", "0.5", "--sample-rate", "1e-6", "--steps", "1",
+                 "--delta", "1e-5", "--noise", noise]) == 2
+    err = capsys.readouterr().err
+    assert "delta = 1e-05 is at least the chance (1e-06) that an example is drawn into any of the 1 batches" in err
+    assert "use a delta far below 1/N" in err and err.count("\n") == 1, err
 
 
 def test_below_pld_s_delta_floor_epsilon_names_the_floor_and_calibrate_falls_back_to_rdp(capsys):

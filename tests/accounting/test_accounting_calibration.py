@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -141,8 +142,23 @@ def test_below_pld_s_delta_floor_calibration_refuses_pld_and_falls_back_to_rdp()
     assert 5 < sigma < 10
 
 
-def test_calibration_never_returns_the_edge_of_what_the_accountant_resolves_as_an_answer():
-    """q = 0.5, T = 2, delta = 0.9: PLD resolves no eps below sigma ~ 1.7e-4 (inf) and gives 0 just above; the search
-    read inf as "above the target" and returned sigma = 1.7e-4 "(eps = 0 <= target 1)"."""
-    with pytest.raises(ValueError, match="stops resolving eps, not at the target"):
+def test_a_delta_no_smaller_than_the_chance_of_being_drawn_is_refused_with_the_reason():
+    """q = 0.5, T = 2: an example is drawn into some batch with chance 0.75, so at delta 0.9 every noise gives eps 0
+    (PLD agrees wherever it resolves). The search once returned sigma = 1.7e-4 "(eps = 0 <= target 1)", the edge
+    below which PLD resolves nothing; then it refused after 40-50 s of PLD evaluations at tiny noise."""
+    with pytest.raises(ValueError, match=r"delta = 0.9 is at least the chance \(0.75\) that an example is drawn"):
         noise_multiplier_for(target_epsilon=1.0, delta=0.9, sample_rate=0.5, steps=2, accountant="pld")
+
+
+def test_calibration_never_returns_the_edge_of_what_the_accountant_resolves_as_an_answer(monkeypatch):
+    """An accountant that resolves nothing (inf) below some sigma and gives 0 above it: the search must not read inf
+    as "above the target" and return that edge. dp_accounting's PLD did so at q = 0.5, T = 2, delta = 0.9 (now
+    refused before any search, above); a stand-in keeps the guard tested."""
+    from dpmed.accounting import calibration
+
+    real = accountant_info("pld")
+    edge = dataclasses.replace(real, compute=lambda events, delta: (
+        math.inf if events[0].noise_multiplier < 1.7e-4 else 0.0))
+    monkeypatch.setattr(calibration, "accountant_info", lambda name: edge)
+    with pytest.raises(ValueError, match="stops resolving eps, not at the target"):
+        noise_multiplier_for(target_epsilon=1.0, delta=1e-5, sample_rate=0.5, steps=2, accountant="pld")

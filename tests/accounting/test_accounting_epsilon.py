@@ -105,6 +105,24 @@ def test_a_delta_that_covers_the_whole_difference_gives_zero_without_a_pld_grid(
     assert dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=q, steps=steps, delta=0.9, accountant="rdp") == 0.0
 
 
+@pytest.mark.parametrize("noise", ["gaussian", "laplace"])
+def test_any_noise_gives_zero_at_a_delta_no_smaller_than_the_chance_of_being_drawn(noise):
+    """An example never drawn changes nothing, so the total variation between the runs with and without it is at
+    most 1 - (1 - q)^T: at that delta eps is 0 for any noise. Before, PLD called that 'above 500' at tiny noise
+    (its grid gave up) and took seconds per call, which calibration repeated. Independent truth for the edge: one
+    Gaussian step at rate q has total variation exactly q (2 Phi(1 / (2 sigma)) - 1), so just below that delta eps
+    is not 0."""
+    from scipy.stats import norm
+    for sigma in (1e-6, 0.3, 5.0):
+        assert dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=0.5, steps=2, delta=0.75, noise=noise) == 0.0
+        assert dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=0.01, steps=300, delta=1 - 0.99 ** 300,
+                              noise=noise) == 0.0
+    sigma, q = 0.2, 0.5
+    exact = q * (2 * norm.cdf(1 / (2 * sigma)) - 1)              # 0.494, below q
+    assert dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=1, delta=0.99 * exact) > 0.0
+    assert dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=1, delta=0.99 * exact, accountant="rdp") > 0.0
+
+
 @pytest.mark.parametrize("accountant", GAUSSIAN)
 def test_no_noise_is_infinite_and_no_steps_is_zero(accountant):
     assert dp_sgd_epsilon(noise_multiplier=0.0, sample_rate=0.1, steps=1, delta=1e-5, accountant=accountant) == math.inf

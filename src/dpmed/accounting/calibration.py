@@ -20,7 +20,7 @@ from typing import Callable
 
 from dpmed.accounting import _arguments
 from dpmed.accounting.epsilon import (accountant_info, arithmetic_failed, dp_sgd_event, estimate_epsilon,
-                                      refuse_unresolved_delta)
+                                      inclusion_probability, refuse_unresolved_delta)
 
 __all__ = ["noise_multiplier_for"]
 
@@ -60,6 +60,13 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
 
     def event(sigma: float):
         return dp_sgd_event(noise=noise, noise_multiplier=sigma, sample_rate=sample_rate, steps=steps)
+
+    drawn = inclusion_probability([event(1.0)])
+    if delta >= drawn:
+        raise ValueError(f"delta = {delta:g} is at least the chance ({drawn:.3g}) that an example is drawn into any of "
+                         f"the {steps} batches at sample_rate {sample_rate:g}: at such a delta every noise multiplier, "
+                         "however small, gives eps = 0, so none is calibrated; use a delta far below 1/N "
+                         "(default_delta(n_train))")
 
     def estimate(sigma: float) -> float:
         try:

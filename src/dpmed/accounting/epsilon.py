@@ -42,7 +42,8 @@ from dpmed.accounting.ledger import Ledger
 
 __all__ = ["ACCOUNTANTS", "NOISES", "AccountantInfo", "NEIGHBOUR_DP_SGD", "accountant_info", "describe_accountant",
            "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule", "estimate_epsilon", "dp_sgd_event",
-           "effective_accountant", "refuse_unresolved_delta", "shuffled_event", "poisson_counterpart"]
+           "effective_accountant", "refuse_unresolved_delta", "shuffled_event", "poisson_counterpart",
+           "inclusion_probability"]
 
 NEIGHBOUR_DP_SGD = "add or remove one training image (Poisson sampling)"
 _NEIGHBOURS = NeighboringRelation.ADD_OR_REMOVE_ONE  # the relation NEIGHBOUR_DP_SGD names
@@ -166,12 +167,28 @@ def _pure_epsilon(events: Sequence[DpSgdEvent], delta: float) -> float:
     return total
 
 
+def inclusion_probability(events: Sequence[DpSgdEvent]) -> float:
+    """1 - prod (1 - q)^T: the chance that one example is drawn into at least one Poisson batch of ``events``.
+
+    Whatever the noise, the outputs with and without the example are identically distributed when it is never
+    drawn, so their total variation distance, which is delta at eps = 0, is at most this chance (add/remove
+    neighbours, the coupling of Balle, Barthe and Gaboardi 2018): at a delta at least this large every noise,
+    however small, gives eps = 0."""
+    if any(accountable_rate(e.sample_rate) == 1.0 for e in events):
+        return 1.0                                               # drawn at every step (1 also bounds a 0-step event)
+    log_never = sum(e.steps * math.log1p(-accountable_rate(e.sample_rate)) for e in events)
+    return -math.expm1(log_never)
+
+
 def estimate_epsilon(events: Sequence[DpSgdEvent], *, delta: float) -> float:
     """A quick, loose upper bound on eps that sizes the PLD grid and starts noise calibration: RDP at a few
-    orders for Gaussian noise, the pure-DP bound for Laplace noise (mixed ledgers: their sum).
+    orders for Gaussian noise, the pure-DP bound for Laplace noise (mixed ledgers: their sum); 0, exactly, at a
+    delta no smaller than :func:`inclusion_probability`.
 
     Not for reporting: use :func:`dp_sgd_epsilon` or :func:`ledger_epsilon`. ``events`` must have noise > 0.
     """
+    if delta >= inclusion_probability(events):
+        return 0.0
     gaussian = [e for e in events if isinstance(e, PoissonGaussianEvent)]
     laplace = [e for e in events if isinstance(e, PoissonLaplaceEvent)]
     return ((_rdp_epsilon(gaussian, delta, _ESTIMATE_ORDERS) if gaussian else 0.0)
@@ -182,7 +199,8 @@ def _pld_epsilon(events: Sequence[DpSgdEvent], delta: float) -> float:
     scale = estimate_epsilon(events, delta=delta)
     if scale == 0.0:
         # an upper bound of 0 (a delta so large that it covers the whole difference) is the answer; PLD's grid,
-        # sized relative to eps, would be at its finest here: millions of points and minutes for the same 0
+        # sized relative to eps, would be at its finest here (millions of points and minutes for the same 0), or,
+        # at tiny noise, at its coarsest (seconds per call, for a calibration that tries many)
         return 0.0
     coarsest = scale / _PLD_GRID_POINTS
     if not coarsest <= _PLD_MAX_INTERVAL:
