@@ -117,7 +117,6 @@ def _load(args: argparse.Namespace) -> Any:
     """The study of `run` or `plan`, with the command line's overrides; a problem they cause is blamed on the
     option that set it."""
     from dpmed.config import load_study, parse_override  # imported here: `dpmed privacy` needs no torch
-    from dpmed.study import check_device
 
     overrides: dict[str, Any] = {}
     origins: dict[str, str] = {}
@@ -140,6 +139,8 @@ def _load(args: argparse.Namespace) -> Any:
     if args.device is not None:
         overrides["training.device"], origins["training.device"] = args.device, f"--device {args.device}"
     study = load_study(args.study or _default_study(), overrides, origins=origins)
+    from dpmed.study import check_device   # after the study file is checked: the training stack takes seconds to import
+
     check_device(study, given_as=origins.get("training.device"))    # before the data are read or a folder is made
     return study
 
@@ -178,13 +179,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Handler], terminated: list[int]) -> int:
+    study = _load(args)         # first: a mistake in the study file is told before seconds of importing below
     from dpmed.executors import check_executor_options
     from dpmed.folders import StudyFolder
     from dpmed.reporting import summary_text
     from dpmed.study import run_study
 
     check_executor_options(args.executor, workers=args.workers, address=args.address)   # before the data are read
-    study = _load(args)
+
     folder = StudyFolder(args.out / study.name)
     handlers.append(log_to_file(folder.log))
     try:
@@ -244,6 +246,7 @@ def _table(rows: list[list[str]]) -> str:
 def _plan(args: argparse.Namespace) -> int:
     handler = log_to_console()   # before Opacus is imported: it configures logging if nobody has
     try:
+        study = _load(args)     # first: a mistake in the study file is told before seconds of importing below
         from dpmed.numbers import epsilon_text
         from dpmed.pretraining import check_weights, describe_start
         from dpmed.released_size import describe_counts
@@ -251,7 +254,6 @@ def _plan(args: argparse.Namespace) -> int:
         from dpmed.timing import clock
         from dpmed.workspace import folder_holder
 
-        study = _load(args)
         prepared = prepare_study(study, out=args.out)
         check_weights(study, prepared.dataset)
         rates, seconds = (None, {}) if args.no_estimate or not prepared.todo else estimate_times(prepared)
