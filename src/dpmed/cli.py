@@ -186,7 +186,6 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
     from dpmed.study import run_study
 
     check_executor_options(args.executor, workers=args.workers, address=args.address)   # before the data are read
-
     folder = StudyFolder(args.out / study.name)
     handlers.append(log_to_file(folder.log))
     try:
