@@ -24,9 +24,8 @@ from dpmed.numbers import delta_text, epsilon_text
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
 __all__ = ["Strict", "Sweep", "positive_finite", "computable_scale", "exactly_one", "AuditConfig", "ArmBase",
-           "PlanContext",
-           "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG", "training_steps",
-           "AUTO_EPOCHS", "AUTO_MIN_STEPS", "refuse_vacuous_delta", "unit_words"]
+           "PlanContext", "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG",
+           "training_steps", "AUTO_EPOCHS", "AUTO_MIN_STEPS", "refuse_vacuous_delta", "unit_words"]
 
 SLUG = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"   # names that name folders (arms, studies)
 
