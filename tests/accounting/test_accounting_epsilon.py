@@ -10,6 +10,9 @@ from hypothesis import strategies as st
 
 from dpmed.accounting import (ACCOUNTANTS, NEIGHBOUR_DP_SGD, PoissonGaussianEvent, accountant_info, default_delta,
                               describe_accountant, dp_sgd_epsilon)
+from dpmed.accounting import PoissonLaplaceEvent
+from dpmed.accounting import epsilon as epsilon_module
+from dpmed.accounting._pld import subsampled_gaussian_pld
 from dpmed.accounting.epsilon import _pld_epsilon, _rdp_epsilon
 
 GAUSSIAN = [a for a in ACCOUNTANTS if "gaussian" in accountant_info(a).noises]  # Laplace-only ones excluded
@@ -96,11 +99,10 @@ def test_a_delta_that_covers_the_whole_difference_gives_zero_without_a_pld_grid(
     two and a half minutes for `dpmed privacy epsilon ... --delta 0.9` to print the same 0."""
     from scipy.stats import norm
     assert 2 * norm.cdf(0.5) - 1 < 0.9
-    from dp_accounting.pld import pld_privacy_accountant
 
     def no_grid(*args, **kwargs):
         raise AssertionError("a PLD grid was built for an eps of 0")
-    monkeypatch.setattr(pld_privacy_accountant, "PLDAccountant", no_grid)
+    monkeypatch.setattr(epsilon_module, "subsampled_gaussian_pld", no_grid)
     assert dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=q, steps=steps, delta=0.9, accountant="pld") == 0.0
     assert dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=q, steps=steps, delta=0.9, accountant="rdp") == 0.0
 
@@ -219,3 +221,49 @@ def test_the_floor_grows_with_the_steps_where_the_pld_turns_to_rounding_noise():
     assert dp_sgd_epsilon(**setting, delta=1e-11, accountant="pld") < dp_sgd_epsilon(**setting, delta=1e-11,
                                                                                       accountant="rdp")
     assert accountant_info("pld").min_delta(88) == 1e-12 and accountant_info("rdp").min_delta(10**9) == 0
+
+
+def _dense(pmf):
+    dense = pmf.to_dense_pmf()
+    return dense._lower_loss, dense._probs, dense._infinity_mass
+
+
+@settings(max_examples=40, deadline=None)
+@given(sigma=st.floats(0.3, 30.0), q=st.one_of(st.floats(1e-4, 1.0), st.sampled_from([1.0, 1 - 1e-6, 1e-4])),
+       h=st.sampled_from([1e-3, 3e-3, 1e-2, 0.1]))
+def test_one_step_pld_is_dp_accounting_s_own_pmf(sigma, q, h):
+    """dpmed builds one DP-SGD step's PLD with the hockey-stick curve in array arithmetic, where dp_accounting inverts
+    the loss point by point in Python: both must give the same grid, masses and infinity mass, in both directions."""
+    from dp_accounting.pld import privacy_loss_distribution
+    theirs = privacy_loss_distribution.from_gaussian_mechanism(sigma, value_discretization_interval=h, sampling_prob=q)
+    ours = subsampled_gaussian_pld(sigma, q, h)
+    for mine, reference in ((ours._pmf_remove, theirs._pmf_remove), (ours._pmf_add, theirs._pmf_add)):
+        (lower, probs, inf_mass), (ref_lower, ref_probs, ref_inf) = _dense(mine), _dense(reference)
+        assert lower == ref_lower and probs.shape == ref_probs.shape
+        assert abs(inf_mass - ref_inf) <= 1e-15
+        assert float(abs(probs - ref_probs).max()) <= 1e-15
+
+
+@pytest.mark.parametrize("events", [
+    [PoissonGaussianEvent(noise_multiplier=1.1, sample_rate=0.01, steps=3000)],
+    [PoissonGaussianEvent(noise_multiplier=0.8, sample_rate=0.02, steps=500),
+     PoissonGaussianEvent(noise_multiplier=2.0, sample_rate=1.0, steps=20)],
+    [PoissonGaussianEvent(noise_multiplier=1.5, sample_rate=0.05, steps=400),
+     PoissonLaplaceEvent(noise_multiplier=20.0, sample_rate=0.05, steps=10)],
+], ids=["one event", "two Gaussian events", "Gaussian then Laplace"])
+def test_pld_eps_is_what_dp_accounting_s_accountant_gives_on_the_same_grid(monkeypatch, events):
+    """A second implementation: dp_accounting's PLDAccountant, on the grid dpmed chose, composing the same events."""
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.privacy_accountant import NeighboringRelation
+    grids = []
+
+    def spy(sigma, q, h):
+        grids.append(h)
+        return subsampled_gaussian_pld(sigma, q, h)
+    monkeypatch.setattr(epsilon_module, "subsampled_gaussian_pld", spy)
+    ours = _pld_epsilon(events, 1e-5)
+    assert grids and len(set(grids)) == 1
+    accountant = pld_privacy_accountant.PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                                      value_discretization_interval=grids[0])
+    accountant.compose(epsilon_module._as_dp_event(events))
+    assert ours == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-12)

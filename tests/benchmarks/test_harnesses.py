@@ -319,3 +319,19 @@ def test_overlap_crops_finds_each_crafted_copy_of_a_few_films_and_skips_without_
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 28 px") or
             line.startswith("| 64 px")]
     assert len(rows) == 2 and all(cell.strip() == "4/4" for row in rows for cell in row.split("|")[2:-2]), rows
+
+
+def test_accounting_cost_times_both_constructions_and_restores_dpmed_s(tmp_path, capsys):
+    """Both constructions calibrate the same sigma (they build the same PMF), the row says so, and the harness puts
+    dpmed's own one-step PLD back even though it swapped dp_accounting's in."""
+    from dpmed.accounting import epsilon
+    from dpmed.accounting._pld import subsampled_gaussian_pld
+
+    out = tmp_path / "cost.json"
+    assert _harness("accounting_cost").main(["--settings", "reference", "--targets", "8", "--repeats", "1",
+                                             "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["dpmed"]["noise_multiplier"] == row["dp_accounting"]["noise_multiplier"] > 0
+    assert row["dpmed"]["epsilon"] == row["dp_accounting"]["epsilon"] <= 8
+    assert "mismatch" not in row and epsilon.subsampled_gaussian_pld is subsampled_gaussian_pld
+    assert "| reference | 8 |" in capsys.readouterr().out

@@ -1,8 +1,13 @@
-"""The privacy loss distributions (PLDs) of the reconstruction game, and the hockey-stick duality that reads the
+"""The privacy loss distributions (PLDs) dpmed builds: one step of the Poisson-subsampled Gaussian (the PLD
+accountant's and the reconstruction game's), the game's relaxed PLD, and the hockey-stick duality that reads the
 attacker's success gamma off them (:mod:`dpmed.accounting.reconstruction` states the game and the methods).
 
-* worst case: dp_accounting's PLD of the Poisson-subsampled Gaussian, composed T times (pessimistic
-  connect-the-dots discretisation, Doroshenko et al. 2022);
+* one step of DP-SGD (:func:`subsampled_gaussian_pld`): dp_accounting's pessimistic connect-the-dots PMF
+  (Doroshenko et al. 2022) of its ``GaussianPrivacyLoss``, on its own loss range and grid, with the hockey-stick
+  curve evaluated on the whole grid at once. Why not ``from_gaussian_mechanism`` itself: it inverts the privacy loss
+  in a Python loop, one grid point at a time, which is most of an eps's cost at small q and large T (benchmarks/
+  RESULTS.md, "The PLD grids' cost"); the test suite checks that both build the same PMF;
+* worst case: that PLD composed T times;
 * relaxed (Kaissis et al. 2023; the attacker does not know the sign of the target's gradient): per step
   Q = (1 - q) N(0, 1) + (q/2) N(mu, 1) + (q/2) N(-mu, 1), whose exact per-step hockey-stick curves have closed
   forms; dp_accounting's connect-the-dots discretisation of those curves, composed T times.
@@ -22,13 +27,13 @@ from typing import Callable
 import numpy as np
 from scipy import optimize, special
 
-from dp_accounting.pld import pld_pmf
+from dp_accounting.pld import pld_pmf, privacy_loss_mechanism
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from dpmed.accounting import _limits
 
-__all__ = ["NotComputable", "TAIL_Z", "power_from_delta", "step_loss", "interval", "composed_pld", "worst_case_pld",
-           "relaxed_pld"]
+__all__ = ["NotComputable", "TAIL_Z", "power_from_delta", "step_loss", "interval", "subsampled_gaussian_pld",
+           "composed_pld", "worst_case_pld", "relaxed_pld"]
 
 # Restricting e^eps to >= _MIN_SCALE * kappa raises the infimum by at most _MIN_SCALE * kappa (the derivative of
 # delta(eps) + e^eps kappa in e^eps lies in [kappa - 1, kappa]): below 1e-4 relative, and upward (safe).
@@ -119,14 +124,70 @@ def interval(sigma: float, q: float, steps: int) -> float:
     return h
 
 
-# --- worst case: dp_accounting's PLD of the Poisson-subsampled Gaussian ----------------------------------------------
+# --- one step of DP-SGD: the Poisson-subsampled Gaussian ------------------------------------------------------------
+
+def subsampled_gaussian_pld(sigma: float, q: float, h: float) -> pld_lib.PrivacyLossDistribution:
+    """One step's PLD at noise multiplier ``sigma`` (sensitivity 1), Poisson rate ``q`` (pass
+    ``_limits.accountable_rate(q)``) and grid ``h``, for adding or removing one example: what
+    ``pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=h, sampling_prob=q)`` builds (the same
+    losses, grid, tails and pessimistic connect-the-dots rounding), built in array arithmetic."""
+    adjacency = privacy_loss_mechanism.AdjacencyType
+    remove = _gaussian_pmf(sigma, q, h, adjacency.REMOVE)
+    if q == 1.0:
+        return pld_lib.PrivacyLossDistribution(remove)
+    return pld_lib.PrivacyLossDistribution(remove, _gaussian_pmf(sigma, q, h, adjacency.ADD))
+
+
+def _gaussian_pmf(sigma: float, q: float, h: float, adjacency) -> pld_pmf.PLDPmf:
+    """The continuous connect-the-dots branch of dp_accounting's ``_create_pld_pmf_from_monotone_privacy_loss``,
+    with :func:`_gaussian_delta` in place of the loss's ``get_delta_for_epsilon``."""
+    loss = privacy_loss_mechanism.GaussianPrivacyLoss(sigma, sensitivity=1.0, sampling_prob=q, adjacency_type=adjacency)
+    bounds = loss.connect_dots_bounds()
+    lower = math.floor(bounds.epsilon_lower / h)
+    upper = math.ceil(bounds.epsilon_upper / h)
+    deltas = _gaussian_delta(loss, sigma, q, np.arange(lower, upper + 1) * h)
+    return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(h, lower, upper, deltas)
+
+
+def _gaussian_delta(loss, sigma: float, q: float, eps: np.ndarray) -> np.ndarray:
+    """The hockey-stick divergence delta(eps) of ``loss`` at every eps: ``GaussianPrivacyLoss.get_delta_for_epsilon``
+    with its inverse privacy loss in closed form over the array. The loss falls in the output x, so {loss >= eps} is
+    {x <= x(eps)} and delta = mu_upper(x <= x(eps)) - e^eps mu_lower(x <= x(eps)). Without subsampling
+    x(l) = -1/2 - l sigma^2 (REMOVE; ADD adds the sensitivity 1); with rate q, l is first mapped to
+    log(1 + (e^{+-eps} - 1) / q) (REMOVE +, ADD -: the privacy loss before subsampling)."""
+    add = loss.adjacency_type == privacy_loss_mechanism.AdjacencyType.ADD
+    delta = np.zeros_like(eps)
+    if q == 1.0:
+        inverted = np.ones_like(eps, dtype=bool)
+        unsampled = eps
+    else:
+        limit = -math.log1p(-q) if add else math.log1p(-q)
+        # ADD: delta is 0 at eps >= -log(1 - q); REMOVE: 1 - e^eps at eps <= log(1 - q)
+        inverted = eps < limit if add else eps > limit
+        if not add:
+            delta[~inverted] = -np.expm1(eps[~inverted])
+        signed = -eps[inverted] if add else eps[inverted]
+        # log((1/q) e^signed + 1 - 1/q) = d + log(1 - e^(log(1/q - 1) - d)), d = signed + log(1/q); at the limit it
+        # tends to -inf (x to +-inf), which dp_accounting also returns within math.isclose of the limit
+        d = signed + np.log(1 / q)
+        ratio = np.exp(np.log(1 / q - 1) - d)
+        at_limit = (ratio >= 1.0) | (np.abs(eps[inverted] - limit) <= 1e-9 * np.maximum(np.abs(eps[inverted]),
+                                                                                           abs(limit)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            before = np.where(signed == 0, np.log(1 / q + (1 - 1 / q)), d + np.log1p(-ratio))
+        unsampled = np.where(at_limit, -np.inf, before)
+        unsampled = -unsampled if add else unsampled
+    x = (-0.5 - unsampled * sigma ** 2) + (1.0 if add else 0.0)
+    delta[inverted] = loss.mu_upper_cdf(x) - np.exp(eps[inverted] + loss.mu_lower_log_cdf(x))
+    return np.clip(delta, 0.0, 1.0)
+
+
+# --- worst case: that PLD composed T times ---------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=2)
 def composed_pld(sigma: float, q: float, steps: int) -> pld_lib.PrivacyLossDistribution:
     """Cached: reconstruction_risk reads the same composed PLD at kappa and at each false-positive rate."""
-    pld = pld_lib.from_gaussian_mechanism(sigma, sensitivity=1.0, sampling_prob=_limits.accountable_rate(q),
-                                          value_discretization_interval=interval(sigma, q, steps))
-    return pld.self_compose(steps)
+    return subsampled_gaussian_pld(sigma, _limits.accountable_rate(q), interval(sigma, q, steps)).self_compose(steps)
 
 
 def worst_case_pld(sigma: float, q: float, steps: int, kappa: float) -> float:

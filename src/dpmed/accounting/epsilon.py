@@ -31,12 +31,13 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dp_accounting import dp_event
-from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpmed.accounting import _arguments
 from dpmed.accounting._limits import accountable_rate
+from dpmed.accounting._pld import subsampled_gaussian_pld
 from dpmed.accounting.events import DpSgdEvent, PoissonGaussianEvent, PoissonLaplaceEvent, ShuffledBatchesEvent
 from dpmed.accounting.ledger import Ledger
 
@@ -209,10 +210,17 @@ def _pld_epsilon(events: Sequence[DpSgdEvent], delta: float) -> float:
     # Few steps: the excess is then up to about half an interval, so the interval also stays below 5e-4 of eps.
     interval = min(max(min(math.sqrt(_PLD_RELATIVE_EXCESS * scale / steps), _PLD_FEW_STEPS_INTERVAL * scale),
                        coarsest, _PLD_MIN_INTERVAL), _PLD_MAX_INTERVAL)
-    accountant = pld_privacy_accountant.PLDAccountant(_NEIGHBOURS, value_discretization_interval=interval)
-    accountant.compose(_as_dp_event(events))
+    # what dp_accounting's PLDAccountant(_NEIGHBOURS, interval) composes for _as_dp_event(events), with the
+    # Gaussian steps built by _pld.subsampled_gaussian_pld (the same PMF, without a Python loop over the grid)
+    pld = pld_lib.identity(value_discretization_interval=interval)
+    for e in events:
+        q = accountable_rate(e.sample_rate)
+        step = (pld_lib.from_laplace_mechanism(e.noise_multiplier, value_discretization_interval=interval,
+                                               sampling_prob=q)
+                if isinstance(e, PoissonLaplaceEvent) else subsampled_gaussian_pld(e.noise_multiplier, q, interval))
+        pld = pld.compose(step.self_compose(e.steps))
     with np.errstate(over="ignore"):  # the overflow above eps ~ 700 is handled: such eps are refused below
-        eps = float(accountant.get_epsilon(delta))
+        eps = float(pld.get_epsilon_for_delta(delta))
     return eps if eps <= _PLD_MAX_EPSILON else math.inf
 
 
