@@ -223,6 +223,35 @@ def test_the_floor_grows_with_the_steps_where_the_pld_turns_to_rounding_noise():
     assert accountant_info("pld").min_delta(88) == 1e-12 and accountant_info("rdp").min_delta(10**9) == 0
 
 
+def test_pld_refuses_more_steps_than_it_composes_before_building_a_grid_and_plans_fall_back_to_rdp(monkeypatch):
+    """PLD's grid grows with T: `dpmed privacy calibrate ... --steps 1e9` (or a study's mistyped training.steps) ran
+    for minutes towards an exhausted memory. Beyond 2e6 steps it refuses at once, naming the accountant that serves
+    them, and a planned run is certified by that one, saying why."""
+    from dpmed.accounting import effective_accountant, noise_multiplier_for
+
+    def no_grid(*args, **kwargs):
+        raise AssertionError("a PLD grid was built for more steps than PLD composes")
+    monkeypatch.setattr(epsilon_module, "subsampled_gaussian_pld", no_grid)
+    limit = accountant_info("pld").max_steps
+    assert limit == 2_000_000 and accountant_info("rdp").max_steps == math.inf
+    setting = dict(sample_rate=0.01, steps=10 ** 9, delta=1e-5)
+    with pytest.raises(ValueError, match=r"composes at most 2,000,000 steps, not 1,000,000,000.*accountant 'rdp'"):
+        dp_sgd_epsilon(noise_multiplier=200.0, accountant="pld", **setting)
+    with pytest.raises(ValueError, match=r"composes at most 2,000,000 steps.*accountant 'rdp'"):
+        noise_multiplier_for(target_epsilon=8.0, accountant="pld", **setting)
+    with pytest.raises(ValueError, match=r"composes at most 2,000,000 steps.*accountant 'pure'"):
+        dp_sgd_epsilon(noise_multiplier=200.0, accountant="pld", noise="laplace", **setting)
+    with pytest.raises(ValueError, match=r"composes at most 2,000,000 steps.*account for fewer steps"):
+        epsilon_module._epsilon([PoissonGaussianEvent(noise_multiplier=9.0, sample_rate=0.01, steps=limit),
+                                 PoissonLaplaceEvent(noise_multiplier=9.0, sample_rate=0.01, steps=1)],
+                                delta=1e-5, accountant="pld")
+    assert 0 < dp_sgd_epsilon(noise_multiplier=200.0, accountant="rdp", **setting) < 9     # RDP serves them
+    name, note = effective_accountant("pld", target_epsilon=8.0, delta=1e-5, steps=limit + 1)
+    assert name == "rdp" and "at most 2,000,000 steps" in note and "2,000,001" in note
+    assert effective_accountant("pld", target_epsilon=8.0, delta=1e-5, steps=limit) == ("pld", None)
+    assert effective_accountant("pld", target_epsilon=8.0, noise="laplace", steps=limit + 1)[0] == "pure"
+
+
 def _dense(pmf):
     dense = pmf.to_dense_pmf()
     return dense._lower_loss, dense._probs, dense._infinity_mass

@@ -20,7 +20,7 @@ from typing import Callable
 
 from dpmed.accounting import _arguments
 from dpmed.accounting.epsilon import (accountant_info, arithmetic_failed, dp_sgd_event, estimate_epsilon,
-                                      inclusion_probability, refuse_unresolved_delta)
+                                      inclusion_probability, refuse_unresolved)
 
 __all__ = ["noise_multiplier_for"]
 
@@ -56,7 +56,7 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
     rtol = _arguments.real("rtol", rtol)
     if not 0 < rtol < 0.5:
         raise ValueError(f"rtol must be in (0, 0.5), got {rtol!r}; 1e-3 is plenty")
-    refuse_unresolved_delta(accountant, delta, steps, noise=noise)
+    refuse_unresolved(accountant, delta, steps, noise=noise)
 
     def event(sigma: float):
         return dp_sgd_event(noise=noise, noise_multiplier=sigma, sample_rate=sample_rate, steps=steps)

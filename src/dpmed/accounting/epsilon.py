@@ -43,7 +43,7 @@ from dpmed.accounting.ledger import Ledger
 
 __all__ = ["ACCOUNTANTS", "NOISES", "AccountantInfo", "NEIGHBOUR_DP_SGD", "accountant_info", "describe_accountant",
            "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule", "estimate_epsilon", "dp_sgd_event",
-           "effective_accountant", "refuse_unresolved_delta", "shuffled_event", "poisson_counterpart",
+           "effective_accountant", "refuse_unresolved", "shuffled_event", "poisson_counterpart",
            "inclusion_probability"]
 
 NEIGHBOUR_DP_SGD = "add or remove one training image (Poisson sampling)"
@@ -75,6 +75,12 @@ _PLD_MAX_EPSILON = 500.0
 # delta >= max(1e-12, 1e-15 T) and refuses below, predictably; RDP (no such floor) serves smaller delta.
 _PLD_MIN_DELTA = 1e-12
 _PLD_STEPS_PER_MIN_DELTA = 1e15   # the floor grows by 1e-15 per step
+# And a ceiling on the steps. The grid interval above shrinks as 1/sqrt(T) and the composed PLD spans a range
+# that does not shrink, so its points, memory and time grow with T (at q 0.01, eps 8: 0.3 M points at T 1e5,
+# 2.2 M at 1e6; a calibration took 15 s and 0.6 GB at T 1e6, 3 minutes and 4 GB at 1e7, and a mistyped 1e9 steps
+# ran for minutes towards an exhausted memory: benchmarks/RESULTS.md, "The PLD grids' cost"). Beyond this many
+# steps RDP, whose cost does not grow with T, certifies instead, predictably.
+_PLD_MAX_STEPS = 2_000_000
 # A few RDP orders: an upper bound on eps, within 1% of the default orders' below eps ~ 100 (up to 1.4x looser
 # far above), at a tenth of the cost.
 _ESTIMATE_ORDERS = (1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
@@ -237,8 +243,9 @@ def _no_min_delta(steps: int) -> float:
 class AccountantInfo:
     """One accountant: its name in configs, the description printed in privacy cards, the largest eps it resolves,
     the noises it analyses, its computation ``compute(events, delta)`` for events with steps > 0 and
-    noise_multiplier > 0, which returns inf when it cannot certify an eps of at most ``max_epsilon``, and
-    ``min_delta(steps)``, the smallest delta it resolves after that many steps (0: any)."""
+    noise_multiplier > 0, which returns inf when it cannot certify an eps of at most ``max_epsilon``,
+    ``min_delta(steps)``, the smallest delta it resolves after that many steps (0: any), and ``max_steps``, the
+    most steps it composes."""
 
     name: str
     description: str
@@ -246,6 +253,7 @@ class AccountantInfo:
     noises: tuple[str, ...]
     compute: Callable[[Sequence[DpSgdEvent], float], float]
     min_delta: Callable[[int], float] = _no_min_delta
+    max_steps: float = math.inf
 
     def epsilon(self, events: Sequence[DpSgdEvent], delta: float) -> float:
         """``compute(events, delta)``, where dp_accounting's own arithmetic fails at extreme values (noise_multiplier
@@ -259,7 +267,7 @@ class AccountantInfo:
 
 _REGISTRY = {info.name: info for info in (
     AccountantInfo("pld", "PLD (dp_accounting, pessimistic estimate: an upper bound on eps)", _PLD_MAX_EPSILON,
-                   ("gaussian", "laplace"), _pld_epsilon, _pld_min_delta),
+                   ("gaussian", "laplace"), _pld_epsilon, _pld_min_delta, _PLD_MAX_STEPS),
     AccountantInfo("rdp", "RDP (dp_accounting, default orders 1.1-1024, improved conversion of Balle et al. 2020 "
                           "as in Opacus)", math.inf, ("gaussian",), _rdp_epsilon),
     AccountantInfo("rdp-classic", "RDP (dp_accounting, default orders) with the classic conversion of Mironov 2017 "
@@ -289,7 +297,8 @@ def effective_accountant(accountant: str, *, target_epsilon: float | None, noise
     ``delta`` after ``steps`` steps), and why if it differs: PLD resolves eps only up to 500 (see
     _PLD_MAX_EPSILON), so higher Gaussian budgets (the 1e6-1e15 regime of 004_6210268d59b6f8e5.txt) fall back to
     RDP, and the run records that RDP produced its number; likewise PLD resolves delta only down to
-    max(1e-12, 1e-15 T) (see _PLD_MIN_DELTA). Laplace noise falls back to the pure bound, which needs no delta."""
+    max(1e-12, 1e-15 T) (see _PLD_MIN_DELTA) and composes at most 2e6 steps (see _PLD_MAX_STEPS). Laplace noise
+    falls back to the pure bound, which needs no delta."""
     info = accountant_info(accountant)
     if noise not in info.noises:
         raise ValueError(f"accountant {accountant!r} does not analyse {noise} noise; it handles "
@@ -302,21 +311,32 @@ def effective_accountant(accountant: str, *, target_epsilon: float | None, noise
     if delta is not None and steps is not None and delta < info.min_delta(steps):
         return fallback, (f"{accountant.upper()} cannot resolve delta below {info.min_delta(steps):.3g} after "
                           f"{steps} steps ({_DELTA_FLOOR_WHY}); {fallback} certified this budget instead")
+    if steps is not None and steps > info.max_steps:
+        return fallback, (f"{accountant.upper()} composes at most {info.max_steps:,.0f} steps ({_MAX_STEPS_WHY}); "
+                          f"{fallback} certified these {steps:,} instead")
     return accountant, None
 
 
 _DELTA_FLOOR_WHY = ("dp_accounting composes its privacy loss distribution by FFT in double precision, with a "
                     "rounding error that grows with the steps, and moves up to 1e-15 of probability to an infinite "
                     "loss at each composition")
+_MAX_STEPS_WHY = "its grid, and with it its memory and time, grows with the steps"
 
 
-def refuse_unresolved_delta(accountant: str, delta: float, steps: int, *, noise: str) -> None:
-    """ValueError, naming the cause and the fix, when ``delta`` lies below the smallest delta ``accountant``
-    resolves after ``steps`` steps (PLD: max(1e-12, 1e-15 T), see _PLD_MIN_DELTA): there its eps is rounding noise,
-    or inf at delta ~ 1e-15, which is no statement about the run's eps."""
-    floor = accountant_info(accountant).min_delta(steps)
+def refuse_unresolved(accountant: str, delta: float, steps: int, *, noise: str) -> None:
+    """ValueError, naming the cause and the fix, when ``accountant`` cannot resolve ``delta`` after ``steps``
+    steps: more steps than it composes (PLD: 2e6, see _PLD_MAX_STEPS; it would run for minutes towards an exhausted
+    memory), or a delta below the smallest it resolves (PLD: max(1e-12, 1e-15 T), see _PLD_MIN_DELTA), where its
+    eps is rounding noise, or inf at delta ~ 1e-15, which is no statement about the run's eps."""
+    info = accountant_info(accountant)
+    fallback = {"gaussian": "rdp", "laplace": "pure"}.get(noise)   # none for a ledger of both noises
+    if steps > info.max_steps:
+        use = f"use accountant {fallback!r}, whose cost does not grow with the steps" if fallback else \
+            "account for fewer steps"
+        raise ValueError(f"accountant {accountant!r} composes at most {info.max_steps:,.0f} steps, not {steps:,} "
+                         f"({_MAX_STEPS_WHY}); {use}")
+    floor = info.min_delta(steps)
     if delta < floor:
-        fallback = {"gaussian": "rdp", "laplace": "pure"}.get(noise)   # none for a ledger of both noises
         use = f"use accountant {fallback!r}, which has no such floor, or " if fallback else "use "
         raise ValueError(f"accountant {accountant!r} cannot resolve delta = {delta:g} after {steps} steps: it "
                          f"resolves delta down to {floor:.3g} ({_DELTA_FLOOR_WHY}); {use}a delta of at least "
@@ -333,7 +353,7 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
     if any(e.noise_multiplier == 0 for e in released):
         return math.inf  # no noise: the gradient sum is released exactly
     noises = {"laplace" if isinstance(e, PoissonLaplaceEvent) else "gaussian" for e in released}
-    refuse_unresolved_delta(accountant, delta, sum(e.steps for e in released),
+    refuse_unresolved(accountant, delta, sum(e.steps for e in released),
                             noise=noises.pop() if len(noises) == 1 else "mixed")
     eps = info.epsilon(released, delta)
     if math.isnan(eps):
