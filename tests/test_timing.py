@@ -121,3 +121,34 @@ def test_runs_that_all_failed_are_not_called_done(make_record, tmp_path):
     progress.line("a_seed0", RunFailure("a_seed0", "RuntimeError: boom", tmp_path / "a.json"))
     line = progress.line("b_seed0", RunFailure("b_seed0", "RuntimeError: boom", tmp_path / "b.json"))
     assert re.fullmatch(r"study: 0 of 2 runs done, 2 failed, 0:0\d elapsed", line), line
+
+
+@pytest.mark.parametrize("mechanism", ["none", "dp_sgd"])
+def test_the_probe_trains_its_own_few_steps_whatever_length_the_study_sets(make_record, monkeypatch, mechanism):
+    """A study with training.steps: 1e9 left `dpmed plan` training the plain probe for 1e9 steps: the probe took the
+    study's training length instead of its own."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+
+    from dpmed import timing
+    from dpmed.data import make_phantom
+    from dpmed.mechanisms import training_steps
+
+    record = make_record("r_seed0", "r", mechanism, eps=1.0)
+    plan = record.plan.model_copy(update={"training": record.plan.training.model_copy(
+        update={"epochs": "auto", "steps": 10 ** 9})})
+    lengths = []
+
+    def fake_train(model, data, task, training, *, dp, **kwargs):
+        steps_per_epoch = 2                                   # the probe's data: two batches
+        lengths.append(dp.steps if dp is not None else training_steps(steps_per_epoch, epochs=training.epochs,
+                                                                       steps=training.steps))
+        return SimpleNamespace(seconds=0.5)
+    monkeypatch.setattr(timing, "train", fake_train)
+    dataset = make_phantom(n_images=40, image_size=16)
+    kind = timing.step_kind(plan, "cpu")
+    probe_data = timing._random_images(dataset, 2 * kind.batch, np.random.default_rng(0))
+    assert timing._time_steps(probe_data, dataset, kind, plan, 6, torch.device("cpu")) == 0.5
+    assert lengths == [6]
