@@ -5,7 +5,9 @@ The accountants, in a registry of frozen info objects:
 * ``pld`` (default): the privacy loss distribution of the Poisson-subsampled Gaussian, discretised with the
   pessimistic "connect the dots" method (Doroshenko et al. 2022) and composed by FFT (Koskela et al. 2020). The
   pessimistic PLD is an upper bound on the true eps; it exceeds it only by a small discretisation error. It
-  resolves eps up to 500 (double-precision limits of dp_accounting's eps(delta) inversion; see below).
+  resolves eps up to 500 (double-precision limits of dp_accounting's eps(delta) inversion; see below), delta down
+  to max(1e-12, 1e-15 T), and up to 2e6 steps. One step's PMF is built by `dpmed.accounting._pld` (dp_accounting's
+  own, evaluated over the grid at once); the composition and eps(delta) are dp_accounting's.
 * ``rdp``: Renyi DP of the subsampled Gaussian (Mironov 2017; Mironov, Talwar, Zhang 2019) at dp_accounting's
   default orders, converted to (eps, delta) with the improved bound of Balle et al. 2020 ("Hypothesis testing
   interpretations and Renyi DP", Prop. 12; the conversion Opacus uses). Looser than PLD.
