@@ -8,8 +8,8 @@ dpmed's PLD accountant (`dpmed.accounting.epsilon`) builds one DP-SGD step's PLD
 (the tests check they are equal) without its Python loop over the grid. For each setting and target eps this runs,
 in one process: noise calibration (`noise_multiplier_for`) with dpmed's step and with dp_accounting's
 ``from_gaussian_mechanism`` in its place, then one eps at the calibrated sigma both ways; each is the median of
-``--repeats`` wall times, and the two calibrations must return the same sigma. Settings (delta as a study's
-default, min(1e-5, 1 / (10 N))):
+``--repeats`` wall times, and the two calibrations must return the same sigma. Settings (delta at or just below a
+study's default for such an N, min(1e-5, 1 / (10 N))):
 
 * reference: q = 128 / 5218, T = 2039 (000_56c2431ae4df8d10.txt), delta 1e-5;
 * pneumoniamnist: the shipped study's expected batch 128 of 4708 images for 500 steps, delta 1e-5;
