@@ -153,8 +153,8 @@ def _time_steps(data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan,
     built model (as a run trains one)."""
     shape = dataset.train.image_shape
     model = build_model(plan.model, in_channels=shape[0], num_outputs=dataset.task.num_outputs, image_size=shape[1])
-    # the probe's own length, in place of the study's (a study's training.steps would otherwise train that long)
-    training = plan.training.model_copy(update={"epochs": math.ceil(steps / 2), "steps": steps})
+    # the probe's own length in steps, which take the place of the study's epochs or steps
+    training = plan.training.model_copy(update={"steps": steps})
     dp = None
     if kind.dp_sgd:
         source = plan.privacy
