@@ -145,17 +145,17 @@ def _gaussian_pmf(sigma: float, q: float, h: float, adjacency) -> pld_pmf.PLDPmf
     bounds = loss.connect_dots_bounds()
     lower = math.floor(bounds.epsilon_lower / h)
     upper = math.ceil(bounds.epsilon_upper / h)
-    deltas = _gaussian_delta(loss, sigma, q, np.arange(lower, upper + 1) * h)
+    deltas = _gaussian_delta(loss, sigma, np.arange(lower, upper + 1) * h)
     return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(h, lower, upper, deltas)
 
 
-def _gaussian_delta(loss, sigma: float, q: float, eps: np.ndarray) -> np.ndarray:
+def _gaussian_delta(loss, sigma: float, eps: np.ndarray) -> np.ndarray:
     """The hockey-stick divergence delta(eps) of ``loss`` at every eps: ``GaussianPrivacyLoss.get_delta_for_epsilon``
     with its inverse privacy loss in closed form over the array. The loss falls in the output x, so {loss >= eps} is
     {x <= x(eps)} and delta = mu_upper(x <= x(eps)) - e^eps mu_lower(x <= x(eps)). Without subsampling
     x(l) = -1/2 - l sigma^2 (REMOVE; ADD adds the sensitivity 1); with rate q, l is first mapped to
     log(1 + (e^{+-eps} - 1) / q) (REMOVE +, ADD -: the privacy loss before subsampling)."""
-    add = loss.adjacency_type == privacy_loss_mechanism.AdjacencyType.ADD
+    add, q = loss.adjacency_type == privacy_loss_mechanism.AdjacencyType.ADD, loss.sampling_prob
     delta = np.zeros_like(eps)
     if q == 1.0:
         inverted = np.ones_like(eps, dtype=bool)

@@ -356,7 +356,7 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
         return math.inf  # no noise: the gradient sum is released exactly
     noises = {"laplace" if isinstance(e, PoissonLaplaceEvent) else "gaussian" for e in released}
     refuse_unresolved(accountant, delta, sum(e.steps for e in released),
-                            noise=noises.pop() if len(noises) == 1 else "mixed")
+                      noise=noises.pop() if len(noises) == 1 else "mixed")
     eps = info.epsilon(released, delta)
     if math.isnan(eps):
         raise ValueError(f"accountant {accountant!r} returned nan for {_described(released)}; try the other "
