@@ -68,6 +68,17 @@ def test_a_mistake_in_the_study_is_told_before_the_training_stack_is_imported(co
     assert "training.epochs: must be at least 1" in done.stderr
 
 
+def test_a_study_of_small_cnn_on_the_dpmed_engine_imports_neither_opacus_nor_torchvision(tiny_text, tmp_path):
+    """Every run, worker and `dpmed` command paid seconds for imports only some studies need: Opacus (its engine)
+    and torchvision (the ResNets, AlexNet, VGG-16; its import pulls in torch._dynamo)."""
+    study = _study(tmp_path, tiny_text.replace("epochs: 3", "epochs: 1"))
+    code = ("import sys\nfrom dpmed.cli import main\n"
+            f"code = main(['run', {str(study)!r}, '--out', {str(tmp_path / 'out')!r}, '--no-progress'])\n"
+            "print(code, 'opacus' in sys.modules, 'torchvision' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.stdout.split()[-3:] == ["0", "False", "False"], (done.stdout, done.stderr)
+
+
 # ------------------------------------------------------------------------------------------------------- plan
 
 

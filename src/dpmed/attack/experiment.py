@@ -23,7 +23,6 @@ from typing import Any, Callable
 import numpy as np
 import torch
 from torch import nn
-from torchvision.transforms import Normalize
 
 from dpmed.attack.imprint import (IMPRINT_STRUCTURES, ImprintBins, imprint_model, invert_imprint,
                                   release_imprint_gradients)
@@ -243,6 +242,8 @@ def attack_arm(model: nn.Module, dataset: Dataset, plan: DpSgdPlan, *, seed: int
         copy = deepcopy(model).cpu()
         if dataset.normalization is None:
             return copy
+        from torchvision.transforms import Normalize   # here: torchvision's import costs seconds (models/registry.py)
+
         mean, std = dataset.normalization
         return nn.Sequential(Normalize(mean, std), copy)
 

@@ -25,8 +25,6 @@ Weights are randomly initialised: ImageNet weights would have to be re-learned f
 from __future__ import annotations
 
 from torch import Tensor, nn
-from torchvision.models import AlexNet
-from torchvision.models.vgg import cfgs, make_layers
 
 __all__ = ["alexnet_dp", "vgg16_dp", "ALEXNET_CAM_LAYER", "VGG16_CAM_LAYER"]
 
@@ -71,6 +69,8 @@ def _fit(features: nn.Sequential, image_size: int) -> nn.Sequential:
 
 def alexnet_dp(in_channels: int, num_outputs: int, image_size: int) -> nn.Module:
     """AlexNet (Krizhevsky et al. 2012, torchvision's single-GPU variant): five convolutions, DP-compatible."""
+    from torchvision.models import AlexNet   # here: torchvision imports torch._dynamo, seconds (models/registry.py)
+
     features = AlexNet().features
     if image_size < 128:
         features[0] = nn.Conv2d(in_channels, 64, kernel_size=5, stride=1, padding=2)
@@ -81,6 +81,8 @@ def alexnet_dp(in_channels: int, num_outputs: int, image_size: int) -> nn.Module
 
 def vgg16_dp(in_channels: int, num_outputs: int, image_size: int) -> nn.Module:
     """VGG-16 (Simonyan & Zisserman 2015, configuration D): thirteen 3x3 convolutions, no BatchNorm."""
+    from torchvision.models.vgg import cfgs, make_layers
+
     features = make_layers(cfgs["D"], batch_norm=False)
     features[0] = nn.Conv2d(in_channels, 64, kernel_size=3, padding=1)
     model = _FeaturesHead(_fit(features, image_size), 512, num_outputs)

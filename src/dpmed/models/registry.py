@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -9,8 +10,6 @@ from torch import nn
 
 from dpmed.models.classic import ALEXNET_CAM_LAYER, VGG16_CAM_LAYER, alexnet_dp, vgg16_dp
 from dpmed.models.flat_cnn import FlatCNN
-from dpmed.models.resnet import resnet18_gn
-from dpmed.models.resnet9 import ResNet9
 from dpmed.models.scatternet import scatternet_cnn, scatternet_linear
 from dpmed.models.small_cnn import SmallCNN
 from dpmed.models.standardized import weight_standardize
@@ -39,6 +38,16 @@ class ModelInfo:
 _SMALL_CNN_BLOCKS = (("features.0",), ("features.2",), ("features.4",), ("features.6",))
 
 
+def _imported(module: str, name: str) -> Callable[[int, int, int], nn.Module]:
+    """The builder ``module.name``, imported when a model is built. The ResNets subclass torchvision's blocks, and
+    importing any of torchvision imports all of it (torch._dynamo too, through torchvision.ops): seconds in every
+    process that imports the registry, which is every `dpmed` command that reads a study, for models few use."""
+    return lambda c, k, s: getattr(importlib.import_module(module), name)(c, k, s)
+
+
+_resnet9 = _imported("dpmed.models.resnet9", "ResNet9")
+
+
 def _resnet_blocks(per_stage: int) -> tuple[tuple[str, ...], ...]:
     """torchvision ResNet residual blocks, layer1.0 ... layer4.<per_stage - 1> (the stem conv1/bn1 is in none)."""
     return tuple((f"layer{stage}.{i}",) for stage in range(1, 5) for i in range(per_stage))
@@ -53,10 +62,10 @@ MODELS: dict[str, ModelInfo] = {
                   "2-block GroupNorm CNN with a flattened linear head (no global pooling): memorises single images "
                   "quickly, the model of the privacy-audit demo; 32 S^2 K + 5k parameters for S x S images",
                   blocks=(("features.0", "features.1"), ("features.4", "features.5"))),
-        ModelInfo("resnet9", ResNet9, "layer4",
+        ModelInfo("resnet9", _resnet9, "layer4",
                   "ResNet-9 of 003_9a91354dc2d7e2df.txt (Klause et al. 2022): torchvision ResNet, one BasicBlock per "
                   "stage, GroupNorm(32), Mish, no in-place ops; 4.9M parameters", head="fc", blocks=_resnet_blocks(1)),
-        ModelInfo("resnet18", resnet18_gn, "layer4",
+        ModelInfo("resnet18", _imported("dpmed.models.resnet", "resnet18_gn"), "layer4",
                   "torchvision ResNet-18, GroupNorm(32), no in-place ops; 11M parameters", head="fc",
                   blocks=_resnet_blocks(2)),
         ModelInfo("alexnet", alexnet_dp, ALEXNET_CAM_LAYER,
@@ -71,7 +80,7 @@ MODELS: dict[str, ModelInfo] = {
         ModelInfo("small_cnn_ws", lambda c, k, s: weight_standardize(SmallCNN(c, k)), "features",
                   "small_cnn with weight-standardised convolutions before each GroupNorm (De et al. 2022)",
                   blocks=_SMALL_CNN_BLOCKS),
-        ModelInfo("resnet9_ws", lambda c, k, s: weight_standardize(ResNet9(c, k, s)), "layer4",
+        ModelInfo("resnet9_ws", lambda c, k, s: weight_standardize(_resnet9(c, k, s)), "layer4",
                   "resnet9 with weight-standardised convolutions before each GroupNorm (De et al. 2022)", head="fc",
                   blocks=_resnet_blocks(1)),
         ModelInfo("scatternet_linear", scatternet_linear, "features",

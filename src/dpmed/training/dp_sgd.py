@@ -38,7 +38,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from opacus import GradSampleModule
 from torch import Tensor, nn
 from torch.profiler import record_function
 
@@ -76,6 +75,8 @@ class OpacusClipper:
     def __init__(self, model: nn.Module, *, norm_order: int = 2) -> None:
         refuse_batch_norm(model)
         _refuse_opacus_gaps(model)
+        from opacus import GradSampleModule   # here: the default engine never needs Opacus, whose import takes seconds
+
         self.model = model
         self.module = GradSampleModule(model, batch_first=True, loss_reduction="sum")
         trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
