@@ -44,14 +44,16 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.fft
-import torch
-import torch.nn.functional as F
 
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.errors import DataError
+
+if TYPE_CHECKING:   # torch is imported where it is used: the study file's schema imports this module's constants
+    import torch
 
 __all__ = ["Overlap", "ImagePair", "find_overlap", "refuse_overlap", "perceptual_hashes", "hash_distances",
            "near_duplicates", "HASH_BITS", "NEAR_DUPLICATE_BITS", "CROP_FRACTIONS", "ZOOM_FRACTIONS"]
@@ -128,11 +130,15 @@ class Overlap:
 
 def _grey(images: np.ndarray) -> torch.Tensor:
     """[N, C, H, W] -> [N, 1, H, W] float32, the mean over channels."""
+    import torch
+
     return torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32)).mean(1, keepdim=True)
 
 
 def _fine(x: torch.Tensor) -> torch.Tensor:
     """``x`` [N, 1, H, W] upsampled by the least whole factor that gives at least FINE pixels a side (see FINE)."""
+    import torch.nn.functional as F
+
     factor = -(-FINE // min(x.shape[-2:]))
     return x if factor == 1 else F.interpolate(x, scale_factor=factor, mode="bilinear", align_corners=False)
 
@@ -147,6 +153,8 @@ def _central(x: torch.Tensor, fraction: float, axis: int) -> torch.Tensor:
 
 def _hash(x: torch.Tensor) -> np.ndarray:
     """The DCT hash of grey images x [N, 1, H, W]: uint64 [N, _WORDS] (the module docstring)."""
+    import torch.nn.functional as F
+
     small = F.interpolate(x, size=(HASH_SIZE, HASH_SIZE), mode="bilinear", align_corners=False,
                           antialias=True)[:, 0].numpy()                                       # [N, 32, 32]
     coefficients = scipy.fft.dctn(small, axes=(1, 2), norm="ortho")[:, :DCT_KEEP, :DCT_KEEP]

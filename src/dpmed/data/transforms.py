@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 __all__ = ["center_crop", "resize", "to_channels", "minmax_per_image", "equalize_histogram", "normalize",
            "Preprocessing"]
@@ -43,6 +41,9 @@ def resize(images: np.ndarray, size: int | tuple[int, int]) -> np.ndarray:
     n, c, h, w = images.shape
     if (h, w) == (height, width):
         return images
+    import torch   # here: the study file's schema imports this module, and a mistake in it is told before torch
+    import torch.nn.functional as F
+
     out = np.empty((n, c, height, width), dtype=np.float32)  # [N, C, height, width]
     per_chunk = max(1, _CHUNK_BYTES // (4 * c * max(height * width, h * w)))
     for start in range(0, n, per_chunk):
