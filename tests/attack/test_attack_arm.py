@@ -66,3 +66,24 @@ def test_a_patient_unit_arm_keeps_as_many_guesses_as_the_batch_holds_images(phan
     result = attack_arm(_model(), phantom, plan, seed=0)
     assert result.batch_size == round(12 * len(phantom.test) / test_patients) > 12
     assert result.n_reconstructions == result.n_batches * result.batch_size
+
+
+def test_a_study_s_fixed_normalisation_sits_in_front_of_the_attacked_copy(phantom, monkeypatch):
+    """The data arrive as [0, 1] pixels and the model was trained on normalised ones: the adversary's copy must
+    normalise first, or the imprint would act on inputs the model never saw."""
+    from dataclasses import replace
+
+    from dpmed.attack import experiment
+
+    factories = []
+    monkeypatch.setattr(experiment, "run_imprint_attack", lambda **kwargs: factories.append(kwargs["model_factory"]))
+    n = len(phantom.train.images)
+    plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=8 / n, steps=100, unit="image",
+                     expected_batch_size=8.0, n_units=n, attack=AttackConfig(batches=1))
+    model = _model().eval()
+    attack_arm(model, replace(phantom, normalization=((0.25,), (0.5,))), plan, seed=0)
+    attack_arm(model, phantom, plan, seed=0)
+    x = torch.from_numpy(phantom.test.images[:4])
+    normalised, plain = (factory().eval() for factory in factories)
+    torch.testing.assert_close(normalised(x), model((x - 0.25) / 0.5))
+    torch.testing.assert_close(plain(x), model(x))
