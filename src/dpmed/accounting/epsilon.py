@@ -306,7 +306,7 @@ def effective_accountant(accountant: str, *, target_epsilon: float | None, noise
         raise ValueError(f"accountant {accountant!r} does not analyse {noise} noise; it handles "
                          f"{', '.join(info.noises)}. For {noise} noise use "
                          f"{' or '.join(repr(n) for n, i in _REGISTRY.items() if noise in i.noises)}")
-    fallback = "rdp" if noise == "gaussian" else "pure"
+    fallback = _FALLBACK[noise]
     if target_epsilon is not None and target_epsilon > info.max_epsilon:
         return fallback, (f"{accountant.upper()} cannot resolve eps above {info.max_epsilon:g} in double precision; "
                           f"{fallback} certified this budget instead")
@@ -323,6 +323,8 @@ _DELTA_FLOOR_WHY = ("dp_accounting composes its privacy loss distribution by FFT
                     "rounding error that grows with the steps, and moves up to 1e-15 of probability to an infinite "
                     "loss at each composition")
 _MAX_STEPS_WHY = "its grid, and with it its memory and time, grows with the steps"
+# what certifies where PLD cannot, by noise: RDP for Gaussian noise, the pure bound for Laplace noise
+_FALLBACK = {"gaussian": "rdp", "laplace": "pure"}
 
 
 def refuse_unresolved(accountant: str, delta: float, steps: int, *, noise: str) -> None:
@@ -331,7 +333,7 @@ def refuse_unresolved(accountant: str, delta: float, steps: int, *, noise: str) 
     memory), or a delta below the smallest it resolves (PLD: max(1e-12, 1e-15 T), see _PLD_MIN_DELTA), where its
     eps is rounding noise, or inf at delta ~ 1e-15, which is no statement about the run's eps."""
     info = accountant_info(accountant)
-    fallback = {"gaussian": "rdp", "laplace": "pure"}.get(noise)   # none for a ledger of both noises
+    fallback = _FALLBACK.get(noise)   # none for a ledger of both noises
     if steps > info.max_steps:
         use = f"use accountant {fallback!r}, whose cost does not grow with the steps" if fallback else \
             "account for fewer steps"
