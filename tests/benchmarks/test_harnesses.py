@@ -335,3 +335,18 @@ def test_accounting_cost_times_both_constructions_and_restores_dpmed_s(tmp_path,
     assert row["dpmed"]["epsilon"] == row["dp_accounting"]["epsilon"] <= 8
     assert "mismatch" not in row and epsilon.subsampled_gaussian_pld is subsampled_gaussian_pld
     assert "| reference | 8 |" in capsys.readouterr().out
+
+
+def test_noise_cost_times_every_phase_for_each_thread_count_and_the_draws_after_the_launch(tmp_path, capsys):
+    out = tmp_path / "noise.json"
+    assert _harness("noise_cost").main(["--model", "small_cnn", "--size", "16x1", "--batch", "4", "--steps", "1",
+                                        "--threads", "1,2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["coordinates"] > 0 and set(result["draw_ms_by_threads"]) == {"1", "2"}
+    assert all(ms > 0 for ms in result["draw_ms_by_threads"].values())
+    assert list(result["phases_ms"]) == ["2 threads after the launch", "1 threads during the launch",
+                                         "2 threads during the launch"]
+    for phases in result["phases_ms"].values():
+        assert set(phases) == {"launch", "wait", "busy", "copy_add"} and phases["launch"] > 0
+        assert all(ms >= 0 for ms in phases.values())
+    assert "drawing" in capsys.readouterr().out
