@@ -3,6 +3,8 @@ which runs form a sweep, each against hand-worked values, scipy, or a plain loop
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy.stats import pearsonr
@@ -92,8 +94,8 @@ def test_compare_runs_pairs_each_private_run_with_the_non_private_one_and_finds_
     rec = lambda *a, **k: _record(make_record, *a, make_fairness=make_fairness,  # noqa: E731
                                   make_explanations=make_explanations, **k)
     records = [rec("np_seed0", "np", "none"),
-               *[rec(f"g_eps{e}_C1_seed0", "g", "dp_sgd", eps=e, C=1.0, parity=0.01 * e, energy=0.1 * e)
-                 for e in (1, 5, 10)],
+               *[rec(f"g_eps{e}_C1_seed0", "g", "dp_sgd", eps=e, C=1.0, parity=0.01 * math.log10(0.99 * e),
+                     energy=0.1 * e) for e in (1, 5, 1_000_000)],
                *[rec(f"c_eps1_C{c}_seed0", "c", "dp_sgd", eps=1, C=c, energy=0.2 * c) for c in (0.5, 2.0)],
                rec("other_eps1_C1_seed0", "other", "dp_sgd", eps=1, C=1.0, lr=0.1)]   # another lr: own sweep
     predictions = {r.run_id: _saved(y, ids, np.clip(base + 0.1 * i * rng.standard_normal(40), 0, 1))
@@ -111,9 +113,14 @@ def test_compare_runs_pairs_each_private_run_with_the_non_private_one_and_finds_
 
     parity = out.correlations.epsilon_vs_accuracy_parity
     assert len(parity) == 1 and parity[0].n == 3                       # the eps sweep of arm g only
-    assert parity[0].r == pytest.approx(1.0)
+    # against log10 of the eps as accounted (0.99 eps here): parity is linear in it, so r = 1 (against eps itself,
+    # 0.994)
+    assert parity[0].x == "log10 eps" and parity[0].r == pytest.approx(1.0)
+    energy = out.correlations.epsilon_vs_explanations
+    assert len(energy) == 1 and energy[0].x == "log10 eps"
+    assert energy[0].r == pytest.approx(pearsonr(np.log10([0.99, 4.95, 0.99e6]), [0.1, 0.5, 1e5]).statistic)
     by_c = out.correlations.max_grad_norm_vs_explanations
-    assert len(by_c) == 1 and by_c[0].n == 3                           # arm c's two norms + arm g's C = 1 at eps 1
+    assert len(by_c) == 1 and by_c[0].n == 3 and by_c[0].x == "max_grad_norm"   # arm c's two + arm g's C=1 at eps 1
     assert "c+g" in by_c[0].sweep or "g+c" in by_c[0].sweep
     assert by_c[0].r == pytest.approx(pearsonr([1.0, 0.5, 2.0], [0.1, 0.1, 0.4]).statistic)
     assert out.correlations.auroc_drop_vs_label == [] and out.notes == []   # binary: one AUROC per model

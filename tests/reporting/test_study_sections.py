@@ -51,13 +51,15 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
                  "percentile bootstrap intervals over those images.",         # explained without patient ids
                  "Test accuracy per group", "Demographic parity difference per group",
                  "in 4 equal steps, a deleted pixel (or one not yet inserted) set to black (0 in [0, 1] pixels)",
-                 "within 0 px of the lesion mask"):                          # the settings the metrics depend on
+                 "within 0 px of the lesion mask",                           # the settings the metrics depend on
+                 "Pearson r between log10 eps and each group's accuracy parity difference"):
         assert text in page, text
     for png in ("fairness_sex.png", "fairness_age.png", "cam_grid.png"):
         assert (tmp_path / png).stat().st_size > 1000
     comparisons = json.loads((tmp_path / "comparisons.json").read_text())
     assert {row["run_id"] for row in comparisons["auroc_differences"]} == {r.run_id for r in records[1:]}
     assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["n"] == 3
+    assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["x"] == "log10 eps"
 
     frame = results_frame(records)
     for column in ("fairness[sex=female]_auroc", "fairness[sex=female]_auroc_low", "fairness[age]_worst_group_auroc",

@@ -2,9 +2,11 @@
 source papers read off their tables, quantified, for `dpmed.comparisons` (and comparisons.json's ``correlations``).
 
 * **Across a DP-SGD sweep**: runs that differ only in eps (or only in the clipping norm), grouped by their typed plans,
-  every seed a point: eps against each fairness group's accuracy parity difference (003, Table 3); eps, or the
-  clipping norm at fixed eps, against each explanation metric (the trends of Naidu et al. 2021's Tables 1-2 and
-  Figure 6b).
+  every seed a point: log10 eps against each fairness group's accuracy parity difference (003, Table 3); log10 eps,
+  or the clipping norm at fixed eps, against each explanation metric (the trends of Naidu et al. 2021's Tables 1-2
+  and Figure 6b). eps enters as its logarithm: 003 correlated eps itself over 0.29 to 7.89, but a dpmed sweep spans
+  decades (1 to 1e15 in the high-budget regime), and on a linear axis its largest eps alone would set r, whatever
+  the others show. Each row names its x.
 * **Across labels** (three or more): each label's AUROC drop (non-private minus private, same seed) against its
   positive count and its non-private AUROC.
 
@@ -14,6 +16,7 @@ cannot be computed (fewer than 3 points, a constant side) carries the reason ins
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Mapping, Sequence
 
@@ -44,12 +47,14 @@ class Correlation(_Row):
 
 class ParityCorrelation(Correlation):
     sweep: str
+    x: str                          # what r is taken against: "log10 eps"
     attribute: str
     group: str
 
 
 class ExplanationCorrelation(Correlation):
     sweep: str
+    x: str                          # "log10 eps" or "max_grad_norm"
     metric: str
 
 
@@ -78,9 +83,16 @@ _VARIES = {"epsilon": {"target_epsilon", "noise_multiplier", "noise_given", "pat
            "max_grad_norm": {"max_grad_norm"}}
 
 
+_X_NAME = {"epsilon": "log10 eps", "max_grad_norm": "max_grad_norm"}
+
+
 def _x(record: RunRecord, variable: str) -> float | None:
-    """eps as accounted (the x of 003's Table 3); the clipping norm as set."""
-    return record.privacy.epsilon if variable == "epsilon" else record.plan.swept_value(variable)
+    """log10 of eps as accounted (003's Table 3 read eps itself: see the module's docstring); the clipping norm as
+    set. None where a run has no eps (or no positive one)."""
+    if variable != "epsilon":
+        return record.plan.swept_value(variable)
+    eps = record.privacy.epsilon
+    return math.log10(eps) if eps is not None and eps > 0 else None
 
 
 def _sweeps(records: Sequence[RunRecord], variable: str) -> dict[str, list[RunRecord]]:
@@ -109,7 +121,8 @@ def _sweeps(records: Sequence[RunRecord], variable: str) -> dict[str, list[RunRe
 
 
 def _parity_correlations(records) -> list[ParityCorrelation]:
-    """Pearson r between eps and each group's accuracy parity difference, per DP-SGD eps sweep (003, Table 3)."""
+    """Pearson r between log10 eps and each group's accuracy parity difference, per DP-SGD eps sweep (003,
+    Table 3)."""
     out = []
     for sweep, runs in _sweeps(records, "epsilon").items():
         keys = sorted({(attr, group) for r in runs if r.fairness for attr in r.fairness.attributes
@@ -119,14 +132,15 @@ def _parity_correlations(records) -> list[ParityCorrelation]:
             for r in runs:
                 entry = r.fairness.ok(attr) if r.fairness else None
                 g = None if entry is None else entry.groups.get(group)
-                eps.append(r.privacy.epsilon)
+                eps.append(_x(r, "epsilon"))
                 parity.append(None if g is None else g.accuracy_parity_difference.value)
-            out.append(ParityCorrelation(sweep=sweep, attribute=attr, group=group, **pearson(eps, parity)))
+            out.append(ParityCorrelation(sweep=sweep, x=_X_NAME["epsilon"], attribute=attr, group=group,
+                                         **pearson(eps, parity)))
     return out
 
 
 def _explanation_correlations(records, variable: str) -> list[ExplanationCorrelation]:
-    """Pearson r between eps (or the clipping norm) and each explanation metric, per DP-SGD sweep: the trends of
+    """Pearson r between log10 eps (or the clipping norm) and each explanation metric, per DP-SGD sweep: the trends of
     001_d0483fd35863b74c.txt's Tables 1-2 (eps) and Figure 6b (clipping factor at eps 1), quantified."""
     out = []
     for sweep, runs in _sweeps(records, variable).items():
@@ -135,7 +149,7 @@ def _explanation_correlations(records, variable: str) -> list[ExplanationCorrela
             xs = [_x(r, variable) for r in runs]
             vals = [None if r.explanations is None or metric not in r.explanations.metrics
                     else r.explanations.metrics[metric].value for r in runs]
-            out.append(ExplanationCorrelation(sweep=sweep, metric=metric, **pearson(xs, vals)))
+            out.append(ExplanationCorrelation(sweep=sweep, x=_X_NAME[variable], metric=metric, **pearson(xs, vals)))
     return out
 
 

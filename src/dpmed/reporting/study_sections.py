@@ -243,14 +243,16 @@ def fairness_section(inputs: ReportInputs) -> str:
     corr = inputs.comparisons.correlations.epsilon_vs_accuracy_parity
     undefined = _none_defined(corr, "groups") if corr else None
     if undefined:
-        parts.append("<p>Pearson r between eps and each group's accuracy parity difference across a DP-SGD sweep "
-                     f"(Tayebi Arasteh, Ziller et al. 2023, Table 3): {_e(undefined)}.</p>")
+        parts.append("<p>Pearson r between log10 eps and each group's accuracy parity difference across a DP-SGD "
+                     f"sweep (Tayebi Arasteh, Ziller et al. 2023, Table 3): {_e(undefined)}.</p>")
     elif corr:
         rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(c.attribute)}</td><td>{_e(c.group)}</td>"
                        f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td></tr>"
                        for c in corr)
-        parts.append("<p>Pearson r between eps and each group's accuracy parity difference across a DP-SGD sweep "
-                     "(Tayebi Arasteh, Ziller et al. 2023, Table 3; every seed a point):</p><table><tr><th>sweep</th>"
+        parts.append("<p>Pearson r between log10 eps and each group's accuracy parity difference across a DP-SGD "
+                     "sweep, every seed a point (Tayebi Arasteh, Ziller et al. 2023, Table 3, correlated eps itself, "
+                     "over 0.29 to 7.89; over the decades a sweep here may span, the largest eps alone would set "
+                     "that r):</p><table><tr><th>sweep</th>"
                      f"<th>attribute</th><th>group</th><th>r</th><th>p</th><th>n</th></tr>{rows}</table>")
     threshold = (f"Each run's decisions: {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
                  f"Intervals: percentile bootstrap over the same redraws of {inputs.redrawn} as the utility "
@@ -349,14 +351,14 @@ def interpretability_section(inputs: ReportInputs) -> str:
     corr_html = ""
     undefined = _none_defined(corr, "metrics and sweeps") if corr else None
     if undefined:
-        corr_html = ("<p>Pearson r between the swept setting (eps, or the clipping norm at fixed eps) and each "
-                     f"metric: {_e(undefined)}.</p>")
+        corr_html = ("<p>Pearson r between the swept setting (log10 eps, or the clipping norm at fixed eps) and "
+                     f"each metric: {_e(undefined)}.</p>")
     elif corr:
         corr_rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(_SHORT.get(c.metric, c.metric))}</td>"
                             f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td>"
                             "</tr>" for c in corr)
-        corr_html = ("<p>Pearson r between the swept setting (eps, or the clipping norm at fixed eps) and each "
-                     "metric:</p><table><tr><th>sweep</th><th>metric</th><th>r</th><th>p</th><th>n</th></tr>"
+        corr_html = ("<p>Pearson r between the swept setting (log10 eps, or the clipping norm at fixed eps) and "
+                     "each metric:</p><table><tr><th>sweep</th><th>metric</th><th>r</th><th>p</th><th>n</th></tr>"
                      f"{corr_rows}</table>")
     return ('<h2 id="interpretability">Interpretability</h2>'
             + stacked(f"<table><tr><th>run</th><th>eps</th>{head}</tr>{rows}</table>")
