@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from dpmed.evaluation import load_predictions
+from dpmed.evaluation.predictions import load_predictions
 from dpmed.evaluation.utility import evaluate_utility
 
 __all__ = ["widths", "main"]

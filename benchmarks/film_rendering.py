@@ -40,10 +40,11 @@ import torch
 
 from dpmed.data import ImageSet
 from dpmed.data.transforms import resize
-from dpmed.evaluation import auroc, load_predictions, predict
+from dpmed.evaluation.predictions import load_predictions, predict
+from dpmed.evaluation.utility import auroc
 from dpmed.models import build_model
 from dpmed.records import read_record
-from dpmed.outputs import read_resolved
+from dpmed.states import read_resolved
 from dpmed.study import load_study_data
 
 __all__ = ["best_crops", "main"]

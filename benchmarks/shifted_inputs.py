@@ -28,10 +28,11 @@ import torch
 import torch.nn.functional as F
 
 from dpmed.data import ImageSet
-from dpmed.evaluation import auroc, load_predictions, predict, youden_threshold
+from dpmed.evaluation.predictions import load_predictions, predict
+from dpmed.evaluation.utility import auroc, youden_threshold
 from dpmed.models import build_model
 from dpmed.records import read_record
-from dpmed.outputs import read_resolved
+from dpmed.states import read_resolved
 from dpmed.study import load_study_data
 
 __all__ = ["shifted", "transforms", "main"]

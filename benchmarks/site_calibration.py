@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dpmed.evaluation import load_predictions, youden_threshold
+from dpmed.evaluation.predictions import load_predictions
+from dpmed.evaluation.utility import youden_threshold
 
 __all__ = ["calibrated_accuracy", "oracle_accuracy", "main"]
 

@@ -181,7 +181,7 @@ def test_p_value_floor_is_two_over_r_plus_one_and_a_one_sided_difference_sits_on
 
 
 def test_compare_runs_pairs_sensitivity_with_the_runs_recorded_metrics(make_record):
-    from dpmed.evaluation import evaluate_utility
+    from dpmed.evaluation.utility import evaluate_utility
 
     rng = np.random.default_rng(5)
     y_val, y = rng.integers(0, 2, 60), rng.integers(0, 2, 80)

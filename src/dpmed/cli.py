@@ -1,5 +1,5 @@
-"""The command line: parsing and printing only; the work happens in `dpmed.study`, `dpmed.outputs` and
-`dpmed.accounting`.
+"""The command line: parsing and printing only; the work happens in `dpmed.study`, `dpmed.outputs`, `dpmed.states`
+and `dpmed.accounting`.
 
     dpmed run [STUDY] [--out DIR] [--data-path FILE] [--set KEY=VALUE ...] [--device cpu|cuda|auto]
     dpmed plan [STUDY] [the same options]       (every run's plan, the study's privacy, an estimated time; no training)
@@ -251,7 +251,7 @@ def _plan(args: argparse.Namespace) -> int:
         from dpmed.released_size import describe_counts
         from dpmed.study import estimate_times, planned_card, prepare_study
         from dpmed.timing import clock
-        from dpmed.workspace import folder_holder
+        from dpmed.states import folder_holder
 
         prepared = prepare_study(study, out=args.out)
         check_weights(study, prepared.dataset)
@@ -344,7 +344,7 @@ def _check_study_folder(study_dir: Path) -> None:
 
 
 def _holder_note(study_dir: Path) -> str | None:
-    from dpmed.workspace import folder_holder
+    from dpmed.states import folder_holder
 
     holder = folder_holder(study_dir)
     return None if holder is None else f"a dpmed run ({holder.describe()}) is working in this folder now"
@@ -371,7 +371,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from dpmed.outputs import run_states
+    from dpmed.states import run_states
 
     _check_study_folder(args.dir)
     note = _holder_note(args.dir)

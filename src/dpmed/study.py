@@ -5,7 +5,7 @@ Which finished runs a study may reuse, and what refuses the rest, is `dpmed.resu
 This is the one module that knows every stage. Planning (calibration included) happens here, before any training, so
 that the resolved study (every run's plan) and the study's privacy as a whole are on disk before the first step is
 taken; `prepare_study` does exactly that planning for `dpmed plan` too, which then trains nothing. The outputs
-written from the finished runs, and the folder read back, are `dpmed.outputs`'. A running study holds its folder
+written from the finished runs are `dpmed.outputs`', the folder read back `dpmed.states`'. A running study holds its folder
 (`dpmed.workspace.claim_folder`), so that a second `dpmed run` stays out.
 
 Progress is logged (``logging.getLogger("dpmed.study")``; the library installs no handler): the data, the study's
@@ -37,7 +37,8 @@ from dpmed.executors import RunFailure, RunTask, make_executor
 from dpmed.folders import StudyFolder, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
-from dpmed.outputs import read_resolved, write_outputs
+from dpmed.outputs import write_outputs
+from dpmed.states import read_resolved
 from dpmed.pretraining import prepare_start
 from dpmed.released_size import needed_sizes, release_sizes
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing

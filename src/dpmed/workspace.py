@@ -1,8 +1,8 @@
 """A study folder as a place of work: who holds it, writing into it, and how far the work in it has come.
 
 * `claim_folder` keeps a second `dpmed run` out of a study folder for as long as one works in it (`dpmed.lock`: the
-  lock file names the process, and a lock whose process is gone is taken over); `folder_holder` tells a reader
-  (`dpmed plan`, `status`, `report`) that a run is under way.
+  lock file names the process, and a lock whose process is gone is taken over); `dpmed.states.folder_holder` tells
+  a reader (`dpmed plan`, `status`, `report`) that a run is under way.
 * `writing_into` turns a failure to write into the folder (read-only, a file where a folder should be, a full
   disk) into one `FolderError` that names the folder and says what to do, instead of an OSError traceback.
 * `withdraw_leftovers` and `withdraw_public_timing` take out of the shareable part what no eps covers: an unfinished
@@ -25,11 +25,11 @@ from dpmed.config import RunPlan
 from dpmed.errors import FolderError
 from dpmed.executors import RunFailure
 from dpmed.folders import StudyFolder
-from dpmed.lock import FolderLock, Holder, lock_holder, process_running
+from dpmed.lock import FolderLock, Holder, process_running
 from dpmed.records import RunRecord, Timing, read_timing
 from dpmed.timing import Rates, clock
 
-__all__ = ["claim_folder", "folder_holder", "writing_into", "stale_temporaries", "withdraw_leftovers",
+__all__ = ["claim_folder", "writing_into", "stale_temporaries", "withdraw_leftovers",
            "withdraw_public_timing", "StudyProgress", "UNWRITABLE_ADVICE", "FULL_DISK_ADVICE"]
 
 _log = logging.getLogger(__name__)
@@ -100,11 +100,6 @@ def claim_folder(root: Path | str) -> Iterator[Holder]:
                 yield holder
             finally:            # also after a failure or Ctrl-C: what was written keeps no wall time
                 folder.settle_times()
-
-
-def folder_holder(root: Path | str) -> Holder | None:
-    """The `dpmed run` process working in the study folder ``root`` now, if any."""
-    return lock_holder(StudyFolder(Path(root)).lock)
 
 
 class StudyProgress:

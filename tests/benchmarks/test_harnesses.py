@@ -231,7 +231,7 @@ def test_film_rendering_scores_both_renderings_at_the_runs_validation_threshold(
     import numpy as np
 
     from dpmed.cli import main
-    from dpmed.outputs import read_resolved
+    from dpmed.states import read_resolved
     from dpmed.study import load_study_data
 
     (tmp_path / "s.yaml").write_text("name: rendering\ndata: {source: phantom, n_images: 160, image_size: 16}\n"

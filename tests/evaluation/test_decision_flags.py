@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpmed.evaluation import evaluate_utility
+from dpmed.evaluation.utility import evaluate_utility
 
 RNG = np.random.default_rng(0)
 Y_VAL, Y = np.r_[np.zeros(20, int), np.ones(20, int)], np.r_[np.zeros(30, int), np.ones(30, int)]

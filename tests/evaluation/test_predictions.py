@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dpmed.data import ImageSet
-from dpmed.evaluation import load_predictions, save_predictions
+from dpmed.evaluation.predictions import load_predictions, save_predictions
 
 
 def _split(n: int, seed: int) -> tuple[ImageSet, np.ndarray]:

@@ -22,7 +22,7 @@ from dpmed.config import load_study
 from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder
 from dpmed.numbers import number_text
-from dpmed.outputs import read_resolved
+from dpmed.states import read_resolved
 from dpmed.study import load_study_data, plan_study
 
 # Reproducible privacy randomness: the audit is a 95 % test, so with fresh bits it would fail now and then by design;

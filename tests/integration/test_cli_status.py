@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -26,6 +28,18 @@ def test_status_lists_a_finished_run_the_study_file_no_longer_lists(tiny_study, 
     out = capsys.readouterr().out
     assert re.search(rf"{re.escape(dropped)} +finished: not in the study file now, .*eps still counts it", out), out
     assert out.strip().splitlines()[-1] == "2 finished"
+
+
+def test_status_of_finished_runs_imports_neither_torch_nor_scikit_learn(tiny_study):
+    """`dpmed status` took 9 s, most of it importing torch and scikit-learn: a run record's results are typed in
+    the evaluation package, which imported every one of its modules. Only an interrupted run's checkpoint needs
+    torch (to say how far it got)."""
+    code = ("import sys\nfrom dpmed.cli import main\n"
+            f"code = main(['status', {str(tiny_study)!r}])\n"
+            "print(code, 'torch' in sys.modules, 'sklearn' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split()[-3:] == ["0", "False", "False"], (done.stdout, done.stderr)
+    assert done.stdout.splitlines()[-2].strip() == "2 finished", done.stdout
 
 
 @pytest.mark.parametrize("content", [b"{cut short", b"[]", b'{"run_id": "x"}', b"\xff\xfe"],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpmed.evaluation import evaluate_utility
+from dpmed.evaluation.utility import evaluate_utility
 from dpmed.evaluation.fairness import evaluate_fairness
 from dpmed.folders import StudyFolder
 from dpmed.outputs import write_outputs

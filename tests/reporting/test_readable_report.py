@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from matplotlib.text import Text
 
-from dpmed.evaluation import evaluate_utility
+from dpmed.evaluation.utility import evaluate_utility
 from dpmed.evaluation.summaries import Estimate, Spread
 from dpmed.mechanisms import PrivacyCard
 from dpmed.reporting.figures import FONT, auroc_figure, ldp_examples_figure

@@ -1,0 +1,100 @@
+"""A study folder read back: its study.yaml, the state of each of its runs and the `dpmed run` working in it now,
+for `dpmed status`, `dpmed report`, `dpmed plan` and a study that continues in the folder.
+
+Kept apart from `dpmed.outputs` (which computes comparisons and renders reports) so that `dpmed status` imports
+neither torch nor the report's libraries: only a run interrupted mid-training has its checkpoint opened, to say how
+far it got.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from dpmed.errors import ConfigError
+from dpmed.folders import StudyFolder
+from dpmed.lock import Holder, lock_holder
+from dpmed.records import ResolvedStudy, read_record
+
+__all__ = ["read_resolved", "run_states", "folder_holder"]
+
+
+def folder_holder(root: Path | str) -> Holder | None:
+    """The `dpmed run` process working in the study folder ``root`` now, if any (`dpmed.lock`)."""
+    return lock_holder(StudyFolder(Path(root)).lock)
+
+
+def read_resolved(study_dir: Path) -> ResolvedStudy:
+    """The study.yaml of the study output folder ``study_dir``: the study, its data and every run's plan, as run."""
+    folder = StudyFolder(Path(study_dir))
+    if not folder.resolved_study.is_file():
+        raise ConfigError(f"{folder.root} holds no study.yaml; pass the folder `dpmed run` wrote (results/<study>)")
+    # through JSON: the plans' tuples are lists in YAML, which only JSON validation reads as tuples
+    try:
+        data = yaml.safe_load(folder.resolved_study.read_text(encoding="utf-8"))
+        return ResolvedStudy.model_validate_json(json.dumps(data))
+    except ValidationError as exc:     # a file in the format of another dpmed version, or edited by hand
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{folder.resolved_study} is not a study.yaml this version of dpmed can read ("
+                          + (f"{where}: " if where else "") + f"{first['msg']}); it may have been written by another "
+                          "version of dpmed: read the folder with that version, or run the study again into another "
+                          "--out") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{folder.resolved_study} cannot be read ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0]}); `dpmed run` writes it and reads it back to check finished "
+                          "runs: restore it from a copy, or run the study into another --out") from None
+
+
+def _checkpoint_detail(path: Path) -> str:
+    """How far an interrupted (or running) run's checkpoint is, and how old: a run still training rewrites it
+    every epoch, so a minutes-old checkpoint of a folder in use is a run in progress."""
+    minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
+    age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
+    from dpmed.training import checkpoint_progress      # torch: only for a run that has a checkpoint
+
+    progress = checkpoint_progress(path)
+    where = "" if progress is None else f" at step {progress[0]} of {progress[1]}"
+    return f"continues from its checkpoint{where} (saved {age} ago)"
+
+
+def _failure_message(path: Path) -> str:
+    """The error a failed run's error.json records, or "(error.json unreadable)": a file cut short or edited by hand
+    still marks the run as failed, and must not stop `dpmed status` from listing the others."""
+    try:
+        error = json.loads(path.read_text(encoding="utf-8"))["error"]
+    except (OSError, ValueError, TypeError, KeyError):      # ValueError covers bad JSON and bytes that are not UTF-8
+        return "(error.json unreadable)"
+    return str(error)
+
+
+def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
+    """(run id, state, detail) of every run the study folder lists: finished, unreadable (a run.json that `dpmed
+    report` would refuse: why), failed (with the error), interrupted (a private checkpoint waits: the step it reached
+    and its age) or pending; then every finished run the folder holds that the study file no longer lists (its model
+    is released all the same, and the study's eps composes it: `dpmed.budget`)."""
+    folder = StudyFolder(Path(study_dir))
+    states = []
+    listed = read_resolved(folder.root).runs
+    for plan in listed:
+        files = folder.run(plan.run_id)
+        if files.is_finished:
+            try:
+                read_record(files.record)
+                states.append((plan.run_id, "finished", ""))
+            except ConfigError as exc:
+                states.append((plan.run_id, "unreadable", str(exc)))
+        elif files.error.is_file():
+            states.append((plan.run_id, "failed", _failure_message(files.error)))
+        elif files.checkpoint.is_file():
+            states.append((plan.run_id, "interrupted", _checkpoint_detail(files.checkpoint)))
+        else:
+            states.append((plan.run_id, "pending", ""))
+    names = {plan.run_id for plan in listed}
+    states += [(run_id, "finished", "not in the study file now, but in this folder: the study's eps still counts it")
+               for run_id in folder.finished_run_ids() if run_id not in names]
+    return states
