@@ -127,15 +127,15 @@ def _parity_correlations(records) -> list[ParityCorrelation]:
     for sweep, runs in _sweeps(records, "epsilon").items():
         keys = sorted({(attr, group) for r in runs if r.fairness for attr in r.fairness.attributes
                        if (entry := r.fairness.ok(attr)) for group in entry.groups})
+        xs = [_x(r, "epsilon") for r in runs]
         for attr, group in keys:
-            eps, parity = [], []
+            parity = []
             for r in runs:
                 entry = r.fairness.ok(attr) if r.fairness else None
                 g = None if entry is None else entry.groups.get(group)
-                eps.append(_x(r, "epsilon"))
                 parity.append(None if g is None else g.accuracy_parity_difference.value)
             out.append(ParityCorrelation(sweep=sweep, x=_X_NAME["epsilon"], attribute=attr, group=group,
-                                         **pearson(eps, parity)))
+                                         **pearson(xs, parity)))
     return out
 
 
