@@ -1,8 +1,6 @@
 """``python -m dpmed``: the ``dpmed`` command, for environments where the script is not on PATH."""
 
-import sys
-
-from dpmed.cli import main
+from dpmed.cli import command
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

@@ -9,7 +9,8 @@ and `dpmed.accounting`.
     dpmed --version;  python -m dpmed ...
 
 Exit status: 0 done, 1 some runs failed, 2 bad input (or the output folder is unusable or in use), 130 interrupted
-(Ctrl-C, or SIGTERM during `dpmed run`: `timeout`, SLURM, `docker stop`; the same clean-up runs for both).
+(Ctrl-C, or SIGTERM during `dpmed run`: `timeout`, SLURM, `docker stop`; the same clean-up runs for both; the command
+then ends as killed by SIGINT, which a shell shows as 130: `command`).
 What runs log goes to the terminal (stderr) and to the study's private log file (`dpmed.log`); progress bars only
 where stderr is a terminal, elsewhere a line at each tenth of a run's steps.
 """
@@ -33,9 +34,10 @@ from dpmed.errors import ConfigError, DpmedError
 from dpmed.log import detach, log_to_console, log_to_file, quiet_known_noise
 from dpmed.privacy_commands import privacy_command, privacy_parser
 
-__all__ = ["main"]
+__all__ = ["command", "main"]
 
 _log = logging.getLogger("dpmed.cli")
+INTERRUPTED = 130   # what main returns after Ctrl-C (or SIGTERM during `dpmed run`): 128 + SIGINT
 
 
 def _default_study() -> Path:
@@ -195,7 +197,7 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
         how = " (SIGTERM; exit status 130, as for Ctrl-C)" if terminated else ""
         _log.warning("interrupted%s: finished runs are kept in %s; run the same command to continue", how,
                      folder.root)
-        return 130
+        return INTERRUPTED
     if result.records:
         print(summary_text(result.records))
     print(f"\n{len(result.records)} runs ({len(result.resumed)} finished earlier) in {result.seconds:.0f} s")
@@ -399,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("dpmed: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:  # the reader of our output went away (e.g. `dpmed report DIR | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -421,5 +423,25 @@ def _internal_error(exc: Exception, command: str) -> int:
     return 1
 
 
+def command() -> None:
+    """The ``dpmed`` command (and ``python -m dpmed``): main's status as the process's, except after an interrupt.
+    Then, once main has cleaned up and said so in one line, the process ends as killed by SIGINT, as CPython ends one
+    after an uncaught Ctrl-C: a shell shows status 130, and a shell script that runs dpmed stops at the Ctrl-C
+    instead of going on to its next command, as bash does after a command that exits normally on Ctrl-C. It is also
+    the only end that does not depend on where the interrupt landed: CPython ends a process killed by SIGINT, however
+    its KeyboardInterrupt was caught, when it was raised inside exec() of a string (every lazily imported dataclass
+    runs one), so `sys.exit(130)` ended some interrupted runs with status 130 and others killed by SIGINT."""
+    status = main()
+    if status == INTERRUPTED:
+        sys.excepthook = _quiet_interrupt   # told already, in one line: no traceback
+        raise KeyboardInterrupt
+    sys.exit(status)
+
+
+def _quiet_interrupt(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    if not issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, value, tb)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()
