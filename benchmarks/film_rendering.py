@@ -40,7 +40,8 @@ import torch
 
 from dpmed.data import ImageSet
 from dpmed.data.transforms import resize
-from dpmed.evaluation.predictions import load_predictions, predict
+from dpmed.evaluation.inference import predict
+from dpmed.evaluation.predictions import load_predictions
 from dpmed.evaluation.utility import auroc
 from dpmed.models import build_model
 from dpmed.records import read_record

@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from dpmed.data import ImageSet
-from dpmed.evaluation.predictions import load_predictions, predict
+from dpmed.evaluation.inference import predict
+from dpmed.evaluation.predictions import load_predictions
 from dpmed.evaluation.utility import auroc, youden_threshold
 from dpmed.models import build_model
 from dpmed.records import read_record

@@ -1,4 +1,4 @@
-"""Time estimates (`dpmed.timing`) and the study's progress line (`dpmed.workspace.StudyProgress`): steps per run as
+"""Time estimates (`dpmed.timing`) and the study's progress line (`dpmed.progress.StudyProgress`): steps per run as
 training takes them, seconds per step learnt per kind of step (plain or DP-SGD), and the time left shared among the
 workers. Numbers by hand from make_record's timings (1 s of training, 2 s in all, per run)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from dpmed.mechanisms.base import AuditConfig
 from dpmed.timing import Rates, clock, run_steps, step_kind
-from dpmed.workspace import StudyProgress
+from dpmed.progress import StudyProgress
 
 N_TRAIN = 100     # plain runs of make_record: 2 epochs of ceil(100 / 64) = 2 batches; DP-SGD runs: 10 steps
 

@@ -45,7 +45,7 @@ from dpmed.config.schema import DataConfig, PretrainConfig
 from dpmed.data import Dataset, ImageSet, normalize, read_dataset
 from dpmed.data.overlap import refuse_overlap
 from dpmed.errors import ConfigError
-from dpmed.evaluation.predictions import predict
+from dpmed.evaluation.inference import predict
 from dpmed.evaluation.utility import auroc
 from dpmed.folders import RETRAIN_NOTE, StudyFolder
 from dpmed.mechanisms import training_steps

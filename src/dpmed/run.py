@@ -28,7 +28,8 @@ from dpmed.config import EvaluationConfig, RunPlan
 from dpmed.data import Dataset, ImageSet, cap_images_per_patient, normalize
 from dpmed.errors import ConfigError
 from dpmed.evaluation.assessment import assess
-from dpmed.evaluation.predictions import predict_logits, save_predictions
+from dpmed.evaluation.inference import predict_logits
+from dpmed.evaluation.predictions import save_predictions
 from dpmed.folders import RunFolder, write_json_atomic, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, mechanism_info
 from dpmed.models import MODELS, build_model

@@ -5,12 +5,12 @@ Which finished runs a study may reuse, and what refuses the rest, is `dpmed.resu
 This is the one module that knows every stage. Planning (calibration included) happens here, before any training, so
 that the resolved study (every run's plan) and the study's privacy as a whole are on disk before the first step is
 taken; `prepare_study` does exactly that planning for `dpmed plan` too, which then trains nothing. The outputs
-written from the finished runs are `dpmed.outputs`', the folder read back `dpmed.states`'. A running study holds its folder
-(`dpmed.workspace.claim_folder`), so that a second `dpmed run` stays out.
+written from the finished runs are `dpmed.outputs`', the folder read back `dpmed.states`'. A running study holds its
+folder (`dpmed.workspace.claim_folder`), so that a second `dpmed run` stays out.
 
 Progress is logged (``logging.getLogger("dpmed.study")``; the library installs no handler): the data, the study's
 privacy, each run's outcome, and after each run the study's progress with the time left, estimated from the runs
-finished so far (`dpmed.workspace.StudyProgress`).
+finished so far (`dpmed.progress.StudyProgress`).
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.outputs import write_outputs
 from dpmed.states import read_resolved
 from dpmed.pretraining import prepare_start
+from dpmed.progress import StudyProgress
 from dpmed.released_size import needed_sizes, release_sizes
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
 from dpmed.resumption import attributes_fingerprint, data_fingerprint, finished_runs, randomness_of
 from dpmed.run import RunContext
 from dpmed.timing import Rates, probe_rates
-from dpmed.workspace import (StudyProgress, claim_folder, withdraw_leftovers, withdraw_public_timing,
-                             writing_into)
+from dpmed.workspace import claim_folder, withdraw_leftovers, withdraw_public_timing, writing_into
 
 __all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "load_study_data",
            "planned_card", "estimate_times", "check_device"]

@@ -7,8 +7,9 @@
   disk) into one `FolderError` that names the folder and says what to do, instead of an OSError traceback.
 * `withdraw_leftovers` and `withdraw_public_timing` take out of the shareable part what no eps covers: an unfinished
   run's files, a finished run's left secrets, an older dpmed's DP-SGD timing in run.json.
-* `StudyProgress` is the line `dpmed run` logs after each run: runs done (finished) of all, runs failed, time
-  elapsed, and the time left, estimated from the runs finished in this session (`dpmed.timing.Rates`).
+
+How far the work has come, the line `dpmed run` logs after each run, is `dpmed.progress`: apart, so that rebuilding
+a report (`dpmed.outputs`, which writes into the folder from here) imports neither the runs' executors nor torch.
 """
 
 from __future__ import annotations
@@ -17,20 +18,16 @@ import contextlib
 import errno
 import logging
 import os
-import time
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterator, Sequence
 
-from dpmed.config import RunPlan
 from dpmed.errors import FolderError
-from dpmed.executors import RunFailure
 from dpmed.folders import StudyFolder
 from dpmed.lock import FolderLock, Holder, process_running
-from dpmed.records import RunRecord, Timing, read_timing
-from dpmed.timing import Rates, clock
+from dpmed.records import RunRecord, read_timing
 
 __all__ = ["claim_folder", "writing_into", "stale_temporaries", "withdraw_leftovers",
-           "withdraw_public_timing", "StudyProgress", "UNWRITABLE_ADVICE", "FULL_DISK_ADVICE"]
+           "withdraw_public_timing", "UNWRITABLE_ADVICE", "FULL_DISK_ADVICE"]
 
 _log = logging.getLogger(__name__)
 _WINDOWS = os.name == "nt"
@@ -100,41 +97,6 @@ def claim_folder(root: Path | str) -> Iterator[Holder]:
                 yield holder
             finally:            # also after a failure or Ctrl-C: what was written keeps no wall time
                 folder.settle_times()
-
-
-class StudyProgress:
-    """The study's progress line after each run: runs done of all, time elapsed, and time left, from the rate of
-    the runs finished in this session (`dpmed.timing.Rates`), shared among ``workers``."""
-
-    def __init__(self, *, total: int, earlier: int, todo: Iterable[RunPlan], n_train: int, workers: int) -> None:
-        self.total, self.earlier = total, earlier
-        self.left = {p.run_id: p for p in todo}
-        self.finished: list[tuple[RunPlan, Timing]] = []
-        self.failed, self.workers = 0, workers
-        self.n_train = n_train
-        self.start = time.perf_counter()
-
-    def line(self, run_id: str, outcome: RunRecord | RunFailure, timing: Timing | None = None) -> str:
-        """Count ``run_id``'s outcome and say where the study stands. ``timing``: the run's full timing from its
-        private folder (a DP-SGD run's record holds no seconds); without it, the record's."""
-        self.left.pop(run_id, None)
-        if isinstance(outcome, RunFailure):
-            self.failed += 1
-        else:
-            self.finished.append((outcome.plan, timing or outcome.timing))
-        done = self.earlier + len(self.finished)      # a failed run is not done: it is counted as failed
-        parts = [f"study: {done} of {self.total} runs done"
-                 + (f" ({self.earlier} earlier)" if self.earlier else "")
-                 + (f", {self.failed} failed" if self.failed else ""),
-                 f"{clock(time.perf_counter() - self.start)} elapsed"]
-        if self.left:
-            rates = Rates.from_runs(self.finished, self.n_train)
-            seconds = [rates.run_seconds(p, self.n_train) for p in self.left.values()] if rates else [None]
-            if None in seconds:
-                parts.append("time left: known after the first run")
-            else:
-                parts.append(f"about {clock(sum(seconds) / min(self.workers, len(seconds)))} left")
-        return ", ".join(parts)
 
 
 def withdraw_leftovers(folder: StudyFolder) -> None:

@@ -42,6 +42,21 @@ def test_status_of_finished_runs_imports_neither_torch_nor_scikit_learn(tiny_stu
     assert done.stdout.splitlines()[-2].strip() == "2 finished", done.stdout
 
 
+def test_a_report_rebuilt_from_finished_runs_imports_no_torch(tiny_study, tmp_path):
+    """`dpmed report` took 12-14 s on a two-run study, a third of it importing torch and the training stack: the
+    report's writer shared a module with the study's progress line (which names the executors, hence every run's
+    code), the comparisons read predictions from the module that computes them, and the report took two labels and
+    one interval from modules that explain or attack a model. Reading records and predictions needs none of that."""
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    code = ("import sys\nfrom dpmed.cli import main\n"
+            f"code = main(['report', {str(copy)!r}])\n"
+            "print(code, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split()[-2:] == ["0", "False"], (done.stdout, done.stderr)
+    assert "report:" in done.stdout and (copy / "report.html").stat().st_size > 0
+
+
 @pytest.mark.parametrize("content", [b"{cut short", b"[]", b'{"run_id": "x"}', b"\xff\xfe"],
                          ids=["not-json", "not-an-object", "no-error", "not-utf8"])
 def test_status_shows_a_run_whose_error_json_is_unreadable_as_failed(tiny_study, tmp_path, capsys, content):

@@ -27,8 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta
 from skimage.metrics import structural_similarity as _skimage_ssim
+
+from dpmed.evaluation.proportions import clopper_pearson   # re-exported: the attack's rates are told with it
 
 __all__ = ["structural_similarity", "normalised_cross_correlation", "Matches", "match_reconstructions",
            "SuccessThreshold", "calibrate_threshold", "noise_level_at", "clopper_pearson"]
@@ -123,14 +124,3 @@ def noise_level_at(threshold: float, images: np.ndarray, *, rng: np.random.Gener
             break
         passing = float(sd)
     return passing
-
-
-def clopper_pearson(successes: int, trials: int, *, level: float = 0.95) -> tuple[float, float]:
-    """The exact (Clopper-Pearson) two-sided ``level`` interval of a binomial proportion: Beta quantiles, with
-    [0, ...] at 0 successes and [..., 1] at ``trials`` successes."""
-    if trials < 1 or not 0 <= successes <= trials:
-        raise ValueError(f"need 0 <= successes <= trials and trials >= 1, got {successes} of {trials}")
-    alpha = 1.0 - level
-    lo = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes, trials - successes + 1))
-    hi = 1.0 if successes == trials else float(beta.ppf(1 - alpha / 2, successes + 1, trials - successes))
-    return lo, hi

@@ -18,7 +18,7 @@ from dpmed.config import EvaluationConfig
 from dpmed.data import Dataset, ImageSet
 from dpmed.evaluation.explanations import explain_test_set
 from dpmed.evaluation.fairness import evaluate_fairness
-from dpmed.evaluation.predictions import predict
+from dpmed.evaluation.inference import predict
 from dpmed.evaluation.summaries import Explanations, Fairness
 from dpmed.evaluation.utility import evaluate_utility
 

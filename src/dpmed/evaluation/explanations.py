@@ -31,8 +31,8 @@ from dpmed.evaluation.faithfulness import (METRIC_LABELS, average_drop, deletion
 from dpmed.evaluation.summaries import Explanations
 from dpmed.evaluation.weighted import number
 
-# CAM_METHODS and METRIC_LABELS are re-exported: the study schema and the report name them here.
-__all__ = ["select_images", "explain", "explain_test_set", "explanation_columns", "CAM_METHODS", "METRIC_LABELS"]
+# CAM_METHODS is re-exported: the registry of method names (`dpmed.names`) is checked against it here.
+__all__ = ["select_images", "explain", "explain_test_set", "CAM_METHODS"]
 
 
 # ------------------------------------------------------------------------------------------------- one run, whole
@@ -147,15 +147,3 @@ def explain_test_set(model: nn.Module, images: np.ndarray, masks: np.ndarray | N
         arrays["masks"] = chosen_masks.astype(bool)
     return record, arrays
 
-
-def explanation_columns(explanations: Explanations | None) -> dict[str, Any]:
-    """The flat results.csv columns of a run's explanations block, e.g. ``explanations_mask_energy_low``."""
-    if explanations is None:
-        return {}
-    row: dict[str, Any] = {"explanations_method": explanations.method,
-                           "explanations_target_layer": explanations.target_layer,
-                           "explanations_mask_area_share": explanations.mask_area_share}
-    for metric, v in explanations.metrics.items():
-        row[f"explanations_{metric}"], row[f"explanations_{metric}_low"], row[f"explanations_{metric}_high"] = (
-            v.value, v.low, v.high)
-    return row

@@ -1,4 +1,5 @@
-"""Predictions, computed once per run; every metric is a pure function of them (and can be recomputed later)."""
+"""Predictions, computed once per run (`dpmed.evaluation.inference`) and kept in its predictions.npz; every metric is
+a pure function of them (and can be recomputed later). Reading them needs no torch."""
 
 from __future__ import annotations
 
@@ -6,13 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch import nn
 
-from dpmed.data import ImageSet, Task
-from dpmed.training import OBJECTIVES
+from dpmed.data import ImageSet
 
-__all__ = ["predict", "predict_logits", "save_predictions", "load_predictions", "Predictions", "SplitPredictions"]
+__all__ = ["save_predictions", "load_predictions", "Predictions", "SplitPredictions"]
 
 _FIELDS = ("scores", "labels", "patient_ids", "sex", "age")
 _REQUIRED = ("scores", "labels", "patient_ids")
@@ -20,9 +18,9 @@ _REQUIRED = ("scores", "labels", "patient_ids")
 
 @dataclass(frozen=True, eq=False)
 class SplitPredictions:
-    """One split's saved predictions: the model's scores (as :func:`predict` gives them), the labels, and each
-    image's patient id, sex and age (str, str, float; the fairness groups and the patient bootstrap read them; sex
-    and age None in files written without them)."""
+    """One split's saved predictions: the model's scores (as `dpmed.evaluation.inference.predict` gives them), the
+    labels, and each image's patient id, sex and age (str, str, float; the fairness groups and the patient bootstrap
+    read them; sex and age None in files written without them)."""
 
     scores: np.ndarray
     labels: np.ndarray
@@ -40,49 +38,13 @@ class Predictions:
     val: SplitPredictions | None = None
 
 
-@torch.no_grad()
-def predict(model: nn.Module, data: ImageSet, task: Task, *, batch_size: int = 256,
-            device: torch.device | None = None) -> np.ndarray:
-    """Scores as the evaluation expects them: binary [N] = P(class 1), multiclass [N, K], multilabel [N, L].
-
-    The model is put in eval mode for the pass and returned to the mode it was in.
-    """
-    device = device or next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
-        scores = [
-            OBJECTIVES[task.kind].scores(model(torch.from_numpy(chunk).to(device))).cpu().numpy()
-            for chunk in np.array_split(data.images, max(1, int(np.ceil(len(data) / batch_size))))
-        ]
-    finally:
-        model.train(was_training)
-    return np.concatenate(scores).astype(np.float64)
-
-
-@torch.no_grad()
-def predict_logits(model: nn.Module, data: ImageSet, *, batch_size: int = 256,
-                   device: torch.device | None = None) -> np.ndarray:
-    """The model's raw outputs, float64 [N, K] (binary: K = 2 softmax logits), for scores that must not saturate:
-    a float32 probability of a well-fitted example rounds to exactly 1, and its log-likelihood to a tie (the
-    privacy audit ranks canaries by it). Eval mode for the pass, then the mode the model was in."""
-    device = device or next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
-        logits = [model(torch.from_numpy(chunk).to(device)).double().cpu().numpy()
-                  for chunk in np.array_split(data.images, max(1, int(np.ceil(len(data) / batch_size))))]
-    finally:
-        model.train(was_training)
-    return np.concatenate(logits)
-
-
 def save_predictions(path: Path, **splits: tuple[ImageSet, np.ndarray]) -> None:
     """One .npz with, per split, scores, labels, patient ids, sex and age (e.g. ``val=(set, scores)``)."""
     arrays = {}
     for name, (data, scores) in splits.items():
         arrays.update({
-            f"{name}_scores": scores, f"{name}_labels": data.labels, f"{name}_patient_ids": data.patient_ids.astype(str),
+            f"{name}_scores": scores, f"{name}_labels": data.labels,
+            f"{name}_patient_ids": data.patient_ids.astype(str),
             f"{name}_sex": data.sex.astype(str), f"{name}_age": data.age,
         })
     tmp = path.with_suffix(".tmp.npz")

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from dpmed.comparisons import MIN_CLASS_COUNT, Comparisons, Correlation, PairedDifference
-from dpmed.evaluation.explanations import METRIC_LABELS
+from dpmed.evaluation.faithfulness import METRIC_LABELS
 from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, GroupFairness, Spread
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import pandas as pd
 
-from dpmed.evaluation.explanations import explanation_columns
 from dpmed.evaluation.fairness import fairness_columns
+from dpmed.evaluation.summaries import Explanations
 from dpmed.folders import write_text_atomic
 from dpmed.records import RunRecord
 
@@ -39,10 +39,23 @@ def results_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
             row["audit_canaries"] = r.audit.n_canaries
         row.update(r.metrics)
         row.update(fairness_columns(r.fairness))            # per group, e.g. fairness[age=[80,100)]_auroc
-        row.update(explanation_columns(r.explanations))     # e.g. explanations_mask_energy_low
+        row.update(_explanation_columns(r.explanations))     # e.g. explanations_mask_energy_low
         row["train_seconds"] = r.timing.train_seconds
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _explanation_columns(explanations: Explanations | None) -> dict[str, Any]:
+    """The flat results.csv columns of a run's explanations block, e.g. ``explanations_mask_energy_low``."""
+    if explanations is None:
+        return {}
+    row: dict[str, Any] = {"explanations_method": explanations.method,
+                           "explanations_target_layer": explanations.target_layer,
+                           "explanations_mask_area_share": explanations.mask_area_share}
+    for metric, v in explanations.metrics.items():
+        row[f"explanations_{metric}"], row[f"explanations_{metric}_low"], row[f"explanations_{metric}_high"] = (
+            v.value, v.low, v.high)
+    return row
 
 
 def write_results_table(records: Iterable[RunRecord], path: Path) -> pd.DataFrame:

@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from dpmed import accounting
-from dpmed.attack import clopper_pearson
+from dpmed.evaluation.proportions import clopper_pearson
 from dpmed.records import RunRecord
 from dpmed.reporting.figures import png_bytes
 from dpmed.reporting.inputs import (ReportInputs, bound_percent, eps_label, escape, estimate_text, number_text,

@@ -1,0 +1,49 @@
+"""How far a study has come: the line `dpmed run` logs after each run, with runs done (finished) of all, runs
+failed, time elapsed, and the time left, estimated from the runs finished in this session (`dpmed.timing.Rates`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+from dpmed.config import RunPlan
+from dpmed.executors import RunFailure
+from dpmed.records import RunRecord, Timing
+from dpmed.timing import Rates, clock
+
+__all__ = ["StudyProgress"]
+
+
+class StudyProgress:
+    """The study's progress line after each run: runs done of all, time elapsed, and time left, from the rate of
+    the runs finished in this session (`dpmed.timing.Rates`), shared among ``workers``."""
+
+    def __init__(self, *, total: int, earlier: int, todo: Iterable[RunPlan], n_train: int, workers: int) -> None:
+        self.total, self.earlier = total, earlier
+        self.left = {p.run_id: p for p in todo}
+        self.finished: list[tuple[RunPlan, Timing]] = []
+        self.failed, self.workers = 0, workers
+        self.n_train = n_train
+        self.start = time.perf_counter()
+
+    def line(self, run_id: str, outcome: RunRecord | RunFailure, timing: Timing | None = None) -> str:
+        """Count ``run_id``'s outcome and say where the study stands. ``timing``: the run's full timing from its
+        private folder (a DP-SGD run's record holds no seconds); without it, the record's."""
+        self.left.pop(run_id, None)
+        if isinstance(outcome, RunFailure):
+            self.failed += 1
+        else:
+            self.finished.append((outcome.plan, timing or outcome.timing))
+        done = self.earlier + len(self.finished)      # a failed run is not done: it is counted as failed
+        parts = [f"study: {done} of {self.total} runs done"
+                 + (f" ({self.earlier} earlier)" if self.earlier else "")
+                 + (f", {self.failed} failed" if self.failed else ""),
+                 f"{clock(time.perf_counter() - self.start)} elapsed"]
+        if self.left:
+            rates = Rates.from_runs(self.finished, self.n_train)
+            seconds = [rates.run_seconds(p, self.n_train) for p in self.left.values()] if rates else [None]
+            if None in seconds:
+                parts.append("time left: known after the first run")
+            else:
+                parts.append(f"about {clock(sum(seconds) / min(self.workers, len(seconds)))} left")
+        return ", ".join(parts)
