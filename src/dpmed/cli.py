@@ -430,7 +430,8 @@ def command() -> None:
     instead of going on to its next command, as bash does after a command that exits normally on Ctrl-C. It is also
     the only end that does not depend on where the interrupt landed: CPython ends a process killed by SIGINT, however
     its KeyboardInterrupt was caught, when it was raised inside exec() of a string (every lazily imported dataclass
-    runs one), so `sys.exit(130)` ended some interrupted runs with status 130 and others killed by SIGINT."""
+    runs one), so `sys.exit(130)` ended some interrupted runs with status 130 and others killed by SIGINT. (On
+    Windows CPython then exits with STATUS_CONTROL_C_EXIT, which cmd.exe knows as Ctrl-C.)"""
     status = main()
     if status == INTERRUPTED:
         sys.excepthook = _quiet_interrupt   # told already, in one line: no traceback
