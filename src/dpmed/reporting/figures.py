@@ -253,6 +253,7 @@ def _fit_inside(fig: Figure, axes: list[Any]) -> None:
     placed on."""
     fig.draw_without_rendering()
     edge = fig.bbox
+    rewrapped = False
     for ax in axes:
         label = ax.xaxis.label
         width = max(len(line) for line in label.get_text().split("\n"))
@@ -260,7 +261,9 @@ def _fit_inside(fig: Figure, axes: list[Any]) -> None:
             width -= 4
             label.set_text(textwrap.fill(" ".join(label.get_text().split()), width, break_long_words=False,
                                          break_on_hyphens=False))
-    fig.draw_without_rendering()
+            rewrapped = True
+    if rewrapped:              # the layout changes with the label; else the first drawing's still holds
+        fig.draw_without_rendering()
     points = 72 / fig.dpi
     for ax in axes:
         placed: list[Any] = []
