@@ -39,7 +39,7 @@ def results_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
             row["audit_canaries"] = r.audit.n_canaries
         row.update(r.metrics)
         row.update(fairness_columns(r.fairness))            # per group, e.g. fairness[age=[80,100)]_auroc
-        row.update(_explanation_columns(r.explanations))     # e.g. explanations_mask_energy_low
+        row.update(_explanation_columns(r.explanations))    # e.g. explanations_mask_energy_low
         row["train_seconds"] = r.timing.train_seconds
         rows.append(row)
     return pd.DataFrame(rows)
