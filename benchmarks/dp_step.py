@@ -63,12 +63,13 @@ def _cpu_model() -> str:
 
 
 def machine(device: str) -> dict:
-    import opacus
+    from importlib.metadata import version    # Opacus's own import takes seconds, and only its workers need it
+
     import torch
 
     info = {
         "cpu": _cpu_model(), "logical_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(), "torch": torch.__version__, "opacus": opacus.__version__,
+        "python": platform.python_version(), "torch": torch.__version__, "opacus": version("opacus"),
         "platform": platform.platform(), "device": device,
     }
     if device == "cuda":

@@ -4,6 +4,7 @@ stream). One step of a small model per engine; nothing here asserts a speed."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import runpy
@@ -28,30 +29,43 @@ def _threads_given_back():
     torch.set_num_threads(before)
 
 
-def test_dp_step_runs_every_engine(tmp_path):
+@pytest.mark.filterwarnings("ignore:Secure RNG turned off")      # Opacus's, of its own noise in this benchmark
+def test_dp_step_runs_every_engine():
+    """Each engine's step as the harness's worker measures it, here in this process: a worker process per engine
+    (the next test's path) would import torch and Opacus five times over."""
+    dp_step = _harness("dp_step")
+    rows = {}
+    for engine in ("nonprivate", "opacus-hooks", "opacus-ghost", "dpmed", "dpmed-no-noise"):
+        rows[engine] = dp_step.worker(argparse.Namespace(
+            model="small_cnn", size="16x1", engine=engine, device="cpu", batch=8, steps=1, warmup=0, threads=1,
+            profile=1, count_ops=True))
+    for engine, row in rows.items():
+        assert row["median_ms"] > 0 and row["parameters"] > 0 and row["torch_threads"] == 1, engine
+        assert row["profile"]["top"] and all(op["self_ms"] >= 0 for op in row["profile"]["top"]), engine
+    # the dpmed step names its phases; sigma 0 draws no noise, so it has the clipped sum's phase only
+    phases = {engine: row["profile"]["phases"] for engine, row in rows.items()}
+    assert set(phases["dpmed"]) == {"dpmed.clipped_sum", "dpmed.noise_wait", "dpmed.noise_add"}
+    assert phases["dpmed"]["dpmed.clipped_sum"]["cpu_ms"] > 0
+    assert phases["dpmed-no-noise"] == {} and phases["nonprivate"] == {} and phases["opacus-ghost"] == {}
+    # clipping and noise dispatch operators a plain step does not
+    ops = {engine: row["dispatched_ops"] for engine, row in rows.items()}
+    assert 0 < ops["nonprivate"] < ops["dpmed-no-noise"] < ops["dpmed"]
+
+
+def test_dp_step_measures_each_engine_in_its_own_process(tmp_path):
     out = tmp_path / "steps.json"
     done = subprocess.run([sys.executable, str(_BENCHMARKS / "dp_step.py"), "--models", "small_cnn", "--sizes", "16x1",
                            "--batch", "8", "--steps", "1", "--warmup", "0", "--threads", "1", "--out", str(out),
-                           "--engines", "nonprivate,opacus-hooks,opacus-ghost,dpmed,dpmed-no-noise", "--profile", "1",
-                           "--count-ops"],
+                           "--engines", "dpmed", "--profile", "1", "--count-ops"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    rows = json.loads(out.read_text())["rows"]
-    assert [r["engine"] for r in rows] == ["nonprivate", "opacus-hooks", "opacus-ghost", "dpmed",
-                                                "dpmed-no-noise"]
-    for row in rows:
-        assert "error" not in row, row
-        assert row["median_ms"] > 0 and row["parameters"] > 0 and row["torch_threads"] == 1
-        assert row["profile"]["top"] and all(op["self_ms"] >= 0 for op in row["profile"]["top"])
-    # the dpmed step names its phases; sigma 0 draws no noise, so it has the clipped sum's phase only
-    by_engine = {r["engine"]: r["profile"]["phases"] for r in rows}
-    assert set(by_engine["dpmed"]) == {"dpmed.clipped_sum", "dpmed.noise_wait", "dpmed.noise_add"}
-    assert by_engine["dpmed"]["dpmed.clipped_sum"]["cpu_ms"] > 0
-    assert by_engine["dpmed-no-noise"] == {} and by_engine["nonprivate"] == {}
-    assert "profile small_cnn 16x1 dpmed (ms per step, 1 steps):" in done.stdout
-    # clipping and noise dispatch operators a plain step does not
-    ops = {r["engine"]: r["dispatched_ops"] for r in rows}
-    assert 0 < ops["nonprivate"] < ops["dpmed-no-noise"] < ops["dpmed"]
+    written = json.loads(out.read_text())
+    assert written["machine"]["opacus"] and written["machine"]["torch_threads"] == 1
+    [row] = written["rows"]
+    assert row["engine"] == "dpmed" and "error" not in row and row["median_ms"] > 0, row
+    assert "| small_cnn | 16x1 | dpmed |" in done.stdout
+    assert "profile small_cnn 16x1 dpmed (ms per step, 1 steps):" in done.stdout and "dpmed.clipped_sum" in done.stdout
+    assert "dispatched operators per step, small_cnn 16x1 dpmed: " in done.stdout
 
 
 def _harness(name: str):
