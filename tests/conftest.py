@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 from pathlib import Path
@@ -39,6 +40,42 @@ def write_study(tmp_path: Path):
         return path
 
     return write
+
+
+class _DiskWithRoom:
+    """A file open for writing on a disk with ``room`` bytes left: the write that passes it fails as a full disk's
+    does (ENOSPC, naming no file), after writing what fitted."""
+
+    def __init__(self, file, room: int) -> None:
+        self.file, self.room = file, room
+
+    def write(self, data) -> int:
+        fits = max(0, min(len(data), self.room))
+        self.file.write(data[:fits])
+        self.room -= len(data)
+        if self.room < 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return len(data)
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+
+
+@pytest.fixture
+def disk_with_room():
+    """``disk_with_room(open, room)``: an ``open`` whose files fill a disk with ``room`` bytes left (per file), to
+    patch in for a writer's; not a real full disk, which a test cannot make without privileges."""
+
+    def make(opener, room: int):
+        return lambda *args, **kwargs: _DiskWithRoom(opener(*args, **kwargs), room)
+
+    return make
 
 
 @pytest.fixture

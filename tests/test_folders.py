@@ -106,25 +106,21 @@ def test_two_processes_writing_one_file_atomically_do_not_take_each_others_tempo
     assert path.read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["report.html"]
 
 
-def test_a_failed_atomic_write_leaves_no_half_written_file_and_a_killed_writers_is_found(tmp_path, monkeypatch):
+def test_a_failed_atomic_write_leaves_no_half_written_file_and_a_killed_writers_is_found(tmp_path, monkeypatch,
+                                                                                         disk_with_room):
     """With one temporary name per process, no later write replaces a temporary file left behind: a writer deletes
     its own when the write fails, and those of killed writers are found for deletion (`dpmed run` deletes them)."""
-    import errno
     import os
-    from pathlib import Path
 
     import pytest
 
+    import dpmed.folders
     from dpmed.folders import write_text_atomic
     from dpmed.workspace import stale_temporaries
 
-    def full(self, text, encoding=None):
-        with open(self, "w", encoding=encoding) as f:
-            f.write(text[:5])
-        raise OSError(errno.ENOSPC, "No space left on device")
     with monkeypatch.context() as patch:
-        patch.setattr(Path, "write_text", full)
-        with pytest.raises(OSError):
+        patch.setattr(dpmed.folders, "open", disk_with_room(open, 5), raising=False)
+        with pytest.raises(OSError, match="No space left on device"):
             write_text_atomic(tmp_path / "comparisons.json", "{}" * 100)
     assert list(tmp_path.iterdir()) == []
     killed = tmp_path / "runs" / "a_seed0" / f".run.json.{2 ** 22 + 12345}.tmp"     # no such process
@@ -148,3 +144,49 @@ def test_release_moves_every_staged_file_beside_the_record(tmp_path):
     assert [p.read_text() for p in run.released_files] == [str(i) for i in range(len(run.released_files))]
     assert {p.name for p in run.released_files} == {"model.pt", "predictions.npz", "cams.npz", "ldp_examples.npz"}
     assert not any(run.unreleased(p).exists() for p in run.released_files)
+
+
+def test_a_torch_save_that_fills_the_disk_is_told_as_a_full_disk_naming_the_file_and_keeps_the_old_one(
+        tmp_path, monkeypatch, disk_with_room):
+    """Before: torch.save's zip writer turned the full disk into "RuntimeError: [enforce fail at
+    inline_container.cc:672] . unexpected pos 440832 vs 440724", which a failed run printed as its reason (seen on a
+    1 MiB tmpfs), and the half-written checkpoint stayed on the full disk."""
+    import errno
+    import functools
+
+    import pytest
+    import torch
+
+    import dpmed.folders
+    from dpmed.folders import write_atomic
+
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"w": torch.ones(3)}, path)
+    with monkeypatch.context() as patch:
+        patch.setattr(dpmed.folders, "open_owner_only", disk_with_room(dpmed.folders.open_owner_only, 10_000))
+        with pytest.raises(OSError) as failed:
+            write_atomic(path, functools.partial(torch.save, {"w": torch.zeros(100_000)}), owner_only=True)
+    assert failed.value.errno == errno.ENOSPC and failed.value.filename == str(path)
+    assert str(failed.value) == f"[Errno 28] No space left on device: '{path}'"
+    assert isinstance(failed.value.__cause__, RuntimeError)       # torch's words stay in the traceback
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+    assert torch.equal(torch.load(path)["w"], torch.ones(3))       # the old file, whole
+
+
+def test_an_atomic_write_names_its_file_in_an_error_that_names_none_and_passes_other_errors_as_they_are(tmp_path):
+    import errno
+
+    import pytest
+
+    from dpmed.folders import write_atomic
+
+    def flush_fails(f):
+        raise OSError(errno.EDQUOT, "Disk quota exceeded")        # a write or the flush at close: no file name
+    with pytest.raises(OSError, match=r"\[Errno \d+\] Disk quota exceeded: '.*report\.html'$"):
+        write_atomic(tmp_path / "report.html", flush_fails)
+
+    def bug(f):
+        raise RuntimeError("not a write")
+    with pytest.raises(RuntimeError, match="^not a write$"):
+        write_atomic(tmp_path / "report.html", bug)
+    assert list(tmp_path.iterdir()) == []

@@ -24,10 +24,10 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import IO, Any, Callable, Mapping
 
-__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_json_atomic", "write_text_atomic", "temporary_beside",
-           "RELEASE_TIME", "RETRAIN_NOTE"]
+__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_json_atomic", "write_text_atomic",
+           "temporary_beside", "RELEASE_TIME", "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
@@ -59,23 +59,32 @@ def temporary_beside(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def write_text_atomic(path: Path, text: str | bytes, *, owner_only: bool = False) -> None:
-    """Write to a temporary file in the same folder, then rename: readers see the old file or the whole new one.
-    ``text`` may be bytes (a figure). ``owner_only``: the file is created 0600 (`open_owner_only`), for the run's
-    secrets."""
+def write_atomic(path: Path, write: Callable[[IO[bytes]], object], *, owner_only: bool = False) -> None:
+    """``write`` fills a temporary file in the same folder (opened binary), which then replaces ``path``: readers
+    see the old file or the whole new one. ``owner_only``: the file is created 0600 (`open_owner_only`), for a run's
+    secrets and checkpoints. A failed write deletes the temporary file: half a checkpoint under a name of its own
+    would hold its disk space for good.
+
+    A failed write names no file (the buffered write or the close that flushes it: "No space left on device"), and
+    torch.save reports one as "RuntimeError: [enforce fail at inline_container.cc] unexpected pos N vs M", with the
+    OSError only as its context: that OSError is raised, naming ``path``, so that the user reads what and where."""
     tmp = temporary_beside(path)
     try:
-        if owner_only:
-            with open_owner_only(tmp, "wb" if isinstance(text, bytes) else "w") as f:
-                f.write(text)
-        elif isinstance(text, bytes):
-            tmp.write_bytes(text)
-        else:
-            tmp.write_text(text, encoding="utf-8")
+        with open_owner_only(tmp, "wb") if owner_only else open(tmp, "wb") as f:
+            write(f)
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)     # a half-written file under a name of its own would stay for good
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        failed = exc if isinstance(exc, OSError) else exc.__context__ if isinstance(exc, RuntimeError) else None
+        if isinstance(failed, OSError) and failed.errno is not None and failed.filename is None:
+            raise OSError(failed.errno, failed.strerror, str(path)) from exc
         raise
+
+
+def write_text_atomic(path: Path, text: str | bytes, *, owner_only: bool = False) -> None:
+    """`write_atomic` of ``text`` (UTF-8; bytes as they are, e.g. a figure), with ``\\n`` line ends everywhere."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    write_atomic(path, lambda f: f.write(data), owner_only=owner_only)
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:

@@ -29,10 +29,10 @@ set holds none of them, which is what step 2 checks and the user's ``pretrain.pu
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -47,7 +47,7 @@ from dpmed.data.overlap import refuse_overlap
 from dpmed.errors import ConfigError
 from dpmed.evaluation.inference import predict
 from dpmed.evaluation.utility import auroc
-from dpmed.folders import RETRAIN_NOTE, StudyFolder
+from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_atomic
 from dpmed.mechanisms import training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
@@ -173,9 +173,7 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
         validation = None
     where.mkdir(parents=True, exist_ok=True)
     weights = where / _WEIGHTS
-    tmp = where / f".{_WEIGHTS}.tmp"
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
-    os.replace(tmp, weights)
+    write_atomic(weights, functools.partial(torch.save, {k: v.detach().cpu() for k, v in model.state_dict().items()}))
     steps_per_epoch = int(np.ceil(len(public.train) / config.training.batch_size))
     record = PretrainRecord(
         dataset=public.name, task=public.task.kind, label_names=public.task.label_names, public=config.public,

@@ -67,3 +67,22 @@ def test_a_full_disk_while_report_writes_ends_in_one_line(tiny_study, tmp_path, 
     assert _error_line(capsys.readouterr().err) == (
         f"dpmed: error: cannot write to the output folder {folder}: No space left on device; free space on its disk, "
         "then run `dpmed report` again (the finished runs are kept)")
+
+
+def test_a_checkpoint_that_fills_the_disk_fails_its_run_naming_the_file_and_leaves_no_half_of_it(
+        tiny_text, tmp_path, monkeypatch, capsys, disk_with_room):
+    """Before: "FAILED base_seed0: RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 440832 vs
+    440724" (torch.save's words for a full disk, seen on a 1 MiB tmpfs), and the half-written checkpoint stayed."""
+    import dpmed.folders
+
+    # the runs' key files (a few hundred bytes) fit; their first checkpoint (model and Adam's moments) does not
+    monkeypatch.setattr(dpmed.folders, "open_owner_only", disk_with_room(dpmed.folders.open_owner_only, 100_000))
+    out = tmp_path / "out"
+    assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "RuntimeError" not in err and "unexpected pos" not in err, err
+    for run_id in ("base_seed0", "dp_eps8_C1_seed0"):
+        checkpoint = out / "tiny" / "private" / "runs" / run_id / "checkpoint.pt"
+        assert (f"FAILED {run_id}: OSError: [Errno 28] No space left on device: '{checkpoint}' (traceback in "
+                f"{checkpoint.parent / 'error.json'})") in err, err
+    assert not list(out.rglob("*.tmp")) and not list(out.rglob("checkpoint.pt"))

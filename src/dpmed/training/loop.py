@@ -21,6 +21,7 @@ and the training length in steps (T: the DP-SGD plan's; for the other arms `dpme
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -38,7 +39,7 @@ from tqdm.auto import tqdm
 from dpmed.accounting import Ledger, dp_sgd_event, dp_sgd_schedule, shuffled_event  # noqa: F401 (re-exported)
 from dpmed.config import TrainingConfig
 from dpmed.data import ImageSet, Task
-from dpmed.folders import open_owner_only
+from dpmed.folders import write_atomic
 from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.randomness import PrivacyRandomness, public_seed
 from dpmed.training.augmentation import Augmentation, image_keys
@@ -139,13 +140,10 @@ def _fingerprint(data: ImageSet, cfg: TrainingConfig, seed: int, dp: DpSgdPlan |
 
 
 def _save_checkpoint(path: Path, **state) -> None:
-    """Model, optimiser, generator positions and the privacy ledger, written atomically (tmp file, then rename).
-    It holds the privacy randomness's position and stream keys: a private file (see dpmed.randomness), created
-    readable by its owner only, like the key file itself."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open_owner_only(tmp, "wb") as f:
-        torch.save(state, f)
-    os.replace(tmp, path)
+    """Model, optimiser, generator positions and the privacy ledger, written atomically (`write_atomic`). It holds
+    the privacy randomness's position and stream keys: a private file (see dpmed.randomness), created readable by
+    its owner only, like the key file itself."""
+    write_atomic(path, functools.partial(torch.save, state), owner_only=True)
 
 
 class _Progress:
