@@ -351,14 +351,18 @@ def test_more_last_blocks_than_the_model_has_are_refused_when_the_file_is_read(w
     ({"arms": [3]}, "arms[0]: must be a mapping of settings"),
     ({"model.trainable": 3}, "model.trainable: should be one of all, head or a mapping such as {last_blocks: ...}"),
     ({"name": ".."}, "name: study name must start with a letter or digit and hold only letters, digits, '_', '-' or "
-                     "'.' (it names a folder); got '..': rename it"),
+                     "'.', at most 64 (it names a folder); got '..': rename it"),
+    ({"name": "s" * 65}, "at most 64 (it names a folder)"),
     ({"name": "s\n"}, "study name must start with a letter or digit"),
     ({"arms.0.name": "-x"}, "arms[0].name: arm name must start with a letter or digit"),
+    ({"arms.0.name": "a" * 65}, "arms[0].name: arm name must start with a letter or digit and hold only letters, "
+                                "digits, '_', '-' or '.', at most 64 (it names folders)"),
 ])
 def test_messages_say_what_is_wrong_in_the_study_files_words(write_study, override, words):
     """pydantic's words reached users: "Unable to extract tag using discriminator 'mechanism'", "instance of
     TrainingConfig" (a class they never see), and a name of only allowed characters ('..') was told to be made of
-    them; a trailing newline passed as a folder name."""
+    them; a trailing newline passed as a folder name; an arm's name of 260 letters failed its runs only, after the
+    study had trained the others (a folder's name is at most 255 bytes)."""
     with pytest.raises(ConfigError) as info:
         load_study(write_study(GOOD), override)
     message = str(info.value)

@@ -347,7 +347,7 @@ class Study(_Strict):
     def _slug(cls, v: str) -> str:
         if not re.fullmatch(SLUG, v):
             raise ValueError(f"study name must start with a letter or digit and hold only letters, digits, '_', '-' "
-                             f"or '.' (it names a folder); got {v!r}: rename it")
+                             f"or '.', at most 64 (it names a folder); got {v!r}: rename it")
         return v
 
     @field_validator("seeds", mode="before")

@@ -27,7 +27,9 @@ __all__ = ["Strict", "Sweep", "positive_finite", "computable_scale", "exactly_on
            "PlanContext", "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG",
            "training_steps", "AUTO_EPOCHS", "AUTO_MIN_STEPS", "refuse_vacuous_delta", "unit_words"]
 
-SLUG = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"   # names that name folders (arms, studies)
+# names that name folders (arms, studies): a run's folder adds its swept values and seed to its arm's name, and a
+# name over 255 bytes failed that run only, after the study had trained the others
+SLUG = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 # ``training.epochs: auto`` (the default): at least AUTO_EPOCHS passes over the data and at least AUTO_MIN_STEPS
 # optimiser steps. A fixed epoch count under-trains small sets (5 epochs of 500 images at batch 64 are 40 steps) and
@@ -142,7 +144,7 @@ class ArmBase(Strict):
     def _slug(cls, v: object) -> object:
         if isinstance(v, str) and not re.fullmatch(SLUG, v):
             raise ValueError(f"arm name must start with a letter or digit and hold only letters, digits, '_', '-' "
-                             f"or '.' (it names folders); got {v!r}: rename it")
+                             f"or '.', at most 64 (it names folders); got {v!r}: rename it")
         return v
 
     @model_validator(mode="after")
