@@ -138,7 +138,9 @@ class TrainingConfig(_Strict):
     batches of training units with sample_rate q = batch_size / N, N the released DP count of the arm's units
     (patients where the data has patient ids and privacy_unit is patient, else images; `dpmed.released_size`), so
     this is the *expected* number of units per batch. N is not the exact training size: that size is private too.
-    physical_batch_size only bounds memory and never changes the math.
+    physical_batch_size only bounds memory and never changes the math: every arm's step passes its batch (with its
+    augmented copies) through the model in slices of at most that many images and sums them, DP-SGD's clipped sum as
+    the other arms' mean loss.
 
     Training length: ``steps`` (optimiser steps T, the same for every arm) or ``epochs``: passes over the data, or
     ``auto`` (the default): at least 10 epochs and at least 500 steps, so that neither 500 nor 5000 training images
