@@ -45,7 +45,7 @@ from dpmed.randomness import PrivacyRandomness, public_seed
 from dpmed.training.augmentation import Augmentation, image_keys
 from dpmed.training.averaging import ParameterAverage
 from dpmed.training.dp_sgd import DpSgdStep
-from dpmed.training.objectives import objective_for
+from dpmed.training.objectives import Objective, objective_for
 from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffled_batches
 from dpmed.training.schedule import base_learning_rate, set_learning_rate
 
@@ -139,7 +139,7 @@ def _fingerprint(data: ImageSet, cfg: TrainingConfig, seed: int, dp: DpSgdPlan |
             "dp": None if dp is None else dp.model_dump(mode="json")}
 
 
-def _mean_loss_backward(model: nn.Module, objective, x: torch.Tensor, y: torch.Tensor, chunk: int,
+def _mean_loss_backward(model: nn.Module, objective: Objective, x: torch.Tensor, y: torch.Tensor, chunk: int,
                         device: torch.device) -> float:
     """The batch's mean loss, its gradient accumulated in ``model`` over slices of at most ``chunk`` images
     (``physical_batch_size``), moved to ``device`` one at a time: the gradient of one pass over the whole batch, up to
