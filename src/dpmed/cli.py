@@ -18,19 +18,18 @@ where stderr is a terminal, elsewhere a line at each tenth of a run's steps.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import signal
 import sys
 import tempfile
-import threading
 import traceback
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from dpmed.errors import ConfigError, DpmedError
+from dpmed.interruption import interruptible
 from dpmed.log import detach, log_to_console, log_to_file, quiet_known_noise
 from dpmed.privacy_commands import privacy_command, privacy_parser
 
@@ -147,40 +146,17 @@ def _load(args: argparse.Namespace) -> Any:
     return study
 
 
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[list[int]]:
-    """Take SIGTERM (sent by `timeout`, SLURM, `docker stop`) as Ctrl-C for as long as the block runs, so that the
-    same clean-up happens: the folder's file times settled (a file's real time tells how long DP-SGD runs trained:
-    `dpmed.folders.RELEASE_TIME`), its lock released, the workers stopped, the "interrupted" line. Left at its
-    default, SIGTERM ended dpmed at once, with none of that. Yields a list that holds the signal once one came; the
-    previous handler comes back after. Only the main thread may set handlers: elsewhere this changes nothing."""
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield received
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _run(args: argparse.Namespace) -> int:
     bars = not args.no_progress and sys.stderr.isatty()
     handlers = [log_to_console(bars=bars)]   # before Opacus is imported: it configures logging if nobody has
     try:
-        with _terminate_as_interrupt() as terminated:
-            return _run_logged(args, bars, handlers, terminated)
+        with interruptible() as received:
+            return _run_logged(args, bars, handlers, received)
     finally:
         detach(*handlers)
 
 
-def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Handler], terminated: list[int]) -> int:
+def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Handler], received: list[int]) -> int:
     study = _load(args)         # first: a mistake in the study file is told before seconds of importing below
     from dpmed.executors import check_executor_options
     from dpmed.folders import StudyFolder
@@ -194,7 +170,7 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
         result = run_study(study, out=args.out, progress=bars, executor=args.executor, workers=args.workers or 1,
                            address=args.address, fail_fast=args.fail_fast, worker_setup=quiet_known_noise)
     except KeyboardInterrupt:
-        how = " (SIGTERM; exit status 130, as for Ctrl-C)" if terminated else ""
+        how = " (SIGTERM; exit status 130, as for Ctrl-C)" if signal.SIGTERM in received else ""
         _log.warning("interrupted%s: finished runs are kept in %s; run the same command to continue", how,
                      folder.root)
         return INTERRUPTED

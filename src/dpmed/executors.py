@@ -39,6 +39,7 @@ from pydantic_core import PydanticSerializationError   # installed with pydantic
 from dpmed.config import RunPlan
 from dpmed.errors import ConfigError
 from dpmed.folders import RunFolder, write_json_atomic
+from dpmed.interruption import check as check_interrupt
 from dpmed.records import RunRecord, read_record
 from dpmed.run import RunContext, run_one
 
@@ -286,9 +287,11 @@ class ProcessPoolExecutor:
 
 def _as_completed_interruptibly(fs: Iterable[futures.Future]) -> Iterator[futures.Future]:
     """``futures.as_completed(fs)``, waking every second: on Windows, before Python 3.14, a wait on a lock without a
-    timeout cannot be interrupted, so Ctrl-C would have waited for the next run to end (CPython issue 74157)."""
+    timeout cannot be interrupted, so Ctrl-C would have waited for the next run to end (CPython issue 74157); and a
+    Ctrl-C that Python lost is raised again (`dpmed.interruption`)."""
     remaining = set(fs)
     while remaining:
+        check_interrupt()
         done, remaining = futures.wait(remaining, timeout=1.0, return_when=futures.FIRST_COMPLETED)
         yield from done
 

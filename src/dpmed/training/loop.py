@@ -40,6 +40,7 @@ from dpmed.accounting import Ledger, dp_sgd_event, dp_sgd_schedule, shuffled_eve
 from dpmed.config import TrainingConfig
 from dpmed.data import ImageSet, Task
 from dpmed.folders import write_atomic
+from dpmed.interruption import check as check_interrupt
 from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.randomness import PrivacyRandomness, public_seed
 from dpmed.training.augmentation import Augmentation, image_keys
@@ -294,6 +295,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                 step = epoch * steps_per_epoch + i                             # 0-based
                 if step >= total:                                               # training.steps ends mid-epoch
                     break
+                check_interrupt()
                 x, y = x_all[idx], y_all[idx]
                 if augment is not None:                # the mean loss over K copies: each copy weighs 1/K
                     x, y, _ = augment.expand(x, y, keys[idx.numpy()], step)
@@ -312,6 +314,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                    fixed_size_batches(n_units, batch_size=max(1, round(dp.sample_rate * n_units)), steps=remaining,
                                       rng=sampler))
         for step, units in enumerate(batches, start=done + 1):
+            check_interrupt()
             idx, groups = _expand(units, offsets, owned)
             x, y = x_all[idx], y_all[idx]
             unit_ids = torch.from_numpy(groups) if dp.unit == "patient" else None     # image unit: no grouping
