@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from dpmed.data import ImageSet
+from dpmed.folders import write_atomic
 
 __all__ = ["save_predictions", "load_predictions", "Predictions", "SplitPredictions"]
 
@@ -47,9 +48,7 @@ def save_predictions(path: Path, **splits: tuple[ImageSet, np.ndarray]) -> None:
             f"{name}_patient_ids": data.patient_ids.astype(str),
             f"{name}_sex": data.sex.astype(str), f"{name}_age": data.age,
         })
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez_compressed(tmp, **arrays)
-    tmp.replace(path)
+    write_atomic(path, lambda f: np.savez_compressed(f, **arrays))
 
 
 def load_predictions(path: Path) -> Predictions:
