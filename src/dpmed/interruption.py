@@ -39,8 +39,8 @@ def interruptible() -> Iterator[list[int]]:
         _received.append(signum)
         raise KeyboardInterrupt
 
+    _received.clear()          # before the handlers: a signal that comes as they are set is kept
     previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
-    _received.clear()
     try:
         yield _received
     finally:
