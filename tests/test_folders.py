@@ -190,3 +190,31 @@ def test_an_atomic_write_names_its_file_in_an_error_that_names_none_and_passes_o
     with pytest.raises(RuntimeError, match="^not a write$"):
         write_atomic(tmp_path / "report.html", bug)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_arrays_are_written_whole_under_the_name_given_or_not_at_all(tmp_path, monkeypatch, disk_with_room):
+    """Before, a run's CAMs, local-DP examples, audit scores and attack images went straight to their file: a full
+    disk failed the run with "No space left on device" naming no file and left half an archive under the real name."""
+    import errno
+
+    import numpy as np
+    import pytest
+
+    import dpmed.folders
+    from dpmed.folders import write_arrays_atomic
+
+    arrays = {"cam": np.arange(12.0).reshape(3, 4), "ids": np.array(["p1", "p2"])}
+    write_arrays_atomic(tmp_path / "cams.npz", arrays)
+    write_arrays_atomic(tmp_path / "scores", arrays)                   # numpy would add .npz to a path
+    for name in ("cams.npz", "scores"):
+        with np.load(tmp_path / name, allow_pickle=False) as f:
+            assert sorted(f.files) == ["cam", "ids"]
+            assert np.array_equal(f["cam"], arrays["cam"]) and list(f["ids"]) == ["p1", "p2"]
+    with monkeypatch.context() as patch:
+        patch.setattr(dpmed.folders, "open", disk_with_room(open, 100), raising=False)
+        with pytest.raises(OSError) as failed:
+            write_arrays_atomic(tmp_path / "cams.npz", {"cam": np.random.default_rng(0).random(10_000)})
+    assert failed.value.errno == errno.ENOSPC and failed.value.filename == str(tmp_path / "cams.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cams.npz", "scores"]
+    with np.load(tmp_path / "cams.npz", allow_pickle=False) as f:               # the old file, whole
+        assert np.array_equal(f["cam"], arrays["cam"])

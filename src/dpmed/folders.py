@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping
 
-__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_json_atomic", "write_text_atomic",
-           "temporary_beside", "RELEASE_TIME", "RETRAIN_NOTE"]
+import numpy as np
+
+__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic", "write_json_atomic",
+           "write_text_atomic", "temporary_beside", "RELEASE_TIME", "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
@@ -85,6 +87,11 @@ def write_text_atomic(path: Path, text: str | bytes, *, owner_only: bool = False
     """`write_atomic` of ``text`` (UTF-8; bytes as they are, e.g. a figure), with ``\\n`` line ends everywhere."""
     data = text if isinstance(text, bytes) else text.encode("utf-8")
     write_atomic(path, lambda f: f.write(data), owner_only=owner_only)
+
+
+def write_arrays_atomic(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """`write_atomic` of named arrays as one compressed .npz (``path`` as given: numpy adds no suffix to a file)."""
+    write_atomic(path, lambda f: np.savez_compressed(f, **arrays))
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:

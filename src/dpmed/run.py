@@ -31,7 +31,7 @@ from dpmed.errors import ConfigError
 from dpmed.evaluation.assessment import assess
 from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
-from dpmed.folders import RunFolder, write_atomic, write_json_atomic, write_text_atomic
+from dpmed.folders import RunFolder, write_arrays_atomic, write_atomic, write_json_atomic, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, mechanism_info
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
@@ -138,9 +138,9 @@ def _training_set(plan: RunPlan, dataset: Dataset, randomness: PrivacyRandomness
         train_set = train_set.with_images(transform.apply(train_set.images, rng=randomness.stream("local_dp")))
         event = transform.event(train_set.image_shape)
         events = () if event is None else (event,)
-        np.savez_compressed(folder.unreleased(folder.examples), original=dataset.test.images[:N_EXAMPLES],  # figure
-                            perturbed=transform.apply(dataset.test.images[:N_EXAMPLES],
-                                                      rng=randomness.stream("examples")))
+        write_arrays_atomic(folder.unreleased(folder.examples), {      # the report's figure
+            "original": dataset.test.images[:N_EXAMPLES],
+            "perturbed": transform.apply(dataset.test.images[:N_EXAMPLES], rng=randomness.stream("examples"))})
     return train_set, trial, events
 
 
@@ -154,8 +154,8 @@ def _model_inputs(dataset: Dataset, *sets: ImageSet) -> tuple[ImageSet, ...]:
 def _attack(model, dataset: Dataset, dp: DpSgdPlan, seed: int, device, folder: RunFolder) -> AttackRecord:
     """The imprint attack on the arm's step (`dpmed.attack`): its counts for run.json, its images kept privately."""
     result = attack.attack_arm(model, dataset, dp, seed=seed, device=device)
-    np.savez_compressed(folder.attack_images, reconstructions=result.images.reconstructions,
-                        originals=result.images.originals, ssim=result.images.ssim)
+    write_arrays_atomic(folder.attack_images, {"reconstructions": result.images.reconstructions,
+                                               "originals": result.images.originals, "ssim": result.images.ssim})
     return AttackRecord(structure=result.structure, n_bins=result.n_bins, batch_size=result.batch_size,
                         n_batches=result.n_batches, grouped=result.grouped, threshold=result.threshold.value,
                         threshold_quantile=result.threshold.quantile, n_trials=result.n_trials,
@@ -224,7 +224,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         save_predictions(folder.unreleased(folder.predictions), val=(ds.val, assessment.val_scores),
                          test=(ds.test, assessment.test_scores))
         if assessment.cams is not None:
-            np.savez_compressed(folder.unreleased(folder.cams), **assessment.cams)
+            write_arrays_atomic(folder.unreleased(folder.cams), assessment.cams)
         _log.info("%s: evaluated in %.0f s", plan.run_id, time.perf_counter() - evaluation_start)
         card = info.card(plan.privacy, result.ledger, context.privacy_randomness)
         audit_summary = None
@@ -233,7 +233,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
             verdict, arrays = audit.conclude(trial, predict_logits(model, canaries, device=device),
                                              task_kind=ds.task.kind, delta=None if dp is None else dp.delta,
                                              claimed_epsilon=None if dp is None else card.training_epsilon)
-            np.savez_compressed(folder.audit_scores, **arrays)
+            write_arrays_atomic(folder.audit_scores, arrays)
             write_json_atomic(folder.audit, verdict)
             audit_summary = AuditSummary(n_canaries=plan.audit.canaries, kind=plan.audit.kind,
                                          result="in the study's private folder (it depends on the secret canary bits)")

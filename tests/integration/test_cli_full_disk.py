@@ -86,3 +86,24 @@ def test_a_checkpoint_that_fills_the_disk_fails_its_run_naming_the_file_and_leav
         assert (f"FAILED {run_id}: OSError: [Errno 28] No space left on device: '{checkpoint}' (traceback in "
                 f"{checkpoint.parent / 'error.json'})") in err, err
     assert not list(out.rglob("*.tmp")) and not list(out.rglob("checkpoint.pt"))
+
+
+def test_an_array_archive_that_fills_the_disk_fails_its_run_naming_the_file(tiny_text, tmp_path, monkeypatch, capsys,
+                                                                            disk_with_room):
+    """Before: a run's CAMs (and local-DP examples, audit scores, attack images) went straight to their file with
+    numpy; a full disk failed the run with "No space left on device" naming no file, half an archive left."""
+    import dpmed.folders
+
+    def cams_fill_the_disk(path, *args, **kwargs):
+        return (disk_with_room(open, 1_000) if ".cams.npz." in str(path) else open)(path, *args, **kwargs)
+
+    monkeypatch.setattr(dpmed.folders, "open", cams_fill_the_disk, raising=False)
+    out = tmp_path / "out"
+    text = tiny_text.replace("evaluation: {", "evaluation: {explanations: {n_images: 8}, ")
+    assert main(["run", str(_study(tmp_path, text)), "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    for run_id in ("base_seed0", "dp_eps8_C1_seed0"):
+        cams = out / "tiny" / "private" / "runs" / run_id / "unreleased" / "cams.npz"
+        assert f"FAILED {run_id}: OSError: [Errno 28] No space left on device: '{cams}'" in err, err
+    assert not list(out.rglob("*.tmp")) and not list(out.rglob("cams.npz"))

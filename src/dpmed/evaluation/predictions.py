@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from dpmed.data import ImageSet
-from dpmed.folders import write_atomic
+from dpmed.folders import write_arrays_atomic
 
 __all__ = ["save_predictions", "load_predictions", "Predictions", "SplitPredictions"]
 
@@ -48,7 +48,7 @@ def save_predictions(path: Path, **splits: tuple[ImageSet, np.ndarray]) -> None:
             f"{name}_patient_ids": data.patient_ids.astype(str),
             f"{name}_sex": data.sex.astype(str), f"{name}_age": data.age,
         })
-    write_atomic(path, lambda f: np.savez_compressed(f, **arrays))
+    write_arrays_atomic(path, arrays)
 
 
 def load_predictions(path: Path) -> Predictions:
