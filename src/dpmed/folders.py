@@ -22,14 +22,16 @@ import functools
 import json
 import logging
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic", "write_json_atomic",
-           "write_text_atomic", "temporary_beside", "RELEASE_TIME", "RETRAIN_NOTE"]
+__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic", "read_arrays",
+           "write_json_atomic", "write_text_atomic", "temporary_beside", "RELEASE_TIME", "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
@@ -92,6 +94,28 @@ def write_text_atomic(path: Path, text: str | bytes, *, owner_only: bool = False
 def write_arrays_atomic(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """`write_atomic` of named arrays as one compressed .npz (``path`` as given: numpy adds no suffix to a file)."""
     write_atomic(path, lambda f: np.savez_compressed(f, **arrays))
+
+
+def read_arrays(path: Path, required: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Every array of the .npz at ``path`` (`write_arrays_atomic`'s), read whole, objects never unpickled.
+    FileNotFoundError where it is absent. ValueError naming the file where it is damaged or foreign, or lacks one of
+    ``required``: numpy reads an archive's arrays lazily, and a truncated or altered one fails there with any of
+    BadZipFile, zlib.error, EOFError, OSError, ValueError or RuntimeError (zipfile's NotImplementedError for an
+    unknown compression method among them), which the report turns into a note on the one run, rather than failing
+    for all of them."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, EOFError, RuntimeError, zipfile.BadZipFile, zlib.error) as exc:
+        kind = type(exc).__qualname__
+        kind = kind if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{kind}"   # zlib.error
+        raise ValueError(f"{path} cannot be read ({kind}: {exc})") from exc
+    missing = [k for k in required if k not in arrays]
+    if missing:
+        raise ValueError(f"{path} has no {', '.join(missing)}: not a file of this dpmed")
+    return arrays
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:

@@ -8,7 +8,6 @@ can be rebuilt (by a newer dpmed, or after a run was retrained) without the data
 from __future__ import annotations
 
 import json
-import zipfile
 from pathlib import Path
 
 from dpmed.comparisons import Comparisons, compare_runs
@@ -35,10 +34,9 @@ def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[Run
         except FileNotFoundError:
             unread.append(f"{r.run_id}: {path} is missing, so its paired comparisons are left out; delete "
                           f"{folder.run(r.run_id).public} and run the study again to retrain it {RETRAIN_NOTE}")
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:       # a damaged or foreign file
-            unread.append(f"{r.run_id}: {path} cannot be read ({type(exc).__name__}: {exc}), so its paired "
-                          f"comparisons are left out; delete {folder.run(r.run_id).public} and run the study again "
-                          f"to retrain it {RETRAIN_NOTE}")
+        except (OSError, ValueError) as exc:       # a damaged or foreign file (`read_arrays` names it)
+            unread.append(f"{r.run_id}: {exc}, so its paired comparisons are left out; delete "
+                          f"{folder.run(r.run_id).public} and run the study again to retrain it {RETRAIN_NOTE}")
     labels = list(resolved.dataset.label_names) or next(
         ([k[len("test_auroc["):-1] for k in r.metrics if k.startswith("test_auroc[")] for r in records
          if any(k.startswith("test_auroc[") for k in r.metrics)), [])   # a study.yaml written before label_names

@@ -51,3 +51,21 @@ def test_reconstructions_stay_private_and_the_rate_is_in_the_table(study):
         assert not any(p.suffix == ".npz" and "attack" in p.name for p in run.public.iterdir())
     table = pd.read_csv(study.results)
     assert {"attack_rate", "attack_rate_low", "attack_rate_high", "reconstruction_worst_case"} <= set(table.columns)
+
+
+def test_a_damaged_reconstructions_file_leaves_its_run_out_of_the_private_figure(study, tmp_path, capsys):
+    """Before: a truncated attack_reconstructions.npz ended `dpmed report` in "internal error: BadZipFile"."""
+    import html
+    import shutil
+
+    from dpmed.folders import StudyFolder
+
+    copy = StudyFolder(tmp_path / "attacked")
+    shutil.copytree(study.root, copy.root)
+    damaged = copy.run("dp_eps1_C1_seed0").attack_images
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    assert main(["report", str(copy.root)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    private = html.unescape(copy.private_report.read_text())
+    assert f"Left out of the attack's reconstructions: dp_eps1_C1_seed0: {damaged} cannot be read (" in private
+    assert "<figure>" in private.split('id="reconstructions"')[1]          # the other attacked run's rows stay

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 from pathlib import Path
@@ -221,6 +222,22 @@ def test_a_damaged_predictions_file_leaves_its_comparisons_out_and_says_so(quick
     assert "predictions.npz cannot be read" in report and "paired comparisons are left out" in report
     pairs = yaml.safe_load((copy / "comparisons.json").read_text())["auroc_differences"]
     assert "dp-sgd_eps1_C1_seed0" not in {row["run_id"] for row in pairs} and pairs
+
+
+def test_a_damaged_figure_file_leaves_its_run_out_of_the_figure_and_says_so(quickstart, tmp_path, capsys):
+    """Before: one flipped byte in a run's ldp_examples.npz (or cams.npz) ended `dpmed report` in "internal error:
+    BadZipFile" or "internal error: error: Error -3 while decompressing data", for every run's report."""
+    copy = tmp_path / "quickstart"
+    shutil.copytree(quickstart, copy)
+    examples = copy / "runs" / "pixel-laplace_b0.5_seed0" / "ldp_examples.npz"
+    data = bytearray(examples.read_bytes())
+    data[60:68] = b"\xff" * 8                                  # inside the first array's compressed bytes
+    examples.write_bytes(bytes(data))
+    assert main(["report", str(copy)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    report = html.unescape((copy / "report.html").read_text())
+    assert f"Left out of the local-DP examples: pixel-laplace_b0.5_seed0: {examples} cannot be read (" in report
+    assert 'id="ldp-examples"' in report and "Delete such a run's folder and run the study again" in report
 
 
 def test_report_rebuilds_from_finished_runs(quickstart, capsys):

@@ -68,6 +68,20 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
         assert column in frame.columns, column
 
 
+def test_a_damaged_cams_file_leaves_its_run_out_of_the_grid_and_says_so(tmp_path, make_record, make_resolved):
+    """Before: a truncated cams.npz ended the report in BadZipFile; now the grid shows the other runs."""
+    import html
+
+    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", None, 0.6),
+               _run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", 1, 0.95)]
+    damaged = tmp_path / "runs" / "dp_eps1_C1_seed0" / "cams.npz"
+    damaged.write_bytes(damaged.read_bytes()[:-40])
+    write_outputs(StudyFolder(tmp_path), make_resolved(records, resamples=50, n_test=N), records)
+    page = html.unescape((tmp_path / "report.html").read_text())
+    assert f"Left out of the CAM grid: dp_eps1_C1_seed0: {damaged} cannot be read (" in page
+    assert (tmp_path / "cam_grid.png").stat().st_size > 1000 and "explained by every run" in page
+
+
 def test_the_report_says_whether_the_bootstrap_redrew_patients_or_images(two_arms, report_html):
     """Every interval sentence names what its redraws drew: the runs' bootstrap_unit (run.json) for the utility and
     fairness intervals, the comparisons' for the paired differences; records without it predate the patient

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from dpmed.data import ImageSet
-from dpmed.folders import write_arrays_atomic
+from dpmed.folders import read_arrays, write_arrays_atomic
 
 __all__ = ["save_predictions", "load_predictions", "Predictions", "SplitPredictions"]
 
@@ -53,10 +53,9 @@ def save_predictions(path: Path, **splits: tuple[ImageSet, np.ndarray]) -> None:
 
 def load_predictions(path: Path) -> Predictions:
     """The predictions :func:`save_predictions` wrote to ``path``. FileNotFoundError if it is absent; ValueError
-    naming the file and the array if it lacks the test split's scores, labels or patient ids (or has a split's
-    arrays in part)."""
-    with np.load(path, allow_pickle=False) as f:
-        arrays = {k: f[k] for k in f.files}
+    naming the file where it is damaged (`dpmed.folders.read_arrays`), and the array if it lacks the test split's
+    scores, labels or patient ids (or has a split's arrays in part)."""
+    arrays = read_arrays(path)
 
     def split(name: str) -> SplitPredictions | None:
         present = {field: arrays[f"{name}_{field}"] for field in _FIELDS if f"{name}_{field}" in arrays}

@@ -9,10 +9,12 @@ import html
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
+
+import numpy as np
 
 from dpmed.comparisons import Comparisons, PairedDifference
-from dpmed.folders import StudyFolder, write_text_atomic
+from dpmed.folders import RETRAIN_NOTE, StudyFolder, read_arrays, write_text_atomic
 from dpmed.mechanisms import MECHANISMS, PrivacyCard
 from dpmed.numbers import number_text, round_up
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
@@ -20,7 +22,7 @@ from dpmed.records import Estimate, ResolvedStudy, RunRecord
 
 __all__ = ["ReportInputs", "escape", "estimate_text", "embed_png", "embed_figure", "number_text", "p_text", "cite",
            "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction", "not_dp_reasons",
-           "not_dp_text", "accountant_name", "stacked", "bound_percent"]
+           "not_dp_text", "accountant_name", "stacked", "bound_percent", "read_figure_arrays"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -204,6 +206,25 @@ def embed_figure(wide: bytes, narrow: bytes, path: Path, alt: str) -> str:
     write_text_atomic(path.with_name(f"{path.stem}_narrow{path.suffix}"), narrow)
     return (f'<picture><source media="{NARROW_MEDIA}" srcset="{_uri(narrow)}">'
             f'<img src="{_uri(wide)}" alt="{escape(alt)}"></picture>')
+
+
+def read_figure_arrays(files: Iterable[tuple[str, Path]], required: tuple[str, ...],
+                       figure: str) -> tuple[list[tuple[str, dict[str, np.ndarray]]], str]:
+    """The arrays a figure draws, per run (``files``: run id and its .npz; runs without the file skipped), and a
+    note naming each file that cannot be read (`dpmed.folders.read_arrays`): a damaged file leaves its run out of
+    ``figure``, said there, instead of failing the whole report."""
+    loaded, unread = [], []
+    for run_id, path in files:
+        try:
+            loaded.append((run_id, read_arrays(path, required)))
+        except FileNotFoundError:
+            continue
+        except ValueError as exc:
+            unread.append(f"{run_id}: {exc}")
+    note = "" if not unread else (
+        f"<p class=note>Left out of {escape(figure)}: {escape('; '.join(unread))}. Delete such a run's folder and run "
+        f"the study again to retrain it {escape(RETRAIN_NOTE)}.</p>")
+    return loaded, note
 
 
 _HEAD = re.compile(r"<th[^>]*>(.*?)</th>", re.S)

@@ -11,13 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-
 from dpmed.comparisons import Comparisons
 from dpmed.folders import StudyFolder, write_text_atomic
 from dpmed.records import ResolvedStudy, RunRecord, Timing
 from dpmed.reporting import clinical, sections, study_sections
-from dpmed.reporting.inputs import METHODS, ReportInputs, cite, embed_png, escape as _e
+from dpmed.reporting.inputs import METHODS, ReportInputs, cite, embed_png, escape as _e, read_figure_arrays
 from dpmed.reporting.pretraining_section import pretraining_section
 from dpmed.reporting.threat_section import ATTACK_IMAGE_KEYS, attack_label, reconstructions_figure, threat_section
 
@@ -109,24 +107,22 @@ class PrivateRun:
 def _reconstructions(items: Mapping[str, PrivateRun], path: Path) -> str:
     """The attack's best reconstructions beside the images they matched, one pair of rows per attacked run (the
     figure of Ziller et al. 2024 that shows what an attack at each eps recovers), saved beside the private report."""
-    rows = []
-    for item in items.values():
-        if item.attack_images is None or item.attacked is None:
-            continue
-        with np.load(item.attack_images) as f:
-            arrays = {key: f[key] for key in ATTACK_IMAGE_KEYS}
-        if len(arrays["ssim"]):
-            rows.append((attack_label(item.attacked), arrays))
+    attacked = {item.attacked.run_id: item for item in items.values()
+                if item.attack_images is not None and item.attacked is not None}
+    loaded, unread = read_figure_arrays(((run_id, item.attack_images) for run_id, item in attacked.items()),
+                                        ATTACK_IMAGE_KEYS, "the attack's reconstructions")
+    rows = [(attack_label(attacked[run_id].attacked), arrays) for run_id, arrays in loaded if len(arrays["ssim"])]
+    heading = '<h2 id="reconstructions">The imprint attack\'s best reconstructions</h2>'
     if not rows:
-        return ""
+        return unread and heading + unread
     figure = embed_png(reconstructions_figure(rows), path.with_name("attack_reconstructions.png"),
                        "the attack's best reconstructions under the images they matched")
-    return ('<h2 id="reconstructions">The imprint attack\'s best reconstructions</h2><p>Per attacked run, the '
+    return (f"{heading}<p>Per attacked run, the "
             "reconstructions with the highest SSIM to an image of their batch (bottom row) under that image (top "
             "row). The attacked images are held-out test images put through the run's own DP-SGD step in place of a "
             "training batch; they are patient images all the same, so they appear here and not in report.html. "
             "A reconstruction counts as a success when its SSIM reaches the threshold given in report.html's "
-            f"section 'Three threat models'.</p><figure>{figure}</figure>")
+            f"section 'Three threat models'.</p><figure>{figure}</figure>{unread}")
 
 
 def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun], path: Path) -> None:

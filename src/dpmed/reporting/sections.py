@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
 import yaml
 
 from dpmed.records import DatasetSummary, RunRecord
@@ -15,7 +14,8 @@ from dpmed.released_size import describe_counts
 from dpmed.reporting.clinical import flag_html
 from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples, plotted
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, bound_percent, embed_figure, eps_label,
-                                    escape, estimate_text, is_reproduction, not_dp_text, number_text, p_text, stacked)
+                                    escape, estimate_text, is_reproduction, not_dp_text, number_text, p_text,
+                                    read_figure_arrays, stacked)
 
 __all__ = ["summary", "utility", "privacy_cards", "study_privacy_section", "reconstruction_risk",
            "ldp_examples_section", "provenance", "decision_rule", "statement_text"]
@@ -362,17 +362,18 @@ def ldp_examples_section(inputs: ReportInputs) -> str:
     """Original versus perturbed images for each run with an image mechanism (the visual point of Singh et al.
     2020, 000_56c2431ae4df8d10.txt): local DP, and the not-DP reproductions of flawed ones, named as such."""
     rows, not_dp, reproductions = [], [], False
-    for r in inputs.records:
-        path = inputs.folder.run(r.run_id).examples
-        if path.is_file():
-            with np.load(path) as f:
-                rows.append((f"{r.run_id}\n{eps_label(r.privacy)}", f["original"], f["perturbed"]))
-            why = not_dp_text(r.privacy)       # each run's own reason, from its card: not all of them reproductions
-            if why is not None:
-                not_dp.append(f"{r.run_id}: {why}")
-                reproductions |= is_reproduction(r.privacy)
+    by_id = {r.run_id: r for r in inputs.records}
+    loaded, unread = read_figure_arrays(((r.run_id, inputs.folder.run(r.run_id).examples) for r in inputs.records),
+                                        ("original", "perturbed"), "the local-DP examples")
+    for run_id, arrays in loaded:
+        r = by_id[run_id]
+        rows.append((f"{r.run_id}\n{eps_label(r.privacy)}", arrays["original"], arrays["perturbed"]))
+        why = not_dp_text(r.privacy)       # each run's own reason, from its card: not all of them reproductions
+        if why is not None:
+            not_dp.append(f"{r.run_id}: {why}")
+            reproductions |= is_reproduction(r.privacy)
     if not rows:
-        return ""
+        return unread and f'<h2 id="ldp-examples">Local DP: what the released images look like</h2>{unread}'
     figure = embed_figure(ldp_examples(rows), ldp_examples(rows, narrow=True),
                           inputs.folder.root / "ldp_examples.png", "original and perturbed example images")
     heading = "Local DP" + (" and its not-DP reproductions" if reproductions else "")
@@ -380,7 +381,7 @@ def ldp_examples_section(inputs: ReportInputs) -> str:
     return (f'<h2 id="ldp-examples">{heading}: what the released images look like</h2><p>The same test images '
             f"before (top row) and after each run's image mechanism{escape(which)}. Each run applied its mechanism "
             "to its training images only; test images are shown here so the report contains no training image. "
-            f"Visual unrecognisability is not a privacy guarantee: read the eps on each card.</p>{figure}")
+            f"Visual unrecognisability is not a privacy guarantee: read the eps on each card.</p>{figure}{unread}")
 
 
 def _seconds(value: float | None) -> str:

@@ -25,7 +25,7 @@ from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
-                                    estimate_text as _est, p_text, stacked)
+                                    estimate_text as _est, p_text, read_figure_arrays, stacked)
 from dpmed.reporting.sections import decision_rule
 from dpmed.reporting.study_figures import cam_grid, group_estimates
 
@@ -264,14 +264,12 @@ def fairness_section(inputs: ReportInputs) -> str:
 
 
 def _grid(runs: list[RunRecord], inputs: ReportInputs) -> str:
-    loaded = []
-    for r in runs:
-        path = inputs.folder.run(r.run_id).cams
-        if path.is_file():
-            with np.load(path) as f:
-                loaded.append((r, {k: f[k] for k in f.files}))
+    by_id = {r.run_id: r for r in runs}
+    arrays, unread = read_figure_arrays(((r.run_id, inputs.folder.run(r.run_id).cams) for r in runs),
+                                        ("positions", "images", "cams"), "the CAM grid")
+    loaded = [(by_id[run_id], a) for run_id, a in arrays]
     if not loaded:
-        return ""
+        return unread
     first = loaded[0][1]
     positions = first["positions"]
     masks = first.get("masks")
@@ -287,7 +285,7 @@ def _grid(runs: list[RunRecord], inputs: ReportInputs) -> str:
                           inputs.folder.root / "cam_grid.png", "CAM grid: rows runs, columns the same test images")
     return ("<p>The same test images explained by every run (Grad-CAM of the predicted class over the image; top "
             "row: the image with its lesion mask outlined, where the dataset has masks; a phone shows the first "
-            f"three).</p><figure>{figure}</figure>")
+            f"three).</p><figure>{figure}</figure>{unread}")
 
 
 def _flat_scores(explanations: Explanations) -> bool:
