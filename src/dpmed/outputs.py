@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from dpmed.comparisons import Comparisons, compare_runs
 from dpmed.errors import ConfigError
@@ -46,20 +47,37 @@ def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[Run
     return out.model_copy(update={"notes": unread + out.notes}) if unread else out
 
 
+def _json_entry(path: Path, key: str, kind: type, unread: list[str]) -> Any:
+    """``key`` of the JSON object a run wrote to ``path``, if it is a ``kind``; None where the file is absent. A
+    damaged file (or one without the key) adds a line to ``unread``: the private report says so, and the rest of the
+    report is written."""
+    try:
+        value = json.loads(path.read_bytes())[key]
+        if value is None or isinstance(value, kind):
+            return value
+        raise TypeError(f"{key} is a {type(value).__name__}")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, LookupError, TypeError) as exc:      # JSONDecodeError and UnicodeDecodeError too
+        unread.append(f"{path} cannot be read ({type(exc).__name__}: {exc}), so it is left out of this report")
+        return None
+
+
 def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, PrivateRun]:
     """Per run, what its private folder holds for the private report (`PrivateRun`), for runs that hold any."""
     items: dict[str, PrivateRun] = {}
     for r in records:
         run = folder.run(r.run_id)
-        audit = json.loads(run.audit.read_text(encoding="utf-8")) if run.audit.is_file() else None
-        stats = json.loads(run.statistics.read_text(encoding="utf-8")) if run.statistics.is_file() else {}
+        unread: list[str] = []
+        statement = _json_entry(run.audit, "statement", str, unread)
+        metrics = _json_entry(run.statistics, "training_metrics", dict, unread)
         attacked = r.attack is not None and run.attack_images.is_file()
         # a DP-SGD run's full timing is in its private folder; an older dpmed left it in run.json only
         timing = None if not isinstance(r.plan.privacy, DpSgdPlan) else read_timing(run.timing) or (
             r.timing if r.timing.train_seconds is not None else None)
-        item = PrivateRun(audit_statement=None if audit is None else audit["statement"],
-                          training_metrics=stats.get("training_metrics") or None, timing=timing,
-                          attack_images=run.attack_images if attacked else None, attacked=r if attacked else None)
+        item = PrivateRun(audit_statement=statement, training_metrics=metrics or None, timing=timing,
+                          attack_images=run.attack_images if attacked else None, attacked=r if attacked else None,
+                          unread=tuple(unread))
         if item:
             items[r.run_id] = item
     return items

@@ -224,6 +224,25 @@ def test_a_damaged_predictions_file_leaves_its_comparisons_out_and_says_so(quick
     assert "dp-sgd_eps1_C1_seed0" not in {row["run_id"] for row in pairs} and pairs
 
 
+def test_a_damaged_private_statistics_file_is_named_in_the_private_report_and_the_rest_is_written(
+        quickstart, tmp_path, capsys):
+    """Before: a truncated training_statistics.json ended `dpmed report` in "internal error: JSONDecodeError", a
+    garbled one in UnicodeDecodeError, one of another shape in AttributeError or KeyError."""
+    copy = tmp_path / "quickstart"
+    shutil.copytree(quickstart, copy)
+    folder = StudyFolder(copy)
+    truncated, foreign = (folder.run(run_id).statistics for run_id in ("dp-sgd_eps1_C1_seed0", "non-private_seed0"))
+    truncated.write_bytes(truncated.read_bytes()[:40])
+    foreign.write_text('{"training_metrics": [0.5]}')
+    assert main(["report", str(copy)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    private = html.unescape(folder.private_report.read_text())
+    assert f"{truncated} cannot be read (JSONDecodeError: " in private
+    assert f"{foreign} cannot be read (TypeError: training_metrics is a list), so it is left out" in private
+    assert private.count("Wall time: training") == 2            # both DP-SGD runs' cards, the damaged one's too
+    assert 'id="utility"' in folder.report.read_text()
+
+
 def test_a_damaged_figure_file_leaves_its_run_out_of_the_figure_and_says_so(quickstart, tmp_path, capsys):
     """Before: one flipped byte in a run's ldp_examples.npz (or cams.npz) ended `dpmed report` in "internal error:
     BadZipFile" or "internal error: error: Error -3 while decompressing data", for every run's report."""

@@ -91,17 +91,19 @@ def write_report(resolved: ResolvedStudy, records: Sequence[RunRecord], comparis
 class PrivateRun:
     """What one run's private folder gives the private report (`dpmed.folders.RunFolder`): the audit's statement
     (audit.json), training-set metrics computed without noise (training_statistics.json), a DP-SGD run's wall time
-    (timing.json), and the attack's reconstructions (the file, and the record that labels them)."""
+    (timing.json), the attack's reconstructions (the file, and the record that labels them), and what of them
+    could not be read (``unread``: one line per file, said in the run's card)."""
 
     audit_statement: str | None = None
     training_metrics: Mapping[str, Any] | None = None
     timing: Timing | None = None
     attack_images: Path | None = None
     attacked: RunRecord | None = None
+    unread: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
-        return any(v is not None for v in (self.audit_statement, self.training_metrics, self.timing,
-                                           self.attack_images))
+        return bool(self.unread) or any(v is not None for v in (self.audit_statement, self.training_metrics,
+                                                                 self.timing, self.attack_images))
 
 
 def _reconstructions(items: Mapping[str, PrivateRun], path: Path) -> str:
@@ -145,6 +147,7 @@ def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun
                      and isinstance(v, float)}
             parts.append("<table>" + "".join(f"<tr><th>{_e(k)}</th><td class=num>{v:.4f}</td></tr>"
                                              for k, v in shown.items()) + "</table>")
+        parts += [f"<p class=note>{_e(line)}</p>" for line in item.unread]
         if parts:
             rows.append(f'<div class="card"><h3>{_e(run_id)}</h3>{"".join(parts)}</div>')
     reconstructions = _reconstructions(items, path)
