@@ -79,6 +79,19 @@ def test_pretraining_trains_once_and_is_cached_by_content(private, tmp_path, mon
         prepare_start(other, private, folder)
 
 
+def test_a_damaged_cache_entry_is_trained_again_and_rewritten(private, tmp_path, caplog):
+    """Before: a truncated pretrain.json in the cache ended the study in "internal error: ValidationError"."""
+    study = _study(pretrain=PUBLIC)
+    folder = StudyFolder(tmp_path)
+    first = prepare_start(study, private, folder)
+    entry = Path(first.weights).parent / "pretrain.json"
+    entry.write_bytes(entry.read_bytes()[:50])
+    again = prepare_start(study, private, folder)
+    assert again.sha256 == first.sha256                                    # the same public model, trained again
+    assert f"pretrain: {entry} cannot be read" in caplog.text and "training the public model again" in caplog.text
+    assert pretraining._cached(entry.parent).sha256 == first.sha256        # and its entry is whole again
+
+
 @pytest.mark.parametrize("threads, expected", [({}, 1), ({"threads": 2}, 2)])
 def test_pretraining_trains_at_the_set_thread_count_not_the_process_s(private, tmp_path, monkeypatch, threads,
                                                                       expected):

@@ -102,13 +102,19 @@ def _located(record: PretrainRecord, where: Path) -> PretrainRecord:
 
 
 def _cached(where: Path) -> PretrainRecord | None:
-    """The cache entry ``where``'s record, its weights named where they are found now; None if absent or changed.
-    Entries written before the record named the weights relative to the entry (it held the path as given then,
-    stale once the folder moved) are read the same way: only the entry's own weights file is ever used."""
+    """The cache entry ``where``'s record, its weights named where they are found now; None if absent, changed or
+    damaged (then trained again and rewritten, as for weights that changed). Entries written before the record named
+    the weights relative to the entry (it held the path as given then, stale once the folder moved) are read the
+    same way: only the entry's own weights file is ever used."""
     record_path, weights = where / "pretrain.json", where / _WEIGHTS
     if not (record_path.is_file() and weights.is_file()):
         return None
-    record = read_pretrain_record(record_path)
+    try:
+        record = read_pretrain_record(record_path)
+    except (OSError, ValueError) as exc:          # pydantic's ValidationError is a ValueError
+        _log.warning("pretrain: %s cannot be read (%s); training the public model again", record_path,
+                     str(exc).splitlines()[0])
+        return None
     return _located(record, where) if file_sha256(weights) == record.sha256 else None
 
 
