@@ -140,8 +140,16 @@ def attributes_fingerprint(dataset: Dataset) -> str:
 
 def _other_fingerprint(folder: StudyFolder, path: Path, fingerprint: str) -> bool:
     """Whether the folder's finished runs are recorded (in ``path``) as made with other data than ``fingerprint``
-    (False where none was kept: folders written before it, checked from their next run on)."""
-    return bool(folder.finished_run_ids()) and path.is_file() and path.read_text().strip() != fingerprint
+    (False where none was kept: folders written before it, checked from their next run on). ConfigError where the
+    file holds no fingerprint (cut short or overwritten): what the runs were trained on cannot be told then."""
+    if not (folder.finished_run_ids() and path.is_file()):
+        return False
+    saved = path.read_bytes().strip()
+    if len(saved) != len(fingerprint) or saved.strip(b"0123456789abcdef"):
+        raise ConfigError(f"{path} is damaged (it holds no fingerprint of the data), so dpmed cannot tell whether the "
+                          f"finished runs in {folder.root} were trained on the data this study now reads; restore it "
+                          f"from a copy, or use another --out")
+    return saved.decode("ascii") != fingerprint
 
 
 def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSummary, study: Study,

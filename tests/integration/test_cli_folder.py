@@ -205,3 +205,20 @@ def test_a_study_whose_counts_file_was_deleted_beside_finished_runs_is_refused(t
     shutil.copytree(tiny_study, seeded / "tiny")
     (seeded / "tiny" / "private" / "released_sizes.json").unlink()
     assert main(["plan", str(tiny_study_file), "--out", str(seeded), "--no-estimate"]) == 0
+
+
+@pytest.mark.parametrize("name, damage", [("data_fingerprint", lambda b: b"\xff" * 8 + b[8:]),
+                                          ("attributes_fingerprint", lambda b: b[:20])])
+def test_a_damaged_data_fingerprint_is_refused_naming_the_file(tiny_study, tiny_study_file, tmp_path, capsys, name,
+                                                               damage):
+    """Before: a byte that is not UTF-8 in a fingerprint ended `dpmed run` and `dpmed plan` in "internal error:
+    UnicodeDecodeError", and one cut short was read as other data than the runs were trained on."""
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    path = out / "tiny" / "private" / name
+    path.write_bytes(damage(path.read_bytes()))
+    assert main(["plan", str(tiny_study_file), "--out", str(out), "--no-estimate"]) == 2
+    assert _one_line_error(capsys.readouterr().err) == (
+        f"dpmed: error: {path} is damaged (it holds no fingerprint of the data), so dpmed cannot tell whether the "
+        f"finished runs in {out / 'tiny'} were trained on the data this study now reads; restore it from a copy, or "
+        "use another --out")
