@@ -128,6 +128,22 @@ def test_corrupt_member_fails_on_read(tmp_path):
     assert str(path) in str(err.value)
 
 
+def test_every_changed_byte_reads_back_or_is_one_data_error(tmp_path):
+    """Before: a changed byte in a member's zip header (its compression method, version or flags) escaped as
+    NotImplementedError or RuntimeError ("internal error"): every byte of a small file, inverted in turn."""
+    path = _write(tmp_path / "small.npz", sizes=(2, 1, 1), image_shape=(8, 8))
+    data, damaged = path.read_bytes(), tmp_path / "damaged.npz"
+    refused = 0
+    for i in range(len(data)):
+        damaged.write_bytes(data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:])
+        try:
+            read_medmnist(damaged)
+        except DataError as exc:
+            assert str(damaged) in str(exc)
+            refused += 1
+    assert refused > len(data) // 2
+
+
 def test_npy_instead_of_npz(tmp_path):
     path = tmp_path / "array.npy"
     np.save(path, np.zeros((3, 28, 28), np.uint8))

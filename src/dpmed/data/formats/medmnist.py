@@ -27,8 +27,9 @@ __all__ = ["read_medmnist", "MEDMNIST_LABELS"]
 
 _SPLITS = ("train", "val", "test")
 _KEYS = tuple(f"{split}_{part}" for split in _SPLITS for part in ("images", "labels"))
-# What reading an npz member raises when its bytes are corrupt (CRC mismatch, bad deflate stream, cut short).
-_UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError)
+# What reading an npz member raises when its bytes are corrupt (CRC mismatch, bad deflate stream, cut short; a
+# changed header byte gives zipfile's NotImplementedError, "compression method", or RuntimeError, "encrypted").
+_UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError)
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def _load_arrays(path: Path) -> dict[str, np.ndarray]:
         raise DataError(
             f"{path} is neither an npz archive nor a .npy array (wrong file or corrupt bytes); {advice}"
         ) from exc
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, RuntimeError) as exc:    # RuntimeError: a changed zip header, as in _UNREADABLE
         raise DataError(f"{path} could not be read ({exc}); {advice}") from exc
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise DataError(
