@@ -134,3 +134,24 @@ def test_the_samplers_largest_draws_reach_their_stated_bounds_and_no_further():
     for k in range(150, 320):
         largest = max(largest, abs(_fed([top - 0xFF, ((1 << 53) - k) << 11, top]).standard_normal()))
     assert GAUSSIAN_DRAW_BOUND - 1e-3 < largest < GAUSSIAN_DRAW_BOUND
+
+
+def test_a_damaged_key_file_lets_the_attempt_start_afresh_not_fail(tmp_path):
+    """An unfinished run's key file is read back to resume it; before, a root that was not a key (a changed hex
+    digit to a letter, or cut short) passed the read and failed the run in bytes.fromhex or the key's length check.
+    Now it reads as no key: the attempt starts afresh with a new one, as where the file is missing."""
+    import json
+
+    from dpmed.run import _saved_key
+
+    key = PrivacyRandomness.secure()
+    path = tmp_path / "privacy_key.json"
+    path.write_text(json.dumps({"root": key.root_hex(), "attempt": "a1"}))
+    randomness, attempt = _saved_key(path, "secure")
+    assert randomness.root == key.root and randomness.mode == "secure" and attempt == "a1"
+    for damaged in ({"root": "zz" + key.root_hex()[2:], "attempt": "a1"},
+                    {"root": key.root_hex()[:-2], "attempt": "a1"}, {"root": key.root_hex()}, [key.root_hex()], "x"):
+        path.write_text(json.dumps(damaged))
+        assert _saved_key(path, "secure") is None, damaged
+    path.write_bytes(b"\xff" + path.read_bytes())
+    assert _saved_key(path, "secure") is None and _saved_key(tmp_path / "absent.json", "secure") is None

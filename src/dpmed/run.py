@@ -36,7 +36,7 @@ from dpmed.mechanisms import DpSgdPlan, mechanism_info
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
 from dpmed.provenance import versions
-from dpmed.randomness import PrivacyRandomness, public_seed
+from dpmed.randomness import PrivacyRandomness, RandomnessMode, public_seed
 from dpmed.records import AttackRecord, AuditSummary, DataSummary, RunRecord, StartRecord, Timing
 from dpmed.training import resolve_device, run_threads, torch_threads, train
 
@@ -78,11 +78,12 @@ def _attempt(plan: RunPlan, context: RunContext) -> str:
     return digest.hexdigest()
 
 
-def _saved_key(path: Path) -> tuple[str, str] | None:
-    """(root key, attempt) of the private key file; None where there is none, or an older version's bare key."""
+def _saved_key(path: Path, mode: RandomnessMode) -> tuple[PrivacyRandomness, str] | None:
+    """(the randomness, attempt) of the private key file; None where there is none, an older version's bare key,
+    or a damaged one (its root not a key): the attempt then starts afresh, as without one."""
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
-        return str(saved["root"]), str(saved["attempt"])
+        return PrivacyRandomness.from_root_hex(str(saved["root"]), mode), str(saved["attempt"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -97,9 +98,9 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
     and a secure run gets a new key, so that no two models trained on other settings share their batches and
     noise, whose difference would cancel the noise."""
     mode, attempt = context.privacy_randomness, _attempt(plan, context)
-    saved = _saved_key(folder.privacy_key)
+    saved = _saved_key(folder.privacy_key, mode)
     if saved is not None and saved[1] == attempt:
-        return PrivacyRandomness.from_root_hex(saved[0], mode)
+        return saved[0]
     folder.discard_attempt()
     randomness = (PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id) if mode == "reproducible" else
                   PrivacyRandomness.secure())
