@@ -6,7 +6,14 @@ prints the message alone (no traceback) and exits non-zero; the Python API raise
 
 from __future__ import annotations
 
-__all__ = ["DpmedError", "ConfigError", "DataError", "PrivacyError", "FolderError"]
+__all__ = ["DpmedError", "ConfigError", "DataError", "PrivacyError", "FolderError", "error_name"]
+
+
+def error_name(exc: BaseException) -> str:
+    """The class of ``exc`` as a message names it: ``ValueError``, or with its module where the bare name says
+    nothing (``zlib.error`` for a corrupt compressed file, ``zipfile.BadZipFile``)."""
+    name = type(exc).__qualname__
+    return name if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{name}"
 
 
 class DpmedError(Exception):

@@ -30,6 +30,8 @@ from typing import IO, Any, Callable, Mapping
 
 import numpy as np
 
+from dpmed.errors import error_name
+
 __all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic", "read_arrays",
            "write_json_atomic", "write_text_atomic", "temporary_beside", "RELEASE_TIME", "RETRAIN_NOTE"]
 
@@ -109,9 +111,7 @@ def read_arrays(path: Path, required: tuple[str, ...] = ()) -> dict[str, np.ndar
     except FileNotFoundError:
         raise
     except (OSError, ValueError, EOFError, RuntimeError, zipfile.BadZipFile, zlib.error) as exc:
-        kind = type(exc).__qualname__
-        kind = kind if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{kind}"   # zlib.error
-        raise ValueError(f"{path} cannot be read ({kind}: {exc})") from exc
+        raise ValueError(f"{path} cannot be read ({error_name(exc)}: {exc})") from exc
     missing = [k for k in required if k not in arrays]
     if missing:
         raise ValueError(f"{path} has no {', '.join(missing)}: not a file of this dpmed")

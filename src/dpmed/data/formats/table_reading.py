@@ -8,6 +8,7 @@ column stops at once with the file and the column named. The manifest is built o
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dpmed.data.manifest import Manifest, parse_age, parse_sex
-from dpmed.errors import DataError
+from dpmed.errors import DataError, error_name
 
 __all__ = ["dataset_folder", "first_existing", "optional_file", "read_table", "csv_line", "class_index", "patient_column",
            "table_manifest", "Flags", "index_images", "chosen_labels"]
@@ -82,8 +83,8 @@ def read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:
         detail = " ".join(str(exc).split())
         raise DataError(f"{path} is not a readable CSV table ({detail}); every line needs as many comma-separated "
                         "fields as the header (quote a field that holds a comma)") from exc
-    except (OSError, EOFError) as exc:
-        raise DataError(f"{path} is not a readable CSV table ({type(exc).__name__}: {exc})") from exc
+    except (OSError, EOFError, zlib.error) as exc:      # a gzipped table cut short or corrupt (MIMIC-CXR's)
+        raise DataError(f"{path} is not a readable CSV table ({error_name(exc)}: {exc})") from exc
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in required if c not in frame.columns]
     if missing:
