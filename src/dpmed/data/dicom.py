@@ -20,6 +20,7 @@ One frame per file: multi-frame files (tomosynthesis, cine) are refused by name.
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +46,18 @@ def _pydicom(path: Path):
 def _open(path: Path, *, pixels: bool):
     pydicom = _pydicom(path)
     try:
-        return pydicom.dcmread(path, stop_before_pixels=not pixels)
-    except (pydicom.errors.InvalidDicomError, OSError, EOFError, ValueError, KeyError) as exc:
+        ds = pydicom.dcmread(path, stop_before_pixels=not pixels)
+        for _ in ds.iterall():      # pydicom converts an element when first used: a damaged one fails here, not later
+            pass
+        return ds
+    # A damaged file also gives struct.error, NotImplementedError ("Unknown Value Representation") and pydicom's
+    # BytesLengthException, found by changing each byte of a small file in turn.
+    except (pydicom.errors.InvalidDicomError, pydicom.errors.BytesLengthException, struct.error, NotImplementedError,
+            OSError, EOFError, ValueError, KeyError) as exc:
         if pixels and isinstance(exc, OSError) and exc.errno is not None:   # the system's error, not the file's:
             raise                                                          # the cache must not keep it
-        raise UnreadableImage(f"is not a readable DICOM file ({type(exc).__name__}: {exc})") from exc
+        detail = str(exc) if len(str(exc)) <= 200 else f"{str(exc)[:200]}..."     # pydicom quotes the raw bytes
+        raise UnreadableImage(f"is not a readable DICOM file ({type(exc).__name__}: {detail})") from exc
 
 
 def voi_window(x: np.ndarray, center: float, width: float, function: str = "LINEAR") -> np.ndarray:
