@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from dpmed.data.decoder import UnreadableImage
-from dpmed.errors import DataError
+from dpmed.errors import DataError, error_name
 
 __all__ = ["read_dicom", "peek_dicom", "read_dicom_header", "voi_window"]
 
@@ -56,8 +56,9 @@ def _open(path: Path, *, pixels: bool):
             OSError, EOFError, ValueError, KeyError) as exc:
         if pixels and isinstance(exc, OSError) and exc.errno is not None:   # the system's error, not the file's:
             raise                                                          # the cache must not keep it
-        detail = str(exc) if len(str(exc)) <= 200 else f"{str(exc)[:200]}..."     # pydicom quotes the raw bytes
-        raise UnreadableImage(f"is not a readable DICOM file ({type(exc).__name__}: {detail})") from exc
+        detail = str(exc)
+        detail = detail if len(detail) <= 200 else f"{detail[:200]}..."     # pydicom quotes the raw bytes
+        raise UnreadableImage(f"is not a readable DICOM file ({error_name(exc)}: {detail})") from exc
 
 
 def voi_window(x: np.ndarray, center: float, width: float, function: str = "LINEAR") -> np.ndarray:
