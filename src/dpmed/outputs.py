@@ -35,7 +35,7 @@ def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[Run
         except FileNotFoundError:
             unread.append(f"{r.run_id}: {path} is missing, so its paired comparisons are left out; delete "
                           f"{folder.run(r.run_id).public} and run the study again to retrain it {RETRAIN_NOTE}")
-        except (OSError, ValueError) as exc:       # a damaged or foreign file (`read_arrays` names it)
+        except ValueError as exc:       # a damaged or foreign file (`read_arrays` names it, its OSErrors too)
             unread.append(f"{r.run_id}: {exc}, so its paired comparisons are left out; delete "
                           f"{folder.run(r.run_id).public} and run the study again to retrain it {RETRAIN_NOTE}")
     labels = list(resolved.dataset.label_names) or next(
