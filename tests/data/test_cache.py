@@ -131,9 +131,43 @@ def test_an_entry_is_owner_only_and_a_stopped_decode_leaves_no_partial_images(tm
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cache.np.lib.format, "open_memmap", full)
-    with pytest.raises(DataError, match="cannot be made or written"):
+    with pytest.raises(DataError, match="has no room for the 6 decoded images"):
         decode_images(paths, pre, cache_dir=tmp_path / "full")
     assert list((tmp_path / "full").iterdir()) == []
+
+
+def test_a_cache_dir_without_room_for_the_images_is_a_clear_error_before_any_decode(tmp_path, write_image,
+                                                                                   monkeypatch):
+    """Before: the entry was a sparse file, and a write through its memory map into a block a full disk could not
+    give killed the process with SIGBUS ("Bus error", no message), leaving its partial file of decoded images. The
+    blocks are now reserved first; here the disk refuses them as a full one does."""
+    import dpmed.data.cache as cache
+
+    def full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    decoded = []
+    monkeypatch.setattr(cache, "read_image", lambda path, **kw: decoded.append(path))
+    monkeypatch.setattr(cache.os, "posix_fallocate", full, raising=False)
+    with pytest.raises(DataError, match=r"^data.cache_dir .*/full has no room for the 6 decoded images \(0.0 MB as "
+                       r"float32\): free space on its disk \(or quota\), choose a folder on another disk, or remove "
+                       r"data.cache_dir"):
+        decode_images(_files(tmp_path, write_image), Preprocessing(size=(8, 8), channels=1),
+                      cache_dir=tmp_path / "full")
+    assert decoded == [] and list((tmp_path / "full").iterdir()) == []
+
+
+def test_where_blocks_cannot_be_reserved_the_zeros_are_written_and_the_entry_reads_back(tmp_path, write_image,
+                                                                                       monkeypatch):
+    """Without posix_fallocate (macOS, Windows) the zeros are written after the header, which must stay whole."""
+    import dpmed.data.cache as cache
+
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    monkeypatch.delattr(cache.os, "posix_fallocate", raising=False)
+    written = decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    np.testing.assert_array_equal(written.images, decode_images(paths, pre).images)
+    np.testing.assert_array_equal(decode_images(paths, pre, cache_dir=tmp_path / "cache").images, written.images)
 
 
 def test_a_file_replaced_by_another_with_the_same_size_and_times_changes_the_key(tmp_path, write_image, monkeypatch):

@@ -24,6 +24,7 @@ it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -124,9 +125,15 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
             Path(cache_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
             open_owner_only(tmp, "wb").close()      # decoded patient images: 0600 before the first byte
             images = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+            _reserve(tmp, start=images.offset)
         except OSError as exc:
             with contextlib.suppress(OSError):    # a file open_owner_only made before the failure
                 tmp.unlink()
+            if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):   # a full disk, or quota
+                raise DataError(f"data.cache_dir {cache_dir} has no room for the {n} decoded images "
+                                f"({_megabytes(4 * int(np.prod(shape)))} as float32): free space on its disk (or "
+                                "quota), choose a folder on another disk, or remove data.cache_dir to decode without "
+                                "a cache") from None
             raise DataError(f"data.cache_dir {cache_dir} cannot be made or written ({exc.strerror or exc}); choose a "
                             "writable folder, or remove data.cache_dir to decode without a cache") from None
     per_image = replace(preprocessing, size=preprocessing.size, channels=None)  # channels are set at decode
@@ -170,6 +177,29 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
         if tmp is not None:
             tmp.unlink(missing_ok=True)      # stopped midway, or not stored: no partial copy of the images stays
     return DecodedImages(images, failures, False, time.perf_counter() - start, key)
+
+
+def _reserve(path: Path, *, start: int) -> None:
+    """Give ``path`` (an array file from open_memmap, its data from byte ``start``) all its disk blocks now.
+
+    Why: open_memmap makes a sparse file, and a write through the map into a block the disk has no room for kills
+    the process with SIGBUS ("Bus error": no message, no clean-up, and the partial file of decoded images stays).
+    Reserved first, a full disk is an OSError (ENOSPC) here, before any image is decoded."""
+    with open(path, "r+b") as f:
+        size = os.fstat(f.fileno()).st_size
+        if hasattr(os, "posix_fallocate"):      # Linux; glibc writes the blocks itself where the file system cannot
+            os.posix_fallocate(f.fileno(), start, size - start)
+            return
+        f.seek(start)                           # macOS, Windows: write the zeros the array holds anyway
+        block = bytes(1 << 24)
+        for left in range(size - start, 0, -len(block)):
+            f.write(block[:left])
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _megabytes(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB" if n >= 1e7 else f"{n / 1e6:.1f} MB"
 
 
 def _store(cache_dir: Path, key: str, tmp: Path, n: int, failures: dict[int, str]) -> None:
