@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpmed.data import Manifest, Preprocessing, SplitPlan, Task, assemble_dataset
+from dpmed.data.assembly import in_group_order
 from dpmed.errors import DataError
 
 N_FILES = 24
@@ -35,8 +36,9 @@ def _manifest(root, paths, patients, labels, splits) -> Manifest:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), shared=st.sampled_from(["drop_from_train", "keep"]), official=st.booleans())
-def test_no_patient_crosses_splits(files, tmp_path_factory, data, shared, official):
+@given(data=st.data(), shared=st.sampled_from(["drop_from_train", "keep"]), official=st.booleans(),
+       cached=st.booleans())
+def test_no_patient_crosses_splits(files, tmp_path_factory, data, shared, official, cached):
     root, paths = files
     patients = data.draw(st.lists(st.integers(0, 9), min_size=N_FILES, max_size=N_FILES))
     labels = data.draw(st.lists(st.integers(0, 1), min_size=N_FILES, max_size=N_FILES))
@@ -45,7 +47,7 @@ def test_no_patient_crosses_splits(files, tmp_path_factory, data, shared, offici
     plan = SplitPlan(val_fraction=0.2, test_fraction=0.2, seed=1, official=official, shared_patients=shared)
     try:
         d = assemble_dataset(manifest, preprocessing=Preprocessing(), split=plan,
-                             cache_dir=tmp_path_factory.getbasetemp() / "cache")
+                             cache_dir=tmp_path_factory.getbasetemp() / "cache" if cached else None)
     except DataError as err:  # too few patients for the splits asked, or a split left empty
         assert "is empty" in str(err) or "cannot carve" in str(err)
         return
@@ -61,6 +63,33 @@ def test_no_patient_crosses_splits(files, tmp_path_factory, data, shared, offici
     if official and "test" in splits:  # the published test split is kept as published
         expected = sorted(i for i, s in enumerate(splits) if s == "test")
         assert sorted(int(v * 1) for v in (d.test.images[:, 0, 0, 0] * 255 / 10).round()) == expected
+    for s in (d.train, d.val, d.test):   # each image still beside its own record (file i has level 10 i)
+        files = (s.images[:, 0, 0, 0] * 255 / 10).round().astype(int)
+        assert s.patient_ids.tolist() == [f"p{patients[i]}" for i in files]
+        assert s.labels.tolist() == [labels[i] for i in files]
     kept = sum(map(len, (d.train, d.val, d.test)))
     assert kept == N_FILES - (d.source["split"]["rows_of_those_patients_outside_their_top_split"]
                               if official and shared == "drop_from_train" else 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), n=st.integers(0, 40), owned=st.booleans())
+def test_splits_in_group_order_equal_indexed_copies_and_share_one_block_where_owned(data, n, owned):
+    """The in-place permutation against numpy's fancy indexing (a second implementation). Before, every split was a
+    copy, so the decoded images were held twice at the end of assembly."""
+    rows = data.draw(st.permutations(range(n)))
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), min_size=4, max_size=4)))
+    groups = [np.array(rows[a:b], dtype=np.int64) for a, b in zip(cuts, cuts[1:])]   # three, disjoint; some rows unused
+    original = np.arange(n * 6, dtype=np.float32).reshape(n, 1, 2, 3)
+    images = original.copy()
+    if not owned:
+        images.flags.writeable = False         # as a cache entry's memory map: copied out, never written
+    parts = in_group_order(images, groups)
+    for part, g in zip(parts, groups):
+        np.testing.assert_array_equal(part, original[g])
+        assert part.dtype == np.float32 and part.flags.c_contiguous
+    if owned:
+        assert all(p.base is images or len(p) == 0 for p in parts)
+    else:
+        np.testing.assert_array_equal(images, original)
+        assert not any(np.shares_memory(p, images) for p in parts)
