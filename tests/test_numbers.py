@@ -8,7 +8,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.numbers import epsilon_text, number_text
+from dpmed.numbers import bytes_text, epsilon_text, number_text
 
 POSITIVE = st.floats(min_value=1e-300, max_value=1e300, allow_nan=False, allow_infinity=False)
 
@@ -75,3 +75,9 @@ def test_a_value_rounded_up_to_a_million_is_written_as_a_million_is():
     """Before: 999,100.87 at three figures read "1,000,000" on a card beside "target ε 1e6"."""
     assert [number_text(v, 3, up=True) for v in (999100.87, 1e6, 999.96)] == ["1e6", "1e6", "1,000"]
     assert epsilon_text(999999.9) == "1e6" and epsilon_text(999100.87) == "999,200"
+
+
+def test_bytes_text_by_hand():
+    cases = {0: "0 bytes", 999: "999 bytes", 1536: "2 kB", 4_915_200: "4.9 MB", 12_345_678: "12 MB",
+             99_999_999: "100 MB", 350_000_000: "350 MB", 10 ** 9: "1.0 GB", 44_957_696_000: "45.0 GB"}
+    assert {n: bytes_text(n) for n in cases} == cases

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["number_text", "epsilon_text", "delta_text", "up_to_figures", "round_up", "round_down"]
+__all__ = ["number_text", "epsilon_text", "delta_text", "bytes_text", "up_to_figures", "round_up", "round_down"]
 
 
 def round_up(x: float) -> float:
@@ -80,6 +80,15 @@ def delta_text(delta: float) -> str:
     """A delta as cards and the terminal write it (1e-05, 1.32e-05), rounded up: never shown smaller than the claim,
     which a bounded noise sampler's share can make a little larger than the delta asked for."""
     return f"{up_to_figures(delta, 3):.3g}"
+
+
+def bytes_text(n: int) -> str:
+    """A size in bytes, in decimal units, as a person reads it: 512 bytes, 2 kB, 4.9 MB, 350 MB, 14.7 GB."""
+    for at_least, unit, size, decimals in ((1e9, "GB", 1e9, 1), (1e7, "MB", 1e6, 0), (1e6, "MB", 1e6, 1),
+                                           (1e3, "kB", 1e3, 0)):
+        if n >= at_least:
+            return f"{n / size:.{decimals}f} {unit}"
+    return f"{n} bytes"
 
 
 def epsilon_text(eps: float) -> str:

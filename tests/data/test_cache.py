@@ -149,12 +149,43 @@ def test_a_cache_dir_without_room_for_the_images_is_a_clear_error_before_any_dec
     decoded = []
     monkeypatch.setattr(cache, "read_image", lambda path, **kw: decoded.append(path))
     monkeypatch.setattr(cache.os, "posix_fallocate", full, raising=False)
-    with pytest.raises(DataError, match=r"^data.cache_dir .*/full has no room for the 6 decoded images \(0.0 MB as "
+    with pytest.raises(DataError, match=r"^data.cache_dir .*/full has no room for the 6 decoded images \(2 kB as "
                        r"float32\): free space on its disk \(or quota\), choose a folder on another disk, or remove "
                        r"data.cache_dir"):
         decode_images(_files(tmp_path, write_image), Preprocessing(size=(8, 8), channels=1),
                       cache_dir=tmp_path / "full")
     assert decoded == [] and list((tmp_path / "full").iterdir()) == []
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_images_that_cannot_fit_in_memory_are_refused_before_any_decode(tmp_path, write_image, monkeypatch, cache):
+    """Before: a dataset larger than the memory was decoded until the kernel killed dpmed (SIGKILL: no message)."""
+    import dpmed.data.cache as cache_module
+    from dpmed.memory import Headroom
+
+    paths = _files(tmp_path, write_image)                      # 6 images of 1 x 8 x 8 float32: 1536 bytes
+    decoded = []
+    monkeypatch.setattr(cache_module, "read_image", lambda path, **kw: decoded.append(path))
+    monkeypatch.setattr(cache_module.memory, "headroom", lambda: Headroom(ram=1000, swap=500))
+    with pytest.raises(DataError, match=r"^the 6 images at 8 x 8 px, 1 channel, take 2 kB of memory as float32, "
+                       r"and only 1 kB \(and 500 bytes of swap\) is free for dpmed here: set a smaller "
+                       r"data.image_size"):
+        decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=tmp_path / "c" if cache else None)
+    assert decoded == [] and not (tmp_path / "c").exists()
+
+
+def test_images_that_fit_only_with_swap_are_decoded_with_a_warning(tmp_path, write_image, monkeypatch, caplog):
+    import dpmed.data.cache as cache_module
+    from dpmed.memory import Headroom
+
+    paths = _files(tmp_path, write_image)
+    monkeypatch.setattr(cache_module.memory, "headroom", lambda: Headroom(ram=1000, swap=1000))
+    assert decode_images(paths, Preprocessing(size=(8, 8), channels=1)).images.shape == (6, 1, 8, 8)
+    assert "take 2 kB of memory as float32, more than the 1 kB free: the machine will swap" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(cache_module.memory, "headroom", lambda: Headroom(ram=1536, swap=0))   # just fits: quiet
+    decode_images(paths, Preprocessing(size=(8, 8), channels=1))
+    assert caplog.text == ""
 
 
 def test_where_blocks_cannot_be_reserved_the_zeros_are_written_and_the_entry_reads_back(tmp_path, write_image,

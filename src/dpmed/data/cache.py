@@ -27,6 +27,8 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
+import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -37,14 +39,17 @@ from typing import Sequence
 import numpy as np
 import PIL
 
+from dpmed import memory
 from dpmed.data.decoding import UnreadableImage, peek_image, read_image
 from dpmed.data.transforms import Preprocessing
 from dpmed.errors import DataError
 from dpmed.folders import open_owner_only, write_text_atomic
+from dpmed.numbers import bytes_text
 
 __all__ = ["DecodedImages", "decode_images", "cache_key"]
 
 _FORMAT = "dpmed-image-cache-1"
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     start = time.perf_counter()
     paths = [Path(p) for p in paths]
     channels, size = _layout(paths, preprocessing)
+    _check_memory((len(paths), channels, *size))   # a cache entry too: the splits are copied out of it into memory
     key = None
     if cache_dir is not None:
         key = cache_key(paths, preprocessing, channels, size)
@@ -131,7 +137,7 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
                 tmp.unlink()
             if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):   # a full disk, or quota
                 raise DataError(f"data.cache_dir {cache_dir} has no room for the {n} decoded images "
-                                f"({_megabytes(4 * int(np.prod(shape)))} as float32): free space on its disk (or "
+                                f"({bytes_text(4 * math.prod(shape))} as float32): free space on its disk (or "
                                 "quota), choose a folder on another disk, or remove data.cache_dir to decode without "
                                 "a cache") from None
             raise DataError(f"data.cache_dir {cache_dir} cannot be made or written ({exc.strerror or exc}); choose a "
@@ -179,6 +185,22 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     return DecodedImages(images, failures, False, time.perf_counter() - start, key)
 
 
+def _check_memory(shape: tuple[int, ...]) -> None:
+    """Refuse images [N, C, H, W] that cannot fit in this machine's memory, even with its swap, before decoding the
+    first (`dpmed.memory`); warn where they fit only with swap. They are held once (`dpmed.data.assembly` splits
+    them in place)."""
+    need, room = 4 * math.prod(shape), memory.headroom()
+    if room is None or need <= room.ram:
+        return
+    n, c, h, w = shape
+    what = (f"the {n} images at {h} x {w} px, {c} channel{'s' if c > 1 else ''}, take {bytes_text(need)} of "
+            "memory as float32")
+    if need > room.ram + room.swap:
+        raise DataError(f"{what}, and only {room.describe()} is free for dpmed here: set a smaller data.image_size "
+                        "(the memory grows with its square), use fewer images, or run on a machine with more memory")
+    _log.warning("%s, more than the %s free: the machine will swap, which is slow", what, bytes_text(room.ram))
+
+
 def _reserve(path: Path, *, start: int) -> None:
     """Give ``path`` (an array file from open_memmap, its data from byte ``start``) all its disk blocks now.
 
@@ -196,10 +218,6 @@ def _reserve(path: Path, *, start: int) -> None:
             f.write(block[:left])
         f.flush()
         os.fsync(f.fileno())
-
-
-def _megabytes(n: int) -> str:
-    return f"{n / 1e6:,.0f} MB" if n >= 1e7 else f"{n / 1e6:.1f} MB"
 
 
 def _store(cache_dir: Path, key: str, tmp: Path, n: int, failures: dict[int, str]) -> None:

@@ -1,0 +1,77 @@
+"""How much memory this process can still take, so that work too large for the machine stops at once with a message
+that says what to change, rather than minutes later in the kernel's out-of-memory kill (SIGKILL: no message, no
+clean-up, and in a container the whole study gone with it).
+
+Read on Linux only: MemAvailable and SwapFree of /proc/meminfo, and the memory limit of this process's cgroup and its
+ancestors (cgroup v2, or v1's memory controller), which SLURM jobs and containers set below the machine's memory.
+Elsewhere :func:`headroom` is None and nothing is checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpmed.numbers import bytes_text
+
+__all__ = ["Headroom", "headroom"]
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """ram: bytes this process can still take without swapping (the machine's, or less under a cgroup limit);
+    swap: free swap besides, in bytes."""
+
+    ram: int
+    swap: int
+
+    def describe(self) -> str:
+        return bytes_text(self.ram) + (f" (and {bytes_text(self.swap)} of swap)" if self.swap else "")
+
+
+def headroom(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")) -> Headroom | None:
+    """This process's :class:`Headroom`, or None where /proc/meminfo cannot be read (not Linux)."""
+    try:
+        fields = dict(line.split(":", 1) for line in (proc / "meminfo").read_text().splitlines() if ":" in line)
+        ram = _kilobytes(fields["MemAvailable"])
+        swap = _kilobytes(fields.get("SwapFree", "0 kB"))
+    except (OSError, KeyError, ValueError):
+        return None
+    limited = _cgroup_room(proc, cgroups)
+    return Headroom(ram=ram if limited is None else max(0, min(ram, limited)), swap=swap)
+
+
+def _kilobytes(field: str) -> int:
+    value, unit = field.split()
+    if unit != "kB":
+        raise ValueError(f"unexpected unit in /proc/meminfo: {field!r}")
+    return int(value) * 1024
+
+
+def _cgroup_room(proc: Path, cgroups: Path) -> int | None:
+    """The least room (limit - usage, in bytes) among this process's cgroup and its ancestors; None without limits."""
+    try:
+        lines = (proc / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":                                     # v2: one hierarchy
+            folder, limit, usage = cgroups / path.lstrip("/"), "memory.max", "memory.current"
+        elif "memory" in controllers.split(","):                  # v1: the memory controller's hierarchy
+            folder, limit, usage = cgroups / "memory" / path.lstrip("/"), "memory.limit_in_bytes", \
+                "memory.usage_in_bytes"
+        else:
+            continue
+        while True:
+            try:
+                cap = (folder / limit).read_text().strip()
+                if cap != "max" and int(cap) < 1 << 60:          # v1 writes "no limit" as about 2^63
+                    rooms.append(int(cap) - int((folder / usage).read_text().strip()))
+            except (OSError, ValueError):
+                pass
+            if folder in (cgroups, cgroups / "memory") or cgroups not in folder.parents:
+                break
+            folder = folder.parent
+    return min(rooms) if rooms else None

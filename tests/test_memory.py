@@ -1,0 +1,64 @@
+"""What `dpmed.memory` reads as this process's room: /proc/meminfo, lowered by any cgroup limit (v2 along the path to
+the root, or v1's memory controller), on fake trees where each answer is known."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpmed.memory import Headroom, headroom
+
+GB = 10 ** 9
+
+
+def _tree(tmp_path: Path, *, available_kb: int = 8_000_000, swap_kb: int | None = 1_000_000,
+          cgroup: str = "0::/\n", files: dict[str, str] | None = None) -> tuple[Path, Path]:
+    proc, cgroups = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "self").mkdir(parents=True)
+    swap = "" if swap_kb is None else f"SwapFree:       {swap_kb} kB\n"
+    (proc / "meminfo").write_text(f"MemTotal:       16000000 kB\nMemAvailable:   {available_kb} kB\n{swap}")
+    (proc / "self" / "cgroup").write_text(cgroup)
+    for name, text in (files or {}).items():
+        (cgroups / name).parent.mkdir(parents=True, exist_ok=True)
+        (cgroups / name).write_text(text)
+    return proc, cgroups
+
+
+def test_without_limits_the_room_is_memavailable_and_swapfree(tmp_path):
+    assert headroom(*_tree(tmp_path)) == Headroom(ram=8_000_000 * 1024, swap=1_000_000 * 1024)
+    assert headroom(*_tree(tmp_path / "noswap", swap_kb=None)) == Headroom(ram=8_000_000 * 1024, swap=0)
+
+
+def test_a_cgroup_v2_limit_anywhere_above_the_process_lowers_the_room(tmp_path):
+    files = {"memory.max": "max\n",                                        # the root: no limit
+             "job/memory.max": f"{3 * GB}\n", "job/memory.current": f"{1 * GB}\n",       # the job: 2 GB left
+             "job/step/memory.max": "max\n", "job/step/memory.current": f"{GB // 2}\n"}  # the process's own: none
+    assert headroom(*_tree(tmp_path, cgroup="0::/job/step\n", files=files)).ram == 2 * GB
+    files["job/step/memory.max"] = f"{GB}\n"                                             # tighter below: 0.5 GB left
+    assert headroom(*_tree(tmp_path / "b", cgroup="0::/job/step\n", files=files)).ram == GB // 2
+
+
+def test_a_cgroup_v1_memory_limit_counts_and_its_no_limit_value_does_not(tmp_path):
+    cgroup = "12:cpu,cpuacct:/slurm/job1\n4:memory:/slurm/job1\n"
+    files = {"memory/slurm/job1/memory.limit_in_bytes": f"{4 * GB}\n",
+             "memory/slurm/job1/memory.usage_in_bytes": f"{1 * GB}\n",
+             "memory/slurm/memory.limit_in_bytes": "9223372036854771712\n",
+             "memory/slurm/memory.usage_in_bytes": f"{9 * GB}\n"}
+    assert headroom(*_tree(tmp_path, cgroup=cgroup, files=files)).ram == 3 * GB
+
+
+def test_a_limit_already_exceeded_leaves_no_room_and_unreadable_files_leave_the_check_out(tmp_path):
+    files = {"memory.max": f"{GB}\n", "memory.current": f"{2 * GB}\n"}
+    assert headroom(*_tree(tmp_path, files=files)).ram == 0
+    proc, cgroups = _tree(tmp_path / "garbled")
+    (proc / "meminfo").write_text("MemAvailable: lots\n")
+    assert headroom(proc, cgroups) is None
+    assert headroom(tmp_path / "nowhere", tmp_path / "nowhere") is None      # not Linux: nothing is checked
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/meminfo is read on Linux only")
+def test_this_machine_has_some_room():
+    room = headroom()
+    assert room is not None and room.ram > 0 and room.swap >= 0
