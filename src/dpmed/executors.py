@@ -36,10 +36,13 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from pydantic_core import PydanticSerializationError   # installed with pydantic (its pinned core), not re-exported
 
+from dpmed import memory
 from dpmed.config import RunPlan
+from dpmed.data import Dataset
 from dpmed.errors import ConfigError
 from dpmed.folders import RunFolder, write_json_atomic
 from dpmed.interruption import check as check_interrupt
+from dpmed.numbers import bytes_text
 from dpmed.records import RunRecord, read_record
 from dpmed.run import RunContext, run_one
 
@@ -226,6 +229,26 @@ def _stop_workers(pool: futures.ProcessPoolExecutor, *, grace: float = 30.0) -> 
             process.kill()
 
 
+def _check_room_for_copies(dataset: Dataset, copies: int) -> None:
+    """Each worker of a process pool holds its own copy of the dataset (spawned processes share no memory), and
+    the kernel kills a pool that outgrows the memory run by run. Refuse ``copies`` that cannot fit even with swap
+    before any is sent, saying how many workers fit; warn where they fit only with swap (`dpmed.memory`)."""
+    size = sum(s.images.nbytes + (0 if s.masks is None else s.masks.nbytes)
+               for s in (dataset.train, dataset.val, dataset.test))
+    need, room = copies * size, memory.headroom()
+    if room is None or need <= room.ram:
+        return
+    fit = room.ram // max(size, 1)
+    fewer = f"use --workers {fit}" if fit >= 2 else "run without --workers (this process holds the dataset already)"
+    what = (f"each of the {copies} worker processes holds its own copy of the dataset's {bytes_text(size)} of images, "
+            f"{bytes_text(need)} in all")
+    if need > room.ram + room.swap:
+        raise ConfigError(f"{what}, and only {room.describe()} is free here: {fewer}, or set a smaller "
+                          "data.image_size; each run needs memory besides")
+    _log.warning("%s, more than the %s free: the machine will swap, which is slow (%s)", what, bytes_text(room.ram),
+                 fewer)
+
+
 class ProcessPoolExecutor:
     """``workers`` runs at a time in spawned processes (each run with its own ``training.threads``).
 
@@ -238,6 +261,7 @@ class ProcessPoolExecutor:
         self.setup = setup
 
     def map(self, tasks: Sequence[RunTask], context: RunContext, on_outcome: OnOutcome, *, fail_fast: bool) -> None:
+        _check_room_for_copies(context.dataset, min(self.workers, len(tasks)))
         spawn = multiprocessing.get_context("spawn")
         contexts, records = spawn.Queue(), spawn.Queue()
         for _ in range(min(self.workers, len(tasks))):

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -383,3 +384,39 @@ def test_the_pool_s_wait_wakes_every_second_and_yields_each_run_once(monkeypatch
                 release.set()
     assert sorted(map(id, seen)) == sorted(map(id, [*quick, slow])) and seen[-1] is slow
     assert timeouts and set(timeouts) == {1.0}
+
+
+def test_workers_whose_copies_of_the_dataset_cannot_fit_are_refused_before_any_is_sent(tmp_path, monkeypatch,
+                                                                                      capsys, tiny_text):
+    """Before: each spawned worker unpickled its own copy of the dataset until the kernel killed the pool, and every
+    run failed with WORKER_DIED."""
+    from dpmed.memory import Headroom
+
+    monkeypatch.setattr(dpmed.executors.memory, "headroom", lambda: Headroom(ram=0, swap=0))
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--workers", "2",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"\ndpmed: error: each of the 2 worker processes holds its own copy of the dataset's [0-9.]+ kB "
+                     r"of images, [0-9.]+ kB in all, and only 0 bytes is free here: run without --workers \(this "
+                     r"process holds the dataset already\), or set a smaller data.image_size; each run needs memory "
+                     r"besides\n$", err), err
+    assert list((tmp_path / "out").rglob("run.json")) == []
+
+
+def test_how_many_workers_fit_is_said_and_swap_only_warns(caplog):
+    split = SimpleNamespace(images=np.zeros((250,), np.float32), masks=None)        # 1000 bytes a split
+    dataset = SimpleNamespace(train=split, val=split, test=split)
+    from dpmed.memory import Headroom
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dpmed.executors.memory, "headroom", lambda: Headroom(ram=9500, swap=0))
+        with pytest.raises(ConfigError, match=r"^each of the 4 worker processes holds its own copy of the dataset's "
+                           r"3 kB of images, 12 kB in all, and only 10 kB is free here: use --workers 3, or set"):
+            dpmed.executors._check_room_for_copies(dataset, 4)
+        dpmed.executors._check_room_for_copies(dataset, 3)                              # 9 kB: fits, quietly
+        assert caplog.text == ""
+        patch.setattr(dpmed.executors.memory, "headroom", lambda: Headroom(ram=9500, swap=2500))
+        dpmed.executors._check_room_for_copies(dataset, 4)
+        assert "12 kB in all, more than the 10 kB free: the machine will swap, which is slow (use --workers 3)" \
+            in caplog.text
