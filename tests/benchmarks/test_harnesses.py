@@ -364,3 +364,19 @@ def test_noise_cost_times_every_phase_for_each_thread_count_and_the_draws_after_
         assert set(phases) == {"launch", "wait", "busy", "copy_add"} and phases["launch"] > 0
         assert all(ms >= 0 for ms in phases.values())
     assert "drawing" in capsys.readouterr().out
+
+
+def test_data_memory_reports_each_size_s_decoded_bytes_beside_its_peak(tmp_path):
+    from PIL import Image
+
+    root = tmp_path / "chest_xray"
+    for split, n in (("train", 12), ("test", 4)):
+        for cls in ("NORMAL", "PNEUMONIA"):
+            for i in range(n):
+                (root / split / cls).mkdir(parents=True, exist_ok=True)
+                Image.new("L", (20, 20), 10 * i).save(root / split / cls / f"p{split}{cls}{i}_x.jpeg")
+    out = subprocess.run([sys.executable, str(_BENCHMARKS / "data_memory.py"), "--data", str(root), "--sizes", "16",
+                          "--channels", "1", "3"], check=True, capture_output=True, text=True).stdout
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| 16 ")]
+    assert [(r[1], r[2], r[3]) for r in rows] == [("1", "32 (32)", "0.00 GB"), ("3", "32 (32)", "0.00 GB")]
+    assert all(float(r[4].split()[0]) > 0 for r in rows)
