@@ -9,12 +9,21 @@ Elsewhere :func:`headroom` is None and nothing is checked.
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpmed.errors import DataError
 from dpmed.numbers import bytes_text
 
-__all__ = ["Headroom", "headroom"]
+__all__ = ["Headroom", "headroom", "check_images", "SMALLER_IMAGES"]
+
+_log = logging.getLogger(__name__)
+
+# What a study can change where its images do not fit.
+SMALLER_IMAGES = ("set a smaller data.image_size (the memory grows with its square), use fewer images, or run on a "
+                  "machine with more memory")
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,20 @@ def headroom(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup"))
         return None
     limited = _cgroup_room(proc, cgroups)
     return Headroom(ram=ram if limited is None else max(0, min(ram, limited)), swap=swap)
+
+
+def check_images(shape: tuple[int, int, int, int], *, fix: str) -> None:
+    """Refuse float32 images of ``shape`` [N, C, H, W] that cannot fit in the free memory even with swap, before
+    they are made: a DataError saying their size and ``fix``. Warn where they fit only with swap."""
+    need, room = 4 * math.prod(shape), headroom()
+    if room is None or need <= room.ram:
+        return
+    n, c, h, w = shape
+    what = (f"the {n} images at {h} x {w} px, {c} channel{'s' if c > 1 else ''}, take {bytes_text(need)} of memory "
+            "as float32")
+    if need > room.ram + room.swap:
+        raise DataError(f"{what}, and only {room.describe()} is free for dpmed here: {fix}")
+    _log.warning("%s, more than the %s free: the machine will swap, which is slow", what, bytes_text(room.ram))
 
 
 def _kilobytes(field: str) -> int:

@@ -161,12 +161,13 @@ def test_a_cache_dir_without_room_for_the_images_is_a_clear_error_before_any_dec
 def test_images_that_cannot_fit_in_memory_are_refused_before_any_decode(tmp_path, write_image, monkeypatch, cache):
     """Before: a dataset larger than the memory was decoded until the kernel killed dpmed (SIGKILL: no message)."""
     import dpmed.data.cache as cache_module
+    from dpmed import memory
     from dpmed.memory import Headroom
 
     paths = _files(tmp_path, write_image)                      # 6 images of 1 x 8 x 8 float32: 1536 bytes
     decoded = []
     monkeypatch.setattr(cache_module, "read_image", lambda path, **kw: decoded.append(path))
-    monkeypatch.setattr(cache_module.memory, "headroom", lambda: Headroom(ram=1000, swap=500))
+    monkeypatch.setattr(memory, "headroom", lambda: Headroom(ram=1000, swap=500))
     with pytest.raises(DataError, match=r"^the 6 images at 8 x 8 px, 1 channel, take 2 kB of memory as float32, "
                        r"and only 1 kB \(and 500 bytes of swap\) is free for dpmed here: set a smaller "
                        r"data.image_size"):
@@ -175,15 +176,15 @@ def test_images_that_cannot_fit_in_memory_are_refused_before_any_decode(tmp_path
 
 
 def test_images_that_fit_only_with_swap_are_decoded_with_a_warning(tmp_path, write_image, monkeypatch, caplog):
-    import dpmed.data.cache as cache_module
+    from dpmed import memory
     from dpmed.memory import Headroom
 
     paths = _files(tmp_path, write_image)
-    monkeypatch.setattr(cache_module.memory, "headroom", lambda: Headroom(ram=1000, swap=1000))
+    monkeypatch.setattr(memory, "headroom", lambda: Headroom(ram=1000, swap=1000))
     assert decode_images(paths, Preprocessing(size=(8, 8), channels=1)).images.shape == (6, 1, 8, 8)
     assert "take 2 kB of memory as float32, more than the 1 kB free: the machine will swap" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(cache_module.memory, "headroom", lambda: Headroom(ram=1536, swap=0))   # just fits: quiet
+    monkeypatch.setattr(memory, "headroom", lambda: Headroom(ram=1536, swap=0))   # just fits: quiet
     decode_images(paths, Preprocessing(size=(8, 8), channels=1))
     assert caplog.text == ""
 

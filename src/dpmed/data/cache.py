@@ -27,7 +27,6 @@ import contextlib
 import errno
 import hashlib
 import json
-import logging
 import math
 import os
 import time
@@ -49,7 +48,6 @@ from dpmed.numbers import bytes_text
 __all__ = ["DecodedImages", "decode_images", "cache_key"]
 
 _FORMAT = "dpmed-image-cache-1"
-_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -111,7 +109,8 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     start = time.perf_counter()
     paths = [Path(p) for p in paths]
     channels, size = _layout(paths, preprocessing)
-    _check_memory((len(paths), channels, *size))   # a cache entry too: the splits are copied out of it into memory
+    # held once (`dpmed.data.assembly` splits them in place); from a cache entry too, as the splits are copied out
+    memory.check_images((len(paths), channels, *size), fix=memory.SMALLER_IMAGES)
     key = None
     if cache_dir is not None:
         key = cache_key(paths, preprocessing, channels, size)
@@ -183,22 +182,6 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
         if tmp is not None:
             tmp.unlink(missing_ok=True)      # stopped midway, or not stored: no partial copy of the images stays
     return DecodedImages(images, failures, False, time.perf_counter() - start, key)
-
-
-def _check_memory(shape: tuple[int, ...]) -> None:
-    """Refuse images [N, C, H, W] that cannot fit in this machine's memory, even with its swap, before decoding the
-    first (`dpmed.memory`); warn where they fit only with swap. They are held once (`dpmed.data.assembly` splits
-    them in place)."""
-    need, room = 4 * math.prod(shape), memory.headroom()
-    if room is None or need <= room.ram:
-        return
-    n, c, h, w = shape
-    what = (f"the {n} images at {h} x {w} px, {c} channel{'s' if c > 1 else ''}, take {bytes_text(need)} of "
-            "memory as float32")
-    if need > room.ram + room.swap:
-        raise DataError(f"{what}, and only {room.describe()} is free for dpmed here: set a smaller data.image_size "
-                        "(the memory grows with its square), use fewer images, or run on a machine with more memory")
-    _log.warning("%s, more than the %s free: the machine will swap, which is slow", what, bytes_text(room.ram))
 
 
 def _reserve(path: Path, *, start: int) -> None:

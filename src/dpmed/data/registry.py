@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpmed import memory
 from dpmed.data.assembly import SplitPlan, assemble_dataset
 from dpmed.data.cohorts import PatientSelection, in_cohort, select_patients
 from dpmed.data.formats.chest_xray import read_chexpert, read_mimic, read_nih
@@ -330,6 +331,9 @@ def _preprocess_arrays(dataset: Dataset, preprocessing: Preprocessing, *, genera
     if not steps:
         return replace(dataset, source=record, normalization=preprocessing.normalize)
     images_step = replace(preprocessing, size=None if generated else size)
+    channels = preprocessing.channels or dataset.train.image_shape[0]
+    memory.check_images((sum(len(s) for s in (dataset.train, dataset.val, dataset.test)), channels,
+                         *(images_step.size or (height, width))), fix=memory.SMALLER_IMAGES)
 
     def convert(split: ImageSet) -> ImageSet:
         masks = split.masks  # [N, H, W] or None

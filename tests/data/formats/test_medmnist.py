@@ -186,3 +186,23 @@ def test_wrong_dtype_and_shape(tmp_path):
 def test_known_names_survive_a_binary_to_multiclass_override(pneumoniamnist_path):
     d = read_medmnist(pneumoniamnist_path, task_kind="multiclass")
     assert d.task.kind == "multiclass" and d.task.label_names == ("normal", "pneumonia")
+
+
+def test_a_file_or_a_resize_that_cannot_fit_in_memory_is_refused_before_it_is_made(tmp_path, monkeypatch):
+    """13 images of 8 x 8 px: 3.3 kB as float32, 53 kB at 32 px. Before, a file too large for the memory (ChestMNIST
+    at 224 px: 22.5 GB as float32) was converted until the allocation failed or the kernel killed dpmed."""
+    from dpmed import memory
+    from dpmed.data import load_dataset
+    from dpmed.memory import Headroom
+
+    path = _write(tmp_path / "chestmnist_224.npz", image_shape=(8, 8))
+    monkeypatch.setattr(memory, "headroom", lambda: Headroom(ram=3000, swap=0))
+    with pytest.raises(DataError, match=r"^the 13 images at 8 x 8 px, 1 channel, take 3 kB of memory as float32, and "
+                       r"only 3 kB is free for dpmed here: use a smaller release of chestmnist_224.npz \(MedMNIST "
+                       r"publishes 28, 64, 128 and 224 px\), or run on a machine with more memory$"):
+        read_medmnist(path)
+    monkeypatch.setattr(memory, "headroom", lambda: Headroom(ram=10_000, swap=0))
+    assert read_medmnist(path).train.image_shape == (1, 8, 8)
+    with pytest.raises(DataError, match=r"^the 13 images at 32 x 32 px, 1 channel, take 53 kB of memory as float32, "
+                       r"and only 10 kB is free for dpmed here: set a smaller data.image_size"):
+        load_dataset(source="medmnist", path=path, image_size=32, channels=None, seed=0, n_images=None)

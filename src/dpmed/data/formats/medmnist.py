@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpmed import memory
 from dpmed.data.sample import Dataset, ImageSet, Task, TaskKind
 from dpmed.errors import DataError
 
@@ -110,6 +111,11 @@ def read_medmnist(
             "pneumoniamnist.npz) and pass its path with --data-path (or data.path in the study)."
         )
     arrays = _load_arrays(path)
+    raw = [arrays[f"{split}_images"] for split in _SPLITS]
+    if all(r.ndim in (3, 4) for r in raw):      # other shapes are refused, naming the key, in _images
+        memory.check_images((sum(map(len, raw)), 1 if raw[0].ndim == 3 else raw[0].shape[-1], *raw[0].shape[1:3]),
+                            fix=f"use a smaller release of {path.name} (MedMNIST publishes 28, 64, 128 and 224 px), "
+                            "or run on a machine with more memory")
     images = {split: _images(path, split, arrays[f"{split}_images"]) for split in _SPLITS}
     labels = {split: _labels(path, split, arrays[f"{split}_labels"], len(images[split])) for split in _SPLITS}
     shapes = {split: images[split].shape[1:] for split in _SPLITS}
