@@ -27,6 +27,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import math
 import os
 import time
@@ -48,6 +49,8 @@ from dpmed.numbers import bytes_text
 __all__ = ["DecodedImages", "decode_images", "cache_key"]
 
 _FORMAT = "dpmed-image-cache-1"
+REPORT_EVERY = 20.0     # seconds between the progress lines of a long decode (CheXpert: 224,316 files)
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     ``normalize`` is not applied here). Without a size every image must have the first readable image's size: any
     that differs is a DataError that says to set data.image_size (not a bad row that skip_invalid would drop).
     Decoding runs in ``workers`` threads (default: the CPU count, at most 8; Pillow and torch release the GIL while
-    they work).
+    they work). A decode that takes longer than ``REPORT_EVERY`` seconds logs how far it has come at that interval.
     """
     start = time.perf_counter()
     paths = [Path(p) for p in paths]
@@ -161,8 +164,16 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
         return None
 
     try:
+        outcomes: list[str | None] = []
         with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
-            outcomes = list(pool.map(decode, range(n), chunksize=16))
+            began = last = time.perf_counter()
+            for done, outcome in enumerate(pool.map(decode, range(n), chunksize=16), start=1):
+                outcomes.append(outcome)
+                if time.perf_counter() - last >= REPORT_EVERY and done < n:
+                    last = time.perf_counter()
+                    rate = done / (last - began)
+                    _log.info("data: decoding: %d of %d images (%.0f %%), %.0f/s, about %d min left", done, n,
+                              100 * done / n, rate, math.ceil((n - done) / rate / 60))
         failures = {i: reason for i, reason in enumerate(outcomes) if reason is not None}
         if wrong_size:   # one setting, not bad rows: skip_invalid would leave out every image of another size
             i = min(wrong_size)
