@@ -52,7 +52,8 @@ def test_a_cgroup_v1_memory_limit_counts_and_its_no_limit_value_does_not(tmp_pat
 def test_a_limit_already_exceeded_leaves_no_room_and_unreadable_files_leave_the_check_out(tmp_path):
     files = {"memory.max": f"{GB}\n", "memory.current": f"{2 * GB}\n"}
     assert headroom(*_tree(tmp_path, files=files)).ram == 0
-    proc, cgroups = _tree(tmp_path / "garbled")
+    proc, cgroups = _tree(tmp_path / "garbled", cgroup="not a cgroup line\n0::/\n", files=files)
+    assert headroom(proc, cgroups).ram == 0
     (proc / "meminfo").write_text("MemAvailable: lots\n")
     assert headroom(proc, cgroups) is None
     assert headroom(tmp_path / "nowhere", tmp_path / "nowhere") is None      # not Linux: nothing is checked

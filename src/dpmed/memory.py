@@ -79,7 +79,10 @@ def _cgroup_room(proc: Path, cgroups: Path) -> int | None:
         return None
     rooms = []
     for line in lines:
-        _, controllers, path = line.split(":", 2)
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
         if controllers == "":                                     # v2: one hierarchy
             folder, limit, usage = cgroups / path.lstrip("/"), "memory.max", "memory.current"
         elif "memory" in controllers.split(","):                  # v1: the memory controller's hierarchy
