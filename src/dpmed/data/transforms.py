@@ -146,7 +146,9 @@ def normalize(images: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...
         raise ValueError(f"normalize: mean {mean} and std {std} need 1 or {c} values each (std > 0) for {c} channels")
     m = np.asarray(mean, dtype=np.float32).reshape(1, -1, 1, 1)
     s = np.asarray(std, dtype=np.float32).reshape(1, -1, 1, 1)
-    return ((images - m) / s).astype(np.float32, copy=False)
+    out = np.subtract(images, m, dtype=np.float32)     # one new array: the division then works in it
+    out /= s
+    return out
 
 
 @dataclass(frozen=True)
