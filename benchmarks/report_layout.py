@@ -55,7 +55,8 @@ frame.addEventListener('load', () => {
                      + ' right=' + Math.round(r.right));
   }
   const cards = [...doc.querySelectorAll('.card')].map(c => Math.round(c.getBoundingClientRect().height));
-  const images = [...doc.querySelectorAll('img')].map(i => ({alt: i.alt, shown: Math.round(i.getBoundingClientRect().width),
+  const images = [...doc.querySelectorAll('img')].map(i => ({alt: i.alt,
+                                                              shown: Math.round(i.getBoundingClientRect().width),
                                                               natural: i.naturalWidth}));
   document.body.setAttribute('data-layout', JSON.stringify({scroll_width: root.scrollWidth, inner_width: width,
     scroll_height: root.scrollHeight, offenders: offenders.slice(0, 20), card_heights: cards, images: images}));

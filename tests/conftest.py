@@ -101,7 +101,8 @@ def make_record():
         else:
             privacy, swept = NoPrivacyPlan(), ()
             card = PrivacyCard(mechanism="none", is_dp=False, statement="no privacy protection (eps = infinity)")
-        plan = RunPlan(run_id=run_id, arm=arm, seed=seed, model="small_cnn", swept=swept, training=training, privacy=privacy)
+        plan = RunPlan(run_id=run_id, arm=arm, seed=seed, model="small_cnn", swept=swept, training=training,
+                       privacy=privacy)
         return RunRecord(run_id=run_id, arm=arm, mechanism=mechanism, seed=seed, plan=plan,
                          data=DataSummary(name="test", task="binary"), privacy=card, ledger=Ledger(),
                          metrics=metrics or {}, fairness=fairness, explanations=explanations,

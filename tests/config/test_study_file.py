@@ -90,7 +90,8 @@ def test_a_missing_relative_data_path_says_what_was_tried_and_from_which_folder(
 
 def test_relative_data_path_resolves_against_the_study_file(write_study, tmp_path):
     (tmp_path / "d.npz").write_bytes(b"x")
-    study = load_study(write_study("name: s\ndata: {source: medmnist, path: d.npz}\narms: [{name: a, mechanism: none}]"))
+    study = load_study(write_study("name: s\ndata: {source: medmnist, path: d.npz}\n"
+                                   "arms: [{name: a, mechanism: none}]"))
     assert study.data.path == (tmp_path / "d.npz").resolve()
 
 
@@ -235,7 +236,8 @@ def test_fairness_is_on_and_explanations_off_by_default_and_both_are_checked(wri
 
 
 @pytest.mark.parametrize("change, words", [
-    (("mechanism: dp_sgd", "mechanism: dp-sgd"), "arms[2].mechanism: 'dp-sgd' is not a mechanism (did you mean 'dp_sgd'?)"),
+    (("mechanism: dp_sgd", "mechanism: dp-sgd"),
+     "arms[2].mechanism: 'dp-sgd' is not a mechanism (did you mean 'dp_sgd'?)"),
     (("mechanism: pixel_laplace", "mechanism: pixel-laplace"), "did you mean 'pixel_laplace'?"),
     (("training: {epochs: 2}", "training: {epochs: 2, optimizer: adamw}"), "did you mean 'adam'?"),
     (("training: {epochs: 2}", "training: {epochs: 2}\nmodel: {name: resnet-18}"), "did you mean 'resnet18'?"),

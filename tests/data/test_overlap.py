@@ -5,8 +5,9 @@ folders (MedMNIST's images are the Kermany images centre-cropped and shrunk to 2
 Measured with the default threshold (30 of 255 bits; `test_pneumoniamnist_and_kermany_are_refused_as_a_pair` and
 `test_disjoint_kermany_patient_halves_pass` print them with ``-s``; benchmarks/overlap_crops.py measures them): 3995
 of the 5383 Kermany images dpmed reads at 64 px have a near-duplicate among the 5856 PneumoniaMNIST images, 416 of
-the 624 test images (the same source images in both releases); two disjoint halves of the Kermany patients flag no near-duplicate at 30 bits in five seeds,
-except the one pair of byte-identical images the release files under two patient ids (NORMAL2-IM-0095 and -0096).
+the 624 test images (the same source images in both releases); two disjoint halves of the Kermany patients flag no
+near-duplicate at 30 bits in five seeds, except the one pair of byte-identical images the release files under two
+patient ids (NORMAL2-IM-0095 and -0096).
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ def test_quickstart_writes_every_output(quickstart, capsys):
     for col in ("test_auroc", "test_auroc_low", "test_auroc_high", "epsilon", "delta", "accountant",
                 "neighbour_relation", "privacy_statement"):
         assert col in frame.columns
-    assert (frame["test_auroc_low"] <= frame["test_auroc"]).all() and (frame["test_auroc"] <= frame["test_auroc_high"]).all()
+    assert (frame["test_auroc_low"] <= frame["test_auroc"]).all()
+    assert (frame["test_auroc"] <= frame["test_auroc_high"]).all()
     for run_id in frame["run_id"]:
         assert (quickstart / "runs" / run_id / "run.json").is_file()
         assert (quickstart / "runs" / run_id / "predictions.npz").is_file()
@@ -268,7 +269,8 @@ def test_report_rebuilds_from_finished_runs(quickstart, capsys):
 
 def test_a_crop_padding_beyond_the_image_is_refused_before_training(tmp_path, capsys):
     """Before: every run failed in training with a message that named no key."""
-    assert main(["run", "--out", str(tmp_path / "out"), *TINY, "--set", "training.augmentation={crop_padding: 32}"]) == 2
+    assert main(["run", "--out", str(tmp_path / "out"), *TINY, "--set",
+                 "training.augmentation={crop_padding: 32}"]) == 2
     err = capsys.readouterr().err
     assert "training.augmentation.crop_padding 32 px needs images larger than that" in err and "32 px" in err
     assert not (tmp_path / "out" / "quickstart" / "runs").exists()

@@ -56,7 +56,8 @@ def test_the_card_names_delta_the_accountant_the_unit_what_is_unprotected_and_no
         exact_gaussian_epsilon):
     card = _card(0.5, (1, 64, 64), 1e-6)
     eps = exact_gaussian_epsilon(128.0, 1e-6)
-    assert card.statement.startswith(f"eps_image = {epsilon_text(eps)} at delta = 1e-06 (analytic Gaussian; unit: one image")
+    assert card.statement.startswith(f"eps_image = {epsilon_text(eps)} at delta = 1e-06 (analytic Gaussian; "
+                                     "unit: one image")
     assert "how many images there are" in card.statement and "labels" in card.statement
     assert f"eps_pixel = {epsilon_text(exact_gaussian_epsilon(2.0, 1e-6))} at delta = 1e-06" in card.statement
     assert "any two images" in card.statement and "d = 4096" in card.statement

@@ -56,7 +56,8 @@ def test_report_reads_the_numbers_honestly(tmp_path, records, make_record, make_
     assert "test statement" in html                                        # the study as a whole
     overlap = [records[0], make_record("dp-sgd_eps8_C1_seed0", "dp-sgd", "dp_sgd", eps=8.07,
                                        metrics=_metrics(0.84, 0.78, 0.86))]
-    assert "its interval overlaps that of its seed's non-private run" in _write(tmp_path, make_resolved(overlap), overlap)
+    page = _write(tmp_path, make_resolved(overlap), overlap)
+    assert "its interval overlaps that of its seed's non-private run" in page
 
 
 def test_every_section_renders_in_page_order(tmp_path, records, make_resolved):

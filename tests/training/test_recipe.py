@@ -201,8 +201,8 @@ def test_the_time_estimates_count_the_steps_the_length_asks_for():
     from dpmed.timing import run_steps
 
     def plan(**training):
-        return RunPlan(run_id="np_seed0", arm="np", seed=0, model="small_cnn", swept=(), training=TrainingConfig(**training),
-                       audit=None, privacy=NoPrivacyPlan())
+        return RunPlan(run_id="np_seed0", arm="np", seed=0, model="small_cnn", swept=(),
+                       training=TrainingConfig(**training), audit=None, privacy=NoPrivacyPlan())
 
     assert run_steps(plan(batch_size=128), 500) == 500                    # auto: 4 steps an epoch, 500 at least
     assert run_steps(plan(batch_size=128), 12800) == 1000                 # auto: 10 epochs of 100

@@ -150,7 +150,8 @@ class ArmBase(Strict):
     @model_validator(mode="after")
     def _auditable(self) -> "ArmBase":
         if self.audit is not None and not self.auditable:
-            raise ValueError(f"audit applies to arms without privacy or with DP-SGD, not {self.mechanism!r}: "  # type: ignore[attr-defined]
+            mechanism = self.mechanism  # type: ignore[attr-defined]
+            raise ValueError(f"audit applies to arms without privacy or with DP-SGD, not {mechanism!r}: "
                              "local DP protects the released images, not their labels, so canaries with wrong labels "
                              "would not test its claim")
         return self

@@ -159,14 +159,16 @@ def test_mimic_study_without_labels_is_flagged(mimic, load_layout):
     path = mimic / "mimic-cxr-2.0.0-chexpert.csv.gz"
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     frame.iloc[1:].to_csv(path, index=False, compression="gzip")
-    with pytest.raises(DataError, match=r"(?s)2 of 15 rows .*\(2 missing label\).*line 2 \(dicom_id 000a1b2c3-d4e5f6\): "
-                                        r"study s50414267 of subject 10000032 has no row"):
+    with pytest.raises(DataError, match=r"(?s)2 of 15 rows .*\(2 missing label\).*line 2 "
+                                        r"\(dicom_id 000a1b2c3-d4e5f6\): study s50414267 of subject 10000032 has no "
+                                        r"row"):
         load_layout("mimic", mimic)
     with pytest.raises(DataError, match="none of mimic-cxr-2.0.0-metadata.csv.gz, mimic-cxr-2.0.0-metadata.csv"):
         read_mimic(mimic.parent)
 
 
 def test_mimic_without_a_required_column(mimic, write_csv):
-    write_csv(mimic / "mimic-cxr-2.0.0-metadata.csv.gz", ["dicom", "subject_id", "study_id"], [["a", "1", "2"]], gz=True)
+    write_csv(mimic / "mimic-cxr-2.0.0-metadata.csv.gz", ["dicom", "subject_id", "study_id"], [["a", "1", "2"]],
+              gz=True)
     with pytest.raises(DataError, match="mimic-cxr-2.0.0-metadata.csv.gz has no column 'dicom_id'"):
         read_mimic(mimic)

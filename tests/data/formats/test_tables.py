@@ -82,7 +82,8 @@ def test_ham10000_duplicate_image_and_truncated_jpeg(ham, load_layout, caplog):
         load_layout("ham10000", ham)
     message = str(err.value)
     assert "1 of 20 rows cannot be used (1 duplicate id)" in message  # table problems stop before decoding
-    assert "HAM10000_metadata.csv line 21 (ISIC_0024308): id 'ISIC_0024308' repeats HAM10000_metadata.csv line 4" in message
+    assert ("HAM10000_metadata.csv line 21 (ISIC_0024308): id 'ISIC_0024308' repeats HAM10000_metadata.csv line 4"
+            in message)
     d = load_layout("ham10000", ham, skip_invalid=True, split=SplitPlan(val_fraction=0.25, test_fraction=0.25))
     assert d.source["left_out_invalid"]["by_kind"] == {"duplicate id": 1, "unreadable image": 1}
     assert "image HAM10000_images_part_2/ISIC_0024310.jpg cannot be decoded" in caplog.text   # told the user,
@@ -226,7 +227,8 @@ def test_empty_split_after_skipping_is_an_error(table, load_layout):
 EXAMPLES = Path(__file__).resolve().parents[3] / "configs" / "examples"
 
 
-@pytest.mark.parametrize("name, layout, kind", [("aptos", "aptos", "multiclass"), ("chexpert", "chexpert", "multilabel"),
+@pytest.mark.parametrize("name, layout, kind", [("aptos", "aptos", "multiclass"),
+                                                ("chexpert", "chexpert", "multilabel"),
                                                 ("ham10000", "ham", "multiclass")])
 def test_example_study_reads_its_layout(name, layout, kind, request, no_patient_crosses):
     from dpmed.config import load_study

@@ -18,8 +18,8 @@ import pandas as pd
 from dpmed.data.manifest import Manifest, parse_age, parse_sex
 from dpmed.errors import DataError, error_name
 
-__all__ = ["dataset_folder", "first_existing", "optional_file", "read_table", "csv_line", "class_index", "patient_column",
-           "table_manifest", "Flags", "index_images", "chosen_labels"]
+__all__ = ["dataset_folder", "first_existing", "optional_file", "read_table", "csv_line", "class_index",
+           "patient_column", "table_manifest", "Flags", "index_images", "chosen_labels"]
 
 _SHOWN = 5  # lines listed in a message; the count covers all of them
 

@@ -97,7 +97,8 @@ def read_ham10000(path: str | Path) -> Manifest:
                         # lesion's images together, but the unit of privacy can only be the image
                         "patient_key": "lesion_id (split by lesion; no patient id is published)",
                         "patients_known": False},
-        description="HAM10000 dermatoscopic images, 7 classes; split by lesion (lesion_id), sex and age from the table.",
+        description=("HAM10000 dermatoscopic images, 7 classes; split by lesion (lesion_id), sex and age from the "
+                     "table."),
         problems=flags)
 
 
