@@ -154,6 +154,28 @@ def test_hash_distance_is_zero_for_the_same_image_and_about_half_for_unrelated_o
     assert hashes.shape == (30, 4) and hashes.dtype == np.uint64
 
 
+def test_splits_kept_apart_give_what_one_array_gives_and_a_long_check_says_how_far_it_has_come(monkeypatch, caplog):
+    """A dataset's splits are hashed where they are, not copied into one array first (which doubled the memory of a
+    large public set), and the check, which grows with N x M, logs its progress. Before: silence until the end."""
+    import logging
+
+    import dpmed.data.cache
+
+    private, public = _textures(12, seed=5), np.concatenate([_textures(20, seed=6), _textures(12, seed=5)[3:5]])
+    whole = near_duplicates(private, public)
+    monkeypatch.setattr(dpmed.data.cache, "REPORT_EVERY", 0.0)
+    with caplog.at_level(logging.INFO, logger="dpmed"):
+        parts = near_duplicates([private[:5], private[5:]], [public[:7], public[7:15], public[15:]])
+    np.testing.assert_array_equal(parts[0], whole[0])
+    np.testing.assert_array_equal(parts[1], whole[1])
+    assert set(np.flatnonzero(whole[0] == 0)) == {3, 4} and whole[1][3] == 20 and whole[1][4] == 21
+    lines = [r.getMessage() for r in caplog.records]
+    assert "overlap: hashed 5 of 12 private images, about 1 min left" in lines
+    assert "overlap: hashed 15 of 22 public images, about 1 min left" in lines
+    assert [line.split(",")[0] for line in lines if "compared" in line] == [
+        f"overlap: compared {i} of 51 crops of 12 private against 22 public images" for i in range(1, 51)]
+
+
 # --- the real pair: PneumoniaMNIST is Kermany, centre-cropped and shrunk -------------------------------------------
 
 

@@ -43,12 +43,16 @@ record only says that the checks ran and with which threshold.
 from __future__ import annotations
 
 import hashlib
+import logging
+import math
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import scipy.fft
 
+from dpmed.data import cache
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.errors import DataError
 
@@ -57,6 +61,8 @@ if TYPE_CHECKING:   # torch is imported where it is used: the study file's schem
 
 __all__ = ["Overlap", "ImagePair", "find_overlap", "refuse_overlap", "perceptual_hashes", "hash_distances",
            "near_duplicates", "HASH_BITS", "NEAR_DUPLICATE_BITS", "CROP_FRACTIONS", "ZOOM_FRACTIONS"]
+
+_log = logging.getLogger(__name__)
 
 HASH_SIZE = 32                  # images are resized to this before the DCT
 DCT_KEEP = 16                   # the lowest DCT_KEEP x DCT_KEEP coefficients, less DC, make the hash
@@ -164,18 +170,25 @@ def _hash(x: torch.Tensor) -> np.ndarray:
     return np.packbits(bits, axis=1).view(">u8").astype(np.uint64)                         # [N, _WORDS]
 
 
-def perceptual_hashes(images: np.ndarray, *, crops: tuple[float, ...] = (), zooms: tuple[float, ...] = ()
-                      ) -> np.ndarray:
-    """DCT hashes of images [N, C, H, W]: uint64 [V, N, words], V = 1 + 2 len(crops) + len(zooms): the whole image,
-    then each central crop of the width, then of the height (``crops``: fractions kept), then each central crop of
-    both at once (``zooms``: the fraction kept of each side); the crops are cut from the image upsampled (FINE)."""
-    out = []
-    for start in range(0, len(images), _CHUNK):
-        x = _grey(images[start:start + _CHUNK])
-        fine = _fine(x) if crops or zooms else x
-        variants = ([x] + [_central(fine, f, -1) for f in crops] + [_central(fine, f, -2) for f in crops]
-                    + [_central(_central(fine, f, -1), f, -2) for f in zooms])
-        out.append(np.stack([_hash(v) for v in variants]))
+def perceptual_hashes(images: np.ndarray | Sequence[np.ndarray], *, crops: tuple[float, ...] = (),
+                      zooms: tuple[float, ...] = (), what: str = "") -> np.ndarray:
+    """DCT hashes of images [N, C, H, W] (or of several such arrays, one after another, as a dataset's splits are
+    kept): uint64 [V, N, words], V = 1 + 2 len(crops) + len(zooms): the whole image, then each central crop of the
+    width, then of the height (``crops``: fractions kept), then each central crop of both at once (``zooms``: the
+    fraction kept of each side); the crops are cut from the image upsampled (FINE). A long run logs how far it has
+    come, naming the images ``what``."""
+    parts = [images] if isinstance(images, np.ndarray) else list(images)
+    n, out = sum(map(len, parts)), []
+    pace = _Pace()
+    for part in parts:
+        for start in range(0, len(part), _CHUNK):
+            x = _grey(part[start:start + _CHUNK])
+            fine = _fine(x) if crops or zooms else x
+            variants = ([x] + [_central(fine, f, -1) for f in crops] + [_central(fine, f, -2) for f in crops]
+                        + [_central(_central(fine, f, -1), f, -2) for f in zooms])
+            out.append(np.stack([_hash(v) for v in variants]))
+            done = sum(h.shape[1] for h in out)
+            pace.log(done / n, "overlap: hashed %d of %d%s images", done, n, f" {what}" if what else "")
     if not out:
         return np.zeros((1 + 2 * len(crops) + len(zooms), 0, _WORDS), dtype=np.uint64)
     return np.concatenate(out, axis=1)
@@ -201,34 +214,58 @@ def _nearest(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return best, where
 
 
-def near_duplicates(private: np.ndarray, public: np.ndarray, *, crops: tuple[float, ...] = CROP_FRACTIONS,
-                    zooms: tuple[float, ...] = ZOOM_FRACTIONS) -> tuple[np.ndarray, np.ndarray]:
+def near_duplicates(private: np.ndarray | Sequence[np.ndarray], public: np.ndarray | Sequence[np.ndarray], *,
+                    crops: tuple[float, ...] = CROP_FRACTIONS, zooms: tuple[float, ...] = ZOOM_FRACTIONS
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """For each private image [N, C, H, W], the least hash distance to any public image [M, C', H', W'] over the
     crops and zooms of either against the whole of the other, and the index of that public image: (int32 [N],
-    int64 [N])."""
-    hp = perceptual_hashes(private, crops=crops, zooms=zooms)                     # [V, N, words]
-    hq = perceptual_hashes(public, crops=crops, zooms=zooms)                      # [V, M, words]
-    best = np.full(len(private), HASH_BITS + 1, dtype=np.int32)
-    where = np.zeros(len(private), dtype=np.int64)
+    int64 [N]). Either side may be several arrays (a dataset's splits), indexed one after another.
+
+    The cost grows with N x M: on the 2-core development VM about 0.45 ms to hash an image and 135 M hash pairs a
+    second, 51 pairs per image pair (benchmarks/RESULTS.md), so 20,000 private images against CheXpert's 224,316
+    take about half an hour; a long run logs how far it has come."""
+    hp = perceptual_hashes(private, crops=crops, zooms=zooms, what="private")        # [V, N, words]
+    hq = perceptual_hashes(public, crops=crops, zooms=zooms, what="public")          # [V, M, words]
+    best = np.full(hp.shape[1], HASH_BITS + 1, dtype=np.int32)
+    where = np.zeros(hp.shape[1], dtype=np.int64)
     pairs = [(hp[v], hq[0]) for v in range(len(hp))] + [(hp[0], hq[v]) for v in range(1, len(hq))]
-    for a, b in pairs:
+    pace = _Pace()
+    for i, (a, b) in enumerate(pairs, start=1):
         d, j = _nearest(a, b)
         better = d < best
         best[better], where[better] = d[better], j[better]
+        pace.log(i / len(pairs), "overlap: compared %d of %d crops of %d private against %d public images", i,
+                 len(pairs), hp.shape[1], hq.shape[1])
     return best, where
 
 
-def _pooled(dataset: Dataset) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """(images of all splits [N, C, H, W], where each one is, patient ids [N])."""
+class _Pace:
+    """Progress lines at most every ``cache.REPORT_EVERY`` seconds, each with the minutes left at the rate so far."""
+
+    def __init__(self) -> None:
+        self.began = self.last = time.perf_counter()
+
+    def log(self, share: float, message: str, *args: object) -> None:
+        now = time.perf_counter()
+        if now - self.last < cache.REPORT_EVERY or not 0 < share < 1:
+            return
+        self.last = now
+        _log.info(message + ", about %d min left", *args, math.ceil((now - self.began) * (1 - share) / share / 60))
+
+
+def _pooled(dataset: Dataset) -> tuple[list[np.ndarray], list[str], np.ndarray]:
+    """(each split's images [n, C, H, W], one after another; where each one is; patient ids [N]). The splits are
+    not concatenated: a copy of a large public set would double its memory."""
     sets: list[ImageSet] = [getattr(dataset, s) for s in _SPLITS]
-    images = np.concatenate([s.images for s in sets])
+    images = [s.images for s in sets]
     where = [f"{name}[{i}] (patient {pid})" for name, s in zip(_SPLITS, sets)
              for i, pid in enumerate(s.patient_ids.tolist())]
     return images, where, np.concatenate([s.patient_ids for s in sets]).astype(str)
 
 
-def _content_hashes(images: np.ndarray) -> list[str]:
-    return [hashlib.sha256(np.ascontiguousarray(x, dtype=np.float32).tobytes()).hexdigest() for x in images]
+def _content_hashes(parts: list[np.ndarray]) -> list[str]:
+    return [hashlib.sha256(np.ascontiguousarray(x, dtype=np.float32).tobytes()).hexdigest()
+            for images in parts for x in images]
 
 
 def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_DUPLICATE_BITS,
@@ -238,7 +275,7 @@ def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_
     priv_images, priv_where, priv_patients = _pooled(private)
 
     identical = ()
-    if pub_images.shape[1:] == priv_images.shape[1:]:
+    if pub_images[0].shape[1:] == priv_images[0].shape[1:]:
         first = {}
         for j, h in enumerate(_content_hashes(pub_images)):
             first.setdefault(h, j)
@@ -265,7 +302,7 @@ def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_
         near_note = (f"DCT perceptual hash ({HASH_BITS} bits at {HASH_SIZE} px), at most {max_distance} bits apart, "
                      f"central crops to {min(crops, default=1):.0%} of width or height and to "
                      f"{min(zooms, default=1):.0%} of both, either way")
-    return Overlap(n_public=len(pub_images), n_private=len(priv_images), identical=identical,
+    return Overlap(n_public=len(pub_where), n_private=len(priv_where), identical=identical,
                    shared_patients=shared, patients_note=patients_note, near_duplicates=near, near_note=near_note,
                    max_distance=max_distance)
 
