@@ -224,7 +224,7 @@ def _plan(args: argparse.Namespace) -> int:
     handler = log_to_console()   # before Opacus is imported: it configures logging if nobody has
     try:
         study = _load(args)     # first: a mistake in the study file is told before seconds of importing below
-        from dpmed.numbers import epsilon_text
+        from dpmed.numbers import bytes_text, epsilon_text
         from dpmed.pretraining import check_weights, describe_start
         from dpmed.released_size import describe_counts
         from dpmed.study import estimate_times, planned_card, prepare_study
@@ -245,7 +245,8 @@ def _plan(args: argparse.Namespace) -> int:
           + (f"{len(set(ds.train.patient_ids.tolist()))} training patients" if ds.patients_known
              else "no patient ids (each image counts as its own patient: a patient column (source: csv), DICOM's "
                   "PatientID or Kermany's file names give them)")
-          + f" (read and prepared in {prepared.load_seconds:.0f} s)")
+          + f" (read and prepared in {prepared.load_seconds:.0f} s; {bytes_text(ds.image_bytes)} of images in memory, "
+            "and a copy in each --workers process)")
     if prepared.sizes:
         print(f"size: DP-SGD plans from the training set's size as released: "
               f"{describe_counts(prepared.sizes, study.size_epsilon)}; kept in {folder.released_sizes}; the exact "

@@ -233,8 +233,7 @@ def _check_room_for_copies(dataset: Dataset, copies: int) -> None:
     """Each worker of a process pool holds its own copy of the dataset (spawned processes share no memory), and
     the kernel kills a pool that outgrows the memory run by run. Refuse ``copies`` that cannot fit even with swap
     before any is sent, saying how many workers fit; warn where they fit only with swap (`dpmed.memory`)."""
-    size = sum(s.images.nbytes + (0 if s.masks is None else s.masks.nbytes)
-               for s in (dataset.train, dataset.val, dataset.test))
+    size = dataset.image_bytes
     need, room = copies * size, memory.headroom()
     if room is None or need <= room.ram:
         return

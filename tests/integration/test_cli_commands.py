@@ -112,6 +112,8 @@ def test_plan_shows_every_run_as_run_then_made_it_and_trains_nothing(tiny_study,
     assert "privacy budget: none set" in text
     assert "start: random initialisation; every parameter trains" in text
     assert "task binary (positive class opacity, label 1; negative normal, label 0)" in text   # before: "task binary"
+    # 160 phantom images of 16 x 16 px: 4 bytes a pixel, and a 1-byte lesion mask pixel beside each: 204,800 bytes
+    assert "205 kB of images in memory, and a copy in each --workers process)" in text
     # a fast machine trains this tiny study in under half a second, so "about 0:00" is a right answer here
     assert re.search(r"^estimated time: about \d+:\d\d for `dpmed run`: \d+:\d\d to read the data", text, re.M)
     assert re.search(r"how: timed now on cpu .*DP-SGD", text)

@@ -148,6 +148,12 @@ class Dataset:
     normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     patients_known: bool = True
 
+    @property
+    def image_bytes(self) -> int:
+        """What the splits' images (and masks) take in memory: what each process that holds the dataset holds."""
+        sets = (self.train, self.val, self.test)
+        return sum(s.images.nbytes + (0 if s.masks is None else s.masks.nbytes) for s in sets)
+
     def shareable_source(self) -> dict[str, object]:
         """``source`` without what the reader found in the files (:data:`SHAREABLE_SOURCE`): for run.json."""
         kept: dict[str, object] = {}
