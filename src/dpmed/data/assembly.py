@@ -231,8 +231,8 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
 def in_group_order(images: np.ndarray, groups: list[np.ndarray]) -> list[np.ndarray]:
     """``[images[g] for g in groups]`` (float32), holding the images once where they are this process's own.
 
-    Why: a copy per split held every decoded image twice at the end of assembly (a peak of 2.3 GB resident for
-    Kermany's 1.1 GB at 224 px; `dpmed.data.cache` refuses images that do not fit once). An array this process owns
+    Why: a copy per split held every decoded image twice at the end of assembly (benchmarks/RESULTS.md, "Memory";
+    `dpmed.memory.check_images` refuses images that do not fit once). An array this process owns
     is instead permuted in place, along the permutation's cycles with one row in hand, so that the groups lie one
     after another (rows in no group after them, unused), and each group is a slice of it. A read-only memory map
     (a cache entry) is copied out, once. ``groups``: disjoint int arrays of row indices.

@@ -178,7 +178,7 @@ def perceptual_hashes(images: np.ndarray | Sequence[np.ndarray], *, crops: tuple
     fraction kept of each side); the crops are cut from the image upsampled (FINE). A long run logs how far it has
     come, naming the images ``what``."""
     parts = [images] if isinstance(images, np.ndarray) else list(images)
-    n, out = sum(map(len, parts)), []
+    n, done, out = sum(map(len, parts)), 0, []
     pace = _Pace()
     for part in parts:
         for start in range(0, len(part), _CHUNK):
@@ -187,7 +187,7 @@ def perceptual_hashes(images: np.ndarray | Sequence[np.ndarray], *, crops: tuple
             variants = ([x] + [_central(fine, f, -1) for f in crops] + [_central(fine, f, -2) for f in crops]
                         + [_central(_central(fine, f, -1), f, -2) for f in zooms])
             out.append(np.stack([_hash(v) for v in variants]))
-            done = sum(h.shape[1] for h in out)
+            done += len(x)
             pace.log(done / n, "overlap: hashed %d of %d%s images", done, n, f" {what}" if what else "")
     if not out:
         return np.zeros((1 + 2 * len(crops) + len(zooms), 0, _WORDS), dtype=np.uint64)
@@ -221,9 +221,8 @@ def near_duplicates(private: np.ndarray | Sequence[np.ndarray], public: np.ndarr
     crops and zooms of either against the whole of the other, and the index of that public image: (int32 [N],
     int64 [N]). Either side may be several arrays (a dataset's splits), indexed one after another.
 
-    The cost grows with N x M: on the 2-core development VM about 0.45 ms to hash an image and 135 M hash pairs a
-    second, 51 pairs per image pair (benchmarks/RESULTS.md), so 20,000 private images against CheXpert's 224,316
-    take about half an hour; a long run logs how far it has come."""
+    The cost grows with N x M, 51 hash pairs per image pair (what that takes: benchmarks/RESULTS.md, "What the
+    check costs at scale"); a long run logs how far it has come."""
     hp = perceptual_hashes(private, crops=crops, zooms=zooms, what="private")        # [V, N, words]
     hq = perceptual_hashes(public, crops=crops, zooms=zooms, what="public")          # [V, M, words]
     best = np.full(hp.shape[1], HASH_BITS + 1, dtype=np.int32)
