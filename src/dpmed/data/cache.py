@@ -49,6 +49,7 @@ from dpmed.numbers import bytes_text
 __all__ = ["DecodedImages", "decode_images", "cache_key"]
 
 _FORMAT = "dpmed-image-cache-1"
+_NO_ROOM = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))     # a full disk, or a full quota
 REPORT_EVERY = 20.0     # seconds between the progress lines of a long decode (CheXpert: 224,316 files)
 _log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
         except OSError as exc:
             with contextlib.suppress(OSError):    # a file open_owner_only made before the failure
                 tmp.unlink()
-            if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):   # a full disk, or quota
+            if exc.errno in _NO_ROOM:
                 raise DataError(f"data.cache_dir {cache_dir} has no room for the {n} decoded images "
                                 f"({bytes_text(4 * math.prod(shape))} as float32): free space on its disk (or "
                                 "quota), choose a folder on another disk, or remove data.cache_dir to decode without "
@@ -204,8 +205,12 @@ def _reserve(path: Path, *, start: int) -> None:
     with open(path, "r+b") as f:
         size = os.fstat(f.fileno()).st_size
         if hasattr(os, "posix_fallocate"):      # Linux; glibc writes the blocks itself where the file system cannot
-            os.posix_fallocate(f.fileno(), start, size - start)
-            return
+            try:
+                os.posix_fallocate(f.fileno(), start, size - start)
+                return
+            except OSError as exc:
+                if exc.errno in _NO_ROOM:
+                    raise                       # any other refusal (a file system without it): write the zeros
         f.seek(start)                           # macOS, Windows: write the zeros the array holds anyway
         block = bytes(1 << 24)
         for left in range(size - start, 0, -len(block)):
