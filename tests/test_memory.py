@@ -31,6 +31,17 @@ def test_without_limits_the_room_is_memavailable_and_swapfree(tmp_path):
     assert headroom(*_tree(tmp_path / "noswap", swap_kb=None)) == Headroom(ram=8_000_000 * 1024, swap=0)
 
 
+def test_zfs_file_cache_above_its_floor_counts_as_free(tmp_path):
+    """MemAvailable leaves out ZFS's ARC, which the kernel shrinks on demand to its floor (c_min)."""
+    proc, cgroups = _tree(tmp_path)
+    (proc / "spl" / "kstat" / "zfs").mkdir(parents=True)
+    (proc / "spl" / "kstat" / "zfs" / "arcstats").write_text(
+        "13 1 0x01 123 33456 5678 9012\nname                            type data\n"
+        "hits                            4    7\n"
+        f"c_min                           4    {GB}\nsize                            4    {5 * GB}\n")
+    assert headroom(proc, cgroups).ram == 8_000_000 * 1024 + 4 * GB
+
+
 def test_a_cgroup_v2_limit_anywhere_above_the_process_lowers_the_room(tmp_path):
     files = {"memory.max": "max\n",                                        # the root: no limit
              "job/memory.max": f"{3 * GB}\n", "job/memory.current": f"{1 * GB}\n",       # the job: 2 GB left

@@ -4,7 +4,9 @@ clean-up, and in a container the whole study gone with it).
 
 Read on Linux only: MemAvailable and SwapFree of /proc/meminfo, and the memory limit of this process's cgroup and its
 ancestors (cgroup v2, or v1's memory controller), which SLURM jobs and containers set below the machine's memory.
-Elsewhere :func:`headroom` is None and nothing is checked.
+On ZFS the file cache (the ARC) is not in MemAvailable though the kernel shrinks it on demand: what it holds above its
+floor (c_min) counts as free, or a server with a large ARC would refuse data it can hold. Elsewhere :func:`headroom`
+is None and nothing is checked.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def headroom(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup"))
     """This process's :class:`Headroom`, or None where /proc/meminfo cannot be read (not Linux)."""
     try:
         fields = dict(line.split(":", 1) for line in (proc / "meminfo").read_text().splitlines() if ":" in line)
-        ram = _kilobytes(fields["MemAvailable"])
+        ram = _kilobytes(fields["MemAvailable"]) + _zfs_cache_above_floor(proc)
         swap = _kilobytes(fields.get("SwapFree", "0 kB"))
     except (OSError, KeyError, ValueError):
         return None
@@ -69,6 +71,16 @@ def _kilobytes(field: str) -> int:
     if unit != "kB":
         raise ValueError(f"unexpected unit in /proc/meminfo: {field!r}")
     return int(value) * 1024
+
+
+def _zfs_cache_above_floor(proc: Path) -> int:
+    """Bytes ZFS's ARC holds above its minimum (0 without ZFS): lines "name type value" of arcstats."""
+    try:
+        rows = [line.split() for line in (proc / "spl" / "kstat" / "zfs" / "arcstats").read_text().splitlines()]
+        stats = {row[0]: int(row[2]) for row in rows if len(row) == 3 and row[2].isdigit()}
+        return max(0, stats["size"] - stats["c_min"])
+    except (OSError, KeyError, ValueError):
+        return 0
 
 
 def _cgroup_room(proc: Path, cgroups: Path) -> int | None:
