@@ -341,3 +341,29 @@ def test_a_long_decode_says_how_far_it_has_come(tmp_path, write_image, monkeypat
     assert [line.split(",")[0] for line in lines] == [f"data: decoding: {i} of 6 images ({100 * i / 6:.0f} %)"
                                                       for i in range(1, 6)]
     assert all(line.endswith("min left") for line in lines)
+
+
+def test_the_partial_entry_of_a_killed_decode_is_deleted_by_the_next_one(tmp_path, write_image, caplog):
+    """Before: a decode killed outright (the out-of-memory killer, kill -9) left its partial file of decoded images,
+    as large as the whole tensor, for ever. Only this host's files of processes that are gone are deleted."""
+    import logging
+    import socket
+    import subprocess
+    import sys
+
+    paths = _files(tmp_path, write_image)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()                                 # a pid that has exited
+    host, key = socket.gethostname(), "a" * 64
+    killed = cache / f".{key}.{host}.{gone}.npy"
+    running = cache / f".{key}.{host}.{os.getpid()}.npy"                              # this process: alive
+    elsewhere = cache / f".{key}.other-node.example.org.{gone}.npy"                   # another host's: unknown
+    older = cache / f".{key}.{gone}.npy"                                              # the name before hosts
+    for path in (killed, running, elsewhere, older):
+        path.write_bytes(b"\0" * 1000)
+    with caplog.at_level(logging.INFO, logger="dpmed"):
+        decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=cache)
+    assert not killed.exists() and running.exists() and elsewhere.exists() and older.exists()
+    assert f"removed partial cache entries of decodes that were killed (1 kB) from {cache}" in caplog.text

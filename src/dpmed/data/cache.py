@@ -16,7 +16,8 @@ load reports the same unreadable rows as a fresh one; an entry is not stored whe
 
 Privacy: a cache entry holds the patients' images, decoded. Its files are created readable by their owner only (0600;
 so one user's cache is not another's), a cache folder dpmed creates is 0700 (an existing one keeps its mode), and a
-decode stopped midway deletes its partial file. Keep ``cache_dir`` where the dataset itself may live (never in the
+decode stopped midway deletes its partial file (one killed outright cannot: the next decode into the folder on that
+host deletes it). Keep ``cache_dir`` where the dataset itself may live (never in the
 study's own folder outside private/: `dpmed.study` refuses that); nothing is cached on disk unless a study asks for
 it.
 """
@@ -30,6 +31,7 @@ import json
 import logging
 import math
 import os
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -129,9 +131,10 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     if cache_dir is None:
         images = np.zeros(shape, dtype=np.float32)  # [N, C, H, W]
     else:
-        tmp = Path(cache_dir) / f".{key}.{os.getpid()}.npy"
+        tmp = Path(cache_dir) / f".{key}.{socket.gethostname()}.{os.getpid()}.npy"
         try:
             Path(cache_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+            _sweep_abandoned(Path(cache_dir))
             open_owner_only(tmp, "wb").close()      # decoded patient images: 0600 before the first byte
             images = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
             _reserve(tmp, start=images.offset)
@@ -194,6 +197,34 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
         if tmp is not None:
             tmp.unlink(missing_ok=True)      # stopped midway, or not stored: no partial copy of the images stays
     return DecodedImages(images, failures, False, time.perf_counter() - start, key)
+
+
+def _sweep_abandoned(cache_dir: Path) -> None:
+    """Delete the partial entries of decodes that died without cleaning up (SIGKILL: the out-of-memory killer,
+    kill -9, a lost node), each a file of decoded patient images as large as the whole tensor. Only this host's, and
+    only where the process that wrote it is gone: on a cache folder shared over the network another host's could
+    still be being written. A pid taken again by another process keeps its file (the safe side)."""
+    if os.name != "posix":      # os.kill(pid, 0) is a probe only on POSIX (on Windows it would end the process)
+        return
+    host, freed = socket.gethostname(), 0
+    for path in cache_dir.glob(".*.npy"):
+        writer, _, pid = path.name[1 + 64 + 1:-len(".npy")].rpartition(".")
+        if writer != host or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue                         # alive (or another user's: PermissionError below)
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError):
+            continue
+        with contextlib.suppress(OSError):
+            size = path.stat().st_size
+            path.unlink()
+            freed += size
+    if freed:
+        _log.info("data: removed partial cache entries of decodes that were killed (%s) from %s", bytes_text(freed),
+                  cache_dir)
 
 
 def _reserve(path: Path, *, start: int) -> None:
