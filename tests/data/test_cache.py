@@ -343,27 +343,56 @@ def test_a_long_decode_says_how_far_it_has_come(tmp_path, write_image, monkeypat
     assert all(line.endswith("min left") for line in lines)
 
 
-def test_the_partial_entry_of_a_killed_decode_is_deleted_by_the_next_one(tmp_path, write_image, caplog):
+@pytest.mark.skipif(os.name != "posix", reason="the partial entry's lock is flock's, which Windows lacks")
+def test_the_partial_entry_of_a_killed_decode_is_deleted_by_the_next_one(tmp_path, write_image, caplog,
+                                                                          monkeypatch):
     """Before: a decode killed outright (the out-of-memory killer, kill -9) left its partial file of decoded images,
-    as large as the whole tensor, for ever. Only this host's files of processes that are gone are deleted."""
+    as large as the whole tensor, for ever. A decode in progress holds a lock on its file; this host's files whose
+    lock is free are deleted, a held one, another host's and one named as before hosts were named are kept."""
+    import fcntl
     import logging
+    import signal
     import socket
     import subprocess
     import sys
+    import threading
+
+    import dpmed.data.cache as cache_module
 
     paths = _files(tmp_path, write_image)
     cache = tmp_path / "cache"
     cache.mkdir()
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True).stdout.strip()                                 # a pid that has exited
     host, key = socket.gethostname(), "a" * 64
-    killed = cache / f".{key}.{host}.{gone}.npy"
-    running = cache / f".{key}.{host}.{os.getpid()}.npy"                              # this process: alive
-    elsewhere = cache / f".{key}.other-node.example.org.{gone}.npy"                   # another host's: unknown
-    older = cache / f".{key}.{gone}.npy"                                              # the name before hosts
+    killed, running = cache / f".{key}.{host}.4242.npy", cache / f".{key}.{host}.4343.npy"
+    elsewhere, older = cache / f".{key}.other-node.example.org.4242.npy", cache / f".{key}.4242.npy"
     for path in (killed, running, elsewhere, older):
         path.write_bytes(b"\0" * 1000)
-    with caplog.at_level(logging.INFO, logger="dpmed"):
+    # a decode that was killed while it held its lock: the kernel let the lock go with the process
+    child = subprocess.Popen([sys.executable, "-c", f"import fcntl, time; f = open({str(killed)!r}, 'rb'); "
+                              "fcntl.flock(f.fileno(), fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "held"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    with open(running, "rb") as held, caplog.at_level(logging.INFO, logger="dpmed"):
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)                  # a decode still writing: its lock is held
         decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=cache)
     assert not killed.exists() and running.exists() and elsewhere.exists() and older.exists()
     assert f"removed partial cache entries of decodes that were killed (1 kB) from {cache}" in caplog.text
+
+    # and a decode's own partial entry is locked while it runs: a second decode into the folder meanwhile keeps it
+    seen, real = [], cache_module.read_image
+
+    def read(path, **kw):
+        if not seen:
+            partial = [p for p in cache.glob(".*.npy") if host in p.name and p != running]
+            seen.extend(partial)
+            thread = threading.Thread(target=cache_module._sweep_abandoned, args=(cache,))
+            thread.start()
+            thread.join()
+            seen.append(all(p.exists() for p in partial))
+        return real(path, **kw)
+
+    monkeypatch.setattr(cache_module, "read_image", read)
+    decode_images(paths, Preprocessing(size=(8, 8), channels=1, minmax=True), cache_dir=cache)   # another key
+    assert len(seen) == 2 and seen[-1] is True, seen

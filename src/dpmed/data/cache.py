@@ -41,6 +41,11 @@ from typing import Sequence
 import numpy as np
 import PIL
 
+try:
+    import fcntl
+except ImportError:     # Windows
+    fcntl = None  # type: ignore[assignment]
+
 from dpmed import memory
 from dpmed.data.decoding import UnreadableImage, peek_image, read_image
 from dpmed.data.transforms import Preprocessing
@@ -127,7 +132,7 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
 
     n = len(paths)
     shape = (n, channels, *size)
-    tmp = None
+    tmp = holder = None
     if cache_dir is None:
         images = np.zeros(shape, dtype=np.float32)  # [N, C, H, W]
     else:
@@ -135,12 +140,16 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
         try:
             Path(cache_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
             _sweep_abandoned(Path(cache_dir))
-            open_owner_only(tmp, "wb").close()      # decoded patient images: 0600 before the first byte
+            holder = open_owner_only(tmp, "wb")     # decoded patient images: 0600 before the first byte
+            if fcntl is not None:                   # held until this decode ends: no sweep takes it for abandoned
+                fcntl.flock(holder.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             images = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
             _reserve(tmp, start=images.offset)
         except OSError as exc:
             with contextlib.suppress(OSError):    # a file open_owner_only made before the failure
                 tmp.unlink()
+            if holder is not None:
+                holder.close()
             if exc.errno in _NO_ROOM:
                 raise DataError(f"data.cache_dir {cache_dir} has no room for the {n} decoded images "
                                 f"({bytes_text(4 * math.prod(shape))} as float32): free space on its disk (or "
@@ -196,30 +205,30 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     finally:
         if tmp is not None:
             tmp.unlink(missing_ok=True)      # stopped midway, or not stored: no partial copy of the images stays
+        if holder is not None:
+            holder.close()
     return DecodedImages(images, failures, False, time.perf_counter() - start, key)
 
 
 def _sweep_abandoned(cache_dir: Path) -> None:
     """Delete the partial entries of decodes that died without cleaning up (SIGKILL: the out-of-memory killer,
-    kill -9, a lost node), each a file of decoded patient images as large as the whole tensor. Only this host's, and
-    only where the process that wrote it is gone: on a cache folder shared over the network another host's could
-    still be being written. A pid taken again by another process keeps its file (the safe side)."""
-    if os.name != "posix":      # os.kill(pid, 0) is a probe only on POSIX (on Windows it would end the process)
+    kill -9, a lost node), each a file of decoded patient images as large as the whole tensor. A decode holds an
+    exclusive lock on its partial entry while it runs, which the kernel lets go when the process ends however it
+    ends (in any container of the host, whatever its pid namespace); an entry whose lock can be taken is abandoned.
+    Only this host's: on a folder shared over the network, a lock may not reach another host. Not on Windows (no
+    flock)."""
+    if fcntl is None:
         return
     host, freed = socket.gethostname(), 0
     for path in cache_dir.glob(".*.npy"):
-        writer, _, pid = path.name[1 + 64 + 1:-len(".npy")].rpartition(".")
-        if writer != host or not pid.isdigit():
+        if path.name[1 + 64 + 1:-len(".npy")].rpartition(".")[0] != host:
             continue
-        try:
-            os.kill(int(pid), 0)
-            continue                         # alive (or another user's: PermissionError below)
-        except ProcessLookupError:
-            pass
-        except (PermissionError, OverflowError):
-            continue
-        with contextlib.suppress(OSError):
-            size = path.stat().st_size
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue                     # a decode still writing it
+            size = os.fstat(f.fileno()).st_size
             path.unlink()
             freed += size
     if freed:
