@@ -394,5 +394,6 @@ def test_the_partial_entry_of_a_killed_decode_is_deleted_by_the_next_one(tmp_pat
         return real(path, **kw)
 
     monkeypatch.setattr(cache_module, "read_image", read)
-    decode_images(paths, Preprocessing(size=(8, 8), channels=1, minmax=True), cache_dir=cache)   # another key
+    decode_images(paths, Preprocessing(size=(8, 8), channels=1, minmax=True), cache_dir=cache,   # another key
+                  workers=1)                          # one thread: the first read is the only one that sweeps
     assert len(seen) == 2 and seen[-1] is True, seen
