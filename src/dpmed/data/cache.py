@@ -53,7 +53,7 @@ from dpmed.errors import DataError
 from dpmed.folders import open_owner_only, write_text_atomic
 from dpmed.numbers import bytes_text
 
-__all__ = ["DecodedImages", "decode_images", "cache_key"]
+__all__ = ["DecodedImages", "decode_images", "cache_key", "Pace"]
 
 _FORMAT = "dpmed-image-cache-1"
 _NO_ROOM = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))     # a full disk, or a full quota
@@ -179,14 +179,11 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     try:
         outcomes: list[str | None] = []
         with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
-            began = last = time.perf_counter()
+            pace = Pace(_log)
             for done, outcome in enumerate(pool.map(decode, range(n), chunksize=16), start=1):
                 outcomes.append(outcome)
-                if time.perf_counter() - last >= REPORT_EVERY and done < n:
-                    last = time.perf_counter()
-                    rate = done / (last - began)
-                    _log.info("data: decoding: %d of %d images (%.0f %%), %.0f/s, about %d min left", done, n,
-                              100 * done / n, rate, math.ceil((n - done) / rate / 60))
+                pace.log(done / n, "data: decoding: %d of %d images (%.0f %%), %.0f/s", done, n, 100 * done / n,
+                         done / max(time.perf_counter() - pace.began, 1e-9))
         failures = {i: reason for i, reason in enumerate(outcomes) if reason is not None}
         if wrong_size:   # one setting, not bad rows: skip_invalid would leave out every image of another size
             i = min(wrong_size)
@@ -208,6 +205,24 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
         if holder is not None:
             holder.close()
     return DecodedImages(images, failures, False, time.perf_counter() - start, key)
+
+
+class Pace:
+    """Progress lines of a long loop to ``log``: at most one every ``REPORT_EVERY`` seconds, none at its start or
+    end, each ending with the minutes left at the rate so far (the decode here, `dpmed.data.overlap`'s check)."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self.began = self._last = time.perf_counter()
+
+    def log(self, share: float, message: str, *args: object) -> None:
+        """``share`` of the work is done; ``message % args`` says how far."""
+        now = time.perf_counter()
+        if now - self._last < REPORT_EVERY or not 0 < share < 1:
+            return
+        self._last = now
+        self._log.info(message + ", about %d min left", *args,
+                       math.ceil((now - self.began) * (1 - share) / share / 60))
 
 
 def _sweep_abandoned(cache_dir: Path) -> None:

@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -179,7 +177,7 @@ def perceptual_hashes(images: np.ndarray | Sequence[np.ndarray], *, crops: tuple
     come, naming the images ``what``."""
     parts = [images] if isinstance(images, np.ndarray) else list(images)
     n, done, out = sum(map(len, parts)), 0, []
-    pace = _Pace()
+    pace = cache.Pace(_log)
     for part in parts:
         for start in range(0, len(part), _CHUNK):
             x = _grey(part[start:start + _CHUNK])
@@ -228,7 +226,7 @@ def near_duplicates(private: np.ndarray | Sequence[np.ndarray], public: np.ndarr
     best = np.full(hp.shape[1], HASH_BITS + 1, dtype=np.int32)
     where = np.zeros(hp.shape[1], dtype=np.int64)
     pairs = [(hp[v], hq[0]) for v in range(len(hp))] + [(hp[0], hq[v]) for v in range(1, len(hq))]
-    pace = _Pace()
+    pace = cache.Pace(_log)
     for i, (a, b) in enumerate(pairs, start=1):
         d, j = _nearest(a, b)
         better = d < best
@@ -236,20 +234,6 @@ def near_duplicates(private: np.ndarray | Sequence[np.ndarray], public: np.ndarr
         pace.log(i / len(pairs), "overlap: compared %d of %d crops of %d private against %d public images", i,
                  len(pairs), hp.shape[1], hq.shape[1])
     return best, where
-
-
-class _Pace:
-    """Progress lines at most every ``cache.REPORT_EVERY`` seconds, each with the minutes left at the rate so far."""
-
-    def __init__(self) -> None:
-        self.began = self.last = time.perf_counter()
-
-    def log(self, share: float, message: str, *args: object) -> None:
-        now = time.perf_counter()
-        if now - self.last < cache.REPORT_EVERY or not 0 < share < 1:
-            return
-        self.last = now
-        _log.info(message + ", about %d min left", *args, math.ceil((now - self.began) * (1 - share) / share / 60))
 
 
 def _pooled(dataset: Dataset) -> tuple[list[np.ndarray], list[str], np.ndarray]:
