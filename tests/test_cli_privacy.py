@@ -120,6 +120,22 @@ def test_a_noise_that_one_unit_outruns_is_said_to_make_a_run_not_dp(capsys):
     assert "sampler" not in capsys.readouterr().out
 
 
+def test_the_parser_offers_the_accountants_and_noises_of_the_library():
+    """The cli writes the choices out so as not to import dp_accounting; they must stay the library's."""
+    import dpmed.cli
+
+    assert dpmed.cli.PRIVACY_ACCOUNTANTS == accounting.ACCOUNTANTS
+    assert dpmed.cli.PRIVACY_NOISES == accounting.NOISES
+
+
+def test_commands_other_than_privacy_parse_without_dp_accounting():
+    """`dpmed --help`, `status` and `report` paid a second for importing dp_accounting and scipy that they never use."""
+    code = ("import sys; from dpmed.cli import _parser; _parser().parse_args(['status', 'x']); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dp_accounting', 'scipy', 'torch')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_privacy_commands_do_not_import_torch():
     """Planning a study should be instant: the accounting path imports no torch."""
     code = ("import sys; from dpmed.cli import main; main(['privacy', 'epsilon', '--noise-multiplier', '2', "

@@ -31,12 +31,15 @@ from typing import Any, Sequence
 from dpmed.errors import ConfigError, DpmedError
 from dpmed.interruption import interruptible
 from dpmed.log import detach, log_to_console, log_to_file, quiet_known_noise
-from dpmed.privacy_commands import privacy_command, privacy_parser
 
 __all__ = ["command", "main"]
 
 _log = logging.getLogger("dpmed.cli")
 INTERRUPTED = 130   # what main returns after Ctrl-C (or SIGTERM during `dpmed run`): 128 + SIGINT
+# dpmed.accounting's ACCOUNTANTS and NOISES, written out so that parsing a command line does not import
+# dp_accounting (tests/test_cli_privacy.py holds them equal)
+PRIVACY_ACCOUNTANTS = ("pld", "rdp", "rdp-classic", "pure")
+PRIVACY_NOISES = ("gaussian", "laplace")
 
 
 def _default_study() -> Path:
@@ -76,6 +79,45 @@ def _study_arguments(p: argparse.ArgumentParser) -> None:
                         "changes no result, so finished runs are kept")
 
 
+def _schedule_arguments(p: argparse.ArgumentParser, *, with_delta: bool = True,
+                        with_noise: bool = True) -> None:
+    p.add_argument("--sample-rate", type=float, help="Poisson rate q (or give --dataset-size and --batch-size)")
+    p.add_argument("--steps", type=int, help="optimiser steps T (or give --epochs with --dataset-size)")
+    p.add_argument("--dataset-size", type=int, help="N training images: q = batch / N, T = epochs * round(N / batch)")
+    p.add_argument("--batch-size", type=int, help="expected Poisson batch size (with --dataset-size)")
+    p.add_argument("--epochs", type=int, help="passes over the data (with --dataset-size and --batch-size)")
+    if with_delta:
+        p.add_argument("--delta", type=float, help="delta (default min(1e-5, 1/(10 N)) when --dataset-size is given)")
+    if with_noise:   # reconstruction bounds hold for Gaussian noise only (METHODS.md s.7): risk offers no choice
+        p.add_argument("--noise", choices=PRIVACY_NOISES, default="gaussian",
+                       help="gaussian (L2 clipping; default) or laplace (L1 clipping, noise multiplier = b / C1)")
+
+
+def _privacy_arguments(p: argparse.ArgumentParser) -> None:
+    """`dpmed privacy`'s flags; its commands are in `dpmed.privacy_commands`."""
+    sub = p.add_subparsers(dest="privacy_command", required=True)
+    # no abbreviated flags: --noise would otherwise be read as --noise-multiplier where a command has no --noise
+    eps = sub.add_parser("epsilon", help="eps(delta) of a DP-SGD run with given noise", allow_abbrev=False)
+    eps.add_argument("--noise-multiplier", type=float, required=True,
+                     help="sigma: the noise std over the clipping norm C (b / C1 for Laplace)")
+    _schedule_arguments(eps)
+    eps.add_argument("--accountant", choices=(*PRIVACY_ACCOUNTANTS, "all"), default="pld",
+                     help="pld (default), rdp, rdp-classic, pure (Laplace only), or all that apply")
+    cal = sub.add_parser("calibrate", help="the smallest noise multiplier whose eps is at most a target",
+                         allow_abbrev=False)
+    cal.add_argument("--target-epsilon", type=float, required=True, help="the eps budget of the whole run")
+    _schedule_arguments(cal)
+    cal.add_argument("--accountant", choices=PRIVACY_ACCOUNTANTS, default="pld",
+                     help="pld (default), rdp, rdp-classic, pure (Laplace only)")
+    risk = sub.add_parser("risk", help="reconstruction and membership-inference bounds (METHODS.md s.7)",
+                          allow_abbrev=False)
+    risk.add_argument("--noise-multiplier", type=float, required=True,
+                      help="sigma: the noise std over the clipping norm C (Gaussian noise)")
+    _schedule_arguments(risk, with_delta=False, with_noise=False)
+    risk.add_argument("--kappa", type=float, help="the attacker's prior success (default 1 / N with --dataset-size)")
+
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dpmed", description="What does privacy cost a diagnostic imaging model?")
     p.add_argument("--version", action="version", version=f"dpmed {_version()}")
@@ -108,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="rebuild results.csv and report.html from the finished runs in DIR (and "
                                         "move an older dpmed's DP-SGD wall times from run.json into private/)")
     rep.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
-    privacy_parser(sub.add_parser("privacy", help="eps, noise calibration and reconstruction risk, no training"))
+    _privacy_arguments(sub.add_parser("privacy", help="eps, noise calibration and reconstruction risk, no training"))
     return p
 
 
@@ -349,6 +391,12 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _privacy(args: argparse.Namespace) -> int:
+    from dpmed.privacy_commands import privacy_command   # imported here: dp_accounting takes a second to import
+
+    return privacy_command(args)
+
+
 def _status(args: argparse.Namespace) -> int:
     from dpmed.states import run_states
 
@@ -370,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     2 bad input or an unusable output folder, 130 interrupted: Ctrl-C, or SIGTERM during `dpmed run`)."""
     args = _parser().parse_args(argv)
     quiet_known_noise()
-    commands = {"run": _run, "plan": _plan, "report": _report, "status": _status, "privacy": privacy_command}
+    commands = {"run": _run, "plan": _plan, "report": _report, "status": _status, "privacy": _privacy}
     try:
         return commands[args.command](args)
     except DpmedError as exc:

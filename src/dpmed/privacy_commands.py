@@ -1,8 +1,9 @@
 """`dpmed privacy epsilon|calibrate|risk`: planning a DP-SGD run's privacy without training (imports no torch).
 
-The numbers come from `dpmed.accounting`; this module parses the flags, checks each where it enters and speaks of
-flags in its messages, not of the library's argument names (a user who typed --batch-size is not told to lower
-``training.batch_size``).
+The numbers come from `dpmed.accounting`; `dpmed.cli` declares the flags, and this module checks each where it
+enters and speaks of flags in its messages, not of the library's argument names (a user who typed --batch-size is not
+told to lower ``training.batch_size``). The cli imports it only when a privacy command runs: dp_accounting and scipy
+take about a second to import, which every other command (`dpmed --help`, `dpmed status`) would pay.
 """
 
 from __future__ import annotations
@@ -16,43 +17,7 @@ from dpmed.errors import DpmedError
 from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.numbers import up_to_figures
 
-__all__ = ["privacy_parser", "privacy_command"]
-
-
-def _schedule_arguments(p: argparse.ArgumentParser, *, with_delta: bool = True, with_noise: bool = True) -> None:
-    p.add_argument("--sample-rate", type=float, help="Poisson rate q (or give --dataset-size and --batch-size)")
-    p.add_argument("--steps", type=int, help="optimiser steps T (or give --epochs with --dataset-size)")
-    p.add_argument("--dataset-size", type=int, help="N training images: q = batch / N, T = epochs * round(N / batch)")
-    p.add_argument("--batch-size", type=int, help="expected Poisson batch size (with --dataset-size)")
-    p.add_argument("--epochs", type=int, help="passes over the data (with --dataset-size and --batch-size)")
-    if with_delta:
-        p.add_argument("--delta", type=float, help="delta (default min(1e-5, 1/(10 N)) when --dataset-size is given)")
-    if with_noise:   # reconstruction bounds hold for Gaussian noise only (METHODS.md s.7): risk offers no choice
-        p.add_argument("--noise", choices=accounting.NOISES, default="gaussian",
-                       help="gaussian (L2 clipping; default) or laplace (L1 clipping, noise multiplier = b / C1)")
-
-
-def privacy_parser(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="privacy_command", required=True)
-    # no abbreviated flags: --noise would otherwise be read as --noise-multiplier where a command has no --noise
-    eps = sub.add_parser("epsilon", help="eps(delta) of a DP-SGD run with given noise", allow_abbrev=False)
-    eps.add_argument("--noise-multiplier", type=float, required=True,
-                     help="sigma: the noise std over the clipping norm C (b / C1 for Laplace)")
-    _schedule_arguments(eps)
-    eps.add_argument("--accountant", choices=(*accounting.ACCOUNTANTS, "all"), default="pld",
-                     help="pld (default), rdp, rdp-classic, pure (Laplace only), or all that apply")
-    cal = sub.add_parser("calibrate", help="the smallest noise multiplier whose eps is at most a target",
-                         allow_abbrev=False)
-    cal.add_argument("--target-epsilon", type=float, required=True, help="the eps budget of the whole run")
-    _schedule_arguments(cal)
-    cal.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default="pld",
-                     help="pld (default), rdp, rdp-classic, pure (Laplace only)")
-    risk = sub.add_parser("risk", help="reconstruction and membership-inference bounds (METHODS.md s.7)",
-                          allow_abbrev=False)
-    risk.add_argument("--noise-multiplier", type=float, required=True,
-                      help="sigma: the noise std over the clipping norm C (Gaussian noise)")
-    _schedule_arguments(risk, with_delta=False, with_noise=False)
-    risk.add_argument("--kappa", type=float, help="the attacker's prior success (default 1 / N with --dataset-size)")
+__all__ = ["privacy_command"]
 
 
 def _schedule(args: argparse.Namespace) -> tuple[float, int, int | None]:
