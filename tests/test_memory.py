@@ -60,6 +60,23 @@ def test_a_cgroup_v1_memory_limit_counts_and_its_no_limit_value_does_not(tmp_pat
     assert headroom(*_tree(tmp_path, cgroup=cgroup, files=files)).ram == 3 * GB
 
 
+def test_a_cgroups_file_cache_counts_as_free_and_its_other_memory_does_not(tmp_path):
+    """A job that has just read its dataset's files holds them in its cgroup's usage as file cache, which the kernel
+    reclaims under the limit: counted as used, it refused images that fit."""
+    stat = (f"anon {GB}\nfile {5 * GB}\nshmem {GB}\nactive_file {GB}\ninactive_file {3 * GB}\n"
+            "a line that is not a statistic\n")
+    files = {"job/memory.max": f"{8 * GB}\n", "job/memory.current": f"{7 * GB}\n", "job/memory.stat": stat}
+    assert headroom(*_tree(tmp_path, cgroup="0::/job\n", files=files)).ram == 5 * GB   # 1 GB free, 4 GB of cache
+    cgroup = "4:memory:/slurm/job1\n"
+    files = {"memory/slurm/job1/memory.limit_in_bytes": f"{8 * GB}\n",
+             "memory/slurm/job1/memory.usage_in_bytes": f"{7 * GB}\n",
+             "memory/slurm/job1/memory.stat": f"active_file {5 * GB}\ntotal_active_file {GB}\n"
+                                              f"total_inactive_file {2 * GB}\n"}
+    assert headroom(*_tree(tmp_path / "v1", cgroup=cgroup, files=files)).ram == 4 * GB    # v1: the totals count
+    files = {"memory.max": f"{8 * GB}\n", "memory.current": f"{GB}\n", "memory.stat": f"inactive_file {3 * GB}\n"}
+    assert headroom(*_tree(tmp_path / "odd", files=files)).ram == 8 * GB    # never more than the limit
+
+
 def test_a_limit_already_exceeded_leaves_no_room_and_unreadable_files_leave_the_check_out(tmp_path):
     files = {"memory.max": f"{GB}\n", "memory.current": f"{2 * GB}\n"}
     assert headroom(*_tree(tmp_path, files=files)).ram == 0

@@ -4,6 +4,9 @@ clean-up, and in a container the whole study gone with it).
 
 Read on Linux only: MemAvailable and SwapFree of /proc/meminfo, and the memory limit of this process's cgroup and its
 ancestors (cgroup v2, or v1's memory controller), which SLURM jobs and containers set below the machine's memory.
+A cgroup's usage counts the file cache its processes read (the dataset's files, a cache entry), which the kernel
+reclaims before it kills anything: that cache counts as free, as MemAvailable counts the machine's, or a job that
+had just read its images would be refused them.
 On ZFS the file cache (the ARC) is not in MemAvailable though the kernel shrinks it on demand: what it holds above its
 floor (c_min) counts as free, or a server with a large ARC would refuse data it can hold. Elsewhere :func:`headroom`
 is None and nothing is checked.
@@ -84,7 +87,8 @@ def _zfs_cache_above_floor(proc: Path) -> int:
 
 
 def _cgroup_room(proc: Path, cgroups: Path) -> int | None:
-    """The least room (limit - usage, in bytes) among this process's cgroup and its ancestors; None without limits."""
+    """The least room (limit - usage + file cache, in bytes) among this process's cgroup and its ancestors; None
+    without limits."""
     try:
         lines = (proc / "self" / "cgroup").read_text().splitlines()
     except OSError:
@@ -97,19 +101,33 @@ def _cgroup_room(proc: Path, cgroups: Path) -> int | None:
         _, controllers, path = parts
         if controllers == "":                                     # v2: one hierarchy
             folder, limit, usage = cgroups / path.lstrip("/"), "memory.max", "memory.current"
+            cache = ("active_file", "inactive_file")
         elif "memory" in controllers.split(","):                  # v1: the memory controller's hierarchy
             folder, limit, usage = cgroups / "memory" / path.lstrip("/"), "memory.limit_in_bytes", \
                 "memory.usage_in_bytes"
+            cache = ("total_active_file", "total_inactive_file")  # with its descendants', as its usage
         else:
             continue
         while True:
             try:
                 cap = (folder / limit).read_text().strip()
                 if cap != "max" and int(cap) < 1 << 60:          # v1 writes "no limit" as about 2^63
-                    rooms.append(int(cap) - int((folder / usage).read_text().strip()))
+                    used = int((folder / usage).read_text().strip())
+                    rooms.append(int(cap) - used + min(used, _file_cache(folder, cache)))
             except (OSError, ValueError):
                 pass
             if folder in (cgroups, cgroups / "memory") or cgroups not in folder.parents:
                 break
             folder = folder.parent
     return min(rooms) if rooms else None
+
+
+def _file_cache(folder: Path, keys: tuple[str, str]) -> int:
+    """Bytes of file cache (active and inactive file pages, which the kernel reclaims under the limit) in a cgroup's
+    memory.stat; 0 where it cannot be read. Tmpfs and shared memory are not among them: they are anonymous pages."""
+    try:
+        rows = [line.split() for line in (folder / "memory.stat").read_text().splitlines()]
+        stats = {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[1].isdigit()}
+        return sum(stats.get(key, 0) for key in keys)
+    except OSError:
+        return 0
