@@ -181,6 +181,33 @@ def test_the_lock_is_reentrant_and_released_only_by_its_own_holding(tmp_path):
     assert json_holder(path).token == "someone-else"   # not ours to remove
 
 
+def test_another_thread_of_the_holding_process_is_refused(tmp_path):
+    """Two run_study calls of one process (a notebook's, a web service's threads) both went through, as if each were
+    the other's re-entry, and both trained the folder's unfinished runs."""
+    import threading
+
+    path, answers = tmp_path / "private" / "lock", []
+
+    def take() -> None:
+        try:
+            with FolderLock(path, what="the study folder"):
+                answers.append("took")
+        except FolderLocked as exc:
+            answers.append(str(exc))
+
+    with FolderLock(path):
+        other = threading.Thread(target=take, name="second-call")
+        other.start()
+        other.join(30)
+        assert path.exists()
+    assert answers == ["the study folder is in use by another call in this process (thread MainThread): wait for it "
+                       "to return, or use another output folder"]
+    other = threading.Thread(target=take)            # once released, another thread takes it
+    other.start()
+    other.join(30)
+    assert answers[-1] == "took" and not path.exists()
+
+
 def _take(path: str, start: float, results, everyone_answered) -> None:
     while time.time() < start:
         time.sleep(0.001)

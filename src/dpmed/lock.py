@@ -11,7 +11,9 @@ this lock for as long as it works in the folder; a second one refuses, naming th
   (``flock``; on Windows ``msvcrt.locking`` of a file beside the lock), so that of two processes finding the same
   stale lock only one replaces it. A lock held from another host cannot be checked from here and is never taken
   over; the message says which file to delete once that run is known to be gone.
-* Re-entrant within a process (the command line may hold it around `run_study`, which takes it again).
+* Re-entrant within a thread (the command line may hold it around `run_study`, which takes it again); another thread
+  of the same process is refused as another process is (two `run_study` calls of a notebook or a web service would
+  otherwise both train the folder's unfinished runs).
 
 Readers (`dpmed status`, `dpmed report`, `dpmed plan`) do not take the lock; they may call :func:`lock_holder` to
 say that a run is under way.
@@ -25,6 +27,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -209,7 +212,8 @@ def _create(path: Path, holder: Holder) -> bool:
     return True
 
 
-_HELD: dict[Path, list] = {}   # lock paths this process holds: [holder, depth]
+_HELD: dict[Path, list] = {}   # lock paths this process holds: [holder, depth, the holding thread's ident]
+_HELD_LOCK = threading.RLock()  # guards _HELD between threads
 
 
 class FolderLock:
@@ -221,16 +225,20 @@ class FolderLock:
         self.what = what or str(self.path.parent)
 
     def __enter__(self) -> Holder:
-        held = _HELD.get(self.path)
-        if held is not None:
-            held[1] += 1
-            return held[0]
+        with _HELD_LOCK:
+            held = _HELD.get(self.path)
+            if held is not None:
+                if held[2] != threading.get_ident():
+                    raise FolderLocked(self._refusal(held[0]), held[0])
+                held[1] += 1
+                return held[0]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         me = Holder.current()
         with guard(self.path.parent):
             for _ in range(3):
                 if _create(self.path, me):
-                    _HELD[self.path] = [me, 1]
+                    with _HELD_LOCK:
+                        _HELD[self.path] = [me, 1, threading.get_ident()]
                     return me
                 holder = _read(self.path)
                 if holder is not None and holder_alive(holder) is not False:
@@ -243,6 +251,12 @@ class FolderLock:
         raise FolderLocked(f"{self.what} is being locked and unlocked by other processes; try again", None)
 
     def _refusal(self, holder: Holder) -> str:
+        if holder.pid == os.getpid() and holder.host == socket.gethostname():
+            with _HELD_LOCK:
+                held = _HELD.get(self.path)
+            thread = f" (thread {_thread_name(held[2])})" if held is not None else ""
+            return (f"{self.what} is in use by another call in this process{thread}: wait for it to return, or use "
+                    "another output folder")
         if holder.host != socket.gethostname():
             where = (f"; it runs on another host, so dpmed cannot check it from here: if it has ended, delete "
                      f"{self.path}")
@@ -260,13 +274,18 @@ class FolderLock:
                 f"meanwhile")
 
     def __exit__(self, *exc: object) -> None:
-        held = _HELD.get(self.path)
-        if held is None:
-            return
-        held[1] -= 1
-        if held[1] > 0:
-            return
-        del _HELD[self.path]
+        with _HELD_LOCK:
+            held = _HELD.get(self.path)
+            if held is None:
+                return
+            held[1] -= 1
+            if held[1] > 0:
+                return
+            del _HELD[self.path]
         current = _read(self.path)
         if current is not None and current.token == held[0].token:
             self.path.unlink(missing_ok=True)
+
+
+def _thread_name(ident: int) -> str:
+    return next((t.name for t in threading.enumerate() if t.ident == ident), str(ident))
