@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import pickle
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,13 +98,28 @@ def run_threads(setting: int | str) -> int:
 
 @contextlib.contextmanager
 def torch_threads(n: int) -> Iterator[None]:
-    """torch's intra-op thread count for the run, restored afterwards (float sums depend on it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
+    """torch's intra-op thread count for the run, restored afterwards (float sums depend on it).
+
+    The count is the process's: runs that threads of one process train at once (two `run_study` calls of a web
+    service) share it, each leaving the count of the runs still inside, and the last restores the count from before
+    the first (each saving and restoring its own left the caller's count changed)."""
+    with _THREADS_LOCK:
+        if not _THREADS_INSIDE:
+            _THREADS_BEFORE[0] = torch.get_num_threads()
+        entry = [n]                   # removed by identity: this block's entry, whatever the others' counts
+        _THREADS_INSIDE.append(entry)
+        torch.set_num_threads(n)
     try:
         yield
     finally:
-        torch.set_num_threads(before)
+        with _THREADS_LOCK:
+            _THREADS_INSIDE[:] = [e for e in _THREADS_INSIDE if e is not entry]
+            torch.set_num_threads(_THREADS_INSIDE[-1][0] if _THREADS_INSIDE else _THREADS_BEFORE[0])
+
+
+_THREADS_LOCK = threading.Lock()
+_THREADS_INSIDE: list[list[int]] = []     # the thread counts of the torch_threads blocks open, in order of entry
+_THREADS_BEFORE = [0]                     # the count before the first of them
 
 
 def resolve_device(name: str) -> torch.device:
