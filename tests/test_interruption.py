@@ -63,3 +63,19 @@ def test_the_record_of_a_signal_ends_with_the_block_and_the_handlers_come_back()
             check()
     check()
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_block_inside_another_changes_nothing_and_keeps_the_outer_record():
+    """The command's block holds run_study's: the inner one's exit cleared the record the command reads to say
+    whether SIGTERM stopped it."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with interruptible() as received:
+        handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        with pytest.raises(KeyboardInterrupt):
+            with interruptible((signal.SIGINT,)):
+                assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+                signal.raise_signal(signal.SIGTERM)
+                sum(range(10))
+        assert received == [signal.SIGTERM]
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

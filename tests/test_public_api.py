@@ -26,3 +26,69 @@ def test_import_contracts_hold():
     repo = Path(__file__).resolve().parents[1]
     done = subprocess.run([exe], cwd=repo, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_names_imported_on_first_use_are_listed_for_completion():
+    assert {"run_study", "load_study", "read_results", "FolderError"} <= set(dir(dpmed))
+    assert issubclass(dpmed.FolderError, dpmed.DpmedError)
+
+
+def test_reading_what_is_not_there_is_a_dpmed_error_naming_it(tmp_path):
+    with pytest.raises(dpmed.ConfigError, match="holds no results.csv"):
+        dpmed.read_results(tmp_path)
+    with pytest.raises(dpmed.ConfigError, match=r"cannot read the run record .*run.json: No such file"):
+        dpmed.read_record(tmp_path / "run.json")
+
+
+def test_load_study_without_a_path_is_the_embedded_quickstart():
+    assert dpmed.load_study().name == "quickstart"
+
+
+@pytest.mark.parametrize(("options", "message"), [({"executor": "locl"}, "unknown executor 'locl'"),
+                                                  ({"workers": 0}, "workers must be at least 1"),
+                                                  ({"address": "ray://head:10001"}, "applies only with")])
+def test_run_study_refuses_bad_options_before_it_reads_data_or_writes(tmp_path, options, message):
+    """They were refused only after the data had been read, the noise calibrated, and the study folder written."""
+    with pytest.raises(dpmed.ConfigError, match=message):
+        dpmed.run_study(dpmed.load_study(), out=tmp_path / "out", **options)
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_study_takes_a_path_draws_bars_only_on_a_terminal_and_catches_a_lost_ctrl_c(tmp_path, monkeypatch):
+    """From Python: a study file's path will do; bars (carriage returns) only where stderr is a terminal, as the
+    command does; and a Ctrl-C that a C extension swallowed is raised again at the next check, while SIGTERM stays
+    the caller's."""
+    import signal
+
+    import dpmed.study
+    from dpmed.interruption import check
+
+    seen = {}
+
+    def fake(study, **kwargs):
+        seen.update(name=study.name, progress=kwargs["progress"], term=signal.getsignal(signal.SIGTERM))
+        try:
+            signal.raise_signal(signal.SIGINT)
+            sum(range(10))
+        except KeyboardInterrupt:
+            pass                                  # lost, as torch's call backs may lose it
+        check()
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(dpmed.study, "_run_study", fake)
+    monkeypatch.setattr(sys, "stderr", open(tmp_path / "stderr", "w"))
+    with pytest.raises(KeyboardInterrupt):
+        dpmed.run_study(Path(dpmed.__file__).parent / "configs" / "quickstart.yaml", out=tmp_path)
+    assert seen == {"name": "quickstart", "progress": False, "term": before[1]}
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_run_study_called_by_a_starting_worker_names_the_missing_main_guard(tmp_path, monkeypatch):
+    """With workers > 1 each spawned worker imports the calling script: unguarded, it called run_study again, and the
+    parent reported every run as killed from outside (out of memory)."""
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(dpmed.ConfigError, match='under `if __name__ == "__main__":`'):
+        dpmed.run_study(dpmed.load_study(), out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

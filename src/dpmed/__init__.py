@@ -5,7 +5,7 @@ arm on one test set; write one report with a privacy card per arm. Start with ``
 quickstart) or, from Python::
 
     import dpmed
-    result = dpmed.run_study(dpmed.load_study("configs/quickstart.yaml"), out="results")
+    result = dpmed.run_study(dpmed.load_study(), out="results")    # the quickstart, or a study file's path
     frame = dpmed.read_results(result.out_dir)
 
 Names are imported on first use, so ``import dpmed.accounting`` (pure math) does not load torch.
@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "load_study", "run_study", "read_results", "read_record", "Study", "StudyResult", "RunPlan", "RunRecord",
     "PrivacyCard", "Dataset", "ImageSet", "Sample", "Task", "DpmedError", "ConfigError", "DataError", "PrivacyError",
+    "FolderError",
 ]
 
 _HOME = {
@@ -28,7 +29,7 @@ _HOME = {
     "run_study": "dpmed.study", "StudyResult": "dpmed.study",
     "Dataset": "dpmed.data", "ImageSet": "dpmed.data", "Sample": "dpmed.data", "Task": "dpmed.data",
     "DpmedError": "dpmed.errors", "ConfigError": "dpmed.errors", "DataError": "dpmed.errors",
-    "PrivacyError": "dpmed.errors",
+    "PrivacyError": "dpmed.errors", "FolderError": "dpmed.errors",
 }
 
 
@@ -38,10 +39,19 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'dpmed' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:       # the names imported on first use, for tab completion
+    return sorted({*globals(), *__all__})
+
+
 def read_results(study_dir: str | Path) -> "Any":
     """results.csv of a study folder (``results/<study>``) as a pandas DataFrame, one row per run."""
     import pandas as pd
 
+    from dpmed.errors import ConfigError
     from dpmed.folders import StudyFolder
 
-    return pd.read_csv(StudyFolder(Path(study_dir)).results)
+    path = StudyFolder(Path(study_dir)).results
+    if not path.is_file():
+        raise ConfigError(f"{study_dir} holds no results.csv: pass the folder run_study wrote for a study "
+                          "(its result's out_dir; by default results/<study name>), once a run has finished")
+    return pd.read_csv(path)

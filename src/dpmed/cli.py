@@ -24,7 +24,7 @@ import signal
 import sys
 import tempfile
 import traceback
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -40,10 +40,6 @@ INTERRUPTED = 130   # what main returns after Ctrl-C (or SIGTERM during `dpmed r
 # dp_accounting (tests/test_cli_privacy.py holds them equal)
 PRIVACY_ACCOUNTANTS = ("pld", "rdp", "rdp-classic", "pure")
 PRIVACY_NOISES = ("gaussian", "laplace")
-
-
-def _default_study() -> Path:
-    return Path(str(resources.files("dpmed") / "configs" / "quickstart.yaml"))
 
 
 def _version() -> str:
@@ -181,7 +177,7 @@ def _load(args: argparse.Namespace) -> Any:
         origins["data.path"] = f"--data-path {args.data_path}"
     if args.device is not None:
         overrides["training.device"], origins["training.device"] = args.device, f"--device {args.device}"
-    study = load_study(args.study or _default_study(), overrides, origins=origins)
+    study = load_study(args.study, overrides, origins=origins)
     from dpmed.study import check_device   # after the study file is checked: the training stack takes seconds to import
 
     check_device(study, given_as=origins.get("training.device"))    # before the data are read or a folder is made

@@ -121,10 +121,12 @@ def _execute(task: RunTask, context: RunContext) -> Outcome:
 
 
 # A worker killed from outside (the out-of-memory killer, kill -9) breaks the whole pool: every run not yet
-# finished fails with this, and the next `dpmed run` continues each from its checkpoint.
+# finished fails with this, and the next `dpmed run` continues each from its checkpoint. So does a worker that
+# could not start: each imports the script that called run_study, which, unguarded, calls it again.
 WORKER_DIED = ("a worker process died (killed from outside: out of memory, kill -9) before this run finished; run "
                "the study again: unfinished runs continue from their checkpoints (with fewer --workers, or a smaller "
-               "training.physical_batch_size, if memory ran out)")
+               "training.physical_batch_size, if memory ran out). From a Python script, call run_study with "
+               "workers > 1 under `if __name__ == \"__main__\":`, or each worker fails as it starts")
 
 
 class InProcessExecutor:
@@ -393,7 +395,9 @@ class RayExecutor:
 def check_executor_options(name: str, *, workers: int | None, address: str | None) -> None:
     """ConfigError where one executor's own option is given to the other, so that neither is ignored: ``address``
     is Ray's only, ``workers`` (None: not given) local's only; and where Ray is asked for and not installed. `dpmed
-    run` checks before the data are read."""
+    run` and `run_study` check before the data are read."""
+    if name not in EXECUTORS:
+        raise ConfigError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
     if name == "ray" and importlib.util.find_spec("ray") is None:
         raise ConfigError(RAY_MISSING)
     if name != "ray" and address is not None:

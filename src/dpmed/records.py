@@ -233,6 +233,8 @@ def read_record(path: Path) -> RunRecord:
     """The run record at ``path``; a ConfigError naming the file if it is not one this dpmed wrote."""
     try:
         return RunRecord.model_validate_json(Path(path).read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"cannot read the run record {path}: {exc.strerror or exc}") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])            # empty where the file is not JSON at all

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
+import signal
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,11 +33,12 @@ from dpmed import accounting
 from dpmed.accounting import Ledger
 from dpmed.audit import max_canaries
 from dpmed.budget import check_budget, study_privacy
-from dpmed.config import RunPlan, Study, plan_runs
+from dpmed.config import RunPlan, Study, load_study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
 from dpmed.errors import ConfigError, DataError
-from dpmed.executors import RunFailure, RunTask, make_executor
+from dpmed.executors import RunFailure, RunTask, check_executor_options, make_executor
 from dpmed.folders import StudyFolder, write_text_atomic
+from dpmed.interruption import interruptible
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.outputs import write_outputs
@@ -329,10 +333,11 @@ def estimate_times(prepared: PreparedStudy) -> tuple[Rates, dict[str, float]]:
     return rates, {p.run_id: rates.run_seconds(p, n_train) or 0.0 for p in prepared.todo}
 
 
-def run_study(study: Study, *, out: Path | str = "results", progress: bool = True, executor: str = "local",
-              workers: int = 1, address: str | None = None, fail_fast: bool = False,
+def run_study(study: Study | Path | str, *, out: Path | str = "results", progress: bool | None = None,
+              executor: str = "local", workers: int = 1, address: str | None = None, fail_fast: bool = False,
               worker_setup: Callable[[], None] | None = None) -> StudyResult:
-    """Run every unfinished run of ``study`` into ``out/<study.name>/`` and write results.csv and report.html.
+    """Run every unfinished run of ``study`` (a Study, or a study file's path) into ``out/<study.name>/`` and write
+    results.csv and report.html. ``progress``: progress bars (default: where stderr is a terminal).
 
     The folder is held for the whole call (`claim_folder`): a second run_study on it, in another process, raises
     FolderError naming this one. A run whose run.json exists is loaded, not retrained; if it was made with
@@ -341,8 +346,26 @@ def run_study(study: Study, *, out: Path | str = "results", progress: bool = Tru
     others go on, unless ``fail_fast``; the report covers the finished runs. ``executor``: "local" (``workers`` > 1: a
     process pool, each worker running ``worker_setup`` first) or "ray" (at ``address``). Before any training, every
     run the folder will hold is accounted together (`dpmed.budget`); with ``privacy_budget`` a study over it is
-    refused.
+    refused. Ctrl-C (SIGINT) raises KeyboardInterrupt, and one that torch lost is raised again at the next step
+    (`dpmed.interruption`); from the main thread only, where Python lets handlers be set.
     """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):   # multiprocessing's own test, in spawn
+        raise ConfigError("run_study was called by a worker process as it started: it imports the script that "
+                          "started the study, which calls run_study again; put that call under "
+                          "`if __name__ == \"__main__\":`")
+    if not isinstance(study, Study):
+        study = load_study(study)
+    check_executor_options(executor, workers=workers if executor == "local" else None, address=address)
+    if workers < 1:                         # before the data are read
+        raise ConfigError(f"workers must be at least 1, got {workers}")
+    with interruptible((signal.SIGINT,)):
+        return _run_study(study, out=out, progress=sys.stderr.isatty() if progress is None else progress,
+                          executor=executor, workers=workers, address=address, fail_fast=fail_fast,
+                          worker_setup=worker_setup)
+
+
+def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, workers: int, address: str | None,
+               fail_fast: bool, worker_setup: Callable[[], None] | None) -> StudyResult:
     start = time.perf_counter()
     check_device(study)
     root = Path(out) / study.name

@@ -27,7 +27,8 @@ def test_readme_python_example_runs_and_its_columns_exist(tmp_path, monkeypatch,
     monkeypatch.chdir(ROOT)
     load = dpmed.load_study
     # The same call as in the README, made small: tiny overrides and a temporary output folder.
-    monkeypatch.setattr(dpmed, "load_study", lambda path: load(path, TINY), raising=False)
+    monkeypatch.setattr(dpmed, "load_study", lambda path=None, overrides=None: load(path, {**(overrides or {}),
+                                                                                           **TINY}), raising=False)
     code = code.replace('out="results"', f'out={str(tmp_path)!r}, progress=False')
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)

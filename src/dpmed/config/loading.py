@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from importlib import resources
 from pathlib import Path
 from typing import Any, Hashable, Mapping
 
@@ -20,6 +21,9 @@ from dpmed.config import schema
 from dpmed.config.plans import check_run_ids
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import MECHANISMS
+
+# The study `dpmed run` runs without one: the phantom quickstart, installed with the package.
+QUICKSTART = Path(str(resources.files("dpmed") / "configs" / "quickstart.yaml"))
 
 __all__ = ["load_study", "parse_override", "study_to_dict"]
 
@@ -287,9 +291,10 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> list[list[str]]:
     return created
 
 
-def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
+def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *,
                origins: Mapping[str, str] | None = None) -> schema.Study:
-    """Parse and validate a study file; relative data paths are resolved against the file's folder.
+    """Parse and validate a study file (default: the embedded phantom quickstart, as `dpmed run` with no study);
+    relative data paths are resolved against the file's folder.
 
     Raises ConfigError naming the file and every offending key, before anything is trained; a problem caused by an
     override is blamed on it, in the words of ``origins`` (override key -> how the user gave it, e.g.
@@ -297,7 +302,7 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
     """
     overrides = dict(overrides or {})
     origins = {key: (origins or {}).get(key) or f"override {key}={value!r}" for key, value in overrides.items()}
-    path = Path(path)
+    path = QUICKSTART if path is None else Path(path)
     if path.is_dir():
         raise ConfigError(f"study file {path} is a folder; pass the path of a .yaml study in it (see configs/)")
     if not path.is_file():
