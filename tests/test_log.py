@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -97,3 +99,19 @@ def test_a_log_file_that_cannot_be_written_says_so_once_and_the_terminal_goes_on
     err = capsys.readouterr().err
     assert err.count("dpmed: cannot write the log file") == 1 and "No space left on device" in err
     assert "Logging error" not in err and "Traceback" not in err and "line 2" in err
+
+
+def test_the_accounting_leaves_an_unconfigured_root_logger_unconfigured():
+    """absl's logging.warning, which dp_accounting calls when an RDP order does not converge, ran logging.basicConfig()
+    on a root logger without handlers: the library configured its caller's logging and printed every warning. In a
+    fresh interpreter, as a notebook starts."""
+    code = ("import logging\nfrom dpmed import accounting\n"
+            "eps = accounting.dp_sgd_epsilon(noise_multiplier=0.72, sample_rate=0.280702, steps=20, delta=1e-5, "
+            "accountant='rdp')\nprint(eps > 0, logging.root.handlers)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True []" and "failed to converge" not in done.stderr
+    code = ("import logging\nlogging.basicConfig(format='%(name)s %(message)s')\nfrom dpmed import accounting\n"
+            "accounting.dp_sgd_epsilon(noise_multiplier=0.72, sample_rate=0.280702, steps=20, delta=1e-5, "
+            "accountant='rdp')\nprint(len(logging.root.handlers))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "1" and "absl _compute_log_a_frac failed to converge" in done.stderr   # the caller's

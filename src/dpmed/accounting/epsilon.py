@@ -26,9 +26,11 @@ of the subsampled Laplace mechanism).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -139,8 +141,26 @@ def _rdp_accountant(events: Sequence[DpSgdEvent], orders: Sequence[float] | None
                     accountant: str) -> rdp_privacy_accountant.RdpAccountant:
     _only_gaussian(events, accountant)
     rdp = rdp_privacy_accountant.RdpAccountant(orders=orders, neighboring_relation=_NEIGHBOURS)
-    rdp.compose(_as_dp_event(events))
+    with _root_logging_left_alone():
+        rdp.compose(_as_dp_event(events))
     return rdp
+
+
+@contextlib.contextmanager
+def _root_logging_left_alone() -> Iterator[None]:
+    """While dp_accounting computes RDP: where the root logger has no handler, one that drops records. absl's
+    ``logging.warning``, which dp_accounting calls when an RDP order does not converge (that order is then left out,
+    and the bound still holds), calls ``logging.basicConfig()`` first where the root has no handler: a program that
+    configures its logging later found it configured already, and every such warning printed."""
+    if logging.root.handlers:
+        yield
+        return
+    quiet = logging.NullHandler()
+    logging.root.addHandler(quiet)
+    try:
+        yield
+    finally:
+        logging.root.removeHandler(quiet)
 
 
 def _rdp_epsilon(events: Sequence[DpSgdEvent], delta: float, orders: Sequence[float] | None = None) -> float:
