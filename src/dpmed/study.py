@@ -245,6 +245,9 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     check_device(study)
     folder = StudyFolder(Path(out) / study.name)
     _refuse_shared_cache(study, folder)
+    # first: a study.yaml another version wrote is refused before the data are read or a count is drawn
+    before = (read_resolved(folder.root) if folder.finished_run_ids() and folder.resolved_study.is_file()
+              else None)
     start = time.perf_counter()
     dataset = load_study_data(study)
     load_seconds = time.perf_counter() - start
@@ -262,8 +265,6 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
     _tell_whole_batches(plans)
-    before = (read_resolved(folder.root) if folder.finished_run_ids() and folder.resolved_study.is_file()
-              else None)
     attributes = attributes_fingerprint(dataset)
     existing, elsewhere = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint, before,
                                         attributes)

@@ -94,7 +94,8 @@ def test_a_finished_run_s_key_and_checkpoint_left_by_a_stop_are_deleted_by_the_n
     assert not run.privacy_key.exists() and not run.checkpoint.exists()
 
 
-def test_a_study_yaml_of_another_version_is_named_as_such_with_the_key(tiny_study, tmp_path, capsys):
+def test_a_study_yaml_of_another_version_is_named_as_such_with_the_key(tiny_study, tiny_study_file, tmp_path,
+                                                                         capsys):
     """Before: "study.yaml cannot be read (ValidationError: 3 validation errors ...); restore it from a copy", though
     the file was whole, a copy would fail the same way, and the cause (a key an older dpmed wrote) went unnamed."""
     import yaml
@@ -109,3 +110,48 @@ def test_a_study_yaml_of_another_version_is_named_as_such_with_the_key(tiny_stud
     err = capsys.readouterr().err
     assert "is not a study.yaml this version of dpmed can read (runs.1.privacy" in err and "n_train" in err, err
     assert "another version of dpmed" in err and "Traceback" not in err and err.count("\n") == 1
+    (out / "private" / "released_sizes.json").unlink()
+    assert main(["run", str(tiny_study_file), "--out", str(tmp_path), "--no-progress"]) == 2
+    assert "is not a study.yaml this version of dpmed can read" in capsys.readouterr().err
+    assert not (out / "private" / "released_sizes.json").exists()    # refused before the data were read, nothing drawn
+
+
+def test_a_card_that_claims_more_than_this_version_finds_is_not_reused(tiny_study, tiny_study_file, tmp_path,
+                                                                       capsys):
+    """A finished run's card is checked against what this dpmed states for the same plan and ledger: an earlier
+    dpmed's card (written before the noise sampler's bounded draws were priced) called a run DP that this version
+    calls NOT DP, or stated a smaller delta, and was reused as it was."""
+    from dpmed.mechanisms import mechanism_info
+    from dpmed.records import read_record
+    from dpmed.resumption import claimed_more
+
+    path = next(p for p in (tiny_study / "runs").glob("*/run.json") if read_record(p).plan.privacy.mechanism == "dp_sgd")
+    record = read_record(path)
+    now = mechanism_info("dp_sgd").card(record.plan.privacy, record.ledger, "secure")
+    assert now.is_dp and now.sampler_delta > 0
+
+    def with_card(**changes):
+        return record.model_copy(update={"privacy": now.model_copy(update=changes)})
+
+    assert claimed_more(with_card(), "secure") == []
+    assert claimed_more(with_card(epsilon=now.epsilon * 1.1), "secure") == []        # weaker: it still holds
+    assert claimed_more(with_card(delta=now.delta * (1 - 1e-7)), "secure") == []    # within the accountant's rounding
+    assert claimed_more(with_card(delta=now.delta / 2), "secure") == [
+        f"privacy: the finished run's card (an earlier dpmed's) states delta = {now.delta / 2:.6g}, this version "
+        f"{now.delta:.6g}"]
+    assert "states eps = " in claimed_more(with_card(epsilon=now.epsilon * 0.9), "secure")[0]
+    tiny_noise = with_card().model_copy(update={"plan": record.plan.model_copy(update={
+        "privacy": record.plan.privacy.model_copy(update={"noise_multiplier": 0.01})})})
+    assert claimed_more(tiny_noise, "secure") == [
+        "privacy: the finished run's card (an earlier dpmed's) calls it DP, this version NOT DP"]
+
+    out = tmp_path / "out"                                   # and `dpmed run` refuses to reuse it, naming the run
+    shutil.copytree(tiny_study, out / "tiny")
+    copied = out / "tiny" / path.relative_to(tiny_study)
+    stored = read_record(copied)
+    claimed = stored.privacy.model_copy(update={"is_dp": True})   # the study is reproducible: NOT DP, as labelled
+    copied.write_text(stored.model_copy(update={"privacy": claimed}).model_dump_json())
+    capsys.readouterr()
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path.parent.name}: privacy: the finished run's card (an earlier dpmed's) calls it DP" in err
