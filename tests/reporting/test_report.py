@@ -141,3 +141,17 @@ def test_a_card_planned_from_a_count_below_the_batch_shows_the_count_beside_n(ma
     assert results_frame([record]).loc[0, "released_units"] == 35
     plain = make_record("dp_eps8_seed1", "dp", "dp_sgd", eps=8.0)
     assert "released count (below" not in _card(plain)
+
+
+def test_provenance_names_the_runs_written_by_other_versions(tmp_path, records, make_resolved):
+    """The report showed the first run's versions only, though a folder resumed after an upgrade mixes runs of two
+    dpmed commits (and Ray workers may run other libraries)."""
+    same = {"dpmed": "0.1.0", "git_commit": "aaaa", "torch": "2.9"}
+    mixed = [records[0].model_copy(update={"versions": same}),
+             records[1].model_copy(update={"versions": {**same, "git_commit": "bbbb"}}),
+             records[2].model_copy(update={"versions": same})]
+    html = _write(tmp_path, make_resolved(mixed), mixed)
+    assert "Not every run was written by the same versions: 2 of 3 by those below" in html
+    assert "<li>dp-sgd_eps8_C1_seed0: git_commit bbbb</li>" in html and "<td>aaaa</td>" in html
+    html = _write(tmp_path, make_resolved(mixed), [r.model_copy(update={"versions": same}) for r in mixed])
+    assert "Not every run" not in html

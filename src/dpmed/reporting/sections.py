@@ -400,16 +400,36 @@ def _resumed(step: int | None) -> str:
             'covers">private</span>')
 
 
+def _other_versions(inputs: ReportInputs) -> tuple[dict[str, str], str]:
+    """The versions most runs were written by, and a warning naming the runs written by others (an upgrade between
+    two `dpmed run`s of one folder, or Ray workers with other libraries) with what differs; "" where all agree."""
+    groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for r in inputs.records:
+        groups.setdefault(tuple(sorted(r.versions.items())), []).append(r.run_id)
+    ordered = sorted(groups.items(), key=lambda group: -len(group[1]))
+    versions = dict(ordered[0][0]) if ordered else {}
+    lines = []
+    for key, run_ids in ordered[1:]:
+        theirs = dict(key)
+        differ = [f"{name} {theirs.get(name, '(not recorded)')}" for name in sorted({*versions, *theirs})
+                  if theirs.get(name) != versions.get(name)]
+        lines.append(f"<li>{escape(', '.join(run_ids))}: {escape('; '.join(differ))}</li>")
+    if not lines:
+        return versions, ""
+    return versions, (f'<p class="flag">⚠ Not every run was written by the same versions: {len(ordered[0][1])} of '
+                      f"{len(inputs.records)} by those below, the others by</p><ul>{''.join(lines)}</ul>")
+
+
 def provenance(inputs: ReportInputs) -> str:
-    versions = inputs.records[0].versions if inputs.records else {}
+    versions, others = _other_versions(inputs)
     timing = "".join(f"<tr><td>{escape(r.run_id)}</td><td class=num>{_seconds(r.timing.train_seconds)}</td>"
                      f"<td class=num>{_seconds(r.timing.total_seconds)}</td><td>{escape(r.timing.device)}</td>"
                      f"<td class=num>{r.timing.threads}</td><td class=num>{_resumed(r.timing.resumed_from)}</td></tr>"
                      for r in inputs.records)
     resolved = yaml.safe_dump(inputs.resolved.model_dump(mode="json"), sort_keys=False)
     # No date: when the report was written tells how long the DP-SGD runs before it took (`dpmed.records.Timing`).
-    return (f'<h2 id="provenance">Provenance</h2><p>Written by dpmed {escape(versions.get("dpmed", ""))}.</p><table>'
-            + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in versions.items())
+    return (f'<h2 id="provenance">Provenance</h2><p>Written by dpmed {escape(versions.get("dpmed", ""))}.</p>{others}'
+            + "<table>" + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in versions.items())
             + "</table><p>Wall time per run (seconds; a resumed run counts only its last session; a DP-SGD run's "
             "is in the private report: it grows with what Poisson sampling drew from the training set, which no eps "
             "covers):</p>"
