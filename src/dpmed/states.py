@@ -76,25 +76,36 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     """(run id, state, detail) of every run the study folder lists: finished, unreadable (a run.json that `dpmed
     report` would refuse: why), failed (with the error), interrupted (a private checkpoint waits: the step it reached
     and its age) or pending; then every finished run the folder holds that the study file no longer lists (its model
-    is released all the same, and the study's eps composes it: `dpmed.budget`)."""
+    is released all the same, and the study's eps composes it: `dpmed.budget`).
+
+    Where study.yaml is there but cannot be read (another version of dpmed wrote it), its state comes first, and
+    then the runs the folder holds files of: which are pending is not known without it."""
     folder = StudyFolder(Path(study_dir))
     states = []
-    listed = read_resolved(folder.root).runs
-    for plan in listed:
-        files = folder.run(plan.run_id)
+    try:
+        listed = [plan.run_id for plan in read_resolved(folder.root).runs]
+    except ConfigError as exc:
+        if not folder.resolved_study.is_file():
+            raise
+        states.append(("study.yaml", "unreadable", f"{exc}; the runs below are those with files in the folder "
+                                                   "(which runs are pending is not known without it)"))
+        listed = sorted({p.name for base in (folder.runs, folder.private / "runs") if base.is_dir()
+                         for p in base.iterdir() if p.is_dir()})
+    for run_id in listed:
+        files = folder.run(run_id)
         if files.is_finished:
             try:
                 read_record(files.record)
-                states.append((plan.run_id, "finished", ""))
+                states.append((run_id, "finished", ""))
             except ConfigError as exc:
-                states.append((plan.run_id, "unreadable", str(exc)))
+                states.append((run_id, "unreadable", str(exc)))
         elif files.error.is_file():
-            states.append((plan.run_id, "failed", _failure_message(files.error)))
+            states.append((run_id, "failed", _failure_message(files.error)))
         elif files.checkpoint.is_file():
-            states.append((plan.run_id, "interrupted", _checkpoint_detail(files.checkpoint)))
+            states.append((run_id, "interrupted", _checkpoint_detail(files.checkpoint)))
         else:
-            states.append((plan.run_id, "pending", ""))
-    names = {plan.run_id for plan in listed}
+            states.append((run_id, "pending", ""))
+    names = set(listed)
     states += [(run_id, "finished", "not in the study file now, but in this folder: the study's eps still counts it")
                for run_id in folder.finished_run_ids() if run_id not in names]
     return states
