@@ -273,6 +273,9 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
         ledger, statistics, done = Ledger.from_dict(state["ledger"]), state["statistics"], state["done"]
         if average is not None:
             average.load_state_dict(state["average"])
+        reached = state.get("progress")    # absent from checkpoints written before they recorded it
+        _log.info("%s: continues from its checkpoint%s", label,
+                  f" at step {reached['steps']} of {reached['of']}" if reached else "")
 
     def save(done_now: int) -> None:
         if checkpoint is not None:
