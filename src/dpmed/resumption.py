@@ -20,7 +20,7 @@ from dpmed.config import RunPlan, Study
 from dpmed.data import Dataset
 from dpmed.errors import ConfigError
 from dpmed.folders import RETRAIN_NOTE, StudyFolder
-from dpmed.mechanisms import mechanism_info
+from dpmed.mechanisms import claims_beyond
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, read_record
 
@@ -98,24 +98,6 @@ def _evaluated_otherwise(record: RunRecord, study: Study, n_test: int) -> list[s
         if "pointing_tolerance" in explained:      # recorded where lesion masks were explained
             now["explanations"]["pointing_tolerance"] = asked["pointing_tolerance"]
     return [f"evaluation.{line}" for line in setting_differences(shown, now)]
-
-
-def claimed_more(record: RunRecord, randomness: str) -> list[str]:
-    """Where the card of a finished run claims more than this dpmed finds for the same run, from the run's own plan
-    and ledger: a card written by an earlier dpmed (before the noise sampler's bounded draws were priced in delta,
-    say) may call a run DP that this version calls NOT DP, or state a smaller delta or eps. Reused, such a run would
-    carry a claim this version does not make. A claim this version finds stronger is kept (it still holds), and so
-    is one below this version's by less than a millionth, the accountants' own numerical rounding."""
-    card = record.privacy
-    now = mechanism_info(record.plan.privacy.mechanism).card(record.plan.privacy, record.ledger, randomness)
-    if card.is_dp and not now.is_dp:
-        return ["privacy: the finished run's card (an earlier dpmed's) calls it DP, this version NOT DP"]
-    out = []
-    for name, old, new in (("delta", card.delta, now.delta), ("eps", card.epsilon, now.epsilon)):
-        if card.is_dp and old is not None and new is not None and new > old * (1 + 1e-6):
-            out.append(f"privacy: the finished run's card (an earlier dpmed's) states {name} = {old:.6g}, this "
-                       f"version {new:.6g}")
-    return out
 
 
 def randomness_of(record: RunRecord) -> str | None:
@@ -209,7 +191,8 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
         drawn = randomness_of(record)
         if drawn not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
             diffs.append(f"privacy_randomness: {drawn} in the finished run, {randomness} now")
-        diffs += claimed_more(record, drawn or randomness)
+        diffs += [f"privacy: {claim}"            # the card another dpmed wrote: not reused as it claims
+                  for claim in claims_beyond(record.privacy, record.plan.privacy, record.ledger)]
         if diffs:
             clashes.append((run_id, diffs))
         else:

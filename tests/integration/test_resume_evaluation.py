@@ -121,11 +121,11 @@ def test_a_card_that_claims_more_than_this_version_finds_is_not_reused(tiny_stud
     """A finished run's card is checked against what this dpmed states for the same plan and ledger: an earlier
     dpmed's card (written before the noise sampler's bounded draws were priced) called a run DP that this version
     calls NOT DP, or stated a smaller delta, and was reused as it was."""
-    from dpmed.mechanisms import mechanism_info
+    from dpmed.mechanisms import claims_beyond, mechanism_info
     from dpmed.records import read_record
-    from dpmed.resumption import claimed_more
 
-    path = next(p for p in (tiny_study / "runs").glob("*/run.json") if read_record(p).plan.privacy.mechanism == "dp_sgd")
+    path = next(p for p in (tiny_study / "runs").glob("*/run.json")
+                if read_record(p).plan.privacy.mechanism == "dp_sgd")
     record = read_record(path)
     now = mechanism_info("dp_sgd").card(record.plan.privacy, record.ledger, "secure")
     assert now.is_dp and now.sampler_delta > 0
@@ -133,17 +133,19 @@ def test_a_card_that_claims_more_than_this_version_finds_is_not_reused(tiny_stud
     def with_card(**changes):
         return record.model_copy(update={"privacy": now.model_copy(update=changes)})
 
+    def claimed_more(run, randomness):
+        assert randomness == "secure"                          # as the card says (no reproducible label)
+        return claims_beyond(run.privacy, run.plan.privacy, run.ledger)
+
     assert claimed_more(with_card(), "secure") == []
     assert claimed_more(with_card(epsilon=now.epsilon * 1.1), "secure") == []        # weaker: it still holds
     assert claimed_more(with_card(delta=now.delta * (1 - 1e-7)), "secure") == []    # within the accountant's rounding
     assert claimed_more(with_card(delta=now.delta / 2), "secure") == [
-        f"privacy: the finished run's card (an earlier dpmed's) states delta = {now.delta / 2:.6g}, this version "
-        f"{now.delta:.6g}"]
+        f"its card (an earlier dpmed's) states delta = {now.delta / 2:.6g}, this version {now.delta:.6g}"]
     assert "states eps = " in claimed_more(with_card(epsilon=now.epsilon * 0.9), "secure")[0]
     tiny_noise = with_card().model_copy(update={"plan": record.plan.model_copy(update={
         "privacy": record.plan.privacy.model_copy(update={"noise_multiplier": 0.01})})})
-    assert claimed_more(tiny_noise, "secure") == [
-        "privacy: the finished run's card (an earlier dpmed's) calls it DP, this version NOT DP"]
+    assert claimed_more(tiny_noise, "secure") == ["its card (an earlier dpmed's) calls it DP, this version NOT DP"]
 
     out = tmp_path / "out"                                   # and `dpmed run` refuses to reuse it, naming the run
     shutil.copytree(tiny_study, out / "tiny")
@@ -154,4 +156,8 @@ def test_a_card_that_claims_more_than_this_version_finds_is_not_reused(tiny_stud
     capsys.readouterr()
     assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert f"{path.parent.name}: privacy: the finished run's card (an earlier dpmed's) calls it DP" in err
+    assert f"{path.parent.name}: privacy: its card (an earlier dpmed's) calls it DP, this version NOT DP" in err
+    assert main(["report", str(out / "tiny")]) == 0          # the report of the folder says so above the cards
+    page = (out / "tiny" / "report.html").read_text()
+    assert "These cards claim more than this version of dpmed finds" in page
+    assert f"<li>{path.parent.name}: its card (an earlier dpmed&#x27;s) calls it DP, this version NOT DP</li>" in page

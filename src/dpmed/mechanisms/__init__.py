@@ -7,11 +7,11 @@ from dpmed.mechanisms.dp_sgd import DpSgdArm, DpSgdPlan, ReconstructionRecord, p
 from dpmed.mechanisms.none import NoPrivacyArm, NoPrivacyPlan
 from dpmed.mechanisms.pixel_gaussian import PixelGaussian, PixelGaussianArm, PixelGaussianPlan
 from dpmed.mechanisms.pixel_laplace import PixelLaplace, PixelLaplaceArm, PixelLaplacePlan
-from dpmed.mechanisms.registry import MECHANISMS, Arm, PrivacyPlan, mechanism_info
+from dpmed.mechanisms.registry import MECHANISMS, Arm, PrivacyPlan, claims_beyond, mechanism_info
 from dpmed.mechanisms.scalar_shift import ScalarShift, ScalarShiftArm, ScalarShiftPlan
 
 __all__ = [
-    "MECHANISMS", "mechanism_info", "MechanismInfo", "Arm", "PrivacyPlan", "ArmBase", "AuditConfig", "PlanContext",
+    "MECHANISMS", "mechanism_info", "claims_beyond", "MechanismInfo", "Arm", "PrivacyPlan", "ArmBase", "AuditConfig", "PlanContext",
     "PrivacyCard", "GroupGuarantee", "Strict", "ReconstructionRecord", "training_steps", "AUTO_EPOCHS",
     "AUTO_MIN_STEPS",
     "NoPrivacyArm", "NoPrivacyPlan", "PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "PixelGaussian",

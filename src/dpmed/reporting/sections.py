@@ -9,6 +9,7 @@ import re
 
 import yaml
 
+from dpmed.mechanisms import claims_beyond
 from dpmed.records import DatasetSummary, RunRecord
 from dpmed.released_size import describe_counts
 from dpmed.reporting.clinical import flag_html
@@ -295,12 +296,24 @@ def _start_note(r: RunRecord) -> str:
             "model learnt there is not covered by this ε.</p>")
 
 
+def _claims_beyond(inputs: ReportInputs) -> str:
+    """A warning where a finished run's card, written by an earlier dpmed, claims more than this version finds for
+    the same run (`dpmed run` refuses to reuse such a run; the report of an old folder still shows its card)."""
+    lines = [f"<li>{escape(r.run_id)}: {escape(claim)}</li>" for r in inputs.records
+             for claim in claims_beyond(r.privacy, r.plan.privacy, r.ledger)]
+    if not lines:
+        return ""
+    return ('<div class="flag"><p>⚠ These cards claim more than this version of dpmed finds for the same training, '
+            f"from each run's own plan and privacy ledger:</p><ul>{''.join(lines)}</ul><p>Read those runs by this "
+            "version's claim, or retrain them: delete their folders under runs/ and run the study again.</p></div>")
+
+
 def privacy_cards(inputs: ReportInputs) -> str:
     return ('<h2 id="privacy">Privacy cards</h2><p>Every eps names its delta, accountant, unit and neighbour relation. '
             "Local DP (pixel noise) and DP-SGD protect against different neighbours (any two images versus adding or "
             "removing one patient or image from training), so their eps are not directly comparable. Numbers are "
             "shown to three significant figures; every field at full precision is folded under each card.</p>"
-            f'<div class="cards">{"".join(_card(r) for r in inputs.records)}</div>')
+            f'{_claims_beyond(inputs)}<div class="cards">{"".join(_card(r) for r in inputs.records)}</div>')
 
 
 def study_privacy_section(inputs: ReportInputs) -> str:
