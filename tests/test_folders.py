@@ -7,6 +7,9 @@ import logging
 import os
 from pathlib import Path
 
+import pytest
+
+from dpmed.errors import FolderError
 from dpmed.folders import RELEASE_TIME, StudyFolder, write_json_atomic
 
 
@@ -39,6 +42,37 @@ def test_the_private_folder_is_its_owners_alone(tmp_path):
     folder.private.chmod(0o755)                      # a folder made by an older dpmed, or by hand
     folder.make_private()
     assert folder.private.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
+def test_a_new_study_folder_is_its_owners_alone_and_an_existing_one_keeps_its_mode(tmp_path):
+    """Its shareable files hold the test patients' ids, sex and age and some test images (no eps covers them): under
+    the usual umask 022 every local user of a hospital's server could read them."""
+    folder = StudyFolder(tmp_path / "results" / "s")
+    folder.make_private()
+    assert folder.root.stat().st_mode & 0o777 == 0o700
+    folder.root.chmod(0o750)                          # shared on purpose with a group
+    folder.make_private()
+    assert folder.root.stat().st_mode & 0o777 == 0o750
+
+
+@pytest.mark.skipif(os.name == "nt", reason="links need privileges on Windows")
+def test_a_private_folder_planted_as_a_link_or_by_another_user_is_refused(tmp_path, monkeypatch):
+    """Someone who can write the output root could make private/ a link to a folder of theirs, and receive the log,
+    the training statistics and the private report (as root, dpmed followed it and wrote there)."""
+    loot = tmp_path / "loot"
+    loot.mkdir(mode=0o755)
+    folder = StudyFolder(tmp_path / "s")
+    folder.root.mkdir()
+    folder.private.symlink_to(loot)
+    with pytest.raises(FolderError, match=r"private is a symbolic link \(.*loot\): dpmed keeps the privacy keys"):
+        folder.make_private()
+    assert loot.stat().st_mode & 0o777 == 0o755 and not list(loot.iterdir())     # neither narrowed nor written
+    folder.private.unlink()
+    folder.make_private()
+    monkeypatch.setattr(os, "getuid", lambda: folder.private.stat().st_uid + 1)   # as another user sees it
+    with pytest.raises(FolderError, match=r"belongs to another user \(uid \d+\), who could read"):
+        folder.make_private()
 
 
 def test_a_file_system_that_ignores_chmod_is_told_once_not_trusted_silently(tmp_path, monkeypatch, caplog):

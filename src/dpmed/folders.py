@@ -22,6 +22,7 @@ import functools
 import json
 import logging
 import os
+import stat
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from typing import IO, Any, Callable, Mapping
 
 import numpy as np
 
-from dpmed.errors import error_name
+from dpmed.errors import FolderError, error_name
 
 __all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic", "read_arrays",
            "write_json_atomic", "write_text_atomic", "temporary_beside", "RELEASE_TIME", "RETRAIN_NOTE"]
@@ -121,6 +122,23 @@ def read_arrays(path: Path, required: tuple[str, ...] = ()) -> dict[str, np.ndar
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
     """JSON (strict: no NaN or inf) written atomically."""
     write_text_atomic(path, json.dumps(payload, indent=2, allow_nan=False, default=str))
+
+
+def _refuse_planted(private: Path) -> None:
+    """FolderError where ``private`` exists as a symbolic link or as another user's folder (see `make_private`)."""
+    try:
+        st = os.lstat(private)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise FolderError(f"{private} is a symbolic link ({os.readlink(private)}): dpmed keeps the privacy keys, "
+                          "checkpoints and what no eps covers there and follows no link for them; remove the link, "
+                          "or use another --out")
+    owner = getattr(os, "getuid", None)      # no owners to compare on Windows
+    if owner is not None and st.st_uid != owner():
+        raise FolderError(f"{private} belongs to another user (uid {st.st_uid}), who could read what dpmed keeps "
+                          "there (the privacy keys, checkpoints and what no eps covers); remove it if you trust "
+                          "nothing in it, or use another --out")
 
 
 @functools.lru_cache(maxsize=None)   # once per folder and process: every command makes the folder private again
@@ -323,8 +341,14 @@ class StudyFolder:
     def make_private(self) -> None:
         """Create ``private/`` readable by its owner only (0700; an older folder's is narrowed): it holds the runs'
         privacy keys, checkpoints and the statistics no eps covers, which other users of the machine must not read.
-        The files in it may be 0644 (the log, the reports): the folder keeps others from reaching them."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        The files in it may be 0644 (the log, the reports): the folder keeps others from reaching them.
+
+        A new study folder is made 0700 too: its shareable files still hold the test patients' ids, sex and age and
+        some test images, which no eps covers; sharing them is the owner's choice (chmod), not every local user's
+        default. An existing ``private/`` that is a link, or another user's, is refused: whoever could write the
+        study folder could have planted it there to receive what dpmed keeps private."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)   # its parents as the umask makes them
+        _refuse_planted(self.private)
         self.private.mkdir(mode=0o700, exist_ok=True)
         self.private.chmod(0o700)
         mode = self.private.stat().st_mode & 0o777
