@@ -25,7 +25,10 @@ import importlib.util
 import logging
 import logging.handlers
 import multiprocessing
+import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import traceback
@@ -342,7 +345,12 @@ class RayExecutor:
     """Each run as a Ray task with its CPU and GPU needs (pip install 'dpmed[ray]'); same folders, same resume.
 
     ``address``: an existing cluster (e.g. "ray://head:10001" or "auto"); None starts a local instance. The output
-    folder must be reachable at the same path from every node (a shared filesystem)."""
+    folder must be reachable at the same path from every node (a shared filesystem).
+
+    Every task carries the decoded dataset through Ray's object store, which may spill it to disk, and runs on any
+    node that joins the cluster with its token. A local instance therefore keeps its files (spilled objects, logs
+    that tell object sizes, the port files) in a folder of this user's alone, deleted afterwards (Ray makes its own
+    temp folder world-writable, so it goes one level down); and a token file other users can read is warned of."""
 
     def __init__(self, *, address: str | None, cpus_per_run: float = 1.0, gpus_per_run: float = 0.0) -> None:
         try:
@@ -357,8 +365,11 @@ class RayExecutor:
     def map(self, tasks: Sequence[RunTask], context: RunContext, on_outcome: OnOutcome, *, fail_fast: bool) -> None:
         ray = self.ray
         started_here = not ray.is_initialized()
+        own = tempfile.mkdtemp(prefix="dpmed-ray-") if started_here and self.address is None else None   # 0700
         if started_here:
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+            options = {} if own is None else {"_temp_dir": str(Path(own) / "ray")}
+            ray.init(address=self.address, include_dashboard=False, log_to_driver=False, **options)
+        _warn_open_token()
         try:
             shared = ray.put(replace(context, progress=False))
             remote = ray.remote(num_cpus=self.cpus_per_run, num_gpus=self.gpus_per_run)(_execute)
@@ -377,6 +388,8 @@ class RayExecutor:
         finally:
             if started_here:
                 ray.shutdown()
+            if own is not None:
+                shutil.rmtree(own, ignore_errors=True)
 
     def _ended_before_the_stop(self, pending: dict[Any, RunTask], *,
                                grace: float = 30.0) -> Iterator[tuple[RunTask, Outcome]]:
@@ -390,6 +403,21 @@ class RayExecutor:
             except self.ray.exceptions.RayError:
                 if task.folder.is_finished:
                     yield task, read_record(task.folder.record)
+
+
+def _warn_open_token() -> None:
+    """Warn where Ray's token file (token authentication, on by default in recent Ray) is readable by other users:
+    Ray writes it 0644, and in a home folder others can list, whoever reads it can join the cluster as a node and be
+    sent runs, with the training images."""
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o044:
+        _log.warning("%s, the token that lets a node join this Ray cluster, is readable by other users (mode %o): "
+                     "whoever can read it can join and be sent runs, with the training images; run chmod 600 %s",
+                     path, mode, path)
 
 
 def check_executor_options(name: str, *, workers: int | None, address: str | None) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import re
 import signal
@@ -246,6 +247,46 @@ def test_fail_fast_on_ray_counts_the_runs_that_finished_before_the_cancellation(
                  lambda task, outcome: outcomes.update({task.plan.run_id: outcome}), fail_fast=True)
     assert sorted(fake.cancelled) == ["b", "c", "d"]
     assert outcomes == {"a": failure, "b": "record of b", "d": "record read from d.json"}
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
+def test_a_local_ray_keeps_its_files_in_a_folder_of_this_users_alone_and_an_open_token_is_told(
+        tmp_path, monkeypatch, caplog):
+    """Ray's own temp folder (/tmp/ray) is world-writable and its spilled objects, which hold the decoded dataset,
+    and logs, which tell its size, were readable by every local user; its token file, which lets a node join and be
+    sent runs, is written 0644."""
+    seen = {}
+
+    class Starting(_FakeRay):
+        started = False
+
+        def is_initialized(self):
+            return self.started
+
+        def init(self, **options):
+            folder = Path(options["_temp_dir"]).parent
+            seen.update(options, mode=folder.stat().st_mode & 0o777)
+            self.started = True
+
+        def shutdown(self):
+            pass
+
+    token = tmp_path / "auth_token"
+    token.write_text("secret")
+    token.chmod(0o644)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    executor = dpmed.executors.RayExecutor.__new__(dpmed.executors.RayExecutor)
+    executor.ray, executor.address, executor.cpus_per_run, executor.gpus_per_run = Starting({}), None, 1.0, 0.0
+    with caplog.at_level(logging.WARNING, logger="dpmed.executors"):
+        executor.map([], RunContext(dataset=None, evaluation=None, progress=False), lambda task, outcome: None,
+                     fail_fast=False)
+    assert seen["mode"] == 0o700 and Path(seen["_temp_dir"]).name == "ray"
+    assert not Path(seen["_temp_dir"]).parent.exists()                 # deleted after the shutdown
+    assert f"{token}, the token that lets a node join this Ray cluster, is readable by other users" in caplog.text
+    token.chmod(0o600)
+    caplog.clear()
+    dpmed.executors._warn_open_token()
+    assert not caplog.records
 
 
 def test_a_failed_run_that_is_run_again_and_interrupted_shows_as_interrupted(tmp_path, monkeypatch, capsys,
