@@ -314,6 +314,25 @@ def test_a_cache_entry_you_cannot_read_is_named_as_another_user_s(tmp_path, writ
     assert "delete" not in str(raised.value)
 
 
+@pytest.mark.skipif(os.name == "nt", reason="no owners to compare on Windows")
+def test_a_cache_dir_that_others_can_write_or_own_is_refused_before_any_decode(tmp_path, write_image, monkeypatch):
+    """Whoever can write the cache folder can replace the decoded images a study trains on, or swap an entry being
+    written for a file of theirs, which the decode then filled with patient images; dpmed used any folder."""
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)
+    with pytest.raises(DataError, match=r"cache may be written by every user \(mode 777\): whoever can write it"):
+        decode_images(paths, pre, cache_dir=cache)
+    assert not list(cache.iterdir())
+    cache.chmod(0o770)                                      # its group may: the umask 002 of user-private groups
+    assert not decode_images(paths, pre, cache_dir=cache).cached
+    monkeypatch.setattr(os, "getuid", lambda: cache.stat().st_uid + 1)
+    with pytest.raises(DataError, match=r"belongs to another user \(uid \d+\)"):
+        decode_images(paths, pre, cache_dir=cache)
+
+
 def test_an_entry_of_another_shape_under_the_key_is_refused(tmp_path, write_image):
     """An array of the right count but another C x H x W (a file copied in by hand, a bug) is not read as images."""
     paths = _files(tmp_path, write_image)

@@ -124,6 +124,7 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     memory.check_images((len(paths), channels, *size), fix=memory.SMALLER_IMAGES)
     key = None
     if cache_dir is not None:
+        _refuse_open_cache(Path(cache_dir))
         key = cache_key(paths, preprocessing, channels, size)
         hit = _load(Path(cache_dir), key, len(paths), (channels, *size))
         if hit is not None:
@@ -279,6 +280,31 @@ def _store(cache_dir: Path, key: str, tmp: Path, n: int, failures: dict[int, str
     os.replace(tmp, cache_dir / f"{key}.npy")
     write_text_atomic(cache_dir / f"{key}.json", json.dumps(
         {"format": _FORMAT, "n": n, "failures": {str(i): r for i, r in failures.items()}}), owner_only=True)
+
+
+def _refuse_open_cache(cache_dir: Path) -> None:
+    """DataError where an existing cache_dir belongs to another user or every user may write it: whoever can write it
+    can replace the decoded images a study trains on (an entry's key follows from the files' sizes and times), or
+    swap an entry being written for a file of theirs, which the decode then fills with patient images. Its entries
+    are owner-only, so a folder shared with others was of no use to them anyway. A folder its group may write is
+    let be: with the umask 002 of user-private groups (Debian, Ubuntu) every folder a user makes is so. Not checked
+    on Windows (no owners)."""
+    owner = getattr(os, "getuid", None)
+    try:
+        st = cache_dir.stat()
+    except OSError:      # not there yet: made 0700 when the first entry is written
+        return
+    if owner is None:
+        return
+    if st.st_uid != owner():
+        why = f"belongs to another user (uid {st.st_uid})"
+    elif st.st_mode & 0o002:
+        why = f"may be written by every user (mode {st.st_mode & 0o777:o})"
+    else:
+        return
+    raise DataError(f"data.cache_dir {cache_dir} {why}: whoever can write it can replace the decoded images a study "
+                    "trains on, or receive them as they are written; use a folder of yours that only you can write "
+                    f"(chmod 700 {cache_dir}), or remove data.cache_dir to decode without a cache")
 
 
 def _load(cache_dir: Path, key: str, n: int, shape: tuple[int, ...]) -> tuple[np.ndarray, dict[int, str]] | None:
