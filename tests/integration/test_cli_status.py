@@ -127,20 +127,3 @@ def test_plan_on_a_file_without_patient_ids_does_not_count_patients(tmp_path, ca
     out = capsys.readouterr().out
     assert "no patient ids" in out and "training patients" not in out, out
     assert "a patient column (source: csv), DICOM's PatientID or Kermany's file names give them" in out   # how
-
-
-def test_status_of_a_folder_whose_study_yaml_another_version_wrote_still_lists_its_runs(tiny_study, tmp_path, capsys):
-    """Refused whole before: a user who upgraded could not see which runs of an old folder had finished."""
-    out = tmp_path / "tiny"
-    shutil.copytree(tiny_study, out)
-    data = yaml.safe_load((out / "study.yaml").read_text())
-    data["runs"][1]["privacy"]["n_train"] = 112            # what an older dpmed wrote there
-    (out / "study.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    capsys.readouterr()
-    assert main(["status", str(out)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("study.yaml") and "unreadable: " in lines[0] and "which runs are pending" in lines[0]
-    assert [line.split()[:2] for line in lines[1:3]] == [["base_seed0", "finished"], ["dp_eps8_C1_seed0", "finished"]]
-    assert lines[-1] == "2 finished, 1 unreadable"
-    (out / "study.yaml").unlink()                           # gone altogether: still the clear refusal
-    assert main(["status", str(out)]) == 2

@@ -110,6 +110,14 @@ def test_a_study_yaml_of_another_version_is_named_as_such_with_the_key(tiny_stud
     err = capsys.readouterr().err
     assert "is not a study.yaml this version of dpmed can read (runs.1.privacy" in err and "n_train" in err, err
     assert "another version of dpmed" in err and "Traceback" not in err and err.count("\n") == 1
+    assert main(["status", str(out)]) == 0    # listed, not refused whole: which runs of an old folder had finished
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("study.yaml") and "unreadable: " in lines[0] and "which runs are pending" in lines[0]
+    assert [line.split()[:2] for line in lines[1:3]] == [["base_seed0", "finished"], ["dp_eps8_C1_seed0", "finished"]]
+    assert lines[-1] == "2 finished, 1 unreadable"
+    (out / "study.yaml").rename(out / "study.yaml.old")       # gone altogether: still the clear refusal
+    assert main(["status", str(out)]) == 2 and "study.yaml is missing" in capsys.readouterr().err
+    (out / "study.yaml.old").rename(out / "study.yaml")
     (out / "private" / "released_sizes.json").unlink()
     assert main(["run", str(tiny_study_file), "--out", str(tmp_path), "--no-progress"]) == 2
     assert "is not a study.yaml this version of dpmed can read" in capsys.readouterr().err
