@@ -338,10 +338,11 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
               executor: str = "local", workers: int = 1, address: str | None = None, fail_fast: bool = False,
               worker_setup: Callable[[], None] | None = None) -> StudyResult:
     """Run every unfinished run of ``study`` (a Study, or a study file's path) into ``out/<study.name>/`` and write
-    results.csv and report.html. ``progress``: progress bars (default: where stderr is a terminal).
+    results.csv and report.html. ``progress``: progress bars (default: where stderr is a terminal, or in a Jupyter
+    kernel, where tqdm draws them as widgets; elsewhere a line at each tenth of a run's steps).
 
-    The folder is held for the whole call (`claim_folder`): a second run_study on it, in another process, raises
-    FolderError naming this one. A run whose run.json exists is loaded, not retrained; if it was made with
+    The folder is held for the whole call (`claim_folder`): a second run_study on it, in another process or thread,
+    raises FolderError naming this one. A run whose run.json exists is loaded, not retrained; if it was made with
     different settings, this raises ConfigError naming them rather than mixing two studies in one table (use
     another --out, or delete that run's folder). A run that fails is recorded (private/runs/<id>/error.json) and the
     others go on, unless ``fail_fast``; the report covers the finished runs. ``executor``: "local" (``workers`` > 1: a
@@ -360,9 +361,14 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
     if workers < 1:                         # before the data are read
         raise ConfigError(f"workers must be at least 1, got {workers}")
     with interruptible((signal.SIGINT,)):
-        return _run_study(study, out=out, progress=sys.stderr.isatty() if progress is None else progress,
+        return _run_study(study, out=out, progress=_bars_shown() if progress is None else progress,
                           executor=executor, workers=workers, address=address, fail_fast=fail_fast,
                           worker_setup=worker_setup)
+
+
+def _bars_shown() -> bool:
+    isatty = getattr(sys.stderr, "isatty", None)     # stderr is None under pythonw
+    return bool(isatty and isatty()) or "ipykernel" in sys.modules
 
 
 def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, workers: int, address: str | None,
