@@ -365,12 +365,13 @@ class RayExecutor:
     def map(self, tasks: Sequence[RunTask], context: RunContext, on_outcome: OnOutcome, *, fail_fast: bool) -> None:
         ray = self.ray
         started_here = not ray.is_initialized()
-        own = tempfile.mkdtemp(prefix="dpmed-ray-") if started_here and self.address is None else None   # 0700
-        if started_here:
-            options = {} if own is None else {"_temp_dir": str(Path(own) / "ray")}
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False, **options)
-        _warn_open_token()
+        local = started_here and self.address is None and not os.environ.get("RAY_ADDRESS")   # a new instance
+        own = tempfile.mkdtemp(prefix="dpmed-ray-") if local else None    # 0700
         try:
+            if started_here:
+                options = {} if own is None else {"_temp_dir": str(Path(own) / "ray")}
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False, **options)
+            _warn_open_token()
             shared = ray.put(replace(context, progress=False))
             remote = ray.remote(num_cpus=self.cpus_per_run, num_gpus=self.gpus_per_run)(_execute)
             pending = {remote.remote(task, shared): task for task in tasks}
@@ -386,7 +387,7 @@ class RayExecutor:
                         on_outcome(task, outcome)
                     return
         finally:
-            if started_here:
+            if started_here and ray.is_initialized():
                 ray.shutdown()
             if own is not None:
                 shutil.rmtree(own, ignore_errors=True)
