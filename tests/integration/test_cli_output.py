@@ -162,7 +162,7 @@ def test_a_bug_in_dpmed_reaches_the_user_as_one_line_with_its_traceback_in_a_pri
     path = Path(err.split("traceback in ")[1])
     assert path.parent == tmp_path and path.stat().st_mode & 0o777 == 0o600
     assert "Traceback" in path.read_text() and "in broken" in path.read_text()
-    monkeypatch.setattr(dpmed.privacy_commands, "privacy_command", broken)   # a command that keeps no runs promises none
+    monkeypatch.setattr(dpmed.privacy_commands, "privacy_command", broken)   # keeps no runs, so promises none
     assert main(["privacy", "epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "1"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("dpmed: internal error: ValueError") and "Finished runs" not in err

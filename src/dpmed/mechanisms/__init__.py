@@ -11,7 +11,8 @@ from dpmed.mechanisms.registry import MECHANISMS, Arm, PrivacyPlan, claims_beyon
 from dpmed.mechanisms.scalar_shift import ScalarShift, ScalarShiftArm, ScalarShiftPlan
 
 __all__ = [
-    "MECHANISMS", "mechanism_info", "claims_beyond", "MechanismInfo", "Arm", "PrivacyPlan", "ArmBase", "AuditConfig", "PlanContext",
+    "MECHANISMS", "mechanism_info", "claims_beyond", "MechanismInfo", "Arm", "PrivacyPlan", "ArmBase", "AuditConfig",
+    "PlanContext",
     "PrivacyCard", "GroupGuarantee", "Strict", "ReconstructionRecord", "training_steps", "AUTO_EPOCHS",
     "AUTO_MIN_STEPS",
     "NoPrivacyArm", "NoPrivacyPlan", "PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "PixelGaussian",
