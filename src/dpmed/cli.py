@@ -113,7 +113,6 @@ def _privacy_arguments(p: argparse.ArgumentParser) -> None:
     risk.add_argument("--kappa", type=float, help="the attacker's prior success (default 1 / N with --dataset-size)")
 
 
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dpmed", description="What does privacy cost a diagnostic imaging model?")
     p.add_argument("--version", action="version", version=f"dpmed {_version()}")
