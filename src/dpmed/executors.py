@@ -87,7 +87,8 @@ def _failure(task: RunTask, error: str, details: str) -> RunFailure:
     the other runs go on; what to do about the disk is told when the study writes its outputs."""
     try:
         task.folder.make()
-        write_json_atomic(task.folder.error, {"run_id": task.plan.run_id, "error": error, "traceback": details})
+        write_json_atomic(task.folder.error, {"run_id": task.plan.run_id, "error": error, "traceback": details},
+                          owner_only=True)
     except OSError as exc:
         _log.warning("%s: could not write its error file %s (%s); the run failed with %s", task.plan.run_id,
                      task.folder.error, exc, error)

@@ -94,9 +94,9 @@ def write_text_atomic(path: Path, text: str | bytes, *, owner_only: bool = False
     write_atomic(path, lambda f: f.write(data), owner_only=owner_only)
 
 
-def write_arrays_atomic(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+def write_arrays_atomic(path: Path, arrays: Mapping[str, np.ndarray], *, owner_only: bool = False) -> None:
     """`write_atomic` of named arrays as one compressed .npz (``path`` as given: numpy adds no suffix to a file)."""
-    write_atomic(path, lambda f: np.savez_compressed(f, **arrays))
+    write_atomic(path, lambda f: np.savez_compressed(f, **arrays), owner_only=owner_only)
 
 
 def read_arrays(path: Path, required: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
@@ -119,9 +119,9 @@ def read_arrays(path: Path, required: tuple[str, ...] = ()) -> dict[str, np.ndar
     return arrays
 
 
-def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
+def write_json_atomic(path: Path, payload: Mapping[str, Any], *, owner_only: bool = False) -> None:
     """JSON (strict: no NaN or inf) written atomically."""
-    write_text_atomic(path, json.dumps(payload, indent=2, allow_nan=False, default=str))
+    write_text_atomic(path, json.dumps(payload, indent=2, allow_nan=False, default=str), owner_only=owner_only)
 
 
 def _refuse_planted(private: Path) -> None:
@@ -251,9 +251,12 @@ class RunFolder:
         return [] if self.is_finished else [p for p in self.released_files if p.is_file()]
 
     def make(self) -> None:
+        """The run's folders; its private ones owner-only, as everything in ``private/`` (its 0700 is the one thing
+        between them and other users otherwise, and a `chmod -R g+rX` of the results is common on shared servers)."""
         self.public.mkdir(parents=True, exist_ok=True)
-        self.private.mkdir(parents=True, exist_ok=True)
-        (self.private / "unreleased").mkdir(exist_ok=True)
+        self.private.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.private.mkdir(mode=0o700, exist_ok=True)
+        (self.private / "unreleased").mkdir(mode=0o700, exist_ok=True)
 
     def discard_attempt(self) -> None:
         """Delete what an unfinished earlier attempt of this run left: its checkpoint and key (made for other
@@ -341,7 +344,8 @@ class StudyFolder:
     def make_private(self) -> None:
         """Create ``private/`` readable by its owner only (0700; an older folder's is narrowed): it holds the runs'
         privacy keys, checkpoints and the statistics no eps covers, which other users of the machine must not read.
-        The files in it may be 0644 (the log, the reports): the folder keeps others from reaching them.
+        What dpmed writes in it is owner-only too (0600 files, 0700 folders), so that a `chmod -R g+rX` of the
+        results does not open it until the next command narrows the folder again.
 
         A new study folder is made 0700 too: its shareable files still hold the test patients' ids, sex and age and
         some test images, which no eps covers; sharing them is the owner's choice (chmod), not every local user's

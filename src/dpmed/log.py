@@ -11,6 +11,7 @@ those depend on the secret canary bits. Nothing logs privacy randomness (keys, n
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -97,7 +98,8 @@ class _File(logging.FileHandler):
         self.failed = False
 
     def _open(self):  # noqa: ANN202 - logging.FileHandler's hook
-        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.baseFilename).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))   # owner-only if new
         return super()._open()
 
     def emit(self, record: logging.LogRecord) -> None:

@@ -96,7 +96,7 @@ def write_outputs(folder: StudyFolder, resolved: ResolvedStudy, records: list[Ru
     write_report(resolved, public, comparisons, folder)
     private = _private_items(folder, records)
     if private:
-        folder.private.mkdir(parents=True, exist_ok=True)
+        folder.private.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_private_report(resolved, private, folder.private_report)
 
 

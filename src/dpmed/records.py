@@ -71,7 +71,8 @@ class Timing(_Record):
         return self
 
     def write(self, path: Path) -> None:
-        write_text_atomic(path, self.model_dump_json(indent=2))
+        """Into the run's private folder, owner-only: a DP-SGD run's seconds grow with what sampling drew."""
+        write_text_atomic(path, self.model_dump_json(indent=2), owner_only=True)
 
 
 def read_timing(path: Path) -> Timing | None:

@@ -156,7 +156,8 @@ def _attack(model, dataset: Dataset, dp: DpSgdPlan, seed: int, device, folder: R
     """The imprint attack on the arm's step (`dpmed.attack`): its counts for run.json, its images kept privately."""
     result = attack.attack_arm(model, dataset, dp, seed=seed, device=device)
     write_arrays_atomic(folder.attack_images, {"reconstructions": result.images.reconstructions,
-                                               "originals": result.images.originals, "ssim": result.images.ssim})
+                                               "originals": result.images.originals, "ssim": result.images.ssim},
+                        owner_only=True)
     return AttackRecord(structure=result.structure, n_bins=result.n_bins, batch_size=result.batch_size,
                         n_batches=result.n_batches, grouped=result.grouped, threshold=result.threshold.value,
                         threshold_quantile=result.threshold.quantile, n_trials=result.n_trials,
@@ -234,13 +235,13 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
             verdict, arrays = audit.conclude(trial, predict_logits(model, canaries, device=device),
                                              task_kind=ds.task.kind, delta=None if dp is None else dp.delta,
                                              claimed_epsilon=None if dp is None else card.training_epsilon)
-            write_arrays_atomic(folder.audit_scores, arrays)
-            write_json_atomic(folder.audit, verdict)
+            write_arrays_atomic(folder.audit_scores, arrays, owner_only=True)
+            write_json_atomic(folder.audit, verdict, owner_only=True)
             audit_summary = AuditSummary(n_canaries=plan.audit.canaries, kind=plan.audit.kind,
                                          result="in the study's private folder (it depends on the secret canary bits)")
         attack_record = None if dp is None or dp.attack is None else _attack(model, ds, dp, plan.seed, device, folder)
     write_json_atomic(folder.statistics, {"run_id": plan.run_id, "per_epoch": result.statistics,
-                                          "training_metrics": assessment.training_metrics})
+                                          "training_metrics": assessment.training_metrics}, owner_only=True)
     timing = Timing(train_seconds=result.seconds, total_seconds=time.perf_counter() - start, device=str(device),
                     threads=threads, resumed_from=result.resumed_from)
     record = RunRecord(

@@ -134,7 +134,7 @@ def withdraw_public_timing(folder: StudyFolder, records: Sequence[RunRecord]) ->
             seconds.append(r.run_id)
         run = folder.run(r.run_id)
         if read_timing(run.timing) is None:
-            run.private.mkdir(parents=True, exist_ok=True)
+            run.make()
             r.timing.write(run.timing)
         r.model_copy(update={"timing": shared}).write(run.record)
         rewritten.append(r.run_id)

@@ -4,6 +4,7 @@ reports its success rate beside the bounds, and keeps every image it reconstruct
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -46,6 +47,7 @@ def test_reconstructions_stay_private_and_the_rate_is_in_the_table(study):
         run = study.run(run_id)
         with np.load(run.attack_images) as f:
             assert f["reconstructions"].shape[1:] == (1, 16, 16) and len(f["originals"]) == len(f["ssim"])
+        assert os.name == "nt" or run.attack_images.stat().st_mode & 0o777 == 0o600     # patient images
         record = json.loads(run.record.read_text())
         assert set(record["attack"]) >= {"rate", "rate_low", "rate_high", "chance_rate", "threshold"}
         assert not any(p.suffix == ".npz" and "attack" in p.name for p in run.public.iterdir())

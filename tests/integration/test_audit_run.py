@@ -12,6 +12,7 @@ not DP. The audit's result depends on the secret bits, so it lives in the study'
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -103,6 +104,9 @@ def test_with_dp_sgd_the_lower_bound_stays_below_the_claimed_eps(records, audits
 def test_each_arm_audits_its_canaries_with_its_own_secret_bits(study_out, records, audits):
     folder = StudyFolder(study_out)
     saved = {arm: np.load(folder.run(r["run_id"]).audit_scores) for arm, r in records.items()}
+    if os.name != "nt":      # the secret bits and the verdict, owner-only file by file
+        assert {folder.run(r["run_id"]).audit_scores.stat().st_mode & 0o777 for r in records.values()} == {0o600}
+        assert {folder.run(r["run_id"]).audit.stat().st_mode & 0o777 for r in records.values()} == {0o600}
     # the bits are privacy randomness, each run's own (equal for ~100 fair coins with probability 2^-100)
     assert not np.array_equal(saved["non-private"]["included"], saved["dp-sgd"]["included"])
     for arm, f in saved.items():

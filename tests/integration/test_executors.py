@@ -52,7 +52,8 @@ def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeyp
     assert "FAILED base_seed0: RuntimeError: disk full (simulated)" in err
     runs = out / "tiny" / "runs"
     assert (runs / "dp_eps8_C1_seed0" / "run.json").is_file()
-    assert "disk full" in (out / "tiny" / "private" / "runs" / "base_seed0" / "error.json").read_text()
+    error = out / "tiny" / "private" / "runs" / "base_seed0" / "error.json"
+    assert "disk full" in error.read_text() and (os.name == "nt" or error.stat().st_mode & 0o777 == 0o600)
     assert not (runs / "base_seed0" / "error.json").exists()     # a message may carry a training-set statistic
     assert main(["status", str(out / "tiny")]) == 0
     status = capsys.readouterr().out

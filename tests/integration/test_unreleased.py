@@ -5,6 +5,10 @@ shareable folder as soon as training ended."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 import dpmed.run
 from dpmed.cli import main
 
@@ -67,3 +71,14 @@ def test_an_earlier_attempts_cams_are_not_released_beside_a_record_without_expla
     assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 0
     run = out / "tiny" / "runs" / "base_seed0"
     assert (run / "run.json").is_file() and (run / "model.pt").is_file() and not (run / "cams.npz").exists()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
+def test_what_private_holds_is_its_owners_alone_file_by_file(tiny_study):
+    """private/ is 0700, but its files and folders were made 0644 and 0755: a `chmod -R g+rX` of the results, common
+    on shared servers, opened the log, the training statistics and the private report to the group until the next
+    dpmed command narrowed private/ again."""
+    private = tiny_study / "private"
+    opened = [f"{path.relative_to(tiny_study)} {path.stat().st_mode & 0o777:o}" for path in private.rglob("*")
+              if path.stat().st_mode & 0o077]
+    assert opened == [], "\n".join(opened)

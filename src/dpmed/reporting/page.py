@@ -164,4 +164,4 @@ and their reconstructions. Sharing them breaks the eps of the
 runs they describe, or shows patients' images. Keep this file in the study's private folder.</div>
 {cards}{reconstructions}
 </body></html>"""
-    write_text_atomic(path, doc)
+    write_text_atomic(path, doc, owner_only=True)
