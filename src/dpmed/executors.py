@@ -424,10 +424,12 @@ def _warn_open_token() -> None:
 
 def check_executor_options(name: str, *, workers: int | None, address: str | None) -> None:
     """ConfigError where one executor's own option is given to the other, so that neither is ignored: ``address``
-    is Ray's only, ``workers`` (None: not given) local's only; and where Ray is asked for and not installed. `dpmed
-    run` and `run_study` check before the data are read."""
+    is Ray's only, ``workers`` (None: not given) local's only; and where Ray is asked for and not installed, the
+    executor is unknown, or ``workers`` is below 1. `dpmed run` and `run_study` check before the data are read."""
     if name not in EXECUTORS:
         raise ConfigError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
     if name == "ray" and importlib.util.find_spec("ray") is None:
         raise ConfigError(RAY_MISSING)
     if name != "ray" and address is not None:
@@ -443,10 +445,6 @@ def make_executor(name: str, *, workers: int = 1, address: str | None = None, gp
     """The executor called ``name`` ("local" or "ray"); local with workers > 1 is a process pool, whose workers run
     ``worker_setup`` (a module-level function) once at start. ``address`` is Ray's only and ``workers`` local's
     only: given to the other executor, either is refused."""
-    if name not in EXECUTORS:
-        raise ConfigError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
-    if workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {workers}")
     check_executor_options(name, workers=None if workers == 1 else workers, address=address)
     if name == "ray":
         return RayExecutor(address=address, gpus_per_run=gpus_per_run)

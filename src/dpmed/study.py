@@ -357,9 +357,7 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
                           "`if __name__ == \"__main__\":`")
     if not isinstance(study, Study):
         study = load_study(study)
-    check_executor_options(executor, workers=workers if executor == "local" else None, address=address)
-    if workers < 1:                         # before the data are read
-        raise ConfigError(f"workers must be at least 1, got {workers}")
+    check_executor_options(executor, workers=None if workers == 1 else workers, address=address)   # before the data
     with interruptible((signal.SIGINT,)):
         return _run_study(study, out=out, progress=_bars_shown() if progress is None else progress,
                           executor=executor, workers=workers, address=address, fail_fast=fail_fast,
