@@ -106,7 +106,7 @@ def torch_threads(n: int) -> Iterator[None]:
     with _THREADS_LOCK:
         if not _THREADS_INSIDE:
             _THREADS_BEFORE[0] = torch.get_num_threads()
-        entry = [n]                   # removed by identity: this block's entry, whatever the others' counts
+        entry = [n]   # removed by identity: removing the value n could take another block's, leaving a wrong last
         _THREADS_INSIDE.append(entry)
         torch.set_num_threads(n)
     try:
