@@ -148,12 +148,19 @@ def test_a_card_that_claims_more_than_this_version_finds_is_not_reused(tiny_stud
     assert claimed_more(with_card(), "secure") == []
     assert claimed_more(with_card(epsilon=now.epsilon * 1.1), "secure") == []        # weaker: it still holds
     assert claimed_more(with_card(delta=now.delta * (1 - 1e-7)), "secure") == []    # within the accountant's rounding
-    assert claimed_more(with_card(delta=now.delta / 2), "secure") == [
-        f"its card (an earlier dpmed's) states delta = {now.delta / 2:.6g}, this version {now.delta:.6g}"]
-    assert "states eps = " in claimed_more(with_card(epsilon=now.epsilon * 0.9), "secure")[0]
+    assert claimed_more(with_card(delta=now.delta / 2), "secure") == [     # each eps with its delta, accountant...
+        f"its card (an earlier dpmed's) states delta = {now.delta / 2:.6g}, this version {now.delta:.6g}: "
+        f"{now.in_brief()}"]
+    assert claimed_more(with_card(epsilon=now.epsilon * 0.9), "secure") == [
+        f"its card (an earlier dpmed's) states eps = {now.epsilon * 0.9:.6g}, this version {now.epsilon:.6g}: "
+        f"{now.in_brief()}"]
+    assert "(delta 1e-05, PLD, add/remove one patient)" in now.in_brief()
     tiny_noise = with_card().model_copy(update={"plan": record.plan.model_copy(update={
         "privacy": record.plan.privacy.model_copy(update={"noise_multiplier": 0.01})})})
-    assert claimed_more(tiny_noise, "secure") == ["its card (an earlier dpmed's) calls it DP, this version NOT DP"]
+    voided = mechanism_info("dp_sgd").card(tiny_noise.plan.privacy, record.ledger, "secure")
+    assert claimed_more(tiny_noise, "secure") == [
+        f"its card (an earlier dpmed's) calls it DP, this version NOT DP: {voided.in_brief()}"]
+    assert voided.in_brief().endswith("; not DP: noise below the sampler's reach")
 
     out = tmp_path / "out"                                   # and `dpmed run` refuses to reuse it, naming the run
     shutil.copytree(tiny_study, out / "tiny")
@@ -168,4 +175,5 @@ def test_a_card_that_claims_more_than_this_version_finds_is_not_reused(tiny_stud
     assert main(["report", str(out / "tiny")]) == 0          # the report of the folder says so above the cards
     page = (out / "tiny" / "report.html").read_text()
     assert "These cards claim more than this version of dpmed finds" in page
-    assert f"<li>{path.parent.name}: its card (an earlier dpmed&#x27;s) calls it DP, this version NOT DP</li>" in page
+    assert f"<li>{path.parent.name}: its card (an earlier dpmed&#x27;s) calls it DP, this version NOT DP: " in page
+    assert "not DP: seed known</li>" in page

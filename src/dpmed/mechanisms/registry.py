@@ -30,14 +30,15 @@ def claims_beyond(card: PrivacyCard, plan: Any, ledger: Ledger) -> list[str]:
     A card an earlier dpmed wrote (before the noise sampler's bounded draws were priced in delta, say) may call a
     run DP that this version calls NOT DP, or state a smaller delta or eps: a claim this version does not make. A
     claim this version finds stronger still holds, and so does one below this version's by less than a millionth
-    (the accountants' own numerical rounding)."""
+    (the accountants' own numerical rounding). Each line ends with this version's claim in brief (`in_brief`: eps
+    with its delta, accountant and neighbours)."""
     if not card.is_dp:
         return []
     randomness = "reproducible" if card.randomness == NOT_DP_REPRODUCIBLE else "secure"
     now = mechanism_info(plan.mechanism).card(plan, ledger, randomness)
     if not now.is_dp:
-        return ["its card (an earlier dpmed's) calls it DP, this version NOT DP"]
-    return [f"its card (an earlier dpmed's) states {name} = {old:.6g}, this version {new:.6g}"
+        return [f"its card (an earlier dpmed's) calls it DP, this version NOT DP: {now.in_brief()}"]
+    return [f"its card (an earlier dpmed's) states {name} = {old:.6g}, this version {new:.6g}: {now.in_brief()}"
             for name, old, new in (("delta", card.delta, now.delta), ("eps", card.epsilon, now.epsilon))
             if old is not None and new is not None and new > old * (1 + 1e-6)]
 
