@@ -10,6 +10,7 @@ the number of images, one patient can move the clipped sum by at most C.
 
 from __future__ import annotations
 
+import copy
 
 import numpy as np
 import pytest
@@ -309,6 +310,39 @@ def test_one_patient_moves_the_clipped_sum_by_at_most_c(images, seed, clip, engi
     x, y, groups = _one_patient_data(images, seed)
     clipper = ENGINES[engine](_small_net(), order)
     assert _contribution(clipper, x, y, groups, 99, clip, order) <= clip * (1 + 1e-9)
+
+
+def _cancelling_patient(seed: int, margin: float):
+    """A float32 net, and one patient of two copies of a film labelled 0 and 1 where the net's logits differ by
+    ``margin``: the patient's two gradients nearly cancel (their sum is about 2 margin of either), and the head is
+    scaled up 1000-fold so that the sum still exceeds the clip. Returns the net, x, y, groups and the sum's norm,
+    computed in float64."""
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.Tanh(), nn.Conv2d(16, 32, 3, padding=1), nn.Tanh(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 2))
+    film = torch.rand(1, 1, 16, 16, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        net[-1].weight.mul_(1000)
+        z = net(film)[0]
+        net[-1].bias[0] += z[1] - z[0] + margin
+    x, y, groups = torch.cat([film, film]), torch.tensor([0, 1]), torch.tensor([7, 7])
+    exact = copy.deepcopy(net).double()
+    total = torch.autograd.grad(_ce(exact(x.double()), y), list(exact.parameters()))
+    return net, x, y, groups, torch.cat([t.flatten() for t in total]).norm().item()
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_patient_whose_gradients_cancel_moves_the_float32_sum_by_at_most_c(engine):
+    """Float32 cannot resolve the norm of a sum that cancels; a norm that comes out short lets the patient's clipped
+    contribution exceed C (2.03 C over these patients before the engine's rounding slack, `clipping`)."""
+    worst = 0.0
+    for seed in range(10):
+        for margin in (3e-3, 1e-3, 3e-4):
+            net, x, y, groups, norm = _cancelling_patient(seed, margin)
+            clip = norm / 2                                  # the patient's sum is clipped
+            got = ENGINES[engine](net, 2).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip, groups=groups)
+            worst = max(worst, torch.cat([t.double().flatten() for t in got]).norm().item() / clip)
+    assert worst <= 1 + 1e-6
 
 
 def test_image_level_clipping_lets_a_patient_with_many_images_move_the_sum_by_more_than_c():
