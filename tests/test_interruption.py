@@ -72,8 +72,9 @@ def test_a_block_inside_another_changes_nothing_and_keeps_the_outer_record():
     with interruptible() as received:
         handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
         with pytest.raises(KeyboardInterrupt):
-            with interruptible((signal.SIGINT,)):
+            with interruptible((signal.SIGINT,)) as inner:
                 assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+                assert inner is received           # the code inside reads the signals the outer block took
                 signal.raise_signal(signal.SIGTERM)
                 sum(range(10))
         assert received == [signal.SIGTERM]

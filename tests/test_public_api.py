@@ -46,9 +46,17 @@ def test_load_study_without_a_path_is_the_embedded_quickstart():
 
 @pytest.mark.parametrize(("options", "message"), [({"executor": "locl"}, "unknown executor 'locl'"),
                                                   ({"workers": 0}, "workers must be at least 1"),
+                                                  ({"workers": -1}, "workers must be at least 1"),
                                                   ({"address": "ray://head:10001"}, "applies only with")])
-def test_run_study_refuses_bad_options_before_it_reads_data_or_writes(tmp_path, options, message):
-    """They were refused only after the data had been read, the noise calibrated, and the study folder written."""
+def test_run_study_refuses_bad_options_before_it_reads_data_or_writes(tmp_path, monkeypatch, options, message):
+    """They were refused only after the data had been read, the noise calibrated, and the study folder written.
+    (Should the check let one through, the study must not start: a pool of no workers would wait for ever.)"""
+    import dpmed.study
+
+    def started(*args, **kwargs):
+        raise AssertionError(f"the study started with {options}")
+
+    monkeypatch.setattr(dpmed.study, "_run_study", started)
     with pytest.raises(dpmed.ConfigError, match=message):
         dpmed.run_study(dpmed.load_study(), out=tmp_path / "out", **options)
     assert not (tmp_path / "out").exists()
@@ -81,6 +89,23 @@ def test_run_study_takes_a_path_draws_bars_only_on_a_terminal_and_catches_a_lost
         dpmed.run_study(Path(dpmed.__file__).parent / "configs" / "quickstart.yaml", out=tmp_path)
     assert seen == {"name": "quickstart", "progress": False, "term": before[1]}
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_run_study_draws_bars_in_a_jupyter_kernel_and_none_where_there_is_no_stderr(tmp_path, monkeypatch):
+    """A notebook's stderr is no terminal, yet tqdm draws its bars there as widgets; pythonw has no stderr."""
+    import types
+
+    import dpmed.study
+
+    seen = []
+    monkeypatch.setattr(dpmed.study, "_run_study", lambda study, **kwargs: seen.append(kwargs["progress"]))
+    monkeypatch.setattr(sys, "stderr", open(tmp_path / "stderr", "w"))
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    dpmed.run_study(dpmed.load_study(), out=tmp_path)
+    monkeypatch.delitem(sys.modules, "ipykernel")
+    monkeypatch.setattr(sys, "stderr", None)
+    dpmed.run_study(dpmed.load_study(), out=tmp_path)
+    assert seen == [True, False]
 
 
 def test_run_study_called_by_a_starting_worker_names_the_missing_main_guard(tmp_path, monkeypatch):

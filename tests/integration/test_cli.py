@@ -168,7 +168,7 @@ def test_a_report_rebuilt_for_an_older_dp_sgd_record_keeps_its_wall_time_private
     folder = StudyFolder(copy)
     path = next(p for p in folder.runs.glob("*/run.json") if read_record(p).mechanism == "dp_sgd")
     record = read_record(path)
-    folder.run(record.run_id).timing.unlink()          # an older dpmed kept no private copy
+    shutil.rmtree(folder.run(record.run_id).private)   # an older dpmed kept no private copy
     folder.private.chmod(0o755)                        # nor did it make private/ owner-only
     older = record.timing.model_copy(update={"train_seconds": 1234.5678, "total_seconds": 2345.6789})
     path.write_text(record.model_copy(update={"timing": older}).model_dump_json(indent=2))
@@ -181,6 +181,8 @@ def test_a_report_rebuilt_for_an_older_dp_sgd_record_keeps_its_wall_time_private
     assert "Wall time: training 1234.6 s" in folder.private_report.read_text()
     assert read_record(path).timing == older.shareable(record.plan)
     assert folder.private.stat().st_mode & 0o777 == 0o700       # where it went, other users of the machine cannot
+    run = folder.run(record.run_id)                              # read it, even after a chmod -R g+rX of the results
+    assert [p.stat().st_mode & 0o777 for p in (run.private, run.timing)] == [0o700, 0o600]
 
 
 def test_dpmed_run_over_an_older_folder_withdraws_its_dp_sgd_timing_and_keeps_the_private_copy(

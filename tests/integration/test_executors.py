@@ -288,6 +288,43 @@ def test_a_local_ray_keeps_its_files_in_a_folder_of_this_users_alone_and_an_open
     caplog.clear()
     dpmed.executors._warn_open_token()
     assert not caplog.records
+    token.chmod(0o640)                                   # the group's members are other users too
+    dpmed.executors._warn_open_token()
+    assert "(mode 640)" in caplog.text
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
+def test_a_ray_cluster_named_by_ray_address_gets_no_local_folder_and_a_failed_start_leaves_none(tmp_path,
+                                                                                              monkeypatch):
+    """RAY_ADDRESS names an existing cluster as --address does: its nodes keep their own folders. A local start that
+    fails is not shut down (nothing started) and its folder is deleted all the same."""
+    calls = []
+
+    class Cluster(_FakeRay):
+        def is_initialized(self):
+            return False
+
+        def init(self, **options):
+            calls.append(("init", options))
+            if "_temp_dir" in options:
+                raise RuntimeError("no room for the object store")
+
+        def shutdown(self):
+            calls.append(("shutdown", {}))
+
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "absent"))
+    executor = dpmed.executors.RayExecutor.__new__(dpmed.executors.RayExecutor)
+    executor.ray, executor.address, executor.cpus_per_run, executor.gpus_per_run = Cluster({}), None, 1.0, 0.0
+    context = RunContext(dataset=None, evaluation=None, progress=False)
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    executor.map([], context, lambda task, outcome: None, fail_fast=False)
+    assert calls == [("init", {"address": None, "include_dashboard": False, "log_to_driver": False})]
+    monkeypatch.delenv("RAY_ADDRESS")
+    calls.clear()
+    with pytest.raises(RuntimeError, match="no room"):
+        executor.map([], context, lambda task, outcome: None, fail_fast=False)
+    assert [name for name, _ in calls] == ["init"]
+    assert not Path(calls[0][1]["_temp_dir"]).parent.exists()
 
 
 def test_a_failed_run_that_is_run_again_and_interrupted_shows_as_interrupted(tmp_path, monkeypatch, capsys,

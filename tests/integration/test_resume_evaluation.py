@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
+import dpmed.study
 from dpmed.cli import main
+from dpmed.errors import ConfigError
+from dpmed.states import run_states
 
 
 def test_without_study_yaml_each_record_says_how_it_was_evaluated(tiny_study, tiny_study_file, tmp_path, capsys):
@@ -95,7 +100,7 @@ def test_a_finished_run_s_key_and_checkpoint_left_by_a_stop_are_deleted_by_the_n
 
 
 def test_a_study_yaml_of_another_version_is_named_as_such_with_the_key(tiny_study, tiny_study_file, tmp_path,
-                                                                         capsys):
+                                                                         capsys, monkeypatch):
     """Before: "study.yaml cannot be read (ValidationError: 3 validation errors ...); restore it from a copy", though
     the file was whole, a copy would fail the same way, and the cause (a key an older dpmed wrote) went unnamed."""
     import yaml
@@ -110,15 +115,27 @@ def test_a_study_yaml_of_another_version_is_named_as_such_with_the_key(tiny_stud
     err = capsys.readouterr().err
     assert "is not a study.yaml this version of dpmed can read (runs.1.privacy" in err and "n_train" in err, err
     assert "another version of dpmed" in err and "Traceback" not in err and err.count("\n") == 1
+    interrupted = out / "private" / "runs" / "dp_eps1_C1_seed0"       # files in private/ alone: it never finished
+    interrupted.mkdir(parents=True)
+    (interrupted / "checkpoint.pt").write_bytes(b"")
     assert main(["status", str(out)]) == 0    # listed, not refused whole: which runs of an old folder had finished
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("study.yaml") and "unreadable: " in lines[0] and "which runs are pending" in lines[0]
-    assert [line.split()[:2] for line in lines[1:3]] == [["base_seed0", "finished"], ["dp_eps8_C1_seed0", "finished"]]
-    assert lines[-1] == "2 finished, 1 unreadable"
+    assert [line.split()[:2] for line in lines[1:4]] == [["base_seed0", "finished"], ["dp_eps1_C1_seed0",
+                                                         "interrupted:"], ["dp_eps8_C1_seed0", "finished"]]
+    assert lines[-1] == "2 finished, 1 unreadable, 1 interrupted"
+    shutil.rmtree(interrupted)
     (out / "study.yaml").rename(out / "study.yaml.old")       # gone altogether: still the clear refusal
     assert main(["status", str(out)]) == 2 and "study.yaml is missing" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="holds no study.yaml"):   # from Python too, where no command checks first
+        run_states(out)
     (out / "study.yaml.old").rename(out / "study.yaml")
     (out / "private" / "released_sizes.json").unlink()
+
+    def loaded(study):
+        raise AssertionError("the data were read before study.yaml")
+
+    monkeypatch.setattr(dpmed.study, "load_study_data", loaded)
     assert main(["run", str(tiny_study_file), "--out", str(tmp_path), "--no-progress"]) == 2
     assert "is not a study.yaml this version of dpmed can read" in capsys.readouterr().err
     assert not (out / "private" / "released_sizes.json").exists()    # refused before the data were read, nothing drawn
@@ -148,6 +165,8 @@ def test_a_card_that_claims_more_than_this_version_finds_is_not_reused(tiny_stud
     assert claimed_more(with_card(), "secure") == []
     assert claimed_more(with_card(epsilon=now.epsilon * 1.1), "secure") == []        # weaker: it still holds
     assert claimed_more(with_card(delta=now.delta * (1 - 1e-7)), "secure") == []    # within the accountant's rounding
+    for smaller in ({"delta": now.delta * (1 - 1e-5)}, {"epsilon": now.epsilon * (1 - 1e-5)}):   # and just beyond it
+        assert len(claimed_more(with_card(**smaller), "secure")) == 1
     assert claimed_more(with_card(delta=now.delta / 2), "secure") == [     # each eps with its delta, accountant...
         f"its card (an earlier dpmed's) states delta = {now.delta / 2:.6g}, this version {now.delta:.6g}: "
         f"{now.in_brief()}"]

@@ -55,8 +55,29 @@ def test_nested_blocks_give_back_the_outer_count():
         torch.set_num_threads(2)
         with torch_threads(1):
             with torch_threads(3):
+                with torch_threads(4):
+                    assert torch.get_num_threads() == 4
                 assert torch.get_num_threads() == 3
             assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_blocks_that_end_out_of_order_leave_the_count_of_the_last_still_open():
+    """Runs of two threads end in any order: with counts 1, 3, 1 open, the first ending leaves 3 and 1 open (the
+    count is the last's, 1), not 3 alone, as removing the value 1 instead of the block would."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        first, second, third = torch_threads(1), torch_threads(3), torch_threads(1)
+        for block in (first, second, third):
+            block.__enter__()
+        first.__exit__(None, None, None)
+        assert torch.get_num_threads() == 1
+        third.__exit__(None, None, None)
+        assert torch.get_num_threads() == 3
+        second.__exit__(None, None, None)
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
