@@ -4,6 +4,7 @@
                                  [--engines nonprivate,opacus-hooks,opacus-ghost,dpmed[,dpmed-no-noise]]
                                  [--device cpu|cuda]
                                  [--batch 64] [--threads N] [--rounds R] [--profile STEPS] [--count-ops]
+                                 [--images-per-patient K]
                                  [--out benchmarks/results-<machine>.json]
 
 Each engine x model x size runs in its own subprocess, so peak memory is that configuration's alone: on CPU the
@@ -21,6 +22,9 @@ the run weighs on every engine alike. ``--profile S`` profiles S more steps of e
 ones (torch.profiler; the timings are taken without it) and prints, per step, the dpmed step's phases (clipped sum,
 waiting for the noise, adding it) and the operators with the most self time, on the GPU where there is one.
 ``--count-ops`` counts the operators torch dispatches in one more step (views included: each costs host time).
+``--images-per-patient K`` makes the batch patients of K images each, whose summed gradients dpmed clips (the patient
+as the unit of privacy: the pairs' ghost dot products or the grouped per-example gradients, and the rounding slack of
+`dpmed.training.clipping`); Opacus clips examples only, so its engines are left out of such a run.
 
 The engines:
 * nonprivate: ``loss.backward()`` on the batch;
@@ -80,8 +84,9 @@ def machine(device: str) -> dict:
 
 # ----------------------------------------------------------------------------------------------------- worker side
 
-def _step_function(engine: str, model, x, y, device: str):
-    """A closure running one training step of ``engine`` on the batch (x, y)."""
+def _step_function(engine: str, model, x, y, device: str, groups=None):
+    """A closure running one training step of ``engine`` on the batch (x, y); ``groups``: the patient of each
+    example [B], or None (the image as the unit)."""
     import torch
     import torch.nn.functional as F
 
@@ -109,9 +114,12 @@ def _step_function(engine: str, model, x, y, device: str):
 
         def step():
             opt.zero_grad(set_to_none=True)
-            dp(x, y)
+            dp(x, y, groups=groups)
             opt.step()
         return step
+
+    if groups is not None:
+        raise SystemExit(f"{engine}: Opacus clips each example, and has no patient-level (user-level) clipping")
 
     import warnings
 
@@ -152,7 +160,9 @@ def worker(args: argparse.Namespace) -> dict:
         model = build_model(args.model, in_channels=channels, num_outputs=2, image_size=size).to(device).train()
         x = torch.rand(args.batch, channels, size, size, device=device)          # [B, C, H, W]
         y = torch.randint(0, 2, (args.batch,), device=device)                    # [B]
-        step = _step_function(args.engine, model, x, y, device)
+        k = args.images_per_patient
+        groups = None if k == 1 else torch.arange(args.batch) // k               # [B], patients of k images
+        step = _step_function(args.engine, model, x, y, device, groups)
 
     def sync():
         if device == "cuda":
@@ -230,11 +240,13 @@ def _profile(step, sync, steps: int, device: str, top: int = 12) -> dict:
 def _run_one(args: argparse.Namespace, model: str, size: str, engine: str, steps: int) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model, "--size", size, "--engine", engine,
            "--device", args.device, "--batch", str(args.batch), "--steps", str(steps), "--warmup", str(args.warmup),
-           "--threads", str(args.threads), "--profile", str(args.profile)] + (["--count-ops"] if args.count_ops else [])
+           "--threads", str(args.threads), "--profile", str(args.profile),
+           "--images-per-patient", str(args.images_per_patient)] + (["--count-ops"] if args.count_ops else [])
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     row = {"model": model, "size": size, "engine": engine, "batch": args.batch, "steps": steps,
+           "images_per_patient": args.images_per_patient,
            "warmup": args.warmup, "load_before": load_before, "load_after": os.getloadavg(),
            "wall_s": time.perf_counter() - t0}
     if proc.returncode != 0:
@@ -251,13 +263,15 @@ def _table(rows: list[dict]) -> str:
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         b = base.get((r["model"], r["size"]))
+        k = r.get("images_per_patient", 1)
+        engine = r["engine"] if k == 1 or r["engine"] == "nonprivate" else f"{r['engine']}, patients of {k}"
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['size']} | {r['engine']} | failed: {r['error'][:80]} | | | | |")
+            lines.append(f"| {r['model']} | {r['size']} | {engine} | failed: {r['error'][:80]} | | | | |")
             continue
         t_ratio = f"{r['median_ms'] / b['median_ms']:.2f}" if b else "-"
         m_ratio = f"{r['peak_mib'] / b['peak_mib']:.2f}" if b and b["peak_mib"] > 0 else "-"
         load = max(r["load_before"][0], r["load_after"][0])
-        lines.append(f"| {r['model']} | {r['size']} | {r['engine']} | {r['median_ms']:.0f} | {t_ratio} | "
+        lines.append(f"| {r['model']} | {r['size']} | {engine} | {r['median_ms']:.0f} | {t_ratio} | "
                      f"{r['peak_mib']:.0f} | {m_ratio} | {load:.2f} |")
     return "\n".join(lines)
 
@@ -282,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also profile this many steps after the timed ones (torch.profiler; phases and top operators)")
     p.add_argument("--count-ops", action="store_true",
                    help="also count the operators torch dispatches in one step (views included)")
+    p.add_argument("--images-per-patient", type=int, default=1,
+                   help="patients of this many images each, clipped as one unit (dpmed only; 1: the image)")
     # worker mode (one configuration, JSON on stdout)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)

@@ -38,7 +38,7 @@ def test_dp_step_runs_every_engine():
     for engine in ("nonprivate", "opacus-hooks", "opacus-ghost", "dpmed", "dpmed-no-noise"):
         rows[engine] = dp_step.worker(argparse.Namespace(
             model="small_cnn", size="16x1", engine=engine, device="cpu", batch=8, steps=1, warmup=0, threads=1,
-            profile=1, count_ops=True))
+            profile=1, count_ops=True, images_per_patient=1))
     for engine, row in rows.items():
         assert row["median_ms"] > 0 and row["parameters"] > 0 and row["torch_threads"] == 1, engine
         assert row["profile"]["top"] and all(op["self_ms"] >= 0 for op in row["profile"]["top"]), engine
@@ -50,6 +50,21 @@ def test_dp_step_runs_every_engine():
     # clipping and noise dispatch operators a plain step does not
     ops = {engine: row["dispatched_ops"] for engine, row in rows.items()}
     assert 0 < ops["nonprivate"] < ops["dpmed-no-noise"] < ops["dpmed"]
+
+
+def test_dp_step_clips_patients_with_dpmed_and_refuses_them_to_opacus():
+    """--images-per-patient reaches the engine (grouping patients dispatches more operators than clipping images),
+    and Opacus, which has no patient-level clipping, is refused rather than timed clipping images."""
+    dp_step = _harness("dp_step")
+
+    def step(engine, k):
+        return dp_step.worker(argparse.Namespace(
+            model="small_cnn", size="16x1", engine=engine, device="cpu", batch=8, steps=1, warmup=0, threads=1,
+            profile=0, count_ops=True, images_per_patient=k))
+
+    assert step("dpmed", 2)["dispatched_ops"] > step("dpmed", 1)["dispatched_ops"]
+    with pytest.raises(SystemExit, match="no patient-level"):
+        step("opacus-hooks", 2)
 
 
 def test_dp_step_measures_each_engine_in_its_own_process(tmp_path):
