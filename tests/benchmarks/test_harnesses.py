@@ -52,6 +52,17 @@ def test_dp_step_runs_every_engine():
     assert 0 < ops["nonprivate"] < ops["dpmed-no-noise"] < ops["dpmed"]
 
 
+def test_clipping_rounding_stays_below_the_slack_that_covers_it_and_puts_the_slack_back():
+    import torch
+
+    from dpmed.training import clipping
+
+    worst = _harness("clipping_rounding").worst_rounding("small_cnn", 16, 1, seeds=1)
+    assert set(worst) == set(clipping.ROUTES)
+    assert 0 < max(worst.values()) < clipping.GROUP_ROUNDING_SLACK * torch.finfo(torch.float32).eps
+    assert clipping.GROUP_ROUNDING_SLACK == 2.0 ** 7 and clipping.clip_factors.__name__ == "clip_factors"
+
+
 def test_dp_step_clips_patients_with_dpmed_and_refuses_them_to_opacus():
     """--images-per-patient reaches the engine (grouping patients dispatches more operators than clipping images),
     and Opacus, which has no patient-level clipping, is refused rather than timed clipping images."""
