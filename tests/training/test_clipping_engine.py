@@ -390,3 +390,44 @@ def test_any_conv_geometry_matches_explicit_loop(c_in, groups, c_out_per_group, 
     y = torch.tensor([0, 1, 1])
     expected, _ = _explicit_clipped_sum(model, x, y, clip)
     _assert_close(GhostClipper(model, route=route).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip), expected)
+
+
+def test_norms_and_clipped_sums_are_taken_without_tf32_and_the_flag_comes_back(monkeypatch):
+    """cuDNN may run float32 convolutions in TF32 (torch's default on GPUs that have it); the norms and the clipped
+    sums come from different convolutions, which in TF32 would disagree by about 5e-4 and let a unit pass C."""
+    from dpmed.training import clipping
+
+    seen = []
+    on_grad, sums = clipping._Tape._on_output_grad, clipping._Tape.clipped_sums
+
+    def on_output_grad(self, call, g):
+        seen.append(("norm", torch.backends.cudnn.allow_tf32))
+        return on_grad(self, call, g)
+
+    def clipped_sums(self, *args, **kwargs):
+        seen.append(("sum", torch.backends.cudnn.allow_tf32))
+        return sums(self, *args, **kwargs)
+
+    monkeypatch.setattr(clipping._Tape, "_on_output_grad", on_output_grad)
+    monkeypatch.setattr(clipping._Tape, "clipped_sums", clipped_sums)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Tanh(), nn.Flatten(), nn.Linear(8, 2))
+    x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 0, 1])
+    GhostClipper(model).clipped_sum(x, y, loss_fn=lambda z, t: F.cross_entropy(z, t, reduction="sum"),
+                                    max_grad_norm=1.0)
+    assert {kind for kind, _ in seen} == {"norm", "sum"} and not any(tf32 for _, tf32 in seen)
+    assert torch.backends.cudnn.allow_tf32
+
+
+def test_tf32_stays_off_until_the_last_of_overlapping_blocks_ends(monkeypatch):
+    """Two threads' DP steps overlap: the first to end must not turn TF32 back on under the other."""
+    from dpmed.training.clipping import _without_tf32
+
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    first, second = _without_tf32(), _without_tf32()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not torch.backends.cudnn.allow_tf32
+    second.__exit__(None, None, None)
+    assert torch.backends.cudnn.allow_tf32

@@ -331,16 +331,19 @@ def _cancelling_patient(seed: int, margin: float):
     return net, x, y, groups, torch.cat([t.flatten() for t in total]).norm().item()
 
 
+@pytest.mark.parametrize("loss", ["float32", "float64"])
 @pytest.mark.parametrize("engine", sorted(ENGINES))
-def test_a_patient_whose_gradients_cancel_moves_the_float32_sum_by_at_most_c(engine):
+def test_a_patient_whose_gradients_cancel_moves_the_float32_sum_by_at_most_c(engine, loss):
     """Float32 cannot resolve the norm of a sum that cancels; a norm that comes out short lets the patient's clipped
-    contribution exceed C (2.03 C over these patients before the engine's rounding slack, `clipping`)."""
+    contribution exceed C (2.03 C over these patients before the engine's rounding slack, `clipping`). The slack is
+    the gradients' rounding, also where the loss is taken in float64 (a slack read off the loss's dtype was 2^-45)."""
+    loss_fn = _ce if loss == "float32" else (lambda z, t: _ce(z.double(), t))
     worst = 0.0
     for seed in range(10):
         for margin in (3e-3, 1e-3, 3e-4):
             net, x, y, groups, norm = _cancelling_patient(seed, margin)
             clip = norm / 2                                  # the patient's sum is clipped
-            got = ENGINES[engine](net, 2).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip, groups=groups)
+            got = ENGINES[engine](net, 2).clipped_sum(x, y, loss_fn=loss_fn, max_grad_norm=clip, groups=groups)
             worst = max(worst, torch.cat([t.double().flatten() for t in got]).norm().item() / clip)
     assert worst <= 1 + 1e-6
 

@@ -54,8 +54,10 @@ route and its norms, which sum nothing.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -342,7 +344,7 @@ class _Tape:
         bound = total.new_zeros(self.grouping.count).index_add_(
             0, self.grouping.index, (own if self.norm_order == 1 else own.sqrt()).to(total.dtype))   # [P]
         shared = self.grouping.shared_ids
-        scale = GROUP_ROUNDING_SLACK * torch.finfo(total.dtype).eps
+        scale = GROUP_ROUNDING_SLACK * torch.finfo(own.dtype).eps   # the gradients' dtype, whatever the loss's
         slack = scale * (bound if self.norm_order == 1 else bound.square())
         return total.index_add(0, shared, slack[shared])
 
@@ -367,6 +369,40 @@ class _Tape:
             for n, t in sums.items():
                 out[id(params[n])] = t
         return out
+
+
+@contextlib.contextmanager
+def _without_tf32() -> Iterator[None]:
+    """cuDNN's convolutions in full float32 for the block (torch's own scoped flags), then as they were.
+
+    Why: torch lets cuDNN run float32 convolutions in TF32 (10-bit mantissa) by default, on GPUs that have it. The
+    per-example norms and the clipped sums come from different convolutions (a ghost norm or a grouped weight gradient
+    against the book-kept weight gradient), so in TF32 they would disagree by TF32's rounding (2^-11, about 5e-4 of a
+    gradient), and a unit's clipped contribution could pass C by as much: far beyond float32's rounding, and beyond
+    the rounding slack of a patient whose images' gradients cancel. CUDA's float32 matmuls are full float32 unless
+    a caller opts into TF32 (torch.set_float32_matmul_precision("high")), which would do the same to the ghost norms:
+    dpmed never does.
+
+    The flag is the process's: blocks of several threads (two studies of one process) are counted, and the last to
+    leave restores the flag from before the first (torch's own scoped flags would let the first to leave turn TF32
+    back on under the others, as `dpmed.training.loop.torch_threads` explains for the thread count)."""
+    cudnn = torch.backends.cudnn
+    with _TF32_LOCK:
+        if not _TF32_OPEN[0]:
+            _TF32_OPEN[1] = cudnn.allow_tf32
+        _TF32_OPEN[0] += 1
+        cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        with _TF32_LOCK:
+            _TF32_OPEN[0] -= 1
+            if not _TF32_OPEN[0]:
+                cudnn.allow_tf32 = _TF32_OPEN[1]
+
+
+_TF32_LOCK = threading.Lock()
+_TF32_OPEN: list = [0, True]       # _without_tf32 blocks open; cuDNN's allow_tf32 before the first of them
 
 
 def _check_parameter_uses(loss: Tensor, tape: _Tape, owners: dict[int, tuple[int, str]]) -> None:
@@ -444,7 +480,8 @@ class GhostClipper:
             tape.check_sources()
             # Gradients of the layer outputs only: autograd computes no parameter gradient, and the output hooks see
             # every layer, because each layer's output lies on a path from the loss to some source output.
-            torch.autograd.grad(loss, tape.sources, allow_unused=True)
+            with _without_tf32():
+                torch.autograd.grad(loss, tape.sources, allow_unused=True)
         finally:
             for h in handles:
                 h.remove()
@@ -454,6 +491,7 @@ class GhostClipper:
         if grouping is not None:
             factors = factors[grouping.index]                                           # [B]: c_G(i)
         finite = bool(torch.isfinite(norms).all())         # one check per chunk; the rows are zeroed only if not
-        sums = tape.clipped_sums(factors, None if finite else factors > 0)
+        with _without_tf32():
+            sums = tape.clipped_sums(factors, None if finite else factors > 0)
         tape.states.clear()
         return [sums[id(p)] if id(p) in sums else torch.zeros_like(p) for p in self.params]
