@@ -373,7 +373,7 @@ class _Tape:
 
 @contextlib.contextmanager
 def _without_tf32() -> Iterator[None]:
-    """cuDNN's convolutions in full float32 for the block (torch's own scoped flags), then as they were.
+    """cuDNN's convolutions in full float32 for the block, then as they were before it.
 
     Why: torch lets cuDNN run float32 convolutions in TF32 (10-bit mantissa) by default, on GPUs that have it. The
     per-example norms and the clipped sums come from different convolutions (a ghost norm or a grouped weight gradient
