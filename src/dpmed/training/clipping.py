@@ -55,7 +55,6 @@ route and its norms, which sum nothing.
 from __future__ import annotations
 
 import contextlib
-import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -65,6 +64,7 @@ from torch import Tensor, nn
 from dpmed.errors import PrivacyError
 from dpmed.training.grouping import Grouping
 from dpmed.training.layer_rules import LAYER_RULES, LayerRule
+from dpmed.training.process_setting import ProcessSetting
 
 __all__ = ["GhostClipper", "clip_factors", "finite_rows", "refuse_batch_norm", "ROUTES"]
 
@@ -385,24 +385,16 @@ def _without_tf32() -> Iterator[None]:
 
     The flag is the process's: blocks of several threads (two studies of one process) are counted, and the last to
     leave restores the flag from before the first (torch's own scoped flags would let the first to leave turn TF32
-    back on under the others, as `dpmed.training.loop.torch_threads` explains for the thread count)."""
-    cudnn = torch.backends.cudnn
-    with _TF32_LOCK:
-        if not _TF32_OPEN[0]:
-            _TF32_OPEN[1] = cudnn.allow_tf32
-        _TF32_OPEN[0] += 1
-        cudnn.allow_tf32 = False
-    try:
+    back on under the others; `ProcessSetting`)."""
+    with _CUDNN_TF32.held(False):
         yield
-    finally:
-        with _TF32_LOCK:
-            _TF32_OPEN[0] -= 1
-            if not _TF32_OPEN[0]:
-                cudnn.allow_tf32 = _TF32_OPEN[1]
 
 
-_TF32_LOCK = threading.Lock()
-_TF32_OPEN: list = [0, True]       # _without_tf32 blocks open; cuDNN's allow_tf32 before the first of them
+def _write_cudnn_tf32(allowed: bool) -> None:
+    torch.backends.cudnn.allow_tf32 = allowed
+
+
+_CUDNN_TF32 = ProcessSetting(lambda: torch.backends.cudnn.allow_tf32, _write_cudnn_tf32)
 
 
 def _check_parameter_uses(loss: Tensor, tape: _Tape, owners: dict[int, tuple[int, str]]) -> None:

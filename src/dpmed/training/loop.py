@@ -26,7 +26,6 @@ import logging
 import math
 import os
 import pickle
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +47,7 @@ from dpmed.training.augmentation import Augmentation, image_keys
 from dpmed.training.averaging import ParameterAverage
 from dpmed.training.dp_sgd import DpSgdStep
 from dpmed.training.objectives import Objective, objective_for
+from dpmed.training.process_setting import ProcessSetting
 from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffled_batches
 from dpmed.training.schedule import base_learning_rate, set_learning_rate
 
@@ -102,24 +102,12 @@ def torch_threads(n: int) -> Iterator[None]:
 
     The count is the process's: runs that threads of one process train at once (two `run_study` calls of a web
     service) share it, each leaving the count of the runs still inside, and the last restores the count from before
-    the first (each saving and restoring its own left the caller's count changed)."""
-    with _THREADS_LOCK:
-        if not _THREADS_INSIDE:
-            _THREADS_BEFORE[0] = torch.get_num_threads()
-        entry = [n]   # removed by identity: removing the value n could take another block's, leaving a wrong last
-        _THREADS_INSIDE.append(entry)
-        torch.set_num_threads(n)
-    try:
+    the first (each saving and restoring its own left the caller's count changed; `ProcessSetting`)."""
+    with _THREADS.held(n):
         yield
-    finally:
-        with _THREADS_LOCK:
-            _THREADS_INSIDE[:] = [e for e in _THREADS_INSIDE if e is not entry]
-            torch.set_num_threads(_THREADS_INSIDE[-1][0] if _THREADS_INSIDE else _THREADS_BEFORE[0])
 
 
-_THREADS_LOCK = threading.Lock()
-_THREADS_INSIDE: list[list[int]] = []     # the thread counts of the torch_threads blocks open, in order of entry
-_THREADS_BEFORE = [0]                     # the count before the first of them
+_THREADS = ProcessSetting(torch.get_num_threads, torch.set_num_threads)
 
 
 def resolve_device(name: str) -> torch.device:
