@@ -18,6 +18,7 @@ where stderr is a terminal, elsewhere a line at each tenth of a run's steps.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -26,7 +27,7 @@ import tempfile
 import traceback
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from dpmed.errors import ConfigError, DpmedError
 from dpmed.interruption import interruptible
@@ -187,10 +188,30 @@ def _run(args: argparse.Namespace) -> int:
     bars = not args.no_progress and sys.stderr.isatty()
     handlers = [log_to_console(bars=bars)]   # before Opacus is imported: it configures logging if nobody has
     try:
-        with interruptible() as received:
+        with interruptible() as received, _without_core_dumps():
             return _run_logged(args, bars, handlers, received)
     finally:
         detach(*handlers)
+
+
+@contextlib.contextmanager
+def _without_core_dumps() -> Iterator[None]:
+    """No core dumps from `dpmed run` or the processes it starts on this machine (workers, a local Ray instance:
+    they inherit the limit): a crash's memory image would hold a run's privacy key and noise, its unreleased model
+    and the training images, in a file outside ``private/`` that a crash reporter may collect or send. The soft limit
+    RLIMIT_CORE is 0 for the block and comes back after (for `main` called from Python). A reporter that ignores the
+    limit is beyond it (the kernel's and systemd-coredump's honour it). Nothing to do on Windows (no core files)."""
+    try:
+        import resource
+    except ImportError:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
 
 
 def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Handler], received: list[int]) -> int:

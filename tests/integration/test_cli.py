@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import html
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,7 @@ import pytest
 import yaml
 
 from dpmed.cli import main
+from dpmed.errors import ConfigError
 from dpmed.folders import RELEASE_TIME, StudyFolder
 from dpmed.records import read_record, read_timing
 
@@ -318,6 +322,35 @@ def test_bad_study_file_fails_with_one_clear_message(write_study, tmp_path, caps
     assert err.startswith("dpmed: error:") and str(path) in err and "training.lr" in err
     assert "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="no core files, nor RLIMIT_CORE, on Windows")
+def test_run_turns_core_dumps_off_for_itself_and_the_processes_it_starts_and_back_after(tmp_path, monkeypatch):
+    """A crash's core file would hold the run's privacy key and the training images outside private/."""
+    import resource
+
+    import dpmed.study
+
+    seen = []
+
+    def fake(study, **kwargs):
+        read = "import resource; print(resource.getrlimit(resource.RLIMIT_CORE)[0])"
+        child = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True, check=True)
+        seen.append((resource.getrlimit(resource.RLIMIT_CORE)[0], int(child.stdout)))
+        raise ConfigError("stopped by the test")
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    if hard == 0:
+        pytest.skip("core dumps are off for this process already (hard limit 0): nothing to see turned off")
+    resource.setrlimit(resource.RLIMIT_CORE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+    try:
+        before = resource.getrlimit(resource.RLIMIT_CORE)
+        monkeypatch.setattr(dpmed.study, "run_study", fake)
+        assert main(["run", "--out", str(tmp_path), "--no-progress"]) == 2
+        assert seen == [(0, 0)]
+        assert resource.getrlimit(resource.RLIMIT_CORE) == before
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
 
 
 def test_missing_and_corrupt_data_fail_clearly_and_keep_finished_runs(write_study, tmp_path, capsys):
