@@ -348,13 +348,13 @@ def test_a_long_decode_says_how_far_it_has_come(tmp_path, write_image, monkeypat
     """Before: nothing was said until every file was decoded (CheXpert's 224,316 at 1,500 a second: 2.5 minutes)."""
     import logging
 
-    import dpmed.data.cache as cache_module
+    import dpmed.data.pace
 
     paths = _files(tmp_path, write_image)
     with caplog.at_level(logging.INFO, logger="dpmed"):
         decode_images(paths, Preprocessing(size=(8, 8), channels=1), workers=1)
         assert "decoding" not in caplog.text                                # a short decode is quiet
-        monkeypatch.setattr(cache_module, "REPORT_EVERY", 0.0)
+        monkeypatch.setattr(dpmed.data.pace, "REPORT_EVERY", 0.0)
         decode_images(paths, Preprocessing(size=(8, 8), channels=1), workers=1)
     lines = [r.getMessage() for r in caplog.records if "decoding" in r.getMessage()]
     assert [line.split(",")[0] for line in lines] == [f"data: decoding: {i} of 6 images ({100 * i / 6:.0f} %)"

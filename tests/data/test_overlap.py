@@ -159,11 +159,11 @@ def test_splits_kept_apart_give_what_one_array_gives_and_a_long_check_says_how_f
     large public set), and the check, which grows with N x M, logs its progress. Before: silence until the end."""
     import logging
 
-    import dpmed.data.cache
+    import dpmed.data.pace
 
     private, public = _textures(12, seed=5), np.concatenate([_textures(20, seed=6), _textures(12, seed=5)[3:5]])
     whole = near_duplicates(private, public)
-    monkeypatch.setattr(dpmed.data.cache, "REPORT_EVERY", 0.0)
+    monkeypatch.setattr(dpmed.data.pace, "REPORT_EVERY", 0.0)
     with caplog.at_level(logging.INFO, logger="dpmed"):
         parts = near_duplicates([private[:5], private[5:]], [public[:7], public[7:15], public[15:]])
     np.testing.assert_array_equal(parts[0], whole[0])

@@ -48,16 +48,16 @@ except ImportError:     # Windows
 
 from dpmed import memory
 from dpmed.data.decoding import UnreadableImage, peek_image, read_image
+from dpmed.data.pace import Pace
 from dpmed.data.transforms import Preprocessing
 from dpmed.errors import DataError
 from dpmed.folders import open_owner_only, write_text_atomic
 from dpmed.numbers import bytes_text
 
-__all__ = ["DecodedImages", "decode_images", "cache_key", "Pace"]
+__all__ = ["DecodedImages", "decode_images", "cache_key"]
 
 _FORMAT = "dpmed-image-cache-1"
 _NO_ROOM = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))     # a full disk, or a full quota
-REPORT_EVERY = 20.0     # seconds between the progress lines of a long decode (CheXpert: 224,316 files)
 _log = logging.getLogger(__name__)
 
 
@@ -115,7 +115,7 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     ``normalize`` is not applied here). Without a size every image must have the first readable image's size: any
     that differs is a DataError that says to set data.image_size (not a bad row that skip_invalid would drop).
     Decoding runs in ``workers`` threads (default: the CPU count, at most 8; Pillow and torch release the GIL while
-    they work). A decode that takes longer than ``REPORT_EVERY`` seconds logs how far it has come at that interval.
+    they work). A decode that takes longer than `dpmed.data.pace`'s interval logs how far it has come at that interval.
     """
     start = time.perf_counter()
     paths = [Path(p) for p in paths]
@@ -206,24 +206,6 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
         if holder is not None:
             holder.close()
     return DecodedImages(images, failures, False, time.perf_counter() - start, key)
-
-
-class Pace:
-    """Progress lines of a long loop to ``log``: at most one every ``REPORT_EVERY`` seconds, none at its start or
-    end, each ending with the minutes left at the rate so far (the decode here, `dpmed.data.overlap`'s check)."""
-
-    def __init__(self, log: logging.Logger) -> None:
-        self._log = log
-        self.began = self._last = time.perf_counter()
-
-    def log(self, share: float, message: str, *args: object) -> None:
-        """``share`` of the work is done; ``message % args`` says how far."""
-        now = time.perf_counter()
-        if now - self._last < REPORT_EVERY or not 0 < share < 1:
-            return
-        self._last = now
-        self._log.info(message + ", about %d min left", *args,
-                       math.ceil((now - self.began) * (1 - share) / share / 60))
 
 
 def _sweep_abandoned(cache_dir: Path) -> None:

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import scipy.fft
 
-from dpmed.data import cache
+from dpmed.data.pace import Pace
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.errors import DataError
 
@@ -177,7 +177,7 @@ def perceptual_hashes(images: np.ndarray | Sequence[np.ndarray], *, crops: tuple
     come, naming the images ``what``."""
     parts = [images] if isinstance(images, np.ndarray) else list(images)
     n, done, out = sum(map(len, parts)), 0, []
-    pace = cache.Pace(_log)
+    pace = Pace(_log)
     for part in parts:
         for start in range(0, len(part), _CHUNK):
             x = _grey(part[start:start + _CHUNK])
@@ -226,7 +226,7 @@ def near_duplicates(private: np.ndarray | Sequence[np.ndarray], public: np.ndarr
     best = np.full(hp.shape[1], HASH_BITS + 1, dtype=np.int32)
     where = np.zeros(hp.shape[1], dtype=np.int64)
     pairs = [(hp[v], hq[0]) for v in range(len(hp))] + [(hp[0], hq[v]) for v in range(1, len(hq))]
-    pace = cache.Pace(_log)
+    pace = Pace(_log)
     for i, (a, b) in enumerate(pairs, start=1):
         d, j = _nearest(a, b)
         better = d < best
