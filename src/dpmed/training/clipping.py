@@ -271,8 +271,7 @@ class _Tape:
             return sq.index_add_(0, grouping.pair_group, 2 * dots)
         lone = grouping.lone
         if len(lone):
-            own = rule.ghost.sq_norms(m, a[lone], g[lone], layer.names)                                  # [B1]
-            self._add_example_parts(own, lone)
+            own = rule.ghost.sq_norms(m, a[lone], g[lone], layer.names)   # [B1]; no bound: no slack for a lone one
             sq.index_add_(0, grouping.index[lone], own)
         params = dict(m.named_parameters(recurse=False))
         elements = sum(params[n].numel() for n in layer.names)
