@@ -44,33 +44,34 @@ def _step(model, clip, engine="dpmed", weight=1.0):
                      engine=engine)
 
 
-def _unit_gradients(model, copies, y, units):
-    """The definition: per unit, sum over its images of the mean over the K copies of each copy's gradient."""
+def _unit_gradients(model, copies, y, units, k=K):
+    """The definition: per unit, sum over its images of the mean over the k copies of each copy's gradient."""
     n = len(y)
     params = list(model.parameters())
     out = {}
     for u in torch.unique(units).tolist():
         total = [torch.zeros_like(p) for p in params]
         for j in torch.nonzero(units == u).flatten().tolist():
-            for k in range(K):
-                g = torch.autograd.grad(_ce(model(copies[k * n + j:k * n + j + 1]), y[j:j + 1]), params)
+            for c in range(k):
+                g = torch.autograd.grad(_ce(model(copies[c * n + j:c * n + j + 1]), y[j:j + 1]), params)
                 for acc, t in zip(total, g):
-                    acc += t / K
+                    acc += t / k
         out[u] = total
     return out
 
 
+@pytest.mark.parametrize("k", [2, K])     # 2: the least that must group an image's copies
 @pytest.mark.parametrize("engine", ["dpmed", "opacus"])
 @pytest.mark.parametrize("unit", ["image", "patient"])
-def test_the_clipped_sum_is_the_clipped_mean_over_copies(unit, engine):
+def test_the_clipped_sum_is_the_clipped_mean_over_copies(unit, engine, k):
     model = _model()
     x, y, keys = _batch()
-    augment = Augmentation(multiplicity=K, padding=2, flip=True, seed=7)
+    augment = Augmentation(multiplicity=k, padding=2, flip=True, seed=7)
     patients = torch.tensor([3, 8, 3, 1, 8, 8]) if unit == "patient" else None
     copies, labels, groups = augment.expand(x, y, keys, step=5, groups=patients)
-    assert copies.shape == (K * 6, 1, 8, 8) and labels.shape == (K * 6,) and groups.shape == (K * 6,)
+    assert copies.shape == (k * 6, 1, 8, 8) and labels.shape == (k * 6,) and groups.shape == (k * 6,)
     units = patients if patients is not None else torch.arange(6)
-    truth = _unit_gradients(model, augment.apply(x, keys, 5), y, units)
+    truth = _unit_gradients(model, augment.apply(x, keys, 5), y, units, k)
     norms = {u: torch.cat([t.flatten() for t in g]).norm().item() for u, g in truth.items()}
     step = _step(model, 1.0, engine, augment.loss_weight)          # Opacus hooks a model once: one step, 3 clips
     for clip in (min(norms.values()) / 2, sorted(norms.values())[len(norms) // 2], 2 * max(norms.values())):
@@ -82,7 +83,7 @@ def test_the_clipped_sum_is_the_clipped_mean_over_copies(unit, engine):
             assert (a - b).norm().item() <= 1e-8 * b.norm().item()
 
 
-@pytest.mark.parametrize("multiplicity", [1, 4, 16])
+@pytest.mark.parametrize("multiplicity", [1, 2, 3, 4, 16])
 def test_one_unit_moves_the_sum_by_at_most_c_whatever_k(multiplicity):
     model = _model()
     x, y, keys = _batch(n=3)

@@ -14,6 +14,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,7 @@ from dpmed.data.synthetic import make_phantom
 from dpmed.randomness import PrivacyRandomness
 from dpmed.training import DpSgdPlan, DpSgdStep, train
 from dpmed.training.loop import _expand, sampling_units
+from dpmed.training.objectives import objective_for
 
 # patient "b" owns images 0, 2, 5; "a" owns 1, 4; "c" owns 3. First appearance: b, a, c (not sorted order a, b, c).
 IDS = np.array(["b", "a", "b", "c", "a", "b"])
@@ -153,3 +155,31 @@ def test_the_loop_samples_patients_and_hands_the_step_each_one_whole_as_one_grou
     assert abs(counts.mean() - mean) <= 5 * np.sqrt(var / steps)
     assert 0.6 * var <= counts.var() <= 1.5 * var
     assert len(set(per_step)) > 3 and counts.max() < n_patients          # a random number, not a fixed batch
+
+
+@pytest.mark.parametrize("multiplicity", [1, 3])
+def test_the_loop_divides_by_the_expected_units_and_weighs_each_copy_one_kth(patients, new_model, monkeypatch,
+                                                                            multiplicity):
+    """What the loop hands the DP step. A direct caller's plan may leave the expected batch to the loop: q times the
+    units (30 patients), not the images (75), which would scale every update down. With K augmented copies each
+    copy's loss weighs 1/K, so that a group's clipped quantity is the mean over its copies, not K times it."""
+    data, task, _ = patients
+    q = 0.2
+    plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=q, steps=2, unit="patient",
+                     n_units=len(SIZES))
+    cfg = TrainingConfig(epochs=1, batch_size=8, physical_batch_size=64, optimizer="sgd", learning_rate=1e-3,
+                         augmentation={"multiplicity": multiplicity})
+    made, real_init = [], DpSgdStep.__init__
+
+    def spy(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(DpSgdStep, "__init__", spy)
+    train(new_model(task), data, task, cfg, seed=0, dp=plan, progress=False,
+          randomness=PrivacyRandomness.reproducible(seed=0, run_id="loop-wiring"))
+    (step,) = made
+    assert step.expected_batch_size == pytest.approx(q * len(SIZES), rel=1e-12)
+    z, y = torch.randn(5, 2, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 1, 0, 1])
+    whole = objective_for(task.kind).loss(z, y, reduction="sum")
+    assert step.loss_fn(z, y).item() == pytest.approx(whole.item() / multiplicity, rel=1e-6)

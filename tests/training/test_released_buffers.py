@@ -72,6 +72,26 @@ def test_a_buffer_written_behind_autograds_back_is_refused(engine):
         _step(model, engine)(*_data())
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_buffer_moved_by_one_unit_in_the_last_place_is_refused(engine):
+    """Any change is a release without noise, however small: a running statistic at a momentum of 1e-7 moves its
+    buffer by about that much; here the least a float can move, towards a value read off the batch."""
+
+    class Nudge(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("seen", torch.ones((), dtype=torch.float64))
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.seen.copy_(torch.nextafter(self.seen, x.detach().mean() + 2))
+            return x
+
+    model = _net(Nudge())
+    with pytest.raises(PrivacyError, match=r"module '1' \(Nudge\) changed its buffer 'seen'"):
+        _step(model, engine)(*_data())
+
+
 def test_frozen_batch_norm_in_train_mode_is_refused_by_the_opacus_engine_as_by_dpmeds():
     """Opacus accepts a BatchNorm without trainable parameters; dpmed refuses it in either engine, with one message."""
     bn = nn.BatchNorm2d(4).requires_grad_(False)
