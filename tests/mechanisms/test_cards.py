@@ -13,7 +13,7 @@ from dpmed.config import load_study, plan_runs
 from dpmed.mechanisms import PlanContext, mechanism_info, patient_guarantee
 from dpmed.mechanisms.cards import SECURE_RANDOMNESS
 from dpmed.numbers import delta_text, epsilon_text
-from dpmed.randomness import NOT_DP_REPRODUCIBLE
+from dpmed.randomness import GAUSSIAN_DRAW_BOUND, NOT_DP_REPRODUCIBLE
 
 STUDY = """
 name: cards
@@ -115,10 +115,28 @@ def test_between_the_two_the_card_pays_the_samplers_share_in_its_delta(plans):
     assert 1e-3 * plan.delta < share < plan.delta and card.is_dp
     assert card.delta == plan.delta + share and card.sampler_delta == share
     assert "pays for the noise sampler's bounded draws" in card.statement
+    # eps is the accountant's at delta, not at the larger delta stated (which would read a smaller eps)
+    assert card.epsilon == pytest.approx(accounting.dp_sgd_epsilon(
+        noise_multiplier=0.15, sample_rate=plan.sample_rate, steps=plan.steps, delta=plan.delta,
+        accountant="rdp") + plan.size_epsilon, rel=1e-9)
     # a patient's two images add up to 2 C: 13.3 std at sigma 0.15, past every draw in any step that samples both
     note = card.patient_guarantee
     assert note.tight_epsilon is None and "does not hold as run: the patient's k images together" in note.statement
     assert f"at delta = {delta_text(card.delta)}" in note.statement     # the run's own claim, rounded up
+
+
+def test_a_patients_tight_group_value_states_delta_plus_the_samplers_share_for_k_images(plans):
+    """sigma 0.25, q 0.1, T 70: two images together outrun the sampler with probability 8.3e-6 over the run, below
+    delta, so the tight value holds at delta plus that share, not at delta."""
+    plan = plans["poisson"].model_copy(update={"noise_multiplier": 0.25, "accountant": "rdp", "sample_rate": 0.1,
+                                               "steps": 70, "delta": 1e-5})
+    share = accounting.bounded_noise_delta(noise="gaussian", noise_multiplier=0.25, sample_rate=0.1, steps=70,
+                                           bound=GAUSSIAN_DRAW_BOUND, group=2)
+    assert 1e-6 < share < 1e-5
+    note = patient_guarantee(plan, 2, {})
+    assert note.tight_epsilon is not None
+    assert (f"tight group value is eps = {epsilon_text(note.tight_epsilon)} at delta = {delta_text(1e-5 + share)}"
+            in note.statement)
 
 
 def test_a_noise_level_whose_sampler_share_is_above_delta_is_not_dp(plans):

@@ -72,6 +72,24 @@ def test_a_patient_with_k_images_is_told_both_halves_of_basic_composition():
     assert "(k eps_image, k delta)" in card.patients and "sqrt(k)" in card.patients
 
 
+@pytest.mark.parametrize("mechanism", ["pixel_gaussian", "pixel_laplace"])
+def test_a_reproducible_local_card_never_claims_fresh_randomness_nor_dp(mechanism):
+    """Local noise regenerated from the published seed is no privacy at all (as for DP-SGD, `test_cards`)."""
+    from dpmed.mechanisms import PixelLaplace
+    from dpmed.mechanisms.cards import SECURE_RANDOMNESS
+    from dpmed.mechanisms.pixel_laplace import PixelLaplacePlan
+    from dpmed.randomness import NOT_DP_REPRODUCIBLE
+    if mechanism == "pixel_gaussian":
+        card = _card(0.5, (1, 16, 16), 1e-5, mode="reproducible")
+    else:
+        card = mechanism_info("pixel_laplace").card(PixelLaplacePlan(scale=0.5, dimension=256),
+                                                    Ledger((PixelLaplace(scale=0.5).event((1, 16, 16)),)),
+                                                    "reproducible")
+    assert not card.is_dp and card.randomness == NOT_DP_REPRODUCIBLE and card.randomness != SECURE_RANDOMNESS
+    assert card.statement.startswith("NOT DP against anyone who knows the seed")
+    assert "not DP: seed known" in card.in_brief()
+
+
 def test_where_the_sampler_cannot_reach_the_tail_a_pixel_at_zero_needs_the_card_says_not_dp():
     """numpy's Gaussian never exceeds 12.23 std, so at s = R / 13 a pixel at 0 is never released as R (a pixel at R
     is half the time): the analytic Gaussian's delta does not hold. At R / s = 8 the missing tail is 2e-19 of the

@@ -49,6 +49,8 @@ def test_event_records_the_honest_image_epsilon():
     assert (event.scale, event.value_range, event.dimension) == (1.0, 1.0, 150528)
     assert laplace_image_epsilon(event) == pytest.approx(150528)
     assert laplace_image_epsilon(PixelLaplace(scale=0.5).event((1, 64, 64))) == pytest.approx(8192)
+    # R is the sensitivity of one pixel: d R / b = 10 * 2 / 0.5 (with R = 1 everywhere above, R could drop out)
+    assert laplace_image_epsilon(PixelLaplace(scale=0.5, value_range=2.0).event((1, 2, 5))) == pytest.approx(40)
 
 
 def test_rejects_non_positive_scale():
@@ -65,6 +67,7 @@ def test_the_card_names_delta_the_accountant_the_unit_what_is_unprotected_and_no
     assert card.statement.startswith("eps_image = 8,192 at delta = 0 (closed form, the Laplace mechanism; unit: one")
     assert "how many images there are" in card.statement and "eps_pixel = 2" in card.statement
     assert "sampling" not in card.randomness and "noise" in card.randomness
+    assert "a patient with k images is protected by k eps_image" in card.patients
     third = mechanism_info("pixel_laplace").card(PixelLaplacePlan(scale=3.0, dimension=4096),
                                                 Ledger((PixelLaplace(scale=3.0).event((1, 64, 64)),)), "secure")
     assert third.statement.endswith("eps_pixel = 0.3334")                # 1/3 rounded up (before: 0.333333)
