@@ -131,7 +131,8 @@ def test_near_duplicates_survive_a_uniform_centre_crop(fraction):
     assert "80% of both" in overlap.near_note
 
 
-@pytest.mark.parametrize("axes, fraction", [("width", 0.95), ("width", 0.9), ("both", 0.95), ("both", 0.9)])
+@pytest.mark.parametrize("axes, fraction", [("width", 0.95), ("width", 0.9), ("height", 0.9), ("both", 0.95),
+                                            ("both", 0.9)])
 def test_mild_crops_are_found_at_28_px(axes, fraction):
     """PneumoniaMNIST's size: copies of 20 "films" (200 px) cropped to 95 or 90 % of the width, or of both sides,
     read at 28 px like the private images. Before, the crops were cut in whole pixels of the 28 px image, half a pixel
@@ -139,9 +140,56 @@ def test_mild_crops_are_found_at_28_px(axes, fraction):
     films = _textures(20, seed=0, size=200)
     keep = int(round(200 * fraction))
     start = (200 - keep) // 2
-    cropped = films[..., start:start + keep] if axes == "width" else _zoomed(films, fraction)
+    cropped = {"width": lambda: films[..., start:start + keep], "height": lambda: films[..., start:start + keep, :],
+               "both": lambda: _zoomed(films, fraction)}[axes]()
     distance, nearest = near_duplicates(resize(films, 28), resize(np.ascontiguousarray(cropped), 28))
     assert (distance <= NEAR_DUPLICATE_BITS).all() and (nearest == np.arange(20)).all(), distance
+
+
+def test_the_threshold_is_at_most_max_distance_bits_and_refuse_overlap_applies_the_one_given():
+    """Unrelated images lie far apart; at a threshold set to their least distance the closest pair is flagged (at
+    most, not below), one bit lower nothing is, and refuse_overlap refuses or passes by the threshold it is given."""
+    private_images, public_images = _textures(20, seed=0), _textures(30, seed=1)
+    private = _recorded(private_images, [f"p{i}" for i in range(20)], "private")
+    public = _recorded(public_images, [f"q{i}" for i in range(30)], "public")
+    distance, _ = near_duplicates(private_images, public_images)
+    least = int(distance.min())
+    assert least > NEAR_DUPLICATE_BITS                       # so the default threshold flags none
+    assert len(find_overlap(public, private, max_distance=least).near_duplicates) == int((distance == least).sum())
+    assert not find_overlap(public, private, max_distance=least - 1).near_duplicates
+    with pytest.raises(DataError, match="near-duplicate"):
+        refuse_overlap(public, private, max_distance=least)
+    assert not refuse_overlap(public, private, max_distance=least - 1).found
+
+
+def test_a_recorded_set_is_checked_for_look_alikes_of_a_generated_one():
+    """Only two generated sets skip the near-duplicate check: a recorded set may hold copies of generated images
+    (here the phantom, resized and with its contrast lowered)."""
+    phantom = make_phantom(seed=0, n_images=60, image_size=32)
+    copies = np.clip(resize(phantom.train.images[:20], 48) * 0.8 + 0.1, 0, 1)
+    private = _recorded(copies, [f"p{i}" for i in range(20)], "private")
+    overlap = find_overlap(phantom, private)
+    assert overlap.near_duplicates is not None and len(overlap.near_duplicates) == 20
+    with pytest.raises(DataError, match="near-duplicate"):
+        refuse_overlap(phantom, private)
+
+
+def test_every_patient_id_is_compared_also_between_two_cohorts_of_one_source():
+    """The first public id too, and between sets of one name (two exports of one archive)."""
+    private = _recorded(_textures(50, seed=0), [f"p{i}" for i in range(50)], "kermany")
+    public = _recorded(_textures(50, seed=1), ["p0"] + [f"q{i}" for i in range(48)] + ["p49"], "kermany")
+    assert find_overlap(public, private).shared_patients == ("p0", "p49")
+
+
+def test_identical_images_are_found_between_sets_of_different_sizes():
+    """10 private images among 70 others in a larger public set: every split of each is compared."""
+    private_images = _textures(50, seed=0)
+    public_images = np.concatenate([_textures(35, seed=1), private_images[:10], _textures(35, seed=2)])
+    private = _recorded(private_images, [f"p{i}" for i in range(50)], "private")
+    public = _recorded(public_images, [f"q{i}" for i in range(80)], "public")
+    overlap = find_overlap(public, private)
+    assert sorted(pair.private.split(" ")[0] for pair in overlap.identical) == sorted(
+        f"train[{i}]" for i in range(10))
 
 
 def test_hash_distance_is_zero_for_the_same_image_and_about_half_for_unrelated_ones():
