@@ -5,6 +5,7 @@ public set overlaps the private one; and the study-file keys (a missing file is 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,36 @@ def test_pretraining_trains_once_and_is_cached_by_content(private, tmp_path, mon
     other = study.model_copy(update={"pretrain": study.pretrain.model_copy(update={"seed": 5})})
     with pytest.raises(AssertionError, match="trained although"):          # other settings: another key
         prepare_start(other, private, folder)
+
+
+def test_cached_weights_that_no_longer_have_their_recorded_hash_are_trained_again(private, tmp_path, monkeypatch):
+    """The entry names its weights by sha256: a file replaced since (other weights, a damaged copy) is never used
+    under the old hash, which the card and report would print."""
+    study = _study(pretrain=PUBLIC)
+    folder = StudyFolder(tmp_path)
+    first = prepare_start(study, private, folder)
+    weights = Path(first.weights)
+    swapped = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict()
+    torch.save(swapped, weights)
+    trained, real = [], pretraining.train
+    monkeypatch.setattr(pretraining, "train", lambda *a, **k: trained.append(1) or real(*a, **k))
+    again = prepare_start(study, private, folder)
+    assert trained == [1]
+    assert again.sha256 == first.sha256 == hashlib.sha256(weights.read_bytes()).hexdigest()
+
+
+def test_the_overlap_check_runs_at_the_studys_near_duplicate_threshold(private, tmp_path, monkeypatch):
+    seen = []
+
+    def stop(public, private, **kwargs):
+        seen.append(kwargs)
+        raise DataError("stopped by the test")
+
+    monkeypatch.setattr(pretraining, "refuse_overlap", stop)
+    study = _study(pretrain={**PUBLIC, "near_duplicate_bits": 7})
+    with pytest.raises(DataError, match="stopped by the test"):
+        prepare_start(study, private, StudyFolder(tmp_path))
+    assert seen[0]["max_distance"] == 7
 
 
 def test_a_damaged_cache_entry_is_trained_again_and_rewritten(private, tmp_path, caplog):

@@ -3,6 +3,7 @@ reasons, and what freezing means under DP-SGD (a frozen parameter is neither cli
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import numpy as np
@@ -25,6 +26,17 @@ def _save(state: dict, path) -> str:
 
 def _loss(z, y):
     return F.cross_entropy(z, y, reduction="sum")
+
+
+def test_the_weights_hash_covers_every_byte_of_a_file_larger_than_a_read(tmp_path):
+    """The record names the weights by sha256 (`file_sha256` reads in blocks of 1 MiB): two files that differ only
+    after their first blocks must not share a hash."""
+    first, second = tmp_path / "a.pt", tmp_path / "b.pt"
+    data = np.random.default_rng(0).bytes(3 << 20)
+    first.write_bytes(data)
+    second.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert file_sha256(first) == hashlib.sha256(data).hexdigest()
+    assert file_sha256(second) == hashlib.sha256(second.read_bytes()).hexdigest() != file_sha256(first)
 
 
 def test_dpmed_model_pt_round_trips(tmp_path):

@@ -22,6 +22,7 @@ from dpmed.errors import PrivacyError
 from dpmed.models import WSConv2d, build_model, list_models
 from dpmed.training import DpSgdStep
 from dpmed.training.clipping import ROUTES, GhostClipper
+from dpmed.training.dp_sgd import OpacusClipper
 from dpmed.training.layer_rules import LAYER_RULES
 from dpmed.training.layer_rules.rule import CHUNK_ELEMENTS, GPU_CHUNK_ELEMENTS, split_batch
 
@@ -309,10 +310,15 @@ def test_the_model_is_left_as_it_was():
 
 # ------------------------------------------------------------------------------------ what it refuses, and why
 
-def test_batch_norm_is_refused_with_the_reason():
-    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2))
-    with pytest.raises(PrivacyError, match="BatchNorm.*GroupNorm"):
+@pytest.mark.parametrize("norm", [nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
+                                  nn.LazyBatchNorm2d])
+def test_batch_norm_of_every_kind_is_refused_with_the_reason(norm):
+    """Any module that normalises with batch statistics mixes the examples; not only the 2-d one of image models."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 4), norm() if norm is nn.LazyBatchNorm2d else norm(4))
+    with pytest.raises(PrivacyError, match=f"{norm.__name__}: BatchNorm.*GroupNorm"):
         GhostClipper(model)
+    with pytest.raises(PrivacyError, match=f"{norm.__name__}: BatchNorm.*GroupNorm"):
+        OpacusClipper(model)
 
 
 def test_a_layer_without_a_rule_is_named():
