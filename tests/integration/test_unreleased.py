@@ -6,11 +6,16 @@ shareable folder as soon as training ended."""
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 
+import numpy as np
 import pytest
 
 import dpmed.run
 from dpmed.cli import main
+from dpmed.config import load_study
+from dpmed.folders import read_arrays
+from dpmed.study import load_study_data
 
 
 def test_a_run_that_fails_after_training_leaves_no_model_where_files_are_shared(tmp_path, monkeypatch, capsys,
@@ -82,3 +87,59 @@ def test_what_private_holds_is_its_owners_alone_file_by_file(tiny_study):
     opened = [f"{path.relative_to(tiny_study)} {path.stat().st_mode & 0o777:o}" for path in private.rglob("*")
               if path.stat().st_mode & 0o077]
     assert opened == [], "\n".join(opened)
+
+
+def test_a_run_stopped_after_evaluation_has_every_file_staged_and_its_examples_are_test_images(tmp_path, monkeypatch,
+                                                                                             tiny_text):
+    """Each releasable file (model, predictions, CAMs, the local-DP examples) waits in private/ until run.json is
+    written: a run that stops after evaluation (here, as its wall time is measured) shares nothing. The examples the
+    report shows are test images, never training ones: a training image shown beside its noised copy is a release of
+    a patient whom only the noised copy's eps covers."""
+    study = tmp_path / "s.yaml"
+    study.write_text(tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n",
+                                       "  - {name: ldp, mechanism: pixel_laplace, scale: 0.5}\n")
+                     .replace("evaluation: {bootstrap_resamples: 20}",
+                              "evaluation: {bootstrap_resamples: 20, explanations: {n_images: 4}}"))
+    out = tmp_path / "out"
+
+    def stopped(*args, **kwargs):
+        raise RuntimeError("stopped after evaluation (simulated)")
+    with monkeypatch.context() as patch:
+        patch.setattr(dpmed.run, "Timing", stopped)
+        assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 1
+    root = out / "tiny"
+    assert [p for p in (root / "runs").rglob("*") if p.is_file()] == []
+    staged: dict[str, set[str]] = {}
+    for path in (root / "private" / "runs").glob("*/unreleased/*"):
+        staged.setdefault(path.parent.parent.name, set()).add(path.name)
+    assert staged == {"base_seed0": {"model.pt", "predictions.npz", "cams.npz"},
+                      "ldp_b0.5_seed0": {"model.pt", "predictions.npz", "cams.npz", "ldp_examples.npz"}}
+
+    assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 0
+    examples = read_arrays(root / "runs" / "ldp_b0.5_seed0" / "ldp_examples.npz")["original"]
+    data = load_study_data(load_study(study))
+    assert len(examples) > 0 and np.array_equal(examples, data.test.images[:len(examples)])
+    training = {image.tobytes() for image in data.train.images}
+    assert not any(image.tobytes() in training for image in examples)
+
+
+def test_outside_private_a_study_holds_only_what_it_releases_each_stamped_1980(tiny_study):
+    """Whatever lies outside private/ is shared with the folder: a file there that this list does not name (a
+    statistic of training, a copy of the private report) would be a release no eps covers. Each file and folder
+    there carries 1980-01-01 00:00 UTC, not the time it was written (`dpmed.folders.RELEASE_TIME`)."""
+    study_files = {"study.yaml", "results.csv", "report.html", "comparisons.json"}
+    run_files = {"run.json", "model.pt", "predictions.npz", "ldp_examples.npz", "cams.npz"}
+    shared = [p for p in tiny_study.rglob("*") if p.relative_to(tiny_study).parts[0] != "private"]
+    stray = []
+    for path in shared:
+        parts = path.relative_to(tiny_study).parts
+        if path.is_dir():
+            known = parts[0] == "runs" and len(parts) <= 2
+        elif len(parts) == 1:
+            known = path.name in study_files or path.suffix == ".png"
+        else:
+            known = parts[0] == "runs" and len(parts) == 3 and path.name in run_files
+        if not known:
+            stray.append("/".join(parts))
+    assert stray == []
+    assert {p.stat().st_mtime for p in [tiny_study, *shared]} == {datetime(1980, 1, 1, tzinfo=timezone.utc).timestamp()}
