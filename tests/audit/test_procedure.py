@@ -1,0 +1,59 @@
+"""The audit as a run performs it (`dpmed.audit.procedure`): whose randomness decides which canaries go in, and what
+the record and its sentence say at the claim's delta."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dpmed.audit.procedure as procedure
+from dpmed.audit.bound import AuditResult, choose_canaries
+from dpmed.data import make_phantom
+from dpmed.mechanisms import AuditConfig
+
+
+@pytest.fixture(scope="module")
+def trial_inputs():
+    data = make_phantom(seed=0, n_images=600, image_size=16)
+    return data.train, data.task, len(np.unique(data.train.patient_ids))
+
+
+def test_the_inclusion_bits_are_the_secret_streams_draws_not_the_public_seeds(trial_inputs):
+    """Bits drawn from the run's public seed would be known to anyone who reads it, and the same in every run of
+    that seed: the guesser's job would be done for it. With one seed, two secret streams give two sets of bits."""
+    train, task, n_patients = trial_inputs
+    trials = [procedure.insert_canaries_for(train, task, AuditConfig(canaries=100), seed=7, n_patients=n_patients,
+                                            rng=np.random.default_rng(k))[1] for k in (1, 2)]
+    for k, trial in zip((1, 2), trials):
+        drawn = choose_canaries(len(trial.included), rng=np.random.default_rng(k))
+        np.testing.assert_array_equal(trial.included, drawn)
+    assert len(trials[0].included) > 50 and not np.array_equal(trials[0].included, trials[1].included)
+
+
+@pytest.mark.parametrize("delta, bound, expected_delta, consistent", [
+    (1e-3, 1.5, 1e-3, False), (1e-3, 0.5, 1e-3, True), (None, 0.5, procedure.AUDIT_DELTA_NON_PRIVATE, None)])
+def test_the_bound_is_taken_and_stated_at_the_claims_delta_and_judged_against_its_eps(
+        trial_inputs, monkeypatch, delta, bound, expected_delta, consistent):
+    train, task, n_patients = trial_inputs
+    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40), seed=7, n_patients=n_patients,
+                                             rng=np.random.default_rng(0))
+    asked = []
+
+    def grid(scores, included, *, delta, confidence):
+        asked.append(delta)
+        return AuditResult(epsilon_lower_bound=bound, n_canaries=len(included), n_guesses=10, n_correct=9,
+                           confidence=confidence, delta=delta, k_positive=5, k_negative=5, method="stub")
+
+    monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
+    claimed = None if delta is None else 1.0
+    record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
+                                   delta=delta, claimed_epsilon=claimed)
+    assert asked == [expected_delta] and record["delta"] == expected_delta
+    assert f"at delta = {expected_delta:.3g} " in record["statement"]
+    assert record["consistent_with_claim"] is consistent
+    if consistent is False:
+        assert "inconsistent with the claimed eps at 95%" in record["statement"]
+    elif consistent:
+        assert record["statement"].endswith("claims eps = 1: consistent")
+    else:
+        assert record["statement"].endswith("no eps is claimed")
