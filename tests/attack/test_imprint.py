@@ -15,13 +15,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dpmed.attack import (IMPRINT_STRUCTURES, ImprintBins, brightness, calibrate_threshold, clopper_pearson,
+from dpmed.attack import (IMPRINT_STRUCTURES, ImprintBins, Matches, brightness, calibrate_threshold, clopper_pearson,
                           imprint_model, invert_imprint, normalised_cross_correlation, release_imprint_gradients,
                           run_imprint_attack, structural_similarity)
 from dpmed.attack import experiment
 from dpmed.data import make_phantom
 from dpmed.models.registry import build_model
-from dpmed.randomness import PrivacyRandomness
+from dpmed.randomness import PrivacyRandomness, public_seed
 from dpmed.training.dp_sgd import DpSgdStep
 
 SIZE = 16
@@ -285,3 +285,52 @@ def test_the_summary_holds_no_image(phantom, threshold):
     assert "images" not in summary and len(text) < 2000
     assert result.images.reconstructions.shape == result.images.originals.shape == (3, 1, SIZE, SIZE)
     assert list(result.images.ssim) == sorted(result.images.ssim, reverse=True)
+
+
+def _matcher(ssim: float, hits: set[int] | None = None):
+    """A stand-in for match_reconstructions: every reconstruction (and chance guess) matches the batch's first image
+    at ``ssim``, on the calls numbered in ``hits`` (1-based; None: every call), and nothing on the others."""
+    calls = []
+
+    def match(reconstructions, originals):
+        calls.append(1)
+        n = len(reconstructions)
+        hit = hits is None or len(calls) in hits
+        return Matches(closest=np.zeros(n, dtype=np.int64), ssim=np.full(n, ssim if hit else -1.0),
+                                  ncc=np.zeros(n))
+    return match
+
+
+def _attack_with(phantom, threshold, **kwargs):
+    images, labels, public = phantom
+    return run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                              max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=BATCH, batch_size=BATCH,
+                              n_batches=3, n_bins=16, seed=0, threshold=threshold, **kwargs)
+
+
+def test_a_success_is_a_distinct_image_of_the_batch_reached_at_the_threshold_or_above(phantom, threshold,
+                                                                                    monkeypatch):
+    """Eight reconstructions all closest to one image recover one image, not eight (a rate of 100 % where the attack
+    found one image in eight); so do eight chance guesses; and an SSIM equal to the threshold passes it."""
+    monkeypatch.setattr(experiment, "match_reconstructions", _matcher(threshold.value))
+    result = _attack_with(phantom, threshold)
+    assert result.n_trials == 3 * BATCH and result.n_success == 3 and result.rate == 3 / (3 * BATCH)
+    assert result.chance_successes == 3 and result.batch_successes == 3
+
+
+def test_a_batch_counts_once_where_its_own_reconstructions_pass(phantom, threshold, monkeypatch):
+    """Only the first batch's reconstructions (call 1; each batch's chance guesses are matched after it) pass."""
+    monkeypatch.setattr(experiment, "match_reconstructions", _matcher(1.0, hits={1}))
+    result = _attack_with(phantom, threshold)
+    assert (result.n_success, result.batch_successes, result.chance_successes) == (1, 1, 0)
+    assert result.batch_rate == pytest.approx(1 / 3)
+
+
+def test_without_a_given_threshold_it_is_calibrated_on_public_images_by_the_public_seed(phantom, seeded_noise):
+    """The threshold must not see the attacked (private) images: it is the public null's, drawn from the seed."""
+    images, labels, public = phantom
+    result = run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                                max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=BATCH,
+                                batch_size=BATCH, n_batches=1, n_bins=16, seed=3, n_null=30)
+    assert result.threshold == calibrate_threshold(public, batch_size=BATCH, n_null=30, quantile=0.99,
+                                                   rng=np.random.default_rng(public_seed(3, "attack_threshold")))
