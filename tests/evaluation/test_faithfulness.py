@@ -17,6 +17,8 @@ def test_confidence_metrics_by_hand():
     assert average_drop(y, o).mean() == pytest.approx(100 * (0.4 / 0.8 + 0) / 2)          # 25
     assert increase_in_confidence(y, o).mean() == pytest.approx(50.0)
     assert masked_input_score(y, o).mean() == pytest.approx(100 * (0.5 + 1.2) / 2)         # 85
+    # unchanged confidence is no increase: a model that ignores its input would score 100 % otherwise
+    np.testing.assert_array_equal(increase_in_confidence(np.full(3, 0.5), np.array([0.5, 0.6, 0.4])), [0, 100, 0])
     with pytest.raises(ValueError):
         average_drop(np.array([0.0]), np.array([0.1]))
 
@@ -44,6 +46,10 @@ def test_pointing_game_by_hand():
     np.testing.assert_array_equal(pointing_game(cams, masks), [1, 0, 0, 0, 0])
     np.testing.assert_array_equal(pointing_game(cams[2:3], masks[2:3], tolerance=2.8), [0])
     np.testing.assert_array_equal(pointing_game(cams[2:3], masks[2:3], tolerance=2.9), [1])
+    exact = np.zeros((1, 5, 5))
+    exact[0, 1, 3] = 1.0                 # exactly 2 px from (1, 1): within a tolerance of 2, not of 1.99
+    np.testing.assert_array_equal(pointing_game(exact, masks[:1], tolerance=2.0), [1])
+    np.testing.assert_array_equal(pointing_game(exact, masks[:1], tolerance=1.99), [0])
     assert np.isnan(pointing_game(cams[:1], np.zeros((1, 5, 5), bool))[0])
 
 

@@ -79,6 +79,11 @@ def test_the_attributes_fingerprint_sees_sex_age_masks_and_normalisation_and_not
     assert attributes_fingerprint(dataset) not in prints.values() and len(set(prints.values())) == len(prints)
     # the released counts of the training set stay keyed to the images, labels and patients alone
     assert {data_fingerprint(d) for d in changed.values()} == {data_fingerprint(dataset)}
+    # and to each of those: one training patient's id changed is other data (the patient unit groups by it)
+    ids = dataset.train.patient_ids.copy()
+    ids[0] = "someone else"
+    assert data_fingerprint(replace(dataset, train=replace(dataset.train, patient_ids=ids))) != data_fingerprint(
+        dataset)
     assert np.isfinite(dataset.test.age).any()
 
 
