@@ -54,6 +54,9 @@ def test_threshold_comes_from_validation_and_decides_test():
     assert thresholds == [0.5]
     assert selected[:, 0].tolist() == [1, 0, 0, 1, 1, 1, 0, 0, 0, 0]
     assert correct.tolist() == [1, 1, 0, 0, 1, 1, 1, 1, 0, 1]
+    # a score equal to the threshold is decided positive, as in the utility metrics (s >= t)
+    _, _, correct, selected, _ = decisions("binary", VAL_Y, VAL_S, [1, 0, 1], [0.5, 0.1, 0.9])
+    assert selected[:, 0].tolist() == [1, 0, 1] and correct.tolist() == [1, 1, 1]
 
 
 def test_sex_groups_by_hand():
@@ -268,6 +271,8 @@ def test_demographic_parity_difference_is_undefined_with_one_named_group():
     entry = out.attributes["sex"]
     assert entry.equalized_odds_difference.value is None
     assert entry.demographic_parity_difference.value is None      # before: 0.0
+    for spread in (entry.demographic_parity_difference, entry.equalized_odds_difference):
+        assert spread.low is None and spread.high is None and spread.undefined_redraws == 50   # nor 0-0 redraws
     female = entry.groups["female"]
     # yhat = 1 for images 0, 4, 5 of the 8 female images and for 3 of the unknown (3, 8)
     assert female.demographic_parity_difference.value == pytest.approx(3 / 8 - 1 / 2)
