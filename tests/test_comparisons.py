@@ -224,6 +224,33 @@ def test_several_seeds_pair_each_run_with_its_own_seed(make_record):
     assert summary.n_seeds == 2 and summary.max == 0.0 and summary.min < 0
 
 
+def test_a_seed_with_two_non_private_runs_pairs_with_the_first_listed(make_record):
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 2, 50)
+    ids = np.arange(50).astype(str)
+    good, poor = np.clip(0.6 * y + 0.4 * rng.random(50), 0, 1), np.clip(0.2 * y + 0.8 * rng.random(50), 0, 1)
+    records = [make_record("np_a_seed0", "np_a"), make_record("np_b_seed0", "np_b"),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)]
+    predictions = {"np_a_seed0": _saved(y, ids, good), "np_b_seed0": _saved(y, ids, poor),
+                   "dp_eps1_C1_seed0": _saved(y, ids, poor)}
+    (row,) = compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"],
+                          n_resamples=20).auroc_differences
+    assert row.reference_run == "np_a_seed0" and row.auroc_difference.value < 0
+
+
+def test_runs_whose_test_patients_differ_are_not_paired(make_record):
+    """The same labels and scores of other patients are another test set: a paired difference needs the same
+    images, and the patient bootstrap would redraw different people."""
+    y = np.random.default_rng(1).integers(0, 2, 50)
+    s = np.linspace(0, 1, 50)
+    records = [make_record("np_seed0", "np"), make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)]
+    predictions = {"np_seed0": _saved(y, np.arange(50).astype(str), s),
+                   "dp_eps1_C1_seed0": _saved(y, np.arange(100, 150).astype(str), s)}
+    out = compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"], n_resamples=20)
+    assert out.auroc_differences == []
+    assert any("its test set differs from np_seed0's" in note for note in out.notes)
+
+
 def test_runs_that_decide_one_class_for_every_image_are_flagged(make_record):
     records = [make_record("np_seed0", "np", metrics={"test_sensitivity": 0.8, "test_specificity": 0.9,
                                                       "test_predicted_classes": 2}),
