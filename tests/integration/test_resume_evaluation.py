@@ -201,3 +201,62 @@ def test_a_card_that_claims_more_than_this_version_finds_is_not_reused(tiny_stud
     assert "These cards claim more than this version of dpmed finds" in page
     assert f"<li>{path.parent.name}: its card (an earlier dpmed&#x27;s) calls it DP, this version NOT DP: " in page
     assert "not DP: seed known</li>" in page
+
+
+def test_a_finished_dp_run_the_study_file_no_longer_lists_stays_in_the_studys_privacy(tiny_study, tiny_study_file,
+                                                                                      tmp_path):
+    """Its model is in the folder all the same: the study's eps still composes it (`dpmed.budget`)."""
+    import yaml
+
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    fewer = tmp_path / "s.yaml"
+    fewer.write_text(tiny_study_file.read_text().replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", ""))
+    assert main(["run", str(fewer), "--out", str(out), "--no-progress"]) == 0
+    resolved = yaml.safe_load((out / "tiny" / "study.yaml").read_text())
+    assert "dp_eps8_C1_seed0" in resolved["study_privacy"]["dp_sgd_runs"]
+
+
+def test_without_study_yaml_other_data_and_an_unrecorded_evaluation_setting_are_still_refused(
+        tiny_study, tiny_study_file, tmp_path, capsys):
+    """The data fingerprint lives in private/, not in study.yaml: a folder that lost study.yaml still refuses runs
+    on other pixels. And a setting no run.json shows (training_metrics, private output only) is checked too."""
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    (out / "tiny" / "study.yaml").unlink()
+    capsys.readouterr()
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress",
+                 "--set", "data.preprocessing.minmax=true"]) == 2
+    assert "the images, labels or patient ids differ" in capsys.readouterr().err
+    shutil.rmtree(out / "tiny")
+    shutil.copytree(tiny_study, out / "tiny")
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress",
+                 "--set", "evaluation.training_metrics=true"]) == 2
+    assert "evaluation.training_metrics: False in the finished run, True now" in capsys.readouterr().err
+
+
+def test_runs_of_other_class_names_are_not_mixed(tiny_study):
+    """The same images and labels under other names for the classes would put two meanings in one table."""
+    from dpmed.folders import StudyFolder
+    from dpmed.resumption import finished_runs
+    from dpmed.states import read_resolved
+
+    before = read_resolved(tiny_study)
+    summary = before.dataset.model_copy(update={"label_names": tuple(reversed(before.dataset.label_names))})
+    with pytest.raises(ConfigError, match="dataset.label_names"):
+        finished_runs(StudyFolder(tiny_study), list(before.runs), summary, before.study, "0" * 64, before)
+
+
+def test_a_rebuilt_report_leaves_every_shared_file_stamped_1980(tiny_study, tmp_path):
+    import os
+
+    from dpmed.folders import RELEASE_TIME
+
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    shared = [p for p in (out / "tiny").rglob("*") if "private" not in p.relative_to(out / "tiny").parts]
+    for path in shared:
+        os.utime(path, None)                          # as a copy or a checkout would leave them: now
+    assert main(["report", str(out / "tiny")]) == 0
+    shared = [p for p in (out / "tiny").rglob("*") if "private" not in p.relative_to(out / "tiny").parts]
+    assert {p.stat().st_mtime for p in [out / "tiny", *shared]} == {RELEASE_TIME}
