@@ -35,6 +35,22 @@ def test_a_finished_run_forgets_its_secrets(tmp_path):
     assert not list(run.public.glob(".*.tmp"))          # the atomic write left no temporary file
 
 
+def test_discarding_an_attempt_leaves_nothing_of_it_shared_staged_or_secret(tmp_path):
+    """An attempt made for other settings or data: its key cannot serve, and its files must not lie beside the
+    next attempt's record."""
+    run = StudyFolder(tmp_path / "s").run("a_seed0")
+    run.make()
+    for path in run.released_files:
+        path.write_bytes(b"shared")
+        run.unreleased(path).write_bytes(b"staged")
+    run.checkpoint.write_bytes(b"state")
+    run.privacy_key.write_text("00" * 32)
+    run.discard_attempt()
+    left = [p for p in (*run.released_files, *map(run.unreleased, run.released_files), run.checkpoint,
+                        run.privacy_key) if p.exists()]
+    assert left == []
+
+
 def test_the_private_folder_is_its_owners_alone(tmp_path):
     folder = StudyFolder(tmp_path / "s")
     folder.make_private()
