@@ -65,3 +65,26 @@ def test_all_zero_maps_are_counted_for_the_maps_each_metric_reads(monkeypatch):
     assert record.n_zero_cams == 1 and record.n_zero_lesion_cams == 2 and record.n_masked_images == 4
     assert record.metrics["mask_energy"].value == pytest.approx(0.5)    # two maps all inside, two score 0
     assert record.metrics["pointing_game"].value == pytest.approx(0.5)  # two hits, two misses
+
+
+def test_every_metric_redraws_the_patients_it_is_given(monkeypatch):
+    """The mask metrics included: their intervals redrew images while the rest redrew patients."""
+    import dpmed.evaluation.explanations as explanations
+
+    seen = {}
+    real = explanations.mean_with_interval
+
+    def spy(values, *, patient_ids=None, **kwargs):
+        seen[len(seen)] = None if patient_ids is None else list(patient_ids)
+        return real(values, patient_ids=patient_ids, **kwargs)
+
+    monkeypatch.setattr(explanations, "mean_with_interval", spy)
+    torch.manual_seed(0)
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    images = np.random.default_rng(0).random((8, 1, 16, 16)).astype(np.float32)
+    masks = np.zeros((8, 16, 16), bool)
+    masks[:, 4:8, 4:8] = True
+    ids = [f"p{i // 2}" for i in range(8)]
+    explain(model, images, kind="binary", target_layer="features", deletion_steps=4, n_resamples=20, masks=masks,
+            patient_ids=ids)
+    assert len(seen) == 7 and all(got == ids for got in seen.values())
