@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from dpmed.attack import (IMPRINT_STRUCTURES, ImprintBins, Matches, brightness, calibrate_threshold, clopper_pearson,
-                          imprint_model, invert_imprint, normalised_cross_correlation, release_imprint_gradients,
-                          run_imprint_attack, structural_similarity)
+                          imprint_model, invert_imprint, match_reconstructions, normalised_cross_correlation,
+                          release_imprint_gradients, run_imprint_attack, structural_similarity)
 from dpmed.attack import experiment
 from dpmed.data import make_phantom
 from dpmed.models.registry import build_model
@@ -263,6 +263,26 @@ def test_normalised_cross_correlation_of_hand_cases():
     assert normalised_cross_correlation(a, 0.5 * a + 0.2) == pytest.approx(1.0)
     assert normalised_cross_correlation(a, 1.0 - a) == pytest.approx(-1.0)
     assert normalised_cross_correlation(a, np.full_like(a, 0.3)) == 0.0
+
+
+def test_a_null_draw_is_one_public_image_against_batch_size_others():
+    """Six images and batches of five: every draw's best is image i against all five others, so the 1 % quantile of
+    200 draws is the least of those six bests (a batch one image short would find lower bests)."""
+    images = np.random.default_rng(0).uniform(0, 1, (6, 1, 8, 8))
+    best = [max(structural_similarity(images[i], images[j]) for j in range(6) if j != i) for i in range(6)]
+    got = calibrate_threshold(images, batch_size=5, n_null=200, quantile=0.01, rng=np.random.default_rng(1))
+    assert got.value == pytest.approx(min(best), abs=1e-12)
+
+
+def test_a_reconstructions_ncc_is_that_of_its_ssim_match():
+    """NCC describes the pair SSIM chose, not the best correlation in the batch: a brightness-shifted copy
+    correlates perfectly with its original (NCC 1) but is not the SSIM-closest image here."""
+    a = np.random.default_rng(0).uniform(0, 1, (1, 16, 16))
+    noisy = np.clip(a + np.random.default_rng(1).normal(0, 0.05, a.shape), 0, 1)
+    originals = np.stack([0.2 * a + 0.4, noisy])
+    matches = match_reconstructions(a[None], originals)
+    assert matches.closest[0] == 1
+    assert matches.ncc[0] == pytest.approx(np.corrcoef(a.ravel(), noisy.ravel())[0, 1]) and matches.ncc[0] < 0.999
 
 
 def test_clopper_pearson_matches_its_closed_forms():
