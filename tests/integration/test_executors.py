@@ -401,6 +401,27 @@ def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_pa
     assert record["privacy"]["is_dp"] and "OS entropy" in record["privacy"]["randomness"]
 
 
+def test_a_killed_run_is_not_continued_on_other_data_of_the_same_shape(tmp_path, tiny_text):
+    """The attempt's key covers the training images' content, not only their number and shape: a run killed
+    mid-way and started again on other pixels (here min-max stretched) trains afresh rather than continuing from a
+    checkpoint that learnt the other images."""
+    study = tmp_path / "s.yaml"
+    study.write_text(tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "")
+                     .replace("epochs: 3", "epochs: 30"))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "dpmed.cli", "run", str(study), "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = StudyFolder(out / "tiny").run("base_seed0")
+    deadline = time.monotonic() + 240
+    while not run.checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert run.checkpoint.exists() and not run.is_finished, "killed too early or too late"
+    assert main([*cmd[3:], "--set", "data.preprocessing.minmax=true"]) == 0     # only the pixels differ
+    assert read_timing(run.timing).resumed_from in (None, 0)
+
+
 def test_a_worker_killed_from_outside_fails_its_runs_with_a_reason_not_a_traceback(tmp_path, tiny_text):
     """A worker that dies (here at start-up, as the out-of-memory killer would end it) breaks the process pool: each
     unfinished run fails with the reason and what to do, in its error.json, and the study is not aborted."""
