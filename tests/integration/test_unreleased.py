@@ -54,6 +54,15 @@ def test_a_run_that_fails_after_training_leaves_no_model_where_files_are_shared(
     assert all((p / "model.pt").is_file() for p in (study / "runs").iterdir() if (p / "run.json").is_file())
 
 
+def _run_stopped_after_evaluation(study, out, monkeypatch) -> None:
+    """Run ``study`` into ``out`` with each run stopped after its evaluation, as its wall time is measured."""
+    def stopped(*args, **kwargs):
+        raise RuntimeError("stopped after evaluation (simulated)")
+    with monkeypatch.context() as patch:
+        patch.setattr(dpmed.run, "Timing", stopped)
+        assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 1
+
+
 def test_an_earlier_attempts_cams_are_not_released_beside_a_record_without_explanations(tmp_path, monkeypatch,
                                                                                        tiny_text):
     """The attempt's key does not depend on the evaluation settings, so a rerun with explanations off continues the
@@ -64,12 +73,7 @@ def test_an_earlier_attempts_cams_are_not_released_beside_a_record_without_expla
                      .replace("evaluation: {bootstrap_resamples: 20}",
                               "evaluation: {bootstrap_resamples: 20, explanations: {n_images: 4}}"))
     out = tmp_path / "out"
-
-    def stopped(*args, **kwargs):
-        raise RuntimeError("stopped after evaluation (simulated)")
-    with monkeypatch.context() as patch:
-        patch.setattr(dpmed.run, "Timing", stopped)
-        assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 1
+    _run_stopped_after_evaluation(study, out, monkeypatch)
     private = out / "tiny" / "private" / "runs" / "base_seed0" / "unreleased"
     assert (private / "cams.npz").is_file()
     study.write_text(study.read_text().replace(", explanations: {n_images: 4}", ""))
@@ -101,12 +105,7 @@ def test_a_run_stopped_after_evaluation_has_every_file_staged_and_its_examples_a
                      .replace("evaluation: {bootstrap_resamples: 20}",
                               "evaluation: {bootstrap_resamples: 20, explanations: {n_images: 4}}"))
     out = tmp_path / "out"
-
-    def stopped(*args, **kwargs):
-        raise RuntimeError("stopped after evaluation (simulated)")
-    with monkeypatch.context() as patch:
-        patch.setattr(dpmed.run, "Timing", stopped)
-        assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 1
+    _run_stopped_after_evaluation(study, out, monkeypatch)
     root = out / "tiny"
     assert [p for p in (root / "runs").rglob("*") if p.is_file()] == []
     staged: dict[str, set[str]] = {}
