@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from dpmed.attack import (IMPRINT_STRUCTURES, ImprintBins, Matches, brightness, calibrate_threshold, clopper_pearson,
                           imprint_model, invert_imprint, match_reconstructions, normalised_cross_correlation,
-                          release_imprint_gradients, run_imprint_attack, structural_similarity)
+                          noise_level_at, release_imprint_gradients, run_imprint_attack, structural_similarity)
 from dpmed.attack import experiment
 from dpmed.data import make_phantom
 from dpmed.models.registry import build_model
@@ -283,6 +283,17 @@ def test_a_reconstructions_ncc_is_that_of_its_ssim_match():
     matches = match_reconstructions(a[None], originals)
     assert matches.closest[0] == 1
     assert matches.ncc[0] == pytest.approx(np.corrcoef(a.ravel(), noisy.ravel())[0, 1]) and matches.ncc[0] < 0.999
+
+
+def test_the_noise_level_is_the_last_whose_median_ssim_reaches_the_threshold(monkeypatch):
+    """Scores fixed per call (three images at each level): at sd 0.05 the median, 0.8, reaches the threshold 0.8
+    while the mean, 0.57, would not; at 0.1 neither does, so the answer is 0.05."""
+    import dpmed.attack.success as success
+
+    scores = iter([1.0, 1.0, 1.0, 0.9, 0.8, 0.0, 0.1, 0.1, 0.1])
+    monkeypatch.setattr(success, "structural_similarity", lambda a, b: next(scores))
+    images = np.zeros((3, 1, 4, 4))
+    assert noise_level_at(0.8, images, rng=np.random.default_rng(0), levels=(0.0, 0.05, 0.1, 0.15)) == 0.05
 
 
 def test_clopper_pearson_matches_its_closed_forms():
