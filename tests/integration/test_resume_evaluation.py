@@ -252,11 +252,13 @@ def test_a_rebuilt_report_leaves_every_shared_file_stamped_1980(tiny_study, tmp_
 
     from dpmed.folders import RELEASE_TIME
 
-    out = tmp_path / "out"
-    shutil.copytree(tiny_study, out / "tiny")
-    shared = [p for p in (out / "tiny").rglob("*") if "private" not in p.relative_to(out / "tiny").parts]
-    for path in shared:
+    root = tmp_path / "out" / "tiny"
+    shutil.copytree(tiny_study, root)
+
+    def shared() -> list:
+        return [root, *(p for p in root.rglob("*") if "private" not in p.relative_to(root).parts)]
+
+    for path in shared():
         os.utime(path, None)                          # as a copy or a checkout would leave them: now
-    assert main(["report", str(out / "tiny")]) == 0
-    shared = [p for p in (out / "tiny").rglob("*") if "private" not in p.relative_to(out / "tiny").parts]
-    assert {p.stat().st_mtime for p in [out / "tiny", *shared]} == {RELEASE_TIME}
+    assert main(["report", str(root)]) == 0
+    assert {p.stat().st_mtime for p in shared()} == {RELEASE_TIME}
