@@ -500,3 +500,82 @@ def test_the_assumptions_state_the_no_noise_limit_the_high_budgets_reach():
     assert f"where the bound is {math.ceil((1 - never) * 1e4) / 100:g}%: the chance that the target image was " \
            "sampled in some step at all" in high.assumptions
     assert "65.68%" in high.assumptions and "~100%" not in high.assumptions
+
+
+# --- the REMOVE tests that pin gamma, against a simulation and against Pinsker -----------------------------------------
+
+@pytest.mark.parametrize("test", ["max", "max_abs", "sum"])
+def test_the_remove_tests_match_a_simulation(test):
+    """The REMOVE tests are lower bounds on gamma that pin it at the ceiling where they reach it: one stated above
+    its true power pins a value that is not the bound. T = 5, q = 0.3, sigma = 0.5, kappa = 0.05; the threshold is
+    set here from the level alone (P(max z > c) = kappa: per step 1 - (1 - kappa)^(1/T), folded: half of it in each
+    tail; the sum: N(0, T) above c), and the simulated test at it has level kappa without the target and the
+    returned power with it, each within 4 standard errors."""
+    sigma, q, steps, kappa, n = 0.5, 0.3, 5, 0.05, 400_000
+    mu = 1 / sigma
+    per_step = 1 - (1 - kappa) ** (1 / steps)
+    if test == "sum":
+        power = _limits.remove_sum_test_power(mu, q, steps, kappa)
+        c = math.sqrt(steps) * special.ndtri(1 - kappa)
+    else:
+        power = _limits.remove_max_test_power(mu, q, steps, kappa, folded=test == "max_abs")
+        c = special.ndtri(1 - per_step / 2) if test == "max_abs" else special.ndtri(1 - per_step)
+    rng = np.random.default_rng(2)
+    shift = (rng.random((n, steps)) < q) * mu
+    if test == "max_abs":
+        shift *= rng.choice([-1.0, 1.0], size=(n, steps))
+
+    def rejects(z):
+        return (z.sum(axis=1) if test == "sum" else (np.abs(z) if test == "max_abs" else z).max(axis=1)) > c
+
+    level = float(np.mean(rejects(rng.standard_normal((n, steps)))))
+    simulated_power = float(np.mean(rejects(rng.standard_normal((n, steps)) + shift)))
+    assert abs(level - kappa) <= 4 * math.sqrt(kappa * (1 - kappa) / n)
+    assert abs(simulated_power - power) <= 4 * math.sqrt(power * (1 - power) / n)
+    assert kappa < power < 1
+
+
+def pinsker_log(sigma: float, q: float, steps: int, kappa: float, *, relaxed: bool) -> float:
+    """kappa + TV, TV <= sqrt(T KL / 2) and one step's KL <= log(1 + chi^2): chi^2 = q^2 (e^(mu^2) - 1) for the
+    worst-case pair and q^2 (cosh(mu^2) - 1) for the relaxed one (E_P[(1 - q + q e^(-mu^2/2) cosh(mu z))^2] - 1),
+    mu = 1/sigma. An upper bound on either gamma in both directions, derived here, not taken from _limits."""
+    m2 = 1 / sigma ** 2
+    chi2 = q * q * (math.cosh(m2) - 1 if relaxed else math.expm1(m2))
+    return kappa + math.sqrt(steps * math.log1p(chi2) / 2)
+
+
+# (sigma, q, T, kappa, relaxed), each with its value (measured): where a lower bound of the worst case, or one stated
+# above its truth, would pin the value at the ceiling (1.0) far above this upper bound.
+BELOW_PINSKER = [(10.0, 1.0, 7000, 1e-3, True),     # 0.0063: the sum test, which holds for the worst case only
+                 (5.0, 0.9, 1000, 0.2, True),       # 0.482: likewise
+                 (30.0, 0.9, 1, 0.6, True),         # 0.6002: the folded maximum test's level
+                 (0.5, 0.001, 1000, 0.6, True),     # 0.653: the maximum test's T steps composed
+                 (30.0, 1.0, 1000, 0.2, False)]     # 0.584: the sum test's threshold
+
+
+@pytest.mark.parametrize("sigma, q, steps, kappa, relaxed", BELOW_PINSKER)
+def test_no_value_exceeds_an_independent_pinsker_bound(sigma, q, steps, kappa, relaxed):
+    args = dict(noise_multiplier=sigma, sample_rate=q, steps=steps, kappa=kappa)
+    value = relaxed_reconstruction_bound(**args) if relaxed else reconstruction_bound(**args)
+    assert kappa <= value <= pinsker_log(sigma, q, steps, kappa, relaxed=relaxed)
+    assert value == reconstruction_risk(**args).__getattribute__("relaxed" if relaxed else "worst_case")
+
+
+@pytest.mark.parametrize("sigma, q, steps, kappa", [(1.0, 0.1, 100, 1e-3), (0.5, 0.05, 400, 1e-12),
+                                                    (3.0, 0.3, 50, 0.01)])
+def test_the_gdp_value_is_the_clt_formula(sigma, q, steps, kappa):
+    """gamma = Phi(Phi^-1(kappa) + q sqrt(T) sqrt(e^(1/sigma^2) - 1)) as METHODS.md s.7 states it, to rounding: in
+    the second setting mu_T = 7.3 and kappa = 1e-12, where the value is 0.61, not certainty."""
+    mu_t = q * math.sqrt(steps) * math.sqrt(math.expm1(1 / sigma ** 2))
+    expected = special.ndtr(special.ndtri(kappa) + mu_t)
+    value = reconstruction_bound(noise_multiplier=sigma, sample_rate=q, steps=steps, kappa=kappa, method="gdp")
+    assert value == pytest.approx(expected, rel=1e-12) and value < 0.9
+
+
+def test_the_no_noise_limit_in_the_assumptions_is_rounded_up_and_includes_the_count():
+    """sigma -> 0, q = 0.1, T = 5, kappa = 0.01: 1 - 0.9^5 (1 - 0.01) = 41.5415 %, shown as 41.55 % (an upper
+    bound, rounded up as eps is); with the count released at eps_N = ln 2 the limit is twice that, 83.083 %."""
+    args = dict(noise_multiplier=1e-6, sample_rate=0.1, steps=5, kappa=0.01)
+    assert "where the bound is 41.55%:" in reconstruction_risk(**args).assumptions
+    with_count = reconstruction_risk(**args, size_epsilon=math.log(2))
+    assert "where the bound is 83.09%:" in with_count.assumptions and "with kappa and eps_N" in with_count.assumptions
