@@ -92,6 +92,17 @@ def test_a_clipped_pixel_is_void_where_its_noise_cannot_span_the_range():
     assert accounting.gaussian_end_shortfall(ratio=3.0, bound=B) == pytest.approx(norm.sf(B) / norm.sf(3.0))
 
 
+def test_near_the_bound_the_end_corrections_are_their_closed_forms():
+    """Where the corrections are large enough to read (above, at R / b = 30 and R / s = 3, they are 1e-3 and 1e-31,
+    inside any default tolerance): one scale below the bound, the Laplace ratio grows by 1 / (1 - e^-1), its log
+    0.458675; half a std below it, the Gaussian sampler misses Q(B) / Q(B - 1/2) of the end mass."""
+    L = LAPLACE_DRAW_BOUND
+    assert accounting.laplace_end_excess(ratio=L - 1, bound=L) == pytest.approx(-math.log(1 - math.exp(-1)),
+                                                                                 rel=1e-12, abs=0)
+    assert accounting.gaussian_end_shortfall(ratio=B - 0.5, bound=B) == pytest.approx(
+        norm.sf(B) / norm.sf(B - 0.5), rel=1e-9, abs=0)
+
+
 def test_a_groups_share_mixes_the_shifts_of_j_sampled_units_by_their_binomial_weights():
     """k = 2 images of one patient: one sampled (probability 2 q (1 - q)) shifts by 1/sigma, both (q^2) by 2/sigma;
     understating either weight would understate the delta of the patient's tight group value."""
