@@ -30,8 +30,11 @@ def _attack(rate: float, low: float, high: float, n_success: int, chance: float 
 
 
 def _risk(worst: float, relaxed: float) -> ReconstructionRecord:
+    """The cross-checks (Edgeworth, GDP) are not the bound: given other values, so that a column showing one of them
+    in the bound's place reads wrong."""
     return ReconstructionRecord(noise_multiplier=1.0, sample_rate=0.1, steps=10, kappa=1e-3, worst_case=worst,
-                                worst_case_edgeworth=worst, relaxed=relaxed, gdp=worst, tpr_at_fpr={"0.001": 0.01},
+                                worst_case_edgeworth=worst / 2, relaxed=relaxed, gdp=worst / 3,
+                                tpr_at_fpr={"0.001": 0.01},
                                 assumptions="informed adversary", worst_case_via="pld",
                                 worst_case_edgeworth_via="edgeworth", relaxed_via="pld", gdp_via="gdp",
                                 tpr_at_fpr_via={"0.001": "pld"}, unit="image")
@@ -261,3 +264,29 @@ def test_the_attacked_steps_bound_holds_at_the_success_criterions_prior_not_at_o
     text = _text(section)
     assert "upper end of the chance rate's interval" in text
     assert "one above the attacked step's bound would be" in text
+
+
+def test_each_flag_reads_the_interval_s_lower_end_against_its_own_bound(tmp_path, make_record, make_resolved):
+    """A flag decided by the point rate, or against the other bound, says more than the attack showed. Run a: rate
+    40.6 % [30 %, 53 %] against a run bound of 50 % (relaxed 20 %) and an attacked step's bound of about 35 %: its
+    interval reaches below both, so neither "above" flag, and far above chance. Run b: 4.7 % [1 %, 13 %] against chance
+    3.1 %: the point rate is above chance, the interval is not, so "not above chance". Run c: every random image
+    passed (chance 64 of 64): the step's prior is certainty, its bound 100 %, no error."""
+    def run(run_id: str, attack: tuple[float, float, float, int], chance: int) -> object:
+        risk = _risk(0.5, 0.2)
+        return make_record(run_id, "dp", "dp_sgd", eps=1.0).model_copy(
+            update={"attack": _attack(*attack, chance=chance / 64), "reconstruction": risk})
+    records = [run("a_seed0", (26 / 64, 0.30, 0.53, 26), 1), run("b_seed0", (3 / 64, 0.01, 0.13, 3), 2),
+               run("c_seed0", (0.5, 0.37, 0.63, 32), 64)]
+    step = accounting.reconstruction_bound(noise_multiplier=1.0, sample_rate=1.0, steps=1,
+                                           kappa=clopper_pearson(1, 64)[1])
+    assert 0.30 < step < 26 / 64                     # the setting the docstring states
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(records), records)
+    rows = dict(re.findall(r"<tr><td data-label[^>]*>([^<]+)</td>(.*?)</tr>", _section(folder.report.read_text(),
+                                                                                       "threat"), re.S))
+    assert not re.search("above the run's bound|above the attacked step's bound|not above chance", rows["a_seed0"])
+    assert "not above chance" in rows["b_seed0"] and "above the" not in rows["b_seed0"].replace("not above", "")
+    step_c = _text(re.findall(r"<td[^>]*>(.*?)</td>", rows["c_seed0"], re.S)[3])
+    assert step_c.startswith("100.0%") and "at kappa 1 (chance's upper end)" in step_c
+    assert "not above chance" in rows["c_seed0"]
