@@ -13,8 +13,8 @@ from dp_accounting.pld import privacy_loss_distribution
 from scipy import stats
 
 from dpmed.accounting import (NEIGHBOUR_LDP_IMAGE, GaussianImageEvent, LaplaceImageEvent, compose_image_events,
-                              gaussian_epsilon, gaussian_image_epsilon, laplace_image_epsilon, laplace_pixel_epsilon,
-                              laplace_scale_for)
+                              gaussian_epsilon, gaussian_image_epsilon, gaussian_std_for_image, laplace_image_epsilon,
+                              laplace_pixel_epsilon, laplace_scale_for, laplace_scale_for_image)
 
 
 def test_a_224x224x3_image_at_scale_1_costs_150528():
@@ -34,6 +34,30 @@ def test_the_source_betas_are_laplace_scales_in_unit_range(beta, eps_pixel):
 def test_scale_round_trips(eps, value_range):
     scale = laplace_scale_for(epsilon_pixel=eps, value_range=value_range)
     assert laplace_pixel_epsilon(scale=scale, value_range=value_range) == pytest.approx(eps, rel=1e-12)
+
+
+def test_the_noise_for_an_image_eps_grows_with_the_value_range(exact_gaussian_epsilon):
+    """b = d R / eps_image and the s with sqrt(d) R / s at the target: R = 2 doubles both. Every caller in the
+    pipeline passes R = 1, so only this test sees R; the Gaussian's eps is checked at the returned s, independently."""
+    assert laplace_scale_for_image(epsilon_image=40, dimension=10, value_range=2.0) == 0.5
+    one, two = (gaussian_std_for_image(epsilon_image=100, delta=1e-5, dimension=256, value_range=r) for r in (1, 2))
+    assert two == pytest.approx(2 * one, rel=1e-8)
+    delivered = exact_gaussian_epsilon(math.sqrt(256) * 2.0 / two, 1e-5)
+    assert delivered <= 100 * (1 + 1e-9) and delivered == pytest.approx(100, rel=1e-6)
+
+
+@pytest.mark.parametrize("mu, delta", [(0.5, 1e-5), (3.0, 1e-5), (40.0, 1e-6), (2000.0, 1e-8)])
+def test_the_gaussian_eps_is_rounded_up_so_its_delta_holds(mu, delta):
+    """eps is found by bisection and the upper end returned: at it, delta(eps) of Balle and Wang's Thm. 8, evaluated
+    here with 50 significant digits, does not exceed the claimed delta (the lower end's would)."""
+    import mpmath
+
+    mpmath.mp.dps = 50
+    eps = mpmath.mpf(gaussian_epsilon(mu=mu, delta=delta))
+    m = mpmath.mpf(mu)
+    held = mpmath.ncdf(m / 2 - eps / m) - mpmath.exp(eps) * mpmath.ncdf(-m / 2 - eps / m)
+    assert held <= delta
+    assert held > delta * (1 - 1e-6)                          # and not far above the smallest eps that holds
 
 
 @pytest.mark.parametrize("call, argument", [
