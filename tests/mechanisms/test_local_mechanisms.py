@@ -1,4 +1,5 @@
-"""pixel_gaussian and the not-DP scalar_shift reproduction: their noise laws and the events they declare."""
+"""pixel_gaussian and the not-DP scalar_shift reproduction: their noise laws, the events they declare, the range
+they clip to and scalar_shift's label."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpmed.accounting import GaussianImageEvent, gaussian_image_epsilon
-from dpmed.mechanisms import PixelGaussian, ScalarShift
+from dpmed.mechanisms import PixelGaussian, PixelLaplace, ScalarShift
 from dpmed.randomness import PrivacyRandomness
 
 
@@ -48,3 +49,27 @@ def test_scalar_shift_saturates_whole_images():
     out = ScalarShift(scale=1.0).apply(images, rng=_rng())
     saturated = np.mean((out.reshape(4000, -1) == 0).all(1) | (out.reshape(4000, -1) == 1).all(1))
     assert saturated == pytest.approx(math.exp(-0.5), abs=0.03)
+
+
+@pytest.mark.parametrize("mode", ["secure", "reproducible"])
+def test_scalar_shift_is_labelled_not_dp_wherever_its_eps_would_be_printed(mode):
+    """METHODS.md s.1: label it "not DP". The one-line label goes to the terminal's plan, the summary table and
+    comparisons.json; "inf" or any number there would read as an accounted guarantee."""
+    from dpmed.accounting import Ledger
+    from dpmed.mechanisms import mechanism_info
+    from dpmed.mechanisms.scalar_shift import ScalarShiftPlan
+
+    card = mechanism_info("scalar_shift").card(ScalarShiftPlan(scale=1.0), Ledger(()), mode)
+    assert card.in_brief() == "not DP" and not card.is_dp and card.epsilon is None
+    assert card.statement.startswith("NOT DP")
+
+
+@pytest.mark.parametrize("mechanism", [PixelGaussian(std=0.3, value_range=2.0),
+                                       PixelLaplace(scale=0.3, value_range=2.0),
+                                       ScalarShift(scale=0.3, value_range=2.0)], ids=lambda m: type(m).__name__)
+def test_released_values_are_clipped_to_the_declared_range_not_to_one(mechanism):
+    """Clipping is post-processing of the noisy values into [0, R], the range the event's sensitivity is for: with
+    R = 2, values above 1 are released (and none above 2, none below 0)."""
+    images = np.full((64, 1, 8, 8), 1.5, dtype=np.float32)     # scalar_shift: P(no draw >= 0.5) = 0.0018
+    out = mechanism.apply(images, rng=_rng())
+    assert 1.0 < out.max() <= 2.0 and out.min() >= 0.0 and (out == 2.0).any()

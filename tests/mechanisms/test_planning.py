@@ -125,11 +125,12 @@ def test_a_delta_at_or_above_one_over_n_is_refused_at_planning(unit, counts, n):
 
 def test_a_per_image_delta_of_local_dp_at_or_above_one_over_n_is_refused():
     """pixel_gaussian's delta is per image ("any two images"), but all N training images are released under it:
-    releasing each one unperturbed with probability delta is (0, delta)-DP and gives away delta N images."""
+    releasing each one unperturbed with probability delta is (0, delta)-DP and gives away delta N images. N counts
+    images, not patients: here 10 patients of 4 images, so a delta of 0.05 (below 1/10) is refused all the same."""
     from dpmed.config.schema import Study
     from dpmed.errors import ConfigError
 
-    context = PlanContext(images_per_patient=np.ones(40, dtype=np.int64), image_shape=(1, 16, 16))
+    context = PlanContext(images_per_patient=np.full(10, 4, dtype=np.int64), image_shape=(1, 16, 16))
 
     def study(delta: float) -> Study:
         return Study.model_validate({"name": "g", "arms": [
@@ -138,8 +139,29 @@ def test_a_per_image_delta_of_local_dp_at_or_above_one_over_n_is_refused():
     with pytest.raises(ConfigError, match=r"arm 'gauss': delta 0\.5 is at or above 1/N = 1/40 = 0\.025, N being "
                                           r"the 40 training images released.*default min\(1e-5, 1/\(10 N\)\)"):
         plan_runs(study(0.5), context)
+    with pytest.raises(ConfigError, match=r"delta 0\.05 is at or above 1/N = 1/40"):
+        plan_runs(study(0.05), context)
     (plan,) = plan_runs(study(0.02), context)
     assert plan.privacy.delta == 0.02
+
+
+def test_local_dp_plans_from_every_value_of_every_image():
+    """The default per-image delta is min(1e-5, 1/(10 N)) over the N images released (50,000 here: 2e-6, where the
+    1,000 patients would give 1e-5), and d counts the channels: eps_image 512 on 3 x 16 x 16 images is b = 768 / 512
+    (grey images, which every other test plans on, cannot tell d = C H W from H W)."""
+    from dpmed.config.schema import Study
+
+    many = PlanContext(images_per_patient=np.full(1000, 50, dtype=np.int64), image_shape=(1, 16, 16))
+    gauss = Study.model_validate({"name": "g", "arms": [
+        {"name": "gauss", "mechanism": "pixel_gaussian", "target_epsilon_image": 100}]})
+    (plan,) = plan_runs(gauss, many)
+    assert plan.privacy.delta == 2e-6
+    rgb = PlanContext(images_per_patient=np.ones(4, dtype=np.int64), image_shape=(3, 16, 16))
+    assert rgb.dimension == 768
+    laplace = Study.model_validate({"name": "l", "arms": [
+        {"name": "lap", "mechanism": "pixel_laplace", "target_epsilon_image": 512}]})
+    (plan,) = plan_runs(laplace, rgb)
+    assert plan.privacy.scale == 768 / 512 and plan.privacy.dimension == 768
 
 
 SIZED = """
