@@ -180,15 +180,16 @@ def test_missing_pydicom_says_how_to_install(tmp_path, monkeypatch):
                      skip_invalid=True)
 
 
-def test_a_dicom_file_named_like_kermany_still_takes_its_patient_from_the_header(tmp_path):
+@pytest.mark.parametrize("suffix", [".dcm", ".dicom", ".DCM"])
+def test_a_dicom_file_named_like_kermany_still_takes_its_patient_from_the_header(tmp_path, suffix):
     """A viewer's export names files IM-<series>-<image>.dcm, which the Kermany pattern reads as patient IM-<series>:
     the header's PatientID must decide, or each patient's series would scatter over the splits as separate units
-    (and the sex and age in the header would be lost)."""
+    (and the sex and age in the header would be lost). Whatever the suffix's spelling."""
     rng = np.random.default_rng(0)
     for k, cls in enumerate(("normal", "nodule")):
         for p in range(5):
             for series in (1, 2, 3):
-                _write_dicom(tmp_path / "cxr" / cls / f"P{k}{p}" / f"IM-000{series}-0001.dcm",
+                _write_dicom(tmp_path / "cxr" / cls / f"P{k}{p}" / f"IM-000{series}-0001{suffix}",
                              rng.integers(0, 4096, (10, 10)), patient=f"P{k}{p}", sex="MF"[p % 2], age="050Y")
     d = load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None,
                      split=SplitPlan(val_fraction=0.2, test_fraction=0.2))

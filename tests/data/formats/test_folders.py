@@ -195,6 +195,7 @@ def test_class_folders_without_split_and_label_order(tmp_path, write_image):
     assert d.task.kind == "multiclass" and d.task.label_names == ("normal", "benign", "malignant")
     assert sum(map(len, (d.train, d.val, d.test))) == 12
     assert d.source["patient_key"]["files_as_own_patient"] == 12
+    assert not d.patients_known       # no file names its patient: each image is its own unit, and the card says so
     with pytest.raises(DataError, match=r"labels \['normal', 'benign'\] do not match the class folders"):
         read_image_folders(tmp_path / "us", class_names=("normal", "benign"))
 

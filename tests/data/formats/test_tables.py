@@ -101,6 +101,23 @@ def test_generic_csv_binary_with_columns(table, load_layout, no_patient_crosses)
     # pt6 has img12 (no split) and img13 (published test): img12 is left out of train (test outranks train)
     assert set(d.test.patient_ids) == {"pt6", "pt7"} and len(d.test) == 3
     assert sum(map(len, (d.train, d.val))) == 12 and set(d.train.sex) <= {"female", "male"}
+    assert d.patients_known
+
+
+def test_generic_csv_reads_each_rows_own_sex_and_age_and_knows_patients_only_from_a_column(table):
+    """The fixture's row i is "FM"[i % 2] aged 20 + i: a column read in another order, or F and M swapped, would
+    put the fairness groups on other people. Without a patient column every image is its own unit, and the card
+    must not claim the patient as the unit."""
+    columns = {"path": "file", "patient": "pid", "sex": "gender", "age": "years"}
+    m = read_csv_table(table, columns=columns, labels=["opacity"])
+    assert m.sex.tolist() == ["female", "male"] * 8 and m.age.tolist() == [20.0 + i for i in range(16)]
+    assert m.notes["patients_known"] is True
+    assert read_csv_table(table, columns={"path": "file"}, labels=["opacity"]).notes["patients_known"] is False
+
+
+def test_aptos_publishes_no_patients(aptos):
+    """APTOS names images only (two eyes of one person are two rows): the image is the unit."""
+    assert read_aptos(aptos).notes["patients_known"] is False
 
 
 def test_generic_csv_a_named_sex_or_age_column_of_which_nothing_reads_is_refused(table):
