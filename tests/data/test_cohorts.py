@@ -113,3 +113,11 @@ def test_a_file_layouts_cohort_record_counts_the_rows_it_was_cut_from(tmp_path, 
                                                                            len(dataset.test)]
     assert 30 < sum(len(s) for s in (dataset.train, dataset.val, dataset.test)) < 70
     assert "images" not in dataset.shareable_source()["cohort"]
+
+
+def test_a_patients_draw_is_the_stated_hash_so_another_site_can_recompute_its_cohort():
+    """u = the first 8 bytes of sha256("<seed>:<patient id>") over 2^64 (the module docstring's formula)."""
+    import hashlib
+
+    expected = [int.from_bytes(hashlib.sha256(f"7:{p}".encode()).digest()[:8], "big") / 2 ** 64 for p in ("p1", "17")]
+    assert patient_draws(np.array(["p1", "17"]), seed=7).tolist() == expected

@@ -13,11 +13,28 @@ import pytest
 
 from dpmed.data import SplitPlan
 from dpmed.data.formats.chest_xray import read_chexpert, read_mimic, read_nih
-from dpmed.data.formats.table_reading import read_table
+from dpmed.data.formats.table_reading import class_index, patient_column, read_table
 from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
 from dpmed.errors import DataError
 
 # --- bad input common to every table reader ----------------------------------------------------------------------
+
+def test_a_class_index_is_a_whole_number_below_the_count():
+    """A grade 5 of five grades, or 1.5, is a label outside the task (flagged), not a class."""
+    assert [class_index(t, 5) for t in ("0", "4", "3.0", "5", "1.5", "-1", "x", "")] == [0, 4, 3, None, None, None,
+                                                                                       None, None]
+
+
+def test_patient_ids_are_compared_without_their_spaces_and_one_blank_is_refused():
+    """'pt0 ' and 'pt0' are one patient: as two, one person's rows could sit on both sides of the split and count
+    as two units. A single blank id is refused as many are."""
+    import pandas as pd
+
+    ids = patient_column(pd.DataFrame({"pid": ["pt0 ", "pt0", " pt1"]}), "pid", Path("t.csv"), "fill them in")
+    assert ids == ["pt0", "pt0", "pt1"]
+    with pytest.raises(DataError, match=r"t\.csv: the patient column 'pid' is blank on 1 of 2 rows \(line 3\); fill"):
+        patient_column(pd.DataFrame({"pid": ["pt0", "  "]}), "pid", Path("t.csv"), "fill them in")
+
 
 
 @pytest.mark.parametrize("layout, table, column, read", [
