@@ -172,3 +172,41 @@ def test_mimic_without_a_required_column(mimic, write_csv):
               gz=True)
     with pytest.raises(DataError, match="mimic-cxr-2.0.0-metadata.csv.gz has no column 'dicom_id'"):
         read_mimic(mimic)
+
+
+def test_a_bad_value_in_chexperts_valid_csv_flags_its_own_row(chexpert):
+    """valid.csv's rows follow train.csv's 16 in the manifest: its line 3 is row 17. Flagged at an offset, a train.csv
+    row would be refused and the bad validation row kept with label 0."""
+    text = (chexpert / "valid.csv").read_text().splitlines()
+    cells = text[2].split(",")
+    cells[5 + CHEXPERT_FINDINGS.index("Edema")] = "maybe"
+    text[2] = ",".join(cells)
+    (chexpert / "valid.csv").write_text("\n".join(text) + "\n")
+    m = read_chexpert(chexpert)
+    assert list(m.problems) == [17] and m.problems[17].kind == "label outside the task"
+    assert m.where[17] == "valid.csv line 3 (CheXpert-v1.0-small/valid/patient64542/study1/view1_frontal.jpg)"
+    assert "Edema = 'maybe' in valid.csv" in m.problems[17].detail
+
+
+def test_mimic_a_study_with_two_label_rows_or_a_bad_value_is_flagged_not_read(mimic):
+    """Study k = 3 listed twice in the labeller's table (which row is right?) and study k = 5 with 'maybe' for a
+    chosen finding: their images are flagged, not given the first row's labels or 0."""
+    import pandas as pd
+
+    path = mimic / "mimic-cxr-2.0.0-chexpert.csv.gz"
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame.loc[5, "No Finding"] = "maybe"
+    pd.concat([frame, frame.iloc[[3]]]).to_csv(path, index=False, compression="gzip")
+    m = read_mimic(mimic, findings=("No Finding", "Enlarged Cardiomediastinum"))
+    flagged = {m.patient_ids[i]: p.kind for i, p in m.problems.items()}
+    assert flagged == {"10000035": "duplicate id", "10000037": "label outside the task"}
+
+
+def test_nih_a_blank_finding_is_flagged_and_each_row_keeps_its_own_sex(nih):
+    """A blank Finding Labels cell is no finding at all, not 'No Finding'. The fixture writes patient p as
+    'MF'[p % 2]: each row's sex is its own patient's."""
+    text = (nih / "Data_Entry_2017.csv").read_text().replace("00000002_000.png,Atelectasis", "00000002_000.png,")
+    (nih / "Data_Entry_2017.csv").write_text(text)
+    m = read_nih(nih)
+    assert list(m.problems) == [1] and m.problems[1].kind == "label outside the task"
+    assert m.sex.tolist() == ["female" if int(p) % 2 else "male" for p in m.patient_ids]

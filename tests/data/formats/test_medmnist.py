@@ -181,6 +181,9 @@ def test_wrong_dtype_and_shape(tmp_path):
     volume = _write(tmp_path / "volume.npz", extra={"train_images": np.zeros((6, 28, 28, 28), np.uint8)})
     with pytest.raises(DataError, match="3D MedMNIST"):
         read_medmnist(volume)
+    half = _write(tmp_path / "half.npz", extra={"train_labels": np.array([[0], [1], [0.5], [1], [0], [1]], np.float32)})
+    with pytest.raises(DataError, match=r"train_labels must hold class indices 0, 1, \.\.\.; found \[0\.  0\.5 1\. \]"):
+        read_medmnist(half)                              # 0.5 is no class: not cut down to class 0
 
 
 def test_known_names_survive_a_binary_to_multiclass_override(pneumoniamnist_path):

@@ -25,14 +25,14 @@ def test_aptos_grades_are_an_ordinal_task_split_by_fractions(aptos, load_layout)
 
 
 def test_aptos_bad_rows_are_listed_with_line_and_count(aptos, write_csv, load_layout):
-    rows = [["000c1434d8d7", 0], ["001c1434d8d7", 7], ["002c1434d8d7", "x"], ["003c1434d8d7", 2],
+    rows = [["000c1434d8d7", 0], ["001c1434d8d7", 5], ["002c1434d8d7", "x"], ["003c1434d8d7", 2],
             ["000c1434d8d7", 1], ["zzz", 3]] + [[f"{i:03d}c1434d8d7", i % 5] for i in range(4, 15)]
     write_csv(aptos / "train.csv", ["id_code", "diagnosis"], rows)
     with pytest.raises(DataError) as err:
         load_layout("aptos", aptos)
     message = str(err.value)
     assert "4 of 17 rows cannot be used" in message
-    assert "train.csv line 3 (id_code 001c1434d8d7): diagnosis '7' is not a grade 0-4" in message
+    assert "train.csv line 3 (id_code 001c1434d8d7): diagnosis '5' is not a grade 0-4" in message
     assert "train.csv line 4 (id_code 002c1434d8d7): diagnosis 'x'" in message
     assert "train.csv line 6 (id_code 000c1434d8d7): id '000c1434d8d7' repeats train.csv line 2" in message
     assert "train.csv line 7 (id_code zzz): image file train_images/zzz.png does not exist" in message
@@ -151,6 +151,9 @@ def test_generic_csv_multilabel_and_multiclass(table, tmp_path):
     assert m.task.kind == "multiclass" and m.task.label_names == ("class_0", "class_1", "class_2", "class_3")
     m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"], task="binary")
     assert m.problems[5].detail == "opacity = '3'; a binary label is a class index 0/1"
+    assert m.problems[7].detail == "opacity = '2'; a binary label is a class index 0/1"
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity", "effusion"])
+    assert m.problems[7].detail == "opacity = '2'; multilabel columns hold 0 or 1"
 
 
 def test_generic_csv_a_mistyped_label_that_leaves_classes_without_rows_is_refused(table):
