@@ -83,3 +83,29 @@ def test_the_count_a_card_states_below_the_batch_is_not_a_setting_of_the_run(pla
     assert stated.settings() == plan.settings()
     other = plan.model_copy(update={"privacy": plan.privacy.model_copy(update={"sample_rate": 1.0})})
     assert other.settings() != plan.settings()
+
+
+OVERRIDES = """
+name: o
+training: {batch_size: 10, steps: 7, learning_rate: 0.002}
+arms:
+  - {name: own, mechanism: dp_sgd, target_epsilon: 8, epochs: 5, batch_size: 20, learning_rate: 0.1,
+     audit: {canaries: 50}}
+  - {name: study, mechanism: dp_sgd, target_epsilon: 8}
+"""
+
+
+def test_an_arms_training_settings_reach_both_its_training_and_its_accountant(tmp_path):
+    """An arm's epochs, batch size and learning rate replace the study's (its epochs also replace the study's
+    steps), in the run's training and in what its eps is accounted from: T = 5 epochs of 60 patients at an expected
+    batch of 20 is 15 steps at q = 20/60, not the study's 7 at 10/60. Its audit goes with it."""
+    path = tmp_path / "o.yaml"
+    path.write_text(OVERRIDES)
+    study = load_study(path)
+    own, other = plan_runs(study, CONTEXT)
+    assert (own.training.epochs, own.training.steps, own.training.batch_size, own.training.learning_rate) == (
+        5, None, 20, 0.1)
+    assert own.privacy.steps == 15 and own.privacy.sample_rate == pytest.approx(20 / 60)
+    assert own.audit == study.arms[0].audit and own.audit.canaries == 50 and other.audit is None
+    assert (other.training.steps, other.training.batch_size, other.training.learning_rate) == (7, 10, 0.002)
+    assert other.privacy.steps == 7 and other.privacy.sample_rate == pytest.approx(10 / 60)
