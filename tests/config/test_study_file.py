@@ -57,6 +57,34 @@ def test_exponent_floats_parse_as_numbers(write_study):
     (("delta: 1e-5", "delta: 1e-5, sampling: shuffled"), "arms[2].sampling", "'shuffle'"),
     (("scale: [0.5, 1]", "scale: 1, target_epsilon_image: 10"), "arms[1]", "exactly one of 'scale'"),
     (("name: base", "name: ldp"), "arms", "unique"),
+    # each bound at its edge: one value past it trains nothing, divides by zero, never moves, or claims more
+    (("seeds: [0, 1]", "seeds: [0, 0]"), "seeds", "distinct"),                       # two runs, one folder
+    (("training: {epochs: 2}", "training: {steps: 0}"), "training.steps", "greater than or equal to 1"),
+    (("epochs: 2}", "epochs: 2, ema_decay: 1}"), "training.ema_decay", "less than 1"),
+    (("epochs: 2}", "epochs: 2, momentum: 1}"), "training.momentum", "less than 1"),
+    (("epochs: 2}", "epochs: 2, augmentation: {multiplicity: 0}}"), "training.augmentation.multiplicity",
+     "greater than or equal to 1"),
+    (("epochs: 2}", "epochs: 2, augmentation: {crop_padding: -1}}"), "training.augmentation.crop_padding", ">= 0"),
+    (("epochs: 2}", "epochs: 2, lr_schedule: {kind: cosine, warmup_fraction: 1}}"),
+     "training.lr_schedule.warmup_fraction", "less than 1"),
+    (("epochs: 2}", "epochs: 2, lr_schedule: {kind: step, milestones: [0.5, 0.5]}}"),
+     "training.lr_schedule.milestones", "increasing"),
+    (("epochs: 2}", "epochs: 2, lr_schedule: {kind: step, gamma: 1.5}}"), "training.lr_schedule.gamma",
+     "less than or equal to 1"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\nsize_epsilon: 1.5"), "size_epsilon", "less than or equal to 1"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\nprivacy_budget: {epsilon: .inf, delta: 1e-5}"), "privacy_budget.epsilon",
+     "finite"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\nprivacy_budget: {epsilon: 10, delta: 1}"), "privacy_budget.delta",
+     "less than 1"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\nevaluation: {bootstrap_resamples: 5}"), "evaluation.bootstrap_resamples",
+     "greater than or equal to 10"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\ndata: {source: phantom, image_size: 4}"), "data.image_size", "8"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\ndata: {source: phantom, n_images: 10}"), "data.n_images", "20"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\ndata: {source: phantom, split: {val_fraction: 0.5, test_fraction: 0.5}}"),
+     "data.split", "must be below 1"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\ndata: {source: phantom, patients: {fraction: 1, part: 0}}"),
+     "data.patients.fraction", "less than 1"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\ndata: {source: phantom, path: 5}"), "data.path", "must be a path"),
 ])
 def test_bad_values_name_file_and_key(write_study, change, key, words):
     path = write_study(GOOD.replace(*change))
@@ -64,6 +92,23 @@ def test_bad_values_name_file_and_key(write_study, change, key, words):
         load_study(path)
     message = str(info.value)
     assert str(path) in message and key in message and words in message
+
+
+def test_a_study_without_arms_is_refused(write_study):
+    with pytest.raises(ConfigError, match=r"arms: a study needs at least one arm"):
+        load_study(write_study("name: s\narms: []\n"))
+
+
+def test_the_defaults_every_eps_depends_on_are_the_documented_ones_and_are_written_out(write_study):
+    """The README's defaults: fresh secret randomness and a count released at eps_N = 0.02, which is in every DP-SGD
+    eps; and the study.yaml a study writes holds every value, defaults included (DESIGN.md: the resolved study)."""
+    from dpmed.config import study_to_dict
+
+    study = load_study(write_study("name: s\narms: [{name: a, mechanism: dp_sgd, target_epsilon: 8}]\n"))
+    assert (study.privacy_randomness, study.size_epsilon, study.seeds) == ("secure", 0.02, [0])
+    written = study_to_dict(study)
+    assert written["privacy_randomness"] == "secure" and written["size_epsilon"] == 0.02 and written["seeds"] == [0]
+    assert written["training"]["dp_engine"] == "dpmed" and written["arms"][0]["max_grad_norm"] == [1.0]
 
 
 def test_missing_data_path_is_an_error_before_training(write_study, tmp_path):

@@ -43,11 +43,25 @@ def test_data_keys_parse(write_study, tmp_path):
     ("{source: csv, path: xr, columns: {file: a}}", "data.columns.path: required key is missing"),
     ("{source: folders}", "source 'folders' needs 'path'"),
     ("{source: kermany, path: xr}", "data.source"),
+    ("{source: folders, path: xr, n_images: 100}", "'n_images' applies only to generated sources"),   # not ignored
+    ("{source: phantom, preprocessing: {normalize: {mean: [0.5], std: [0]}}}", "data.preprocessing.normalize"),
 ])
 def test_bad_data_keys_name_the_key(write_study, tmp_path, data, message):
     (tmp_path / "xr").mkdir(exist_ok=True)
     with pytest.raises(ConfigError, match=message):
         load_study(write_study(f"name: s\ndata: {data}\narms: [{{name: a, mechanism: none}}]\n"))
+
+
+def test_each_seed_and_split_option_reaches_the_data_stage_as_given():
+    """Three seeds (the generated data's, the split's, the cohort's) and the split's options: routed to the wrong
+    stage, a second site's cohort would be drawn with the split's seed (another set of patients), or the published
+    split kept where the study pooled it. Every shipped study leaves the seeds at 0, where a mix-up is invisible."""
+    request = DataConfig.model_validate({
+        "source": "phantom", "seed": 1, "split": {"seed": 2, "official": False, "shared_patients": "keep"},
+        "patients": {"fraction": 0.5, "part": 1, "seed": 3}}).to_request()
+    assert (request.seed, request.split.seed, request.patients.seed) == (1, 2, 3)
+    assert request.split.official is False and request.split.shared_patients == "keep"
+    assert (request.patients.fraction, request.patients.part) == (0.5, 1)
 
 
 def test_kermany_study_file(chest_xray_path):
