@@ -247,6 +247,36 @@ def test_relative_weights_and_public_data_paths_are_read_from_the_study_folder(t
                                     "arms: [{name: a, mechanism: none}]\n"))
 
 
+def test_only_a_pathless_public_set_of_the_studys_own_source_reads_the_studys_data_path(tmp_path):
+    """The second site (configs/kermany_pretrained.yaml): pretrain.data of the study's source without a path is
+    another cohort of the same release. A public path the study gives, or a public set of another source, is
+    never replaced by the private data's path (that would pretrain on the private patients)."""
+    for name in ("private", "public"):
+        (tmp_path / name).mkdir()
+
+    def public_path(pretrain_data: str) -> Path | None:
+        study = load_study(_write(tmp_path, f"name: s\ndata: {{source: folders, path: private}}\n"
+                                            f"pretrain: {{public: p, data: {pretrain_data}}}\n"
+                                            "arms: [{name: a, mechanism: none}]\n"))
+        return study.pretrain.data.path
+
+    assert public_path("{source: folders, patients: {fraction: 0.5, part: 1}}") == (tmp_path / "private").resolve()
+    assert public_path("{source: folders, path: public}") == (tmp_path / "public").resolve()
+    assert public_path("{source: phantom}") is None
+
+
+def test_weights_that_are_a_folder_and_a_near_duplicate_distance_beyond_half_the_hash_are_refused(tmp_path):
+    """A folder is no state dict; two images further apart than half the hash's bits are less alike than unrelated
+    ones, so a threshold there would refuse every public set."""
+    (tmp_path / "w").mkdir()
+    with pytest.raises(ConfigError, match=f"model.weights: no such file {tmp_path / 'w'}"):
+        load_study(_write(tmp_path, "name: s\nmodel: {weights: w, weights_source: x}\narms: [{name: a, mechanism: "
+                                    "none}]\n"))
+    with pytest.raises(ConfigError, match=r"pretrain.near_duplicate_bits: Input should be less than or equal to 127"):
+        load_study(_write(tmp_path, "name: s\npretrain: {public: p, data: {source: phantom}, near_duplicate_bits: "
+                                    "128}\narms: [{name: a, mechanism: none}]\n"))
+
+
 @pytest.mark.parametrize(("model", "message"), [
     ("{weights: m.pt}", "needs model.weights_source"),
     ("{weights_source: ImageNet}", "describes model.weights, which is not set"),
