@@ -339,6 +339,13 @@ def test_override_edge_cases_a_reviewer_found(write_study):
             load_study(path, {key: parse_override(f"{key}=.inf")[1]})
     with pytest.raises(ConfigError, match="quote the whole value"):
         load_study(path, {"name": parse_override("name=a: b")[1]})
+    # a --set without =, into a plain value, or past a list's end: said, not a traceback
+    with pytest.raises(ConfigError, match=r"--set 'training': expected KEY=VALUE, e.g. --set training.epochs=2"):
+        parse_override("training")
+    with pytest.raises(ConfigError, match=r"override name.x=1: 'name' holds a value, not a section"):
+        load_study(path, {"name.x": 1})
+    with pytest.raises(ConfigError, match=r"override arms.5.name='x': '5' is not an index of that list \(it has 3"):
+        load_study(path, {"arms.5.name": "x"})
 
 
 @pytest.mark.parametrize("override, key", [
