@@ -30,7 +30,7 @@ def test_sex_codes_map_to_two_groups_and_anything_else_is_unknown():
 def test_ages_in_years_from_numbers_and_dicom_age_strings():
     """DICOM AS: "006M" is half a year, not six; weeks and days likewise; 0 and 120 are ages, 121 and text are not
     (counted as implausible), a blank or "unknown" is simply unknown."""
-    values = ["045Y", "006M", "010W", "003D", "045y", "45.5", "0", "120", "121", "abc", "unknown", "", 52]
+    values = ["045Y", "006M", "010W", "003D", "045y", "45.5Y", "0", "120", "121", "abc", "unknown", "", 52]
     ages, implausible = parse_age(values)
     expected = [45, 0.5, 70 / 365.25, 3 / 365.25, 45, 45.5, 0, 120, math.nan, math.nan, math.nan, math.nan, 52]
     np.testing.assert_allclose(ages, expected, rtol=1e-12)
