@@ -96,6 +96,26 @@ def test_parameter_average_warms_up_and_round_trips():
         ParameterAverage(model, decay=0.9).load_state_dict(average.state_dict())
 
 
+def test_the_average_reaches_its_decay_over_a_long_run():
+    """200 updates of a weight set to t before update t follow a_t = d_t a + (1 - d_t) t, d_t = min(0.99, (1 + t) /
+    (10 + t)), which reaches 0.99 at t = 890 only; a counter that stopped early would stall d (short runs cannot
+    tell). A decay of 1 never moves: refused."""
+    model = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.zero_()
+    average = ParameterAverage(model, decay=0.99)
+    expected = 0.0
+    for t in range(200):
+        with torch.no_grad():
+            model.weight.fill_(float(t))
+        average.update()
+        d = min(0.99, (1 + t) / (10 + t))
+        expected = d * expected + (1 - d) * t
+    assert average.updates == 200 and average.average[0].item() == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="decay must be in"):
+        ParameterAverage(model, decay=1.0)
+
+
 @pytest.mark.parametrize("dp", [PLAN, None], ids=["dp-sgd", "non-private"])
 def test_frozen_parameters_stay_bit_identical_under_ema(data, dp):
     """``model.trainable: {last_blocks: 1}`` with ``ema_decay``: the released model is the average of the trained

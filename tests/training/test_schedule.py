@@ -89,6 +89,33 @@ def test_a_constant_schedule_leaves_the_optimiser_alone_and_others_set_every_gro
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.5, 0.5])
 
 
+def test_the_rate_set_carries_the_batch_scaling_and_a_constant_rates_warm_up():
+    """A cosine schedule at B = 1024 with linear scaling from B_ref = 256: step 0 of 10 gets 0.1 x 4. A constant
+    schedule with a warm-up over half the run: step 0 of 10 is the first of 5 warm-up steps, 1/5 of the rate."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.3)
+    scaled = TrainingConfig.model_validate({"learning_rate": 0.1, "batch_size": 1024, "reference_batch_size": 256,
+                                            "lr_scaling": "linear", "lr_schedule": {"kind": "cosine"}})
+    set_learning_rate(optimizer, scaled, 0, 10)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.4)
+    warm = TrainingConfig.model_validate({"learning_rate": 1.0, "lr_schedule": {"warmup_fraction": 0.5}})
+    set_learning_rate(optimizer, warm, 0, 10)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.2)
+
+
+def test_the_warm_up_rounds_to_the_nearest_step_and_milestones_count_from_the_start():
+    """W = round(fraction T): 0.14 of 10 steps is 1 step (step 0 at the full rate, not 1/2), 0.26 is 3 (step 0 at
+    1/3). Milestones are fractions of all T steps, warm-up included: warm-up 0.2, milestone 0.5, gamma 0.1 over 10
+    steps gives 1/2, 1, 1, 1, 1, then 0.1 from step 5."""
+    def factors(schedule: dict, total: int = 10) -> list[float]:
+        cfg = TrainingConfig.model_validate({"lr_schedule": schedule})
+        return [lr_factor(cfg, step, total) for step in range(total)]
+
+    assert factors({"kind": "cosine", "warmup_fraction": 0.14})[0] == 1.0
+    assert factors({"kind": "cosine", "warmup_fraction": 0.26})[0] == pytest.approx(1 / 3)
+    assert factors({"kind": "step", "warmup_fraction": 0.2, "milestones": [0.5], "gamma": 0.1}) == pytest.approx(
+        [0.5, 1, 1, 1, 1, 0.1, 0.1, 0.1, 0.1, 0.1])
+
+
 def test_a_study_file_reads_the_recipe_keys(tmp_path):
     from dpmed.config import load_study
 
