@@ -166,3 +166,24 @@ def test_preprocessing_crops_before_it_resizes_only_when_asked():
     assert transforms.Preprocessing(size=(2, 2), aspect="crop").describe()["aspect"] == "crop"
     with pytest.raises(ValueError, match="aspect must be 'stretch' or 'crop'"):
         transforms.Preprocessing(aspect="pad")
+
+
+def test_downsampling_averages_over_the_whole_footprint_and_crop_sizes_round_to_nearest():
+    """Antialiased: 1 x 4 -> 1 x 1 weighs all four pixels (a triangle filter over the footprint: 5/24 for a bright
+    first pixel), where plain bilinear would read the two middle ones only (0). A 10 x 5 film cropped to the aspect
+    3 : 2 keeps round(7.5) = 8 rows, from row 1."""
+    assert resize(_img([1.0, 0.0, 0.0, 0.0]), (1, 1))[0, 0, 0, 0] == pytest.approx(5 / 24, rel=1e-6)
+    tall = np.arange(50, dtype=np.float32).reshape(1, 1, 10, 5) / 50
+    assert transforms.center_crop(tall, (3, 2))[0, 0].tolist() == tall[0, 0, 1:9].tolist()
+
+
+def test_equalisation_bins_values_by_bins_times_value_and_runs_once_after_minmax():
+    """0.999 and 1.0 share the top bin of 256 (both become 1). Min-max comes first: 0.5 .. 0.6 stretched to 0 .. 1
+    and then equalised gives ranks 0, 1/3, 2/3, 1 (the other order would first lump 0.5-0.502 into one bin); and
+    equalisation is applied once (a second pass moves values of a skewed image by up to 0.004)."""
+    np.testing.assert_allclose(transforms.equalize_histogram(_img([0.0, 0.5], [0.999, 1.0]))[0, 0],
+                               [[0, 1 / 3], [1, 1]], atol=1e-6)
+    both = transforms.Preprocessing(minmax=True, equalize=True).apply(_img([0.5, 0.501], [0.502, 0.6]))
+    np.testing.assert_allclose(both[0, 0], [[0, 1 / 3], [2 / 3, 1]], atol=1e-6)
+    skewed = (np.random.default_rng(0).random((2, 1, 64, 64)) ** 3).astype(np.float32)
+    assert np.array_equal(transforms.Preprocessing(equalize=True).apply(skewed), transforms.equalize_histogram(skewed))
