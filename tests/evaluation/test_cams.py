@@ -103,3 +103,40 @@ def test_hirescam_equals_grad_cam_on_a_pooled_head_and_not_on_a_flattened_one():
         grad, hires = (compute_cams(model, images, target_layer=layer, targets=[1, 1, 1], method=m)
                        for m in ("gradcam", "hirescam"))
         assert np.allclose(grad, hires, atol=1e-4) == same, name
+
+
+def test_each_map_is_divided_by_its_own_peak_and_targets_follow_their_images_past_a_batch():
+    """Per image, not per batch: an image of 0.25 with a pixel of 0.5 peaks at 1 as its brighter neighbour does
+    (divided by the batch's peak it would reach 0.5). With one image per batch the second image's target (class 0,
+    w < 0: an all-zero map) is its own, not the first batch's."""
+    images = np.stack([np.full((1, 4, 4), 0.5, np.float32), np.full((1, 4, 4), 0.25, np.float32)])
+    images[0, 0, 0, 0], images[1, 0, 0, 0] = 1.0, 0.5
+    cams = compute_cams(Linear(), images, target_layer="features", targets=[1, 1])
+    np.testing.assert_allclose(cams.reshape(2, -1).max(axis=1), [1.0, 1.0], rtol=1e-6)
+    one_each = compute_cams(Linear(), images, target_layer="features", targets=[1, 0], batch_size=1)
+    assert one_each[0].max() == pytest.approx(1.0) and np.all(one_each[1] == 0)
+
+
+def test_the_relu_comes_before_the_upsampling():
+    """Normalised input x - 0.5: the 2x2 means become [[0.5, -0.3], [-0.3, -0.3]]. ReLU first leaves [[0.5, 0],
+    [0, 0]], upsampled: a first row of 1, 0.75, 0.25, 0 after division by the peak; upsampling first would blend the
+    negative means into it."""
+    image = np.full((1, 1, 4, 4), 0.2, np.float32)
+    image[0, 0, :2, :2] = 1.0
+    cam = compute_cams(Linear(stride=2), image, target_layer="features", targets=[1],
+                       normalization=((0.5,), (1.0,)))[0]
+    expected = F.interpolate(torch.tensor([[[[0.5, 0.0], [0.0, 0.0]]]]), size=(4, 4), mode="bilinear",
+                             align_corners=False)[0, 0].numpy()
+    np.testing.assert_allclose(cam, expected / expected.max(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(cam[0], [1.0, 0.75, 0.25, 0.0], atol=1e-6)
+
+
+def test_class_probabilities_normalise_the_input_and_take_a_softmax_per_image():
+    """Constant 0.5 normalised by mean 0, std 0.5 is 1: logits (-1, 2), softmax (0.0474, 0.9526), per row."""
+    from dpmed.evaluation.cams import class_probabilities
+
+    images = np.full((2, 1, 4, 4), 0.5, np.float32)
+    images[1] = 0.25                                              # logits (-0.5, 1)
+    probs = class_probabilities(Linear(), images, kind="binary", normalization=((0.0,), (0.5,)))
+    expected = torch.tensor([[-1.0, 2.0], [-0.5, 1.0]]).softmax(dim=1).numpy()
+    np.testing.assert_allclose(probs, expected, rtol=1e-6)

@@ -88,3 +88,48 @@ def test_every_metric_redraws_the_patients_it_is_given(monkeypatch):
     explain(model, images, kind="binary", target_layer="features", deletion_steps=4, n_resamples=20, masks=masks,
             patient_ids=ids)
     assert len(seen) == 7 and all(got == ids for got in seen.values())
+
+
+class _Brightness(torch.nn.Module):
+    """logits (-m, 2m), m the mean of the normalised image (x - 0.5): class 1 for images brighter than 0.5 on
+    average, class 0 for darker ones (tests/evaluation/test_cams.py's Linear, with the centring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = torch.nn.Conv2d(1, 1, kernel_size=1, bias=False)
+        self.head = torch.nn.Linear(1, 2, bias=False)
+        with torch.no_grad():
+            self.features.weight.fill_(1.0)
+            self.head.weight.copy_(torch.tensor([[-1.0], [2.0]]))
+
+    def forward(self, x):
+        return self.head(self.features(x).mean(dim=(2, 3)))
+
+
+def test_each_image_is_explained_for_its_own_predicted_class_and_the_arrays_are_its_own(monkeypatch):
+    """Ten images, brightness rising with their index: the first five are predicted class 0, the rest class 1, so a
+    target fixed at 1 (or the least likely class) shows. The explained images, their patients and the image seed are
+    the selected ones, and the selection is a seeded draw, sorted, not the first n."""
+    from dpmed.evaluation import explanations
+
+    images = np.stack([np.full((1, 8, 8), 0.31 + 0.04 * i, np.float32) for i in range(10)])  # 0.31 .. 0.67
+    seen_ids = []
+    real = explanations.mean_with_interval
+
+    def spy(values, *args, patient_ids=None, **kwargs):
+        seen_ids.append(None if patient_ids is None else list(patient_ids))
+        return real(values, *args, patient_ids=patient_ids, **kwargs)
+
+    monkeypatch.setattr(explanations, "mean_with_interval", spy)
+    record, arrays = explain_test_set(
+        _Brightness(), images, None, kind="binary", target_layer="features", method="gradcam", n_images=6, seed=3,
+        deletion_steps=4, pointing_tolerance=0, n_resamples=20, normalization=((0.5,), (1.0,)),
+        patient_ids=[f"p{i}" for i in range(10)])
+    positions = explanations.select_images(10, n_images=6, seed=3)
+    assert positions.tolist() == sorted(np.random.default_rng(3).choice(10, 6, replace=False).tolist())
+    assert positions.tolist() != list(range(6)) and len(set(positions.tolist())) == 6
+    assert explanations.select_images(10, n_images=6, seed=4).tolist() != positions.tolist()
+    np.testing.assert_array_equal(arrays["positions"], positions)
+    assert arrays["targets"].tolist() == [int(p >= 5) for p in positions]          # 0.47 at index 4, 0.51 at 5
+    np.testing.assert_array_equal(arrays["images"], images[positions].astype(np.float16))
+    assert record.image_seed == 3 and seen_ids and all(ids == [f"p{p}" for p in positions] for ids in seen_ids)
