@@ -502,7 +502,7 @@ def test_the_assumptions_state_the_no_noise_limit_the_high_budgets_reach():
     assert "65.68%" in high.assumptions and "~100%" not in high.assumptions
 
 
-# --- the REMOVE tests that pin gamma, against a simulation and against Pinsker -----------------------------------------
+# --- the REMOVE tests that pin gamma, against a simulation and against Pinsker ----------------------------------------
 
 @pytest.mark.parametrize("test", ["max", "max_abs", "sum"])
 def test_the_remove_tests_match_a_simulation(test):
