@@ -507,3 +507,44 @@ def test_an_unchanged_false_alarm_rate_reads_as_one_sentence_with_its_interval()
                              single=single)
     assert sentence == ("At ε 8 the model misses about 5 more of every 100 class_1 cases (95% CI: 1 fewer to 12 more) "
                         "and wrongly flags about as many class_0 cases as without privacy (95% CI: no change).")
+
+
+def test_the_opening_tables_columns_hold_their_own_rates(two_arms, report_html):
+    """The sensitivity column holds the change in sensitivity and the specificity column the change in specificity
+    (swapped, the headers would still read right); and the 'Without privacy' line names each rate by its own
+    value."""
+    from dpmed.reporting.clinical import _per100
+
+    base, private = two_arms
+    sens = private.metrics["test_sensitivity"] - base.metrics["test_sensitivity"]
+    spec = private.metrics["test_specificity"] - base.metrics["test_specificity"]
+    assert _per100(sens) != _per100(spec)                              # the fixture tells the two apart
+    clinical = _section(report_html(two_arms), "clinical")
+    cell = dict(re.findall(r'<td[^>]*data-label="([^"]+)"[^>]*>([^<]*)', clinical))
+    assert cell["sensitivity change: pneumonia cases found, per 100"].startswith(_per100(sens) + " [")
+    assert cell["specificity change: normal cases cleared, per 100"].startswith(_per100(spec) + " [")
+    rates = {**base.metrics, "test_sensitivity": 0.9, "test_specificity": 0.7}     # the fixture's are both 1
+    clinical = _section(report_html([base.model_copy(update={"metrics": rates}), private]), "clinical")
+    assert ("finds 90 of every 100 pneumonia cases (sensitivity) and clears 70"
+            in re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", clinical)))
+
+
+def test_the_report_cells_round_and_order_as_written():
+    """Changes per 100 round to nearest (0.6 -> +1, -12.7 -> -13), an interval reads [low, high], a seed range
+    [min, max]; a comparison cell's interval is the difference's own; the fairness warning fires above 10 % of the
+    redraws undefined, as the utility metrics' does (20 of 200 is not above)."""
+    from dpmed.comparisons import PairedDifference, SeedSummary
+    from dpmed.evaluation.summaries import Estimate, Spread
+    from dpmed.reporting.clinical import _paired_cell, _per100, _seeds_cell
+    from dpmed.reporting.study_sections import _difference_cell, _est, _undefined_share
+
+    assert (_per100(0.006), _per100(-0.127), _per100(0.004)) == ("+1", "-13", "0")
+    paired = PairedDifference(value=-0.05, low=-0.12, high=0.01, p_value=1.0, defined_redraws=200)
+    assert _paired_cell(paired, cases=True) == "-5 [-12,\u00a0+1]"
+    assert _seeds_cell(SeedSummary(mean=-0.002, std=0.01, min=-0.07, max=0.06, n_seeds=2), cases=True) == \
+        "0 (seeds -7 to +6)"
+    assert _est(Estimate(value=-0.05, low=-0.12, high=0.01)) in _difference_cell(paired)
+    spread = Spread(value=0.1, low=0.05, high=0.2, undefined_redraws=20)
+    assert _undefined_share(spread, 200) == ""
+    assert "(21 of 200 redraws undefined)" in _undefined_share(spread.model_copy(update={"undefined_redraws": 21}),
+                                                               200)

@@ -4,6 +4,7 @@ hand-made run records plus saved predictions and CAMs: the study-level compariso
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 
@@ -12,7 +13,10 @@ from dpmed.evaluation.fairness import evaluate_fairness
 from dpmed.folders import StudyFolder
 from dpmed.models import build_model
 from dpmed.outputs import write_outputs
+from dpmed.evaluation.summaries import Estimate
 from dpmed.reporting import results_frame
+from dpmed.reporting.inputs import eps_label
+from dpmed.reporting.study_sections import _est
 
 RNG = np.random.default_rng(0)
 N = 60
@@ -58,6 +62,21 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
         assert (tmp_path / png).stat().st_size > 1000
     comparisons = json.loads((tmp_path / "comparisons.json").read_text())
     assert {row["run_id"] for row in comparisons["auroc_differences"]} == {r.run_id for r in records[1:]}
+    # every eps in the fairness and interpretability tables is the full label (delta, accountant, unit, rounded up),
+    # and the comparison table's sensitivity column holds the sensitivity difference
+    for anchor in ("fairness", "interpretability"):
+        start = page.index(f'id="{anchor}"')
+        section = page[start:page.find("<h2 ", start + 1)]
+        for r in records[1:]:
+            assert re.search(rf"<td[^>]*>{re.escape(r.run_id)}</td><td[^>]*>{re.escape(eps_label(r.privacy))}</td>",
+                             section), (anchor, r.run_id)
+    row = next(c for c in comparisons["auroc_differences"] if c["run_id"] == "dp_eps8_C1_seed0")
+    start = page.index('id="comparisons"')
+    table_row = re.search(r"<tr><td[^>]*>dp_eps8_C1_seed0</td>(.*?)</tr>", page[start:], re.S).group(1)
+    cells = dict(re.findall(r'<td data-label="([^"]+)" class=num>([^<]*)</td>', table_row))
+    sensitivity = row["sensitivity_difference"]
+    assert cells["sensitivity (opacity) difference"] == _est(Estimate(value=sensitivity["value"],
+                                                                      low=sensitivity["low"], high=sensitivity["high"]))
     assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["n"] == 3
     assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["x"] == "log10 eps"
 
