@@ -138,6 +138,12 @@ def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(sc
     assert "Over 2 seeds, at ε" in clinical and "on average" in clinical and "(seeds:" in clinical
     # a row over seeds holds the mean and the seeds' range, which its heading must not call an interval
     assert "AUROC change mean (seed range)" in clinical and "CI]" not in clinical.split("reading")[0]
+    # the comparison's over-seeds row: the mean of the per-seed differences, signed, and their std (ddof 1), not a
+    # standard error
+    paired = [auroc[f"dp_eps1_C1_seed{s}"] - auroc[f"np_seed{s}"] for s in (0, 1)]
+    row = re.search(r"<tr><td[^>]*>dp_eps1_C1</td>(.*?)</tr>", _section(html, "comparisons"), re.S).group(1)
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", row)
+    assert cells[:2] == [f"{np.mean(paired):+.3f}", f"{np.std(paired, ddof=1):.3f}"], (cells, paired)
 
 
 def test_a_run_that_is_not_dp_is_no_private_arm_and_its_reading_says_why(scored_run, scores, report_html):
