@@ -283,8 +283,13 @@ def test_a_threshold_that_does_not_carry_over_to_the_test_images_is_flagged(scor
                scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=(val, test), names=names)]
     assert shifted[0].metrics["val_specificity"] == 1.0 and shifted[0].metrics["test_specificity"] == 0.5
     clinical = _text(_section(report_html(shifted), "clinical"))
+    low, high = (shifted[0].metrics[f"test_specificity_{end}"] for end in ("low", "high"))
     assert ("The threshold chosen on the validation split does not carry over to the test images in 2 of 2 runs "
-            "(p &lt; 0.001): np_seed0 cleared 100 of every 100 normal cases on validation and 50 [") in clinical
+            f"(p &lt; 0.001): np_seed0 cleared 100 of every 100 normal cases on validation and 50 [{100 * low:.0f}, "
+            f"{100 * high:.0f}] (95% CI) on test") in clinical
+    one = [shifted[0], scored_run("dp_eps2_C1_seed0", "dp", "dp_sgd", eps=2.0, names=names,
+                                  scores=(val, np.where(y == 1, 0.9, 0.1)))]                   # no shift
+    assert "does not carry over to the test images in 1 of 2 runs" in _text(_section(report_html(one), "clinical"))
 
     rng = np.random.default_rng(6)                           # validation and test drawn alike: no warning
     alike = [scored_run("np_seed1", "np", "none", scores=scores(0.7, rng), names=names, seed=1),
