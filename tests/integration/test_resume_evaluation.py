@@ -14,10 +14,17 @@ from dpmed.errors import ConfigError
 from dpmed.states import run_states
 
 
-def test_without_study_yaml_each_record_says_how_it_was_evaluated(tiny_study, tiny_study_file, tmp_path, capsys):
+def _finished_without_study_yaml(tiny_study, tmp_path):
+    """The finished tiny study copied to tmp_path/out/tiny, its study.yaml lost (deleted, or never copied back);
+    returns the output folder."""
     out = tmp_path / "out"
     shutil.copytree(tiny_study, out / "tiny")
     (out / "tiny" / "study.yaml").unlink()
+    return out
+
+
+def test_without_study_yaml_each_record_says_how_it_was_evaluated(tiny_study, tiny_study_file, tmp_path, capsys):
+    out = _finished_without_study_yaml(tiny_study, tmp_path)
     capsys.readouterr()
     assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress",
                  "--set", "evaluation.confidence=0.5"]) == 2
@@ -221,9 +228,7 @@ def test_without_study_yaml_other_data_and_an_unrecorded_evaluation_setting_are_
         tiny_study, tiny_study_file, tmp_path, capsys):
     """The data fingerprint lives in private/, not in study.yaml: a folder that lost study.yaml still refuses runs
     on other pixels. And a setting no run.json shows (training_metrics, private output only) is checked too."""
-    out = tmp_path / "out"
-    shutil.copytree(tiny_study, out / "tiny")
-    (out / "tiny" / "study.yaml").unlink()
+    out = _finished_without_study_yaml(tiny_study, tmp_path)
     capsys.readouterr()
     assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress",
                  "--set", "data.preprocessing.minmax=true"]) == 2
