@@ -430,8 +430,9 @@ def test_other_errors_are_not_swallowed(monkeypatch):
 def test_kappa_must_be_a_probability_strictly_between_0_and_1(kappa):
     with pytest.raises(ValueError, match="kappa"):
         reconstruction_bound(**REFERENCE, kappa=kappa)
-    with pytest.raises(ValueError, match="kappa"):
+    with pytest.raises(ValueError, match="kappa") as refused:
         reconstruction_risk(**REFERENCE, kappa=kappa)
+    assert "prior success" in str(refused.value) and "false-positive" not in str(refused.value)
 
 
 @pytest.mark.parametrize("bad", [dict(noise_multiplier=-1.0), dict(sample_rate=0.0), dict(sample_rate=1.5),
@@ -445,8 +446,9 @@ def test_invalid_settings_are_refused_with_their_name(bad):
 
 
 def test_fpr_and_method_and_n_train_are_checked():
-    with pytest.raises(ValueError, match="fpr"):
+    with pytest.raises(ValueError, match="fpr") as refused:
         membership_inference_tpr(**REFERENCE, fpr=0.0)
+    assert "false-positive rate" in str(refused.value) and "prior success" not in str(refused.value)
     with pytest.raises(ValueError, match="method must be one of"):
         reconstruction_bound(**REFERENCE, kappa=1e-3, method="rdp")
     with pytest.raises(ValueError, match="n_train"):
