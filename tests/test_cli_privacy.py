@@ -69,6 +69,15 @@ def test_calibrate_from_dataset_size_batch_and_epochs_matches_the_library(capsys
     assert "delta = 1e-05" in out and "T = 500" in out
 
 
+@pytest.mark.parametrize("command", [["epsilon", "--noise-multiplier", "1"], ["calibrate", "--target-epsilon", "2"]])
+def test_the_default_delta_is_printed_rounded_up(capsys, command):
+    """N = 81110: delta = 1/(10 N) = 1.23290e-6, printed to nearest as 1.23e-06, a smaller delta than the eps is at."""
+    args = ["--dataset-size", "81110", "--batch-size", "100", "--epochs", "1"]
+    assert main(["privacy", *command, *args]) == 0
+    out = capsys.readouterr().out
+    assert "at delta = 1.24e-06" in out and "1.23e-06" not in out
+
+
 def test_high_budget_calibration_says_which_accountant_certified_it(capsys):
     assert main(["privacy", "calibrate", "--target-epsilon", "1e12", "--sample-rate", "0.01", "--steps", "1000",
                  "--delta", "1e-5"]) == 0

@@ -15,7 +15,7 @@ import re
 from dpmed import accounting
 from dpmed.errors import DpmedError
 from dpmed.mechanisms.base import refuse_vacuous_delta
-from dpmed.numbers import up_to_figures
+from dpmed.numbers import delta_text, up_to_figures
 
 __all__ = ["privacy_command"]
 
@@ -161,7 +161,7 @@ def _privacy_epsilon(args: argparse.Namespace) -> int:
             print(f"eps: none certified  [{name}: {exc}]")
             continue
         shown = 0 if name == "pure" else delta          # a pure-DP bound: delta plays no role in it
-        print(f"eps = {up_to_figures(eps, 6):.6g} at delta = {shown:.3g}  [{name}: "
+        print(f"eps = {up_to_figures(eps, 6):.6g} at delta = {delta_text(shown) if shown else 0}  [{name}: "
               f"{accounting.describe_accountant(name)}]")
     note = _sampler_note(args, q, steps, args.noise_multiplier, delta)
     if note:
@@ -181,7 +181,7 @@ def _privacy_calibrate(args: argparse.Namespace) -> int:
                                     accountant=name, noise=args.noise)
     shown = 0 if name == "pure" else delta
     print(f"noise_multiplier = {sigma:.6g}  (eps = {up_to_figures(eps, 6):.6g} <= target "
-          f"{args.target_epsilon:g} at delta = {shown:.3g}) [{name}: {accounting.describe_accountant(name)}]")
+          f"{args.target_epsilon:g} at delta = {delta_text(shown) if shown else 0}) [{name}: {accounting.describe_accountant(name)}]")
     if note:
         print(f"note: {note}")
     sampler = _sampler_note(args, q, steps, sigma, delta)

@@ -31,7 +31,8 @@ def test_the_inclusion_bits_are_the_secret_streams_draws_not_the_public_seeds(tr
 
 
 @pytest.mark.parametrize("delta, bound, expected_delta, consistent", [
-    (1e-3, 1.5, 1e-3, False), (1e-3, 0.5, 1e-3, True), (None, 0.5, procedure.AUDIT_DELTA_NON_PRIVATE, None)])
+    (1e-3, 1.5, 1e-3, False), (1e-3, 0.5, 1e-3, True), (None, 0.5, procedure.AUDIT_DELTA_NON_PRIVATE, None),
+    (1.2356e-5, 0.5, 1.2356e-5, True)])
 def test_the_bound_is_taken_and_stated_at_the_claims_delta_and_judged_against_its_eps(
         trial_inputs, monkeypatch, delta, bound, expected_delta, consistent):
     train, task, n_patients = trial_inputs
@@ -49,7 +50,9 @@ def test_the_bound_is_taken_and_stated_at_the_claims_delta_and_judged_against_it
     record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
                                    delta=delta, claimed_epsilon=claimed)
     assert asked == [expected_delta] and record["delta"] == expected_delta
-    assert f"at delta = {expected_delta:.3g} " in record["statement"]
+    # rounded down, never to nearest (1.2356e-5 is not 1.24e-5): the audit refutes (eps, delta)-DP at the smaller
+    shown = {1e-3: "0.001", 1e-5: "1e-5", 1.2356e-5: "1.23e-5"}[expected_delta]
+    assert f"at delta = {shown} " in record["statement"]
     assert record["consistent_with_claim"] is consistent
     if consistent is False:
         assert "inconsistent with the claimed eps at 95%" in record["statement"]

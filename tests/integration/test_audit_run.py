@@ -75,7 +75,7 @@ def test_the_audit_result_is_private(study_out, records, audits):
     private = (study_out / "private" / "report.html").read_text()
     for a in audits.values():
         bound = number_text(a["epsilon_lower_bound"], down=True)      # a lower bound is never shown larger
-        assert f"empirical lower bound eps &gt;= {bound} at delta = {a['delta']:.3g}" in private
+        assert f"empirical lower bound eps &gt;= {bound} at delta = {number_text(a['delta'], down=True)}" in private
     assert "NOT COVERED BY EPS" in private
 
 

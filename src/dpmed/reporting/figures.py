@@ -20,6 +20,7 @@ from matplotlib.text import Annotation
 from matplotlib.ticker import LogLocator, NullFormatter
 
 from dpmed.mechanisms.base import unit_words
+from dpmed.numbers import up_to_figures
 from dpmed.records import RunRecord
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
@@ -86,14 +87,15 @@ def _unit(records: list[RunRecord]) -> str:
 
 
 def _terms(records: list[RunRecord]) -> str:
-    """The delta and accountant the panel's eps are at ("δ 1e-05, PLD"), or where to find them when runs differ."""
+    """The delta and accountant the panel's eps are at ("δ 1e-05, PLD"), or where to find them when runs differ.
+    The delta is rounded up, never to nearest: 1.31086e-05 shows as 1.32e-05 (1.31e-05 would claim more)."""
     terms = {(r.privacy.delta or 0.0, r.privacy.accountant_in_brief) for r in records}
     if not terms:
         return "δ, accountant"
     if len(terms) != 1:
         return "δ and accountant per run: see its card"
     delta, accountant = terms.pop()
-    return f"δ {delta:.3g}, {accountant}" if delta else f"δ 0, {accountant}"
+    return f"δ {up_to_figures(delta, 3):.3g}, {accountant}" if delta else f"δ 0, {accountant}"
 
 
 def _is_local(r: RunRecord) -> bool:
