@@ -95,3 +95,44 @@ def test_the_released_images_section_says_why_each_not_dp_run_is_not_dp(tmp_path
     assert "seed" not in said["shift_seed0"]
     assert said["seeded_seed0"].startswith("not DP") and "published study seed" in said["seeded_seed0"]
     assert "reproduc" not in said["seeded_seed0"].replace("reproducible mode", "")
+
+
+# --- rounding: an eps or delta shown shorter is never smaller than the claim --------------------------------------
+
+ODD = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="eps = 1", epsilon=0.99942, delta=1.31086e-5,
+                  accountant="pld", unit="patient")
+
+
+def test_eps_and_delta_labels_round_up_never_to_nearest():
+    """0.99942 to nearest is 0.999 and 1.31086e-5 is 1.31e-5: both smaller than what the accountant certified.
+    Every earlier test used whole eps and delta 1e-5, which print alike either way."""
+    from dpmed.reporting.sections import _fact
+
+    assert _plain(eps_label(ODD)) == "ε 1 (δ 1.32e-5, PLD, add/remove one patient)"
+    gauss = GAUSS.model_copy(update={"epsilon": 2320.4, "epsilon_image": 2320.4, "delta": 1.31086e-5})
+    assert _plain(eps_label(gauss)) == "ε 2,330 per image (local DP, δ 1.32e-5, analytic Gaussian, any two images)"
+    assert (_fact(ODD, "epsilon"), _fact(ODD, "delta")) == ("1", "1.32e-5")     # the privacy card's facts
+    assert _fact(LAPLACE, "epsilon") is None      # local DP's eps is said per image only, never as a bare eps
+
+
+def test_the_figure_axis_rounds_delta_up(make_record):
+    """The axis printed δ with :.3g (to nearest): 1.31e-05 for a run at 1.31086e-5."""
+    metrics = {"test_auroc": 0.9, "test_auroc_low": 0.85, "test_auroc_high": 0.94}
+    dp = make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0, metrics=metrics)
+    dp = dp.model_copy(update={"privacy": dp.privacy.model_copy(update={"delta": 1.31086e-5})})
+    xlabel = _plain(auroc_figure([dp]).axes[0].get_xlabel())
+    assert "δ 1.32e-05, PLD" in xlabel
+
+
+def test_every_reason_a_run_is_not_dp_is_said_and_a_run_without_privacy_needs_none():
+    from dpmed.randomness import NOT_DP_REPRODUCIBLE
+    from dpmed.reporting.inputs import not_dp_text
+
+    both = DP_SGD.model_copy(update={"is_dp": False, "randomness": NOT_DP_REPRODUCIBLE, "sampler_voids": True})
+    text = not_dp_text(both)
+    assert text.startswith("not DP because its privacy randomness derives from the published study seed")
+    assert ", and its noise is so small that one unit can move an output past every value the noise sampler draws" \
+        in text
+    assert not_dp_text(PrivacyCard(mechanism="none", is_dp=False, statement="no privacy protection")) is None
+    unexplained = PrivacyCard(mechanism="dp_sgd", is_dp=False, statement="x")
+    assert not_dp_text(unexplained) == "not DP (its privacy card says why)"
