@@ -33,6 +33,26 @@ def _points(ax) -> list[float]:
                    if line.get_marker() not in (None, "None", "", " ")})
 
 
+def test_the_non_private_line_and_band_are_the_non_private_runs(records):
+    """The black line and band are the non-private AUROC and its interval (0.96 [0.94, 0.98]), in every panel: not
+    a private run's."""
+    fig = auroc_figure(records)
+    for ax in fig.axes[:2]:
+        black = {float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_color() == "k"}
+        assert black == {0.96}
+        band = [p.get_path().get_extents().transformed(p.get_patch_transform()) for p in ax.patches]
+        assert [(round(b.y0, 6), round(b.y1, 6)) for b in band] == [(0.94, 0.98)]
+
+
+def test_each_local_dp_row_shows_its_perturbed_images_under_the_originals():
+    from dpmed.reporting.figures import ldp_examples_figure
+
+    original, perturbed = np.zeros((2, 1, 4, 4)), np.full((2, 1, 4, 4), 0.5)
+    fig = ldp_examples_figure([("laplace", original, perturbed)])
+    shown = [float(ax.images[0].get_array().mean()) for ax in fig.axes if ax.images]
+    assert shown == [0.0, 0.0, 0.5, 0.5]
+
+
 @pytest.mark.parametrize("narrow", [False, True])
 def test_local_dp_and_dp_sgd_eps_get_separate_panels(records, narrow):
     fig = auroc_figure(records, narrow=narrow)

@@ -559,3 +559,60 @@ def test_the_report_cells_round_and_order_as_written():
     assert _undefined_share(spread, 200) == ""
     assert "(21 of 200 redraws undefined)" in _undefined_share(spread.model_copy(update={"undefined_redraws": 21}),
                                                                200)
+
+
+# ------------------------------------------------------------------------------------------------- the reading
+
+
+def _reading_of(records, differences):
+    from types import SimpleNamespace
+
+    from dpmed.reporting.sections import _reading
+
+    inputs = SimpleNamespace(records=records, level="95%", comparisons=SimpleNamespace(auroc_differences=differences))
+    return re.sub(r"\s+", " ", _text(_reading(inputs)))
+
+
+def _auroc(value, low, high):
+    return {"test_auroc": value, "test_auroc_low": low, "test_auroc_high": high}
+
+
+@pytest.mark.parametrize("low, high, verdict", [(-0.05, 0.0, "includes 0"), (0.0, 0.05, "includes 0"),
+                                                (-0.12, -0.01, "lies below 0: lower than without privacy"),
+                                                (0.01, 0.05, "lies above 0")])
+def test_the_reading_states_the_paired_interval_low_to_high_and_reads_its_sign(make_record, low, high, verdict):
+    """An interval ending exactly at 0 includes 0 (it was read as below or above); the interval reads [low, high]."""
+    from dpmed.comparisons import Difference, PairedDifference
+
+    base = make_record("base_seed0", "base", metrics=_auroc(0.95, 0.93, 0.97))
+    dp = make_record("dp_seed0", "dp", "dp_sgd", eps=8.0, metrics=_auroc(0.9, 0.85, 0.94))
+    paired = PairedDifference(value=(low + high) / 2, low=low, high=high, p_value=0.06, defined_redraws=200)
+    difference = Difference(run_id="dp_seed0", label="eps 8", arm="dp", mechanism="dp_sgd", seed=0,
+                            reference_run="base_seed0", epsilon=8.0, auroc_difference=paired)
+    text = _reading_of([base, dp], [difference])
+    assert f"paired 95% CI [{low:+.3f}, {high:+.3f}], p" in text
+    assert f"the paired interval of the difference {verdict}." in text
+    assert sum(word in text for word in ("includes 0", "lies below 0", "lies above 0")) == 1
+
+
+def test_without_predictions_each_run_is_compared_with_its_own_seeds_non_private_run_signed(make_record):
+    records = [make_record("base_seed0", "base", metrics=_auroc(0.95, 0.93, 0.97)),
+               make_record("base_seed1", "base", seed=1, metrics=_auroc(0.80, 0.75, 0.85)),
+               make_record("dp_seed0", "dp", "dp_sgd", eps=8.0, metrics=_auroc(0.90, 0.85, 0.94)),
+               make_record("dp_seed1", "dp", "dp_sgd", eps=8.0, seed=1, metrics=_auroc(0.85, 0.80, 0.90))]
+    text = _reading_of(records, [])
+    assert "0.900 (-0.050 against base_seed0, same seed; no saved predictions to pair)" in text
+    assert "0.850 (+0.050 against base_seed1, same seed; no saved predictions to pair)" in text
+
+
+def test_the_sensitivity_and_specificity_heads_name_their_own_class():
+    from types import SimpleNamespace
+
+    from dpmed.reporting.sections import _metric_columns
+
+    data = SimpleNamespace(task="binary", positive_class="pneumonia", negative_class="normal")
+    inputs = SimpleNamespace(resolved=SimpleNamespace(dataset=data), level="95%",
+                             records=[SimpleNamespace(metrics={"test_sensitivity": 1.0, "test_specificity": 1.0})])
+    columns = dict(_metric_columns(inputs))
+    assert columns["test_sensitivity"] == "sensitivity (pneumonia found)"
+    assert columns["test_specificity"] == "specificity (normal cleared)"
