@@ -40,6 +40,33 @@ def test_reproducible_randomness_repeats_per_run_and_differs_between_runs():
     assert not a.is_secret
 
 
+def test_the_root_key_derives_from_seed_and_run_id_and_has_256_bits():
+    """Reproducible mode: one run id under two seeds is two keys (a run id without its seed, or a fixed probe's,
+    would otherwise share every stream across studies). A key of any other length is refused, not used."""
+    roots = {PrivacyRandomness.reproducible(seed=s, run_id=r).root for s in (0, 1) for r in ("x", "y")}
+    assert len(roots) == 4
+    for size in (16, 31, 33, 64):
+        with pytest.raises(ValueError, match="32 bytes"):
+            PrivacyRandomness(bytes(size), "secure")
+    with pytest.raises(ValueError, match="32 bytes"):
+        PrivacyRandomness.from_root_hex("00" * 33, "secure")
+
+
+def test_each_stream_is_aes_ctr_under_a_128_bit_key_from_the_root_and_its_name():
+    """The stream's key is the first 16 bytes of SHA-256(domain, root, name), all of them: its draws are those of
+    AES-CTR under that key, computed here from hashlib and randomgen directly (a key cut to 64 bits draws otherwise)."""
+    import hashlib
+
+    from randomgen import AESCounter
+
+    root = bytes(range(32))
+    for name in ("noise", "sampling"):
+        digest = hashlib.sha256(b"dpmed privacy stream v1" + root + name.encode()).digest()
+        expected = np.random.Generator(AESCounter(key=int.from_bytes(digest[:16], "little"))).standard_normal(8)
+        got = PrivacyRandomness(root, "secure").stream(name).standard_normal(8)
+        assert np.array_equal(got, expected)
+
+
 def test_streams_are_independent_and_persistent():
     r = PrivacyRandomness.reproducible(seed=0, run_id="x")
     draws = {name: _draws(r, name, 4096) for name in PRIVACY_STREAMS}
@@ -97,8 +124,18 @@ def test_discrete_laplace_has_its_law(scale):
 
 
 def test_discrete_laplace_refuses_a_scale_that_is_not_positive():
-    with pytest.raises(ValueError, match="positive"):
-        discrete_laplace(Fraction(0))
+    for randbelow in (None, random.Random(0).randrange):
+        with pytest.raises(ValueError, match="scale must be positive"):
+            discrete_laplace(Fraction(0), *([randbelow] if randbelow else []))
+
+
+def test_discrete_laplace_draws_from_the_operating_system_by_default():
+    """Not from the random module's generator, which anyone can seed: two sequences after random.seed(0) differ."""
+    random.seed(0)
+    first = [discrete_laplace(Fraction(3)) for _ in range(30)]
+    random.seed(0)
+    second = [discrete_laplace(Fraction(3)) for _ in range(30)]
+    assert first != second
 
 
 def test_exact_bernoulli_of_exp_matches_its_probability():

@@ -58,7 +58,7 @@ class _FakeGenerator:
         self.bit_generator = _Raw(values)
 
 
-@pytest.mark.parametrize("q", [1e-6, 3e-8, 0.3, 1 / 3, 2 ** -24 + 2 ** -30])
+@pytest.mark.parametrize("q", [1e-6, 3e-8, 0.3, 1 / 3, 2 ** -24 + 2 ** -30, 0.5, 0.75, 1 - 2 ** -40])
 def test_inclusion_probability_is_floor_q_2_64_never_more(q):
     """The rate is the fraction of 64-bit draws below the threshold: exactly floor(q 2^64) / 2^64 <= q. Probed at
     the threshold's edges with raw draws, so the test needs no billions of samples (a float32 uniform would include
@@ -71,6 +71,9 @@ def test_inclusion_probability_is_floor_q_2_64_never_more(q):
 
 def test_rate_one_takes_everything_and_bad_rates_are_refused():
     assert poisson_mask(_rng(), 7, 1.0).all()
+    for q in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="sample_rate"):
+            poisson_mask(_rng(), 7, q)
     with pytest.raises(ValueError, match="sample_rate"):
         next(poisson_batches(10, sample_rate=0.0, steps=1, rng=_rng()))
 
