@@ -49,6 +49,30 @@ def test_the_module_convolves_with_the_standardised_kernel():
         WSConv2d(1, 3, 1)
 
 
+def test_the_scale_has_eps_inside_the_root_and_a_constant_kernel_gives_zeros_not_nan():
+    """timm's StdConv2d: s = sqrt(var + eps). Without eps a constant channel divides 0 by 0."""
+    w = torch.randn(4, 2, 3, 3, dtype=torch.float64)
+    _, s = standardize(w, 0.5)
+    torch.testing.assert_close(s, (w.reshape(4, -1).var(1, unbiased=False) + 0.5).sqrt(), atol=1e-15, rtol=0)
+    w_hat, s = standardize(torch.ones(2, 3, 3, 3, dtype=torch.float64), 1e-6)
+    assert torch.equal(w_hat, torch.zeros_like(w_hat)) and torch.allclose(s, torch.full((2,), 1e-3).double())
+
+
+@pytest.mark.parametrize("stride, padding_mode", [(2, "zeros"), (1, "reflect"), ((2, 1), "circular")])
+def test_from_conv_keeps_the_convolutions_geometry(stride, padding_mode):
+    """weight_standardize must not change where a kernel is applied: stride and padding mode as the layer had them
+    (resnet9_ws above 64 px downsamples with stride 2)."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(2, 4, 3, stride=stride, padding=1, padding_mode=padding_mode).double()
+    ws = WSConv2d.from_conv(conv)
+    x = torch.randn(1, 2, 7, 7, dtype=torch.float64)
+    expected = nn.Conv2d(2, 4, 3, stride=stride, padding=1, padding_mode=padding_mode).double()
+    with torch.no_grad():
+        expected.weight.copy_(standardize(conv.weight, ws.eps)[0])
+        expected.bias.copy_(conv.bias)
+    torch.testing.assert_close(ws(x), expected(x))
+
+
 def test_the_jacobian_is_autograds():
     """J^T G = (G - mean G - w_hat mean(G w_hat)) / s against autograd through `standardize`, batched."""
     torch.manual_seed(1)
