@@ -62,3 +62,46 @@ def test_a_study_file_reads_them_as_a_generated_source():
     assert dataset.name == "random_processes" and dataset.train.image_shape == (1, 16, 16)
     with pytest.raises(ValueError, match="is generated, it takes no 'path'"):
         DataConfig.model_validate({"source": "random_processes", "path": "x"})
+
+
+def test_each_image_is_drawn_by_the_process_its_label_names():
+    """Dead leaves (labels 0, 1) hold at most 401 grey levels, larger discs fewer; the four noise classes have the
+    slopes their names give. An image drawn by another class's process, or two classes with one law, fail."""
+    d = make_random_processes(seed=0, n_images=240, image_size=64)
+    images = np.concatenate([d.train.images, d.val.images, d.test.images])[:, 0]
+    labels = np.concatenate([d.train.labels, d.val.labels, d.test.labels])
+    levels = np.array([len(np.unique(image)) for image in images])
+    assert (levels[labels <= 1] <= 401).all() and (levels[labels >= 2] > 2000).all()
+    assert levels[labels == 1].mean() < 0.9 * levels[labels == 0].mean()
+    f = np.sqrt(np.fft.fftfreq(64)[:, None] ** 2 + np.fft.fftfreq(64)[None, :] ** 2)
+    band = (f > 0.03) & (f < 0.3)
+    for k, name in enumerate(PROCESSES):
+        if not name.startswith("noise_alpha_"):
+            continue
+        alpha = float(name.removeprefix("noise_alpha_"))              # the slope the class's name promises
+        power = np.mean(np.abs(np.fft.fft2(images[labels == k])) ** 2, axis=0)
+        slope = np.polyfit(np.log(f[band]), np.log(power[band]), 1)[0]
+        assert abs(slope + 2 * alpha) < 0.3, (k, slope)
+
+
+def test_the_classes_are_shuffled_across_the_index_split():
+    d = make_random_processes(seed=3, n_images=120, image_size=32)
+    assert len(np.unique(d.val.labels)) >= 4 and len(np.unique(d.test.labels)) >= 4
+
+
+def test_a_disc_covers_exactly_the_pixels_within_its_radius_and_the_background_is_drawn():
+    """The top disc (the first drawn, painted last), replayed from the same draws: every pixel centre within r of
+    its centre has its grey and the ring just outside does not all have it. Each image's background grey is its own."""
+    rng = np.random.default_rng(4)
+    image = dead_leaves(rng, 64, 1 / 2)
+    replay = np.random.default_rng(4)
+    u = replay.random(400)
+    r = (1.0 - u * (1.0 - 32.0 ** -2)) ** -0.5                 # density r^-3 on [1, 32]
+    centre, grey = replay.random((400, 2))[0] * 64, replay.random(400).astype(np.float32)[0]
+    axis = np.arange(64) + 0.5
+    distance = np.sqrt((axis[:, None] - centre[0]) ** 2 + (axis[None, :] - centre[1]) ** 2)
+    assert r[0] > 2 and (image[distance <= r[0]] == grey).all()
+    assert not (image[(distance > r[0] + 1) & (distance <= r[0] + 3)] == grey).all()
+    backgrounds = [np.unique(im, return_counts=True) for im in (dead_leaves(rng, 224, 1 / 8) for _ in range(5))]
+    common = {float(values[counts.argmax()]) for values, counts in backgrounds}
+    assert len(common) == 5 and 0.0 not in common
