@@ -25,8 +25,30 @@ def test_same_seed_gives_byte_identical_arrays():
 
 
 def test_different_seed_gives_different_images(concat):
+    """Not the same images in another split: no image of one seed is among the other's."""
     a, b = make_phantom(n_images=90, seed=3), make_phantom(n_images=90, seed=4)
     assert not np.array_equal(concat(a).images, concat(b).images)
+    assert not {x.tobytes() for x in concat(a).images} & {x.tobytes() for x in concat(b).images}
+
+
+def test_the_patient_split_is_drawn_from_the_seed(concat):
+    from dpmed.data.splits import split_by_patient
+
+    d = make_phantom(n_images=300, seed=4)
+    full = concat(d)
+    order = np.argsort(full.patient_ids, kind="stable")      # the generation order: patients sorted, then images
+    train, _, _ = split_by_patient(full.patient_ids[order], full.labels[order], fractions=(0.7, 0.15, 0.15), seed=4)
+    assert set(full.patient_ids[order][train]) == set(d.train.patient_ids)
+
+
+def test_a_patients_two_images_have_independent_labels(phantom, concat):
+    """Labels are drawn per image (a follow-up may differ): about half of the two-image patients have two labels."""
+    full = concat(phantom)
+    by_patient: dict[str, list[int]] = {}
+    for pid, label in zip(full.patient_ids.tolist(), full.labels.tolist()):
+        by_patient.setdefault(pid, []).append(label)
+    pairs = [labels for labels in by_patient.values() if len(labels) == 2]
+    assert len(pairs) > 100 and 0.35 < np.mean([a != b for a, b in pairs]) < 0.65
 
 
 def test_shapes_types_and_value_range(phantom, concat):
@@ -83,6 +105,9 @@ def test_opacities_brighten_only_masked_neighbourhoods(concat):
     positives = np.flatnonzero(~negatives)
     masked_mean = np.array([signal[i][with_lesions.masks[i]].mean() for i in positives])
     assert np.all(masked_mean > 0)
+    # multiplied by the lung field: nothing outside the body (the outer columns) or on the spine between the lungs
+    assert signal.max() > 0.1
+    assert not signal[:, :, :4].any() and not signal[:, :, -4:].any() and not signal[:, :, 31:33].any()
 
 
 def test_some_patients_have_two_images_that_share_sex_and_age(phantom, concat):
@@ -153,6 +178,48 @@ def test_lesion_contrast_is_a_parameter(concat):
     assert gain(strong) > gain(weak) + 0.05
     recorded = make_phantom(n_images=60, seed=1).source["difficulty"]
     assert recorded["lesion_contrast"] == PhantomDifficulty().lesion_contrast
+
+
+def test_anatomy_females_narrower_the_heart_not_aerated_and_the_clutter_drawn(concat):
+    """Row 32 of a clean render (no lesions, noise, ribs or clutter): the body is narrower for females (scale 0.94).
+    The heart shadow (row 41, column 40 at 64 px) is soft tissue, not dark lung. The clutter field is drawn."""
+    clean = concat(make_phantom(n_images=200, seed=0, difficulty=CLEAN))
+    width = (clean.images[:, 0, 32, :] > 0.3).sum(axis=1)
+    female = clean.sex == "female"
+    assert width[female].mean() < 0.99 * width[~female].mean()
+    assert clean.images[:, 0, 41, 40].mean() > 0.55 > clean.images[:, 0, 20, 16].mean()
+    quiet = PhantomDifficulty(noise_sd=0.0)
+    assert not np.array_equal(concat(make_phantom(n_images=30, seed=0, difficulty=quiet)).images,
+                              concat(make_phantom(n_images=30, seed=0, difficulty=PhantomDifficulty(
+                                  noise_sd=0.0, clutter_sd=0.0))).images)
+
+
+def test_lesions_number_one_to_three_lie_outside_the_heart_and_span_their_sizes():
+    """A positive has 1 + [u1 > 0.6] + [u2 > 0.85] lesions: P(1) = 0.6 * 0.85 = 0.51, P(3) = 0.4 * 0.15 = 0.06;
+    centres behind the heart are mirrored up, away from it; each radius uniform over lesion_sigma, both axes."""
+    from dpmed.data.synthetic import _draw_anatomy, _draw_lesions, _heart_distance
+
+    n = 20_000
+    rng = np.random.default_rng(0)
+    anatomy = _draw_anatomy(rng, np.zeros(n, bool))
+    lesions = _draw_lesions(rng, np.ones(n, int), np.zeros(n), PhantomDifficulty(), anatomy)
+    count = lesions["lesion_present"].sum(axis=1)
+    assert abs((count == 1).mean() - 0.51) < 0.015 and abs((count == 3).mean() - 0.06) < 0.008
+    distance = _heart_distance(lesions["lesion_x"], lesions["lesion_y"], anatomy["heart_x"][:, None],
+                               anatomy["scale"][:, None])
+    assert (distance[lesions["lesion_present"]] >= 1.0).all()
+    for axis in ("lesion_sx", "lesion_sy"):
+        radii = lesions[axis]
+        assert radii.min() >= 0.25 and radii.max() <= 0.45 and abs(radii.mean() - 0.35) < 0.005
+
+
+def test_the_clutter_is_upsampled_bilinearly():
+    """Bilinear interpolation reproduces a linear ramp exactly."""
+    from dpmed.data.synthetic import _upsample
+
+    ramp = np.tile(np.arange(7, dtype=np.float32), (1, 7, 1))          # [1, 7, 7], rising along x
+    up = _upsample(ramp, 64)[0]
+    np.testing.assert_allclose(up, np.tile((np.arange(64) + 0.5) / 64 * 6, (64, 1)), atol=1e-5)
 
 
 def test_smallest_dataset_and_bad_arguments():
