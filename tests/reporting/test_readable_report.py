@@ -497,8 +497,12 @@ def test_a_change_that_rounds_to_none_reads_as_a_sentence_and_as_0():
                          auroc_difference=summary(-0.01, -0.02, 0.0), accuracy_difference=summary(-0.002, -0.07, 0.06),
                          significant_seeds=0)
     sentence = case_sentence(privacy="ε 8", kind="multilabel", positive=None, negative=None, level="95%", seeds=seeds)
-    assert sentence.startswith("Over 2 seeds, at ε 8 the model gets on average about as many findings wrong as "
-                               "without privacy (seeds: "), sentence
+    assert sentence == ("Over 2 seeds, at ε 8 the model gets on average about as many findings wrong as "
+                        "without privacy (seeds: 6 fewer to 7 more)."), sentence
+    worse = seeds.model_copy(update={"accuracy_difference": summary(-0.05, -0.07, -0.03)})
+    sentence = case_sentence(privacy="ε 8", kind="multilabel", positive=None, negative=None, level="95%", seeds=worse)
+    assert sentence == ("Over 2 seeds, at ε 8 the model gets on average about 5 more wrong of every 100 findings "
+                        "(seeds: 3 to 7 more)."), sentence
     assert [_per100(v) for v in (-0.004, 0.004, -0.0, -0.07, 0.07, None)] == ["0", "0", "0", "-7", "+7", "–"]
     assert [_signed(v) for v in (-0.0004, 0.0004, -0.012, 0.012)] == ["0.000", "0.000", "-0.012", "+0.012"]
 
