@@ -153,6 +153,11 @@ def test_center_crop_keeps_the_central_part_at_the_target_aspect_as_counted_by_h
     assert transforms.center_crop(tall, (2, 2))[0, 0].tolist() == tall[0, 0, 1:5].tolist()
     assert transforms.center_crop(wide, (8, 12)) is wide                  # the aspect already matches
     assert transforms.center_crop(wide, (1, 3))[0, 0].tolist() == wide[0, 0, 1:3].tolist()    # rows 1-2 of 4
+    # an odd margin: the odd pixel goes from the right (bottom) edge, the same way for every image
+    odd = np.arange(28, dtype=np.float32).reshape(1, 1, 4, 7) / 28        # 4 rows of 7: 3 columns to lose
+    assert transforms.center_crop(odd, (1, 1))[0, 0].tolist() == odd[0, 0, :, 1:5].tolist()   # columns 1-4
+    assert transforms.center_crop(odd.transpose(0, 1, 3, 2), (1, 1))[0, 0].tolist() == \
+        odd.transpose(0, 1, 3, 2)[0, 0, 1:5].tolist()
 
 
 def test_preprocessing_crops_before_it_resizes_only_when_asked():
