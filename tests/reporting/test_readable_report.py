@@ -620,3 +620,67 @@ def test_the_sensitivity_and_specificity_heads_name_their_own_class():
     columns = dict(_metric_columns(inputs))
     assert columns["test_sensitivity"] == "sensitivity (pneumonia found)"
     assert columns["test_specificity"] == "specificity (normal cleared)"
+
+
+def test_the_reading_uses_each_seeds_first_non_private_run_and_its_accounted_label(make_record):
+    """Two non-private runs of seed 0 (two arms): the first is the reference, as the caption says. A not-DP run
+    shows its accounted eps with delta and accountant; an interval touching the reference's is said to overlap."""
+    from dpmed.mechanisms.cards import label_randomness
+
+    first = make_record("base_seed0", "base", metrics=_auroc(0.95, 0.93, 0.97))
+    second = make_record("again_seed0", "again", metrics=_auroc(0.70, 0.60, 0.80))
+    dp = make_record("dp_seed0", "dp", "dp_sgd", eps=8.0, metrics=_auroc(0.90, 0.85, 0.93))
+    text = _reading_of([first, second, dp], [])
+    assert "0.900 (-0.050 against base_seed0, same seed" in text and "its interval overlaps" in text
+    assert "Without privacy the model reaches a test AUROC of 0.950" in text and "(seed 0)" not in text
+    seeded = dp.model_copy(update={"privacy": label_randomness(dp.privacy, "reproducible")})
+    text = _reading_of([first, seeded], [])
+    assert "; as accounted: ε 7.92 (δ 1e-5, PLD, add/remove one image))" in text.replace("\u00a0", " ").replace(
+        "\u2011", "-")
+
+
+def test_the_sizes_line_and_the_missing_runs_warning_count_what_they_say():
+    from types import SimpleNamespace
+
+    from dpmed.reporting.sections import _sizes, unfinished
+
+    exact = SimpleNamespace(n_train=70, n_val=15, n_test=12, n_train_patients=60)
+    assert _sizes(exact) == "70 / 15 / 12 train / validation / test images (60 training patients)"
+    private = SimpleNamespace(n_train=None, n_val=15, n_test=12, released_sizes={"images": 71}, size_epsilon=0.02)
+    assert _sizes(private).endswith("the exact size is private; 15 / 12 validation / test images")
+    runs = [SimpleNamespace(run_id=f"r{i}") for i in range(4)]
+    inputs = SimpleNamespace(records=[SimpleNamespace(run_id="r0")], resolved=SimpleNamespace(runs=runs))
+    assert "3 of the 4 runs this study plans are not in this report" in unfinished(inputs)
+
+
+def test_a_metric_column_is_shown_where_any_run_has_it():
+    from types import SimpleNamespace
+
+    from dpmed.reporting.sections import _metric_columns
+
+    data = SimpleNamespace(task="binary", positive_class="pneumonia", negative_class="normal")
+    records = [SimpleNamespace(metrics={"test_auroc": 0.9}), SimpleNamespace(metrics={"test_auroc": 0.8,
+                                                                                       "test_accuracy": 0.7})]
+    inputs = SimpleNamespace(resolved=SimpleNamespace(dataset=data), level="95%", records=records)
+    assert [m for m, _ in _metric_columns(inputs)] == ["test_auroc", "test_accuracy"]
+
+
+def test_accountants_names_reproductions_and_what_the_bootstrap_redrew_are_named_as_they_are():
+    from types import SimpleNamespace
+
+    from dpmed.reporting.inputs import ReportInputs, accountant_name, is_reproduction
+
+    assert [accountant_name(a) for a in ("pld", "rdp", "rdp-classic", "pure", "closed form", None)] == \
+        ["PLD", "RDP", "RDP-CLASSIC", "PURE", "closed form", ""]
+    none = PrivacyCard(mechanism="none", is_dp=False, statement="no privacy protection")
+    shift = PrivacyCard(mechanism="scalar_shift", is_dp=False, statement="NOT DP")
+    laplace = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement="x", epsilon=1.0, epsilon_image=1.0,
+                          delta=0.0)
+    assert [is_reproduction(c) for c in (none, shift, laplace)] == [False, True, False]
+
+    def redrawn(*units):
+        return ReportInputs.redrawn.fget(SimpleNamespace(records=[SimpleNamespace(bootstrap_unit=u) for u in units]))
+
+    assert redrawn("patient", "patient").startswith("the test patients (each drawn patient")
+    assert redrawn("image") == "the test images"
+    assert redrawn("patient", "image") == "the test patients (images in runs recorded before dpmed redrew patients)"
