@@ -160,8 +160,8 @@ def _privacy_epsilon(args: argparse.Namespace) -> int:
             # with all accountants, one that cannot certify this setting (PLD above eps 500) is said, not fatal
             print(f"eps: none certified  [{name}: {exc}]")
             continue
-        shown = 0 if name == "pure" else delta          # a pure-DP bound: delta plays no role in it
-        print(f"eps = {up_to_figures(eps, 6):.6g} at delta = {delta_text(shown) if shown else 0}  [{name}: "
+        shown = "0" if name == "pure" else delta_text(delta)     # a pure-DP bound: delta plays no role in it
+        print(f"eps = {up_to_figures(eps, 6):.6g} at delta = {shown}  [{name}: "
               f"{accounting.describe_accountant(name)}]")
     note = _sampler_note(args, q, steps, args.noise_multiplier, delta)
     if note:
@@ -179,9 +179,9 @@ def _privacy_calibrate(args: argparse.Namespace) -> int:
                                             steps=steps, accountant=name, noise=args.noise)
     eps = accounting.dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta,
                                     accountant=name, noise=args.noise)
-    shown = 0 if name == "pure" else delta
+    shown = "0" if name == "pure" else delta_text(delta)
     print(f"noise_multiplier = {sigma:.6g}  (eps = {up_to_figures(eps, 6):.6g} <= target "
-          f"{args.target_epsilon:g} at delta = {delta_text(shown) if shown else 0}) [{name}: {accounting.describe_accountant(name)}]")
+          f"{args.target_epsilon:g} at delta = {shown}) [{name}: {accounting.describe_accountant(name)}]")
     if note:
         print(f"note: {note}")
     sampler = _sampler_note(args, q, steps, sigma, delta)
