@@ -60,3 +60,45 @@ def test_the_bound_is_taken_and_stated_at_the_claims_delta_and_judged_against_it
         assert record["statement"].endswith("claims eps = 1: consistent")
     else:
         assert record["statement"].endswith("no eps is claimed")
+
+
+def test_the_drawn_patients_leave_and_the_included_canaries_follow_the_rest(trial_inputs):
+    """Every patient drawn (at rate m / the public count) becomes one canary, none is dropped (seed 1 draws 43 for
+    m = 40); none of their images stays in training; the rest keeps its order and the included canaries of the
+    configured kind follow it, drawn from the run's public streams."""
+    from dpmed.audit.canaries import hold_out_canary_sources, make_canaries
+    from dpmed.randomness import public_seed
+
+    train, task, n_patients = trial_inputs
+    merged, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40, kind="noise"), seed=1,
+                                                  n_patients=n_patients, rng=np.random.default_rng(0))
+    rest, sources = hold_out_canary_sources(train, 40, seed=public_seed(1, "canary_sources"), n_patients=n_patients)
+    assert len(sources) == len(trial.included) == len(trial.canaries) != 40
+    assert not set(sources.patient_ids.astype(str)) & set(merged.patient_ids.astype(str))
+    assert len(merged) == len(rest) + trial.included.sum()
+    np.testing.assert_array_equal(merged.images[:len(rest)], rest.images)
+    expected = make_canaries(sources, len(sources), task=task, seed=public_seed(1, "canaries"), kind="noise")
+    np.testing.assert_array_equal(trial.canaries.images, expected.images)
+    np.testing.assert_array_equal(merged.images[len(rest):], expected.images[trial.included])
+
+
+def test_the_record_holds_each_count_at_the_configured_confidence_and_a_bound_at_the_claim_is_consistent(
+        trial_inputs, monkeypatch):
+    train, task, n_patients = trial_inputs
+    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40, confidence=0.9), seed=7,
+                                             n_patients=n_patients, rng=np.random.default_rng(0))
+    asked = []
+
+    def grid(scores, included, *, delta, confidence):
+        asked.append(confidence)
+        return AuditResult(epsilon_lower_bound=1.25, n_canaries=len(included), n_guesses=10, n_correct=9,
+                           confidence=confidence, delta=delta, k_positive=7, k_negative=3, method="stub")
+
+    monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
+    record, arrays = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)),
+                                        task_kind=task.kind, delta=1e-5, claimed_epsilon=1.25)
+    assert asked == [0.9] and "90%" in record["statement"]
+    assert (record["n_guesses"], record["n_correct"], record["k_positive"], record["k_negative"]) == (10, 9, 7, 3)
+    assert record["consistent_with_claim"] is True and record["statement"].endswith("claims eps = 1.25: consistent")
+    np.testing.assert_array_equal(arrays["included"], trial.included)
+    np.testing.assert_array_equal(arrays["labels"], trial.canaries.labels)
