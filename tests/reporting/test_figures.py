@@ -195,3 +195,14 @@ def test_every_report_figure_is_written_to_png_by_one_function():
     assert [name for name, text in sources.items() if ".savefig(" in text] == ["figures.py"]
     assert sources["figures.py"].count(".savefig(") == 1
     assert study_figures.png_bytes is threat_section.png_bytes is figures.png_bytes
+
+
+def test_runs_of_other_deltas_send_the_reader_to_their_cards_and_seeds_are_named(records, make_record):
+    dp = make_record("dp-sgd_eps2_C1_seed1", "dp-sgd", "dp_sgd", eps=2.0, seed=1, metrics=_metrics(0.9, 0.85, 0.94))
+    dp = dp.model_copy(update={"privacy": dp.privacy.model_copy(update={"delta": 1e-6})})
+    fig = auroc_figure([*records, dp])
+    central = fig.axes[1]
+    assert "δ and accountant per run: see its card" in central.get_xlabel().replace("\n", " ")
+    assert central.get_xscale() == "log"
+    labels = [t.get_text() for t in central.texts]
+    assert any(t.endswith(" s1") for t in labels) and any(t.endswith(" s0") for t in labels)

@@ -684,3 +684,35 @@ def test_accountants_names_reproductions_and_what_the_bootstrap_redrew_are_named
     assert redrawn("patient", "patient").startswith("the test patients (each drawn patient")
     assert redrawn("image") == "the test images"
     assert redrawn("patient", "image") == "the test patients (images in runs recorded before dpmed redrew patients)"
+
+
+def test_card_statements_read_with_symbols_and_a_started_run_says_where_it_started(make_record):
+    from types import SimpleNamespace
+
+    from dpmed.reporting.sections import _settings_chosen_on, _start_note, statement_text
+
+    assert statement_text("eps = 1 at delta = 1e-05 (sigma 2), eps_image = 8,192, eps_pixel = 2; eps = infinity") \
+        == "ε = 1 at δ = 1e-05 (σ 2), ε per image = 8,192, ε per pixel value = 2; ε = ∞"
+    dp = SimpleNamespace(mechanism="dp_sgd")
+    weights = SimpleNamespace(weights="w.pt", pretraining=None, trained_on="a public set")
+    assert _start_note(SimpleNamespace(start=weights, privacy=dp)).startswith(
+        '<p class="note">Started from the weights w.pt (a public set)')
+    assert _start_note(SimpleNamespace(start=SimpleNamespace(weights=None), privacy=dp)) == ""
+
+    def chosen(said):
+        return _settings_chosen_on(SimpleNamespace(resolved=SimpleNamespace(study=SimpleNamespace(
+            settings_chosen_on=said))))
+
+    assert "not stated" in chosen(None) and "the phantom (the study's own statement)" in chosen("the phantom")
+    assert "not stated" not in chosen("the phantom")
+
+
+def test_a_local_dp_cards_facts_say_its_eps_is_per_image(make_record):
+    from dpmed.reporting.sections import _card
+
+    laplace = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement="eps_image = 2,048", epsilon=2048.0,
+                          epsilon_image=2048.0, epsilon_pixel=2.0, delta=0.0, accountant="closed form")
+    card = _card(make_record("lap_seed0", "lap").model_copy(update={"mechanism": "pixel_laplace", "privacy": laplace}))
+    facts = card[card.index('<table class="facts">'):]
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", facts)
+    assert "ε per image" in heads and "ε" not in heads
