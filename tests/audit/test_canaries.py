@@ -8,7 +8,7 @@ import pytest
 
 from dpmed.names import CANARY_KINDS as CANARY_KIND_NAMES
 from dpmed.data import ImageSet, Task
-from dpmed.audit.canaries import CANARY_KINDS, hold_out_canary_sources, insert_canaries, make_canaries
+from dpmed.audit.canaries import CANARY_KINDS, hold_out_canary_sources, insert_canaries, make_canaries, max_canaries
 
 BINARY = Task(kind="binary", label_names=("normal", "opacity"))
 MULTICLASS = Task(kind="multiclass", label_names=("0", "1", "2", "3", "4"))
@@ -73,6 +73,26 @@ def test_noise_canaries_are_noise_in_range_with_valid_labels():
     assert canaries.images.dtype == np.float32 and 0 <= canaries.images.min() and canaries.images.max() <= 1
     assert not np.isin(canaries.images, pool.images).all()
     assert set(canaries.labels.tolist()) <= set(range(5))
+    many = make_canaries(_images(50, MULTICLASS), 50, task=MULTICLASS, seed=0, kind="noise")
+    assert set(many.labels.tolist()) == set(range(5))                   # the last class too
+    findings = make_canaries(_images(50, MULTILABEL), 50, task=MULTILABEL, seed=0, kind="noise").labels
+    assert 0.25 < findings.mean() < 0.75                                 # each finding a fair coin
+
+
+def test_a_marked_canarys_patch_is_4x4_random_black_and_white_anywhere_in_the_image():
+    """On a flat grey pool every patch pixel changes: 16 of them, in one 4 x 4 window, black and white mixed,
+    placed over every possible top row and left column of a 6 x 16 image (not square: rows and columns apart)."""
+    pool = _images(200, MULTICLASS, masks=False)
+    pool = pool.with_images(np.full((200, 1, 6, 16), 0.5, np.float32))
+    canaries = make_canaries(pool, 200, task=MULTICLASS, seed=0, kind="marked")
+    tops, lefts, values = set(), set(), set()
+    for image in canaries.images[:, 0]:
+        rows, cols = np.nonzero(image != 0.5)
+        assert len(rows) == 16 and rows.max() - rows.min() == 3 and cols.max() - cols.min() == 3
+        tops.add(int(rows.min()))
+        lefts.add(int(cols.min()))
+        values |= set(image[rows, cols].tolist())
+    assert tops == {0, 1, 2} and lefts == set(range(13)) and values == {0.0, 1.0}
 
 
 def test_canaries_get_their_own_patients_and_are_reproducible():
@@ -94,6 +114,12 @@ def test_make_canaries_rejects_bad_requests():
     for m in (0, 11, 2.0, True):
         with pytest.raises(ValueError):
             make_canaries(pool, m, task=BINARY, seed=0)
+    one_class = Task(kind="multiclass", label_names=("only",))
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        make_canaries(pool, 5, task=one_class, seed=0)
+    flat = _images(10, BINARY, masks=False).with_images(np.zeros((10, 1, 3, 8), np.float32))
+    with pytest.raises(ValueError, match="at least 4x4 pixels, got 3x8"):
+        make_canaries(flat, 5, task=BINARY, seed=0, kind="marked")
 
 
 @pytest.mark.parametrize("task", [BINARY, MULTILABEL], ids=lambda t: t.kind)
@@ -125,6 +151,10 @@ def test_insert_rejects_what_would_merge_silently_wrong():
         insert_canaries(_images(10, BINARY, masks=False), canaries, np.ones(6, bool))
     with pytest.raises(ValueError, match="labels"):
         insert_canaries(_images(10, MULTILABEL), canaries, np.ones(6, bool))
+    narrow = ImageSet(images=canaries.images, labels=canaries.labels.astype(np.int32), masks=canaries.masks,
+                      patient_ids=canaries.patient_ids, sex=canaries.sex, age=canaries.age)
+    with pytest.raises(ValueError, match="labels"):
+        insert_canaries(train, narrow, np.ones(6, bool))
     small = ImageSet(images=np.zeros((6, 1, 4, 4), np.float32), labels=canaries.labels,
                      patient_ids=canaries.patient_ids, sex=canaries.sex, age=canaries.age)
     with pytest.raises(ValueError, match="images"):
@@ -148,6 +178,16 @@ def test_held_out_sources_take_whole_patients_one_image_each():
     np.testing.assert_array_equal(again.patient_ids, rest.patient_ids)
     with pytest.raises(ValueError, match="canar"):
         hold_out_canary_sources(train, 2 * n_patients, seed=0, n_patients=n_patients)   # every patient drawn
+    for m, count, words in ((0, 10, "needs m >= 1"), (True, 10, "needs m >= 1"), (1, 0, "count of patients >= 1")):
+        with pytest.raises(ValueError, match=words):
+            hold_out_canary_sources(train, m, seed=0, n_patients=count)
+
+
+def test_at_most_one_canary_per_patient_less_one():
+    train = _images(5, BINARY)
+    train = ImageSet(images=train.images, labels=train.labels, patient_ids=np.array(["a", "a", "b", "c", "c"]),
+                     sex=train.sex, age=train.age)
+    assert max_canaries(train) == 2
 
 
 def _made(train, n_patients, kind, task, seed=3):
