@@ -210,9 +210,12 @@ def test_where_blocks_cannot_be_reserved_the_zeros_are_written_and_the_entry_rea
     np.testing.assert_array_equal(decode_images(paths, pre, cache_dir=tmp_path / "cache").images, written.images)
 
 
-def test_a_file_replaced_by_another_with_the_same_size_and_times_changes_the_key(tmp_path, write_image, monkeypatch):
-    """The inode on its own: a file swapped for another whose size, mtime and ctime all match (a restore that sets
-    them back, on a filesystem whose ctime is coarse) is another file."""
+@pytest.mark.parametrize("field", ["st_ino", "st_size", "st_mtime_ns"])
+def test_a_file_replaced_by_another_with_the_same_size_and_times_changes_the_key(tmp_path, write_image, monkeypatch,
+                                                                                 field):
+    """Each of inode, size and mtime on its own: a file swapped for another whose other fields all match (a restore
+    that sets them back, on a filesystem whose ctime is coarse, or is the creation time as on Windows) is another
+    file."""
     from pathlib import Path
     from types import SimpleNamespace
 
@@ -225,8 +228,10 @@ def test_a_file_replaced_by_another_with_the_same_size_and_times_changes_the_key
         st = real(self, *args, **kwargs)
         if self.name != "2.png":
             return st
-        return SimpleNamespace(st_size=st.st_size, st_ino=st.st_ino + 1, st_mtime_ns=st.st_mtime_ns,
-                               st_ctime_ns=st.st_ctime_ns, st_mode=st.st_mode)
+        fields = dict(st_size=st.st_size, st_ino=st.st_ino, st_mtime_ns=st.st_mtime_ns, st_ctime_ns=st.st_ctime_ns,
+                      st_mode=st.st_mode)
+        fields[field] += 1
+        return SimpleNamespace(**fields)
 
     monkeypatch.setattr(Path, "stat", other_inode)
     assert cache_key(paths, pre, 1, (8, 8)) != before
@@ -253,6 +258,73 @@ def test_a_file_that_could_not_be_read_at_all_is_not_cached_as_unreadable(tmp_pa
     monkeypatch.setattr(Image, "open", real)
     again = decode_images(paths, pre, cache_dir=tmp_path / "cache")
     assert again.failures == {} and not again.cached
+
+
+def test_the_key_names_the_pillow_version_and_where_a_missing_file_stood(tmp_path, write_image, monkeypatch):
+    import PIL
+
+    paths = _files(tmp_path, write_image, n=2)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    gone = tmp_path / "gone.png"
+    assert cache_key([paths[0], gone], pre, 1, (8, 8)) != cache_key([gone, paths[0]], pre, 1, (8, 8))
+    key = cache_key(paths, pre, 1, (8, 8))
+    monkeypatch.setattr(PIL, "__version__", "0.0")          # another decoder may decode otherwise
+    assert cache_key(paths, pre, 1, (8, 8)) != key
+
+
+def test_the_images_are_read_only_whether_just_decoded_or_read_from_the_cache(tmp_path, write_image):
+    """A writable map of the entry would let an in-place change of a study's images corrupt every later study."""
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    for _ in range(2):
+        decoded = decode_images(paths, pre, cache_dir=tmp_path / "cache")
+        assert not decoded.images.flags.writeable
+
+
+def test_an_entry_without_its_index_is_decoded_again_and_an_index_of_another_entry_is_refused(tmp_path, write_image):
+    """The index is written last, so an array alone is a decode stopped before it finished, not damage."""
+    import json
+
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    cache = tmp_path / "cache"
+    first = decode_images(paths, pre, cache_dir=cache)
+    index = cache / f"{first.key}.json"
+    index.unlink()
+    again = decode_images(paths, pre, cache_dir=cache)
+    assert not again.cached and index.is_file()
+    meta = json.loads(index.read_text())
+    for change in ({"n": 5}, {"format": "dpmed-image-cache-0"}):
+        index.write_text(json.dumps({**meta, **change}))
+        with pytest.raises(DataError, match="does not match its key"):
+            decode_images(paths, pre, cache_dir=cache)
+
+
+def test_unreadable_files_keep_the_layout_asked_for_and_a_size_error_names_the_first(tmp_path, write_image,
+                                                                                    monkeypatch):
+    import dpmed.data.cache as cache_module
+
+    broken = [tmp_path / f"bad{i}.png" for i in range(2)]
+    for path in broken:
+        path.write_bytes(b"\x89PNG broken")
+    decoded = decode_images(broken, Preprocessing(size=(8, 8), channels=3))
+    assert decoded.images.shape == (2, 3, 8, 8) and set(decoded.failures) == {0, 1}
+    sizes = [write_image(tmp_path / name, size=size) for name, size in (("a.png", (10, 14)), ("c.png", (6, 6)),
+                                                                         ("d.png", (7, 7)))]
+    with pytest.raises(DataError) as refused:
+        decode_images(sizes, Preprocessing())
+    assert "c.png" in str(refused.value) and "d.png" not in str(refused.value)
+    # a system error while peeking at the first file: the next readable one gives the layout
+    real = cache_module.peek_image
+    files = _files(tmp_path, write_image, n=3)
+
+    def busy(path):
+        if path == files[0]:
+            raise OSError(24, "Too many open files")
+        return real(path)
+
+    monkeypatch.setattr(cache_module, "peek_image", busy)
+    assert decode_images(files, Preprocessing(channels=1)).images.shape == (3, 1, 10, 14)
 
 
 @pytest.mark.parametrize("index", ["[]", '{"format": "dpmed-image-cache-1", "n": 6}', '{"n": "six"}'])
