@@ -46,6 +46,30 @@ def test_the_scattering_front_end_is_frozen_and_only_the_head_trains(name):
     assert model(x).shape == (4, 2)
 
 
+def test_scatternet_heads_are_the_ones_the_module_describes():
+    """Linear: a trainable GroupNorm of 27 groups, then the features as they are, flattened, into one linear layer
+    (the default head). CNN: conv-GroupNorm-ReLU, an average pool, conv-GroupNorm-ReLU at width 64, then a global
+    max pool (a single bright pixel survives it whole). Gradients reach the input (attacks and saliency need them)."""
+    linear = build_model("scatternet_linear", in_channels=1, num_outputs=2, image_size=28)
+    assert linear.norm.num_groups == 27 and linear.norm.affine
+    assert {n.split(".")[0] for n, _ in linear.named_parameters()} == {"norm", "head"}
+    z = torch.randn(1, 81, 7, 7)
+    assert torch.equal(linear.features(z), z) and linear.head.in_features == 81 * 7 * 7
+    assert ScatterNet(1, 2, 28).head.in_features == 81 * 7 * 7
+    cnn = build_model("scatternet_cnn", in_channels=1, num_outputs=2, image_size=28)
+    assert [type(layer) for layer in cnn.features] == [nn.Conv2d, nn.GroupNorm, nn.ReLU, nn.AvgPool2d, nn.Conv2d,
+                                                       nn.GroupNorm, nn.ReLU]
+    assert cnn.head.in_features == 64
+    hot = torch.zeros(1, 64, 3, 3)
+    hot[0, 5, 2, 1] = 5.0
+    assert cnn.pool(hot)[0, 5].item() == 5.0
+    seen = []
+    cnn.features.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    x = torch.rand(2, 1, 28, 28, requires_grad=True)
+    cnn(x).sum().backward()
+    assert seen == [(2, 64, 3, 3)] and x.grad is not None and x.grad.abs().sum() > 0
+
+
 def test_scatternet_features_are_the_wavelet_coefficients_at_a_quarter_of_the_size():
     model = build_model("scatternet_linear", in_channels=3, num_outputs=5, image_size=64)
     assert model.norm.num_channels == 3 * 81 and model.head.in_features == 3 * 81 * 16 * 16
