@@ -74,7 +74,8 @@ def test_the_lock_of_a_killed_holder_is_taken_over(holder_process):
     assert not path.exists()
 
 
-@pytest.mark.parametrize("stale", ["dead pid", "recycled pid", "zombie", "unreadable"])
+@pytest.mark.parametrize("stale", ["dead pid", "recycled pid", "zombie", "unreadable", "fields missing",
+                                   "not an object"])
 def test_stale_locks_are_taken_over(tmp_path, stale):
     path = tmp_path / "lock"
     me = Holder.current()
@@ -87,9 +88,13 @@ def test_stale_locks_are_taken_over(tmp_path, stale):
         while Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0] != "Z":
             time.sleep(0.02)           # exited, not yet reaped
         _write(path, replace(me, pid=proc.pid, process_start=None))
+    elif stale == "fields missing":
+        path.write_text('{"pid": 12}')  # JSON, but not a holder's
+    elif stale == "not an object":
+        path.write_text("[]")
     else:
         path.write_text('{"pid": 12')  # a holder that died while writing its file
-    if stale != "unreadable":
+    if stale in ("dead pid", "recycled pid", "zombie"):
         assert holder_alive(json_holder(path)) is False
     with FolderLock(path) as holder:
         assert json.loads(path.read_text())["token"] == holder.token
@@ -105,10 +110,22 @@ def test_a_holder_on_another_host_is_never_taken_over(tmp_path):
     path = tmp_path / "lock"
     _write(path, replace(Holder.current(), pid=_dead_pid(), host="elsewhere.example"))
     assert holder_alive(json_holder(path)) is None
+    assert lock_holder(path).host == "elsewhere.example"        # `dpmed status` says a run may be working there
     with pytest.raises(FolderLocked, match=f"another host, .*delete {path}"):
         with FolderLock(path):
             pass
     assert json_holder(path).host == "elsewhere.example"
+
+
+def test_another_users_live_process_is_running_not_gone(monkeypatch):
+    """Signalling another user's process raises PermissionError: it exists, and its lock must not be taken over."""
+    import dpmed.lock as lock
+
+    def not_yours(pid, signal):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(lock.os, "kill", not_yours)
+    assert lock.process_running(os.getpid()) is True
 
 
 def test_a_live_holder_whose_start_time_is_unknown_is_refused_with_the_file_to_delete(holder_process, monkeypatch):
