@@ -1,0 +1,69 @@
+"""What `prepare_study` (and so `dpmed plan` and `dpmed run`) settles before any training: the budget checked, DP-SGD
+planned from the released DP count and the exact count kept out of the shareable summary, the cards `dpmed plan`
+shows, and the planning refusals at their edges. Phantom data, no training."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpmed.config import load_study
+from dpmed.errors import ConfigError, PrivacyError
+from dpmed.mechanisms import DpSgdPlan
+from dpmed.study import load_study_data, plan_study, planned_card, prepare_study
+
+HEAD = "name: s\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0]\nprivacy_randomness: reproducible\n"
+DP = "{name: dp, mechanism: dp_sgd, target_epsilon: 8, epochs: 2}"
+
+
+def _prepare(write_study, tmp_path, text: str):
+    return prepare_study(load_study(write_study(HEAD + text)), out=tmp_path / "out")
+
+
+def test_a_study_over_its_budget_is_refused_by_prepare_study_itself(write_study, tmp_path):
+    """Not only by check_budget called on its own: the study as `dpmed run` prepares it (two eps-8 runs)."""
+    with pytest.raises(PrivacyError, match=r"above the budget eps = 10"):
+        _prepare(write_study, tmp_path, f"privacy_budget: {{epsilon: 10, delta: 1e-5}}\narms: [{DP}, "
+                                        f"{DP.replace('name: dp', 'name: dp2')}]\n")
+
+
+def test_dp_sgd_plans_from_the_released_count_and_the_summary_hides_the_exact_one(write_study, tmp_path):
+    prepared = _prepare(write_study, tmp_path, f"arms: [{{name: base, mechanism: none}}, {DP}]\n")
+    dp = next(p.privacy for p in prepared.plans if isinstance(p.privacy, DpSgdPlan))
+    assert dp.size_epsilon == prepared.study.size_epsilon > 0
+    assert dp.released_count == prepared.sizes[dp.size_key]
+    summary = prepared.resolved().dataset
+    assert summary.n_train is None and summary.n_train_patients is None
+    assert summary.released_sizes == dict(prepared.sizes) and summary.size_epsilon == prepared.study.size_epsilon
+    plain = _prepare(write_study, tmp_path / "plain", "arms: [{name: base, mechanism: none}]\n").resolved().dataset
+    assert plain.n_train == 140 and plain.size_epsilon is None and plain.released_sizes == {}
+
+
+def test_the_planned_cards_are_the_runs_own(write_study, tmp_path):
+    """`dpmed plan` shows each arm's card before training: DP-SGD's eps at most its target and close to it (Poisson
+    sampling, as the run does), a local-DP arm's eps per image from its release of the images (H W C / b)."""
+    prepared = _prepare(write_study, tmp_path, f"arms: [{DP}, {{name: lap, mechanism: pixel_laplace, scale: 2}}]\n")
+    shape = prepared.dataset.train.image_shape
+    cards = {p.arm: planned_card(p, shape, "secure") for p in prepared.plans}
+    assert cards["dp"].is_dp and 7.5 < cards["dp"].epsilon <= 8
+    assert cards["lap"].is_dp and cards["lap"].epsilon_image == 16 * 16 / 2
+
+
+def test_a_budget_delta_is_checked_against_the_largest_count_any_run_plans_from(write_study, tmp_path):
+    """A patient-unit and an image-unit arm: the budget's delta must be below 1/N of the larger N (images)."""
+    arms = (f"arms: [{DP}, {{name: dpi, mechanism: dp_sgd, target_epsilon: 8, epochs: 2, privacy_unit: image}}]\n")
+    prepared = _prepare(write_study, tmp_path, arms)
+    counts = sorted(p.privacy.n_units for p in prepared.plans)
+    assert counts[0] < counts[1]
+    delta = 2 / (counts[0] + counts[1])          # between 1/N of the images and 1/N of the patients
+    with pytest.raises(ConfigError, match=rf"privacy_budget.delta .* at or above 1/N = 1/{counts[1]}"):
+        _prepare(write_study, tmp_path, f"privacy_budget: {{epsilon: 1000, delta: {delta}}}\n" + arms)
+
+
+def test_a_batch_of_the_whole_training_set_is_allowed_and_one_more_is_refused(write_study):
+    study = load_study(write_study(HEAD + "arms: [{name: base, mechanism: none}]\ntraining: {batch_size: 140}\n"))
+    dataset = load_study_data(study)
+    assert len(dataset.train) == 140
+    plan_study(study, dataset)
+    bigger = load_study(write_study(HEAD + "arms: [{name: base, mechanism: none}]\ntraining: {batch_size: 141}\n"))
+    with pytest.raises(ConfigError, match="batch_size 141 exceeds the 140 training images"):
+        plan_study(bigger, dataset)
