@@ -62,6 +62,15 @@ def test_run_study_refuses_bad_options_before_it_reads_data_or_writes(tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
+def test_run_study_in_a_starting_worker_process_says_to_guard_the_script(monkeypatch):
+    """A script without `if __name__ == "__main__":` calls run_study again in each spawned worker as it imports."""
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(dpmed.ConfigError, match="called by a worker process as it started"):
+        dpmed.run_study("no-such-study.yaml")
+
+
 def test_run_study_takes_a_path_draws_bars_only_on_a_terminal_and_catches_a_lost_ctrl_c(tmp_path, monkeypatch):
     """From Python: a study file's path will do; bars (carriage returns) only where stderr is a terminal, as the
     command does; and a Ctrl-C that a C extension swallowed is raised again at the next check, while SIGTERM stays

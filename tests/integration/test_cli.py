@@ -128,6 +128,7 @@ def test_the_data_fingerprints_are_private(quickstart, name):
     would be outside every eps."""
     fingerprint = (quickstart / "private" / name).read_text()
     assert re.fullmatch(r"[0-9a-f]{64}", fingerprint)
+    assert os.name == "nt" or (quickstart / "private" / name).stat().st_mode & 0o777 == 0o600
     public = [p for p in quickstart.rglob("*") if p.is_file() and "private" not in p.relative_to(quickstart).parts]
     assert public and not [p for p in public if fingerprint.encode() in p.read_bytes()]
 

@@ -513,7 +513,13 @@ def test_how_many_workers_fit_is_said_and_swap_only_warns(caplog):
                            r"3 kB of images, 12 kB in all, and only 10 kB is free here: use --workers 3, or set"):
             dpmed.executors._check_room_for_copies(dataset, 4)
         dpmed.executors._check_room_for_copies(dataset, 3)                              # 9 kB: fits, quietly
+        patch.setattr(dpmed.executors.memory, "headroom", lambda: Headroom(ram=6000, swap=0))
+        dpmed.executors._check_room_for_copies(dataset, 2)                              # exactly fills: fits
         assert caplog.text == ""
+        patch.setattr(dpmed.executors.memory, "headroom", lambda: Headroom(ram=4000, swap=0))
+        with pytest.raises(ConfigError, match=r"only 4 kB is free here: run without --workers \(this process"):
+            dpmed.executors._check_room_for_copies(dataset, 2)                          # one copy fits: no pool
+        patch.setattr(dpmed.executors.memory, "headroom", lambda: Headroom(ram=9500, swap=0))
         patch.setattr(dpmed.executors.memory, "headroom", lambda: Headroom(ram=9500, swap=2500))
         dpmed.executors._check_room_for_copies(dataset, 4)
         assert "12 kB in all, more than the 10 kB free: the machine will swap, which is slow (use --workers 3)" \
