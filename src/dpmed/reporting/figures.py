@@ -20,7 +20,7 @@ from matplotlib.text import Annotation
 from matplotlib.ticker import LogLocator, NullFormatter
 
 from dpmed.mechanisms.base import unit_words
-from dpmed.numbers import up_to_figures
+from dpmed.numbers import delta_text
 from dpmed.records import RunRecord
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
@@ -95,7 +95,7 @@ def _terms(records: list[RunRecord]) -> str:
     if len(terms) != 1:
         return "δ and accountant per run: see its card"
     delta, accountant = terms.pop()
-    return f"δ {up_to_figures(delta, 3):.3g}, {accountant}" if delta else f"δ 0, {accountant}"
+    return f"δ {delta_text(delta)}, {accountant}" if delta else f"δ 0, {accountant}"
 
 
 def _is_local(r: RunRecord) -> bool:
