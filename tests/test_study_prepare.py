@@ -67,3 +67,20 @@ def test_a_batch_of_the_whole_training_set_is_allowed_and_one_more_is_refused(wr
     bigger = load_study(write_study(HEAD + "arms: [{name: base, mechanism: none}]\ntraining: {batch_size: 141}\n"))
     with pytest.raises(ConfigError, match="batch_size 141 exceeds the 140 training images"):
         plan_study(bigger, dataset)
+
+
+def test_an_audit_may_take_every_patient_but_one(write_study):
+    """One canary per patient and one patient left to train on: patients - 1 canaries are allowed, no more."""
+    from dpmed.audit import max_canaries
+
+    study = load_study(write_study(HEAD + "arms: [{name: base, mechanism: none}]\n"))
+    dataset = load_study_data(study)
+    limit = max_canaries(dataset.train)
+
+    def audited(m):
+        return load_study(write_study(HEAD + f"arms: [{{name: base, mechanism: none, audit: {{canaries: {m}}}}}]\n"))
+
+    plan_study(audited(limit), dataset)
+    with pytest.raises(ConfigError, match=rf"audit.canaries = {limit + 1} needs more training patients than the "
+                                          rf"{limit + 1} this dataset has"):
+        plan_study(audited(limit + 1), dataset)
