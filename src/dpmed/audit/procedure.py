@@ -62,8 +62,7 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
     # both rounded down: "not (eps, delta)-DP" at a smaller delta follows from it, at a larger one it does not
     statement = (f"empirical lower bound eps >= {number_text(res.epsilon_lower_bound, down=True)} at delta = "
                  f"{number_text(delta, down=True)} (one-run audit, {res.n_canaries} {trial.config.kind} canaries, "
-                 f"{res.confidence:.0%}; "
-                 f"{res.n_correct} of {res.n_guesses} guesses correct)")
+                 f"{res.confidence:.0%}; {res.n_correct} of {res.n_guesses} guesses correct)")
     statement += ("; no eps is claimed" if claimed_epsilon is None else
                   f"; the accountant claims eps = {epsilon_text(claimed_epsilon)}: " + (
                       "consistent" if res.epsilon_lower_bound <= claimed_epsilon else
