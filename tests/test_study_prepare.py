@@ -84,3 +84,30 @@ def test_an_audit_may_take_every_patient_but_one(write_study):
     with pytest.raises(ConfigError, match=rf"audit.canaries = {limit + 1} needs more training patients than the "
                                           rf"{limit + 1} this dataset has"):
         plan_study(audited(limit + 1), dataset)
+
+
+def test_a_finished_reproducible_run_the_study_no_longer_lists_keeps_its_privacy_reproducible(write_study, tmp_path):
+    """The folder still releases that run's model, whose noise derives from the published seed: a secure study
+    written into the same folder is not DP against whoever knows the seed either, and says so."""
+    from dpmed.study import run_study
+
+    lap = "arms: [{name: lap, mechanism: pixel_laplace, scale: 2}]\ntraining: {epochs: 1}\n"
+    run_study(load_study(write_study(HEAD + lap)), out=tmp_path / "out", progress=False)
+    secure = HEAD.replace("reproducible", "secure") + "arms: [{name: base, mechanism: none}]\ntraining: {epochs: 1}\n"
+    prepared = prepare_study(load_study(write_study(secure)), out=tmp_path / "out")
+    assert [r.plan.run_id for r in prepared.elsewhere] == ["lap_b2_seed0"]
+    assert prepared.study.privacy_randomness == "secure"
+    assert prepared.privacy.reproducible and "reproducible mode: not DP" in prepared.privacy.statement
+
+
+def test_a_gpu_this_machine_lacks_is_refused_before_the_study_folder_is_made(write_study, tmp_path, monkeypatch):
+    """run_study, not only the CLI: the check comes before the folder is claimed, so no empty folder is left."""
+    import torch
+
+    from dpmed.study import run_study
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    study = load_study(write_study(HEAD + "arms: [{name: base, mechanism: none}]\ntraining: {device: cuda}\n"))
+    with pytest.raises(ConfigError, match="training.device is cuda, but this machine has no CUDA GPU"):
+        run_study(study, out=tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
