@@ -44,6 +44,36 @@ def test_key_follows_preprocessing_and_file_changes(tmp_path, write_image):
     assert cache_key(paths, fixed, 1, (8, 8)) == cache_key(paths, pre, 1, (8, 8))
 
 
+def _key_before_aspect_and_size_refusal(paths, pre, channels, size):
+    """The key as dpmed computed it before ``aspect`` and before images of another size were refused (they were
+    stored as failures then): written out here, as a second implementation, from that version's rules."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    import PIL
+
+    h = hashlib.sha256()
+    h.update(json.dumps({"format": "dpmed-image-cache-1", "pillow": PIL.__version__, "channels": channels,
+                         "size": list(size), "resize": pre.size is not None, "minmax": pre.minmax,
+                         "equalize": pre.equalize}, sort_keys=True).encode())
+    for path in paths:
+        st = Path(path).resolve().stat()
+        h.update(f"{Path(path).resolve()}\0{st.st_size}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def test_an_entry_from_before_is_read_where_its_pixels_still_hold_and_not_where_it_kept_other_sizes(tmp_path,
+                                                                                                   write_image):
+    """Resized entries stay valid across the versions; an unresized one may hold images of another size as
+    failures, which dpmed now refuses, so it gets a new key rather than silently dropping those images."""
+    paths = _files(tmp_path, write_image)
+    sized = Preprocessing(size=(8, 8), channels=1)
+    assert cache_key(paths, sized, 1, (8, 8)) == _key_before_aspect_and_size_refusal(paths, sized, 1, (8, 8))
+    unsized = Preprocessing(channels=1)
+    assert cache_key(paths, unsized, 1, (10, 14)) != _key_before_aspect_and_size_refusal(paths, unsized, 1, (10, 14))
+
+
 def test_failures_are_stored_with_the_entry(tmp_path, write_image):
     paths = _files(tmp_path, write_image)
     paths[3].write_bytes(b"\x89PNG broken")
