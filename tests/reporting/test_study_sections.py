@@ -166,3 +166,18 @@ def test_a_multilabel_group_s_positives_are_given_per_finding_not_summed():
     assert _positives(group) == "positives per finding: 5, 6"
     assert _positives(group.model_copy(update={"n_positive_by_label": None})) == "11 positive"   # binary, or older
     assert _positives(group.model_copy(update={"n_positive_by_label": None, "n_positive": None})) == ""
+
+
+def test_only_arm_values_run_at_two_or_more_seeds_get_a_row_over_seeds(scored_run, report_html, scores):
+    """A study mixing a two-seed and a one-seed DP arm: a one-seed value has no spread over seeds, so the table of
+    means and standard deviations over seeds lists the two-seed value alone."""
+    binary_scores, rng = scores, np.random.default_rng(3)
+    records = [scored_run(f"np_seed{s}", "np", scores=binary_scores(0.7, rng), seed=s) for s in (0, 1)]
+    records += [scored_run(f"dp_eps1_C1_seed{s}", "dp", "dp_sgd", eps=1.0, scores=binary_scores(0.4, rng), seed=s)
+                for s in (0, 1)]
+    records.append(scored_run("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0, scores=binary_scores(0.6, rng)))
+    page = report_html(records)
+    start = page.index("Over seeds (training randomness")
+    table = page[start:page.index("</table>", start)]
+    assert re.findall(r"<tr><td[^>]*>([^<]*)</td>", table) == ["dp_eps1_C1"]
+    assert re.search(r">[012] of 2</td>", table) and " of 1<" not in table
