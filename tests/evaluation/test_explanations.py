@@ -133,3 +133,33 @@ def test_each_image_is_explained_for_its_own_predicted_class_and_the_arrays_are_
     assert arrays["targets"].tolist() == [int(p >= 5) for p in positions]          # 0.47 at index 4, 0.51 at 5
     np.testing.assert_array_equal(arrays["images"], images[positions].astype(np.float16))
     assert record.image_seed == 3 and seen_ids and all(ids == [f"p{p}" for p in positions] for ids in seen_ids)
+
+
+def test_lesion_maps_are_the_lesion_class_s_on_the_masked_images_whatever_was_predicted():
+    """Six images, brightness rising with their index (the first three predicted class 0), masks on images 0, 2 and
+    5: the lesion maps are class 1's on exactly those three, stored with their positions, and mask energy reads
+    them, not the predicted-class maps. The masked-input score O is the model's score, by hand, on the CAM-weighted
+    image E = L * I."""
+    from dpmed.evaluation.cams import cams_of_plain
+
+    ramp = np.linspace(-0.04, 0.04, 8, dtype=np.float32)[None, None, :]           # structure within each image
+    images = np.stack([np.full((1, 8, 8), 0.35 + 0.06 * i, np.float32) + ramp for i in range(6)])
+    masks = np.zeros((6, 8, 8), bool)
+    masks[[0, 2, 5], 2:5, 5:8] = True
+    model = _Brightness()
+    record, arrays = explain(model, images, kind="binary", target_layer="features", masks=masks, deletion_steps=2,
+                             n_resamples=20, normalization=((0.5,), (1.0,)))
+    assert arrays["targets"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert arrays["lesion_positions"].tolist() == [0, 2, 5] and record.n_masked_images == 3
+    lesion = cams_of_plain(model, images[[0, 2, 5]], target_layer="features", targets=[1, 1, 1], method="gradcam",
+                           normalization=((0.5,), (1.0,)))
+    np.testing.assert_allclose(arrays["lesion_cams"].astype(np.float32), lesion, atol=1e-3)
+    assert not np.allclose(arrays["lesion_cams"][0], arrays["cams"][0], atol=1e-2)   # class 1's map, not class 0's
+    np.testing.assert_allclose(arrays["lesion_cams"][2], arrays["cams"][5], atol=1e-3)  # image 5: predicted 1 too
+    energy = [(cam * mask).sum() / cam.sum() if cam.sum() > 0 else 0.0 for cam, mask in zip(lesion, masks[[0, 2, 5]])]
+    assert record.metrics["mask_energy"].value == pytest.approx(np.mean(energy), abs=1e-3)
+    # O by hand: logits (-m, 2m), m the mean of E - 0.5; the score is the softmax of the predicted class
+    m = (arrays["cams"].astype(np.float32)[:, None] * images - 0.5).mean(axis=(1, 2, 3))
+    logits = np.stack([-m, 2 * m], axis=1)
+    expected = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(arrays["score_masked"], expected[np.arange(6), arrays["targets"]], atol=2e-3)
