@@ -95,6 +95,18 @@ def test_high_budget_calibration_says_which_accountant_certified_it(capsys):
     (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5",
       "--noise", "laplace", "--accountant", "rdp"],
      "--accountant rdp does not analyse laplace noise; it handles gaussian. For laplace noise use 'pld' or 'pure'"),
+    # two schedules at once: neither is silently dropped
+    (["epsilon", "--noise-multiplier", "1", "--dataset-size", "100", "--batch-size", "10", "--epochs", "1",
+      "--steps", "50", "--delta", "1e-5"], "give either --sample-rate and --steps, or --dataset-size, --batch-size"),
+    (["epsilon", "--noise-multiplier", "1", "--dataset-size", "100", "--batch-size", "10", "--epochs", "1",
+      "--sample-rate", "0.5", "--delta", "1e-5"], "give either --sample-rate and --steps, or --dataset-size"),
+    (["epsilon", "--noise-multiplier", "1", "--dataset-size", "100", "--batch-size", "10", "--delta", "1e-5"],
+     "with --dataset-size and --batch-size, give --epochs (or --steps)"),
+    (["risk", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10"],
+     "give --kappa (or --dataset-size, for the uniform prior kappa = 1/N)"),
+    # a delta judged against the N given beside --sample-rate, as with --batch-size
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "10", "--dataset-size", "40",
+      "--delta", "0.5"], "--delta 0.5 is at or above 1/N = 1/40"),
 ])
 def test_bad_arguments_end_in_one_clear_line(capsys, argv, words):
     assert main(["privacy", *argv]) == 2
@@ -166,6 +178,10 @@ def test_privacy_commands_do_not_import_torch():
     (["risk", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3", "--kappa", "2"], "--kappa"),
     (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5", "--noise",
       "laplace", "--accountant", "rdp"], "--accountant"),
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "3", "--delta", "1"], "--delta"),
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "0", "--delta", "1e-5"], "--steps"),
+    (["epsilon", "--noise-multiplier", "1", "--dataset-size", "100", "--batch-size", "10", "--epochs", "0",
+      "--delta", "1e-5"], "--epochs"),
 ])
 def test_messages_speak_in_the_commands_own_flags(capsys, argv, flag):
     """Someone who typed --delta or --batch-size is told about --delta or --batch-size, never about the Python
@@ -291,3 +307,58 @@ def test_the_calculator_s_eps_is_six_figures_rounded_up(capsys):
                                       accountant="pld")
     shown = _eps(capsys.readouterr().out.splitlines()[0])
     assert exact <= shown <= exact + 1e-5 * 10 ** math.floor(math.log10(exact))
+
+
+@pytest.mark.parametrize("schedule, q, steps", [
+    (["--dataset-size", "100", "--batch-size", "10", "--steps", "50"], 0.1, 50),       # --steps in place of epochs
+    (["--dataset-size", "100", "--batch-size", "100", "--epochs", "3"], 1.0, 3),       # the whole set each step
+    (["--sample-rate", "1", "--steps", "4"], 1.0, 4),
+])
+def test_each_schedule_is_accounted_as_given_up_to_q_one(capsys, schedule, q, steps):
+    """A batch of the whole dataset (q = 1) is a valid schedule; --steps beside --dataset-size is the T accounted."""
+    assert main(["privacy", "epsilon", "--noise-multiplier", "2", *schedule, "--delta", "1e-5",
+                 "--accountant", "rdp"]) == 0
+    out = capsys.readouterr().out
+    assert f"q = {q:.6g} for T = {steps} steps" in out
+    expected = accounting.dp_sgd_epsilon(noise_multiplier=2.0, sample_rate=q, steps=steps, delta=1e-5,
+                                         accountant="rdp")
+    assert expected <= _eps(out) <= expected * (1 + 1e-5)
+
+
+def test_the_assumptions_name_the_noise_and_its_clipping(capsys):
+    setting = ["--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5"]
+    assert main(["privacy", "epsilon", *setting, "--accountant", "pld"]) == 0
+    assert "(Gaussian noise N(0, (sigma C)^2), L2 clipping)" in capsys.readouterr().out
+    assert main(["privacy", "epsilon", *setting, "--accountant", "pld", "--noise", "laplace"]) == 0
+    out = capsys.readouterr().out
+    assert "(Laplace noise b = sigma C1, L1 clipping)" in out and "Gaussian" not in out
+
+
+def test_no_noise_is_said_to_make_a_run_not_dp_and_the_pure_bound_s_sampler_share_is_judged_against_no_delta(capsys):
+    """sigma = 0: eps is infinite, and the sampler note says a run is not DP, whatever the bounded draws (any
+    gradient shows). The pure accountant has no delta; its sampler share is still reported against the usual 1e-5,
+    not silently dropped."""
+    assert main(["privacy", "epsilon", "--noise-multiplier", "0", "--sample-rate", "0.01", "--steps", "10",
+                 "--delta", "1e-5", "--accountant", "rdp"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("eps = inf at delta = 1e-05")
+    assert "note: a dpmed run at this sigma is NOT DP as run" in out and "(probability up to 1 over the run" in out
+    assert main(["privacy", "epsilon", "--noise", "laplace", "--accountant", "pure", "--noise-multiplier", "0.05",
+                 "--sample-rate", "0.01", "--steps", "100"]) == 0
+    assert "note: a dpmed run's card adds" in capsys.readouterr().out
+
+
+def test_risk_prints_the_library_s_bounds_at_the_prior_it_names(capsys):
+    """Every printed value against `accounting.reconstruction_risk` at the stated kappa: 1/N by default, the given
+    --kappa where both are given."""
+    setting = ["--noise-multiplier", "0.8", "--sample-rate", "0.05", "--steps", "200"]
+    for extra, kappa in ((["--dataset-size", "400"], 1 / 400), (["--dataset-size", "400", "--kappa", "0.1"], 0.1)):
+        assert main(["privacy", "risk", *setting, *extra]) == 0
+        out = capsys.readouterr().out
+        risk = accounting.reconstruction_risk(noise_multiplier=0.8, sample_rate=0.05, steps=200, kappa=kappa)
+        assert f"(prior kappa = {kappa:.4g})" in out
+        assert re.search(rf"worst case +{re.escape(f'{risk.worst_case:.4%}')} ", out)
+        assert re.search(rf"relaxed \(sign unknown\) +{re.escape(f'{risk.relaxed:.4%}')} ", out)
+        assert risk.worst_case != pytest.approx(risk.relaxed, rel=1e-3)
+        for fpr, tpr in risk.tpr_at_fpr.items():
+            assert re.search(rf"TPR at FPR {re.escape(f'{fpr:<5.1%}')} +{re.escape(f'{tpr:.4%}')} ", out), fpr
