@@ -442,3 +442,21 @@ def test_plan_tells_the_data_summary_before_a_refusal_it_may_explain(tmp_path, w
     err = capsys.readouterr().err
     summary = err.index("1 patients are in two published splits: left out their 1 images outside the higher split")
     assert summary < err.index("dpmed: error: arm 'non-private': training.batch_size 500 exceeds")
+
+
+def test_the_shareable_provenance_is_the_same_with_one_patient_more(tmp_path, write_image):
+    """Neighbouring datasets (one training patient added, with two images and one also in the published test
+    folder) give the same shareable source: none of the counts the reader found (files matched, patients in two
+    published splits, rows) may reach run.json, whose eps is an add/remove eps."""
+    plain = _load(_kermany(tmp_path / "a" / "chest_xray", write_image))
+    more = {**KERMANY, "train/PNEUMONIA": [*KERMANY["train/PNEUMONIA"], "person8_virus_20.jpeg",
+                                           "person8_virus_21.jpeg"],
+            "test/PNEUMONIA": [*KERMANY["test/PNEUMONIA"], "person8_virus_22.jpeg"]}
+    neighbour = _load(_kermany(tmp_path / "b" / "chest_xray", write_image, more))
+    assert neighbour.source["split"]["patients_in_two_published_splits"] == 2     # the reader did count them
+    assert neighbour.source["patient_key"]["files_matched"] == 24
+    shared, shared_neighbour = plain.shareable_source(), neighbour.shareable_source()
+    assert shared.pop("path").endswith("a/chest_xray") and shared_neighbour.pop("path").endswith("b/chest_xray")
+    assert shared == shared_neighbour
+    assert shared["patient_key"] == {"pattern": plain.source["patient_key"]["pattern"]}
+    assert shared["split"]["published"] == ["test", "train"] and shared["split"]["val_fraction"] == 0.3
