@@ -278,3 +278,45 @@ def test_a_row_that_names_a_folder_is_said_to_name_a_folder(aptos, write_csv, lo
     write_csv(aptos / "train.csv", ["id_code", "diagnosis"], rows)
     with pytest.raises(DataError, match=r"image file train_images/dir0c1434d8d7.png is a folder, not an image file"):
         load_layout("aptos", aptos)
+
+
+def test_each_split_holds_its_own_rows_sex_and_age_the_carved_sizes_follow_their_fractions_and_normalize_is_kept(
+        table, load_layout):
+    """The fixture's row i is patient pt(i // 2), "FM"[i % 2], aged 20 + i: every image of every split must carry a
+    row's own triple (fairness groups on the right people). Without a split column both validation and test are
+    carved, each at its own fraction (0.1 and 0.4 of 8 patients: not swapped). The fixed normalisation, applied
+    at the model input, travels with the dataset."""
+    rows = {(f"pt{i // 2}", "FM"[i % 2], 20.0 + i) for i in range(16)}
+    columns = {"path": "file", "patient": "pid", "sex": "gender", "age": "years"}
+    d = load_layout("csv", table, columns=columns, labels=("opacity",),
+                    split=SplitPlan(val_fraction=0.1, test_fraction=0.4, seed=2), normalize=((0.5,), (0.25,)))
+    for name in ("train", "val", "test"):
+        s = getattr(d, name)
+        triples = {(pid, sex[0].upper(), age) for pid, sex, age in zip(s.patient_ids, s.sex, s.age)}
+        assert triples <= rows and len(triples) == len(s), name
+    assert len(set(d.test.patient_ids)) > len(set(d.val.patient_ids)) >= 1
+    assert d.source["split"]["carved"] == ["val", "test"]
+    assert d.normalization == ((0.5,), (0.25,))
+
+
+@pytest.mark.parametrize("changed, words", [
+    ({"val_fraction": 0}, "val_fraction 0 and test_fraction 0.15 must be in (0, 1) with a sum below 1"),
+    ({"test_fraction": 1}, "must be in (0, 1)"),
+    ({"val_fraction": 0.5, "test_fraction": 0.5}, "with a sum below 1"),
+    ({"shared_patients": "Keep"}, "shared_patients must be 'drop_from_train' or 'keep', got 'Keep'"),
+])
+def test_a_split_plan_outside_its_ranges_is_refused_by_the_api_too(changed, words):
+    """A study file's keys are checked by the config; the Python API's SplitPlan checks the same ranges itself."""
+    with pytest.raises(ValueError) as error:
+        SplitPlan(**changed)
+    assert words in str(error.value)
+
+
+def test_a_table_of_which_no_row_is_usable_says_so_with_the_problems(table, load_layout):
+    text = table.read_text()
+    for i in range(16):
+        text = text.replace(f"pngs/img{i}.png,", f"pngs/missing{i}.png,")
+    table.write_text(text)
+    with pytest.raises(DataError, match="No usable row is left") as error:
+        load_layout("csv", table, columns={"path": "file"}, labels=("opacity",), skip_invalid=True)
+    assert "missing" in str(error.value)
