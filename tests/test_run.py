@@ -1,0 +1,116 @@
+"""What `dpmed.run` settles before and around training, tested without training: which earlier attempt's key may
+serve again (the same settings and the same training images, labels and patients; never another's, whose batches
+and noise would then be shared), what another attempt left being deleted, the local DP release drawn from its own
+stream, and the starting weights checked against what the study recorded."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from dpmed.config import load_study
+from dpmed.errors import ConfigError
+from dpmed.folders import StudyFolder
+from dpmed.mechanisms import mechanism_info
+from dpmed.models import build_model
+from dpmed.randomness import PrivacyRandomness
+from dpmed.records import StartRecord
+from dpmed.run import RunContext, _attempt, _privacy_randomness, _training_set, start_model
+from dpmed.study import load_study_data, plan_study
+
+STUDY = ("name: s\ndata: {source: phantom, n_images: 120, image_size: 16}\nseeds: [3]\n"
+         "arms: [{name: base, mechanism: none}, {name: lap, mechanism: pixel_laplace, scale: 2}]\n")
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    path = tmp_path_factory.mktemp("study") / "study.yaml"
+    path.write_text(STUDY, encoding="utf-8")
+    study = load_study(path)
+    dataset = load_study_data(study)
+    plans = {p.arm: p for p in plan_study(study, dataset)}
+    return study, dataset, plans
+
+
+def _with_train(dataset, **arrays):
+    return dataclasses.replace(dataset, train=dataclasses.replace(dataset.train, **arrays))
+
+
+def test_an_attempt_is_another_where_the_training_images_labels_or_patients_differ(prepared):
+    study, dataset, plans = prepared
+    context = RunContext(dataset=dataset, evaluation=study.evaluation)
+    key = _attempt(plans["base"], context)
+    assert _attempt(plans["base"], dataclasses.replace(context, dataset=_with_train(dataset))) == key
+    images = dataset.train.images.copy()
+    images[5, 0, 3, 3] += 0.25
+    labels = dataset.train.labels.copy()
+    labels[0] = 1 - labels[0]
+    ids = dataset.train.patient_ids.copy()
+    first, other = 0, int(np.flatnonzero(ids != ids[0])[0])
+    ids[[first, other]] = ids[[other, first]]                        # two images change patients, nothing else
+    for changed in ({"images": images}, {"labels": labels}, {"patient_ids": ids}):
+        assert _attempt(plans["base"], dataclasses.replace(context, dataset=_with_train(dataset, **changed))) != key
+    assert _attempt(plans["lap"], context) != key
+    assert _attempt(plans["base"], dataclasses.replace(context, privacy_randomness="reproducible")) != key
+
+
+def test_another_attempt_s_key_is_replaced_and_what_it_left_deleted(prepared, tmp_path):
+    study, dataset, plans = prepared
+    context = RunContext(dataset=dataset, evaluation=study.evaluation)
+    folder = StudyFolder(tmp_path).run(plans["lap"].run_id)
+    folder.make()
+    old = PrivacyRandomness.secure()
+    folder.privacy_key.write_text(json.dumps({"root": old.root_hex(), "attempt": "another attempt"}))
+    folder.checkpoint.write_bytes(b"the other attempt's checkpoint")
+    randomness = _privacy_randomness(plans["lap"], context, folder)
+    assert not folder.checkpoint.exists() and randomness.root_hex() != old.root_hex()
+    saved = json.loads(folder.privacy_key.read_text())
+    assert saved == {"root": randomness.root_hex(), "attempt": _attempt(plans["lap"], context)}
+    if os.name == "posix":
+        assert folder.privacy_key.stat().st_mode & 0o777 == 0o600
+    folder.checkpoint.write_bytes(b"this attempt's checkpoint")
+    again = _privacy_randomness(plans["lap"], context, folder)      # the same attempt continues with its key
+    assert again.root_hex() == randomness.root_hex() and folder.checkpoint.exists()
+
+
+def test_the_local_dp_release_of_the_training_images_is_drawn_from_its_own_stream(prepared, tmp_path):
+    study, dataset, plans = prepared
+    plan = plans["lap"]
+    folder = StudyFolder(tmp_path).run(plan.run_id)
+    folder.make()
+
+    def randomness():
+        return PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id)
+
+    train_set, trial, events = _training_set(plan, dataset, randomness(), folder)
+    transform = mechanism_info("pixel_laplace").image_mechanism(plan.privacy)
+    expected = transform.apply(dataset.train.images, rng=randomness().stream("local_dp"))
+    np.testing.assert_array_equal(train_set.images, expected)
+    assert trial is None and len(events) == 1
+    assert not np.array_equal(train_set.images, transform.apply(dataset.train.images,
+                                                                rng=randomness().stream("examples")))
+
+
+def test_starting_weights_must_be_the_file_the_study_recorded_and_load_as_it_counted(tmp_path):
+    from dpmed.models.weights import file_sha256
+
+    torch.manual_seed(0)
+    saved = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    path = tmp_path / "weights.pt"
+    torch.save(saved.state_dict(), path)
+    n = len(saved.state_dict())
+    record = StartRecord(weights=str(path), sha256=file_sha256(path), n_trainable=1, n_frozen=0, loaded=n)
+    torch.manual_seed(1)
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    start_model(model, "small_cnn", record)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, saved.state_dict()[name])
+    with pytest.raises(ConfigError, match="are missing or changed since the study was prepared"):
+        start_model(model, "small_cnn", record.model_copy(update={"sha256": "0" * 64}))
+    with pytest.raises(AssertionError, match=f"{n} tensors loaded from .* the study recorded {n - 1}"):
+        start_model(model, "small_cnn", record.model_copy(update={"loaded": n - 1}))
