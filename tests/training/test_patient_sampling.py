@@ -24,6 +24,7 @@ from dpmed.randomness import PrivacyRandomness
 from dpmed.training import DpSgdPlan, DpSgdStep, train
 from dpmed.training.loop import _expand, sampling_units
 from dpmed.training.objectives import objective_for
+from dpmed.training.sampling import poisson_batches
 
 # patient "b" owns images 0, 2, 5; "a" owns 1, 4; "c" owns 3. First appearance: b, a, c (not sorted order a, b, c).
 IDS = np.array(["b", "a", "b", "c", "a", "b"])
@@ -150,6 +151,11 @@ def test_the_loop_samples_patients_and_hands_the_step_each_one_whole_as_one_grou
             owners.add(patient)
         assert len(owners) == len(by_group)                              # and one patient is in one group only
         per_step.append(len(owners))
+    # and exactly the units Poisson sampling draws from the run's own sampling stream, not the noise's
+    offsets, owned = sampling_units(data, "patient")
+    stream = PrivacyRandomness.reproducible(seed=0, run_id="patient-sampling").stream("sampling")
+    for (rows, _), units in zip(seen, poisson_batches(n_patients, sample_rate=q, steps=steps, rng=stream)):
+        assert sorted(rows.tolist()) == sorted(_expand(units, offsets, owned)[0].tolist())
     counts = np.array(per_step)
     mean, var = n_patients * q, n_patients * q * (1 - q)
     assert abs(counts.mean() - mean) <= 5 * np.sqrt(var / steps)
@@ -183,3 +189,67 @@ def test_the_loop_divides_by_the_expected_units_and_weighs_each_copy_one_kth(pat
     z, y = torch.randn(5, 2, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 1, 0, 1])
     whole = objective_for(task.kind).loss(z, y, reduction="sum")
     assert step.loss_fn(z, y).item() == pytest.approx(whole.item() / multiplicity, rel=1e-6)
+
+
+def test_with_augmented_copies_each_patient_is_still_one_group(patients, new_model, monkeypatch):
+    """K = 2 copies of every image: a patient's group holds the copies of all of their images (2 x 2 or 2 x 3 rows),
+    never one group per image, which would let a patient move the noisy sum by their image count times C."""
+    data, task, owner = patients
+    plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.2, steps=20, unit="patient",
+                     n_units=len(SIZES))
+    cfg = TrainingConfig(epochs=1, batch_size=8, physical_batch_size=64, optimizer="sgd", learning_rate=1e-3,
+                         augmentation={"multiplicity": 2})
+    sizes, real_call = [], DpSgdStep.__call__
+
+    def spy(self, x, y, *, groups=None):
+        assert groups is not None and len(groups) == len(x)
+        sizes.extend(np.bincount(groups.cpu().numpy())[np.unique(groups.cpu().numpy())].tolist())
+        return real_call(self, x, y, groups=groups)
+
+    monkeypatch.setattr(DpSgdStep, "__call__", spy)
+    train(new_model(task), data, task, cfg, seed=0, dp=plan, progress=False,
+          randomness=PrivacyRandomness.reproducible(seed=0, run_id="copies"))
+    assert sizes and set(sizes) == {4, 6}
+
+
+def test_a_laplace_plan_trains_with_laplace_noise_and_l1_clipping_and_records_it(patients, new_model, monkeypatch):
+    """The ledger says Laplace; the step must draw it (its default is Gaussian)."""
+    data, task, _ = patients
+    plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.2, steps=3, unit="patient",
+                     n_units=len(SIZES), noise="laplace")
+    cfg = TrainingConfig(epochs=1, batch_size=8, physical_batch_size=64, optimizer="sgd", learning_rate=1e-3)
+    made, real_init = [], DpSgdStep.__init__
+
+    def spy(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(DpSgdStep, "__init__", spy)
+    result = train(new_model(task), data, task, cfg, seed=0, dp=plan, progress=False,
+                   randomness=PrivacyRandomness.reproducible(seed=0, run_id="laplace"))
+    (step,) = made
+    assert step.noise == "laplace" and step.norm_order == 1
+    assert result.ledger.dp_sgd_steps == 3
+    assert {type(e).__name__ for e in result.ledger.events} == {"PoissonLaplaceEvent"}
+
+
+def test_dp_sgd_gets_no_loss_weighted_by_its_private_labels(patients, new_model, monkeypatch):
+    """Label-frequency weights are a statistic of the training labels that no accountant covers: DP-SGD's
+    objective is built without them; a non-private arm's with them."""
+    from dpmed.training import loop
+
+    data, task, _ = patients
+    given, real = [], loop.objective_for
+
+    def spy(kind, *, train_labels=None):
+        given.append(train_labels)
+        return real(kind, train_labels=train_labels)
+
+    monkeypatch.setattr(loop, "objective_for", spy)
+    plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.2, steps=1, unit="patient",
+                     n_units=len(SIZES))
+    cfg = TrainingConfig(epochs=1, batch_size=8, physical_batch_size=64, optimizer="sgd", learning_rate=1e-3)
+    train(new_model(task), data, task, cfg, seed=0, dp=plan, progress=False,
+          randomness=PrivacyRandomness.reproducible(seed=0, run_id="labels"))
+    train(new_model(task), data, task, cfg.model_copy(update={"steps": 1}), seed=0, progress=False)
+    assert given[0] is None and given[1] is data.labels
