@@ -84,14 +84,43 @@ def test_an_unreadable_checkpoint_has_no_progress_and_training_names_it(data, ne
               progress=False, checkpoint=tmp_path / "checkpoint.pt")
 
 
-def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_path):
+@pytest.mark.parametrize("dp, other", [
+    (PLAN, {"seed": 5}),
+    (PLAN, {"dp": PLAN.model_copy(update={"noise_multiplier": 2.4})}),     # two noise levels under one ledger
+    (PLAN, {"images": "one fewer"}),
+    (None, {"cfg": CFG.model_copy(update={"epochs": 4})}),
+], ids=["seed", "noise", "data", "epochs"])
+def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_path, dp, other):
+    """A finished training's checkpoint holds its last step (17 of 17: T is no multiple of the 5 steps between
+    saves), readable by its owner only; a training with another seed, DP plan, data or length starts afresh."""
+    import os
+
     images, task = data
     ckpt = tmp_path / "checkpoint.pt"
-    randomness = PrivacyRandomness.secure()
-    train(new_model(task), images, task, CFG, seed=4, dp=PLAN, randomness=randomness, progress=False, checkpoint=ckpt)
-    other = train(new_model(task), images, task, CFG, seed=5, dp=PLAN, randomness=PrivacyRandomness.secure(),
-                  progress=False, checkpoint=ckpt)
-    assert other.resumed_from == 0 and other.ledger.dp_sgd_steps == PLAN.steps
+    train(new_model(task), images, task, CFG, seed=4, dp=dp, randomness=PrivacyRandomness.secure(), progress=False,
+          checkpoint=ckpt)
+    if dp is not None:
+        assert checkpoint_progress(ckpt) == (PLAN.steps, PLAN.steps)
+    if os.name == "posix":
+        assert ckpt.stat().st_mode & 0o777 == 0o600
+    given = {"seed": 4, "dp": dp, "cfg": CFG, "images": images, **other}
+    if given["images"] == "one fewer":
+        given["images"] = images.subset(range(len(images) - 1))
+    again = train(new_model(task), given["images"], task, given["cfg"], seed=given["seed"], dp=given["dp"],
+                  randomness=PrivacyRandomness.secure(), progress=False, checkpoint=ckpt)
+    assert again.resumed_from == 0
+    if dp is not None:
+        assert again.ledger.dp_sgd_steps == PLAN.steps
+
+
+def test_shuffle_mode_dp_sgd_restarts_rather_than_continue(data, new_model, tmp_path):
+    """Its batches are drawn anew each attempt (a reproduction mode, not DP): it writes no checkpoint to continue."""
+    images, task = data
+    ckpt = tmp_path / "checkpoint.pt"
+    plan = PLAN.model_copy(update={"sampling": "shuffle"})
+    train(new_model(task), images, task, CFG, seed=4, dp=plan, randomness=PrivacyRandomness.secure(), progress=False,
+          checkpoint=ckpt)
+    assert not ckpt.exists()
 
 
 def test_dp_sgd_refuses_to_train_without_privacy_randomness(data, new_model):
