@@ -114,3 +114,86 @@ def test_starting_weights_must_be_the_file_the_study_recorded_and_load_as_it_cou
         start_model(model, "small_cnn", record.model_copy(update={"sha256": "0" * 64}))
     with pytest.raises(AssertionError, match=f"{n} tensors loaded from .* the study recorded {n - 1}"):
         start_model(model, "small_cnn", record.model_copy(update={"loaded": n - 1}))
+
+
+NORMALISED = ("name: n\ndata: {source: phantom, n_images: 120, image_size: 16, "
+              "preprocessing: {normalize: {mean: [0.5], std: [0.25]}}}\nseeds: [3, 4]\n"
+              "privacy_randomness: reproducible\n"
+              "training: {epochs: 1, batch_size: 32}\nevaluation: {bootstrap_resamples: 10, fairness: null}\n"
+              "arms: [{name: lap, mechanism: pixel_laplace, scale: 2}, "
+              "{name: audited, mechanism: none, audit: {canaries: 4}}]\n")
+
+
+@pytest.fixture(scope="module")
+def normalised(tmp_path_factory):
+    path = tmp_path_factory.mktemp("normalised") / "study.yaml"
+    path.write_text(NORMALISED, encoding="utf-8")
+    study = load_study(path)
+    dataset = load_study_data(study)
+    assert dataset.normalization == ((0.5,), (0.25,))
+    return study, dataset, plan_study(study, dataset)
+
+
+def test_a_run_trains_on_the_released_images_normalised_from_its_seed_s_weights(normalised, tmp_path, monkeypatch):
+    """The local DP arm's model sees the perturbed training images (the release its eps is for), normalised after the
+    mechanism (METHODS.md s.1), and starts from the weights of its own seed; the released examples pair each test
+    image with its own perturbation, from the examples stream."""
+    import dpmed.run as run
+    from dpmed.data import normalize
+
+    study, dataset, plans = normalised
+    seen, real = [], run.train
+
+    def spy(model, data, *args, **kwargs):
+        seen.append(({k: v.clone() for k, v in model.state_dict().items()}, data.images.copy()))
+        return real(model, data, *args, **kwargs)
+
+    monkeypatch.setattr(run, "train", spy)
+    context = RunContext(dataset=dataset, evaluation=study.evaluation, progress=False,
+                         privacy_randomness="reproducible")
+    lap = [p for p in plans if p.arm == "lap"]
+    for plan in lap:
+        run.run_one(plan, context, StudyFolder(tmp_path).run(plan.run_id))
+    transform = mechanism_info("pixel_laplace").image_mechanism(lap[0].privacy)
+    for plan, (weights, images) in zip(lap, seen):
+        fresh = PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id)
+        released = transform.apply(dataset.train.images, rng=fresh.stream("local_dp"))
+        np.testing.assert_allclose(images, normalize(released, (0.5,), (0.25,)), rtol=0, atol=1e-6)
+        torch.manual_seed(plan.seed)
+        initial = build_model(plan.model, in_channels=1, num_outputs=2, image_size=16).state_dict()
+        for name, value in initial.items():
+            torch.testing.assert_close(weights[name], value, rtol=0, atol=0)
+        with np.load(StudyFolder(tmp_path).run(plan.run_id).examples) as examples:
+            np.testing.assert_array_equal(examples["original"], dataset.test.images[:run.N_EXAMPLES])
+            np.testing.assert_array_equal(examples["perturbed"], transform.apply(
+                dataset.test.images[:run.N_EXAMPLES], rng=fresh.stream("examples")))
+    first = next(iter(seen[0][0]))
+    assert not torch.equal(seen[0][0][first], seen[1][0][first])                # two seeds, two initialisations
+
+
+def test_an_audit_scores_its_canaries_as_the_model_sees_images(normalised, tmp_path, monkeypatch):
+    """Normalised, as in training: raw [0, 1] canaries would be scored off the images the model learnt."""
+    import dpmed.run as run
+    from dpmed.data import normalize
+
+    study, dataset, plans = normalised
+    trials, scored = [], []
+    real_insert, real_predict = run.audit.insert_canaries_for, run.predict_logits
+
+    def insert(*args, **kwargs):
+        inserted = real_insert(*args, **kwargs)
+        trials.append(inserted[1])
+        return inserted
+
+    def predict(model, data, **kwargs):
+        scored.append(data.images.copy())
+        return real_predict(model, data, **kwargs)
+
+    monkeypatch.setattr(run.audit, "insert_canaries_for", insert)
+    monkeypatch.setattr(run, "predict_logits", predict)
+    plan = next(p for p in plans if p.arm == "audited")
+    context = RunContext(dataset=dataset, evaluation=study.evaluation, progress=False,
+                         privacy_randomness="reproducible")
+    run.run_one(plan, context, StudyFolder(tmp_path).run(plan.run_id))
+    (trial,), (images,) = trials, scored
+    np.testing.assert_allclose(images, normalize(trial.canaries.images, (0.5,), (0.25,)), rtol=0, atol=1e-6)
