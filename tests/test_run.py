@@ -27,14 +27,19 @@ STUDY = ("name: s\ndata: {source: phantom, n_images: 120, image_size: 16}\nseeds
          "arms: [{name: base, mechanism: none}, {name: lap, mechanism: pixel_laplace, scale: 2}]\n")
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
+def _planned(tmp_path_factory, text: str):
+    """(study, dataset, its run plans) of the study ``text``: read and planned as `dpmed run` does, not trained."""
     path = tmp_path_factory.mktemp("study") / "study.yaml"
-    path.write_text(STUDY, encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     study = load_study(path)
     dataset = load_study_data(study)
-    plans = {p.arm: p for p in plan_study(study, dataset)}
-    return study, dataset, plans
+    return study, dataset, plan_study(study, dataset)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    study, dataset, plans = _planned(tmp_path_factory, STUDY)
+    return study, dataset, {p.arm: p for p in plans}
 
 
 def _with_train(dataset, **arrays):
@@ -126,12 +131,9 @@ NORMALISED = ("name: n\ndata: {source: phantom, n_images: 120, image_size: 16, "
 
 @pytest.fixture(scope="module")
 def normalised(tmp_path_factory):
-    path = tmp_path_factory.mktemp("normalised") / "study.yaml"
-    path.write_text(NORMALISED, encoding="utf-8")
-    study = load_study(path)
-    dataset = load_study_data(study)
+    study, dataset, plans = _planned(tmp_path_factory, NORMALISED)
     assert dataset.normalization == ((0.5,), (0.25,))
-    return study, dataset, plan_study(study, dataset)
+    return study, dataset, plans
 
 
 def test_a_run_trains_on_the_released_images_normalised_from_its_seed_s_weights(normalised, tmp_path, monkeypatch):
