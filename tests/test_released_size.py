@@ -141,3 +141,83 @@ def test_several_released_counts_are_told_apart_each_with_its_guarantee():
         "about 9 patients (a DP count: ε 0.02, δ 0, add/remove one of what it counts; a DP-SGD run's ε includes it)")
     assert describe_counts({"patients": -100}, 0.02).startswith(       # before: "about -100 patients"
         "patients: -100 as drawn (the noise outweighs so few) (a DP count: eps 0.02")
+
+
+def test_a_reproducible_count_is_never_reused_by_a_secure_study_nor_by_another_seed(tmp_path):
+    """A count derived from a published seed is no DP release: a secure study in the same folder draws its own, and
+    each is stored with its mode; seed 4 draws what seed 4 draws on a fresh path, not seed 3's count."""
+    path = tmp_path / "released_sizes.json"
+    seeded = release_sizes({"patients": 5000}, epsilon=0.02, path=path, fingerprint="x", reproducible_seed=3)
+    release_sizes({"patients": 5000}, epsilon=0.02, path=path, fingerprint="x")
+    assert [d["mode"] for d in json.loads(path.read_text())["draws"]] == ["reproducible 3", "secure"]
+    four = release_sizes({"patients": 5000}, epsilon=0.02, path=path, fingerprint="x", reproducible_seed=4)
+    assert four == release_sizes({"patients": 5000}, epsilon=0.02, path=tmp_path / "fresh.json", fingerprint="x",
+                                 reproducible_seed=4) != seeded
+    # one seed draws each count from a stream of its own: two equal counts get two noises (a fixed seed: certain)
+    both = release_sizes({"a": 1000, "b": 1000}, epsilon=0.02, path=tmp_path / "two.json", fingerprint="x",
+                         reproducible_seed=3)
+    assert both["a"] != both["b"]
+
+
+def test_secure_counts_draw_from_the_operating_system(tmp_path, monkeypatch):
+    import secrets
+
+    from dpmed import released_size
+
+    sources = []
+
+    def recorded(scale, source):
+        sources.append(source)
+        return 0
+    monkeypatch.setattr(released_size, "discrete_laplace", recorded)
+    release_sizes({"patients": 140}, epsilon=0.02, path=tmp_path / "r.json", fingerprint="abc")
+    assert sources == [secrets.randbelow]
+
+
+def test_a_file_that_lost_this_count_but_holds_others_still_refuses_a_second_draw(tmp_path):
+    """The refusal asks whether this (key, eps) is in the file, not whether the file is empty: a file holding only
+    the images count, or the patients at another eps, does not hold the count the finished runs planned from."""
+    import pytest
+
+    from dpmed.errors import PrivacyError
+
+    planned = {("patients", 0.02)}
+    for held in ({"images": 300}, None):
+        path = tmp_path / f"{held is None}.json"
+        if held is None:
+            release_sizes({"patients": 140}, epsilon=0.05, path=path, fingerprint="abc")
+        else:
+            release_sizes(held, epsilon=0.02, path=path, fingerprint="abc")
+        with pytest.raises(PrivacyError, match="holds no count of the training set's patients"):
+            release_sizes({"patients": 140}, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned)
+
+
+def test_a_count_stored_as_anything_but_an_integer_or_a_file_that_cannot_be_read_is_refused(tmp_path, monkeypatch):
+    import pytest
+    from pathlib import Path
+
+    from dpmed.errors import PrivacyError
+
+    path = tmp_path / "released_sizes.json"
+    path.write_text(json.dumps({"draws": [{"key": "patients", "epsilon": 0.02, "data": "abc", "mode": "secure",
+                                           "count": "x"}]}))
+    with pytest.raises(PrivacyError, match=rf"^{path} cannot be read"):
+        release_sizes({"patients": 140}, epsilon=0.02, path=path, fingerprint="abc")
+    real = Path.read_text
+
+    def denied(self, *args, **kwargs):
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(PrivacyError, match=rf"^{path} cannot be read \(PermissionError"):
+        release_sizes({"patients": 140}, epsilon=0.02, path=path, fingerprint="abc")
+
+
+def test_a_count_the_noise_took_to_zero_is_written_as_drawn_and_two_counts_are_each_a_dp_count():
+    from dpmed.released_size import describe_counts
+
+    assert describe_counts({"patients": 0}, 0.02).startswith("patients: 0 as drawn (the noise outweighs so few)")
+    assert describe_counts({"images": 5, "patients": 3}, 0.02).endswith(
+        "(each a DP count: eps 0.02, delta 0, add/remove one of what it counts; a DP-SGD run's eps includes the "
+        "count it was planned from)")

@@ -111,3 +111,13 @@ def test_a_gpu_this_machine_lacks_is_refused_before_the_study_folder_is_made(wri
     with pytest.raises(ConfigError, match="training.device is cuda, but this machine has no CUDA GPU"):
         run_study(study, out=tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_count_drawn_is_the_exact_number_of_training_patients_plus_its_noise(write_study, tmp_path, monkeypatch):
+    from dpmed import released_size
+
+    monkeypatch.setattr(released_size, "discrete_laplace", lambda scale, source: 7)
+    prepared = _prepare(write_study, tmp_path, f"arms: [{DP}]\n")
+    (plan,) = prepared.plans
+    patients = len(set(prepared.dataset.train.patient_ids.tolist()))
+    assert plan.privacy.released_count == patients + 7 and prepared.sizes == {plan.privacy.size_key: patients + 7}
