@@ -75,3 +75,80 @@ def test_a_file_that_cannot_be_replaced_is_named_and_on_windows_told_it_may_be_o
         with writing_into(out):
             raise PermissionError(errno.EACCES, "Permission denied", str(out / "runs"))
     assert "another program" not in str(caught.value)
+
+
+def test_a_failure_to_make_a_parent_of_the_folder_is_the_folder_s(tmp_path):
+    with pytest.raises(FolderError, match="cannot write to the output folder .*Permission denied"):
+        with writing_into(tmp_path / "a" / "b"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "a"))
+
+
+def test_a_temporary_whose_writer_cannot_be_known_gone_is_kept(tmp_path, monkeypatch):
+    from dpmed import workspace
+
+    (tmp_path / ".run.json.4242.tmp").write_text("half")
+    monkeypatch.setattr(workspace, "process_running", lambda pid: None)
+    assert workspace.stale_temporaries(tmp_path) == []
+    monkeypatch.setattr(workspace, "process_running", lambda pid: False)
+    assert workspace.stale_temporaries(tmp_path) == [tmp_path / ".run.json.4242.tmp"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX's")
+def test_claiming_a_folder_makes_it_and_its_private_part_owner_only(tmp_path):
+    """Also for a study without DP-SGD arms (which writes no DP count), and an older private/ is narrowed."""
+    from dpmed.workspace import claim_folder
+
+    with claim_folder(tmp_path / "s"):
+        pass
+    assert (tmp_path / "s").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "s" / "private").stat().st_mode & 0o777 == 0o700
+    (tmp_path / "s" / "private").chmod(0o755)
+    with claim_folder(tmp_path / "s"):
+        assert (tmp_path / "s" / "private").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_finished_run_s_secrets_are_withdrawn_and_an_unfinished_run_keeps_them_to_resume(tmp_path):
+    from dpmed.folders import StudyFolder
+    from dpmed.workspace import withdraw_leftovers
+
+    folder = StudyFolder(tmp_path)
+    finished, unfinished = folder.run("arm_seed0"), folder.run("base_seed0")
+    for run in (finished, unfinished):
+        run.make()
+        run.privacy_key.write_text("{}")
+        run.checkpoint.write_bytes(b"state")
+    finished.record.write_text("{}")
+    withdraw_leftovers(folder)
+    assert not finished.privacy_key.exists() and not finished.checkpoint.exists()
+    assert unfinished.privacy_key.exists() and unfinished.checkpoint.exists()
+
+
+@pytest.mark.parametrize("seconds", [{"train_seconds": 12.5, "total_seconds": 20.0}, {"total_seconds": 20.0}])
+def test_an_older_dp_sgd_run_json_s_wall_time_moves_to_the_private_folder(tmp_path, make_record, caplog, seconds):
+    """An older dpmed wrote a DP-SGD run's seconds into run.json: they leave it (they grow with what sampling drew),
+    are kept in the run's private timing.json (made where the run has no private folder), and the user is warned
+    that copies shared before still hold them. A non-private run's timing stays as it is."""
+    import logging
+
+    from dpmed.folders import StudyFolder
+    from dpmed.records import read_record, read_timing
+    from dpmed.workspace import withdraw_public_timing
+
+    folder = StudyFolder(tmp_path)
+    dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)
+    dp = dp.model_copy(update={"timing": dp.timing.model_copy(update={"train_seconds": None, **seconds})})
+    plain = make_record("base_seed0", "base")
+    for record in (dp, plain):
+        folder.run(record.run_id).public.mkdir(parents=True)
+        record.write(folder.run(record.run_id).record)
+    with caplog.at_level(logging.INFO, logger="dpmed.workspace"):
+        withdraw_public_timing(folder, [dp, plain])
+    shared = read_record(folder.run(dp.run_id).record).timing
+    assert shared.train_seconds is None and shared.total_seconds is None
+    kept = read_timing(folder.run(dp.run_id).timing)
+    assert (kept.train_seconds, kept.total_seconds) == (seconds.get("train_seconds"), 20.0)
+    assert read_record(folder.run(plain.run_id).record).timing == plain.timing
+    assert "held the run's wall time (dp_eps1_C1_seed0)" in caplog.text
+    kept.model_copy(update={"total_seconds": 99.0}).write(folder.run(dp.run_id).timing)
+    withdraw_public_timing(folder, [dp])                    # a private timing already there is not overwritten
+    assert read_timing(folder.run(dp.run_id).timing).total_seconds == 99.0
