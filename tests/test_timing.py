@@ -152,3 +152,115 @@ def test_the_probe_trains_its_own_few_steps_whatever_length_the_study_sets(make_
     probe_data = timing._random_images(dataset, 2 * kind.batch, np.random.default_rng(0))
     assert timing._time_steps(probe_data, dataset, kind, plan, 6, torch.device("cpu")) == 0.5
     assert lengths == [6]
+
+
+def _dp_plan(make_record, **privacy):
+    plan = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0).plan
+    return plan.model_copy(update={"privacy": plan.privacy.model_copy(update=privacy)})
+
+
+def test_a_step_kind_is_the_expected_poisson_batch_on_the_resolved_threads_and_device(make_record, monkeypatch):
+    """q N = 25.6 images a DP-SGD step on average: a kind of 26 (not the configured batch, nor 25); threads "auto"
+    resolved as a run resolves them; an auto-device plan run where the caller says it ran, even beside a GPU."""
+    from dpmed import timing
+    from dpmed.training import run_threads
+
+    dp = _dp_plan(make_record, sample_rate=0.256, n_units=100)
+    kind = step_kind(dp, "cpu")
+    assert kind.batch == 26 != dp.training.batch_size and kind.threads == run_threads(dp.training.threads)
+    monkeypatch.setattr(timing.torch.cuda, "is_available", lambda: True)
+    assert step_kind(dp, "cpu").device == "cpu" and step_kind(dp).device == "cuda"
+    steps = make_record("np_seed0", "np").plan
+    steps = steps.model_copy(update={"training": steps.training.model_copy(update={"epochs": "auto", "steps": 7})})
+    assert run_steps(steps, N_TRAIN) == 7
+
+
+def test_rates_are_means_per_kind_and_an_untimed_batch_takes_its_own_kind_s_rate(make_record, monkeypatch):
+    from dpmed import timing
+
+    plain = make_record("np_seed0", "np")
+    dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)
+    runs = [(dp.plan, dp.timing.model_copy(update={"train_seconds": s, "total_seconds": s + e}))
+            for s, e in ((1.0, 1.0), (1.0, 3.0), (4.0, 2.0))]
+    runs.append((plain.plan, plain.timing.model_copy(update={"train_seconds": 400.0, "total_seconds": 390.0})))
+    runs.append((plain.plan, plain.timing.model_copy(update={"total_seconds": None})))     # skipped, not divided
+    rates = Rates.from_runs(runs, N_TRAIN)
+    assert rates.per_step[step_kind(dp.plan, "cpu")] == pytest.approx(0.2)         # (0.1 + 0.1 + 0.4) / 3
+    assert rates.evaluation == pytest.approx(1.5)                                 # (1 + 3 + 2 + 0) / 4: none below 0
+    other = _dp_plan(make_record, sample_rate=0.5, n_units=100)                    # a batch of 50: never timed
+    assert rates.run_seconds(other, N_TRAIN, device="cpu") == pytest.approx(10 * 0.2 + 1.5)   # DP's, not plain's
+    monkeypatch.setattr(timing.torch.cuda, "is_available", lambda: True)          # learnt where the run ran
+    assert set(Rates.from_runs(runs[:1], N_TRAIN).per_step) == {step_kind(dp.plan, "cpu")}
+
+
+@pytest.mark.parametrize("per_step, steps", [(1e-5, 40), (0.1, 16), (10.0, 4)])
+def test_the_probe_times_as_many_steps_as_fit_its_aim_in_whole_passes(make_record, monkeypatch, per_step, steps):
+    """Two warm-up steps give a rate; the probe then times 1.5 s of steps, at least 3 and at most 40, even (whole
+    passes over its two batches), and divides by the steps it timed. It leaves the caller's torch generator."""
+    import numpy as np
+    import torch
+
+    from dpmed import timing
+    from dpmed.data import make_phantom
+
+    def fake(data, dataset, kind, plan, n, device):
+        torch.rand(3)                                        # the probe's model initialisation draws
+        return per_step * n
+    monkeypatch.setattr(timing, "_time_steps", fake)
+    plan = make_record("np_seed0", "np").plan
+    before = torch.get_rng_state()
+    rate, timed = timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan)
+    assert (rate, timed) == (pytest.approx(per_step), steps)
+    assert np.array_equal(torch.get_rng_state().numpy(), before.numpy())
+
+
+def test_the_dp_sgd_probe_draws_its_expected_batch_from_two_batches_of_random_images(make_record, monkeypatch):
+    from types import SimpleNamespace
+
+    from dpmed import timing
+    from dpmed.data import make_phantom
+
+    seen = []
+
+    def fake_train(model, data, task, training, *, dp, **kwargs):
+        seen.append((len(data), dp.sample_rate, dp.expected_batch_size))
+        return SimpleNamespace(seconds=0.01 * dp.steps)
+    monkeypatch.setattr(timing, "train", fake_train)
+    plan = _dp_plan(make_record, sample_rate=0.01, n_units=1000)                 # an expected batch of 10
+    timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan)
+    assert seen and set(seen) == {(20, 0.5, 10.0)}
+
+
+def test_the_evaluation_probe_explains_two_images_and_scales_to_the_study_s_number(monkeypatch):
+    """10 images asked: two explained, each second of them counted five times (four more than timed)."""
+    from types import SimpleNamespace
+
+    from dpmed import timing
+    from dpmed.config import EvaluationConfig
+    from dpmed.data import make_phantom
+
+    asked = []
+
+    def fake_assess(model, dataset, inputs, config, **kwargs):
+        asked.append(config.explanations.n_images)
+        return SimpleNamespace(explanations=SimpleNamespace(seconds=1.0))
+    monkeypatch.setattr(timing, "assess", fake_assess)
+    evaluation = EvaluationConfig(explanations={"n_images": 10})
+    dataset = make_phantom(n_images=40, image_size=16)
+    plan_kind = timing.StepKind(dp_sgd=False, batch=8, physical_batch=8, engine=None, threads=1, device="cpu")
+    seconds = timing._probe_evaluation(dataset, "small_cnn", evaluation, plan_kind)
+    assert asked == [2] and 4.0 <= seconds < 4.5
+
+
+def test_the_probe_runs_where_the_caller_says_the_runs_will(make_record, monkeypatch):
+    from dpmed import timing
+    from dpmed.config import EvaluationConfig
+    from dpmed.data import make_phantom
+
+    probed = []
+    monkeypatch.setattr(timing.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(timing, "_probe_kind", lambda dataset, kind, plan: probed.append(kind) or (0.1, 4))
+    monkeypatch.setattr(timing, "_probe_evaluation", lambda *args: 0.0)
+    timing.probe_rates([make_record("np_seed0", "np").plan], make_phantom(n_images=40, image_size=16),
+                       evaluation=EvaluationConfig(), device="cpu")
+    assert [k.device for k in probed] == ["cpu"]
