@@ -217,3 +217,13 @@ def test_arms_and_their_paired_difference_see_the_same_patient_redraws():
     itself = paired_differences(kind="binary", labels=y, scores=a, reference_scores=a, n_resamples=R, seed=SEED,
                                 patient_ids=ids)["auroc"]
     assert (itself["low"], itself["high"], itself["p_value"]) == (0.0, 0.0, 1.0)
+
+
+def test_redraws_whose_images_name_units_that_were_not_drawn_are_refused():
+    from dpmed.evaluation.bootstrap import Redraws
+
+    draws = np.zeros((4, 3), dtype=np.int64)                       # 3 units per redraw
+    Redraws(draws=draws, unit_of_image=np.array([0, 2, 2, 1]), unit="patient")
+    for images in ([0, 3], [-1, 0]):
+        with pytest.raises(ValueError, match="unit_of_image must index the 3 units drawn"):
+            Redraws(draws=draws, unit_of_image=np.array(images), unit="patient")
