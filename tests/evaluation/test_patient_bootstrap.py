@@ -227,3 +227,24 @@ def test_redraws_whose_images_name_units_that_were_not_drawn_are_refused():
     for images in ([0, 3], [-1, 0]):
         with pytest.raises(ValueError, match="unit_of_image must index the 3 units drawn"):
             Redraws(draws=draws, unit_of_image=np.array(images), unit="patient")
+
+
+def test_paired_rates_decide_at_the_threshold_itself_and_need_both_models_thresholds():
+    """Hand-made: four images, labels 0 0 1 1. A score equal to the threshold is a positive call (score >= t, as
+    the run's own metrics decide). The private model's calls are right on every image (accuracy 1), the
+    reference's on two (0.5). Without the reference's threshold only AUROC is compared; a threshold per label
+    column is required."""
+    labels = np.array([0, 0, 1, 1])
+    mine = np.array([0.1, 0.2, 0.5, 0.9])                # 0.5 sits on the threshold: positive, right
+    reference = np.array([0.6, 0.2, 0.3, 0.9])           # wrong on images 0 and 2
+    out = paired_differences(kind="binary", labels=labels, scores=mine, reference_scores=reference,
+                             thresholds=[0.5], reference_thresholds=[0.5], n_resamples=20, seed=0)
+    assert out["accuracy"]["private"] == 1.0 and out["accuracy"]["reference"] == 0.5
+    assert out["sensitivity"]["private"] == 1.0 and out["specificity"]["reference"] == 0.5
+    assert out["accuracy"]["value"] == 0.5
+    only = paired_differences(kind="binary", labels=labels, scores=mine, reference_scores=reference,
+                              thresholds=[0.5], n_resamples=20, seed=0)
+    assert set(only) == {"auroc"}
+    with pytest.raises(ValueError, match="2 thresholds for 1 label columns"):
+        paired_differences(kind="binary", labels=labels, scores=mine, reference_scores=reference,
+                           thresholds=[0.5, 0.5], reference_thresholds=[0.5], n_resamples=20, seed=0)
