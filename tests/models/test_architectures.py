@@ -1,0 +1,84 @@
+"""Every registered model's layout as the registry and the module docstrings state it: the head is the classifier,
+the blocks cover every trainable parameter outside the documented stem and come in forward order (``last_blocks:
+N`` trains the last N), Grad-CAM reads the last block, and the ResNet and small_cnn details their docstrings
+promise (torchvision's block arithmetic, GroupNorm(32), the small-image stem; conv-GroupNorm-ReLU blocks, global
+max pooling)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dpmed.models import MODELS, build_model
+
+# The stem: parameters that train only with `trainable: all` (ModelInfo's docstring), by model.
+STEMS = {"resnet9": {"conv1", "bn1"}, "resnet18": {"conv1", "bn1"}, "resnet9_ws": {"conv1", "bn1"}}
+
+
+def _within(module: str, names) -> bool:
+    return any(module == n or module.startswith(n + ".") for n in names)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_head_blocks_and_grad_cam_layer_are_where_the_registry_says(name):
+    info = MODELS[name]
+    torch.manual_seed(0)
+    model = build_model(name, in_channels=1, num_outputs=3, image_size=32)
+    head = model.get_submodule(info.head)
+    assert isinstance(head, nn.Linear) and head.out_features == 3 and head.bias is not None
+    modules = [n for n, _ in model.named_modules()]
+    firsts = [modules.index(block[0]) for block in info.blocks]
+    assert firsts == sorted(firsts) and len(set(firsts)) == len(firsts), "blocks out of forward order"
+    outside = {p.rsplit(".", 1)[0] for p, q in model.named_parameters() if q.requires_grad}
+    outside = {m for m in outside if not _within(m, [info.head, *(n for block in info.blocks for n in block)])}
+    assert outside == STEMS.get(name, set())
+    last, cam = info.blocks[-1][0], info.cam_layer
+    assert last.startswith(cam + ".") or modules.index(cam) > modules.index(last), (cam, last)
+    assert modules.index(cam) < modules.index(info.head)
+
+
+def test_the_resnet_block_computes_torchvision_s_arithmetic_out_of_place():
+    from torchvision.models.resnet import BasicBlock
+
+    from dpmed.models.resnet import _BasicBlock, _group_norm
+
+    def block(kind):
+        torch.manual_seed(0)
+        down = nn.Sequential(nn.Conv2d(8, 16, 1, stride=2, bias=False), _group_norm(16))
+        return kind(8, 16, stride=2, downsample=down, norm_layer=_group_norm).eval()
+
+    x = torch.randn(2, 8, 10, 10, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(block(_BasicBlock)(x), block(BasicBlock)(x), rtol=0, atol=0)
+    plain = [b.eval() for b in (_BasicBlock(8, 8, norm_layer=_group_norm), BasicBlock(8, 8, norm_layer=_group_norm))]
+    plain[0].load_state_dict(plain[1].state_dict())
+    torch.testing.assert_close(plain[0](x), plain[1](x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("size, kernel, stride, pooled", [(28, 3, 1, False), (64, 3, 1, False), (65, 7, 2, True)])
+def test_resnet18_uses_groupnorm_32_and_the_small_image_stem_up_to_64_px(size, kernel, stride, pooled):
+    model = build_model("resnet18", in_channels=1, num_outputs=2, image_size=size)
+    assert model.conv1.kernel_size == (kernel, kernel) and model.conv1.stride == (stride, stride)
+    assert isinstance(model.maxpool, nn.MaxPool2d) == pooled and isinstance(model.maxpool, nn.Identity) != pooled
+    norms = [m for m in model.modules() if isinstance(m, nn.GroupNorm)]
+    assert norms and all(m.num_groups == min(32, m.num_channels) for m in norms)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+
+
+def test_small_cnn_is_four_conv_groupnorm_relu_blocks_then_global_max_pooling_and_a_linear_head():
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    blocks = [model.features[i] for i in (0, 2, 4, 6)]
+    for block in blocks:
+        conv, norm, relu = block
+        assert isinstance(conv, nn.Conv2d) and conv.kernel_size == (3, 3) and conv.bias is None
+        assert isinstance(norm, nn.GroupNorm) and norm.num_groups == 4 and isinstance(relu, nn.ReLU)
+    assert [type(model.features[i]) for i in (1, 3, 5)] == [nn.AvgPool2d] * 3
+    assert isinstance(model.pool, nn.AdaptiveMaxPool2d)
+
+
+def test_the_models_are_listed_sorted_as_the_unknown_name_message_lists_them():
+    from dpmed.models import list_models
+
+    assert list_models() == sorted(MODELS)
+    with pytest.raises(KeyError, match=f"known: {', '.join(sorted(MODELS))}"):
+        build_model("resnet1", in_channels=1, num_outputs=2, image_size=16)
