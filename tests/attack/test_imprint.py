@@ -365,3 +365,79 @@ def test_without_a_given_threshold_it_is_calibrated_on_public_images_by_the_publ
                                 batch_size=BATCH, n_batches=1, n_bins=16, seed=3, n_null=30)
     assert result.threshold == calibrate_threshold(public, batch_size=BATCH, n_null=30, quantile=0.99,
                                                    rng=np.random.default_rng(public_seed(3, "attack_threshold")))
+
+
+def test_bins_and_blocks_refuse_what_would_fail_later_or_silently():
+    from dpmed.attack.imprint import ImprintBlock
+
+    with pytest.raises(ValueError, match=r"must be \[N, C, H, W\]"):
+        brightness(np.zeros((1, 4, 4)))
+    for edges in ([0.5], [0.0, 0.5, 0.5, 1.0]):
+        with pytest.raises(ValueError, match="strictly increasing 1-D array of at least 2 values"):
+            ImprintBins(np.array(edges), "cumulative")
+    with pytest.raises(ValueError, match="unknown imprint structure 'bogus'"):
+        ImprintBins(np.array([0.0, 1.0]), "bogus")
+    images = np.linspace(0.1, 0.9, 12).reshape(3, 1, 2, 2)
+    with pytest.raises(ValueError, match="n_bins must be >= 1"):
+        ImprintBins.from_public(images, n_bins=0)
+    with pytest.raises(ValueError, match="3 public images cannot calibrate 4 equal-mass bins"):
+        ImprintBins.from_public(images, n_bins=4)
+    bins = ImprintBins.from_public(images, n_bins=2)
+    assert bins.structure == "cumulative" and not bins.edges.flags.writeable
+    for amplification, perturbation in ((0.0, 1e-4), (1e6, 0.0)):
+        with pytest.raises(ValueError, match="amplification and perturbation must be > 0"):
+            ImprintBlock((1, 2, 2), bins, amplification=amplification, perturbation=perturbation,
+                         pattern=torch.zeros(4))
+    with pytest.raises(ValueError, match=r"pattern must have shape \(4,\), got \(5,\)"):
+        ImprintBlock((1, 2, 2), bins, amplification=1e6, perturbation=1e-4, pattern=torch.zeros(5))
+
+
+def test_an_image_on_an_edge_is_in_the_bin_below_and_every_image_is_in_some_bin():
+    """Bin i is (e_i, e_(i+1)]; images beyond the outer edges (not dpmed's [0, 1] images) go to the end bins."""
+    bins = ImprintBins(np.array([-0.001, 0.25, 0.5, 1.001]), "cumulative")
+    levels = np.array([0.25, 0.2500001, 0.5, -5.0, 2.0])
+    assert bins.bin_of(np.broadcast_to(levels[:, None, None, None], (5, 1, 2, 2))).tolist() == [0, 1, 1, 0, 2]
+
+
+def test_only_the_measurement_layer_trains_and_the_pattern_is_zero_mean_with_its_documented_defaults(phantom):
+    """The threat model: the adversary's block in front of a frozen copy of the arm's model, so each example's
+    clipped gradient is all in the measurement; its input stays within a hair of the image (perturbation 1e-4)
+    and clipping binds (amplification 1e6)."""
+    import inspect
+
+    images, _, bins, model = attacked(phantom, "cumulative")
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == {"imprint.measure.weight",
+                                                                             "imprint.measure.bias"}
+    pattern = model.imprint.connection.weight[:, 0].double() / 1e6
+    assert abs(pattern.sum().item()) < 1e-5 and pattern.norm().item() == pytest.approx(1.0, rel=1e-6)
+    x = torch.from_numpy(images[:4])
+    assert (model.imprint(x) - x).abs().max().item() < 1e-2
+    defaults = inspect.signature(imprint_model).parameters
+    assert defaults["amplification"].default == 1e6 and defaults["perturbation"].default == 1e-4
+
+
+def test_the_released_step_leaves_no_gradient_behind(phantom):
+    images, labels, _, model = attacked(phantom, "cumulative")
+    release(model, torch.from_numpy(images[:4]), torch.as_tensor(labels[:4]), c=1.0, sigma=0.0)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_strongest_bins_come_first_and_none_are_asked_for_none():
+    from dpmed.attack.imprint import Reconstructions
+
+    recs = Reconstructions(images=torch.zeros(4, 1, 2, 2), occupied=torch.tensor([True, True, False, True]),
+                           strength=torch.tensor([1.0, 3.0, 9.0, 2.0], dtype=torch.float64))
+    assert recs.strongest(2).tolist() == [1, 3] and recs.strongest(10).tolist() == [1, 3, 0]
+    assert recs.strongest(0).tolist() == []
+
+
+def test_an_inversion_stays_in_the_data_range_and_an_empty_bin_is_black():
+    """Hand-made sums for the sparse structure (each bin its own row): bin 0 holds an image whose ratio dW/db runs
+    below 0 and above 1 (noise does that), bin 1 is empty (db = 0)."""
+    from dpmed.attack.imprint import ImprintGradients, invert_imprint
+
+    weight = torch.tensor([[-0.5, 0.25, 0.5, 1.5], [0.3, 0.3, 0.3, 0.3]], dtype=torch.float64)
+    bias = torch.tensor([0.5, 0.0], dtype=torch.float64)
+    recs = invert_imprint(ImprintGradients(weight=weight, bias=bias), structure="sparse", image_shape=(1, 2, 2))
+    assert recs.occupied.tolist() == [True, False]
+    assert recs.images[0].flatten().tolist() == [0.0, 0.5, 1.0, 1.0] and recs.images[1].abs().sum().item() == 0.0
