@@ -269,3 +269,54 @@ def test_plan_help_says_the_one_file_plan_writes(capsys):
     assert done.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "OUT/<study>/private/released_sizes.json" in text and "the DP count of the training set" in text
+
+
+def test_a_relative_data_path_is_read_from_the_current_directory_not_the_study_file_s(tmp_path, capsys, monkeypatch):
+    """The study file lies elsewhere and names a data.path that does not exist beside it; --data-path chest_xray,
+    relative, is the folder in the current directory."""
+    from PIL import Image
+
+    cwd = tmp_path / "here"
+    for k in range(10):
+        for folder, name in (("NORMAL", f"IM-{k:04d}-0001.jpeg"), ("PNEUMONIA", f"person{k}_virus_{k}.jpeg")):
+            (cwd / "chest_xray" / folder).mkdir(parents=True, exist_ok=True)
+            Image.new("L", (12, 12), 60 + 15 * k).save(cwd / "chest_xray" / folder / name)
+    (tmp_path / "studies").mkdir()
+    study = _study(tmp_path / "studies", "name: rel\ndata: {source: folders, path: chest_xray, image_size: 8}\n"
+                                         "training: {batch_size: 4}\narms: [{name: a, mechanism: none}]\n")
+    monkeypatch.chdir(cwd)
+    assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--data-path", "chest_xray",
+                 "--no-estimate"]) == 0
+    assert "training patients" in capsys.readouterr().out
+
+
+def test_the_plan_table_says_about_only_where_an_audit_s_secret_draws_set_t(tmp_path, capsys):
+    """An audited arm without DP-SGD trains on what the audit leaves, counted by patients (the phantom repeats some
+    patients, so images and patients differ); an audited DP-SGD arm's T is planned exactly."""
+    from dpmed.config import load_study
+    from dpmed.study import prepare_study
+    from dpmed.timing import run_steps
+
+    study = _study(tmp_path, "name: audited\ndata: {source: phantom, n_images: 200, image_size: 16}\n"
+                             "training: {epochs: 10, batch_size: 16}\n"
+                             "arms: [{name: plain, mechanism: none, audit: {canaries: 20}},\n"
+                             "       {name: dp, mechanism: dp_sgd, target_epsilon: 8, epochs: 2,"
+                             " audit: {canaries: 20}}]\n")
+    assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--no-estimate"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith(("plain", "dp"))}
+    prepared = prepare_study(load_study(study), out=tmp_path / "out")
+    train = prepared.dataset.train
+    patients = len(set(train.patient_ids.tolist()))
+    assert patients < len(train)
+    plain, dp = (next(p for p in prepared.plans if p.arm == arm) for arm in ("plain", "dp"))
+    assert run_steps(plain, len(train), patients) != run_steps(plain, len(train), len(train))
+    assert f" about {run_steps(plain, len(train), patients)} " in rows[plain.run_id]
+    assert f" {dp.privacy.steps} " in rows[dp.run_id] and "about" not in rows[dp.run_id]
+
+
+def test_status_and_report_on_a_file_say_it_is_a_file(tmp_path, capsys):
+    (tmp_path / "results.csv").write_text("run_id\n")
+    for command in ("status", "report"):
+        assert main([command, str(tmp_path / "results.csv")]) == 2
+        err = capsys.readouterr().err
+        assert f"{tmp_path / 'results.csv'} is a file, not a folder" in err and err.count("\n") == 1
