@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dpmed.errors import DataError
 from dpmed.memory import Headroom, headroom
 
 GB = 10 ** 9
@@ -91,3 +92,40 @@ def test_a_limit_already_exceeded_leaves_no_room_and_unreadable_files_leave_the_
 def test_this_machine_has_some_room():
     room = headroom()
     assert room is not None and room.ram > 0 and room.swap >= 0
+
+
+def test_what_cannot_be_read_as_documented_leaves_the_check_out_or_the_limit_unknown(tmp_path):
+    """No MemAvailable (kernels before 3.14), another unit: no check (None), not a crash or a misread. A garbled
+    cgroup file, or an unreadable /proc/self/cgroup: no limit known, the machine's room stands."""
+    proc, cgroups = _tree(tmp_path / "old")
+    (proc / "meminfo").write_text("MemTotal:       16000000 kB\n")
+    assert headroom(proc, cgroups) is None
+    proc, cgroups = _tree(tmp_path / "unit")
+    (proc / "meminfo").write_text("MemTotal:       16 GB\nMemAvailable:   8 MB\n")
+    assert headroom(proc, cgroups) is None
+    garbled = _tree(tmp_path / "garbled", files={"memory.max": "garbage\n", "memory.current": "12\n"})
+    assert headroom(*garbled) == Headroom(ram=8_000_000 * 1024, swap=1_000_000 * 1024)
+    proc, cgroups = _tree(tmp_path / "nocgroup", files={"memory.max": "1000\n", "memory.current": "10\n"})
+    (proc / "self" / "cgroup").unlink()
+    assert headroom(proc, cgroups) == Headroom(ram=8_000_000 * 1024, swap=1_000_000 * 1024)
+
+
+def test_a_zfs_cache_below_its_floor_takes_nothing_from_memavailable(tmp_path):
+    proc, cgroups = _tree(tmp_path)
+    (proc / "spl" / "kstat" / "zfs").mkdir(parents=True)
+    (proc / "spl" / "kstat" / "zfs" / "arcstats").write_text(
+        f"name type data\nc_min                           4    {5 * GB}\nsize                            4    {GB}\n")
+    assert headroom(proc, cgroups).ram == 8_000_000 * 1024
+
+
+def test_images_that_exactly_fill_ram_and_swap_are_decoded_with_a_warning(monkeypatch, caplog):
+    import logging
+
+    from dpmed import memory
+
+    monkeypatch.setattr(memory, "headroom", lambda: Headroom(ram=1000, swap=536))     # 4 * 384 = 1536 bytes
+    with caplog.at_level(logging.WARNING, logger="dpmed.memory"):
+        memory.check_images((384, 1, 1, 1), fix="smaller")
+    assert "the machine will swap" in caplog.text
+    with pytest.raises(DataError, match=r"the 385 images .* is free for dpmed here: smaller$"):
+        memory.check_images((385, 1, 1, 1), fix="smaller")
