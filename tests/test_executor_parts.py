@@ -1,0 +1,150 @@
+"""The parts of the process pool and of Ray's fail-fast stop that whole studies reach only by timing: a worker told
+to stop (SIGTERM) while it starts or runs, the parent's relay of worker log records, the runs counted after a stop
+(each once), Ctrl-C held back while workers spawn, and the memory check of the workers' copies."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+from concurrent import futures
+from types import SimpleNamespace
+
+import pytest
+
+from dpmed import executors
+from dpmed.errors import ConfigError
+from dpmed.memory import Headroom
+
+
+def test_a_worker_told_to_stop_while_starting_runs_nothing_and_once_started_ends_its_run(monkeypatch):
+    monkeypatch.setattr(executors, "_STOPPING", False)
+    monkeypatch.setattr(executors, "_STARTED", False)
+    monkeypatch.setattr(executors, "_WORKER_CONTEXT", object())
+    monkeypatch.setattr(executors, "_execute", lambda task, context: "ran")
+    assert executors._execute_in_worker("task") == "ran"
+    executors._stop_worker(signal.SIGTERM, None)                    # while starting: only remembered
+    with pytest.raises(SystemExit) as stop:
+        executors._execute_in_worker("task")
+    assert stop.value.code == 128 + signal.SIGTERM
+    monkeypatch.setattr(executors, "_STARTED", True)
+    with pytest.raises(SystemExit):                                  # started: the run in progress ends now
+        executors._stop_worker(signal.SIGTERM, None)
+
+
+def test_worker_records_reach_their_own_logger_at_its_own_level_and_the_relay_ends():
+    records = queue.Queue()
+    named = logging.getLogger("dpmed.test.relay")
+    named.setLevel(logging.WARNING)
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    named.addHandler(handler)
+    try:
+        for level, text in ((logging.INFO, "below its level"), (logging.WARNING, "at its level")):
+            records.put(logging.LogRecord("dpmed.test.relay", level, __file__, 1, text, None, None))
+        records.put(None)
+        relay = threading.Thread(target=executors._forward, args=(records,), daemon=True)
+        relay.start()
+        relay.join(5)
+        assert not relay.is_alive() and seen == ["at its level"]
+    finally:
+        named.removeHandler(handler)
+        named.setLevel(logging.NOTSET)
+
+
+def _task(run_id, finished=False):
+    return SimpleNamespace(plan=SimpleNamespace(run_id=run_id),
+                           folder=SimpleNamespace(is_finished=finished, record=f"{run_id}/run.json"))
+
+
+def test_after_a_stop_each_run_that_ended_is_counted_once_and_the_others_not(monkeypatch):
+    monkeypatch.setattr(executors, "read_record", lambda path: f"record of {path}")
+    reported, ended, raced, stopped, never = (futures.Future() for _ in range(5))
+    reported.set_result("told already")
+    ended.set_result("ended before the stop")
+    raced.set_exception(SystemExit(143))                              # stopped just after writing run.json
+    stopped.set_exception(SystemExit(143))
+    never.cancel()
+    pending = {reported: _task("a"), ended: _task("b"), raced: _task("c", finished=True), stopped: _task("d"),
+               never: _task("e")}
+    out = [(task.plan.run_id, outcome) for task, outcome in executors._ended_before_the_stop(pending, {reported})]
+    assert out == [("b", "ended before the stop"), ("c", "record of c/run.json")]
+
+
+def test_ray_s_stop_waits_its_grace_for_each_run_and_counts_those_that_finished(monkeypatch):
+    monkeypatch.setattr(executors, "read_record", lambda path: f"record of {path}")
+
+    class Fake:
+        class exceptions:
+            class RayError(Exception):
+                pass
+
+            class GetTimeoutError(RayError):
+                pass
+
+        def __init__(self):
+            self.timeouts = []
+
+        def get(self, ref, timeout=None):
+            self.timeouts.append(timeout)
+            if ref == "slow":
+                raise self.exceptions.GetTimeoutError(ref)
+            return f"outcome of {ref}"
+
+    ray = Fake()
+    executor = executors.RayExecutor.__new__(executors.RayExecutor)
+    executor.ray = ray
+    out = list(executor._ended_before_the_stop({"quick": _task("q"), "slow": _task("s", finished=True)}))
+    assert [(t.plan.run_id, o) for t, o in out] == [("q", "outcome of quick"), ("s", "record of s/run.json")]
+    assert ray.timeouts == [30.0, 30.0]
+
+
+def test_a_lost_interrupt_is_raised_while_the_pool_waits(monkeypatch):
+    def lost():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(executors, "check_interrupt", lost)
+    done = futures.Future()
+    done.set_result("a run's outcome")                               # even with a run ended, the stop comes first
+    with pytest.raises(KeyboardInterrupt):
+        next(executors._as_completed_interruptibly([done]))
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
+def test_ctrl_c_is_held_back_while_workers_spawn_and_only_then():
+    with executors._interrupts_held_while_spawning():
+        assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_the_workers_copies_are_counted_for_the_workers_that_start(monkeypatch):
+    """Three copies of 3000 bytes with room for two: --workers 2 is what fits; a pool of 8 workers for 2 runs starts
+    2 workers, and only their copies are checked."""
+    monkeypatch.setattr(executors.memory, "headroom", lambda: Headroom(ram=6000, swap=0))
+    with pytest.raises(ConfigError, match="use --workers 2, or set a smaller data.image_size"):
+        executors._check_room_for_copies(SimpleNamespace(image_bytes=3000), 3)
+    checked = []
+
+    class Stop(Exception):
+        pass
+
+    def check(dataset, copies):
+        checked.append(copies)
+        raise Stop
+
+    monkeypatch.setattr(executors, "_check_room_for_copies", check)
+    with pytest.raises(Stop):
+        executors.ProcessPoolExecutor(8).map([_task("a"), _task("b")], SimpleNamespace(dataset=None),
+                                             lambda task, outcome: None, fail_fast=False)
+    assert checked == [2]
+
+
+def test_a_ray_executor_keeps_the_gpus_asked_for_each_run():
+    pytest.importorskip("ray")
+    assert executors.make_executor("ray", gpus_per_run=0.5).gpus_per_run == 0.5
