@@ -232,7 +232,8 @@ def test_the_dp_sgd_probe_draws_its_expected_batch_from_two_batches_of_random_im
 
 
 def test_the_evaluation_probe_explains_two_images_and_scales_to_the_study_s_number(monkeypatch):
-    """10 images asked: two explained, each second of them counted five times (four more than timed)."""
+    """10 images asked: two explained, each second of them counted five times (four more than timed). The fake
+    explanations take 100 s, so the few real microseconds of the call cannot matter."""
     from types import SimpleNamespace
 
     from dpmed import timing
@@ -243,13 +244,13 @@ def test_the_evaluation_probe_explains_two_images_and_scales_to_the_study_s_numb
 
     def fake_assess(model, dataset, inputs, config, **kwargs):
         asked.append(config.explanations.n_images)
-        return SimpleNamespace(explanations=SimpleNamespace(seconds=1.0))
+        return SimpleNamespace(explanations=SimpleNamespace(seconds=100.0))
     monkeypatch.setattr(timing, "assess", fake_assess)
     evaluation = EvaluationConfig(explanations={"n_images": 10})
     dataset = make_phantom(n_images=40, image_size=16)
     plan_kind = timing.StepKind(dp_sgd=False, batch=8, physical_batch=8, engine=None, threads=1, device="cpu")
     seconds = timing._probe_evaluation(dataset, "small_cnn", evaluation, plan_kind)
-    assert asked == [2] and 4.0 <= seconds < 4.5
+    assert asked == [2] and 400.0 <= seconds < 450.0
 
 
 def test_the_probe_runs_where_the_caller_says_the_runs_will(make_record, monkeypatch):
