@@ -32,6 +32,24 @@ SIZES = (2, 3) * 15                                  # 30 patients of 2 or 3 ima
 STAMP = 128.0                                        # image i carries i / 128 in its first pixel (exact in float32)
 
 
+def _training(**changed) -> TrainingConfig:
+    """The training settings of every loop test here, with ``changed``."""
+    return TrainingConfig(epochs=1, batch_size=8, physical_batch_size=64, optimizer="sgd", learning_rate=1e-3,
+                          **changed)
+
+
+def _steps_made(monkeypatch) -> list:
+    """The DP steps the loop builds, appended as it builds them."""
+    made, real_init = [], DpSgdStep.__init__
+
+    def spy(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(DpSgdStep, "__init__", spy)
+    return made
+
+
 def _ids_only(patient_ids) -> object:
     """Just what `sampling_units` reads of an ImageSet: its patient ids and its length."""
     class Ids:
@@ -125,7 +143,7 @@ def test_the_loop_samples_patients_and_hands_the_step_each_one_whole_as_one_grou
     n_patients, q, steps = len(SIZES), 0.2, 300
     plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=q, steps=steps, unit="patient",
                      expected_batch_size=q * n_patients, n_units=n_patients)
-    cfg = TrainingConfig(epochs=1, batch_size=8, physical_batch_size=64, optimizer="sgd", learning_rate=1e-3)
+    cfg = _training()
     seen, real_call = [], DpSgdStep.__call__
 
     def spy(self, x, y, *, groups=None):
@@ -173,15 +191,8 @@ def test_the_loop_divides_by_the_expected_units_and_weighs_each_copy_one_kth(pat
     q = 0.2
     plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=q, steps=2, unit="patient",
                      n_units=len(SIZES))
-    cfg = TrainingConfig(epochs=1, batch_size=8, physical_batch_size=64, optimizer="sgd", learning_rate=1e-3,
-                         augmentation={"multiplicity": multiplicity})
-    made, real_init = [], DpSgdStep.__init__
-
-    def spy(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(DpSgdStep, "__init__", spy)
+    cfg = _training(augmentation={"multiplicity": multiplicity})
+    made = _steps_made(monkeypatch)
     train(new_model(task), data, task, cfg, seed=0, dp=plan, progress=False,
           randomness=PrivacyRandomness.reproducible(seed=0, run_id="loop-wiring"))
     (step,) = made
@@ -194,16 +205,15 @@ def test_the_loop_divides_by_the_expected_units_and_weighs_each_copy_one_kth(pat
 def test_with_augmented_copies_each_patient_is_still_one_group(patients, new_model, monkeypatch):
     """K = 2 copies of every image: a patient's group holds the copies of all of their images (2 x 2 or 2 x 3 rows),
     never one group per image, which would let a patient move the noisy sum by their image count times C."""
-    data, task, owner = patients
+    data, task, _ = patients
     plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.2, steps=20, unit="patient",
                      n_units=len(SIZES))
-    cfg = TrainingConfig(epochs=1, batch_size=8, physical_batch_size=64, optimizer="sgd", learning_rate=1e-3,
-                         augmentation={"multiplicity": 2})
+    cfg = _training(augmentation={"multiplicity": 2})
     sizes, real_call = [], DpSgdStep.__call__
 
     def spy(self, x, y, *, groups=None):
         assert groups is not None and len(groups) == len(x)
-        sizes.extend(np.bincount(groups.cpu().numpy())[np.unique(groups.cpu().numpy())].tolist())
+        sizes.extend(np.unique(groups.cpu().numpy(), return_counts=True)[1].tolist())
         return real_call(self, x, y, groups=groups)
 
     monkeypatch.setattr(DpSgdStep, "__call__", spy)
@@ -217,14 +227,8 @@ def test_a_laplace_plan_trains_with_laplace_noise_and_l1_clipping_and_records_it
     data, task, _ = patients
     plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.2, steps=3, unit="patient",
                      n_units=len(SIZES), noise="laplace")
-    cfg = TrainingConfig(epochs=1, batch_size=8, physical_batch_size=64, optimizer="sgd", learning_rate=1e-3)
-    made, real_init = [], DpSgdStep.__init__
-
-    def spy(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(DpSgdStep, "__init__", spy)
+    cfg = _training()
+    made = _steps_made(monkeypatch)
     result = train(new_model(task), data, task, cfg, seed=0, dp=plan, progress=False,
                    randomness=PrivacyRandomness.reproducible(seed=0, run_id="laplace"))
     (step,) = made
@@ -248,7 +252,7 @@ def test_dp_sgd_gets_no_loss_weighted_by_its_private_labels(patients, new_model,
     monkeypatch.setattr(loop, "objective_for", spy)
     plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.2, steps=1, unit="patient",
                      n_units=len(SIZES))
-    cfg = TrainingConfig(epochs=1, batch_size=8, physical_batch_size=64, optimizer="sgd", learning_rate=1e-3)
+    cfg = _training()
     train(new_model(task), data, task, cfg, seed=0, dp=plan, progress=False,
           randomness=PrivacyRandomness.reproducible(seed=0, run_id="labels"))
     train(new_model(task), data, task, cfg.model_copy(update={"steps": 1}), seed=0, progress=False)
