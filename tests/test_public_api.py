@@ -1,4 +1,4 @@
-"""The public surface: every exported name imports, and the layer contracts of DESIGN.md hold."""
+"""The public surface: every exported name imports, and the layer contracts in pyproject.toml hold."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The output folder of a study: every file name dpmed writes, in one place, and the one atomic write.
 
-Two kinds of file, kept apart (METHODS.md s.2b, DESIGN.md "Outputs of a study"):
+Two kinds of file, kept apart (METHODS.md s.2b; the README's "What you get"):
 
 * **Releasable**, under ``<out>/<study>/`` outside ``private/``: the trained models' weights, run.json, study.yaml,
   results.csv, predictions on validation and test images, the report. Nothing in them depends on the training

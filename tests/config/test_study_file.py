@@ -101,7 +101,7 @@ def test_a_study_without_arms_is_refused(write_study):
 
 def test_the_defaults_every_eps_depends_on_are_the_documented_ones_and_are_written_out(write_study):
     """The README's defaults: fresh secret randomness and a count released at eps_N = 0.02, which is in every DP-SGD
-    eps; and the study.yaml a study writes holds every value, defaults included (DESIGN.md: the resolved study)."""
+    eps; and the study.yaml a study writes holds every value, defaults included (the resolved study)."""
     from dpmed.config import study_to_dict
 
     study = load_study(write_study("name: s\narms: [{name: a, mechanism: dp_sgd, target_epsilon: 8}]\n"))

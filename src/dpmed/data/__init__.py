@@ -3,7 +3,7 @@ layouts (image folders, APTOS, CheXpert, NIH ChestX-ray14, MIMIC-CXR-JPG, HAM100
 per-image preprocessing, a decode cache and patient-level splits.
 
 The data stage is the most upstream stage after config: it imports nothing of dpmed's downstream stages
-(DESIGN.md, "The flow"). Every split it returns is float32 [N, C, H, W] in [0, 1].
+(data flows one way through the stages). Every split it returns is float32 [N, C, H, W] in [0, 1].
 """
 
 from dpmed.data.assembly import SplitPlan, assemble_dataset

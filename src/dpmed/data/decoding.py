@@ -1,6 +1,6 @@
 """Decode one image file into float32 [C, H, W] in [0, 1], whatever its format.
 
-A registry by file suffix (DESIGN.md, style example 3): raster formats (JPEG, PNG, BMP, TIFF) through Pillow, DICOM
+A registry by file suffix (as data/registry.py): raster formats (JPEG, PNG, BMP, TIFF) through Pillow, DICOM
 through :mod:`dpmed.data.dicom` (pydicom, an optional extra, imported by that module only when a DICOM is read). Every
 decoder signals a file it cannot read with :class:`~dpmed.data.decoder.UnreadableImage`, which assembly turns into a
 flagged row ("unreadable image") that names the file; anything else is raised as it is: a missing optional package,

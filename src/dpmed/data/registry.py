@@ -1,6 +1,6 @@
 """Where a study's dataset comes from: a registry of frozen source descriptions, and :func:`read_dataset`.
 
-Why a registry (DESIGN.md, style example 3, after timm's model registry): the config validates a source name
+Why a registry (after timm's model registry): the config validates a source name
 against ``DATASET_SOURCES``, the tests parametrize over it, and adding a format is one entry, not another branch.
 Each entry also says which optional study keys it reads (``options``), so a key given to a source that would not
 read it is an error that names the key, never silently ignored.

@@ -1,6 +1,6 @@
 """The embedded phantom chest X-ray dataset: a deterministic teaching and testing dataset, not medical evidence.
 
-Why it exists (DESIGN.md, "The embedded default"): ``dpmed run`` with no argument must run a real study on a laptop
+Why it exists: ``dpmed run`` with no argument must run a real study on a laptop
 CPU with no download, and every stage downstream needs what real public data rarely offers together:
 * a lesion **mask** per positive image, so Grad-CAM can be scored against ground truth (METHODS.md section 6);
 * **sex and age**, with older patients harder to read and one sex smaller, so fairness effects exist to be measured.
