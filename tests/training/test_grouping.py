@@ -39,10 +39,11 @@ def test_the_layout_follows_the_definitions():
 
 
 @pytest.mark.parametrize("elements, budget, expected", [(1, None, [[0, 2]]), (4 * 10**6, None, [[0], [2]]),
-                                                     (10, 1, [[0], [2]])])
+                                                     (10, 1, [[0], [2]]), (1, 5, [[0, 2]]), (1, 4, [[0], [2]])])
 def test_shared_chunks_hold_whole_groups_within_the_budget(elements, budget, expected, monkeypatch):
     """At 2^24 elements both groups (5 examples) fit when an example has one element; at 4e6 elements per example
-    only 4 examples fit, so one group at a time; with a budget below one example each group still goes whole."""
+    only 4 examples fit, so one group at a time; with a budget below one example each group still goes whole; a
+    budget of exactly the 5 examples holds both groups, one of 4 does not."""
     if budget is not None:
         monkeypatch.setattr("dpmed.training.grouping.GROUP_CHUNK_ELEMENTS", budget)
     g = Grouping.of(IDS, len(IDS), torch.device("cpu"))
