@@ -81,3 +81,24 @@ def test_bytes_text_by_hand():
     cases = {0: "0 bytes", 999: "999 bytes", 1536: "2 kB", 4_915_200: "4.9 MB", 12_345_678: "12 MB",
              99_999_999: "100 MB", 350_000_000: "350 MB", 10 ** 9: "1.0 GB", 44_957_696_000: "45.0 GB"}
     assert {n: bytes_text(n) for n in cases} == cases
+
+
+@settings(max_examples=300, deadline=None)
+@given(POSITIVE, st.integers(min_value=1, max_value=6))
+def test_rounding_down_never_shows_more_and_at_most_one_unit_of_the_last_figure_less(value, digits):
+    """A lower bound (an audit's empirical eps) shown shorter must not look larger than it is."""
+    shown = _read(number_text(value, digits, down=True))
+    unit = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    assert shown <= value * (1 + 1e-9)
+    assert shown >= value - unit * (1 + 1e-9)
+
+
+def test_number_text_by_hand():
+    """What a reader sees for the values that are not plain numbers, and both directions of rounding."""
+    cases = [(None, "–"), (float("nan"), "–"), (float("inf"), "∞"), (float("-inf"), "−∞"), (True, "yes"),
+             (False, "no"), (0.0, "0"), (12300, "12,300"), ("pld", "pld"), (0.5, "0.5"), (2.5e15, "2.5e15")]
+    assert [number_text(v) for v in (v for v, _ in cases)] == [text for _, text in cases]
+    assert [number_text(1.2345, 3, up=True), number_text(1.2345, 3, down=True), number_text(1.2345, 3)] == [
+        "1.24", "1.23", "1.23"]
+    assert number_text(-1.2345, 3, down=True) == "-1.24" and number_text(3.3e-6, 2, down=True) == "3.3e-6"
+    assert number_text(0.29, 2, down=True) == "0.29"     # 0.29 * 100 is 28.999999999999996 in binary: not 0.28
