@@ -82,7 +82,7 @@ def _progress(make_record, workers: int):
     return progress, runs
 
 
-@pytest.mark.parametrize("workers, left", [(1, "0:06"), (2, "0:03")])
+@pytest.mark.parametrize("workers, left", [(1, "0:06"), (2, "0:03"), (4, "0:03")])   # 4 workers, 2 runs: 2 at work
 def test_the_progress_line_says_runs_done_and_time_left_from_the_runs_finished(make_record, workers, left):
     progress, runs = _progress(make_record, workers)
     # left after the first: a plain run (4 steps at 0.25 s, + 1 s) and a DP-SGD run (10 steps at 0.25 s, + 1 s)
