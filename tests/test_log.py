@@ -115,3 +115,64 @@ def test_the_accounting_leaves_an_unconfigured_root_logger_unconfigured():
             "accountant='rdp')\nprint(len(logging.root.handlers))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "1" and "absl _compute_log_a_frac failed to converge" in done.stderr   # the caller's
+
+
+def test_dpmed_s_own_warnings_read_as_they_are_and_other_libraries_errors_name_their_origin():
+    stream = io.StringIO()
+    handler = log_to_console(stream=stream)
+    try:
+        logging.getLogger("dpmed.study").warning("run x failed")
+        logging.getLogger("somelib").error("broken")
+        logging.getLogger("somelib").info("not shown: another library's INFO")
+    finally:
+        detach(handler)
+    assert stream.getvalue().splitlines() == ["run x failed", "error (somelib): broken"]
+
+
+def test_with_progress_bars_a_line_is_written_above_the_bar_not_after_it():
+    from tqdm import tqdm
+
+    stream = io.StringIO()
+    handler = log_to_console(stream=stream, bars=True)
+    bar = tqdm(total=10, file=stream, desc="run", mininterval=0, ascii=True)
+    try:
+        bar.update(3)
+        logging.getLogger("dpmed.study").info("a line")
+    finally:
+        bar.close()
+        detach(handler)
+    before = stream.getvalue().split("a line")[0]
+    assert before.endswith("\r") and "3/10" not in before.rsplit("\r", 2)[-2]   # the bar was cleared, then the line
+
+
+def test_a_root_handler_that_does_not_write_to_the_terminal_is_kept(capsys):
+    """Only a handler on the terminal would print each line twice: a caller's own log (a stream or a file) stays."""
+    root = logging.getLogger()
+    theirs = logging.StreamHandler(io.StringIO())
+    root.addHandler(theirs)
+    try:
+        handler = log_to_console()
+        try:
+            assert theirs in root.handlers
+            logging.getLogger("dpmed.study").info("both")
+        finally:
+            detach(handler)
+    finally:
+        root.removeHandler(theirs)
+    assert "both" in theirs.stream.getvalue() and capsys.readouterr().err.count("both") == 1
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_the_log_file_is_owner_only_and_a_second_command_appends_to_it(tmp_path):
+    """It holds audit results (which depend on the secret canary bits): readable by its owner only; a resumed study
+    keeps the log of the session before."""
+    path = tmp_path / "study" / "private" / "dpmed.log"
+    for text in ("first session", "second session"):
+        handler = log_to_file(path)
+        try:
+            logging.getLogger("dpmed.study").info(text)
+        finally:
+            detach(handler)
+    assert [line.split(": ", 1)[1] for line in path.read_text(encoding="utf-8").splitlines()] == [
+        "first session", "second session"]
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
