@@ -42,6 +42,22 @@ def test_paired_difference_by_hand_and_against_a_plain_loop():
     assert out["defined_redraws"] == int(np.isfinite(diffs).sum())
 
 
+def test_a_multiclass_paired_difference_is_that_of_scikit_learn_s_one_vs_rest_macro_aurocs():
+    rng = np.random.default_rng(5)
+    y = np.tile([0, 1, 2], 20)
+
+    def softmax(strength):
+        logits = rng.normal(size=(60, 3)) + strength * np.eye(3)[y]
+        return np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+
+    a, b = softmax(2.0), softmax(0.5)
+    out = paired_differences(kind="multiclass", labels=y, scores=a, reference_scores=b, n_resamples=50,
+                             seed=0)["auroc"]
+    private, reference = (roc_auc_score(y, s, multi_class="ovr", average="macro") for s in (a, b))
+    assert (out["private"], out["reference"]) == pytest.approx((private, reference))
+    assert out["value"] == pytest.approx(private - reference) and private > reference > 0.5
+
+
 def test_paired_difference_of_a_model_with_itself_is_zero_with_p_one():
     rng = np.random.default_rng(1)
     y, s = rng.integers(0, 2, 50), rng.random(50)

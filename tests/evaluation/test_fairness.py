@@ -330,3 +330,18 @@ def test_a_redraw_in_which_a_compared_group_loses_a_class_is_undefined_for_the_a
     dp_est = out.demographic_parity_difference                    # both groups in every redraw: always defined
     assert dp_est.undefined_redraws == int(np.isnan(dp).sum()) == 0
     assert (dp_est.low, dp_est.high) == pytest.approx(percentile_interval(np.array(dp)), abs=1e-12)
+
+
+def test_a_multiclass_group_s_auroc_is_scikit_learn_s_one_vs_rest_macro_auroc_on_the_group():
+    """Each class against the rest, averaged: on a group with every class present, roc_auc_score(multi_class="ovr")."""
+    rng = np.random.default_rng(3)
+    y = np.tile([0, 1, 2], 20)
+    logits = rng.normal(size=(60, 3)) + 1.5 * np.eye(3)[y]
+    s = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    sex = np.where(np.arange(60) < 30, "female", "male")
+    out = evaluate_fairness(kind="multiclass", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
+                            attributes={"sex": sex}, n_resamples=20, seed=0)
+    for name, rows in (("female", slice(0, 30)), ("male", slice(30, 60))):
+        expected = roc_auc_score(y[rows], s[rows], multi_class="ovr", average="macro")
+        assert out.attributes["sex"].groups[name].auroc.value == pytest.approx(expected)
+        assert 0.5 < expected < 1.0                                   # an informative model, so a flip would show

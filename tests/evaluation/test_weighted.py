@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from sklearn.metrics import cohen_kappa_score, roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices
-from dpmed.evaluation.weighted import (evaluate_redraws, quadratic_kappa, redraw_counts, weighted_auroc,
-                                       weighted_kappa, weighted_mean)
+from dpmed.evaluation.weighted import (as_label_columns, evaluate_redraws, number, quadratic_kappa, redraw_counts,
+                                       weighted_auroc, weighted_kappa, weighted_macro_auroc, weighted_mean)
 
 # ------------------------------------------------------------------------------------------------------------ AUROC
 
@@ -104,3 +104,37 @@ def test_counts_are_the_draws_and_blocks_change_nothing(monkeypatch):
     monkeypatch.setattr("dpmed.evaluation.weighted._BLOCK_ELEMENTS", 7 * 4)  # blocks of 4 redraws
     assert len(list(redraw_counts(indices))) == 7
     np.testing.assert_array_equal(evaluate_redraws(indices, lambda w: weighted_mean(values, w)), one_block)
+
+
+def test_label_columns_by_hand():
+    """Binary: one column of P(class 1); multiclass: one-vs-rest per class; multilabel: as they are."""
+    y, s = as_label_columns("binary", [0, 1, 1], [0.2, 0.7, 0.9])
+    assert y.tolist() == [[0], [1], [1]] and s.tolist() == [[0.2], [0.7], [0.9]]
+    probabilities = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6], [0.5, 0.4, 0.1]])
+    y, s = as_label_columns("multiclass", [0, 1, 2, 1], probabilities)
+    assert y.tolist() == [[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 1, 0]] and (s == probabilities).all()
+    y, s = as_label_columns("multilabel", [[1, 0], [0, 1]], [[0.9, 0.2], [0.3, 0.6]])
+    assert y.tolist() == [[1, 0], [0, 1]] and s.tolist() == [[0.9, 0.2], [0.3, 0.6]]
+    with pytest.raises(ValueError, match="kind must be"):
+        as_label_columns("ordinal", [0], [0.5])
+
+
+def test_the_macro_auroc_leaves_out_a_label_with_one_class_and_a_redraw_that_loses_one_is_undefined():
+    labels = np.array([[1, 0], [0, 0], [1, 0], [0, 0]])            # the second finding never occurs
+    scores = np.array([[0.9, 0.5], [0.2, 0.1], [0.4, 0.7], [0.6, 0.3]])
+    whole = np.ones((1, 4))
+    assert weighted_macro_auroc(labels, scores, whole)[0] == pytest.approx(roc_auc_score(labels[:, 0], scores[:, 0]))
+    two_each = np.array([[2.0, 2.0, 0.0, 0.0]])                       # a positive and a negative, twice each
+    no_negative = np.array([[1.0, 0.0, 1.0, 0.0]])                   # both positives, no negative
+    assert weighted_macro_auroc(labels, scores, two_each)[0] == pytest.approx(1.0)     # label 2 still left out
+    assert np.isnan(weighted_macro_auroc(labels, scores, no_negative)[0])
+    assert np.isnan(weighted_macro_auroc(np.zeros((4, 2), int), scores, whole)).all()   # nothing defined: nan
+
+
+def test_json_numbers_drop_nan_and_both_infinities():
+    assert [number(v) for v in (0.25, np.float32(0.5), np.nan, np.inf, -np.inf, None)] == [0.25, 0.5, None, None,
+                                                                                          None, None]
+
+
+def test_an_empty_test_set_has_no_auroc():
+    assert np.isnan(weighted_auroc(np.zeros(0), np.zeros(0), np.ones((2, 0)))).all()
