@@ -81,6 +81,8 @@ def test_the_evaluation_blocks_round_trip_and_read_as_earlier_versions_wrote_the
         "female"].n
     assert data["fairness"]["attributes"]["age"]["status"] == "n/a"
     assert data["fairness"]["bootstrap_unit"] == "patient"
+    assert fairness.ok("sex") is fairness.attributes["sex"] and fairness.ok("age") is None   # n/a: no numbers
+    assert fairness.ok("ethnicity") is None
 
     est = {"value": 0.7, "low": 0.6, "high": 0.8}
     older_fairness = {"definitions": {}, "thresholds": [0.5], "n_test": 20, "n_resamples": 50, "bootstrap_seed": 0,
@@ -108,4 +110,9 @@ def test_the_evaluation_blocks_round_trip_and_read_as_earlier_versions_wrote_the
     data["explanations"] = {**older_explanations, "metrics": {"mask_energy": {**est, "count": 8}}}
     (tmp_path / "run.json").write_text(json.dumps(data))
     with pytest.raises(ConfigError, match=r"run.json is not a run record .*explanations\.metrics\.mask_energy"):
+        read_record(tmp_path / "run.json")
+    data["explanations"] = older_explanations
+    data["fairness"]["attributes"]["sex"]["groups"]["female"]["auroc"] = {**est, "lo": 0.6}   # a misspelt bound
+    (tmp_path / "run.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"run.json is not a run record .*female\.auroc\.lo"):
         read_record(tmp_path / "run.json")

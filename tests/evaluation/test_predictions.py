@@ -43,3 +43,6 @@ def test_a_file_without_validation_reads_and_one_without_patient_ids_is_named(tm
              val_scores=np.r_[0.5])
     with pytest.raises(ValueError, match="has no val_labels, val_patient_ids"):     # a split in part
         load_predictions(path)
+    np.savez(path, val_scores=np.r_[0.5], val_labels=np.r_[1], val_patient_ids=np.array(["a"]))
+    with pytest.raises(ValueError, match="has no test_scores, test_labels, test_patient_ids"):   # no test split
+        load_predictions(path)
