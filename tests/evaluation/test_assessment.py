@@ -1,0 +1,125 @@
+"""One call measures a trained model (`dpmed.evaluation.assessment.assess`): its numbers are those of the evaluation
+functions called by hand on the model's scores, redrawn by patient where the dataset names patients (by image where
+not), and the private training-set metrics appear only when the study asks, renamed and marked as not covered."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from dpmed.config import EvaluationConfig
+from dpmed.data import Dataset, ImageSet, Task
+from dpmed.evaluation.assessment import assess
+from dpmed.evaluation.fairness import evaluate_fairness
+from dpmed.evaluation.inference import predict, predict_logits
+from dpmed.evaluation.utility import evaluate_utility
+
+TASK = Task(kind="binary", label_names=("normal", "pneumonia"))
+
+
+def _images(n: int, seed: int) -> ImageSet:
+    """Two images per patient; the label shows in the mean brightness, with noise, so the AUROC is high but not 1."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(rng.integers(0, 2, n // 2), 2)
+    images = (rng.random((n, 1, 4, 4)) * 0.6 + 0.05 * labels[:, None, None, None]).astype(np.float32)
+    return ImageSet(images=images, labels=labels, patient_ids=np.repeat([f"p{seed}-{i}" for i in range(n // 2)], 2),
+                    sex=np.where(np.arange(n) % 4 < 2, "female", "male"), age=np.tile([25.0, 25.0, 75.0, 75.0], n // 4))
+
+
+def _dataset(patients_known: bool) -> Dataset:
+    return Dataset(name="tiny", task=TASK, train=_images(40, 0), val=_images(40, 1), test=_images(60, 2),
+                   patients_known=patients_known)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Dropout(0.5), nn.Linear(16, 2))
+    with torch.no_grad():
+        model[2].weight.copy_(torch.stack([-torch.ones(16), torch.ones(16)]))
+        model[2].bias.zero_()
+    return model
+
+
+def _assess(dataset: Dataset, config: EvaluationConfig, model: nn.Module | None = None):
+    return assess(model or _model(), dataset, (dataset.val, dataset.test), config, cam_layer="2",
+                  device=torch.device("cpu"), training=dataset.train)
+
+
+@pytest.mark.parametrize("patients_known", [True, False])
+def test_the_numbers_are_those_of_the_evaluation_functions_on_the_model_s_scores(patients_known):
+    dataset = _dataset(patients_known)
+    config = EvaluationConfig(bootstrap_resamples=50, bootstrap_seed=7, confidence=0.9,
+                              fairness={"attributes": ["sex", "age"], "age_bins": [0, 50, 100]})
+    out = _assess(dataset, config)
+    val, test = (predict(_model(), s, TASK) for s in (dataset.val, dataset.test))
+    np.testing.assert_array_equal(out.val_scores, val)
+    np.testing.assert_array_equal(out.test_scores, test)
+    ids = dataset.test.patient_ids if patients_known else None
+    utility = evaluate_utility(kind="binary", label_names=list(TASK.label_names), val_labels=dataset.val.labels,
+                               val_scores=val, test_labels=dataset.test.labels, test_scores=test, n_resamples=50,
+                               seed=7, confidence=0.9, test_patient_ids=ids)
+    assert out.metrics == {k: None if isinstance(v, float) and not np.isfinite(v) else v for k, v in utility.items()}
+    assert out.metrics["bootstrap_unit"] == ("patient" if patients_known else "image")
+    assert 0.7 < out.metrics["test_auroc"] < 1.0
+    fairness = evaluate_fairness(kind="binary", val_labels=dataset.val.labels, val_scores=val,
+                                 test_labels=dataset.test.labels, test_scores=test,
+                                 attributes={"sex": dataset.test.sex, "age": dataset.test.age}, age_bins=[0, 50, 100],
+                                 n_resamples=50, seed=7, confidence=0.9, patient_ids=ids)
+    assert out.fairness == fairness and out.fairness.bootstrap_unit == out.metrics["bootstrap_unit"]
+    assert out.training_metrics is None and out.explanations is None and out.cams is None
+
+
+def test_training_metrics_come_only_when_asked_renamed_and_marked_private():
+    dataset = _dataset(True)
+    assert _assess(dataset, EvaluationConfig(bootstrap_resamples=20, fairness=None)).training_metrics is None
+    out = _assess(dataset, EvaluationConfig(bootstrap_resamples=20, fairness=None, training_metrics=True))
+    private = out.training_metrics
+    assert private["covered_by_eps"] is False and "private" in private["note"]
+    assert not any(key.startswith("test_") for key in private) and out.fairness is None
+    by_hand = evaluate_utility(kind="binary", label_names=list(TASK.label_names), val_labels=dataset.val.labels,
+                               val_scores=out.val_scores, test_labels=dataset.train.labels,
+                               test_scores=predict(_model(), dataset.train, TASK), n_resamples=20, seed=0,
+                               confidence=0.95, test_patient_ids=dataset.train.patient_ids)
+    assert private["train_auroc"] == by_hand["test_auroc"] and private["train_accuracy"] == by_hand["test_accuracy"]
+
+
+def test_scores_come_from_eval_mode_and_the_model_goes_back_to_its_mode():
+    """Dropout on during evaluation would make the scores random; the training loop's model must stay in training."""
+    model = _model().train()
+    first, second = (predict(model, _dataset(True).test, TASK, batch_size=7) for _ in range(2))
+    np.testing.assert_array_equal(first, second)
+    assert model.training
+    model.eval()
+    predict(model, _dataset(True).test, TASK)
+    assert not model.training
+    assert len(first) == 60                                            # every image, over uneven chunks
+
+
+def test_an_undefined_metric_is_written_as_none_not_nan():
+    """run.json is written with allow_nan=False: a finding with no positive test image has no AUROC, which must read
+    as None."""
+    findings = Task(kind="multilabel", label_names=("effusion", "nodule"))
+
+    def two_findings(images: ImageSet, second: bool) -> ImageSet:
+        labels = np.stack([images.labels, images.labels if second else np.zeros_like(images.labels)], 1)
+        return ImageSet(images=images.images, labels=labels.astype(np.float32), patient_ids=images.patient_ids,
+                        sex=images.sex, age=images.age)
+
+    tiny = _dataset(True)
+    dataset = Dataset(name="tiny", task=findings, train=two_findings(tiny.train, True),
+                      val=two_findings(tiny.val, True), test=two_findings(tiny.test, False))
+    out = _assess(dataset, EvaluationConfig(bootstrap_resamples=20, fairness=None))
+    assert out.metrics["test_auroc[nodule]"] is None and out.metrics["test_auroc"] is not None
+    assert not any(isinstance(v, float) and not np.isfinite(v) for v in out.metrics.values())
+
+
+def test_logits_are_the_raw_outputs_in_float64_and_their_softmax_is_the_score():
+    model, test = _model(), _dataset(True).test
+    logits = predict_logits(model, test, batch_size=16)
+    with torch.no_grad():
+        expected = model.eval()(torch.from_numpy(test.images)).double().numpy()
+    assert logits.dtype == np.float64 and np.allclose(logits, expected)
+    np.testing.assert_allclose(torch.from_numpy(logits).softmax(1)[:, 1].numpy(), predict(model, test, TASK),
+                               rtol=1e-6)
