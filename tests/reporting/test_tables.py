@@ -1,0 +1,77 @@
+"""results.csv and the terminal summary from typed records: every value where its column says, a DP-SGD run without
+its seconds (private), an audit without its result (private), and the summary's interval level as computed."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+
+from dpmed.records import AttackRecord, AuditSummary
+from dpmed.reporting.tables import results_frame, summary_text, write_results_table
+
+
+def _dp_record(make_record, make_fairness, make_explanations):
+    from dpmed.mechanisms.dp_sgd import ReconstructionRecord
+
+    record = make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0, metrics={
+        "test_auroc": 0.91, "test_auroc_low": 0.88, "test_auroc_high": 0.94, "test_accuracy": 0.8456,
+        "confidence": 0.9},
+        fairness=make_fairness("sex", {"female": {"auroc": {"value": 0.9, "low": 0.8, "high": 0.95}}}),
+        explanations=make_explanations({"mask_energy": {"value": 0.4, "low": 0.3, "high": 0.5}},
+                                       mask_area_share=0.12))
+    risk = ReconstructionRecord(noise_multiplier=0.125, sample_rate=0.1, steps=10, kappa=0.001, worst_case=0.7,
+                                worst_case_edgeworth=0.69, relaxed=0.2, gdp=0.5, tpr_at_fpr={"0.01": 0.3, "0.1": 0.6},
+                                assumptions="", worst_case_via="", worst_case_edgeworth_via="", relaxed_via="",
+                                gdp_via="", tpr_at_fpr_via={}, unit="image")
+    attack = AttackRecord(structure="imprint", n_bins=8, batch_size=4, n_batches=2, grouped=False, threshold=0.6,
+                          threshold_quantile=0.99, n_trials=8, n_success=2, rate=0.25, rate_low=0.03, rate_high=0.65,
+                          ci_level=0.95, batch_rate=0.5, chance_rate=0.01, mean_best_ssim=0.4, mean_best_ncc=0.5,
+                          attacked="test images")
+    audit = AuditSummary(n_canaries=100, kind="mislabelled", result="private/runs/x/audit.json")
+    return record.model_copy(update={"reconstruction": risk, "attack": attack, "audit": audit,
+                                     "timing": record.timing.shareable(record.plan)})
+
+
+def test_each_value_lands_in_its_column(make_record, make_fairness, make_explanations):
+    dp = _dp_record(make_record, make_fairness, make_explanations)
+    plain = make_record("np_seed0", "np", metrics={"test_auroc": 0.95})
+    frame = results_frame([plain, dp])
+    row = frame.set_index("run_id").loc["dp_eps8_C1_seed0"]
+    assert (row.epsilon, row.delta, row.accountant, row.privacy_statement) == (
+        pytest.approx(7.92), 1e-5, "pld", dp.privacy.statement)
+    assert (row.reconstruction_worst_case, row.reconstruction_relaxed) == (0.7, 0.2)
+    assert (row["mia_tpr_at_fpr_0.01"], row["mia_tpr_at_fpr_0.1"]) == (0.3, 0.6)
+    assert (row.attack_rate, row.attack_rate_low, row.attack_rate_high, row.attack_chance_rate,
+            row.attack_threshold) == (0.25, 0.03, 0.65, 0.01, 0.6)
+    assert row.audit_canaries == 100 and not any("audit" in c and c != "audit_canaries" for c in frame.columns)
+    assert (row.test_auroc, row.test_auroc_low, row.test_auroc_high) == (0.91, 0.88, 0.94)
+    assert [c for c in frame.columns if c.startswith("fairness[sex=female]_auroc")] == [
+        "fairness[sex=female]_auroc", "fairness[sex=female]_auroc_low", "fairness[sex=female]_auroc_high"]
+    assert row["fairness[sex=female]_auroc_low"] == 0.8
+    assert (row.explanations_mask_energy, row.explanations_mask_energy_low, row.explanations_mask_energy_high,
+            row.explanations_mask_area_share, row.explanations_method) == (0.4, 0.3, 0.5, 0.12, "gradcam")
+    assert pd.isna(row.train_seconds)                                    # a DP-SGD run's seconds are private
+    assert frame.set_index("run_id").loc["np_seed0"].train_seconds == 1.0
+
+
+def test_the_csv_reads_back_as_the_frame(tmp_path, make_record, make_fairness, make_explanations):
+    records = [make_record("np_seed0", "np", metrics={"test_auroc": 0.95}),
+               _dp_record(make_record, make_fairness, make_explanations)]
+    frame = write_results_table(records, tmp_path / "results.csv")
+    back = pd.read_csv(io.StringIO((tmp_path / "results.csv").read_text()))
+    assert list(back.columns) == list(frame.columns) and back.run_id.tolist() == ["np_seed0", "dp_eps8_C1_seed0"]
+    assert back.epsilon.iloc[1] == pytest.approx(7.92) and pd.isna(back.epsilon.iloc[0])
+
+
+def test_the_summary_shows_eps_with_its_terms_the_interval_at_its_level_and_undefined_values(
+        make_record, make_fairness, make_explanations):
+    dp = _dp_record(make_record, make_fairness, make_explanations)
+    undefined = make_record("np_seed0", "np", metrics={"test_auroc": None, "confidence": 0.9})
+    lines = summary_text([undefined, dp]).splitlines()
+    assert "test AUROC [90% CI]" in lines[0]
+    assert lines[1].split()[0] == "np_seed0" and "undefined" in lines[1]
+    assert dp.privacy.in_brief() in lines[2] and "0.910 [0.880, 0.940]" in lines[2] and lines[2].endswith("0.846")
+    mixed = make_record("b_seed0", "b", metrics={"test_auroc": 0.8, "confidence": 0.95})
+    assert "test AUROC [CI]" in summary_text([dp, mixed]).splitlines()[0]    # two levels: none is named
