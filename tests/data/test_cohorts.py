@@ -31,6 +31,20 @@ def test_the_two_parts_of_a_draw_divide_every_split(phantom):
     assert first.shareable_source()["cohort"] == {"fraction": 0.3, "part": 0, "seed": 4,
                                                   "description": first.source["cohort"]["description"],
                                                   "patients_known": phantom.patients_known}
+    assert {k: v for k, v in first.source.items() if k != "cohort"} == dict(phantom.source)   # where the data came from
+    assert rest.source["cohort"]["description"] == ("cohort 1 of a seeded patient draw (seed 4): 70% of the patients, "
+                                                    "u >= 0.3")
+    assert "30% of the patients, u < 0.3" in first.source["cohort"]["description"]
+
+
+def test_another_seed_draws_other_patients_and_images_without_patient_ids_are_recorded_as_such(phantom):
+    from dataclasses import replace
+
+    seeds = [_patients(select_patients(phantom, PatientSelection(fraction=0.5, part=0, seed=s)))["train"]
+             for s in (4, 5)]
+    assert seeds[0] != seeds[1]
+    anonymous = select_patients(replace(phantom, patients_known=False), PatientSelection(fraction=0.5, part=0))
+    assert anonymous.source["cohort"]["patients_known"] is False   # a person's images may then be in both cohorts
 
 
 def test_a_patient_keeps_all_of_their_images(phantom):
@@ -121,3 +135,9 @@ def test_a_patients_draw_is_the_stated_hash_so_another_site_can_recompute_its_co
 
     expected = [int.from_bytes(hashlib.sha256(f"7:{p}".encode()).digest()[:8], "big") / 2 ** 64 for p in ("p1", "17")]
     assert patient_draws(np.array(["p1", "17"]), seed=7).tolist() == expected
+
+
+def test_a_selection_names_one_of_the_two_parts_of_a_share_strictly_between_0_and_1():
+    for bad in (dict(fraction=0.5, part=2), dict(fraction=0.0, part=0), dict(fraction=1.0, part=1)):
+        with pytest.raises(ValueError, match="part must be|fraction must be"):
+            PatientSelection(**bad)

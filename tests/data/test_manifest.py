@@ -5,10 +5,14 @@ layout at once. Expected values by hand."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
+import pytest
 
-from dpmed.data.manifest import parse_age, parse_sex, parse_splits
+from dpmed.data import Task
+from dpmed.data.manifest import Manifest, parse_age, parse_sex, parse_splits
+from dpmed.errors import DataError
 
 
 def test_every_published_split_name_in_any_case_maps_to_its_split():
@@ -35,3 +39,32 @@ def test_ages_in_years_from_numbers_and_dicom_age_strings():
     expected = [45, 0.5, 70 / 365.25, 3 / 365.25, 45, 45.5, 0, 120, math.nan, math.nan, math.nan, math.nan, 52]
     np.testing.assert_allclose(ages, expected, rtol=1e-12)
     assert implausible == 2
+
+
+def _manifest(n: int, **changes) -> Manifest:
+    fields = dict(name="folder", root=Path("/data"), task=Task(kind="binary", label_names=("a", "b")),
+                  paths=[Path(f"/data/{i}.png") for i in range(n)], labels=np.arange(n) % 2,
+                  patient_ids=np.array([f"p{i}" for i in range(n)]), sex=np.full(n, "unknown"),
+                  age=np.full(n, np.nan), splits=np.full(n, ""), where=np.array([f"{i}.png" for i in range(n)]),
+                  ids=np.array([str(i) for i in range(n)]))
+    return Manifest(**(fields | changes))
+
+
+def test_a_subset_renumbers_its_problems_with_its_rows():
+    manifest = _manifest(5)
+    manifest.flag(1, "unreadable image", "one")
+    manifest.flag(3, "missing label", "three")
+    manifest.flag(3, "another", "only the first problem of a row is kept")
+    part = manifest.subset(np.array([3, 0, 4]))
+    assert [p.name for p in part.paths] == ["3.png", "0.png", "4.png"]
+    assert {row: p.kind for row, p in part.problems.items()} == {0: "missing label"}   # row 1 is not in the subset
+    assert part.valid_rows().tolist() == [1, 2] and manifest.valid_rows().tolist() == [0, 2, 4]
+
+
+def test_a_column_of_another_length_or_an_empty_layout_is_refused():
+    with pytest.raises(ValueError, match="Manifest.labels has 2 rows for 3 paths"):
+        _manifest(3, labels=np.array([0, 1]))
+    with pytest.raises(ValueError, match="Manifest.age has 4 rows for 3 paths"):
+        _manifest(3, age=np.zeros(4))
+    with pytest.raises(DataError, match="lists no images; check that data.path"):
+        _manifest(0)
