@@ -199,3 +199,10 @@ def test_patient_groups_and_copies_count_the_rows_fed_to_the_model():
             acc += factor * t
     got = GhostClipper(model).clipped_sum(copies, labels, loss_fn=_ce, max_grad_norm=0.05, groups=groups)
     _assert_close(got, expected)
+
+
+def test_a_loss_that_does_not_depend_on_the_trainable_parameters_is_refused_by_name():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(8, 2))
+    x, y = torch.randn(3, 2, 2, 2), torch.tensor([0, 1, 0])
+    with pytest.raises(PrivacyError, match="the loss does not depend on any trainable parameter"):
+        GhostClipper(model).clipped_sum(x, y, loss_fn=lambda z, t: torch.zeros(()), max_grad_norm=1.0)
