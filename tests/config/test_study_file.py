@@ -111,6 +111,26 @@ def test_the_defaults_every_eps_depends_on_are_the_documented_ones_and_are_writt
     assert written["training"]["dp_engine"] == "dpmed" and written["arms"][0]["max_grad_norm"] == [1.0]
 
 
+def test_the_other_documented_defaults_are_the_ones_a_bare_study_gets(write_study):
+    """README.md's study file and recipe sections promise these defaults; a study that names none of them gets them
+    (each line here is a sentence of the README: change a default and the README must change with it)."""
+    study = load_study(write_study("name: s\narms: [{name: a, mechanism: dp_sgd, target_epsilon: 8}]\n"))
+    arm, model, training, evaluation = study.arms[0], study.model, study.training, study.evaluation
+    assert (arm.privacy_unit, arm.accountant, arm.noise, arm.sampling) == ("patient", "pld", "gaussian", "poisson")
+    assert arm.delta is None and arm.max_grad_norm == [1.0] and arm.max_images_per_patient is None  # min(1e-5, ..)
+    assert arm.attack is None and arm.audit is None
+    assert (study.data.source, model.name, model.weights, model.trainable) == ("phantom", "small_cnn", None, "all")
+    assert study.pretrain is None and study.privacy_budget is None and study.settings_chosen_on is None
+    # the recipe's parts are each off; the length is `epochs: auto` (at least 10 epochs and 500 steps)
+    assert (training.epochs, training.steps, training.augmentation, training.ema_decay) == ("auto", None, None, None)
+    assert (training.lr_schedule.kind, training.lr_scaling) == ("constant", "none")
+    assert (training.batch_size, training.physical_batch_size, training.optimizer, training.learning_rate) == (
+        64, 128, "adam", 0.001)
+    assert (training.device, training.threads) == ("auto", "auto")
+    assert (evaluation.bootstrap_resamples, evaluation.confidence, evaluation.bootstrap_seed) == (1000, 0.95, 0)
+    assert evaluation.training_metrics is False
+
+
 def test_missing_data_path_is_an_error_before_training(write_study, tmp_path):
     path = write_study("name: s\ndata: {source: medmnist, path: nowhere.npz}\narms: [{name: a, mechanism: none}]\n")
     with pytest.raises(ConfigError, match="nowhere.npz does not exist.*--data-path"):
