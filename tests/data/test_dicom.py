@@ -17,8 +17,10 @@ from dpmed.errors import DataError
 
 
 def _write_dicom(path: Path, stored: np.ndarray, *, photometric: str = "MONOCHROME2", rescale=None, window=None,
-                 function=None, voi_lut=None, patient=None, sex=None, age=None, frames: int | None = None) -> Path:
-    """A minimal single-frame 16-bit (12 stored) Secondary Capture file, with the optional transforms asked for."""
+                 function=None, voi_lut=None, patient=None, sex=None, age=None, frames: int | None = None,
+                 bits: tuple[int, int] = (16, 12)) -> Path:
+    """A minimal single-frame Secondary Capture file, 16 bits allocated and 12 stored unless ``bits`` says otherwise,
+    grey ([H, W]) or colour ([H, W, 3], samples interleaved), with the optional transforms asked for."""
     pydicom = pytest.importorskip("pydicom")
     from pydicom.dataset import Dataset, FileMetaDataset
     from pydicom.sequence import Sequence
@@ -32,9 +34,11 @@ def _write_dicom(path: Path, stored: np.ndarray, *, photometric: str = "MONOCHRO
     ds.file_meta = meta
     ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
     ds.Modality = "DX"
-    ds.Rows, ds.Columns = stored.shape
-    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, photometric
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 12, 11, 0
+    ds.Rows, ds.Columns = stored.shape[:2]
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = (1 if stored.ndim == 2 else stored.shape[2]), photometric
+    if stored.ndim == 3:
+        ds.PlanarConfiguration = 0
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = bits[0], bits[1], bits[1] - 1, 0
     if rescale is not None:
         ds.RescaleSlope, ds.RescaleIntercept = rescale
     if window is not None:
@@ -51,7 +55,7 @@ def _write_dicom(path: Path, stored: np.ndarray, *, photometric: str = "MONOCHRO
             setattr(ds, key, value)
     if frames is not None:
         ds.NumberOfFrames = frames
-    ds.PixelData = stored.astype(np.uint16).tobytes()
+    ds.PixelData = stored.astype(np.uint16 if bits[0] == 16 else np.uint8).tobytes()
     path.parent.mkdir(parents=True, exist_ok=True)
     if int(pydicom.__version__.split(".")[0]) >= 3:
         ds.save_as(path, enforce_file_format=True)
@@ -72,6 +76,11 @@ def test_voi_window_formulas_by_hand():
     np.testing.assert_allclose(voi_window(x, 100, 400, "LINEAR_EXACT"), [0.0, 0.49875, 0.5, 1.0], atol=1e-6)
     # SIGMOID: 1 / (1 + exp(-4 (x - c) / w)); at x = c it is 1/2
     np.testing.assert_allclose(voi_window(np.array([100.0]), 100, 50, "SIGMOID"), [0.5])
+    # and away from c, where the slope shows: x = c + w / 2 gives 1 / (1 + e^-2)
+    np.testing.assert_allclose(voi_window(np.array([125.0, 75.0]), 100, 50, "SIGMOID"),
+                               [1 / (1 + np.exp(-2.0)), 1 / (1 + np.exp(2.0))], rtol=1e-6)
+    # LINEAR with w = 1 is a threshold at c - 0.5 (x <= c - 0.5 is 0)
+    np.testing.assert_array_equal(voi_window(np.array([99.0, 99.5, 99.6, 100.0]), 100, 1), [0, 0, 1, 1])
     with pytest.raises(ValueError, match="VOILUTFunction 'GAMMA'"):
         voi_window(x, 100, 400, "GAMMA")
 
@@ -94,6 +103,32 @@ def test_voi_lut_sequence_and_no_voi(tmp_path):
     plain = _write_dicom(tmp_path / "plain.dcm", STORED)  # no window: the image's own range
     np.testing.assert_allclose(read_image(plain, channels=1)[0], STORED / 4095.0, atol=1e-6)
     assert read_image(plain, channels=3).shape == (3, 2, 2)
+
+
+def test_colour_is_divided_by_its_stored_range_in_channel_row_column_order(tmp_path):
+    rgb = np.zeros((2, 3, 3), dtype=np.uint16)     # 2 x 3: rows and columns not confused
+    rgb[..., 0], rgb[..., 1], rgb[..., 2] = 4095, 1365, 0
+    rgb[1, 2] = (0, 0, 4095)
+    path = _write_dicom(tmp_path / "rgb.dcm", rgb, photometric="RGB")       # 12 bits stored
+    x = read_image(path, channels=3)
+    assert x.shape == (3, 2, 3)
+    np.testing.assert_allclose(x, rgb.transpose(2, 0, 1) / 4095.0, atol=1e-6)
+    grey = read_image(path, channels=1)           # ITU-R BT.601 luma
+    np.testing.assert_allclose(grey[0, 0, 0], 0.299 + 0.587 / 3, atol=1e-6)
+    np.testing.assert_allclose(grey[0, 1, 2], 0.114, atol=1e-6)
+
+
+def test_ybr_colour_is_read_as_rgb(tmp_path):
+    ybr = np.full((2, 2, 3), 128, dtype=np.uint8)
+    ybr[0, 0, 0], ybr[0, 1, 0] = 0, 255           # neutral: R = G = B = Y
+    ybr[1, 1] = (128, 128, 228)                   # Cr 100 above neutral: red (R = Y + 1.402 (Cr - 128))
+    path = _write_dicom(tmp_path / "ybr.dcm", ybr, photometric="YBR_FULL", bits=(8, 8))
+    x = read_image(path, channels=3)
+    assert x.shape == (3, 2, 2) and 0 <= x.min() and x.max() <= 1
+    np.testing.assert_allclose(x[:, 0, 0], 0, atol=1 / 255)
+    np.testing.assert_allclose(x[:, 0, 1], 1, atol=1 / 255)
+    np.testing.assert_allclose(x[:, 1, 1], np.array([128 + 140.2, 128 - 0.714136 * 100, 128]).clip(0, 255) / 255,
+                               atol=1.5 / 255)
 
 
 def test_broken_and_multiframe_files_are_unreadable(tmp_path):
