@@ -72,3 +72,30 @@ def test_arguments_that_do_not_apply_are_errors(tmp_path):
         load_dataset(source="medmnist", path=path, image_size=None, channels=None, seed=0, n_images=10)
     with pytest.raises(DataError, match="channels"):
         load_dataset(source="phantom", path=None, image_size=None, channels=2, seed=0, n_images=30)
+
+
+@pytest.mark.parametrize("aspect", ["stretch", "crop"])
+def test_an_array_source_s_masks_are_cut_and_resized_as_its_images_are(aspect):
+    """Lesion masks must stay on their lesions (the explanation metrics score a map against them): with the masks
+    themselves as the images, each processed mask is its processed image thresholded at 0.5, for a crop to another
+    aspect as for a stretch."""
+    from dataclasses import replace
+
+    from dpmed.data.registry import _preprocess_arrays
+    from dpmed.data.transforms import Preprocessing
+
+    d = load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=1, n_images=40)
+    as_images = replace(d, **{name: replace(split, images=split.masks[:, None].astype(np.float32))
+                              for name, split in (("train", d.train), ("val", d.val), ("test", d.test))})
+    out = _preprocess_arrays(as_images, Preprocessing(size=(16, 32), aspect=aspect), generated=False)
+    for split in (out.train, out.val, out.test):
+        assert split.masks.shape[1:] == (16, 32) and split.masks.any()
+        np.testing.assert_array_equal(split.masks, split.images[:, 0] >= 0.5)
+
+
+def test_an_array_source_needing_no_step_keeps_the_normalisation_asked_for():
+    d = load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=2, n_images=30,
+                     normalize=((0.5,), (0.25,)))
+    assert "transforms" not in d.source and d.normalization == ((0.5,), (0.25,))
+    assert load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=2,
+                        n_images=30).normalization is None
