@@ -281,3 +281,41 @@ def test_multilabel_label_without_validation_positives_is_an_error_naming_it():
     with pytest.raises(ValueError, match="'effusion'"):
         evaluate_utility(kind="multilabel", label_names=["mass", "effusion"], val_labels=labels, val_scores=scores,
                          test_labels=labels, test_scores=scores, n_resamples=10, seed=0)
+
+
+@pytest.mark.parametrize("kind, names, labels, scores, words", [
+    # a 1-based label file: class 3 has no score column, and would count as a negative of every class
+    ("multiclass", ["a", "b", "c"], np.array([0, 1, 2, 3]), np.full((4, 3), 1 / 3), r"class indices 0\.\.2"),
+    # a missing finding coded -1 (or uncertain coded 2) would be scored as a negative
+    ("multilabel", ["a", "b"], np.array([[0, 1], [1, 0], [-1, 1], [1, 0]]), np.full((4, 2), 0.5), "0 or 1"),
+    ("multilabel", ["a", "b"], np.array([[0, 1], [1, 0], [2, 1], [1, 0]]), np.full((4, 2), 0.5), "0 or 1"),
+    # names that do not match the score columns would drop or misname per-class columns
+    ("multiclass", ["a", "b"], np.array([0, 1, 2, 1]), np.full((4, 3), 1 / 3), "3 columns for 2 label_names"),
+    ("multilabel", ["a", "b", "c"], np.array([[0, 1], [1, 0], [0, 1], [1, 0]]), np.full((4, 2), 0.5),
+     "2 columns for 3 label_names"),
+    # two labels of one name would write one column twice
+    ("multilabel", ["x", "x"], np.array([[0, 1], [1, 0], [0, 1], [1, 0]]), np.full((4, 2), 0.5), "distinct"),
+])
+def test_labels_outside_the_task_and_names_that_do_not_fit_the_scores_are_refused(kind, names, labels, scores, words):
+    with pytest.raises(ValueError, match=words):
+        evaluate_utility(kind=kind, label_names=names, val_labels=labels, val_scores=scores, test_labels=labels,
+                         test_scores=scores, n_resamples=10, seed=0)
+
+
+@pytest.mark.parametrize("missing", [-1, 2])
+def test_a_multilabel_test_label_not_resolved_upstream_is_refused_even_where_validation_is_clean(missing):
+    """Validation's labels are all 0 or 1 (its thresholds can be chosen); one test finding coded -1 (missing) or 2
+    (uncertain) would otherwise be scored as a negative."""
+    val = np.array([[0, 1], [1, 0], [0, 1], [1, 0]])
+    test = val.copy()
+    test[2, 0] = missing
+    scores = np.array([[0.2, 0.7], [0.8, 0.3], [0.4, 0.6], [0.6, 0.1]])
+    with pytest.raises(ValueError, match="test: multilabel labels must be 0 or 1"):
+        evaluate_utility(kind="multilabel", label_names=["a", "b"], val_labels=val, val_scores=scores,
+                         test_labels=test, test_scores=scores, n_resamples=10, seed=0)
+
+
+@pytest.mark.parametrize("confidence", [0, 0.0, 1, 1.0, -0.5, float("nan")])
+def test_a_confidence_that_gives_no_interval_is_refused(confidence):
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        _binary_row(confidence=confidence)
