@@ -30,8 +30,8 @@ def test_multiclass_counts_argmax_classes_and_multilabel_counts_constant_finding
     row = evaluate_utility(kind="multiclass", label_names=["a", "b", "c"], val_labels=y3, val_scores=one,
                            test_labels=y3, test_scores=one, n_resamples=20)
     assert row["test_predicted_classes"] == 1
-    y = np.c_[np.arange(40) % 2, (np.arange(40) // 2) % 2]
-    s = np.c_[0.3 + 0.4 * y[:, 0], np.full(40, 0.5)]                         # finding 1: the same score for all
-    row = evaluate_utility(kind="multilabel", label_names=["f0", "f1"], val_labels=y, val_scores=s, test_labels=y,
-                           test_scores=s, n_resamples=20)
-    assert row["test_constant_labels"] == 1
+    y = np.c_[np.arange(40) % 2, (np.arange(40) // 2) % 2, (np.arange(40) // 4) % 2]
+    s = np.c_[0.3 + 0.4 * y[:, 0], np.full(40, 0.5), 0.2 + 0.5 * y[:, 2]]   # finding 1: the same score for all
+    row = evaluate_utility(kind="multilabel", label_names=["f0", "f1", "f2"], val_labels=y, val_scores=s,
+                           test_labels=y, test_scores=s, n_resamples=20)
+    assert row["test_constant_labels"] == 1                                   # f1, not the two findings decided

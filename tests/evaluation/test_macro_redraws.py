@@ -82,3 +82,18 @@ def test_fairness_group_auroc_interval_uses_the_group_labels_in_every_redraw():
     low, high = percentile_interval(np.array(ref))
     assert g.value == pytest.approx(roc_auc_score(y[member], s[member], average="macro"))
     assert (g.low, g.high) == pytest.approx((low, high), abs=1e-12)
+
+
+def test_a_label_undefined_on_the_whole_test_set_is_left_out_of_the_point_value_and_of_every_redraw():
+    """A finding with no test positive has no AUROC: the macro value and its interval are those of the others, not
+    nan (which it would make every redraw)."""
+    rng = np.random.default_rng(3)
+    y = np.c_[(rng.random(N) < 0.4).astype(int), np.zeros(N, int)]       # finding "none": no positive on test
+    s = np.clip(0.3 * y + rng.random((N, 2)) * 0.7, 0, 1)
+    y_val = np.c_[y[:, 0], np.arange(N) % 2]                                # both findings decidable on validation
+    row = evaluate_utility(kind="multilabel", label_names=["a", "none"], val_labels=y_val, val_scores=s,
+                           test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
+    ref = np.array([_sk_macro(y[i, :1], s[i, :1]) for i in bootstrap_indices(N, n_resamples=R, seed=SEED)])
+    assert np.isnan(row["test_auroc[none]"]) and row["test_auroc"] == pytest.approx(roc_auc_score(y[:, 0], s[:, 0]))
+    assert row["test_auroc_undefined_redraws"] == 0
+    assert (row["test_auroc_low"], row["test_auroc_high"]) == pytest.approx(percentile_interval(ref), abs=1e-12)
