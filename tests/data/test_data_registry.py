@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpmed.data import DATASET_SOURCES, load_dataset
+from dpmed.data import DATASET_SOURCES, SplitPlan, load_dataset
 from dpmed.errors import DataError
 
 
@@ -99,3 +99,87 @@ def test_an_array_source_needing_no_step_keeps_the_normalisation_asked_for():
     assert "transforms" not in d.source and d.normalization == ((0.5,), (0.25,))
     assert load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=2,
                         n_images=30).normalization is None
+
+
+# the optional study keys each source reads; any other is refused, never ignored
+OPTIONS = {
+    "phantom": {"task"}, "random_processes": set(), "medmnist": set(),
+    "folders": {"split", "skip_invalid", "cache_dir", "labels"},
+    "aptos": {"split", "skip_invalid", "cache_dir"}, "ham10000": {"split", "skip_invalid", "cache_dir"},
+    "nih": {"split", "skip_invalid", "cache_dir", "labels"},
+    "chexpert": {"split", "skip_invalid", "cache_dir", "labels", "uncertain"},
+    "mimic": {"split", "skip_invalid", "cache_dir", "labels", "uncertain"},
+    "csv": {"split", "skip_invalid", "cache_dir", "labels", "columns", "task"},
+}
+
+
+def test_each_source_reads_exactly_its_documented_options():
+    assert {name: set(info.options) for name, info in DATASET_SOURCES.items()} == OPTIONS
+
+
+@pytest.mark.parametrize("key, value", [("labels", ("a", "b")), ("columns", {"path": "p"}), ("task", "binary"),
+                                        ("uncertain", "ones"), ("skip_invalid", True), ("cache_dir", "cache"),
+                                        ("split", SplitPlan())])
+def test_an_option_an_array_file_does_not_read_is_refused_naming_it(tmp_path, key, value):
+    path = _fixture_npz(tmp_path / "tiny.npz")
+    with pytest.raises(DataError, match=rf"data\.{key} does not apply to source 'medmnist'"):
+        load_dataset(source="medmnist", path=path, image_size=None, channels=None, seed=0, n_images=None,
+                     **{key: value})
+
+
+def test_an_array_file_at_the_size_asked_for_is_not_resized_and_one_resized_keeps_its_normalisation(tmp_path):
+    from dpmed.data.transforms import Preprocessing
+
+    path = _fixture_npz(tmp_path / "tiny.npz")
+    same = load_dataset(source="medmnist", path=path, image_size=28, channels=None, seed=0, n_images=None)
+    assert "transforms" not in same.source
+    norm = ((0.5,), (0.25,))
+    d = load_dataset(source="medmnist", path=path, image_size=64, channels=None, seed=0, n_images=None,
+                     aspect="crop", normalize=norm)
+    assert d.normalization == norm and d.source["transforms"] == ("resize 28x28 -> 64x64 (bilinear, antialiased)",)
+    assert d.source["preprocessing"] == Preprocessing(size=(64, 64), aspect="crop", normalize=norm).describe()
+
+
+def test_a_non_square_array_file_cropped_to_the_aspect_says_so(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for split in ("train", "val", "test"):
+        arrays[f"{split}_images"] = rng.integers(0, 256, (4, 20, 28), dtype=np.uint8)
+        arrays[f"{split}_labels"] = (np.arange(4) % 2)[:, None].astype(np.uint8)
+    np.savez(tmp_path / "wide.npz", **arrays)
+    d = load_dataset(source="medmnist", path=tmp_path / "wide.npz", image_size=16, channels=None, seed=0,
+                     n_images=None, aspect="crop")
+    assert d.source["transforms"] == (
+        "central crop to the aspect, then resize 20x28 -> 16x16 (bilinear, antialiased)",)
+    assert d.train.image_shape == (1, 16, 16)
+
+
+@pytest.mark.parametrize("step, text", [("minmax", "per-image min-max"),
+                                        ("equalize", "per-image histogram equalisation")])
+def test_a_per_image_step_runs_on_an_array_source_where_it_is_the_only_step(step, text):
+    plain = load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=2, n_images=30)
+    d = load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=2, n_images=30, **{step: True})
+    assert d.source["transforms"] == (text,) and not np.array_equal(d.train.images, plain.train.images)
+    flat = d.train.images.reshape(len(d.train), -1)
+    np.testing.assert_allclose(flat.min(axis=1), 0, atol=1e-6)
+    np.testing.assert_allclose(flat.max(axis=1), 1, atol=1e-6)
+
+
+def test_the_random_processes_take_n_images_and_the_phantom_its_tasks():
+    d = load_dataset(source="random_processes", path=None, image_size=16, channels=None, seed=0, n_images=60)
+    assert sum(len(s) for s in (d.train, d.val, d.test)) == 60
+    multi = load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=0, n_images=60,
+                         task="multilabel")
+    assert multi.task.kind == "multilabel"
+    with pytest.raises(DataError, match="not a phantom task"):
+        load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=0, n_images=60,
+                     task="multiclass")
+    with pytest.raises(DataError, match="ordinal"):      # grades are multiclass; findings have no order
+        load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=0, n_images=60,
+                     task="multilabel", ordinal=True)
+
+
+def test_a_normalisation_for_another_channel_count_is_refused_when_the_data_are_read():
+    with pytest.raises(DataError, match="normalize has 3 mean and 3 std values for images with 1 channel"):
+        load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=0, n_images=30,
+                     normalize=((0.5, 0.5, 0.5), (0.2, 0.2, 0.2)))

@@ -210,3 +210,14 @@ def test_nih_a_blank_finding_is_flagged_and_each_row_keeps_its_own_sex(nih):
     m = read_nih(nih)
     assert list(m.problems) == [1] and m.problems[1].kind == "label outside the task"
     assert m.sex.tolist() == ["female" if int(p) % 2 else "male" for p in m.patient_ids]
+
+
+@pytest.mark.parametrize("layout", ["chexpert", "mimic"])
+def test_the_study_s_uncertain_policy_reaches_the_reader(layout, request, load_layout):
+    """data.uncertain: ones, given through the registry as a study gives it, is the policy the labels and the record
+    carry (the readers' own tests call them directly)."""
+    root = request.getfixturevalue(layout)
+    default, ones = load_layout(layout, root), load_layout(layout, root, uncertain="ones")
+    assert default.source["uncertain_policy"] == "-1 -> zeros" and ones.source["uncertain_policy"] == "-1 -> ones"
+    labels = [np.concatenate([s.labels for s in (d.train, d.val, d.test)]) for d in (default, ones)]
+    assert labels[1].shape == labels[0].shape and labels[1].sum() > labels[0].sum()   # some -1 became 1
