@@ -105,6 +105,36 @@ def test_voi_lut_sequence_and_no_voi(tmp_path):
     assert read_image(plain, channels=3).shape == (3, 2, 2)
 
 
+def test_a_voi_lut_table_is_applied_and_wins_over_a_window(tmp_path):
+    # a non-linear table over stored 0..3: neither the window nor the image's own range gives these values
+    path = _write_dicom(tmp_path / "lut.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 200, 220, 255],
+                        window=(1, 2), function="LINEAR_EXACT")
+    np.testing.assert_allclose(read_image(path, channels=1)[0], [[0, 200 / 255], [220 / 255, 1]], atol=1e-6)
+
+
+def test_without_a_window_the_image_s_own_range_and_a_constant_image_is_black_not_nan(tmp_path):
+    path = _write_dicom(tmp_path / "range.dcm", np.array([[100, 200], [300, 500]]))
+    np.testing.assert_allclose(read_image(path, channels=1)[0], [[0, 0.25], [0.5, 1]], atol=1e-6)
+    flat = read_image(_write_dicom(tmp_path / "flat.dcm", np.full((2, 2), 7)), channels=1)
+    np.testing.assert_array_equal(flat, np.zeros((1, 2, 2)))
+    flat1 = read_image(_write_dicom(tmp_path / "flat1.dcm", np.full((2, 2), 7), photometric="MONOCHROME1"), channels=1)
+    np.testing.assert_array_equal(flat1, np.ones((1, 2, 2)))
+
+
+def test_the_first_of_several_windows_is_the_one_applied(tmp_path):
+    one = _write_dicom(tmp_path / "one.dcm", STORED, window=(100, 400), function="LINEAR_EXACT")
+    several = _write_dicom(tmp_path / "several.dcm", STORED, window=([100, 2000], [400, 10]), function="LINEAR_EXACT")
+    np.testing.assert_array_equal(read_image(several, channels=1), read_image(one, channels=1))
+
+
+def test_monochrome1_is_one_minus_the_monochrome2_value_where_the_window_stays_below_white(tmp_path):
+    kw = dict(window=(5000, 20000), function="LINEAR_EXACT")   # STORED maps into [0.25, 0.46]
+    m2 = read_image(_write_dicom(tmp_path / "m2.dcm", STORED, **kw), channels=1)
+    m1 = read_image(_write_dicom(tmp_path / "m1.dcm", STORED, photometric="MONOCHROME1", **kw), channels=1)
+    assert m2.max() < 0.5
+    np.testing.assert_allclose(m1, 1 - m2, atol=1e-6)
+
+
 def test_colour_is_divided_by_its_stored_range_in_channel_row_column_order(tmp_path):
     rgb = np.zeros((2, 3, 3), dtype=np.uint16)     # 2 x 3: rows and columns not confused
     rgb[..., 0], rgb[..., 1], rgb[..., 2] = 4095, 1365, 0
@@ -116,6 +146,8 @@ def test_colour_is_divided_by_its_stored_range_in_channel_row_column_order(tmp_p
     grey = read_image(path, channels=1)           # ITU-R BT.601 luma
     np.testing.assert_allclose(grey[0, 0, 0], 0.299 + 0.587 / 3, atol=1e-6)
     np.testing.assert_allclose(grey[0, 1, 2], 0.114, atol=1e-6)
+    assert dicom.peek_dicom(path) == (3, (2, 3))
+    assert dicom.peek_dicom(_write_dicom(tmp_path / "grey.dcm", rgb[..., 0])) == (1, (2, 3))
 
 
 def test_ybr_colour_is_read_as_rgb(tmp_path):
