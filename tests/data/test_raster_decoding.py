@@ -46,3 +46,49 @@ def test_a_floating_point_tiff_is_unreadable_naming_its_mode(tmp_path):
     Image.fromarray(np.array([[0.0, 0.5], [2.0, -1.0]], dtype=np.float32)).save(path)
     with pytest.raises(UnreadableImage, match="mode F"):
         read_image(path, channels=1)
+
+
+@pytest.mark.parametrize("suffix, fmt", [(".png", "PNG"), (".jpg", "JPEG"), (".jpeg", "JPEG"), (".bmp", "BMP"),
+                                         (".tif", "TIFF"), (".tiff", "TIFF"), (".PNG", "PNG"), (".JPG", "JPEG"),
+                                         (".TIF", "TIFF"), (".Bmp", "BMP")])
+def test_every_raster_suffix_in_any_case_is_decoded(tmp_path, suffix, fmt):
+    path = tmp_path / f"x{suffix}"
+    Image.fromarray(np.full((4, 6), 128, dtype=np.uint8)).save(path, format=fmt)
+    x = read_image(path, channels=1)
+    assert x.shape == (1, 4, 6)
+    np.testing.assert_allclose(x, 128 / 255, atol=2 / 255)        # JPEG may move a flat grey by a level
+
+
+@pytest.mark.parametrize("mode", ["1", "LA", "I;16"])
+def test_grey_modes_are_peeked_as_one_channel(tmp_path, mode):
+    path = tmp_path / f"{mode.replace(';', '')}.png"
+    Image.new(mode, (5, 3)).save(path)
+    assert peek_image(path) == (1, (3, 5))
+
+
+def test_a_32_bit_image_above_the_16_bit_range_is_clipped_to_white(tmp_path):
+    path = tmp_path / "wide.tif"
+    Image.fromarray(np.array([[0, 65535], [100000, 32768]], dtype=np.int32)).save(path)   # mode I
+    x = read_image(path, channels=1)
+    assert x.max() == 1.0
+    np.testing.assert_allclose(x[0], [[0, 1], [1, 32768 / 65535]], rtol=1e-6)
+
+
+def test_a_jpeg_asked_for_at_a_smaller_size_decodes_no_smaller_than_it(tmp_path):
+    """Pillow's draft decodes a JPEG at 1/2, 1/4 or 1/8 scale: never below the size the study asks for."""
+    path = tmp_path / "big.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (256, 256), dtype=np.uint8)).save(path)
+    assert read_image(path, channels=1).shape == (1, 256, 256)
+    drafted = read_image(path, channels=1, size_hint=(64, 64))
+    assert drafted.shape[1:] == (64, 64)
+    assert read_image(path, channels=3, size_hint=(100, 100)).shape[1:] == (128, 128)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 4), (4, 4), (1, 4), (1, 0, 4)])
+def test_a_decoder_s_array_of_the_wrong_shape_is_an_unreadable_image(tmp_path, monkeypatch, shape):
+    from dpmed.data import decoding
+
+    wrong = decoding.Decoder("wrong", lambda path, channels, hint: np.zeros(shape, np.float32), decoding._peek_raster)
+    monkeypatch.setitem(decoding.DECODERS, ".png", wrong)
+    with pytest.raises(UnreadableImage, match="decoded to shape"):
+        read_image(tmp_path / "x.png", channels=1)
