@@ -140,3 +140,54 @@ def test_class_probabilities_normalise_the_input_and_take_a_softmax_per_image():
     probs = class_probabilities(Linear(), images, kind="binary", normalization=((0.0,), (0.5,)))
     expected = torch.tensor([[-1.0, 2.0], [-0.5, 1.0]]).softmax(dim=1).numpy()
     np.testing.assert_allclose(probs, expected, rtol=1e-6)
+
+
+def test_each_method_name_builds_its_own_pytorch_grad_cam_class():
+    """The name a study gives is the method the report names: a name mapped to another class would compare the
+    wrong explanations without a word (pytorch-grad-cam's class names)."""
+    import pytorch_grad_cam
+
+    assert {name: m.class_name for name, m in CAM_METHODS.items()} == {
+        "gradcam": "GradCAM", "gradcam++": "GradCAMPlusPlus", "xgradcam": "XGradCAM", "hirescam": "HiResCAM",
+        "layercam": "LayerCAM", "eigencam": "EigenCAM", "scorecam": "ScoreCAM"}
+    assert all(hasattr(pytorch_grad_cam, m.class_name) for m in CAM_METHODS.values())
+
+
+def test_a_model_with_frozen_layers_gets_the_maps_of_the_unfrozen_one_and_stays_frozen():
+    """A pretrained start freezes the layers it does not train (`dpmed.models.weights`); gradients must still reach
+    the target layer of the copy."""
+    image = np.random.default_rng(1).random((1, 1, 4, 4)).astype(np.float32)
+    frozen = Linear()
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    cams = compute_cams(frozen, image, target_layer="features", targets=[1])
+    np.testing.assert_allclose(cams, compute_cams(Linear(), image, target_layer="features", targets=[1]), rtol=1e-6)
+    np.testing.assert_allclose(cams[0], image[0, 0] / image.max(), rtol=1e-5)
+    assert not any(p.requires_grad for p in frozen.parameters())
+
+
+def test_a_map_of_a_non_square_image_keeps_its_rows_and_columns():
+    image = np.random.default_rng(3).random((1, 1, 4, 8)).astype(np.float32)
+    cam = compute_cams(Linear(), image, target_layer="features", targets=[1])
+    assert cam.shape == (1, 4, 8)
+    np.testing.assert_allclose(cam[0], image[0, 0] / image.max(), rtol=1e-5)
+
+
+def test_colour_images_are_normalised_channel_by_channel():
+    from dpmed.evaluation.cams import _to_input
+
+    images = np.random.default_rng(4).random((2, 3, 2, 2)).astype(np.float32)
+    mean, std = (0.1, 0.2, 0.3), (0.5, 1.0, 2.0)
+    x = _to_input(images, (mean, std), torch.device("cpu")).numpy()
+    for c in range(3):
+        np.testing.assert_allclose(x[:, c], (images[:, c] - mean[c]) / std[c], rtol=1e-6)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_class_probabilities_keep_every_image_across_batches(batch_size):
+    from dpmed.evaluation.cams import class_probabilities
+
+    images = np.random.default_rng(5).random((3, 1, 4, 4)).astype(np.float32)
+    whole = class_probabilities(Linear(), images, kind="binary")
+    assert whole.shape == (3, 2)
+    np.testing.assert_array_equal(class_probabilities(Linear(), images, kind="binary", batch_size=batch_size), whole)
