@@ -303,13 +303,15 @@ def test_status_calls_a_damaged_run_record_unreadable_not_finished(quickstart, t
     assert "3 finished, 1 unreadable" in out
 
 
-def test_a_damaged_study_yaml_is_named_not_a_traceback(quickstart, tmp_path, capsys):
+@pytest.mark.parametrize("content, kind", [(b"study: [unclosed\n", "ParserError"), (b"\xff\xfe", "UnicodeDecodeError")],
+                         ids=["not-yaml", "not-utf8"])
+def test_a_damaged_study_yaml_is_named_not_a_traceback(quickstart, tmp_path, capsys, content, kind):
     copy = tmp_path / "quickstart"
     shutil.copytree(quickstart, copy)
-    (copy / "study.yaml").write_text("study: [unclosed\n")
+    (copy / "study.yaml").write_bytes(content)
     assert main(["report", str(copy)]) == 2
     err = capsys.readouterr().err
-    assert f"{copy / 'study.yaml'} cannot be read" in err and "Traceback" not in err, err
+    assert f"{copy / 'study.yaml'} cannot be read ({kind}" in err and "Traceback" not in err, err
     assert main(["status", str(copy)]) == 0                 # status names it and lists the runs it can see
     out = capsys.readouterr().out
     assert out.startswith(f"study.yaml                           unreadable: {copy / 'study.yaml'} cannot be read")

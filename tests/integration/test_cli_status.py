@@ -57,6 +57,25 @@ def test_a_report_rebuilt_from_finished_runs_imports_no_torch(tiny_study, tmp_pa
     assert "report:" in done.stdout and (copy / "report.html").stat().st_size > 0
 
 
+def test_a_run_not_started_is_pending_and_one_that_failed_after_a_checkpoint_is_failed(tiny_study, tmp_path, capsys):
+    """Every run the study lists is shown (one not started too: else a study would look complete), and a run that
+    failed after saving a checkpoint shows its error, not "interrupted" (which invites a rerun and hides why)."""
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    pending, failed = sorted(p.parent.name for p in copy.glob("runs/*/run.json"))
+    for run_id in (pending, failed):
+        shutil.rmtree(copy / "runs" / run_id)
+    files = StudyFolder(copy).run(failed)
+    files.error.parent.mkdir(parents=True, exist_ok=True)
+    files.error.write_text(json.dumps({"run_id": failed, "error": "ValueError: boom"}))
+    files.checkpoint.write_bytes(b"not read")
+    assert main(["status", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^{re.escape(pending)} +pending$", out, re.M), out
+    assert re.search(rf"^{re.escape(failed)} +failed: ValueError: boom$", out, re.M), out
+    assert out.strip().splitlines()[-1] == "1 failed, 1 pending"
+
+
 @pytest.mark.parametrize("content", [b"{cut short", b"[]", b'{"run_id": "x"}', b"\xff\xfe"],
                          ids=["not-json", "not-an-object", "no-error", "not-utf8"])
 def test_status_shows_a_run_whose_error_json_is_unreadable_as_failed(tiny_study, tmp_path, capsys, content):
