@@ -9,11 +9,11 @@ from dpmed.data import DATASET_SOURCES, SplitPlan, load_dataset
 from dpmed.errors import DataError
 
 
-def _fixture_npz(path):
+def _fixture_npz(path, shape=(28, 28)):
     rng = np.random.default_rng(0)
     arrays = {}
     for split, n in (("train", 5), ("val", 3), ("test", 3)):
-        arrays[f"{split}_images"] = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        arrays[f"{split}_images"] = rng.integers(0, 256, (n, *shape), dtype=np.uint8)
         arrays[f"{split}_labels"] = (np.arange(n) % 2)[:, None].astype(np.uint8)
     np.savez(path, **arrays)
     return path
@@ -141,14 +141,8 @@ def test_an_array_file_at_the_size_asked_for_is_not_resized_and_one_resized_keep
 
 
 def test_a_non_square_array_file_cropped_to_the_aspect_says_so(tmp_path):
-    rng = np.random.default_rng(0)
-    arrays = {}
-    for split in ("train", "val", "test"):
-        arrays[f"{split}_images"] = rng.integers(0, 256, (4, 20, 28), dtype=np.uint8)
-        arrays[f"{split}_labels"] = (np.arange(4) % 2)[:, None].astype(np.uint8)
-    np.savez(tmp_path / "wide.npz", **arrays)
-    d = load_dataset(source="medmnist", path=tmp_path / "wide.npz", image_size=16, channels=None, seed=0,
-                     n_images=None, aspect="crop")
+    path = _fixture_npz(tmp_path / "wide.npz", shape=(20, 28))
+    d = load_dataset(source="medmnist", path=path, image_size=16, channels=None, seed=0, n_images=None, aspect="crop")
     assert d.source["transforms"] == (
         "central crop to the aspect, then resize 20x28 -> 16x16 (bilinear, antialiased)",)
     assert d.train.image_shape == (1, 16, 16)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dpmed.names import CAM_METHODS as CAM_METHOD_NAMES
-from dpmed.evaluation.cams import CAM_METHODS, compute_cams, plain_copy
+from dpmed.evaluation.cams import CAM_METHODS, _to_input, class_probabilities, compute_cams, plain_copy
 from dpmed.models import MODELS, build_model
 
 
@@ -133,8 +133,6 @@ def test_the_relu_comes_before_the_upsampling():
 
 def test_class_probabilities_normalise_the_input_and_take_a_softmax_per_image():
     """Constant 0.5 normalised by mean 0, std 0.5 is 1: logits (-1, 2), softmax (0.0474, 0.9526), per row."""
-    from dpmed.evaluation.cams import class_probabilities
-
     images = np.full((2, 1, 4, 4), 0.5, np.float32)
     images[1] = 0.25                                              # logits (-0.5, 1)
     probs = class_probabilities(Linear(), images, kind="binary", normalization=((0.0,), (0.5,)))
@@ -174,8 +172,6 @@ def test_a_map_of_a_non_square_image_keeps_its_rows_and_columns():
 
 
 def test_colour_images_are_normalised_channel_by_channel():
-    from dpmed.evaluation.cams import _to_input
-
     images = np.random.default_rng(4).random((2, 3, 2, 2)).astype(np.float32)
     mean, std = (0.1, 0.2, 0.3), (0.5, 1.0, 2.0)
     x = _to_input(images, (mean, std), torch.device("cpu")).numpy()
@@ -185,8 +181,6 @@ def test_colour_images_are_normalised_channel_by_channel():
 
 @pytest.mark.parametrize("batch_size", [1, 2])
 def test_class_probabilities_keep_every_image_across_batches(batch_size):
-    from dpmed.evaluation.cams import class_probabilities
-
     images = np.random.default_rng(5).random((3, 1, 4, 4)).astype(np.float32)
     whole = class_probabilities(Linear(), images, kind="binary")
     assert whole.shape == (3, 2)
