@@ -1,0 +1,101 @@
+"""private/report.html (`dpmed.reporting.page.write_private_report`) from typed inputs: only its owner can read it,
+each run's card holds what that run's private folder gave (wall time, audit statement, training-set point
+estimates, what could not be read), and the attack's reconstructions appear where they can be drawn. (The end-to-end
+tests in tests/integration/test_cli.py and test_attack_run.py check a real study's file for a few lines.)"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+
+import numpy as np
+import pytest
+
+from dpmed.folders import write_arrays_atomic
+from dpmed.records import Timing
+from dpmed.reporting import PrivateRun, write_private_report
+
+
+@pytest.fixture
+def private(tmp_path, make_record, make_resolved):
+    """Writes the private report of ``items`` and returns its text as a reader sees it (``raw=True``: its HTML)."""
+    path = tmp_path / "private" / "report.html"
+    path.parent.mkdir()
+
+    def write(items: dict[str, PrivateRun], raw: bool = False) -> str:
+        write_private_report(make_resolved([make_record("dp_seed0", "dp", "dp_sgd", eps=1.0)]), items, path)
+        page = path.read_text()
+        return page if raw else re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", page)))
+    write.path = path
+    return write
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX file modes")
+def test_only_its_owner_can_read_the_private_report(private):
+    private({"dp_seed0": PrivateRun(audit_statement="eps >= 0.3 at 95 %")})
+    assert private.path.stat().st_mode & 0o777 == 0o600
+
+
+def test_each_run_s_card_holds_its_wall_time_audit_and_training_set_point_estimates(private):
+    timing = Timing(train_seconds=12.34, total_seconds=20.0, device="cpu", threads=2, resumed_from=40)
+    metrics = {"train_auroc": 0.91234, "train_auroc_low": 0.8, "train_auroc_high": 0.95, "test_auroc": 0.7,
+               "train_n": 120, "bootstrap_unit": "patient"}
+    text = private({"dp_seed0": PrivateRun(audit_statement="The audit found eps >= 0.31", training_metrics=metrics,
+                                           timing=timing)})
+    assert "Wall time: training 12.3 s, in all 20.0 s (cpu, 2 threads, resumed from 40)." in text
+    assert "The audit found eps >= 0.31" in text
+    assert "train_auroc 0.9123" in text
+    # the point estimate only: not its interval, nothing of the test set, no counts or words
+    for left_out in ("train_auroc_low", "train_auroc_high", "test_auroc", "train_n", "bootstrap_unit"):
+        assert left_out not in text, left_out
+    assert "No private statistics" not in text
+
+
+def test_a_run_that_did_not_resume_and_a_timing_without_its_total_say_no_more_than_they_hold(private):
+    whole = Timing(train_seconds=5.0, total_seconds=6.0, device="cuda", threads=1, resumed_from=0)
+    half = Timing(train_seconds=5.0, total_seconds=None, device="cpu", threads=1)
+    text = private({"a": PrivateRun(timing=whole), "b": PrivateRun(timing=half, audit_statement="audited")})
+    assert "Wall time: training 5.0 s, in all 6.0 s (cuda, 1 threads)." in text
+    assert text.count("Wall time") == 1 and "audited" in text
+
+
+def test_a_file_that_could_not_be_read_is_named_on_its_run_s_card(private):
+    unread = "runs/dp_seed0/private/audit.json cannot be read (JSONDecodeError: ...), so it is left out of this report"
+    item = PrivateRun(unread=(unread,))
+    assert item                                             # a run with only an unreadable file still gets a card
+    text = private({"dp_seed0": item}, raw=True)
+    assert '<div class="card"><h3>dp_seed0</h3>' in text and html.escape(unread) in text
+    assert not PrivateRun()
+
+
+def test_a_report_without_private_numbers_says_so(private):
+    assert "No private statistics were computed." in private({})
+
+
+def _attack_file(path, ssim):
+    n = len(ssim)
+    write_arrays_atomic(path, {"originals": np.zeros((n, 1, 8, 8), np.float32),
+                               "reconstructions": np.ones((n, 1, 8, 8), np.float32),
+                               "ssim": np.asarray(ssim, np.float32)})
+    return path
+
+
+def test_the_reconstructions_appear_per_attacked_run_and_a_damaged_file_is_named(private, make_record, tmp_path):
+    attacked = make_record("dp_seed0", "dp", "dp_sgd", eps=1.0)
+    good = _attack_file(tmp_path / "good.npz", [0.9, 0.4])
+    text = private({"dp_seed0": PrivateRun(attack_images=good, attacked=attacked)})
+    assert "The imprint attack's best reconstructions" in text and "No private statistics" not in text
+    assert (private.path.parent / "attack_reconstructions.png").is_file()
+
+    damaged = tmp_path / "damaged.npz"
+    damaged.write_bytes(b"not an archive")
+    text = private({"dp_seed0": PrivateRun(attack_images=damaged, attacked=attacked)})
+    assert "The imprint attack's best reconstructions" in text and "Left out of the attack's reconstructions" in text
+    assert f"dp_seed0: {damaged} cannot be read" in text
+
+    # an attack that reconstructed no image, or images whose record is missing, draws no figure
+    empty = _attack_file(tmp_path / "empty.npz", [])
+    for item in (PrivateRun(attack_images=empty, attacked=attacked), PrivateRun(attack_images=good)):
+        text = private({"dp_seed0": item})
+        assert "best reconstructions" not in text
