@@ -54,6 +54,31 @@ def test_each_local_dp_row_shows_its_perturbed_images_under_the_originals():
 
 
 @pytest.mark.parametrize("narrow", [False, True])
+def test_each_cam_row_lays_its_own_map_of_each_image_over_that_image(narrow):
+    """The CAM grid (`dpmed.reporting.study_figures`): column c shows image c, its lesion outlined where it has one,
+    and every run's map of image c over it; titles name the columns on a desktop; a phone shows three columns."""
+    from dpmed.reporting.study_figures import cam_grid_figure
+
+    n = 4
+    images = np.stack([np.full((1, 6, 6), (c + 1) / 10) for c in range(n)])           # image c: all (c + 1) / 10
+    masks = np.zeros((n, 6, 6), bool)
+    masks[1, 2:4, 2:4] = True                                                          # only image 1 has a lesion
+    cams = {"a": np.stack([np.full((6, 6), 0.5 + c / 10) for c in range(n)]), "b": np.zeros((n, 6, 6))}
+    fig = cam_grid_figure(images, masks, list(cams.items()), ["w", "x", "y", "z"], narrow=narrow)
+    shown = min(3, n) if narrow else n
+    grid = [ax for ax in fig.get_axes() if ax.images]
+    assert len(grid) == 3 * shown
+    for c, ax in enumerate(grid[:shown]):                                               # the images' row
+        assert [float(im.get_array().mean()) for im in ax.images] == pytest.approx([(c + 1) / 10])
+        assert bool(ax.collections) == (c == 1), c                                    # the lesion's outline
+        assert ax.get_title() == ("" if narrow else "wxyz"[c])
+    for r, cam in enumerate(cams.values(), start=1):
+        for c, ax in enumerate(grid[r * shown:(r + 1) * shown]):
+            image, heat = (float(im.get_array().mean()) for im in ax.images)
+            assert (image, heat) == pytest.approx(((c + 1) / 10, float(cam[c].mean()))), (r, c)
+
+
+@pytest.mark.parametrize("narrow", [False, True])
 def test_local_dp_and_dp_sgd_eps_get_separate_panels(records, narrow):
     fig = auroc_figure(records, narrow=narrow)
     local, central = fig.axes[:2]

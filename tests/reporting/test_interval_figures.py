@@ -28,3 +28,21 @@ def test_an_interval_below_its_point_is_drawn_from_its_low_to_its_high_end_in_bo
         assert points == [0.571, 0.6, 0.8]
         assert [t.get_text() for t in fig.legends[0].get_texts()] == ["a run", "b"]   # one entry per run
     assert group_estimates(["[0,30)"], [("a run", [AWRY])], ylabel="AUROC", title="t")[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_each_run_has_its_own_place_within_a_group_and_a_phone_lists_the_groups_top_down():
+    """Two runs: a's points left of (on a phone: above) each group's tick and b's right of it, both 0.2 from it;
+    an undefined value and a missing estimate draw nothing; the groups in their order, the first on top on a phone
+    as in the tables."""
+    groups = ["[0,30)", "[30,60)", "[60,70)"]
+    series = [("a", [Estimate(value=0.7), Estimate(value=None), Estimate(value=0.8)]),
+              ("b", [Estimate(value=0.6), Estimate(value=0.65), None])]
+    for narrow in (False, True):
+        fig = group_figure(groups, series, ylabel="test AUROC", title="AUROC by age", narrow=narrow)
+        ax = fig.axes[0]
+        drawn = sorted((round(float(y if narrow else x), 6), round(float(x if narrow else y), 6))
+                       for line in ax.lines for x, y in zip(line.get_xdata(), line.get_ydata()))
+        assert drawn == [(-0.2, 0.7), (0.2, 0.6), (1.2, 0.65), (1.8, 0.8)], narrow
+        ticks, labels = (ax.get_yticks(), ax.get_yticklabels()) if narrow else (ax.get_xticks(), ax.get_xticklabels())
+        assert list(ticks) == [0, 1, 2] and [t.get_text() for t in labels] == groups
+        assert ax.yaxis_inverted() == narrow
