@@ -3,6 +3,7 @@ DICOM files with patients from the header, broken files, and the message when py
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -324,3 +325,54 @@ def test_a_broken_link_to_a_dicom_file_is_a_missing_image(tmp_path):
     with pytest.raises(DataError, match=r"1 of 9 rows cannot be used \(1 missing image\).*\n  - normal/link.dcm: image "
                                         r"normal/link.dcm is a link to \S+gone.dcm, which does not exist"):
         load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)
+
+
+def test_a_window_without_its_center_or_its_width_is_no_window(tmp_path):
+    """Half a window cannot be applied: the image is stretched by its own range, as a file with none is."""
+    pydicom = pytest.importorskip("pydicom")
+    for dropped in ("WindowCenter", "WindowWidth"):
+        path = _write_dicom(tmp_path / f"{dropped}.dcm", STORED, window=(100, 400), function="LINEAR_EXACT")
+        ds = pydicom.dcmread(path)
+        delattr(ds, dropped)
+        ds.save_as(path)
+        np.testing.assert_allclose(read_image(path, channels=1)[0], STORED / 4095.0, atol=1e-6, err_msg=dropped)
+
+
+def test_a_table_its_descriptor_does_not_describe_is_unreadable_not_an_internal_error(tmp_path):
+    """A VOI LUT's LUTDescriptor gives its entries' count (0: 65536) and bits. 1000 in an 8-bit table made pydicom
+    overflow, and a table shorter than its count made it fail to unpack: internal errors and a traceback, where a
+    flagged row is due."""
+    path = _write_dicom(tmp_path / "overflow.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 85, 255, 1000])
+    with pytest.raises(UnreadableImage, match="pixel data cannot be decoded.*OverflowError"):
+        read_image(path, channels=1)
+    pydicom = pytest.importorskip("pydicom")
+    ds = pydicom.dcmread(_write_dicom(tmp_path / "short.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 85, 170, 255]))
+    ds.VOILUTSequence[0].LUTDescriptor = [0, 0, 16]           # 65536 entries of 16 bits, and 4 in the file
+    ds.save_as(tmp_path / "short.dcm")
+    with pytest.raises(UnreadableImage, match="pixel data cannot be decoded.*unpack"):
+        read_image(tmp_path / "short.dcm", channels=1)
+
+
+@pytest.mark.parametrize(("header", "named"), [(dict(rescale=("inf", 0)), "RescaleSlope inf"),
+                                               (dict(rescale=("nan", 0)), "RescaleSlope nan"),
+                                               (dict(rescale=("1e308", 0)), "RescaleSlope 1e308"),   # overflows
+                                               (dict(rescale=(1, "-inf")), "RescaleIntercept -inf"),
+                                               (dict(window=("nan", 400)), "got nan and 400"),
+                                               (dict(window=(100, "inf")), "got 100.0 and inf"),
+                                               (dict(window=(100, "nan"), function="SIGMOID"), "got 100.0 and nan")])
+def test_a_header_whose_grey_transforms_give_no_finite_value_is_unreadable(tmp_path, header, named):
+    """Before, a WindowCenter of nan gave an image of nan (which would reach training), an infinite WindowWidth a
+    uniform grey, and an overflowing RescaleSlope a wrapped-around integer."""
+    path = _write_dicom(tmp_path / "odd.dcm", STORED, **header)
+    with pytest.raises(UnreadableImage, match=f"pixel data cannot be decoded.*{re.escape(named)}"):
+        read_image(path, channels=1)
+
+
+@pytest.mark.parametrize("frames", [1, None])
+def test_a_frame_count_of_one_or_left_empty_is_a_single_frame(tmp_path, frames):
+    pydicom = pytest.importorskip("pydicom")
+    path = _write_dicom(tmp_path / "one.dcm", STORED, window=(100, 400), function="LINEAR_EXACT", frames=1)
+    ds = pydicom.dcmread(path)
+    ds.NumberOfFrames = frames                    # None: the element present and empty
+    ds.save_as(path)
+    np.testing.assert_allclose(read_image(path, channels=1)[0], [[0.25, 0.5], [0.75, 1.0]], atol=1e-6)

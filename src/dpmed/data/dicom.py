@@ -65,6 +65,8 @@ def voi_window(x: np.ndarray, center: float, width: float, function: str = "LINE
     """The VOI window of PS3.3 C.11.2.1.2 mapped to [0, 1] (see the module docstring for the three functions)."""
     x = x.astype(np.float64, copy=False)
     function = (function or "LINEAR").upper()
+    if not (np.isfinite(center) and np.isfinite(width)):
+        raise ValueError(f"window needs a finite WindowCenter and WindowWidth, got {center} and {width}")
     if function == "SIGMOID":
         if width <= 0:
             raise ValueError(f"SIGMOID window needs WindowWidth > 0, got {width}")
@@ -97,6 +99,9 @@ def _grey(ds, stored: np.ndarray) -> np.ndarray:
         from pydicom.pixel_data_handlers.util import apply_modality_lut, apply_voi_lut  # pydicom 2.x
 
     modality = np.asarray(apply_modality_lut(stored, ds))  # [H, W] modality values
+    if not np.isfinite(modality).all():   # a RescaleSlope or RescaleIntercept of inf or nan, or one that overflows
+        raise ValueError(f"the modality LUT (RescaleSlope {ds.get('RescaleSlope')}, RescaleIntercept "
+                         f"{ds.get('RescaleIntercept')}) gives values that are not finite numbers")
     if modality.dtype.kind == "f" and np.array_equal(modality, np.round(modality)):
         modality = modality.astype(np.int64)  # a table LUT is indexed by integers
     x = modality.astype(np.float64)
@@ -117,8 +122,10 @@ def _grey(ds, stored: np.ndarray) -> np.ndarray:
 def read_dicom(path: Path) -> np.ndarray:
     """One DICOM file -> float32 [C, H, W] in [0, 1] (C = 1 grey, 3 colour), by the pipeline of the module docstring.
 
-    Raises UnreadableImage (a flagged row) for a file that is not DICOM, has no pixel data, several frames or an
-    unsupported photometric interpretation or transfer syntax; DataError when pydicom is not installed.
+    Raises UnreadableImage (a flagged row) for a file that is not DICOM, has no pixel data, several frames, an
+    unsupported photometric interpretation or transfer syntax, or grey transforms that give no finite value (a
+    RescaleSlope of inf, a WindowCenter of nan: such pixels would reach training as nan); DataError when pydicom is
+    not installed.
     """
     ds = _open(path, pixels=True)
     if "PixelData" not in ds:
@@ -134,7 +141,10 @@ def read_dicom(path: Path) -> np.ndarray:
         if photometric == "RGB" or photometric.startswith("YBR"):  # pydicom returns YBR as RGB by default
             scale = float(2 ** int(ds.get("BitsStored", 8)) - 1)
             return np.ascontiguousarray((np.asarray(stored, np.float32) / scale).clip(0, 1).transpose(2, 0, 1))
-    except (ValueError, NotImplementedError, RuntimeError, AttributeError, KeyError, IndexError) as exc:
+    # OverflowError and struct.error: a VOI LUT whose entries exceed the bits, or whose data fall short of the entry
+    # count, that its LUTDescriptor gives (found by writing odd headers; the changed-byte search keeps the header)
+    except (ValueError, NotImplementedError, RuntimeError, AttributeError, KeyError, IndexError, OverflowError,
+            struct.error) as exc:
         raise UnreadableImage(f"pixel data cannot be decoded ({type(exc).__name__}: {exc})") from exc
     raise UnreadableImage(f"has PhotometricInterpretation {photometric or '(none)'!r}; dpmed reads MONOCHROME1, "
                           "MONOCHROME2, RGB and YBR")
