@@ -48,6 +48,19 @@ def test_a_floating_point_tiff_is_unreadable_naming_its_mode(tmp_path):
         read_image(path, channels=1)
 
 
+def test_a_32_bit_tiff_is_read_within_16_bits_and_unreadable_beyond(tmp_path):
+    """Pillow opens a 32-bit integer TIFF as mode I, as older Pillow opened a 16-bit PNG. Within 0..65535 its values
+    are 16-bit samples; beyond, they were clipped to black and white without a word."""
+    path = tmp_path / "within.tif"
+    Image.fromarray(WIDE.astype(np.int32)).save(path)
+    assert Image.open(path).mode == "I"
+    np.testing.assert_allclose(read_image(path, channels=1)[0], WIDE / 65535.0, rtol=1e-6)
+    for name, values in (("above", [[0, 70000]]), ("below", [[-5, 1000]])):
+        Image.fromarray(np.array(values, dtype=np.int32)).save(tmp_path / f"{name}.tif")
+        with pytest.raises(UnreadableImage, match=f"32-bit samples from {min(values[0])} to {max(values[0])}"):
+            read_image(tmp_path / f"{name}.tif", channels=1)
+
+
 @pytest.mark.parametrize("suffix, fmt", [(".png", "PNG"), (".jpg", "JPEG"), (".jpeg", "JPEG"), (".bmp", "BMP"),
                                          (".tif", "TIFF"), (".tiff", "TIFF"), (".PNG", "PNG"), (".JPG", "JPEG"),
                                          (".TIF", "TIFF"), (".Bmp", "BMP")])
@@ -64,14 +77,6 @@ def test_grey_modes_are_peeked_as_one_channel(tmp_path, mode):
     path = tmp_path / f"{mode.replace(';', '')}.png"
     Image.new(mode, (5, 3)).save(path)
     assert peek_image(path) == (1, (3, 5))
-
-
-def test_a_32_bit_image_above_the_16_bit_range_is_clipped_to_white(tmp_path):
-    path = tmp_path / "wide.tif"
-    Image.fromarray(np.array([[0, 65535], [100000, 32768]], dtype=np.int32)).save(path)   # mode I
-    x = read_image(path, channels=1)
-    assert x.max() == 1.0
-    np.testing.assert_allclose(x[0], [[0, 1], [1, 32768 / 65535]], rtol=1e-6)
 
 
 def test_a_jpeg_asked_for_at_a_smaller_size_decodes_no_smaller_than_it(tmp_path):

@@ -8,8 +8,9 @@ or the system's error (an OSError with an errno: too many open files, a share go
 kept as the file's failure (`dpmed.data.cache`).
 
 Value scale: 8-bit samples / 255, 16-bit samples / 65535 (PNG with 16-bit grey, as some NIH and MIMIC exports), so
-the stored value range maps onto [0, 1] without looking at any other image. Colour to grey is ITU-R BT.601 luma
-(Pillow's ``convert("L")``), grey to colour repeats the channel, alpha is dropped.
+the stored value range maps onto [0, 1] without looking at any other image. Samples whose range is unknown
+(floating point, or 32-bit integers beyond 0..65535) make the file unreadable rather than be clipped. Colour to grey
+is ITU-R BT.601 luma (Pillow's ``convert("L")``), grey to colour repeats the channel, alpha is dropped.
 
 Speed: for JPEG, Pillow's ``draft`` lets the decoder skip DCT detail the resize would throw away (it decodes at 1/2,
 1/4 or 1/8 scale, never below the requested size): a 2,000 px radiograph decodes several times faster for a 224 px
@@ -48,8 +49,11 @@ def _read_raster(path: Path, channels: int, size_hint: tuple[int, int] | None) -
                 im.draft("L" if channels == 1 else "RGB", (size_hint[1], size_hint[0]))
             im.load()  # decodes now: a truncated file raises here (LOAD_TRUNCATED_IMAGES is left as it is)
             if im.mode in _WIDE_MODES:
-                grey = np.asarray(im, dtype=np.float32) / np.float32(65535.0)  # [H, W]
-                x = np.clip(grey, 0.0, 1.0)[None]
+                stored = np.asarray(im)                                          # [H, W]
+                if stored.size and (stored.min() < 0 or stored.max() > 65535):   # mode I: 32-bit signed samples
+                    raise UnreadableImage(f"holds 32-bit samples from {stored.min()} to {stored.max()}, beyond "
+                                          "16 bits, whose range is unknown; export it as 8- or 16-bit PNG")
+                x = (stored.astype(np.float32) / np.float32(65535.0))[None]
                 return np.repeat(x, 3, axis=0) if channels == 3 else x
             converted = im.convert("L" if channels == 1 else "RGB")
             x = np.asarray(converted, dtype=np.float32) / np.float32(255.0)  # [H, W] or [H, W, 3]
