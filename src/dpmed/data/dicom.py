@@ -145,7 +145,7 @@ def read_dicom(path: Path) -> np.ndarray:
     # count, that its LUTDescriptor gives (found by writing odd headers; the changed-byte search keeps the header)
     except (ValueError, NotImplementedError, RuntimeError, AttributeError, KeyError, IndexError, OverflowError,
             struct.error) as exc:
-        raise UnreadableImage(f"pixel data cannot be decoded ({type(exc).__name__}: {exc})") from exc
+        raise UnreadableImage(f"pixel data cannot be decoded ({error_name(exc)}: {exc})") from exc
     raise UnreadableImage(f"has PhotometricInterpretation {photometric or '(none)'!r}; dpmed reads MONOCHROME1, "
                           "MONOCHROME2, RGB and YBR")
 
