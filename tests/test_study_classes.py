@@ -38,3 +38,18 @@ def test_both_classes_everywhere_pass_and_multiclass_needs_two_in_training_only(
     check_classes(multiclass, where="phantom")                     # validation picks no threshold for argmax
     with pytest.raises(DataError, match="at least two classes in training"):
         check_classes(replace(multiclass, train=_only(phantom.train, 1)), where="phantom")
+
+
+def test_classes_counted_from_the_images_need_each_training_class_in_validation_or_test(phantom):
+    """The count of classes counted from the images is published (study.yaml, the model's last layer): a class that
+    only training images hold is refused. Validation is enough (DP does not cover it), and a class no image holds
+    (``task: multiclass`` over labels 0, 1, 3) publishes no one's label."""
+    task = replace(phantom.task, kind="multiclass", label_names=("a", "b", "c", "d"), classes_from_data=True)
+    train = replace(phantom.train, labels=np.arange(len(phantom.train)) % 2)
+    counted = replace(phantom, task=task, train=replace(train, labels=np.where(train.labels == 1, 3, 0)))
+    with pytest.raises(DataError, match=r"^phantom: class\(es\) d have training images but no validation or test "
+                                        r"image\."):
+        check_classes(counted, where="phantom")
+    check_classes(replace(counted, task=replace(task, classes_from_data=False)), where="phantom")  # given: fine
+    val = replace(phantom.val, labels=np.where(phantom.val.labels == 1, 3, 0))
+    check_classes(replace(counted, val=val), where="phantom")          # class d held by validation images too

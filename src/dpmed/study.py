@@ -131,7 +131,10 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
     """DataError, before any training, where a split lacks a class it needs: a binary task needs both classes in
     training (else nothing is learnt), validation (Youden's threshold, METHODS.md s.4) and test (AUROC); a
     multiclass one at least two classes in training. Before, such a study trained every run and then failed in
-    evaluation, or reported an AUROC for a model that had seen one class (``where``: the data, for the message)."""
+    evaluation, or reported an AUROC for a model that had seen one class (``where``: the data, for the message).
+    Where the classes were counted from the images (`Task.classes_from_data`), every training class needs a
+    validation or test image, so the count the study publishes is a fact of the evaluation splits, not of one
+    training patient."""
     kind, names = dataset.task.kind, dataset.task.label_names
     if kind not in ("binary", "multiclass"):
         return
@@ -145,6 +148,18 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
             raise DataError(f"{where}: the {split} split holds only class {held} ({len(images)} images); a {kind} "
                             f"task needs {needs}: check the label column or class folders (data.labels), or the "
                             "split settings")
+    if dataset.task.classes_from_data:
+        # The class count is released (study.yaml, the report, the model's last layer); counted from the images, it
+        # is a fact of the evaluation splits (which DP does not protect) only when they hold every training class.
+        evaluated = {int(c) for images in (dataset.val, dataset.test) for c in np.unique(np.asarray(images.labels))}
+        unseen = sorted({int(c) for c in np.unique(np.asarray(dataset.train.labels))} - evaluated)
+        if unseen:
+            shown = ", ".join(names[c] if c < len(names) else str(c) for c in unseen)
+            raise DataError(f"{where}: class(es) {shown} have training images but no validation or test image. The "
+                            "classes were counted from the images and the study publishes them (study.yaml, the "
+                            "model's last layer), so a class only training images hold would publish those "
+                            "patients' labels, which DP does not cover: give every class validation or test images "
+                            "(data.split, or the split column or folders), or leave that class's rows out")
 
 
 def plan_context(dataset: Dataset) -> PlanContext:

@@ -107,11 +107,16 @@ class Task:
     (L sigmoid outputs). label_names: class names (binary, multiclass) or finding names (multilabel).
     ordinal: the classes are ordered grades (APTOS diabetic retinopathy 0-4), so a near miss is better than a far
     one and the evaluation adds quadratic-weighted kappa (METHODS.md section 4); False for nominal classes.
+    classes_from_data: the classes were counted from the images (a generic CSV's labels, a MedMNIST file of unknown
+    name, class folders the study's ``labels`` do not list), not given by the layout or the study file. The count is
+    released (study.yaml, the model's last layer), so every training class must then have a validation or test image
+    (`dpmed.study.check_classes`): a class only training images hold would be one patient's label, published.
     """
 
     kind: TaskKind
     label_names: tuple[str, ...]
     ordinal: bool = False
+    classes_from_data: bool = False
 
     @property
     def num_outputs(self) -> int:

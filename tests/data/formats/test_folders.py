@@ -193,6 +193,8 @@ def test_class_folders_without_split_and_label_order(tmp_path, write_image):
     d = _load(tmp_path / "us", labels=("normal", "benign", "malignant"),
               split=SplitPlan(val_fraction=0.25, test_fraction=0.25))
     assert d.task.kind == "multiclass" and d.task.label_names == ("normal", "benign", "malignant")
+    assert not d.task.classes_from_data     # the study names them
+    assert read_image_folders(tmp_path / "us").task.classes_from_data    # counted from the folders' images
     assert sum(map(len, (d.train, d.val, d.test))) == 12
     assert d.source["patient_key"]["files_as_own_patient"] == 12
     assert not d.patients_known       # no file names its patient: each image is its own unit, and the card says so

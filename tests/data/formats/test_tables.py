@@ -142,13 +142,14 @@ def test_generic_csv_a_named_sex_or_age_column_of_which_nothing_reads_is_refused
     assert m.sex.tolist().count("unknown") == 1 and (m.sex != "unknown").sum() == 15
 
 
-def test_generic_csv_multilabel_and_multiclass(table, tmp_path):
+def test_generic_csv_multilabel_and_multiclass(table, aptos):
     m = read_csv_table(table, columns={"path": "file"}, labels=["opacity", "effusion"])
     assert m.task.kind == "multilabel" and m.labels.shape == (16, 2) and m.labels[2].tolist() == [0.0, 1.0]
     text = table.read_text().replace("pngs/img5.png,1,", "pngs/img5.png,3,")
     table.write_text(text.replace("pngs/img7.png,1,", "pngs/img7.png,2,"))
     m = read_csv_table(table, columns={"path": "file", "patient": "pid"}, labels=["opacity"])
     assert m.task.kind == "multiclass" and m.task.label_names == ("class_0", "class_1", "class_2", "class_3")
+    assert m.task.classes_from_data and not read_aptos(aptos).task.classes_from_data
     m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"], task="binary")
     assert m.problems[5].detail == "opacity = '3'; a binary label is a class index 0/1"
     assert m.problems[7].detail == "opacity = '2'; a binary label is a class index 0/1"

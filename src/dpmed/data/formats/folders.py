@@ -233,7 +233,8 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
                         "IM-<patient>-..., or DICOM files with a PatientID), or move them out of the class folders")
     age, implausible = parse_age(ages)
     manifest = Manifest(
-        name=root.name, root=top, task=Task("binary" if len(found) == 2 else "multiclass", tuple(found)),
+        name=root.name, root=top, task=Task("binary" if len(found) == 2 else "multiclass", tuple(found),
+                                            classes_from_data=class_names is None),
         paths=paths, labels=np.array(labels, dtype=np.int64), patient_ids=np.array(patients, dtype=str),
         sex=parse_sex(sex), age=age, splits=np.array(splits, dtype=str), where=np.array(where, dtype=str),
         ids=np.array(where, dtype=str),

@@ -140,7 +140,9 @@ def read_medmnist(
 
     return Dataset(
         name=path.stem,
-        task=Task(kind=kind, label_names=names, ordinal=kind == "multiclass" and known is not None and known.ordinal),
+        task=Task(kind=kind, label_names=names, ordinal=kind == "multiclass" and known is not None and known.ordinal,
+                  classes_from_data=kind != "multilabel" and label_names is None
+                  and (known is None or names != known.label_names)),
         train=split_set("train"),
         val=split_set("val"),
         test=split_set("test"),

@@ -171,7 +171,7 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
         for row, value in bad:
             flags(row, "unknown split", f"{columns['split']} = {value!r}; use train, val, test or leave it blank")
     return table_manifest(
-        name=table.stem, root=table.parent, task=Task(kind, names),
+        name=table.stem, root=table.parent, task=Task(kind, names, classes_from_data=kind != "multilabel"),
         paths=[Path(v) if Path(v).is_absolute() else table.parent / v for v in values], labels=y,
         patients=patient_column(frame, columns["patient"], table, "fill in each row's patient id, or remove "
                                 "'patient' from data.columns (each image is then its own patient)")
