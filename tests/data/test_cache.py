@@ -72,6 +72,23 @@ def test_an_entry_from_before_is_read_where_its_pixels_still_hold_and_not_where_
     assert cache_key(paths, sized, 1, (8, 8)) == _key_before_aspect_and_size_refusal(paths, sized, 1, (8, 8))
     unsized = Preprocessing(channels=1)
     assert cache_key(paths, unsized, 1, (10, 14)) != _key_before_aspect_and_size_refusal(paths, unsized, 1, (10, 14))
+    # Channels unset: an entry from before converted every image to the first one's channels, now refused
+    unset = Preprocessing(size=(8, 8))
+    assert cache_key(paths, unset, 1, (8, 8)) != _key_before_aspect_and_size_refusal(paths, unset, 1, (8, 8))
+
+
+def test_without_channels_an_image_stored_otherwise_than_the_first_is_refused_naming_it(tmp_path, write_image):
+    """Before: every image was converted to the first readable file's channels, which published that one file's
+    (a training patient's, perhaps) colour in the shape of the model's first layer."""
+    paths = _files(tmp_path, write_image, n=3) + [write_image(tmp_path / "img" / "rgb.png", size=(10, 14),
+                                                              mode="RGB")]
+    for cache_dir in (None, tmp_path / "cache"):
+        with pytest.raises(DataError, match=r"^1 of 4 images are stored colour while the first readable one is "
+                                            r"grey, e\.g\. .*rgb\.png; set data\.channels \(1: every image read "
+                                            r"as grey, 3: as colour\)$"):
+            decode_images(paths, Preprocessing(size=(8, 8)), cache_dir=cache_dir)
+    assert not list((tmp_path / "cache").glob("*.npy"))
+    assert decode_images(paths, Preprocessing(size=(8, 8), channels=3)).images.shape == (4, 3, 8, 8)
 
 
 def test_failures_are_stored_with_the_entry(tmp_path, write_image):

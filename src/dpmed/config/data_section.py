@@ -133,9 +133,12 @@ class DataConfig(_Strict):
     Kermany layout), ``aptos``, ``chexpert``, ``nih``, ``mimic``, ``ham10000``, ``csv`` (a generic table). DICOM
     files are read wherever a layout lists them (``pip install 'dpmed[dicom]'``). Relative paths are resolved
     against the study file's folder (``cache_dir`` against the working directory).
-    image_size / channels: resize and channel conversion applied per image before any mechanism (METHODS.md s.1).
+    image_size / channels: resize and channel conversion applied per image before any mechanism (METHODS.md s.1);
+    unset, every image must be stored at the first one's size and channels (grey or colour), else it is refused: the
+    shape is published, and the first image may be a training patient's.
     labels: findings (chexpert, nih, mimic; default: the dataset's standard set), class folder order (folders) or
-    label columns (csv). columns / task: the csv's columns and task kind (inferred when unset). uncertain: CheXpert
+    label columns (csv). columns / task: the csv's columns and task kind (inferred when unset; classes counted
+    from the labels need a validation or test image each, `dpmed.study.check_classes`). uncertain: CheXpert
     labeller's -1 (chexpert, mimic): ``zeros`` (default) or ``ones``; blank is always 0.
     ordinal: whether the classes of a multiclass task are ordered grades (quadratic-weighted kappa is then
     reported, METHODS.md s.4); unset, the layout's own knowledge decides (aptos and MedMNIST's RetinaMNIST: true;

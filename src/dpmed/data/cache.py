@@ -75,7 +75,10 @@ class DecodedImages:
 
 
 def _layout(paths: Sequence[Path], preprocessing: Preprocessing) -> tuple[int, tuple[int, int]]:
-    """(channels, (H, W)) every decoded image gets: the preprocessing's, else the first readable file's own."""
+    """(channels, (H, W)) every decoded image gets: the preprocessing's, else the first readable file's own, which
+    `decode_images` then requires of every file. The shape is released (study.yaml, the model's first layer), and the
+    first file may be a training image: taken from it alone, one patient's colour image or its size would be
+    published."""
     for path in paths:
         try:
             stored_channels, stored_size = peek_image(path)
@@ -83,6 +86,10 @@ def _layout(paths: Sequence[Path], preprocessing: Preprocessing) -> tuple[int, t
             continue  # that file is reported when it is decoded
         return preprocessing.channels or stored_channels, preprocessing.size or stored_size
     return preprocessing.channels or 1, preprocessing.size or (1, 1)
+
+
+def _stored(channels: int) -> str:
+    return {1: "grey", 3: "colour"}.get(channels, f"with {channels} channels")
 
 
 def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int, size: tuple[int, int]) -> str:
@@ -95,6 +102,8 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
         settings["aspect"] = preprocessing.aspect
     if preprocessing.size is None:   # an entry from before kept images of another size as failures, which are refused
         settings["other_sizes"] = "refused"
+    if preprocessing.channels is None:  # an entry from before converted every image to the first one's channels
+        settings["other_channels"] = "refused"
     h.update(json.dumps(settings, sort_keys=True).encode())
     for path in paths:
         resolved = Path(path).resolve()
@@ -112,8 +121,9 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
 
     Each file is decoded at the preprocessing's channel count (or the first readable file's) and, when a size is
     set, resized to it, then min-max and equalisation run per image (:class:`~dpmed.data.transforms.Preprocessing`;
-    ``normalize`` is not applied here). Without a size every image must have the first readable image's size: any
-    that differs is a DataError that says to set data.image_size (not a bad row that skip_invalid would drop).
+    ``normalize`` is not applied here). Without a size every image must have the first readable image's size, and
+    without a channel count its channels (grey or colour, as stored): any that differs is a DataError that says to
+    set data.image_size or data.channels (not a bad row that skip_invalid would drop).
     Decoding runs in ``workers`` threads (default: the CPU count, at most 8; Pillow and torch release the GIL while
     they work). A decode that takes longer than `dpmed.data.pace`'s interval logs how far it has come at that interval.
     """
@@ -160,11 +170,15 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
                             "writable folder, or remove data.cache_dir to decode without a cache") from None
     per_image = replace(preprocessing, size=preprocessing.size, channels=None)  # channels are set at decode
     unread: set[int] = set()
-    check_size = preprocessing.size is None
+    check_size, check_channels = preprocessing.size is None, preprocessing.channels is None
     wrong_size: dict[int, tuple[int, int]] = {}
+    wrong_channels: dict[int, int] = {}
 
     def decode(i: int) -> str | None:
         try:
+            if check_channels and (stored := peek_image(paths[i])[0]) != channels:
+                wrong_channels[i] = stored
+                return "wrong channels"
             x = read_image(paths[i], channels=channels, size_hint=preprocessing.size)  # [C, h, w]
         except UnreadableImage as exc:
             return str(exc)
@@ -186,6 +200,11 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
                 pace.log(done / n, "data: decoding: %d of %d images (%.0f %%), %.0f/s", done, n, 100 * done / n,
                          done / max(time.perf_counter() - pace.began, 1e-9))
         failures = {i: reason for i, reason in enumerate(outcomes) if reason is not None}
+        if wrong_channels:    # as for sizes below: one setting, not bad rows
+            i = min(wrong_channels)
+            raise DataError(f"{len(wrong_channels)} of {n} images are stored {_stored(wrong_channels[i])} while the "
+                            f"first readable one is {_stored(channels)}, e.g. {paths[i]}; set data.channels (1: "
+                            "every image read as grey, 3: as colour)")
         if wrong_size:   # one setting, not bad rows: skip_invalid would leave out every image of another size
             i = min(wrong_size)
             raise DataError(f"{len(wrong_size)} of {n} images differ in size from the first readable one "
