@@ -393,14 +393,15 @@ def test_a_cache_in_the_study_folder_s_shareable_part_is_refused(tmp_path, write
     from dpmed.study import prepare_study
 
     for cls in ("a", "b"):
-        for i in range(6):
-            write_image(tmp_path / "data" / cls / f"{cls}{i}.png", level=50 + 20 * i)
+        for i in range(20):         # each image its own patient: enough that validation and test draw both classes
+            write_image(tmp_path / "data" / cls / f"{cls}{i}.png", level=50 + 10 * i)
     out = tmp_path / "out"
     study_file = tmp_path / "s.yaml"
     for cache, refused in ((out / "s" / "decoded", True), (out / "s" / "private" / "decoded", False),
                            (tmp_path / "cache", False)):
         study_file.write_text(f"name: s\ndata: {{source: folders, path: {tmp_path / 'data'}, image_size: 8, "
-                              f"cache_dir: {cache}}}\ntraining: {{batch_size: 4}}\n"
+                              f"cache_dir: {cache}, split: {{val_fraction: 0.3, test_fraction: 0.3}}}}\n"
+                              "training: {batch_size: 4}\n"
                               "arms: [{name: base, mechanism: none}]\n")
         if refused:
             with pytest.raises(ConfigError, match=r"data.cache_dir .* lies in the study folder .* put it where the "

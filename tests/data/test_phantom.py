@@ -32,12 +32,12 @@ def test_different_seed_gives_different_images(concat):
 
 
 def test_the_patient_split_is_drawn_from_the_seed(concat):
-    from dpmed.data.splits import split_by_patient
+    from dpmed.data.splits import split_stratified
 
     d = make_phantom(n_images=300, seed=4)
     full = concat(d)
     order = np.argsort(full.patient_ids, kind="stable")      # the generation order: patients sorted, then images
-    train, _, _ = split_by_patient(full.patient_ids[order], full.labels[order], fractions=(0.7, 0.15, 0.15), seed=4)
+    train, _, _ = split_stratified(full.patient_ids[order], full.labels[order], fractions=(0.7, 0.15, 0.15), seed=4)
     assert set(full.patient_ids[order][train]) == set(d.train.patient_ids)
 
 

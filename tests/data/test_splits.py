@@ -1,7 +1,9 @@
-"""split_by_patient and cap_images_per_patient: partitions, no patient in two splits, stratified, seeded, and a cap
-that maps neighbours to neighbours; property tests with hypothesis."""
+"""split_by_patient and cap_images_per_patient: partitions, no patient in two splits, seeded, and both map
+neighbouring datasets (one patient more or fewer) to neighbouring ones; property tests with hypothesis."""
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 import pytest
@@ -9,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpmed.data import cap_images_per_patient, split_by_patient
+from dpmed.data.splits import split_stratified
+from dpmed.data.cohorts import patient_draws
 
 
 def _check_partition(ids: np.ndarray, parts) -> None:
@@ -21,99 +25,98 @@ def _check_partition(ids: np.ndarray, parts) -> None:
     assert not (owners[0] & owners[1]) and not (owners[0] & owners[2]) and not (owners[1] & owners[2])
 
 
+def _split_of(ids: np.ndarray, parts) -> dict[str, int]:
+    return {str(ids[i]): j for j, part in enumerate(parts) for i in part}
+
+
 @settings(max_examples=150, deadline=None)
-@given(
-    patients=st.lists(st.integers(0, 40), min_size=3, max_size=200),
-    classes=st.integers(2, 4),
-    seed=st.integers(0, 2**32 - 1),
-    data=st.data(),
-)
-def test_partition_and_no_patient_crosses(patients, classes, seed, data):
+@given(patients=st.lists(st.integers(0, 40), min_size=1, max_size=200), seed=st.integers(0, 2**32 - 1))
+def test_partition_and_no_patient_crosses(patients, seed):
     ids = np.array([f"p{p}" for p in patients])
-    labels = np.array(data.draw(st.lists(st.integers(0, classes - 1), min_size=len(ids), max_size=len(ids))))
     if len(set(patients)) < 3:
         with pytest.raises(ValueError, match="at least 3 patients"):
-            split_by_patient(ids, labels, seed=seed)
+            split_by_patient(ids, seed=seed)
         return
-    _check_partition(ids, split_by_patient(ids, labels, seed=seed))
+    _check_partition(ids, split_by_patient(ids, seed=seed))
 
 
-@settings(max_examples=60, deadline=None)
-@given(patients=st.lists(st.integers(0, 30), min_size=3, max_size=120), seed=st.integers(0, 1000), data=st.data())
-def test_multilabel_partition(patients, seed, data):
-    ids = np.array([str(p) for p in patients])
-    flat = data.draw(st.lists(st.integers(0, 1), min_size=3 * len(ids), max_size=3 * len(ids)))
-    labels = np.array(flat, dtype=np.float32).reshape(len(ids), 3)
-    if len(set(patients)) < 3:
+def _every_split_drawn(ids: np.ndarray, seed: int) -> bool:
+    u = patient_draws(np.unique(ids), seed, purpose="split")
+    return len(set(np.searchsorted([0.7, 0.85], u, side="right").tolist())) == 3
+
+
+@settings(max_examples=100, deadline=None)
+@given(patients=st.lists(st.integers(0, 60), min_size=1, max_size=150), seed=st.integers(0, 2**32 - 1),
+       data=st.data())
+def test_removing_a_patient_moves_no_other_patient_between_splits(patients, seed, data):
+    """What DP-SGD's eps over the training split needs of the split: neighbouring datasets give neighbouring
+    training splits. A stratified split, which lays each class out by share, moved other patients (39 of 199 when
+    one of 200 patients was removed). The one exception: a split that no patient drew is filled from another."""
+    ids = np.array([f"p{p}" for p in patients])
+    drop = data.draw(st.sampled_from(sorted(set(ids.tolist()))))
+    kept = ids[ids != drop]
+    if not (_every_split_drawn(ids, seed) and _every_split_drawn(kept, seed)):
         return
-    _check_partition(ids, split_by_patient(ids, labels, seed=seed))
+    before, after = (_split_of(x, split_by_patient(x, seed=seed)) for x in (ids, kept))
+    assert {p: j for p, j in before.items() if p != drop} == after
 
 
-def test_fractions_and_stratification_on_a_large_cohort():
+def test_a_patients_split_is_its_own_keyed_draw_whatever_the_order_of_the_rows():
+    """The rule written out a second time: u = sha256("split:<seed>:<id>")[:8] / 2^64 against the cumulative
+    shares, and independent of the cohort's draw of the same seed (which is u without the "split:" prefix)."""
+    ids = np.array([f"patient-{i}" for i in range(300)])
+    parts = split_by_patient(ids, fractions=(0.6, 0.25, 0.15), seed=7)
+    for i in (0, 1, 2, 150, 299):
+        u = int.from_bytes(hashlib.sha256(f"split:7:{ids[i]}".encode()).digest()[:8], "big") / 2.0 ** 64
+        assert _split_of(ids, parts)[ids[i]] == (0 if u < 0.6 else 1 if u < 0.85 else 2)
+    order = np.random.default_rng(0).permutation(len(ids))
+    assert _split_of(ids[order], split_by_patient(ids[order], fractions=(0.6, 0.25, 0.15), seed=7)) == \
+        _split_of(ids, parts)
+    without = _split_of(ids[1:], split_by_patient(ids[1:], fractions=(0.6, 0.25, 0.15), seed=7))
+    assert without == {p: j for p, j in _split_of(ids, parts).items() if p != ids[0]}     # the neighbour, by hand
+    cohort0 = patient_draws(ids, 7) < 0.5
+    assert 0.4 < np.isin(np.arange(300), parts[0])[cohort0].mean() < 0.8     # not all of cohort 0 in training
+
+
+def test_the_fractions_hold_within_their_binomial_spread_on_a_large_cohort():
     rng = np.random.default_rng(0)
-    ids = np.repeat(np.arange(2000), rng.integers(1, 3, 2000)).astype(str)  # 1 or 2 images per patient
-    labels = (rng.random(len(ids)) < 0.3).astype(np.int64)
-    parts = split_by_patient(ids, labels, seed=1)
-    for part, target in zip(parts, (0.7, 0.15, 0.15)):
-        assert abs(len(part) / len(ids) - target) < 0.02
-        assert abs(labels[part].mean() - labels.mean()) < 0.03
-
-
-def test_rare_class_lands_in_every_split():
-    """20 patients of a rare class: systematic sampling gives each split its share (14/3/3) up to one patient."""
-    ids = np.arange(1000).astype(str)
-    labels = np.zeros(1000, np.int64)
-    labels[:20] = 2
-    labels[20:500] = 1
-    for seed in range(10):
-        counts = [np.sum(labels[p] == 2) for p in split_by_patient(ids, labels, seed=seed)]
-        assert all(abs(c - e) <= 1 for c, e in zip(counts, (14, 3, 3))), counts
-
-
-def test_any_positive_image_makes_the_patient_positive():
-    """Patients with one negative and one positive image are positive: they spread like the positives."""
-    ids = np.repeat(np.arange(400), 2).astype(str)
-    labels = np.zeros(800, np.int64)
-    labels[1:200:2] = 1  # the second image of the first 100 patients is positive
-    for part in split_by_patient(ids, labels, seed=3):
-        patients_positive = np.unique(ids[part][labels[part] == 1]).size
-        patients = np.unique(ids[part]).size
-        assert abs(patients_positive / patients - 0.25) < 0.03
+    ids = np.repeat(np.arange(4000), rng.integers(1, 3, 4000)).astype(str)  # 1 or 2 images per patient
+    for seed in range(3):
+        parts = split_by_patient(ids, seed=seed)
+        for part, share in zip(parts, (0.7, 0.15, 0.15)):
+            patients = len(np.unique(ids[part]))
+            assert abs(patients / 4000 - share) < 4 * np.sqrt(share * (1 - share) / 4000)
 
 
 def test_seeded():
     ids = np.arange(300).astype(str)
-    labels = np.arange(300) % 2
-    a, b, c = (split_by_patient(ids, labels, seed=s) for s in (5, 5, 6))
+    a, b, c = (split_by_patient(ids, seed=s) for s in (5, 5, 6))
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     assert not np.array_equal(a[1], c[1])
 
 
 def test_three_patients_fill_three_splits():
-    parts = split_by_patient(np.array(["a", "a", "b", "c"]), np.array([0, 1, 0, 1]), seed=0)
+    parts = split_by_patient(np.array(["a", "a", "b", "c"]), seed=0)
     assert sorted(len(p) for p in parts) == [1, 1, 2]
 
 
 def test_bad_arguments():
-    ids, labels = np.arange(10).astype(str), np.zeros(10)
+    ids = np.arange(10).astype(str)
     with pytest.raises(ValueError, match="fractions"):
-        split_by_patient(ids, labels, fractions=(0.8, 0.2, 0.0))
+        split_by_patient(ids, fractions=(0.8, 0.2, 0.0))
     with pytest.raises(ValueError, match="fractions"):
-        split_by_patient(ids, labels, fractions=(0.5, 0.2, 0.2))
-    with pytest.raises(ValueError, match="9 labels for 10"):
-        split_by_patient(ids, labels[:9])
+        split_by_patient(ids, fractions=(0.5, 0.2, 0.2))
     with pytest.raises(ValueError, match="at least 3 patients"):
-        split_by_patient(np.array(["a", "b", "a"]), np.zeros(3))
+        split_by_patient(np.array(["a", "b", "a"]))
 
 
 def test_two_fractions_split_one_set_in_two():
     ids = np.array([f"p{i // 2}" for i in range(200)])
-    labels = np.array([i % 2 for i in range(200)])
-    keep, held = split_by_patient(ids, labels, fractions=(0.9, 0.1), seed=4)
-    assert len(keep) + len(held) == 200 and 14 <= len(held) <= 26
+    keep, held = split_by_patient(ids, fractions=(0.9, 0.1), seed=4)
+    assert len(keep) + len(held) == 200 and 8 <= len(held) <= 36
     assert not set(ids[keep]) & set(ids[held])
     with pytest.raises(ValueError, match="at least 2 patients"):
-        split_by_patient(np.array(["a", "a"]), np.array([0, 1]), fractions=(0.5, 0.5))
+        split_by_patient(np.array(["a", "a"]), fractions=(0.5, 0.5))
 
 
 def _capped(ids, images, k, seed=0):
@@ -167,13 +170,33 @@ def test_the_caps_choice_follows_the_seed_not_the_order_of_the_images():
     assert _capped(ids, images, 2, seed=3) != _capped(ids, images, 2, seed=4)
 
 
-def test_a_stratum_of_one_patient_lands_in_each_split_as_often_as_its_fraction():
-    """The random rotation of each stratum's positions: without it a lone positive patient (a stratum of one, centre
-    0.5) would always land in the same split, so that a rare class never reached validation or test."""
-    ids = np.array([f"p{i}" for i in range(41)])
-    labels = np.array([1] + [0] * 40)                              # p0: the only positive patient
-    where = [next(j for j, part in enumerate(split_by_patient(ids, labels, seed=seed)) if 0 in part)
-             for seed in range(400)]
-    shares = np.bincount(where, minlength=3) / len(where)
-    # 0.7 / 0.15 / 0.15 with a binomial sd of at most 0.023 over 400 seeds: 4 sd
-    np.testing.assert_allclose(shares, [0.7, 0.15, 0.15], atol=0.095)
+# --- the phantom's stratified split -------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(patients=st.lists(st.integers(0, 30), min_size=3, max_size=120), seed=st.integers(0, 1000), data=st.data())
+def test_stratified_partition_binary_multiclass_and_multilabel(patients, seed, data):
+    ids = np.array([str(p) for p in patients])
+    width = data.draw(st.sampled_from([1, 3]))
+    labels = np.array(data.draw(st.lists(st.integers(0, 2 if width == 1 else 1), min_size=width * len(ids),
+                                         max_size=width * len(ids))), dtype=np.float32)
+    labels = labels.astype(np.int64) if width == 1 else labels.reshape(len(ids), width)
+    if len(set(patients)) < 3:
+        return
+    _check_partition(ids, split_stratified(ids, labels, seed=seed))
+
+
+def test_stratified_rare_class_lands_in_every_split_and_any_positive_makes_the_patient_positive():
+    """20 patients of a rare class: systematic sampling gives each split its share (14/3/3) up to one patient."""
+    ids = np.arange(1000).astype(str)
+    labels = np.zeros(1000, np.int64)
+    labels[:20] = 2
+    labels[20:500] = 1
+    for seed in range(10):
+        counts = [np.sum(labels[p] == 2) for p in split_stratified(ids, labels, seed=seed)]
+        assert all(abs(c - e) <= 1 for c, e in zip(counts, (14, 3, 3))), counts
+    ids = np.repeat(np.arange(400), 2).astype(str)
+    labels = np.zeros(800, np.int64)
+    labels[1:200:2] = 1  # the second image of the first 100 patients is positive
+    for part in split_stratified(ids, labels, seed=3):
+        assert abs(np.unique(ids[part][labels[part] == 1]).size / np.unique(ids[part]).size - 0.25) < 0.03

@@ -277,10 +277,10 @@ def test_a_relative_data_path_is_read_from_the_current_directory_not_the_study_f
     from PIL import Image
 
     cwd = tmp_path / "here"
-    for k in range(10):
+    for k in range(30):             # patients enough that validation and test draw both classes
         for folder, name in (("NORMAL", f"IM-{k:04d}-0001.jpeg"), ("PNEUMONIA", f"person{k}_virus_{k}.jpeg")):
             (cwd / "chest_xray" / folder).mkdir(parents=True, exist_ok=True)
-            Image.new("L", (12, 12), 60 + 15 * k).save(cwd / "chest_xray" / folder / name)
+            Image.new("L", (12, 12), 60 + 5 * k).save(cwd / "chest_xray" / folder / name)
     (tmp_path / "studies").mkdir()
     study = _study(tmp_path / "studies", "name: rel\ndata: {source: folders, path: chest_xray, image_size: 8}\n"
                                          "training: {batch_size: 4}\narms: [{name: a, mechanism: none}]\n")

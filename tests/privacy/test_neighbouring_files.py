@@ -104,3 +104,27 @@ def test_a_medmnist_file_of_unknown_name_counts_its_classes_from_the_evaluation_
     assert load_study_data(load_study(write(tmp_path / "a" / "scans.npz", 1))).task.num_outputs == 3
     with pytest.raises(DataError, match=r"class\(es\) class_3 have training images but no validation or test"):
         load_study_data(load_study(write(tmp_path / "b" / "scans.npz", 3)))
+
+
+def test_a_split_dpmed_carves_moves_no_other_patient_when_one_joins(tmp_path):
+    """Which patients are validated and tested on is published (predictions, the test split's class counts and
+    metrics). Carved stratified, one patient more moved others between the splits, so the test split read the new
+    patient's label and the two training splits differed in more than that patient. Now only the new patient's own
+    split is new."""
+    def splits(folder: Path, patients: list[tuple[str, int]]) -> list[set[str]]:
+        lines = ["file,label,patient"]
+        for k, (patient, label) in enumerate(patients):
+            lines.append(f"images/{_image(folder / 'images' / f'{patient}.png', seed=k)},{label},{patient}")
+        (folder / "labels.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (folder / "study.yaml").write_text(yaml.safe_dump(
+            {"name": "s", "seeds": [0], "model": {"name": "small_cnn"}, "arms": [{"name": "n", "mechanism": "none"}],
+             "data": {"source": "csv", "path": str(folder / "labels.csv"), "labels": ["label"],
+                      "columns": {"path": "file", "patient": "patient"}}}), encoding="utf-8")
+        data = load_study_data(load_study(folder / "study.yaml"))
+        return [set(s.patient_ids.tolist()) for s in (data.train, data.val, data.test)]
+
+    patients = [(f"p{i:02d}", int(i % 3 == 0)) for i in range(60)]
+    base = splits(tmp_path / "a", patients)
+    for k, label in enumerate((0, 1)):
+        joined = splits(tmp_path / f"b{k}", [*patients, ("x", label)])
+        assert [s - {"x"} for s in joined] == base

@@ -50,7 +50,8 @@ class SplitConfig(_Strict):
     """How images are split where the dataset publishes no split (or only some of train / val / test).
 
     val_fraction / test_fraction: shares of the rows being divided (a published training split plus rows without a
-    split); seeded (``seed``), stratified by label, whole patients only (HAM10000: whole lesions).
+    split); seeded (``seed``), whole patients only (HAM10000: whole lesions), each patient's split a keyed draw of
+    its own id, so one patient more moves no other (`dpmed.data.splits`); shares hold in expectation.
     official: keep the splits the layout publishes (Kermany's train/test folders, NIH's test_list.txt, CheXpert's
     valid.csv, MIMIC's split file); false divides every image by the fractions instead.
     shared_patients: where published splits put one patient on two sides (the Kermany release: 170 patients),

@@ -11,7 +11,8 @@ Splits (METHODS.md, and 003_9a91354dc2d7e2df.txt's "patient-wise stratification"
 
 * a split the publisher defined is kept (Kermany's train/test folders, NIH's test_list.txt, CheXpert's valid.csv,
   MIMIC-CXR's split file); the splits it lacks are carved out of its training rows (and rows without a split) by
-  :func:`~dpmed.data.splits.split_by_patient`: seeded, stratified by label, whole patients only.
+  :func:`~dpmed.data.splits.split_by_patient`: seeded, whole patients only, each patient's split drawn from its own
+  id, so that neighbouring datasets keep neighbouring training splits (not stratified: that module says why).
   ``val_fraction`` and ``test_fraction`` are shares of those pooled rows. ``official: false`` ignores the published
   splits and divides every row this way;
 * a patient never crosses splits. Some publishers' splits do put one patient on two sides (the Kermany release has
@@ -165,7 +166,7 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
     if missing and len(pool):
         shares = [1.0 - sum(fractions[m] for m in missing)] + [fractions[m] for m in missing]
         try:
-            parts = split_by_patient(manifest.patient_ids[rows[pool]], manifest.labels[rows[pool]],
+            parts = split_by_patient(manifest.patient_ids[rows[pool]],
                                      fractions=tuple(shares), seed=split.seed)
         except ValueError as exc:
             raise DataError(f"{manifest.name} at {manifest.root}: cannot carve {' and '.join(missing)} out of "

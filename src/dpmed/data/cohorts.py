@@ -55,10 +55,14 @@ class PatientSelection:
                 f"{'u < ' if self.part == 0 else 'u >= '}{self.fraction:g}")
 
 
-def patient_draws(patient_ids: np.ndarray, seed: int) -> np.ndarray:
-    """u(patient) in [0, 1) for each entry of ``patient_ids`` [N] (see the module docstring): float64 [N]."""
+def patient_draws(patient_ids: np.ndarray, seed: int, *, purpose: str = "") -> np.ndarray:
+    """u(patient) in [0, 1) for each entry of ``patient_ids`` [N] (see the module docstring): float64 [N].
+    ``purpose`` (e.g. "split", `dpmed.data.splits`) prefixes the hashed text, ``"<purpose>:<seed>:<patient id>"``,
+    so that draws made for different ends are independent: a split drawn with the cohort's own u would put cohort 0
+    (u < fraction) in training whole. A cohort's draw has no prefix, as before the prefix existed."""
     unique, inverse = np.unique(np.asarray(patient_ids).astype(str), return_inverse=True)
-    draws = np.array([int.from_bytes(hashlib.sha256(f"{seed}:{pid}".encode()).digest()[:8], "big") / 2.0 ** 64
+    prefix = f"{purpose}:" if purpose else ""
+    draws = np.array([int.from_bytes(hashlib.sha256(f"{prefix}{seed}:{pid}".encode()).digest()[:8], "big") / 2.0 ** 64
                       for pid in unique.tolist()], dtype=np.float64)
     return draws[inverse]
 

@@ -1,15 +1,18 @@
 """Patient-level train/validation/test splits.
 
-Why: two images of one patient in different splits let a model score on the test set by recognising the patient,
-not the finding, and (for privacy) make "the test set is unseen" false. 003_9a91354dc2d7e2df.txt splits UKA-CXR
-"using patient-wise stratification"; this module does the same for every dataset that has patient ids and no
-official split (MedMNIST ships its own splits and needs none).
+Why by patient: two images of one patient in different splits let a model score on the test set by recognising the
+patient, not the finding, and (for privacy) make "the test set is unseen" false. 003_9a91354dc2d7e2df.txt splits
+UKA-CXR "using patient-wise stratification"; this module splits every dataset that has no official split by patient
+too (MedMNIST ships its own splits and needs none), but not stratified.
 
-Stratification is by one label per patient, because a patient is the unit that moves:
-* integer labels in {0, 1} (binary): any positive image makes the patient positive;
-* other integer labels (multiclass): the patient's most frequent class (ties: the highest class);
-* 0/1 label vectors (multilabel): the rarest finding the patient has, or "no finding" (a cheap version of
-  iterative stratification, Sechidis et al. 2011, that keeps rare findings in every split).
+Why not stratified: DP-SGD's eps is over the training split, and holds for the dataset only where the split maps
+neighbouring datasets (one patient more or fewer) to neighbouring training splits. A stratified split shuffles each
+class and lays it out by share, so one patient more moved others between the splits: the two training sets differed
+in several patients, and the test split a study publishes (its class counts, its metrics, its predictions) read the
+new patient's label. Here each patient's split is a keyed hash of the seed and the patient's own id (as
+`dpmed.data.cohorts` draws a cohort), so adding or removing a patient changes no other patient's split. The cost:
+shares and class balance hold in expectation only, with binomial spread (a test share of 0.15 over 1,000 patients
+is 15 % +- 1.1 %, one standard deviation), and a rare class may miss a split.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["split_by_patient", "images_per_patient", "cap_images_per_patient", "image_keys"]
+from dpmed.data.cohorts import patient_draws
+
+__all__ = ["split_by_patient", "split_stratified", "images_per_patient", "cap_images_per_patient", "image_keys"]
 
 
 def split_by_patient(
     patient_ids: Sequence[str] | np.ndarray,
-    labels: np.ndarray,
     *,
     fractions: tuple[float, ...] = (0.7, 0.15, 0.15),
     seed: int = 0,
@@ -34,10 +38,56 @@ def split_by_patient(
     ``fractions`` usually holds three shares (train, val, test); two shares split one set in two, e.g. carve a
     validation split out of a published training split (``(0.9, 0.1)``). One index array is returned per share.
 
-    Patients are grouped into strata by their label (see the module docstring), shuffled within each stratum with
-    ``np.random.default_rng(seed)``, and laid on a line in proportion to their image counts; a random offset per
-    stratum (systematic sampling) makes the expected share of every split equal to its fraction in every stratum.
-    The fractions are met in images, up to the granularity of patients.
+    Each patient draws u = sha256("split:<seed>:<patient id>") in [0, 1) (`dpmed.data.cohorts.patient_draws`) and
+    goes to split j where u lies in [F_j-1, F_j), F the cumulative fractions: a patient's split reads that patient's
+    id alone (see the module docstring for why). The fractions hold in expectation, in patients.
+
+    Returns one sorted int64 index array into ``patient_ids`` per fraction; together they are a partition of
+    ``range(len(patient_ids))``.
+
+    A split that no patient draws (a few patients only: at a share of 0.15 over 100 patients, a chance of 1e-7)
+    takes one patient from the split with the most (:func:`_fill_empty_splits`): there alone a patient's split reads
+    the others' draws.
+
+    Raises ValueError when the fractions are not two or three positive numbers summing to 1, or when there are
+    fewer patients than splits.
+    """
+    ids = np.asarray(patient_ids).astype(str)  # [N]
+    k = len(fractions)
+    if k not in (2, 3) or any(not f > 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+        raise ValueError(
+            f"split_by_patient: fractions must be three (train, val, test) or two positive numbers summing to 1, "
+            f"got {tuple(fractions)}"
+        )
+    patients, patient_of_image = np.unique(ids, return_inverse=True)  # [P], [N]
+    if len(patients) < k:
+        raise ValueError(f"split_by_patient: {len(patients)} distinct patient(s) among {len(ids)} images; {k} "
+                         f"non-empty patient-level splits need at least {k} patients")
+    bounds = np.cumsum(fractions)[:-1]  # split j holds draws in [bounds[j-1], bounds[j])
+    split_of_patient = np.searchsorted(bounds, patient_draws(patients, seed, purpose="split"), side="right")  # [P]
+    _fill_empty_splits(split_of_patient, np.bincount(patient_of_image, minlength=len(patients)), k)
+    split_of_image = split_of_patient[patient_of_image]  # [N]
+    return tuple(np.flatnonzero(split_of_image == j).astype(np.int64) for j in range(k))
+
+
+def split_stratified(
+    patient_ids: Sequence[str] | np.ndarray,
+    labels: np.ndarray,
+    *,
+    fractions: tuple[float, ...] = (0.7, 0.15, 0.15),
+    seed: int = 0,
+) -> tuple[np.ndarray, ...]:
+    """Split images into train, validation and test index arrays, stratified by label; a patient never crosses
+    splits. For generated data only (the phantom, whose patients are no one): one patient more moves others between
+    the splits, so a real dataset is split by :func:`split_by_patient` (the module docstring says why).
+
+    ``fractions`` as for :func:`split_by_patient`. Patients are grouped into strata by one label each (binary: any
+    positive image makes the patient positive; multiclass: the patient's most frequent class, ties to the highest;
+    multilabel: the rarest finding the patient has, or "no finding", a cheap version of iterative stratification,
+    Sechidis et al. 2011), shuffled within each stratum with ``np.random.default_rng(seed)``, and laid on a line in
+    proportion to their image counts; a random offset per stratum (systematic sampling) makes the expected share of
+    every split equal to its fraction in every stratum. The fractions are met in images, up to the granularity of
+    patients.
 
     Returns one sorted int64 index array into ``patient_ids`` per fraction; together they are a partition of
     ``range(len(patient_ids))``, and every split is non-empty.
@@ -49,18 +99,18 @@ def split_by_patient(
     y = np.asarray(labels)  # [N] or [N, L]
     n = len(ids)
     if len(y) != n:
-        raise ValueError(f"split_by_patient: {len(y)} labels for {n} patient ids; pass one label per image")
+        raise ValueError(f"split_stratified: {len(y)} labels for {n} patient ids; pass one label per image")
     k = len(fractions)
     if k not in (2, 3) or any(not f > 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
         raise ValueError(
-            f"split_by_patient: fractions must be three (train, val, test) or two positive numbers summing to 1, "
+            f"split_stratified: fractions must be three (train, val, test) or two positive numbers summing to 1, "
             f"got {tuple(fractions)}"
         )
     patients, patient_of_image = np.unique(ids, return_inverse=True)  # [P], [N]
     n_patients = len(patients)
     if n_patients < k:
         raise ValueError(
-            f"split_by_patient: {n_patients} distinct patient(s) among {n} images; {k} non-empty patient-level "
+            f"split_stratified: {n_patients} distinct patient(s) among {n} images; {k} non-empty patient-level "
             f"splits need at least {k} patients"
         )
 
@@ -85,7 +135,7 @@ def split_by_patient(
 
 
 def _patient_strata(patient_of_image: np.ndarray, y: np.ndarray, n_patients: int) -> np.ndarray:
-    """One stratum label per patient, as the module docstring defines it."""
+    """One stratum label per patient, as :func:`split_stratified` defines it."""
     if y.ndim == 2 and y.shape[1] > 1:  # multilabel [N, L]
         has = np.zeros((n_patients, y.shape[1]), dtype=bool)  # [P, L]
         np.logical_or.at(has, patient_of_image, y > 0.5)
@@ -94,7 +144,7 @@ def _patient_strata(patient_of_image: np.ndarray, y: np.ndarray, n_patients: int
         return np.where(has.any(axis=1), rarity.argmin(axis=1), y.shape[1])
     cls = y.reshape(len(y)).astype(np.int64)  # [N]
     if cls.min() < 0:
-        raise ValueError(f"split_by_patient: class labels must be >= 0, found {cls.min()}")
+        raise ValueError(f"split_stratified: class labels must be >= 0, found {cls.min()}")
     counts = np.zeros((n_patients, cls.max() + 1), dtype=np.int64)  # [P, K]
     np.add.at(counts, (patient_of_image, cls), 1)
     if counts.shape[1] <= 2:

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from dpmed.data.sample import Dataset, ImageSet, Task
-from dpmed.data.splits import split_by_patient
+from dpmed.data.splits import split_stratified
 
 __all__ = ["PhantomDifficulty", "make_phantom"]
 
@@ -111,7 +111,8 @@ def make_phantom(
     positive_fraction: share of images with opacities (exact up to rounding).
     female_fraction: share of female patients (0.35: the smaller group, as females are in
         003_9a91354dc2d7e2df.txt).
-    fractions: train/val/test shares for :func:`dpmed.data.splits.split_by_patient` (stratified by label).
+    fractions: train/val/test shares for :func:`dpmed.data.splits.split_stratified` (by label: the phantom's
+        patients are no one, so it needs no split that keeps neighbouring datasets neighbours).
     task: ``binary`` ("normal", "opacity") or ``multilabel``: one finding per lung field ("opacity, image-left
         lung", "opacity, image-right lung"), 1 where at least one opacity lies in that lung; the images are the same
         as for ``binary`` with the same seed. The multi-label form stands in for the chest X-ray tables of
@@ -171,7 +172,7 @@ def make_phantom(
         targets = np.stack([(present & (side == s)).any(axis=1) for s in (0, 1)], axis=1).astype(np.float32)
         kind = Task(kind="multilabel", label_names=("opacity, image-left lung", "opacity, image-right lung"))
     full = ImageSet(images=images, labels=targets, patient_ids=patient_ids, sex=sex, age=age, masks=masks)
-    train, val, test = split_by_patient(patient_ids, labels, fractions=fractions, seed=seed)  # stratified: any opacity
+    train, val, test = split_stratified(patient_ids, labels, fractions=fractions, seed=seed)  # any opacity
     return Dataset(
         name="phantom",
         task=kind,

@@ -73,7 +73,7 @@ def test_published_test_kept_val_carved_and_no_patient_crosses(tmp_path, write_i
     split = d.source["split"]
     assert split["published"] == ["test", "train"] and split["carved"] == ["val"]
     assert split["patients_in_two_published_splits"] == 1 and split["patients_crossing_splits"] == 0
-    assert set(d.val.labels) == {0, 1}  # stratified: both classes in the carved validation split
+    assert set(d.val.labels) == {0, 1}  # both classes in the carved validation split
 
 
 def test_shared_patients_keep_reproduces_the_published_split(tmp_path, write_image):
