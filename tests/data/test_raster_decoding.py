@@ -97,3 +97,12 @@ def test_a_decoder_s_array_of_the_wrong_shape_is_an_unreadable_image(tmp_path, m
     monkeypatch.setitem(decoding.DECODERS, ".png", wrong)
     with pytest.raises(UnreadableImage, match="decoded to shape"):
         read_image(tmp_path / "x.png", channels=1)
+
+
+def test_a_file_pillow_cannot_identify_names_pillow_s_error_with_its_module(tmp_path):
+    """"UnidentifiedImageError" alone says nothing of where it came from; DICOM's messages already name theirs so."""
+    path = tmp_path / "scan.png"
+    path.write_bytes(b"\x89PNG not really")
+    for read in (lambda: read_image(path, channels=1), lambda: peek_image(path)):
+        with pytest.raises(UnreadableImage, match=r"cannot be (decoded|opened) \(PIL\.UnidentifiedImageError: "):
+            read()

@@ -50,7 +50,7 @@ from dpmed import memory
 from dpmed.data.decoding import UnreadableImage, peek_image, read_image
 from dpmed.data.pace import Pace
 from dpmed.data.transforms import Preprocessing
-from dpmed.errors import DataError
+from dpmed.errors import DataError, error_name
 from dpmed.folders import open_owner_only, write_text_atomic
 from dpmed.numbers import bytes_text
 
@@ -184,7 +184,7 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
             return str(exc)
         except OSError as exc:  # vanished or unreadable between listing and decoding: may pass, so not cached
             unread.add(i)
-            return f"cannot be read ({type(exc).__name__}: {exc})"
+            return f"cannot be read ({error_name(exc)}: {exc})"
         if check_size and tuple(x.shape[1:]) != tuple(size):
             wrong_size[i] = (x.shape[1], x.shape[2])
             return "wrong size"
@@ -324,7 +324,7 @@ def _load(cache_dir: Path, key: str, n: int, shape: tuple[int, ...]) -> tuple[np
                         "owner only, so a cache made by another user is theirs; set a data.cache_dir of your own") \
             from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise DataError(f"cache entry {array} is damaged ({type(exc).__name__}: {exc}); delete {array} and {index} "
+        raise DataError(f"cache entry {array} is damaged ({error_name(exc)}: {exc}); delete {array} and {index} "
                         "to decode again") from exc
     if not matches:
         raise DataError(f"cache entry {array} does not match its key (format, image count or shape); delete {array} "

@@ -26,6 +26,7 @@ from PIL import Image
 
 from dpmed.data.decoder import Decoder, UnreadableImage
 from dpmed.data.dicom import peek_dicom, read_dicom
+from dpmed.errors import error_name
 
 __all__ = ["UnreadableImage", "Decoder", "DECODERS", "decoder_for", "read_image", "peek_image"]
 
@@ -60,7 +61,7 @@ def _read_raster(path: Path, channels: int, size_hint: tuple[int, int] | None) -
     except _pillow_errors() as exc:
         if isinstance(exc, OSError) and exc.errno is not None:   # the system's error (too many open files, a share
             raise                                                # gone), not the image's
-        raise UnreadableImage(f"cannot be decoded ({type(exc).__name__}: {exc})") from exc
+        raise UnreadableImage(f"cannot be decoded ({error_name(exc)}: {exc})") from exc
     return x[None] if x.ndim == 2 else np.ascontiguousarray(x.transpose(2, 0, 1))  # [C, H, W]
 
 
@@ -69,7 +70,7 @@ def _peek_raster(path: Path) -> tuple[int, tuple[int, int]]:
         with Image.open(path) as im:
             return (1 if im.mode in _GREY_MODES else 3), (im.height, im.width)
     except _pillow_errors() as exc:
-        raise UnreadableImage(f"cannot be opened ({type(exc).__name__}: {exc})") from exc
+        raise UnreadableImage(f"cannot be opened ({error_name(exc)}: {exc})") from exc
 
 
 def _read_dicom(path: Path, channels: int, size_hint: tuple[int, int] | None) -> np.ndarray:
