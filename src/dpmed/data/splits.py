@@ -52,17 +52,8 @@ def split_by_patient(
     Raises ValueError when the fractions are not two or three positive numbers summing to 1, or when there are
     fewer patients than splits.
     """
-    ids = np.asarray(patient_ids).astype(str)  # [N]
     k = len(fractions)
-    if k not in (2, 3) or any(not f > 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
-        raise ValueError(
-            f"split_by_patient: fractions must be three (train, val, test) or two positive numbers summing to 1, "
-            f"got {tuple(fractions)}"
-        )
-    patients, patient_of_image = np.unique(ids, return_inverse=True)  # [P], [N]
-    if len(patients) < k:
-        raise ValueError(f"split_by_patient: {len(patients)} distinct patient(s) among {len(ids)} images; {k} "
-                         f"non-empty patient-level splits need at least {k} patients")
+    patients, patient_of_image = _patients(patient_ids, fractions, "split_by_patient")  # [P], [N]
     bounds = np.cumsum(fractions)[:-1]  # split j holds draws in [bounds[j-1], bounds[j])
     split_of_patient = np.searchsorted(bounds, patient_draws(patients, seed, purpose="split"), side="right")  # [P]
     _fill_empty_splits(split_of_patient, np.bincount(patient_of_image, minlength=len(patients)), k)
@@ -95,24 +86,13 @@ def split_stratified(
     Raises ValueError when the inputs disagree in length, when the fractions are not two or three positive numbers
     summing to 1, or when there are fewer patients than splits (non-empty patient-level splits are then impossible).
     """
-    ids = np.asarray(patient_ids).astype(str)  # [N]
     y = np.asarray(labels)  # [N] or [N, L]
-    n = len(ids)
-    if len(y) != n:
-        raise ValueError(f"split_stratified: {len(y)} labels for {n} patient ids; pass one label per image")
+    if len(y) != len(patient_ids):
+        raise ValueError(f"split_stratified: {len(y)} labels for {len(patient_ids)} patient ids; pass one label per "
+                         "image")
     k = len(fractions)
-    if k not in (2, 3) or any(not f > 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
-        raise ValueError(
-            f"split_stratified: fractions must be three (train, val, test) or two positive numbers summing to 1, "
-            f"got {tuple(fractions)}"
-        )
-    patients, patient_of_image = np.unique(ids, return_inverse=True)  # [P], [N]
+    patients, patient_of_image = _patients(patient_ids, fractions, "split_stratified")  # [P], [N]
     n_patients = len(patients)
-    if n_patients < k:
-        raise ValueError(
-            f"split_stratified: {n_patients} distinct patient(s) among {n} images; {k} non-empty patient-level "
-            f"splits need at least {k} patients"
-        )
 
     stratum = _patient_strata(patient_of_image, y, n_patients)  # [P]
     images_per_patient = np.bincount(patient_of_image, minlength=n_patients)  # [P]
@@ -132,6 +112,21 @@ def split_stratified(
     _fill_empty_splits(split_of_patient, images_per_patient, k)
     split_of_image = split_of_patient[patient_of_image]  # [N]
     return tuple(np.flatnonzero(split_of_image == j).astype(np.int64) for j in range(k))
+
+
+def _patients(patient_ids: Sequence[str] | np.ndarray, fractions: tuple[float, ...],
+              caller: str) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct patients [P], each image's patient index [N]); ValueError naming ``caller`` unless the fractions
+    are two or three positive shares summing to 1 and there are at least as many patients as splits."""
+    k = len(fractions)
+    if k not in (2, 3) or any(not f > 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+        raise ValueError(f"{caller}: fractions must be three (train, val, test) or two positive numbers summing to 1, "
+                         f"got {tuple(fractions)}")
+    patients, patient_of_image = np.unique(np.asarray(patient_ids).astype(str), return_inverse=True)
+    if len(patients) < k:
+        raise ValueError(f"{caller}: {len(patients)} distinct patient(s) among {len(patient_of_image)} images; {k} "
+                         f"non-empty patient-level splits need at least {k} patients")
+    return patients, patient_of_image
 
 
 def _patient_strata(patient_of_image: np.ndarray, y: np.ndarray, n_patients: int) -> np.ndarray:
