@@ -468,7 +468,9 @@ def test_a_retried_run_with_other_settings_shares_no_noise_with_the_attempt_it_r
 
 def _neighbour(dataset, unit: str):
     """The neighbouring dataset: the training patient with the most images left out whole (patient unit), or one of
-    that patient's images (image unit)."""
+    that patient's images (image unit). Taken out of the training split as split: a dataset without that patient
+    splits so, since a carved split draws each patient's side from that patient's id alone
+    (test_neighbouring_files.py holds that from files)."""
     ids, counts = np.unique(dataset.train.patient_ids, return_counts=True)
     theirs = np.flatnonzero(dataset.train.patient_ids == ids[np.argmax(counts)])
     assert len(theirs) > 1
