@@ -166,8 +166,7 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
     if missing and len(pool):
         shares = [1.0 - sum(fractions[m] for m in missing)] + [fractions[m] for m in missing]
         try:
-            parts = split_by_patient(manifest.patient_ids[rows[pool]],
-                                     fractions=tuple(shares), seed=split.seed)
+            parts = split_by_patient(manifest.patient_ids[rows[pool]], fractions=tuple(shares), seed=split.seed)
         except ValueError as exc:
             raise DataError(f"{manifest.name} at {manifest.root}: cannot carve {' and '.join(missing)} out of "
                             f"{len(pool)} rows: {exc}") from exc
