@@ -4,8 +4,8 @@ split -- the same for every file layout.
 The order matters for the user's time: table problems (a missing file, a duplicate id or file, a label outside the
 task) are found before any pixel is decoded, so a broken dataset stops in seconds, with one message that lists the
 first few offending rows and their count. Decoding then finds the files that exist but cannot be read (truncated,
-corrupt). ``skip_invalid`` leaves flagged rows out instead; how many and why is told to the user and kept in the
-private log, never in a shareable file (a count of the private rows).
+corrupt). ``skip_invalid`` leaves flagged rows out instead (not a repeated id or file: see ``_REPEATS``); how many
+and why is told to the user and kept in the private log, never in a shareable file (a count of the private rows).
 
 Splits (METHODS.md, and 003_9a91354dc2d7e2df.txt's "patient-wise stratification"):
 
@@ -108,9 +108,19 @@ def _flag_table_problems(manifest: Manifest) -> None:
             row_of_file[file] = row
 
 
+# What _flag_table_problems calls a row that repeats an earlier one: refused even with skip_invalid. Leaving the
+# repeat out keeps whichever copy comes first, so one more training row, read first with a validation or test
+# image's id or file, would take that image out of the split the study publishes (and train on it).
+_REPEATS = frozenset({"duplicate id", "duplicate image"})
+
+
 def _stop_unless_skipping(manifest: Manifest, skip_invalid: bool) -> None:
     if manifest.problems and not skip_invalid:
         raise DataError(describe_problems(manifest))
+    if any(problem.kind in _REPEATS for problem in manifest.problems.values()):
+        raise DataError(describe_problems(manifest, skip_hint=False) + "\nA repeated id or image file stops the study "
+                        "even with data.skip_invalid: which copy to leave out would decide the split its image is in. "
+                        "Keep one row (or file) of each image.")
 
 
 def _resolve_shared_patients(manifest: Manifest, rows: np.ndarray, published: np.ndarray,

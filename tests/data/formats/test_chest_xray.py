@@ -199,7 +199,7 @@ def test_mimic_a_study_with_two_label_rows_or_a_bad_value_is_flagged_not_read(mi
     pd.concat([frame, frame.iloc[[3]]]).to_csv(path, index=False, compression="gzip")
     m = read_mimic(mimic, findings=("No Finding", "Enlarged Cardiomediastinum"))
     flagged = {m.patient_ids[i]: p.kind for i, p in m.problems.items()}
-    assert flagged == {"10000035": "duplicate id", "10000037": "label outside the task"}
+    assert flagged == {"10000035": "duplicate label row", "10000037": "label outside the task"}
 
 
 def test_nih_a_blank_finding_is_flagged_and_each_row_keeps_its_own_sex(nih):

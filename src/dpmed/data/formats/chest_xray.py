@@ -248,7 +248,7 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         if s is None:
             flags(i, "missing label", f"study s{study} of subject {subject} has no row in {label_path.name}")
         elif (subject, study) in repeated:
-            flags(i, "duplicate id", f"study s{study} has several rows in {label_path.name}; keep one")
+            flags(i, "duplicate label row", f"study s{study} has several rows in {label_path.name}; keep one")
         elif s in bad_study:
             flags(i, "label outside the task", f"{bad_study[s]} (line {csv_line(s)}, study s{study})")
         else:
