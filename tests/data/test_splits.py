@@ -15,11 +15,18 @@ from dpmed.data.splits import split_stratified
 from dpmed.data.cohorts import patient_draws
 
 
-def _check_partition(ids: np.ndarray, parts) -> None:
+def _drawn(ids: np.ndarray, seed: int) -> set[int]:
+    """The splits (at the default shares) that some patient's own draw falls in."""
+    return set(np.searchsorted([0.7, 0.85], patient_draws(np.unique(ids), seed, purpose="split"), side="right").tolist())
+
+
+def _check_partition(ids: np.ndarray, parts, seed: int | None = None) -> None:
+    """``parts`` partition the images, whole patients each; with a split ``seed`` a part is empty just where no
+    patient's draw falls (split_by_patient), without one none is (split_stratified fills them)."""
     joined = np.sort(np.concatenate(parts))
     np.testing.assert_array_equal(joined, np.arange(len(ids)))  # every image exactly once
-    for part in parts:
-        assert len(part) > 0 and part.dtype == np.int64
+    for j, part in enumerate(parts):
+        assert (len(part) > 0) == (seed is None or j in _drawn(ids, seed)) and part.dtype == np.int64
         assert np.all(np.diff(part) > 0)  # sorted
     owners = [set(ids[p].tolist()) for p in parts]
     assert not (owners[0] & owners[1]) and not (owners[0] & owners[2]) and not (owners[1] & owners[2])
@@ -37,12 +44,7 @@ def test_partition_and_no_patient_crosses(patients, seed):
         with pytest.raises(ValueError, match="at least 3 patients"):
             split_by_patient(ids, seed=seed)
         return
-    _check_partition(ids, split_by_patient(ids, seed=seed))
-
-
-def _every_split_drawn(ids: np.ndarray, seed: int) -> bool:
-    u = patient_draws(np.unique(ids), seed, purpose="split")
-    return len(set(np.searchsorted([0.7, 0.85], u, side="right").tolist())) == 3
+    _check_partition(ids, split_by_patient(ids, seed=seed), seed)
 
 
 @settings(max_examples=100, deadline=None)
@@ -51,11 +53,12 @@ def _every_split_drawn(ids: np.ndarray, seed: int) -> bool:
 def test_removing_a_patient_moves_no_other_patient_between_splits(patients, seed, data):
     """What DP-SGD's eps over the training split needs of the split: neighbouring datasets give neighbouring
     training splits. A stratified split, which lays each class out by share, moved other patients (39 of 199 when
-    one of 200 patients was removed). The one exception: a split that no patient drew is filled from another."""
+    one of 200 patients was removed). Small sets included: a split that no patient draws is left empty (for the
+    caller to refuse), never filled with a patient whose choice would read the others' draws."""
     ids = np.array([f"p{p}" for p in patients])
     drop = data.draw(st.sampled_from(sorted(set(ids.tolist()))))
     kept = ids[ids != drop]
-    if not (_every_split_drawn(ids, seed) and _every_split_drawn(kept, seed)):
+    if len(set(kept.tolist())) < 3:      # fewer patients than splits: a ValueError (test_bad_arguments)
         return
     before, after = (_split_of(x, split_by_patient(x, seed=seed)) for x in (ids, kept))
     assert {p: j for p, j in before.items() if p != drop} == after
@@ -95,9 +98,12 @@ def test_seeded():
     assert not np.array_equal(a[1], c[1])
 
 
-def test_three_patients_fill_three_splits():
-    parts = split_by_patient(np.array(["a", "a", "b", "c"]), seed=0)
-    assert sorted(len(p) for p in parts) == [1, 1, 2]
+def test_a_split_no_patient_draws_is_left_empty_not_filled():
+    """Before, the patient with the fewest images of the largest split was moved into it: which one read every
+    other patient's draw, so one more training patient could displace a patient from a published split."""
+    ids = np.array(["a", "a", "b", "c"])
+    assert [len(p) for p in split_by_patient(ids, seed=0)] == [2, 2, 0]       # "a" trains, "b" and "c" validate
+    assert [len(p) for p in split_by_patient(ids, seed=4)] == [2, 1, 1]
 
 
 def test_bad_arguments():

@@ -188,6 +188,11 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
 
     chosen = {name: np.flatnonzero(assignment == name) for name in ("train", "val", "test")}
     for name, c in chosen.items():
+        if len(c) == 0 and name in missing and len(pool):
+            # refused, not filled with a patient of another split: see split_by_patient
+            raise DataError(f"{manifest.name} at {manifest.root}: no patient's draw fell in the {name} split that "
+                            f"dpmed carves (data.split.{name}_fraction {fractions[name]:g}, seed {split.seed}); "
+                            f"raise data.split.{name}_fraction or choose another data.split.seed")
         if len(c) == 0:
             raise DataError(f"{manifest.name} at {manifest.root}: the {name} split is empty after "
                             f"{'leaving out invalid rows' if manifest.problems else 'reading'}; "

@@ -12,7 +12,8 @@ in several patients, and the test split a study publishes (its class counts, its
 new patient's label. Here each patient's split is a keyed hash of the seed and the patient's own id (as
 `dpmed.data.cohorts` draws a cohort), so adding or removing a patient changes no other patient's split. The cost:
 shares and class balance hold in expectation only, with binomial spread (a test share of 0.15 over 1,000 patients
-is 15 % +- 1.1 %, one standard deviation), and a rare class may miss a split.
+is 15 % +- 1.1 %, one standard deviation), a rare class may miss a split, and with few patients a whole split may
+be left empty (then refused, not filled).
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ def split_by_patient(
     Returns one sorted int64 index array into ``patient_ids`` per fraction; together they are a partition of
     ``range(len(patient_ids))``.
 
-    A split that no patient draws (a few patients only: at a share of 0.15 over 100 patients, a chance of 1e-7)
-    takes one patient from the split with the most (:func:`_fill_empty_splits`): there alone a patient's split reads
-    the others' draws.
+    A split that no patient draws (a few patients only: at a share of 0.15 over 100 patients, a chance of 1e-7) is
+    returned empty, for the caller to refuse. It is not filled by moving a patient into it, as
+    :func:`split_stratified` fills one: whichever patient a rule took would read the others' draws, and one more
+    training patient (whose id sorts first, say) would displace another from a published split. An empty split
+    reads no training patient, whose own draw is training whatever the others draw.
 
     Raises ValueError when the fractions are not two or three positive numbers summing to 1, or when there are
     fewer patients than splits.
@@ -56,7 +59,6 @@ def split_by_patient(
     patients, patient_of_image = _patients(patient_ids, fractions, "split_by_patient")  # [P], [N]
     bounds = np.cumsum(fractions)[:-1]  # split j holds draws in [bounds[j-1], bounds[j])
     split_of_patient = np.searchsorted(bounds, patient_draws(patients, seed, purpose="split"), side="right")  # [P]
-    _fill_empty_splits(split_of_patient, np.bincount(patient_of_image, minlength=len(patients)), k)
     split_of_image = split_of_patient[patient_of_image]  # [N]
     return tuple(np.flatnonzero(split_of_image == j).astype(np.int64) for j in range(k))
 
@@ -148,7 +150,8 @@ def _patient_strata(patient_of_image: np.ndarray, y: np.ndarray, n_patients: int
 
 
 def _fill_empty_splits(split_of_patient: np.ndarray, images_per_patient: np.ndarray, n_splits: int) -> None:
-    """Move one patient into each empty split, taken from the split with the most patients (deterministic)."""
+    """Move one patient into each empty split, taken from the split with the most patients (deterministic): for
+    :func:`split_stratified` only, whose patients are no one."""
     for k in range(n_splits):
         if np.any(split_of_patient == k):
             continue
