@@ -230,7 +230,9 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
         "rows": len(manifest),
         "left_out_invalid": {"count": len(manifest.problems), "by_kind": dict(skipped)},
         "split": {"val_fraction": split.val_fraction, "test_fraction": split.test_fraction, "seed": split.seed,
-                  "official": split.official, "published": sorted({s for s in published if s}),
+                  # the evaluation splits the layout publishes: whether a row is published as training (not
+                  # blank) reads that row alone, and blank rows train alike
+                  "official": split.official, "published": [name for name in ("val", "test") if name not in missing],
                   "carved": missing if len(pool) else [], "shared_patients": split.shared_patients, **shared,
                   "patients_crossing_splits": len(crossing)},
         "decode": {"images": len(decoded.images), "seconds": round(decoded.seconds, 3), "from_cache": decoded.cached,

@@ -79,7 +79,7 @@ def test_nih_findings_ages_folders_and_official_test_list(nih, load_layout, no_p
     assert m.paths[-1].parent == nih / "images_002" / "images"
     d = load_layout("nih", nih, labels=("Effusion", "Atelectasis"), split=SplitPlan(val_fraction=0.3))
     assert sorted(set(d.test.patient_ids)) == ["10", "11", "12"] and len(d.test) == 4
-    assert no_patient_crosses(d) and d.source["split"]["published"] == ["test", "train"]
+    assert no_patient_crosses(d) and d.source["split"]["published"] == ["test"]
 
 
 def test_nih_unknown_finding_and_missing_image(nih, load_layout):

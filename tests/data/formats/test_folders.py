@@ -71,7 +71,7 @@ def test_published_test_kept_val_carved_and_no_patient_crosses(tmp_path, write_i
     assert "person9" not in set(d.train.patient_ids) | set(d.val.patient_ids)
     assert len(d.train) + len(d.val) == 17 - 1
     split = d.source["split"]
-    assert split["published"] == ["test", "train"] and split["carved"] == ["val"]
+    assert split["published"] == ["test"] and split["carved"] == ["val"]
     assert split["patients_in_two_published_splits"] == 1 and split["patients_crossing_splits"] == 0
     assert set(d.val.labels) == {0, 1}  # both classes in the carved validation split
 
@@ -387,7 +387,7 @@ def test_a_folder_study_records_its_preprocessing_and_tells_left_out_rows_privat
     assert data["preprocessing"]["resize"].startswith("16x16") and data["preprocessing"]["channels"] == 3
     assert data["preprocessing"]["minmax"] is True and data["preprocessing"]["equalize"] is True
     assert data["preprocessing"]["normalize"] == {"mean": [0.5], "std": [0.25]}
-    assert data["split"]["published"] == ["test", "train"] and data["split"]["val_fraction"] == 0.25
+    assert data["split"]["published"] == ["test"] and data["split"]["val_fraction"] == 0.25
     assert not {"left_out_invalid", "rows", "decode", "summary"} & set(data)
     assert "patients_crossing_splits" not in data["split"]
     assert "left out 1 invalid rows ({'unreadable image': 1}" in caplog.text
@@ -461,4 +461,4 @@ def test_the_shareable_provenance_is_the_same_with_one_patient_more(tmp_path, wr
     assert shared.pop("path").endswith("a/chest_xray") and shared_neighbour.pop("path").endswith("b/chest_xray")
     assert shared == shared_neighbour
     assert shared["patient_key"] == {"pattern": plain.source["patient_key"]["pattern"]}
-    assert shared["split"]["published"] == ["test", "train"] and shared["split"]["val_fraction"] == 0.3
+    assert shared["split"]["published"] == ["test"] and shared["split"]["val_fraction"] == 0.3

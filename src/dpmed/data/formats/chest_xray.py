@@ -146,15 +146,16 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
     folders = [root / "images"] + sorted(root.glob("images_*/images")) + sorted(root.glob("images_*"))
     index = index_images(folders, ".png")
     names = [n.strip() for n in frame["Image Index"]]
-    split_of, rows, no_row, lists = {}, set(names), [], 0
+    # which lists are there (files), never which rows their lines name: a line can be a training patient's
+    split_of, rows, no_row, lists = {}, set(names), [], []
     for list_name, split in (("train_val_list.txt", "train"), ("test_list.txt", "test")):
         if optional_file(root / list_name):
-            lists += 1
+            lists.append(list_name)
             lines = [(n, line.strip()) for n, line in enumerate((root / list_name).read_text().splitlines(), 1)]
             split_of.update({image: split for _, image in lines if image})
             no_row += [(list_name, n, image) for n, image in lines if image and image not in rows]
     unlisted = ([f"line {csv_line(i)}: {n}" for i, n in enumerate(names) if n not in split_of]
-                if no_row and lists == 2 else [])
+                if no_row and len(lists) == 2 else [])
     if unlisted:  # the docstring: a typo in a list would take its row out of the official split
         list_name, line, image = no_row[0]
         more = f" ({len(no_row) - 1} more list line(s) name no row)" if len(no_row) > 1 else ""
@@ -174,13 +175,12 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
         ages=frame["Patient Age"].tolist(), splits=[split_of.get(n, "") for n in names],
         where=[f"{table_path.name} line {csv_line(i)} ({n})" for i, n in enumerate(names)], ids=names,
         notes={"format": "nih-chestxray14", "table": table_path.name, "findings": list(chosen),
-               "official_split_lists": sorted({"train_val_list.txt", "test_list.txt"} & {p.name for p in
-                                                                                         root.glob("*.txt")}),
+               "official_split_lists": sorted(lists),
                # lines, not image names: the notes go to run.json, and a file's name can name its patient
                "split_list_lines_without_row": {"count": len(no_row),
                                                 "first": [f"{f} line {n}" for f, n, _ in no_row[:5]]}},
         description=(f"NIH ChestX-ray14 ({table_path.name}), findings {', '.join(chosen)}; "
-                     f"{'official test_list.txt split' if split_of else 'no split lists found: split by patient'}."),
+                     f"{'official split lists ' + ', '.join(lists) if lists else 'no split lists: split by patient'}."),
         problems=flags)
 
 
@@ -222,15 +222,17 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         if key in row_of_study:
             repeated.add(key)
         row_of_study.setdefault(key, s)
-    split_of, sex_of, age_of, year_of = {}, {}, {}, {}
+    split_of, sex_of, age_of, year_of, split_file, people_file = {}, {}, {}, {}, None, None
     for name in (f"{stem}split.csv.gz", f"{stem}split.csv"):
         if optional_file(root / name):
-            split_table = read_table(root / name, ["dicom_id", "split"])
+            split_file = name
+            split_table = read_table(root / name, ["dicom_id", "split"], header_only_ok=True)
             split_of = dict(zip(split_table["dicom_id"].str.strip(), split_table["split"]))
             break
     for name in ("patients.csv.gz", "patients.csv"):
         if optional_file(root / name):
-            people = read_table(root / name, ["subject_id", "gender", "anchor_age"])
+            people_file = name
+            people = read_table(root / name, ["subject_id", "gender", "anchor_age"], header_only_ok=True)
             sex_of = dict(zip(people["subject_id"].str.strip(), people["gender"]))
             age_of = dict(zip(people["subject_id"].str.strip(), people["anchor_age"]))
             if "anchor_year" in people.columns:
@@ -262,8 +264,9 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         ages=[_age_at_exam(age_of.get(p, ""), year_of.get(p, ""), date) for p, date in zip(patients, dates)],
         splits=splits, where=where, ids=meta["dicom_id"].str.strip().tolist(),
         notes={"format": "mimic-cxr-jpg", "findings": list(chosen), "uncertain_policy": f"-1 -> {uncertain}",
-               "blank_policy": "blank -> 0 (not mentioned)", "official_split": bool(split_of),
-               "demographics": "patients.csv (MIMIC-IV)" if sex_of else "none (sex and age unknown)"},
+               # by the files found, never by their rows: a row can be a training patient's
+               "blank_policy": "blank -> 0 (not mentioned)", "official_split": split_file is not None,
+               "demographics": "patients.csv (MIMIC-IV)" if people_file else "none (sex and age unknown)"},
         description=(f"MIMIC-CXR-JPG, findings {', '.join(chosen)}; uncertain (-1) -> "
                      f"{UNCERTAIN_POLICIES[uncertain]:g}, blank -> 0; labels per study."),
         problems=flags)

@@ -64,8 +64,12 @@ def _folder_not_table(path: Path) -> DataError:
                      f"replace the folder with the table file itself{inner}")
 
 
-def read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:
-    """The CSV as text (keep every cell as written: blank stays ""), or DataError naming the file or the column."""
+def read_table(path: Path, required: Sequence[str], *, header_only_ok: bool = False) -> pd.DataFrame:
+    """The CSV as text (keep every cell as written: blank stays ""), or DataError naming the file or the column.
+
+    ``header_only_ok``: a side table (MIMIC's split and patients tables) that names no row of the image table may
+    hold its header alone; refused, its first row (a training patient's, perhaps) would decide whether a study runs.
+    """
     if path.is_dir():
         raise _folder_not_table(path)
     if not path.is_file():
@@ -94,7 +98,7 @@ def read_table(path: Path, required: Sequence[str]) -> pd.DataFrame:
                 if other else "")
         raise DataError(f"{path} has no column {', '.join(repr(c) for c in missing)}; its columns are {have}. "
                         f"Check the file (or the column names in the study file's data.columns / data.labels).{hint}")
-    if len(frame) == 0:
+    if len(frame) == 0 and not header_only_ok:
         raise DataError(f"{path} has a header but no rows; the dataset needs images")
     return frame
 
