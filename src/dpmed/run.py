@@ -32,9 +32,10 @@ from dpmed.evaluation.assessment import assess
 from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
 from dpmed.folders import RunFolder, write_arrays_atomic, write_atomic, write_json_atomic, write_text_atomic
-from dpmed.mechanisms import DpSgdPlan, mechanism_info
+from dpmed.mechanisms import DpSgdPlan, PrivacyCard, mechanism_info
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
+from dpmed.numbers import epsilon_text, number_text
 from dpmed.provenance import versions
 from dpmed.randomness import PrivacyRandomness, RandomnessMode, public_seed
 from dpmed.records import AttackRecord, AuditSummary, DataSummary, RunRecord, StartRecord, Timing
@@ -152,6 +153,16 @@ def _model_inputs(dataset: Dataset, *sets: ImageSet) -> tuple[ImageSet, ...]:
     return tuple(s.with_images(normalize(s.images, *dataset.normalization)) for s in sets)
 
 
+def _audited_claim(card: PrivacyCard) -> str:
+    """The card's claim besides its eps and delta, for the audit's statement: the accountant, the neighbours, and
+    that the audited eps is training's alone (an audit tests the model, not the released training-set size)."""
+    terms = f"{card.accountant_in_brief}, {card.neighbours_in_brief}"
+    if card.size_epsilon:
+        terms += (f"; training alone: the card's {epsilon_text(card.epsilon)} adds {number_text(card.size_epsilon)} "
+                  "for the released training-set size")
+    return terms
+
+
 def _attack(model, dataset: Dataset, dp: DpSgdPlan, seed: int, device, folder: RunFolder) -> AttackRecord:
     """The imprint attack on the arm's step (`dpmed.attack`): its counts for run.json, its images kept privately."""
     result = attack.attack_arm(model, dataset, dp, seed=seed, device=device)
@@ -234,7 +245,8 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
             canaries, = _model_inputs(ds, trial.canaries)
             verdict, arrays = audit.conclude(trial, predict_logits(model, canaries, device=device),
                                              task_kind=ds.task.kind, delta=None if dp is None else dp.delta,
-                                             claimed_epsilon=None if dp is None else card.training_epsilon)
+                                             claimed_epsilon=None if dp is None else card.training_epsilon,
+                                             claim_terms="" if dp is None else _audited_claim(card))
             write_arrays_atomic(folder.audit_scores, arrays, owner_only=True)
             write_json_atomic(folder.audit, verdict, owner_only=True)
             audit_summary = AuditSummary(n_canaries=plan.audit.canaries, kind=plan.audit.kind,

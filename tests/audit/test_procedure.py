@@ -48,16 +48,16 @@ def test_the_bound_is_taken_and_stated_at_the_claims_delta_and_judged_against_it
     monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
     claimed = None if delta is None else 1.0
     record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
-                                   delta=delta, claimed_epsilon=claimed)
+                                   delta=delta, claimed_epsilon=claimed, claim_terms="PLD, add/remove one patient")
     assert asked == [expected_delta] and record["delta"] == expected_delta
     # rounded down, never to nearest (1.2356e-5 is not 1.24e-5): the audit refutes (eps, delta)-DP at the smaller
     shown = {1e-3: "0.001", 1e-5: "1e-5", 1.2356e-5: "1.23e-5"}[expected_delta]
-    assert f"at delta = {shown} " in record["statement"]
+    assert f"at delta = {shown}, add/remove one canary (an image that is its own patient) " in record["statement"]
     assert record["consistent_with_claim"] is consistent
     if consistent is False:
         assert "inconsistent with the claimed eps at 95%" in record["statement"]
     elif consistent:
-        assert record["statement"].endswith("claims eps = 1: consistent")
+        assert record["statement"].endswith("claims eps = 1 (the same delta, PLD, add/remove one patient): consistent")
     else:
         assert record["statement"].endswith("no eps is claimed")
 
@@ -99,6 +99,7 @@ def test_the_record_holds_each_count_at_the_configured_confidence_and_a_bound_at
                                         task_kind=task.kind, delta=1e-5, claimed_epsilon=1.25)
     assert asked == [0.9] and "90%" in record["statement"]
     assert (record["n_guesses"], record["n_correct"], record["k_positive"], record["k_negative"]) == (10, 9, 7, 3)
-    assert record["consistent_with_claim"] is True and record["statement"].endswith("claims eps = 1.25: consistent")
+    assert record["consistent_with_claim"] is True and record["statement"].endswith(
+        "claims eps = 1.25 (the same delta): consistent")
     np.testing.assert_array_equal(arrays["included"], trial.included)
     np.testing.assert_array_equal(arrays["labels"], trial.canaries.labels)

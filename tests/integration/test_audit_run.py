@@ -22,7 +22,7 @@ from dpmed.cli import main
 from dpmed.config import load_study
 from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder
-from dpmed.numbers import number_text
+from dpmed.numbers import epsilon_text, number_text
 from dpmed.states import read_resolved
 from dpmed.study import load_study_data, plan_study
 
@@ -97,6 +97,10 @@ def test_with_dp_sgd_the_lower_bound_stays_below_the_claimed_eps(records, audits
     assert audit["delta"] == card["delta"]
     assert audit["epsilon_lower_bound"] < audit["claimed_epsilon"]
     assert audit["consistent_with_claim"] is True and "consistent" in audit["statement"]
+    # never a bare eps: the claim is stated with its delta, accountant and neighbours, and says what it leaves out
+    assert (f"claims eps = {epsilon_text(audit['claimed_epsilon'])} (the same delta, PLD, add/remove one patient; "
+            f"training alone: the card's {epsilon_text(card['epsilon'])} adds {card['size_epsilon']:g} for the "
+            "released training-set size): consistent") in audit["statement"]
     # the audit has the power to catch a run that claims eps = 1 but behaves like the non-private one
     assert audits["non-private"]["epsilon_lower_bound"] > card["epsilon"]
 

@@ -52,19 +52,24 @@ def insert_canaries_for(train_set: ImageSet, task: Task, config: AuditConfig, *,
 
 
 def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: float | None,
-             claimed_epsilon: float | None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+             claimed_epsilon: float | None, claim_terms: str = "") -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(the audit's private record, the arrays to keep for re-analysis: scores, bits, labels), from the final
-    model's ``logits`` on the canaries. ``delta``: the claim's (None: a non-private arm, stated at 1e-5)."""
+    model's ``logits`` on the canaries. ``delta``: the claim's (None: a non-private arm, stated at 1e-5);
+    ``claim_terms``: the rest of the claim as its card states it (accountant, neighbours, what it leaves out), so
+    that the statement never gives an eps without them."""
     scores = canary_scores_from_logits(logits, trial.canaries.labels, task_kind=task_kind)
     delta = AUDIT_DELTA_NON_PRIVATE if delta is None else delta
     res = audit_epsilon_lower_bound_over_grid(scores, trial.included, delta=delta,
                                               confidence=trial.config.confidence)
     # both rounded down: "not (eps, delta)-DP" at a smaller delta follows from it, at a larger one it does not
+    # each canary is one image and its own patient: the bound is for adding or removing one of them
     statement = (f"empirical lower bound eps >= {number_text(res.epsilon_lower_bound, down=True)} at delta = "
-                 f"{number_text(delta, down=True)} (one-run audit, {res.n_canaries} {trial.config.kind} canaries, "
-                 f"{res.confidence:.0%}; {res.n_correct} of {res.n_guesses} guesses correct)")
+                 f"{number_text(delta, down=True)}, add/remove one canary (an image that is its own patient) "
+                 f"(one-run audit, {res.n_canaries} {trial.config.kind} canaries, {res.confidence:.0%}; "
+                 f"{res.n_correct} of {res.n_guesses} guesses correct)")
+    terms = f", {claim_terms}" if claim_terms else ""
     statement += ("; no eps is claimed" if claimed_epsilon is None else
-                  f"; the accountant claims eps = {epsilon_text(claimed_epsilon)}: " + (
+                  f"; the accountant claims eps = {epsilon_text(claimed_epsilon)} (the same delta{terms}): " + (
                       "consistent" if res.epsilon_lower_bound <= claimed_epsilon else
                       f"inconsistent with the claimed eps at {res.confidence:.0%}"))
     record = {"n_canaries": res.n_canaries, "kind": trial.config.kind, "n_included": int(trial.included.sum()),
