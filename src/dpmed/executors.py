@@ -86,7 +86,7 @@ def _failure(task: RunTask, error: str, details: str) -> RunFailure:
     that cannot be written (a full disk: often the very cause of the failure) the failure is still reported, and
     the other runs go on; what to do about the disk is told when the study writes its outputs."""
     try:
-        task.folder.make()
+        task.folder.make_private()
         write_json_atomic(task.folder.error, {"run_id": task.plan.run_id, "error": error, "traceback": details},
                           owner_only=True)
     except OSError as exc:

@@ -251,9 +251,14 @@ class RunFolder:
         return [] if self.is_finished else [p for p in self.released_files if p.is_file()]
 
     def make(self) -> None:
-        """The run's folders; its private ones owner-only, as everything in ``private/`` (its 0700 is the one thing
-        between them and other users otherwise, and a `chmod -R g+rX` of the results is common on shared servers)."""
+        """The run's folders; its private ones owner-only (:meth:`make_private`)."""
         self.public.mkdir(parents=True, exist_ok=True)
+        self.make_private()
+
+    def make_private(self) -> None:
+        """The run's private folders, owner-only, as everything in ``private/`` (its 0700 is the one thing between
+        them and other users otherwise, and a `chmod -R g+rX` of the results is common on shared servers). Alone
+        where a run only records why it failed: the shareable ``runs/`` may be what could not be written."""
         self.private.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.private.mkdir(mode=0o700, exist_ok=True)
         (self.private / "unreleased").mkdir(mode=0o700, exist_ok=True)

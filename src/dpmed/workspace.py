@@ -38,7 +38,9 @@ FULL_DISK_ADVICE = ("free space on its disk, or choose a folder on another disk 
 
 # What a file system refuses whichever file is written: no space or quota left, mounted read-only, access denied.
 _FULL = {errno.ENOSPC} | ({errno.EDQUOT} if hasattr(errno, "EDQUOT") else set())
-_REFUSED = _FULL | {errno.EROFS, errno.EACCES}
+# EPERM too: setting the times of a file another user owns (`StudyFolder.settle_times`), or touching an immutable
+# one, is refused with it, and it reached the user as an internal error
+_REFUSED = _FULL | {errno.EROFS, errno.EACCES, errno.EPERM}
 
 
 def stale_temporaries(root: Path) -> list[Path]:

@@ -48,6 +48,29 @@ def test_a_run_failed_by_a_full_disk_is_reported_though_its_error_file_cannot_be
     assert "2 run(s) failed; fix the cause" in err
 
 
+def test_a_run_whose_shareable_folder_cannot_be_made_keeps_its_failure_in_the_private_one(tiny_text, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """runs/ not writable (another user's, or immutable) while private/ is: before, recording the failure made the
+    shareable runs/<id> too, failed again, and the run was left without an error file (shown as pending, not
+    failed)."""
+    from dpmed.folders import RunFolder, StudyFolder
+
+    def refused(folder, *args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder.public))
+
+    monkeypatch.setattr(RunFolder, "make", refused)
+    monkeypatch.setattr(dpmed.executors, "run_one", lambda plan, context, folder: refused(folder))
+    out = tmp_path / "out"
+    assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "could not write its error file" not in err, err
+    folder = StudyFolder(out / "tiny")
+    for run_id in ("base_seed0", "dp_eps8_C1_seed0"):
+        assert f"FAILED {run_id}: PermissionError: [Errno 13] Permission denied" in err
+        assert "Permission denied" in folder.run(run_id).error.read_text()
+    assert "2 run(s) failed; fix the cause" in err
+
+
 def test_a_full_disk_while_run_writes_the_study_folder_ends_in_one_line(tiny_text, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(dpmed.study, "write_text_atomic", _full)     # study.yaml, written before any training
     out = tmp_path / "out"
