@@ -140,7 +140,8 @@ def _parser() -> argparse.ArgumentParser:
                                       "OUT/<study>/private/released_sizes.json (private; `run` reuses that draw, so "
                                       "its plans are the ones shown here).")
     _study_arguments(plan)
-    plan.add_argument("--no-estimate", action="store_true", help="skip the timing probe (a few seconds)")
+    plan.add_argument("--no-estimate", action="store_true",
+                      help="skip the timing probe (seconds for small models, minutes for ResNets at 224 px on a CPU)")
     status = sub.add_parser("status", help="list the finished, unreadable, failed, interrupted (the step its "
                                            "checkpoint reached) and pending runs in DIR")
     status.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
@@ -292,6 +293,8 @@ def _plan(args: argparse.Namespace) -> int:
 
         prepared = prepare_study(study, out=args.out)
         check_weights(study, prepared.dataset)
+        if not args.no_estimate and prepared.todo:
+            _log.info("estimating the study's time: timing a few steps of each kind of run (--no-estimate skips this)")
         rates, seconds = (None, {}) if args.no_estimate or not prepared.todo else estimate_times(prepared)
     finally:
         detach(handler)

@@ -15,6 +15,7 @@ quieter meanwhile (the load at probe time is stated).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -32,6 +33,8 @@ from dpmed.models import MODELS, build_model
 from dpmed.randomness import PrivacyRandomness
 from dpmed.records import Timing
 from dpmed.training import run_threads, torch_threads, train
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["StepKind", "step_kind", "run_steps", "Rates", "probe_rates", "clock", "machine_load"]
 
@@ -215,8 +218,12 @@ def probe_rates(plans: Iterable[RunPlan], dataset: Dataset, *, evaluation: Evalu
         kinds.setdefault(step_kind(plan, device), plan)
     per_step, timed = {}, {}
     for kind, plan in kinds.items():
+        # said before each part: at 224 px on a CPU a part can take minutes, and nothing else is printed meanwhile
+        _log.info("timing %s of %s on this machine", kind.describe(), plan.model)
         per_step[kind], timed[kind] = _probe_kind(dataset, kind, plan)
     first = next(iter(kinds), None)
+    if first is not None:
+        _log.info("timing one evaluation of the %d validation and test images", len(dataset.val) + len(dataset.test))
     evaluation_seconds = 0.0 if first is None else _probe_evaluation(dataset, kinds[first].model, evaluation, first)
     models = "/".join(sorted({plan.model for plan in kinds.values()}))
     devices = sorted({k.device for k in kinds})
