@@ -18,7 +18,7 @@ from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_json_atomic
 from dpmed.mechanisms import DpSgdPlan
 from dpmed.records import ResolvedStudy, RunRecord, read_record, read_timing
 from dpmed.reporting import PrivateRun, write_private_report, write_report, write_results_table
-from dpmed.states import read_resolved, run_states
+from dpmed.states import folder_holder, read_resolved, run_states
 from dpmed.workspace import withdraw_public_timing, writing_into
 
 __all__ = ["write_outputs", "rebuild_outputs"]
@@ -108,8 +108,11 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     resolved = read_resolved(folder.root)
     records = [read_record(folder.run(p.run_id).record) for p in resolved.runs if folder.run(p.run_id).is_finished]
     if not records:
+        holder = folder_holder(folder.root)
         waiting = sum(kind == "interrupted" for _, kind, _ in run_states(folder.root))
         raise ConfigError(f"{folder.root} has no finished run (no runs/*/run.json); " + (
+            f"a dpmed run ({holder.describe()}) is working in it now: run `dpmed report` again once a run has "
+            "finished" if holder is not None else
             f"{waiting} run(s) were interrupted: run the same `dpmed run` again to continue them" if waiting
             else "run the study first"))
     with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy",

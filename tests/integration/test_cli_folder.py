@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import re
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 
 from dpmed.cli import main
 from dpmed.folders import StudyFolder
+from dpmed.lock import FolderLock
 
 
 def _study(tmp_path: Path, text: str) -> Path:
@@ -185,6 +187,12 @@ def test_report_of_a_folder_whose_runs_were_all_interrupted_says_to_continue_the
     line = _one_line_error(capsys.readouterr().err)
     assert line.endswith("has no finished run (no runs/*/run.json); 1 run(s) were interrupted: run the same "
                          "`dpmed run` again to continue them")
+    # while a dpmed run works in the folder its runs are not interrupted: they are in progress (found by a user)
+    with FolderLock(folder.lock, what=str(folder.root)):
+        assert main(["report", str(folder.root)]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert re.search(r"has no finished run \(no runs/\*/run.json\); a dpmed run \(PID \d+.*\) is working in it now: "
+                     r"run `dpmed report` again once a run has finished$", line), line
 
 
 def test_a_study_whose_counts_file_was_deleted_beside_finished_runs_is_refused(tiny_study, tiny_study_file, tiny_text,
