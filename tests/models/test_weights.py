@@ -114,6 +114,13 @@ def test_a_folder_a_text_file_and_a_pickled_model_say_what_to_give_instead(tmp_p
                            ) as err:
             read_state_dict(path)
         assert "weights_only=False" not in str(err.value) and "add_safe_globals" not in str(err.value)
+    for text in ("garbage\n", "epoch 10"):       # not a pickle at all: not called a pickled model (found by a user)
+        (tmp_path / "notes.txt").write_text(text)
+        with pytest.raises(ConfigError) as err:
+            read_state_dict(tmp_path / "notes.txt")
+        reason = str(err.value).split(";")[0]
+        assert reason.startswith(f"model.weights: {tmp_path / 'notes.txt'} is not a torch state dict (") and \
+            "pickled" not in reason, err.value
 
 
 def test_a_whole_pickled_module_gets_our_words_not_torchs(tmp_path):

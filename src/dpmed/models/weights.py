@@ -90,13 +90,16 @@ def _not_a_state_dict(exc: Exception, path: Path, key: str) -> str:
     the file's code, and it holds terminal escape codes: only the class it names is kept. Other errors keep their
     first line, without escape codes."""
     text = _ESCAPES.sub("", str(exc))
-    if isinstance(exc, pickle.UnpicklingError) and "weights only load failed" in text.lower():
-        named = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    weights_only = isinstance(exc, pickle.UnpicklingError) and "weights only load failed" in text.lower()
+    named = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    if weights_only and (named or "Unsupported global" in text):
         what = f"a pickled {named.group(1)} object" if named else "pickled Python objects"
         return (f"{key}: {path} is not a torch state dict but {what} (as torch.save(model, PATH) saves a whole "
                 "model); dpmed does not unpickle objects, since that could run any code in the file: save the weights "
                 "alone, with torch.save(model.state_dict(), PATH), and give that file")
-    first = (text.strip().splitlines() or [""])[0][:200]
+    # torch's own reason, where it gives one below its advice ("Unsupported operand 103": not a pickle at all)
+    reason = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text) if weights_only else None
+    first = reason.group(1)[:200] if reason else (text.strip().splitlines() or [""])[0][:200]
     return (f"{key}: {path} is not a torch state dict ({type(exc).__name__}{': ' + first if first else ''}); save one "
             "with torch.save(model.state_dict(), PATH): a whole pickled model is not read, since unpickling it could "
             "run any code")
