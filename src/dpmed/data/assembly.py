@@ -35,7 +35,7 @@ from typing import Literal
 import numpy as np
 
 from dpmed.data.cache import decode_images
-from dpmed.data.manifest import Manifest, describe_problems
+from dpmed.data.manifest import Manifest, describe_demographics, describe_problems
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.data.splits import split_by_patient
 from dpmed.data.transforms import Preprocessing
@@ -218,6 +218,8 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
         # carry: a private file's name can name its patient
         for r in sorted(manifest.problems)[:_EXAMPLES]:
             _log.warning("left out %s: %s", manifest.where[r], manifest.problems[r].detail)
+    for line in describe_demographics(manifest, rows):   # sex and age read as unknown: told, like the rows above
+        _log.warning("%s", line)
     if shared["patients_in_two_published_splits"]:
         summary.append(f"{shared['patients_in_two_published_splits']} patients are in two published splits: "
                        + (f"left out their {shared['rows_of_those_patients_outside_their_top_split']} images outside "

@@ -10,12 +10,16 @@ earlier row) is not dropped on the spot: the reader *flags* it with a :class:`Pr
 one message that lists the first few flagged rows and their count, or, with ``skip_invalid``, drops them and records
 how many (METHODS.md: nothing silently ignored). Problems of the whole table (a missing column, an empty split) are
 raised at once as :class:`~dpmed.errors.DataError`: no row-level skipping can repair them.
+
+A sex or age value that cannot be read (sex "X", age "abc" or 250) is no reason to drop a row: it is read as unknown,
+the reader keeps it as written (:meth:`Manifest.keep_unread`), and assembly tells the user how many and where
+(:func:`describe_demographics`), as it does for left-out rows: on the terminal and in the private log only.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,7 +28,8 @@ import numpy as np
 from dpmed.data.sample import Task
 from dpmed.errors import DataError
 
-__all__ = ["Problem", "Manifest", "parse_sex", "parse_age", "parse_splits", "SPLIT_NAMES", "describe_problems"]
+__all__ = ["Problem", "Manifest", "parse_sex", "parse_age", "parse_splits", "SPLIT_NAMES", "describe_problems",
+           "describe_demographics"]
 
 SPLIT_NAMES: dict[str, str] = {"train": "train", "training": "train", "val": "val", "valid": "val",
                                "validate": "val", "validation": "val", "test": "test", "testing": "test"}
@@ -32,6 +37,9 @@ SPLIT_NAMES: dict[str, str] = {"train": "train", "training": "train", "val": "va
 "Training", "Testing"; compared in lower case) -> dpmed's train / val / test."""
 
 _SHOWN = 5  # offending rows listed in a message; the count covers all of them
+
+# a sex or age cell that says "unknown": not told as unread (CheXpert's Sex and HAM10000's sex write "Unknown")
+_BLANK = ("", "nan", "none", "unknown")
 
 _SEX = {"f": "female", "female": "female", "w": "female", "woman": "female",
         "m": "male", "male": "male", "man": "male"}
@@ -58,7 +66,8 @@ class Manifest:
     splits: "train" | "val" | "test" where the publisher assigned one, "" where not; where: str [N], the row as a
     user finds it ("train.csv line 17 (id_code 000c1434d8d7)" or a relative path); ids: str [N], what must be unique.
     problems: flagged rows, row index -> Problem; notes: the reader's provenance (label policy, counts), recorded in
-    the run record; description: one paragraph for the report.
+    the run record; description: one paragraph for the report. unread: "sex" | "age" -> {row index: the value as
+    written} where a value that is not blank was read as unknown (:meth:`keep_unread`); told, never recorded.
     """
 
     name: str
@@ -75,6 +84,7 @@ class Manifest:
     problems: dict[int, Problem] = field(default_factory=dict)
     notes: dict[str, object] = field(default_factory=dict)
     description: str = ""
+    unread: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.paths)
@@ -92,14 +102,25 @@ class Manifest:
         """Mark ``row`` unusable; the first problem found for a row is the one reported."""
         self.problems.setdefault(int(row), Problem(kind, detail))
 
+    def keep_unread(self, sex: Sequence[object], age: Sequence[object]) -> None:
+        """Keep the values of ``sex`` and ``age`` (as given to :func:`parse_sex` and :func:`parse_age`, [N]) that are
+        not blank yet were read as unknown, so that assembly can tell the user of them with an example each."""
+        for name, values, unknown in (("sex", sex, self.sex == "unknown"), ("age", age, np.isnan(self.age))):
+            texts = [str(v).strip() for v in values]
+            found = {row: texts[row] for row in np.flatnonzero(unknown).tolist() if texts[row].lower() not in _BLANK}
+            if found:
+                self.unread[name] = found
+
     def subset(self, rows: np.ndarray) -> "Manifest":
-        """The manifest of ``rows`` only, in that order (its problems renumbered with them)."""
+        """The manifest of ``rows`` only, in that order (its problems and unread values renumbered with them)."""
         rows = np.asarray(rows, dtype=np.int64)
         position = {int(r): i for i, r in enumerate(rows)}
         return replace(self, paths=[self.paths[r] for r in rows], labels=self.labels[rows],
                        patient_ids=self.patient_ids[rows], sex=self.sex[rows], age=self.age[rows],
                        splits=self.splits[rows], where=self.where[rows], ids=self.ids[rows],
-                       problems={position[r]: p for r, p in self.problems.items() if r in position})
+                       problems={position[r]: p for r, p in self.problems.items() if r in position},
+                       unread={name: {position[r]: v for r, v in values.items() if r in position}
+                               for name, values in self.unread.items()})
 
     def valid_rows(self) -> np.ndarray:
         """int64 indices of the rows not flagged, in order."""
@@ -123,11 +144,48 @@ def describe_problems(manifest: Manifest, *, skip_hint: bool = True) -> str:
     return "\n".join(lines)
 
 
+_UNREAD = {"age": "age value(s) not a plausible age in years", "sex": "sex value(s) not M/F/male/female"}
+
+
+def describe_demographics(manifest: Manifest, rows: np.ndarray) -> list[str]:
+    """One line per kind of doubtful sex or age among ``rows`` (the rows the dataset keeps): values read as unknown
+    (:attr:`Manifest.unread`), and patient ids with rows of two sexes (two people under one id, or a sex mistyped);
+    each with its count and the first rows, as the user finds them. No line where there is nothing to tell.
+
+    The counts are statistics of the private rows, training rows included: for the terminal and the private log
+    only, never for ``Dataset.source`` (whose shareable keys go to run.json). Ages of one patient far apart are not
+    told: a longitudinal release (NIH ChestX-ray14, MIMIC-CXR) images one patient over years.
+    """
+    kept = set(np.asarray(rows).tolist())
+    lines = []
+    for name in ("age", "sex"):
+        found = [(r, v) for r, v in sorted(manifest.unread.get(name, {}).items()) if r in kept]
+        if found:
+            shown = ", ".join(f"{manifest.where[r]}: {v[:20]!r}" for r, v in found[:3])
+            lines.append(f"data: {len(found)} {_UNREAD[name]} were read as unknown (e.g. {shown}); fairness by "
+                         f"{name} leaves them out")
+    first: dict[str, tuple[str, int]] = {}     # patient -> (sex, row) of their first row of known sex
+    mixed: dict[str, tuple[int, int]] = {}     # patient -> (that row, their first row of the other sex)
+    patients, sexes = manifest.patient_ids.tolist(), manifest.sex.tolist()
+    for r in sorted(kept):
+        patient, sex = patients[r], sexes[r]
+        if sex != "unknown":
+            first.setdefault(patient, (sex, r))
+            if first[patient][0] != sex:
+                mixed.setdefault(patient, (first[patient][1], r))
+    if mixed:
+        a, b = next(iter(mixed.values()))
+        lines.append(f"data: {len(mixed)} patient id{' has' if len(mixed) == 1 else 's have'} rows of two different "
+                     f"sexes (e.g. {manifest.where[a]} and {manifest.where[b]}): two people under one id, or a sex "
+                     "mistyped; each image keeps its own row's sex")
+    return lines
+
+
 def parse_sex(values: Iterable[object]) -> np.ndarray:
     """Publishers' sex codes (M/F, Male/Female, male/female; any case) -> "male" | "female" | "unknown" [N].
 
     Anything else (blank, "Unknown", "O", "X") is "unknown": sex is an attribute for fairness analysis, not a label,
-    so an unusual code is reported (the count of unknowns goes into the record) rather than refused.
+    so an unusual code is told to the user (:meth:`Manifest.keep_unread`, then assembly) rather than refused.
     """
     return np.array([_SEX.get(str(v).strip().lower(), "unknown") for v in values], dtype=object).astype(str)
 
@@ -136,13 +194,15 @@ def parse_age(values: Iterable[object], *, oldest: float = 120.0) -> tuple[np.nd
     """Ages in years -> (float64 [N] with nan where unknown, how many non-blank values were not a plausible age).
 
     Accepts numbers and DICOM age strings ("045Y", "006M", "010W", "003D"). A value that is not a number, negative or
-    above ``oldest`` (NIH ChestX-ray14 lists ages such as 414) becomes nan, and is counted so the record can say so.
+    above ``oldest`` (NIH ChestX-ray14 lists ages such as 414) becomes nan, and is counted; which values, and where,
+    assembly tells the user (:meth:`Manifest.keep_unread`). The count is a statistic of the private rows: a reader
+    notes it under a key that :data:`~dpmed.data.sample.SHAREABLE_SOURCE` does not list, so run.json never holds it.
     """
     out, implausible = [], 0
     units = {"Y": 1.0, "M": 1 / 12, "W": 7 / 365.25, "D": 1 / 365.25}
     for v in values:
         text = str(v).strip()
-        if text == "" or text.lower() in ("nan", "none", "unknown"):
+        if text.lower() in _BLANK:
             out.append(np.nan)
             continue
         scale = 1.0

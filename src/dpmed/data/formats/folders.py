@@ -248,6 +248,7 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
                      f"{'published splits ' + ', '.join(sorted(set(splits) - {''})) if split_dirs else 'no split'}; "
                      "sex and age unknown unless DICOM headers give them."),
     )
+    manifest.keep_unread(sex, ages)     # a DICOM header's sex or age that is not blank yet unread: told by assembly
     for i, f in enumerate(paths):
         if _dangling(f):
             manifest.flag(i, "missing image", f"image {where[i]} is a link to {os.readlink(f)}, which does not "

@@ -136,13 +136,15 @@ def patient_column(frame: pd.DataFrame, column: str, table: Path, remedy: str, *
 
 def table_manifest(*, name, root, task, paths, labels, patients, sex, ages, splits, where, ids, notes, description,
                    problems=()) -> Manifest:
-    """The Manifest of a parsed table (sex and age parsed, implausible ages counted), with ``problems`` flagged."""
+    """The Manifest of a parsed table (sex and age parsed, implausible ages counted, the values read as unknown kept
+    for assembly to tell the user), with ``problems`` flagged."""
     age, implausible = parse_age(ages)
     manifest = Manifest(name=name, root=root, task=task, paths=list(paths), labels=labels,
                         patient_ids=np.array(patients, dtype=str), sex=parse_sex(sex), age=age,
                         splits=np.array(splits, dtype=str), where=np.array(where, dtype=str),
                         ids=np.array(ids, dtype=str),
                         notes={**notes, "implausible_ages_set_unknown": implausible}, description=description)
+    manifest.keep_unread(sex, ages)
     for row, kind, detail in problems:
         manifest.flag(row, kind, detail)
     return manifest
