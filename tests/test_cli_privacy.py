@@ -24,7 +24,8 @@ def test_epsilon_under_every_accountant_names_each_and_the_assumptions(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [_eps(line) for line in lines[:3]] == pytest.approx([0.689, 0.770, 0.994], abs=0.005)
     assert "[pld:" in lines[0] and "[rdp:" in lines[1] and "[rdp-classic:" in lines[2]
-    assert "Poisson sampling" in lines[3] and "add or remove one training image" in lines[3]
+    assert lines[-1].startswith("assumes:") and "Poisson sampling" in lines[-1]
+    assert "add or remove one training image" in lines[-1]
 
 
 def test_a_pure_dp_bound_is_printed_at_delta_zero_beside_the_pld_at_the_given_delta(capsys):
@@ -362,3 +363,59 @@ def test_risk_prints_the_library_s_bounds_at_the_prior_it_names(capsys):
         assert risk.worst_case != pytest.approx(risk.relaxed, rel=1e-3)
         for fpr, tpr in risk.tpr_at_fpr.items():
             assert re.search(rf"TPR at FPR {re.escape(f'{fpr:<5.1%}')} +{re.escape(f'{tpr:.4%}')} ", out), fpr
+
+
+@pytest.mark.parametrize("command", [["epsilon", "--noise-multiplier", "1.2"], ["calibrate", "--target-epsilon", "2"]])
+def test_the_unit_names_the_neighbours_and_leaves_the_number_as_it_is(capsys, command):
+    """The neighbours said one training image whatever the study protected: a patient study's user could not state
+    its unit. DP-SGD's accounting is the same for both units (a patient's images are clipped together), so --unit
+    changes the words only, and the default stays the image."""
+    setting = ["--dataset-size", "600", "--batch-size", "40", "--epochs", "5"]
+    outs = {}
+    for unit in ("image", "patient", None):
+        assert main(["privacy", *command, *setting, *(["--unit", unit] if unit else [])]) == 0
+        outs[unit] = capsys.readouterr().out
+    assumed = outs["patient"].splitlines()[-1]
+    assert assumed.startswith("assumes:") and f"neighbours: {accounting.NEIGHBOUR_PATIENT}" in assumed
+    assert "training image" not in outs["patient"]
+    assert f"neighbours: {accounting.NEIGHBOUR_DP_SGD}" in outs["image"] and outs[None] == outs["image"]
+    assert outs["patient"].splitlines()[0] == outs["image"].splitlines()[0]        # the same sigma and eps
+
+
+def test_with_the_patient_as_unit_the_dataset_size_counts_patients(capsys):
+    """--dataset-size was "N training images" in the messages that read it; with --unit patient N counts patients."""
+    assert main(["privacy", "epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "10",
+                 "--dataset-size", "40", "--delta", "0.5", "--unit", "patient"]) == 2
+    err = capsys.readouterr().err
+    assert "the 40 training patients of --dataset-size" in err and "training image" not in err
+    assert main(["privacy", "risk", "--noise-multiplier", "1", "--dataset-size", "400", "--batch-size", "20",
+                 "--epochs", "2", "--unit", "patient"]) == 0
+    out = capsys.readouterr().out
+    assert "a uniform guess among N training patients" in out and "training image" not in out
+    with pytest.raises(SystemExit):
+        main(["privacy", "--help"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["privacy", "epsilon", "--help"])
+    assert "N training images" not in capsys.readouterr().out
+
+
+def test_the_eps_is_said_to_be_training_s_alone_without_the_released_count_a_study_adds(capsys):
+    """A study's card states this eps plus its size_epsilon (the training set's size released as a DP count): the
+    quickstart's card said 0.9995 where this command said 0.9795 for the same sigma, q and T, with nothing to tell
+    the user why. calibrate says too what a study calibrates to."""
+    from dpmed.config import Study
+    from dpmed.privacy_commands import STUDY_SIZE_EPSILON
+
+    assert STUDY_SIZE_EPSILON == Study.model_fields["size_epsilon"].default
+    setting = ["--sample-rate", "0.09496", "--steps", "88", "--delta", "1e-5", "--unit", "patient"]
+    assert main(["privacy", "epsilon", "--noise-multiplier", "3.614", *setting]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert _eps(lines[0]) + STUDY_SIZE_EPSILON == pytest.approx(0.9995, abs=1e-4)      # the quickstart card's eps
+    notes = [line for line in lines if "size_epsilon" in line]
+    assert notes == ["note: a dpmed study's card adds its size_epsilon (default 0.02) to this eps for the DP count "
+                     "of the training set, so the card reads eps + 0.02"]
+    assert main(["privacy", "calibrate", "--target-epsilon", "1", *setting]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "size_epsilon" in line]
+    assert len(notes) == 1 and notes[0].endswith("so the card reads eps + 0.02; a study at target_epsilon E "
+                                                 "calibrates to E - 0.02")

@@ -81,8 +81,13 @@ def _schedule_arguments(p: argparse.ArgumentParser, *, with_delta: bool = True,
                         with_noise: bool = True) -> None:
     p.add_argument("--sample-rate", type=float, help="Poisson rate q (or give --dataset-size and --batch-size)")
     p.add_argument("--steps", type=int, help="optimiser steps T (or give --epochs with --dataset-size)")
-    p.add_argument("--dataset-size", type=int, help="N training images: q = batch / N, T = epochs * round(N / batch)")
-    p.add_argument("--batch-size", type=int, help="expected Poisson batch size (with --dataset-size)")
+    p.add_argument("--dataset-size", type=int,
+                   help="N training units (images, or patients with --unit patient): q = batch / N, T = epochs * "
+                        "round(N / batch)")
+    p.add_argument("--batch-size", type=int, help="expected Poisson batch size, in units (with --dataset-size)")
+    p.add_argument("--unit", choices=("image", "patient"), default="image",
+                   help="what one neighbour adds or removes: one image (default) or one patient with all of their "
+                        "images, as a study's privacy_unit (the same eps; only what it protects differs)")
     p.add_argument("--epochs", type=int, help="passes over the data (with --dataset-size and --batch-size)")
     if with_delta:
         p.add_argument("--delta", type=float, help="delta (default min(1e-5, 1/(10 N)) when --dataset-size is given)")

@@ -19,6 +19,10 @@ from dpmed.numbers import delta_text, up_to_figures
 
 __all__ = ["privacy_command"]
 
+# `Study.size_epsilon`'s default, written out: importing dpmed.config for it would add 0.4 s to every privacy command
+# (tests/test_cli_privacy.py holds them equal)
+STUDY_SIZE_EPSILON = 0.02
+
 
 def _schedule(args: argparse.Namespace) -> tuple[float, int, int | None]:
     """(q, T, N or None) from --sample-rate/--steps, or from --dataset-size/--batch-size/--epochs as studies do."""
@@ -44,8 +48,9 @@ def _delta(args: argparse.Namespace, n: int | None) -> float:
         return 1e-5
     if args.delta is not None:
         if n is not None:   # as `dpmed run` refuses it; with --sample-rate alone N is not known here
-            refuse_vacuous_delta("--delta", args.delta, n, counted=f"the {n} training images of --dataset-size",
-                                 whole="publishing each training image whole")
+            whole = "each training image" if args.unit == "image" else "each training patient's images"
+            refuse_vacuous_delta("--delta", args.delta, n, counted=f"the {n} training {args.unit}s of --dataset-size",
+                                 whole=f"publishing {whole} whole")
         return args.delta
     if n is None:
         raise DpmedError("give --delta (or --dataset-size, for the default min(1e-5, 1/(10 N)))")
@@ -122,10 +127,24 @@ def privacy_command(args: argparse.Namespace) -> int:
 
 
 def _assumptions(args: argparse.Namespace, q: float, steps: int, sigma: float) -> str:
+    """The setting the eps holds for, its unit included: DP-SGD's accounting is the same whether one image or one
+    patient with all of their images is the unit (each sampled patient's gradients are clipped together), so --unit
+    changes only which record the eps protects, and a patient study's user can say so."""
     noise = ("Laplace noise b = sigma C1, L1 clipping" if args.noise == "laplace"
              else "Gaussian noise N(0, (sigma C)^2), L2 clipping")
+    neighbours = accounting.NEIGHBOUR_PATIENT if args.unit == "patient" else accounting.NEIGHBOUR_DP_SGD
     return (f"assumes: Poisson sampling at q = {q:.6g} for T = {steps} steps, noise multiplier sigma = {sigma:.6g} "
-            f"({noise}); neighbours: {accounting.NEIGHBOUR_DP_SGD}")
+            f"({noise}); neighbours: {neighbours}")
+
+
+def _size_note(calibrating: bool) -> str:
+    """Why a dpmed study's card states more than this eps: the study releases its training set's size as a DP count
+    (`dpmed.released_size`) and adds that count's size_epsilon to each DP-SGD run's eps, which this calculator, given
+    q and T, does not. Without the note the card's 0.9995 and this command's 0.9795 for one sigma, q and T look like
+    two accountings of one run."""
+    then = f"; a study at target_epsilon E calibrates to E - {STUDY_SIZE_EPSILON:g}" if calibrating else ""
+    return (f"note: a dpmed study's card adds its size_epsilon (default {STUDY_SIZE_EPSILON:g}) to this eps for the "
+            f"DP count of the training set, so the card reads eps + {STUDY_SIZE_EPSILON:g}{then}")
 
 
 def _sampler_note(args: argparse.Namespace, q: float, steps: int, sigma: float, delta: float) -> str | None:
@@ -166,6 +185,7 @@ def _privacy_epsilon(args: argparse.Namespace) -> int:
     note = _sampler_note(args, q, steps, args.noise_multiplier, delta)
     if note:
         print(note)
+    print(_size_note(calibrating=False))
     print(_assumptions(args, q, steps, args.noise_multiplier))
     return 0
 
@@ -187,6 +207,7 @@ def _privacy_calibrate(args: argparse.Namespace) -> int:
     sampler = _sampler_note(args, q, steps, sigma, delta)
     if sampler:
         print(sampler)
+    print(_size_note(calibrating=True))
     print(_assumptions(args, q, steps, sigma))
     return 0
 
@@ -197,7 +218,7 @@ def _privacy_risk(args: argparse.Namespace) -> int:
         raise DpmedError("give --kappa (or --dataset-size, for the uniform prior kappa = 1/N)")
     kappa = args.kappa if args.kappa is not None else 1.0 / n
     risk = accounting.reconstruction_risk(noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps,
-                                          kappa=kappa)
+                                          kappa=kappa, unit=args.unit)
     print(f"reconstruction success, upper bounds (prior kappa = {kappa:.4g}), and how each was obtained:")
     print(f"  worst case                {risk.worst_case:9.4%}   {risk.worst_case_via}")
     print(f"  worst case (Edgeworth)    {risk.worst_case_edgeworth:9.4%}   cross-check of the line above: "
