@@ -8,7 +8,7 @@ import pytest
 
 from dpmed.accounting import Ledger, PoissonGaussianEvent
 from dpmed.errors import ConfigError
-from dpmed.records import RunRecord, read_record
+from dpmed.records import RunRecord, Timing, read_record, read_timing
 
 
 def test_a_record_round_trips_through_run_json(tmp_path, make_record):
@@ -116,3 +116,35 @@ def test_the_evaluation_blocks_round_trip_and_read_as_earlier_versions_wrote_the
     (tmp_path / "run.json").write_text(json.dumps(data))
     with pytest.raises(ConfigError, match=r"run.json is not a run record .*female\.auroc\.lo"):
         read_record(tmp_path / "run.json")
+
+
+def test_the_point_a_run_resumed_from_is_a_step_said_as_one_and_older_files_keep_their_unit(tmp_path, make_record):
+    """A run without DP-SGD recorded the epoch its checkpoint continued from (2), a DP-SGD run the step (33), both
+    as a bare "resumed_from". Every run records the step now, and the file says so; an older run.json is read with
+    the unit it was written in, and an older DP-SGD timing.json (the private one, of steps) as steps."""
+    def written(record: RunRecord, name: str, *, older: bool = False) -> dict:
+        data = json.loads(record.model_dump_json())
+        if older:
+            del data["timing"]["resumed_unit"]
+        (tmp_path / name).write_text(json.dumps(data))
+        return data
+
+    plain = make_record("np_seed0", "np")
+    plain = plain.model_copy(update={"timing": plain.timing.model_copy(update={"resumed_from": 28})})
+    assert written(plain, "new.json")["timing"]["resumed_unit"] == "step"
+    assert read_record(tmp_path / "new.json") == plain and plain.timing.resumed_at == "step 28"
+
+    older = plain.model_copy(update={"timing": plain.timing.model_copy(update={"resumed_from": 2})})
+    written(older, "older.json", older=True)
+    assert read_record(tmp_path / "older.json").timing.resumed_at == "epoch 2"
+
+    dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)
+    dp = dp.model_copy(update={"timing": dp.timing.model_copy(update={"resumed_from": 33})})
+    written(dp, "older_dp.json", older=True)
+    assert read_record(tmp_path / "older_dp.json").timing.resumed_at == "step 33"
+    timing = json.loads(dp.timing.model_dump_json())
+    del timing["resumed_unit"]
+    (tmp_path / "timing.json").write_text(json.dumps(timing))
+    assert read_timing(tmp_path / "timing.json") == dp.timing
+    assert Timing(train_seconds=1.0, total_seconds=2.0, device="cpu", threads=1).resumed_at is None   # in one go
+    assert dp.timing.shareable(dp.plan).resumed_at is None      # a DP-SGD run's step stays private

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError
+from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError, ValidationInfo,
+                      field_validator)
 
 from dpmed.accounting import Ledger
 from dpmed.config import RunPlan, Study, TrainingConfig
@@ -50,18 +51,31 @@ class DataSummary(_Record):
 
 class Timing(_Record):
     """Wall time of the run's last session (a resumed run counts only that), where it ran and with how many CPU
-    threads (its numbers depend on that count), and the epoch or step a checkpoint continued from.
+    threads (its numbers depend on that count), and the optimiser step a checkpoint continued from (0: none).
 
     A DP-SGD run's seconds are None in run.json (`shareable`) and kept in its private folder: its training time
     grows with the number of units Poisson sampling drew and with their images, statistics of the training set
     that no eps covers (a timing side channel; Jin et al. 2022 show such channels in DP libraries). So is the step
-    it resumed from: how far a run had come when it was stopped depends on the same times."""
+    it resumed from: how far a run had come when it was stopped depends on the same times.
+
+    ``resumed_from`` counts steps for every kind of run, as the log's "continues from its checkpoint at step 28 of
+    112" does, and ``resumed_unit`` says so in the file. Before it did, a run without DP-SGD recorded the epoch: its
+    run.json, which has no ``resumed_unit``, is read with "epoch" (`RunRecord`), so no older epoch is read as a step.
+    A timing.json without it is read with "step": right for a DP-SGD run's, the only ones shown (`dpmed.outputs`);
+    another run's is read only for whether it resumed (`dpmed.timing`)."""
 
     train_seconds: float | None
     total_seconds: float | None
     device: str
     threads: int
     resumed_from: int | None = 0
+    resumed_unit: Literal["step", "epoch"] = "step"
+
+    @property
+    def resumed_at(self) -> str | None:
+        """Where a checkpoint continued from, with its unit ("step 28"); None for a run trained in one go and for a
+        DP-SGD run's run.json, which withholds it."""
+        return f"{self.resumed_unit} {self.resumed_from}" if self.resumed_from else None
 
     def shareable(self, plan: RunPlan) -> Timing:
         """What run.json may hold: all of it for a run without DP-SGD; for a DP-SGD run, no seconds and no step it
@@ -211,6 +225,17 @@ class RunRecord(_Record):
     start: StartRecord | None = None   # None: randomly initialised, every parameter trained
     timing: Timing
     versions: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("timing", mode="before")
+    @classmethod
+    def _resumed_unit_of_older_records(cls, timing: object, info: ValidationInfo) -> object:
+        """A run.json written before its timing named the unit of ``resumed_from`` holds the epoch for a run
+        without DP-SGD and the step for a DP-SGD run: read so, not as the step every run records now. (On the field,
+        not the record: a validator before the whole record would read the rest of run.json as Python, not JSON,
+        where a list is no tuple.)"""
+        if not isinstance(timing, dict) or "resumed_unit" in timing:
+            return timing
+        return {**timing, "resumed_unit": "step" if info.data.get("mechanism") == "dp_sgd" else "epoch"}
 
     @property
     def bootstrap_unit(self) -> str:

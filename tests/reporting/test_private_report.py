@@ -43,7 +43,7 @@ def test_each_run_s_card_holds_its_wall_time_audit_and_training_set_point_estima
                "train_n": 120, "bootstrap_unit": "patient"}
     text = private({"dp_seed0": PrivateRun(audit_statement="The audit found eps >= 0.31", training_metrics=metrics,
                                            timing=timing)})
-    assert "Wall time: training 12.3 s, in all 20.0 s (cpu, 2 threads, resumed from 40)." in text
+    assert "Wall time: training 12.3 s, in all 20.0 s (cpu, 2 threads, resumed from step 40)." in text
     assert "The audit found eps >= 0.31" in text
     assert "train_auroc 0.9123" in text
     # the point estimate only: not its interval, nothing of the test set, no counts or words

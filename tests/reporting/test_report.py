@@ -155,3 +155,23 @@ def test_provenance_names_the_runs_written_by_other_versions(tmp_path, records, 
     assert "<li>dp-sgd_eps8_C1_seed0: git_commit bbbb</li>" in html and "<td>aaaa</td>" in html
     html = _write(tmp_path, make_resolved(mixed), [r.model_copy(update={"versions": same}) for r in mixed])
     assert "Not every run" not in html
+
+
+def test_provenance_says_the_unit_of_where_each_run_resumed(tmp_path, records, make_resolved):
+    """The column "resumed from" showed 2 for a run without DP-SGD (an epoch) beside a DP-SGD run's 33 (a step, in the
+    private report): now every run's point is a step, said as one, a record an older dpmed wrote keeps its epoch,
+    named, and a DP-SGD run's stays private."""
+    import re
+
+    def resumed(record, point: int, unit: str = "step"):
+        return record.model_copy(update={"timing": record.timing.model_copy(
+            update={"resumed_from": point, "resumed_unit": unit})})
+
+    shown = [resumed(records[0], 28), resumed(records[0], 2, "epoch").model_copy(update={"run_id": "older_seed0"}),
+             records[0].model_copy(update={"run_id": "whole_seed0"}), records[1].model_copy(
+                 update={"timing": resumed(records[1], 33).timing.shareable(records[1].plan)})]
+    html = _write(tmp_path, make_resolved(shown), shown)
+    cells = dict(re.findall(r'<td data-label="run">([^<]+)</td>.*?<td data-label="resumed from" class=num>(.*?)</td>',
+                            html))
+    assert cells["non-private_seed0"] == "step 28" and cells["older_seed0"] == "epoch 2"
+    assert cells["whole_seed0"] == "–" and "private" in cells["dp-sgd_eps8_C1_seed0"] and "step 33" not in html

@@ -138,7 +138,7 @@ def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun
         if t is not None and t.train_seconds is not None and t.total_seconds is not None:
             parts.append(f"<p>Wall time: training {t.train_seconds:.1f} s, in all {t.total_seconds:.1f} s "
                          f"({_e(t.device)}, {t.threads} threads"
-                         + (f", resumed from {t.resumed_from}" if t.resumed_from else "") + ").</p>")
+                         + (f", resumed from {_e(t.resumed_at)}" if t.resumed_at else "") + ").</p>")
         if item.audit_statement:
             parts.append(f"<p>{_e(item.audit_statement)}</p>")
         metrics = item.training_metrics

@@ -10,7 +10,7 @@ import re
 import yaml
 
 from dpmed.mechanisms import claims_beyond
-from dpmed.records import DatasetSummary, RunRecord
+from dpmed.records import DatasetSummary, RunRecord, Timing
 from dpmed.released_size import describe_counts
 from dpmed.reporting.clinical import flag_html
 from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples, plotted
@@ -405,10 +405,12 @@ def _seconds(value: float | None) -> str:
             'eps covers">private</span>')
 
 
-def _resumed(step: int | None) -> str:
-    """The epoch or step a run resumed from, or where a DP-SGD run's is (it depends on its private wall time)."""
-    if step is not None:
-        return str(step)
+def _resumed(timing: Timing) -> str:
+    """The step a run resumed from, with its unit ("step 28"; "epoch 2" in a record of a run without DP-SGD that an
+    older dpmed wrote), "–" for one trained in one go, or where a DP-SGD run's is (it depends on its private wall
+    time). A bare number was an epoch for one run and a step for the next in the same column."""
+    if timing.resumed_from is not None:
+        return escape(timing.resumed_at or "–")
     return ('<span title="how far a DP-SGD run had come when it was stopped depends on its wall time, which no eps '
             'covers">private</span>')
 
@@ -437,7 +439,7 @@ def provenance(inputs: ReportInputs) -> str:
     versions, others = _other_versions(inputs)
     timing = "".join(f"<tr><td>{escape(r.run_id)}</td><td class=num>{_seconds(r.timing.train_seconds)}</td>"
                      f"<td class=num>{_seconds(r.timing.total_seconds)}</td><td>{escape(r.timing.device)}</td>"
-                     f"<td class=num>{r.timing.threads}</td><td class=num>{_resumed(r.timing.resumed_from)}</td></tr>"
+                     f"<td class=num>{r.timing.threads}</td><td class=num>{_resumed(r.timing)}</td></tr>"
                      for r in inputs.records)
     resolved = yaml.safe_dump(inputs.resolved.model_dump(mode="json"), sort_keys=False)
     # No date: when the report was written tells how long the DP-SGD runs before it took (`dpmed.records.Timing`).

@@ -61,7 +61,9 @@ _log = logging.getLogger(__name__)
 class TrainResult:
     """ledger: every privacy event of the run, including those before a resume. statistics: per-epoch training
     loss of arms without DP-SGD, noiseless statistics of the training images: private, never in run.json.
-    resumed_from: the epoch (without DP-SGD) or step (DP-SGD) a checkpoint continued from; 0 for one go."""
+    resumed_from: the step a checkpoint continued from, as the log says it ("at step 28 of 112"), for every kind of
+    run (a checkpoint without DP-SGD counts epochs, which the report would show beside DP-SGD's steps); 0 for one
+    go."""
 
     ledger: Ledger
     statistics: list[dict] = field(default_factory=list)
@@ -294,7 +296,8 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                                                  else dp.sample_rate * n_units),
                             physical_batch_size=cfg.physical_batch_size, noise_rng=randomness.stream("noise"),
                             noise=dp.noise, engine=cfg.dp_engine)
-    shown = _Progress(total, done * (steps_per_epoch if dp is None else 1), label, bar=progress, log=log_progress)
+    resumed = done if dp is not None else min(done * steps_per_epoch, total)   # without DP-SGD ``done`` counts epochs
+    shown = _Progress(total, resumed, label, bar=progress, log=log_progress)
     if dp is None:
         for epoch in range(done, math.ceil(total / steps_per_epoch)):      # done counts finished epochs here
             losses = []
@@ -340,4 +343,4 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     shown.close()
     if average is not None:                    # the released (and evaluated) model is the average of the iterates
         average.copy_to(model)
-    return TrainResult(ledger=ledger, statistics=statistics, seconds=time.perf_counter() - start, resumed_from=done)
+    return TrainResult(ledger=ledger, statistics=statistics, seconds=time.perf_counter() - start, resumed_from=resumed)
