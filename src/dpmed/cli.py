@@ -271,6 +271,8 @@ def _steps_text(plan: Any, n_train: int, n_patients: int) -> str:
 
 
 def _noise_text(card: Any) -> str:
+    if card.noise_multiplier is not None and card.noise == "laplace":   # its noise_multiplier is b / C (L1)
+        return f"b = {card.noise_multiplier:.4g} C (Laplace)"
     if card.noise_multiplier is not None:
         return f"sigma = {card.noise_multiplier:.4g}"
     if card.scale_b is not None:
@@ -289,7 +291,7 @@ def _plan(args: argparse.Namespace) -> int:
     handler = log_to_console()   # before Opacus is imported: it configures logging if nobody has
     try:
         study = _load(args)     # first: a mistake in the study file is told before seconds of importing below
-        from dpmed.numbers import bytes_text, epsilon_text
+        from dpmed.numbers import bytes_text, delta_text, epsilon_text
         from dpmed.pretraining import check_weights, describe_start
         from dpmed.released_size import describe_counts
         from dpmed.study import estimate_times, planned_card, prepare_study
@@ -327,8 +329,11 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"start: {describe_start(study)}")
     n_patients = len(set(ds.train.patient_ids.astype(str).tolist()))
     rows = [["run", "mechanism", "noise", "q", "T", "eps (delta, accountant, neighbours)", "time"]]
+    sampler_paid = False          # a card's delta that shows the part its noise sampler's bounded draws cost
     for plan in prepared.plans:
         card = planned_card(plan, ds.train.image_shape, study.privacy_randomness)
+        if card.sampler_delta and not card.sampler_voids:
+            sampler_paid |= delta_text(card.delta) != delta_text(card.delta - card.sampler_delta)
         time_text = ("done" if plan.run_id in prepared.finished else
                      "-" if rates is None else clock(seconds[plan.run_id]))
         rows.append([plan.run_id, plan.mechanism, _noise_text(card), _number(card.sample_rate),
@@ -337,6 +342,9 @@ def _plan(args: argparse.Namespace) -> int:
     print(_table(rows))
     print(f"\nT: optimiser steps (DP-SGD: Poisson-sampled at rate q; other runs: shuffled batches of "
           f"{study.training.batch_size} unless the arm says otherwise)")
+    if sampler_paid:
+        print("delta: where it is above the arm's, it includes what the noise sampler's bounded draws cost (each "
+              "run's privacy card says how much)")
     print(f"study privacy: {prepared.privacy.statement}")
     budget = study.privacy_budget
     if budget is not None:
@@ -386,6 +394,10 @@ def _check_study_folder(study_dir: Path) -> None:
                           f"run` writes beside it; rerun the study file that made them (name: {study_dir.name}) with "
                           f"`dpmed run STUDY --out {study_dir.parent}`: it rewrites study.yaml and keeps the finished "
                           "runs")
+    if folder.released_sizes.is_file():      # what `dpmed plan` keeps, so that the run plans from the same count
+        raise ConfigError(f"{study_dir} holds no run yet, only the DP count of the training set that `dpmed plan` drew "
+                          f"({folder.released_sizes}); `dpmed run STUDY --out {study_dir.parent}` trains the study "
+                          "there")
     raise ConfigError(f"{study_dir} is not a dpmed study folder: it holds no study.yaml (nor runs/); {what}")
 
 
@@ -466,7 +478,7 @@ def _internal_error(exc: Exception, command: str) -> int:
     fd, path = tempfile.mkstemp(prefix="dpmed-error-", suffix=".txt")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write("".join(traceback.format_exception(exc)))
-    kept = (" Finished runs are kept and the same command goes on from them;" if command in ("run", "report")
+    kept = (" Finished runs are kept and the same command goes on from them." if command in ("run", "report")
             else "")
     print(f"dpmed: internal error: {type(exc).__name__}: {exc}.{kept} Please report this with the traceback in {path}",
           file=sys.stderr)

@@ -95,6 +95,11 @@ def test_plan_shows_every_run_as_run_then_made_it_and_trains_nothing(tiny_study,
     assert "timing DP-SGD (dpmed engine) steps of" in err and "timing one evaluation of the" in err
     assert [p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()] == [
         f"{tiny_study.name}/private/released_sizes.json"]   # no runs/, no study.yaml: nothing trained
+    # status on that folder says what is there and what to run, not that it is no study folder (found by a user)
+    assert main(["status", str(out / tiny_study.name)]) == 2
+    assert (f"holds no run yet, only the DP count of the training set that `dpmed plan` drew "
+            f"({out / tiny_study.name / 'private' / 'released_sizes.json'}); `dpmed run STUDY --out {out}` trains the "
+            "study there") in capsys.readouterr().err
     assert main(["run", str(study), "--out", str(out), "--no-progress"]) == 0
     tiny_study = out / tiny_study.name
     resolved = yaml.safe_load((tiny_study / "study.yaml").read_text())

@@ -130,3 +130,18 @@ def test_results_csv_epsilon_holds_what_the_readme_says_for_each_kind_of_run(stu
             # eps 1e6 needs noise one unit outruns: the accounted eps, is_dp false (README says so, with sampler_voids)
             assert row.is_dp == (not card["sampler_voids"]) and row.sampler_voids == bool(card["sampler_voids"])
             assert bool(card["sampler_voids"]) == (row.epsilon > 1e5), row.run_id
+
+
+def test_the_plan_names_laplace_noise_and_why_a_delta_is_above_the_arms(tmp_path, capsys):
+    """Before, a Laplace DP-SGD arm's noise read "sigma = 0.3122" (it is b / C, L1) and its delta 1.01e-05 beside
+    the others' 1e-05 with no word why (the noise sampler's bounded draws, paid in delta)."""
+    (tmp_path / "s.yaml").write_text(STUDY)
+    assert main(["plan", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-estimate"]) == 0
+    text = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in text.splitlines() if line.split()}
+    laplace, gaussian = rows["laplace-sgd_eps8_C1_seed0"], rows["given_sigma1.1_C1_seed0"]
+    assert re.search(r" b = [\d.]+ C \(Laplace\) ", laplace) and "sigma" not in laplace
+    assert "sigma = 1.1 " in gaussian and "(delta 1e-05, " in gaussian
+    assert "(delta 1.01e-05, PLD, add/remove one patient)" in laplace
+    assert ("delta: where it is above the arm's, it includes what the noise sampler's bounded draws cost (each run's "
+            "privacy card says how much)") in text
