@@ -7,6 +7,7 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import settings
 from scipy import optimize, special
@@ -65,6 +66,62 @@ class _DiskWithRoom:
 
     def __exit__(self, *exc) -> None:
         self.file.close()
+
+
+def _dicom_file(path: Path, stored: np.ndarray, *, photometric: str = "MONOCHROME2", rescale=None, window=None,
+                 function=None, voi_lut=None, patient=None, sex=None, age=None, frames: int | None = None,
+                 bits: tuple[int, int] = (16, 12)) -> Path:
+    """A minimal single-frame Secondary Capture file, 16 bits allocated and 12 stored unless ``bits`` says otherwise,
+    grey ([H, W]) or colour ([H, W, 3], samples interleaved), with the optional transforms and patient fields asked
+    for."""
+    pydicom = pytest.importorskip("pydicom")
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.sequence import Sequence
+    from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
+
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = SecondaryCaptureImageStorage
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
+    ds.Modality = "DX"
+    ds.Rows, ds.Columns = stored.shape[:2]
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = (1 if stored.ndim == 2 else stored.shape[2]), photometric
+    if stored.ndim == 3:
+        ds.PlanarConfiguration = 0
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = bits[0], bits[1], bits[1] - 1, 0
+    if rescale is not None:
+        ds.RescaleSlope, ds.RescaleIntercept = rescale
+    if window is not None:
+        ds.WindowCenter, ds.WindowWidth = window
+    if function is not None:
+        ds.VOILUTFunction = function
+    if voi_lut is not None:
+        item = Dataset()
+        item.LUTDescriptor = [len(voi_lut), 0, 8]
+        item.LUTData = np.asarray(voi_lut, dtype=np.uint16).tobytes()  # OW in explicit VR
+        ds.VOILUTSequence = Sequence([item])
+    for key, value in (("PatientID", patient), ("PatientSex", sex), ("PatientAge", age)):
+        if value is not None:
+            setattr(ds, key, value)
+    if frames is not None:
+        ds.NumberOfFrames = frames
+    ds.PixelData = stored.astype(np.uint16 if bits[0] == 16 else np.uint8).tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if int(pydicom.__version__.split(".")[0]) >= 3:
+        ds.save_as(path, enforce_file_format=True)
+    else:
+        ds.is_little_endian, ds.is_implicit_VR = True, False
+        ds.save_as(path, write_like_original=False)
+    return path
+
+
+@pytest.fixture
+def write_dicom():
+    """The DICOM file writer of the data tests (`_dicom_file`): skips the test where pydicom is not installed."""
+    return _dicom_file
 
 
 @pytest.fixture

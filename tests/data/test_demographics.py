@@ -9,7 +9,6 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from dpmed.data import SplitPlan, load_dataset
 
@@ -69,39 +68,14 @@ def test_csv_without_unread_values_tells_nothing(tmp_path, write_image, caplog):
     assert "read as unknown" not in caplog.text and "two different sexes" not in caplog.text
 
 
-def _write_dicom(path: Path, level: int, *, patient: str, sex: str, age: str) -> Path:
-    """A minimal 8-bit grey Secondary Capture file with the patient's id, sex and age in its header."""
-    pydicom = pytest.importorskip("pydicom")
-    from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
-
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID = SecondaryCaptureImageStorage, generate_uid()
-    meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    ds = Dataset()
-    ds.file_meta = meta
-    ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
-    ds.Modality, ds.Rows, ds.Columns, ds.SamplesPerPixel, ds.PhotometricInterpretation = "DX", 6, 6, 1, "MONOCHROME2"
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
-    ds.PatientID, ds.PatientSex, ds.PatientAge = patient, sex, age
-    ds.PixelData = (np.arange(36).reshape(6, 6) + level).astype(np.uint8).tobytes()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if int(pydicom.__version__.split(".")[0]) >= 3:
-        ds.save_as(path, enforce_file_format=True)
-    else:
-        ds.is_little_endian, ds.is_implicit_VR = True, False
-        ds.save_as(path, write_like_original=False)
-    return path
-
-
-def test_folders_dicom_header_values_read_as_unknown_are_told_privately(tmp_path, caplog):
+def test_folders_dicom_header_values_read_as_unknown_are_told_privately(tmp_path, caplog, write_dicom):
     """DICOM ages ("045Y", "006M") are ages; "250Y" is not plausible, sex "O" is not read, a blank age is unknown."""
     for k, cls in enumerate(("normal", "nodule")):
         for i in range(6):
             age = {(1, 3): "250Y", (0, 5): "", (0, 2): "006M"}.get((k, i), f"0{40 + i}Y")
             sex = "O" if (k, i) == (1, 1) else "MF"[i % 2]
-            _write_dicom(tmp_path / "cxr" / cls / f"{cls}{i}.dcm", 10 * i + 100 * k, patient=f"P{i % 4}", sex=sex,
-                         age=age)
+            write_dicom(tmp_path / "cxr" / cls / f"{cls}{i}.dcm", np.arange(36).reshape(6, 6) + 10 * i + 100 * k,
+                        patient=f"P{i % 4}", sex=sex, age=age, bits=(8, 8))
     with caplog.at_level(logging.WARNING, logger="dpmed"):
         # split seed 1: at seed 0 none of the four patients draws validation (refused, not filled)
         d = load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None,

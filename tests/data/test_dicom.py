@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,55 +14,6 @@ from dpmed.data import dicom
 from dpmed.data.decoding import UnreadableImage, read_image
 from dpmed.data.dicom import voi_window
 from dpmed.errors import DataError
-
-
-def _write_dicom(path: Path, stored: np.ndarray, *, photometric: str = "MONOCHROME2", rescale=None, window=None,
-                 function=None, voi_lut=None, patient=None, sex=None, age=None, frames: int | None = None,
-                 bits: tuple[int, int] = (16, 12)) -> Path:
-    """A minimal single-frame Secondary Capture file, 16 bits allocated and 12 stored unless ``bits`` says otherwise,
-    grey ([H, W]) or colour ([H, W, 3], samples interleaved), with the optional transforms asked for."""
-    pydicom = pytest.importorskip("pydicom")
-    from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.sequence import Sequence
-    from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
-
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = SecondaryCaptureImageStorage
-    meta.MediaStorageSOPInstanceUID = generate_uid()
-    meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    ds = Dataset()
-    ds.file_meta = meta
-    ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
-    ds.Modality = "DX"
-    ds.Rows, ds.Columns = stored.shape[:2]
-    ds.SamplesPerPixel, ds.PhotometricInterpretation = (1 if stored.ndim == 2 else stored.shape[2]), photometric
-    if stored.ndim == 3:
-        ds.PlanarConfiguration = 0
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = bits[0], bits[1], bits[1] - 1, 0
-    if rescale is not None:
-        ds.RescaleSlope, ds.RescaleIntercept = rescale
-    if window is not None:
-        ds.WindowCenter, ds.WindowWidth = window
-    if function is not None:
-        ds.VOILUTFunction = function
-    if voi_lut is not None:
-        item = Dataset()
-        item.LUTDescriptor = [len(voi_lut), 0, 8]
-        item.LUTData = np.asarray(voi_lut, dtype=np.uint16).tobytes()  # OW in explicit VR
-        ds.VOILUTSequence = Sequence([item])
-    for key, value in (("PatientID", patient), ("PatientSex", sex), ("PatientAge", age)):
-        if value is not None:
-            setattr(ds, key, value)
-    if frames is not None:
-        ds.NumberOfFrames = frames
-    ds.PixelData = stored.astype(np.uint16 if bits[0] == 16 else np.uint8).tobytes()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if int(pydicom.__version__.split(".")[0]) >= 3:
-        ds.save_as(path, enforce_file_format=True)
-    else:
-        ds.is_little_endian, ds.is_implicit_VR = True, False
-        ds.save_as(path, write_like_original=False)
-    return path
 
 
 STORED = np.array([[0, 100], [200, 4095]], dtype=np.uint16)
@@ -86,61 +36,61 @@ def test_voi_window_formulas_by_hand():
         voi_window(x, 100, 400, "GAMMA")
 
 
-def test_modality_lut_then_window(tmp_path):
+def test_modality_lut_then_window(tmp_path, write_dicom):
     # stored 0, 100, 200, 4095 -> modality (slope 2, intercept -100) -100, 100, 300, 8090 -> LINEAR_EXACT c 100 w 400
-    path = _write_dicom(tmp_path / "a.dcm", STORED, rescale=(2, -100), window=(100, 400), function="LINEAR_EXACT")
+    path = write_dicom(tmp_path / "a.dcm", STORED, rescale=(2, -100), window=(100, 400), function="LINEAR_EXACT")
     np.testing.assert_allclose(read_image(path, channels=1)[0], [[0.0, 0.5], [1.0, 1.0]], atol=1e-6)
 
 
-def test_monochrome1_is_inverted(tmp_path):
-    path = _write_dicom(tmp_path / "m1.dcm", STORED, photometric="MONOCHROME1", rescale=(2, -100),
+def test_monochrome1_is_inverted(tmp_path, write_dicom):
+    path = write_dicom(tmp_path / "m1.dcm", STORED, photometric="MONOCHROME1", rescale=(2, -100),
                         window=(100, 400), function="LINEAR_EXACT")
     np.testing.assert_allclose(read_image(path, channels=1)[0], [[1.0, 0.5], [0.0, 0.0]], atol=1e-6)
 
 
-def test_voi_lut_sequence_and_no_voi(tmp_path):
-    lut = _write_dicom(tmp_path / "lut.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 85, 170, 255])
+def test_voi_lut_sequence_and_no_voi(tmp_path, write_dicom):
+    lut = write_dicom(tmp_path / "lut.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 85, 170, 255])
     np.testing.assert_allclose(read_image(lut, channels=1)[0], [[0, 1 / 3], [2 / 3, 1]], atol=1e-6)
-    plain = _write_dicom(tmp_path / "plain.dcm", STORED)  # no window: the image's own range
+    plain = write_dicom(tmp_path / "plain.dcm", STORED)  # no window: the image's own range
     np.testing.assert_allclose(read_image(plain, channels=1)[0], STORED / 4095.0, atol=1e-6)
     assert read_image(plain, channels=3).shape == (3, 2, 2)
 
 
-def test_a_voi_lut_table_is_applied_and_wins_over_a_window(tmp_path):
+def test_a_voi_lut_table_is_applied_and_wins_over_a_window(tmp_path, write_dicom):
     # a non-linear table over stored 0..3: neither the window nor the image's own range gives these values
-    path = _write_dicom(tmp_path / "lut.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 200, 220, 255],
+    path = write_dicom(tmp_path / "lut.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 200, 220, 255],
                         window=(1, 2), function="LINEAR_EXACT")
     np.testing.assert_allclose(read_image(path, channels=1)[0], [[0, 200 / 255], [220 / 255, 1]], atol=1e-6)
 
 
-def test_without_a_window_the_image_s_own_range_and_a_constant_image_is_black_not_nan(tmp_path):
-    path = _write_dicom(tmp_path / "range.dcm", np.array([[100, 200], [300, 500]]))
+def test_without_a_window_the_image_s_own_range_and_a_constant_image_is_black_not_nan(tmp_path, write_dicom):
+    path = write_dicom(tmp_path / "range.dcm", np.array([[100, 200], [300, 500]]))
     np.testing.assert_allclose(read_image(path, channels=1)[0], [[0, 0.25], [0.5, 1]], atol=1e-6)
-    flat = read_image(_write_dicom(tmp_path / "flat.dcm", np.full((2, 2), 7)), channels=1)
+    flat = read_image(write_dicom(tmp_path / "flat.dcm", np.full((2, 2), 7)), channels=1)
     np.testing.assert_array_equal(flat, np.zeros((1, 2, 2)))
-    flat1 = read_image(_write_dicom(tmp_path / "flat1.dcm", np.full((2, 2), 7), photometric="MONOCHROME1"), channels=1)
+    flat1 = read_image(write_dicom(tmp_path / "flat1.dcm", np.full((2, 2), 7), photometric="MONOCHROME1"), channels=1)
     np.testing.assert_array_equal(flat1, np.ones((1, 2, 2)))
 
 
-def test_the_first_of_several_windows_is_the_one_applied(tmp_path):
-    one = _write_dicom(tmp_path / "one.dcm", STORED, window=(100, 400), function="LINEAR_EXACT")
-    several = _write_dicom(tmp_path / "several.dcm", STORED, window=([100, 2000], [400, 10]), function="LINEAR_EXACT")
+def test_the_first_of_several_windows_is_the_one_applied(tmp_path, write_dicom):
+    one = write_dicom(tmp_path / "one.dcm", STORED, window=(100, 400), function="LINEAR_EXACT")
+    several = write_dicom(tmp_path / "several.dcm", STORED, window=([100, 2000], [400, 10]), function="LINEAR_EXACT")
     np.testing.assert_array_equal(read_image(several, channels=1), read_image(one, channels=1))
 
 
-def test_monochrome1_is_one_minus_the_monochrome2_value_where_the_window_stays_below_white(tmp_path):
+def test_monochrome1_is_one_minus_the_monochrome2_value_where_the_window_stays_below_white(tmp_path, write_dicom):
     kw = dict(window=(5000, 20000), function="LINEAR_EXACT")   # STORED maps into [0.25, 0.46]
-    m2 = read_image(_write_dicom(tmp_path / "m2.dcm", STORED, **kw), channels=1)
-    m1 = read_image(_write_dicom(tmp_path / "m1.dcm", STORED, photometric="MONOCHROME1", **kw), channels=1)
+    m2 = read_image(write_dicom(tmp_path / "m2.dcm", STORED, **kw), channels=1)
+    m1 = read_image(write_dicom(tmp_path / "m1.dcm", STORED, photometric="MONOCHROME1", **kw), channels=1)
     assert m2.max() < 0.5
     np.testing.assert_allclose(m1, 1 - m2, atol=1e-6)
 
 
-def test_colour_is_divided_by_its_stored_range_in_channel_row_column_order(tmp_path):
+def test_colour_is_divided_by_its_stored_range_in_channel_row_column_order(tmp_path, write_dicom):
     rgb = np.zeros((2, 3, 3), dtype=np.uint16)     # 2 x 3: rows and columns not confused
     rgb[..., 0], rgb[..., 1], rgb[..., 2] = 4095, 1365, 0
     rgb[1, 2] = (0, 0, 4095)
-    path = _write_dicom(tmp_path / "rgb.dcm", rgb, photometric="RGB")       # 12 bits stored
+    path = write_dicom(tmp_path / "rgb.dcm", rgb, photometric="RGB")       # 12 bits stored
     x = read_image(path, channels=3)
     assert x.shape == (3, 2, 3)
     np.testing.assert_allclose(x, rgb.transpose(2, 0, 1) / 4095.0, atol=1e-6)
@@ -148,14 +98,14 @@ def test_colour_is_divided_by_its_stored_range_in_channel_row_column_order(tmp_p
     np.testing.assert_allclose(grey[0, 0, 0], 0.299 + 0.587 / 3, atol=1e-6)
     np.testing.assert_allclose(grey[0, 1, 2], 0.114, atol=1e-6)
     assert dicom.peek_dicom(path) == (3, (2, 3))
-    assert dicom.peek_dicom(_write_dicom(tmp_path / "grey.dcm", rgb[..., 0])) == (1, (2, 3))
+    assert dicom.peek_dicom(write_dicom(tmp_path / "grey.dcm", rgb[..., 0])) == (1, (2, 3))
 
 
-def test_ybr_colour_is_read_as_rgb(tmp_path):
+def test_ybr_colour_is_read_as_rgb(tmp_path, write_dicom):
     ybr = np.full((2, 2, 3), 128, dtype=np.uint8)
     ybr[0, 0, 0], ybr[0, 1, 0] = 0, 255           # neutral: R = G = B = Y
     ybr[1, 1] = (128, 128, 228)                   # Cr 100 above neutral: red (R = Y + 1.402 (Cr - 128))
-    path = _write_dicom(tmp_path / "ybr.dcm", ybr, photometric="YBR_FULL", bits=(8, 8))
+    path = write_dicom(tmp_path / "ybr.dcm", ybr, photometric="YBR_FULL", bits=(8, 8))
     x = read_image(path, channels=3)
     assert x.shape == (3, 2, 2) and 0 <= x.min() and x.max() <= 1
     np.testing.assert_allclose(x[:, 0, 0], 0, atol=1 / 255)
@@ -164,17 +114,17 @@ def test_ybr_colour_is_read_as_rgb(tmp_path):
                                atol=1.5 / 255)
 
 
-def test_broken_and_multiframe_files_are_unreadable(tmp_path):
+def test_broken_and_multiframe_files_are_unreadable(tmp_path, write_dicom):
     pytest.importorskip("pydicom")
     junk = tmp_path / "junk.dcm"
     junk.write_bytes(b"\x00" * 50)
     with pytest.raises(UnreadableImage, match="not a readable DICOM file"):
         read_image(junk, channels=1)
-    multi = _write_dicom(tmp_path / "multi.dcm", STORED, frames=2)
+    multi = write_dicom(tmp_path / "multi.dcm", STORED, frames=2)
     with pytest.raises(UnreadableImage, match="holds 2 frames"):
         read_image(multi, channels=1)
     pydicom = pytest.importorskip("pydicom")
-    empty = pydicom.dcmread(_write_dicom(tmp_path / "empty.dcm", STORED))
+    empty = pydicom.dcmread(write_dicom(tmp_path / "empty.dcm", STORED))
     empty.Rows = None                             # present and empty: before, a TypeError's traceback
     empty.save_as(tmp_path / "empty.dcm")
     with pytest.raises(UnreadableImage, match="has no Rows / Columns: not an image"):
@@ -183,13 +133,13 @@ def test_broken_and_multiframe_files_are_unreadable(tmp_path):
         dicom.read_dicom_header(tmp_path / "empty.dcm")
 
 
-def test_every_changed_byte_of_a_dicom_file_reads_or_is_unreadable_never_an_internal_error(tmp_path):
+def test_every_changed_byte_of_a_dicom_file_reads_or_is_unreadable_never_an_internal_error(tmp_path, write_dicom):
     """Before: changing each byte of a small file in turn (inverted, or the file cut there), a few dozen changes
     escaped as struct.error, NotImplementedError ("Unknown Value Representation") or pydicom's BytesLengthException
     (an internal error), from dcmread or from an element pydicom converted only when the reader first used it."""
     import warnings
 
-    path = _write_dicom(tmp_path / "x.dcm", STORED, patient="p1", sex="F", age="045Y")
+    path = write_dicom(tmp_path / "x.dcm", STORED, patient="p1", sex="F", age="045Y")
     data, damaged = path.read_bytes(), tmp_path / "damaged.dcm"
     refused = 0
     with warnings.catch_warnings():
@@ -208,11 +158,11 @@ def test_every_changed_byte_of_a_dicom_file_reads_or_is_unreadable_never_an_inte
     assert refused > len(data)
 
 
-def test_folder_of_dicom_files_takes_patients_from_the_header(tmp_path):
+def test_folder_of_dicom_files_takes_patients_from_the_header(tmp_path, write_dicom):
     rng = np.random.default_rng(0)
     for k, cls in enumerate(("normal", "nodule")):
         for i in range(6):
-            _write_dicom(tmp_path / "cxr" / cls / f"{cls}{i}.dcm", rng.integers(0, 4096, (10, 10)),
+            write_dicom(tmp_path / "cxr" / cls / f"{cls}{i}.dcm", rng.integers(0, 4096, (10, 10)),
                          patient=f"P{i % 4}", sex="MF"[i % 2], age=f"0{40 + i}Y")
     (tmp_path / "cxr" / "normal" / "normal5.dcm").write_bytes(b"DICM but not really")
     with pytest.raises(DataError, match=r"normal/normal5.dcm: image normal/normal5.dcm is not a readable DICOM"):
@@ -250,7 +200,7 @@ def test_missing_pydicom_says_how_to_install(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("suffix", [".dcm", ".dicom", ".DCM"])
-def test_a_dicom_file_named_like_kermany_still_takes_its_patient_from_the_header(tmp_path, suffix):
+def test_a_dicom_file_named_like_kermany_still_takes_its_patient_from_the_header(tmp_path, suffix, write_dicom):
     """A viewer's export names files IM-<series>-<image>.dcm, which the Kermany pattern reads as patient IM-<series>:
     the header's PatientID must decide, or each patient's series would scatter over the splits as separate units
     (and the sex and age in the header would be lost). Whatever the suffix's spelling."""
@@ -258,7 +208,7 @@ def test_a_dicom_file_named_like_kermany_still_takes_its_patient_from_the_header
     for k, cls in enumerate(("normal", "nodule")):
         for p in range(5):
             for series in (1, 2, 3):
-                _write_dicom(tmp_path / "cxr" / cls / f"P{k}{p}" / f"IM-000{series}-0001{suffix}",
+                write_dicom(tmp_path / "cxr" / cls / f"P{k}{p}" / f"IM-000{series}-0001{suffix}",
                              rng.integers(0, 4096, (10, 10)), patient=f"P{k}{p}", sex="MF"[p % 2], age="050Y")
     d = load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None,
                      split=SplitPlan(val_fraction=0.2, test_fraction=0.2))
@@ -270,7 +220,7 @@ def test_a_dicom_file_named_like_kermany_still_takes_its_patient_from_the_header
     assert {"female", "male"} == set(np.concatenate([s.sex for s in (d.train, d.val, d.test)]))
 
 
-def test_a_dicom_file_with_a_blank_patient_id_names_no_patient_whatever_its_name(tmp_path):
+def test_a_dicom_file_with_a_blank_patient_id_names_no_patient_whatever_its_name(tmp_path, write_dicom):
     """Anonymised exports blank PatientID: the Kermany pattern must not then read IM-<series> from the name as a
     patient (each real patient scattered over their series); blank beside named files is the mixed layout refused.
     A PatientID's leading and trailing spaces are not significant: " P1" is P1."""
@@ -278,26 +228,26 @@ def test_a_dicom_file_with_a_blank_patient_id_names_no_patient_whatever_its_name
     for k, cls in enumerate(("normal", "nodule")):
         for p in range(3):
             for series in (1, 2):
-                _write_dicom(tmp_path / "cxr" / cls / f"P{k}{p}" / f"IM-000{series}-0001.dcm",
+                write_dicom(tmp_path / "cxr" / cls / f"P{k}{p}" / f"IM-000{series}-0001.dcm",
                              rng.integers(0, 4096, (10, 10)), patient=" " * series + f"P{k}{p}")
     d = load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None,
                      split=SplitPlan(val_fraction=0.2, test_fraction=0.2))
     ids = set(np.concatenate([s.patient_ids for s in (d.train, d.val, d.test)]))
     assert ids == {f"P{k}{p}" for k in range(2) for p in range(3)}
-    _write_dicom(tmp_path / "cxr" / "normal" / "P00" / "IM-0003-0001.dcm", rng.integers(0, 4096, (10, 10)),
+    write_dicom(tmp_path / "cxr" / "normal" / "P00" / "IM-0003-0001.dcm", rng.integers(0, 4096, (10, 10)),
                  patient="  ")
     with pytest.raises(DataError, match=r"1 of 13 images name no patient \(e.g. normal/P00/IM-0003-0001.dcm\)"):
         load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)
 
 
-def test_a_dicom_file_the_system_could_not_open_is_not_cached_as_unreadable(tmp_path, monkeypatch):
+def test_a_dicom_file_the_system_could_not_open_is_not_cached_as_unreadable(tmp_path, monkeypatch, write_dicom):
     """As for PNG and JPEG (test_cache): an OSError of the system (a full file table) inside pydicom passes through
     the decoder, so the cache does not store the file as "not a readable DICOM file" for every later study."""
     pydicom = pytest.importorskip("pydicom")
     from dpmed.data.cache import decode_images
 
     rng = np.random.default_rng(0)
-    paths = [_write_dicom(tmp_path / f"{i}.dcm", rng.integers(0, 4096, (10, 10))) for i in range(4)]
+    paths = [write_dicom(tmp_path / f"{i}.dcm", rng.integers(0, 4096, (10, 10))) for i in range(4)]
     real = pydicom.dcmread
 
     def once(path, *args, **kw):
@@ -311,13 +261,13 @@ def test_a_dicom_file_the_system_could_not_open_is_not_cached_as_unreadable(tmp_
     assert not list((tmp_path / "cache").glob("*.npy"))
 
 
-def test_a_broken_link_to_a_dicom_file_is_a_missing_image(tmp_path):
+def test_a_broken_link_to_a_dicom_file_is_a_missing_image(tmp_path, write_dicom):
     """Before: the header read's failure came first, "not a readable DICOM file (FileNotFoundError ...)", and the
     missing image's kind and its advice (restore the file, or delete the link) were lost."""
     rng = np.random.default_rng(0)
     for cls in ("normal", "nodule"):
         for i in range(4):
-            _write_dicom(tmp_path / "cxr" / cls / f"{cls}{i}.dcm", rng.integers(0, 4096, (10, 10)), patient=f"P{i}")
+            write_dicom(tmp_path / "cxr" / cls / f"{cls}{i}.dcm", rng.integers(0, 4096, (10, 10)), patient=f"P{i}")
     link = tmp_path / "cxr" / "normal" / "link.dcm"
     try:
         link.symlink_to(tmp_path / "gone.dcm")
@@ -328,26 +278,26 @@ def test_a_broken_link_to_a_dicom_file_is_a_missing_image(tmp_path):
         load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)
 
 
-def test_a_window_without_its_center_or_its_width_is_no_window(tmp_path):
+def test_a_window_without_its_center_or_its_width_is_no_window(tmp_path, write_dicom):
     """Half a window cannot be applied: the image is stretched by its own range, as a file with none is."""
     pydicom = pytest.importorskip("pydicom")
     for dropped in ("WindowCenter", "WindowWidth"):
-        path = _write_dicom(tmp_path / f"{dropped}.dcm", STORED, window=(100, 400), function="LINEAR_EXACT")
+        path = write_dicom(tmp_path / f"{dropped}.dcm", STORED, window=(100, 400), function="LINEAR_EXACT")
         ds = pydicom.dcmread(path)
         delattr(ds, dropped)
         ds.save_as(path)
         np.testing.assert_allclose(read_image(path, channels=1)[0], STORED / 4095.0, atol=1e-6, err_msg=dropped)
 
 
-def test_a_table_its_descriptor_does_not_describe_is_unreadable_not_an_internal_error(tmp_path):
+def test_a_table_its_descriptor_does_not_describe_is_unreadable_not_an_internal_error(tmp_path, write_dicom):
     """A VOI LUT's LUTDescriptor gives its entries' count (0: 65536) and bits. 1000 in an 8-bit table made pydicom
     overflow, and a table shorter than its count made it fail to unpack: internal errors and a traceback, where a
     flagged row is due."""
-    path = _write_dicom(tmp_path / "overflow.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 85, 255, 1000])
+    path = write_dicom(tmp_path / "overflow.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 85, 255, 1000])
     with pytest.raises(UnreadableImage, match="pixel data cannot be decoded.*OverflowError"):
         read_image(path, channels=1)
     pydicom = pytest.importorskip("pydicom")
-    ds = pydicom.dcmread(_write_dicom(tmp_path / "short.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 85, 170, 255]))
+    ds = pydicom.dcmread(write_dicom(tmp_path / "short.dcm", np.array([[0, 1], [2, 3]]), voi_lut=[0, 85, 170, 255]))
     ds.VOILUTSequence[0].LUTDescriptor = [0, 0, 16]           # 65536 entries of 16 bits, and 4 in the file
     ds.save_as(tmp_path / "short.dcm")
     with pytest.raises(UnreadableImage, match=r"pixel data cannot be decoded \(struct\.error: unpack"):
@@ -361,18 +311,18 @@ def test_a_table_its_descriptor_does_not_describe_is_unreadable_not_an_internal_
                                                (dict(window=("nan", 400)), "got nan and 400"),
                                                (dict(window=(100, "inf")), "got 100.0 and inf"),
                                                (dict(window=(100, "nan"), function="SIGMOID"), "got 100.0 and nan")])
-def test_a_header_whose_grey_transforms_give_no_finite_value_is_unreadable(tmp_path, header, named):
+def test_a_header_whose_grey_transforms_give_no_finite_value_is_unreadable(tmp_path, header, named, write_dicom):
     """Before, a WindowCenter of nan gave an image of nan (which would reach training), an infinite WindowWidth a
     uniform grey, and an overflowing RescaleSlope a wrapped-around integer."""
-    path = _write_dicom(tmp_path / "odd.dcm", STORED, **header)
+    path = write_dicom(tmp_path / "odd.dcm", STORED, **header)
     with pytest.raises(UnreadableImage, match=f"pixel data cannot be decoded.*{re.escape(named)}"):
         read_image(path, channels=1)
 
 
 @pytest.mark.parametrize("frames", [1, None])
-def test_a_frame_count_of_one_or_left_empty_is_a_single_frame(tmp_path, frames):
+def test_a_frame_count_of_one_or_left_empty_is_a_single_frame(tmp_path, frames, write_dicom):
     pydicom = pytest.importorskip("pydicom")
-    path = _write_dicom(tmp_path / "one.dcm", STORED, window=(100, 400), function="LINEAR_EXACT", frames=1)
+    path = write_dicom(tmp_path / "one.dcm", STORED, window=(100, 400), function="LINEAR_EXACT", frames=1)
     ds = pydicom.dcmread(path)
     ds.NumberOfFrames = frames                    # None: the element present and empty
     ds.save_as(path)

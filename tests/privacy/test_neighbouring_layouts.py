@@ -153,40 +153,16 @@ def _png(path: Path, *, mode: str = "L", side: int = SIDE, seed: int = 0, fmt: s
     return path
 
 
-def _dicom(path: Path, *, patient: str | None, sex: str = "F", age: str = "045Y", side: int = SIDE, seed: int = 0,
-           photometric: str = "MONOCHROME2", bits: int = 12, colour: bool = False) -> Path:
-    """A single-frame Secondary Capture DICOM file with the patient's header fields (grey, ``bits`` stored)."""
-    pydicom = pytest.importorskip("pydicom")
-    from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
-
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = SecondaryCaptureImageStorage
-    meta.MediaStorageSOPInstanceUID = generate_uid()
-    meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    ds = Dataset()
-    ds.file_meta = meta
-    ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
-    ds.Modality = "DX"
-    ds.Rows = ds.Columns = side
+def _dicom(write_dicom, path: Path, *, patient: str | None, sex: str = "F", age: str = "045Y", side: int = SIDE,
+           seed: int = 0, photometric: str = "MONOCHROME2", bits: int = 12, colour: bool = False) -> Path:
+    """A noise DICOM file (grey, ``bits`` stored; or 8-bit RGB) with the patient's header fields, by the data tests'
+    writer (``write_dicom``, the fixture)."""
     rng = np.random.default_rng(seed)
     if colour:
-        stored = rng.integers(0, 256, (side, side, 3)).astype(np.uint8)
-        ds.SamplesPerPixel, ds.PhotometricInterpretation, ds.PlanarConfiguration = 3, "RGB", 0
-        ds.BitsAllocated, ds.BitsStored, ds.HighBit = 8, 8, 7
-    else:
-        allocated = 8 if bits <= 8 else 16
-        stored = rng.integers(0, 2 ** bits, (side, side)).astype(np.uint8 if allocated == 8 else np.uint16)
-        ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, photometric
-        ds.BitsAllocated, ds.BitsStored, ds.HighBit = allocated, bits, bits - 1
-    ds.PixelRepresentation = 0
-    for key, value in (("PatientID", patient), ("PatientSex", sex), ("PatientAge", age)):
-        if value is not None:
-            setattr(ds, key, value)
-    ds.PixelData = stored.tobytes()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ds.save_as(path, enforce_file_format=True)
-    return path
+        return write_dicom(path, rng.integers(0, 256, (side, side, 3)), photometric="RGB", patient=patient, sex=sex,
+                           age=age, bits=(8, 8))
+    return write_dicom(path, rng.integers(0, 2 ** bits, (side, side)), photometric=photometric, patient=patient,
+                       sex=sex, age=age, bits=(8 if bits <= 8 else 16, bits))
 
 
 def _neighbours(study: Path, add) -> tuple[dict, dict]:
@@ -212,10 +188,9 @@ KERMANY = "person{:04d}".format     # Kermany names: person<k>_<kind>_<n>.jpeg -
 CLASSES = ("NORMAL", "PNEUMONIA")
 
 
-def _folders(root: Path, *, split: bool = True, dicom: bool = False) -> Path:
+def _folders(root: Path, *, split: bool = True) -> Path:
     """A Kermany layout: train/ and test/ class folders (validation carved from train), or with ``split=False``
-    class folders alone (every split carved); both classes in each split. ``dicom``: DICOM files, the patient in
-    their header."""
+    class folders alone (every split carved); both classes in each split."""
     carved = ("val",) if split else ("val", "test")
     drawn = _ids(KERMANY, {"train": 6, "val": 2} if split else {"train": 6, "val": 2, "test": 2}, carved)
     folder_of = {"train": "train", "val": "train", "test": "test"} if split else dict.fromkeys(drawn, "")
@@ -224,18 +199,15 @@ def _folders(root: Path, *, split: bool = True, dicom: bool = False) -> Path:
         patients += [(KERMANY(9000 + k), "test", k % 2) for k in range(2)]
     for n, (pid, folder, label) in enumerate(patients):
         for j in range(1 + n % 2):
-            where = root / folder / CLASSES[label]
-            if dicom:
-                _dicom(where / f"IM-{n:04d}-{j:04d}.dcm", patient=pid, seed=10 * n + j)
-            else:
-                _png(where / f"{pid}_{'bacteria' if label else 'normal'}_{j}.png", seed=10 * n + j)
+            _png(root / folder / CLASSES[label] / f"{pid}_{'bacteria' if label else 'normal'}_{j}.png",
+                 seed=10 * n + j)
     return _write_study(root.parent, {"source": "folders", "path": str(root)})
 
 
 @pytest.mark.parametrize("layout", ["train and test folders", "class folders alone"])
 @pytest.mark.parametrize("patient", ["two PNG files", "16-bit PNG", "JPEG", "a folder of their own",
                                      "DICOM with PatientID"])
-def test_folders_an_extra_training_patient_changes_nothing_published(tmp_path, layout, patient):
+def test_folders_an_extra_training_patient_changes_nothing_published(tmp_path, layout, patient, write_dicom):
     """The patient sorts first, and their files take another code path: 16-bit samples, a JPEG among PNGs, a
     sub-folder of the class folder (read recursively), a DICOM file whose header names them."""
     split = layout == "train and test folders"
@@ -254,7 +226,7 @@ def test_folders_an_extra_training_patient_changes_nothing_published(tmp_path, l
         elif patient == "a folder of their own":
             _png(where / pid / f"{pid}_virus_1.png", seed=99)
         else:
-            _dicom(where / "IM-0000-0001.dcm", patient=pid, sex="O", age="003D", seed=99)
+            _dicom(write_dicom, where / "IM-0000-0001.dcm", patient=pid, sex="O", age="003D", seed=99)
         return pid
 
     before, after = _neighbours(study, add)
@@ -302,7 +274,7 @@ def test_folders_a_training_patients_image_of_another_shape_is_refused_or_read_t
 DICOM_ID = "DX{:05d}".format
 
 
-def _dicom_folders(root: Path) -> Path:
+def _dicom_folders(root: Path, write_dicom) -> Path:
     """train/ and test/ class folders of DICOM files named as a viewer exports them (IM-<series>-<image>.dcm), the
     patient, sex and age in each header; validation carved from train."""
     drawn = _ids(DICOM_ID, {"train": 6, "val": 2}, ("val",))
@@ -310,17 +282,17 @@ def _dicom_folders(root: Path) -> Path:
     patients += [(DICOM_ID(90000 + k), "test", k % 2) for k in range(2)]
     for n, (pid, folder, label) in enumerate(patients):
         for j in range(1 + n % 2):
-            _dicom(root / folder / CLASSES[label] / f"IM-{n:04d}-{j:04d}.dcm", patient=pid, sex="MF"[n % 2],
-                   age=f"{40 + n:03d}Y", seed=10 * n + j)
+            _dicom(write_dicom, root / folder / CLASSES[label] / f"IM-{n:04d}-{j:04d}.dcm", patient=pid,
+                   sex="MF"[n % 2], age=f"{40 + n:03d}Y", seed=10 * n + j)
     return _write_study(root.parent, {"source": "folders", "path": str(root)})
 
 
 @pytest.mark.parametrize("header", ["odd sex and age", "MONOCHROME1, 8 bits", "IM name of a test file's series"])
-def test_dicom_folders_an_extra_training_patient_changes_nothing_published(tmp_path, header):
+def test_dicom_folders_an_extra_training_patient_changes_nothing_published(tmp_path, header, write_dicom):
     """The patient's id sorts first; their header holds a sex no other file has ("O") and an age in days, or
     another photometric interpretation and bit depth, or a file name that repeats a test file's series number (the
     patient is the header's, never the name's)."""
-    study = _dicom_folders(tmp_path / "dicom")
+    study = _dicom_folders(tmp_path / "dicom", write_dicom)
     pid = _first_training_id(DICOM_ID, ("val",))
     where = tmp_path / "dicom" / "train" / "PNEUMONIA"
     options = {"odd sex and age": {"sex": "O", "age": "003D"},
@@ -329,7 +301,7 @@ def test_dicom_folders_an_extra_training_patient_changes_nothing_published(tmp_p
     name = "IM-0008-0001.dcm" if header == "IM name of a test file's series" else "IM-0000-0099.dcm"
 
     def add():
-        _dicom(where / name, patient=pid, seed=99, **options)
+        _dicom(write_dicom, where / name, patient=pid, seed=99, **options)
         return pid
 
     before, after = _neighbours(study, add)
@@ -337,15 +309,16 @@ def test_dicom_folders_an_extra_training_patient_changes_nothing_published(tmp_p
 
 
 @pytest.mark.parametrize("header", ["no PatientID", "colour"])
-def test_dicom_folders_a_training_patient_that_would_change_the_unit_or_the_shape_is_refused(tmp_path, header):
+def test_dicom_folders_a_training_patient_that_would_change_the_unit_or_the_shape_is_refused(tmp_path, header,
+                                                                                              write_dicom):
     """A file without PatientID would be its own patient among files that name theirs (the unit of privacy, on every
     card, would then turn on it); a colour file among grey ones would make the first layer take three channels."""
-    study = _dicom_folders(tmp_path / "dicom")
+    study = _dicom_folders(tmp_path / "dicom", write_dicom)
     pid = _first_training_id(DICOM_ID, ("val",))
     where = tmp_path / "dicom" / "train" / "NORMAL"
 
     def add():
-        _dicom(where / "IM-0000-0099.dcm", patient=None if header == "no PatientID" else pid,
+        _dicom(write_dicom, where / "IM-0000-0099.dcm", patient=None if header == "no PatientID" else pid,
                colour=header == "colour", seed=99)
         return pid
 
@@ -509,15 +482,16 @@ def _chexpert(root: Path, extra: dict | None = None) -> Path:
     return _write_study(root.parent, {"source": "chexpert", "path": str(root), **(extra or {})})
 
 
-def _chexpert_add(root: Path, rows: list[tuple[str, str, str, str, dict]]) -> str:
-    """The training patient (id sorting first) at the top of train.csv: rows (view, sex, age, findings, image)."""
+def _chexpert_add(root: Path, rows: list[tuple[str, str, str, str, dict]], write_dicom=None) -> str:
+    """The training patient (id sorting first) at the top of train.csv: rows (view, sex, age, findings, image);
+    ``write_dicom`` (the fixture) writes an image given as DICOM."""
     pid = _first_training_id(CHEXPERT_ID, ("test",))
     lines = []
     for view, sex, age, findings, image in rows:
         suffix = "dcm" if image.get("dicom") else "jpg"
         path = root / "train" / pid / "study1" / f"view{2 if view == 'lateral' else 1}_{view}.{suffix}"
         if image.get("dicom"):
-            _dicom(path, patient=None, seed=99)
+            _dicom(write_dicom, path, patient=None, seed=99)
         else:
             _png(path, seed=99, fmt="JPEG", **image)
         lines.append(_chexpert_row("train", pid, view, sex, age, findings, suffix))
@@ -529,7 +503,7 @@ def _chexpert_add(root: Path, rows: list[tuple[str, str, str, str, dict]]) -> st
 
 @pytest.mark.parametrize("patient", ["uncertain findings, unknown sex, age 0", "uncertain as ones",
                                      "a lateral view of another size", "a DICOM file"])
-def test_chexpert_an_extra_training_patient_changes_nothing_published(tmp_path, patient):
+def test_chexpert_an_extra_training_patient_changes_nothing_published(tmp_path, patient, write_dicom):
     """The patient's id sorts first and their rows come first in train.csv: every finding uncertain (-1) or blank,
     sex "Unknown" and age 0 (under U-Zeros, or U-Ones); a lateral view stored larger, with data.image_size set; a
     frontal view stored as DICOM."""
@@ -542,7 +516,7 @@ def test_chexpert_an_extra_training_patient_changes_nothing_published(tmp_path, 
             "a lateral view of another size": [("frontal", "Male", "70", "0.0,1.0,,,,", {}),
                                                ("lateral", "Male", "70", "0.0,1.0,,,,", {"side": 24})],
             "a DICOM file": [("frontal", "Female", "50", "1.0,,,,,", {"dicom": True})]}[patient]
-    before, after = _neighbours(study, lambda: _chexpert_add(root, rows))
+    before, after = _neighbours(study, lambda: _chexpert_add(root, rows, write_dicom))
     assert _differences(before, after) == []
 
 
