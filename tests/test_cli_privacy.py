@@ -419,3 +419,20 @@ def test_the_eps_is_said_to_be_training_s_alone_without_the_released_count_a_stu
     notes = [line for line in capsys.readouterr().out.splitlines() if "size_epsilon" in line]
     assert len(notes) == 1 and notes[0].endswith("so the card reads eps + 0.02; a study at target_epsilon E "
                                                  "calibrates to E - 0.02")
+
+
+def test_risk_says_that_a_study_s_card_scales_its_bounds_for_the_released_count(capsys):
+    """The card's reconstruction bounds count the DP count of the training set too (e^size_epsilon, capped): the
+    note says so, and what it says holds against the library's bounds with that count."""
+    from dpmed.privacy_commands import STUDY_SIZE_EPSILON
+
+    setting = dict(noise_multiplier=0.8, sample_rate=0.05, steps=200, kappa=1 / 400)
+    assert main(["privacy", "risk", "--noise-multiplier", "0.8", "--sample-rate", "0.05", "--steps", "200",
+                 "--dataset-size", "400"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == ["note: a dpmed study's card multiplies each bound by e^size_epsilon (default 0.02: x1.0202), "
+                     "capped at 100%, for the DP count of the training set released beside the model"]
+    alone = accounting.reconstruction_risk(**setting)
+    card = accounting.reconstruction_risk(**setting, size_epsilon=STUDY_SIZE_EPSILON)
+    assert card.worst_case == pytest.approx(min(1.0, math.exp(STUDY_SIZE_EPSILON) * alone.worst_case))
+    assert card.tpr_at_fpr[0.01] == pytest.approx(min(1.0, math.exp(STUDY_SIZE_EPSILON) * alone.tpr_at_fpr[0.01]))

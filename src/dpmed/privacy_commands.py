@@ -228,6 +228,11 @@ def _privacy_risk(args: argparse.Namespace) -> int:
     print("membership inference, best possible attack:")
     for fpr, tpr in risk.tpr_at_fpr.items():
         print(f"  TPR at FPR {fpr:<5.1%}          {tpr:9.4%}   {risk.tpr_at_fpr_via[fpr]}")
+    # as _size_note says for eps: a study's card also counts the DP count of its training set released beside
+    # the model (`accounting.reconstruction_risk`'s size_epsilon)
+    print(f"note: a dpmed study's card multiplies each bound by e^size_epsilon (default {STUDY_SIZE_EPSILON:g}: "
+          f"x{math.exp(STUDY_SIZE_EPSILON):.4f}), capped at 100%, for the DP count of the training set released "
+          "beside the model")
     print(f"assumptions: {risk.assumptions}")
     return 0
 
