@@ -194,6 +194,7 @@ def test_release_moves_every_staged_file_beside_the_record(tmp_path):
     assert [p.read_text() for p in run.released_files] == [str(i) for i in range(len(run.released_files))]
     assert {p.name for p in run.released_files} == {"model.pt", "predictions.npz", "cams.npz", "ldp_examples.npz"}
     assert not any(run.unreleased(p).exists() for p in run.released_files)
+    assert not run.unreleased(run.model).parent.exists() and run.private.is_dir()   # no empty folder left behind
 
 
 def test_a_torch_save_that_fills_the_disk_is_told_as_a_full_disk_naming_the_file_and_keeps_the_old_one(

@@ -244,6 +244,8 @@ class RunFolder:
             staged = self.unreleased(path)
             if staged.is_file():
                 os.replace(staged, path)
+        with contextlib.suppress(OSError):      # empty now, and left behind it puzzled users; kept if not empty
+            (self.private / "unreleased").rmdir()
 
     def leftovers(self) -> list[Path]:
         """Releasable files of an unfinished run (no run.json): left by a dpmed that wrote them in place, or by a
