@@ -60,10 +60,14 @@ def test_rates_are_learnt_per_kind_of_step_from_finished_runs(make_record):
     assert only_plain.run_seconds(other, N_TRAIN, device="cpu") == pytest.approx(10 * 0.25 + 1.0)
 
 
-def test_a_resumed_run_teaches_no_rate(make_record):
+def test_a_resumed_run_teaches_the_rate_of_the_steps_it_trained_since(make_record):
+    """Its training time covers the steps after the checkpoint only (here 3 of 4, in 1 s); an older record that
+    counted the epoch it resumed from cannot say how many steps that was, and teaches nothing."""
     record = make_record("np_seed0", "np")
     resumed = record.model_copy(update={"timing": record.timing.model_copy(update={"resumed_from": 1})})
-    assert Rates.from_runs(_runs(resumed), N_TRAIN) is None
+    assert Rates.from_runs(_runs(resumed), N_TRAIN).per_step[step_kind(record.plan, "cpu")] == pytest.approx(1 / 3)
+    epoch = resumed.model_copy(update={"timing": resumed.timing.model_copy(update={"resumed_unit": "epoch"})})
+    assert Rates.from_runs(_runs(epoch), N_TRAIN) is None
 
 
 def test_a_timing_without_seconds_teaches_no_rate(make_record):

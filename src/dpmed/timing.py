@@ -117,15 +117,18 @@ class Rates:
 
     @classmethod
     def from_runs(cls, runs: Iterable[tuple[RunPlan, Timing]], n_train: int) -> "Rates | None":
-        """Rates learnt from finished runs' plans and full timings (a DP-SGD run's are in its private folder; runs
-        resumed from a checkpoint are left out: their training time covers part of their steps); None if there is
-        none."""
+        """Rates learnt from finished runs' plans and full timings (a DP-SGD run's are in its private folder); a run
+        resumed from a checkpoint teaches the rate of the steps it trained since (an older record that counted the
+        epoch it resumed from, none); None if there is none. Before, a resumed run taught nothing, so a study whose
+        runs all resumed said "time left: known after the first run" to its end."""
         per_kind: dict[StepKind, list[float]] = {}
         evaluation = []
         for plan, timing in runs:
-            if timing.resumed_from or timing.train_seconds is None or timing.total_seconds is None:
+            resumed = timing.resumed_from or 0
+            epoch = resumed and timing.resumed_unit != "step"        # how many steps that was is not known
+            if timing.train_seconds is None or timing.total_seconds is None or epoch:
                 continue
-            steps = run_steps(plan, n_train)
+            steps = run_steps(plan, n_train) - resumed
             if steps > 0:
                 kind = step_kind(plan, timing.device)
                 per_kind.setdefault(kind, []).append(timing.train_seconds / steps)
