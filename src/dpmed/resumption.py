@@ -40,8 +40,17 @@ def setting_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str
     """``training.learning_rate: 0.001 in the finished run, 0.01 now``, one per differing setting."""
     old, new = _flat(before), _flat(now)
     missing = "(not set)"
-    return [f"{key}: {old.get(key, missing)} in the finished run, {new.get(key, missing)} now"
+    return [f"{key}: {' in the finished run, '.join(_told(old.get(key, missing), new.get(key, missing)))} now"
             for key in sorted(old.keys() | new.keys()) if old.get(key, missing) != new.get(key, missing)]
+
+
+def _told(a: Any, b: Any) -> tuple[str, str]:
+    """Two differing values as text; floats to the fewest figures (four at least) that tell them apart, not all
+    seventeen (a noise multiplier read 3.4119000860365762)."""
+    if not (isinstance(a, float) and isinstance(b, float)):
+        return str(a), str(b)
+    figures = next((p for p in range(4, 17) if f"{a:.{p}g}" != f"{b:.{p}g}"), 17)
+    return f"{a:.{figures}g}", f"{b:.{figures}g}"
 
 
 # What says that two datasets are the same data to a finished run (not where the files lie, nor the description).

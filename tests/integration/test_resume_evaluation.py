@@ -267,3 +267,17 @@ def test_a_rebuilt_report_leaves_every_shared_file_stamped_1980(tiny_study, tmp_
         os.utime(path, None)                          # as a copy or a checkout would leave them: now
     assert main(["report", str(root)]) == 0
     assert {p.stat().st_mtime for p in shared()} == {RELEASE_TIME}
+
+
+def test_a_changed_setting_is_told_to_the_figures_that_tell_the_values_apart():
+    """A noise multiplier read 3.4119000860365762 against its new value: floats are shown to the fewest figures (at
+    least four) that differ, so the message stays short and still shows the difference."""
+    from dpmed.resumption import setting_differences
+
+    told = setting_differences({"privacy": {"noise_multiplier": 3.4119000860365762, "steps": 80}, "lr": 0.001},
+                               {"privacy": {"noise_multiplier": 3.4119000871, "steps": 88}, "lr": 0.01})
+    assert told == ["lr: 0.001 in the finished run, 0.01 now",
+                    "privacy.noise_multiplier: 3.411900086 in the finished run, 3.411900087 now",
+                    "privacy.steps: 80 in the finished run, 88 now"]
+    assert setting_differences({"x": 1.0}, {"x": 1.0 + 2 ** -52}) == [
+        "x: 1 in the finished run, 1.0000000000000002 now"]
