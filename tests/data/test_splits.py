@@ -17,7 +17,8 @@ from dpmed.data.cohorts import patient_draws
 
 def _drawn(ids: np.ndarray, seed: int) -> set[int]:
     """The splits (at the default shares) that some patient's own draw falls in."""
-    return set(np.searchsorted([0.7, 0.85], patient_draws(np.unique(ids), seed, purpose="split"), side="right").tolist())
+    draws = patient_draws(np.unique(ids), seed, purpose="split")
+    return set(np.searchsorted([0.7, 0.85], draws, side="right").tolist())
 
 
 def _check_partition(ids: np.ndarray, parts, seed: int | None = None) -> None:
