@@ -45,9 +45,9 @@ def setting_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str
 
 
 def _told(a: Any, b: Any) -> tuple[str, str]:
-    """Two differing values as text; floats to the fewest figures (four at least) that tell them apart, not all
-    seventeen (a noise multiplier read 3.4119000860365762)."""
-    if not (isinstance(a, float) and isinstance(b, float)):
+    """Two differing values as text; long floats to the fewest figures (four at least) that tell them apart, not
+    all seventeen (a noise multiplier read 3.4119000860365762). Short ones (0.001, 3.0) as Python writes them."""
+    if not (isinstance(a, float) and isinstance(b, float)) or max(len(str(a)), len(str(b))) <= 10:
         return str(a), str(b)
     figures = next((p for p in range(4, 17) if f"{a:.{p}g}" != f"{b:.{p}g}"), 17)
     return f"{a:.{figures}g}", f"{b:.{figures}g}"
