@@ -48,6 +48,19 @@ def test_every_run_records_the_pretrained_start(pretrained):
     assert start.pretraining.public.startswith("a second phantom") and start.pretraining.steps == 20
 
 
+def test_results_csv_says_where_each_run_started_and_what_trained(pretrained):
+    """Before, only the report's cards said that a run started from public pretraining (what it learnt there is
+    covered by no eps): a table merged from several studies could not tell such runs from runs trained from
+    scratch, nor a head trained alone."""
+    import pandas as pd
+
+    frame = pd.read_csv(pretrained / "results.csv")
+    start = read_record(next((pretrained / "runs").glob("*/run.json"))).start
+    assert frame["start_sha256"].tolist() == [start.sha256] * 2
+    assert frame["start_trained_on"].tolist() == [start.trained_on] * 2 and "second phantom" in start.trained_on
+    assert frame["trainable"].astype(str).tolist() == ["1", "1"]
+
+
 def test_frozen_layers_of_the_released_dp_model_are_the_pretrained_ones(pretrained):
     dp = next(r for r in (read_record(p) for p in (pretrained / "runs").glob("*/run.json")) if r.mechanism == "dp_sgd")
     released = torch.load(pretrained / "runs" / dp.run_id / "model.pt", weights_only=True)
@@ -63,7 +76,8 @@ def test_the_report_section_says_pretraining_is_not_protected(pretrained):
     html = pretraining_section(ReportInputs(resolved=resolved, records=records, comparisons=None,
                                             folder=StudyFolder(pretrained)))
     for text in ("Where the models started", "Not protected by any eps", "a second phantom (seed 1)",
-                 "AUROC", "the head and the last 1 block(s)", "none found one"):
+                 "AUROC", "the head and the last 1 block(s)", "none found one",
+                 "the near-duplicate check is a heuristic that misses some copies"):
         assert text in html, text
     assert pretraining_section(ReportInputs(resolved=resolved, records=[r.model_copy(update={"start": None})
                                                                         for r in records],

@@ -26,6 +26,11 @@ def results_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
         row = {"run_id": r.run_id, "arm": r.arm, "mechanism": r.mechanism, "seed": r.seed}
         row.update({k: getattr(r.privacy, k) for k in _PRIVACY_COLUMNS})
         row["privacy_statement"] = r.privacy.statement
+        # where the model started: what a prior learnt there is covered by no eps, so a merged table must tell
+        start = r.start
+        row.update(start_trained_on=None if start is None else start.trained_on,
+                   start_sha256=None if start is None else start.sha256,
+                   trainable="all" if start is None else start.trainable)
         risk = r.reconstruction
         row["reconstruction_worst_case"] = None if risk is None else risk.worst_case
         row["reconstruction_relaxed"] = None if risk is None else risk.relaxed
