@@ -51,7 +51,9 @@ def _pretraining(start: StartRecord) -> str:
         f"<tr><th>training</th><td>{escape(p.model)}, {length} ({p.steps} steps) at batch {t.batch_size}, "
         f"{escape(t.optimizer)} lr {t.learning_rate:g}, seed {p.seed}, no privacy; {p.seconds:.0f} s</td></tr>"
         f"<tr><th>result</th><td>AUROC {auroc} on the public validation images</td></tr>"
-        "<tr><th>overlap with the private data</th><td>refused if any check finds one; none found one:"
+        "<tr><th>overlap with the private data</th><td>refused if any check finds one; none found one (the "
+        "near-duplicate check is a heuristic that misses some copies: the public data's provenance is the "
+        "guarantee):"
         f"<ul>{checks}</ul></td></tr>"
         f"<tr><th>weights</th><td><code>{escape(p.weights)}</code><br>sha256 <code>{escape(p.sha256)}</code></td></tr>"
         "</table>")
