@@ -285,3 +285,17 @@ def test_a_delta_below_what_pld_resolves_plans_with_rdp_and_says_so(write_study)
         assert card.delta == 1e-15 + card.sampler_delta and 0 < card.sampler_delta < 1e-25
         if name == "dp":
             assert card.epsilon <= 1.0 + 1e-9          # the target, met under RDP
+
+
+def test_a_patient_unit_card_with_a_cap_says_what_the_model_trained_on(write_study):
+    """A patient-unit arm with max_images_per_patient trains on the capped set; its eps (add/remove one patient with
+    all of their images) holds for the data as supplied, but the card must still say that the model saw at most k
+    images of each patient (before: nothing on the card named the cap)."""
+    text = STUDY.replace("noise: laplace}", "noise: laplace, max_images_per_patient: 2}")
+    context = PlanContext(images_per_patient=np.array([1, 2, 5] * 30, dtype=np.int64), image_shape=(1, 16, 16))
+    dp = next(p for p in plan_runs(load_study(write_study(text)), context) if p.arm == "laplace-sgd").privacy
+    ledger = accounting.Ledger((accounting.dp_sgd_event(noise=dp.noise, noise_multiplier=dp.noise_multiplier,
+                                                        sample_rate=dp.sample_rate, steps=dp.steps),))
+    card = mechanism_info("dp_sgd").card(dp, ledger, "secure")
+    assert card.unit == "patient" and card.neighbour_relation == accounting.NEIGHBOUR_PATIENT
+    assert "at most 2 images of each patient" in card.unit_note and "max_images_per_patient" in card.unit_note

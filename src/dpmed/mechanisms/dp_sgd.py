@@ -331,7 +331,13 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
 
 
 def _unit_note(plan: DpSgdPlan) -> str | None:
-    """What an image-unit card says about patients where it states no patient guarantee (None otherwise)."""
+    """What a card says about patients beyond its eps: where an image-unit card states no patient guarantee, or where
+    a patient-unit model trained on capped data (its eps holds for the data as supplied, since a patient's capped
+    images are a function of that patient alone; the note says what the model saw). None otherwise."""
+    if plan.unit == "patient" and plan.max_images_per_patient is not None:
+        return (f"the model trained on at most {plan.max_images_per_patient} images of each patient "
+                "(max_images_per_patient, chosen per patient by a keyed hash of each image); the eps is of adding or "
+                "removing one patient with all of their images, so it holds for the dataset as supplied")
     if not plan.patients_known:
         return ("no patient ids are known for these images (the dataset, as read, names none), so the unit is one "
                 "image: a patient with several images is protected only as a group of them (group privacy), and how "
