@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["number_text", "epsilon_text", "delta_text", "bytes_text", "up_to_figures", "round_up", "round_down"]
+__all__ = ["number_text", "epsilon_text", "delta_text", "delta_number", "bytes_text", "up_to_figures", "round_up", "round_down"]
 
 
 def round_up(x: float) -> float:
@@ -80,6 +80,12 @@ def delta_text(delta: float) -> str:
     """A delta as cards and the terminal write it (1e-05, 1.32e-05), rounded up: never shown smaller than the claim,
     which a bounded noise sampler's share can make a little larger than the delta asked for."""
     return f"{up_to_figures(delta, 3):.3g}"
+
+
+def delta_number(delta: float) -> str:
+    """A delta as the report writes it (1e-5, 1.32e-5): the figures of :func:`delta_text`, rounded up as strictly (a
+    bounded noise sampler's share of 1e-15 makes 1e-5 read 1.01e-5 in both), in :func:`number_text`'s notation."""
+    return number_text(up_to_figures(float(delta), 3), up=True)
 
 
 def bytes_text(n: int) -> str:

@@ -153,3 +153,15 @@ def test_every_reason_a_run_is_not_dp_is_said_and_a_run_without_privacy_needs_no
     assert not_dp_text(PrivacyCard(mechanism="none", is_dp=False, statement="no privacy protection")) is None
     unexplained = PrivacyCard(mechanism="dp_sgd", is_dp=False, statement="x")
     assert not_dp_text(unexplained) == "not DP (its privacy card says why)"
+
+
+@pytest.mark.parametrize("share", [1e-15, 1e-12, 3e-8, 0.0])
+def test_the_report_and_the_terminal_show_a_delta_with_a_tiny_sampler_share_alike(share):
+    """A bounded noise sampler adds its share to delta. Where the share was below a billionth of delta the terminal
+    read 1.01e-05 (rounded up strictly) and the report 1e-5 (rounding forgiven as binary noise): two deltas for one
+    claim, the report's smaller than it. Both now show the same figures, never below the claim."""
+    card = DP_SGD.model_copy(update={"delta": 1e-5 + share})
+    terminal = card.in_brief().split("(delta ")[1].split(",")[0]
+    report = _plain(eps_label(card)).split("(δ ")[1].split(",")[0]
+    assert float(terminal) == float(report) >= card.delta
+    assert report == ("1e-5" if share == 0 else "1.01e-5")

@@ -16,7 +16,7 @@ import numpy as np
 from dpmed.comparisons import Comparisons, PairedDifference
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, read_arrays, write_text_atomic
 from dpmed.mechanisms import MECHANISMS, PrivacyCard
-from dpmed.numbers import number_text, round_up
+from dpmed.numbers import delta_number, number_text, round_up
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import Estimate, ResolvedStudy, RunRecord
 
@@ -119,9 +119,9 @@ def _eps_label(card: PrivacyCard) -> str:
         return "no privacy (ε = ∞)" if card.mechanism == "none" else "not DP"
     if card.epsilon_image is not None:      # per image, "any two images": not comparable with DP-SGD's eps
         return (f"ε {number_text(card.epsilon_image, up=True)} per image (local DP, "
-                f"δ {number_text(card.delta, up=True) if card.delta else 0}, {card.accountant_in_brief}, "
+                f"δ {delta_number(card.delta) if card.delta else 0}, {card.accountant_in_brief}, "
                 f"{card.neighbours_in_brief})")
-    return (f"ε {number_text(card.epsilon, up=True)} (δ {number_text(card.delta, up=True)}, "
+    return (f"ε {number_text(card.epsilon, up=True)} (δ {delta_number(card.delta)}, "
             f"{card.accountant_in_brief}, {card.neighbours_in_brief})")
 
 

@@ -10,6 +10,7 @@ import re
 import yaml
 
 from dpmed.mechanisms import claims_beyond
+from dpmed.numbers import delta_number
 from dpmed.records import DatasetSummary, RunRecord, Timing
 from dpmed.released_size import describe_counts
 from dpmed.reporting.clinical import flag_html
@@ -251,8 +252,10 @@ def _fact(card, key: str) -> str | None:
         return escape(accountant_name(value))
     if key == "unit":
         return f"one {escape(value)}"
-    # eps and delta rounded up: shorter, never smaller than accounted
-    return escape(number_text(value, up=key.startswith(("epsilon", "delta", "target_epsilon", "size_epsilon"))))
+    if key == "delta":
+        return escape(delta_number(value))
+    # eps rounded up: shorter, never smaller than accounted
+    return escape(number_text(value, up=key.startswith(("epsilon", "target_epsilon", "size_epsilon"))))
 
 
 def _card(r: RunRecord) -> str:
