@@ -175,3 +175,30 @@ def test_provenance_says_the_unit_of_where_each_run_resumed(tmp_path, records, m
                             html))
     assert cells["non-private_seed0"] == "step 28" and cells["older_seed0"] == "epoch 2"
     assert cells["whole_seed0"] == "–" and "private" in cells["dp-sgd_eps8_C1_seed0"] and "step 33" not in html
+
+
+def test_the_risk_section_names_the_dp_sgd_runs_it_has_no_bound_for(make_record, make_resolved):
+    """The reconstruction and membership bounds are proved for Gaussian noise with Poisson sampling: a Laplace-noise
+    DP-SGD run has none, and the section left it out without a word, as if the study had no such run. It now names
+    it and says why, and still shows the section where no run has a bound."""
+    from dpmed.folders import StudyFolder
+    from dpmed.mechanisms import mechanism_info
+    from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.sections import reconstruction_risk
+
+    gaussian = make_record("gauss_eps8_C1_seed0", "gauss", "dp_sgd", eps=8.0)
+    gaussian = gaussian.model_copy(update={"reconstruction": mechanism_info("dp_sgd").reconstruction(
+        gaussian.plan.privacy.model_copy(update={"n_units": 100}))})
+    laplace = make_record("lap_eps8_C1_seed0", "lap", "dp_sgd", eps=8.0)
+    laplace = laplace.model_copy(update={"privacy": laplace.privacy.model_copy(update={"noise": "laplace"})})
+
+    def section(records):
+        return reconstruction_risk(ReportInputs(resolved=make_resolved(records), records=records, comparisons=None,
+                                                folder=StudyFolder(Path("unused"))))
+
+    both = section([gaussian, laplace])
+    assert ">gauss_eps8_C1_seed0</td>" in both and ">lap_eps8_C1_seed0</td>" not in both
+    assert "No bound is given for lap_eps8_C1_seed0 (Laplace noise)" in both
+    alone = section([laplace])
+    assert alone.startswith('<h2 id="risk">') and "lap_eps8_C1_seed0 (Laplace noise)" in alone
+    assert section([gaussian]).count("No bound") == 0

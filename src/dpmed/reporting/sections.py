@@ -342,8 +342,9 @@ def _settings_chosen_on(inputs: ReportInputs) -> str:
 def reconstruction_risk(inputs: ReportInputs) -> str:
     """Reconstruction and membership-inference bounds per DP-SGD run (METHODS.md s.7), with their assumptions."""
     runs = [r for r in inputs.records if r.reconstruction is not None]
+    unbounded = _unbounded_runs(inputs.records)
     if not runs:
-        return ""
+        return f'<h2 id="risk">Reconstruction risk</h2>{unbounded}' if unbounded else ""
     rows = "".join(
         f"<tr><td>{escape(r.run_id)}</td><td>{escape(eps_label(r.privacy))}</td>"
         f"<td class=num>{r.reconstruction.kappa:.3g}</td><td class=num>{bound_percent(r.reconstruction.worst_case, 3)}"
@@ -356,7 +357,21 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
             "FPR, from each run's DP-SGD trade-off curve.</p>"
             + stacked("<table><tr><th>run</th><th>eps</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
                       f"<th>MIA TPR at FPR 0.1%</th><th>MIA TPR at FPR 1%</th></tr>{rows}</table>") +
-            _risk_assumptions(runs))
+            _risk_assumptions(runs) + unbounded)
+
+
+def _unbounded_runs(records: list[RunRecord]) -> str:
+    """A paragraph naming the DP-SGD runs the table leaves out, and why: the bounds are proved for Gaussian noise with
+    Poisson sampling (`dpmed.accounting.reconstruction`), so a Laplace-noise or shuffled-batch run has none (before,
+    such runs were left out without a word, as if the study had none)."""
+    left = [r for r in records if r.mechanism == "dp_sgd" and r.reconstruction is None]
+    if not left:
+        return ""
+    why = {r.run_id: ", ".join((["Laplace noise"] if r.privacy.noise == "laplace" else [])
+                               + (["shuffled batches"] if r.privacy.sampling == "shuffle" else [])) for r in left}
+    named = "; ".join(f"{escape(run_id)} ({escape(reason or 'see its card')})" for run_id, reason in why.items())
+    return (f"<p>No bound is given for {named}: the bounds above are proved for Gaussian noise with Poisson sampling "
+            "only, so these DP-SGD runs have none; their cards state what privacy they have.</p>")
 
 
 def _risk_assumptions(runs: list[RunRecord]) -> str:
