@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pandas as pd
@@ -202,3 +203,15 @@ def test_the_risk_section_names_the_dp_sgd_runs_it_has_no_bound_for(make_record,
     alone = section([laplace])
     assert alone.startswith('<h2 id="risk">') and "lap_eps8_C1_seed0 (Laplace noise)" in alone
     assert section([gaussian]).count("No bound") == 0
+
+
+def test_results_csv_writes_counts_as_integers_where_some_runs_have_none(make_record, tmp_path):
+    """n_units, steps and released_units are counts, missing for runs without DP-SGD: pandas made such a column
+    float, and results.csv read "4254.0". They are written as integers, and read back as such."""
+    dp = make_record("dp_eps8_seed0", "dp", "dp_sgd", eps=8.0)
+    dp = dp.model_copy(update={"privacy": dp.privacy.model_copy(update={"n_units": 4254, "steps": 300})})
+    write_results_table([make_record("base_seed0", "base"), dp], tmp_path / "results.csv")
+    header, *rows = csv.reader((tmp_path / "results.csv").read_text().splitlines())
+    for column, value in (("n_units", "4254"), ("steps", "300")):
+        assert [row[header.index(column)] for row in rows] == ["", value]
+    assert pd.read_csv(tmp_path / "results.csv")["n_units"].dropna().tolist() == [4254]

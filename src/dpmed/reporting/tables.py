@@ -47,7 +47,17 @@ def results_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
         row.update(_explanation_columns(r.explanations))    # e.g. explanations_mask_energy_low
         row["train_seconds"] = r.timing.train_seconds
         rows.append(row)
-    return pd.DataFrame(rows)
+    return _with_integer_columns(pd.DataFrame(rows), rows)
+
+
+def _with_integer_columns(frame: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """``frame`` with each column whose values are all integers (or missing) as pandas' nullable Int64: a count such
+    as n_units or steps, missing for runs without DP-SGD, was otherwise a float column, and results.csv read 4254.0."""
+    for column in frame.columns:
+        values = [row[column] for row in rows if row.get(column) is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            frame[column] = frame[column].astype("Int64")
+    return frame
 
 
 def _explanation_columns(explanations: Explanations | None) -> dict[str, Any]:
