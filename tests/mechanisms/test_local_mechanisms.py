@@ -73,3 +73,21 @@ def test_released_values_are_clipped_to_the_declared_range_not_to_one(mechanism)
     images = np.full((64, 1, 8, 8), 1.5, dtype=np.float32)     # scalar_shift: P(no draw >= 0.5) = 0.0018
     out = mechanism.apply(images, rng=_rng())
     assert 1.0 < out.max() <= 2.0 and out.min() >= 0.0 and (out == 2.0).any()
+
+
+def test_what_the_terminal_and_run_json_say_cite_the_source_documents_as_the_report_does():
+    """scalar_shift's card statement (printed as each run ends, kept in run.json) and the fairness definitions
+    named the source documents by their file names, which the user does not have, while the report cited the same
+    papers by authors and year: one paper, two names."""
+    import re
+
+    from dpmed.accounting import Ledger
+    from dpmed.evaluation.fairness import DEFINITIONS
+    from dpmed.mechanisms import mechanism_info
+    from dpmed.mechanisms.scalar_shift import ScalarShiftPlan
+    from dpmed.reporting.inputs import cite
+
+    statement = mechanism_info("scalar_shift").card(ScalarShiftPlan(scale=0.5), Ledger(), "secure").statement
+    for text in (statement, *DEFINITIONS.values()):
+        assert not re.search(r"00\d_[0-9a-f]{16}\.txt", text) and cite(text) == text
+    assert "Singh, Sikka, Kotti and Trask 2020" in statement

@@ -44,8 +44,8 @@ UNKNOWN = "unknown"
 
 DEFINITIONS = {
     "accuracy_parity_difference": ("P(correct | group) - P(correct | rest), the rest pooled (size-weighted); the "
-                                   "'statistical parity difference' of 003_9a91354dc2d7e2df.txt, which is accuracy "
-                                   "parity; for sex: female minus male"),
+                                   "'statistical parity difference' of Tayebi Arasteh, Ziller et al. 2023, which is "
+                                   "accuracy parity; for sex: female minus male"),
     "demographic_parity_difference": ("per group: P(yhat=1 | group) - P(yhat=1 | rest); per attribute: fairlearn "
                                       "demographic_parity_difference (max - min selection rate over groups)"),
     "equalized_odds_difference": ("fairlearn equalized_odds_difference: max(TPR spread, FPR spread) over the groups "

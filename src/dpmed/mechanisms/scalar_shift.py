@@ -66,10 +66,10 @@ def _plan(arm: ScalarShiftArm, swept: dict, context: PlanContext) -> ScalarShift
 def _card(plan: ScalarShiftPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     return PrivacyCard(mechanism="scalar_shift", is_dp=False, scale_b=plan.scale,
                        statement=("NOT DP: one Laplace brightness shift per image (reproduction of "
-                                  "000_56c2431ae4df8d10.txt's code); the image content is released unchanged, so no "
-                                  "finite eps holds"))
+                                  "the code of Singh, Sikka, Kotti and Trask 2020); the image content is released "
+                                  "unchanged, so no finite eps holds"))
 
 
 INFO = MechanismInfo(name="scalar_shift", arm=ScalarShiftArm, plan=ScalarShiftPlan, sweep_keys={"scale": "b"},
                      make_plan=_plan, card=_card, image_mechanism=lambda plan: ScalarShift(scale=plan.scale),
-                     is_private=False, description="NOT DP: the brightness shift of 000_56c2431ae4df8d10.txt's code")
+                     is_private=False, description="NOT DP: the brightness shift of Singh et al. 2020's code")

@@ -63,16 +63,17 @@ MODELS: dict[str, ModelInfo] = {
                   "quickly, the model of the privacy-audit demo; 32 S^2 K + 5k parameters for S x S images",
                   blocks=(("features.0", "features.1"), ("features.4", "features.5"))),
         ModelInfo("resnet9", _resnet9, "layer4",
-                  "ResNet-9 of 003_9a91354dc2d7e2df.txt (Klause et al. 2022): torchvision ResNet, one BasicBlock per "
-                  "stage, GroupNorm(32), Mish, no in-place ops; 4.9M parameters", head="fc", blocks=_resnet_blocks(1)),
+                  "ResNet-9 of Tayebi Arasteh, Ziller et al. 2023 (Klause et al. 2022): torchvision ResNet, one "
+                  "BasicBlock per stage, GroupNorm(32), Mish, no in-place ops; 4.9M parameters", head="fc",
+                  blocks=_resnet_blocks(1)),
         ModelInfo("resnet18", _imported("dpmed.models.resnet", "resnet18_gn"), "layer4",
                   "torchvision ResNet-18, GroupNorm(32), no in-place ops; 11M parameters", head="fc",
                   blocks=_resnet_blocks(2)),
         ModelInfo("alexnet", alexnet_dp, ALEXNET_CAM_LAYER,
-                  "torchvision AlexNet features (001_d0483fd35863b74c.txt), out-of-place ReLU, GAP + linear head; "
+                  "torchvision AlexNet features (Naidu et al. 2021), out-of-place ReLU, GAP + linear head; "
                   "2.5M parameters", blocks=tuple((f"features.{i}",) for i in (0, 3, 6, 8, 10))),
         ModelInfo("vgg16", vgg16_dp, VGG16_CAM_LAYER,
-                  "torchvision VGG-16 features (001_d0483fd35863b74c.txt), no BatchNorm, out-of-place ReLU, GAP + "
+                  "torchvision VGG-16 features (Naidu et al. 2021), no BatchNorm, out-of-place ReLU, GAP + "
                   "linear head; 14.7M parameters",
                   blocks=tuple((f"features.{i}",) for i in (0, 2, 5, 7, 10, 12, 14, 17, 19, 21, 24, 26, 28))),
         # The private training recipe (METHODS.md s.9): weight standardisation + GroupNorm (Qiao et al. 2019;
