@@ -215,3 +215,24 @@ def test_results_csv_writes_counts_as_integers_where_some_runs_have_none(make_re
     for column, value in (("n_units", "4254"), ("steps", "300")):
         assert [row[header.index(column)] for row in rows] == ["", value]
     assert pd.read_csv(tmp_path / "results.csv")["n_units"].dropna().tolist() == [4254]
+
+
+def test_the_summary_names_the_cohort_the_study_trained_and_tested_on(records, make_resolved):
+    """A study of one cohort of a release (data.patients: the private hospital of a simulated second site) is
+    evaluated on that cohort's share of the test split; the summary named the dataset alone, as if it were whole."""
+    from dpmed.config.data_section import PatientsConfig
+    from dpmed.folders import StudyFolder
+    from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.sections import summary
+
+    def section(resolved):
+        return summary(ReportInputs(resolved=resolved, records=records, folder=StudyFolder(Path("unused")),
+                                    comparisons=compare_runs(records, {}, kind="binary", label_names=[])))
+
+    resolved = make_resolved(records)
+    assert "cohort" not in section(resolved)
+    study = resolved.study.model_copy(update={"data": resolved.study.data.model_copy(update={
+        "patients": PatientsConfig(fraction=0.5, part=1, seed=2)})})
+    html = section(resolved.model_copy(update={"study": study}))
+    assert ("phantom (cohort 1 of a seeded patient draw (seed 2): 50% of the patients, u &gt;= 0.5; the other "
+            "part's patients are not in this study):") in html

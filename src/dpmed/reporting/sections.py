@@ -149,8 +149,11 @@ def summary(inputs: ReportInputs) -> str:
                    f"{escape(data.negative_class)} (label 0)")
         if data.ordinal:
             classes += " (ordered grades)"
+    cohort = study.data.to_request().patients     # the private data a cohort of the release: which one, and why
+    cohort_text = "" if cohort is None else (
+        f" ({escape(cohort.describe())}; the other part's patients are not in this study)")
     return f"""<h2 id="summary">Summary</h2>
-<table><tr><th>dataset</th><td>{escape(data.name)}: {_sizes(data)}; images of shape
+<table><tr><th>dataset</th><td>{escape(data.name)}{cohort_text}: {_sizes(data)}; images of shape
 {escape(tuple(data.image_shape))}, task {escape(data.task)}{classes}</td></tr>
 <tr><th>model</th><td>{escape(study.model.name)}</td></tr><tr><th>arms</th><td>{escape(arms)}</td></tr>
 <tr><th>seeds</th><td>{escape(", ".join(str(s) for s in study.seeds))}</td></tr>
