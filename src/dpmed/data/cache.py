@@ -176,10 +176,12 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
 
     def decode(i: int) -> str | None:
         try:
-            if check_channels and (stored := peek_image(paths[i])[0]) != channels:
-                wrong_channels[i] = stored
+            # as stored where the first file set the channels: each file is then opened once, not peeked first
+            x = read_image(paths[i], channels=None if check_channels else channels,
+                           size_hint=preprocessing.size)  # [C, h, w]
+            if x.shape[0] != channels:
+                wrong_channels[i] = x.shape[0]
                 return "wrong channels"
-            x = read_image(paths[i], channels=channels, size_hint=preprocessing.size)  # [C, h, w]
         except UnreadableImage as exc:
             return str(exc)
         except OSError as exc:  # vanished or unreadable between listing and decoding: may pass, so not cached

@@ -22,9 +22,10 @@ class UnreadableImage(Exception):
 
 @dataclass(frozen=True)
 class Decoder:
-    """read(path, channels, size_hint) -> float32 [C, H, W] in [0, 1]; peek(path) -> (channels, (H, W)) from the
-    header alone. size_hint is the size a later resize will produce (a decoder may decode at >= that size)."""
+    """read(path, channels, size_hint) -> float32 [C, H, W] in [0, 1] (channels None: as stored); peek(path) ->
+    (channels, (H, W)) from the header alone. size_hint is the size a later resize will produce (a decoder may
+    decode at >= that size)."""
 
     name: str
-    read: Callable[[Path, int, tuple[int, int] | None], np.ndarray]
+    read: Callable[[Path, int | None, tuple[int, int] | None], np.ndarray]
     peek: Callable[[Path], tuple[int, tuple[int, int]]]

@@ -40,9 +40,10 @@ def _pillow_errors() -> tuple[type[BaseException], ...]:
     return (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
 
 
-def _read_raster(path: Path, channels: int, size_hint: tuple[int, int] | None) -> np.ndarray:
+def _read_raster(path: Path, channels: int | None, size_hint: tuple[int, int] | None) -> np.ndarray:
     try:
         with Image.open(path) as im:
+            channels = channels or _stored_channels(im)
             if im.mode == "F":
                 raise UnreadableImage("holds floating-point samples (mode F) whose range is unknown; export it as "
                                       "8- or 16-bit PNG")
@@ -65,17 +66,22 @@ def _read_raster(path: Path, channels: int, size_hint: tuple[int, int] | None) -
     return x[None] if x.ndim == 2 else np.ascontiguousarray(x.transpose(2, 0, 1))  # [C, H, W]
 
 
+def _stored_channels(im: Image.Image) -> int:
+    """1 for a grey mode, 3 for any other (alpha dropped, a palette expanded): what :func:`peek_image` reports."""
+    return 1 if im.mode in _GREY_MODES else 3
+
+
 def _peek_raster(path: Path) -> tuple[int, tuple[int, int]]:
     try:
         with Image.open(path) as im:
-            return (1 if im.mode in _GREY_MODES else 3), (im.height, im.width)
+            return _stored_channels(im), (im.height, im.width)
     except _pillow_errors() as exc:
         raise UnreadableImage(f"cannot be opened ({error_name(exc)}: {exc})") from exc
 
 
-def _read_dicom(path: Path, channels: int, size_hint: tuple[int, int] | None) -> np.ndarray:
+def _read_dicom(path: Path, channels: int | None, size_hint: tuple[int, int] | None) -> np.ndarray:
     x = read_dicom(path)  # [C, H, W] in [0, 1]
-    if x.shape[0] == channels:
+    if channels is None or x.shape[0] == channels:
         return x
     if channels == 3:
         return np.repeat(x, 3, axis=0)
@@ -101,11 +107,13 @@ def decoder_for(path: Path) -> Decoder:
     return decoder
 
 
-def read_image(path: Path, *, channels: int, size_hint: tuple[int, int] | None = None) -> np.ndarray:
-    """Decode ``path`` to float32 [channels, H, W] in [0, 1]; UnreadableImage when it cannot be decoded."""
+def read_image(path: Path, *, channels: int | None, size_hint: tuple[int, int] | None = None) -> np.ndarray:
+    """Decode ``path`` to float32 [channels, H, W] in [0, 1]; UnreadableImage when it cannot be decoded.
+    ``channels`` None: as stored (1 grey, 3 colour, as :func:`peek_image` says), so that a caller who requires the
+    stored channels opens each file once, not once to peek and once to read."""
     x = decoder_for(path).read(path, channels, size_hint)
-    if x.ndim != 3 or x.shape[0] != channels or min(x.shape[1:]) < 1:
-        raise UnreadableImage(f"decoded to shape {x.shape}, not [{channels}, H, W]")
+    if x.ndim != 3 or x.shape[0] not in ((1, 3) if channels is None else (channels,)) or min(x.shape[1:]) < 1:
+        raise UnreadableImage(f"decoded to shape {x.shape}, not [{channels or '1 or 3'}, H, W]")
     return x
 
 
