@@ -80,9 +80,10 @@ def test_pretraining_trains_once_and_is_cached_by_content(private, tmp_path, mon
         prepare_start(other, private, folder)
 
 
-def test_cached_weights_that_no_longer_have_their_recorded_hash_are_trained_again(private, tmp_path, monkeypatch):
+def test_cached_weights_that_no_longer_have_their_recorded_hash_are_trained_again(private, tmp_path, monkeypatch,
+                                                                                   caplog):
     """The entry names its weights by sha256: a file replaced since (other weights, a damaged copy) is never used
-    under the old hash, which the card and report would print."""
+    under the old hash, which the card and report would print. Before, it was trained again without a word."""
     study = _study(pretrain=PUBLIC)
     folder = StudyFolder(tmp_path)
     first = prepare_start(study, private, folder)
@@ -91,8 +92,11 @@ def test_cached_weights_that_no_longer_have_their_recorded_hash_are_trained_agai
     torch.save(swapped, weights)
     trained, real = [], pretraining.train
     monkeypatch.setattr(pretraining, "train", lambda *a, **k: trained.append(1) or real(*a, **k))
-    again = prepare_start(study, private, folder)
+    with caplog.at_level("WARNING", logger="dpmed.pretraining"):
+        again = prepare_start(study, private, folder)
     assert trained == [1]
+    assert (f"pretrain: {weights} does not match the sha256 its pretrain.json records" in caplog.text
+            and "training the public model again" in caplog.text)
     assert again.sha256 == first.sha256 == hashlib.sha256(weights.read_bytes()).hexdigest()
 
 

@@ -103,9 +103,11 @@ def _located(record: PretrainRecord, where: Path) -> PretrainRecord:
 
 def _cached(where: Path) -> PretrainRecord | None:
     """The cache entry ``where``'s record, its weights named where they are found now; None if absent, changed or
-    damaged (then trained again and rewritten, as for weights that changed). Entries written before the record named
-    the weights relative to the entry (it held the path as given then, stale once the folder moved) are read the
-    same way: only the entry's own weights file is ever used."""
+    damaged (then trained again and rewritten, as for weights that changed). A record that cannot be read, or weights
+    whose bytes no longer have the sha256 it records (replaced, damaged), are logged as warnings: the user sees why
+    minutes go to training again. Entries written before the record named the weights relative to the entry (it held
+    the path as given then, stale once the folder moved) are read the same way: only the entry's own weights file is
+    ever used."""
     record_path, weights = where / "pretrain.json", where / _WEIGHTS
     if not (record_path.is_file() and weights.is_file()):
         return None
@@ -115,7 +117,11 @@ def _cached(where: Path) -> PretrainRecord | None:
         _log.warning("pretrain: %s cannot be read (%s); training the public model again", record_path,
                      str(exc).splitlines()[0])
         return None
-    return _located(record, where) if file_sha256(weights) == record.sha256 else None
+    if file_sha256(weights) != record.sha256:
+        _log.warning("pretrain: %s does not match the sha256 its %s records (changed or damaged since it was "
+                     "written); training the public model again", weights, record_path.name)
+        return None
+    return _located(record, where)
 
 
 def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: bool = True) -> PretrainRecord:
