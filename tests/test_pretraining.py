@@ -152,16 +152,15 @@ def test_pretraining_trains_at_the_set_thread_count_not_the_process_s(private, t
 
 
 def test_a_pretrained_head_for_other_classes_is_not_loaded_even_where_its_shape_fits(private, tmp_path):
-    """The same two outputs, in the other order: before, the head was loaded, so each private class started from
-    the other class's weights. Now it is left at its initialisation, and the record lists it; the same names in the
-    same order still load it."""
-    names = private.task.label_names
-    swapped = dataclasses.replace(private, task=dataclasses.replace(private.task, label_names=names[::-1]))
+    """Two outputs for two other classes: a head of the right shape would start each private class from another
+    class's weights. It is left at its initialisation, the record lists it, and each run starts so; the same names
+    in the same order load it."""
+    other = dataclasses.replace(private, task=dataclasses.replace(private.task, label_names=("benign", "malignant")))
     study = _study(pretrain=PUBLIC)
-    start = prepare_start(study, swapped, StudyFolder(tmp_path))
-    assert start.pretraining.label_names == names and start.kept == ("head.weight", "head.bias")
+    start = prepare_start(study, other, StudyFolder(tmp_path))
+    assert start.pretraining.label_names == private.task.label_names and start.kept == ("head.weight", "head.bias")
     model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
-    assert start.loaded == len(model.state_dict()) - 2
+    assert start.loaded == len(model.state_dict()) - 2 and start.head_rows is None
     same = prepare_start(study, private, StudyFolder(tmp_path / "same"))
     assert same.sha256 == start.sha256 and same.kept == () and same.loaded == len(model.state_dict())
     # ... and the model each run trains is started so: before, run.start_model loaded the head anyway
@@ -174,6 +173,32 @@ def test_a_pretrained_head_for_other_classes_is_not_loaded_even_where_its_shape_
         assert torch.equal(v, initial[k] if k in start.kept else file[k]), k
     start_model(model, "small_cnn", same)
     assert torch.equal(model.head.weight, file["head.weight"])
+
+
+def test_a_pretrained_head_for_the_same_labels_in_another_order_or_letter_case_is_loaded_in_the_study_s_order(
+        private, tmp_path, caplog):
+    """Before, public labels that differed from the study's in letter case ("normal", "NORMAL") or in order only
+    left the head at its initialisation without need. Now its outputs are taken in the study's order, by the study
+    (the log says so) and by every run (``head_rows``): each class starts from its own pretrained row."""
+    def relabelled(names):
+        return dataclasses.replace(private, task=dataclasses.replace(private.task, label_names=names))
+
+    upper = tuple(n.upper() for n in private.task.label_names)
+    n_tensors = len(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict())
+    with caplog.at_level("INFO", logger="dpmed.pretraining"):
+        start = prepare_start(_study(pretrain=PUBLIC), relabelled(upper), StudyFolder(tmp_path))
+        swapped = prepare_start(_study(pretrain=PUBLIC), relabelled(upper[::-1]), StudyFolder(tmp_path / "swapped"))
+    assert "head loaded (the study's labels up to letter case)" in caplog.text
+    assert (f"head loaded (the study's labels up to letter case in another order "
+            f"({list(private.task.label_names)}))" in caplog.text)
+    assert start.kept == swapped.kept == () and start.loaded == swapped.loaded == n_tensors
+    assert start.head_rows is None and swapped.head_rows == (1, 0)
+    file = torch.load(start.weights, weights_only=True)
+    for record, rows in ((start, [0, 1]), (swapped, [1, 0])):                     # and each run starts so
+        model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+        start_model(model, "small_cnn", record)
+        assert torch.equal(model.head.weight, file["head.weight"][rows])
+        assert torch.equal(model.head.bias, file["head.bias"][rows])
 
 
 def test_cached_pretraining_is_found_after_a_relative_out_folder_moves(private, tmp_path, monkeypatch):

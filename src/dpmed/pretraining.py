@@ -18,7 +18,8 @@ The stage, in order (`prepare_start`):
    moved or from another working directory (an entry names its weights relative to itself). They are releasable
    (public data only), so they sit beside the runs, not in ``private/``;
 4. check that the weights fit the private model (the head may differ: another class count; it is left at its
-   initialisation unless the public classes are the private ones, in the same order), freeze what
+   initialisation unless the public classes are the private ones, names compared up to letter case where that
+   pairs them one to one, its outputs then taken in the private order; the log says why a head was left), freeze what
    ``model.trainable`` leaves out, refuse a study folder whose finished runs started otherwise (they would be
    reused), and hand every run the same :class:`~dpmed.records.StartRecord`.
 
@@ -50,7 +51,7 @@ from dpmed.evaluation.utility import auroc
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_atomic
 from dpmed.mechanisms import training_steps
 from dpmed.models import MODELS, build_model
-from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
+from dpmed.models.weights import file_sha256, load_weights, match_head, read_state_dict, set_trainable
 from dpmed.records import PretrainRecord, StartRecord, read_pretrain_record, read_record
 from dpmed.training import resolve_device, run_threads, torch_threads, train
 
@@ -291,15 +292,18 @@ def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progre
     loaded = None
     if weights is not None:
         key = "model.weights" if record is None else "the pretrained weights"
-        # Public pretraining knows what its outputs mean: its head is used only for the same classes in the same
-        # order (a user's own file says nothing of its classes: its head is used where the shape fits).
-        same_classes = record is None or tuple(record.label_names) == tuple(dataset.task.label_names)
+        # Public pretraining knows what its outputs mean: its head is used only for the same classes, names
+        # compared up to letter case where that pairs them one to one, its outputs taken in the study's order (every
+        # run does the same, from ``head_rows``); a user's own file says nothing of its classes: its head is used
+        # where the shape fits.
+        match = None if record is None else match_head(record.label_names, dataset.task.label_names)
+        rows = None if match is None or match.same_order else match.rows
         loaded = load_weights(model, read_state_dict(weights, key=key), head=info.head, key=key, path=weights,
-                              same_classes=same_classes)
-        why = "another shape" if same_classes else (f"pretrained for {list(record.label_names)}, not "
-                                                    f"{list(dataset.task.label_names)}")
-        _log.info("start: %d tensors loaded from %s%s", len(loaded.loaded), weights,
-                  f"; head left at its initialisation ({why}): {', '.join(loaded.kept)}" if loaded.kept else "")
+                              same_classes=match is None or match.rows is not None, rows=rows)
+        why = "another shape" if match is None or match.rows is not None else match.why
+        note = (f"; head left at its initialisation ({why}): {', '.join(loaded.kept)}" if loaded.kept
+                else f"; head loaded ({match.why})" if match is not None and match.why else "")
+        _log.info("start: %d tensors loaded from %s%s", len(loaded.loaded), weights, note)
         _log.debug("start: loaded %s", ", ".join(loaded.loaded))
     n_trainable, n_frozen = set_trainable(model, trainable, head=info.head, blocks=info.blocks)
     _log.info("start: %d parameters train (%s), %d frozen (neither clipped nor noised under DP-SGD)", n_trainable,
@@ -307,6 +311,7 @@ def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progre
     start = StartRecord(weights=None if weights is None else str(weights), sha256=sha, trained_on=trained_on,
                         trainable=trainable, n_trainable=n_trainable, n_frozen=n_frozen,
                         loaded=0 if loaded is None else len(loaded.loaded),
-                        kept=() if loaded is None else loaded.kept, pretraining=record)
+                        kept=() if loaded is None else loaded.kept,
+                        head_rows=None if loaded is None or loaded.kept else rows, pretraining=record)
     refuse_other_starts(folder, start)
     return start

@@ -182,8 +182,9 @@ class StartRecord(_Record):
     they were trained on (model.weights_source, or the pretraining's public statement and dataset); trainable:
     "all", "head" or the number of last blocks; n_trainable / n_frozen: parameter counts (DP-SGD clips and noises
     the trainable ones only); loaded: tensors copied from the file; kept: head keys left at initialisation (another
-    class count, or public pretraining for other classes or another order). pretraining: the pretrain stage's
-    record where the weights come from it."""
+    class count, or public pretraining for other classes); head_rows: where public pretraining had the same classes
+    in another order, the pretrained head's output row for each of the study's outputs (every run loads the head
+    in that order). pretraining: the pretrain stage's record where the weights come from it."""
 
     weights: str | None = None
     sha256: str | None = None
@@ -193,6 +194,7 @@ class StartRecord(_Record):
     n_frozen: int
     loaded: int = 0
     kept: tuple[str, ...] = ()
+    head_rows: tuple[int, ...] | None = None
     pretraining: PretrainRecord | None = None
 
     @property

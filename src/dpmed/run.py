@@ -182,7 +182,8 @@ def start_model(model: torch.nn.Module, name: str, start: StartRecord | None) ->
     """Load ``start``'s weights into ``model`` (a freshly built ``name``) and freeze what it does not train
     (`dpmed.models.weights`). The file must still be the one the study recorded (its sha256): the run record names
     the weights by that hash. The head keys the study left at their initialisation (``start.kept``: pretrained for
-    other classes, or another order) are left so here too, whatever their shape."""
+    other classes) are left so here too, whatever their shape; a head pretrained for the same classes in another
+    order is taken in the study's order (``start.head_rows``)."""
     if start is None:
         return
     info = MODELS[name]
@@ -192,7 +193,7 @@ def start_model(model: torch.nn.Module, name: str, start: StartRecord | None) ->
             raise ConfigError(f"the starting weights {path} are missing or changed since the study was prepared "
                               f"(sha256 {start.sha256}); run the study again to record the file it uses")
         state = {k: v for k, v in read_state_dict(path).items() if k not in start.kept}
-        loaded = load_weights(model, state, head=info.head, path=path)
+        loaded = load_weights(model, state, head=info.head, path=path, rows=start.head_rows)
         if len(loaded.loaded) != start.loaded:        # one rule for what the record says and what the run loads
             raise AssertionError(f"{len(loaded.loaded)} tensors loaded from {path}, the study recorded "
                                  f"{start.loaded}")

@@ -412,7 +412,29 @@ def test_more_last_blocks_than_the_model_has_are_refused_when_the_file_is_read(w
     assert str(path) in message
     assert f"model.trainable: last_blocks {n + 1}, but {name} has {n} blocks" in message
     assert f"use at most {n}, or all" in message
-    assert load_study(path, {"model.trainable": {"last_blocks": n}}).model.trainable_setting == n
+    public = {"public": "a phantom, of no person", "data": {"source": "phantom"}}   # no random layers left frozen
+    assert load_study(path, {"model.trainable": {"last_blocks": n}, "pretrain": public}).model.trainable_setting == n
+
+
+@pytest.mark.parametrize("trainable, frozen", [("head", 4), ("{last_blocks: 1}", 3)])
+def test_freezing_a_random_model_is_refused_unless_it_starts_from_trained_weights(write_study, tmp_path, trainable,
+                                                                                 frozen):
+    """Before, ``trainable: head`` without model.weights or pretrain was accepted: the head trained for hours on the
+    random features of frozen layers. Trained weights, public pretraining, or a model whose frozen part is not
+    random (scatternet_linear's GroupNorm over its fixed scattering transform) are accepted."""
+    path = write_study(GOOD + f"model: {{name: small_cnn, trainable: {trainable}}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_study(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert f"model.trainable: {trainable} freezes {frozen} randomly initialised tensor(s) of small_cnn" in message
+    assert ("Set model.weights (with model.weights_source) or add a pretrain: section to start from trained weights, "
+            "or use trainable: all") in message
+    (tmp_path / "m.pt").write_bytes(b"")
+    weights = {"model.weights": str(tmp_path / "m.pt"), "model.weights_source": "another study"}
+    public = {"pretrain": {"public": "a phantom, of no person", "data": {"source": "phantom"}}}
+    for settings in (weights, public, {"model.name": "scatternet_linear"}, {"model.trainable": "all"}):
+        assert load_study(path, settings).model.name in ("small_cnn", "scatternet_linear")
 
 
 @pytest.mark.parametrize("override, words", [

@@ -15,7 +15,7 @@ from torch import nn
 
 from dpmed.errors import ConfigError
 from dpmed.models import MODELS, build_model, list_models
-from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
+from dpmed.models.weights import file_sha256, load_weights, match_head, read_state_dict, set_trainable
 from dpmed.training import DpSgdStep
 
 
@@ -26,6 +26,24 @@ def _save(state: dict, path) -> str:
 
 def _loss(z, y):
     return F.cross_entropy(z, y, reduction="sum")
+
+
+@pytest.mark.parametrize("file_names, model_names, rows, why", [
+    (("a", "b", "c"), ("a", "b", "c"), (0, 1, 2), ""),
+    (("a", "b", "c"), ("c", "a", "b"), (2, 0, 1), "the study's labels in another order (['a', 'b', 'c'])"),
+    (("Effusion", "Mass"), ("effusion", "mass"), (0, 1), "the study's labels up to letter case"),
+    (("Mass", "Effusion"), ("effusion", "MASS"), (1, 0), "the study's labels up to letter case in another order"),
+    (("Effusion", "effusion"), ("EFFUSION", "effusion"), None, "not one to one"),
+    (("normal", "opacity"), ("normal", "pneumonia"), None, "pretrained for ['normal', 'opacity'], not"),
+    (("a", "b", "c"), ("a", "b"), None, "pretrained for"),
+])
+def test_a_head_matches_the_same_labels_by_name_and_by_letter_case_only_one_to_one(file_names, model_names, rows,
+                                                                                   why):
+    """Which of the file's output rows each of the model's outputs is: the same names in any order, or names that
+    differ only in letter case where that pairs them one to one; otherwise none, with the reason."""
+    match = match_head(file_names, model_names)
+    assert match.rows == rows and why in match.why and (why == "") == (match.why == "")
+    assert match.same_order == (rows is not None and rows == tuple(range(len(rows))))
 
 
 def test_the_weights_hash_covers_every_byte_of_a_file_larger_than_a_read(tmp_path):

@@ -99,10 +99,17 @@ def test_a_head_left_at_its_initialisation_says_why(section):
     kept = _start(kept=("head.weight", "head.bias"))
     assert "head left at its initialisation (head.weight, head.bias: another shape in the file)" in \
         section(("a_seed0", kept))
-    reordered = kept.model_copy(update={"pretraining": _pretraining(label_names=("pneumonia", "normal"))})
-    assert "(head.weight, head.bias: pretrained for pneumonia, normal, in this order)" in \
-        section(("a_seed0", reordered))
+    other = kept.model_copy(update={"pretraining": _pretraining(label_names=("benign", "malignant"))})
+    assert "(head.weight, head.bias: pretrained for benign, malignant, in this order)" in section(("a_seed0", other))
     assert "head left" not in section(("a_seed0", _start()))
+
+
+def test_a_head_pretrained_for_the_same_classes_in_another_order_says_it_was_reordered(section):
+    reordered = _start(head_rows=(1, 0), pretraining=_pretraining(label_names=("pneumonia", "normal")))
+    text = section(("a_seed0", reordered))
+    assert ("the pretrained head's outputs taken in this study's label order (pretrained as pneumonia, normal)"
+            in text and "head left" not in text)
+    assert "label order" not in section(("a_seed0", _start()))
 
 
 def test_weights_from_a_file_warn_that_no_eps_covers_them_and_pretraining_gets_its_own_section(section):

@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dpmed.config.data_section import (ColumnsConfig, DataConfig, NormalizeConfig, PatientsConfig,
                                        PreprocessingConfig, Seed, SplitConfig, path_from_string)
@@ -47,7 +48,9 @@ class ModelConfig(_Strict):
     (required with ``weights``): the run record and the report print it beside the file's sha256, since a prior
     trained on the private patients would carry them past every eps.
     trainable: ``all`` (default), ``head``, or ``{last_blocks: N}``; the rest is frozen, and DP-SGD neither clips
-    nor noises frozen parameters (the noise has as many coordinates as there are trainable parameters).
+    nor noises frozen parameters (the noise has as many coordinates as there are trainable parameters). Freezing
+    randomly initialised layers needs trained weights to start from (``weights`` or ``pretrain``): `Study` refuses
+    it otherwise.
     """
 
     name: Literal[MODEL_NAMES] = "small_cnn"  # type: ignore[valid-type]
@@ -343,6 +346,38 @@ class Study(_Strict):
                 and public.get("source") == private.get("source") and private.get("path") is not None):
             raw = {**raw, "pretrain": {**raw["pretrain"], "data": {**public, "path": private["path"]}}}
         return raw
+
+    @model_validator(mode="after")
+    def _trained_features_to_freeze(self, info: ValidationInfo) -> "Study":
+        """``trainable: head`` or ``last_blocks`` without ``model.weights`` or ``pretrain`` would freeze randomly
+        initialised layers: the head then learns on random features, almost surely a forgotten prior, and the study
+        would run for hours all the same. Refused where a study file is read (`dpmed plan` as `dpmed run`), naming
+        ``model.trainable``. Frozen layers that are not random (scatternet's GroupNorm over its fixed scattering) pass.
+        A study.yaml that dpmed wrote is read back through JSON and not refused here: its runs trained so already."""
+        model = self.model
+        if info.mode == "json" or model.trainable == "all" or model.weights is not None or self.pretrain is not None:
+            return self
+        import torch                      # here: the models import torch, which a study file rarely needs
+
+        from dpmed.models import MODELS, build_model
+        from dpmed.models.weights import frozen_at_random
+
+        registered = MODELS[model.name]
+        with torch.random.fork_rng(devices=[]):
+            built = build_model(model.name, in_channels=1, num_outputs=2, image_size=16)
+        frozen = frozen_at_random(built, model.trainable_setting, head=registered.head, blocks=registered.blocks)
+        if frozen:
+            setting = model.trainable_setting
+            shown = setting if isinstance(setting, str) else f"{{last_blocks: {setting}}}"
+            text = (f"{shown} freezes {len(frozen)} randomly initialised tensor(s) of {model.name} ("
+                    f"{', '.join(frozen[:3])}{', ...' if len(frozen) > 3 else ''}), and the study starts from no "
+                    "trained weights: the trained part would learn on random features. Set model.weights (with "
+                    "model.weights_source) or add a pretrain: section to start from trained weights, or use "
+                    "trainable: all")
+            raise ValidationError.from_exception_data("Study", [InitErrorDetails(
+                type=PydanticCustomError("value_error", text), loc=("model", "trainable"),
+                input=model.model_dump(mode="json", include={"name", "trainable"}))])
+        return self
 
     @field_validator("name")
     @classmethod

@@ -44,15 +44,16 @@ import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from dpmed.errors import ConfigError
 
-__all__ = ["LoadedWeights", "read_state_dict", "load_weights", "set_trainable", "last_blocks_problem", "file_sha256",
-           "TRAINABLE_ALL", "TRAINABLE_HEAD", "BATCH_NORM_STATISTICS"]
+__all__ = ["LoadedWeights", "HeadMatch", "match_head", "read_state_dict", "load_weights", "set_trainable",
+           "last_blocks_problem", "frozen_at_random", "file_sha256", "TRAINABLE_ALL", "TRAINABLE_HEAD",
+           "BATCH_NORM_STATISTICS"]
 
 TRAINABLE_ALL = "all"
 TRAINABLE_HEAD = "head"
@@ -69,6 +70,39 @@ class LoadedWeights:
 
     loaded: tuple[str, ...]
     kept: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HeadMatch:
+    """How the outputs of a head trained for one list of labels map onto a model's: ``rows``, the file's output row
+    for each of the model's outputs in order (None: other labels, or names that match only ambiguously), and
+    ``why``, what the user is told about it ("" for the same names in the same order)."""
+
+    rows: tuple[int, ...] | None
+    why: str
+
+    @property
+    def same_order(self) -> bool:
+        """Each output of the file is the model's output of the same index: the head loads as it is."""
+        return self.rows is not None and self.rows == tuple(range(len(self.rows)))
+
+
+def match_head(file_names: Sequence[str], model_names: Sequence[str]) -> HeadMatch:
+    """Match the labels a head was trained for (``file_names``, in output order) to a model's (``model_names``).
+    The same names in another order match by name; names that differ only in letter case ("Effusion", "effusion":
+    two readers of one release) match only where letter case pairs them one to one, since otherwise a head row could
+    be given to the wrong label."""
+    file_names, model_names = tuple(file_names), tuple(model_names)
+    other = f"pretrained for {list(file_names)}, not {list(model_names)}"
+    for fold, words in ((lambda n: n, ""), (str.casefold, " up to letter case")):
+        have, want = [fold(n) for n in file_names], [fold(n) for n in model_names]
+        if len(set(have)) == len(have) == len(want) == len(set(want)) and set(have) == set(want):
+            rows = tuple(have.index(n) for n in want)
+            order = "" if rows == tuple(range(len(rows))) else f" in another order ({list(file_names)})"
+            return HeadMatch(rows, "" if not words and not order else f"the study's labels{words}{order}")
+    if sorted({n.casefold() for n in file_names}) == sorted({n.casefold() for n in model_names}):
+        return HeadMatch(None, f"{other}: the names match only ignoring letter case, and not one to one")
+    return HeadMatch(None, other)
 
 
 def file_sha256(path: Path) -> str:
@@ -139,15 +173,20 @@ def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tens
 
 
 def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str, key: str = "model.weights",
-                 path: Path | None = None, same_classes: bool = True) -> LoadedWeights:
+                 path: Path | None = None, same_classes: bool = True,
+                 rows: Sequence[int] | None = None) -> LoadedWeights:
     """Copy ``state`` (read from ``path``) into ``model`` (the rules of the module docstring): ConfigError naming
     the file and the first keys that are missing, unexpected or of another shape outside the head ``head`` (a module
     name, e.g. "fc").
     ``same_classes=False``: the file's outputs are known to mean other classes (or the same in another order), so
     the head is left at its initialisation whatever its shape; a head of the right shape would otherwise start
-    each output from another class's weights."""
+    each output from another class's weights. ``rows``: the file's output row for each of the model's outputs (the
+    same classes in another order, `match_head`): the head's tensors are taken in that order (every registered
+    head is one linear layer, whose rows are its outputs)."""
     own = model.state_dict()
     in_head = lambda k: k == head or k.startswith(head + ".")  # noqa: E731
+    if rows is not None:
+        state = {k: v[list(rows)] if in_head(k) and v.shape[:1] == (len(rows),) else v for k, v in state.items()}
     missing = [k for k in own if k not in state and not in_head(k)]
     unexpected = [k for k in state if k not in own]
     mismatched = [k for k in own if k in state and state[k].shape != own[k].shape and not in_head(k)]
@@ -181,6 +220,19 @@ def last_blocks_problem(n: int, blocks: tuple[tuple[str, ...], ...], *, model: s
         return f"last_blocks {n}, but {model} has no feature blocks; use head or all"
     return (f"last_blocks {n}, but {model} has {len(blocks)} blocks ({', '.join('+'.join(b) for b in blocks)}); use "
             f"at most {len(blocks)}, or all")
+
+
+def frozen_at_random(model: nn.Module, trainable: str | int, *, head: str,
+                     blocks: tuple[tuple[str, ...], ...]) -> tuple[str, ...]:
+    """The parameters of the freshly built ``model`` that ``trainable`` would freeze at a random draw (a convolution's
+    or a linear layer's weights), as `set_trainable` freezes them (it is applied to ``model``). A normalisation
+    layer starts at the identity, so a frozen one is no random feature: scatternet's GroupNorm over its fixed
+    scattering transform, under a trained head, is Tramer and Boneh's linear model. Without weights to start from,
+    any name returned means the trained part sees random features."""
+    set_trainable(model, trainable, head=head, blocks=blocks)
+    norms = {name for name, module in model.named_modules() if isinstance(module, (nn.GroupNorm, nn.LayerNorm))}
+    return tuple(name for name, p in model.named_parameters()
+                 if not p.requires_grad and name.rpartition(".")[0] not in norms)
 
 
 def set_trainable(model: nn.Module, trainable: str | int, *, head: str,

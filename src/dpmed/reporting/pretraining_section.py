@@ -74,7 +74,8 @@ def pretraining_section(inputs: ReportInputs) -> str:
         why = (f"pretrained for {', '.join(start.pretraining.label_names)}, in this order" if other_classes
                else "another shape in the file")
         kept = (f"; head left at its initialisation ({escape(', '.join(start.kept))}: {escape(why)})"
-                if start.kept else "")
+                if start.kept else "; the pretrained head's outputs taken in this study's label order (pretrained "
+                f"as {escape(', '.join(start.pretraining.label_names))})" if start.head_rows else "")
         parts.append(
             f"<p>Runs {escape(', '.join(runs))}: started from {source}. Trained: {escape(start.trainable_text)}, "
             f"{start.n_trainable:,} parameters; {start.n_frozen:,} frozen (DP-SGD neither clips nor noises them)"
