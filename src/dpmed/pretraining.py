@@ -219,8 +219,8 @@ def _refuse_clashes(folder: StudyFolder, same: Callable[[StartRecord | None], bo
                            f"trained {'all' if before is None else before.trainable})")
     if clashes:
         raise ConfigError(f"{len(clashes)} finished run(s) in {folder.root} started from other weights than this "
-                          f"study now does ({now}): {'; '.join(clashes[:4])}; use another --out, or delete those "
-                          f"runs to retrain them {RETRAIN_NOTE}")
+                          f"study now does ({now}): {'; '.join(clashes[:4])}; use another output folder (--out), or "
+                          f"delete those runs to retrain them {RETRAIN_NOTE}")
 
 
 def refuse_other_starts(folder: StudyFolder, start: StartRecord | None) -> None:

@@ -268,8 +268,8 @@ def read_record(path: Path) -> RunRecord:
         where = ".".join(str(p) for p in first["loc"])            # empty where the file is not JSON at all
         raise ConfigError(f"{path} is not a run record this version of dpmed can read ("
                           + (f"{where}: " if where else "") + f"{first['msg']}); it "
-                          "may come from another version: run the study into another --out, or delete that run's "
-                          f"folder to retrain it {RETRAIN_NOTE}") from None
+                          "may come from another version: run the study into another output folder (--out), or "
+                          f"delete that run's folder to retrain it {RETRAIN_NOTE}") from None
 
 
 class StudyPrivacy(_Record):

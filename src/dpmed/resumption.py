@@ -158,7 +158,7 @@ def _other_fingerprint(folder: StudyFolder, path: Path, fingerprint: str) -> boo
     if len(saved) != len(fingerprint) or saved.strip(b"0123456789abcdef"):
         raise ConfigError(f"{path} is damaged (it holds no fingerprint of the data), so dpmed cannot tell whether the "
                           f"finished runs in {folder.root} were trained on the data this study now reads; restore it "
-                          f"from a copy, or use another --out")
+                          f"from a copy, or use another output folder (--out)")
     return saved.decode("ascii") != fingerprint
 
 
@@ -180,13 +180,13 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
                 "changed, or data.preprocessing.normalize; the images themselves match)"]
     if data:
         raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
-                          f"{'; '.join(data)}; use another --out, or delete {folder.runs} to retrain them "
-                          f"{RETRAIN_NOTE}")
+                          f"{'; '.join(data)}; use another output folder (--out), or delete {folder.runs} to "
+                          f"retrain them {RETRAIN_NOTE}")
     evaluation = [] if before is None else _other_evaluation(before, study)
     if evaluation:
         raise ConfigError(f"the finished runs in {folder.root} were evaluated with other settings than this study now "
-                          f"asks for: {'; '.join(evaluation)}; use another --out, or delete {folder.runs} to retrain "
-                          f"them {RETRAIN_NOTE}")
+                          f"asks for: {'; '.join(evaluation)}; use another output folder (--out), or delete "
+                          f"{folder.runs} to retrain them {RETRAIN_NOTE}")
     randomness = study.privacy_randomness
     listed = {p.run_id: p for p in plans}
     mine, elsewhere, clashes = {}, [], []
@@ -211,6 +211,6 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
                  for run_id, diffs in clashes]
         raise ConfigError(
             f"{len(clashes)} finished run(s) in {folder.root} were made with other settings than this study now asks "
-            "for:\n" + "\n".join(lines) + f"\nuse another --out, or delete "
+            "for:\n" + "\n".join(lines) + f"\nuse another output folder (--out), or delete "
             f"{', '.join(str(folder.run(r).public) for r, _ in clashes)} to retrain them {RETRAIN_NOTE}")
     return mine, elsewhere

@@ -47,7 +47,7 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{folder.resolved_study} cannot be read ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0]}); `dpmed run` writes it and reads it back to check finished "
-                          "runs: restore it from a copy, or run the study into another --out") from None
+                          "runs: restore it from a copy, or run the study into another output folder (--out)") from None
 
 
 def _checkpoint_detail(path: Path) -> str:

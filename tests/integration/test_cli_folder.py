@@ -229,4 +229,4 @@ def test_a_damaged_data_fingerprint_is_refused_naming_the_file(tiny_study, tiny_
     assert _one_line_error(capsys.readouterr().err) == (
         f"dpmed: error: {path} is damaged (it holds no fingerprint of the data), so dpmed cannot tell whether the "
         f"finished runs in {out / 'tiny'} were trained on the data this study now reads; restore it from a copy, or "
-        "use another --out")
+        "use another output folder (--out)")
