@@ -133,12 +133,12 @@ def _refuse_planted(private: Path) -> None:
     if stat.S_ISLNK(st.st_mode):
         raise FolderError(f"{private} is a symbolic link ({os.readlink(private)}): dpmed keeps the privacy keys, "
                           "checkpoints and what no eps covers there and follows no link for them; remove the link, "
-                          "or use another --out")
+                          "or use another output folder (--out)")
     owner = getattr(os, "getuid", None)      # no owners to compare on Windows
     if owner is not None and st.st_uid != owner():
         raise FolderError(f"{private} belongs to another user (uid {st.st_uid}), who could read what dpmed keeps "
                           "there (the privacy keys, checkpoints and what no eps covers); remove it if you trust "
-                          "nothing in it, or use another --out")
+                          "nothing in it, or use another output folder (--out)")
 
 
 @functools.lru_cache(maxsize=None)   # once per folder and process: every command makes the folder private again
