@@ -148,3 +148,15 @@ def test_the_point_a_run_resumed_from_is_a_step_said_as_one_and_older_files_keep
     assert read_timing(tmp_path / "timing.json") == dp.timing
     assert Timing(train_seconds=1.0, total_seconds=2.0, device="cpu", threads=1).resumed_at is None   # in one go
     assert dp.timing.shareable(dp.plan).resumed_at is None      # a DP-SGD run's step stays private
+
+
+def test_label_names_of_a_study_yaml_written_before_it_held_them_come_from_the_auroc_keys(make_record, make_resolved):
+    """A study.yaml written before DatasetSummary.label_names leaves the names to the runs' per-label AUROC keys;
+    since each has its interval, ``test_auroc[edema]_low`` must not read as a label "edema]_lo"."""
+    metrics = {"test_auroc": 0.8, "test_auroc[edema]": 0.7, "test_auroc[edema]_low": 0.6,
+               "test_auroc[edema]_high": 0.8, "test_auroc[mass]": 0.9, "test_auroc[mass]_low": 0.85}
+    records = [make_record("a_seed0", "a", metrics={"test_auroc": 0.8}), make_record("b_seed0", "b", metrics=metrics)]
+    old = make_resolved(records, task="multilabel", label_names=())
+    assert old.label_names(records) == ["edema", "mass"]
+    assert make_resolved(records, label_names=("mass", "edema")).label_names(records) == ["mass", "edema"]
+    assert old.label_names(records[:1]) == []

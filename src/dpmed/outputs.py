@@ -38,9 +38,7 @@ def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[Run
         except ValueError as exc:       # a damaged or foreign file (`read_arrays` names it, its OSErrors too)
             unread.append(f"{r.run_id}: {exc}, so its paired comparisons are left out; delete "
                           f"{folder.run(r.run_id).public} and run the study again to retrain it {RETRAIN_NOTE}")
-    labels = list(resolved.dataset.label_names) or next(
-        ([k[len("test_auroc["):-1] for k in r.metrics if k.startswith("test_auroc[")] for r in records
-         if any(k.startswith("test_auroc[") for k in r.metrics)), [])   # a study.yaml written before label_names
+    labels = resolved.label_names(records)
     ev = resolved.study.evaluation
     out = compare_runs(records, predictions, kind=resolved.dataset.task, label_names=labels,
                        n_resamples=ev.bootstrap_resamples, seed=ev.bootstrap_seed, confidence=ev.confidence)

@@ -341,3 +341,11 @@ class ResolvedStudy(_Record):
     @property
     def name(self) -> str:
         return self.study.name
+
+    def label_names(self, records: list[RunRecord]) -> list[str]:
+        """The task's label names in label order; where study.yaml predates ``DatasetSummary.label_names``, those of
+        the first run's per-label AUROCs (``test_auroc[<name>]``; not their ``_low`` / ``_high``)."""
+        if self.dataset.label_names:
+            return list(self.dataset.label_names)
+        return next(([k[len("test_auroc["):-1] for k in r.metrics if k.startswith("test_auroc[") and k.endswith("]")]
+                     for r in records if any(k.startswith("test_auroc[") for k in r.metrics)), [])

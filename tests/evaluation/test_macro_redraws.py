@@ -97,3 +97,39 @@ def test_a_label_undefined_on_the_whole_test_set_is_left_out_of_the_point_value_
     assert np.isnan(row["test_auroc[none]"]) and row["test_auroc"] == pytest.approx(roc_auc_score(y[:, 0], s[:, 0]))
     assert row["test_auroc_undefined_redraws"] == 0
     assert (row["test_auroc_low"], row["test_auroc_high"]) == pytest.approx(percentile_interval(ref), abs=1e-12)
+
+
+def _sk_label(y, s):
+    """scikit-learn's AUROC of one finding in one redrawn sample; nan when the redraw holds one class of it."""
+    return np.nan if y.min() == y.max() else roc_auc_score(y, s)
+
+
+def test_each_finding_s_interval_comes_from_the_macro_s_redraws_and_is_undefined_only_where_it_lost_a_class():
+    """Before, a finding's AUROC had no interval at all. "rare" (2 positives) is lost in 132 redraws: those leave its
+    interval, and the macro's, but not the intervals of "a" and "b", which keep all 1000."""
+    y, s = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        row = evaluate_utility(kind="multilabel", label_names=["a", "b", "rare"], val_labels=y, val_scores=s,
+                               test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
+    idx = bootstrap_indices(N, n_resamples=R, seed=SEED)
+    for j, name in enumerate(["a", "b", "rare"]):
+        ref = np.array([_sk_label(y[i, j], s[i, j]) for i in idx])
+        defined = ref[~np.isnan(ref)]
+        low, high = np.quantile(defined, [0.025, 0.975])          # the 95% percentile interval, by hand
+        assert len(defined) == (R if name != "rare" else R - row["test_auroc_undefined_redraws"])
+        assert row[f"test_auroc[{name}]"] == pytest.approx(roc_auc_score(y[:, j], s[:, j]), abs=1e-12)
+        assert (row[f"test_auroc[{name}]_low"], row[f"test_auroc[{name}]_high"]) == pytest.approx((low, high),
+                                                                                                  abs=1e-12)
+    assert row["test_auroc_undefined_redraws"] == 132
+
+
+def test_a_finding_undefined_on_the_whole_test_set_has_no_value_and_no_interval():
+    rng = np.random.default_rng(3)
+    y = np.c_[(rng.random(N) < 0.4).astype(int), np.zeros(N, int)]       # finding "none": no positive on test
+    s = np.clip(0.3 * y + rng.random((N, 2)) * 0.7, 0, 1)
+    y_val = np.c_[y[:, 0], np.arange(N) % 2]
+    row = evaluate_utility(kind="multilabel", label_names=["a", "none"], val_labels=y_val, val_scores=s,
+                           test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
+    assert all(np.isnan(row[k]) for k in ("test_auroc[none]", "test_auroc[none]_low", "test_auroc[none]_high"))
+    assert row["test_auroc[a]_low"] < row["test_auroc[a]"] < row["test_auroc[a]_high"]

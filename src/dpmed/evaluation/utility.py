@@ -13,7 +13,8 @@ Why each choice:
   set (an anti-example in the source documents' code) tunes the reported accuracy to the very images that measure it.
 * AUROC per label is scikit-learn's; the macro average is one-vs-rest for multiclass and the mean over labels for
   multilabel, taken over the labels whose AUROC is defined (both classes present) in the test set; a redraw that
-  loses one of them is undefined (counted, not averaged over fewer labels).
+  loses one of them is undefined (counted, not averaged over fewer labels). Each label's interval comes from the
+  same redraws, undefined in a redraw only where that label lost a class.
 * Intervals are 95% percentile intervals over seeded redraws of the test set, paired across models
   (:mod:`dpmed.evaluation.bootstrap`; Efron & Tibshirani 1993). The threshold and the model stay fixed: the interval
   reflects the sampling of test patients, so where patient ids are known whole patients are redrawn, each with all
@@ -238,7 +239,7 @@ def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidenc
 
 def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, redraws: Redraws, confidence, *,
                 per_label: bool) -> None:
-    """Macro test AUROC with interval (+ the per-label values) into ``row``."""
+    """Macro test AUROC with interval (+ each label's, with its interval from the same redraws) into ``row``."""
     macro, by_index = _auroc_columns(y, s)
     if np.isnan(macro):
         raise ValueError(
@@ -247,12 +248,21 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, r
     # The redraws average the same labels as the point value: a redraw that lost one of them (no positive or no
     # negative drawn) is undefined, not the mean of the labels it kept (a different statistic).
     defined = np.array([not np.isnan(by_index[str(j)]) for j in range(y.shape[1])])
-    macro_redraws = _redraw_auroc(y[:, defined], s[:, defined], redraws).mean(axis=1)  # [n_resamples], nan if any
+    label_redraws = _redraw_auroc(y[:, defined], s[:, defined], redraws)    # [n_resamples, defined labels]
+    macro_redraws = label_redraws.mean(axis=1)                                # [n_resamples], nan if any label is
     _estimate(row, "test_auroc", macro, macro_redraws, confidence)
     row["test_auroc_undefined_redraws"] = int(np.isnan(macro_redraws).sum())
-    if per_label:
-        for j, name in enumerate(names):
-            row[f"test_auroc[{name}]"] = by_index[str(j)]
+    if not per_label:
+        return
+    # A label's interval uses the macro's redraws; one that lost this label's positives or negatives is undefined
+    # for it alone. No warning here: such a redraw is undefined for the macro too, which already warned. A label
+    # undefined on the whole test set has no interval.
+    column = np.cumsum(defined) - 1                                           # label j -> its column of redraws
+    for j, name in enumerate(names):
+        low, high = (percentile_interval(label_redraws[:, column[j]], confidence=confidence) if defined[j]
+                     else (float("nan"), float("nan")))
+        key = f"test_auroc[{name}]"
+        row[key], row[f"{key}_low"], row[f"{key}_high"] = by_index[str(j)], low, high
 
 
 # ------------------------------------------------------------------------------------------------------ per kind
@@ -375,7 +385,8 @@ def evaluate_utility(
     """The utility of one model as one flat row (METHODS.md sec. 4); every interval is a percentile bootstrap.
 
     Keys: ``test_auroc`` (macro) with ``_low`` / ``_high`` and ``test_auroc_undefined_redraws`` (redraws in which
-    it had no value); ``test_auroc[<label name>]`` per label (multiclass, multilabel); ``test_accuracy`` with
+    it had no value); ``test_auroc[<label name>]`` per label with ``_low`` / ``_high`` (multiclass, multilabel;
+    nan where the label has one class on test); ``test_accuracy`` with
     interval (binary and multilabel at the validation Youden thresholds, multiclass by argmax); binary adds
     ``threshold``, ``val_auroc``, ``test_sensitivity`` and ``test_specificity`` with intervals,
     ``val_sensitivity``, ``val_specificity`` and ``threshold_shift_p`` (:func:`_threshold_transfer`); multilabel adds

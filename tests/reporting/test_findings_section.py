@@ -1,0 +1,56 @@
+"""The report's table of each finding's test AUROC with its interval: shown for a multilabel study, one row per run
+and one column per finding, and for no other task. Before, those AUROCs went to results.csv only, without
+intervals."""
+
+import re
+
+import numpy as np
+
+from dpmed.evaluation.utility import evaluate_utility
+
+N = 120
+
+
+def _multilabel_run(tmp_path, make_record, run_id, arm, mechanism, quality, rng):
+    """A run on findings "effusion", "nodule" (no test positive: undefined) and "edema", saved as a study saves it."""
+    y = np.c_[rng.random(N) < 0.4, np.zeros(N, bool), rng.random(N) < 0.3].astype(int)
+    s = np.clip(quality * y + (1 - quality) * rng.random((N, 3)), 0, 1)
+    y_val = np.c_[y[:, 0], np.arange(N) % 2, y[:, 2]]                 # every finding decidable on validation
+    (tmp_path / "runs" / run_id).mkdir(parents=True)
+    np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=s, test_labels=y,
+             test_patient_ids=np.arange(N).astype(str), val_scores=s, val_labels=y_val,
+             val_patient_ids=np.arange(N).astype(str))
+    metrics = evaluate_utility(kind="multilabel", label_names=["effusion", "nodule", "edema"], val_labels=y_val,
+                               val_scores=s, test_labels=y, test_scores=s, n_resamples=200)
+    return make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None, metrics=metrics)
+
+
+def _findings(html: str) -> str:
+    start = html.index('id="findings"')
+    return html[start:html.index("</table>", start)]
+
+
+def test_the_findings_table_shows_for_a_multilabel_study_and_not_for_a_binary_one(tmp_path, make_record,
+                                                                                   report_html, two_arms):
+    rng = np.random.default_rng(2)
+    records = [_multilabel_run(tmp_path, make_record, "np_seed0", "np", "none", 0.3, rng),
+               _multilabel_run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", 0.15, rng)]
+    html = report_html(records, task="multilabel", names=("effusion", "nodule", "edema"))
+    assert html.index('id="utility"') < html.index('id="findings"') < html.index('id="privacy"')
+    table = _findings(html)
+    assert re.findall(r"<th>([^<]*)</th>", table) == ["run", "effusion", "nodule", "edema"]
+    rows = re.findall(r"<tr><td[^>]*>([^<]*)</td>(.*?)</tr>", table, re.S)
+    assert [run_id for run_id, _ in rows] == ["np_seed0", "dp_eps1_C1_seed0"]
+    for (_, cells), r in zip(rows, records):
+        m = r.metrics
+        shown = [c.replace("\u00a0", " ") for c in re.findall(r"<td[^>]*>([^<]*)</td>", cells)]
+        assert shown == [f"{m['test_auroc[effusion]']:.3f} [{m['test_auroc[effusion]_low']:.3f}, "
+                         f"{m['test_auroc[effusion]_high']:.3f}]", "undefined",
+                         f"{m['test_auroc[edema]']:.3f} [{m['test_auroc[edema]_low']:.3f}, "
+                         f"{m['test_auroc[edema]_high']:.3f}]"]
+    columns = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    at = columns.index("test_auroc[edema]")
+    assert columns[at:at + 3] == ["test_auroc[edema]", "test_auroc[edema]_low", "test_auroc[edema]_high"]
+
+    binary = report_html(two_arms)
+    assert 'id="findings"' not in binary and "per finding" not in binary
