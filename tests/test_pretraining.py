@@ -201,6 +201,27 @@ def test_a_pretrained_head_for_the_same_labels_in_another_order_or_letter_case_i
         assert torch.equal(model.head.bias, file["head.bias"][rows])
 
 
+def test_finished_runs_whose_head_started_otherwise_are_refused_not_mixed(tmp_path, make_record):
+    """One weights file and one trainable setting can start a head two ways: left at its initialisation (a dpmed
+    before the head was matched by name), or taken from the pretrained rows in the study's order. A resumed study
+    compared the file and the setting only, so it would mix both starts in one table."""
+    from dpmed.records import StartRecord
+
+    folder = StudyFolder(tmp_path)
+    common = dict(weights="/cache/pre.pt", sha256="ab" * 32, trainable="all", n_trainable=10, n_frozen=0)
+    kept = StartRecord(**common, loaded=8, kept=("head.weight", "head.bias"))
+    reordered = StartRecord(**common, loaded=10, head_rows=(1, 0))
+    record = make_record("base_seed0", "base").model_copy(update={"start": kept})
+    folder.run("base_seed0").public.mkdir(parents=True)
+    record.write(folder.run("base_seed0").record)
+    pretraining.refuse_other_starts(folder, kept)                       # the same start: reused
+    with pytest.raises(ConfigError) as info:
+        pretraining.refuse_other_starts(folder, reordered)
+    message = str(info.value)
+    assert "now does (/cache/pre.pt, trained all; head's pretrained outputs taken in another order)" in message
+    assert "base_seed0 (started from /cache/pre.pt, trained all; head left at its initialisation)" in message
+
+
 def test_cached_pretraining_is_found_after_a_relative_out_folder_moves(private, tmp_path, monkeypatch):
     """``--out`` relative to the working directory, then the folder moved and the study resumed from another
     working directory: the cached weights are read where the entry is now, without training again; so are those of

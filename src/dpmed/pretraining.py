@@ -206,7 +206,17 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
 
 
 def _starting_point(start: StartRecord | None) -> tuple:
-    return (None, "all") if start is None else (start.sha256, start.trainable)
+    """What makes two starts the same: the weights, what trains, and how the head started (left at its
+    initialisation, or pretrained rows taken in another order): one file and setting can start a head either way."""
+    return (None, "all", (), None) if start is None else (start.sha256, start.trainable, start.kept, start.head_rows)
+
+
+def _start_text(start: StartRecord | None) -> str:
+    if start is None:
+        return "random weights, trained all"
+    head = ("; head left at its initialisation" if start.kept else
+            "; head's pretrained outputs taken in another order" if start.head_rows else "")
+    return f"{start.weights}, trained {start.trainable}{head}"
 
 
 def _refuse_clashes(folder: StudyFolder, same: Callable[[StartRecord | None], bool], now: str) -> None:
@@ -215,8 +225,7 @@ def _refuse_clashes(folder: StudyFolder, same: Callable[[StartRecord | None], bo
     for run_id in folder.finished_run_ids():
         before = read_record(folder.run(run_id).record).start
         if not same(before):
-            clashes.append(f"{run_id} (started from {'random weights' if before is None else before.weights}, "
-                           f"trained {'all' if before is None else before.trainable})")
+            clashes.append(f"{run_id} (started from {_start_text(before)})")
     if clashes:
         raise ConfigError(f"{len(clashes)} finished run(s) in {folder.root} started from other weights than this "
                           f"study now does ({now}): {'; '.join(clashes[:4])}; use another output folder (--out), or "
@@ -227,8 +236,7 @@ def refuse_other_starts(folder: StudyFolder, start: StartRecord | None) -> None:
     """ConfigError naming the finished runs in ``folder`` that started from other weights or trained another part
     of the model than ``start``: a resumed study reuses finished runs, and one table must not mix two starts (the
     runs' plans do not hold the start, so the study's own settings check cannot see it)."""
-    now = f"{'random weights' if start is None else start.weights}, trained {_starting_point(start)[1]}"
-    _refuse_clashes(folder, lambda before: _starting_point(before) == _starting_point(start), now)
+    _refuse_clashes(folder, lambda before: _starting_point(before) == _starting_point(start), _start_text(start))
 
 
 def describe_start(study: Study) -> str:
