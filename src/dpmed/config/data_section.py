@@ -124,6 +124,10 @@ class PatientsConfig(_Strict):
     part: Literal[0, 1]
     seed: Seed = 0
 
+    def selection(self) -> PatientSelection:
+        """The cohort as the data stage selects and describes it."""
+        return PatientSelection(fraction=self.fraction, part=self.part, seed=self.seed)
+
 
 class DataConfig(_Strict):
     """Where the images come from (README, "A study file, explained", lists where each layout's files go).
@@ -147,8 +151,9 @@ class DataConfig(_Strict):
     patients: keep one seeded cohort of the patients (``{fraction, part, seed}``; `PatientsConfig`).
     skip_invalid: leave out rows whose image is missing or unreadable or whose label is outside the task (counted
     on the terminal and in the private log) instead of stopping; not a repeated id or image file, which stops the
-    study even so (which copy is kept would decide the split of its image). cache_dir: memory-map decoded, preprocessed images there for later
-    studies (it then holds the patients' images: keep it where the data may live); unset, they stay in memory.
+    study even so (which copy is kept would decide the split of its image). cache_dir: memory-map decoded,
+    preprocessed images there for later studies (it then holds the patients' images: keep it where the data may
+    live); unset, they stay in memory.
     """
 
     source: Literal[tuple(DATASET_SOURCES)] = "phantom"  # type: ignore[valid-type]
@@ -185,8 +190,7 @@ class DataConfig(_Strict):
             split=None if s is None else SplitPlan(val_fraction=s.val_fraction, test_fraction=s.test_fraction,
                                                    seed=s.seed, official=s.official,
                                                    shared_patients=s.shared_patients),
-            patients=None if self.patients is None else PatientSelection(
-                fraction=self.patients.fraction, part=self.patients.part, seed=self.patients.seed))
+            patients=None if self.patients is None else self.patients.selection())
 
     @model_validator(mode="after")
     def _source_needs(self) -> "DataConfig":

@@ -149,9 +149,8 @@ def summary(inputs: ReportInputs) -> str:
                    f"{escape(data.negative_class)} (label 0)")
         if data.ordinal:
             classes += " (ordered grades)"
-    cohort = study.data.to_request().patients     # the private data a cohort of the release: which one, and why
-    cohort_text = "" if cohort is None else (
-        f" ({escape(cohort.describe())}; the other part's patients are not in this study)")
+    cohort = study.data.patients     # the study's data one cohort of the release (a simulated site): which one
+    cohort_text = "" if cohort is None else f" (only {escape(cohort.selection().describe())})"
     return f"""<h2 id="summary">Summary</h2>
 <table><tr><th>dataset</th><td>{escape(data.name)}{cohort_text}: {_sizes(data)}; images of shape
 {escape(tuple(data.image_shape))}, task {escape(data.task)}{classes}</td></tr>
