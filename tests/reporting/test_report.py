@@ -202,6 +202,8 @@ def test_the_risk_section_names_the_dp_sgd_runs_it_has_no_bound_for(make_record,
     assert "No bound is given for lap_eps8_C1_seed0 (Laplace noise)" in both
     alone = section([laplace])
     assert alone.startswith('<h2 id="risk">') and "lap_eps8_C1_seed0 (Laplace noise)" in alone
+    assert "reconstruction and membership-inference bounds are proved" in alone and "above" not in alone
+    assert "the bounds above are proved" in both
     assert section([gaussian]).count("No bound") == 0
 
 

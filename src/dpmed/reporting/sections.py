@@ -346,7 +346,8 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
     runs = [r for r in inputs.records if r.reconstruction is not None]
     unbounded = _unbounded_runs(inputs.records)
     if not runs:
-        return f'<h2 id="risk">Reconstruction risk</h2>{unbounded}' if unbounded else ""
+        return f'<h2 id="risk">Reconstruction risk</h2>{_unbounded_runs(inputs.records, alone=True)}' if unbounded \
+            else ""
     rows = "".join(
         f"<tr><td>{escape(r.run_id)}</td><td>{escape(eps_label(r.privacy))}</td>"
         f"<td class=num>{r.reconstruction.kappa:.3g}</td><td class=num>{bound_percent(r.reconstruction.worst_case, 3)}"
@@ -362,18 +363,19 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
             _risk_assumptions(runs) + unbounded)
 
 
-def _unbounded_runs(records: list[RunRecord]) -> str:
+def _unbounded_runs(records: list[RunRecord], *, alone: bool = False) -> str:
     """A paragraph naming the DP-SGD runs the table leaves out, and why: the bounds are proved for Gaussian noise with
     Poisson sampling (`dpmed.accounting.reconstruction`), so a Laplace-noise or shuffled-batch run has none (before,
-    such runs were left out without a word, as if the study had none)."""
+    such runs were left out without a word, as if the study had none). ``alone``: no run has a bound to show."""
     left = [r for r in records if r.mechanism == "dp_sgd" and r.reconstruction is None]
     if not left:
         return ""
     why = {r.run_id: ", ".join((["Laplace noise"] if r.privacy.noise == "laplace" else [])
                                + (["shuffled batches"] if r.privacy.sampling == "shuffle" else [])) for r in left}
     named = "; ".join(f"{escape(run_id)} ({escape(reason or 'see its card')})" for run_id, reason in why.items())
-    return (f"<p>No bound is given for {named}: the bounds above are proved for Gaussian noise with Poisson sampling "
-            "only, so these DP-SGD runs have none; their cards state what privacy they have.</p>")
+    proved = "reconstruction and membership-inference bounds are" if alone else "the bounds above are"
+    return (f"<p>No bound is given for {named}: {proved} proved for Gaussian noise with Poisson sampling only, so "
+            "these DP-SGD runs have none; their cards state what privacy they have.</p>")
 
 
 def _risk_assumptions(runs: list[RunRecord]) -> str:
