@@ -153,8 +153,8 @@ def _tell_unrestricted(private: Path, mode: int) -> None:
         return
     _log.warning("%s stays readable by other users of this machine (mode %o after chmod 700: a drive or share "
                  "without Unix permissions): the runs' privacy keys and checkpoints, the audit's results and the log "
-                 "in it are readable by whoever can read the output folder. Use an --out on a disk that keeps "
-                 "permissions, or restrict the folder's access yourself", private, mode)
+                 "in it are readable by whoever can read the output folder. Use an output folder (--out) on a "
+                 "disk that keeps permissions, or restrict the folder's access yourself", private, mode)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
         raise ConfigError(f"{folder.resolved_study} is not a study.yaml this version of dpmed can read ("
                           + (f"{where}: " if where else "") + f"{first['msg']}); it may have been written by another "
                           "version of dpmed: read the folder with that version, or run the study again into another "
-                          "--out") from None
+                          "output folder (--out)") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{folder.resolved_study} cannot be read ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0]}); `dpmed run` writes it and reads it back to check finished "
