@@ -100,7 +100,8 @@ def test_a_head_left_at_its_initialisation_says_why(section):
     assert "head left at its initialisation (head.weight, head.bias: another shape in the file)" in \
         section(("a_seed0", kept))
     other = kept.model_copy(update={"pretraining": _pretraining(label_names=("benign", "malignant"))})
-    assert "(head.weight, head.bias: pretrained for benign, malignant, in this order)" in section(("a_seed0", other))
+    assert ("(head.weight, head.bias: pretrained for benign, malignant, not this study's normal, pneumonia)"
+            in section(("a_seed0", other)))
     assert "head left" not in section(("a_seed0", _start()))
 
 

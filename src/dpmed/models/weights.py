@@ -178,7 +178,7 @@ def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str, ke
     """Copy ``state`` (read from ``path``) into ``model`` (the rules of the module docstring): ConfigError naming
     the file and the first keys that are missing, unexpected or of another shape outside the head ``head`` (a module
     name, e.g. "fc").
-    ``same_classes=False``: the file's outputs are known to mean other classes (or the same in another order), so
+    ``same_classes=False``: the file's outputs are known to mean other classes, so
     the head is left at its initialisation whatever its shape; a head of the right shape would otherwise start
     each output from another class's weights. ``rows``: the file's output row for each of the model's outputs (the
     same classes in another order, `match_head`): the head's tensors are taken in that order (every registered

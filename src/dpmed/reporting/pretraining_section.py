@@ -71,7 +71,8 @@ def pretraining_section(inputs: ReportInputs) -> str:
                   f"{escape(start.trained_on)}")
         other_classes = (start.pretraining is not None
                          and tuple(start.pretraining.label_names) != tuple(inputs.resolved.dataset.label_names))
-        why = (f"pretrained for {', '.join(start.pretraining.label_names)}, in this order" if other_classes
+        why = (f"pretrained for {', '.join(start.pretraining.label_names)}, not this study's "
+               f"{', '.join(inputs.resolved.dataset.label_names)}" if other_classes
                else "another shape in the file")
         kept = (f"; head left at its initialisation ({escape(', '.join(start.kept))}: {escape(why)})"
                 if start.kept else "; the pretrained head's outputs taken in this study's label order (pretrained "
