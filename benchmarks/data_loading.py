@@ -15,6 +15,7 @@ Then first epoch = N / (decode + cache write + N / gather + N / train), later ep
 and a later study reading the cache = N / (cache read + N / gather + N / train).
 
     python benchmarks/data_loading.py [--data ../shared/data/chest_xray] [--sizes 64 224] [--train-batches 8]
+                                      [--channels 1 | 3 | 0 (as stored)]
 
 Not a test: numbers depend on the machine and its load; the load average is printed before and after each size.
 The files are read once before timing, so decoding is measured with the OS page cache warm (no disk reads).
@@ -86,17 +87,19 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 224])
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--train-batches", type=int, default=8)
+    parser.add_argument("--channels", type=int, choices=(0, 1, 3), default=1,
+                        help="1 grey, 3 colour, 0 as stored (data.channels unset: every file must match the first)")
     args = parser.parse_args()
     manifest = read_image_folders(args.data)
     n = len(manifest)
     for path in manifest.paths:  # warm the OS page cache: decoding is timed, not the disk
         path.read_bytes()
-    print(f"{n} images from {args.data}; torch threads {torch.get_num_threads()}; cpus {os.cpu_count()}; "
-          f"load average (1/5/15 min) {_load()}")
+    print(f"{n} images from {args.data}, channels {args.channels or 'as stored'}; torch threads "
+          f"{torch.get_num_threads()}; cpus {os.cpu_count()}; load average (1/5/15 min) {_load()}")
     rows = []
     for size in args.sizes:
         load_before = _load()
-        pre = Preprocessing(size=(size, size), channels=1)
+        pre = Preprocessing(size=(size, size), channels=args.channels or None)
         decoded = decode_images(manifest.paths, pre)
         assert not decoded.failures
         cache = Path(tempfile.mkdtemp(prefix="dpmed-cache-"))
