@@ -236,3 +236,19 @@ def test_the_summary_names_the_cohort_the_study_trained_and_tested_on(records, m
         "patients": PatientsConfig(fraction=0.5, part=1, seed=2)})})
     html = section(resolved.model_copy(update={"study": study}))
     assert "phantom (only cohort 1 of a seeded patient draw (seed 2): 50% of the patients, u &gt;= 0.5):" in html
+
+
+def test_the_summary_keeps_label_names_that_hold_a_comma_apart(records, make_resolved):
+    """The phantom's findings are "opacity, image-left lung" and "opacity, image-right lung": joined with ", " the
+    summary read "classes opacity, image-left lung, opacity, image-right lung", four names for two findings."""
+    from dpmed.data.sample import names_text
+    from dpmed.folders import StudyFolder
+    from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.sections import summary
+
+    findings = ("opacity, image-left lung", "opacity, image-right lung")
+    resolved = make_resolved(records, task="multilabel", label_names=findings)
+    html = summary(ReportInputs(resolved=resolved, records=records, folder=StudyFolder(Path("unused")),
+                                comparisons=compare_runs(records, {}, kind="binary", label_names=[])))
+    assert "task multilabel; findings opacity, image-left lung; opacity, image-right lung" in html
+    assert names_text(["normal", "pneumonia", "covid"]) == "normal, pneumonia, covid"

@@ -8,13 +8,19 @@ whole tensors; indexing it yields a :class:`Sample`, the per-image view document
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Sample", "ImageSet", "Task", "Dataset", "TaskKind"]
+__all__ = ["Sample", "ImageSet", "Task", "Dataset", "TaskKind", "names_text"]
 
 TaskKind = Literal["binary", "multiclass", "multilabel"]
+
+
+def names_text(names: Sequence[str]) -> str:
+    """Label names on one line, each still one: ", " between them, "; " where a name holds a comma (the phantom's
+    "opacity, image-left lung"; read with ", " its two findings were four)."""
+    return ("; " if any("," in n for n in names) else ", ").join(names)
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,7 @@ class Task:
         if self.kind == "binary" and len(self.label_names) == 2:
             return (f"binary (positive class {self.label_names[1]}, label 1; negative {self.label_names[0]}, "
                     "label 0)")
-        return f"{self.kind} ({', '.join(self.label_names)})" if self.label_names else self.kind
+        return f"{self.kind} ({names_text(self.label_names)})" if self.label_names else self.kind
 
 
 @dataclass(frozen=True, eq=False)

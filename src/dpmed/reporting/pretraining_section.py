@@ -10,6 +10,7 @@ private data ran (`dpmed.data.overlap`), to judge whether the eps of the cards s
 
 from __future__ import annotations
 
+from dpmed.data.sample import names_text
 from dpmed.records import RunRecord, StartRecord
 from dpmed.reporting.inputs import ReportInputs, escape
 
@@ -46,7 +47,7 @@ def _pretraining(start: StartRecord) -> str:
         "<table>"
         f"<tr><th>public data</th><td>{escape(p.dataset)} ({escape(p.data.get('format', p.data.get('generator', '')))}"
         f"{cohort_text}): {p.n_train} training, {p.n_val} validation images, shape {'x'.join(map(str, p.image_shape))},"
-        f" task {escape(p.task)} ({escape(', '.join(p.label_names))})</td></tr>"
+        f" task {escape(p.task)} ({escape(names_text(p.label_names))})</td></tr>"
         f"<tr><th>declared public because</th><td>{escape(p.public)}</td></tr>"
         f"<tr><th>training</th><td>{escape(p.model)}, {length} ({p.steps} steps) at batch {t.batch_size}, "
         f"{escape(t.optimizer)} lr {t.learning_rate:g}, seed {p.seed}, no privacy; {p.seconds:.0f} s</td></tr>"
@@ -71,12 +72,12 @@ def pretraining_section(inputs: ReportInputs) -> str:
                   f"{escape(start.trained_on)}")
         other_classes = (start.pretraining is not None
                          and tuple(start.pretraining.label_names) != tuple(inputs.resolved.dataset.label_names))
-        why = (f"pretrained for {', '.join(start.pretraining.label_names)}, not this study's "
-               f"{', '.join(inputs.resolved.dataset.label_names)}" if other_classes
+        why = (f"pretrained for {names_text(start.pretraining.label_names)}, not this study's "
+               f"{names_text(inputs.resolved.dataset.label_names)}" if other_classes
                else "another shape in the file")
         kept = (f"; head left at its initialisation ({escape(', '.join(start.kept))}: {escape(why)})"
                 if start.kept else "; the pretrained head's outputs taken in this study's label order (pretrained "
-                f"as {escape(', '.join(start.pretraining.label_names))})" if start.head_rows else "")
+                f"as {escape(names_text(start.pretraining.label_names))})" if start.head_rows else "")
         parts.append(
             f"<p>Runs {escape(', '.join(runs))}: started from {source}. Trained: {escape(start.trainable_text)}, "
             f"{start.n_trainable:,} parameters; {start.n_frozen:,} frozen (DP-SGD neither clips nor noises them)"

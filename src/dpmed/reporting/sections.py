@@ -9,6 +9,7 @@ import re
 
 import yaml
 
+from dpmed.data.sample import names_text
 from dpmed.mechanisms import claims_beyond
 from dpmed.numbers import delta_number
 from dpmed.records import DatasetSummary, RunRecord, Timing
@@ -144,7 +145,8 @@ def summary(inputs: ReportInputs) -> str:
                  "behaves.</div>") if data.synthetic else ""
     classes = ""
     if data.label_names:
-        classes = (f"; classes {escape(', '.join(data.label_names))}" if data.task != "binary" else
+        classes = (f"; {'findings' if data.task == 'multilabel' else 'classes'} {escape(names_text(data.label_names))}"
+                   if data.task != "binary" else
                    f"; positive class <b>{escape(data.positive_class)}</b> (label 1), negative "
                    f"{escape(data.negative_class)} (label 0)")
         if data.ordinal:
