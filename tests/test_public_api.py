@@ -40,13 +40,23 @@ def test_reading_what_is_not_there_is_a_dpmed_error_naming_it(tmp_path):
         dpmed.read_record(tmp_path / "run.json")
 
 
+def test_reading_results_from_the_out_folder_names_the_study_folder_in_it(tmp_path):
+    """read_results wants the study's folder (out/<study name>); given the out folder itself, it said only that
+    no results.csv was there."""
+    (tmp_path / "quickstart").mkdir()
+    (tmp_path / "quickstart" / "results.csv").write_text("run_id\nbase_seed0\n")
+    with pytest.raises(dpmed.ConfigError, match=rf"; {tmp_path / 'quickstart'} is such a folder$"):
+        dpmed.read_results(tmp_path)
+    assert dpmed.read_results(tmp_path / "quickstart")["run_id"].tolist() == ["base_seed0"]
+
+
 def test_load_study_without_a_path_is_the_embedded_quickstart():
     assert dpmed.load_study().name == "quickstart"
 
 
 @pytest.mark.parametrize(("options", "message"), [({"executor": "locl"}, "unknown executor 'locl'"),
-                                                  ({"workers": 0}, "workers must be at least 1"),
-                                                  ({"workers": -1}, "workers must be at least 1"),
+                                                  ({"workers": 0}, r"workers \(--workers\) must be at least 1"),
+                                                  ({"workers": -1}, r"workers \(--workers\) must be at least 1"),
                                                   ({"address": "ray://head:10001"}, "applies only with")])
 def test_run_study_refuses_bad_options_before_it_reads_data_or_writes(tmp_path, monkeypatch, options, message):
     """They were refused only after the data had been read, the noise calibrated, and the study folder written.

@@ -52,6 +52,8 @@ def read_results(study_dir: str | Path) -> "Any":
 
     path = StudyFolder(Path(study_dir)).results
     if not path.is_file():
+        inside = sorted(p.parent for p in Path(study_dir).glob(f"*/{path.name}"))   # the out folder given instead
+        hint = f"; {', '.join(map(str, inside))} {'is' if len(inside) == 1 else 'are'} such a folder" if inside else ""
         raise ConfigError(f"{study_dir} holds no results.csv: pass the folder run_study wrote for a study "
-                          "(its result's out_dir; by default results/<study name>), once a run has finished")
+                          f"(its result's out_dir; by default results/<study name>), once a run has finished{hint}")
     return pd.read_csv(path)

@@ -429,7 +429,7 @@ def check_executor_options(name: str, *, workers: int | None, address: str | Non
     if name not in EXECUTORS:
         raise ConfigError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
     if workers is not None and workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {workers}")
+        raise ConfigError(f"workers (--workers) must be at least 1, got {workers}")
     if name == "ray" and importlib.util.find_spec("ray") is None:
         raise ConfigError(RAY_MISSING)
     if name != "ray" and address is not None:

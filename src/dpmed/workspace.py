@@ -32,9 +32,9 @@ __all__ = ["claim_folder", "writing_into", "stale_temporaries", "withdraw_leftov
 _log = logging.getLogger(__name__)
 _WINDOWS = os.name == "nt"
 
-UNWRITABLE_ADVICE = "choose a writable folder with --out, or make this one writable"
-FULL_DISK_ADVICE = ("free space on its disk, or choose a folder on another disk with --out; finished runs are kept, "
-                    "and the same command continues from them")
+UNWRITABLE_ADVICE = "choose a writable output folder (--out), or make this one writable"
+FULL_DISK_ADVICE = ("free space on its disk, or choose an output folder (--out) on another disk; finished runs are "
+                    "kept, and the same command continues from them")
 
 # What a file system refuses whichever file is written: no space or quota left, mounted read-only, access denied.
 _FULL = {errno.ENOSPC} | ({errno.EDQUOT} if hasattr(errno, "EDQUOT") else set())

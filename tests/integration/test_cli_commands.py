@@ -195,7 +195,7 @@ def test_a_bad_set_is_blamed_on_the_set_not_on_the_study_file(tiny_text, tmp_pat
     assert main(["run", str(study), "--out", str(tmp_path / "out"), "--set", "training.epochs=abc"]) == 2
     err = capsys.readouterr().err
     head, *problems = err.strip().splitlines()
-    assert head.startswith("dpmed: error: the command line's settings for study file")
+    assert head.startswith("dpmed: error: the settings given with study file")
     assert problems and problems[0].startswith("  - --set training.epochs=abc: training.epochs")
     assert "Traceback" not in err and not (tmp_path / "out").exists()
 

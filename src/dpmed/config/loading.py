@@ -332,7 +332,7 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
             elif inside:
                 text += f" (after {', '.join(inside)})"
             lines.append(f"  - {text}")
-        head = (f"the command line's settings for study file {path} have {len(lines)} problem(s)"
+        head = (f"the settings given with study file {path} have {len(lines)} problem(s)"
                 if from_options == len(lines) else f"study file {path} has {len(lines)} problem(s)")
         raise ConfigError(f"{head}:\n" + "\n".join(lines)) from None
     try:
