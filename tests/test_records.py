@@ -160,3 +160,15 @@ def test_label_names_of_a_study_yaml_written_before_it_held_them_come_from_the_a
     assert old.label_names(records) == ["edema", "mass"]
     assert make_resolved(records, label_names=("mass", "edema")).label_names(records) == ["mass", "edema"]
     assert old.label_names(records[:1]) == []
+
+
+def test_a_file_that_is_not_a_run_json_is_named_as_such_without_advice_to_retrain(tmp_path):
+    """read_record given results.csv said it might come from another dpmed version and advised deleting the run's
+    folder to retrain it."""
+    (tmp_path / "results.csv").write_text("run_id\nbase_seed0\n")
+    with pytest.raises(ConfigError) as info:
+        read_record(tmp_path / "results.csv")
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'results.csv'} is not a run record (Invalid JSON")
+    assert message.endswith("a run's record is the run.json in its folder, runs/<run id>/run.json")
+    assert "retrain" not in message

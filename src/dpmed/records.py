@@ -266,6 +266,9 @@ def read_record(path: Path) -> RunRecord:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])            # empty where the file is not JSON at all
+        if Path(path).name != "run.json":                          # another file passed for one: no advice to retrain
+            raise ConfigError(f"{path} is not a run record ({where + ': ' if where else ''}{first['msg']}); a run's "
+                              "record is the run.json in its folder, runs/<run id>/run.json") from None
         raise ConfigError(f"{path} is not a run record this version of dpmed can read ("
                           + (f"{where}: " if where else "") + f"{first['msg']}); it "
                           "may come from another version: run the study into another output folder (--out), or "
