@@ -224,6 +224,8 @@ def test_an_eps_beyond_the_accountants_reach_is_said_in_the_runs_own_terms(capsy
     err = capsys.readouterr().err
     assert "the eps of 100 steps at --noise-multiplier 0.01, --sample-rate 0.5 at delta = 1e-05 lies above 500" in err
     assert "Event" not in err and "RDP estimate" in err
+    assert ("lies above 500, the largest --accountant pld certifies (--accountant rdp has no such limit); an RDP "
+            "estimate is eps ~ ") in err        # before: "above 500 (its limit; ...), the largest ... certifies"
 
 
 @pytest.mark.parametrize("command", [["calibrate", "--target-epsilon", "1"], ["epsilon", "--noise-multiplier", "1"]])

@@ -384,10 +384,10 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
         raise ValueError(f"accountant {accountant!r} returned nan for {_described(released)}; try the other "
                          "accountant")
     if eps == math.inf:  # sigma > 0, so inf means the accountant could not resolve eps, not that it is infinite
-        limit = f"{info.max_epsilon:g} (its limit; accountant='rdp' has none)" if info.max_epsilon < math.inf else "inf"
-        raise ValueError(f"the eps of {_described(released)} at delta = {delta:g} lies above {limit}, the largest "
-                         f"accountant {accountant!r} certifies; an RDP estimate is eps ~ "
-                         f"{estimate_epsilon(released, delta=delta):.3g}")
+        limit = (f"{info.max_epsilon:g}, the largest accountant {accountant!r} certifies (accountant='rdp' has no "
+                 "such limit)" if info.max_epsilon < math.inf else f"what accountant {accountant!r} can certify")
+        raise ValueError(f"the eps of {_described(released)} at delta = {delta:g} lies above {limit}; an RDP "
+                         f"estimate is eps ~ {estimate_epsilon(released, delta=delta):.3g}")
     return eps
 
 
