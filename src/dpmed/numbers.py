@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["number_text", "epsilon_text", "delta_text", "delta_number", "bytes_text", "up_to_figures", "round_up", "round_down"]
+__all__ = ["number_text", "epsilon_text", "delta_text", "delta_number", "bytes_text", "up_to_figures", "round_up",
+           "round_down"]
 
 
 def round_up(x: float) -> float:
