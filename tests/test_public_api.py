@@ -136,3 +136,12 @@ def test_run_study_called_by_a_starting_worker_names_the_missing_main_guard(tmp_
     with pytest.raises(dpmed.ConfigError, match='under `if __name__ == "__main__":`'):
         dpmed.run_study(dpmed.load_study(), out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("study", [42, {"name": "x"}])
+def test_a_study_of_another_type_is_a_dpmed_error_naming_what_was_given(study, tmp_path):
+    """run_study(42) raised TypeError from pathlib ("expected str, bytes or os.PathLike object, not int")."""
+    with pytest.raises(dpmed.ConfigError, match=rf"^a study is a study file's path \(str or Path\) or a loaded "
+                                                rf"Study, not {type(study).__name__} "):
+        dpmed.run_study(study, out=tmp_path)
+    assert not list(tmp_path.iterdir())

@@ -302,6 +302,9 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     """
     overrides = dict(overrides or {})
     origins = {key: (origins or {}).get(key) or f"override {key}={value!r}" for key, value in overrides.items()}
+    if path is not None and not isinstance(path, (str, Path)):     # a Python caller's slip, said as a user's error
+        raise ConfigError(f"a study is a study file's path (str or Path) or a loaded Study, not {type(path).__name__} "
+                          f"{path!r:.60}")
     path = QUICKSTART if path is None else Path(path)
     if path.is_dir():
         raise ConfigError(f"study file {path} is a folder; pass the path of a .yaml study in it (see configs/)")
