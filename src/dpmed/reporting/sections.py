@@ -346,10 +346,9 @@ def _settings_chosen_on(inputs: ReportInputs) -> str:
 def reconstruction_risk(inputs: ReportInputs) -> str:
     """Reconstruction and membership-inference bounds per DP-SGD run (METHODS.md s.7), with their assumptions."""
     runs = [r for r in inputs.records if r.reconstruction is not None]
-    unbounded = _unbounded_runs(inputs.records)
+    unbounded = _unbounded_runs(inputs.records, alone=not runs)
     if not runs:
-        return f'<h2 id="risk">Reconstruction risk</h2>{_unbounded_runs(inputs.records, alone=True)}' if unbounded \
-            else ""
+        return f'<h2 id="risk">Reconstruction risk</h2>{unbounded}' if unbounded else ""
     rows = "".join(
         f"<tr><td>{escape(r.run_id)}</td><td>{escape(eps_label(r.privacy))}</td>"
         f"<td class=num>{r.reconstruction.kappa:.3g}</td><td class=num>{bound_percent(r.reconstruction.worst_case, 3)}"
