@@ -305,10 +305,11 @@ def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progre
         # run does the same, from ``head_rows``); a user's own file says nothing of its classes: its head is used
         # where the shape fits.
         match = None if record is None else match_head(record.label_names, dataset.task.label_names)
+        other_labels = match is not None and match.rows is None
         rows = None if match is None or match.same_order else match.rows
         loaded = load_weights(model, read_state_dict(weights, key=key), head=info.head, key=key, path=weights,
-                              same_classes=match is None or match.rows is not None, rows=rows)
-        why = "another shape" if match is None or match.rows is not None else match.why
+                              same_classes=not other_labels, rows=rows)
+        why = match.why if other_labels else "another shape"
         note = (f"; head left at its initialisation ({why}): {', '.join(loaded.kept)}" if loaded.kept
                 else f"; head loaded ({match.why})" if match is not None and match.why else "")
         _log.info("start: %d tensors loaded from %s%s", len(loaded.loaded), weights, note)
