@@ -1,6 +1,7 @@
-"""The report's table of each finding's test AUROC with its interval: shown for a multilabel study, one row per run
-and one column per finding, and for no other task. Before, those AUROCs went to results.csv only, without
-intervals."""
+"""The report's table of each label's test AUROC with its interval: shown for a multilabel study (per finding) and a
+multiclass one (per class, one-vs-rest), one row per run and one column per label, and not for a binary task. Before,
+those AUROCs went to results.csv only, without intervals, and a multiclass study's stayed there after the multilabel
+table came."""
 
 import re
 
@@ -54,3 +55,24 @@ def test_the_findings_table_shows_for_a_multilabel_study_and_not_for_a_binary_on
 
     binary = report_html(two_arms)
     assert 'id="findings"' not in binary and "per finding" not in binary
+
+
+def test_a_multiclass_study_tables_each_class_one_vs_rest(tmp_path, make_record, report_html):
+    rng = np.random.default_rng(3)
+    names = ["grade 0", "grade 1", "grade 2"]
+    y = np.arange(N) % 3
+    s = rng.random((N, 3)) + 0.8 * np.eye(3)[y]
+    s /= s.sum(1, keepdims=True)
+    (tmp_path / "runs" / "np_seed0").mkdir(parents=True)
+    np.savez(tmp_path / "runs" / "np_seed0" / "predictions.npz", test_scores=s, test_labels=y,
+             test_patient_ids=np.arange(N).astype(str), val_scores=s, val_labels=y,
+             val_patient_ids=np.arange(N).astype(str))
+    m = evaluate_utility(kind="multiclass", label_names=names, val_labels=y, val_scores=s, test_labels=y,
+                         test_scores=s, n_resamples=200)
+    html = report_html([make_record("np_seed0", "np", "none", metrics=m)], task="multiclass", names=names)
+    table = _findings(html)
+    assert "Test AUROC per class" in table and "one-vs-rest" in table and "per finding" not in table
+    assert re.findall(r"<th>([^<]*)</th>", table) == ["run", *names]
+    shown = [c.replace("\u00a0", " ") for c in re.findall(r"<td[^>]*class=num>([^<]*)</td>", table)]
+    assert shown == [f"{m[f'test_auroc[{c}]']:.3f} [{m[f'test_auroc[{c}]_low']:.3f}, {m[f'test_auroc[{c}]_high']:.3f}]"
+                     for c in names]

@@ -1,9 +1,10 @@
-"""The utility section's table of each finding's test AUROC, for a multilabel task (CheXpert, NIH, MIMIC findings).
+"""The utility section's table of each label's test AUROC: each finding of a multilabel task (CheXpert, NIH, MIMIC
+findings), each class of a multiclass one (one-vs-rest: APTOS grades, HAM10000 lesions).
 
-Why: the macro AUROC averages findings of very different prevalence, so a private arm can keep its macro AUROC while
-losing a rare finding; a reader choosing an ε for one finding needs that finding's AUROC, per run, with its interval
-(the same percentile bootstrap, from the same redraws, as the macro's: `dpmed.evaluation.utility`). A finding with
-no positive (or no negative) test image has no AUROC, and reads "undefined", not as a number or a blank.
+Why: the macro AUROC averages labels of very different prevalence, so a private arm can keep its macro AUROC while
+losing a rare finding or class; a reader choosing an ε for one of them needs its AUROC, per run, with its interval
+(the same percentile bootstrap, from the same redraws, as the macro's: `dpmed.evaluation.utility`). A label with no
+positive (or no negative) test image has no AUROC, and reads "undefined", not as a number or a blank.
 """
 
 from __future__ import annotations
@@ -22,18 +23,20 @@ def _cell(r: RunRecord, finding: str) -> str:
 
 
 def findings_section(inputs: ReportInputs) -> str:
-    """One row per run, one column per finding; empty unless the task is multilabel."""
-    data = inputs.resolved.dataset
-    if data.task != "multilabel":
+    """One row per run, one column per label; empty for a binary task (its one AUROC is the table above)."""
+    task = inputs.resolved.dataset.task
+    if task not in ("multilabel", "multiclass"):
         return ""
-    findings = inputs.resolved.label_names(inputs.records)
-    if not findings:
+    labels = inputs.resolved.label_names(inputs.records)
+    if not labels:
         return ""
-    heads = "".join(f"<th>{escape(f)}</th>" for f in findings)
-    rows = "".join(f"<tr><td>{escape(r.run_id)}</td>" + "".join(f"<td class=num>{_cell(r, f)}</td>" for f in findings)
+    label = "finding" if task == "multilabel" else "class"
+    one_vs_rest = "" if task == "multilabel" else " (one-vs-rest: the class against all the others)"
+    heads = "".join(f"<th>{escape(f)}</th>" for f in labels)
+    rows = "".join(f"<tr><td>{escape(r.run_id)}</td>" + "".join(f"<td class=num>{_cell(r, f)}</td>" for f in labels)
                    + "</tr>" for r in inputs.records)
-    return (f'<h3 id="findings">Test AUROC per finding [{inputs.level} CI]</h3><p>Each finding\'s AUROC on the '
-            f"whole test set, with the percentile interval of the same redraws of {inputs.redrawn} as the macro "
-            "AUROC above; a redraw without a positive or a negative of the finding is left out of that finding's "
-            "interval only. \"undefined\": the test set has no positive or no negative of the finding.</p>"
+    return (f'<h3 id="findings">Test AUROC per {label} [{inputs.level} CI]</h3><p>Each {label}\'s AUROC on the '
+            f"whole test set{one_vs_rest}, with the percentile interval of the same redraws of {inputs.redrawn} as "
+            f"the macro AUROC above; a redraw without a positive or a negative of the {label} is left out of that "
+            f"{label}'s interval only. \"undefined\": the test set has no positive or no negative of the {label}.</p>"
             + stacked(f"<table><tr><th>run</th>{heads}</tr>{rows}</table>"))
