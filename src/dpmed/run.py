@@ -244,7 +244,8 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         audit_summary = None
         if trial is not None:   # scored from the final model only (black box); private: it depends on the secret bits
             canaries, = _model_inputs(ds, trial.canaries)
-            verdict, arrays = audit.conclude(trial, predict_logits(model, canaries, device=device),
+            logits = predict_logits(model, canaries, device=device) if len(canaries) else np.zeros((0, 0))
+            verdict, arrays = audit.conclude(trial, logits,
                                              task_kind=ds.task.kind, delta=None if dp is None else dp.delta,
                                              claimed_epsilon=None if dp is None else card.training_epsilon,
                                              claim_terms="" if dp is None else _audited_claim(card))

@@ -176,8 +176,12 @@ def test_held_out_sources_take_whole_patients_one_image_each():
         assert (train.images == image).all(axis=(1, 2, 3)).any()
     again, _ = hold_out_canary_sources(train, 50, seed=1, n_patients=n_patients)
     np.testing.assert_array_equal(again.patient_ids, rest.patient_ids)
-    with pytest.raises(ValueError, match="canar"):
-        hold_out_canary_sources(train, 2 * n_patients, seed=0, n_patients=n_patients)   # every patient drawn
+    # every patient drawn, or none: not refused (whether a run finishes must not read which patients drew)
+    everyone, each = hold_out_canary_sources(train, 2 * n_patients, seed=0, n_patients=n_patients)
+    assert len(everyone) == 0 and sorted(each.patient_ids.tolist()) == sorted(set(train.patient_ids.tolist()))
+    whole, nobody = hold_out_canary_sources(train, 1, seed=0, n_patients=10 ** 9)
+    assert len(nobody) == 0
+    np.testing.assert_array_equal(whole.images, train.images)
     for m, count, words in ((0, 10, "needs m >= 1"), (True, 10, "needs m >= 1"), (1, 0, "count of patients >= 1")):
         with pytest.raises(ValueError, match=words):
             hold_out_canary_sources(train, m, seed=0, n_patients=count)

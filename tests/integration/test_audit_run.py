@@ -212,3 +212,36 @@ def test_canaries_are_drawn_against_the_count_as_released_also_below_the_batch(w
     with pytest.raises(ConfigError, match="stopped here"):
         dpmed.run._training_set(plan, dataset, PrivacyRandomness.secure(), None)
     assert told == [40] and plan.privacy.n_units == 64
+
+
+@pytest.mark.parametrize("canaries, count, drawn", [(2, 10 ** 6, "none"), (9_999, 10 ** 4, "all")])
+def test_a_draw_that_finds_no_canary_patient_or_every_one_still_trains_and_says_so_privately(
+        write_study, tmp_path, canaries, count, drawn):
+    """Whether a patient is a canary source is a public function of its id, so a run that failed where the draw found
+    no training patient (or all of them) told whoever knows one patient's id whether that patient trained: with the
+    others undrawn, the run finished exactly where the drawn patient was in the training set. Now neither fails: with
+    none the run trains on its whole set, unaudited; with all it trains on the included canaries alone."""
+    import dpmed.run
+    from dpmed.audit import hold_out_canary_sources
+    from dpmed.randomness import public_seed
+
+    study = load_study(write_study(
+        "name: s\nprivacy_randomness: reproducible\ndata: {source: phantom, n_images: 120, image_size: 16}\n"
+        "training: {steps: 5, batch_size: 16, threads: 1}\nevaluation: {bootstrap_resamples: 10, fairness: null}\n"
+        f"arms: [{{name: a, mechanism: dp_sgd, target_epsilon: 8, audit: {{canaries: {canaries}}}}}]\n"))
+    dataset = load_study_data(study)
+    (plan,) = plan_study(study, dataset, {"patients": count})
+    rest, sources = hold_out_canary_sources(dataset.train, canaries, seed=public_seed(plan.seed, "canary_sources"),
+                                            n_patients=count)
+    assert len(rest if drawn == "all" else sources) == 0          # the case this test is about
+    folder = StudyFolder(tmp_path / "out").run(plan.run_id)
+    context = dpmed.run.RunContext(dataset=dataset, evaluation=study.evaluation, progress=False,
+                                   privacy_randomness="reproducible")
+    record = dpmed.run.run_one(plan, context, folder)
+    assert record.audit.n_canaries == canaries                    # the public summary: the nominal m, as always
+    verdict = json.loads(folder.audit.read_text())
+    if drawn == "none":
+        assert verdict["n_canaries"] == 0 and verdict["epsilon_lower_bound"] is None
+        assert verdict["statement"].startswith("no audit bound: none of the training patients was drawn")
+    else:
+        assert verdict["n_canaries"] == len(sources) and verdict["epsilon_lower_bound"] is not None

@@ -46,6 +46,8 @@ def insert_canaries_for(train_set: ImageSet, task: Task, config: AuditConfig, *,
     rest, sources = hold_out_canary_sources(train_set, config.canaries, seed=public_seed(seed, "canary_sources"),
                                             n_patients=n_patients)
     m = len(sources)
+    if m == 0:      # no patient drawn: the run trains on its whole set, unaudited (`conclude` says so, privately)
+        return train_set, AuditTrial(config, sources, np.zeros(0, bool))
     canaries = make_canaries(sources, m, task=task, seed=public_seed(seed, "canaries"), kind=config.kind)
     included = choose_canaries(m, rng=rng)
     return insert_canaries(rest, canaries, included), AuditTrial(config, canaries, included)
@@ -57,8 +59,11 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
     model's ``logits`` on the canaries. ``delta``: the claim's (None: a non-private arm, stated at 1e-5);
     ``claim_terms``: the rest of the claim as its card states it (accountant, neighbours, what it leaves out), so
     that the statement never gives an eps without them."""
-    scores = canary_scores_from_logits(logits, trial.canaries.labels, task_kind=task_kind)
     delta = AUDIT_DELTA_NON_PRIVATE if delta is None else delta
+    if len(trial.canaries) == 0:
+        return _unaudited(trial, delta, claimed_epsilon), {"scores": np.zeros(0), "included": trial.included,
+                                                           "labels": trial.canaries.labels}
+    scores = canary_scores_from_logits(logits, trial.canaries.labels, task_kind=task_kind)
     res = audit_epsilon_lower_bound_over_grid(scores, trial.included, delta=delta,
                                               confidence=trial.config.confidence)
     # both rounded down: "not (eps, delta)-DP" at a smaller delta follows from it, at a larger one it does not
@@ -79,8 +84,24 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
               "consistent_with_claim": None if claimed_epsilon is None else bool(
                   res.epsilon_lower_bound <= claimed_epsilon),
               "method": res.method, "citation": AUDIT_CITATION, "statement": statement,
-              "canary_source": ("training split: one image of each patient drawn at rate m / the public count of "
-                                "patients, all their images held out"),
-              "private": ("depends on the secret canary inclusion bits: not covered by eps, kept in the study's "
-                          "private folder")}
+              "canary_source": _CANARY_SOURCE, "private": _PRIVATE}
     return record, {"scores": scores, "included": trial.included, "labels": trial.canaries.labels}
+
+
+_CANARY_SOURCE = ("training split: one image of each patient drawn at rate m / the public count of patients, all "
+                  "their images held out")
+_PRIVATE = "depends on the secret canary inclusion bits: not covered by eps, kept in the study's private folder"
+
+
+def _unaudited(trial: AuditTrial, delta: float, claimed_epsilon: float | None) -> dict[str, Any]:
+    """The private record of a run whose draw found no canary patient: it trained on its whole set and has no bound.
+    (How many patients were drawn reads the training set: private, as every audit record is.)"""
+    statement = (f"no audit bound: none of the training patients was drawn as a canary source (each drawn at rate "
+                 f"m / the public count of patients, m = {trial.config.canaries}), so the run trained on its whole "
+                 "training split with no canaries; more training patients or a larger audit.canaries make such a "
+                 "draw rarer")
+    return {"n_canaries": 0, "kind": trial.config.kind, "n_included": 0, "n_guesses": 0, "n_correct": 0,
+            "k_positive": 0, "k_negative": 0, "epsilon_lower_bound": None, "confidence": trial.config.confidence,
+            "delta": delta, "claimed_epsilon": claimed_epsilon, "consistent_with_claim": None, "method": None,
+            "citation": AUDIT_CITATION, "statement": statement, "canary_source": _CANARY_SOURCE,
+            "private": _PRIVATE}
