@@ -106,7 +106,19 @@ class PreparedStudy:
 
     def resolved(self) -> ResolvedStudy:
         return ResolvedStudy(study=self.study, study_privacy=self.privacy, runs=self.plans,
-                             dataset=_dataset_summary(self.dataset, self.sizes, self.study.size_epsilon))
+                             dataset=_dataset_summary(self.dataset, *self._released_sizes()))
+
+    def _released_sizes(self) -> tuple[dict[str, int], float]:
+        """The DP counts the folder's DP-SGD runs were planned from, this study's and those of finished runs it no
+        longer lists (they still count, `dpmed.budget`), and their eps: where only the latter hold one, study.yaml
+        and the report would otherwise publish the exact size beside runs whose eps hides it."""
+        sizes, size_epsilon = dict(self.sizes), self.study.size_epsilon
+        for record in self.elsewhere:
+            dp = record.plan.privacy
+            if isinstance(dp, DpSgdPlan) and dp.size_epsilon and dp.size_key not in sizes:
+                sizes[dp.size_key] = dp.released_count
+                size_epsilon = size_epsilon if self.sizes else dp.size_epsilon
+        return sizes, size_epsilon
 
 
 def check_device(study: Study, *, given_as: str | None = None) -> None:

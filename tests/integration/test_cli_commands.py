@@ -139,6 +139,22 @@ def test_plan_of_a_finished_folder_says_nothing_is_left_to_train(tiny_study, tin
     assert before == sorted(p.relative_to(out) for p in out.rglob("*"))
 
 
+def test_a_study_file_without_its_dp_sgd_arm_still_hides_the_training_set_s_size(tiny_study, tiny_text, tmp_path):
+    """The folder's finished DP-SGD run still counts (the study composes it) and its card states its eps for the
+    DP count of the training patients. Before, rerunning the folder with that arm deleted from the study file wrote
+    the exact sizes into study.yaml and the report beside it, as a study without DP-SGD may."""
+    out = _finished_copy(tiny_study, tmp_path)
+    base_only = tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "")
+    assert base_only != tiny_text
+    assert main(["run", str(_study(tmp_path, base_only)), "--out", str(out), "--no-progress"]) == 0
+    released = yaml.safe_load((tiny_study / "study.yaml").read_text())["dataset"]
+    dataset = yaml.safe_load((out / "tiny" / "study.yaml").read_text())["dataset"]
+    assert dataset["n_train"] is None and dataset["n_train_patients"] is None
+    assert dataset["released_sizes"] == released["released_sizes"] and dataset["size_epsilon"] == 0.02
+    report = (out / "tiny" / "report.html").read_text()
+    assert "training patients)" not in report and "train / validation / test images" not in report
+
+
 def test_plan_shows_the_budget_the_study_spends(tiny_text, tmp_path, capsys):
     text = tiny_text.replace("  - {name: base, mechanism: none}\n", "")
     study = _study(tmp_path, text + "privacy_budget: {epsilon: 20, delta: 1.0e-5}\n")
