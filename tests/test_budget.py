@@ -305,3 +305,20 @@ def test_runs_each_within_pld_s_reach_whose_composition_is_not_are_composed_by_r
     budgeted = load_study(write_study(text + "privacy_budget: {epsilon: 100000, delta: 1e-4}\n"))
     privacy = study_privacy(_plans(budgeted), budget=budgeted.privacy_budget)
     assert privacy.dp_sgd_epsilon is None and "set privacy_budget.accountant: rdp" in privacy.statement
+
+
+def test_laplace_runs_certified_by_the_pure_bound_compose_under_it(write_study):
+    """A Laplace arm on the pure accountant made the study compose by RDP, which has no analysis of Laplace noise:
+    "no single eps" for a study whose pure bound is the runs' sum. The pure total of T steps each is that sum."""
+    text = ("name: b\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0, 1]\n"
+            "training: {epochs: 2, batch_size: 20}\n"
+            "arms: [{name: lap, mechanism: dp_sgd, noise: laplace, accountant: pure, target_epsilon: 8}]\n")
+    plans = _plans(load_study(write_study(text)))
+    privacy = study_privacy(plans)
+    ledger = accounting.Ledger()
+    for p in plans:
+        ledger = ledger.record(accounting.dp_sgd_event(noise="laplace", noise_multiplier=p.privacy.noise_multiplier,
+                                                       sample_rate=p.privacy.sample_rate, steps=p.privacy.steps))
+    assert privacy.accountant == "pure"
+    assert privacy.dp_sgd_epsilon == pytest.approx(accounting.ledger_epsilon(ledger, delta=1e-5, accountant="pure"))
+    assert 8 < privacy.dp_sgd_epsilon <= 16      # two runs of at most 8 each

@@ -53,6 +53,7 @@ class _Released:
     events: tuple = ()                        # DP-SGD: its events; local DP: its one release of the images
     size: tuple[str, float] | None = None     # the DP count it planned from (count key, its eps), if released
     sampler_delta: float = 0.0                # what its noise sampler's bounded draws add to delta
+    noise: str | None = None                  # DP-SGD: "gaussian" or "laplace"
 
 
 def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
@@ -78,7 +79,7 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
     # none) have different neighbours: they do not compose into one eps.
     unit = unit_words(privacy.unit, privacy.max_images_per_patient)
     return _Released(plan.run_id, "dp_sgd", unit, privacy.delta, privacy.accountant, tuple(events), size,
-                     privacy.sampler_delta)
+                     privacy.sampler_delta, privacy.noise)
 
 
 def _image_event(plan: RunPlan, ledger: accounting.Ledger | None):
@@ -119,8 +120,9 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     """Compose every run of ``plans`` (before training) and every finished run in ``finished_elsewhere`` (records of
     runs in the folder that the study no longer lists, with the ledgers they recorded).
 
-    delta and accountant: the budget's when given; else the largest delta of the DP-SGD runs and PLD (RDP if any run
-    needed RDP, or if their composition lies beyond what PLD resolves)."""
+    delta and accountant: the budget's when given; else the largest delta of the DP-SGD runs and PLD, or where a run
+    was certified otherwise or their composition lies beyond what PLD resolves, what certifies their noise there
+    (`accounting.fallback_accountant`: RDP for Gaussian noise, the pure bound for Laplace noise)."""
     runs = [_released(p, None) for p in plans] + [_released(r.plan, r.ledger) for r in finished_elsewhere]
     dp = [r for r in runs if r.kind == "dp_sgd"]
     not_private = tuple(r.run_id for r in runs if r.kind == "not_private")
@@ -128,8 +130,9 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     units = sorted({r.unit for r in dp})
     unit = units[0] if len(units) == 1 else None
     delta = budget.delta if budget is not None else max((r.delta for r in dp), default=None)
+    fallback = accounting.fallback_accountant(r.noise for r in dp)
     accountant = (budget.accountant if budget is not None else
-                  "rdp" if any(r.accountant != "pld" for r in dp) else "pld") if dp else None
+                  fallback if fallback and any(r.accountant != "pld" for r in dp) else "pld") if dp else None
     dp_eps, why = None, ""
     # The runs' samplers add their shares to delta (exact noise would not): with a budget the accountant composes at
     # its delta less them, so that the total holds at the budget's delta; without, at the runs' delta plus them.
@@ -142,16 +145,17 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
                f"delta = {delta:g})")
     elif dp:
         dp_eps, why = _compose(dp, composed_at, accountant)
-        if dp_eps is None and accountant == "pld" and budget is None:
-            # runs each within PLD's reach whose composition is not: RDP, as a single run beyond it is planned
+        if dp_eps is None and accountant == "pld" and budget is None and fallback:
+            # runs each within PLD's reach whose composition is not: as a single run beyond it is planned
             # (`accounting.effective_accountant`)
-            dp_eps, retried = _compose(dp, composed_at, "rdp")
+            dp_eps, retried = _compose(dp, composed_at, fallback)
             if dp_eps is not None:
-                accountant, why = "rdp", " (the composition lies beyond what PLD resolves, so RDP certifies it)"
+                accountant, why = fallback, (f" (the composition lies beyond what PLD resolves, so "
+                                             f"{fallback.upper()} certifies it)")
             else:
                 why += retried
-        elif dp_eps is None and accountant == "pld":
-            why += "; set privacy_budget.accountant: rdp to compose beyond what PLD resolves"
+        elif dp_eps is None and accountant == "pld" and fallback:
+            why += f"; set privacy_budget.accountant: {fallback} to compose beyond what PLD resolves"
         sizes = {r.size for r in dp if r.size is not None}
         if dp_eps is not None and sizes:
             # One cost per count: a folder holds one draw per key and eps (`released_size` refuses to draw again

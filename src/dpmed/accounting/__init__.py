@@ -7,7 +7,8 @@ nothing else of dpmed, so every privacy number dpmed prints comes from this one 
 from dpmed.accounting.calibration import noise_multiplier_for
 from dpmed.accounting.epsilon import (ACCOUNTANTS, NEIGHBOUR_DP_SGD, NOISES, AccountantInfo, accountant_info,
                                       default_delta, describe_accountant, dp_sgd_epsilon, dp_sgd_event, dp_sgd_schedule,
-                                      effective_accountant, ledger_epsilon, poisson_counterpart, shuffled_event)
+                                      effective_accountant, fallback_accountant, ledger_epsilon, poisson_counterpart,
+                                      shuffled_event)
 from dpmed.accounting.group import (GROUP_CITATION, NEIGHBOUR_PATIENT, TIGHT_GROUP_CITATION, GroupPrivacy,
                                     group_privacy)
 from dpmed.accounting.events import (GaussianImageEvent, LaplaceImageEvent, PoissonGaussianEvent, PoissonLaplaceEvent,
@@ -31,6 +32,7 @@ __all__ = [
     "event_to_dict", "event_from_dict", "Ledger", "shuffled_event", "poisson_counterpart",
     # DP-SGD
     "ACCOUNTANTS", "NOISES", "AccountantInfo", "accountant_info", "describe_accountant", "effective_accountant",
+    "fallback_accountant",
     "NEIGHBOUR_DP_SGD", "dp_sgd_event", "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule",
     "noise_multiplier_for",
     # the patient as the unit, and what image-level DP-SGD implies for a patient with k images

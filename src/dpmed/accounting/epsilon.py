@@ -30,7 +30,7 @@ import contextlib
 import logging
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ from dpmed.accounting.ledger import Ledger
 __all__ = ["ACCOUNTANTS", "NOISES", "AccountantInfo", "NEIGHBOUR_DP_SGD", "accountant_info", "describe_accountant",
            "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule", "estimate_epsilon", "dp_sgd_event",
            "effective_accountant", "refuse_unresolved", "shuffled_event", "poisson_counterpart",
-           "inclusion_probability"]
+           "inclusion_probability", "fallback_accountant"]
 
 NEIGHBOUR_DP_SGD = "add or remove one training image (Poisson sampling)"
 _NEIGHBOURS = NeighboringRelation.ADD_OR_REMOVE_ONE  # the relation NEIGHBOUR_DP_SGD names
@@ -345,6 +345,13 @@ _DELTA_FLOOR_WHY = ("dp_accounting composes its privacy loss distribution by FFT
 _MAX_STEPS_WHY = "its grid, and with it its memory and time, grows with the steps"
 # what certifies where PLD cannot, by noise: RDP for Gaussian noise, the pure bound for Laplace noise
 _FALLBACK = {"gaussian": "rdp", "laplace": "pure"}
+
+
+def fallback_accountant(noises: Iterable[str]) -> str | None:
+    """The accountant that certifies where PLD cannot, for a ledger of runs with these ``noises``: RDP for Gaussian
+    noise alone, the pure bound for Laplace noise alone; None for both (neither analyses the other's noise)."""
+    kinds = set(noises)
+    return _FALLBACK[kinds.pop()] if len(kinds) == 1 else None
 
 
 def refuse_unresolved(accountant: str, delta: float, steps: int, *, noise: str) -> None:
