@@ -183,6 +183,8 @@ def test_privacy_commands_do_not_import_torch():
     (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "0", "--delta", "1e-5"], "--steps"),
     (["epsilon", "--noise-multiplier", "1", "--dataset-size", "100", "--batch-size", "10", "--epochs", "0",
       "--delta", "1e-5"], "--epochs"),
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "100", "--epochs", "50",
+      "--batch-size", "10", "--delta", "1e-5"], "--epochs and --batch-size"),   # were silently unused
 ])
 def test_messages_speak_in_the_commands_own_flags(capsys, argv, flag):
     """Someone who typed --delta or --batch-size is told about --delta or --batch-size, never about the Python
@@ -351,6 +353,17 @@ def test_no_noise_is_said_to_make_a_run_not_dp_and_the_pure_bound_s_sampler_shar
     assert "note: a dpmed run's card adds" in capsys.readouterr().out
 
 
+def _shown_percent(out: str, label: str) -> float:
+    return float(re.search(rf"{label} +([0-9.e+-]+)% ", out).group(1))
+
+
+def _shown_as_bound(out: str, label: str, value: float) -> bool:
+    """The line ``label`` shows ``value`` (a probability) as an upper bound: rounded up, to 4 decimals of a percent
+    or 2 significant figures below 0.01 %."""
+    shown, exact = _shown_percent(out, label), 100 * value
+    return exact <= shown <= exact + (1e-4 if exact >= 0.01 else 0.1 * exact)
+
+
 def test_risk_prints_the_library_s_bounds_at_the_prior_it_names(capsys):
     """Every printed value against `accounting.reconstruction_risk` at the stated kappa: 1/N by default, the given
     --kappa where both are given."""
@@ -360,11 +373,25 @@ def test_risk_prints_the_library_s_bounds_at_the_prior_it_names(capsys):
         out = capsys.readouterr().out
         risk = accounting.reconstruction_risk(noise_multiplier=0.8, sample_rate=0.05, steps=200, kappa=kappa)
         assert f"(prior kappa = {kappa:.4g})" in out
-        assert re.search(rf"worst case +{re.escape(f'{risk.worst_case:.4%}')} ", out)
-        assert re.search(rf"relaxed \(sign unknown\) +{re.escape(f'{risk.relaxed:.4%}')} ", out)
+        assert _shown_as_bound(out, "worst case", risk.worst_case)
+        assert _shown_as_bound(out, r"relaxed \(sign unknown\)", risk.relaxed)
         assert risk.worst_case != pytest.approx(risk.relaxed, rel=1e-3)
         for fpr, tpr in risk.tpr_at_fpr.items():
-            assert re.search(rf"TPR at FPR {re.escape(f'{fpr:<5.1%}')} +{re.escape(f'{tpr:.4%}')} ", out), fpr
+            assert _shown_as_bound(out, f"TPR at FPR {re.escape(f'{fpr:<5.1%}')}", tpr), fpr
+
+
+def test_risk_never_shows_a_bound_below_itself(capsys):
+    """Rounded to nearest, one Gaussian step at sigma 1 and kappa 0.01 showed 9.2363 %, below the exact
+    Phi(Phi^-1(0.01) + 1) = 9.23622 % (and PLD's 9.23634 %); and a bound of at least kappa = 1e-7 showed 0.0000 %."""
+    from scipy.stats import norm
+
+    assert main(["privacy", "risk", "--noise-multiplier", "1", "--sample-rate", "1", "--steps", "1",
+                 "--kappa", "0.01"]) == 0
+    assert _shown_percent(capsys.readouterr().out, "worst case") >= 100 * norm.cdf(norm.ppf(0.01) + 1)
+    assert main(["privacy", "risk", "--noise-multiplier", "20", "--sample-rate", "0.001", "--steps", "100",
+                 "--kappa", "1e-7"]) == 0
+    out = capsys.readouterr().out
+    assert "0.0000%" not in out and _shown_percent(out, "worst case") >= 1e-5
 
 
 @pytest.mark.parametrize("command", [["epsilon", "--noise-multiplier", "1.2"], ["calibrate", "--target-epsilon", "2"]])

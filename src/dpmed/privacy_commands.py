@@ -15,7 +15,7 @@ import re
 from dpmed import accounting
 from dpmed.errors import DpmedError
 from dpmed.mechanisms.base import refuse_vacuous_delta
-from dpmed.numbers import delta_text, up_to_figures
+from dpmed.numbers import delta_text, number_text, round_up, up_to_figures
 
 __all__ = ["privacy_command"]
 
@@ -38,6 +38,10 @@ def _schedule(args: argparse.Namespace) -> tuple[float, int, int | None]:
         return q, (args.steps if args.epochs is None else steps), args.dataset_size
     if args.sample_rate is None or args.steps is None:
         raise DpmedError("give --sample-rate and --steps (or --dataset-size, --batch-size and --epochs)")
+    if args.epochs is not None or args.batch_size is not None:    # they would be silently unused
+        given = " and ".join(f for f, v in (("--epochs", args.epochs), ("--batch-size", args.batch_size)) if v)
+        raise DpmedError(f"{given} cannot be used with --sample-rate and --steps, which set q and T themselves; "
+                         "give either --sample-rate and --steps, or --dataset-size, --batch-size and --epochs")
     return args.sample_rate, args.steps, args.dataset_size
 
 
@@ -220,14 +224,14 @@ def _privacy_risk(args: argparse.Namespace) -> int:
     risk = accounting.reconstruction_risk(noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps,
                                           kappa=kappa, unit=args.unit)
     print(f"reconstruction success, upper bounds (prior kappa = {kappa:.4g}), and how each was obtained:")
-    print(f"  worst case                {risk.worst_case:9.4%}   {risk.worst_case_via}")
-    print(f"  worst case (Edgeworth)    {risk.worst_case_edgeworth:9.4%}   cross-check of the line above: "
+    print(f"  worst case                {_bound(risk.worst_case)}   {risk.worst_case_via}")
+    print(f"  worst case (Edgeworth)    {_bound(risk.worst_case_edgeworth)}   cross-check of the line above: "
           f"{risk.worst_case_edgeworth_via}")
-    print(f"  relaxed (sign unknown)    {risk.relaxed:9.4%}   {risk.relaxed_via}")
-    print(f"  GDP/CLT shortcut          {risk.gdp:9.4%}   sanity value only: {risk.gdp_via}")
+    print(f"  relaxed (sign unknown)    {_bound(risk.relaxed)}   {risk.relaxed_via}")
+    print(f"  GDP/CLT shortcut          {_bound(risk.gdp)}   sanity value only: {risk.gdp_via}")
     print("membership inference, best possible attack:")
     for fpr, tpr in risk.tpr_at_fpr.items():
-        print(f"  TPR at FPR {fpr:<5.1%}          {tpr:9.4%}   {risk.tpr_at_fpr_via[fpr]}")
+        print(f"  TPR at FPR {fpr:<5.1%}          {_bound(tpr)}   {risk.tpr_at_fpr_via[fpr]}")
     # as _size_note says for eps: a study's card also counts the DP count of its training set released beside
     # the model (`accounting.reconstruction_risk`'s size_epsilon)
     print(f"note: a dpmed study's card multiplies each bound by e^size_epsilon (default {STUDY_SIZE_EPSILON:g}: "
@@ -235,6 +239,16 @@ def _privacy_risk(args: argparse.Namespace) -> int:
           "beside the model")
     print(f"assumptions: {risk.assumptions}")
     return 0
+
+
+def _bound(probability: float) -> str:
+    """An upper bound on a probability as a percentage, 9 wide, rounded up as the report rounds its bounds: to 4
+    decimals, or to 2 significant figures below 0.01 % (where 4 decimals would show a bound of at least kappa as
+    0.0000%)."""
+    percent = 100 * probability
+    text = (f"{round_up(percent * 1e4) / 1e4:.4f}" if percent >= 0.01 or percent == 0
+            else number_text(percent, 2, up=True))
+    return f"{text + '%':>9}"
 
 
 _PRIVACY = {"epsilon": _privacy_epsilon, "calibrate": _privacy_calibrate, "risk": _privacy_risk}
