@@ -84,7 +84,10 @@ OnOutcome = Callable[[RunTask, Outcome], None]
 def _failure(task: RunTask, error: str, details: str) -> RunFailure:
     """The run's failure, written to its error.json (``details``: the traceback, or what is known instead). Where
     that cannot be written (a full disk: often the very cause of the failure) the failure is still reported, and
-    the other runs go on; what to do about the disk is told when the study writes its outputs."""
+    the other runs go on; what to do about the disk is told when the study writes its outputs. The run's shareable
+    folder goes where the run left it empty: the report already lists the run as not finished."""
+    with contextlib.suppress(OSError):     # absent, not empty, or not removable: left as it is
+        task.folder.public.rmdir()
     try:
         task.folder.make_private()
         write_json_atomic(task.folder.error, {"run_id": task.plan.run_id, "error": error, "traceback": details},

@@ -43,6 +43,7 @@ def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeyp
 
     def flaky(spec, context, folder):
         if spec.arm == "base":
+            folder.make()                       # as run_one does first
             raise RuntimeError("disk full (simulated)")
         return real(spec, context, folder)
     monkeypatch.setattr(dpmed.executors, "run_one", flaky)
@@ -55,6 +56,7 @@ def test_a_failed_run_is_recorded_and_does_not_stop_the_others(tmp_path, monkeyp
     error = out / "tiny" / "private" / "runs" / "base_seed0" / "error.json"
     assert "disk full" in error.read_text() and (os.name == "nt" or error.stat().st_mode & 0o777 == 0o600)
     assert not (runs / "base_seed0" / "error.json").exists()     # a message may carry a training-set statistic
+    assert not (runs / "base_seed0").exists()         # nor is an empty folder left among the shareable runs
     assert main(["status", str(out / "tiny")]) == 0
     status = capsys.readouterr().out
     assert "base_seed0" in status and "failed: RuntimeError" in status and "1 finished, 1 failed" in status

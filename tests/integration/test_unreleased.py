@@ -33,9 +33,10 @@ def test_a_run_that_fails_after_training_leaves_no_model_where_files_are_shared(
     out = tmp_path / "out"
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 1
     study = out / "tiny"
-    failed = [p.name for p in (study / "runs").iterdir() if not (p / "run.json").is_file()]
+    failed = [p.name for p in (study / "private" / "runs").iterdir()
+              if not (study / "runs" / p.name / "run.json").is_file()]
     assert len(failed) == 1, failed
-    assert not [p.name for p in (study / "runs" / failed[0]).iterdir()]         # nothing shareable of it
+    assert not (study / "runs" / failed[0]).exists()                              # nothing shareable of it
     assert (study / "private" / "runs" / failed[0] / "unreleased" / "model.pt").is_file()
     finished = [p for p in (study / "runs").iterdir() if (p / "run.json").is_file()]
     assert len(finished) == 1 and (finished[0] / "model.pt").is_file() and (finished[0] / "predictions.npz").is_file()
