@@ -123,3 +123,24 @@ def test_logits_are_the_raw_outputs_in_float64_and_their_softmax_is_the_score():
     assert logits.dtype == np.float64 and np.allclose(logits, expected)
     np.testing.assert_allclose(torch.from_numpy(logits).softmax(1)[:, 1].numpy(), predict(model, test, TASK),
                                rtol=1e-6)
+
+
+def test_confident_scores_are_not_rounded_to_ties():
+    """Logit margins 18 (a negative) and 25 (a positive): a float32 softmax read both as exactly 1.0, so AUROC 0.5
+    where the model ranks them perfectly, and Increase in Confidence could never hold for either. Scores now come
+    from the logits in float64, as scikit-learn on the logits ranks them."""
+    from sklearn.metrics import roc_auc_score
+
+    from dpmed.evaluation.cams import class_probabilities
+
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 2))
+    with torch.no_grad():
+        model[1].weight.copy_(torch.stack([torch.zeros(16), torch.ones(16)]))
+        model[1].bias.zero_()
+    images = np.stack([np.full((1, 4, 4), margin / 16, np.float32) for margin in (18, 25)])
+    test = ImageSet(images=images, labels=np.array([0, 1]), patient_ids=np.array(["a", "b"]),
+                    sex=np.array(["female", "male"]), age=np.array([30.0, 40.0]))
+    scores = predict(model, test, TASK)
+    assert scores[0] < scores[1] < 1.0 and roc_auc_score(test.labels, scores) == 1.0
+    probabilities = class_probabilities(model, images, kind="binary")[:, 1]
+    assert probabilities[0] < probabilities[1] < 1.0

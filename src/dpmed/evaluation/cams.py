@@ -158,11 +158,13 @@ def class_probabilities(model: nn.Module, images: np.ndarray, *, kind: str, norm
     """Class scores [N, K] of ``model`` on [0, 1] ``images``: softmax (binary, multiclass) or sigmoid (multilabel).
 
     Runs on whatever module it is given without changing its mode: pass :func:`plain_copy` for eval-mode scores.
+    From the logits in float64, as `dpmed.evaluation.inference.predict`: in float32 a confident image's Y and O are
+    both exactly 1, and Increase in Confidence (Y < O) can never hold for it.
     """
     device = next(model.parameters()).device
     probs = []
     with torch.no_grad():
         for start in range(0, len(images), batch_size):
-            logits = model(_to_input(images[start : start + batch_size], normalization, device))
+            logits = model(_to_input(images[start : start + batch_size], normalization, device)).double()
             probs.append((torch.sigmoid(logits) if kind == "multilabel" else logits.softmax(dim=1)).cpu().numpy())
     return np.concatenate(probs).astype(np.float64)

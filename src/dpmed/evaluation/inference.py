@@ -20,9 +20,13 @@ def predict(model: nn.Module, data: ImageSet, task: Task, *, batch_size: int = 2
             device: torch.device | None = None) -> np.ndarray:
     """Scores as the evaluation expects them: binary [N] = P(class 1), multiclass [N, K], multilabel [N, L].
 
-    The model is put in eval mode for the pass and returned to the mode it was in.
+    From the logits in float64: a float32 softmax is exactly 1 from a logit margin of about 17, so a confident
+    model's positives and its confident false positives tied there, and AUROC and the Youden threshold read the
+    rounding, not the model (the non-private arm, confident most often, most of all). In float64 the ties begin at a
+    margin of about 37. The model is put in eval mode for the pass and returned to the mode it was in.
     """
-    scores = _outputs(model, data, batch_size, device, lambda out: OBJECTIVES[task.kind].scores(out).cpu().numpy())
+    scores = _outputs(model, data, batch_size, device,
+                      lambda out: OBJECTIVES[task.kind].scores(out.double()).cpu().numpy())
     return np.concatenate(scores).astype(np.float64)
 
 
