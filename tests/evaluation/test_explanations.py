@@ -135,6 +135,21 @@ def test_each_image_is_explained_for_its_own_predicted_class_and_the_arrays_are_
     assert record.image_seed == 3 and seen_ids and all(ids == [f"p{p}" for p in positions] for ids in seen_ids)
 
 
+def test_a_binary_run_explains_the_class_its_validation_threshold_decides():
+    """The utility metrics call an image predicted class 1 where P(class 1) >= the run's Youden threshold; the CAMs
+    explained the argmax (0.5) instead, so an image of P(class 1) 0.45 at a threshold of 0.44 was counted as
+    predicted pneumonia and explained as normal. Brightness 0.31 + 0.04 i: P(class 1) = sigmoid(3 (0.04 i - 0.19)),
+    0.418 at i = 2 and 0.448 at i = 3."""
+    images = np.stack([np.full((1, 8, 8), 0.31 + 0.04 * i, np.float32) for i in range(10)])
+    common = dict(kind="binary", target_layer="features", deletion_steps=4, n_resamples=20,
+                  normalization=((0.5,), (1.0,)))
+    record, arrays = explain(_Brightness(), images, threshold=0.44, **common)
+    assert arrays["targets"].tolist() == [int(i >= 3) for i in range(10)]
+    assert record.explained_class == "predicted (at the run's validation Youden threshold)"
+    record, arrays = explain(_Brightness(), images, **common)                 # no threshold given: the argmax
+    assert arrays["targets"].tolist() == [int(i >= 5) for i in range(10)] and "argmax" in record.explained_class
+
+
 def test_lesion_maps_are_the_lesion_class_s_on_the_masked_images_whatever_was_predicted():
     """Six images, brightness rising with their index (the first three predicted class 0), masks on images 0, 2 and
     5: the lesion maps are class 1's on exactly those three, stored with their positions, and mask energy reads

@@ -98,7 +98,8 @@ def test_an_attack_whose_interval_reaches_chance_is_said_to_show_nothing(tmp_pat
     rows = dict(re.findall(r"<tr><td data-label[^>]*>([^<]+)</td>(.*?)</tr>", section, re.S))
     assert "1.6%" in _text(rows["dp_eps1_C1_seed0"]) and "not above chance" in rows["dp_eps1_C1_seed0"]
     assert "not above chance" not in rows["dp_eps1e+06_C1_seed0"]
-    assert "validation images drawn at random in place of the reconstructions" in _text(section)
+    assert "with as many validation images drawn at random" in _text(section)
+    assert "the median validation image of as many brightness groups" in _text(section)
 
 
 def test_threat_section_says_which_threat_model_and_what_counts_as_success(tmp_path, attacked, make_resolved):

@@ -3,15 +3,15 @@
 The reconstruction-robustness bounds (``dpmed.accounting.reconstruction``) reach their no-noise limit (the chance
 the target was sampled at all: 100 % after a few epochs) long before eps = 1e6; the claim of
 004_6210268d59b6f8e5.txt (Ziller et al. 2024) that high budgets still stop *realistic* reconstruction rests on actual
-attacks failing. :func:`run_imprint_attack` mounts one: for each of ``n_batches`` batches drawn from the
-training images, the adversary's imprinted model (``dpmed.attack.imprint``) goes through one step of the arm
+attacks failing. :func:`run_imprint_attack` mounts one: for each of ``n_batches`` batches drawn from the attacked
+images (in a study, held-out test images: :data:`ATTACKED`), the adversary's imprinted model (``dpmed.attack.imprint``) goes through one step of the arm
 (dpmed's ``DpSgdStep``: clipping at C, the arm's noise of scale sigma C from fresh secure randomness, division by
 the expected batch size), the imprint rows are inverted into one candidate per bin, the strongest ``batch_size``
 are kept (the expected number of images in a batch, q times the training images whatever the unit: the adversary
 knows that, not the realised batch), and each is scored against the batch (``dpmed.attack.success``).
 
-The result keeps the summary numbers (shareable) apart from the images (private: they *are* training images and
-their reconstructions): :meth:`AttackResult.to_dict` holds no pixel, :attr:`AttackResult.images` holds them all.
+The result keeps the summary numbers (shareable) apart from the images (private: they are patient images and their
+reconstructions): :meth:`AttackResult.to_dict` holds no pixel, :attr:`AttackResult.images` holds them all.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpmed.attack.imprint import (IMPRINT_STRUCTURES, ImprintBins, imprint_model, invert_imprint,
+from dpmed.attack.imprint import (IMPRINT_STRUCTURES, ImprintBins, brightness, imprint_model, invert_imprint,
                                   release_imprint_gradients)
 from dpmed.attack.success import (SuccessThreshold, calibrate_threshold, clopper_pearson, match_reconstructions)
 from dpmed.data import Dataset
@@ -33,7 +33,8 @@ from dpmed.mechanisms import DpSgdPlan
 from dpmed.randomness import PrivacyRandomness, public_seed
 from dpmed.training.objectives import OBJECTIVES
 
-__all__ = ["AttackImages", "AttackResult", "run_imprint_attack", "attack_arm", "attack_batch_size", "ATTACKED"]
+__all__ = ["AttackImages", "AttackResult", "run_imprint_attack", "attack_arm", "attack_batch_size", "ATTACKED",
+           "blind_prototypes"]
 
 # What a study's attack puts through the arm's step in place of a training batch, and why (run.json says it).
 ATTACKED = ("held-out test images through the arm's own step and trained model (the same mechanism and image "
@@ -43,7 +44,7 @@ ATTACKED = ("held-out test images through the arm's own step and trained model (
 
 @dataclass(frozen=True)
 class AttackImages:
-    """PRIVATE: the best reconstructions over all batches, [m, C, H, W] float32, the training images they matched,
+    """PRIVATE: the best reconstructions over all batches, [m, C, H, W] float32, the attacked images they matched,
     [m, C, H, W], and their SSIM [m], best first. For a figure in a private folder; never in a shareable file."""
 
     reconstructions: np.ndarray
@@ -56,9 +57,12 @@ class AttackResult:
     """The attack's outcome on one arm. Rates are per attacked image (see ``dpmed.attack.success``): ``n_success``
     of ``n_trials`` images (n_batches x batch_size) were reconstructed, with a Clopper-Pearson ``ci`` at
     ``ci_level``. ``batch_*``: the same per batch (any image reconstructed), whose trials are independent.
-    ``chance_*``: the per-image rate when the kept reconstructions are replaced by as many public images drawn at
-    random (an attack that learned nothing but answers with plausible images: the success criterion's own false
-    positives, about 1 - ``threshold.quantile`` per guess). ``mean_best_ssim`` / ``mean_best_ncc``: over every kept
+    ``chance_*``: the per-image rate of the better, batch by batch, of two blind attacks that answer with as many
+    public images as the attack kept and know nothing of the batch: public images drawn at random (the criterion's
+    own false positives, about 1 - ``threshold.quantile`` per guess), and the median public image of each of as many
+    equal-mass brightness groups (:func:`blind_prototypes`). SSIM favours smooth typical images, so such medians pass
+    far more often than any one public image; the chance rate is the prior the criterion gives an adversary without
+    the gradient (Hayes et al. 2023's kappa for it), and the better of the two keeps it from being understated. ``mean_best_ssim`` / ``mean_best_ncc``: over every kept
     reconstruction, its SSIM to the closest batch image and the NCC of that pair."""
 
     structure: str
@@ -110,6 +114,18 @@ def _group_ids(groups: np.ndarray | None, n: int) -> np.ndarray | None:
     return np.unique(groups, return_inverse=True)[1].astype(np.int64)
 
 
+def blind_prototypes(public_images: np.ndarray, n: int) -> np.ndarray:
+    """``n`` guesses an adversary can make from public images alone [n, C, H, W]: the pixelwise median of each of
+    ``n`` equal-mass groups of the public images by mean brightness (the measurement the imprint bins use). Such a
+    median is a smooth, typical image of its brightness, which SSIM rewards against an image of similar brightness
+    more than it rewards any single public image."""
+    images = np.asarray(public_images, dtype=np.float32)
+    order = np.argsort(brightness(images), kind="stable")
+    groups = [g for g in np.array_split(order, min(n, len(images))) if len(g)]
+    medians = np.stack([np.median(images[g], axis=0) for g in groups])
+    return medians[np.arange(n) % len(medians)]
+
+
 def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.ndarray, labels: np.ndarray,
                        public_images: np.ndarray, max_grad_norm: float, noise_multiplier: float,
                        expected_batch_size: float, batch_size: int, n_batches: int, seed: int,
@@ -127,6 +143,8 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
         (``n_bins`` equal-mass bins, default 4 x batch_size, so an image is alone in its bin with probability about
         e^(-1/4)), the chance guesses and, unless ``threshold`` is given, the success threshold.
     groups: patient id per image [N] (any ids): each patient's summed gradient is clipped (METHODS.md s.2b).
+        Batches are drawn image by image, not patient by patient, so most patients of a batch bring one image,
+        which then has the whole patient's clipping budget: an attack at least as strong as on the arm's step.
     noise: the arm's noise, "gaussian" (L2 clipping) or "laplace" (L1 clipping, noise_multiplier = b / C).
     seed: public randomness only (which batches, the imprint pattern, the null draws, the chance guesses); the
         step's noise comes from fresh OS entropy (``PrivacyRandomness.secure()``), as a DP run's does.
@@ -158,6 +176,7 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
     # as many guesses as the batch holds images (the threshold was calibrated for that many); under the patient unit
     # the expected batch size counts patients, fewer than the images: keeping that few capped the attack's rate
     keep = batch_size
+    prototypes = blind_prototypes(public_images, keep)
 
     n_success = batch_successes = chance_successes = 0
     best_ssim, best_ncc, gallery = [], [], []
@@ -174,20 +193,19 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
         kept = recs.images[recs.strongest(keep)].cpu().numpy()                      # [n <= keep, C, H, W]
         originals = images[pick]
         matches = match_reconstructions(kept, originals)
-        hit = matches.ssim >= threshold.value
-        found = len(set(matches.closest[hit].tolist()))
+        found = _found(matches, threshold)
         n_success += found
         batch_successes += found > 0
         best_ssim.extend(matches.ssim.tolist())
         best_ncc.extend(matches.ncc.tolist())
         gallery.extend((s, r, originals[c]) for s, r, c in zip(matches.ssim, kept, matches.closest))
         gallery = sorted(gallery, key=lambda t: -t[0])[:n_figure]
-        # chance: plausible guesses that carry nothing of the batch (uniform noise never passes, so it measured
-        # nothing: a criterion that a fixed public image can meet has a prior of its own, and this is it)
+        # chance: the better of two blind attacks, plausible guesses that carry nothing of the batch (uniform noise
+        # never passes, so it measured nothing: a criterion that a public image can meet has a prior of its own)
         guesses = public_images[chance.choice(len(public_images), size=len(kept),
                                               replace=len(kept) > len(public_images))]
-        null = match_reconstructions(guesses, originals)
-        chance_successes += len(set(null.closest[null.ssim >= threshold.value].tolist()))
+        chance_successes += max(_found(match_reconstructions(guesses, originals), threshold),
+                                _found(match_reconstructions(prototypes[:len(kept)], originals), threshold))
 
     n_trials = n_batches * batch_size
     empty = np.zeros((0, *image_shape), dtype=np.float32)
@@ -209,6 +227,11 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
             originals=np.stack([o for _, _, o in gallery]) if gallery else empty,
             ssim=np.array([s for s, _, _ in gallery])),
     )
+
+
+def _found(matches, threshold: SuccessThreshold) -> int:
+    """How many batch images some guess matched at or above the threshold (each counted once)."""
+    return len(set(matches.closest[matches.ssim >= threshold.value].tolist()))
 
 
 def attack_batch_size(dataset: Dataset, plan: DpSgdPlan) -> int:

@@ -13,9 +13,12 @@ of that null distribution, computed on public images: a reconstruction passes on
 better than 99 % of plausible guesses that carry no information about the batch do. For scale,
 :func:`noise_level_at` gives the pixel noise at which a noisy copy of an image falls to the threshold (on
 PneumoniaMNIST a success is that image seen through mild noise). Uniform noise images score far below the threshold
-against the closest of a batch and never pass (both measured in the same section).
+against the closest of a batch and never pass (both measured in the same section). Single public images are not the
+best blind guess, though: the median of many public images of one brightness is smoother and more typical, and
+passes far more often. The attack's chance rate measures that (`dpmed.attack.experiment.blind_prototypes`), and the
+report reads every attack rate against it.
 
-**The success rate** is per attacked *image*: a trial is one training image in one attacked batch, and it is a
+**The success rate** is per attacked *image*: a trial is one attacked image (a held-out test image in a study) in one attacked batch, and it is a
 success when at least one kept reconstruction has that image as its closest (SSIM) batch image with SSIM at or
 above the threshold. Clopper-Pearson intervals (exact binomial; Clopper and Pearson 1934) treat trials as
 independent; images of one batch are not quite (they compete for bins), so the per-batch rate (a batch is a success

@@ -82,7 +82,8 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
             model, dataset.test.images, dataset.test.masks, kind=dataset.task.kind, target_layer=cam_layer,
             normalization=dataset.normalization, n_resamples=config.bootstrap_resamples,
             bootstrap_seed=config.bootstrap_seed, confidence=config.confidence,
-            patient_ids=_patients(dataset, dataset.test), **config.explanations.model_dump())
+            patient_ids=_patients(dataset, dataset.test), threshold=metrics.get("threshold"),
+            **config.explanations.model_dump())
         explanations = explanations.model_copy(update={"seconds": time.perf_counter() - start})
     private = None
     if config.training_metrics and training is not None:

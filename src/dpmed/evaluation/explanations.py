@@ -5,8 +5,11 @@
 (Selvaraju et al. 2017) and scores of how much of the model's confidence the explanation keeps. This module runs
 both on the explained images of a test set and writes the run.json block and the arrays of ``cams.npz``:
 
-* the CAMs (:mod:`dpmed.evaluation.cams`) of the predicted class c (argmax), and the confidence, deletion and
-  insertion metrics of :mod:`dpmed.evaluation.faithfulness` on them;
+* the CAMs (:mod:`dpmed.evaluation.cams`) of the predicted class c, and the confidence, deletion and insertion
+  metrics of :mod:`dpmed.evaluation.faithfulness` on them. c is the class the run's other metrics say it predicts:
+  for a binary task at the run's validation Youden threshold (a DP model's compressed scores often sit on either
+  side of it and of 0.5 at once, and an explanation of "normal" for an image counted as predicted pneumonia would
+  describe another decision than the utility numbers), otherwise the argmax;
 * where ground-truth lesion masks exist (the phantom): the mask energy and the pointing game, on the CAM of the
   finding the mask annotates (binary: class 1), on the explained images that carry a non-empty mask, so a model that
   misses a lesion is asked "where would opacity be?", not "why normal?".
@@ -48,8 +51,11 @@ def select_images(n_test: int, *, n_images: int, seed: int) -> np.ndarray:
 def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: str, method: str = "gradcam",
             normalization=None, masks: np.ndarray | None = None, lesion_class: int | None = 1,
             deletion_steps: int = 16, pointing_tolerance: float = 0.0, n_resamples: int = 1000, seed: int = 0,
-            confidence: float = 0.95, patient_ids=None) -> tuple[Explanations, dict[str, np.ndarray]]:
+            confidence: float = 0.95, patient_ids=None,
+            threshold: float | None = None) -> tuple[Explanations, dict[str, np.ndarray]]:
     """Explain ``images`` ([0, 1] pixels [N, C, H, W], e.g. the :func:`select_images` of the test set).
+    ``threshold``: a binary run's validation Youden threshold, at which its predicted class is decided (None: the
+    argmax, as for the other tasks).
 
     Returns (record, arrays): the run record's explanations block (method, target layer, every metric with its
     interval, and the all-zero maps among the CAMs each metric reads: ``n_zero_cams`` of the predicted class, read
@@ -67,7 +73,9 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
         return class_probabilities(clone, batch, kind=kind, normalization=normalization)
 
     probs = scores_of(images)                                                   # [N, K]
-    targets = probs.argmax(axis=1)                                              # the predicted class c
+    decided = kind == "binary" and threshold is not None
+    targets = ((probs[:, 1] >= threshold).astype(np.int64) if decided           # the predicted class c
+               else probs.argmax(axis=1))
     cams = cams_of_plain(clone, images, target_layer=target_layer, targets=targets, method=method,
                          normalization=normalization)                          # [N, H, W]
     rows = np.arange(len(images))
@@ -89,7 +97,9 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
     arrays = {"cams": cams.astype(np.float16), "targets": targets, "score_image": y, "score_masked": o,
               "deletion_curve": del_curve, "insertion_curve": ins_curve}
     record: dict[str, Any] = {"method": method, "method_reference": CAM_METHODS[method].reference,
-                              "target_layer": target_layer, "explained_class": "predicted (argmax)",
+                              "target_layer": target_layer, "explained_class": (
+                                  "predicted (at the run's validation Youden threshold)"
+                                  if decided else "predicted (argmax)"),
                               "n_images": int(len(images)), "n_zero_cams": int((cams.max(axis=(1, 2)) <= 0).sum()),
                               "bootstrap_unit": "image" if ids is None else "patient",
                               # Y's spread: the confidence metrics divide by Y, and a model whose class scores
@@ -126,7 +136,8 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
 def explain_test_set(model: nn.Module, images: np.ndarray, masks: np.ndarray | None, *, kind: str, target_layer: str,
                      method: str, n_images: int, seed: int, deletion_steps: int, pointing_tolerance: float,
                      normalization=None, n_resamples: int = 1000, bootstrap_seed: int = 0,
-                     confidence: float = 0.95, patient_ids=None) -> tuple[Explanations, dict[str, np.ndarray]]:
+                     confidence: float = 0.95, patient_ids=None,
+                     threshold: float | None = None) -> tuple[Explanations, dict[str, np.ndarray]]:
     """:func:`explain` on the :func:`select_images` (``n_images``, ``seed``) of a test set: the run's explanations.
 
     The keyword names match the study file's ``evaluation.explanations`` block; ``patient_ids`` (str, one per test
@@ -139,7 +150,7 @@ def explain_test_set(model: nn.Module, images: np.ndarray, masks: np.ndarray | N
     record, arrays = explain(model, np.asarray(images)[positions], kind=kind, target_layer=target_layer, method=method,
                              normalization=normalization, masks=chosen_masks, deletion_steps=deletion_steps,
                              pointing_tolerance=pointing_tolerance, n_resamples=n_resamples, seed=bootstrap_seed,
-                             confidence=confidence,
+                             confidence=confidence, threshold=threshold,
                              patient_ids=None if patient_ids is None else np.asarray(patient_ids)[positions])
     record = record.model_copy(update={"image_seed": int(seed)})
     arrays.update(positions=positions, images=np.asarray(images)[positions].astype(np.float16))

@@ -41,7 +41,8 @@ def _percent(value: float | None) -> str:
 def _step_kappa(r: RunRecord) -> float | None:
     """The prior at which the attacked step's bound holds: the larger of the run's kappa (1/N) and the upper end of
     the chance rate's interval. Hayes et al. 2023 bound success by a criterion against that criterion's own baseline;
-    the attack's SSIM criterion is passed by plausible images that know nothing of the batch (the chance rate), and
+    the attack's SSIM criterion is passed by plausible images that know nothing of the batch (the chance rate: the
+    better of random public images and brightness-group medians, `dpmed.attack.experiment`), and
     where that beats 1/N a bound at 1/N can sit below what random images score: no yardstick for the attack. The
     chance rate is itself measured, so the upper end of its interval (at the record's CI level) is taken, which keeps
     the bound an upper bound. The record holds the rate of ``n_trials`` draws; the count is recovered from it."""
@@ -127,17 +128,19 @@ def threat_section(inputs: ReportInputs) -> str:
         f"{first.threshold:.2f}. That threshold is calibrated on public images (here the validation split), not "
         f"chosen: only 1 in {one_in} plausible images that carry no information about the batch reach it by "
         f"chance. Rates are per attacked image ({first.n_trials} per run, in {first.n_batches} batches of "
-        f"{first.batch_size}), with exact (Clopper-Pearson) intervals; 'chance' is the rate of as many "
-        "validation images drawn at random in place of the reconstructions: what an attack that learned nothing "
-        f"but answers with plausible images scores, about 1 in {one_in} per guess by the threshold's construction. "
-        "An attack whose interval reaches down to chance has shown no reconstruction.</p>"
+        f"{first.batch_size}), with exact (Clopper-Pearson) intervals; 'chance' is what an attack that learned "
+        "nothing scores when it answers, in place of the reconstructions, with as many validation images drawn at "
+        f"random (about 1 in {one_in} per guess, by the threshold's construction) or with the median validation "
+        "image of as many brightness groups (smooth, typical images, which SSIM rewards far more often), whichever "
+        "found more of each batch. An attack whose interval reaches down to chance has shown no reconstruction.</p>"
         f"{table}"
         "<p>What each number covers. The run's bounds are for a record Poisson-sampled at rate q over all T steps "
         "(it is in no batch at all with probability (1-q)^T) and for success as singling it out against the prior "
         "kappa. The attack puts every attacked image into the attacked batch and reads one step, so the bound of its "
         "game is the attacked step's (q = 1, T = 1, the same sigma), which can be far above the run's (few epochs, "
         "high budgets). Its SSIM criterion also has a prior of its own: plausible images that carry nothing of the "
-        "batch pass it at the chance rate, which can be far above kappa = 1/N, and Hayes et al. 2023's bound holds at "
+        "batch (random ones, or the median image of a brightness group) pass it at the chance rate, which can be far "
+        "above kappa = 1/N, and Hayes et al. 2023's bound holds at "
         "the prior of the criterion it is applied to. The attacked step's bound is therefore taken at kappa = the "
         "larger of 1/N and the upper end of the chance rate's interval (shown under each value), never below what "
         "random images score. An attack rate above the run's bound is no contradiction by itself; one "
