@@ -112,8 +112,10 @@ def test_age_groups_by_hand_with_undefined_auroc_and_unknown_age():
     assert groups["[60,70)"].auroc.value == 1.0
     assert groups["[80,100)"].auroc.value == 0.0           # positive .35 below negative .6
     assert groups["[80,100)"].accuracy.value == 0.0
-    # [80,100): 0 of 2 right, against the rest pooled (7 of the other 8 right, unknown age included)
-    assert groups["[80,100)"].accuracy_parity_difference.value == pytest.approx(0 - 7 / 8)
+    # [80,100): 0 of 2 right, against the other age groups pooled (6 of their 7 right; image 9, of unknown age, is in
+    # no group's rest)
+    assert groups["[80,100)"].accuracy_parity_difference.value == pytest.approx(0 - 6 / 7)
+    assert groups[UNKNOWN].accuracy_parity_difference.value == pytest.approx(1 - 6 / 9)    # against all 9 named
     assert groups[UNKNOWN].n == 1
     # worst group among the named groups whose AUROC is defined
     assert age.worst_group_auroc.group == "[80,100)" and age.worst_group_auroc.value == 0.0
@@ -264,7 +266,8 @@ def test_demographic_parity_difference_is_undefined_with_one_named_group():
     """fairlearn's spread over a single named group (the rest unknown) is 0.0, which read as "no disparity".
 
     The ten images of the table above, images 3 and 8 of unknown sex: the attribute-level spreads compare nothing,
-    while each group's difference against the rest (here the unknown) is still defined and worked out by hand."""
+    and so does female's difference against its rest (the unknown are in no group's rest), while the unknown's own
+    row, against the named images pooled, is defined and worked out by hand."""
     sex = np.where(np.isin(np.arange(10), [3, 8]), UNKNOWN, "female")
     out = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=Y, test_scores=S,
                             attributes={"sex": sex}, n_resamples=50, seed=0)
@@ -273,11 +276,12 @@ def test_demographic_parity_difference_is_undefined_with_one_named_group():
     assert entry.demographic_parity_difference.value is None      # before: 0.0
     for spread in (entry.demographic_parity_difference, entry.equalized_odds_difference):
         assert spread.low is None and spread.high is None and spread.undefined_redraws == 50   # nor 0-0 redraws
-    female = entry.groups["female"]
+    female, unknown = entry.groups["female"], entry.groups[UNKNOWN]
+    assert female.demographic_parity_difference.value is None and female.accuracy_parity_difference.value is None
     # yhat = 1 for images 0, 4, 5 of the 8 female images and for 3 of the unknown (3, 8)
-    assert female.demographic_parity_difference.value == pytest.approx(3 / 8 - 1 / 2)
+    assert unknown.demographic_parity_difference.value == pytest.approx(1 / 2 - 3 / 8)
     # right: 7 of 8 female images (all but 2), none of the unknown (3 and 8 are both wrong)
-    assert female.accuracy_parity_difference.value == pytest.approx(7 / 8 - 0 / 2)
+    assert unknown.accuracy_parity_difference.value == pytest.approx(0 / 2 - 7 / 8)
     # female AUROC: positives .9, .8, .7 beat all 4 negatives {.2, .3, .1, .45}, .4 beats 3 of them: 15 / 16; the
     # unknown group (positive .35 below negative .6, AUROC 0) is no patient group and cannot be the worst
     assert entry.worst_group_auroc.group == "female"
@@ -345,3 +349,32 @@ def test_a_multiclass_group_s_auroc_is_scikit_learn_s_one_vs_rest_macro_auroc_on
         expected = roc_auc_score(y[rows], s[rows], multi_class="ovr", average="macro")
         assert out.attributes["sex"].groups[name].auroc.value == pytest.approx(expected)
         assert 0.5 < expected < 1.0                                   # an informative model, so a flip would show
+
+
+def test_unknown_sex_and_ages_beyond_the_last_bin_are_compared_with_nothing():
+    """METHODS.md s.5: "for sex: female minus male"; the rest held the unknown too (female 100 % right, male 100 %,
+    two unknown 0 %: female's accuracy parity 0.4, not 0). And an age of 101 made a group ">=100" that entered the
+    spreads: one centenarian set the demographic parity spread over the age bins (0.667 where fairlearn over the
+    bins of METHODS.md gives 0.167)."""
+    y = np.array([1, 0, 1, 1, 0, 1, 1, 0])
+    s = np.array([0.9, 0.1, 0.8, 0.9, 0.2, 0.7, 0.2, 0.9])        # images 6 and 7 wrong at 0.5
+    sex = np.array(["female"] * 3 + ["male"] * 3 + [UNKNOWN] * 2)
+    out = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s,
+                            attributes={"sex": sex}, n_resamples=20, seed=0).attributes["sex"]
+    assert out.groups["female"].accuracy_parity_difference.value == 0.0
+    assert out.reference == "female minus male"
+
+    age = np.array([40, 45, 50, 55, 62, 64, 66, 101])
+    s = np.array([0.9, 0.1, 0.8, 0.9, 0.2, 0.7, 0.9, 0.9])         # yhat 1, 0, 1, 1, 0, 1, 1, 1
+    yhat = (s >= 0.5).astype(int)
+    out = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s,
+                            attributes={"age": age}, n_resamples=20, seed=0).attributes["age"]
+    binned = age_groups(age)
+    named = binned != ">=100"
+    assert list(out.groups) == ["[30,60)", "[60,70)", ">=100"]
+    assert out.demographic_parity_difference.value == pytest.approx(
+        demographic_parity_difference(y[named], yhat[named], sensitive_features=binned[named]))
+    assert out.demographic_parity_difference.value == pytest.approx(3 / 4 - 2 / 3)
+    # [30,60) against [60,70) alone: 3/4 - 2/3; the centenarian against the 7 images of the bins pooled
+    assert out.groups["[30,60)"].demographic_parity_difference.value == pytest.approx(3 / 4 - 2 / 3)
+    assert out.groups[">=100"].demographic_parity_difference.value == pytest.approx(1 - 5 / 7)

@@ -6,8 +6,8 @@ whether DP-SGD makes a chest X-ray model less fair to patient groups, and reads 
 *accuracy*, not the textbook statistical (demographic) parity of Dwork et al. 2012, P(yhat = 1 | group) -
 P(yhat = 1 | rest); both are reported here under their own names so neither is mistaken for the other:
 
-* ``accuracy_parity_difference``: the 003 quantity. The group against all other patients pooled (the rest weighted
-  by size); for sex that is female minus male (plus any "unknown"). Positive: the group is served better.
+* ``accuracy_parity_difference``: the 003 quantity. The group against the patients of the other compared groups
+  pooled (the rest weighted by size); for sex that is female minus male. Positive: the group is served better.
 * ``demographic_parity_difference``: P(yhat = 1 | group) - P(yhat = 1 | rest) per group, and per attribute
   fairlearn's ``demographic_parity_difference`` (largest minus smallest selection rate over the groups).
 * ``equalized_odds_difference``: fairlearn's (Hardt et al. 2016): the larger of the spread of true-positive rates and
@@ -17,7 +17,10 @@ P(yhat = 1 | rest); both are reported here under their own names so neither is m
 
 Decisions (yhat) use the Youden threshold chosen on the **validation** split (METHODS.md sec. 4), never on test.
 Groups: sex, and age bins [0,30), [30,60), [60,70), [70,80), [80,100) (003's Table 3); a missing value is its own
-group, "unknown". Every number has a 95% percentile interval over the same seeded redraws of the whole test set that
+group, "unknown", and so is an age at or above the last edge (">=100"). Both get their own rows but are compared
+with nothing: they are in no other group's rest and in no attribute-level summary, since they are not groups of
+METHODS.md s.5 and a handful of such images (unrecorded sex, a centenarian) would otherwise decide the spread, the
+worst group, or what "female minus male" means. Every number has a 95% percentile interval over the same seeded redraws of the whole test set that
 the utility metrics use (:mod:`dpmed.evaluation.weighted`; by patient where patient ids are known): a group's metric
 in a redraw is computed on the redrawn images that belong to it, so groups and arms are paired. Multilabel tasks
 average the per-label values (003's "average over all labels"); multiclass tasks have no single yhat = 1, so the two
@@ -150,9 +153,10 @@ def _spread(rates: np.ndarray, compared: np.ndarray) -> np.ndarray:
     return np.where(compared.sum(axis=-1) >= 2, spread, np.nan)          # max/min carry a compared group's nan
 
 
-def _group_stats(y, s, correct, selected, member, w_all) -> dict[str, np.ndarray]:
-    """Per-redraw statistics of one group (weights ``w_all`` [R, n]; member bool [n]): float [R] or [R, L]."""
-    rest = ~member
+def _group_stats(y, s, correct, selected, member, w_all, compared) -> dict[str, np.ndarray]:
+    """Per-redraw statistics of one group (weights ``w_all`` [R, n]; member bool [n]): float [R] or [R, L]. Its
+    rest: the images of the compared groups (bool [n]) outside it."""
+    rest = compared & ~member
     w, wr = w_all[:, member], w_all[:, rest]
     out = {
         "auroc": weighted_macro_auroc(y[member], s[member], w),
@@ -188,7 +192,7 @@ def _fairlearn_differences(y, selected, groups, eo_groups) -> tuple[float, float
 
 def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, selected: np.ndarray | None,
                        groups: np.ndarray, order: Sequence[str], redraws: Redraws | np.ndarray,
-                       confidence: float) -> AttributeFairness:
+                       confidence: float, uncompared: Sequence[str] = (UNKNOWN,)) -> AttributeFairness:
     """Fairness across the groups of one attribute (labels/decisions as made by :func:`decisions`).
 
     ``redraws``: the study's bootstrap redraws of the test set (:class:`~dpmed.evaluation.bootstrap.Redraws`, or
@@ -198,20 +202,22 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
     ``demographic_parity_difference`` and ``equalized_odds_difference`` (status "ok", no reference: the caller
     names it).
 
-    The group "unknown" (attribute not recorded) gets its own row and counts in every other group's "rest", but is
-    left out of the attribute-level summaries (worst group, the two spreads): it is missing data, not a patient
-    group, and a handful of unrecorded images would otherwise decide the worst group.
+    The ``uncompared`` groups ("unknown": the attribute not recorded; ages beyond the last bin) get their own rows,
+    each against all the compared groups pooled, but are in no other group's rest and in no attribute-level summary
+    (worst group, the two spreads): a handful of such images would otherwise decide them (module docstring).
     """
     n = y.shape[0]
     members = {g: groups == g for g in order}
+    named = [g for g in order if g not in uncompared]
+    compared = np.isin(groups, named)
     ones = np.ones((1, n))
-    point = {g: _group_stats(y, s, correct, selected, m, ones) for g, m in members.items()}
+    point = {g: _group_stats(y, s, correct, selected, m, ones, compared) for g, m in members.items()}
     if not isinstance(redraws, Redraws):
         redraws = Redraws.of_images(redraws)
     by_group: dict[str, dict[str, list[np.ndarray]]] = {g: {} for g in order}
     for _rows, counts in redraw_counts(redraws):
         for g, m in members.items():
-            for key, value in _group_stats(y, s, correct, selected, m, counts).items():
+            for key, value in _group_stats(y, s, correct, selected, m, counts, compared).items():
                 by_group[g].setdefault(key, []).append(value)
     redraws_cat = {g: {k: np.concatenate(v, axis=0) for k, v in d.items()} for g, d in by_group.items()}
 
@@ -232,7 +238,6 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
                 _nanmean(p["selection"] - p["selection_rest"], 1)[0],
                 _nanmean(r["selection"] - r["selection_rest"], 1), confidence=confidence) if decided else None)
 
-    named = [g for g in order if g != UNKNOWN]
     aurocs = (np.stack([redraws_cat[g]["auroc"] for g in named], axis=1) if named
               else np.empty((redraws.n_resamples, 0)))
     point_aurocs = np.array([point[g]["auroc"][0] for g in named])                       # [G]
@@ -254,8 +259,7 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
         # Equalised odds needs both classes in a group (TPR and FPR); groups without them are left out.
         eo_groups = [[g for g in named if (y[members[g], j] == 1).any() and (y[members[g], j] == 0).any()]
                      for j in range(y.shape[1])]
-        in_named = np.isin(groups, named)
-        dp_point, eo_point = _fairlearn_differences(y[in_named], selected[in_named], groups[in_named], eo_groups)
+        dp_point, eo_point = _fairlearn_differences(y[compared], selected[compared], groups[compared], eo_groups)
         sel = np.stack([redraws_cat[g]["selection"] for g in named], axis=2)               # [R, L, G]
         tpr = np.stack([redraws_cat[g]["tpr"] for g in named], axis=2)
         fpr = np.stack([redraws_cat[g]["fpr"] for g in named], axis=2)
@@ -304,10 +308,12 @@ def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_sc
             out[name] = AttributeFairness(status="n/a", reason=f"no test image records {name} (all unknown): "
                                                                f"fairness by {name} cannot be measured on this dataset")
             continue
+        uncompared = (UNKNOWN, f">={float(age_bins[-1]):g}") if name == "age" else (UNKNOWN,)
         entry = attribute_fairness(y=y, s=s, correct=correct, selected=selected, groups=groups, order=order,
-                                   redraws=redraws, confidence=confidence)
-        out[name] = entry.model_copy(update={"reference": "female minus male (and any unknown)" if name == "sex"
-                                             else "each group minus all other patients pooled"})
+                                   redraws=redraws, confidence=confidence, uncompared=uncompared)
+        out[name] = entry.model_copy(update={"reference": "female minus male" if name == "sex" else (
+            "each age group minus the other age groups pooled (unknown ages, and ages at or above the last edge, "
+            "in neither)")})
     return Fairness(definitions=DEFINITIONS, thresholds=thresholds, n_test=n, n_resamples=int(n_resamples),
                     bootstrap_seed=int(seed), bootstrap_unit=redraws.unit, confidence=float(confidence),
                     age_bins=[float(b) for b in age_bins], attributes=out)
