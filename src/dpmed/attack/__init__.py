@@ -3,7 +3,7 @@ threat model): the imprint attack of Fowl et al. 2022 through dpmed's own DP-SGD
 its success rate over many batches."""
 
 from dpmed.attack.experiment import (ATTACKED, AttackImages, AttackResult, attack_arm, attack_batch_size,
-                                     run_imprint_attack)
+                                     blind_prototypes, run_imprint_attack)
 from dpmed.attack.imprint import (IMPRINT_STRUCTURES, ImprintBins, ImprintBlock, ImprintedModel, ImprintGradients,
                                   ImprintStructure, Reconstructions, brightness, imprint_model, invert_imprint,
                                   release_imprint_gradients)
@@ -13,6 +13,7 @@ from dpmed.attack.success import (Matches, SuccessThreshold, calibrate_threshold
 
 __all__ = [
     "AttackImages", "AttackResult", "run_imprint_attack", "attack_arm", "attack_batch_size", "ATTACKED",
+    "blind_prototypes",
     "IMPRINT_STRUCTURES", "ImprintBins", "ImprintBlock", "ImprintedModel", "ImprintGradients", "ImprintStructure",
     "Reconstructions", "brightness", "imprint_model", "invert_imprint", "release_imprint_gradients",
     "Matches", "SuccessThreshold", "calibrate_threshold", "clopper_pearson", "match_reconstructions",
