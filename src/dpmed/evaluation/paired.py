@@ -18,11 +18,13 @@ to the runs of a study).
 * **Seeds** of one arm value are summarised by mean, standard deviation (ddof = 1), min and max: the spread over
   seeds is training randomness (and DP noise), which the test-set bootstrap does not see.
 * **Pearson r with p-values** (003_9a91354dc2d7e2df.txt, "To evaluate correlation ... we use Pearson's r"): across a
-  DP-SGD sweep (runs that differ only in eps, or only in the clipping norm; every seed is a point), between eps and
-  each group's accuracy parity difference, and between eps (or the clipping norm) and each explanation metric;
+  DP-SGD sweep (runs that differ only in eps, or only in the clipping norm; every seed is a point), between log10 eps
+  and each group's accuracy parity difference, and between log10 eps (or the clipping norm) and each explanation
+  metric;
   across labels (three or more), between each label's AUROC drop (non-private minus private) and its positive count
-  in the test set or its non-private AUROC. Fewer than three points give no r (said, not guessed). eps enters on
-  its own scale, as in 003's Table 3 correlation.
+  in the test set or its non-private AUROC. Fewer than three points give no r (said, not guessed). eps enters as
+  log10 eps (METHODS.md s.5): 003 correlated eps itself over 0.29 to 7.89, but over the decades a dpmed sweep may
+  span (up to 1e15) the largest eps alone would set r on a linear axis (`dpmed.comparisons`).
 """
 
 from __future__ import annotations
