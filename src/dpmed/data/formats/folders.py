@@ -74,6 +74,21 @@ def _holds_images(folder: Path) -> bool:
     return any(p.suffix.lower() in DECODERS and p.is_file() for p in folder.iterdir())
 
 
+def _files_under(folder: Path) -> list[Path]:
+    """Every file below ``folder``, sorted, through linked folders too (each real folder once, so a link back up
+    does not loop), dangling links included (`_dangling`). Path.rglob does not enter a linked folder before Python
+    3.13, so a class folder holding a link to a batch of images lost that batch without a word."""
+    seen, out = set(), []
+    for top, folders, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:
+            folders[:] = []
+            continue
+        seen.add(real)
+        out.extend(Path(top) / name for name in files)
+    return sorted(out)
+
+
 def _dangling(path: Path) -> bool:
     """A link whose target is gone: listed so it is reported as a missing image, never silently passed over."""
     return path.is_symlink() and not path.exists()
@@ -104,7 +119,7 @@ def _refuse_splits_taken_for_classes(top: Path, classes_by_group: dict[Path, lis
                             f"would be left out. {_LAYOUT_HINT}: rename it to the split it holds, or move it out of "
                             f"{top}")
         named = next((c for c in sorted(classes) if c.casefold() == other.name.casefold()), None)
-        images = sum(1 for f in other.rglob("*") if f.suffix.lower() in DECODERS and not f.name.startswith(".")
+        images = sum(1 for f in _files_under(other) if f.suffix.lower() in DECODERS and not f.name.startswith(".")
                      and f.is_file()) if named and other not in split_dirs else 0
         if images:
             first = min(split_dirs, key=lambda s: (split_dirs[s] != "train", s.name)).name  # train/ if there
@@ -189,8 +204,7 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     paths, labels, splits, where = [], [], [], []
     for s, split in groups:
         for k, cls in enumerate(found):
-            files = sorted(p for p in (s / cls).rglob("*")
-                           if (p.is_file() or _dangling(p)) and not p.name.startswith("."))
+            files = [p for p in _files_under(s / cls) if (p.is_file() or _dangling(p)) and not p.name.startswith(".")]
             if not files:
                 raise DataError(f"{s / cls} holds no files: the {split or 'data'} split has no {cls} images; "
                                 "every class folder needs images")
