@@ -16,7 +16,8 @@ Splits (METHODS.md, and 003_9a91354dc2d7e2df.txt's "patient-wise stratification"
   ``val_fraction`` and ``test_fraction`` are shares of those pooled rows. ``official: false`` ignores the published
   splits and divides every row this way;
 * a patient never crosses splits. Some publishers' splits do put one patient on two sides (the Kermany release has
-  170 patients with images in both train and test). ``shared_patients: drop_from_train`` (the default) keeps the
+  170, where a bacteria and a virus series of one person number are taken for one child, as dpmed does by default:
+  `dpmed.data.formats.folders` says why). ``shared_patients: drop_from_train`` (the default) keeps the
   published test split exactly as published, so results stay comparable with the literature, and leaves that
   patient's other images out of train and val (test outranks val, val outranks train); the record counts them.
   ``keep`` reproduces papers that trained on the published split as is; the record then says that patients cross.
