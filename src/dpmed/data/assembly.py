@@ -143,6 +143,25 @@ def _resolve_shared_patients(manifest: Manifest, rows: np.ndarray, published: np
     return ~below, counts
 
 
+# Below this many images a published validation split is told: the decision threshold, and with it accuracy,
+# sensitivity and specificity, is chosen on it.
+_SMALL_VALIDATION = 50
+
+
+def _tell_small_published_validation(manifest: Manifest, val: ImageSet, published: bool) -> None:
+    """Warn where the layout publishes a validation split of fewer than _SMALL_VALIDATION images (Kaggle's copy of
+    the Kermany release: a val/ folder of 16): it replaces the one dpmed would carve (``split.val_fraction`` is then
+    unused), and the threshold rests on it. Its size is no training statistic (study.yaml states it)."""
+    if not published or len(val) >= _SMALL_VALIDATION:
+        return
+    _log.warning("%s publishes a validation split of only %d images, and it is used as published: the decision "
+                 "threshold (and so accuracy, sensitivity and specificity) is chosen on them, and "
+                 "data.split.val_fraction is not used. To carve validation from the training patients instead, "
+                 "move the published validation images into train (for the Kermany folders: chest_xray/val into "
+                 "chest_xray/train), or set data.split.official: false to divide every image by the fractions",
+                 manifest.name, len(val))
+
+
 def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split: SplitPlan,
                      skip_invalid: bool = False, cache_dir: Path | None = None) -> Dataset:
     """Check, decode and split ``manifest`` into a Dataset (see the module docstring for every rule).
@@ -221,6 +240,7 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
             _log.warning("left out %s: %s", manifest.where[r], manifest.problems[r].detail)
     for line in describe_demographics(manifest, rows):   # sex and age read as unknown: told, like the rows above
         _log.warning("%s", line)
+    _tell_small_published_validation(manifest, sets["val"], "val" not in missing)
     if shared["patients_in_two_published_splits"]:
         summary.append(f"{shared['patients_in_two_published_splits']} patients are in two published splits: "
                        + (f"left out their {shared['rows_of_those_patients_outside_their_top_split']} images outside "

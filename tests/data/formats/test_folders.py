@@ -480,3 +480,17 @@ def test_the_shareable_provenance_is_the_same_with_one_patient_more(tmp_path, wr
     assert shared == shared_neighbour
     assert shared["patient_key"] == {"pattern": plain.source["patient_key"]["pattern"]}
     assert shared["split"]["published"] == ["test"] and shared["split"]["val_fraction"] == 0.3
+
+
+def test_a_small_published_validation_split_is_told(tmp_path, write_image, caplog):
+    """Kaggle's copy of the Kermany release has a val/ of 16 images: used as published, it silently replaced the
+    validation dpmed carves (split.val_fraction unused), and the threshold rested on 15 images."""
+    layout = dict(KERMANY, **{"val/NORMAL": ["IM-0200-0001.jpeg"], "val/PNEUMONIA": ["person50_virus_60.jpeg"]})
+    with caplog.at_level("WARNING"):
+        d = _load(_kermany(tmp_path / "kaggle", write_image, layout))
+    assert len(d.val) == 2
+    assert "publishes a validation split of only 2 images" in caplog.text and "val_fraction is not used" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        _load(_kermany(tmp_path / "mendeley", write_image))           # validation carved: nothing to tell
+    assert "publishes a validation split" not in caplog.text

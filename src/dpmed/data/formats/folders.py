@@ -38,7 +38,7 @@ Patients. A file name carries no patient in general, so each file is its own pat
   on both sides. dpmed still takes the number for one child, the safe side for the unit of privacy: were the two
   series one child taken as two patients, that child's eps would be twice the card's (group privacy), while taking
   two children for one costs only data (fewer units, and train images left out as shared with test). The other
-  reading is ``patient_pattern=r"^(person\d+_(?:bacteria|virus))_|^((?:NORMAL\d+-)?IM-\d+)-"`` here.
+  reading is ``patient_pattern=r"^(person\\d+_(?:bacteria|virus))_|^((?:NORMAL\\d+-)?IM-\\d+)-"`` here.
 * **DICOM** files: the header's PatientID (and PatientSex, PatientAge as sex and age), never the file name: a
   viewer's export names files ``IM-<series>-<image>.dcm``, which the Kermany pattern would read as a patient. A
   DICOM file without a PatientID names no patient.
