@@ -243,9 +243,11 @@ class EvaluationConfig(_Strict):
 
 
 class PrivacyBudget(_Strict):
-    """A total budget for everything the study releases under DP-SGD: all DP-SGD runs (every arm, value and seed)
-    trained on the same images compose, so their events are accounted together and must stay within epsilon at
-    delta. Checked before any training. Local DP arms hold for another neighbour relation and are not counted."""
+    """A total budget for everything the study releases: all DP-SGD runs (every arm, value and seed) trained on the
+    same images compose, so their events are accounted together and must stay within epsilon at delta. Checked
+    before any training. A run without privacy beside them makes the total infinite, and a local-DP run holds under
+    another neighbour relation (no total with DP-SGD's), so a study with either is refused: a budgeted study holds
+    DP-SGD arms only (a non-private baseline goes in a study of its own, on other patients or without a budget)."""
 
     epsilon: float = Field(gt=0)
     delta: float = Field(gt=0, lt=1)
