@@ -153,6 +153,9 @@ def test_a_study_file_without_its_dp_sgd_arm_still_hides_the_training_set_s_size
     assert dataset["released_sizes"] == released["released_sizes"] and dataset["size_epsilon"] == 0.02
     report = (out / "tiny" / "report.html").read_text()
     assert "training patients)" not in report and "train / validation / test images" not in report
+    # and the report says that run is in the folder, counted, but in no table (before: left out unsaid)
+    assert "1 finished run(s) in this folder are no longer in the study file" in report
+    assert "so they are in no table of this report: dp_eps8_C1_seed0." in report
 
 
 def test_plan_shows_the_budget_the_study_spends(tiny_text, tmp_path, capsys):

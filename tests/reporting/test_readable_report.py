@@ -649,8 +649,11 @@ def test_the_sizes_line_and_the_missing_runs_warning_count_what_they_say():
     private = SimpleNamespace(n_train=None, n_val=15, n_test=12, released_sizes={"images": 71}, size_epsilon=0.02)
     assert _sizes(private).endswith("the exact size is private; 15 / 12 validation / test images")
     runs = [SimpleNamespace(run_id=f"r{i}") for i in range(4)]
-    inputs = SimpleNamespace(records=[SimpleNamespace(run_id="r0")], resolved=SimpleNamespace(runs=runs))
+    totals = SimpleNamespace(dp_sgd_runs=("r1", "r2"), not_private=("r0",), local_dp=())
+    inputs = SimpleNamespace(records=[SimpleNamespace(run_id="r0")],
+                             resolved=SimpleNamespace(runs=runs, study_privacy=totals))
     assert "3 of the 4 runs this study plans are not in this report" in unfinished(inputs)
+    assert "no longer in the study file" not in unfinished(inputs)
 
 
 def test_a_metric_column_is_shown_where_any_run_has_it():

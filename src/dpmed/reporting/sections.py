@@ -123,18 +123,32 @@ def _sizes(data: DatasetSummary) -> str:
 
 
 def unfinished(inputs: ReportInputs) -> str:
-    """A warning at the top where runs the study plans are not in the report (failed, interrupted or not yet run):
-    without it, an arm listed in the summary, its eps counted in the study's, could be missing from every table
-    unsaid."""
+    """A warning at the top where runs the study plans are not in the report (failed, interrupted or not yet run),
+    and one where finished runs of the folder are not in the study file any more: without them, an arm listed in
+    the summary, or a run whose model sits in runs/, its eps counted in the study's, could be missing from every
+    table unsaid."""
     shown = {r.run_id for r in inputs.records}
     missing = [p.run_id for p in inputs.resolved.runs if p.run_id not in shown]
-    if not missing:
-        return ""
-    named = ", ".join(escape(m) for m in missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-    return (f'<div class="flag">⚠ {len(missing)} of the {len(inputs.resolved.runs)} runs this study plans are not '
-            f"in this report: they have not finished (failed, interrupted or not yet run): {named}. <code>dpmed "
-            "status</code> on the study folder says which and why; the same <code>dpmed run</code> again trains "
-            "them and rewrites this report.</div>")
+    planned = {p.run_id for p in inputs.resolved.runs}
+    totals = inputs.resolved.study_privacy
+    left = sorted({*totals.dp_sgd_runs, *totals.not_private, *totals.local_dp} - planned)
+    flags = ""
+    if missing:
+        flags += (f'<div class="flag">⚠ {len(missing)} of the {len(inputs.resolved.runs)} runs this study plans are '
+                  f"not in this report: they have not finished (failed, interrupted or not yet run): "
+                  f"{_first_ten(missing)}. <code>dpmed status</code> on the study folder says which and why; the "
+                  "same <code>dpmed run</code> again trains them and rewrites this report.</div>")
+    if left:
+        flags += (f'<div class="flag">⚠ {len(left)} finished run(s) in this folder are no longer in the study file, '
+                  f"so they are in no table of this report: {_first_ten(left)}. Their models and records are still "
+                  "in runs/ beside the others, and the study's privacy as a whole still counts them (\"The study as "
+                  "a whole\"): delete their folders to withdraw them, or list their arms again to table them.</div>")
+    return flags
+
+
+def _first_ten(run_ids: list[str]) -> str:
+    return (", ".join(escape(m) for m in run_ids[:10])
+            + (f" and {len(run_ids) - 10} more" if len(run_ids) > 10 else ""))
 
 
 def summary(inputs: ReportInputs) -> str:
