@@ -169,6 +169,11 @@ def _load(args: argparse.Namespace) -> Any:
     for text in args.overrides:
         key, value = parse_override(text)
         overrides[key], origins[key] = value, f"--set {text}"
+    if args.data_path is not None and args.study is None:
+        raise ConfigError(f"--data-path {args.data_path}: without a study file dpmed runs the embedded phantom "
+                          "quickstart, which generates its images and reads no data; pass a study file first "
+                          f"(e.g. dpmed {args.command} configs/kermany.yaml --data-path {args.data_path}; see "
+                          "configs/)")
     if args.data_path is not None:
         try:
             data_path = args.data_path.resolve()

@@ -158,6 +158,26 @@ def test_a_study_file_without_its_dp_sgd_arm_still_hides_the_training_set_s_size
     assert "so they are in no table of this report: dp_eps8_C1_seed0." in report
 
 
+def test_a_study_folder_s_record_given_as_a_study_says_what_it_is(tiny_study, capsys):
+    """study.yaml of a study folder is dpmed's record of the study: given to dpmed, it read as six unknown keys
+    ("study: unknown key (did you mean 'std'?)")."""
+    assert main(["plan", str(tiny_study / "study.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "is the record a study folder keeps of its study" in err and "its 'study:' section" in err
+    assert "did you mean" not in err
+
+
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_a_data_path_without_a_study_file_says_the_quickstart_reads_no_data(command, tmp_path, capsys):
+    """Before, the message blamed dpmed's own embedded file: "study file .../src/dpmed/configs/quickstart.yaml has 1
+    problem(s): data: source 'phantom' is generated, it takes no 'path'"."""
+    assert main([command, "--data-path", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "without a study file dpmed runs the embedded phantom quickstart" in err
+    assert f"dpmed {command} configs/kermany.yaml --data-path {tmp_path}" in err and "quickstart.yaml" not in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_plan_shows_the_budget_the_study_spends(tiny_text, tmp_path, capsys):
     text = tiny_text.replace("  - {name: base, mechanism: none}\n", "")
     study = _study(tmp_path, text + "privacy_budget: {epsilon: 20, delta: 1.0e-5}\n")

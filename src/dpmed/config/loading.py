@@ -321,6 +321,11 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
         raise ConfigError(f"study file {path} is not valid YAML: {_unreadable(exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"study file {path}: expected a mapping of keys (name, data, arms, ...) at the top")
+    if {"study", "dataset", "runs"} <= raw.keys() and "arms" not in raw:
+        raise ConfigError(f"{path} is the record a study folder keeps of its study (study.yaml, written by dpmed "
+                          "run), not a study file; its 'study:' section is the study as run: copy that section's "
+                          "keys to the top of a new file to run it again, or pass the study folder to dpmed report "
+                          "or dpmed status")
     created = {key: _apply(raw, key, value, origins[key]) for key, value in overrides.items()}
     try:
         study = schema.Study.model_validate(raw)
