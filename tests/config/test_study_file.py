@@ -321,7 +321,7 @@ def test_problems_an_override_causes_are_blamed_on_it_not_on_the_file(write_stud
     message = str(info.value)
     assert "--set training.learning_rate=fast: training.learning_rate" in message
     assert message.splitlines()[0].startswith("the settings given with study file")   # not the file's problem
-    with pytest.raises(ConfigError, match=r"--set arms\.7\.scale=1: '7' is not an index"):
+    with pytest.raises(ConfigError, match=r"--set arms\.7\.scale=1: '7' names no item"):
         load_study(path, {"arms.7.scale": 1}, origins={"arms.7.scale": "--set arms.7.scale=1"})
     with pytest.raises(ConfigError, match=r"--data-path gone\.npz: no such file"):
         load_study(path, {"data.source": "medmnist", "data.path": "/nowhere/gone.npz"},
@@ -365,8 +365,22 @@ def test_override_edge_cases_a_reviewer_found(write_study):
         parse_override("training")
     with pytest.raises(ConfigError, match=r"override name.x=1: 'name' holds a value, not a section"):
         load_study(path, {"name.x": 1})
-    with pytest.raises(ConfigError, match=r"override arms.5.name='x': '5' is not an index of that list \(it has 3"):
+    with pytest.raises(ConfigError, match=r"override arms.5.name='x': '5' names no item of that list; its 3 entries, "
+                                          r"by index \(and name\): 0 \(base\), 1 \(ldp\), 2 \(dp\)$"):
         load_study(path, {"arms.5.name": "x"})
+
+
+def test_an_arm_is_named_in_a_set_key_by_its_index_or_its_name(write_study):
+    """--set arms.dp.target_epsilon=4 was refused with "'dp' is not an index of that list (it has 3 entries)"."""
+    path = write_study(GOOD)
+    by_name = load_study(path, {"arms.dp.target_epsilon": 4, "arms.ldp": {"name": "l", "mechanism": "none"}})
+    assert by_name.arms[2].target_epsilon == [4] and by_name.arms[1].name == "l"
+    assert load_study(path, {"arms.2.target_epsilon": 4}).arms[2].target_epsilon == [4]
+    with pytest.raises(ConfigError, match=r"'dp-sgd' names no item of that list; .*2 \(dp\)"):
+        load_study(path, {"arms.dp-sgd.target_epsilon": 4})
+    with pytest.raises(ConfigError, match=r"--set training.epochs=auto beside --set training.steps=N"):
+        load_study(path, {"training.steps": 50})
+    assert load_study(path, {"training.steps": 50, "training.epochs": "auto"}).training.steps == 50
 
 
 @pytest.mark.parametrize("override, key", [

@@ -264,6 +264,20 @@ def parse_override(text: str) -> tuple[str, Any]:
                           f"--set '{key.strip()}=\"...\"'") from None
 
 
+def _list_index(items: list, part: str, origin: str) -> int:
+    """The item of a study file's list that ``part`` of a --set key names: its index, or the ``name`` of one item (an
+    arm: ``arms.dp-sgd.target_epsilon``); else a ConfigError listing the items by index and name."""
+    if part.isdigit() and int(part) < len(items):
+        return int(part)
+    named = [i for i, item in enumerate(items) if isinstance(item, dict) and str(item.get("name")) == part]
+    if len(named) == 1 and not part.isdigit():
+        return named[0]
+    entries = ", ".join(f"{i} ({item['name']})" if isinstance(item, dict) and "name" in item else str(i)
+                        for i, item in enumerate(items))
+    raise ConfigError(f"{origin}: {part!r} names no item of that list; its {len(items)} entries, by index (and "
+                      f"name): {entries or 'none'}")
+
+
 def _apply(raw: dict, key: str, value: Any, origin: str) -> list[list[str]]:
     """Set ``key`` in ``raw`` to ``value``; the sections (as key paths) it had to add, absent or null before."""
     node: Any = raw
@@ -271,9 +285,7 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> list[list[str]]:
     created = []
     for depth, part in enumerate(parts[:-1]):
         if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"{origin}: {part!r} is not an index of that list (it has {len(node)} entries)")
-            node = node[int(part)]
+            node = node[_list_index(node, part, origin)]
         else:
             if node.get(part) is None:       # absent, or null in the file (a section left at its defaults)
                 node[part] = {}
@@ -283,9 +295,7 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> list[list[str]]:
                 raise ConfigError(f"{origin}: {part!r} holds a value, not a section")
     last = parts[-1]
     if isinstance(node, list):
-        if not last.isdigit() or int(last) >= len(node):
-            raise ConfigError(f"{origin}: {last!r} is not an index of that list (it has {len(node)} entries)")
-        node[int(last)] = value
+        node[_list_index(node, last, origin)] = value
     else:
         node[last] = value       # an unknown key it sets is the option's by its own path (`_blame`)
     return created

@@ -192,7 +192,8 @@ class TrainingConfig(_Strict):
     def _one_length(self) -> "TrainingConfig":
         if self.steps is not None and self.epochs != "auto":
             raise ValueError(f"give the training length once: steps ({self.steps}) or epochs ({self.epochs}), not "
-                             "both")
+                             "both (to replace a file's epochs from the command line: --set training.epochs=auto "
+                             "beside --set training.steps=N)")
         return self
 
 
