@@ -509,3 +509,14 @@ def test_a_path_the_file_system_cannot_take_is_named_not_an_internal_error(write
         path = write_study(f'name: s\ndata: {{source: medmnist, path: "{bad}"}}\narms: [{{name: a, mechanism: none}}]')
         with pytest.raises(ConfigError, match=f"^study file {re.escape(str(path))}: a path in it cannot be used"):
             load_study(path)
+
+
+def test_a_path_under_the_home_folder_is_read_as_a_shell_reads_it(write_study, tmp_path, monkeypatch):
+    """data.path: ~/data/x.npz was read as a folder named ~ beside the study file."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "data").mkdir(parents=True)
+    (tmp_path / "home" / "data" / "x.npz").write_bytes(b"")
+    study = load_study(write_study("name: s\ndata: {source: medmnist, path: ~/data/x.npz, cache_dir: ~/cache}\n"
+                                   "arms: [{name: a, mechanism: none}]\n"))
+    assert study.data.path == tmp_path / "home" / "data" / "x.npz"
+    assert study.data.cache_dir == tmp_path / "home" / "cache"

@@ -17,11 +17,12 @@ from dpmed.mechanisms import Strict as _Strict
 def path_from_string(cls, v: object) -> Path | None:
     """A path field's validator, used in mode "plain": the models are strict, and strict JSON validation takes a
     Path only as... a Path, which JSON cannot hold; a study.yaml read back through JSON (``dpmed report``,
-    ``status``, a resumed run) would refuse its own paths."""
-    if v is None or isinstance(v, Path):
+    ``status``, a resumed run) would refuse its own paths. A leading ``~`` is the user's home, as in a shell (it was
+    read as a folder named ~ beside the study file)."""
+    if v is None:
         return v
-    if isinstance(v, str):
-        return Path(v)
+    if isinstance(v, (str, Path)):
+        return Path(v).expanduser()
     raise ValueError(f"must be a path (a string), got {type(v).__name__} {v!r}")
 
 
