@@ -270,6 +270,17 @@ def test_a_linked_folder_of_images_in_a_class_folder_is_read(tmp_path, write_ima
     assert len(names) == len(set(m.paths))                          # the cycle is walked once
 
 
+def test_files_the_operating_system_leaves_in_a_folder_are_not_data(tmp_path, write_image):
+    """Windows' Thumbs.db in a class folder stopped the study ("suffix '.db' is not an image format"), while macOS's
+    .DS_Store was skipped."""
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    before = len(read_image_folders(root).paths)
+    for name in ("Thumbs.db", "desktop.ini", ".DS_Store"):
+        (root / "train" / "NORMAL" / name).write_bytes(b"\0\1")
+    assert len(read_image_folders(root).paths) == before
+    _load(root)
+
+
 def test_not_an_image_file_is_named(tmp_path, write_image):
     root = _kermany(tmp_path / "chest_xray", write_image)
     (root / "test/PNEUMONIA/readme.txt").write_text("x")

@@ -73,6 +73,13 @@ KERMANY_PATIENT = r"^(person\d+)_|^((?:NORMAL\d+-)?IM-\d+)-"
 """Patient key of Kermany file names (see the module docstring); the first non-empty group is the patient."""
 
 _NOT_DATA = {"__MACOSX", "__pycache__"}
+# files an operating system leaves in folders it shows (as it does .DS_Store, which the leading dot already skips)
+_SYSTEM_FILES = {"thumbs.db", "ehthumbs.db", "desktop.ini"}
+
+
+def _listed(path: Path) -> bool:
+    """Whether a file of a class folder is the dataset's: not hidden, not a file the operating system left there."""
+    return not path.name.startswith(".") and path.name.lower() not in _SYSTEM_FILES
 
 
 def _subfolders(folder: Path) -> list[Path]:
@@ -214,7 +221,7 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     paths, labels, splits, where = [], [], [], []
     for s, split in groups:
         for k, cls in enumerate(found):
-            files = [p for p in _files_under(s / cls) if (p.is_file() or _dangling(p)) and not p.name.startswith(".")]
+            files = [p for p in _files_under(s / cls) if (p.is_file() or _dangling(p)) and _listed(p)]
             if not files:
                 raise DataError(f"{s / cls} holds no files: the {split or 'data'} split has no {cls} images; "
                                 "every class folder needs images")
