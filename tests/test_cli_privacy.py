@@ -465,3 +465,11 @@ def test_risk_says_that_a_study_s_card_scales_its_bounds_for_the_released_count(
     card = accounting.reconstruction_risk(**setting, size_epsilon=STUDY_SIZE_EPSILON)
     assert card.worst_case == pytest.approx(min(1.0, math.exp(STUDY_SIZE_EPSILON) * alone.worst_case))
     assert card.tpr_at_fpr[0.01] == pytest.approx(min(1.0, math.exp(STUDY_SIZE_EPSILON) * alone.tpr_at_fpr[0.01]))
+
+
+def test_the_size_note_says_a_study_refuses_a_target_at_or_below_size_epsilon(capsys):
+    """At --target-epsilon 0.01 the note said a study "calibrates to E - 0.02", a negative eps."""
+    assert main(["privacy", "calibrate", "--target-epsilon", "0.01", "--sample-rate", "0.01", "--steps", "100",
+                 "--delta", "1e-5"]) == 0
+    out = capsys.readouterr().out
+    assert "a study refuses target_epsilon 0.01" in out and "calibrates to E - " not in out

@@ -141,12 +141,15 @@ def _assumptions(args: argparse.Namespace, q: float, steps: int, sigma: float) -
             f"({noise}); neighbours: {neighbours}")
 
 
-def _size_note(calibrating: bool) -> str:
+def _size_note(calibrating: bool, target: float | None = None) -> str:
     """Why a dpmed study's card states more than this eps: the study releases its training set's size as a DP count
     (`dpmed.released_size`) and adds that count's size_epsilon to each DP-SGD run's eps, which this calculator, given
     q and T, does not. Without the note the card's 0.9995 and this command's 0.9795 for one sigma, q and T look like
     two accountings of one run."""
     then = f"; a study at target_epsilon E calibrates to E - {STUDY_SIZE_EPSILON:g}" if calibrating else ""
+    if calibrating and target is not None and target <= STUDY_SIZE_EPSILON:
+        then = (f"; a study refuses target_epsilon {target:g}, which leaves nothing for training once the "
+                f"{STUDY_SIZE_EPSILON:g} is spent (or lower the study's size_epsilon)")
     return (f"note: a dpmed study's card adds its size_epsilon (default {STUDY_SIZE_EPSILON:g}) to this eps for the "
             f"DP count of the training set, so the card reads eps + {STUDY_SIZE_EPSILON:g}{then}")
 
@@ -211,7 +214,7 @@ def _privacy_calibrate(args: argparse.Namespace) -> int:
     sampler = _sampler_note(args, q, steps, sigma, delta)
     if sampler:
         print(sampler)
-    print(_size_note(calibrating=True))
+    print(_size_note(calibrating=True, target=args.target_epsilon))
     print(_assumptions(args, q, steps, sigma))
     return 0
 

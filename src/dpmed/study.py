@@ -245,7 +245,9 @@ def _tell_whole_batches(plans: list[RunPlan]) -> None:
         dp = plan.privacy
         if isinstance(dp, DpSgdPlan) and dp.sample_rate >= 1.0:
             _log.warning("%s: q = 1: the DP count of the training %ss is no more than the expected batch of %d, so "
-                         "every %s is in every one of its %d steps; lower training.batch_size for sampled batches",
+                         "every %s is in every one of its %d steps; lower training.batch_size for sampled batches "
+                         "(on a small dataset the count's noise, scale 1 / size_epsilon, can also be the cause: a "
+                         "larger size_epsilon draws a count nearer the true one)",
                          plan.run_id, dp.unit, plan.training.batch_size, dp.unit, dp.steps)
 
 
