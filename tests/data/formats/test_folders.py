@@ -281,6 +281,19 @@ def test_files_the_operating_system_leaves_in_a_folder_are_not_data(tmp_path, wr
     _load(root)
 
 
+def test_a_split_folder_given_as_the_dataset_is_told_that_its_siblings_go_unused(tmp_path, write_image, caplog):
+    """--data-path chest_xray/train read train's class folders as the whole dataset and carved test from them, and
+    nothing said that the published test/ beside it was unused."""
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    with caplog.at_level("WARNING"):
+        read_image_folders(root / "train")
+    assert f"data.path {root / 'train'} is a split folder" in caplog.text and "the published test/" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        read_image_folders(root)
+    assert "is a split folder" not in caplog.text
+
+
 def test_not_an_image_file_is_named(tmp_path, write_image):
     root = _kermany(tmp_path / "chest_xray", write_image)
     (root / "test/PNEUMONIA/readme.txt").write_text("x")

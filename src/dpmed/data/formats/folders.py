@@ -54,6 +54,7 @@ other. How dpmed handles that is :mod:`dpmed.data.assembly`'s ``shared_patients`
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -68,6 +69,8 @@ from dpmed.data.sample import Task
 from dpmed.errors import DataError
 
 __all__ = ["read_image_folders", "KERMANY_PATIENT"]
+
+_log = logging.getLogger(__name__)
 
 KERMANY_PATIENT = r"^(person\d+)_|^((?:NORMAL\d+-)?IM-\d+)-"
 """Patient key of Kermany file names (see the module docstring); the first non-empty group is the patient."""
@@ -104,6 +107,20 @@ def _files_under(folder: Path) -> list[Path]:
         seen.add(real)
         out.extend(Path(top) / name for name in files)
     return sorted(out)
+
+
+def _tell_split_folder_read_alone(top: Path) -> None:
+    """Warn where data.path is itself a split folder (``chest_xray/train``) beside others that hold class folders:
+    dpmed then reads its class folders alone and carves every split from them, and the published test split next to
+    it goes unused, which a user who meant the release would not see from the split sizes alone."""
+    if top.name.lower() not in SPLIT_NAMES or top.parent == top:
+        return
+    siblings = sorted(s.name for s in _subfolders(top.parent)
+                      if s != top and s.name.lower() in SPLIT_NAMES and _subfolders(s))
+    if siblings:
+        _log.warning("data.path %s is a split folder: its class folders are read alone and validation and test are "
+                     "carved from them, leaving the published %s beside it unused; to use the published splits, "
+                     "point data.path at %s", top, " and ".join(f"{name}/" for name in siblings), top.parent)
 
 
 def _dangling(path: Path) -> bool:
@@ -197,6 +214,7 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
         groups = [(s, name) for s, name in split_dirs.items()]
     else:
         groups = [(top, "")]  # class folders directly under the top folder: no published split
+        _tell_split_folder_read_alone(top)
 
     classes_by_group = {s: [c.name for c in _subfolders(s)] for s, _ in groups}
     _refuse_splits_taken_for_classes(top, classes_by_group, split_dirs)
