@@ -159,8 +159,11 @@ class Preprocessing:
     "stretch" (resize it whole) or "crop" (:func:`center_crop`, then resize); channels: 1, 3 or None (keep);
     minmax / equalize: the functions above; normalize: fixed (mean, std) applied later, at the model input (see
     :func:`normalize`), so it is carried here only to be recorded and checked. Every step maps image i to a
-    function of image i alone. Channels convert last so that equalisation and min-max see the image as stored
-    (BT.601 grey of RGB is linear, so converting first would give the same result for grey images anyway).
+    function of image i alone. For arrays (MedMNIST, the phantom) channels convert last, so that equalisation and
+    min-max see the image as stored; image files are converted as they are decoded (`dpmed.data.cache`: Pillow's
+    BT.601 luma, each file opened once), before min-max and equalisation. The two orders agree for grey images and
+    for min-max of grey made from colour (luma is linear); equalising colour then converting differs from
+    converting then equalising.
     """
 
     size: tuple[int, int] | None = None
