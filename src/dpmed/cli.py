@@ -327,6 +327,9 @@ def _plan(args: argparse.Namespace) -> int:
               "sizes above are for you only: no shareable file holds them")
     finished = (f"{len(prepared.finished)} of {len(prepared.plans)} runs finished earlier, not retrained"
                 if prepared.finished else "no finished runs")
+    if prepared.reevaluate:
+        finished += (f" ({len(prepared.reevaluate)} evaluated with other settings than this study's: `run` evaluates "
+                     "them again from their models, spending no privacy)")
     print(f"output: {folder.root}: {finished}")
     holder = folder_holder(folder.root)
     if holder is not None:
@@ -339,7 +342,8 @@ def _plan(args: argparse.Namespace) -> int:
         card = planned_card(plan, ds.train.image_shape, study.privacy_randomness)
         if card.sampler_delta and not card.sampler_voids:
             sampler_paid |= delta_text(card.delta) != delta_text(card.delta - card.sampler_delta)
-        time_text = ("done" if plan.run_id in prepared.finished else
+        time_text = ("evaluate again" if plan.run_id in prepared.reevaluate else
+                     "done" if plan.run_id in prepared.finished else
                      "-" if rates is None else clock(seconds[plan.run_id]))
         rows.append([plan.run_id, plan.mechanism, _noise_text(card), _number(card.sample_rate),
                      _steps_text(plan, n_train, n_patients), card.in_brief(), time_text])

@@ -164,11 +164,13 @@ def _other_fingerprint(folder: StudyFolder, path: Path, fingerprint: str) -> boo
 
 def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSummary, study: Study,
                   fingerprint: str, before: ResolvedStudy | None,
-                  attributes: str | None = None) -> tuple[dict[str, RunRecord], list[RunRecord]]:
-    """(finished runs the study lists, by id; finished runs in the folder it no longer lists: released all the same).
-    A listed run made with other settings (its plan, the model included, or the other privacy randomness), or
-    finished runs on other data or evaluated otherwise, are refused rather than mixed into one table; the message
-    names what differs (where and how fast a run executes, ``config.EXECUTION_ONLY``, does not count).
+                  attributes: str | None = None) -> tuple[dict[str, RunRecord], list[RunRecord], list[str]]:
+    """(finished runs the study lists, by id; finished runs in the folder it no longer lists: released all the same;
+    the ids of listed runs evaluated with other settings than the study's now, to evaluate again from their models:
+    `dpmed.run.reevaluate`). A listed run made with other settings (its plan, the model included, or the other
+    privacy randomness), or finished runs on other data, are refused rather than mixed into one table; so are runs
+    whose ``evaluation.training_metrics`` differs, which only training can compute. The message names what differs
+    (where and how fast a run executes, ``config.EXECUTION_ONLY``, does not count).
     ``summary``: the dataset now, as study.yaml shows it; ``fingerprint``: its :func:`data_fingerprint`;
     ``before``: the folder's study.yaml as read back, None where it holds no finished run; ``attributes``: the
     dataset's :func:`attributes_fingerprint` (None: not checked)."""
@@ -183,20 +185,18 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
                           f"{'; '.join(data)}; use another output folder (--out), or delete {folder.runs} to "
                           f"retrain them {RETRAIN_NOTE}")
     evaluation = [] if before is None else _other_evaluation(before, study)
-    if evaluation:
-        raise ConfigError(f"the finished runs in {folder.root} were evaluated with other settings than this study now "
-                          f"asks for: {'; '.join(evaluation)}; use another output folder (--out), or delete "
-                          f"{folder.runs} to retrain them {RETRAIN_NOTE}")
+    _refuse_training_metrics(folder, evaluation)
     randomness = study.privacy_randomness
     listed = {p.run_id: p for p in plans}
-    mine, elsewhere, clashes = {}, [], []
+    mine, elsewhere, clashes, stale = {}, [], [], []
     for run_id in folder.finished_run_ids():
         record = read_record(folder.run(run_id).record)
         if run_id not in listed:
             elsewhere.append(record)
             continue
         diffs = setting_differences(record.plan.settings(), listed[run_id].settings())
-        diffs += _evaluated_otherwise(record, study, summary.n_test)
+        evaluated = _evaluated_otherwise(record, study, summary.n_test)
+        _refuse_training_metrics(folder, evaluated)
         drawn = randomness_of(record)
         if drawn not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
             diffs.append(f"privacy_randomness: {drawn} in the finished run, {randomness} now")
@@ -206,6 +206,8 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
             clashes.append((run_id, diffs))
         else:
             mine[run_id] = record
+            if evaluation or evaluated:
+                stale.append(run_id)
     if clashes:
         lines = [f"  - {run_id}: {'; '.join(diffs[:4])}" + (f" (and {len(diffs) - 4} more)" if len(diffs) > 4 else "")
                  for run_id, diffs in clashes]
@@ -213,4 +215,17 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
             f"{len(clashes)} finished run(s) in {folder.root} were made with other settings than this study now asks "
             "for:\n" + "\n".join(lines) + f"\nuse another output folder (--out), or delete "
             f"{', '.join(str(folder.run(r).public) for r, _ in clashes)} to retrain them {RETRAIN_NOTE}")
-    return mine, elsewhere
+    return mine, elsewhere, stale
+
+
+def _refuse_training_metrics(folder: StudyFolder, differences: list[str]) -> None:
+    """ConfigError where ``evaluation.training_metrics`` is among the evaluation ``differences``: the noiseless
+    training-set metrics read the training images as the run saw them (canaries, local DP noise), which only its
+    training had; every other evaluation setting is evaluated again from the released model."""
+    lines = [line for line in differences if line.startswith("evaluation.training_metrics")]
+    if lines:
+        raise ConfigError(f"the finished runs in {folder.root} were evaluated with other settings than this study now "
+                          f"asks for: {'; '.join(lines)}; the training-set metrics need the training images as each "
+                          "run saw them, so they cannot be added to or taken from a finished run: set "
+                          f"evaluation.training_metrics back, use another output folder (--out), or delete "
+                          f"{folder.runs} to retrain them {RETRAIN_NOTE}")

@@ -31,7 +31,8 @@ from dpmed.errors import ConfigError
 from dpmed.evaluation.assessment import assess
 from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
-from dpmed.folders import RunFolder, write_arrays_atomic, write_atomic, write_json_atomic, write_text_atomic
+from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_atomic, write_json_atomic,
+                           write_text_atomic)
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, mechanism_info
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
@@ -269,3 +270,37 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
     record.write(folder.record)
     folder.discard_secrets()
     return record
+
+
+def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> RunRecord:
+    """A finished run evaluated again under ``context.evaluation`` (another bootstrap, confidence level, fairness
+    bins or explanations), from the model it released: nothing trains, so nothing is spent. Its weights are public
+    already, and scoring them on the validation and test images is post-processing, as the first evaluation was;
+    retraining instead (all a study could do before) released a second model of the same patients, whose eps adds to
+    the first. Writes the new predictions, CAMs and run.json; the privacy card, ledger, audit and attack stay the
+    run's. A changed ``training_metrics`` is not re-evaluated (`dpmed.resumption`): it reads the training images as
+    the run saw them, canaries and local DP noise included, which only training has."""
+    plan, ds = record.plan, context.dataset
+    if not folder.model.is_file():
+        raise ConfigError(f"the finished run {plan.run_id} was evaluated with other settings than this study's, and "
+                          f"its model {folder.model} is gone, so it cannot be evaluated again: restore the file, set "
+                          f"the evaluation settings back, or delete {folder.public} to retrain the run "
+                          f"{RETRAIN_NOTE}")
+    device = resolve_device(context.device if plan.training.device == "auto" else plan.training.device)
+    with torch_threads(run_threads(plan.training.threads)):
+        model = build_model(plan.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
+                            image_size=ds.train.image_shape[1])
+        model.load_state_dict(torch.load(folder.model, map_location="cpu", weights_only=True))
+        val_input, test_input = _model_inputs(ds, ds.val, ds.test)
+        assessment = assess(model.to(device), ds, (val_input, test_input), context.evaluation,
+                            cam_layer=MODELS[plan.model].cam_layer, device=device)
+    save_predictions(folder.predictions, val=(ds.val, assessment.val_scores), test=(ds.test, assessment.test_scores))
+    if assessment.cams is not None:
+        write_arrays_atomic(folder.cams, assessment.cams)
+    else:
+        folder.cams.unlink(missing_ok=True)
+    again = record.model_copy(update={"metrics": assessment.metrics, "fairness": assessment.fairness,
+                                      "explanations": assessment.explanations})
+    again.write(folder.record)
+    return again
+

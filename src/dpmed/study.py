@@ -48,7 +48,7 @@ from dpmed.progress import StudyProgress
 from dpmed.released_size import needed_sizes, release_sizes
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
 from dpmed.resumption import attributes_fingerprint, data_fingerprint, finished_runs, randomness_of
-from dpmed.run import RunContext
+from dpmed.run import RunContext, reevaluate
 from dpmed.timing import Rates, probe_rates
 from dpmed.workspace import claim_folder, withdraw_leftovers, withdraw_public_timing, writing_into
 
@@ -98,6 +98,7 @@ class PreparedStudy:
     fingerprint: str = ""
     attributes: str = ""          # resumption.attributes_fingerprint
     sizes: Mapping[str, int] = field(default_factory=dict)   # the DP counts DP-SGD planned from (released_size)
+    reevaluate: tuple[str, ...] = ()      # finished runs evaluated otherwise: evaluated again, not retrained
 
     @property
     def todo(self) -> list[RunPlan]:
@@ -295,8 +296,8 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     _tell_largest_patient(plans, context)
     _tell_whole_batches(plans)
     attributes = attributes_fingerprint(dataset)
-    existing, elsewhere = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint, before,
-                                        attributes)
+    existing, elsewhere, stale = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint,
+                                               before, attributes)
     reproducible = "reproducible" in {study.privacy_randomness, *map(randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
     if study.privacy_budget is not None:
@@ -304,8 +305,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
         check_budget(study.privacy_budget, privacy)
     return PreparedStudy(study=study, folder=folder, dataset=dataset, plans=plans, finished=existing,
                          elsewhere=elsewhere, privacy=privacy, load_seconds=load_seconds, fingerprint=fingerprint,
-                         attributes=attributes,
-                         sizes=sizes)
+                         attributes=attributes, sizes=sizes, reevaluate=tuple(stale))
 
 
 def _refuse_shared_cache(study: Study, folder: StudyFolder) -> None:
@@ -422,10 +422,15 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                              privacy_randomness=study.privacy_randomness,
                              start=prepare_start(study, dataset, folder, progress=progress))
         order = {plan.run_id: i for i, plan in enumerate(plans, start=1)}
-        for run_id in sorted(prepared.finished, key=order.__getitem__):
-            _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
-        todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
         outcomes: dict[str, RunRecord | RunFailure] = dict(prepared.finished)
+        for run_id in sorted(prepared.finished, key=order.__getitem__):
+            if run_id in prepared.reevaluate:
+                outcomes[run_id] = reevaluate(prepared.finished[run_id], context, folder.run(run_id))
+                _log.info("[%d/%d] %s: finished earlier, evaluated again under this study's evaluation settings "
+                          "from its model (not retrained: no privacy spent)", order[run_id], len(plans), run_id)
+            else:
+                _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
+        todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]
         tracker = StudyProgress(total=len(plans), earlier=len(prepared.finished), todo=prepared.todo,
                                 n_train=len(dataset.train), workers=workers if executor == "local" else len(todo) or 1)
 

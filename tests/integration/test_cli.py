@@ -106,15 +106,14 @@ def test_changed_settings_refuse_to_mix_with_finished_runs(quickstart, capsys):
     ("data.n_images=280", "dataset.n_val: "),
     ("data.image_size=28", "dataset.image_shape: [1, 32, 32] in the finished runs, [1, 28, 28] now"),
     ("privacy_randomness=reproducible", "privacy_randomness: secure in the finished run, reproducible now"),
-    ("evaluation.confidence=0.5", "evaluation.confidence: 0.95 in the finished run, 0.5 now"),
     ("data.preprocessing.minmax=true", "the images, labels or patient ids differ"),   # same sizes, other pixels
     ("data.preprocessing.normalize={mean: [0.5], std: [0.25]}", "the images' normalisation differ"),
 ])
 def test_another_model_or_other_data_refuse_to_mix_with_finished_runs(quickstart, capsys, change, named):
-    """Finished runs are reused only for the same model, data, privacy randomness and evaluation: before, a study
-    whose model or image size changed reported the old runs beside the new ones as one study, a study switched from
-    reproducible to secure randomness called the reused runs DP, and one whose confidence level changed labelled
-    every run's interval with the new level."""
+    """Finished runs are reused only for the same model, data and privacy randomness: before, a study whose model or
+    image size changed reported the old runs beside the new ones as one study, and a study switched from
+    reproducible to secure randomness called the reused runs DP. (Runs evaluated otherwise are evaluated again:
+    tests/integration/test_resume_evaluation.py.)"""
     before = {p: (p.stat().st_ino, p.read_bytes()) for p in quickstart.glob("runs/*/run.json")}
     assert main(["run", "--out", str(quickstart.parent), *TINY, "--set", change]) == 2
     err = capsys.readouterr().err

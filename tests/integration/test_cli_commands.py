@@ -137,6 +137,13 @@ def test_plan_of_a_finished_folder_says_nothing_is_left_to_train(tiny_study, tin
     assert "2 of 2 runs finished earlier, not retrained" in text
     assert "nothing to train" in text and text.count(" done\n") == 2
     assert before == sorted(p.relative_to(out) for p in out.rglob("*"))
+    # another bootstrap: plan says the runs are evaluated again, not retrained, and changes nothing
+    assert main(["plan", str(_study(tmp_path, tiny_text)), "--out", str(out),
+                 "--set", "evaluation.bootstrap_resamples=30"]) == 0
+    text = capsys.readouterr().out
+    assert "(2 evaluated with other settings than this study's: `run` evaluates them again" in text
+    assert text.count(" evaluate again\n") == 2
+    assert before == sorted(p.relative_to(out) for p in out.rglob("*"))
 
 
 def test_a_study_file_without_its_dp_sgd_arm_still_hides_the_training_set_s_size(tiny_study, tiny_text, tmp_path):

@@ -1,6 +1,7 @@
 """Finished runs are reused only under the evaluation settings they were evaluated with, also where the folder's
 study.yaml is gone (`dpmed.resumption`): before, a rerun without study.yaml reused every run under another
-confidence level, and the report headed their 95 % intervals "[50% CI]"."""
+confidence level, and the report headed their 95 % intervals "[50% CI]". Runs evaluated otherwise are now evaluated
+again from their models (before, they were refused, and retraining them released a second model of the patients)."""
 
 from __future__ import annotations
 
@@ -24,24 +25,55 @@ def _finished_without_study_yaml(tiny_study, tmp_path):
 
 
 def test_without_study_yaml_each_record_says_how_it_was_evaluated(tiny_study, tiny_study_file, tmp_path, capsys):
+    """Each record says its own evaluation settings, so a folder without study.yaml still knows which runs to
+    evaluate again; and evaluating again reads the released model, trains nothing and changes no privacy record."""
+    import json
+
     out = _finished_without_study_yaml(tiny_study, tmp_path)
+    runs = sorted((out / "tiny" / "runs").iterdir())
+    models = {r.name: (r / "model.pt").read_bytes() for r in runs}
+    before = {r.name: json.loads((r / "run.json").read_text()) for r in runs}
+    capsys.readouterr()
+    command = ["run", str(tiny_study_file), "--out", str(out), "--no-progress"]
+    assert main([*command, "--set", "evaluation.confidence=0.5"]) == 0
+    assert capsys.readouterr().err.count("finished earlier, evaluated again under this study's evaluation") == 2
+    for r in runs:
+        after = json.loads((r / "run.json").read_text())
+        assert after["metrics"]["confidence"] == 0.5 and before[r.name]["metrics"]["confidence"] == 0.95
+        assert after["metrics"]["test_auroc"] == before[r.name]["metrics"]["test_auroc"]        # the same model
+        for key in ("privacy", "ledger", "plan", "timing"):
+            assert after[key] == before[r.name][key], key
+        assert (r / "model.pt").read_bytes() == models[r.name]
+    assert "[50% CI]" in (out / "tiny" / "report.html").read_text()
+    assert main([*command, "--set", "evaluation.explanations={n_images: 4}"]) == 0
+    assert all((r / "cams.npz").is_file() for r in runs)
+    assert main(command) == 0                                                   # as they were made
+    assert not any((r / "cams.npz").exists() for r in runs)
+    assert all(json.loads((r / "run.json").read_text()) == before[r.name] for r in runs)
+    assert main(command) == 0
+    assert "2 finished earlier" in capsys.readouterr().out and (out / "tiny" / "study.yaml").is_file()
+
+
+def test_a_run_to_evaluate_again_without_its_model_is_refused_naming_the_file(tiny_study, tiny_study_file, tmp_path,
+                                                                              capsys):
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    (out / "tiny" / "runs" / "base_seed0" / "model.pt").unlink()
     capsys.readouterr()
     assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress",
-                 "--set", "evaluation.confidence=0.5"]) == 2
+                 "--set", "evaluation.bootstrap_resamples=30"]) == 2
     err = capsys.readouterr().err
-    assert "evaluation.confidence: 0.95 in the finished run, 0.5 now" in err and "Traceback" not in err
-    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress",
-                 "--set", "evaluation.explanations={n_images: 4}"]) == 2
-    assert "evaluation.explanations.method: (not set) in the finished run, gradcam now" in capsys.readouterr().err
-    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0     # as they were made
-    assert "2 finished earlier" in capsys.readouterr().out and (out / "tiny" / "study.yaml").is_file()
+    assert "the finished run base_seed0 was evaluated with other settings" in err and "model.pt is gone" in err
+    assert "Traceback" not in err
 
 
 def test_the_explained_images_and_the_pointing_tolerance_count_and_a_test_set_smaller_than_asked_is_no_change(
         tiny_text, tmp_path, capsys):
     """A record holds the images it explained, min(n_images, the test set); the pointing tolerance where lesion masks
     were explained (the phantom has them). Before, both were ignored, and a rerun reused runs under another number
-    of images and another tolerance while study.yaml and the report stated the new ones."""
+    of images and another tolerance while study.yaml and the report stated the new ones. Read from the records
+    alone (study.yaml deleted), either change has the run evaluated again; asking for more images than the test set
+    holds is no change."""
     study = tmp_path / "s.yaml"
     study.write_text(tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "")
                      .replace("evaluation: {bootstrap_resamples: 20}",
@@ -51,12 +83,15 @@ def test_the_explained_images_and_the_pointing_tolerance_count_and_a_test_set_sm
     assert main(command) == 0
     (out / "tiny" / "study.yaml").unlink()
     capsys.readouterr()
-    assert main([*command, "--set", "evaluation.explanations={n_images: 5}"]) == 2
-    assert "evaluation.explanations.n_images:" in capsys.readouterr().err
-    assert main([*command, "--set", "evaluation.explanations={n_images: 1000, pointing_tolerance: 3}"]) == 2
-    assert "evaluation.explanations.pointing_tolerance: 0.0 in the finished run, 3.0 now" in capsys.readouterr().err
     assert main([*command, "--set", "evaluation.explanations={n_images: 5000}"]) == 0     # the whole test set again
-    assert "1 finished earlier" in capsys.readouterr().out
+    assert "finished earlier, skipped" in capsys.readouterr().err
+    (out / "tiny" / "study.yaml").unlink()
+    again = "finished earlier, evaluated again"
+    assert main([*command, "--set", "evaluation.explanations={n_images: 5}"]) == 0
+    assert again in capsys.readouterr().err
+    (out / "tiny" / "study.yaml").unlink()
+    assert main([*command, "--set", "evaluation.explanations={n_images: 5, pointing_tolerance: 3}"]) == 0
+    assert again in capsys.readouterr().err
 
 
 def test_the_attributes_fingerprint_sees_sex_age_masks_and_normalisation_and_nothing_else():

@@ -161,9 +161,8 @@ class Preprocessing:
     :func:`normalize`), so it is carried here only to be recorded and checked. Every step maps image i to a
     function of image i alone. For arrays (MedMNIST, the phantom) channels convert last, so that equalisation and
     min-max see the image as stored; image files are converted as they are decoded (`dpmed.data.cache`: Pillow's
-    BT.601 luma, each file opened once), before min-max and equalisation. The two orders agree for grey images and
-    for min-max of grey made from colour (luma is linear); equalising colour then converting differs from
-    converting then equalising.
+    BT.601 luma, each file opened once), before min-max and equalisation. The two orders agree for grey images; for
+    colour images converted to grey they differ (min-max and equalisation then see the luma, not the channels).
     """
 
     size: tuple[int, int] | None = None
