@@ -378,6 +378,12 @@ def test_an_arm_is_named_in_a_set_key_by_its_index_or_its_name(write_study):
     assert load_study(path, {"arms.2.target_epsilon": 4}).arms[2].target_epsilon == [4]
     with pytest.raises(ConfigError, match=r"'dp-sgd' names no item of that list; .*2 \(dp\)"):
         load_study(path, {"arms.dp-sgd.target_epsilon": 4})
+    # a problem in an arm named by name is the option's, as by index
+    with pytest.raises(ConfigError) as info:
+        load_study(path, {"arms.dp.target_epsilon": "abc"},
+                   origins={"arms.dp.target_epsilon": "--set arms.dp.target_epsilon=abc"})
+    assert str(info.value).startswith("the settings given with study file")
+    assert "--set arms.dp.target_epsilon=abc: arms[2].target_epsilon" in str(info.value)
     with pytest.raises(ConfigError, match=r"--set training.epochs=auto beside --set training.steps=N"):
         load_study(path, {"training.steps": 50})
     assert load_study(path, {"training.steps": 50, "training.epochs": "auto"}).training.steps == 50

@@ -278,14 +278,16 @@ def _list_index(items: list, part: str, origin: str) -> int:
                       f"name): {entries or 'none'}")
 
 
-def _apply(raw: dict, key: str, value: Any, origin: str) -> list[list[str]]:
-    """Set ``key`` in ``raw`` to ``value``; the sections (as key paths) it had to add, absent or null before."""
+def _apply(raw: dict, key: str, value: Any, origin: str) -> tuple[list[list[str]], str]:
+    """Set ``key`` in ``raw`` to ``value``; (the sections, as key paths, it had to add, absent or null before; the key
+    with any list item it names by ``name`` given as its index)."""
     node: Any = raw
     parts = key.split(".")
     created = []
     for depth, part in enumerate(parts[:-1]):
         if isinstance(node, list):
-            node = node[_list_index(node, part, origin)]
+            parts[depth] = str(_list_index(node, part, origin))
+            node = node[int(parts[depth])]
         else:
             if node.get(part) is None:       # absent, or null in the file (a section left at its defaults)
                 node[part] = {}
@@ -295,10 +297,11 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> list[list[str]]:
                 raise ConfigError(f"{origin}: {part!r} holds a value, not a section")
     last = parts[-1]
     if isinstance(node, list):
-        node[_list_index(node, last, origin)] = value
+        parts[-1] = str(_list_index(node, last, origin))
+        node[int(parts[-1])] = value
     else:
         node[last] = value       # an unknown key it sets is the option's by its own path (`_blame`)
-    return created
+    return created, ".".join(parts)
 
 
 def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *,
@@ -336,7 +339,10 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
                           "run), not a study file; its 'study:' section is the study as run: copy that section's "
                           "keys to the top of a new file to run it again, or pass the study folder to dpmed report "
                           "or dpmed status")
-    created = {key: _apply(raw, key, value, origins[key]) for key, value in overrides.items()}
+    applied = {key: _apply(raw, key, value, origins[key]) for key, value in overrides.items()}
+    # keyed by the path as set, list items by index: a problem's location names an arm by its index
+    created = {at: made for made, at in applied.values()}
+    origins = {applied[key][1]: origin for key, origin in origins.items()}
     try:
         study = schema.Study.model_validate(raw)
     except ValidationError as exc:
