@@ -1,11 +1,12 @@
-"""What a study may reuse of the finished runs its folder holds: the same data, settings and evaluation, or nothing.
+"""What a study may reuse of the finished runs its folder holds: the same data and settings, or nothing.
 
-A finished run is reused only where rerunning it would compute the same thing: its plan's settings (the model included),
-its privacy randomness, the data (checked by private fingerprints of every split, since study.yaml's sizes and shape do
-not tell a corrected label file or age column apart) and the evaluation settings every run's intervals were computed
-with. Anything else is refused with a message naming what differs, never mixed into one table. Runs the study file no
-longer lists are returned apart: their files were released all the same, so the study's privacy counts them
-(`dpmed.budget`).
+A finished run is reused only where rerunning it would train the same thing: its plan's settings (the model included),
+its privacy randomness and the data (checked by private fingerprints of every split, since study.yaml's sizes and shape
+do not tell a corrected label file or age column apart). Anything else is refused with a message naming what differs,
+never mixed into one table. A run evaluated with other settings than the study's now (bootstrap, confidence level,
+fairness, explanations) is reused and evaluated again from its released model (`dpmed.run.reevaluate`), except where
+``training_metrics`` differs, which only training can compute. Runs the study file no longer lists are returned apart:
+their files were released all the same, so the study's privacy counts them (`dpmed.budget`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dpmed.folders import RETRAIN_NOTE, StudyFolder
 from dpmed.mechanisms import claims_beyond
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, read_record
+from dpmed.run import check_reevaluable
 
 __all__ = ["finished_runs", "data_fingerprint", "attributes_fingerprint", "randomness_of", "setting_differences"]
 
@@ -207,6 +209,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
         else:
             mine[run_id] = record
             if evaluation or evaluated:
+                check_reevaluable(record, folder.run(run_id))     # before the study writes anything
                 stale.append(run_id)
     if clashes:
         lines = [f"  - {run_id}: {'; '.join(diffs[:4])}" + (f" (and {len(diffs) - 4} more)" if len(diffs) > 4 else "")

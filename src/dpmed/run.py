@@ -28,7 +28,7 @@ from dpmed import attack, audit
 from dpmed.config import EvaluationConfig, RunPlan
 from dpmed.data import Dataset, ImageSet, cap_images_per_patient, normalize
 from dpmed.errors import ConfigError
-from dpmed.evaluation.assessment import assess
+from dpmed.evaluation.assessment import Assessment, assess
 from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
 from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_atomic, write_json_atomic,
@@ -272,20 +272,48 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
     return record
 
 
-def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> RunRecord:
+@dataclass(frozen=True, eq=False)
+class Reevaluation:
+    """A finished run evaluated again (:func:`reevaluate`), held until :meth:`write`: a study evaluates all its runs
+    first and writes them after, so that a stop midway leaves every run as it was rather than some of each."""
+
+    record: RunRecord
+    assessment: Assessment
+    dataset: Dataset
+    folder: RunFolder
+
+    def write(self) -> RunRecord:
+        """The new predictions, CAMs and run.json, in place of the old."""
+        a = self.assessment
+        save_predictions(self.folder.predictions, val=(self.dataset.val, a.val_scores),
+                         test=(self.dataset.test, a.test_scores))
+        if a.cams is not None:
+            write_arrays_atomic(self.folder.cams, a.cams)
+        else:
+            self.folder.cams.unlink(missing_ok=True)
+        self.record.write(self.folder.record)
+        return self.record
+
+
+def check_reevaluable(record: RunRecord, folder: RunFolder) -> None:
+    """ConfigError where a finished run to evaluate again has no model to evaluate (its model.pt deleted)."""
+    if not folder.model.is_file():
+        raise ConfigError(f"the finished run {record.run_id} was evaluated with other settings than this study's, "
+                          f"and its model {folder.model} is gone, so it cannot be evaluated again: restore the file, "
+                          f"or delete {folder.public} to retrain the run {RETRAIN_NOTE}")
+
+
+def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Reevaluation:
     """A finished run evaluated again under ``context.evaluation`` (another bootstrap, confidence level, fairness
     bins or explanations), from the model it released: nothing trains, so nothing is spent. Its weights are public
     already, and scoring them on the validation and test images is post-processing, as the first evaluation was;
     retraining instead (all a study could do before) released a second model of the same patients, whose eps adds to
-    the first. Writes the new predictions, CAMs and run.json; the privacy card, ledger, audit and attack stay the
-    run's. A changed ``training_metrics`` is not re-evaluated (`dpmed.resumption`): it reads the training images as
-    the run saw them, canaries and local DP noise included, which only training has."""
+    the first. The privacy card, ledger, audit and attack stay the run's; its timing keeps only what run.json may
+    hold. A changed ``training_metrics`` is not re-evaluated (`dpmed.resumption`): it reads the training images as
+    the run saw them, canaries and local DP noise included, which only training has. Nothing is written until
+    :meth:`Reevaluation.write`."""
     plan, ds = record.plan, context.dataset
-    if not folder.model.is_file():
-        raise ConfigError(f"the finished run {plan.run_id} was evaluated with other settings than this study's, and "
-                          f"its model {folder.model} is gone, so it cannot be evaluated again: restore the file, set "
-                          f"the evaluation settings back, or delete {folder.public} to retrain the run "
-                          f"{RETRAIN_NOTE}")
+    check_reevaluable(record, folder)
     device = resolve_device(context.device if plan.training.device == "auto" else plan.training.device)
     with torch_threads(run_threads(plan.training.threads)):
         model = build_model(plan.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
@@ -294,13 +322,7 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Run
         val_input, test_input = _model_inputs(ds, ds.val, ds.test)
         assessment = assess(model.to(device), ds, (val_input, test_input), context.evaluation,
                             cam_layer=MODELS[plan.model].cam_layer, device=device)
-    save_predictions(folder.predictions, val=(ds.val, assessment.val_scores), test=(ds.test, assessment.test_scores))
-    if assessment.cams is not None:
-        write_arrays_atomic(folder.cams, assessment.cams)
-    else:
-        folder.cams.unlink(missing_ok=True)
     again = record.model_copy(update={"metrics": assessment.metrics, "fairness": assessment.fairness,
-                                      "explanations": assessment.explanations})
-    again.write(folder.record)
-    return again
-
+                                      "explanations": assessment.explanations,
+                                      "timing": record.timing.shareable(plan)})
+    return Reevaluation(record=again, assessment=assessment, dataset=ds, folder=folder)

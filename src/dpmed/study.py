@@ -423,9 +423,12 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                              start=prepare_start(study, dataset, folder, progress=progress))
         order = {plan.run_id: i for i, plan in enumerate(plans, start=1)}
         outcomes: dict[str, RunRecord | RunFailure] = dict(prepared.finished)
+        # every run evaluated again before any is written: a stop midway leaves each as it was
+        again = [reevaluate(prepared.finished[run_id], context, folder.run(run_id))
+                 for run_id in sorted(prepared.reevaluate, key=order.__getitem__)]
+        outcomes.update({r.record.run_id: r.write() for r in again})
         for run_id in sorted(prepared.finished, key=order.__getitem__):
             if run_id in prepared.reevaluate:
-                outcomes[run_id] = reevaluate(prepared.finished[run_id], context, folder.run(run_id))
                 _log.info("[%d/%d] %s: finished earlier, evaluated again under this study's evaluation settings "
                           "from its model (not retrained: no privacy spent)", order[run_id], len(plans), run_id)
             else:

@@ -56,15 +56,38 @@ def test_without_study_yaml_each_record_says_how_it_was_evaluated(tiny_study, ti
 
 def test_a_run_to_evaluate_again_without_its_model_is_refused_naming_the_file(tiny_study, tiny_study_file, tmp_path,
                                                                               capsys):
+    """Refused before anything is written: study.yaml and every run as they were (before, the runs ahead of it were
+    evaluated again and study.yaml stated the new settings for all of them)."""
     out = tmp_path / "out"
     shutil.copytree(tiny_study, out / "tiny")
-    (out / "tiny" / "runs" / "base_seed0" / "model.pt").unlink()
+    (out / "tiny" / "runs" / "dp_eps8_C1_seed0" / "model.pt").unlink()
+    kept = {p: p.read_bytes() for p in (out / "tiny").rglob("*.json")} | {
+        out / "tiny" / "study.yaml": (out / "tiny" / "study.yaml").read_bytes()}
     capsys.readouterr()
     assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress",
                  "--set", "evaluation.bootstrap_resamples=30"]) == 2
     err = capsys.readouterr().err
-    assert "the finished run base_seed0 was evaluated with other settings" in err and "model.pt is gone" in err
+    assert "the finished run dp_eps8_C1_seed0 was evaluated with other settings" in err and "model.pt is gone" in err
     assert "Traceback" not in err
+    assert all(p.read_bytes() == b for p, b in kept.items() if p.is_file() and "private" not in p.parts)
+
+
+def test_an_old_run_json_s_private_timing_stays_out_when_the_run_is_evaluated_again(tiny_study, tiny_study_file,
+                                                                                    tmp_path):
+    """A DP-SGD run.json an older dpmed wrote held the run's seconds; the rerun moves them to private/, and
+    evaluating the run again wrote the record as read before that, seconds included."""
+    import json
+
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    record = out / "tiny" / "runs" / "dp_eps8_C1_seed0" / "run.json"
+    data = json.loads(record.read_text())
+    data["timing"].update(train_seconds=123.4, total_seconds=130.0, resumed_from=0)
+    record.write_text(json.dumps(data))
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress",
+                 "--set", "evaluation.confidence=0.5"]) == 0
+    timing = json.loads(record.read_text())["timing"]
+    assert timing["train_seconds"] is None and timing["total_seconds"] is None and timing["resumed_from"] is None
 
 
 def test_the_explained_images_and_the_pointing_tolerance_count_and_a_test_set_smaller_than_asked_is_no_change(
