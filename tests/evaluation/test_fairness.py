@@ -378,3 +378,19 @@ def test_unknown_sex_and_ages_beyond_the_last_bin_are_compared_with_nothing():
     # [30,60) against [60,70) alone: 3/4 - 2/3; the centenarian against the 7 images of the bins pooled
     assert out.groups["[30,60)"].demographic_parity_difference.value == pytest.approx(3 / 4 - 2 / 3)
     assert out.groups[">=100"].demographic_parity_difference.value == pytest.approx(1 - 5 / 7)
+
+
+def test_bins_ending_below_100_compare_their_open_last_group_and_no_comparable_age_is_not_applicable():
+    """With bins [0, 40, 65] the ages from 65 up are a real group (65 and over), compared as the others; and where no
+    test age falls inside any bin, fairness by age is n/a rather than a crash (np.stack of no group)."""
+    y = np.array([1, 0, 1, 1, 0, 1, 1, 0])
+    s = np.array([0.9, 0.1, 0.8, 0.9, 0.2, 0.7, 0.9, 0.9])
+    age = np.array([20, 30, 50, 55, 70, 75, 80, 90])
+    kw = dict(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s, n_resamples=20, seed=0)
+    out = evaluate_fairness(attributes={"age": age}, age_bins=(0, 40, 65), **kw).attributes["age"]
+    yhat = (s >= 0.5).astype(int)
+    assert out.demographic_parity_difference.value == pytest.approx(
+        demographic_parity_difference(y, yhat, sensitive_features=age_groups(age, bins=(0, 40, 65))))
+    assert out.groups[">=65"].accuracy_parity_difference.value is not None
+    none = evaluate_fairness(attributes={"age": np.full(8, 120.0)}, **kw).attributes["age"]
+    assert none.status == "n/a" and "compared" in none.reason

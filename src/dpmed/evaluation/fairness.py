@@ -17,8 +17,9 @@ P(yhat = 1 | rest); both are reported here under their own names so neither is m
 
 Decisions (yhat) use the Youden threshold chosen on the **validation** split (METHODS.md sec. 4), never on test.
 Groups: sex, and age bins [0,30), [30,60), [60,70), [70,80), [80,100) (003's Table 3); a missing value is its own
-group, "unknown", and so is an age at or above the last edge (">=100"). Both get their own rows but are compared
-with nothing: they are in no other group's rest and in no attribute-level summary, since they are not groups of
+group, "unknown", and so is an age at or above a last edge of 100 or more (">=100"; study bins that end lower make
+their last group an open one, "65 and over", which is compared). Both get their own rows but are compared with
+nothing: they are in no other group's rest and in no attribute-level summary, since they are not groups of
 METHODS.md s.5 and a handful of such images (unrecorded sex, a centenarian) would otherwise decide the spread, the
 worst group, or what "female minus male" means. Every number has a 95% percentile interval over the same seeded redraws of the whole test set that
 the utility metrics use (:mod:`dpmed.evaluation.weighted`; by patient where patient ids are known): a group's metric
@@ -308,7 +309,14 @@ def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_sc
             out[name] = AttributeFairness(status="n/a", reason=f"no test image records {name} (all unknown): "
                                                                f"fairness by {name} cannot be measured on this dataset")
             continue
-        uncompared = (UNKNOWN, f">={float(age_bins[-1]):g}") if name == "age" else (UNKNOWN,)
+        # ages at or above the last edge are compared only where that edge means "beyond every age" (METHODS.md's
+        # 100); study bins ending lower make their last group an open one ([0, 40, 65]: 65 and over), a real group
+        uncompared = ((UNKNOWN, f">={float(age_bins[-1]):g}") if name == "age" and float(age_bins[-1]) >= 100
+                      else (UNKNOWN,))
+        if not set(order) - set(uncompared):
+            out[name] = AttributeFairness(status="n/a", reason=f"no test image falls in a group of {name} that is "
+                                                               "compared (every value unknown or beyond the bins)")
+            continue
         entry = attribute_fairness(y=y, s=s, correct=correct, selected=selected, groups=groups, order=order,
                                    redraws=redraws, confidence=confidence, uncompared=uncompared)
         out[name] = entry.model_copy(update={"reference": "female minus male" if name == "sex" else (
