@@ -132,7 +132,7 @@ def threat_section(inputs: ReportInputs) -> str:
         "nothing scores when it answers, in place of the reconstructions, with as many validation images drawn at "
         f"random (about 1 in {one_in} per guess, by the threshold's construction) or with the median validation "
         "image of as many brightness groups (smooth, typical images, which SSIM rewards far more often), whichever "
-        "found more of each batch. An attack whose interval reaches down to chance has shown no reconstruction.</p>"
+        "found more over all batches. An attack whose interval reaches down to chance has shown no reconstruction.</p>"
         f"{table}"
         "<p>What each number covers. The run's bounds are for a record Poisson-sampled at rate q over all T steps "
         "(it is in no batch at all with probability (1-q)^T) and for success as singling it out against the prior "
