@@ -322,3 +322,14 @@ def test_laplace_runs_certified_by_the_pure_bound_compose_under_it(write_study):
     assert privacy.accountant == "pure"
     assert privacy.dp_sgd_epsilon == pytest.approx(accounting.ledger_epsilon(ledger, delta=1e-5, accountant="pure"))
     assert 8 < privacy.dp_sgd_epsilon <= 16      # two runs of at most 8 each
+
+
+def test_a_budget_may_name_the_pure_bound_its_advice_names_for_laplace_runs(write_study):
+    """The advice for Laplace runs says 'set privacy_budget.accountant: pure', which the schema refused."""
+    text = ("name: b\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0, 1]\n"
+            "training: {epochs: 2, batch_size: 20}\nprivacy_budget: {epsilon: 20, delta: 1e-5, accountant: pure}\n"
+            "arms: [{name: lap, mechanism: dp_sgd, noise: laplace, accountant: pure, target_epsilon: 8}]\n")
+    study = load_study(write_study(text))
+    privacy = _privacy(study)
+    check_budget(study.privacy_budget, privacy)
+    assert privacy.accountant == "pure" and 8 < privacy.dp_sgd_epsilon <= 16

@@ -252,7 +252,7 @@ class PrivacyBudget(_Strict):
 
     epsilon: float = Field(gt=0)
     delta: float = Field(gt=0, lt=1)
-    accountant: Literal["pld", "rdp"] = "pld"
+    accountant: Literal["pld", "rdp", "pure"] = "pld"     # pure: the sum of Laplace runs' pure bounds
 
     @field_validator("epsilon")
     @classmethod
