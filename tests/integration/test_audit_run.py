@@ -245,3 +245,36 @@ def test_a_draw_that_finds_no_canary_patient_or_every_one_still_trains_and_says_
         assert verdict["statement"].startswith("no audit bound: none of the training patients was drawn")
     else:
         assert verdict["n_canaries"] == len(sources) and verdict["epsilon_lower_bound"] is not None
+
+
+@pytest.mark.parametrize("mechanism", ["none", "dp_sgd"])
+def test_a_draw_of_every_patient_with_no_canary_included_trains_on_nothing_and_finishes(
+        write_study, tmp_path, monkeypatch, mechanism):
+    """Every training patient drawn and every secret bit 0 leaves an empty training set: the non-private arm
+    divided by zero batches, and the training-set metrics bootstrapped zero images. Whether a run finishes must not
+    turn on the draw or the secret bits."""
+    import numpy as np
+
+    import dpmed.run
+    from dpmed.audit import procedure
+
+    study = load_study(write_study(
+        "name: s\nprivacy_randomness: reproducible\ndata: {source: phantom, n_images: 120, image_size: 16}\n"
+        "training: {steps: 3, batch_size: 16, threads: 1}\n"
+        "evaluation: {bootstrap_resamples: 10, fairness: null, training_metrics: true}\n"
+        f"arms: [{{name: a, mechanism: {mechanism}, audit: {{canaries: 4}}}}]\n"
+        .replace("mechanism: dp_sgd,", "mechanism: dp_sgd, target_epsilon: 8,")))
+    dataset = load_study_data(study)
+    (plan,) = plan_study(study, dataset, {"patients": 100} if mechanism == "dp_sgd" else None)
+    monkeypatch.setattr(procedure, "hold_out_canary_sources",
+                        lambda train, m, **kw: (train.subset(np.zeros(0, int)), train.subset(np.arange(4))))
+    monkeypatch.setattr(procedure, "choose_canaries", lambda m, rng: np.zeros(m, bool))
+    folder = StudyFolder(tmp_path / "out").run(plan.run_id)
+    context = dpmed.run.RunContext(dataset=dataset, evaluation=study.evaluation, progress=False,
+                                   privacy_randomness="reproducible")
+    record = dpmed.run.run_one(plan, context, folder)
+    assert record.audit.n_canaries == 4 and (folder.public / "model.pt").is_file()
+    import torch
+
+    weights = torch.load(folder.public / "model.pt", weights_only=True)
+    assert all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point())   # no step on no image

@@ -86,7 +86,7 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
             **config.explanations.model_dump())
         explanations = explanations.model_copy(update={"seconds": time.perf_counter() - start})
     private = None
-    if config.training_metrics and training is not None:
+    if config.training_metrics and training is not None and len(training):   # an audit may leave none
         train_scores = predict(model, training, dataset.task, device=device)
         private = {"covered_by_eps": False, "note": "computed from the training images without noise: private",
                    **{k.replace("test_", "train_", 1): v for k, v in _utility(

@@ -282,7 +282,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
             average.update()
 
     if dp is None:
-        steps_per_epoch = math.ceil(len(data) / cfg.batch_size)
+        steps_per_epoch = max(1, math.ceil(len(data) / cfg.batch_size))   # 1 for an empty set: no batch, no step
         total = training_steps(steps_per_epoch, epochs=cfg.epochs, steps=cfg.steps)
     else:
         offsets, owned = sampling_units(data, dp.unit)
@@ -303,7 +303,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
             losses = []
             for i, idx in enumerate(shuffled_batches(len(data), batch_size=cfg.batch_size, generator=shuffle_gen)):
                 step = epoch * steps_per_epoch + i                             # 0-based
-                if step >= total:                                               # training.steps ends mid-epoch
+                if step >= total or not len(idx):       # training.steps ends mid-epoch; an empty set has no batch
                     break
                 check_interrupt()
                 x, y = x_all[idx], y_all[idx]
@@ -314,7 +314,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                 set_learning_rate(optimizer, cfg, step, total)
                 after_step()
                 shown.step()
-            statistics.append({"epoch": epoch + 1, "training_loss": float(np.mean(losses))})
+            statistics.append({"epoch": epoch + 1, "training_loss": float(np.mean(losses)) if losses else None})
             save(epoch + 1)
     else:
         remaining = dp.steps - done                   # done counts finished steps here
