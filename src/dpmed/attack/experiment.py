@@ -4,11 +4,12 @@ The reconstruction-robustness bounds (``dpmed.accounting.reconstruction``) reach
 the target was sampled at all: 100 % after a few epochs) long before eps = 1e6; the claim of
 004_6210268d59b6f8e5.txt (Ziller et al. 2024) that high budgets still stop *realistic* reconstruction rests on actual
 attacks failing. :func:`run_imprint_attack` mounts one: for each of ``n_batches`` batches drawn from the attacked
-images (in a study, held-out test images: :data:`ATTACKED`), the adversary's imprinted model (``dpmed.attack.imprint``) goes through one step of the arm
-(dpmed's ``DpSgdStep``: clipping at C, the arm's noise of scale sigma C from fresh secure randomness, division by
-the expected batch size), the imprint rows are inverted into one candidate per bin, the strongest ``batch_size``
-are kept (the expected number of images in a batch, q times the training images whatever the unit: the adversary
-knows that, not the realised batch), and each is scored against the batch (``dpmed.attack.success``).
+images (in a study, held-out test images: :data:`ATTACKED`), the adversary's imprinted model (``dpmed.attack.imprint``)
+goes through one step of the arm (dpmed's ``DpSgdStep``: clipping at C, the arm's noise of scale sigma C from fresh
+secure randomness, division by the expected batch size), the imprint rows are inverted into one candidate per bin, the
+strongest ``batch_size`` are kept (the expected number of images in a batch, q times the training images whatever the
+unit: the adversary knows that, not the realised batch), and each is scored against the batch
+(``dpmed.attack.success``).
 
 The result keeps the summary numbers (shareable) apart from the images (private: they are patient images and their
 reconstructions): :meth:`AttackResult.to_dict` holds no pixel, :attr:`AttackResult.images` holds them all.
@@ -62,8 +63,9 @@ class AttackResult:
     own false positives, about 1 - ``threshold.quantile`` per guess), and the median public image of each of as many
     equal-mass brightness groups (:func:`blind_prototypes`). SSIM favours smooth typical images, so such medians pass
     far more often than any one public image; the chance rate is the prior the criterion gives an adversary without
-    the gradient (Hayes et al. 2023's kappa for it), and the better of the two keeps it from being understated. ``mean_best_ssim`` / ``mean_best_ncc``: over every kept
-    reconstruction, its SSIM to the closest batch image and the NCC of that pair."""
+    the gradient (Hayes et al. 2023's kappa for it), and the better of the two keeps it from being understated.
+    ``mean_best_ssim`` / ``mean_best_ncc``: over every kept reconstruction, its SSIM to the closest batch image and the
+    NCC of that pair."""
 
     structure: str
     n_bins: int

@@ -18,11 +18,11 @@ best blind guess, though: the median of many public images of one brightness is 
 passes far more often. The attack's chance rate measures that (`dpmed.attack.experiment.blind_prototypes`), and the
 report reads every attack rate against it.
 
-**The success rate** is per attacked *image*: a trial is one attacked image (a held-out test image in a study) in one attacked batch, and it is a
-success when at least one kept reconstruction has that image as its closest (SSIM) batch image with SSIM at or
-above the threshold. Clopper-Pearson intervals (exact binomial; Clopper and Pearson 1934) treat trials as
-independent; images of one batch are not quite (they compete for bins), so the per-batch rate (a batch is a success
-when any of its images is), whose trials are independent batches, is reported with its own interval.
+**The success rate** is per attacked *image*: a trial is one attacked image (a held-out test image in a study) in one
+attacked batch, and it is a success when at least one kept reconstruction has that image as its closest (SSIM) batch
+image with SSIM at or above the threshold. Clopper-Pearson intervals (exact binomial; Clopper and Pearson 1934) treat
+trials as independent; images of one batch are not quite (they compete for bins), so the per-batch rate (a batch is a
+success when any of its images is), whose trials are independent batches, is reported with its own interval.
 """
 
 from __future__ import annotations
