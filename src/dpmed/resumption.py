@@ -197,8 +197,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
             elsewhere.append(record)
             continue
         diffs = setting_differences(record.plan.settings(), listed[run_id].settings())
-        evaluated = _evaluated_otherwise(record, study, summary.n_test)
-        _refuse_training_metrics(folder, evaluated)
+        evaluated = _evaluated_otherwise(record, study, summary.n_test)    # a record shows no training_metrics
         drawn = randomness_of(record)
         if drawn not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
             diffs.append(f"privacy_randomness: {drawn} in the finished run, {randomness} now")

@@ -318,7 +318,7 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Ree
     with torch_threads(run_threads(plan.training.threads)):
         model = build_model(plan.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
                             image_size=ds.train.image_shape[1])
-        model.load_state_dict(torch.load(folder.model, map_location="cpu", weights_only=True))
+        model.load_state_dict(read_state_dict(folder.model, key=f"the finished run {plan.run_id}'s model"))
         val_input, test_input = _model_inputs(ds, ds.val, ds.test)
         assessment = assess(model.to(device), ds, (val_input, test_input), context.evaluation,
                             cam_layer=MODELS[plan.model].cam_layer, device=device)

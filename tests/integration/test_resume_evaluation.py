@@ -70,6 +70,12 @@ def test_a_run_to_evaluate_again_without_its_model_is_refused_naming_the_file(ti
     assert "the finished run dp_eps8_C1_seed0 was evaluated with other settings" in err and "model.pt is gone" in err
     assert "Traceback" not in err
     assert all(p.read_bytes() == b for p, b in kept.items() if p.is_file() and "private" not in p.parts)
+    (out / "tiny" / "runs" / "dp_eps8_C1_seed0" / "model.pt").write_bytes(b"not a model")      # damaged, not gone
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress",
+                 "--set", "evaluation.bootstrap_resamples=30"]) == 2
+    err = capsys.readouterr().err
+    assert "the finished run dp_eps8_C1_seed0's model" in err and "model.pt" in err and "Traceback" not in err
+    assert all(p.read_bytes() == b for p, b in kept.items() if p.suffix == ".json" and "private" not in p.parts)
 
 
 def test_an_old_run_json_s_private_timing_stays_out_when_the_run_is_evaluated_again(tiny_study, tiny_study_file,

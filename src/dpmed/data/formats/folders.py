@@ -153,7 +153,7 @@ def _refuse_splits_taken_for_classes(top: Path, classes_by_group: dict[Path, lis
                             f"would be left out. {_LAYOUT_HINT}: rename it to the split it holds, or move it out of "
                             f"{top}")
         named = next((c for c in sorted(classes) if c.casefold() == other.name.casefold()), None)
-        images = sum(1 for f in _files_under(other) if f.suffix.lower() in DECODERS and not f.name.startswith(".")
+        images = sum(1 for f in _files_under(other) if f.suffix.lower() in DECODERS and _listed(f)
                      and f.is_file()) if named and other not in split_dirs else 0
         if images:
             first = min(split_dirs, key=lambda s: (split_dirs[s] != "train", s.name)).name  # train/ if there
