@@ -33,7 +33,10 @@ The engines:
 * dpmed: ``dpmed.training.DpSgdStep(engine="dpmed")``, mixed ghost clipping with book-keeping (Bu et al. 2022,
   2023), one backward pass, and float64 noise from a secret AES-CTR stream (Opacus's engines draw torch's own);
 * dpmed-no-noise (not in the default ``--engines``): the same step with sigma = 0, so that a run can split the
-  dpmed step's cost into clipping and noise.
+  dpmed step's cost into clipping and noise;
+* dpmed-tf32 (not in the default ``--engines``, and not private): the dpmed step with cuDNN's convolutions left in
+  TF32, as before the engine turned TF32 off for its norms and sums (`dpmed.training.clipping._without_tf32`), so
+  that a GPU run can say what full float32 costs. Its units may pass C by TF32's rounding: never train with it.
 This is a benchmark, not a test: nothing here asserts a speed.
 """
 
@@ -51,7 +54,8 @@ import time
 from pathlib import Path
 
 ENGINES = ("nonprivate", "opacus-hooks", "opacus-ghost", "dpmed")
-EXTRA_ENGINES = ("dpmed-no-noise",)     # dpmed with sigma = 0: the clipping alone, to split a step's cost
+EXTRA_ENGINES = ("dpmed-no-noise",     # dpmed with sigma = 0: the clipping alone, to split a step's cost
+                 "dpmed-tf32")         # dpmed with cuDNN's TF32 left on: what full float32 costs (not private)
 DEFAULT_MODELS = ("small_cnn", "resnet9", "resnet18")
 DEFAULT_SIZES = ("28x1", "64x3", "224x3")
 
@@ -102,13 +106,19 @@ def _step_function(engine: str, model, x, y, device: str, groups=None):
             opt.step()
         return step
 
-    if engine in ("dpmed", "dpmed-no-noise"):
+    if engine in ("dpmed", "dpmed-no-noise", "dpmed-tf32"):
         from dpmed.randomness import PrivacyRandomness
         from dpmed.training import DpSgdStep
 
+        if engine == "dpmed-tf32":                     # this worker process only: a benchmark, never a run
+            import contextlib
+
+            from dpmed.training import clipping
+            clipping._without_tf32 = contextlib.nullcontext
+
         opt = torch.optim.SGD(model.parameters(), lr=1e-4)
         dp = DpSgdStep(model, loss_fn=loss_sum, max_grad_norm=1.0,
-                       noise_multiplier=1.0 if engine == "dpmed" else 0.0,
+                       noise_multiplier=0.0 if engine == "dpmed-no-noise" else 1.0,
                        expected_batch_size=float(len(x)), physical_batch_size=len(x),
                        noise_rng=PrivacyRandomness.secure().stream("noise"), engine="dpmed")   # as a run draws it
 
