@@ -24,7 +24,7 @@ from dpmed.folders import RETRAIN_NOTE, StudyFolder
 from dpmed.mechanisms import claims_beyond
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, read_record
-from dpmed.run import check_reevaluable
+from dpmed.run import read_released_model
 
 __all__ = ["finished_runs", "data_fingerprint", "attributes_fingerprint", "randomness_of", "setting_differences"]
 
@@ -208,7 +208,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
         else:
             mine[run_id] = record
             if evaluation or evaluated:
-                check_reevaluable(record, folder.run(run_id))     # before the study writes anything
+                read_released_model(record, folder.run(run_id))   # refused before the study writes anything
                 stale.append(run_id)
     if clashes:
         lines = [f"  - {run_id}: {'; '.join(diffs[:4])}" + (f" (and {len(diffs) - 4} more)" if len(diffs) > 4 else "")

@@ -295,12 +295,15 @@ class Reevaluation:
         return self.record
 
 
-def check_reevaluable(record: RunRecord, folder: RunFolder) -> None:
-    """ConfigError where a finished run to evaluate again has no model to evaluate (its model.pt deleted)."""
+def read_released_model(record: RunRecord, folder: RunFolder) -> dict[str, torch.Tensor]:
+    """The state dict a finished run released, to evaluate it again; ConfigError, naming the file, where its
+    model.pt is gone or cannot be read. A study reads every such model before it writes anything (study.yaml
+    included), so one damaged file leaves the folder as it was (`dpmed.resumption`)."""
     if not folder.model.is_file():
         raise ConfigError(f"the finished run {record.run_id} was evaluated with other settings than this study's, "
                           f"and its model {folder.model} is gone, so it cannot be evaluated again: restore the file, "
                           f"or delete {folder.public} to retrain the run {RETRAIN_NOTE}")
+    return read_state_dict(folder.model, key=f"the finished run {record.run_id}'s model")
 
 
 def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Reevaluation:
@@ -313,12 +316,12 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Ree
     the run saw them, canaries and local DP noise included, which only training has. Nothing is written until
     :meth:`Reevaluation.write`."""
     plan, ds = record.plan, context.dataset
-    check_reevaluable(record, folder)
+    state = read_released_model(record, folder)
     device = resolve_device(context.device if plan.training.device == "auto" else plan.training.device)
     with torch_threads(run_threads(plan.training.threads)):
         model = build_model(plan.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
                             image_size=ds.train.image_shape[1])
-        model.load_state_dict(read_state_dict(folder.model, key=f"the finished run {plan.run_id}'s model"))
+        model.load_state_dict(state)
         val_input, test_input = _model_inputs(ds, ds.val, ds.test)
         assessment = assess(model.to(device), ds, (val_input, test_input), context.evaluation,
                             cam_layer=MODELS[plan.model].cam_layer, device=device)

@@ -57,7 +57,8 @@ def test_without_study_yaml_each_record_says_how_it_was_evaluated(tiny_study, ti
 def test_a_run_to_evaluate_again_without_its_model_is_refused_naming_the_file(tiny_study, tiny_study_file, tmp_path,
                                                                               capsys):
     """Refused before anything is written: study.yaml and every run as they were (before, the runs ahead of it were
-    evaluated again and study.yaml stated the new settings for all of them)."""
+    evaluated again and study.yaml stated the new settings for all of them), whether the model is gone or damaged
+    (before, a damaged one was found after study.yaml stated the new settings)."""
     out = tmp_path / "out"
     shutil.copytree(tiny_study, out / "tiny")
     (out / "tiny" / "runs" / "dp_eps8_C1_seed0" / "model.pt").unlink()
@@ -75,7 +76,7 @@ def test_a_run_to_evaluate_again_without_its_model_is_refused_naming_the_file(ti
                  "--set", "evaluation.bootstrap_resamples=30"]) == 2
     err = capsys.readouterr().err
     assert "the finished run dp_eps8_C1_seed0's model" in err and "model.pt" in err and "Traceback" not in err
-    assert all(p.read_bytes() == b for p, b in kept.items() if p.suffix == ".json" and "private" not in p.parts)
+    assert all(p.read_bytes() == b for p, b in kept.items() if p.is_file() and "private" not in p.parts)
 
 
 def test_an_old_run_json_s_private_timing_stays_out_when_the_run_is_evaluated_again(tiny_study, tiny_study_file,
