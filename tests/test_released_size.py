@@ -33,30 +33,79 @@ def test_other_data_or_another_eps_is_another_release_and_is_drawn_afresh(tmp_pa
     assert len(json.loads(path.read_text())["draws"]) == 41
 
 
-def test_a_count_is_not_drawn_again_beside_finished_runs_planned_from_an_earlier_draw(tmp_path):
+def test_a_count_is_not_drawn_again_beside_finished_runs_but_taken_back_from_their_records(tmp_path, monkeypatch):
     """Deleting the private file while finished runs stay would make a second draw of the same count, a second
-    release the study's accounting cannot tell from the first (two draws may even come out equal)."""
+    release the study's accounting cannot tell from the first (two draws may even come out equal). The runs' records
+    hold the count they were planned from, released already: it is taken back, nothing is drawn, and it is written
+    only by keep_sizes (once the study has accepted the runs)."""
     import pytest
 
+    from dpmed import released_size
     from dpmed.errors import PrivacyError
+    from dpmed.released_size import keep_sizes
 
     path = tmp_path / "private" / "released_sizes.json"
     first = release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc")
-    planned = {("patients", 0.02)}
+    planned = {(key, 0.02): {count} for key, count in first.items()}
     assert release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned) == first
     path.unlink()
-    with pytest.raises(PrivacyError, match=r"holds no count of the training set's patients \(at eps 0.02\) .* "
-                                           r"second release"):
-        release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned)
+
+    def no_draw(scale, source):
+        raise AssertionError("a count was drawn again")
+    with monkeypatch.context() as m:
+        m.setattr(released_size, "discrete_laplace", no_draw)
+        assert release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned) == first
+        assert not path.exists()                                          # not kept before the runs are accepted
+        keep_sizes(first, epsilon=0.02, path=path, fingerprint="abc")
+        assert release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc") == first     # kept in the file
+        keep_sizes(first, epsilon=0.02, path=path, fingerprint="abc")
+        assert len(json.loads(path.read_text())["draws"]) == 2                                # once
+    path.unlink()
+    with pytest.raises(PrivacyError, match=r"hold more than one count of the training set's patients at eps 0.02 "
+                                           r"\(3, 140\)"):
+        release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before={("patients", 0.02): {140, 3}})
     assert not path.exists()                                              # nothing drawn, nothing written
-    release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="other")  # other data: the study refuses its runs
-    release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned)
-    release_sizes(NEEDED, epsilon=0.05, path=path, fingerprint="abc", planned_before=planned)   # another eps: drawn
+    with monkeypatch.context() as m:             # a second draw beside the runs, made before this was refused
+        m.setattr(released_size, "discrete_laplace", lambda scale, source: first["patients"] - 140 + 1)
+        release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc")
+    with pytest.raises(PrivacyError, match=rf"hold more than one count of the training set's patients at eps 0.02 "
+                                           rf"\({first['patients']}, {first['patients'] + 1}\)"):
+        release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned)
+    other_eps = release_sizes(NEEDED, epsilon=0.05, path=path, fingerprint="abc", planned_before=planned)   # drawn
+    assert len(json.loads(path.read_text())["draws"]) == 4 and other_eps.keys() == first.keys()
     seeded = tmp_path / "seeded.json"                # reproducible mode: the public seed draws the same count again
     again = release_sizes(NEEDED, epsilon=0.02, path=seeded, fingerprint="abc", reproducible_seed=3)
     seeded.unlink()
     assert release_sizes(NEEDED, epsilon=0.02, path=seeded, fingerprint="abc", reproducible_seed=3,
-                         planned_before=planned) == again
+                         planned_before={("patients", 0.02): {first["patients"] + 1}}) == again
+
+
+def test_a_count_is_not_taken_back_where_the_folder_cannot_tell_which_data_it_counted(tmp_path):
+    import pytest
+
+    from dpmed.errors import PrivacyError
+
+    with pytest.raises(PrivacyError, match=r"holds no count of the training set's patients \(at eps 0.02\) and .*"
+                                           r"data_fingerprint is gone too"):
+        release_sizes({"patients": 140}, epsilon=0.02, path=tmp_path / "r.json", fingerprint="abc",
+                      planned_before={("patients", 0.02): {7}}, data_checked=False)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_draw_for_other_data_or_in_reproducible_mode_does_not_stop_the_take_back(tmp_path, monkeypatch):
+    """Before, any draw of the (key, eps) in the file, whatever its data or mode, let a secure study draw afresh
+    beside finished secure runs: a second release the study's total, one count per (key, eps), did not charge."""
+    from dpmed import released_size
+
+    def no_draw(scale, source):
+        raise AssertionError("a count was drawn again")
+    for other in ({"fingerprint": "xyz"}, {"fingerprint": "abc", "reproducible_seed": 0}):
+        path = tmp_path / f"{len(other)}.json"
+        release_sizes({"patients": 140}, epsilon=0.02, path=path, **other)
+        with monkeypatch.context() as m:
+            m.setattr(released_size, "discrete_laplace", no_draw)
+            assert release_sizes({"patients": 140}, epsilon=0.02, path=path, fingerprint="abc",
+                                 planned_before={("patients", 0.02): {7}}) == {"patients": 7}
 
 
 def test_the_count_is_the_exact_one_plus_discrete_laplace_noise_of_scale_one_over_eps(tmp_path, monkeypatch):
@@ -174,22 +223,19 @@ def test_secure_counts_draw_from_the_operating_system(tmp_path, monkeypatch):
     assert sources == [secrets.randbelow]
 
 
-def test_a_file_that_lost_this_count_but_holds_others_still_refuses_a_second_draw(tmp_path):
-    """The refusal asks whether this (key, eps) is in the file, not whether the file is empty: a file holding only
-    the images count, or the patients at another eps, does not hold the count the finished runs planned from."""
-    import pytest
-
-    from dpmed.errors import PrivacyError
-
-    planned = {("patients", 0.02)}
+def test_a_file_that_lost_this_count_but_holds_others_still_takes_it_back(tmp_path):
+    """What counts is whether this (key, eps) is in the file, not whether the file is empty: a file holding only
+    the images count, or the patients at another eps, does not hold the count the finished runs planned from, and a
+    fresh draw of it would be a second release."""
+    planned = {("patients", 0.02): {123}}
     for held in ({"images": 300}, None):
         path = tmp_path / f"{held is None}.json"
         if held is None:
             release_sizes({"patients": 140}, epsilon=0.05, path=path, fingerprint="abc")
         else:
             release_sizes(held, epsilon=0.02, path=path, fingerprint="abc")
-        with pytest.raises(PrivacyError, match="holds no count of the training set's patients"):
-            release_sizes({"patients": 140}, epsilon=0.02, path=path, fingerprint="abc", planned_before=planned)
+        assert release_sizes({"patients": 140}, epsilon=0.02, path=path, fingerprint="abc",
+                             planned_before=planned) == {"patients": 123}
 
 
 def test_a_count_stored_as_anything_but_an_integer_or_a_file_that_cannot_be_read_is_refused(tmp_path, monkeypatch):

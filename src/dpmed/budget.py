@@ -158,8 +158,9 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
             why += f"; set privacy_budget.accountant: {fallback} to compose beyond what PLD resolves"
         sizes = {r.size for r in dp if r.size is not None}
         if dp_eps is not None and sizes:
-            # One cost per count: a folder holds one draw per key and eps (`released_size` refuses to draw again
-            # beside finished runs planned from an earlier one), shared by every run planned from it.
+            # One cost per count: a folder holds one draw per key and eps (`released_size` never draws again
+            # beside finished secure runs planned from an earlier one: it takes their count back, and refuses a
+            # folder whose runs and file hold two), shared by every run planned from it.
             dp_eps += sum(eps for _, eps in sizes)
             why += (f" (including {len(sizes)} DP count(s) of the training set: "
                     + ", ".join(f"{key} at eps {eps:g}" for key, eps in sorted(sizes)) + ")")

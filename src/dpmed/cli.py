@@ -141,7 +141,8 @@ def _parser() -> argparse.ArgumentParser:
                           description="Every run's plan (sigma, eps, q, T), the study's privacy and an estimated "
                                       "time: reads the data and calibrates as `run` does, and trains nothing. It "
                                       "writes one file: where the study has DP-SGD arms and the folder holds none "
-                                      "yet, the DP count of the training set they plan from, drawn now, in "
+                                      "yet, the DP count of the training set they plan from, drawn now (or taken "
+                                      "back from the records of finished runs planned from it), in "
                                       "OUT/<study>/private/released_sizes.json (private; `run` reuses that draw, so "
                                       "its plans are the ones shown here).")
     _study_arguments(plan)

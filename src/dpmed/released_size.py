@@ -13,9 +13,14 @@ target less size_epsilon.
 One count per kind of unit an arm plans over (patients; images; images capped per patient) is drawn once per study
 folder and data, from the operating system, and kept in ``private/released_sizes.json``: every run and every rerun of
 the study plans from the same counts, so the study pays size_epsilon once per count (`dpmed.budget`) and no fresh
-draws exist to be averaged. Deleting the folder and running again releases new counts, at a new cost; deleting only
-that file while finished runs planned from its counts stay in the folder is refused: a second draw beside theirs would
-be a second release, which their records could not be told apart from the first.
+draws exist to be averaged. Deleting the folder and running again releases new counts, at a new cost. Where the file
+was deleted while the folder shows a count it released in secure mode (its finished runs' records, and study.yaml,
+which shows it before the first run trains), that count is taken back, released already: a second draw beside it
+would be a second release, which the records could not be told apart from the first. It is kept in the file only
+once the study has accepted those runs (`keep_sizes`): runs it refuses (made on other data) must not leave their
+count as this data's. With private/ deleted as a whole, the fingerprint of the data the count was of is gone too, and
+the study is refused. A reproducible-mode count is never taken back into a secure study: its noise comes from a
+public seed, so it and a run's record give the exact size.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from dpmed.lock import guard
 from dpmed.mechanisms import PlanContext, mechanism_info
 from dpmed.randomness import discrete_laplace, public_seed
 
-__all__ = ["needed_sizes", "release_sizes", "describe_counts"]
+__all__ = ["needed_sizes", "release_sizes", "keep_sizes", "describe_counts"]
 
 
 def describe_counts(sizes: Mapping[str, int], epsilon: float, *, symbols: bool = False) -> str:
@@ -64,15 +69,20 @@ def needed_sizes(study: Study, context: PlanContext) -> dict[str, int]:
 
 def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerprint: str,
                   reproducible_seed: int | None = None,
-                  planned_before: Collection[tuple[str, float]] = ()) -> dict[str, int]:
+                  planned_before: Mapping[tuple[str, float], Collection[int]] | None = None,
+                  data_checked: bool = True) -> dict[str, int]:
     """The noisy count of each of ``needed`` (exact counts by key), at ``epsilon`` each: the one drawn earlier for
-    this key, epsilon and data (``fingerprint``) when ``path`` holds it, else a fresh draw, added to ``path``.
+    this key, epsilon, data (``fingerprint``) and mode when ``path`` holds it, else one taken back from
+    ``planned_before``, else a fresh draw, added to ``path``.
     ``reproducible_seed``: derive the noise from this public seed (reproducible mode, not DP) instead of the OS.
-    ``planned_before``: the (key, epsilon) of the counts the folder's finished runs were planned from; where ``path``
-    holds no draw of one of them at all (for any data), it was deleted beside those runs, and a fresh draw is refused
-    (PrivacyError; module docstring). A draw for other data or randomness is left to the study to refuse: its
-    finished runs were made on other data or in another mode. The read, the draws and the write are one step under
-    `dpmed.lock.guard`; a file that cannot be read is refused (PrivacyError), never replaced by fresh draws."""
+    ``planned_before``: the counts the folder released already in secure mode, by (key, epsilon), as its finished
+    runs' records and its study.yaml hold them (only they: module docstring); read in secure mode only. Where
+    ``path`` holds no draw for these data, their count is returned, not written (`keep_sizes` writes it once the
+    study has accepted the runs); PrivacyError where they hold more than one, where the file's draw is not theirs
+    (a folder where two counts were released), or where ``data_checked`` is False (the folder's fingerprint of the
+    data is gone, so whether they counted these data cannot be told). The read, the draws and the write are one
+    step under `dpmed.lock.guard`; a file that cannot be read is refused (PrivacyError), never replaced by fresh
+    draws."""
     if not needed:
         return {}
     # `dpmed plan` holds no study folder: beside a starting `dpmed run`, each would otherwise draw a count the file
@@ -80,7 +90,7 @@ def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fing
     path.parent.mkdir(parents=True, exist_ok=True)
     with guard(path.parent):
         return _release(needed, epsilon=epsilon, path=path, fingerprint=fingerprint,
-                        reproducible_seed=reproducible_seed, planned_before=planned_before)
+                        reproducible_seed=reproducible_seed, planned_before=planned_before, data_checked=data_checked)
 
 
 def _read_draws(path: Path) -> list[dict]:
@@ -94,13 +104,16 @@ def _read_draws(path: Path) -> list[dict]:
     except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise PrivacyError(
             f"{path} cannot be read ({type(exc).__name__}: {exc}); it holds the DP counts of the training set that "
-            "DP-SGD plans from. Restore it from a copy; deleting it beside finished DP-SGD runs is refused, as a "
-            "fresh count would be a second release; or run the study into another folder (--out)") from None
+            "DP-SGD plans from. Restore it from a copy, or delete it: a study then takes the counts back from its "
+            "finished DP-SGD runs' records (without such runs of secure randomness it draws new ones, a new "
+            "release)") from None
     return draws
 
 
 def _release(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerprint: str,
-             reproducible_seed: int | None, planned_before: Collection[tuple[str, float]]) -> dict[str, int]:
+             reproducible_seed: int | None,
+             planned_before: Mapping[tuple[str, float], Collection[int]] | None,
+             data_checked: bool) -> dict[str, int]:
     draws = _read_draws(path)
     mode = "secure" if reproducible_seed is None else f"reproducible {reproducible_seed}"
     released, fresh = {}, []
@@ -108,13 +121,26 @@ def _release(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerpri
         earlier = next((d["count"] for d in draws if (d["key"], d["epsilon"], d["data"], d["mode"])
                         == (key, epsilon, fingerprint, mode)), None)
         # (reproducible mode draws the same count again from its public seed: nothing new is released)
-        if (earlier is None and reproducible_seed is None and (key, epsilon) in planned_before
-                and not any((d["key"], d["epsilon"]) == (key, epsilon) for d in draws)):
+        recorded = sorted((planned_before or {}).get((key, epsilon), ())) if reproducible_seed is None else []
+        if recorded and (len(recorded) > 1 or earlier not in (None, *recorded)):
+            counts = ", ".join(map(str, sorted({*recorded} | ({earlier} - {None}))))
+            holders = f"{path.parent.parent}'s finished DP-SGD runs and study.yaml" + (
+                "" if earlier is None else f", and {path},")
             raise PrivacyError(
-                f"{path} holds no count of the training set's {key} (at eps {epsilon:g}) for these data, but finished "
-                "DP-SGD runs in this folder were planned from one: a new count beside theirs would be a second "
-                "release of it, which the study's privacy could not tell from the first. Restore the file, or run "
-                "the study into another folder (--out)")
+                f"{holders} hold more than one count of the training set's {key} at eps {epsilon:g} ({counts}): the "
+                "runs were made on other data, or beside a second draw of the count, which the study's privacy, "
+                "charging one count, could not account for. Run the study into another folder (--out), or delete "
+                "the finished runs and study.yaml to retrain them")
+        if recorded and earlier is None and not data_checked:
+            raise PrivacyError(
+                f"{path} holds no count of the training set's {key} (at eps {epsilon:g}) and "
+                f"{path.parent / 'data_fingerprint'} is gone too, so dpmed can tell neither whether the folder's "
+                f"finished runs and study.yaml, planned from the count {recorded[0]}, counted these data, nor whether "
+                "those runs were trained on them; a fresh count beside theirs would be a second release. Restore "
+                f"{path.parent} from a copy, or run the study into another folder (--out)")
+        if recorded and earlier is None:
+            released[key] = recorded[0]       # released already, with those runs: nothing new; kept by keep_sizes
+            continue
         if earlier is None:
             source = (secrets.randbelow if reproducible_seed is None
                       else random.Random(public_seed(reproducible_seed, f"released size {key}")).randrange)
@@ -124,3 +150,21 @@ def _release(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerpri
     if fresh:
         write_text_atomic(path, json.dumps({"draws": draws + fresh}, indent=2), owner_only=True)
     return released
+
+
+def keep_sizes(sizes: Mapping[str, int], *, epsilon: float, path: Path, fingerprint: str,
+               reproducible_seed: int | None = None) -> None:
+    """Add to ``path`` each count of ``sizes`` (by key, at ``epsilon``) it holds no draw of for these data and this
+    mode: the counts `release_sizes` took back from finished runs' records, once the study has accepted those runs
+    (module docstring). Under `dpmed.lock.guard`, as the draws are."""
+    if not sizes:
+        return
+    mode = "secure" if reproducible_seed is None else f"reproducible {reproducible_seed}"
+    with guard(path.parent):
+        draws = _read_draws(path)
+        held = {(d["key"], d["epsilon"], d["data"], d["mode"]) for d in draws}
+        taken = [{"key": key, "epsilon": epsilon, "data": fingerprint, "mode": mode, "count": count,
+                  "from": "the finished runs' records"}
+                 for key, count in sizes.items() if (key, epsilon, fingerprint, mode) not in held]
+        if taken:
+            write_text_atomic(path, json.dumps({"draws": draws + taken}, indent=2), owner_only=True)

@@ -45,7 +45,7 @@ from dpmed.outputs import write_outputs
 from dpmed.states import read_resolved
 from dpmed.pretraining import prepare_start
 from dpmed.progress import StudyProgress
-from dpmed.released_size import needed_sizes, release_sizes
+from dpmed.released_size import keep_sizes, needed_sizes, release_sizes
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
 from dpmed.resumption import attributes_fingerprint, data_fingerprint, finished_runs, randomness_of
 from dpmed.run import RunContext, reevaluate
@@ -286,18 +286,22 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     fingerprint = data_fingerprint(dataset)
     context = plan_context(dataset)
     needed = needed_sizes(study, context)
+    seed = study.seeds[0] if study.privacy_randomness == "reproducible" else None
+    released, checked = _counts_released_before(folder, fingerprint)
     with writing_into(folder.root):      # `dpmed plan` too writes the DP counts: into private/, made owner-only
         if needed:
             folder.make_private()
         sizes = release_sizes(needed, epsilon=study.size_epsilon, path=folder.released_sizes, fingerprint=fingerprint,
-                              reproducible_seed=study.seeds[0] if study.privacy_randomness == "reproducible" else None,
-                              planned_before=_counts_planned_before(folder))
+                              reproducible_seed=seed, planned_before=released, data_checked=checked)
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
     _tell_whole_batches(plans)
     attributes = attributes_fingerprint(dataset)
     existing, elsewhere, stale = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint,
                                                before, attributes)
+    with writing_into(folder.root):      # a count taken back from the runs, now that they are accepted
+        keep_sizes(sizes, epsilon=study.size_epsilon, path=folder.released_sizes, fingerprint=fingerprint,
+                   reproducible_seed=seed)
     reproducible = "reproducible" in {study.privacy_randomness, *map(randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
     if study.privacy_budget is not None:
@@ -321,10 +325,33 @@ def _refuse_shared_cache(study: Study, folder: StudyFolder) -> None:
                           f"where the dataset itself lives, or under {folder.private}")
 
 
-def _counts_planned_before(folder: StudyFolder) -> set[tuple[str, float]]:
-    """The DP counts of the training set (key, eps) that the folder's finished DP-SGD runs were planned from."""
-    plans = [read_record(folder.run(run_id).record).plan.privacy for run_id in folder.finished_run_ids()]
-    return {(p.size_key, p.size_epsilon) for p in plans if isinstance(p, DpSgdPlan) and p.size_epsilon}
+def _counts_released_before(folder: StudyFolder,
+                            fingerprint: str) -> tuple[dict[tuple[str, float], set[int]] | None, bool]:
+    """`release_sizes`'s (planned_before, data_checked): the DP counts of the training set the folder has released
+    already, by (key, eps), in secure mode (a reproducible count is the exact size plus public noise: never one to
+    take back, `dpmed.released_size`): those its finished DP-SGD runs were planned from, as their records hold
+    them, and those its study.yaml shows (written before the first run trains, so also a study stopped before any
+    run finished has released its counts there). None where private/data_fingerprint names other data (the runs
+    are then refused as made on other data); data_checked False where it is gone, so that the runs' data cannot
+    be checked."""
+    saved = folder.data_fingerprint
+    same = saved.is_file() and saved.read_bytes().strip() == fingerprint.encode("ascii")
+    if saved.is_file() and not same:
+        return None, True
+    counts: dict[tuple[str, float], set[int]] = {}
+    for run_id in folder.finished_run_ids():
+        record = read_record(folder.run(run_id).record)
+        p = record.plan.privacy
+        if isinstance(p, DpSgdPlan) and p.size_epsilon and randomness_of(record) == "secure":
+            counts.setdefault((p.size_key, p.size_epsilon), set()).add(p.released_count)
+    try:
+        resolved = read_resolved(folder.root) if folder.resolved_study.is_file() else None
+    except ConfigError:          # another version's, or damaged: refused later where finished runs need it
+        resolved = None
+    if resolved is not None and resolved.study.privacy_randomness == "secure" and resolved.dataset.size_epsilon:
+        for key, count in resolved.dataset.released_sizes.items():
+            counts.setdefault((key, resolved.dataset.size_epsilon), set()).add(count)
+    return counts, same
 
 
 def _refuse_vacuous_budget_delta(delta: float, plans: list[RunPlan]) -> None:

@@ -195,24 +195,103 @@ def test_report_of_a_folder_whose_runs_were_all_interrupted_says_to_continue_the
                      r"run `dpmed report` again once a run has finished$", line), line
 
 
-def test_a_study_whose_counts_file_was_deleted_beside_finished_runs_is_refused(tiny_study, tiny_study_file, tiny_text,
-                                                                                tmp_path, capsys):
+@pytest.mark.parametrize("noise", [-200, 3])
+def test_a_study_whose_counts_file_was_deleted_beside_finished_runs_takes_their_count_back(
+        tiny_study, tiny_study_file, tiny_text, tmp_path, capsys, monkeypatch, noise):
     """The finished runs were planned from the DP count in private/released_sizes.json; with the file gone, a new
     draw beside them would be a second release of the count that the study's total could not tell from the first.
-    In reproducible mode (the tiny study's) the public seed draws the same count again: nothing is refused."""
+    Their records hold the count, released already: the study plans from it again and can be extended (before, it
+    was refused and the folder could not grow). A count below the batch (noise -200) is what the record's
+    released_units holds, not its N. In reproducible mode (the tiny study's) the public seed draws the same count
+    again."""
+    from dpmed import released_size
+
+    monkeypatch.setattr(released_size, "discrete_laplace", lambda scale, source: noise)
     secure = _study(tmp_path, tiny_text.replace("privacy_randomness: reproducible", "privacy_randomness: secure"))
     out = tmp_path / "out"
     assert main(["run", str(secure), "--out", str(out), "--no-progress"]) == 0
-    capsys.readouterr()
-    (out / "tiny" / "private" / "released_sizes.json").unlink()
-    assert main(["plan", str(secure), "--out", str(out), "--no-estimate"]) == 2
-    line = _one_line_error(capsys.readouterr().err)
-    assert "holds no count of the training set's patients" in line and "Restore the file" in line
-    assert not (out / "tiny" / "private" / "released_sizes.json").exists()
+    counts = out / "tiny" / "private" / "released_sizes.json"
+    drawn = [(d["key"], d["count"]) for d in json.loads(counts.read_text())["draws"]]
+    counts.unlink()
+    monkeypatch.setattr(released_size, "discrete_laplace", lambda scale, source: noise + 1)   # a draw would show
+    assert main(["run", str(secure), "--out", str(out), "--no-progress", "--set", "seeds=[0, 1]"]) == 0
+    assert [(d["key"], d["count"]) for d in json.loads(counts.read_text())["draws"]] == drawn
+    plans = [json.loads((out / "tiny" / "runs" / f"dp_eps8_C1_seed{s}" / "run.json").read_text())["plan"]["privacy"]
+             for s in (0, 1)]
+    assert [[p[k] for k in ("n_units", "released_units", "sample_rate")] for p in plans] == [
+        [plans[0][k] for k in ("n_units", "released_units", "sample_rate")]] * 2
+    assert (plans[0]["released_units"] is not None) == (noise < 0)
+    monkeypatch.undo()                       # the reproducible draw below is the real one from its public seed
     seeded = tmp_path / "seeded"
     shutil.copytree(tiny_study, seeded / "tiny")
     (seeded / "tiny" / "private" / "released_sizes.json").unlink()
     assert main(["plan", str(tiny_study_file), "--out", str(seeded), "--no-estimate"]) == 0
+
+
+def test_a_reproducible_runs_count_is_never_taken_back_into_a_secure_study(tiny_study, tiny_text, tmp_path,
+                                                                          monkeypatch):
+    """A reproducible run's count is the exact size plus noise from a public seed: taken back as a secure study's DP
+    count, it would give the exact size to whoever holds the run's record. The secure study draws its own."""
+    from dpmed import released_size
+
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    (out / "tiny" / "private" / "released_sizes.json").unlink()
+    secure = _study(tmp_path, tiny_text.replace("privacy_randomness: reproducible", "privacy_randomness: secure"))
+    sources = []
+    real = released_size.discrete_laplace
+
+    def spy(scale, source):
+        sources.append(source)
+        return real(scale, source)
+    monkeypatch.setattr(released_size, "discrete_laplace", spy)
+    assert main(["plan", str(secure), "--out", str(out), "--no-estimate", "--set", "seeds=[1]"]) == 0
+    assert len(sources) == 1 and sources[0].__name__ == "randbelow"
+    draws = json.loads((out / "tiny" / "private" / "released_sizes.json").read_text())["draws"]
+    assert [d["mode"] for d in draws] == ["secure"] and "from" not in draws[0]
+
+
+def test_a_count_taken_back_is_not_kept_where_the_study_then_refuses_the_runs(tiny_text, tmp_path, capsys):
+    """Runs made on other data are refused; the count taken back from them must not stay in the file as the new
+    data's, where the study would plan from it once those runs are deleted."""
+    secure = _study(tmp_path, tiny_text.replace("privacy_randomness: reproducible", "privacy_randomness: secure"))
+    out = tmp_path / "out"
+    assert main(["run", str(secure), "--out", str(out), "--no-progress"]) == 0
+    (out / "tiny" / "private" / "released_sizes.json").unlink()
+    capsys.readouterr()
+    assert main(["plan", str(secure), "--out", str(out), "--no-estimate", "--set", "data.seed=5"]) == 2
+    assert "other" in capsys.readouterr().err
+    draws = json.loads((out / "tiny" / "private" / "released_sizes.json").read_text())["draws"]
+    assert len(draws) == 1 and "from" not in draws[0]              # the new data's own draw, none taken back
+
+
+def test_a_study_stopped_before_any_run_finished_takes_back_the_count_its_study_yaml_shows(tiny_text, tmp_path,
+                                                                                            monkeypatch, capsys):
+    """study.yaml, shareable, shows the DP count before the first run trains: a study stopped then has released it.
+    With the counts file deleted, a fresh draw would be a second release; the count is taken back from study.yaml.
+    With private/ deleted as a whole, whether the runs and study.yaml counted these data cannot be told: refused."""
+    import yaml
+
+    from dpmed import released_size
+
+    secure = _study(tmp_path, tiny_text.replace("privacy_randomness: reproducible", "privacy_randomness: secure"))
+    out = tmp_path / "out"
+    assert main(["run", str(secure), "--out", str(out), "--no-progress"]) == 0
+    shown = yaml.safe_load((out / "tiny" / "study.yaml").read_text())["dataset"]["released_sizes"]
+    shutil.rmtree(out / "tiny" / "runs")                                     # as if stopped before any finished
+    (out / "tiny" / "private" / "released_sizes.json").unlink()
+
+    def no_draw(scale, source):
+        raise AssertionError("a count was drawn again")
+    monkeypatch.setattr(released_size, "discrete_laplace", no_draw)
+    assert main(["plan", str(secure), "--out", str(out), "--no-estimate"]) == 0
+    draws = json.loads((out / "tiny" / "private" / "released_sizes.json").read_text())["draws"]
+    assert {d["key"]: d["count"] for d in draws} == shown and len(shown) == 1
+    shutil.rmtree(out / "tiny" / "private")
+    capsys.readouterr()
+    assert main(["plan", str(secure), "--out", str(out), "--no-estimate"]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "data_fingerprint is gone too" in line and f"count {shown['patients']}" in line and "--out" in line
 
 
 @pytest.mark.parametrize("name, damage", [("data_fingerprint", lambda b: b"\xff" * 8 + b[8:]),
