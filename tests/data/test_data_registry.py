@@ -24,7 +24,7 @@ def test_every_source_is_described(name):
     info = DATASET_SOURCES[name]
     assert info.name == name and info.summary
     assert not info.needs_path or info.layout  # a user must learn where the files go
-    assert info.options <= {"labels", "columns", "task", "uncertain", "split", "skip_invalid", "cache_dir"}
+    assert info.options <= {"labels", "columns", "task", "uncertain", "views", "split", "skip_invalid", "cache_dir"}
 
 
 def test_unknown_source_lists_the_known_ones():
@@ -107,8 +107,8 @@ OPTIONS = {
     "folders": {"split", "skip_invalid", "cache_dir", "labels"},
     "aptos": {"split", "skip_invalid", "cache_dir"}, "ham10000": {"split", "skip_invalid", "cache_dir"},
     "nih": {"split", "skip_invalid", "cache_dir", "labels"},
-    "chexpert": {"split", "skip_invalid", "cache_dir", "labels", "uncertain"},
-    "mimic": {"split", "skip_invalid", "cache_dir", "labels", "uncertain"},
+    "chexpert": {"split", "skip_invalid", "cache_dir", "labels", "uncertain", "views"},
+    "mimic": {"split", "skip_invalid", "cache_dir", "labels", "uncertain", "views"},
     "csv": {"split", "skip_invalid", "cache_dir", "labels", "columns", "task"},
 }
 
@@ -118,7 +118,8 @@ def test_each_source_reads_exactly_its_documented_options():
 
 
 @pytest.mark.parametrize("key, value", [("labels", ("a", "b")), ("columns", {"path": "p"}), ("task", "binary"),
-                                        ("uncertain", "ones"), ("skip_invalid", True), ("cache_dir", "cache"),
+                                        ("uncertain", "ones"), ("views", "all"), ("skip_invalid", True),
+                                        ("cache_dir", "cache"),
                                         ("split", SplitPlan())])
 def test_an_option_an_array_file_does_not_read_is_refused_naming_it(tmp_path, key, value):
     path = _fixture_npz(tmp_path / "tiny.npz")

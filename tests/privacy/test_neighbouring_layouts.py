@@ -505,10 +505,10 @@ def _chexpert_add(root: Path, rows: list[tuple[str, str, str, str, dict]], write
                                      "a lateral view of another size", "a DICOM file"])
 def test_chexpert_an_extra_training_patient_changes_nothing_published(tmp_path, patient, write_dicom):
     """The patient's id sorts first and their rows come first in train.csv: every finding uncertain (-1) or blank,
-    sex "Unknown" and age 0 (under U-Zeros, or U-Ones); a lateral view stored larger, with data.image_size set; a
-    frontal view stored as DICOM."""
+    sex "Unknown" and age 0 (under U-Zeros, or U-Ones); a lateral view stored larger, with data.image_size set and
+    every view read (by default the lateral film is left out); a frontal view stored as DICOM."""
     root = tmp_path / "CheXpert-v1.0-small"
-    extra = {"a lateral view of another size": {"image_size": SIDE},
+    extra = {"a lateral view of another size": {"image_size": SIDE, "views": "all"},
              "uncertain as ones": {"uncertain": "ones"}}.get(patient)
     study = _chexpert(root, extra)
     rows = {"uncertain findings, unknown sex, age 0": [("frontal", "Unknown", "0", "-1.0,-1.0,,-1,,-1.0", {})],
@@ -521,8 +521,10 @@ def test_chexpert_an_extra_training_patient_changes_nothing_published(tmp_path, 
 
 
 def test_chexpert_a_training_patients_lateral_view_of_another_size_is_refused_without_image_size(tmp_path):
+    """With every view read (by default a lateral film is left out, and with it this patient's only image)."""
     root = tmp_path / "CheXpert-v1.0-small"
-    _refused(_chexpert(root), lambda: _chexpert_add(root, [("lateral", "Male", "70", "0.0,1.0,,,,", {"side": 24})]),
+    _refused(_chexpert(root, {"views": "all"}),
+             lambda: _chexpert_add(root, [("lateral", "Male", "70", "0.0,1.0,,,,", {"side": 24})]),
              r"10 of 11 images differ in size from the first readable one \(24x24 px\)")
 
 
@@ -660,7 +662,8 @@ def _mimic_files(root: Path, images: list[tuple[str, str, str, str, str, str]], 
                                            + "".join(",".join(p) + "\n" for p in people), encoding="utf-8")
 
 
-def _mimic(root: Path, *, train_in_split_file: bool = True, patients_table: bool = True) -> tuple[Path, list]:
+def _mimic(root: Path, *, train_in_split_file: bool = True, patients_table: bool = True,
+           views: str | None = None) -> tuple[Path, list]:
     """MIMIC-CXR-JPG with all three splits published in the split file (``train_in_split_file=False``: the file
     names the validation and test images only, the training images having no split), grey JPEGs under files/, and
     MIMIC-IV's patients.csv (``patients_table=False``: its header alone). Returns (study, the tables' rows)."""
@@ -679,7 +682,8 @@ def _mimic(root: Path, *, train_in_split_file: bool = True, patients_table: bool
         tables[2].append((subject, "MF"[k % 2], str(40 + 3 * k), "2150"))
     people = tables[2] if patients_table else []
     _mimic_files(root, *tables[:2], people)
-    return _write_study(root.parent, {"source": "mimic", "path": str(root)}), [*tables[:2], people]
+    data = {"source": "mimic", "path": str(root)} | ({} if views is None else {"views": views})
+    return _write_study(root.parent, data), [*tables[:2], people]
 
 
 def _mimic_add(root: Path, tables: list, *, split_file: bool = True, person: tuple | None = None) -> str:
@@ -701,11 +705,13 @@ def _mimic_add(root: Path, tables: list, *, split_file: bool = True, person: tup
     return subject
 
 
-def test_mimic_an_extra_training_patient_changes_nothing_published(tmp_path):
+@pytest.mark.parametrize("views", [None, "all"])
+def test_mimic_an_extra_training_patient_changes_nothing_published(tmp_path, views):
     """Subject id first, rows first; a lateral view, a study without StudyDate, uncertain and blank findings, and no
-    patients.csv row (their sex and age unknown)."""
+    patients.csv row (their sex and age unknown). By default the lateral film (their study without StudyDate) is left
+    out, with every view read it is in."""
     root = tmp_path / "mimic"
-    study, tables = _mimic(root)
+    study, tables = _mimic(root, views=views)
     before, after = _neighbours(study, lambda: _mimic_add(root, tables))
     assert _differences(before, after) == []
 

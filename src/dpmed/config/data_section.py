@@ -145,7 +145,9 @@ class DataConfig(_Strict):
     labels: findings (chexpert, nih, mimic; default: the dataset's standard set), class folder order (folders) or
     label columns (csv). columns / task: the csv's columns and task kind (inferred when unset; classes counted
     from the labels need a validation or test image each, `dpmed.study.check_classes`). uncertain: CheXpert
-    labeller's -1 (chexpert, mimic): ``zeros`` (default) or ``ones``; blank is always 0.
+    labeller's -1 (chexpert, mimic): ``zeros`` (default) or ``ones``; blank is always 0. views (chexpert, mimic):
+    ``frontal`` (CheXpert's Frontal/Lateral = Frontal; MIMIC's ViewPosition PA or AP; a film whose view is blank is
+    left out) or ``all``; unset, frontal where the table has that column, else every image.
     ordinal: whether the classes of a multiclass task are ordered grades (quadratic-weighted kappa is then
     reported, METHODS.md s.4); unset, the layout's own knowledge decides (aptos and MedMNIST's RetinaMNIST: true;
     others false).
@@ -167,6 +169,7 @@ class DataConfig(_Strict):
     columns: ColumnsConfig | None = None
     task: Literal["binary", "multiclass", "multilabel"] | None = None
     uncertain: Literal["zeros", "ones"] | None = None
+    views: Literal["frontal", "all"] | None = None
     ordinal: bool | None = None
     preprocessing: PreprocessingConfig = Field(default_factory=PreprocessingConfig)
     split: SplitConfig | None = None
@@ -187,7 +190,8 @@ class DataConfig(_Strict):
                                         equalize=pre.equalize, normalize=normalize),
             labels=None if self.labels is None else tuple(self.labels),
             columns=None if self.columns is None else self.columns.model_dump(exclude_none=True), task=self.task,
-            uncertain=self.uncertain, ordinal=self.ordinal, skip_invalid=self.skip_invalid, cache_dir=self.cache_dir,
+            uncertain=self.uncertain, views=self.views, ordinal=self.ordinal, skip_invalid=self.skip_invalid,
+            cache_dir=self.cache_dir,
             split=None if s is None else SplitPlan(val_fraction=s.val_fraction, test_fraction=s.test_fraction,
                                                    seed=s.seed, official=s.official,
                                                    shared_patients=s.shared_patients),

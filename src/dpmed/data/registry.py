@@ -43,8 +43,9 @@ class DataRequest:
     source: a name of DATASET_SOURCES. preprocessing: the per-image steps; for generated sources its size is the
     size they generate at. labels: findings (CheXpert, NIH, MIMIC), class order (folders) or label columns (csv);
     None: the default. columns: the csv's column names; task: the csv's task kind; uncertain: CheXpert/MIMIC policy
-    for -1. ordinal: whether multiclass labels are ordered grades (None: the layout's own knowledge). split: None =
-    the defaults of SplitPlan; cache_dir: where decoded tensors are memory-mapped (None: memory only).
+    for -1; views: CheXpert/MIMIC views kept ("frontal", "all"; None: frontal where the table names views).
+    ordinal: whether multiclass labels are ordered grades (None: the layout's own knowledge). split: None = the
+    defaults of SplitPlan; cache_dir: where decoded tensors are memory-mapped (None: memory only).
     patients: keep one seeded cohort of the patients in every split (`dpmed.data.cohorts`; None: all).
     """
 
@@ -57,6 +58,7 @@ class DataRequest:
     columns: Mapping[str, str] | None = None
     task: str | None = None
     uncertain: str | None = None
+    views: str | None = None
     ordinal: bool | None = None
     split: SplitPlan | None = None
     skip_invalid: bool = False
@@ -66,6 +68,7 @@ class DataRequest:
     def given_options(self) -> list[str]:
         """The optional study keys this request sets (each must be one its source reads)."""
         values = {"labels": self.labels, "columns": self.columns, "task": self.task, "uncertain": self.uncertain,
+                  "views": self.views,
                   "split": self.split, "skip_invalid": self.skip_invalid, "cache_dir": self.cache_dir}
         return [key for key, value in values.items() if value not in (None, False)]
 
@@ -138,7 +141,7 @@ def _from_files(reader: Callable[[DataRequest], Manifest]) -> Callable[[DataRequ
 
 
 _FILE_OPTIONS = frozenset({"split", "skip_invalid", "cache_dir"})
-_FINDINGS_OPTIONS = _FILE_OPTIONS | {"labels", "uncertain"}
+_FINDINGS_OPTIONS = _FILE_OPTIONS | {"labels", "uncertain", "views"}
 
 
 def _uncertain(request: DataRequest) -> str:
@@ -186,7 +189,8 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="chexpert",
             summary="CheXpert: train.csv/valid.csv (Path, Sex, Age, findings 1/0/-1/blank), multilabel",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_chexpert(r.path, findings=r.labels, uncertain=_uncertain(r))),
+            read=_from_files(lambda r: read_chexpert(r.path, findings=r.labels, uncertain=_uncertain(r),
+                                                     views=r.views)),
             options=_FINDINGS_OPTIONS,
             layout="path: the release folder (CheXpert-v1.0-small/) holding train.csv, valid.csv and train/",
         ),
@@ -201,7 +205,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="mimic",
             summary="MIMIC-CXR-JPG: metadata + chexpert label CSVs (split CSV, MIMIC-IV patients.csv optional)",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
-            read=_from_files(lambda r: read_mimic(r.path, findings=r.labels, uncertain=_uncertain(r))),
+            read=_from_files(lambda r: read_mimic(r.path, findings=r.labels, uncertain=_uncertain(r), views=r.views)),
             options=_FINDINGS_OPTIONS,
             layout="path: the mimic-cxr-jpg/2.x.0 folder holding the mimic-cxr-2.0.0-*.csv.gz files and files/",
         ),
@@ -288,8 +292,8 @@ def load_dataset(*, source: str, path: str | Path | None, image_size: int | None
                  n_images: int | None, aspect: str = "stretch", minmax: bool = False, equalize: bool = False,
                  normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
                  labels: tuple[str, ...] | None = None, columns: Mapping[str, str] | None = None,
-                 task: str | None = None, uncertain: str | None = None, ordinal: bool | None = None,
-                 split: SplitPlan | None = None, skip_invalid: bool = False,
+                 task: str | None = None, uncertain: str | None = None, views: str | None = None,
+                 ordinal: bool | None = None, split: SplitPlan | None = None, skip_invalid: bool = False,
                  cache_dir: str | Path | None = None) -> Dataset:
     """:func:`read_dataset` with the request spelled out as keywords (the Python API; a study file's ``data``
     section gives the same request with ``DataConfig.to_request()``). ``image_size`` x ``image_size`` pixels and
@@ -308,7 +312,8 @@ def load_dataset(*, source: str, path: str | Path | None, image_size: int | None
     return read_dataset(DataRequest(source=source, path=None if path is None else Path(path), seed=seed,
                                     n_images=n_images, preprocessing=preprocessing,
                                     labels=None if labels is None else tuple(labels), columns=columns, task=task,
-                                    uncertain=uncertain, ordinal=ordinal, split=split, skip_invalid=skip_invalid,
+                                    uncertain=uncertain, views=views, ordinal=ordinal, split=split,
+                                    skip_invalid=skip_invalid,
                                     cache_dir=None if cache_dir is None else Path(cache_dir)))
 
 

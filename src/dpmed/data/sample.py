@@ -187,7 +187,7 @@ SHAREABLE_SOURCE: dict[str, bool | frozenset[str]] = {
                      "patients_known", "columns", "labels", "findings", "uncertain_policy", "blank_policy", "tables",
                      "table", "official_split_lists", "official_split", "demographics", "generator", "seed",
                      "n_images", "image_size", "positive_fraction", "female_fraction", "repeat_fraction",
-                     "fractions", "task", "difficulty"), True),
+                     "fractions", "task", "difficulty", "views"), True),
     "patient_key": frozenset({"pattern"}),
     "split": frozenset({"val_fraction", "test_fraction", "seed", "official", "published", "carved",
                         "shared_patients"}),

@@ -122,6 +122,35 @@ def test_nih_split_list_lines_without_a_row_are_counted_where_no_row_loses_its_s
     assert m.notes["split_list_lines_without_row"]["count"] == 2 and (m.splits == "test").sum() == 2
 
 
+def test_chexpert_reads_frontal_films_unless_every_view_is_asked_for(chexpert, write_image, caplog):
+    """A lateral film carries its study's labels too; by default it is left out where the table says it is lateral
+    (the count on the terminal only), views="all" reads it, and views="frontal" without the column is refused."""
+    import logging
+
+    lines = (chexpert / "train.csv").read_text().splitlines()
+    lateral = lines[1].replace("view1_frontal", "view2_lateral").replace(",Frontal,AP,", ",Lateral,,")
+    write_image(chexpert / "train" / "patient00001" / "study1" / "view2_lateral.jpg", level=90)
+    (chexpert / "train.csv").write_text("\n".join([lines[0], lateral, *lines[1:]]) + "\n")
+    with caplog.at_level(logging.INFO, logger="dpmed.data.formats.chest_xray"):
+        frontal = read_chexpert(chexpert)
+    every = read_chexpert(chexpert, views="all")
+    assert len(every) == len(frontal) + 1 and not any("lateral" in str(p) for p in frontal.paths)
+    assert every.paths[0].name == "view2_lateral.jpg"
+    assert frontal.where[0].startswith("train.csv line 3 ")                # the file's own line, not the kept row's
+    assert "1 film(s) whose Frontal/Lateral is not Frontal left out" in caplog.text
+    assert "1 film" not in frontal.description and "frontal views only (Frontal/Lateral Frontal)" in frontal.description
+    assert every.notes["views"] == "every view" and frontal.notes["views"].startswith("frontal views only")
+    header = lines[0].split(",")
+    column = header.index("Frontal/Lateral")
+    for name in ("train.csv", "valid.csv"):
+        rows = [line.split(",") for line in (chexpert / name).read_text().splitlines()]
+        (chexpert / name).write_text("\n".join(",".join(r[:column] + r[column + 1:]) for r in rows) + "\n")
+    assert len(read_chexpert(chexpert)) == len(every) and "names none" in read_chexpert(chexpert).description
+    with pytest.raises(DataError, match=r"train.csv has no 'Frontal/Lateral' column, so data.views: frontal cannot "
+                                        r"tell"):
+        read_chexpert(chexpert, views="frontal")
+
+
 # --- MIMIC-CXR-JPG ------------------------------------------------------------------------------------------------
 
 
@@ -165,6 +194,26 @@ def test_mimic_study_without_labels_is_flagged(mimic, load_layout):
         load_layout("mimic", mimic)
     with pytest.raises(DataError, match="none of mimic-cxr-2.0.0-metadata.csv.gz, mimic-cxr-2.0.0-metadata.csv"):
         read_mimic(mimic.parent)
+
+
+def test_mimic_reads_pa_and_ap_films_unless_every_view_is_asked_for(mimic, load_layout):
+    """ViewPosition LATERAL, LL or blank is left out by default; a flagged row keeps its line in the file."""
+    import pandas as pd
+
+    path = mimic / "mimic-cxr-2.0.0-metadata.csv.gz"
+    meta = pd.read_csv(path, dtype=str, keep_default_na=False)
+    meta.loc[0, "ViewPosition"], meta.loc[2, "ViewPosition"], meta.loc[3, "ViewPosition"] = "LATERAL", "", "ap"
+    meta.to_csv(path, index=False, compression="gzip")
+    every, frontal = read_mimic(mimic, views="all"), read_mimic(mimic)
+    assert len(every) == len(meta) and len(frontal) == len(meta) - 2
+    assert [str(p.name) for p in frontal.paths] == [f"{d}.jpg" for d in meta["dicom_id"][[1, *range(3, len(meta))]]]
+    assert frontal.notes["views"] == "frontal views only (ViewPosition PA or AP)" and "PA or AP" in frontal.description
+    assert frontal.where[0] == f"mimic-cxr-2.0.0-metadata.csv.gz line 3 (dicom_id {meta['dicom_id'][1]})"
+    assert load_layout("mimic", mimic, views="all").source["views"] == "every view"
+    meta["ViewPosition"] = "LL"
+    meta.to_csv(path, index=False, compression="gzip")
+    with pytest.raises(DataError, match=r"metadata.csv.gz: no film's ViewPosition is PA or AP .* data.views: all"):
+        read_mimic(mimic)
 
 
 def test_mimic_without_a_required_column(mimic, write_csv):

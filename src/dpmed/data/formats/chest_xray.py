@@ -9,6 +9,12 @@ Uncertain and blank findings (CheXpert, MIMIC-CXR-JPG). The CheXpert labeller (I
 policy, stated in every record: **blank -> 0** (a finding the report does not mention is taken as absent, the usual
 reading), **-1 -> ``uncertain``**: ``zeros`` (U-Zeros, the default: a finding counts only when the report asserts
 it) or ``ones`` (U-Ones, which Irvin et al. found better for atelectasis and edema). Any other value is a flagged row.
+
+Views (CheXpert, MIMIC-CXR-JPG). Both hold lateral films beside the frontal ones, with the study's labels on each. By
+default only frontal films are read where the table says which is which (CheXpert's Frontal/Lateral = Frontal,
+MIMIC's ViewPosition PA or AP; a blank view is left out), as in the MIMIC pretraining of 003_9a91354dc2d7e2df.txt
+(its 210,652 frontal images); ``views="all"`` reads every film. How many films a rule leaves out is a count of the
+patients' images, so it goes to the terminal only, never into a record.
 """
 
 from __future__ import annotations
@@ -75,23 +81,55 @@ def _chexpert_path(root: Path, value: str) -> Path:
     return root.joinpath(*parts)
 
 
-def read_chexpert(path: str | Path, *, findings: Sequence[str] | None = None, uncertain: str = "zeros") -> Manifest:
+def _views_kept(frame: pd.DataFrame, column: str, frontal: Sequence[str], views: str | None,
+                table: Path) -> tuple[pd.DataFrame, str]:
+    """(the rows of ``frame`` that ``views`` keeps, with their original index; the rule in words). ``views``: "all",
+    "frontal" (``column`` in ``frontal``, case aside; DataError where the table has no such column), or None:
+    frontal where the table has ``column``, else every row (module docstring)."""
+    if views not in (None, "frontal", "all"):
+        raise DataError(f"views must be frontal or all, got {views!r}")
+    if views == "all":
+        return frame, "every view"
+    if column not in frame.columns:
+        if views == "frontal":
+            raise DataError(f"{table} has no {column!r} column, so data.views: frontal cannot tell its frontal films "
+                            f"from lateral ones: add the column (the published table has it), or set data.views: all")
+        return frame, f"every view ({table.name} names none)"
+    keep = frame[column].str.strip().str.upper().isin([v.upper() for v in frontal])
+    if len(frame) and not keep.any():
+        raise DataError(f"{table}: no film's {column} is {' or '.join(frontal)} (data.views reads frontal films only, "
+                        f"by default where the table has that column): set data.views: all to read every film, or "
+                        f"correct the column")
+    if not keep.all():   # a count of the patients' films: the terminal only
+        _log.info("%s: %d film(s) whose %s is not %s left out (data.views: all reads them)", table,
+                  int((~keep).sum()), column, " or ".join(frontal))
+    return frame[keep], f"frontal views only ({column} {' or '.join(frontal)})"
+
+
+def read_chexpert(path: str | Path, *, findings: Sequence[str] | None = None, uncertain: str = "zeros",
+                  views: str | None = None) -> Manifest:
     """CheXpert (Irvin et al. 2019): ``train.csv`` and optionally ``valid.csv`` in the release folder
     (``CheXpert-v1.0-small/``), columns Path, Sex, Age and the 14 findings; images at Path.
 
     Multilabel over ``findings`` (default: the five competition findings); uncertain and blank by the module
-    docstring's policy. valid.csv (radiologist-labelled) is the published validation split; test is carved from
-    train.csv by patient. Patient: the ``patientNNNNN`` folder in Path (a row without one is flagged).
+    docstring's policy; ``views`` as the module docstring says (the Frontal/Lateral column). valid.csv
+    (radiologist-labelled) is the published validation split; test is carved from train.csv by patient. Patient:
+    the ``patientNNNNN`` folder in Path (a row without one is flagged).
     """
     root = dataset_folder(path, "CheXpert", "train.csv")
     chosen = chosen_labels(findings, CHEXPERT_COMPETITION, CHEXPERT_FINDINGS, "CheXpert")
     parts = [("train.csv", "train")] + ([("valid.csv", "val")] if optional_file(root / "valid.csv") else [])
-    flags, frames, blocks, start = Flags(), [], [], 0
+    flags, frames, blocks, rules, start = Flags(), [], [], [], 0
     for name, split in parts:
         frame = read_table(root / name, ["Path", "Sex", "Age", *chosen])
-        frames.append(frame.assign(_split=split, _where=[f"{name} line {csv_line(i)}" for i in range(len(frame))]))
+        frame = frame.assign(_split=split, _where=[f"{name} line {csv_line(i)}" for i in range(len(frame))])
+        frame, rule = _views_kept(frame, "Frontal/Lateral", ["Frontal"], views, root / name)
+        frame = frame.reset_index(drop=True)
+        frames.append(frame)
+        rules.append(rule)
         blocks.append(_findings(frame, chosen, uncertain, name, start, flags))  # [n, L]
         start += len(frame)
+    rule = "; ".join(dict.fromkeys(rules))
     table = pd.concat(frames, ignore_index=True)
     values = table["Path"].tolist()
     patients = [m.group(1) if (m := re.search(r"(patient\d+)", v)) else v for v in values]
@@ -105,9 +143,9 @@ def read_chexpert(path: str | Path, *, findings: Sequence[str] | None = None, un
         patients=patients, sex=table["Sex"].tolist(), ages=table["Age"].tolist(), splits=table["_split"].tolist(),
         where=[f"{w} ({v})" for w, v in zip(table["_where"], values)], ids=values,
         notes={"format": "chexpert", "findings": list(chosen), "uncertain_policy": f"-1 -> {uncertain}",
-               "blank_policy": "blank -> 0 (not mentioned)", "tables": [p[0] for p in parts]},
+               "blank_policy": "blank -> 0 (not mentioned)", "tables": [p[0] for p in parts], "views": rule},
         description=(f"CheXpert ({', '.join(p[0] for p in parts)}), findings {', '.join(chosen)}; uncertain (-1) "
-                     f"-> {UNCERTAIN_POLICIES[uncertain]:g}, blank -> 0."),
+                     f"-> {UNCERTAIN_POLICIES[uncertain]:g}, blank -> 0; {rule}."),
         problems=flags)
 
 
@@ -193,7 +231,8 @@ def _age_at_exam(anchor_age: str, anchor_year: str, study_date: str) -> str:
         return anchor_age
 
 
-def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncertain: str = "zeros") -> Manifest:
+def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncertain: str = "zeros",
+               views: str | None = None) -> Manifest:
     """MIMIC-CXR-JPG (Johnson et al. 2019), the PhysioNet folder ``mimic-cxr-jpg/2.x.0/``:
     ``mimic-cxr-2.0.0-metadata.csv[.gz]`` (dicom_id, subject_id, study_id, ...), ``mimic-cxr-2.0.0-chexpert.csv[.gz]``
     (subject_id, study_id, the 14 CheXpert findings per study), optionally ``mimic-cxr-2.0.0-split.csv[.gz]``
@@ -204,14 +243,16 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
     ``files/p<first two digits>/p<subject_id>/s<study_id>/<dicom_id>.jpg``.
 
     Labels are per study and apply to each of its images; an image whose study has no label row is flagged.
-    Uncertain and blank by the module docstring's policy; patient: subject_id.
+    Uncertain and blank by the module docstring's policy; ``views`` as it says (the metadata's ViewPosition);
+    patient: subject_id.
     """
     root = dataset_folder(path, "MIMIC-CXR-JPG", "mimic-cxr-2.0.0-metadata.csv.gz")
     chosen = chosen_labels(findings, CHEXPERT_COMPETITION, CHEXPERT_FINDINGS, "MIMIC-CXR-JPG")
     stem = "mimic-cxr-2.0.0-"
     meta_path = first_existing(root, [f"{stem}metadata.csv.gz", f"{stem}metadata.csv"], "MIMIC-CXR-JPG")
     label_path = first_existing(root, [f"{stem}chexpert.csv.gz", f"{stem}chexpert.csv"], "MIMIC-CXR-JPG")
-    meta = read_table(meta_path, ["dicom_id", "subject_id", "study_id"])
+    meta, rule = _views_kept(read_table(meta_path, ["dicom_id", "subject_id", "study_id"]), "ViewPosition",
+                             ["PA", "AP"], views, meta_path)
     studies = read_table(label_path, ["subject_id", "study_id", *chosen])
     flags, study_flags = Flags(), Flags()
     study_labels = _findings(studies, chosen, uncertain, label_path.name, 0, study_flags)  # [S, L]
@@ -241,11 +282,11 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
     dates = meta["StudyDate"].str.strip().tolist() if "StudyDate" in meta.columns else [""] * len(meta)
     labels = np.zeros((len(meta), len(chosen)), dtype=np.float32)
     paths, patients, where = [], [], []
-    for i, (dicom, subject, study) in enumerate(zip(meta["dicom_id"].str.strip(), meta["subject_id"].str.strip(),
-                                                    meta["study_id"].str.strip())):
+    ids = zip(meta.index, meta["dicom_id"].str.strip(), meta["subject_id"].str.strip(), meta["study_id"].str.strip())
+    for i, (line, dicom, subject, study) in enumerate(ids):
         paths.append(root / "files" / f"p{subject[:2]}" / f"p{subject}" / f"s{study}" / f"{dicom}.jpg")
         patients.append(subject)
-        where.append(f"{meta_path.name} line {csv_line(i)} (dicom_id {dicom})")
+        where.append(f"{meta_path.name} line {csv_line(line)} (dicom_id {dicom})")   # the line before views were kept
         s = row_of_study.get((subject, study))
         if s is None:
             flags(i, "missing label", f"study s{study} of subject {subject} has no row in {label_path.name}")
@@ -266,8 +307,9 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         notes={"format": "mimic-cxr-jpg", "findings": list(chosen), "uncertain_policy": f"-1 -> {uncertain}",
                # by the files found, never by their rows: a row can be a training patient's
                "blank_policy": "blank -> 0 (not mentioned)", "official_split": split_file is not None,
-               "demographics": "patients.csv (MIMIC-IV)" if people_file else "none (sex and age unknown)"},
+               "demographics": "patients.csv (MIMIC-IV)" if people_file else "none (sex and age unknown)",
+               "views": rule},
         description=(f"MIMIC-CXR-JPG, findings {', '.join(chosen)}; uncertain (-1) -> "
-                     f"{UNCERTAIN_POLICIES[uncertain]:g}, blank -> 0; labels per study."),
+                     f"{UNCERTAIN_POLICIES[uncertain]:g}, blank -> 0; labels per study; {rule}."),
         problems=flags)
 
