@@ -106,16 +106,18 @@ def test_the_report_says_whether_the_bootstrap_redrew_patients_or_images(two_arm
     fairness intervals, the comparisons' for the paired differences; records without it predate the patient
     bootstrap and redrew images."""
     page = report_html(two_arms)                          # computed without patient ids: images
-    for text in ("paired bootstrap redraws of the test images (seed", "over the same redraws of the test images as "
-                 "the utility intervals", "redraws of the test images [95% CI]",
+    for text in ("paired bootstrap redraws of the test images (bootstrap seed",
+                 "over the same redraws of the test images as the utility intervals",
+                 "redraws of the test images [95% CI]",
                  "(the same redraws of the test images for both)"):
         assert text in page, text
     assert "test patients" not in page
     by_patient = [r.model_copy(update={"metrics": {**r.metrics, "bootstrap_unit": "patient"}}) for r in two_arms]
     page = report_html(by_patient)
     patients = "the test patients (each drawn patient with all of their images)"
-    for text in (f"paired bootstrap redraws of {patients} (seed", f"over the same redraws of {patients} as the "
-                 "utility intervals", "redraws of the test patients [95% CI]",
+    for text in (f"paired bootstrap redraws of {patients} (bootstrap seed",
+                 f"over the same redraws of {patients} as the utility intervals",
+                 "redraws of the test patients [95% CI]",
                  "(the same redraws of the test patients for both)"):
         assert text in page, text
     assert "redraws of the test images" not in page

@@ -49,7 +49,8 @@ def _measured(inputs: ReportInputs) -> str:
     else:
         what = f"test AUROC (macro over findings) and accuracy at {decision_rule(data)}"
     return (f"{what}; {inputs.level} percentile intervals from {ev.bootstrap_resamples} paired bootstrap redraws of "
-            f"{inputs.redrawn} (seed {ev.bootstrap_seed}). Definitions: {METHODS} (in the dpmed repository), sec. 4")
+            f"{inputs.redrawn} (bootstrap seed {ev.bootstrap_seed}). Definitions: {METHODS} (in the dpmed "
+            "repository), sec. 4")
 
 
 def _reading(inputs: ReportInputs) -> str:
