@@ -597,6 +597,7 @@ def test_the_reading_states_the_paired_interval_low_to_high_and_reads_its_sign(m
     assert f"paired 95% CI [{low:+.3f}, {high:+.3f}], p" in text
     assert f"the paired interval of the difference {verdict}." in text
     assert sum(word in text for word in ("includes 0", "lies below 0", "lies above 0")) == 1
+    assert "Every comparison here rests on one training seed" in text      # one seed: the verdict's caveat
 
 
 def test_without_predictions_each_run_is_compared_with_its_own_seeds_non_private_run_signed(make_record):
@@ -607,6 +608,7 @@ def test_without_predictions_each_run_is_compared_with_its_own_seeds_non_private
     text = _reading_of(records, [])
     assert "0.900 (-0.050 against base_seed0, same seed; no saved predictions to pair)" in text
     assert "0.850 (+0.050 against base_seed1, same seed; no saved predictions to pair)" in text
+    assert "one training seed" not in text
 
 
 def test_the_sensitivity_and_specificity_heads_name_their_own_class():
@@ -646,8 +648,11 @@ def test_the_sizes_line_and_the_missing_runs_warning_count_what_they_say():
 
     exact = SimpleNamespace(n_train=70, n_val=15, n_test=12, n_train_patients=60)
     assert _sizes(exact) == "70 / 15 / 12 train / validation / test images (60 training patients)"
-    private = SimpleNamespace(n_train=None, n_val=15, n_test=12, released_sizes={"images": 71}, size_epsilon=0.02)
+    private = SimpleNamespace(n_train=None, n_val=15, n_test=12, released_sizes={"images": 71}, size_epsilon=0.02,
+                              synthetic=False)
     assert _sizes(private).endswith("the exact size is private; 15 / 12 validation / test images")
+    generated = SimpleNamespace(**{**vars(private), "synthetic": True})    # n_images in study.yaml gives it away
+    assert "exact size is private" not in _sizes(generated) and "follows from its n_images" in _sizes(generated)
     runs = [SimpleNamespace(run_id=f"r{i}") for i in range(4)]
     totals = SimpleNamespace(dp_sgd_runs=("r1", "r2"), not_private=("r0",), local_dp=())
     inputs = SimpleNamespace(records=[SimpleNamespace(run_id="r0")],

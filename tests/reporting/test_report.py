@@ -91,6 +91,8 @@ def test_the_report_says_on_what_the_settings_were_chosen(records, make_resolved
 
     resolved = make_resolved(records)
     assert "Settings chosen on:</b> not stated" in section(resolved) and "Papernot and Steinke" in section(resolved)
+    # what "may be shared" keeps: a non-private run's model is shareable but protects no one
+    assert "a run without privacy (ε = ∞) keeps none, its model and predictions included" in section(resolved)
     said = resolved.model_copy(update={"study": resolved.study.model_copy(
         update={"settings_chosen_on": "CheXpert's validation split <b>"})})
     html = section(said)

@@ -21,7 +21,14 @@ from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSu
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import ReportInputs, eps_label, escape, estimate_text, not_dp_text
 
-__all__ = ["clinical", "case_sentence", "flag_html"]
+__all__ = ["clinical", "case_sentence", "flag_html", "ONE_SEED"]
+
+# A paired interval of one seed's runs redraws the test set only: the randomness of training (initialisation,
+# batches, noise) moves a run's AUROC by as much as small costs of privacy (benchmarks/RESULTS.md, "Utility under DP").
+ONE_SEED = ("Every comparison here rests on one training seed: its interval covers the redraws of the test set, not "
+            "the randomness of training (initialisation, batches, noise), which can move a run's AUROC by as much "
+            "as a small cost of privacy; run several seeds (seeds: [0, 1, 2]) before reading a difference as "
+            "privacy's cost.")
 
 
 def _signed(value: float | None, digits: int = 3) -> str:
@@ -253,7 +260,7 @@ def clinical(inputs: ReportInputs) -> str:
     several = any(len(v.seeds) > 1 for v in comparisons.by_value)
     pairing = (f"Each change is that run minus the non-private run of its seed on the same {data.n_test} "
                f"test images, with a {level} paired bootstrap interval (the same redraws of the test "
-               f"{'patients' if comparisons.bootstrap_unit == 'patient' else 'images'} for both)."
+               f"{'patients' if comparisons.bootstrap_unit == 'patient' else 'images'} for both). {ONE_SEED}"
                if not several else
                "Each seed's run is paired with the non-private run of the same seed; a row gives the mean "
                "of those paired changes over seeds and the seeds' range (training randomness, which the test-set "

@@ -14,7 +14,7 @@ from dpmed.mechanisms import claims_beyond
 from dpmed.numbers import delta_number
 from dpmed.records import DatasetSummary, RunRecord, Timing
 from dpmed.released_size import describe_counts
-from dpmed.reporting.clinical import flag_html
+from dpmed.reporting.clinical import ONE_SEED, flag_html
 from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples, plotted
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, bound_percent, embed_figure, eps_label,
                                     escape, estimate_text, is_reproduction, not_dp_text, number_text, p_text,
@@ -109,6 +109,8 @@ def _reading(inputs: ReportInputs) -> str:
             parts.append(f"{head}: {e.value:.3f}; no non-private run of seed {r.seed} to compare with.")
     note = ("A difference is read from its paired interval; per-arm intervals that overlap show neither that two "
             "arms are equal nor that they differ.")
+    if len({r.seed for r in records}) == 1:
+        note += " " + ONE_SEED
     items = "".join(f"<li>{part}</li>" for part in parts[1:])
     return f"<p>{parts[0]}</p>" + (f'<ul class="reading">{items}</ul>' if items else "") + f"<p>{note}</p>"
 
@@ -119,8 +121,9 @@ def _sizes(data: DatasetSummary) -> str:
         return (f"{data.n_train} / {data.n_val} / {data.n_test} train / validation / test images "
                 f"({data.n_train_patients} training patients)")
     counts = escape(describe_counts(data.released_sizes, data.size_epsilon, symbols=True))
-    return (f"in training {counts}: the exact size is private; {data.n_val} / {data.n_test} validation / test "
-            "images")
+    private = ("the exact size is private" if not data.synthetic else
+               "a generated dataset's exact size follows from its n_images all the same, and protects no one")
+    return f"in training {counts}: {private}; {data.n_val} / {data.n_test} validation / test images"
 
 
 def unfinished(inputs: ReportInputs) -> str:
@@ -343,7 +346,9 @@ def study_privacy_section(inputs: ReportInputs) -> str:
     return ('<h2 id="study-privacy">The study as a whole</h2><p>Every run trained on the same patients, so sharing '
             f"all of their models shares their composition: {escape(inputs.resolved.study_privacy.statement)}.</p>"
             "<p>Files that may be shared: everything in the study folder except <code>private/</code> (checkpoints, "
-            "training-set statistics computed without noise, audit results, the log).</p>"
+            "training-set statistics computed without noise, audit results, the log): shared, they keep the "
+            "privacy each run's card states, and a run without privacy (ε = ∞) keeps none, its model and "
+            "predictions included.</p>"
             f"{_settings_chosen_on(inputs)}")
 
 
