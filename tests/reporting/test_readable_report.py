@@ -180,8 +180,24 @@ def test_a_run_that_is_not_dp_is_no_private_arm_and_its_reading_says_why(scored_
 
 
 def test_fairness_flags_small_groups_and_explains_the_worst_group_interval(two_arms, report_html):
-    fairness = _text(_section(report_html(two_arms), "fairness"))
+    html = _section(report_html(two_arms), "fairness")
+    fairness = _text(html)
     assert "[0,30): 8 (" in fairness and "⚠ small" in fairness
+    # the attribute's spreads compare the small group too: their cells say so, not only the group's own
+    marks = re.findall(r'title="spread over groups that include the small ([^"]*): see the warnings below"', html)
+    # in the table's order of groups; equalised odds leaves [0,30) (one class only) out, so its mark does not name it
+    assert "[0,30)" in two_arms[0].fairness.attributes["age"].equalized_odds_excluded_groups
+    assert sorted(m.startswith("[0,30)") for m in marks) == [False] * len(two_arms) + [True] * len(two_arms)
+    assert "a small group: see the warnings below" not in html               # no worst group here is small
+    worst_small = []
+    for r in two_arms:                                                        # one whose worst group is
+        age = r.fairness.attributes["age"]
+        age = age.model_copy(update={"worst_group_auroc": age.worst_group_auroc.model_copy(update={"group": "[0,30)"})})
+        changed = r.fairness.model_copy(update={"attributes": {**r.fairness.attributes, "age": age}})
+        worst_small.append(r.model_copy(update={"fairness": changed}))
+    cells = re.findall(r'data-label="worst group"[^>]*>\[0,30\): [^<]*<span class="flag" title="a small group',
+                       _section(report_html(worst_small), "fairness"))
+    assert len(cells) == len(two_arms)
     assert "only" in fairness and "anecdotes" in fairness
     assert "The worst group's interval is not that group's own interval" in fairness
 

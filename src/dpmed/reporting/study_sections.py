@@ -113,11 +113,18 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         mark = ' <span class="flag" title="see the warnings below">⚠</span>' if (r.run_id, g) in flagged else ""
         return f"<td class=num>{_est(_group(e, g, 'auroc'))}{mark}</td>"
 
+    def small_mark(title: str) -> str:
+        return f' <span class="flag" title="{_e(title)}">⚠</span>'
+
+    def worst_cell(r: RunRecord, e: AttributeFairness) -> str:
+        w = e.worst_group_auroc
+        mark = small_mark("a small group: see the warnings below") if w and w.group in small else ""
+        return (f"<td>{_e(w.group if w else None)}: {_est(w)}{mark}"
+                + _undefined_share(w, r.fairness.n_resamples) + "</td>")
+
     auroc_rows = "".join(
         f"<tr><td>{_e(r.run_id)}</td><td class=eps>{_e(eps_label(r.privacy))}</td>"
-        + "".join(cell(r, e, g) for g in groups)
-        + f"<td>{_e(e.worst_group_auroc.group if e.worst_group_auroc else None)}: {_est(e.worst_group_auroc)}"
-        + _undefined_share(e.worst_group_auroc, r.fairness.n_resamples) + "</td></tr>"
+        + "".join(cell(r, e, g) for g in groups) + worst_cell(r, e) + "</tr>"
         for r, e in zip(runs, entries))
     def per_group(metric: str, tail=lambda r, e: "") -> str:
         return "".join(f"<tr><td>{_e(r.run_id)}</td>"
@@ -125,8 +132,17 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                        + tail(r, e) + "</tr>" for r, e in zip(runs, entries))
 
     def spreads(r: RunRecord, e: AttributeFairness) -> str:
-        return "".join(f"<td class=num>{_est(s)}{_undefined_share(s, r.fairness.n_resamples)}</td>"
-                       for s in (e.demographic_parity_difference, e.equalized_odds_difference))
+        # a small group that a spread compares (its parity defined; equalised odds leaves some out) can set it alone
+        compared = [g for g in groups if g in small and (p := _group(e, g, "accuracy_parity_difference")) is not None
+                    and p.value is not None]
+        cells = []
+        for s, left_out in ((e.demographic_parity_difference, []),
+                            (e.equalized_odds_difference, e.equalized_odds_excluded_groups)):
+            these = [g for g in compared if g not in left_out]
+            mark = (small_mark(f"spread over groups that include the small {', '.join(these)}: see the warnings "
+                               "below") if these and s is not None and s.value is not None else "")
+            cells.append(f"<td class=num>{_est(s)}{mark}{_undefined_share(s, r.fairness.n_resamples)}</td>")
+        return "".join(cells)
 
     decided = any(_group(e, g, "demographic_parity_difference") is not None for e in entries for g in groups)
     excluded = entries[0].equalized_odds_excluded_groups          # the test set's groups: the same for every run
