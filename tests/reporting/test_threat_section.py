@@ -181,7 +181,9 @@ def test_every_bound_the_report_shows_is_rounded_up_never_below_the_bound(tmp_pa
     truths = [(0.0031425, 0.0012341, 0.0012341, 0.0123412), (0.0005624, 0.0179, 0.01)]
     risk_rows = re.findall(r"<tr><td[^>]*>dp_eps\d_C1_seed0</td>(.*?)</tr>", _section(html, "risk"), flags=re.S)
     threat_rows = re.findall(r"<tr><td[^>]*>dp_eps1_C1_seed0</td>(.*?)</tr>", _section(html, "threat"), flags=re.S)
-    shown = [(re.findall(r"([\d.]+)%", _text(row))[:4], truth) for row, truth in zip(risk_rows, truths)]
+    # the risk table's first percentage is the prior kappa (1e-3: 0.1%), in the same unit as the bounds after it
+    assert all(re.findall(r"([\d.]+)%", _text(row))[0] == "0.1" for row in risk_rows)
+    shown = [(re.findall(r"([\d.]+)%", _text(row))[1:5], truth) for row, truth in zip(risk_rows, truths)]
     shown.append((re.findall(r"([\d.]+)%", _text(threat_rows[0]))[:2], truths[0][:2]))
     assert len(shown) == 3
     for cells, truth in shown:

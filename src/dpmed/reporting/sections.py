@@ -371,7 +371,8 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
         return f'<h2 id="risk">Reconstruction risk</h2>{unbounded}' if unbounded else ""
     rows = "".join(
         f"<tr><td>{escape(r.run_id)}</td><td>{escape(eps_label(r.privacy))}</td>"
-        f"<td class=num>{r.reconstruction.kappa:.3g}</td><td class=num>{bound_percent(r.reconstruction.worst_case, 3)}"
+        f"<td class=num>{100 * r.reconstruction.kappa:.3g}%</td>"       # a prior, not a bound: as it is, in percent
+        f"<td class=num>{bound_percent(r.reconstruction.worst_case, 3)}"
         f"</td><td class=num>{bound_percent(r.reconstruction.relaxed, 3)}</td>"     # upper bounds: rounded up
         f"<td class=num>{bound_percent(r.reconstruction.tpr_at_fpr.get('0.001'), 2)}</td>"
         f"<td class=num>{bound_percent(r.reconstruction.tpr_at_fpr.get('0.01'), 2)}</td></tr>" for r in runs)
