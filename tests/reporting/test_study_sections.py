@@ -23,7 +23,7 @@ N = 60
 Y = RNG.integers(0, 2, N)
 SEX = RNG.choice(["female", "male"], N)
 AGE = RNG.uniform(20, 95, N)
-def _run(tmp_path, make_record, run_id, arm, mechanism, eps, noise_level):
+def _run(tmp_path, make_record, run_id, arm, mechanism, eps, noise_level, seed=0):
     scores = np.clip(0.5 * Y + noise_level * RNG.random(N), 0, 1)
     run_dir = tmp_path / "runs" / run_id
     run_dir.mkdir(parents=True)
@@ -36,8 +36,8 @@ def _run(tmp_path, make_record, run_id, arm, mechanism, eps, noise_level):
                                           images, masks, kind="binary", target_layer="features", method="gradcam",
                                           n_images=8, seed=0, deletion_steps=4, pointing_tolerance=0, n_resamples=50)
     np.savez(run_dir / "cams.npz", **cams)
-    return make_record(run_id, arm, mechanism, eps=eps, metrics={"test_auroc": 0.8, "test_auroc_low": 0.7,
-                                                                 "test_auroc_high": 0.9},
+    return make_record(run_id, arm, mechanism, eps=eps, seed=seed, metrics={"test_auroc": 0.8, "test_auroc_low": 0.7,
+                                                                            "test_auroc_high": 0.9},
                        fairness=evaluate_fairness(kind="binary", val_labels=Y, val_scores=scores, test_labels=Y,
                                                   test_scores=scores, attributes={"sex": SEX, "age": AGE},
                                                   n_resamples=50),
@@ -79,6 +79,14 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
                                                                       low=sensitivity["low"], high=sensitivity["high"]))
     assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["n"] == 3
     assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["x"] == "log10 eps"
+    # one p per group, uncorrected: said; three eps values: no two-value caveat, which two values get
+    assert "not corrected for the number of groups tested" in page and "two eps values" not in page
+    two = tmp_path / "two"
+    pair = [_run(two, make_record, f"np_seed{k}", "np", "none", None, 0.6, seed=k) for k in (0, 1)] + [
+        _run(two, make_record, f"dp_eps{e}_C1_seed{k}", "dp", "dp_sgd", e, 1.0 - 0.05 * e - 0.1 * k, seed=k)
+        for e in (1, 8) for k in (0, 1)]                                    # two eps, two seeds: r defined
+    write_outputs(StudyFolder(two), make_resolved(pair, resamples=50, n_test=N), pair)
+    assert "with two eps values r says little more than which of the two is larger" in (two / "report.html").read_text()
 
     frame = results_frame(records)
     for column in ("fairness[sex=female]_auroc", "fairness[sex=female]_auroc_low", "fairness[age]_worst_group_auroc",

@@ -265,10 +265,14 @@ def fairness_section(inputs: ReportInputs) -> str:
         rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(c.attribute)}</td><td>{_e(c.group)}</td>"
                        f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td></tr>"
                        for c in corr)
+        few = len({r.plan.privacy.target_epsilon for r in runs if r.mechanism == "dp_sgd"}) < 3   # every sweep
         parts.append("<p>Pearson r between log10 eps and each group's accuracy parity difference across a DP-SGD "
-                     "sweep, every seed a point (Tayebi Arasteh, Ziller et al. 2023, Table 3, correlated eps itself, "
-                     "over 0.29 to 7.89; over the decades a sweep here may span, the largest eps alone would set "
-                     "that r):</p><table><tr><th>sweep</th>"
+                     "sweep, each run (every seed) a point. Tayebi Arasteh, Ziller et al. 2023 (Table 3) correlated "
+                     "eps itself, over 0.29 to 7.89; here log10 eps, since over the decades a sweep may span the "
+                     "largest eps alone would set r. Each p is its group's own, not corrected for the number of "
+                     "groups tested"
+                     + (", and with two eps values r says little more than which of the two is larger" if few else "")
+                     + ".</p><table><tr><th>sweep</th>"
                      f"<th>attribute</th><th>group</th><th>r</th><th>p</th><th>n</th></tr>{rows}</table>")
     threshold = (f"Each run's decisions: {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
                  f"Intervals: percentile bootstrap over the same redraws of {inputs.redrawn} as the utility "
