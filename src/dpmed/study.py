@@ -287,7 +287,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     context = plan_context(dataset)
     needed = needed_sizes(study, context)
     seed = study.seeds[0] if study.privacy_randomness == "reproducible" else None
-    released, checked = _counts_released_before(folder, fingerprint)
+    released, checked = _counts_released_before(folder, fingerprint, before)
     with writing_into(folder.root):      # `dpmed plan` too writes the DP counts: into private/, made owner-only
         if needed:
             folder.make_private()
@@ -325,15 +325,15 @@ def _refuse_shared_cache(study: Study, folder: StudyFolder) -> None:
                           f"where the dataset itself lives, or under {folder.private}")
 
 
-def _counts_released_before(folder: StudyFolder,
-                            fingerprint: str) -> tuple[dict[tuple[str, float], set[int]] | None, bool]:
+def _counts_released_before(folder: StudyFolder, fingerprint: str,
+                            before: ResolvedStudy | None) -> tuple[dict[tuple[str, float], set[int]] | None, bool]:
     """`release_sizes`'s (planned_before, data_checked): the DP counts of the training set the folder has released
     already, by (key, eps), in secure mode (a reproducible count is the exact size plus public noise: never one to
     take back, `dpmed.released_size`): those its finished DP-SGD runs were planned from, as their records hold
     them, and those its study.yaml shows (written before the first run trains, so also a study stopped before any
     run finished has released its counts there). None where private/data_fingerprint names other data (the runs
     are then refused as made on other data); data_checked False where it is gone, so that the runs' data cannot
-    be checked."""
+    be checked. ``before``: study.yaml as `prepare_study` read it already (None: read here, where it may exist)."""
     saved = folder.data_fingerprint
     same = saved.is_file() and saved.read_bytes().strip() == fingerprint.encode("ascii")
     if saved.is_file() and not same:
@@ -344,10 +344,12 @@ def _counts_released_before(folder: StudyFolder,
         p = record.plan.privacy
         if isinstance(p, DpSgdPlan) and p.size_epsilon and randomness_of(record) == "secure":
             counts.setdefault((p.size_key, p.size_epsilon), set()).add(p.released_count)
-    try:
-        resolved = read_resolved(folder.root) if folder.resolved_study.is_file() else None
-    except ConfigError:          # another version's, or damaged: refused later where finished runs need it
-        resolved = None
+    resolved = before
+    if resolved is None and folder.resolved_study.is_file():
+        try:
+            resolved = read_resolved(folder.root)
+        except ConfigError:      # another version's, or damaged: refused later where finished runs need it
+            pass
     if resolved is not None and resolved.study.privacy_randomness == "secure" and resolved.dataset.size_epsilon:
         for key, count in resolved.dataset.released_sizes.items():
             counts.setdefault((key, resolved.dataset.size_epsilon), set()).add(count)

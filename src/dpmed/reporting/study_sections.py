@@ -109,16 +109,16 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                           inputs.folder.root / f"fairness_{name}.png", f"AUROC by {name}")
     head = "".join(f"<th>{_e(g)}</th>" for g in groups)
 
-    def cell(r: RunRecord, e: AttributeFairness, g: str) -> str:
-        mark = ' <span class="flag" title="see the warnings below">⚠</span>' if (r.run_id, g) in flagged else ""
-        return f"<td class=num>{_est(_group(e, g, 'auroc'))}{mark}</td>"
-
-    def small_mark(title: str) -> str:
+    def warning_mark(title: str) -> str:
         return f' <span class="flag" title="{_e(title)}">⚠</span>'
+
+    def cell(r: RunRecord, e: AttributeFairness, g: str) -> str:
+        mark = warning_mark("see the warnings below") if (r.run_id, g) in flagged else ""
+        return f"<td class=num>{_est(_group(e, g, 'auroc'))}{mark}</td>"
 
     def worst_cell(r: RunRecord, e: AttributeFairness) -> str:
         w = e.worst_group_auroc
-        mark = small_mark("a small group: see the warnings below") if w and w.group in small else ""
+        mark = warning_mark("a small group: see the warnings below") if w and w.group in small else ""
         return (f"<td>{_e(w.group if w else None)}: {_est(w)}{mark}"
                 + _undefined_share(w, r.fairness.n_resamples) + "</td>")
 
@@ -139,7 +139,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         for s, left_out in ((e.demographic_parity_difference, []),
                             (e.equalized_odds_difference, e.equalized_odds_excluded_groups)):
             these = [g for g in compared if g not in left_out]
-            mark = (small_mark(f"spread over groups that include the small {', '.join(these)}: see the warnings "
+            mark = (warning_mark(f"spread over groups that include the small {', '.join(these)}: see the warnings "
                                "below") if these and s is not None and s.value is not None else "")
             cells.append(f"<td class=num>{_est(s)}{mark}{_undefined_share(s, r.fairness.n_resamples)}</td>")
         return "".join(cells)
@@ -265,7 +265,8 @@ def fairness_section(inputs: ReportInputs) -> str:
         rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(c.attribute)}</td><td>{_e(c.group)}</td>"
                        f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td></tr>"
                        for c in corr)
-        few = len({r.plan.privacy.target_epsilon for r in runs if r.mechanism == "dp_sgd"}) < 3   # every sweep
+        # eps as accounted, as the correlation's x is (`dpmed.comparisons`); fewer than 3 overall: every sweep
+        few = len({r.privacy.epsilon for r in runs if r.mechanism == "dp_sgd"}) < 3
         parts.append("<p>Pearson r between log10 eps and each group's accuracy parity difference across a DP-SGD "
                      "sweep, each run (every seed) a point. Tayebi Arasteh, Ziller et al. 2023 (Table 3) correlated "
                      "eps itself, over 0.29 to 7.89; here log10 eps, since over the decades a sweep may span the "
