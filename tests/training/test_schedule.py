@@ -13,7 +13,7 @@ from dpmed.config import TrainingConfig, plan_runs
 from dpmed.config.schema import Study
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import AUTO_EPOCHS, AUTO_MIN_STEPS, PlanContext, training_steps
-from dpmed.training.schedule import base_learning_rate, lr_factor, set_learning_rate
+from dpmed.training.schedule import lr_factor, set_learning_rate
 
 
 def test_auto_length_trains_small_and_large_sets_alike():
@@ -66,9 +66,9 @@ def test_the_shipped_quickstart_keeps_its_length():
 
 def test_learning_rate_scaling_and_schedules():
     cfg = TrainingConfig(learning_rate=0.1, batch_size=1024, reference_batch_size=256)
-    assert base_learning_rate(cfg) == 0.1
-    assert base_learning_rate(cfg.model_copy(update={"lr_scaling": "linear"})) == pytest.approx(0.4)
-    assert base_learning_rate(cfg.model_copy(update={"lr_scaling": "sqrt"})) == pytest.approx(0.2)
+    assert cfg.scaled_learning_rate == 0.1
+    assert cfg.model_copy(update={"lr_scaling": "linear"}).scaled_learning_rate == pytest.approx(0.4)
+    assert cfg.model_copy(update={"lr_scaling": "sqrt"}).scaled_learning_rate == pytest.approx(0.2)
     warm_cosine = TrainingConfig.model_validate({"lr_schedule": {"kind": "cosine", "warmup_fraction": 0.1}})
     assert [lr_factor(warm_cosine, s, 100) for s in (0, 4, 9)] == [0.1, 0.5, 1.0]
     assert lr_factor(warm_cosine, 10, 100) == 1.0 and lr_factor(warm_cosine, 99, 100) < 1e-3

@@ -115,6 +115,10 @@ class AugmentationConfig(_Strict):
             raise ValueError(f"must be >= 0 (or auto), got {v}")
         return v
 
+    def padding(self, size: int) -> int:
+        """The crop padding in pixels for images of ``size`` px: ``auto`` is size / 8, at least 1."""
+        return max(1, round(size / 8)) if self.crop_padding == "auto" else self.crop_padding
+
 
 class ScheduleConfig(_Strict):
     """The learning rate over a run's T steps: ``constant`` (the default), ``cosine`` (half a cosine from the base
@@ -187,6 +191,13 @@ class TrainingConfig(_Strict):
         if isinstance(v, int) and v < 1:
             raise ValueError(f"must be at least 1 (or auto), got {v}")
         return v
+
+    @property
+    def scaled_learning_rate(self) -> float:
+        """``learning_rate`` scaled to the batch size by ``lr_scaling`` (unscaled with ``none``): the rate before the
+        schedule, a function of the settings alone, so the report can state it as training used it."""
+        ratio = self.batch_size / self.reference_batch_size
+        return self.learning_rate * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.lr_scaling]
 
     @model_validator(mode="after")
     def _one_length(self) -> "TrainingConfig":

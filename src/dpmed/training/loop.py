@@ -49,7 +49,7 @@ from dpmed.training.dp_sgd import DpSgdStep
 from dpmed.training.objectives import Objective, objective_for
 from dpmed.training.process_setting import ProcessSetting
 from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffled_batches
-from dpmed.training.schedule import base_learning_rate, set_learning_rate
+from dpmed.training.schedule import set_learning_rate
 
 __all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "run_threads", "torch_threads",
            "sampling_units", "checkpoint_progress"]
@@ -121,7 +121,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def _optimizer(model: nn.Module, cfg: TrainingConfig) -> torch.optim.Optimizer:
-    lr = base_learning_rate(cfg)
+    lr = cfg.scaled_learning_rate
     if cfg.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=cfg.weight_decay)
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
@@ -133,8 +133,7 @@ def _augmentation(cfg: TrainingConfig, data: ImageSet, seed: int) -> tuple[Augme
     aug = cfg.augmentation
     if aug is None:
         return None, None
-    size = min(data.images.shape[2:])
-    padding = max(1, round(size / 8)) if aug.crop_padding == "auto" else aug.crop_padding
+    padding = aug.padding(min(data.images.shape[2:]))
     return (Augmentation(multiplicity=aug.multiplicity, padding=padding, flip=aug.flip,
                          seed=public_seed(seed, "augmentation")), image_keys(data.images))
 

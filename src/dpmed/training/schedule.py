@@ -3,8 +3,8 @@
 Large expected batches are the DP-SGD regime that works (De et al. 2022; Sander, Stock, Sablayrolles 2023, "TAN
 without a burn: scaling laws of DP-SGD"): the noise on the *mean* gradient is sigma C / B, so at a fixed eps a larger
 batch buys a cleaner gradient, and the learning rate has to follow the batch. ``lr_scaling`` does that from one
-tuned base rate: ``linear``, lr * B / B_ref (Goyal et al. 2017, "Accurate, large minibatch SGD", for SGD) or
-``sqrt``, lr * sqrt(B / B_ref) (the rule for Adam; Malladi, Lyu, Panigrahi, Arora 2022), B the arm's (expected)
+tuned base rate (`TrainingConfig.scaled_learning_rate`): ``linear``, lr * B / B_ref (Goyal et al. 2017, "Accurate,
+large minibatch SGD", for SGD) or ``sqrt``, lr * sqrt(B / B_ref) (the rule for Adam; Malladi, Lyu, Panigrahi, Arora 2022), B the arm's (expected)
 batch size. The schedule is a function of the step index alone, so a resumed run takes the same rates.
 
 All of it is a public function of settings, never of the data: it costs no privacy.
@@ -18,13 +18,7 @@ import torch
 
 from dpmed.config import TrainingConfig
 
-__all__ = ["base_learning_rate", "lr_factor", "set_learning_rate"]
-
-
-def base_learning_rate(cfg: TrainingConfig) -> float:
-    """``cfg.learning_rate`` scaled to the batch size by ``cfg.lr_scaling`` (unscaled with ``none``)."""
-    ratio = cfg.batch_size / cfg.reference_batch_size
-    return cfg.learning_rate * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[cfg.lr_scaling]
+__all__ = ["lr_factor", "set_learning_rate"]
 
 
 def lr_factor(cfg: TrainingConfig, step: int, total: int) -> float:
@@ -47,6 +41,6 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, cfg: TrainingConfig, ste
     warm-up, so that the default leaves the optimiser exactly as it was built)."""
     if cfg.lr_schedule.kind == "constant" and cfg.lr_schedule.warmup_fraction == 0:
         return
-    rate = base_learning_rate(cfg) * lr_factor(cfg, step, total)
+    rate = cfg.scaled_learning_rate * lr_factor(cfg, step, total)
     for group in optimizer.param_groups:
         group["lr"] = rate
