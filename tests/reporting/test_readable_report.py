@@ -713,7 +713,8 @@ def test_accountants_names_reproductions_and_what_the_bootstrap_redrew_are_named
 def test_card_statements_read_with_symbols_and_a_started_run_says_where_it_started(make_record):
     from types import SimpleNamespace
 
-    from dpmed.reporting.sections import _settings_chosen_on, _start_note, statement_text
+    from dpmed.reporting.recipe_section import settings_chosen_on
+    from dpmed.reporting.sections import _start_note, statement_text
 
     assert statement_text("eps = 1 at delta = 1e-05 (sigma 2), eps_image = 8,192, eps_pixel = 2; eps = infinity") \
         == "ε = 1 at δ = 1e-05 (σ 2), ε per image = 8,192, ε per pixel value = 2; ε = ∞"
@@ -724,7 +725,7 @@ def test_card_statements_read_with_symbols_and_a_started_run_says_where_it_start
     assert _start_note(SimpleNamespace(start=SimpleNamespace(weights=None), privacy=dp)) == ""
 
     def chosen(said):
-        return _settings_chosen_on(SimpleNamespace(resolved=SimpleNamespace(study=SimpleNamespace(
+        return settings_chosen_on(SimpleNamespace(resolved=SimpleNamespace(study=SimpleNamespace(
             settings_chosen_on=said))))
 
     assert "not stated" in chosen(None) and "the phantom (the study's own statement)" in chosen("the phantom")

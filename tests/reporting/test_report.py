@@ -80,22 +80,24 @@ def test_the_auroc_axis_shows_a_run_below_chance_and_keeps_its_usual_floor_other
 
 def test_the_report_says_on_what_the_settings_were_chosen(records, make_resolved):
     """Hyperparameters searched on the private patients cost privacy no eps covers: the study's statement is
-    printed, and its absence is said, not hidden."""
+    printed beside the recipe, and its absence is said, not hidden."""
     from dpmed.folders import StudyFolder
     from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.recipe_section import recipe_section
     from dpmed.reporting.sections import study_privacy_section
 
-    def section(resolved):
-        return study_privacy_section(ReportInputs(resolved=resolved, records=records, comparisons=None,
-                                          folder=StudyFolder(Path("unused"))))
+    def inputs(resolved):
+        return ReportInputs(resolved=resolved, records=records, comparisons=None, folder=StudyFolder(Path("unused")))
 
     resolved = make_resolved(records)
-    assert "Settings chosen on:</b> not stated" in section(resolved) and "Papernot and Steinke" in section(resolved)
+    assert "Settings chosen on:</b> not stated" in recipe_section(inputs(resolved))
+    assert "Papernot and Steinke" in recipe_section(inputs(resolved))
     # what "may be shared" keeps: a non-private run's model is shareable but protects no one
-    assert "a run without privacy (ε = ∞) keeps none, its model and predictions included" in section(resolved)
+    assert "a run without privacy (ε = ∞) keeps none, its model and predictions included" in \
+        study_privacy_section(inputs(resolved))
     said = resolved.model_copy(update={"study": resolved.study.model_copy(
         update={"settings_chosen_on": "CheXpert's validation split <b>"})})
-    html = section(said)
+    html = recipe_section(inputs(said))
     assert "CheXpert&#x27;s validation split &lt;b&gt; (the study's own statement)" in html   # escaped, as given
     assert "not stated" not in html
 

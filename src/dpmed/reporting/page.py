@@ -18,6 +18,7 @@ from dpmed.reporting import clinical, sections, study_sections
 from dpmed.reporting.findings_section import findings_section
 from dpmed.reporting.inputs import METHODS, ReportInputs, cite, embed_png, escape as _e, read_figure_arrays
 from dpmed.reporting.pretraining_section import pretraining_section
+from dpmed.reporting.recipe_section import recipe_section
 from dpmed.reporting.threat_section import ATTACK_IMAGE_KEYS, attack_label, reconstructions_figure, threat_section
 
 __all__ = ["write_report", "write_private_report", "PrivateRun", "SECTIONS"]
@@ -67,7 +68,8 @@ _FOOTER = (f"<p><small>Every number's definition, and where the source papers ar
 
 # The report's sections, in page order.
 SECTIONS: tuple[Callable[[ReportInputs], str], ...] = (
-    sections.unfinished, clinical.clinical, sections.summary, pretraining_section, sections.utility, findings_section,
+    sections.unfinished, clinical.clinical, sections.summary, recipe_section, pretraining_section, sections.utility,
+    findings_section,
     sections.privacy_cards, sections.study_privacy_section,
     sections.reconstruction_risk, threat_section, study_sections.comparison_section, study_sections.fairness_section,
     study_sections.interpretability_section, sections.ldp_examples_section, sections.provenance,

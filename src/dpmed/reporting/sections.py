@@ -348,19 +348,7 @@ def study_privacy_section(inputs: ReportInputs) -> str:
             "<p>Files that may be shared: everything in the study folder except <code>private/</code> (checkpoints, "
             "training-set statistics computed without noise, audit results, the log): shared, they keep the "
             "privacy each run's card states, and a run without privacy (ε = ∞) keeps none, its model and "
-            "predictions included.</p>"
-            f"{_settings_chosen_on(inputs)}")
-
-
-def _settings_chosen_on(inputs: ReportInputs) -> str:
-    """The study's statement of where its settings came from: a search on the private data is not in any eps."""
-    said = inputs.resolved.study.settings_chosen_on
-    cost = ("picked by comparing results on these patients spend privacy that no ε of this report covers (Papernot "
-            "and Steinke 2022)")
-    if said is None:
-        return ("<p><b>Settings chosen on:</b> not stated (the study file's <code>settings_chosen_on</code>). Learning "
-                f"rates, clipping norm, batch size or training length {cost}.</p>")
-    return (f"<p><b>Settings chosen on:</b> {escape(said)} (the study's own statement). Settings {cost}.</p>")
+            "predictions included.</p>")
 
 
 def reconstruction_risk(inputs: ReportInputs) -> str:

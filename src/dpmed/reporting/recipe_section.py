@@ -1,0 +1,141 @@
+"""The report's section on how each arm trained: one row per arm with the settings that shape its model, each marked
+where it is dpmed's default, and where the study says its settings were chosen.
+
+Why a section: the report measures the cost of privacy under one training recipe, and a weak recipe overstates it (De,
+Berrada, Hayes, Smith, Balle 2022). A reader must see that recipe without reading study.yaml, and which of its
+settings the study chose rather than inherited, to weigh the study's statement of what they were chosen on
+(Papernot and Steinke 2022: a search on the private patients spends privacy that no eps covers). Settings that change
+nothing under an arm's other choices (momentum under Adam, a step schedule's milestones under another schedule) are
+left out, and so are those that change no number (physical batch, engine, device, threads). The exact number of
+steps of an arm without DP-SGD is left out too: it follows from the exact training size, which DP-SGD's eps protects.
+"""
+
+from __future__ import annotations
+
+from dpmed.config import TrainingConfig
+from dpmed.config.plans import RunPlan
+from dpmed.mechanisms import AUTO_EPOCHS, AUTO_MIN_STEPS, Arm, DpSgdArm, DpSgdPlan
+from dpmed.numbers import delta_number, number_text
+from dpmed.reporting.inputs import ReportInputs, escape, stacked
+
+__all__ = ["recipe_section", "settings_chosen_on"]
+
+_DEFAULT = TrainingConfig()
+_COLUMNS = ("arm", "optimiser", "learning rate", "schedule", "length", "batch", "augmentation",
+            "released weights", "weight decay", "privacy settings")
+
+
+def _marked(text: str, default: bool) -> str:
+    """The escaped setting, in bold where the study chose it (it differs from dpmed's default)."""
+    return escape(text) if default else f"<b>{escape(text)}</b>"
+
+
+def _learning_rate(t: TrainingConfig) -> str:
+    if t.lr_scaling == "none":
+        return _marked(f"{t.learning_rate:g}", t.learning_rate == _DEFAULT.learning_rate)
+    factor = "B" if t.lr_scaling == "linear" else "√B"
+    reference = "" if t.lr_scaling == "linear" else "√"
+    return _marked(f"{t.learning_rate:g} × {factor} / {reference}{t.reference_batch_size} = "
+                  f"{number_text(t.scaled_learning_rate)} ({t.lr_scaling} scaling with the batch B = {t.batch_size})", False)
+
+
+def _schedule(t: TrainingConfig) -> str:
+    s = t.lr_schedule
+    kind = {"constant": "constant", "cosine": "cosine decay to 0",
+            "step": f"× {s.gamma:g} at {', '.join(f'{m:.0%}' for m in s.milestones)} of the steps"}[s.kind]
+    warmup = f", after a linear warm-up over the first {s.warmup_fraction:.0%}" if s.warmup_fraction else ""
+    return _marked(kind + warmup, s.kind == "constant" and not s.warmup_fraction)
+
+
+def _length(t: TrainingConfig, plans: list[RunPlan]) -> str:
+    if t.steps is not None:
+        text = _marked(f"{t.steps} steps", False)
+    elif t.epochs == "auto":
+        text = _marked(f"auto: at least {AUTO_EPOCHS} epochs and {AUTO_MIN_STEPS} steps", True)
+    else:
+        text = _marked(f"{t.epochs} epochs", False)
+    steps = sorted({p.privacy.steps for p in plans if isinstance(p.privacy, DpSgdPlan)})
+    if steps and t.steps is None:     # DP-SGD's T is public: planned from the DP count, on every card
+        text += escape(f"; T = {' or '.join(map(str, steps))} steps, planned from the released count")
+    return text
+
+
+def _batch(t: TrainingConfig, plans: list[RunPlan]) -> str:
+    dp = [p.privacy for p in plans if isinstance(p.privacy, DpSgdPlan)]
+    if not dp:
+        return _marked(f"{t.batch_size} images, shuffled", t.batch_size == _DEFAULT.batch_size)
+    sampling = "Poisson" if dp[0].sampling == "poisson" else "shuffled: not DP"
+    rates = " or ".join(sorted({number_text(p.sample_rate) for p in dp}))
+    return _marked(f"{t.batch_size} {dp[0].unit}s expected ({sampling}, q = {rates})",
+                   t.batch_size == _DEFAULT.batch_size)
+
+
+def _augmentation(t: TrainingConfig, size: int, dp: bool) -> str:
+    a = t.augmentation
+    if a is None:
+        return _marked("none", True)
+    padding = a.padding(size)
+    parts = [f"{a.multiplicity} copies of each image, averaged" + (" before clipping" if dp else "")
+             if a.multiplicity > 1 else "one copy of each image"]
+    parts.append(f"random crops after {padding} px of reflect padding" if padding else "no crops")
+    if a.flip:
+        parts.append("horizontal flips")
+    return _marked(", ".join(parts), False)
+
+
+def _privacy(arm: Arm, plans: list[RunPlan]) -> str:
+    """A DP-SGD arm's settings beside its budget: C, delta (the rule or the given value), accountant, noise and unit;
+    for the other arms, where their settings are read."""
+    dp = [p.privacy for p in plans if isinstance(p.privacy, DpSgdPlan)]
+    if not isinstance(arm, DpSgdArm) or not dp:
+        return "none" if arm.mechanism == "none" else "on each run's privacy card"
+
+    def part(key: str, text: str) -> str:
+        default = DpSgdArm.model_fields[key].get_default(call_default_factory=True)
+        return _marked(text, getattr(arm, key) == default)
+
+    deltas = " or ".join(sorted({delta_number(p.delta) for p in dp}))
+    delta = f"δ = min(1e-5, 1 / (10 N)) = {deltas}, N the released count" if arm.delta is None else f"δ = {deltas}"
+    return "; ".join([part("max_grad_norm", f"C = {', '.join(f'{c:g}' for c in arm.max_grad_norm)}"),
+                      part("delta", delta), part("accountant", f"{arm.accountant.upper()} accountant"),
+                      part("noise", f"{arm.noise} noise"), part("privacy_unit", f"unit: one {arm.privacy_unit}")])
+
+
+def settings_chosen_on(inputs: ReportInputs) -> str:
+    """The study's statement of where its settings came from: a search on the private data is not in any eps."""
+    said = inputs.resolved.study.settings_chosen_on
+    cost = ("picked by comparing results on these patients spend privacy that no ε of this report covers (Papernot "
+            "and Steinke 2022)")
+    if said is None:
+        return ("<p><b>Settings chosen on:</b> not stated (the study file's <code>settings_chosen_on</code>). Learning "
+                f"rates, clipping norm, batch size or training length {cost}.</p>")
+    return (f"<p><b>Settings chosen on:</b> {escape(said)} (the study's own statement). Settings {cost}.</p>")
+
+
+def recipe_section(inputs: ReportInputs) -> str:
+    """One row per arm of the study file, from its planned runs (all of an arm's runs train alike: a sweep varies
+    privacy settings only)."""
+    study = inputs.resolved.study
+    size = min(inputs.resolved.dataset.image_shape[1:])
+    rows = []
+    for arm in study.arms:
+        plans = [p for p in inputs.resolved.runs if p.arm == arm.name]
+        if not plans:
+            continue
+        t = plans[0].training
+        dp = plans[0].mechanism == "dp_sgd"
+        optimiser = _marked("Adam" if t.optimizer == "adam" else f"SGD, momentum {t.momentum:g}",
+                            t.optimizer == _DEFAULT.optimizer)
+        ema = (_marked("the last iterate", True) if t.ema_decay is None
+               else _marked(f"moving average of the iterates, decay {t.ema_decay:g}", False))
+        cells = [f"{escape(arm.name)} ({escape(plans[0].mechanism)})", optimiser, _learning_rate(t), _schedule(t),
+                 _length(t, plans), _batch(t, plans), _augmentation(t, size, dp), ema,
+                 _marked(f"{t.weight_decay:g}", t.weight_decay == _DEFAULT.weight_decay), _privacy(arm, plans)]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{c}</th>" for c in _COLUMNS)
+    return ('<h2 id="recipe">How each arm trained</h2><p>The settings each arm trained with, as the study resolved '
+            "them (every key is in the study file under Provenance). In bold: what the study chose; the rest are "
+            "dpmed's defaults, which the study file left unset or restated. Left out: settings that change nothing here (momentum under Adam, "
+            "the milestones of a schedule that has none) or change no number (physical batch, engine, device, "
+            "threads).</p>"
+            + stacked(f"<table><tr>{head}</tr>{''.join(rows)}</table>") + settings_chosen_on(inputs))

@@ -1,0 +1,73 @@
+"""The report's "How each arm trained": the recipe each arm ran with, planned by dpmed from a study file, with the
+study's own choices in bold, settings that do nothing left out, and nothing that follows from the exact training
+size (which DP-SGD's eps protects)."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from dpmed.config import Study
+from dpmed.records import DatasetSummary, ResolvedStudy, StudyPrivacy
+from dpmed.reporting.recipe_section import recipe_section
+from dpmed.study import load_study_data, plan_study
+
+
+def _section(training: dict, dp_arm: dict | None = None) -> tuple[dict[str, str], list]:
+    """The section's rows by arm name (tags kept), and the plans, for a phantom study of 32 px images."""
+    study = Study.model_validate({
+        "name": "recipe", "data": {"source": "phantom", "n_images": 300, "image_size": 32}, "training": training,
+        "arms": [{"name": "plain", "mechanism": "none"},
+                 {"name": "dp", "mechanism": "dp_sgd", "target_epsilon": [1, 8], **(dp_arm or {})}]})
+    dataset = load_study_data(study)
+    plans = plan_study(study, dataset)
+    summary = DatasetSummary(name="phantom", task="binary", synthetic=True, description="", n_train=None, n_val=1,
+                             n_test=1, n_train_patients=None, patients_known=True, image_shape=(1, 32, 32))
+    privacy = StudyPrivacy(dp_sgd_runs=(), not_private=(), local_dp=(), unit=None, delta=None, accountant=None,
+                           dp_sgd_epsilon=None, epsilon=None, reproducible=False, statement="")
+    html = recipe_section(SimpleNamespace(resolved=ResolvedStudy(study=study, dataset=summary, study_privacy=privacy,
+                                                                 runs=plans)))
+    rows = {re.match(r"<tr><td[^>]*>(\w+)", row).group(1): row for row in re.findall(r"<tr><td.*?</tr>", html)}
+    return rows, plans
+
+
+def test_defaults_read_plain_and_the_studys_choices_bold():
+    rows, plans = _section({}, {"learning_rate": 0.002})
+    plain, dp = rows["plain"], rows["dp"]
+    assert ">Adam<" in plain and "momentum" not in plain      # momentum does nothing under Adam
+    assert ">0.001<" in plain and "<b>0.002</b>" in dp
+    assert "auto: at least 10 epochs and 500 steps" in plain and "<b>" not in plain
+    # DP-SGD's T is on its card, planned from the count; the other arm's exact steps would tell the training size
+    steps = {p.privacy.steps for p in plans if p.mechanism == "dp_sgd"}
+    assert len(steps) == 1 and f"T = {steps.pop()} steps" in dp and "T =" not in plain
+    assert "64 images, shuffled" in plain and "64 patients expected (Poisson, q = " in dp
+    assert "δ = min(1e-5, 1 / (10 N)) = 1e-5" in dp and "PLD accountant" in dp and "unit: one patient" in dp
+    assert "the last iterate" in dp and ">none<" in dp        # no EMA, no augmentation
+
+
+def test_a_recipe_of_choices_states_each_as_training_used_it():
+    rows, _ = _section({"optimizer": "sgd", "momentum": 0.5, "learning_rate": 0.1, "lr_scaling": "sqrt",
+                        "batch_size": 32, "reference_batch_size": 128, "ema_decay": 0.999, "weight_decay": 0.01,
+                        "lr_schedule": {"kind": "cosine", "warmup_fraction": 0.05}, "steps": 40,
+                        "augmentation": {"multiplicity": 4}},
+                       {"delta": 1e-6, "max_grad_norm": [0.1, 1.0], "accountant": "rdp", "privacy_unit": "image"})
+    plain, dp = rows["plain"], rows["dp"]
+    assert "<b>SGD, momentum 0.5</b>" in plain
+    assert "0.1 × √B / √128 = 0.05 (sqrt scaling with the batch B = 32)" in plain          # 0.1 * sqrt(32 / 128)
+    assert "<b>cosine decay to 0, after a linear warm-up over the first 5%</b>" in plain
+    assert "milestones" not in plain and "× 0.1 at" not in plain
+    assert "<b>40 steps</b>" in dp and "T =" not in dp         # given steps are every arm's T
+    # auto padding is size / 8 = 4 px at 32 px; only DP-SGD clips, so only there are copies averaged before it
+    assert "<b>4 copies of each image, averaged before clipping, random crops after 4 px of reflect padding</b>" in dp
+    assert "4 copies of each image, averaged, random crops" in plain
+    assert "<b>moving average of the iterates, decay 0.999</b>" in plain and "<b>0.01</b>" in plain
+    assert "<b>δ = 1e-6</b>" in dp and "<b>C = 0.1, 1</b>" in dp and "<b>RDP accountant</b>" in dp
+    assert "<b>unit: one image</b>" in dp and "32 images expected" in dp
+
+
+@pytest.mark.parametrize("milestones", [[0.5], [0.25, 0.75]])
+def test_a_step_schedule_names_its_milestones(milestones):
+    rows, _ = _section({"lr_schedule": {"kind": "step", "milestones": milestones, "gamma": 0.5}})
+    assert f"× 0.5 at {', '.join(f'{m:.0%}' for m in milestones)} of the steps" in rows["plain"]
