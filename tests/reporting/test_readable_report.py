@@ -634,10 +634,12 @@ def test_the_sensitivity_and_specificity_heads_name_their_own_class():
 
     data = SimpleNamespace(task="binary", positive_class="pneumonia", negative_class="normal")
     inputs = SimpleNamespace(resolved=SimpleNamespace(dataset=data), level="95%",
-                             records=[SimpleNamespace(metrics={"test_sensitivity": 1.0, "test_specificity": 1.0})])
+                             records=[SimpleNamespace(metrics={"test_sensitivity": 1.0, "test_specificity": 1.0,
+                                                               "threshold": 0.4})])
     columns = dict(_metric_columns(inputs))
     assert columns["test_sensitivity"] == "sensitivity (pneumonia found)"
     assert columns["test_specificity"] == "specificity (normal cleared)"
+    assert columns["threshold"] == "threshold (on the pneumonia score, chosen on validation)"
 
 
 def test_the_reading_uses_each_seeds_first_non_private_run_and_its_accounted_label(make_record):
@@ -741,3 +743,14 @@ def test_a_local_dp_cards_facts_say_its_eps_is_per_image(make_record):
     facts = card[card.index('<table class="facts">'):]
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", facts)
     assert "ε per image" in heads and "ε" not in heads
+
+
+@pytest.mark.parametrize("threshold, shown", [(0.5, "0.500"), (0.99977, "1 − 0.00023"), (0.00012, "0.00012"),
+                                              (None, "–")])
+def test_the_utility_table_gives_each_binary_runs_threshold(make_record, threshold, shown):
+    """The decisions every accuracy, sensitivity and specificity rest on: a threshold near 1 is not rounded to
+    1.000, which would hide that the model calls positive only its most confident scores."""
+    from dpmed.reporting.sections import _threshold_text
+
+    metrics = {} if threshold is None else {"threshold": threshold}
+    assert _threshold_text(make_record("a_seed0", "a", metrics=metrics)) == shown

@@ -187,9 +187,22 @@ def _metric_columns(inputs: ReportInputs) -> list[tuple[str, str]]:
                ("test_accuracy", "accuracy" + (" (argmax)" if data.task == "multiclass" else ""))]
     if data.task == "binary":
         columns += [("test_sensitivity", f"sensitivity ({escape(data.positive_class or 'label 1')} found)"),
-                    ("test_specificity", f"specificity ({escape(data.negative_class or 'label 0')} cleared)")]
+                    ("test_specificity", f"specificity ({escape(data.negative_class or 'label 0')} cleared)"),
+                    ("threshold", f"threshold (on the {escape(data.positive_class or 'label 1')} score, chosen on "
+                                  "validation)")]
     columns.append(("test_kappa_quadratic", "quadratic-weighted kappa"))
     return [(m, head) for m, head in columns if any(m in r.metrics for r in inputs.records)]
+
+
+def _threshold_text(r: RunRecord) -> str:
+    """A binary run's decision threshold: near 1 as "1 − 0.00023" (and near 0 to two figures), where three decimals
+    would read 1.000 and hide that the model decides on its most confident scores alone."""
+    t = r.estimate("threshold").value
+    if t is None:
+        return "–"
+    if 0.999 < t < 1:
+        return f"1 − {1 - t:.2g}"
+    return f"{t:.2g}" if 0 < t < 0.001 else f"{t:.3f}"
 
 
 def _left_out(inputs: ReportInputs) -> str:
@@ -222,7 +235,8 @@ def utility(inputs: ReportInputs) -> str:
         + (f' <span class="flag" title="see the warning below the table">⚠ {flagged[r.run_id]}</span>'
            if r.run_id in flagged else "")
         + f"</td><td>{escape(r.mechanism)}</td><td class=eps>{escape(eps_label(r.privacy))}</td>"
-        + "".join(f"<td class=num>{estimate_text(r.estimate(m))}</td>" for m, _ in columns)
+        + "".join(f"<td class=num>{_threshold_text(r) if m == 'threshold' else estimate_text(r.estimate(m))}</td>"
+                  for m, _ in columns)
         + f"<td class=num>{_seconds(r.timing.train_seconds)}</td></tr>" for r in inputs.records)
     note = ("<p>The local-DP panel's eps is per image, for local DP's neighbours (any two images); the DP-SGD "
             "panel's is for adding or removing one training patient or image. They protect against different "
