@@ -754,3 +754,30 @@ def test_the_utility_table_gives_each_binary_runs_threshold(make_record, thresho
 
     metrics = {} if threshold is None else {"threshold": threshold}
     assert _threshold_text(make_record("a_seed0", "a", metrics=metrics)) == shown
+
+
+def test_the_summary_says_what_the_study_did_not_compute(make_record, make_resolved):
+    """Explanations are off by default and fairness can be turned off: the summary says so, and how to turn them
+    on, rather than leave a reader looking for sections that were never computed."""
+    from dpmed.config import CamConfig
+    from dpmed.folders import StudyFolder
+    from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.sections import _measured
+
+    records = [make_record("a_seed0", "a")]
+    resolved = make_resolved(records)
+
+    def measured(evaluation):
+        study = resolved.study.model_copy(update={"evaluation": evaluation})
+        return _measured(ReportInputs(resolved=resolved.model_copy(update={"study": study}), records=records,
+                                      comparisons=None, folder=StudyFolder(Path("unused"))))
+
+    ev = resolved.study.evaluation
+    default = measured(ev)
+    assert "Not computed: Grad-CAM explanations" in default and "configs/interpretability.yaml" in default
+    assert "fairness" not in default.lower()
+    neither = measured(ev.model_copy(update={"fairness": None}))
+    assert "Not computed: fairness across sex and age (<code>evaluation.fairness</code> is null); Grad-CAM" in neither
+    both = measured(ev.model_copy(update={"explanations": CamConfig(), "fairness": None}))
+    assert "Grad-CAM" not in both and "Not computed: fairness" in both
+    assert "Not computed" not in measured(ev.model_copy(update={"explanations": CamConfig()}))

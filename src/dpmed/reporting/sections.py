@@ -48,9 +48,15 @@ def _measured(inputs: ReportInputs) -> str:
             what += ", and quadratic-weighted kappa of the ordered grades"
     else:
         what = f"test AUROC (macro over findings) and accuracy at {decision_rule(data)}"
+    off = []      # said, so that a reader does not look for a section that was never computed
+    if ev.fairness is None:
+        off.append("fairness across sex and age (<code>evaluation.fairness</code> is null)")
+    if ev.explanations is None:
+        off.append("Grad-CAM explanations and their faithfulness (off by default: set "
+                   "<code>evaluation.explanations</code>, as configs/interpretability.yaml does)")
     return (f"{what}; {inputs.level} percentile intervals from {ev.bootstrap_resamples} paired bootstrap redraws of "
             f"{inputs.redrawn} (bootstrap seed {ev.bootstrap_seed}). Definitions: {METHODS} (in the dpmed "
-            "repository), sec. 4")
+            "repository), sec. 4" + (f". Not computed: {'; '.join(off)}" if off else ""))
 
 
 def _reading(inputs: ReportInputs) -> str:
