@@ -121,3 +121,26 @@ def test_the_count_drawn_is_the_exact_number_of_training_patients_plus_its_noise
     (plan,) = prepared.plans
     patients = len(set(prepared.dataset.train.patient_ids.tolist()))
     assert plan.privacy.released_count == patients + 7 and prepared.sizes == {plan.privacy.size_key: patients + 7}
+
+
+@pytest.mark.parametrize("source, views, hinted", [("chexpert", None, True), ("mimic", None, True),
+                                                   ("chexpert", "all", False), ("medmnist", None, False)])
+def test_runs_on_other_data_of_a_view_table_say_that_the_views_default_changed(tmp_path, source, views, hinted):
+    """A CheXpert or MIMIC folder made when dpmed read every film reads as other data now that frontal films are
+    the default: the refusal says how to continue it (data.views: all), and only where that can be the cause."""
+    from dpmed.config import Study
+    from dpmed.folders import StudyFolder
+    from dpmed.records import DatasetSummary, ResolvedStudy, StudyPrivacy
+    from dpmed.resumption import finished_runs
+
+    study = Study.model_validate({"name": "s", "data": {"source": source, "path": str(tmp_path), "views": views},
+                                  "arms": [{"name": "plain", "mechanism": "none"}]})
+    summary = DatasetSummary(name="d", task="multilabel", synthetic=False, description="", n_train=None, n_val=10,
+                             n_test=10, n_train_patients=None, patients_known=True, image_shape=(1, 8, 8))
+    privacy = StudyPrivacy(dp_sgd_runs=(), not_private=(), local_dp=(), unit=None, delta=None, accountant=None,
+                           dp_sgd_epsilon=None, epsilon=None, reproducible=False, statement="")
+    before = ResolvedStudy(study=study, dataset=summary.model_copy(update={"n_val": 14}), study_privacy=privacy,
+                           runs=[])
+    with pytest.raises(ConfigError, match="dataset.n_val: 14 in the finished runs, 10 now") as refused:
+        finished_runs(StudyFolder(tmp_path / "s"), [], summary, study, "0" * 64, before)
+    assert ("continue with data.views: all" in str(refused.value)) is hinted

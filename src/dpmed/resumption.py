@@ -184,8 +184,8 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
                 "changed, or data.preprocessing.normalize; the images themselves match)"]
     if data:
         raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
-                          f"{'; '.join(data)}; use another output folder (--out), or delete {folder.runs} to "
-                          f"retrain them {RETRAIN_NOTE}")
+                          f"{'; '.join(data)}{_views_hint(study)}; use another output folder (--out), or delete "
+                          f"{folder.runs} to retrain them {RETRAIN_NOTE}")
     evaluation = [] if before is None else _other_evaluation(before, study)
     _refuse_training_metrics(folder, evaluation)
     randomness = study.privacy_randomness
@@ -218,6 +218,15 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
             "for:\n" + "\n".join(lines) + f"\nuse another output folder (--out), or delete "
             f"{', '.join(str(folder.run(r).public) for r, _ in clashes)} to retrain them {RETRAIN_NOTE}")
     return mine, elsewhere, stale
+
+
+def _views_hint(study: Study) -> str:
+    """Why CheXpert or MIMIC runs of an older folder may read as other data: dpmed once read every film, and reads
+    only the frontal ones unless ``data.views`` says otherwise since the option came."""
+    if study.data.source not in ("chexpert", "mimic") or study.data.views is not None:
+        return ""
+    return (" (dpmed once read every film of these tables; it now reads the frontal films only unless data.views "
+            "is all, so runs it made then continue with data.views: all)")
 
 
 def _refuse_training_metrics(folder: StudyFolder, differences: list[str]) -> None:
