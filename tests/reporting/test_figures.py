@@ -100,7 +100,7 @@ def test_legend_names_the_non_private_band_and_the_chance_line_and_points_carry_
 def test_one_kind_of_eps_is_one_panel_and_a_run_below_chance_is_shown(records, make_record):
     only_dp = [records[0], records[2]]
     assert len(auroc_figure(only_dp).axes) == 1
-    below = only_dp + [make_record("dp-sgd_eps1_C1_seed2", "dp-sgd", "dp_sgd", eps=1.0, seed=2,
+    below = only_dp + [make_record("dp-sgd_eps2_C1_seed0", "dp-sgd", "dp_sgd", eps=2.0,      # one seed: intervals
                                    metrics=_metrics(0.39, 0.31, 0.48))]
     bottom, top = auroc_figure(below).axes[0].get_ylim()
     assert bottom == pytest.approx(0.29) and top == 1.01
@@ -222,12 +222,81 @@ def test_every_report_figure_is_written_to_png_by_one_function():
     assert study_figures.png_bytes is threat_section.png_bytes is figures.png_bytes
 
 
-def test_runs_of_other_deltas_send_the_reader_to_their_cards_and_seeds_are_named(records, make_record):
+def test_runs_of_other_deltas_send_the_reader_to_their_cards_and_points_name_configurations(records, make_record):
+    """A second seed makes the study a multi-seed one: a point is a configuration (its label carries no seed)."""
     dp = make_record("dp-sgd_eps2_C1_seed1", "dp-sgd", "dp_sgd", eps=2.0, seed=1, metrics=_metrics(0.9, 0.85, 0.94))
     dp = dp.model_copy(update={"privacy": dp.privacy.model_copy(update={"delta": 1e-6})})
     fig = auroc_figure([*records, dp])
     central = fig.axes[1]
     assert "δ and accountant per run: see its card" in central.get_xlabel().replace("\n", " ")
     assert central.get_xscale() == "log"
-    labels = [t.get_text() for t in central.texts]
-    assert any(t.endswith(" s1") for t in labels) and any(t.endswith(" s0") for t in labels)
+    assert {t.get_text() for t in central.texts} == {"dp-sgd_eps1_C1", "dp-sgd_eps2_C1", "dp-sgd_eps8_C1"}
+
+
+def _seeds(make_record, aurocs: dict[str, list[float | None]]) -> list:
+    """Runs of seeds 0, 1, 2: the non-private arm's and DP-SGD's at eps 1 and 8 ("eps1": the test AUROC of each
+    seed, None for undefined), each with a bootstrap interval of its own that the figure must not draw."""
+    runs = []
+    for name, values in aurocs.items():
+        for seed, auroc in enumerate(values):
+            metrics = _metrics(auroc, auroc - 0.2, auroc + 0.03) if auroc is not None else _metrics(None, None, None)
+            if name == "none":
+                runs.append(make_record(f"non-private_seed{seed}", "non-private", seed=seed, metrics=metrics))
+            else:
+                runs.append(make_record(f"dp-sgd_{name}_C1_seed{seed}", "dp-sgd", "dp_sgd", eps=float(name[3:]),
+                                        seed=seed, metrics=metrics))
+    return runs
+
+
+def _means(ax) -> list[tuple[float, float]]:
+    """(x, y) of each configuration's point: the size-6 markers (a seed's faint dot is size 3)."""
+    return sorted((float(line.get_xdata()[0]), float(line.get_ydata()[0])) for line in ax.get_lines()
+                  if line.get_marker() == "o" and line.get_markersize() == 6)
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_a_multi_seed_study_draws_each_configuration_once_as_its_mean_and_range_over_seeds(make_record, narrow):
+    """With seeds 0, 1, 2 the figure had three black non-private lines and bands, unlabelled, and three points per
+    configuration labelled "dp-sgd_eps1_C1 s0", "... s1", "... s2" piled on each other at nearly one eps."""
+    records = _seeds(make_record, {"none": [0.96, 0.94, 0.92], "eps1": [0.80, 0.86, 0.83], "eps8": [0.90, 0.84, 0.88]})
+    fig = auroc_figure(records, narrow=narrow)
+    (ax,) = fig.axes
+    black = [float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_color() == "k"]
+    assert black == [pytest.approx(0.94)]                                    # one line, at the mean over seeds
+    band = [p.get_path().get_extents().transformed(p.get_patch_transform()) for p in ax.patches]
+    assert [(round(b.y0, 6), round(b.y1, 6)) for b in band] == [(0.92, 0.96)]      # the seeds' range
+    assert sorted(t.get_text() for t in ax.texts) == ["dp-sgd_eps1_C1", "dp-sgd_eps8_C1"]     # no "s0", "s1", ...
+    assert _means(ax) == [pytest.approx((0.99, (0.80 + 0.86 + 0.83) / 3)),      # at the mean of the seeds' eps
+                          pytest.approx((7.92, (0.90 + 0.84 + 0.88) / 3))]
+    bars = sorted(tuple(round(float(y), 6) for y in segment[:, 1]) for c in ax.collections
+                  for segment in c.get_segments())
+    assert bars == [(0.80, 0.86), (0.84, 0.90)]                      # the seeds' range, no bootstrap interval
+    dots = sorted(round(float(y), 6) for line in ax.get_lines() if line.get_marker() == "o"
+                  and line.get_markersize() == 3 for y in line.get_ydata())
+    assert dots == [0.80, 0.83, 0.84, 0.86, 0.88, 0.90]              # each seed, faint
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert {"non-private AUROC, mean of 3 seeds", "non-private, range over seeds",
+            "bars: range over seeds, faint dots: each seed", "chance (AUROC 0.5)"} <= set(legend)
+    assert "non-private AUROC" not in legend and "non-private interval" not in legend
+
+
+def test_a_configuration_with_an_undefined_seed_averages_the_others_and_says_so(make_record):
+    """The count of seeds a point averages is named where it differs between configurations."""
+    records = _seeds(make_record, {"none": [0.96, None, 0.92], "eps1": [0.80, 0.86, 0.83], "eps8": [0.90, None, 0.86]})
+    fig = auroc_figure(records)
+    (ax,) = fig.axes
+    assert sorted(t.get_text() for t in ax.texts) == ["dp-sgd_eps1_C1 (3 seeds)", "dp-sgd_eps8_C1 (2 of 3 seeds)"]
+    assert _means(ax)[1] == pytest.approx((7.92, 0.88))
+    assert [float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_color() == "k"] == [pytest.approx(0.94)]
+    assert "non-private AUROC, mean of 2 seeds" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_the_report_says_a_multi_seed_figures_bars_are_ranges_over_seeds(make_record, report_html):
+    """One seed's figure draws bootstrap intervals; a multi-seed one's bars are ranges, and only its caption says so."""
+    def caption(records) -> str:
+        utility = report_html(records).split('id="utility"')[1].split("</figure>")[0]
+        return re.sub(r"<[^>]+>", "", utility.split("<figcaption>")[1]) if "<figcaption>" in utility else ""
+
+    said = "Each point is the mean test AUROC over a configuration's seeds"
+    assert said in caption(_seeds(make_record, {"none": [0.96, 0.94], "eps1": [0.80, 0.86]}))
+    assert said not in caption(_seeds(make_record, {"none": [0.96], "eps1": [0.80]}))

@@ -24,7 +24,7 @@ from dpmed.numbers import delta_text
 from dpmed.records import RunRecord
 
 __all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
-           "run_label", "image_rows", "plot_interval", "plotted", "png_bytes"]
+           "image_rows", "plot_interval", "plotted", "png_bytes"]
 
 # Type sizes in points, per layout: (dpi, text). Narrow figures are 3.9 in wide at 200 dpi (780 px) and shown at
 # 358 CSS px, so 11 pt is 11 * 200 / 72 * 358 / 780 = 14 CSS px; wide ones are shown at about their own size.
@@ -57,9 +57,29 @@ def auroc_versus_epsilon(records: Iterable[RunRecord], *, narrow: bool = False) 
     return png_bytes(auroc_figure(records, narrow=narrow))
 
 
-def run_label(record: RunRecord, several_seeds: bool) -> str:
-    """A run's short name on a figure: its arm and swept values, and its seed where a study has several."""
-    return record.plan.label + (f" s{record.seed}" if several_seeds else "")
+def _configurations(runs: list[RunRecord], several_seeds: bool) -> list[list[RunRecord]]:
+    """The runs :func:`auroc_figure` draws as one point each. With several seeds, the seeds of one configuration
+    (arm and swept values) go together: drawn one per seed, their points sat at nearly one eps with their labels
+    piled on each other. With one seed, each run is its own point (with its bootstrap interval)."""
+    if not several_seeds:
+        return [[r] for r in runs]
+    groups: dict[str, list[RunRecord]] = {}
+    for r in runs:
+        groups.setdefault(r.plan.label, []).append(r)
+    return list(groups.values())
+
+
+def _defined(runs: list[RunRecord]) -> list[tuple[RunRecord, Any]]:
+    """The runs with a defined test AUROC, with it: the others have no point (the report's caption names them)."""
+    return [(r, e) for r, e in ((r, r.estimate("test_auroc")) for r in runs) if e.value is not None]
+
+
+def _seeds_text(shown: int, runs: int, counts_differ: bool) -> str:
+    """How many seeds a multi-seed point is the mean of: always where some of its seeds have no AUROC ("2 of 3
+    seeds"), else only where configurations differ in it (a count every label shares tells nothing)."""
+    if shown < runs:
+        return f" ({shown} of {runs} seeds)"
+    return f" ({shown} seed{'s' * (shown != 1)})" if counts_differ else ""
 
 
 @dataclass(frozen=True)
@@ -130,13 +150,19 @@ _MARKERS = {"dp_sgd": ("o", "tab:blue", "DP-SGD"), "pixel_laplace": ("s", "tab:o
 
 
 def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figure:
-    """Test AUROC (with its bootstrap interval) against eps on a log axis, one panel per kind of eps.
+    """Test AUROC against eps on a log axis, one panel per kind of eps.
 
     Local DP's eps per image (any two images are neighbours; thousands at 64 x 64 px) and DP-SGD's eps (add or
     remove one patient or image) answer different questions, so they never share an axis: one panel each, where
-    both kinds are in the study. Every point carries its run's label. In every panel the non-private AUROC is a
-    line with its interval as a band, and chance (0.5) a dotted line; the legend names all three. The AUROC axis
-    starts at 0.4 unless an interval reaches lower: a run below chance is shown, not cut off.
+    both kinds are in the study. Every point carries its label. In every panel the non-private AUROC is a line with
+    a band, and chance (0.5) a dotted line; the legend names all three. The AUROC axis starts at 0.4 unless a value
+    it shows reaches lower: a run below chance is shown, not cut off.
+
+    With one seed, each run is a point with its bootstrap interval, and the band is the non-private run's interval.
+    With several, each configuration is one point: the mean of its seeds' AUROC at the mean of their eps (a
+    calibrated run's eps differs between seeds only in rounding), a bar over the seeds' range and each seed a faint
+    dot; the line is the non-private runs' mean, the band their range. One point and one line per seed, all alike,
+    could not be told apart; the runs' own intervals are in the report's table.
     """
     records = list(records)
     dpi, size = FONT[narrow]
@@ -149,32 +175,46 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
         fig = Figure(figsize=(4.6 * n + 0.8, 4.6), dpi=dpi, layout="constrained")
         axes = list(fig.subplots(1, n, squeeze=False, sharey=True)[0])
     several_seeds = len({r.seed for r in records}) > 1
-    base = [(r, e) for r, e in ((r, r.estimate("test_auroc")) for r in records if r.mechanism == "none")
-            if e.value is not None]
-    lows = [0.4] + [e.low for _, e in base if e.low is not None]
+    base = _defined([r for r in records if r.mechanism == "none"])
+    if several_seeds and base:
+        values = [e.value for _, e in base]
+        lines = [(sum(values) / len(values), min(values), max(values))]
+    else:
+        lines = [(e.value, e.low, e.high) for _, e in base]
+    lows = [0.4] + [low for _, low, _ in lines if low is not None]
+    configurations = [_configurations([r for r in records if p.member(r)], several_seeds) for p in panels]
+    counts_differ = len({len(_defined(runs)) for c in configurations for runs in c} - {0}) > 1
     used: dict[str, tuple[str, str, str]] = {}
-    for ax, panel in zip(axes, panels):
-        for _r, e in base:
-            ax.axhline(e.value, color="k", lw=1)
-            if e.low is not None and e.high is not None:
-                ax.axhspan(e.low, e.high, color="k", alpha=0.08, lw=0)
+    for ax, panel, panel_runs in zip(axes, panels, configurations):
+        for value, low, high in lines:
+            ax.axhline(value, color="k", lw=1)
+            if low is not None and high is not None:
+                ax.axhspan(low, high, color="k", alpha=0.08, lw=0)
         ax.axhline(0.5, color="grey", ls=":", lw=1.2)
         xs = []
-        for r in records:
-            e = r.estimate("test_auroc")
-            if not panel.member(r) or e.value is None:
+        for runs in panel_runs:
+            shown = _defined(runs)
+            if not shown:
                 continue
+            r, e = shown[0]
             marker, color, name = _MARKERS.get(r.mechanism, ("D", "tab:purple", r.mechanism))
             used[r.mechanism] = (marker, color, name)
-            x = panel.x(r)
-            plot_interval(ax, x, e.value, e.low, e.high, marker=marker, color=color, ms=6)
-            why = "" if r.privacy.is_dp else f" (not DP: {r.privacy.why_not_dp_in_brief})"
-            label = run_label(r, several_seeds) + why
-            ax.annotate(label, (x, e.value), xytext=(6, 4), textcoords="offset points",
+            values = [e.value for _, e in shown]
+            if several_seeds:
+                x = sum(panel.x(r) for r, _ in shown) / len(shown)
+                y, low, high = sum(values) / len(values), min(values), max(values)
+                ax.plot([x] * len(values), values, marker, ms=3, color=color, alpha=0.35)
+            else:
+                x, y, low, high = panel.x(r), e.value, e.low, e.high
+            plot_interval(ax, x, y, low, high, marker=marker, color=color, ms=6)
+            reasons = dict.fromkeys(r.privacy.why_not_dp_in_brief for r, _ in shown if not r.privacy.is_dp)
+            why = f" (not DP: {'; '.join(reasons)})" if reasons else ""
+            label = r.plan.label + (_seeds_text(len(shown), len(runs), counts_differ) if several_seeds else "") + why
+            ax.annotate(label, (x, y), xytext=(6, 4), textcoords="offset points",
                         fontsize=size - 1, color="#333333").set_in_layout(False)   # placed by _fit_inside
             xs.append(x)
-            if e.low is not None:
-                lows.append(e.low)
+            if low is not None:
+                lows.append(low)
         if xs:
             ax.set_xscale("log")
             lo, hi = min(xs), max(xs)
@@ -199,7 +239,16 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
             ax.set_ylabel("test AUROC", fontsize=size)
     axes[0].set_ylim(max(0.0, min(lows) - 0.02) if min(lows) < 0.4 else 0.4, 1.01)
     handles = [Line2D([], [], marker=m, color=c, ls="none", label=label) for m, c, label in used.values()]
-    if base:
+    if several_seeds and used:
+        handles.append(Line2D([], [], marker="|", ms=10, color="grey", ls="none",
+                              label="bars: range over seeds, faint dots: each seed"))
+    if several_seeds and base:
+        count, seeds = len(base), len({r.seed for r, _ in base})       # two non-private arms: runs, not seeds
+        mean = f"mean of {count} {'seeds' if count == seeds else 'runs'}" if count > 1 else "1 seed"
+        handles.append(Line2D([], [], color="k", lw=1, label=f"non-private AUROC, {mean}"))
+        if count > 1:
+            handles.append(Patch(color="k", alpha=0.08, label="non-private, range over seeds"))
+    elif base:
         handles += [Line2D([], [], color="k", lw=1, label="non-private AUROC"),
                     Patch(color="k", alpha=0.08, label="non-private interval")]
     handles.append(Line2D([], [], color="grey", ls=":", lw=1.2, label="chance (AUROC 0.5)"))

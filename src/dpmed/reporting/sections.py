@@ -211,9 +211,11 @@ def _threshold_text(r: RunRecord) -> str:
     return f"{t:.2g}" if 0 < t < 0.001 else f"{t:.3f}"
 
 
-def _left_out(inputs: ReportInputs) -> str:
-    """The caption that names the runs the AUROC-versus-eps figure has no point for, and why: no eps to place them
-    at (not DP, with the card's reason), or an undefined AUROC. The non-private runs are its line and band."""
+def _figure_caption(inputs: ReportInputs) -> str:
+    """The AUROC-versus-eps figure's caption. In a multi-seed study it says what a point and its bar are (a
+    configuration's mean and range over seeds, not a run's interval): one seed's figure draws intervals, and a
+    reader would take the bars for them. It names the runs the figure has no point for, and why: no eps to place
+    them at (not DP, with the card's reason), or an undefined AUROC. The non-private runs are its line and band."""
     no_eps, undefined = [], []
     for r in inputs.records:
         if r.mechanism == "none" or plotted(r):
@@ -224,9 +226,12 @@ def _left_out(inputs: ReportInputs) -> str:
             no_eps.append(f"{escape(r.run_id)} ({escape(not_dp_text(r.privacy) or 'no ε on its card')})")
     parts = ([f"runs with no ε to place them at: {'; '.join(no_eps)}"] if no_eps else []) + \
         ([f"runs whose test AUROC is undefined: {', '.join(undefined)}"] if undefined else [])
-    if not parts:
-        return ""
-    return f"<figcaption>Not in the figure (the table below has them): {'. And '.join(parts)}.</figcaption>"
+    seeds = ("Each point is the mean test AUROC over a configuration's seeds, its bar their range and the faint "
+             "dots the seeds themselves (the non-private line and band: their mean and range); each run's own "
+             "interval is in the table below." if len({r.seed for r in inputs.records}) > 1 else "")
+    left_out = f"Not in the figure (the table below has them): {'. And '.join(parts)}." if parts else ""
+    text = " ".join(t for t in (seeds, left_out) if t)
+    return f"<figcaption>{text}</figcaption>" if text else ""
 
 
 def utility(inputs: ReportInputs) -> str:
@@ -251,7 +256,7 @@ def utility(inputs: ReportInputs) -> str:
             and any(r.mechanism == "dp_sgd" for r in inputs.records) else "")
     table = stacked(f"<table><tr><th>run</th><th>mechanism</th><th>eps</th>"
                     f"{''.join(f'<th>{head}</th>' for _, head in columns)}<th>training seconds</th></tr>{rows}</table>")
-    return (f'<h2 id="utility">Utility</h2><figure>{figure}{_left_out(inputs)}</figure>{note}{table}'
+    return (f'<h2 id="utility">Utility</h2><figure>{figure}{_figure_caption(inputs)}</figure>{note}{table}'
             f"{flag_html(inputs, [r.run_id for r in inputs.records])}")
 
 
