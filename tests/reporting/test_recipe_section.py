@@ -5,6 +5,7 @@ size (which DP-SGD's eps protects)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -15,13 +16,14 @@ from dpmed.reporting.recipe_section import recipe_section
 from dpmed.study import load_study_data, plan_study
 
 
-def _section(training: dict, dp_arm: dict | None = None) -> tuple[dict[str, str], list]:
-    """The section's rows by arm name (tags kept), and the plans, for a phantom study of 32 px images."""
+def _section(training: dict, dp_arm: dict | None = None, *, patients_known: bool = True) -> tuple[dict[str, str], list]:
+    """The section's rows by arm name (tags kept), and the plans, for a phantom study of 32 px images (with its
+    patient ids, or as data that publish none)."""
     study = Study.model_validate({
         "name": "recipe", "data": {"source": "phantom", "n_images": 300, "image_size": 32}, "training": training,
         "arms": [{"name": "plain", "mechanism": "none"},
                  {"name": "dp", "mechanism": "dp_sgd", "target_epsilon": [1, 8], **(dp_arm or {})}]})
-    dataset = load_study_data(study)
+    dataset = replace(load_study_data(study), patients_known=patients_known)
     plans = plan_study(study, dataset)
     summary = DatasetSummary(name="phantom", task="binary", synthetic=True, description="", n_train=None, n_val=1,
                              n_test=1, n_train_patients=None, patients_known=True, image_shape=(1, 32, 32))
@@ -45,6 +47,14 @@ def test_defaults_read_plain_and_the_studys_choices_bold():
     assert "64 images, shuffled" in plain and "64 patients expected (Poisson, q = " in dp
     assert "δ = min(1e-5, 1 / (10 N)) = 1e-5" in dp and "PLD accountant" in dp and "unit: one patient" in dp
     assert "the last iterate" in dp and ">none<" in dp        # no EMA, no augmentation
+
+
+def test_the_unit_is_the_one_the_runs_trained_with():
+    """Without patient ids each image is its own patient: the row says image, as the batch beside it does."""
+    assert "unit: one patient<" in _section({})[0]["dp"]
+    dp = _section({}, patients_known=False)[0]["dp"]
+    assert "unit: one image (the data name no patients, so each image is its own)" in dp
+    assert "64 images expected" in dp
 
 
 def test_a_recipe_of_choices_states_each_as_training_used_it():

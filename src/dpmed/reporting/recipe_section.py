@@ -36,7 +36,8 @@ def _learning_rate(t: TrainingConfig) -> str:
     factor = "B" if t.lr_scaling == "linear" else "√B"
     reference = "" if t.lr_scaling == "linear" else "√"
     return _marked(f"{t.learning_rate:g} × {factor} / {reference}{t.reference_batch_size} = "
-                  f"{number_text(t.scaled_learning_rate)} ({t.lr_scaling} scaling with the batch B = {t.batch_size})", False)
+                   f"{number_text(t.scaled_learning_rate)} ({t.lr_scaling} scaling with the batch B = {t.batch_size})",
+                   False)
 
 
 def _schedule(t: TrainingConfig) -> str:
@@ -98,7 +99,15 @@ def _privacy(arm: Arm, plans: list[RunPlan]) -> str:
     delta = f"δ = min(1e-5, 1 / (10 N)) = {deltas}, N the released count" if arm.delta is None else f"δ = {deltas}"
     return "; ".join([part("max_grad_norm", f"C = {', '.join(f'{c:g}' for c in arm.max_grad_norm)}"),
                       part("delta", delta), part("accountant", f"{arm.accountant.upper()} accountant"),
-                      part("noise", f"{arm.noise} noise"), part("privacy_unit", f"unit: one {arm.privacy_unit}")])
+                      part("noise", f"{arm.noise} noise"), part("privacy_unit", _unit(arm, dp))])
+
+
+def _unit(arm: DpSgdArm, dp: list[DpSgdPlan]) -> str:
+    """The unit the runs trained with: an image where the arm asks for the patient but the data name none."""
+    unit = dp[0].unit
+    if unit != arm.privacy_unit:
+        return f"unit: one {unit} (the data name no patients, so each image is its own)"
+    return f"unit: one {unit}"
 
 
 def settings_chosen_on(inputs: ReportInputs) -> str:
@@ -135,7 +144,7 @@ def recipe_section(inputs: ReportInputs) -> str:
     head = "".join(f"<th>{c}</th>" for c in _COLUMNS)
     return ('<h2 id="recipe">How each arm trained</h2><p>The settings each arm trained with, as the study resolved '
             "them (every key is in the study file under Provenance). In bold: what the study chose; the rest are "
-            "dpmed's defaults, which the study file left unset or restated. Left out: settings that change nothing here (momentum under Adam, "
-            "the milestones of a schedule that has none) or change no number (physical batch, engine, device, "
-            "threads).</p>"
+            "dpmed's defaults, which the study file left unset or restated. Left out: settings that change nothing "
+            "here (momentum under Adam, the milestones of a schedule that has none) or change no number (physical "
+            "batch, engine, device, threads).</p>"
             + stacked(f"<table><tr>{head}</tr>{''.join(rows)}</table>") + settings_chosen_on(inputs))
