@@ -15,7 +15,12 @@ from typing import Any, Mapping, Union
 from dpmed.accounting import _arguments
 
 __all__ = ["PoissonGaussianEvent", "PoissonLaplaceEvent", "ShuffledBatchesEvent", "LaplaceImageEvent",
-           "GaussianImageEvent", "Event", "DpSgdEvent", "ImageEvent", "event_to_dict", "event_from_dict"]
+           "GaussianImageEvent", "Event", "DpSgdEvent", "ImageEvent", "event_to_dict", "event_from_dict",
+           "NEIGHBOUR_LDP_IMAGE"]
+
+# the neighbour relation of the image events' eps (`dpmed.accounting.ldp`); here, without scipy, for the local-DP
+# privacy cards that name it
+NEIGHBOUR_LDP_IMAGE = "any two images (local DP on the released image)"
 
 
 @dataclass(frozen=True)

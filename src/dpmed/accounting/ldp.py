@@ -27,14 +27,12 @@ from typing import Sequence
 from scipy import special
 
 from dpmed.accounting import _arguments
-from dpmed.accounting.events import GaussianImageEvent, ImageEvent, LaplaceImageEvent
+from dpmed.accounting.events import NEIGHBOUR_LDP_IMAGE, GaussianImageEvent, ImageEvent, LaplaceImageEvent
 
 __all__ = ["NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for",
            "laplace_scale_for_image", "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image",
            "ImageComposition", "compose_image_events", "LAPLACE_COMPOSITION", "GAUSSIAN_COMPOSITION",
            "MIXED_COMPOSITION"]
-
-NEIGHBOUR_LDP_IMAGE = "any two images (local DP on the released image)"
 
 
 def laplace_pixel_epsilon(*, scale: float, value_range: float) -> float:

@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import scipy.fft
 
 from dpmed.data.pace import Pace
 from dpmed.data.sample import Dataset, ImageSet
@@ -157,6 +156,7 @@ def _central(x: torch.Tensor, fraction: float, axis: int) -> torch.Tensor:
 
 def _hash(x: torch.Tensor) -> np.ndarray:
     """The DCT hash of grey images x [N, 1, H, W]: uint64 [N, _WORDS] (the module docstring)."""
+    import scipy.fft                  # imported here too: the schema's import of this module needs neither
     import torch.nn.functional as F
 
     small = F.interpolate(x, size=(HASH_SIZE, HASH_SIZE), mode="bilinear", align_corners=False,

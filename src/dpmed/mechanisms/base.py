@@ -17,7 +17,7 @@ from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from dpmed.accounting import ACCOUNTANTS, Ledger, default_delta
+from dpmed.accounting import Ledger
 from dpmed.errors import ConfigError
 from dpmed.names import CANARY_KINDS
 from dpmed.numbers import delta_text, epsilon_text
@@ -94,6 +94,8 @@ def refuse_vacuous_delta(what: str, delta: float | None, n: int, *, counted: str
     first point that knows N (the study file does not), and it precedes any training."""
     if delta is None or n < 1 or delta < 1.0 / n:   # no units: the plan's own checks say so
         return
+    from dpmed.accounting import default_delta   # imported here: its module imports dp_accounting (a second)
+
     raise ConfigError(
         f"{what} {delta:g} is at or above 1/N = 1/{n} = {1.0 / n:.3g}, N being {counted}; at such a "
         f"delta no eps means anything ({whole} with probability delta is (0, delta)-DP). Set delta well below 1/N, "
@@ -296,6 +298,8 @@ class PrivacyCard(Strict):
     def accountant_in_brief(self) -> str:
         """The accountant in a word or two, for a label beside the eps: "PLD", "RDP", local DP's "closed form" or
         "analytic Gaussian" (``accountant`` says it in full)."""
+        from dpmed.accounting import ACCOUNTANTS   # imported here: reading a card needs no dp_accounting
+
         short = (self.accountant or "").split(" (")[0].replace(" mechanism", "")
         return short.upper() if short in ACCOUNTANTS else short
 
