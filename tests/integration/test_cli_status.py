@@ -42,12 +42,14 @@ def test_status_of_finished_runs_imports_neither_torch_nor_scikit_learn(tiny_stu
     assert done.stdout.splitlines()[-2].strip() == "2 finished", done.stdout
 
 
-def test_status_imports_neither_dp_accounting_nor_scipy(tiny_study):
+def test_status_imports_neither_dp_accounting_nor_scipy_nor_pandas(tiny_study):
     """`dpmed status` took 2 s, over half of it importing dp_accounting and scipy: a run record holds a ledger,
-    and importing the ledger imported every accountant. Listing runs computes no eps."""
+    and importing the ledger imported every accountant. Listing runs computes no eps, and reads no data table
+    (pandas: the study file's schema imports the dataset readers)."""
+    heavy = {"dp_accounting", "scipy", "pandas", "torch"}
     code = ("import sys\nfrom dpmed.cli import main\n"
             f"code = main(['status', {str(tiny_study)!r}])\n"
-            "print(code, sorted({m.split('.')[0] for m in sys.modules} & {'dp_accounting', 'scipy', 'torch'}))")
+            f"print(code, sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.stdout.splitlines()[-1] == "0 []", (done.stdout, done.stderr)
     assert done.stdout.splitlines()[-2].strip() == "2 finished", done.stdout

@@ -23,9 +23,9 @@ import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from dpmed.data.formats.table_reading import (Flags, chosen_labels, csv_line, dataset_folder, first_existing,
                                               index_images, optional_file, patient_column, read_table,
@@ -33,6 +33,9 @@ from dpmed.data.formats.table_reading import (Flags, chosen_labels, csv_line, da
 from dpmed.data.manifest import Manifest, parse_splits
 from dpmed.data.sample import Task
 from dpmed.errors import DataError
+
+if TYPE_CHECKING:   # pandas is imported where a table is read: the study file's schema imports the readers
+    import pandas as pd
 
 _log = logging.getLogger(__name__)
 
@@ -116,6 +119,8 @@ def read_chexpert(path: str | Path, *, findings: Sequence[str] | None = None, un
     (radiologist-labelled) is the published validation split; test is carved from train.csv by patient. Patient:
     the ``patientNNNNN`` folder in Path (a row without one is flagged).
     """
+    import pandas as pd
+
     root = dataset_folder(path, "CheXpert", "train.csv")
     chosen = chosen_labels(findings, CHEXPERT_COMPETITION, CHEXPERT_FINDINGS, "CheXpert")
     parts = [("train.csv", "train")] + ([("valid.csv", "val")] if optional_file(root / "valid.csv") else [])

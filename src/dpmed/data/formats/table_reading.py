@@ -11,12 +11,15 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from dpmed.data.manifest import Manifest, parse_age, parse_sex
 from dpmed.errors import DataError, error_name
+
+if TYPE_CHECKING:   # pandas is imported where a table is read: the study file's schema imports the readers
+    import pandas as pd
 
 __all__ = ["dataset_folder", "first_existing", "optional_file", "read_table", "csv_line", "class_index",
            "patient_column", "table_manifest", "Flags", "index_images", "chosen_labels"]
@@ -70,6 +73,8 @@ def read_table(path: Path, required: Sequence[str], *, header_only_ok: bool = Fa
     ``header_only_ok``: a side table (MIMIC's split and patients tables) that names no row of the image table may
     hold its header alone; refused, its first row (a training patient's, perhaps) would decide whether a study runs.
     """
+    import pandas as pd
+
     if path.is_dir():
         raise _folder_not_table(path)
     if not path.is_file():
