@@ -145,3 +145,17 @@ def test_a_study_of_another_type_is_a_dpmed_error_naming_what_was_given(study, t
                                                 rf"Study, not {type(study).__name__} "):
         dpmed.run_study(study, out=tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_every_accounting_name_is_imported_from_its_module_on_first_use():
+    """The accounting package names each export's module by hand (so that reading a ledger imports no accountant):
+    a name listed in __all__ but in no module, or in the wrong one, would fail only when first used."""
+    from importlib import import_module
+
+    from dpmed import accounting
+
+    assert set(accounting._HOME) == set(accounting.__all__)
+    for name, module in accounting._HOME.items():
+        assert getattr(accounting, name) is getattr(import_module(module), name), name
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        accounting.nothing
