@@ -13,18 +13,22 @@ import pytest
 from dpmed.config import Study
 from dpmed.records import DatasetSummary, ResolvedStudy, StudyPrivacy
 from dpmed.reporting.recipe_section import recipe_section
-from dpmed.study import load_study_data, plan_study
+from dpmed.released_size import needed_sizes
+from dpmed.study import load_study_data, plan_context, plan_study
 
 
-def _section(training: dict, dp_arm: dict | None = None, *, patients_known: bool = True) -> tuple[dict[str, str], list]:
+def _section(training: dict, dp_arm: dict | None = None, *, patients_known: bool = True,
+             released: bool = True) -> tuple[dict[str, str], list]:
     """The section's rows by arm name (tags kept), and the plans, for a phantom study of 32 px images (with its
-    patient ids, or as data that publish none)."""
+    patient ids, or as data that publish none), planned from counts given as released (as a study plans), or from
+    the exact ones taken as public (as runs of a dpmed before the DP count were)."""
     study = Study.model_validate({
         "name": "recipe", "data": {"source": "phantom", "n_images": 300, "image_size": 32}, "training": training,
         "arms": [{"name": "plain", "mechanism": "none"},
                  {"name": "dp", "mechanism": "dp_sgd", "target_epsilon": [1, 8], **(dp_arm or {})}]})
     dataset = replace(load_study_data(study), patients_known=patients_known)
-    plans = plan_study(study, dataset)
+    sizes = needed_sizes(study, plan_context(dataset)) if released else None
+    plans = plan_study(study, dataset, sizes)
     summary = DatasetSummary(name="phantom", task="binary", synthetic=True, description="", n_train=None, n_val=1,
                              n_test=1, n_train_patients=None, patients_known=True, image_shape=(1, 32, 32))
     privacy = StudyPrivacy(dp_sgd_runs=(), not_private=(), local_dp=(), unit=None, delta=None, accountant=None,
@@ -81,3 +85,19 @@ def test_a_recipe_of_choices_states_each_as_training_used_it():
 def test_a_step_schedule_names_its_milestones(milestones):
     rows, _ = _section({"lr_schedule": {"kind": "step", "milestones": milestones, "gamma": 0.5}})
     assert f"× 0.5 at {', '.join(f'{m:.0%}' for m in milestones)} of the steps" in rows["plain"]
+
+
+def test_the_accountant_and_the_count_are_those_the_runs_planned_with():
+    """A budget beyond PLD's reach is certified by RDP, and the row says so; runs planned from the exact size (an
+    older dpmed) do not claim a released count."""
+    dp = _section({}, {"target_epsilon": [1, 1000]})[0]["dp"]
+    assert "PLD accountant; RDP for the runs it cannot certify (ε 1000), as their cards say" in dp
+    assert "planned from the released count" in dp and "N the released count" in dp
+    old = _section({}, released=False)[0]["dp"]
+    assert "planned from the training set&#x27;s size" in old and "N the training set&#x27;s size" in old
+    assert "the released count" not in old
+
+
+def test_a_cap_on_each_patients_images_is_part_of_the_unit():
+    dp = _section({}, {"privacy_unit": "image", "max_images_per_patient": 1})[0]["dp"]
+    assert "<b>unit: one image, at most 1 image of each patient</b>" in dp

@@ -57,7 +57,8 @@ def _length(t: TrainingConfig, plans: list[RunPlan]) -> str:
         text = _marked(f"{t.epochs} epochs", False)
     steps = sorted({p.privacy.steps for p in plans if isinstance(p.privacy, DpSgdPlan)})
     if steps and t.steps is None:     # DP-SGD's T is public: planned from the DP count, on every card
-        text += escape(f"; T = {' or '.join(map(str, steps))} steps, planned from the released count")
+        dp = [p.privacy for p in plans if isinstance(p.privacy, DpSgdPlan)]
+        text += escape(f"; T = {' or '.join(map(str, steps))} steps, planned from {_counted(dp)}")
     return text
 
 
@@ -96,18 +97,40 @@ def _privacy(arm: Arm, plans: list[RunPlan]) -> str:
         return _marked(text, getattr(arm, key) == default)
 
     deltas = " or ".join(sorted({delta_number(p.delta) for p in dp}))
-    delta = f"δ = min(1e-5, 1 / (10 N)) = {deltas}, N the released count" if arm.delta is None else f"δ = {deltas}"
+    delta = (f"δ = min(1e-5, 1 / (10 N)) = {deltas}, N {_counted(dp)}" if arm.delta is None else f"δ = {deltas}")
     return "; ".join([part("max_grad_norm", f"C = {', '.join(f'{c:g}' for c in arm.max_grad_norm)}"),
-                      part("delta", delta), part("accountant", f"{arm.accountant.upper()} accountant"),
-                      part("noise", f"{arm.noise} noise"), part("privacy_unit", _unit(arm, dp))])
+                      part("delta", delta), part("accountant", _accountants(arm, dp)),
+                      part("noise", f"{arm.noise} noise"), _marked(*_unit(arm, dp))])
 
 
-def _unit(arm: DpSgdArm, dp: list[DpSgdPlan]) -> str:
-    """The unit the runs trained with: an image where the arm asks for the patient but the data name none."""
-    unit = dp[0].unit
-    if unit != arm.privacy_unit:
-        return f"unit: one {unit} (the data name no patients, so each image is its own)"
-    return f"unit: one {unit}"
+def _counted(dp: list[DpSgdPlan]) -> str:
+    """What N was: the DP count of the units, or (runs of a dpmed before that count) the exact size, taken as public."""
+    return "the released count" if all(p.size_epsilon > 0 for p in dp) else "the training set's size"
+
+
+def _accountants(arm: DpSgdArm, dp: list[DpSgdPlan]) -> str:
+    """The accountants that certified the runs: the arm's, or the one a budget beyond its reach fell back to (PLD
+    above eps 500 or below its delta floor: `dpmed.accounting.effective_accountant`), which each card names."""
+    used = list(dict.fromkeys(p.accountant for p in dp))
+    if used == [arm.accountant]:
+        return f"{arm.accountant.upper()} accountant"
+    fallen = [p for p in dp if p.accountant != arm.accountant]
+    targets = ", ".join(f"{p.target_epsilon:g}" for p in fallen if p.target_epsilon is not None)
+    other = " or ".join(dict.fromkeys(p.accountant.upper() for p in fallen))
+    return (f"{arm.accountant.upper()} accountant; {other} for the runs it cannot certify"
+            + (f" (ε {targets})" if targets else "") + ", as their cards say")
+
+
+def _unit(arm: DpSgdArm, dp: list[DpSgdPlan]) -> tuple[str, bool]:
+    """The unit the runs trained with (an image where the arm asks for the patient but the data name none), with any
+    cap on each patient's images, which changes the training set; and whether that is all dpmed's default."""
+    unit, cap = dp[0].unit, dp[0].max_images_per_patient
+    text = f"unit: one {unit}"
+    if unit != arm.privacy_unit and not dp[0].patients_known:
+        text += " (the data name no patients, so each image is its own)"
+    if cap is not None:
+        text += f", at most {cap} image{'s' * (cap != 1)} of each patient"
+    return text, arm.privacy_unit == "patient" and cap is None
 
 
 def settings_chosen_on(inputs: ReportInputs) -> str:
