@@ -144,3 +144,14 @@ def test_runs_on_other_data_of_a_view_table_say_that_the_views_default_changed(t
     with pytest.raises(ConfigError, match="dataset.n_val: 14 in the finished runs, 10 now") as refused:
         finished_runs(StudyFolder(tmp_path / "s"), [], summary, study, "0" * 64, before)
     assert ("continue with data.views: all" in str(refused.value)) is hinted
+
+    # the same films (sizes and images match) with other sexes or ages: the views cannot be the cause
+    folder = StudyFolder(tmp_path / "s")
+    (folder.runs / "plain_seed0").mkdir(parents=True)
+    (folder.runs / "plain_seed0" / "run.json").write_text("{}")
+    folder.private.mkdir(parents=True)
+    folder.data_fingerprint.write_text("0" * 64)
+    folder.attributes_fingerprint.write_text("1" * 64)
+    with pytest.raises(ConfigError, match="the images themselves match") as refused:
+        finished_runs(folder, [], summary, study, "0" * 64, before.model_copy(update={"dataset": summary}), "2" * 64)
+    assert "data.views" not in str(refused.value)

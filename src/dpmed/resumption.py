@@ -177,6 +177,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
     ``before``: the folder's study.yaml as read back, None where it holds no finished run; ``attributes``: the
     dataset's :func:`attributes_fingerprint` (None: not checked)."""
     data = [] if before is None else _other_data(before, summary)
+    hint = _views_hint(study) if data else ""     # other views change the sizes; matching sizes are not the cause
     if not data and _other_fingerprint(folder, folder.data_fingerprint, fingerprint):
         data = ["the images, labels or patient ids differ (a file was changed or replaced; sizes and shape match)"]
     if not data and attributes is not None and _other_fingerprint(folder, folder.attributes_fingerprint, attributes):
@@ -184,7 +185,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
                 "changed, or data.preprocessing.normalize; the images themselves match)"]
     if data:
         raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
-                          f"{'; '.join(data)}{_views_hint(study)}; use another output folder (--out), or delete "
+                          f"{'; '.join(data)}{hint}; use another output folder (--out), or delete "
                           f"{folder.runs} to retrain them {RETRAIN_NOTE}")
     evaluation = [] if before is None else _other_evaluation(before, study)
     _refuse_training_metrics(folder, evaluation)
