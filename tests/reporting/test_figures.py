@@ -300,3 +300,21 @@ def test_the_report_says_a_multi_seed_figures_bars_are_ranges_over_seeds(make_re
     said = "Each point is the mean test AUROC over a configuration's seeds"
     assert said in caption(_seeds(make_record, {"none": [0.96, 0.94], "eps1": [0.80, 0.86]}))
     assert said not in caption(_seeds(make_record, {"none": [0.96], "eps1": [0.80]}))
+
+
+def test_two_non_private_arms_over_seeds_are_two_lines_not_one_mean(make_record):
+    """Two non-private recipes (0.95, 0.94 and 0.70, 0.72) pooled into one line sat at 0.8275, a value neither
+    reached; each arm is its own line, at its seeds' mean, with its own range."""
+    records = _seeds(make_record, {"none": [0.95, 0.94], "eps1": [0.80, 0.86]})
+    records += [make_record(f"other_seed{seed}", "other", seed=seed, metrics=_metrics(v, v - 0.1, v + 0.02))
+                for seed, v in enumerate([0.70, 0.72])]
+    fig = auroc_figure(records)
+    (ax,) = fig.axes
+    black = sorted(float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_color() == "k")
+    assert black == [pytest.approx(0.71), pytest.approx(0.945)]
+    band = sorted((round(b.y0, 6), round(b.y1, 6)) for b in (p.get_path().get_extents().transformed(
+        p.get_patch_transform()) for p in ax.patches))
+    assert band == [(0.70, 0.72), (0.94, 0.95)]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "non-private AUROC, mean over seeds, one line per arm" in legend
+    assert "non-private, range over seeds" in legend

@@ -161,8 +161,8 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
     With one seed, each run is a point with its bootstrap interval, and the band is the non-private run's interval.
     With several, each configuration is one point: the mean of its seeds' AUROC at the mean of their eps (a
     calibrated run's eps differs between seeds only in rounding), a bar over the seeds' range and each seed a faint
-    dot; the line is the non-private runs' mean, the band their range. One point and one line per seed, all alike,
-    could not be told apart; the runs' own intervals are in the report's table.
+    dot; each non-private arm is a line at its seeds' mean, its band their range. One point and one line per seed,
+    all alike, could not be told apart; the runs' own intervals are in the report's table.
     """
     records = list(records)
     dpi, size = FONT[narrow]
@@ -176,11 +176,15 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
         axes = list(fig.subplots(1, n, squeeze=False, sharey=True)[0])
     several_seeds = len({r.seed for r in records}) > 1
     base = _defined([r for r in records if r.mechanism == "none"])
-    if several_seeds and base:
-        values = [e.value for _, e in base]
-        lines = [(sum(values) / len(values), min(values), max(values))]
-    else:
-        lines = [(e.value, e.low, e.high) for _, e in base]
+    lines = []                      # (value, low, high) of each non-private line
+    for runs in _configurations([r for r, _ in base], several_seeds):   # an arm's seeds, or a run
+        values = [r.estimate("test_auroc").value for r in runs]
+        if not several_seeds:
+            e = runs[0].estimate("test_auroc")
+            lines.append((e.value, e.low, e.high))
+        else:
+            spread = len(values) > 1
+            lines.append((sum(values) / len(values), min(values) if spread else None, max(values) if spread else None))
     lows = [0.4] + [low for _, low, _ in lines if low is not None]
     configurations = [_configurations([r for r in records if p.member(r)], several_seeds) for p in panels]
     counts_differ = len({len(_defined(runs)) for c in configurations for runs in c} - {0}) > 1
@@ -243,10 +247,12 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
         handles.append(Line2D([], [], marker="|", ms=10, color="grey", ls="none",
                               label="bars: range over seeds, faint dots: each seed"))
     if several_seeds and base:
-        count, seeds = len(base), len({r.seed for r, _ in base})       # two non-private arms: runs, not seeds
-        mean = f"mean of {count} {'seeds' if count == seeds else 'runs'}" if count > 1 else "1 seed"
-        handles.append(Line2D([], [], color="k", lw=1, label=f"non-private AUROC, {mean}"))
-        if count > 1:
+        banded = any(low is not None for _, low, _ in lines)
+        count = len(base)
+        label = "non-private AUROC, " + (("mean over seeds, one line per arm" if banded else "one line per arm")
+                                         if len(lines) > 1 else f"mean of {count} seeds" if banded else "1 seed")
+        handles.append(Line2D([], [], color="k", lw=1, label=label))
+        if banded:
             handles.append(Patch(color="k", alpha=0.08, label="non-private, range over seeds"))
     elif base:
         handles += [Line2D([], [], color="k", lw=1, label="non-private AUROC"),
