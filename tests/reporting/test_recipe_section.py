@@ -101,3 +101,8 @@ def test_the_accountant_and_the_count_are_those_the_runs_planned_with():
 def test_a_cap_on_each_patients_images_is_part_of_the_unit():
     dp = _section({}, {"privacy_unit": "image", "max_images_per_patient": 1})[0]["dp"]
     assert "<b>unit: one image, at most 1 image of each patient</b>" in dp
+
+
+def test_shuffled_batches_are_not_called_an_expectation():
+    dp = _section({}, {"sampling": "shuffle"})[0]["dp"]
+    assert "<b>about 64 patients per batch (shuffled: not DP)</b>" in dp and "expected" not in dp

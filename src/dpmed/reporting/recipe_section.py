@@ -66,9 +66,10 @@ def _batch(t: TrainingConfig, plans: list[RunPlan]) -> str:
     dp = [p.privacy for p in plans if isinstance(p.privacy, DpSgdPlan)]
     if not dp:
         return _marked(f"{t.batch_size} images, shuffled", t.batch_size == _DEFAULT.batch_size)
-    sampling = "Poisson" if dp[0].sampling == "poisson" else "shuffled: not DP"
+    if dp[0].sampling != "poisson":     # fixed batches of q times the exact size: about B, not an expectation
+        return _marked(f"about {t.batch_size} {dp[0].unit}s per batch (shuffled: not DP)", False)
     rates = " or ".join(sorted({number_text(p.sample_rate) for p in dp}))
-    return _marked(f"{t.batch_size} {dp[0].unit}s expected ({sampling}, q = {rates})",
+    return _marked(f"{t.batch_size} {dp[0].unit}s expected (Poisson, q = {rates})",
                    t.batch_size == _DEFAULT.batch_size)
 
 
