@@ -4,8 +4,9 @@ Large expected batches are the DP-SGD regime that works (De et al. 2022; Sander,
 without a burn: scaling laws of DP-SGD"): the noise on the *mean* gradient is sigma C / B, so at a fixed eps a larger
 batch buys a cleaner gradient, and the learning rate has to follow the batch. ``lr_scaling`` does that from one
 tuned base rate (`TrainingConfig.scaled_learning_rate`): ``linear``, lr * B / B_ref (Goyal et al. 2017, "Accurate,
-large minibatch SGD", for SGD) or ``sqrt``, lr * sqrt(B / B_ref) (the rule for Adam; Malladi, Lyu, Panigrahi, Arora 2022), B the arm's (expected)
-batch size. The schedule is a function of the step index alone, so a resumed run takes the same rates.
+large minibatch SGD", for SGD) or ``sqrt``, lr * sqrt(B / B_ref) (the rule for Adam; Malladi, Lyu, Panigrahi, Arora
+2022), B the arm's (expected) batch size. The schedule is a function of the step index alone, so a resumed run
+takes the same rates.
 
 All of it is a public function of settings, never of the data: it costs no privacy.
 """
