@@ -74,6 +74,16 @@ def _defined(runs: list[RunRecord]) -> list[tuple[RunRecord, Any]]:
     return [(r, e) for r, e in ((r, r.estimate("test_auroc")) for r in runs) if e.value is not None]
 
 
+def _point(shown: list[tuple[RunRecord, Any]], several_seeds: bool) -> tuple[float, float | None, float | None]:
+    """(AUROC, low, high) of what one point or line stands for: a run and its bootstrap interval; with several
+    seeds, the mean of a configuration's defined seeds and their range."""
+    if not several_seeds:
+        e = shown[0][1]
+        return e.value, e.low, e.high
+    values = [e.value for _, e in shown]
+    return sum(values) / len(values), min(values), max(values)
+
+
 def _seeds_text(shown: int, runs: int, counts_differ: bool) -> str:
     """How many seeds a multi-seed point is the mean of: always where some of its seeds have no AUROC ("2 of 3
     seeds"), else only where configurations differ in it (a count every label shares tells nothing)."""
@@ -176,15 +186,11 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
         axes = list(fig.subplots(1, n, squeeze=False, sharey=True)[0])
     several_seeds = len({r.seed for r in records}) > 1
     base = _defined([r for r in records if r.mechanism == "none"])
-    lines = []                      # (value, low, high) of each non-private line
-    for runs in _configurations([r for r, _ in base], several_seeds):   # an arm's seeds, or a run
-        values = [r.estimate("test_auroc").value for r in runs]
-        if not several_seeds:
-            e = runs[0].estimate("test_auroc")
-            lines.append((e.value, e.low, e.high))
-        else:
-            spread = len(values) > 1
-            lines.append((sum(values) / len(values), min(values) if spread else None, max(values) if spread else None))
+    lines = []                      # (value, low, high) of each non-private line: an arm's seeds, or a run
+    for runs in _configurations([r for r, _ in base], several_seeds):
+        value, low, high = _point(_defined(runs), several_seeds)
+        alone = several_seeds and len(runs) == 1           # an arm of one seed has no range to draw
+        lines.append((value, None, None) if alone else (value, low, high))
     lows = [0.4] + [low for _, low, _ in lines if low is not None]
     configurations = [_configurations([r for r in records if p.member(r)], several_seeds) for p in panels]
     counts_differ = len({len(_defined(runs)) for c in configurations for runs in c} - {0}) > 1
@@ -203,13 +209,10 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
             r, e = shown[0]
             marker, color, name = _MARKERS.get(r.mechanism, ("D", "tab:purple", r.mechanism))
             used[r.mechanism] = (marker, color, name)
-            values = [e.value for _, e in shown]
+            x = sum(panel.x(r) for r, _ in shown) / len(shown)
+            y, low, high = _point(shown, several_seeds)
             if several_seeds:
-                x = sum(panel.x(r) for r, _ in shown) / len(shown)
-                y, low, high = sum(values) / len(values), min(values), max(values)
-                ax.plot([x] * len(values), values, marker, ms=3, color=color, alpha=0.35)
-            else:
-                x, y, low, high = panel.x(r), e.value, e.low, e.high
+                ax.plot([x] * len(shown), [e.value for _, e in shown], marker, ms=3, color=color, alpha=0.35)
             plot_interval(ax, x, y, low, high, marker=marker, color=color, ms=6)
             reasons = dict.fromkeys(r.privacy.why_not_dp_in_brief for r, _ in shown if not r.privacy.is_dp)
             why = f" (not DP: {'; '.join(reasons)})" if reasons else ""
