@@ -13,7 +13,6 @@ steps of an arm without DP-SGD is left out too: it follows from the exact traini
 from __future__ import annotations
 
 from dpmed.config import TrainingConfig
-from dpmed.config.plans import RunPlan
 from dpmed.mechanisms import AUTO_EPOCHS, AUTO_MIN_STEPS, Arm, DpSgdArm, DpSgdPlan
 from dpmed.numbers import delta_number, number_text
 from dpmed.reporting.inputs import ReportInputs, escape, stacked
@@ -48,22 +47,20 @@ def _schedule(t: TrainingConfig) -> str:
     return _marked(kind + warmup, s.kind == "constant" and not s.warmup_fraction)
 
 
-def _length(t: TrainingConfig, plans: list[RunPlan]) -> str:
+def _length(t: TrainingConfig, dp: list[DpSgdPlan]) -> str:
     if t.steps is not None:
         text = _marked(f"{t.steps} steps", False)
     elif t.epochs == "auto":
         text = _marked(f"auto: at least {AUTO_EPOCHS} epochs and {AUTO_MIN_STEPS} steps", True)
     else:
         text = _marked(f"{t.epochs} epochs", False)
-    steps = sorted({p.privacy.steps for p in plans if isinstance(p.privacy, DpSgdPlan)})
-    if steps and t.steps is None:     # DP-SGD's T is public: planned from the DP count, on every card
-        dp = [p.privacy for p in plans if isinstance(p.privacy, DpSgdPlan)]
+    if dp and t.steps is None:     # DP-SGD's T is public: planned from the DP count, on every card
+        steps = sorted({p.steps for p in dp})
         text += escape(f"; T = {' or '.join(map(str, steps))} steps, planned from {_counted(dp)}")
     return text
 
 
-def _batch(t: TrainingConfig, plans: list[RunPlan]) -> str:
-    dp = [p.privacy for p in plans if isinstance(p.privacy, DpSgdPlan)]
+def _batch(t: TrainingConfig, dp: list[DpSgdPlan]) -> str:
     if not dp:
         return _marked(f"{t.batch_size} images, shuffled", t.batch_size == _DEFAULT.batch_size)
     if dp[0].sampling != "poisson":     # fixed batches of q times the exact size: about B, not an expectation
@@ -86,10 +83,9 @@ def _augmentation(t: TrainingConfig, size: int, dp: bool) -> str:
     return _marked(", ".join(parts), False)
 
 
-def _privacy(arm: Arm, plans: list[RunPlan]) -> str:
+def _privacy(arm: Arm, dp: list[DpSgdPlan]) -> str:
     """A DP-SGD arm's settings beside its budget: C, delta (the rule or the given value), accountant, noise and unit;
     for the other arms, where their settings are read."""
-    dp = [p.privacy for p in plans if isinstance(p.privacy, DpSgdPlan)]
     if not isinstance(arm, DpSgdArm) or not dp:
         return "none" if arm.mechanism == "none" else "on each run's privacy card"
 
@@ -156,14 +152,14 @@ def recipe_section(inputs: ReportInputs) -> str:
         if not plans:
             continue
         t = plans[0].training
-        dp = plans[0].mechanism == "dp_sgd"
+        dp = [p.privacy for p in plans if isinstance(p.privacy, DpSgdPlan)]     # the arm's DP-SGD plans, if any
         optimiser = _marked("Adam" if t.optimizer == "adam" else f"SGD, momentum {t.momentum:g}",
                             t.optimizer == _DEFAULT.optimizer)
         ema = (_marked("the last iterate", True) if t.ema_decay is None
                else _marked(f"moving average of the iterates, decay {t.ema_decay:g}", False))
         cells = [f"{escape(arm.name)} ({escape(plans[0].mechanism)})", optimiser, _learning_rate(t), _schedule(t),
-                 _length(t, plans), _batch(t, plans), _augmentation(t, size, dp), ema,
-                 _marked(f"{t.weight_decay:g}", t.weight_decay == _DEFAULT.weight_decay), _privacy(arm, plans)]
+                 _length(t, dp), _batch(t, dp), _augmentation(t, size, bool(dp)), ema,
+                 _marked(f"{t.weight_decay:g}", t.weight_decay == _DEFAULT.weight_decay), _privacy(arm, dp)]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{c}</th>" for c in _COLUMNS)
     return ('<h2 id="recipe">How each arm trained</h2><p>The settings each arm trained with, as the study resolved '
