@@ -453,8 +453,8 @@ def _status(args: argparse.Namespace) -> int:
     for run_id, kind, detail in run_states(args.dir):
         counts[kind] = counts.get(kind, 0) + 1
         print(f"{run_id:<36} {kind}" + (f": {detail}" if detail else ""))
-    print(", ".join(f"{counts[k]} {k}" for k in ("finished", "unreadable", "failed", "interrupted", "pending")
-                    if k in counts))
+    print(", ".join(f"{counts[k]} {k}" for k in ("finished", "unreadable", "failed", "interrupted", "pending",
+                                                 "unknown") if k in counts))
     if note:
         print(f"{note}: runs shown as interrupted or pending may be in progress")
     return 0

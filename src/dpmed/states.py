@@ -16,7 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from dpmed.errors import ConfigError
-from dpmed.folders import StudyFolder
+from dpmed.folders import RunFolder, StudyFolder
 from dpmed.lock import Holder, lock_holder
 from dpmed.records import ResolvedStudy, read_record
 
@@ -72,6 +72,22 @@ def _failure_message(path: Path) -> str:
     return str(error)
 
 
+def _unfinished_state(run_id: str, files: RunFolder) -> tuple[str, str, str]:
+    """(run id, state, detail) of a run without a run.json: failed, interrupted or pending, as its private folder
+    tells; "unknown" where that folder cannot be read, as by a colleague reading a study folder shared in place
+    (dpmed keeps ``private/`` its owner's alone): that is no internal error, and the other runs are listed."""
+    try:
+        if files.error.is_file():
+            return run_id, "failed", _failure_message(files.error)
+        if files.checkpoint.is_file():
+            return run_id, "interrupted", _checkpoint_detail(files.checkpoint)
+    except PermissionError as exc:
+        return run_id, "unknown", (f"not finished; whether it failed, was interrupted or waits cannot be told: its "
+                                   f"private folder cannot be read ({exc.strerror}: {exc.filename}), as it is its "
+                                   "owner's alone; run `dpmed status` as the user who ran the study")
+    return run_id, "pending", ""
+
+
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     """(run id, state, detail) of every run the study folder lists: finished, unreadable (a run.json that `dpmed
     report` would refuse: why), failed (with the error), interrupted (a private checkpoint waits: the step it reached
@@ -99,12 +115,8 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
                 states.append((run_id, "finished", ""))
             except ConfigError as exc:
                 states.append((run_id, "unreadable", str(exc)))
-        elif files.error.is_file():
-            states.append((run_id, "failed", _failure_message(files.error)))
-        elif files.checkpoint.is_file():
-            states.append((run_id, "interrupted", _checkpoint_detail(files.checkpoint)))
         else:
-            states.append((run_id, "pending", ""))
+            states.append(_unfinished_state(run_id, files))
     names = set(listed)
     states += [(run_id, "finished", "not in the study file now, but in this folder: the study's eps still counts it")
                for run_id in folder.finished_run_ids() if run_id not in names]

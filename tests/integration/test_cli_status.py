@@ -159,3 +159,29 @@ def test_plan_on_a_file_without_patient_ids_does_not_count_patients(tmp_path, ca
     out = capsys.readouterr().out
     assert "no patient ids" in out and "training patients" not in out, out
     assert "a patient column (source: csv), DICOM's PatientID or Kermany's file names give them" in out   # how
+
+
+def test_status_of_a_folder_shared_in_place_lists_its_runs_without_reading_private(tiny_study, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """A study folder shared in place (`chmod -R g+rX`, private/ kept 0700 by dpmed): a colleague's `dpmed status`
+    cannot look into private/ for an unfinished run's error or checkpoint. It said "internal error: PermissionError"
+    and listed nothing; it lists every run, the unfinished one as unknown, saying why. (Simulated: the tests may run
+    as root, whom no folder mode stops.)"""
+    import pathlib
+
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    unfinished = sorted(StudyFolder(copy).finished_run_ids())[0]
+    (StudyFolder(copy).run(unfinished).record).unlink()
+    private, stat = copy / "private", pathlib.Path.stat
+
+    def denied(self, *args, **kwargs):
+        if private in self.absolute().parents:
+            raise PermissionError(13, "Permission denied", str(self))
+        return stat(self, *args, **kwargs)
+    monkeypatch.setattr(pathlib.Path, "stat", denied)
+    assert main(["status", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"{re.escape(unfinished)} +unknown: not finished; .*private folder cannot be read "
+                     r"\(Permission denied: .*\).*as the user who ran the study", out), out
+    assert out.strip().splitlines()[-1] == "1 finished, 1 unknown"
