@@ -287,6 +287,22 @@ def test_a_delta_below_what_pld_resolves_plans_with_rdp_and_says_so(write_study)
             assert card.epsilon <= 1.0 + 1e-9          # the target, met under RDP
 
 
+
+def test_given_laplace_noise_below_pld_s_delta_floor_names_the_delta_as_the_reason(write_study):
+    """Laplace noise b = 2 C1 over 14 steps at q = 1/7 has an eps of about 1.24 (the pure bound), but at delta 1e-15
+    PLD cannot resolve it and the pure bound certifies it. The card's note must say why: the delta (as for a target,
+    and for Gaussian noise), not "PLD cannot resolve eps above 500", which is false for this run."""
+    text = SIZED.replace("target_epsilon: 1}", "target_epsilon: 1, noise: laplace, delta: 1.0e-15}").replace(
+        "noise_multiplier: 2.0}", "noise_multiplier: 2.0, noise: laplace, delta: 1.0e-15}")
+    plans = _sized(load_study(write_study(text)), 140)
+    for name in ("dp", "given"):
+        dp = plans[name]
+        assert dp.accountant == "pure" and "cannot resolve delta below 1e-12" in dp.accountant_note
+        assert "above 500" not in dp.accountant_note
+    given = plans["given"]
+    assert accounting.dp_sgd_epsilon(noise_multiplier=2.0, sample_rate=given.sample_rate, steps=given.steps,
+                                     delta=given.delta, accountant="pure", noise="laplace") < 2
+
 def test_a_patient_unit_card_with_a_cap_says_what_the_model_trained_on(write_study):
     """A patient-unit arm with max_images_per_patient trains on the capped set; its eps (add/remove one patient with
     all of their images) holds for the data as supplied, but the card must still say that the model saw at most k

@@ -286,10 +286,11 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
         accountant, note = accounting.effective_accountant(arm.accountant, target_epsilon=target, noise=arm.noise,
                                                            delta=delta, steps=steps)
         given = swept.get("noise_multiplier")
-        if target is None and given is not None and given > 0:
+        if target is None and given is not None and given > 0 and note is None:
             # given noise: the accountant that can certify it (PLD resolves eps up to 500; RDP beyond for Gaussian
             # noise, the pure bound for Laplace noise, whose eps grows with T, not with about sqrt(T) as PLD's: a
-            # pure bound above 500 says nothing of PLD's), as for targets
+            # pure bound above 500 says nothing of PLD's), as for targets. Not where the call above fell back
+            # already (delta or steps beyond PLD): PLD refuses then whatever the eps, and the note names that cause
             if arm.noise == "gaussian":
                 rough = accounting.dp_sgd_epsilon(noise_multiplier=given, sample_rate=q, steps=steps, delta=delta,
                                                   accountant="rdp")
