@@ -142,6 +142,41 @@ def test_compare_runs_pairs_each_private_run_with_the_non_private_one_and_finds_
     assert out.correlations.auroc_drop_vs_label == [] and out.notes == []   # binary: one AUROC per model
 
 
+def test_a_sweep_of_two_values_gives_no_r_and_says_why(make_record, make_fairness, make_explanations):
+    """Across two swept values r only compares them (one run at each: always +-1, whatever the data), so no r is
+    reported for a sweep with fewer than three distinct values, however many seeds add points; three give one."""
+    y = np.random.default_rng(0).integers(0, 2, 20)
+    ids = np.arange(20).astype(str)
+    rec = lambda *a, **k: _record(make_record, *a, make_fairness=make_fairness,  # noqa: E731
+                                  make_explanations=make_explanations, **k)
+    records = [rec(f"np_seed{k}", "np", "none", seed=k) for k in (0, 1)]
+    records += [rec(f"g_eps{e}_C1_seed{k}", "g", "dp_sgd", eps=e, seed=k, parity=0.1 * e + 0.03 * k,
+                    energy=0.05 * e - 0.02 * k) for e in (1, 8) for k in (0, 1)]
+    records += [rec(f"c_eps1_C{c}_seed{k}", "c", "dp_sgd", eps=1, C=c, seed=k, energy=0.1 * c + 0.01 * k)
+                for c in (0.5, 2.0) for k in (0, 1)]
+    predictions = {r.run_id: _saved(y, ids, np.random.default_rng(i).random(20)) for i, r in enumerate(records)}
+    corr = compare_runs(records, predictions, kind="binary", label_names=["normal", "opacity"],
+                        n_resamples=20).correlations
+    # pearson itself would give r here: four points, two x values, y not constant
+    assert pearson(np.log10([0.99, 0.99, 7.92, 7.92]), [0.1, 0.13, 0.8, 0.83])["r"] is not None
+    rows = corr.epsilon_vs_accuracy_parity + corr.epsilon_vs_explanations
+    assert len(corr.epsilon_vs_accuracy_parity) == 1 and len(corr.epsilon_vs_explanations) == 1
+    for row in rows:
+        assert row.r is None and row.p_value is None and row.n == 4
+        assert row.reason == "only 2 distinct values of log10 eps (r needs 3: across two it only compares them)"
+    # eps 1 at C 0.5, 1 (arm g) and 2: three clipping norms
+    assert [row.n for row in corr.max_grad_norm_vs_explanations] == [6]
+    assert corr.max_grad_norm_vs_explanations[0].r is not None
+    two_c = [r for r in records if r.run_id.startswith(("np", "c_"))]
+    corr = compare_runs(two_c, {k: v for k, v in predictions.items() if k.startswith(("np", "c_"))}, kind="binary",
+                        label_names=["normal", "opacity"], n_resamples=20).correlations
+    assert [(row.r, row.reason) for row in corr.max_grad_norm_vs_explanations] == [
+        (None, "only 2 distinct values of max_grad_norm (r needs 3: across two it only compares them)")]
+    assert pearson([1, 1, 2, 2], [0.1, 0.2, 0.3, 0.5], min_x_values=3)["r"] is None
+    assert pearson([1, 2, 3], [0.1, 0.2, 0.4], min_x_values=3)["r"] == pytest.approx(
+        pearsonr([1, 2, 3], [0.1, 0.2, 0.4]).statistic)
+
+
 def test_label_correlations_of_003_across_labels_against_scipy(make_record):
     names = ["a", "b", "c", "d"]
     base = {"a": 0.9, "b": 0.8, "c": 0.75, "d": 0.6}

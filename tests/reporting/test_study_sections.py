@@ -3,6 +3,7 @@ hand-made run records plus saved predictions and CAMs: the study-level compariso
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
@@ -79,14 +80,18 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
                                                                       low=sensitivity["low"], high=sensitivity["high"]))
     assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["n"] == 3
     assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["x"] == "log10 eps"
-    # one p per group, uncorrected: said; three eps values: no two-value caveat, which two values get
-    assert "not corrected for the number of groups tested" in page and "two eps values" not in page
+    # one p per group, uncorrected: said; three eps values: an r for each group
+    assert "not corrected for the number of groups tested" in page
+    assert all(c["r"] is not None for c in comparisons["correlations"]["epsilon_vs_accuracy_parity"])
     two = tmp_path / "two"
     pair = [_run(two, make_record, f"np_seed{k}", "np", "none", None, 0.6, seed=k) for k in (0, 1)] + [
         _run(two, make_record, f"dp_eps{e}_C1_seed{k}", "dp", "dp_sgd", e, 1.0 - 0.05 * e - 0.1 * k, seed=k)
-        for e in (1, 8) for k in (0, 1)]                                    # two eps, two seeds: r defined
+        for e in (1, 8) for k in (0, 1)]                                    # two eps, two seeds: four points
     write_outputs(StudyFolder(two), make_resolved(pair, resamples=50, n_test=N), pair)
-    assert "with two eps values r says little more than which of the two is larger" in (two / "report.html").read_text()
+    two_page = html.unescape((two / "report.html").read_text())
+    # across two eps values r only says which is larger: no r, and the report says why instead of a table
+    assert "only 2 distinct values of log10 eps (r needs 3: across two it only compares them)" in two_page
+    assert "<th>group</th><th>r</th>" not in two_page
 
     frame = results_frame(records)
     for column in ("fairness[sex=female]_auroc", "fairness[sex=female]_auroc_low", "fairness[age]_worst_group_auroc",
@@ -97,8 +102,6 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
 
 def test_a_damaged_cams_file_leaves_its_run_out_of_the_grid_and_says_so(tmp_path, make_record, make_resolved):
     """Before: a truncated cams.npz ended the report in BadZipFile; now the grid shows the other runs."""
-    import html
-
     records = [_run(tmp_path, make_record, "np_seed0", "np", "none", None, 0.6),
                _run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", 1, 0.95)]
     damaged = tmp_path / "runs" / "dp_eps1_C1_seed0" / "cams.npz"

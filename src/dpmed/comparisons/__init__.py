@@ -364,7 +364,8 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
             "run_flags": "runs that decide the same way for every test image, or (multiclass) never choose some class",
             "group_flags": f"fairness groups with fewer than {MIN_CLASS_COUNT} positives or negatives (multilabel: "
                            "in any one finding), or an interval of zero width",
-            "correlations": "Pearson r with two-sided p-value (scipy.stats.pearsonr); eps is the accounted eps",
+            "correlations": "Pearson r with two-sided p-value (scipy.stats.pearsonr); eps is the accounted eps; "
+                            "none (with the reason) across a sweep of fewer than 3 distinct values",
         },
         n_resamples=int(n_resamples), bootstrap_seed=int(seed), bootstrap_unit=unit, confidence=float(confidence),
         auroc_differences=rows, by_value=_by_value(rows, records),

@@ -11,7 +11,8 @@ source papers read off their tables, quantified, for `dpmed.comparisons` (and co
   positive count and its non-private AUROC.
 
 Every r comes with its two-sided p-value and the number of points (`dpmed.evaluation.paired.pearson`); an r that
-cannot be computed (fewer than 3 points, a constant side) carries the reason instead.
+cannot be computed (fewer than 3 points, a constant side, or a sweep of fewer than 3 distinct values: across two,
+r only says which is larger, +-1 with one seed at each and a small p with several) carries the reason instead.
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ _VARIES = {"epsilon": {"target_epsilon", "noise_multiplier", "noise_given", "pat
 
 _X_NAME = {"epsilon": "log10 eps", "max_grad_norm": "max_grad_norm"}
 
+# A trend across a sweep needs this many distinct swept values: across two, r only compares them (+-1 with one run
+# at each, whatever the runs show; with several seeds a large r and a small p say only that the two values differ).
+MIN_SWEPT_VALUES = 3
+
 
 def _x(record: RunRecord, variable: str) -> float | None:
     """log10 of eps as accounted (003's Table 3 read eps itself: see the module's docstring); the clipping norm as
@@ -120,6 +125,12 @@ def _sweeps(records: Sequence[RunRecord], variable: str) -> dict[str, list[RunRe
     return out
 
 
+def _across_sweep(xs, ys, variable: str) -> dict:
+    """Pearson r of a trend across a sweep: none where fewer than MIN_SWEPT_VALUES distinct swept values have a
+    point (module docstring), whatever the number of seeds."""
+    return pearson(xs, ys, min_x_values=MIN_SWEPT_VALUES, x_name=_X_NAME[variable])
+
+
 def _parity_correlations(records) -> list[ParityCorrelation]:
     """Pearson r between log10 eps and each group's accuracy parity difference, per DP-SGD eps sweep (003,
     Table 3)."""
@@ -135,7 +146,7 @@ def _parity_correlations(records) -> list[ParityCorrelation]:
                 g = None if entry is None else entry.groups.get(group)
                 parity.append(None if g is None else g.accuracy_parity_difference.value)
             out.append(ParityCorrelation(sweep=sweep, x=_X_NAME["epsilon"], attribute=attr, group=group,
-                                         **pearson(xs, parity)))
+                                         **_across_sweep(xs, parity, "epsilon")))
     return out
 
 
@@ -149,7 +160,8 @@ def _explanation_correlations(records, variable: str) -> list[ExplanationCorrela
             xs = [_x(r, variable) for r in runs]
             vals = [None if r.explanations is None or metric not in r.explanations.metrics
                     else r.explanations.metrics[metric].value for r in runs]
-            out.append(ExplanationCorrelation(sweep=sweep, x=_X_NAME[variable], metric=metric, **pearson(xs, vals)))
+            out.append(ExplanationCorrelation(sweep=sweep, x=_X_NAME[variable], metric=metric,
+                                              **_across_sweep(xs, vals, variable)))
     return out
 
 

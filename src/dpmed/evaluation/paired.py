@@ -22,7 +22,8 @@ to the runs of a study).
   and each group's accuracy parity difference, and between log10 eps (or the clipping norm) and each explanation
   metric;
   across labels (three or more), between each label's AUROC drop (non-private minus private) and its positive count
-  in the test set or its non-private AUROC. Fewer than three points give no r (said, not guessed). eps enters as
+  in the test set or its non-private AUROC. Fewer than three points, or a sweep of fewer than three distinct
+  values, give no r (said, not guessed): across two values r only compares them. eps enters as
   log10 eps (METHODS.md s.5): 003 correlated eps itself over 0.29 to 7.89, but over the decades a dpmed sweep may
   span (up to 1e15) the largest eps alone would set r on a linear axis (`dpmed.comparisons`).
 """
@@ -137,10 +138,20 @@ def paired_differences(*, kind: str, labels, scores, reference_scores, threshold
     return out
 
 
-def pearson(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
+def _distinct(values: np.ndarray) -> int:
+    """How many distinct values, equal up to float rounding (1e-9 relative): one eps accounted twice is one."""
+    v = np.sort(values)
+    return int(1 + (np.diff(v) > 1e-9 * np.maximum(1.0, np.abs(v[1:]))).sum()) if v.size else 0
+
+
+def pearson(x: Sequence[float], y: Sequence[float], *, min_x_values: int = 1, x_name: str = "x") -> dict[str, Any]:
     """Pearson's r and its two-sided p-value (scipy; t-test with n - 2 degrees of freedom), with n.
 
-    Points with a missing value are dropped; fewer than 3 points or a constant variable give r = None and a reason.
+    Points with a missing value are dropped; fewer than 3 points, a constant variable, or fewer than
+    ``min_x_values`` distinct values of ``x`` (named ``x_name`` in the reason) give r = None and a reason. A trend
+    across a sweep needs three swept values (`dpmed.comparisons.correlations`): across two, r only compares two
+    groups of points (with one point at each it is +-1 whatever they are; with seeds, a large |r| and a small p say
+    only that the two values differ, which the paired differences say better), not a trend.
     """
     a = np.array([np.nan if v is None else v for v in x], dtype=np.float64)
     b = np.array([np.nan if v is None else v for v in y], dtype=np.float64)
@@ -150,6 +161,10 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
         return {"r": None, "p_value": None, "n": int(a.size), "reason": "fewer than 3 points"}
     if np.ptp(a) == 0 or np.ptp(b) == 0:
         return {"r": None, "p_value": None, "n": int(a.size), "reason": "one variable is constant"}
+    if (k := _distinct(a)) < min_x_values:
+        return {"r": None, "p_value": None, "n": int(a.size),
+                "reason": f"only {k} distinct values of {x_name} (r needs {min_x_values}: across two it only "
+                          "compares them)"}
     result = pearsonr(a, b)
     return {"r": number(result.statistic), "p_value": number(result.pvalue), "n": int(a.size)}
 

@@ -52,8 +52,8 @@ def _r_with_p(entry: Correlation) -> str:
 
 
 def _none_defined(correlations: Sequence[Correlation], what: str) -> str | None:
-    """One sentence where no correlation has an r (a sweep of two eps values gives none): a table of dashes says
-    less. None where some r is defined."""
+    """One sentence where no correlation has an r (a sweep of fewer than three values gives none, whatever the
+    seeds): a table of dashes says less. None where some r is defined."""
     if any(c.r is not None for c in correlations):
         return None
     reasons = "; ".join(dict.fromkeys(c.reason or "undefined" for c in correlations))
@@ -265,15 +265,12 @@ def fairness_section(inputs: ReportInputs) -> str:
         rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(c.attribute)}</td><td>{_e(c.group)}</td>"
                        f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td></tr>"
                        for c in corr)
-        # eps as accounted, as the correlation's x is (`dpmed.comparisons`); fewer than 3 overall: every sweep
-        few = len({r.privacy.epsilon for r in runs if r.mechanism == "dp_sgd"}) < 3
         parts.append("<p>Pearson r between log10 eps and each group's accuracy parity difference across a DP-SGD "
                      "sweep, each run (every seed) a point. Tayebi Arasteh, Ziller et al. 2023 (Table 3) correlated "
                      "eps itself, over 0.29 to 7.89; here log10 eps, since over the decades a sweep may span the "
-                     "largest eps alone would set r. Each p is its group's own, not corrected for the number of "
-                     "groups tested"
-                     + (", and with two eps values r says little more than which of the two is larger" if few else "")
-                     + ".</p><table><tr><th>sweep</th>"
+                     "largest eps alone would set r. A sweep of fewer than three eps values gets no r: across two, "
+                     "r only says which of them is larger. Each p is its group's own, not corrected for the number "
+                     "of groups tested.</p><table><tr><th>sweep</th>"
                      f"<th>attribute</th><th>group</th><th>r</th><th>p</th><th>n</th></tr>{rows}</table>")
     threshold = (f"Each run's decisions: {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
                  f"Intervals: percentile bootstrap over the same redraws of {inputs.redrawn} as the utility "
