@@ -319,7 +319,10 @@ def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_sc
             continue
         entry = attribute_fairness(y=y, s=s, correct=correct, selected=selected, groups=groups, order=order,
                                    redraws=redraws, confidence=confidence, uncompared=uncompared)
-        out[name] = entry.model_copy(update={"reference": "female minus male" if name == "sex" else (
+        # what every column of the per-group tables is: the male column is male minus female, not "female minus male"
+        out[name] = entry.model_copy(update={"reference": (
+            "each sex minus the other: female minus male, and male minus female (unknown sex in neither)")
+            if name == "sex" else (
             "each age group minus the other age groups pooled (unknown ages, and ages at or above the last edge, "
             "in neither)")})
     return Fairness(definitions=DEFINITIONS, thresholds=thresholds, n_test=n, n_resamples=int(n_resamples),
