@@ -370,6 +370,20 @@ def test_override_edge_cases_a_reviewer_found(write_study):
         load_study(path, {"arms.5.name": "x"})
 
 
+def test_a_set_key_past_a_list_items_value_is_refused_naming_it(write_study):
+    """--set seeds.0.x=1 (a key inside the seed 0) ended in an internal error, "TypeError: 'int' object does not
+    support item assignment", and seeds.0.x.y=1 in an AttributeError; a list's item that holds a plain value is
+    refused as a section's plain value is."""
+    path = write_study(GOOD)
+    for key, at in (("seeds.0.x", "seeds.0"), ("seeds.1.x.y", "seeds.1"), ("arms.dp.target_epsilon.0.x",
+                                                                          "arms.2.target_epsilon.0")):
+        with pytest.raises(ConfigError, match=rf"--set {re.escape(key)}=1: '{re.escape(at)}' holds a value, not a "
+                                              "section"):
+            load_study(path, {key: 1}, origins={key: f"--set {key}=1"})
+    with pytest.raises(ConfigError, match=r"'arms\.0\.name' holds a value"):
+        load_study(path, {"arms.base.name.x": 1})
+
+
 def test_an_arm_is_named_in_a_set_key_by_its_index_or_its_name(write_study):
     """--set arms.dp.target_epsilon=4 was refused with "'dp' is not an index of that list (it has 3 entries)"."""
     path = write_study(GOOD)

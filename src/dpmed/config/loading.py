@@ -293,8 +293,8 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> tuple[list[list[str]
                 node[part] = {}
                 created.append(parts[:depth + 1])
             node = node[part]
-            if not isinstance(node, (dict, list)):
-                raise ConfigError(f"{origin}: {part!r} holds a value, not a section")
+        if not isinstance(node, (dict, list)):   # a list's item too: seeds.0.x names a key inside the seed 0
+            raise ConfigError(f"{origin}: {'.'.join(parts[:depth + 1])!r} holds a value, not a section")
     last = parts[-1]
     if isinstance(node, list):
         parts[-1] = str(_list_index(node, last, origin))
