@@ -45,12 +45,12 @@ def test_a_study_with_data_files_round_trips_through_study_yaml(tmp_path):
 
     from dpmed.config import Study
 
-    study = Study.model_validate({"name": "files", "data": {"source": "medmnist", "path": str(tmp_path / "x.npz"),
+    study = Study.model_validate({"name": "files", "data": {"source": "csv", "path": str(tmp_path / "x.csv"),
                                                             "cache_dir": str(tmp_path / "cache")},
                                   "arms": [{"name": "np", "mechanism": "none"}]})
     text = yaml.safe_dump(study.model_dump(mode="json"))
     back = Study.model_validate_json(json.dumps(yaml.safe_load(text)))
-    assert back == study and back.data.path == tmp_path / "x.npz"
+    assert back == study and back.data.path == tmp_path / "x.csv"
     with pytest.raises(ValueError, match="must be a path"):
         Study.model_validate({"name": "bad", "data": {"source": "medmnist", "path": 3},
                               "arms": [{"name": "np", "mechanism": "none"}]})

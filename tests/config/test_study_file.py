@@ -332,8 +332,8 @@ def test_override_edge_cases_a_reviewer_found(write_study):
     """Before: --set into a section the file left null was refused as 'holds a value'; an unknown section made by
     --set was blamed on the file; 010 became 8 and 1:30 became 90 (YAML 1.1 octal and base 60); an empty key part
     reached the schema as 'training.'; learning_rate=.inf trained and failed at evaluation without naming the key."""
-    path = write_study(GOOD.replace("training: {epochs: 2}", "training: {epochs: 2}\ndata: {split: null}"))
-    assert load_study(path, {"data.split.seed": 3}).data.split.seed == 3
+    path = write_study(GOOD.replace("training: {epochs: 2}", "training: {epochs: 2}\nevaluation: {explanations: null}"))
+    assert load_study(path, {"evaluation.explanations.seed": 3}).evaluation.explanations.seed == 3
     with pytest.raises(ConfigError) as info:
         load_study(path, {"trainingg.epochs": 1}, origins={"trainingg.epochs": "--set trainingg.epochs=1"})
     first = str(info.value).splitlines()
@@ -535,8 +535,8 @@ def test_a_path_under_the_home_folder_is_read_as_a_shell_reads_it(write_study, t
     """data.path: ~/data/x.npz was read as a folder named ~ beside the study file."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home" / "data").mkdir(parents=True)
-    (tmp_path / "home" / "data" / "x.npz").write_bytes(b"")
-    study = load_study(write_study("name: s\ndata: {source: medmnist, path: ~/data/x.npz, cache_dir: ~/cache}\n"
+    (tmp_path / "home" / "data" / "x.csv").write_bytes(b"")
+    study = load_study(write_study("name: s\ndata: {source: csv, path: ~/data/x.csv, cache_dir: ~/cache}\n"
                                    "arms: [{name: a, mechanism: none}]\n"))
-    assert study.data.path == tmp_path / "home" / "data" / "x.npz"
+    assert study.data.path == tmp_path / "home" / "data" / "x.csv"
     assert study.data.cache_dir == tmp_path / "home" / "cache"

@@ -57,7 +57,8 @@ def test_each_seed_and_split_option_reaches_the_data_stage_as_given():
     stage, a second site's cohort would be drawn with the split's seed (another set of patients), or the published
     split kept where the study pooled it. Every shipped study leaves the seeds at 0, where a mix-up is invisible."""
     request = DataConfig.model_validate({
-        "source": "phantom", "seed": 1, "split": {"seed": 2, "official": False, "shared_patients": "keep"},
+        "source": "folders", "path": "xr", "seed": 1,
+        "split": {"seed": 2, "official": False, "shared_patients": "keep"},
         "patients": {"fraction": 0.5, "part": 1, "seed": 3}}).to_request()
     assert (request.seed, request.split.seed, request.patients.seed) == (1, 2, 3)
     assert request.split.official is False and request.split.shared_patients == "keep"
@@ -73,13 +74,37 @@ def test_kermany_study_file(chest_xray_path):
     assert arms["pixel_laplace"].scale == [0.5] and arms["dp_sgd"].target_epsilon == [1, 8]
 
 
-def test_an_option_the_source_ignores_stops_the_study(write_study, tmp_path, write_image):
-    from dpmed.study import load_study_data
+def test_an_option_the_source_ignores_stops_the_study(tmp_path, write_image):
+    """Refused where the data are read (the Python API's `load_dataset` too), naming the key."""
+    from dpmed.data import load_dataset
 
     for cls in ("a", "b"):
         for i in range(3):
             write_image(tmp_path / "xr" / cls / f"{i}.png")
-    study = load_study(write_study("name: s\ndata: {source: folders, path: xr, uncertain: ones}\n"
-                                   "arms: [{name: a, mechanism: none}]\n"))
     with pytest.raises(DataError, match="data.uncertain does not apply to source 'folders'"):
-        load_study_data(study)
+        load_dataset(source="folders", path=tmp_path / "xr", image_size=None, channels=None, seed=0, n_images=None,
+                     uncertain="ones")
+
+
+@pytest.mark.parametrize("section", ["data", "pretrain.data"])
+@pytest.mark.parametrize("given, message", [
+    ("uncertain: ones", "'uncertain' does not apply to source 'folders' (it applies to: chexpert, mimic)"),
+    ("split: {seed: 1}", None),
+    ("task: multiclass", None),
+])
+def test_an_option_the_source_ignores_is_refused_with_the_study_file(write_study, tmp_path, section, given, message):
+    """Before, the data stage refused it, naming data.<key>: `dpmed plan`, which reads no public data, passed a
+    pretrain.data.split for the phantom, and `dpmed run` refused it only after reading the private data, as
+    "data.split does not apply to source 'phantom'", a key the study's own data section did not hold."""
+    (tmp_path / "xr").mkdir(exist_ok=True)
+    source = "{source: folders, path: xr" if "uncertain" in given else "{source: phantom"
+    block = f"{source}, {given}}}"
+    text = ("name: s\nmodel: {name: small_cnn}\n"
+            + (f"data: {block}\n" if section == "data" else f"pretrain: {{public: synthetic, data: {block}}}\n")
+            + "arms: [{name: a, mechanism: none}]\n")
+    key = given.split(":")[0]
+    expected = message or ("task 'multiclass' is not a phantom task" if key == "task"
+                           else f"'{key}' does not apply to source 'phantom'")
+    with pytest.raises(ConfigError) as info:
+        load_study(write_study(text))
+    assert f"  - {section}: {expected}" in str(info.value)

@@ -207,4 +207,14 @@ class DataConfig(_Strict):
         if not info.takes_n_images and self.n_images is not None:
             generated = ", ".join(repr(n) for n, s in DATASET_SOURCES.items() if s.takes_n_images)
             raise ValueError(f"'n_images' applies only to generated sources ({generated})")
+        # The data stage refuses these too (`dpmed.data.registry.read_dataset`), but only once it reads the data,
+        # and it names them data.<key>: in pretrain.data (which `dpmed plan` does not read) that named a key the
+        # user's data section does not hold, and only when `dpmed run` had read the private data.
+        for key in self.to_request().given_options():
+            if key not in info.options:
+                takers = ", ".join(n for n, s in DATASET_SOURCES.items() if key in s.options)
+                raise ValueError(f"'{key}' does not apply to source {self.source!r} (it applies to: {takers}); "
+                                 "remove it")
+        if self.source == "phantom" and self.task not in (None, "binary", "multilabel"):
+            raise ValueError(f"task {self.task!r} is not a phantom task: use binary or multilabel")
         return self
