@@ -185,3 +185,15 @@ def test_status_of_a_folder_shared_in_place_lists_its_runs_without_reading_priva
     assert re.search(rf"{re.escape(unfinished)} +unknown: not finished; .*private folder cannot be read "
                      r"\(Permission denied: .*\).*as the user who ran the study", out), out
     assert out.strip().splitlines()[-1] == "1 finished, 1 unknown"
+
+
+@pytest.mark.parametrize("command", ["status", "report"])
+def test_a_folder_whose_study_yaml_is_a_study_file_is_told_as_such(tmp_path, capsys, command):
+    """A user who keeps their study file as study.yaml and passes its folder to `dpmed status` or `dpmed report`
+    was told the file "may have been written by another version of dpmed: read the folder with that version"."""
+    (tmp_path / "study.yaml").write_text("name: mine\narms: [{name: a, mechanism: none}]\n")
+    assert main([command, str(tmp_path)]) == (0 if command == "status" else 2)
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert f"{tmp_path / 'study.yaml'} is a study file (what `dpmed run` takes), not the record" in text, text
+    assert "pass that folder, OUT/mine (by default results/mine)" in text and "another version" not in text, text
