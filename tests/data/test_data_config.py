@@ -86,6 +86,16 @@ def test_an_option_the_source_ignores_stops_the_study(tmp_path, write_image):
                      uncertain="ones")
 
 
+def test_a_public_source_without_a_path_is_not_sent_to_data_path(write_study):
+    """pretrain.data of a file source without a path was told "(or pass --data-path)", which sets the study's own
+    data.path, never a public source of another kind."""
+    with pytest.raises(ConfigError) as info:
+        load_study(write_study("name: s\npretrain: {public: x, data: {source: csv}}\n"
+                               "arms: [{name: a, mechanism: none}]\n"))
+    assert ("  - pretrain.data: source 'csv' needs 'path': its file or folder (--data-path gives the study's data "
+            "section one, not pretrain.data)") in str(info.value)
+
+
 @pytest.mark.parametrize("section", ["data", "pretrain.data"])
 @pytest.mark.parametrize("given, message", [
     ("uncertain: ones", "'uncertain' does not apply to source 'folders' (it applies to: chexpert, mimic)"),

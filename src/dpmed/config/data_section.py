@@ -201,7 +201,9 @@ class DataConfig(_Strict):
     def _source_needs(self) -> "DataConfig":
         info = DATASET_SOURCES[self.source]
         if info.needs_path and self.path is None:
-            raise ValueError(f"source {self.source!r} needs 'path': its file or folder (or pass --data-path)")
+            # --data-path sets the study's data.path only (pretrain.data takes it where it reads the same source)
+            raise ValueError(f"source {self.source!r} needs 'path': its file or folder (--data-path gives the study's "
+                             "data section one, not pretrain.data)")
         if not info.needs_path and self.path is not None:
             raise ValueError(f"source {self.source!r} is generated, it takes no 'path'")
         if not info.takes_n_images and self.n_images is not None:
