@@ -315,6 +315,25 @@ def test_only_a_pathless_public_set_of_the_studys_own_source_reads_the_studys_da
     assert public_path("{source: phantom}") is None
 
 
+def test_a_path_given_to_a_generated_source_is_refused_once_where_it_was_given(tmp_path):
+    """--data-path (or data.path) given to a phantom study with a phantom public set was refused twice, the second
+    time as "pretrain.data: source 'phantom' is generated, it takes no 'path'": a path the pretrain section never
+    held, copied there as if it were another cohort of a release on disk. A source of a kind that needs no path
+    (or one not known) is not given the data section's path."""
+    (tmp_path / "ds").mkdir()
+    text = ("name: s\ndata: {source: phantom}\npretrain: {public: p, data: {source: phantom}}\n"
+            "arms: [{name: a, mechanism: none}]\n")
+    with pytest.raises(ConfigError) as info:
+        load_study(_write(tmp_path, text), {"data.path": str(tmp_path / "ds")},
+                   origins={"data.path": "--data-path ds"})
+    message = str(info.value)
+    assert "  - data: source 'phantom' is generated, it takes no 'path' (after --data-path ds)" in message, message
+    assert "pretrain.data" not in message, message
+    with pytest.raises(ConfigError, match=r"pretrain.data.source: \[1\] is not one of"):
+        load_study(_write(tmp_path, text.replace("source: phantom", "source: [1]")),
+                   {"data.path": str(tmp_path / "ds")})
+
+
 def test_weights_that_are_a_folder_and_a_near_duplicate_distance_beyond_half_the_hash_are_refused(tmp_path):
     """A folder is no state dict; two images further apart than half the hash's bits are less alike than unrelated
     ones, so a threshold there would refuse every public set."""

@@ -19,6 +19,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dpmed.config.data_section import (ColumnsConfig, DataConfig, NormalizeConfig, PatientsConfig,
                                        PreprocessingConfig, Seed, SplitConfig, path_from_string)
+from dpmed.data import DATASET_SOURCES
 from dpmed.data.overlap import HASH_BITS, NEAR_DUPLICATE_BITS
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import Arm, AuditConfig, Strict as _Strict
@@ -356,7 +357,11 @@ class Study(_Strict):
         if not isinstance(raw, dict) or not isinstance(raw.get("pretrain"), dict):
             return raw
         public, private = raw["pretrain"].get("data"), raw.get("data")
-        if (isinstance(public, dict) and isinstance(private, dict) and "path" not in public
+        # a generated source (the phantom) reads no path: the data section's, a mistake there, is refused there
+        # alone, not also in a pretrain.data that holds none
+        source = public.get("source") if isinstance(public, dict) else None
+        reads_path = isinstance(source, str) and source in DATASET_SOURCES and DATASET_SOURCES[source].needs_path
+        if (reads_path and isinstance(private, dict) and "path" not in public
                 and public.get("source") == private.get("source") and private.get("path") is not None):
             raw = {**raw, "pretrain": {**raw["pretrain"], "data": {**public, "path": private["path"]}}}
         return raw
