@@ -424,6 +424,36 @@ def test_other_errors_are_not_swallowed(monkeypatch):
         relaxed_reconstruction_bound(**PNEUMONIA_1E12)
 
 
+
+def test_beyond_pld_s_step_ceiling_the_rdp_duality_bounds_every_value(monkeypatch):
+    """Past _pld.MAX_STEPS (here lowered to 10, so that PLD can still be computed beside it) the worst case, the
+    relaxed case and the membership-inference TPRs come from the duality with RDP's delta(eps): never below PLD's
+    bound nor the exact power without subsampling (q = 1: the Gaussian trade-off, Phi(Phi^-1(kappa) + sqrt(T) /
+    sigma)), not far above it, and labelled as such. Before, the PLD grid grew with T (1e8 steps ran for minutes)."""
+    setting = dict(noise_multiplier=10.0, sample_rate=1.0, steps=50)
+    pld = reconstruction_risk(**setting, kappa=0.01)
+    monkeypatch.setattr(_pld, "MAX_STEPS", 10)
+    rdp = reconstruction_risk(**setting, kappa=0.01)
+    exact = float(special.ndtr(special.ndtri(0.01) + math.sqrt(50) / 10))
+    assert pld.worst_case_via == "PLD" and pld.worst_case == pytest.approx(exact, rel=1e-3)
+    assert exact <= pld.worst_case <= rdp.worst_case <= 2 * exact
+    assert pld.relaxed <= rdp.relaxed == rdp.worst_case
+    for fpr in MIA_FPRS:
+        assert pld.tpr_at_fpr[fpr] <= rdp.tpr_at_fpr[fpr] <= 3 * pld.tpr_at_fpr[fpr]
+    for via in (rdp.worst_case_via, rdp.relaxed_via, *rdp.tpr_at_fpr_via.values()):
+        assert via.startswith("RDP duality (PLD composes at most")
+    assert rdp.worst_case_edgeworth_via == "Edgeworth expansion" and rdp.gdp_via == "GDP/CLT"
+
+
+def test_a_hundred_million_steps_are_bounded_by_rdp():
+    """The CLI's and a study's step counts have no ceiling: 1e8 steps get an RDP bound, above PLD's at 2e6 steps
+    (more steps help the attacker) and below certainty at this much noise."""
+    setting = dict(noise_multiplier=60.0, sample_rate=1e-3, kappa=1e-3)
+    at_ceiling = reconstruction_bound(**setting, steps=_pld.MAX_STEPS // 100)
+    far = reconstruction_risk(**setting, steps=100_000_000)
+    assert far.worst_case_via.startswith("RDP duality")
+    assert at_ceiling < far.worst_case < 0.01
+
 # --- arguments and the public surface --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kappa", [0, 1, 1.5, -0.1, math.nan, True, "0.01"])

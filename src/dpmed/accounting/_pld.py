@@ -32,8 +32,8 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from dpmed.accounting import _limits
 
-__all__ = ["NotComputable", "TAIL_Z", "power_from_delta", "step_loss", "interval", "subsampled_gaussian_pld",
-           "composed_pld", "worst_case_pld", "relaxed_pld"]
+__all__ = ["NotComputable", "MAX_STEPS", "TAIL_Z", "power_from_delta", "step_loss", "interval",
+           "subsampled_gaussian_pld", "composed_pld", "worst_case_pld", "relaxed_pld"]
 
 # Restricting e^eps to >= _MIN_SCALE * kappa raises the infimum by at most _MIN_SCALE * kappa (the derivative of
 # delta(eps) + e^eps kappa in e^eps lies in [kappa - 1, kappa]): below 1e-4 relative, and upward (safe).
@@ -51,6 +51,12 @@ _PLD_RELATIVE_EXCESS = 1e-3
 _PLD_MAX_INTERVAL = 1e-2
 _PLD_RESOLUTION = 400
 _PLD_MAX_POINTS = 1e8
+# A ceiling on the steps, the eps accountant's and the reconstruction bounds'. The grid interval above shrinks as
+# 1/sqrt(T) and the composed PLD spans a range that does not shrink, so its points, memory and time grow with T (at
+# q 0.01, eps 8: 0.3 M points at T 1e5, 2.2 M at 1e6; a calibration took 15 s and 0.6 GB at T 1e6, 3 minutes and
+# 4 GB at 1e7, and a mistyped 1e9 steps ran for minutes towards an exhausted memory: benchmarks/RESULTS.md, "The PLD
+# grids' cost"). Beyond this many steps RDP, whose cost does not grow with T, certifies instead, predictably.
+MAX_STEPS = 2_000_000
 # dp_accounting's connect-the-dots discretisation divides by e^h - 1: beyond this h it overflows.
 _PLD_MAX_COMPUTABLE_INTERVAL = math.log(sys.float_info.max)
 # Per-step statistics beyond 12 standard deviations carry < 1e-32 of mass (relaxed PLD and Edgeworth quadrature).

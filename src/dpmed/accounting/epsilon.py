@@ -41,7 +41,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpmed.accounting import _arguments
 from dpmed.accounting._limits import accountable_rate
-from dpmed.accounting._pld import subsampled_gaussian_pld
+from dpmed.accounting._pld import MAX_STEPS as _PLD_MAX_STEPS, subsampled_gaussian_pld
 from dpmed.accounting.events import DpSgdEvent, PoissonGaussianEvent, PoissonLaplaceEvent, ShuffledBatchesEvent
 from dpmed.accounting.ledger import Ledger
 
@@ -79,12 +79,6 @@ _PLD_MAX_EPSILON = 500.0
 # delta >= max(1e-12, 1e-15 T) and refuses below, predictably; RDP (no such floor) serves smaller delta.
 _PLD_MIN_DELTA = 1e-12
 _PLD_STEPS_PER_MIN_DELTA = 1e15   # the floor grows by 1e-15 per step
-# And a ceiling on the steps. The grid interval above shrinks as 1/sqrt(T) and the composed PLD spans a range
-# that does not shrink, so its points, memory and time grow with T (at q 0.01, eps 8: 0.3 M points at T 1e5,
-# 2.2 M at 1e6; a calibration took 15 s and 0.6 GB at T 1e6, 3 minutes and 4 GB at 1e7, and a mistyped 1e9 steps
-# ran for minutes towards an exhausted memory: benchmarks/RESULTS.md, "The PLD grids' cost"). Beyond this many
-# steps RDP, whose cost does not grow with T, certifies instead, predictably.
-_PLD_MAX_STEPS = 2_000_000
 # A few RDP orders: an upper bound on eps, within 1% of the default orders' below eps ~ 100 (up to 1.4x looser
 # far above), at a tenth of the cost.
 _ESTIMATE_ORDERS = (1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
