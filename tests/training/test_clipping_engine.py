@@ -9,6 +9,7 @@ model, clip levels that clip all, some or none of the examples, and randomly dra
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import numpy as np
@@ -337,6 +338,34 @@ def test_unsupported_layers_are_refused_by_the_step_not_sent_to_another_engine(l
     with pytest.raises(PrivacyError, match=rf"'1' \({type(layer).__name__}\).*no per-example rule.*dp_engine"):
         DpSgdStep(model, loss_fn=_ce, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4.0,
                   physical_batch_size=4, noise_rng=np.random.default_rng(0), engine="dpmed")
+
+
+def _weight_normed_linear():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)        # torch deprecates the old weight_norm; it still runs
+        return nn.utils.weight_norm(nn.Linear(4, 3))       # weight_g, weight_v on the Linear; weight recomputed
+
+
+def _linear_with_a_gain():
+    layer = nn.Linear(4, 3)
+    layer.register_parameter("gain", nn.Parameter(torch.ones(3)))
+    return layer
+
+
+@pytest.mark.parametrize("build, extra", [(_weight_normed_linear, r"\['weight_g', 'weight_v'\]"),
+                                          (_linear_with_a_gain, r"\['gain'\]")], ids=["weight_norm", "gain"])
+def test_a_parameter_its_layers_rule_does_not_compute_is_refused(build, extra):
+    """A layer type with a rule computes the per-example gradients of the parameters the rule knows (a Linear's
+    weight and bias). A trainable parameter of another name on such a layer (weight_norm's weight_g and weight_v, a
+    gain registered on it) would otherwise get a clipped sum of zero, and train on noise alone, without a word."""
+    layer = build()
+    model = nn.Sequential(layer)
+    with pytest.raises(PrivacyError, match=rf"'0' \(Linear\).*{extra}.*no per-example rule"):
+        GhostClipper(model)
+    for p in layer.parameters():
+        p.requires_grad_(False)
+    layer.bias.requires_grad_(True)                  # frozen, the others are no longer the engine's concern
+    GhostClipper(model)
 
 
 def test_an_input_modified_in_place_after_use_is_refused():

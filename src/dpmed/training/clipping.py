@@ -15,13 +15,13 @@ what backpropagation already has, each layer's input a and output gradient g (se
 
 It is exact, not an approximation: the tests compare it with an explicit per-example autograd loop in float64.
 The assumptions that make it exact are checked, not hoped for: every trainable parameter belongs to a layer type
-with a rule (else PrivacyError naming the module), no BatchNorm (it mixes examples), every parameter is used
-only inside its own layer's forward (a graph walk counts its uses; weight tying or a parameter read in a custom
-forward is an error), every trainable layer's input and output have one row per example, batch first (a layer on
-x.reshape(B * T, d) would have its rows clipped, not its examples; checked by shape, so a layer on a sequence-first
-[T, B, d] with T = B would pass unseen), and no output where backward ends (a layer
-whose input needs no gradient) is modified in place (its gradient would never arrive). The loss must be a sum over
-examples, as for ``DpSgdStep``.
+with a rule and is one that rule computes (else PrivacyError naming the module), no BatchNorm (it mixes examples),
+every parameter is used only inside its own layer's forward (a graph walk counts its uses; weight tying or a
+parameter read in a custom forward is an error), every trainable layer's input and output have one row per
+example, batch first (a layer on x.reshape(B * T, d) would have its rows clipped, not its examples; checked by
+shape, so a layer on a sequence-first [T, B, d] with T = B would pass unseen), and no output where backward ends
+(a layer whose input needs no gradient) is modified in place (its gradient would never arrive). The loss must be a
+sum over examples, as for ``DpSgdStep``.
 
 User-level clipping (``groups``; McMahan et al. 2018, "Learning differentially private recurrent language models"):
 where the patient is the unit of privacy, each patient's gradients over their images are summed and that *sum* is
@@ -145,6 +145,13 @@ def _trainable_layers(model: nn.Module) -> list[_Layer]:
                                f"{sorted(trainable)} but dpmed's clipping engine has no per-example rule for its "
                                f"type (rules exist for: {known}). Freeze it, replace it, or use the Opacus engine "
                                "(training.dp_engine: opacus) if Opacus supports it")
+        unknown = sorted(trainable - rule.parameters)
+        if unknown:
+            raise PrivacyError(f"module {name or 'model'!r} ({type(module).__name__}) has trainable parameters "
+                               f"{unknown} but dpmed's clipping engine has no per-example rule for them: its rule for "
+                               f"{type(module).__name__} computes {sorted(rule.parameters)} only, so they would get "
+                               "a clipped sum of zero and train on noise alone (weight_norm registers weight_g and "
+                               "weight_v this way). Freeze them, or remove them from the layer")
         rule.check(module)
         layers.append(_Layer(name, module, rule, trainable))
     return layers

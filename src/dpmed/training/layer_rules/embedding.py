@@ -81,4 +81,4 @@ def _embedding_per_example(m: nn.Embedding, a: Tensor, g: Tensor, names: Names) 
 
 EMBEDDING = LayerRule(_embedding_check, _embedding_materialised_cost, _embedding_per_example,
                       GhostRule(_embedding_ghost_cost, _embedding_sq_norms, _embedding_weighted_sum,
-                                _embedding_pair_dots))
+                                _embedding_pair_dots), frozenset({"weight"}))

@@ -51,12 +51,15 @@ class LayerRule:
     per_example(module, a, g, names) -> {name: [B, *param.shape]} for the named trainable parameters.
     ghost: the cheaper-norm route, where one exists (not for the normalisation layers, whose per-example gradients
     are as small as their parameters).
+    parameters: the parameter names the rule computes gradients of. A layer may carry others (weight_norm's weight_g
+    and weight_v, a gain registered on it); the engine refuses them trainable, since no rule gives their gradient.
     """
 
     check: Callable[[nn.Module], None]
     materialised_cost: Callable[[nn.Module, Tensor, Tensor], float]
     per_example: Callable[[nn.Module, Tensor, Tensor, Names], Grads]
     ghost: GhostRule | None = None
+    parameters: Names = frozenset({"weight", "bias"})
 
 
 def accept(_module: nn.Module) -> None:
