@@ -100,3 +100,15 @@ def test_rejects_settings_without_meaning():
         DpSgdStep(_tiny_model(), max_grad_norm=math.inf, noise_multiplier=1.0, **kwargs)
     with pytest.raises(ValueError, match="engine must be one of"):
         DpSgdStep(_tiny_model(), max_grad_norm=1.0, noise_multiplier=1.0, engine="fast", **kwargs)
+
+
+@pytest.mark.parametrize("field, value", [("noise_multiplier", math.nan), ("noise_multiplier", math.inf),
+                                          ("expected_batch_size", 0.0), ("expected_batch_size", math.nan),
+                                          ("expected_batch_size", -4.0)])
+def test_a_noise_or_divisor_without_meaning_is_refused_not_run(field, value):
+    """A nan noise multiplier failed every comparison, so the step took it for sigma = 0 and added no noise at all
+    (the ledger would record a nan sigma); an infinite one, or a divisor of 0, turns every weight into inf or nan."""
+    kwargs = dict(loss_fn=_loss, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4.0,
+                  physical_batch_size=4, noise_rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match=field):
+        DpSgdStep(_tiny_model(), **{**kwargs, field: value})

@@ -177,8 +177,10 @@ class DpSgdStep:
                  noise_rng: np.random.Generator, noise: str = "gaussian", engine: str = "dpmed") -> None:
         if not max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
-        if noise_multiplier < 0:
-            raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
+        if not 0 <= noise_multiplier < math.inf:      # written so that nan fails too: nan would add no noise
+            raise ValueError(f"noise_multiplier must be finite and >= 0, got {noise_multiplier}")
+        if not 0 < expected_batch_size < math.inf:
+            raise ValueError(f"expected_batch_size must be finite and > 0 (the divisor q N), got {expected_batch_size}")
         if noise_multiplier > 0 and math.isinf(max_grad_norm):
             raise ValueError("noise needs a finite max_grad_norm: the noise std is noise_multiplier * max_grad_norm")
         if noise not in ("gaussian", "laplace"):
