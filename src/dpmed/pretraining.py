@@ -11,7 +11,8 @@ The stage, in order (`prepare_start`):
 1. read the dataset the study declares public (``pretrain.data``, any reader; image size and channels default to
    the private data's, so one model fits both);
 2. refuse it if it overlaps the private dataset in any split (identical images, shared patient ids, near-duplicate
-   images: `dpmed.data.overlap`), before anything trains;
+   images: `dpmed.data.overlap`; the public set read at the private data's preprocessing for the check, so that
+   one file is one image in both), before anything trains;
 3. train the model on it without privacy (``pretrain.training``, ``pretrain.seed``), once: the weights are cached
    under ``<study>/pretrain/<key>/`` by a content hash of the public images and labels, the pretraining settings,
    the model and any weights it started from, so a resumed or re-run study reuses them, also after its folder
@@ -35,6 +36,7 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -43,7 +45,7 @@ import torch
 
 from dpmed.config import Study
 from dpmed.config.schema import DataConfig, PretrainConfig
-from dpmed.data import Dataset, ImageSet, normalize, read_dataset
+from dpmed.data import DATASET_SOURCES, DataRequest, Dataset, ImageSet, normalize, read_dataset
 from dpmed.data.overlap import refuse_overlap
 from dpmed.errors import ConfigError
 from dpmed.evaluation.inference import predict
@@ -72,6 +74,27 @@ def public_request(config: DataConfig, private: Dataset):
     c, h, _ = private.train.image_shape
     update = {k: v for k, v in (("image_size", h), ("channels", c)) if getattr(config, k) is None}
     return config.model_copy(update=update).to_request()
+
+
+def _as_the_private_data_is_read(request: DataRequest, private_config: DataConfig, private: Dataset
+                                 ) -> Dataset | None:
+    """The public set read again at the private data's per-image steps (its size, channels, aspect, min-max and
+    equalisation) for the overlap check, or None where it already is (or either set is generated: no file to share).
+
+    Why: the identical-image check compares decoded pixels, and one file decodes to the same pixels in both sets only
+    under the same steps. Read at steps of its own (``pretrain.data.image_size``, ``pretrain.data.preprocessing``),
+    a private file given again as public had no identical image, and was found only by the near-duplicate check,
+    which ``pretrain.near_duplicate_bits`` may set as low as 0."""
+    if DATASET_SOURCES[request.source].generates or DATASET_SOURCES[private_config.source].generates:
+        return None
+    c, h, w = private.train.image_shape
+    own = private_config.to_request().preprocessing
+    steps = replace(request.preprocessing, size=(h, w), channels=c, aspect=own.aspect, minmax=own.minmax,
+                    equalize=own.equalize)
+    if steps == request.preprocessing:
+        return None
+    _log.info("pretrain: reading the public data again at the private data's preprocessing, for the overlap check")
+    return read_dataset(replace(request, preprocessing=steps))
 
 
 def _with_inputs(dataset: Dataset, images: ImageSet) -> ImageSet:
@@ -131,7 +154,8 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     config = study.pretrain
     if config is None:
         raise ValueError("the study has no pretrain section")
-    public = read_dataset(public_request(config.data, private))
+    request = public_request(config.data, private)
+    public = read_dataset(request)
     if public.train.image_shape[0] != private.train.image_shape[0]:
         raise ConfigError(f"pretrain.data gives {public.train.image_shape[0]}-channel images, the private data "
                           f"{private.train.image_shape[0]}-channel ones; set pretrain.data.channels to "
@@ -139,7 +163,9 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     _log.info("pretrain: checking %s (%d images) against the private %s (%d images) for overlap", public.name,
               len(public.train) + len(public.val) + len(public.test), private.name,
               len(private.train) + len(private.val) + len(private.test))
-    overlap = refuse_overlap(public, private, max_distance=config.near_duplicate_bits, what="pretrain.data")
+    compared = _as_the_private_data_is_read(request, study.data, private) or public
+    overlap = refuse_overlap(compared, private, max_distance=config.near_duplicate_bits, what="pretrain.data")
+    del compared
     start = study.model.weights
     start_sha = None if start is None else file_sha256(start)
     key = _content_key(public, config, study.model.name, start_sha)
