@@ -106,3 +106,27 @@ def test_a_file_pillow_cannot_identify_names_pillow_s_error_with_its_module(tmp_
     for read in (lambda: read_image(path, channels=1), lambda: peek_image(path)):
         with pytest.raises(UnreadableImage, match=r"cannot be (decoded|opened) \(PIL\.UnidentifiedImageError: "):
             read()
+
+
+@pytest.mark.parametrize("suffix", [".png", ".jpg"])
+@pytest.mark.parametrize("orientation, upright", [(1, lambda a: a), (3, lambda a: np.rot90(a, 2)),
+                                                  (6, lambda a: np.rot90(a, -1)), (8, lambda a: np.rot90(a, 1)),
+                                                  (2, lambda a: a[:, ::-1])])
+def test_an_exif_orientation_is_applied_as_a_viewer_shows_the_image(tmp_path, suffix, orientation, upright):
+    """EXIF Orientation (tag 0x0112; 6: the stored rows are the shown right side, so it shows turned a quarter
+    clockwise). A photographed lesion or a phone's copy of a film carries it; before, the stored pixels were read as
+    they lie, so the model saw the image on its side, and a copy saved upright elsewhere escaped the overlap check
+    (a rotation is no near-duplicate)."""
+    stored = np.zeros((40, 64), dtype=np.uint8)
+    stored[:8, :16] = 255                               # a bright block in the stored top-left corner
+    image = Image.fromarray(stored)
+    exif = image.getexif()
+    exif[0x0112] = orientation
+    path = tmp_path / f"turned{suffix}"
+    image.save(path, exif=exif.tobytes())
+    shown = upright(stored)
+    x = read_image(path, channels=1)
+    assert x.shape == (1, *shown.shape) and peek_image(path) == (1, shown.shape)
+    np.testing.assert_allclose(x[0], shown / 255.0, atol=0.1 if suffix == ".jpg" else 1e-6)
+    drafted = read_image(path, channels=1, size_hint=(16, 16)).shape[1:]     # a JPEG's draft: turned alike
+    assert min(drafted) >= 16 and (drafted[0] < drafted[1]) == (shown.shape[0] < shown.shape[1])

@@ -7,12 +7,13 @@ tensors also go to ``<cache_dir>/<key>.npy`` and later studies (or a resumed one
 decoding again.
 
 The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version, the decoded
-channel count and size, the preprocessing steps, and every file's resolved path, byte size, inode, modification time
-and status-change time, in order. Changing a file or a preprocessing step gives another key, so a stale entry is not
-read: a file rewritten in place with its size and modification time set back (``touch -r``) still has a new
-status-change time, which no user call sets. Files that could not be decoded are stored with the entry, so a cached
-load reports the same unreadable rows as a fresh one; an entry is not stored where a file could not be read at all
-(an OSError: a full file table, a network share gone for a moment), since that may pass.
+channel count and size, the preprocessing steps, that EXIF orientation is applied, and every file's resolved path,
+byte size, inode, modification time and status-change time, in order. Changing a file or a preprocessing step gives
+another key, so a stale entry is not read: a file rewritten in place with its size and modification time set back
+(``touch -r``) still has a new status-change time, which no user call sets. Files that could not be decoded are
+stored with the entry, so a cached load reports the same unreadable rows as a fresh one; an entry is not stored
+where a file could not be read at all (an OSError: a full file table, a network share gone for a moment), since that
+may pass.
 
 Privacy: a cache entry holds the patients' images, decoded. Its files are created readable by their owner only (0600;
 so one user's cache is not another's), a cache folder dpmed creates is 0700 (an existing one keeps its mode), and a
@@ -104,6 +105,9 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
         settings["other_sizes"] = "refused"
     if preprocessing.channels is None:  # an entry from before converted every image to the first one's channels
         settings["other_channels"] = "refused"
+    # an entry from before read a JPEG or PNG with an EXIF orientation as stored, and the key cannot tell which
+    # files have one without opening them: every entry from before is decoded again, once
+    settings["orientation"] = "exif"
     h.update(json.dumps(settings, sort_keys=True).encode())
     for path in paths:
         resolved = Path(path).resolve()

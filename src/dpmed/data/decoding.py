@@ -12,6 +12,11 @@ the stored value range maps onto [0, 1] without looking at any other image. Samp
 (floating point, or 32-bit integers beyond 0..65535) make the file unreadable rather than be clipped. Colour to grey
 is ITU-R BT.601 luma (Pillow's ``convert("L")``), grey to colour repeats the channel, alpha is dropped.
 
+Orientation: a JPEG or PNG whose EXIF Orientation tag says it is shown turned or mirrored (a phone's photograph of
+a lesion or of a film) is read as a viewer shows it (Pillow's ``ImageOps.exif_transpose``), its size too. Read as
+stored, the model saw it on its side, and its copy saved upright in a public set escaped the overlap check
+(`dpmed.data.overlap`: a turn is no near-duplicate).
+
 Speed: for JPEG, Pillow's ``draft`` lets the decoder skip DCT detail the resize would throw away (it decodes at 1/2,
 1/4 or 1/8 scale, never below the requested size): a 2,000 px radiograph decodes several times faster for a 224 px
 study. The result depends only on the file and the requested size, so it is deterministic and per image.
@@ -19,10 +24,11 @@ study. The result depends only on the file and the requested size, so it is dete
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 from dpmed.data.decoder import Decoder, UnreadableImage
 from dpmed.data.dicom import peek_dicom, read_dicom
@@ -32,6 +38,8 @@ __all__ = ["UnreadableImage", "Decoder", "DECODERS", "decoder_for", "read_image"
 
 _GREY_MODES = {"1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F", "La"}
 _WIDE_MODES = {"I", "I;16", "I;16L", "I;16B", "I;16N"}  # 16-bit samples (Pillow opens 16-bit PNG as I or I;16)
+_ORIENTATION = 0x0112          # the EXIF Orientation tag
+_QUARTER_TURNS = {5, 6, 7, 8}  # orientations shown a quarter turn from the stored rows: shown height = stored width
 
 
 def _pillow_errors() -> tuple[type[BaseException], ...]:
@@ -47,9 +55,13 @@ def _read_raster(path: Path, channels: int | None, size_hint: tuple[int, int] | 
             if im.mode == "F":
                 raise UnreadableImage("holds floating-point samples (mode F) whose range is unknown; export it as "
                                       "8- or 16-bit PNG")
+            turn = _orientation(im)
             if size_hint is not None and im.format == "JPEG":
-                im.draft("L" if channels == 1 else "RGB", (size_hint[1], size_hint[0]))
+                height, width = size_hint[::-1] if turn in _QUARTER_TURNS else size_hint
+                im.draft("L" if channels == 1 else "RGB", (width, height))
             im.load()  # decodes now: a truncated file raises here (LOAD_TRUNCATED_IMAGES is left as it is)
+            if turn != 1:
+                im = ImageOps.exif_transpose(im)    # as a viewer shows it (the module docstring)
             if im.mode in _WIDE_MODES:
                 stored = np.asarray(im)                                          # [H, W]
                 if stored.size and (stored.min() < 0 or stored.max() > 65535):   # mode I: 32-bit signed samples
@@ -71,10 +83,23 @@ def _stored_channels(im: Image.Image) -> int:
     return 1 if im.mode in _GREY_MODES else 3
 
 
+def _orientation(im: Image.Image) -> int:
+    """The EXIF Orientation (tag 0x0112) of a JPEG or PNG, 1 to 8; 1 (as stored) where there is none or it cannot be
+    read. Other formats are read as stored: Pillow's TIFF reader reports the tag's own way."""
+    if im.format not in ("JPEG", "PNG"):
+        return 1
+    try:
+        value = im.getexif().get(_ORIENTATION, 1)
+    except (SyntaxError, ValueError, TypeError, KeyError, IndexError, EOFError, struct.error):   # a damaged EXIF block
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
 def _peek_raster(path: Path) -> tuple[int, tuple[int, int]]:
     try:
         with Image.open(path) as im:
-            return _stored_channels(im), (im.height, im.width)
+            turned = _orientation(im) in _QUARTER_TURNS
+            return _stored_channels(im), ((im.width, im.height) if turned else (im.height, im.width))
     except _pillow_errors() as exc:
         raise UnreadableImage(f"cannot be opened ({error_name(exc)}: {exc})") from exc
 
