@@ -48,8 +48,8 @@ def test_no_patient_crosses_splits(files, tmp_path_factory, data, shared, offici
     try:
         d = assemble_dataset(manifest, preprocessing=Preprocessing(), split=plan,
                              cache_dir=tmp_path_factory.getbasetemp() / "cache" if cached else None)
-    except DataError as err:  # too few patients for the splits asked, or a split left empty
-        assert "is empty" in str(err) or "cannot carve" in str(err)
+    except DataError as err:  # too few patients for the splits asked, a split left empty, or no draw fell in it
+        assert any(why in str(err) for why in ("is empty", "cannot carve", "no patient's draw fell in the")), err
         return
     owners = {}
     for name in ("train", "val", "test"):
@@ -71,6 +71,20 @@ def test_no_patient_crosses_splits(files, tmp_path_factory, data, shared, offici
     assert kept == N_FILES - (d.source["split"]["rows_of_those_patients_outside_their_top_split"]
                               if official and shared == "drop_from_train" else 0)
 
+
+
+def test_a_carved_split_no_patient_s_draw_falls_in_is_refused_not_filled(files):
+    """Ten patients but the eighth (ids p0..p9, p7's images given to p8), seed 1: no patient's keyed draw lands in
+    the validation split. That is refused, naming the fraction and seed to change, rather than filled with a patient
+    of another split. (The property test above meets it only on fresh draws, and refused it as a failure.)"""
+    root, paths = files
+    patients = [f"p{8 if i % 10 == 7 else i % 10}" for i in range(N_FILES)]
+    manifest = _manifest(root, paths, patients, [i % 2 for i in range(N_FILES)], [""] * N_FILES)
+    plan = SplitPlan(val_fraction=0.2, test_fraction=0.2, seed=1, official=False, shared_patients="keep")
+    refusal = (r"no patient's draw fell in the val split .*data\.split\.val_fraction 0\.2, seed 1\); raise "
+               r"data\.split\.val_fraction or choose another data\.split\.seed")
+    with pytest.raises(DataError, match=refusal):
+        assemble_dataset(manifest, preprocessing=Preprocessing(), split=plan, cache_dir=None)
 
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), n=st.integers(0, 40), owned=st.booleans())
