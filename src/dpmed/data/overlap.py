@@ -301,5 +301,8 @@ def refuse_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEA
             "private set would train on them without noise (and on test images, inflate the test metric); use a "
             "public set that shares no source with the private one (PneumoniaMNIST and the Kermany folders share "
             "their images). If the near-duplicates are look-alikes of different people, check the pairs listed and "
-            "lower the threshold (pretrain.near_duplicate_bits).")
+            "lower the threshold (pretrain.near_duplicate_bits)."
+            + (" If the shared patient ids only look alike (two releases that each number their patients 1, 2, 3, "
+               "...), ids are compared as written: give the public set's ids a prefix of its own in its table, "
+               "once you know that no patient is in both." if overlap.shared_patients else ""))
     return overlap
