@@ -163,3 +163,33 @@ def test_a_tight_value_the_pld_library_cannot_compute_is_left_out_not_a_crash(mo
     monkeypatch.setattr(pld_privacy_accountant.PLDAccountant, "compose", broken)
     got = group_privacy(epsilon=1.0, delta=1e-5, k=2, noise_multiplier=1.59, sample_rate=0.076, steps=13)
     assert got.tight_epsilon is None and (got.formula_epsilon, got.k) == (2.0, 2)
+
+
+def test_beyond_the_steps_a_pld_composes_the_tight_value_is_not_computed_and_the_card_says_why(monkeypatch):
+    """The eps accountant gives way to RDP above _pld.MAX_STEPS (2e6): a PLD's grid, time and memory grow with T.
+    The tight group value built its mixture-of-Gaussians PLD at any T, so a study of 3e6 steps spent minutes on it
+    in planning. It is now skipped there, said on the patient's note, and the formula still stands."""
+    from dpmed.accounting import _pld, group
+
+    def never(*args, **kwargs):
+        raise AssertionError("the mixture-of-Gaussians PLD was composed beyond the PLD's step ceiling")
+
+    monkeypatch.setattr(group, "_tight", never)
+    steps = _pld.MAX_STEPS + 1
+    got = group_privacy(epsilon=1.0, delta=DELTA, k=2, noise_multiplier=50.0, sample_rate=1e-4, steps=steps)
+    assert got.tight_epsilon is None and (got.formula_epsilon, got.k) == (2.0, 2)
+    assert f"at most {_pld.MAX_STEPS:,} steps" in got.tight_missing and f"{steps:,}" in got.tight_missing
+    plan = PLAN.model_copy(update={"noise_multiplier": 50.0, "sample_rate": 1e-4, "steps": steps,
+                                   "accountant": "rdp"})
+    note = patient_guarantee(plan, 2, {})
+    assert note.tight_epsilon is None
+    assert "tight group value" in note.statement and "is not stated: a PLD composes at most" in note.statement
+
+
+def test_a_tight_value_left_out_says_why():
+    """Each reason the tight value is skipped is stated, not a silent gap on the card."""
+    dp_sgd = dict(noise_multiplier=1.0, sample_rate=0.01, steps=10_000)
+    assert "delta down to 1e-11" in group_privacy(epsilon=5.0, delta=1e-13, k=2, **dp_sgd).tight_missing
+    big = group_privacy(epsilon=200.0, delta=DELTA, k=3, noise_multiplier=0.1, sample_rate=0.5, steps=100)
+    assert "above the 500" in big.tight_missing
+    assert group_privacy(epsilon=5.0, delta=1e-10, k=2, **dp_sgd).tight_missing is None

@@ -49,12 +49,14 @@ class GroupPrivacy:
 
     formula_epsilon / formula_delta: the group-privacy formula (k eps, k e^((k-1) eps) delta); formula_delta is
     capped at 1 (vacuous). tight_epsilon: the patient's eps at the run's own delta by the mixture-of-Gaussians PLD,
-    or None where it was not computed (Laplace noise, shuffled batches, or beyond what the PLD resolves)."""
+    or None where it was not computed (Laplace noise, shuffled batches, or beyond what the PLD resolves).
+    tight_missing: why DP-SGD's tight value was asked for (DP-SGD parameters given) and is not stated; else None."""
 
     k: int
     formula_epsilon: float
     formula_delta: float
     tight_epsilon: float | None
+    tight_missing: str | None = None
 
     @property
     def formula_is_vacuous(self) -> bool:
@@ -92,15 +94,30 @@ def group_privacy(*, epsilon: float, delta: float, k: int, noise_multiplier: flo
     """The guarantee of an image-level (``epsilon``, ``delta``) DP-SGD run for a patient with ``k`` images.
 
     Give ``noise_multiplier``, ``sample_rate`` and ``steps`` (Gaussian noise, Poisson sampling) for the tight value
-    too; it is skipped when k eps exceeds what the PLD resolves, or delta lies below the smallest delta it resolves
-    after ``steps`` steps (max(1e-12, 1e-15 steps): below, its eps is double-precision rounding noise)."""
+    too; it is skipped, and ``tight_missing`` says why, when k eps exceeds what the PLD resolves, when delta lies
+    below the smallest delta it resolves after ``steps`` steps (max(1e-12, 1e-15 steps): below, its eps is
+    double-precision rounding noise), or when ``steps`` exceeds the steps a PLD composes (``_pld.MAX_STEPS``, as
+    for the run's eps: its grid, time and memory grow with T, and 1e8 steps ran for minutes). No fallback takes
+    its place there: dp_accounting's RDP accountant does not compose the mixture of Gaussians, and the formula
+    value still stands."""
     k = _arguments.count("k", k, minimum=1, hint="the number of training images of the patient")
     delta = _arguments.probability("delta", delta, include_one=False, hint="the run's delta")
     eps_k, delta_k = _formula(epsilon, delta, k)
-    tight = None
-    if (noise_multiplier is not None and k > 1 and eps_k <= _TIGHT_MAX_EPSILON
-            and delta >= accountant_info("pld").min_delta(steps)):
-        tight = _tight(noise_multiplier, sample_rate, steps, k, delta, eps_k)
-    elif k == 1:
-        tight = epsilon
-    return GroupPrivacy(k=k, formula_epsilon=eps_k, formula_delta=delta_k, tight_epsilon=tight)
+    if k == 1:
+        return GroupPrivacy(k=k, formula_epsilon=eps_k, formula_delta=delta_k, tight_epsilon=epsilon)
+    tight, missing = None, None
+    if noise_multiplier is not None:
+        pld = accountant_info("pld")
+        if eps_k > _TIGHT_MAX_EPSILON:
+            missing = f"k eps = {eps_k:.4g} is above the {_TIGHT_MAX_EPSILON:g} a PLD resolves"
+        elif steps > pld.max_steps:
+            missing = (f"a PLD composes at most {pld.max_steps:,.0f} steps (its grid, time and memory grow with "
+                       f"them), not {steps:,}")
+        elif delta < pld.min_delta(steps):
+            missing = f"a PLD resolves delta down to {pld.min_delta(steps):.3g} only after {steps:,} steps"
+        else:
+            tight = _tight(noise_multiplier, sample_rate, steps, k, delta, eps_k)
+            if tight is None:
+                missing = "the PLD of the mixture of Gaussians could not be computed at this setting"
+    return GroupPrivacy(k=k, formula_epsilon=eps_k, formula_delta=delta_k, tight_epsilon=tight,
+                        tight_missing=missing)

@@ -245,6 +245,9 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
             text += (f"; DP-SGD's tight group value is eps = {epsilon_text(tight)} at delta = "
                      f"{delta_text(plan.delta + group_sampler)} ({accounting.TIGHT_GROUP_CITATION}"
                      + (", plus k times the released size's eps)" if plan.size_epsilon else ")"))
+    elif tight_group.tight_missing is not None:
+        text += (f"; DP-SGD's tight group value ({accounting.TIGHT_GROUP_CITATION}) is not stated: "
+                 f"{tight_group.tight_missing}")
     return GroupGuarantee(k=k, formula_epsilon=group.formula_epsilon, formula_delta=group.formula_delta,
                           tight_epsilon=tight, statement=text)
 
