@@ -105,6 +105,12 @@ def test_high_budget_calibration_says_which_accountant_certified_it(capsys):
      "with --dataset-size and --batch-size, give --epochs (or --steps)"),
     (["risk", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10"],
      "give --kappa (or --dataset-size, for the uniform prior kappa = 1/N)"),
+    # kappa = 1/N = 1 was refused as "kappa must be in (0, 1)", a library argument no user typed
+    (["risk", "--noise-multiplier", "1", "--sample-rate", "0.5", "--steps", "10", "--dataset-size", "1"],
+     "--dataset-size 1 gives the uniform prior kappa = 1/N = 1, where a guess always succeeds; give --dataset-size "
+     "of at least 2, or --kappa"),
+    (["risk", "--noise-multiplier", "1", "--dataset-size", "1", "--batch-size", "1", "--epochs", "1"],
+     "give --dataset-size of at least 2, or --kappa"),
     # a delta judged against the N given beside --sample-rate, as with --batch-size
     (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "10", "--dataset-size", "40",
       "--delta", "0.5"], "--delta 0.5 is at or above 1/N = 1/40"),
@@ -340,14 +346,16 @@ def test_the_assumptions_name_the_noise_and_its_clipping(capsys):
 
 
 def test_no_noise_is_said_to_make_a_run_not_dp_and_the_pure_bound_s_sampler_share_is_judged_against_no_delta(capsys):
-    """sigma = 0: eps is infinite, and the sampler note says a run is not DP, whatever the bounded draws (any
-    gradient shows). The pure accountant has no delta; its sampler share is still reported against the usual 1e-5,
-    not silently dropped."""
+    """sigma = 0: eps is infinite, and the note says a run is not DP because it adds no noise, not because of the
+    sampler's bounded draws (it blamed them, with a "probability up to 1" of outrunning draws that are never made).
+    The pure accountant has no delta; its sampler share is still reported against the usual 1e-5, not silently
+    dropped."""
     assert main(["privacy", "epsilon", "--noise-multiplier", "0", "--sample-rate", "0.01", "--steps", "10",
                  "--delta", "1e-5", "--accountant", "rdp"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("eps = inf at delta = 1e-05")
-    assert "note: a dpmed run at this sigma is NOT DP as run" in out and "(probability up to 1 over the run" in out
+    assert "note: --noise-multiplier 0 adds no noise: a run at it is not DP at any eps" in out
+    assert "draws are bounded" not in out and "probability up to" not in out
     assert main(["privacy", "epsilon", "--noise", "laplace", "--accountant", "pure", "--noise-multiplier", "0.05",
                  "--sample-rate", "0.01", "--steps", "100"]) == 0
     assert "note: a dpmed run's card adds" in capsys.readouterr().out

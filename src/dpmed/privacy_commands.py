@@ -159,9 +159,11 @@ def _sampler_note(args: argparse.Namespace, q: float, steps: int, sigma: float, 
     nothing visible at the noise of eps up to several hundred; a share of delta; or the whole claim."""
     from dpmed.randomness import DRAW_BOUND, DRAW_BOUNDS    # numpy's samplers, not accounting's
 
-    paid = (1.0 if not sigma > 0 else
-            accounting.bounded_noise_delta(noise=args.noise, noise_multiplier=sigma, sample_rate=q, steps=steps,
-                                           bound=DRAW_BOUND[args.noise]))
+    if not sigma > 0:    # no noise at all: eps is infinite whatever the sampler draws, and the eps line says so
+        return ("note: --noise-multiplier 0 adds no noise: a run at it is not DP at any eps, whatever the noise "
+                "sampler")
+    paid = accounting.bounded_noise_delta(noise=args.noise, noise_multiplier=sigma, sample_rate=q, steps=steps,
+                                          bound=DRAW_BOUND[args.noise])
     if paid > delta:
         return (f"note: a dpmed run at this sigma is NOT DP as run: its noise sampler's draws are bounded "
                 f"({DRAW_BOUNDS[args.noise]}), and one unit's clipped gradient can move a coordinate past every draw "
@@ -223,6 +225,9 @@ def _privacy_risk(args: argparse.Namespace) -> int:
     q, steps, n = _schedule(args)
     if args.kappa is None and n is None:
         raise DpmedError("give --kappa (or --dataset-size, for the uniform prior kappa = 1/N)")
+    if args.kappa is None and n < 2:     # kappa = 1/N = 1: a guess always succeeds, and nothing is left to bound
+        raise DpmedError(f"--dataset-size {n} gives the uniform prior kappa = 1/N = 1, where a guess always "
+                         "succeeds; give --dataset-size of at least 2, or --kappa")
     kappa = args.kappa if args.kappa is not None else 1.0 / n
     risk = accounting.reconstruction_risk(noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps,
                                           kappa=kappa, unit=args.unit)
