@@ -296,3 +296,18 @@ def test_pld_eps_is_what_dp_accounting_s_accountant_gives_on_the_same_grid(monke
                                                       value_discretization_interval=grids[0])
     accountant.compose(epsilon_module._as_dp_event(events))
     assert ours == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-12)
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_rounding_below_zero_in_the_rdp_curve_is_not_read_as_eps_zero(accountant):
+    """One step at q = 0.01, sigma = 1e7: the subsampled Gaussian moves the output by q (2 Phi(1 / (2 sigma)) - 1)
+    = 4.0e-10 in total variation (worked here with math.erf), so at delta = 1e-10 eps is above 0. dp_accounting's
+    RDP came out below 0 at some orders (rounding) and its get_epsilon answered eps = 0 for the whole curve; PLD,
+    which sizes its grid from that RDP estimate, answered 0 too, and calibration met tiny targets it did not."""
+    sigma, q, delta = 1e7, 0.01, 1e-10
+    total_variation = q * math.erf(1 / (2 * sigma) / math.sqrt(2))
+    assert total_variation > 3 * delta
+    eps = dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=1, delta=delta, accountant=accountant)
+    assert eps > 0
+    # where the whole difference is below delta eps = 0 is a true bound, and is still given
+    assert dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=1, delta=1e-8, accountant=accountant) == 0

@@ -158,7 +158,19 @@ def _root_logging_left_alone() -> Iterator[None]:
 
 
 def _rdp_epsilon(events: Sequence[DpSgdEvent], delta: float, orders: Sequence[float] | None = None) -> float:
-    return float(_rdp_accountant(events, orders, "rdp").get_epsilon(delta))
+    """dp_accounting's improved conversion (Balle et al. 2020, Prop. 12) on the orders whose RDP is a number.
+
+    At extreme noise (sigma ~ 1e7 at q 0.01) the subsampled Gaussian's RDP, a difference of nearly equal terms,
+    comes out below 0 at some orders: rounding error, not a value. dp_accounting's ``get_epsilon`` then returns eps
+    = 0 for the whole curve ("Negative Renyi divergence ... Returning an epsilon of zero"), a bound that is false
+    where one step alone moves the output by more than delta in total variation (q (2 Phi(1 / (2 sigma)) - 1) at
+    T = 1). Those orders are left out; with none left, eps is not resolved (inf)."""
+    rdp = _rdp_accountant(events, orders, "rdp")
+    curve, kept = np.asarray(rdp._rdp, dtype=float), np.asarray(rdp._orders, dtype=float)
+    resolved = curve >= 0
+    if not resolved.any():
+        return math.inf
+    return float(rdp_privacy_accountant.compute_epsilon(kept[resolved], curve[resolved], delta)[0])
 
 
 def _rdp_classic_epsilon(events: Sequence[DpSgdEvent], delta: float) -> float:
