@@ -480,6 +480,10 @@ def test_freezing_a_random_model_is_refused_unless_it_starts_from_trained_weight
     ({"data": None}, "data: must be a mapping of settings (key: value lines, or {key: value, ...}), got null "
                      "(nothing under the key); write its settings under it, or remove the key to keep the defaults"),
     ({"arms": [3]}, "arms[0]: must be a mapping of settings"),
+    # a list item has no defaults to keep: "remove the key" did not fit it
+    ({"arms.0": None}, "arms[0]: must be a mapping of settings (key: value lines, or {key: value, ...}), got null (an "
+                       "empty item of the list); write its settings in it, or delete the item from the list in the "
+                       "study file"),
     ({"model.trainable": 3}, "model.trainable: should be one of all, head or a mapping such as {last_blocks: ...}"),
     ({"name": ".."}, "name: study name must start with a letter or digit and hold only letters, digits, '_', '-' or "
                      "'.', at most 64 (it names a folder); got '..': rename it"),

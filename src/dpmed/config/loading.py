@@ -203,6 +203,9 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
                 f"{', '.join(MECHANISMS)} (e.g. mechanism: dp_sgd)")
     if kind in _SECTION_TYPES:
         got = error.get("input")
+        if got is None and loc and loc[-1].isdigit():   # ``- `` with nothing after it, or an arm set to null
+            return (f"{where}: must be {_a_mapping(error)}, got null (an empty item of the list); write its "
+                    "settings in it, or delete the item from the list in the study file")
         if got is None:   # ``data:`` with nothing under it, or ``data: null``
             return (f"{where or '(top level)'}: must be {_a_mapping(error)}, got null (nothing under the key); write "
                     "its settings under it, or remove the key to keep the defaults")
