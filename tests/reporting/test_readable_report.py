@@ -781,3 +781,16 @@ def test_the_summary_says_what_the_study_did_not_compute(make_record, make_resol
     both = measured(ev.model_copy(update={"explanations": CamConfig(), "fairness": None}))
     assert "Grad-CAM" not in both and "Not computed: fairness" in both
     assert "Not computed" not in measured(ev.model_copy(update={"explanations": CamConfig()}))
+
+
+@pytest.mark.parametrize("p, shown", [(0.04995, "0.04995"), (0.0499999, "0.0499999"), (0.05, "0.05"),
+                                      (0.050004, "0.05"), (0.0449, "0.045"), (0.123, "0.12"), (0.0012345, "0.0012")])
+def test_a_p_value_is_printed_on_its_own_side_of_the_significance_level(p, shown):
+    """0.04995 printed as "p 0.05" while the seeds table counted it among the "seeds with p < 0.05": two figures,
+    and more only where two would carry it across the level (0.04995 to 3 figures is 0.0500, still across)."""
+    from dpmed.comparisons import SIGNIFICANCE, PairedDifference
+    from dpmed.reporting.inputs import p_text
+
+    text = p_text(PairedDifference(value=-0.1, low=-0.2, high=0.01, p_value=p, defined_redraws=1000))
+    assert text == shown
+    assert (float(text) < SIGNIFICANCE) == (p < SIGNIFICANCE)

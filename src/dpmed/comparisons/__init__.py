@@ -30,12 +30,16 @@ from dpmed.evaluation.weighted import number
 from dpmed.records import RunRecord
 
 __all__ = ["Comparisons", "compare_runs", "Correlation", "Correlations", "SeedSummary", "PairedDifference",
-           "AurocDifference", "Difference", "ValueSummary", "RunFlag", "GroupFlag", "MIN_CLASS_COUNT"]
+           "AurocDifference", "Difference", "ValueSummary", "RunFlag", "GroupFlag", "MIN_CLASS_COUNT", "SIGNIFICANCE"]
 
 # A fairness group with fewer positives (or negatives) than this is flagged: its AUROC moves in steps of 1 / (its
 # positives x negatives), its sensitivity in steps of 1 / positives, and its percentile interval can collapse to a
 # point (1.000 [1.000, 1.000] for a group whose one positive outscores every negative in every redraw).
 MIN_CLASS_COUNT = 10
+
+
+# The level below which a seed's paired p-value counts it among the "seeds with p < 0.05" of the report.
+SIGNIFICANCE = 0.05
 
 
 class _Row(BaseModel):
@@ -253,7 +257,7 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord]) -> list[Valu
                          sensitivity_difference=over_seeds(members, "sensitivity_difference"),
                          specificity_difference=over_seeds(members, "specificity_difference"),
                          significant_seeds=sum(1 for m in members if m.auroc_difference.p_value is not None
-                                               and m.auroc_difference.p_value < 0.05))
+                                               and m.auroc_difference.p_value < SIGNIFICANCE))
             for label, members in grouped.items()]
 
 

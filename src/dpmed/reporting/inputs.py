@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from dpmed.comparisons import Comparisons, PairedDifference
+from dpmed.comparisons import SIGNIFICANCE, Comparisons, PairedDifference
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, read_arrays, write_text_atomic
 from dpmed.mechanisms import MECHANISMS, PrivacyCard
 from dpmed.numbers import delta_number, number_text, round_up
@@ -167,12 +167,16 @@ def not_dp_text(card: PrivacyCard) -> str | None:
 
 def p_text(diff: PairedDifference) -> str:
     """A bootstrap p-value; at its floor 2 / (R + 1) (no redraw on the other side of zero) it is "≤ floor", since
-    more redraws could only have lowered it."""
+    more redraws could only have lowered it. Two significant figures, and more where two would put it on the other
+    side of the report's SIGNIFICANCE (0.04995 is "0.0499", not "0.05" beside a count of seeds with p < 0.05)."""
     if diff.p_value is None:
         return "–"
     if diff.p_at_floor:
         return f"≤\u00a0{diff.p_floor:.2g}"         # one unit: "≤" never ends a line
-    return f"{diff.p_value:.2g}"
+    p, digits = diff.p_value, 2
+    while (float(f"{p:.{digits}g}") < SIGNIFICANCE) != (p < SIGNIFICANCE) and digits < 17:
+        digits += 1
+    return f"{p:.{digits}g}"
 
 
 def estimate_text(est: Estimate | None, digits: int = 3) -> str:

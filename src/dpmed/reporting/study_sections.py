@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dpmed.comparisons import MIN_CLASS_COUNT, Comparisons, Correlation, PairedDifference
+from dpmed.comparisons import MIN_CLASS_COUNT, SIGNIFICANCE, Comparisons, Correlation, PairedDifference
 from dpmed.evaluation.faithfulness import METRIC_LABELS
 from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, GroupFairness, Spread
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
@@ -425,7 +425,7 @@ def comparison_section(inputs: ReportInputs) -> str:
         parts.append("<p>Over seeds (training randomness, which the test-set bootstrap does not see), each seed "
                      "paired with its own non-private run:</p>"
                      + stacked("<table><tr><th>arm value</th><th>mean AUROC difference</th><th>std over seeds</th>"
-                               f"<th>seeds with p &lt; 0.05</th></tr>{body}</table>"))
+                               f"<th>seeds with p &lt; {SIGNIFICANCE:g}</th></tr>{body}</table>"))
     labels = comparisons.correlations.auroc_drop_vs_label
     if labels:
         body = "".join(f"<tr><td>{_e(c.run_id)}</td><td class=num>{_r_with_p(c.drop_vs_positive_count)}</td>"
