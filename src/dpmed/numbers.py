@@ -9,8 +9,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["number_text", "epsilon_text", "delta_text", "delta_number", "bytes_text", "up_to_figures", "round_up",
-           "round_down"]
+__all__ = ["count_text", "number_text", "epsilon_text", "delta_text", "delta_number", "bytes_text", "up_to_figures",
+           "round_up", "round_down"]
+
+
+def count_text(count: int, noun: str) -> str:
+    """"1 epoch", "3 epochs": a count with its noun in the number it needs (a report read "1 epochs")."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def round_up(x: float) -> float:

@@ -126,3 +126,11 @@ def test_random_weights_trained_in_part_are_shown_and_random_weights_trained_who
     assert "started from random initialisation. Trained: the head only, 130 parameters; 5,000 frozen" in part
     assert "not covered by any eps" not in part and "Public pretraining" not in part
     assert section(("a_seed0", None)) == ""
+
+
+def test_one_epoch_and_one_step_read_in_the_singular(section):
+    """The report read "1 epochs (1 steps)"."""
+    pretraining = _pretraining(training=TrainingConfig(epochs=1, batch_size=32), steps=1, validation_auroc=None,
+                               data={"generator": "phantom"})
+    rows = _rows(section(("a_seed0", _start(pretraining=pretraining)), raw=True))
+    assert "1 epoch (1 step) at batch 32" in rows["training"]

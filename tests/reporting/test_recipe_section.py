@@ -106,3 +106,10 @@ def test_a_cap_on_each_patients_images_is_part_of_the_unit():
 def test_shuffled_batches_are_not_called_an_expectation():
     dp = _section({}, {"sampling": "shuffle"})[0]["dp"]
     assert "<b>about 64 patients per batch (shuffled: not DP)</b>" in dp and "expected" not in dp
+
+
+def test_one_epoch_reads_in_the_singular_and_more_in_the_plural():
+    """The recipe table read "1 epochs" for training.epochs: 1."""
+    assert "<b>1 epoch</b>" in _section({"epochs": 1})[0]["plain"]
+    assert "<b>2 epochs</b>" in _section({"epochs": 2})[0]["plain"]
+    assert "<b>1 step</b>" in _section({"steps": 1})[0]["plain"]

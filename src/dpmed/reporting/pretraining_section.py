@@ -11,6 +11,7 @@ private data ran (`dpmed.data.overlap`), to judge whether the eps of the cards s
 from __future__ import annotations
 
 from dpmed.data.sample import names_text
+from dpmed.numbers import count_text
 from dpmed.records import RunRecord, StartRecord
 from dpmed.reporting.inputs import ReportInputs, escape
 
@@ -33,7 +34,8 @@ def _pretraining(start: StartRecord) -> str:
     if p is None:
         return ""
     t = p.training
-    length = f"{t.steps} steps" if t.steps is not None else f"{t.epochs} epochs"
+    length = count_text(t.steps, "step") if t.steps is not None else count_text(t.epochs, "epoch")
+    steps = count_text(p.steps, "step")
     auroc = "undefined" if p.validation_auroc is None else f"{p.validation_auroc:.3f}"
     checks = "".join(f"<li>{escape(name)}: {escape(how)}</li>" for name, how in p.overlap_checks.items())
     cohort = p.data.get("cohort")
@@ -49,7 +51,7 @@ def _pretraining(start: StartRecord) -> str:
         f"{cohort_text}): {p.n_train} training, {p.n_val} validation images, shape {'x'.join(map(str, p.image_shape))},"
         f" task {escape(p.task)} ({escape(names_text(p.label_names))})</td></tr>"
         f"<tr><th>declared public because</th><td>{escape(p.public)}</td></tr>"
-        f"<tr><th>training</th><td>{escape(p.model)}, {length} ({p.steps} steps) at batch {t.batch_size}, "
+        f"<tr><th>training</th><td>{escape(p.model)}, {length} ({steps}) at batch {t.batch_size}, "
         f"{escape(t.optimizer)} lr {t.learning_rate:g}, seed {p.seed}, no privacy; {p.seconds:.0f} s</td></tr>"
         f"<tr><th>result</th><td>AUROC {auroc} on the public validation images</td></tr>"
         "<tr><th>overlap with the private data</th><td>refused if any check finds one; none found one (the "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dpmed.config import TrainingConfig
 from dpmed.mechanisms import AUTO_EPOCHS, AUTO_MIN_STEPS, Arm, DpSgdArm, DpSgdPlan
-from dpmed.numbers import delta_number, number_text
+from dpmed.numbers import count_text, delta_number, number_text
 from dpmed.reporting.inputs import ReportInputs, escape, stacked
 
 __all__ = ["recipe_section", "settings_chosen_on"]
@@ -49,14 +49,15 @@ def _schedule(t: TrainingConfig) -> str:
 
 def _length(t: TrainingConfig, dp: list[DpSgdPlan]) -> str:
     if t.steps is not None:
-        text = _marked(f"{t.steps} steps", False)
+        text = _marked(count_text(t.steps, "step"), False)
     elif t.epochs == "auto":
         text = _marked(f"auto: at least {AUTO_EPOCHS} epochs and {AUTO_MIN_STEPS} steps", True)
     else:
-        text = _marked(f"{t.epochs} epochs", False)
+        text = _marked(count_text(t.epochs, "epoch"), False)
     if dp and t.steps is None:     # DP-SGD's T is public: planned from the DP count, on every card
         steps = sorted({p.steps for p in dp})
-        text += escape(f"; T = {' or '.join(map(str, steps))} steps, planned from {_counted(dp)}")
+        text += escape(f"; T = {' or '.join(map(str, steps))} step{'' if steps == [1] else 's'}, planned from "
+                       f"{_counted(dp)}")
     return text
 
 
