@@ -20,7 +20,12 @@ from dpmed.folders import RunFolder, StudyFolder
 from dpmed.lock import Holder, lock_holder
 from dpmed.records import ResolvedStudy, read_record
 
-__all__ = ["read_resolved", "run_states", "folder_holder"]
+__all__ = ["read_resolved", "run_states", "folder_holder", "StudyFileGiven"]
+
+
+class StudyFileGiven(ConfigError):
+    """The folder passed holds a user's study file as study.yaml: it is no study output folder at all, so `dpmed
+    status` refuses it as `dpmed report` does (exit 2), rather than listing an "unreadable" study.yaml."""
 
 
 def folder_holder(root: Path | str) -> Holder | None:
@@ -40,7 +45,7 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
     except ValidationError as exc:     # a file in the format of another dpmed version, or edited by hand
         if isinstance(data, dict) and "arms" in data and "study" not in data:
             # a study file (what `dpmed run` takes) that the user keeps as study.yaml in the folder passed
-            raise ConfigError(f"{folder.resolved_study} is a study file (what `dpmed run` takes), not the record of a "
+            raise StudyFileGiven(f"{folder.resolved_study} is a study file (what `dpmed run` takes), not the record of a "
                               f"study that `dpmed run` writes into the study's output folder; pass that folder, "
                               f"OUT/{data.get('name', '<study name>')} (by default results/"
                               f"{data.get('name', '<study name>')})") from None
@@ -106,6 +111,8 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     states = []
     try:
         listed = [plan.run_id for plan in read_resolved(folder.root).runs]
+    except StudyFileGiven:
+        raise
     except ConfigError as exc:
         if not folder.resolved_study.is_file():
             raise

@@ -190,10 +190,13 @@ def test_status_of_a_folder_shared_in_place_lists_its_runs_without_reading_priva
 @pytest.mark.parametrize("command", ["status", "report"])
 def test_a_folder_whose_study_yaml_is_a_study_file_is_told_as_such(tmp_path, capsys, command):
     """A user who keeps their study file as study.yaml and passes its folder to `dpmed status` or `dpmed report`
-    was told the file "may have been written by another version of dpmed: read the folder with that version"."""
+    was told the file "may have been written by another version of dpmed: read the folder with that version".
+    `dpmed status` then listed it as an "unreadable" study.yaml and exited 0, as for a study folder, while report and
+    every other folder that is not a study's exit 2: both refuse it now."""
     (tmp_path / "study.yaml").write_text("name: mine\narms: [{name: a, mechanism: none}]\n")
-    assert main([command, str(tmp_path)]) == (0 if command == "status" else 2)
+    assert main([command, str(tmp_path)]) == 2
     captured = capsys.readouterr()
     text = captured.out + captured.err
     assert f"{tmp_path / 'study.yaml'} is a study file (what `dpmed run` takes), not the record" in text, text
     assert "pass that folder, OUT/mine (by default results/mine)" in text and "another version" not in text, text
+    assert "unreadable" not in text and captured.err.startswith("dpmed: error:") and "Traceback" not in text
