@@ -401,3 +401,15 @@ def test_a_data_free_prior_from_random_processes(private, tmp_path):
     assert start.pretraining.dataset == "random_processes" and start.pretraining.task == "multiclass"
     assert start.kept == ("head.weight", "head.bias") and start.loaded == 12
     assert start.pretraining.image_shape == (1, 16, 16)
+
+
+def test_the_plan_s_start_line_says_the_public_images_are_read_and_checked_by_run_not_plan():
+    """README said `dpmed plan` "reads the data ... as `run` does", but plan never reads pretrain.data: an unreadable
+    or overlapping public set is found by `dpmed run` only, and the start line plan prints now says so. It also read
+    "1 steps" for one step."""
+    from dpmed.pretraining import describe_start
+
+    line = describe_start(_study(pretrain={**PUBLIC, "training": {"steps": 1, "batch_size": 16}}))
+    assert "(1 step at batch 16" in line
+    assert "`dpmed plan` does not read the public images: `dpmed run` finds an unreadable or overlapping public set" \
+        in line

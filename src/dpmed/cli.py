@@ -139,7 +139,9 @@ def _parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="every run's plan (sigma, eps, q, T), the study's privacy and an estimated "
                                        "time; reads the data and calibrates as `run` does, trains nothing",
                           description="Every run's plan (sigma, eps, q, T), the study's privacy and an estimated "
-                                      "time: reads the data and calibrates as `run` does, and trains nothing. It "
+                                      "time: reads the data and calibrates as `run` does, and trains nothing (it "
+                                      "does not read pretrain.data's public images: `run` reads them and checks "
+                                      "their overlap with the private data before pretraining). It "
                                       "writes one file: where the study has DP-SGD arms and the folder holds none "
                                       "yet, the DP count of the training set they plan from, drawn now (or taken "
                                       "back from the records of finished runs planned from it), in "

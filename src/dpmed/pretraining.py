@@ -54,6 +54,7 @@ from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_atomic
 from dpmed.mechanisms import training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, match_head, read_state_dict, set_trainable
+from dpmed.numbers import count_text
 from dpmed.records import PretrainRecord, StartRecord, read_pretrain_record, read_record
 from dpmed.training import resolve_device, run_threads, torch_threads, train
 
@@ -276,12 +277,13 @@ def describe_start(study: Study) -> str:
     prior = "" if config.weights is None else f"{config.weights} ({config.weights_source})"
     if pretrain_config is not None:
         data, t = pretrain_config.data, pretrain_config.training
-        length = f"{t.steps} steps" if t.steps is not None else f"{t.epochs} epochs"
+        length = count_text(t.steps, "step") if t.steps is not None else count_text(t.epochs, "epoch")
         where = "" if data.path is None else f" at {data.path}"
         prior = (f"public pretraining on {data.source}{where} ({length} at batch {t.batch_size}, without privacy"
                  + (f", from {prior}" if prior else "") + f"; declared public: {pretrain_config.public}), run "
                  "when `dpmed run` starts unless its weights are cached in the study folder, after the overlap "
-                 "checks against the private data")
+                 "checks against the private data (`dpmed plan` does not read the public images: `dpmed run` "
+                 "finds an unreadable or overlapping public set)")
     return f"{prior}; {trains}. What the model learns before the arms is not covered by any eps"
 
 
