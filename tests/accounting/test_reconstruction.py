@@ -445,6 +445,25 @@ def test_beyond_pld_s_step_ceiling_the_rdp_duality_bounds_every_value(monkeypatc
     assert rdp.worst_case_edgeworth_via == "Edgeworth expansion" and rdp.gdp_via == "GDP/CLT"
 
 
+
+def test_an_rdp_order_that_rounds_below_zero_is_not_read_as_delta_zero(monkeypatch):
+    """dp_accounting reads an order whose RDP rounds below 0 (extreme noise) as delta = 0 at every eps, and the
+    duality would then give kappa itself: here 0.01, below the exact power 0.0527 (q = 1, the Gaussian trade-off).
+    That order is left out, so the bound stays above the exact power."""
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    compose = rdp_privacy_accountant.RdpAccountant.compose
+
+    def rounded_below_zero(self, event, count=1):
+        out = compose(self, event, count)
+        self._rdp = [-1e-12 if i == 3 else r for i, r in enumerate(self._rdp)]
+        return out
+
+    monkeypatch.setattr(rdp_privacy_accountant.RdpAccountant, "compose", rounded_below_zero)
+    monkeypatch.setattr(_pld, "MAX_STEPS", 10)
+    exact = float(special.ndtr(special.ndtri(0.01) + math.sqrt(50) / 10))
+    assert exact <= reconstruction_bound(noise_multiplier=10.0, sample_rate=1.0, steps=50, kappa=0.01) <= 2 * exact
+
 def test_a_hundred_million_steps_are_bounded_by_rdp():
     """The CLI's and a study's step counts have no ceiling: 1e8 steps get an RDP bound, above PLD's at 2e6 steps
     (more steps help the attacker) and below certainty at this much noise."""

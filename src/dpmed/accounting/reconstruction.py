@@ -76,6 +76,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+import numpy as np
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special
@@ -182,14 +183,21 @@ def _rdp_power(sigma: float, q: float, steps: int, kappa: float) -> float:
     subsampled Gaussian bounds both add/remove directions (Mironov, Talwar, Zhang 2019), so it bounds the worst
     case, and with it the relaxed case, which never exceeds it (see relaxed_reconstruction_bound). RDP gives
     delta only at eps >= 0; below, delta(eps) <= delta(0) + 1 - e^eps (P(E) - e^eps Q(E) = P(E) - Q(E) +
-    (1 - e^eps) Q(E)), where the objective is no smaller than at eps = 0."""
+    (1 - e^eps) Q(E)), where the objective is no smaller than at eps = 0. Orders whose RDP rounds below zero (at
+    extreme noise: a difference of nearly equal terms) are left out, as for eps (`dpmed.accounting.epsilon`):
+    dp_accounting reads each as delta = 0. With none left, the sigma = 0 ceiling stands."""
     rdp = rdp_privacy_accountant.RdpAccountant()
     rdp.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps)
+    curve, orders = np.asarray(rdp._rdp, dtype=float), np.asarray(rdp._orders, dtype=float)
+    ceiling = _limits.ceiling(q, steps, kappa)
+    if not (curve >= 0).any():
+        return ceiling
 
     def delta(eps: float) -> float:
-        return rdp.get_delta(max(eps, 0.0)) + max(0.0, -math.expm1(eps))
+        value = rdp_privacy_accountant.compute_delta(orders[curve >= 0], curve[curve >= 0], max(eps, 0.0))[0]
+        return value + max(0.0, -math.expm1(eps))
 
-    return _pld.power_from_delta(delta, kappa, _limits.ceiling(q, steps, kappa))
+    return _pld.power_from_delta(delta, kappa, ceiling)
 
 
 # PLD beyond its step ceiling (the eps accountant's, _pld.MAX_STEPS: its grid, time and memory grow with T; a
