@@ -45,10 +45,10 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
     except ValidationError as exc:     # a file in the format of another dpmed version, or edited by hand
         if isinstance(data, dict) and "arms" in data and "study" not in data:
             # a study file (what `dpmed run` takes) that the user keeps as study.yaml in the folder passed
-            raise StudyFileGiven(f"{folder.resolved_study} is a study file (what `dpmed run` takes), not the record of a "
-                              f"study that `dpmed run` writes into the study's output folder; pass that folder, "
-                              f"OUT/{data.get('name', '<study name>')} (by default results/"
-                              f"{data.get('name', '<study name>')})") from None
+            name = data.get("name", "<study name>")
+            raise StudyFileGiven(f"{folder.resolved_study} is a study file (what `dpmed run` takes), not the record "
+                                 f"of a study that `dpmed run` writes into the study's output folder; pass that "
+                                 f"folder, OUT/{name} (by default results/{name})") from None
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"{folder.resolved_study} is not a study.yaml this version of dpmed can read ("
