@@ -293,3 +293,24 @@ def test_each_flag_reads_the_interval_s_lower_end_against_its_own_bound(tmp_path
     step_c = _text(re.findall(r"<td[^>]*>(.*?)</td>", rows["c_seed0"], re.S)[3])
     assert step_c.startswith("100.0%") and "at kappa 1 (chance's upper end)" in step_c
     assert "not above chance" in rows["c_seed0"]
+
+
+def test_each_runs_own_success_threshold_and_batches_are_shown_not_the_first_runs_for_all(tmp_path, make_record,
+                                                                                          make_resolved):
+    """Each run calibrates its threshold on its own seed's null draws (and batch size) and attacks its own number of
+    batches; the prose quoted the first run's threshold and counts as if every run shared them."""
+    records = [make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0).model_copy(
+                   update={"attack": _attack(0.0, 0.0, 0.056, 0), "reconstruction": _risk(0.0123, 0.0046)}),
+               make_record("dp_eps1_C1_seed1", "dp", "dp_sgd", eps=1.0).model_copy(
+                   update={"attack": _attack(0.0, 0.0, 0.03, 0).model_copy(
+                       update={"threshold": 0.912, "n_batches": 8, "n_trials": 128}),
+                       "reconstruction": _risk(0.0123, 0.0046)})]
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(records), records)
+    section = _section(folder.report.read_text(), "threat")
+    text = _text(section)
+    assert "reaches SSIM 0.87." not in text and "64 per run" not in text
+    assert "its run's SSIM threshold (0.87 to 0.91; each row shows its own)" in text
+    rows = dict(re.findall(r"<tr><td data-label[^>]*>([^<]+)</td>(.*?)</tr>", section, re.S))
+    assert "0 of 64 images (4 batches of 16) at SSIM &ge; 0.87" in _text(rows["dp_eps1_C1_seed0"])
+    assert "0 of 128 images (8 batches of 16) at SSIM &ge; 0.91" in _text(rows["dp_eps1_C1_seed1"])

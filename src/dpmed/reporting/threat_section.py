@@ -9,6 +9,7 @@ for the private report (private/report.html) and never for report.html.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -16,7 +17,7 @@ from matplotlib.figure import Figure
 
 from dpmed import accounting
 from dpmed.evaluation.proportions import clopper_pearson
-from dpmed.records import RunRecord
+from dpmed.records import AttackRecord, RunRecord
 from dpmed.reporting.figures import png_bytes
 from dpmed.reporting.inputs import (ReportInputs, bound_percent, eps_label, escape, estimate_text, number_text,
                                     stacked)
@@ -79,7 +80,8 @@ def _step_cell(r: RunRecord) -> str:
 def _attack_cell(r: RunRecord) -> str:
     a = r.attack
     cell = (f"{a.rate:.1%} [{a.rate_low:.1%},\u00a0{a.rate_high:.1%}]<br>"
-            f"<small>{a.n_success} of {a.n_trials} images</small>")
+            f"<small>{a.n_success} of {a.n_trials} images ({a.n_batches} batches of {a.batch_size}) at SSIM "
+            f"&ge;\u00a0{a.threshold:.2f}</small>")
     if a.rate_low <= a.chance_rate:
         cell += "<br><small>not above chance</small>"
     if r.reconstruction is not None and a.rate_low > r.reconstruction.worst_case:
@@ -88,6 +90,32 @@ def _attack_cell(r: RunRecord) -> str:
     if step is not None and a.rate_low > step:
         cell += "<br><small>above the attacked step's bound: contradicts the bound, check the run</small>"
     return cell
+
+
+@dataclass(frozen=True)
+class _Criterion:
+    """The success criterion as the section's prose states it: one value where every attacked run shares it, else
+    what varies and that each row shows its own."""
+
+    threshold: str
+    one_in: str
+    trials: str
+
+
+def _criterion_words(attacks: Sequence[AttackRecord]) -> _Criterion:
+    """Each run calibrates its own threshold (on its seed's null draws, for its batch size and quantile) and attacks
+    its own number of batches: the prose quoted the first run's as every run's, which another seed or batch size
+    makes false."""
+    thresholds = sorted({f"{a.threshold:.2f}" for a in attacks}, key=float)
+    one_in = sorted({round(1 / (1 - a.threshold_quantile)) for a in attacks})
+    trials = {(a.n_trials, a.n_batches, a.batch_size) for a in attacks}
+    (n, batches, size), = trials if len(trials) == 1 else ((None, None, None),)
+    return _Criterion(
+        threshold=(f"SSIM {thresholds[0]}" if len(thresholds) == 1 else
+                   f"its run's SSIM threshold ({thresholds[0]} to {thresholds[-1]}; each row shows its own)"),
+        one_in=(f"1 in {one_in[0]}" if len(one_in) == 1 else f"1 in {one_in[0]} to 1 in {one_in[-1]}"),
+        trials=(f"{n} per run, in {batches} batches of {size}" if n is not None else
+                "each row shows how many, in how many batches of how many images"))
 
 
 def threat_section(inputs: ReportInputs) -> str:
@@ -106,7 +134,7 @@ def threat_section(inputs: ReportInputs) -> str:
         f"<td class=num>{r.attack.chance_rate:.1%}</td>"
         f"<td class=num>{estimate_text(r.estimate('test_auroc'))}</td></tr>" for r in runs)
     first = runs[0].attack
-    one_in = round(1 / (1 - first.threshold_quantile))
+    criterion = _criterion_words([r.attack for r in runs])
     table = stacked("<table><tr><th>run</th><th>eps</th><th>worst case (bound, whole run)</th>"
                     "<th>relaxed (bound, whole run)</th>"
                     "<th>worst case (bound, attacked step, at the criterion's prior)</th>"
@@ -124,13 +152,13 @@ def threat_section(inputs: ReportInputs) -> str:
         "of held-out test images standing in for a training batch (a rate measured on the training images would "
         "itself be a statistic of them, outside the accountant).</p>"
         "<p><b>Success</b>: each reconstruction is matched to its closest image of the batch by SSIM "
-        "(structural similarity); an attacked image counts as reconstructed when its match reaches SSIM "
-        f"{first.threshold:.2f}. That threshold is calibrated on public images (here the validation split), not "
-        f"chosen: only 1 in {one_in} plausible images that carry no information about the batch reach it by "
-        f"chance. Rates are per attacked image ({first.n_trials} per run, in {first.n_batches} batches of "
-        f"{first.batch_size}), with exact (Clopper-Pearson) intervals; 'chance' is what an attack that learned "
+        "(structural similarity); an attacked image counts as reconstructed when its match reaches "
+        f"{criterion.threshold}. That threshold is calibrated on public images (here the validation split), not "
+        f"chosen: only {criterion.one_in} plausible images that carry no information about the batch reach it by "
+        f"chance. Rates are per attacked image ({criterion.trials}), with exact (Clopper-Pearson) intervals; "
+        "'chance' is what an attack that learned "
         "nothing scores when it answers, in place of the reconstructions, with as many validation images drawn at "
-        f"random (about 1 in {one_in} per guess, by the threshold's construction) or with the median validation "
+        f"random (about {criterion.one_in} per guess, by the threshold's construction) or with the median validation "
         "image of as many brightness groups (smooth, typical images, which SSIM rewards far more often), whichever "
         "found more over all batches. An attack whose interval reaches down to chance has shown no reconstruction.</p>"
         f"{table}"
