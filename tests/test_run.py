@@ -199,3 +199,42 @@ def test_an_audit_scores_its_canaries_as_the_model_sees_images(normalised, tmp_p
     run.run_one(plan, context, StudyFolder(tmp_path).run(plan.run_id))
     (trial,), (images,) = trials, scored
     np.testing.assert_allclose(images, normalize(trial.canaries.images, (0.5,), (0.25,)), rtol=0, atol=1e-6)
+
+
+IMAGE_UNIT_AUDIT = ("name: s\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0]\n"
+                    "arms: [{name: img, mechanism: dp_sgd, target_epsilon: 4, privacy_unit: image, "
+                    "audit: {canaries: 40}}]\n")
+
+
+def _audit_parts(plan, dataset, folder):
+    """({(image, label) bytes} of every canary the run made, included or not; {image bytes} of the rest)."""
+    randomness = PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id)
+    train_set, trial, _ = _training_set(plan, dataset, randomness, folder)
+    rest = train_set.images[:len(train_set) - int(trial.included.sum())]
+    return ({(x.tobytes(), y.tobytes()) for x, y in zip(trial.canaries.images, trial.canaries.labels)},
+            {x.tobytes() for x in rest})
+
+
+def test_an_image_unit_audit_changes_its_training_set_by_the_removed_image_alone(tmp_path_factory, tmp_path):
+    """Where the image is the unit, removing one image must change what trains by that image only, or the run's eps
+    does not hold for it. Holding out one image of each drawn patient failed: removing the chosen image of a
+    patient with two made the other image the canary, a second training image that changed."""
+    study, dataset, plans = _planned(tmp_path_factory, IMAGE_UNIT_AUDIT)
+    plan, = plans
+    assert plan.privacy.unit == "image"
+    folder = StudyFolder(tmp_path).run(plan.run_id)
+    folder.make()
+    canaries, rest = _audit_parts(plan, dataset, folder)
+    ids = dataset.train.patient_ids.astype(str)
+    names, counts = np.unique(ids, return_counts=True)
+    twins = np.flatnonzero(np.isin(ids, names[counts > 1]))
+    swapped = 0
+    for i in twins:
+        x = dataset.train.images[i].tobytes()
+        keep = np.flatnonzero(np.arange(len(ids)) != i)
+        less = dataclasses.replace(dataset, train=dataset.train.subset(keep))
+        canaries_n, rest_n = _audit_parts(plan, less, folder)
+        assert rest_n <= rest and rest - rest_n <= {x}
+        assert canaries_n <= canaries and {c[0] for c in canaries - canaries_n} <= {x}
+        swapped += bool(canaries - canaries_n)
+    assert swapped            # the check reached an image that was itself a canary

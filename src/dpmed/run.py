@@ -132,7 +132,8 @@ def _training_set(plan: RunPlan, dataset: Dataset, randomness: PrivacyRandomness
                       else len(np.unique(train_set.patient_ids.astype(str))))
         try:
             train_set, trial = audit.insert_canaries_for(train_set, dataset.task, plan.audit, seed=plan.seed,
-                                                         n_patients=n_patients, rng=randomness.stream("canaries"))
+                                                         n_patients=n_patients, rng=randomness.stream("canaries"),
+                                                         unit=dp.unit if isinstance(dp, DpSgdPlan) else "patient")
         except ValueError as exc:
             raise ConfigError(f"arm {plan.arm!r}: {exc}") from None
     transform = mechanism_info(plan.mechanism).image_mechanism(plan.privacy)

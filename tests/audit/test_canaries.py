@@ -187,6 +187,23 @@ def test_held_out_sources_take_whole_patients_one_image_each():
             hold_out_canary_sources(train, m, seed=0, n_patients=count)
 
 
+def test_where_the_image_is_the_unit_every_image_of_a_drawn_patient_is_a_source():
+    """The same patients are drawn (the draw reads the patient alone); each of their images becomes a source, so at
+    rate m / the count of images about m canaries come out, and removing one image removes its canary alone."""
+    train = _images(600, BINARY, seed=5, patients=360)
+    n_images = len(train)
+    rest, sources = hold_out_canary_sources(train, 50, seed=1, n_patients=n_images, unit="image")
+    _, one_each = hold_out_canary_sources(train, 50, seed=1, n_patients=n_images)
+    drawn = np.isin(train.patient_ids, sources.patient_ids)
+    assert set(one_each.patient_ids.tolist()) == set(sources.patient_ids.tolist())
+    assert len(sources) == int(drawn.sum()) > len(one_each)             # all their images, not one each
+    assert abs(len(sources) - 50) < 5 * np.sqrt(50 * 1.7)                 # about m images
+    np.testing.assert_array_equal(sources.images, train.images[drawn])
+    np.testing.assert_array_equal(rest.images, train.images[~drawn])
+    with pytest.raises(ValueError, match="unit"):
+        hold_out_canary_sources(train, 50, seed=1, n_patients=n_images, unit="study")
+
+
 def test_at_most_one_canary_per_patient_less_one():
     train = _images(5, BINARY)
     train = ImageSet(images=train.images, labels=train.labels, patient_ids=np.array(["a", "a", "b", "c", "c"]),

@@ -10,8 +10,8 @@ to memorise without changing what it looks like elsewhere.
 
 The images must come from a pool that is not otherwise in the training set (a held-out slice, or a phantom drawn
 with another seed): a canary whose clean twin is in the training set would be pulled back to the true label.
-:func:`hold_out_canary_sources` makes such a pool from the training split itself: one image of each of m patients,
-whose other images then leave the training set too (a patient's second image is a near twin).
+:func:`hold_out_canary_sources` makes such a pool from the training split itself: about m patients leave it, and
+one image of each (or, where the image is the unit of privacy, each of their images) becomes a canary.
 
 The audit's validity does not depend on what the canaries look like (any m records, each included with probability
 1/2, will do); their kind only decides how much power it has.
@@ -97,12 +97,20 @@ def max_canaries(train: ImageSet) -> int:
     return len(np.unique(train.patient_ids.astype(str))) - 1
 
 
-def hold_out_canary_sources(train: ImageSet, m: int, *, seed: int, n_patients: int) -> tuple[ImageSet, ImageSet]:
-    """Split ``train`` into (the rest, the canary sources): each patient whose draw u(patient) of ``seed``
-    (`dpmed.data.patient_draws`) is below m / ``n_patients`` gives one image (its image of smallest hash, as
-    `dpmed.data.cap_images_per_patient` keeps one) and all of its images leave the rest, so no canary has a clean
-    twin left to train on. ``n_patients``: a public count of the training patients (for DP-SGD the DP count it plans
-    from), so that about m patients are drawn; how many were is a statistic of the training set (private).
+def hold_out_canary_sources(train: ImageSet, m: int, *, seed: int, n_patients: int,
+                            unit: str = "patient") -> tuple[ImageSet, ImageSet]:
+    """Split ``train`` into (the rest, the canary sources): all images of each patient whose draw u(patient) of
+    ``seed`` (`dpmed.data.patient_draws`) is below m / ``n_patients`` leave the rest, so no canary has a clean twin
+    left to train on. ``unit`` "patient": each drawn patient gives one image (its image of smallest hash, as
+    `dpmed.data.cap_images_per_patient` keeps one); "image" (the image is the unit of privacy): every image of a drawn
+    patient is a source. ``n_patients``: a public count of the training units (for DP-SGD the DP count it plans
+    from: of patients, or of images where the image is the unit), so that about m canaries are made; how many were
+    is a statistic of the training set (private).
+
+    Why every image where the image is the unit: with one image kept per patient, removing that image made the
+    patient's other image the canary, so the neighbour without one image trained on a second image changed (a
+    canary in place of a held-out image), and the run's image-level eps did not hold for it. Every image being its
+    own canary, removing one removes its canary alone.
 
     Why a draw per patient rather than m patients drawn from all of them: whether a patient is a source then reads
     that patient alone, so adding or removing one patient changes the rest or the sources by that patient only,
@@ -118,10 +126,12 @@ def hold_out_canary_sources(train: ImageSet, m: int, *, seed: int, n_patients: i
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1 or n_patients < 1:
         raise ValueError(f"the audit needs m >= 1 canaries and a count of patients >= 1, got {m!r} and "
                          f"{n_patients!r}")
+    if unit not in ("patient", "image"):
+        raise ValueError(f"unit must be 'patient' or 'image', got {unit!r}")
     ids = train.patient_ids.astype(str)
     drawn = patient_draws(ids, seed) < m / n_patients                                    # bool [N], per patient
     held = np.flatnonzero(drawn)
-    sources = held[cap_images_per_patient(ids[held], train.images[held], 1, seed=seed)]
+    sources = held if unit == "image" else held[cap_images_per_patient(ids[held], train.images[held], 1, seed=seed)]
     return train.subset(np.flatnonzero(~drawn)), train.subset(sources)
 
 

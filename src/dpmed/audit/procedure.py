@@ -1,7 +1,8 @@
 """The one-run audit as a run performs it: canaries into the training set before training, the bound after.
 
 Before training (:func:`insert_canaries_for`): about m canary sources (one image of each patient drawn at rate m / the
-public count of patients) leave the training split with every image of their patients; each canary goes back in with
+public count of patients; where the image is the unit of privacy, every image of each patient drawn at rate m / the
+public count of images) leave the training split with every image of their patients; each canary goes back in with
 probability 1/2. Which patients and the canaries' wrong labels are public draws of the run's seed; the inclusion bits,
 the secret the guesser tries to recover, come from the run's secret ``canaries`` stream (`dpmed.randomness`). Nothing
 the guesser sees (not even the canary order) depends on the bits. After training (:func:`conclude`): each canary is
@@ -40,11 +41,12 @@ class AuditTrial:
 
 
 def insert_canaries_for(train_set: ImageSet, task: Task, config: AuditConfig, *, seed: int, n_patients: int,
-                        rng: np.random.Generator) -> tuple[ImageSet, AuditTrial]:
+                        rng: np.random.Generator, unit: str = "patient") -> tuple[ImageSet, AuditTrial]:
     """(the training set with the included canaries, the trial). ``seed``: the run's public seed; ``n_patients``: a
-    public count of the training patients (:func:`hold_out_canary_sources`); ``rng``: its secret canaries stream."""
+    public count of the training units and ``unit`` the unit of privacy (:func:`hold_out_canary_sources`); ``rng``:
+    its secret canaries stream."""
     rest, sources = hold_out_canary_sources(train_set, config.canaries, seed=public_seed(seed, "canary_sources"),
-                                            n_patients=n_patients)
+                                            n_patients=n_patients, unit=unit)
     m = len(sources)
     if m == 0:      # no patient drawn: the run trains on its whole set, unaudited (`conclude` says so, privately)
         return train_set, AuditTrial(config, sources, np.zeros(0, bool))
@@ -88,8 +90,8 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
     return record, {"scores": scores, "included": trial.included, "labels": trial.canaries.labels}
 
 
-_CANARY_SOURCE = ("training split: one image of each patient drawn at rate m / the public count of patients, all "
-                  "their images held out")
+_CANARY_SOURCE = ("training split: each patient drawn at rate m / the public count of units, all their images held out "
+                  "and one of them (every one where the image is the unit) made a canary")
 _PRIVATE = "depends on the secret canary inclusion bits: not covered by eps, kept in the study's private folder"
 
 
