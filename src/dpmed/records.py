@@ -112,8 +112,9 @@ class AttackRecord(_Record):
     """The imprint reconstruction attack on a DP-SGD arm (`dpmed.attack`; the realistic threat model of Ziller et al.
     2024): ``n_success`` of ``n_trials`` attacked images were reconstructed (SSIM at or above ``threshold``, the
     ``threshold_quantile`` of what plausible public images reach), ``rate`` with its Clopper-Pearson interval at
-    ``ci_level``; the per-batch rate and the rate of as many random public images in place of the
-    reconstructions (chance: the criterion's own false positives) beside it. Counts and scores only:
+    ``ci_level``; the per-batch rate and, beside it, chance: the rate of the better, over all batches, of two blind
+    attacks answering with as many public images as the attack kept (random ones, and the median image of as many
+    brightness groups; `dpmed.attack.experiment`). Counts and scores only:
     the reconstructions are kept in the run's private folder. ``attacked``: which images stood in for a batch."""
 
     structure: str
