@@ -86,6 +86,19 @@ def test_an_audit_may_take_every_patient_but_one(write_study):
         plan_study(audited(limit + 1), dataset)
 
 
+def test_an_image_unit_audit_is_checked_against_the_images_it_counts_and_says_so(write_study):
+    """Where the image is the unit the DP count is of images and every image of a drawn patient is a canary: the
+    refusal named patients, a count the arm never had."""
+    study = load_study(write_study(
+        HEAD + "arms: [{name: img, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image, "
+        "audit: {canaries: 30}}]\ntraining: {batch_size: 8}\n"))
+    dataset = load_study_data(study)
+    with pytest.raises(ConfigError, match=r"audit.canaries = 30 needs more training images than the 20 of the DP "
+                                          r"count it plans from \(one canary per image, and some images left to "
+                                          r"train on\); lower audit.canaries below 20"):
+        plan_study(study, dataset, {"images": 20})
+
+
 def test_a_finished_reproducible_run_the_study_no_longer_lists_keeps_its_privacy_reproducible(write_study, tmp_path):
     """The folder still releases that run's model, whose noise derives from the published seed: a secure study
     written into the same folder is not DP against whoever knows the seed either, and says so."""

@@ -206,11 +206,14 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
         limit = plan.privacy.released_count - 1 if isinstance(plan.privacy, DpSgdPlan) else exact_limit
         if plan.audit is not None and plan.audit.canaries > limit:
             none_left = limit < 2                   # 2: the fewest canaries an audit takes
+            # a DP-SGD arm's count is of its units: images where the image is the unit (`dpmed.audit.canaries`)
+            units = f"{plan.privacy.unit}s" if dp else "patients"
             raise ConfigError(
-                f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training patients than the "
+                f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training {units} than the "
                 f"{limit + 1} " + ("of the DP count it plans from" if dp else "this dataset has")
                 + (", which leave none to audit with" if none_left else "")
-                + " (one canary per patient, and some patients left to train on); "
+                + (" (one canary per patient, and some patients left to train on); " if units == "patients" else
+                   " (one canary per image, and some images left to train on); ")
                 + ("remove the arm's audit, or use more images" if none_left
                    else f"lower audit.canaries below {limit + 1} or use more images"))
     for plan in plans:
