@@ -248,7 +248,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
             canaries, = _model_inputs(ds, trial.canaries)
             logits = predict_logits(model, canaries, device=device) if len(canaries) else np.zeros((0, 0))
             verdict, arrays = audit.conclude(trial, logits,
-                                             task_kind=ds.task.kind, delta=None if dp is None else dp.delta,
+                                             task_kind=ds.task.kind, delta=None if dp is None else dp.claimed_delta,
                                              claimed_epsilon=None if dp is None else card.training_epsilon,
                                              claim_terms="" if dp is None else _audited_claim(card))
             write_arrays_atomic(folder.audit_scores, arrays, owner_only=True)

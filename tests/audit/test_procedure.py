@@ -57,7 +57,8 @@ def test_the_bound_is_taken_and_stated_at_the_claims_delta_and_judged_against_it
     if consistent is False:
         assert "inconsistent with the claimed eps at 95%" in record["statement"]
     elif consistent:
-        assert record["statement"].endswith("claims eps = 1 (the same delta, PLD, add/remove one patient): consistent")
+        assert record["statement"].endswith("claims eps = 1 (the same delta, PLD, add/remove one patient): consistent "
+                                            "(a lower bound can refute the claim, not prove it)")
     else:
         assert record["statement"].endswith("no eps is claimed")
 
@@ -100,6 +101,6 @@ def test_the_record_holds_each_count_at_the_configured_confidence_and_a_bound_at
     assert asked == [0.9] and "90%" in record["statement"]
     assert (record["n_guesses"], record["n_correct"], record["k_positive"], record["k_negative"]) == (10, 9, 7, 3)
     assert record["consistent_with_claim"] is True and record["statement"].endswith(
-        "claims eps = 1.25 (the same delta): consistent")
+        "claims eps = 1.25 (the same delta): consistent (a lower bound can refute the claim, not prove it)")
     np.testing.assert_array_equal(arrays["included"], trial.included)
     np.testing.assert_array_equal(arrays["labels"], trial.canaries.labels)

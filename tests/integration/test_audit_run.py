@@ -100,7 +100,8 @@ def test_with_dp_sgd_the_lower_bound_stays_below_the_claimed_eps(records, audits
     # never a bare eps: the claim is stated with its delta, accountant and neighbours, and says what it leaves out
     assert (f"claims eps = {epsilon_text(audit['claimed_epsilon'])} (the same delta, PLD, add/remove one patient; "
             f"training alone: the card's {epsilon_text(card['epsilon'])} adds {card['size_epsilon']:g} for the "
-            "released training-set size): consistent") in audit["statement"]
+            "released training-set size): consistent (a lower bound can refute the claim, not prove it)"
+            ) in audit["statement"]
     # the audit has the power to catch a run that claims eps = 1 but behaves like the non-private one
     assert audits["non-private"]["epsilon_lower_bound"] > card["epsilon"]
 
@@ -204,14 +205,14 @@ def test_canaries_are_drawn_against_the_count_as_released_also_below_the_batch(w
     (plan,) = plan_study(study, dataset, {"patients": 40})
     told = []
 
-    def stop(train_set, task, config, *, seed, n_patients, rng):
-        told.append(n_patients)
+    def stop(train_set, task, config, *, seed, n_patients, rng, unit):
+        told.append((n_patients, unit))
         raise ValueError("stopped here")
 
     monkeypatch.setattr(dpmed.run.audit, "insert_canaries_for", stop)
     with pytest.raises(ConfigError, match="stopped here"):
         dpmed.run._training_set(plan, dataset, PrivacyRandomness.secure(), None)
-    assert told == [40] and plan.privacy.n_units == 64
+    assert told == [(40, "patient")] and plan.privacy.n_units == 64
 
 
 @pytest.mark.parametrize("canaries, count, drawn", [(2, 10 ** 6, "none"), (9_999, 10 ** 4, "all")])

@@ -77,7 +77,7 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
     terms = f", {claim_terms}" if claim_terms else ""
     statement += ("; no eps is claimed" if claimed_epsilon is None else
                   f"; the accountant claims eps = {epsilon_text(claimed_epsilon)} (the same delta{terms}): " + (
-                      "consistent" if res.epsilon_lower_bound <= claimed_epsilon else
+                      f"consistent{_NO_PROOF}" if res.epsilon_lower_bound <= claimed_epsilon else
                       f"inconsistent with the claimed eps at {res.confidence:.0%}"))
     record = {"n_canaries": res.n_canaries, "kind": trial.config.kind, "n_included": int(trial.included.sum()),
               "n_guesses": res.n_guesses, "n_correct": res.n_correct, "k_positive": res.k_positive,
@@ -92,6 +92,8 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
 
 _CANARY_SOURCE = ("training split: each patient drawn at rate m / the public count of units, all their images held out "
                   "and one of them (every one where the image is the unit) made a canary")
+# A bound at or below the claim is no evidence for it: the audit can refute a claim, never prove one.
+_NO_PROOF = " (a lower bound can refute the claim, not prove it)"
 _PRIVATE = "depends on the secret canary inclusion bits: not covered by eps, kept in the study's private folder"
 
 
