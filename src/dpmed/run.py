@@ -252,7 +252,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
                                              claimed_epsilon=None if dp is None else card.training_epsilon,
                                              claim_terms="" if dp is None else _audited_claim(card))
             write_arrays_atomic(folder.audit_scores, arrays, owner_only=True)
-            write_json_atomic(folder.audit, verdict, owner_only=True)
+            write_json_atomic(folder.audit, verdict.model_dump(mode="json"), owner_only=True)
             audit_summary = AuditSummary(n_canaries=plan.audit.canaries, kind=plan.audit.kind,
                                          result="in the study's private folder (it depends on the secret canary bits)")
         attack_record = None if dp is None or dp.attack is None else _attack(model, ds, dp, plan.seed, device, folder)

@@ -3,8 +3,11 @@ the record and its sentence say at the claim's delta."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 import dpmed.audit.procedure as procedure
 from dpmed.audit.bound import AuditResult, choose_canaries
@@ -49,18 +52,18 @@ def test_the_bound_is_taken_and_stated_at_the_claims_delta_and_judged_against_it
     claimed = None if delta is None else 1.0
     record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
                                    delta=delta, claimed_epsilon=claimed, claim_terms="PLD, add/remove one patient")
-    assert asked == [expected_delta] and record["delta"] == expected_delta
+    assert asked == [expected_delta] and record.delta == expected_delta
     # rounded down, never to nearest (1.2356e-5 is not 1.24e-5): the audit refutes (eps, delta)-DP at the smaller
     shown = {1e-3: "0.001", 1e-5: "1e-5", 1.2356e-5: "1.23e-5"}[expected_delta]
-    assert f"at delta = {shown}, add/remove one canary (an image that is its own patient) " in record["statement"]
-    assert record["consistent_with_claim"] is consistent
+    assert f"at delta = {shown}, add/remove one canary (an image that is its own patient) " in record.statement
+    assert record.consistent_with_claim is consistent
     if consistent is False:
-        assert "inconsistent with the claimed eps at 95%" in record["statement"]
+        assert "inconsistent with the claimed eps at 95%" in record.statement
     elif consistent:
-        assert record["statement"].endswith("claims eps = 1 (the same delta, PLD, add/remove one patient): consistent "
+        assert record.statement.endswith("claims eps = 1 (the same delta, PLD, add/remove one patient): consistent "
                                             "(a lower bound can refute the claim, not prove it)")
     else:
-        assert record["statement"].endswith("no eps is claimed")
+        assert record.statement.endswith("no eps is claimed")
 
 
 def test_the_drawn_patients_leave_and_the_included_canaries_follow_the_rest(trial_inputs):
@@ -98,9 +101,38 @@ def test_the_record_holds_each_count_at_the_configured_confidence_and_a_bound_at
     monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
     record, arrays = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)),
                                         task_kind=task.kind, delta=1e-5, claimed_epsilon=1.25)
-    assert asked == [0.9] and "90%" in record["statement"]
-    assert (record["n_guesses"], record["n_correct"], record["k_positive"], record["k_negative"]) == (10, 9, 7, 3)
-    assert record["consistent_with_claim"] is True and record["statement"].endswith(
+    assert asked == [0.9] and "90%" in record.statement
+    assert (record.n_guesses, record.n_correct, record.k_positive, record.k_negative) == (10, 9, 7, 3)
+    assert record.consistent_with_claim is True and record.statement.endswith(
         "claims eps = 1.25 (the same delta): consistent (a lower bound can refute the claim, not prove it)")
     np.testing.assert_array_equal(arrays["included"], trial.included)
     np.testing.assert_array_equal(arrays["labels"], trial.canaries.labels)
+
+
+_KEYS = ["n_canaries", "kind", "n_included", "n_guesses", "n_correct", "k_positive", "k_negative",
+         "epsilon_lower_bound", "confidence", "delta", "claimed_epsilon", "consistent_with_claim", "method",
+         "citation", "statement", "canary_source", "private"]
+
+
+@pytest.mark.parametrize("canaries", [40, 0])
+def test_the_record_writes_the_keys_audit_json_always_had_and_reads_back_equal(trial_inputs, tmp_path, canaries):
+    """audit.json keeps its keys and values (files written before the record was a type still read): what run.py
+    writes reads back as the same record, an audited run's and one whose draw found no canary patient alike."""
+    from dpmed.folders import write_json_atomic
+
+    train, task, n_patients = trial_inputs
+    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40), seed=7, n_patients=n_patients,
+                                             rng=np.random.default_rng(0))
+    if canaries == 0:      # the unaudited record: no canary drawn, no bound
+        trial = procedure.AuditTrial(trial.config, trial.canaries.subset(np.arange(0)), np.zeros(0, bool))
+    record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
+                                   delta=1e-5, claimed_epsilon=2.0, claim_terms="PLD")
+    write_json_atomic(tmp_path / "audit.json", record.model_dump(mode="json"))
+    on_disk = json.loads((tmp_path / "audit.json").read_text())
+    assert list(on_disk) == _KEYS
+    assert (on_disk["citation"], on_disk["delta"], on_disk["claimed_epsilon"]) == (procedure.AUDIT_CITATION, 1e-5, 2.0)
+    assert on_disk["n_canaries"] == len(trial.included) and isinstance(on_disk["n_canaries"], int)
+    assert (on_disk["epsilon_lower_bound"] is None) == (canaries == 0)
+    assert procedure.AuditRecord.model_validate_json((tmp_path / "audit.json").read_bytes()) == record
+    with pytest.raises(ValidationError):     # frozen: a record is what the run concluded
+        record.statement = "edited"

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from dpmed import accounting
+from dpmed.audit import AuditRecord
 from dpmed.cli import main
 from dpmed.config import load_study
 from dpmed.errors import ConfigError
@@ -60,7 +61,8 @@ def records(study_out):
 def audits(study_out, records):
     """The audits' results, from the private folder."""
     folder = StudyFolder(study_out)
-    return {arm: json.loads(folder.run(r["run_id"]).audit.read_text()) for arm, r in records.items()}
+    return {arm: AuditRecord.model_validate_json(folder.run(r["run_id"]).audit.read_bytes())
+            for arm, r in records.items()}
 
 
 def test_the_audit_result_is_private(study_out, records, audits):
@@ -74,36 +76,36 @@ def test_the_audit_result_is_private(study_out, records, audits):
     assert "empirical lower bound" not in public and "audit_epsilon_lower_bound" not in public
     private = (study_out / "private" / "report.html").read_text()
     for a in audits.values():
-        bound = number_text(a["epsilon_lower_bound"], down=True)      # a lower bound is never shown larger
-        assert f"empirical lower bound eps &gt;= {bound} at delta = {number_text(a['delta'], down=True)}" in private
+        bound = number_text(a.epsilon_lower_bound, down=True)      # a lower bound is never shown larger
+        assert f"empirical lower bound eps &gt;= {bound} at delta = {number_text(a.delta, down=True)}" in private
     assert "NOT COVERED BY EPS" in private
 
 
 def test_without_dp_the_audit_finds_a_large_eps(audits):
     audit = audits["non-private"]
-    assert audit["epsilon_lower_bound"] >= 1.0
-    assert audit["n_correct"] >= 0.9 * audit["n_guesses"] and audit["n_guesses"] >= 20
-    assert abs(audit["n_canaries"] - 100) < 40         # Binomial(N, 100 / N): sd about 10
-    assert audit["kind"] == "mislabelled" and audit["confidence"] == 0.95
-    assert audit["delta"] == 1e-5 and audit["claimed_epsilon"] is None and audit["consistent_with_claim"] is None
-    assert "Steinke" in audit["citation"] and "Bonferroni" in audit["method"]
+    assert audit.epsilon_lower_bound >= 1.0
+    assert audit.n_correct >= 0.9 * audit.n_guesses and audit.n_guesses >= 20
+    assert abs(audit.n_canaries - 100) < 40         # Binomial(N, 100 / N): sd about 10
+    assert audit.kind == "mislabelled" and audit.confidence == 0.95
+    assert audit.delta == 1e-5 and audit.claimed_epsilon is None and audit.consistent_with_claim is None
+    assert "Steinke" in audit.citation and "Bonferroni" in audit.method
 
 
 def test_with_dp_sgd_the_lower_bound_stays_below_the_claimed_eps(records, audits):
     card, audit = records["dp-sgd"]["privacy"], audits["dp-sgd"]
     assert card["epsilon"] <= 1.0 and "NOT DP against anyone who knows the seed" in card["statement"]
     # the audit tests training: its claim leaves out what the released training-set size costs
-    assert audit["claimed_epsilon"] == pytest.approx(card["epsilon"] - card["size_epsilon"]) and card["size_epsilon"]
-    assert audit["delta"] == card["delta"]
-    assert audit["epsilon_lower_bound"] < audit["claimed_epsilon"]
-    assert audit["consistent_with_claim"] is True and "consistent" in audit["statement"]
+    assert audit.claimed_epsilon == pytest.approx(card["epsilon"] - card["size_epsilon"]) and card["size_epsilon"]
+    assert audit.delta == card["delta"]
+    assert audit.epsilon_lower_bound < audit.claimed_epsilon
+    assert audit.consistent_with_claim is True and "consistent" in audit.statement
     # never a bare eps: the claim is stated with its delta, accountant and neighbours, and says what it leaves out
-    assert (f"claims eps = {epsilon_text(audit['claimed_epsilon'])} (the same delta, PLD, add/remove one patient; "
+    assert (f"claims eps = {epsilon_text(audit.claimed_epsilon)} (the same delta, PLD, add/remove one patient; "
             f"training alone: the card's {epsilon_text(card['epsilon'])} adds {card['size_epsilon']:g} for the "
             "released training-set size): consistent (a lower bound can refute the claim, not prove it)"
-            ) in audit["statement"]
+            ) in audit.statement
     # the audit has the power to catch a run that claims eps = 1 but behaves like the non-private one
-    assert audits["non-private"]["epsilon_lower_bound"] > card["epsilon"]
+    assert audits["non-private"].epsilon_lower_bound > card["epsilon"]
 
 
 def test_each_arm_audits_its_canaries_with_its_own_secret_bits(study_out, records, audits):
@@ -115,8 +117,8 @@ def test_each_arm_audits_its_canaries_with_its_own_secret_bits(study_out, record
     # the bits are privacy randomness, each run's own (equal for ~100 fair coins with probability 2^-100)
     assert not np.array_equal(saved["non-private"]["included"], saved["dp-sgd"]["included"])
     for arm, f in saved.items():
-        assert f["scores"].shape == (audits[arm]["n_canaries"],) and np.all(np.isfinite(f["scores"]))
-        assert int(f["included"].sum()) == audits[arm]["n_included"]
+        assert f["scores"].shape == (audits[arm].n_canaries,) and np.all(np.isfinite(f["scores"]))
+        assert int(f["included"].sum()) == audits[arm].n_included
     # without DP, the canaries it trained on fit their wrong labels better than those it never saw
     off = saved["non-private"]
     assert np.median(off["scores"][off["included"]]) > np.median(off["scores"][~off["included"]])
@@ -240,12 +242,12 @@ def test_a_draw_that_finds_no_canary_patient_or_every_one_still_trains_and_says_
                                    privacy_randomness="reproducible")
     record = dpmed.run.run_one(plan, context, folder)
     assert record.audit.n_canaries == canaries                    # the public summary: the nominal m, as always
-    verdict = json.loads(folder.audit.read_text())
+    verdict = AuditRecord.model_validate_json(folder.audit.read_bytes())
     if drawn == "none":
-        assert verdict["n_canaries"] == 0 and verdict["epsilon_lower_bound"] is None
-        assert verdict["statement"].startswith("no audit bound: none of the training patients was drawn")
+        assert verdict.n_canaries == 0 and verdict.epsilon_lower_bound is None
+        assert verdict.statement.startswith("no audit bound: none of the training patients was drawn")
     else:
-        assert verdict["n_canaries"] == len(sources) and verdict["epsilon_lower_bound"] is not None
+        assert verdict.n_canaries == len(sources) and verdict.epsilon_lower_bound is not None
 
 
 @pytest.mark.parametrize("mechanism", ["none", "dp_sgd"])

@@ -13,9 +13,9 @@ scored from the final model only (black box), and the scores and bits give the e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from dpmed.audit.bound import audit_epsilon_lower_bound_over_grid, canary_scores_from_logits, choose_canaries
 from dpmed.audit.canaries import hold_out_canary_sources, insert_canaries, make_canaries
@@ -24,7 +24,7 @@ from dpmed.mechanisms import AuditConfig
 from dpmed.numbers import epsilon_text, number_text
 from dpmed.randomness import public_seed
 
-__all__ = ["AuditTrial", "insert_canaries_for", "conclude", "AUDIT_DELTA_NON_PRIVATE", "AUDIT_CITATION"]
+__all__ = ["AuditTrial", "AuditRecord", "insert_canaries_for", "conclude", "AUDIT_DELTA_NON_PRIVATE", "AUDIT_CITATION"]
 
 AUDIT_DELTA_NON_PRIVATE = 1e-5   # the delta at which a non-private arm's audit bound is stated
 AUDIT_CITATION = ("Steinke, Nasr and Jagielski, Privacy Auditing with One (1) Training Run, NeurIPS 2023, "
@@ -38,6 +38,42 @@ class AuditTrial:
     config: AuditConfig
     canaries: ImageSet
     included: np.ndarray
+
+
+class AuditRecord(BaseModel):
+    """The audit's private record, as a type: what a run's ``private/audit.json`` holds (``model_dump`` /
+    ``model_validate_json``; the field names are the file's keys). It depends on the secret inclusion bits, so it is
+    never written outside the study's private folder (``private`` says so in the file).
+
+    The bound (Steinke, Nasr and Jagielski 2023, their main theorem; `dpmed.audit.bound`): ``n_correct`` of
+    ``n_guesses`` guesses (``k_positive`` "in", ``k_negative`` "out") about ``n_canaries`` canaries of ``kind``,
+    ``n_included`` of them trained on, give ``epsilon_lower_bound`` at ``delta`` with probability >= ``confidence``
+    (``method``: the test and its correction). ``claimed_epsilon``: the accountant's at the same delta (None for an
+    arm without privacy), and ``consistent_with_claim`` whether the bound is at or below it: a bound can refute a
+    claim, never prove one. A run whose draw found no canary patient has no bound: ``epsilon_lower_bound`` and
+    ``method`` are None, the counts 0 (`conclude`). ``statement``: the one sentence shown to the user, with every
+    term of the claim.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_canaries: int
+    kind: str
+    n_included: int
+    n_guesses: int
+    n_correct: int
+    k_positive: int
+    k_negative: int
+    epsilon_lower_bound: float | None
+    confidence: float
+    delta: float
+    claimed_epsilon: float | None
+    consistent_with_claim: bool | None
+    method: str | None
+    citation: str
+    statement: str
+    canary_source: str
+    private: str
 
 
 def insert_canaries_for(train_set: ImageSet, task: Task, config: AuditConfig, *, seed: int, n_patients: int,
@@ -56,7 +92,7 @@ def insert_canaries_for(train_set: ImageSet, task: Task, config: AuditConfig, *,
 
 
 def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: float | None,
-             claimed_epsilon: float | None, claim_terms: str = "") -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+             claimed_epsilon: float | None, claim_terms: str = "") -> tuple[AuditRecord, dict[str, np.ndarray]]:
     """(the audit's private record, the arrays to keep for re-analysis: scores, bits, labels), from the final
     model's ``logits`` on the canaries. ``delta``: the claim's (None: a non-private arm, stated at 1e-5);
     ``claim_terms``: the rest of the claim as its card states it (accountant, neighbours, what it leaves out), so
@@ -79,14 +115,14 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
                   f"; the accountant claims eps = {epsilon_text(claimed_epsilon)} (the same delta{terms}): " + (
                       f"consistent{_NO_PROOF}" if res.epsilon_lower_bound <= claimed_epsilon else
                       f"inconsistent with the claimed eps at {res.confidence:.0%}"))
-    record = {"n_canaries": res.n_canaries, "kind": trial.config.kind, "n_included": int(trial.included.sum()),
-              "n_guesses": res.n_guesses, "n_correct": res.n_correct, "k_positive": res.k_positive,
-              "k_negative": res.k_negative, "epsilon_lower_bound": res.epsilon_lower_bound,
-              "confidence": res.confidence, "delta": delta, "claimed_epsilon": claimed_epsilon,
-              "consistent_with_claim": None if claimed_epsilon is None else bool(
-                  res.epsilon_lower_bound <= claimed_epsilon),
-              "method": res.method, "citation": AUDIT_CITATION, "statement": statement,
-              "canary_source": _CANARY_SOURCE, "private": _PRIVATE}
+    record = AuditRecord(
+        n_canaries=res.n_canaries, kind=trial.config.kind, n_included=int(trial.included.sum()),
+        n_guesses=res.n_guesses, n_correct=res.n_correct, k_positive=res.k_positive, k_negative=res.k_negative,
+        epsilon_lower_bound=res.epsilon_lower_bound, confidence=res.confidence, delta=delta,
+        claimed_epsilon=claimed_epsilon,
+        consistent_with_claim=None if claimed_epsilon is None else bool(res.epsilon_lower_bound <= claimed_epsilon),
+        method=res.method, citation=AUDIT_CITATION, statement=statement, canary_source=_CANARY_SOURCE,
+        private=_PRIVATE)
     return record, {"scores": scores, "included": trial.included, "labels": trial.canaries.labels}
 
 
@@ -97,15 +133,14 @@ _NO_PROOF = " (a lower bound can refute the claim, not prove it)"
 _PRIVATE = "depends on the secret canary inclusion bits: not covered by eps, kept in the study's private folder"
 
 
-def _unaudited(trial: AuditTrial, delta: float, claimed_epsilon: float | None) -> dict[str, Any]:
+def _unaudited(trial: AuditTrial, delta: float, claimed_epsilon: float | None) -> AuditRecord:
     """The private record of a run whose draw found no canary patient: it trained on its whole set and has no bound.
     (How many patients were drawn reads the training set: private, as every audit record is.)"""
     statement = (f"no audit bound: none of the training patients was drawn as a canary source (each drawn at rate "
                  f"m / the public count of patients, m = {trial.config.canaries}), so the run trained on its whole "
                  "training split with no canaries; more training patients or a larger audit.canaries make such a "
                  "draw rarer")
-    return {"n_canaries": 0, "kind": trial.config.kind, "n_included": 0, "n_guesses": 0, "n_correct": 0,
-            "k_positive": 0, "k_negative": 0, "epsilon_lower_bound": None, "confidence": trial.config.confidence,
-            "delta": delta, "claimed_epsilon": claimed_epsilon, "consistent_with_claim": None, "method": None,
-            "citation": AUDIT_CITATION, "statement": statement, "canary_source": _CANARY_SOURCE,
-            "private": _PRIVATE}
+    return AuditRecord(n_canaries=0, kind=trial.config.kind, n_included=0, n_guesses=0, n_correct=0, k_positive=0,
+                       k_negative=0, epsilon_lower_bound=None, confidence=trial.config.confidence, delta=delta,
+                       claimed_epsilon=claimed_epsilon, consistent_with_claim=None, method=None,
+                       citation=AUDIT_CITATION, statement=statement, canary_source=_CANARY_SOURCE, private=_PRIVATE)
