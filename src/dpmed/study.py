@@ -15,7 +15,6 @@ finished so far (`dpmed.progress.StudyProgress`).
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import signal
@@ -28,16 +27,17 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 import yaml
+from pydantic import ValidationError
 
 from dpmed import accounting
 from dpmed.accounting import Ledger
-from dpmed.audit import max_canaries
+from dpmed.audit import AuditRecord, max_canaries
 from dpmed.budget import check_budget, study_privacy
 from dpmed.config import RunPlan, Study, load_study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
-from dpmed.errors import ConfigError, DataError
+from dpmed.errors import ConfigError, DataError, error_name
 from dpmed.executors import RunFailure, RunTask, check_executor_options, make_executor
-from dpmed.folders import StudyFolder, write_text_atomic
+from dpmed.folders import RunFolder, StudyFolder, write_text_atomic
 from dpmed.interruption import interruptible
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
@@ -425,6 +425,27 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
                           worker_setup=worker_setup)
 
 
+def _tell_audit(tag: str, folder: RunFolder) -> None:
+    """Log the statement of the run's private audit record (`AuditRecord`), or, where its file cannot be read or is
+    not such a record (damaged, truncated, foreign), one warning saying so: the run has finished and its record is
+    written, so a file the study only shows never stops it or prints a traceback."""
+    try:
+        statement = AuditRecord.model_validate_json(folder.audit.read_bytes()).statement
+    except OSError as exc:
+        reason = f"{error_name(exc)}: {exc.strerror or exc}"
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])            # empty where the file is not JSON at all
+        reason = (f"{where}: " if where else "") + first["msg"]
+    else:
+        _log.info("%s: audit (private: %s): %s", tag, folder.audit, statement)
+        return
+    scores = folder.audit_scores
+    kept = f"; {scores} keeps each canary's score and inclusion bit" if scores.is_file() else ""
+    _log.warning("%s: audit (private: %s) cannot be read (%s), so its result is not shown%s", tag, folder.audit,
+                 reason, kept)
+
+
 def _bars_shown() -> bool:
     isatty = getattr(sys.stderr, "isatty", None)     # stderr is None under pythonw
     return bool(isatty and isatty()) or "ipykernel" in sys.modules
@@ -479,8 +500,7 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                 _log.info("%s: test AUROC %s; %s", tag, "undefined" if auroc is None else format(auroc, ".3f"),
                           outcome.privacy.statement)
                 if task.folder.audit.is_file():   # shown to the user, never written to a shareable file
-                    audit = json.loads(task.folder.audit.read_text(encoding="utf-8"))
-                    _log.info("%s: audit (private: %s): %s", tag, task.folder.audit, audit["statement"])
+                    _tell_audit(tag, task.folder)
             _log.info("%s", tracker.line(task.plan.run_id, outcome, read_timing(task.folder.timing)))
 
         if todo:
