@@ -121,14 +121,30 @@ def _reading(inputs: ReportInputs) -> str:
     return f"<p>{parts[0]}</p>" + (f'<ul class="reading">{items}</ul>' if items else "") + f"<p>{note}</p>"
 
 
-def _sizes(data: DatasetSummary) -> str:
-    """The splits' sizes; the training set's only as its DP counts where DP-SGD runs planned from them."""
+def _stated_by_delta(inputs: ReportInputs) -> list[str]:
+    """The local-DP Gaussian runs whose delta is the default read off the exact number of training images
+    (min(1e-5, 1 / (10 N)): 1 / (10 N) above 10,000 images): their run.json states N. Local DP takes that number as
+    public (each image is released on its own), so the plan may; the summary must not then call it private."""
+    arms = {a.name: a for a in inputs.resolved.study.arms}
+    return [p.run_id for p in inputs.resolved.runs
+            if p.mechanism == "pixel_gaussian" and getattr(arms.get(p.arm), "delta", 0) is None
+            and p.privacy.delta < 1e-5]
+
+
+def _sizes(data: DatasetSummary, stated_by: list[str] | None = None) -> str:
+    """The splits' sizes; the training set's only as its DP counts where DP-SGD runs planned from them, and where
+    a local-DP run's default delta states the exact count (``stated_by``), that it does."""
     if data.n_train is not None:
         return (f"{data.n_train} / {data.n_val} / {data.n_test} train / validation / test images "
                 f"({data.n_train_patients} training patients)")
     counts = escape(describe_counts(data.released_sizes, data.size_epsilon, symbols=True))
     private = ("the exact size is private" if not data.synthetic else
                "a generated dataset's exact size follows from its n_images all the same, and protects no one")
+    if stated_by and not data.synthetic:
+        private = (f"the exact size is not written, except that the default delta of the local-DP "
+                   f"run{'s' if len(stated_by) > 1 else ''} {_first_ten(list(stated_by))}, 1 / (10 N) above 10,000 "
+                   "images, gives the number of training images N (local DP takes it as public; set the arm's "
+                   "delta to keep it out)")
     return f"in training {counts}: {private}; {data.n_val} / {data.n_test} validation / test images"
 
 
@@ -178,7 +194,7 @@ def summary(inputs: ReportInputs) -> str:
     cohort = study.data.patients     # the study's data one cohort of the release (a simulated site): which one
     cohort_text = "" if cohort is None else f" (only {escape(cohort.selection().describe())})"
     return f"""<h2 id="summary">Summary</h2>
-<table><tr><th>dataset</th><td>{escape(data.name)}{cohort_text}: {_sizes(data)}; images of shape
+<table><tr><th>dataset</th><td>{escape(data.name)}{cohort_text}: {_sizes(data, _stated_by_delta(inputs))}; images of shape
 {escape(tuple(data.image_shape))}, task {escape(data.task)}{classes}</td></tr>
 <tr><th>model</th><td>{escape(study.model.name)}</td></tr><tr><th>arms</th><td>{escape(arms)}</td></tr>
 <tr><th>seeds</th><td>{escape(", ".join(str(s) for s in study.seeds))}</td></tr>
