@@ -364,7 +364,9 @@ def _plan(args: argparse.Namespace) -> int:
         used = prepared.privacy.dp_sgd_epsilon
         print(f"privacy budget: eps = {budget.epsilon:g} at delta = {budget.delta:g} ({budget.accountant.upper()}; "
               f"add/remove one {unit}); the study's runs together use eps = "
-              f"{'-' if used is None else epsilon_text(used)} of it")
+              f"{'-' if used is None else epsilon_text(used)} of it"
+              + ("; reproducible mode: not DP against anyone who knows the seed, whatever the budget"
+                 if prepared.privacy.reproducible else ""))
     else:
         print("privacy budget: none set (privacy_budget in the study file refuses, before training, a study whose runs "
               "together exceed it)")

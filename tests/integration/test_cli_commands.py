@@ -193,9 +193,15 @@ def test_plan_shows_the_budget_the_study_spends(tiny_text, tmp_path, capsys):
     line = next(x for x in out if x.startswith("privacy budget:"))
     assert re.fullmatch(r"privacy budget: eps = 20 at delta = 1e-05 \(PLD; add/remove one (patient|image)\); the "
                         r"study's runs together use eps = "
-                        r"7\.99\d? of it", line), line
+                        r"7\.99\d? of it; reproducible mode: not DP against anyone who knows the seed, whatever the "
+                        r"budget", line), line     # the tests' studies are reproducible: the budget line says so too
     total = re.search(r"runs together: eps = (\S+) at", next(x for x in out if x.startswith("study privacy:")))
-    assert line.endswith(f"use eps = {total.group(1)} of it")     # before: 7.997 above, 7.996 here (to nearest)
+    assert f"use eps = {total.group(1)} of it;" in line     # before: 7.997 above, 7.996 here (to nearest)
+    secure = _study(tmp_path, text.replace("privacy_randomness: reproducible", "privacy_randomness: secure")
+                    + "privacy_budget: {epsilon: 20, delta: 1.0e-5}\n")
+    assert main(["plan", str(secure), "--out", str(tmp_path / "o2"), "--no-estimate"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("privacy budget:"))
+    assert line.endswith(" of it") and "reproducible" not in line, line
 
 
 # ---------------------------------------------------------------------------------------------- device, clashes
