@@ -14,7 +14,7 @@ from dpmed.budget import check_budget, study_privacy
 from dpmed.config import PrivacyBudget, load_study, plan_runs
 from dpmed.errors import PrivacyError
 from dpmed.mechanisms import PlanContext
-from dpmed.numbers import epsilon_text
+from dpmed.numbers import delta_text, epsilon_text
 from dpmed.records import StudyPrivacy
 
 
@@ -333,3 +333,27 @@ def test_a_budget_may_name_the_pure_bound_its_advice_names_for_laplace_runs(writ
     privacy = _privacy(study)
     check_budget(study.privacy_budget, privacy)
     assert privacy.accountant == "pure" and 8 < privacy.dp_sgd_epsilon <= 16
+
+
+def test_an_image_unit_total_states_what_it_means_for_a_patient(write_study):
+    """The study's image-unit total protects a patient with k images only as a group of k (METHODS.md s.2b: "state
+    it where the image is the unit"). Each capped run's card states it for that run alone; the study's total, which
+    is what whoever holds every model has, stated it for no patient. With max_images_per_patient k it gives the
+    group-privacy formula (k eps, k e^((k-1) eps) delta) of the composed total; without a cap it says that the
+    patient is protected only as a group, for a k it does not state."""
+    capped = load_study(write_study(BUDGET.replace("privacy_budget: {epsilon: 10, delta: 1e-5}\n", "").replace(
+        "target_epsilon: 8}]", "target_epsilon: 1, privacy_unit: image, max_images_per_patient: 3}]")))
+    context = PlanContext(images_per_patient=np.full(70, 3, dtype=np.int64), image_shape=(1, 16, 16))
+    privacy = study_privacy(plan_runs(capped, context))
+    eps, delta = privacy.dp_sgd_epsilon, privacy.delta
+    group = accounting.group_privacy(epsilon=eps, delta=delta, k=3)
+    assert group.formula_epsilon == pytest.approx(3 * eps) and not group.formula_is_vacuous
+    assert (f"a patient with at most 3 training images (max_images_per_patient) is protected as a group of 3: "
+            f"({epsilon_text(3 * eps)}, {delta_text(3 * math.exp(2 * eps) * delta)})-DP"
+            in privacy.statement), privacy.statement
+    uncapped = load_study(write_study(BUDGET.replace("privacy_budget: {epsilon: 10, delta: 1e-5}\n", "").replace(
+        "target_epsilon: 8}]", "target_epsilon: 1, privacy_unit: image}]")))
+    loose = study_privacy(plan_runs(uncapped, context))
+    assert "a patient with k images is protected only as a group of k" in loose.statement, loose.statement
+    patients = study_privacy(_plans(load_study(write_study(BUDGET))))       # the patient is the unit: nothing to add
+    assert "group" not in patients.statement

@@ -54,6 +54,8 @@ class _Released:
     size: tuple[str, float] | None = None     # the DP count it planned from (count key, its eps), if released
     sampler_delta: float = 0.0                # what its noise sampler's bounded draws add to delta
     noise: str | None = None                  # DP-SGD: "gaussian" or "laplace"
+    cap: int | None = None                    # DP-SGD, image unit: max_images_per_patient
+    patients_known: bool = True               # DP-SGD: whether the dataset names patients
 
 
 def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
@@ -79,7 +81,34 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
     # none) have different neighbours: they do not compose into one eps.
     unit = unit_words(privacy.unit, privacy.max_images_per_patient)
     return _Released(plan.run_id, "dp_sgd", unit, privacy.delta, privacy.accountant, tuple(events), size,
-                     privacy.sampler_delta, privacy.noise)
+                     privacy.sampler_delta, privacy.noise,
+                     privacy.max_images_per_patient if privacy.unit == "image" else None, privacy.patients_known)
+
+
+def _patient_statement(dp: Sequence[_Released], epsilon: float | None, delta: float) -> str:
+    """What an image-unit total means for a patient, "" where the patient is the unit. A patient with k images is
+    protected only as a group of k (METHODS.md s.2b): with max_images_per_patient k, all of ``dp`` share it (their
+    unit names it), the group-privacy formula of the composed total; without, that the group is unstated, since the
+    most images of one patient is a statistic of the training set (told to the user only, `dpmed.study`)."""
+    if epsilon is None or any(r.unit == "patient" for r in dp):     # no total to apply it to, or no need
+        return ""
+    if not all(r.patients_known for r in dp):
+        return ("; no patient ids are known for these images, so the unit is one image and a patient with several "
+                "images is protected only as a group of them (group privacy)")
+    k = dp[0].cap
+    if k is None:
+        return ("; a patient with k images is protected only as a group of k, at about (k eps, k e^((k-1) eps) "
+                "delta) (group privacy), for a k this statement does not state: set max_images_per_patient, or "
+                "privacy_unit: patient, to have it stated")
+    if k == 1:
+        return "; a patient has at most 1 training image (max_images_per_patient), so this total is also the patient's"
+    group = accounting.group_privacy(epsilon=epsilon, delta=delta, k=k)
+    formula = (f"({epsilon_text(group.formula_epsilon)}, {delta_text(group.formula_delta)})-DP"
+               if not group.formula_is_vacuous
+               else f"eps {epsilon_text(group.formula_epsilon)} with delta >= 1 (vacuous)")
+    return (f"; a patient with at most {k} training images (max_images_per_patient) is protected as a group of {k}: "
+            f"{formula} by the group-privacy formula (k eps, k e^((k-1) eps) delta) applied to this total "
+            f"({accounting.GROUP_CITATION})")
 
 
 def _image_event(plan: RunPlan, ledger: accounting.Ledger | None):
@@ -176,7 +205,7 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
         shown = (f"eps = {epsilon_text(dp_eps)} at delta = {delta_text(delta)}" if dp_eps is not None
                  else "no single eps")
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; neighbours: add/remove one "
-                     f"{unit}){why}")
+                     f"{unit}){why}{_patient_statement(dp, dp_eps, delta)}")
     if not_private:
         parts.append(f"{len(not_private)} run(s) without privacy, or whose claim does not hold, on the same patients "
                      f"({', '.join(not_private)}): everything released with them is not DP (eps = infinity)")
