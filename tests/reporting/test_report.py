@@ -93,8 +93,12 @@ def test_the_report_says_on_what_the_settings_were_chosen(records, make_resolved
     assert "Settings chosen on:</b> not stated" in recipe_section(inputs(resolved))
     assert "Papernot and Steinke" in recipe_section(inputs(resolved))
     # what "may be shared" keeps: a non-private run's model is shareable but protects no one
-    assert "a run without privacy (ε = ∞) keeps none, its model and predictions included" in \
-        study_privacy_section(inputs(resolved))
+    section = study_privacy_section(inputs(resolved))
+    assert "a run without privacy (ε = ∞) keeps none, its model and predictions included" in section
+    # shared together, the files keep the study's total, not each card's ε (two runs at ε 8 are more than ε 8)
+    assert "they keep the privacy each run's card states" not in section
+    assert ("all of them shared together keep only the study's total above, not the ε of any one card" in section
+            and "each run's own files keep the privacy its card states" in section)
     said = resolved.model_copy(update={"study": resolved.study.model_copy(
         update={"settings_chosen_on": "CheXpert's validation split <b>"})})
     html = recipe_section(inputs(said))

@@ -387,9 +387,10 @@ def study_privacy_section(inputs: ReportInputs) -> str:
     return ('<h2 id="study-privacy">The study as a whole</h2><p>Every run trained on the same patients, so sharing '
             f"all of their models shares their composition: {escape(inputs.resolved.study_privacy.statement)}.</p>"
             "<p>Files that may be shared: everything in the study folder except <code>private/</code> (checkpoints, "
-            "training-set statistics computed without noise, audit results, the log): shared, they keep the "
-            "privacy each run's card states, and a run without privacy (ε = ∞) keeps none, its model and "
-            "predictions included.</p>")
+            "training-set statistics computed without noise, audit results, the log). Shared, each run's own files "
+            "keep the privacy its card states, all of them shared together keep only the study's total above, not "
+            "the ε of any one card, and a run without privacy (ε = ∞) keeps none, its model and predictions "
+            "included.</p>")
 
 
 def reconstruction_risk(inputs: ReportInputs) -> str:
