@@ -193,8 +193,9 @@ def summary(inputs: ReportInputs) -> str:
             classes += " (ordered grades)"
     cohort = study.data.patients     # the study's data one cohort of the release (a simulated site): which one
     cohort_text = "" if cohort is None else f" (only {escape(cohort.selection().describe())})"
+    sizes = _sizes(data, _stated_by_delta(inputs))
     return f"""<h2 id="summary">Summary</h2>
-<table><tr><th>dataset</th><td>{escape(data.name)}{cohort_text}: {_sizes(data, _stated_by_delta(inputs))}; images of shape
+<table><tr><th>dataset</th><td>{escape(data.name)}{cohort_text}: {sizes}; images of shape
 {escape(tuple(data.image_shape))}, task {escape(data.task)}{classes}</td></tr>
 <tr><th>model</th><td>{escape(study.model.name)}</td></tr><tr><th>arms</th><td>{escape(arms)}</td></tr>
 <tr><th>seeds</th><td>{escape(", ".join(str(s) for s in study.seeds))}</td></tr>
