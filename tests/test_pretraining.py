@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -413,3 +414,20 @@ def test_the_plan_s_start_line_says_the_public_images_are_read_and_checked_by_ru
     assert "(1 step at batch 16" in line
     assert "`dpmed plan` does not read the public images: `dpmed run` finds an unreadable or overlapping public set" \
         in line
+
+
+def test_weights_of_another_architecture_are_refused_naming_the_file_by_plan_and_by_pretraining(private, tmp_path,
+                                                                                                 monkeypatch):
+    """`dpmed plan` (`check_weights`) and the pretrain stage, which loads model.weights into the public model, named
+    the key and the tensor but not the file; prepare_start named it. Now all three do."""
+    from dpmed.pretraining import check_weights
+
+    rgb = tmp_path / "rgb.pt"
+    torch.save(build_model("small_cnn", in_channels=3, num_outputs=2, image_size=16).state_dict(), rgb)
+    model = {"name": "small_cnn", "weights": str(rgb), "weights_source": "three-channel images"}
+    expected = f"model.weights: {rgb}: features.0.0.weight has shape [16, 3, 3, 3] in the file but [16, 1, 3, 3]"
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        check_weights(_study(model=model), private)
+    monkeypatch.setattr(pretraining, "train", _no_training)
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        prepare_start(_study(model=model, pretrain=PUBLIC), private, StudyFolder(tmp_path / "out"))

@@ -193,7 +193,7 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
         torch.manual_seed(config.seed)
         model = build_model(study.model.name, in_channels=c, num_outputs=public.task.num_outputs, image_size=h)
     if start is not None:
-        load_weights(model, read_state_dict(start), head=info.head)
+        load_weights(model, read_state_dict(start), head=info.head, path=start)
     device = resolve_device(config.training.device if config.training.device != "auto" else study.training.device)
     train_input, val_input = _with_inputs(public, public.train), _with_inputs(public, public.val)
     _log.info("pretrain: training %s on %d public images (%s), without privacy", study.model.name, len(public.train),
@@ -300,7 +300,7 @@ def check_weights(study: Study, dataset: Dataset) -> None:
     ``dpmed run`` will."""
     if study.model.weights is not None:
         load_weights(_fresh_model(study, dataset), read_state_dict(study.model.weights),
-                     head=MODELS[study.model.name].head)
+                     head=MODELS[study.model.name].head, path=study.model.weights)
 
 
 def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progress: bool = True
