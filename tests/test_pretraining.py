@@ -431,3 +431,22 @@ def test_weights_of_another_architecture_are_refused_naming_the_file_by_plan_and
     monkeypatch.setattr(pretraining, "train", _no_training)
     with pytest.raises(ConfigError, match=re.escape(expected)):
         prepare_start(_study(model=model, pretrain=PUBLIC), private, StudyFolder(tmp_path / "out"))
+
+
+def test_an_unreadable_weights_file_is_a_clear_error_not_an_internal_one(private, tmp_path, monkeypatch):
+    """prepare_start hashes model.weights before it reads them: a file the user may not read ended `dpmed run` in
+    "internal error: PermissionError ... Please report this"."""
+    import dpmed.models.weights as weights_module
+
+    path = tmp_path / "model.pt"
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict(), path)
+
+    def denied(file, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(file))
+
+    monkeypatch.setattr(weights_module, "open", denied, raising=False)     # file_sha256's reads
+    monkeypatch.setattr(torch, "load", denied)
+    model = {"name": "small_cnn", "weights": str(path), "weights_source": "the phantom"}
+    for study in (_study(model=model), _study(model=model, pretrain=PUBLIC)):
+        with pytest.raises(ConfigError, match=re.escape(f"model.weights: {path} cannot be read (Permission denied)")):
+            prepare_start(study, private, StudyFolder(tmp_path / "out"))

@@ -53,7 +53,8 @@ from dpmed.evaluation.utility import auroc
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_atomic
 from dpmed.mechanisms import training_steps
 from dpmed.models import MODELS, build_model
-from dpmed.models.weights import file_sha256, load_weights, match_head, read_state_dict, set_trainable
+from dpmed.models.weights import (file_sha256, hash_weights, load_weights, match_head, read_state_dict,
+                                  set_trainable)
 from dpmed.numbers import count_text
 from dpmed.records import PretrainRecord, StartRecord, read_pretrain_record, read_record
 from dpmed.training import resolve_device, run_threads, torch_threads, train
@@ -168,7 +169,7 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     overlap = refuse_overlap(compared, private, max_distance=config.near_duplicate_bits, what="pretrain.data")
     del compared
     start = study.model.weights
-    start_sha = None if start is None else file_sha256(start)
+    start_sha = None if start is None else hash_weights(start)
     key = _content_key(public, config, study.model.name, start_sha)
     where = pretrain_folder(folder) / key[:16]
     cached = _cached(where)
@@ -317,7 +318,7 @@ def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progre
     info = MODELS[config.name]
     weights, sha, trained_on, record = None, None, None, None
     if config.weights is not None:
-        weights, sha, trained_on = config.weights, file_sha256(config.weights), config.weights_source
+        weights, sha, trained_on = config.weights, hash_weights(config.weights), config.weights_source
     if study.pretrain is not None:
         record = pretrain(study, dataset, folder, progress=progress)
         weights, sha = Path(record.weights), record.sha256

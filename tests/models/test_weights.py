@@ -253,3 +253,20 @@ def test_frozen_layers_do_not_move_under_dp_sgd_and_the_noise_has_the_trainable_
         optimizer.step()
     for n, p in model.named_parameters():
         assert torch.equal(p, before[n]) != p.requires_grad, n
+
+
+def test_an_unreadable_file_is_called_unreadable_not_a_pickled_model(tmp_path, monkeypatch):
+    """A weights file the user may not read (permissions, a failing disk) was told to be "not a torch state dict"
+    with advice to save it again without pickling; it is the file's access that is wrong."""
+    path = _save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict(),
+                 tmp_path / "model.pt")
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(torch, "load", denied)
+    with pytest.raises(ConfigError) as err:
+        read_state_dict(path)
+    message = str(err.value)
+    assert message.startswith(f"model.weights: {path} cannot be read (Permission denied)"), message
+    assert "not a torch state dict" not in message and "torch.save" not in message

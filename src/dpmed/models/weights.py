@@ -52,7 +52,7 @@ from torch import Tensor, nn
 from dpmed.errors import ConfigError
 
 __all__ = ["LoadedWeights", "HeadMatch", "match_head", "read_state_dict", "load_weights", "set_trainable",
-           "last_blocks_problem", "frozen_at_random", "file_sha256", "TRAINABLE_ALL", "TRAINABLE_HEAD",
+           "last_blocks_problem", "frozen_at_random", "file_sha256", "hash_weights", "TRAINABLE_ALL", "TRAINABLE_HEAD",
            "BATCH_NORM_STATISTICS"]
 
 TRAINABLE_ALL = "all"
@@ -114,6 +114,22 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _unreadable(exc: OSError, path: Path, key: str) -> str:
+    """A file that exists but cannot be read (permissions, a failing disk): its access is what to fix, not its
+    format."""
+    return (f"{key}: {path} cannot be read ({exc.strerror or exc}); check that this user may read it (and that the "
+            "disk holding it works)")
+
+
+def hash_weights(path: Path, *, key: str = "model.weights") -> str:
+    """`file_sha256` of the weights file a study names under ``key``; ConfigError naming the key and the path where
+    it cannot be read (it is hashed before it is loaded, so this is where an unreadable file is first met)."""
+    try:
+        return file_sha256(path)
+    except OSError as exc:
+        raise ConfigError(_unreadable(exc, Path(path), key)) from None
+
+
 def _examples(keys: list[str]) -> str:
     return ", ".join(keys[:_EXAMPLES]) + (f" (and {len(keys) - _EXAMPLES} more)" if len(keys) > _EXAMPLES else "")
 
@@ -150,6 +166,8 @@ def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tens
                           "nothing)")
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as exc:     # before the catch-all: an unreadable file is no reason to re-save it
+        raise ConfigError(_unreadable(exc, path, key)) from None
     except Exception as exc:   # torch raises several types for a file that is not a checkpoint
         raise ConfigError(_not_a_state_dict(exc, path, key)) from None
     for name in _CONTAINERS:
