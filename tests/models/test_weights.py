@@ -92,7 +92,10 @@ def test_batch_norm_weights_are_refused_with_the_reason(tmp_path):
     message = str(info.value)
     assert "BatchNorm running statistics" in message and "bn1.running_mean" in message
     assert "per-example clipping" in message and "GroupNorm" in message and "model.pt" in message
-    assert "do not fit dpmed's models" in message       # BiT's files are named only as what does not load
+    assert "does not fit dpmed's models" in message       # BiT's files are named only as what does not load
+    # the second half: which checkpoints can be used instead, weight-standardised ones included
+    assert "GroupNorm checkpoints, with or without weight-standardised convolutions, can be used" in message
+    assert "small_cnn_ws and resnet9_ws" in message
 
 
 def test_a_shape_mismatch_names_the_file_and_the_key(tmp_path):

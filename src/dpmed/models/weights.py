@@ -184,9 +184,11 @@ def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tens
             f"{key}: {path} holds BatchNorm running statistics ({_examples(batch_norm)}); BatchNorm cannot be used "
             "under DP-SGD: in training it mixes the examples of a batch, so per-example clipping no longer bounds "
             "one example's influence, and its running mean and variance would be statistics of the private images "
-            "released without noise. Use weights trained with GroupNorm for one of dpmed's models (any dpmed run's "
-            "model.pt), or pretrain with the study's pretrain stage (GroupNorm checkpoints of other architectures, "
-            "such as BiT's ResNet-v2, suit DP-SGD too, but do not fit dpmed's models)")
+            "released without noise. GroupNorm checkpoints, with or without weight-standardised convolutions, can "
+            "be used: they normalise each image alone and keep no statistics. Use such weights for one of dpmed's "
+            "models (any dpmed run's model.pt; small_cnn_ws and resnet9_ws for weight-standardised ones), or "
+            "pretrain with the study's pretrain stage (BiT's GroupNorm and weight-standardised ResNet-v2 suits "
+            "DP-SGD too, but does not fit dpmed's models)")
     return state
 
 
