@@ -41,6 +41,7 @@ from dpmed.folders import RunFolder, StudyFolder, write_text_atomic
 from dpmed.interruption import interruptible
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
+from dpmed.models import MODELS
 from dpmed.outputs import write_outputs
 from dpmed.states import read_resolved
 from dpmed.pretraining import prepare_start
@@ -192,6 +193,11 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
     if augmentation is not None and augmentation.crop_padding != "auto" and augmentation.crop_padding >= side:
         raise ConfigError(f"training.augmentation.crop_padding {augmentation.crop_padding} px needs images larger "
                           f"than that (reflect padding), and these are {side} px; lower it, or use 'auto' (side / 8)")
+    _, height, width = dataset.train.image_shape
+    if MODELS[study.model.name].square and height != width:
+        raise ConfigError(f"model.name {study.model.name} takes square images only, and these are {height} x {width} "
+                          "px; set data.image_size to resize them to a square (data.preprocessing.aspect: crop keeps "
+                          "their proportions), or use a model with global pooling (small_cnn, resnet9, resnet18)")
     context = context or plan_context(dataset)
     if sizes is not None:
         context = replace(context, released_sizes=sizes, size_epsilon=study.size_epsilon)

@@ -25,7 +25,9 @@ class ModelInfo:
     weights from a file may leave at its initialisation (another class count) and ``model.trainable: head`` trains.
     blocks: the feature blocks in forward order, each the module names it holds, for ``model.trainable:
     {last_blocks: N}`` (`dpmed.models.weights`); parameters in no block and outside the head (a stem) train only
-    with ``trainable: all``."""
+    with ``trainable: all``. square: built for S x S images only (S = image_size, the height), by a head over the
+    flattened map or a fixed transform of that size; `dpmed.study.plan_study` refuses other images before training,
+    where the models with global pooling take any."""
 
     name: str
     build: Callable[[int, int, int], nn.Module]
@@ -33,6 +35,7 @@ class ModelInfo:
     description: str
     head: str = "head"
     blocks: tuple[tuple[str, ...], ...] = ()
+    square: bool = False
 
 
 _SMALL_CNN_BLOCKS = (("features.0",), ("features.2",), ("features.4",), ("features.6",))
@@ -61,7 +64,7 @@ MODELS: dict[str, ModelInfo] = {
         ModelInfo("flat_cnn", FlatCNN, "features",
                   "2-block GroupNorm CNN with a flattened linear head (no global pooling): memorises single images "
                   "quickly, the model of the privacy-audit demo; 32 S^2 K + 5k parameters for S x S images",
-                  blocks=(("features.0", "features.1"), ("features.4", "features.5"))),
+                  blocks=(("features.0", "features.1"), ("features.4", "features.5")), square=True),
         ModelInfo("resnet9", _resnet9, "layer4",
                   "ResNet-9 of Tayebi Arasteh, Ziller et al. 2023 (Klause et al. 2022): torchvision ResNet, one "
                   "BasicBlock per stage, GroupNorm(32), Mish, no in-place ops; 4.9M parameters", head="fc",
@@ -86,11 +89,11 @@ MODELS: dict[str, ModelInfo] = {
                   blocks=_resnet_blocks(1)),
         ModelInfo("scatternet_linear", scatternet_linear, "features",
                   "frozen scattering transform (J=2, L=8), GroupNorm, linear head (Tramer and Boneh 2021); "
-                  "81 C (S/4)^2 K parameters", blocks=(("norm",),)),
+                  "81 C (S/4)^2 K parameters", blocks=(("norm",),), square=True),
         ModelInfo("scatternet_cnn", scatternet_cnn, "features",
                   "frozen scattering transform (J=2, L=8), GroupNorm, two-block GroupNorm CNN head (Tramer and "
                   "Boneh 2021); 84k parameters for grey images",
-                  blocks=(("norm",), ("features.0", "features.1"), ("features.4", "features.5"))),
+                  blocks=(("norm",), ("features.0", "features.1"), ("features.4", "features.5")), square=True),
     )
 }
 
