@@ -34,7 +34,7 @@ print(json.dumps({"decoded": n * channels * size * size * 4, "kept": sum(len(s) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=REPO / ".." / "shared" / "data" / "chest_xray")
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 224])
     parser.add_argument("--channels", type=int, nargs="+", default=[1, 3])

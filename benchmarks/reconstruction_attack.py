@@ -52,7 +52,7 @@ def sigma_for(eps: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" /
                                               "pneumoniamnist" / "pneumoniamnist.npz"))
     parser.add_argument("--epsilons", default="1,8,1e6,1e9,1e12,1e15")

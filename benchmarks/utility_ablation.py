@@ -99,7 +99,7 @@ def _spread(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("study")
     parser.add_argument("--out", required=True)
     parser.add_argument("--seeds", default="0,1,2")
