@@ -247,6 +247,18 @@ class RunFolder:
         with contextlib.suppress(OSError):      # empty now, and left behind it puzzled users; kept if not empty
             (self.private / "unreleased").rmdir()
 
+    def take_back(self) -> None:
+        """Undo :meth:`release` where run.json could not be written after it (a full disk at that last write): the
+        files go back to the private folder, so that no model lies in the shareable one beside no record; the run's
+        next attempt continues from its checkpoint and releases them then. A renaming, which needs no space."""
+        if self.is_finished:
+            return
+        staged = self.private / "unreleased"
+        staged.mkdir(mode=0o700, exist_ok=True)
+        for path in self.released_files:
+            if path.is_file():
+                os.replace(path, self.unreleased(path))
+
     def leftovers(self) -> list[Path]:
         """Releasable files of an unfinished run (no run.json): left by a dpmed that wrote them in place, or by a
         stop between `release` and run.json. No eps covers them."""

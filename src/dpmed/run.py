@@ -268,7 +268,11 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         start=context.start, timing=timing.shareable(plan), versions=versions())
     timing.write(folder.timing)
     folder.release()            # the model and its outputs become releasable with the record that accounts for them
-    record.write(folder.record)
+    try:
+        record.write(folder.record)
+    except BaseException:
+        folder.take_back()      # not without their record (a full disk at this last write)
+        raise
     folder.discard_secrets()
     return record
 

@@ -143,3 +143,35 @@ def test_outside_private_a_study_holds_only_what_it_releases_each_stamped_1980(t
             stray.append("/".join(parts))
     assert stray == []
     assert {p.stat().st_mtime for p in [tiny_study, *shared]} == {datetime(1980, 1, 1, tzinfo=timezone.utc).timestamp()}
+
+
+def test_a_run_whose_record_cannot_be_written_takes_its_model_back_from_the_shareable_folder(tmp_path, monkeypatch,
+                                                                                            capsys, tiny_text):
+    """run.json is written after the model and predictions are moved beside it; a disk that fills at that last write
+    left them in the shareable folder, beside no record, when the command ended. They go back to private/ and the
+    same command finishes the run from its checkpoint (no retraining: the same key, the last step reached)."""
+    import errno
+
+    import dpmed.records
+
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    real = dpmed.records.write_text_atomic
+
+    def full_at_run_json(path, text, **kwargs):
+        if path.name == "run.json":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, text, **kwargs)
+
+    monkeypatch.setattr(dpmed.records, "write_text_atomic", full_at_run_json)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    study = out / "tiny"
+    for run_id in ("base_seed0", "dp_eps8_C1_seed0"):
+        assert not [p.name for p in (study / "runs" / run_id).glob("*")]          # nothing shareable of it
+        assert (study / "private" / "runs" / run_id / "unreleased" / "model.pt").is_file()
+
+    monkeypatch.setattr(dpmed.records, "write_text_atomic", real)      # space freed: the same command finishes
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 0
+    assert "continues from its checkpoint at step" in capsys.readouterr().err
+    assert all((study / "runs" / r / "model.pt").is_file() for r in ("base_seed0", "dp_eps8_C1_seed0"))
