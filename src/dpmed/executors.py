@@ -288,7 +288,7 @@ class ProcessPoolExecutor:
                 try:
                     outcome = done.result()
                 except BrokenProcessPool:
-                    outcome = _failure(pending[done], WORKER_DIED, "no traceback: the process was killed")
+                    outcome = _broken_off(pending[done])
                 except SystemExit:   # the worker was told to stop from outside (SIGTERM): the study is stopped
                     raise KeyboardInterrupt from None
                 reported.add(done)
@@ -315,6 +315,15 @@ class ProcessPoolExecutor:
         if stopped:
             for task, outcome in _ended_before_the_stop(pending, reported):
                 on_outcome(task, outcome)
+
+
+def _broken_off(task: RunTask) -> Outcome:
+    """The outcome of a run whose worker died (or was stopped when another one did): finished where it wrote its
+    run.json before (its record read back, as `_ended_before_the_stop` does), failed otherwise. Reported failed, a
+    finished run was left out of the study's results and kept an error.json beside its run.json for good."""
+    if task.folder.is_finished:
+        return read_record(task.folder.record)
+    return _failure(task, WORKER_DIED, "no traceback: the process was killed")
 
 
 def _as_completed_interruptibly(fs: Iterable[futures.Future]) -> Iterator[futures.Future]:

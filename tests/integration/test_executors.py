@@ -526,3 +526,42 @@ def test_how_many_workers_fit_is_said_and_swap_only_warns(caplog):
         dpmed.executors._check_room_for_copies(dataset, 4)
         assert "12 kB in all, more than the 10 kB free: the machine will swap, which is slow (use --workers 3)" \
             in caplog.text
+
+
+_KILLED_AFTER_RECORD = '''
+import os
+import shutil
+import signal
+
+import dpmed.executors
+
+
+def install(record):
+    def fake(plan, context, folder):
+        folder.make()
+        shutil.copy(record, folder.record)        # the run is finished: its run.json is written
+        os.kill(os.getpid(), signal.SIGKILL)      # and its worker is killed before it returns (out of memory)
+    dpmed.executors.run_one = fake
+'''
+
+
+def test_a_run_whose_worker_dies_after_its_record_is_written_is_finished_not_failed(tmp_path, monkeypatch,
+                                                                                    tiny_text, tiny_study):
+    """A worker killed between run.json and returning (the out-of-memory killer, or the pool stopping the other
+    workers once one died) broke the pool, and its run was reported failed: an error.json beside its run.json that
+    no later run deletes, and the run left out of this study's results and report."""
+    (tmp_path / "killed_runs.py").write_text(_KILLED_AFTER_RECORD)
+    monkeypatch.syspath_prepend(str(tmp_path))       # spawned workers start with this process's sys.path
+    import killed_runs
+
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    prepared = prepare_study(load_study(tmp_path / "s.yaml"), out=tmp_path / "out")
+    task = RunTask(prepared.plans[0], prepared.folder.run(prepared.plans[0].run_id))
+    record = tiny_study / "runs" / task.plan.run_id / "run.json"
+    outcomes = {}
+    ProcessPoolExecutor(2, setup=functools.partial(killed_runs.install, record)).map(
+        [task], RunContext(dataset=prepared.dataset, evaluation=prepared.study.evaluation, progress=False),
+        lambda t, outcome: outcomes.setdefault(t.plan.run_id, outcome), fail_fast=False)
+    assert not isinstance(outcomes[task.plan.run_id], RunFailure), outcomes
+    assert outcomes[task.plan.run_id].run_id == task.plan.run_id
+    assert not task.folder.error.exists()
