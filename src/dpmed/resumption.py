@@ -160,7 +160,7 @@ def _other_fingerprint(folder: StudyFolder, path: Path, fingerprint: str) -> boo
     if len(saved) != len(fingerprint) or saved.strip(b"0123456789abcdef"):
         raise ConfigError(f"{path} is damaged (it holds no fingerprint of the data), so dpmed cannot tell whether the "
                           f"finished runs in {folder.root} were trained on the data this study now reads; restore it "
-                          f"from a copy, or use another output folder (--out)")
+                          f"from a copy, or use another output folder (--out) {RETRAIN_NOTE}")
     return saved.decode("ascii") != fingerprint
 
 

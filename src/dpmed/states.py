@@ -16,7 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from dpmed.errors import ConfigError
-from dpmed.folders import RunFolder, StudyFolder
+from dpmed.folders import RETRAIN_NOTE, RunFolder, StudyFolder
 from dpmed.lock import Holder, lock_holder
 from dpmed.records import ResolvedStudy, read_record
 
@@ -54,11 +54,12 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
         raise ConfigError(f"{folder.resolved_study} is not a study.yaml this version of dpmed can read ("
                           + (f"{where}: " if where else "") + f"{first['msg']}); it may have been written by another "
                           "version of dpmed: read the folder with that version, or run the study again into another "
-                          "output folder (--out)") from None
+                          f"output folder (--out) {RETRAIN_NOTE}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{folder.resolved_study} cannot be read ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0]}); `dpmed run` writes it and reads it back to check finished "
-                          "runs: restore it from a copy, or run the study into another output folder (--out)") from None
+                          f"runs: restore it from a copy, or run the study into another output folder (--out) "
+                          f"{RETRAIN_NOTE}") from None
 
 
 def _checkpoint_detail(path: Path) -> str:

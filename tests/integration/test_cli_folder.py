@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dpmed.cli import main
-from dpmed.folders import StudyFolder
+from dpmed.folders import RETRAIN_NOTE, StudyFolder
 from dpmed.lock import FolderLock
 
 
@@ -308,4 +308,16 @@ def test_a_damaged_data_fingerprint_is_refused_naming_the_file(tiny_study, tiny_
     assert _one_line_error(capsys.readouterr().err) == (
         f"dpmed: error: {path} is damaged (it holds no fingerprint of the data), so dpmed cannot tell whether the "
         f"finished runs in {out / 'tiny'} were trained on the data this study now reads; restore it from a copy, or "
-        "use another output folder (--out)")
+        f"use another output folder (--out) {RETRAIN_NOTE}")
+
+
+def test_a_damaged_study_yaml_that_sends_the_user_to_another_folder_says_the_runs_there_are_new_releases(
+        tiny_study, tiny_study_file, tmp_path, capsys):
+    """The refusal advises running into another --out, which retrains every DP-SGD run of the same patients with
+    fresh noise: like every such advice (`dpmed.folders.RETRAIN_NOTE`), it says their eps add up with the old ones'."""
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    (out / "tiny" / "study.yaml").write_bytes(b"study: [unclosed\n")
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "study.yaml cannot be read" in line and "--out" in line and line.endswith(RETRAIN_NOTE), line
