@@ -62,8 +62,9 @@ def test_a_count_is_not_drawn_again_beside_finished_runs_but_taken_back_from_the
         assert len(json.loads(path.read_text())["draws"]) == 2                                # once
     path.unlink()
     with pytest.raises(PrivacyError, match=r"hold more than one count of the training set's patients at eps 0.02 "
-                                           r"\(3, 140\)"):
+                                           r"\(3, 140\)") as refusal:
         release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="abc", planned_before={("patients", 0.02): {140, 3}})
+    assert "are new releases of the same patients" in str(refusal.value)     # another --out retrains: it says so
     assert not path.exists()                                              # nothing drawn, nothing written
     with monkeypatch.context() as m:             # a second draw beside the runs, made before this was refused
         m.setattr(released_size, "discrete_laplace", lambda scale, source: first["patients"] - 140 + 1)
@@ -86,9 +87,10 @@ def test_a_count_is_not_taken_back_where_the_folder_cannot_tell_which_data_it_co
     from dpmed.errors import PrivacyError
 
     with pytest.raises(PrivacyError, match=r"holds no count of the training set's patients \(at eps 0.02\) and .*"
-                                           r"data_fingerprint is gone too"):
+                                           r"data_fingerprint is gone too") as refusal:
         release_sizes({"patients": 140}, epsilon=0.02, path=tmp_path / "r.json", fingerprint="abc",
                       planned_before={("patients", 0.02): {7}}, data_checked=False)
+    assert "are new releases of the same patients" in str(refusal.value)
     assert not (tmp_path / "r.json").exists()
 
 

@@ -34,7 +34,7 @@ from typing import Collection, Mapping
 
 from dpmed.config import Study
 from dpmed.errors import PrivacyError
-from dpmed.folders import write_text_atomic
+from dpmed.folders import RETRAIN_NOTE, write_text_atomic
 from dpmed.lock import guard
 from dpmed.mechanisms import PlanContext, mechanism_info
 from dpmed.randomness import discrete_laplace, public_seed
@@ -130,14 +130,14 @@ def _release(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerpri
                 f"{holders} hold more than one count of the training set's {key} at eps {epsilon:g} ({counts}): the "
                 "runs were made on other data, or beside a second draw of the count, which the study's privacy, "
                 "charging one count, could not account for. Run the study into another folder (--out), or delete "
-                "the finished runs and study.yaml to retrain them")
+                f"the finished runs and study.yaml to retrain them {RETRAIN_NOTE}")
         if recorded and earlier is None and not data_checked:
             raise PrivacyError(
                 f"{path} holds no count of the training set's {key} (at eps {epsilon:g}) and "
                 f"{path.parent / 'data_fingerprint'} is gone too, so dpmed can tell neither whether the folder's "
                 f"finished runs and study.yaml, planned from the count {recorded[0]}, counted these data, nor whether "
                 "those runs were trained on them; a fresh count beside theirs would be a second release. Restore "
-                f"{path.parent} from a copy, or run the study into another folder (--out)")
+                f"{path.parent} from a copy, or run the study into another folder (--out) {RETRAIN_NOTE}")
         if recorded and earlier is None:
             released[key] = recorded[0]       # released already, with those runs: nothing new; kept by keep_sizes
             continue
