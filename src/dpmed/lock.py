@@ -269,9 +269,10 @@ class FolderLock:
                      f"number), delete {self.path}")
         else:
             where = ""
-        return (f"{self.what} is in use by another dpmed run ({holder.describe()}){where}. Wait for it to finish, "
-                f"or run into another folder with --out; `dpmed status` and `dpmed report` may read the folder "
-                f"meanwhile")
+        return (f"{self.what} is in use by another dpmed run ({holder.describe()}){where}. Wait for it to finish "
+                "(another folder, --out, would train the study again: new releases of the same patients, whose eps "
+                "add up with these runs' if both are shared); `dpmed status` and `dpmed report` may read the folder "
+                "meanwhile")
 
     def __exit__(self, *exc: object) -> None:
         with _HELD_LOCK:
