@@ -15,6 +15,7 @@ finished so far (`dpmed.progress.StudyProgress`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import signal
@@ -507,6 +508,10 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                           outcome.privacy.statement)
                 if task.folder.audit.is_file():   # shown to the user, never written to a shareable file
                     _tell_audit(tag, task.folder)
+                # now, not only when the command ends: a kill -9 skips that, and a finished run's files would keep
+                # wall times telling how long it trained (`StudyFolder.settle_times`); the end retries what fails
+                with contextlib.suppress(OSError):
+                    folder.settle_times()
             _log.info("%s", tracker.line(task.plan.run_id, outcome, read_timing(task.folder.timing)))
 
         if todo:

@@ -321,3 +321,23 @@ def test_a_damaged_study_yaml_that_sends_the_user_to_another_folder_says_the_run
     assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 2
     line = _one_line_error(capsys.readouterr().err)
     assert "study.yaml cannot be read" in line and "--out" in line and line.endswith(RETRAIN_NOTE), line
+
+
+def test_a_finished_run_s_files_keep_no_wall_time_while_the_next_run_trains(tiny_text, tmp_path, monkeypatch):
+    """Times were set to the constant only when the command left the folder: a kill -9 while the second run trained
+    left the first run's files with wall times that tell how long it trained. They are settled as each run ends."""
+    import dpmed.executors
+    from dpmed.folders import RELEASE_TIME
+
+    execute, seen = dpmed.executors._execute, []
+
+    def watched(task, context):
+        for path in (tmp_path / "o" / "tiny" / "runs").glob("*/run.json"):     # the runs finished before this one
+            seen.append((path.stat().st_mtime, path.parent.stat().st_mtime))
+        return execute(task, context)
+
+    monkeypatch.setattr(dpmed.executors, "_execute", watched)
+    study = tmp_path / "s.yaml"
+    study.write_text(tiny_text.replace("epochs: 3", "epochs: 1"))
+    assert main(["run", str(study), "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    assert seen == [(RELEASE_TIME, RELEASE_TIME)]
