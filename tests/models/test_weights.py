@@ -159,10 +159,10 @@ def test_a_whole_pickled_module_gets_our_words_not_torchs(tmp_path):
     assert "\x1b" not in message and "trust" not in message.lower() and "weights_only" not in message
 
 
-def test_checkpoint_containers_and_a_data_parallel_prefix_are_read(tmp_path):
+def test_checkpoint_containers_and_a_data_parallel_or_opacus_prefix_are_read(tmp_path):
     model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=32)
-    for container in ("state_dict", "model"):
-        wrapped = {container: {f"module.{k}": v for k, v in model.state_dict().items()}, "epoch": 3}
+    for container, prefix in (("state_dict", "module."), ("model", "module."), ("state_dict", "_module.")):
+        wrapped = {container: {f"{prefix}{k}": v for k, v in model.state_dict().items()}, "epoch": 3}
         state = read_state_dict(_save(wrapped, tmp_path / "ckpt.pt"))
         assert set(state) == set(model.state_dict())
     for not_one in ({"epoch": 3}, {"features.0.0.weight": torch.zeros(2), "epoch": 3}):

@@ -7,7 +7,8 @@ study names a local file.
 
 **Layouts read.** A state dict as torch saves it: dpmed's own ``model.pt`` (every run writes one), torchvision's
 ResNet layout (dpmed's ``resnet18`` keeps its module names: ``conv1``, ``layer1.0.bn1``, ..., ``fc``), or a
-checkpoint that holds one under ``state_dict`` or ``model``; a ``module.`` prefix (DataParallel) is removed. Every
+checkpoint that holds one under ``state_dict`` or ``model``; a ``module.`` prefix (DataParallel) or
+``_module.`` prefix (Opacus' GradSampleModule) is removed. Every
 parameter of the model except its classifier head must come from the file with its shape, and every tensor of the
 file must have a place in the model: otherwise the architectures differ, and the error names the key. The head
 (``ModelInfo.head``) is loaded where its shape matches and otherwise left at its initialisation (a checkpoint for
@@ -155,6 +156,14 @@ def _not_a_state_dict(exc: Exception, path: Path, key: str) -> str:
             "run any code")
 
 
+# The wrappers whose prefix a saved state dict carries: DataParallel's and Opacus' GradSampleModule's.
+_WRAPPER_PREFIXES = ("module.", "_module.")
+
+
+def _unwrapped(key: str) -> str:
+    return next((key[len(p):] for p in _WRAPPER_PREFIXES if key.startswith(p)), key)
+
+
 def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tensor]:
     """The state dict in ``path`` (the layouts of the module docstring), on the CPU. ConfigError naming ``key`` and
     the path if the file is missing or holds no state dict; naming the BatchNorm keys if it holds BatchNorm."""
@@ -177,7 +186,7 @@ def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tens
     if not isinstance(raw, Mapping) or not raw or not all(isinstance(v, Tensor) for v in raw.values()):
         raise ConfigError(f"{key}: {path} holds no state dict (a mapping of names to tensors, or one under "
                           f"{' or '.join(_CONTAINERS)})")
-    state = {(k[len("module."):] if k.startswith("module.") else k): v for k, v in raw.items()}
+    state = {_unwrapped(k): v for k, v in raw.items()}
     batch_norm = [k for k in state if k.rsplit(".", 1)[-1] in BATCH_NORM_STATISTICS]
     if batch_norm:
         raise ConfigError(
