@@ -273,3 +273,14 @@ def test_an_unreadable_file_is_called_unreadable_not_a_pickled_model(tmp_path, m
     message = str(err.value)
     assert message.startswith(f"model.weights: {path} cannot be read (Permission denied)"), message
     assert "not a torch state dict" not in message and "torch.save" not in message
+
+
+def test_a_safetensors_file_is_told_how_to_convert_it(tmp_path):
+    """timm and BiT publish their weights as safetensors, which torch.load cannot read: the error said only "not a
+    torch state dict"; it says what the file is and the one line that converts it."""
+    path = tmp_path / "bit.safetensors"
+    path.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    told = (r"bit\.safetensors is a safetensors file, which dpmed does not read: convert it .*"
+            r"torch\.save\(safetensors\.torch\.load_file\(PATH\), NEW_PATH\)")
+    with pytest.raises(ConfigError, match=told):
+        read_state_dict(path)

@@ -151,6 +151,10 @@ def _not_a_state_dict(exc: Exception, path: Path, key: str) -> str:
     # torch's own reason, where it gives one below its advice ("Unsupported operand 103": not a pickle at all)
     reason = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text) if weights_only else None
     first = reason.group(1)[:200] if reason else (text.strip().splitlines() or [""])[0][:200]
+    if path.suffix == ".safetensors":   # how timm and BiT weights are mostly published now; dpmed reads torch's
+        return (f"{key}: {path} is a safetensors file, which dpmed does not read: convert it to a torch state dict "
+                "once, with torch.save(safetensors.torch.load_file(PATH), NEW_PATH) (pip install safetensors), and "
+                "give that file")
     return (f"{key}: {path} is not a torch state dict ({type(exc).__name__}{': ' + first if first else ''}); save one "
             "with torch.save(model.state_dict(), PATH): a whole pickled model is not read, since unpickling it could "
             "run any code")
