@@ -84,6 +84,18 @@ def test_an_unreadable_checkpoint_has_no_progress_and_training_names_it(data, ne
               progress=False, checkpoint=tmp_path / "checkpoint.pt")
 
 
+
+def test_a_file_of_tensors_that_is_no_checkpoint_is_named_not_an_attribute_error(data, new_model, tmp_path):
+    """A list of tensors in the checkpoint's place loaded and then failed on .get with an AttributeError that said
+    nothing of the file or what to do."""
+    torch.save([torch.zeros(2)], tmp_path / "checkpoint.pt")
+    assert checkpoint_progress(tmp_path / "checkpoint.pt") is None
+    images, task = data
+    with pytest.raises(RuntimeError, match=f"the checkpoint {tmp_path / 'checkpoint.pt'} holds a list, not a dpmed "
+                                           "checkpoint; delete it"):
+        train(new_model(task), images, task, CFG, seed=4, dp=PLAN, randomness=PrivacyRandomness.secure(),
+              progress=False, checkpoint=tmp_path / "checkpoint.pt")
+
 @pytest.mark.parametrize("dp, other", [
     (PLAN, {"seed": 5}),
     (PLAN, {"dp": PLAN.model_copy(update={"noise_multiplier": 2.4})}),     # two noise levels under one ledger

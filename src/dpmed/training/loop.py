@@ -207,6 +207,9 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
     except _UNREADABLE as exc:
         raise RuntimeError(f"the checkpoint {path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
                            "delete it to train this run afresh") from None
+    if not isinstance(state, dict):     # tensors, but not a checkpoint dpmed wrote (a file put in its place)
+        raise RuntimeError(f"the checkpoint {path} holds a {type(state).__name__}, not a dpmed checkpoint; delete it "
+                           "to train this run afresh")
     return state if state.get("fingerprint") == fingerprint else None
 
 
@@ -214,9 +217,10 @@ def checkpoint_progress(path: Path) -> tuple[int, int] | None:
     """(steps done, steps in all) of the training a checkpoint holds, for ``dpmed status``; None where the file is
     unreadable or was written before checkpoints recorded their progress (such a one still continues its run)."""
     try:   # mapped, not read: the weights and optimiser state stay on disk
-        progress = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("progress")
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except _UNREADABLE:
         return None
+    progress = state.get("progress") if isinstance(state, dict) else None
     return None if progress is None else (int(progress["steps"]), int(progress["of"]))
 
 
