@@ -176,3 +176,14 @@ def test_the_log_file_is_owner_only_and_a_second_command_appends_to_it(tmp_path)
     assert [line.split(": ", 1)[1] for line in path.read_text(encoding="utf-8").splitlines()] == [
         "first session", "second session"]
     assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_the_reconstruction_bounds_beyond_pld_s_steps_leave_the_root_logger_unconfigured():
+    """Past PLD's step ceiling the reconstruction bounds take RDP's delta(eps); that RdpAccountant, built outside
+    the eps accountant's guard, let absl's warning for an order that does not converge run logging.basicConfig()
+    on a root logger without handlers, as `dpmed.accounting.epsilon` keeps it from doing. In a fresh interpreter."""
+    code = ("import logging\nfrom dpmed import accounting\nfrom dpmed.accounting import _pld\n"
+            "r = accounting.reconstruction_bound(noise_multiplier=3.0, sample_rate=0.25, steps=_pld.MAX_STEPS + 1, "
+            "kappa=1e-3)\nprint(0 < r <= 1, logging.root.handlers)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True []" and "failed to converge" not in done.stderr

@@ -82,6 +82,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special
 
 from dpmed.accounting import _arguments, _edgeworth, _limits, _pld
+from dpmed.accounting.epsilon import _root_logging_left_alone
 
 __all__ = ["RECONSTRUCTION_METHODS", "ReconstructionMethod", "reconstruction_method", "MIA_FPRS",
            "NEIGHBOUR_RECONSTRUCTION", "ReconstructionRisk", "default_kappa", "reconstruction_bound",
@@ -185,9 +186,12 @@ def _rdp_power(sigma: float, q: float, steps: int, kappa: float) -> float:
     delta only at eps >= 0; below, delta(eps) <= delta(0) + 1 - e^eps (P(E) - e^eps Q(E) = P(E) - Q(E) +
     (1 - e^eps) Q(E)), where the objective is no smaller than at eps = 0. Orders whose RDP rounds below zero (at
     extreme noise: a difference of nearly equal terms) are left out, as for eps (`dpmed.accounting.epsilon`):
-    dp_accounting reads each as delta = 0. With none left, the sigma = 0 ceiling stands."""
+    dp_accounting reads each as delta = 0. With none left, the sigma = 0 ceiling stands. Composed under the eps
+    accountant's guard: absl's warning for an order that does not converge would configure an unconfigured root
+    logger (`dpmed.accounting.epsilon._root_logging_left_alone`)."""
     rdp = rdp_privacy_accountant.RdpAccountant()
-    rdp.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps)
+    with _root_logging_left_alone():
+        rdp.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps)
     curve, orders = np.asarray(rdp._rdp, dtype=float), np.asarray(rdp._orders, dtype=float)
     ceiling = _limits.ceiling(q, steps, kappa)
     if not (curve >= 0).any():
