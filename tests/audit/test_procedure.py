@@ -136,3 +136,28 @@ def test_the_record_writes_the_keys_audit_json_always_had_and_reads_back_equal(t
     assert procedure.AuditRecord.model_validate_json((tmp_path / "audit.json").read_bytes()) == record
     with pytest.raises(ValidationError):     # frozen: a record is what the run concluded
         record.statement = "edited"
+
+
+def test_an_image_unit_trial_does_not_call_each_canary_its_own_patient(trial_inputs):
+    """Where the image is the unit every image of a drawn patient is a canary (`hold_out_canary_sources`), drawn at
+    rate m / the count of images: the statement said each canary was "an image that is its own patient", and a
+    draw with no canary spoke of the count of patients."""
+    train, task, _ = trial_inputs
+    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40), seed=7, n_patients=len(train),
+                                             rng=np.random.default_rng(0), unit="image")
+    assert trial.unit == "image" and len(trial.included) > 0
+    record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
+                                   delta=1e-5, claimed_epsilon=2.0, claim_terms="PLD, add/remove one image")
+    assert "its own patient" not in record.statement
+    assert "add/remove one canary (one image; where the image is the unit, a patient's other images may be " \
+           "canaries too)" in record.statement
+    empty = procedure.AuditTrial(trial.config, trial.canaries.subset(np.arange(0)), np.zeros(0, bool), "image")
+    unaudited, _ = procedure.conclude(empty, np.zeros((0, task.num_outputs)), task_kind=task.kind, delta=1e-5,
+                                      claimed_epsilon=2.0)
+    assert "m / the public count of images" in unaudited.statement
+    _, patient_trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40), seed=7,
+                                                     n_patients=len(np.unique(train.patient_ids)),
+                                                     rng=np.random.default_rng(0))
+    record, _ = procedure.conclude(patient_trial, np.zeros((len(patient_trial.included), task.num_outputs)),
+                                   task_kind=task.kind, delta=1e-5, claimed_epsilon=2.0)
+    assert patient_trial.unit == "patient" and "(an image that is its own patient)" in record.statement

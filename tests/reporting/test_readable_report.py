@@ -95,6 +95,22 @@ def test_what_an_image_unit_eps_means_for_a_patient_is_shown_not_folded(make_rec
     assert "GROUP: a patient with 3 images: eps 3" in faces[2]
 
 
+def test_an_audited_card_says_how_its_canaries_were_drawn_for_its_unit(make_record, report_html):
+    """Where the image is the unit, patients are drawn at rate m / the count of images and every image of theirs is a
+    canary (`dpmed.audit.canaries`); the card said "each training patient drawn at rate m / N" for every arm."""
+    from dpmed.records import AuditSummary
+
+    audit = AuditSummary(n_canaries=50, kind="mislabelled", result="private")
+    records = []
+    for run_id, unit in (("dp-sgd_eps1_C1_seed0", "patient"), ("dp-sgd_eps1_C1_seed1", "image")):
+        record = make_record(run_id, "dp-sgd", "dp_sgd", eps=1.0)
+        plan = record.plan.model_copy(update={"privacy": record.plan.privacy.model_copy(update={"unit": unit})})
+        records.append(record.model_copy(update={"plan": plan, "audit": audit}))
+    cards = re.findall(r'<div class="card">(.*?)</details></div>', _section(report_html(records), "privacy"), re.S)
+    assert "each training patient drawn at rate m / N)" in cards[0] and "every image" not in cards[0]
+    assert "each training patient drawn at rate m / N images, every image of theirs a canary)" in cards[1]
+
+
 # -------------------------------------------------------------------------------------- the opening table (cases)
 
 

@@ -33,11 +33,13 @@ AUDIT_CITATION = ("Steinke, Nasr and Jagielski, Privacy Auditing with One (1) Tr
 
 @dataclass(frozen=True, eq=False)
 class AuditTrial:
-    """One audited run's canaries (m images, each its own patient) and their secret inclusion bits (bool [m])."""
+    """One audited run's canaries (m images) and their secret inclusion bits (bool [m]). ``unit``: the run's unit of
+    privacy; "patient": each canary is its own patient; "image": a drawn patient's images are all canaries."""
 
     config: AuditConfig
     canaries: ImageSet
     included: np.ndarray
+    unit: str = "patient"
 
 
 class AuditRecord(BaseModel):
@@ -85,10 +87,10 @@ def insert_canaries_for(train_set: ImageSet, task: Task, config: AuditConfig, *,
                                             n_patients=n_patients, unit=unit)
     m = len(sources)
     if m == 0:      # no patient drawn: the run trains on its whole set, unaudited (`conclude` says so, privately)
-        return train_set, AuditTrial(config, sources, np.zeros(0, bool))
+        return train_set, AuditTrial(config, sources, np.zeros(0, bool), unit)
     canaries = make_canaries(sources, m, task=task, seed=public_seed(seed, "canaries"), kind=config.kind)
     included = choose_canaries(m, rng=rng)
-    return insert_canaries(rest, canaries, included), AuditTrial(config, canaries, included)
+    return insert_canaries(rest, canaries, included), AuditTrial(config, canaries, included, unit)
 
 
 def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: float | None,
@@ -105,9 +107,10 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
     res = audit_epsilon_lower_bound_over_grid(scores, trial.included, delta=delta,
                                               confidence=trial.config.confidence)
     # both rounded down: "not (eps, delta)-DP" at a smaller delta follows from it, at a larger one it does not
-    # each canary is one image and its own patient: the bound is for adding or removing one of them
+    # each canary is one image, and its own patient where the patient is the unit: the bound is for adding or
+    # removing one of them; where the image is the unit a drawn patient's images are all canaries
     statement = (f"empirical lower bound eps >= {number_text(res.epsilon_lower_bound, down=True)} at delta = "
-                 f"{number_text(delta, down=True)}, add/remove one canary (an image that is its own patient) "
+                 f"{number_text(delta, down=True)}, add/remove one canary ({_CANARY_IS[trial.unit]}) "
                  f"(one-run audit, {res.n_canaries} {trial.config.kind} canaries, {res.confidence:.0%}; "
                  f"{res.n_correct} of {res.n_guesses} guesses correct)")
     terms = f", {claim_terms}" if claim_terms else ""
@@ -126,6 +129,8 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
     return record, {"scores": scores, "included": trial.included, "labels": trial.canaries.labels}
 
 
+_CANARY_IS = {"patient": "an image that is its own patient",
+              "image": "one image; where the image is the unit, a patient's other images may be canaries too"}
 _CANARY_SOURCE = ("training split: each patient drawn at rate m / the public count of units, all their images held out "
                   "and one of them (every one where the image is the unit) made a canary")
 # A bound at or below the claim is no evidence for it: the audit can refute a claim, never prove one.
@@ -137,9 +142,9 @@ def _unaudited(trial: AuditTrial, delta: float, claimed_epsilon: float | None) -
     """The private record of a run whose draw found no canary patient: it trained on its whole set and has no bound.
     (How many patients were drawn reads the training set: private, as every audit record is.)"""
     statement = (f"no audit bound: none of the training patients was drawn as a canary source (each drawn at rate "
-                 f"m / the public count of patients, m = {trial.config.canaries}), so the run trained on its whole "
-                 "training split with no canaries; more training patients or a larger audit.canaries make such a "
-                 "draw rarer")
+                 f"m / the public count of {trial.unit}s, m = {trial.config.canaries}), so the run trained on its "
+                 "whole training split with no canaries; more training patients or a larger audit.canaries make such "
+                 "a draw rarer")
     return AuditRecord(n_canaries=0, kind=trial.config.kind, n_included=0, n_guesses=0, n_correct=0, k_positive=0,
                        k_negative=0, epsilon_lower_bound=None, confidence=trial.config.confidence, delta=delta,
                        claimed_epsilon=claimed_epsilon, consistent_with_claim=None, method=None,

@@ -330,10 +330,13 @@ def _card(r: RunRecord) -> str:
         facts = [("ε", "∞ (no protection)")]
     rows = "".join(f"<tr><th>{label}</th><td>{text}</td></tr>" for label, text in facts)
     cls = "statement" if card.is_dp else "statement notdp"
+    # where the image is the unit, patients are drawn at rate m / the count of images, all their images canaries
+    per_image = getattr(r.plan.privacy, "unit", "patient") == "image"
     audited = "" if r.audit is None else (
         f"<p>Audited with about {r.audit.n_canaries} {escape(r.audit.kind)} canaries (each training patient drawn at "
-        "rate m / N); how many, and the result, are in the study's private report (private/report.html): they depend "
-        "on the training set and the secret canary inclusion bits.</p>")
+        + ("rate m / N images, every image of theirs a canary" if per_image else "rate m / N") + "); how many, and "
+        "the result, are in the study's private report (private/report.html): they depend on the training set and "
+        "the secret canary inclusion bits.</p>")
     notes = [(label, getattr(card, key)) for key, label in _NOTES if getattr(card, key) is not None]
     if card.patient_guarantee is not None and card.patient_guarantee.statement:
         notes.append(("each patient", card.patient_guarantee.statement))
