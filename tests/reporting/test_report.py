@@ -215,6 +215,31 @@ def test_the_risk_section_names_the_dp_sgd_runs_it_has_no_bound_for(make_record,
     assert section([gaussian]).count("No bound") == 0
 
 
+def test_the_risk_section_names_the_runs_whose_bounds_came_from_rdp_not_pld(make_record, make_resolved,
+                                                                           monkeypatch):
+    """Beyond the steps a PLD composes the bounds come from RDP's delta (looser; run.json labels each value "RDP
+    duality"), as the README promises the report says; the section showed them as if they were PLD's."""
+    from dpmed.accounting import _pld
+    from dpmed.folders import StudyFolder
+    from dpmed.mechanisms import mechanism_info
+    from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.sections import reconstruction_risk
+
+    def bounded(run_id):
+        record = make_record(run_id, "gauss", "dp_sgd", eps=0.5)      # sigma 2: no exact limit pins the bounds
+        return record.model_copy(update={"reconstruction": mechanism_info("dp_sgd").reconstruction(
+            record.plan.privacy.model_copy(update={"n_units": 100}))})
+
+    pld = bounded("pld_eps0.5_C1_seed0")
+    monkeypatch.setattr(_pld, "MAX_STEPS", 5)          # the record's 10 steps lie beyond it
+    rdp = bounded("rdp_eps0.5_C1_seed0")
+    assert rdp.reconstruction.worst_case_via.startswith("RDP duality")
+    html = reconstruction_risk(ReportInputs(resolved=make_resolved([pld, rdp]), records=[pld, rdp], comparisons=None,
+                                            folder=StudyFolder(Path("unused"))))
+    assert "The bounds of rdp_eps0.5_C1_seed0 come from RDP's delta" in html
+    assert "pld_eps0.5_C1_seed0 come" not in html and html.count("come from RDP") == 1
+
+
 def test_results_csv_writes_counts_as_integers_where_some_runs_have_none(make_record, tmp_path):
     """n_units, steps and released_units are counts, missing for runs without DP-SGD: pandas made such a column
     float, and results.csv read "4254.0". They are written as integers."""

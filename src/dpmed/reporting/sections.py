@@ -416,7 +416,22 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
             "FPR, from each run's DP-SGD trade-off curve.</p>"
             + stacked("<table><tr><th>run</th><th>eps</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
                       f"<th>MIA TPR at FPR 0.1%</th><th>MIA TPR at FPR 1%</th></tr>{rows}</table>") +
-            _risk_assumptions(runs) + unbounded)
+            _not_from_pld(runs) + _risk_assumptions(runs) + unbounded)
+
+
+def _not_from_pld(runs: list[RunRecord]) -> str:
+    """A sentence naming the runs whose bounds came from RDP's delta rather than the PLD (beyond the steps a PLD
+    composes, `dpmed.accounting.reconstruction`): looser upper bounds, which run.json labels ("RDP duality") and
+    the section would otherwise show as if they were PLD's."""
+    rdp = [r.run_id for r in runs
+           if any(via.startswith("RDP duality") for via in (r.reconstruction.worst_case_via,
+                                                             r.reconstruction.relaxed_via,
+                                                             *r.reconstruction.tpr_at_fpr_via.values()))]
+    if not rdp:
+        return ""
+    return (f"<p>The bounds of {_first_ten(rdp)} come from RDP's delta through the same duality, not from "
+            "the PLD, which composes at most 2,000,000 steps: upper bounds still, looser than the PLD's would be "
+            "(each value's method is in its run.json).</p>")
 
 
 def _unbounded_runs(records: list[RunRecord], *, alone: bool = False) -> str:
