@@ -322,7 +322,10 @@ def _broken_off(task: RunTask) -> Outcome:
     run.json before (its record read back, as `_ended_before_the_stop` does), failed otherwise. Reported failed, a
     finished run was left out of the study's results and kept an error.json beside its run.json for good."""
     if task.folder.is_finished:
-        return read_record(task.folder.record)
+        try:
+            return read_record(task.folder.record)
+        except ConfigError as exc:      # not this run's to stop the pool loop over: the others' outcomes still count
+            return _failure(task, WORKER_DIED, f"no traceback: the process was killed, and its run.json {exc}")
     return _failure(task, WORKER_DIED, "no traceback: the process was killed")
 
 

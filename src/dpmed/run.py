@@ -271,7 +271,11 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
     try:
         record.write(folder.record)
     except BaseException:
-        folder.take_back()      # not without their record (a full disk at this last write)
+        try:
+            folder.take_back()      # not without their record (a full disk at this last write)
+        except OSError as exc:      # the write's own failure is the one to raise; the next run withdraws these
+            _log.warning("%s: its model and outputs could not be moved back to its private folder (%s); the next "
+                         "`dpmed run` deletes them, as files of an unfinished run", plan.run_id, exc)
         raise
     folder.discard_secrets()
     return record

@@ -565,3 +565,18 @@ def test_a_run_whose_worker_dies_after_its_record_is_written_is_finished_not_fai
     assert not isinstance(outcomes[task.plan.run_id], RunFailure), outcomes
     assert outcomes[task.plan.run_id].run_id == task.plan.run_id
     assert not task.folder.error.exists()
+
+
+def test_a_dead_worker_s_run_json_that_cannot_be_read_makes_the_run_failed_not_the_study_stop(tmp_path, tiny_text):
+    """Its record is read back where the worker wrote it; where that record cannot be read, the ConfigError went up
+    through the pool loop and the other runs' outcomes were lost for that invocation. The run is failed instead."""
+    import dpmed.executors
+
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    prepared = prepare_study(load_study(tmp_path / "s.yaml"), out=tmp_path / "out")
+    task = RunTask(prepared.plans[0], prepared.folder.run(prepared.plans[0].run_id))
+    task.folder.make()
+    task.folder.record.write_text("{not json")
+    outcome = dpmed.executors._broken_off(task)
+    assert isinstance(outcome, RunFailure), outcome
+    assert "the process was killed, and its run.json" in outcome.error_file.read_text()

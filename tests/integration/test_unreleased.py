@@ -175,3 +175,30 @@ def test_a_run_whose_record_cannot_be_written_takes_its_model_back_from_the_shar
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-progress"]) == 0
     assert "continues from its checkpoint at step" in capsys.readouterr().err
     assert all((study / "runs" / r / "model.pt").is_file() for r in ("base_seed0", "dp_eps8_C1_seed0"))
+
+
+def test_a_take_back_that_fails_too_leaves_the_record_s_own_error_to_be_told(tmp_path, monkeypatch, capsys,
+                                                                             tiny_text):
+    """Where moving the files back fails as well, its OSError hid the failed write of run.json (the cause the user
+    must act on). The write's error is raised; the take-back's is a warning, and the next run withdraws the files."""
+    import errno
+
+    import dpmed.folders
+    import dpmed.records
+
+    (tmp_path / "s.yaml").write_text(tiny_text.replace("epochs: 3", "epochs: 1"))
+    real = dpmed.records.write_text_atomic
+
+    def full_at_run_json(path, text, **kwargs):
+        if path.name == "run.json":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, text, **kwargs)
+
+    def stuck(self):
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(self.private))
+
+    monkeypatch.setattr(dpmed.records, "write_text_atomic", full_at_run_json)
+    monkeypatch.setattr(dpmed.folders.RunFolder, "take_back", stuck)
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "could not be moved back to its private folder" in err, err
