@@ -381,8 +381,9 @@ class StudyFolder:
     def settle_times(self) -> None:
         """Set every releasable file's and folder's access and modification times to `RELEASE_TIME` (``private/``
         keeps its own: its log and timing files hold the wall times anyway). Called whenever a command leaves the
-        folder (`dpmed.workspace.claim_folder`, ``dpmed report``). A file that another process removes meanwhile is
-        skipped."""
+        folder (`dpmed.workspace.claim_folder`, ``dpmed report``), and by a study after each finished run (which a
+        kill -9 of the command would otherwise leave with its wall times). A file that another process removes
+        meanwhile is skipped."""
         if not self.root.is_dir():
             return
         # a link's own times where the platform can set them (not Windows): never those of what it points to

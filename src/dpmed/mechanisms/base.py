@@ -118,13 +118,13 @@ def exactly_one(arm: BaseModel, keys: tuple[str, str], why: str) -> None:
 
 
 class AuditConfig(Strict):
-    """The one-run privacy audit (Steinke, Nasr and Jagielski 2023, arXiv:2305.08846): about ``canaries`` images of as
-    many patients (each patient drawn at rate canaries / N; where the image is the unit, N counts images and every
-    image of a drawn patient is one) leave the training split, get a wrong label (``kind``:
-    mislabelled, marked = mislabelled with a random 4x4 patch, noise = noise images with random labels), and each goes
-    back in with probability 1/2 (a secret draw). The trained model's fit to each canary's label guesses which went in;
-    the count of correct guesses gives an empirical *lower* bound on eps at the run's delta (1e-5 for a non-private
-    arm), valid at ``confidence``."""
+    """The one-run privacy audit (Steinke, Nasr and Jagielski 2023, arXiv:2305.08846): about ``canaries`` images, one
+    of each drawn patient (each patient drawn at rate canaries / N; where the image is the unit, N counts images and
+    every image of a drawn patient is one, so fewer patients give them) leave the training split, get a wrong label
+    (``kind``: mislabelled, marked = mislabelled with a random 4x4 patch, noise = noise images with random labels),
+    and each goes back in with probability 1/2 (a secret draw). The trained model's fit to each canary's label
+    guesses which went in; the count of correct guesses gives an empirical *lower* bound on eps at the run's delta
+    (1e-5 for a non-private arm), valid at ``confidence``."""
 
     canaries: int = Field(ge=2)
     kind: Literal[CANARY_KINDS] = "mislabelled"  # type: ignore[valid-type]
