@@ -318,3 +318,17 @@ def test_two_non_private_arms_over_seeds_are_two_lines_not_one_mean(make_record)
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "non-private AUROC, mean over seeds, one line per arm" in legend
     assert "non-private, range over seeds" in legend
+
+
+def test_a_high_budget_sweep_axis_names_its_one_delta_and_both_accountants(make_record):
+    """eps 1 and 8 by PLD, eps 1e6 .. 1e15 by RDP (PLD's ceiling is 500), all at delta 1e-5: the axis sent the reader
+    to every card for a delta that every run shares, and named no accountant at all."""
+    records = [make_record("non-private_seed0", "non-private", metrics=_metrics(0.96, 0.94, 0.98))]
+    for eps in (1.0, 8.0, 1e6, 1e15):
+        r = make_record(f"dp-sgd_eps{eps:g}_C1_seed0", "dp-sgd", "dp_sgd", eps=eps, metrics=_metrics(0.9, 0.85, 0.95))
+        if eps > 500:
+            r = r.model_copy(update={"privacy": r.privacy.model_copy(update={"accountant": "rdp"})})
+        records.append(r)
+    label = auroc_figure(records).axes[0].get_xlabel().replace("\n", " ")
+    assert "δ 1e-05" in label and "PLD" in label and "RDP" in label, label
+    assert "δ and accountant per run" not in label, label

@@ -118,14 +118,22 @@ def _unit(records: list[RunRecord]) -> str:
 
 def _terms(records: list[RunRecord]) -> str:
     """The delta and accountant the panel's eps are at ("δ 1e-05, PLD"), or where to find them when runs differ.
-    The delta is rounded up, never to nearest: 1.31086e-05 shows as 1.32e-05 (1.31e-05 would claim more)."""
+    Runs of one delta whose accountants differ (a high-budget sweep: PLD up to its ceiling of 500, RDP beyond) keep
+    that delta on the axis and name each accountant ("δ 1e-05, PLD or RDP, each run's on its card"): sending the
+    reader to every card for a delta all of them share hid it. The delta is rounded up, never to nearest:
+    1.31086e-05 shows as 1.32e-05 (1.31e-05 would claim more)."""
     terms = {(r.privacy.delta or 0.0, r.privacy.accountant_in_brief) for r in records}
     if not terms:
         return "δ, accountant"
-    if len(terms) != 1:
+    deltas = {delta for delta, _ in terms}
+    if len(deltas) != 1:
         return "δ and accountant per run: see its card"
-    delta, accountant = terms.pop()
-    return f"δ {delta_text(delta)}, {accountant}" if delta else f"δ 0, {accountant}"
+    delta = deltas.pop()
+    accountants = list(dict.fromkeys(r.privacy.accountant_in_brief for r in records))
+    shown = f"δ {delta_text(delta)}" if delta else "δ 0"
+    if len(accountants) == 1:
+        return f"{shown}, {accountants[0]}"
+    return f"{shown}, {' or '.join(accountants)}, each run's on its card"
 
 
 def _is_local(r: RunRecord) -> bool:
