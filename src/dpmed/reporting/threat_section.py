@@ -9,6 +9,7 @@ for the private report (private/report.html) and never for report.html.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -77,11 +78,17 @@ def _step_cell(r: RunRecord) -> str:
     return f"{_percent(bound)}<br><small>at kappa {kappa:.3g} ({source})</small>"
 
 
+def _threshold_text(threshold: float) -> str:
+    """The SSIM a success reached, to three decimals rounded down: 0.84602 shown as "0.85" said that reconstructions
+    at 0.846 to 0.85, which the attack counted, did not pass; rounded down, every success reaches the value shown."""
+    return f"{math.floor(threshold * 1000) / 1000:.3f}"
+
+
 def _attack_cell(r: RunRecord) -> str:
     a = r.attack
     cell = (f"{a.rate:.1%} [{a.rate_low:.1%},\u00a0{a.rate_high:.1%}]<br>"
             f"<small>{a.n_success} of {a.n_trials} images ({a.n_batches} batches of {a.batch_size}) at SSIM "
-            f"&ge;\u00a0{a.threshold:.2f}</small>")
+            f"&ge;\u00a0{_threshold_text(a.threshold)}</small>")
     if a.rate_low <= a.chance_rate:
         cell += "<br><small>not above chance</small>"
     if r.reconstruction is not None and a.rate_low > r.reconstruction.worst_case:
@@ -106,7 +113,7 @@ def _criterion_words(attacks: Sequence[AttackRecord]) -> _Criterion:
     """Each run calibrates its own threshold (on its seed's null draws, for its batch size and quantile) and attacks
     its own number of batches: the prose quoted the first run's as every run's, which another seed or batch size
     makes false."""
-    thresholds = sorted({f"{a.threshold:.2f}" for a in attacks}, key=float)
+    thresholds = sorted({_threshold_text(a.threshold) for a in attacks}, key=float)
     one_in = sorted({round(1 / (1 - a.threshold_quantile)) for a in attacks})
     trials = {(a.n_trials, a.n_batches, a.batch_size) for a in attacks}
     (n, batches, size), = trials if len(trials) == 1 else ((None, None, None),)
