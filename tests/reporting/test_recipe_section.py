@@ -90,8 +90,8 @@ def test_a_step_schedule_names_its_milestones(milestones):
 def test_the_accountant_and_the_count_are_those_the_runs_planned_with():
     """A budget beyond PLD's reach is certified by RDP, and the row says so; runs planned from the exact size (an
     older dpmed) do not claim a released count."""
-    dp = _section({}, {"target_epsilon": [1, 1000]})[0]["dp"]
-    assert "PLD accountant; RDP for the runs it cannot certify (ε 1000), as their cards say" in dp
+    dp = _section({}, {"target_epsilon": [1, 1000, 1e6]})[0]["dp"]
+    assert "PLD accountant; RDP for the runs it cannot certify (ε 1,000, 1e6), as their cards say" in dp  # not 1e+06
     assert "planned from the released count" in dp and "N the released count" in dp
     old = _section({}, released=False)[0]["dp"]
     assert "planned from the training set&#x27;s size" in old and "N the training set&#x27;s size" in old

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dpmed.config import TrainingConfig
 from dpmed.mechanisms import AUTO_EPOCHS, AUTO_MIN_STEPS, Arm, DpSgdArm, DpSgdPlan
-from dpmed.numbers import count_text, delta_number, number_text
+from dpmed.numbers import count_text, delta_number, epsilon_text, number_text
 from dpmed.reporting.inputs import ReportInputs, escape, stacked
 
 __all__ = ["recipe_section", "settings_chosen_on"]
@@ -113,7 +113,7 @@ def _accountants(arm: DpSgdArm, dp: list[DpSgdPlan]) -> str:
     if used == [arm.accountant]:
         return f"{arm.accountant.upper()} accountant"
     fallen = [p for p in dp if p.accountant != arm.accountant]
-    targets = ", ".join(f"{p.target_epsilon:g}" for p in fallen if p.target_epsilon is not None)
+    targets = ", ".join(epsilon_text(p.target_epsilon) for p in fallen if p.target_epsilon is not None)
     other = " or ".join(dict.fromkeys(p.accountant.upper() for p in fallen))
     return (f"{arm.accountant.upper()} accountant; {other} for the runs it cannot certify"
             + (f" (ε {targets})" if targets else "") + ", as their cards say")
