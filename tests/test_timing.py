@@ -154,7 +154,7 @@ def test_the_probe_trains_its_own_few_steps_whatever_length_the_study_sets(make_
     dataset = make_phantom(n_images=40, image_size=16)
     kind = timing.step_kind(plan, "cpu")
     probe_data = timing._random_images(dataset, 2 * kind.batch, np.random.default_rng(0))
-    assert timing._time_steps(probe_data, dataset, kind, plan, 6, torch.device("cpu")) == 0.5
+    assert timing._time_steps(probe_data, dataset, kind, plan, 6, torch.device("cpu"), "all") == 0.5
     assert lengths == [6]
 
 
@@ -207,13 +207,13 @@ def test_the_probe_times_as_many_steps_as_fit_its_aim_in_whole_passes(make_recor
     from dpmed import timing
     from dpmed.data import make_phantom
 
-    def fake(data, dataset, kind, plan, n, device):
+    def fake(data, dataset, kind, plan, n, device, trainable):
         torch.rand(3)                                        # the probe's model initialisation draws
         return per_step * n
     monkeypatch.setattr(timing, "_time_steps", fake)
     plan = make_record("np_seed0", "np").plan
     before = torch.get_rng_state()
-    rate, timed = timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan)
+    rate, timed = timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan, "all")
     assert (rate, timed) == (pytest.approx(per_step), steps)
     assert np.array_equal(torch.get_rng_state().numpy(), before.numpy())
 
@@ -231,7 +231,7 @@ def test_the_dp_sgd_probe_draws_its_expected_batch_from_two_batches_of_random_im
         return SimpleNamespace(seconds=0.01 * dp.steps)
     monkeypatch.setattr(timing, "train", fake_train)
     plan = _dp_plan(make_record, sample_rate=0.01, n_units=1000)                 # an expected batch of 10
-    timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan)
+    timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan, "all")
     assert seen and set(seen) == {(20, 0.5, 10.0)}
 
 
@@ -264,8 +264,33 @@ def test_the_probe_runs_where_the_caller_says_the_runs_will(make_record, monkeyp
 
     probed = []
     monkeypatch.setattr(timing.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(timing, "_probe_kind", lambda dataset, kind, plan: probed.append(kind) or (0.1, 4))
+    monkeypatch.setattr(timing, "_probe_kind", lambda dataset, kind, plan, trainable: probed.append(kind) or (0.1, 4))
     monkeypatch.setattr(timing, "_probe_evaluation", lambda *args: 0.0)
     timing.probe_rates([make_record("np_seed0", "np").plan], make_phantom(n_images=40, image_size=16),
                        evaluation=EvaluationConfig(), device="cpu")
     assert [k.device for k in probed] == ["cpu"]
+
+
+
+def test_the_probe_trains_the_model_frozen_as_the_study_freezes_it(make_record, monkeypatch):
+    """A study that trains only the head (model.trainable: head) was timed with every layer trainable: per-example
+    gradients, clipping and noise for layers its runs freeze, an estimate too high. The probe freezes as runs do."""
+    from types import SimpleNamespace
+
+    from dpmed import timing
+    from dpmed.data import make_phantom
+
+    seen = []
+
+    def fake_train(model, data, task, training, **kwargs):
+        seen.append(sorted(name for name, p in model.named_parameters() if p.requires_grad))
+        return SimpleNamespace(seconds=0.5)
+    monkeypatch.setattr(timing, "train", fake_train)
+    plan = _dp_plan(make_record, sample_rate=0.01, n_units=1000)
+    head = timing.MODELS[plan.model].head
+    for trainable in ("head", "all"):
+        timing.probe_rates([plan], make_phantom(n_images=40, image_size=16), evaluation=timing.EvaluationConfig(),
+                           device="cpu", trainable=trainable)
+    frozen, whole = seen[0], seen[-1]
+    assert frozen and all(name.startswith(head + ".") for name in frozen), frozen
+    assert set(frozen) < set(whole)

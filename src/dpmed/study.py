@@ -397,7 +397,8 @@ def planned_card(plan: RunPlan, image_shape: tuple[int, ...], randomness: str) -
 def estimate_times(prepared: PreparedStudy) -> tuple[Rates, dict[str, float]]:
     """(the probe's rates, estimated seconds of each run still to train): a short timing probe on this machine
     now (`dpmed.timing`), scaled by each run's steps."""
-    rates = probe_rates(prepared.todo, prepared.dataset, evaluation=prepared.study.evaluation)
+    rates = probe_rates(prepared.todo, prepared.dataset, evaluation=prepared.study.evaluation,
+                        trainable=prepared.study.model.trainable_setting)
     n_train = len(prepared.dataset.train)
     return rates, {p.run_id: rates.run_seconds(p, n_train) or 0.0 for p in prepared.todo}
 

@@ -30,6 +30,7 @@ from dpmed.data import Dataset, ImageSet, normalize
 from dpmed.evaluation.assessment import assess
 from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.models import MODELS, build_model
+from dpmed.models.weights import set_trainable
 from dpmed.randomness import PrivacyRandomness
 from dpmed.records import Timing
 from dpmed.training import run_threads, torch_threads, train
@@ -154,11 +155,14 @@ def _random_images(dataset: Dataset, n: int, rng: np.random.Generator) -> ImageS
 
 
 def _time_steps(data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan, steps: int,
-                device: torch.device) -> float:
+                device: torch.device, trainable: str | int) -> float:
     """Seconds of ``steps`` optimiser steps of ``kind`` on ``data`` (two batches' worth of images), of a freshly
-    built model (as a run trains one)."""
+    built model frozen as the study's runs freeze theirs (``trainable``, `dpmed.models.weights.set_trainable`): a
+    frozen layer takes no per-example gradient, clipping or noise, so a probe of the whole model overestimated."""
     shape = dataset.train.image_shape
     model = build_model(plan.model, in_channels=shape[0], num_outputs=dataset.task.num_outputs, image_size=shape[1])
+    info = MODELS[plan.model]
+    set_trainable(model, trainable, head=info.head, blocks=info.blocks)
     # the probe's own length in steps, which take the place of the study's epochs or steps
     training = plan.training.model_copy(update={"steps": steps})
     dp = None
@@ -173,17 +177,17 @@ def _time_steps(data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan,
     return result.seconds
 
 
-def _probe_kind(dataset: Dataset, kind: StepKind, plan: RunPlan) -> tuple[float, int]:
+def _probe_kind(dataset: Dataset, kind: StepKind, plan: RunPlan, trainable: str | int) -> tuple[float, int]:
     """(seconds per step, steps timed) of ``kind``: a warm-up of two steps, then as many as fit the probe's aim."""
     rng = np.random.default_rng(0)
     data = _random_images(dataset, 2 * kind.batch, rng)
     device = torch.device(kind.device)
     with torch_threads(kind.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        warm = _time_steps(data, dataset, kind, plan, 2, device) / 2
+        warm = _time_steps(data, dataset, kind, plan, 2, device, trainable) / 2
         steps = int(min(_MAX_STEPS, max(_MIN_STEPS, _PROBE_SECONDS / max(warm, 1e-4))))
         steps += steps % 2     # whole passes over the two batches
-        seconds = _time_steps(data, dataset, kind, plan, steps, device)
+        seconds = _time_steps(data, dataset, kind, plan, steps, device, trainable)
     return seconds / steps, steps
 
 
@@ -212,9 +216,9 @@ def _probe_evaluation(dataset: Dataset, model_name: str, evaluation: EvaluationC
 
 
 def probe_rates(plans: Iterable[RunPlan], dataset: Dataset, *, evaluation: EvaluationConfig,
-                device: str = "auto") -> Rates:
-    """Time the step kinds that ``plans`` need (one probe per kind, with the plan's model) and one evaluation, on this
-    machine now."""
+                device: str = "auto", trainable: str | int = "all") -> Rates:
+    """Time the step kinds that ``plans`` need (one probe per kind, with the plan's model, frozen as ``trainable``,
+    the study's ``model.trainable_setting``) and one evaluation, on this machine now."""
     start = time.perf_counter()
     kinds: dict[StepKind, RunPlan] = {}
     for plan in plans:
@@ -223,7 +227,7 @@ def probe_rates(plans: Iterable[RunPlan], dataset: Dataset, *, evaluation: Evalu
     for kind, plan in kinds.items():
         # said before each part: at 224 px on a CPU a part can take minutes, and nothing else is printed meanwhile
         _log.info("timing %s of %s on this machine", kind.describe(), plan.model)
-        per_step[kind], timed[kind] = _probe_kind(dataset, kind, plan)
+        per_step[kind], timed[kind] = _probe_kind(dataset, kind, plan, trainable)
     first = next(iter(kinds), None)
     if first is not None:
         _log.info("timing one evaluation of the %d validation and test images", len(dataset.val) + len(dataset.test))
