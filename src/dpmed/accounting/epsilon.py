@@ -48,7 +48,7 @@ from dpmed.accounting.ledger import Ledger
 __all__ = ["ACCOUNTANTS", "NOISES", "AccountantInfo", "NEIGHBOUR_DP_SGD", "accountant_info", "describe_accountant",
            "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule", "estimate_epsilon", "dp_sgd_event",
            "effective_accountant", "refuse_unresolved", "shuffled_event", "poisson_counterpart",
-           "inclusion_probability", "fallback_accountant"]
+           "inclusion_probability", "fallback_accountant", "rdp_curve"]
 
 NEIGHBOUR_DP_SGD = "add or remove one training image (Poisson sampling)"
 _NEIGHBOURS = NeighboringRelation.ADD_OR_REMOVE_ONE  # the relation NEIGHBOUR_DP_SGD names
@@ -157,20 +157,28 @@ def _root_logging_left_alone() -> Iterator[None]:
         logging.root.removeHandler(quiet)
 
 
-def _rdp_epsilon(events: Sequence[DpSgdEvent], delta: float, orders: Sequence[float] | None = None) -> float:
-    """dp_accounting's improved conversion (Balle et al. 2020, Prop. 12) on the orders whose RDP is a number.
+def rdp_curve(events: Sequence[DpSgdEvent], orders: Sequence[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(orders, RDP) of Gaussian ``events`` under add/remove-one neighbours, without the orders whose RDP is no number.
 
     At extreme noise (sigma ~ 1e7 at q 0.01) the subsampled Gaussian's RDP, a difference of nearly equal terms,
-    comes out below 0 at some orders: rounding error, not a value. dp_accounting's ``get_epsilon`` then returns eps
-    = 0 for the whole curve ("Negative Renyi divergence ... Returning an epsilon of zero"), a bound that is false
-    where one step alone moves the output by more than delta in total variation (q (2 Phi(1 / (2 sigma)) - 1) at
-    T = 1). Those orders are left out; with none left, eps is not resolved (inf)."""
+    comes out below 0 at some orders: rounding error, not a value. dp_accounting reads such an order as eps = 0 (and
+    delta = 0) for the whole curve ("Negative Renyi divergence ... Returning an epsilon of zero"), a bound that is
+    false where one step alone moves the output by more than delta in total variation (q (2 Phi(1 / (2 sigma)) - 1)
+    at T = 1). Those orders are left out; both eps (`_rdp_epsilon`) and the reconstruction bounds beyond PLD's steps
+    (`dpmed.accounting.reconstruction`) read the curve from here."""
     rdp = _rdp_accountant(events, orders, "rdp")
     curve, kept = np.asarray(rdp._rdp, dtype=float), np.asarray(rdp._orders, dtype=float)
     resolved = curve >= 0
-    if not resolved.any():
+    return kept[resolved], curve[resolved]
+
+
+def _rdp_epsilon(events: Sequence[DpSgdEvent], delta: float, orders: Sequence[float] | None = None) -> float:
+    """dp_accounting's improved conversion (Balle et al. 2020, Prop. 12) on the orders whose RDP is a number
+    (`rdp_curve`); with none, eps is not resolved (inf)."""
+    kept, curve = rdp_curve(events, orders)
+    if not len(kept):
         return math.inf
-    return float(rdp_privacy_accountant.compute_epsilon(kept[resolved], curve[resolved], delta)[0])
+    return float(rdp_privacy_accountant.compute_epsilon(kept, curve, delta)[0])
 
 
 def _rdp_classic_epsilon(events: Sequence[DpSgdEvent], delta: float) -> float:

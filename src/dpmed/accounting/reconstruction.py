@@ -76,13 +76,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-import numpy as np
-from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special
 
 from dpmed.accounting import _arguments, _edgeworth, _limits, _pld
-from dpmed.accounting.epsilon import _root_logging_left_alone
+from dpmed.accounting.epsilon import rdp_curve
+from dpmed.accounting.events import PoissonGaussianEvent
 
 __all__ = ["RECONSTRUCTION_METHODS", "ReconstructionMethod", "reconstruction_method", "MIA_FPRS",
            "NEIGHBOUR_RECONSTRUCTION", "ReconstructionRisk", "default_kappa", "reconstruction_bound",
@@ -184,21 +183,16 @@ def _rdp_power(sigma: float, q: float, steps: int, kappa: float) -> float:
     subsampled Gaussian bounds both add/remove directions (Mironov, Talwar, Zhang 2019), so it bounds the worst
     case, and with it the relaxed case, which never exceeds it (see relaxed_reconstruction_bound). RDP gives
     delta only at eps >= 0; below, delta(eps) <= delta(0) + 1 - e^eps (P(E) - e^eps Q(E) = P(E) - Q(E) +
-    (1 - e^eps) Q(E)), where the objective is no smaller than at eps = 0. Orders whose RDP rounds below zero (at
-    extreme noise: a difference of nearly equal terms) are left out, as for eps (`dpmed.accounting.epsilon`):
-    dp_accounting reads each as delta = 0. With none left, the sigma = 0 ceiling stands. Composed under the eps
-    accountant's guard: absl's warning for an order that does not converge would configure an unconfigured root
-    logger (`dpmed.accounting.epsilon._root_logging_left_alone`)."""
-    rdp = rdp_privacy_accountant.RdpAccountant()
-    with _root_logging_left_alone():
-        rdp.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps)
-    curve, orders = np.asarray(rdp._rdp, dtype=float), np.asarray(rdp._orders, dtype=float)
+    (1 - e^eps) Q(E)), where the objective is no smaller than at eps = 0. The curve is the eps accountant's
+    (`dpmed.accounting.epsilon.rdp_curve`: orders whose RDP rounds below zero left out, since dp_accounting reads
+    each as delta = 0); with no order left, the sigma = 0 ceiling stands."""
+    orders, curve = rdp_curve([PoissonGaussianEvent(noise_multiplier=sigma, sample_rate=q, steps=steps)])
     ceiling = _limits.ceiling(q, steps, kappa)
-    if not (curve >= 0).any():
+    if not len(orders):
         return ceiling
 
     def delta(eps: float) -> float:
-        value = rdp_privacy_accountant.compute_delta(orders[curve >= 0], curve[curve >= 0], max(eps, 0.0))[0]
+        value = rdp_privacy_accountant.compute_delta(orders, curve, max(eps, 0.0))[0]
         return value + max(0.0, -math.expm1(eps))
 
     return _pld.power_from_delta(delta, kappa, ceiling)
