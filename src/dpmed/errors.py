@@ -6,7 +6,8 @@ prints the message alone (no traceback) and exits non-zero; the Python API raise
 
 from __future__ import annotations
 
-__all__ = ["DpmedError", "ConfigError", "DataError", "PrivacyError", "FolderError", "error_name"]
+__all__ = ["DpmedError", "ConfigError", "DataError", "PrivacyError", "FolderError", "error_name",
+           "first_invalid"]
 
 
 def error_name(exc: BaseException) -> str:
@@ -14,6 +15,14 @@ def error_name(exc: BaseException) -> str:
     nothing (``zlib.error`` for a corrupt compressed file, ``zipfile.BadZipFile``)."""
     name = type(exc).__qualname__
     return name if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{name}"
+
+
+def first_invalid(exc) -> str:
+    """The first problem of a pydantic ValidationError of a file dpmed wrote, as a message quotes it: "key.path: what
+    is wrong", or what is wrong alone where the file is no JSON at all (no key to name)."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return (f"{where}: " if where else "") + first["msg"]
 
 
 class DpmedError(Exception):

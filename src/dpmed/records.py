@@ -18,7 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, PlainValida
 from dpmed.accounting import Ledger
 from dpmed.config import RunPlan, Study, TrainingConfig
 from dpmed.evaluation.summaries import Estimate, Explanations, Fairness
-from dpmed.errors import ConfigError
+from dpmed.errors import ConfigError, first_invalid
 from dpmed.folders import RETRAIN_NOTE, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, ReconstructionRecord
 
@@ -265,13 +265,10 @@ def read_record(path: Path) -> RunRecord:
     except OSError as exc:
         raise ConfigError(f"cannot read the run record {path}: {exc.strerror or exc}") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])            # empty where the file is not JSON at all
         if Path(path).name != "run.json":                          # another file passed for one: no advice to retrain
-            raise ConfigError(f"{path} is not a run record ({where + ': ' if where else ''}{first['msg']}); a run's "
-                              "record is the run.json in its folder, runs/<run id>/run.json") from None
-        raise ConfigError(f"{path} is not a run record this version of dpmed can read ("
-                          + (f"{where}: " if where else "") + f"{first['msg']}); it "
+            raise ConfigError(f"{path} is not a run record ({first_invalid(exc)}); a run's record is the run.json "
+                              "in its folder, runs/<run id>/run.json") from None
+        raise ConfigError(f"{path} is not a run record this version of dpmed can read ({first_invalid(exc)}); it "
                           "may come from another version: run the study into another output folder (--out), or "
                           f"delete that run's folder to retrain it {RETRAIN_NOTE}") from None
 

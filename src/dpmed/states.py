@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from dpmed.errors import ConfigError
+from dpmed.errors import ConfigError, first_invalid
 from dpmed.folders import RETRAIN_NOTE, RunFolder, StudyFolder
 from dpmed.lock import Holder, lock_holder
 from dpmed.records import ResolvedStudy, read_record
@@ -49,12 +49,10 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
             raise StudyFileGiven(f"{folder.resolved_study} is a study file (what `dpmed run` takes), not the record "
                                  f"of a study that `dpmed run` writes into the study's output folder; pass that "
                                  f"folder, OUT/{name} (by default results/{name})") from None
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"{folder.resolved_study} is not a study.yaml this version of dpmed can read ("
-                          + (f"{where}: " if where else "") + f"{first['msg']}); it may have been written by another "
-                          "version of dpmed: read the folder with that version, or run the study again into another "
-                          f"output folder (--out) {RETRAIN_NOTE}") from None
+        raise ConfigError(f"{folder.resolved_study} is not a study.yaml this version of dpmed can read "
+                          f"({first_invalid(exc)}); it may have been written by another version of dpmed: read the "
+                          f"folder with that version, or run the study again into another output folder (--out) "
+                          f"{RETRAIN_NOTE}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{folder.resolved_study} cannot be read ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0]}); `dpmed run` writes it and reads it back to check finished "

@@ -36,7 +36,7 @@ from dpmed.audit import AuditRecord, max_canaries
 from dpmed.budget import check_budget, study_privacy
 from dpmed.config import RunPlan, Study, load_study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
-from dpmed.errors import ConfigError, DataError, error_name
+from dpmed.errors import ConfigError, DataError, error_name, first_invalid
 from dpmed.executors import RunFailure, RunTask, check_executor_options, make_executor
 from dpmed.folders import RunFolder, StudyFolder, write_text_atomic
 from dpmed.interruption import interruptible
@@ -442,9 +442,7 @@ def _tell_audit(tag: str, folder: RunFolder) -> None:
     except OSError as exc:
         reason = f"{error_name(exc)}: {exc.strerror or exc}"
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])            # empty where the file is not JSON at all
-        reason = (f"{where}: " if where else "") + first["msg"]
+        reason = first_invalid(exc)
     else:
         _log.info("%s: audit (private: %s): %s", tag, folder.audit, statement)
         return
