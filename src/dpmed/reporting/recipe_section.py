@@ -127,7 +127,7 @@ def _unit(arm: DpSgdArm, dp: list[DpSgdPlan]) -> tuple[str, bool]:
     if unit != arm.privacy_unit and not dp[0].patients_known:
         text += " (the data name no patients, so each image is its own)"
     if cap is not None:
-        text += f", at most {cap} image{'s' * (cap != 1)} of each patient"
+        text += f", at most {count_text(cap, 'image')} of each patient"
     return text, arm.privacy_unit == "patient" and cap is None
 
 

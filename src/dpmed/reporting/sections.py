@@ -429,9 +429,11 @@ def _not_from_pld(runs: list[RunRecord]) -> str:
                                                              *r.reconstruction.tpr_at_fpr_via.values()))]
     if not rdp:
         return ""
+    from dpmed.accounting import accountant_info    # the ceiling the accountant applies, not a copy of its number
+
     return (f"<p>The bounds of {_first_ten(rdp)} come from RDP's delta through the same duality, not from "
-            "the PLD, which composes at most 2,000,000 steps: upper bounds still, looser than the PLD's would be "
-            "(each value's method is in its run.json).</p>")
+            f"the PLD, which composes at most {accountant_info('pld').max_steps:,.0f} steps: upper bounds still, "
+            "looser than the PLD's would be (each value's method is in its run.json).</p>")
 
 
 def _unbounded_runs(records: list[RunRecord], *, alone: bool = False) -> str:
