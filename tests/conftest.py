@@ -43,6 +43,27 @@ def write_study(tmp_path: Path):
     return write
 
 
+@pytest.fixture
+def write_png_table(tmp_path: Path):
+    """Write ``n`` random grey PNGs of ``shape`` (height, width) under tmp_path/images and tmp_path/labels.csv
+    naming them (columns file, finding; labels alternate 0, 1): a CSV dataset without patient ids. Returns the
+    table's path."""
+
+    def write(n: int = 40, shape: tuple[int, int] = (20, 20)) -> Path:
+        from PIL import Image
+
+        rng = np.random.default_rng(0)
+        (tmp_path / "images").mkdir(exist_ok=True)
+        rows = ["file,finding"]
+        for i in range(n):
+            Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8)).save(tmp_path / "images" / f"{i}.png")
+            rows.append(f"images/{i}.png,{i % 2}")
+        (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
+        return tmp_path / "labels.csv"
+
+    return write
+
+
 class _DiskWithRoom:
     """A file open for writing on a disk with ``room`` bytes left: the write that passes it fails as a full disk's
     does (ENOSPC, naming no file), after writing what fitted."""

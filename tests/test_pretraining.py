@@ -9,7 +9,6 @@ import hashlib
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -256,24 +255,16 @@ def test_an_overlapping_public_set_is_refused_before_anything_trains(private, tm
 
 
 @pytest.mark.parametrize("own_steps", [{"image_size": 17}, {"preprocessing": {"equalize": True}}])
-def test_the_private_files_are_refused_as_public_whatever_steps_the_public_set_is_read_with(tmp_path, monkeypatch,
-                                                                                               own_steps):
+def test_the_private_files_are_refused_as_public_whatever_steps_the_public_set_is_read_with(tmp_path,
+                                                                                               write_png_table,
+                                                                                               monkeypatch, own_steps):
     """The identical-image check compares pixels, and a file of both sets decodes to the same pixels only under the
     same per-image steps. Before, the private CSV given again as pretrain.data at another size (or with its own
     preprocessing) had no identical image, no patient ids to compare, and no near-duplicate at
     near_duplicate_bits 0: it was trained on without noise."""
-    from PIL import Image
-
     from dpmed.data import read_dataset
 
-    rng = np.random.default_rng(0)
-    (tmp_path / "images").mkdir()
-    rows = ["file,finding"]
-    for i in range(40):
-        Image.fromarray(rng.integers(0, 256, (20, 20), dtype=np.uint8)).save(tmp_path / "images" / f"{i}.png")
-        rows.append(f"images/{i}.png,{i % 2}")
-    (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
-    data = {"source": "csv", "path": str(tmp_path / "labels.csv"), "columns": {"path": "file"},
+    data = {"source": "csv", "path": str(write_png_table(40, (20, 20))), "columns": {"path": "file"},
             "labels": ["finding"], "task": "binary"}
     study = Study.model_validate({"name": "s", "data": {**data, "image_size": 16, "channels": 1}, "arms": ARMS,
                                   "pretrain": {**PUBLIC, "data": {**data, **own_steps}, "near_duplicate_bits": 0}})

@@ -171,22 +171,14 @@ def test_runs_on_other_data_of_a_view_table_say_that_the_views_default_changed(t
 
 
 @pytest.mark.parametrize("model, refused", [("flat_cnn", True), ("scatternet_linear", True), ("small_cnn", False)])
-def test_non_square_images_are_refused_before_training_by_the_models_that_take_square_ones(write_study, tmp_path,
-                                                                                            model, refused):
+def test_non_square_images_are_refused_before_training_by_the_models_that_take_square_ones(write_study,
+                                                                                            write_png_table, model,
+                                                                                            refused):
     """data.image_size unset keeps the files' own size: 20 x 30 px here. flat_cnn's flattened head and the
     ScatterNets' scattering are built for S x S images (S the height), so every run failed at its first step with
     torch's "mat1 and mat2 shapes cannot be multiplied" or kymatio's "Tensor must be of spatial size"; a model with
     global pooling takes them."""
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    (tmp_path / "images").mkdir()
-    rows = ["file,finding"]
-    for i in range(40):
-        Image.fromarray(rng.integers(0, 256, (20, 30), dtype=np.uint8)).save(tmp_path / "images" / f"{i}.png")
-        rows.append(f"images/{i}.png,{i % 2}")
-    (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
+    write_png_table(40, (20, 30))
     study = load_study(write_study(
         f"name: s\ndata: {{source: csv, path: labels.csv, columns: {{path: file}}, labels: [finding], task: binary, "
         f"channels: 1}}\nmodel: {{name: {model}}}\ntraining: {{batch_size: 8}}\n"
