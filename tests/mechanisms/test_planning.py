@@ -287,7 +287,6 @@ def test_a_delta_below_what_pld_resolves_plans_with_rdp_and_says_so(write_study)
             assert card.epsilon <= 1.0 + 1e-9          # the target, met under RDP
 
 
-
 def test_given_laplace_noise_below_pld_s_delta_floor_names_the_delta_as_the_reason(write_study):
     """Laplace noise b = 2 C1 over 14 steps at q = 1/7 has an eps of about 1.24 (the pure bound), but at delta 1e-15
     PLD cannot resolve it and the pure bound certifies it. The card's note must say why: the delta (as for a target,
