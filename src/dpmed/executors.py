@@ -319,14 +319,20 @@ class ProcessPoolExecutor:
 
 def _broken_off(task: RunTask) -> Outcome:
     """The outcome of a run whose worker died (or was stopped when another one did): finished where it wrote its
-    run.json before (its record read back, as `_ended_before_the_stop` does), failed otherwise. Reported failed, a
-    finished run was left out of the study's results and kept an error.json beside its run.json for good."""
+    run.json before (its record read back, `_read_back`, as after a fail-fast stop), failed otherwise. Reported
+    failed, a finished run was left out of the study's results and kept an error.json beside its run.json for good."""
     if task.folder.is_finished:
-        try:
-            return read_record(task.folder.record)
-        except ConfigError as exc:      # not this run's to stop the pool loop over: the others' outcomes still count
-            return _failure(task, WORKER_DIED, f"no traceback: the process was killed, and its run.json {exc}")
+        return _read_back(task)
     return _failure(task, WORKER_DIED, "no traceback: the process was killed")
+
+
+def _read_back(task: RunTask) -> Outcome:
+    """The record of a run that wrote its run.json before its worker was killed or stopped; failed where that record
+    cannot be read: not this run's to stop the pool loop over, where the others' outcomes still count."""
+    try:
+        return read_record(task.folder.record)
+    except ConfigError as exc:
+        return _failure(task, WORKER_DIED, f"no traceback: the process was killed, and its run.json {exc}")
 
 
 def _as_completed_interruptibly(fs: Iterable[futures.Future]) -> Iterator[futures.Future]:
@@ -351,7 +357,7 @@ def _ended_before_the_stop(pending: dict[futures.Future, RunTask],
         if future.done() and not future.cancelled() and future.exception() is None:
             yield task, future.result()
         elif task.folder.is_finished:
-            yield task, read_record(task.folder.record)
+            yield task, _read_back(task)
 
 
 RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'dpmed[ray]'"
