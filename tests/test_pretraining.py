@@ -5,12 +5,16 @@ public set overlaps the private one; and the study-file keys (a missing file is 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import re
+import weakref
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import dpmed.pretraining as pretraining
 from dpmed.config import Study, load_study
@@ -272,6 +276,62 @@ def test_the_private_files_are_refused_as_public_whatever_steps_the_public_set_i
     monkeypatch.setattr(pretraining, "train", _no_training)
     with pytest.raises(DataError, match="40 private image.s. are identical to public ones"):
         prepare_start(study, private, StudyFolder(tmp_path / "out"))
+
+
+def _png_table(folder: Path, images: np.ndarray, patients: list[str]) -> dict:
+    """A CSV dataset of grey PNGs ``images`` uint8 [N, H, W] with patient ids, as a study's data section."""
+    folder.mkdir()
+    rows = ["file,pid,finding"]
+    for i, (image, pid) in enumerate(zip(images, patients)):
+        Image.fromarray(image).save(folder / f"{i}.png")
+        rows.append(f"{i}.png,{pid},{i % 2}")
+    (folder / "labels.csv").write_text("\n".join(rows) + "\n")
+    return {"source": "csv", "path": str(folder / "labels.csv"), "columns": {"path": "file", "patient": "pid"},
+            "labels": ["finding"], "task": "binary", "channels": 1}
+
+
+@pytest.mark.parametrize("public_kind, refusal", [
+    ("unrelated", None),
+    ("the private files", "40 private image.s. are identical to public ones"),
+    ("the private patients", "40 patient id.s. are in both sets"),
+    ("the private images, contrast halved", "40 of 40 private images have a near-duplicate"),
+])
+def test_the_public_set_read_again_for_the_overlap_check_is_dropped_before_the_copy_that_trains_is_read(
+        tmp_path, monkeypatch, public_kind, refusal):
+    """The public set at its own size (20 px), the private data at 16 px: the check reads the public set again at
+    16 px. Before, that copy was read after the one that trains, and both were held at once (twice the public set's
+    memory). Now it is read first and gone before the other is decoded; each check refuses as before, before the
+    copy that trains is read at all."""
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (40, 20, 20), dtype=np.uint8)
+    ids = [f"p{i}" for i in range(40)]
+    private_data = _png_table(tmp_path / "private", images, ids)
+    public_images, public_ids = {
+        "unrelated": (rng.integers(0, 256, (40, 20, 20), dtype=np.uint8), [f"q{i}" for i in range(40)]),
+        "the private files": (images, [f"q{i}" for i in range(40)]),
+        "the private patients": (rng.integers(0, 256, (40, 20, 20), dtype=np.uint8), ids),
+        "the private images, contrast halved": ((64 + images // 2).astype(np.uint8), [f"q{i}" for i in range(40)]),
+    }[public_kind]
+    public_data = {**_png_table(tmp_path / "public", public_images, public_ids), "image_size": 20}
+    study = Study.model_validate({"name": "s", "data": {**private_data, "image_size": 16}, "arms": ARMS,
+                                  "pretrain": {**PUBLIC, "data": public_data}})
+    private = pretraining.read_dataset(study.data.to_request())
+    reads, earlier, real = [], [], pretraining.read_dataset
+
+    def read(request):
+        """The reader, recording each read's image size and how many sets it read before are still held."""
+        gc.collect()
+        reads.append((request.preprocessing.size, sum(any(r() is not None for r in refs) for refs in earlier)))
+        dataset = real(request)
+        earlier.append([weakref.ref(s.images) for s in (dataset.train, dataset.val, dataset.test)])
+        return dataset
+
+    monkeypatch.setattr(pretraining, "read_dataset", read)
+    monkeypatch.setattr(pretraining, "train", _no_training)
+    with pytest.raises(AssertionError if refusal is None else DataError,
+                       match="trained although" if refusal is None else refusal):
+        prepare_start(study, private, StudyFolder(tmp_path / "out"))
+    assert reads == ([((16, 16), 0)] if refusal else [((16, 16), 0), ((20, 20), 0)])
 
 
 def test_public_images_must_have_the_private_channels(private, tmp_path, monkeypatch):

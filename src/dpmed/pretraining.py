@@ -12,7 +12,7 @@ The stage, in order (`prepare_start`):
    the private data's, so one model fits both);
 2. refuse it if it overlaps the private dataset in any split (identical images, shared patient ids, near-duplicate
    images: `dpmed.data.overlap`; the public set read at the private data's preprocessing for the check, so that
-   one file is one image in both), before anything trains;
+   one file is one image in both, and that copy dropped before the one that trains is read), before anything trains;
 3. train the model on it without privacy (``pretrain.training``, ``pretrain.seed``), once: the weights are cached
    under ``<study>/pretrain/<key>/`` by a content hash of the public images and labels, the pretraining settings,
    the model and any weights it started from, so a resumed or re-run study reuses them, also after its folder
@@ -46,7 +46,7 @@ import torch
 from dpmed.config import Study
 from dpmed.config.schema import DataConfig, PretrainConfig
 from dpmed.data import DATASET_SOURCES, DataRequest, Dataset, ImageSet, normalize, read_dataset
-from dpmed.data.overlap import refuse_overlap
+from dpmed.data.overlap import Overlap, refuse_overlap
 from dpmed.errors import ConfigError
 from dpmed.evaluation.inference import predict
 from dpmed.evaluation.utility import auroc
@@ -97,6 +97,15 @@ def _as_the_private_data_is_read(request: DataRequest, private_config: DataConfi
         return None
     _log.info("pretrain: reading the public data again at the private data's preprocessing, for the overlap check")
     return read_dataset(replace(request, preprocessing=steps))
+
+
+def _refuse_overlap(public: Dataset, private: Dataset, config: PretrainConfig) -> Overlap:
+    """`refuse_overlap` of ``public`` (the public set, as read for the check) against ``private``, at the study's
+    threshold."""
+    _log.info("pretrain: checking %s (%d images) against the private %s (%d images) for overlap", public.name,
+              len(public.train) + len(public.val) + len(public.test), private.name,
+              len(private.train) + len(private.val) + len(private.test))
+    return refuse_overlap(public, private, max_distance=config.near_duplicate_bits, what="pretrain.data")
 
 
 def _with_inputs(dataset: Dataset, images: ImageSet) -> ImageSet:
@@ -157,17 +166,18 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     if config is None:
         raise ValueError("the study has no pretrain section")
     request = public_request(config.data, private)
+    # A copy read at the private data's steps is checked and dropped before the copy that trains is decoded: each
+    # holds the whole public set (100,000 grey images at 224 px: 20 GB each), so the two are never held at once.
+    checked = _as_the_private_data_is_read(request, study.data, private)
+    overlap = None if checked is None else _refuse_overlap(checked, private, config)
+    del checked
     public = read_dataset(request)
     if public.train.image_shape[0] != private.train.image_shape[0]:
         raise ConfigError(f"pretrain.data gives {public.train.image_shape[0]}-channel images, the private data "
                           f"{private.train.image_shape[0]}-channel ones; set pretrain.data.channels to "
                           f"{private.train.image_shape[0]} (one model must take both)")
-    _log.info("pretrain: checking %s (%d images) against the private %s (%d images) for overlap", public.name,
-              len(public.train) + len(public.val) + len(public.test), private.name,
-              len(private.train) + len(private.val) + len(private.test))
-    compared = _as_the_private_data_is_read(request, study.data, private) or public
-    overlap = refuse_overlap(compared, private, max_distance=config.near_duplicate_bits, what="pretrain.data")
-    del compared
+    if overlap is None:
+        overlap = _refuse_overlap(public, private, config)
     start = study.model.weights
     start_sha = None if start is None else hash_weights(start)
     key = _content_key(public, config, study.model.name, start_sha)
