@@ -334,6 +334,22 @@ def test_the_public_set_read_again_for_the_overlap_check_is_dropped_before_the_c
     assert reads == ([((16, 16), 0)] if refusal else [((16, 16), 0), ((20, 20), 0)])
 
 
+def test_the_cache_key_hashes_the_public_images_where_they_are_not_a_copy_of_them():
+    """Before, each split's images were copied into a bytes object to be hashed: with the copy that trains, the
+    largest split of the public set was held twice."""
+    import tracemalloc
+
+    public = make_phantom(seed=1, n_images=1000, image_size=32)
+    study = _study(pretrain=PUBLIC)
+    tracemalloc.start()
+    try:
+        pretraining._content_key(public, study.pretrain, "small_cnn", None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < public.train.images.nbytes / 4, (peak, public.train.images.nbytes)
+
+
 def test_public_images_must_have_the_private_channels(private, tmp_path, monkeypatch):
     monkeypatch.setattr(pretraining, "train", _no_training)
     rgb = {**PUBLIC, "data": {**PUBLIC["data"], "channels": 3}}

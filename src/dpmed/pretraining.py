@@ -116,11 +116,12 @@ def _with_inputs(dataset: Dataset, images: ImageSet) -> ImageSet:
 
 def _content_key(public: Dataset, config: PretrainConfig, model: str, start_sha: str | None) -> str:
     """sha256 over the public images and labels (every split), the pretraining settings that change what is
-    computed, the model and the weights it starts from: equal keys, equal weights up to float rounding."""
+    computed, the model and the weights it starts from: equal keys, equal weights up to float rounding. The arrays
+    are hashed where they are (a bytes copy would hold the public set's largest split twice)."""
     digest = hashlib.sha256()
     for split in (public.train, public.val, public.test):
         for array in (split.images, split.labels):
-            digest.update(np.ascontiguousarray(array).tobytes())
+            digest.update(np.ascontiguousarray(array))
             digest.update(str(array.shape).encode())
     training = {k: v for k, v in config.training.model_dump(mode="json").items() if k not in ("device", "threads")}
     settings = {"training": training, "seed": config.seed, "model": model, "start": start_sha,
