@@ -406,3 +406,14 @@ def test_data_memory_reports_each_size_s_decoded_bytes_beside_its_peak(tmp_path)
     rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| 16 ")]
     assert [(r[1], r[2], r[3]) for r in rows] == [("1", "32 (32)", "0.00 GB"), ("3", "32 (32)", "0.00 GB")]
     assert all(float(r[4].split()[0]) > 0 for r in rows)
+
+
+def test_overlap_memory_runs_the_pretrain_stage_up_to_training_and_gives_training_back(capsys):
+    import dpmed.pretraining
+
+    train = dpmed.pretraining.train
+    assert _harness("overlap_memory").main(["--public", "40", "--private", "40", "--size", "20",
+                                            "--private-size", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "public set: 40 images, 0 MB decoded at 20 px, 0 MB at 16 px" in out and "peak allocated" in out
+    assert dpmed.pretraining.train is train
