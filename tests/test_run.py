@@ -64,6 +64,24 @@ def test_an_attempt_is_another_where_the_training_images_labels_or_patients_diff
     assert _attempt(plans["base"], dataclasses.replace(context, privacy_randomness="reproducible")) != key
 
 
+def test_an_attempt_s_key_hashes_the_training_images_where_they_are_not_a_copy_of_them(prepared):
+    """Before, the training images were copied into a bytes object to be hashed: every worker held them twice."""
+    import tracemalloc
+
+    study, dataset, plans = prepared
+    train = dataset.train
+    big = _with_train(dataset, masks=None, **{name: np.repeat(getattr(train, name), 50, axis=0)
+                                              for name in ("images", "labels", "patient_ids", "sex", "age")})
+    context = RunContext(dataset=big, evaluation=study.evaluation)
+    tracemalloc.start()
+    try:
+        _attempt(plans["base"], context)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < big.train.images.nbytes / 4, (peak, big.train.images.nbytes)
+
+
 def test_another_attempt_s_key_is_replaced_and_what_it_left_deleted(prepared, tmp_path):
     study, dataset, plans = prepared
     context = RunContext(dataset=dataset, evaluation=study.evaluation)

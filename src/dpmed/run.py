@@ -67,14 +67,15 @@ class RunContext:
 def _attempt(plan: RunPlan, context: RunContext) -> str:
     """What an unfinished attempt of the run must share with this one for its key to serve again: the run's
     settings, the randomness mode, the study's start and the training data's content (sha256; it is kept only in
-    the private key file, which goes when the run finishes)."""
+    the private key file, which goes when the run finishes). The arrays are hashed where they are: a bytes copy would
+    hold the training images twice in every worker."""
     digest = hashlib.sha256(json.dumps({"plan": plan.settings(), "randomness": context.privacy_randomness,
                                         "start": None if context.start is None else context.start.model_dump(
                                             mode="json"), "normalization": str(context.dataset.normalization)},
                                        sort_keys=True).encode())
     train = context.dataset.train
     for array in (train.images, train.labels):
-        digest.update(np.ascontiguousarray(array).tobytes())
+        digest.update(np.ascontiguousarray(array))
         digest.update(str(array.shape).encode())
     digest.update("\0".join(map(str, train.patient_ids)).encode())
     return digest.hexdigest()
