@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import settings
-from scipy import optimize, special
+from scipy import optimize, special, stats
 
 # The property tests draw the same examples on every run, so that an unchanged commit cannot turn red by chance (a
 # rate of 1 - 2^-53 once broke dp_accounting's PLD in one run of many). HYPOTHESIS_PROFILE=explore draws fresh
@@ -270,3 +270,30 @@ def exact_gaussian_epsilon():
     does not overflow), inverted by bracketing. Independent of dp_accounting and of dpmed's own analytic Gaussian:
     the truth the accounting tests compare against. Called as exact_gaussian_epsilon(mu, delta)."""
     return _exact_gaussian_epsilon
+
+
+def _pld_by_hand(patient_events, groups, delta: float, interval: float = 3e-4) -> float:
+    from dp_accounting import dp_event
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.privacy_accountant import NeighboringRelation
+
+    events = [dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(
+        e.sample_rate, dp_event.GaussianDpEvent(e.noise_multiplier)), e.steps) for e in patient_events]
+    for k, e in groups:
+        weights = [stats.binom.pmf(j, k, e.sample_rate) for j in range(k + 1)]
+        events.append(dp_event.SelfComposedDpEvent(
+            dp_event.MixtureOfGaussiansDpEvent(e.noise_multiplier, list(range(k + 1)), weights), e.steps))
+    accountant = pld_privacy_accountant.PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                                      value_discretization_interval=interval)
+    accountant.compose(dp_event.ComposedDpEvent(events))
+    return accountant.get_epsilon(delta)
+
+
+@pytest.fixture(scope="session")
+def pld_by_hand():
+    """eps(delta) for add/remove one patient by dp_accounting's own PLD accountant, on a finer grid than dpmed's:
+    each Gaussian event of ``patient_events`` (a patient-unit run's steps) Poisson-sampled, and each (k, event) of
+    ``groups`` (an image-unit run's steps, a patient being at most k of its images) as the mixture of Gaussians with
+    sensitivities 0..k and Binomial(k, q) weights (Ganesh 2024). Called as pld_by_hand(patient_events, groups,
+    delta)."""
+    return _pld_by_hand

@@ -193,3 +193,60 @@ def test_a_tight_value_left_out_says_why():
     big = group_privacy(epsilon=200.0, delta=DELTA, k=3, noise_multiplier=0.1, sample_rate=0.5, steps=100)
     assert "above the 500" in big.tight_missing
     assert group_privacy(epsilon=5.0, delta=1e-10, k=2, **dp_sgd).tight_missing is None
+
+
+def test_a_patient_total_is_the_pld_of_both_units_runs_composed_by_hand(pld_by_hand):
+    """Patient-unit steps and an image-unit run's steps as groups of a patient's 3 images, in one PLD: within the
+    discretisation of dp_accounting's accountant composing the same events by hand on a finer grid, and between
+    each part alone and the sum of the parts (basic composition, each part at delta / 2)."""
+    from dpmed.accounting import ImageGroup, Ledger, PoissonGaussianEvent, ledger_epsilon, patient_epsilon
+
+    patients = PoissonGaussianEvent(noise_multiplier=2.0, sample_rate=0.1, steps=300)
+    images = PoissonGaussianEvent(noise_multiplier=3.0, sample_rate=0.05, steps=500)
+    got = patient_epsilon([patients], [ImageGroup(3, images)], delta=DELTA)
+    truth = pld_by_hand([patients], [(3, images)], DELTA)
+    assert got >= truth * (1 - 1e-6) and got == pytest.approx(truth, rel=5e-3)
+    part = {d: (ledger_epsilon(Ledger((patients,)), delta=d),
+                group_privacy(epsilon=1.0, delta=d, k=3, noise_multiplier=3.0, sample_rate=0.05,
+                              steps=500).tight_epsilon) for d in (DELTA, DELTA / 2)}
+    assert max(part[DELTA]) < got < sum(part[DELTA / 2])
+
+
+@pytest.mark.parametrize("sigmas, steps, k", [((2.0, 3.0), (2, 3), 2), ((4.0, 6.0), (5, 4), 3)])
+def test_at_sample_rate_one_a_patient_total_is_one_gaussian_mechanism(sigmas, steps, k, exact_gaussian_epsilon):
+    """q = 1: each patient-unit step is a Gaussian mechanism of sensitivity 1, each image-unit step one of sensitivity
+    k (all the patient's k images join): together mu = sqrt(T1 / sigma1^2 + k^2 T2 / sigma2^2), exactly (Balle and
+    Wang 2018). The pessimistic PLD lies at or above it, within its discretisation."""
+    from dpmed.accounting import ImageGroup, PoissonGaussianEvent, patient_epsilon
+
+    (s1, s2), (t1, t2) = sigmas, steps
+    got = patient_epsilon([PoissonGaussianEvent(s1, 1.0, t1)], [ImageGroup(k, PoissonGaussianEvent(s2, 1.0, t2))],
+                          delta=DELTA)
+    exact = exact_gaussian_epsilon(math.sqrt(t1 / s1 ** 2 + k * k * t2 / s2 ** 2), DELTA)
+    assert exact - 1e-9 <= got and got == pytest.approx(exact, rel=0.02)
+
+
+def test_a_group_of_one_image_is_the_run_itself():
+    """k = 1: a patient with one image in an image-unit run is one image, so the mixture is the Poisson-subsampled
+    Gaussian, and the total is the ledger's eps of both runs' steps (dpmed's own PLD of them, not the mixture's)."""
+    from dpmed.accounting import ImageGroup, Ledger, PoissonGaussianEvent, ledger_epsilon, patient_epsilon
+
+    a, b = PoissonGaussianEvent(1.5, 0.05, 200), PoissonGaussianEvent(2.5, 0.1, 300)
+    got = patient_epsilon([a], [ImageGroup(1, b)], delta=DELTA)
+    assert got == pytest.approx(ledger_epsilon(Ledger((a, b)), delta=DELTA), rel=5e-3)
+
+
+def test_a_patient_total_beyond_what_a_pld_resolves_says_why():
+    """There is no fallback (dp_accounting's RDP accountant has no mixture of Gaussians), so each limit of the PLD
+    is a refusal that says which: the steps it composes, the smallest delta it resolves, the largest eps."""
+    from dpmed.accounting import ImageGroup, PoissonGaussianEvent, PoissonLaplaceEvent, _pld, patient_epsilon
+
+    many = ImageGroup(2, PoissonGaussianEvent(50.0, 1e-4, _pld.MAX_STEPS + 1))
+    with pytest.raises(ValueError, match=r"at most 2,000,000 steps .* RDP accountant has no analysis"):
+        patient_epsilon([], [many], delta=DELTA)
+    with pytest.raises(ValueError, match="resolves delta down to 1e-11 only after 10,000 steps"):
+        patient_epsilon([PoissonGaussianEvent(1.0, 0.01, 10_000)], [], delta=1e-13)
+    with pytest.raises(ValueError, match="above the 500 a PLD resolves"):
+        patient_epsilon([], [ImageGroup(3, PoissonGaussianEvent(0.5, 0.5, 300))], delta=DELTA)
+    with pytest.raises(TypeError, match="Poisson-sampled Gaussian steps"):
+        ImageGroup(2, PoissonLaplaceEvent(1.0, 0.1, 10))

@@ -23,6 +23,8 @@ __all__ = [
     "noise_multiplier_for",
     # the patient as the unit, and what image-level DP-SGD implies for a patient with k images
     "NEIGHBOUR_PATIENT", "GroupPrivacy", "group_privacy", "GROUP_CITATION", "TIGHT_GROUP_CITATION",
+    # both units composed for add/remove one patient, an image-unit run's steps as groups of a patient's images
+    "ImageGroup", "patient_epsilon",
     # local DP on images
     "NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for",
     "laplace_scale_for_image", "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image",
@@ -45,7 +47,8 @@ _MODULES = {
                 "effective_accountant", "fallback_accountant", "NEIGHBOUR_DP_SGD", "dp_sgd_event", "dp_sgd_epsilon",
                 "ledger_epsilon", "default_delta", "dp_sgd_schedule", "shuffled_event", "poisson_counterpart"),
     "calibration": ("noise_multiplier_for",),
-    "group": ("NEIGHBOUR_PATIENT", "GroupPrivacy", "group_privacy", "GROUP_CITATION", "TIGHT_GROUP_CITATION"),
+    "group": ("NEIGHBOUR_PATIENT", "GroupPrivacy", "group_privacy", "GROUP_CITATION", "TIGHT_GROUP_CITATION",
+              "ImageGroup", "patient_epsilon"),
     "ldp": ("laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for", "laplace_scale_for_image",
             "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image", "ImageComposition",
             "compose_image_events", "LAPLACE_COMPOSITION", "GAUSSIAN_COMPOSITION", "MIXED_COMPOSITION"),
