@@ -357,3 +357,122 @@ def test_an_image_unit_total_states_what_it_means_for_a_patient(write_study):
     assert "a patient with k images is protected only as a group of k" in loose.statement, loose.statement
     patients = study_privacy(_plans(load_study(write_study(BUDGET))))       # the patient is the unit: nothing to add
     assert "group" not in patients.statement
+
+
+MIXED = ("name: b\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0, 1]\n"
+         "training: {epochs: 4, batch_size: 16}\nprivacy_budget: {epsilon: 10, delta: 1e-5}\n"
+         "arms: [{name: dp, mechanism: dp_sgd, target_epsilon: 1}, {name: img, mechanism: dp_sgd, target_epsilon: 1, "
+         "privacy_unit: image, max_images_per_patient: 2}]\n")
+# 70 patients of 2 images each, and the two DP counts the arms plan from, at eps 0.05 each
+MIXED_CONTEXT = PlanContext(images_per_patient=np.full(70, 2, dtype=np.int64), image_shape=(1, 16, 16),
+                            released_sizes={"patients": 72, "images, at most 2 per patient": 139}, size_epsilon=0.05)
+
+
+def _event(plan):
+    p = plan.privacy
+    return accounting.PoissonGaussianEvent(p.noise_multiplier, p.sample_rate, p.steps)
+
+
+def test_runs_of_both_units_compose_with_the_patient_as_the_unit_where_image_runs_cap_a_patient_s_images(
+        write_study, pld_by_hand):
+    """Before: "no single eps ... do not compose" for patient-unit runs beside image-unit runs capped at 2 images per
+    patient. A patient is at most 2 images of each image-unit run, a group whose steps are the mixture of Gaussians
+    (Ganesh 2024), so all four runs compose for add/remove one patient in one PLD: as dp_accounting's accountant
+    composes them by hand, between the largest part and the sum of the parts, plus each DP count once, the count of
+    capped images twice (a patient is up to 2 of the images it counts)."""
+    study = load_study(write_study(MIXED))
+    plans = plan_runs(study, MIXED_CONTEXT)
+    privacy = study_privacy(plans, budget=study.privacy_budget)
+    patients = [_event(p) for p in plans if p.privacy.unit == "patient"]
+    images = [_event(p) for p in plans if p.privacy.unit == "image"]
+    assert len(patients) == len(images) == 2 and images[0].sample_rate < 0.2
+    training = accounting.patient_epsilon(patients, [accounting.ImageGroup(2, e) for e in images], delta=1e-5)
+    assert privacy.dp_sgd_epsilon == pytest.approx(training + 0.05 + 2 * 0.05, rel=1e-12)
+    assert training == pytest.approx(pld_by_hand(patients, [(2, e) for e in images], 1e-5), rel=5e-3)
+    assert (privacy.epsilon, privacy.unit, privacy.accountant, privacy.delta) == (
+        privacy.dp_sgd_epsilon, "patient", "pld", 1e-5)
+
+    def parts(delta):             # each run alone for a patient, and each count once
+        return [accounting.ledger_epsilon(accounting.Ledger((e,)), delta=delta) for e in patients] + [
+            accounting.group_privacy(epsilon=1.0, delta=delta, k=2, noise_multiplier=e.noise_multiplier,
+                                     sample_rate=e.sample_rate, steps=e.steps).tight_epsilon for e in images]
+    assert max(parts(1e-5)) + 0.15 < privacy.dp_sgd_epsilon < sum(parts(1e-5 / 4)) + 0.15
+    assert (f"the 4 DP-SGD runs together: eps = {epsilon_text(privacy.dp_sgd_epsilon)} at delta = 1e-05 (PLD; "
+            "neighbours: add/remove one patient with all of their images;") in privacy.statement
+    assert ("img_eps1_C1_seed0, img_eps1_C1_seed1 as groups of at most 2 images; "
+            f"{accounting.TIGHT_GROUP_CITATION})") in privacy.statement
+    assert "images, at most 2 per patient at eps 0.05, times 2" in privacy.statement
+    check_budget(study.privacy_budget, privacy)
+    with pytest.raises(PrivacyError, match=r"4 DP-SGD runs together cost eps = .* \(PLD; neighbours: add/remove one "
+                                           r"patient\), above the budget eps = 2;"):
+        check_budget(PrivacyBudget(epsilon=2, delta=1e-5), privacy)
+
+
+def test_an_uncapped_image_unit_run_leaves_a_mixed_study_without_a_total_and_says_what_to_set(write_study):
+    """Without max_images_per_patient a patient is a group of as many images as they have, a statistic of the
+    training set: no patient total, and the statement, and the budget's refusal, say which runs and what to set."""
+    study = load_study(write_study(MIXED.replace(", max_images_per_patient: 2", "")))
+    privacy = study_privacy(plan_runs(study, replace(MIXED_CONTEXT, released_sizes=None)), budget=study.privacy_budget)
+    assert (privacy.dp_sgd_epsilon, privacy.epsilon, privacy.unit) == (None, None, None)
+    why = ("no total with the patient as the unit is derived: the image-unit run(s) img_eps1_C1_seed0, "
+           "img_eps1_C1_seed1 set no max_images_per_patient")
+    assert why in privacy.statement
+    assert "set max_images_per_patient (or privacy_unit: patient) on their arms" in privacy.statement
+    with pytest.raises(PrivacyError, match="set no max_images_per_patient"):
+        check_budget(study.privacy_budget, privacy)
+
+
+@pytest.mark.parametrize("changes, why", [
+    ([("delta: 1e-5}", "delta: 1e-5, accountant: rdp}")], "set privacy_budget.accountant: pld"),
+    ([("privacy_unit: image,", "privacy_unit: image, noise: laplace,")], "add Laplace noise"),
+    ([("target_epsilon: 1, privacy_unit", "noise_multiplier: 0.15, accountant: rdp, privacy_unit")],
+     "past every draw of the noise sampler"),
+    ([("target_epsilon: 1}", "target_epsilon: 300}"), ("seeds: [0, 1]", "seeds: [0, 1, 2]"),
+      ("privacy_budget: {epsilon: 10, delta: 1e-5}\n", "")],
+     "PLD could not certify the composition: the composition's eps lies above the 500 a PLD resolves"),
+])
+def test_a_mixed_study_without_a_patient_total_says_why(write_study, changes, why):
+    """A budget on an accountant without the mixture of Gaussians (RDP), Laplace noise on the images (no mixture
+    analysis), a sampler that a patient's 2 images outrun together, a composition beyond what PLD resolves (three
+    patient-unit runs at eps 300): each keeps "no single eps", and says which."""
+    text = MIXED
+    for change in changes:
+        text = text.replace(*change)
+    study = load_study(write_study(text))
+    privacy = study_privacy(plan_runs(study, MIXED_CONTEXT), budget=study.privacy_budget)
+    assert privacy.dp_sgd_epsilon is None and privacy.epsilon is None and not privacy.not_private
+    assert why in privacy.statement, privacy.statement
+
+
+def test_an_image_unit_run_pays_the_sampler_share_of_a_patient_s_images_together(write_study):
+    """At sigma 0.28 one image moves a coordinate 3.6 std, far inside the sampler's bound, but a patient's 2 images
+    together move it 7.1 std: the patient total pays each image-unit run's share for 2 images (9e-8 here), not its
+    share for one (1e-17). Without a budget it adds to the study's delta; with one, it comes out of the budget's."""
+    text = MIXED.replace("target_epsilon: 1, privacy_unit", "noise_multiplier: 0.28, privacy_unit")
+    free = load_study(write_study(text.replace("privacy_budget: {epsilon: 10, delta: 1e-5}\n", "")))
+    plans = plan_runs(free, MIXED_CONTEXT)
+    image_plans = [p.privacy for p in plans if p.privacy.unit == "image"]
+    shares = (sum(p.privacy.sampler_delta for p in plans if p.privacy.unit == "patient")
+              + sum(p.sampler_share(group=2) for p in image_plans))
+    assert shares > 1e3 * sum(p.sampler_delta for p in image_plans) and shares > 1e-3 * 1e-5
+    privacy = study_privacy(plans)
+    assert privacy.unit == "patient" and privacy.delta == pytest.approx(1e-5 + shares, rel=1e-12, abs=0)
+    budgeted = load_study(write_study(text.replace("epsilon: 10,", "epsilon: 1000,")))
+    privacy = study_privacy(plan_runs(budgeted, MIXED_CONTEXT), budget=budgeted.privacy_budget)
+    patients = [_event(p) for p in plans if p.privacy.unit == "patient"]
+    groups = [accounting.ImageGroup(2, _event(p)) for p in plans if p.privacy.unit == "image"]
+    assert privacy.delta == 1e-5
+    assert privacy.dp_sgd_epsilon == pytest.approx(
+        accounting.patient_epsilon(patients, groups, delta=1e-5 - shares) + 0.15, rel=1e-12)
+    assert privacy.dp_sgd_epsilon > accounting.patient_epsilon(patients, groups, delta=1e-5) + 0.15
+
+
+def test_without_patient_ids_a_mixed_study_has_no_patient_total(write_study):
+    """Without ids each image passes for a patient of its own: the patient arm's unit is the image, and a "patient"
+    total would protect one image under the patient's name. No total, and the statement says why."""
+    study = load_study(write_study(MIXED))
+    context = replace(MIXED_CONTEXT, images_per_patient=np.ones(140, dtype=np.int64), patients_known=False,
+                      released_sizes=None)
+    privacy = study_privacy(plan_runs(study, context), budget=study.privacy_budget)
+    assert privacy.dp_sgd_epsilon is None and privacy.unit is None
+    assert "no patient ids are known for these images" in privacy.statement, privacy.statement

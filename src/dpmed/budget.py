@@ -17,8 +17,15 @@ that are still in the folder although the study file no longer lists them (their
   independently noised copy of every training image; whoever holds several of their models holds several releases of
   each image, which compose under their own relation (any two images): `accounting.compose_image_events` adds them
   up into one per-image total. That relation is not DP-SGD's add/remove, so a study with both has no single total.
-* Runs with the patient as the unit and runs with the image as the unit do not compose into one eps either, nor do
-  image-unit runs under different ``max_images_per_patient`` caps (or none): each is add/remove of another set.
+* Runs with the patient as the unit and runs with the image as the unit are add/remove of different sets, as are
+  image-unit runs under different ``max_images_per_patient`` caps (or none). Where every image-unit run has a cap k,
+  Gaussian noise and patients the dataset names, they compose with the patient as the unit: a patient is at most k
+  images of each such run, a group whose tight PLD is the mixture of Gaussians of Ganesh 2024
+  (`accounting.patient_epsilon`), composed in one PLD accountant with the patient-unit runs. Its DP counts of
+  capped images cost a patient k times their eps (a patient is up to k of the counted images), and each such run's
+  sampler costs the delta of k images together. Without a cap (the most images of a patient is a statistic of the
+  training set, never released), without patient ids, with Laplace noise on the images (no mixture analysis), or
+  beyond what PLD resolves (RDP has no analysis of the mixture), there is no single eps, and the statement says why.
 * Reproducible-mode runs are not DP against anyone who knows the seed.
 
 ``privacy_budget`` in a study file asks dpmed to refuse, before any training, a study whose total exceeds the budget
@@ -56,6 +63,7 @@ class _Released:
     noise: str | None = None                  # DP-SGD: "gaussian" or "laplace"
     cap: int | None = None                    # DP-SGD, image unit: max_images_per_patient
     patients_known: bool = True               # DP-SGD: whether the dataset names patients
+    group_sampler_delta: float = 0.0          # DP-SGD, image unit under a cap k: the sampler's share for k images
 
 
 def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
@@ -78,11 +86,12 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
         steps=privacy.steps),)
     size = (privacy.size_key, privacy.size_epsilon) if privacy.size_epsilon else None
     # A capped run's add/remove is of the capped set (`mechanisms.unit_words`), so runs under different caps (or
-    # none) have different neighbours: they do not compose into one eps.
+    # none) have different neighbours: no eps of either relation holds for both (a patient's may: `study_privacy`).
     unit = unit_words(privacy.unit, privacy.max_images_per_patient)
+    cap = privacy.max_images_per_patient if privacy.unit == "image" else None
     return _Released(plan.run_id, "dp_sgd", unit, privacy.delta, privacy.accountant, tuple(events), size,
-                     privacy.sampler_delta, privacy.noise,
-                     privacy.max_images_per_patient if privacy.unit == "image" else None, privacy.patients_known)
+                     privacy.sampler_delta, privacy.noise, cap, privacy.patients_known,
+                     privacy.sampler_share(group=cap) if cap else 0.0)
 
 
 def _patient_statement(dp: Sequence[_Released], epsilon: float | None, delta: float) -> str:
@@ -144,6 +153,58 @@ def _compose(runs: Sequence[_Released], delta: float, accountant: str) -> tuple[
         return None, f" ({accountant.upper()} could not certify the composition: {exc})"
 
 
+def _patient_obstacle(dp: Sequence[_Released], budget: PrivacyBudget | None) -> str:
+    """Why DP-SGD runs of different units have no total with the patient as the unit; "" where they have one."""
+    image = [r for r in dp if r.unit != "patient"]
+    uncapped = [r.run_id for r in image if r.cap is None]
+    laplace = [r.run_id for r in image if r.noise != "gaussian"]
+    outrun = [r for r in image if r.group_sampler_delta > r.delta]
+    if not all(r.patients_known for r in dp):
+        return ("no patient ids are known for these images (the dataset, as read, names none), so no run's guarantee "
+                "can be stated for a patient")
+    if uncapped:
+        return (f"the image-unit run(s) {', '.join(uncapped)} set no max_images_per_patient, so a patient is a group "
+                "of as many of their images as they have, a statistic of the training set that no total may read; "
+                "set max_images_per_patient (or privacy_unit: patient) on their arms")
+    if laplace:
+        return (f"the image-unit run(s) {', '.join(laplace)} add Laplace noise, and a patient's images together have "
+                "a PLD here only under Gaussian noise (the mixture of Gaussians); set noise: gaussian (or "
+                "privacy_unit: patient) on their arms")
+    if budget is not None and budget.accountant != "pld":
+        return (f"privacy_budget.accountant is {budget.accountant}, and only a PLD composes a patient's images in the "
+                "image-unit runs (dp_accounting's RDP accountant has no analysis of the mixture of Gaussians); set "
+                "privacy_budget.accountant: pld")
+    if outrun:
+        return (f"in the image-unit run(s) {', '.join(r.run_id for r in outrun)} a patient's images together can move "
+                "a coordinate past every draw of the noise sampler, with probability above the run's delta "
+                f"(up to {max(r.group_sampler_delta for r in outrun):.2g} over the run), so no guarantee holds for "
+                "the patient as run; give them more noise (a lower target_epsilon), or set privacy_unit: patient on "
+                "their arms")
+    return ""
+
+
+def _compose_patients(dp: Sequence[_Released], delta: float) -> tuple[float | None, str]:
+    """The runs composed for add/remove one patient: patient-unit runs' steps as they are, image-unit runs' steps as
+    groups of a patient's at most k images (`accounting.patient_epsilon`)."""
+    patients = [e for r in dp if r.unit == "patient" for e in r.events]
+    groups = [accounting.ImageGroup(r.cap, e) for r in dp if r.unit != "patient" for e in r.events]
+    try:
+        return accounting.patient_epsilon(patients, groups, delta=delta), ""
+    except ValueError as exc:
+        return None, (f" (PLD could not certify the composition: {exc}; with privacy_unit: patient on the image-unit "
+                      "arms, RDP composes beyond what PLD resolves)")
+
+
+def _groups_text(dp: Sequence[_Released]) -> str:
+    """Which image-unit runs enter the patient's composition as groups of how many images."""
+    by_cap: dict[int, list[str]] = {}
+    for r in dp:
+        if r.unit != "patient":
+            by_cap.setdefault(r.cap, []).append(r.run_id)
+    return "; ".join(f"{', '.join(ids)} as groups of at most {k} image{'s' if k > 1 else ''}"
+                     for k, ids in sorted(by_cap.items()))
+
+
 def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunRecord] = (), *,
                   budget: PrivacyBudget | None = None, reproducible: bool = False) -> StudyPrivacy:
     """Compose every run of ``plans`` (before training) and every finished run in ``finished_elsewhere`` (records of
@@ -158,20 +219,27 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     local = tuple(r.run_id for r in runs if r.kind == "local_dp")
     units = sorted({r.unit for r in dp})
     unit = units[0] if len(units) == 1 else None
+    # runs of different units compose with the patient as the unit where each image-unit run caps a patient's images
+    obstacle = _patient_obstacle(dp, budget) if dp and unit is None else ""
+    grouped = bool(dp) and unit is None and not obstacle
+    unit = "patient" if grouped else unit
     delta = budget.delta if budget is not None else max((r.delta for r in dp), default=None)
     fallback = accounting.fallback_accountant(r.noise for r in dp)
-    accountant = (budget.accountant if budget is not None else
+    accountant = ("pld" if grouped else budget.accountant if budget is not None else
                   fallback if fallback and any(r.accountant != "pld" for r in dp) else "pld") if dp else None
     dp_eps, why = None, ""
     # The runs' samplers add their shares to delta (exact noise would not): with a budget the accountant composes at
-    # its delta less them, so that the total holds at the budget's delta; without, at the runs' delta plus them.
-    shares = sum(r.sampler_delta for r in dp)
+    # its delta less them, so that the total holds at the budget's delta; without, at the runs' delta plus them. A
+    # patient's k images in an image-unit run outrun the sampler together: that run pays the share of k images.
+    shares = sum(r.group_sampler_delta if grouped and r.cap else r.sampler_delta for r in dp)
     composed_at = delta - shares if budget is not None else delta
     if dp and unit is None:
         why = ""    # said below: no accountant composes runs of different neighbour relations
     elif dp and composed_at <= 0:
         why = (f" (the runs' noise samplers, whose draws are bounded, already cost {shares:.2g} of the budget's "
                f"delta = {delta:g})")
+    elif grouped:      # no fallback: only a PLD composes the mixture of Gaussians
+        dp_eps, why = _compose_patients(dp, composed_at)
     elif dp:
         dp_eps, why = _compose(dp, composed_at, accountant)
         if dp_eps is None and accountant == "pld" and budget is None and fallback:
@@ -185,14 +253,17 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
                 why += retried
         elif dp_eps is None and accountant == "pld" and fallback:
             why += f"; set privacy_budget.accountant: {fallback} to compose beyond what PLD resolves"
-        sizes = {r.size for r in dp if r.size is not None}
-        if dp_eps is not None and sizes:
-            # One cost per count: a folder holds one draw per key and eps (`released_size` never draws again
-            # beside finished secure runs planned from an earlier one: it takes their count back, and refuses a
-            # folder whose runs and file hold two), shared by every run planned from it.
-            dp_eps += sum(eps for _, eps in sizes)
-            why += (f" (including {len(sizes)} DP count(s) of the training set: "
-                    + ", ".join(f"{key} at eps {eps:g}" for key, eps in sorted(sizes)) + ")")
+    # a count of capped images costs a patient k times its eps: a patient is up to k of the images it counts
+    sizes = {(*r.size, r.cap if grouped and r.cap else 1) for r in dp if r.size is not None}
+    if dp_eps is not None and sizes:
+        # One cost per count: a folder holds one draw per key and eps (`released_size` never draws again beside
+        # finished secure runs planned from an earlier one: it takes their count back, and refuses a folder whose
+        # runs and file hold two), shared by every run planned from it.
+        dp_eps += sum(eps * times for _, eps, times in sizes)
+        why += (f" (including {len(sizes)} DP count(s) of the training set: "
+                + "; ".join(f"{key} at eps {eps:g}" + (f", times {times} (a patient is up to {times} of the images it "
+                                                       "counts)" if times > 1 else "")
+                            for key, eps, times in sorted(sizes)) + ")")
     if dp and budget is None:
         delta = delta + shares
     total = math.inf if not_private else None if (local or (dp and unit is None)) else dp_eps
@@ -200,7 +271,14 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     if dp and unit is None:
         parts.append(f"the {len(dp)} DP-SGD runs together: no single eps, as the runs with units "
                      f"{' and '.join(units)} do not compose into one eps (neighbours: "
-                     + "; ".join(f"add/remove one {u}" for u in units) + ")")
+                     + "; ".join(f"add/remove one {u}" for u in units) + "), and no total with the patient as the "
+                     f"unit is derived: {obstacle}")
+    elif grouped:
+        shown = (f"eps = {epsilon_text(dp_eps)} at delta = {delta_text(delta)}" if dp_eps is not None
+                 else "no single eps")
+        parts.append(f"the {len(dp)} DP-SGD runs together: {shown} (PLD; neighbours: add/remove one patient with all "
+                     f"of their images; the image-unit runs enter as groups of a patient's images "
+                     f"(max_images_per_patient): {_groups_text(dp)}; {accounting.TIGHT_GROUP_CITATION}){why}")
     elif dp:
         shown = (f"eps = {epsilon_text(dp_eps)} at delta = {delta_text(delta)}" if dp_eps is not None
                  else "no single eps")

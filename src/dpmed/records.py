@@ -274,11 +274,13 @@ def read_record(path: Path) -> RunRecord:
 
 
 class StudyPrivacy(_Record):
-    """The study's privacy as a whole (`dpmed.budget`). dp_sgd_epsilon: all DP-SGD runs composed (None where they
-    cannot be: mixed units, or the accountant could not certify). epsilon: everything the study releases (inf with a
-    run without privacy; None with local-DP runs or mixed units). local_dp_epsilon at local_dp_delta: every local-DP
-    run's release of the same images composed, per image, for the relation "any two images" (a study's total under
-    that relation, never to be added to DP-SGD's eps; None without local-DP runs, in reproducible mode, or with a
+    """The study's privacy as a whole (`dpmed.budget`). dp_sgd_epsilon: all DP-SGD runs composed, for add/remove one
+    ``unit`` (runs of mixed units: the patient, where every image-unit run caps a patient's images; None where they
+    cannot be composed, or the accountant could not certify). epsilon: everything the study releases (inf with a
+    run without privacy; None with local-DP runs, or mixed units without a patient total). local_dp_epsilon at
+    local_dp_delta: every local-DP run's release of the same images composed, per image, for the relation "any two
+    images" (a study's total under that relation, never to be added to DP-SGD's eps; None without local-DP runs, in
+    reproducible mode, or with a
     local run that holds no guarantee; absent from a study.yaml written before it). Run ids name the runs in each
     class."""
 

@@ -260,7 +260,10 @@ class PrivacyBudget(_Strict):
     same images compose, so their events are accounted together and must stay within epsilon at delta. Checked
     before any training. A run without privacy beside them makes the total infinite, and a local-DP run holds under
     another neighbour relation (no total with DP-SGD's), so a study with either is refused: a budgeted study holds
-    DP-SGD arms only (a non-private baseline goes in a study of its own, on other patients or without a budget)."""
+    DP-SGD arms only (a non-private baseline goes in a study of its own, on other patients or without a budget).
+    The budget bounds the total for the study's unit of privacy: the runs' unit where they share one; where they do
+    not, the patient, the protected person, whose total is derived where each image-unit arm sets
+    max_images_per_patient (`dpmed.budget`; only ``pld`` composes it), and a study without one is refused."""
 
     epsilon: float = Field(gt=0)
     delta: float = Field(gt=0, lt=1)
