@@ -194,3 +194,32 @@ def test_only_arm_values_run_at_two_or_more_seeds_get_a_row_over_seeds(scored_ru
     table = page[start:page.index("</table>", start)]
     assert re.findall(r"<tr><td[^>]*>([^<]*)</td>", table) == ["dp_eps1_C1"]
     assert re.search(r">[012] of 2</td>", table) and " of 1<" not in table
+
+
+def test_a_binary_run_whose_scores_sit_on_both_sides_of_one_half_is_flagged_as_hardly_varying(
+        tmp_path, make_record, make_resolved, make_explanations):
+    """A binary run explains the class its validation threshold decides, so a never-confident model's Y may fall just
+    below 0.5 as well as just above: every Y within 0.05 of chance (0.5) is the flat case the note names. A
+    multiclass run's chance is 1/K, not 0.5, so Y near 0.5 there is not flat."""
+    estimate = {"value": 10.0, "low": 5.0, "high": 15.0}
+    flat = make_explanations({"average_drop": estimate}, explained_class="predicted (at the run's validation Youden "
+                             "threshold)", score_image_min=0.46, score_image_max=0.53)
+    confident = flat.model_copy(update={"score_image_min": 0.44, "score_image_max": 0.9})
+    records = [make_record("np_seed0", "np", explanations=confident),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, explanations=flat)]
+    write_outputs(StudyFolder(tmp_path), make_resolved(records, resamples=50, n_test=N), records)
+    page = (tmp_path / "report.html").read_text()
+    note = page[page.index("Predicted-class scores Y that hardly vary"):]
+    note = note[:note.index("</li>")]
+    assert "dp_eps1_C1_seed0" in note and "np_seed0" not in note
+
+    three = [r.model_copy(update={"data": r.data.model_copy(update={"task": "multiclass"}),
+                                  "explanations": flat.model_copy(update={"explained_class": "predicted (argmax)",
+                                                                          "score_image_min": 0.5,
+                                                                          "score_image_max": 0.54})})
+             for r in records]
+    out = tmp_path / "multiclass"
+    out.mkdir()
+    write_outputs(StudyFolder(out), make_resolved(three, resamples=50, n_test=N, task="multiclass",
+                                                  label_names=("a", "b", "c")), three)
+    assert "hardly vary" not in (out / "report.html").read_text()

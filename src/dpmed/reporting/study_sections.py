@@ -21,7 +21,7 @@ import numpy as np
 
 from dpmed.comparisons import MIN_CLASS_COUNT, SIGNIFICANCE, Comparisons, Correlation, PairedDifference
 from dpmed.evaluation.faithfulness import METRIC_LABELS
-from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, GroupFairness, Spread
+from dpmed.evaluation.summaries import AttributeFairness, Estimate, GroupFairness, Spread
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
@@ -306,11 +306,13 @@ def _grid(runs: list[RunRecord], inputs: ReportInputs) -> str:
             f"three).</p><figure>{figure}</figure>{unread}")
 
 
-def _flat_scores(explanations: Explanations) -> bool:
-    """Every explained image's predicted-class score below 0.55 while at least 0.5 (a binary model that is never
-    confident, whatever it ranks): the confidence metrics have next to nothing to measure."""
-    lo, hi = explanations.score_image_min, explanations.score_image_max
-    return lo is not None and hi is not None and hi < 0.55 and lo >= 0.5
+def _flat_scores(record: RunRecord) -> bool:
+    """A binary run whose every explained image's predicted-class score lies within 0.05 of chance, 0.5 (a model
+    that is never confident, whatever it ranks): the confidence metrics have next to nothing to measure. The class is
+    the one the validation threshold decides, so Y may lie below 0.5 as well as above. Other tasks: chance is not
+    0.5 (1/K for K classes), and no run is flagged."""
+    lo, hi = record.explanations.score_image_min, record.explanations.score_image_max
+    return record.data.task == "binary" and lo is not None and hi is not None and lo > 0.45 and hi < 0.55
 
 
 def interpretability_section(inputs: ReportInputs) -> str:
@@ -342,7 +344,7 @@ def interpretability_section(inputs: ReportInputs) -> str:
         notes.append(f"Lesion-mask energy and pointing game use the CAM of class {e0.lesion_class} on the "
                      f"{e0.n_masked_images} explained images with a lesion mask; a uniform CAM would put "
                      f"{e0.mask_area_share or 0:.3f} of its energy in the mask (chance level).")
-    flat = [r.run_id for r in runs if _flat_scores(r.explanations)]
+    flat = [r.run_id for r in runs if _flat_scores(r)]
     if flat:
         notes.append("Predicted-class scores Y that hardly vary (within 0.05 of chance for every explained image) in: "
                      + ", ".join(flat) + ". Masking can then move Y only a little, so Average Drop, Increase in "
