@@ -178,3 +178,40 @@ def test_lesion_maps_are_the_lesion_class_s_on_the_masked_images_whatever_was_pr
     logits = np.stack([-m, 2 * m], axis=1)
     expected = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(arrays["score_masked"], expected[np.arange(6), arrays["targets"]], atol=2e-3)
+
+
+class _TwoFindings(torch.nn.Module):
+    """Finding j's logit is the mean of input channel j (a 1x1 identity convolution, then global average pooling):
+    Grad-CAM of y_j is channel j divided by its max, and of y_0 + y_1 the channels' sum divided by its max."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = torch.nn.Conv2d(2, 2, kernel_size=1, bias=False)
+        self.head = torch.nn.Linear(2, 2, bias=False)
+        with torch.no_grad():
+            self.features.weight.copy_(torch.eye(2)[:, :, None, None])
+            self.head.weight.copy_(torch.eye(2))
+
+    def forward(self, x):
+        return self.head(self.features(x).mean(dim=(2, 3)))
+
+
+def test_a_multilabel_run_s_lesion_maps_explain_every_finding_the_masks_mark():
+    """The masks of a multilabel phantom mark the lesions of both findings (an opacity in the image-left lung, and
+    one in the image-right lung) together. One image whose only lesion is in the left half, the left finding's
+    evidence (channel 0: 0.8 there, 0.1 elsewhere) beside the right finding's (channel 1: 0.1 there, 0.5 elsewhere).
+    Grad-CAM of y_0 + y_1 is 0.9 / 0.9 = 1 on the left half and 0.6 / 0.9 = 2/3 on the right, so the mask holds
+    32 / (32 + 32 * 2/3) = 0.6 of its energy and its peak (the left half's centre) is inside. Finding 1's map alone
+    (0.2 on the left, 1 on the right) held 0.2 / 1.2 of it and pointed outside the lesion."""
+    image = np.empty((1, 2, 8, 8), np.float32)
+    image[0, 0], image[0, 1] = 0.1, 0.5
+    image[0, 0, :, :4], image[0, 1, :, :4] = 0.8, 0.1
+    masks = np.zeros((1, 8, 8), bool)
+    masks[0, :, :4] = True
+    record, arrays = explain(_TwoFindings(), image, kind="multilabel", target_layer="features", masks=masks,
+                             deletion_steps=2, n_resamples=20)
+    expected = np.where(np.arange(8) < 4, 1.0, 2.0 / 3.0)[None, None, :].repeat(8, axis=1)
+    np.testing.assert_allclose(arrays["lesion_cams"].astype(np.float32), expected, atol=1e-3)
+    assert record.metrics["mask_energy"].value == pytest.approx(0.6, abs=1e-3)
+    assert record.metrics["pointing_game"].value == 1.0
+    assert "sum" in record.lesion_target and record.lesion_class is None

@@ -118,9 +118,20 @@ def _to_input(images: np.ndarray, normalization, device) -> torch.Tensor:
     return x
 
 
-def compute_cams(model: nn.Module, images: np.ndarray, *, target_layer: str, targets: Sequence[int],
+class _SummedOutputs:
+    """A pytorch-grad-cam target: the sum of the model's outputs ``classes`` (one map of where any of them is)."""
+
+    def __init__(self, classes: Sequence[int]) -> None:
+        self.classes = [int(c) for c in classes]
+
+    def __call__(self, model_output: torch.Tensor) -> torch.Tensor:
+        return model_output[..., self.classes].sum(dim=-1)
+
+
+def compute_cams(model: nn.Module, images: np.ndarray, *, target_layer: str, targets: Sequence[int | tuple[int, ...]],
                  method: str = "gradcam", normalization=None, batch_size: int = 32) -> np.ndarray:
-    """CAMs float32 [N, H, W] in [0, 1] of ``images`` ([0, 1] pixels [N, C, H, W]) for class ``targets[i]``.
+    """CAMs float32 [N, H, W] in [0, 1] of ``images`` ([0, 1] pixels [N, C, H, W]) for class ``targets[i]``, or, where
+    ``targets[i]`` is a tuple of classes, for the sum of their scores.
 
     ``target_layer`` is a dotted submodule name (the registry's ``cam_layer``). Computed on :func:`plain_copy`
     (``model`` keeps its mode, parameters and hooks).
@@ -129,7 +140,7 @@ def compute_cams(model: nn.Module, images: np.ndarray, *, target_layer: str, tar
                          normalization=normalization, batch_size=batch_size)
 
 
-def cams_of_plain(clone: nn.Module, images: np.ndarray, *, target_layer: str, targets: Sequence[int],
+def cams_of_plain(clone: nn.Module, images: np.ndarray, *, target_layer: str, targets: Sequence[int | tuple[int, ...]],
                   method: str, normalization, batch_size: int = 32) -> np.ndarray:
     """:func:`compute_cams` on a module that is already a :func:`plain_copy` (no second copy)."""
     if method not in CAM_METHODS:
@@ -146,7 +157,8 @@ def cams_of_plain(clone: nn.Module, images: np.ndarray, *, target_layer: str, ta
     try:
         for start in range(0, len(images), batch_size):
             x = _to_input(images[start : start + batch_size], normalization, device)          # [b, C, H, W]
-            chunk_targets = [ClassifierOutputTarget(int(c)) for c in targets[start : start + batch_size]]
+            chunk_targets = [_SummedOutputs(c) if isinstance(c, tuple) else ClassifierOutputTarget(int(c))
+                             for c in targets[start : start + batch_size]]
             out.append(cam(input_tensor=x, targets=chunk_targets))                             # [b, H, W]
     finally:
         cam.activations_and_grads.release()

@@ -11,8 +11,10 @@ both on the explained images of a test set and writes the run.json block and the
   side of it and of 0.5 at once, and an explanation of "normal" for an image counted as predicted pneumonia would
   describe another decision than the utility numbers), otherwise the argmax;
 * where ground-truth lesion masks exist (the phantom): the mask energy and the pointing game, on the CAM of the
-  finding the mask annotates (binary: class 1), on the explained images that carry a non-empty mask, so a model that
-  misses a lesion is asked "where would opacity be?", not "why normal?".
+  finding the mask annotates (binary: class 1; multilabel: the sum of every finding's score, since one mask marks
+  the lesions of all findings together, and one finding's map would be scored against another's lesions), on the
+  explained images that carry a non-empty mask, so a model that misses a lesion is asked "where would opacity be?",
+  not "why normal?".
 
 Every mean has a 95% percentile bootstrap interval over seeded redraws of the explained images, or of their
 patients where the test set names them (each drawn patient with all of their explained images: the images of one
@@ -55,7 +57,8 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
             threshold: float | None = None) -> tuple[Explanations, dict[str, np.ndarray]]:
     """Explain ``images`` ([0, 1] pixels [N, C, H, W], e.g. the :func:`select_images` of the test set).
     ``threshold``: a binary run's validation Youden threshold, at which its predicted class is decided (None: the
-    argmax, as for the other tasks).
+    argmax, as for the other tasks). ``lesion_class``: the class whose map the masks score (None: no lesion
+    metrics); a multilabel run's lesion maps are of the sum of all its findings' scores instead (module docstring).
 
     Returns (record, arrays): the run record's explanations block (method, target layer, every metric with its
     interval, and the all-zero maps among the CAMs each metric reads: ``n_zero_cams`` of the predicted class, read
@@ -112,8 +115,10 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
         positions = np.flatnonzero(masks.reshape(len(masks), -1).any(axis=1))
         if positions.size:
             # The CAM of the finding the mask annotates, whatever the model predicted (module docstring).
+            every_finding = kind == "multilabel"
+            target = tuple(range(probs.shape[1])) if every_finding else int(lesion_class)
             lesion_cams = cams_of_plain(clone, images[positions], target_layer=target_layer,
-                                        targets=[lesion_class] * positions.size, method=method,
+                                        targets=[target] * positions.size, method=method,
                                         normalization=normalization)           # [M, H, W]
             lesion_ids = None if ids is None else ids[positions]
             metrics["mask_energy"] = mean_with_interval(mask_energy(lesion_cams, masks[positions]),
@@ -122,7 +127,9 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
                 pointing_game(lesion_cams, masks[positions], tolerance=pointing_tolerance), patient_ids=lesion_ids,
                 **stats)
             arrays.update(lesion_cams=lesion_cams.astype(np.float16), lesion_positions=positions)
-            record.update(lesion_class=int(lesion_class), pointing_tolerance_px=float(pointing_tolerance),
+            record.update(lesion_class=None if every_finding else target,
+                          lesion_target="the sum of every finding's score" if every_finding else f"class {target}",
+                          pointing_tolerance_px=float(pointing_tolerance),
                           n_masked_images=int(positions.size),
                           # maps of their own (the lesion class, not the predicted one): their all-zero maps score
                           # 0 energy and miss, so they are counted for the two metrics they enter

@@ -126,6 +126,9 @@ class Explanations(_Summary):
     metrics: dict[str, MeanEstimate]
     image_seed: int | None = None           # the seed that drew the explained test images; None: given, not drawn
     lesion_class: int | None = None
+    # what the lesion maps explain, in words: "class 1", or a multilabel run's "the sum of every finding's score";
+    # None in records that predate it (their maps are of ``lesion_class``)
+    lesion_target: str | None = None
     pointing_tolerance_px: float | None = None
     n_masked_images: int | None = None
     n_zero_lesion_cams: int | None = None

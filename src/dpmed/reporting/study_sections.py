@@ -21,7 +21,7 @@ import numpy as np
 
 from dpmed.comparisons import MIN_CLASS_COUNT, SIGNIFICANCE, Comparisons, Correlation, PairedDifference
 from dpmed.evaluation.faithfulness import METRIC_LABELS
-from dpmed.evaluation.summaries import AttributeFairness, Estimate, GroupFairness, Spread
+from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, GroupFairness, Spread
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
@@ -306,6 +306,11 @@ def _grid(runs: list[RunRecord], inputs: ReportInputs) -> str:
             f"three).</p><figure>{figure}</figure>{unread}")
 
 
+def _lesion_target(explanations: Explanations) -> str:
+    """What the lesion maps explain: "class 1", or a multilabel run's sum of every finding's score."""
+    return explanations.lesion_target or f"class {explanations.lesion_class}"
+
+
 def _flat_scores(record: RunRecord) -> bool:
     """A binary run whose every explained image's predicted-class score lies within 0.05 of chance, 0.5 (a model
     that is never confident, whatever it ranks): the confidence metrics have next to nothing to measure. The class is
@@ -341,7 +346,7 @@ def interpretability_section(inputs: ReportInputs) -> str:
         notes.append(f"Pointing game: a hit where the CAM's peak lies within {e0.pointing_tolerance_px:g} px of the "
                      "lesion mask (0: inside it).")
     if e0.n_masked_images:
-        notes.append(f"Lesion-mask energy and pointing game use the CAM of class {e0.lesion_class} on the "
+        notes.append(f"Lesion-mask energy and pointing game use the CAM of {_e(_lesion_target(e0))} on the "
                      f"{e0.n_masked_images} explained images with a lesion mask; a uniform CAM would put "
                      f"{e0.mask_area_share or 0:.3f} of its energy in the mask (chance level).")
     flat = [r.run_id for r in runs if _flat_scores(r)]
@@ -361,7 +366,7 @@ def interpretability_section(inputs: ReportInputs) -> str:
     lesion_zero = [f"{_e(r.run_id)}: {e.n_zero_lesion_cams} of {e.n_masked_images}" for r in runs
                    if (e := r.explanations).n_zero_lesion_cams]
     if lesion_zero:
-        notes.append(f"All-zero CAMs of class {e0.lesion_class} on the explained images with a lesion mask, "
+        notes.append(f"All-zero CAMs of {_e(_lesion_target(e0))} on the explained images with a lesion mask, "
                      "which lesion-mask energy and the pointing game read (such a map scores 0 energy and misses): "
                      + ", ".join(lesion_zero) + ".")
     correlations = inputs.comparisons.correlations
