@@ -9,8 +9,8 @@ from fairlearn.metrics import demographic_parity_difference, equalized_odds_diff
 from sklearn.metrics import roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
-from dpmed.evaluation.fairness import (UNKNOWN, age_groups, attribute_fairness, decisions, evaluate_fairness,
-                                       group_labels, sex_groups)
+from dpmed.evaluation.fairness import (UNKNOWN, _group_order, age_groups, attribute_fairness, decisions,
+                                       evaluate_fairness, group_labels, sex_groups)
 
 # Validation set whose Youden threshold is 0.5 (score >= 0.5 is positive): J = 1 there and below 1 elsewhere.
 VAL_Y = np.array([0, 0, 1, 1])
@@ -101,6 +101,12 @@ def test_point_values_equal_fairlearn():
         demographic_parity_difference(Y, yhat, sensitive_features=SEX))
     assert sex.equalized_odds_difference.value == pytest.approx(
         equalized_odds_difference(Y, yhat, sensitive_features=SEX))
+
+
+def test_a_known_age_below_the_first_bin_is_a_group_of_its_own_not_unknown():
+    groups = age_groups([10, 17.9, 18, 40, 70, np.nan, -1], bins=(18, 40, 65))
+    assert groups.tolist() == ["<18", "<18", "[18,40)", "[40,65)", ">=65", UNKNOWN, UNKNOWN]
+    assert _group_order(groups, "age", (18, 40, 65)) == ["<18", "[18,40)", "[40,65)", ">=65", UNKNOWN]
 
 
 def test_age_groups_by_hand_with_undefined_auroc_and_unknown_age():

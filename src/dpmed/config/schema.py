@@ -211,8 +211,9 @@ class TrainingConfig(_Strict):
 
 class FairnessConfig(_Strict):
     """Per-group metrics (METHODS.md s.5): the attributes to group test patients by (sex and age, the attributes a
-    dpmed Sample records) and the age bin edges ([0,30), [30,60), ... as 003_9a91354dc2d7e2df.txt; a missing value is
-    the group "unknown", and an attribute no test image records is reported as not applicable)."""
+    dpmed Sample records) and the age bin edges ([0,30), [30,60), ... as 003_9a91354dc2d7e2df.txt; ages from the last
+    edge on form a group, as do known ages below the first edge; a missing or negative age is the group "unknown", and
+    an attribute no test image records is reported as not applicable)."""
 
     attributes: list[Literal["sex", "age"]] = Field(default_factory=lambda: ["sex", "age"], min_length=1)
     age_bins: list[float] = Field(default_factory=lambda: [0.0, 30.0, 60.0, 70.0, 80.0, 100.0], min_length=2)

@@ -72,7 +72,9 @@ def _bin_label(low: float, high: float) -> str:
 
 
 def age_groups(age, *, bins: Sequence[float] = AGE_BINS) -> np.ndarray:
-    """Age bins as strings: "[0,30)", ...; nan (unknown age) -> "unknown"; at or above the last edge -> ">=100"."""
+    """Age bins as strings: "[0,30)", ...; nan or a negative age (unknown) -> "unknown"; at or above the last edge
+    -> ">=100"; a known age below the first edge (bins that start above 0, e.g. at 18) -> "<18", a group of its own,
+    not an unknown age."""
     edges = np.asarray(bins, dtype=np.float64)
     if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
         raise ValueError(f"age bins must be increasing edges (at least two), got {list(bins)}")
@@ -83,6 +85,7 @@ def age_groups(age, *, bins: Sequence[float] = AGE_BINS) -> np.ndarray:
     names = np.array([_bin_label(lo, hi) for lo, hi in zip(edges[:-1], edges[1:])] + [f">={edges[-1]:g}"],
                      dtype=object)
     out[known] = names[which]
+    out[np.isfinite(a) & (a >= 0) & (a < edges[0])] = f"<{edges[0]:g}"
     return out.astype(str)
 
 
@@ -111,7 +114,8 @@ def _group_order(groups: np.ndarray, attribute: str, age_bins: Sequence[float]) 
     """Age bins in age order, other groups alphabetically; "unknown" last."""
     present = set(np.unique(groups).tolist())
     if attribute == "age":
-        order = [_bin_label(lo, hi) for lo, hi in zip(age_bins[:-1], age_bins[1:])] + [f">={age_bins[-1]:g}"]
+        order = ([f"<{age_bins[0]:g}"] + [_bin_label(lo, hi) for lo, hi in zip(age_bins[:-1], age_bins[1:])]
+                 + [f">={age_bins[-1]:g}"])
         named = [g for g in order if g in present]
     else:
         named = sorted(present - {UNKNOWN})
