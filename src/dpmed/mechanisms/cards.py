@@ -13,6 +13,10 @@ SECURE_RANDOMNESS = ("privacy randomness (sampling, noise) fresh from OS entropy
                      "never written to a shareable file")
 LABELS_IN_CLEAR = ("the labels, and how many images there are, are released in the clear: local DP on the pixels "
                    "protects neither")
+# eps_pixel is per value of the C x H x W image the noise is added to. A source pixel copied into several of them (a
+# grey film read with channels: 3, or enlarged by the resize) is protected only as a group of its copies.
+PIXEL_VALUE = ("the same for one pixel value of the image as noised (a source pixel copied into several values, as "
+               "a grey film read with 3 channels or enlarged, is protected only as their group)")
 # Local DP draws noise only: no sampling is private (the model then trains on the noised images as any data).
 LOCAL_RANDOMNESS = SECURE_RANDOMNESS.replace("(sampling, noise)", "(the pixels' noise)")
 

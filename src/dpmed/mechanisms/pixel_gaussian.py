@@ -21,7 +21,7 @@ from dpmed import accounting
 from dpmed.accounting import GaussianImageEvent, Ledger
 from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep, computable_scale,
                                    exactly_one, positive_finite, refuse_vacuous_delta)
-from dpmed.mechanisms.cards import LABELS_IN_CLEAR, label_not_dp, label_randomness
+from dpmed.mechanisms.cards import LABELS_IN_CLEAR, PIXEL_VALUE, label_not_dp, label_randomness
 from dpmed.mechanisms.perturb import perturb
 from dpmed.mechanisms.pixel_laplace import LOCAL_CARD
 from dpmed.numbers import delta_text, epsilon_text
@@ -111,8 +111,8 @@ def _card(plan: PixelGaussianPlan, ledger: Ledger, randomness_mode: str) -> Priv
     eps_pixel = accounting.gaussian_epsilon(mu=event.value_range / event.std, delta=plan.delta)
     statement = (f"eps_image = {epsilon_text(eps_image)} at delta = {delta_text(plan.delta)} (analytic Gaussian; "
                  f"unit: one image, pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; "
-                 f"s = {event.std:g}, R = {event.value_range:g}, d = {event.dimension}); the same for one pixel "
-                 f"value of an image: eps_pixel = {epsilon_text(eps_pixel)} at delta = {delta_text(plan.delta)}")
+                 f"s = {event.std:g}, R = {event.value_range:g}, d = {event.dimension}); {PIXEL_VALUE}: "
+                 f"eps_pixel = {epsilon_text(eps_pixel)} at delta = {delta_text(plan.delta)}")
     card = PrivacyCard(mechanism="pixel_gaussian", is_dp=True, statement=statement,
                        **{**LOCAL_CARD, "patients": PATIENTS}, std=event.std, value_range_R=event.value_range,
                        dimension_d=event.dimension, epsilon_pixel=eps_pixel, epsilon_image=eps_image,

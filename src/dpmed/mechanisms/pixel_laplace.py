@@ -27,7 +27,8 @@ from dpmed import accounting
 from dpmed.accounting import LaplaceImageEvent, Ledger
 from dpmed.mechanisms.base import (ArmBase, MechanismInfo, PlanContext, PrivacyCard, Strict, Sweep, computable_scale,
                                    exactly_one, positive_finite)
-from dpmed.mechanisms.cards import COVERAGE, LABELS_IN_CLEAR, LOCAL_RANDOMNESS, label_not_dp, label_randomness
+from dpmed.mechanisms.cards import (COVERAGE, LABELS_IN_CLEAR, LOCAL_RANDOMNESS, PIXEL_VALUE, label_not_dp,
+                                    label_randomness)
 from dpmed.mechanisms.perturb import perturb
 from dpmed.numbers import epsilon_text
 from dpmed.randomness import DRAW_BOUNDS, LAPLACE_DRAW_BOUND
@@ -114,8 +115,8 @@ def _card(plan: PixelLaplacePlan, ledger: Ledger, randomness_mode: str) -> Priva
     eps_image = accounting.laplace_image_epsilon(event)
     statement = (f"eps_image = {epsilon_text(eps_image)} at delta = 0 (closed form, the Laplace mechanism; unit: "
                  f"one image, pixels only ({LABELS_IN_CLEAR}); neighbours: {accounting.NEIGHBOUR_LDP_IMAGE}; Laplace "
-                 f"b = {event.scale:g}, R = {event.value_range:g}, d = {event.dimension}); the same for one pixel "
-                 f"value of an image: eps_pixel = {epsilon_text(eps_pixel)}")
+                 f"b = {event.scale:g}, R = {event.value_range:g}, d = {event.dimension}); {PIXEL_VALUE}: "
+                 f"eps_pixel = {epsilon_text(eps_pixel)}")
     card = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement=statement, **LOCAL_CARD,
                        scale_b=event.scale, value_range_R=event.value_range, dimension_d=event.dimension,
                        epsilon_pixel=eps_pixel, epsilon_image=eps_image, epsilon=eps_image, delta=0.0,
