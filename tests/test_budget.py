@@ -4,6 +4,7 @@ the study file included; a budget refuses what exceeds it or has no single eps. 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -406,6 +407,25 @@ def test_runs_of_both_units_compose_with_the_patient_as_the_unit_where_image_run
     with pytest.raises(PrivacyError, match=r"4 DP-SGD runs together cost eps = .* \(PLD; neighbours: add/remove one "
                                            r"patient\), above the budget eps = 2;"):
         check_budget(PrivacyBudget(epsilon=2, delta=1e-5), privacy)
+
+
+def test_image_unit_runs_under_one_cap_state_the_patient_s_total_composed_directly(write_study, pld_by_hand):
+    """Before, only the group-privacy formula of the image-level total: (k eps, k e^((k-1) eps) delta), at a delta
+    hundreds of times the runs'. The runs' steps as mixtures of a patient's 2 images give the patient's eps at the
+    runs' own delta, as dp_accounting composes them by hand, with the count of capped images twice."""
+    text = MIXED.replace("{name: dp, mechanism: dp_sgd, target_epsilon: 1}, ", "")
+    study = load_study(write_study(text))
+    plans = plan_runs(study, MIXED_CONTEXT)
+    privacy = study_privacy(plans)
+    images = [_event(p) for p in plans]
+    assert privacy.unit == "image of the training set as capped at 2 per patient" and len(images) == 2
+    patient = pld_by_hand([], [(2, e) for e in images], 1e-5)
+    stated = re.search(r"composed for the patient directly, at the runs' delta: eps = ([\d.,]+) at delta = 1e-05 "
+                       r"\(PLD; neighbours: add/remove one patient with all of their images; each run's steps as the "
+                       r"mixture of Gaussians of the patient's 2 images", privacy.statement)
+    assert stated is not None, privacy.statement
+    assert float(stated[1]) == pytest.approx(patient + 2 * 0.05, rel=5e-3)
+    assert float(stated[1]) > privacy.dp_sgd_epsilon + 0.05                          # a group costs more
 
 
 def test_an_uncapped_image_unit_run_leaves_a_mixed_study_without_a_total_and_says_what_to_set(write_study):

@@ -205,6 +205,39 @@ def _groups_text(dp: Sequence[_Released]) -> str:
                      for k, ids in sorted(by_cap.items()))
 
 
+def _counts(dp: Sequence[_Released], for_patient: bool) -> tuple[float, str]:
+    """(the eps of the DP counts of the training set ``dp`` planned from, their words for the statement). One cost
+    per count: a folder holds one draw per key and eps (`released_size` never draws again beside finished secure runs
+    planned from an earlier one: it takes their count back, and refuses a folder whose runs and file hold two), shared
+    by every run planned from it. ``for_patient``: a count of capped images costs a patient k times its eps (a
+    patient is up to k of the images it counts)."""
+    sizes = {(*r.size, r.cap if for_patient and r.cap else 1) for r in dp if r.size is not None}
+    if not sizes:
+        return 0.0, ""
+    return sum(eps * times for _, eps, times in sizes), (
+        f" (including {len(sizes)} DP count(s) of the training set: "
+        + "; ".join(f"{key} at eps {eps:g}" + (f", times {times} (a patient is up to {times} of the images it counts)"
+                                               if times > 1 else "")
+                    for key, eps, times in sorted(sizes)) + ")")
+
+
+def _tight_patient(dp: Sequence[_Released], composed_at: float) -> str:
+    """Where image-unit runs share a cap k of 2 or more: the patient's tight total, composed as a study of mixed units
+    is (`accounting.patient_epsilon`), at the delta the runs compose at plus their samplers' shares for k images;
+    "" where it has no such total (the group formula then stands alone)."""
+    if _patient_obstacle(dp, None):
+        return ""
+    eps, _ = _compose_patients(dp, composed_at)
+    if eps is None:
+        return ""
+    counted, words = _counts(dp, True)
+    delta = composed_at + sum(r.group_sampler_delta for r in dp)
+    return (f"; composed for the patient directly, at the runs' delta: eps = {epsilon_text(eps + counted)} at delta = "
+            f"{delta_text(delta)} (PLD; neighbours: add/remove one patient with all of their images; each run's steps "
+            f"as the mixture of Gaussians of the patient's {dp[0].cap} images, {accounting.TIGHT_GROUP_CITATION})"
+            f"{words}")
+
+
 def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunRecord] = (), *,
                   budget: PrivacyBudget | None = None, reproducible: bool = False) -> StudyPrivacy:
     """Compose every run of ``plans`` (before training) and every finished run in ``finished_elsewhere`` (records of
@@ -253,17 +286,10 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
                 why += retried
         elif dp_eps is None and accountant == "pld" and fallback:
             why += f"; set privacy_budget.accountant: {fallback} to compose beyond what PLD resolves"
-    # a count of capped images costs a patient k times its eps: a patient is up to k of the images it counts
-    sizes = {(*r.size, r.cap if grouped and r.cap else 1) for r in dp if r.size is not None}
-    if dp_eps is not None and sizes:
-        # One cost per count: a folder holds one draw per key and eps (`released_size` never draws again beside
-        # finished secure runs planned from an earlier one: it takes their count back, and refuses a folder whose
-        # runs and file hold two), shared by every run planned from it.
-        dp_eps += sum(eps * times for _, eps, times in sizes)
-        why += (f" (including {len(sizes)} DP count(s) of the training set: "
-                + "; ".join(f"{key} at eps {eps:g}" + (f", times {times} (a patient is up to {times} of the images it "
-                                                       "counts)" if times > 1 else "")
-                            for key, eps, times in sorted(sizes)) + ")")
+    if dp_eps is not None:
+        counted, words = _counts(dp, grouped)
+        dp_eps += counted
+        why += words
     if dp and budget is None:
         delta = delta + shares
     total = math.inf if not_private else None if (local or (dp and unit is None)) else dp_eps
@@ -283,7 +309,8 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
         shown = (f"eps = {epsilon_text(dp_eps)} at delta = {delta_text(delta)}" if dp_eps is not None
                  else "no single eps")
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; neighbours: add/remove one "
-                     f"{unit}){why}{_patient_statement(dp, dp_eps, delta)}")
+                     f"{unit}){why}{_patient_statement(dp, dp_eps, delta)}"
+                     + (_tight_patient(dp, composed_at) if dp_eps is not None and (dp[0].cap or 0) > 1 else ""))
     if not_private:
         parts.append(f"{len(not_private)} run(s) without privacy, or whose claim does not hold, on the same patients "
                      f"({', '.join(not_private)}): everything released with them is not DP (eps = infinity)")
