@@ -1,0 +1,236 @@
+"""Where a figure's point labels go: beside their points where that covers nothing, else away with a leader.
+
+Placed only apart from each other, the labels of a high-budget sweep's points (eps 1e6 .. 1e15, several seeds each,
+long "not DP" notes) sat beside other points' markers and bars and read as naming them, most of all on a phone-width
+figure. Everything here is measured in display coordinates after layout (`Figure.draw_without_rendering`), and the
+labels stay out of the layout, so placing them does not move the axes they are placed on.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from matplotlib.collections import LineCollection
+from matplotlib.figure import Figure
+from matplotlib.path import Path
+from matplotlib.text import Annotation
+from matplotlib.transforms import Bbox
+
+__all__ = ["fit_inside"]
+
+
+def _inside(box: Any, edge: Any) -> bool:
+    return edge.x0 <= box.x0 and box.x1 <= edge.x1 and edge.y0 <= box.y0 and box.y1 <= edge.y1
+
+
+_GAP = 6.0            # points between a point and the label beside it
+_PAD = 1.5            # points kept clear around every marker, bar and label
+_ELBOW = 6.0          # points across and up or down from a point to its leader's bend: the leader comes in at 45
+                      # degrees, along neither the point's bar nor a level line such as the non-private AUROC's
+_LEADER = {"arrowstyle": "-", "color": "#777777", "lw": 0.6, "shrinkA": 0, "shrinkB": 4.5}   # stops at a size-6 marker
+
+
+def _obstacles(ax: Any, pad: float) -> list[tuple[Any, Any]]:
+    """Every marker (each point of a line that has one) and bar (each segment of a line collection) of ``ax`` as a
+    display box grown by ``pad`` pixels, each with the display centre of its marker (None for a bar): what no label
+    may cover, so that a label cannot sit on, or beside and be read as naming, another point."""
+    scale = ax.get_figure(root=True).dpi / 72
+    boxes = []
+    for line in ax.get_lines():
+        if line.get_marker() in (None, "None", "", " "):
+            continue
+        r = (line.get_markersize() + line.get_markeredgewidth()) / 2 * scale + pad
+        boxes += [((x, y), Bbox.from_extents(x - r, y - r, x + r, y + r))
+                  for x, y in line.get_transform().transform(line.get_xydata())]
+    for bars in ax.collections:
+        if isinstance(bars, LineCollection):
+            half = max(bars.get_linewidths(), default=1.0) / 2 * scale + pad
+            for segment in bars.get_segments():
+                ends = bars.get_transform().transform(segment)
+                (x0, y0), (x1, y1) = ends.min(0), ends.max(0)
+                boxes.append((None, Bbox.from_extents(x0 - half, y0 - half, x1 + half, y1 + half)))
+    return boxes
+
+
+def _wordings(label: str) -> list[str]:
+    """A point's label as it may be shown, longest first: as it is, on two lines (its note in brackets on the
+    second), with a not-DP note shortened to "(not DP)" (the card and the table give the reason), that on two
+    lines, and wrapped narrow."""
+    short = re.sub(r" \(not DP: [^)]*\)", " (not DP)", label)
+
+    def two_lines(words: str) -> str:
+        return (words.replace(" (", "\n(", 1) if " (" in words else
+                textwrap.fill(words, max(12, len(words) // 2 + 2), break_long_words=False, break_on_hyphens=False))
+
+    narrow = textwrap.fill(short, 14, break_long_words=False, break_on_hyphens=False)
+    return list(dict.fromkeys((label, two_lines(label), short, two_lines(short), narrow)))
+
+
+@dataclass(frozen=True)
+class _Label:
+    """Where a point's label goes: its wording, its centre's offset from the point in display pixels, how its lines
+    align, its window extent, and its leader back to the point in display pixels (None beside the point)."""
+
+    words: str
+    dx: float
+    dy: float
+    align: str
+    box: Any
+    leader: Path | None = None
+
+
+def _grid(sizes: list[Any], gap: float, step: float, room: Any, boxes: list[Any], at: Any,
+          later: list[tuple[float, float]]) -> list[tuple]:
+    """Where a label may go away from its point ``at`` (display), as (which wording, of display ``sizes``, and the
+    offset of its centre in pixels): every place on a grid of ``step`` pixels at least ``gap`` from the point where
+    the label stays inside ``room`` (the axes) and covers none of ``boxes``; nearest first, and at one distance the
+    longer wording first. Places straight above or below ``later`` points (display x ranges: the points whose
+    labels are still to come, and their leaders' bends) come last: a label there would leave another point's label
+    no way back to its point."""
+    xs = np.arange(np.ceil((room.x0 - at[0]) / step), np.floor((room.x1 - at[0]) / step) + 1) * step
+    ys = np.arange(np.ceil((room.y0 - at[1]) / step), np.floor((room.y1 - at[1]) / step) + 1) * step
+    dx, dy = (a.ravel() for a in np.meshgrid(xs, ys))
+    taken = np.array([b.extents for b in boxes]).reshape(-1, 1, 4)
+    found = []
+    for n, (w, h) in enumerate(sizes):
+        x0, y0, x1, y1 = at[0] + dx - w / 2, at[1] + dy - h / 2, at[0] + dx + w / 2, at[1] + dy + h / 2
+        away = np.hypot(np.maximum(np.abs(dx) - w / 2, 0), np.maximum(np.abs(dy) - h / 2, 0))
+        free = ~((x0 < taken[..., 2]) & (taken[..., 0] < x1) & (y0 < taken[..., 3]) & (taken[..., 1] < y1)).any(0)
+        ok = free & (away >= gap) & (room.x0 <= x0) & (x1 <= room.x1) & (room.y0 <= y0) & (y1 <= room.y1)
+        blocks = np.zeros_like(ok)
+        for lo, hi in later:
+            blocks |= (x0 < hi) & (lo < x1)
+        found += [(b, round(d / step), n, abs(v), u, v) for b, d, u, v in zip(blocks[ok], away[ok], dx[ok], dy[ok])]
+    return [(n, u, v) for *_, n, _, u, v in sorted(found)]
+
+
+def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Path], later: list[tuple], room: Any,
+           points: float) -> _Label:
+    """Where a point's label goes: right, left, above or below the point (above and below clear of ``own``, its
+    bar and seeds), in each of its :func:`_wordings` in turn, the first place where it stays inside ``room`` (the
+    axes) and covers none of ``boxes`` (every marker but its point's, every bar, the labels placed) and no leader;
+    else away from the point (:func:`_grid`), with a leader from the label's nearest edge that bends :data:`_ELBOW`
+    short of the point and must cross no leader and none of ``boxes`` but ``own`` (they sit at the point: no line
+    could reach it past them). Where no place is clear (a tiny axes), the first beside the point inside the axes,
+    else the narrowest wording on the side with more room."""
+    at = np.asarray(text.axes.transData.transform(text.xy))
+    x, y = at
+    gap = _GAP / points
+    above = max([gap] + [b.y1 - y + 1 for b in own])        # a pixel past their edge, which rounding may not clear
+    below = max([gap] + [y - b.y0 + 1 for b in own])
+    wordings = _wordings(text.get_text())
+    sizes = [_set(text, words, 0.0, 0.0, "center").size for words in wordings]
+
+    def label(n: int, dx: float, dy: float, align: str) -> _Label:
+        w, h = sizes[n]
+        return _Label(wordings[n], dx, dy, align, Bbox.from_bounds(x + dx - w / 2, y + dy - h / 2, w, h))
+
+    def free(box: Any) -> bool:
+        return not any(box.overlaps(b) for b in boxes) and not any(
+            line.intersects_bbox(box, filled=False) for line in leaders)
+
+    beside = [label(n, *place) for n, (w, h) in enumerate(sizes) for place in (
+        (gap + w / 2, 0.0, "left"), (-gap - w / 2, 0.0, "right"), (0.0, above + h / 2, "center"),
+        (0.0, -below - h / 2, "center"))]
+    beside = [placed for placed in beside if _inside(placed.box, room)]
+    found = next((placed for placed in beside if free(placed.box)), None)
+    if found:
+        return found
+    elbow, shrink = _ELBOW / points, _LEADER["shrinkB"] / points
+    for n, dx, dy in _grid(sizes, gap, text.get_fontsize() / 2 / points, room, boxes, at, later):
+        placed = label(n, dx, dy, "left" if dx > 0 else "right")
+        side = np.where(np.array([dx, dy]) < 0, -1.0, 1.0)          # towards the label (level: above it)
+        corner = at + side * elbow
+        start = np.clip(corner, placed.box.p0, placed.box.p1)
+        end = at + side * shrink / np.sqrt(2)
+        (u, v), (p, q) = corner - start, at - corner
+        line = Path([start, corner, end] if abs(u * q - v * p) > 1e-6 else [start, end])   # else in line with it
+        if free(placed.box) and not any(line.intersects_bbox(b, filled=False) for b in boxes if b not in own) and \
+                not any(line.intersects_path(other, filled=False) for other in leaders):
+            return replace(placed, leader=line)
+    if beside:
+        return beside[0]
+    right = room.x1 - x > x - room.x0
+    return label(len(sizes) - 1, (gap + sizes[-1][0] / 2) * (1 if right else -1), 0.0, "left" if right else "right")
+
+
+def _set(text: Annotation, words: str, dx: float, dy: float, align: str) -> Any:
+    """Show ``words`` centred (dx, dy) display pixels from the point, its lines aligned ``align``; returns the
+    text's window extent."""
+    text.set_text(words)
+    text.set_horizontalalignment("center")
+    text.set_verticalalignment("center")
+    text.set_multialignment(align)
+    points = 72 / text.get_figure(root=True).dpi
+    text.xyann = (dx * points, dy * points)
+    return text.get_window_extent()
+
+
+def _arrow(placed: _Label, at: Any) -> dict[str, Any]:
+    """The arrow properties that draw ``placed``'s leader as :func:`_place` laid it out: from its point on the label
+    (``relpos``), to its bend, to the point ``at`` (display), short of it by the shrink."""
+    start, bend = placed.leader.vertices[:2]
+    angles = (np.degrees(np.arctan2(*(b - a)[::-1])) for a, b in ((start, bend), (at, bend)))
+    bent = {"connectionstyle": "angle,angleA={:.6g},angleB={:.6g},rad=0".format(*angles)} if len(
+        placed.leader) == 3 else {}
+    return {**_LEADER, **bent, "relpos": tuple((start - placed.box.p0) / placed.box.size)}
+
+
+def _place_all(ax: Any, texts: list[Annotation], points: float) -> list[_Label]:
+    """Where each of ``texts`` (the labels of ``ax``'s points) goes (:func:`_place`), each clear of those placed
+    before it, from the leftmost point to the rightmost: a label moved away from its point keeps clear of the
+    points to its right, whose labels are still to come, so that a row of points close together (a high-budget
+    sweep near the non-private line) has its labels stepped down away from it, each leader passing beside the
+    labels before it."""
+    pad = _PAD / points
+    marks = _obstacles(ax, pad)
+    elbow = _ELBOW / points
+    at = [ax.transData.transform(text.xy) for text in texts]
+    order = sorted(range(len(texts)), key=lambda k: tuple(at[k]))
+    placed: dict[int, _Label] = {}
+    for i, k in enumerate(order):
+        x, y = at[k]
+        others = [(c, b) for c, b in marks if c is None or abs(c[0] - x) + abs(c[1] - y) > 0.5]   # not its own
+        own = [b for c, b in others if (abs(c[0] - x) <= 0.5 if c else b.x0 <= x <= b.x1 and b.y0 <= y <= b.y1)]
+        boxes = [b for _, b in others] + [p.box.padded(pad) for p in placed.values()]
+        leaders = [p.leader for p in placed.values() if p.leader is not None]
+        later = [(at[j][0] - elbow - pad, at[j][0] + elbow + pad) for j in order[i + 1:]]
+        placed[k] = _place(texts[k], boxes, own, leaders, later, ax.bbox, points)
+    return [placed[k] for k in range(len(texts))]
+
+
+def fit_inside(fig: Figure, axes: list[Any]) -> None:
+    """Keep every text of the figure inside it, and each point's label off every other point, measured after
+    layout: an x label wrapped by a character estimate can still spill over the figure's edge (rewrapped until it
+    fits); a point's label goes where it stays inside its axes and covers no other label, no marker but its own
+    point's and no bar, with a leader back to its point where it had to move away from it (:func:`_place_all`):
+    placed only apart from each other, labels of a high-budget sweep's points sat beside other points and read as
+    naming them. The labels stay out of the layout, so placing them does not move the axes they were placed on."""
+    fig.draw_without_rendering()
+    edge = fig.bbox
+    rewrapped = False
+    for ax in axes:
+        label = ax.xaxis.label
+        width = max(len(line) for line in label.get_text().split("\n"))
+        while width > 12 and not _inside(label.get_window_extent(), edge):
+            width -= 4
+            label.set_text(textwrap.fill(" ".join(label.get_text().split()), width, break_long_words=False,
+                                         break_on_hyphens=False))
+            rewrapped = True
+    if rewrapped:              # the layout changes with the label; else the first drawing's still holds
+        fig.draw_without_rendering()
+    points = 72 / fig.dpi
+    for ax in axes:
+        texts = [t for t in ax.texts if isinstance(t, Annotation)]       # "no run of this kind" is a plain text
+        for text, placed in zip(texts, _place_all(ax, texts, points)):
+            _set(text, placed.words, placed.dx, placed.dy, placed.align)
+            if placed.leader is not None:       # drawn anew: an annotation takes its arrow when it is made
+                ax.annotate(placed.words, text.xy, xytext=text.xyann, textcoords="offset points", ha="center",
+                            va="center", multialignment=placed.align, fontsize=text.get_fontsize(),
+                            color=text.get_color(), arrowprops=_arrow(placed, ax.transData.transform(text.xy))
+                            ).set_in_layout(False)
+                text.remove()
