@@ -469,6 +469,9 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                   len(dataset.train), len(dataset.val), len(dataset.test), dataset.train.image_shape,
                   dataset.task.describe(), prepared.load_seconds)
         _log.info("study privacy: %s", prepared.privacy.statement)
+        # before study.yaml is written: weights that do not fit, a public set that overlaps or finished runs that
+        # started otherwise refuse the study, and the folder's study.yaml must go on describing its runs
+        arms_start = prepare_start(study, dataset, folder, progress=progress)
         folder.runs.mkdir(parents=True, exist_ok=True)
         withdraw_leftovers(folder)
         withdraw_public_timing(folder, [*prepared.finished.values(), *prepared.elsewhere])
@@ -479,7 +482,7 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
         context = RunContext(dataset=dataset, evaluation=study.evaluation,
                              progress=progress and executor == "local" and workers == 1,
                              privacy_randomness=study.privacy_randomness,
-                             start=prepare_start(study, dataset, folder, progress=progress))
+                             start=arms_start)
         order = {plan.run_id: i for i, plan in enumerate(plans, start=1)}
         outcomes: dict[str, RunRecord | RunFailure] = dict(prepared.finished)
         # every run evaluated again before any is written: a stop midway leaves each as it was

@@ -110,13 +110,17 @@ def test_a_released_model_starts_another_study(tiny_study, tiny_text, tmp_path, 
 
 def test_a_rerun_that_starts_otherwise_is_refused_not_mixed(pretrained, capsys):
     """The finished runs started from the pretrained weights with one block trained; the same folder with the head
-    alone trained would reuse them in one table: refused, naming the runs, before anything trains."""
+    alone trained would reuse them in one table: refused, naming the runs, before anything trains. The refused
+    settings are not written to the folder's study.yaml either: it went on saying the head alone trained, of runs
+    that trained a block too, and `dpmed report` printed that in report.html."""
     study_file = pretrained.parent.parent / "s.yaml"
+    resolved = (pretrained / "study.yaml").read_bytes()
     code = main(["run", str(study_file), "--out", str(pretrained.parent), "--no-progress",
                  "--set", "model.trainable=head"])
     assert code != 0
     err = capsys.readouterr().err
     assert "started from other weights than this study now does" in err and "base_seed0" in err
+    assert (pretrained / "study.yaml").read_bytes() == resolved
 
 
 def test_other_pretraining_settings_are_refused_before_they_train(pretrained, capsys, monkeypatch):
