@@ -62,7 +62,8 @@ def test_plans_are_frozen_and_strict(plans):
 
 def test_where_a_run_executes_is_not_a_setting_of_the_run(plans):
     plan = plans["dp_eps8_C1_seed1"]
-    moved = plan.model_copy(update={"training": plan.training.model_copy(update={"device": "cpu", "threads": 1})})
+    moved = plan.model_copy(update={"training": plan.training.model_copy(update={"device": "cpu", "threads": 1,
+                                                                                 "physical_batch_size": 3})})
     assert moved.settings() == plan.settings()
     longer = plan.model_copy(update={"training": plan.training.model_copy(update={"epochs": 3})})
     assert longer.settings() != plan.settings()

@@ -233,8 +233,10 @@ def test_finished_runs_made_otherwise_are_refused_naming_the_setting_but_not_the
     assert err.count("training.learning_rate: 0.001 in the finished run, 0.01 now") == 2
     assert "device" not in err and "threads" not in err     # where and how fast runs execute changes no result
     assert before == {p: (p.stat().st_ino, p.read_bytes()) for p in out.rglob("run.json")}
-    # only the device changed: the finished runs are the study's runs
-    assert main(["run", study, "--out", str(out), "--no-progress", "--set", "training.device=cpu"]) == 0
+    # only the device and the physical batch (memory: what a worker that ran out of it is told to lower) changed:
+    # the finished runs are the study's runs
+    assert main(["run", study, "--out", str(out), "--no-progress", "--set", "training.device=cpu",
+                 "--set", "training.physical_batch_size=4"]) == 0
     assert "2 runs (2 finished earlier)" in capsys.readouterr().out
     assert before == {p: (p.stat().st_ino, p.read_bytes()) for p in out.rglob("run.json")}
 

@@ -75,6 +75,29 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp, tmp_path
         assert (ledger_epsilon(resumed.ledger, delta=1e-5) == ledger_epsilon(whole.ledger, delta=1e-5))
 
 
+def test_a_checkpoint_continues_with_a_smaller_physical_batch(data, new_model, tmp_path, monkeypatch):
+    """After memory ran out, dpmed tells the user to lower training.physical_batch_size and run again, which only
+    slices each step: the run continues from its checkpoint, to the model of a run trained in one go up to float
+    rounding, rather than starting afresh."""
+    images, task = data
+    key = PrivacyRandomness.secure().root_hex()
+    whole_model = new_model(task)
+    whole = train(whole_model, images, task, CFG, seed=4, dp=PLAN, randomness=PrivacyRandomness.from_root_hex(
+        key, "secure"), progress=False)
+    ckpt = tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:
+        _interrupt_after(m, DpSgdStep, "__call__", 12)
+        with pytest.raises(Killed):
+            train(new_model(task), images, task, CFG, seed=4, dp=PLAN,
+                  randomness=PrivacyRandomness.from_root_hex(key, "secure"), progress=False, checkpoint=ckpt)
+    resumed_model = new_model(task)
+    resumed = train(resumed_model, images, task, CFG.model_copy(update={"physical_batch_size": 3}), seed=4, dp=PLAN,
+                    randomness=PrivacyRandomness.from_root_hex(key, "secure"), progress=False, checkpoint=ckpt)
+    assert resumed.resumed_from == 10 and resumed.ledger == whole.ledger
+    for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values()):
+        torch.testing.assert_close(a, b)
+
+
 def test_an_unreadable_checkpoint_has_no_progress_and_training_names_it(data, new_model, tmp_path):
     (tmp_path / "checkpoint.pt").write_bytes(b"cut short by a full disk")
     assert checkpoint_progress(tmp_path / "checkpoint.pt") is None

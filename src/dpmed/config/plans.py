@@ -21,8 +21,9 @@ from dpmed.mechanisms import AuditConfig, PlanContext, PrivacyPlan, Strict, mech
 __all__ = ["RunPlan", "SweptValue", "plan_runs", "run_ids", "check_run_ids", "EXECUTION_ONLY"]
 
 # Training settings that decide where and how fast a run executes, not what it computes in exact arithmetic: a finished
-# run made with other values of these is still the same run.
-EXECUTION_ONLY = ("device", "threads")
+# run made with other values of these is still the same run, and a checkpoint made with them continues. The physical
+# batch only slices each step for memory (`TrainingConfig`): a smaller one, after memory ran out, must not retrain.
+EXECUTION_ONLY = ("device", "threads", "physical_batch_size")
 
 
 class SweptValue(Strict):
