@@ -105,6 +105,31 @@ def test_ray_s_stop_waits_its_grace_for_each_run_and_counts_those_that_finished(
     assert ray.timeouts == [30.0, 30.0]
 
 
+@pytest.mark.parametrize("error", [
+    ValueError("Ray Client requires pip package `ray[client]`. If you installed the minimal Ray (e.g. `pip install "
+               "ray`), please reinstall by executing `pip install ray[client]`."),
+    ConnectionError("Could not find any running Ray instance. Please specify the one to connect to by setting "
+                    "`--address` flag or `RAY_ADDRESS` environment variable.")], ids=["no-client", "no-cluster"])
+def test_a_ray_cluster_that_cannot_be_reached_is_named_not_an_internal_error(error):
+    """`--executor ray --address ray://head:10001`, as the README shows it, ended in "internal error: ValueError ...
+    Please report this" where Ray lacked its client, as the minimal Ray does, and so did an address with no cluster."""
+    class Fake:
+        def is_initialized(self):
+            return False
+
+        def init(self, **options):
+            raise error
+
+    executor = executors.RayExecutor.__new__(executors.RayExecutor)
+    executor.ray, executor.address = Fake(), "ray://head:10001"
+    with pytest.raises(ConfigError) as refused:
+        executor.map([], None, lambda task, outcome: None, fail_fast=False)
+    message = str(refused.value)
+    assert message.startswith("--executor ray --address ray://head:10001: Ray could not connect")
+    assert str(error) in message
+    assert "pip install 'dpmed[ray]'" in message
+
+
 def test_a_lost_interrupt_is_raised_while_the_pool_waits(monkeypatch):
     def lost():
         raise KeyboardInterrupt

@@ -392,7 +392,14 @@ class RayExecutor:
         try:
             if started_here:
                 options = {} if own is None else {"_temp_dir": str(Path(own) / "ray")}
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False, **options)
+                try:
+                    ray.init(address=self.address, include_dashboard=False, log_to_driver=False, **options)
+                except (ValueError, ConnectionError) as exc:   # no client for ray://, no cluster at the address
+                    where = f" --address {self.address}" if self.address else ""
+                    raise ConfigError(
+                        f"--executor ray{where}: Ray could not connect ({exc}); check that the cluster runs there, "
+                        "or leave --address out to start a local instance (a ray:// address needs Ray's client, "
+                        "which pip install 'dpmed[ray]' installs)") from None
             _warn_open_token()
             shared = ray.put(replace(context, progress=False))
             remote = ray.remote(num_cpus=self.cpus_per_run, num_gpus=self.gpus_per_run)(_execute)
