@@ -10,7 +10,7 @@ import re
 import pytest
 
 from dpmed.mechanisms.base import AuditConfig
-from dpmed.timing import Rates, clock, run_steps, step_kind
+from dpmed.timing import Rates, clock, concurrent_runs, run_steps, step_kind
 from dpmed.progress import StudyProgress
 
 N_TRAIN = 100     # plain runs of make_record: 2 epochs of ceil(100 / 64) = 2 batches; DP-SGD runs: 10 steps
@@ -195,6 +195,20 @@ def test_rates_are_means_per_kind_and_an_untimed_batch_takes_its_own_kind_s_rate
     assert rates.run_seconds(other, N_TRAIN, device="cpu") == pytest.approx(10 * 0.2 + 1.5)   # DP's, not plain's
     monkeypatch.setattr(timing.torch.cuda, "is_available", lambda: True)          # learnt where the run ran
     assert set(Rates.from_runs(runs[:1], N_TRAIN).per_step) == {step_kind(dp.plan, "cpu")}
+
+
+@pytest.mark.parametrize("workers, cores, at_once", [(1, 16, 1), (2, 16, 2), (8, 16, 3), (4, 4, 2), (4, 3, 1),
+                                                     (4, None, 1)])
+def test_workers_train_as_many_runs_at_once_as_there_are_runs_and_cores_for(make_record, monkeypatch, workers, cores,
+                                                                            at_once):
+    """Three runs, the widest of 2 threads: 8 workers train the 3 at once on 16 cores; 4 cores hold 2 of them."""
+    from dpmed import timing
+
+    monkeypatch.setattr(timing.os, "cpu_count", lambda: cores)
+    plans = [make_record(f"np_seed{s}", "np", seed=s).plan for s in range(3)]
+    plans = [p.model_copy(update={"training": p.training.model_copy(update={"threads": t})})
+             for p, t in zip(plans, (1, 2, 1))]
+    assert concurrent_runs(plans, workers) == at_once
 
 
 @pytest.mark.parametrize("per_step, steps", [(1e-5, 40), (0.1, 16), (10.0, 4)])

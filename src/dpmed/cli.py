@@ -120,22 +120,30 @@ def _privacy_arguments(p: argparse.ArgumentParser) -> None:
     risk.add_argument("--kappa", type=float, help="the attacker's prior success (default 1 / N with --dataset-size)")
 
 
+def _run_options() -> argparse.ArgumentParser:
+    """How `dpmed run` runs a study's runs: a parent parser of `run` and `plan`, so that a `dpmed run` command line
+    also plans."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("how `dpmed run` runs the study's runs")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (they are drawn only where stderr is a terminal); "
+                        "a line at each tenth of a run's steps instead")
+    g.add_argument("--workers", type=_positive_int, metavar="N",
+                   help="runs at a time in local processes (default 1; not with --executor ray)")
+    g.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local (default) or ray: each run a Ray task (pip install 'dpmed[ray]')")
+    g.add_argument("--address", help="Ray cluster address, with --executor ray (default: start a local Ray instance)")
+    g.add_argument("--fail-fast", action="store_true", help="stop at the first failed run (default: go on)")
+    return p
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dpmed", description="What does privacy cost a diagnostic imaging model?")
     p.add_argument("--version", action="version", version=f"dpmed {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train and evaluate every arm of a study, then write the report")
+    run = sub.add_parser("run", help="train and evaluate every arm of a study, then write the report",
+                         parents=[_run_options()])
     _study_arguments(run)
-    run.add_argument("--no-progress", action="store_true",
-                     help="no progress bars (they are drawn only where stderr is a terminal); "
-                          "a line at each tenth of a run's steps instead")
-    run.add_argument("--workers", type=_positive_int,
-                     help="runs at a time in local processes (default 1; not with --executor ray)")
-    run.add_argument("--executor", choices=("local", "ray"), default="local",
-                     help="local (default) or ray: each run a Ray task (pip install 'dpmed[ray]')")
-    run.add_argument("--address", help="Ray cluster address, with --executor ray (default: start a local Ray "
-                                       "instance)")
-    run.add_argument("--fail-fast", action="store_true", help="stop at the first failed run (default: go on)")
     plan = sub.add_parser("plan", help="every run's plan (sigma, eps, q, T), the study's privacy and an estimated "
                                        "time; reads the data and calibrates as `run` does, trains nothing",
                           description="Every run's plan (sigma, eps, q, T), the study's privacy and an estimated "
@@ -146,7 +154,12 @@ def _parser() -> argparse.ArgumentParser:
                                       "yet, the DP count of the training set they plan from, drawn now (or taken "
                                       "back from the records of finished runs planned from it), in "
                                       "OUT/<study>/private/released_sizes.json (private; `run` reuses that draw, so "
-                                      "its plans are the ones shown here).")
+                                      "its plans are the ones shown here).",
+                          epilog="`dpmed run`'s options are accepted, so that a `dpmed run` command line plans "
+                                 "with `run` swapped for `plan`: --workers N estimates the time with N runs at a "
+                                 "time; --no-progress, --fail-fast, --executor and --address do not change the "
+                                 "plan (a combination `dpmed run` refuses is refused here too)",
+                          parents=[_run_options()])
     _study_arguments(plan)
     plan.add_argument("--no-estimate", action="store_true",
                       help="skip the timing probe (seconds for small models, minutes for ResNets at 224 px on a CPU)")
@@ -299,13 +312,15 @@ def _plan(args: argparse.Namespace) -> int:
     handler = log_to_console()   # before Opacus is imported: it configures logging if nobody has
     try:
         study = _load(args)     # first: a mistake in the study file is told before seconds of importing below
+        from dpmed.executors import check_executor_options
         from dpmed.numbers import bytes_text, delta_text, epsilon_text
         from dpmed.pretraining import check_weights, describe_start
         from dpmed.released_size import describe_counts
         from dpmed.study import estimate_times, planned_card, prepare_study
-        from dpmed.timing import clock
+        from dpmed.timing import clock, concurrent_runs
         from dpmed.states import folder_holder
 
+        check_executor_options(args.executor, workers=args.workers, address=args.address)   # as `run` would
         prepared = prepare_study(study, out=args.out)
         check_weights(study, prepared.dataset)
         if not args.no_estimate and prepared.todo:
@@ -373,10 +388,21 @@ def _plan(args: argparse.Namespace) -> int:
     if rates is not None:
         total = sum(seconds.values())
         training = total - rates.evaluation * len(seconds)
-        print(f"estimated time: about {clock(total + prepared.load_seconds)} for `dpmed run`: "
-              f"{clock(prepared.load_seconds)} to read the data, then {clock(total)} for the {len(seconds)} run(s) "
-              f"to train one after the other ({clock(training)} training, {clock(total - training)} evaluation); "
-              f"--workers N divides the runs' part by up to N where there are cores for them")
+        at_once = concurrent_runs(prepared.todo, args.workers or 1)
+        parts = f"{clock(training)} training, {clock(total - training)} evaluation"
+        how = (f"one after the other ({parts})" if at_once == 1 else
+               f"{at_once} at a time ({clock(total)} one after the other: {parts})")
+        if args.workers is None:
+            more = "; --workers N divides the runs' part by up to N where there are cores for them"
+        elif at_once < min(args.workers, len(seconds)):
+            more = (f"; this machine's {os.cpu_count()} cores have room for {at_once} run(s) at once at their "
+                    "training.threads")
+        else:
+            on_gpu = any(kind.device == "cuda" for kind in rates.per_step)
+            more = "; they share the GPU, so it may take longer" if at_once > 1 and on_gpu else ""
+        print(f"estimated time: about {clock(total / at_once + prepared.load_seconds)} for `dpmed run"
+              f"{'' if args.workers is None else f' --workers {args.workers}'}`: {clock(prepared.load_seconds)} to "
+              f"read the data, then {clock(total / at_once)} for the {len(seconds)} run(s) to train {how}{more}")
         pretraining = "public pretraining (unless cached), " if study.pretrain is not None else ""
         print(f"  how: {rates.how}; the probe took {rates.probe_seconds:.0f} s. Not included: {pretraining}audits, "
               f"attacks, writing the report, and a machine that gets busier or quieter meanwhile")

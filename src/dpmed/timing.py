@@ -20,7 +20,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ from dpmed.training import run_threads, torch_threads, train
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["StepKind", "step_kind", "run_steps", "Rates", "probe_rates", "clock", "machine_load"]
+__all__ = ["StepKind", "step_kind", "run_steps", "Rates", "probe_rates", "concurrent_runs", "clock", "machine_load"]
 
 _PROBE_SECONDS = 1.5      # aim of the timed part of each step kind's probe
 _MIN_STEPS, _MAX_STEPS = 3, 40
@@ -242,6 +242,14 @@ def probe_rates(plans: Iterable[RunPlan], dataset: Dataset, *, evaluation: Evalu
            f"validation and test images ({evaluation_seconds:.1f} s) added per run")
     return Rates(per_step=per_step, evaluation=evaluation_seconds, how=how, probe_seconds=time.perf_counter() - start,
                  steps_timed=timed)
+
+
+def concurrent_runs(plans: Sequence[RunPlan], workers: int) -> int:
+    """How many of ``plans``' runs ``workers`` local processes train at once, as far as this machine's cores go: each
+    run takes its ``training.threads``, so more workers than the cores have room for share them and finish no
+    sooner together (on a GPU they share it too, which this does not count)."""
+    threads = max((run_threads(plan.training.threads) for plan in plans), default=1)
+    return max(1, min(workers, len(plans), (os.cpu_count() or 1) // threads))
 
 
 def machine_load() -> str:

@@ -333,6 +333,52 @@ def test_plan_help_says_the_one_file_plan_writes(capsys):
     assert "OUT/<study>/private/released_sizes.json" in text and "the DP count of the training set" in text
 
 
+@pytest.mark.parametrize("workers, cores, said", [
+    (None, 8, "then 0:40 for the 2 run(s) to train one after the other (0:36 training, 0:04 evaluation); --workers N "
+              "divides the runs' part by up to N where there are cores for them"),
+    ("2", 8, "then 0:20 for the 2 run(s) to train 2 at a time (0:40 one after the other: 0:36 training, 0:04 "
+             "evaluation)"),
+    ("2", 3, "then 0:40 for the 2 run(s) to train one after the other (0:36 training, 0:04 evaluation); this "
+             "machine's 3 cores have room for 1 run(s) at once at their training.threads"),
+])
+def test_plan_takes_run_s_command_line_and_estimates_with_its_workers(tiny_text, tmp_path, capsys, monkeypatch,
+                                                                      workers, cores, said):
+    """Before: `dpmed plan` refused --no-progress, --workers, --fail-fast, --executor and --address ("unrecognized
+    arguments"), though a user plans by swapping `run` for `plan`; --workers now divides the runs' part of the
+    estimate as far as the cores go (the tiny study's runs take 2 threads each)."""
+    from dpmed import study as study_module, timing
+    from dpmed.timing import Rates
+
+    def estimate(prepared):   # the probe's figures, fixed: 10 s and 30 s, 2 s of each evaluation
+        return Rates(per_step={}, evaluation=2.0, how="fixed"), dict(zip((p.run_id for p in prepared.todo), (10, 30)))
+
+    monkeypatch.setattr(study_module, "estimate_times", estimate)
+    monkeypatch.setattr(timing.os, "cpu_count", lambda: cores)
+    flags = ["--no-progress", "--fail-fast", "--executor", "local"]
+    flags += [] if workers is None else ["--workers", workers]
+    assert main(["plan", str(_study(tmp_path, tiny_text)), "--out", str(tmp_path / "out"), *flags]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("estimated time:"))
+    assert f"for `dpmed run{'' if workers is None else ' --workers 2'}`: " in line and line.endswith(said)
+
+
+def test_plan_help_says_which_of_run_s_options_change_nothing_in_a_plan(capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--no-progress, --fail-fast, --executor and --address do not change the plan" in text
+    assert "--workers N estimates the time with N runs at a time" in text
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--address", "ray://h:1"], "--address ray://h:1 names a Ray cluster and applies only with --executor ray"),
+    (["--executor", "ray", "--workers", "2"], "--workers 2 counts local processes"),
+])
+def test_plan_refuses_what_run_would_refuse_of_its_options(tiny_text, tmp_path, capsys, flags, message):
+    out = tmp_path / "out"
+    assert main(["plan", str(_study(tmp_path, tiny_text)), "--out", str(out), *flags]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
 def test_a_relative_data_path_is_read_from_the_current_directory_not_the_study_file_s(tmp_path, capsys, monkeypatch):
     """The study file lies elsewhere and names a data.path that does not exist beside it; --data-path chest_xray,
     relative, is the folder in the current directory."""
