@@ -99,6 +99,7 @@ def test_a_public_source_without_a_path_is_not_sent_to_data_path(write_study):
 @pytest.mark.parametrize("section", ["data", "pretrain.data"])
 @pytest.mark.parametrize("given, message", [
     ("uncertain: ones", "'uncertain' does not apply to source 'folders' (it applies to: chexpert, mimic)"),
+    ("classes: [a, b]", "'classes' does not apply to source 'folders' (it applies to: csv)"),
     ("split: {seed: 1}", None),
     ("task: multiclass", None),
 ])
@@ -107,7 +108,7 @@ def test_an_option_the_source_ignores_is_refused_with_the_study_file(write_study
     pretrain.data.split for the phantom, and `dpmed run` refused it only after reading the private data, as
     "data.split does not apply to source 'phantom'", a key the study's own data section did not hold."""
     (tmp_path / "xr").mkdir(exist_ok=True)
-    source = "{source: folders, path: xr" if "uncertain" in given else "{source: phantom"
+    source = "{source: folders, path: xr" if given.startswith(("uncertain", "classes")) else "{source: phantom"
     block = f"{source}, {given}}}"
     text = ("name: s\nmodel: {name: small_cnn}\n"
             + (f"data: {block}\n" if section == "data" else f"pretrain: {{public: synthetic, data: {block}}}\n")

@@ -24,7 +24,8 @@ def test_every_source_is_described(name):
     info = DATASET_SOURCES[name]
     assert info.name == name and info.summary
     assert not info.needs_path or info.layout  # a user must learn where the files go
-    assert info.options <= {"labels", "columns", "task", "uncertain", "views", "split", "skip_invalid", "cache_dir"}
+    assert info.options <= {"labels", "classes", "columns", "task", "uncertain", "views", "split", "skip_invalid",
+                            "cache_dir"}
 
 
 def test_unknown_source_lists_the_known_ones():
@@ -109,7 +110,7 @@ OPTIONS = {
     "nih": {"split", "skip_invalid", "cache_dir", "labels"},
     "chexpert": {"split", "skip_invalid", "cache_dir", "labels", "uncertain", "views"},
     "mimic": {"split", "skip_invalid", "cache_dir", "labels", "uncertain", "views"},
-    "csv": {"split", "skip_invalid", "cache_dir", "labels", "columns", "task"},
+    "csv": {"split", "skip_invalid", "cache_dir", "labels", "classes", "columns", "task"},
 }
 
 
@@ -117,7 +118,8 @@ def test_each_source_reads_exactly_its_documented_options():
     assert {name: set(info.options) for name, info in DATASET_SOURCES.items()} == OPTIONS
 
 
-@pytest.mark.parametrize("key, value", [("labels", ("a", "b")), ("columns", {"path": "p"}), ("task", "binary"),
+@pytest.mark.parametrize("key, value", [("labels", ("a", "b")), ("classes", ("a", "b")), ("columns", {"path": "p"}),
+                                        ("task", "binary"),
                                         ("uncertain", "ones"), ("views", "all"), ("skip_invalid", True),
                                         ("cache_dir", "cache"),
                                         ("split", SplitPlan())])

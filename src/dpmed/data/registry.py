@@ -42,8 +42,9 @@ class DataRequest:
 
     source: a name of DATASET_SOURCES. preprocessing: the per-image steps; for generated sources its size is the
     size they generate at. labels: findings (CheXpert, NIH, MIMIC), class order (folders) or label columns (csv);
-    None: the default. columns: the csv's column names; task: the csv's task kind; uncertain: CheXpert/MIMIC policy
-    for -1; views: CheXpert/MIMIC views kept ("frontal", "all"; None: frontal where the table names views).
+    None: the default. classes: the csv's class names, one per class index. columns: the csv's column names; task:
+    the csv's task kind; uncertain: CheXpert/MIMIC policy for -1; views: CheXpert/MIMIC views kept ("frontal",
+    "all"; None: frontal where the table names views).
     ordinal: whether multiclass labels are ordered grades (None: the layout's own knowledge). split: None = the
     defaults of SplitPlan; cache_dir: where decoded tensors are memory-mapped (None: memory only).
     patients: keep one seeded cohort of the patients in every split (`dpmed.data.cohorts`; None: all).
@@ -55,6 +56,7 @@ class DataRequest:
     n_images: int | None = None
     preprocessing: Preprocessing = Preprocessing()
     labels: tuple[str, ...] | None = None
+    classes: tuple[str, ...] | None = None
     columns: Mapping[str, str] | None = None
     task: str | None = None
     uncertain: str | None = None
@@ -67,8 +69,8 @@ class DataRequest:
 
     def given_options(self) -> list[str]:
         """The optional study keys this request sets (each must be one its source reads)."""
-        values = {"labels": self.labels, "columns": self.columns, "task": self.task, "uncertain": self.uncertain,
-                  "views": self.views,
+        values = {"labels": self.labels, "classes": self.classes, "columns": self.columns, "task": self.task,
+                  "uncertain": self.uncertain, "views": self.views,
                   "split": self.split, "skip_invalid": self.skip_invalid, "cache_dir": self.cache_dir}
         return [key for key, value in values.items() if value not in (None, False)]
 
@@ -221,8 +223,8 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             summary="a generic CSV: an image path column, label column(s), optional patient/sex/age/split columns",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
             read=_from_files(lambda r: read_csv_table(r.path, columns=r.columns or {}, labels=r.labels or (),
-                                                      task=r.task)),
-            options=_FILE_OPTIONS | {"labels", "columns", "task"},
+                                                      task=r.task, classes=r.classes)),
+            options=_FILE_OPTIONS | {"labels", "classes", "columns", "task"},
             layout="path: the CSV file (image paths relative to its folder); columns: {path, patient, sex, age, split}",
         ),
     )
@@ -291,8 +293,9 @@ def _ordinal(dataset: Dataset, ordinal: bool | None) -> Dataset:
 def load_dataset(*, source: str, path: str | Path | None, image_size: int | None, channels: int | None, seed: int,
                  n_images: int | None, aspect: str = "stretch", minmax: bool = False, equalize: bool = False,
                  normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
-                 labels: tuple[str, ...] | None = None, columns: Mapping[str, str] | None = None,
-                 task: str | None = None, uncertain: str | None = None, views: str | None = None,
+                 labels: tuple[str, ...] | None = None, classes: tuple[str, ...] | None = None,
+                 columns: Mapping[str, str] | None = None, task: str | None = None, uncertain: str | None = None,
+                 views: str | None = None,
                  ordinal: bool | None = None, split: SplitPlan | None = None, skip_invalid: bool = False,
                  cache_dir: str | Path | None = None) -> Dataset:
     """:func:`read_dataset` with the request spelled out as keywords (the Python API; a study file's ``data``
@@ -311,7 +314,8 @@ def load_dataset(*, source: str, path: str | Path | None, image_size: int | None
         raise DataError(str(exc)) from None
     return read_dataset(DataRequest(source=source, path=None if path is None else Path(path), seed=seed,
                                     n_images=n_images, preprocessing=preprocessing,
-                                    labels=None if labels is None else tuple(labels), columns=columns, task=task,
+                                    labels=None if labels is None else tuple(labels),
+                                    classes=None if classes is None else tuple(classes), columns=columns, task=task,
                                     uncertain=uncertain, views=views, ordinal=ordinal, split=split,
                                     skip_invalid=skip_invalid,
                                     cache_dir=None if cache_dir is None else Path(cache_dir)))

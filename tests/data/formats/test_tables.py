@@ -179,6 +179,34 @@ def test_generic_csv_a_mistyped_label_that_leaves_classes_without_rows_is_refuse
     assert m.problems[5].detail == "opacity = '11'; a binary label is a class index 0/1"
 
 
+def test_generic_csv_classes_name_the_label_column_s_indices(table, load_layout):
+    """Before: a CSV's classes could only be class_0, class_1, ..., and the report said "finds 9 of every 10 class_1
+    cases". Named, they are stated, not counted from the images."""
+    d = load_layout("csv", table, columns={"path": "file", "patient": "pid", "split": "fold"}, labels=("opacity",),
+                    classes=("normal", "opacity"), split=SplitPlan(val_fraction=0.2, seed=1))
+    assert d.task.kind == "binary" and d.task.label_names == ("normal", "opacity") and not d.task.classes_from_data
+    table.write_text(table.read_text().replace("pngs/img5.png,1,", "pngs/img5.png,2,"))
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"], classes=["no", "small", "large"])
+    assert m.task.kind == "multiclass" and m.task.label_names == ("no", "small", "large") and not m.problems
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"], classes=["no", "yes"])
+    assert m.problems[5].detail == ("opacity = '2'; a binary label is a class index 0/1 (data.classes names 2: no, "
+                                    "yes)")
+
+
+@pytest.mark.parametrize("classes, task, labels, message", [
+    (["a", "b", "c"], None, ["opacity"], r"labels.csv: data.classes names 3 classes for the class indices 0..2 of "
+                                         r"column 'opacity', but no row holds index 2 \(c\) \(the column holds 0, 1\); "
+                                         r"list one name per index the column holds, in index order"),
+    (["a", "b", "c"], "binary", ["opacity"], r"data.classes names 3 classes \(a, b, c\), but task binary has two"),
+    (["a", "a"], None, ["opacity"], r"data.classes \['a', 'a'\] must name each class once"),
+    (["a"], None, ["opacity"], r"must name each class once, at least two"),
+    (["a", "b"], None, ["opacity", "effusion"], r"a multilabel task's classes are its label columns"),
+])
+def test_generic_csv_classes_that_do_not_fit_the_column_are_refused(table, classes, task, labels, message):
+    with pytest.raises(DataError, match=message):
+        read_csv_table(table, columns={"path": "file"}, labels=labels, task=task, classes=classes)
+
+
 def test_generic_csv_missing_named_column_and_bad_split(table, load_layout):
     with pytest.raises(DataError, match=r"labels.csv has no column 'patient_id'; its columns are 'file', 'opacity'"):
         read_csv_table(table, columns={"path": "file", "patient": "patient_id"}, labels=["opacity"])
@@ -278,6 +306,7 @@ def test_example_csv_study(table, no_patient_crosses):
                  "data.split.seed": 1}    # at seed 0 none of the fixture's six pooled patients draws validation
     d = load_study_data(load_study(EXAMPLES / "csv.yaml", overrides))
     assert d.task.kind == "binary" and len(d.test) == 3 and no_patient_crosses(d)
+    assert d.task.label_names == ("normal", "abnormal")
 
 
 def test_a_row_that_names_a_folder_is_said_to_name_a_folder(aptos, write_csv, load_layout):

@@ -103,13 +103,16 @@ def read_ham10000(path: str | Path) -> Manifest:
 
 
 def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequence[str],
-                   task: TaskKind | None = None) -> Manifest:
+                   task: TaskKind | None = None, classes: Sequence[str] | None = None) -> Manifest:
     """A CSV the study describes: ``columns: {path: <image column>, patient:, sex:, age:, split:}`` (path required,
     the rest optional) and ``labels: [<label column>, ...]``.
 
     Image paths are relative to the CSV's folder (or absolute). One label column holds class indices 0, 1, ...:
     binary when the task is binary or (task unset) every value is 0 or 1, else multiclass with classes 0..max (so
     inferred, a class below the max that no row holds is refused as a likely typo; ``task: multiclass`` reads it).
+    ``classes`` names them, class index k the k-th name (the report then says "pneumonia", not "class_1"), and so
+    states their number: binary for two names unless the task says otherwise, a row whose index has no name is a
+    label outside the task, and a name that no row's index reaches is refused. Without it they are class_0, ...
     Several label columns make a multilabel task, each column 0 or 1, each named once. Without a patient column each
     image is its own patient; with one, a blank id is refused (the blank rows would be one patient). The split column
     (train / val / validation / test, as :data:`~dpmed.data.manifest.SPLIT_NAMES` spells them; blank = let dpmed
@@ -129,8 +132,11 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
     if repeated:
         raise DataError(f"data.labels lists the column(s) {repeated} more than once ({list(labels)}); list each label "
                         "column once")
+    if classes is not None:
+        _check_class_names(classes, labels, task)
     frame = read_table(table, [columns["path"], *labels, *(columns[k] for k in sorted(columns) if k != "path")])
-    kind: TaskKind = task or ("multilabel" if len(labels) > 1 else "binary")
+    named = None if classes is None else ("binary" if len(classes) == 2 else "multiclass")
+    kind: TaskKind = task or named or ("multilabel" if len(labels) > 1 else "binary")
     flags = Flags()
     if kind == "multilabel":
         y = np.zeros((len(frame), len(labels)), dtype=np.float32)
@@ -147,19 +153,24 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
             raise DataError(f"task {kind} takes one label column, got {list(labels)}; use task: multilabel")
         raw_values = frame[labels[0]].tolist()
         parsed = [class_index(v, 1 << 30) for v in raw_values]
-        if task is None and any(p is not None and p > 1 for p in parsed):
+        if task is None and classes is None and any(p is not None and p > 1 for p in parsed):
             kind = "multiclass"
-        count = 2 if kind == "binary" else max([p for p in parsed if p is not None], default=1) + 1
-        if task is None and kind == "multiclass":
+        count = (len(classes) if classes is not None else 2 if kind == "binary"
+                 else max([p for p in parsed if p is not None], default=1) + 1)
+        if task is None and kind == "multiclass" and classes is None:
             _refuse_classes_without_rows(parsed, count, labels[0], table)
+        if classes is not None:
+            _refuse_names_without_rows(parsed, classes, labels[0], table)
+        indices = "0/1" if kind == "binary" else "0.."
+        named_as = "" if classes is None else f" (data.classes names {count}: {', '.join(classes)})"
         y = np.zeros(len(frame), dtype=np.int64)
         for i, (raw, p) in enumerate(zip(raw_values, parsed)):
             if p is None or p >= count:
                 flags(i, "label outside the task",
-                      f"{labels[0]} = {raw!r}; a {kind} label is a class index 0{'/1' if kind == 'binary' else '..'}")
+                      f"{labels[0]} = {raw!r}; a {kind} label is a class index {indices}{named_as}")
             else:
                 y[i] = p
-        names = tuple(f"class_{k}" for k in range(max(count, 2)))
+        names = tuple(classes) if classes is not None else tuple(f"class_{k}" for k in range(max(count, 2)))
     values = [v.strip() for v in frame[columns["path"]]]
     for i in (i for i, v in enumerate(values) if not v):
         flags(i, "missing image", f"{columns['path']} is blank; fill in the image's path, or delete the row")
@@ -171,7 +182,8 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
         for row, value in bad:
             flags(row, "unknown split", f"{columns['split']} = {value!r}; use train, val, test or leave it blank")
     return table_manifest(
-        name=table.stem, root=table.parent, task=Task(kind, names, classes_from_data=kind != "multilabel"),
+        name=table.stem, root=table.parent,
+        task=Task(kind, names, classes_from_data=kind != "multilabel" and classes is None),
         paths=[Path(v) if Path(v).is_absolute() else table.parent / v for v in values], labels=y,
         patients=patient_column(frame, columns["patient"], table, "fill in each row's patient id, or remove "
                                 "'patient' from data.columns (each image is then its own patient)")
@@ -180,8 +192,37 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
         ages=frame[columns["age"]].tolist() if "age" in columns else [""] * n, splits=splits,
         where=[f"{table.name} line {csv_line(i)} ({v})" for i, v in enumerate(values)], ids=values,
         notes={"format": "csv", "columns": dict(columns), "labels": list(labels),
+               **({} if classes is None else {"classes": list(classes)}),
                "patients_known": "patient" in columns},
         description=f"Table {table.name}: {kind} labels from {', '.join(labels)}.", problems=flags)
+
+
+def _check_class_names(classes: Sequence[str], labels: Sequence[str], task: TaskKind | None) -> None:
+    """DataError, before the table is read, where ``data.classes`` cannot name the classes of the study's labels."""
+    if len(labels) > 1 or task == "multilabel":
+        raise DataError(f"data.classes names the classes of one label column; a multilabel task's classes are its "
+                        f"label columns (data.labels: {list(labels)}): remove data.classes")
+    blank = [i for i, name in enumerate(classes) if not str(name).strip()]
+    repeated = sorted({c for c in classes if list(classes).count(c) > 1})
+    if len(classes) < 2 or blank or repeated:
+        raise DataError(f"data.classes {list(classes)} must name each class once, at least two, none blank: class "
+                        "index k of the label column is the k-th name")
+    if task == "binary" and len(classes) != 2:
+        raise DataError(f"data.classes names {len(classes)} classes ({', '.join(classes)}), but task binary has two "
+                        "(indices 0 and 1); name two, or set data.task: multiclass")
+
+
+def _refuse_names_without_rows(parsed: list[int | None], classes: Sequence[str], column: str, table: Path) -> None:
+    """A name of ``data.classes`` whose class index no row of the label column holds: the list does not match the
+    column (a name too many, or indices that start at 1), and a class without images could not be evaluated."""
+    held = {p for p in parsed if p is not None}
+    empty = [k for k in range(len(classes)) if k not in held]
+    if empty:
+        shown = ", ".join(f"{k} ({classes[k]})" for k in empty)
+        values = ", ".join(map(str, sorted(held)[:10])) + (", ..." if len(held) > 10 else "")
+        raise DataError(f"{table}: data.classes names {len(classes)} classes for the class indices "
+                        f"0..{len(classes) - 1} of column {column!r}, but no row holds index {shown} (the column "
+                        f"holds {values or 'none'}); list one name per index the column holds, in index order")
 
 
 def _refuse_unread_attributes(frame, columns: Mapping[str, str], table: Path) -> None:
