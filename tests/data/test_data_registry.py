@@ -24,8 +24,8 @@ def test_every_source_is_described(name):
     info = DATASET_SOURCES[name]
     assert info.name == name and info.summary
     assert not info.needs_path or info.layout  # a user must learn where the files go
-    assert info.options <= {"labels", "classes", "columns", "task", "uncertain", "views", "split", "skip_invalid",
-                            "cache_dir"}
+    assert info.options <= {"labels", "classes", "name", "columns", "task", "uncertain", "views", "split",
+                            "skip_invalid", "cache_dir"}
 
 
 def test_unknown_source_lists_the_known_ones():
@@ -110,7 +110,7 @@ OPTIONS = {
     "nih": {"split", "skip_invalid", "cache_dir", "labels"},
     "chexpert": {"split", "skip_invalid", "cache_dir", "labels", "uncertain", "views"},
     "mimic": {"split", "skip_invalid", "cache_dir", "labels", "uncertain", "views"},
-    "csv": {"split", "skip_invalid", "cache_dir", "labels", "classes", "columns", "task"},
+    "csv": {"split", "skip_invalid", "cache_dir", "labels", "classes", "name", "columns", "task"},
 }
 
 
@@ -119,7 +119,7 @@ def test_each_source_reads_exactly_its_documented_options():
 
 
 @pytest.mark.parametrize("key, value", [("labels", ("a", "b")), ("classes", ("a", "b")), ("columns", {"path": "p"}),
-                                        ("task", "binary"),
+                                        ("task", "binary"), ("name", "x"),
                                         ("uncertain", "ones"), ("views", "all"), ("skip_invalid", True),
                                         ("cache_dir", "cache"),
                                         ("split", SplitPlan())])

@@ -144,7 +144,8 @@ class DataConfig(_Strict):
     shape is published, and the first image may be a training patient's.
     labels: findings (chexpert, nih, mimic; default: the dataset's standard set), class folder order (folders) or
     label columns (csv). classes (csv): the names of the label column's classes, the k-th for class index k (unset:
-    class_0, class_1, ...). columns / task: the csv's columns and task kind (inferred when unset; classes counted
+    class_0, class_1, ...); name (csv): the dataset's name in the record and the report (unset: the file's, so
+    "labels" for labels.csv). columns / task: the csv's columns and task kind (inferred when unset; classes counted
     from the labels need a validation or test image each, `dpmed.study.check_classes`). uncertain: CheXpert
     labeller's -1 (chexpert, mimic): ``zeros`` (default) or ``ones``; blank is always 0. views (chexpert, mimic):
     ``frontal`` (CheXpert's Frontal/Lateral = Frontal; MIMIC's ViewPosition PA or AP; a film whose view is blank is
@@ -168,6 +169,7 @@ class DataConfig(_Strict):
     seed: Seed = 0
     labels: list[str] | None = Field(default=None, min_length=1)
     classes: list[str] | None = None
+    name: str | None = Field(default=None, min_length=1)
     columns: ColumnsConfig | None = None
     task: Literal["binary", "multiclass", "multilabel"] | None = None
     uncertain: Literal["zeros", "ones"] | None = None
@@ -191,7 +193,7 @@ class DataConfig(_Strict):
             preprocessing=Preprocessing(size=size, channels=self.channels, aspect=pre.aspect, minmax=pre.minmax,
                                         equalize=pre.equalize, normalize=normalize),
             labels=None if self.labels is None else tuple(self.labels),
-            classes=None if self.classes is None else tuple(self.classes),
+            classes=None if self.classes is None else tuple(self.classes), name=self.name,
             columns=None if self.columns is None else self.columns.model_dump(exclude_none=True), task=self.task,
             uncertain=self.uncertain, views=self.views, ordinal=self.ordinal, skip_invalid=self.skip_invalid,
             cache_dir=self.cache_dir,

@@ -42,9 +42,9 @@ class DataRequest:
 
     source: a name of DATASET_SOURCES. preprocessing: the per-image steps; for generated sources its size is the
     size they generate at. labels: findings (CheXpert, NIH, MIMIC), class order (folders) or label columns (csv);
-    None: the default. classes: the csv's class names, one per class index. columns: the csv's column names; task:
-    the csv's task kind; uncertain: CheXpert/MIMIC policy for -1; views: CheXpert/MIMIC views kept ("frontal",
-    "all"; None: frontal where the table names views).
+    None: the default. classes: the csv's class names, one per class index; name: the csv dataset's name (None: the
+    file's). columns: the csv's column names; task: the csv's task kind; uncertain: CheXpert/MIMIC policy for -1;
+    views: CheXpert/MIMIC views kept ("frontal", "all"; None: frontal where the table names views).
     ordinal: whether multiclass labels are ordered grades (None: the layout's own knowledge). split: None = the
     defaults of SplitPlan; cache_dir: where decoded tensors are memory-mapped (None: memory only).
     patients: keep one seeded cohort of the patients in every split (`dpmed.data.cohorts`; None: all).
@@ -57,6 +57,7 @@ class DataRequest:
     preprocessing: Preprocessing = Preprocessing()
     labels: tuple[str, ...] | None = None
     classes: tuple[str, ...] | None = None
+    name: str | None = None
     columns: Mapping[str, str] | None = None
     task: str | None = None
     uncertain: str | None = None
@@ -69,8 +70,8 @@ class DataRequest:
 
     def given_options(self) -> list[str]:
         """The optional study keys this request sets (each must be one its source reads)."""
-        values = {"labels": self.labels, "classes": self.classes, "columns": self.columns, "task": self.task,
-                  "uncertain": self.uncertain, "views": self.views,
+        values = {"labels": self.labels, "classes": self.classes, "name": self.name, "columns": self.columns,
+                  "task": self.task, "uncertain": self.uncertain, "views": self.views,
                   "split": self.split, "skip_invalid": self.skip_invalid, "cache_dir": self.cache_dir}
         return [key for key, value in values.items() if value not in (None, False)]
 
@@ -223,8 +224,8 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             summary="a generic CSV: an image path column, label column(s), optional patient/sex/age/split columns",
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
             read=_from_files(lambda r: read_csv_table(r.path, columns=r.columns or {}, labels=r.labels or (),
-                                                      task=r.task, classes=r.classes)),
-            options=_FILE_OPTIONS | {"labels", "classes", "columns", "task"},
+                                                      task=r.task, classes=r.classes, name=r.name)),
+            options=_FILE_OPTIONS | {"labels", "classes", "name", "columns", "task"},
             layout="path: the CSV file (image paths relative to its folder); columns: {path, patient, sex, age, split}",
         ),
     )
@@ -293,7 +294,7 @@ def _ordinal(dataset: Dataset, ordinal: bool | None) -> Dataset:
 def load_dataset(*, source: str, path: str | Path | None, image_size: int | None, channels: int | None, seed: int,
                  n_images: int | None, aspect: str = "stretch", minmax: bool = False, equalize: bool = False,
                  normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
-                 labels: tuple[str, ...] | None = None, classes: tuple[str, ...] | None = None,
+                 labels: tuple[str, ...] | None = None, classes: tuple[str, ...] | None = None, name: str | None = None,
                  columns: Mapping[str, str] | None = None, task: str | None = None, uncertain: str | None = None,
                  views: str | None = None,
                  ordinal: bool | None = None, split: SplitPlan | None = None, skip_invalid: bool = False,
@@ -315,7 +316,8 @@ def load_dataset(*, source: str, path: str | Path | None, image_size: int | None
     return read_dataset(DataRequest(source=source, path=None if path is None else Path(path), seed=seed,
                                     n_images=n_images, preprocessing=preprocessing,
                                     labels=None if labels is None else tuple(labels),
-                                    classes=None if classes is None else tuple(classes), columns=columns, task=task,
+                                    classes=None if classes is None else tuple(classes), name=name, columns=columns,
+                                    task=task,
                                     uncertain=uncertain, views=views, ordinal=ordinal, split=split,
                                     skip_invalid=skip_invalid,
                                     cache_dir=None if cache_dir is None else Path(cache_dir)))

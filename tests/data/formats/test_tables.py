@@ -307,6 +307,7 @@ def test_example_csv_study(table, no_patient_crosses):
     d = load_study_data(load_study(EXAMPLES / "csv.yaml", overrides))
     assert d.task.kind == "binary" and len(d.test) == 3 and no_patient_crosses(d)
     assert d.task.label_names == ("normal", "abnormal")
+    assert d.name == "my_dataset" != table.stem    # before: the file's name, "labels", in the record and the report
 
 
 def test_a_row_that_names_a_folder_is_said_to_name_a_folder(aptos, write_csv, load_layout):

@@ -103,7 +103,8 @@ def read_ham10000(path: str | Path) -> Manifest:
 
 
 def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequence[str],
-                   task: TaskKind | None = None, classes: Sequence[str] | None = None) -> Manifest:
+                   task: TaskKind | None = None, classes: Sequence[str] | None = None,
+                   name: str | None = None) -> Manifest:
     """A CSV the study describes: ``columns: {path: <image column>, patient:, sex:, age:, split:}`` (path required,
     the rest optional) and ``labels: [<label column>, ...]``.
 
@@ -113,6 +114,7 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
     ``classes`` names them, class index k the k-th name (the report then says "pneumonia", not "class_1"), and so
     states their number: binary for two names unless the task says otherwise, a row whose index has no name is a
     label outside the task, and a name that no row's index reaches is refused. Without it they are class_0, ...
+    ``name``: the dataset's name in the record and the report (default: the file's, "labels" for labels.csv).
     Several label columns make a multilabel task, each column 0 or 1, each named once. Without a patient column each
     image is its own patient; with one, a blank id is refused (the blank rows would be one patient). The split column
     (train / val / validation / test, as :data:`~dpmed.data.manifest.SPLIT_NAMES` spells them; blank = let dpmed
@@ -182,7 +184,7 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
         for row, value in bad:
             flags(row, "unknown split", f"{columns['split']} = {value!r}; use train, val, test or leave it blank")
     return table_manifest(
-        name=table.stem, root=table.parent,
+        name=name or table.stem, root=table.parent,
         task=Task(kind, names, classes_from_data=kind != "multilabel" and classes is None),
         paths=[Path(v) if Path(v).is_absolute() else table.parent / v for v in values], labels=y,
         patients=patient_column(frame, columns["patient"], table, "fill in each row's patient id, or remove "
