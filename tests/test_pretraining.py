@@ -378,6 +378,25 @@ def test_a_missing_weights_file_names_the_key_and_the_path(tmp_path):
         load_study(path)
 
 
+def test_a_weights_file_that_cannot_be_read_is_told_when_the_study_file_is_loaded(tmp_path, monkeypatch):
+    """Before: a weights file this user may not read was found only once the whole dataset had been read (`dpmed
+    plan` loads the weights after the data; `dpmed run` hashes them after)."""
+    weights = tmp_path / "m.pt"
+    weights.write_bytes(b"not looked into here")
+    opened = Path.open
+
+    def denied(self, *args, **kwargs):
+        if self == weights:
+            raise PermissionError(13, "Permission denied", str(self))
+        return opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", denied)
+    path = _write(tmp_path, "name: s\nmodel: {weights: m.pt, weights_source: x}\narms: [{name: a, mechanism: none}]\n")
+    with pytest.raises(ConfigError, match=re.escape(f"model.weights: {weights} cannot be read (Permission denied); "
+                                                    "check that this user may read it")):
+        load_study(path)
+
+
 def test_relative_weights_and_public_data_paths_are_read_from_the_study_folder(tmp_path):
     (tmp_path / "w").mkdir()
     torch.save({}, tmp_path / "w" / "m.pt")
@@ -435,7 +454,8 @@ def test_weights_that_are_a_folder_and_a_near_duplicate_distance_beyond_half_the
     """A folder is no state dict; two images further apart than half the hash's bits are less alike than unrelated
     ones, so a threshold there would refuse every public set."""
     (tmp_path / "w").mkdir()
-    with pytest.raises(ConfigError, match=f"model.weights: no such file {tmp_path / 'w'}"):
+    with pytest.raises(ConfigError, match=f"model.weights: {tmp_path / 'w'} is a folder; give the path of the "
+                                          "weights file in it"):
         load_study(_write(tmp_path, "name: s\nmodel: {weights: w, weights_source: x}\narms: [{name: a, mechanism: "
                                     "none}]\n"))
     with pytest.raises(ConfigError, match=r"pretrain.near_duplicate_bits: Input should be less than or equal to 127"):

@@ -305,13 +305,23 @@ class PretrainConfig(_Strict):
 def resolve_paths(study: "Study", folder: Path) -> "Study":
     """``study`` with ``model.weights`` and ``pretrain.data.path`` read from ``folder`` (the study file's) where
     relative; ConfigError naming the key and the path if the file or folder does not exist (dpmed downloads
-    nothing). ``data.path`` is resolved by `dpmed.config.loading`."""
+    nothing), or the weights file cannot be read: told now, not after the data are read. Whether its contents fit
+    the model is checked where the model is built. ``data.path`` is resolved by `dpmed.config.loading`."""
     model, pretrain = study.model, study.pretrain
     if model.weights is not None:
         weights = model.weights if model.weights.is_absolute() else (folder / model.weights).resolve()
+        if weights.is_dir():
+            raise ConfigError(f"model.weights: {weights} is a folder; give the path of the weights file in it (a .pt "
+                              "state dict)")
         if not weights.is_file():
             raise ConfigError(f"model.weights: no such file {weights}; give the path of a local state dict (relative "
                               "paths are read from the study file's folder; dpmed downloads nothing)")
+        try:
+            with weights.open("rb") as f:
+                f.read(1)
+        except OSError as exc:
+            raise ConfigError(f"model.weights: {weights} cannot be read ({exc.strerror or exc}); check that this "
+                              "user may read it (and that the disk holding it works)") from None
         model = model.model_copy(update={"weights": weights})
     if pretrain is not None and pretrain.data.path is not None:
         path = pretrain.data.path if pretrain.data.path.is_absolute() else (folder / pretrain.data.path).resolve()
