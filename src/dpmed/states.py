@@ -98,6 +98,22 @@ def _unfinished_state(run_id: str, files: RunFolder) -> tuple[str, str, str]:
     return run_id, "pending", ""
 
 
+def _run_state(run_id: str, files: RunFolder, *, again: bool = True) -> tuple[str, str, str]:
+    """(run id, state, detail) of one run the study lists. A `dpmed run` working in the folder deletes a run's
+    checkpoint as the run finishes: one that goes between the look and the read is looked at once more (before,
+    `dpmed status` and `dpmed report` ended in an internal error)."""
+    if files.is_finished:
+        try:
+            read_record(files.record)
+            return run_id, "finished", ""
+        except ConfigError as exc:
+            return run_id, "unreadable", str(exc)
+    try:
+        return _unfinished_state(run_id, files)
+    except FileNotFoundError:
+        return _run_state(run_id, files, again=False) if again else (run_id, "pending", "")
+
+
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     """(run id, state, detail) of every run the study folder lists: finished, unreadable (a run.json that `dpmed
     report` would refuse: why), failed (with the error), interrupted (a private checkpoint waits: the step it reached
@@ -119,16 +135,7 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
                                                    "(which runs are pending is not known without it)"))
         listed = sorted({p.name for base in (folder.runs, folder.private / "runs") if base.is_dir()
                          for p in base.iterdir() if p.is_dir()})
-    for run_id in listed:
-        files = folder.run(run_id)
-        if files.is_finished:
-            try:
-                read_record(files.record)
-                states.append((run_id, "finished", ""))
-            except ConfigError as exc:
-                states.append((run_id, "unreadable", str(exc)))
-        else:
-            states.append(_unfinished_state(run_id, files))
+    states += [_run_state(run_id, folder.run(run_id)) for run_id in listed]
     names = set(listed)
     states += [(run_id, "finished", "not in the study file now, but in this folder: the study's eps still counts it")
                for run_id in folder.finished_run_ids() if run_id not in names]

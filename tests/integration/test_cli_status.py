@@ -89,6 +89,37 @@ def test_a_run_not_started_is_pending_and_one_that_failed_after_a_checkpoint_is_
     assert out.strip().splitlines()[-1] == "1 failed, 1 pending"
 
 
+@pytest.mark.parametrize("command", ["status", "report"])
+def test_a_run_that_finishes_while_status_looks_at_it_is_shown_finished(tiny_study, tmp_path, capsys, monkeypatch,
+                                                                       command):
+    """Found with a `dpmed run` at work: its run finished (its checkpoint deleted) between the status's look at the
+    checkpoint and its read, and `dpmed status` and `dpmed report` ended in an internal error (FileNotFoundError)."""
+    from dpmed import states
+
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    run_ids = sorted(p.parent.name for p in copy.glob("runs/*/run.json"))
+    files = [StudyFolder(copy).run(run_id) for run_id in run_ids]
+    kept = {f.record: f.record.read_bytes() for f in files}
+    for f in files:
+        f.record.unlink()
+        f.checkpoint.write_bytes(b"a run at work")
+    looked = states._checkpoint_detail
+
+    def finishing(path):          # each run ends (its record written, its checkpoint deleted) as it is looked at
+        run = next(f for f in files if f.checkpoint == path)
+        run.record.write_bytes(kept[run.record])
+        run.checkpoint.unlink()
+        return looked(path)
+
+    monkeypatch.setattr(states, "_checkpoint_detail", finishing)
+    assert main([command, str(copy)]) == (0 if command == "status" else 2)   # report found no record at its look
+    captured = capsys.readouterr()
+    assert "internal error" not in captured.err, captured.err
+    if command == "status":
+        assert captured.out.strip().splitlines()[-1] == "2 finished", captured.out
+
+
 @pytest.mark.parametrize("content", [b"{cut short", b"[]", b'{"run_id": "x"}', b"\xff\xfe"],
                          ids=["not-json", "not-an-object", "no-error", "not-utf8"])
 def test_status_shows_a_run_whose_error_json_is_unreadable_as_failed(tiny_study, tmp_path, capsys, content):
