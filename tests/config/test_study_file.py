@@ -328,6 +328,21 @@ def test_problems_an_override_causes_are_blamed_on_it_not_on_the_file(write_stud
                    origins={"data.path": "--data-path gone.npz"})
 
 
+@pytest.mark.parametrize("text, said", [
+    ("name=", "--set name=: the value is empty (nothing after '=', read as null); --set KEY=VALUE needs a value after "
+              "the '=', e.g. --set name=VALUE"),
+    ("training.epochs= ", "--set training.epochs= : the value is empty"),
+    ("training=", "--set training=: the value is empty"),
+])
+def test_a_set_without_a_value_says_the_value_is_empty(write_study, text, said):
+    """Before: --set name= answered "name: Input should be a valid string (got None)"."""
+    key, value = parse_override(text)
+    with pytest.raises(ConfigError) as info:
+        load_study(write_study(GOOD), {key: value}, origins={key: f"--set {text}"})
+    assert said in str(info.value) and "got None" not in str(info.value)
+    assert load_study(write_study(GOOD), {"data.image_size": None}).data.image_size is None   # null is a value here
+
+
 def test_override_edge_cases_a_reviewer_found(write_study):
     """Before: --set into a section the file left null was refused as 'holds a value'; an unknown section made by
     --set was blamed on the file; 010 became 8 and 1:30 became 90 (YAML 1.1 octal and base 60); an empty key part

@@ -230,6 +230,16 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
     return f"{where or '(top level)'}: {msg.removeprefix('Value error, ')}{shown}"
 
 
+def _empty_value(origin: str, error: Mapping[str, Any]) -> str | None:
+    """What a problem of ``--set KEY=`` is, where nothing follows the '=' (YAML reads nothing as null): pydantic's
+    "Input should be a valid string (got None)" did not say that the value was left out."""
+    key, _, value = origin.removeprefix("--set ").partition("=")
+    if not origin.startswith("--set ") or value.strip() or error.get("input") is not None:
+        return None
+    return (f"the value is empty (nothing after '=', read as null); --set KEY=VALUE needs a value after the '=', "
+            f"e.g. --set {key}=VALUE")
+
+
 def _dotted(key: str) -> list[str]:
     return key.split(".")
 
@@ -355,7 +365,7 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
             exact, inside = _blame(loc, origins, error["type"], created)
             if exact is not None:
                 from_options += 1
-                text = f"{exact}: {text}"
+                text = f"{exact}: {_empty_value(exact, error) or text}"
             elif inside:
                 text += f" (after {', '.join(inside)})"
             lines.append(f"  - {text}")
