@@ -343,6 +343,30 @@ def test_a_set_without_a_value_says_the_value_is_empty(write_study, text, said):
     assert load_study(write_study(GOOD), {"data.image_size": None}).data.image_size is None   # null is a value here
 
 
+@pytest.mark.parametrize("section, value, problem, joined", [
+    ("arms", "[{name:dp,mechanism:dp_sgd}]", "arms[0].mechanism: required key is missing", "name:dp"),
+    ("training", "{epochs:2}", "training.epochs:2: unknown key", "epochs:2"),
+])
+def test_a_key_with_a_colon_and_no_space_after_it_is_told_how_yaml_read_it(write_study, section, value, problem,
+                                                                           joined):
+    """Before: --set "arms=[{name:dp,mechanism:dp_sgd}]" answered only "arms[0].mechanism: required key is missing"
+    (YAML's flow mapping reads name:dp as one key, its value null); the study file's own such mapping alike."""
+    hint = (f"; YAML read {joined!r} as one key (a colon ends a key only where a space follows it): write `key: "
+            "value` with a space after the colon")
+    text = f"{section}={value}"
+    with pytest.raises(ConfigError) as info:
+        load_study(write_study(GOOD), dict([parse_override(text)]), origins={section: f"--set {text}"})
+    assert f"--set {text}: {problem}" in str(info.value) and hint in str(info.value), str(info.value)
+    assert hint in _problems(write_study, GOOD.replace(f"{section}:", f"{section}: {value}\nold_{section}:"))
+    assert "YAML read" not in _problems(write_study, GOOD.replace("training: {epochs: 2}", "training: {epochs: x}"))
+
+
+def _problems(write_study, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_study(write_study(text))
+    return str(info.value)
+
+
 def test_override_edge_cases_a_reviewer_found(write_study):
     """Before: --set into a section the file left null was refused as 'holds a value'; an unknown section made by
     --set was blamed on the file; 010 became 8 and 1:30 became 90 (YAML 1.1 octal and base 60); an empty key part

@@ -230,6 +230,29 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
     return f"{where or '(top level)'}: {msg.removeprefix('Value error, ')}{shown}"
 
 
+def _colon_hint(raw: Any, loc: list[str]) -> str:
+    """A hint where the mapping that holds a problem has a key with a colon and no space after it: YAML reads
+    ``{name:dp, mechanism:dp_sgd}`` as the keys 'name:dp' and 'mechanism:dp_sgd', each null, and the problem
+    (a required key missing, an unknown key) does not say why."""
+    node, holder = raw, None
+    for part in loc:
+        if isinstance(node, dict):
+            holder = node
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            break
+    if isinstance(node, dict):
+        holder = node
+    joined = [k for k in holder or {} if isinstance(k, str) and re.fullmatch(r"[^\s:]+:\S.*", k)]
+    if not joined:
+        return ""
+    return (f"; YAML read {joined[0]!r} as one key (a colon ends a key only where a space follows it): write "
+            f"`key: value` with a space after the colon ({joined[0].replace(':', ': ', 1)})")
+
+
 def _empty_value(origin: str, error: Mapping[str, Any]) -> str | None:
     """What a problem of ``--set KEY=`` is, where nothing follows the '=' (YAML reads nothing as null): pydantic's
     "Input should be a valid string (got None)" did not say that the value was left out."""
@@ -361,7 +384,7 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     except ValidationError as exc:
         lines, from_options = [], 0
         for error, loc, merged in _merge_unions(exc.errors()):
-            text = merged or _describe(error, loc)
+            text = (merged or _describe(error, loc)) + _colon_hint(raw, loc)
             exact, inside = _blame(loc, origins, error["type"], created)
             if exact is not None:
                 from_options += 1
