@@ -137,6 +137,16 @@ def test_missing_data_path_is_an_error_before_training(write_study, tmp_path):
         load_study(path)
 
 
+@pytest.mark.parametrize("source, asked", [("folders", "FOLDER"), ("nih", "FOLDER"), ("csv", "FILE"),
+                                           ("medmnist", "FILE")])
+def test_a_data_path_that_does_not_exist_asks_for_a_folder_where_the_source_reads_one(write_study, source, asked):
+    """Before: "pass --data-path FILE" for a source whose data.path is a folder (folders, the published layouts)."""
+    path = write_study(f"name: s\ndata: {{source: {source}, path: gone}}\narms: [{{name: a, mechanism: none}}]\n")
+    with pytest.raises(ConfigError) as info:
+        load_study(path)
+    assert str(info.value).endswith(f"fix the path in the file or pass --data-path {asked}")
+
+
 def test_a_missing_relative_data_path_says_what_was_tried_and_from_which_folder(write_study, tmp_path):
     """Before: the absolute path alone, without the path as written or the folder a relative one is read from."""
     path = write_study("name: s\ndata: {source: medmnist, path: ../d/x.npz}\narms: [{name: a, mechanism: none}]\n")

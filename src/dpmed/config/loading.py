@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from dpmed.config import schema
 from dpmed.config.plans import check_run_ids
+from dpmed.data import DATASET_SOURCES
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import MECHANISMS
 
@@ -420,8 +421,9 @@ def _with_paths_resolved(study: schema.Study, path: Path, origins: Mapping[str, 
         if "data.path" in origins:
             raise ConfigError(f"{origins['data.path']}: no such file or folder {given}{tried}; pass the dataset's "
                               "file or folder")
+        kind = "FOLDER" if DATASET_SOURCES[study.data.source].reads_folder else "FILE"
         raise ConfigError(f"study file {path}: data.path {given} does not exist{tried}; fix the path in the file or "
-                          "pass --data-path FILE")
+                          f"pass --data-path {kind}")
     return schema.resolve_paths(study, path.parent)   # model.weights, pretrain.data.path
 
 

@@ -83,6 +83,7 @@ class DatasetSource:
     read(request) returns the Dataset. generates: the source draws images at the requested size (the phantom)
     rather than resizing; reads_files: a file layout, decoded and preprocessed by assembly; otherwise arrays are
     preprocessed by :func:`load_dataset`. options: the optional study keys it reads. layout: where its files go.
+    reads_folder: its path names a folder (else a file), so that a message asks for the right one.
     """
 
     name: str
@@ -94,6 +95,7 @@ class DatasetSource:
     reads_files: bool = False
     options: frozenset[str] = field(default_factory=frozenset)
     layout: str = ""
+    reads_folder: bool = False
 
 
 def _read_phantom(request: DataRequest) -> Dataset:
@@ -180,6 +182,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             read=_from_files(lambda r: read_image_folders(r.path, class_names=r.labels)),
             options=_FILE_OPTIONS | {"labels"},
             layout="path: the folder holding train/ and test/ (or one folder per class); labels: class order",
+            reads_folder=True,
         ),
         DatasetSource(
             name="aptos",
@@ -187,6 +190,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
             read=_from_files(lambda r: read_aptos(r.path)), options=_FILE_OPTIONS,
             layout="path: the folder holding train.csv and train_images/",
+            reads_folder=True,
         ),
         DatasetSource(
             name="chexpert",
@@ -196,6 +200,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
                                                      views=r.views)),
             options=_FINDINGS_OPTIONS,
             layout="path: the release folder (CheXpert-v1.0-small/) holding train.csv, valid.csv and train/",
+            reads_folder=True,
         ),
         DatasetSource(
             name="nih",
@@ -203,6 +208,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
             read=_from_files(lambda r: read_nih(r.path, findings=r.labels)), options=_FILE_OPTIONS | {"labels"},
             layout="path: the folder holding Data_Entry_2017.csv and images*/ (test_list.txt optional)",
+            reads_folder=True,
         ),
         DatasetSource(
             name="mimic",
@@ -211,6 +217,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             read=_from_files(lambda r: read_mimic(r.path, findings=r.labels, uncertain=_uncertain(r), views=r.views)),
             options=_FINDINGS_OPTIONS,
             layout="path: the mimic-cxr-jpg/2.x.0 folder holding the mimic-cxr-2.0.0-*.csv.gz files and files/",
+            reads_folder=True,
         ),
         DatasetSource(
             name="ham10000",
@@ -218,6 +225,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
             read=_from_files(lambda r: read_ham10000(r.path)), options=_FILE_OPTIONS,
             layout="path: the folder holding HAM10000_metadata.csv and HAM10000_images_part_1/, _part_2/",
+            reads_folder=True,
         ),
         DatasetSource(
             name="csv",
