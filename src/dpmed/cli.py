@@ -313,7 +313,7 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         study = _load(args)     # first: a mistake in the study file is told before seconds of importing below
         from dpmed.executors import check_executor_options
-        from dpmed.numbers import bytes_text, delta_text, epsilon_text
+        from dpmed.numbers import bytes_text, delta_text, epsilon_text, shape_text
         from dpmed.pretraining import check_weights, describe_start
         from dpmed.released_size import describe_counts
         from dpmed.study import estimate_times, planned_card, prepare_study
@@ -329,11 +329,10 @@ def _plan(args: argparse.Namespace) -> int:
     finally:
         detach(handler)
     ds, folder = prepared.dataset, prepared.folder
-    shape = "x".join(map(str, ds.train.image_shape))
     n_train = len(ds.train)
     print(f"study {study.name}: {len(prepared.plans)} runs planned as `dpmed run` would; nothing is trained")
-    print(f"data: {ds.name}, {n_train}/{len(ds.val)}/{len(ds.test)} train/val/test images of shape {shape}, task "
-          f"{ds.task.describe()}, "
+    print(f"data: {ds.name}, {n_train}/{len(ds.val)}/{len(ds.test)} train/val/test images of shape "
+          f"{shape_text(ds.train.image_shape)}, task {ds.task.describe()}, "
           + (f"{len(set(ds.train.patient_ids.tolist()))} training patients" if ds.patients_known
              else "no patient ids (each image counts as its own patient: a patient column (source: csv), DICOM's "
                   "PatientID or Kermany's file names give them)")

@@ -9,13 +9,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["count_text", "number_text", "epsilon_text", "delta_text", "delta_number", "bytes_text", "up_to_figures",
-           "round_up", "round_down"]
+__all__ = ["count_text", "number_text", "epsilon_text", "delta_text", "delta_number", "bytes_text", "shape_text",
+           "up_to_figures", "round_up", "round_down"]
 
 
 def count_text(count: int, noun: str) -> str:
     """"1 epoch", "3 epochs": a count with its noun in the number it needs (a report read "1 epochs")."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    """"1x64x64": an image shape (channels, height, width) as `dpmed plan`, `dpmed run` and the report all write it
+    (they wrote it two ways: 1x64x64 and (1, 64, 64))."""
+    return "x".join(map(str, shape))
 
 
 def round_up(x: float) -> float:

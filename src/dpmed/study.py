@@ -43,6 +43,7 @@ from dpmed.interruption import interruptible
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.models import MODELS
+from dpmed.numbers import shape_text
 from dpmed.outputs import write_outputs
 from dpmed.states import read_resolved
 from dpmed.pretraining import prepare_start
@@ -466,7 +467,7 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
         prepared = prepare_study(study, out=out)
         folder, dataset, plans = prepared.folder, prepared.dataset, prepared.plans
         _log.info("data: %s, %d/%d/%d train/val/test images of shape %s, task %s (%.0f s to prepare)", dataset.name,
-                  len(dataset.train), len(dataset.val), len(dataset.test), dataset.train.image_shape,
+                  len(dataset.train), len(dataset.val), len(dataset.test), shape_text(dataset.train.image_shape),
                   dataset.task.describe(), prepared.load_seconds)
         _log.info("study privacy: %s", prepared.privacy.statement)
         # before study.yaml is written: weights that do not fit, a public set that overlaps or finished runs that

@@ -31,6 +31,7 @@ from dpmed.evaluation.assessment import assess
 from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import set_trainable
+from dpmed.numbers import shape_text
 from dpmed.randomness import PrivacyRandomness
 from dpmed.records import Timing
 from dpmed.training import run_threads, torch_threads, train
@@ -238,7 +239,7 @@ def probe_rates(plans: Iterable[RunPlan], dataset: Dataset, *, evaluation: Evalu
     steps = ", ".join(f"{timed[k]} {k.describe()} ({per_step[k] * 1000:.0f} ms each)" for k in kinds)
     how = (f"timed now on {'/'.join(devices)} with {'/'.join(map(str, threads))} thread(s)"
            f"{machine_load()}: {steps}, of {models} on random images of shape "
-           f"{'x'.join(map(str, dataset.train.image_shape))}, scaled by each run's steps; one evaluation of the "
+           f"{shape_text(dataset.train.image_shape)}, scaled by each run's steps; one evaluation of the "
            f"validation and test images ({evaluation_seconds:.1f} s) added per run")
     return Rates(per_step=per_step, evaluation=evaluation_seconds, how=how, probe_seconds=time.perf_counter() - start,
                  steps_timed=timed)

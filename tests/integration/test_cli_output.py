@@ -35,6 +35,14 @@ def test_the_log_is_written_in_the_private_folder(tiny_study):
     assert [p.name for p in tiny_study.rglob("*.log")] == ["dpmed.log"]     # nowhere outside private/
 
 
+def test_run_and_its_report_write_the_image_shape_as_plan_does(tiny_study):
+    """Before: `dpmed plan` wrote 1x16x16 and `dpmed run` (and the report's summary) (1, 16, 16)."""
+    log = (tiny_study / "private" / "dpmed.log").read_text(encoding="utf-8")
+    assert "train/val/test images of shape 1x16x16, task" in log and "(1, 16, 16)" not in log
+    report = " ".join((tiny_study / "report.html").read_text(encoding="utf-8").split())
+    assert "images of shape 1x16x16, task" in report and "(1, 16, 16)" not in report
+
+
 def test_without_a_terminal_there_are_no_bars_but_a_study_progress_line_with_time_left(tiny_text, tmp_path, capsys):
     study = _study(tmp_path, tiny_text.replace("epochs: 3", "epochs: 1"))
     assert main(["run", str(study), "--out", str(tmp_path / "out")]) == 0      # bars not switched off by hand

@@ -11,7 +11,7 @@ private data ran (`dpmed.data.overlap`), to judge whether the eps of the cards s
 from __future__ import annotations
 
 from dpmed.data.sample import names_text
-from dpmed.numbers import count_text
+from dpmed.numbers import count_text, shape_text
 from dpmed.records import RunRecord, StartRecord
 from dpmed.reporting.inputs import ReportInputs, escape
 
@@ -48,7 +48,7 @@ def _pretraining(start: StartRecord) -> str:
         "private patients.</p>"
         "<table>"
         f"<tr><th>public data</th><td>{escape(p.dataset)} ({escape(p.data.get('format', p.data.get('generator', '')))}"
-        f"{cohort_text}): {p.n_train} training, {p.n_val} validation images, shape {'x'.join(map(str, p.image_shape))},"
+        f"{cohort_text}): {p.n_train} training, {p.n_val} validation images, shape {shape_text(p.image_shape)},"
         f" task {escape(p.task)} ({escape(names_text(p.label_names))})</td></tr>"
         f"<tr><th>declared public because</th><td>{escape(p.public)}</td></tr>"
         f"<tr><th>training</th><td>{escape(p.model)}, {length} ({steps}) at batch {t.batch_size}, "

@@ -11,7 +11,7 @@ import yaml
 
 from dpmed.data.sample import names_text
 from dpmed.mechanisms import claims_beyond
-from dpmed.numbers import delta_number
+from dpmed.numbers import delta_number, shape_text
 from dpmed.records import DatasetSummary, RunRecord, Timing
 from dpmed.released_size import describe_counts
 from dpmed.reporting.clinical import ONE_SEED, flag_html
@@ -196,7 +196,7 @@ def summary(inputs: ReportInputs) -> str:
     sizes = _sizes(data, _stated_by_delta(inputs))
     return f"""<h2 id="summary">Summary</h2>
 <table><tr><th>dataset</th><td>{escape(data.name)}{cohort_text}: {sizes}; images of shape
-{escape(tuple(data.image_shape))}, task {escape(data.task)}{classes}</td></tr>
+{shape_text(data.image_shape)}, task {escape(data.task)}{classes}</td></tr>
 <tr><th>model</th><td>{escape(study.model.name)}</td></tr><tr><th>arms</th><td>{escape(arms)}</td></tr>
 <tr><th>seeds</th><td>{escape(", ".join(str(s) for s in study.seeds))}</td></tr>
 <tr><th>measured</th><td>{_measured(inputs)}</td></tr></table>
