@@ -7,8 +7,9 @@ the private data's for the overlap check (one file then decodes to the same pixe
 ``--public`` and ``--private`` random grey PNGs of ``--size`` px as two CSV datasets in a temporary folder, reads the
 private one at ``--private-size`` px, and runs the pretrain stage up to the start of training (the public set read
 at ``--size`` px, checked, then decoded for training). It prints the decoded bytes of each copy of the public set,
-the peak of what the stage allocated (tracemalloc: numpy's arrays and Python's objects, not torch's tensors) and the process's peak resident
-memory before and after the stage (ru_maxrss). Run it in a fresh process per measurement. Linux (ru_maxrss in kB).
+the peak of what the stage allocated (tracemalloc: numpy's arrays and Python's objects, not torch's tensors) and the
+process's peak resident memory before and after the stage (ru_maxrss). Run it in a fresh process per measurement.
+Linux (ru_maxrss in kB).
 """
 
 from __future__ import annotations
