@@ -299,18 +299,19 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
                      f"{' and '.join(units)} do not compose into one eps (neighbours: "
                      + "; ".join(f"add/remove one {u}" for u in units) + "), and no total with the patient as the "
                      f"unit is derived: {obstacle}")
-    elif grouped:
-        shown = (f"eps = {epsilon_text(dp_eps)} at delta = {delta_text(delta)}" if dp_eps is not None
-                 else "no single eps")
-        parts.append(f"the {len(dp)} DP-SGD runs together: {shown} (PLD; neighbours: add/remove one patient with all "
-                     f"of their images; the image-unit runs enter as groups of a patient's images "
-                     f"(max_images_per_patient): {_groups_text(dp)}; {accounting.TIGHT_GROUP_CITATION}){why}")
     elif dp:
         shown = (f"eps = {epsilon_text(dp_eps)} at delta = {delta_text(delta)}" if dp_eps is not None
                  else "no single eps")
-        parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({accountant.upper()}; neighbours: add/remove one "
-                     f"{unit}){why}{_patient_statement(dp, dp_eps, delta)}"
-                     + (_tight_patient(dp, composed_at) if dp_eps is not None and (dp[0].cap or 0) > 1 else ""))
+        if grouped:
+            terms = (f"PLD; neighbours: add/remove one patient with all of their images; the image-unit runs enter as "
+                     f"groups of a patient's images (max_images_per_patient): {_groups_text(dp)}; "
+                     f"{accounting.TIGHT_GROUP_CITATION}")
+            patient = ""
+        else:
+            terms = f"{accountant.upper()}; neighbours: add/remove one {unit}"
+            patient = _patient_statement(dp, dp_eps, delta) + (
+                _tight_patient(dp, composed_at) if dp_eps is not None and (dp[0].cap or 0) > 1 else "")
+        parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({terms}){why}{patient}")
     if not_private:
         parts.append(f"{len(not_private)} run(s) without privacy, or whose claim does not hold, on the same patients "
                      f"({', '.join(not_private)}): everything released with them is not DP (eps = infinity)")
