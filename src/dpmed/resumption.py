@@ -2,8 +2,9 @@
 
 A finished run is reused only where rerunning it would train the same thing: its plan's settings (the model included),
 its privacy randomness and the data (checked by private fingerprints of every split, since study.yaml's sizes and shape
-do not tell a corrected label file or age column apart). Anything else is refused with a message naming what differs,
-never mixed into one table. A run evaluated with other settings than the study's now (bootstrap, confidence level,
+do not tell a corrected label file or age column apart). New names for the same data (a CSV study's data.name and
+data.classes) only rename the runs. Anything else is refused with a message naming what differs, never mixed into one
+table. A run evaluated with other settings than the study's now (bootstrap, confidence level,
 fairness, explanations) is reused and evaluated again from its released model (`dpmed.run.reevaluate`), except where
 ``training_metrics`` differs, which only training can compute. Runs the study file no longer lists are returned apart:
 their files were released all the same, so the study's privacy counts them (`dpmed.budget`).
@@ -60,13 +61,25 @@ def _told(a: Any, b: Any) -> tuple[str, str]:
 _SAME_DATA = ("name", "task", "label_names", "n_val", "n_test", "image_shape")
 
 
-def _other_data(before: ResolvedStudy, summary: DatasetSummary) -> list[str]:
+# What only names the data (a CSV study's data.name and data.classes): where the private fingerprint shows the same
+# images and labels, a new name renames the finished runs (a new class name evaluates them again, for the per-class
+# metrics it keys) rather than refusing them as other data.
+_NAMES = ("name", "label_names")
+
+
+def _other_data(before: ResolvedStudy, summary: DatasetSummary) -> dict[str, str]:
     """How the dataset of the folder's finished runs (its study.yaml) differs from ``summary`` (the dataset now), one
-    line per field."""
+    line per field, by field."""
     old = before.dataset.model_dump(mode="json", include=set(_SAME_DATA))
     now = summary.model_dump(mode="json", include=set(_SAME_DATA))
-    return [f"dataset.{key}: {old[key]} in the finished runs, {now[key]} now" for key in _SAME_DATA
-            if old[key] != now[key]]
+    return {key: f"dataset.{key}: {old[key]} in the finished runs, {now[key]} now" for key in _SAME_DATA
+            if old[key] != now[key]}
+
+
+def _renamed_only(before: ResolvedStudy, summary: DatasetSummary, differ: dict[str, str]) -> bool:
+    """Whether ``differ`` only renames the dataset or its classes (as many names as before): the caller still checks
+    the fingerprint, which must have been kept."""
+    return set(differ) <= set(_NAMES) and len(before.dataset.label_names) == len(summary.label_names)
 
 
 def _other_evaluation(before: ResolvedStudy, study: Study) -> list[str]:
@@ -176,7 +189,9 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
     ``summary``: the dataset now, as study.yaml shows it; ``fingerprint``: its :func:`data_fingerprint`;
     ``before``: the folder's study.yaml as read back, None where it holds no finished run; ``attributes``: the
     dataset's :func:`attributes_fingerprint` (None: not checked)."""
-    data = [] if before is None else _other_data(before, summary)
+    differ = {} if before is None else _other_data(before, summary)
+    renamed = bool(differ) and _renamed_only(before, summary, differ) and folder.data_fingerprint.is_file()
+    data = [] if renamed else list(differ.values())
     hint = _views_hint(study) if data else ""     # other views change the sizes; matching sizes are not the cause
     if not data and _other_fingerprint(folder, folder.data_fingerprint, fingerprint):
         data = ["the images, labels or patient ids differ (a file was changed or replaced; sizes and shape match)"]
@@ -199,6 +214,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
             continue
         diffs = setting_differences(record.plan.settings(), listed[run_id].settings())
         evaluated = _evaluated_otherwise(record, study, summary.n_test)    # a record shows no training_metrics
+        evaluated += [differ["label_names"]] if renamed and "label_names" in differ else []
         drawn = randomness_of(record)
         if drawn not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
             diffs.append(f"privacy_randomness: {drawn} in the finished run, {randomness} now")

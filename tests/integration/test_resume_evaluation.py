@@ -305,16 +305,30 @@ def test_without_study_yaml_other_data_and_an_unrecorded_evaluation_setting_are_
     assert "evaluation.training_metrics: False in the finished run, True now" in capsys.readouterr().err
 
 
-def test_runs_of_other_class_names_are_not_mixed(tiny_study):
-    """The same images and labels under other names for the classes would put two meanings in one table."""
+def test_other_class_names_for_the_same_data_rename_the_runs_and_evaluate_them_again(tiny_study):
+    """The same images and labels under other names for the dataset or its classes (a CSV study's data.name and
+    data.classes) are the same runs: reused, and evaluated again under the new class names, whose per-class metrics
+    they key, never mixed into one table with the old ones. Before, they were refused as other data, which pointed
+    the user at retraining (a second release of the same patients) for a rename. Other data, or another number of
+    classes, are still refused."""
     from dpmed.folders import StudyFolder
     from dpmed.resumption import finished_runs
     from dpmed.states import read_resolved
 
-    before = read_resolved(tiny_study)
-    summary = before.dataset.model_copy(update={"label_names": tuple(reversed(before.dataset.label_names))})
+    folder, before = StudyFolder(tiny_study), read_resolved(tiny_study)
+    fingerprint = folder.data_fingerprint.read_text().strip()
+    renamed = before.dataset.model_copy(update={"name": "renamed",
+                                                "label_names": tuple(reversed(before.dataset.label_names))})
+    mine, _, again = finished_runs(folder, list(before.runs), renamed, before.study, fingerprint, before)
+    assert sorted(mine) == sorted(again) == sorted(p.run_id for p in before.runs)
+    mine, _, again = finished_runs(folder, list(before.runs), before.dataset.model_copy(update={"name": "renamed"}),
+                                   before.study, fingerprint, before)
+    assert sorted(mine) == sorted(p.run_id for p in before.runs) and again == []    # the name is in study.yaml only
+    with pytest.raises(ConfigError, match="the images, labels or patient ids differ"):
+        finished_runs(folder, list(before.runs), renamed, before.study, "0" * 64, before)
+    more = before.dataset.model_copy(update={"label_names": (*before.dataset.label_names, "third")})
     with pytest.raises(ConfigError, match="dataset.label_names"):
-        finished_runs(StudyFolder(tiny_study), list(before.runs), summary, before.study, "0" * 64, before)
+        finished_runs(folder, list(before.runs), more, before.study, fingerprint, before)
 
 
 def test_a_rebuilt_report_leaves_every_shared_file_stamped_1980(tiny_study, tmp_path):
