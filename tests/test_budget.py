@@ -174,6 +174,34 @@ def test_runs_under_different_caps_of_images_per_patient_do_not_compose_into_one
     assert "add/remove one image of the training set as capped at 1 per patient" in one.statement
 
 
+def test_a_capped_run_that_kept_its_own_seed_s_images_composes_with_the_study_s_only_for_the_patient(
+        write_study, make_record):
+    """A version before the study-wide key kept each seed's own images (keyed by the run's seed), and such a finished
+    run left in the folder is still released. It trained on another capped set than the study's runs, so no eps of
+    add/remove one image of "the" capped set holds for both; each choice reads a patient's own images alone, so for
+    the patient they still compose, as groups of at most k images."""
+    study = load_study(write_study(MIXED.replace("{name: dp, mechanism: dp_sgd, target_epsilon: 1}, ", "")
+                                   .replace("seeds: [0, 1]", "seeds: [0]")
+                                   .replace("privacy_budget: {epsilon: 10, delta: 1e-5}\n", "")))
+    plans = plan_runs(study, MIXED_CONTEXT)
+    assert study_privacy(plans).unit == "image of the training set as capped at 2 per patient"
+    p = plans[0].privacy
+    old = plans[0].model_copy(update={"run_id": "img_eps1_C1_seed7", "seed": 7,
+                                      "privacy": p.model_copy(update={"image_cap_key": None})})
+    record = make_record(old.run_id, "img", "dp_sgd", eps=1.0, seed=7).model_copy(update={
+        "plan": old, "ledger": accounting.Ledger().record(_event(old))})
+    privacy = study_privacy(plans, [record])
+    assert privacy.unit == "patient", privacy.statement
+    groups = [accounting.ImageGroup(2, _event(p)) for p in (plans[0], old)]
+    assert privacy.dp_sgd_epsilon == pytest.approx(accounting.patient_epsilon([], groups, delta=1e-5) + 2 * 0.05,
+                                                   rel=1e-12)
+    # two old runs of one seed kept one set: they compose per image, as add/remove in that set
+    twin = record.model_copy(update={"run_id": "img_eps2_C1_seed7", "plan": old.model_copy(update={
+        "run_id": "img_eps2_C1_seed7"})})
+    assert study_privacy([], [record, twin]).unit == (
+        "image of the training set as capped at 2 per patient, its images kept by seed 7's key")
+
+
 def test_a_run_whose_noise_one_unit_outruns_makes_the_study_not_dp(write_study):
     """eps 1e9 needs noise so small that one unit moves a coordinate past every draw of the sampler
     (`accounting.truncation`): that run holds no claim, so neither does the study, and a budget refuses it."""

@@ -89,6 +89,10 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
     # none) have different neighbours: no eps of either relation holds for both (a patient's may: `study_privacy`).
     unit = unit_words(privacy.unit, privacy.max_images_per_patient)
     cap = privacy.max_images_per_patient if privacy.unit == "image" else None
+    if cap and privacy.image_cap_key != "study":
+        # a version before the study-wide key kept each seed's own images (`dpmed.run`): another capped set than the
+        # study's runs, so it composes with them for the patient (each choice reads that patient alone), not per image
+        unit += f", its images kept by seed {plan.seed}'s key"
     return _Released(plan.run_id, "dp_sgd", unit, privacy.delta, privacy.accountant, tuple(events), size,
                      privacy.sampler_delta, privacy.noise, cap, privacy.patients_known,
                      privacy.sampler_share(group=cap) if cap else 0.0)
