@@ -20,6 +20,7 @@ from PIL import Image
 
 from dpmed.config import load_study
 from dpmed.errors import DataError
+from dpmed.evaluation.predictions import save_predictions
 from dpmed.study import load_study_data
 
 SIDE = 16
@@ -128,3 +129,34 @@ def test_a_split_dpmed_carves_moves_no_other_patient_when_one_joins(tmp_path):
     for k, label in enumerate((0, 1)):
         joined = splits(tmp_path / f"b{k}", [*patients, ("x", label)])
         assert [s - {"x"} for s in joined] == base
+
+
+def _evaluation_predictions(folder: Path, extra: list[tuple[str, str]]) -> bytes:
+    """predictions.npz of fixed scores on the validation and test splits of a CSV study on BASE (sex alternating)
+    plus ``extra`` training patients (patient id, sex cell): the file dpmed releases with every run, whatever the
+    model."""
+    lines = ["file,label,patient,sex,split"]
+    rows = [(p, label, split, "FM"[k % 2]) for k, (p, label, split) in enumerate(BASE)]
+    for patient, label, split, sex in [*rows, *((p, 0, "train", sex) for p, sex in extra)]:
+        seed = int.from_bytes(patient.encode(), "big") % 2 ** 32    # a patient's pixels whoever else is in the table
+        lines.append(f"images/{_image(folder / 'images' / f'{patient}.png', seed=seed)},{label},{patient},{sex},"
+                     f"{split}")
+    (folder / "labels.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "study.yaml").write_text(yaml.safe_dump(
+        {"name": "p", "seeds": [0], "model": {"name": "small_cnn"}, "arms": [{"name": "n", "mechanism": "none"}],
+         "data": {"source": "csv", "path": str(folder / "labels.csv"), "labels": ["label"],
+                  "columns": {"path": "file", "patient": "patient", "sex": "sex", "split": "split"}}}),
+        encoding="utf-8")
+    data = load_study_data(load_study(folder / "study.yaml"))
+    save_predictions(folder / "predictions.npz", val=(data.val, np.zeros(len(data.val))),
+                     test=(data.test, np.zeros(len(data.test))))
+    return (folder / "predictions.npz").read_bytes()
+
+
+@pytest.mark.parametrize("patient, sex", [("a-training-patient-with-a-long-id", "F"), ("x", "not recorded")])
+def test_a_training_patients_id_or_sex_leaves_the_evaluation_predictions_as_they_were(tmp_path, patient, sex):
+    """predictions.npz holds the validation and test images' patient ids and sex as numpy strings, whose width
+    (its dtype, <U2 or <U33) was the longest of the whole dataset's: one training patient with a longer id, or whose
+    sex is "unknown" where every other is "male" or "female", made every run's file another, in no eps."""
+    base = _evaluation_predictions(tmp_path / "a", [])
+    assert _evaluation_predictions(tmp_path / "b", [(patient, sex)]) == base

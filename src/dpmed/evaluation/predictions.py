@@ -39,14 +39,24 @@ class Predictions:
     val: SplitPredictions | None = None
 
 
+def _own_strings(values: np.ndarray) -> np.ndarray:
+    """``values`` as numpy strings as wide as their own longest (at least 1), not as the array they were cut from.
+
+    Why: a split's patient ids and sex are a subset of the whole dataset's arrays, whose dtype (``<U33``) is as wide
+    as the longest entry of any split. Written as they are, the validation and test splits' file would tell that
+    one training patient has a longer id, or an "unknown" sex beside "male" and "female", which no eps covers."""
+    return np.array([str(v) for v in values.tolist()], dtype=str).reshape(values.shape)
+
+
 def save_predictions(path: Path, **splits: tuple[ImageSet, np.ndarray]) -> None:
-    """One .npz with, per split, scores, labels, patient ids, sex and age (e.g. ``val=(set, scores)``)."""
+    """One .npz with, per split, scores, labels, patient ids, sex and age (e.g. ``val=(set, scores)``); the strings
+    at their own width (`_own_strings`), so that the file reads the split it holds and nothing of the others."""
     arrays = {}
     for name, (data, scores) in splits.items():
         arrays.update({
             f"{name}_scores": scores, f"{name}_labels": data.labels,
-            f"{name}_patient_ids": data.patient_ids.astype(str),
-            f"{name}_sex": data.sex.astype(str), f"{name}_age": data.age,
+            f"{name}_patient_ids": _own_strings(data.patient_ids),
+            f"{name}_sex": _own_strings(data.sex), f"{name}_age": data.age,
         })
     write_arrays_atomic(path, arrays)
 
