@@ -37,6 +37,15 @@ def test_only_its_owner_can_read_the_private_report(private):
     assert private.path.stat().st_mode & 0o777 == 0o600
 
 
+@pytest.mark.skipif(os.name == "nt", reason="POSIX file modes")
+def test_only_its_owner_can_read_the_reconstructions_figure_beside_it(private, make_record, tmp_path):
+    """The figure shows patient images and what the attack made of them, as the report that embeds it does; it was
+    written 0644, readable by the group once a chmod -R g+rX of the results opened private/."""
+    attacked = make_record("dp_seed0", "dp", "dp_sgd", eps=1.0)
+    private({"dp_seed0": PrivateRun(attack_images=_attack_file(tmp_path / "a.npz", [0.9]), attacked=attacked)})
+    assert (private.path.parent / "attack_reconstructions.png").stat().st_mode & 0o777 == 0o600
+
+
 def test_each_run_s_card_holds_its_wall_time_audit_and_training_set_point_estimates(private):
     timing = Timing(train_seconds=12.34, total_seconds=20.0, device="cpu", threads=2, resumed_from=40)
     metrics = {"train_auroc": 0.91234, "train_auroc_low": 0.8, "train_auroc_high": 0.95, "test_auroc": 0.7,

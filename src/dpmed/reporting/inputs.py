@@ -196,9 +196,10 @@ def _uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def embed_png(png: bytes, path: Path, alt: str) -> str:
-    """Save ``png`` beside the report and embed it (the report opens offline)."""
-    write_text_atomic(path, png)        # `dpmed report` may write it while `dpmed run` does
+def embed_png(png: bytes, path: Path, alt: str, *, owner_only: bool = False) -> str:
+    """Save ``png`` beside the report and embed it (the report opens offline); ``owner_only`` for a private
+    report's figure, which shows what its report does."""
+    write_text_atomic(path, png, owner_only=owner_only)        # `dpmed report` may write it while `dpmed run` does
     return f'<img src="{_uri(png)}" alt="{escape(alt)}">'
 
 

@@ -121,7 +121,7 @@ def _reconstructions(items: Mapping[str, PrivateRun], path: Path) -> str:
     if not rows:
         return unread and heading + unread
     figure = embed_png(reconstructions_figure(rows), path.with_name("attack_reconstructions.png"),
-                       "the attack's best reconstructions under the images they matched")
+                       "the attack's best reconstructions under the images they matched", owner_only=True)
     return (f"{heading}<p>Per attacked run, the "
             "reconstructions with the highest SSIM to an image of their batch (bottom row) under that image (top "
             "row). The attacked images are held-out test images put through the run's own DP-SGD step in place of a "
