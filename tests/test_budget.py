@@ -448,7 +448,7 @@ def test_image_unit_runs_under_one_cap_state_the_patient_s_total_composed_direct
     images = [_event(p) for p in plans]
     assert privacy.unit == "image of the training set as capped at 2 per patient" and len(images) == 2
     patient = pld_by_hand([], [(2, e) for e in images], 1e-5)
-    stated = re.search(r"composed for the patient directly, at the runs' delta: eps = ([\d.,]+) at delta = 1e-05 "
+    stated = re.search(r"composed for the patient directly: eps = ([\d.,]+) at delta = 1e-05 "
                        r"\(PLD; neighbours: add/remove one patient with all of their images; each run's steps as the "
                        r"mixture of Gaussians of the patient's 2 images", privacy.statement)
     assert stated is not None, privacy.statement

@@ -236,7 +236,7 @@ def _tight_patient(dp: Sequence[_Released], composed_at: float) -> str:
         return ""
     counted, words = _counts(dp, True)
     delta = composed_at + sum(r.group_sampler_delta for r in dp)
-    return (f"; composed for the patient directly, at the runs' delta: eps = {epsilon_text(eps + counted)} at delta = "
+    return (f"; composed for the patient directly: eps = {epsilon_text(eps + counted)} at delta = "
             f"{delta_text(delta)} (PLD; neighbours: add/remove one patient with all of their images; each run's steps "
             f"as the mixture of Gaussians of the patient's {dp[0].cap} images, {accounting.TIGHT_GROUP_CITATION})"
             f"{words}")
