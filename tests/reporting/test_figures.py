@@ -410,3 +410,24 @@ def test_high_budget_labels_sit_on_no_other_point_and_a_moved_label_has_a_leader
     assert sorted(re.sub(r" \(not DP[^)]*\)", "", label) for label in labels) == sorted(
         f"dp-sgd_eps{eps}_C1" for eps in ("1", "8", "1e06", "1e09", "1e12", "1e15"))
     assert sum("(not DP" in label for label in labels) == 4                    # the four budgets from 1e6 up
+
+
+def test_a_label_on_the_non_private_line_is_read_over_white_and_its_backing_covers_no_other_point(make_record):
+    """The high budgets' points lie at the non-private line, so their labels beside them sat on it and the band, and
+    the line struck through their letters. Each label now has a near-opaque white backing, no larger than the
+    clearance kept around every marker and bar, so that it hides lines behind it but no other point."""
+    fig = auroc_figure(_high_budget(make_record), narrow=True)
+    fig.draw_without_rendering()
+    (ax,) = fig.axes
+    glyphs = _glyphs(ax)
+    labels = [t for t in ax.texts if isinstance(t, Annotation)]
+    assert labels
+    for text in labels:
+        patch = text.get_bbox_patch()
+        assert patch is not None, text.get_text()
+        r, g, b, a = patch.get_facecolor()
+        assert (r, g, b) == (1, 1, 1) and a >= 0.8, (text.get_text(), patch.get_facecolor())
+        backing = patch.get_window_extent()
+        hit = [xy for extent, xy in glyphs if backing.overlaps(extent) and xy != (tuple(text.xy),)]
+        assert not hit, (text.get_text(), hit)
+

@@ -31,6 +31,10 @@ _GAP = 6.0            # points between a point and the label beside it
 _PAD = 1.5            # points kept clear around every marker, bar and label
 _ELBOW = 6.0          # points across and up or down from a point to its leader's bend: the leader comes in at 45
                       # degrees, along neither the point's bar nor a level line such as the non-private AUROC's
+# Behind a label's words: the non-private line and band and the chance line run across the whole axes, where a
+# label beside a point at them must sit; its letters are read over a near-opaque white, not struck through. The pad
+# (fontsize units: about 1 point) stays inside _PAD, so the backing covers no marker or bar that its words clear.
+_BACKING = {"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
 _LEADER = {"arrowstyle": "-", "color": "#777777", "lw": 0.6, "shrinkA": 0, "shrinkB": 4.5}   # stops at a size-6 marker
 
 
@@ -226,11 +230,13 @@ def fit_inside(fig: Figure, axes: list[Any]) -> None:
     points = 72 / fig.dpi
     for ax in axes:
         texts = [t for t in ax.texts if isinstance(t, Annotation)]       # "no run of this kind" is a plain text
+        for text in texts:
+            text.set_bbox(_BACKING)
         for text, placed in zip(texts, _place_all(ax, texts, points)):
             _set(text, placed.words, placed.dx, placed.dy, placed.align)
             if placed.leader is not None:       # drawn anew: an annotation takes its arrow when it is made
                 ax.annotate(placed.words, text.xy, xytext=text.xyann, textcoords="offset points", ha="center",
                             va="center", multialignment=placed.align, fontsize=text.get_fontsize(),
-                            color=text.get_color(), arrowprops=_arrow(placed, ax.transData.transform(text.xy))
+                            color=text.get_color(), bbox=_BACKING, arrowprops=_arrow(placed, ax.transData.transform(text.xy))
                             ).set_in_layout(False)
                 text.remove()
