@@ -8,8 +8,8 @@ a public / private pair. Three checks, each on every split of both sets:
 
 * **identical images**: a sha256 of each image's pixels as the study holds them (after decoding and preprocessing;
   byte-identical files decode to identical pixels, whatever their names);
-* **shared patients**: the same patient id in both, where both sets publish patient ids (MedMNIST publishes none),
-  and neither is generated (a generator's ids are numbers of its draws, not people: the phantom's "phantom-00001"
+* **shared patients**: the same patient id in both (ignoring case, spaces around it and leading zeros), where both
+  sets publish patient ids (MedMNIST publishes none), and neither is generated (a generator's ids are numbers of its draws, not people: the phantom's "phantom-00001"
   of two seeds are two different synthetic images);
 * **near-duplicates**: a perceptual hash, the DCT hash of Zauner 2010 ("Implementation and benchmarking of
   perceptual image hash functions"; pHash). Each image is made grey, resized to 32 x 32 (antialiased bilinear),
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -272,8 +273,10 @@ def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_
         patients_note = (f"not checked: {public.name if not public.patients_known else private.name} publishes no "
                          "patient ids (each image is its own patient)")
     else:
-        shared = tuple(sorted(set(pub_patients.tolist()) & set(priv_patients.tolist())))
-        patients_note = "patient ids of both sets, all splits"
+        public_ids = {_id_key(pid): pid for pid in pub_patients.tolist()}
+        shared = tuple(sorted({public_ids[key] for key in map(_id_key, priv_patients.tolist()) if key in public_ids}))
+        patients_note = ("patient ids of both sets, all splits (ignoring case, surrounding spaces and the leading "
+                         "zeros of numbers)")
 
     if public.synthetic and private.synthetic:
         near, near_note = None, ("not checked: both sets are generated (no recorded image to copy; identical images "
@@ -290,6 +293,13 @@ def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_
                    max_distance=max_distance)
 
 
+def _id_key(patient_id: str) -> str:
+    """A patient id as the check compares it: the same patient written "P007 " in one table and "p7" in another,
+    or as a number a spreadsheet stripped of its zeros, is one patient. Matching more ids refuses more (a false
+    refusal is told and can be undone; a missed patient trains without noise)."""
+    return re.sub(r"(?<![0-9])0+(?=[0-9])", "", patient_id.strip().casefold())
+
+
 def refuse_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_DUPLICATE_BITS,
                    what: str = "the public dataset") -> Overlap:
     """:func:`find_overlap`, raising DataError that lists what was found when the sets overlap in any way."""
@@ -303,6 +313,7 @@ def refuse_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEA
             "their images). If the near-duplicates are look-alikes of different people, check the pairs listed and "
             "lower the threshold (pretrain.near_duplicate_bits)."
             + (" If the shared patient ids only look alike (two releases that each number their patients 1, 2, 3, "
-               "...), ids are compared as written: give the public set's ids a prefix of its own in its table, "
+               "...), ids are compared ignoring case, spaces around them and leading zeros: give the public set's "
+               "ids a prefix of its own in its table, "
                "once you know that no patient is in both." if overlap.shared_patients else ""))
     return overlap
