@@ -8,9 +8,9 @@ a public / private pair. Three checks, each on every split of both sets:
 
 * **identical images**: a sha256 of each image's pixels as the study holds them (after decoding and preprocessing;
   byte-identical files decode to identical pixels, whatever their names);
-* **shared patients**: the same patient id in both (ignoring case, spaces around it and leading zeros), where both
-  sets publish patient ids (MedMNIST publishes none), and neither is generated (a generator's ids are numbers of its draws, not people: the phantom's "phantom-00001"
-  of two seeds are two different synthetic images);
+* **shared patients**: the same patient id in both (ignoring case, spaces around it and leading zeros), where both sets
+  publish patient ids (MedMNIST publishes none), and neither is generated (a generator's ids are numbers of its draws,
+  not people: the phantom's "phantom-00001" of two seeds are two different synthetic images);
 * **near-duplicates**: a perceptual hash, the DCT hash of Zauner 2010 ("Implementation and benchmarking of
   perceptual image hash functions"; pHash). Each image is made grey, resized to 32 x 32 (antialiased bilinear),
   and the lowest 16 x 16 coefficients of its 2-d DCT-II, less the DC term, are thresholded at their median: 255
