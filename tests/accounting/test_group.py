@@ -250,3 +250,22 @@ def test_a_patient_total_beyond_what_a_pld_resolves_says_why():
         patient_epsilon([], [ImageGroup(3, PoissonGaussianEvent(0.5, 0.5, 300))], delta=DELTA)
     with pytest.raises(TypeError, match="Poisson-sampled Gaussian steps"):
         ImageGroup(2, PoissonLaplaceEvent(1.0, 0.1, 10))
+
+
+def test_a_patient_total_of_noiseless_steps_is_infinite_and_of_no_steps_zero():
+    """Degenerate cases, by definition rather than by the PLD: a step without noise releases its sum exactly, so any
+    composition that holds one has eps = infinity, beside noisy runs too, whichever unit the noiseless run has; runs
+    of no steps release nothing (eps = 0), and add nothing beside others (the total of the others, bit for bit)."""
+    from dpmed.accounting import ImageGroup, PoissonGaussianEvent, patient_epsilon
+
+    noisy, silent = PoissonGaussianEvent(2.0, 0.1, 50), PoissonGaussianEvent(0.0, 0.1, 50)
+    assert patient_epsilon([silent], [], delta=DELTA) == math.inf
+    assert patient_epsilon([], [ImageGroup(2, silent)], delta=DELTA) == math.inf
+    assert patient_epsilon([noisy], [ImageGroup(3, silent)], delta=DELTA) == math.inf
+    assert patient_epsilon([silent], [ImageGroup(3, noisy)], delta=DELTA) == math.inf
+    nothing = PoissonGaussianEvent(2.0, 0.1, 0)
+    assert patient_epsilon([], [], delta=DELTA) == 0.0
+    assert patient_epsilon([nothing], [ImageGroup(2, nothing)], delta=DELTA) == 0.0
+    alone = patient_epsilon([noisy], [ImageGroup(2, noisy)], delta=DELTA)
+    assert 0 < alone < math.inf
+    assert patient_epsilon([noisy, nothing], [ImageGroup(2, noisy), ImageGroup(3, nothing)], delta=DELTA) == alone
