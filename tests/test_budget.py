@@ -524,3 +524,39 @@ def test_without_patient_ids_a_mixed_study_has_no_patient_total(write_study):
     privacy = study_privacy(plan_runs(study, context), budget=study.privacy_budget)
     assert privacy.dp_sgd_epsilon is None and privacy.unit is None
     assert "no patient ids are known for these images" in privacy.statement, privacy.statement
+
+
+def test_the_patient_s_direct_total_states_the_delta_of_a_patient_s_images_outrunning_the_sampler(write_study):
+    """At sigma 0.28 a patient's 2 images together outrun the noise sampler with probability 8.9e-8 per run (one
+    image: 1e-17), so the patient's total composed directly holds at the runs' delta plus those two shares: 1.02e-05
+    here, not the image-level total's 1e-05 + 2e-17 (which reads 1.01e-05 only by rounding up)."""
+    text = (MIXED.replace("{name: dp, mechanism: dp_sgd, target_epsilon: 1}, ", "")
+            .replace("target_epsilon: 1, privacy_unit", "noise_multiplier: 0.28, privacy_unit")
+            .replace("privacy_budget: {epsilon: 10, delta: 1e-5}\n", ""))
+    plans = plan_runs(load_study(write_study(text)), MIXED_CONTEXT)
+    group_shares = sum(p.privacy.sampler_share(group=2) for p in plans)
+    assert len(plans) == 2 and group_shares > 1e-7 > 1e6 * sum(p.privacy.sampler_delta for p in plans)
+    privacy = study_privacy(plans)
+    stated = re.search(r"composed for the patient directly, at the runs' delta: eps = [\d.,]+ at delta = (\S+) \(PLD",
+                       privacy.statement)
+    assert stated is not None, privacy.statement
+    assert stated[1] == delta_text(1e-5 + group_shares) == "1.02e-05"
+    assert float(stated[1]) >= 1e-5 + group_shares
+
+
+@pytest.mark.parametrize("arm", ["target_epsilon: 8}", "target_epsilon: 8, privacy_unit: image}",
+                                 "target_epsilon: 8, privacy_unit: image, max_images_per_patient: 2}"])
+def test_without_patient_ids_a_study_total_promises_a_patient_nothing_beyond_group_privacy(write_study, arm):
+    """Without ids each image passes for a patient of its own, so no cap of a patient's images can be known to hold:
+    the total says that the unit is one image and a patient is protected only as a group, and states no group of
+    max_images_per_patient images nor a patient's total, which would promise what the data cannot back."""
+    study = load_study(write_study(BUDGET.replace("privacy_budget: {epsilon: 10, delta: 1e-5}\n", "")
+                                   .replace("target_epsilon: 8}", arm)))
+    context = PlanContext(images_per_patient=np.ones(140, dtype=np.int64), image_shape=(1, 16, 16),
+                          patients_known=False)
+    privacy = study_privacy(plan_runs(study, context))
+    assert privacy.dp_sgd_epsilon is not None and privacy.unit.startswith("image")
+    assert privacy.statement.endswith("; no patient ids are known for these images, so the unit is one image and a "
+                                      "patient with several images is protected only as a group of them (group "
+                                      "privacy)"), privacy.statement
+    assert "max_images_per_patient" not in privacy.statement and "for the patient" not in privacy.statement
