@@ -560,3 +560,16 @@ def test_without_patient_ids_a_study_total_promises_a_patient_nothing_beyond_gro
                                       "patient with several images is protected only as a group of them (group "
                                       "privacy)"), privacy.statement
     assert "max_images_per_patient" not in privacy.statement and "for the patient" not in privacy.statement
+
+
+def test_a_cap_of_one_image_per_patient_makes_the_image_total_the_patient_s(write_study):
+    """A group of one is the run itself (k = 1 in the group formula gives (eps, delta) back): the total says it is
+    also the patient's, and states neither a group formula nor a second, direct total for the patient."""
+    study = load_study(write_study(BUDGET.replace("privacy_budget: {epsilon: 10, delta: 1e-5}\n", "").replace(
+        "target_epsilon: 8}]", "target_epsilon: 1, privacy_unit: image, max_images_per_patient: 1}]")))
+    context = PlanContext(images_per_patient=np.full(70, 2, dtype=np.int64), image_shape=(1, 16, 16))
+    privacy = study_privacy(plan_runs(study, context))
+    assert privacy.unit == "image of the training set as capped at 1 per patient"
+    assert privacy.statement.endswith("; a patient has at most 1 training image (max_images_per_patient), so this "
+                                      "total is also the patient's"), privacy.statement
+    assert "group" not in privacy.statement and "for the patient directly" not in privacy.statement
