@@ -374,10 +374,17 @@ def _glyphs(ax) -> list[tuple]:
 def _assert_each_label_names_its_point(fig) -> None:
     """Every point's label, measured after layout, lies inside its axes, apart from the other labels, and on no
     marker but its own point's and on no bar; a label away from its point (more than the gap a label beside its
-    point, or above or below its bar, keeps) has a leader that ends at its point."""
+    point, or above or below its bar, keeps) has a leader that ends at its point, and no two leaders cross (a reader
+    following one would reach the other's point). Each axis title lies inside the figure."""
     fig.draw_without_rendering()
     points = fig.dpi / 72
     for ax in fig.axes:
+        title, edge = ax.xaxis.label.get_window_extent(), fig.bbox
+        assert edge.x0 <= title.x0 and title.x1 <= edge.x1, (ax.get_xlabel(), title, edge)
+        arrows = [t.arrow_patch for t in ax.texts if isinstance(t, Annotation) and t.arrow_patch is not None]
+        leaders = [a.get_transform().transform_path(a.get_path()) for a in arrows]
+        for i, one in enumerate(leaders):
+            assert not any(one.intersects_path(other, filled=False) for other in leaders[i + 1:]), one.vertices
         labels = [t for t in ax.texts if isinstance(t, Annotation)]
         glyphs, room = _glyphs(ax), ax.bbox
         boxes = [Text.get_window_extent(t) for t in labels]      # the words: a leader ends at the point by design
@@ -431,3 +438,40 @@ def test_a_label_on_the_non_private_line_is_read_over_white_and_its_backing_cove
         hit = [xy for extent, xy in glyphs if backing.overlaps(extent) and xy != (tuple(text.xy),)]
         assert not hit, (text.get_text(), hit)
 
+
+@pytest.mark.parametrize("sweep", [
+    [(8.55e3, 0.951), (3.57e4, 0.96), (4.38e6, 0.913), (1.22e9, 0.948), (2.85e9, 0.922), (3.76e13, 0.901)],
+    [(5.67e3, 0.906), (5.76e5, 0.959), (1.23e6, 0.918), (1.41e7, 0.938), (1.62e12, 0.928)],
+])
+def test_the_leaders_of_labels_moved_away_from_their_points_never_cross(make_record, sweep):
+    """High-budget sweeps near the non-private line whose labels must move away from their points: placed without
+    looking at the leaders drawn before, two leaders crossed here, and a reader following one reached the other's
+    point."""
+    records = [make_record("non-private_seed0", "non-private", metrics=_metrics(0.95, 0.93, 0.97))]
+    for eps, auroc in sweep:
+        r = make_record(f"dp-sgd_eps{eps:.3g}_C1_seed0", "dp-sgd", "dp_sgd", eps=eps,
+                        metrics=_metrics(auroc, auroc - 0.04, auroc + 0.03))
+        if eps > 500:
+            r = r.model_copy(update={"privacy": r.privacy.model_copy(
+                update={"accountant": "rdp", "is_dp": False, "sampler_voids": True})})
+        records.append(r)
+    fig = auroc_figure(records)
+    assert any(t.arrow_patch is not None for t in fig.axes[0].texts)        # some label did move away
+    _assert_each_label_names_its_point(fig)
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_an_axis_title_of_wide_letters_is_rewrapped_inside_the_figure(make_record, narrow):
+    """The DP-SGD axis names each unit's arms, wrapped at a width estimated from an average letter; arm names of
+    wide capitals outgrow that estimate and ran past the figure's right edge (by 25 px on the wide figure, 32 px on
+    the phone's), unless the drawn title is measured and wrapped narrower."""
+    arms = ["MWMWMW-MWMWMW-WMWM", "WMWMWM-MWMW-MWMWM"]
+    records = [make_record("non-private_seed0", "non-private", metrics=_metrics(0.96, 0.94, 0.98))]
+    for i, arm in enumerate(arms):
+        r = make_record(f"{arm}_eps{i + 1}_seed0", arm, "dp_sgd", eps=float(i + 1), metrics=_metrics(0.9, 0.85, 0.95))
+        if i:
+            r = r.model_copy(update={"privacy": r.privacy.model_copy(update={"unit": "patient"})})
+        records.append(r)
+    fig = auroc_figure(records, narrow=narrow)
+    _assert_each_label_names_its_point(fig)
+    assert f"one image ({arms[0]}) or one patient ({arms[1]})" in " ".join(fig.axes[0].get_xlabel().split())
