@@ -51,6 +51,13 @@ def test_pointing_game_by_hand():
     np.testing.assert_array_equal(pointing_game(exact, masks[:1], tolerance=2.0), [1])
     np.testing.assert_array_equal(pointing_game(exact, masks[:1], tolerance=1.99), [0])
     assert np.isnan(pointing_game(cams[:1], np.zeros((1, 5, 5), bool))[0])
+    # a mask over the centre: a flat map points at the centre and hits; an all-zero map points nowhere and misses,
+    # at any tolerance (above, both missed only because the corner mask lies away from the centre)
+    central = np.zeros((2, 5, 5), bool)
+    central[:, 1:4, 1:4] = True
+    blank = np.stack([np.ones((5, 5)), np.zeros((5, 5))])
+    np.testing.assert_array_equal(pointing_game(blank, central), [1, 0])
+    np.testing.assert_array_equal(pointing_game(blank, central, tolerance=10.0), [1, 0])
 
 
 def test_deletion_and_insertion_auc_by_hand():
