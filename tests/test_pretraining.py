@@ -350,6 +350,29 @@ def test_the_cache_key_hashes_the_public_images_where_they_are_not_a_copy_of_the
     assert peak < public.train.images.nbytes / 4, (peak, public.train.images.nbytes)
 
 
+def test_the_cache_key_is_of_the_public_images_content_in_every_split():
+    """Equal keys must mean equal weights: the key is the same for the same pixels held elsewhere in memory (a copy,
+    or a view of another layout), and differs where one pixel of any split differs, as where the labels do. A key
+    of the labels and shapes alone handed a study the weights of other public images."""
+    public = make_phantom(seed=1, n_images=60, image_size=16)
+    study = _study(pretrain=PUBLIC)
+
+    def key(dataset) -> str:
+        return pretraining._content_key(dataset, study.pretrain, "small_cnn", None)
+
+    def changed(split: str, images: np.ndarray):
+        return dataclasses.replace(public, **{split: getattr(public, split).with_images(images)})
+
+    first = key(public)
+    assert key(changed("train", np.asfortranarray(public.train.images))) == first           # same pixels
+    for split in ("train", "val", "test"):
+        images = getattr(public, split).images.copy()
+        images.flat[images.size // 2] += 1.0 / 255
+        assert key(changed(split, images)) != first, split
+    flipped = dataclasses.replace(public.train, labels=1 - public.train.labels)
+    assert key(dataclasses.replace(public, train=flipped)) != first
+
+
 def test_public_images_must_have_the_private_channels(private, tmp_path, monkeypatch):
     monkeypatch.setattr(pretraining, "train", _no_training)
     rgb = {**PUBLIC, "data": {**PUBLIC["data"], "channels": 3}}
