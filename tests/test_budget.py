@@ -537,7 +537,7 @@ def test_the_patient_s_direct_total_states_the_delta_of_a_patient_s_images_outru
     group_shares = sum(p.privacy.sampler_share(group=2) for p in plans)
     assert len(plans) == 2 and group_shares > 1e-7 > 1e6 * sum(p.privacy.sampler_delta for p in plans)
     privacy = study_privacy(plans)
-    stated = re.search(r"composed for the patient directly, at the runs' delta: eps = [\d.,]+ at delta = (\S+) \(PLD",
+    stated = re.search(r"composed for the patient directly: eps = [\d.,]+ at delta = (\S+) \(PLD",
                        privacy.statement)
     assert stated is not None, privacy.statement
     assert stated[1] == delta_text(1e-5 + group_shares) == "1.02e-05"
