@@ -517,12 +517,16 @@ def test_an_image_unit_run_pays_the_sampler_share_of_a_patient_s_images_together
 
 def test_without_patient_ids_a_mixed_study_has_no_patient_total(write_study):
     """Without ids each image passes for a patient of its own: the patient arm's unit is the image, and a "patient"
-    total would protect one image under the patient's name. No total, and the statement says why."""
+    total would protect one image under the patient's name. The capped arm keeps every image (a cap of k >= 1 on
+    one-image "patients"), so both arms are add/remove one image of one set: their total is the image's, and the
+    statement says that a patient is protected only as a group."""
     study = load_study(write_study(MIXED))
     context = replace(MIXED_CONTEXT, images_per_patient=np.ones(140, dtype=np.int64), patients_known=False,
                       released_sizes=None)
-    privacy = study_privacy(plan_runs(study, context), budget=study.privacy_budget)
-    assert privacy.dp_sgd_epsilon is None and privacy.unit is None
+    plans = plan_runs(study, context)
+    privacy = study_privacy(plans, budget=study.privacy_budget)
+    composed = accounting.ledger_epsilon(accounting.Ledger([_event(p) for p in plans]), delta=1e-5)
+    assert privacy.unit == "image" and privacy.dp_sgd_epsilon == pytest.approx(composed, rel=1e-6)
     assert "no patient ids are known for these images" in privacy.statement, privacy.statement
 
 
@@ -554,8 +558,11 @@ def test_without_patient_ids_a_study_total_promises_a_patient_nothing_beyond_gro
                                    .replace("target_epsilon: 8}", arm)))
     context = PlanContext(images_per_patient=np.ones(140, dtype=np.int64), image_shape=(1, 16, 16),
                           patients_known=False)
-    privacy = study_privacy(plan_runs(study, context))
-    assert privacy.dp_sgd_epsilon is not None and privacy.unit.startswith("image")
+    plans = plan_runs(study, context)
+    privacy = study_privacy(plans)
+    # nor a unit "image of the training set as capped at 2 per patient": no patient is known to be capped
+    assert privacy.dp_sgd_epsilon is not None and privacy.unit == "image"
+    assert all(p.privacy.max_images_per_patient is None and p.privacy.size_key == "images" for p in plans)
     assert privacy.statement.endswith("; no patient ids are known for these images, so the unit is one image and a "
                                       "patient with several images is protected only as a group of them (group "
                                       "privacy)"), privacy.statement

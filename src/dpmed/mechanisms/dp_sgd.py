@@ -189,11 +189,18 @@ def size_key(unit: str, max_images_per_patient: int | None) -> str:
     return f"{unit}s"
 
 
+def _cap(arm: DpSgdArm, context: PlanContext) -> int | None:
+    """The arm's max_images_per_patient where the data name patients; None without patient ids, where every image is
+    its own patient and a cap of k >= 1 keeps them all (a card "capped at k per patient" would promise patients what
+    protects one image)."""
+    return arm.max_images_per_patient if context.patients_known else None
+
+
 def _counts(arm: DpSgdArm, context: PlanContext) -> tuple[str, np.ndarray, int]:
     """(the arm's unit, images per training patient after its cap, the exact number of its training units)."""
     counts = context.images_per_patient
-    if arm.max_images_per_patient is not None:
-        counts = np.minimum(counts, arm.max_images_per_patient)
+    if _cap(arm, context) is not None:
+        counts = np.minimum(counts, _cap(arm, context))
     # Without patient ids the patient cannot be the unit: every image would pass for a patient of its own, and the
     # card would promise "one patient" for what protects one image. The unit is then the image, and the card says why.
     unit = arm.privacy_unit if context.patients_known else "image"
@@ -203,7 +210,7 @@ def _counts(arm: DpSgdArm, context: PlanContext) -> tuple[str, np.ndarray, int]:
 def _size(arm: DpSgdArm, context: PlanContext) -> tuple[str, int]:
     """(count key, exact count) of the training units the arm plans from: what the study releases as a DP count."""
     unit, _, n_units = _counts(arm, context)
-    return size_key(unit, arm.max_images_per_patient), n_units
+    return size_key(unit, _cap(arm, context)), n_units
 
 
 def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
@@ -262,7 +269,7 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
     # refusals below read it too, never a private exact count: whether a study runs at all is seen by whoever holds
     # its files, so a refusal at the exact count would tell a dataset from its neighbour at the threshold.
     released = (exact if context.released_sizes is None
-                else context.released_sizes[size_key(unit, arm.max_images_per_patient)])
+                else context.released_sizes[size_key(unit, _cap(arm, context))])
     units = (f"the DP count {released} of the training {unit}s" if size_epsilon
              else f"the {released} training {unit}s")
     detail = f"privacy_unit: {unit}" + (f"; the count is the exact one plus noise of standard deviation "
@@ -324,12 +331,12 @@ def _plan(arm: DpSgdArm, swept: dict, context: PlanContext) -> DpSgdPlan:
                      n_units=n_units, released_units=released if released < n_units else None,
                      size_epsilon=size_epsilon, delta=delta, accountant=accountant,
                      accountant_note=note, target_epsilon=target, noise_given=swept.get("noise_multiplier") is not None,
-                     patients_known=context.patients_known, max_images_per_patient=arm.max_images_per_patient,
-                     image_cap_key="study" if arm.max_images_per_patient is not None else None, attack=arm.attack)
+                     patients_known=context.patients_known, max_images_per_patient=_cap(arm, context),
+                     image_cap_key="study" if _cap(arm, context) is not None else None, attack=arm.attack)
     # The image-unit guarantee for a patient is stated for the declared cap: the most images any one patient has is
     # a statistic of the training set (`dpmed.study` tells it to the user's terminal and private log only).
-    k = arm.max_images_per_patient
-    if plan.unit == "image" and context.patients_known and k is not None:    # k = 1: the run's own guarantee
+    k = _cap(arm, context)
+    if plan.unit == "image" and k is not None:    # k = 1: the run's own guarantee
         plan = plan.model_copy(update={"patient_guarantee": patient_guarantee(plan, k, context.cache)})
     return plan
 
