@@ -191,3 +191,21 @@ def test_non_square_images_are_refused_before_training_by_the_models_that_take_s
     with pytest.raises(ConfigError, match=rf"model.name {model} takes square images only, and these are 20 x 30 px; "
                                           r"set data.image_size"):
         plan_study(study, dataset)
+
+
+def test_a_cap_on_data_without_patient_ids_is_said_to_have_no_effect(write_study, write_png_table, tmp_path,
+                                                                      caplog):
+    """Without patient ids every image is its own patient: the cap keeps them all, and the user who set it to have
+    a patient's guarantee stated is told that it has none, before any training."""
+    write_png_table(60, (16, 16))
+    study = load_study(write_study(
+        "name: s\ndata: {source: csv, path: labels.csv, columns: {path: file}, labels: [finding], task: binary, "
+        "channels: 1}\nmodel: {name: small_cnn}\ntraining: {batch_size: 8, epochs: 1}\n"
+        "arms: [{name: capped, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image, "
+        "max_images_per_patient: 2}, {name: plain, mechanism: dp_sgd, target_epsilon: 8}]\n"))
+    with caplog.at_level("WARNING", logger="dpmed"):
+        prepared = prepare_study(study, out=tmp_path / "out")
+    told = [r.getMessage() for r in caplog.records if "max_images_per_patient" in r.getMessage()]
+    assert len(told) == 1 and told[0].startswith("arm 'capped': max_images_per_patient has no effect: labels names "
+                                                 "no patient ids"), told
+    assert all(p.privacy.unit == "image" and p.privacy.max_images_per_patient is None for p in prepared.plans)

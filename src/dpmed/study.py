@@ -249,6 +249,18 @@ def _tell_largest_patient(plans: list[RunPlan], context: PlanContext) -> None:
             _log.info("%s: %s", plan.run_id, group.statement)
 
 
+def _tell_ignored_caps(study: Study, dataset: Dataset) -> None:
+    """Warn where an arm caps each patient's images but the data name no patients: every image is its own patient,
+    so the cap keeps them all and the cards state no patient guarantee (`mechanisms.dp_sgd`)."""
+    if dataset.patients_known:
+        return
+    for arm in study.arms:
+        if getattr(arm, "max_images_per_patient", None) is not None:
+            _log.warning("arm %r: max_images_per_patient has no effect: %s names no patient ids, so every image is "
+                         "its own patient; the unit is one image, and a patient with several images is protected "
+                         "only as a group of them", arm.name, dataset.name)
+
+
 def _tell_whole_batches(plans: list[RunPlan]) -> None:
     """Warn where a DP-SGD run samples every unit at every step (q = 1): its DP count of units is at most the
     expected batch, so the study's batch size is not what trains and the noise is spread over fewer, larger steps
@@ -307,6 +319,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
     _tell_whole_batches(plans)
+    _tell_ignored_caps(study, dataset)
     attributes = attributes_fingerprint(dataset)
     existing, elsewhere, stale = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint,
                                                before, attributes)
