@@ -475,3 +475,51 @@ def test_an_axis_title_of_wide_letters_is_rewrapped_inside_the_figure(make_recor
     fig = auroc_figure(records, narrow=narrow)
     _assert_each_label_names_its_point(fig)
     assert f"one image ({arms[0]}) or one patient ({arms[1]})" in " ".join(fig.axes[0].get_xlabel().split())
+
+
+def _labels_apart_inside_and_off_other_points(fig) -> int:
+    """How many point labels, measured after layout, overlap another label, lie on another point's marker or bar,
+    or leave their axes: what makes a label unreadable or name the wrong point (a leader that crosses a bar on
+    its way does neither)."""
+    fig.draw_without_rendering()
+    bad = 0
+    for ax in fig.axes:
+        labels = [t for t in ax.texts if isinstance(t, Annotation)]
+        glyphs, room = _glyphs(ax), ax.bbox
+        boxes = [Text.get_window_extent(t) for t in labels]
+        for text, box in zip(labels, boxes):
+            inside = room.x0 <= box.x0 and box.x1 <= room.x1 and room.y0 <= box.y0 and box.y1 <= room.y1
+            bad += (not inside or any(box.overlaps(other) for other in boxes if other is not box)
+                    or any(box.overlaps(extent) and xy != (tuple(text.xy),) for extent, xy in glyphs))
+    return bad
+
+
+def test_labels_of_budgets_a_fraction_of_a_decade_apart_never_pile_up(make_record):
+    """Random high-budget sweeps near the non-private line, some points closer than a leader's bend: no leader
+    reached such a point past its neighbours' bars, and the last resort put the label beside its point over the
+    other labels, so that in most of these figures several labels piled into unreadable text while half the axes
+    was empty. A leader may now cross a bar to reach its point."""
+    rng = np.random.default_rng(1)
+    piled = []
+    for trial in range(8):
+        sweep = sorted({(float(f"{10 ** rng.uniform(0, 15):.3g}"), round(float(rng.uniform(0.9, 0.96)), 3))
+                        for _ in range(int(rng.integers(4, 8)))})
+        records = [make_record("non-private_seed0", "non-private", metrics=_metrics(0.95, 0.93, 0.97))]
+        for eps, auroc in sweep:
+            r = make_record(f"dp-sgd_eps{eps:.3g}_C1_seed0", "dp-sgd", "dp_sgd", eps=eps,
+                            metrics=_metrics(auroc, auroc - 0.04, auroc + 0.03))
+            if eps > 500:
+                r = r.model_copy(update={"privacy": r.privacy.model_copy(
+                    update={"accountant": "rdp", "is_dp": False, "sampler_voids": True})})
+            records.append(r)
+        for narrow in (False, True):
+            fig = auroc_figure(records, narrow=narrow)
+            if _labels_apart_inside_and_off_other_points(fig):
+                piled.append((trial, narrow, sweep))
+            for text in fig.axes[0].texts:              # a moved label still points at its own point
+                if isinstance(text, Annotation) and text.arrow_patch is not None:
+                    arrow = text.arrow_patch
+                    end = arrow.get_transform().transform_path(arrow.get_path()).vertices[-1]
+                    at = fig.axes[0].transData.transform(text.xy)
+                    assert np.hypot(*(end - at)) <= 6 * fig.dpi / 72, text.get_text()
+    assert not piled, piled

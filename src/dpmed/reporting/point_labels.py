@@ -119,8 +119,9 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
     axes) and covers none of ``boxes`` (every marker but its point's, every bar, the labels placed) and no leader;
     else away from the point (:func:`_grid`), with a leader from the label's nearest edge that bends :data:`_ELBOW`
     short of the point and must cross no leader and none of ``boxes`` but ``own`` (they sit at the point: no line
-    could reach it past them). Where no place is clear (a tiny axes), the first beside the point inside the axes,
-    else the narrowest wording on the side with more room."""
+    could reach it past them); where every such leader would cross a bar or leader (points closer than its bend),
+    the nearest clear place with a leader that crosses. Where no place is clear (a tiny axes), the first beside the
+    point inside the axes, else the narrowest wording on the side with more room."""
     at = np.asarray(text.axes.transData.transform(text.xy))
     x, y = at
     gap = _GAP / points
@@ -145,6 +146,7 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
     if found:
         return found
     elbow, shrink = _ELBOW / points, _LEADER["shrinkB"] / points
+    crossing = None            # the nearest place whose leader must cross a bar or leader: kept as a fallback
     for n, dx, dy in _grid(sizes, gap, text.get_fontsize() / 2 / points, room, boxes, at, later):
         placed = label(n, dx, dy, "left" if dx > 0 else "right")
         side = np.where(np.array([dx, dy]) < 0, -1.0, 1.0)          # towards the label (level: above it)
@@ -156,6 +158,13 @@ def _place(text: Annotation, boxes: list[Any], own: list[Any], leaders: list[Pat
         if free(placed.box) and not any(line.intersects_bbox(b, filled=False) for b in boxes if b not in own) and \
                 not any(line.intersects_path(other, filled=False) for other in leaders):
             return replace(placed, leader=line)
+        if crossing is None and free(placed.box):
+            crossing = replace(placed, leader=line)
+    # Points closer than a leader's bend (high budgets a fraction of a decade apart): no leader reaches the point
+    # past its neighbours' bars. A label that crosses a bar to its point is still legible and names it; labels piled
+    # on each other beside the point (the last resort below) are neither.
+    if crossing is not None:
+        return crossing
     if beside:
         return beside[0]
     right = room.x1 - x > x - room.x0
