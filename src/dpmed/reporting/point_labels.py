@@ -246,6 +246,6 @@ def fit_inside(fig: Figure, axes: list[Any]) -> None:
             if placed.leader is not None:       # drawn anew: an annotation takes its arrow when it is made
                 ax.annotate(placed.words, text.xy, xytext=text.xyann, textcoords="offset points", ha="center",
                             va="center", multialignment=placed.align, fontsize=text.get_fontsize(),
-                            color=text.get_color(), bbox=_BACKING, arrowprops=_arrow(placed, ax.transData.transform(text.xy))
-                            ).set_in_layout(False)
+                            color=text.get_color(), bbox=_BACKING,
+                            arrowprops=_arrow(placed, ax.transData.transform(text.xy))).set_in_layout(False)
                 text.remove()
