@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import logging
 import os
@@ -34,7 +35,8 @@ import numpy as np
 from dpmed.errors import FolderError, error_name
 
 __all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic", "read_arrays",
-           "write_json_atomic", "write_text_atomic", "temporary_beside", "RELEASE_TIME", "RETRAIN_NOTE"]
+           "write_json_atomic", "write_text_atomic", "write_torch_atomic", "temporary_beside", "RELEASE_TIME",
+           "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
@@ -72,9 +74,8 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], object], *, owner_only
     secrets and checkpoints. A failed write deletes the temporary file: half a checkpoint under a name of its own
     would hold its disk space for good.
 
-    A failed write names no file (the buffered write or the close that flushes it: "No space left on device"), and
-    torch.save reports one as "RuntimeError: [enforce fail at inline_container.cc] unexpected pos N vs M", with the
-    OSError only as its context: that OSError is raised, naming ``path``, so that the user reads what and where."""
+    A failed write names no file (the buffered write or the close that flushes it: "No space left on device"): that
+    OSError is raised again naming ``path``, so that the user reads what and where."""
     tmp = temporary_beside(path)
     try:
         with open_owner_only(tmp, "wb") if owner_only else open(tmp, "wb") as f:
@@ -82,10 +83,26 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], object], *, owner_only
         os.replace(tmp, path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
-        failed = exc if isinstance(exc, OSError) else exc.__context__ if isinstance(exc, RuntimeError) else None
-        if isinstance(failed, OSError) and failed.errno is not None and failed.filename is None:
-            raise OSError(failed.errno, failed.strerror, str(path)) from exc
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
+
+
+def write_torch_atomic(path: Path, obj: object, *, owner_only: bool = False) -> None:
+    """`write_atomic` of ``obj`` as torch.save writes it (a state dict, a checkpoint), serialised in memory first.
+
+    torch.save straight into the open file fails two ways. An interrupt (Ctrl-C, SIGTERM: a KeyboardInterrupt or a
+    worker's SystemExit, raised wherever it lands) that lands as torch.save finishes leaves its C++ zip writer
+    unfinished, and that writer finishes the archive when it is freed: into the file the write has closed by then,
+    which throws inside a C++ destructor and aborts the process (status -6, after dpmed had cleaned up). Into a
+    buffer nobody closes it finishes harmlessly. And a full disk came out as "RuntimeError: [enforce fail at
+    inline_container.cc] unexpected pos N vs M"; here it is the file write's own OSError. The cost is one copy of
+    the file in memory while it is written."""
+    import torch     # here: `dpmed privacy` reads folders and needs no torch
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_atomic(path, lambda f: f.write(buffer.getbuffer()), owner_only=owner_only)
 
 
 def write_text_atomic(path: Path, text: str | bytes, *, owner_only: bool = False) -> None:

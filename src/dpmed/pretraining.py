@@ -31,7 +31,6 @@ set holds none of them, which is what step 2 checks and the user's ``pretrain.pu
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -50,7 +49,7 @@ from dpmed.data.overlap import Overlap, refuse_overlap
 from dpmed.errors import ConfigError
 from dpmed.evaluation.inference import predict
 from dpmed.evaluation.utility import auroc
-from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_atomic
+from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_torch_atomic
 from dpmed.mechanisms import training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import (file_sha256, hash_weights, load_weights, match_head, read_state_dict,
@@ -225,7 +224,7 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
         validation = None
     where.mkdir(parents=True, exist_ok=True)
     weights = where / _WEIGHTS
-    write_atomic(weights, functools.partial(torch.save, {k: v.detach().cpu() for k, v in model.state_dict().items()}))
+    write_torch_atomic(weights, {k: v.detach().cpu() for k, v in model.state_dict().items()})
     steps_per_epoch = int(np.ceil(len(public.train) / config.training.batch_size))
     record = PretrainRecord(
         dataset=public.name, task=public.task.kind, label_names=public.task.label_names, public=config.public,

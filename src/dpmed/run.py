@@ -13,7 +13,6 @@ deleted when it finishes.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -31,8 +30,8 @@ from dpmed.errors import ConfigError
 from dpmed.evaluation.assessment import Assessment, assess
 from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
-from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_atomic, write_json_atomic,
-                           write_text_atomic)
+from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_json_atomic,
+                           write_text_atomic, write_torch_atomic)
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, mechanism_info
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
@@ -231,8 +230,8 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         result = train(model, train_input, ds.task, plan.training, seed=plan.seed, dp=dp, randomness=randomness,
                        device=device, progress=context.progress, log_progress=True, label=plan.run_id,
                        checkpoint=folder.checkpoint, released=events)
-        write_atomic(folder.unreleased(folder.model),
-                     functools.partial(torch.save, {k: v.detach().cpu() for k, v in model.state_dict().items()}))
+        write_torch_atomic(folder.unreleased(folder.model),
+                           {k: v.detach().cpu() for k, v in model.state_dict().items()})
         _log.info("%s: trained in %.0f s; evaluating on %d validation and %d test images", plan.run_id,
                   result.seconds, len(ds.val), len(ds.test))
         evaluation_start = time.perf_counter()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import math
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -162,3 +164,37 @@ def test_dp_sgd_refuses_to_train_without_privacy_randomness(data, new_model):
     images, task = data
     with pytest.raises(ValueError, match="privacy randomness"):
         train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False)
+
+
+INTERRUPTED_AS_A_CHECKPOINT_CLOSES = """
+import torch, torch.serialization as ts
+from dpmed.config import TrainingConfig
+from dpmed.data.synthetic import make_phantom
+from dpmed.models import build_model
+from dpmed.training import train
+
+def interrupted(self, *args):      # the signal lands on __exit__'s first line: the zip is never finished
+    raise KeyboardInterrupt
+
+ts._open_zipfile_writer_buffer.__exit__ = interrupted
+ds = make_phantom(n_images=40, image_size=16, seed=0)
+model = build_model("small_cnn", in_channels=1, num_outputs=ds.task.num_outputs, image_size=16)
+try:
+    train(model, ds.train, ds.task, TrainingConfig(epochs=1, batch_size=16), seed=0, progress=False,
+          checkpoint=__import__("pathlib").Path(%r))
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_an_interrupt_as_a_checkpoint_is_written_ends_the_process_cleanly(tmp_path):
+    """Before: a Ctrl-C or SIGTERM that landed as torch.save was about to finish the checkpoint left torch's zip
+    writer unfinished, bound to the file the write had closed; when the writer was freed it wrote to that closed file
+    from C++ and the process aborted ("terminate called after throwing an instance of 'pybind11::error_already_set'
+    ... write to closed file", status -6) instead of ending as interrupted, after dpmed had cleaned up."""
+    ckpt = tmp_path / "checkpoint.pt"
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_AS_A_CHECKPOINT_CLOSES % str(ckpt)], capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "interrupted" and "terminate called" not in done.stderr, done.stderr
+    assert not ckpt.exists() and not list(tmp_path.iterdir())     # no half checkpoint, no temporary file left

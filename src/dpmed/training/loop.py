@@ -21,7 +21,6 @@ and the training length in steps (T: the DP-SGD plan's; for the other arms `dpme
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
 import os
@@ -39,7 +38,7 @@ from tqdm.auto import tqdm
 from dpmed.accounting import Ledger, dp_sgd_event, dp_sgd_schedule, shuffled_event  # noqa: F401 (re-exported)
 from dpmed.config import EXECUTION_ONLY, TrainingConfig
 from dpmed.data import ImageSet, Task
-from dpmed.folders import write_atomic
+from dpmed.folders import write_torch_atomic
 from dpmed.interruption import check as check_interrupt
 from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.randomness import PrivacyRandomness, public_seed
@@ -164,7 +163,7 @@ def _save_checkpoint(path: Path, **state) -> None:
     """Model, optimiser, generator positions and the privacy ledger, written atomically (`write_atomic`). It holds
     the privacy randomness's position and stream keys: a private file (see dpmed.randomness), created readable by
     its owner only, like the key file itself."""
-    write_atomic(path, functools.partial(torch.save, state), owner_only=True)
+    write_torch_atomic(path, state, owner_only=True)
 
 
 class _Progress:
