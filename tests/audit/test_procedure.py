@@ -109,6 +109,27 @@ def test_the_record_holds_each_count_at_the_configured_confidence_and_a_bound_at
     np.testing.assert_array_equal(arrays["labels"], trial.canaries.labels)
 
 
+@pytest.mark.parametrize("confidence, shown", [(0.95, "95%"), (0.975, "97.5%"), (0.995, "99.5%"), (0.999, "99.9%")])
+def test_the_statement_never_shows_a_confidence_above_the_audits(trial_inputs, monkeypatch, confidence, shown):
+    """The statement's confidence is what the test holds at, shown no higher: to a whole percent, 0.995 and 0.999
+    read "100%", a certainty no finite audit has, and 0.975 read "98%"."""
+    train, task, n_patients = trial_inputs
+    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40, confidence=confidence), seed=7,
+                                             n_patients=n_patients, rng=np.random.default_rng(0))
+
+    def grid(scores, included, *, delta, confidence):
+        return AuditResult(epsilon_lower_bound=3.0, n_canaries=len(included), n_guesses=10, n_correct=10,
+                           confidence=confidence, delta=delta, k_positive=5, k_negative=5, method="stub")
+
+    monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
+    record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
+                                   delta=1e-5, claimed_epsilon=1.0)
+    assert record.confidence == confidence and record.consistent_with_claim is False
+    assert f"canaries, {shown} confidence; 10 of 10 guesses correct)" in record.statement
+    assert f"inconsistent with the claimed eps at {shown} confidence" in record.statement
+    assert "100%" not in record.statement
+
+
 _KEYS = ["n_canaries", "kind", "n_included", "n_guesses", "n_correct", "k_positive", "k_negative",
          "epsilon_lower_bound", "confidence", "delta", "claimed_epsilon", "consistent_with_claim", "method",
          "citation", "statement", "canary_source", "private"]

@@ -106,18 +106,19 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
     scores = canary_scores_from_logits(logits, trial.canaries.labels, task_kind=task_kind)
     res = audit_epsilon_lower_bound_over_grid(scores, trial.included, delta=delta,
                                               confidence=trial.config.confidence)
+    confidence = _confidence_text(res.confidence)
     # both rounded down: "not (eps, delta)-DP" at a smaller delta follows from it, at a larger one it does not
     # each canary is one image, and its own patient where the patient is the unit: the bound is for adding or
     # removing one of them; where the image is the unit a drawn patient's images are all canaries
     statement = (f"empirical lower bound eps >= {number_text(res.epsilon_lower_bound, down=True)} at delta = "
                  f"{number_text(delta, down=True)}, add/remove one canary ({_CANARY_IS[trial.unit]}) "
-                 f"(one-run audit, {res.n_canaries} {trial.config.kind} canaries, {res.confidence:.0%}; "
+                 f"(one-run audit, {res.n_canaries} {trial.config.kind} canaries, {confidence} confidence; "
                  f"{res.n_correct} of {res.n_guesses} guesses correct)")
     terms = f", {claim_terms}" if claim_terms else ""
     statement += ("; no eps is claimed" if claimed_epsilon is None else
                   f"; the accountant claims eps = {epsilon_text(claimed_epsilon)} (the same delta{terms}): " + (
                       f"consistent{_NO_PROOF}" if res.epsilon_lower_bound <= claimed_epsilon else
-                      f"inconsistent with the claimed eps at {res.confidence:.0%}"))
+                      f"inconsistent with the claimed eps at {confidence} confidence"))
     record = AuditRecord(
         n_canaries=res.n_canaries, kind=trial.config.kind, n_included=int(trial.included.sum()),
         n_guesses=res.n_guesses, n_correct=res.n_correct, k_positive=res.k_positive, k_negative=res.k_negative,
@@ -136,6 +137,12 @@ _CANARY_SOURCE = ("training split: each patient drawn at rate m / the public cou
 # A bound at or below the claim is no evidence for it: the audit can refute a claim, never prove one.
 _NO_PROOF = " (a lower bound can refute the claim, not prove it)"
 _PRIVATE = "depends on the secret canary inclusion bits: not covered by eps, kept in the study's private folder"
+
+
+def _confidence_text(confidence: float) -> str:
+    """"95%", "97.5%", "99.9%": a confidence as a percentage, rounded down (to a whole percent, 0.995 and 0.999 read
+    "100%", a certainty no audit of finitely many canaries has; 0.975 read "98%")."""
+    return f"{number_text(100.0 * confidence, 4, down=True)}%"
 
 
 def _unaudited(trial: AuditTrial, delta: float, claimed_epsilon: float | None) -> AuditRecord:
