@@ -8,6 +8,7 @@ tail is exact) makes it overshoot its true eps with probability at most 1 - conf
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -16,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dpmed.audit.bound as audit_bound
 from dpmed.audit.bound import (
     audit_epsilon_lower_bound,
     audit_epsilon_lower_bound_over_grid,
@@ -190,6 +192,39 @@ def test_an_eps_dp_mechanism_is_overstated_at_most_one_time_in_twenty(eps_true, 
         clears = sum(_binom_pmf(v, r, q) for v in range(r + 1)
                      if epsilon_lower_bound_from_counts(n_canaries=r, n_guesses=r, n_correct=v, delta=0.0) > 1.0)
         assert clears > 0.9
+
+
+def _leaky_randomised_response(included: np.ndarray, eps: float, delta: float, rng: np.random.Generator) -> np.ndarray:
+    """Scores float [m] of a mechanism that is (eps, delta)-DP in each canary's bit: with probability delta it
+    reveals the bit (score 10 for in, -10 for out), else it answers by eps-randomised response (1 for in, 0 for out;
+    ties broken by index, as the audit does)."""
+    m = len(included)
+    answer = np.where(rng.random(m) < _rr_accuracy(eps), included, ~included).astype(np.float64)
+    return np.where(rng.random(m) < delta, np.where(included, 10.0, -10.0), answer)
+
+
+@pytest.mark.parametrize("m, eps_true, delta, grid", [
+    (1000, 1.0, 1e-5, None),            # as a run audits: the default grid, Bonferroni over its pairs
+    (1000, 1.0, 1e-5, [(250, 250)]),    # one pair: the binomial tail alone, close to its level
+    (500, 0.0, 0.02, [(10, 0)]),        # the leaks fill the top guesses: only the delta term pays for them
+])
+def test_a_simulated_eps_delta_dp_mechanism_is_overstated_at_most_one_audit_in_twenty(monkeypatch, m, eps_true, delta,
+                                                                                     grid):
+    """The whole audit, bits to bound (choose_canaries, the grid, the Bonferroni level, the delta term), on 2000
+    seeded simulated runs of a mechanism that is (eps_true, delta)-DP: the bound exceeds eps_true in at most 5% of
+    them, up to three standard errors of the simulation (6.5%). Measured: 1.65%, 3.45% and 0%; the same simulation
+    gives 25% with every grid point tested at the full level and 26% for the third case with the delta term
+    dropped, so this fails for either mistake."""
+    monkeypatch.setattr(audit_bound, "epsilon_lower_bound_from_counts",   # the same function, each count once
+                        functools.lru_cache(maxsize=None)(audit_bound.epsilon_lower_bound_from_counts))
+    rng, trials, level = np.random.default_rng(11), 2000, 0.05
+    overstated = 0
+    for _ in range(trials):
+        bits = choose_canaries(m, rng=rng)
+        scores = _leaky_randomised_response(bits, eps_true, delta, rng)
+        res = audit_epsilon_lower_bound_over_grid(scores, bits, delta=delta, confidence=1 - level, grid=grid)
+        overstated += res.epsilon_lower_bound > eps_true
+    assert overstated / trials <= level + 3 * math.sqrt(level * (1 - level) / trials)
 
 
 def test_bound_rejects_a_confidence_outside_zero_one():
