@@ -115,10 +115,11 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
                  f"(one-run audit, {res.n_canaries} {trial.config.kind} canaries, {confidence} confidence; "
                  f"{res.n_correct} of {res.n_guesses} guesses correct)")
     terms = f", {claim_terms}" if claim_terms else ""
-    statement += ("; no eps is claimed" if claimed_epsilon is None else
+    statement += (_NO_CLAIM if claimed_epsilon is None else
                   f"; the accountant claims eps = {epsilon_text(claimed_epsilon)} (the same delta{terms}): " + (
                       f"consistent{_NO_PROOF}" if res.epsilon_lower_bound <= claimed_epsilon else
-                      f"inconsistent with the claimed eps at {confidence} confidence"))
+                      f"inconsistent with the claimed eps at {confidence} confidence (an audit of a run that keeps "
+                      f"its claim says so at most {_confidence_text(1.0 - res.confidence, up=True)} of the time)"))
     record = AuditRecord(
         n_canaries=res.n_canaries, kind=trial.config.kind, n_included=int(trial.included.sum()),
         n_guesses=res.n_guesses, n_correct=res.n_correct, k_positive=res.k_positive, k_negative=res.k_negative,
@@ -134,15 +135,21 @@ _CANARY_IS = {"patient": "an image that is its own patient",
               "image": "one image; where the image is the unit, a patient's other images may be canaries too"}
 _CANARY_SOURCE = ("training split: each patient drawn at rate m / the public count of units, all their images held out "
                   "and one of them (every one where the image is the unit) made a canary")
-# A bound at or below the claim is no evidence for it: the audit can refute a claim, never prove one.
-_NO_PROOF = " (a lower bound can refute the claim, not prove it)"
+# A bound at or below the claim is no evidence for it: the audit can refute a claim, never prove one. Nor is a bound
+# far below the claim (or a small one without a claim) evidence of more privacy than proven: the audit sees the final
+# model and its canaries only, and such black-box audits give bounds well below the eps of the runs they audit
+# (Steinke, Nasr and Jagielski 2023).
+_NO_PROOF = (" (a lower bound can refute the claim, not prove it; one far below it is no evidence that the run is "
+             "more private than claimed)")
+_NO_CLAIM = "; no eps is claimed: the run has no privacy guarantee, and a small bound is no evidence of privacy"
 _PRIVATE = "depends on the secret canary inclusion bits: not covered by eps, kept in the study's private folder"
 
 
-def _confidence_text(confidence: float) -> str:
+def _confidence_text(confidence: float, *, up: bool = False) -> str:
     """"95%", "97.5%", "99.9%": a confidence as a percentage, rounded down (to a whole percent, 0.995 and 0.999 read
-    "100%", a certainty no audit of finitely many canaries has; 0.975 read "98%")."""
-    return f"{number_text(100.0 * confidence, 4, down=True)}%"
+    "100%", a certainty no audit of finitely many canaries has; 0.975 read "98%"); ``up``: a level 1 - confidence,
+    an error rate, which is never shown smaller."""
+    return f"{number_text(100.0 * confidence, 4, up=up, down=not up)}%"
 
 
 def _unaudited(trial: AuditTrial, delta: float, claimed_epsilon: float | None) -> AuditRecord:
