@@ -141,6 +141,25 @@ def test_insert_keeps_the_training_set_and_appends_exactly_the_included_canaries
     assert len(insert_canaries(train, canaries, np.ones(30, bool))) == n + 30
 
 
+def test_an_included_canary_never_joins_a_training_patient_of_the_same_id():
+    """Where the patient is the unit, DP-SGD clips by patient id: a canary named as a training patient happens to be
+    ("canary-00001" is a valid id in a CSV) would join that patient, so that including it changed an existing unit
+    rather than adding one, and the audit's add/remove claim (and the bound's null) did not hold for it."""
+    from dpmed.training.loop import sampling_units
+
+    train = _images(10, BINARY, seed=1)
+    train = ImageSet(images=train.images, labels=train.labels, sex=train.sex, age=train.age, masks=train.masks,
+                     patient_ids=np.array(["canary-00001"] * 2 + [f"p{i}" for i in range(8)]))
+    canaries = make_canaries(_images(6, BINARY, seed=2), 6, task=BINARY, seed=0)
+    assert "canary-00001" in canaries.patient_ids
+    merged = insert_canaries(train, canaries, np.ones(6, bool))
+    offsets, owned = sampling_units(merged, "patient")
+    units = [set(owned[offsets[u]:offsets[u + 1]].tolist()) for u in range(len(offsets) - 1)]
+    assert len(units) == 9 + 6 and {0, 1} in units                    # the training patient's two images
+    assert all({10 + i} in units for i in range(6))                    # each canary alone
+    np.testing.assert_array_equal(merged.patient_ids[:10], train.patient_ids)
+
+
 def test_insert_rejects_what_would_merge_silently_wrong():
     train, canaries = _images(10, BINARY), make_canaries(_images(6, BINARY), 6, task=BINARY, seed=0)
     with pytest.raises(ValueError, match="included must be bool"):

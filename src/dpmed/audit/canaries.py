@@ -163,8 +163,9 @@ def make_canaries(images: ImageSet, m: int, *, task: Task, seed: int, kind: str 
 
 def insert_canaries(train: ImageSet, canaries: ImageSet, included: np.ndarray) -> ImageSet:
     """The training set with the canaries where ``included`` (bool [m]) is True appended after it, so the original
-    images keep their indices. Both sets must have the same image shape and label layout, and masks on both or
-    neither (a merged set with masks on only some images would be silently incomplete)."""
+    images keep their indices, each canary a patient of its own. Both sets must have the same image shape and label
+    layout, and masks on both or neither (a merged set with masks on only some images would be silently
+    incomplete)."""
     included = np.asarray(included)
     if included.dtype != np.bool_ or included.shape != (len(canaries),):
         raise ValueError(f"included must be bool [{len(canaries)}], got {included.dtype} {included.shape}")
@@ -176,10 +177,16 @@ def insert_canaries(train: ImageSet, canaries: ImageSet, included: np.ndarray) -
     if (train.masks is None) != (canaries.masks is None):
         raise ValueError("masks on the training set but not the canaries, or the reverse; give both or neither")
     chosen = canaries.subset(np.flatnonzero(included))
+    # DP-SGD clips by patient id where the patient is the unit: a canary named as a training patient happens to be
+    # would join that patient's unit, and including it would change that unit instead of adding one. Longer names
+    # until none clash (only the grouping reads them; nothing written holds them).
+    ids, taken = chosen.patient_ids.astype(str), set(train.patient_ids.astype(str).tolist())
+    while taken.intersection(ids.tolist()):
+        ids = np.char.add("canary-", ids)
     return ImageSet(
         images=np.concatenate([train.images, chosen.images]),
         labels=np.concatenate([train.labels, chosen.labels]),
-        patient_ids=np.concatenate([train.patient_ids.astype(str), chosen.patient_ids.astype(str)]),
+        patient_ids=np.concatenate([train.patient_ids.astype(str), ids]),
         sex=np.concatenate([train.sex, chosen.sex]),
         age=np.concatenate([train.age, chosen.age]),
         masks=None if train.masks is None else np.concatenate([train.masks, chosen.masks]),
