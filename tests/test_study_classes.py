@@ -53,3 +53,23 @@ def test_classes_counted_from_the_images_need_each_training_class_in_validation_
     check_classes(replace(counted, task=replace(task, classes_from_data=False)), where="phantom")  # given: fine
     val = replace(phantom.val, labels=np.where(phantom.val.labels == 1, 3, 0))
     check_classes(replace(counted, val=val), where="phantom")          # class d held by validation images too
+
+
+@pytest.mark.parametrize("value, held", [(0, "absent"), (1, "present")])
+def test_a_multilabel_finding_with_one_value_in_validation_is_refused_before_training(value, held):
+    """Before: every run trained, then failed in evaluation ("ValueError: label 'Cardiomegaly': no validation
+    threshold can be chosen: youden_threshold: all 8 labels are 0"), exit status 1 and no result, as NIH
+    ChestX-ray14 with its 14 findings does on a small validation split. Test may lack a finding (its AUROC is
+    then undefined and said so); validation picks each finding's threshold, so it cannot."""
+    data = make_phantom(n_images=120, image_size=16, seed=0, task="multilabel")
+    labels = data.val.labels.copy()
+    labels[:, 1] = value
+    name = data.task.label_names[1]
+    with pytest.raises(DataError, match=rf"^labels\.csv: the validation split holds finding {name!r} {held} in "
+                                        rf"all of its {len(labels)} images, so no decision threshold can be chosen "
+                                        r"for it \(Youden's J needs images with and without it\)"):
+        check_classes(replace(data, val=replace(data.val, labels=labels)), where="labels.csv")
+    test = data.test.labels.copy()
+    test[:, 1] = value
+    check_classes(replace(data, test=replace(data.test, labels=test)), where="labels.csv")
+    check_classes(data, where="labels.csv")

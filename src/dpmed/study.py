@@ -152,6 +152,9 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
     validation or test image, so the count the study publishes is a fact of the evaluation splits, not of one
     training patient."""
     kind, names = dataset.task.kind, dataset.task.label_names
+    if kind == "multilabel":
+        _check_findings_in_validation(dataset, where=where)
+        return
     if kind not in ("binary", "multiclass"):
         return
     splits = (("training", dataset.train), ("validation", dataset.val), ("test", dataset.test))
@@ -176,6 +179,26 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
                             "model's last layer), so a class only training images hold would publish those "
                             "patients' labels, which DP does not cover: give every class validation or test images "
                             "(data.split, or the split column or folders), or leave that class's rows out")
+
+
+def _check_findings_in_validation(dataset: Dataset, *, where: str) -> None:
+    """DataError where a multilabel finding is absent from every validation image, or present in every one: its
+    decision threshold (Youden's J on validation, METHODS.md s.4) is then undefined, and before, every run trained
+    and then failed in evaluation. Test may lack a finding (its AUROC is undefined and said so); training may too."""
+    labels = np.asarray(dataset.val.labels)          # [N, L] of 0/1
+    names = dataset.task.label_names
+    one_valued = [(j, int(labels[0, j])) for j in range(labels.shape[1]) if len(np.unique(labels[:, j])) < 2]
+    if not one_valued or not len(labels):
+        return
+    j, value = one_valued[0]
+    others = ", ".join(repr(names[k]) for k, _ in one_valued[1:6]) + (", ..." if len(one_valued) > 6 else "")
+    more = f" (so do {len(one_valued) - 1} more: {others})" if len(one_valued) > 1 else ""
+    raise DataError(f"{where}: the validation split holds finding {names[j]!r} {'present' if value else 'absent'} in "
+                    f"all of its {len(labels)} images, so no decision threshold can be chosen for it (Youden's J "
+                    f"needs images with and without it){more}, and every run would train and then fail; leave the "
+                    "finding out of data.labels (where the source takes them), or give validation more images: raise "
+                    "data.split.val_fraction or choose another data.split.seed (a published validation split is "
+                    "divided anew with data.split.official: false)")
 
 
 def plan_context(dataset: Dataset) -> PlanContext:

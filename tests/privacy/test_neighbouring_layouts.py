@@ -40,6 +40,7 @@ from PIL import Image
 
 from dpmed.config import load_study
 from dpmed.data.cohorts import patient_draws
+from dpmed.data.formats.chest_xray import NIH_FINDINGS as NIH_ALL
 from dpmed.errors import DataError
 from dpmed.released_size import needed_sizes
 from dpmed.study import _dataset_summary, load_study_data, plan_context, plan_study
@@ -466,7 +467,8 @@ def _chexpert_row(folder: str, pid: str, view: str, sex: str, age: str, findings
 
 def _chexpert(root: Path, extra: dict | None = None) -> Path:
     """train.csv and valid.csv (the published validation split; test carved from train.csv by patient), grey JPEGs
-    at their Path; findings 1, 0 and blank, no -1."""
+    at their Path; findings 1, 0 and blank, no -1; each finding present in one validation patient and absent in the
+    other (a finding validation holds one way only picks no threshold, and is refused)."""
     drawn = _ids(CHEXPERT_ID, {"train": 6, "test": 2}, ("test",))
     tables = {"train.csv": [(pid, "train") for ids in drawn.values() for pid in ids],
               "valid.csv": [(CHEXPERT_ID(64541 + k), "valid") for k in range(2)]}
@@ -476,7 +478,8 @@ def _chexpert(root: Path, extra: dict | None = None) -> Path:
         for k, (pid, folder) in enumerate(patients):
             _png(root / folder / pid / "study1" / "view1_frontal.jpg", seed=n, fmt="JPEG")
             n += 1
-            findings = ",".join(["", "1.0", "0.0", "", "1.0", "0.0"][(k + i) % 6] for i in range(6))
+            findings = ",".join(["", "1.0", "0.0", "", "1.0", "0.0"][(k + i) % 6] if name == "train.csv"
+                                else ("0.0", "1.0")[(k + i) % 2] for i in range(6))
             lines.append(_chexpert_row(folder, pid, "frontal", ("Male", "Female")[k % 2], str(40 + k), findings))
         (root / name).write_text(CHEXPERT_HEADER + "".join(lines), encoding="utf-8")
     return _write_study(root.parent, {"source": "chexpert", "path": str(root), **(extra or {})})
@@ -539,7 +542,9 @@ def _nih(root: Path, *, test_list: bool = True, train_listed: bool = True) -> Pa
     """Data_Entry_2017.csv, grey PNGs in images_001/images/, test_list.txt and train_val_list.txt (validation carved
     from the training rows). ``test_list=False``: no test list (test carved too); ``train_listed=False``:
     train_val_list.txt is there but names none of the rows (a table cut to a subset of the release, with the list of
-    another subset), so the training rows have no published split."""
+    another subset), so the training rows have no published split. The first validation patient has all fourteen
+    findings, the second none: validation holds each of them both ways (else it picks no threshold: refused); no
+    training row has Hernia."""
     carved = ("val",) if test_list else ("val", "test")
     drawn = _ids(NIH_ID, {"train": 6, "val": 2} if test_list else {"train": 6, "val": 2, "test": 2}, carved)
     patients = [(pid, "train") for s in ("train", "val") for pid in drawn[s]] + [(pid, "") for pid in
@@ -550,7 +555,9 @@ def _nih(root: Path, *, test_list: bool = True, train_listed: bool = True) -> Pa
         for j in range(1 + n % 2):
             image = f"{pid}_{j:03d}.png"
             _png(root / "images_001" / "images" / image, seed=10 * n + j)
-            lines.append(f"{image},{NIH_FINDINGS[n % 5]},{j},{pid},{30 + n},{'MF'[n % 2]},PA\n")
+            findings = {pid: f for pid, f in zip(drawn["val"], ("|".join(NIH_ALL), "No Finding"))}.get(
+                pid, NIH_FINDINGS[n % 5])
+            lines.append(f"{image},{findings},{j},{pid},{30 + n},{'MF'[n % 2]},PA\n")
             listed[split].append(image)
     (root / "Data_Entry_2017.csv").write_text(NIH_HEADER + "".join(lines), encoding="utf-8")
     if test_list:
@@ -582,7 +589,7 @@ def _nih_add(root: Path, rows: list[tuple[str, str, str, str, dict]], folder: st
 @pytest.mark.parametrize("patient", ["a finding no other row has, age 414, sex O", "16-bit PNG in another folder",
                                      "AP view, findings outside the study's labels"])
 def test_nih_an_extra_training_patient_changes_nothing_published(tmp_path, patient):
-    """The patient's id sorts first and their rows come first: Hernia, which no other row holds (the fourteen
+    """The patient's id sorts first and their rows come first: Hernia, which no other training row holds (the fourteen
     findings are NIH's, never counted), an implausible age and a sex code dpmed does not read; a 16-bit PNG in a
     folder (images_012/images/) no other image is in; findings the study's data.labels leave out."""
     root = tmp_path / "nih"
@@ -666,7 +673,8 @@ def _mimic(root: Path, *, train_in_split_file: bool = True, patients_table: bool
            views: str | None = None) -> tuple[Path, list]:
     """MIMIC-CXR-JPG with all three splits published in the split file (``train_in_split_file=False``: the file
     names the validation and test images only, the training images having no split), grey JPEGs under files/, and
-    MIMIC-IV's patients.csv (``patients_table=False``: its header alone). Returns (study, the tables' rows)."""
+    MIMIC-IV's patients.csv (``patients_table=False``: its header alone); each finding present in one validation
+    study and absent in the other (else validation picks no threshold: refused). Returns (study, the tables' rows)."""
     tables: tuple[list, list, list] = ([], [], [])
     for k in range(12):
         subject, split = SUBJECT(100 + k), (("train",) * 8 + ("validate", "test") * 2)[k]
@@ -678,6 +686,7 @@ def _mimic(root: Path, *, train_in_split_file: bool = True, patients_table: bool
             tables[0].append((dicom, subject, study, ("PA", "AP")[s], f"21{k:02d}0101",
                               split if train_in_split_file or split != "train" else ""))
             tables[1].append((subject, study, ",".join(["1.0", "0.0", "", "-1.0", "1.0"][(k + s + i) % 5]
+                                                       if split != "validate" else ("0.0", "1.0")[(k // 2 + i) % 2]
                                                        for i in range(5))))
         tables[2].append((subject, "MF"[k % 2], str(40 + 3 * k), "2150"))
     people = tables[2] if patients_table else []
