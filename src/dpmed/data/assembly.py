@@ -116,12 +116,17 @@ _REPEATS = frozenset({"duplicate id", "duplicate image"})
 
 
 def _stop_unless_skipping(manifest: Manifest, skip_invalid: bool) -> None:
+    """DataError listing the flagged rows, unless ``skip_invalid`` leaves them out; a repeat stops the study either
+    way, and its message then never advises data.skip_invalid (which would only stop it again)."""
+    kinds = {problem.kind for problem in manifest.problems.values()}
+    if kinds & _REPEATS:
+        others = ("\nFix or remove the other rows too (data.skip_invalid: true leaves those out once no image is "
+                  "listed twice)." if kinds - _REPEATS and not skip_invalid else "")
+        raise DataError(describe_problems(manifest, skip_hint=False) + others + "\nA repeated id or image file stops "
+                        "the study even with data.skip_invalid: which copy to leave out would decide the split its "
+                        "image is in. Keep one row (or file) of each image.")
     if manifest.problems and not skip_invalid:
         raise DataError(describe_problems(manifest))
-    if any(problem.kind in _REPEATS for problem in manifest.problems.values()):
-        raise DataError(describe_problems(manifest, skip_hint=False) + "\nA repeated id or image file stops the study "
-                        "even with data.skip_invalid: which copy to leave out would decide the split its image is in. "
-                        "Keep one row (or file) of each image.")
 
 
 def _resolve_shared_patients(manifest: Manifest, rows: np.ndarray, published: np.ndarray,

@@ -231,6 +231,11 @@ def test_generic_csv_one_image_spelled_two_ways_is_a_duplicate(table, load_layou
             "(pngs/img0.png)") in message
     assert "labels.csv line 19 (pngs/../pngs/img3.png): image file pngs/../pngs/img3.png is the same file as " \
            "labels.csv line 5 (pngs/img3.png)" in message
+    # never the advice to set data.skip_invalid, which would then stop the study again (before: "Fix or remove these
+    # rows, or set data.skip_invalid: true to leave them out")
+    assert "set data.skip_invalid: true" not in message
+    assert message.endswith("A repeated id or image file stops the study even with data.skip_invalid: which copy to "
+                            "leave out would decide the split its image is in. Keep one row (or file) of each image.")
     with pytest.raises(DataError, match=r"(?s)2 duplicate image.*even with data.skip_invalid"):
         load_layout("csv", table, columns=columns, labels=("opacity",), skip_invalid=True)
 
