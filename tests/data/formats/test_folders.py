@@ -311,6 +311,19 @@ def test_empty_class_folder_and_missing_class_are_errors(tmp_path, write_image):
         read_image_folders(root)
 
 
+@pytest.mark.parametrize("name, hint", [("pneumoniamnist.npz", " (an .npz: source medmnist reads MedMNIST files)"),
+                                        ("labels.csv", " (a table: source csv, or the source of its layout, reads it)"),
+                                        ("scan.png", "")])
+def test_a_path_at_a_file_says_the_source_reads_a_folder(tmp_path, name, hint):
+    """Before: "image folder .../pneumoniamnist.npz not found (or not a folder)", of a file the user could see."""
+    path = tmp_path / name
+    path.write_bytes(b"x")
+    with pytest.raises(DataError) as err:
+        read_image_folders(path)
+    assert str(err.value) == (f"data.path {path} is a file, not an image folder{hint}; source 'folders' reads the "
+                              "folder that holds train/ and test/ (or one folder per class)")
+
+
 def test_missing_folder_and_one_class(tmp_path, write_image):
     with pytest.raises(DataError, match="image folder .*nowhere not found"):
         read_image_folders(tmp_path / "nowhere")

@@ -199,7 +199,7 @@ def test_the_message_lists_the_first_five_rows_and_counts_all(aptos, write_csv, 
 
 
 @pytest.mark.parametrize("content, said", [
-    ("file,label\nä.png,1\n".encode("latin-1"), "is not UTF-8 text .* save it as UTF-8"),
+    ("file,label\nä.png,1\n".encode("latin-1"), "is not UTF-8 text: line 2 .* save it as UTF-8"),
     (b"", "is empty; it needs a header line and one row per image"),
     (b"file;label\na.png;1\n", "its columns are 'file;label'.* holds ';': dpmed reads comma-separated tables"),
     (b"file,label\na.png,1\nb.png,1,extra\n", r"Expected 2 fields in line 3, saw 3\); every line needs as many"),
@@ -211,6 +211,42 @@ def test_a_table_saved_another_way_says_how_to_save_it(tmp_path, content, said):
     path.write_bytes(content)
     with pytest.raises(DataError, match=said):
         read_table(path, ["file", "label"])
+
+
+def test_a_byte_that_is_not_utf8_is_named_by_its_line(tmp_path):
+    """Before: "('utf-8' codec can't decode byte 0xfc in position 1: invalid start byte)", a position in a chunk of
+    pandas' reading, not in the file: in a table of thousands of lines the user could not find it."""
+    rows = [f"img{i}.png,{i % 2},p{i}" for i in range(30)]
+    rows[20] = "img20.png,0,M\xfcller"
+    path = tmp_path / "labels.csv"
+    path.write_bytes(("file,label,patient\n" + "\n".join(rows) + "\n").encode("latin-1"))
+    with pytest.raises(DataError) as err:
+        read_table(path, ["file", "label"])
+    assert str(err.value) == (f"{path} is not UTF-8 text: line 22 holds the byte 0xfc (img20.png,0,M\\xfcller); "
+                              "save it as UTF-8 (e.g. 'CSV UTF-8' in a spreadsheet)")
+    gzipped = tmp_path / "labels.csv.gz"
+    gzipped.write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(DataError, match=r"is not UTF-8 text: line 22 holds the byte 0xfc"):
+        read_table(gzipped, ["file", "label"])
+
+
+@pytest.mark.parametrize("content, said", [
+    (b"PK\x03\x04" + bytes(range(256)) * 4, "a zip archive (an Excel .xlsx workbook: save it as CSV; a MedMNIST "
+                                              ".npz: source medmnist reads it)"),
+    (b"\x93NUMPY\x01\x00" + bytes(range(256)), "a NumPy .npy array"),
+    (b"\x89PNG\r\n\x1a\n" + bytes(range(256)), "a PNG image (the table names its images by their paths)"),
+    (b"\xff\xd8\xff\xe0" + bytes(range(256)), "a JPEG image (the table names its images by their paths)"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(range(256)), "an Excel .xls workbook (save it as CSV)"),
+    ("file,label\na.png,1\n".encode("utf-16"), "UTF-16 text (save it as UTF-8)"),
+], ids=["zip", "npy", "png", "jpeg", "xls", "utf-16"])
+def test_a_file_that_is_no_csv_table_says_what_it_is(tmp_path, content, said):
+    """data.path at a file of another layout (an .npz, an image) or a table saved as a workbook: before, "is not
+    UTF-8 text ('utf-8' codec can't decode byte 0xca in position 15); save it as UTF-8", which it cannot be."""
+    path = tmp_path / "data.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataError) as err:
+        read_table(path, ["file", "label"])
+    assert str(err.value) == f"{path} is not a CSV table but {said}; data.path must name the CSV table"
 
 
 def test_every_changed_byte_of_a_gzipped_table_reads_back_or_is_one_data_error(tmp_path):

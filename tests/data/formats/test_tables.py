@@ -55,6 +55,22 @@ def test_aptos_missing_column_and_folder(aptos, tmp_path, write_csv):
         read_aptos(aptos / "train_images")
 
 
+
+def test_a_path_at_a_file_of_another_layout_says_the_source_reads_a_folder(aptos, tmp_path):
+    """Before: data.path at a MedMNIST .npz with source aptos took the npz's folder for the dataset and said "table
+    .../train.csv not found", which did not say what was wrong, nor what to do."""
+    npz = tmp_path / "pneumoniamnist.npz"
+    npz.write_bytes(b"PK\x03\x04")
+    with pytest.raises(DataError) as err:
+        read_aptos(npz)
+    assert str(err.value) == (f"data.path {npz} is a file, not the APTOS 2019 folder (an .npz: source medmnist reads "
+                              "MedMNIST files); data.path must name the folder that holds train.csv and train_images/")
+    assert read_aptos(aptos / "train.csv").root == aptos          # the table itself names its folder, as before
+    (tmp_path / "train_images").mkdir()
+    with pytest.raises(DataError, match=rf"^table {tmp_path / 'train.csv'} not found; data.path must name the folder "
+                                        "that holds it"):
+        read_aptos(tmp_path)
+
 # --- HAM10000 -----------------------------------------------------------------------------------------------------
 
 

@@ -64,6 +64,7 @@ import numpy as np
 from dpmed.data.decoder import UnreadableImage
 from dpmed.data.decoding import DECODERS
 from dpmed.data.dicom import read_dicom_header
+from dpmed.data.formats.table_reading import other_layout_hint
 from dpmed.data.manifest import SPLIT_NAMES, Manifest, parse_age, parse_sex
 from dpmed.data.sample import Task
 from dpmed.errors import DataError
@@ -203,6 +204,9 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     folders would be left out (the module docstring).
     """
     root = Path(path).expanduser()
+    if root.is_file():
+        raise DataError(f"data.path {root} is a file, not an image folder{other_layout_hint(root)}; source 'folders' "
+                        "reads the folder that holds train/ and test/ (or one folder per class)")
     if not root.is_dir():
         raise DataError(f"image folder {root} not found (or not a folder); data.path must name the folder that holds "
                         "train/ and test/ (or one folder per class)")

@@ -8,6 +8,7 @@ column stops at once with the file and the column named. The manifest is built o
 
 from __future__ import annotations
 
+import gzip
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,16 +22,33 @@ from dpmed.errors import DataError, error_name
 if TYPE_CHECKING:   # pandas is imported where a table is read: the study file's schema imports the readers
     import pandas as pd
 
-__all__ = ["dataset_folder", "first_existing", "optional_file", "read_table", "csv_line", "class_index",
-           "patient_column", "table_manifest", "Flags", "index_images", "chosen_labels"]
+__all__ = ["dataset_folder", "other_layout_hint", "first_existing", "optional_file", "read_table", "csv_line",
+           "class_index", "patient_column", "table_manifest", "Flags", "index_images", "chosen_labels"]
 
 _SHOWN = 5  # lines listed in a message; the count covers all of them
 
 
+_TABLE_SUFFIXES = {".csv", ".gz", ".txt", ".tsv", ""}   # "": HAM10000_metadata is published without one
+
+
+def other_layout_hint(path: Path) -> str:
+    """" (an .npz: source medmnist ...)" where ``path``'s suffix says which other source reads it, else ""."""
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        return " (an .npz: source medmnist reads MedMNIST files)"
+    if suffix in (".csv", ".gz", ".tsv"):
+        return " (a table: source csv, or the source of its layout, reads it)"
+    return ""
+
+
 def dataset_folder(path: str | Path, dataset: str, table: str) -> Path:
-    """The dataset folder: ``path`` itself, or the folder of ``path`` when it names the table file."""
+    """The dataset folder: ``path`` itself, or the folder of ``path`` when it names a table file (not when it names
+    a file of another kind: data.path at another layout's file is refused, saying so)."""
     p = Path(path).expanduser()
     if p.is_file():
+        if p.suffix.lower() not in _TABLE_SUFFIXES:
+            raise DataError(f"data.path {p} is a file, not the {dataset} folder{other_layout_hint(p)}; data.path must "
+                            f"name the folder that holds {table}")
         p = p.parent
     if not p.is_dir():
         raise DataError(f"{dataset} folder {p} not found; data.path must name the folder that holds {table}")
@@ -80,12 +98,15 @@ def read_table(path: Path, required: Sequence[str], *, header_only_ok: bool = Fa
     if not path.is_file():
         inside = (f"; {path.parent.parent} holds it: data.path names the dataset's folder, not one inside it"
                   if (path.parent.parent / path.name).is_file() else "")
-        raise DataError(f"table {path} not found{inside}")
+        raise DataError(f"table {path} not found{inside or '; data.path must name the folder that holds it'}")
+    kind = _binary_kind(path)
+    if kind is not None:
+        raise DataError(f"{path} is not a CSV table but {kind}; data.path must name the CSV table")
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8 (e.g. 'CSV UTF-8' in a spreadsheet)"
-                        ) from exc
+        raise DataError(f"{path} is not UTF-8 text{_where_not_utf8(path)}; save it as UTF-8 (e.g. 'CSV UTF-8' in a "
+                        "spreadsheet)") from exc
     except pd.errors.EmptyDataError as exc:
         raise DataError(f"{path} is empty; it needs a header line and one row per image") from exc
     except pd.errors.ParserError as exc:   # "Error tokenizing data. C error: Expected 6 fields in line 122, saw 8"
@@ -106,6 +127,52 @@ def read_table(path: Path, required: Sequence[str], *, header_only_ok: bool = Fa
     if len(frame) == 0 and not header_only_ok:
         raise DataError(f"{path} has a header but no rows; the dataset needs images")
     return frame
+
+
+# What a file that is no table starts with (its first bytes), and what it is, said with what to do where that is clear:
+# data.path at another layout's file (a MedMNIST .npz, an image), or a table saved as a workbook or as UTF-16.
+_MAGIC = (
+    (b"PK\x03\x04", "a zip archive (an Excel .xlsx workbook: save it as CSV; a MedMNIST .npz: source medmnist reads "
+                     "it)"),
+    (b"\x93NUMPY", "a NumPy .npy array"),
+    (b"\x89PNG\r\n\x1a\n", "a PNG image (the table names its images by their paths)"),
+    (b"\xff\xd8\xff", "a JPEG image (the table names its images by their paths)"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an Excel .xls workbook (save it as CSV)"),
+    (b"\xff\xfe", "UTF-16 text (save it as UTF-8)"),
+    (b"\xfe\xff", "UTF-16 text (save it as UTF-8)"),
+)
+
+
+def _binary_kind(path: Path) -> str | None:
+    """What ``path`` is by its first bytes where that is no text table (:data:`_MAGIC`), else None (a gzipped table
+    is judged by pandas, which decompresses it)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(132)
+    except OSError:
+        return None        # told by the reading below
+    if head[128:132] == b"DICM":
+        return "a DICOM file (the table names its images by their paths)"
+    return next((kind for magic, kind in _MAGIC if head.startswith(magic)), None)
+
+
+def _where_not_utf8(path: Path) -> str:
+    """": line K holds the byte 0xNN (the line)" for the first byte of ``path`` (decompressed, for .gz) that is not
+    UTF-8, so that the user can find it: the position in pandas' error counts from a chunk, not the file. "" where the
+    file cannot be read again."""
+    try:
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = data.rfind(b"\n", 0, exc.start) + 1
+        end = data.find(b"\n", exc.start)
+        line = data[start:end if end >= 0 else len(data)][:120].rstrip(b"\r")
+        shown = line.decode("utf-8", errors="backslashreplace")
+        number = data.count(b"\n", 0, exc.start) + 1
+        return f": line {number} holds the byte 0x{data[exc.start]:02x} ({shown})"
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+        return ""
+    return ""
 
 
 def csv_line(row: int) -> int:
