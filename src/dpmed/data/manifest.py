@@ -68,6 +68,8 @@ class Manifest:
     problems: flagged rows, row index -> Problem; notes: the reader's provenance (label policy, counts), recorded in
     the run record; description: one paragraph for the report. unread: "sex" | "age" -> {row index: the value as
     written} where a value that is not blank was read as unknown (:meth:`keep_unread`); told, never recorded.
+    unread_where: "sex" | "age" -> {row index: where that value is written}, for the rows whose value comes from
+    another table than the row's own (MIMIC's patients.csv); other rows are told at ``where``.
     """
 
     name: str
@@ -85,6 +87,7 @@ class Manifest:
     notes: dict[str, object] = field(default_factory=dict)
     description: str = ""
     unread: dict[str, dict[int, str]] = field(default_factory=dict)
+    unread_where: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.paths)
@@ -102,14 +105,19 @@ class Manifest:
         """Mark ``row`` unusable; the first problem found for a row is the one reported."""
         self.problems.setdefault(int(row), Problem(kind, detail))
 
-    def keep_unread(self, sex: Sequence[object], age: Sequence[object]) -> None:
+    def keep_unread(self, sex: Sequence[object], age: Sequence[object], *,
+                    written_at: Sequence[str] | None = None) -> None:
         """Keep the values of ``sex`` and ``age`` (as given to :func:`parse_sex` and :func:`parse_age`, [N]) that are
-        not blank yet were read as unknown, so that assembly can tell the user of them with an example each."""
+        not blank yet were read as unknown, so that assembly can tell the user of them with an example each.
+        ``written_at`` [N]: where each row's sex and age are written, where another table than the row's gives them
+        ("" for a row told at its own ``where``)."""
         for name, values, unknown in (("sex", sex, self.sex == "unknown"), ("age", age, np.isnan(self.age))):
             texts = [str(v).strip() for v in values]
             found = {row: texts[row] for row in np.flatnonzero(unknown).tolist() if texts[row].lower() not in _BLANK}
             if found:
                 self.unread[name] = found
+                if written_at is not None:
+                    self.unread_where[name] = {row: written_at[row] for row in found if written_at[row]}
 
     def subset(self, rows: np.ndarray) -> "Manifest":
         """The manifest of ``rows`` only, in that order (its problems and unread values renumbered with them)."""
@@ -120,7 +128,9 @@ class Manifest:
                        splits=self.splits[rows], where=self.where[rows], ids=self.ids[rows],
                        problems={position[r]: p for r, p in self.problems.items() if r in position},
                        unread={name: {position[r]: v for r, v in values.items() if r in position}
-                               for name, values in self.unread.items()})
+                               for name, values in self.unread.items()},
+                       unread_where={name: {position[r]: v for r, v in values.items() if r in position}
+                                     for name, values in self.unread_where.items()})
 
     def valid_rows(self) -> np.ndarray:
         """int64 indices of the rows not flagged, in order."""
@@ -161,7 +171,10 @@ def describe_demographics(manifest: Manifest, rows: np.ndarray) -> list[str]:
     for name in ("age", "sex"):
         found = [(r, v) for r, v in sorted(manifest.unread.get(name, {}).items()) if r in kept]
         if found:
-            shown = ", ".join(f"{manifest.where[r]}: {v[:20]!r}" for r, v in found[:3])
+            written = manifest.unread_where.get(name, {})
+            # one example per place: several images of one patient share the line of patients.csv that gives them
+            places = dict.fromkeys(f"{written.get(r) or manifest.where[r]}: {v[:20]!r}" for r, v in found)
+            shown = ", ".join(list(places)[:3])
             lines.append(f"data: {len(found)} {_UNREAD[name]} were read as unknown (e.g. {shown}); fairness by "
                          f"{name} leaves them out")
     first: dict[str, tuple[str, int]] = {}     # patient -> (sex, row) of their first row of known sex

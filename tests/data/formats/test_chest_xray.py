@@ -8,6 +8,7 @@ import pytest
 
 from dpmed.data import SplitPlan
 from dpmed.data.formats.chest_xray import CHEXPERT_FINDINGS, read_chexpert, read_mimic, read_nih
+from dpmed.data.manifest import describe_demographics
 from dpmed.errors import DataError
 
 # --- CheXpert -------------------------------------------------------------------------------------------------------
@@ -165,6 +166,21 @@ def test_mimic_study_labels_official_split_and_demographics(mimic, load_layout, 
     d = load_layout("mimic", mimic)
     assert len(d.val) == 2 and len(d.test) == 3  # subject 10000042 (k = 10) has two images, both in test
     assert no_patient_crosses(d) and d.source["uncertain_policy"] == "-1 -> zeros"
+
+
+def test_mimic_sex_and_age_read_as_unknown_are_told_at_their_line_of_patients_csv(mimic, write_csv):
+    """Before: "1 sex value(s) not M/F/male/female were read as unknown (e.g. mimic-cxr-2.0.0-metadata.csv.gz line 2
+    (dicom_id ...): 'X')", a line of a table that holds no sex: the value is in MIMIC-IV's patients.csv."""
+    people = [[str(10000032 + k), "FM"[k % 2], 50 + k] for k in range(12)]
+    people[1] = [people[1][0], "X", "fifty"]
+    write_csv(mimic / "patients.csv.gz", ["subject_id", "gender", "anchor_age"], people, gz=True)
+    m = read_mimic(mimic)
+    lines = describe_demographics(m, np.arange(len(m)))
+    assert lines == [
+        "data: 1 age value(s) not a plausible age in years were read as unknown (e.g. patients.csv.gz line 3 "
+        "(subject_id 10000033): 'fifty'); fairness by age leaves them out",
+        "data: 1 sex value(s) not M/F/male/female were read as unknown (e.g. patients.csv.gz line 3 (subject_id "
+        "10000033): 'X'); fairness by sex leaves them out"]
 
 
 def test_mimic_age_is_the_age_at_the_exam_where_the_anchor_year_and_study_date_give_it(mimic, write_csv):

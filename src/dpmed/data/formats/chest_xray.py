@@ -268,7 +268,7 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         if key in row_of_study:
             repeated.add(key)
         row_of_study.setdefault(key, s)
-    split_of, sex_of, age_of, year_of, split_file, people_file = {}, {}, {}, {}, None, None
+    split_of, sex_of, age_of, year_of, split_file, people_file, line_of = {}, {}, {}, {}, None, None, {}
     for name in (f"{stem}split.csv.gz", f"{stem}split.csv"):
         if optional_file(root / name):
             split_file = name
@@ -279,6 +279,8 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         if optional_file(root / name):
             people_file = name
             people = read_table(root / name, ["subject_id", "gender", "anchor_age"], header_only_ok=True)
+            line_of = {subject: f"{name} line {csv_line(i)} (subject_id {subject})"     # the last, as sex_of
+                       for i, subject in enumerate(people["subject_id"].str.strip())}
             sex_of = dict(zip(people["subject_id"].str.strip(), people["gender"]))
             age_of = dict(zip(people["subject_id"].str.strip(), people["anchor_age"]))
             if "anchor_year" in people.columns:
@@ -316,5 +318,5 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
                "views": rule},
         description=(f"MIMIC-CXR-JPG, findings {', '.join(chosen)}; uncertain (-1) -> "
                      f"{UNCERTAIN_POLICIES[uncertain]:g}, blank -> 0; labels per study; {rule}."),
-        problems=flags)
+        problems=flags, demographics_at=[line_of.get(p, "") for p in patients])
 

@@ -207,16 +207,17 @@ def patient_column(frame: pd.DataFrame, column: str, table: Path, remedy: str, *
 
 
 def table_manifest(*, name, root, task, paths, labels, patients, sex, ages, splits, where, ids, notes, description,
-                   problems=()) -> Manifest:
+                   problems=(), demographics_at=None) -> Manifest:
     """The Manifest of a parsed table (sex and age parsed, implausible ages counted, the values read as unknown kept
-    for assembly to tell the user), with ``problems`` flagged."""
+    for assembly to tell the user), with ``problems`` flagged. ``demographics_at`` [N]: where each row's sex and age
+    are written, where another table gives them (`Manifest.keep_unread`)."""
     age, implausible = parse_age(ages)
     manifest = Manifest(name=name, root=root, task=task, paths=list(paths), labels=labels,
                         patient_ids=np.array(patients, dtype=str), sex=parse_sex(sex), age=age,
                         splits=np.array(splits, dtype=str), where=np.array(where, dtype=str),
                         ids=np.array(ids, dtype=str),
                         notes={**notes, "implausible_ages_set_unknown": implausible}, description=description)
-    manifest.keep_unread(sex, ages)
+    manifest.keep_unread(sex, ages, written_at=demographics_at)
     for row, kind, detail in problems:
         manifest.flag(row, kind, detail)
     return manifest
