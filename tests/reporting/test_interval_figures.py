@@ -46,3 +46,17 @@ def test_each_run_has_its_own_place_within_a_group_and_a_phone_lists_the_groups_
         ticks, labels = (ax.get_yticks(), ax.get_yticklabels()) if narrow else (ax.get_xticks(), ax.get_xticklabels())
         assert list(ticks) == [0, 1, 2] and [t.get_text() for t in labels] == groups
         assert ax.yaxis_inverted() == narrow
+
+
+def test_a_figure_with_no_defined_value_draws_no_legend_and_warns_nothing():
+    """A fairness figure of a small test set, where no group's AUROC is defined: before, matplotlib's "UserWarning:
+    No artists with labels found to put in legend" reached the user's terminal after every such study, with the
+    source line that raised it."""
+    import warnings
+
+    for narrow in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fig = group_figure(["female", "male"], [("a run", [None, Estimate(value=None)])],
+                               ylabel="test AUROC", title="AUROC by sex", narrow=narrow)
+        assert not fig.legends

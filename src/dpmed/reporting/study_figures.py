@@ -71,7 +71,8 @@ def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[Est
         ax.grid(alpha=0.3, axis="y")
     ax.tick_params(labelsize=size - 1)
     ax.set_title(title, fontsize=size)
-    fig.legend(fontsize=size - 1, loc="outside lower center", ncol=columns, frameon=False)
+    if ax.get_legend_handles_labels()[0]:   # no defined value drawn (a small test set): no legend, nor its warning
+        fig.legend(fontsize=size - 1, loc="outside lower center", ncol=columns, frameon=False)
     return fig
 
 
