@@ -311,6 +311,24 @@ def test_empty_class_folder_and_missing_class_are_errors(tmp_path, write_image):
         read_image_folders(root)
 
 
+@pytest.mark.parametrize("split, carved", [("val", True), ("test", True), ("train", False)])
+def test_an_empty_split_folder_says_so_and_how_to_have_it_carved(tmp_path, write_image, split, carved):
+    """Before: "val lacks the class folder(s) NORMAL, PNEUMONIA that other splits have", of a folder made and left
+    empty; dpmed carves a split that has no folder, which the message did not say."""
+    root = _kermany(tmp_path, write_image, KERMANY)
+    (root / split).mkdir(exist_ok=True)
+    for child in (root / split).iterdir():
+        shutil.rmtree(child)
+    others = ", ".join(sorted(s for s in ("train", "test") if s != split))
+    remedy = (f", or remove the empty folder: dpmed then carves the {split} split from the training images"
+              if carved else "")
+    with pytest.raises(DataError) as err:
+        read_image_folders(root)
+    verb = "hold" if split == "val" else "holds"
+    assert str(err.value) == (f"split folder {root / split} is empty, while {others} {verb} the class folders "
+                              f"NORMAL, PNEUMONIA; put its images in those class folders{remedy}")
+
+
 @pytest.mark.parametrize("name, hint", [("pneumoniamnist.npz", " (an .npz: source medmnist reads MedMNIST files)"),
                                         ("labels.csv", " (a table: source csv, or the source of its layout, reads it)"),
                                         ("scan.png", "")])

@@ -224,6 +224,15 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     _refuse_splits_taken_for_classes(top, classes_by_group, split_dirs)
     found = sorted({c for names in classes_by_group.values() for c in names})
     for s, names in classes_by_group.items():
+        if split_dirs and found and not names:      # a split folder made and left empty, or of loose files
+            holders = ", ".join(sorted(g.name for g, held in classes_by_group.items() if held))
+            loose = [p for p in s.iterdir() if not p.name.startswith(".")]
+            state = f"holds no class folders, only {len(loose)} file(s)" if loose else "is empty"
+            carved = (f", or remove the empty folder: dpmed then carves the {split_dirs[s]} split from the training "
+                      "images" if split_dirs[s] != "train" and not loose else "")
+            verb = "hold" if ", " in holders else "holds"
+            raise DataError(f"split folder {s} {state}, while {holders} {verb} the class folders {', '.join(found)}; "
+                            f"put its images in those class folders{carved}")
         if sorted(names) != found:
             absent = sorted(set(found) - set(names))
             raise DataError(f"{s} lacks the class folder(s) {', '.join(absent) or '(none)'} that other splits have "
