@@ -157,11 +157,15 @@ def _model_inputs(dataset: Dataset, *sets: ImageSet) -> tuple[ImageSet, ...]:
 
 def _audited_claim(card: PrivacyCard) -> str:
     """The card's claim besides its eps and delta, for the audit's statement: the accountant, the neighbours, and
-    that the audited eps is training's alone (an audit tests the model, not the released training-set size)."""
+    that the audited eps is training's alone (an audit tests the model, not the released training-set size); and,
+    where the card labels its accounted eps not DP (a reproducible-mode run), that label, as everywhere the eps is
+    stated (`PrivacyCard.in_brief`)."""
     terms = f"{card.accountant_in_brief}, {card.neighbours_in_brief}"
     if card.size_epsilon:
         terms += (f"; training alone: the card's {epsilon_text(card.epsilon)} adds {number_text(card.size_epsilon)} "
                   "for the released training-set size")
+    if not card.is_dp:
+        terms += f"; not DP: {card.why_not_dp_in_brief}"
     return terms
 
 

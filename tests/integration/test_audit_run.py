@@ -102,8 +102,8 @@ def test_with_dp_sgd_the_lower_bound_stays_below_the_claimed_eps(records, audits
     # never a bare eps: the claim is stated with its delta, accountant and neighbours, and says what it leaves out
     assert (f"claims eps = {epsilon_text(audit.claimed_epsilon)} (the same delta, PLD, add/remove one patient; "
             f"training alone: the card's {epsilon_text(card['epsilon'])} adds {card['size_epsilon']:g} for the "
-            "released training-set size): consistent (a lower bound can refute the claim, not prove it;"
-            ) in audit.statement
+            "released training-set size; not DP: seed known): consistent (a lower bound can refute the claim, not "
+            "prove it;") in audit.statement     # the card's label goes with its eps, as everywhere it is stated
     # the audit has the power to catch a run that claims eps = 1 but behaves like the non-private one
     assert audits["non-private"].epsilon_lower_bound > card["epsilon"]
 
