@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 __all__ = ["count_text", "number_text", "epsilon_text", "delta_text", "delta_number", "bytes_text", "shape_text",
-           "up_to_figures", "round_up", "round_down"]
+           "up_to_figures", "round_up", "round_down", "confidence_text"]
 
 
 def count_text(count: int, noun: str) -> str:
@@ -98,6 +98,13 @@ def delta_number(delta: float) -> str:
     """A delta as the report writes it (1e-5, 1.32e-5): the figures of :func:`delta_text`, rounded up as strictly (a
     bounded noise sampler's share of 1e-15 makes 1e-5 read 1.01e-5 in both), in :func:`number_text`'s notation."""
     return number_text(up_to_figures(float(delta), 3), up=True)
+
+
+def confidence_text(level: float, *, up: bool = False) -> str:
+    """A confidence level as a percentage, "95%", "97.5%", "99.9%": to four figures, rounded down, for a whole
+    percent made 0.999 read "100%", a certainty no finite count of trials gives, and 0.975 read "98%". ``up``: an
+    error rate (1 - a level), which is never shown smaller than it is."""
+    return f"{number_text(100.0 * level, 4, up=up, down=not up)}%"
 
 
 def bytes_text(n: int) -> str:

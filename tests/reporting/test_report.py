@@ -112,6 +112,14 @@ def test_summary_header_states_the_confidence_level_of_the_intervals(make_record
     header = summary_text([make_record("r0", "base", metrics=metrics)]).splitlines()[0]
     assert "90% CI" in header
     assert "95%" not in header
+    for level, shown in ((0.999, "99.9% CI"), (0.975, "97.5% CI"), (0.995, "99.5% CI")):   # never "100%" or "98%"
+        metrics["confidence"] = level
+        assert shown in summary_text([make_record("r0", "base", metrics=metrics)]).splitlines()[0], level
+
+
+def test_the_report_states_a_level_as_it_is_never_rounded_to_a_certainty(tmp_path, records, make_resolved):
+    html = _write(tmp_path, make_resolved(records, confidence=0.999), records)
+    assert "99.9% percentile intervals" in html and "[99.9% CI]" in html and "100% " not in html
 
 
 def test_the_summary_gives_the_training_set_only_as_its_dp_count_where_dp_sgd_planned_from_one(records,

@@ -329,3 +329,14 @@ def test_the_success_threshold_is_never_shown_above_the_one_applied(tmp_path, ma
     assert "reaches SSIM 0.846." in text, text
     assert "at SSIM &ge; 0.846" in text or "at SSIM ≥ 0.846" in text, text
     assert "0.85" not in text, text
+
+
+def test_the_attacks_interval_level_is_shown_as_it_is(tmp_path, make_record, make_resolved):
+    """An attack's Clopper-Pearson interval at 99.9 % read "[100% CI]": a certainty no finite count gives."""
+    attack = _attack(0.5, 0.3, 0.7, 32).model_copy(update={"ci_level": 0.999})
+    records = [make_record("np_seed0", "np"), make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0).model_copy(
+        update={"attack": attack, "reconstruction": _risk(0.01, 0.005)})]
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(records), records)
+    section = _section(folder.report.read_text(), "threat")
+    assert "attack success [99.9% CI]" in section and "100% CI" not in section

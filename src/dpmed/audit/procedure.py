@@ -21,7 +21,7 @@ from dpmed.audit.bound import audit_epsilon_lower_bound_over_grid, canary_scores
 from dpmed.audit.canaries import hold_out_canary_sources, insert_canaries, make_canaries
 from dpmed.data import ImageSet, Task
 from dpmed.mechanisms import AuditConfig
-from dpmed.numbers import epsilon_text, number_text
+from dpmed.numbers import confidence_text, epsilon_text, number_text
 from dpmed.randomness import public_seed
 
 __all__ = ["AuditTrial", "AuditRecord", "insert_canaries_for", "conclude", "AUDIT_DELTA_NON_PRIVATE", "AUDIT_CITATION"]
@@ -106,7 +106,7 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
     scores = canary_scores_from_logits(logits, trial.canaries.labels, task_kind=task_kind)
     res = audit_epsilon_lower_bound_over_grid(scores, trial.included, delta=delta,
                                               confidence=trial.config.confidence)
-    confidence = _confidence_text(res.confidence)
+    confidence = confidence_text(res.confidence)
     # both rounded down: "not (eps, delta)-DP" at a smaller delta follows from it, at a larger one it does not
     # each canary is one image, and its own patient where the patient is the unit: the bound is for adding or
     # removing one of them; where the image is the unit a drawn patient's images are all canaries
@@ -119,7 +119,7 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
                   f"; the accountant claims eps = {epsilon_text(claimed_epsilon)} (the same delta{terms}): " + (
                       f"consistent{_NO_PROOF}" if res.epsilon_lower_bound <= claimed_epsilon else
                       f"inconsistent with the claimed eps at {confidence} confidence (an audit of a run that keeps "
-                      f"its claim says so at most {_confidence_text(1.0 - res.confidence, up=True)} of the time)"))
+                      f"its claim says so at most {confidence_text(1.0 - res.confidence, up=True)} of the time)"))
     record = AuditRecord(
         n_canaries=res.n_canaries, kind=trial.config.kind, n_included=int(trial.included.sum()),
         n_guesses=res.n_guesses, n_correct=res.n_correct, k_positive=res.k_positive, k_negative=res.k_negative,
@@ -143,13 +143,6 @@ _NO_PROOF = (" (a lower bound can refute the claim, not prove it; one far below 
              "more private than claimed)")
 _NO_CLAIM = "; no eps is claimed: the run has no privacy guarantee, and a small bound is no evidence of privacy"
 _PRIVATE = "depends on the secret canary inclusion bits: not covered by eps, kept in the study's private folder"
-
-
-def _confidence_text(confidence: float, *, up: bool = False) -> str:
-    """"95%", "97.5%", "99.9%": a confidence as a percentage, rounded down (to a whole percent, 0.995 and 0.999 read
-    "100%", a certainty no audit of finitely many canaries has; 0.975 read "98%"); ``up``: a level 1 - confidence,
-    an error rate, which is never shown smaller."""
-    return f"{number_text(100.0 * confidence, 4, up=up, down=not up)}%"
 
 
 def _unaudited(trial: AuditTrial, delta: float, claimed_epsilon: float | None) -> AuditRecord:

@@ -16,7 +16,7 @@ import numpy as np
 from dpmed.comparisons import SIGNIFICANCE, Comparisons, PairedDifference
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, read_arrays, write_text_atomic
 from dpmed.mechanisms import MECHANISMS, PrivacyCard
-from dpmed.numbers import delta_number, number_text, round_up
+from dpmed.numbers import confidence_text, delta_number, number_text, round_up
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import Estimate, ResolvedStudy, RunRecord
 
@@ -56,7 +56,7 @@ class ReportInputs:
     @property
     def level(self) -> str:
         """The confidence level of every interval, e.g. "95%"."""
-        return f"{self.resolved.study.evaluation.confidence:.0%}"
+        return confidence_text(self.resolved.study.evaluation.confidence)
 
     @property
     def redrawn(self) -> str:

@@ -10,6 +10,7 @@ import pandas as pd
 from dpmed.evaluation.fairness import fairness_columns
 from dpmed.evaluation.summaries import Explanations
 from dpmed.folders import write_text_atomic
+from dpmed.numbers import confidence_text
 from dpmed.records import RunRecord
 
 __all__ = ["results_frame", "write_results_table", "summary_text"]
@@ -84,7 +85,7 @@ def summary_text(records: Iterable[RunRecord]) -> str:
     interval."""
     records = list(records)
     levels = {float(r.metrics["confidence"]) for r in records if r.metrics.get("confidence") is not None}
-    level = f"{levels.pop():.0%} CI" if len(levels) == 1 else "CI"      # the level the intervals were computed at
+    level = f"{confidence_text(levels.pop())} CI" if len(levels) == 1 else "CI"      # the level the intervals were computed at
     width = max([len("eps"), *(len(r.privacy.in_brief()) for r in records)])
     lines = [f"{'run':<28} {'eps':<{width}} {f'test AUROC [{level}]':<24} {'acc':>6}"]
     for r in records:

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 
 from dpmed import accounting
 from dpmed.evaluation.proportions import clopper_pearson
+from dpmed.numbers import confidence_text
 from dpmed.records import AttackRecord, RunRecord
 from dpmed.reporting.figures import png_bytes
 from dpmed.reporting.inputs import (ReportInputs, bound_percent, eps_label, escape, estimate_text, number_text,
@@ -145,7 +146,7 @@ def threat_section(inputs: ReportInputs) -> str:
     table = stacked("<table><tr><th>run</th><th>eps</th><th>worst case (bound, whole run)</th>"
                     "<th>relaxed (bound, whole run)</th>"
                     "<th>worst case (bound, attacked step, at the criterion's prior)</th>"
-                    f"<th>realistic: attack success [{first.ci_level:.0%} CI]</th><th>chance</th>"
+                    f"<th>realistic: attack success [{confidence_text(first.ci_level)} CI]</th><th>chance</th>"
                     f"<th>test AUROC [{inputs.level} CI]</th></tr>{rows}</table>")
     return (
         '<h2 id="threat">Three threat models: bounds and an actual attack</h2>'
