@@ -68,12 +68,14 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, P
         run = folder.run(r.run_id)
         unread: list[str] = []
         statement = _json_entry(run.audit, "statement", str, unread)
+        bounded = statement is not None and _json_entry(run.audit, "epsilon_lower_bound", float, unread) is not None
+        confidence = _json_entry(run.audit, "confidence", float, unread) if bounded else None
         metrics = _json_entry(run.statistics, "training_metrics", dict, unread)
         attacked = r.attack is not None and run.attack_images.is_file()
         # a DP-SGD run's full timing is in its private folder; an older dpmed left it in run.json only
         timing = None if not isinstance(r.plan.privacy, DpSgdPlan) else read_timing(run.timing) or (
             r.timing if r.timing.train_seconds is not None else None)
-        item = PrivateRun(audit_statement=statement, training_metrics=metrics or None, timing=timing,
+        item = PrivateRun(audit_statement=statement, audit_confidence=confidence, training_metrics=metrics or None, timing=timing,
                           attack_images=run.attack_images if attacked else None, attacked=r if attacked else None,
                           unread=tuple(unread))
         if item:

@@ -108,3 +108,20 @@ def test_the_reconstructions_appear_per_attacked_run_and_a_damaged_file_is_named
     for item in (PrivateRun(attack_images=empty, attacked=attacked), PrivateRun(attack_images=good)):
         text = private({"dp_seed0": item})
         assert "best reconstructions" not in text
+
+
+def test_several_audits_are_read_together_at_the_union_bounds_level(private):
+    """Each audit's bound holds at its own confidence; among k audited runs that all keep their claims, one or more
+    is called inconsistent up to k times as often (union bound). Before, k cards each said "95 % confidence" and
+    nothing said what they make together."""
+    text = private({f"dp_seed{i}": PrivateRun(audit_statement=f"bound {i}", audit_confidence=c)
+                    for i, c in enumerate((0.95, 0.95, 0.99))})
+    assert ("3 audited runs: each bound holds at its own confidence (95%, 95%, 99%). Read together, all 3 hold "
+            "with probability at least 89% (union bound): among runs that all keep their claims, one or more is "
+            "called inconsistent up to 11% of the time.") in text
+    many = private({f"dp_seed{i}": PrivateRun(audit_statement="b", audit_confidence=0.9) for i in range(12)})
+    assert "Read together, no joint level follows from the union bound (the levels' shortfalls add up to 120%)" in many
+    for alone in (private({"dp_seed0": PrivateRun(audit_statement="b", audit_confidence=0.95)}),
+                  private({"dp_seed0": PrivateRun(audit_statement="b", audit_confidence=0.95),
+                           "dp_seed1": PrivateRun(audit_statement="no audit bound: none drawn")})):
+        assert "Read together" not in alone          # one bound, nothing to correct

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from dpmed.comparisons import Comparisons
 from dpmed.folders import StudyFolder, write_text_atomic
+from dpmed.numbers import confidence_text
 from dpmed.records import ResolvedStudy, RunRecord, Timing
 from dpmed.reporting import clinical, sections, study_sections
 from dpmed.reporting.findings_section import findings_section
@@ -95,9 +96,11 @@ class PrivateRun:
     """What one run's private folder gives the private report (`dpmed.folders.RunFolder`): the audit's statement
     (audit.json), training-set metrics computed without noise (training_statistics.json), a DP-SGD run's wall time
     (timing.json), the attack's reconstructions (the file, and the record that labels them), and what of them
-    could not be read (``unread``: one line per file, said in the run's card)."""
+    could not be read (``unread``: one line per file, said in the run's card). ``audit_confidence``: the level
+    the audit's bound holds at, for `_audits_together`."""
 
     audit_statement: str | None = None
+    audit_confidence: float | None = None       # the level its bound holds at; None where it gave no bound
     training_metrics: Mapping[str, Any] | None = None
     timing: Timing | None = None
     attack_images: Path | None = None
@@ -130,6 +133,27 @@ def _reconstructions(items: Mapping[str, PrivateRun], path: Path) -> str:
             f"section 'Three threat models'.</p><figure>{figure}</figure>{unread}")
 
 
+def _audits_together(items: Mapping[str, PrivateRun]) -> str:
+    """What several audit bounds make together. Each holds at its own confidence c_i: a run that keeps its claim is
+    called inconsistent at most 1 - c_i of the time. Read side by side, one or more of k such runs is called so up to
+    sum(1 - c_i) of the time (the union bound, which needs no independence between the runs), so all k bounds hold
+    together with probability at least 1 - sum(1 - c_i). Each run's statement keeps its own level: the audits are
+    run and reported one by one, and the joint level is the reader's to weigh."""
+    levels = [item.audit_confidence for item in items.values() if item.audit_confidence is not None]
+    if len(levels) < 2:
+        return ""
+    short = sum(1.0 - c for c in levels)
+    head = (f"{len(levels)} audited runs: each bound holds at its own confidence "
+            f"({', '.join(confidence_text(c) for c in levels)}). ")
+    if short >= 1.0:
+        return (f"<p>{head}Read together, no joint level follows from the union bound (the levels' shortfalls add up "
+                f"to {confidence_text(short, up=True)}): read one inconsistent verdict among them with that in "
+                "mind.</p>")
+    return (f"<p>{head}Read together, all {len(levels)} hold with probability at least {confidence_text(1.0 - short)} "
+            "(union bound): among runs that all keep their claims, one or more is called inconsistent up to "
+            f"{confidence_text(short, up=True)} of the time.</p>")
+
+
 def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun], path: Path) -> None:
     """private/report.html: the numbers no eps covers (training-set metrics computed without noise, a DP-SGD run's
     wall time, one-run audit results that depend on the secret canary bits) and the images no public file may hold
@@ -154,7 +178,7 @@ def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun
         if parts:
             rows.append(f'<div class="card"><h3>{_e(run_id)}</h3>{"".join(parts)}</div>')
     reconstructions = _reconstructions(items, path)
-    cards = f'<div class="cards">{"".join(rows)}</div>' if rows else ""
+    cards = f'{_audits_together(items)}<div class="cards">{"".join(rows)}</div>' if rows else ""
     if not rows and not reconstructions:
         cards = "<p>No private statistics were computed.</p>"
     doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">{_VIEWPORT}
