@@ -426,8 +426,27 @@ def test_a_damaged_index_is_an_error_naming_the_entry(tmp_path, write_image, ind
     pre = Preprocessing(size=(8, 8), channels=1)
     first = decode_images(paths, pre, cache_dir=tmp_path / "cache")
     (tmp_path / "cache" / f"{first.key}.json").write_text(index)
-    with pytest.raises(DataError, match=rf"cache entry .*{first.key}.npy is damaged .* to decode again"):
+    with pytest.raises(DataError, match=rf"cache entry .*{first.key}.json is damaged .* to decode again"):
+        decode_images(paths, pre, cache_dir=tmp_path / "cache")     # the file that is damaged, not its array
+
+
+def test_a_damaged_array_is_an_error_naming_the_array(tmp_path, write_image):
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    first = decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    (tmp_path / "cache" / f"{first.key}.npy").write_bytes(b"not an array")
+    with pytest.raises(DataError, match=rf"cache entry .*{first.key}.npy is damaged .*delete .*\.npy and .*\.json"):
         decode_images(paths, pre, cache_dir=tmp_path / "cache")
+
+
+def test_a_cache_dir_that_is_a_file_says_so(tmp_path, write_image):
+    """Before: "data.cache_dir ... cannot be made or written (File exists)", which says nothing of what is wrong."""
+    paths = _files(tmp_path, write_image)
+    (tmp_path / "cache").write_text("a file where the cache folder should be")
+    with pytest.raises(DataError, match=r"^data.cache_dir .*cache is a file, not a folder: give a folder \(made if "
+                                        r"missing\), or remove data.cache_dir to decode without a cache$"):
+        decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=tmp_path / "cache")
+    assert (tmp_path / "cache").read_text() == "a file where the cache folder should be"
 
 
 def test_a_cache_in_the_study_folder_s_shareable_part_is_refused(tmp_path, write_image):
@@ -474,7 +493,8 @@ def test_a_cache_entry_you_cannot_read_is_named_as_another_user_s(tmp_path, writ
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "read_text", denied)
-    with pytest.raises(DataError, match=r"is not readable by you: .* set a data.cache_dir of your own") as raised:
+    with pytest.raises(DataError, match=r"\.json is not readable by you: .* set a data.cache_dir of your own") \
+            as raised:
         decode_images(paths, pre, cache_dir=tmp_path / "cache")
     assert "delete" not in str(raised.value)
 

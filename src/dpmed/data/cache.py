@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import socket
+import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -290,17 +291,20 @@ def _store(cache_dir: Path, key: str, tmp: Path, n: int, failures: dict[int, str
 
 
 def _refuse_open_cache(cache_dir: Path) -> None:
-    """DataError where an existing cache_dir belongs to another user or every user may write it: whoever can write it
-    can replace the decoded images a study trains on (an entry's key follows from the files' sizes and times), or
-    swap an entry being written for a file of theirs, which the decode then fills with patient images. Its entries
-    are owner-only, so a folder shared with others was of no use to them anyway. A folder its group may write is
-    let be: with the umask 002 of user-private groups (Debian, Ubuntu) every folder a user makes is so. Not checked
-    on Windows (no owners)."""
+    """DataError where an existing cache_dir is a file, or belongs to another user or every user may write it:
+    whoever can write it can replace the decoded images a study trains on (an entry's key follows from the files'
+    sizes and times), or swap an entry being written for a file of theirs, which the decode then fills with patient
+    images. Its entries are owner-only, so a folder shared with others was of no use to them anyway. A folder its
+    group may write is let be: with the umask 002 of user-private groups (Debian, Ubuntu) every folder a user makes
+    is so. Not checked on Windows (no owners)."""
     owner = getattr(os, "getuid", None)
     try:
         st = cache_dir.stat()
     except OSError:      # not there yet: made 0700 when the first entry is written
         return
+    if not stat.S_ISDIR(st.st_mode):        # else mkdir said only "File exists"
+        raise DataError(f"data.cache_dir {cache_dir} is a file, not a folder: give a folder (made if missing), or "
+                        "remove data.cache_dir to decode without a cache")
     if owner is None:
         return
     if st.st_uid != owner():
@@ -318,19 +322,22 @@ def _load(cache_dir: Path, key: str, n: int, shape: tuple[int, ...]) -> tuple[np
     """A complete entry for ``key`` as (memory map, failures), or None when there is none. ``shape``: each image's
     [C, H, W], which the entry's array must have."""
     array, index = cache_dir / f"{key}.npy", cache_dir / f"{key}.json"
+    read = index        # the file being read: the one an error names
     try:
         if not (array.is_file() and index.is_file()):
             return None
         meta = json.loads(index.read_text(encoding="utf-8"))
-        images = np.load(array, mmap_mode="r")
         failures = {int(i): str(r) for i, r in meta["failures"].items()}
-        matches = meta["format"] == _FORMAT and meta["n"] == n and images.shape == (n, *shape)
+        matches = meta["format"] == _FORMAT and meta["n"] == n
+        read = array
+        images = np.load(array, mmap_mode="r")
+        matches = matches and images.shape == (n, *shape)
     except PermissionError:
-        raise DataError(f"cache entry {array} is not readable by you: dpmed keeps decoded images readable by their "
+        raise DataError(f"cache entry {read} is not readable by you: dpmed keeps decoded images readable by their "
                         "owner only, so a cache made by another user is theirs; set a data.cache_dir of your own") \
             from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise DataError(f"cache entry {array} is damaged ({error_name(exc)}: {exc}); delete {array} and {index} "
+        raise DataError(f"cache entry {read} is damaged ({error_name(exc)}: {exc}); delete {array} and {index} "
                         "to decode again") from exc
     if not matches:
         raise DataError(f"cache entry {array} does not match its key (format, image count or shape); delete {array} "
