@@ -256,3 +256,30 @@ def test_an_image_unit_audit_changes_its_training_set_by_the_removed_image_alone
         assert canaries_n <= canaries and {c[0] for c in canaries - canaries_n} <= {x}
         swapped += bool(canaries - canaries_n)
     assert swapped            # the check reached an image that was itself a canary
+
+
+SHUFFLED_AUDIT = ("name: s\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0]\n"
+                  "training: {epochs: 1, batch_size: 20}\nevaluation: {bootstrap_resamples: 10, fairness: null}\n"
+                  "arms: [{name: shuffled, mechanism: dp_sgd, target_epsilon: 8, sampling: shuffle, "
+                  "audit: {canaries: 20}}]\n")
+
+
+def test_the_audit_of_a_shuffled_run_says_its_card_is_not_dp(tmp_path_factory, tmp_path):
+    """Shuffled batches reproduce the source documents' DP-SGD, whose eps no accountant gives: the card has none and
+    says "not DP: shuffled batches". The audit's statement said only that no eps is claimed, and where the study
+    released its training-set size (as it does by default) the run failed after training on the eps it lacks."""
+    import dpmed.run as run
+    from dpmed.audit import AuditRecord
+
+    study, dataset, _ = _planned(tmp_path_factory, SHUFFLED_AUDIT)
+    n_patients = len(np.unique(dataset.train.patient_ids))
+    plan, = plan_study(study, dataset, {"patients": n_patients})      # as `dpmed run` plans: N released at eps
+    assert plan.privacy.sampling == "shuffle" and plan.privacy.size_epsilon > 0
+    context = RunContext(dataset=dataset, evaluation=study.evaluation, progress=False,
+                         privacy_randomness="reproducible")
+    folder = StudyFolder(tmp_path).run(plan.run_id)
+    record = run.run_one(plan, context, folder)
+    audit = AuditRecord.model_validate_json(folder.audit.read_bytes())
+    assert record.privacy.is_dp is False and audit.claimed_epsilon is None
+    assert f"; no eps is claimed ({record.privacy.in_brief()}): the run has no privacy guarantee" in audit.statement
+    assert "not DP: shuffled batches (a Poisson run would have eps " in audit.statement

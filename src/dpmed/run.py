@@ -159,7 +159,10 @@ def _audited_claim(card: PrivacyCard) -> str:
     """The card's claim besides its eps and delta, for the audit's statement: the accountant, the neighbours, and
     that the audited eps is training's alone (an audit tests the model, not the released training-set size); and,
     where the card labels its accounted eps not DP (a reproducible-mode run), that label, as everywhere the eps is
-    stated (`PrivacyCard.in_brief`)."""
+    stated (`PrivacyCard.in_brief`). A card with no eps (shuffled batches, which reproduce the source documents'
+    DP-SGD) claims none: its label in brief, "not DP: shuffled batches (a Poisson run would have ...)"."""
+    if card.epsilon is None:
+        return card.in_brief()
     terms = f"{card.accountant_in_brief}, {card.neighbours_in_brief}"
     if card.size_epsilon:
         terms += (f"; training alone: the card's {epsilon_text(card.epsilon)} adds {number_text(card.size_epsilon)} "

@@ -49,9 +49,10 @@ def test_the_bound_is_taken_and_stated_at_the_claims_delta_and_judged_against_it
                            confidence=confidence, delta=delta, k_positive=5, k_negative=5, method="stub")
 
     monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
-    claimed = None if delta is None else 1.0
+    claimed = None if delta is None else 1.0       # a run without privacy has no claim, nor its terms
     record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
-                                   delta=delta, claimed_epsilon=claimed, claim_terms="PLD, add/remove one patient")
+                                   delta=delta, claimed_epsilon=claimed,
+                                   claim_terms="" if claimed is None else "PLD, add/remove one patient")
     assert asked == [expected_delta] and record.delta == expected_delta
     # rounded down, never to nearest (1.2356e-5 is not 1.24e-5): the audit refutes (eps, delta)-DP at the smaller
     shown = {1e-3: "0.001", 1e-5: "1e-5", 1.2356e-5: "1.23e-5"}[expected_delta]

@@ -98,7 +98,8 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
     """(the audit's private record, the arrays to keep for re-analysis: scores, bits, labels), from the final
     model's ``logits`` on the canaries. ``delta``: the claim's (None: a non-private arm, stated at 1e-5);
     ``claim_terms``: the rest of the claim as its card states it (accountant, neighbours, what it leaves out), so
-    that the statement never gives an eps without them."""
+    that the statement never gives an eps without them; without a claimed eps, the card's label of the run where
+    it has one (a not-DP DP-SGD run: "not DP: shuffled batches ..."), said beside "no eps is claimed"."""
     delta = AUDIT_DELTA_NON_PRIVATE if delta is None else delta
     if len(trial.canaries) == 0:
         return _unaudited(trial, delta, claimed_epsilon), {"scores": np.zeros(0), "included": trial.included,
@@ -115,7 +116,7 @@ def conclude(trial: AuditTrial, logits: np.ndarray, *, task_kind: str, delta: fl
                  f"(one-run audit, {res.n_canaries} {trial.config.kind} canaries, {confidence} confidence; "
                  f"{res.n_correct} of {res.n_guesses} guesses correct)")
     terms = f", {claim_terms}" if claim_terms else ""
-    statement += (_NO_CLAIM if claimed_epsilon is None else
+    statement += (_no_claim(claim_terms) if claimed_epsilon is None else
                   f"; the accountant claims eps = {epsilon_text(claimed_epsilon)} (the same delta{terms}): " + (
                       f"consistent{_NO_PROOF}" if res.epsilon_lower_bound <= claimed_epsilon else
                       f"inconsistent with the claimed eps at {confidence} confidence (an audit of a run that keeps "
@@ -141,8 +142,14 @@ _CANARY_SOURCE = ("training split: each patient drawn at rate m / the public cou
 # (Steinke, Nasr and Jagielski 2023).
 _NO_PROOF = (" (a lower bound can refute the claim, not prove it; one far below it is no evidence that the run is "
              "more private than claimed)")
-_NO_CLAIM = "; no eps is claimed: the run has no privacy guarantee, and a small bound is no evidence of privacy"
+_NO_CLAIM = "; no eps is claimed{}: the run has no privacy guarantee, and a small bound is no evidence of privacy"
 _PRIVATE = "depends on the secret canary inclusion bits: not covered by eps, kept in the study's private folder"
+
+
+def _no_claim(label: str) -> str:
+    """The statement's end for a run that claims no eps, with its card's label where it has one ("not DP: shuffled
+    batches ...": a run whose card is not DP is never stated without it)."""
+    return _NO_CLAIM.format(f" ({label})" if label else "")
 
 
 def _unaudited(trial: AuditTrial, delta: float, claimed_epsilon: float | None) -> AuditRecord:
