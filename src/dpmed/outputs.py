@@ -75,9 +75,9 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, P
         # a DP-SGD run's full timing is in its private folder; an older dpmed left it in run.json only
         timing = None if not isinstance(r.plan.privacy, DpSgdPlan) else read_timing(run.timing) or (
             r.timing if r.timing.train_seconds is not None else None)
-        item = PrivateRun(audit_statement=statement, audit_confidence=confidence, training_metrics=metrics or None, timing=timing,
-                          attack_images=run.attack_images if attacked else None, attacked=r if attacked else None,
-                          unread=tuple(unread))
+        item = PrivateRun(audit_statement=statement, audit_confidence=confidence, training_metrics=metrics or None,
+                          timing=timing, attack_images=run.attack_images if attacked else None,
+                          attacked=r if attacked else None, unread=tuple(unread))
         if item:
             items[r.run_id] = item
     return items

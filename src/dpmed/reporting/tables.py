@@ -85,7 +85,7 @@ def summary_text(records: Iterable[RunRecord]) -> str:
     interval."""
     records = list(records)
     levels = {float(r.metrics["confidence"]) for r in records if r.metrics.get("confidence") is not None}
-    level = f"{confidence_text(levels.pop())} CI" if len(levels) == 1 else "CI"      # the level the intervals were computed at
+    level = f"{confidence_text(levels.pop())} CI" if len(levels) == 1 else "CI"   # the intervals' level
     width = max([len("eps"), *(len(r.privacy.in_brief()) for r in records)])
     lines = [f"{'run':<28} {'eps':<{width}} {f'test AUROC [{level}]':<24} {'acc':>6}"]
     for r in records:
