@@ -19,7 +19,7 @@ The accountants, in a registry of frozen info objects:
   subsampling of a pure-DP mechanism, Balle, Barthe, Gaboardi 2018), and T steps add up: a delta = 0 bound.
 
 The same noise gives different eps under each, so every eps must be reported with its accountant (METHODS.md s.3).
-Reference (q = 128/5218, sigma = 5.002, T = 2039, delta = 1e-4): PLD 0.689, RDP 0.770, classic RDP 0.994.
+Reference (q = 128/5218, sigma = 5.002, T = 2039, delta = 1e-4): PLD 0.687, RDP 0.770, classic RDP 0.994.
 Gaussian events are supported by pld, rdp and rdp-classic; Laplace events by pld and pure (dp_accounting has no RDP
 of the subsampled Laplace mechanism).
 """
