@@ -164,7 +164,8 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--no-estimate", action="store_true",
                       help="skip the timing probe (seconds for small models, minutes for ResNets at 224 px on a CPU)")
     status = sub.add_parser("status", help="list the finished, unreadable, failed, interrupted (the step its "
-                                           "checkpoint reached) and pending runs in DIR")
+                                           "checkpoint reached), pending and unknown (private/ unreadable to this "
+                                           "user) runs in DIR")
     status.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
     rep = sub.add_parser("report", help="rebuild results.csv and report.html from the finished runs in DIR (and "
                                         "move an older dpmed's DP-SGD wall times from run.json into private/)")
