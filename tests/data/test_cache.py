@@ -158,12 +158,29 @@ def test_load_dataset_reuses_the_cache(tmp_path, write_image):
     assert two.train.images.flags.writeable and not isinstance(two.train.images, np.memmap)
 
 
-def test_a_cache_dir_that_cannot_be_made_is_a_clear_error_naming_the_setting(tmp_path, write_image):
+def test_a_cache_dir_under_a_file_names_that_file(tmp_path, write_image):
+    """Before: "data.cache_dir .../cache/inner/deeper cannot be made or written (Not a directory)", which left the
+    user to find which part of the path was wrong."""
     paths = _files(tmp_path, write_image)
     blocker = tmp_path / "cache"
     blocker.write_text("a file where the cache folder should be")
-    with pytest.raises(DataError, match=r"data.cache_dir .*cache/inner cannot be made or written .*remove data.cache"):
-        decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=blocker / "inner")
+    with pytest.raises(DataError, match=rf"^data.cache_dir {blocker}/inner/deeper lies under {blocker}, which is a "
+                                        r"file, not a folder: give a folder \(made if missing\), or remove "
+                                        r"data.cache_dir to decode without a cache$"):
+        decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=blocker / "inner" / "deeper")
+    assert blocker.read_text() == "a file where the cache folder should be"
+
+
+def test_a_cache_dir_that_cannot_be_made_is_a_clear_error_naming_the_setting(tmp_path, write_image, monkeypatch):
+    paths = _files(tmp_path, write_image)
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(type(tmp_path), "mkdir", refused)
+    with pytest.raises(DataError, match=r"data.cache_dir .*cache cannot be made or written \(Permission denied\); "
+                                        r"choose a writable folder, or remove data.cache_dir"):
+        decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=tmp_path / "cache")
 
 
 def test_a_file_rewritten_with_its_size_and_time_set_back_is_not_read_from_the_cache(tmp_path, write_image):
@@ -386,9 +403,13 @@ def test_an_entry_without_its_index_is_decoded_again_and_an_index_of_another_ent
     again = decode_images(paths, pre, cache_dir=cache)
     assert not again.cached and index.is_file()
     meta = json.loads(index.read_text())
-    for change in ({"n": 5}, {"format": "dpmed-image-cache-0"}):
+    for change, lists in (({"n": 5}, "5 images of format 'dpmed-image-cache-1'"),
+                          ({"format": "dpmed-image-cache-0"}, "6 images of format 'dpmed-image-cache-0'")):
         index.write_text(json.dumps({**meta, **change}))
-        with pytest.raises(DataError, match="does not match its key"):
+        # the index is the file that is wrong, so it is the one named (before: the array, which is sound)
+        with pytest.raises(DataError, match=rf"^cache entry \S*{first.key}.json does not match its key \(it lists "
+                                            rf"{lists}; the key is for 6 of 'dpmed-image-cache-1'\); delete "
+                                            r"\S*\.npy and \S*\.json to decode again$"):
             decode_images(paths, pre, cache_dir=cache)
 
 
@@ -524,8 +545,8 @@ def test_an_entry_of_another_shape_under_the_key_is_refused(tmp_path, write_imag
     pre = Preprocessing(size=(8, 8), channels=1)
     first = decode_images(paths, pre, cache_dir=tmp_path / "cache")
     np.save(tmp_path / "cache" / f"{first.key}.npy", np.zeros((6, 1, 4, 4), dtype=np.float32))
-    with pytest.raises(DataError, match=rf"cache entry .*{first.key}.npy does not match its key \(format, image "
-                                        r"count or shape\)"):
+    with pytest.raises(DataError, match=rf"cache entry .*{first.key}.npy does not match its key \(it holds an "
+                                        r"array of shape \(6, 1, 4, 4\); the key is for \(6, 1, 8, 8\)\)"):
         decode_images(paths, pre, cache_dir=tmp_path / "cache")
 
 

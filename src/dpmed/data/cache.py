@@ -291,15 +291,19 @@ def _store(cache_dir: Path, key: str, tmp: Path, n: int, failures: dict[int, str
 
 
 def _refuse_open_cache(cache_dir: Path) -> None:
-    """DataError where an existing cache_dir is a file, or belongs to another user or every user may write it:
-    whoever can write it can replace the decoded images a study trains on (an entry's key follows from the files'
-    sizes and times), or swap an entry being written for a file of theirs, which the decode then fills with patient
-    images. Its entries are owner-only, so a folder shared with others was of no use to them anyway. A folder its
-    group may write is let be: with the umask 002 of user-private groups (Debian, Ubuntu) every folder a user makes
-    is so. Not checked on Windows (no owners)."""
+    """DataError where cache_dir is a file or lies under one, or exists and belongs to another user or every user
+    may write it: whoever can write it can replace the decoded images a study trains on (an entry's key follows from
+    the files' sizes and times), or swap an entry being written for a file of theirs, which the decode then fills
+    with patient images. Its entries are owner-only, so a folder shared with others was of no use to them anyway. A
+    folder its group may write is let be: with the umask 002 of user-private groups (Debian, Ubuntu) every folder a
+    user makes is so. Not checked on Windows (no owners)."""
     owner = getattr(os, "getuid", None)
     try:
         st = cache_dir.stat()
+    except NotADirectoryError:      # else mkdir said only "Not a directory"
+        file = next((p for p in reversed(cache_dir.parents) if p.exists() and not p.is_dir()), cache_dir.parent)
+        raise DataError(f"data.cache_dir {cache_dir} lies under {file}, which is a file, not a folder: give a folder "
+                        "(made if missing), or remove data.cache_dir to decode without a cache") from None
     except OSError:      # not there yet: made 0700 when the first entry is written
         return
     if not stat.S_ISDIR(st.st_mode):        # else mkdir said only "File exists"
@@ -328,10 +332,13 @@ def _load(cache_dir: Path, key: str, n: int, shape: tuple[int, ...]) -> tuple[np
             return None
         meta = json.loads(index.read_text(encoding="utf-8"))
         failures = {int(i): str(r) for i, r in meta["failures"].items()}
-        matches = meta["format"] == _FORMAT and meta["n"] == n
-        read = array
-        images = np.load(array, mmap_mode="r")
-        matches = matches and images.shape == (n, *shape)
+        if meta["format"] != _FORMAT or meta["n"] != n:     # the index is the file that is wrong
+            mismatch = f"it lists {meta['n']!r} images of format {meta['format']!r}; the key is for {n} of {_FORMAT!r}"
+        else:
+            read = array
+            images = np.load(array, mmap_mode="r")
+            mismatch = None if images.shape == (n, *shape) else \
+                f"it holds an array of shape {images.shape}; the key is for {(n, *shape)}"
     except PermissionError:
         raise DataError(f"cache entry {read} is not readable by you: dpmed keeps decoded images readable by their "
                         "owner only, so a cache made by another user is theirs; set a data.cache_dir of your own") \
@@ -339,7 +346,7 @@ def _load(cache_dir: Path, key: str, n: int, shape: tuple[int, ...]) -> tuple[np
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"cache entry {read} is damaged ({error_name(exc)}: {exc}); delete {array} and {index} "
                         "to decode again") from exc
-    if not matches:
-        raise DataError(f"cache entry {array} does not match its key (format, image count or shape); delete {array} "
-                        f"and {index} to decode again")
+    if mismatch is not None:
+        raise DataError(f"cache entry {read} does not match its key ({mismatch}); delete {array} and {index} to "
+                        "decode again")
     return images, failures
