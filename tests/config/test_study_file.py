@@ -593,3 +593,60 @@ def test_a_path_under_the_home_folder_is_read_as_a_shell_reads_it(write_study, t
                                    "arms: [{name: a, mechanism: none}]\n"))
     assert study.data.path == tmp_path / "home" / "data" / "x.csv"
     assert study.data.cache_dir == tmp_path / "home" / "cache"
+
+
+EMPTY = "is empty; write a study in it (name, data, arms: see configs/quickstart.yaml)"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", EMPTY),
+    ("# a study, one day\n\n", EMPTY),
+    ("[1, 2]", ": expected a mapping of keys (name, data, arms, ...) at the top, got a list; write each key at the "
+               "start of a line (name: ..., arms: ...), not as a list item"),
+])
+def test_an_empty_study_file_is_said_to_be_empty(write_study, text, words):
+    """Before, an empty file (or one of comments) was "expected a mapping of keys ... at the top", which did not say
+    that nothing was there."""
+    path = write_study(text)
+    with pytest.raises(ConfigError) as caught:
+        load_study(path)
+    assert str(caught.value) == f"study file {path}{'' if words.startswith(':') else ' '}{words}"
+
+
+def test_a_tab_in_the_indentation_is_told_to_be_spaces(write_study):
+    """Before: PyYAML's "found character '\\t' that cannot start any token", which did not say what to do."""
+    path = write_study("name: s\ntraining:\n\tepochs: 2\narms:\n  - {name: base, mechanism: none}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_study(path)
+    assert str(caught.value) == (f"study file {path} is not valid YAML: line 3, column 1: found character '\\t' that "
+                                 "cannot start any token (while scanning for the next token); YAML indents with "
+                                 "spaces only: replace the tab with spaces")
+
+
+def test_a_control_character_or_a_binary_file_is_placed_in_the_study_file(tmp_path):
+    """Before: 'unacceptable character #x0000: special characters are not allowed in "<unicode string>", position
+    12', naming no file line and saying nothing of what to do."""
+    path = tmp_path / "nul.yaml"
+    path.write_bytes(b"name: s\nseeds: [0\x00]\n")
+    with pytest.raises(ConfigError) as caught:
+        load_study(path)
+    assert str(caught.value) == (f"study file {path} is not valid YAML: line 2, column 10: character #x0000 is not "
+                                 "allowed in YAML text (a control character, or the file is not text at all); remove "
+                                 "it, or pass the study's .yaml file")
+
+
+def test_a_study_file_that_cannot_be_read_is_named_not_an_internal_error(write_study, monkeypatch):
+    """Before: "internal error: PermissionError: [Errno 13] Permission denied" (exit status 1)."""
+    path = write_study(GOOD)
+    real = type(path).read_text
+
+    def denied(self, *args, **kwargs):
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(path), "read_text", denied)
+    with pytest.raises(ConfigError) as caught:
+        load_study(path)
+    assert str(caught.value) == (f"study file {path} cannot be read (Permission denied); make it readable to you "
+                                 "(chmod u+r), or pass a copy you can read")

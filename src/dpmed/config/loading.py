@@ -79,8 +79,18 @@ _UNREADABLE = (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError, 
 
 def _read_yaml(path: Path) -> Any:
     """The YAML document in ``path``, its marks naming the file (``yaml.load`` of a string names "<unicode
-    string>")."""
-    loader = _Loader(path.read_text(encoding="utf-8"))
+    string>"). A character YAML does not allow (a NUL, another control character: a file that is not text) is
+    placed by line and column, not by its position in a string."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as exc:
+        before = text[:exc.position]
+        mark = yaml.Mark(str(path), exc.position, before.count("\n"), exc.position - before.rfind("\n") - 1, None,
+                         None)
+        raise yaml.MarkedYAMLError(problem=f"character #x{exc.character:04x} is not allowed in YAML text (a control "
+                                           "character, or the file is not text at all); remove it, or pass the "
+                                           "study's .yaml file", problem_mark=mark) from None
     loader.name = str(path)
     try:
         return loader.get_single_data()
@@ -106,6 +116,8 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     text = f"{at(exc.problem_mark)}: {exc.problem}"
     if exc.context:
         text += f" ({exc.context}" + (f" at {at(exc.context_mark)}" if exc.context_mark is not None else "") + ")"
+    if "'\\t'" in exc.problem:      # PyYAML's "found character '\t' that cannot start any token"
+        text += "; YAML indents with spaces only: replace the tab with spaces"
     return text
 
 
@@ -362,15 +374,23 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
         raise ConfigError(f"study file {path} does not exist; pass the path of a .yaml study (see configs/)")
     try:
         raw = _read_yaml(path)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"study file {path} is not valid YAML: {_yaml_problem(exc)}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"study file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8 "
                           "(most editors: 'Save with encoding')") from None
+    except OSError as exc:      # not readable by this user, a read error of the disk or the network share
+        raise ConfigError(f"study file {path} cannot be read ({exc.strerror or exc}); make it readable to you "
+                          "(chmod u+r), or pass a copy you can read") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"study file {path} is not valid YAML: {_yaml_problem(exc)}") from None
     except _UNREADABLE as exc:
         raise ConfigError(f"study file {path} is not valid YAML: {_unreadable(exc)}") from None
+    if raw is None:     # nothing, or comments only
+        raise ConfigError(f"study file {path} is empty; write a study in it (name, data, arms: see "
+                          "configs/quickstart.yaml)")
     if not isinstance(raw, dict):
-        raise ConfigError(f"study file {path}: expected a mapping of keys (name, data, arms, ...) at the top")
+        got, how = ("a list", ", not as a list item") if isinstance(raw, list) else (f"{raw!r:.60}", "")
+        raise ConfigError(f"study file {path}: expected a mapping of keys (name, data, arms, ...) at the top, got "
+                          f"{got}; write each key at the start of a line (name: ..., arms: ...){how}")
     if {"study", "dataset", "runs"} <= raw.keys() and "arms" not in raw:
         raise ConfigError(f"{path} is the record a study folder keeps of its study (study.yaml, written by dpmed "
                           "run), not a study file; its 'study:' section is the study as run: copy that section's "
