@@ -180,3 +180,17 @@ def test_a_normalisation_for_another_channel_count_is_refused_when_the_data_are_
     with pytest.raises(DataError, match="normalize has 3 mean and 3 std values for images with 1 channel"):
         load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=0, n_images=30,
                      normalize=((0.5, 0.5, 0.5), (0.2, 0.2, 0.2)))
+
+
+@pytest.mark.parametrize("source", ["phantom", "random_processes"])
+def test_more_generated_images_than_memory_holds_are_refused_before_any_is_made(source, monkeypatch):
+    """Before: data.n_images 10**23 ended in "internal error: OverflowError: Python int too large to convert to C
+    long" (10**9 filled the memory for minutes first)."""
+    from dpmed import memory
+
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=2**30, swap=0))
+    with pytest.raises(DataError, match=r"^the 100000000000000000000000 images at 16 x 16 px, 1 channel, take .* of "
+                                        r"memory as float32, and only 1.1 GB is free for dpmed here: lower n_images "
+                                        rf"\(the images source {source} generates\) or image_size, or run on a "
+                                        r"machine with more memory$"):
+        load_dataset(source=source, path=None, image_size=16, channels=None, seed=0, n_images=10**23)

@@ -13,6 +13,7 @@ Two kinds of source: *arrays* (the phantom, a MedMNIST npz) arrive as whole arra
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -108,6 +109,7 @@ def _read_phantom(request: DataRequest) -> Dataset:
         if request.task not in ("binary", "multilabel"):
             raise DataError(f"data.task {request.task!r} is not a phantom task: use binary or multilabel")
         kwargs["task"] = request.task
+    _check_generated("phantom", make_phantom, kwargs)
     return make_phantom(**kwargs)
 
 
@@ -117,7 +119,17 @@ def _read_random_processes(request: DataRequest) -> Dataset:
         kwargs["image_size"] = request.preprocessing.size[0]
     if request.n_images is not None:
         kwargs["n_images"] = request.n_images
+    _check_generated("random_processes", make_random_processes, kwargs)
     return make_random_processes(**kwargs)
+
+
+def _check_generated(source: str, generate: Callable[..., Dataset], kwargs: Mapping[str, object]) -> None:
+    """Refuse (`dpmed.memory.check_images`) grey images ``generate(**kwargs)`` would make that cannot fit in
+    memory, before any is: an n_images of 10**9 filled the memory for minutes, one of 10**23 overflowed NumPy."""
+    defaults = inspect.signature(generate).parameters
+    n, size = (kwargs.get(k, defaults[k].default) for k in ("n_images", "image_size"))
+    memory.check_images((n, 1, size, size), fix=f"lower n_images (the images source {source} generates) or "
+                                                "image_size, or run on a machine with more memory")
 
 
 def _read_medmnist(request: DataRequest) -> Dataset:
