@@ -69,3 +69,31 @@ def test_the_sliced_mean_loss_and_its_gradient_are_the_whole_batch_s(kind, outpu
     assert loss == pytest.approx(expected.item(), rel=1e-6)
     for a, b in zip(sliced.parameters(), whole.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_a_physical_batch_larger_than_any_integer_torch_takes_is_the_whole_batch():
+    """physical_batch_size only bounds memory, so any count above the batch is the batch; before, 10**23 ended every
+    run in "ValueError: Overflow when unpacking long long" from torch.split, after the data had been read."""
+    from dpmed.training import DpSgdStep
+
+    ds = make_phantom(n_images=60, image_size=16, seed=0)
+    trained = {}
+    for physical in (64, 10**23):
+        model = _model()
+        train(model, ds.train, ds.task, TrainingConfig.model_validate({**AUGMENTED, "epochs": 1,
+                                                                       "physical_batch_size": physical}),
+              seed=1, progress=False)
+        trained[physical] = [p.detach() for p in model.parameters()]
+    for huge, whole in zip(trained[10**23], trained[64]):
+        torch.testing.assert_close(huge, whole)
+    x, y = torch.as_tensor(ds.train.images[:6]), torch.as_tensor(ds.train.labels[:6])
+    groups = torch.tensor([0, 0, 1, 2, 2, 2])
+    for by in (None, groups):
+        sums = {}
+        for physical in (64, 10**23):
+            step = DpSgdStep(_model(), loss_fn=lambda z, t: torch.nn.functional.cross_entropy(z, t, reduction="sum"),
+                             max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=6.0,
+                             physical_batch_size=physical, noise_rng=np.random.default_rng(0))
+            sums[physical] = step.clipped_sum(x, y, groups=by)
+        for huge, whole in zip(sums[10**23], sums[64]):
+            torch.testing.assert_close(huge, whole)

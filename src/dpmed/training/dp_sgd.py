@@ -212,8 +212,9 @@ class DpSgdStep:
         than the physical batch size making a chunk of its own. PrivacyError if the step changed a buffer."""
         model = self.clipper.model
         before = _buffer_values(model)
-        if groups is None:
-            chunks = zip(x.split(self.physical_batch_size), y.split(self.physical_batch_size), repeat(None))
+        if groups is None:      # a physical batch above the batch is the batch (torch.split takes no 10**23)
+            size = min(self.physical_batch_size, max(1, len(x)))
+            chunks = zip(x.split(size), y.split(size), repeat(None))
         else:                               # laid out on the CPU; the engines move each chunk's ids to x's device
             groups = groups.cpu()
             chunks = ((x[i.to(x.device)], y[i.to(y.device)], groups[i])

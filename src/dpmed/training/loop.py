@@ -152,6 +152,7 @@ def _mean_loss_backward(model: nn.Module, objective: Objective, x: torch.Tensor,
     DP-SGD's is. Without it a non-private arm with augmentation multiplicity K held K times its batch's activations
     at once (at 224 px, ResNet-18, batch 64 and K = 16: 1024 images), where its DP-SGD arms held 128."""
     total = torch.zeros((), device=device)
+    chunk = min(chunk, max(1, len(x)))      # any larger count is the whole batch (torch.split takes no 10**23)
     for xs, ys in zip(x.split(chunk), y.split(chunk)):
         loss = objective.loss(model(xs.to(device)), ys.to(device), reduction="sum") / y.numel()   # the mean's terms
         loss.backward()
