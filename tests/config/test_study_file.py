@@ -650,3 +650,14 @@ def test_a_study_file_that_cannot_be_read_is_named_not_an_internal_error(write_s
         load_study(path)
     assert str(caught.value) == (f"study file {path} cannot be read (Permission denied); make it readable to you "
                                  "(chmod u+r), or pass a copy you can read")
+
+
+@pytest.mark.parametrize("threads", [2000, 10**23])
+def test_more_threads_than_a_machine_has_cores_are_refused_when_the_file_is_read(write_study, threads):
+    """Before: accepted; 10**23 then failed every run in torch.set_num_threads ("Overflow when unpacking long"), after
+    the data had been read, and a count such as 10**6 asked the machine for a million threads."""
+    with pytest.raises(ConfigError) as caught:
+        load_study(write_study(GOOD), {"training.threads": threads})
+    assert str(caught.value).endswith(f"training.threads: must be from 1 to 1024 (or auto), got {threads}: more "
+                                      "threads than the machine has cores only slow a run")
+    assert load_study(write_study(GOOD), {"training.threads": 1024}).training.threads == 1024

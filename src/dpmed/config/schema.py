@@ -139,6 +139,11 @@ class ScheduleConfig(_Strict):
         return v
 
 
+# training.threads above this is more than nearly any one machine has cores, where a run only slows (torch takes up
+# to 2**31 - 1 and starts as many threads as it is given)
+_MOST_THREADS = 1024
+
+
 class TrainingConfig(_Strict):
     """How every arm trains, unless the arm overrides ``epochs``, ``batch_size`` or ``learning_rate``.
 
@@ -183,12 +188,15 @@ class TrainingConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # CPU threads of one run's tensor operations. Float sums depend on it, so a run's numbers are the same in-process,
     # in a process pool or on Ray only with a fixed count; "auto" = min(4, CPU cores), whatever the executor. With
-    # --workers N on N cores, set 1. Like device, it changes no setting of the study's runs.
+    # --workers N on N cores, set 1. At most 1024. Like device, it changes no setting of the study's runs.
     threads: int | Literal["auto"] = "auto"
 
     @field_validator("threads", "epochs")
     @classmethod
-    def _positive_or_auto(cls, v: int | str) -> int | str:
+    def _positive_or_auto(cls, v: int | str, info: ValidationInfo) -> int | str:
+        if isinstance(v, int) and info.field_name == "threads" and v > _MOST_THREADS:
+            raise ValueError(f"must be from 1 to {_MOST_THREADS} (or auto), got {v}: more threads than the machine "
+                             "has cores only slow a run")
         if isinstance(v, int) and v < 1:
             raise ValueError(f"must be at least 1 (or auto), got {v}")
         return v
