@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dpmed.config import load_study
-from dpmed.errors import ConfigError, PrivacyError
+from dpmed.errors import ConfigError, DataError, PrivacyError
 from dpmed.mechanisms import DpSgdPlan
 from dpmed.study import load_study_data, plan_study, planned_card, prepare_study
 
@@ -209,3 +209,23 @@ def test_a_cap_on_data_without_patient_ids_is_said_to_have_no_effect(write_study
     assert len(told) == 1 and told[0].startswith("arm 'capped': max_images_per_patient has no effect: labels names "
                                                  "no patient ids"), told
     assert all(p.privacy.unit == "image" and p.privacy.max_images_per_patient is None for p in prepared.plans)
+
+
+def test_more_bootstrap_redraws_than_memory_holds_are_refused_before_training(write_study, monkeypatch):
+    """Before: evaluation.bootstrap_resamples 10**23 was accepted, and every run failed after training in NumPy
+    ("Maximum allowed dimension exceeded"); 10**7 would have filled the memory of each run's evaluation."""
+    from dpmed import memory
+
+    study = load_study(write_study("name: s\nseeds: [0]\ndata: {source: phantom, n_images: 100, image_size: 16}\n"
+                                   "arms:\n  - {name: a, mechanism: none}\n"))
+    dataset = load_study_data(study)
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=2**30, swap=0))
+    plan_study(study.model_copy(update={"evaluation": study.evaluation.model_copy(
+        update={"bootstrap_resamples": 100_000})}), dataset)      # 100,000 x 15 test images x 64 bytes: 96 MB
+    huge = study.model_copy(update={"evaluation": study.evaluation.model_copy(update={"bootstrap_resamples": 10**23})})
+    with pytest.raises(DataError, match=rf"^evaluation.bootstrap_resamples: {10**23} redraws of the "
+                                        rf"{len(dataset.test)} test images take at least .* of memory to evaluate a "
+                                        r"run \(64 bytes per redraw and image\), and only 1.1 GB is free for dpmed "
+                                        r"here: lower evaluation.bootstrap_resamples \(the default, 1000, is what "
+                                        r"METHODS.md s.4 uses\)$"):
+        plan_study(huge, dataset)

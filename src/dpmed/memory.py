@@ -22,7 +22,7 @@ from pathlib import Path
 from dpmed.errors import DataError
 from dpmed.numbers import bytes_text
 
-__all__ = ["Headroom", "headroom", "check_images", "SMALLER_IMAGES"]
+__all__ = ["Headroom", "headroom", "check_images", "check_bytes", "SMALLER_IMAGES"]
 
 _log = logging.getLogger(__name__)
 
@@ -58,12 +58,18 @@ def headroom(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup"))
 def check_images(shape: tuple[int, int, int, int], *, fix: str) -> None:
     """Refuse float32 images of ``shape`` [N, C, H, W] that cannot fit in the free memory even with swap, before
     they are made: a DataError saying their size and ``fix``. Warn where they fit only with swap."""
-    need, room = 4 * math.prod(shape), headroom()
+    need = 4 * math.prod(shape)
+    n, c, h, w = shape
+    check_bytes(need, f"the {n} images at {h} x {w} px, {c} channel{'s' if c > 1 else ''}, take {bytes_text(need)} of "
+                      "memory as float32", fix=fix)
+
+
+def check_bytes(need: int, what: str, *, fix: str) -> None:
+    """Refuse ``need`` bytes that cannot fit in the free memory even with swap, before they are taken: a DataError
+    saying ``what`` takes them and ``fix``. Warn where they fit only with swap."""
+    room = headroom()
     if room is None or need <= room.ram:
         return
-    n, c, h, w = shape
-    what = (f"the {n} images at {h} x {w} px, {c} channel{'s' if c > 1 else ''}, take {bytes_text(need)} of memory "
-            "as float32")
     if need > room.ram + room.swap:
         raise DataError(f"{what}, and only {room.describe()} is free for dpmed here: {fix}")
     _log.warning("%s, more than the %s free: the machine will swap, which is slow", what, bytes_text(room.ram))

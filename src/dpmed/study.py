@@ -30,7 +30,7 @@ import torch
 import yaml
 from pydantic import ValidationError
 
-from dpmed import accounting
+from dpmed import accounting, memory
 from dpmed.accounting import Ledger
 from dpmed.audit import AuditRecord, max_canaries
 from dpmed.budget import check_budget, study_privacy
@@ -43,7 +43,7 @@ from dpmed.interruption import interruptible
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.models import MODELS
-from dpmed.numbers import shape_text
+from dpmed.numbers import bytes_text, shape_text
 from dpmed.outputs import write_outputs
 from dpmed.states import read_resolved
 from dpmed.pretraining import prepare_start
@@ -254,7 +254,23 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
             raise ConfigError(f"arm {plan.arm!r}: training.batch_size {plan.training.batch_size} exceeds the "
                               f"{len(dataset.train)} training images; lower training.batch_size to at most "
                               f"{len(dataset.train)}")
+    _check_redraws(study.evaluation.bootstrap_resamples, len(dataset.test))
     return plans
+
+
+# Peak bytes a run's evaluation takes per bootstrap redraw and test image: 56 to 64 for a binary task's utility
+# (its redraws, counts and sorted scores), more with several labels; a floor, so no study that fits is refused.
+_REDRAW_BYTES = 64
+
+
+def _check_redraws(resamples: int, n_test: int) -> None:
+    """Refuse redraws of the test set that no run's evaluation could hold in memory: found after training, they
+    failed every run."""
+    need = _REDRAW_BYTES * resamples * n_test
+    memory.check_bytes(need, f"evaluation.bootstrap_resamples: {resamples} redraws of the {n_test} test images take "
+                             f"at least {bytes_text(need)} of memory to evaluate a run ({_REDRAW_BYTES} bytes per "
+                             "redraw and image)", fix="lower evaluation.bootstrap_resamples (the default, 1000, is "
+                                                      "what METHODS.md s.4 uses)")
 
 
 def _tell_largest_patient(plans: list[RunPlan], context: PlanContext) -> None:
