@@ -153,3 +153,17 @@ def test_an_older_dp_sgd_run_json_s_wall_time_moves_to_the_private_folder(tmp_pa
     kept.model_copy(update={"total_seconds": 99.0}).write(folder.run(dp.run_id).timing)
     withdraw_public_timing(folder, [dp])                    # a private timing already there is not overwritten
     assert read_timing(folder.run(dp.run_id).timing).total_seconds == 99.0
+
+
+@pytest.mark.parametrize("under", [("study",), ("study", "inner"), ()])
+def test_an_output_folder_that_is_or_lies_under_a_file_names_that_file(tmp_path, under):
+    """Before: "cannot write to the output folder out/study: Not a directory (out/study)" (or "File exists"), with
+    the advice to make a folder writable that is a file."""
+    blocker = tmp_path / "out"
+    blocker.write_text("a file where a folder should be")
+    root = blocker.joinpath(*under)
+    with pytest.raises(FolderError) as caught:
+        with writing_into(root):
+            root.mkdir(parents=True, exist_ok=True)
+    assert str(caught.value) == (f"cannot write to the output folder {root}: {blocker} is a file, not a folder; move "
+                                 "or rename that file, or choose another output folder (--out)")

@@ -76,6 +76,12 @@ def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE, full_advice: str =
                               "command again") from None
         if not inside or (culprit is None and exc.errno not in _REFUSED):
             raise
+        if exc.errno in (errno.ENOTDIR, errno.EEXIST):     # said only "Not a directory" or "File exists"
+            file = next((p for p in (*reversed(folder.parents), folder) if p.exists() and not p.is_dir()), None)
+            if file is not None:
+                other = ", or choose another output folder (--out)" if advice == UNWRITABLE_ADVICE else ""
+                raise FolderError(f"cannot write to the output folder {root}: {file} is a file, not a folder; move "
+                                  f"or rename that file{other}") from None
         named = exc.filename2 if exc.filename2 is not None else exc.filename   # os.replace: the file replaced
         where = "" if named is None else f" ({named})"
         tail = full_advice if exc.errno in _FULL else advice

@@ -88,8 +88,8 @@ def test_run_into_an_output_folder_that_cannot_be_made_ends_in_one_line(tiny_tex
     blocker.write_text("a file where the output folder should be\n")
     assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(blocker), "--no-progress"]) == 2
     line = _one_line_error(capsys.readouterr().err)
-    assert line.startswith(f"dpmed: error: cannot write to the output folder {blocker / 'tiny'}: Not a directory")
-    assert "--out" in line
+    assert line == (f"dpmed: error: cannot write to the output folder {blocker / 'tiny'}: {blocker} is a file, not a "
+                    "folder; move or rename that file, or choose another output folder (--out)")
 
 
 def test_plan_into_an_output_folder_that_cannot_be_made_ends_in_one_line_and_makes_private_owner_only(
@@ -101,7 +101,8 @@ def test_plan_into_an_output_folder_that_cannot_be_made_ends_in_one_line_and_mak
     study = _study(tmp_path, tiny_text)
     assert main(["plan", str(study), "--out", str(blocker), "--no-estimate"]) == 2
     line = _one_line_error(capsys.readouterr().err)
-    assert line.startswith(f"dpmed: error: cannot write to the output folder {blocker / 'tiny'}: Not a directory")
+    assert line.startswith(f"dpmed: error: cannot write to the output folder {blocker / 'tiny'}: {blocker} is a "
+                           "file, not a folder")
     assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--no-estimate"]) == 0
     assert (tmp_path / "out" / "tiny" / "private").stat().st_mode & 0o777 == 0o700
 
