@@ -661,3 +661,20 @@ def test_more_threads_than_a_machine_has_cores_are_refused_when_the_file_is_read
     assert str(caught.value).endswith(f"training.threads: must be from 1 to 1024 (or auto), got {threads}: more "
                                       "threads than the machine has cores only slow a run")
     assert load_study(write_study(GOOD), {"training.threads": 1024}).training.threads == 1024
+
+
+@pytest.mark.parametrize("line, where, key", [
+    ("1: 2", "the top level", "1"),
+    ("null: 2", "the top level", "null"),
+    ("training: {epochs: 2, 3.5: 1}", "training", "3.5"),
+    ("training: {epochs: 2, yes: 1}", "training", "true"),
+])
+def test_a_key_yaml_reads_as_no_text_is_named_in_its_section(write_study, line, where, key):
+    """Before: "[1]: Keys should be strings (got 1)", a list index where a key was meant, "(top level)" for a key
+    inside training (true) and for null, and nothing of what to do."""
+    path = write_study(GOOD.replace("training: {epochs: 2}", line))
+    with pytest.raises(ConfigError) as caught:
+        load_study(path)
+    assert str(caught.value).endswith(f"  - {where}: the key {key} is not text (YAML reads a key such as 1, 3.5, yes "
+                                      "or null as a number, true or false, or null); quote it (\"1\": ...), or remove "
+                                      "it")

@@ -150,7 +150,7 @@ def _location(error: Mapping[str, Any]) -> list[str]:
     # pydantic puts the discriminator's value (the mechanism) into an arm's location: a user wrote arms[0].scale.
     # An unknown key is the user's own, last, whatever its spelling (Name, none, arms[0] from a --set)
     loc = [str(p) for p in error["loc"]]
-    own = loc[-1:] if error["type"] == "extra_forbidden" else []
+    own = loc[-1:] if error["type"] in ("extra_forbidden", "invalid_key") else []
     return [p for p in loc[:len(loc) - len(own)] if p not in MECHANISMS and not _is_union_member(p)] + own
 
 
@@ -196,10 +196,16 @@ def _merge_unions(errors: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, An
     return problems
 
 
-def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
+def _where(loc: list[str]) -> str:
+    """A location as a study file's reader writes it: arms[1].target_epsilon."""
     where = ""
     for part in loc:
         where += f"[{part}]" if part.isdigit() else (f".{part}" if where else part)
+    return where
+
+
+def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
+    where = _where(loc)
     kind, msg, ctx = error["type"], error["msg"], error.get("ctx") or {}
     if kind == "extra_forbidden":
         key = loc[-1] if loc else str(error["loc"][-1])
@@ -211,6 +217,11 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
         return f"{where}: unknown key{hint}; remove or rename it"
     if kind == "missing":
         return f"{where}: required key is missing"
+    if kind == "invalid_key":   # pydantic's location of it is the key as text, or (a boolean) as 0 or 1
+        key = error.get("input")
+        key = "null" if key is None else str(key).lower() if isinstance(key, bool) else key     # in YAML's words
+        return (f"{_where(loc[:-1]) or 'the top level'}: the key {key} is not text (YAML reads a key "
+                "such as 1, 3.5, yes or null as a number, true or false, or null); quote it (\"1\": ...), or remove it")
     if kind == "union_tag_not_found":   # an arm without ``mechanism``: pydantic speaks of its discriminator
         return (f"{where}.mechanism: required key is missing; say which mechanism the arm uses, one of "
                 f"{', '.join(MECHANISMS)} (e.g. mechanism: dp_sgd)")
