@@ -678,3 +678,18 @@ def test_a_key_yaml_reads_as_no_text_is_named_in_its_section(write_study, line, 
     assert str(caught.value).endswith(f"  - {where}: the key {key} is not text (YAML reads a key such as 1, 3.5, yes "
                                       "or null as a number, true or false, or null); quote it (\"1\": ...), or remove "
                                       "it")
+
+
+def test_a_link_to_nothing_and_a_device_given_as_the_study_file_say_what_they_are(tmp_path):
+    """Before, both were told "does not exist", though the link is there (its target is not) and /dev/null is."""
+    link = tmp_path / "study.yaml"
+    link.symlink_to(tmp_path / "moved.yaml")
+    with pytest.raises(ConfigError) as caught:
+        load_study(link)
+    assert str(caught.value) == (f"study file {link} is a link to {tmp_path / 'moved.yaml'}, which leads to no file "
+                                 "(it is missing, or links loop); point the link at the study file, or pass the "
+                                 "study file itself")
+    with pytest.raises(ConfigError) as caught:
+        load_study("/dev/null")
+    assert str(caught.value) == ("study file /dev/null is not a regular file (a device, a pipe or a socket); pass the "
+                                 "path of a .yaml study (see configs/)")

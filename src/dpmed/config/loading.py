@@ -381,6 +381,12 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     path = QUICKSTART if path is None else Path(path)
     if path.is_dir():
         raise ConfigError(f"study file {path} is a folder; pass the path of a .yaml study in it (see configs/)")
+    if path.is_symlink() and not path.exists():     # its target is gone, or links loop
+        raise ConfigError(f"study file {path} is a link to {path.readlink()}, which leads to no file (it is missing, "
+                          "or links loop); point the link at the study file, or pass the study file itself")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"study file {path} is not a regular file (a device, a pipe or a socket); pass the path of "
+                          "a .yaml study (see configs/)")
     if not path.is_file():
         raise ConfigError(f"study file {path} does not exist; pass the path of a .yaml study (see configs/)")
     try:
