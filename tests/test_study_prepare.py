@@ -229,3 +229,17 @@ def test_more_bootstrap_redraws_than_memory_holds_are_refused_before_training(wr
                                         r"here: lower evaluation.bootstrap_resamples \(the default, 1000, is what "
                                         r"METHODS.md s.4 uses\)$"):
         plan_study(huge, dataset)
+
+
+def test_an_audit_refused_for_a_dp_count_its_noise_took_below_one_says_so(write_study):
+    """Before: "needs more training patients than the -93 of the DP count it plans from", a number of patients no
+    dataset has, with no word of where it came from."""
+    arm = DP[:-1] + ", audit: {canaries: 10}}"
+    study = load_study(write_study(HEAD + f"arms: [{arm}]\ntraining: {{batch_size: 8}}\n"))
+    dataset = load_study_data(study)
+    with pytest.raises(ConfigError) as caught:
+        plan_study(study, dataset, {"patients": -92})
+    assert str(caught.value) == (
+        "arm 'dp': audit.canaries = 10 needs more training patients than the DP count it plans from, -92 (its noise, "
+        "scale 1 / size_epsilon, took it below one: a larger size_epsilon draws a count nearer the true one), "
+        "which leaves none to audit with; remove the arm's audit, or use more images")

@@ -239,6 +239,12 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
             none_left = limit < 2                   # 2: the fewest canaries an audit takes
             # a DP-SGD arm's count is of its units: images where the image is the unit (`dpmed.audit.canaries`)
             units = f"{plan.privacy.unit}s" if dp else "patients"
+            if dp and limit < 0:            # a count is released, with noise: below one, it is no count of units
+                raise ConfigError(
+                    f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training {units} than the "
+                    f"DP count it plans from, {limit + 1} (its noise, scale 1 / size_epsilon, took it below one: a "
+                    "larger size_epsilon draws a count nearer the true one), which leaves none to audit with; remove "
+                    "the arm's audit, or use more images")
             raise ConfigError(
                 f"arm {plan.arm!r}: audit.canaries = {plan.audit.canaries} needs more training {units} than the "
                 f"{limit + 1} " + ("of the DP count it plans from" if dp else "this dataset has")
