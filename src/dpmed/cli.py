@@ -63,11 +63,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _path(text: str) -> Path:
+    """An argparse type for a path: an empty one (an unset shell variable, dpmed run "$STUDY") is refused, where
+    Path("") would read it as the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); give a path")
+    return Path(text)
+
+
 def _study_arguments(p: argparse.ArgumentParser) -> None:
     """What names a study and its output folder: the same for `run` and `plan`."""
-    p.add_argument("study", nargs="?", type=Path, help="study file (default: the embedded phantom quickstart)")
-    p.add_argument("--out", type=Path, default=Path("results"), help="output root (default: ./results)")
-    p.add_argument("--data-path", type=Path,
+    p.add_argument("study", nargs="?", type=_path, help="study file (default: the embedded phantom quickstart)")
+    p.add_argument("--out", type=_path, default=Path("results"), help="output root (default: ./results)")
+    p.add_argument("--data-path", type=_path,
                    help="the dataset's file or folder, overriding data.path in the study: a relative --data-path is "
                         "read from the current directory (a relative data.path, from the study file's folder)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -166,10 +174,10 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="list the finished, unreadable, failed, interrupted (the step its "
                                            "checkpoint reached), pending and unknown (private/ unreadable to this "
                                            "user) runs in DIR")
-    status.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
+    status.add_argument("dir", type=_path, help="a study output folder (holds study.yaml and runs/)")
     rep = sub.add_parser("report", help="rebuild results.csv and report.html from the finished runs in DIR (and "
                                         "move an older dpmed's DP-SGD wall times from run.json into private/)")
-    rep.add_argument("dir", type=Path, help="a study output folder (holds study.yaml and runs/)")
+    rep.add_argument("dir", type=_path, help="a study output folder (holds study.yaml and runs/)")
     _privacy_arguments(sub.add_parser("privacy", help="eps, noise calibration and reconstruction risk, no training"))
     return p
 

@@ -430,3 +430,26 @@ def test_status_and_report_on_a_file_say_it_is_a_file(tmp_path, capsys):
         assert main([command, str(tmp_path / "results.csv")]) == 2
         err = capsys.readouterr().err
         assert f"{tmp_path / 'results.csv'} is a file, not a folder" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, name", [
+    (["run", ""], "study"),
+    (["plan", "STUDY", "--out", ""], "--out"),
+    (["run", "STUDY", "--data-path", " "], "--data-path"),
+    (["status", ""], "dir"),
+    (["report", ""], "dir"),
+])
+def test_an_empty_path_is_refused_while_the_command_line_is_parsed(tiny_text, tmp_path, capsys, monkeypatch, args,
+                                                                   name):
+    """An empty path (an unset shell variable: dpmed run "$STUDY") was read as the current folder: a study file
+    that "is a folder", an --out that wrote the study into the current folder, a --data-path that read it as the
+    dataset."""
+    monkeypatch.chdir(tmp_path)
+    study = str(_study(tmp_path, tiny_text))
+    with pytest.raises(SystemExit) as done:
+        main([study if a == "STUDY" else a for a in args])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (f"dpmed {args[0]}: error: argument {name}: is empty (an unset shell "
+                                            "variable?); give a path")
+    assert "Traceback" not in err and sorted(p.name for p in tmp_path.iterdir()) == [Path(study).name]
