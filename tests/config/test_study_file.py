@@ -693,3 +693,13 @@ def test_a_link_to_nothing_and_a_device_given_as_the_study_file_say_what_they_ar
         load_study("/dev/null")
     assert str(caught.value) == ("study file /dev/null is not a regular file (a device, a pipe or a socket); pass the "
                                  "path of a .yaml study (see configs/)")
+
+
+def test_a_second_yaml_document_in_the_study_file_is_told_what_to_do(write_study):
+    """Before: PyYAML's "but found another document", which did not say that a study file holds one."""
+    path = write_study("name: s\narms:\n  - {name: base, mechanism: none}\n---\nname: t\n")
+    with pytest.raises(ConfigError) as caught:
+        load_study(path)
+    assert str(caught.value).endswith("but found another document (expected a single document in the stream at line "
+                                      "1, column 1); a study file holds one study: remove the '---' line and what "
+                                      "follows it, or put that study in a file of its own")

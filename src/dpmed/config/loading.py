@@ -118,6 +118,9 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
         text += f" ({exc.context}" + (f" at {at(exc.context_mark)}" if exc.context_mark is not None else "") + ")"
     if "'\\t'" in exc.problem:      # PyYAML's "found character '\t' that cannot start any token"
         text += "; YAML indents with spaces only: replace the tab with spaces"
+    if "another document" in exc.problem:
+        text += ("; a study file holds one study: remove the '---' line and what follows it, or put that study in a "
+                 "file of its own")
     return text
 
 
