@@ -79,7 +79,9 @@ def test_a_value_rounded_up_to_a_million_is_written_as_a_million_is():
 
 def test_bytes_text_by_hand():
     cases = {0: "0 bytes", 999: "999 bytes", 1536: "2 kB", 4_915_200: "4.9 MB", 12_345_678: "12 MB",
-             99_999_999: "100 MB", 350_000_000: "350 MB", 10 ** 9: "1.0 GB", 44_957_696_000: "45.0 GB"}
+             99_999_999: "100 MB", 350_000_000: "350 MB", 10 ** 9: "1.0 GB", 44_957_696_000: "45.0 GB",
+             2_500_000_000_000: "2.5 TB", 102_399_999_999_999_984: "102.4 PB", 4 * 10 ** 23: "400.0 ZB",
+             10 ** 30: "1e+30 bytes"}      # a study of 10**23 images is told its size, not "1e14 GB"
     assert {n: bytes_text(n) for n in cases} == cases
 
 

@@ -108,9 +108,13 @@ def confidence_text(level: float, *, up: bool = False) -> str:
 
 
 def bytes_text(n: int) -> str:
-    """A size in bytes, in decimal units, as a person reads it: 512 bytes, 2 kB, 4.9 MB, 350 MB, 14.7 GB."""
-    for at_least, unit, size, decimals in ((1e9, "GB", 1e9, 1), (1e7, "MB", 1e6, 0), (1e6, "MB", 1e6, 1),
-                                           (1e3, "kB", 1e3, 0)):
+    """A size in bytes, in decimal units, as a person reads it: 512 bytes, 2 kB, 4.9 MB, 350 MB, 14.7 GB, 2.5 TB;
+    beyond zettabytes (what a mistyped count asks for) in powers of ten: 1e+30 bytes."""
+    if n >= 1e24:
+        return f"{n:.2g} bytes"
+    for at_least, unit, size, decimals in ((1e21, "ZB", 1e21, 1), (1e18, "EB", 1e18, 1), (1e15, "PB", 1e15, 1),
+                                           (1e12, "TB", 1e12, 1), (1e9, "GB", 1e9, 1), (1e7, "MB", 1e6, 0),
+                                           (1e6, "MB", 1e6, 1), (1e3, "kB", 1e3, 0)):
         if n >= at_least:
             return f"{n / size:.{decimals}f} {unit}"
     return f"{n} bytes"
