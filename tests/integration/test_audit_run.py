@@ -189,9 +189,14 @@ def test_a_dp_count_too_small_for_any_audit_says_so_rather_than_a_negative_bound
         "evaluation: {bootstrap_resamples: 10, fairness: null}\n"
         "arms: [{name: a, mechanism: dp_sgd, target_epsilon: 8, audit: {canaries: 30}}]\n"))
     dataset = load_study_data(study)
-    for count in (-20, 1, 2):
+    for count in (1, 2):
         with pytest.raises(ConfigError, match=rf"than the {count} of the DP count it plans from, which leave none to "
                                               r"audit with .*; remove the arm's audit, or use more images$"):
+            plan_study(study, dataset, {"patients": count})
+    for count in (-20, 0):           # no count of patients: said to be the count's noise
+        with pytest.raises(ConfigError, match=rf"than the DP count it plans from, {count} \(its noise, scale 1 / "
+                                              r"size_epsilon, took it below one: .*remove the arm's audit, or use "
+                                              r"more images$"):
             plan_study(study, dataset, {"patients": count})
 
 
