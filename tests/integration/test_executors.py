@@ -493,7 +493,8 @@ def test_workers_whose_copies_of_the_dataset_cannot_fit_are_refused_before_any_i
     run failed with WORKER_DIED."""
     from dpmed.memory import Headroom
 
-    monkeypatch.setattr(dpmed.executors.memory, "headroom", lambda: Headroom(ram=0, swap=0))
+    # no room for the workers' copies alone: the data source's own check, before the images are made, still passes
+    monkeypatch.setattr(dpmed.executors, "memory", SimpleNamespace(headroom=lambda: Headroom(ram=0, swap=0)))
     (tmp_path / "s.yaml").write_text(tiny_text)
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--workers", "2",
                  "--no-progress"]) == 2
