@@ -35,8 +35,8 @@ import numpy as np
 from dpmed.errors import FolderError, error_name
 
 __all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic", "read_arrays",
-           "write_json_atomic", "write_text_atomic", "write_torch_atomic", "temporary_beside", "RELEASE_TIME",
-           "RETRAIN_NOTE"]
+           "write_json_atomic", "write_text_atomic", "write_torch_atomic", "temporary_beside", "file_in_the_way",
+           "RELEASE_TIME", "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
@@ -58,6 +58,12 @@ def open_owner_only(path: Path, mode: str = "w"):
     path.unlink(missing_ok=True)                # O_CREAT keeps the mode of a file that already exists
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), mode,
                      **({} if "b" in mode else {"encoding": "utf-8"}))
+
+
+def file_in_the_way(folder: Path) -> Path | None:
+    """The file that stands where ``folder`` or one of the folders above it should be, nearest the root first, or
+    None: what a mkdir's bare "Not a directory" or "File exists" is about, for a message that names it."""
+    return next((p for p in (*reversed(folder.parents), folder) if p.exists() and not p.is_dir()), None)
 
 
 def temporary_beside(path: Path) -> Path:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from dpmed.errors import FolderError
-from dpmed.folders import StudyFolder
+from dpmed.folders import StudyFolder, file_in_the_way
 from dpmed.lock import FolderLock, Holder, process_running
 from dpmed.records import RunRecord, read_timing
 
@@ -77,7 +77,7 @@ def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE, full_advice: str =
         if not inside or (culprit is None and exc.errno not in _REFUSED):
             raise
         if exc.errno in (errno.ENOTDIR, errno.EEXIST):     # said only "Not a directory" or "File exists"
-            file = next((p for p in (*reversed(folder.parents), folder) if p.exists() and not p.is_dir()), None)
+            file = file_in_the_way(folder)
             if file is not None:
                 other = ", or choose another output folder (--out)" if advice == UNWRITABLE_ADVICE else ""
                 raise FolderError(f"cannot write to the output folder {root}: {file} is a file, not a folder; move "

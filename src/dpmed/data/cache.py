@@ -53,7 +53,7 @@ from dpmed.data.decoding import UnreadableImage, peek_image, read_image
 from dpmed.data.pace import Pace
 from dpmed.data.transforms import Preprocessing
 from dpmed.errors import DataError, error_name
-from dpmed.folders import open_owner_only, write_text_atomic
+from dpmed.folders import file_in_the_way, open_owner_only, write_text_atomic
 from dpmed.numbers import bytes_text
 
 __all__ = ["DecodedImages", "decode_images", "cache_key"]
@@ -301,7 +301,7 @@ def _refuse_open_cache(cache_dir: Path) -> None:
     try:
         st = cache_dir.stat()
     except NotADirectoryError:      # else mkdir said only "Not a directory"
-        file = next((p for p in reversed(cache_dir.parents) if p.exists() and not p.is_dir()), cache_dir.parent)
+        file = file_in_the_way(cache_dir.parent) or cache_dir.parent
         raise DataError(f"data.cache_dir {cache_dir} lies under {file}, which is a file, not a folder: give a folder "
                         "(made if missing), or remove data.cache_dir to decode without a cache") from None
     except OSError:      # not there yet: made 0700 when the first entry is written
