@@ -186,9 +186,11 @@ def _check_findings_in_validation(dataset: Dataset, *, where: str) -> None:
     decision threshold (Youden's J on validation, METHODS.md s.4) is then undefined, and before, every run trained
     and then failed in evaluation. Test may lack a finding (its AUROC is undefined and said so); training may too."""
     labels = np.asarray(dataset.val.labels)          # [N, L] of 0/1
+    if not len(labels):
+        return
     names = dataset.task.label_names
     one_valued = [(j, int(labels[0, j])) for j in range(labels.shape[1]) if len(np.unique(labels[:, j])) < 2]
-    if not one_valued or not len(labels):
+    if not one_valued:
         return
     j, value = one_valued[0]
     others = ", ".join(repr(names[k]) for k, _ in one_valued[1:6]) + (", ..." if len(one_valued) > 6 else "")
