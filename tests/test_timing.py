@@ -22,6 +22,12 @@ def test_clock_reads_as_minutes_or_hours():
     assert clock(-3) == "0:00"
 
 
+def test_clock_reads_days_and_years_beyond_a_day():
+    assert [clock(s) for s in (86399, 86400, 2 * 86400 + 7384)] == ["23:59:59", "1 day 0:00:00", "2 days 2:03:04"]
+    assert clock(3_778_653_097) == "120 years"        # the plan's estimate for --set training.epochs=1000000000
+    assert clock(1e30) == f"{1e30 / (365.25 * 86400):,.0f} years"
+
+
 def test_run_steps_counts_the_steps_training_takes(make_record):
     plain = make_record("np_seed0", "np").plan
     dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0).plan

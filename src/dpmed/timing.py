@@ -263,10 +263,15 @@ def machine_load() -> str:
 
 
 def clock(seconds: float) -> str:
-    """1:05 (minutes:seconds) or 2:03:04 (hours); '?' for an unknown time."""
+    """1:05 (minutes:seconds), 2:03:04 (hours), 3 days 2:03:04, or 120 years (an estimate a user should see is
+    absurd at a glance, not as 1049625:51:37); '?' for an unknown time."""
     if seconds is None or not math.isfinite(seconds):
         return "?"
     seconds = int(round(max(0.0, seconds)))
-    hours, rest = divmod(seconds, 3600)
+    if seconds >= 365 * 86400:
+        return f"{seconds / (365.25 * 86400):,.0f} years"
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+    text = f"{hours}:{minutes:02d}:{secs:02d}" if hours or days else f"{minutes}:{secs:02d}"
+    return f"{days} day{'s' * (days > 1)} {text}" if days else text
