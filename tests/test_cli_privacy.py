@@ -121,6 +121,30 @@ def test_bad_arguments_end_in_one_clear_line(capsys, argv, words):
     assert err.startswith("dpmed: error:") and words in err and "Traceback" not in err
 
 
+SCHEDULE = ["--steps", "10", "--sample-rate", "0.01"]
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["epsilon", "--noise-multiplier", "1", *SCHEDULE, "--delta", "1e-400"], "--delta"),
+    (["calibrate", "--target-epsilon", "1", *SCHEDULE, "--delta", "1e-400"], "--delta"),
+    (["epsilon", "--noise-multiplier", "1", "--steps", "10", "--sample-rate", "1e-400", "--delta", "1e-5"],
+     "--sample-rate"),
+    (["epsilon", "--noise-multiplier", "1e-400", *SCHEDULE, "--delta", "1e-5"], "--noise-multiplier"),
+    (["calibrate", "--target-epsilon", "1e-400", *SCHEDULE, "--delta", "1e-5"], "--target-epsilon"),
+    (["risk", "--noise-multiplier", "1", *SCHEDULE, "--kappa", "1e-400"], "--kappa"),
+])
+def test_a_value_that_underflows_to_zero_is_said_to_underflow(capsys, argv, flag):
+    """Before: --delta 1e-400 was refused as "--delta must be in (0, 1), got 0", a value the user never typed, and
+    --noise-multiplier 1e-400 was silently computed as no noise at all."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["privacy", *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert (f"error: argument {flag}: 1e-400 underflows to 0 in floating point (the smallest positive double is "
+            "about 5e-324); give 5e-324 or more") in err, err
+    assert "got 0" not in err and "Traceback" not in err
+
+
 def test_risk_offers_no_noise_choice_and_no_flag_is_read_as_another_by_its_prefix(capsys):
     """The reconstruction bounds hold for Gaussian noise only: risk offered --noise and then refused laplace; and
     argparse's prefix matching read --noise as --noise-multiplier on a command without --noise."""

@@ -63,6 +63,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _float(text: str) -> float:
+    """An argparse type for the privacy commands' real numbers: a nonzero number below the smallest double (about
+    5e-324) reads as 0, and the checks after it would refuse a value the user never typed (--delta 1e-400: "got 0")
+    or take a noise multiplier of 1e-400 as no noise at all."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None    # argparse's words for it
+    if value == 0 and any(digit in "123456789" for digit in text.lower().partition("e")[0]):
+        raise argparse.ArgumentTypeError(f"{text} underflows to 0 in floating point (the smallest positive double is "
+                                         "about 5e-324); give 5e-324 or more")
+    return value
+
+
 def _path(text: str) -> Path:
     """An argparse type for a path: an empty one (an unset shell variable, dpmed run "$STUDY") is refused, where
     Path("") would read it as the current folder."""
@@ -87,7 +101,7 @@ def _study_arguments(p: argparse.ArgumentParser) -> None:
 
 def _schedule_arguments(p: argparse.ArgumentParser, *, with_delta: bool = True,
                         with_noise: bool = True) -> None:
-    p.add_argument("--sample-rate", type=float, help="Poisson rate q (or give --dataset-size and --batch-size)")
+    p.add_argument("--sample-rate", type=_float, help="Poisson rate q (or give --dataset-size and --batch-size)")
     p.add_argument("--steps", type=int, help="optimiser steps T (or give --epochs with --dataset-size)")
     p.add_argument("--dataset-size", type=int,
                    help="N training units (images, or patients with --unit patient): q = batch / N, T = epochs * "
@@ -98,7 +112,7 @@ def _schedule_arguments(p: argparse.ArgumentParser, *, with_delta: bool = True,
                         "images, as a study's privacy_unit (the same eps; only what it protects differs)")
     p.add_argument("--epochs", type=int, help="passes over the data (with --dataset-size and --batch-size)")
     if with_delta:
-        p.add_argument("--delta", type=float, help="delta (default min(1e-5, 1/(10 N)) when --dataset-size is given)")
+        p.add_argument("--delta", type=_float, help="delta (default min(1e-5, 1/(10 N)) when --dataset-size is given)")
     if with_noise:   # reconstruction bounds hold for Gaussian noise only (METHODS.md s.7): risk offers no choice
         p.add_argument("--noise", choices=PRIVACY_NOISES, default="gaussian",
                        help="gaussian (L2 clipping; default) or laplace (L1 clipping, noise multiplier = b / C1)")
@@ -109,23 +123,23 @@ def _privacy_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="privacy_command", required=True)
     # no abbreviated flags: --noise would otherwise be read as --noise-multiplier where a command has no --noise
     eps = sub.add_parser("epsilon", help="eps(delta) of a DP-SGD run with given noise", allow_abbrev=False)
-    eps.add_argument("--noise-multiplier", type=float, required=True,
+    eps.add_argument("--noise-multiplier", type=_float, required=True,
                      help="sigma: the noise std over the clipping norm C (b / C1 for Laplace)")
     _schedule_arguments(eps)
     eps.add_argument("--accountant", choices=(*PRIVACY_ACCOUNTANTS, "all"), default="pld",
                      help="pld (default), rdp, rdp-classic, pure (Laplace only), or all that apply")
     cal = sub.add_parser("calibrate", help="the smallest noise multiplier whose eps is at most a target",
                          allow_abbrev=False)
-    cal.add_argument("--target-epsilon", type=float, required=True, help="the eps budget of the whole run")
+    cal.add_argument("--target-epsilon", type=_float, required=True, help="the eps budget of the whole run")
     _schedule_arguments(cal)
     cal.add_argument("--accountant", choices=PRIVACY_ACCOUNTANTS, default="pld",
                      help="pld (default), rdp, rdp-classic, pure (Laplace only)")
     risk = sub.add_parser("risk", help="reconstruction and membership-inference bounds (METHODS.md s.7)",
                           allow_abbrev=False)
-    risk.add_argument("--noise-multiplier", type=float, required=True,
+    risk.add_argument("--noise-multiplier", type=_float, required=True,
                       help="sigma: the noise std over the clipping norm C (Gaussian noise)")
     _schedule_arguments(risk, with_delta=False, with_noise=False)
-    risk.add_argument("--kappa", type=float, help="the attacker's prior success (default 1 / N with --dataset-size)")
+    risk.add_argument("--kappa", type=_float, help="the attacker's prior success (default 1 / N with --dataset-size)")
 
 
 def _run_options() -> argparse.ArgumentParser:
