@@ -338,6 +338,15 @@ def test_problems_an_override_causes_are_blamed_on_it_not_on_the_file(write_stud
                    origins={"data.path": "--data-path gone.npz"})
 
 
+def test_a_mapping_key_that_is_a_number_is_written_with_a_dot_and_a_list_item_with_brackets(write_study):
+    """Before: --set training.5=3 answered "training[5]: unknown key", as if training were a list."""
+    with pytest.raises(ConfigError) as info:
+        load_study(write_study(GOOD), {"training.5": 3}, origins={"training.5": "--set training.5=3"})
+    assert "--set training.5=3: training.5: unknown key" in str(info.value) and "[5]" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"arms\[1\]\.scale"):
+        load_study(write_study(GOOD), {"arms.1.scale": "x"})
+
+
 @pytest.mark.parametrize("text, said", [
     ("name=", "--set name=: the value is empty (nothing after '=', read as null); --set KEY=VALUE needs a value after "
               "the '=', e.g. --set name=VALUE"),

@@ -143,16 +143,19 @@ def _closest(value: object, choices: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _is_union_member(part: str) -> bool:
+def _is_union_member(part: str | int) -> bool:
     """pydantic names the member of a union a value failed against in the location (``int``, ``literal['auto']``,
     ``NormalizeConfig``); a study key is snake_case."""
-    return "[" in part or "(" in part or part[:1].isupper() or part in {"int", "float", "str", "bool", "none"}
+    return isinstance(part, str) and ("[" in part or "(" in part or part[:1].isupper()
+                                      or part in {"int", "float", "str", "bool", "none"})
 
 
-def _location(error: Mapping[str, Any]) -> list[str]:
+def _location(error: Mapping[str, Any]) -> list[str | int]:
+    """The key path of a problem: a list's item by its index (an int, as pydantic gives it), a mapping's key as text,
+    even one that reads as a number (``training.5`` from a --set is an unknown key, not an item)."""
     # pydantic puts the discriminator's value (the mechanism) into an arm's location: a user wrote arms[0].scale.
     # An unknown key is the user's own, last, whatever its spelling (Name, none, arms[0] from a --set)
-    loc = [str(p) for p in error["loc"]]
+    loc = list(error["loc"])
     own = loc[-1:] if error["type"] in ("extra_forbidden", "invalid_key") else []
     return [p for p in loc[:len(loc) - len(own)] if p not in MECHANISMS and not _is_union_member(p)] + own
 
@@ -179,10 +182,10 @@ def _expected(error: Mapping[str, Any]) -> str:
     return error["msg"].removeprefix("Value error, ").removeprefix("Input should be ").strip()
 
 
-def _merge_unions(errors: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], list[str], str | None]]:
+def _merge_unions(errors: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], list[str | int], str | None]]:
     """(error, location, text or None) per problem: a value that fits no member of a union (``epochs: abc`` for
     ``int | "auto"``) is one problem, not one per member."""
-    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[str | int, ...], list[Mapping[str, Any]]] = {}
     for error in errors:
         groups.setdefault(tuple(_location(error)), []).append(error)
     problems = []
@@ -190,28 +193,28 @@ def _merge_unions(errors: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, An
         if len(group) == 1:
             problems.append((group[0], list(loc), None))
             continue
-        where = "".join(f"[{p}]" if p.isdigit() else (f".{p}" if i else p) for i, p in enumerate(loc))
         got = group[0].get("input")
         choices = [c for e in group if e["type"] == "literal_error"
                    for c in _choices(str((e.get("ctx") or {}).get("expected", "")))]
-        problems.append((group[0], list(loc), f"{where}: should be {' or '.join(_expected(e) for e in group)} "
-                                              f"(got {got!r}){_closest(got, choices)}"))
+        expected = " or ".join(_expected(e) for e in group)
+        problems.append((group[0], list(loc), f"{_where(list(loc))}: should be {expected} (got {got!r})"
+                                              f"{_closest(got, choices)}"))
     return problems
 
 
-def _where(loc: list[str]) -> str:
-    """A location as a study file's reader writes it: arms[1].target_epsilon."""
+def _where(loc: list[str | int]) -> str:
+    """A location as a study file's reader writes it: arms[1].target_epsilon, a list's item in brackets."""
     where = ""
     for part in loc:
-        where += f"[{part}]" if part.isdigit() else (f".{part}" if where else part)
+        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else part)
     return where
 
 
-def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
+def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
     where = _where(loc)
     kind, msg, ctx = error["type"], error["msg"], error.get("ctx") or {}
     if kind == "extra_forbidden":
-        key = loc[-1] if loc else str(error["loc"][-1])
+        key = str(loc[-1] if loc else error["loc"][-1])
         if key in _field_names():   # a real key, in another section: suggesting itself would not help
             hint = " (valid elsewhere in a study, not here: check the section it is in, or the arm's mechanism)"
         else:
@@ -230,7 +233,7 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
                 f"{', '.join(MECHANISMS)} (e.g. mechanism: dp_sgd)")
     if kind in _SECTION_TYPES:
         got = error.get("input")
-        if got is None and loc and loc[-1].isdigit():   # ``- `` with nothing after it, or an arm set to null
+        if got is None and loc and isinstance(loc[-1], int):   # ``- `` with nothing after it, or an arm set to null
             return (f"{where}: must be {_a_mapping(error)}, got null (an empty item of the list); write its "
                     "settings in it, or delete the item from the list in the study file")
         if got is None:   # ``data:`` with nothing under it, or ``data: null``
@@ -257,7 +260,7 @@ def _describe(error: Mapping[str, Any], loc: list[str]) -> str:
     return f"{where or '(top level)'}: {msg.removeprefix('Value error, ')}{shown}"
 
 
-def _colon_hint(raw: Any, loc: list[str]) -> str:
+def _colon_hint(raw: Any, loc: list[str | int]) -> str:
     """A hint where the mapping that holds a problem has a key with a colon and no space after it: YAML reads
     ``{name:dp, mechanism:dp_sgd}`` as the keys 'name:dp' and 'mechanism:dp_sgd', each null, and the problem
     (a required key missing, an unknown key) does not say why."""
@@ -265,8 +268,8 @@ def _colon_hint(raw: Any, loc: list[str]) -> str:
     for part in loc:
         if isinstance(node, dict):
             holder = node
-        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
+        if isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
         elif isinstance(node, dict) and part in node:
             node = node[part]
         else:
@@ -294,15 +297,16 @@ def _dotted(key: str) -> list[str]:
     return key.split(".")
 
 
-def _blame(loc: list[str], origins: Mapping[str, str], kind: str = "",
+def _blame(loc: list[str | int], origins: Mapping[str, str], kind: str = "",
            created: Mapping[str, list[list[str]]] | None = None) -> tuple[str | None, list[str]]:
     """(the option that set this location or a section holding it, options that set something inside it). An
     unknown key (``kind`` extra_forbidden) that an option made (``created``: the sections each option's key added,
     absent or null in the file before) is that option's mistake: --set trainingg.epochs=1, not the file's."""
-    exact = next((origins[k] for k in origins if loc[:len(_dotted(k))] == _dotted(k)), None)
-    inside = [origins[k] for k in origins if _dotted(k)[:len(loc)] == loc and _dotted(k) != loc]
+    path = [str(p) for p in loc]      # an option's key names a list's item by its index as text
+    exact = next((origins[k] for k in origins if path[:len(_dotted(k))] == _dotted(k)), None)
+    inside = [origins[k] for k in origins if _dotted(k)[:len(path)] == path and _dotted(k) != path]
     if exact is None and kind == "extra_forbidden":
-        makers = [origins[k] for k in origins if loc in (created or {}).get(k, [])]
+        makers = [origins[k] for k in origins if path in (created or {}).get(k, [])]
         if makers:
             return ", ".join(makers), []
     return exact, inside
