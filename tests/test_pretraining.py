@@ -481,7 +481,8 @@ def test_weights_that_are_a_folder_and_a_near_duplicate_distance_beyond_half_the
                                           "weights file in it"):
         load_study(_write(tmp_path, "name: s\nmodel: {weights: w, weights_source: x}\narms: [{name: a, mechanism: "
                                     "none}]\n"))
-    with pytest.raises(ConfigError, match=r"pretrain.near_duplicate_bits: Input should be less than or equal to 127"):
+    with pytest.raises(ConfigError, match=r"pretrain.near_duplicate_bits: must be at most 127, got 128; lower it to "
+                                          "127 or less"):
         load_study(_write(tmp_path, "name: s\npretrain: {public: p, data: {source: phantom}, near_duplicate_bits: "
                                     "128}\narms: [{name: a, mechanism: none}]\n"))
 

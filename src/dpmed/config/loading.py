@@ -210,6 +210,16 @@ def _where(loc: list[str | int]) -> str:
     return where
 
 
+# pydantic's bound errors ("Input should be greater than or equal to 1"), in a study file's reader's words: by the
+# error's type, the name of its bound in the error's context, the bound and what to do.
+_BOUNDS = {
+    "greater_than": ("gt", "above {:g}", "raise it above {:g}"),
+    "greater_than_equal": ("ge", "at least {:g}", "raise it to {:g} or more"),
+    "less_than": ("lt", "below {:g}", "lower it below {:g}"),
+    "less_than_equal": ("le", "at most {:g}", "lower it to {:g} or less"),
+}
+
+
 def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
     where = _where(loc)
     kind, msg, ctx = error["type"], error["msg"], error.get("ctx") or {}
@@ -250,6 +260,9 @@ def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
         got = error.get("input")
         return f"{where}: {got!r} is not one of {', '.join(choices)}{_closest(got, choices)}"
     got = error.get("input")
+    if kind in _BOUNDS:
+        name, bound, fix = _BOUNDS[kind]
+        return f"{where}: must be {bound.format(ctx[name])}, got {got!r}; {fix.format(ctx[name])}"
     shown = "" if isinstance(got, (dict, list)) or "got" in msg else f" (got {got!r})"
     if isinstance(got, bool) and kind == "string_type":   # YAML 1.1: yes, no, on, off, true, false are booleans
         shown += f"; YAML reads yes/no/on/off as true/false: quote the name, e.g. '{'yes' if got else 'no'}'"
