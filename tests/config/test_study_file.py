@@ -340,6 +340,28 @@ def test_problems_an_override_causes_are_blamed_on_it_not_on_the_file(write_stud
                    origins={"data.path": "--data-path gone.npz"})
 
 
+@pytest.mark.parametrize("in_file", ["", "pretrain: null\n"])
+def test_the_keys_a_section_made_by_an_override_lacks_are_blamed_on_the_override(write_study, in_file):
+    """Before: --set pretrain.training.epochs=2, where the file has no pretrain section (or leaves it null), answered
+    "study file ... has 2 problem(s): pretrain.data: required key is missing ...": the file was blamed for the keys of
+    a section only the option had made, and the user was not told what a pretrain section needs."""
+    origin = "--set pretrain.training.epochs=2"
+    with pytest.raises(ConfigError) as info:
+        load_study(write_study(GOOD + in_file), {"pretrain.training.epochs": 2},
+                   origins={"pretrain.training.epochs": origin})
+    head, *problems = str(info.value).splitlines()
+    assert head.startswith("the settings given with study file") and head.endswith(" have 1 problem(s):")
+    assert problems == [f"  - {origin}: pretrain: the study file has no pretrain section, so the option adds one, and "
+                        "a pretrain section also needs data and public; write the section with them in the study "
+                        "file, or give them with --set too"]
+    # a section the file has keeps its missing key, the file's
+    partial = write_study(GOOD + "pretrain: {data: {source: phantom}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_study(partial, {"pretrain.training.epochs": 2}, origins={"pretrain.training.epochs": origin})
+    assert str(info.value).splitlines() == [f"study file {partial} has 1 problem(s):",
+                                            "  - pretrain.public: required key is missing"]
+
+
 def test_a_mapping_key_that_is_a_number_is_written_with_a_dot_and_a_list_item_with_brackets(write_study):
     """Before: --set training.5=3 answered "training[5]: unknown key", as if training were a list."""
     with pytest.raises(ConfigError) as info:

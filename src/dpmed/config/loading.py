@@ -310,19 +310,33 @@ def _dotted(key: str) -> list[str]:
     return key.split(".")
 
 
+def _made_by(section: list[str], origins: Mapping[str, str], created: Mapping[str, list[list[str]]]) -> str | None:
+    """The options that made ``section`` (``created``: the sections each option's key added, absent or null in the
+    file before), or None where the file has it."""
+    return ", ".join(origins[k] for k in origins if section in created.get(k, [])) or None
+
+
 def _blame(loc: list[str | int], origins: Mapping[str, str], kind: str = "",
            created: Mapping[str, list[list[str]]] | None = None) -> tuple[str | None, list[str]]:
     """(the option that set this location or a section holding it, options that set something inside it). An
-    unknown key (``kind`` extra_forbidden) that an option made (``created``: the sections each option's key added,
-    absent or null in the file before) is that option's mistake: --set trainingg.epochs=1, not the file's."""
+    unknown key (``kind`` extra_forbidden) that an option made is that option's mistake: --set trainingg.epochs=1,
+    not the file's."""
     path = [str(p) for p in loc]      # an option's key names a list's item by its index as text
     exact = next((origins[k] for k in origins if path[:len(_dotted(k))] == _dotted(k)), None)
     inside = [origins[k] for k in origins if _dotted(k)[:len(path)] == path and _dotted(k) != path]
-    if exact is None and kind == "extra_forbidden":
-        makers = [origins[k] for k in origins if path in (created or {}).get(k, [])]
-        if makers:
-            return ", ".join(makers), []
-    return exact, inside
+    makers = _made_by(path, origins, created or {}) if exact is None and kind == "extra_forbidden" else None
+    return (makers, []) if makers else (exact, inside)
+
+
+def _describe_missing(section: list[str | int], keys: list[str], makers: str) -> str:
+    """The required keys a section that options made lacks, as the options' problem: the file never had the section,
+    and the user who added it with --set pretrain.training.epochs=2 learns what else a pretrain section needs."""
+    name = _where(section)
+    needed = keys[0] if len(keys) == 1 else f"{', '.join(keys[:-1])} and {keys[-1]}"
+    them = "it" if len(keys) == 1 else "them"
+    again = f", or give {them} with --set too" if makers.startswith("--set ") else ""
+    return (f"{makers}: {name}: the study file has no {name} section, so the option adds one, and a {name} section "
+            f"also needs {needed}; write the section with {them} in the study file{again}")
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -440,8 +454,19 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     try:
         study = schema.Study.model_validate(raw)
     except ValidationError as exc:
-        lines, from_options = [], 0
-        for error, loc, merged in _merge_unions(exc.errors()):
+        # one line per problem, in pydantic's order; the keys missing from a section that options made share one
+        lines: dict[object, str] = {}
+        lacking: dict[tuple[str, tuple[str | int, ...]], list[str]] = {}
+        from_options = 0
+        for at, (error, loc, merged) in enumerate(_merge_unions(exc.errors())):
+            section = loc[:-1]
+            makers = _made_by([str(p) for p in section], origins, created) if error["type"] == "missing" else None
+            if makers is not None:
+                group = (makers, tuple(section))
+                from_options += group not in lacking
+                lacking.setdefault(group, []).append(str(loc[-1]))
+                lines[group] = _describe_missing(section, lacking[group], makers)
+                continue
             text = (merged or _describe(error, loc)) + _colon_hint(raw, loc)
             exact, inside = _blame(loc, origins, error["type"], created)
             if exact is not None:
@@ -449,10 +474,10 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
                 text = f"{exact}: {_empty_value(exact, error) or text}"
             elif inside:
                 text += f" (after {', '.join(inside)})"
-            lines.append(f"  - {text}")
+            lines[at] = text
         head = (f"the settings given with study file {path} have {len(lines)} problem(s)"
                 if from_options == len(lines) else f"study file {path} has {len(lines)} problem(s)")
-        raise ConfigError(f"{head}:\n" + "\n".join(lines)) from None
+        raise ConfigError(f"{head}:\n" + "\n".join(f"  - {line}" for line in lines.values())) from None
     try:
         check_run_ids(study)
     except ValueError as exc:
