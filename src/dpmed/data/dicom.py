@@ -20,7 +20,9 @@ One frame per file: multi-frame files (tomosynthesis, cine) are refused by name.
 
 from __future__ import annotations
 
+import contextlib
 import struct
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +45,23 @@ def _pydicom(path: Path):
     return pydicom
 
 
+@contextlib.contextmanager
+def _quiet():
+    """Reading checks every value it uses and refuses a file by name (`read_dicom`), so pydicom's warnings about a
+    header ("Invalid value for VR DS: 'inf'") and numpy's about the arithmetic on it ("overflow encountered in
+    multiply") would only add library lines, without the file's name, to the user's terminal."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        yield
+
+
 def _open(path: Path, *, pixels: bool):
     pydicom = _pydicom(path)
     try:
-        ds = pydicom.dcmread(path, stop_before_pixels=not pixels)
-        for _ in ds.iterall():      # pydicom converts an element when first used: a damaged one fails here, not later
-            pass
+        with _quiet():
+            ds = pydicom.dcmread(path, stop_before_pixels=not pixels)
+            for _ in ds.iterall():  # pydicom converts an element when first used: a damaged one fails here, not later
+                pass
         return ds
     # A damaged file also gives struct.error, NotImplementedError ("Unknown Value Representation") and pydicom's
     # BytesLengthException, found by changing each byte of a small file in turn.
@@ -135,12 +148,13 @@ def read_dicom(path: Path) -> np.ndarray:
         raise UnreadableImage(f"holds {frames} frames; dpmed reads single-frame images (export one frame per file)")
     photometric = str(ds.get("PhotometricInterpretation", "")).upper()
     try:
-        stored = ds.pixel_array  # decodes (compressed transfer syntaxes need their pydicom plugins)
-        if photometric in ("MONOCHROME1", "MONOCHROME2"):
-            return _grey(ds, stored)
-        if photometric == "RGB" or photometric.startswith("YBR"):  # pydicom returns YBR as RGB by default
-            scale = float(2 ** int(ds.get("BitsStored", 8)) - 1)
-            return np.ascontiguousarray((np.asarray(stored, np.float32) / scale).clip(0, 1).transpose(2, 0, 1))
+        with _quiet():
+            stored = ds.pixel_array  # decodes (compressed transfer syntaxes need their pydicom plugins)
+            if photometric in ("MONOCHROME1", "MONOCHROME2"):
+                return _grey(ds, stored)
+            if photometric == "RGB" or photometric.startswith("YBR"):  # pydicom returns YBR as RGB by default
+                scale = float(2 ** int(ds.get("BitsStored", 8)) - 1)
+                return np.ascontiguousarray((np.asarray(stored, np.float32) / scale).clip(0, 1).transpose(2, 0, 1))
     # OverflowError and struct.error: a VOI LUT whose entries exceed the bits, or whose data fall short of the entry
     # count, that its LUTDescriptor gives (found by writing odd headers; the changed-byte search keeps the header)
     except (ValueError, NotImplementedError, RuntimeError, AttributeError, KeyError, IndexError, OverflowError,
