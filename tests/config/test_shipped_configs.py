@@ -43,3 +43,23 @@ def test_the_quickstart_and_the_schema_say_q_is_the_batch_over_the_released_coun
     for text in (comment, doc):
         assert "N_train" not in text and "/ N," in text, text
         assert "released (DP) count of training patients" in text or "released DP count of the arm's units" in text
+
+
+def test_the_fairness_study_says_how_many_test_images_its_age_groups_of_60_and_over_hold():
+    """Its comment said "~100 images each" for the groups the effect is measured in; the phantom's test split gives
+    them fewer, and the comment says what they hold."""
+    import re
+
+    import numpy as np
+
+    from dpmed.study import load_study_data
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "fairness.yaml"
+    study = load_study(path)
+    comment = " ".join(line.partition("#")[2].strip() for line in path.read_text().splitlines() if "#" in line)
+    said = re.search(r"\[60,70\), \[70,80\) and \[80,100\) have (\d+), (\d+) and (\d+) images", comment)
+    age = np.asarray(load_study_data(study).test.age, float)
+    bins = study.evaluation.fairness.age_bins
+    assert bins[2:] == [60, 70, 80, 100] and said
+    held = [int(((age >= lo) & (age < hi)).sum()) for lo, hi in zip(bins[2:], bins[3:])]
+    assert [int(n) for n in said.groups()] == held
