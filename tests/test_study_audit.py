@@ -53,7 +53,7 @@ def test_a_damaged_record_is_one_warning_naming_the_file_not_a_traceback(tmp_pat
     (line,) = _lines(caplog, folder)          # before, json.loads(...)["statement"] raised out of the study's callback
     message = line.getMessage()
     assert line.levelno == logging.WARNING and line.exc_info is None and "\n" not in message
-    assert message.startswith(f"[1/1] dp_seed0: audit (private: {folder.audit}) cannot be read {reason}")
+    assert message.startswith(f"[1/1] dp_seed0: private audit record {folder.audit} cannot be read {reason}")
     assert message.endswith("so its result is not shown")          # no scores file here: none is named
     folder.audit_scores.write_bytes(b"npz")
     (line,) = _lines(caplog, folder)
@@ -66,5 +66,5 @@ def test_an_unreadable_record_is_one_warning_too(tmp_path, caplog):
     (line,) = _lines(caplog, folder)
     assert line.levelno == logging.WARNING and line.exc_info is None
     # IsADirectoryError on POSIX, PermissionError on Windows: named, with the system's words
-    assert re.match(rf"\[1/1\] dp_seed0: audit \(private: {re.escape(str(folder.audit))}\) cannot be read "
+    assert re.match(rf"\[1/1\] dp_seed0: private audit record {re.escape(str(folder.audit))} cannot be read "
                     r"\((IsADirectory|Permission)Error: [^)]+\), so its result is not shown$", line.getMessage())

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dpmed.audit import read_audit
 from dpmed.comparisons import Comparisons, compare_runs
 from dpmed.errors import ConfigError
 from dpmed.evaluation.predictions import load_predictions
@@ -67,15 +68,19 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, P
     for r in records:
         run = folder.run(r.run_id)
         unread: list[str] = []
-        statement = _json_entry(run.audit, "statement", str, unread)
-        bounded = statement is not None and _json_entry(run.audit, "epsilon_lower_bound", float, unread) is not None
-        confidence = _json_entry(run.audit, "confidence", float, unread) if bounded else None
+        audit = read_audit(run.audit)
+        if isinstance(audit, str):
+            unread.append(f"{audit}, so it is left out of this report")
+            audit = None
         metrics = _json_entry(run.statistics, "training_metrics", dict, unread)
         attacked = r.attack is not None and run.attack_images.is_file()
         # a DP-SGD run's full timing is in its private folder; an older dpmed left it in run.json only
         timing = None if not isinstance(r.plan.privacy, DpSgdPlan) else read_timing(run.timing) or (
             r.timing if r.timing.train_seconds is not None else None)
-        item = PrivateRun(audit_statement=statement, audit_confidence=confidence, training_metrics=metrics or None,
+        # the level of the bound its statement gives, for the joint level: none where the draw found no canary
+        bounded = audit is not None and audit.epsilon_lower_bound is not None
+        item = PrivateRun(audit_statement=None if audit is None else audit.statement,
+                          audit_confidence=audit.confidence if bounded else None, training_metrics=metrics or None,
                           timing=timing, attack_images=run.attack_images if attacked else None,
                           attacked=r if attacked else None, unread=tuple(unread))
         if item:

@@ -28,15 +28,14 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 import yaml
-from pydantic import ValidationError
 
 from dpmed import accounting, memory
 from dpmed.accounting import Ledger
-from dpmed.audit import AuditRecord, max_canaries
+from dpmed.audit import AuditRecord, max_canaries, read_audit
 from dpmed.budget import check_budget, study_privacy
 from dpmed.config import RunPlan, Study, load_study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
-from dpmed.errors import ConfigError, DataError, error_name, first_invalid
+from dpmed.errors import ConfigError, DataError
 from dpmed.executors import RunFailure, RunTask, check_executor_options, make_executor
 from dpmed.folders import RunFolder, StudyFolder, write_text_atomic
 from dpmed.interruption import interruptible
@@ -495,22 +494,16 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
 
 
 def _tell_audit(tag: str, folder: RunFolder) -> None:
-    """Log the statement of the run's private audit record (`AuditRecord`), or, where its file cannot be read or is
+    """Log the statement of the run's private audit record (`read_audit`), or, where its file cannot be read or is
     not such a record (damaged, truncated, foreign), one warning saying so: the run has finished and its record is
     written, so a file the study only shows never stops it or prints a traceback."""
-    try:
-        statement = AuditRecord.model_validate_json(folder.audit.read_bytes()).statement
-    except OSError as exc:
-        reason = f"{error_name(exc)}: {exc.strerror or exc}"
-    except ValidationError as exc:
-        reason = first_invalid(exc)
-    else:
-        _log.info("%s: audit (private: %s): %s", tag, folder.audit, statement)
-        return
-    scores = folder.audit_scores
-    kept = f"; {scores} keeps each canary's score and inclusion bit" if scores.is_file() else ""
-    _log.warning("%s: audit (private: %s) cannot be read (%s), so its result is not shown%s", tag, folder.audit,
-                 reason, kept)
+    audit = read_audit(folder.audit)
+    if isinstance(audit, AuditRecord):
+        _log.info("%s: audit (private: %s): %s", tag, folder.audit, audit.statement)
+    elif audit is not None:
+        scores = folder.audit_scores
+        kept = f"; {scores} keeps each canary's score and inclusion bit" if scores.is_file() else ""
+        _log.warning("%s: private audit record %s, so its result is not shown%s", tag, audit, kept)
 
 
 def _bars_shown() -> bool:

@@ -13,18 +13,21 @@ scored from the final model only (black box), and the scores and bits give the e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dpmed.audit.bound import audit_epsilon_lower_bound_over_grid, canary_scores_from_logits, choose_canaries
 from dpmed.audit.canaries import hold_out_canary_sources, insert_canaries, make_canaries
 from dpmed.data import ImageSet, Task
+from dpmed.errors import error_name, first_invalid
 from dpmed.mechanisms import AuditConfig
 from dpmed.numbers import confidence_text, epsilon_text, number_text
 from dpmed.randomness import public_seed
 
-__all__ = ["AuditTrial", "AuditRecord", "insert_canaries_for", "conclude", "AUDIT_DELTA_NON_PRIVATE", "AUDIT_CITATION"]
+__all__ = ["AuditTrial", "AuditRecord", "read_audit", "insert_canaries_for", "conclude", "AUDIT_DELTA_NON_PRIVATE",
+           "AUDIT_CITATION"]
 
 AUDIT_DELTA_NON_PRIVATE = 1e-5   # the delta at which a non-private arm's audit bound is stated
 AUDIT_CITATION = ("Steinke, Nasr and Jagielski, Privacy Auditing with One (1) Training Run, NeurIPS 2023, "
@@ -76,6 +79,21 @@ class AuditRecord(BaseModel):
     statement: str
     canary_source: str
     private: str
+
+
+def read_audit(path: Path) -> AuditRecord | str | None:
+    """The audit record a run wrote to ``path`` (its private audit.json), read and checked whole, once; None where
+    the run wrote none. A file that cannot be read or is not such a record (damaged, truncated, foreign) gives one
+    line instead, naming it and what is wrong: the run has finished, so whoever shows its record says that line and
+    goes on, never stops on it."""
+    try:
+        return AuditRecord.model_validate_json(Path(path).read_bytes())
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path} cannot be read ({error_name(exc)}: {exc.strerror or exc})"
+    except ValidationError as exc:
+        return f"{path} cannot be read ({first_invalid(exc)})"
 
 
 def insert_canaries_for(train_set: ImageSet, task: Task, config: AuditConfig, *, seed: int, n_patients: int,

@@ -1,0 +1,98 @@
+"""What `dpmed.outputs` makes of a run's private audit record (audit.json) for private/report.html: each record read
+and checked once, a damaged one named once on its run's card while the rest is written, a statement that an older
+dpmed wrote without the card's "not DP" label given it, and the joint level of exactly the bounds shown."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import pytest
+
+from dpmed.audit import AUDIT_CITATION, AuditRecord
+from dpmed.folders import StudyFolder, write_json_atomic
+from dpmed.outputs import write_outputs
+
+BOUND = ("empirical lower bound eps >= 0.21 at delta = 1e-5, add/remove one canary (an image that is its own patient) "
+         "(one-run audit, 98 mislabelled canaries, 95% confidence; 40 of 44 guesses correct)")
+CONSISTENT = (": consistent (a lower bound can refute the claim, not prove it; one far below it is no evidence that "
+              "the run is more private than claimed)")
+TERMS = ("PLD, add/remove one patient; training alone: the card's 0.9995 adds 0.01331 for the released training-set "
+         "size")
+# the statement a reproducible-mode run's audit.json kept before its claim carried the card's label, and the older
+# one from before the claim named its delta, accountant and neighbours
+UNLABELLED = f"{BOUND}; the accountant claims eps = 0.9862 (the same delta, {TERMS}){CONSISTENT}"
+UNLABELLED_BARE = f"{BOUND}; the accountant claims eps = 0.986{CONSISTENT}"
+NO_CLAIM = f"{BOUND}; no eps is claimed: the run has no privacy guarantee, and a small bound is no evidence of privacy"
+
+
+def _audit(statement: str = NO_CLAIM, *, bound: float | None = 0.21, confidence: float = 0.95,
+           claimed: float | None = None) -> AuditRecord:
+    return AuditRecord(n_canaries=98, kind="mislabelled", n_included=50, n_guesses=44, n_correct=40, k_positive=22,
+                       k_negative=22, epsilon_lower_bound=bound, confidence=confidence, delta=1e-5,
+                       claimed_epsilon=claimed, consistent_with_claim=None if claimed is None else True,
+                       method=None if bound is None else "test", citation=AUDIT_CITATION, statement=statement,
+                       canary_source="training split", private="private")
+
+
+@pytest.fixture
+def private_report(tmp_path, make_resolved):
+    """Writes each run's audit.json (an `AuditRecord`, or the bytes given), then the study's outputs; returns
+    private/report.html as a reader sees it."""
+
+    def write(records, audits: dict) -> str:
+        folder = StudyFolder(tmp_path)
+        for run_id, audit in audits.items():
+            path = folder.run(run_id).audit
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(audit, AuditRecord):
+                write_json_atomic(path, audit.model_dump(mode="json"))
+            else:
+                path.write_bytes(audit)
+        write_outputs(folder, make_resolved(records), records)
+        page = folder.private_report.read_text()
+        return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", page)))
+
+    write.folder = StudyFolder(tmp_path)
+    return write
+
+
+def _partial(key: str, value=None) -> bytes:
+    """A record with ``key`` missing (``value`` None) or set to ``value``."""
+    fields = _audit().model_dump(mode="json")
+    if value is None:
+        del fields[key]
+    else:
+        fields[key] = value
+    return json.dumps(fields).encode()
+
+
+@pytest.mark.parametrize("damaged, reason", [
+    (_audit().model_dump_json().encode()[:60], "Invalid JSON: EOF while parsing"),
+    (b"\xff\xfe" + _audit().model_dump_json().encode(), "Invalid JSON: expected value at line 1 column 1"),
+    (b"[]", "Input should be an object"),
+    (_partial("epsilon_lower_bound"), "epsilon_lower_bound: Field required"),
+    (_partial("confidence", "high"), "confidence: Input should be a valid number"),
+    (_partial("statement", 3), "statement: Input should be a valid string"),
+])
+def test_a_damaged_audit_record_is_named_once_on_its_card_and_the_rest_is_written(private_report, make_record,
+                                                                                   damaged, reason):
+    """A record is checked whole, as the study's log checks it: a file missing a key, or with one of another type, is
+    not shown in part as if it were a record; one line names the file and what is wrong."""
+    records = [make_record("np_seed0", "np"), make_record("np_seed1", "np", seed=1)]
+    text = private_report(records, {"np_seed0": damaged, "np_seed1": _audit()})
+    path = private_report.folder.run("np_seed0").audit
+    assert text.count(str(path)) == 1
+    assert f"{path} cannot be read ({reason}" in text and "so it is left out of this report" in text
+    assert text.count(NO_CLAIM) == 1                     # the other run's statement, not the damaged one's
+    assert "Read together" not in text                   # one bound shown: nothing to read together
+
+
+def test_an_audit_record_that_is_a_folder_is_named_once_and_a_missing_one_not_at_all(private_report, make_record):
+    records = [make_record("np_seed0", "np"), make_record("np_seed1", "np", seed=1), make_record("np_seed2", "np")]
+    private_report.folder.run("np_seed0").audit.mkdir(parents=True)
+    text = private_report(records, {"np_seed1": _audit()})
+    path = private_report.folder.run("np_seed0").audit
+    assert text.count(str(path)) == 1 and re.search(rf"{re.escape(str(path))} cannot be read \(\w+Error: ", text)
+    assert "np_seed2" not in text                        # no audit.json, no statistics: no card
