@@ -96,3 +96,18 @@ def test_an_audit_record_that_is_a_folder_is_named_once_and_a_missing_one_not_at
     path = private_report.folder.run("np_seed0").audit
     assert text.count(str(path)) == 1 and re.search(rf"{re.escape(str(path))} cannot be read \(\w+Error: ", text)
     assert "np_seed2" not in text                        # no audit.json, no statistics: no card
+
+
+def test_the_joint_level_counts_the_runs_that_state_a_bound_with_or_without_a_claim(private_report, make_record):
+    """A run without a claim (no privacy, or shuffled batches) still states a lower bound at a confidence: that bound
+    is read with the others. A run whose draw found no canary states none, and is no part of the joint statement."""
+    records = [make_record("dp_seed0", "dp", "dp_sgd", eps=1.0), make_record("np_seed0", "np"),
+               make_record("np_seed1", "np", seed=1)]
+    unaudited = "no audit bound: none of the training patients was drawn as a canary source"
+    text = private_report(records, {
+        "dp_seed0": _audit(UNLABELLED.replace("0.9862", "0.99"), claimed=0.99, confidence=0.95),
+        "np_seed0": _audit(NO_CLAIM, confidence=0.99),
+        "np_seed1": _audit(unaudited, bound=None, confidence=0.9)})
+    assert ("2 audit bounds, each at its own confidence (95%, 99%); 1 audited run states no bound and is not "
+            "counted. Read together, all 2 bounds hold with probability at least 94% (union bound)") in text
+    assert unaudited in text

@@ -116,11 +116,12 @@ def test_several_audits_are_read_together_at_the_union_bounds_level(private):
     nothing said what they make together."""
     text = private({f"dp_seed{i}": PrivateRun(audit_statement=f"bound {i}", audit_confidence=c)
                     for i, c in enumerate((0.95, 0.95, 0.99))})
-    assert ("3 audited runs: each bound holds at its own confidence (95%, 95%, 99%). Read together, all 3 hold "
-            "with probability at least 89% (union bound): among runs that all keep their claims, one or more is "
-            "called inconsistent up to 11% of the time.") in text
+    assert ("3 audit bounds, each at its own confidence (95%, 95%, 99%). Read together, all 3 bounds hold with "
+            "probability at least 89% (union bound): one or more of them exceeds its run's true eps up to 11% of the "
+            "time, so among runs that keep their claims one or more is called inconsistent at most that often.") in text
     many = private({f"dp_seed{i}": PrivateRun(audit_statement="b", audit_confidence=0.9) for i in range(12)})
-    assert "Read together, no joint level follows from the union bound (the levels' shortfalls add up to 120%)" in many
+    assert ("Read together, no joint level for the 12 bounds follows from the union bound (the levels' shortfalls "
+            "add up to 120%)") in many
     for alone in (private({"dp_seed0": PrivateRun(audit_statement="b", audit_confidence=0.95)}),
                   private({"dp_seed0": PrivateRun(audit_statement="b", audit_confidence=0.95),
                            "dp_seed1": PrivateRun(audit_statement="no audit bound: none drawn")})):

@@ -134,24 +134,29 @@ def _reconstructions(items: Mapping[str, PrivateRun], path: Path) -> str:
 
 
 def _audits_together(items: Mapping[str, PrivateRun]) -> str:
-    """What several audit bounds make together. Each holds at its own confidence c_i: a run that keeps its claim is
-    called inconsistent at most 1 - c_i of the time. Read side by side, one or more of k such runs is called so up to
-    sum(1 - c_i) of the time (the union bound, which needs no independence between the runs), so all k bounds hold
-    together with probability at least 1 - sum(1 - c_i). Each run's statement keeps its own level: the audits are
-    run and reported one by one, and the joint level is the reader's to weigh."""
+    """What several audit bounds make together. Each holds at its own confidence c_i: it is wrong (above its run's
+    true eps; an inconsistent verdict on a run that keeps its claim is one such case) at most 1 - c_i of the time.
+    Read side by side, one or more of k bounds is wrong up to sum(1 - c_i) of the time (the union bound, which needs
+    no independence between the runs), so all k hold together with probability at least 1 - sum(1 - c_i). The k are
+    the bounds the statements give: a run without a claim (no privacy, shuffled batches) states one all the same,
+    a run whose draw found no canary states none and is not counted. Each run's statement keeps its own level: the
+    audits are run and reported one by one, and the joint level is the reader's to weigh."""
     levels = [item.audit_confidence for item in items.values() if item.audit_confidence is not None]
     if len(levels) < 2:
         return ""
+    unbounded = sum(item.audit_statement is not None and item.audit_confidence is None for item in items.values())
+    left = ("" if not unbounded else "; 1 audited run states no bound and is not counted" if unbounded == 1
+            else f"; {unbounded} audited runs state no bound and are not counted")
     short = sum(1.0 - c for c in levels)
-    head = (f"{len(levels)} audited runs: each bound holds at its own confidence "
-            f"({', '.join(confidence_text(c) for c in levels)}). ")
+    head = f"{len(levels)} audit bounds, each at its own confidence ({', '.join(map(confidence_text, levels))}){left}. "
     if short >= 1.0:
-        return (f"<p>{head}Read together, no joint level follows from the union bound (the levels' shortfalls add up "
-                f"to {confidence_text(short, up=True)}): read one inconsistent verdict among them with that in "
-                "mind.</p>")
-    return (f"<p>{head}Read together, all {len(levels)} hold with probability at least {confidence_text(1.0 - short)} "
-            "(union bound): among runs that all keep their claims, one or more is called inconsistent up to "
-            f"{confidence_text(short, up=True)} of the time.</p>")
+        return (f"<p>{head}Read together, no joint level for the {len(levels)} bounds follows from the union bound "
+                f"(the levels' shortfalls add up to {confidence_text(short, up=True)}): read one inconsistent verdict "
+                "among them with that in mind.</p>")
+    return (f"<p>{head}Read together, all {len(levels)} bounds hold with probability at least "
+            f"{confidence_text(1.0 - short)} (union bound): one or more of them exceeds its run's true eps up to "
+            f"{confidence_text(short, up=True)} of the time, so among runs that keep their claims one or more is "
+            "called inconsistent at most that often.</p>")
 
 
 def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun], path: Path) -> None:
