@@ -12,6 +12,7 @@ import pytest
 
 from dpmed.audit import AUDIT_CITATION, AuditRecord
 from dpmed.folders import StudyFolder, write_json_atomic
+from dpmed.mechanisms.cards import label_randomness
 from dpmed.outputs import write_outputs
 
 BOUND = ("empirical lower bound eps >= 0.21 at delta = 1e-5, add/remove one canary (an image that is its own patient) "
@@ -96,6 +97,33 @@ def test_an_audit_record_that_is_a_folder_is_named_once_and_a_missing_one_not_at
     path = private_report.folder.run("np_seed0").audit
     assert text.count(str(path)) == 1 and re.search(rf"{re.escape(str(path))} cannot be read \(\w+Error: ", text)
     assert "np_seed2" not in text                        # no audit.json, no statistics: no card
+
+
+@pytest.mark.parametrize("stored, shown", [
+    (UNLABELLED, f"claims eps = 0.9862 (the same delta, {TERMS}; not DP: seed known){CONSISTENT}"),
+    (UNLABELLED_BARE, f"claims eps = 0.986 (not DP: seed known){CONSISTENT}"),
+    (UNLABELLED.replace(CONSISTENT, ": inconsistent with the claimed eps at 95% confidence"),
+     f"claims eps = 0.9862 (the same delta, {TERMS}; not DP: seed known): inconsistent with the claimed eps"),
+])
+def test_an_older_audit_record_of_a_run_whose_card_is_not_dp_shows_its_claim_with_the_label(
+        private_report, make_record, stored, shown):
+    """Before the audit's claim carried the card's label, a reproducible-mode run's audit.json stated the accounted
+    eps bare; the private report took that statement as it was, the one place that showed the eps unlabelled."""
+    dp = make_record("dp_seed0", "dp", "dp_sgd", eps=1.0)
+    reproducible = dp.model_copy(update={"privacy": label_randomness(dp.privacy, "reproducible")})
+    text = private_report([reproducible], {"dp_seed0": _audit(stored, claimed=0.9862)})
+    assert shown in text
+    assert text.count("not DP: seed known") == 1
+
+
+def test_an_audit_statement_that_has_its_label_or_needs_none_is_shown_as_written(private_report, make_record):
+    dp = make_record("dp_seed0", "dp", "dp_sgd", eps=1.0)
+    reproducible = make_record("dp_seed1", "dp", "dp_sgd", eps=1.0, seed=1)
+    reproducible = reproducible.model_copy(update={"privacy": label_randomness(reproducible.privacy, "reproducible")})
+    labelled = UNLABELLED.replace("size)", "size; not DP: seed known)")
+    text = private_report([dp, reproducible], {"dp_seed0": _audit(UNLABELLED, claimed=0.9862),
+                                               "dp_seed1": _audit(labelled, claimed=0.9862)})
+    assert UNLABELLED in text and labelled in text and text.count("not DP: seed known") == 1
 
 
 def test_the_joint_level_counts_the_runs_that_state_a_bound_with_or_without_a_claim(private_report, make_record):

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dpmed.audit import read_audit
+from dpmed.audit import AuditRecord, read_audit
 from dpmed.comparisons import Comparisons, compare_runs
 from dpmed.errors import ConfigError
 from dpmed.evaluation.predictions import load_predictions
@@ -71,7 +71,8 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, P
         audit = read_audit(run.audit)
         if isinstance(audit, str):
             unread.append(f"{audit}, so it is left out of this report")
-            audit = None
+        # an older dpmed stated a reproducible-mode run's claimed eps without the card's label: given it here
+        audit = audit.label_claim(r.privacy) if isinstance(audit, AuditRecord) else None
         metrics = _json_entry(run.statistics, "training_metrics", dict, unread)
         attacked = r.attack is not None and run.attack_images.is_file()
         # a DP-SGD run's full timing is in its private folder; an older dpmed left it in run.json only

@@ -213,3 +213,37 @@ def test_an_image_unit_trial_does_not_call_each_canary_its_own_patient(trial_inp
     record, _ = procedure.conclude(patient_trial, np.zeros((len(patient_trial.included), task.num_outputs)),
                                    task_kind=task.kind, delta=1e-5, claimed_epsilon=2.0)
     assert patient_trial.unit == "patient" and "(an image that is its own patient)" in record.statement
+
+
+@pytest.mark.parametrize("bound", [0.2, 3.0])
+def test_a_claim_stated_without_its_card_s_not_dp_label_reads_as_the_statement_written_with_it(
+        trial_inputs, monkeypatch, bound):
+    """An audit.json written before a reproducible-mode run's claim carried its card's "not DP: seed known" states
+    the accounted eps bare. Labelled by its card, it reads as what `conclude` writes with the label, consistent or
+    not; a record that has its label, of a card that is DP, or that states no bound is left as it is."""
+    from dpmed.mechanisms import PrivacyCard
+    from dpmed.mechanisms.cards import label_randomness
+
+    train, task, n_patients = trial_inputs
+    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40), seed=7, n_patients=n_patients,
+                                             rng=np.random.default_rng(0))
+
+    def grid(scores, included, *, delta, confidence):
+        return AuditResult(epsilon_lower_bound=bound, n_canaries=len(included), n_guesses=10, n_correct=6,
+                           confidence=confidence, delta=delta, k_positive=5, k_negative=5, method="stub")
+
+    monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
+    terms = ("PLD, add/remove one patient; training alone: the card's 1.013 adds 0.0125 for the released "
+             "training-set size")
+    old, new = (procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
+                                   delta=1e-5, claimed_epsilon=1.0, claim_terms=t)[0]
+                for t in (terms, f"{terms}; not DP: seed known"))
+    dp = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="eps = 1", epsilon=1.0, delta=1e-5, accountant="pld")
+    reproducible = label_randomness(dp, "reproducible")
+    assert old.label_claim(reproducible) == new
+    assert new.label_claim(reproducible) == new and old.label_claim(dp) == old
+    bare = old.model_copy(update={"statement": old.statement.replace(f" (the same delta, {terms})", "")})
+    assert "claims eps = 1: " in bare.statement
+    assert "claims eps = 1 (not DP: seed known): " in bare.label_claim(reproducible).statement
+    unaudited = old.model_copy(update={"statement": "no audit bound: none of the training patients was drawn"})
+    assert unaudited.label_claim(reproducible) == unaudited

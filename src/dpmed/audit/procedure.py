@@ -12,6 +12,7 @@ scored from the final model only (black box), and the scores and bits give the e
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from dpmed.audit.bound import audit_epsilon_lower_bound_over_grid, canary_scores
 from dpmed.audit.canaries import hold_out_canary_sources, insert_canaries, make_canaries
 from dpmed.data import ImageSet, Task
 from dpmed.errors import error_name, first_invalid
-from dpmed.mechanisms import AuditConfig
+from dpmed.mechanisms import AuditConfig, PrivacyCard
 from dpmed.numbers import confidence_text, epsilon_text, number_text
 from dpmed.randomness import public_seed
 
@@ -79,6 +80,22 @@ class AuditRecord(BaseModel):
     statement: str
     canary_source: str
     private: str
+
+    def label_claim(self, card: PrivacyCard) -> AuditRecord:
+        """The record as its run's ``card`` labels the claimed eps: where the card is not DP, its "not DP: seed known"
+        (`PrivacyCard.why_not_dp_in_brief`) beside the claim, as everywhere the eps is stated. A reproducible-mode
+        run's audit.json written before `conclude` put it there states the accounted eps bare; a statement that has
+        the label, or shows no claimed eps, is kept as written."""
+        label = f"not DP: {card.why_not_dp_in_brief}"
+        if card.is_dp or self.claimed_epsilon is None or label in self.statement:
+            return self
+        statement = _CLAIM.sub(lambda m: f"{m[1]} ({m[2] + '; ' if m[2] else ''}{label})", self.statement, count=1)
+        return self.model_copy(update={"statement": statement})
+
+
+# The claim in a statement, as `conclude` has written it: "the accountant claims eps = 0.9862 (the same delta, PLD,
+# ...): consistent ...", and before its terms were given, "the accountant claims eps = 0.986: consistent ...".
+_CLAIM = re.compile(r"(the accountant claims eps = [^ :(]+)(?: \((the same delta.*?)\))?(?=: (?:in)?consistent)")
 
 
 def read_audit(path: Path) -> AuditRecord | str | None:
