@@ -99,6 +99,15 @@ def test_an_audit_record_that_is_a_folder_is_named_once_and_a_missing_one_not_at
     assert "np_seed2" not in text                        # no audit.json, no statistics: no card
 
 
+def test_a_training_statistics_file_that_is_a_folder_is_named_once(private_report, make_record):
+    """Before, the line read "PATH cannot be read (IsADirectoryError: [Errno 21] Is a directory: 'PATH')"."""
+    records = [make_record("np_seed0", "np")]
+    private_report.folder.run("np_seed0").statistics.mkdir(parents=True)
+    text = private_report(records, {})
+    path = private_report.folder.run("np_seed0").statistics
+    assert text.count(str(path)) == 1 and f"{path} cannot be read (IsADirectoryError: Is a directory)" in text
+
+
 @pytest.mark.parametrize("stored, shown", [
     (UNLABELLED, f"claims eps = 0.9862 (the same delta, {TERMS}; not DP: seed known){CONSISTENT}"),
     (UNLABELLED_BARE, f"claims eps = 0.986 (not DP: seed known){CONSISTENT}"),

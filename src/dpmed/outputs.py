@@ -58,7 +58,8 @@ def _json_entry(path: Path, key: str, kind: type, unread: list[str]) -> Any:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, LookupError, TypeError) as exc:      # JSONDecodeError and UnicodeDecodeError too
-        unread.append(f"{path} cannot be read ({type(exc).__name__}: {exc}), so it is left out of this report")
+        detail = exc.strerror or exc if isinstance(exc, OSError) else exc     # an OSError's text repeats the path
+        unread.append(f"{path} cannot be read ({type(exc).__name__}: {detail}), so it is left out of this report")
         return None
 
 
