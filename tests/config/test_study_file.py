@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -212,6 +213,25 @@ def test_what_pyyaml_and_pydantic_raise_for_odd_files_is_a_message_naming_the_fi
     with pytest.raises(ConfigError) as caught:
         load_study(path)
     assert str(caught.value).startswith(f"study file {path}") and words in str(caught.value)
+
+
+@pytest.mark.parametrize("number, problem", [
+    ("1e-400", "underflows to 0 (the smallest positive double is about 5e-324)"),
+    ("1.0e-400", "underflows to 0 (the smallest positive double is about 5e-324)"),
+    ("-1e400", "overflows to infinity (the largest double is about 1.8e308)")])
+def test_a_number_a_double_cannot_hold_is_refused_as_written_in_a_file_and_an_option(write_study, number, problem):
+    """Before, size_epsilon: 1e-400 read as 0 and was refused as "got 0.0", 1e400 as "got inf": values the user never
+    wrote. 0.0, 0e5 and .inf are what they say, and reach the schema's own checks."""
+    path = write_study(GOOD.replace("name: s", f"name: s\nsize_epsilon: {number}"))
+    with pytest.raises(ConfigError) as caught:
+        load_study(path)
+    assert str(caught.value) == (f"study file {path}, line 3, column 15: the number {number} {problem}; write a "
+                                 "number within a double's range")
+    with pytest.raises(ConfigError) as caught:
+        parse_override(f"size_epsilon={number}")
+    assert str(caught.value).startswith(f"--set 'size_epsilon={number}': the number {number} {problem}")
+    assert [parse_override(f"x={text}")[1] for text in ("0.0", "0e5", "-0.0e-3")] == [0.0, 0.0, 0.0]
+    assert parse_override("x=.inf")[1] == math.inf and parse_override("x=1e308")[1] == 1e308
 
 
 def test_a_date_is_text_in_a_study_file_and_an_override_key_with_brackets_is_told_its_spelling(write_study):

@@ -9,6 +9,7 @@ A value outside a fixed set of choices (a mechanism, a model, an optimiser) gets
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from importlib import resources
 from pathlib import Path
@@ -27,6 +28,10 @@ from dpmed.mechanisms import MECHANISMS
 QUICKSTART = Path(str(resources.files("dpmed") / "configs" / "quickstart.yaml"))
 
 __all__ = ["load_study", "parse_override", "study_to_dict"]
+
+
+class _OutOfRange(yaml.constructor.ConstructorError):
+    """A number YAML reads but a double cannot hold: valid YAML, so quoting it is no remedy."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -51,7 +56,22 @@ class _Loader(yaml.SafeLoader):
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        """A number past what a double holds is refused as written: 1e-400 would otherwise read as 0 and be refused
+        as "got 0.0", or 1e400 as inf ("got inf"), values the user never wrote."""
+        value = super().construct_yaml_float(node)
+        mantissa = node.value.lower().partition("e")[0]
+        if value == 0 and any(digit in "123456789" for digit in mantissa):
+            problem = "underflows to 0 (the smallest positive double is about 5e-324)"
+        elif math.isinf(value) and "inf" not in mantissa:
+            problem = "overflows to infinity (the largest double is about 1.8e308)"
+        else:
+            return value
+        raise _OutOfRange(None, None, f"the number {node.value} {problem}; write a number within a double's range",
+                          node.start_mark)
 
+
+_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
@@ -352,6 +372,8 @@ def parse_override(text: str) -> tuple[str, Any]:
                           "section.key, e.g. --set training.epochs=2")
     try:
         return key.strip(), yaml.load(value, Loader=_Loader)
+    except _OutOfRange as exc:
+        raise ConfigError(f"--set {text!r}: {exc.problem}") from None
     except _UNREADABLE as exc:
         problem = str(exc).splitlines()[0] if isinstance(exc, yaml.YAMLError) else _unreadable(exc)
         raise ConfigError(f"--set {text!r}: the value is not valid YAML ({problem}); quote it, e.g. "
@@ -431,6 +453,8 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     except OSError as exc:      # not readable by this user, a read error of the disk or the network share
         raise ConfigError(f"study file {path} cannot be read ({exc.strerror or exc}); make it readable to you "
                           "(chmod u+r), or pass a copy you can read") from None
+    except _OutOfRange as exc:
+        raise ConfigError(f"study file {path}, {_yaml_problem(exc)}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"study file {path} is not valid YAML: {_yaml_problem(exc)}") from None
     except _UNREADABLE as exc:
