@@ -145,6 +145,20 @@ def test_a_value_that_underflows_to_zero_is_said_to_underflow(capsys, argv, flag
     assert "got 0" not in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["epsilon", "--noise-multiplier", "1e400", *SCHEDULE, "--delta", "1e-5"], "--noise-multiplier"),
+    (["calibrate", "--target-epsilon", "1e999", *SCHEDULE, "--delta", "1e-5"], "--target-epsilon"),
+])
+def test_a_value_that_overflows_is_said_to_overflow(capsys, argv, flag):
+    """Before: --noise-multiplier 1e400 was refused as "must be a finite number, got inf"."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["privacy", *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: argument {flag}: {argv[argv.index(flag) + 1]} overflows to infinity in floating point" in err, err
+    assert "got inf" not in err and "Traceback" not in err
+
+
 def test_risk_offers_no_noise_choice_and_no_flag_is_read_as_another_by_its_prefix(capsys):
     """The reconstruction bounds hold for Gaussian noise only: risk offered --noise and then refused laplace; and
     argparse's prefix matching read --noise as --noise-multiplier on a command without --noise."""

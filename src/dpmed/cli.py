@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -71,9 +72,13 @@ def _float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None    # argparse's words for it
-    if value == 0 and any(digit in "123456789" for digit in text.lower().partition("e")[0]):
+    mantissa = text.lower().partition("e")[0]
+    if value == 0 and any(digit in "123456789" for digit in mantissa):
         raise argparse.ArgumentTypeError(f"{text} underflows to 0 in floating point (the smallest positive double is "
                                          "about 5e-324); give 5e-324 or more")
+    if math.isinf(value) and "inf" not in mantissa:     # 1e400: "must be a finite number, got inf" said too little
+        raise argparse.ArgumentTypeError(f"{text} overflows to infinity in floating point (the largest double is "
+                                         "about 1.8e308); give a smaller number")
     return value
 
 
