@@ -132,13 +132,8 @@ def test_the_statement_never_shows_a_confidence_above_the_audits(trial_inputs, m
     assert "100%" not in record.statement
 
 
-@pytest.mark.parametrize("claimed, bound", [(None, 0.2), (8.0, 0.2), (1.0, 3.0)])
-def test_the_statement_says_what_a_bound_below_or_above_the_claim_does_not_mean(trial_inputs, monkeypatch, claimed,
-                                                                               bound):
-    """A lower bound far below the claim (or a small one on a run without privacy) is no evidence that the run is
-    more private than proven: the audit sees only the final model and its canaries, and in that black-box setting
-    Steinke, Nasr and Jagielski (2023) find bounds well below the eps of the runs they audit. One above the claim
-    refutes it at the confidence, which a correct run still shows in 1 - confidence of its audits."""
+def _trial_bounded_at(trial_inputs, monkeypatch, bound: float):
+    """(a trial of 40 canaries, its task), with the audit's bound stubbed to ``bound``: what a statement says of it."""
     train, task, n_patients = trial_inputs
     _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40), seed=7, n_patients=n_patients,
                                              rng=np.random.default_rng(0))
@@ -148,6 +143,17 @@ def test_the_statement_says_what_a_bound_below_or_above_the_claim_does_not_mean(
                            confidence=confidence, delta=delta, k_positive=5, k_negative=5, method="stub")
 
     monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
+    return trial, task
+
+
+@pytest.mark.parametrize("claimed, bound", [(None, 0.2), (8.0, 0.2), (1.0, 3.0)])
+def test_the_statement_says_what_a_bound_below_or_above_the_claim_does_not_mean(trial_inputs, monkeypatch, claimed,
+                                                                               bound):
+    """A lower bound far below the claim (or a small one on a run without privacy) is no evidence that the run is
+    more private than proven: the audit sees only the final model and its canaries, and in that black-box setting
+    Steinke, Nasr and Jagielski (2023) find bounds well below the eps of the runs they audit. One above the claim
+    refutes it at the confidence, which a correct run still shows in 1 - confidence of its audits."""
+    trial, task = _trial_bounded_at(trial_inputs, monkeypatch, bound)
     record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
                                    delta=1e-5, claimed_epsilon=claimed)
     if claimed is None:
@@ -224,15 +230,7 @@ def test_a_claim_stated_without_its_card_s_not_dp_label_reads_as_the_statement_w
     from dpmed.mechanisms import PrivacyCard
     from dpmed.mechanisms.cards import label_randomness
 
-    train, task, n_patients = trial_inputs
-    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40), seed=7, n_patients=n_patients,
-                                             rng=np.random.default_rng(0))
-
-    def grid(scores, included, *, delta, confidence):
-        return AuditResult(epsilon_lower_bound=bound, n_canaries=len(included), n_guesses=10, n_correct=6,
-                           confidence=confidence, delta=delta, k_positive=5, k_negative=5, method="stub")
-
-    monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
+    trial, task = _trial_bounded_at(trial_inputs, monkeypatch, bound)
     terms = ("PLD, add/remove one patient; training alone: the card's 1.013 adds 0.0125 for the released "
              "training-set size")
     old, new = (procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
