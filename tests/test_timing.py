@@ -28,6 +28,13 @@ def test_clock_reads_days_and_years_beyond_a_day():
     assert clock(1e30) == f"{1e30 / (365.25 * 86400):,.0f} years"
 
 
+def test_clock_reads_a_year_from_365_days_and_one_year_in_the_singular():
+    """Before, 365 to 547 days read "1 years"; the year form starts at 365 days, as "1 day" starts at 24 hours."""
+    assert clock(365 * 86400 - 1) == "364 days 23:59:59"
+    assert [clock(d * 86400) for d in (365, 547)] == ["1 year", "1 year"]
+    assert clock(548 * 86400) == "2 years"
+
+
 def test_run_steps_counts_the_steps_training_takes(make_record):
     plain = make_record("np_seed0", "np").plan
     dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0).plan

@@ -263,13 +263,14 @@ def machine_load() -> str:
 
 
 def clock(seconds: float) -> str:
-    """1:05 (minutes:seconds), 2:03:04 (hours), 3 days 2:03:04, or 120 years (an estimate a user should see is
+    """1:05 (minutes:seconds), 2:03:04 (hours), 3 days 2:03:04, 1 year or 120 years (an estimate a user should see is
     absurd at a glance, not as 1049625:51:37); '?' for an unknown time."""
     if seconds is None or not math.isfinite(seconds):
         return "?"
     seconds = int(round(max(0.0, seconds)))
     if seconds >= 365 * 86400:
-        return f"{seconds / (365.25 * 86400):,.0f} years"
+        years = f"{seconds / (365.25 * 86400):,.0f}"
+        return f"{years} year{'s' * (years != '1')}"
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
