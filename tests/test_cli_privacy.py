@@ -159,6 +159,26 @@ def test_a_value_that_overflows_is_said_to_overflow(capsys, argv, flag):
     assert "got inf" not in err and "Traceback" not in err
 
 
+def test_a_zero_or_an_infinity_as_written_is_not_said_to_underflow_or_overflow(capsys):
+    """0e-400 and 0E5 are zeros as written (a noise multiplier of 0 is no noise, which epsilon answers), and inf in
+    any case is the infinity written: neither underflowed or overflowed, so neither is said to. A word that is no
+    number keeps argparse's own words for it."""
+    def epsilon(noise: str) -> tuple[int, str]:
+        code = main(["privacy", "epsilon", "--noise-multiplier", noise, *SCHEDULE, "--delta", "1e-5"])
+        out = capsys.readouterr()
+        return code, out.out + out.err
+
+    zero = epsilon("0")
+    assert zero[0] == 0 and "adds no noise" in zero[1]
+    assert epsilon("0e-400") == epsilon("0E5") == zero
+    for infinity in ("inf", "INF", "Infinity"):
+        code, said = epsilon(infinity)
+        assert code == 2 and "--noise-multiplier must be a finite number, got inf" in said and "overflow" not in said
+    with pytest.raises(SystemExit):
+        epsilon("abc")
+    assert "error: argument --noise-multiplier: invalid float value: 'abc'" in capsys.readouterr().err
+
+
 def test_risk_offers_no_noise_choice_and_no_flag_is_read_as_another_by_its_prefix(capsys):
     """The reconstruction bounds hold for Gaussian noise only: risk offered --noise and then refused laplace; and
     argparse's prefix matching read --noise as --noise-multiplier on a command without --noise."""
