@@ -221,7 +221,7 @@ def test_what_pyyaml_and_pydantic_raise_for_odd_files_is_a_message_naming_the_fi
     ("-1e400", "overflows to infinity (the largest double is about 1.8e308)")])
 def test_a_number_a_double_cannot_hold_is_refused_as_written_in_a_file_and_an_option(write_study, number, problem):
     """Before, size_epsilon: 1e-400 read as 0 and was refused as "got 0.0", 1e400 as "got inf": values the user never
-    wrote. 0.0, 0e5 and .inf are what they say, and reach the schema's own checks."""
+    wrote. 0.0, 0e5 and .inf, in either case, are what they say, and reach the schema's own checks."""
     path = write_study(GOOD.replace("name: s", f"name: s\nsize_epsilon: {number}"))
     with pytest.raises(ConfigError) as caught:
         load_study(path)
@@ -230,8 +230,9 @@ def test_a_number_a_double_cannot_hold_is_refused_as_written_in_a_file_and_an_op
     with pytest.raises(ConfigError) as caught:
         parse_override(f"size_epsilon={number}")
     assert str(caught.value).startswith(f"--set 'size_epsilon={number}': the number {number} {problem}")
-    assert [parse_override(f"x={text}")[1] for text in ("0.0", "0e5", "-0.0e-3")] == [0.0, 0.0, 0.0]
-    assert parse_override("x=.inf")[1] == math.inf and parse_override("x=1e308")[1] == 1e308
+    assert [parse_override(f"x={text}")[1] for text in ("0.0", "0e5", "0E5", "-0.0e-3")] == [0.0] * 4
+    assert [parse_override(f"x={text}")[1] for text in (".inf", ".INF", "-.Inf")] == [math.inf, math.inf, -math.inf]
+    assert parse_override("x=1e308")[1] == 1e308
 
 
 def test_a_date_is_text_in_a_study_file_and_an_override_key_with_brackets_is_told_its_spelling(write_study):
@@ -374,6 +375,12 @@ def test_the_keys_a_section_made_by_an_override_lacks_are_blamed_on_the_override
     assert problems == [f"  - {origin}: pretrain: the study file has no pretrain section, so the option adds one, and "
                         "a pretrain section also needs data and public; write the section with them in the study "
                         "file, or give them with --set too"]
+    # an override given in Python, not with --set, is not told to use --set
+    with pytest.raises(ConfigError) as info:
+        load_study(write_study(GOOD + in_file), {"pretrain.training.epochs": 2})
+    assert str(info.value).splitlines()[1:] == [
+        "  - override pretrain.training.epochs=2: pretrain: the study file has no pretrain section, so the option adds "
+        "one, and a pretrain section also needs data and public; write the section with them in the study file"]
     # a section the file has keeps its missing key, the file's
     partial = write_study(GOOD + "pretrain: {data: {source: phantom}}\n")
     with pytest.raises(ConfigError) as info:
@@ -721,6 +728,7 @@ def test_more_threads_than_a_machine_has_cores_are_refused_when_the_file_is_read
     ("null: 2", "the top level", "null"),
     ("training: {epochs: 2, 3.5: 1}", "training", "3.5"),
     ("training: {epochs: 2, yes: 1}", "training", "true"),
+    ("training: {epochs: 2, null: 1}", "training", "null"),        # pydantic names it None, like a union member
 ])
 def test_a_key_yaml_reads_as_no_text_is_named_in_its_section(write_study, line, where, key):
     """Before: "[1]: Keys should be strings (got 1)", a list index where a key was meant, "(top level)" for a key
