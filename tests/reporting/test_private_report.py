@@ -126,3 +126,23 @@ def test_several_audits_are_read_together_at_the_union_bounds_level(private):
                   private({"dp_seed0": PrivateRun(audit_statement="b", audit_confidence=0.95),
                            "dp_seed1": PrivateRun(audit_statement="no audit bound: none drawn")})):
         assert "Read together" not in alone          # one bound, nothing to correct
+
+
+@pytest.mark.parametrize("levels", [[0.5, 0.5], [0.9] * 10, [0.8] * 5])
+def test_levels_whose_shortfalls_add_up_to_one_give_no_joint_level(private, levels):
+    """Ten audits at 90% fall short by 1 in all: the union bound gives no joint level. Before, 1 - 0.9 added ten
+    times in floating point came to just under 1, and the report said the 10 bounds hold "with probability at least
+    2.22e-14%"."""
+    text = private({f"dp_seed{i}": PrivateRun(audit_statement="b", audit_confidence=c) for i, c in enumerate(levels)})
+    assert (f"Read together, no joint level for the {len(levels)} bounds follows from the union bound (the levels' "
+            "shortfalls add up to 100%)") in text and "probability at least" not in text
+
+
+def test_a_run_with_no_audit_is_not_counted_among_the_audited_runs_without_a_bound(private):
+    """Only an audit statement without a bound (no canary drawn) is an audited run that states none; a run whose
+    private folder holds training statistics alone was never audited, and the joint statement says nothing of it."""
+    text = private({"dp_seed0": PrivateRun(audit_statement="b", audit_confidence=0.95),
+                    "dp_seed1": PrivateRun(audit_statement="b", audit_confidence=0.95),
+                    "np_seed0": PrivateRun(training_metrics={"train_auroc": 0.9})})
+    assert "2 audit bounds, each at its own confidence (95%, 95%). Read together" in text
+    assert "not counted" not in text

@@ -147,7 +147,8 @@ def _audits_together(items: Mapping[str, PrivateRun]) -> str:
     unbounded = sum(item.audit_statement is not None and item.audit_confidence is None for item in items.values())
     left = ("" if not unbounded else "; 1 audited run states no bound and is not counted" if unbounded == 1
             else f"; {unbounded} audited runs state no bound and are not counted")
-    short = sum(1.0 - c for c in levels)
+    # rounded: ten levels of 0.9 fall short by 0.9999999999999998 in floating point, and 1 - that is no joint level
+    short = round(sum(1.0 - c for c in levels), 12)
     head = f"{len(levels)} audit bounds, each at its own confidence ({', '.join(map(confidence_text, levels))}){left}. "
     if short >= 1.0:
         return (f"<p>{head}Read together, no joint level for the {len(levels)} bounds follows from the union bound "
