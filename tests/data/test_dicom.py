@@ -335,3 +335,22 @@ def test_a_frame_count_of_one_or_left_empty_is_a_single_frame(tmp_path, frames, 
         warnings.simplefilter("error")
         image = read_image(path, channels=1)
     np.testing.assert_allclose(image[0], [[0.25, 0.5], [0.75, 1.0]], atol=1e-6)
+
+
+def test_a_header_pydicom_warns_of_is_read_without_its_warning_and_leaves_the_warning_filters_as_they_were(
+        tmp_path, write_dicom):
+    """A PatientID longer than DICOM's 64 characters (an anonymiser's hash, say) made pydicom print "The value length
+    (80) exceeds the maximum length of 64" while the header was read, a library line that names no file; and reading
+    quiets such lines for itself only, not for the rest of the process (no hidden global effects)."""
+    long_id = "p" * 80
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # writing it warns too
+        path = write_dicom(tmp_path / "long_id.dcm", STORED, patient=long_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dicom.read_dicom_header(path)["PatientID"] == long_id
+        assert dicom.peek_dicom(path) == (1, (2, 2))
+        read_image(path, channels=1)
+    before = list(warnings.filters)
+    read_image(path, channels=1)
+    assert warnings.filters == before
