@@ -68,3 +68,9 @@ def test_an_unreadable_record_is_one_warning_too(tmp_path, caplog):
     # IsADirectoryError on POSIX, PermissionError on Windows: named, with the system's words
     assert re.match(rf"\[1/1\] dp_seed0: private audit record {re.escape(str(folder.audit))} cannot be read "
                     r"\((IsADirectory|Permission)Error: [^)]+\), so its result is not shown$", line.getMessage())
+
+
+def test_a_run_that_wrote_no_record_logs_nothing(tmp_path, caplog):
+    """A run without an audit writes no audit.json: nothing is said of it, least of all a warning that its record
+    cannot be read."""
+    assert _lines(caplog, _folder(tmp_path)) == []
