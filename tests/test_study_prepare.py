@@ -9,7 +9,7 @@ import pytest
 from dpmed.config import load_study
 from dpmed.errors import ConfigError, DataError, PrivacyError
 from dpmed.mechanisms import DpSgdPlan
-from dpmed.study import load_study_data, plan_study, planned_card, prepare_study
+from dpmed.study import check_fit, load_study_data, plan_study, planned_card, prepare_study
 
 HEAD = "name: s\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0]\nprivacy_randomness: reproducible\n"
 DP = "{name: dp, mechanism: dp_sgd, target_epsilon: 8, epochs: 2}"
@@ -186,11 +186,12 @@ def test_non_square_images_are_refused_before_training_by_the_models_that_take_s
     dataset = load_study_data(study)
     assert dataset.train.image_shape == (1, 20, 30)
     if not refused:
+        check_fit(study, dataset)
         assert plan_study(study, dataset)
         return
     with pytest.raises(ConfigError, match=rf"model.name {model} takes square images only, and these are 20 x 30 px; "
                                           r"set data.image_size"):
-        plan_study(study, dataset)
+        check_fit(study, dataset)
 
 
 def test_a_cap_on_data_without_patient_ids_is_said_to_have_no_effect(write_study, write_png_table, tmp_path,
@@ -220,7 +221,7 @@ def test_more_bootstrap_redraws_than_memory_holds_are_refused_before_training(wr
                                    "arms:\n  - {name: a, mechanism: none}\n"))
     dataset = load_study_data(study)
     monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=2**30, swap=0))
-    plan_study(study.model_copy(update={"evaluation": study.evaluation.model_copy(
+    check_fit(study.model_copy(update={"evaluation": study.evaluation.model_copy(
         update={"bootstrap_resamples": 100_000})}), dataset)      # 100,000 x 15 test images x 64 bytes: 96 MB
     huge = study.model_copy(update={"evaluation": study.evaluation.model_copy(update={"bootstrap_resamples": 10**23})})
     with pytest.raises(DataError, match=rf"^evaluation.bootstrap_resamples: {10**23} redraws of the "
@@ -228,7 +229,7 @@ def test_more_bootstrap_redraws_than_memory_holds_are_refused_before_training(wr
                                         r"run \(64 bytes per redraw and image\), and only 1.1 GB is free for dpmed "
                                         r"here: lower evaluation.bootstrap_resamples \(the default, 1000, is what "
                                         r"METHODS.md s.4 uses\)$"):
-        plan_study(huge, dataset)
+        check_fit(huge, dataset)
 
 
 def test_an_audit_refused_for_a_dp_count_its_noise_took_below_one_says_so(write_study):

@@ -96,16 +96,20 @@ def test_a_temporary_whose_writer_cannot_be_known_gone_is_kept(tmp_path, monkeyp
 
 @pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX's")
 def test_claiming_a_folder_makes_it_and_its_private_part_owner_only(tmp_path):
-    """Also for a study without DP-SGD arms (which writes no DP count), and an older private/ is narrowed."""
+    """Also for a study without DP-SGD arms (which writes no DP count), and an older private/ is narrowed. Folders
+    the claim made and nothing was written into are gone after it (a study refused before writing anything), and
+    those that were there before stay."""
     from dpmed.workspace import claim_folder
 
-    with claim_folder(tmp_path / "s"):
-        pass
-    assert (tmp_path / "s").stat().st_mode & 0o777 == 0o700
-    assert (tmp_path / "s" / "private").stat().st_mode & 0o777 == 0o700
+    with claim_folder(tmp_path / "out" / "s"):
+        assert (tmp_path / "out" / "s").stat().st_mode & 0o777 == 0o700
+        assert (tmp_path / "out" / "s" / "private").stat().st_mode & 0o777 == 0o700
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "s" / "private").mkdir(mode=0o755, parents=True)
     (tmp_path / "s" / "private").chmod(0o755)
     with claim_folder(tmp_path / "s"):
         assert (tmp_path / "s" / "private").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "s" / "private").is_dir()
 
 
 def test_a_finished_run_s_secrets_are_withdrawn_and_an_unfinished_run_keeps_them_to_resume(tmp_path):

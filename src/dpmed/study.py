@@ -54,8 +54,8 @@ from dpmed.run import RunContext, reevaluate
 from dpmed.timing import Rates, probe_rates
 from dpmed.workspace import claim_folder, withdraw_leftovers, withdraw_public_timing, writing_into
 
-__all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "load_study_data",
-           "planned_card", "estimate_times", "check_device"]
+__all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "check_fit",
+           "load_study_data", "planned_card", "estimate_times", "check_device"]
 
 _log = logging.getLogger(__name__)
 
@@ -213,17 +213,8 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
     """Every run of ``study`` on ``dataset``, planned (METHODS.md s.1-2): DP-SGD's q, T, delta and calibrated sigma
     over its unit, from ``sizes``, the DP counts of its units (`dpmed.released_size`; None: from the exact counts,
     taken as public), local DP noise scales. ``context``: :func:`plan_context` of ``dataset``, where the caller
-    has it already. Audits are checked against the training patients, the batch against
-    the training images, and augmentation's crop padding against the image size."""
-    augmentation, side = study.training.augmentation, min(dataset.train.image_shape[1:])
-    if augmentation is not None and augmentation.crop_padding != "auto" and augmentation.crop_padding >= side:
-        raise ConfigError(f"training.augmentation.crop_padding {augmentation.crop_padding} px needs images larger "
-                          f"than that (reflect padding), and these are {side} px; lower it, or use 'auto' (side / 8)")
-    _, height, width = dataset.train.image_shape
-    if MODELS[study.model.name].square and height != width:
-        raise ConfigError(f"model.name {study.model.name} takes square images only, and these are {height} x {width} "
-                          "px; set data.image_size to resize them to a square (data.preprocessing.aspect: crop keeps "
-                          "their proportions), or use a model with global pooling (small_cnn, resnet9, resnet18)")
+    has it already. Audits are checked against the training patients, and the batch against the training images;
+    what needs no plan (:func:`check_fit`) is not checked here."""
     context = context or plan_context(dataset)
     if sizes is not None:
         context = replace(context, released_sizes=sizes, size_epsilon=study.size_epsilon)
@@ -261,8 +252,23 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
             raise ConfigError(f"arm {plan.arm!r}: training.batch_size {plan.training.batch_size} exceeds the "
                               f"{len(dataset.train)} training images; lower training.batch_size to at most "
                               f"{len(dataset.train)}")
-    _check_redraws(study.evaluation.bootstrap_resamples, len(dataset.test))
     return plans
+
+
+def check_fit(study: Study, dataset: Dataset) -> None:
+    """Refuse what no plan can change: augmentation's crop padding as large as the images, a square-only model on
+    other images, bootstrap redraws no memory holds. Checked before the DP counts are drawn (`prepare_study`), so
+    that a study refused for them writes nothing, and its output folder is left as it was found."""
+    augmentation, side = study.training.augmentation, min(dataset.train.image_shape[1:])
+    if augmentation is not None and augmentation.crop_padding != "auto" and augmentation.crop_padding >= side:
+        raise ConfigError(f"training.augmentation.crop_padding {augmentation.crop_padding} px needs images larger "
+                          f"than that (reflect padding), and these are {side} px; lower it, or use 'auto' (side / 8)")
+    _, height, width = dataset.train.image_shape
+    if MODELS[study.model.name].square and height != width:
+        raise ConfigError(f"model.name {study.model.name} takes square images only, and these are {height} x {width} "
+                          "px; set data.image_size to resize them to a square (data.preprocessing.aspect: crop keeps "
+                          "their proportions), or use a model with global pooling (small_cnn, resnet9, resnet18)")
+    _check_redraws(study.evaluation.bootstrap_resamples, len(dataset.test))
 
 
 # Peak bytes a run's evaluation takes per bootstrap redraw and test image: 56 to 64 for a binary task's utility
@@ -352,6 +358,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     load_seconds = time.perf_counter() - start
     if dataset.source.get("summary"):   # before planning, whose refusals (a batch above the set) it may explain
         _log.info("data: %s", dataset.source["summary"])
+    check_fit(study, dataset)      # before a count is drawn and written: a refusal here leaves the folder as it was
     fingerprint = data_fingerprint(dataset)
     context = plan_context(dataset)
     needed = needed_sizes(study, context)

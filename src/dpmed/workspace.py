@@ -96,15 +96,25 @@ def claim_folder(root: Path | str) -> Iterator[Holder]:
     """Hold the study folder ``root`` for this process (`dpmed.lock`): FolderError naming the holder if another
     live `dpmed run` works in it, or naming the folder if it cannot be created or written. Re-entrant. Makes the
     folder's ``private/`` readable by its owner only (`StudyFolder.make_private`), and on leaving sets the times of
-    what it wrote to a constant (`StudyFolder.settle_times`)."""
+    what it wrote to a constant (`StudyFolder.settle_times`) and removes the folders it made that nothing was
+    written into: a study refused before it wrote anything (memory, a setting planning refuses) leaves the output
+    folder as it found it, not an empty private/ (the lock lives there, so the folder is made before the study is
+    planned)."""
     folder = StudyFolder(Path(root))
+    made = [p for p in (folder.private, *folder.private.parents) if not p.exists()]     # innermost first
     with writing_into(folder.root):
-        folder.make_private()
-        with FolderLock(folder.lock, what=str(folder.root)) as holder:
-            try:
-                yield holder
-            finally:            # also after a failure or Ctrl-C: what was written keeps no wall time
-                folder.settle_times()
+        try:
+            folder.make_private()
+            with FolderLock(folder.lock, what=str(folder.root)) as holder:
+                try:
+                    yield holder
+                finally:            # also after a failure or Ctrl-C: what was written keeps no wall time
+                    folder.settle_times()
+        finally:
+            for path in made:
+                # rmdir removes an empty folder only: one that anything was written into stays, with its parents
+                with contextlib.suppress(OSError):
+                    path.rmdir()
 
 
 def withdraw_leftovers(folder: StudyFolder) -> None:

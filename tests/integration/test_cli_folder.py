@@ -139,6 +139,28 @@ def test_run_into_a_read_only_folder_ends_in_one_line(tiny_text, tmp_path, capsy
     assert line.startswith(f"dpmed: error: cannot write to the output folder {out / 'tiny'}: Permission denied")
 
 
+
+@pytest.mark.parametrize("setting", ["evaluation.bootstrap_resamples=1000000000000",
+                                     "training.augmentation.crop_padding=64"])
+def test_a_study_refused_while_planning_leaves_the_output_folder_as_it_found_it(tmp_path, capsys, monkeypatch,
+                                                                               setting):
+    """Redraws no memory holds, a crop padding as large as the images: refused before anything is written. Before, an
+    empty private/ (and the DP count drawn for the quickstart's DP-SGD arms in it) was left in a folder the study
+    never ran in; a folder or file that was there before stays."""
+    from dpmed import memory
+
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=2**30, swap=0))
+    out = tmp_path / "new" / "out"
+    assert main(["run", "--out", str(out), "--set", setting, "--no-progress"]) == 2
+    _one_line_error(capsys.readouterr().err)
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    (kept / "quickstart").mkdir(parents=True)
+    (kept / "notes.txt").write_text("the user's\n")
+    assert main(["run", "--out", str(kept), "--set", setting, "--no-progress"]) == 2
+    _one_line_error(capsys.readouterr().err)
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*")) == ["notes.txt", "quickstart"]
+
 # ---------------------------------------------------------------------------------- report and status: which folder
 
 

@@ -86,7 +86,7 @@ def test_the_models_are_listed_sorted_as_the_unknown_name_message_lists_them():
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_a_model_not_marked_square_takes_images_of_any_proportions(name):
-    """`ModelInfo.square` is what `plan_study` refuses non-square images by: every model without it must take them
+    """`ModelInfo.square` is what `check_fit` refuses non-square images by: every model without it must take them
     (here 20 x 30 px, built for the height), and every model with it fails on them, so the mark is not stale."""
     model = build_model(name, in_channels=1, num_outputs=2, image_size=20).eval()
     with torch.no_grad():
