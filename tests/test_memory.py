@@ -27,6 +27,15 @@ def _tree(tmp_path: Path, *, available_kb: int = 8_000_000, swap_kb: int | None 
     return proc, cgroups
 
 
+def _total(monkeypatch, pages: int = 1000) -> Headroom:
+    """What :func:`headroom` falls back to where sysconf says the machine has ``pages`` pages of 4096 bytes."""
+    import os
+
+    sizes = {"SC_PHYS_PAGES": pages, "SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(os, "sysconf", lambda name: sizes[name], raising=False)
+    return Headroom(ram=pages * 4096, swap=0, total_only=True)
+
+
 def test_without_limits_the_room_is_memavailable_and_swapfree(tmp_path):
     assert headroom(*_tree(tmp_path)) == Headroom(ram=8_000_000 * 1024, swap=1_000_000 * 1024)
     assert headroom(*_tree(tmp_path / "noswap", swap_kb=None)) == Headroom(ram=8_000_000 * 1024, swap=0)
@@ -78,14 +87,14 @@ def test_a_cgroups_file_cache_counts_as_free_and_its_other_memory_does_not(tmp_p
     assert headroom(*_tree(tmp_path / "odd", files=files)).ram == 8 * GB    # never more than the limit
 
 
-def test_a_limit_already_exceeded_leaves_no_room_and_unreadable_files_leave_the_check_out(tmp_path):
+def test_a_limit_already_exceeded_leaves_no_room_and_unreadable_files_leave_the_total(tmp_path, monkeypatch):
     files = {"memory.max": f"{GB}\n", "memory.current": f"{2 * GB}\n"}
     assert headroom(*_tree(tmp_path, files=files)).ram == 0
     proc, cgroups = _tree(tmp_path / "garbled", cgroup="not a cgroup line\n0::/\n", files=files)
     assert headroom(proc, cgroups).ram == 0
     (proc / "meminfo").write_text("MemAvailable: lots\n")
-    assert headroom(proc, cgroups) is None
-    assert headroom(tmp_path / "nowhere", tmp_path / "nowhere") is None      # not Linux: nothing is checked
+    total = _total(monkeypatch)
+    assert headroom(proc, cgroups) == total                  # the machine's total memory bounds the work
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/meminfo is read on Linux only")
@@ -94,15 +103,17 @@ def test_this_machine_has_some_room():
     assert room is not None and room.ram > 0 and room.swap >= 0
 
 
-def test_what_cannot_be_read_as_documented_leaves_the_check_out_or_the_limit_unknown(tmp_path):
-    """No MemAvailable (kernels before 3.14), another unit: no check (None), not a crash or a misread. A garbled
-    cgroup file, or an unreadable /proc/self/cgroup: no limit known, the machine's room stands."""
+def test_what_cannot_be_read_as_documented_leaves_the_total_or_the_limit_unknown(tmp_path, monkeypatch):
+    """No MemAvailable (kernels before 3.14), another unit: only the machine's total memory is known (sysconf), not
+    a crash or a misread. A garbled cgroup file, or an unreadable /proc/self/cgroup: no limit known, the machine's
+    room stands."""
+    total = _total(monkeypatch)
     proc, cgroups = _tree(tmp_path / "old")
     (proc / "meminfo").write_text("MemTotal:       16000000 kB\n")
-    assert headroom(proc, cgroups) is None
+    assert headroom(proc, cgroups) == total
     proc, cgroups = _tree(tmp_path / "unit")
     (proc / "meminfo").write_text("MemTotal:       16 GB\nMemAvailable:   8 MB\n")
-    assert headroom(proc, cgroups) is None
+    assert headroom(proc, cgroups) == total
     garbled = _tree(tmp_path / "garbled", files={"memory.max": "garbage\n", "memory.current": "12\n"})
     assert headroom(*garbled) == Headroom(ram=8_000_000 * 1024, swap=1_000_000 * 1024)
     proc, cgroups = _tree(tmp_path / "nocgroup", files={"memory.max": "1000\n", "memory.current": "10\n"})
@@ -129,3 +140,26 @@ def test_images_that_exactly_fill_ram_and_swap_are_decoded_with_a_warning(monkey
     assert "the machine will swap" in caplog.text
     with pytest.raises(DataError, match=r"the 385 images .* is free for dpmed here: smaller$"):
         memory.check_images((385, 1, 1, 1), fix="smaller")
+
+
+def test_without_proc_meminfo_the_machine_s_total_memory_bounds_the_work_and_without_it_nothing_is_checked(
+        tmp_path, monkeypatch):
+    """macOS and the BSDs have no /proc/meminfo. Before, nothing was checked there: work larger than the whole
+    machine started and ended in the kernel's kill. Now the total memory the system reports (sysconf) bounds it;
+    where none is reported (Windows has no sysconf), the check is left out, and nothing fails."""
+    import functools
+    import os
+
+    from dpmed import memory
+
+    nowhere = tmp_path / "nowhere"
+    monkeypatch.setattr(memory, "headroom", functools.partial(headroom, nowhere, nowhere))
+    _total(monkeypatch)
+    memory.check_bytes(4_096_000, "the work takes 4.1 MB", fix="do less")
+    with pytest.raises(DataError, match=r"^the work takes more, and this machine has only 4.1 MB of memory in all "
+                                        r"\(what is free cannot be read here\): do less$"):
+        memory.check_bytes(4_096_001, "the work takes more", fix="do less")
+    _total(monkeypatch, pages=-1)                     # sysconf's answer where it does not know
+    memory.check_bytes(10**18, "the work takes an exabyte", fix="do less")
+    monkeypatch.delattr(os, "sysconf", raising=False)
+    memory.check_bytes(10**18, "the work takes an exabyte", fix="do less")

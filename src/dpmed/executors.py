@@ -251,7 +251,7 @@ def _check_room_for_copies(dataset: Dataset, copies: int) -> None:
     what = (f"each of the {copies} worker processes holds its own copy of the dataset's {bytes_text(size)} of images, "
             f"{bytes_text(need)} in all")
     if need > room.ram + room.swap:
-        raise ConfigError(f"{what}, and only {room.describe()} is free here: {fewer}, or set a smaller "
+        raise ConfigError(f"{what}, and {room.describe()}: {fewer}, or set a smaller "
                           "data.image_size; each run needs memory besides")
     _log.warning("%s, more than the %s free: the machine will swap, which is slow (%s)", what, bytes_text(room.ram),
                  fewer)

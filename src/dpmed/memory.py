@@ -8,14 +8,17 @@ A cgroup's usage counts the file cache its processes read (the dataset's files, 
 reclaims before it kills anything: that cache counts as free, as MemAvailable counts the machine's, or a job that
 had just read its images would be refused them.
 On ZFS the file cache (the ARC) is not in MemAvailable though the kernel shrinks it on demand: what it holds above its
-floor (c_min) counts as free, or a server with a large ARC would refuse data it can hold. Elsewhere :func:`headroom`
-is None and nothing is checked.
+floor (c_min) counts as free, or a server with a large ARC would refuse data it can hold.
+Without /proc/meminfo (macOS, the BSDs) what is free cannot be read, but the machine's total memory can (sysconf):
+work larger than the whole machine is refused all the same. Where neither is known (Windows), :func:`headroom` is
+None and nothing is checked.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,25 +37,42 @@ SMALLER_IMAGES = ("set a smaller data.image_size (the memory grows with its squa
 @dataclass(frozen=True)
 class Headroom:
     """ram: bytes this process can still take without swapping (the machine's, or less under a cgroup limit);
-    swap: free swap besides, in bytes."""
+    swap: free swap besides, in bytes. total_only: ram is the machine's whole memory, where what is free cannot be
+    read (swap is then 0: unknown)."""
 
     ram: int
     swap: int
+    total_only: bool = False
 
-    def describe(self) -> str:
-        return bytes_text(self.ram) + (f" (and {bytes_text(self.swap)} of swap)" if self.swap else "")
+    def describe(self, where: str = "here") -> str:
+        """The room as a refusal states it: "only 2 GB (and 1 GB of swap) is free ``where``"."""
+        if self.total_only:
+            return f"this machine has only {bytes_text(self.ram)} of memory in all (what is free cannot be read here)"
+        return f"only {bytes_text(self.ram)}" + (f" (and {bytes_text(self.swap)} of swap)" if self.swap else "") + \
+            f" is free {where}"
 
 
 def headroom(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")) -> Headroom | None:
-    """This process's :class:`Headroom`, or None where /proc/meminfo cannot be read (not Linux)."""
+    """This process's :class:`Headroom`; where /proc/meminfo cannot be read (not Linux), the machine's total memory
+    (:func:`_total_memory`), or None where that is unknown too."""
     try:
         fields = dict(line.split(":", 1) for line in (proc / "meminfo").read_text().splitlines() if ":" in line)
         ram = _kilobytes(fields["MemAvailable"]) + _zfs_cache_above_floor(proc)
         swap = _kilobytes(fields.get("SwapFree", "0 kB"))
     except (OSError, KeyError, ValueError):
-        return None
+        return _total_memory()
     limited = _cgroup_room(proc, cgroups)
     return Headroom(ram=ram if limited is None else max(0, min(ram, limited)), swap=swap)
+
+
+def _total_memory() -> Headroom | None:
+    """The machine's physical memory as a :class:`Headroom` (``total_only``), from sysconf (POSIX: macOS, the BSDs);
+    None where the system has no sysconf (Windows) or does not say."""
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):     # no sysconf; a name this system lacks; a failed call
+        return None
+    return Headroom(ram=pages * size, swap=0, total_only=True) if pages > 0 and size > 0 else None   # -1: unknown
 
 
 def check_images(shape: tuple[int, int, int, int], *, fix: str) -> None:
@@ -71,7 +91,7 @@ def check_bytes(need: int, what: str, *, fix: str) -> None:
     if room is None or need <= room.ram:
         return
     if need > room.ram + room.swap:
-        raise DataError(f"{what}, and only {room.describe()} is free for dpmed here: {fix}")
+        raise DataError(f"{what}, and {room.describe('for dpmed here')}: {fix}")
     _log.warning("%s, more than the %s free: the machine will swap, which is slow", what, bytes_text(room.ram))
 
 
