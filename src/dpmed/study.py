@@ -33,9 +33,10 @@ from dpmed import accounting, memory
 from dpmed.accounting import Ledger
 from dpmed.audit import AuditRecord, max_canaries, read_audit
 from dpmed.budget import check_budget, study_privacy
-from dpmed.config import RunPlan, Study, load_study, plan_runs
+from dpmed.config import EvaluationConfig, RunPlan, Study, load_study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
 from dpmed.errors import ConfigError, DataError
+from dpmed.evaluation.assessment import redraw_memory
 from dpmed.executors import RunFailure, RunTask, check_executor_options, make_executor
 from dpmed.folders import RunFolder, StudyFolder, write_text_atomic
 from dpmed.interruption import interruptible
@@ -268,22 +269,23 @@ def check_fit(study: Study, dataset: Dataset) -> None:
         raise ConfigError(f"model.name {study.model.name} takes square images only, and these are {height} x {width} "
                           "px; set data.image_size to resize them to a square (data.preprocessing.aspect: crop keeps "
                           "their proportions), or use a model with global pooling (small_cnn, resnet9, resnet18)")
-    _check_redraws(study.evaluation.bootstrap_resamples, len(dataset.test))
+    _check_redraws(study.evaluation, dataset)
 
 
-# Peak bytes a run's evaluation takes per bootstrap redraw and test image: 56 to 64 for a binary task's utility
-# (its redraws, counts and sorted scores), more with several labels; a floor, so no study that fits is refused.
-_REDRAW_BYTES = 64
-
-
-def _check_redraws(resamples: int, n_test: int) -> None:
-    """Refuse redraws of the test set that no run's evaluation could hold in memory: found after training, they
-    failed every run."""
-    need = _REDRAW_BYTES * resamples * n_test
-    memory.check_bytes(need, f"evaluation.bootstrap_resamples: {resamples} redraws of the {n_test} test images take "
-                             f"at least {bytes_text(need)} of memory to evaluate a run ({_REDRAW_BYTES} bytes per "
-                             "redraw and image)", fix="lower evaluation.bootstrap_resamples (the default, 1000, is "
-                                                      "what METHODS.md s.4 uses)")
+def _check_redraws(config: EvaluationConfig, dataset: Dataset) -> None:
+    """Refuse redraws of the test set that no run's evaluation could hold in memory (`redraw_memory`): found after
+    training, they failed every run."""
+    need = redraw_memory(config, dataset)
+    fairness = need.tables > need.engine and need.groups > 0
+    findings = f" of {need.labels} findings" if need.labels > 1 else ""
+    what = (f"evaluation.bootstrap_resamples: {config.bootstrap_resamples} redraws of the {len(dataset.test)} test "
+            f"images take about {bytes_text(need.total)} of memory to evaluate a run"
+            + (f" (fairness keeps {bytes_text(need.tables)} of it: each redraw's rates{findings} in up to "
+               f"{need.groups} groups)" if fairness else ""))
+    memory.check_bytes(need.total, what, fix="lower evaluation.bootstrap_resamples (the default, 1000, is what "
+                                             "METHODS.md s.4 uses)"
+                       + (", or measure fairness by fewer groups or not at all (evaluation.fairness)" if fairness
+                          else ""))
 
 
 def _tell_largest_patient(plans: list[RunPlan], context: PlanContext) -> None:

@@ -17,12 +17,13 @@ from torch import nn
 from dpmed.config import EvaluationConfig
 from dpmed.data import Dataset, ImageSet
 from dpmed.evaluation.explanations import explain_test_set
-from dpmed.evaluation.fairness import evaluate_fairness
+from dpmed.evaluation.fairness import evaluate_fairness, group_labels
 from dpmed.evaluation.inference import predict
 from dpmed.evaluation.summaries import Explanations, Fairness
 from dpmed.evaluation.utility import evaluate_utility
+from dpmed.evaluation.weighted import redraw_bytes
 
-__all__ = ["Assessment", "assess"]
+__all__ = ["Assessment", "assess", "RedrawMemory", "redraw_memory"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +39,41 @@ class Assessment:
     explanations: Explanations | None = None
     cams: dict[str, np.ndarray] | None = None
     training_metrics: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RedrawMemory:
+    """What a run's evaluation takes at its peak for its bootstrap redraws of the test set, in bytes: engine, the
+    redraws and their blocks of counts (`dpmed.evaluation.weighted.redraw_bytes`); tables, what is kept for every
+    redraw, which grows with the label columns (``labels``: findings, classes) and, where fairness decides
+    (binary, multilabel), with them times the ``groups`` of its attribute with the most (0 without)."""
+
+    engine: int
+    tables: int
+    labels: int
+    groups: int
+
+    @property
+    def total(self) -> int:
+        return self.engine + self.tables
+
+
+def redraw_memory(config: EvaluationConfig, dataset: Dataset) -> RedrawMemory:
+    """The :class:`RedrawMemory` of evaluating a run on ``dataset``'s test set as ``config`` asks. Utility and
+    fairness redraw one after the other, through one engine; each keeps its per-redraw values until it summarises
+    them. Utility keeps each label's AUROC (8 bytes a redraw and label); fairness on decisions keeps, for each
+    group, four rates per label (selection in and outside the group, TPR, FPR), in blocks that are then joined and
+    stacked across groups for the spreads: measured with tracemalloc, 97 to 99 bytes a redraw, label and group
+    (1.3 GB for 5,000 redraws of 300 findings in 9 age groups, where the engine took 32 MB); multiclass fairness
+    keeps a few numbers a redraw and group. Patients redrawn instead of images take no more."""
+    r, n = config.bootstrap_resamples, len(dataset.test)
+    labels = 1 if dataset.task.kind == "binary" else len(dataset.task.label_names)
+    groups = 0
+    if config.fairness is not None and dataset.task.kind != "multiclass":
+        groups = max(len(np.unique(group_labels(name, getattr(dataset.test, name), age_bins=config.fairness.age_bins)))
+                     for name in config.fairness.attributes)
+    return RedrawMemory(engine=redraw_bytes(r, n), tables=r * labels * (8 + 100 * groups), labels=labels,
+                        groups=groups)
 
 
 def _finite(values: dict[str, Any]) -> dict[str, Any]:
