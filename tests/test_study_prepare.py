@@ -267,6 +267,28 @@ def test_bootstrap_redraws_of_many_findings_count_their_fairness_values_per_grou
               findings)
 
 
+def test_training_set_metrics_count_their_redraws_of_the_training_images(write_study, monkeypatch):
+    """Before: evaluation.training_metrics redraws the training images as often as the test images, a set several
+    times larger, and the check counted the test set's redraws alone: a study it passed failed after training in
+    every run's evaluation."""
+    from dpmed import memory
+
+    study = load_study(write_study("name: s\nseeds: [0]\ndata: {source: phantom, n_images: 120, image_size: 16}\n"
+                                   "evaluation: {bootstrap_resamples: 100000, fairness: null, training_metrics: true}\n"
+                                   "arms:\n  - {name: a, mechanism: none}\n"))
+    dataset = load_study_data(study)
+    assert len(dataset.train) > 3 * len(dataset.test)
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=200 * 10**6, swap=0))
+    with pytest.raises(DataError, match=rf"^evaluation.training_metrics: 100000 redraws of the {len(dataset.train)} "
+                                        r"training images take about [0-9.]+ MB of memory to evaluate a run, and "
+                                        r"only 200 MB is free for dpmed here: set evaluation.training_metrics to false "
+                                        r"\(they are private and not covered by eps\), or lower "
+                                        r"evaluation.bootstrap_resamples$"):
+        check_fit(study, dataset)
+    check_fit(study.model_copy(update={"evaluation": study.evaluation.model_copy(
+        update={"training_metrics": False})}), dataset)     # the test set's redraws alone fit
+
+
 def test_an_audit_refused_for_a_dp_count_its_noise_took_below_one_says_so(write_study):
     """Before: "needs more training patients than the -93 of the DP count it plans from", a number of patients no
     dataset has, with no word of where it came from."""

@@ -273,8 +273,8 @@ def check_fit(study: Study, dataset: Dataset) -> None:
 
 
 def _check_redraws(config: EvaluationConfig, dataset: Dataset) -> None:
-    """Refuse redraws of the test set that no run's evaluation could hold in memory (`redraw_memory`): found after
-    training, they failed every run."""
+    """Refuse redraws of the test set, or of the training set for the training-set metrics, that no run's evaluation
+    could hold in memory (`redraw_memory`): found after training, they failed every run."""
     need = redraw_memory(config, dataset)
     fairness = need.tables > need.engine and need.groups > 0
     findings = f" of {need.labels} findings" if need.labels > 1 else ""
@@ -286,6 +286,12 @@ def _check_redraws(config: EvaluationConfig, dataset: Dataset) -> None:
                                              "METHODS.md s.4 uses)"
                        + (", or measure fairness by fewer groups or not at all (evaluation.fairness)" if fairness
                           else ""))
+    if need.training:        # after the test set's redraws, which are freed by then
+        memory.check_bytes(need.training, f"evaluation.training_metrics: {config.bootstrap_resamples} redraws of the "
+                                          f"{len(dataset.train)} training images take about "
+                                          f"{bytes_text(need.training)} of memory to evaluate a run",
+                           fix="set evaluation.training_metrics to false (they are private and not covered by eps), "
+                               "or lower evaluation.bootstrap_resamples")
 
 
 def _tell_largest_patient(plans: list[RunPlan], context: PlanContext) -> None:

@@ -186,3 +186,15 @@ def test_the_memory_estimate_of_the_redraws_holds_what_utility_and_fairness_take
             tracemalloc.stop()
     need = redraw_memory(config, dataset)
     assert max(peaks) <= need.total <= 1.5 * max(peaks), (peaks, need)
+    assert need.training == 0
+    # the private training-set metrics: utility again, on the training images
+    tracemalloc.start()
+    try:
+        evaluate_utility(kind=kind, label_names=task.label_names, val_labels=dataset.val.labels,
+                         val_scores=val_scores, test_labels=dataset.train.labels,
+                         test_scores=rng.random(dataset.train.labels.shape), n_resamples=3000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    training = redraw_memory(config.model_copy(update={"training_metrics": True}), dataset).training
+    assert peak <= training <= 1.5 * peak, (peak, training)

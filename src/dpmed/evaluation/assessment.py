@@ -46,12 +46,15 @@ class RedrawMemory:
     """What a run's evaluation takes at its peak for its bootstrap redraws of the test set, in bytes: engine, the
     redraws and their blocks of counts (`dpmed.evaluation.weighted.redraw_bytes`); tables, what is kept for every
     redraw, which grows with the label columns (``labels``: findings, classes) and, where fairness decides
-    (binary, multilabel), with them times the ``groups`` of its attribute with the most (0 without)."""
+    (binary, multilabel), with them times the ``groups`` of its attribute with the most (0 without). training: the
+    peak of the private training-set metrics (``evaluation.training_metrics``; 0 without), utility on the training
+    images, redrawn after the test set's work is freed: the run's peak is the larger of the two."""
 
     engine: int
     tables: int
     labels: int
     groups: int
+    training: int = 0
 
     @property
     def total(self) -> int:
@@ -65,15 +68,17 @@ def redraw_memory(config: EvaluationConfig, dataset: Dataset) -> RedrawMemory:
     group, four rates per label (selection in and outside the group, TPR, FPR), in blocks that are then joined and
     stacked across groups for the spreads: measured with tracemalloc, 97 to 99 bytes a redraw, label and group
     (1.3 GB for 5,000 redraws of 300 findings in 9 age groups, where the engine took 32 MB); multiclass fairness
-    keeps a few numbers a redraw and group. Patients redrawn instead of images take no more."""
+    keeps a few numbers a redraw and group. Patients redrawn instead of images take no more. The training-set
+    metrics are counted over all training images (an audit may hold some out)."""
     r, n = config.bootstrap_resamples, len(dataset.test)
     labels = 1 if dataset.task.kind == "binary" else len(dataset.task.label_names)
     groups = 0
     if config.fairness is not None and dataset.task.kind != "multiclass":
         groups = max(len(np.unique(group_labels(name, getattr(dataset.test, name), age_bins=config.fairness.age_bins)))
                      for name in config.fairness.attributes)
+    training = redraw_bytes(r, len(dataset.train)) + r * labels * 8 if config.training_metrics else 0
     return RedrawMemory(engine=redraw_bytes(r, n), tables=r * labels * (8 + 100 * groups), labels=labels,
-                        groups=groups)
+                        groups=groups, training=training)
 
 
 def _finite(values: dict[str, Any]) -> dict[str, Any]:
