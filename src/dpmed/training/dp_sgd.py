@@ -33,8 +33,7 @@ from __future__ import annotations
 import math
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -47,7 +46,7 @@ from dpmed.training.clipping import GhostClipper, clip_factors, finite_rows, ref
 from dpmed.training.grouping import group_index
 from dpmed.training.noise import block_keys, fill_noise, noise_workers
 
-__all__ = ["DpSgdStep", "OpacusClipper", "CLIPPING_ENGINES"]
+__all__ = ["DpSgdStep", "OpacusClipper", "CLIPPING_ENGINES", "physical_chunks"]
 
 
 def _refuse_opacus_gaps(model: nn.Module) -> None:
@@ -149,6 +148,13 @@ def _refuse_changed_buffers(model: nn.Module, before: dict[str, Tensor]) -> None
                            "InstanceNorm with track_running_stats=False), or one whose buffers stay constant")
 
 
+def physical_chunks(x: Tensor, y: Tensor, size: int) -> Iterator[tuple[Tensor, Tensor]]:
+    """(x, y) in slices of at most ``size`` examples, for memory only; a size above the batch is the batch
+    (torch.split takes no 10**23), and an empty batch is one empty slice."""
+    size = min(size, max(1, len(x)))
+    return zip(x.split(size), y.split(size))
+
+
 def _group_chunks(groups: Tensor, batch: int, size: int) -> list[Tensor]:
     """Example indices of each physical chunk, [n_k]: each group's examples contiguous and in one chunk, at most
     ``size`` examples per chunk unless a single group has more (then that group is a chunk of its own)."""
@@ -212,9 +218,8 @@ class DpSgdStep:
         than the physical batch size making a chunk of its own. PrivacyError if the step changed a buffer."""
         model = self.clipper.model
         before = _buffer_values(model)
-        if groups is None:      # a physical batch above the batch is the batch (torch.split takes no 10**23)
-            size = min(self.physical_batch_size, max(1, len(x)))
-            chunks = zip(x.split(size), y.split(size), repeat(None))
+        if groups is None:
+            chunks = ((xs, ys, None) for xs, ys in physical_chunks(x, y, self.physical_batch_size))
         else:                               # laid out on the CPU; the engines move each chunk's ids to x's device
             groups = groups.cpu()
             chunks = ((x[i.to(x.device)], y[i.to(y.device)], groups[i])

@@ -44,7 +44,7 @@ from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.randomness import PrivacyRandomness, public_seed
 from dpmed.training.augmentation import Augmentation, image_keys
 from dpmed.training.averaging import ParameterAverage
-from dpmed.training.dp_sgd import DpSgdStep
+from dpmed.training.dp_sgd import DpSgdStep, physical_chunks
 from dpmed.training.objectives import Objective, objective_for
 from dpmed.training.process_setting import ProcessSetting
 from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffled_batches
@@ -152,8 +152,7 @@ def _mean_loss_backward(model: nn.Module, objective: Objective, x: torch.Tensor,
     DP-SGD's is. Without it a non-private arm with augmentation multiplicity K held K times its batch's activations
     at once (at 224 px, ResNet-18, batch 64 and K = 16: 1024 images), where its DP-SGD arms held 128."""
     total = torch.zeros((), device=device)
-    chunk = min(chunk, max(1, len(x)))      # any larger count is the whole batch (torch.split takes no 10**23)
-    for xs, ys in zip(x.split(chunk), y.split(chunk)):
+    for xs, ys in physical_chunks(x, y, chunk):
         loss = objective.loss(model(xs.to(device)), ys.to(device), reduction="sum") / y.numel()   # the mean's terms
         loss.backward()
         total += loss.detach()
