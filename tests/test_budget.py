@@ -353,6 +353,34 @@ def test_laplace_runs_certified_by_the_pure_bound_compose_under_it(write_study):
     assert 8 < privacy.dp_sgd_epsilon <= 16      # two runs of at most 8 each
 
 
+def test_the_pure_bound_is_stated_at_the_delta_its_samplers_cost_alone(write_study):
+    """The pure bound holds at delta 0 (Balle et al. 2018); the sampler's bounded draws add their share. Before, a
+    pure run's card and the study read "at delta = 1.01e-05", the arm's delta that the pure bound never used: a
+    pure-DP claim printed as an approximate one a billion times weaker in delta."""
+    from dpmed.study import planned_card
+
+    text = ("name: b\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0, 1]\n"
+            "training: {epochs: 2, batch_size: 20}\n"
+            "arms:\n  - {name: lap, mechanism: dp_sgd, noise: laplace, accountant: pure, target_epsilon: 8}\n"
+            "  - {name: pld, mechanism: dp_sgd, noise: laplace, target_epsilon: 8}\n")
+    plans = _plans(load_study(write_study(text)))
+    cards = {p.arm: planned_card(p, (1, 16, 16), "secure") for p in plans}
+    pure, pld = next(p.privacy for p in plans if p.arm == "lap"), next(p.privacy for p in plans if p.arm == "pld")
+    assert 0 < pure.sampler_delta < 1e-12 and pure.delta == pld.delta == 1e-5
+    assert cards["lap"].delta == pure.claimed_delta == pure.sampler_delta
+    assert (f"at delta = {delta_text(pure.sampler_delta)} (PURE accountant; pure DP but for the noise sampler's "
+            "bounded draws, which that delta pays for;") in cards["lap"].statement
+    assert cards["pld"].delta == pld.claimed_delta == pld.delta + pld.sampler_delta
+    # the study: the pure composition (the PLD runs' Laplace steps are pure too) at the samplers' shares alone
+    privacy = study_privacy([p for p in plans if p.arm == "lap"])
+    assert privacy.accountant == "pure" and privacy.delta == pytest.approx(2 * pure.sampler_delta)
+    assert f"at delta = {delta_text(privacy.delta)} (PURE;" in privacy.statement
+    assert study_privacy(plans).delta == pytest.approx(sum(p.privacy.sampler_delta for p in plans))
+    # under a budget the total holds at the budget's delta, as before
+    budget = PrivacyBudget(epsilon=100, delta=1e-5, accountant="pure")
+    assert study_privacy(plans, budget=budget).delta == 1e-5
+
+
 def test_a_budget_may_name_the_pure_bound_its_advice_names_for_laplace_runs(write_study):
     """The advice for Laplace runs says 'set privacy_budget.accountant: pure', which the schema refused."""
     text = ("name: b\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0, 1]\n"

@@ -294,8 +294,8 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
         counted, words = _counts(dp, grouped)
         dp_eps += counted
         why += words
-    if dp and budget is None:
-        delta = delta + shares
+    if dp and budget is None:      # the pure bound holds at delta 0 (`DpSgdPlan.claimed_delta`): the shares alone
+        delta = (0.0 if accountant == "pure" else delta) + shares
     total = math.inf if not_private else None if (local or (dp and unit is None)) else dp_eps
     parts = []
     if dp and unit is None:

@@ -382,11 +382,12 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"start: {describe_start(study)}")
     n_patients = len(set(ds.train.patient_ids.astype(str).tolist()))
     rows = [["run", "mechanism", "noise", "q", "T", "eps (delta, accountant, neighbours)", "time"]]
-    sampler_paid = False          # a card's delta that shows the part its noise sampler's bounded draws cost
+    sampler_paid = pure_paid = False    # a card's delta that shows the part its noise sampler's bounded draws cost
     for plan in prepared.plans:
         card = planned_card(plan, ds.train.image_shape, study.privacy_randomness)
         if card.sampler_delta and not card.sampler_voids:
             sampler_paid |= delta_text(card.delta) != delta_text(card.delta - card.sampler_delta)
+            pure_paid |= card.accountant == "pure"
         time_text = ("evaluate again" if plan.run_id in prepared.reevaluate else
                      "done" if plan.run_id in prepared.finished else
                      "-" if rates is None else clock(seconds[plan.run_id]))
@@ -397,8 +398,9 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"\nT: optimiser steps (DP-SGD: Poisson-sampled at rate q; other runs: shuffled batches of "
           f"{study.training.batch_size} unless the arm says otherwise)")
     if sampler_paid:
-        print("delta: where it is above the arm's, it includes what the noise sampler's bounded draws cost (each "
-              "run's privacy card says how much)")
+        print("delta: where it is above the arm's, it includes what the noise sampler's bounded draws cost"
+              + ("; a PURE run's delta is that cost alone, its bound holding at delta 0" if pure_paid else "")
+              + " (each run's privacy card says how much)")
     print(f"study privacy: {prepared.privacy.statement}")
     budget = study.privacy_budget
     if budget is not None:

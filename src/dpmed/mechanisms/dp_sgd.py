@@ -173,8 +173,12 @@ class DpSgdPlan(Strict):
 
     @property
     def claimed_delta(self) -> float:
-        """The delta the card states: delta plus the sampler's share (a void run's card keeps delta, labelled)."""
-        return self.delta if self.sampler_voids else self.delta + self.sampler_delta
+        """The delta the card states: delta plus the sampler's share (a void run's card keeps delta, labelled). The
+        pure accountant's bound holds at delta 0 (Balle et al. 2018), so its card states the sampler's share alone:
+        delta is then only how much of it the run tolerates."""
+        if self.sampler_voids:
+            return self.delta
+        return (0.0 if self.accountant == "pure" else self.delta) + self.sampler_delta
 
     @property
     def size_key(self) -> str:
@@ -397,7 +401,8 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     # The sampler's draws are bounded: the claim pays for that in delta (within float64's rounding of delta up to eps
     # of a few tens, below a thousandth of it up to several hundred), and is void where it would pay more than delta
     sampler, void, delta = plan.sampler_delta, plan.sampler_voids, plan.claimed_delta
-    paid = (f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
+    paid = ("; pure DP but for the noise sampler's bounded draws, which that delta pays for" if not void and
+            plan.accountant == "pure" else f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
             if not void and sampler >= 1e-3 * plan.delta else "")
     fields.update(delta=delta, sampler_delta=sampler, sampler_voids=void)
     statement = (f"eps = {epsilon_text(eps)} at delta = {delta_text(delta)} ({parts}{paid}; unit: one {plan.unit}; "
