@@ -269,3 +269,40 @@ def test_a_patient_total_of_noiseless_steps_is_infinite_and_of_no_steps_zero():
     alone = patient_epsilon([noisy], [ImageGroup(2, noisy)], delta=DELTA)
     assert 0 < alone < math.inf
     assert patient_epsilon([noisy, nothing], [ImageGroup(2, noisy), ImageGroup(3, nothing)], delta=DELTA) == alone
+
+
+def test_every_image_unit_run_of_a_patient_counts_two_seeds_of_one_setting_included(exact_gaussian_epsilon):
+    """q = 1, so each image-unit step is a Gaussian mechanism of sensitivity k: two seeds of one setting (the same
+    sigma, q and k, merged into one mixture over both runs' steps) and a run of another setting and k are together
+    mu = sqrt(sum k_i^2 T_i / sigma_i^2) = sqrt(2 * 4 * 3 / 16 + 9 * 2 / 36) = sqrt(2). Counting a setting's seeds
+    once (mu^2 = 1.25) or composing one setting only (1.5) would state less than the patient's eps."""
+    from dpmed.accounting import ImageGroup, PoissonGaussianEvent, patient_epsilon
+
+    seed = PoissonGaussianEvent(4.0, 1.0, 3)
+    other = PoissonGaussianEvent(6.0, 1.0, 2)
+    got = patient_epsilon([], [ImageGroup(2, seed), ImageGroup(2, seed), ImageGroup(3, other)], delta=DELTA)
+    exact = exact_gaussian_epsilon(math.sqrt(2.0), DELTA)
+    assert exact - 1e-9 <= got and got == pytest.approx(exact, rel=0.02)
+
+
+def test_a_group_of_no_images_is_refused():
+    """k = 0 would be the mixture of sensitivity 0 alone: an image-unit run that costs its patients nothing."""
+    from dpmed.accounting import ImageGroup, PoissonGaussianEvent
+
+    with pytest.raises(ValueError, match="k"):
+        ImageGroup(0, PoissonGaussianEvent(2.0, 0.1, 10))
+
+
+@pytest.mark.parametrize("unresolved", [math.inf, math.nan, 600.0])
+def test_a_pld_eps_it_does_not_resolve_is_never_stated(monkeypatch, unresolved):
+    """Where dp_accounting's PLD answers inf, nan or an eps above the 500 it resolves, neither the tight group value
+    nor a patient's total is stated from it: the first is left out (the formula stands), the second refused."""
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from dpmed.accounting import ImageGroup, PoissonGaussianEvent, patient_epsilon
+
+    monkeypatch.setattr(pld_privacy_accountant.PLDAccountant, "get_epsilon", lambda self, delta: unresolved)
+    got = group_privacy(epsilon=1.0, delta=DELTA, k=2, noise_multiplier=2.0, sample_rate=0.1, steps=10)
+    assert got.tight_epsilon is None and "could not be computed" in got.tight_missing
+    with pytest.raises(ValueError, match="above the 500 a PLD resolves"):
+        patient_epsilon([], [ImageGroup(2, PoissonGaussianEvent(2.0, 0.1, 10))], delta=DELTA)
