@@ -165,3 +165,23 @@ def test_one_gaussian_run_alone_is_its_own_guarantee():
 def test_composition_refuses_what_it_cannot_compose(events, deltas, error, match):
     with pytest.raises(error, match=match):
         compose_image_events(events, deltas=deltas)
+
+
+@pytest.mark.parametrize("target, delta, dimension", [(100.0, 1e-5, 256), (3.0, 1e-8, 1), (2500.0, 1e-6, 50_176)])
+def test_the_std_for_an_image_eps_delivers_it_exactly_and_no_more_noise_than_needed(target, delta, dimension):
+    """The std s returned is the noise at which the image's (target, delta) claim holds: Balle and Wang's delta at
+    eps = target, for mu = sqrt(d) R / s, worked in 50 digits, is at most delta with no slack; and it is the smallest
+    such s to 1e-9: 1e-8 less noise breaks the claim. (A slack of 1e-9 on eps let through the std one bisection step
+    too small, whose claim does not hold.)"""
+    import mpmath
+
+    mpmath.mp.dps = 50
+
+    def held(mu):
+        m, eps = mpmath.mpf(mu), mpmath.mpf(target)
+        return mpmath.ncdf(m / 2 - eps / m) - mpmath.exp(eps) * mpmath.ncdf(-m / 2 - eps / m)
+
+    s = gaussian_std_for_image(epsilon_image=target, delta=delta, dimension=dimension, value_range=1.0)
+    mu = math.sqrt(dimension) / s
+    assert held(mu) <= delta
+    assert held(mu * (1 + 1e-8)) > delta
