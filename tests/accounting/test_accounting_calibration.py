@@ -162,3 +162,20 @@ def test_calibration_never_returns_the_edge_of_what_the_accountant_resolves_as_a
     monkeypatch.setattr(calibration, "accountant_info", lambda name: edge)
     with pytest.raises(ValueError, match="stops resolving eps, not at the target"):
         noise_multiplier_for(target_epsilon=1.0, delta=1e-5, sample_rate=0.5, steps=2, accountant="pld")
+
+
+def test_the_search_refuses_a_nan_rather_than_take_it_for_a_met_target():
+    """nan compares as "not above the target": taken as a met target, the search would return a sigma whose eps no
+    one knows. Here the accountant resolves eps = 1/sigma up to sigma 1.5 and nothing above, and the target needs 10."""
+    def eps_at(sigma):
+        return 1 / sigma if sigma < 1.5 else math.nan
+
+    with pytest.raises(ValueError, match="returned nan"):
+        _bracket(eps_at, target=0.1, x0=0.0, slope=-1.0, tol=1e-3)
+
+
+@pytest.mark.parametrize("eps, problem", [(1e30, "no noise multiplier up to 1e12 meets it"),
+                                          (0.0, "every noise multiplier down to 1e-12 meets it")])
+def test_the_search_stops_at_the_ends_of_its_range_and_says_which(eps, problem):
+    with pytest.raises(ValueError, match=problem):
+        _bracket(lambda sigma: eps, target=1.0, x0=0.0, slope=-1.0, tol=1e-3)
