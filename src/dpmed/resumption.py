@@ -124,6 +124,17 @@ def _evaluated_otherwise(record: RunRecord, study: Study, n_test: int) -> list[s
     return [f"evaluation.{line}" for line in setting_differences(shown, now)]
 
 
+def _other_class_names(record: RunRecord, label_names: tuple[str, ...] | list[str]) -> list[str]:
+    """The class names a finished run's per-class metrics (``test_auroc[<name>]``, multiclass and multilabel) are
+    keyed by, where they are not ``label_names`` (the data's now): a study that renames the classes rewrites
+    study.yaml before it evaluates the runs again under the new names, so after a stop during that evaluation (or
+    without study.yaml) only each record tells that it still holds the old ones."""
+    keyed = [k[len("test_auroc["):-1] for k in record.metrics if k.startswith("test_auroc[") and k.endswith("]")]
+    if not keyed or keyed == list(label_names):
+        return []
+    return [f"dataset.label_names: {keyed} in the finished run, {list(label_names)} now"]
+
+
 def randomness_of(record: RunRecord) -> str | None:
     """The privacy randomness a finished run drew ("secure" or "reproducible", as its card says), None for a run
     that drew none (no privacy)."""
@@ -215,6 +226,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
         diffs = setting_differences(record.plan.settings(), listed[run_id].settings())
         evaluated = _evaluated_otherwise(record, study, summary.n_test)    # a record shows no training_metrics
         evaluated += [differ["label_names"]] if renamed and "label_names" in differ else []
+        evaluated += _other_class_names(record, summary.label_names)
         drawn = randomness_of(record)
         if drawn not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
             diffs.append(f"privacy_randomness: {drawn} in the finished run, {randomness} now")

@@ -360,3 +360,65 @@ def test_a_changed_setting_is_told_to_the_figures_that_tell_the_values_apart():
                     "privacy.steps: 80 in the finished run, 88 now"]
     assert setting_differences({"x": 1.0}, {"x": 1.0 + 2 ** -52}) == [
         "x: 1 in the finished run, 1.0000000000000002 now"]
+
+
+def _three_class_study(tmp_path, classes: list[str]) -> str:
+    """A CSV study of 60 grey PNGs in three classes named ``classes`` (one arm without privacy, one epoch): the
+    study file's path. The images and labels are the same whatever the names."""
+    import numpy as np
+    from PIL import Image
+
+    data = tmp_path / "data"
+    if not data.is_dir():
+        data.mkdir()
+        rng = np.random.default_rng(0)
+        rows = ["file,grade"]
+        for i in range(60):
+            Image.fromarray(rng.integers(0, 256, (16, 16), dtype=np.uint8)).save(data / f"{i}.png")
+            rows.append(f"{i}.png,{i % 3}")
+        (data / "labels.csv").write_text("\n".join(rows) + "\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: graded\ndata: {{source: csv, path: {data / 'labels.csv'}, columns: {{path: file}}, "
+                    f"labels: [grade], task: multiclass, classes: [{', '.join(classes)}]}}\n"
+                    "training: {epochs: 1, batch_size: 16, threads: 2}\nevaluation: {bootstrap_resamples: 10}\n"
+                    "arms:\n  - {name: base, mechanism: none}\n")
+    return str(path)
+
+
+def _per_class_keys(out) -> set[tuple[str, ...]]:
+    """The class names each finished run's per-class AUROCs are keyed by."""
+    import json
+
+    return {tuple(k[len("test_auroc["):-1] for k in json.loads(p.read_text())["metrics"]
+                  if k.startswith("test_auroc[") and k.endswith("]"))
+            for p in (out / "graded" / "runs").glob("*/run.json")}
+
+
+def test_runs_keyed_by_old_class_names_are_evaluated_again_though_study_yaml_shows_the_new_ones(tmp_path,
+                                                                                                   monkeypatch):
+    """A study renames the classes (data.classes), so study.yaml is rewritten with the new names before the runs
+    are evaluated again under them; a stop during that evaluation left every run keyed by the old names, and the
+    next `dpmed run` read no rename from study.yaml and reused them as they were: the report showed the old names'
+    per-class AUROCs under a study naming the new ones (and without study.yaml, the rename went unseen the same
+    way). Each record's own per-class keys say which names it was evaluated under."""
+    out = tmp_path / "out"
+    assert main(["run", _three_class_study(tmp_path, ["mild", "moderate", "severe"]), "--out", str(out),
+                 "--no-progress"]) == 0
+    assert _per_class_keys(out) == {("mild", "moderate", "severe")}
+    renamed = _three_class_study(tmp_path, ["grade_1", "grade_2", "grade_3"])
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(dpmed.study, "reevaluate", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            dpmed.study.run_study(dpmed.study.load_study(renamed), out=out, progress=False)
+    assert "grade_1" in (out / "graded" / "study.yaml").read_text()        # rewritten before the evaluation
+    assert _per_class_keys(out) == {("mild", "moderate", "severe")}
+    assert main(["run", renamed, "--out", str(out), "--no-progress"]) == 0
+    assert _per_class_keys(out) == {("grade_1", "grade_2", "grade_3")}
+    (out / "graded" / "study.yaml").unlink()
+    assert main(["run", _three_class_study(tmp_path, ["low", "mid", "high"]), "--out", str(out),
+                 "--no-progress"]) == 0
+    assert _per_class_keys(out) == {("low", "mid", "high")}
