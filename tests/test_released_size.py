@@ -269,3 +269,54 @@ def test_a_count_the_noise_took_to_zero_is_written_as_drawn_and_two_counts_are_e
     assert describe_counts({"images": 5, "patients": 3}, 0.02).endswith(
         "(each a DP count: eps 0.02, delta 0, add/remove one of what it counts; a DP-SGD run's eps includes the "
         "count it was planned from)")
+
+
+def test_keeping_a_count_taken_back_keeps_every_draw_the_file_holds_also_one_written_meanwhile(tmp_path):
+    """keep_sizes adds the counts taken back from finished runs to the file; the draws it held already (other data,
+    another eps or unit), and one that `dpmed plan` beside the study drew while keep_sizes waited for the folder,
+    must stay: a draw lost from the file is drawn again by the next study, a second release of that count."""
+    import threading
+    import time
+
+    from dpmed.lock import guard
+    from dpmed.released_size import keep_sizes
+
+    path = tmp_path / "private" / "released_sizes.json"
+    held = release_sizes({"images": 300}, epsilon=0.02, path=path, fingerprint="abc")
+    other = release_sizes({"patients": 140}, epsilon=0.02, path=path, fingerprint="xyz")
+    inside = threading.Event()
+    late = {"key": "patients", "epsilon": 0.05, "data": "abc", "mode": "secure", "count": 654321}
+
+    def plan_beside():
+        with guard(path.parent):          # as release_sizes does: read, draw, write
+            draws = json.loads(path.read_text())["draws"]
+            inside.set()
+            time.sleep(0.5)
+            path.write_text(json.dumps({"draws": [*draws, late]}))
+
+    writer = threading.Thread(target=plan_beside)
+    writer.start()
+    assert inside.wait(30)
+    keep_sizes({"patients": 123}, epsilon=0.02, path=path, fingerprint="abc")
+    writer.join()
+    draws = {(d["key"], d["epsilon"], d["data"]): d["count"] for d in json.loads(path.read_text())["draws"]}
+    assert draws == {("images", 0.02, "abc"): held["images"], ("patients", 0.02, "xyz"): other["patients"],
+                     ("patients", 0.05, "abc"): 654321, ("patients", 0.02, "abc"): 123}
+
+
+def test_a_reproducible_count_kept_after_the_runs_are_accepted_stays_reproducible(tmp_path, monkeypatch):
+    """A reproducible study keeps its counts too (`dpmed.study.prepare_study` calls keep_sizes whatever the mode):
+    they are held already, under their mode, and nothing is added. Kept as secure, a count of public noise would be
+    taken by a later secure study in the folder as a DP release, and planned from as one."""
+    from dpmed import released_size
+    from dpmed.released_size import keep_sizes
+
+    path = tmp_path / "released_sizes.json"
+    seeded = release_sizes({"patients": 5000}, epsilon=0.02, path=path, fingerprint="x", reproducible_seed=3)
+    before = path.read_text()
+    keep_sizes(seeded, epsilon=0.02, path=path, fingerprint="x", reproducible_seed=3)
+    assert path.read_text() == before
+    drawn = []
+    monkeypatch.setattr(released_size, "discrete_laplace", lambda scale, source: drawn.append(source) or 17)
+    assert release_sizes({"patients": 5000}, epsilon=0.02, path=path, fingerprint="x") == {"patients": 5017}
+    assert len(drawn) == 1
