@@ -109,8 +109,8 @@ def write_outputs(folder: StudyFolder, resolved: ResolvedStudy, records: list[Ru
 
 def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     """Rewrite results.csv and the reports of the study folder ``study_dir`` from its finished runs (``dpmed
-    report``), after moving an older dpmed's DP-SGD timing out of run.json (`withdraw_public_timing`); returns the
-    resolved study and the records."""
+    report``), after moving an older dpmed's DP-SGD timing out of every run.json the folder holds, listed or not
+    (`withdraw_public_timing`); returns the resolved study and the records."""
     folder = StudyFolder(Path(study_dir))
     resolved = read_resolved(folder.root)
     records = [read_record(folder.run(p.run_id).record) for p in resolved.runs if folder.run(p.run_id).is_finished]
@@ -125,7 +125,10 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy",
                       "free space on its disk, then run `dpmed report` again (the finished runs are kept)"):
         folder.make_private()       # 0700 before anything private is written into it (an older folder's narrowed)
-        withdraw_public_timing(folder, records)
+        # every run the folder releases, as `dpmed run` does: one the study file no longer lists is shared all the same
+        listed = {r.run_id for r in records}
+        withdraw_public_timing(folder, [*records, *(read_record(folder.run(run_id).record)
+                                                    for run_id in folder.finished_run_ids() if run_id not in listed)])
         write_outputs(folder, resolved, records)
         folder.settle_times()
     return resolved, records

@@ -19,6 +19,7 @@ from dpmed.cli import main
 from dpmed.errors import ConfigError
 from dpmed.folders import RELEASE_TIME, StudyFolder
 from dpmed.records import read_record, read_timing
+from dpmed.states import read_resolved
 
 TINY = ["--no-progress", "--set", "data.n_images=240", "--set", "data.image_size=32", "--set", "training.epochs=2",
         "--set", "evaluation.bootstrap_resamples=100"]
@@ -187,6 +188,30 @@ def test_a_report_rebuilt_for_an_older_dp_sgd_record_keeps_its_wall_time_private
     assert folder.private.stat().st_mode & 0o777 == 0o700       # where it went, other users of the machine cannot
     run = folder.run(record.run_id)                              # read it, even after a chmod -R g+rX of the results
     assert [p.stat().st_mode & 0o777 for p in (run.private, run.timing)] == [0o700, 0o600]
+
+
+def test_a_report_rebuilt_withdraws_the_wall_time_of_a_run_the_study_no_longer_lists(tiny_study, tiny_study_file,
+                                                                                       tmp_path, capsys):
+    """A finished DP-SGD run the study file no longer lists is still in the folder, released (its run.json is
+    shared with the rest). Before, `dpmed report` moved an older dpmed's seconds out of the listed runs' run.json
+    only, and left this one's in the shareable folder (`dpmed run` moved them for every run it holds)."""
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / tiny_study.name)
+    folder = StudyFolder(out / tiny_study.name)
+    fewer = tmp_path / "fewer.yaml"
+    fewer.write_text(tiny_study_file.read_text().replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", ""))
+    assert main(["run", str(fewer), "--out", str(out), "--no-progress"]) == 0
+    path = next(p for p in folder.runs.glob("*/run.json") if read_record(p).mechanism == "dp_sgd")
+    record = read_record(path)
+    assert record.run_id not in {p.run_id for p in read_resolved(folder.root).runs}      # unlisted now
+    folder.run(record.run_id).timing.unlink()           # an older dpmed kept no private copy
+    older = record.timing.model_copy(update={"train_seconds": 1234.5678, "total_seconds": 2345.6789})
+    path.write_text(record.model_copy(update={"timing": older}).model_dump_json(indent=2))
+    capsys.readouterr()
+    assert main(["report", str(folder.root)]) == 0
+    public = [p for p in folder.root.rglob("*") if p.is_file() and "private" not in p.relative_to(folder.root).parts]
+    assert not [p for p in public if b"1234.5" in p.read_bytes() or b"2345.6" in p.read_bytes()]
+    assert read_timing(folder.run(record.run_id).timing).train_seconds == 1234.5678      # kept, privately
 
 
 def test_dpmed_run_over_an_older_folder_withdraws_its_dp_sgd_timing_and_keeps_the_private_copy(
