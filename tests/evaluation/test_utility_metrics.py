@@ -85,6 +85,16 @@ def test_youden_ties_are_exact_not_float_rounded():
     assert youden_threshold(labels, scores) == 0.85
 
 
+def test_youden_counts_are_exact_where_a_rate_times_its_class_size_is_not():
+    # 49 positives, 49 negatives. The top score (a positive) gives J = 1/49 - 0; the third, after one negative,
+    # 2/49 - 1/49: a tie, which the top one wins. But 1/49 * 49 is 0.9999999999999999 in floats, so counts taken
+    # back from the rates by truncation lose that positive (J 0 at the top) and pick the third score.
+    labels = np.r_[[1, 0, 1], np.tile([0, 1], 47), [0]]  # below the top three, J never exceeds 1/49
+    scores = np.linspace(1.0, 0.01, labels.size)
+    assert (labels.sum(), (labels == 0).sum()) == (49, 49) and (1 / 49) * 49 < 1
+    assert youden_threshold(labels, scores) == scores[0]
+
+
 @pytest.mark.parametrize("labels", [[0, 0, 0], [1, 1, 1]])
 def test_youden_one_class_is_an_error_that_says_why(labels):
     with pytest.raises(ValueError, match="positives and negatives"):
