@@ -9,7 +9,8 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices
-from dpmed.evaluation.utility import auroc, evaluate_utility, youden_threshold
+from dpmed.evaluation.utility import (UNDEFINED_REDRAWS_WARN_FRACTION, _estimate, auroc, evaluate_utility,
+                                      youden_threshold)
 from dpmed.evaluation.weighted import weighted_auroc
 
 # ------------------------------------------------------------------------------------------------------------ AUROC
@@ -209,6 +210,15 @@ def test_undefined_redraws_are_skipped_counted_and_warned_about():
     assert row["test_auroc_undefined_redraws"] == expected_undefined > 40
     assert row["test_auroc"] == 1.0  # the point value is the whole test set's
     assert np.isfinite(row["test_auroc_low"]) and np.isfinite(row["test_sensitivity_low"])
+
+
+def test_the_warning_comes_above_a_tenth_of_undefined_redraws_not_at_it():
+    assert UNDEFINED_REDRAWS_WARN_FRACTION == 0.10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _estimate({}, "test_auroc", 0.5, np.r_[np.full(10, np.nan), np.linspace(0, 1, 90)], 0.95)  # 10 of 100
+    with pytest.warns(RuntimeWarning, match="11 of 100"):
+        _estimate({}, "test_auroc", 0.5, np.r_[np.full(11, np.nan), np.linspace(0, 1, 89)], 0.95)
 
 
 def test_no_warning_when_redraws_are_defined():
