@@ -322,6 +322,21 @@ def test_labels_outside_the_task_and_names_that_do_not_fit_the_scores_are_refuse
                          test_scores=scores, n_resamples=10, seed=0)
 
 
+@pytest.mark.parametrize("kind, names, val, val_scores, test, test_scores, words", [
+    # binary scores as two class-probability columns [N, 2] instead of P(class 1) [N]
+    ("binary", ["a", "b"], [0, 1, 0, 1], [0.2, 0.8, 0.3, 0.7], [0, 1, 0, 1], np.full((4, 2), 0.5), "must both be"),
+    # validation scores with a column fewer than test: the last finding would get no validation threshold of its own
+    ("multilabel", ["a", "b"], np.array([[0], [1], [0], [1]]), np.array([[0.2], [0.8], [0.3], [0.7]]),
+     np.array([[0, 1], [1, 0], [0, 1], [1, 0]]), np.full((4, 2), 0.5), "1 and 2 columns"),
+    # one score row more than labels: the rows no longer pair an image with its label
+    ("multiclass", ["a", "b"], [0, 1, 0, 1], np.full((4, 2), 0.5), [0, 1, 0, 1], np.full((5, 2), 0.5), "shapes"),
+])
+def test_scores_that_do_not_fit_their_labels_are_refused(kind, names, val, val_scores, test, test_scores, words):
+    with pytest.raises(ValueError, match=words):
+        evaluate_utility(kind=kind, label_names=names, val_labels=val, val_scores=val_scores, test_labels=test,
+                         test_scores=test_scores, n_resamples=10, seed=0)
+
+
 @pytest.mark.parametrize("missing", [-1, 2])
 def test_a_multilabel_test_label_not_resolved_upstream_is_refused_even_where_validation_is_clean(missing):
     """Validation's labels are all 0 or 1 (its thresholds can be chosen); one test finding coded -1 (missing) or 2
