@@ -133,3 +133,22 @@ def test_a_finding_undefined_on_the_whole_test_set_has_no_value_and_no_interval(
                            test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
     assert all(np.isnan(row[k]) for k in ("test_auroc[none]", "test_auroc[none]_low", "test_auroc[none]_high"))
     assert row["test_auroc[a]_low"] < row["test_auroc[a]"] < row["test_auroc[a]_high"]
+
+
+def test_a_finding_undefined_on_the_whole_test_set_ahead_of_defined_ones_leaves_their_intervals_their_own():
+    """The first finding has no positive on test. Each later finding's interval is still the percentile interval of
+    its own scikit-learn AUROC over the redraws: the redraws of the defined findings must not be read by position
+    among all findings (that would give "a" the redraws of "b", and "b" none)."""
+    rng = np.random.default_rng(4)
+    n, r = 120, 200
+    y = np.c_[np.zeros(n, int), (rng.random(n) < 0.5).astype(int), (rng.random(n) < 0.3).astype(int)]
+    s = np.clip(np.c_[rng.random(n), 0.5 * y[:, 1] + 0.5 * rng.random(n), 0.2 * y[:, 2] + 0.8 * rng.random(n)], 0, 1)
+    y_val = np.c_[np.arange(n) % 2, y[:, 1:]]
+    row = evaluate_utility(kind="multilabel", label_names=["none", "a", "b"], val_labels=y_val, val_scores=s,
+                           test_labels=y, test_scores=s, n_resamples=r, seed=SEED)
+    assert all(np.isnan(row[k]) for k in ("test_auroc[none]", "test_auroc[none]_low", "test_auroc[none]_high"))
+    idx = bootstrap_indices(n, n_resamples=r, seed=SEED)
+    for j, name in ((1, "a"), (2, "b")):
+        ref = np.array([_sk_label(y[i, j], s[i, j]) for i in idx])
+        assert (row[f"test_auroc[{name}]_low"], row[f"test_auroc[{name}]_high"]) == pytest.approx(
+            tuple(np.nanpercentile(ref, [2.5, 97.5])), abs=1e-12)
