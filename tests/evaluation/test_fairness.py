@@ -11,6 +11,7 @@ from sklearn.metrics import roc_auc_score
 from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
 from dpmed.evaluation.fairness import (UNKNOWN, _group_order, age_groups, attribute_fairness, decisions,
                                        evaluate_fairness, group_labels, sex_groups)
+from dpmed.evaluation.utility import youden_threshold
 
 # Validation set whose Youden threshold is 0.5 (score >= 0.5 is positive): J = 1 there and below 1 elsewhere.
 VAL_Y = np.array([0, 0, 1, 1])
@@ -403,3 +404,44 @@ def test_bins_ending_below_100_compare_their_open_last_group_and_no_comparable_a
     assert out.groups[">=65"].accuracy_parity_difference.value is not None
     none = evaluate_fairness(attributes={"age": np.full(8, 120.0)}, **kw).attributes["age"]
     assert none.status == "n/a" and "compared" in none.reason
+
+
+def test_multilabel_group_accuracy_and_parities_average_the_findings():
+    """Two findings decided right at different rates and with different selection gaps by sex: a group's accuracy is
+    the mean over its images of the share of findings right (= the mean of the per-finding accuracies, not the share
+    of images with every finding right), and the attribute's spreads are the mean over findings of fairlearn's."""
+    rng = np.random.default_rng(6)
+    n = 80
+    sex = np.where(np.arange(n) < 35, "female", "male")
+    y = (rng.random((n, 2)) < [0.4, 0.5]).astype(int)
+    s = np.clip(np.c_[0.4 * y[:, 0] + 0.6 * rng.random(n),
+                      0.3 * y[:, 1] + 0.5 * rng.random(n) + 0.25 * (sex == "male")], 0, 1).round(2)
+    val_y, val_s = y[:40], s[:40]
+    out = evaluate_fairness(kind="multilabel", val_labels=val_y, val_scores=val_s, test_labels=y, test_scores=s,
+                            attributes={"sex": sex}, n_resamples=20, seed=0).attributes["sex"]
+    yhat = (s >= [youden_threshold(val_y[:, j], val_s[:, j]) for j in range(2)]).astype(int)
+    right = yhat == y                                                    # [n, 2]
+    assert right.all(axis=1).mean() < right.mean() - 0.05
+    for g in ("female", "male"):
+        assert out.groups[g].accuracy.value == pytest.approx(right[sex == g].mean())
+    dp = [demographic_parity_difference(y[:, j], yhat[:, j], sensitive_features=sex) for j in range(2)]
+    eo = [equalized_odds_difference(y[:, j], yhat[:, j], sensitive_features=sex) for j in range(2)]
+    assert abs(dp[0] - dp[1]) > 0.3 and abs(eo[0] - eo[1]) > 0.3         # mean, largest and either one differ
+    assert out.demographic_parity_difference.value == pytest.approx(np.mean(dp))
+    assert out.equalized_odds_difference.value == pytest.approx(np.mean(eo))
+
+
+def test_a_multiclass_group_s_accuracy_is_its_share_of_argmax_right():
+    y = np.array([0, 1, 2, 0, 1, 2])
+    s = np.array([[0.6, 0.3, 0.1],    # female, right
+                  [0.5, 0.4, 0.1],    # female, wrong (0)
+                  [0.1, 0.2, 0.7],    # female, right
+                  [0.2, 0.7, 0.1],    # male, wrong (1)
+                  [0.1, 0.8, 0.1],    # male, right
+                  [0.3, 0.5, 0.2]])   # male, wrong (1)
+    sex = np.array(["female"] * 3 + ["male"] * 3)
+    groups = evaluate_fairness(kind="multiclass", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
+                               attributes={"sex": sex}, n_resamples=10, seed=0).attributes["sex"].groups
+    assert groups["female"].accuracy.value == pytest.approx(2 / 3)
+    assert groups["male"].accuracy.value == pytest.approx(1 / 3)
+    assert groups["female"].accuracy_parity_difference.value == pytest.approx(2 / 3 - 1 / 3)
