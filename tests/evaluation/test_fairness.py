@@ -445,3 +445,47 @@ def test_a_multiclass_group_s_accuracy_is_its_share_of_argmax_right():
     assert groups["female"].accuracy.value == pytest.approx(2 / 3)
     assert groups["male"].accuracy.value == pytest.approx(1 / 3)
     assert groups["female"].accuracy_parity_difference.value == pytest.approx(2 / 3 - 1 / 3)
+
+
+def test_equalized_odds_compares_only_the_groups_with_both_classes():
+    """Groups a and b have both classes and are decided perfectly (TPR 1, FPR 0 in each: equalised odds 0); group c
+    holds negatives only, all called positive (FPR 1, no TPR). Counting c, as fairlearn does when given it, would
+    report 1; it is left out and named. Beside a single group with both classes nothing is compared: undefined, not
+    the 0 of a spread over one group."""
+    y = np.array([1, 0, 1, 0, 0, 0])
+    s = np.array([0.9, 0.1, 0.8, 0.2, 0.7, 0.6])
+    kw = dict(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s, n_resamples=20, seed=0)
+    three = np.array(["a", "a", "b", "b", "c", "c"])
+    entry = evaluate_fairness(attributes={"sex": three}, **kw).attributes["sex"]
+    assert entry.equalized_odds_difference.value == 0.0
+    assert entry.equalized_odds_excluded_groups == ["c"]
+    assert equalized_odds_difference(y, (s >= 0.5).astype(int), sensitive_features=three) == 1.0
+    one = np.array(["a", "a", "a", "a", "c", "c"])
+    spread = evaluate_fairness(attributes={"sex": one}, **kw).attributes["sex"].equalized_odds_difference
+    assert (spread.value, spread.low, spread.high) == (None, None, None)
+
+
+def test_a_finding_with_one_comparable_group_is_left_out_of_every_equalized_odds_redraw():
+    """Finding 0 has both classes in both sexes; finding 1 has positives among the women only, so equalised odds
+    compares nothing for it. The attribute's value is finding 0's alone, on the whole test set and in every redraw:
+    its interval is that of finding 0's max(|TPR gap|, |FPR gap|), not undefined because of finding 1."""
+    rng = np.random.default_rng(2)
+    n, r, seed = 60, 100, 1
+    sex = np.where(np.arange(n) % 2 == 0, "female", "male")
+    y = np.c_[rng.integers(0, 2, n), np.where(sex == "female", rng.integers(0, 2, n), 0)]
+    s = np.clip(0.3 * y + 0.7 * rng.random((n, 2)), 0, 1)
+    est = evaluate_fairness(kind="multilabel", val_labels=np.c_[VAL_Y, VAL_Y], val_scores=np.c_[VAL_S, VAL_S],
+                            test_labels=y, test_scores=s, attributes={"sex": sex}, n_resamples=r,
+                            seed=seed).attributes["sex"].equalized_odds_difference
+    yhat = (s[:, 0] >= 0.5).astype(int)
+    eo = []
+    for idx in bootstrap_indices(n, n_resamples=r, seed=seed):
+        rates = {}
+        for g in ("female", "male"):
+            k = idx[sex[idx] == g]
+            pos, neg = k[y[k, 0] == 1], k[y[k, 0] == 0]
+            rates[g] = (yhat[pos].mean() if len(pos) else np.nan, yhat[neg].mean() if len(neg) else np.nan)
+        eo.append(max(abs(rates["female"][0] - rates["male"][0]), abs(rates["female"][1] - rates["male"][1])))
+    assert est.value == pytest.approx(equalized_odds_difference(y[:, 0], yhat, sensitive_features=sex))
+    assert est.undefined_redraws == int(np.isnan(eo).sum())
+    assert (est.low, est.high) == pytest.approx(percentile_interval(np.array(eo)), abs=1e-12)
