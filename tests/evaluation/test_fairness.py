@@ -489,3 +489,35 @@ def test_a_finding_with_one_comparable_group_is_left_out_of_every_equalized_odds
     assert est.value == pytest.approx(equalized_odds_difference(y[:, 0], yhat, sensitive_features=sex))
     assert est.undefined_redraws == int(np.isnan(eo).sum())
     assert (est.low, est.high) == pytest.approx(percentile_interval(np.array(eo)), abs=1e-12)
+
+
+def test_a_group_s_demographic_parity_interval_is_that_of_its_selection_gap_over_the_same_redraws():
+    rng = np.random.default_rng(1)
+    n, r, seed = 70, 150, 4
+    sex = rng.choice(["female", "male"], n)
+    y = rng.integers(0, 2, n)
+    s = np.clip(0.3 * y + 0.7 * rng.random(n) + 0.15 * (sex == "male"), 0, 1)
+    female = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s,
+                               attributes={"sex": sex}, n_resamples=r, seed=seed).attributes["sex"].groups["female"]
+    yhat = (s >= 0.5).astype(float)
+    gaps = [yhat[idx[sex[idx] == "female"]].mean() - yhat[idx[sex[idx] == "male"]].mean()
+            for idx in bootstrap_indices(n, n_resamples=r, seed=seed)]
+    est = female.demographic_parity_difference
+    assert est.value == pytest.approx(yhat[sex == "female"].mean() - yhat[sex == "male"].mean())
+    assert (est.low, est.high) == pytest.approx(percentile_interval(np.array(gaps)), abs=1e-12)
+
+
+def test_fairness_intervals_are_at_the_confidence_asked_for():
+    """A study that asks for 80% intervals gets the 10th and 90th percentiles of the redraws, not the 95% interval."""
+    kw = dict(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=Y, test_scores=S,
+              attributes={"sex": SEX}, n_resamples=200, seed=0)
+    correct = np.array([1, 1, 0, 0, 1, 1, 1, 1, 0, 1])              # the "right" column of the table
+    accuracies = np.array([correct[idx[SEX[idx] == "male"]].mean()
+                           for idx in bootstrap_indices(10, n_resamples=200, seed=0)])
+    assert percentile_interval(accuracies, confidence=0.8) != percentile_interval(accuracies)
+    for confidence in (0.8, 0.95):
+        out = evaluate_fairness(confidence=confidence, **kw)
+        male = out.attributes["sex"].groups["male"]
+        assert out.confidence == confidence
+        assert (male.accuracy.low, male.accuracy.high) == pytest.approx(
+            percentile_interval(accuracies, confidence=confidence), abs=1e-12)
