@@ -10,7 +10,7 @@ from sklearn.metrics import roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
 from dpmed.evaluation.fairness import (UNKNOWN, _group_order, age_groups, attribute_fairness, decisions,
-                                       evaluate_fairness, group_labels, sex_groups)
+                                       evaluate_fairness, fairness_columns, group_labels, sex_groups)
 from dpmed.evaluation.utility import youden_threshold
 
 # Validation set whose Youden threshold is 0.5 (score >= 0.5 is positive): J = 1 there and below 1 elsewhere.
@@ -521,3 +521,35 @@ def test_fairness_intervals_are_at_the_confidence_asked_for():
         assert out.confidence == confidence
         assert (male.accuracy.low, male.accuracy.high) == pytest.approx(
             percentile_interval(accuracies, confidence=confidence), abs=1e-12)
+
+
+def test_the_results_columns_carry_each_number_of_the_fairness_block():
+    block = _evaluate(n_resamples=50)
+    entry, row = block.attributes["sex"], fairness_columns(block)
+    assert (row["fairness[sex=female]_n"], row["fairness[sex=male]_n"]) == (4, 6)
+    # hand values of test_sex_groups_by_hand
+    assert row["fairness[sex=female]_accuracy_parity_difference"] == pytest.approx(2 / 4 - 5 / 6)
+    assert row["fairness[sex=female]_demographic_parity_difference"] == pytest.approx(2 / 4 - 2 / 6)
+    assert row["fairness[sex]_worst_group"] == "female" and row["fairness[sex]_worst_group_auroc"] == pytest.approx(0.75)
+    assert row["fairness[sex]_equalized_odds_difference"] == pytest.approx(1 / 2)
+    for group, g in entry.groups.items():
+        for metric in ("auroc", "accuracy", "accuracy_parity_difference", "demographic_parity_difference"):
+            est, key = getattr(g, metric), f"fairness[sex={group}]_{metric}"
+            assert (row[key], row[f"{key}_low"], row[f"{key}_high"]) == (est.value, est.low, est.high)
+    for metric in ("worst_group_auroc", "demographic_parity_difference", "equalized_odds_difference"):
+        est, key = getattr(entry, metric), f"fairness[sex]_{metric}"
+        assert (row[key], row[f"{key}_low"], row[f"{key}_high"]) == (est.value, est.low, est.high)
+        assert est.low < est.high
+
+
+def test_the_groups_left_out_of_equalized_odds_are_listed_in_order():
+    """Sorted, so that results.csv does not change from run to run with the order of a set of strings. Only
+    [30,60) and [60,70) hold both classes here."""
+    y = np.array([1, 1, 0, 1, 0, 1, 0, 0, 1, 1])
+    s = np.linspace(0.1, 0.9, 10)
+    age = np.array([5, 15, 35, 45, 61, 62, 71, 72, 81, 82])
+    block = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s,
+                              attributes={"age": age}, n_resamples=20, seed=0)
+    assert block.attributes["age"].equalized_odds_excluded_groups == ["[0,30)", "[70,80)", "[80,100)"]
+    assert fairness_columns(block)["fairness[age]_equalized_odds_excluded"] == "[0,30); [70,80); [80,100)"
+
