@@ -9,7 +9,7 @@ from fairlearn.metrics import demographic_parity_difference, equalized_odds_diff
 from sklearn.metrics import roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
-from dpmed.evaluation.fairness import (UNKNOWN, _group_order, age_groups, attribute_fairness, decisions,
+from dpmed.evaluation.fairness import (AGE_BINS, UNKNOWN, _group_order, age_groups, attribute_fairness, decisions,
                                        evaluate_fairness, fairness_columns, group_labels, sex_groups)
 from dpmed.evaluation.utility import youden_threshold
 
@@ -553,3 +553,14 @@ def test_the_groups_left_out_of_equalized_odds_are_listed_in_order():
     assert block.attributes["age"].equalized_odds_excluded_groups == ["[0,30)", "[70,80)", "[80,100)"]
     assert fairness_columns(block)["fairness[age]_equalized_odds_excluded"] == "[0,30); [70,80); [80,100)"
 
+
+def test_sex_groups_read_none_as_unknown_and_list_the_sexes_alphabetically():
+    assert sex_groups(["None", " none ", " Female "]).tolist() == [UNKNOWN, UNKNOWN, "female"]
+    assert _group_order(np.array(["male", UNKNOWN, "female", "male"]), "sex", AGE_BINS) == ["female", "male", UNKNOWN]
+    assert list(_evaluate(n_resamples=10).attributes["sex"].groups) == ["female", "male"]
+
+
+@pytest.mark.parametrize("bins", [(0, 30, 30, 60), (0, 60, 30), (50,)])
+def test_age_bins_that_are_not_increasing_edges_are_refused(bins):
+    with pytest.raises(ValueError, match="increasing edges"):
+        age_groups([40.0], bins=bins)
