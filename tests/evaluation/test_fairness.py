@@ -565,3 +565,15 @@ def test_sex_groups_read_none_as_unknown_and_list_the_sexes_alphabetically():
 def test_age_bins_that_are_not_increasing_edges_are_refused(bins):
     with pytest.raises(ValueError, match="increasing edges"):
         age_groups([40.0], bins=bins)
+
+
+def test_the_groups_left_out_of_equalised_odds_are_listed_in_the_groups_order():
+    """Before, sorted as text: "[10,40)" came before "[5,10)" in the report and results.csv."""
+    labels = np.array([1, 1, 0, 0, 1, 0, 1, 0, 1, 0])
+    scores = np.array([0.9, 0.8, 0.2, 0.1, 0.7, 0.3, 0.6, 0.4, 0.95, 0.05])
+    age = np.array([7, 8, 12, 13, 50, 51, 60, 61, 3, 4], dtype=float)    # [5,10) positives only, [10,40) negatives
+    fairness = evaluate_fairness(kind="binary", val_labels=labels, val_scores=scores, test_labels=labels,
+                                 test_scores=scores, attributes={"age": age}, age_bins=[0, 5, 10, 40, 100],
+                                 n_resamples=20)
+    assert list(fairness.attributes["age"].groups)[:3] == ["[0,5)", "[5,10)", "[10,40)"]
+    assert fairness.attributes["age"].equalized_odds_excluded_groups == ["[5,10)", "[10,40)"]

@@ -277,8 +277,8 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
         dp_redraws = _spread(sel, np.ones(len(named), dtype=bool)).mean(axis=1)
         fields["demographic_parity_difference"] = _spread_estimate(dp_point, dp_redraws, confidence)
         fields["equalized_odds_difference"] = _spread_estimate(eo_point, eo_redraws, confidence)
-        fields["equalized_odds_excluded_groups"] = sorted(
-            {g for j in range(y.shape[1]) for g in named if g not in eo_groups[j]})
+        fields["equalized_odds_excluded_groups"] = [      # in the groups' order: [5,10) before [10,40)
+            g for g in named if any(g not in eo_groups[j] for j in range(y.shape[1]))]
     return AttributeFairness(status="ok", groups=out_groups, **fields)
 
 
