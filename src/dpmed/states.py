@@ -20,7 +20,7 @@ from dpmed.folders import RETRAIN_NOTE, RunFolder, StudyFolder
 from dpmed.lock import Holder, lock_holder
 from dpmed.records import ResolvedStudy, read_record
 
-__all__ = ["read_resolved", "run_states", "folder_holder", "StudyFileGiven"]
+__all__ = ["read_resolved", "counts_shown", "run_states", "folder_holder", "StudyFileGiven"]
 
 
 class StudyFileGiven(ConfigError):
@@ -112,6 +112,23 @@ def _run_state(run_id: str, files: RunFolder, *, again: bool = True) -> tuple[st
         return _unfinished_state(run_id, files)
     except FileNotFoundError:
         return _run_state(run_id, files, again=False) if again else (run_id, "pending", "")
+
+
+def counts_shown(study_dir: Path) -> tuple[dict[str, int], float]:
+    """The DP counts of the training set, and their eps, that the study.yaml of ``study_dir`` shows in secure mode,
+    read key by key where :func:`read_resolved` refuses the file as a whole (another dpmed version's, edited by
+    hand): a count it shows is released, whatever else the file holds, and drawing another would spend size_epsilon
+    again. ({}, 0.0) where it shows none there, or in reproducible mode (a count of public noise: never taken back,
+    `dpmed.released_size`)."""
+    try:
+        data = yaml.safe_load(StudyFolder(Path(study_dir)).resolved_study.read_text(encoding="utf-8"))
+        dataset, study = data["dataset"], data["study"]
+        if study.get("privacy_randomness", "secure") != "secure" or not dataset.get("size_epsilon"):
+            return {}, 0.0
+        return {str(key): int(count) for key, count in dataset["released_sizes"].items()}, float(
+            dataset["size_epsilon"])
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError):
+        return {}, 0.0
 
 
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:

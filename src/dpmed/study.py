@@ -45,7 +45,7 @@ from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.models import MODELS
 from dpmed.numbers import bytes_text, shape_text
 from dpmed.outputs import write_outputs
-from dpmed.states import read_resolved
+from dpmed.states import counts_shown, read_resolved
 from dpmed.pretraining import prepare_start
 from dpmed.progress import StudyProgress
 from dpmed.released_size import keep_sizes, needed_sizes, release_sizes
@@ -429,15 +429,16 @@ def _counts_released_before(folder: StudyFolder, fingerprint: str,
         p = record.plan.privacy
         if isinstance(p, DpSgdPlan) and p.size_epsilon and randomness_of(record) == "secure":
             counts.setdefault((p.size_key, p.size_epsilon), set()).add(p.released_count)
-    resolved = before
+    resolved, (sizes, size_epsilon) = before, ({}, 0.0)
     if resolved is None and folder.resolved_study.is_file():
         try:
             resolved = read_resolved(folder.root)
-        except ConfigError:      # another version's, or damaged: refused later where finished runs need it
-            pass
+        except ConfigError:      # another version's, or damaged: refused later where finished runs need it; the
+            sizes, size_epsilon = counts_shown(folder.root)    # counts it shows are released all the same
     if resolved is not None and resolved.study.privacy_randomness == "secure" and resolved.dataset.size_epsilon:
-        for key, count in resolved.dataset.released_sizes.items():
-            counts.setdefault((key, resolved.dataset.size_epsilon), set()).add(count)
+        sizes, size_epsilon = resolved.dataset.released_sizes, resolved.dataset.size_epsilon
+    for key, count in sizes.items():
+        counts.setdefault((key, size_epsilon), set()).add(count)
     return counts, same
 
 

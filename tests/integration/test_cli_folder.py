@@ -310,6 +310,14 @@ def test_a_study_stopped_before_any_run_finished_takes_back_the_count_its_study_
     assert main(["plan", str(secure), "--out", str(out), "--no-estimate"]) == 0
     draws = json.loads((out / "tiny" / "private" / "released_sizes.json").read_text())["draws"]
     assert {d["key"]: d["count"] for d in draws} == shown and len(shown) == 1
+    # a study.yaml this version cannot read as a whole (another version's) shows the count all the same: before, it
+    # was passed over, a count drawn again and the file overwritten, two releases of which the cards named one
+    written = out / "tiny" / "study.yaml"
+    written.write_text(written.read_text() + "written_by: another version\n")
+    (out / "tiny" / "private" / "released_sizes.json").unlink()
+    assert main(["plan", str(secure), "--out", str(out), "--no-estimate"]) == 0
+    draws = json.loads((out / "tiny" / "private" / "released_sizes.json").read_text())["draws"]
+    assert {d["key"]: d["count"] for d in draws} == shown
     shutil.rmtree(out / "tiny" / "private")
     capsys.readouterr()
     assert main(["plan", str(secure), "--out", str(out), "--no-estimate"]) == 2
