@@ -27,11 +27,21 @@ def files(tmp_path_factory):
     return root, paths
 
 
+def _sex(path) -> str:
+    """File i's sex, by its number: alternating, so that a row's sex read from another row shows."""
+    return ("female", "male")[int(path.stem) % 2]
+
+
+def _age(path) -> float:
+    """File i's age: 20 + i, one per file."""
+    return 20.0 + int(path.stem)
+
+
 def _manifest(root, paths, patients, labels, splits) -> Manifest:
-    n = len(paths)
     return Manifest(name="fixture", root=root, task=Task("binary", ("a", "b")), paths=list(paths),
                     labels=np.asarray(labels, dtype=np.int64), patient_ids=np.array(patients, dtype=str),
-                    sex=np.full(n, "unknown"), age=np.full(n, np.nan), splits=np.array(splits, dtype=str),
+                    sex=np.array([_sex(p) for p in paths]), age=np.array([_age(p) for p in paths]),
+                    splits=np.array(splits, dtype=str),
                     where=np.array([p.name for p in paths]), ids=np.array([p.name for p in paths]))
 
 
@@ -67,6 +77,8 @@ def test_no_patient_crosses_splits(files, tmp_path_factory, data, shared, offici
         files = (s.images[:, 0, 0, 0] * 255 / 10).round().astype(int)
         assert s.patient_ids.tolist() == [f"p{patients[i]}" for i in files]
         assert s.labels.tolist() == [labels[i] for i in files]
+        assert s.sex.tolist() == [_sex(paths[i]) for i in files]
+        assert s.age.tolist() == [_age(paths[i]) for i in files]
     kept = sum(map(len, (d.train, d.val, d.test)))
     assert kept == N_FILES - (d.source["split"]["rows_of_those_patients_outside_their_top_split"]
                               if official and shared == "drop_from_train" else 0)
