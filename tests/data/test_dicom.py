@@ -214,6 +214,7 @@ def test_a_dicom_file_named_like_kermany_still_takes_its_patient_from_the_header
     d = load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None,
                      split=SplitPlan(val_fraction=0.2, test_fraction=0.2))
     assert d.source["patient_key"]["dicom_patient_id"] == 30 and d.source["patient_key"]["files_matched"] == 0
+    assert d.source["patient_key"]["files_as_own_patient"] == 0     # every file's patient is its header's
     ids = [set(s.patient_ids) for s in (d.train, d.val, d.test)]
     assert set().union(*ids) == {f"P{k}{p}" for k in range(2) for p in range(5)}
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])

@@ -196,6 +196,8 @@ def test_class_folders_without_split_and_label_order(tmp_path, write_image):
     assert not d.task.classes_from_data     # the study names them
     assert read_image_folders(tmp_path / "us").task.classes_from_data    # counted from the folders' images
     assert sum(map(len, (d.train, d.val, d.test))) == 12
+    for part in (d.train, d.val, d.test):   # each image's label: its folder's place in data.labels, every class
+        assert part.labels.tolist() == [d.task.label_names.index(pid.split("/")[0]) for pid in part.patient_ids]
     assert d.source["patient_key"]["files_as_own_patient"] == 12
     assert not d.patients_known       # no file names its patient: each image is its own unit, and the card says so
     with pytest.raises(DataError, match=r"labels \['normal', 'benign'\] do not match the class folders"):
