@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import re
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,35 @@ def test_missing_truncated_and_duplicate_rows_in_every_table_layout(request, lay
     assert sum(map(len, (d.train, d.val, d.test))) == n - 2 - d.source["split"][
         "rows_of_those_patients_outside_their_top_split"] and no_patient_crosses(d)
     assert "left out 2 invalid rows" in d.source["summary"]
+
+
+def _text_lines(table: Path) -> list[str]:
+    return (gzip.decompress(table.read_bytes()).decode() if table.suffix == ".gz" else table.read_text()).splitlines()
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_each_row_is_told_at_its_own_line_after_blank_lines(request, layout):
+    """A blank line (or one of spaces) in a table is passed over when it is read, so the rows after it were told one
+    line too early per such line: a message sent the user to the row above the one at fault. Each row's line is
+    checked against the file itself: that line holds the row's id."""
+    source, name, extra = LAYOUTS[layout]
+    made = request.getfixturevalue(layout)
+    table = made if made.is_file() else made / name
+    lines = _text_lines(table)
+    text = "\n".join([lines[0], "", lines[1], "   ", *lines[2:], ""]) + "\n"
+    table.write_bytes(gzip.compress(text.encode()) if table.suffix == ".gz" else text.encode())
+    folder, m, _ = _layout(request, layout)
+    for where in m.where:      # CheXpert's valid.csv rows included, whose file has no blank line
+        name, line, value = re.fullmatch(r"(.+?) line (\d+) \((?:\w+ )?(.+)\)", where).groups()
+        written = _text_lines(folder / name)
+        assert value in written[int(line) - 1], (where, written[int(line) - 1])
+    if "patient" in extra.get("columns", {}):     # the lines of a blank patient id, after the blank lines
+        rows = list(csv.reader(table.open(newline="")))
+        rows[4][rows[0].index("pid")] = " "
+        with table.open("w", newline="") as f:
+            csv.writer(f).writerows(rows)
+        with pytest.raises(DataError, match=r"is blank on 1 of \d+ rows \(line 5\)"):
+            _layout(request, layout)
 
 
 def _drop_last_line(table: Path) -> None:

@@ -127,7 +127,7 @@ def read_chexpert(path: str | Path, *, findings: Sequence[str] | None = None, un
     flags, frames, blocks, rules, start = Flags(), [], [], [], 0
     for name, split in parts:
         frame = read_table(root / name, ["Path", "Sex", "Age", *chosen])
-        frame = frame.assign(_split=split, _where=[f"{name} line {csv_line(i)}" for i in range(len(frame))])
+        frame = frame.assign(_split=split, _where=[f"{name} line {csv_line(i, frame)}" for i in range(len(frame))])
         frame, rule = _views_kept(frame, "Frontal/Lateral", ["Frontal"], views, root / name)
         frame = frame.reset_index(drop=True)
         frames.append(frame)
@@ -197,7 +197,7 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
             lines = [(n, line.strip()) for n, line in enumerate((root / list_name).read_text().splitlines(), 1)]
             split_of.update({image: split for _, image in lines if image})
             no_row += [(list_name, n, image) for n, image in lines if image and image not in rows]
-    unlisted = ([f"line {csv_line(i)}: {n}" for i, n in enumerate(names) if n not in split_of]
+    unlisted = ([f"line {csv_line(i, frame)}: {n}" for i, n in enumerate(names) if n not in split_of]
                 if no_row and len(lists) == 2 else [])
     if unlisted:  # the docstring: a typo in a list would take its row out of the official split
         list_name, line, image = no_row[0]
@@ -216,7 +216,7 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
                                 "table has one on every row), or remove those rows"),
         sex=frame["Patient Gender"].tolist(),
         ages=frame["Patient Age"].tolist(), splits=[split_of.get(n, "") for n in names],
-        where=[f"{table_path.name} line {csv_line(i)} ({n})" for i, n in enumerate(names)], ids=names,
+        where=[f"{table_path.name} line {csv_line(i, frame)} ({n})" for i, n in enumerate(names)], ids=names,
         notes={"format": "nih-chestxray14", "table": table_path.name, "findings": list(chosen),
                "official_split_lists": sorted(lists),
                # lines, not image names: the notes go to run.json, and a file's name can name its patient
@@ -279,7 +279,7 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         if optional_file(root / name):
             people_file = name
             people = read_table(root / name, ["subject_id", "gender", "anchor_age"], header_only_ok=True)
-            line_of = {subject: f"{name} line {csv_line(i)} (subject_id {subject})"     # the last, as sex_of
+            line_of = {subject: f"{name} line {csv_line(i, people)} (subject_id {subject})"     # the last, as sex_of
                        for i, subject in enumerate(people["subject_id"].str.strip())}
             sex_of = dict(zip(people["subject_id"].str.strip(), people["gender"]))
             age_of = dict(zip(people["subject_id"].str.strip(), people["anchor_age"]))
@@ -293,14 +293,14 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
     for i, (line, dicom, subject, study) in enumerate(ids):
         paths.append(root / "files" / f"p{subject[:2]}" / f"p{subject}" / f"s{study}" / f"{dicom}.jpg")
         patients.append(subject)
-        where.append(f"{meta_path.name} line {csv_line(line)} (dicom_id {dicom})")   # the line before views were kept
+        where.append(f"{meta_path.name} line {csv_line(line, meta)} (dicom_id {dicom})")   # its line before views kept
         s = row_of_study.get((subject, study))
         if s is None:
             flags(i, "missing label", f"study s{study} of subject {subject} has no row in {label_path.name}")
         elif (subject, study) in repeated:
             flags(i, "duplicate label row", f"study s{study} has several rows in {label_path.name}; keep one")
         elif s in bad_study:
-            flags(i, "label outside the task", f"{bad_study[s]} (line {csv_line(s)}, study s{study})")
+            flags(i, "label outside the task", f"{bad_study[s]} (line {csv_line(s, studies)}, study s{study})")
         else:
             labels[i] = study_labels[s]
     splits, bad_splits = parse_splits([split_of.get(d, "") for d in meta["dicom_id"].str.strip()])

@@ -8,6 +8,7 @@ column stops at once with the file and the column named. The manifest is built o
 
 from __future__ import annotations
 
+import csv
 import gzip
 import zlib
 from collections.abc import Sequence
@@ -126,7 +127,29 @@ def read_table(path: Path, required: Sequence[str], *, header_only_ok: bool = Fa
                         f"Check the file (or the column names in the study file's data.columns / data.labels).{hint}")
     if len(frame) == 0 and not header_only_ok:
         raise DataError(f"{path} has a header but no rows; the dataset needs images")
+    lines = _row_lines(path)
+    if len(lines) == len(frame):     # else (a file the two readings parse apart) row i is told at line i + 2
+        frame.attrs["lines"] = tuple(lines)
     return frame
+
+
+def _row_lines(path: Path) -> list[int]:
+    """The file line (1-based) each data row of ``path`` starts on. Why not row + 2: pandas passes over blank lines
+    and lines of spaces, and a quoted field may hold a line break, so after either every later row was told at a line
+    above its own, and a message sent the user to the wrong row. [] where the file cannot be read so."""
+    try:
+        opened = gzip.open(path, "rt", encoding="utf-8-sig", newline="") if path.suffix == ".gz" else \
+            open(path, encoding="utf-8-sig", newline="")
+        with opened as f:
+            reader = csv.reader(f, skipinitialspace=True)
+            starts, end = [], 0
+            for record in reader:
+                start, end = end + 1, reader.line_num
+                if record and (len(record) > 1 or record[0].strip()):     # as pandas, a line of spaces is no row
+                    starts.append(start)
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error):
+        return []
+    return starts[1:]   # the first is the header
 
 
 # What a file that is no table starts with (its first bytes), and what it is, said with what to do where that is clear:
@@ -175,9 +198,11 @@ def _where_not_utf8(path: Path) -> str:
     return ""
 
 
-def csv_line(row: int) -> int:
-    """The CSV line of data row ``row`` (0-based), as a user's editor numbers it."""
-    return row + 2  # the header is line 1
+def csv_line(row: int, frame: pd.DataFrame | None = None) -> int:
+    """The CSV line of data row ``row`` (0-based, a position in the table as :func:`read_table` read it) of
+    ``frame``, as a user's editor numbers it."""
+    lines = frame.attrs.get("lines") if frame is not None else None
+    return lines[row] if lines else row + 2  # the header is line 1, where no line is blank
 
 
 def class_index(text: str, count: int) -> int | None:
@@ -198,7 +223,7 @@ def patient_column(frame: pd.DataFrame, column: str, table: Path, remedy: str, *
     ``unit`` is what the column identifies (HAM10000: the lesion).
     """
     ids = [v.strip() for v in frame[column]]
-    blank = [csv_line(i) for i, v in enumerate(ids) if not v]
+    blank = [csv_line(i, frame) for i, v in enumerate(ids) if not v]
     if blank:
         lines = ", ".join(map(str, blank[:_SHOWN])) + (", ..." if len(blank) > _SHOWN else "")
         raise DataError(f"{table}: the {unit} column {column!r} is blank on {len(blank)} of {len(ids)} rows "

@@ -52,7 +52,7 @@ def read_aptos(path: str | Path) -> Manifest:
         name="aptos2019", root=root, task=Task("multiclass", APTOS_GRADES, ordinal=True),
         paths=[root / "train_images" / f"{c}.png" for c in codes], labels=labels, patients=codes,
         sex=[""] * len(codes), ages=[""] * len(codes), splits=[""] * len(codes),
-        where=[f"train.csv line {csv_line(i)} (id_code {c})" for i, c in enumerate(codes)], ids=codes,
+        where=[f"train.csv line {csv_line(i, frame)} (id_code {c})" for i, c in enumerate(codes)], ids=codes,
         notes={"format": "aptos2019", "patient_key": "id_code (APTOS publishes no patient id; each image its own)",
                "patients_known": False},
         description=("APTOS 2019 diabetic retinopathy grades 0-4 (Kaggle), train.csv; no patient ids or demographics "
@@ -91,7 +91,7 @@ def read_ham10000(path: str | Path) -> Manifest:
         patients=patient_column(frame, "lesion_id", table_path, "fill in each row's lesion_id (the published "
                                 "table has one on every row), or remove those rows", unit="lesion"),
         sex=frame["sex"].tolist(), ages=frame["age"].tolist(),
-        splits=[""] * len(ids), where=[f"{table_path.name} line {csv_line(i)} ({v})" for i, v in enumerate(ids)],
+        splits=[""] * len(ids), where=[f"{table_path.name} line {csv_line(i, frame)} ({v})" for i, v in enumerate(ids)],
         ids=ids, notes={"format": "ham10000", "classes": HAM10000_CLASSES,
                         # a person may have several lesions and the table names no person: the split keeps each
                         # lesion's images together, but the unit of privacy can only be the image
@@ -160,7 +160,7 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
         count = (len(classes) if classes is not None else 2 if kind == "binary"
                  else max([p for p in parsed if p is not None], default=1) + 1)
         if task is None and kind == "multiclass" and classes is None:
-            _refuse_classes_without_rows(parsed, count, labels[0], table)
+            _refuse_classes_without_rows(parsed, count, labels[0], table, frame)
         if classes is not None:
             _refuse_names_without_rows(parsed, classes, labels[0], table)
         indices = "0/1" if kind == "binary" else "0.."
@@ -192,7 +192,7 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
         if "patient" in columns else values,
         sex=frame[columns["sex"]].tolist() if "sex" in columns else [""] * n,
         ages=frame[columns["age"]].tolist() if "age" in columns else [""] * n, splits=splits,
-        where=[f"{table.name} line {csv_line(i)} ({v})" for i, v in enumerate(values)], ids=values,
+        where=[f"{table.name} line {csv_line(i, frame)} ({v})" for i, v in enumerate(values)], ids=values,
         notes={"format": "csv", "columns": dict(columns), "labels": list(labels),
                **({} if classes is None else {"classes": list(classes)}),
                "patients_known": "patient" in columns},
@@ -245,7 +245,7 @@ def _refuse_unread_attributes(frame, columns: Mapping[str, str], table: Path) ->
                             f"{noun} (it holds {shown}, ...); {remedy}, or remove '{key}' from data.columns")
 
 
-def _refuse_classes_without_rows(parsed: list[int | None], count: int, column: str, table: Path) -> None:
+def _refuse_classes_without_rows(parsed: list[int | None], count: int, column: str, table: Path, frame) -> None:
     """Where the task was inferred as classes 0..max of the label column, a class index with no row is most likely
     a typo above it ("11" for "1" makes twelve classes, ten of them empty): refused, naming the rows above the gap,
     rather than trained and reported over classes that do not exist. ``task: multiclass`` states the classes."""
@@ -253,7 +253,7 @@ def _refuse_classes_without_rows(parsed: list[int | None], count: int, column: s
     if not empty:
         return
     above = [(i, p) for i, p in enumerate(parsed) if p is not None and p > empty[0]]
-    rows = ", ".join(f"line {csv_line(i)}: {p}" for i, p in above[:5]) + (", ..." if len(above) > 5 else "")
+    rows = ", ".join(f"line {csv_line(i, frame)}: {p}" for i, p in above[:5]) + (", ..." if len(above) > 5 else "")
     gaps = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
     raise DataError(f"{table}: the labels of {column!r} read as classes 0..{count - 1}, but no row holds class "
                     f"{gaps}; {len(above)} row(s) hold a class above it ({rows}). Correct the mistyped labels; if the "
