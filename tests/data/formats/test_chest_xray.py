@@ -29,6 +29,14 @@ def test_chexpert_uncertain_and_blank_policy(chexpert):
     assert (zeros.splits == "val").sum() == 4
 
 
+def test_chexpert_paths_name_the_release_folder_whatever_the_folder_is_called_here(chexpert):
+    """Path starts with the release's folder (CheXpert-v1.0-small/...) however the user named the extracted one: the
+    prefix is dropped, not looked for inside it, or every image would be a missing file."""
+    moved = chexpert.rename(chexpert.parent / "chexpert")
+    m = read_chexpert(moved)
+    assert all(p.is_file() for p in m.paths) and m.paths[0] == moved / "train/patient00001/study1/view1_frontal.jpg"
+
+
 def test_chexpert_valid_csv_is_validation_and_test_is_carved_by_patient(chexpert, load_layout, no_patient_crosses):
     d = load_layout("chexpert", chexpert, split=SplitPlan(test_fraction=0.25), labels=("Edema", "Pleural Effusion"))
     assert d.task.kind == "multilabel" and d.task.label_names == ("Edema", "Pleural Effusion")
