@@ -181,6 +181,18 @@ def test_generic_csv_multilabel_and_multiclass(table, aptos):
     assert m.problems[7].detail == "opacity = '2'; multilabel columns hold 0 or 1"
 
 
+def test_generic_csv_a_highest_class_of_2_makes_three_classes_and_a_single_label_task_takes_one_column(table):
+    """Classes 0, 1, 2 (no task stated) are three classes, with every row's own index: not a binary task whose
+    class-2 rows are labels outside it. A binary or multiclass task reads one label column, never the first of two."""
+    table.write_text(table.read_text().replace("pngs/img7.png,1,", "pngs/img7.png,2,"))
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"])
+    assert m.task.kind == "multiclass" and m.task.label_names == ("class_0", "class_1", "class_2") and not m.problems
+    assert m.labels.tolist() == [2 if i == 7 else i % 2 for i in range(16)]
+    for task in ("binary", "multiclass"):
+        with pytest.raises(DataError, match=rf"task {task} takes one label column, got \['opacity', 'effusion'\]"):
+            read_csv_table(table, columns={"path": "file"}, labels=["opacity", "effusion"], task=task)
+
+
 def test_generic_csv_a_mistyped_label_that_leaves_classes_without_rows_is_refused(table):
     """"11" for "1" in a 0/1 column read as twelve classes, ten of them empty, and trained a 12-way model."""
     table.write_text(table.read_text().replace("pngs/img5.png,1,", "pngs/img5.png,11,"))
