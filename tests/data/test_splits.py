@@ -113,6 +113,8 @@ def test_bad_arguments():
         split_by_patient(ids, fractions=(0.8, 0.2, 0.0))
     with pytest.raises(ValueError, match="fractions"):
         split_by_patient(ids, fractions=(0.5, 0.2, 0.2))
+    with pytest.raises(ValueError, match="fractions"):   # 1 % short: the test split would silently take it
+        split_by_patient(ids, fractions=(0.7, 0.15, 0.14))
     with pytest.raises(ValueError, match="at least 3 patients"):
         split_by_patient(np.array(["a", "b", "a"]))
 
@@ -168,6 +170,30 @@ def test_removing_one_image_changes_its_patients_kept_images_by_at_most_one_in_a
     before, after = _capped(ids, images, 2, seed=seed), _capped(ids[rest], images[rest], 2, seed=seed)
     assert len(before - after) <= 1 and len(after - before) <= 1
     assert {x[0] for x in before ^ after} <= {ids[drop]}
+
+
+def test_a_cap_below_one_image_is_refused():
+    ids, images = _patients_with_images()
+    with pytest.raises(ValueError, match="k must be at least 1, got 0"):
+        cap_images_per_patient(ids, images, 0, seed=0)
+
+
+def test_stratified_strata_follow_the_documented_rules():
+    """By hand: binary, a patient with any positive image is positive; multiclass, the most frequent class, ties to
+    the highest; multilabel, the rarest finding the patient has, else "no finding" (index L); a negative class
+    index is refused."""
+    from dpmed.data.splits import _patient_strata
+
+    patient_of_image = np.array([0, 0, 1, 1, 2, 2, 2])
+    binary = np.array([0, 1, 0, 0, 1, 0, 0])     # patient 2: one positive of three
+    assert _patient_strata(patient_of_image, binary, 3).tolist() == [1, 0, 1]
+    multiclass = np.array([2, 0, 1, 1, 0, 2, 2])   # tie 0/2 -> 2; 1; 2 twice
+    assert _patient_strata(patient_of_image, multiclass, 3).tolist() == [2, 1, 2]
+    multilabel = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 0], [1, 0, 0], [1, 0, 0], [0, 0, 0]])
+    # finding 0: patients 0 and 2; finding 1: patient 0 alone (rarer); patient 1 has none
+    assert _patient_strata(patient_of_image, multilabel, 3).tolist() == [1, 3, 0]
+    with pytest.raises(ValueError, match="class labels must be >= 0, found -1"):
+        _patient_strata(patient_of_image, np.array([0, 1, 2, -1, 0, 0, 0]), 3)
 
 
 def test_the_caps_choice_follows_the_seed_not_the_order_of_the_images():
