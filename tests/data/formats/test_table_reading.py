@@ -14,7 +14,7 @@ import pytest
 
 from dpmed.data import SplitPlan
 from dpmed.data.formats.chest_xray import read_chexpert, read_mimic, read_nih
-from dpmed.data.formats.table_reading import class_index, patient_column, read_table
+from dpmed.data.formats.table_reading import class_index, csv_line, patient_column, read_table
 from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
 from dpmed.errors import DataError
 
@@ -188,6 +188,16 @@ def test_each_row_is_told_at_its_own_line_after_blank_lines(request, layout):
             csv.writer(f).writerows(rows)
         with pytest.raises(DataError, match=r"is blank on 1 of \d+ rows \(line 5\)"):
             _layout(request, layout)
+
+
+def test_a_rows_line_counts_blank_lines_before_the_header_and_a_field_that_spans_two(tmp_path):
+    """By hand: lines 1-2 blank, the header on 3, a.png on 4 with a quoted note running on to 5, 6 blank, b.png on
+    7, 8 spaces, c.png on 9."""
+    table = tmp_path / "t.csv"
+    table.write_text('\n\nfile,note\na.png,"two\nlines"\n\nb.png,x\n  \nc.png,y\n\n')
+    frame = read_table(table, ["file"])
+    assert frame["file"].tolist() == ["a.png", "b.png", "c.png"]
+    assert [csv_line(i, frame) for i in range(3)] == [4, 7, 9]
 
 
 def _drop_last_line(table: Path) -> None:
