@@ -51,12 +51,19 @@ def _manifest(n: int, **changes) -> Manifest:
 
 
 def test_a_subset_renumbers_its_problems_with_its_rows():
-    manifest = _manifest(5)
+    manifest = _manifest(5, sex=np.array(["female", "male", "male", "female", "unknown"]),
+                         age=np.array([20.0, 21.0, 22.0, 23.0, 24.0]),
+                         splits=np.array(["train", "", "val", "test", ""]))
     manifest.flag(1, "unreadable image", "one")
     manifest.flag(3, "missing label", "three")
     manifest.flag(3, "another", "only the first problem of a row is kept")
     part = manifest.subset(np.array([3, 0, 4]))
     assert [p.name for p in part.paths] == ["3.png", "0.png", "4.png"]
+    # every column follows the rows, in the order asked for: each image keeps its own label, patient and split
+    assert part.labels.tolist() == [1, 0, 0] and part.patient_ids.tolist() == ["p3", "p0", "p4"]
+    assert part.sex.tolist() == ["female", "female", "unknown"] and part.age.tolist() == [23.0, 20.0, 24.0]
+    assert part.splits.tolist() == ["test", "train", ""] and part.where.tolist() == ["3.png", "0.png", "4.png"]
+    assert part.ids.tolist() == ["3", "0", "4"]
     assert {row: p.kind for row, p in part.problems.items()} == {0: "missing label"}   # row 1 is not in the subset
     assert part.valid_rows().tolist() == [1, 2] and manifest.valid_rows().tolist() == [0, 2, 4]
 
