@@ -116,10 +116,10 @@ def _run_state(run_id: str, files: RunFolder, *, again: bool = True) -> tuple[st
 
 def counts_shown(study_dir: Path) -> tuple[dict[str, int], float]:
     """The DP counts of the training set, and their eps, that the study.yaml of ``study_dir`` shows in secure mode,
-    read key by key where :func:`read_resolved` refuses the file as a whole (another dpmed version's, edited by
-    hand): a count it shows is released, whatever else the file holds, and drawing another would spend size_epsilon
-    again. ({}, 0.0) where it shows none there, or in reproducible mode (a count of public noise: never taken back,
-    `dpmed.released_size`)."""
+    read key by key, so that also a file :func:`read_resolved` refuses as a whole (another dpmed version's, edited
+    by hand) gives them: a count it shows is released, whatever else the file holds, and drawing another would spend
+    size_epsilon again. ({}, 0.0) where it shows none there, or in reproducible mode (a count of public noise: never
+    taken back, `dpmed.released_size`)."""
     try:
         data = yaml.safe_load(StudyFolder(Path(study_dir)).resolved_study.read_text(encoding="utf-8"))
         dataset, study = data["dataset"], data["study"]

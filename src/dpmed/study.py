@@ -429,14 +429,12 @@ def _counts_released_before(folder: StudyFolder, fingerprint: str,
         p = record.plan.privacy
         if isinstance(p, DpSgdPlan) and p.size_epsilon and randomness_of(record) == "secure":
             counts.setdefault((p.size_key, p.size_epsilon), set()).add(p.released_count)
-    resolved, (sizes, size_epsilon) = before, ({}, 0.0)
-    if resolved is None and folder.resolved_study.is_file():
-        try:
-            resolved = read_resolved(folder.root)
-        except ConfigError:      # another version's, or damaged: refused later where finished runs need it; the
-            sizes, size_epsilon = counts_shown(folder.root)    # counts it shows are released all the same
-    if resolved is not None and resolved.study.privacy_randomness == "secure" and resolved.dataset.size_epsilon:
-        sizes, size_epsilon = resolved.dataset.released_sizes, resolved.dataset.size_epsilon
+    if before is None:   # read key by key: another version's study.yaml (refused later where finished runs need it)
+        sizes, size_epsilon = counts_shown(folder.root)     # shows released counts all the same
+    elif before.study.privacy_randomness == "secure" and before.dataset.size_epsilon:
+        sizes, size_epsilon = before.dataset.released_sizes, before.dataset.size_epsilon
+    else:
+        sizes, size_epsilon = {}, 0.0
     for key, count in sizes.items():
         counts.setdefault((key, size_epsilon), set()).add(count)
     return counts, same
