@@ -401,9 +401,9 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
     # The sampler's draws are bounded: the claim pays for that in delta (within float64's rounding of delta up to eps
     # of a few tens, below a thousandth of it up to several hundred), and is void where it would pay more than delta
     sampler, void, delta = plan.sampler_delta, plan.sampler_voids, plan.claimed_delta
-    paid = ("; pure DP but for the noise sampler's bounded draws, which that delta pays for" if not void and
-            plan.accountant == "pure" else f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
-            if not void and sampler >= 1e-3 * plan.delta else "")
+    paid = ("" if void else "; pure DP but for the noise sampler's bounded draws, which that delta pays for"
+            if plan.accountant == "pure" else f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
+            if sampler >= 1e-3 * plan.delta else "")
     fields.update(delta=delta, sampler_delta=sampler, sampler_voids=void)
     statement = (f"eps = {epsilon_text(eps)} at delta = {delta_text(delta)} ({parts}{paid}; unit: one {plan.unit}; "
                  f"neighbours: {neighbours}; {params})")
