@@ -26,15 +26,15 @@ def test_a_class_index_is_a_whole_number_below_the_count():
                                                                                        None, None]
 
 
-def test_patient_ids_are_compared_without_their_spaces_and_one_blank_is_refused():
+def test_patient_ids_are_compared_without_their_spaces_and_one_blank_is_refused(tmp_path):
     """'pt0 ' and 'pt0' are one patient: as two, one person's rows could sit on both sides of the split and count
     as two units. A single blank id is refused as many are."""
-    import pandas as pd
-
-    ids = patient_column(pd.DataFrame({"pid": ["pt0 ", "pt0", " pt1"]}), "pid", Path("t.csv"), "fill them in")
-    assert ids == ["pt0", "pt0", "pt1"]
+    table = tmp_path / "t.csv"
+    table.write_text("pid,label\npt0 ,1\npt0,0\n pt1,1\n")
+    assert patient_column(read_table(table, ["pid"]), "pid", table, "fill them in") == ["pt0", "pt0", "pt1"]
+    table.write_text("pid,label\npt0,1\n  ,0\n")
     with pytest.raises(DataError, match=r"t\.csv: the patient column 'pid' is blank on 1 of 2 rows \(line 3\); fill"):
-        patient_column(pd.DataFrame({"pid": ["pt0", "  "]}), "pid", Path("t.csv"), "fill them in")
+        patient_column(read_table(table, ["pid"]), "pid", table, "fill them in")
 
 
 
@@ -347,3 +347,39 @@ def test_an_optional_table_that_is_a_folder_is_refused_not_skipped(request, layo
     moved.rename(path / optional)
     with pytest.raises(DataError, match=rf"table .*{optional} is a folder, not a (CSV|text) file; .*move that file up"):
         read(root)
+
+
+def _pad_every_cell(path: Path) -> None:
+    """Rewrite the table at ``path`` (gzipped where it ends .gz) with two spaces either side of every cell."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    with opener(path, "wt", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([[f"  {cell}  " for cell in row] for row in rows])
+
+
+@pytest.mark.parametrize("layout, read", [
+    ("aptos", read_aptos),
+    ("chexpert", lambda p: read_chexpert(p, findings=("Edema", "Atelectasis"))),
+    ("nih", lambda p: read_nih(p, findings=("Effusion", "Atelectasis"))),
+    ("mimic", lambda p: read_mimic(p, findings=("Edema", "Atelectasis"))),
+    ("ham", read_ham10000),
+    ("table", lambda p: read_csv_table(p, columns={"path": "file", "patient": "pid", "sex": "gender", "age": "years",
+                                                   "split": "fold"}, labels=["opacity", "effusion"])),
+])
+def test_spaces_around_any_cell_read_as_the_table_without_them(request, layout, read):
+    """A spreadsheet export may pad cells ("Edema ,", "train ", "ISIC_0024306 "). Leading spaces were passed over,
+    trailing ones kept, so "1.0 " was no positive finding, "validate " no published split, an image id with a space
+    after it no file, and "M " a sex read as unknown: every such cell must read as the cell without them."""
+    made = request.getfixturevalue(layout)
+    before = read(made)
+    tables = [made] if made.is_file() else sorted(p for p in made.iterdir() if p.suffix in (".csv", ".gz"))
+    assert tables
+    for path in tables:
+        _pad_every_cell(path)
+    after = read(made)
+    assert after.paths == before.paths
+    assert after.problems == before.problems
+    assert after.unread == before.unread
+    for name in ("labels", "patient_ids", "sex", "age", "splits", "ids"):
+        np.testing.assert_array_equal(getattr(after, name), getattr(before, name), err_msg=name)

@@ -63,22 +63,21 @@ def _findings(frame: pd.DataFrame, findings: Sequence[str], uncertain: str, tabl
         raise DataError(f"uncertain must be one of {sorted(UNCERTAIN_POLICIES)}, got {uncertain!r}")
     out = np.zeros((len(frame), len(findings)), dtype=np.float32)
     for j, name in enumerate(findings):
-        for i, raw in enumerate(frame[name].tolist()):
-            text = raw.strip()
+        for i, text in enumerate(frame[name].tolist()):
             if text in _FINDING_VALUES:
                 out[i, j] = _FINDING_VALUES[text]
             elif text in _UNCERTAIN:
                 out[i, j] = UNCERTAIN_POLICIES[uncertain]
             else:
                 flag(start + i, "label outside the task",
-                     f"{name} = {raw!r} in {table}; the labeller's values are 1, 0, -1 or blank")
+                     f"{name} = {text!r} in {table}; the labeller's values are 1, 0, -1 or blank")
     return out
 
 
 
 def _chexpert_path(root: Path, value: str) -> Path:
     """CheXpert's Path column starts with the release folder ("CheXpert-v1.0-small/train/..."); drop it."""
-    parts = PurePosixPath(value.strip()).parts
+    parts = PurePosixPath(value).parts
     if parts and (parts[0] == root.name or parts[0].lower().startswith("chexpert-v1.0")):
         parts = parts[1:]
     return root.joinpath(*parts)
@@ -98,7 +97,7 @@ def _views_kept(frame: pd.DataFrame, column: str, frontal: Sequence[str], views:
             raise DataError(f"{table} has no {column!r} column, so data.views: frontal cannot tell its frontal films "
                             f"from lateral ones: add the column (the published table has it), or set data.views: all")
         return frame, f"every view ({table.name} names none)"
-    keep = frame[column].str.strip().str.upper().isin([v.upper() for v in frontal])
+    keep = frame[column].str.upper().isin([v.upper() for v in frontal])
     if len(frame) and not keep.any():
         raise DataError(f"{table}: no film's {column} is {' or '.join(frontal)} (data.views reads frontal films only, "
                         f"by default where the table has that column): set data.views: all to read every film, or "
@@ -188,7 +187,7 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
                 labels[i, column[n]] = 1.0
     folders = [root / "images"] + sorted(root.glob("images_*/images")) + sorted(root.glob("images_*"))
     index = index_images(folders, ".png")
-    names = [n.strip() for n in frame["Image Index"]]
+    names = frame["Image Index"].tolist()
     # which lists are there (files), never which rows their lines name: a line can be a training patient's
     split_of, rows, no_row, lists = {}, set(names), [], []
     for list_name, split in (("train_val_list.txt", "train"), ("test_list.txt", "test")):
@@ -231,7 +230,7 @@ def _age_at_exam(anchor_age: str, anchor_year: str, study_date: str) -> str:
     """MIMIC's age at the exam (read_mimic): anchor_age plus the years from anchor_year to the StudyDate (YYYYMMDD);
     anchor_age as given where either date is missing or unreadable."""
     try:
-        return str(int(anchor_age) + int(study_date.strip()[:4]) - int(anchor_year))
+        return str(int(anchor_age) + int(study_date[:4]) - int(anchor_year))
     except ValueError:
         return anchor_age
 
@@ -264,7 +263,7 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
     bad_study = {row: detail for row, _, detail in reversed(study_flags)}  # first problem of each study
     row_of_study: dict[tuple[str, str], int] = {}
     repeated = set()
-    for s, key in enumerate(zip(studies["subject_id"].str.strip(), studies["study_id"].str.strip())):
+    for s, key in enumerate(zip(studies["subject_id"], studies["study_id"])):
         if key in row_of_study:
             repeated.add(key)
         row_of_study.setdefault(key, s)
@@ -273,23 +272,23 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         if optional_file(root / name):
             split_file = name
             split_table = read_table(root / name, ["dicom_id", "split"], header_only_ok=True)
-            split_of = dict(zip(split_table["dicom_id"].str.strip(), split_table["split"]))
+            split_of = dict(zip(split_table["dicom_id"], split_table["split"]))
             break
     for name in ("patients.csv.gz", "patients.csv"):
         if optional_file(root / name):
             people_file = name
             people = read_table(root / name, ["subject_id", "gender", "anchor_age"], header_only_ok=True)
             line_of = {subject: f"{name} line {csv_line(i, people)} (subject_id {subject})"     # the last, as sex_of
-                       for i, subject in enumerate(people["subject_id"].str.strip())}
-            sex_of = dict(zip(people["subject_id"].str.strip(), people["gender"]))
-            age_of = dict(zip(people["subject_id"].str.strip(), people["anchor_age"]))
+                       for i, subject in enumerate(people["subject_id"])}
+            sex_of = dict(zip(people["subject_id"], people["gender"]))
+            age_of = dict(zip(people["subject_id"], people["anchor_age"]))
             if "anchor_year" in people.columns:
-                year_of = dict(zip(people["subject_id"].str.strip(), people["anchor_year"]))
+                year_of = dict(zip(people["subject_id"], people["anchor_year"]))
             break
-    dates = meta["StudyDate"].str.strip().tolist() if "StudyDate" in meta.columns else [""] * len(meta)
+    dates = meta["StudyDate"].tolist() if "StudyDate" in meta.columns else [""] * len(meta)
     labels = np.zeros((len(meta), len(chosen)), dtype=np.float32)
     paths, patients, where = [], [], []
-    ids = zip(meta.index, meta["dicom_id"].str.strip(), meta["subject_id"].str.strip(), meta["study_id"].str.strip())
+    ids = zip(meta.index, meta["dicom_id"], meta["subject_id"], meta["study_id"])
     for i, (line, dicom, subject, study) in enumerate(ids):
         paths.append(root / "files" / f"p{subject[:2]}" / f"p{subject}" / f"s{study}" / f"{dicom}.jpg")
         patients.append(subject)
@@ -303,14 +302,14 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
             flags(i, "label outside the task", f"{bad_study[s]} (line {csv_line(s, studies)}, study s{study})")
         else:
             labels[i] = study_labels[s]
-    splits, bad_splits = parse_splits([split_of.get(d, "") for d in meta["dicom_id"].str.strip()])
+    splits, bad_splits = parse_splits([split_of.get(d, "") for d in meta["dicom_id"]])
     for row, value in bad_splits:
         flags(row, "unknown split", f"split {value!r} is not train, validate or test")
     return table_manifest(
         name="mimic-cxr-jpg", root=root, task=Task("multilabel", chosen), paths=paths, labels=labels,
         patients=patients, sex=[sex_of.get(p, "") for p in patients],
         ages=[_age_at_exam(age_of.get(p, ""), year_of.get(p, ""), date) for p, date in zip(patients, dates)],
-        splits=splits, where=where, ids=meta["dicom_id"].str.strip().tolist(),
+        splits=splits, where=where, ids=meta["dicom_id"].tolist(),
         notes={"format": "mimic-cxr-jpg", "findings": list(chosen), "uncertain_policy": f"-1 -> {uncertain}",
                # by the files found, never by their rows: a row can be a training patient's
                "blank_policy": "blank -> 0 (not mentioned)", "official_split": split_file is not None,

@@ -1,7 +1,7 @@
 """Reading a dataset's CSV table into a :class:`~dpmed.data.manifest.Manifest`: what every table layout shares.
 
 The table readers (:mod:`dpmed.data.formats.tables`, :mod:`dpmed.data.formats.chest_xray`) find the dataset folder
-and its table, read every cell as written (a blank stays ""), and collect problem rows as they parse them, each with
+and its table, read every cell as text without the spaces around it (a blank stays ""), and collect problem rows as they parse them, each with
 its CSV line (header = line 1) and the value, so the user can find it; a missing table (or a folder in its place) or
 column stops at once with the file and the column named. The manifest is built once, with the problems flagged on it.
 """
@@ -87,7 +87,9 @@ def _folder_not_table(path: Path) -> DataError:
 
 
 def read_table(path: Path, required: Sequence[str], *, header_only_ok: bool = False) -> pd.DataFrame:
-    """The CSV as text (keep every cell as written: blank stays ""), or DataError naming the file or the column.
+    """The CSV as text, or DataError naming the file or the column. Every cell is kept as written (a blank stays "")
+    but for the spaces around it, which a spreadsheet export may add: "1.0 " is a positive finding, "validate " the
+    published split and "ISIC_0024306 " that image, as a reader of the table would take them.
 
     ``header_only_ok``: a side table (MIMIC's split and patients tables) that names no row of the image table may
     hold its header alone; refused, its first row (a training patient's, perhaps) would decide whether a study runs.
@@ -117,6 +119,8 @@ def read_table(path: Path, required: Sequence[str], *, header_only_ok: bool = Fa
     except (OSError, EOFError, zlib.error) as exc:      # a gzipped table cut short or corrupt (MIMIC-CXR's)
         raise DataError(f"{path} is not a readable CSV table ({error_name(exc)}: {exc})") from exc
     frame.columns = [str(c).strip() for c in frame.columns]
+    if len(frame):
+        frame = frame.apply(lambda column: column.str.strip())
     missing = [c for c in required if c not in frame.columns]
     if missing:
         have = ", ".join(repr(c) for c in frame.columns[:30])
@@ -215,14 +219,14 @@ def class_index(text: str, count: int) -> int | None:
 
 
 def patient_column(frame: pd.DataFrame, column: str, table: Path, remedy: str, *, unit: str = "patient") -> list[str]:
-    """The ids of ``column``, stripped, or DataError naming the table, the column and the lines where one is blank.
+    """The ids of ``column`` (read by :func:`read_table`, without spaces around them), or DataError naming the table, the column and the lines where one is blank.
 
     Why refuse: every blank id would become one patient "", who is then kept on one side of the split and counted
     as one person in a patient-level privacy unit, though the rows belong to unknown, different people.
     ``remedy`` says what the user can do (fill the ids in; for a generic CSV also: drop the patient column);
     ``unit`` is what the column identifies (HAM10000: the lesion).
     """
-    ids = [v.strip() for v in frame[column]]
+    ids = frame[column].tolist()
     blank = [csv_line(i, frame) for i, v in enumerate(ids) if not v]
     if blank:
         lines = ", ".join(map(str, blank[:_SHOWN])) + (", ..." if len(blank) > _SHOWN else "")

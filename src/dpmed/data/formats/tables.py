@@ -47,7 +47,7 @@ def read_aptos(path: str | Path) -> Manifest:
             flags(i, "label outside the task", f"diagnosis {grade!r} is not a grade 0-4")
         else:
             labels[i] = k
-    codes = [c.strip() for c in frame["id_code"]]
+    codes = frame["id_code"].tolist()
     return table_manifest(
         name="aptos2019", root=root, task=Task("multiclass", APTOS_GRADES, ordinal=True),
         paths=[root / "train_images" / f"{c}.png" for c in codes], labels=labels, patients=codes,
@@ -77,14 +77,14 @@ def read_ham10000(path: str | Path) -> Manifest:
     flags = Flags()
     labels = np.zeros(len(frame), dtype=np.int64)
     for i, dx in enumerate(frame["dx"]):
-        if dx.strip() in classes:
-            labels[i] = classes.index(dx.strip())
+        if dx in classes:
+            labels[i] = classes.index(dx)
         else:
             flags(i, "label outside the task", f"dx {dx!r} is not one of {', '.join(classes)}")
     folders = [root / "HAM10000_images_part_1", root / "HAM10000_images_part_2", root / "HAM10000_images",
                root / "images", root]
     index = index_images(folders, ".jpg")
-    ids = [v.strip() for v in frame["image_id"]]
+    ids = frame["image_id"].tolist()
     return table_manifest(
         name="ham10000", root=root, task=Task("multiclass", classes), labels=labels,
         paths=[index.get(f"{i}.jpg", root / "HAM10000_images_part_1" / f"{i}.jpg") for i in ids],
@@ -173,7 +173,7 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
             else:
                 y[i] = p
         names = tuple(classes) if classes is not None else tuple(f"class_{k}" for k in range(max(count, 2)))
-    values = [v.strip() for v in frame[columns["path"]]]
+    values = frame[columns["path"]].tolist()
     for i in (i for i, v in enumerate(values) if not v):
         flags(i, "missing image", f"{columns['path']} is blank; fill in the image's path, or delete the row")
     n = len(frame)
@@ -238,7 +238,7 @@ def _refuse_unread_attributes(frame, columns: Mapping[str, str], table: Path) ->
              "write ages in years (45, 45.5) or as DICOM does (045Y)")):
         if key not in columns:
             continue
-        filled = [str(v).strip() for v in frame[columns[key]] if str(v).strip()]
+        filled = [v for v in frame[columns[key]] if v]
         if filled and unread(filled).all():
             shown = ", ".join(repr(v[:20]) for v in list(dict.fromkeys(filled))[:4])
             raise DataError(f"{table}: no value of the {key} column {columns[key]!r} (data.columns.{key}) reads as "
