@@ -119,3 +119,19 @@ def test_splits_in_group_order_equal_indexed_copies_and_share_one_block_where_ow
     else:
         np.testing.assert_array_equal(images, original)
         assert not any(np.shares_memory(p, images) for p in parts)
+
+
+def test_one_patient_written_two_ways_is_kept_out_of_a_second_split_and_told(files, caplog):
+    """"pt01" published in test and "PT1" in train are one patient: the training image is left out as for any
+    patient the published splits share, and the terminal says which ids were taken for one. Compared exactly, the
+    patient trained and was tested on."""
+    root, paths = files
+    patients = ["pt01", "PT1"] + [f"p{2 + i // 2}" for i in range(N_FILES - 2)]
+    splits = ["test", "train"] + [("train", "val", "test")[(i // 2) % 3] for i in range(N_FILES - 2)]
+    manifest = _manifest(root, paths, patients, [i % 2 for i in range(N_FILES)], splits)
+    with caplog.at_level("WARNING", logger="dpmed.data.assembly"):
+        d = assemble_dataset(manifest, preprocessing=Preprocessing(), split=SplitPlan(), cache_dir=None)
+    assert "PT1" in d.test.patient_ids.tolist() and "PT1" not in d.train.patient_ids.tolist()
+    assert not {"pt01", "PT1"} & set(d.train.patient_ids.tolist() + d.val.patient_ids.tolist())
+    assert len(d.train) == splits.count("train") - 1 and d.source["split"]["patients_in_two_published_splits"] == 1
+    assert "1 patient id is written in ways that differ only in case or leading zeros ('PT1' = 'pt01')" in caplog.text

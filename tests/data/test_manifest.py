@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dpmed.data import Task
-from dpmed.data.manifest import Manifest, parse_age, parse_sex, parse_splits
+from dpmed.data.manifest import Manifest, describe_spellings, parse_age, parse_sex, parse_splits, patient_key
 from dpmed.errors import DataError
 
 
@@ -75,3 +75,28 @@ def test_a_column_of_another_length_or_an_empty_layout_is_refused():
         _manifest(3, age=np.zeros(4))
     with pytest.raises(DataError, match="lists no images; check that data.path"):
         _manifest(0)
+
+
+def test_a_patient_key_drops_spaces_case_and_leading_zeros_only():
+    """By hand: a number's leading zeros go, its inner and trailing zeros stay, letters lose their case."""
+    assert [patient_key(v) for v in (" P007 ", "p07", "p7", "p70", "p700", "2007", "007", "0", "00", "A0B01")] == \
+        ["p7", "p7", "p7", "p70", "p700", "2007", "7", "0", "0", "a0b1"]
+
+
+def test_one_patient_written_several_ways_is_one_patient_written_one_way():
+    """"PT1", "pt01" and "pt1" are one patient (`Manifest._write_each_patient_one_way`): written as the first in
+    sorted order ("PT1"), so that no split and no privacy unit sees two people. "pt10" and "p1" are others, and a
+    subset keeps the spellings, told only for the patients it keeps."""
+    ids = np.array(["pt01", "pt10", "PT1", "p1", "pt1", "P01", "q"])
+    manifest = _manifest(7, patient_ids=ids)
+    assert manifest.patient_ids.tolist() == ["PT1", "pt10", "PT1", "P01", "PT1", "P01", "q"]
+    assert manifest.spellings == {"P01": ("P01", "p1"), "PT1": ("PT1", "pt01", "pt1")}
+    (line,) = describe_spellings(manifest, np.arange(7))
+    assert "2 patient ids are written in ways that differ only in case or leading zeros ('P01' = 'p1'; " \
+           "'PT1' = 'pt01' = 'pt1'): each taken as one patient, in one split and one privacy unit" in line
+    part = manifest.subset(np.array([1, 3, 6]))
+    assert part.patient_ids.tolist() == ["pt10", "P01", "q"]
+    assert [s[:len("data: 1 patient id is written")] for s in describe_spellings(part, np.arange(3))] == \
+        ["data: 1 patient id is written"]
+    assert describe_spellings(part, np.array([0, 2])) == []
+    assert describe_spellings(_manifest(3), np.arange(3)) == [] and _manifest(3).spellings == {}

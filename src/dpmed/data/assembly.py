@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 
 from dpmed.data.cache import decode_images
-from dpmed.data.manifest import Manifest, describe_demographics, describe_problems
+from dpmed.data.manifest import Manifest, describe_demographics, describe_problems, describe_spellings
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.data.splits import split_by_patient
 from dpmed.data.transforms import Preprocessing
@@ -243,7 +243,7 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
         # carry: a private file's name can name its patient
         for r in sorted(manifest.problems)[:_EXAMPLES]:
             _log.warning("left out %s: %s", manifest.where[r], manifest.problems[r].detail)
-    for line in describe_demographics(manifest, rows):   # sex and age read as unknown: told, like the rows above
+    for line in describe_spellings(manifest, rows) + describe_demographics(manifest, rows):   # told, as above
         _log.warning("%s", line)
     _tell_small_published_validation(manifest, sets["val"], "val" not in missing)
     if shared["patients_in_two_published_splits"]:

@@ -18,6 +18,7 @@ the reader keeps it as written (:meth:`Manifest.keep_unread`), and assembly tell
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,7 +30,7 @@ from dpmed.data.sample import Task
 from dpmed.errors import DataError
 
 __all__ = ["Problem", "Manifest", "parse_sex", "parse_age", "parse_splits", "SPLIT_NAMES", "describe_problems",
-           "describe_demographics"]
+           "describe_demographics", "describe_spellings", "patient_key"]
 
 SPLIT_NAMES: dict[str, str] = {"train": "train", "training": "train", "val": "val", "valid": "val",
                                "validate": "val", "validation": "val", "test": "test", "testing": "test"}
@@ -70,6 +71,8 @@ class Manifest:
     written} where a value that is not blank was read as unknown (:meth:`keep_unread`); told, never recorded.
     unread_where: "sex" | "age" -> {row index: where that value is written}, for the rows whose value comes from
     another table than the row's own (MIMIC's patients.csv); other rows are told at ``where``.
+    spellings: patient id -> the ids that :func:`patient_key` takes for it, written as it on construction (told by
+    :func:`describe_spellings`, never recorded).
     """
 
     name: str
@@ -88,8 +91,10 @@ class Manifest:
     description: str = ""
     unread: dict[str, dict[int, str]] = field(default_factory=dict)
     unread_where: dict[str, dict[int, str]] = field(default_factory=dict)
+    spellings: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._write_each_patient_one_way()
         n = len(self.paths)
         for name in ("labels", "patient_ids", "sex", "age", "splits", "where", "ids"):
             if len(getattr(self, name)) != n:
@@ -100,6 +105,22 @@ class Manifest:
 
     def __len__(self) -> int:
         return len(self.paths)
+
+    def _write_each_patient_one_way(self) -> None:
+        """Rewrite the patient ids that :func:`patient_key` takes for one ("PT1", "pt01") as the first of them in
+        sorted order, keeping the spellings in :attr:`spellings`. Why: compared exactly, one person written two ways
+        (a table put together from two exports, or a spreadsheet that dropped leading zeros) could sit in training
+        and in test, and count as two units of a patient-level privacy unit. Two different people taken for one
+        cost a little split balance and a coarser unit, which only makes the claim more conservative."""
+        unique, inverse = np.unique(np.asarray(self.patient_ids).astype(str), return_inverse=True)
+        first: dict[str, int] = {}
+        one_way = np.array([first.setdefault(patient_key(pid), u) for u, pid in enumerate(unique.tolist())],
+                           dtype=np.int64)
+        if np.array_equal(one_way, np.arange(len(unique))):
+            return
+        for u in np.unique(one_way[one_way != np.arange(len(unique))]).tolist():
+            self.spellings[str(unique[u])] = tuple(unique[one_way == u].tolist())
+        self.patient_ids = unique[one_way][inverse.reshape(-1)]
 
     def flag(self, row: int, kind: str, detail: str) -> None:
         """Mark ``row`` unusable; the first problem found for a row is the one reported."""
@@ -152,6 +173,27 @@ def describe_problems(manifest: Manifest, *, skip_hint: bool = True) -> str:
                      "you, and its private log keeps, how many were left out and why: no shareable file says so, as "
                      "the count is a statistic of the private data).")
     return "\n".join(lines)
+
+
+def patient_key(patient_id: str) -> str:
+    """A patient id as dpmed compares two: without the spaces around it, the case of its letters and the leading
+    zeros of its numbers, so that "P007 ", "p07" and "p7" are one patient (:meth:`Manifest._write_each_patient_one_way`,
+    and the public/private overlap check). A number's inner zeros stay: "p70" is not "p7"."""
+    return re.sub(r"(?<![0-9])0+(?=[0-9])", "", patient_id.strip().casefold())
+
+
+def describe_spellings(manifest: Manifest, rows: np.ndarray) -> list[str]:
+    """One line where patient ids among ``rows`` were written several ways and taken for one patient
+    (:attr:`Manifest.spellings`), with their count and the first few, else none. A statistic of the private rows:
+    for the terminal and the private log only."""
+    kept = set(manifest.patient_ids[np.asarray(rows, dtype=np.int64)].tolist())
+    merged = [ways for pid, ways in manifest.spellings.items() if pid in kept]
+    if not merged:
+        return []
+    shown = "; ".join(" = ".join(repr(w) for w in ways) for ways in merged[:3])
+    return [f"data: {len(merged)} patient id{'s are' if len(merged) > 1 else ' is'} written in ways that differ only "
+            f"in case or leading zeros ({shown}{', ...' if len(merged) > 3 else ''}): each taken as one patient, in "
+            "one split and one privacy unit. If they are different people, give them ids that differ otherwise"]
 
 
 _UNREAD = {"age": "age value(s) not a plausible age in years", "sex": "sex value(s) not M/F/male/female"}

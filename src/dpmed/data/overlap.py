@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from dpmed.data.manifest import patient_key
 from dpmed.data.pace import Pace
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.errors import DataError
@@ -273,8 +273,10 @@ def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_
         patients_note = (f"not checked: {public.name if not public.patients_known else private.name} publishes no "
                          "patient ids (each image is its own patient)")
     else:
-        public_ids = {_id_key(pid): pid for pid in pub_patients.tolist()}
-        shared = tuple(sorted({public_ids[key] for key in map(_id_key, priv_patients.tolist()) if key in public_ids}))
+        # compared as one patient where only case, spaces or leading zeros differ: matching more ids refuses more (a
+        # false refusal is told and can be undone; a missed patient trains without noise)
+        public_ids = {patient_key(pid): pid for pid in pub_patients.tolist()}
+        shared = tuple(sorted({public_ids[key] for key in map(patient_key, priv_patients.tolist()) if key in public_ids}))
         patients_note = ("patient ids of both sets, all splits (ignoring case, surrounding spaces and the leading "
                          "zeros of numbers)")
 
@@ -291,13 +293,6 @@ def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_
     return Overlap(n_public=len(pub_where), n_private=len(priv_where), identical=identical,
                    shared_patients=shared, patients_note=patients_note, near_duplicates=near, near_note=near_note,
                    max_distance=max_distance)
-
-
-def _id_key(patient_id: str) -> str:
-    """A patient id as the check compares it: the same patient written "P007 " in one table and "p7" in another,
-    or as a number a spreadsheet stripped of its zeros, is one patient. Matching more ids refuses more (a false
-    refusal is told and can be undone; a missed patient trains without noise)."""
-    return re.sub(r"(?<![0-9])0+(?=[0-9])", "", patient_id.strip().casefold())
 
 
 def refuse_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_DUPLICATE_BITS,
