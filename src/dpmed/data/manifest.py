@@ -110,8 +110,10 @@ class Manifest:
         """Rewrite the patient ids that :func:`patient_key` takes for one ("PT1", "pt01") as the first of them in
         sorted order, keeping the spellings in :attr:`spellings`. Why: compared exactly, one person written two ways
         (a table put together from two exports, or a spreadsheet that dropped leading zeros) could sit in training
-        and in test, and count as two units of a patient-level privacy unit. Two different people taken for one
-        cost a little split balance and a coarser unit, which only makes the claim more conservative."""
+        and in test, and count as two units of a patient-level privacy unit (a claim for one person that held for
+        two). The rarer case, two people whose ids differ only so, makes them one unit, and removing one of them
+        re-keys the other's split draw: a replacement of that unit, not a removal. Ids that no other id matches are
+        written as they were, so no split of a dataset without such ids moves."""
         unique, inverse = np.unique(np.asarray(self.patient_ids).astype(str), return_inverse=True)
         first: dict[str, int] = {}
         one_way = np.array([first.setdefault(patient_key(pid), u) for u, pid in enumerate(unique.tolist())],
