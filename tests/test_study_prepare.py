@@ -301,3 +301,37 @@ def test_an_audit_refused_for_a_dp_count_its_noise_took_below_one_says_so(write_
         "arm 'dp': audit.canaries = 10 needs more training patients than the DP count it plans from, -92 (its noise, "
         "scale 1 / size_epsilon, took it below one: a larger size_epsilon draws a count nearer the true one), "
         "which leaves none to audit with; remove the arm's audit, or use more images")
+
+
+def test_the_count_of_the_training_set_is_drawn_again_for_another_training_set_only(write_study, tmp_path,
+                                                                                      monkeypatch):
+    """A test or validation label corrected leaves the training set, and so its count, as it was: the count drawn
+    before is planned from again, not drawn and paid a second time (its key was once every split's data). A training
+    label, image or patient id changed is another training set, with a count of its own."""
+    import json
+    from dataclasses import replace
+
+    from dpmed import study as study_module
+
+    study = load_study(write_study(HEAD.replace("reproducible", "secure") + f"arms: [{DP}]\n"))
+    dataset = load_study_data(study)
+    draws = tmp_path / "out" / "s" / "private" / "released_sizes.json"
+
+    def prepare(data):
+        monkeypatch.setattr(study_module, "load_study_data", lambda _: data)
+        return prepare_study(study, out=tmp_path / "out").sizes
+
+    def flipped(images, row=0):
+        labels = images.labels.copy()
+        labels[row] = 1 - labels[row]
+        return replace(images, labels=labels)
+
+    first = prepare(dataset)
+    assert prepare(replace(dataset, test=flipped(dataset.test), val=flipped(dataset.val, 1))) == first
+    assert len(json.loads(draws.read_text())["draws"]) == 1
+    ids = dataset.train.patient_ids.copy()
+    ids[0] = "someone else"
+    for changed in (flipped(dataset.train), replace(dataset.train, images=dataset.train.images[::-1].copy()),
+                    replace(dataset.train, patient_ids=ids)):
+        prepare(replace(dataset, train=changed))
+    assert len(json.loads(draws.read_text())["draws"]) == 4

@@ -11,7 +11,8 @@ is post-processing. Each DP-SGD run's eps is its training's eps plus size_epsilo
 target less size_epsilon.
 
 One count per kind of unit an arm plans over (patients; images; images capped per patient) is drawn once per study
-folder and data, from the operating system, and kept in ``private/released_sizes.json``: every run and every rerun of
+folder and training set (`dpmed.resumption.count_fingerprint`: a corrected test label draws none), from the operating
+system, and kept in ``private/released_sizes.json``: every run and every rerun of
 the study plans from the same counts, so the study pays size_epsilon once per count (`dpmed.budget`) and no fresh
 draws exist to be averaged. Deleting the folder and running again releases new counts, at a new cost. Where the file
 was deleted while the folder shows a count it released in secure mode (its finished runs' records, and study.yaml,

@@ -27,7 +27,7 @@ from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, read_record
 from dpmed.run import read_released_model
 
-__all__ = ["finished_runs", "data_fingerprint", "attributes_fingerprint", "randomness_of", "setting_differences"]
+__all__ = ["finished_runs", "data_fingerprint", "count_fingerprint", "attributes_fingerprint", "randomness_of", "setting_differences"]
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -150,6 +150,16 @@ def data_fingerprint(dataset: Dataset) -> str:
     for split in (dataset.train, dataset.val, dataset.test):
         for array in (split.images, split.labels, split.patient_ids.astype(str)):
             _hash_array(digest, array)
+    return digest.hexdigest()
+
+
+def count_fingerprint(dataset: Dataset) -> str:
+    """sha256 over the training split's images, labels and patient ids: what keys the DP counts of the training set
+    (`dpmed.released_size`). Not :func:`data_fingerprint`: a corrected test label leaves the training set, and so
+    its count, as it was, and a key over every split drew and charged a second count of it. Private, as that is."""
+    digest = hashlib.sha256()
+    for array in (dataset.train.images, dataset.train.labels, dataset.train.patient_ids.astype(str)):
+        _hash_array(digest, array)
     return digest.hexdigest()
 
 

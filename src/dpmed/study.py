@@ -50,7 +50,8 @@ from dpmed.pretraining import prepare_start
 from dpmed.progress import StudyProgress
 from dpmed.released_size import keep_sizes, needed_sizes, release_sizes
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
-from dpmed.resumption import attributes_fingerprint, data_fingerprint, finished_runs, randomness_of
+from dpmed.resumption import (attributes_fingerprint, count_fingerprint, data_fingerprint, finished_runs,
+                              randomness_of)
 from dpmed.run import RunContext, reevaluate
 from dpmed.timing import Rates, probe_rates
 from dpmed.workspace import claim_folder, withdraw_leftovers, withdraw_public_timing, writing_into
@@ -375,8 +376,9 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     with writing_into(folder.root):      # `dpmed plan` too writes the DP counts: into private/, made owner-only
         if needed:
             folder.make_private()
-        sizes = release_sizes(needed, epsilon=study.size_epsilon, path=folder.released_sizes, fingerprint=fingerprint,
-                              reproducible_seed=seed, planned_before=released, data_checked=checked)
+        sizes = release_sizes(needed, epsilon=study.size_epsilon, path=folder.released_sizes,
+                              fingerprint=count_fingerprint(dataset), reproducible_seed=seed, planned_before=released,
+                              data_checked=checked)
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
     _tell_whole_batches(plans)
@@ -385,8 +387,8 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     existing, elsewhere, stale = finished_runs(folder, plans, _dataset_summary(dataset), study, fingerprint,
                                                before, attributes)
     with writing_into(folder.root):      # a count taken back from the runs, now that they are accepted
-        keep_sizes(sizes, epsilon=study.size_epsilon, path=folder.released_sizes, fingerprint=fingerprint,
-                   reproducible_seed=seed)
+        keep_sizes(sizes, epsilon=study.size_epsilon, path=folder.released_sizes,
+                   fingerprint=count_fingerprint(dataset), reproducible_seed=seed)
     reproducible = "reproducible" in {study.privacy_randomness, *map(randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
     if study.privacy_budget is not None:
