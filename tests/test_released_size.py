@@ -33,6 +33,20 @@ def test_other_data_or_another_eps_is_another_release_and_is_drawn_afresh(tmp_pa
     assert len(json.loads(path.read_text())["draws"]) == 41
 
 
+def test_a_count_an_older_key_holds_for_the_same_data_is_planned_from_not_drawn_again(tmp_path):
+    """A folder written before the counts were keyed by the training set alone holds them under the fingerprint of
+    every split: still these data's counts (and perhaps shown by `dpmed plan`), so they are planned from again,
+    and a draw under another data's key is not."""
+    path = tmp_path / "released_sizes.json"
+    old = release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="every split")
+    again = release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="training set", older_keys=("every split",))
+    assert again == old
+    assert len(json.loads(path.read_text())["draws"]) == 2
+    release_sizes(NEEDED, epsilon=0.02, path=path, fingerprint="training set", older_keys=("other data",))
+    draws = json.loads(path.read_text())["draws"]
+    assert len(draws) == 4 and {d["data"] for d in draws[2:]} == {"training set"}
+
+
 def test_a_count_is_not_drawn_again_beside_finished_runs_but_taken_back_from_their_records(tmp_path, monkeypatch):
     """Deleting the private file while finished runs stay would make a second draw of the same count, a second
     release the study's accounting cannot tell from the first (two draws may even come out equal). The runs' records

@@ -69,12 +69,13 @@ def needed_sizes(study: Study, context: PlanContext) -> dict[str, int]:
 
 
 def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerprint: str,
-                  reproducible_seed: int | None = None,
+                  older_keys: Collection[str] = (), reproducible_seed: int | None = None,
                   planned_before: Mapping[tuple[str, float], Collection[int]] | None = None,
                   data_checked: bool = True) -> dict[str, int]:
     """The noisy count of each of ``needed`` (exact counts by key), at ``epsilon`` each: the one drawn earlier for
     this key, epsilon, data (``fingerprint``) and mode when ``path`` holds it, else one taken back from
-    ``planned_before``, else a fresh draw, added to ``path``.
+    ``planned_before``, else a fresh draw, added to ``path``. ``older_keys``: what else keys a draw of these data
+    (an older dpmed's fingerprint of every split, of which the training set's is a part).
     ``reproducible_seed``: derive the noise from this public seed (reproducible mode, not DP) instead of the OS.
     ``planned_before``: the counts the folder released already in secure mode, by (key, epsilon), as its finished
     runs' records and its study.yaml hold them (only they: module docstring); read in secure mode only. Where
@@ -90,8 +91,9 @@ def release_sizes(needed: Mapping[str, int], *, epsilon: float, path: Path, fing
     # did not hold yet, and one of the two releases would be kept and the other forgotten
     path.parent.mkdir(parents=True, exist_ok=True)
     with guard(path.parent):
-        return _release(needed, epsilon=epsilon, path=path, fingerprint=fingerprint,
-                        reproducible_seed=reproducible_seed, planned_before=planned_before, data_checked=data_checked)
+        return _release(needed, epsilon=epsilon, path=path, fingerprints={fingerprint, *older_keys},
+                        fresh_key=fingerprint, reproducible_seed=reproducible_seed, planned_before=planned_before,
+                        data_checked=data_checked)
 
 
 def _read_draws(path: Path) -> list[dict]:
@@ -111,7 +113,7 @@ def _read_draws(path: Path) -> list[dict]:
     return draws
 
 
-def _release(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerprint: str,
+def _release(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerprints: Collection[str], fresh_key: str,
              reproducible_seed: int | None,
              planned_before: Mapping[tuple[str, float], Collection[int]] | None,
              data_checked: bool) -> dict[str, int]:
@@ -119,8 +121,8 @@ def _release(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerpri
     mode = "secure" if reproducible_seed is None else f"reproducible {reproducible_seed}"
     released, fresh = {}, []
     for key, exact in needed.items():
-        earlier = next((d["count"] for d in draws if (d["key"], d["epsilon"], d["data"], d["mode"])
-                        == (key, epsilon, fingerprint, mode)), None)
+        earlier = next((d["count"] for d in draws if (d["key"], d["epsilon"], d["mode"]) == (key, epsilon, mode)
+                        and d["data"] in fingerprints), None)
         # (reproducible mode draws the same count again from its public seed: nothing new is released)
         recorded = sorted((planned_before or {}).get((key, epsilon), ())) if reproducible_seed is None else []
         if recorded and (len(recorded) > 1 or earlier not in (None, *recorded)):
@@ -146,7 +148,7 @@ def _release(needed: Mapping[str, int], *, epsilon: float, path: Path, fingerpri
             source = (secrets.randbelow if reproducible_seed is None
                       else random.Random(public_seed(reproducible_seed, f"released size {key}")).randrange)
             earlier = exact + discrete_laplace(1 / Fraction(epsilon), source)
-            fresh.append({"key": key, "epsilon": epsilon, "data": fingerprint, "mode": mode, "count": earlier})
+            fresh.append({"key": key, "epsilon": epsilon, "data": fresh_key, "mode": mode, "count": earlier})
         released[key] = int(earlier)
     if fresh:
         write_text_atomic(path, json.dumps({"draws": draws + fresh}, indent=2), owner_only=True)

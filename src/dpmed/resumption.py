@@ -27,7 +27,8 @@ from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, read_record
 from dpmed.run import read_released_model
 
-__all__ = ["finished_runs", "data_fingerprint", "count_fingerprint", "attributes_fingerprint", "randomness_of", "setting_differences"]
+__all__ = ["finished_runs", "data_fingerprint", "count_fingerprint", "attributes_fingerprint", "randomness_of",
+           "setting_differences"]
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:

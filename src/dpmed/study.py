@@ -377,8 +377,8 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
         if needed:
             folder.make_private()
         sizes = release_sizes(needed, epsilon=study.size_epsilon, path=folder.released_sizes,
-                              fingerprint=count_fingerprint(dataset), reproducible_seed=seed, planned_before=released,
-                              data_checked=checked)
+                              fingerprint=count_fingerprint(dataset), older_keys=(fingerprint,), reproducible_seed=seed,
+                              planned_before=released, data_checked=checked)
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
     _tell_whole_batches(plans)

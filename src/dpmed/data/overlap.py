@@ -276,7 +276,8 @@ def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_
         # compared as one patient where only case, spaces or leading zeros differ: matching more ids refuses more (a
         # false refusal is told and can be undone; a missed patient trains without noise)
         public_ids = {patient_key(pid): pid for pid in pub_patients.tolist()}
-        shared = tuple(sorted({public_ids[key] for key in map(patient_key, priv_patients.tolist()) if key in public_ids}))
+        shared = tuple(sorted({public_ids[key] for key in map(patient_key, priv_patients.tolist())
+                               if key in public_ids}))
         patients_note = ("patient ids of both sets, all splits (ignoring case, surrounding spaces and the leading "
                          "zeros of numbers)")
 

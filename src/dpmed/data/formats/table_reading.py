@@ -1,9 +1,10 @@
 """Reading a dataset's CSV table into a :class:`~dpmed.data.manifest.Manifest`: what every table layout shares.
 
 The table readers (:mod:`dpmed.data.formats.tables`, :mod:`dpmed.data.formats.chest_xray`) find the dataset folder
-and its table, read every cell as text without the spaces around it (a blank stays ""), and collect problem rows as they parse them, each with
-its CSV line (header = line 1) and the value, so the user can find it; a missing table (or a folder in its place) or
-column stops at once with the file and the column named. The manifest is built once, with the problems flagged on it.
+and its table, read every cell as text without the spaces around it (a blank stays ""), and collect problem rows as
+they parse them, each with its CSV line (header = line 1) and the value, so the user can find it; a missing table
+(or a folder in its place) or column stops at once with the file and the column named. The manifest is built once,
+with the problems flagged on it.
 """
 
 from __future__ import annotations
@@ -219,7 +220,8 @@ def class_index(text: str, count: int) -> int | None:
 
 
 def patient_column(frame: pd.DataFrame, column: str, table: Path, remedy: str, *, unit: str = "patient") -> list[str]:
-    """The ids of ``column`` (read by :func:`read_table`, without spaces around them), or DataError naming the table, the column and the lines where one is blank.
+    """The ids of ``column`` (as :func:`read_table` reads them, without spaces around them), or DataError naming the
+    table, the column and the lines where one is blank.
 
     Why refuse: every blank id would become one patient "", who is then kept on one side of the split and counted
     as one person in a patient-level privacy unit, though the rows belong to unknown, different people.
