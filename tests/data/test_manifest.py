@@ -100,3 +100,10 @@ def test_one_patient_written_several_ways_is_one_patient_written_one_way():
         ["data: 1 patient id is written"]
     assert describe_spellings(part, np.array([0, 2])) == []
     assert describe_spellings(_manifest(3), np.arange(3)) == [] and _manifest(3).spellings == {}
+
+
+def test_ids_that_name_no_patient_are_not_taken_for_one():
+    """APTOS's image codes stand in for patients it does not publish: "a01b2" and "a1b02" are two images."""
+    ids = np.array(["a01b2", "a1b02", "A01B2"])
+    assert _manifest(3, patient_ids=ids, notes={"patients_known": False}).patient_ids.tolist() == ids.tolist()
+    assert _manifest(3, patient_ids=ids).patient_ids.tolist() == ["A01B2"] * 3

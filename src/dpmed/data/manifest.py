@@ -113,7 +113,10 @@ class Manifest:
         and in test, and count as two units of a patient-level privacy unit (a claim for one person that held for
         two). The rarer case, two people whose ids differ only so, makes them one unit, and removing one of them
         re-keys the other's split draw: a replacement of that unit, not a removal. Ids that no other id matches are
-        written as they were, so no split of a dataset without such ids moves."""
+        written as they were, so no split of a dataset without such ids moves. Ids that name no patient (notes
+        ``patients_known`` False: APTOS's image codes, where "a01b2" and "a1b02" are two images) are left alone."""
+        if not self.notes.get("patients_known", True):
+            return
         unique, inverse = np.unique(np.asarray(self.patient_ids).astype(str), return_inverse=True)
         first: dict[str, int] = {}
         one_way = np.array([first.setdefault(patient_key(pid), u) for u, pid in enumerate(unique.tolist())],
