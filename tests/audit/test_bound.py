@@ -289,6 +289,10 @@ def test_audit_rejects_mismatched_inputs():
                                   delta=0.0)
     with pytest.raises(ValueError):
         audit_epsilon_lower_bound(np.zeros(3), np.zeros(3, bool), k_positive=2, k_negative=2, delta=0.0)
+    with pytest.raises(ValueError):     # one score per canary: a table of them is not [m]
+        audit_epsilon_lower_bound(np.zeros((2, 3)), np.zeros((2, 3), bool), k_positive=1, k_negative=1, delta=0.0)
+    with pytest.raises(ValueError):     # a count is an integer, and True is not one
+        audit_epsilon_lower_bound(np.zeros(3), np.zeros(3, bool), k_positive=True, k_negative=0, delta=0.0)
 
 
 # ---------------------------------------------------------------------------------------------- the grid, Bonferroni
@@ -301,6 +305,22 @@ def test_grid_depends_on_m_only_and_is_valid():
         assert all(kp >= 0 and kn >= 0 and 0 < kp + kn <= m for kp, kn in grid)
     with pytest.raises(ValueError):
         default_audit_grid(10, fractions=(0.7,))
+
+
+def _grid_by_hand(ks: list[int], m: int) -> list[tuple[int, int]]:
+    return [pair for k in ks for pair in ((k, min(k, m - k)), (k, 0), (0, k))]
+
+
+def test_the_default_grid_guesses_the_nearest_integer_to_each_share_on_both_sides_and_on_each_side_alone():
+    """k = f m rounded to the nearest integer (at least 1) for f = 2, 5, 10, 20 and 50 %, each as (k, k), (k, 0) and
+    (0, k); where k is more than half of an odd m, the negative side takes the m - k canaries left."""
+    assert default_audit_grid(1000) == _grid_by_hand([20, 50, 100, 200, 500], 1000)
+    # 75 canaries: f m = 1.5, 3.75, 7.5, 15 and 37.5; the halves land on even numbers either way
+    assert default_audit_grid(75) == _grid_by_hand([2, 4, 8, 15, 38], 75)
+    assert (38, 37) in default_audit_grid(75)
+    # 7 canaries: f m = 0.14, 0.35, 0.7, 1.4 and 3.5 give k = 1, 1, 1, 1, 4; the repeats are dropped
+    assert default_audit_grid(7) == [(1, 1), (1, 0), (0, 1), (4, 3), (4, 0), (0, 4)]
+    assert default_audit_grid(1) == [(1, 0), (0, 1)]
 
 
 @settings(max_examples=30, deadline=None)
@@ -384,3 +404,5 @@ def test_scores_from_logits_agree_with_probabilities_and_do_not_saturate():
     assert far[0] < far[1] < 0 and np.isfinite(far[2]) and far[2] == pytest.approx(-800.0)
     with pytest.raises(ValueError):
         canary_scores_from_logits(np.zeros(3), np.zeros(3), task_kind="binary")
+    with pytest.raises(ValueError):     # more labels than rows of logits
+        canary_scores_from_logits(np.zeros((3, 2)), np.zeros(4), task_kind="binary")
