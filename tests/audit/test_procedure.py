@@ -245,3 +245,27 @@ def test_a_claim_stated_without_its_card_s_not_dp_label_reads_as_the_statement_w
     assert "claims eps = 1 (not DP: seed known): " in bare.label_claim(reproducible).statement
     unaudited = old.model_copy(update={"statement": "no audit bound: none of the training patients was drawn"})
     assert unaudited.label_claim(reproducible) == unaudited
+
+
+@pytest.mark.parametrize("fits", ["included", "excluded"])
+def test_a_model_that_fits_the_included_canaries_labels_is_caught_and_one_that_fits_the_others_is_not(
+        trial_inputs, fits):
+    """The whole audit, unstubbed: logits that favour each canary's own (wrong) label by a margin of 5 where it was
+    trained on, and its true label by 5 where it was not, make every guess right, and 100 canaries at 95% then
+    refute an eps of 1; the same margins the other way round make every guess wrong and prove nothing."""
+    train, task, n_patients = trial_inputs
+    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=100), seed=7, n_patients=n_patients,
+                                             rng=np.random.default_rng(3))
+    m, labels = len(trial.included), trial.canaries.labels
+    memorised = trial.included if fits == "included" else ~trial.included
+    logits = np.zeros((m, task.num_outputs))
+    logits[np.arange(m), labels] = np.where(memorised, 5.0, -5.0)
+    record, arrays = procedure.conclude(trial, logits, task_kind=task.kind, delta=1e-5, claimed_epsilon=1.0)
+    assert record.n_canaries == m > 50 and record.n_included == int(trial.included.sum())
+    assert 0 < record.n_included < m
+    assert np.all((arrays["scores"] > -0.1) == memorised)     # log p(label): about -0.007 fitted, -5 not
+    if fits == "included":
+        assert record.n_correct == record.n_guesses > 0 and record.epsilon_lower_bound > 1.0
+        assert record.consistent_with_claim is False
+    else:
+        assert record.n_correct == 0 and record.epsilon_lower_bound == 0.0 and record.consistent_with_claim
