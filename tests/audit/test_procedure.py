@@ -269,3 +269,22 @@ def test_a_model_that_fits_the_included_canaries_labels_is_caught_and_one_that_f
         assert record.consistent_with_claim is False
     else:
         assert record.n_correct == 0 and record.epsilon_lower_bound == 0.0 and record.consistent_with_claim
+
+
+def test_the_statement_rounds_the_bound_down_and_the_error_rate_up(trial_inputs, monkeypatch):
+    """A bound of 2.99999 shown as "3" would claim more than was refuted, and an error rate of 1.2346% shown as
+    1.234% less than the audit risks: the bound reads 2.99, the confidence 98.76% and the rate 1.235%."""
+    train, task, n_patients = trial_inputs
+    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40, confidence=0.987654), seed=7,
+                                             n_patients=n_patients, rng=np.random.default_rng(0))
+
+    def grid(scores, included, *, delta, confidence):
+        return AuditResult(epsilon_lower_bound=2.99999, n_canaries=len(included), n_guesses=10, n_correct=10,
+                           confidence=confidence, delta=delta, k_positive=5, k_negative=5, method="stub")
+
+    monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
+    record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
+                                   delta=1e-5, claimed_epsilon=1.0)
+    assert record.statement.startswith("empirical lower bound eps >= 2.99 at delta = 1e-5,")
+    assert "98.76% confidence; 10 of 10 guesses correct" in record.statement
+    assert record.statement.endswith("(an audit of a run that keeps its claim says so at most 1.235% of the time)")
