@@ -93,6 +93,8 @@ def test_where_the_noise_cannot_span_the_range_a_pixel_at_zero_is_never_released
     assert (dark == 1.0).sum() == 0 and (bright == 1.0).mean() == pytest.approx(0.5, abs=0.01)
     card = _laplace_card(1 / 40)
     assert not card.is_dp and card.sampler_voids and card.statement.startswith("NOT DP as run")
+    # a pixel at R needs a draw of -40 scales to reach 0, below the draws' floor of -52 log 2 = -36.04: never
+    assert "a pixel at R is never released as 0" in card.statement and "measurably" not in card.statement
     assert card.in_brief().endswith("not DP: noise below the sampler's reach")
 
 
