@@ -91,3 +91,21 @@ def test_what_the_terminal_and_run_json_say_cite_the_source_documents_as_the_rep
     for text in (statement, *DEFINITIONS.values()):
         assert not re.search(r"00\d_[0-9a-f]{16}\.txt", text) and cite(text) == text
     assert "Singh, Sikka, Kotti and Trask 2020" in statement
+
+
+@pytest.mark.parametrize("make", [lambda v: PixelGaussian(std=v), lambda v: PixelLaplace(scale=v),
+                                  lambda v: ScalarShift(scale=v)], ids=["gaussian", "laplace", "shift"])
+@pytest.mark.parametrize("value", [0.0, -0.1])
+def test_a_noise_scale_of_zero_or_below_is_refused(make, value):
+    """Zero noise would release the images as they are; a card built on it would divide by zero."""
+    with pytest.raises(ValueError, match="must be > 0"):
+        make(value)
+
+
+def test_scalar_shift_is_registered_as_no_private_mechanism():
+    """The registry's is_private is what the study budget and the report read to list a run without a total eps and
+    as a labelled reproduction of a flawed method: a brightness shift must never count as private there."""
+    from dpmed.mechanisms import mechanism_info
+
+    assert mechanism_info("scalar_shift").is_private is False
+    assert mechanism_info("pixel_laplace").is_private and mechanism_info("pixel_gaussian").is_private
