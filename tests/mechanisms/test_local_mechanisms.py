@@ -102,6 +102,16 @@ def test_a_noise_scale_of_zero_or_below_is_refused(make, value):
         make(value)
 
 
+@pytest.mark.parametrize("n", [1, 257])
+def test_every_image_is_perturbed_also_a_single_one_and_the_last_of_a_partial_chunk(n):
+    """The perturbation is written chunk by chunk into an empty array: one image, or one image past a whole chunk of
+    256, must be noised like the rest (an unwritten one would be whatever memory held)."""
+    images = np.full((n, 1, 4, 4), 0.5, dtype=np.float32)
+    out = PixelGaussian(std=0.1).apply(images, rng=_rng())
+    expected = np.clip(0.5 + _rng().normal(0.0, 0.1, size=images.shape), 0, 1).astype(np.float32)
+    np.testing.assert_array_equal(out, expected)
+
+
 def test_scalar_shift_is_registered_as_no_private_mechanism():
     """The registry's is_private is what the study budget and the report read to list a run without a total eps and
     as a labelled reproduction of a flawed method: a brightness shift must never count as private there."""
