@@ -164,6 +164,24 @@ def test_local_dp_plans_from_every_value_of_every_image():
     assert plan.privacy.scale == 768 / 512 and plan.privacy.dimension == 768
 
 
+@pytest.mark.parametrize("target, delta", [(100.0, 1e-3), (8.0, None)])
+def test_a_gaussian_target_is_solved_at_the_arms_own_delta_and_delivered_by_the_exact_analytic_gaussian(
+        target, delta, exact_gaussian_epsilon):
+    """The std a target eps_image gives must deliver it at the delta the card states (the arm's, or the default for
+    400 images, min(1e-5, 1/(10 N)) = 1e-5): the exact analytic Gaussian (Balle and Wang 2018, solved independently)
+    at mu = sqrt(d) / s, d = 3 x 8 x 8, gives the target back, and no more than it."""
+    from dpmed.config.schema import Study
+
+    arm = {"name": "gauss", "mechanism": "pixel_gaussian", "target_epsilon_image": target}
+    study = Study.model_validate({"name": "g", "arms": [arm if delta is None else {**arm, "delta": delta}]})
+    context = PlanContext(images_per_patient=np.full(100, 4, dtype=np.int64), image_shape=(3, 8, 8))
+    (plan,) = plan_runs(study, context)
+    expected_delta = 1e-5 if delta is None else delta
+    assert plan.privacy.delta == expected_delta and plan.privacy.target_epsilon_image == target
+    delivered = exact_gaussian_epsilon(np.sqrt(192) / plan.privacy.std, expected_delta)
+    assert delivered == pytest.approx(target, rel=1e-6) and delivered <= target * (1 + 1e-9)
+
+
 SIZED = """
 name: sized
 data: {source: phantom, n_images: 200, image_size: 16}
