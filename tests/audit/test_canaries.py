@@ -206,6 +206,26 @@ def test_held_out_sources_take_whole_patients_one_image_each():
             hold_out_canary_sources(train, m, seed=0, n_patients=count)
 
 
+def test_the_drawn_patients_are_those_whose_draw_is_below_the_rate_and_each_gives_its_image_of_smallest_key():
+    """A patient is drawn where u(patient) of the seed is below m / the count, and gives the image whose keyed hash
+    (seed, patient, pixels) is smallest: both read that patient alone."""
+    from dpmed.data import image_keys, patient_draws
+
+    train = _images(600, BINARY, seed=5, patients=360)
+    ids = train.patient_ids.astype(str)
+    n_patients = len(set(ids.tolist()))
+    _, sources = hold_out_canary_sources(train, 50, seed=11, n_patients=n_patients)
+    u = dict(zip(ids.tolist(), patient_draws(ids, 11).tolist()))
+    drawn = sorted(p for p, draw in u.items() if draw < 50 / n_patients)
+    assert sorted(sources.patient_ids.astype(str).tolist()) == drawn
+    assert any(50 / n_patients <= draw < 51 / n_patients for draw in u.values())    # the rate's edge is tested
+    keys, choices = image_keys(ids, train.images, seed=11), 0
+    for pid, image in zip(sources.patient_ids.astype(str), sources.images):
+        mine = np.flatnonzero(ids == pid)
+        np.testing.assert_array_equal(image, train.images[mine[np.argmin(keys[mine])]])
+        choices += len(mine) > 1
+    assert choices >= 5                                                          # drawn patients with a choice
+
 def test_where_the_image_is_the_unit_every_image_of_a_drawn_patient_is_a_source():
     """The same patients are drawn (the draw reads the patient alone); each of their images becomes a source, so at
     rate m / the count of images about m canaries come out, and removing one image removes its canary alone."""
