@@ -158,6 +158,13 @@ def test_an_included_canary_never_joins_a_training_patient_of_the_same_id():
     assert len(units) == 9 + 6 and {0, 1} in units                    # the training patient's two images
     assert all({10 + i} in units for i in range(6))                    # each canary alone
     np.testing.assert_array_equal(merged.patient_ids[:10], train.patient_ids)
+    # a training set that also holds the renamed id: the names grow again until none clashes
+    taken = np.array(["canary-00001", "canary-canary-00002"] + [f"p{i}" for i in range(8)])
+    clashing = ImageSet(images=train.images, labels=train.labels, sex=train.sex, age=train.age, masks=train.masks,
+                        patient_ids=taken)
+    merged = insert_canaries(clashing, canaries, np.ones(6, bool))
+    added = merged.patient_ids[10:].tolist()
+    assert len(set(added)) == 6 and not set(added) & set(taken.tolist())
 
 
 def test_insert_rejects_what_would_merge_silently_wrong():
