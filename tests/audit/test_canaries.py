@@ -120,6 +120,9 @@ def test_make_canaries_rejects_bad_requests():
     flat = _images(10, BINARY, masks=False).with_images(np.zeros((10, 1, 3, 8), np.float32))
     with pytest.raises(ValueError, match="at least 4x4 pixels, got 3x8"):
         make_canaries(flat, 5, task=BINARY, seed=0, kind="marked")
+    narrow = _images(10, BINARY, masks=False).with_images(np.zeros((10, 1, 8, 3), np.float32))
+    with pytest.raises(ValueError, match="at least 4x4 pixels, got 8x3"):
+        make_canaries(narrow, 5, task=BINARY, seed=0, kind="marked")
 
 
 @pytest.mark.parametrize("task", [BINARY, MULTILABEL], ids=lambda t: t.kind)
