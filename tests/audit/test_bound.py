@@ -130,7 +130,7 @@ def test_guesses_no_better_than_chance_give_bound_zero(r, data, delta):
     assert epsilon_lower_bound_from_counts(n_canaries=m, n_guesses=r, n_correct=v, delta=delta) == 0.0
 
 
-@pytest.mark.parametrize("r", [5, 20, 100, 1000])
+@pytest.mark.parametrize("r", [5, 20, 100, 1000, 20000])     # 20,000: a bound near 8.8, past the first brackets
 @pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
 def test_all_guesses_right_with_delta_zero_has_a_closed_form(r, confidence):
     """P[B(r, q) >= r] = q^r, so the bound solves q^r = 1 - confidence: eps = logit((1 - confidence)^(1/r)), or 0
