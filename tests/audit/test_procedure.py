@@ -288,3 +288,15 @@ def test_the_statement_rounds_the_bound_down_and_the_error_rate_up(trial_inputs,
     assert record.statement.startswith("empirical lower bound eps >= 2.99 at delta = 1e-5,")
     assert "98.76% confidence; 10 of 10 guesses correct" in record.statement
     assert record.statement.endswith("(an audit of a run that keeps its claim says so at most 1.235% of the time)")
+
+
+def test_a_run_without_a_claimed_eps_is_stated_with_its_cards_not_dp_label(trial_inputs, monkeypatch):
+    """A DP-SGD run on shuffled batches (the source documents' method) has no eps; its audit statement must still
+    carry the card's "not DP" label beside "no eps is claimed", never read as a plain run without privacy."""
+    trial, task = _trial_bounded_at(trial_inputs, monkeypatch, 0.2)
+    label = "not DP: shuffled batches (a Poisson run would have eps 8.37 at delta 1e-05, PLD, add/remove one image)"
+    record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
+                                   delta=1e-5, claimed_epsilon=None, claim_terms=label)
+    assert record.statement.endswith(f"; no eps is claimed ({label}): the run has no privacy guarantee, and a small "
+                                     "bound is no evidence of privacy")
+    assert record.claimed_epsilon is None and record.consistent_with_claim is None
