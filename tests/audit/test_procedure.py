@@ -300,3 +300,18 @@ def test_a_run_without_a_claimed_eps_is_stated_with_its_cards_not_dp_label(trial
     assert record.statement.endswith(f"; no eps is claimed ({label}): the run has no privacy guarantee, and a small "
                                      "bound is no evidence of privacy")
     assert record.claimed_epsilon is None and record.consistent_with_claim is None
+
+
+def test_a_run_whose_draw_found_no_canary_patient_trains_on_its_whole_set_and_states_no_bound(trial_inputs):
+    """At a rate m / a count far above the patients no one is drawn: the training set is returned as it was, and the
+    record has no bound, no method and zero counts, and says why."""
+    train, task, _ = trial_inputs
+    merged, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=2), seed=7, n_patients=10 ** 9,
+                                                  rng=np.random.default_rng(0))
+    assert merged is train and len(trial.canaries) == 0 and trial.included.shape == (0,)
+    record, arrays = procedure.conclude(trial, np.zeros((0, task.num_outputs)), task_kind=task.kind, delta=1e-5,
+                                        claimed_epsilon=2.0)
+    assert record.epsilon_lower_bound is None and record.method is None and record.consistent_with_claim is None
+    assert (record.n_canaries, record.n_included, record.n_guesses, record.n_correct) == (0, 0, 0, 0)
+    assert record.statement.startswith("no audit bound: none of the training patients was drawn")
+    assert len(arrays["scores"]) == 0
