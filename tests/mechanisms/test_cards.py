@@ -164,3 +164,11 @@ def test_every_eps_a_card_prints_is_rounded_up():
     local = card.model_copy(update={"epsilon_image": 16384.2, "mechanism": "pixel_laplace", "delta": 0.0})
     assert local.in_brief().startswith("16,390 per image (local DP, delta 0")
     assert [epsilon_text(v) for v in (7.99612, 1e15, float("inf"))] == ["7.997", "1e15", "inf"]
+
+
+def test_only_an_image_unit_names_the_cap_in_its_neighbours():
+    """The cap changes what add/remove one image means; a patient unit with a cap still adds or removes a patient."""
+    from dpmed.mechanisms.base import unit_words
+
+    assert unit_words("image", 3) == "image of the training set as capped at 3 per patient"
+    assert unit_words("patient", 3) == "patient" and unit_words("image", None) == "image"
