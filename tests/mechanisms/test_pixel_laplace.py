@@ -114,3 +114,13 @@ def test_the_report_gives_a_voided_local_run_the_local_reason():
     from dpmed.reporting.inputs import not_dp_text
     text = not_dp_text(_laplace_card(1 / 40))
     assert "a pixel at one end of the range is released at the other" in text and "accountant" not in text
+
+
+def test_a_reproducible_card_whose_noise_the_sampler_cannot_reach_gives_both_reasons():
+    """Each reason an accounted eps does not hold is named, in one list: the seed is known, and the noise is below
+    the sampler's reach."""
+    from dpmed.mechanisms.cards import label_randomness
+
+    card = label_randomness(_laplace_card(1 / 40), "reproducible")
+    assert not card.is_dp and card.why_not_dp_in_brief == "seed known, noise below the sampler's reach"
+    assert card.in_brief().endswith("; not DP: seed known, noise below the sampler's reach")
