@@ -124,3 +124,13 @@ def test_a_reproducible_card_whose_noise_the_sampler_cannot_reach_gives_both_rea
     card = label_randomness(_laplace_card(1 / 40), "reproducible")
     assert not card.is_dp and card.why_not_dp_in_brief == "seed known, noise below the sampler's reach"
     assert card.in_brief().endswith("; not DP: seed known, noise below the sampler's reach")
+
+
+@pytest.mark.parametrize("keys", [{}, {"scale": 0.5, "target_epsilon_image": 100}])
+def test_an_arm_must_give_exactly_one_noise_setting(keys):
+    """Neither the scale nor a target, or both: which noise the arm runs would be a guess."""
+    from pydantic import ValidationError
+
+    from dpmed.mechanisms.pixel_laplace import PixelLaplaceArm
+    with pytest.raises(ValidationError, match="give exactly one of 'scale' and 'target_epsilon_image'"):
+        PixelLaplaceArm.model_validate({"name": "lap", "mechanism": "pixel_laplace", **keys})
