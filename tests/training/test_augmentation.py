@@ -138,3 +138,27 @@ def test_flips_are_off_by_default_and_keys_follow_the_pixels():
     x, _, keys = _batch(n=3)
     assert len(set(keys.tolist())) == 3
     assert image_keys(np.concatenate([x.numpy(), x.numpy()[:1]]))[3] == keys[0]
+
+
+def test_the_draws_follow_the_seed_and_a_seed_repeats_them():
+    """The seed is one of the draws' inputs: the same (seed, step, copy, image) gives the same crop and flip, and
+    another seed gives other ones, so two runs of one study with different seeds do not share their augmentations."""
+    x, _, keys = _batch(n=4)
+    same = [Augmentation(multiplicity=3, padding=2, flip=True, seed=5).draws(keys, step=4) for _ in range(2)]
+    assert np.array_equal(same[0], same[1])
+    other = Augmentation(multiplicity=3, padding=2, flip=True, seed=6).draws(keys, step=4)
+    assert not np.any(other == same[0])                # 36 independent 64-bit draws: none equal by chance
+    assert not torch.equal(Augmentation(multiplicity=3, padding=2, flip=True, seed=5).apply(x, keys, 4),
+                           Augmentation(multiplicity=3, padding=2, flip=True, seed=6).apply(x, keys, 4))
+
+
+def test_settings_without_meaning_are_refused():
+    """K = 0 copies would weigh each copy's loss 1/0; a negative padding crops nothing sound; reflect padding needs
+    a padding below the image's side, so a padding equal to it is refused with the reason, not deep inside torch."""
+    for multiplicity, padding in ((0, 2), (-1, 2), (2, -1)):
+        with pytest.raises(ValueError, match="multiplicity must be >= 1 and padding >= 0"):
+            Augmentation(multiplicity=multiplicity, padding=padding, flip=False, seed=0)
+    x, _, keys = _batch(n=2)
+    with pytest.raises(ValueError, match="crop padding 8 px needs images larger than 8 px"):
+        Augmentation(multiplicity=2, padding=8, flip=False, seed=0).apply(x, keys, step=1)
+    assert Augmentation(multiplicity=2, padding=7, flip=False, seed=0).apply(x, keys, step=1).shape == (4, 1, 8, 8)
