@@ -157,3 +157,25 @@ def test_parameters_of_two_dtypes_are_refused():
     with pytest.raises(ValueError, match="one dtype"):
         DpSgdStep(model, loss_fn=_ce, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=1.0,
                   physical_batch_size=1, noise_rng=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplace"])
+@pytest.mark.parametrize("sigma, clip", [(0.5, 1e-3), (1e-3, 0.5)])
+def test_a_small_noise_scale_still_adds_the_twins_noise(kind, sigma, clip):
+    """Any sigma C > 0 adds noise: a small clip norm (C = 1e-3, sigma C = 5e-4) or a small multiplier leave p.grad
+    = (clipped sum + sigma C draw) / q N, never the clipped sum alone (which would release it without privacy)."""
+    torch.manual_seed(0)
+    model = nn.Linear(300, 4).double()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(5, 300, generator=g, dtype=torch.float64), torch.randint(0, 4, (5,), generator=g)
+    step = DpSgdStep(model, loss_fn=_ce, max_grad_norm=clip, noise_multiplier=sigma, expected_batch_size=4.0,
+                     physical_batch_size=5, noise_rng=np.random.default_rng(13), noise=kind)
+    clipped = [t.clone() for t in step.clipped_sum(x, y)]
+    step(x, y)
+    noise, _ = _twin_noise(13, sum(p.numel() for p in step.params), kind=kind, four_halved=kind == "gaussian")
+    start = 0
+    for p, c in zip(step.params, clipped):
+        draw = torch.from_numpy(noise[start:start + p.numel()]).view(p.shape)
+        start += p.numel()
+        torch.testing.assert_close(p.grad, (c + sigma * clip * draw) / 4.0, rtol=1e-12, atol=1e-15)
+        assert not torch.allclose(p.grad, c / 4.0, rtol=0, atol=1e-3 * sigma * clip)
