@@ -373,6 +373,25 @@ def test_a_patients_norm_carries_the_documented_rounding_slack(route, monkeypatc
             assert abs(ratio - 1) <= max(1e-5, 2.0 ** -21 * (bound / total) ** 2), (seed, margin, ratio)
 
 
+def test_a_patients_l1_norm_carries_the_documented_rounding_slack():
+    """Laplace DP-SGD clips in L1, and its slack is the L1 one (`clipping`'s docstring): the patient's norm is
+    ||sum_i g_i||_1 + 2^-16 sum_i ||g_i||_1 for float32 gradients, not a square or a root of either. The tolerance,
+    2^-20 R (R: sum_i ||g_i||_1 over ||sum_i g_i||_1), is 16 times below the slack's effect, 2^-16 R."""
+    for seed in range(3):
+        for margin in (0.3, 0.1, 0.03):
+            net, x, y, groups, _ = _cancelling_patient(seed, margin)
+            exact = copy.deepcopy(net).double()
+            grads = [torch.cat([t.flatten() for t in torch.autograd.grad(
+                _ce(exact(x[i:i + 1].double()), y[i:i + 1]), list(exact.parameters()))]) for i in range(2)]
+            total, bound = (grads[0] + grads[1]).norm(p=1).item(), sum(g.norm(p=1).item() for g in grads)
+            norm = total + 2.0 ** -16 * bound
+            clip = norm / 2
+            expected = clip / (norm + 1e-6) * total
+            got = GhostClipper(net, norm_order=1).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip, groups=groups)
+            ratio = torch.cat([t.double().flatten() for t in got]).norm(p=1).item() / expected
+            assert abs(ratio - 1) <= max(1e-5, 2.0 ** -20 * bound / total), (seed, margin, ratio)
+
+
 @pytest.mark.parametrize("route", ROUTES)
 def test_a_patient_of_one_image_keeps_its_image_level_norm_beside_patients_of_several(route, monkeypatch):
     """The slack is for sums: a lone image's norm is the image-level one bit for bit, whoever shares its batch."""
