@@ -179,3 +179,25 @@ def test_a_small_noise_scale_still_adds_the_twins_noise(kind, sigma, clip):
         start += p.numel()
         torch.testing.assert_close(p.grad, (c + sigma * clip * draw) / 4.0, rtol=1e-12, atol=1e-15)
         assert not torch.allclose(p.grad, c / 4.0, rtol=0, atol=1e-3 * sigma * clip)
+
+
+def test_the_noise_covers_the_trainable_parameters_only():
+    """A frozen layer of 1,101,000 weights beside 4,004 trainable ones: the step draws one block for the trainable
+    coordinates (the stream moves by two words, not four), adds sigma C times it to their clipped sums, and leaves
+    the frozen parameters without a gradient."""
+    model = _wide_model()
+    model[1].requires_grad_(False)
+    x, y = _batch()
+    step = DpSgdStep(model, loss_fn=_ce, max_grad_norm=0.5, noise_multiplier=0.7, expected_batch_size=4.0,
+                     physical_batch_size=5, noise_rng=np.random.default_rng(17))
+    assert step.params == [model[3].weight, model[3].bias]
+    clipped = [t.clone() for t in step.clipped_sum(x, y)]
+    step(x, y)
+    noise, twin = _twin_noise(17, 4004)
+    start = 0
+    for p, c in zip(step.params, clipped):
+        draw = torch.from_numpy(noise[start:start + p.numel()]).view(p.shape)
+        start += p.numel()
+        torch.testing.assert_close(p.grad, (c.double() + 0.35 * draw).float() / 4.0, rtol=0, atol=0)
+    assert model[1].weight.grad is None and model[1].bias.grad is None
+    assert step.noise_rng.bit_generator.state == twin.bit_generator.state
