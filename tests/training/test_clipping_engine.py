@@ -322,6 +322,18 @@ def test_batch_norm_of_every_kind_is_refused_with_the_reason(norm):
         OpacusClipper(model)
 
 
+def test_a_norm_order_or_route_without_meaning_is_refused():
+    """An order other than 1 or 2 would be clipped in L2 unseen (the engine reads "not 1" as 2), while the noise
+    is calibrated to the order asked; a route it does not know would run as materialised."""
+    model = nn.Linear(3, 3)
+    for order in (0, 3, math.inf):
+        with pytest.raises(ValueError, match="norm_order must be 1 or 2"):
+            GhostClipper(model, norm_order=order)
+    for route in ("Ghost", "book-keeping", ""):
+        with pytest.raises(ValueError, match="route must be one of"):
+            GhostClipper(model, route=route)
+
+
 def test_a_layer_without_a_rule_is_named():
     model = nn.Sequential(nn.Linear(3, 3), nn.PReLU())
     with pytest.raises(PrivacyError, match=r"'1' \(PReLU\).*no per-example rule"):
