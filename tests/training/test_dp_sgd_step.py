@@ -100,6 +100,9 @@ def test_rejects_settings_without_meaning():
         DpSgdStep(_tiny_model(), max_grad_norm=math.inf, noise_multiplier=1.0, **kwargs)
     with pytest.raises(ValueError, match="engine must be one of"):
         DpSgdStep(_tiny_model(), max_grad_norm=1.0, noise_multiplier=1.0, engine="fast", **kwargs)
+    for noise in ("laplacian", "Gaussian", "uniform"):     # else drawn as Gaussian noise on L2-clipped sums
+        with pytest.raises(ValueError, match="noise must be 'gaussian'"):
+            DpSgdStep(_tiny_model(), max_grad_norm=1.0, noise_multiplier=1.0, noise=noise, **kwargs)
 
 
 @pytest.mark.parametrize("field, value", [("noise_multiplier", math.nan), ("noise_multiplier", math.inf),
