@@ -106,3 +106,11 @@ def test_where_the_sampler_cannot_reach_the_tail_a_pixel_at_zero_needs_the_card_
     assert not near.is_dp and "a share 5.9e-07 beyond the sampler's draws" in near.statement
     fine = _card(1 / 8, (1, 8, 8), 1e-5)
     assert fine.is_dp and not fine.sampler_voids
+
+
+def test_whether_the_sampler_voids_the_claim_reads_the_release_s_own_range():
+    """R / s decides it, not s alone: pixels in [0, 2] at s = 2 / 13 are as far out of the sampler's reach as pixels
+    in [0, 1] at s = 1 / 13, and at s = 2 / 8 as safe."""
+    assert not _card(2 / 13, (1, 8, 8), 1e-5, value_range=2.0).is_dp
+    assert _card(2 / 8, (1, 8, 8), 1e-5, value_range=2.0).is_dp
+    assert _card(1 / 8, (1, 8, 8), 1e-5, value_range=1.0).is_dp

@@ -76,12 +76,13 @@ def test_the_card_names_delta_the_accountant_the_unit_what_is_unprotected_and_no
     assert third.statement.endswith("eps_pixel = 0.3334")                # 1/3 rounded up (before: 0.333333)
 
 
-def _laplace_card(scale: float, shape=(1, 8, 8)):
+def _laplace_card(scale: float, shape=(1, 8, 8), value_range: float = 1.0):
     from dpmed.accounting import Ledger
     from dpmed.mechanisms import mechanism_info
     from dpmed.mechanisms.pixel_laplace import PixelLaplacePlan
     plan = PixelLaplacePlan(scale=scale, dimension=int(np.prod(shape)))
-    return mechanism_info("pixel_laplace").card(plan, Ledger((PixelLaplace(scale=scale).event(shape),)), "secure")
+    event = PixelLaplace(scale=scale, value_range=value_range).event(shape)
+    return mechanism_info("pixel_laplace").card(plan, Ledger((event,)), "secure")
 
 
 def test_where_the_noise_cannot_span_the_range_a_pixel_at_zero_is_never_released_as_r_and_the_card_says_not_dp():
@@ -108,6 +109,8 @@ def test_the_card_leaves_out_an_end_point_excess_below_float64s_resolution_and_i
     assert by_hand - 30 > 1e-3 and not close.is_dp and close.sampler_voids
     assert "measurably less often" in close.statement
     assert _laplace_card(1 / 17).is_dp and not _laplace_card(1 / 19).is_dp      # the threshold, about R / b = 18
+    # R / b decides it, not b alone: pixels in [0, 2] at b = 2 / 19 are as far out of reach as [0, 1] at 1 / 19
+    assert not _laplace_card(2 / 19, value_range=2.0).is_dp and _laplace_card(2 / 17, value_range=2.0).is_dp
 
 
 def test_the_report_gives_a_voided_local_run_the_local_reason():

@@ -85,12 +85,6 @@ class PixelGaussianPlan(Strict):
     dimension: int
     target_epsilon_image: float | None = None
 
-    @property
-    def sampler_voids(self) -> bool:
-        """Whether the sampler misses a measurable share of the end mass (module docstring); pixels in [0, 1]."""
-        shortfall = accounting.gaussian_end_shortfall(ratio=1.0 / self.std, bound=GAUSSIAN_DRAW_BOUND)
-        return shortfall > accounting.NEGLIGIBLE_SHARE
-
 
 def _plan(arm: PixelGaussianArm, swept: dict, context: PlanContext) -> PixelGaussianPlan:
     # delta is per image ("any two images"), and the N training images are each released under it
@@ -120,7 +114,7 @@ def _card(plan: PixelGaussianPlan, ledger: Ledger, randomness_mode: str) -> Priv
                        accountant="analytic Gaussian mechanism (Balle & Wang 2018), L2 sensitivity sqrt(d) R")
     ratio = event.value_range / event.std
     shortfall = accounting.gaussian_end_shortfall(ratio=ratio, bound=GAUSSIAN_DRAW_BOUND)
-    if plan.sampler_voids:
+    if shortfall > accounting.NEGLIGIBLE_SHARE:       # of the release's own R / s (module docstring)
         card = label_not_dp(
             card, f"NOT DP as run: the noise sampler's draws are bounded ({DRAW_BOUNDS['gaussian']}), and at "
             f"s = {event.std:g} (R / s = {ratio:.4g}) the tail a pixel at 0 needs to be released as R is "

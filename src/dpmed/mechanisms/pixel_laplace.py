@@ -92,13 +92,6 @@ class PixelLaplacePlan(Strict):
     dimension: int
     target_epsilon_image: float | None = None
 
-    @property
-    def sampler_voids(self) -> bool:
-        """Whether the sampler's bounded draws void the closed form (module docstring); pixels in [0, 1]."""
-        ratio = 1.0 / self.scale
-        excess = accounting.laplace_end_excess(ratio=ratio, bound=LAPLACE_DRAW_BOUND)
-        return excess > accounting.NEGLIGIBLE_SHARE * ratio
-
 
 def _plan(arm: PixelLaplaceArm, swept: dict, context: PlanContext) -> PixelLaplacePlan:
     target = swept.get("target_epsilon_image")
@@ -121,7 +114,9 @@ def _card(plan: PixelLaplacePlan, ledger: Ledger, randomness_mode: str) -> Priva
                        scale_b=event.scale, value_range_R=event.value_range, dimension_d=event.dimension,
                        epsilon_pixel=eps_pixel, epsilon_image=eps_image, epsilon=eps_image, delta=0.0,
                        accountant="closed form (Laplace mechanism, pure DP)")
-    if plan.sampler_voids:
+    # whether the bounded draws void the closed form (module docstring), at the release's own R / b = eps_pixel
+    excess = accounting.laplace_end_excess(ratio=eps_pixel, bound=LAPLACE_DRAW_BOUND)
+    if excess > accounting.NEGLIGIBLE_SHARE * eps_pixel:
         never = eps_pixel >= LAPLACE_DRAW_BOUND
         card = label_not_dp(
             card, f"NOT DP as run: the noise sampler's draws are bounded ({DRAW_BOUNDS['laplace']}), and at "
