@@ -464,3 +464,71 @@ def test_an_inversion_stays_in_the_data_range_and_an_empty_bin_is_black():
     recs = invert_imprint(ImprintGradients(weight=weight, bias=bias), structure="sparse", image_shape=(1, 2, 2))
     assert recs.occupied.tolist() == [True, False]
     assert recs.images[0].flatten().tolist() == [0.0, 0.5, 1.0, 1.0] and recs.images[1].abs().sum().item() == 0.0
+
+
+def test_ssim_uses_the_data_range_of_one_as_a_hand_computed_flat_pair_shows():
+    """Two flat images, 0 and 0.1: no variance, so SSIM is the luminance term (2 m1 m2 + C1) / (m1^2 + m2^2 + C1)
+    with C1 = (0.01 L)^2; at L = 1 that is 1e-4 / 0.0101 (L = 2 would give 4e-4 / 0.0104, four times more)."""
+    dark, grey = np.zeros((1, 8, 8)), np.full((1, 8, 8), 0.1)
+    assert structural_similarity(dark, grey) == pytest.approx(1e-4 / 0.0101, rel=1e-9)
+    assert structural_similarity(np.repeat(dark, 3, axis=0), np.repeat(grey, 3, axis=0)) == pytest.approx(
+        1e-4 / 0.0101, rel=1e-9)
+
+
+def test_ssim_of_colour_images_averages_every_channel():
+    """Channel 0 alike and the others flat against a pattern: the mean of the three channels' SSIM, not channel 0's
+    perfect score; and an image that differs in shape from the other is refused."""
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0, 1, (3, 16, 16))
+    b = a.copy()
+    b[1:] = 0.5
+    per_channel = [structural_similarity(a[c:c + 1], b[c:c + 1]) for c in range(3)]
+    assert per_channel[0] == pytest.approx(1.0) and max(per_channel[1:]) < 0.5
+    assert structural_similarity(a, b) == pytest.approx(np.mean(per_channel), rel=1e-9)
+    with pytest.raises(ValueError, match="one shape"):
+        structural_similarity(a, a[:1])
+
+
+def test_ncc_ignores_contrast_however_faint():
+    """NCC is invariant to contrast: a pattern scaled down to 1e-6 still correlates perfectly with itself."""
+    a = np.random.default_rng(0).uniform(0, 1, (1, 8, 8))
+    assert normalised_cross_correlation(a, 1e-6 * a + 0.5) == pytest.approx(1.0)
+
+
+def test_with_no_batch_image_no_reconstruction_has_a_match():
+    """An empty batch: every reconstruction scores -1, the least SSIM, so it passes no threshold."""
+    matches = match_reconstructions(np.zeros((2, 1, 8, 8)), np.zeros((0, 1, 8, 8)))
+    assert matches.ssim.tolist() == [-1.0, -1.0] and matches.ncc.tolist() == [0.0, 0.0]
+
+
+def test_calibrate_threshold_refuses_too_few_images_and_a_quantile_of_0_or_1():
+    images = np.random.default_rng(0).uniform(0, 1, (5, 1, 8, 8))
+    with pytest.raises(ValueError, match="need more than batch_size = 5 public images, got 5"):
+        calibrate_threshold(images, batch_size=5, rng=np.random.default_rng(0))
+    for quantile in (0.0, 1.0):
+        with pytest.raises(ValueError, match="quantile must be in"):
+            calibrate_threshold(images, batch_size=2, quantile=quantile, rng=np.random.default_rng(0))
+
+
+def test_the_null_median_is_the_median_of_the_null_draws(monkeypatch):
+    """Scores fixed per call, batches of one: the five draws' bests are 0, 0, 0.1, 0.2 and 0.9; the median is 0.1
+    (their mean, 0.24, is pulled up by the one high draw)."""
+    import dpmed.attack.success as success
+
+    scores = iter([0.0, 0.0, 0.1, 0.2, 0.9])
+    monkeypatch.setattr(success, "structural_similarity", lambda a, b: next(scores))
+    got = calibrate_threshold(np.zeros((3, 1, 8, 8)), batch_size=1, n_null=5, quantile=0.5,
+                              rng=np.random.default_rng(0))
+    assert got.null_median == pytest.approx(0.1) and got.value == pytest.approx(0.1)
+
+
+def test_the_noisy_copies_of_the_noise_level_stay_in_the_data_range(monkeypatch):
+    """The noisy copy is clipped to [0, 1], as a reconstruction is: no copy that SSIM is given leaves it."""
+    import dpmed.attack.success as success
+
+    seen = []
+    monkeypatch.setattr(success, "structural_similarity", lambda a, b: seen.append(b) or 1.0)
+    images = np.stack([np.zeros((1, 8, 8)), np.ones((1, 8, 8))])
+    noise_level_at(0.5, images, rng=np.random.default_rng(0), levels=(0.0, 0.3))
+    assert len(seen) == 4 and all(b.min() >= 0.0 and b.max() <= 1.0 for b in seen)
+    assert seen[2].max() > 0.0 and seen[3].min() < 1.0                 # the noise is there, only clipped
