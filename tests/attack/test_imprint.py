@@ -532,3 +532,120 @@ def test_the_noisy_copies_of_the_noise_level_stay_in_the_data_range(monkeypatch)
     noise_level_at(0.5, images, rng=np.random.default_rng(0), levels=(0.0, 0.3))
     assert len(seen) == 4 and all(b.min() >= 0.0 and b.max() <= 1.0 for b in seen)
     assert seen[2].max() > 0.0 and seen[3].min() < 1.0                 # the noise is there, only clipped
+
+
+def test_the_intervals_are_clopper_pearson_at_the_requested_level(phantom, threshold, monkeypatch):
+    """Three of 24 images and three of three batches found, at level 0.5: the bounds are the beta quantiles of the
+    exact binomial interval (per image over the 24 trials, per batch over the 3 batches), computed here from scipy."""
+    from scipy.stats import beta
+
+    monkeypatch.setattr(experiment, "match_reconstructions", _matcher(threshold.value))
+    result = _attack_with(phantom, threshold, ci_level=0.5)
+    assert (result.n_success, result.n_trials, result.batch_successes) == (3, 24, 3)
+    assert result.ci == pytest.approx((beta.ppf(0.25, 3, 22), beta.ppf(0.75, 4, 21)), rel=1e-9)
+    assert result.batch_ci == pytest.approx((0.25 ** (1 / 3), 1.0), rel=1e-9)
+    assert result.chance_ci == pytest.approx(result.ci, rel=1e-9) and result.ci_level == 0.5
+
+
+def test_the_mean_scores_are_over_the_attack_s_reconstructions_only(phantom, threshold, monkeypatch):
+    """Each batch's reconstructions score SSIM 0 .. 0.7 and NCC 0 but one 0.8; the chance guesses, matched after
+    them, score 0.9 and NCC 1 and must not count. The means are 0.35 and 0.1 (not the best 0.7, nor the median 0)."""
+    calls = []
+
+    def match(reconstructions, originals):
+        calls.append(1)
+        n = len(reconstructions)
+        if len(calls) % 3 == 1:                        # the attack's own: the first call of each batch
+            return Matches(closest=np.zeros(n, dtype=np.int64), ssim=np.linspace(0.0, 0.7, n),
+                           ncc=np.r_[np.zeros(n - 1), 0.8])
+        return Matches(closest=np.zeros(n, dtype=np.int64), ssim=np.full(n, 0.9), ncc=np.ones(n))
+
+    monkeypatch.setattr(experiment, "match_reconstructions", match)
+    result = _attack_with(phantom, threshold)
+    assert result.n_reconstructions == 3 * BATCH                     # noise: every bin occupied, 8 kept per batch
+    assert result.mean_best_ssim == pytest.approx(0.35) and result.mean_best_ncc == pytest.approx(0.1)
+
+
+def test_chance_answers_with_as_many_guesses_as_were_kept_and_prototypes_of_every_brightness(phantom, threshold,
+                                                                                              monkeypatch):
+    """Two bins and no noise keep at most two reconstructions of a batch of eight: the random public guesses are
+    then two, and the prototypes the darkest and the brightest of the eight, not the two darkest."""
+    seen = []
+
+    def match(reconstructions, originals):
+        seen.append(np.array(reconstructions))
+        n = len(reconstructions)
+        return Matches(closest=np.zeros(n, dtype=np.int64), ssim=np.full(n, -1.0), ncc=np.zeros(n))
+
+    monkeypatch.setattr(experiment, "match_reconstructions", match)
+    images, labels, public = phantom
+    run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                       max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=BATCH, batch_size=BATCH,
+                       n_batches=1, n_bins=2, seed=0, threshold=threshold)
+    kept, guesses, prototypes = seen
+    assert len(kept) == 2 and len(guesses) == 2
+    np.testing.assert_array_equal(prototypes, experiment.blind_prototypes(public, BATCH)[[0, BATCH - 1]])
+
+
+def test_each_batch_holds_distinct_images_and_each_patient_is_one_group_in_the_step(phantom, threshold,
+                                                                                     monkeypatch):
+    """Batches are drawn without replacement, and the patient ids (any labels) reach the step as groups that join
+    exactly the images of one patient."""
+    images, labels, public = phantom
+    patients = np.array([f"p{i // 2}" for i in range(len(images))])         # two consecutive images: one patient
+    steps = []
+    release = experiment.release_imprint_gradients
+
+    def spy(model, x, y, *, groups=None, **kwargs):
+        steps.append((x.numpy().copy(), groups.numpy().copy()))
+        return release(model, x, y, groups=groups, **kwargs)
+
+    monkeypatch.setattr(experiment, "release_imprint_gradients", spy)
+    run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                       max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=16, batch_size=16,
+                       n_batches=3, n_bins=16, seed=0, groups=patients, threshold=threshold)
+    flat = images.reshape(len(images), -1)
+    for x, groups in steps:
+        index = [int(np.flatnonzero((flat == row).all(axis=1))[0]) for row in x.reshape(len(x), -1)]
+        assert len(set(index)) == len(x)
+        owner = patients[index]
+        assert all((groups[i] == groups[j]) == (owner[i] == owner[j]) for i in range(len(x)) for j in range(len(x)))
+    assert any(len(set(g.tolist())) < len(g) for _, g in steps)           # some patient brought two images
+
+
+def test_run_imprint_attack_refuses_images_outside_the_data_range_and_an_oversized_batch(phantom):
+    images, labels, public = phantom
+    kwargs = dict(model_factory=small_cnn, labels=labels, public_images=public, max_grad_norm=1.0,
+                  noise_multiplier=1.0, expected_batch_size=BATCH, n_batches=1, seed=0)
+    for bad in (images * 1.5, images - 0.5):
+        with pytest.raises(ValueError, match=r"values in \[0, 1\]"):
+            run_imprint_attack(images=bad, batch_size=BATCH, **kwargs)
+    with pytest.raises(ValueError, match="batch_size must be in"):
+        run_imprint_attack(images=images[:5], batch_size=6, **kwargs)
+
+
+def test_the_bins_default_to_four_per_batch_image(phantom, monkeypatch):
+    """The bins are calibrated before anything else runs: their count is seen there, and the run stopped."""
+    images, labels, public = phantom
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def from_public(public_images, *, n_bins, structure):
+        seen.append(n_bins)
+        raise Stop
+
+    monkeypatch.setattr(experiment.ImprintBins, "from_public", from_public)
+    with pytest.raises(Stop):
+        run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                           max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=BATCH, batch_size=BATCH,
+                           n_batches=1, seed=0)
+    assert seen == [4 * BATCH]
+
+
+def test_blind_prototypes_are_medians_not_means_of_three_images():
+    """Groups of three flat images, 0.1, 0.2, 0.6 and 0.7, 0.8, 0.9: medians 0.2 and 0.8 (the means are 0.3, 0.8)."""
+    images = np.stack([np.full((1, 2, 2), v, dtype=np.float32) for v in (0.9, 0.6, 0.1, 0.8, 0.2, 0.7)])
+    got = experiment.blind_prototypes(images, 2)
+    np.testing.assert_allclose(got[:, 0, 0, 0], [0.2, 0.8], atol=1e-6)
