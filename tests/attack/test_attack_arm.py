@@ -87,3 +87,51 @@ def test_a_study_s_fixed_normalisation_sits_in_front_of_the_attacked_copy(phanto
     normalised, plain = (factory().eval() for factory in factories)
     torch.testing.assert_close(normalised(x), model((x - 0.25) / 0.5))
     torch.testing.assert_close(plain(x), model(x))
+
+
+def _arm_kwargs(phantom, monkeypatch, plan):
+    from dpmed.attack import experiment
+
+    seen = []
+    monkeypatch.setattr(experiment, "run_imprint_attack", lambda **kwargs: seen.append(kwargs))
+    attack_arm(_model(), phantom, plan, seed=0)
+    return seen[0]
+
+
+def test_the_arm_s_settings_reach_the_attack(phantom, monkeypatch):
+    """The plan's structure, threshold quantile, noise, C and expected batch size are what the attack uses; an
+    image-unit arm clips image by image, a patient-unit arm patient by patient (the test split's patient ids);
+    four bins per attacked image."""
+    import numpy as np
+
+    n = len(phantom.train.images)
+    config = AttackConfig(batches=2, structure="cumulative", threshold_quantile=0.9)
+    plan = DpSgdPlan(noise_multiplier=0.7, max_grad_norm=0.3, sample_rate=4 / n, steps=100, unit="image",
+                     expected_batch_size=4.2, n_units=n, attack=config)
+    got = _arm_kwargs(phantom, monkeypatch, plan)
+    assert got["groups"] is None and got["batch_size"] == 4 and got["n_bins"] == 16
+    assert (got["structure"], got["threshold_quantile"], got["n_batches"]) == ("cumulative", 0.9, 2)
+    assert (got["noise_multiplier"], got["max_grad_norm"], got["expected_batch_size"]) == (0.7, 0.3, 4.2)
+
+    patients = len(set(phantom.train.patient_ids.tolist()))
+    by_patient = plan.model_copy(update=dict(unit="patient", n_units=patients, sample_rate=4 / patients))
+    got = _arm_kwargs(phantom, monkeypatch, by_patient)
+    np.testing.assert_array_equal(got["groups"], phantom.test.patient_ids)
+
+
+def test_the_attacked_batch_is_q_n_where_no_expected_batch_was_planned_and_needs_one_more_validation_image(phantom):
+    """batch = q N (here 6) without an expected batch size; the validation split must hold more images than the
+    batch (the threshold draws one guess against a batch of others): as many is refused, one more is enough."""
+    from dpmed import attack
+
+    n = len(phantom.train.images)
+    plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=6 / n, steps=100, unit="image",
+                     n_units=n, attack=AttackConfig(batches=1))
+    assert attack.attack_batch_size(phantom, plan) == 6
+    n_val = len(phantom.val.images)
+    assert n_val < len(phantom.test.images)
+    exact = plan.model_copy(update=dict(expected_batch_size=float(n_val)))
+    with pytest.raises(ConfigError, match="validation"):
+        attack.attack_batch_size(phantom, exact)
+    assert attack.attack_batch_size(phantom, exact.model_copy(update=dict(expected_batch_size=n_val - 1.0))) \
+        == n_val - 1
