@@ -649,3 +649,16 @@ def test_blind_prototypes_are_medians_not_means_of_three_images():
     images = np.stack([np.full((1, 2, 2), v, dtype=np.float32) for v in (0.9, 0.6, 0.1, 0.8, 0.2, 0.7)])
     got = experiment.blind_prototypes(images, 2)
     np.testing.assert_allclose(got[:, 0, 0, 0], [0.2, 0.8], atol=1e-6)
+
+
+def test_a_bin_s_strength_is_its_weight_gradient_s_mean_not_its_bias():
+    """Sparse rows by hand: bin 0 holds a dark image under a large bias sum (dW = 0.1 each, db = 1), bin 1 a bright
+    one under a smaller (dW = 0.5 each, db = 0.6): bin 1 is the stronger by |mean dW|, as breaching ranks them
+    under noise. And a negative count asks for no bin."""
+    from dpmed.attack.imprint import ImprintGradients
+
+    weight = torch.tensor([[0.1] * 4, [0.5] * 4], dtype=torch.float64)
+    bias = torch.tensor([1.0, 0.6], dtype=torch.float64)
+    recs = invert_imprint(ImprintGradients(weight=weight, bias=bias), structure="sparse", image_shape=(1, 2, 2))
+    assert recs.strength.tolist() == pytest.approx([0.1, 0.5])
+    assert recs.strongest(1).tolist() == [1] and recs.strongest(-1).tolist() == []
