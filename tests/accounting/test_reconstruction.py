@@ -630,3 +630,48 @@ def test_the_no_noise_limit_in_the_assumptions_is_rounded_up_and_includes_the_co
     assert "where the bound is 41.55%:" in reconstruction_risk(**args).assumptions
     with_count = reconstruction_risk(**args, size_epsilon=math.log(2))
     assert "where the bound is 83.09%:" in with_count.assumptions and "with kappa and eps_N" in with_count.assumptions
+
+
+def test_the_gdp_value_is_never_pinned_by_the_exact_limits():
+    """GDP is a sanity value, not a bound, and skips the limits that pin the others: q = 1e-3, T = 50 at
+    sigma = 1e-4 pins the worst case at the no-noise power 1 - (1-q)^T (1-kappa) ~ 0.05, while the CLT formula
+    (mu_T beyond 50) gives certainty."""
+    args = dict(noise_multiplier=1e-4, sample_rate=1e-3, steps=50, kappa=1e-3)
+    risk = reconstruction_risk(**args)
+    assert risk.worst_case == pytest.approx(ceiling(1e-3, 50, 1e-3), rel=1e-9) and risk.worst_case < 0.06
+    assert risk.gdp == reconstruction_bound(**args, method="gdp") == 1.0 and risk.gdp_via == "GDP/CLT"
+
+
+def test_an_uncomputable_pld_falls_back_to_the_no_noise_power_not_to_certainty(monkeypatch):
+    """Rare sampling (q = 1e-3, T = 50): the sigma = 0 power that takes an uncomputable PLD's place is
+    1 - (1-q)^T (1-kappa) ~ 0.05, not 1."""
+    monkeypatch.setattr(_limits, "pinned", lambda *args, **kwargs: None)
+    monkeypatch.setattr(_pld, "interval", lambda *args: 1e5)
+    value, via = reconstruction_module._worst_case(1e-4, 1e-3, 50, 1e-3)
+    assert value == pytest.approx(ceiling(1e-3, 50, 1e-3), rel=1e-12) and via.startswith("trivial ceiling")
+
+
+def test_the_rdp_duality_with_no_usable_order_gives_the_no_noise_power(monkeypatch):
+    """Every RDP order left out: the duality has no delta to use, and the sigma = 0 power stands (~0.395 at
+    q = 0.01, T = 50, kappa = 1e-3), not certainty."""
+    monkeypatch.setattr(reconstruction_module, "rdp_curve", lambda events: (np.array([]), np.array([])))
+    monkeypatch.setattr(_pld, "MAX_STEPS", 10)
+    value, via = reconstruction_module._worst_case(1.0, 0.01, 50, 1e-3)
+    assert value == pytest.approx(ceiling(0.01, 50, 1e-3), rel=1e-12) and via.startswith("RDP duality")
+
+
+def test_the_rdp_duality_stays_above_the_exact_power_at_a_large_kappa(monkeypatch):
+    """kappa = 0.5, q = 1, T = 50, sigma = 10: the exact power is Phi(sqrt(50) / 10) = 0.76, above the total
+    variation delta(0) ~ 0.28. The duality's infimum runs over eps < 0 too, where delta(eps) grows by 1 - e^eps;
+    reading delta(eps) as delta(0) there would bound the power by delta(0) alone, below the truth."""
+    monkeypatch.setattr(_pld, "MAX_STEPS", 10)
+    exact = float(special.ndtr(math.sqrt(50) / 10))
+    value = reconstruction_bound(noise_multiplier=10.0, sample_rate=1.0, steps=50, kappa=0.5)
+    assert exact <= value <= 1.0 and exact > 0.75
+
+
+def test_a_released_count_at_eps_2_multiplies_by_e_squared(reference_risk):
+    """e^2 = 7.39: the reference worst case 1.21 % becomes 8.97 %, still below the cap."""
+    counted = reconstruction_risk(**REFERENCE, kappa=REFERENCE_KAPPA, size_epsilon=2.0)
+    assert counted.worst_case == pytest.approx(math.e ** 2 * reference_risk.worst_case, rel=1e-12)
+    assert counted.worst_case < 0.1
