@@ -424,3 +424,17 @@ def test_a_sweep_holds_runs_an_older_dpmed_finished_beside_runs_planned_now(make
     sweeps = _sweeps(runs, "epsilon")
     assert [sorted(r.run_id for r in group) for group in sweeps.values()] == [
         ["g_eps10_seed0", "g_eps1_seed0", "g_eps5_seed0"]]
+
+
+# ------------------------------------------------------------------ pairing, thresholds, seeds and sweeps by hand
+
+
+def test_runs_whose_test_labels_differ_are_not_paired(make_record):
+    """The same patients with other labels (another labelling of the test set) are not the same test set either."""
+    y = np.random.default_rng(2).integers(0, 2, 50)
+    ids, s = np.arange(50).astype(str), np.linspace(0, 1, 50)
+    records = [make_record("np_seed0", "np"), make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)]
+    predictions = {"np_seed0": _saved(y, ids, s), "dp_eps1_C1_seed0": _saved(1 - y, ids, s)}
+    out = compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"], n_resamples=20)
+    assert out.auroc_differences == []
+    assert any("its test set differs from np_seed0's" in note for note in out.notes)
