@@ -438,3 +438,35 @@ def test_runs_whose_test_labels_differ_are_not_paired(make_record):
     out = compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"], n_resamples=20)
     assert out.auroc_differences == []
     assert any("its test set differs from np_seed0's" in note for note in out.notes)
+
+
+@pytest.mark.parametrize("kind", ["binary", "multilabel"])
+def test_a_record_without_its_thresholds_decides_at_youden_s_on_its_saved_validation_predictions(make_record, kind):
+    """A record that lacks its threshold(s) (or one of a multilabel record's) is compared at the thresholds Youden's
+    J chooses again on its saved validation predictions: the rates it was recorded with, not those at 0.5."""
+    from dpmed.evaluation.utility import evaluate_utility
+
+    rng = np.random.default_rng(9)
+    shape = (80,) if kind == "binary" else (80, 2)
+    names = ["normal", "pneumonia"] if kind == "binary" else ["effusion", "edema"]
+    y_val, y = rng.integers(0, 2, shape), rng.integers(0, 2, shape)
+    # scores far from 0.5 at both classes' sides: the Youden threshold lies well below 0.5
+    scores = {run_id: (0.1 + q * y_val + 0.2 * rng.random(shape), 0.1 + q * y + 0.2 * rng.random(shape))
+              for run_id, q in (("np_seed0", 0.25), ("dp_eps1_C1_seed0", 0.15))}
+    metrics = {run_id: evaluate_utility(kind=kind, label_names=names, val_labels=y_val, val_scores=v, test_labels=y,
+                                        test_scores=t, n_resamples=20)
+               for run_id, (v, t) in scores.items()}
+    kept = {"np_seed0": {}, "dp_eps1_C1_seed0": {}}                     # no threshold at all, or (multilabel) one
+    if kind == "multilabel":
+        kept["dp_eps1_C1_seed0"] = {"threshold[effusion]": metrics["dp_eps1_C1_seed0"]["threshold[effusion]"]}
+    records = [make_record("np_seed0", "np", metrics=kept["np_seed0"]),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, metrics=kept["dp_eps1_C1_seed0"])]
+    predictions = {k: _saved(y, np.arange(80).astype(str), t, val=(y_val, v)) for k, (v, t) in scores.items()}
+    (row,) = compare_runs(records, predictions, kind=kind, label_names=names, n_resamples=20).auroc_differences
+    d = row.accuracy_difference
+    assert d.private == pytest.approx(metrics["dp_eps1_C1_seed0"]["test_accuracy"])
+    assert d.reference == pytest.approx(metrics["np_seed0"]["test_accuracy"])
+    at_half = [((t >= 0.5) == (y == 1)).mean() for _, t in scores.values()]
+    assert at_half != pytest.approx([d.reference, d.private])          # the setup tells the two apart
+    if kind == "binary":
+        assert row.sensitivity_difference.private == pytest.approx(metrics["dp_eps1_C1_seed0"]["test_sensitivity"])
