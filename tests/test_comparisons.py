@@ -470,3 +470,41 @@ def test_a_record_without_its_thresholds_decides_at_youden_s_on_its_saved_valida
     assert at_half != pytest.approx([d.reference, d.private])          # the setup tells the two apart
     if kind == "binary":
         assert row.sensitivity_difference.private == pytest.approx(metrics["dp_eps1_C1_seed0"]["test_sensitivity"])
+
+
+def test_seeds_with_p_below_the_level_are_counted_and_a_p_of_exactly_the_level_is_not(make_record):
+    """A seed counts among "seeds with p < 0.05" only where its p is below 0.05: with 39 redraws all on one side, p
+    is its floor 2 / 40 = 0.05, which says p <= 0.05; a seed identical to its reference has p = 1."""
+    rng = np.random.default_rng(6)
+    y = np.tile([0, 1], 25)
+    ids = np.arange(50).astype(str)
+    good, poor = np.clip(0.6 * y + 0.4 * rng.random(50), 0, 1), np.clip(0.1 * y + 0.9 * rng.random(50), 0, 1)
+    scores = {"np_seed0": good, "np_seed1": poor, "dp_eps1_C1_seed0": poor, "dp_eps1_C1_seed1": poor}
+    records = [make_record("np_seed0", "np", seed=0), make_record("np_seed1", "np", seed=1),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, seed=0),
+               make_record("dp_eps1_C1_seed1", "dp", "dp_sgd", eps=1.0, seed=1)]
+    predictions = {k: _saved(y, ids, v) for k, v in scores.items()}
+
+    def compared(n_resamples):
+        return compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"],
+                            n_resamples=n_resamples)
+
+    out = compared(39)
+    p = {r.run_id: r.auroc_difference.p_value for r in out.auroc_differences}
+    assert p == {"dp_eps1_C1_seed0": 0.05, "dp_eps1_C1_seed1": 1.0}
+    assert out.by_value[0].significant_seeds == 0
+    out = compared(200)
+    assert [r.auroc_difference.p_value for r in out.auroc_differences] == [pytest.approx(2 / 201), 1.0]
+    assert out.by_value[0].significant_seeds == 1
+
+
+def test_an_arm_value_s_epsilon_is_the_mean_of_its_seeds_accounted_epsilons(make_record):
+    y = np.tile([0, 1], 10)
+    ids, s = np.arange(20).astype(str), np.linspace(0, 1, 20)
+    records = [make_record(f"np_seed{k}", "np", seed=k) for k in (0, 1)]
+    for k, eps in ((0, 1.0), (1, 3.0)):
+        dp = make_record(f"dp_eps1_C1_seed{k}", "dp", "dp_sgd", eps=1.0, seed=k)
+        records.append(dp.model_copy(update={"privacy": dp.privacy.model_copy(update={"epsilon": eps})}))
+    out = compare_runs(records, {r.run_id: _saved(y, ids, s) for r in records}, kind="binary",
+                       label_names=["a", "b"], n_resamples=20)
+    assert [(v.label, v.seeds, v.epsilon) for v in out.by_value] == [("dp_eps1_C1", [0, 1], 2.0)]
