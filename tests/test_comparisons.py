@@ -508,3 +508,15 @@ def test_an_arm_value_s_epsilon_is_the_mean_of_its_seeds_accounted_epsilons(make
     out = compare_runs(records, {r.run_id: _saved(y, ids, s) for r in records}, kind="binary",
                        label_names=["a", "b"], n_resamples=20)
     assert [(v.label, v.seeds, v.epsilon) for v in out.by_value] == [("dp_eps1_C1", [0, 1], 2.0)]
+
+
+def test_only_an_interval_of_zero_width_is_flagged_and_a_group_of_unknown_classes_by_its_size(make_record,
+                                                                                              make_fairness):
+    fairness = make_fairness("age", {
+        "[30,60)": {"n": 80, "n_positive": 40, "auroc": {"value": 0.9, "low": 0.9, "high": 0.95}},   # low = value
+        "[60,70)": {"n": 80, "n_positive": 40, "accuracy": {"value": 0.8, "low": 0.7, "high": 0.8}},  # high = value
+        "unknown, 19": {"n": 19, "n_positive": None},
+        "unknown, 20": {"n": 20, "n_positive": None}})
+    flags = compare_runs([make_record("np_seed0", "np", fairness=fairness)], {}, kind="binary",
+                         label_names=["a", "b"]).group_flags
+    assert [(f.group, f.reasons) for f in flags] == [("unknown, 19", ["only 19 images"])]
