@@ -520,3 +520,59 @@ def test_only_an_interval_of_zero_width_is_flagged_and_a_group_of_unknown_classe
     flags = compare_runs([make_record("np_seed0", "np", fairness=fairness)], {}, kind="binary",
                          label_names=["a", "b"]).group_flags
     assert [(f.group, f.reasons) for f in flags] == [("unknown, 19", ["only 19 images"])]
+
+
+def test_a_multilabel_task_of_two_findings_says_why_it_has_no_correlation_across_labels(make_record):
+    names = ["effusion", "edema"]
+    y = np.tile([[0, 1], [1, 0], [1, 1], [0, 0]], (5, 1))
+    metrics = {f"test_auroc[{k}]": 0.8 for k in names}
+    records = [make_record("np_seed0", "np", metrics=metrics),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, metrics=metrics)]
+    predictions = {r.run_id: _saved(y, np.arange(20).astype(str), np.random.default_rng(i).random((20, 2)))
+                   for i, r in enumerate(records)}
+    out = compare_runs(records, predictions, kind="multilabel", label_names=names, n_resamples=20)
+    assert out.correlations.auroc_drop_vs_label == []
+    assert any("the task has 2 label(s)" in note and "needs at least 3" in note for note in out.notes)
+
+
+def test_a_run_without_the_group_is_left_out_of_the_parity_correlation_not_read_as_zero(make_record, make_fairness):
+    rec = lambda run_id, eps, parity: make_record(  # noqa: E731
+        run_id, "g", "dp_sgd", eps=eps, fairness=make_fairness("sex", parity))
+    runs = [rec(f"g_eps{e}_C1_seed0", e, {"female": {"accuracy_parity_difference": {"value": v}}})
+            for e, v in ((1, 0.30), (10, 0.20), (100, 0.10))]
+    runs.append(rec("g_eps1000_C1_seed0", 1000, {"male": {"accuracy_parity_difference": {"value": 0.05}}}))
+    parity = {row.group: row for row in compare_runs(runs, {}, kind="binary",
+                                                     label_names=["a", "b"]).correlations.epsilon_vs_accuracy_parity}
+    assert parity["female"].n == 3 and parity["female"].r == pytest.approx(-1.0)
+    assert (parity["male"].n, parity["male"].reason) == (1, "fewer than 3 points")
+
+
+def test_a_sweep_holds_only_dp_sgd_runs_that_agree_on_their_training(make_record):
+    """Runs at another learning rate are another sweep, and a local-DP arm with an eps is no DP-SGD sweep."""
+    from dpmed.comparisons.correlations import _sweeps
+
+    runs = [make_record(f"{arm}_eps{e}_seed0", arm, "dp_sgd", eps=float(e), lr=lr)
+            for arm, lr in (("g", 0.002), ("h", 0.1)) for e in (1, 5, 10)]
+    assert sorted(sorted(r.run_id for r in group) for group in _sweeps(runs, "epsilon").values()) == [
+        ["g_eps10_seed0", "g_eps1_seed0", "g_eps5_seed0"], ["h_eps10_seed0", "h_eps1_seed0", "h_eps5_seed0"]]
+    local = [r.model_copy(update={"mechanism": "pixel_gaussian"}) for r in runs[:3]]
+    assert _sweeps(local, "epsilon") == {}
+
+
+def test_a_multiclass_run_s_drop_is_set_against_each_class_s_test_count_even_without_its_saved_predictions(
+        make_record):
+    """Per class: its AUROC drop against its count among the test images, read from the non-private run's saved
+    labels (the same test set); the private run's own metrics suffice, its predictions need not be loaded."""
+    names = ["a", "b", "c", "d"]
+    y = np.repeat([0, 1, 2, 3], [3, 8, 5, 4])                           # counts 3, 8, 5, 4
+    base = {"a": 0.9, "b": 0.85, "c": 0.8, "d": 0.7}
+    private = {"a": 0.7, "b": 0.84, "c": 0.75, "d": 0.6}
+    records = [make_record("np_seed0", "np", metrics={f"test_auroc[{k}]": v for k, v in base.items()}),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0,
+                           metrics={f"test_auroc[{k}]": v for k, v in private.items()})]
+    predictions = {"np_seed0": _saved(y, np.arange(20).astype(str), np.full((20, 4), 0.25))}
+    out = compare_runs(records, predictions, kind="multiclass", label_names=names, n_resamples=20)
+    (row,) = out.correlations.auroc_drop_vs_label
+    drop = [base[k] - private[k] for k in names]
+    assert row.run_id == "dp_eps1_C1_seed0" and row.drop_vs_positive_count.n == 4
+    assert row.drop_vs_positive_count.r == pytest.approx(pearsonr(drop, [3, 8, 5, 4]).statistic)
