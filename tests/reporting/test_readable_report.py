@@ -556,6 +556,30 @@ def test_an_unchanged_false_alarm_rate_reads_as_one_sentence_with_its_interval()
                         "and wrongly flags about as many class_0 cases as without privacy (95% CI: no change).")
 
 
+def test_without_rates_the_sentence_gives_the_auroc_change_signed_and_0_000_where_it_rounds_to_none():
+    """A run compared without thresholds (no rates) reads as its AUROC change. Before, a change that rounds to none
+    read "by -0.000", a sign the table's cells never show."""
+    from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary
+    from dpmed.reporting.clinical import case_sentence
+
+    def single(value):
+        paired = PairedDifference(value=value, low=value - 0.01, high=value + 0.01, p_value=1.0, defined_redraws=200)
+        return Difference(run_id="dp_seed0", label="eps 8", arm="dp", mechanism="dp_sgd", seed=0,
+                          reference_run="base_seed0", epsilon=8.0, auroc_difference=paired)
+
+    def sentence(**kw):
+        return case_sentence(privacy="ε 8", kind="binary", positive="pneumonia", negative="normal", level="95%", **kw)
+
+    assert sentence(single=single(-0.0004)) == "At ε 8 the model changes the test AUROC by 0.000."
+    assert sentence(single=single(-0.012)) == "At ε 8 the model changes the test AUROC by -0.012."
+    seeds = ValueSummary(label="eps 8", arm="dp", seeds=[0, 1], epsilon=8.0, significant_seeds=0,
+                         auroc_difference=SeedSummary(mean=0.02, std=0.01, min=0.01, max=0.03, n_seeds=2))
+    assert sentence(seeds=seeds) == "Over 2 seeds, at ε 8 the model changes the test AUROC by on average +0.020."
+    assert sentence(single=single(0.0004), not_dp=("shift_b1", "not DP because it adds no noise")) == (
+        "shift_b1, which is not DP because it adds no noise, changes the test AUROC by 0.000 against the "
+        "non-private run.")
+
+
 def test_the_opening_tables_columns_hold_their_own_rates(two_arms, report_html):
     """The sensitivity column holds the change in sensitivity and the specificity column the change in specificity
     (swapped, the headers would still read right); and the 'Without privacy' line names each rate by its own

@@ -134,7 +134,7 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
     auroc = single.auroc_difference.value if single is not None else seeds.auroc_difference.mean
     if auroc is None:
         return f"{lead} has no defined AUROC change."
-    return f"{lead} changes the test AUROC by{avg} {auroc:+.3f}" + (f" against {baseline}." if baseline else ".")
+    return f"{lead} changes the test AUROC by{avg} {_signed(auroc)}" + (f" against {baseline}." if baseline else ".")
 
 
 def flag_html(inputs: ReportInputs, run_ids: list[str]) -> str:
