@@ -76,3 +76,21 @@ def test_a_multiclass_study_tables_each_class_one_vs_rest(tmp_path, make_record,
     shown = [c.replace("\u00a0", " ") for c in re.findall(r"<td[^>]*class=num>([^<]*)</td>", table)]
     assert shown == [f"{m[f'test_auroc[{c}]']:.3f} [{m[f'test_auroc[{c}]_low']:.3f}, {m[f'test_auroc[{c}]_high']:.3f}]"
                      for c in names]
+
+
+def test_a_run_recorded_without_a_label_s_auroc_reads_as_a_dash_not_as_undefined(make_record):
+    """"undefined" says the test set has one class of that label; a run recorded without the label's AUROC (an older
+    or other run) says nothing of the test set, and reads "–"."""
+    from types import SimpleNamespace
+
+    from dpmed.reporting.findings_section import findings_section
+
+    both = make_record("np_seed0", "np", metrics={"test_auroc[effusion]": 0.8, "test_auroc[effusion]_low": 0.7,
+                                                 "test_auroc[effusion]_high": 0.9, "test_auroc[nodule]": float("nan")})
+    older = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, metrics={"test_auroc[effusion]": 0.75})
+    resolved = SimpleNamespace(dataset=SimpleNamespace(task="multilabel"),
+                               label_names=lambda records: ["effusion", "nodule"])
+    html = findings_section(SimpleNamespace(resolved=resolved, records=[both, older], level="95%",
+                                            redrawn="the test images"))
+    cells = [re.findall(r"<td[^>]*class=num>([^<]*)</td>", row) for row in html.split("</tr>")[1:3]]
+    assert cells == [["0.800 [0.700,\u00a00.900]", "undefined"], ["0.750", "–"]]
