@@ -580,6 +580,30 @@ def test_without_rates_the_sentence_gives_the_auroc_change_signed_and_0_000_wher
         "non-private run.")
 
 
+def test_a_sentence_rounds_cases_to_nearest_and_orders_an_interval_below_zero_from_near_to_far():
+    """12.7 more missed reads 13, an interval of 3.6 to 19.6 reads 4 to 20; fewer false alarms read "4 to 20
+    fewer", small to large, like more."""
+    from dpmed.comparisons import Difference, PairedDifference
+    from dpmed.reporting.clinical import case_sentence
+
+    def paired(value, low, high):
+        return PairedDifference(value=value, low=low, high=high, p_value=0.01, defined_redraws=200)
+
+    single = Difference(run_id="dp_seed0", label="eps 8", arm="dp", mechanism="dp_sgd", seed=0,
+                        reference_run="base_seed0", epsilon=8.0, auroc_difference=paired(-0.01, -0.02, 0.0),
+                        sensitivity_difference=paired(-0.127, -0.196, -0.036),
+                        specificity_difference=paired(0.124, 0.036, 0.196))
+    sentence = case_sentence(privacy="ε 8", kind="binary", positive="pneumonia", negative="normal", level="95%",
+                             single=single)
+    assert sentence == ("At ε 8 the model misses about 13 more of every 100 pneumonia cases (95% CI: 4 to 20 more) "
+                        "and wrongly flags about 12 fewer of every 100 normal cases as pneumonia (95% CI: 4 to 20 "
+                        "fewer)."), sentence
+    narrow = single.model_copy(update={"specificity_difference": paired(-0.05, -0.051, -0.049)})
+    sentence = case_sentence(privacy="ε 8", kind="binary", positive="pneumonia", negative="normal", level="95%",
+                             single=narrow)
+    assert sentence.endswith("wrongly flags about 5 more of every 100 normal cases as pneumonia (95% CI: 5 more).")
+
+
 def test_the_opening_tables_columns_hold_their_own_rates(two_arms, report_html):
     """The sensitivity column holds the change in sensitivity and the specificity column the change in specificity
     (swapped, the headers would still read right); and the 'Without privacy' line names each rate by its own
