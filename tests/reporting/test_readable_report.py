@@ -152,6 +152,8 @@ def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(sc
     assert f"{against_mean:+.3f}" not in summary
     clinical = _text(_section(html, "clinical"))
     assert "Over 2 seeds, at ε" in clinical and "on average" in clinical and "(seeds:" in clinical
+    assert "Each seed's run is paired with the non-private run of the same seed" in clinical
+    assert "rests on one training seed" not in clinical
     # a row over seeds holds the mean and the seeds' range, which its heading must not call an interval
     assert "AUROC change mean (seed range)" in clinical and "CI]" not in clinical.split("reading")[0]
     # the comparison's over-seeds row: the mean of the per-seed differences, signed, and their std (ddof 1), not a
@@ -602,6 +604,28 @@ def test_a_sentence_rounds_cases_to_nearest_and_orders_an_interval_below_zero_fr
     sentence = case_sentence(privacy="ε 8", kind="binary", positive="pneumonia", negative="normal", level="95%",
                              single=narrow)
     assert sentence.endswith("wrongly flags about 5 more of every 100 normal cases as pneumonia (95% CI: 5 more).")
+
+
+def test_the_opening_tables_auroc_cell_is_the_signed_paired_auroc_change_and_the_text_names_what_was_redrawn(
+        two_arms, report_html):
+    """The AUROC column holds the change in AUROC to three decimals (not per 100, as the rates beside it); the text
+    says whether the paired bootstrap redrew the test images or the test patients, as the runs' intervals did."""
+    base, private = two_arms
+    change = private.metrics["test_auroc"] - base.metrics["test_auroc"]
+    clinical = _section(report_html(two_arms), "clinical")
+    cell = dict(re.findall(r'<td[^>]*data-label="([^"]+)"[^>]*>([^<]*)', clinical))
+    assert cell["AUROC change [95% CI]"].startswith(f"{change:+.3f} [")
+    assert "the same redraws of the test images for both" in _text(clinical)
+    by_patient = [r.model_copy(update={"metrics": {**r.metrics, "bootstrap_unit": "patient"}}) for r in two_arms]
+    assert "the same redraws of the test patients for both" in _text(_section(report_html(by_patient), "clinical"))
+
+
+def test_reading_eps_is_said_only_where_some_run_has_an_eps(two_arms):
+    from dpmed.reporting.clinical import _reading_eps
+
+    base, private = two_arms
+    assert "Reading ε." in _reading_eps([base, private])
+    assert _reading_eps([base]) == ""
 
 
 def test_the_opening_tables_columns_hold_their_own_rates(two_arms, report_html):
