@@ -576,3 +576,18 @@ def test_a_multiclass_run_s_drop_is_set_against_each_class_s_test_count_even_wit
     drop = [base[k] - private[k] for k in names]
     assert row.run_id == "dp_eps1_C1_seed0" and row.drop_vs_positive_count.n == 4
     assert row.drop_vs_positive_count.r == pytest.approx(pearsonr(drop, [3, 8, 5, 4]).statistic)
+
+
+def test_a_multiclass_paired_accuracy_is_that_of_the_argmax_against_a_plain_loop():
+    rng = np.random.default_rng(11)
+    y = np.tile([0, 1, 2], 15)
+    a = rng.random((45, 3)) + 0.6 * np.eye(3)[y]
+    b = rng.random((45, 3)) + 0.2 * np.eye(3)[y]
+    out = paired_differences(kind="multiclass", labels=y, scores=a, reference_scores=b, n_resamples=100,
+                             seed=2)["accuracy"]
+    right = lambda s, i: (s[i].argmax(axis=1) == y[i]).mean()  # noqa: E731
+    everyone = np.arange(45)
+    assert (out["private"], out["reference"]) == pytest.approx((right(a, everyone), right(b, everyone)))
+    diffs = np.array([right(a, i) - right(b, i) for i in bootstrap_indices(45, n_resamples=100, seed=2)])
+    assert (out["low"], out["high"]) == pytest.approx(percentile_interval(diffs))
+    assert out["p_value"] == pytest.approx(bootstrap_p_value(diffs))
