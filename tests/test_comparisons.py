@@ -591,3 +591,18 @@ def test_a_multiclass_paired_accuracy_is_that_of_the_argmax_against_a_plain_loop
     diffs = np.array([right(a, i) - right(b, i) for i in bootstrap_indices(45, n_resamples=100, seed=2)])
     assert (out["low"], out["high"]) == pytest.approx(percentile_interval(diffs))
     assert out["p_value"] == pytest.approx(bootstrap_p_value(diffs))
+
+
+def test_the_p_value_floor_counts_only_the_redraws_in_which_the_difference_is_defined():
+    """With 2 positives in 12 images some redraws hold no positive and no AUROC: p's floor is 2 / (R + 1) over the
+    others, as the p-value itself counts them."""
+    y = np.array([1, 1] + [0] * 10)
+    a, b = np.linspace(1, 0, 12), np.linspace(0, 1, 12)
+    out = paired_differences(kind="binary", labels=y, scores=a, reference_scores=b, n_resamples=200, seed=0)["auroc"]
+    defined = sum(1 for i in bootstrap_indices(12, n_resamples=200, seed=0) if 0 < y[i].sum() < 12)
+    assert out["defined_redraws"] == defined < 200
+    assert out["p_floor"] == pytest.approx(2 / (defined + 1)) and out["p_value"] == pytest.approx(out["p_floor"])
+
+
+def test_a_seed_summary_of_no_value_is_empty():
+    assert seed_summary([None, None]) == {"mean": None, "std": None, "min": None, "max": None, "n_seeds": 0}
