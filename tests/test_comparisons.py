@@ -606,3 +606,26 @@ def test_the_p_value_floor_counts_only_the_redraws_in_which_the_difference_is_de
 
 def test_a_seed_summary_of_no_value_is_empty():
     assert seed_summary([None, None]) == {"mean": None, "std": None, "min": None, "max": None, "n_seeds": 0}
+
+
+def test_no_finding_decided_one_way_is_no_flag_and_a_study_without_a_non_private_arm_says_so(make_record):
+    records = [make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, metrics={"test_constant_labels": 0}),
+               make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0, metrics={"test_constant_labels": 2})]
+    out = compare_runs(records, {}, kind="multilabel", label_names=["a", "b", "c"])
+    assert [(f.run_id, f.kind, f.count) for f in out.run_flags] == [("dp_eps8_C1_seed0", "constant_labels", 2)]
+    assert out.run_flags[0].message == "decides 2 of its 3 findings the same way for every test image"
+    assert "no non-private arm: no AUROC differences" in out.notes
+    with_base = compare_runs([make_record("np_seed0", "np"), *records], {}, kind="multilabel",
+                             label_names=["a", "b", "c"])
+    assert "no non-private arm: no AUROC differences" not in with_base.notes
+
+
+def test_a_run_without_the_explanation_metric_is_left_out_of_its_correlation(make_record, make_explanations):
+    def run(e, energy):
+        explanations = None if energy is None else make_explanations({"mask_energy": {"value": energy, "low": 0,
+                                                                                      "high": 1}})
+        return make_record(f"g_eps{e}_C1_seed0", "g", "dp_sgd", eps=float(e), explanations=explanations)
+
+    runs = [run(1, 0.1), run(10, 0.2), run(100, 0.3), run(1000, None)]
+    (row,) = compare_runs(runs, {}, kind="binary", label_names=["a", "b"]).correlations.epsilon_vs_explanations
+    assert row.n == 3 and row.r == pytest.approx(1.0)
