@@ -882,3 +882,17 @@ def test_a_p_value_is_printed_on_its_own_side_of_the_significance_level(p, shown
     text = p_text(PairedDifference(value=-0.1, low=-0.2, high=0.01, p_value=p, defined_redraws=1000))
     assert text == shown
     assert (float(text) < SIGNIFICANCE) == (p < SIGNIFICANCE)
+
+
+@pytest.mark.parametrize("redraws, shown", [(1000, "0.002"), (300, "0.0067"), (199, "0.01"), (99, "0.02"),
+                                            (19, "0.1")])
+def test_a_p_value_at_its_floor_is_bounded_by_the_floor_rounded_up(redraws, shown):
+    """No redraw on the other side of zero: p is at most 2 / (R + 1). At R = 300 that is 0.006645, and "≤ 0.0066"
+    claimed less than the redraws show; the floor is rounded up to two figures."""
+    from dpmed.comparisons import PairedDifference
+    from dpmed.reporting.inputs import p_text
+
+    floor = 2 / (redraws + 1)
+    text = p_text(PairedDifference(value=-0.2, low=-0.3, high=-0.1, p_value=floor, p_floor=floor,
+                                   defined_redraws=redraws))
+    assert text == f"≤\u00a0{shown}" and float(shown) >= floor

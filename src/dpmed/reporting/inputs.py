@@ -16,7 +16,7 @@ import numpy as np
 from dpmed.comparisons import SIGNIFICANCE, Comparisons, PairedDifference
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, read_arrays, write_text_atomic
 from dpmed.mechanisms import MECHANISMS, PrivacyCard
-from dpmed.numbers import confidence_text, delta_number, number_text, round_up
+from dpmed.numbers import confidence_text, delta_number, number_text, round_up, up_to_figures
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import Estimate, ResolvedStudy, RunRecord
 
@@ -167,12 +167,13 @@ def not_dp_text(card: PrivacyCard) -> str | None:
 
 def p_text(diff: PairedDifference) -> str:
     """A bootstrap p-value; at its floor 2 / (R + 1) (no redraw on the other side of zero) it is "≤ floor", since
-    more redraws could only have lowered it. Two significant figures, and more where two would put it on the other
+    more redraws could only have lowered it, the floor rounded up (0.00664 is "≤ 0.0067": "≤ 0.0066" would claim more
+    than the redraws show). Two significant figures, and more where two would put it on the other
     side of the report's SIGNIFICANCE (0.04995 is "0.0499", not "0.05" beside a count of seeds with p < 0.05)."""
     if diff.p_value is None:
         return "–"
     if diff.p_at_floor:
-        return f"≤\u00a0{diff.p_floor:.2g}"         # one unit: "≤" never ends a line
+        return f"≤\u00a0{up_to_figures(diff.p_floor, 2):.2g}"         # one unit: "≤" never ends a line
     p, digits = diff.p_value, 2
     while (float(f"{p:.{digits}g}") < SIGNIFICANCE) != (p < SIGNIFICANCE) and digits < 17:
         digits += 1
