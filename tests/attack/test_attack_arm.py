@@ -135,3 +135,19 @@ def test_the_attacked_batch_is_q_n_where_no_expected_batch_was_planned_and_needs
         attack.attack_batch_size(phantom, exact)
     assert attack.attack_batch_size(phantom, exact.model_copy(update=dict(expected_batch_size=n_val - 1.0))) \
         == n_val - 1
+
+
+def test_the_attacked_batch_is_at_most_the_test_split(phantom):
+    """A batch can hold no more held-out images than the test split has: with a large validation split (the training
+    images standing in for it) and an expected batch above the test split's size, the batch is the whole test split."""
+    from dataclasses import replace
+
+    from dpmed import attack
+
+    wide = replace(phantom, val=phantom.train)
+    n, n_test = len(phantom.train.images), len(phantom.test.images)
+    assert len(wide.val.images) > n_test + 1
+    plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=(n_test + 5) / n, steps=100, unit="image",
+                     expected_batch_size=n_test + 5.0, n_units=n, attack=AttackConfig(batches=1))
+    assert attack.attack_batch_size(wide, plan) == n_test
+    assert attack.attack_batch_size(wide, plan.model_copy(update=dict(expected_batch_size=n_test - 1.0))) == n_test - 1
