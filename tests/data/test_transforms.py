@@ -192,3 +192,44 @@ def test_equalisation_bins_values_by_bins_times_value_and_runs_once_after_minmax
     np.testing.assert_allclose(both[0, 0], [[0, 1 / 3], [2 / 3, 1]], atol=1e-6)
     skewed = (np.random.default_rng(0).random((2, 1, 64, 64)) ** 3).astype(np.float32)
     assert np.array_equal(transforms.Preprocessing(equalize=True).apply(skewed), transforms.equalize_histogram(skewed))
+
+
+def test_a_wide_film_cropped_keeps_the_nearest_whole_number_of_columns():
+    """4 rows at the aspect 3 : 5 are 6.67 columns wide: 7 are kept (not 6, as truncation would), from column 1 of
+    the 10, so the lost strips are 1 and 2 columns wide."""
+    wide = np.arange(40, dtype=np.float32).reshape(1, 1, 4, 10) / 40
+    assert transforms.center_crop(wide, (3, 5))[0, 0].tolist() == wide[0, 0, :, 1:8].tolist()
+
+
+def test_equalisation_bins_by_the_floor_of_value_times_bins():
+    """0.099 and 0.1 lie in bin 25 of 256 (25.3 and 25.6, floored), so they share a value; rounded they would fall
+    in bins 25 and 26 and be ranked apart."""
+    out = transforms.equalize_histogram(_img([0.0, 0.099], [0.1, 1.0]))
+    np.testing.assert_allclose(out[0, 0], [[0, 2 / 3], [2 / 3, 1]], atol=1e-6)
+
+
+def test_a_downsampled_white_image_stays_within_one():
+    """The filter's weights sum to 1 only up to float rounding (30 -> 17 px gives 1 + 2e-7 at some pixels): the
+    result is clipped, so that the [0, 1] range every local DP mechanism's sensitivity assumes holds exactly."""
+    out = resize(np.ones((1, 1, 30, 30), np.float32), 17)
+    assert out.max() <= 1.0 and out.min() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_sizes_and_constants_that_cannot_be_are_refused():
+    x = np.full((1, 1, 4, 4), 0.5, np.float32)
+    for size in ((0, 4), (4, 0)):
+        with pytest.raises(ValueError, match="size must be positive"):
+            resize(x, size)
+        with pytest.raises(ValueError, match=r"Preprocessing.size must be \(height, width\) >= 1"):
+            transforms.Preprocessing(size=size)
+    for std in ((0.0,), (-0.25,)):     # a zero std divides by zero; a negative one flips the image's contrast
+        with pytest.raises(ValueError, match=r"std > 0"):
+            transforms.normalize(x, (0.5,), std)
+    with pytest.raises(ValueError, match=r"numpy array \[N, C, H, W\], got list"):
+        minmax_per_image(x.tolist())
+
+
+def test_the_record_gives_height_before_width_and_the_mean_before_the_std():
+    record = transforms.Preprocessing(size=(16, 32), normalize=((0.5, 0.4, 0.3), (0.2, 0.1, 0.3))).describe()
+    assert record["resize"] == "16x32 (bilinear, antialiased)"
+    assert record["normalize"] == {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.1, 0.3]}
