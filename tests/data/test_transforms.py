@@ -233,3 +233,12 @@ def test_the_record_gives_height_before_width_and_the_mean_before_the_std():
     record = transforms.Preprocessing(size=(16, 32), normalize=((0.5, 0.4, 0.3), (0.2, 0.1, 0.3))).describe()
     assert record["resize"] == "16x32 (bilinear, antialiased)"
     assert record["normalize"] == {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.1, 0.3]}
+
+
+def test_an_array_s_channels_convert_after_minmax_so_minmax_sees_the_colours_as_stored():
+    """A red pixel beside a black one already spans 0 .. 1 in its channels, so min-max leaves it and the luma is
+    0.299; converted first, min-max would stretch that luma to 1."""
+    rgb = np.zeros((1, 3, 1, 2), np.float32)
+    rgb[0, 0, 0, 0] = 1.0                                                 # pure red, then black
+    out = transforms.Preprocessing(channels=1, minmax=True).apply(rgb)
+    np.testing.assert_allclose(out[0, 0, 0], [0.299, 0.0], atol=1e-6)
