@@ -16,7 +16,7 @@ def _set(n: int = 4, with_masks: bool = True, **changed) -> ImageSet:
                   labels=np.arange(n, dtype=np.int64) % 2, patient_ids=np.array([f"p{i}" for i in range(n)]),
                   sex=np.array(["female", "male", "unknown", "female"][:n]),
                   age=np.array([30.0, 41.5, np.nan, 77.0][:n]),
-                  masks=np.arange(n * 30).reshape(n, 5, 6) % 3 == 0 if with_masks else None)
+                  masks=np.arange(n * 30).reshape(n, 5, 6) % 7 == 0 if with_masks else None)   # each image's own
     arrays.update(changed)
     return ImageSet(**arrays)
 
@@ -55,6 +55,11 @@ def test_a_subset_keeps_the_order_asked_for_and_other_pixels_keep_everything_els
     assert part.patient_ids.tolist() == ["p3", "p0", "p2"] and part.labels.tolist() == [1, 0, 0]
     np.testing.assert_array_equal(part.masks, images.masks[[3, 0, 2]])
     np.testing.assert_array_equal(part.age, images.age[[3, 0, 2]])
+    assert part.sex.tolist() == ["female", "female", "unknown"]
+    assert images.subset(np.array([2, 1, 0])).sex.tolist() == ["unknown", "male", "female"]
+    assert len({mask.tobytes() for mask in images.masks}) == 4      # each mask its own: a mix-up would show
+    for row, i in enumerate([3, 0, 2]):        # each image stays with its own label, patient and mask
+        np.testing.assert_array_equal(part.images[row], images.images[i])
     noisy = images.with_images(images.images + 1)
     assert noisy.masks is images.masks and noisy.patient_ids is images.patient_ids and noisy.sex is images.sex
     np.testing.assert_array_equal(noisy.images, images.images + 1)
@@ -81,3 +86,9 @@ def test_a_filtered_key_whose_reader_gave_a_sentence_keeps_the_sentence():
     dataset = Dataset(name="d", task=Task("binary", ("0", "1")), train=_set(), val=_set(), test=_set(),
                       source={"patient_key": note, "rows": 12, "split": {"seed": 1, "patients_crossing_splits": 0}})
     assert dataset.shareable_source() == {"patient_key": note, "split": {"seed": 1}}
+
+
+def test_label_names_holding_a_comma_are_joined_by_semicolons():
+    assert Task("multilabel", ("opacity, image-left lung", "opacity, image-right lung")).describe() == \
+        "multilabel (opacity, image-left lung; opacity, image-right lung)"
+    assert Task("multilabel", ("effusion", "edema")).describe() == "multilabel (effusion, edema)"
