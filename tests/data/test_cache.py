@@ -622,3 +622,33 @@ def test_the_partial_entry_of_a_killed_decode_is_deleted_by_the_next_one(tmp_pat
     decode_images(paths, Preprocessing(size=(8, 8), channels=1, minmax=True), cache_dir=cache,   # another key
                   workers=1)                          # one thread: the first read is the only one that sweeps
     assert len(seen) == 2 and seen[-1] is True, seen
+
+
+def test_the_key_names_each_file_s_path_so_two_files_with_equal_status_are_told_apart(tmp_path, write_image,
+                                                                                     monkeypatch):
+    """Files restored with the same size and times, on a filesystem whose inodes and status-change times are
+    reported alike (a network share, a FUSE mount), differ only by path: listed the other way round, the images
+    change rows, so the key must change too."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    first, second = _files(tmp_path, write_image, n=2)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    alike = SimpleNamespace(st_size=100, st_ino=7, st_mtime_ns=10**18, st_ctime_ns=10**18, st_mode=0o100600)
+    monkeypatch.setattr(Path, "stat", lambda self, *args, **kwargs: alike)
+    assert cache_key([first, second], pre, 1, (8, 8)) != cache_key([second, first], pre, 1, (8, 8))
+
+
+def test_each_file_is_decoded_with_the_size_asked_for_as_its_hint(tmp_path, write_image, monkeypatch):
+    """The hint lets a JPEG decode at a reduced scale that still covers the size (`dpmed.data.decoding`); it is
+    (height, width), as the size is, so that a wide film is not decoded below its width."""
+    import dpmed.data.cache as cache
+
+    paths = [write_image(tmp_path / f"{i}.jpg", size=(20, 40)) for i in range(3)]
+    hints, real = [], cache.read_image
+    monkeypatch.setattr(cache, "read_image", lambda path, **kw: hints.append(kw["size_hint"]) or real(path, **kw))
+    decode_images(paths, Preprocessing(size=(8, 16), channels=1))
+    assert hints == [(8, 16)] * 3
+    hints.clear()
+    decode_images(paths, Preprocessing(channels=1))
+    assert hints == [None] * 3
