@@ -194,3 +194,45 @@ def test_more_generated_images_than_memory_holds_are_refused_before_any_is_made(
                                         rf"\(the images source {source} generates\) or image_size, or run on a "
                                         r"machine with more memory$"):
         load_dataset(source=source, path=None, image_size=16, channels=None, seed=0, n_images=10**23)
+
+
+class _Read(Exception):
+    """Raised by a stand-in reader once it has seen its arguments."""
+
+
+@pytest.mark.parametrize("source, reader, given, expected", [
+    ("folders", "read_image_folders", {"labels": ("normal", "sick")}, {"class_names": ("normal", "sick")}),
+    ("chexpert", "read_chexpert", {"labels": ("Edema",), "uncertain": "ones", "views": "all"},
+     {"findings": ("Edema",), "uncertain": "ones", "views": "all"}),
+    ("chexpert", "read_chexpert", {}, {"findings": None, "uncertain": "zeros", "views": None}),
+    ("nih", "read_nih", {"labels": ("Hernia", "Mass")}, {"findings": ("Hernia", "Mass")}),
+    ("mimic", "read_mimic", {"labels": ("Edema",), "uncertain": "ones", "views": "all"},
+     {"findings": ("Edema",), "uncertain": "ones", "views": "all"}),
+    ("csv", "read_csv_table", {"labels": ("y",), "classes": ("no", "yes"), "name": "d", "columns": {"path": "p"},
+                               "task": "binary"},
+     {"labels": ("y",), "classes": ("no", "yes"), "name": "d", "columns": {"path": "p"}, "task": "binary"}),
+])
+def test_a_file_source_s_reader_receives_every_option_the_study_gives(tmp_path, monkeypatch, source, reader, given,
+                                                                      expected):
+    """An option a source reads must reach its reader: a CheXpert study asking for every view, or NIH findings of
+    its own, would otherwise silently train on the default views or findings."""
+    from dpmed.data import registry
+
+    seen = {}
+
+    def stand_in(path, **kwargs):
+        seen.update(kwargs, path=path)
+        raise _Read
+
+    monkeypatch.setattr(registry, reader, stand_in)
+    with pytest.raises(_Read):
+        load_dataset(source=source, path=tmp_path, image_size=8, channels=1, seed=0, n_images=None, **given)
+    assert seen.pop("path") == tmp_path
+    assert {key: (tuple(v) if isinstance(v, list) else v) for key, v in seen.items()} == expected
+
+
+def test_a_normalisation_with_unequal_counts_of_means_and_stds_is_refused():
+    """One mean with three stds would broadcast without a word; the study must give both per channel, or one each."""
+    with pytest.raises(DataError, match="normalize has 1 mean and 3 std values for images with 3 channel"):
+        load_dataset(source="phantom", path=None, image_size=None, channels=3, seed=0, n_images=30,
+                     normalize=((0.5,), (0.2, 0.2, 0.2)))
