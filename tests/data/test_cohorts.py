@@ -141,3 +141,16 @@ def test_a_selection_names_one_of_the_two_parts_of_a_share_strictly_between_0_an
     for bad in (dict(fraction=0.5, part=2), dict(fraction=0.0, part=0), dict(fraction=1.0, part=1)):
         with pytest.raises(ValueError, match="part must be|fraction must be"):
             PatientSelection(**bad)
+
+
+def test_a_file_layouts_cohort_decodes_only_its_own_patients_images(tmp_path, write_image, monkeypatch):
+    """The rows are cut to the cohort before anything is decoded: the other site's images are neither read (an
+    unreadable one there would stop this site's study) nor held in memory."""
+    import dpmed.data.cache as cache
+
+    root = _two_hospitals(tmp_path / "chest_xray", write_image)
+    decoded, real = [], cache.read_image
+    monkeypatch.setattr(cache, "read_image", lambda path, **kw: decoded.append(path) or real(path, **kw))
+    dataset = _cohort(root, 0)
+    kept = sum(len(s) for s in (dataset.train, dataset.val, dataset.test))
+    assert 30 < kept < 70 and len(decoded) == len(set(decoded)) == kept
