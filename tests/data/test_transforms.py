@@ -242,3 +242,10 @@ def test_an_array_s_channels_convert_after_minmax_so_minmax_sees_the_colours_as_
     rgb[0, 0, 0, 0] = 1.0                                                 # pure red, then black
     out = transforms.Preprocessing(channels=1, minmax=True).apply(rgb)
     np.testing.assert_allclose(out[0, 0, 0], [0.299, 0.0], atol=1e-6)
+
+
+def test_a_crop_to_a_far_other_aspect_keeps_at_least_the_central_pixel():
+    """A 1 x 5 strip at the aspect 4 : 1 would keep round(0.25) = 0 columns: it keeps the central one."""
+    strip = np.arange(5, dtype=np.float32).reshape(1, 1, 1, 5)
+    assert transforms.center_crop(strip, (4, 1)).tolist() == [[[[2.0]]]]
+    assert transforms.center_crop(strip.transpose(0, 1, 3, 2), (1, 4)).tolist() == [[[[2.0]]]]
