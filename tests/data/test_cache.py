@@ -652,3 +652,11 @@ def test_each_file_is_decoded_with_the_size_asked_for_as_its_hint(tmp_path, writ
     hints.clear()
     decode_images(paths, Preprocessing(channels=1))
     assert hints == [None] * 3
+
+
+def test_images_stored_otherwise_than_the_first_are_counted_and_the_first_of_them_is_named(tmp_path, write_image):
+    paths = [write_image(tmp_path / f"{name}.png", size=(10, 14), mode=mode)
+             for name, mode in (("a", "L"), ("b", "RGB"), ("c", "L"), ("d", "RGB"))]
+    with pytest.raises(DataError, match=r"^2 of 4 images are stored colour while the first readable one is grey, "
+                                        r"e\.g\. \S*/b\.png;"):
+        decode_images(paths, Preprocessing(size=(8, 8)), workers=2)
