@@ -135,3 +135,30 @@ def test_one_patient_written_two_ways_is_kept_out_of_a_second_split_and_told(fil
     assert not {"pt01", "PT1"} & set(d.train.patient_ids.tolist() + d.val.patient_ids.tolist())
     assert len(d.train) == splits.count("train") - 1 and d.source["split"]["patients_in_two_published_splits"] == 1
     assert "1 patient id is written in ways that differ only in case or leading zeros ('PT1' = 'pt01')" in caplog.text
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_an_unreadable_file_left_out_takes_no_other_image_s_record_with_it(tmp_path, cached):
+    """File 2 cannot be decoded and skip_invalid leaves its row out: every image after it must still sit beside its
+    own label, patient, sex and age, not the record one row up."""
+    from PIL import Image
+
+    paths = []
+    for i in range(10):
+        paths.append(tmp_path / "png" / f"{i}.png")
+        paths[-1].parent.mkdir(exist_ok=True)
+        Image.fromarray(np.full((4, 4), 10 * i, np.uint8)).save(paths[-1])
+    paths[2].write_bytes(b"\x89PNG broken")
+    labels = [0, 1, 1, 0, 1, 0, 0, 1, 1, 0]
+    splits = ["train"] * 6 + ["val", "val", "test", "test"]
+    manifest = _manifest(tmp_path, paths, [f"p{i}" for i in range(10)], labels, splits)
+    d = assemble_dataset(manifest, preprocessing=Preprocessing(), split=SplitPlan(official=True), skip_invalid=True,
+                         cache_dir=tmp_path / "cache" if cached else None)
+    seen = []
+    for s in (d.train, d.val, d.test):
+        files = (s.images[:, 0, 0, 0] * 255 / 10).round().astype(int).tolist()
+        assert s.patient_ids.tolist() == [f"p{i}" for i in files]
+        assert s.labels.tolist() == [labels[i] for i in files]
+        assert s.sex.tolist() == [_sex(paths[i]) for i in files] and s.age.tolist() == [_age(paths[i]) for i in files]
+        seen += files
+    assert sorted(seen) == [0, 1, 3, 4, 5, 6, 7, 8, 9]
