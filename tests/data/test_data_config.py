@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dpmed.config import DataConfig, load_study
-from dpmed.data import DATASET_SOURCES
+from dpmed.data import DATASET_SOURCES, DataRequest, Preprocessing, SplitPlan
 from dpmed.errors import ConfigError, DataError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,3 +119,27 @@ def test_an_option_the_source_ignores_is_refused_with_the_study_file(write_study
     with pytest.raises(ConfigError) as info:
         load_study(write_study(text))
     assert f"  - {section}: {expected}" in str(info.value)
+
+
+@pytest.mark.parametrize("section, expected", [
+    ({"source": "csv", "path": "x.csv", "image_size": 32, "channels": 3,
+      "preprocessing": {"aspect": "crop", "minmax": True, "equalize": True,
+                        "normalize": {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.1, 0.3]}},
+      "labels": ["grade"], "classes": ["a", "b", "c"], "name": "d", "columns": {"path": "file", "patient": "pid"},
+      "task": "multiclass", "ordinal": True, "skip_invalid": True, "cache_dir": "/tmp/c",
+      "split": {"val_fraction": 0.1, "test_fraction": 0.3}},
+     dict(source="csv", path=Path("x.csv"), seed=0,
+          preprocessing=Preprocessing(size=(32, 32), channels=3, aspect="crop", minmax=True, equalize=True,
+                                      normalize=((0.5, 0.4, 0.3), (0.2, 0.1, 0.3))),
+          labels=("grade",), classes=("a", "b", "c"), name="d", columns={"path": "file", "patient": "pid"},
+          task="multiclass", ordinal=True, skip_invalid=True, cache_dir=Path("/tmp/c"),
+          split=SplitPlan(val_fraction=0.1, test_fraction=0.3))),
+    ({"source": "chexpert", "path": "x", "labels": ["Edema"], "uncertain": "ones", "views": "all"},
+     dict(source="chexpert", path=Path("x"), seed=0, labels=("Edema",), uncertain="ones", views="all")),
+    ({"source": "phantom", "n_images": 77, "task": "multilabel", "seed": 5},
+     dict(source="phantom", path=None, seed=5, n_images=77, task="multilabel")),
+])
+def test_every_key_of_the_data_section_reaches_the_request_as_given(section, expected):
+    """A key dropped or swapped on its way from the study file (minmax, the mean for the std, the views, the
+    validation share for the test share) would read other data than the study says, without a word."""
+    assert DataConfig.model_validate(section).to_request() == DataRequest(**expected)
