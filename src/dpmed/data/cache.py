@@ -6,14 +6,14 @@ holds the preprocessed float32 tensors in memory; every epoch of every arm reads
 tensors also go to ``<cache_dir>/<key>.npy`` and later studies (or a resumed one) memory-map that file instead of
 decoding again.
 
-The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version, the decoded
-channel count and size, the preprocessing steps, that EXIF orientation is applied, and every file's resolved path,
-byte size, inode, modification time and status-change time, in order. Changing a file or a preprocessing step gives
-another key, so a stale entry is not read: a file rewritten in place with its size and modification time set back
-(``touch -r``) still has a new status-change time, which no user call sets. Files that could not be decoded are
-stored with the entry, so a cached load reports the same unreadable rows as a fresh one; an entry is not stored
-where a file could not be read at all (an OSError: a full file table, a network share gone for a moment), since that
-may pass.
+The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version (and pydicom's
+where a file is a DICOM), the decoded channel count and size, the preprocessing steps, that EXIF orientation is
+applied, and every file's resolved path, byte size, inode, modification time and status-change time, in order.
+Changing a file or a preprocessing step gives another key, so a stale entry is not read: a file rewritten in place
+with its size and modification time set back (``touch -r``) still has a new status-change time, which no user call
+sets. Files that could not be decoded are stored with the entry, so a cached load reports the same unreadable rows
+as a fresh one; an entry is not stored where a file could not be read at all (an OSError: a full file table, a
+network share gone for a moment), since that may pass.
 
 Privacy: a cache entry holds the patients' images, decoded. Its files are created readable by their owner only (0600;
 so one user's cache is not another's), a cache folder dpmed creates is 0700 (an existing one keeps its mode), and a
@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import importlib.metadata
 import json
 import logging
 import math
@@ -49,7 +50,7 @@ except ImportError:     # Windows
     fcntl = None  # type: ignore[assignment]
 
 from dpmed import memory
-from dpmed.data.decoding import UnreadableImage, peek_image, read_image
+from dpmed.data.decoding import DECODERS, UnreadableImage, peek_image, read_image
 from dpmed.data.pace import Pace
 from dpmed.data.transforms import Preprocessing
 from dpmed.errors import DataError, error_name
@@ -109,6 +110,10 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
     # an entry from before read a JPEG or PNG with an EXIF orientation as stored, and the key cannot tell which
     # files have one without opening them: every entry from before is decoded again, once
     settings["orientation"] = "exif"
+    if any(DECODERS.get(Path(path).suffix.lower()) is DECODERS[".dcm"] for path in paths):
+        # pydicom decodes DICOM pixels and applies their LUTs, as Pillow decodes the rest; only then, so that the
+        # entries of raster files stay valid
+        settings["pydicom"] = _version("pydicom")
     h.update(json.dumps(settings, sort_keys=True).encode())
     for path in paths:
         resolved = Path(path).resolve()
@@ -118,6 +123,13 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
         except OSError:
             h.update(f"{resolved}\0missing\n".encode())
     return h.hexdigest()
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
 
 
 def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_dir: Path | None = None,
