@@ -678,3 +678,16 @@ def test_the_key_of_dicom_files_names_the_pydicom_version_and_that_of_other_file
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0" if name == "pydicom" else real(name))
     after = [cache_key(paths, pre, 1, (8, 8)) for paths in (dicoms, mixed, pngs)]
     assert after[0] != before[0] and after[1] != before[1] and after[2] == before[2]
+
+
+def test_the_key_of_resized_images_names_the_torch_version_that_resizes_them(tmp_path, write_image, monkeypatch):
+    """The resize is torch's antialiased bilinear interpolation, whose filter another torch may compute otherwise:
+    an entry resized under another torch is stale. Images kept at their own size do not pass through torch."""
+    import importlib.metadata
+
+    paths = _files(tmp_path, write_image, n=2)
+    sized, unsized = Preprocessing(size=(8, 8), channels=1), Preprocessing(channels=1)
+    before = [cache_key(paths, sized, 1, (8, 8)), cache_key(paths, unsized, 1, (10, 14))]
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0" if name == "torch" else real(name))
+    assert cache_key(paths, sized, 1, (8, 8)) != before[0] and cache_key(paths, unsized, 1, (10, 14)) == before[1]

@@ -6,14 +6,14 @@ holds the preprocessed float32 tensors in memory; every epoch of every arm reads
 tensors also go to ``<cache_dir>/<key>.npy`` and later studies (or a resumed one) memory-map that file instead of
 decoding again.
 
-The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version (and pydicom's
-where a file is a DICOM), the decoded channel count and size, the preprocessing steps, that EXIF orientation is
-applied, and every file's resolved path, byte size, inode, modification time and status-change time, in order.
-Changing a file or a preprocessing step gives another key, so a stale entry is not read: a file rewritten in place
-with its size and modification time set back (``touch -r``) still has a new status-change time, which no user call
-sets. Files that could not be decoded are stored with the entry, so a cached load reports the same unreadable rows
-as a fresh one; an entry is not stored where a file could not be read at all (an OSError: a full file table, a
-network share gone for a moment), since that may pass.
+The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version (pydicom's where
+a file is a DICOM, torch's where images are resized), the decoded channel count and size, the preprocessing steps,
+that EXIF orientation is applied, and every file's resolved path, byte size, inode, modification time and
+status-change time, in order. Changing a file or a preprocessing step gives another key, so a stale entry is not
+read: a file rewritten in place with its size and modification time set back (``touch -r``) still has a new
+status-change time, which no user call sets. Files that could not be decoded are stored with the entry, so a cached
+load reports the same unreadable rows as a fresh one; an entry is not stored where a file could not be read at all
+(an OSError: a full file table, a network share gone for a moment), since that may pass.
 
 Privacy: a cache entry holds the patients' images, decoded. Its files are created readable by their owner only (0600;
 so one user's cache is not another's), a cache folder dpmed creates is 0700 (an existing one keeps its mode), and a
@@ -114,6 +114,8 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
         # pydicom decodes DICOM pixels and applies their LUTs, as Pillow decodes the rest; only then, so that the
         # entries of raster files stay valid
         settings["pydicom"] = _version("pydicom")
+    if preprocessing.size is not None:     # torch resizes (`dpmed.data.transforms.resize`), and only then
+        settings["torch"] = _version("torch")
     h.update(json.dumps(settings, sort_keys=True).encode())
     for path in paths:
         resolved = Path(path).resolve()
