@@ -236,3 +236,18 @@ def test_a_normalisation_with_unequal_counts_of_means_and_stds_is_refused():
     with pytest.raises(DataError, match="normalize has 1 mean and 3 std values for images with 3 channel"):
         load_dataset(source="phantom", path=None, image_size=None, channels=3, seed=0, n_images=30,
                      normalize=((0.5,), (0.2, 0.2, 0.2)))
+
+
+@pytest.mark.parametrize("source", ["phantom", "random_processes"])
+def test_a_generated_source_asked_for_images_that_are_not_square_refuses_them(source):
+    """The generated sources draw square images of one side: asked for 16 x 32 they gave 16 x 16 while the record
+    said 16x32."""
+    from dpmed.data.registry import DataRequest, read_dataset
+    from dpmed.data.transforms import Preprocessing
+
+    with pytest.raises(DataError, match=rf"^source {source} generates square images; asked for 16 x 32 px"):
+        read_dataset(DataRequest(source=source, path=None, seed=0, n_images=30,
+                                 preprocessing=Preprocessing(size=(16, 32))))
+    square = read_dataset(DataRequest(source=source, path=None, seed=0, n_images=60,
+                                      preprocessing=Preprocessing(size=(16, 16))))
+    assert square.train.image_shape[1:] == (16, 16)

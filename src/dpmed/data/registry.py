@@ -102,7 +102,7 @@ class DatasetSource:
 def _read_phantom(request: DataRequest) -> Dataset:
     kwargs = {"seed": request.seed}
     if request.preprocessing.size is not None:
-        kwargs["image_size"] = request.preprocessing.size[0]
+        kwargs["image_size"] = _square(request)
     if request.n_images is not None:
         kwargs["n_images"] = request.n_images
     if request.task is not None:
@@ -116,11 +116,21 @@ def _read_phantom(request: DataRequest) -> Dataset:
 def _read_random_processes(request: DataRequest) -> Dataset:
     kwargs = {"seed": request.seed}
     if request.preprocessing.size is not None:
-        kwargs["image_size"] = request.preprocessing.size[0]
+        kwargs["image_size"] = _square(request)
     if request.n_images is not None:
         kwargs["n_images"] = request.n_images
     _check_generated("random_processes", make_random_processes, kwargs)
     return make_random_processes(**kwargs)
+
+
+def _square(request: DataRequest) -> int:
+    """The side of the square images a generated source draws; DataError where the size asked for is not square
+    (drawn at its height, the images kept that side while the record gave the size asked for)."""
+    height, width = request.preprocessing.size
+    if height != width:
+        raise DataError(f"source {request.source} generates square images; asked for {height} x {width} px, give "
+                        "one side (data.image_size)")
+    return height
 
 
 def _check_generated(source: str, generate: Callable[..., Dataset], kwargs: Mapping[str, object]) -> None:
