@@ -167,9 +167,9 @@ def not_dp_text(card: PrivacyCard) -> str | None:
 
 def p_text(diff: PairedDifference) -> str:
     """A bootstrap p-value; at its floor 2 / (R + 1) (no redraw on the other side of zero) it is "≤ floor", since
-    more redraws could only have lowered it, the floor rounded up (0.00664 is "≤ 0.0067": "≤ 0.0066" would claim more
-    than the redraws show). Two significant figures, and more where two would put it on the other
-    side of the report's SIGNIFICANCE (0.04995 is "0.0499", not "0.05" beside a count of seeds with p < 0.05)."""
+    more redraws could only have lowered it, the floor rounded up (0.00664 is "≤ 0.0067": "≤ 0.0066" would claim
+    more than the redraws show). Two significant figures, and more where two would put it on the other side of the
+    report's SIGNIFICANCE (0.04995 is "0.0499", not "0.05" beside a count of seeds with p < 0.05)."""
     if diff.p_value is None:
         return "–"
     if diff.p_at_floor:
