@@ -3,6 +3,7 @@ its seconds (private), an audit without its result (private), and the summary's 
 
 from __future__ import annotations
 
+import csv
 import io
 
 import pandas as pd
@@ -75,3 +76,32 @@ def test_the_summary_shows_eps_with_its_terms_the_interval_at_its_level_and_unde
     assert dp.privacy.in_brief() in lines[2] and "0.910 [0.880, 0.940]" in lines[2] and lines[2].endswith("0.846")
     mixed = make_record("b_seed0", "b", metrics={"test_auroc": 0.8, "confidence": 0.95})
     assert "test AUROC [CI]" in summary_text([dp, mixed]).splitlines()[0]    # two levels: none is named
+
+
+# Every privacy field results.csv carries, each with a value no other field has: a column that is dropped, or that
+# holds another field's value, shows up as a mismatch with the card.
+_CARD_FIELDS = {"epsilon": 3.21, "delta": 2.5e-6, "accountant": "rdp", "unit": "patient", "n_units": 4254,
+                "released_units": 4250, "size_epsilon": 0.05, "neighbour_relation": "add or remove one patient",
+                "epsilon_pixel": 0.7, "scale_b": 0.11, "noise_multiplier": 1.3, "sample_rate": 0.017, "steps": 300,
+                "max_grad_norm": 0.9, "target_epsilon": 3.0, "randomness": "secure", "sampler_delta": 1e-12,
+                "sampler_voids": False}
+
+
+def test_each_privacy_field_of_the_card_lands_in_its_own_column_of_the_csv(tmp_path, make_record):
+    from dpmed.records import StartRecord
+
+    dp = make_record("dp_eps3_C1_seed0", "dp", "dp_sgd", eps=3.0)
+    start = StartRecord(weights="w.pt", sha256="ab" * 32, trained_on="public chest X-rays", trainable="head",
+                        n_trainable=10, n_frozen=90)
+    dp = dp.model_copy(update={"privacy": dp.privacy.model_copy(update=_CARD_FIELDS), "start": start})
+    plain = make_record("np_seed0", "np")
+    write_results_table([plain, dp], tmp_path / "results.csv")
+    header, _, row = csv.reader((tmp_path / "results.csv").read_text().splitlines())
+    shown = dict(zip(header, row))
+    for field, value in _CARD_FIELDS.items():
+        assert shown[field] == str(value), field          # bools as True/False, counts as integers, floats as they are
+    assert (shown["start_trained_on"], shown["start_sha256"], shown["trainable"]) == (
+        "public chest X-rays", "ab" * 32, "head")
+    assert shown["is_dp"] == "True"
+    back = pd.read_csv(tmp_path / "results.csv")
+    assert back.trainable.tolist() == ["all", "head"] and pd.isna(back.start_sha256.iloc[0])
