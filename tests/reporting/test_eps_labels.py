@@ -165,3 +165,13 @@ def test_the_report_and_the_terminal_show_a_delta_with_a_tiny_sampler_share_alik
     report = _plain(eps_label(card)).split("(δ ")[1].split(",")[0]
     assert float(terminal) == float(report) >= card.delta
     assert report == ("1e-5" if share == 0 else "1.01e-5")
+
+
+def test_a_not_dp_mechanism_without_an_eps_reads_not_dp_and_only_the_baseline_reads_infinity():
+    """A flawed mechanism's reproduction has no eps either: labelled like the baseline, "no privacy (ε = ∞)", it
+    would read as a deliberate arm without privacy instead of a mechanism that claims some and has none."""
+    shift = PrivacyCard(mechanism="scalar_shift", is_dp=False, statement="NOT DP: one shift per image")
+    none = PrivacyCard(mechanism="none", is_dp=False, statement="no privacy protection (eps = infinity)")
+    assert eps_label(shift) == "not DP"
+    assert _plain(eps_label(none)) == "no privacy (ε = ∞)"
+    assert shift.in_brief() == "not DP" and none.in_brief() == "inf (no privacy)"
