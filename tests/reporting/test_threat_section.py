@@ -340,3 +340,66 @@ def test_the_attacks_interval_level_is_shown_as_it_is(tmp_path, make_record, mak
     write_outputs(folder, make_resolved(records), records)
     section = _section(folder.report.read_text(), "threat")
     assert "attack success [99.9% CI]" in section and "100% CI" not in section
+
+
+def _rows(tmp_path, make_resolved, records) -> tuple[dict[str, str], str]:
+    """The threat section's rows by run id, and the section's text."""
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(records), records)
+    section = _section(folder.report.read_text(), "threat")
+    return dict(re.findall(r"<tr><td data-label[^>]*>([^<]+)</td>(.*?)</tr>", section, re.S)), _text(section)
+
+
+def test_a_threshold_rounded_up_at_three_decimals_is_shown_rounded_down(tmp_path, make_record, make_resolved):
+    """0.8468 to nearest is 0.847: a reconstruction at 0.8469 passed, one at 0.8466 reads as passing too, and did
+    not. Rounded down, every success reaches the value shown."""
+    records = [make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0).model_copy(
+        update={"attack": _attack(0.07, 0.05, 0.1, 4).model_copy(update={"threshold": 0.8468}),
+                "reconstruction": _risk(0.0123, 0.0046)})]
+    rows, text = _rows(tmp_path, make_resolved, records)
+    assert "reaches SSIM 0.846." in text and "0.847" not in text
+    assert "at SSIM &ge;\u00a00.846" in rows["dp_eps1_C1_seed0"]
+
+
+def test_the_chance_rates_upper_end_is_taken_at_the_attacks_own_level(tmp_path, make_record, make_resolved):
+    """At 99.9 % the upper end of 1 chance success in 64 lies above the 95 % one: the step's prior taken at 95 % sits
+    below the end the attack's own interval states, and the bound with it."""
+    attack = _attack(0.0, 0.0, 0.1, 0, chance=1 / 64).model_copy(update={"ci_level": 0.999})
+    risk = _risk(0.0018, 0.001).model_copy(update={"noise_multiplier": 2.0, "kappa": 1 / 4700})
+    records = [make_record("dp_eps0.5_C1_seed0", "dp", "dp_sgd", eps=0.5).model_copy(
+        update={"attack": attack, "reconstruction": risk})]
+    rows, _ = _rows(tmp_path, make_resolved, records)
+    kappa = clopper_pearson(1, 64, level=0.999)[1]
+    assert kappa > clopper_pearson(1, 64, level=0.95)[1] + 0.01
+    cell = _text(re.findall(r"<td[^>]*>(.*?)</td>", rows["dp_eps0.5_C1_seed0"], re.S)[3])
+    assert f"at kappa {kappa:.3g} (chance's upper end)" in cell, cell
+    bound = accounting.reconstruction_bound(noise_multiplier=2.0, sample_rate=1.0, steps=1, kappa=kappa)
+    assert bound <= float(re.match(r"\s*([\d.]+)%", cell).group(1)) / 100 < bound + 0.001
+
+
+def test_the_flags_read_the_lower_end_at_its_boundaries(tmp_path, make_record, make_resolved):
+    """Run a: its lower end equals the chance rate, which the interval reaches: "not above chance". Run b: its point
+    rate (30 %) lies above the run's bound (20 %) and its lower end (15 %) below: no "above the run's bound". Run c:
+    its lower end (25 %) lies above the run's bound: flagged, and below its step's bound (about 35 % at kappa 1 in
+    64's upper end): no contradiction."""
+    def run(run_id: str, attack: tuple[float, float, float, int], chance: float) -> object:
+        return make_record(run_id, "dp", "dp_sgd", eps=1.0).model_copy(
+            update={"attack": _attack(*attack, chance=chance), "reconstruction": _risk(0.2, 0.1)})
+    records = [run("a_seed0", (5 / 64, 2 / 64, 0.17, 5), 2 / 64), run("b_seed0", (0.3, 0.15, 0.4, 19), 1 / 64),
+               run("c_seed0", (0.4, 0.25, 0.5, 26), 1 / 64)]
+    step = accounting.reconstruction_bound(noise_multiplier=1.0, sample_rate=1.0, steps=1,
+                                           kappa=clopper_pearson(1, 64)[1])
+    assert 0.25 < step < 0.4                            # the setting the docstring states
+    rows, _ = _rows(tmp_path, make_resolved, records)
+    assert "not above chance" in rows["a_seed0"]
+    assert "above the run's bound" not in rows["b_seed0"] and "not above chance" not in rows["b_seed0"]
+    assert "above the run's bound" in rows["c_seed0"] and "above the attacked step's bound" not in rows["c_seed0"]
+
+
+def test_runs_calibrated_at_different_quantiles_are_said_to_differ(tmp_path, make_record, make_resolved):
+    """One run's threshold passes 1 in 100 null images, another's 1 in 1000: the prose named the first for both."""
+    records = [make_record(f"dp_eps1_C1_seed{seed}", "dp", "dp_sgd", eps=1.0, seed=seed).model_copy(
+        update={"attack": _attack(0.0, 0.0, 0.056, 0).model_copy(update={"threshold_quantile": q}),
+                "reconstruction": _risk(0.0123, 0.0046)}) for seed, q in ((0, 0.99), (1, 0.999))]
+    _, text = _rows(tmp_path, make_resolved, records)
+    assert "only 1 in 100 to 1 in 1000 plausible images" in text and "about 1 in 100 to 1 in 1000 per guess" in text
