@@ -16,7 +16,8 @@ from dpmed.mechanisms.dp_sgd import ReconstructionRecord
 from dpmed.outputs import write_outputs
 from dpmed.records import AttackRecord
 from dpmed.reporting import SECTIONS
-from dpmed.reporting.threat_section import reconstructions_figure, threat_section
+from dpmed.reporting.inputs import eps_label
+from dpmed.reporting.threat_section import attack_label, reconstructions_figure, threat_section
 
 RNG = np.random.default_rng(17)
 
@@ -403,3 +404,15 @@ def test_runs_calibrated_at_different_quantiles_are_said_to_differ(tmp_path, mak
                 "reconstruction": _risk(0.0123, 0.0046)}) for seed, q in ((0, 0.99), (1, 0.999))]
     _, text = _rows(tmp_path, make_resolved, records)
     assert "only 1 in 100 to 1 in 1000 plausible images" in text and "about 1 in 100 to 1 in 1000 per guess" in text
+
+
+def test_the_reconstructions_figure_names_each_run_by_its_eps_and_never_reads_a_success_as_none(make_record):
+    """The private figure's label of a run: its id, its eps with delta, accountant and neighbours, and how many images
+    the attack reconstructed. 1 of 256 read "attack success 0%", as if the attack had reconstructed none."""
+    record = make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0).model_copy(
+        update={"attack": _attack(1 / 256, 0.0001, 0.02, 1).model_copy(update={"n_trials": 256, "n_batches": 16}),
+                "reconstruction": _risk(0.01, 0.005)})
+    run_id, eps, rate = attack_label(record).split("\n")
+    assert (run_id, eps) == ("dp_eps8_C1_seed0", eps_label(record.privacy)) and "δ" in eps
+    assert rate == "attack success 1 of 256 images (0.4%)"
+    assert attack_label(record.model_copy(update={"attack": None})) == f"dp_eps8_C1_seed0\n{eps_label(record.privacy)}"

@@ -211,6 +211,8 @@ def reconstructions_figure(rows: Sequence[tuple[str, Mapping[str, np.ndarray]]],
 
 
 def attack_label(record: RunRecord) -> str:
-    """A run's name on the figure: its id, eps, and the attack's success rate."""
-    rate = "" if record.attack is None else f"\nattack success {record.attack.rate:.0%}"
+    """A run's name on the figure: its id, eps, and the attack's successes with their rate. The count is exact:
+    a whole percent read 1 success in 256 as "0%", no reconstruction at all."""
+    a = record.attack
+    rate = "" if a is None else f"\nattack success {a.n_success} of {a.n_trials} images ({a.rate:.1%})"
     return f"{record.run_id}\n{eps_label(record.privacy)}{rate}"
