@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from html import escape as html_escape
 from pathlib import Path
 
 import pandas as pd
@@ -293,3 +294,35 @@ def test_the_summary_keeps_label_names_that_hold_a_comma_apart(records, make_res
                                 comparisons=compare_runs(records, {}, kind="binary", label_names=[])))
     assert "task multilabel; findings opacity, image-left lung; opacity, image-right lung" in html
     assert names_text(["normal", "pneumonia", "covid"]) == "normal, pneumonia, covid"
+
+
+def test_the_risk_table_labels_each_eps_and_names_a_run_of_any_bound_from_rdp_and_no_run_without_dp_sgd(
+        make_record, make_resolved):
+    """Each row's eps names its delta, accountant and neighbours; a run whose worst case, relaxed bound or one TPR alone
+    came from RDP's delta is named as such; a run without DP-SGD (no privacy, or local DP) is not among the runs the
+    section has no bound for: those bounds are DP-SGD's, and no other mechanism was ever to have them."""
+    from dpmed.folders import StudyFolder
+    from dpmed.mechanisms import mechanism_info
+    from dpmed.reporting.inputs import ReportInputs, eps_label
+    from dpmed.reporting.sections import reconstruction_risk
+
+    def bounded(run_id, **via):
+        record = make_record(run_id, "gauss", "dp_sgd", eps=0.5)
+        risk = mechanism_info("dp_sgd").reconstruction(record.plan.privacy.model_copy(update={"n_units": 100}))
+        return record.model_copy(update={"reconstruction": risk.model_copy(update=via)})
+
+    plain = bounded("plain_eps0.5_C1_seed0")
+    worst = bounded("worst_eps0.5_C1_seed0", worst_case_via="RDP duality (beyond the PLD's steps)")
+    relaxed = bounded("relaxed_eps0.5_C1_seed0", relaxed_via="RDP duality (beyond the PLD's steps)")
+    tpr = bounded("tpr_eps0.5_C1_seed0", tpr_at_fpr_via={**plain.reconstruction.tpr_at_fpr_via,
+                                                          "0.01": "RDP duality (beyond the PLD's steps)"})
+    assert not any(v.startswith("RDP") for v in (plain.reconstruction.worst_case_via, plain.reconstruction.relaxed_via,
+                                                 *plain.reconstruction.tpr_at_fpr_via.values()))
+    records = [make_record("np_seed0", "np"), plain, worst, relaxed, tpr]
+    html = reconstruction_risk(ReportInputs(resolved=make_resolved(records), records=records, comparisons=None,
+                                            folder=StudyFolder(Path("unused"))))
+    assert ("The bounds of worst_eps0.5_C1_seed0, relaxed_eps0.5_C1_seed0, tpr_eps0.5_C1_seed0 come from RDP's delta"
+            in html)
+    assert "No bound" not in html and "np_seed0" not in html
+    row = html.split(">plain_eps0.5_C1_seed0</td>", 1)[1].split("</tr>", 1)[0]
+    assert f">{html_escape(eps_label(plain.privacy))}</td>" in row and "δ" in row and "PLD" in row
