@@ -896,3 +896,23 @@ def test_a_p_value_at_its_floor_is_bounded_by_the_floor_rounded_up(redraws, show
     text = p_text(PairedDifference(value=-0.2, low=-0.3, high=-0.1, p_value=floor, p_floor=floor,
                                    defined_redraws=redraws))
     assert text == f"≤\u00a0{shown}" and float(shown) >= floor
+
+
+def test_a_cards_facts_round_every_eps_up_and_a_card_without_privacy_shows_infinity(make_record):
+    """The released count's eps is part of the card's eps and its target is what the run was planned to: rounded to
+    nearest they read below the budget spent (0.05012 as 0.0501). A run without privacy shows ε ∞ and no other fact,
+    its statement not marked as a DP one; a DP run's statement is."""
+    from types import SimpleNamespace
+
+    from dpmed.reporting.sections import _card, _fact, _start_note
+
+    card = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="eps = 3", epsilon=2.99942, delta=1e-5,
+                       accountant="pld", unit="patient", size_epsilon=0.05012, target_epsilon=2.99942)
+    assert [_fact(card, k) for k in ("epsilon", "size_epsilon", "target_epsilon")] == ["3", "0.0502", "3"]
+    plain = _card(make_record("np_seed0", "np"))
+    facts = plain[plain.index('<table class="facts">'):plain.index("</table>")]
+    assert re.findall(r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", facts) == [("ε", "∞ (no protection)")]
+    assert '<p class="statement notdp">' in plain
+    assert '<p class="statement">' in _card(make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0))
+    weights = SimpleNamespace(weights="w.pt", pretraining=None, trained_on="a public set")
+    assert _start_note(SimpleNamespace(start=weights, privacy=SimpleNamespace(mechanism="none"))) == ""
