@@ -326,3 +326,41 @@ def test_the_risk_table_labels_each_eps_and_names_a_run_of_any_bound_from_rdp_an
     assert "No bound" not in html and "np_seed0" not in html
     row = html.split(">plain_eps0.5_C1_seed0</td>", 1)[1].split("</tr>", 1)[0]
     assert f">{html_escape(eps_label(plain.privacy))}</td>" in row and "δ" in row and "PLD" in row
+
+
+def test_the_utility_table_labels_each_runs_eps_and_the_caption_says_why_a_run_has_no_point(
+        tmp_path, make_record, make_resolved):
+    """Each row's eps cell is its card's label (delta, accountant, neighbours; not DP and why where it is not); the
+    figure's caption names the not-DP run it cannot place, with its card's reason, and not the non-private run,
+    which is the figure's line."""
+    from dpmed.mechanisms import PrivacyCard
+    from dpmed.reporting.inputs import ReportInputs, eps_label, not_dp_text
+    from dpmed.reporting.sections import utility
+
+    metrics = _metrics(0.8, 0.7, 0.9)
+    shift = make_record("shift_seed0", "shift", metrics=metrics).model_copy(update={
+        "mechanism": "scalar_shift",
+        "privacy": PrivacyCard(mechanism="scalar_shift", is_dp=False, statement="NOT DP: one shift per image")})
+    records = [make_record("np_seed0", "np", metrics=metrics),
+               make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0, metrics=metrics), shift]
+    html = utility(ReportInputs(resolved=make_resolved(records), records=records,
+                                comparisons=compare_runs(records, {}, kind="binary", label_names=[]),
+                                folder=StudyFolder(tmp_path)))
+    for r in records:
+        row = html.split(f">{r.run_id}</td>", 1)[1].split("</tr>", 1)[0]
+        assert f"<td data-label=\"eps\" class=eps>{html_escape(eps_label(r.privacy))}</td>" in row, row
+    caption = html.split("<figcaption>", 1)[1].split("</figcaption>", 1)[0]
+    assert f"shift_seed0 ({html_escape(not_dp_text(shift.privacy))})" in caption and "np_seed0" not in caption
+
+
+def test_a_non_private_run_with_an_undefined_auroc_is_no_baseline(tmp_path, make_record, make_resolved):
+    """The cost of privacy is read against a non-private AUROC: one that is undefined gives none, said as such."""
+    from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.sections import _reading
+
+    records = [make_record("np_seed0", "np", metrics=_metrics(None, None, None)),
+               make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0, metrics=_metrics(0.8, 0.7, 0.9))]
+    text = _reading(ReportInputs(resolved=make_resolved(records), records=records,
+                                 comparisons=compare_runs(records, {}, kind="binary", label_names=[]),
+                                 folder=StudyFolder(tmp_path)))
+    assert "no non-private arm with a defined AUROC" in text and "dp_eps8_C1_seed0" not in text
