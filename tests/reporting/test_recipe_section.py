@@ -113,3 +113,9 @@ def test_one_epoch_reads_in_the_singular_and_more_in_the_plural():
     assert "<b>1 epoch</b>" in _section({"epochs": 1})[0]["plain"]
     assert "<b>2 epochs</b>" in _section({"epochs": 2})[0]["plain"]
     assert "<b>1 step</b>" in _section({"steps": 1})[0]["plain"]
+
+
+def test_the_noise_is_the_arms_own_and_gaussian_reads_as_the_default():
+    default = _section({})[0]["dp"]
+    assert "gaussian noise" in default and "<b>gaussian noise</b>" not in default
+    assert "<b>laplace noise</b>" in _section({}, {"noise": "laplace"})[0]["dp"]
