@@ -916,3 +916,24 @@ def test_a_cards_facts_round_every_eps_up_and_a_card_without_privacy_shows_infin
     assert '<p class="statement">' in _card(make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0))
     weights = SimpleNamespace(weights="w.pt", pretraining=None, trained_on="a public set")
     assert _start_note(SimpleNamespace(start=weights, privacy=SimpleNamespace(mechanism="none"))) == ""
+
+
+def test_finished_runs_left_out_of_the_study_file_are_named_whatever_their_mechanism_and_the_total_is_stated():
+    """A finished local-DP run no longer in the study file still released its images: it is named beside the
+    DP-SGD and non-private ones. The study's total is stated in its own section (not only in the folded study file),
+    and a generated dataset's size is said to protect no one even where a local-DP delta states it."""
+    from types import SimpleNamespace
+
+    from dpmed.reporting.sections import _sizes, study_privacy_section, unfinished
+
+    totals = SimpleNamespace(dp_sgd_runs=("r0", "old_dp"), not_private=("old_np",), local_dp=("old_ldp",),
+                             statement="eps = 9.1 at delta = 1e-05 for all runs together")
+    inputs = SimpleNamespace(records=[SimpleNamespace(run_id="r0")],
+                             resolved=SimpleNamespace(runs=[SimpleNamespace(run_id="r0")], study_privacy=totals))
+    flag = unfinished(inputs)
+    assert "3 finished run(s) in this folder are no longer in the study file" in flag
+    assert "old_dp, old_ldp, old_np." in flag
+    assert "composition: eps = 9.1 at delta = 1e-05 for all runs together.</p>" in study_privacy_section(inputs)
+    generated = SimpleNamespace(n_train=None, n_val=15, n_test=12, released_sizes={"images": 71}, size_epsilon=0.02,
+                                synthetic=True)
+    assert "protects no one" in _sizes(generated, ["ldp_seed0"]) and "N" not in _sizes(generated, ["ldp_seed0"])
