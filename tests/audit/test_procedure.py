@@ -115,15 +115,7 @@ def test_the_record_holds_each_count_at_the_configured_confidence_and_a_bound_at
 def test_the_statement_never_shows_a_confidence_above_the_audits(trial_inputs, monkeypatch, confidence, shown):
     """The statement's confidence is what the test holds at, shown no higher: to a whole percent, 0.995 and 0.999
     read "100%", a certainty no finite audit has, and 0.975 read "98%"."""
-    train, task, n_patients = trial_inputs
-    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40, confidence=confidence), seed=7,
-                                             n_patients=n_patients, rng=np.random.default_rng(0))
-
-    def grid(scores, included, *, delta, confidence):
-        return AuditResult(epsilon_lower_bound=3.0, n_canaries=len(included), n_guesses=10, n_correct=10,
-                           confidence=confidence, delta=delta, k_positive=5, k_negative=5, method="stub")
-
-    monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
+    trial, task = _trial_bounded_at(trial_inputs, monkeypatch, 3.0, correct=10, confidence=confidence)
     record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
                                    delta=1e-5, claimed_epsilon=1.0)
     assert record.confidence == confidence and record.consistent_with_claim is False
@@ -132,14 +124,15 @@ def test_the_statement_never_shows_a_confidence_above_the_audits(trial_inputs, m
     assert "100%" not in record.statement
 
 
-def _trial_bounded_at(trial_inputs, monkeypatch, bound: float):
-    """(a trial of 40 canaries, its task), with the audit's bound stubbed to ``bound``: what a statement says of it."""
+def _trial_bounded_at(trial_inputs, monkeypatch, bound: float, *, correct: int = 6, **audit):
+    """(a trial of 40 canaries, its task), with the audit's bound stubbed to ``bound`` from ``correct`` of 10
+    guesses: what a statement says of it. ``audit``: other AuditConfig settings (its confidence)."""
     train, task, n_patients = trial_inputs
-    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40), seed=7, n_patients=n_patients,
-                                             rng=np.random.default_rng(0))
+    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40, **audit), seed=7,
+                                             n_patients=n_patients, rng=np.random.default_rng(0))
 
     def grid(scores, included, *, delta, confidence):
-        return AuditResult(epsilon_lower_bound=bound, n_canaries=len(included), n_guesses=10, n_correct=6,
+        return AuditResult(epsilon_lower_bound=bound, n_canaries=len(included), n_guesses=10, n_correct=correct,
                            confidence=confidence, delta=delta, k_positive=5, k_negative=5, method="stub")
 
     monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
@@ -274,15 +267,7 @@ def test_a_model_that_fits_the_included_canaries_labels_is_caught_and_one_that_f
 def test_the_statement_rounds_the_bound_down_and_the_error_rate_up(trial_inputs, monkeypatch):
     """A bound of 2.99999 shown as "3" would claim more than was refuted, and an error rate of 1.2346% shown as
     1.234% less than the audit risks: the bound reads 2.99, the confidence 98.76% and the rate 1.235%."""
-    train, task, n_patients = trial_inputs
-    _, trial = procedure.insert_canaries_for(train, task, AuditConfig(canaries=40, confidence=0.987654), seed=7,
-                                             n_patients=n_patients, rng=np.random.default_rng(0))
-
-    def grid(scores, included, *, delta, confidence):
-        return AuditResult(epsilon_lower_bound=2.99999, n_canaries=len(included), n_guesses=10, n_correct=10,
-                           confidence=confidence, delta=delta, k_positive=5, k_negative=5, method="stub")
-
-    monkeypatch.setattr(procedure, "audit_epsilon_lower_bound_over_grid", grid)
+    trial, task = _trial_bounded_at(trial_inputs, monkeypatch, 2.99999, correct=10, confidence=0.987654)
     record, _ = procedure.conclude(trial, np.zeros((len(trial.included), task.num_outputs)), task_kind=task.kind,
                                    delta=1e-5, claimed_epsilon=1.0)
     assert record.statement.startswith("empirical lower bound eps >= 2.99 at delta = 1e-5,")

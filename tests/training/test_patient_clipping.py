@@ -331,6 +331,13 @@ def _cancelling_patient(seed: int, margin: float):
     return net, x, y, groups, torch.cat([t.flatten() for t in total]).norm().item()
 
 
+def _image_gradients(net, x, y) -> list[torch.Tensor]:
+    """Each image's gradient of ``net`` in float64, flattened: the definition a patient's norm is checked against."""
+    exact = copy.deepcopy(net).double()
+    return [torch.cat([t.flatten() for t in torch.autograd.grad(_ce(exact(x[i:i + 1].double()), y[i:i + 1]),
+                                                                list(exact.parameters()))]) for i in range(len(x))]
+
+
 @pytest.mark.parametrize("loss", ["float32", "float64"])
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_a_patient_whose_gradients_cancel_moves_the_float32_sum_by_at_most_c(engine, loss):
@@ -361,9 +368,7 @@ def test_a_patients_norm_carries_the_documented_rounding_slack(route, monkeypatc
     for seed in range(3):
         for margin in (0.3, 0.1, 0.03):
             net, x, y, groups, _ = _cancelling_patient(seed, margin)
-            exact = copy.deepcopy(net).double()
-            grads = [torch.cat([t.flatten() for t in torch.autograd.grad(
-                _ce(exact(x[i:i + 1].double()), y[i:i + 1]), list(exact.parameters()))]) for i in range(2)]
+            grads = _image_gradients(net, x, y)
             total, bound = (grads[0] + grads[1]).norm().item(), sum(g.norm().item() for g in grads)
             norm = (total ** 2 + 2.0 ** -16 * bound ** 2) ** 0.5
             clip = norm / 2
@@ -380,9 +385,7 @@ def test_a_patients_l1_norm_carries_the_documented_rounding_slack():
     for seed in range(3):
         for margin in (0.3, 0.1, 0.03):
             net, x, y, groups, _ = _cancelling_patient(seed, margin)
-            exact = copy.deepcopy(net).double()
-            grads = [torch.cat([t.flatten() for t in torch.autograd.grad(
-                _ce(exact(x[i:i + 1].double()), y[i:i + 1]), list(exact.parameters()))]) for i in range(2)]
+            grads = _image_gradients(net, x, y)
             total, bound = (grads[0] + grads[1]).norm(p=1).item(), sum(g.norm(p=1).item() for g in grads)
             norm = total + 2.0 ** -16 * bound
             clip = norm / 2
