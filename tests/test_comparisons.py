@@ -256,16 +256,22 @@ def test_compare_runs_pairs_sensitivity_with_the_runs_recorded_metrics(make_reco
     assert out.by_value[0].sensitivity_difference.mean == pytest.approx(row.sensitivity_difference.value)
 
 
+def _two_seeds(make_record, y, ids, good, poor):
+    """(records, saved predictions) of a non-private and a DP arm at seeds 0 and 1: the non-private run of seed 0
+    scores ``good``, every other run ``poor``."""
+    scores = {"np_seed0": good, "np_seed1": poor, "dp_eps1_C1_seed0": poor, "dp_eps1_C1_seed1": poor}
+    records = [make_record("np_seed0", "np", seed=0), make_record("np_seed1", "np", seed=1),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, seed=0),
+               make_record("dp_eps1_C1_seed1", "dp", "dp_sgd", eps=1.0, seed=1)]
+    return records, {k: _saved(y, ids, v) for k, v in scores.items()}
+
+
 def test_several_seeds_pair_each_run_with_its_own_seed(make_record):
     rng = np.random.default_rng(6)
     y = rng.integers(0, 2, 50)
     ids = np.arange(50).astype(str)
     good, poor = np.clip(0.6 * y + 0.4 * rng.random(50), 0, 1), np.clip(0.2 * y + 0.8 * rng.random(50), 0, 1)
-    scores = {"np_seed0": good, "np_seed1": poor, "dp_eps1_C1_seed0": poor, "dp_eps1_C1_seed1": poor}
-    records = [make_record("np_seed0", "np", seed=0), make_record("np_seed1", "np", seed=1),
-               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, seed=0),
-               make_record("dp_eps1_C1_seed1", "dp", "dp_sgd", eps=1.0, seed=1)]
-    predictions = {k: _saved(y, ids, v) for k, v in scores.items()}
+    records, predictions = _two_seeds(make_record, y, ids, good, poor)
     out = compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"], n_resamples=50)
     rows = {r.run_id: r for r in out.auroc_differences}
     assert rows["dp_eps1_C1_seed0"].reference_run == "np_seed0"
@@ -479,11 +485,7 @@ def test_seeds_with_p_below_the_level_are_counted_and_a_p_of_exactly_the_level_i
     y = np.tile([0, 1], 25)
     ids = np.arange(50).astype(str)
     good, poor = np.clip(0.6 * y + 0.4 * rng.random(50), 0, 1), np.clip(0.1 * y + 0.9 * rng.random(50), 0, 1)
-    scores = {"np_seed0": good, "np_seed1": poor, "dp_eps1_C1_seed0": poor, "dp_eps1_C1_seed1": poor}
-    records = [make_record("np_seed0", "np", seed=0), make_record("np_seed1", "np", seed=1),
-               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, seed=0),
-               make_record("dp_eps1_C1_seed1", "dp", "dp_sgd", eps=1.0, seed=1)]
-    predictions = {k: _saved(y, ids, v) for k, v in scores.items()}
+    records, predictions = _two_seeds(make_record, y, ids, good, poor)
 
     def compared(n_resamples):
         return compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"],
