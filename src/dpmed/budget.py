@@ -72,9 +72,10 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
     if info.local:
         if not info.is_private:              # no guarantee to compose: listed, without a total
             return _Released(plan.run_id, "local_dp")
-        if getattr(plan.privacy, "sampler_voids", False):   # noise the sampler cannot draw: no claim holds
-            return _Released(plan.run_id, "not_private")
         event = _image_event(plan, ledger)
+        # noise the sampler cannot draw: no claim holds. The card decides it, from the release's own R / s
+        if info.card(plan.privacy, accounting.Ledger((event,)), "secure").sampler_voids:
+            return _Released(plan.run_id, "not_private")
         delta = getattr(plan.privacy, "delta", 0.0) if isinstance(event, accounting.GaussianImageEvent) else 0.0
         return _Released(plan.run_id, "local_dp", delta=delta, events=(event,))
     privacy = plan.privacy
