@@ -11,17 +11,17 @@ is post-processing. Each DP-SGD run's eps is its training's eps plus size_epsilo
 target less size_epsilon.
 
 One count per kind of unit an arm plans over (patients; images; images capped per patient) is drawn once per study
-folder and training set (`dpmed.resumption.count_fingerprint`: a corrected test label draws none), from the operating
-system, and kept in ``private/released_sizes.json``: every run and every rerun of
-the study plans from the same counts, so the study pays size_epsilon once per count (`dpmed.budget`) and no fresh
-draws exist to be averaged. Deleting the folder and running again releases new counts, at a new cost. Where the file
-was deleted while the folder shows a count it released in secure mode (its finished runs' records, and study.yaml,
-which shows it before the first run trains), that count is taken back, released already: a second draw beside it
-would be a second release, which the records could not be told apart from the first. It is kept in the file only
-once the study has accepted those runs (`keep_sizes`): runs it refuses (made on other data) must not leave their
-count as this data's. With private/ deleted as a whole, the fingerprint of the data the count was of is gone too, and
-the study is refused. A reproducible-mode count is never taken back into a secure study: its noise comes from a
-public seed, so it and a run's record give the exact size.
+folder and training set (the second of `dpmed.resumption.data_fingerprints`: a corrected test label draws none),
+from the operating system, and kept in ``private/released_sizes.json``: every run and every rerun of the study plans
+from the same counts, so the study pays size_epsilon once per count (`dpmed.budget`) and no fresh draws exist to be
+averaged. Deleting the folder and running again releases new counts, at a new cost. Where the file was deleted while
+the folder shows a count it released in secure mode (its finished runs' records, and study.yaml, which shows it
+before the first run trains), that count is taken back, released already: a second draw beside it would be a second
+release, which the records could not be told apart from the first. It is kept in the file only once the study has
+accepted those runs (`keep_sizes`): runs it refuses (made on other data) must not leave their count as this data's.
+With private/ deleted as a whole, the fingerprint of the data the count was of is gone too, and the study is
+refused. A reproducible-mode count is never taken back into a secure study: its noise comes from a public seed, so
+it and a run's record give the exact size.
 """
 
 from __future__ import annotations

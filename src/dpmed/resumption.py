@@ -27,8 +27,7 @@ from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, read_record
 from dpmed.run import read_released_model
 
-__all__ = ["finished_runs", "data_fingerprint", "count_fingerprint", "attributes_fingerprint", "randomness_of",
-           "setting_differences"]
+__all__ = ["finished_runs", "data_fingerprints", "attributes_fingerprint", "randomness_of", "setting_differences"]
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -143,25 +142,19 @@ def randomness_of(record: RunRecord) -> str | None:
     return None if card is None else "reproducible" if card == NOT_DP_REPRODUCIBLE else "secure"
 
 
-def data_fingerprint(dataset: Dataset) -> str:
-    """sha256 over every split's images, labels and patient ids, in order: what finished runs trained and were
-    evaluated on. The sizes and shape in study.yaml do not tell a corrected label file or another file of the same
-    shape apart. A function of the training images, so it is kept in ``private/`` only."""
-    digest = hashlib.sha256()
+def data_fingerprints(dataset: Dataset) -> tuple[str, str]:
+    """(sha256 over every split's images, labels and patient ids, in order; the same over the training split alone),
+    in one pass over the images. The first is what finished runs trained and were evaluated on: the sizes and shape
+    in study.yaml do not tell a corrected label file or another file of the same shape apart. The second keys the DP
+    counts of the training set (`dpmed.released_size`): a corrected test label leaves the training set, and so its
+    count, as it was, and a key over every split drew and charged a second count of it. Functions of the training
+    images, so they are kept in ``private/`` only."""
+    digest, training = hashlib.sha256(), ""
     for split in (dataset.train, dataset.val, dataset.test):
         for array in (split.images, split.labels, split.patient_ids.astype(str)):
             _hash_array(digest, array)
-    return digest.hexdigest()
-
-
-def count_fingerprint(dataset: Dataset) -> str:
-    """sha256 over the training split's images, labels and patient ids: what keys the DP counts of the training set
-    (`dpmed.released_size`). Not :func:`data_fingerprint`: a corrected test label leaves the training set, and so
-    its count, as it was, and a key over every split drew and charged a second count of it. Private, as that is."""
-    digest = hashlib.sha256()
-    for array in (dataset.train.images, dataset.train.labels, dataset.train.patient_ids.astype(str)):
-        _hash_array(digest, array)
-    return digest.hexdigest()
+        training = training or digest.copy().hexdigest()    # the state once the training split is in
+    return digest.hexdigest(), training
 
 
 def _hash_array(digest: Any, array: np.ndarray | None) -> None:
@@ -176,7 +169,7 @@ def _hash_array(digest: Any, array: np.ndarray | None) -> None:
 
 def attributes_fingerprint(dataset: Dataset) -> str:
     """sha256 over every split's sex, age and lesion masks and the normalisation of the images: what else finished
-    runs were evaluated (fairness groups, the pointing metric) or trained with. Apart from `data_fingerprint`, which
+    runs were evaluated (fairness groups, the pointing metric) or trained with. Apart from `data_fingerprints`, which
     keys the released counts of the training set: a corrected age column changes no count. Private, as that is."""
     digest = hashlib.sha256(repr(dataset.normalization).encode())
     for split in (dataset.train, dataset.val, dataset.test):
@@ -208,7 +201,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
     privacy randomness), or finished runs on other data, are refused rather than mixed into one table; so are runs
     whose ``evaluation.training_metrics`` differs, which only training can compute. The message names what differs
     (where and how fast a run executes, ``config.EXECUTION_ONLY``, does not count).
-    ``summary``: the dataset now, as study.yaml shows it; ``fingerprint``: its :func:`data_fingerprint`;
+    ``summary``: the dataset now, as study.yaml shows it; ``fingerprint``: the first of its :func:`data_fingerprints`;
     ``before``: the folder's study.yaml as read back, None where it holds no finished run; ``attributes``: the
     dataset's :func:`attributes_fingerprint` (None: not checked)."""
     differ = {} if before is None else _other_data(before, summary)

@@ -50,8 +50,7 @@ from dpmed.pretraining import prepare_start
 from dpmed.progress import StudyProgress
 from dpmed.released_size import keep_sizes, needed_sizes, release_sizes
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
-from dpmed.resumption import (attributes_fingerprint, count_fingerprint, data_fingerprint, finished_runs,
-                              randomness_of)
+from dpmed.resumption import attributes_fingerprint, data_fingerprints, finished_runs, randomness_of
 from dpmed.run import RunContext, reevaluate
 from dpmed.timing import Rates, probe_rates
 from dpmed.workspace import claim_folder, withdraw_leftovers, withdraw_public_timing, writing_into
@@ -368,7 +367,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     if dataset.source.get("summary"):   # before planning, whose refusals (a batch above the set) it may explain
         _log.info("data: %s", dataset.source["summary"])
     check_fit(study, dataset)      # before a count is drawn and written: a refusal here leaves the folder as it was
-    fingerprint = data_fingerprint(dataset)
+    fingerprint, training_set = data_fingerprints(dataset)
     context = plan_context(dataset)
     needed = needed_sizes(study, context)
     seed = study.seeds[0] if study.privacy_randomness == "reproducible" else None
@@ -377,7 +376,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
         if needed:
             folder.make_private()
         sizes = release_sizes(needed, epsilon=study.size_epsilon, path=folder.released_sizes,
-                              fingerprint=count_fingerprint(dataset), older_keys=(fingerprint,), reproducible_seed=seed,
+                              fingerprint=training_set, older_keys=(fingerprint,), reproducible_seed=seed,
                               planned_before=released, data_checked=checked)
     plans = plan_study(study, dataset, sizes, context=context)
     _tell_largest_patient(plans, context)
@@ -388,7 +387,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
                                                before, attributes)
     with writing_into(folder.root):      # a count taken back from the runs, now that they are accepted
         keep_sizes(sizes, epsilon=study.size_epsilon, path=folder.released_sizes,
-                   fingerprint=count_fingerprint(dataset), reproducible_seed=seed)
+                   fingerprint=training_set, reproducible_seed=seed)
     reproducible = "reproducible" in {study.privacy_randomness, *map(randomness_of, elsewhere)}
     privacy = study_privacy(plans, elsewhere, budget=study.privacy_budget, reproducible=reproducible)
     if study.privacy_budget is not None:
