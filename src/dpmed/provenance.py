@@ -9,7 +9,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["versions"]
+__all__ = ["versions", "package_version"]
 
 _PACKAGES = ("dpmed", "torch", "opacus", "dp-accounting", "randomgen", "numpy", "scipy", "scikit-learn",
              "scikit-image", "fairlearn", "grad-cam", "kymatio", "pydantic")
@@ -35,9 +35,13 @@ def versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "machine": f"{platform.system()} {platform.machine()}",
            "processor": platform.processor() or "unknown", "cpu_count": str(os.cpu_count()),
            "git_commit": _git_commit()}
-    for pkg in _PACKAGES:
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
+    out.update({pkg: package_version(pkg) for pkg in _PACKAGES})
     return out
+
+
+def package_version(package: str) -> str:
+    """The installed version of ``package`` (its distribution name), or "not installed"."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"

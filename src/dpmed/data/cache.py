@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import importlib.metadata
 import json
 import logging
 import math
@@ -56,6 +55,7 @@ from dpmed.data.transforms import Preprocessing
 from dpmed.errors import DataError, error_name
 from dpmed.folders import file_in_the_way, open_owner_only, write_text_atomic
 from dpmed.numbers import bytes_text
+from dpmed.provenance import package_version
 
 __all__ = ["DecodedImages", "decode_images", "cache_key"]
 
@@ -113,9 +113,9 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
     if any(DECODERS.get(Path(path).suffix.lower()) is DECODERS[".dcm"] for path in paths):
         # pydicom decodes DICOM pixels and applies their LUTs, as Pillow decodes the rest; only then, so that the
         # entries of raster files stay valid
-        settings["pydicom"] = _version("pydicom")
+        settings["pydicom"] = package_version("pydicom")
     if preprocessing.size is not None:     # torch resizes (`dpmed.data.transforms.resize`), and only then
-        settings["torch"] = _version("torch")
+        settings["torch"] = package_version("torch")
     h.update(json.dumps(settings, sort_keys=True).encode())
     for path in paths:
         resolved = Path(path).resolve()
@@ -125,13 +125,6 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
         except OSError:
             h.update(f"{resolved}\0missing\n".encode())
     return h.hexdigest()
-
-
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
 
 
 def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_dir: Path | None = None,
