@@ -8,7 +8,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.numbers import bytes_text, epsilon_text, number_text
+from dpmed.numbers import bytes_text, epsilon_text, number_text, round_down
 
 POSITIVE = st.floats(min_value=1e-300, max_value=1e300, allow_nan=False, allow_infinity=False)
 
@@ -104,3 +104,9 @@ def test_number_text_by_hand():
         "1.24", "1.23", "1.23"]
     assert number_text(-1.2345, 3, down=True) == "-1.24" and number_text(3.3e-6, 2, down=True) == "3.3e-6"
     assert number_text(0.29, 2, down=True) == "0.29"     # 0.29 * 100 is 28.999999999999996 in binary: not 0.28
+
+
+def test_rounding_down_zero_gives_zero_not_minus_zero():
+    """A lower bound of 0 formatted after rounding down must read "0.0", not "-0.0"."""
+    assert f"{round_down(0.0):.1f}" == "0.0" and f"{round_down(-0.0):.1f}" == "0.0"
+    assert round_down(2.7) == 2.0 and round_down(-2.3) == -3.0 and round_down(3.0000000000001) == 3.0

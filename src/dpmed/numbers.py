@@ -30,8 +30,9 @@ def round_up(x: float) -> float:
 
 
 def round_down(x: float) -> float:
-    """floor, forgiving the last bits of binary rounding (a lower bound shown shorter must not look larger)."""
-    return -round_up(-x)
+    """floor, forgiving the last bits of binary rounding (a lower bound shown shorter must not look larger); 0 as 0,
+    not -0."""
+    return -round_up(-x) + 0.0
 
 
 def number_text(value: Any, digits: int = 3, *, up: bool = False, down: bool = False) -> str:

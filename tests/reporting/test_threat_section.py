@@ -416,3 +416,12 @@ def test_the_reconstructions_figure_names_each_run_by_its_eps_and_never_reads_a_
     assert (run_id, eps) == ("dp_eps8_C1_seed0", eps_label(record.privacy)) and "δ" in eps
     assert rate == "attack success 1 of 256 images (0.4%)"
     assert attack_label(record.model_copy(update={"attack": None})) == f"dp_eps8_C1_seed0\n{eps_label(record.privacy)}"
+
+
+def test_the_attacks_interval_is_shown_rounded_outward(tmp_path, make_record, make_resolved):
+    """An interval of 0.054 % to 1.94 % to nearest reads [0.1%, 1.9%], narrower at both ends than the one computed:
+    shown outward it reads [0.0%, 2.0%]. The point rate (0.7 %) is an estimate, to nearest."""
+    records = [make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0).model_copy(
+        update={"attack": _attack(0.0072, 0.00054, 0.0194, 1), "reconstruction": _risk(0.0123, 0.0046)})]
+    rows, _ = _rows(tmp_path, make_resolved, records)
+    assert "0.7% [0.0%,\u00a02.0%]" in rows["dp_eps1_C1_seed0"]

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from dpmed import accounting
 from dpmed.evaluation.proportions import clopper_pearson
-from dpmed.numbers import confidence_text
+from dpmed.numbers import confidence_text, round_down, round_up
 from dpmed.records import AttackRecord, RunRecord
 from dpmed.reporting.figures import png_bytes
 from dpmed.reporting.inputs import (ReportInputs, bound_percent, eps_label, escape, estimate_text, number_text,
@@ -85,9 +85,15 @@ def _threshold_text(threshold: float) -> str:
     return f"{math.floor(threshold * 1000) / 1000:.3f}"
 
 
+def _interval_text(low: float, high: float) -> str:
+    """An interval on a rate as percentages with one decimal, rounded outward: to nearest, 0.054 % to 1.94 % read
+    "[0.1%, 1.9%]", narrower than the interval computed; outward it reads "[0.0%, 2.0%]"."""
+    return f"[{round_down(1000 * low) / 10:.1f}%,\u00a0{round_up(1000 * high) / 10:.1f}%]"
+
+
 def _attack_cell(r: RunRecord) -> str:
     a = r.attack
-    cell = (f"{a.rate:.1%} [{a.rate_low:.1%},\u00a0{a.rate_high:.1%}]<br>"
+    cell = (f"{a.rate:.1%} {_interval_text(a.rate_low, a.rate_high)}<br>"
             f"<small>{a.n_success} of {a.n_trials} images ({a.n_batches} batches of {a.batch_size}) at SSIM "
             f"&ge;\u00a0{_threshold_text(a.threshold)}</small>")
     if a.rate_low <= a.chance_rate:
