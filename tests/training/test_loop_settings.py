@@ -93,3 +93,45 @@ def test_shuffle_mode_batches_hold_the_rounded_expected_batch(data, new_model, m
     train(new_model(task), images, task, TrainingConfig(batch_size=16), seed=0, dp=plan, progress=False,
           randomness=PrivacyRandomness.reproducible(seed=0, run_id="shuffle"))
     assert seen == [(n, n // 5 + 1)]
+
+
+@pytest.mark.parametrize("dp", [None, DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.1, steps=4)],
+                         ids=["non-private", "dp-sgd"])
+def test_each_optimiser_step_takes_the_rate_of_its_own_index(data, new_model, monkeypatch, dp):
+    """Warm-up over half of 4 steps (W = 2), then cosine over the other 2: the updates are made at 1/2, 1, 1, 1/2 of
+    the base rate (step 3 is half-way through the decay: (1 + cos(pi / 2)) / 2). A rate set after the update would
+    make step 0 at the full rate, the very step the warm-up exists for, and shift every later one by a step."""
+    images, task = data
+    used, real_step = [], torch.optim.SGD.step
+
+    def step(self, *args, **kwargs):
+        used.append(self.param_groups[0]["lr"])
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", step)
+    cfg = TrainingConfig(steps=4, batch_size=16, optimizer="sgd", learning_rate=0.01,
+                         lr_schedule={"kind": "cosine", "warmup_fraction": 0.5})
+    train(new_model(task), images, task, cfg, seed=0, dp=dp, progress=False,
+          randomness=None if dp is None else PrivacyRandomness.reproducible(seed=0, run_id="rates"))
+    assert used == pytest.approx([0.005, 0.01, 0.01, 0.005])
+
+
+def test_non_private_sgd_is_plain_minibatch_sgd_on_the_seeds_shuffle(data, new_model):
+    """Two steps replayed by hand: the batches are the seed's permutation split at the batch size, each update is
+    the rate times the gradient of that batch's mean cross-entropy alone (gradients not carried over from the step
+    before), from the model's own initial weights."""
+    images, task = data
+    cfg = TrainingConfig(steps=2, batch_size=16, optimizer="sgd", learning_rate=0.05, momentum=0.0)
+    trained = new_model(task)
+    train(trained, images, task, cfg, seed=3, progress=False)
+    by_hand = new_model(task).train()
+    x_all, y_all = torch.from_numpy(images.images), torch.as_tensor(images.labels, dtype=torch.int64)
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(3))
+    for idx in order.split(16)[:2]:
+        by_hand.zero_grad()
+        torch.nn.functional.cross_entropy(by_hand(x_all[idx]), y_all[idx]).backward()
+        with torch.no_grad():
+            for p in by_hand.parameters():
+                p -= 0.05 * p.grad
+    for a, b in zip(trained.parameters(), by_hand.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
