@@ -151,13 +151,17 @@ def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_
 
 
 def test_shuffle_mode_dp_sgd_restarts_rather_than_continue(data, new_model, tmp_path):
-    """Its batches are drawn anew each attempt (a reproduction mode, not DP): it writes no checkpoint to continue."""
+    """Its batches are drawn anew each attempt (a reproduction mode, not DP): it writes no checkpoint to continue,
+    and its ledger records shuffled batches."""
     images, task = data
     ckpt = tmp_path / "checkpoint.pt"
     plan = PLAN.model_copy(update={"sampling": "shuffle"})
-    train(new_model(task), images, task, CFG, seed=4, dp=plan, randomness=PrivacyRandomness.secure(), progress=False,
-          checkpoint=ckpt)
+    result = train(new_model(task), images, task, CFG, seed=4, dp=plan, randomness=PrivacyRandomness.secure(),
+                   progress=False, checkpoint=ckpt)
     assert not ckpt.exists()
+    # the ledger says what ran: shuffled batches, which no accountant takes, never Poisson steps it would give eps for
+    assert {type(e).__name__ for e in result.ledger.events} == {"ShuffledBatchesEvent"}
+    assert sum(e.steps for e in result.ledger.events) == PLAN.steps
 
 
 def test_dp_sgd_refuses_to_train_without_privacy_randomness(data, new_model):
