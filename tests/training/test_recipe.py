@@ -96,6 +96,17 @@ def test_parameter_average_warms_up_and_round_trips():
         ParameterAverage(model, decay=0.9).load_state_dict(average.state_dict())
 
 
+def test_parameter_average_refuses_a_decay_of_zero_and_an_average_of_another_model():
+    """A decay of 0 is no average (the last iterate); a saved average of another model (2 tensors of a Linear for the
+    4 of two) must be refused, not zipped onto the first tensors of this one, leaving the rest at their start."""
+    with pytest.raises(ValueError, match="decay must be in"):
+        ParameterAverage(torch.nn.Linear(3, 2), decay=0.0)
+    saved = ParameterAverage(torch.nn.Linear(3, 2), decay=0.999).state_dict()
+    two = ParameterAverage(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2)), decay=0.999)
+    with pytest.raises(ValueError, match="another decay or model"):
+        two.load_state_dict(saved)
+
+
 def test_the_average_reaches_its_decay_over_a_long_run():
     """200 updates of a weight set to t before update t follow a_t = d_t a + (1 - d_t) t, d_t = min(0.99, (1 + t) /
     (10 + t)), which reaches 0.99 at t = 890 only; a counter that stopped early would stall d (short runs cannot
