@@ -220,6 +220,7 @@ def test_non_private_training_runs_exactly_the_steps_asked(data, monkeypatch):
     cfg = TrainingConfig(steps=12, batch_size=16)
     result = train(_model(task), images, task, cfg, seed=0, progress=False)
     assert count["n"] == 12 and len(result.statistics) == -(-12 // -(-len(images) // 16))
+    assert [s["epoch"] for s in result.statistics] == list(range(1, len(result.statistics) + 1))
 
 
 def test_the_time_estimates_count_the_steps_the_length_asks_for():
