@@ -61,3 +61,5 @@ def test_cross_entropy_by_hand():
 def test_positive_weights_refuse_any_label_outside_zero_and_one():
     with pytest.raises(ValueError, match="0/1"):
         positive_weights(np.array([[0.0], [2.0]]))        # one bad label among good ones
+    with pytest.raises(ValueError, match=r"\[N, L\], got shape \(3,\)"):
+        positive_weights(np.array([0.0, 1.0, 1.0]))        # a binary task's labels, not one column per finding
