@@ -119,19 +119,23 @@ def test_each_optimiser_step_takes_the_rate_of_its_own_index(data, new_model, mo
 def test_non_private_sgd_is_plain_minibatch_sgd_on_the_seeds_shuffle(data, new_model):
     """Two steps replayed by hand: the batches are the seed's permutation split at the batch size, each update is
     the rate times the gradient of that batch's mean cross-entropy alone (gradients not carried over from the step
-    before), from the model's own initial weights."""
+    before), from the model's own initial weights. The epoch's training loss is the mean of its batches' losses."""
     images, task = data
     cfg = TrainingConfig(steps=2, batch_size=16, optimizer="sgd", learning_rate=0.05, momentum=0.0)
     trained = new_model(task)
-    train(trained, images, task, cfg, seed=3, progress=False)
-    by_hand = new_model(task).train()
+    result = train(trained, images, task, cfg, seed=3, progress=False)
+    by_hand, losses = new_model(task).train(), []
     x_all, y_all = torch.from_numpy(images.images), torch.as_tensor(images.labels, dtype=torch.int64)
     order = torch.randperm(len(images), generator=torch.Generator().manual_seed(3))
     for idx in order.split(16)[:2]:
         by_hand.zero_grad()
-        torch.nn.functional.cross_entropy(by_hand(x_all[idx]), y_all[idx]).backward()
+        loss = torch.nn.functional.cross_entropy(by_hand(x_all[idx]), y_all[idx])
+        loss.backward()
+        losses.append(loss.item())
         with torch.no_grad():
             for p in by_hand.parameters():
                 p -= 0.05 * p.grad
     for a, b in zip(trained.parameters(), by_hand.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert [s["epoch"] for s in result.statistics] == [1]
+    assert result.statistics[0]["training_loss"] == pytest.approx((losses[0] + losses[1]) / 2, rel=1e-5)
