@@ -77,6 +77,26 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp, tmp_path
         assert (ledger_epsilon(resumed.ledger, delta=1e-5) == ledger_epsilon(whole.ledger, delta=1e-5))
 
 
+
+def test_a_release_before_training_opens_the_ledger_once_also_in_a_resumed_run(data, new_model, tmp_path,
+                                                                                monkeypatch):
+    """A local DP arm's release of its training images is the first entry of the run's ledger; a run killed in its
+    second epoch and resumed from its checkpoint (which holds that ledger) charges it once, not again."""
+    from dpmed.accounting import LaplaceImageEvent
+
+    images, task = data
+    release = LaplaceImageEvent(scale=2.0, value_range=1.0, dimension=16 * 16)
+    whole = train(new_model(task), images, task, CFG, seed=4, progress=False, released=(release,))
+    assert whole.ledger.events == (release,)
+    ckpt = tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:
+        _interrupt_after(m, torch.optim.Adam, "step", len(images) // 16 + 3)
+        with pytest.raises(Killed):
+            train(new_model(task), images, task, CFG, seed=4, progress=False, checkpoint=ckpt, released=(release,))
+    resumed = train(new_model(task), images, task, CFG, seed=4, progress=False, checkpoint=ckpt,
+                    released=(release,))
+    assert resumed.resumed_from > 0 and resumed.ledger.events == (release,)
+
 def test_a_checkpoint_continues_with_a_smaller_physical_batch(data, new_model, tmp_path, monkeypatch):
     """After memory ran out, dpmed tells the user to lower training.physical_batch_size and run again, which only
     slices each step: the run continues from its checkpoint, to the model of a run trained in one go up to float
