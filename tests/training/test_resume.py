@@ -97,6 +97,34 @@ def test_a_release_before_training_opens_the_ledger_once_also_in_a_resumed_run(d
                     released=(release,))
     assert resumed.resumed_from > 0 and resumed.ledger.events == (release,)
 
+
+@pytest.mark.parametrize("dp", [PLAN, None], ids=["dp-sgd", "non-private"])
+def test_a_finished_trainings_checkpoint_takes_no_further_step_and_charges_nothing_more(data, new_model, tmp_path,
+                                                                                         monkeypatch, dp):
+    """Training again over the checkpoint of a finished training (as a run whose evaluation failed does) takes no
+    step, ends with the same model and ledger (T steps, not 2 T), and says it resumed at the last step: T = 17 for
+    DP-SGD, 14 for the non-private run (83 images at batch 16), whose third epoch of 6 batches is cut after 2 (it
+    did not reach step 18)."""
+    images, task = data
+    cfg = CFG if dp is not None else CFG.model_copy(update={"epochs": "auto", "steps": 14})
+    key = PrivacyRandomness.secure().root_hex()
+    ckpt, first = tmp_path / "checkpoint.pt", new_model(task)
+    done = train(first, images, task, cfg, seed=4, dp=dp, randomness=PrivacyRandomness.from_root_hex(key, "secure"),
+                 progress=False, checkpoint=ckpt)
+    calls = []
+    target, name = (DpSgdStep, "__call__") if dp is not None else (torch.optim.Adam, "step")
+    real = getattr(target, name)
+    monkeypatch.setattr(target, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    again_model = new_model(task)
+    again = train(again_model, images, task, cfg, seed=4, dp=dp,
+                  randomness=PrivacyRandomness.from_root_hex(key, "secure"), progress=False, checkpoint=ckpt)
+    assert calls == [] and again.ledger == done.ledger and again.statistics == done.statistics
+    assert len(images) == 83 and again.resumed_from == (PLAN.steps if dp is not None else 14)
+    if dp is not None:
+        assert again.ledger.dp_sgd_steps == PLAN.steps
+    for a, b in zip(again_model.state_dict().values(), first.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
 def test_a_checkpoint_continues_with_a_smaller_physical_batch(data, new_model, tmp_path, monkeypatch):
     """After memory ran out, dpmed tells the user to lower training.physical_batch_size and run again, which only
     slices each step: the run continues from its checkpoint, to the model of a run trained in one go up to float
