@@ -87,6 +87,10 @@ def test_a_constant_schedule_leaves_the_optimiser_alone_and_others_set_every_gro
     cosine = TrainingConfig.model_validate({"learning_rate": 1.0, "lr_schedule": {"kind": "cosine"}})
     set_learning_rate(optimizer, cosine, 5, 10)
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.5, 0.5])
+    step = TrainingConfig.model_validate({"learning_rate": 1.0, "lr_schedule": {"kind": "step", "milestones": [0.5],
+                                                                             "gamma": 0.1}})
+    set_learning_rate(optimizer, step, 5, 10)                   # no warm-up either: decayed all the same
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.1, 0.1])
 
 
 def test_the_rate_set_carries_the_batch_scaling_and_a_constant_rates_warm_up():
