@@ -88,6 +88,20 @@ def test_fixed_size_batches_are_epochs_of_a_permutation():
     batches = list(fixed_size_batches(10, batch_size=4, steps=5, rng=_rng("shuffle")))
     assert [len(b) for b in batches] == [4, 4, 2, 4, 4]
     assert sorted(np.concatenate(batches[:3]).tolist()) == list(range(10))
+    epochs = list(fixed_size_batches(10, batch_size=10, steps=6, rng=_rng("shuffle")))
+    assert all(sorted(e.tolist()) == list(range(10)) for e in epochs)
+    assert len({tuple(e.tolist()) for e in epochs}) > 1            # each epoch shuffles anew, not one order repeated
+
+
+def test_poisson_batches_are_one_mask_a_step_at_exactly_the_rate_given():
+    """Step by step the indices of `poisson_mask` at q itself, drawn in turn from the same stream: the exact rate
+    the accountant is told (the law tests above could not see a rate 1 % off), a fresh draw every step."""
+    n, q, steps = 40, 0.3, 25
+    expected_rng = _rng("exact")
+    expected = [np.flatnonzero(poisson_mask(expected_rng, n, q)) for _ in range(steps)]
+    batches = list(poisson_batches(n, sample_rate=q, steps=steps, rng=_rng("exact")))
+    assert len(batches) == steps
+    assert all(np.array_equal(b, e) for b, e in zip(batches, expected))
 
 
 def test_schedule():
