@@ -64,6 +64,22 @@ def test_an_attempt_is_another_where_the_training_images_labels_or_patients_diff
     assert _attempt(plans["base"], dataclasses.replace(context, privacy_randomness="reproducible")) != key
 
 
+
+def test_an_attempt_is_another_where_the_model_starts_elsewhere_or_the_images_are_normalised_otherwise(prepared):
+    """The checkpoint's own check reads the training settings, not where the model started nor the normalisation:
+    the attempt's hash is what keeps a run from continuing with another start's checkpoint under the same key."""
+    study, dataset, plans = prepared
+    context = RunContext(dataset=dataset, evaluation=study.evaluation)
+    key = _attempt(plans["base"], context)
+    start = StartRecord(weights="a.pt", sha256="0" * 64, n_trainable=1, n_frozen=0)
+    started = _attempt(plans["base"], dataclasses.replace(context, start=start))
+    assert started != key
+    other = start.model_copy(update={"sha256": "1" * 64})
+    assert _attempt(plans["base"], dataclasses.replace(context, start=other)) not in (key, started)
+    normalised = dataclasses.replace(dataset, normalization=((0.5,), (0.25,)))
+    assert _attempt(plans["base"], dataclasses.replace(context, dataset=normalised)) != key
+
+
 def test_an_attempt_s_key_hashes_the_training_images_where_they_are_not_a_copy_of_them(prepared):
     """Before, the training images were copied into a bytes object to be hashed: every worker held them twice."""
     import tracemalloc
