@@ -139,3 +139,17 @@ def test_non_private_sgd_is_plain_minibatch_sgd_on_the_seeds_shuffle(data, new_m
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert [s["epoch"] for s in result.statistics] == [1]
     assert result.statistics[0]["training_loss"] == pytest.approx((losses[0] + losses[1]) / 2, rel=1e-5)
+
+
+@pytest.mark.parametrize("dp", [None, DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.2, steps=2)],
+                         ids=["non-private", "dp-sgd"])
+def test_a_model_handed_over_in_eval_mode_trains_in_training_mode(data, new_model, dp):
+    """A caller's model left in eval mode (after an evaluation, say) must still train as in training: the classic
+    architectures' dropout is off in eval mode."""
+    images, task = data
+    model = new_model(task).eval()
+    modes = []
+    model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    train(model, images, task, TrainingConfig(steps=2, batch_size=16), seed=0, dp=dp, progress=False,
+          randomness=None if dp is None else PrivacyRandomness.reproducible(seed=0, run_id="mode"))
+    assert modes and all(modes)
