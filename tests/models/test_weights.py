@@ -165,7 +165,7 @@ def test_checkpoint_containers_and_a_data_parallel_or_opacus_prefix_are_read(tmp
         wrapped = {container: {f"{prefix}{k}": v for k, v in model.state_dict().items()}, "epoch": 3}
         state = read_state_dict(_save(wrapped, tmp_path / "ckpt.pt"))
         assert set(state) == set(model.state_dict())
-    for not_one in ({"epoch": 3}, {"features.0.0.weight": torch.zeros(2), "epoch": 3}):
+    for not_one in ({"epoch": 3}, {"features.0.0.weight": torch.zeros(2), "epoch": 3}, {}, {"state_dict": {}}):
         with pytest.raises(ConfigError, match="holds no state dict"):
             read_state_dict(_save(not_one, tmp_path / "not.pt"))
 
