@@ -91,6 +91,10 @@ def test_batch_norm_weights_are_refused_with_the_reason(tmp_path):
         read_state_dict(path)
     message = str(info.value)
     assert "BatchNorm running statistics" in message and "bn1.running_mean" in message
+    # the first five in the file's order, and how many more: ResNet-18 has 20 BatchNorm layers (the stem's, two per
+    # block in eight blocks, three downsamples), each with three statistics
+    assert ("(bn1.running_mean, bn1.running_var, bn1.num_batches_tracked, layer1.0.bn1.running_mean, "
+            "layer1.0.bn1.running_var (and 55 more))") in message
     assert "per-example clipping" in message and "GroupNorm" in message and "model.pt" in message
     assert "does not fit dpmed's models" in message       # BiT's files are named only as what does not load
     # the second half: which checkpoints can be used instead, weight-standardised ones included
