@@ -111,6 +111,21 @@ def test_a_shape_mismatch_names_the_file_and_the_key(tmp_path):
         load_weights(grey, read_state_dict(path), head="head", path=path)
 
 
+def test_a_file_without_a_head_loads_the_features_and_keeps_the_head_at_its_initialisation():
+    """A feature extractor saved without its classifier: every other tensor comes from the file, and the head is
+    left as the model was built (and listed as kept), not a KeyError from the copy."""
+    torch.manual_seed(0)
+    source = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict()
+    features = {k: v for k, v in source.items() if not k.startswith("head.")}
+    torch.manual_seed(1)
+    model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    head = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("head.")}
+    loaded = load_weights(model, features, head="head")
+    assert loaded.kept == ("head.weight", "head.bias") and set(loaded.loaded) == set(features)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, head[k] if k in head else source[k]), k
+
+
 def test_another_architecture_is_refused_naming_keys(tmp_path):
     """ResNet-18 weights for ResNet-9 (same stem at 128 px, one block per stage instead of two)."""
     path = _save(build_model("resnet18", in_channels=1, num_outputs=2, image_size=128).state_dict(), tmp_path / "r.pt")
