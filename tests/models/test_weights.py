@@ -126,6 +126,16 @@ def test_a_file_without_a_head_loads_the_features_and_keeps_the_head_at_its_init
         assert torch.equal(v, head[k] if k in head else source[k]), k
 
 
+def test_only_the_head_module_itself_may_differ_not_a_module_whose_name_starts_like_it():
+    """The head is ``fc`` and what lies below it; a layer named ``fc0`` is a feature layer whose other shape means
+    another architecture, refused, not left at its initialisation as if it were the classifier."""
+    def net(width: int) -> nn.Module:
+        return nn.ModuleDict({"fc0": nn.Linear(4, width), "fc": nn.Linear(width, 2)})
+
+    with pytest.raises(ConfigError, match=re.escape("fc0.weight has shape [3, 4] in the file but [5, 4]")):
+        load_weights(net(5), net(3).state_dict(), head="fc")
+
+
 def test_another_architecture_is_refused_naming_keys(tmp_path):
     """ResNet-18 weights for ResNet-9 (same stem at 128 px, one block per stage instead of two)."""
     path = _save(build_model("resnet18", in_channels=1, num_outputs=2, image_size=128).state_dict(), tmp_path / "r.pt")
