@@ -136,6 +136,17 @@ def test_only_the_head_module_itself_may_differ_not_a_module_whose_name_starts_l
         load_weights(net(5), net(3).state_dict(), head="fc")
 
 
+def test_a_shape_mismatch_counts_the_other_keys_that_differ_outside_the_head():
+    """small_cnn at width 8 for one at width 16: every convolution and GroupNorm differs (4 blocks of a conv weight
+    and a GroupNorm weight and bias: 12 tensors), the head too but it may; the first is named, 11 more counted."""
+    from dpmed.models.small_cnn import SmallCNN
+
+    narrow = SmallCNN(1, 2, width=8).state_dict()
+    with pytest.raises(ConfigError, match=re.escape("features.0.0.weight has shape [8, 1, 3, 3] in the file but "
+                                                    "[16, 1, 3, 3] in the model (and 11 more keys differ)")):
+        load_weights(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16), narrow, head="head")
+
+
 def test_another_architecture_is_refused_naming_keys(tmp_path):
     """ResNet-18 weights for ResNet-9 (same stem at 128 px, one block per stage instead of two)."""
     path = _save(build_model("resnet18", in_channels=1, num_outputs=2, image_size=128).state_dict(), tmp_path / "r.pt")
