@@ -18,7 +18,7 @@ from PIL import Image
 
 import dpmed.pretraining as pretraining
 from dpmed.config import Study, load_study
-from dpmed.data import make_phantom
+from dpmed.data import ImageSet, make_phantom
 from dpmed.errors import ConfigError, DataError
 from dpmed.folders import StudyFolder
 from dpmed.models import build_model
@@ -371,6 +371,40 @@ def test_the_cache_key_is_of_the_public_images_content_in_every_split():
         assert key(changed(split, images)) != first, split
     flipped = dataclasses.replace(public.train, labels=1 - public.train.labels)
     assert key(dataclasses.replace(public, train=flipped)) != first
+
+
+def test_the_cache_key_changes_with_what_pretraining_computes_and_not_with_where_it_runs():
+    """Another key for anything that changes the weights: the training settings, the model (small_cnn_ws holds
+    small_cnn's tensors, so a key without the name would hand one the other's weights), the weights it starts from,
+    the labels' meaning, the fixed normalisation, and the images' shape (the same bytes as 8 x 32 px images). The
+    same key where only the device, the thread count or the physical batch differ: the same weights are computed."""
+    public = make_phantom(seed=1, n_images=60, image_size=16)
+    config = _study(pretrain=PUBLIC).pretrain
+
+    def key(dataset=public, settings=config, model="small_cnn", start=None) -> str:
+        return pretraining._content_key(dataset, settings, model, start)
+
+    def training(**update):
+        return config.model_copy(update={"training": config.training.model_copy(update=update)})
+
+    def task(**update):
+        return dataclasses.replace(public, task=dataclasses.replace(public.task, **update))
+
+    first = key()
+    for name, other in {
+            "steps": key(settings=training(steps=5)),
+            "learning rate": key(settings=training(learning_rate=config.training.learning_rate * 2)),
+            "model": key(model="small_cnn_ws"),
+            "start": key(start="ab" * 32),
+            "labels": key(task(label_names=public.task.label_names[::-1])),
+            "kind": key(task(kind="multiclass")),
+            "normalization": key(dataclasses.replace(public, normalization=((0.5,), (0.25,)))),
+            "shape": key(dataclasses.replace(public, train=ImageSet(
+                public.train.images.reshape(-1, 1, 8, 32), public.train.labels, public.train.patient_ids,
+                public.train.sex, public.train.age))),
+    }.items():
+        assert other != first, name
+    assert key(settings=training(device="cuda", threads=3, physical_batch_size=4)) == first
 
 
 def test_public_images_must_have_the_private_channels(private, tmp_path, monkeypatch):
