@@ -105,6 +105,36 @@ def test_cached_weights_that_no_longer_have_their_recorded_hash_are_trained_agai
     assert again.sha256 == first.sha256 == hashlib.sha256(weights.read_bytes()).hexdigest()
 
 
+def test_pretraining_from_saved_weights_starts_the_public_model_from_them_and_records_them(private, tmp_path,
+                                                                                            monkeypatch):
+    """model.weights with a pretrain section: the public model trains from those weights (every tensor, the head
+    too: the same two outputs), the pretraining record names them by sha256, and every run's start says both what
+    trained on the public data and where that began. The record counts the public set's own splits."""
+    weights = tmp_path / "model.pt"
+    torch.manual_seed(7)
+    saved = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict()
+    torch.save(saved, weights)
+    seen, real = [], pretraining.train
+
+    def spy(model, *args, **kwargs):
+        seen.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(pretraining, "train", spy)
+    study = _study(pretrain=PUBLIC, model={"name": "small_cnn", "weights": str(weights),
+                                           "weights_source": "the phantom, seed 7"})
+    start = prepare_start(study, private, StudyFolder(tmp_path / "out"))
+    assert len(seen) == 1 and set(seen[0]) == set(saved)
+    assert all(torch.equal(seen[0][k], saved[k]) for k in saved)
+    record = start.pretraining
+    assert record.start_weights == hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert start.trained_on.startswith("public pretraining on phantom")
+    assert start.trained_on.endswith(f"; it started from {weights} (the phantom, seed 7)")
+    public = make_phantom(seed=1, n_images=100, image_size=16)
+    assert (record.n_train, record.n_val, record.n_test) == (len(public.train), len(public.val), len(public.test))
+    assert record.image_shape == (1, 16, 16)
+
+
 def test_the_overlap_check_runs_at_the_studys_near_duplicate_threshold(private, tmp_path, monkeypatch):
     seen = []
 
