@@ -135,6 +135,25 @@ def test_pretraining_from_saved_weights_starts_the_public_model_from_them_and_re
     assert record.image_shape == (1, 16, 16)
 
 
+def test_finished_runs_that_trained_another_part_are_refused_before_their_pretraining_is_trained_again(
+        private, tmp_path, monkeypatch, make_record):
+    """The cache entry gone (deleted, or the folder copied without it), the finished runs' start names the same
+    pretraining but another trainable setting: the new start would be refused once trained, so it is refused before
+    the public model trains again, naming the runs."""
+    folder = StudyFolder(tmp_path)
+    head_only = prepare_start(_study(pretrain=PUBLIC, model={"trainable": "head"}), private, folder)
+    record = make_record("base_seed0", "base").model_copy(update={"start": head_only})
+    folder.run("base_seed0").public.mkdir(parents=True)
+    record.write(folder.run("base_seed0").record)
+    for entry in pretrain_folder(folder).iterdir():
+        for file in entry.iterdir():
+            file.unlink()
+    monkeypatch.setattr(pretraining, "train", _no_training)
+    with pytest.raises(ConfigError, match=r"now does \(public pretraining on phantom not yet trained, key .*, "
+                                          r"trained all\): base_seed0 \(started from .*, trained head\)"):
+        prepare_start(_study(pretrain=PUBLIC), private, folder)
+
+
 def test_the_overlap_check_runs_at_the_studys_near_duplicate_threshold(private, tmp_path, monkeypatch):
     seen = []
 
