@@ -65,6 +65,29 @@ def test_resnet18_uses_groupnorm_32_and_the_small_image_stem_up_to_64_px(size, k
     assert not any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
 
 
+@pytest.mark.parametrize("size, stride, pooled", [(28, 1, False), (64, 1, False), (65, 2, True)])
+def test_resnet9_is_the_papers_network_with_the_small_image_stem_up_to_64_px(size, stride, pooled):
+    """A 7x7 stem (stride 1 and no max-pool up to 64 px, so the map keeps the image's size; stride 2 and the
+    max-pool above), GroupNorm(32) and Mish everywhere, and the paper's 4.9M parameters at 3 channels, counted by
+    hand: stem 3*64*49 + 128; block k (channels c_in -> c) 9 c_in c + 9 c^2 + 4c, plus c_in c + 2c where it
+    downsamples: 73,984, 230,144, 919,040 and 3,673,088; then a 512 x K head."""
+    model = build_model("resnet9", in_channels=3, num_outputs=5, image_size=size)
+    assert model.conv1.kernel_size == (7, 7) and model.conv1.stride == (stride, stride)
+    assert isinstance(model.maxpool, nn.MaxPool2d) == pooled and isinstance(model.maxpool, nn.Identity) != pooled
+    norms = [m for m in model.modules() if isinstance(m, nn.GroupNorm)]
+    assert len(norms) == 12 and all(m.num_groups == 32 for m in norms)
+    assert not any(isinstance(m, (nn.ReLU, nn.BatchNorm2d)) for m in model.modules())
+    assert model.relu.__class__ is nn.Mish and all(block.relu.__class__ is nn.Mish
+                                                   for block in (model.layer1[0], model.layer4[0]))
+    stem = 3 * 64 * 49 + 128
+    assert sum(p.numel() for p in model.parameters()) == stem + 73_984 + 230_144 + 919_040 + 3_673_088 + 513 * 5
+    seen = []
+    model.conv1.register_forward_hook(lambda module, args, out: seen.append(out.shape[-1]))
+    with torch.no_grad():
+        assert model(torch.rand(1, 3, size, size)).shape == (1, 5)
+    assert seen == [(size + 2 * 3 - 7) // stride + 1]
+
+
 def test_small_cnn_is_four_conv_groupnorm_relu_blocks_then_global_max_pooling_and_a_linear_head():
     model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
     blocks = [model.features[i] for i in (0, 2, 4, 6)]
