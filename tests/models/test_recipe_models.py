@@ -25,6 +25,23 @@ def test_ws_variants_standardise_every_convolution_and_keep_the_parameters(ws, p
     assert shapes == [(n, p.shape) for n, p in reference.named_parameters()]
 
 
+def test_a_standardised_kernel_is_the_hand_computed_one_with_timms_eps():
+    """Two output channels of four values each. [1, 2, 3, 4]: mean 2.5, biased variance (2.25 + 0.25) * 2 / 4 =
+    1.25; [0, 0, 0, 8]: mean 2, variance (3 * 4 + 36) / 4 = 12. Each value becomes (w - mean) / sqrt(var + 1e-6)
+    (timm's StdConv2d), which a 2 x 2 convolution of a one-hot image reads out value by value."""
+    conv = WSConv2d(1, 2, 2, bias=False).double()
+    with torch.no_grad():
+        conv.weight.copy_(torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 8.0]]).view(2, 1, 2, 2))
+    expected = [[(w - 2.5) / (1.25 + 1e-6) ** 0.5 for w in (1, 2, 3, 4)],
+                [(w - 2.0) / (12 + 1e-6) ** 0.5 for w in (0, 0, 0, 8)]]
+    for position in range(4):
+        x = torch.zeros(1, 1, 2, 2, dtype=torch.float64)
+        x.view(-1)[position] = 1.0
+        out = conv(x).flatten()
+        for c in range(2):
+            assert out[c].item() == pytest.approx(expected[c][position], rel=1e-12, abs=1e-15), (c, position)
+
+
 @pytest.mark.parametrize("name", ["scatternet_linear", "scatternet_cnn"])
 def test_the_scattering_front_end_is_frozen_and_only_the_head_trains(name):
     """No parameter in the scattering transform; its filters are constant buffers, which a DP-SGD step leaves
