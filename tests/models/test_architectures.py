@@ -88,6 +88,18 @@ def test_resnet9_is_the_papers_network_with_the_small_image_stem_up_to_64_px(siz
     assert seen == [(size + 2 * 3 - 7) // stride + 1]
 
 
+@pytest.mark.parametrize("size, outputs", [(16, 2), (28, 3)])
+def test_flat_cnn_has_the_parameters_its_description_counts(size, outputs):
+    """Two convolutions without bias (9 * 16 per input channel, 9 * 16 * 32) with their GroupNorms (2 * 16, 2 * 32):
+    4,848 for grey images, the "5k"; the head reads 32 channels at S/2 x S/2, 8 S^2 weights per output and a bias.
+    The registry said 32 S^2 K, four times the head."""
+    model = build_model("flat_cnn", in_channels=1, num_outputs=outputs, image_size=size)
+    assert sum(p.numel() for p in model.parameters()) == 4_848 + (8 * size ** 2 + 1) * outputs
+    assert "8 S^2 K + 5k parameters" in MODELS["flat_cnn"].description
+    with pytest.raises(ValueError, match="image_size must be >= 2"):
+        build_model("flat_cnn", in_channels=1, num_outputs=2, image_size=1)
+
+
 def test_small_cnn_is_four_conv_groupnorm_relu_blocks_then_global_max_pooling_and_a_linear_head():
     model = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
     blocks = [model.features[i] for i in (0, 2, 4, 6)]

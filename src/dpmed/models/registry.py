@@ -63,7 +63,7 @@ MODELS: dict[str, ModelInfo] = {
                   "4-block GroupNorm CNN, ~60k parameters; fast on CPU", blocks=_SMALL_CNN_BLOCKS),
         ModelInfo("flat_cnn", FlatCNN, "features",
                   "2-block GroupNorm CNN with a flattened linear head (no global pooling): memorises single images "
-                  "quickly, the model of the privacy-audit demo; 32 S^2 K + 5k parameters for S x S images",
+                  "quickly, the model of the privacy-audit demo; 8 S^2 K + 5k parameters for S x S images",
                   blocks=(("features.0", "features.1"), ("features.4", "features.5")), square=True),
         ModelInfo("resnet9", _resnet9, "layer4",
                   "ResNet-9 of Tayebi Arasteh, Ziller et al. 2023 (Klause et al. 2022): torchvision ResNet, one "
