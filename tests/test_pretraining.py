@@ -50,6 +50,16 @@ def test_a_plain_study_starts_from_random_weights(private, tmp_path):
     assert prepare_start(_study(), private, StudyFolder(tmp_path)) is None
 
 
+def test_a_study_without_weights_that_trains_the_head_alone_records_what_is_frozen(private, tmp_path):
+    """scatternet_linear with ``trainable: head`` (Tramer and Boneh's linear model over the fixed scattering): no
+    weights, but the runs must freeze the GroupNorm, so the start says what trains: the head, 81 channels at 4 x 4
+    for two outputs and their biases (2 * 81 * 16 + 2); frozen, the GroupNorm's 81 weights and 81 biases."""
+    study = _study(model={"name": "scatternet_linear", "trainable": "head"})
+    start = prepare_start(study, private, StudyFolder(tmp_path))
+    assert start is not None and start.weights is None and start.sha256 is None and start.loaded == 0
+    assert start.trainable == "head" and (start.n_trainable, start.n_frozen) == (2 * 81 * 16 + 2, 2 * 81)
+
+
 def test_saved_weights_start_every_arm_with_their_hash_and_what_trains(private, tmp_path):
     weights = tmp_path / "model.pt"
     torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict(), weights)
