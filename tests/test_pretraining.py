@@ -60,6 +60,19 @@ def test_a_study_without_weights_that_trains_the_head_alone_records_what_is_froz
     assert start.trainable == "head" and (start.n_trainable, start.n_frozen) == (2 * 81 * 16 + 2, 2 * 81)
 
 
+def test_finished_runs_from_random_weights_are_refused_when_the_study_now_starts_from_a_file(private, tmp_path,
+                                                                                            make_record):
+    weights = tmp_path / "model.pt"
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict(), weights)
+    folder = StudyFolder(tmp_path / "out")
+    folder.run("base_seed0").public.mkdir(parents=True)
+    make_record("base_seed0", "base").write(folder.run("base_seed0").record)
+    study = _study(model={"name": "small_cnn", "weights": str(weights), "weights_source": "the phantom"})
+    with pytest.raises(ConfigError, match=re.escape(f"now does ({weights}, trained all): base_seed0 (started from "
+                                                    "random weights, trained all)")):
+        prepare_start(study, private, folder)
+
+
 def test_saved_weights_start_every_arm_with_their_hash_and_what_trains(private, tmp_path):
     weights = tmp_path / "model.pt"
     torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict(), weights)
