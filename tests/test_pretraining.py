@@ -629,6 +629,8 @@ def test_the_plan_s_start_line_says_the_public_images_are_read_and_checked_by_ru
 
     line = describe_start(_study(pretrain={**PUBLIC, "training": {"steps": 1, "batch_size": 16}}))
     assert "(1 step at batch 16" in line
+    blocks = describe_start(_study(pretrain=PUBLIC, model={"trainable": {"last_blocks": 2}}))
+    assert "; the head and the last 2 block(s) train. What the model learns" in blocks
     assert "`dpmed plan` does not read the public images: `dpmed run` finds an unreadable or overlapping public set" \
         in line
 
