@@ -202,6 +202,9 @@ def test_a_damaged_cache_entry_is_trained_again_and_rewritten(private, tmp_path,
     assert again.sha256 == first.sha256                                    # the same public model, trained again
     assert f"pretrain: {entry} cannot be read" in caplog.text and "training the public model again" in caplog.text
     assert pretraining._cached(entry.parent).sha256 == first.sha256        # and its entry is whole again
+    Path(first.weights).unlink()                                           # weights gone, their record left
+    assert prepare_start(study, private, folder).sha256 == first.sha256
+    assert Path(first.weights).is_file()
 
 
 @pytest.mark.parametrize("threads, expected", [({}, 1), ({"threads": 2}, 2)])
