@@ -114,6 +114,13 @@ def test_high_budget_calibration_says_which_accountant_certified_it(capsys):
     # a delta judged against the N given beside --sample-rate, as with --batch-size
     (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "10", "--dataset-size", "40",
       "--delta", "0.5"], "--delta 0.5 is at or above 1/N = 1/40"),
+    # the boundaries of the flag checks: one image more than the dataset, an eps budget of 0, any negative noise
+    (["epsilon", "--noise-multiplier", "1", "--dataset-size", "100", "--batch-size", "101", "--epochs", "1"],
+     "--batch-size 101 exceeds --dataset-size 100; lower --batch-size"),
+    (["calibrate", "--target-epsilon", "0", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5"],
+     "--target-epsilon must be > 0 (the eps budget of the whole run), got 0"),
+    (["epsilon", "--noise-multiplier", "-0.5", "--sample-rate", "0.1", "--steps", "3", "--delta", "1e-5"],
+     "--noise-multiplier must be >= 0, got -0.5\n"),
 ])
 def test_bad_arguments_end_in_one_clear_line(capsys, argv, words):
     assert main(["privacy", *argv]) == 2
@@ -204,6 +211,23 @@ def test_a_noise_that_one_unit_outruns_is_said_to_make_a_run_not_dp(capsys):
     assert "note: a dpmed run's card adds" in out and "to delta for its noise sampler's bounded draws" in out
     assert main(["privacy", "calibrate", "--target-epsilon", "8", *argv]) == 0
     assert "sampler" not in capsys.readouterr().out
+
+
+def test_a_run_is_said_not_to_be_dp_exactly_where_the_sampler_s_share_passes_delta(capsys):
+    """The share the bounded draws cost is added to delta while it stays below it, and voids the claim above it: at
+    one sigma whose share lies between 1e-5 and 1e-4, the note turns with the --delta given."""
+    from dpmed.randomness import DRAW_BOUND
+
+    paid = accounting.bounded_noise_delta(noise="gaussian", noise_multiplier=0.13, sample_rate=0.05, steps=500,
+                                          bound=DRAW_BOUND["gaussian"])
+    assert 1e-5 < paid < 1e-4
+    setting = ["--noise-multiplier", "0.13", "--sample-rate", "0.05", "--steps", "500", "--accountant", "rdp"]
+    assert main(["privacy", "epsilon", *setting, "--delta", "1e-5"]) == 0
+    out = capsys.readouterr().out
+    assert "NOT DP as run" in out and "to delta for its noise sampler" not in out
+    assert main(["privacy", "epsilon", *setting, "--delta", "1e-4"]) == 0
+    out = capsys.readouterr().out
+    assert f"note: a dpmed run's card adds {paid:.2g} to delta" in out and "NOT DP" not in out
 
 
 def test_the_parser_offers_the_accountants_and_noises_of_the_library():
@@ -539,3 +563,8 @@ def test_the_size_note_says_a_study_refuses_a_target_at_or_below_size_epsilon(ca
                  "--delta", "1e-5"]) == 0
     out = capsys.readouterr().out
     assert "a study refuses target_epsilon 0.01" in out and "calibrates to E - " not in out
+    # at the size_epsilon itself a study refuses the target too (nothing is left), just above it calibrates
+    for target, said in (("0.02", "a study refuses target_epsilon 0.02"), ("0.021", "calibrates to E - 0.02")):
+        assert main(["privacy", "calibrate", "--target-epsilon", target, "--sample-rate", "0.01", "--steps", "100",
+                     "--delta", "1e-5"]) == 0
+        assert said in capsys.readouterr().out
