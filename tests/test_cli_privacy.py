@@ -568,3 +568,22 @@ def test_the_size_note_says_a_study_refuses_a_target_at_or_below_size_epsilon(ca
         assert main(["privacy", "calibrate", "--target-epsilon", target, "--sample-rate", "0.01", "--steps", "100",
                      "--delta", "1e-5"]) == 0
         assert said in capsys.readouterr().out
+
+
+def test_with_every_unit_in_every_step_the_epsilons_are_the_gaussian_mechanism_s_by_hand(capsys):
+    """q = 1: T steps at sigma are one Gaussian mechanism with mu = sqrt(T) / sigma, whose exact eps(delta) solves
+    Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) = delta (Balle & Wang 2018). PLD states it (rounded up); RDP's
+    classic conversion is at least min over alpha of alpha mu^2/2 + log(1/delta)/(alpha - 1), taken at
+    alpha - 1 = sqrt(2 log(1/delta)) / mu; the improved conversion lies between the two."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    mu, delta = math.sqrt(4) / 2.0, 1e-5
+    exact = brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta, 0, 100)
+    classic = mu ** 2 / 2 + math.sqrt(2 * math.log(1 / delta)) * mu
+    assert main(["privacy", "epsilon", "--noise-multiplier", "2", "--sample-rate", "1", "--steps", "4",
+                 "--delta", "1e-5", "--accountant", "all"]) == 0
+    pld, rdp, rdp_classic = (_eps(line) for line in capsys.readouterr().out.splitlines()[:3])
+    assert exact <= pld <= exact * (1 + 1e-4)
+    assert classic <= rdp_classic <= classic * (1 + 1e-3)
+    assert pld < rdp < rdp_classic
