@@ -117,6 +117,28 @@ def test_a_holder_on_another_host_is_never_taken_over(tmp_path):
     assert json_holder(path).host == "elsewhere.example"
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="Linux's /proc")
+def test_the_start_time_of_a_process_whose_name_holds_a_parenthesis_is_read_after_the_name(tmp_path):
+    """/proc/PID/stat puts the command name in parentheses, and the name may hold ") " itself: read from the first
+    ")", the fields shift and another number (the thread count) stood for the start time, which changes while the
+    process lives, so a live holder could be judged a recycled PID and its lock taken over."""
+    from dpmed import lock
+
+    odd = tmp_path / "dpmed) 1 2"
+    odd.symlink_to(sys.executable)
+    proc = subprocess.Popen([str(odd), "-c", "import time; print('up', flush=True); time.sleep(120)"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        assert ") 1 2)" in Path(f"/proc/{proc.pid}/stat").read_text()
+        start = lock._process_start(proc.pid)
+        now = float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK")
+        assert lock._process_start(os.getpid()) <= start <= now + 1      # started after this test's process, by now
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.skipif(os.name == "nt", reason="Windows asks the kernel whether a PID runs; it never signals one")
 def test_another_users_live_process_is_running_not_gone(monkeypatch):
     """Signalling another user's process raises PermissionError: it exists, and its lock must not be taken over."""
@@ -139,6 +161,15 @@ def test_a_live_holder_whose_start_time_is_unknown_is_refused_with_the_file_to_d
     with pytest.raises(FolderLocked, match=f"if PID {proc.pid} is not a dpmed run .*, delete {path}"):
         with FolderLock(path):
             pass
+    # recorded, but no start time can be read now (a /proc mounted with hidepid): no telling a recycled PID either
+    holding = json_holder(path)
+    _write(path, replace(holding, process_start=12345))
+    monkeypatch.setattr(lock, "_process_start", lambda pid: None)
+    with pytest.raises(FolderLocked, match=f"if PID {proc.pid} is not a dpmed run .*, delete {path}"):
+        with FolderLock(path):
+            pass
+    monkeypatch.undo()
+    _write(path, holding)
     monkeypatch.setattr(lock, "process_running", lambda pid: None)
     with pytest.raises(FolderLocked) as refused:
         with FolderLock(path):
