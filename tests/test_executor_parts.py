@@ -173,3 +173,34 @@ def test_the_workers_copies_are_counted_for_the_workers_that_start(monkeypatch):
 def test_a_ray_executor_keeps_the_gpus_asked_for_each_run():
     pytest.importorskip("ray")
     assert executors.make_executor("ray", gpus_per_run=0.5).gpus_per_run == 0.5
+
+
+def test_a_failure_whose_error_file_cannot_be_written_is_reported_and_the_next_run_still_runs(tmp_path, monkeypatch,
+                                                                                              caplog):
+    """A full disk is often what failed the run: its error.json cannot be written either. The failure is reported all
+    the same, saying no traceback was kept, and the study goes on to its next run (unless fail-fast)."""
+    from dpmed.folders import StudyFolder
+
+    def run_one(plan, context, folder):
+        if plan.run_id == "a":
+            raise RuntimeError("broke")
+        return f"record of {plan.run_id}"
+
+    def full(path, data, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(executors, "run_one", run_one)
+    monkeypatch.setattr(executors, "write_json_atomic", full)
+    folder = StudyFolder(tmp_path / "study")
+    tasks = [executors.RunTask(SimpleNamespace(run_id=run_id), folder.run(run_id)) for run_id in ("a", "b")]
+    for fail_fast, ran in ((False, ["a", "b"]), (True, ["a"])):
+        seen = []
+        executors.InProcessExecutor().map(tasks, None, lambda task, outcome: seen.append((task.plan.run_id, outcome)),
+                                          fail_fast=fail_fast)
+        assert [run_id for run_id, _ in seen] == ran
+        failure = seen[0][1]
+        assert isinstance(failure, executors.RunFailure) and failure.error == "RuntimeError: broke"
+        assert failure.error_file is None
+        assert failure.traceback_note == "no traceback kept: its error file could not be written"
+        assert seen[1:] == [("b", "record of b")][:len(ran) - 1]
+    assert f"a: could not write its error file {folder.run('a').error}" in caplog.text
