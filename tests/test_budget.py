@@ -311,6 +311,7 @@ def test_a_total_just_over_the_budget_never_reads_as_equal_to_it():
     closer = privacy.model_copy(update={"dp_sgd_epsilon": 8.000000001})      # inside the rounding's tolerance
     with pytest.raises(PrivacyError, match=r"cost eps = 8\.000000001 at delta = 1e-05 .* above the budget eps = 8;"):
         check_budget(PrivacyBudget(epsilon=8, delta=1e-5), closer)
+    check_budget(PrivacyBudget(epsilon=8, delta=1e-5), privacy.model_copy(update={"dp_sgd_epsilon": 8.0}))  # spent
 
 
 def test_runs_each_within_pld_s_reach_whose_composition_is_not_are_composed_by_rdp(write_study):
