@@ -68,6 +68,16 @@ def test_the_budget_counts_every_run_on_the_same_patients(write_study, make_reco
     both = _privacy(one, [left])
     assert both.dp_sgd_runs == ("dp_eps8_C1_seed0", "dp_eps8_C1_seed7")
     assert both.dp_sgd_epsilon > alone.dp_sgd_epsilon
+    # a finished run counts with the steps its ledger recorded, not those its plan would take today: T and 3T steps
+    # at one q and sigma compose as one run of 4T
+    longer = left.model_copy(update={"ledger": accounting.Ledger().record(accounting.dp_sgd_event(
+        noise="gaussian", noise_multiplier=d.noise_multiplier, sample_rate=d.sample_rate, steps=3 * d.steps))})
+    assert _privacy(one, [longer]).dp_sgd_epsilon == pytest.approx(accounting.dp_sgd_epsilon(
+        noise_multiplier=d.noise_multiplier, sample_rate=d.sample_rate, steps=4 * d.steps, delta=1e-5), rel=1e-3)
+    # shuffled batches: no accountant covers the run, so it counts as a release without privacy
+    shuffled = load_study(write_study(BUDGET.replace("arms: [", "arms: [{name: sh, mechanism: dp_sgd, "
+                                                                "target_epsilon: 8, sampling: shuffle}, ")))
+    assert _privacy(shuffled).not_private == ("sh_eps8_C1_seed0", "sh_eps8_C1_seed1")
 
 
 def test_runs_with_different_units_have_no_single_total(write_study):
