@@ -80,3 +80,26 @@ def test_a_block_inside_another_changes_nothing_and_keeps_the_outer_record():
         assert received == [signal.SIGTERM]
         assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_block_in_another_thread_sets_no_handler_and_records_nothing():
+    """run_study called from a worker thread (a notebook's executor, a web service): only the main thread may set
+    signal handlers, so the block must leave them alone there instead of failing the study with a ValueError."""
+    import threading
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    seen = []
+
+    def study():
+        try:
+            with interruptible() as received:
+                seen.append((list(received), signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)))
+                check()
+        except BaseException as exc:   # noqa: BLE001 - handed to the main thread's assertion
+            seen.append(exc)
+
+    worker = threading.Thread(target=study)
+    worker.start()
+    worker.join()
+    assert seen == [([], *before)]
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
