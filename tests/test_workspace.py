@@ -128,6 +128,31 @@ def test_a_finished_run_s_secrets_are_withdrawn_and_an_unfinished_run_keeps_them
     assert unfinished.privacy_key.exists() and unfinished.checkpoint.exists()
 
 
+def test_an_unfinished_run_s_shareable_files_and_a_killed_writer_s_temporaries_are_deleted(tmp_path, monkeypatch,
+                                                                                          caplog):
+    """No eps of the study covers a model without its run.json, and no later write replaces a half-written file of
+    a killed writer: both go, and the user is told which run's files were withdrawn; a finished run's model and a
+    temporary whose writer runs stay."""
+    from dpmed import workspace
+    from dpmed.folders import StudyFolder
+
+    folder = StudyFolder(tmp_path)
+    finished, unfinished = folder.run("arm_seed0"), folder.run("base_seed0")
+    for run in (finished, unfinished):
+        run.make()
+        run.model.write_bytes(b"weights")
+    finished.record.write_text("{}")
+    killed, running = unfinished.public / ".model.pt.4242.tmp", unfinished.public / ".model.pt.4343.tmp"
+    killed.write_text("half")
+    running.write_text("half")
+    monkeypatch.setattr(workspace, "process_running", lambda pid: pid != 4242)
+    workspace.withdraw_leftovers(folder)
+    assert not unfinished.model.exists() and not killed.exists()
+    assert finished.model.exists() and running.exists()
+    assert ("base_seed0: unfinished; deleted its model.pt from the shareable folder, where no eps of this study "
+            "covers them") in caplog.text and "arm_seed0" not in caplog.text
+
+
 @pytest.mark.parametrize("seconds", [{"train_seconds": 12.5, "total_seconds": 20.0}, {"total_seconds": 20.0}])
 def test_an_older_dp_sgd_run_json_s_wall_time_moves_to_the_private_folder(tmp_path, make_record, caplog, seconds):
     """An older dpmed wrote a DP-SGD run's seconds into run.json: they leave it (they grow with what sampling drew),
