@@ -108,6 +108,22 @@ def test_a_training_statistics_file_that_is_a_folder_is_named_once(private_repor
     assert text.count(str(path)) == 1 and f"{path} cannot be read (IsADirectoryError: Is a directory)" in text
 
 
+def test_training_statistics_of_another_type_are_named_and_no_private_report_is_made_without_private_items(
+        private_report, make_record):
+    """training_metrics must be an object; a list there is named as such (not rendered as if it were metrics). A
+    study whose runs keep nothing private gets no private report at all."""
+    records = [make_record("np_seed0", "np")]
+    path = private_report.folder.run("np_seed0").statistics
+    path.parent.mkdir(parents=True)
+    path.write_text('{"training_metrics": [0.5, 0.7]}')
+    text = private_report(records, {})
+    assert f"{path} cannot be read (TypeError: training_metrics is a list), so it is left out of this report" in text
+    path.unlink()
+    private_report.folder.private_report.unlink()
+    with pytest.raises(FileNotFoundError):        # the fixture reads private/report.html, which is not written
+        private_report(records, {})
+
+
 @pytest.mark.parametrize("stored, shown", [
     (UNLABELLED, f"claims eps = 0.9862 (the same delta, {TERMS}; not DP: seed known){CONSISTENT}"),
     (UNLABELLED_BARE, f"claims eps = 0.986 (not DP: seed known){CONSISTENT}"),
