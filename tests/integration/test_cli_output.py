@@ -177,6 +177,14 @@ def test_a_bug_in_dpmed_reaches_the_user_as_one_line_with_its_traceback_in_a_pri
     assert "Please report this with the traceback in " in err
 
 
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_status_zero():
+    """`dpmed status DIR | head`: the reader closing its end is no failure of dpmed's, so it is neither an internal
+    error (status 1, a traceback file) nor a traceback: the rest of the output is dropped and the status is 0."""
+    script = ("import sys\nimport dpmed.cli\ndef closed(args):\n    raise BrokenPipeError(32, 'Broken pipe')\n"
+              "dpmed.cli._status = closed\nsys.exit(dpmed.cli.main(['status', 'anywhere']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
 @pytest.mark.parametrize(("seed", "warned"), [(0, True), (2, False)])
 def test_a_dp_count_no_larger_than_the_batch_is_told_as_q_equal_to_one(tmp_path, capsys, seed, warned):
     """Planned from a DP count at or below the expected batch, DP-SGD takes every unit in every step (q = 1): the
