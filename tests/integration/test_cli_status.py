@@ -231,3 +231,29 @@ def test_a_folder_whose_study_yaml_is_a_study_file_is_told_as_such(tmp_path, cap
     assert f"{tmp_path / 'study.yaml'} is a study file (what `dpmed run` takes), not the record" in text, text
     assert "pass that folder, OUT/mine (by default results/mine)" in text and "another version" not in text, text
     assert "unreadable" not in text and captured.err.startswith("dpmed: error:") and "Traceback" not in text
+
+
+@pytest.mark.parametrize("command", ["status", "report"])
+def test_status_and_report_say_that_a_run_is_working_in_the_folder(tiny_study, tmp_path, capsys, command):
+    """Readers take no lock, so what they show may be overtaken while a `dpmed run` works in the folder: each says
+    so, naming that run; a lock left by a process that is gone says nothing."""
+    from dataclasses import asdict, replace
+
+    from dpmed.lock import Holder
+
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    holder = Holder.current()            # this very process: alive
+    StudyFolder(copy).lock.write_text(json.dumps(asdict(holder)))
+    assert main([command, str(copy)]) == 0
+    said = capsys.readouterr()
+    note = (f"a dpmed run ({holder.describe()}) is working in this folder now"
+            + (": runs shown as interrupted or pending may be in progress" if command == "status" else
+               ": this report covers the runs finished so far, and that run rewrites it when it ends"))
+    assert note in (said.out if command == "status" else said.err)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    StudyFolder(copy).lock.write_text(json.dumps(asdict(replace(holder, pid=gone.pid))))    # its process is gone
+    assert main([command, str(copy)]) == 0
+    said = capsys.readouterr()
+    assert "is working in this folder" not in said.out + said.err
