@@ -138,6 +138,11 @@ def test_an_option_the_source_ignores_is_refused_with_the_study_file(write_study
      dict(source="chexpert", path=Path("x"), seed=0, labels=("Edema",), uncertain="ones", views="all")),
     ({"source": "phantom", "n_images": 77, "task": "multilabel", "seed": 5},
      dict(source="phantom", path=None, seed=5, n_images=77, task="multilabel")),
+    # one of two boolean steps on: with both on (above), minmax and equalize could trade places unseen
+    ({"source": "folders", "path": "x", "preprocessing": {"minmax": True}},
+     dict(source="folders", path=Path("x"), seed=0, preprocessing=Preprocessing(minmax=True, equalize=False))),
+    ({"source": "folders", "path": "x", "preprocessing": {"equalize": True}},
+     dict(source="folders", path=Path("x"), seed=0, preprocessing=Preprocessing(minmax=False, equalize=True))),
 ])
 def test_every_key_of_the_data_section_reaches_the_request_as_given(section, expected):
     """A key dropped or swapped on its way from the study file (minmax, the mean for the std, the views, the
