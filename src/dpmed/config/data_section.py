@@ -205,7 +205,7 @@ class DataConfig(_Strict):
     @model_validator(mode="after")
     def _source_needs(self) -> "DataConfig":
         info = DATASET_SOURCES[self.source]
-        if False:
+        if info.needs_path and self.path is None:
             # --data-path sets the study's data.path only (pretrain.data takes it where it reads the same source)
             raise ValueError(f"source {self.source!r} needs 'path': its file or folder (--data-path gives the study's "
                              "data section one, not pretrain.data)")
