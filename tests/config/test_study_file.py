@@ -179,6 +179,36 @@ def test_the_other_documented_defaults_are_the_ones_a_bare_study_gets(write_stud
     assert evaluation.training_metrics is False
 
 
+def test_a_section_written_empty_gets_the_documented_defaults_of_its_keys(write_study, tmp_path):
+    """A section a user opens without its keys (``augmentation: {}``, ``split: {}``) takes each key's default: the
+    README's (split 0.15 / 0.15 / seed 0, 64 images explained, the age bins of 003), and the schema's (crops of S / 8
+    px, 4 px at 32 px and at least 1; a step decay by 0.1 at half and three quarters of the run; 30 of 255 hash bits).
+    A default that changed would retrain every study that relies on it differently, without a word."""
+    (tmp_path / "xr").mkdir()
+    study = load_study(write_study(
+        "name: s\ndata: {source: folders, path: xr, split: {}}\n"
+        "training: {augmentation: {}, lr_schedule: {kind: step}, optimizer: sgd, lr_scaling: linear}\n"
+        "evaluation: {explanations: {}}\nprivacy_budget: {epsilon: 8, delta: 1.0e-5}\n"
+        "pretrain: {public: a phantom, data: {source: phantom}}\n"
+        "arms: [{name: a, mechanism: dp_sgd, target_epsilon: 4}]\n"))
+    training, evaluation, split = study.training, study.evaluation, study.data.split
+    augmentation, schedule = training.augmentation, training.lr_schedule
+    assert (augmentation.multiplicity, augmentation.crop_padding, augmentation.flip) == (1, "auto", False)
+    assert [augmentation.padding(size) for size in (32, 64, 4)] == [4, 8, 1]
+    assert (schedule.warmup_fraction, schedule.milestones, schedule.gamma) == (0.0, [0.5, 0.75], 0.1)
+    assert (training.momentum, training.weight_decay, training.reference_batch_size) == (0.9, 0.0, 256)
+    assert training.scaled_learning_rate == pytest.approx(0.001 * 64 / 256)          # lr * B / reference
+    assert training.model_copy(update={"lr_scaling": "sqrt"}).scaled_learning_rate == pytest.approx(0.001 * 0.5)
+    assert (split.val_fraction, split.test_fraction, split.seed) == (0.15, 0.15, 0)
+    assert (split.official, split.shared_patients) == (True, "drop_from_train")
+    assert evaluation.fairness.age_bins == [0, 30, 60, 70, 80, 100]
+    cam = evaluation.explanations
+    assert (cam.method, cam.n_images, cam.seed, cam.deletion_steps, cam.pointing_tolerance) == (
+        "gradcam", 64, 0, 16, 0.0)
+    assert study.privacy_budget.accountant == "pld"
+    assert (study.pretrain.seed, study.pretrain.near_duplicate_bits) == (0, 30)
+
+
 def test_missing_data_path_is_an_error_before_training(write_study, tmp_path):
     path = write_study("name: s\ndata: {source: medmnist, path: nowhere.npz}\narms: [{name: a, mechanism: none}]\n")
     with pytest.raises(ConfigError, match="nowhere.npz does not exist.*--data-path"):
