@@ -561,6 +561,9 @@ def test_only_a_pathless_public_set_of_the_studys_own_source_reads_the_studys_da
     assert public_path("{source: folders, patients: {fraction: 0.5, part: 1}}") == (tmp_path / "private").resolve()
     assert public_path("{source: folders, path: public}") == (tmp_path / "public").resolve()
     assert public_path("{source: phantom}") is None
+    # a pathless public set of another source that reads a path is refused, not given the private patients' path
+    with pytest.raises(ConfigError, match="pretrain.data: source 'csv' needs 'path'"):
+        public_path("{source: csv}")
 
 
 def test_a_path_given_to_a_generated_source_is_refused_once_where_it_was_given(tmp_path):
