@@ -65,8 +65,9 @@ def test_where_a_run_executes_is_not_a_setting_of_the_run(plans):
     moved = plan.model_copy(update={"training": plan.training.model_copy(update={"device": "cpu", "threads": 1,
                                                                                  "physical_batch_size": 3})})
     assert moved.settings() == plan.settings()
-    longer = plan.model_copy(update={"training": plan.training.model_copy(update={"epochs": 3})})
-    assert longer.settings() != plan.settings()
+    for changed in ({"epochs": 3}, {"learning_rate": 0.5}, {"batch_size": 11}, {"optimizer": "sgd"}):
+        other = plan.model_copy(update={"training": plan.training.model_copy(update=changed)})
+        assert other.settings() != plan.settings(), changed     # a finished run of other settings is not reused
 
 
 def test_labels_and_sweeps_come_from_typed_fields(plans):
