@@ -372,6 +372,15 @@ def test_a_key_given_twice_a_file_not_in_utf8_and_a_bad_override_are_named(write
         parse_override("training.epochs=[1")
 
 
+def test_run_ids_keep_the_study_order_of_seeds_and_write_large_values_as_g_without_a_plus(write_study):
+    """Seeds run innermost, in the order the file lists them; a swept value is written as %g writes it, less the
+    '+' of its exponent (1e+20 -> 1e20): a run id that changed would retrain finished runs."""
+    study = load_study(write_study("name: s\nseeds: [3, 1]\narms: [{name: dp, mechanism: dp_sgd, "
+                                   "target_epsilon: [1.0e+20, 1234567]}]\n"))
+    assert run_ids(study) == ["dp_eps1e20_C1_seed3", "dp_eps1e20_C1_seed1", "dp_eps1.23457e06_C1_seed3",
+                              "dp_eps1.23457e06_C1_seed1"]
+
+
 def test_run_ids_do_not_change_when_a_sweep_grows(write_study):
     """Adding a value must not rename (and so retrain) the runs already finished."""
     one = set(run_ids(load_study(write_study(GOOD.replace("[1, 8]", "8")))))
