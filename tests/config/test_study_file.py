@@ -561,6 +561,8 @@ def test_override_edge_cases_a_reviewer_found(write_study):
     with pytest.raises(ConfigError, match=r"override arms.5.name='x': '5' names no item of that list; its 3 entries, "
                                           r"by index \(and name\): 0 \(base\), 1 \(ldp\), 2 \(dp\)$"):
         load_study(path, {"arms.5.name": "x"})
+    with pytest.raises(ConfigError, match=r"override arms.3.name='x': '3' names no item of that list"):   # one past
+        load_study(path, {"arms.3.name": "x"})
 
 
 def test_a_set_key_past_a_list_items_value_is_refused_naming_it(write_study):
