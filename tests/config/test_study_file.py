@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from dpmed.config import load_study, parse_override, plan_runs, run_ids
 from dpmed.errors import ConfigError
@@ -665,6 +667,18 @@ def test_freezing_a_random_model_is_refused_unless_it_starts_from_trained_weight
     public = {"pretrain": {"public": "a phantom, of no person", "data": {"source": "phantom"}}}
     for settings in (weights, public, {"model.name": "scatternet_linear"}, {"model.trainable": "all"}):
         assert load_study(path, settings).model.name in ("small_cnn", "scatternet_linear")
+
+
+def test_a_study_record_read_back_through_json_is_not_refused_for_a_frozen_random_model(write_study):
+    """A study.yaml that dpmed wrote (read back through JSON by report, status and resume) holds a study whose runs
+    trained already: freezing random layers is refused where a study file is read, not where its record is."""
+    from dpmed.config import Study, study_to_dict
+
+    data = study_to_dict(load_study(write_study(GOOD)))
+    data["model"]["trainable"] = "head"
+    assert Study.model_validate_json(json.dumps(data)).model.trainable == "head"
+    with pytest.raises(ValidationError, match="freezes 4 randomly initialised tensor"):
+        Study.model_validate(data)
 
 
 @pytest.mark.parametrize("override, words", [
