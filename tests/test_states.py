@@ -1,0 +1,86 @@
+"""A study folder read back without training: the state of each run, the study.yaml, the DP counts it shows."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import yaml
+
+from dpmed.folders import StudyFolder
+from dpmed.states import run_states
+
+
+@pytest.fixture
+def study_folder(tmp_path, make_record, make_resolved):
+    """A study folder as `dpmed run` leaves it, of the runs ``run_ids`` (arm "a", no privacy), with study.yaml
+    listing them all and no run started: returns (the folder, the records the study would write)."""
+
+    def make(*run_ids: str) -> tuple[StudyFolder, dict]:
+        records = {run_id: make_record(run_id, "a", seed=i) for i, run_id in enumerate(run_ids)}
+        folder = StudyFolder(tmp_path / "s")
+        folder.make_private()
+        resolved = make_resolved(list(records.values()))
+        folder.resolved_study.write_text(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
+        return folder, records
+
+    return make
+
+
+def _checkpoint(path, steps: int, of: int, minutes_old: float) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"progress": {"steps": steps, "of": of}}, path)
+    then = time.time() - minutes_old * 60
+    os.utime(path, (then, then))
+
+
+def test_each_run_is_told_finished_unreadable_failed_interrupted_or_pending_in_the_study_s_order(study_folder):
+    """A run with a run.json is finished (or unreadable, where `dpmed report` would refuse it), whatever its private
+    folder still holds; one without is failed where error.json says so, interrupted where a checkpoint waits (with
+    the step it reached), else pending. A finished run the study no longer lists comes last."""
+    ids = ("e_seed0", "d_seed1", "c_seed2", "b_seed3", "a_seed4")
+    folder, records = study_folder(*ids)
+    finished, unreadable, failed, interrupted, pending = (folder.run(run_id) for run_id in ids)
+    finished.make()
+    records["e_seed0"].write(finished.record)
+    finished.error.write_text('{"error": "an earlier attempt failed"}')       # a finished run is finished
+    unreadable.make()
+    unreadable.record.write_text("{cut short")
+    failed.make_private()
+    failed.error.write_text('{"run_id": "c_seed2", "error": "ValueError: boom"}')
+    _checkpoint(interrupted.checkpoint, 7, 40, minutes_old=5.2)
+    dropped = folder.run("z_seed9")
+    dropped.make()
+    records["e_seed0"].model_copy(update={"run_id": "z_seed9"}).write(dropped.record)
+    states = run_states(folder.root)
+    assert [(run_id, state) for run_id, state, _ in states] == [
+        ("e_seed0", "finished"), ("d_seed1", "unreadable"), ("c_seed2", "failed"), ("b_seed3", "interrupted"),
+        ("a_seed4", "pending"), ("z_seed9", "finished")]
+    details = [detail for _, _, detail in states]
+    assert details[0] == "" and details[4] == ""
+    assert details[1].startswith(f"{unreadable.record} is not a run record this version of dpmed can read")
+    assert details[2] == "ValueError: boom"
+    assert details[3] == "continues from its checkpoint at step 7 of 40 (saved 5 min ago)"
+    assert details[5].startswith("not in the study file now, but in this folder")
+
+
+@pytest.mark.parametrize(("minutes", "age"), [(0.2, "under a minute"), (1.4, "1 min"), (119.0, "119 min"),
+                                              (121.0, "2 h"), (60 * 30.2, "30 h")])
+def test_an_interrupted_run_s_checkpoint_age_is_told_in_minutes_then_hours(study_folder, minutes, age):
+    """A run still training rewrites its checkpoint every epoch: its age tells a run in progress from one stopped."""
+    folder, _ = study_folder("a_seed0")
+    _checkpoint(folder.run("a_seed0").checkpoint, 3, 12, minutes_old=minutes)
+    assert run_states(folder.root) == [("a_seed0", "interrupted",
+                                        f"continues from its checkpoint at step 3 of 12 (saved {age} ago)")]
+
+
+def test_a_checkpoint_that_says_not_how_far_it_got_still_marks_the_run_interrupted(study_folder):
+    folder, _ = study_folder("a_seed0")
+    checkpoint = folder.run("a_seed0").checkpoint
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"written before checkpoints recorded their progress")
+    assert run_states(folder.root) == [("a_seed0", "interrupted",
+                                        "continues from its checkpoint (saved under a minute ago)")]
