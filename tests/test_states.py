@@ -8,8 +8,9 @@ import time
 import pytest
 import yaml
 
+from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder
-from dpmed.states import run_states
+from dpmed.states import read_resolved, run_states
 
 
 @pytest.fixture
@@ -84,3 +85,32 @@ def test_a_checkpoint_that_says_not_how_far_it_got_still_marks_the_run_interrupt
     checkpoint.write_bytes(b"written before checkpoints recorded their progress")
     assert run_states(folder.root) == [("a_seed0", "interrupted",
                                         "continues from its checkpoint (saved under a minute ago)")]
+
+
+def test_an_unreadable_study_yaml_comes_first_then_the_runs_the_folder_holds_files_of(study_folder):
+    """Which runs are pending is unknown without study.yaml: the runs listed are those with a public or a private
+    folder, in name order, each in its own state."""
+    folder, records = study_folder("b_seed0", "a_seed1")
+    folder.run("b_seed0").make()
+    records["b_seed0"].write(folder.run("b_seed0").record)
+    failed = folder.run("a_seed1")
+    failed.make_private()
+    failed.error.write_text('{"error": "OSError: disk full"}')
+    folder.resolved_study.write_text("study: {name: [unclosed\n")
+    states = run_states(folder.root)
+    assert states[0][:2] == ("study.yaml", "unreadable")
+    assert states[0][2].startswith(f"{folder.resolved_study} cannot be read (")
+    assert states[0][2].endswith("(which runs are pending is not known without it)")
+    assert states[1:] == [("a_seed1", "failed", "OSError: disk full"), ("b_seed0", "finished", "")]
+
+
+def test_a_folder_without_study_yaml_is_refused_naming_what_to_pass(tmp_path):
+    with pytest.raises(ConfigError, match=r"holds no study\.yaml; pass the folder `dpmed run` wrote"):
+        read_resolved(tmp_path)
+    with pytest.raises(ConfigError, match=r"holds no study\.yaml"):
+        run_states(tmp_path)
+
+
+def test_study_yaml_reads_back_as_it_was_written(study_folder, make_resolved):
+    folder, records = study_folder("b_seed0", "a_seed1")
+    assert read_resolved(folder.root) == make_resolved(list(records.values()))
