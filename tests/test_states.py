@@ -10,7 +10,7 @@ import yaml
 
 from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder
-from dpmed.states import read_resolved, run_states
+from dpmed.states import counts_shown, read_resolved, run_states
 
 
 @pytest.fixture
@@ -114,3 +114,30 @@ def test_a_folder_without_study_yaml_is_refused_naming_what_to_pass(tmp_path):
 def test_study_yaml_reads_back_as_it_was_written(study_folder, make_resolved):
     folder, records = study_folder("b_seed0", "a_seed1")
     assert read_resolved(folder.root) == make_resolved(list(records.values()))
+
+
+@pytest.mark.parametrize(("randomness", "size_epsilon", "shown"), [
+    ("secure", 0.5, ({"image": 812, "patient": 640}, 0.5)),
+    ("reproducible", 0.5, ({}, 0.0)),         # the exact size plus public noise: no count to take back
+    ("secure", None, ({}, 0.0)),              # no DP count drawn: the size is shown exactly
+])
+def test_the_dp_counts_a_study_yaml_shows_are_read_key_by_key(tmp_path, randomness, size_epsilon, shown):
+    """Also from a study.yaml another version wrote (here, with keys this one does not know): a count it shows is
+    released whatever else it holds."""
+    folder = StudyFolder(tmp_path)
+    data = {"study": {"name": "s", "privacy_randomness": randomness, "future_key": 1},
+            "dataset": {"released_sizes": {"image": 812, "patient": 640.0}, "size_epsilon": size_epsilon}}
+    folder.resolved_study.write_text(yaml.safe_dump(data))
+    assert counts_shown(tmp_path) == shown
+    del data["study"]["privacy_randomness"]                 # secure is the default
+    folder.resolved_study.write_text(yaml.safe_dump(data))
+    assert counts_shown(tmp_path) == (shown if randomness == "secure" else ({"image": 812, "patient": 640}, 0.5))
+
+
+@pytest.mark.parametrize("text", ["", "[1, 2]", "study: {}\n", "dataset: {size_epsilon: 1}\nstudy: {}\n",
+                                  "dataset: {size_epsilon: 1, released_sizes: {image: many}}\nstudy: {}\n",
+                                  "study: [unclosed\n"])
+def test_a_study_yaml_that_shows_no_count_reads_as_none(tmp_path, text):
+    (tmp_path / "study.yaml").write_text(text)
+    assert counts_shown(tmp_path) == ({}, 0.0)
+    assert counts_shown(tmp_path / "absent") == ({}, 0.0)
