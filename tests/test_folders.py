@@ -306,3 +306,34 @@ def test_a_damaged_array_archive_is_refused_naming_the_file_whatever_the_damage(
         read_arrays(damaged)
     with pytest.raises(ValueError, match=rf"^{good} has no images, masks: not a file of this dpmed$"):
         read_arrays(good, ("cams", "images", "masks"))
+
+
+@pytest.fixture
+def umask_022():
+    """The usual umask, whatever the test runner's: a file or folder made without an explicit mode is then readable
+    by others, which is what the owner-only modes must prevent."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
+def test_owner_only_files_are_0600_even_where_a_readable_file_stood_and_others_keep_the_umask(tmp_path, umask_022):
+    """A run's secrets and checkpoints: a file opened over an existing one kept that file's mode (O_CREAT), so a key
+    rewritten over a 0644 file stayed readable by every local user."""
+    from dpmed.folders import open_owner_only, write_text_atomic
+
+    key = tmp_path / "privacy_key"
+    key.write_text("old")
+    key.chmod(0o644)
+    with open_owner_only(key) as f:
+        f.write("00" * 32)
+    assert key.stat().st_mode & 0o777 == 0o600 and key.read_text() == "00" * 32
+    checkpoint = tmp_path / "timing.json"
+    checkpoint.write_text("{}")
+    checkpoint.chmod(0o644)
+    write_text_atomic(checkpoint, "[]", owner_only=True)
+    assert checkpoint.stat().st_mode & 0o777 == 0o600 and checkpoint.read_text() == "[]"
+    write_text_atomic(tmp_path / "results.csv", "a\n")                        # releasable: as the umask makes it
+    assert (tmp_path / "results.csv").stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["privacy_key", "results.csv", "timing.json"]
