@@ -337,3 +337,19 @@ def test_owner_only_files_are_0600_even_where_a_readable_file_stood_and_others_k
     write_text_atomic(tmp_path / "results.csv", "a\n")                        # releasable: as the umask makes it
     assert (tmp_path / "results.csv").stat().st_mode & 0o777 == 0o644
     assert sorted(p.name for p in tmp_path.iterdir()) == ["privacy_key", "results.csv", "timing.json"]
+
+
+def test_an_atomic_write_stopped_by_ctrl_c_keeps_the_old_file_and_leaves_no_temporary_one(tmp_path):
+    """An interrupt is no Exception: a write stopped by it left its half-written temporary file on disk."""
+    from dpmed.folders import write_atomic
+
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"old, whole")
+
+    def stopped(f):
+        f.write(b"half")
+        raise KeyboardInterrupt
+    for owner_only in (False, True):
+        with pytest.raises(KeyboardInterrupt):
+            write_atomic(path, stopped, owner_only=owner_only)
+        assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"] and path.read_bytes() == b"old, whole"
