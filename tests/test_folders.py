@@ -353,3 +353,14 @@ def test_an_atomic_write_stopped_by_ctrl_c_keeps_the_old_file_and_leaves_no_temp
         with pytest.raises(KeyboardInterrupt):
             write_atomic(path, stopped, owner_only=owner_only)
         assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"] and path.read_bytes() == b"old, whole"
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
+def test_a_run_s_private_folders_are_made_owner_only(tmp_path, umask_022):
+    """private/runs/<id>/ and its staging folder hold a run's key, checkpoint and unreleased model: made with the
+    umask's mode they were readable by others until the study folder's private/ was narrowed."""
+    run = StudyFolder(tmp_path / "s").run("a_seed0")
+    run.make()
+    assert run.public.stat().st_mode & 0o777 == 0o755
+    for folder in (run.private.parent, run.private, run.unreleased(run.model).parent):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
