@@ -364,3 +364,46 @@ def test_a_run_s_private_folders_are_made_owner_only(tmp_path, umask_022):
     assert run.public.stat().st_mode & 0o777 == 0o755
     for folder in (run.private.parent, run.private, run.unreleased(run.model).parent):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
+
+
+def test_a_release_that_no_record_follows_is_taken_back_and_a_finished_run_s_is_not(tmp_path):
+    """Where run.json could not be written after `release`, its files go back to the private folder; where run.json
+    exists, they are the finished run's released files and stay. Releasable files beside no record are leftovers
+    (no eps covers them), a finished run's never."""
+    run = StudyFolder(tmp_path / "s").run("a_seed0")
+    run.make()
+    for path in (run.model, run.cams):
+        run.unreleased(path).write_text(path.name)
+    run.release()
+    assert run.leftovers() == [run.model, run.cams]
+    run.take_back()
+    assert not any(p.exists() for p in run.released_files) and run.leftovers() == []
+    assert [run.unreleased(p).read_text() for p in (run.model, run.cams)] == ["model.pt", "cams.npz"]
+    run.release()
+    write_json_atomic(run.record, {"run_id": "a_seed0"})
+    run.take_back()
+    assert run.model.read_text() == "model.pt" and run.cams.read_text() == "cams.npz" and run.leftovers() == []
+
+
+def test_finished_runs_are_those_with_a_run_json_in_name_order(tmp_path):
+    folder = StudyFolder(tmp_path / "s")
+    assert folder.finished_run_ids() == []
+    for run_id in ("b_seed0", "a_seed1", "c_seed0"):
+        folder.run(run_id).make()
+    for run_id in ("c_seed0", "a_seed1"):
+        write_json_atomic(folder.run(run_id).record, {"run_id": run_id})
+    (folder.runs / "b_seed0" / "model.pt").write_bytes(b"left over")
+    assert folder.finished_run_ids() == ["a_seed1", "c_seed0"]
+
+
+def test_release_times_leave_the_private_folder_s_own(tmp_path):
+    """Its log and timing files hold the wall times anyway, and its files' times tell the user when a run stopped."""
+    folder = StudyFolder(tmp_path / "s")
+    folder.make_private()
+    log = folder.log
+    log.write_text("started")
+    (folder.root / "results.csv").write_text("a\n")
+    before = log.stat().st_mtime
+    folder.settle_times()
+    assert (folder.root / "results.csv").stat().st_mtime == RELEASE_TIME == folder.root.stat().st_mtime
+    assert log.stat().st_mtime == before != RELEASE_TIME and folder.private.stat().st_mtime != RELEASE_TIME
