@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -172,3 +173,15 @@ def test_a_file_that_is_not_a_run_json_is_named_as_such_without_advice_to_retrai
     assert message.startswith(f"{tmp_path / 'results.csv'} is not a run record (Invalid JSON")
     assert message.endswith("a run's record is the run.json in its folder, runs/<run id>/run.json")
     assert "retrain" not in message
+
+
+def test_an_infinite_eps_is_written_as_strict_json_and_read_back_as_infinity():
+    """A study with a run without privacy has eps = infinity: its privacy is written as the string "Infinity"
+    (strict JSON, which other tools read), not as null, which reads back as "no eps"."""
+    from dpmed.records import StudyPrivacy
+
+    privacy = StudyPrivacy(dp_sgd_runs=(), not_private=("np_seed0",), local_dp=(), unit=None, delta=None,
+                           accountant=None, dp_sgd_epsilon=None, epsilon=math.inf, reproducible=False, statement="")
+    text = privacy.model_dump_json()
+    assert json.loads(text, parse_constant=lambda name: pytest.fail(name))["epsilon"] == "Infinity"
+    assert StudyPrivacy.model_validate_json(text) == privacy
