@@ -185,3 +185,20 @@ def test_an_infinite_eps_is_written_as_strict_json_and_read_back_as_infinity():
     text = privacy.model_dump_json()
     assert json.loads(text, parse_constant=lambda name: pytest.fail(name))["epsilon"] == "Infinity"
     assert StudyPrivacy.model_validate_json(text) == privacy
+
+
+def test_a_run_json_with_a_key_this_dpmed_does_not_know_is_refused_naming_it(tmp_path, make_record):
+    """A key misspelt by hand, or written by a newer dpmed, would otherwise be dropped without a word."""
+    data = json.loads(make_record("np_seed0", "np").model_dump_json())
+    (tmp_path / "run.json").write_text(json.dumps({**data, "epsilon_total": 3.0}))
+    with pytest.raises(ConfigError, match=r"run.json is not a run record this version .*epsilon_total"):
+        read_record(tmp_path / "run.json")
+    data["timing"]["gpu_seconds"] = 3.0
+    (tmp_path / "run.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"timing\.gpu_seconds"):
+        read_record(tmp_path / "run.json")
+
+
+def test_an_absent_run_json_is_a_clear_error_naming_the_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"^cannot read the run record .*run\.json: No such file or directory$"):
+        read_record(tmp_path / "run.json")
