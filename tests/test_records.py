@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
@@ -202,3 +203,26 @@ def test_a_run_json_with_a_key_this_dpmed_does_not_know_is_refused_naming_it(tmp
 def test_an_absent_run_json_is_a_clear_error_naming_the_file(tmp_path):
     with pytest.raises(ConfigError, match=r"^cannot read the run record .*run\.json: No such file or directory$"):
         read_record(tmp_path / "run.json")
+
+
+def test_only_a_dp_sgd_run_withholds_its_seconds_and_step_from_run_json(make_record, tmp_path):
+    """A DP-SGD run's training time grows with what Poisson sampling drew; another run's times are no statistic of
+    the training set, and run.json keeps them. The full timing is kept private, owner-only."""
+    plain = make_record("np_seed0", "np")
+    timing = Timing(train_seconds=12.5, total_seconds=20.0, device="cpu", threads=4, resumed_from=28)
+    assert plain.timing.model_copy(update={"resumed_from": 28}).shareable(plain.plan).resumed_from == 28
+    assert timing.shareable(plain.plan) == timing
+    dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)
+    assert timing.shareable(dp.plan) == Timing(train_seconds=None, total_seconds=None, device="cpu", threads=4,
+                                               resumed_from=None)
+    timing.write(tmp_path / "timing.json")
+    assert read_timing(tmp_path / "timing.json") == timing
+    assert os.name == "nt" or (tmp_path / "timing.json").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("content", ["{cut short", "[]", '{"train_seconds": 1.0}', '{"device": "cpu", '
+                                     '"threads": 1, "train_seconds": 1, "total_seconds": 1, "resumed_unit": "hour"}'])
+def test_a_private_timing_that_is_not_one_reads_as_none(tmp_path, content):
+    (tmp_path / "timing.json").write_text(content)
+    assert read_timing(tmp_path / "timing.json") is None
+    assert read_timing(tmp_path / "absent.json") is None
