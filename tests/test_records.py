@@ -226,3 +226,17 @@ def test_a_private_timing_that_is_not_one_reads_as_none(tmp_path, content):
     (tmp_path / "timing.json").write_text(content)
     assert read_timing(tmp_path / "timing.json") is None
     assert read_timing(tmp_path / "absent.json") is None
+
+
+def test_an_undefined_metric_reads_as_no_value_and_a_record_without_a_bootstrap_unit_redrew_images(make_record):
+    """AUROC on a test set of one class is nan; an interval bound may be inf. Neither is a number to show or
+    compare. A record written before the patient bootstrap redrew images."""
+    metrics = {"test_auroc": math.nan, "test_auroc_low": -math.inf, "test_auroc_high": math.inf,
+               "test_accuracy": 1, "test_accuracy_low": 0.5, "test_accuracy_high": 1.0}
+    record = make_record("np_seed0", "np", metrics=metrics)
+    assert (record.estimate("test_auroc").value, record.estimate("test_auroc").low,
+            record.estimate("test_auroc").high) == (None, None, None)
+    accuracy = record.estimate("test_accuracy")
+    assert (accuracy.value, accuracy.low, accuracy.high) == (1.0, 0.5, 1.0) and isinstance(accuracy.value, float)
+    assert record.bootstrap_unit == "image"
+    assert make_record("np_seed0", "np", metrics={"bootstrap_unit": "patient"}).bootstrap_unit == "patient"
