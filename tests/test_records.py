@@ -240,3 +240,19 @@ def test_an_undefined_metric_reads_as_no_value_and_a_record_without_a_bootstrap_
     assert (accuracy.value, accuracy.low, accuracy.high) == (1.0, 0.5, 1.0) and isinstance(accuracy.value, float)
     assert record.bootstrap_unit == "image"
     assert make_record("np_seed0", "np", metrics={"bootstrap_unit": "patient"}).bootstrap_unit == "patient"
+
+
+def test_a_binary_task_s_positive_class_is_its_second_label(make_record, make_resolved):
+    """Sensitivity counts label 1: in some public binary sets that is "benign" or "normal", not the disease."""
+    dataset = make_resolved([make_record("np_seed0", "np")], label_names=("malignant", "benign")).dataset
+    assert (dataset.negative_class, dataset.positive_class) == ("malignant", "benign")
+    for other in (dataset.model_copy(update={"task": "multiclass", "label_names": ("a", "b")}),
+                  dataset.model_copy(update={"label_names": ()})):
+        assert (other.negative_class, other.positive_class) == (None, None)
+
+
+def test_what_a_start_trained_is_said_in_words():
+    from dpmed.records import StartRecord
+
+    said = [StartRecord(trainable=t, n_trainable=1, n_frozen=0).trainable_text for t in ("all", "head", 2, "odd")]
+    assert said == ["all parameters", "the head only", "the head and the last 2 block(s)", "odd"]
