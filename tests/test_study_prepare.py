@@ -335,3 +335,14 @@ def test_the_count_of_the_training_set_is_drawn_again_for_another_training_set_o
                     replace(dataset.train, patient_ids=ids)):
         prepare(replace(dataset, train=changed))
     assert len(json.loads(draws.read_text())["draws"]) == 4
+
+
+def test_a_shuffled_arm_s_planned_card_is_not_dp_and_states_its_poisson_counterpart(write_study, tmp_path):
+    """`dpmed plan` must show a shuffled-batch arm as the run will record it: no accountant certifies shuffled
+    batches, so its card holds no eps, only the labelled hypothetical under Poisson sampling."""
+    shuffled = DP.replace("name: dp,", "name: sh,").replace("epochs: 2}", "epochs: 2, sampling: shuffle}")
+    prepared = _prepare(write_study, tmp_path, f"arms: [{DP}, {shuffled}]\n")
+    shape = prepared.dataset.train.image_shape
+    cards = {p.arm: planned_card(p, shape, "secure") for p in prepared.plans}
+    assert not cards["sh"].is_dp and cards["sh"].epsilon is None
+    assert cards["sh"].epsilon_if_poisson == pytest.approx(cards["dp"].epsilon)
