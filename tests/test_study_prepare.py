@@ -346,3 +346,14 @@ def test_a_shuffled_arm_s_planned_card_is_not_dp_and_states_its_poisson_counterp
     cards = {p.arm: planned_card(p, shape, "secure") for p in prepared.plans}
     assert not cards["sh"].is_dp and cards["sh"].epsilon is None
     assert cards["sh"].epsilon_if_poisson == pytest.approx(cards["dp"].epsilon)
+
+
+def test_the_runs_to_train_are_those_the_folder_does_not_hold_finished_in_study_order(write_study, tmp_path,
+                                                                                     make_record):
+    import dataclasses
+
+    prepared = _prepare(write_study, tmp_path, "arms: [{name: b, mechanism: none}, {name: a, mechanism: none}]\n")
+    ids = [p.run_id for p in prepared.plans]
+    assert [p.run_id for p in prepared.todo] == ids == ["b_seed0", "a_seed0"]
+    finished = dataclasses.replace(prepared, finished={"b_seed0": make_record("b_seed0", "b")})
+    assert [p.run_id for p in finished.todo] == ["a_seed0"]
