@@ -357,3 +357,15 @@ def test_the_runs_to_train_are_those_the_folder_does_not_hold_finished_in_study_
     assert [p.run_id for p in prepared.todo] == ids == ["b_seed0", "a_seed0"]
     finished = dataclasses.replace(prepared, finished={"b_seed0": make_record("b_seed0", "b")})
     assert [p.run_id for p in finished.todo] == ["a_seed0"]
+
+
+def test_crop_padding_as_large_as_the_images_is_refused_and_one_pixel_less_is_not(write_study):
+    """Reflect padding needs images larger than the padding (torch refuses it at the first step otherwise)."""
+    arms = "arms: [{name: base, mechanism: none}]\n"
+    fits = load_study(write_study(HEAD + arms + "training: {augmentation: {crop_padding: 15}}\n"))
+    dataset = load_study_data(fits)
+    assert dataset.train.image_shape[1:] == (16, 16)
+    check_fit(fits, dataset)
+    too_large = load_study(write_study(HEAD + arms + "training: {augmentation: {crop_padding: 16}}\n"))
+    with pytest.raises(ConfigError, match=r"crop_padding 16 px needs images larger than that .* these are 16 px"):
+        check_fit(too_large, dataset)
