@@ -369,3 +369,20 @@ def test_crop_padding_as_large_as_the_images_is_refused_and_one_pixel_less_is_no
     too_large = load_study(write_study(HEAD + arms + "training: {augmentation: {crop_padding: 16}}\n"))
     with pytest.raises(ConfigError, match=r"crop_padding 16 px needs images larger than that .* these are 16 px"):
         check_fit(too_large, dataset)
+
+
+def test_a_data_cache_in_the_shareable_part_of_the_study_folder_is_refused_and_one_in_private_is_not(
+        write_study, write_png_table, tmp_path):
+    """The cache holds the training images, decoded: everything in the study folder but private/ may be shared."""
+    write_png_table(40, (16, 16))
+    out = tmp_path / "out"
+
+    def study(cache):
+        return load_study(write_study(
+            f"name: s\ndata: {{source: csv, path: labels.csv, columns: {{path: file}}, labels: [finding], "
+            f"task: binary, channels: 1, cache_dir: {cache}}}\ntraining: {{batch_size: 8}}\n"
+            "arms: [{name: base, mechanism: none}]\n"))
+    with pytest.raises(ConfigError, match=r"data.cache_dir .*cache lies in the study folder .*put it where the"):
+        prepare_study(study(out / "s" / "cache"), out=out)
+    assert not out.exists()
+    assert [p.run_id for p in prepare_study(study(out / "s" / "private" / "cache"), out=out).todo] == ["base_seed0"]
