@@ -386,3 +386,15 @@ def test_a_data_cache_in_the_shareable_part_of_the_study_folder_is_refused_and_o
         prepare_study(study(out / "s" / "cache"), out=out)
     assert not out.exists()
     assert [p.run_id for p in prepare_study(study(out / "s" / "private" / "cache"), out=out).todo] == ["base_seed0"]
+
+
+def test_a_dp_sgd_arm_whose_batch_is_every_unit_is_told_q_is_one(write_study, tmp_path, caplog):
+    import logging
+
+    whole = DP.replace("epochs: 2}", "epochs: 2, batch_size: 1000}")
+    with caplog.at_level(logging.WARNING, logger="dpmed.study"):
+        prepared = _prepare(write_study, tmp_path, f"arms: [{whole}, {DP.replace('name: dp,', 'name: q,')}]\n")
+    rates = {p.arm: p.privacy.sample_rate for p in prepared.plans}
+    assert rates["dp"] == 1.0 and rates["q"] < 1.0
+    told = [r.getMessage() for r in caplog.records if "q = 1" in r.getMessage()]
+    assert len(told) == 1 and told[0].startswith(f"{prepared.plans[0].run_id}: q = 1: the DP count"), told
