@@ -398,3 +398,25 @@ def test_a_dp_sgd_arm_whose_batch_is_every_unit_is_told_q_is_one(write_study, tm
     assert rates["dp"] == 1.0 and rates["q"] < 1.0
     told = [r.getMessage() for r in caplog.records if "q = 1" in r.getMessage()]
     assert len(told) == 1 and told[0].startswith(f"{prepared.plans[0].run_id}: q = 1: the DP count"), told
+
+
+def test_a_finished_dp_sgd_run_the_study_no_longer_lists_keeps_the_exact_training_size_out_of_study_yaml(
+        write_study, tmp_path, make_record):
+    """Its model is in the folder, and its eps hides the exact size: study.yaml must show its DP count instead, even
+    where the study itself has no DP-SGD arm left (which alone would show the size exactly)."""
+    import dataclasses
+
+    dp = make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0)
+    privacy = dp.plan.privacy.model_copy(update={"n_units": 97, "size_epsilon": 0.25, "unit": "patient"})
+    dp = dp.model_copy(update={"plan": dp.plan.model_copy(update={"privacy": privacy})})
+    plain = _prepare(write_study, tmp_path, "arms: [{name: base, mechanism: none}]\n")
+    assert plain.resolved().dataset.n_train == 140
+    shown = dataclasses.replace(plain, elsewhere=[dp]).resolved().dataset
+    assert (shown.n_train, shown.n_train_patients) == (None, None)
+    assert shown.released_sizes == {"patients": 97} and shown.size_epsilon == 0.25
+    with_dp = _prepare(write_study, tmp_path / "dp", f"arms: [{DP}]\n")
+    image_unit = dp.plan.privacy.model_copy(update={"unit": "image"})
+    other = dp.model_copy(update={"plan": dp.plan.model_copy(update={"privacy": image_unit})})
+    both = dataclasses.replace(with_dp, elsewhere=[other, dp]).resolved().dataset
+    assert both.released_sizes == {**with_dp.sizes, "images": 97} and both.size_epsilon == with_dp.study.size_epsilon
+    assert both.released_sizes["patients"] == with_dp.sizes["patients"] != 97      # the study's own count stays
