@@ -420,3 +420,25 @@ def test_a_finished_dp_sgd_run_the_study_no_longer_lists_keeps_the_exact_trainin
     both = dataclasses.replace(with_dp, elsewhere=[other, dp]).resolved().dataset
     assert both.released_sizes == {**with_dp.sizes, "images": 97} and both.size_epsilon == with_dp.study.size_epsilon
     assert both.released_sizes["patients"] == with_dp.sizes["patients"] != 97      # the study's own count stays
+
+
+def test_the_time_estimate_covers_the_runs_still_to_train_only(write_study, tmp_path, make_record, monkeypatch):
+    """`dpmed plan` estimates each run still to train from the probe's rate and its steps; a run finished already
+    takes no time, and a run of a kind no step was timed for is estimated at 0 rather than failing."""
+    import dataclasses
+
+    import dpmed.study
+    from dpmed.study import estimate_times
+
+    class Rates:
+        def run_seconds(self, plan, n_train):
+            return {"b_seed0": 30.0, "c_seed0": None}.get(plan.run_id, 99.0)
+
+    probed = []
+    monkeypatch.setattr(dpmed.study, "probe_rates", lambda todo, *args, **kwargs: probed.append(todo) or Rates())
+    arms = "arms: [{name: a, mechanism: none}, {name: b, mechanism: none}, {name: c, mechanism: none}]\n"
+    prepared = _prepare(write_study, tmp_path, arms)
+    prepared = dataclasses.replace(prepared, finished={"a_seed0": make_record("a_seed0", "a")})
+    rates, seconds = estimate_times(prepared)
+    assert isinstance(rates, Rates) and seconds == {"b_seed0": 30.0, "c_seed0": 0.0}
+    assert [[p.run_id for p in todo] for todo in probed] == [["b_seed0", "c_seed0"]]
