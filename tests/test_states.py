@@ -141,3 +141,28 @@ def test_a_study_yaml_that_shows_no_count_reads_as_none(tmp_path, text):
     (tmp_path / "study.yaml").write_text(text)
     assert counts_shown(tmp_path) == ({}, 0.0)
     assert counts_shown(tmp_path / "absent") == ({}, 0.0)
+
+
+def test_a_private_folder_that_cannot_be_read_leaves_a_finished_run_finished_and_an_unfinished_one_unknown(
+        study_folder, monkeypatch):
+    """As a colleague reads a study folder shared in place (private/ is its owner's alone): a run.json tells a
+    finished run without private/, and the others cannot be told failed, interrupted or pending. (Simulated: the
+    tests may run as root, whom no folder mode stops.)"""
+    import pathlib
+
+    folder, records = study_folder("a_seed0", "b_seed1")
+    folder.run("a_seed0").make()
+    records["a_seed0"].write(folder.run("a_seed0").record)
+    folder.run("b_seed1").make_private()
+    stat = pathlib.Path.stat
+
+    def denied(self, *args, **kwargs):
+        if folder.private in self.absolute().parents:
+            raise PermissionError(13, "Permission denied", str(self))
+        return stat(self, *args, **kwargs)
+    monkeypatch.setattr(pathlib.Path, "stat", denied)
+    (finished, unknown) = run_states(folder.root)
+    assert finished == ("a_seed0", "finished", "")
+    assert unknown[:2] == ("b_seed1", "unknown")
+    assert unknown[2].startswith("not finished; whether it failed, was interrupted or waits cannot be told: its "
+                                 f"private folder cannot be read (Permission denied: {folder.run('b_seed1').error})")
