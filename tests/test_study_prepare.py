@@ -442,3 +442,25 @@ def test_the_time_estimate_covers_the_runs_still_to_train_only(write_study, tmp_
     rates, seconds = estimate_times(prepared)
     assert isinstance(rates, Rates) and seconds == {"b_seed0": 30.0, "c_seed0": 0.0}
     assert [[p.run_id for p in todo] for todo in probed] == [["b_seed0", "c_seed0"]]
+
+
+def test_an_image_unit_arm_without_a_cap_is_told_what_its_eps_means_for_the_patient_with_most_images(
+        write_study, tmp_path, caplog):
+    """Told on the terminal only (a statistic of the training set): the group guarantee of the largest patient k,
+    for the uncapped image-unit arm alone (a patient-unit arm protects the patient, a capped one states its cap)."""
+    import logging
+
+    import numpy as np
+
+    arms = (f"arms: [{DP}, {{name: img, mechanism: dp_sgd, target_epsilon: 8, epochs: 2, privacy_unit: image}}, "
+            "{name: cap, mechanism: dp_sgd, target_epsilon: 8, epochs: 2, privacy_unit: image, "
+            "max_images_per_patient: 1}]\n")
+    with caplog.at_level(logging.INFO, logger="dpmed.study"):
+        prepared = _prepare(write_study, tmp_path, arms)
+    _, per_patient = np.unique(prepared.dataset.train.patient_ids, return_counts=True)
+    k, several = int(per_patient.max()), int((per_patient > 1).sum())
+    assert k > 1
+    image_run = next(p.run_id for p in prepared.plans if p.arm == "img")
+    told = [r.getMessage() for r in caplog.records if "shown here only" in r.getMessage()]
+    assert len(told) == 1 and told[0].startswith(f"{image_run}: "), told
+    assert f"up to k = {k} training images ({several} patients have several" in told[0]
