@@ -464,3 +464,26 @@ def test_an_image_unit_arm_without_a_cap_is_told_what_its_eps_means_for_the_pati
     told = [r.getMessage() for r in caplog.records if "shown here only" in r.getMessage()]
     assert len(told) == 1 and told[0].startswith(f"{image_run}: "), told
     assert f"up to k = {k} training images ({several} patients have several" in told[0]
+
+
+def test_a_count_study_yaml_shows_is_taken_back_where_the_private_draw_is_gone(write_study, tmp_path, monkeypatch):
+    """A study stopped before any run finished has released its DP count in study.yaml already: with the private
+    file of draws deleted, the next plan must take that count back rather than draw (and release) another."""
+    import itertools
+
+    import yaml
+
+    from dpmed import released_size
+    from dpmed.folders import write_text_atomic
+
+    noise = itertools.count(3, 8)                                   # 3, then 11, 19, ...
+    monkeypatch.setattr(released_size, "discrete_laplace", lambda scale, source: next(noise))
+    secure = HEAD.replace("reproducible", "secure") + f"arms: [{DP}]\n"
+    first = prepare_study(load_study(write_study(secure)), out=tmp_path / "out")
+    patients = len(set(first.dataset.train.patient_ids.tolist()))
+    assert first.study.privacy_randomness == "secure" and dict(first.sizes) == {"patients": patients + 3}
+    write_text_atomic(first.folder.resolved_study, yaml.safe_dump(first.resolved().model_dump(mode="json")))
+    write_text_atomic(first.folder.data_fingerprint, first.fingerprint, owner_only=True)
+    first.folder.released_sizes.unlink()
+    again = prepare_study(load_study(write_study(secure)), out=tmp_path / "out")
+    assert dict(again.sizes) == {"patients": patients + 3}
