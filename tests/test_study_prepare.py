@@ -466,9 +466,12 @@ def test_an_image_unit_arm_without_a_cap_is_told_what_its_eps_means_for_the_pati
     assert f"up to k = {k} training images ({several} patients have several" in told[0]
 
 
-def test_a_count_study_yaml_shows_is_taken_back_where_the_private_draw_is_gone(write_study, tmp_path, monkeypatch):
+@pytest.mark.parametrize("same_data", [True, False])
+def test_a_count_study_yaml_shows_is_taken_back_where_the_private_draw_is_gone(write_study, tmp_path, monkeypatch,
+                                                                               same_data):
     """A study stopped before any run finished has released its DP count in study.yaml already: with the private
-    file of draws deleted, the next plan must take that count back rather than draw (and release) another."""
+    file of draws deleted, the next plan must take that count back rather than draw (and release) another. Not
+    where the folder's fingerprint names other data: that count is of another training set."""
     import itertools
 
     import yaml
@@ -483,7 +486,7 @@ def test_a_count_study_yaml_shows_is_taken_back_where_the_private_draw_is_gone(w
     patients = len(set(first.dataset.train.patient_ids.tolist()))
     assert first.study.privacy_randomness == "secure" and dict(first.sizes) == {"patients": patients + 3}
     write_text_atomic(first.folder.resolved_study, yaml.safe_dump(first.resolved().model_dump(mode="json")))
-    write_text_atomic(first.folder.data_fingerprint, first.fingerprint, owner_only=True)
+    write_text_atomic(first.folder.data_fingerprint, first.fingerprint if same_data else "0" * 64, owner_only=True)
     first.folder.released_sizes.unlink()
     again = prepare_study(load_study(write_study(secure)), out=tmp_path / "out")
-    assert dict(again.sizes) == {"patients": patients + 3}
+    assert dict(again.sizes) == {"patients": patients + (3 if same_data else 11)}
