@@ -407,3 +407,16 @@ def test_release_times_leave_the_private_folder_s_own(tmp_path):
     folder.settle_times()
     assert (folder.root / "results.csv").stat().st_mtime == RELEASE_TIME == folder.root.stat().st_mtime
     assert log.stat().st_mtime == before != RELEASE_TIME and folder.private.stat().st_mtime != RELEASE_TIME
+
+
+def test_json_is_written_strict_or_not_at_all(tmp_path):
+    """NaN and Infinity are no JSON: a file holding them is refused by other tools' strict parsers, so a payload with
+    one fails the write, and the file written before stays whole."""
+    import math
+
+    path = tmp_path / "comparisons.json"
+    write_json_atomic(path, {"auroc": 0.5})
+    for bad in (math.nan, math.inf):
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            write_json_atomic(path, {"auroc": bad})
+    assert json.loads(path.read_text()) == {"auroc": 0.5} and [p.name for p in tmp_path.iterdir()] == [path.name]
