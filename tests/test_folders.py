@@ -420,3 +420,14 @@ def test_json_is_written_strict_or_not_at_all(tmp_path):
         with pytest.raises(ValueError, match="not JSON compliant"):
             write_json_atomic(path, {"auroc": bad})
     assert json.loads(path.read_text()) == {"auroc": 0.5} and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("mode", [0o704, 0o750])
+def test_a_private_folder_left_open_to_others_or_to_the_group_alone_is_told(tmp_path, monkeypatch, caplog, mode):
+    folder = StudyFolder(tmp_path / "s")
+    folder.make_private()
+    folder.private.chmod(mode)
+    monkeypatch.setattr(Path, "chmod", lambda self, mode: None)
+    with caplog.at_level(logging.WARNING, logger="dpmed"):
+        folder.make_private()
+    assert f"stays readable by other users of this machine (mode {mode:o} after chmod 700" in caplog.text
