@@ -77,7 +77,8 @@ def test_a_private_folder_planted_as_a_link_or_by_another_user_is_refused(tmp_pa
     """Someone who can write the output root could make private/ a link to a folder of theirs, and receive the log,
     the training statistics and the private report (as root, dpmed followed it and wrote there)."""
     loot = tmp_path / "loot"
-    loot.mkdir(mode=0o755)
+    loot.mkdir()
+    loot.chmod(0o755)                                # whatever the umask
     folder = StudyFolder(tmp_path / "s")
     folder.root.mkdir()
     folder.private.symlink_to(loot)
