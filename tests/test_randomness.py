@@ -20,14 +20,20 @@ def _draws(r: PrivacyRandomness, name: str = "noise", n: int = 64) -> np.ndarray
 
 
 def test_secure_randomness_is_fresh_whatever_the_global_seeds():
-    """Two runs that set every global seed alike still draw different noise: nothing seeded is used."""
-    np.random.seed(0)
-    torch.manual_seed(0)
-    first = _draws(PrivacyRandomness.secure())
-    np.random.seed(0)
-    torch.manual_seed(0)
-    second = _draws(PrivacyRandomness.secure())
-    assert not np.allclose(first, second)
+    """Two runs that set every global seed alike (numpy's, torch's and the random module's, which anyone can seed)
+    still draw different noise: nothing seeded is used."""
+    saved = random.getstate()
+    try:
+        roots = []
+        for _ in range(2):
+            np.random.seed(0)
+            torch.manual_seed(0)
+            random.seed(0)
+            roots.append(PrivacyRandomness.secure())
+    finally:
+        random.setstate(saved)
+    assert roots[0].root != roots[1].root
+    assert not np.allclose(_draws(roots[0]), _draws(roots[1]))
     assert PrivacyRandomness.secure().is_secret
 
 
