@@ -117,6 +117,27 @@ def test_another_attempt_s_key_is_replaced_and_what_it_left_deleted(prepared, tm
     assert again.root_hex() == randomness.root_hex() and folder.checkpoint.exists()
 
 
+def test_a_secure_run_s_key_is_fresh_and_never_the_one_its_published_seed_gives(prepared, tmp_path):
+    """The same run in two output folders (a study run again elsewhere, with the same seed) gets two keys, neither
+    the key its published seed and run id derive; a reproducible run's key is exactly that derived one."""
+    study, dataset, plans = prepared
+    plan = plans["lap"]
+    derived = PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id).root
+    keys = []
+    for where in ("a", "b"):
+        folder = StudyFolder(tmp_path / where).run(plan.run_id)
+        folder.make()
+        randomness = _privacy_randomness(plan, RunContext(dataset=dataset, evaluation=study.evaluation), folder)
+        assert randomness.mode == "secure" and randomness.is_secret
+        keys.append(randomness.root)
+    assert keys[0] != keys[1] and derived not in keys
+    folder = StudyFolder(tmp_path / "r").run(plan.run_id)
+    folder.make()
+    context = RunContext(dataset=dataset, evaluation=study.evaluation, privacy_randomness="reproducible")
+    randomness = _privacy_randomness(plan, context, folder)
+    assert randomness.root == derived and not randomness.is_secret
+
+
 def test_the_local_dp_release_of_the_training_images_is_drawn_from_its_own_stream(prepared, tmp_path):
     study, dataset, plans = prepared
     plan = plans["lap"]
