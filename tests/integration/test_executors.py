@@ -387,6 +387,7 @@ def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_pa
     run = StudyFolder(out / "tiny").run("dp_eps8_C1_seed0")
     for secret in (run.privacy_key, run.checkpoint):      # the checkpoint holds the streams' keys too
         assert secret.is_file() and oct(secret.stat().st_mode & 0o777) == "0o600", secret
+    root = json.loads(run.privacy_key.read_text())["root"]
     assert main(["status", str(out / "tiny")]) == 0
     shown = re.search(r"dp_eps8_C1_seed0 +interrupted: continues from its checkpoint at step (\d+) of (\d+) \(saved "
                       r"(under a minute|\d+ min) ago\)", capsys.readouterr().out)
@@ -401,6 +402,12 @@ def test_a_killed_secure_run_resumes_with_its_own_key_and_then_forgets_it(tmp_pa
     assert int(shown.group(1)) == resumed_from and int(shown.group(2)) == record["ledger"]["events"][0]["steps"]
     assert not run.privacy_key.exists() and not run.checkpoint.exists()
     assert record["privacy"]["is_dp"] and "OS entropy" in record["privacy"]["randomness"]
+    shareable = [p for p in out.rglob("*") if p.is_file() and "private" not in p.relative_to(out).parts]
+    assert shareable and run.record in shareable
+    for path in shareable:                                # the key, as text or bytes, is in no file outside private/
+        data = path.read_bytes()
+        assert root.encode() not in data.lower() and bytes.fromhex(root) not in data, path
+    assert root not in done.stdout + done.stderr
 
 
 def test_a_killed_run_is_not_continued_on_other_data_of_the_same_shape(tmp_path, tiny_text):
