@@ -56,6 +56,9 @@ def test_the_root_key_derives_from_seed_and_run_id_and_has_256_bits():
             PrivacyRandomness(bytes(size), "secure")
     with pytest.raises(ValueError, match="32 bytes"):
         PrivacyRandomness.from_root_hex("00" * 33, "secure")
+    for mode in ("Secure", "reproducable", ""):     # a misspelt mode would otherwise pass as "not secret"
+        with pytest.raises(ValueError, match="mode must be 'secure' or 'reproducible'"):
+            PrivacyRandomness(bytes(32), mode)
 
 
 def test_each_stream_is_aes_ctr_under_a_128_bit_key_from_the_root_and_its_name():
