@@ -163,3 +163,28 @@ def test_without_proc_meminfo_the_machine_s_total_memory_bounds_the_work_and_wit
     memory.check_bytes(10**18, "the work takes an exabyte", fix="do less")
     monkeypatch.delattr(os, "sysconf", raising=False)
     memory.check_bytes(10**18, "the work takes an exabyte", fix="do less")
+
+
+def test_images_that_exactly_fill_ram_pass_silently_and_a_refusal_states_size_channels_and_swap(monkeypatch, caplog):
+    """1000 bytes free: 250 one-pixel images (4 bytes each as float32) fit without a word, 251 swap. A refusal says
+    the images' shape, their size and the free RAM and swap, so that the user sees what to change."""
+    import logging
+
+    from dpmed import memory
+
+    monkeypatch.setattr(memory, "headroom", lambda: Headroom(ram=1000, swap=2000))
+    with caplog.at_level(logging.WARNING, logger="dpmed.memory"):
+        memory.check_images((250, 1, 1, 1), fix="smaller")
+    assert "the machine will swap" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="dpmed.memory"):
+        memory.check_images((251, 1, 1, 1), fix="smaller")
+    assert "the machine will swap" in caplog.text
+    with pytest.raises(DataError) as refused:
+        memory.check_images((250, 3, 2, 2), fix="smaller")             # 250 * 3 * 2 * 2 * 4 = 12,000 bytes
+    assert str(refused.value) == ("the 250 images at 2 x 2 px, 3 channels, take 12 kB of memory as float32, and only "
+                                  "1 kB (and 2 kB of swap) is free for dpmed here: smaller")
+
+
+def test_a_cgroup_limit_above_what_the_machine_has_free_leaves_the_machine_s_room(tmp_path):
+    files = {"job/memory.max": f"{64 * GB}\n", "job/memory.current": f"{GB}\n"}      # 63 GB left in the cgroup
+    assert headroom(*_tree(tmp_path, cgroup="0::/job\n", files=files)).ram == 8_000_000 * 1024
