@@ -53,6 +53,8 @@ def test_an_audited_run_without_dp_sgd_counts_the_images_the_audit_leaves(make_r
     assert run_steps(plain, 1000, 500) == 32
     assert run_steps(audited, 1000, 500) == 2 * math.ceil(700 / 64) == 22
     assert run_steps(audited, 1000) == 32                                  # no patient count: the plain count
+    # 200 canaries asked of 150 patients: all 150 leave as sources and about 75 canaries go back, 2 * ceil(75 / 64)
+    assert run_steps(audited, 1000, 150) == 2 * math.ceil(75 / 64) == 4
     dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0).plan
     assert run_steps(dp.model_copy(update={"audit": audit}), 1000, 500) == 10   # DP-SGD: the planned T, always
 
