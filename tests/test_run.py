@@ -64,7 +64,6 @@ def test_an_attempt_is_another_where_the_training_images_labels_or_patients_diff
     assert _attempt(plans["base"], dataclasses.replace(context, privacy_randomness="reproducible")) != key
 
 
-
 def test_an_attempt_is_another_where_the_model_starts_elsewhere_or_the_images_are_normalised_otherwise(prepared):
     """The checkpoint's own check reads the training settings, not where the model started nor the normalisation:
     the attempt's hash is what keeps a run from continuing with another start's checkpoint under the same key."""

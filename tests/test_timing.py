@@ -300,7 +300,6 @@ def test_the_probe_runs_where_the_caller_says_the_runs_will(make_record, monkeyp
     assert [k.device for k in probed] == ["cpu"]
 
 
-
 def test_the_probe_trains_the_model_frozen_as_the_study_freezes_it(make_record, monkeypatch):
     """A study that trains only the head (model.trainable: head) was timed with every layer trainable: per-example
     gradients, clipping and noise for layers its runs freeze, an estimate too high. The probe freezes as runs do."""

@@ -184,7 +184,6 @@ def test_an_older_dp_sgd_run_json_s_wall_time_moves_to_the_private_folder(tmp_pa
     assert read_timing(folder.run(dp.run_id).timing).total_seconds == 99.0
 
 
-
 def test_an_older_dp_sgd_run_json_s_resumed_step_alone_moves_to_the_private_folder_and_is_said(tmp_path, make_record,
                                                                                                caplog):
     """A run.json without seconds that still says from which step the run resumed: that step (a timing statistic
@@ -206,6 +205,7 @@ def test_an_older_dp_sgd_run_json_s_resumed_step_alone_moves_to_the_private_fold
     assert read_record(folder.run(dp.run_id).record).timing.resumed_from is None
     assert read_timing(folder.run(dp.run_id).timing).resumed_from == 28
     assert "said whether the run resumed (dp_eps1_C1_seed0)" in caplog.text and "wall time" not in caplog.text
+
 
 @pytest.mark.parametrize("under", [("study",), ("study", "inner"), ()])
 def test_an_output_folder_that_is_or_lies_under_a_file_names_that_file(tmp_path, under):

@@ -238,6 +238,7 @@ def test_the_drawn_patients_are_those_whose_draw_is_below_the_rate_and_each_give
         choices += len(mine) > 1
     assert choices >= 5                                                          # drawn patients with a choice
 
+
 def test_where_the_image_is_the_unit_every_image_of_a_drawn_patient_is_a_source():
     """The same patients are drawn (the draw reads the patient alone); each of their images becomes a source, so at
     rate m / the count of images about m canaries come out, and removing one image removes its canary alone."""

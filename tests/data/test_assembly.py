@@ -84,7 +84,6 @@ def test_no_patient_crosses_splits(files, tmp_path_factory, data, shared, offici
                               if official and shared == "drop_from_train" else 0)
 
 
-
 def test_a_carved_split_no_patient_s_draw_falls_in_is_refused_not_filled(files):
     """Ten patients but the eighth (ids p0..p9, p7's images given to p8), seed 1: no patient's keyed draw lands in
     the validation split. That is refused, naming the fraction and seed to change, rather than filled with a patient
@@ -97,6 +96,7 @@ def test_a_carved_split_no_patient_s_draw_falls_in_is_refused_not_filled(files):
                r"data\.split\.val_fraction or choose another data\.split\.seed")
     with pytest.raises(DataError, match=refusal):
         assemble_dataset(manifest, preprocessing=Preprocessing(), split=plan, cache_dir=None)
+
 
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), n=st.integers(0, 40), owned=st.booleans())

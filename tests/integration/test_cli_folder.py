@@ -139,7 +139,6 @@ def test_run_into_a_read_only_folder_ends_in_one_line(tiny_text, tmp_path, capsy
     assert line.startswith(f"dpmed: error: cannot write to the output folder {out / 'tiny'}: Permission denied")
 
 
-
 @pytest.mark.parametrize("setting", ["evaluation.bootstrap_resamples=1000000000000",
                                      "training.augmentation.crop_padding=64"])
 def test_a_study_refused_while_planning_leaves_the_output_folder_as_it_found_it(tmp_path, capsys, monkeypatch,

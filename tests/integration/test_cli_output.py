@@ -185,6 +185,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_status_zero():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
+
 @pytest.mark.parametrize(("seed", "warned"), [(0, True), (2, False)])
 def test_a_dp_count_no_larger_than_the_batch_is_told_as_q_equal_to_one(tmp_path, capsys, seed, warned):
     """Planned from a DP count at or below the expected batch, DP-SGD takes every unit in every step (q = 1): the

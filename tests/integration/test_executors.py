@@ -31,6 +31,7 @@ from dpmed.records import read_timing
 from dpmed.run import RunContext
 from dpmed.study import prepare_study
 
+
 @pytest.fixture(scope="module")
 def reference(tiny_study, results_table) -> pd.DataFrame:
     """The tiny study run in one go, in-process."""

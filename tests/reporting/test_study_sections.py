@@ -24,6 +24,8 @@ N = 60
 Y = RNG.integers(0, 2, N)
 SEX = RNG.choice(["female", "male"], N)
 AGE = RNG.uniform(20, 95, N)
+
+
 def _run(tmp_path, make_record, run_id, arm, mechanism, eps, noise_level, seed=0):
     scores = np.clip(0.5 * Y + noise_level * RNG.random(N), 0, 1)
     run_dir = tmp_path / "runs" / run_id

@@ -202,7 +202,6 @@ def test_the_loop_divides_by_the_expected_units_and_weighs_each_copy_one_kth(pat
     assert step.loss_fn(z, y).item() == pytest.approx(whole.item() / multiplicity, rel=1e-6)
 
 
-
 def test_the_loop_divides_by_the_plans_expected_batch_not_the_exact_count(patients, new_model, monkeypatch):
     """A planned run fixes its divisor q N from the count it planned with (a released, noisy count where the study
     releases its size): the loop must hand the step that q N, not q times the units it holds, a divisor read off the
@@ -215,6 +214,7 @@ def test_the_loop_divides_by_the_plans_expected_batch_not_the_exact_count(patien
           randomness=PrivacyRandomness.reproducible(seed=0, run_id="planned-divisor"))
     (step,) = made
     assert step.expected_batch_size == pytest.approx(6.6, rel=1e-12)       # not 0.2 x 30 patients = 6
+
 
 def test_with_augmented_copies_each_patient_is_still_one_group(patients, new_model, monkeypatch):
     """K = 2 copies of every image: a patient's group holds the copies of all of their images (2 x 2 or 2 x 3 rows),

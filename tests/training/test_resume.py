@@ -77,7 +77,6 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp, tmp_path
         assert (ledger_epsilon(resumed.ledger, delta=1e-5) == ledger_epsilon(whole.ledger, delta=1e-5))
 
 
-
 def test_a_release_before_training_opens_the_ledger_once_also_in_a_resumed_run(data, new_model, tmp_path,
                                                                                 monkeypatch):
     """A local DP arm's release of its training images is the first entry of the run's ledger; a run killed in its
@@ -125,6 +124,7 @@ def test_a_finished_trainings_checkpoint_takes_no_further_step_and_charges_nothi
     for a, b in zip(again_model.state_dict().values(), first.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
+
 def test_a_checkpoint_continues_with_a_smaller_physical_batch(data, new_model, tmp_path, monkeypatch):
     """After memory ran out, dpmed tells the user to lower training.physical_batch_size and run again, which only
     slices each step: the run continues from its checkpoint, to the model of a run trained in one go up to float
@@ -157,7 +157,6 @@ def test_an_unreadable_checkpoint_has_no_progress_and_training_names_it(data, ne
               progress=False, checkpoint=tmp_path / "checkpoint.pt")
 
 
-
 def test_a_file_of_tensors_that_is_no_checkpoint_is_named_not_an_attribute_error(data, new_model, tmp_path):
     """A list of tensors in the checkpoint's place loaded and then failed on .get with an AttributeError that said
     nothing of the file or what to do."""
@@ -168,6 +167,7 @@ def test_a_file_of_tensors_that_is_no_checkpoint_is_named_not_an_attribute_error
                                            "checkpoint; delete it"):
         train(new_model(task), images, task, CFG, seed=4, dp=PLAN, randomness=PrivacyRandomness.secure(),
               progress=False, checkpoint=tmp_path / "checkpoint.pt")
+
 
 @pytest.mark.parametrize("dp, other", [
     (PLAN, {"seed": 5}),

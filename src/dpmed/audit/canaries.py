@@ -160,7 +160,6 @@ def make_canaries(images: ImageSet, m: int, *, task: Task, seed: int, kind: str 
                     masks=source.masks)
 
 
-
 def insert_canaries(train: ImageSet, canaries: ImageSet, included: np.ndarray) -> ImageSet:
     """The training set with the canaries where ``included`` (bool [m]) is True appended after it, so the original
     images keep their indices, each canary a patient of its own. Both sets must have the same image shape and label

@@ -164,4 +164,3 @@ def explain_test_set(model: nn.Module, images: np.ndarray, masks: np.ndarray | N
     if chosen_masks is not None:
         arrays["masks"] = chosen_masks.astype(bool)
     return record, arrays
-

@@ -73,4 +73,3 @@ def weight_standardize(model: nn.Module, eps: float = WS_EPS) -> nn.Module:
             if type(child) is nn.Conv2d:
                 setattr(parent, name, WSConv2d.from_conv(child, eps))
     return model
-

@@ -126,6 +126,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         f"<tr><td>{_e(r.run_id)}</td><td class=eps>{_e(eps_label(r.privacy))}</td>"
         + "".join(cell(r, e, g) for g in groups) + worst_cell(r, e) + "</tr>"
         for r, e in zip(runs, entries))
+
     def per_group(metric: str, tail=lambda r, e: "") -> str:
         return "".join(f"<tr><td>{_e(r.run_id)}</td>"
                        + "".join(f"<td class=num>{_est(_group(e, g, metric))}</td>" for g in groups)

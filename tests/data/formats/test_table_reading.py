@@ -20,6 +20,7 @@ from dpmed.errors import DataError
 
 # --- bad input common to every table reader ----------------------------------------------------------------------
 
+
 def test_a_class_index_is_a_whole_number_below_the_count():
     """A grade 5 of five grades, or 1.5, is a label outside the task (flagged), not a class."""
     assert [class_index(t, 5) for t in ("0", "4", "3.0", "5", "1.5", "-1", "x", "")] == [0, 4, 3, None, None, None,
@@ -35,7 +36,6 @@ def test_patient_ids_are_compared_without_their_spaces_and_one_blank_is_refused(
     table.write_text("pid,label\npt0,1\n  ,0\n")
     with pytest.raises(DataError, match=r"t\.csv: the patient column 'pid' is blank on 1 of 2 rows \(line 3\); fill"):
         patient_column(read_table(table, ["pid"]), "pid", table, "fill them in")
-
 
 
 @pytest.mark.parametrize("layout, table, column, read", [

@@ -55,7 +55,6 @@ def test_aptos_missing_column_and_folder(aptos, tmp_path, write_csv):
         read_aptos(aptos / "train_images")
 
 
-
 def test_a_path_at_a_file_of_another_layout_says_the_source_reads_a_folder(aptos, tmp_path):
     """Before: data.path at a MedMNIST .npz with source aptos took the npz's folder for the dataset and said "table
     .../train.csv not found", which did not say what was wrong, nor what to do."""

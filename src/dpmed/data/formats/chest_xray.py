@@ -74,7 +74,6 @@ def _findings(frame: pd.DataFrame, findings: Sequence[str], uncertain: str, tabl
     return out
 
 
-
 def _chexpert_path(root: Path, value: str) -> Path:
     """CheXpert's Path column starts with the release folder ("CheXpert-v1.0-small/train/..."); drop it."""
     parts = PurePosixPath(value).parts
@@ -318,4 +317,3 @@ def read_mimic(path: str | Path, *, findings: Sequence[str] | None = None, uncer
         description=(f"MIMIC-CXR-JPG, findings {', '.join(chosen)}; uncertain (-1) -> "
                      f"{UNCERTAIN_POLICIES[uncertain]:g}, blank -> 0; labels per study; {rule}."),
         problems=flags, demographics_at=[line_of.get(p, "") for p in patients])
-

@@ -281,4 +281,3 @@ def chosen_labels(labels: Sequence[str] | None, default: Sequence[str], known: S
     if len(set(chosen)) != len(chosen):
         raise DataError(f"{dataset}: labels list a finding twice: {list(chosen)}")
     return chosen
-

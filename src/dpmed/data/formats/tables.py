@@ -60,7 +60,6 @@ def read_aptos(path: str | Path) -> Manifest:
         problems=flags)
 
 
-
 def read_ham10000(path: str | Path) -> Manifest:
     """HAM10000 (Tschandl et al. 2018): ``HAM10000_metadata.csv`` (lesion_id, image_id, dx, dx_type, age, sex, ...)
     and ``<image_id>.jpg`` in ``HAM10000_images_part_1/`` and ``HAM10000_images_part_2/`` (or one
