@@ -185,3 +185,19 @@ def test_the_std_for_an_image_eps_delivers_it_exactly_and_no_more_noise_than_nee
     mu = math.sqrt(dimension) / s
     assert held(mu) <= delta
     assert held(mu * (1 + 1e-8)) > delta
+
+
+def test_an_image_in_0_to_255_costs_its_range_in_every_value():
+    """Values in [0, 255]: two images differ by up to d * 255 in L1 and sqrt(d) * 255 in L2, so the Laplace release
+    costs d R / b = 4 * 255 / 2 = 510 (by hand), and the Gaussian one is the Gaussian mechanism with
+    mu = sqrt(4) * 255 / 510 = 1; each is what the unit-range image costs at a noise 255 times smaller. Every
+    caller in the pipeline passes R = 1, so an R dropped from the formula would show only here."""
+    assert laplace_image_epsilon(LaplaceImageEvent(scale=2.0, value_range=255.0, dimension=4)) == 510.0
+    gaussian = GaussianImageEvent(std=510.0, value_range=255.0, dimension=4)
+    assert gaussian_image_epsilon(gaussian, delta=1e-5) == gaussian_epsilon(mu=1.0, delta=1e-5)
+    assert _balle_wang_delta(gaussian_image_epsilon(gaussian, delta=1e-5), 1.0) == pytest.approx(1e-5, rel=1e-6)
+    both = compose_image_events([gaussian, gaussian], deltas=[1e-5, 1e-5])
+    assert both.mu == pytest.approx(math.sqrt(2), rel=1e-15)
+    mixed = compose_image_events([LaplaceImageEvent(scale=2.0, value_range=255.0, dimension=4), gaussian],
+                                 deltas=[0.0, 1e-5])
+    assert mixed.epsilon == pytest.approx(510.0 + gaussian_epsilon(mu=1.0, delta=1e-5), rel=1e-15)
