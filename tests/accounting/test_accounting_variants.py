@@ -129,3 +129,23 @@ def test_pld_hands_high_budgets_to_rdp_and_says_so():
     assert effective_accountant("pld", target_epsilon=1e9, noise="laplace")[0] == "pure"
     with pytest.raises(ValueError, match="laplace"):
         effective_accountant("rdp", target_epsilon=1.0, noise="laplace")
+
+
+def test_the_pure_bound_by_hand_also_where_one_step_costs_more_than_30():
+    """Sum over entries of T log(1 + q (e^(1/b) - 1)), worked in 50 digits: b = 1/40 (a per-step eps of 40, where
+    e^(1/b) is rewritten to avoid overflow) at q = 1e-3 for 3 steps, then b = 2 at q = 0.1 for 5 steps. At q = 1 it
+    is T / b exactly, with no amplification."""
+    import mpmath
+
+    mpmath.mp.dps = 50
+
+    def by_hand(b, q, steps):
+        return steps * mpmath.log(1 + mpmath.mpf(q) * mpmath.expm1(1 / mpmath.mpf(b)))
+
+    ledger = Ledger().record(PoissonLaplaceEvent(noise_multiplier=1 / 40, sample_rate=1e-3, steps=3))
+    ledger = ledger.record(PoissonLaplaceEvent(noise_multiplier=2.0, sample_rate=0.1, steps=5))
+    assert len(ledger.events) == 2
+    expected = by_hand(1 / 40, 1e-3, 3) + by_hand(2.0, 0.1, 5)
+    assert ledger_epsilon(ledger, delta=1e-5, accountant="pure") == pytest.approx(float(expected), rel=1e-12)
+    assert dp_sgd_epsilon(noise_multiplier=1 / 40, sample_rate=1.0, steps=3, delta=1e-5, noise="laplace",
+                          accountant="pure") == pytest.approx(120.0, rel=1e-12)
