@@ -141,3 +141,20 @@ def test_shuffled_batches_are_recorded_as_such_and_every_accountant_refuses_them
     assert counterpart == run(Ledger(), 5) and not counterpart.has_shuffled_batches
     assert ledger_epsilon(counterpart, delta=DELTA) == dp_sgd_epsilon(noise_multiplier=SIGMA, sample_rate=Q, steps=5,
                                                                      delta=DELTA)
+
+
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_the_chance_of_being_drawn_counts_every_entry_of_a_ledger(accountant):
+    """Two entries, one step each at q = 0.5 and 0.4 with sigma = 0.05: an example drawn in either step shifts that
+    step's output by 20 std, so 'some output above 1/2' has probability about 1 - 0.5 * 0.6 = 0.7 with it and 1e-23
+    without: the total variation, delta at eps = 0, is above 0.6, and at delta = 0.6 eps is not 0. An eps of 0 there
+    would mean the chance of being drawn was taken from one entry alone (0.5 or 0.4)."""
+    from scipy.stats import norm
+    ledger = Ledger((step(sigma=0.05, q=0.5), step(sigma=0.05, q=0.4)))
+    shifted = norm.sf(0.5 / 0.05 - 1 / 0.05)                           # P(z > 1/2) for a drawn step, ~1
+    total_variation_at_least = 1 - (1 - 0.5 * shifted) * (1 - 0.4 * shifted) - 2 * norm.sf(0.5 / 0.05)
+    assert total_variation_at_least > 0.69
+    assert ledger_epsilon(ledger, delta=0.6, accountant=accountant) > 0
+    # while at a delta above the chance of being drawn at all, 0.7, nothing is distinguishable (PLD says so; RDP's
+    # bound, valid but loose, does not)
+    assert accountant != "pld" or ledger_epsilon(ledger, delta=0.71, accountant=accountant) == 0.0
