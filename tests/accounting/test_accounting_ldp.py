@@ -201,3 +201,12 @@ def test_an_image_in_0_to_255_costs_its_range_in_every_value():
     mixed = compose_image_events([LaplaceImageEvent(scale=2.0, value_range=255.0, dimension=4), gaussian],
                                  deltas=[0.0, 1e-5])
     assert mixed.epsilon == pytest.approx(510.0 + gaussian_epsilon(mu=1.0, delta=1e-5), rel=1e-15)
+
+
+@pytest.mark.parametrize("mu", [0.1, 1.0, 4.0])
+def test_the_gaussian_eps_is_zero_only_at_a_delta_that_covers_the_whole_difference(mu):
+    """At eps = 0, delta is the total variation between N(0, 1) and N(mu, 1), 2 Phi(mu / 2) - 1 (by hand, with
+    math.erf): at a delta just below it eps is above 0, and at a delta just above it eps is 0."""
+    total_variation = math.erf(mu / 2 / math.sqrt(2))
+    assert gaussian_epsilon(mu=mu, delta=total_variation * 0.99) > 0
+    assert gaussian_epsilon(mu=mu, delta=min(total_variation * 1.01, 0.999)) == 0.0
