@@ -72,7 +72,7 @@ def test_looser_tolerance_is_still_safe():
 
 
 @pytest.mark.parametrize("argument, value", [
-    ("target_epsilon", 0.0), ("target_epsilon", -1.0), ("target_epsilon", math.inf),
+    ("target_epsilon", 0.0), ("target_epsilon", -1.0), ("target_epsilon", math.inf), ("target_epsilon", True),
     ("delta", 0.0), ("delta", 1.0), ("sample_rate", 0.0), ("sample_rate", 2.0),
     ("steps", 0), ("steps", 1.5), ("accountant", "gdp"), ("rtol", 0.0), ("rtol", 0.9),
 ])

@@ -134,6 +134,7 @@ def test_no_noise_is_infinite_and_no_steps_is_zero(accountant):
 
 @pytest.mark.parametrize("argument, value", [
     ("noise_multiplier", -1.0), ("noise_multiplier", math.nan), ("noise_multiplier", math.inf),
+    ("noise_multiplier", True), ("noise_multiplier", "1.0"), ("delta", "1e-5"),
     ("sample_rate", 0.0), ("sample_rate", 1.5), ("sample_rate", -0.1),
     ("steps", -1), ("steps", 2.5), ("steps", True),
     ("delta", 0.0), ("delta", 1.0), ("delta", -1e-5), ("delta", math.nan),
