@@ -120,6 +120,16 @@ def test_empty_and_noiseless_ledgers():
     assert ledger_epsilon(run(Ledger(), 5, sigma=0.0), delta=1e-5) == float("inf")
 
 
+@pytest.mark.parametrize("accountant", ["pld", "rdp", "rdp-classic"])
+def test_one_noiseless_phase_makes_the_whole_ledger_non_private(accountant):
+    """Steps released without noise publish exact gradient sums: eps is inf, whatever noise the other phases had
+    (and not an error about an eps 'above what the accountant certifies')."""
+    ledger = run(run(Ledger(), 3, sigma=0.0), 5)
+    assert len(ledger.events) == 2
+    assert ledger_epsilon(ledger, delta=1e-5, accountant=accountant) == float("inf")
+    assert ledger_epsilon(Ledger(tuple(reversed(ledger.events))), delta=1e-5, accountant=accountant) == float("inf")
+
+
 def test_local_releases_are_not_mixed_into_dp_sgd_epsilon():
     ledger = Ledger().record(LaplaceImageEvent(scale=1.0, value_range=1.0, dimension=10))
     with pytest.raises(ValueError, match="laplace_image_epsilon"):
