@@ -145,3 +145,31 @@ def test_above_sigma_six_no_coordinate_moves_a_fifth_of_a_std_and_the_share_keep
             return mpmath.ncdf(shift - B) - mpmath.ncdf(-B)
         one_hot, spread = past(a), n * past(a / mpmath.sqrt(n))
         assert steps * q * max(one_hot, spread) <= share
+
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("steps", -1), ("steps", 2.0), ("group", 0), ("bound", 0.0), ("bound", math.inf), ("noise_multiplier", 0.0),
+    ("noise_multiplier", -0.5), ("sample_rate", 0.0), ("sample_rate", 1.5), ("noise", "uniform"),
+])
+def test_the_delta_paid_refuses_impossible_arguments_by_name(argument, value):
+    """A negative step count would pay a negative delta, a group of 0 none at all: each is refused, naming it."""
+    args = dict(noise="gaussian", noise_multiplier=0.5, sample_rate=0.05, steps=10, bound=B, group=1)
+    args[argument] = value
+    with pytest.raises(ValueError, match=argument):
+        accounting.bounded_noise_delta(**args)
+
+
+def test_the_delta_paid_takes_the_edges_of_its_arguments():
+    """No steps pay nothing; a rate of 1 samples the unit in every step: T times the one-step mass."""
+    args = dict(noise="laplace", noise_multiplier=1.0, bound=20.0)
+    assert accounting.bounded_noise_delta(**args, sample_rate=1.0, steps=0) == 0.0
+    one_step = 0.5 * math.exp(-20.0) * (math.e - 1)                  # P(19 < Z <= 20), Z Laplace(1), by hand
+    assert accounting.bounded_noise_delta(**args, sample_rate=1.0, steps=3) == pytest.approx(3 * one_step, rel=1e-9)
+
+
+@pytest.mark.parametrize("function", [accounting.laplace_end_excess, accounting.gaussian_end_shortfall])
+@pytest.mark.parametrize("ratio", [0.0, -1.0, math.nan])
+def test_the_end_corrections_refuse_a_ratio_that_is_not_positive(function, ratio):
+    with pytest.raises(ValueError, match="ratio"):
+        function(ratio=ratio, bound=B)
