@@ -69,6 +69,12 @@ def test_the_gaussian_eps_is_rounded_up_so_its_delta_holds(mu, delta):
     (lambda: laplace_scale_for(epsilon_pixel=math.inf, value_range=1.0), "epsilon_pixel"),
     (lambda: LaplaceImageEvent(scale=-1.0, value_range=1.0, dimension=3), "scale"),
     (lambda: LaplaceImageEvent(scale=1.0, value_range=1.0, dimension=0), "dimension"),
+    (lambda: LaplaceImageEvent(scale=1.0, value_range=-1.0, dimension=3), "value_range"),   # else eps < 0
+    (lambda: LaplaceImageEvent(scale=1.0, value_range=0.0, dimension=3), "value_range"),
+    (lambda: GaussianImageEvent(std=0.0, value_range=1.0, dimension=3), "std"),
+    (lambda: GaussianImageEvent(std=1.0, value_range=-1.0, dimension=3), "value_range"),
+    (lambda: GaussianImageEvent(std=1.0, value_range=1.0, dimension=0), "dimension"),
+    (lambda: GaussianImageEvent(std=1.0, value_range=1.0, dimension=2.0), "dimension"),
 ])
 def test_invalid_arguments_name_the_argument(call, argument):
     with pytest.raises(ValueError, match=argument):
