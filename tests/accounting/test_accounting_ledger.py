@@ -115,6 +115,13 @@ def test_composing_two_phases_costs_more_than_either(accountant):
     assert max(eps["a"], eps["b"]) < eps["ab"] <= eps["a"] + eps["b"]
 
 
+@pytest.mark.parametrize("noise", ["uniform", "Gaussian", ""])
+def test_a_shuffled_batch_event_names_one_of_the_two_noises(noise):
+    """Its noise decides what poisson_counterpart builds; an unknown one would fail only there, or never."""
+    with pytest.raises(ValueError, match="noise must be 'gaussian' or 'laplace'"):
+        ShuffledBatchesEvent(noise=noise, noise_multiplier=SIGMA, sample_rate=Q, steps=1)
+
+
 def test_empty_and_noiseless_ledgers():
     assert ledger_epsilon(Ledger(), delta=1e-5) == 0.0
     assert ledger_epsilon(run(Ledger(), 5, sigma=0.0), delta=1e-5) == float("inf")
