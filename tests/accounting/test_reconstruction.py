@@ -232,6 +232,20 @@ def test_huge_noise_leaves_the_attacker_guessing(sigma):
         assert reconstruction_bound(**args, method=method) == pytest.approx(1e-3, rel=1e-6)
 
 
+@pytest.mark.parametrize("sigma", [1e7, 1e8])
+@pytest.mark.parametrize("kappa", [0.5, 0.1])
+def test_huge_noise_is_still_bounded_above_the_exact_power_of_one_step(sigma, kappa):
+    """q = 1, T = 1: the attacker tests N(0, 1) against N(1/sigma, 1), and the Neyman-Pearson test at level kappa
+    has power Phi(Phi^-1(kappa) + 1/sigma) exactly, about kappa + 0.4 / sigma at kappa = 1/2. Where the value is
+    pinned next to kappa (here), the upper bound settled on must not fall below that power: a bound shaved by a
+    constant factor would, however close to kappa both are."""
+    exact = special.ndtr(special.ndtri(kappa) + 1 / sigma)
+    assert exact > kappa
+    bound = reconstruction_bound(noise_multiplier=sigma, sample_rate=1.0, steps=1, kappa=kappa)
+    assert bound >= exact
+    assert bound == pytest.approx(kappa, rel=1e-6)
+
+
 # --- the other add/remove direction: the exact power of a maximum test ----------------------------------------------
 
 def exact_add_one_step(sigma: float, q: float, kappa: float, *, relaxed: bool) -> float:
