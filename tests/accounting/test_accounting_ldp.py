@@ -75,6 +75,16 @@ def test_the_gaussian_eps_is_rounded_up_so_its_delta_holds(mu, delta):
     (lambda: GaussianImageEvent(std=1.0, value_range=-1.0, dimension=3), "value_range"),
     (lambda: GaussianImageEvent(std=1.0, value_range=1.0, dimension=0), "dimension"),
     (lambda: GaussianImageEvent(std=1.0, value_range=1.0, dimension=2.0), "dimension"),
+    (lambda: gaussian_epsilon(mu=0.0, delta=1e-5), "mu"),
+    (lambda: gaussian_epsilon(mu=1.0, delta=0.0), "delta"),            # no finite eps: the search would not end
+    (lambda: gaussian_epsilon(mu=1.0, delta=1.0), "delta"),
+    (lambda: gaussian_std_for_image(epsilon_image=0.0, delta=1e-5, dimension=4, value_range=1.0), "epsilon_image"),
+    (lambda: gaussian_std_for_image(epsilon_image=1.0, delta=0.0, dimension=4, value_range=1.0), "delta"),
+    (lambda: gaussian_std_for_image(epsilon_image=1.0, delta=1e-5, dimension=0, value_range=1.0), "dimension"),
+    (lambda: gaussian_std_for_image(epsilon_image=1.0, delta=1e-5, dimension=4, value_range=0.0), "value_range"),
+    (lambda: laplace_scale_for_image(epsilon_image=-1.0, dimension=4, value_range=1.0), "epsilon_image"),
+    (lambda: laplace_scale_for_image(epsilon_image=1.0, dimension=0, value_range=1.0), "dimension"),
+    (lambda: laplace_scale_for_image(epsilon_image=1.0, dimension=4, value_range=math.nan), "value_range"),
 ])
 def test_invalid_arguments_name_the_argument(call, argument):
     with pytest.raises(ValueError, match=argument):
