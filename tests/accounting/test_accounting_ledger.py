@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.accounting import (LaplaceImageEvent, Ledger, PoissonGaussianEvent, ShuffledBatchesEvent, dp_sgd_epsilon,
-                              event_from_dict, event_to_dict, ledger_epsilon, poisson_counterpart, shuffled_event)
+from dpmed.accounting import (LaplaceImageEvent, Ledger, PoissonGaussianEvent, PoissonLaplaceEvent,
+                              ShuffledBatchesEvent, dp_sgd_epsilon, event_from_dict, event_to_dict, ledger_epsilon,
+                              poisson_counterpart, shuffled_event)
 
 Q, SIGMA, DELTA = 128 / 5218, 5.002, 1e-4
 
@@ -113,6 +114,15 @@ def test_composing_two_phases_costs_more_than_either(accountant):
     eps = {name: ledger_epsilon(Ledger(events), delta=1e-5, accountant=accountant)
            for name, events in {"a": (phase_a,), "b": (phase_b,), "ab": (phase_a, phase_b)}.items()}
     assert max(eps["a"], eps["b"]) < eps["ab"] <= eps["a"] + eps["b"]
+
+
+def test_the_poisson_counterpart_keeps_each_entry_s_noise_and_leaves_poisson_entries_alone():
+    """A shuffled Laplace entry becomes a Poisson Laplace one (L1 clipping, b / C1), not a Gaussian one; a Poisson
+    entry before it is kept as it was; so the hypothetical eps is the Laplace run's."""
+    first = step(steps=3)
+    ledger = Ledger((first, shuffled_event(noise="laplace", noise_multiplier=4.0, sample_rate=0.1, steps=7)))
+    assert poisson_counterpart(ledger).events == (first, PoissonLaplaceEvent(noise_multiplier=4.0, sample_rate=0.1,
+                                                                             steps=7))
 
 
 @pytest.mark.parametrize("noise", ["uniform", "Gaussian", ""])
