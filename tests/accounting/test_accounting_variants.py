@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpmed.accounting import (GaussianImageEvent, Ledger, PoissonLaplaceEvent, dp_sgd_epsilon, effective_accountant,
-                              event_from_dict, event_to_dict, gaussian_epsilon, gaussian_image_epsilon,
-                              gaussian_std_for_image, laplace_scale_for_image, ledger_epsilon, noise_multiplier_for)
+                              event_from_dict, event_to_dict, fallback_accountant, gaussian_epsilon,
+                              gaussian_image_epsilon, gaussian_std_for_image, laplace_scale_for_image, ledger_epsilon,
+                              noise_multiplier_for)
 
 REFERENCE = dict(noise_multiplier=5.002, sample_rate=128 / 5218, steps=2039, delta=1e-4)
 
@@ -149,3 +150,13 @@ def test_the_pure_bound_by_hand_also_where_one_step_costs_more_than_30():
     assert ledger_epsilon(ledger, delta=1e-5, accountant="pure") == pytest.approx(float(expected), rel=1e-12)
     assert dp_sgd_epsilon(noise_multiplier=1 / 40, sample_rate=1.0, steps=3, delta=1e-5, noise="laplace",
                           accountant="pure") == pytest.approx(120.0, rel=1e-12)
+
+
+def test_the_fallback_for_a_set_of_runs_serves_their_noise_or_none_for_both():
+    """RDP analyses only Gaussian noise and the pure bound only Laplace noise: runs of both noises have no accountant
+    to fall back on, and naming one would certify the other noise's runs with an analysis that does not hold."""
+    assert fallback_accountant(["gaussian", "gaussian"]) == "rdp"
+    assert fallback_accountant(iter(["laplace"])) == "pure"
+    assert fallback_accountant(["gaussian", "laplace"]) is None
+    assert fallback_accountant(["laplace", "gaussian", "laplace"]) is None
+    assert fallback_accountant([]) is None
