@@ -312,3 +312,18 @@ def test_rounding_below_zero_in_the_rdp_curve_is_not_read_as_eps_zero(accountant
     assert eps > 0
     # where the whole difference is below delta eps = 0 is a true bound, and is still given
     assert dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=1, delta=1e-8, accountant=accountant) == 0
+
+
+@pytest.mark.parametrize("sigma, q, steps, delta", [(5.002, 128 / 5218, 2039, 1e-4), (1.1, 0.004, 20_000, 1e-6),
+                                                    (0.7, 0.3, 50, 1e-5), (2.0, 1.0, 10, 1e-3)])
+def test_rdp_eps_is_dp_accounting_s_rdp_accountant_called_directly(sigma, q, steps, delta):
+    """A second implementation: dp_accounting's RdpAccountant at its default orders, add/remove-one neighbours,
+    composing the same Poisson-subsampled Gaussian steps, built here with its own API."""
+    from dp_accounting import dp_event
+    from dp_accounting.privacy_accountant import NeighboringRelation
+    from dp_accounting.rdp import rdp_privacy_accountant
+    accountant = rdp_privacy_accountant.RdpAccountant(neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE)
+    accountant.compose(dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)),
+                                                    steps))
+    ours = dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta, accountant="rdp")
+    assert ours == pytest.approx(accountant.get_epsilon(delta), rel=1e-12)
