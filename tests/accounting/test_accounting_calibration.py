@@ -67,6 +67,18 @@ def test_pld_calibrates_up_to_its_limit_and_points_to_rdp_beyond():
             noise_multiplier_for(target_epsilon=target, delta=1e-5, sample_rate=0.25, steps=300, accountant="pld")
 
 
+def test_pld_s_limit_itself_is_a_budget_pld_calibrates_and_a_hair_above_it_goes_to_rdp():
+    """500 is the largest eps PLD certifies: a target of exactly 500 is calibrated by PLD (q = 1, T = 1: the Gaussian
+    mechanism, sigma about 0.036), and the plan names PLD; just above 500 both point to RDP."""
+    sigma = noise_multiplier_for(target_epsilon=500.0, delta=1e-5, sample_rate=1.0, steps=1, accountant="pld")
+    assert 0.03 < sigma < 0.04
+    assert dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=1.0, steps=1, delta=1e-5) <= 500.0
+    assert effective_accountant("pld", target_epsilon=500.0) == ("pld", None)
+    assert effective_accountant("pld", target_epsilon=500.001)[0] == "rdp"
+    with pytest.raises(ValueError, match="accountant='rdp'"):
+        noise_multiplier_for(target_epsilon=500.001, delta=1e-5, sample_rate=1.0, steps=1, accountant="pld")
+
+
 def test_looser_tolerance_is_still_safe():
     assert_calibrated(2.0, 0.01, 1000, 1e-5, "pld", rtol=0.05)
 
