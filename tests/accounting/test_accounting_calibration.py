@@ -86,7 +86,8 @@ def test_looser_tolerance_is_still_safe():
 @pytest.mark.parametrize("argument, value", [
     ("target_epsilon", 0.0), ("target_epsilon", -1.0), ("target_epsilon", math.inf), ("target_epsilon", True),
     ("delta", 0.0), ("delta", 1.0), ("sample_rate", 0.0), ("sample_rate", 2.0),
-    ("steps", 0), ("steps", 1.5), ("accountant", "gdp"), ("rtol", 0.0), ("rtol", 0.9),
+    ("steps", 0), ("steps", 1.5), ("accountant", "gdp"), ("rtol", 0.0), ("rtol", 0.9), ("rtol", 0.5),
+    ("rtol", "1e-3"), ("sample_rate", 1 + 2 ** -52),
 ])
 def test_invalid_arguments_name_the_argument(argument, value):
     args = dict(target_epsilon=1.0, delta=1e-5, sample_rate=0.01, steps=100, accountant="pld", rtol=1e-3)
