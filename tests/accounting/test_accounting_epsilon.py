@@ -327,3 +327,14 @@ def test_rdp_eps_is_dp_accounting_s_rdp_accountant_called_directly(sigma, q, ste
                                                     steps))
     ours = dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta, accountant="rdp")
     assert ours == pytest.approx(accountant.get_epsilon(delta), rel=1e-12)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_an_accountant_s_nan_or_inf_is_refused_not_printed_as_an_eps(monkeypatch, value):
+    """A nan would print as eps = nan and compare as 'not above' any budget; an inf at noise > 0 means the accountant
+    could not resolve eps, not that the run is non-private. Each is refused in words, naming the accountant."""
+    import dataclasses
+    stand_in = dataclasses.replace(accountant_info("rdp"), compute=lambda events, delta: value)
+    monkeypatch.setattr(epsilon_module, "accountant_info", lambda name: stand_in)
+    with pytest.raises(ValueError, match="returned nan" if math.isnan(value) else "lies above what accountant 'rdp'"):
+        dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=10, delta=1e-5, accountant="rdp")
