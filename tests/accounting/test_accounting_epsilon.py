@@ -138,7 +138,7 @@ def test_no_noise_is_infinite_and_no_steps_is_zero(accountant):
     ("sample_rate", 0.0), ("sample_rate", 1.5), ("sample_rate", -0.1),
     ("steps", -1), ("steps", 2.5), ("steps", True),
     ("delta", 0.0), ("delta", 1.0), ("delta", -1e-5), ("delta", math.nan),
-    ("accountant", "gdp"),
+    ("accountant", "gdp"), ("noise", "uniform"), ("noise", "Gaussian"),
 ])
 def test_invalid_arguments_name_the_argument(argument, value):
     args = dict(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1e-5, accountant="pld")
