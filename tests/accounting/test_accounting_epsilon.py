@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dpmed.accounting import (ACCOUNTANTS, NEIGHBOUR_DP_SGD, PoissonGaussianEvent, accountant_info, default_delta,
-                              describe_accountant, dp_sgd_epsilon)
+                              describe_accountant, dp_sgd_epsilon, dp_sgd_schedule)
 from dpmed.accounting import PoissonLaplaceEvent
 from dpmed.accounting import epsilon as epsilon_module
 from dpmed.accounting._pld import subsampled_gaussian_pld
@@ -338,3 +338,18 @@ def test_an_accountant_s_nan_or_inf_is_refused_not_printed_as_an_eps(monkeypatch
     monkeypatch.setattr(epsilon_module, "accountant_info", lambda name: stand_in)
     with pytest.raises(ValueError, match="returned nan" if math.isnan(value) else "lies above what accountant 'rdp'"):
         dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=10, delta=1e-5, accountant="rdp")
+
+
+def test_the_schedule_by_hand_at_the_reference_and_at_a_batch_of_the_whole_set():
+    """q = B / N and T = epochs * round(N / B): 5218 / 128 = 40.8 batches an epoch, so 41, and 50 epochs are 2050
+    steps; a batch of all N images is q = 1, one step an epoch, and is allowed; one image more is refused."""
+    assert dp_sgd_schedule(5218, batch_size=128, epochs=50) == (128 / 5218, 2050)
+    assert dp_sgd_schedule(100, batch_size=100, epochs=3) == (1.0, 3)
+    assert dp_sgd_schedule(100, batch_size=1, epochs=1) == (0.01, 100)
+    with pytest.raises(ValueError, match="batch_size 101 exceeds the 100 training images"):
+        dp_sgd_schedule(100, batch_size=101, epochs=3)
+    for argument in ("n_train", "batch_size", "epochs"):
+        args = dict(n_train=100, batch_size=10, epochs=2)
+        args[argument] = 0
+        with pytest.raises(ValueError, match=argument):
+            dp_sgd_schedule(args.pop("n_train"), **args)
