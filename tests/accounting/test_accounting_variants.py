@@ -132,6 +132,12 @@ def test_pld_hands_high_budgets_to_rdp_and_says_so():
         effective_accountant("rdp", target_epsilon=1.0, noise="laplace")
 
 
+def test_planning_for_an_unknown_noise_names_the_noises_there_are():
+    """Before: "accountant 'pld' does not analyse uniform noise; ... For uniform noise use " and nothing after."""
+    with pytest.raises(ValueError, match=r"noise must be one of gaussian, laplace, got 'uniform'$"):
+        effective_accountant("pld", target_epsilon=1.0, noise="uniform")
+
+
 def test_the_pure_bound_by_hand_also_where_one_step_costs_more_than_30():
     """Sum over entries of T log(1 + q (e^(1/b) - 1)), worked in 50 digits: b = 1/40 (a per-step eps of 40, where
     e^(1/b) is rewritten to avoid overflow) at q = 1e-3 for 3 steps, then b = 2 at q = 0.1 for 5 steps. At q = 1 it

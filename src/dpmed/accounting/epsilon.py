@@ -336,6 +336,8 @@ def effective_accountant(accountant: str, *, target_epsilon: float | None, noise
     max(1e-12, 1e-15 T) (see _PLD_MIN_DELTA) and composes at most 2e6 steps (see _PLD_MAX_STEPS). Laplace noise
     falls back to the pure bound, which needs no delta."""
     info = accountant_info(accountant)
+    if noise not in _NOISE_EVENTS:
+        raise ValueError(f"noise must be one of {', '.join(NOISES)}, got {noise!r}")
     if noise not in info.noises:
         raise ValueError(f"accountant {accountant!r} does not analyse {noise} noise; it handles "
                          f"{', '.join(info.noises)}. For {noise} noise use "
