@@ -224,6 +224,16 @@ def test_the_floor_grows_with_the_steps_where_the_pld_turns_to_rounding_noise():
     assert accountant_info("pld").min_delta(88) == 1e-12 and accountant_info("rdp").min_delta(10**9) == 0
 
 
+def test_the_delta_floor_counts_the_steps_of_every_entry():
+    """Two entries of 5,000 steps compose 10,000 steps, whose floor is 1e-11: delta 5e-12 is refused, though it is at
+    the floor of either entry alone (where the PLD eps would be rounding noise, in either direction)."""
+    events = [PoissonGaussianEvent(noise_multiplier=1.0, sample_rate=0.01, steps=5000),
+              PoissonGaussianEvent(noise_multiplier=1.2, sample_rate=0.01, steps=5000)]
+    assert accountant_info("pld").min_delta(5000) == 5e-12
+    with pytest.raises(ValueError, match=r"cannot resolve delta = 5e-12 after 10000 steps.*down to 1e-11"):
+        epsilon_module._epsilon(events, delta=5e-12, accountant="pld")
+
+
 def test_pld_refuses_more_steps_than_it_composes_before_building_a_grid_and_plans_fall_back_to_rdp(monkeypatch):
     """PLD's grid grows with T: `dpmed privacy calibrate ... --steps 1e9` (or a study's mistyped training.steps) ran
     for minutes towards an exhausted memory. Beyond 2e6 steps it refuses at once, naming the accountant that serves
