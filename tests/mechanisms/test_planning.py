@@ -332,3 +332,17 @@ def test_a_patient_unit_card_with_a_cap_says_what_the_model_trained_on(write_stu
     card = mechanism_info("dp_sgd").card(dp, ledger, "secure")
     assert card.unit == "patient" and card.neighbour_relation == accounting.NEIGHBOUR_PATIENT
     assert "at most 2 images of each patient" in card.unit_note and "max_images_per_patient" in card.unit_note
+
+
+@pytest.mark.parametrize("exact, released", [(140, 20000), (20000, 140)])
+def test_the_default_delta_is_read_from_the_released_count_not_the_exact_one(write_study, exact, released):
+    """min(1e-5, 1/(10 N)) with N the released count: 5e-6 for a count of 20,000 drawn from 140 patients, and 1e-5
+    for a count of 140 drawn from 20,000 (the exact count would give 1e-5 and 5e-6: a delta that tells the sets
+    apart, and a claim at a delta larger than 1/(10 N) of the set the card names)."""
+    context = PlanContext(images_per_patient=np.ones(exact, dtype=np.int64), image_shape=(1, 16, 16),
+                          released_sizes={"patients": released}, size_epsilon=0.05)
+    study = load_study(write_study(SIZED.replace("target_epsilon: 1}", "noise_multiplier: 1.5}")))
+    plans = {p.arm: p.privacy for p in plan_runs(study, context)}
+    for plan in plans.values():
+        assert plan.n_units == released and plan.delta == min(1e-5, 1 / (10 * released))
+
