@@ -346,3 +346,26 @@ def test_the_default_delta_is_read_from_the_released_count_not_the_exact_one(wri
     for plan in plans.values():
         assert plan.n_units == released and plan.delta == min(1e-5, 1 / (10 * released))
 
+
+
+def test_an_image_unit_with_a_cap_counts_the_capped_images_and_only_where_patients_are_known():
+    """Patients of 1, 2 and 5 images, 30 of each, capped at 2: the accountant counts 30 (1 + 2 + 2) = 150 images, the
+    count released under its own key; without patient ids the cap means nothing (each image its own patient) and
+    the 240 images are counted, under the key of all images."""
+    from dpmed.config.schema import Study
+
+    study = Study.model_validate({"name": "c", "training": {"epochs": 1, "batch_size": 10}, "arms": [
+        {"name": "dp", "mechanism": "dp_sgd", "noise_multiplier": 1.5, "privacy_unit": "image",
+         "max_images_per_patient": 2}]})
+    (arm,) = study.arms
+    counts = np.array([1, 2, 5] * 30, dtype=np.int64)
+    known = PlanContext(images_per_patient=counts, image_shape=(1, 16, 16))
+    assert mechanism_info("dp_sgd").size(arm, known) == ("images, at most 2 per patient", 150)
+    (plan,) = plan_runs(study, known)
+    assert plan.privacy.n_units == 150 and plan.privacy.sample_rate == pytest.approx(10 / 150)
+    assert plan.privacy.max_images_per_patient == 2 and plan.privacy.size_key == "images, at most 2 per patient"
+    unknown = PlanContext(images_per_patient=counts, image_shape=(1, 16, 16), patients_known=False)
+    assert mechanism_info("dp_sgd").size(arm, unknown) == ("images", 240)
+    (plan,) = plan_runs(study, unknown)
+    assert plan.privacy.n_units == 240 and plan.privacy.max_images_per_patient is None
+    assert plan.privacy.patient_guarantee is None and plan.privacy.image_cap_key is None
