@@ -172,3 +172,32 @@ def test_only_an_image_unit_names_the_cap_in_its_neighbours():
 
     assert unit_words("image", 3) == "image of the training set as capped at 3 per patient"
     assert unit_words("patient", 3) == "patient" and unit_words("image", None) == "image"
+
+
+def _released(write_study, epsilon: float = 0.05):
+    """The poisson arm planned from a released count of 140 capped images, at size_epsilon ``epsilon``."""
+    specs = plan_runs(load_study(write_study(STUDY)), PlanContext(
+        images_per_patient=np.full(70, 2, dtype=np.int64), image_shape=(1, 16, 16),
+        released_sizes={"images, at most 2 per patient": 140}, size_epsilon=epsilon))
+    return next(s.privacy for s in specs if s.arm == "poisson")
+
+
+def test_the_patients_guarantee_adds_the_released_size_once_per_image_of_the_patient(write_study):
+    """The released count counts each of the patient's k = 2 images, so the patient pays 2 size_epsilon on top of the
+    group value of training: the formula (k eps, k e^((k-1) eps) delta) is applied to the card's eps, training plus
+    0.05, and the tight value adds k 0.05. Without it the patient's note claimed 0.05 or 0.1 less than the run has."""
+    plan = _released(write_study)
+    card = _card(plan, "secure")
+    training = accounting.dp_sgd_epsilon(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
+                                         steps=plan.steps, delta=plan.delta)
+    assert card.epsilon == pytest.approx(training + 0.05) and card.is_dp
+    group = card.patient_guarantee
+    assert group.k == 2 and group.formula_epsilon == pytest.approx(2 * (training + 0.05))
+    assert group.formula_delta == pytest.approx(2 * np.exp(training + 0.05) * card.delta)
+    tight = accounting.group_privacy(epsilon=training, delta=plan.delta, k=2, noise_multiplier=plan.noise_multiplier,
+                                     sample_rate=plan.sample_rate, steps=plan.steps).tight_epsilon
+    assert tight is not None and group.tight_epsilon == pytest.approx(tight + 2 * 0.05)
+    assert f"eps = {epsilon_text(card.epsilon)} at delta = {delta_text(card.delta)} (PLD accountant plus the " \
+           "released size)" in group.statement
+    assert "plus k times the released size's eps" in group.statement
+
