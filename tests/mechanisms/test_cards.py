@@ -201,3 +201,16 @@ def test_the_patients_guarantee_adds_the_released_size_once_per_image_of_the_pat
            "released size)" in group.statement
     assert "plus k times the released size's eps" in group.statement
 
+
+
+def test_a_card_states_the_steps_of_its_ledger_and_accounts_them(write_study):
+    """The eps is the ledger's: a run that recorded one step fewer (or more) than planned must say T as recorded, the
+    value the accountant composed, not the plan's."""
+    plan = _released(write_study)
+    for steps in (plan.steps - 1, plan.steps + 1):
+        ledger = Ledger((dp_sgd_event(noise=plan.noise, noise_multiplier=plan.noise_multiplier,
+                                      sample_rate=plan.sample_rate, steps=steps),))
+        card = mechanism_info("dp_sgd").card(plan, ledger, "secure")
+        assert card.steps == steps and f", T = {steps}, " in card.statement
+        assert card.epsilon == pytest.approx(accounting.dp_sgd_epsilon(
+            noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=steps, delta=plan.delta) + 0.05)
