@@ -214,3 +214,25 @@ def test_a_card_states_the_steps_of_its_ledger_and_accounts_them(write_study):
         assert card.steps == steps and f", T = {steps}, " in card.statement
         assert card.epsilon == pytest.approx(accounting.dp_sgd_epsilon(
             noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=steps, delta=plan.delta) + 0.05)
+
+
+@pytest.mark.parametrize("unit", ["patient", "image"])
+@pytest.mark.parametrize("size_epsilon", [0.0, 0.05])
+def test_a_card_statement_names_its_delta_accountant_unit_and_neighbours(write_study, plans, unit, size_epsilon):
+    """Never a bare eps: the statement names the delta it holds at, the accountant, the unit and the neighbour
+    relation, for a count taken as public and for a released one (whose training eps names its accountant too)."""
+    plan = _released(write_study) if size_epsilon else plans["poisson"]
+    if unit == "patient":
+        plan = plan.model_copy(update={"unit": "patient", "max_images_per_patient": None, "patient_guarantee": None,
+                                       "image_cap_key": None})
+    card = _card(plan, "secure")
+    neighbours = (accounting.NEIGHBOUR_PATIENT if unit == "patient"
+                  else "add or remove one image of the training set as capped at 2 per patient (Poisson sampling)")
+    assert card.neighbour_relation == neighbours and card.unit == unit
+    assert card.statement.startswith(f"eps = {epsilon_text(card.epsilon)} at delta = {delta_text(card.delta)} (")
+    assert f"; unit: one {unit}; neighbours: {neighbours}; {unit}s: N = 140" in card.statement
+    if size_epsilon:
+        assert "by the PLD accountant + 0.05 for the released size, added (basic composition)" in card.statement
+        assert "N = 140, a count released at eps 0.05 (discrete Laplace)" in card.statement
+    else:
+        assert "(PLD accountant; unit" in card.statement and "N = 140, taken as public" in card.statement
