@@ -369,3 +369,28 @@ def test_an_image_unit_with_a_cap_counts_the_capped_images_and_only_where_patien
     (plan,) = plan_runs(study, unknown)
     assert plan.privacy.n_units == 240 and plan.privacy.max_images_per_patient is None
     assert plan.privacy.patient_guarantee is None and plan.privacy.image_cap_key is None
+
+
+@pytest.mark.parametrize("n", [1, 20])
+def test_a_batch_equal_to_a_public_count_plans_every_unit_in_every_step(n):
+    """An expected batch of all N units is q = 1, not a refusal: T = epochs round(N / B) = 2 epochs of one step, the
+    expected batch N, the default delta min(1e-5, 1/(10 N)) = 1e-5 even for a single patient, and the card says
+    q = 1 (only a batch above N is refused)."""
+    from dpmed.config.schema import Study
+
+    context = PlanContext(images_per_patient=np.full(n, 3, dtype=np.int64), image_shape=(1, 16, 16))
+    study = Study.model_validate({"name": "q", "training": {"epochs": 2, "batch_size": n}, "arms": [
+        {"name": "dp", "mechanism": "dp_sgd", "noise_multiplier": 4.0}]})
+    (plan,) = plan_runs(study, context)
+    dp = plan.privacy
+    assert (dp.sample_rate, dp.steps, dp.n_units, dp.released_units) == (1.0, 2, n, None)
+    assert dp.expected_batch_size == n and dp.delta == 1e-5 and dp.unit == "patient"
+    ledger = accounting.Ledger((accounting.dp_sgd_event(noise="gaussian", noise_multiplier=4.0, sample_rate=1.0,
+                                                        steps=2),))
+    card = mechanism_info("dp_sgd").card(dp, ledger, "secure")
+    assert f"patients: N = {n}, taken as public, q = 1, T = 2, sigma = 4," in card.statement
+    assert card.epsilon == pytest.approx(accounting.dp_sgd_epsilon(noise_multiplier=4.0, sample_rate=1.0, steps=2,
+                                                                   delta=1e-5))
+    with pytest.raises(ConfigError, match=f"batch_size {n + 1} exceeds the {n} training patients"):
+        plan_runs(study.model_copy(update={"training": study.training.model_copy(update={"batch_size": n + 1})}),
+                  context)
