@@ -13,7 +13,7 @@ from dpmed.config import load_study, plan_runs
 from dpmed.mechanisms import PlanContext, mechanism_info, patient_guarantee
 from dpmed.mechanisms.cards import SECURE_RANDOMNESS
 from dpmed.numbers import delta_text, epsilon_text
-from dpmed.randomness import GAUSSIAN_DRAW_BOUND, NOT_DP_REPRODUCIBLE
+from dpmed.randomness import DRAW_BOUND, GAUSSIAN_DRAW_BOUND, NOT_DP_REPRODUCIBLE
 
 STUDY = """
 name: cards
@@ -236,3 +236,18 @@ def test_a_card_statement_names_its_delta_accountant_unit_and_neighbours(write_s
         assert "N = 140, a count released at eps 0.05 (discrete Laplace)" in card.statement
     else:
         assert "(PLD accountant; unit" in card.statement and "N = 140, taken as public" in card.statement
+
+
+def test_a_pure_laplace_card_claims_only_the_samplers_share_as_its_delta(plans):
+    """The pure bound for Laplace noise holds at delta 0 (Balle et al. 2018): the card's delta is what the bounded
+    sampler costs (about 1e-16 at b = 2 C1 here), not the arm's delta plus it, and the statement says so."""
+    plan = plans["poisson"].model_copy(update={"noise": "laplace", "noise_multiplier": 2.0, "accountant": "pure",
+                                               "patient_guarantee": None})
+    share = accounting.bounded_noise_delta(noise="laplace", noise_multiplier=2.0, sample_rate=plan.sample_rate,
+                                           steps=plan.steps, bound=DRAW_BOUND["laplace"])
+    card = _card(plan, "secure")
+    assert card.is_dp and 0 < share < 1e-12 and card.delta == share == card.sampler_delta
+    assert "pure DP but for the noise sampler's bounded draws, which that delta pays for" in card.statement
+    assert card.epsilon == pytest.approx(accounting.dp_sgd_epsilon(
+        noise_multiplier=2.0, sample_rate=plan.sample_rate, steps=plan.steps, delta=plan.delta, accountant="pure",
+        noise="laplace"))
