@@ -394,3 +394,18 @@ def test_a_batch_equal_to_a_public_count_plans_every_unit_in_every_step(n):
     with pytest.raises(ConfigError, match=f"batch_size {n + 1} exceeds the {n} training patients"):
         plan_runs(study.model_copy(update={"training": study.training.model_copy(update={"batch_size": n + 1})}),
                   context)
+
+
+def test_a_refusal_at_a_released_count_names_it_as_a_dp_count_and_its_noise(write_study):
+    """Planned from a released count, a refusal must say that N is a DP count, not the training set's size, and how
+    far it may lie from it: discrete Laplace of scale 1/0.05 has variance 2 e^-0.05 / (1 - e^-0.05)^2, a standard
+    deviation of 28.3, printed 28."""
+    eps = 0.05
+    std = (2 * np.exp(-eps)) ** 0.5 / (1 - np.exp(-eps))
+    assert round(std) == 28
+    text = SIZED.replace("target_epsilon: 1}", "target_epsilon: 1, delta: 0.01}")
+    with pytest.raises(ConfigError) as info:
+        _sized(load_study(write_study(text)), 140, epsilon=eps)
+    assert ("N being the DP count 140 of the training patients the accountant counts (privacy_unit: patient; the "
+            f"count is the exact one plus noise of standard deviation {round(std)} (size_epsilon 0.05))"
+            in str(info.value))
