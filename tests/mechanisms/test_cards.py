@@ -251,3 +251,14 @@ def test_a_pure_laplace_card_claims_only_the_samplers_share_as_its_delta(plans):
     assert card.epsilon == pytest.approx(accounting.dp_sgd_epsilon(
         noise_multiplier=2.0, sample_rate=plan.sample_rate, steps=plan.steps, delta=plan.delta, accountant="pure",
         noise="laplace"))
+
+
+def test_a_patients_guarantee_shared_cache_keeps_runs_of_different_deltas_apart(plans):
+    """Runs of one study share a cache: a second run that differs only in delta must get the group value at its own
+    delta, not the first run's."""
+    first = plans["poisson"]
+    second = first.model_copy(update={"delta": first.delta / 100})
+    cache: dict = {}
+    patient_guarantee(first, 2, cache)
+    assert patient_guarantee(second, 2, cache) == patient_guarantee(second, 2, {})
+    assert patient_guarantee(second, 2, {}).formula_epsilon > patient_guarantee(first, 2, {}).formula_epsilon
