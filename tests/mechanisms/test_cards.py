@@ -262,3 +262,12 @@ def test_a_patients_guarantee_shared_cache_keeps_runs_of_different_deltas_apart(
     patient_guarantee(first, 2, cache)
     assert patient_guarantee(second, 2, cache) == patient_guarantee(second, 2, {})
     assert patient_guarantee(second, 2, {}).formula_epsilon > patient_guarantee(first, 2, {}).formula_epsilon
+
+
+def test_a_shuffled_runs_patient_note_states_no_tight_group_value(plans):
+    """DP-SGD's tight group value is a mixture-of-Gaussians analysis of Poisson sampling: shuffled batches have none,
+    and only the group formula (from the Poisson counterpart's eps, labelled not DP) may stand."""
+    plan = plans["shuffled"]
+    assert plan.patient_guarantee.tight_epsilon is None
+    assert "tight group value is eps" not in plan.patient_guarantee.statement
+    assert plans["poisson"].patient_guarantee.tight_epsilon is not None
