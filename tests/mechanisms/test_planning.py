@@ -331,6 +331,7 @@ def test_a_patient_unit_card_with_a_cap_says_what_the_model_trained_on(write_stu
                                                         sample_rate=dp.sample_rate, steps=dp.steps),))
     card = mechanism_info("dp_sgd").card(dp, ledger, "secure")
     assert card.unit == "patient" and card.neighbour_relation == accounting.NEIGHBOUR_PATIENT
+    assert card.capped_at is None           # capped_at is the image unit's: the patient's neighbours are not capped
     assert "at most 2 images of each patient" in card.unit_note and "max_images_per_patient" in card.unit_note
 
 
