@@ -32,8 +32,6 @@ def test_reference_values():
     assert dp_sgd_epsilon(**REFERENCE) == dp_sgd_epsilon(**REFERENCE, accountant="pld")  # PLD is the default
 
 
-
-
 @pytest.mark.parametrize("sigma", [0.5, 1.0, 2.0, 5.0, 10.0])
 @pytest.mark.parametrize("steps", [1, 4])
 @pytest.mark.parametrize("delta", [1e-3, 1e-5])

@@ -87,8 +87,6 @@ def test_laplace_events_round_trip_and_compose_separately_from_gaussian():
                                                                 delta=1e-5, noise="laplace")
 
 
-
-
 @pytest.mark.parametrize("mu", [0.3, 1.0, 4.0, 12.0])
 def test_gaussian_epsilon_matches_the_analytic_formula_and_the_pld(mu, exact_gaussian_epsilon):
     ours = gaussian_epsilon(mu=mu, delta=1e-5)

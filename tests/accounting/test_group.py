@@ -22,8 +22,6 @@ from dpmed.numbers import epsilon_text
 DELTA = 1e-5
 
 
-
-
 def test_the_formula_worked_by_hand():
     """eps = 1, delta = 1e-5, k = 3: (3 * 1, 3 e^(2 * 1) 1e-5) = (3, 2.2167e-4)."""
     g = group_privacy(epsilon=1.0, delta=DELTA, k=3)

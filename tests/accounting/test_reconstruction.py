@@ -438,7 +438,6 @@ def test_other_errors_are_not_swallowed(monkeypatch):
         relaxed_reconstruction_bound(**PNEUMONIA_1E12)
 
 
-
 def test_beyond_pld_s_step_ceiling_the_rdp_duality_bounds_every_value(monkeypatch):
     """Past _pld.MAX_STEPS (here lowered to 10, so that PLD can still be computed beside it) the worst case, the
     relaxed case and the membership-inference TPRs come from the duality with RDP's delta(eps): never below PLD's
@@ -459,7 +458,6 @@ def test_beyond_pld_s_step_ceiling_the_rdp_duality_bounds_every_value(monkeypatc
     assert rdp.worst_case_edgeworth_via == "Edgeworth expansion" and rdp.gdp_via == "GDP/CLT"
 
 
-
 def test_an_rdp_order_that_rounds_below_zero_is_not_read_as_delta_zero(monkeypatch):
     """dp_accounting reads an order whose RDP rounds below 0 (extreme noise) as delta = 0 at every eps, and the
     duality would then give kappa itself: here 0.01, below the exact power 0.0527 (q = 1, the Gaussian trade-off).
@@ -478,6 +476,7 @@ def test_an_rdp_order_that_rounds_below_zero_is_not_read_as_delta_zero(monkeypat
     exact = float(special.ndtr(special.ndtri(0.01) + math.sqrt(50) / 10))
     assert exact <= reconstruction_bound(noise_multiplier=10.0, sample_rate=1.0, steps=50, kappa=0.01) <= 2 * exact
 
+
 def test_a_hundred_million_steps_are_bounded_by_rdp():
     """The CLI's and a study's step counts have no ceiling: 1e8 steps get an RDP bound, above PLD's at 2e6 steps
     (more steps help the attacker) and below certainty at this much noise."""
@@ -488,6 +487,7 @@ def test_a_hundred_million_steps_are_bounded_by_rdp():
     assert at_ceiling < far.worst_case < 0.01
 
 # --- arguments and the public surface --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kappa", [0, 1, 1.5, -0.1, math.nan, True, "0.01"])
 def test_kappa_must_be_a_probability_strictly_between_0_and_1(kappa):

@@ -15,6 +15,7 @@ from dpmed.accounting import reconstruction_bound, relaxed_reconstruction_bound
 
 # --- exact closed forms ----------------------------------------------------------------------------------------------
 
+
 def exact_one_step(sigma: float, q: float, kappa: float) -> float:
     """T = 1: the likelihood ratio grows with z, so the test rejects z > c with P(z > c) = kappa; its power under
     (1-q) N(0,1) + q N(1/sigma, 1)."""

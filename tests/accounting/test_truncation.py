@@ -141,11 +141,11 @@ def test_above_sigma_six_no_coordinate_moves_a_fifth_of_a_std_and_the_share_keep
     n = mpmath.mpf(10) ** 12
     for sigma, share in zip(sigmas, paid):
         a = mpmath.mpf(1) / sigma
+
         def past(shift):        # P(B - shift < Z <= B), from the upper tails: no cancellation against 1
             return mpmath.ncdf(shift - B) - mpmath.ncdf(-B)
         one_hot, spread = past(a), n * past(a / mpmath.sqrt(n))
         assert steps * q * max(one_hot, spread) <= share
-
 
 
 @pytest.mark.parametrize("argument, value", [

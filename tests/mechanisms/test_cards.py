@@ -202,7 +202,6 @@ def test_the_patients_guarantee_adds_the_released_size_once_per_image_of_the_pat
     assert "plus k times the released size's eps" in group.statement
 
 
-
 def test_a_card_states_the_steps_of_its_ledger_and_accounts_them(write_study):
     """The eps is the ledger's: a run that recorded one step fewer (or more) than planned must say T as recorded, the
     value the accountant composed, not the plan's."""

@@ -19,8 +19,6 @@ from dpmed.mechanisms.pixel_gaussian import PixelGaussianPlan
 from dpmed.numbers import epsilon_text
 
 
-
-
 def _card(std: float, shape: tuple[int, ...], delta: float, value_range: float = 1.0, mode: str = "secure"):
     event = PixelGaussian(std=std, value_range=value_range).event(shape)
     plan = PixelGaussianPlan(std=std, delta=delta, dimension=math.prod(shape))

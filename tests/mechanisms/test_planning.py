@@ -320,6 +320,7 @@ def test_given_laplace_noise_below_pld_s_delta_floor_names_the_delta_as_the_reas
     assert accounting.dp_sgd_epsilon(noise_multiplier=2.0, sample_rate=given.sample_rate, steps=given.steps,
                                      delta=given.delta, accountant="pure", noise="laplace") < 2
 
+
 def test_a_patient_unit_card_with_a_cap_says_what_the_model_trained_on(write_study):
     """A patient-unit arm with max_images_per_patient trains on the capped set; its eps (add/remove one patient with
     all of their images) holds for the data as supplied, but the card must still say that the model saw at most k
@@ -346,7 +347,6 @@ def test_the_default_delta_is_read_from_the_released_count_not_the_exact_one(wri
     plans = {p.arm: p.privacy for p in plan_runs(study, context)}
     for plan in plans.values():
         assert plan.n_units == released and plan.delta == min(1e-5, 1 / (10 * released))
-
 
 
 def test_an_image_unit_with_a_cap_counts_the_capped_images_and_only_where_patients_are_known():
