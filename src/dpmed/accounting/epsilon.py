@@ -89,11 +89,16 @@ _NOISE_EVENTS: dict[str, type] = {"gaussian": PoissonGaussianEvent, "laplace": P
 NOISES = tuple(_NOISE_EVENTS)
 
 
+def _check_noise(noise: str) -> None:
+    """ValueError naming the noises there are, before a lookup in _NOISE_EVENTS or an accountant's list."""
+    if noise not in _NOISE_EVENTS:
+        raise ValueError(f"noise must be one of {', '.join(NOISES)}, got {noise!r}")
+
+
 def dp_sgd_event(*, noise: str, noise_multiplier: float, sample_rate: float, steps: int) -> DpSgdEvent:
     """The event of ``steps`` DP-SGD steps with ``noise`` ("gaussian": L2 clip, N(0, (sigma C)^2) noise;
     "laplace": L1 clip, Laplace(b) noise with noise_multiplier = b / C1)."""
-    if noise not in _NOISE_EVENTS:
-        raise ValueError(f"noise must be one of {', '.join(NOISES)}, got {noise!r}")
+    _check_noise(noise)
     return _NOISE_EVENTS[noise](noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
 
 
@@ -336,8 +341,7 @@ def effective_accountant(accountant: str, *, target_epsilon: float | None, noise
     max(1e-12, 1e-15 T) (see _PLD_MIN_DELTA) and composes at most 2e6 steps (see _PLD_MAX_STEPS). Laplace noise
     falls back to the pure bound, which needs no delta."""
     info = accountant_info(accountant)
-    if noise not in _NOISE_EVENTS:
-        raise ValueError(f"noise must be one of {', '.join(NOISES)}, got {noise!r}")
+    _check_noise(noise)
     if noise not in info.noises:
         raise ValueError(f"accountant {accountant!r} does not analyse {noise} noise; it handles "
                          f"{', '.join(info.noises)}. For {noise} noise use "

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from dpmed import accounting
 from dpmed.evaluation.proportions import clopper_pearson
-from dpmed.numbers import confidence_text, round_down, round_up
+from dpmed.numbers import confidence_text, round_down
 from dpmed.records import AttackRecord, RunRecord
 from dpmed.reporting.figures import png_bytes
 from dpmed.reporting.inputs import (ReportInputs, bound_percent, eps_label, escape, estimate_text, number_text,
@@ -88,7 +88,7 @@ def _threshold_text(threshold: float) -> str:
 def _interval_text(low: float, high: float) -> str:
     """An interval on a rate as percentages with one decimal, rounded outward: to nearest, 0.054 % to 1.94 % read
     "[0.1%, 1.9%]", narrower than the interval computed; outward it reads "[0.0%, 2.0%]"."""
-    return f"[{round_down(1000 * low) / 10:.1f}%,\u00a0{round_up(1000 * high) / 10:.1f}%]"
+    return f"[{round_down(1000 * low) / 10:.1f}%,\u00a0{bound_percent(high, 1)}]"
 
 
 def _attack_cell(r: RunRecord) -> str:
