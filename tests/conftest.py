@@ -32,6 +32,15 @@ def pneumoniamnist() -> Path:
 
 
 @pytest.fixture
+def umask_022():
+    """The usual umask, whatever the test runner's: a file or folder made without an explicit mode is then readable
+    by others, which is what the owner-only modes must prevent."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.fixture
 def write_study(tmp_path: Path):
     """Write YAML text to a study file in tmp_path and return its path."""
 

@@ -309,15 +309,6 @@ def test_a_damaged_array_archive_is_refused_naming_the_file_whatever_the_damage(
         read_arrays(good, ("cams", "images", "masks"))
 
 
-@pytest.fixture
-def umask_022():
-    """The usual umask, whatever the test runner's: a file or folder made without an explicit mode is then readable
-    by others, which is what the owner-only modes must prevent."""
-    old = os.umask(0o022)
-    yield
-    os.umask(old)
-
-
 @pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
 def test_owner_only_files_are_0600_even_where_a_readable_file_stood_and_others_keep_the_umask(tmp_path, umask_022):
     """A run's secrets and checkpoints: a file opened over an existing one kept that file's mode (O_CREAT), so a key

@@ -209,18 +209,15 @@ def test_a_file_rewritten_with_its_size_and_time_set_back_is_not_read_from_the_c
     assert cache_key(paths, pre, 1, (8, 8)) != key
 
 
-def test_an_entry_is_owner_only_and_a_stopped_decode_leaves_no_partial_images(tmp_path, write_image, monkeypatch):
+def test_an_entry_is_owner_only_and_a_stopped_decode_leaves_no_partial_images(tmp_path, write_image, monkeypatch,
+                                                                               umask_022):
     """Decoded patient images: before, 0644 files in a 0755 folder (under umask 022), and a decode stopped midway
     left a full-size temporary file of them that nothing removed."""
     import dpmed.data.cache as cache
 
     paths = _files(tmp_path, write_image)
     pre = Preprocessing(size=(8, 8), channels=1)
-    old = os.umask(0o022)
-    try:
-        decode_images(paths, pre, cache_dir=tmp_path / "cache")
-    finally:
-        os.umask(old)
+    decode_images(paths, pre, cache_dir=tmp_path / "cache")
     assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
     assert {p.stat().st_mode & 0o777 for p in (tmp_path / "cache").iterdir()} == {0o600}
 
