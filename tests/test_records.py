@@ -188,6 +188,25 @@ def test_an_infinite_eps_is_written_as_strict_json_and_read_back_as_infinity():
     assert StudyPrivacy.model_validate_json(text) == privacy
 
 
+def test_an_infinite_value_on_a_run_s_privacy_card_survives_run_json(tmp_path, make_record):
+    """The card is a model of its own inside the record, and a nested model writes floats by its own settings: an
+    infinite eps on the card (a group guarantee's k eps overflowing, say) would be written as null and read back
+    as "no eps", a claim with its value gone."""
+    from dpmed.mechanisms import PrivacyCard
+    from dpmed.mechanisms.base import GroupGuarantee
+
+    guarantee = GroupGuarantee(k=3, formula_epsilon=math.inf, formula_delta=1.0)
+    card = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="eps = inf", epsilon=math.inf, delta=1e-5,
+                       accountant="pld", unit="image", patient_guarantee=guarantee)
+    record = make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0).model_copy(update={"privacy": card})
+    record.write(tmp_path / "run.json")
+    data = json.loads((tmp_path / "run.json").read_text(), parse_constant=lambda name: pytest.fail(name))
+    assert data["privacy"]["epsilon"] == "Infinity"
+    assert data["privacy"]["patient_guarantee"]["formula_epsilon"] == "Infinity"
+    again = read_record(tmp_path / "run.json")
+    assert again.privacy.epsilon == math.inf and again.privacy.patient_guarantee.formula_epsilon == math.inf
+
+
 def test_a_run_json_with_a_key_this_dpmed_does_not_know_is_refused_naming_it(tmp_path, make_record):
     """A key misspelt by hand, or written by a newer dpmed, would otherwise be dropped without a word."""
     data = json.loads(make_record("np_seed0", "np").model_dump_json())

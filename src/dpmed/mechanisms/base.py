@@ -191,10 +191,18 @@ class PlanContext:
         return int(math.prod(self.image_shape))
 
 
+# A privacy claim is derived by dpmed and read back from run.json, where an infinite eps is the string "Infinity"
+# (strict JSON; the record's own setting does not reach a nested model, which would write null: a claim with its
+# value gone), and lax mode reads that string back as a float.
+_CLAIM_CONFIG = ConfigDict(extra="forbid", frozen=True, strict=False, ser_json_inf_nan="strings")
+
+
 class GroupGuarantee(Strict):
     """What an image-level run's (epsilon, delta) implies for a patient with k images (the declared
     max_images_per_patient): the group-privacy formula (k eps, k e^((k-1) eps) delta) and, where computed, DP-SGD's
     tight group eps (`accounting.group_privacy`)."""
+
+    model_config = _CLAIM_CONFIG
 
     k: int
     formula_epsilon: float
@@ -207,7 +215,7 @@ class PrivacyCard(Strict):
     """What one run's privacy claim is, with every parameter it rests on; never a bare eps. Derived from the run's
     plan and ledger by its mechanism (:attr:`MechanismInfo.card`). Fields a mechanism does not use stay None."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = _CLAIM_CONFIG
 
     mechanism: str
     is_dp: bool
