@@ -294,6 +294,17 @@ def test_known_harmless_rdp_warnings_do_not_reach_the_terminal():
     assert done.stderr == "", done.stderr[:500]
 
 
+@pytest.mark.parametrize("accountant", ["pld", "rdp"])
+def test_a_noise_so_small_that_its_square_underflows_ends_in_the_command_s_line_alone(accountant):
+    """At sigma 1e-300, sigma squared is 0 and dp_accounting's RDP divides by it: numpy's RuntimeWarning, with a
+    line of dp_accounting's source, reached the terminal above the command's own refusal."""
+    code = ("import sys; from dpmed.cli import main; sys.exit(main(['privacy', 'epsilon', '--noise-multiplier', "
+            f"'1e-300', '--sample-rate', '1', '--steps', '1', '--delta', '1e-5', '--accountant', '{accountant}']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("dpmed: error: the eps of 1 step at"), done.stderr[:500]
+    assert done.stderr.count("\n") == 1, done.stderr[:500]
+
+
 def test_the_pure_accountant_needs_no_delta_and_is_refused_for_gaussian_noise_before_anything_else(capsys):
     """Before, --accountant pure asked for --delta although its bound has none, and with Gaussian noise asked for
     --delta before saying that pure does not apply at all."""

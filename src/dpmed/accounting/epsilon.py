@@ -140,7 +140,9 @@ def _rdp_accountant(events: Sequence[DpSgdEvent], orders: Sequence[float] | None
                     accountant: str) -> rdp_privacy_accountant.RdpAccountant:
     _only_gaussian(events, accountant)
     rdp = rdp_privacy_accountant.RdpAccountant(orders=orders, neighboring_relation=_NEIGHBOURS)
-    with _root_logging_left_alone():
+    # At a sigma whose square underflows, dp_accounting divides by zero: numpy warns and the order's RDP is inf,
+    # which every reader of the curve already takes as "not resolved" (eps inf, said in words by `_epsilon`).
+    with _root_logging_left_alone(), np.errstate(divide="ignore", over="ignore"):
         rdp.compose(_as_dp_event(events))
     return rdp
 
@@ -426,8 +428,8 @@ def arithmetic_failed(accountant: str, events: Sequence, delta: float, exc: Arit
 
 def _described(events: Sequence) -> str:
     """Events in words for a message (their reprs name classes and fields, not what was run)."""
-    return "; ".join(f"{e.steps} steps at noise_multiplier {e.noise_multiplier:g}, sample_rate {e.sample_rate:g}"
-                     for e in events)
+    return "; ".join(f"{e.steps} step{'' if e.steps == 1 else 's'} at noise_multiplier {e.noise_multiplier:g}, "
+                     f"sample_rate {e.sample_rate:g}" for e in events)
 
 
 def dp_sgd_epsilon(*, noise_multiplier: float, sample_rate: float, steps: int, delta: float,
