@@ -11,8 +11,10 @@ from pathlib import Path
 
 __all__ = ["versions", "package_version"]
 
-_PACKAGES = ("dpmed", "torch", "opacus", "dp-accounting", "randomgen", "numpy", "scipy", "scikit-learn",
-             "scikit-image", "fairlearn", "grad-cam", "kymatio", "pydantic")
+# Every package whose version can change a run's numbers: decoding and resizing (Pillow, pydicom) and the model
+# definitions (torchvision) included.
+_PACKAGES = ("dpmed", "torch", "torchvision", "opacus", "dp-accounting", "randomgen", "numpy", "scipy",
+             "scikit-learn", "scikit-image", "fairlearn", "grad-cam", "kymatio", "pydantic", "pillow", "pydicom")
 
 
 def _git_commit() -> str:
