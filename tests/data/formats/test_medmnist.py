@@ -182,8 +182,31 @@ def test_wrong_dtype_and_shape(tmp_path):
     with pytest.raises(DataError, match="3D MedMNIST"):
         read_medmnist(volume)
     half = _write(tmp_path / "half.npz", extra={"train_labels": np.array([[0], [1], [0.5], [1], [0], [1]], np.float32)})
-    with pytest.raises(DataError, match=r"train_labels must hold class indices 0, 1, \.\.\.; found \[0\.  0\.5 1\. \]"):
+    with pytest.raises(DataError) as err:
         read_medmnist(half)                              # 0.5 is no class: not cut down to class 0
+    assert str(err.value).endswith("train_labels must hold class indices 0, 1, ...; found 0.5 (row 2 first; 1 of 6 "
+                                   "rows)")
+
+
+def test_bad_labels_are_named_in_one_line_by_their_values_and_first_row(tmp_path):
+    """numpy's print of an array broke the message over lines ("[0.0026 0.0066 ...\n 0.027 ...]") and showed the
+    smallest values, good or bad, with no row to look at."""
+    labels = np.array([[0], [1], [1], [0], [-1], [1]])
+    with pytest.raises(DataError) as err:
+        read_medmnist(_write(tmp_path / "negative.npz", extra={"train_labels": labels}))
+    assert str(err.value).endswith("found -1 (row 4 first; 1 of 6 rows)")
+    many = np.arange(6).reshape(6, 1) * 1.5 + 0.25
+    with pytest.raises(DataError) as err:
+        read_medmnist(_write(tmp_path / "many.npz", extra={"train_labels": many}))
+    assert "found 0.25, 1.75, 3.25, 4.75, 6.25, 7.75 (row 0 first; 6 of 6 rows)" in str(err.value)
+    assert "\n" not in str(err.value)
+    labels = np.array([[0, 1], [1, 2], [1, 0], [0, 0], [1, 3], [1, 1]])
+    with pytest.raises(DataError) as err:
+        read_medmnist(_write(tmp_path / "multilabel.npz", extra={"train_labels": labels}), task_kind="multilabel")
+    assert str(err.value).endswith("must be 0/1 for a multilabel task; found 2, 3 (row 1 first; 2 of 6 rows)")
+    three = np.array([[0], [1], [2], [0], [1], [2]])
+    with pytest.raises(DataError, match=r"train_labels has classes 0, 1, 2, more than 0/1"):
+        read_medmnist(_write(tmp_path / "three.npz", extra={"train_labels": three}), task_kind="binary")
 
 
 def test_known_names_survive_a_binary_to_multiclass_override(pneumoniamnist_path):

@@ -242,12 +242,27 @@ def _infer_kind(labels: dict[str, np.ndarray], known: _KnownDataset | None) -> T
     return "binary" if set(values.tolist()) <= {0, 1} else "multiclass"
 
 
+def _values_text(values: np.ndarray) -> str:
+    """The distinct values of ``values`` in one line, the first ten: "0, 0.5, 1" (numpy's own print of an array
+    breaks its line and pads its numbers)."""
+    distinct = np.unique(values)
+    return ", ".join(f"{v:g}" for v in distinct[:10]) + (", ..." if len(distinct) > 10 else "")
+
+
+def _first_row(bad: np.ndarray) -> str:
+    """Where in the label array the first bad row is (counted from 0), and how many there are."""
+    rows = np.flatnonzero(bad)
+    return f" (row {rows[0]} first; {len(rows):,} of {len(bad):,} rows)"
+
+
 def _labels_for(path: Path, split: str, raw: np.ndarray, kind: TaskKind) -> np.ndarray:
     """[N, L] raw labels -> int64 [N] (binary, multiclass) or float32 [N, L] (multilabel), checked for the task."""
     key = f"{split}_labels"
     if kind == "multilabel":
         if not np.isin(raw, (0, 1)).all():
-            raise DataError(f"{path}: {key} must be 0/1 for a multilabel task; found values {np.unique(raw)[:10]}")
+            bad = ~np.isin(raw, (0, 1))
+            raise DataError(f"{path}: {key} must be 0/1 for a multilabel task; found {_values_text(raw[bad])}"
+                            f"{_first_row(bad.any(axis=1))}")
         return raw.astype(np.float32)
     if raw.shape[1] != 1:
         raise DataError(
@@ -255,11 +270,13 @@ def _labels_for(path: Path, split: str, raw: np.ndarray, kind: TaskKind) -> np.n
             "index per image. Drop task_kind or set it to 'multilabel'."
         )
     cls = raw[:, 0]
-    if np.any(cls < 0) or np.any(cls != np.round(cls)):
-        raise DataError(f"{path}: {key} must hold class indices 0, 1, ...; found {np.unique(cls)[:10]}")
+    bad = (cls < 0) | (cls != np.round(cls))
+    if bad.any():
+        raise DataError(f"{path}: {key} must hold class indices 0, 1, ...; found {_values_text(cls[bad])}"
+                        f"{_first_row(bad)}")
     if kind == "binary" and np.any(cls > 1):
         raise DataError(
-            f"{path}: {key} has classes {np.unique(cls)[:10]}, more than 0/1; use task_kind='multiclass' for this file"
+            f"{path}: {key} has classes {_values_text(cls)}, more than 0/1; use task_kind='multiclass' for this file"
         )
     return cls.astype(np.int64)
 
