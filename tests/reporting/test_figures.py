@@ -522,3 +522,109 @@ def test_labels_of_budgets_a_fraction_of_a_decade_apart_never_pile_up(make_recor
                     at = fig.axes[0].transData.transform(text.xy)
                     assert np.hypot(*(end - at)) <= 6 * fig.dpi / 72, text.get_text()
     assert not piled, piled
+
+
+def test_a_study_of_non_private_runs_only_draws_an_empty_dp_sgd_panel_that_says_so(records):
+    """With no private run there is no kind of eps to plot; the figure still has its one panel (the non-private
+    line against chance) and says no run is of its kind, rather than having no axes at all."""
+    fig = auroc_figure([records[0]])
+    (ax,) = fig.axes
+    assert ax.get_title() == "DP-SGD"
+    assert [t.get_text() for t in ax.texts] == ["no run of this kind"]
+    assert list(ax.get_xticks()) == []
+    assert [float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_color() == "k"] == [0.96]
+
+
+@pytest.mark.parametrize("arms, said", [(1, "non-private AUROC, 1 seed"), (2, "non-private AUROC, one line per arm")])
+def test_a_non_private_arm_of_one_seed_in_a_multi_seed_study_has_a_line_but_no_band(make_record, arms, said):
+    """A non-private arm run at one seed has no range over seeds: its line has no band (a band of zero height would
+    be drawn and named "range over seeds"), and the legend says how many seeds the line is, or that each arm has
+    its own line."""
+    records = _seeds(make_record, {"none": [0.95], "eps1": [0.80, 0.86]})
+    if arms == 2:
+        records.append(make_record("other_seed0", "other", metrics=_metrics(0.70, 0.6, 0.72)))
+    fig = auroc_figure(records)
+    (ax,) = fig.axes
+    black = sorted(float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_color() == "k")
+    assert black == ([0.95] if arms == 1 else [0.70, 0.95])
+    assert len(ax.patches) == 0
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert said in legend, legend
+    assert not any("range over seeds" in t and "non-private" in t for t in legend), legend
+
+
+def test_the_auroc_axis_reaches_down_to_a_low_non_private_band_and_never_below_zero(make_record):
+    """The axis starts at 0.4 unless something shown lies lower: a non-private interval reaching 0.35 is shown
+    whole (down to 0.35 - 0.02), and a run at AUROC 0.01 takes the axis down to 0, not to a negative AUROC."""
+    low_base = [make_record("non-private_seed0", "non-private", metrics=_metrics(0.45, 0.35, 0.55)),
+                make_record("dp_eps1_seed0", "dp", "dp_sgd", eps=1.0, metrics=_metrics(0.8, 0.7, 0.9))]
+    assert auroc_figure(low_base).axes[0].get_ylim() == pytest.approx((0.33, 1.01))
+    worst = [low_base[1], make_record("dp_eps2_seed0", "dp", "dp_sgd", eps=2.0, metrics=_metrics(0.01, 0.0, 0.05))]
+    assert auroc_figure(worst).axes[0].get_ylim() == pytest.approx((0.0, 1.01))
+
+
+def test_a_configuration_with_no_defined_auroc_does_not_make_the_others_name_their_seed_counts(make_record):
+    """Every plotted configuration averages all 3 seeds; one whose seeds all lack an AUROC has no point, so the
+    seed count tells nothing and no label carries one."""
+    records = _seeds(make_record, {"none": [0.96, 0.94, 0.92], "eps1": [0.80, 0.86, 0.83], "eps8": [None] * 3,
+                                   "eps4": [0.85, 0.86, 0.84]})
+    (ax,) = auroc_figure(records).axes
+    assert sorted(t.get_text() for t in ax.texts) == ["dp-sgd_eps1_C1", "dp-sgd_eps4_C1"]
+
+
+def test_a_configuration_of_one_seed_among_configurations_of_two_says_1_seed(make_record):
+    records = _seeds(make_record, {"none": [0.96, 0.94], "eps1": [0.80, 0.86], "eps8": [0.88]})
+    (ax,) = auroc_figure(records).axes
+    assert sorted(t.get_text() for t in ax.texts) == ["dp-sgd_eps1_C1 (2 seeds)", "dp-sgd_eps8_C1 (1 seed)"]
+
+
+def test_a_configurations_point_sits_at_the_mean_of_its_seeds_eps(make_record):
+    """Calibrated seeds of one configuration reach slightly different eps (2 and 3 here): the point is at their
+    mean, 2.5, not at the first seed's."""
+    records = _seeds(make_record, {"none": [0.96, 0.94], "eps1": [0.80, 0.86]})
+    records[2:] = [r.model_copy(update={"privacy": r.privacy.model_copy(update={"epsilon": eps})})
+                   for r, eps in zip(records[2:], (2.0, 3.0))]
+    (ax,) = auroc_figure(records).axes
+    assert _means(ax) == [pytest.approx((2.5, 0.83))]
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_every_point_lies_well_inside_its_log_axis(records, narrow):
+    """A point on the axes' edge is half cut off and its label has no room: the eps axis runs past the lowest and
+    the highest point, with more room on the right where the labels go."""
+    fig = auroc_figure(records, narrow=narrow)
+    for ax in fig.axes:
+        xs = _points(ax)
+        left, right = ax.get_xlim()
+        assert left < min(xs) / 2 and max(xs) * 10 < right, (xs, left, right)
+
+
+def test_each_stacked_panel_of_a_phones_figure_names_its_auroc_axis(records):
+    """On a phone the panels are stacked, so the lower one is read on its own and needs its own axis name."""
+    fig = auroc_figure(records, narrow=True)
+    assert [ax.get_ylabel() for ax in fig.axes] == ["test AUROC", "test AUROC"]
+
+
+def test_a_dp_sgd_axis_of_one_unit_names_it_without_the_arms(records):
+    """Where every DP-SGD arm adds or removes one image, the axis says just that; the arm names are for axes whose
+    arms differ in their unit."""
+    label = " ".join(auroc_figure(records).axes[1].get_xlabel().split())
+    assert label.endswith("add or remove one image), log scale"), label
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_the_local_dp_examples_name_each_row_and_show_images_on_one_grey_scale(narrow):
+    """Each row is named (the originals, then each run), a phone's rows hold three images, and every image is shown
+    on the scale [0, 1], so a darkened perturbed image is not stretched back to look like its original."""
+    from dpmed.reporting.figures import ldp_examples_figure
+
+    original, perturbed = np.full((4, 1, 4, 4), 0.8), np.full((4, 1, 4, 4), 0.3)
+    fig = ldp_examples_figure([("laplace b 0.5", original, perturbed)], narrow=narrow)
+    grid = [ax for ax in fig.get_axes() if ax.images]
+    assert len(grid) == 2 * (3 if narrow else 4)
+    assert all(ax.images[0].get_clim() == (0.0, 1.0) for ax in grid)
+    if narrow:
+        named = [sub.get_suptitle() for sub in fig.subfigs]
+    else:
+        named = [ax.get_ylabel() for ax in grid if ax.get_ylabel()]
+    assert named == ["original", "laplace b 0.5"]
