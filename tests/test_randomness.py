@@ -11,6 +11,7 @@ import pytest
 import scipy.stats
 import torch
 
+from dpmed import randomness
 from dpmed.randomness import (GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND, PRIVACY_STREAMS, PrivacyRandomness,
                              _bernoulli_exp, discrete_laplace, public_seed)
 
@@ -117,12 +118,42 @@ def test_public_seeds_are_stable_and_separate():
     assert 0 <= public_seed(12345, "bootstrap") < 2 ** 63
 
 
+# Bernoulli trials allowed for one exact draw: a correct draw takes about a dozen (at most about a hundred in the
+# 80,000 draws below), so a test fails here, rather than hanging, where a sampler's loop never ends.
+_TRIALS_PER_DRAW = 10_000
+
+
+@pytest.fixture
+def bounded(monkeypatch):
+    """``bounded(sampler, *args)``: one call of an exact sampler, failed once it has made over _TRIALS_PER_DRAW
+    Bernoulli trials. Every loop of discrete_laplace and _bernoulli_exp calls _bernoulli or _bernoulli_exp each
+    time round, so a loop that never ends (say a Bernoulli of exp that is always False, or always True) is caught
+    whether or not it still draws from the source. The trials are counted, not altered: the law is the same."""
+    left = [0]
+
+    def counted(trial):
+        def counted_trial(*args):
+            left[0] -= 1
+            if left[0] < 0:
+                raise AssertionError(f"one exact draw made over {_TRIALS_PER_DRAW} Bernoulli trials: "
+                                     "a sampler loop that does not end")
+            return trial(*args)
+        return counted_trial
+    monkeypatch.setattr(randomness, "_bernoulli", counted(randomness._bernoulli))
+    monkeypatch.setattr(randomness, "_bernoulli_exp", counted(randomness._bernoulli_exp))
+
+    def draw(sampler, *args):
+        left[0] = _TRIALS_PER_DRAW
+        return sampler(*args)
+    return draw
+
+
 @pytest.mark.parametrize("scale", [Fraction(1, 2), Fraction(3), Fraction(7, 3), Fraction(50)])
-def test_discrete_laplace_has_its_law(scale):
+def test_discrete_laplace_has_its_law(scale, bounded):
     """Chi-square of 20,000 draws against the exact pmf (1 - r) / (1 + r) r^|x|, r = e^(-1/scale), the tail pooled.
     A sampler with its two parameters swapped (CKS 2020's Lap_Z(t/s)) fails for every scale but 1."""
     rng = random.Random(7)
-    draws = [discrete_laplace(scale, rng.randrange) for _ in range(20_000)]
+    draws = [bounded(discrete_laplace, scale, rng.randrange) for _ in range(20_000)]
     r = math.exp(-1 / float(scale))
     edge = max(1, int(3 * float(scale)))
     pmf = {x: (1 - r) / (1 + r) * r ** abs(x) for x in range(-edge, edge + 1)}
@@ -138,23 +169,23 @@ def test_discrete_laplace_refuses_a_scale_that_is_not_positive():
             discrete_laplace(Fraction(0), *([randbelow] if randbelow else []))
 
 
-def test_discrete_laplace_draws_from_the_operating_system_by_default():
+def test_discrete_laplace_draws_from_the_operating_system_by_default(bounded):
     """Not from the random module's generator, which anyone can seed: two sequences after random.seed(0) differ."""
     saved = random.getstate()
     try:
         random.seed(0)
-        first = [discrete_laplace(Fraction(3)) for _ in range(30)]
+        first = [bounded(discrete_laplace, Fraction(3)) for _ in range(30)]
         random.seed(0)
-        second = [discrete_laplace(Fraction(3)) for _ in range(30)]
+        second = [bounded(discrete_laplace, Fraction(3)) for _ in range(30)]
     finally:
         random.setstate(saved)
     assert first != second
 
 
-def test_exact_bernoulli_of_exp_matches_its_probability():
+def test_exact_bernoulli_of_exp_matches_its_probability(bounded):
     rng = random.Random(3)
     for gamma in (Fraction(0), Fraction(1, 3), Fraction(1), Fraction(5, 2)):
-        hits = sum(_bernoulli_exp(gamma, rng.randrange) for _ in range(20_000))
+        hits = sum(bounded(_bernoulli_exp, gamma, rng.randrange) for _ in range(20_000))
         p = math.exp(-float(gamma))
         assert abs(hits / 20_000 - p) < 5 * math.sqrt(p * (1 - p) / 20_000) + 1e-9
 
