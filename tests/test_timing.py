@@ -322,3 +322,81 @@ def test_the_probe_trains_the_model_frozen_as_the_study_freezes_it(make_record, 
     frozen, whole = seen[0], seen[-1]
     assert frozen and all(name.startswith(head + ".") for name in frozen), frozen
     assert set(frozen) < set(whole)
+
+
+def test_a_run_resumed_at_its_last_step_teaches_no_rate_and_divides_by_nothing(make_record):
+    """It trained no step after its checkpoint (all 4 before it): its seconds say nothing of a step's cost."""
+    record = make_record("np_seed0", "np")
+    done = record.model_copy(update={"timing": record.timing.model_copy(update={"resumed_from": 4,
+                                                                                "resumed_unit": "step"})})
+    assert Rates.from_runs(_runs(done), N_TRAIN) is None
+    rates = Rates.from_runs(_runs(done, make_record("np_seed1", "np", seed=1)), N_TRAIN)
+    assert rates.per_step == {step_kind(record.plan, "cpu"): pytest.approx(1.0 / 4)}
+
+
+def test_rates_without_any_step_timed_estimate_nothing(make_record):
+    assert Rates(per_step={}, evaluation=1.0).run_seconds(make_record("np_seed0", "np").plan, N_TRAIN) is None
+
+
+def test_a_warm_up_too_fast_to_measure_times_the_most_steps(make_record, monkeypatch):
+    """A clock too coarse to see two steps (0 s) must not divide by zero: the probe times its largest number."""
+    from dpmed import timing
+    from dpmed.data import make_phantom
+
+    monkeypatch.setattr(timing, "_time_steps", lambda data, dataset, kind, plan, n, device, trainable: 0.0)
+    plan = make_record("np_seed0", "np").plan
+    assert timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan, "all") == (
+        0.0, 40)
+
+
+def test_the_evaluation_probe_explains_no_more_images_than_the_study_asks(monkeypatch):
+    """One image asked: one explained, its seconds counted once (explaining two would count half of them twice)."""
+    from types import SimpleNamespace
+
+    from dpmed import timing
+    from dpmed.config import EvaluationConfig
+    from dpmed.data import make_phantom
+
+    asked = []
+
+    def fake_assess(model, dataset, inputs, config, **kwargs):
+        asked.append(config.explanations.n_images)
+        return SimpleNamespace(explanations=SimpleNamespace(seconds=100.0))
+    monkeypatch.setattr(timing, "assess", fake_assess)
+    plan_kind = timing.StepKind(dp_sgd=False, batch=8, physical_batch=8, engine=None, threads=1, device="cpu")
+    seconds = timing._probe_evaluation(make_phantom(n_images=40, image_size=16), "small_cnn",
+                                       EvaluationConfig(explanations={"n_images": 1}), plan_kind)
+    assert asked == [1] and 0.0 <= seconds < 50.0
+
+
+def test_the_probe_says_what_it_timed_each_step_kind_at_and_the_load(make_record, monkeypatch):
+    """The plan prints how the estimate was made: per step kind the steps timed and the milliseconds each, the
+    evaluation's seconds, the device, the threads and the machine's load."""
+    from dpmed import timing
+    from dpmed.config import EvaluationConfig
+    from dpmed.data import make_phantom
+
+    plain, dp = make_record("np_seed0", "np").plan, _dp_plan(make_record, sample_rate=0.01, n_units=1000)
+    rates_of = {False: (0.025, 16), True: (0.3, 4)}
+    monkeypatch.setattr(timing, "_probe_kind", lambda dataset, kind, plan, trainable: rates_of[kind.dp_sgd])
+    monkeypatch.setattr(timing, "_probe_evaluation", lambda *args: 3.25)
+    monkeypatch.setattr(timing.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    monkeypatch.setattr(timing.os, "cpu_count", lambda: 6)
+    rates = timing.probe_rates([plain, dp], make_phantom(n_images=40, image_size=16), evaluation=EvaluationConfig(),
+                               device="cpu")
+    threads = step_kind(plain, "cpu").threads
+    assert rates.how.startswith(f"timed now on cpu with {threads} thread(s) (load 1.5 on 6 cores): ")
+    assert (f": 16 plain steps of 64 images (25 ms each), 4 DP-SGD ({dp.training.dp_engine} engine) steps of 10 "
+            "images (300 ms each), of small_cnn on random images") in rates.how
+    assert "validation and test images (3.2 s) added per run" in rates.how
+    assert rates.evaluation == 3.25 and rates.steps_timed == {step_kind(plain, "cpu"): 16, step_kind(dp, "cpu"): 4}
+
+
+def test_the_load_is_left_out_where_the_system_does_not_tell_it(monkeypatch):
+    from dpmed import timing
+
+    monkeypatch.setattr(timing.os, "getloadavg", lambda: (2.25, 0.0, 0.0))
+    monkeypatch.setattr(timing.os, "cpu_count", lambda: 4)
+    assert timing.machine_load() == " (load 2.2 on 4 cores)"             # 2.25 is exact: .1f rounds to even
+    monkeypatch.delattr(timing.os, "getloadavg")                          # Windows has no load average
+    assert timing.machine_load() == ""
