@@ -398,5 +398,7 @@ def test_the_load_is_left_out_where_the_system_does_not_tell_it(monkeypatch):
     monkeypatch.setattr(timing.os, "getloadavg", lambda: (2.25, 0.0, 0.0))
     monkeypatch.setattr(timing.os, "cpu_count", lambda: 4)
     assert timing.machine_load() == " (load 2.2 on 4 cores)"             # 2.25 is exact: .1f rounds to even
+    monkeypatch.setattr(timing.os, "cpu_count", lambda: None)                  # unknown: counted as one
+    assert timing.machine_load() == " (load 2.2 on 1 core)"
     monkeypatch.delattr(timing.os, "getloadavg")                          # Windows has no load average
     assert timing.machine_load() == ""

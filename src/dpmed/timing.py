@@ -259,7 +259,8 @@ def machine_load() -> str:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return ""
-    return f" (load {load:.1f} on {os.cpu_count() or 1} cores)"
+    cores = os.cpu_count() or 1
+    return f" (load {load:.1f} on {cores} core{'s' * (cores != 1)})"
 
 
 def clock(seconds: float) -> str:
