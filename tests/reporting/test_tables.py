@@ -53,6 +53,7 @@ def test_each_value_lands_in_its_column(make_record, make_fairness, make_explana
     assert row["fairness[sex=female]_auroc_low"] == 0.8
     assert (row.explanations_mask_energy, row.explanations_mask_energy_low, row.explanations_mask_energy_high,
             row.explanations_mask_area_share, row.explanations_method) == (0.4, 0.3, 0.5, 0.12, "gradcam")
+    assert row.explanations_target_layer == "features"
     assert pd.isna(row.train_seconds)                                    # a DP-SGD run's seconds are private
     assert frame.set_index("run_id").loc["np_seed0"].train_seconds == 1.0
 
@@ -105,3 +106,27 @@ def test_each_privacy_field_of_the_card_lands_in_its_own_column_of_the_csv(tmp_p
     assert shown["is_dp"] == "True"
     back = pd.read_csv(tmp_path / "results.csv")
     assert back.trainable.tolist() == ["all", "head"] and pd.isna(back.start_sha256.iloc[0])
+
+
+def test_a_column_of_integers_and_fractions_stays_fractional(tmp_path, make_record):
+    """Only a column whose values are all integers reads as integers: one of 1 and 0.5 keeps its 0.5, not cut to an
+    integer nor refused."""
+    records = [make_record("a_seed0", "a", metrics={"test_auroc": 1}),
+               make_record("b_seed0", "b", metrics={"test_auroc": 0.5})]
+    frame = write_results_table(records, tmp_path / "results.csv")
+    assert frame.test_auroc.tolist() == [1.0, 0.5]
+    assert pd.read_csv(tmp_path / "results.csv").test_auroc.tolist() == [1.0, 0.5]
+
+
+def test_the_summary_columns_line_up_under_their_headings(make_record, make_fairness, make_explanations):
+    """Each run's eps, AUROC and accuracy start (the accuracy: ends) where their headings do, whatever the length of
+    the eps text: a column cut to the heading's width, or a row with another width, would shift them."""
+    dp = _dp_record(make_record, make_fairness, make_explanations)
+    plain = make_record("np_seed0", "np", metrics={"test_auroc": 0.95, "test_accuracy": 0.5})
+    header, *rows = summary_text([plain, dp]).splitlines()
+    assert len(dp.privacy.in_brief()) > len("eps") and header.startswith("run ")
+    for record, row in zip([plain, dp], rows):
+        assert row.startswith(record.run_id + " ")
+        assert row.index(record.privacy.in_brief()) == header.index("eps")
+        assert row.index(" " + format(record.metrics["test_auroc"], ".3f")) + 1 == header.index("test AUROC")
+        assert len(row) == len(header) and row.endswith(format(record.metrics["test_accuracy"], ".3f"))
