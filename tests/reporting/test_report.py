@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from html import escape as html_escape
 from pathlib import Path
 
@@ -364,3 +365,30 @@ def test_a_non_private_run_with_an_undefined_auroc_is_no_baseline(tmp_path, make
                                  comparisons=compare_runs(records, {}, kind="binary", label_names=[]),
                                  folder=StudyFolder(tmp_path)))
     assert "no non-private arm with a defined AUROC" in text and "dp_eps8_C1_seed0" not in text
+
+
+def test_the_study_s_name_is_escaped_in_the_title_and_the_heading(tmp_path, records, make_resolved):
+    """A study's name is free text from study.yaml: "A & B <script>" must read as written, not open a tag (a test
+    that fails if the <title> or the <h1> puts the name in unescaped)."""
+    resolved = make_resolved(records)
+    named = resolved.model_copy(update={"study": resolved.study.model_copy(update={"name": "A & B <script>"})})
+    html = _write(tmp_path, named, records)
+    assert "<title>dpmed report: A &amp; B &lt;script&gt;</title>" in html
+    assert "<h1>What privacy costs: A &amp; B &lt;script&gt;</h1>" in html
+    assert "<script>" not in html
+
+
+def test_the_unfinished_runs_warning_opens_the_page_and_the_footer_closes_it(tmp_path, make_record, make_resolved):
+    """A run the study plans but that has not finished is said at the top, before any table (sections.unfinished:
+    "a warning at the top"); the sections then follow in reading order, from the clinical table to provenance, and
+    the sources close the page. Fails if the warning moves below the clinical table, two sections swap, or the
+    footer is dropped."""
+    planned = [make_record("non-private_seed0", "non-private", metrics=_metrics(0.90, 0.85, 0.95)),
+               make_record("dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0, metrics=_metrics(0.8, 0.7, 0.84))]
+    html = _write(tmp_path, make_resolved(planned), planned[:1])
+    body = html[html.index("</h1>") + len("</h1>"):].lstrip()
+    assert body.startswith('<div class="flag">⚠ 1 of the 2 runs this study plans are not in this report')
+    anchors = re.findall(r'<h2 id="([a-z-]+)"', html)
+    assert anchors == ["clinical", "summary", "recipe", "utility", "privacy", "study-privacy", "provenance"]
+    tail = html[html.index('id="provenance"'):]
+    assert "Sources: Singh, Sikka, Kotti and Trask 2020" in tail and tail.endswith("</small></p></body></html>")
