@@ -146,3 +146,35 @@ def test_a_run_with_no_audit_is_not_counted_among_the_audited_runs_without_a_bou
                     "np_seed0": PrivateRun(training_metrics={"train_auroc": 0.9})})
     assert "2 audit bounds, each at its own confidence (95%, 95%). Read together" in text
     assert "not counted" not in text
+
+
+def test_several_audited_runs_without_a_bound_are_counted_in_the_plural(private):
+    """Two audited runs whose draw found no canary: "2 audited runs state no bound and are not counted" (a test that
+    fails if the plural case says "2 audited run states ... is not counted")."""
+    text = private({"dp_seed0": PrivateRun(audit_statement="b", audit_confidence=0.95),
+                    "dp_seed1": PrivateRun(audit_statement="b", audit_confidence=0.99),
+                    "dp_seed2": PrivateRun(audit_statement="no audit bound: none drawn"),
+                    "dp_seed3": PrivateRun(audit_statement="no audit bound: none drawn")})
+    assert ("2 audit bounds, each at its own confidence (95%, 99%); 2 audited runs state no bound and are not "
+            "counted. Read together") in text
+
+
+def test_every_free_text_of_a_run_s_card_is_escaped(private, make_resolved, make_record):
+    """The study's name, a run id (an arm's name is free text), the device the timing names, the audit's statement,
+    a metric's name and an unread file's line all reach the page as text: "<b>" in any of them must read as written,
+    not open a tag. Fails if any one of them is put in unescaped."""
+    timing = Timing(train_seconds=1.0, total_seconds=2.0, device="cuda:0 <dev>", threads=1, resumed_from=3)
+    item = PrivateRun(audit_statement="eps >= 0.3 <audit>", training_metrics={"train_<metric>": 0.5}, timing=timing,
+                      unread=("a <file> cannot be read",))
+    resolved = make_resolved([make_record("dp_seed0", "dp", "dp_sgd", eps=1.0)])
+    named = resolved.model_copy(update={"study": resolved.study.model_copy(update={"name": "A & B <name>"})})
+    write_private_report(named, {"arm <run>_seed0": item}, private.path)
+    page = private.path.read_text()
+    for escaped in ("<title>dpmed private report: A &amp; B &lt;name&gt;</title>",
+                    "<h1>Private: A &amp; B &lt;name&gt;",
+                    "<h3>arm &lt;run&gt;_seed0</h3>", "(cuda:0 &lt;dev&gt;, 1 threads, resumed from step 3)",
+                    "<p>eps &gt;= 0.3 &lt;audit&gt;</p>", "<th>train_&lt;metric&gt;</th><td class=num>0.5000</td>",
+                    "a &lt;file&gt; cannot be read"):
+        assert escaped in page, escaped
+    for tag in ("<name>", "<run>", "<dev>", "<audit>", "<metric>", "<file>"):
+        assert tag not in page, tag
