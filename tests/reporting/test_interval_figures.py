@@ -5,6 +5,7 @@ fail on one (AUROC 0.571 with the interval [0.335, 0.415])."""
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 
 from dpmed.evaluation.summaries import Estimate
@@ -60,3 +61,76 @@ def test_a_figure_with_no_defined_value_draws_no_legend_and_warns_nothing():
             fig = group_figure(["female", "male"], [("a run", [None, Estimate(value=None)])],
                                ylabel="test AUROC", title="AUROC by sex", narrow=narrow)
         assert not fig.legends
+
+
+def _drawn(fig):
+    """The figure drawn (constrained layout done); its renderer and its own extent in display units."""
+    FigureCanvasAgg(fig).draw()
+    return fig.canvas.get_renderer(), fig.bbox
+
+
+def _inside(box, edge) -> bool:
+    return box.x0 >= edge.x0 - 1 and box.x1 <= edge.x1 + 1 and box.y0 >= edge.y0 - 1 and box.y1 <= edge.y1 + 1
+
+
+def test_the_title_and_the_value_axis_are_named_in_both_layouts():
+    """The value axis is y on a desktop and x on a phone (groups go on y there); either way it carries the figure's
+    ylabel, and the axes carry its title. Fails if either is dropped, or the phone names the wrong axis."""
+    for narrow in (False, True):
+        fig = group_figure(["female", "male"], [("a", [Estimate(value=0.7), Estimate(value=0.8)])],
+                           ylabel="test AUROC", title="AUROC by sex", narrow=narrow)
+        ax = fig.axes[0]
+        assert ax.get_title() == "AUROC by sex"
+        assert (ax.get_xlabel(), ax.get_ylabel()) == (("test AUROC", "") if narrow else ("", "test AUROC")), narrow
+
+
+def test_each_run_is_drawn_and_listed_in_a_colour_of_its_own():
+    """Runs side by side within a group are told apart by colour: each run's points share one colour, no two runs
+    share one, and the legend's marker of a run is its points' colour. Fails if every run is drawn in one colour."""
+    from matplotlib.colors import to_hex
+
+    series = [(name, [Estimate(value=0.6 + k / 10), Estimate(value=0.5 + k / 10)]) for k, name in enumerate("abc")]
+    fig = group_figure(["female", "male"], series, ylabel="test AUROC", title="AUROC by sex")
+    colours = [{to_hex(line.get_color()) for line in fig.axes[0].lines if line.get_label() == name}
+               for name in "abc"]
+    assert all(len(c) == 1 for c in colours) and len(set.union(*colours)) == 3, colours
+    legend = fig.legends[0]
+    handles = {text.get_text(): to_hex(handle.get_color()) for text, handle in zip(legend.get_texts(),
+                                                                                     legend.legend_handles)}
+    assert handles == {name: next(iter(c)) for name, c in zip("abc", colours)}
+
+
+def test_long_run_labels_and_a_long_title_wrap_inside_the_figure_below_the_axes():
+    """Run labels name the arm and its swept values and can be long; so can a title. Each wraps to the figure's
+    width (its text kept, in order), the title and the legend stay inside the figure, and the legend sits below the
+    axes, not over the points. Fails if the labels or the title are not wrapped, or the legend is drawn inside."""
+    label = "dp-sgd_eps1_C1_lr0.001_batch256_epochs30 at eps 1, clipped at C 1, a long label " * 2
+    title = "test AUROC by age group of every run of this study, each with its bootstrap interval, " * 2
+    for narrow in (False, True):
+        series = [(label, [Estimate(value=0.7)] * 2), ("b", [Estimate(value=0.6)] * 2)]
+        fig = group_figure(["[0,30)", "[30,60)"], series, ylabel="test AUROC", title=title, narrow=narrow)
+        renderer, edge = _drawn(fig)
+        ax, legend = fig.axes[0], fig.legends[0]
+        assert ["".join(t.get_text().split()) for t in legend.get_texts()] == ["".join(label.split()), "b"]
+        assert "".join(ax.get_title().split()) == "".join(title.split()) and "\n" in ax.get_title()
+        assert _inside(ax.title.get_window_extent(renderer), edge), narrow
+        box = legend.get_window_extent(renderer)
+        assert _inside(box, edge), (narrow, box, edge)
+        assert box.y1 <= ax.get_window_extent(renderer).y0 + 1, narrow           # below the axes
+
+
+def test_two_legend_columns_only_where_every_label_fits_half_the_width():
+    """On a desktop short labels share a row two by two; one label too long for half the figure puts every entry on
+    its own row; a phone always lists them one under another. Fails if the column count ignores the labels' length
+    or the layout."""
+    def rows(labels, narrow=False):
+        fig = group_figure(["female", "male"], [(name, [Estimate(value=0.7)] * 2) for name in labels],
+                           ylabel="test AUROC", title="t", narrow=narrow)
+        renderer, _ = _drawn(fig)
+        return len({round(t.get_window_extent(renderer).y0) for t in fig.legends[0].get_texts()})
+
+    assert rows(["a", "b"]) == 1
+    assert rows(["a", "b", "c", "d"]) == 2
+    assert rows(["a", "a label of a run on one line, over half the figure"]) == 2       # 50 letters of a 6-inch figure
+    assert rows(["a", "a rather longer label of a run that takes more than half of the figure"]) == 2
+    assert rows(["a", "b"], narrow=True) == 2
