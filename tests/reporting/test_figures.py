@@ -82,6 +82,23 @@ def test_each_cam_row_lays_its_own_map_of_each_image_over_that_image(narrow):
 
 
 @pytest.mark.parametrize("narrow", [False, True])
+def test_a_cam_grid_without_lesion_masks_shows_every_image_and_outlines_none(narrow):
+    """A data set without lesion masks (masks None) still gets its grid: each column's image in the first row, no
+    outline drawn, and the run's map over every image. Fails if the grid reads the masks without asking whether
+    there are any."""
+    from dpmed.reporting.study_figures import cam_grid_figure
+
+    images = np.stack([np.full((1, 6, 6), (c + 1) / 10) for c in range(4)])
+    fig = cam_grid_figure(images, None, [("a", np.full((4, 6, 6), 0.3))], ["w", "x", "y", "z"], narrow=narrow)
+    shown = 3 if narrow else 4
+    grid = [ax for ax in fig.get_axes() if ax.images]
+    assert len(grid) == 2 * shown
+    firsts = [float(ax.images[0].get_array().mean()) for ax in grid[:shown]]
+    assert firsts == pytest.approx([0.1, 0.2, 0.3, 0.4][:shown])
+    assert not any(ax.collections for ax in grid)
+    assert all(len(ax.images) == 2 for ax in grid[shown:])
+
+@pytest.mark.parametrize("narrow", [False, True])
 def test_local_dp_and_dp_sgd_eps_get_separate_panels(records, narrow):
     fig = auroc_figure(records, narrow=narrow)
     local, central = fig.axes[:2]
