@@ -178,3 +178,19 @@ def test_every_free_text_of_a_run_s_card_is_escaped(private, make_resolved, make
         assert escaped in page, escaped
     for tag in ("<name>", "<run>", "<dev>", "<audit>", "<metric>", "<file>"):
         assert tag not in page, tag
+
+
+def test_the_joint_level_is_rounded_down_and_the_shortfall_up(private):
+    """Levels 90% and 91.2345% fall short by 18.7655% together: the joint level is never shown above what the union
+    bound gives (81.23%, not 81.24%) and the chance of an inconsistent verdict never below it (18.77%, not 18.76%).
+    Fails if either is rounded the other way."""
+    text = private({"dp_seed0": PrivateRun(audit_statement="b", audit_confidence=0.9),
+                    "dp_seed1": PrivateRun(audit_statement="b", audit_confidence=0.912345)})
+    assert ("all 2 bounds hold with probability at least 81.23% (union bound): one or more of them exceeds its run's "
+            "true eps up to 18.77% of the time") in text
+
+
+def test_a_run_with_only_the_attack_s_reconstructions_counts_as_private_output(tmp_path):
+    """The study keeps a run's private items only where they hold something (`dpmed.outputs`): a run attacked but
+    neither audited nor timed must count, or its reconstructions never reach the private report."""
+    assert PrivateRun(attack_images=tmp_path / "a.npz")
