@@ -134,3 +134,22 @@ def test_two_legend_columns_only_where_every_label_fits_half_the_width():
     assert rows(["a", "a label of a run on one line, over half the figure"]) == 2       # 50 letters of a 6-inch figure
     assert rows(["a", "a rather longer label of a run that takes more than half of the figure"]) == 2
     assert rows(["a", "b"], narrow=True) == 2
+
+
+def test_the_png_of_the_phone_layout_is_drawn_at_twice_a_phone_s_width():
+    """The report's <picture> gives a phone the narrow PNG, drawn 780 px wide to be sharp on a 2x screen 390 px wide;
+    a desktop's is another width. Fails if the PNG functions drop ``narrow`` and hand a phone the desktop figure."""
+    import struct
+
+    from dpmed.reporting.study_figures import cam_grid
+
+    def width(png: bytes) -> int:
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        return struct.unpack(">I", png[16:20])[0]                 # the IHDR chunk: width, then height
+
+    estimates = [Estimate(value=0.7, low=0.6, high=0.8)] * 2
+    images = np.full((4, 1, 6, 6), 0.5)
+    for narrow in (False, True):
+        drawn = [width(group_estimates(["a", "b"], [("r", estimates)], ylabel="AUROC", title="t", narrow=narrow)),
+                 width(cam_grid(images, None, [("r", images[:, 0])], list("wxyz"), narrow=narrow))]
+        assert [w == 780 for w in drawn] == [narrow, narrow], (narrow, drawn)
