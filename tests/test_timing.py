@@ -131,6 +131,23 @@ def test_the_progress_line_counts_failures_and_ends_without_a_time_left(make_rec
                         progress.line("dp_eps1_C1_seed0", runs[2]))
 
 
+def test_the_progress_line_says_the_time_elapsed_since_the_study_began(make_record, monkeypatch):
+    """Elapsed is the clock's reading at each line less its reading when the progress began (not since the last
+    line, not zero): a fake clock, started at 1000 s, reads 1000 + 3725 s at the first line and + 5 s more at the
+    second."""
+    from types import SimpleNamespace
+
+    import dpmed.progress
+
+    now = [1000.0]
+    monkeypatch.setattr(dpmed.progress, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    progress, runs = _progress(make_record, 1)
+    now[0] += 3725.0
+    assert ", 1:02:05 elapsed," in progress.line("np_seed0", runs[0])
+    now[0] += 5.0
+    assert ", 1:02:10 elapsed," in progress.line("np_seed1", runs[1])
+
+
 def test_runs_that_all_failed_are_not_called_done(make_record, tmp_path):
     """Before: a study whose two runs both failed logged "study: 2 of 2 runs done, 2 failed"."""
     from dpmed.executors import RunFailure
