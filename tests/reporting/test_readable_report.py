@@ -606,6 +606,39 @@ def test_a_sentence_rounds_cases_to_nearest_and_orders_an_interval_below_zero_fr
     assert sentence.endswith("wrongly flags about 5 more of every 100 normal cases as pneumonia (95% CI: 5 more).")
 
 
+def test_a_not_dp_arms_sentence_says_what_its_rates_are_against():
+    """An arm that is not DP is no privacy level, so "misses about 5 more" needs its baseline: the non-private run
+    (one seed), or its seed's non-private run (a mean over seeds); an unchanged rate reads "as many ... as" it."""
+    from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary
+    from dpmed.reporting.clinical import case_sentence
+
+    def paired(value, low, high):
+        return PairedDifference(value=value, low=low, high=high, p_value=1.0, defined_redraws=200)
+
+    def summary(mean, low, high):
+        return SeedSummary(mean=mean, std=0.01, min=low, max=high, n_seeds=2)
+
+    not_dp = ("shift_b1", "not DP because it adds no noise")
+    single = Difference(run_id="shift_b1_seed0", label="shift_b1", arm="shift", mechanism="shift", seed=0,
+                        reference_run="base_seed0", epsilon=None, auroc_difference=paired(-0.01, -0.02, 0.0),
+                        sensitivity_difference=paired(-0.05, -0.12, 0.01), specificity_difference=paired(0, 0, 0))
+    sentence = case_sentence(privacy="not DP", kind="binary", positive="pneumonia", negative="normal", level="95%",
+                             single=single, not_dp=not_dp)
+    assert sentence == ("shift_b1, which is not DP because it adds no noise, misses about 5 more of every 100 "
+                        "pneumonia cases than the non-private run (95% CI: 1 fewer to 12 more) and wrongly flags "
+                        "about as many normal cases as the non-private run (95% CI: no change)."), sentence
+    seeds = ValueSummary(label="shift_b1", arm="shift", seeds=[0, 1], epsilon=None, significant_seeds=0,
+                         auroc_difference=summary(-0.01, -0.02, 0.0),
+                         sensitivity_difference=summary(-0.05, -0.07, -0.03),
+                         specificity_difference=summary(0.02, 0.01, 0.03))
+    sentence = case_sentence(privacy="not DP", kind="binary", positive="pneumonia", negative="normal", level="95%",
+                             seeds=seeds, not_dp=not_dp)
+    assert sentence == ("Over 2 seeds, shift_b1, which is not DP because it adds no noise, misses on average about 5 "
+                        "more of every 100 pneumonia cases than its seed's non-private run (seeds: 3 to 7 more) and "
+                        "wrongly flags on average about 2 fewer of every 100 normal cases as pneumonia than its "
+                        "seed's non-private run (seeds: 1 to 3 fewer)."), sentence
+
+
 def test_the_opening_tables_auroc_cell_is_the_signed_paired_auroc_change_and_the_text_names_what_was_redrawn(
         two_arms, report_html):
     """The AUROC column holds the change in AUROC to three decimals (not per 100, as the rates beside it); the text
