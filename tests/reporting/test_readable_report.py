@@ -128,6 +128,7 @@ def test_report_opens_with_a_table_in_cases_of_the_named_positive_class(two_arms
     assert f"the model misses about {missed} more of every 100 pneumonia cases" in clinical
     assert re.search(r"\(95% CI: \d+ (to \d+ )?more\)", clinical) or "fewer to" in clinical
     assert "AUROC change [95% CI]" in clinical and "seed range" not in clinical
+    assert "<small>seed 0</small>" in clinical                      # the row's one seed, in the singular
     # what ε, δ and the accountant are, in words, for a reader who does not know DP (before: nowhere)
     # (ε, δ)-DP: Pr[M(D) in S] <= e^ε Pr[M(D') in S] + δ; δ is added, not the chance that the bound fails
     assert "Reading ε." in clinical and "is at most e<sup>ε</sup> times its probability without them" in clinical
@@ -152,6 +153,7 @@ def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(sc
     assert f"{against_mean:+.3f}" not in summary
     clinical = _text(_section(html, "clinical"))
     assert "Over 2 seeds, at ε" in clinical and "on average" in clinical and "(seeds:" in clinical
+    assert "seeds 0, 1" in clinical                                     # the row's seeds
     assert "Each seed's run is paired with the non-private run of the same seed" in clinical
     assert "rests on one training seed" not in clinical
     # a row over seeds holds the mean and the seeds' range, which its heading must not call an interval
@@ -331,6 +333,23 @@ def test_a_threshold_that_does_not_carry_over_to_the_test_images_is_flagged(scor
     clinical = _text(_section(report_html(alike), "clinical"))
     assert "Over" in clinical or "At ε" in clinical                       # the table of paired changes is there
     assert "does not carry over" not in clinical
+
+
+def test_the_threshold_warning_shows_the_rate_that_moved_most_whichever_way(scored_run, labels, report_html):
+    """The warning names the rate whose validation and test values lie furthest apart, also where the test's is the
+    higher: half of validation's pneumonia films score below the threshold but none of test's (sensitivity 50 -> 100,
+    a gap of 50), while 6 of test's 60 normal films score above it (specificity 100 -> 90, a gap of 10)."""
+    y_val, y = labels
+    val = np.where(y_val == 1, np.where(np.arange(len(y_val)) % 2 == 0, 0.05, 0.9), 0.1)
+    test = np.where(y == 1, 0.9, np.where(np.arange(len(y)) < 6, 0.95, 0.1))
+    shifted = [scored_run("np_seed0", "np", "none", scores=(val, test)),
+               scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=(val, test))]
+    metrics = shifted[0].metrics
+    assert (metrics["val_sensitivity"], metrics["test_sensitivity"]) == (0.5, 1.0)
+    assert (metrics["val_specificity"], metrics["test_specificity"]) == (1.0, 0.9)
+    clinical = _text(_section(report_html(shifted), "clinical"))
+    assert "np_seed0 found 50 of every 100 pneumonia cases on validation and 100" in clinical
+    assert "cleared 100 of every 100 normal cases on validation" not in clinical
 
 
 def test_the_positive_class_is_named_wherever_sensitivity_is_shown(scored_run, scores, report_html):
@@ -649,6 +668,7 @@ def test_the_opening_tables_auroc_cell_is_the_signed_paired_auroc_change_and_the
     cell = dict(re.findall(r'<td[^>]*data-label="([^"]+)"[^>]*>([^<]*)', clinical))
     assert cell["AUROC change [95% CI]"].startswith(f"{change:+.3f} [")
     assert "the same redraws of the test images for both" in _text(clinical)
+    assert "on the same 120 test images" in _text(clinical)              # report_html's n_test
     by_patient = [r.model_copy(update={"metrics": {**r.metrics, "bootstrap_unit": "patient"}}) for r in two_arms]
     assert "the same redraws of the test patients for both" in _text(_section(report_html(by_patient), "clinical"))
 
