@@ -452,6 +452,9 @@ def test_multiclass_arms_are_read_as_more_wrong_of_every_100_images_by_argmax(tm
     assert "accuracy change (argmax), per 100" in clinical
     assert f"the model gets about {wrong} more wrong of every 100 test images (argmax)" in clinical
     assert "sensitivity" not in clinical and "Youden" not in clinical
+    # without rates, the 'Without privacy' line gives the non-private run's accuracy, with its interval
+    accuracy = records[0].metrics["test_accuracy"]
+    assert re.search(rf"np_seed0: test AUROC [^;]*; accuracy {accuracy:.3f} \[", clinical), clinical
 
 
 def test_a_multiclass_run_that_never_chooses_a_class_is_flagged_in_the_table_and_the_reading(tmp_path, make_record,
