@@ -305,6 +305,9 @@ def test_a_run_that_predicts_one_class_is_flagged_in_the_table_and_the_summary(s
     for anchor in ("clinical", "summary", "utility"):
         assert "dp_eps1_C1_seed0 predicts normal for every test image" in _text(_section(html, anchor)), anchor
     assert "⚠" in _section(html, "utility").split("</table>")[0]                  # in the table's row
+    # with no private run to pair, the opening section has no table, but still warns where a reader starts
+    alone = _section(report_html(records[1:]), "clinical")
+    assert "No paired comparison" in alone and "dp_eps1_C1_seed0 predicts normal for every test image" in _text(alone)
 
 
 def test_a_threshold_that_does_not_carry_over_to_the_test_images_is_flagged(scored_run, scores, labels,
