@@ -453,6 +453,7 @@ def test_multiclass_arms_are_read_as_more_wrong_of_every_100_images_by_argmax(tm
     assert wrong > 0
     clinical = _text(_section(report_html(records, task="multiclass", names=("a", "b", "c")), "clinical"))
     assert "accuracy change (argmax), per 100" in clinical
+    assert "negative worse: -5 per 100 in accuracy means about 5 more wrong of every 100." in clinical  # the key
     assert f"the model gets about {wrong} more wrong of every 100 test images (argmax)" in clinical
     assert "sensitivity" not in clinical and "Youden" not in clinical
     # without rates, the 'Without privacy' line gives the non-private run's accuracy, with its interval
