@@ -355,6 +355,16 @@ def test_the_threshold_warning_shows_the_rate_that_moved_most_whichever_way(scor
     assert "cleared 100 of every 100 normal cases on validation" not in clinical
 
 
+def test_the_without_privacy_line_names_a_shared_non_private_run_once(scored_run, scores, report_html):
+    """Two private arms paired with one non-private run: the 'Without privacy' line gives that run once."""
+    rng = np.random.default_rng(9)
+    records = [scored_run("np_seed0", "np", "none", scores=scores(0.7, rng)),
+               scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=scores(0.5, rng)),
+               scored_run("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0, scores=scores(0.6, rng))]
+    clinical = _text(_section(report_html(records), "clinical"))
+    assert clinical.count("At ε") == 2 and clinical.count("np_seed0: test AUROC") == 1, clinical
+
+
 def test_the_positive_class_is_named_wherever_sensitivity_is_shown(scored_run, scores, report_html):
     names = ["malignant", "normal, benign"]                    # BreastMNIST: class 1 is not the disease
     rng = np.random.default_rng(5)
@@ -600,6 +610,9 @@ def test_without_rates_the_sentence_gives_the_auroc_change_signed_and_0_000_wher
 
     assert sentence(single=single(-0.0004)) == "At ε 8 the model changes the test AUROC by 0.000."
     assert sentence(single=single(-0.012)) == "At ε 8 the model changes the test AUROC by -0.012."
+    undefined = PairedDifference(value=None, low=None, high=None, p_value=None, defined_redraws=0)
+    assert sentence(single=single(0.0).model_copy(update={"auroc_difference": undefined})) == (
+        "At ε 8 the model has no defined AUROC change.")
     seeds = ValueSummary(label="eps 8", arm="dp", seeds=[0, 1], epsilon=8.0, significant_seeds=0,
                          auroc_difference=SeedSummary(mean=0.02, std=0.01, min=0.01, max=0.03, n_seeds=2))
     assert sentence(seeds=seeds) == "Over 2 seeds, at ε 8 the model changes the test AUROC by on average +0.020."
