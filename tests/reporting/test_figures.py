@@ -98,6 +98,7 @@ def test_a_cam_grid_without_lesion_masks_shows_every_image_and_outlines_none(nar
     assert not any(ax.collections for ax in grid)
     assert all(len(ax.images) == 2 for ax in grid[shown:])
 
+
 @pytest.mark.parametrize("narrow", [False, True])
 def test_local_dp_and_dp_sgd_eps_get_separate_panels(records, narrow):
     fig = auroc_figure(records, narrow=narrow)
