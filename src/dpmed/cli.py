@@ -274,6 +274,7 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
     study = _load(args)         # first: a mistake in the study file is told before seconds of importing below
     from dpmed.executors import check_executor_options
     from dpmed.folders import StudyFolder
+    from dpmed.numbers import count_text
     from dpmed.reporting import summary_text
     from dpmed.study import run_study
 
@@ -290,7 +291,8 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
         return INTERRUPTED
     if result.records:
         print(summary_text(result.records))
-    print(f"\n{len(result.records)} runs ({len(result.resumed)} finished earlier) in {result.seconds:.0f} s")
+    print(f"\n{count_text(len(result.records), 'run')} ({len(result.resumed)} finished earlier) in "
+          f"{result.seconds:.0f} s")
     if result.records:
         print(f"results: {result.results_path}\nreport:  {result.report_path}")
     if folder.log.is_file():
@@ -341,7 +343,7 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         study = _load(args)     # first: a mistake in the study file is told before seconds of importing below
         from dpmed.executors import check_executor_options
-        from dpmed.numbers import bytes_text, delta_text, epsilon_text, shape_text
+        from dpmed.numbers import bytes_text, count_text, delta_text, epsilon_text, shape_text
         from dpmed.pretraining import check_weights, describe_start
         from dpmed.released_size import describe_counts
         from dpmed.study import estimate_times, planned_card, prepare_study
@@ -358,7 +360,8 @@ def _plan(args: argparse.Namespace) -> int:
         detach(handler)
     ds, folder = prepared.dataset, prepared.folder
     n_train = len(ds.train)
-    print(f"study {study.name}: {len(prepared.plans)} runs planned as `dpmed run` would; nothing is trained")
+    print(f"study {study.name}: {count_text(len(prepared.plans), 'run')} planned as `dpmed run` would; nothing is "
+          "trained")
     print(f"data: {ds.name}, {n_train}/{len(ds.val)}/{len(ds.test)} train/val/test images of shape "
           f"{shape_text(ds.train.image_shape)}, task {ds.task.describe()}, "
           + (f"{len(set(ds.train.patient_ids.tolist()))} training patients" if ds.patients_known

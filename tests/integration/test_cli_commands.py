@@ -146,14 +146,18 @@ def test_plan_of_a_finished_folder_says_nothing_is_left_to_train(tiny_study, tin
     assert before == sorted(p.relative_to(out) for p in out.rglob("*"))
 
 
-def test_a_study_file_without_its_dp_sgd_arm_still_hides_the_training_set_s_size(tiny_study, tiny_text, tmp_path):
+def test_a_study_file_without_its_dp_sgd_arm_still_hides_the_training_set_s_size(tiny_study, tiny_text, tmp_path,
+                                                                                  capsys):
     """The folder's finished DP-SGD run still counts (the study composes it) and its card states its eps for the
     DP count of the training patients. Before, rerunning the folder with that arm deleted from the study file wrote
     the exact sizes into study.yaml and the report beside it, as a study without DP-SGD may."""
     out = _finished_copy(tiny_study, tmp_path)
     base_only = tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "")
     assert base_only != tiny_text
+    assert main(["plan", str(_study(tmp_path, base_only)), "--out", str(out), "--no-estimate"]) == 0
+    assert "study tiny: 1 run planned as `dpmed run` would" in capsys.readouterr().out     # one run, not "1 runs"
     assert main(["run", str(_study(tmp_path, base_only)), "--out", str(out), "--no-progress"]) == 0
+    assert "\n1 run (1 finished earlier) in " in capsys.readouterr().out
     released = yaml.safe_load((tiny_study / "study.yaml").read_text())["dataset"]
     dataset = yaml.safe_load((out / "tiny" / "study.yaml").read_text())["dataset"]
     assert dataset["n_train"] is None and dataset["n_train_patients"] is None

@@ -65,7 +65,7 @@ def test_a_run_that_did_not_resume_and_a_timing_without_its_total_say_no_more_th
     whole = Timing(train_seconds=5.0, total_seconds=6.0, device="cuda", threads=1, resumed_from=0)
     half = Timing(train_seconds=5.0, total_seconds=None, device="cpu", threads=1)
     text = private({"a": PrivateRun(timing=whole), "b": PrivateRun(timing=half, audit_statement="audited")})
-    assert "Wall time: training 5.0 s, in all 6.0 s (cuda, 1 threads)." in text
+    assert "Wall time: training 5.0 s, in all 6.0 s (cuda, 1 thread)." in text
     assert text.count("Wall time") == 1 and "audited" in text
 
 
@@ -172,7 +172,7 @@ def test_every_free_text_of_a_run_s_card_is_escaped(private, make_resolved, make
     page = private.path.read_text()
     for escaped in ("<title>dpmed private report: A &amp; B &lt;name&gt;</title>",
                     "<h1>Private: A &amp; B &lt;name&gt;",
-                    "<h3>arm &lt;run&gt;_seed0</h3>", "(cuda:0 &lt;dev&gt;, 1 threads, resumed from step 3)",
+                    "<h3>arm &lt;run&gt;_seed0</h3>", "(cuda:0 &lt;dev&gt;, 1 thread, resumed from step 3)",
                     "<p>eps &gt;= 0.3 &lt;audit&gt;</p>", "<th>train_&lt;metric&gt;</th><td class=num>0.5000</td>",
                     "a &lt;file&gt; cannot be read"):
         assert escaped in page, escaped

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from dpmed.comparisons import Comparisons
 from dpmed.folders import StudyFolder, write_text_atomic
-from dpmed.numbers import confidence_text
+from dpmed.numbers import confidence_text, count_text
 from dpmed.records import ResolvedStudy, RunRecord, Timing
 from dpmed.reporting import clinical, sections, study_sections
 from dpmed.reporting.findings_section import findings_section
@@ -170,7 +170,7 @@ def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun
         t = item.timing
         if t is not None and t.train_seconds is not None and t.total_seconds is not None:
             parts.append(f"<p>Wall time: training {t.train_seconds:.1f} s, in all {t.total_seconds:.1f} s "
-                         f"({_e(t.device)}, {t.threads} threads"
+                         f"({_e(t.device)}, {count_text(t.threads, 'thread')}"
                          + (f", resumed from {_e(t.resumed_at)}" if t.resumed_at else "") + ").</p>")
         if item.audit_statement:
             parts.append(f"<p>{_e(item.audit_statement)}</p>")
