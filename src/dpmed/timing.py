@@ -31,7 +31,7 @@ from dpmed.evaluation.assessment import assess
 from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import set_trainable
-from dpmed.numbers import shape_text
+from dpmed.numbers import count_text, shape_text
 from dpmed.randomness import PrivacyRandomness
 from dpmed.records import Timing
 from dpmed.training import run_threads, torch_threads, train
@@ -259,8 +259,7 @@ def machine_load() -> str:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return ""
-    cores = os.cpu_count() or 1
-    return f" (load {load:.1f} on {cores} core{'s' * (cores != 1)})"
+    return f" (load {load:.1f} on {count_text(os.cpu_count() or 1, 'core')})"
 
 
 def clock(seconds: float) -> str:

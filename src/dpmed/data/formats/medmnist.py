@@ -259,8 +259,8 @@ def _labels_for(path: Path, split: str, raw: np.ndarray, kind: TaskKind) -> np.n
     """[N, L] raw labels -> int64 [N] (binary, multiclass) or float32 [N, L] (multilabel), checked for the task."""
     key = f"{split}_labels"
     if kind == "multilabel":
-        if not np.isin(raw, (0, 1)).all():
-            bad = ~np.isin(raw, (0, 1))
+        bad = ~np.isin(raw, (0, 1))
+        if bad.any():
             raise DataError(f"{path}: {key} must be 0/1 for a multilabel task; found {_values_text(raw[bad])}"
                             f"{_first_row(bad.any(axis=1))}")
         return raw.astype(np.float32)
