@@ -24,6 +24,32 @@ SHARED_DATA = (REPO / ".." / "shared" / "data").resolve()
 PNEUMONIAMNIST = SHARED_DATA / "pneumoniamnist" / "pneumoniamnist.npz"
 
 
+# Bernoulli trials one test may make in dpmed.randomness's exact sampler: a released count takes about a dozen and
+# tests/test_randomness.py's law tests some hundreds of thousands, so a sampler loop that never ends fails the test
+# that reached it (any test that releases a count) instead of hanging the suite before that file runs.
+_TRIALS_PER_TEST = 5_000_000
+
+
+@pytest.fixture(autouse=True)
+def _sampler_loops_end(monkeypatch):
+    """Count every Bernoulli trial of the exact discrete-Laplace sampler and fail past _TRIALS_PER_TEST. The trials
+    are counted, not altered: each draw has the same law."""
+    from dpmed import randomness
+
+    left = [_TRIALS_PER_TEST]
+
+    def counted(trial):
+        def counted_trial(*args):
+            left[0] -= 1
+            if left[0] < 0:
+                raise AssertionError(f"over {_TRIALS_PER_TEST:,} Bernoulli trials of the exact sampler in one test: "
+                                     "a sampler loop that does not end")
+            return trial(*args)
+        return counted_trial
+    monkeypatch.setattr(randomness, "_bernoulli", counted(randomness._bernoulli))
+    monkeypatch.setattr(randomness, "_bernoulli_exp", counted(randomness._bernoulli_exp))
+
+
 @pytest.fixture
 def pneumoniamnist() -> Path:
     if not PNEUMONIAMNIST.is_file():
