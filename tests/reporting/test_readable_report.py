@@ -699,6 +699,23 @@ def test_reading_eps_is_said_only_where_some_run_has_an_eps(two_arms):
     base, private = two_arms
     assert "Reading ε." in _reading_eps([base, private])
     assert _reading_eps([base]) == ""
+    assert "voids the promise" not in _reading_eps([base, private])   # every ε shown holds
+
+
+def test_an_eps_that_does_not_hold_is_read_as_voided_and_never_as_protection(two_arms):
+    """A reproducible-mode run shows its accounted ε beside "not DP: seed known": the note says the seed voids it,
+    and a study of such runs alone is not told what DP's ε protects (it would read as a protection they lack)."""
+    from dpmed.randomness import NOT_DP_REPRODUCIBLE
+    from dpmed.reporting.clinical import _reading_eps
+
+    base, private = two_arms
+    seeded = private.model_copy(update={"privacy": private.privacy.model_copy(
+        update={"is_dp": False, "randomness": NOT_DP_REPRODUCIBLE})})
+    alone = _reading_eps([base, seeded])
+    assert "voids the promise" in alone and "seed known" in alone and "protects no one" in alone
+    assert "at most e<sup>ε</sup>" not in alone and "Smaller ε is stronger protection" not in alone
+    both = _reading_eps([base, private, seeded])
+    assert "at most e<sup>ε</sup>" in both and "voids the promise" in both
 
 
 def test_the_opening_tables_columns_hold_their_own_rates(two_arms, report_html):

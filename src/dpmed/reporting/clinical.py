@@ -278,9 +278,19 @@ def clinical(inputs: ReportInputs) -> str:
 
 def _reading_eps(records: Sequence[RunRecord]) -> str:
     """What the privacy column's ε means, in words, for readers who do not know DP (the column names δ, accountant
-    and neighbours; this says what they are). Only where some run has an ε."""
-    if not any(r.privacy.is_dp and r.privacy.epsilon is not None for r in records):
+    and neighbours; this says what they are). Only where some run has an ε. An ε that does not hold (a
+    reproducible-mode run's, labelled "not DP: seed known") gets its own sentence and no explanation of protection,
+    which it does not give."""
+    holds = any(r.privacy.is_dp and r.privacy.epsilon is not None for r in records)
+    void = any(not r.privacy.is_dp and r.privacy.epsilon is not None for r in records)
+    if not holds and not void:
         return ""
+    voided = ("An ε followed by \"not DP\" is what the accountant computes for that run's noise and sampling, but "
+              "the reason beside it voids the promise (for \"seed known\": its noise came from the study's published "
+              "seed, so anyone holding the study file can redraw and subtract it): such a run reproduces numbers, "
+              "it protects no one." if void else "")
+    if not holds:
+        return f"<p class=\"note\"><b>Reading ε.</b> {voided}</p>"
     return ("<p class=\"note\"><b>Reading ε.</b> Differential privacy bounds what the released model can give away "
             "about any one unit of the training data, the patient or the image as each label says (\"add/remove "
             "one patient\"): whatever anyone concludes from what was released, the probability of each conclusion "
@@ -291,4 +301,4 @@ def _reading_eps(records: Sequence[RunRecord]) -> str:
             "'Reconstruction risk' bounds how often, where DP-SGD ran). PLD and RDP name the accountant that "
             "computed ε from the training's noise and sampling (PLD is the tighter). A local-DP ε \"per image\" "
             "protects each released image against any other image, a different promise, not comparable with "
-            "DP-SGD's ε.</p>")
+            f"DP-SGD's ε.{' ' + voided if voided else ''}</p>")
