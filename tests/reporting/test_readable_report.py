@@ -483,6 +483,33 @@ def test_a_multiclass_run_that_never_chooses_a_class_is_flagged_in_the_table_and
         _section(html, "clinical"))
 
 
+
+def test_multilabel_arms_are_read_as_findings_decided_right_at_each_findings_own_threshold(tmp_path, make_record,
+                                                                                          report_html):
+    """A multilabel study's clinical section counts wrong decisions over (image, finding) pairs, each finding at its
+    own validation threshold: an accuracy column, no sensitivity or specificity (no one positive class), and the
+    reading's count is the paired accuracy change per 100 findings."""
+    rng = np.random.default_rng(3)
+    y = (rng.random((120, 2)) < 0.5).astype(int)
+    records = []
+    for run_id, arm, mechanism, signal in (("np_seed0", "np", "none", 0.6), ("dp_eps1_C1_seed0", "dp", "dp_sgd", 0.2)):
+        scores = np.clip(y * signal + rng.random((120, 2)) * (1 - signal), 0, 1)
+        (tmp_path / "runs" / run_id).mkdir(parents=True)
+        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
+                 test_patient_ids=np.arange(120).astype(str))
+        metrics = evaluate_utility(kind="multilabel", label_names=["effusion", "nodule"], val_labels=y,
+                                   val_scores=scores, test_labels=y, test_scores=scores, n_resamples=50)
+        records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
+                                   metrics=metrics))
+    wrong = round(100 * (records[0].metrics["test_accuracy"] - records[1].metrics["test_accuracy"]))
+    assert wrong > 0
+    clinical = _text(_section(report_html(records, task="multilabel", names=("effusion", "nodule")), "clinical"))
+    assert ("Accuracy is the share of findings decided right, each at its threshold chosen on the validation split "
+            "(Youden's J)." in clinical)
+    assert "accuracy change, per 100" in clinical and "(argmax)" not in clinical
+    assert "sensitivity" not in clinical and "specificity" not in clinical
+    assert f"the model gets about {wrong} more wrong of every 100 findings" in clinical
+
 def test_numbers_and_run_names_stay_whole_and_tables_of_runs_stack_on_a_phone(two_arms, report_html):
     from dpmed.comparisons import PairedDifference
     from dpmed.reporting.inputs import eps_label, p_text
