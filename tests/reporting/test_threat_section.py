@@ -296,6 +296,25 @@ def test_each_flag_reads_the_interval_s_lower_end_against_its_own_bound(tmp_path
     assert "not above chance" in rows["c_seed0"]
 
 
+
+def test_an_attack_whose_interval_lies_above_the_attacked_steps_bound_is_flagged_as_a_contradiction(
+        tmp_path, make_record, make_resolved):
+    """The attacked step's bound (q = 1, T = 1, at the criterion's prior) is what the attack's own game cannot
+    exceed: an attack whose whole interval lies above it contradicts the accounting (a bug, or a run whose noise was
+    not what its record says), and the row says so. At sigma 10 and kappa 1e-3 that bound is far below 50 % [40 %,
+    60 %]; the run's own bound is set above the attack, so only this flag can fire."""
+    risk = _risk(0.9, 0.8).model_copy(update={"noise_multiplier": 10.0})
+    step = accounting.reconstruction_bound(noise_multiplier=10.0, sample_rate=1.0, steps=1, kappa=1e-3)
+    assert step < 0.40
+    records = [make_record("dp_seed0", "dp", "dp_sgd", eps=1.0).model_copy(
+        update={"attack": _attack(0.5, 0.40, 0.60, 32), "reconstruction": risk})]
+    folder = StudyFolder(tmp_path)
+    write_outputs(folder, make_resolved(records), records)
+    row = dict(re.findall(r"<tr><td data-label[^>]*>([^<]+)</td>(.*?)</tr>", _section(folder.report.read_text(),
+                                                                                      "threat"), re.S))["dp_seed0"]
+    assert "above the attacked step's bound: contradicts the bound, check the run" in _text(row)
+    assert "above the run's bound" not in row and "not above chance" not in row
+
 def test_each_runs_own_success_threshold_and_batches_are_shown_not_the_first_runs_for_all(tmp_path, make_record,
                                                                                           make_resolved):
     """Each run calibrates its threshold on its own seed's null draws (and batch size) and attacks its own number of
