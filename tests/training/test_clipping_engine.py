@@ -90,6 +90,13 @@ def _conv_net(conv: nn.Module, c_out: int) -> nn.Module:
     return nn.Sequential(conv, nn.Tanh(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_out, 3))
 
 
+def _frozen(model: nn.Module, *names: str) -> nn.Module:
+    """``model`` with the named parameters frozen: layers that train their weight alone or their bias alone."""
+    for name in names:
+        model.get_parameter(name).requires_grad_(False)
+    return model
+
+
 # name -> (model factory, input factory(n, generator), the layer types it exercises)
 LAYER_CASES = {
     "linear": (lambda: nn.Sequential(nn.Flatten(), nn.Linear(2 * 7 * 7, 4), nn.Tanh(), nn.Linear(4, 3)),
@@ -124,6 +131,18 @@ LAYER_CASES = {
         lambda: nn.Sequential(nn.Conv2d(2, 6, 3, padding=1), nn.GroupNorm(1, 6), nn.SiLU(), nn.Conv2d(6, 4, 3),
                               nn.GroupNorm(4, 4), nn.Flatten(), nn.Linear(100, 3)),
         _images(), {nn.Conv2d, nn.GroupNorm}),
+    "linear_bias_only_then_weight_only": (
+        lambda: _frozen(nn.Sequential(nn.Flatten(), nn.Linear(98, 4), nn.Tanh(), nn.Linear(4, 3)),
+                        "1.weight", "3.bias"),
+        _images(), {nn.Linear}),
+    "conv2d_and_ws_conv2d_bias_only": (
+        lambda: _frozen(nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.Tanh(), WSConv2d(4, 4, 3), nn.Tanh(),
+                                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)), "0.weight", "2.weight"),
+        _images(), {nn.Conv2d, WSConv2d}),
+    "group_norm_weight_only_layer_norm_bias_only": (
+        lambda: _frozen(nn.Sequential(nn.Conv2d(2, 4, 3), nn.GroupNorm(2, 4), nn.ReLU(), nn.LayerNorm([4, 5, 5]),
+                                      nn.Flatten(), nn.Linear(100, 3)), "1.bias", "3.weight"),
+        _images(), {nn.Conv2d, nn.GroupNorm, nn.LayerNorm}),
 }
 
 
