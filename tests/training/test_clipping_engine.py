@@ -249,6 +249,27 @@ def test_a_layer_called_twice_sums_its_calls_per_example():
     _assert_close(GhostClipper(model).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=0.3), expected)
 
 
+def test_a_layer_also_called_without_grad_is_clipped_by_its_call_with_grad():
+    """A call under no_grad (a user's forward that reads a layer's output as a constant) adds nothing to the
+    layer's per-example gradient: only the call that reaches the loss through autograd counts."""
+    class Detached(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(4, 3)
+
+        def forward(self, x):
+            with torch.no_grad():
+                scale = 1 + self.shared(x).square().mean(1, keepdim=True)
+            return self.shared(x) / scale
+
+    torch.manual_seed(0)
+    model = Detached().double()
+    x, y = torch.randn(5, 4, dtype=torch.float64), torch.tensor([0, 1, 2, 0, 1])
+    expected, norms = _explicit_clipped_sum(model, x, y, 1.5)
+    assert min(norms) < 1.5 < max(norms)
+    _assert_close(GhostClipper(model).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=1.5), expected)
+
+
 def test_frozen_parameters_are_left_out():
     model, x, y = _case("group_norm")
     model[0].bias.requires_grad_(False)
@@ -418,9 +439,20 @@ def test_an_input_modified_in_place_after_use_is_refused():
         GhostClipper(model).clipped_sum(x, torch.tensor([0, 1, 0, 1]), loss_fn=_ce, max_grad_norm=1.0)
 
 
-def test_an_embedding_that_mixes_examples_is_refused():
-    with pytest.raises(PrivacyError, match="scale_grad_by_freq"):
-        GhostClipper(nn.Embedding(5, 2, scale_grad_by_freq=True))
+@pytest.mark.parametrize("setting, named", [(dict(scale_grad_by_freq=True), "scale_grad_by_freq"),
+                                            (dict(max_norm=1.0), "max_norm"), (dict(sparse=True), "sparse")])
+def test_an_embedding_whose_gradient_is_not_a_plain_lookups_is_refused(setting, named):
+    with pytest.raises(PrivacyError, match=f"Embedding with {named}"):
+        GhostClipper(nn.Embedding(5, 2, **setting))
+
+
+def test_a_padding_the_convolution_cannot_replay_is_refused():
+    """A string padding or a padding mode is replayed from the layer's own padding amounts; without them (a torch
+    that does not expose them) the layer is refused by name, not clipped with zero padding."""
+    conv = nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect")
+    del conv._reversed_padding_repeated_twice
+    with pytest.raises(PrivacyError, match=r"Conv2d with padding \(1, 1\) / padding_mode 'reflect'.*use zero padding"):
+        GhostClipper(conv)
 
 
 def test_a_parameter_used_outside_its_layer_is_refused():

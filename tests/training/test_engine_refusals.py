@@ -166,6 +166,24 @@ def test_the_step_refuses_folded_rows_even_one_example_per_chunk():
         step(x, y)
 
 
+def test_a_linear_on_one_number_per_example_is_refused():
+    """A Linear(B, B) on a [B] vector has one row per example by shape but mixes the examples in its product: its
+    rule needs [B, ..., d_in] and refuses the layer rather than clip anything."""
+    class Mixing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mix = nn.Linear(3, 3)
+            self.head = nn.Linear(1, 3)
+
+        def forward(self, x):
+            return self.head(self.mix(x.flatten(1).sum(1)).unsqueeze(1))
+
+    torch.manual_seed(0)
+    x, y = _images(3)
+    with pytest.raises(PrivacyError, match=r"Linear input must be batch-first.*got shape \(3,\)"):
+        GhostClipper(Mixing().double()).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=1.0)
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_layer_on_batch_first_sequences_stays_exact(batch):
     """The same Linear on [B, 49, 2] (positions kept apart from the batch) is clipped per example, exactly."""
