@@ -184,6 +184,22 @@ def test_a_linear_on_one_number_per_example_is_refused():
         GhostClipper(Mixing().double()).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=1.0)
 
 
+def test_a_layer_given_its_input_by_keyword_is_refused_by_name():
+    """A forward hook sees positional inputs only: a layer called as layer(input=x) is refused naming it, not
+    failed with an index error inside the engine."""
+    class ByKeyword(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(98, 3)
+
+        def forward(self, x):
+            return self.head(input=x.flatten(1))
+
+    x, y = _images(3)
+    with pytest.raises(PrivacyError, match="module 'head': the clipping engine needs a tensor input"):
+        GhostClipper(ByKeyword().double()).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=1.0)
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_layer_on_batch_first_sequences_stays_exact(batch):
     """The same Linear on [B, 49, 2] (positions kept apart from the batch) is clipped per example, exactly."""

@@ -185,10 +185,10 @@ class _Tape:
 
     def forward_hook(self, index: int) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: Tensor) -> None:
-            a = inputs[0]
+            a = inputs[0] if inputs else None           # a hook sees positional inputs only: layer(input=x) has none
             if not isinstance(a, Tensor) or not isinstance(output, Tensor):
                 raise PrivacyError(f"module {self.layers[index].name!r}: the clipping engine needs a tensor input "
-                                   "and output")
+                                   "passed positionally (layer(x), not layer(input=x)) and a tensor output")
             self._check_batch_first(index, module, a, output)
             call = _Call(index, a.detach(), a._version)
             self.calls[index].append(call)
