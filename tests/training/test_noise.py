@@ -9,6 +9,7 @@ block with numpy's own ``normal``/``laplace`` on one thread, block after block, 
 from __future__ import annotations
 
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,7 +23,7 @@ from torch import nn
 import dpmed.training.dp_sgd as dp_sgd_module
 from dpmed.randomness import PrivacyRandomness
 from dpmed.training import DpSgdStep
-from dpmed.training.noise import BLOCK, block_keys, fill_noise
+from dpmed.training.noise import BLOCK, block_keys, fill_noise, noise_workers
 
 
 def _ce(z, y):
@@ -201,3 +202,12 @@ def test_the_noise_covers_the_trainable_parameters_only():
         torch.testing.assert_close(p.grad, (c.double() + 0.35 * draw).float() / 4.0, rtol=0, atol=0)
     assert model[1].weight.grad is None and model[1].bias.grad is None
     assert step.noise_rng.bit_generator.state == twin.bit_generator.state
+
+
+@pytest.mark.parametrize("cores, expected", [(None, 1), (3, 3), (64, 8)])
+def test_the_noise_threads_fall_back_to_the_cpu_count_without_an_affinity_mask(monkeypatch, cores, expected):
+    """Where os.sched_getaffinity does not exist (macOS, Windows), the threads are the machine's cores, at least
+    one (cpu_count may be unknown) and at most 8."""
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert noise_workers() == expected
