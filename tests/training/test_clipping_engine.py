@@ -470,6 +470,26 @@ def test_a_parameter_used_outside_its_layer_is_refused():
                                         max_grad_norm=1.0)
 
 
+def test_a_parameter_used_outside_its_layer_that_ran_under_no_grad_is_refused():
+    """A call under no_grad gives the parameter no use in the graph, so it cannot stand for one outside the layer:
+    the weight read in the forward here was counted against that call, and its gradient came back as zero."""
+    class Behind(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+            self.head = nn.Linear(4, 3)
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.fc(x)
+            return self.head(x) + x @ self.fc.weight.T
+
+    model = Behind().double()
+    with pytest.raises(PrivacyError, match=r"fc.weight is used 1 times but its module ran 0 times with grad.*outside"):
+        GhostClipper(model).clipped_sum(torch.randn(2, 4, dtype=torch.float64), torch.tensor([0, 1]), loss_fn=_ce,
+                                        max_grad_norm=1.0)
+
+
 # ------------------------------------------------------------------------------- property: any conv geometry
 
 @settings(max_examples=25, deadline=None)

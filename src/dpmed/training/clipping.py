@@ -115,11 +115,13 @@ class _Layer:
 
 @dataclass
 class _Call:
-    """One forward call of a layer: its input until the output gradient arrives, and the input's version then."""
+    """One forward call of a layer: its input until the output gradient arrives, the input's version then, and
+    whether the call is in the graph (not under no_grad: only then does it use the layer's parameters there)."""
 
     layer: int
     a: Tensor | None
     version: int
+    graphed: bool
 
 
 @dataclass
@@ -190,7 +192,7 @@ class _Tape:
                 raise PrivacyError(f"module {self.layers[index].name!r}: the clipping engine needs a tensor input "
                                    "passed positionally (layer(x), not layer(input=x)) and a tensor output")
             self._check_batch_first(index, module, a, output)
-            call = _Call(index, a.detach(), a._version)
+            call = _Call(index, a.detach(), a._version, output.requires_grad)
             self.calls[index].append(call)
             if not output.requires_grad:
                 return
@@ -408,7 +410,8 @@ def _check_parameter_uses(loss: Tensor, tape: _Tape, owners: dict[int, tuple[int
 
     A rule computes a parameter's per-example gradient from its layer's input and output; a use elsewhere (weight
     tying, a parameter read by a parent module's forward, a penalty term in the loss) would be missed. Each use of a
-    parameter is one edge into its AccumulateGrad node, so more edges than calls means a use outside the layer."""
+    parameter is one edge into its AccumulateGrad node, so more edges than calls in the graph means a use outside
+    the layer (a call under no_grad adds no edge, so it cannot stand for a use elsewhere)."""
     edges: dict[int, int] = {}
     seen, stack = set(), [loss.grad_fn]
     while stack:
@@ -425,13 +428,13 @@ def _check_parameter_uses(loss: Tensor, tape: _Tape, owners: dict[int, tuple[int
             stack.append(child)
     for pid, uses in edges.items():
         index, pname = owners[pid]
-        calls = len(tape.calls[index])
+        calls = sum(call.graphed for call in tape.calls[index])
         if uses > calls:
             name = tape.layers[index].name
-            raise PrivacyError(f"parameter {name}.{pname} is used {uses} times but its module ran {calls} times: it "
-                               "is also used outside its own layer (weight tying, or read in another module's "
-                               "forward), where the clipping engine cannot see its per-example gradient. Untie it, "
-                               "or use the Opacus engine (training.dp_engine: opacus)")
+            raise PrivacyError(f"parameter {name}.{pname} is used {uses} times but its module ran {calls} times "
+                               "with gradients (not under no_grad): it is also used outside its own layer (weight "
+                               "tying, or read in another module's forward), where the clipping engine cannot see its "
+                               "per-example gradient. Untie it, or use the Opacus engine (training.dp_engine: opacus)")
 
 
 class GhostClipper:
