@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
+from dpmed.evaluation.bootstrap import Redraws, bootstrap_indices, patient_numbers, percentile_interval
 from dpmed.evaluation.utility import evaluate_utility
 
 
@@ -56,6 +56,19 @@ def test_unseeded_or_odd_seed_is_refused(seed):
 def test_empty_sizes_are_refused(n, n_resamples):
     with pytest.raises(ValueError):
         bootstrap_indices(n, n_resamples=n_resamples, seed=0)
+
+
+def test_redraws_that_cannot_be_read_are_refused_saying_what_is_wrong():
+    """Redraws built by hand (not by bootstrap_redraws): a flat array of draws, an unknown unit or a 2-d id table
+    would otherwise be read as some other set of redraws, or fail later inside a metric."""
+    with pytest.raises(ValueError, match=r"draws must be \[n_resamples, n_units\]"):
+        Redraws(draws=np.zeros(3, np.int64), unit_of_image=np.arange(3), unit="image")
+    with pytest.raises(ValueError, match="unit must be 'patient' or 'image', got 'eye'"):
+        Redraws(draws=np.zeros((2, 3), np.int64), unit_of_image=np.arange(3), unit="eye")
+    with pytest.raises(ValueError, match=r"indices must be \[n_resamples, n\], got shape \(4,\)"):
+        Redraws.of_images(np.arange(4))
+    with pytest.raises(ValueError, match=r"one per image, shape \[n\]; got shape \(2, 2\)"):
+        patient_numbers([["a", "b"], ["c", "d"]])
 
 
 def _two_models(n=80, seed=0):
