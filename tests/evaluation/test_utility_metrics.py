@@ -354,3 +354,22 @@ def test_a_multilabel_test_label_not_resolved_upstream_is_refused_even_where_val
 def test_a_confidence_that_gives_no_interval_is_refused(confidence):
     with pytest.raises(ValueError, match="strictly between 0 and 1"):
         _binary_row(confidence=confidence)
+
+
+@pytest.mark.parametrize("kind, labels, scores, words", [
+    ("binary", [], [], "auroc: no samples"),
+    ("multiclass", np.zeros(0, int), np.zeros((0, 3)), "auroc: no samples"),
+    ("multilabel", np.zeros((0, 2), int), np.zeros((0, 2)), "auroc: no samples"),
+    ("multiclass", [0, 1, 2], [[0.5, 0.5, 0.0], [np.nan, 0.5, 0.5], [0.0, 0.0, 1.0]], "auroc: 1 scores are nan"),
+    ("multilabel", [[0, 1], [1, 0]], [[0.2, np.inf], [0.8, -np.inf]], "auroc: 2 scores are nan or infinite"),
+    # a multilabel task handed one finding as a flat column: [N] is a binary task's shape, not [N, L]
+    ("multilabel", [0, 1], [0.2, 0.8], r"must both be \[N, L\]; got shapes \(2,\) and \(2,\)"),
+])
+def test_auroc_refuses_an_empty_set_non_finite_scores_and_a_flat_multilabel_array(kind, labels, scores, words):
+    with pytest.raises(ValueError, match=words):
+        auroc(labels, scores, kind=kind)
+
+
+def test_an_empty_validation_split_is_named():
+    with pytest.raises(ValueError, match="validation: no samples"):
+        _binary_row(val_labels=np.zeros(0, int), val_scores=np.zeros(0))
