@@ -55,3 +55,23 @@ def test_kappa_interval_is_the_percentile_interval_of_sklearn_redraws():
     expected = np.percentile(redraws, [2.5, 97.5])
     assert (row["test_kappa_quadratic_low"], row["test_kappa_quadratic_high"]) == pytest.approx(tuple(expected),
                                                                                                rel=1e-12)
+
+
+@pytest.mark.parametrize("labels, predicted, n_classes", [
+    ([0, 1], [0, 1, 1], 3),             # a prediction more than labels: the pairs are lost
+    ([[0, 1]], [[0, 1]], 3),            # a table, not one grade per image
+    ([0, 0], [0, 0], 1),                # one class: no disagreement can be weighed
+])
+def test_kappa_refuses_arrays_that_do_not_pair_and_a_single_class(labels, predicted, n_classes):
+    with pytest.raises(ValueError, match="must both be \\[N\\] with K >= 2 classes"):
+        quadratic_weighted_kappa(labels, predicted, n_classes=n_classes)
+
+
+@pytest.mark.parametrize("labels, predicted", [
+    ([0, 1, 2], [3, 1, 2]),             # grade 3 of 3 classes would be read as (true 1, predicted 0)
+    ([1, 1, 2], [-1, 1, 2]),            # grade -1 would be read as (true 0, predicted 2)
+    ([3, 1, 2], [0, 1, 2]),
+])
+def test_kappa_refuses_grades_outside_its_classes_instead_of_counting_them_in_another_cell(labels, predicted):
+    with pytest.raises(ValueError, match=r"class indices 0\.\.2"):
+        quadratic_weighted_kappa(labels, predicted, n_classes=3)
