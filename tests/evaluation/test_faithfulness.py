@@ -82,3 +82,28 @@ def test_mean_with_interval_is_a_percentile_bootstrap_over_images():
     redraws = np.array([defined[idx].mean() for idx in bootstrap_indices(4, n_resamples=100, seed=3)])
     assert out.value == pytest.approx(3.75) and out.n == 4
     assert (out.low, out.high) == pytest.approx(percentile_interval(redraws))
+
+
+def test_metrics_refuse_arrays_that_are_not_one_value_or_one_map_per_image():
+    """A table of scores, or one map without its image axis, would otherwise be scored element by element."""
+    with pytest.raises(ValueError, match=r"Y and O must both be \[N\], got \(1, 1\) and \(1, 1\)"):
+        average_drop([[0.5]], [[0.4]])
+    one_map = np.ones((4, 4))
+    with pytest.raises(ValueError, match=r"cams and masks must both be \[N, H, W\], got \(4, 4\)"):
+        mask_energy(one_map, one_map > 0)
+    with pytest.raises(ValueError, match=r"cams and masks must both be \[N, H, W\], got \(4, 4\)"):
+        pointing_game(one_map, one_map > 0)
+
+
+def test_a_mean_of_no_defined_value_has_no_value_and_no_interval():
+    """Images none of which carries a lesion mask: their mask energy is nan each, so the mean is undefined (None,
+    n = 0) rather than an error or a number."""
+    est = mean_with_interval(np.full(3, np.nan), n_resamples=20)
+    assert (est.value, est.low, est.high, est.n) == (None, None, None, 0)
+    est = mean_with_interval(np.full(2, np.nan), n_resamples=20, patient_ids=["p1", "p2"])
+    assert (est.value, est.n) == (None, 0)
+
+
+def test_a_mean_refuses_patient_ids_that_are_not_one_per_value():
+    with pytest.raises(ValueError, match="2 patient ids for 3 values"):
+        mean_with_interval([0.1, 0.2, 0.3], patient_ids=["p1", "p2"], n_resamples=20)
