@@ -138,3 +138,13 @@ def test_json_numbers_drop_nan_and_both_infinities():
 
 def test_an_empty_test_set_has_no_auroc():
     assert np.isnan(weighted_auroc(np.zeros(0), np.zeros(0), np.ones((2, 0)))).all()
+
+
+def test_weights_with_a_column_more_than_images_are_refused_not_cut_to_fit():
+    """Without the check the AUROC would weigh the images by the first n columns of a redraw meant for n + 1 images
+    and return a number; kappa would fail inside a matrix product."""
+    y, s = np.array([0, 1, 0, 1]), np.array([0.1, 0.9, 0.4, 0.6])
+    with pytest.raises(ValueError, match=r"weighted_auroc: .* must agree; got \(4,\), \(4,\), \(2, 5\)"):
+        weighted_auroc(y, s, np.ones((2, 5)))
+    with pytest.raises(ValueError, match=r"weighted_kappa: .* must agree; got \(4,\), \(4,\), \(2, 5\)"):
+        weighted_kappa(y, y, np.ones((2, 5)), n_classes=2)
