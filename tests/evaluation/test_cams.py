@@ -185,3 +185,9 @@ def test_class_probabilities_keep_every_image_across_batches(batch_size):
     whole = class_probabilities(Linear(), images, kind="binary")
     assert whole.shape == (3, 2)
     np.testing.assert_array_equal(class_probabilities(Linear(), images, kind="binary", batch_size=batch_size), whole)
+
+
+def test_an_unknown_method_is_refused_naming_the_known_ones():
+    images = np.random.default_rng(0).random((1, 1, 4, 4)).astype(np.float32)
+    with pytest.raises(ValueError, match="unknown CAM method 'grad-cam'; known: gradcam, gradcam\\+\\+"):
+        compute_cams(Linear(), images, target_layer="features", targets=[1], method="grad-cam")

@@ -215,3 +215,21 @@ def test_a_multilabel_run_s_lesion_maps_explain_every_finding_the_masks_mark():
     assert record.metrics["mask_energy"].value == pytest.approx(0.6, abs=1e-3)
     assert record.metrics["pointing_game"].value == 1.0
     assert "sum" in record.lesion_target and record.lesion_class is None
+
+
+def test_masks_that_mark_no_lesion_give_a_note_and_no_lesion_metrics():
+    """Masks are given (a dataset that has them) but none of the explained images carries one: mask energy and the
+    pointing game have nothing to be scored on, and the record says why they are missing."""
+    images = np.random.default_rng(0).random((3, 1, 16, 16)).astype(np.float32)
+    record, arrays = explain(_Brightness(), images, kind="binary", target_layer="features", deletion_steps=2,
+                             n_resamples=20, masks=np.zeros((3, 16, 16), bool))
+    assert record.mask_note == "none of the explained images carries a lesion mask"
+    assert "mask_energy" not in record.metrics and "pointing_game" not in record.metrics
+    assert record.n_masked_images is None and "lesion_cams" not in arrays
+
+
+def test_patient_ids_that_are_not_one_per_explained_image_are_refused():
+    images = np.random.default_rng(0).random((3, 1, 16, 16)).astype(np.float32)
+    with pytest.raises(ValueError, match="2 patient ids for 3 explained images"):
+        explain(_Brightness(), images, kind="binary", target_layer="features", deletion_steps=2, n_resamples=20,
+                patient_ids=["p1", "p2"])
