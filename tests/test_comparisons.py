@@ -65,6 +65,16 @@ def test_paired_difference_of_a_model_with_itself_is_zero_with_p_one():
     assert (out["value"], out["low"], out["high"], out["p_value"]) == (0.0, 0.0, 0.0, 1.0)
 
 
+@pytest.mark.parametrize("kind, scores, reference", [
+    ("binary", np.full(4, 0.5), np.full(5, 0.5)),                # the reference scored one image more
+    ("multiclass", np.full((4, 3), 1 / 3), np.full((4, 2), 0.5)),  # the reference has a class fewer
+])
+def test_two_models_scored_on_different_images_or_classes_are_not_compared(kind, scores, reference):
+    with pytest.raises(ValueError, match="the two models' scores differ in shape"):
+        paired_differences(kind=kind, labels=np.array([0, 1, 0, 1]), scores=scores, reference_scores=reference,
+                           n_resamples=10, seed=0)
+
+
 def test_pearson_by_hand_and_against_scipy():
     # x = 1, 2, 3; y = 1, 2, 4: sum dx dy = 3, sum dx^2 = 2, sum dy^2 = 14/3, r = 3 / sqrt(28/3)
     out = pearson([1, 2, 3], [1, 2, 4])

@@ -577,3 +577,9 @@ def test_the_groups_left_out_of_equalised_odds_are_listed_in_the_groups_order():
                                  n_resamples=20)
     assert list(fairness.attributes["age"].groups)[:3] == ["[0,5)", "[5,10)", "[10,40)"]
     assert fairness.attributes["age"].equalized_odds_excluded_groups == ["[5,10)", "[10,40)"]
+
+
+def test_an_attribute_not_recorded_once_per_test_image_is_refused_by_name():
+    with pytest.raises(ValueError, match="attribute 'sex' has 9 values for 10 test images"):
+        evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=Y, test_scores=S,
+                          attributes={"sex": SEX[:-1]}, n_resamples=10, seed=0)
