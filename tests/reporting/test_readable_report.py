@@ -483,7 +483,6 @@ def test_a_multiclass_run_that_never_chooses_a_class_is_flagged_in_the_table_and
         _section(html, "clinical"))
 
 
-
 def test_multilabel_arms_are_read_as_findings_decided_right_at_each_findings_own_threshold(tmp_path, make_record,
                                                                                           report_html):
     """A multilabel study's clinical section counts wrong decisions over (image, finding) pairs, each finding at its
@@ -509,6 +508,7 @@ def test_multilabel_arms_are_read_as_findings_decided_right_at_each_findings_own
     assert "accuracy change, per 100" in clinical and "(argmax)" not in clinical
     assert "sensitivity" not in clinical and "specificity" not in clinical
     assert f"the model gets about {wrong} more wrong of every 100 findings" in clinical
+
 
 def test_numbers_and_run_names_stay_whole_and_tables_of_runs_stack_on_a_phone(two_arms, report_html):
     from dpmed.comparisons import PairedDifference

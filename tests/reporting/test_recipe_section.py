@@ -81,13 +81,13 @@ def test_a_recipe_of_choices_states_each_as_training_used_it():
     assert "<b>unit: one image</b>" in dp and "32 images expected" in dp
 
 
-
 def test_flips_and_one_copy_without_crops_are_stated_as_configured():
     """Flips are off by default (a flipped chest film puts the heart on the right): a study that turns them on is
     told so, and one copy with no padding says it crops nothing."""
     rows, _ = _section({"augmentation": {"multiplicity": 1, "crop_padding": 0, "flip": True}})
     assert "<b>one copy of each image, no crops, horizontal flips</b>" in rows["plain"]
     assert "flips" not in _section({"augmentation": {"multiplicity": 1, "crop_padding": 0}})[0]["plain"]
+
 
 @pytest.mark.parametrize("milestones", [[0.5], [0.25, 0.75]])
 def test_a_step_schedule_names_its_milestones(milestones):

@@ -296,7 +296,6 @@ def test_each_flag_reads_the_interval_s_lower_end_against_its_own_bound(tmp_path
     assert "not above chance" in rows["c_seed0"]
 
 
-
 def test_an_attack_whose_interval_lies_above_the_attacked_steps_bound_is_flagged_as_a_contradiction(
         tmp_path, make_record, make_resolved):
     """The attacked step's bound (q = 1, T = 1, at the criterion's prior) is what the attack's own game cannot
@@ -314,6 +313,7 @@ def test_an_attack_whose_interval_lies_above_the_attacked_steps_bound_is_flagged
                                                                                       "threat"), re.S))["dp_seed0"]
     assert "above the attacked step's bound: contradicts the bound, check the run" in _text(row)
     assert "above the run's bound" not in row and "not above chance" not in row
+
 
 def test_each_runs_own_success_threshold_and_batches_are_shown_not_the_first_runs_for_all(tmp_path, make_record,
                                                                                           make_resolved):
