@@ -37,7 +37,7 @@ Pure numpy and scipy (no torch): scores in, numbers out.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -74,9 +74,6 @@ class AuditResult:
     method: str
     k_positive: int = 0
     k_negative: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def choose_canaries(m: int, *, rng: np.random.Generator) -> np.ndarray:
