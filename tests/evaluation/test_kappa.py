@@ -8,6 +8,7 @@ from sklearn.metrics import cohen_kappa_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices
 from dpmed.evaluation.utility import evaluate_utility, quadratic_weighted_kappa
+from dpmed.evaluation.weighted import weighted_kappa
 
 
 def test_kappa_by_hand():
@@ -75,3 +76,5 @@ def test_kappa_refuses_arrays_that_do_not_pair_and_a_single_class(labels, predic
 def test_kappa_refuses_grades_outside_its_classes_instead_of_counting_them_in_another_cell(labels, predicted):
     with pytest.raises(ValueError, match=r"class indices 0\.\.2"):
         quadratic_weighted_kappa(labels, predicted, n_classes=3)
+    with pytest.raises(ValueError, match=r"weighted_kappa: .*class indices 0\.\.2"):     # the bootstrap's kappa too
+        weighted_kappa(labels, predicted, np.ones((2, 3)), n_classes=3)

@@ -37,8 +37,8 @@ import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from dpmed.evaluation.bootstrap import Redraws, bootstrap_redraws, percentile_interval
-from dpmed.evaluation.weighted import (evaluate_redraws, quadratic_kappa, weighted_auroc, weighted_kappa,
-                                       weighted_mean)
+from dpmed.evaluation.weighted import (check_class_indices, evaluate_redraws, quadratic_kappa, weighted_auroc,
+                                       weighted_kappa, weighted_mean)
 
 __all__ = ["youden_threshold", "auroc", "quadratic_weighted_kappa", "evaluate_utility",
            "UNDEFINED_REDRAWS_WARN_FRACTION"]
@@ -209,13 +209,7 @@ def quadratic_weighted_kappa(labels, predicted, *, n_classes: int) -> float:
     if y.shape != p.shape or y.ndim != 1 or n_classes < 2:
         raise ValueError(f"quadratic_weighted_kappa: labels and predictions must both be [N] with K >= 2 classes; "
                          f"got shapes {y.shape}, {p.shape} and K = {n_classes}")
-    # A grade outside 0..K-1 would land in another cell of the flattened confusion counts (true 0 predicted K is
-    # cell (1, 0)) and change the kappa silently.
-    outside = sorted(set(np.unique(y[(y < 0) | (y >= n_classes)]).tolist())
-                     | set(np.unique(p[(p < 0) | (p >= n_classes)]).tolist()))
-    if outside:
-        raise ValueError(f"quadratic_weighted_kappa: labels and predictions must be class indices 0..{n_classes - 1}, "
-                         f"got {outside[:10]}")
+    check_class_indices(y, p, n_classes, "quadratic_weighted_kappa")
     confusion = np.bincount(y * n_classes + p, minlength=n_classes * n_classes).reshape(n_classes, n_classes)
     return float(quadratic_kappa(confusion.astype(np.float64)))
 

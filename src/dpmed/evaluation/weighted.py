@@ -145,6 +145,15 @@ def quadratic_kappa(confusion: np.ndarray) -> np.ndarray:
         return np.where(disagreement > 0, 1.0 - (weights * observed).sum(axis=(-2, -1)) / disagreement, np.nan)
 
 
+def check_class_indices(labels: np.ndarray, predicted: np.ndarray, n_classes: int, who: str) -> None:
+    """ValueError naming the grades outside 0..K-1: a kappa reads (true a, predicted b) from the flattened cell
+    a K + b, so true 0 predicted K would be counted as true 1 predicted 0, and the kappa changed silently."""
+    outside = sorted(set(np.unique(labels[(labels < 0) | (labels >= n_classes)]).tolist())
+                     | set(np.unique(predicted[(predicted < 0) | (predicted >= n_classes)]).tolist()))
+    if outside:
+        raise ValueError(f"{who}: labels and predictions must be class indices 0..{n_classes - 1}, got {outside[:10]}")
+
+
 def weighted_kappa(labels, predicted, weights, *, n_classes: int) -> np.ndarray:
     """Quadratic-weighted kappa of class ``labels`` and ``predicted`` classes (int [n] in 0..K-1) with each image
     counted ``weights[r, i]`` times: float [R] (nan where undefined).
@@ -159,6 +168,7 @@ def weighted_kappa(labels, predicted, weights, *, n_classes: int) -> np.ndarray:
     if y.ndim != 1 or p.shape != y.shape or w.shape[1] != y.size:
         raise ValueError(f"weighted_kappa: labels, predicted [n] and weights [R, n] must agree; got {y.shape}, "
                          f"{p.shape}, {w.shape}")
+    check_class_indices(y, p, n_classes, "weighted_kappa")
     cells = (y * n_classes + p)[:, None] == np.arange(n_classes * n_classes)[None, :]   # [n, K K] one-hot cell
     confusion = w @ cells.astype(np.float64)                                            # [R, K K]
     return quadratic_kappa(confusion.reshape(w.shape[0], n_classes, n_classes))
