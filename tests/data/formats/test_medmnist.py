@@ -209,6 +209,26 @@ def test_bad_labels_are_named_in_one_line_by_their_values_and_first_row(tmp_path
         read_medmnist(_write(tmp_path / "three.npz", extra={"train_labels": three}), task_kind="binary")
 
 
+def test_labels_that_are_not_finite_are_named_by_value_and_first_row(tmp_path):
+    """Before: nan or inf in float labels read "must hold finite numbers, got dtype float64", blaming a dtype that
+    is fine and naming no row to look at."""
+    labels = np.array([[0], [1], [np.nan], [0], [np.inf], [np.nan]])
+    path = _write(tmp_path / "holes.npz", extra={"val_labels": labels[:3], "test_labels": labels[2:]})
+    with pytest.raises(DataError) as err:
+        read_medmnist(path)
+    assert str(err.value) == (f"{path}: val_labels must hold finite numbers; found nan (row 2 first; 1 of 3 rows). "
+                              "Give every image a label, or drop those images with their label rows, and save the npz "
+                              "again")
+    findings = np.zeros((6, 3))
+    findings[[1, 4], [2, 0]] = (-np.inf, np.inf)
+    with pytest.raises(DataError, match=r"train_labels must hold finite numbers; found -inf, inf \(row 1 first; 2 of "
+                       r"6 rows\)\. Give"):
+        read_medmnist(_write(tmp_path / "findings.npz", extra={"train_labels": findings}))
+    words = _write(tmp_path / "words.npz", extra={"train_labels": np.array([["a"]] * 6)})
+    with pytest.raises(DataError, match=r"train_labels must hold finite numbers, got dtype <U1$"):
+        read_medmnist(words)
+
+
 def test_known_names_survive_a_binary_to_multiclass_override(pneumoniamnist_path):
     d = read_medmnist(pneumoniamnist_path, task_kind="multiclass")
     assert d.task.kind == "multiclass" and d.task.label_names == ("normal", "pneumonia")

@@ -227,8 +227,13 @@ def _labels(path: Path, split: str, raw: np.ndarray, n_images: int) -> np.ndarra
             f"{path}: {key} has {len(raw)} rows but {split}_images has {n_images} images; each image needs one label "
             "row. The file is inconsistent: download it again."
         )
-    if not np.issubdtype(raw.dtype, np.number) or not np.all(np.isfinite(raw)):
+    if not np.issubdtype(raw.dtype, np.number):
         raise DataError(f"{path}: {key} must hold finite numbers, got dtype {raw.dtype}")
+    bad = ~np.isfinite(raw)
+    if bad.any():   # the dtype is fine (float); the values are not, so name them and where they are
+        raise DataError(f"{path}: {key} must hold finite numbers; found {_values_text(raw[bad])}"
+                        f"{_first_row(bad.any(axis=1))}. Give every image a label, or drop those images with their "
+                        "label rows, and save the npz again")
     return raw
 
 
