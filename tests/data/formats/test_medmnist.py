@@ -229,6 +229,55 @@ def test_labels_that_are_not_finite_are_named_by_value_and_first_row(tmp_path):
         read_medmnist(words)
 
 
+def test_flattened_images_are_refused_naming_the_key_and_shape(tmp_path):
+    """Images saved as [N, H * W] rows skip the memory check (it needs a height and width) and are refused by shape."""
+    flat = _write(tmp_path / "flat.npz", extra={"train_images": np.zeros((6, 784), np.uint8)})
+    with pytest.raises(DataError) as err:
+        read_medmnist(flat)
+    assert str(err.value) == (f"{flat}: train_images has shape (6, 784); expected [N, H, W] (grey) or [N, H, W, 3] "
+                              "(RGB). 3D MedMNIST volumes are not supported.")
+
+
+def test_splits_of_different_image_sizes_are_refused(tmp_path):
+    mixed = _write(tmp_path / "mixed.npz", extra={"test_images": np.zeros((4, 64, 64), np.uint8)})
+    with pytest.raises(DataError) as err:
+        read_medmnist(mixed)
+    assert str(err.value).startswith(f"{mixed}: the splits hold images of different shapes (C, H, W) ")
+    assert "'test': (1, 64, 64)" in str(err.value) and str(err.value).endswith("re-export the file")
+
+
+def test_a_pickled_object_array_is_refused_not_unpickled(tmp_path):
+    labels = np.empty((6, 1), dtype=object)
+    labels[:, 0] = [0, 1, 0, 1, 0, 1]
+    path = _write(tmp_path / "pickled.npz", extra={"train_labels": labels})
+    with pytest.raises(DataError) as err:
+        read_medmnist(path)
+    assert str(err.value) == (f"{path}: key train_labels is not a plain numeric array; download it again from "
+                              "https://medmnist.com (or check that the path names the .npz file)")
+
+
+def test_labels_of_any_shape_but_rows_of_classes_or_findings(tmp_path):
+    flat = _write(tmp_path / "flat_labels.npz", extra={f"{s}_labels": np.arange(n) % 2 for s, n in
+                                                         (("train", 6), ("val", 3), ("test", 4))})
+    d = read_medmnist(flat)                              # [N] labels are one class index per image, as [N, 1]
+    np.testing.assert_array_equal(d.val.labels, [0, 1, 0])
+    assert d.task.kind == "binary"
+    for shape in ((6, 1, 1), (6, 0)):
+        path = _write(tmp_path / "cube.npz", extra={"train_labels": np.zeros(shape, np.uint8)})
+        with pytest.raises(DataError) as err:
+            read_medmnist(path)
+        assert str(err.value) == (f"{path}: train_labels has shape {shape}; expected [N, 1] (class index) or [N, L] "
+                                  "(findings)")
+
+
+def test_findings_with_a_single_class_task_kind_say_to_drop_it(tmp_path):
+    path = _write(tmp_path / "findings.npz", labels=lambda s, n: np.eye(3)[np.arange(n) % 3])
+    with pytest.raises(DataError) as err:
+        read_medmnist(path, task_kind="binary")
+    assert str(err.value) == (f"{path}: train_labels has 3 columns, so it is multilabel; task_kind='binary' needs one "
+                              "class index per image. Drop task_kind or set it to 'multilabel'.")
+
+
 def test_known_names_survive_a_binary_to_multiclass_override(pneumoniamnist_path):
     d = read_medmnist(pneumoniamnist_path, task_kind="multiclass")
     assert d.task.kind == "multiclass" and d.task.label_names == ("normal", "pneumonia")
