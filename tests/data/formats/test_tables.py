@@ -300,6 +300,14 @@ def test_generic_csv_label_column_listed_twice_is_refused(table):
         read_csv_table(table, columns={"path": "file"}, labels=["opacity", "effusion", "opacity"])
 
 
+def test_generic_csv_a_folder_or_no_label_column_is_refused_saying_what_data_needs(table, load_layout):
+    with pytest.raises(DataError) as err:
+        load_layout("csv", table.parent, columns={"path": "file"}, labels=("opacity",))
+    assert str(err.value) == f"{table.parent} is a folder; for source 'csv' data.path names the CSV file itself"
+    with pytest.raises(DataError, match=r"^source 'csv' needs data.labels: the label column\(s\)$"):
+        load_layout("csv", table, columns={"path": "file"})
+
+
 def test_empty_split_after_skipping_is_an_error(table, load_layout):
     text = table.read_text()
     for i in (13, 14, 15):
