@@ -200,6 +200,16 @@ def test_a_rows_line_counts_blank_lines_before_the_header_and_a_field_that_spans
     assert [csv_line(i, frame) for i in range(3)] == [4, 7, 9]
 
 
+def test_a_field_too_long_for_the_line_count_still_reads_and_rows_are_told_as_counted(tmp_path):
+    """A cell over the csv module's field limit (131,072 characters, e.g. an image embedded as text) stops the
+    line count, not the reading: each row is then told at row + 2."""
+    table = tmp_path / "t.csv"
+    table.write_text("file,note\na.png," + "x" * 200_000 + "\nb.png,y\n")
+    frame = read_table(table, ["file"])
+    assert frame["file"].tolist() == ["a.png", "b.png"] and "lines" not in frame.attrs
+    assert [csv_line(i, frame) for i in range(2)] == [2, 3]
+
+
 def _drop_last_line(table: Path) -> None:
     gz = table.suffix == ".gz"
     text = gzip.open(table, "rt", encoding="utf-8").read() if gz else table.read_text(encoding="utf-8")
@@ -243,6 +253,7 @@ def test_the_message_lists_the_first_five_rows_and_counts_all(aptos, write_csv, 
     (b"", "is empty; it needs a header line and one row per image"),
     (b"file;label\na.png;1\n", "its columns are 'file;label'.* holds ';': dpmed reads comma-separated tables"),
     (b"file,label\na.png,1\nb.png,1,extra\n", r"Expected 2 fields in line 3, saw 3\); every line needs as many"),
+    (b"file,label\n", r"labels.csv has a header but no rows; the dataset needs images$"),
 ])
 def test_a_table_saved_another_way_says_how_to_save_it(tmp_path, content, said):
     """Before: a Latin-1 file gave a bare UnicodeDecodeError, an empty one "No columns to parse", and a
@@ -278,7 +289,8 @@ def test_a_byte_that_is_not_utf8_is_named_by_its_line(tmp_path):
     (b"\xff\xd8\xff\xe0" + bytes(range(256)), "a JPEG image (the table names its images by their paths)"),
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(range(256)), "an Excel .xls workbook (save it as CSV)"),
     ("file,label\na.png,1\n".encode("utf-16"), "UTF-16 text (save it as UTF-8)"),
-], ids=["zip", "npy", "png", "jpeg", "xls", "utf-16"])
+    (bytes(128) + b"DICM" + bytes(range(256)), "a DICOM file (the table names its images by their paths)"),
+], ids=["zip", "npy", "png", "jpeg", "xls", "utf-16", "dicom"])
 def test_a_file_that_is_no_csv_table_says_what_it_is(tmp_path, content, said):
     """data.path at a file of another layout (an .npz, an image) or a table saved as a workbook: before, "is not
     UTF-8 text ('utf-8' codec can't decode byte 0xca in position 15); save it as UTF-8", which it cannot be."""
