@@ -58,6 +58,14 @@ def test_chexpert_bad_values_and_unknown_findings(chexpert, load_layout):
         read_chexpert(chexpert, findings=["Pneumonnia"])
 
 
+def test_a_finding_listed_twice_is_named_with_what_to_do(chexpert, load_layout):
+    """Before: "CheXpert: labels list a finding twice: [...]", which left the user to find the repeated one."""
+    with pytest.raises(DataError) as err:
+        load_layout("chexpert", chexpert, labels=("Edema", "Atelectasis", "Edema"))
+    assert str(err.value) == ("CheXpert: data.labels lists the finding(s) ['Edema'] more than once (['Edema', "
+                              "'Atelectasis', 'Edema']); list each finding once")
+
+
 def test_a_chexpert_path_without_a_patient_folder_is_flagged_not_made_its_own_patient(chexpert, load_layout,
                                                                                       write_image):
     """Each CheXpert image's patient is its patientNNNNN folder; a row without one would be a "patient" of its own,

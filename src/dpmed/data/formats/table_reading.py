@@ -278,6 +278,8 @@ def chosen_labels(labels: Sequence[str] | None, default: Sequence[str], known: S
     unknown = [f for f in chosen if f not in known]
     if unknown:
         raise DataError(f"{dataset}: labels {unknown} are not findings of this dataset; choose from {list(known)}")
-    if len(set(chosen)) != len(chosen):
-        raise DataError(f"{dataset}: labels list a finding twice: {list(chosen)}")
+    repeated = sorted({f for f in chosen if chosen.count(f) > 1})
+    if repeated:
+        raise DataError(f"{dataset}: data.labels lists the finding(s) {repeated} more than once ({list(chosen)}); "
+                        "list each finding once")
     return chosen
