@@ -325,6 +325,29 @@ def test_a_header_whose_grey_transforms_give_no_finite_value_is_unreadable(tmp_p
         read_image(path, channels=1)
 
 
+@pytest.mark.parametrize(("function", "width", "said"), [
+    ("SIGMOID", 0, "SIGMOID window needs WindowWidth > 0, got 0.0"),
+    ("LINEAR_EXACT", 0, "LINEAR_EXACT window needs WindowWidth > 0, got 0.0"),
+    (None, 0.5, "LINEAR window needs WindowWidth >= 1, got 0.5"),
+])
+def test_a_window_narrower_than_its_function_allows_is_unreadable_naming_the_width(tmp_path, function, width, said,
+                                                                                 write_dicom):
+    """PS3.3 C.11.2.1.2 defines each function for its widths only: a width of 0 would divide by zero."""
+    path = write_dicom(tmp_path / "narrow.dcm", STORED, window=(100, width), function=function)
+    with pytest.raises(UnreadableImage) as err:
+        read_image(path, channels=1)
+    assert str(err.value) == f"pixel data cannot be decoded (ValueError: {said})"
+
+
+def test_a_photometric_interpretation_dpmed_does_not_read_is_named(tmp_path, write_dicom):
+    """A palette-colour file decodes to indices into a colour table: read as grey they would be no image."""
+    path = write_dicom(tmp_path / "palette.dcm", STORED, photometric="PALETTE COLOR")
+    with pytest.raises(UnreadableImage) as err:
+        read_image(path, channels=1)
+    assert str(err.value) == ("has PhotometricInterpretation 'PALETTE COLOR'; dpmed reads MONOCHROME1, MONOCHROME2, "
+                              "RGB and YBR")
+
+
 @pytest.mark.parametrize("frames", [1, None])
 def test_a_frame_count_of_one_or_left_empty_is_a_single_frame(tmp_path, frames, write_dicom):
     pydicom = pytest.importorskip("pydicom")
