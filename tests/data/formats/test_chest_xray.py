@@ -37,6 +37,21 @@ def test_chexpert_paths_name_the_release_folder_whatever_the_folder_is_called_he
     assert all(p.is_file() for p in m.paths) and m.paths[0] == moved / "train/patient00001/study1/view1_frontal.jpg"
 
 
+def test_chexpert_paths_written_without_the_release_folder_are_read_under_the_root(chexpert):
+    """A table whose Path column was rewritten to start at train/ (no release folder) names the same files."""
+    table = chexpert / "train.csv"
+    table.write_text(table.read_text().replace("CheXpert-v1.0-small/train/", "train/"))
+    m = read_chexpert(chexpert)
+    assert all(p.is_file() for p in m.paths) and m.paths[0] == chexpert / "train/patient00001/study1/view1_frontal.jpg"
+
+
+def test_chexpert_an_unknown_uncertain_policy_or_views_is_refused_naming_the_choices(chexpert, load_layout):
+    with pytest.raises(DataError, match=r"^uncertain must be one of \['ones', 'zeros'\], got 'maybe'$"):
+        load_layout("chexpert", chexpert, uncertain="maybe")
+    with pytest.raises(DataError, match=r"^views must be frontal or all, got 'lateral'$"):
+        load_layout("chexpert", chexpert, views="lateral")
+
+
 def test_chexpert_valid_csv_is_validation_and_test_is_carved_by_patient(chexpert, load_layout, no_patient_crosses):
     d = load_layout("chexpert", chexpert, split=SplitPlan(test_fraction=0.25), labels=("Edema", "Pleural Effusion"))
     assert d.task.kind == "multilabel" and d.task.label_names == ("Edema", "Pleural Effusion")
@@ -212,6 +227,29 @@ def test_mimic_age_is_the_age_at_the_exam_where_the_anchor_year_and_study_date_g
     meta.to_csv(mimic / "mimic-cxr-2.0.0-metadata.csv.gz", index=False, compression="gzip")
     m = read_mimic(mimic)
     assert m.age[0] == 57 and m.age[1] == 50              # subject 10000032: anchor_age 50 in 2150
+
+
+def test_mimic_without_its_split_or_patients_table_is_split_by_dpmed_and_of_unknown_sex_and_age(mimic):
+    """Both tables are optional (MIMIC-IV's patients.csv is a separate download): without them no row has a
+    published split, sex or age, and the notes say so."""
+    (mimic / "mimic-cxr-2.0.0-split.csv.gz").unlink()
+    (mimic / "patients.csv.gz").unlink()
+    m = read_mimic(mimic)
+    assert set(m.splits) == {""} and set(m.sex) == {"unknown"} and np.isnan(m.age).all()
+    assert m.notes["official_split"] is False and m.notes["demographics"] == "none (sex and age unknown)"
+
+
+def test_mimic_a_split_that_is_not_train_validate_or_test_is_flagged_at_its_line(mimic, load_layout):
+    import pandas as pd
+
+    path = mimic / "mimic-cxr-2.0.0-split.csv.gz"
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame.loc[2, "split"] = "holdout"
+    frame.to_csv(path, index=False, compression="gzip")
+    with pytest.raises(DataError, match=r"(?s)1 of 15 rows .*\(1 unknown split\).*mimic-cxr-2.0.0-metadata.csv.gz "
+                                        r"line 4 \(dicom_id 010a1b2c3-d4e5f6\): split 'holdout' is not train, "
+                                        r"validate or test"):
+        load_layout("mimic", mimic)
 
 
 def test_mimic_study_without_labels_is_flagged(mimic, load_layout):
