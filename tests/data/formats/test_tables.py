@@ -245,6 +245,23 @@ def test_generic_csv_missing_named_column_and_bad_split(table, load_layout):
         load_layout("csv", table, columns={"path": "file", "split": "fold"}, labels=("opacity",))
 
 
+def test_generic_csv_an_image_outside_its_folder_is_named_whole_and_a_format_dpmed_cannot_read_by_its_suffix(
+        table, load_layout, tmp_path_factory):
+    """An absolute path outside the CSV's folder cannot be shown relative to it: the message names it whole."""
+    gone = tmp_path_factory.mktemp("elsewhere") / "gone.png"
+    (table.parent / "pngs" / "img2.gif").write_bytes(b"GIF89a")
+    text = table.read_text().replace("pngs/img1.png,", f"{gone},").replace("pngs/img2.png,", "pngs/img2.gif,")
+    table.write_text(text)
+    with pytest.raises(DataError) as err:
+        load_layout("csv", table, columns={"path": "file"}, labels=("opacity",))
+    assert f"labels.csv line 3 ({gone}): image file {gone} does not exist" in str(err.value)
+    table.write_text(text.replace(f"{gone},", "pngs/img1.png,"))
+    with pytest.raises(DataError) as err:
+        load_layout("csv", table, columns={"path": "file"}, labels=("opacity",))
+    assert ("labels.csv line 4 (pngs/img2.gif): image pngs/img2.gif has suffix '.gif', not an image format dpmed "
+            "reads (.bmp, .dcm, .dicom, .jpeg, .jpg, .png, .tif, .tiff)") in str(err.value)
+
+
 def test_generic_csv_one_image_spelled_two_ways_is_a_duplicate(table, load_layout):
     """Under another patient, the second spelling could put a copy of a training image in the test split."""
     with table.open("a") as f:
