@@ -130,3 +130,15 @@ def test_an_exif_orientation_is_applied_as_a_viewer_shows_the_image(tmp_path, su
     np.testing.assert_allclose(x[0], shown / 255.0, atol=0.1 if suffix == ".jpg" else 1e-6)
     drafted = read_image(path, channels=1, size_hint=(16, 16)).shape[1:]     # a JPEG's draft: turned alike
     assert min(drafted) >= 16 and (drafted[0] < drafted[1]) == (shown.shape[0] < shown.shape[1])
+
+
+def test_a_png_whose_exif_block_is_no_tiff_is_read_as_stored(tmp_path):
+    """An eXIf chunk of junk (a converter's bug) makes Pillow raise SyntaxError ("not a TIFF file") when asked for
+    the orientation: the pixels are fine, so the image is read as it lies, not refused or crashed on."""
+    stored = np.zeros((40, 64), dtype=np.uint8)
+    stored[:8, :16] = 255
+    path = tmp_path / "junk_exif.png"
+    Image.fromarray(stored).save(path, exif=b"\x01\x02\x03")
+    x = read_image(path, channels=1)
+    assert peek_image(path) == (1, (40, 64))
+    np.testing.assert_allclose(x[0], stored / 255.0, atol=1e-6)
