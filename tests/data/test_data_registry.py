@@ -75,6 +75,22 @@ def test_arguments_that_do_not_apply_are_errors(tmp_path):
         load_dataset(source="phantom", path=None, image_size=None, channels=2, seed=0, n_images=30)
 
 
+def test_a_bad_image_size_or_aspect_given_to_load_dataset_is_a_data_error_naming_it():
+    with pytest.raises(DataError, match=r"^image_size must be a positive number of pixels, got 0$"):
+        load_dataset(source="phantom", path=None, image_size=0, channels=None, seed=0, n_images=30)
+    with pytest.raises(DataError, match=r"^Preprocessing.aspect must be 'stretch' or 'crop', got 'squash'$") as err:
+        load_dataset(source="phantom", path=None, image_size=16, channels=None, seed=0, n_images=30, aspect="squash")
+    assert err.value.__cause__ is None and err.value.__suppress_context__     # one line, no ValueError behind it
+
+
+def test_a_generated_source_without_a_size_takes_its_own():
+    """No image_size: the phantom's and the random processes' own 64 px, not a resize of theirs."""
+    phantom = load_dataset(source="phantom", path=None, image_size=None, channels=None, seed=0, n_images=30)
+    processes = load_dataset(source="random_processes", path=None, image_size=None, channels=None, seed=0,
+                             n_images=30)
+    assert phantom.train.image_shape[1:] == processes.train.image_shape[1:] == (64, 64)
+
+
 @pytest.mark.parametrize("aspect", ["stretch", "crop"])
 def test_an_array_source_s_masks_are_cut_and_resized_as_its_images_are(aspect):
     """Lesion masks must stay on their lesions (the explanation metrics score a map against them): with the masks

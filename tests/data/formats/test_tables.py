@@ -262,6 +262,20 @@ def test_generic_csv_an_image_outside_its_folder_is_named_whole_and_a_format_dpm
             "reads (.bmp, .dcm, .dicom, .jpeg, .jpg, .png, .tif, .tiff)") in str(err.value)
 
 
+def test_a_patient_cohort_that_keeps_no_image_of_a_table_says_to_choose_a_larger_share(table):
+    from dpmed.data.cohorts import PatientSelection, patient_draws
+    from dpmed.data.registry import DataRequest, read_dataset
+
+    cohort = PatientSelection(fraction=0.01, part=0, seed=3)
+    assert (patient_draws(np.array([f"pt{i}" for i in range(8)]), 3) >= 0.01).all()   # no patient drawn below 1%
+    request = DataRequest(source="csv", path=table, seed=0, labels=("opacity",),
+                          columns={"path": "file", "patient": "pid"}, patients=cohort)
+    with pytest.raises(DataError) as err:
+        read_dataset(request)
+    assert str(err.value) == (f"data.patients ({cohort.describe()}) keeps none of the 16 images at {table.parent}; "
+                              "choose a larger share or another seed")
+
+
 def test_generic_csv_one_image_spelled_two_ways_is_a_duplicate(table, load_layout):
     """Under another patient, the second spelling could put a copy of a training image in the test split."""
     with table.open("a") as f:
