@@ -107,6 +107,19 @@ def test_nested_kaggle_extraction_is_descended(tmp_path, write_image):
     assert m.root == tmp_path / "chest_xray" / "chest_xray" and len(m) == 21
 
 
+def test_an_extraction_nested_deeper_than_dpmed_looks_is_told_as_such_not_as_one_class(tmp_path, write_image):
+    """Four single folders down are descended; a fifth read the folder four down as a dataset of one class (the
+    fifth folder), a message about classes where the fix is data.path."""
+    _kermany(tmp_path.joinpath("a", "b", "c", "d", "e"), write_image)
+    assert read_image_folders(tmp_path / "a").root == tmp_path.joinpath("a", "b", "c", "d", "e")
+    with pytest.raises(DataError) as err:
+        read_image_folders(tmp_path)
+    assert str(err.value) == (f"{tmp_path} and each folder below it down to {tmp_path.joinpath('a', 'b', 'c', 'd')} "
+                              "hold one folder only: dpmed looks 4 folders down for train/ and test/ (or one folder "
+                              "per class); point data.path at the folder that holds them "
+                              f"({tmp_path.joinpath('a', 'b', 'c', 'd', 'e')} or a folder in it)")
+
+
 def test_folders_beside_the_split_folders_are_listed_not_read(tmp_path, write_image):
     root = _kermany(tmp_path / "chest_xray", write_image)
     write_image(root / "chest_xray" / "train" / "NORMAL" / "IM-0009-0001.jpeg")  # a second copy, as in the Kaggle zip
@@ -293,6 +306,12 @@ def test_a_split_folder_given_as_the_dataset_is_told_that_its_siblings_go_unused
     caplog.clear()
     with caplog.at_level("WARNING"):
         read_image_folders(root)
+    assert "is a split folder" not in caplog.text
+    alone = root.parent / "only" / "train"
+    shutil.copytree(root / "train", alone)
+    (alone.parent / "test").mkdir()                   # an empty split beside it: nothing published goes unused
+    with caplog.at_level("WARNING"):
+        read_image_folders(alone)
     assert "is a split folder" not in caplog.text
 
 

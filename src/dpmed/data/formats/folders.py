@@ -166,17 +166,17 @@ def _refuse_splits_taken_for_classes(top: Path, classes_by_group: dict[Path, lis
 
 def _find_top(root: Path) -> Path:
     """Descend nested extractions (chest_xray/chest_xray) while a folder holds exactly one folder of folders and
-    no split folder."""
-    folder = root
-    for _ in range(4):
+    no split folder, at most 4 folders down: one more is told as nesting, not read as a dataset of one class."""
+    folder, depth = root, 0
+    while True:
         subs = _subfolders(folder)
-        if any(s.name.lower() in SPLIT_NAMES for s in subs):
+        if any(s.name.lower() in SPLIT_NAMES for s in subs) or len(subs) != 1 or not _subfolders(subs[0]):
             return folder
-        if len(subs) == 1 and _subfolders(subs[0]):
-            folder = subs[0]
-            continue
-        return folder
-    return folder
+        if depth == 4:
+            raise DataError(f"{root} and each folder below it down to {folder} hold one folder only: dpmed looks 4 "
+                            "folders down for train/ and test/ (or one folder per class); point data.path at the "
+                            f"folder that holds them ({subs[0]} or a folder in it)")
+        folder, depth = subs[0], depth + 1
 
 
 def _refuse_no_class_folders(top: Path, split_dirs: dict[Path, str]) -> None:
