@@ -225,8 +225,22 @@ def test_labels_that_are_not_finite_are_named_by_value_and_first_row(tmp_path):
                        r"6 rows\)\. Give"):
         read_medmnist(_write(tmp_path / "findings.npz", extra={"train_labels": findings}))
     words = _write(tmp_path / "words.npz", extra={"train_labels": np.array([["a"]] * 6)})
-    with pytest.raises(DataError, match=r"train_labels must hold finite numbers, got dtype <U1$"):
+    with pytest.raises(DataError, match=r"train_labels must hold numbers \(class indices, or 0/1 per finding\), got "
+                       r"dtype <U1; save the labels as integers$"):
         read_medmnist(words)
+
+
+def test_labels_saved_as_booleans_are_read_as_0_and_1(tmp_path):
+    """numpy does not count bool as a number, so 0/1 findings saved as booleans were refused ("got dtype bool")."""
+    findings = {f"{split}_labels": np.arange(2 * n).reshape(n, 2) % 3 == 0
+                for split, n in zip(("train", "val", "test"), (6, 3, 4))}
+    as_bool = _write(tmp_path / "bool.npz", extra=findings)
+    assert all(np.load(as_bool)[key].dtype == np.bool_ for key in findings)
+    as_int = _write(tmp_path / "int.npz", extra={key: value.astype(np.uint8) for key, value in findings.items()})
+    read = read_medmnist(as_bool, task_kind="multilabel"), read_medmnist(as_int, task_kind="multilabel")
+    for split in ("train", "val", "test"):
+        np.testing.assert_array_equal(getattr(read[0], split).labels, getattr(read[1], split).labels)
+    assert read[0].train.labels.sum() == findings["train_labels"].sum() > 0
 
 
 def test_flattened_images_are_refused_naming_the_key_and_shape(tmp_path):

@@ -227,8 +227,11 @@ def _labels(path: Path, split: str, raw: np.ndarray, n_images: int) -> np.ndarra
             f"{path}: {key} has {len(raw)} rows but {split}_images has {n_images} images; each image needs one label "
             "row. The file is inconsistent: download it again."
         )
+    if raw.dtype == np.bool_:       # 0/1 findings saved as booleans: numpy counts bool as no number
+        raw = raw.astype(np.uint8)
     if not np.issubdtype(raw.dtype, np.number):
-        raise DataError(f"{path}: {key} must hold finite numbers, got dtype {raw.dtype}")
+        raise DataError(f"{path}: {key} must hold numbers (class indices, or 0/1 per finding), got dtype "
+                        f"{raw.dtype}; save the labels as integers")
     bad = ~np.isfinite(raw)
     if bad.any():   # the dtype is fine (float); the values are not, so name them and where they are
         raise DataError(f"{path}: {key} must hold finite numbers; found {_values_text(raw[bad])}"
