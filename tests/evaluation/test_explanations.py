@@ -228,7 +228,13 @@ def test_masks_that_mark_no_lesion_give_a_note_and_no_lesion_metrics():
     assert record.n_masked_images is None and "lesion_cams" not in arrays
 
 
-def test_patient_ids_that_are_not_one_per_explained_image_are_refused():
+def test_patient_ids_that_are_not_one_per_explained_image_are_refused_before_any_map_is_computed(monkeypatch):
+    """Refused first: the maps and the deletion curves are most of an explanation's time."""
+    from dpmed.evaluation import explanations
+
+    def no_maps(*args, **kwargs):
+        raise AssertionError("maps computed before the patient ids were checked")
+    monkeypatch.setattr(explanations, "cams_of_plain", no_maps)
     images = np.random.default_rng(0).random((3, 1, 16, 16)).astype(np.float32)
     with pytest.raises(ValueError, match="2 patient ids for 3 explained images"):
         explain(_Brightness(), images, kind="binary", target_layer="features", deletion_steps=2, n_resamples=20,

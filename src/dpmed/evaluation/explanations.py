@@ -70,6 +70,9 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
     [N], one per image) are given (:func:`~dpmed.evaluation.faithfulness.mean_with_interval`; the record's
     ``bootstrap_unit`` says which), so every arm explaining the same images gets the same redraws.
     """
+    ids = None if patient_ids is None else np.asarray(patient_ids).astype(str)
+    if ids is not None and ids.shape != (len(images),):
+        raise ValueError(f"{ids.size} patient ids for {len(images)} explained images")
     clone = plain_copy(model)
 
     def scores_of(batch: np.ndarray) -> np.ndarray:
@@ -86,9 +89,6 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
     o = scores_of(cams[:, None] * images)[rows, targets]                        # E = L * I, before normalisation
     deletion, insertion, del_curve, ins_curve = deletion_insertion(scores_of, images, cams, targets,
                                                                    steps=deletion_steps)
-    ids = None if patient_ids is None else np.asarray(patient_ids).astype(str)
-    if ids is not None and ids.shape != (len(images),):
-        raise ValueError(f"{ids.size} patient ids for {len(images)} explained images")
     stats = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
     metrics = {
         "average_drop": mean_with_interval(average_drop(y, o), patient_ids=ids, **stats),
