@@ -30,24 +30,38 @@ PNEUMONIAMNIST = SHARED_DATA / "pneumoniamnist" / "pneumoniamnist.npz"
 _TRIALS_PER_TEST = 5_000_000
 
 
-@pytest.fixture(autouse=True)
-def _sampler_loops_end(monkeypatch):
-    """Count every Bernoulli trial of the exact discrete-Laplace sampler and fail past _TRIALS_PER_TEST. The trials
-    are counted, not altered: each draw has the same law."""
-    from dpmed import randomness
+class _SamplerTrials:
+    """The Bernoulli trials left before the exact sampler fails the test: ``allow(n)`` sets how many the next
+    stretch may make (tests/test_randomness.py allows each single draw its own few)."""
 
-    left = [_TRIALS_PER_TEST]
+    def __init__(self, allowed: int) -> None:
+        self.allowed = self.left = allowed
 
-    def counted(trial):
+    def allow(self, n: int) -> None:
+        self.allowed = self.left = n
+
+    def counted(self, trial):
         def counted_trial(*args):
-            left[0] -= 1
-            if left[0] < 0:
-                raise AssertionError(f"over {_TRIALS_PER_TEST:,} Bernoulli trials of the exact sampler in one test: "
-                                     "a sampler loop that does not end")
+            self.left -= 1
+            if self.left < 0:
+                raise AssertionError(f"over {self.allowed:,} Bernoulli trials of the exact sampler: a sampler loop "
+                                     "that does not end")
             return trial(*args)
         return counted_trial
-    monkeypatch.setattr(randomness, "_bernoulli", counted(randomness._bernoulli))
-    monkeypatch.setattr(randomness, "_bernoulli_exp", counted(randomness._bernoulli_exp))
+
+
+@pytest.fixture(autouse=True)
+def sampler_trials(monkeypatch) -> _SamplerTrials:
+    """Count every Bernoulli trial of the exact discrete-Laplace sampler and fail past _TRIALS_PER_TEST. The trials
+    are counted, not altered: each draw has the same law. Every loop of discrete_laplace and _bernoulli_exp calls
+    _bernoulli or _bernoulli_exp each time round, so a loop that never ends is caught whether or not it still draws
+    from the source."""
+    from dpmed import randomness
+
+    trials = _SamplerTrials(_TRIALS_PER_TEST)
+    monkeypatch.setattr(randomness, "_bernoulli", trials.counted(randomness._bernoulli))
+    monkeypatch.setattr(randomness, "_bernoulli_exp", trials.counted(randomness._bernoulli_exp))
+    return trials
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import pytest
 import scipy.stats
 import torch
 
-from dpmed import randomness
 from dpmed.randomness import (GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND, PRIVACY_STREAMS, PrivacyRandomness,
                              _bernoulli_exp, discrete_laplace, public_seed)
 
@@ -124,26 +123,11 @@ _TRIALS_PER_DRAW = 10_000
 
 
 @pytest.fixture
-def bounded(monkeypatch):
+def bounded(sampler_trials):
     """``bounded(sampler, *args)``: one call of an exact sampler, failed once it has made over _TRIALS_PER_DRAW
-    Bernoulli trials. Every loop of discrete_laplace and _bernoulli_exp calls _bernoulli or _bernoulli_exp each
-    time round, so a loop that never ends (say a Bernoulli of exp that is always False, or always True) is caught
-    whether or not it still draws from the source. The trials are counted, not altered: the law is the same."""
-    left = [0]
-
-    def counted(trial):
-        def counted_trial(*args):
-            left[0] -= 1
-            if left[0] < 0:
-                raise AssertionError(f"one exact draw made over {_TRIALS_PER_DRAW} Bernoulli trials: "
-                                     "a sampler loop that does not end")
-            return trial(*args)
-        return counted_trial
-    monkeypatch.setattr(randomness, "_bernoulli", counted(randomness._bernoulli))
-    monkeypatch.setattr(randomness, "_bernoulli_exp", counted(randomness._bernoulli_exp))
-
+    Bernoulli trials (the suite's `sampler_trials` counts them)."""
     def draw(sampler, *args):
-        left[0] = _TRIALS_PER_DRAW
+        sampler_trials.allow(_TRIALS_PER_DRAW)
         return sampler(*args)
     return draw
 
