@@ -75,7 +75,8 @@ def test_the_lock_of_a_killed_holder_is_taken_over(holder_process):
 
 
 @pytest.mark.parametrize("stale", ["dead pid", "recycled pid", "zombie", "unreadable", "fields missing",
-                                   "not an object"])
+                                   "not an object", "pid beyond any", "pid not a number", "pid of no process",
+                                   "pid -1"])
 def test_stale_locks_are_taken_over(tmp_path, stale):
     path = tmp_path / "lock"
     me = Holder.current()
@@ -92,6 +93,13 @@ def test_stale_locks_are_taken_over(tmp_path, stale):
         path.write_text('{"pid": 12}')  # JSON, but not a holder's
     elif stale == "not an object":
         path.write_text("[]")
+    elif stale.startswith("pid "):
+        # a lock file of the holder's fields, but with values no process has: os.kill raised OverflowError or
+        # TypeError (an internal error of `dpmed run` and `dpmed status`), and 0 or -1 signal whole process groups,
+        # so such a file looked held for ever
+        pid = {"pid beyond any": 2 ** 40, "pid not a number": "123", "pid of no process": 0, "pid -1": -1}[stale]
+        path.write_text(json.dumps({**asdict(me), "pid": pid}))
+        assert lock_holder(path) is None               # `dpmed status`: no run under way
     else:
         path.write_text('{"pid": 12')  # a holder that died while writing its file
     if stale in ("dead pid", "recycled pid", "zombie"):

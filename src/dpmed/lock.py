@@ -149,13 +149,15 @@ def holder_alive(holder: Holder) -> bool | None:
 
 
 def _read(path: Path) -> Holder | None:
-    """The holder recorded in ``path``; None if there is no lock file or it cannot be parsed."""
+    """The holder recorded in ``path``; None if there is no lock file or it cannot be parsed, or names no process
+    (a PID that is not a positive integer: os.kill refuses it, or signals a whole process group for 0 and -1)."""
     try:
-        return Holder(**json.loads(path.read_text(encoding="utf-8")))
+        holder = Holder(**json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError):
         return None
+    return holder if type(holder.pid) is int and 0 < holder.pid < 2 ** 31 else None
 
 
 def lock_holder(path: Path) -> Holder | None:
