@@ -322,3 +322,55 @@ def test_guard_is_best_effort_where_the_filesystem_refuses_flock(tmp_path, monke
     assert ran == [True] and len(opened) == 1
     with pytest.raises(OSError):
         os.fstat(opened[0])                     # closed
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="Linux's /proc")
+def test_a_process_that_is_gone_has_no_start_time_rather_than_an_error():
+    """A holder judged between its exit and the kernel's removal of /proc/PID reads no start time; so does every
+    process where /proc is absent (macOS): unknown, not an OSError out of the lock's check."""
+    from dpmed import lock
+
+    assert lock._process_start(_dead_pid()) is None
+    assert lock._process_start(os.getpid()) > 0
+
+
+def test_a_lock_file_recreated_by_others_at_every_try_is_refused_in_one_line(tmp_path, monkeypatch, caplog):
+    """Where the guard holds nothing (a filesystem without flock), other processes may create and abandon the lock
+    file between each of ours: after three takeovers dpmed stops with one line, rather than loop for ever."""
+    from dpmed import lock
+
+    path = tmp_path / "private" / "lock"
+    dead = replace(Holder.current(), pid=_dead_pid())
+    tries = []
+
+    def another_was_first(at, holder):
+        tries.append(at)
+        _write(at, dead)          # a process that took the lock and died before we looked
+        return False
+
+    monkeypatch.setattr(lock, "_create", another_was_first)
+    with pytest.raises(FolderLocked) as refused:
+        with FolderLock(path, what="results/tiny"):
+            pytest.fail("took a lock it never created")
+    assert str(refused.value) == "results/tiny is being locked and unlocked by other processes; try again"
+    assert refused.value.holder is None and len(tries) == 3
+    assert caplog.text.count("took over the lock of a dpmed run that is gone") == 3
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows locks a file beside the folder")
+def test_guard_goes_on_where_the_folder_cannot_be_opened(tmp_path, monkeypatch, caplog):
+    """A folder the user may write but not list (mode 0o300) cannot be opened for flock: the guard warns and the
+    command goes on, as where flock is refused, rather than stop with a PermissionError."""
+    import errno
+
+    from dpmed import lock
+
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(lock.os, "open", refused)
+    ran = []
+    with lock.guard(tmp_path):
+        ran.append(True)
+    assert ran == [True]
+    assert f"{tmp_path}: no advisory lock could be taken (Permission denied); going on without one" in caplog.text
