@@ -207,6 +207,37 @@ def test_a_damaged_cache_entry_is_trained_again_and_rewritten(private, tmp_path,
     assert Path(first.weights).is_file()
 
 
+
+def test_a_public_validation_split_of_one_class_gives_no_auroc_and_the_log_says_why(private, tmp_path, monkeypatch,
+                                                                                     caplog):
+    """The public set is no study's private data, so no class check refuses it: a validation split of one class
+    leaves the public model's AUROC undefined. Pretraining goes on (the arms do not need it); the record and the
+    report hold no number, and the log says why in one line rather than only "undefined" (a model whose scores are
+    not numbers is undefined too)."""
+    real = pretraining.read_dataset
+
+    def one_class_validation(request):
+        public = real(request)
+        return dataclasses.replace(public, val=dataclasses.replace(public.val,
+                                                                   labels=np.zeros_like(public.val.labels)))
+
+    monkeypatch.setattr(pretraining, "read_dataset", one_class_validation)
+    study = _study(pretrain=PUBLIC)
+    folder = StudyFolder(tmp_path)
+    with caplog.at_level("INFO", logger="dpmed.pretraining"):
+        start = prepare_start(study, private, folder)
+    n_val = start.pretraining.n_val
+    assert start.pretraining.validation_auroc is None and Path(start.weights).is_file()
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [r.getMessage() for r in warned] == [
+        f"pretrain: the public model's validation AUROC is undefined (auroc: undefined, no label has both positives "
+        f"and negatives among the {n_val} samples); the report states none"]
+    assert "public validation AUROC undefined; weights in" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="dpmed.pretraining"):          # the cached entry keeps it undefined
+        assert prepare_start(study, private, folder).pretraining.validation_auroc is None
+    assert "weights of an earlier run found" in caplog.text and "(validation AUROC undefined)" in caplog.text
+
 @pytest.mark.parametrize("threads, expected", [({}, 1), ({"threads": 2}, 2)])
 def test_pretraining_trains_at_the_set_thread_count_not_the_process_s(private, tmp_path, monkeypatch, threads,
                                                                       expected):

@@ -220,8 +220,10 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
         scores = predict(model, val_input, public.task, device=device)
     try:
         validation = float(auroc(public.val.labels, scores, kind=public.task.kind)[0])
-    except ValueError:   # a validation split without both classes
+    except ValueError as exc:   # a validation split without both classes, or scores that are no numbers
         validation = None
+        _log.warning("pretrain: the public model's validation AUROC is undefined (%s); the report states none",
+                     str(exc).splitlines()[0])
     where.mkdir(parents=True, exist_ok=True)
     weights = where / _WEIGHTS
     write_torch_atomic(weights, {k: v.detach().cpu() for k, v in model.state_dict().items()})
