@@ -490,3 +490,36 @@ def test_a_count_study_yaml_shows_is_taken_back_where_the_private_draw_is_gone(w
     first.folder.released_sizes.unlink()
     again = prepare_study(load_study(write_study(secure)), out=tmp_path / "out")
     assert dict(again.sizes) == {"patients": patients + (3 if same_data else 11)}
+
+
+@pytest.mark.parametrize("masked, again", [(0, False), (4, True)])
+def test_a_finished_run_explained_without_lesion_masks_is_not_evaluated_again_for_a_pointing_tolerance(
+        tmp_path, make_record, make_explanations, masked, again):
+    """The pointing tolerance counts only where lesion masks were explained: a run of data without masks recorded
+    none, and resuming it under another tolerance must reuse it as it is (evaluating every such run again at every
+    `dpmed run`), where a run with masks is evaluated again from its model. Its record read alone, as where
+    study.yaml is gone; a record of an older dpmed without the bootstrap's settings is compared on the rest."""
+    import torch
+
+    from dpmed.config import Study
+    from dpmed.folders import StudyFolder
+    from dpmed.records import DatasetSummary
+    from dpmed.resumption import finished_runs
+
+    study = Study.model_validate({"name": "s", "data": {"source": "phantom", "n_images": 100, "image_size": 16},
+                                  "arms": [{"name": "base", "mechanism": "none"}],
+                                  "evaluation": {"fairness": None, "explanations": {
+                                      "method": "gradcam", "n_images": 8, "deletion_steps": 8, "seed": 0,
+                                      "pointing_tolerance": 5}}})
+    shown = {} if not masked else {"n_masked_images": masked, "pointing_tolerance_px": 0.0}
+    record = make_record("base_seed0", "base", explanations=make_explanations({}, **shown))
+    folder = StudyFolder(tmp_path / "out")
+    run = folder.run("base_seed0")
+    run.public.mkdir(parents=True)
+    record.write(run.record)
+    torch.save({"w": torch.zeros(1)}, run.model)
+    summary = DatasetSummary(name="test", task="binary", synthetic=True, description="", n_train=None, n_val=10,
+                             n_test=10, n_train_patients=None, patients_known=True, image_shape=(1, 16, 16))
+    mine, elsewhere, stale = finished_runs(folder, [record.plan], summary, study, "0" * 64, None)
+    assert list(mine) == ["base_seed0"] and elsewhere == []
+    assert stale == (["base_seed0"] if again else [])
