@@ -60,6 +60,20 @@ def test_a_study_without_weights_that_trains_the_head_alone_records_what_is_froz
     assert start.trainable == "head" and (start.n_trainable, start.n_frozen) == (2 * 81 * 16 + 2, 2 * 81)
 
 
+
+def test_each_run_of_a_study_without_weights_that_trains_the_head_alone_freezes_the_rest(private, tmp_path):
+    """The start records no file, so a run loads nothing; but it must still freeze what the start says does not
+    train, or scatternet_linear's GroupNorm trains in every arm, unlike the study's record of it."""
+    study = _study(model={"name": "scatternet_linear", "trainable": "head"})
+    start = prepare_start(study, private, StudyFolder(tmp_path))
+    model = build_model("scatternet_linear", in_channels=1, num_outputs=2, image_size=16)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    start_model(model, "scatternet_linear", start)
+    trains = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    assert (trains, frozen) == (start.n_trainable, start.n_frozen)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())        # nothing loaded
+
 def test_finished_runs_from_random_weights_are_refused_when_the_study_now_starts_from_a_file(private, tmp_path,
                                                                                             make_record):
     weights = tmp_path / "model.pt"
