@@ -319,3 +319,17 @@ def test_the_audit_of_a_shuffled_run_says_its_card_is_not_dp(tmp_path_factory, t
     assert record.privacy.is_dp is False and audit.claimed_epsilon is None
     assert f"; no eps is claimed ({record.privacy.in_brief()}): the run has no privacy guarantee" in audit.statement
     assert "not DP: shuffled batches (a Poisson run would have eps " in audit.statement
+
+
+def test_the_audit_states_a_dp_claim_without_a_not_dp_label_and_without_a_size_cost_it_did_not_pay():
+    """The audit's statement of what it tests: for a secure run's card (is DP), the accountant and neighbours and
+    the released size's share, nothing labelled not DP; for a card planned from exact counts (a direct caller's),
+    no size share. Only reproducible-mode cards, labelled not DP, had been audited in-process."""
+    from dpmed.mechanisms import PrivacyCard
+    from dpmed.run import _audited_claim
+
+    card = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="eps = 2", epsilon=2.0, delta=1e-5,
+                       accountant="pld", unit="patient", size_epsilon=0.02)
+    assert _audited_claim(card) == ("PLD, add/remove one patient; training alone: the card's 2 adds 0.02 for the "
+                                    "released training-set size")
+    assert _audited_claim(card.model_copy(update={"size_epsilon": None})) == "PLD, add/remove one patient"
