@@ -419,3 +419,31 @@ def test_the_load_is_left_out_where_the_system_does_not_tell_it(monkeypatch):
     assert timing.machine_load() == " (load 2.2 on 1 core)"
     monkeypatch.delattr(timing.os, "getloadavg")                          # Windows has no load average
     assert timing.machine_load() == ""
+
+
+def test_the_probe_draws_labels_of_the_study_s_task_and_images_as_its_model_sees_them(monkeypatch):
+    """`dpmed plan` times a multilabel study's steps on 0/1 float findings, one per output, as its runs train, and
+    a normalised study's probe, training and evaluation alike, on images normalised as the runs' are."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from dpmed import timing
+    from dpmed.config import EvaluationConfig
+    from dpmed.data import make_phantom
+
+    dataset = dataclasses.replace(make_phantom(n_images=40, image_size=16, task="multilabel"),
+                                  normalization=((0.5,), (0.25,)))
+    probe = timing._random_images(dataset, 64, np.random.default_rng(0))
+    assert probe.labels.shape == (64, 2) and probe.labels.dtype == np.float32
+    assert set(np.unique(probe.labels)) == {0.0, 1.0}
+    assert probe.images.min() < -1.5 and probe.images.max() > 1.5           # (U[0, 1) - 0.5) / 0.25
+    seen = []
+    monkeypatch.setattr(timing, "assess", lambda model, data, inputs, config, **kwargs: seen.append(inputs)
+                        or SimpleNamespace(explanations=None))
+    kind = timing.StepKind(dp_sgd=False, batch=8, physical_batch=8, engine=None, threads=1, device="cpu")
+    timing._probe_evaluation(dataset, "small_cnn", EvaluationConfig(), kind)
+    (val, test), = seen
+    assert np.allclose(val.images, (dataset.val.images - 0.5) / 0.25)
+    assert np.allclose(test.images, (dataset.test.images - 0.5) / 0.25)
