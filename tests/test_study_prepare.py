@@ -523,3 +523,15 @@ def test_a_finished_run_explained_without_lesion_masks_is_not_evaluated_again_fo
     mine, elsewhere, stale = finished_runs(folder, [record.plan], summary, study, "0" * 64, None)
     assert list(mine) == ["base_seed0"] and elsewhere == []
     assert stale == (["base_seed0"] if again else [])
+
+
+
+@pytest.mark.parametrize("arm", ["{name: base, mechanism: none}", "{name: lap, mechanism: pixel_laplace, scale: 2}"])
+def test_a_budget_over_a_study_without_dp_sgd_is_refused_for_its_runs_not_for_a_count_it_has_none_of(
+        write_study, tmp_path, arm):
+    """The budget's delta is checked against the most units a DP-SGD run counts; a study without DP-SGD has none
+    to check it against, and its budget is refused for what its runs are (not private, or another neighbour
+    relation), the one line the user can act on."""
+    with pytest.raises(PrivacyError, match=r"^privacy_budget: (runs base_seed0 train without privacy|local-DP runs "
+                                           r"lap_b2_seed0 hold under another neighbour relation)"):
+        _prepare(write_study, tmp_path, f"privacy_budget: {{epsilon: 1, delta: 0.5}}\narms: [{arm}]\n")
