@@ -655,6 +655,17 @@ def test_model_keys_are_checked(tmp_path, model, message):
         load_study(_write(tmp_path, f"name: s\nmodel: {model}\narms: [{{name: a, mechanism: none}}]\n"))
 
 
+
+def test_the_plan_s_start_line_for_saved_weights_alone_names_the_file_and_its_source(tmp_path):
+    """`dpmed plan` for a study started from a weights file, without public pretraining: the file and what it was
+    trained on, what trains, and that the eps does not cover it; nothing of a pretraining that will not run."""
+    weights = tmp_path / "model.pt"
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict(), weights)
+    study = _study(model={"name": "small_cnn", "weights": str(weights), "weights_source": "ImageNet",
+                          "trainable": "head"})
+    assert pretraining.describe_start(study) == (f"{weights} (ImageNet); only the head trains. What the model "
+                                                 "learns before the arms is not covered by any eps")
+
 def test_pretrain_needs_a_public_statement(tmp_path):
     with pytest.raises(ConfigError, match="public"):
         load_study(_write(tmp_path, "name: s\npretrain: {data: {source: phantom}}\narms: [{name: a, mechanism: "
