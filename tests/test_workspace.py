@@ -219,3 +219,17 @@ def test_an_output_folder_that_is_or_lies_under_a_file_names_that_file(tmp_path,
             root.mkdir(parents=True, exist_ok=True)
     assert str(caught.value) == (f"cannot write to the output folder {root}: {blocker} is a file, not a folder; move "
                                  "or rename that file, or choose another output folder (--out)")
+
+
+def test_a_study_folder_deleted_while_it_is_held_is_left_gone_without_an_error(tmp_path):
+    """Deleted by hand (or by a clean-up) while `dpmed run` held it: leaving the folder has no times to settle and
+    must not fail on the folder that is gone, which would hide the run's own outcome behind a FolderError."""
+    import shutil
+
+    from dpmed.workspace import claim_folder
+
+    root = tmp_path / "results" / "s"
+    with claim_folder(root):
+        (root / "runs").mkdir()
+        shutil.rmtree(root)
+    assert not root.exists()
