@@ -60,7 +60,6 @@ def test_a_study_without_weights_that_trains_the_head_alone_records_what_is_froz
     assert start.trainable == "head" and (start.n_trainable, start.n_frozen) == (2 * 81 * 16 + 2, 2 * 81)
 
 
-
 def test_each_run_of_a_study_without_weights_that_trains_the_head_alone_freezes_the_rest(private, tmp_path):
     """The start records no file, so a run loads nothing; but it must still freeze what the start says does not
     train, or scatternet_linear's GroupNorm trains in every arm, unlike the study's record of it."""
@@ -73,6 +72,7 @@ def test_each_run_of_a_study_without_weights_that_trains_the_head_alone_freezes_
     frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     assert (trains, frozen) == (start.n_trainable, start.n_frozen)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())        # nothing loaded
+
 
 def test_finished_runs_from_random_weights_are_refused_when_the_study_now_starts_from_a_file(private, tmp_path,
                                                                                             make_record):
@@ -221,7 +221,6 @@ def test_a_damaged_cache_entry_is_trained_again_and_rewritten(private, tmp_path,
     assert Path(first.weights).is_file()
 
 
-
 def test_a_public_validation_split_of_one_class_gives_no_auroc_and_the_log_says_why(private, tmp_path, monkeypatch,
                                                                                      caplog):
     """The public set is no study's private data, so no class check refuses it: a validation split of one class
@@ -251,6 +250,7 @@ def test_a_public_validation_split_of_one_class_gives_no_auroc_and_the_log_says_
     with caplog.at_level("INFO", logger="dpmed.pretraining"):          # the cached entry keeps it undefined
         assert prepare_start(study, private, folder).pretraining.validation_auroc is None
     assert "weights of an earlier run found" in caplog.text and "(validation AUROC undefined)" in caplog.text
+
 
 @pytest.mark.parametrize("threads, expected", [({}, 1), ({"threads": 2}, 2)])
 def test_pretraining_trains_at_the_set_thread_count_not_the_process_s(private, tmp_path, monkeypatch, threads,
@@ -655,7 +655,6 @@ def test_model_keys_are_checked(tmp_path, model, message):
         load_study(_write(tmp_path, f"name: s\nmodel: {model}\narms: [{{name: a, mechanism: none}}]\n"))
 
 
-
 def test_the_plan_s_start_line_for_saved_weights_alone_names_the_file_and_its_source(tmp_path):
     """`dpmed plan` for a study started from a weights file, without public pretraining: the file and what it was
     trained on, what trains, and that the eps does not cover it; nothing of a pretraining that will not run."""
@@ -665,6 +664,7 @@ def test_the_plan_s_start_line_for_saved_weights_alone_names_the_file_and_its_so
                           "trainable": "head"})
     assert pretraining.describe_start(study) == (f"{weights} (ImageNet); only the head trains. What the model "
                                                  "learns before the arms is not covered by any eps")
+
 
 def test_pretrain_needs_a_public_statement(tmp_path):
     with pytest.raises(ConfigError, match="public"):

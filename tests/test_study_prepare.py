@@ -525,7 +525,6 @@ def test_a_finished_run_explained_without_lesion_masks_is_not_evaluated_again_fo
     assert stale == (["base_seed0"] if again else [])
 
 
-
 @pytest.mark.parametrize("arm", ["{name: base, mechanism: none}", "{name: lap, mechanism: pixel_laplace, scale: 2}"])
 def test_a_budget_over_a_study_without_dp_sgd_is_refused_for_its_runs_not_for_a_count_it_has_none_of(
         write_study, tmp_path, arm):

@@ -360,7 +360,6 @@ def test_merge_keys_share_settings_and_own_keys_override_them(write_study):
         load_study(write_study("name: s\nseeds: [0]\n" + arms + "    name: c\n"))
 
 
-
 @pytest.mark.parametrize("key", ["[a, b]", "{a: 1}"])
 def test_a_list_or_a_section_as_a_key_is_named_by_its_line(write_study, key):
     """A key YAML allows but no mapping can hold: the check for keys given twice must leave it to PyYAML's own
@@ -370,6 +369,7 @@ def test_a_list_or_a_section_as_a_key_is_named_by_its_line(write_study, key):
         load_study(path)
     assert str(caught.value) == (f"study file {path} is not valid YAML: line 2, column 1: found unhashable key "
                                  "(while constructing a mapping at line 1, column 1)")
+
 
 def test_a_key_given_twice_a_file_not_in_utf8_and_a_bad_override_are_named(write_study, tmp_path):
     """Plain YAML keeps the last of two equal keys: a second training block dropped the first's settings silently."""
