@@ -221,6 +221,22 @@ def test_an_output_folder_that_is_or_lies_under_a_file_names_that_file(tmp_path,
                                  "or rename that file, or choose another output folder (--out)")
 
 
+@pytest.mark.skipif(os.name == "nt", reason="symbolic links need privileges on Windows")
+@pytest.mark.parametrize("under", [("study",), ()])
+def test_an_output_folder_that_is_or_lies_under_a_link_to_nothing_names_the_link(tmp_path, under):
+    """A results folder linked to a disk that is not mounted (or a folder moved since): mkdir said "File exists"
+    and the advice was to make the folder writable. Now the link and what it points to are named."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "data-disk" / "results")
+    root = link.joinpath(*under)
+    with pytest.raises(FolderError) as caught:
+        with writing_into(root):
+            root.mkdir(parents=True, exist_ok=True)
+    assert str(caught.value) == (f"cannot write to the output folder {root}: {link} is a link to "
+                                 f"{tmp_path / 'data-disk' / 'results'}, which does not exist (a disk not mounted, a "
+                                 "folder moved); mount or make it, or choose another output folder (--out)")
+
+
 def test_a_study_folder_deleted_while_it_is_held_is_left_gone_without_an_error(tmp_path):
     """Deleted by hand (or by a clean-up) while `dpmed run` held it: leaving the folder has no times to settle and
     must not fail on the folder that is gone, which would hide the run's own outcome behind a FolderError."""

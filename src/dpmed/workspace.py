@@ -78,10 +78,16 @@ def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE, full_advice: str =
             raise
         if exc.errno in (errno.ENOTDIR, errno.EEXIST):     # said only "Not a directory" or "File exists"
             file = file_in_the_way(folder)
+            other = ", or choose another output folder (--out)" if advice == UNWRITABLE_ADVICE else ""
             if file is not None:
-                other = ", or choose another output folder (--out)" if advice == UNWRITABLE_ADVICE else ""
                 raise FolderError(f"cannot write to the output folder {root}: {file} is a file, not a folder; move "
                                   f"or rename that file{other}") from None
+            link = _link_to_nothing(folder)
+            if link is not None:
+                target = link.parent / os.readlink(link)
+                raise FolderError(f"cannot write to the output folder {root}: {link} is a link to {target}, which "
+                                  f"does not exist (a disk not mounted, a folder moved); mount or make it"
+                                  f"{other}") from None
         named = exc.filename2 if exc.filename2 is not None else exc.filename   # os.replace: the file replaced
         where = "" if named is None else f" ({named})"
         tail = full_advice if exc.errno in _FULL else advice
@@ -89,6 +95,12 @@ def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE, full_advice: str =
             # Windows refuses to replace a file another program holds open (winerror 32) with EACCES too
             tail = f"if another program has it open (a spreadsheet, a viewer), close it and run again; else {tail}"
         raise FolderError(f"cannot write to the output folder {root}: {reason}{where}; {tail}") from None
+
+
+def _link_to_nothing(folder: Path) -> Path | None:
+    """The symbolic link that stands where ``folder`` or one above it should be and points to nothing, nearest the
+    root first, or None: mkdir through it says only "File exists"."""
+    return next((p for p in (*reversed(folder.parents), folder) if p.is_symlink() and not p.exists()), None)
 
 
 @contextlib.contextmanager
