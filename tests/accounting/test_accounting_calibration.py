@@ -192,3 +192,12 @@ def test_the_search_refuses_a_nan_rather_than_take_it_for_a_met_target():
 def test_the_search_stops_at_the_ends_of_its_range_and_says_which(eps, problem):
     with pytest.raises(ValueError, match=problem):
         _bracket(lambda sigma: eps, target=1.0, x0=0.0, slope=-1.0, tol=1e-3)
+
+
+@pytest.mark.parametrize("accountant, noise", [("pure", "gaussian"), ("rdp", "laplace"), ("rdp-classic", "laplace")])
+def test_calibration_refuses_an_accountant_that_does_not_analyse_the_noise(accountant, noise):
+    """The pure bound holds for Laplace noise only and RDP for Gaussian noise only: asked for the other, calibration
+    names the pair up front instead of searching with the wrong analysis."""
+    with pytest.raises(ValueError, match=rf"accountant='{accountant}' does not analyse {noise} noise"):
+        noise_multiplier_for(target_epsilon=1.0, delta=1e-5, sample_rate=0.01, steps=100, accountant=accountant,
+                             noise=noise)

@@ -361,3 +361,10 @@ def test_the_schedule_by_hand_at_the_reference_and_at_a_batch_of_the_whole_set()
         args[argument] = 0
         with pytest.raises(ValueError, match=argument):
             dp_sgd_schedule(args.pop("n_train"), **args)
+
+
+def test_the_pure_accountant_refuses_gaussian_noise():
+    """The Gaussian mechanism is never pure DP: reading sigma as a Laplace b / C1 would print a finite eps at
+    delta = 0 for a run that has none."""
+    with pytest.raises(ValueError, match="accountant 'pure' applies to Laplace noise only"):
+        dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1e-5, accountant="pure")
