@@ -226,3 +226,13 @@ def test_the_gaussian_eps_is_zero_only_at_a_delta_that_covers_the_whole_differen
     total_variation = math.erf(mu / 2 / math.sqrt(2))
     assert gaussian_epsilon(mu=mu, delta=total_variation * 0.99) > 0
     assert gaussian_epsilon(mu=mu, delta=min(total_variation * 1.01, 0.999)) == 0.0
+
+
+def test_each_image_epsilon_takes_its_own_event_only():
+    """A Gaussian release read as a Laplace one (or the reverse) would give an eps of the wrong mechanism."""
+    laplace, gaussian = LaplaceImageEvent(scale=1.0, dimension=4, value_range=1.0), \
+        GaussianImageEvent(std=1.0, dimension=4, value_range=1.0)
+    with pytest.raises(TypeError, match="event must be a LaplaceImageEvent"):
+        laplace_image_epsilon(gaussian)
+    with pytest.raises(TypeError, match="event must be a GaussianImageEvent"):
+        gaussian_image_epsilon(laplace, delta=1e-5)

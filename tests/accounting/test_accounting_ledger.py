@@ -185,3 +185,14 @@ def test_the_chance_of_being_drawn_counts_every_entry_of_a_ledger(accountant):
     # while at a delta above the chance of being drawn at all, 0.7, nothing is distinguishable (PLD says so; RDP's
     # bound, valid but loose, does not)
     assert accountant != "pld" or ledger_epsilon(ledger, delta=0.71, accountant=accountant) == 0.0
+
+
+def test_ledger_epsilon_takes_a_ledger_only():
+    """A bare list of events has none of the ledger's checks (shuffled batches, image releases): it is refused."""
+    with pytest.raises(TypeError, match="ledger must be a dpmed.accounting.Ledger, got list"):
+        ledger_epsilon([PoissonGaussianEvent(1.0, 0.01, 100)], delta=1e-5)
+
+
+def test_event_to_dict_refuses_what_is_not_an_event():
+    with pytest.raises(TypeError, match="event must be one of PoissonGaussianEvent.*got 'step'"):
+        event_to_dict("step")
