@@ -214,6 +214,20 @@ def test_high_budgets_give_certainty_without_overflow(sigma):
     assert all(tpr == 1.0 for tpr in risk.tpr_at_fpr.values())
 
 
+@pytest.mark.parametrize("sigma", [5e-324, 1e-310])
+def test_a_subnormal_sigma_gives_the_no_noise_power_without_nan_arithmetic(sigma):
+    """1 / sigma overflows to inf for a subnormal sigma: the exact tests would take inf - inf. The sigma = 0 power,
+    1 - (1 - q)^T (1 - kappa) at q = 0.1, T = 10, kappa = 1e-3, is the answer, reached without a warning."""
+    expected = 1 - 0.9 ** 10 * (1 - 1e-3)
+    args = dict(noise_multiplier=sigma, sample_rate=0.1, steps=10, kappa=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        risk = reconstruction_risk(**args)
+    assert risk.worst_case == pytest.approx(expected, rel=1e-12)
+    assert risk.relaxed == pytest.approx(expected, rel=1e-12)
+    assert "the sigma = 0 power" in risk.worst_case_via and "the sigma = 0 power" in risk.relaxed_via
+
+
 def test_small_sigma_with_rare_sampling_tends_to_the_ceiling():
     """q = 1e-3, T = 50: the target is used with probability ~5%, so even sigma -> 0 leaves gamma at
     1 - (1-q)^T (1-kappa) ~ 0.0497, approached from below."""
