@@ -163,6 +163,21 @@ def test_a_tight_value_the_pld_library_cannot_compute_is_left_out_not_a_crash(mo
     assert got.tight_epsilon is None and (got.formula_epsilon, got.k) == (2.0, 2)
 
 
+def test_a_patient_eps_the_pld_library_cannot_compute_is_refused_in_words(monkeypatch):
+    """The same dp_accounting failure in the patient-level composition: there is no formula value to fall back on,
+    so it is a ValueError naming the cause, not dp_accounting's TypeError from deep inside its truncation search."""
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from dpmed.accounting import ImageGroup, PoissonGaussianEvent, patient_epsilon
+
+    def broken(self, event, count=1):
+        raise TypeError("unsupported operand type(s) for +: 'NoneType' and 'int'")
+
+    monkeypatch.setattr(pld_privacy_accountant.PLDAccountant, "compose", broken)
+    with pytest.raises(ValueError, match=r"mixture of Gaussians could not be computed at this setting \(TypeError"):
+        patient_epsilon([], [ImageGroup(2, PoissonGaussianEvent(1.59, 0.076, 13))], delta=DELTA)
+
+
 def test_beyond_the_steps_a_pld_composes_the_tight_value_is_not_computed_and_the_card_says_why(monkeypatch):
     """The eps accountant gives way to RDP above _pld.MAX_STEPS (2e6): a PLD's grid, time and memory grow with T.
     The tight group value built its mixture-of-Gaussians PLD at any T, so a study of 3e6 steps spent minutes on it
