@@ -8,7 +8,7 @@ import pytest
 
 from dpmed import accounting
 from dpmed.config import load_study, plan_runs
-from dpmed.errors import ConfigError
+from dpmed.errors import ConfigError, PrivacyError
 from dpmed.mechanisms import PlanContext, mechanism_info
 
 STUDY = """
@@ -410,3 +410,12 @@ def test_a_refusal_at_a_released_count_names_it_as_a_dp_count_and_its_noise(writ
     assert ("N being the DP count 140 of the training patients the accountant counts (privacy_unit: patient; the "
             f"count is the exact one plus noise of standard deviation {round(std)} (size_epsilon 0.05))"
             in str(info.value))
+
+
+def test_a_target_no_noise_multiplier_can_meet_is_a_privacy_error_naming_the_arm(write_study):
+    """At eps 1e30 every noise multiplier down to 1e-12 meets the budget: there is no calibrated noise, and the
+    refusal names the arm and its target rather than surfacing the accounting's bare ValueError."""
+    text = STUDY.split("arms:")[0] + "arms:\n  - {name: vast, mechanism: dp_sgd, target_epsilon: 1e30}\n"
+    with pytest.raises(PrivacyError, match=r"arm 'vast', target_epsilon 1e\+30: .*every noise multiplier down to "
+                                           r"1e-12 meets it: the budget protects nothing"):
+        _plans(load_study(write_study(text)))
