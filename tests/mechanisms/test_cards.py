@@ -153,6 +153,14 @@ def test_a_noise_level_whose_sampler_share_is_above_delta_is_not_dp(plans):
     assert not card.is_dp and card.sampler_voids and card.delta == plan.delta
 
 
+def test_a_noiseless_plan_pays_all_of_delta_to_the_sampler_and_claims_nothing(plans):
+    """noise_multiplier 0 (clipping only, as a direct caller may train): no draw hides a unit, so the share is 1
+    and the claim is void, not a bounded-noise computation refusing sigma 0."""
+    plan = plans["poisson"].model_copy(update={"noise_multiplier": 0.0})
+    assert plan.sampler_share() == plan.sampler_share(group=3) == plan.sampler_delta == 1.0
+    assert plan.sampler_voids and plan.claimed_delta == plan.delta
+
+
 def test_every_eps_a_card_prints_is_rounded_up():
     """Before: in_brief and the statements rounded to nearest at four figures ("7.996" for 7.99612), while the
     report and the study's total rounded up ("7.997"): the terminal and results.csv showed less than accounted."""
