@@ -135,6 +135,11 @@ def test_exponent_floats_parse_as_numbers(write_study):
     (("seeds: [0, 1]", "seeds: [0, 1]\npretrain: {public: '', data: {source: phantom}}"), "pretrain.public",
      "at least 1 character"),
     (("seeds: [0, 1]", "seeds: [0, 1]\nsettings_chosen_on: ''"), "settings_chosen_on", "at least 1 character"),
+    # a sweepable privacy key: an empty sweep would plan no run of the arm, a repeated value the same run twice
+    (("target_epsilon: [1, 8]", "target_epsilon: []"), "arms[2].target_epsilon", "must hold at least one value"),
+    (("target_epsilon: [1, 8]", "target_epsilon: [8, 8]"), "arms[2].target_epsilon", "lists a value twice"),
+    (("target_epsilon: [1, 8]", "target_epsilon: [1, .inf]"), "arms[2].target_epsilon",
+     "must be a positive finite number, got inf"),
 ])
 def test_bad_values_name_file_and_key(write_study, change, key, words):
     path = write_study(GOOD.replace(*change))
