@@ -419,3 +419,9 @@ def test_a_target_no_noise_multiplier_can_meet_is_a_privacy_error_naming_the_arm
     with pytest.raises(PrivacyError, match=r"arm 'vast', target_epsilon 1e\+30: .*every noise multiplier down to "
                                            r"1e-12 meets it: the budget protects nothing"):
         _plans(load_study(write_study(text)))
+
+
+def test_an_unknown_mechanism_name_lists_the_known_ones():
+    with pytest.raises(KeyError, match="unknown mechanism 'dp-sgd'; known: none, pixel_laplace, pixel_gaussian, "
+                                      "scalar_shift, dp_sgd"):
+        mechanism_info("dp-sgd")
