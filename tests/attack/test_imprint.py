@@ -613,7 +613,7 @@ def test_each_batch_holds_distinct_images_and_each_patient_is_one_group_in_the_s
     assert any(len(set(g.tolist())) < len(g) for _, g in steps)           # some patient brought two images
 
 
-def test_run_imprint_attack_refuses_images_outside_the_data_range_and_an_oversized_batch(phantom):
+def test_run_imprint_attack_refuses_bad_images_batch_counts_and_patient_ids(phantom):
     images, labels, public = phantom
     kwargs = dict(model_factory=small_cnn, labels=labels, public_images=public, max_grad_norm=1.0,
                   noise_multiplier=1.0, expected_batch_size=BATCH, n_batches=1, seed=0)
@@ -622,6 +622,12 @@ def test_run_imprint_attack_refuses_images_outside_the_data_range_and_an_oversiz
             run_imprint_attack(images=bad, batch_size=BATCH, **kwargs)
     with pytest.raises(ValueError, match="batch_size must be in"):
         run_imprint_attack(images=images[:5], batch_size=6, **kwargs)
+    with pytest.raises(ValueError, match="n_batches must be >= 1, got 0"):
+        run_imprint_attack(images=images, batch_size=BATCH, **{**kwargs, "n_batches": 0})
+    # one patient id per image: ids for fewer images would clip by the wrong patients
+    n = len(images)
+    with pytest.raises(ValueError, match=rf"one patient id per image, shape \({n},\); got \({n - 1},\)"):
+        run_imprint_attack(images=images, batch_size=BATCH, groups=np.arange(n - 1), **kwargs)
 
 
 def test_the_bins_default_to_four_per_batch_image(phantom, monkeypatch):
