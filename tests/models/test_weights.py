@@ -261,6 +261,17 @@ def test_every_model_names_its_head_and_blocks(name):
         set_trainable(model, len(info.blocks) + 1, head=info.head, blocks=info.blocks)
 
 
+def test_last_blocks_of_a_model_without_blocks_points_to_head_or_all():
+    """A model given to set_trainable with no feature blocks: "has 0 blocks (); use at most 0" would ask for a
+    count that is refused in turn; the message says what can be trained instead."""
+    model = nn.Sequential()
+    model.add_module("stem", nn.Linear(3, 3))
+    model.add_module("fc", nn.Linear(3, 2))
+    with pytest.raises(ConfigError, match=r"^model.trainable: last_blocks 1, but this model has no feature blocks; "
+                                          r"use head or all$"):
+        set_trainable(model, 1, head="fc", blocks=())
+
+
 @pytest.mark.parametrize("engine", ["dpmed", "opacus"])
 def test_frozen_layers_do_not_move_under_dp_sgd_and_the_noise_has_the_trainable_dimension(engine):
     """small_cnn with its last block and head trainable: the DP-SGD step noises exactly the trainable parameters
