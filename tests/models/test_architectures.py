@@ -65,6 +65,17 @@ def test_resnet18_uses_groupnorm_32_and_the_small_image_stem_up_to_64_px(size, k
     assert not any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
 
 
+@pytest.mark.parametrize("size, kernel, stride", [(32, 5, 1), (127, 5, 1), (128, 11, 4)])
+def test_alexnet_keeps_the_imagenet_stem_from_128_px_and_a_small_image_stem_below(size, kernel, stride):
+    """Below 128 px an 11x11 stride-4 stem would shrink the map to a few pixels before the first pooling; from 128 px
+    up it is AlexNet's own, and the network still ends in one logit per output."""
+    model = build_model("alexnet", in_channels=1, num_outputs=2, image_size=size)
+    stem = model.features[0]
+    assert stem.kernel_size == (kernel, kernel) and stem.stride == (stride, stride) and stem.in_channels == 1
+    if size == 128:
+        assert model(torch.zeros(2, 1, size, size)).shape == (2, 2)
+
+
 @pytest.mark.parametrize("size, stride, pooled", [(28, 1, False), (64, 1, False), (65, 2, True)])
 def test_resnet9_is_the_papers_network_with_the_small_image_stem_up_to_64_px(size, stride, pooled):
     """A 7x7 stem (stride 1 and no max-pool up to 64 px, so the map keeps the image's size; stride 2 and the
