@@ -73,6 +73,13 @@ def test_from_conv_keeps_the_convolutions_geometry(stride, padding_mode):
     torch.testing.assert_close(ws(x), expected(x))
 
 
+def test_a_printed_model_shows_each_standardised_convolution_with_its_eps():
+    """The printed architecture (a run's log, a user's print(model)) tells a WS layer and its eps from a plain
+    convolution's geometry."""
+    printed = repr(weight_standardize(nn.Sequential(nn.Conv2d(1, 2, 3, padding=1)), eps=1e-4))
+    assert "WSConv2d(1, 2, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), eps=0.0001)" in printed
+
+
 def test_the_jacobian_is_autograds():
     """J^T G = (G - mean G - w_hat mean(G w_hat)) / s against autograd through `standardize`, batched."""
     torch.manual_seed(1)
