@@ -201,3 +201,24 @@ def test_calibration_refuses_an_accountant_that_does_not_analyse_the_noise(accou
     with pytest.raises(ValueError, match=rf"accountant='{accountant}' does not analyse {noise} noise"):
         noise_multiplier_for(target_epsilon=1.0, delta=1e-5, sample_rate=0.01, steps=100, accountant=accountant,
                              noise=noise)
+
+
+@pytest.mark.parametrize("target, delta, accountant", [(0.05, 1e-12, "pld"), (0.1, 1e-15, "rdp"),
+                                                       (0.1, 1e-15, "rdp-classic")])
+def test_a_small_target_at_a_small_delta_is_calibrated_where_the_rough_estimate_never_reaches_it(target, delta,
+                                                                                                 accountant):
+    """The rough RDP estimate that seeds the search reads orders up to 256 only, so at a small delta it stays above
+    log(1/delta) / 255 however large sigma is (0.08 at delta 1e-12). Calibration refused such targets ("no noise
+    multiplier up to 1e12 meets it") although the accountant itself gives 0.02 at sigma 30 (PLD, delta 1e-12)."""
+    assert_calibrated(target, 0.01, 100, delta, accountant)
+
+
+def test_a_target_below_what_the_accountant_reaches_at_any_noise_is_refused_with_its_own_eps():
+    """RDP's eps at delta 1e-15 does not fall below about log(1/delta) / (largest order - 1) = 0.026 however large
+    sigma is: a target of 0.02 has no sigma, and the message gives the accountant's eps, not the rough estimate's."""
+    with pytest.raises(ValueError, match=r"target_epsilon = 0.02: no noise multiplier up to 1e12 meets it "
+                                         r"\(eps = 0.0260\d* at sigma = 1e\+12\)"):
+        noise_multiplier_for(target_epsilon=0.02, delta=1e-15, sample_rate=0.01, steps=100, accountant="rdp")
+    with pytest.raises(ValueError) as error:
+        noise_multiplier_for(target_epsilon=0.02, delta=1e-15, sample_rate=0.01, steps=100, accountant="rdp")
+    assert type(error.value) is ValueError

@@ -77,9 +77,20 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
     def exact(sigma: float) -> float:  # what dp_sgd_epsilon computes, with inf where the accountant cannot resolve
         return info.epsilon([event(sigma)], delta)
 
-    rough_lo, rough_hi = _bracket(estimate, target=target, x0=0.0, slope=-1.0, tol=_ESTIMATE_TOLERANCE)
-    lo, hi = _bracket(exact, target=target, x0=_secant_root(rough_lo, rough_hi, target),
-                      slope=_slope(rough_lo, rough_hi), tol=math.log1p(rtol))
+    try:
+        rough_lo, rough_hi = _bracket(estimate, target=target, x0=0.0, slope=-1.0, tol=_ESTIMATE_TOLERANCE)
+        x0, slope = _secant_root(rough_lo, rough_hi, target), _slope(rough_lo, rough_hi)
+    except _OutOfRange as exc:
+        if not exc.above:
+            raise ValueError(str(exc)) from None
+        # The estimate is a loose upper bound: RDP at orders up to 256 stays above about log(1/delta) / 255 however
+        # large sigma is (0.08 at delta 1e-12), where the accountant itself goes lower. It only seeds the search,
+        # so the search starts without it; where the accountant cannot meet the target either, it says so.
+        x0, slope = 0.0, -1.0
+    try:
+        lo, hi = _bracket(exact, target=target, x0=x0, slope=slope, tol=math.log1p(rtol))
+    except _OutOfRange as exc:
+        raise ValueError(str(exc)) from None
     if lo.eps == math.inf and hi.eps < target / 2:
         # eps moves by a factor of about (1 + rtol)^2 over the bracket, so this is the accountant's edge, not the
         # target: e.g. PLD's grid gives up (inf) below some sigma at which eps is already 0 (at delta >= 1/N)
@@ -99,6 +110,16 @@ class _Point:
     @property
     def log_eps(self) -> float:
         return math.log(self.eps) if 0 < self.eps < math.inf else math.nan
+
+
+class _OutOfRange(ValueError):
+    """The search reached the end of the sigma range [1e-12, 1e12] with eps still on one side of the target:
+    ``above`` (eps above the target even at the largest sigma) or below it even at the smallest. Internal: the
+    caller either searches on or raises it as the plain ValueError that noise_multiplier_for documents."""
+
+    def __init__(self, message: str, *, above: bool) -> None:
+        super().__init__(message)
+        self.above = above
 
 
 def _slope(a: _Point, b: _Point) -> float:
@@ -156,8 +177,9 @@ def _bracket(eps_at: Callable[[float], float], *, target: float, x0: float, slop
         if x == point.x:
             problem = ("no noise multiplier up to 1e12 meets it" if point is lo else
                        "every noise multiplier down to 1e-12 meets it: the budget protects nothing")
-            raise ValueError(f"target_epsilon = {target:g}: {problem} (eps = {point.eps:g} at sigma = "
-                             f"{point.sigma:g}); check target_epsilon, delta, sample_rate and steps")
+            raise _OutOfRange(f"target_epsilon = {target:g}: {problem} (eps = {point.eps:g} at sigma = "
+                              f"{point.sigma:g}); check target_epsilon, delta, sample_rate and steps",
+                              above=point is lo)
         previous, outward = point, outward + 1
     raise ValueError(f"noise calibration did not converge in {_MAX_EVALUATIONS} evaluations "
                      f"(target_epsilon = {target:g}); please report this with the arguments used")
