@@ -42,10 +42,7 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
     ``noise="laplace"`` calibrates b / C1 of Laplace DP-SGD (L1 clipping) the same way.
     """
     target = _arguments.positive("target_epsilon", target_epsilon, hint="pass the eps budget of the whole run")
-    info = accountant_info(accountant)
-    if noise not in info.noises:
-        raise ValueError(f"accountant={accountant!r} does not analyse {noise} noise (it handles "
-                         f"{', '.join(info.noises)})")
+    info = accountant_info(accountant, noise)
     if target > info.max_epsilon:
         raise ValueError(f"target_epsilon = {target:g} is above what accountant={accountant!r} resolves "
                          f"({info.max_epsilon:g}); use accountant='rdp' for such budgets")

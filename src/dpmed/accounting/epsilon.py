@@ -322,11 +322,19 @@ _REGISTRY = {info.name: info for info in (
 ACCOUNTANTS = tuple(_REGISTRY)
 
 
-def accountant_info(name: str) -> AccountantInfo:
-    """The registry entry of accountant ``name``."""
+def accountant_info(name: str, noise: str | None = None) -> AccountantInfo:
+    """The registry entry of accountant ``name``; given ``noise``, a ValueError where it does not analyse that noise,
+    naming the accountants that do."""
     if name not in _REGISTRY:
         raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {name!r}")
-    return _REGISTRY[name]
+    info = _REGISTRY[name]
+    if noise is not None:
+        _check_noise(noise)
+        if noise not in info.noises:
+            raise ValueError(f"accountant {name!r} does not analyse {noise} noise; it handles "
+                             f"{', '.join(info.noises)}. For {noise} noise use "
+                             f"{' or '.join(repr(n) for n, i in _REGISTRY.items() if noise in i.noises)}")
+    return info
 
 
 def describe_accountant(name: str) -> str:
@@ -342,12 +350,7 @@ def effective_accountant(accountant: str, *, target_epsilon: float | None, noise
     RDP, and the run records that RDP produced its number; likewise PLD resolves delta only down to
     max(1e-12, 1e-15 T) (see _PLD_MIN_DELTA) and composes at most 2e6 steps (see _PLD_MAX_STEPS). Laplace noise
     falls back to the pure bound, which needs no delta."""
-    info = accountant_info(accountant)
-    _check_noise(noise)
-    if noise not in info.noises:
-        raise ValueError(f"accountant {accountant!r} does not analyse {noise} noise; it handles "
-                         f"{', '.join(info.noises)}. For {noise} noise use "
-                         f"{' or '.join(repr(n) for n, i in _REGISTRY.items() if noise in i.noises)}")
+    info = accountant_info(accountant, noise)
     fallback = _FALLBACK[noise]
     if target_epsilon is not None and target_epsilon > info.max_epsilon:
         return fallback, (f"{accountant.upper()} cannot resolve eps above {info.max_epsilon:g} in double precision; "
