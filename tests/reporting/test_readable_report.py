@@ -510,6 +510,39 @@ def test_multilabel_arms_are_read_as_findings_decided_right_at_each_findings_own
     assert f"the model gets about {wrong} more wrong of every 100 findings" in clinical
 
 
+def test_a_binary_run_without_its_threshold_reads_as_its_auroc_change_with_dashes_for_the_rates(tmp_path, make_record,
+                                                                                               report_html):
+    """A run an older dpmed recorded without its validation threshold, whose predictions.npz holds no validation
+    split, cannot be decided at its own threshold again: its rates have no paired change. Both tables show "–" in
+    their places and the reading gives the AUROC change alone. The non-private run separates the classes (AUROC 1);
+    the private one scores every normal case 0 and half the pneumonia cases 1, half 0 (AUROC 1/2 + 1/2 x 1/2 =
+    0.75), a change of -0.250."""
+    y = np.r_[np.zeros(60, int), np.ones(60, int)]
+    private_scores = np.r_[np.zeros(60), np.ones(30), np.zeros(30)]
+    records = []
+    for run_id, arm, mechanism, scores in (("np_seed0", "np", "none", y.astype(float)),
+                                           ("dp_eps1_C1_seed0", "dp", "dp_sgd", private_scores)):
+        (tmp_path / "runs" / run_id).mkdir(parents=True)
+        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
+                 test_patient_ids=np.arange(120).astype(str))
+        metrics = evaluate_utility(kind="binary", label_names=["normal", "pneumonia"], val_labels=y,
+                                   val_scores=scores, test_labels=y, test_scores=scores, n_resamples=50)
+        if mechanism == "dp_sgd":
+            del metrics["threshold"]
+        records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
+                                   metrics=metrics))
+    html = report_html(records)
+    row = re.search(r'<tr><td data-label="private arm">dp_eps1_C1<br>.*?</tr>', _section(html, "clinical"), re.S).group(0)
+    cells = re.findall(r'<td class=num data-label="[^"]*">([^<]*)</td>', row)
+    assert cells[0].startswith("-0.250 [") and cells[1:] == ["–", "–"], cells
+    reading = re.search(r'<td data-label="reading">([^<]*)', row).group(1)
+    assert reading == "At ε\u00a00.99 (δ\u00a01e‑5, PLD, add/remove one image) the model changes the test AUROC by -0.250."
+    compared = re.search(r'<tr><td data-label="run">dp_eps1_C1_seed0</td>.*?</tr>', _section(html, "comparisons"),
+                         re.S).group(0)
+    cells = re.findall(r'<td data-label="[^"]*" class=num>([^<]*)</td>', compared)
+    assert cells[0].startswith("-0.250 [") and cells[2:] == ["–"] * 4, cells
+
+
 def test_numbers_and_run_names_stay_whole_and_tables_of_runs_stack_on_a_phone(two_arms, report_html):
     from dpmed.comparisons import PairedDifference
     from dpmed.reporting.inputs import eps_label, p_text
