@@ -383,6 +383,17 @@ def test_plan_refuses_what_run_would_refuse_of_its_options(tiny_text, tmp_path, 
     assert message in capsys.readouterr().err and not out.exists()
 
 
+def test_a_data_path_too_long_for_the_file_system_is_told_in_one_line_not_as_an_internal_error(tmp_path, capsys):
+    """A --data-path whose name is longer than the file system allows (255 bytes a name on Linux) cannot even be
+    looked up: the lookup's OSError is told as bad input (exit 2, one line naming the flag), not as a dpmed bug."""
+    study = _study(tmp_path, "name: real\ndata: {source: medmnist, path: x.npz}\narms: [{name: a, mechanism: none}]\n")
+    long = str(tmp_path / ("a" * 300))
+    assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--data-path", long]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dpmed: error: --data-path {long}: not a usable path ([Errno 36] File name too long"), err
+    assert err.count("\n") == 1 and "Traceback" not in err and "internal error" not in err
+
+
 def test_a_relative_data_path_is_read_from_the_current_directory_not_the_study_file_s(tmp_path, capsys, monkeypatch):
     """The study file lies elsewhere and names a data.path that does not exist beside it; --data-path chest_xray,
     relative, is the folder in the current directory."""
