@@ -94,3 +94,20 @@ def test_a_run_recorded_without_a_label_s_auroc_reads_as_a_dash_not_as_undefined
                                             redrawn="the test images"))
     cells = [re.findall(r"<td[^>]*class=num>([^<]*)</td>", row) for row in html.split("</tr>")[1:3]]
     assert cells == [["0.800 [0.700,\u00a00.900]", "undefined"], ["0.750", "–"]]
+
+
+def test_a_multiclass_study_that_names_no_class_anywhere_has_no_empty_per_class_table(tmp_path, make_record,
+                                                                                       report_html):
+    """An older folder: its study.yaml predates the dataset's label names and its runs' records hold no per-class
+    AUROC. The report is written with its macro AUROC, and no per-class table of run names without a column."""
+    y = np.arange(N) % 3
+    s = np.eye(3)[y] * 0.8 + 0.1
+    (tmp_path / "runs" / "np_seed0").mkdir(parents=True)
+    np.savez(tmp_path / "runs" / "np_seed0" / "predictions.npz", test_scores=s, test_labels=y,
+             test_patient_ids=np.arange(N).astype(str))
+    m = evaluate_utility(kind="multiclass", label_names=["a", "b", "c"], val_labels=y, val_scores=s, test_labels=y,
+                         test_scores=s, n_resamples=50)
+    m = {k: v for k, v in m.items() if not k.startswith("test_auroc[")}
+    html = report_html([make_record("np_seed0", "np", "none", metrics=m)], task="multiclass", names=())
+    assert 'id="findings"' not in html and "Test AUROC per class" not in html
+    assert 'id="utility"' in html and "1.000" in html[html.index('id="utility"'):]
