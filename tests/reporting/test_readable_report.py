@@ -543,6 +543,27 @@ def test_a_binary_run_without_its_threshold_reads_as_its_auroc_change_with_dashe
     assert cells[0].startswith("-0.250 [") and cells[2:] == ["–"] * 4, cells
 
 
+def test_a_private_seed_whose_non_private_run_is_missing_is_read_alone_not_against_another_seed(
+        scored_run, scores, labels, report_html):
+    """Seeds 0 and 1, with the non-private run of seed 1 failed: the DP run of seed 1 has nothing to be paired with.
+    The summary's reading gives its AUROC alone and says so (never against seed 0's run); the opening table's row is
+    seed 0's only. Its test scores are 0 for every normal case and 1 for half the pneumonia cases, 0 for the rest:
+    AUROC 1/2 + 1/2 x 1/2 = 0.750."""
+    rng = np.random.default_rng(4)
+    y_val, y = labels
+    half = (np.r_[np.zeros(40), np.ones(20), np.zeros(20)], np.r_[np.zeros(60), np.ones(30), np.zeros(30)])
+    records = [scored_run("np_seed0", "np", "none", scores=(y_val * 1.0, y * 1.0)),
+               scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=scores(0.5, rng)),
+               scored_run("dp_eps1_C1_seed1", "dp", "dp_sgd", eps=1.0, seed=1, scores=half)]
+    html = report_html(records)
+    items = re.findall(r"<li>(.*?)</li>", _section(html, "summary").split('<ul class="reading">')[1].split("</ul>")[0])
+    alone = [item for item in items if item.startswith("dp_eps1_C1_seed1 ")]
+    assert alone == ["dp_eps1_C1_seed1 (ε\u00a00.99 (δ\u00a01e‑5, PLD, add/remove one image)): 0.750; no non-private "
+                     "run of seed 1 to compare with."], items
+    clinical = _section(html, "clinical")
+    assert re.findall(r"<small>(seeds? [^<]*)</small>", clinical) == ["seed 0"]
+
+
 def test_numbers_and_run_names_stay_whole_and_tables_of_runs_stack_on_a_phone(two_arms, report_html):
     from dpmed.comparisons import PairedDifference
     from dpmed.reporting.inputs import eps_label, p_text
