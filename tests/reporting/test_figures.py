@@ -312,6 +312,20 @@ def test_a_configuration_with_an_undefined_seed_averages_the_others_and_says_so(
     assert "non-private AUROC, mean of 2 seeds" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
+def test_a_multi_seed_study_with_one_non_private_run_draws_its_line_without_a_band_and_says_one_seed(make_record):
+    """Seeds 0 and 1 with the non-private run of seed 1 failed: its one run has no range over seeds to draw, so the
+    line at its AUROC has no band, and the legend says the line is one seed's, not a mean with a range."""
+    records = _seeds(make_record, {"none": [0.96], "eps1": [0.80, 0.86]})
+    fig = auroc_figure(records)
+    (ax,) = fig.axes
+    assert [float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_color() == "k"] == [0.96]
+    assert len(ax.patches) == 0
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "non-private AUROC, 1 seed" in legend
+    assert not [t for t in legend if "range over seeds" in t and "bars" not in t], legend
+    assert _means(ax) == [pytest.approx((0.99, 0.83))]
+
+
 def test_the_report_says_a_multi_seed_figures_bars_are_ranges_over_seeds(make_record, report_html):
     """One seed's figure draws bootstrap intervals; a multi-seed one's bars are ranges, and only its caption says so."""
     def caption(records) -> str:
