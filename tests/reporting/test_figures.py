@@ -326,6 +326,18 @@ def test_a_multi_seed_study_with_one_non_private_run_draws_its_line_without_a_ba
     assert _means(ax) == [pytest.approx((0.99, 0.83))]
 
 
+def test_a_non_private_arm_with_one_defined_seed_is_drawn_as_that_seed_not_as_a_mean_of_1_seeds(make_record):
+    """Of the non-private runs of seeds 0 and 1, only seed 0's AUROC is defined: its line is that seed's, with no
+    band, and the legend says so; not "mean of 1 seeds" beside "range over seeds" and a band of zero width."""
+    records = _seeds(make_record, {"none": [0.96, None], "eps1": [0.80, 0.86]})
+    fig = auroc_figure(records)
+    (ax,) = fig.axes
+    assert [float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_color() == "k"] == [0.96]
+    assert len(ax.patches) == 0
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "non-private AUROC, 1 seed" in legend and "non-private, range over seeds" not in legend, legend
+
+
 def test_the_report_says_a_multi_seed_figures_bars_are_ranges_over_seeds(make_record, report_html):
     """One seed's figure draws bootstrap intervals; a multi-seed one's bars are ranges, and only its caption says so."""
     def caption(records) -> str:
