@@ -111,3 +111,5 @@ def test_a_multiclass_study_that_names_no_class_anywhere_has_no_empty_per_class_
     html = report_html([make_record("np_seed0", "np", "none", metrics=m)], task="multiclass", names=())
     assert 'id="findings"' not in html and "Test AUROC per class" not in html
     assert 'id="utility"' in html and "1.000" in html[html.index('id="utility"'):]
+    summary = html[html.index('id="summary"'):html.index("</table>", html.index('id="summary"'))]
+    assert "task multiclass</td>" in summary and "; classes" not in summary      # no list of no names
