@@ -543,6 +543,40 @@ def test_a_binary_run_without_its_threshold_reads_as_its_auroc_change_with_dashe
     assert cells[0].startswith("-0.250 [") and cells[2:] == ["–"] * 4, cells
 
 
+def test_over_seeds_a_rate_one_seed_cannot_pair_reads_as_a_dash_not_as_the_other_seeds_mean(tmp_path, make_record,
+                                                                                             report_html):
+    """Seeds 0 and 1; the private run of seed 1 was recorded without its validation threshold and saved no
+    validation split, so only seed 0 has paired rate changes. A mean over seeds of one seed would be no mean: the
+    rate cells read "–", the AUROC cell the mean and range over both seeds, and the reading the AUROC change. Both
+    private runs score every normal case 0 and half the pneumonia cases 1 (AUROC 0.75); the non-private runs
+    separate the classes (AUROC 1): -0.250 for each seed."""
+    y = np.r_[np.zeros(60, int), np.ones(60, int)]
+    half = np.r_[np.zeros(60), np.ones(30), np.zeros(30)]
+    records = []
+    for seed in (0, 1):
+        for run_id, arm, mechanism, scores in ((f"np_seed{seed}", "np", "none", y.astype(float)),
+                                               (f"dp_eps1_C1_seed{seed}", "dp", "dp_sgd", half)):
+            (tmp_path / "runs" / run_id).mkdir(parents=True)
+            val = {} if seed == 1 and mechanism == "dp_sgd" else dict(
+                val_scores=scores, val_labels=y, val_patient_ids=np.arange(120).astype(str))
+            np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
+                     test_patient_ids=np.arange(120).astype(str), **val)
+            metrics = evaluate_utility(kind="binary", label_names=["normal", "pneumonia"], val_labels=y,
+                                       val_scores=scores, test_labels=y, test_scores=scores, n_resamples=50)
+            if not val:
+                del metrics["threshold"]
+            records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
+                                       seed=seed, metrics=metrics))
+    row = re.search(r'<tr><td data-label="private arm">dp_eps1_C1<br>.*?</tr>', _section(report_html(records),
+                                                                                         "clinical"), re.S).group(0)
+    assert "<small>seeds 0, 1</small>" in row
+    cells = re.findall(r'<td class=num data-label="[^"]*">([^<]*)</td>', row)
+    assert cells == ["-0.250 (seeds -0.250 to -0.250)", "–", "–"], cells
+    reading = re.search(r'<td data-label="reading">([^<]*)', row).group(1)
+    assert reading.startswith("Over 2 seeds, at ε") and reading.endswith(
+        " the model changes the test AUROC by on average -0.250."), reading
+
+
 def test_a_private_seed_whose_non_private_run_is_missing_is_read_alone_not_against_another_seed(
         scored_run, scores, labels, report_html):
     """Seeds 0 and 1, with the non-private run of seed 1 failed: the DP run of seed 1 has nothing to be paired with.
