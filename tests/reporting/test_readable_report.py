@@ -532,11 +532,13 @@ def test_a_binary_run_without_its_threshold_reads_as_its_auroc_change_with_dashe
         records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
                                    metrics=metrics))
     html = report_html(records)
-    row = re.search(r'<tr><td data-label="private arm">dp_eps1_C1<br>.*?</tr>', _section(html, "clinical"), re.S).group(0)
+    row = re.search(r'<tr><td data-label="private arm">dp_eps1_C1<br>.*?</tr>', _section(html, "clinical"),
+                    re.S).group(0)
     cells = re.findall(r'<td class=num data-label="[^"]*">([^<]*)</td>', row)
     assert cells[0].startswith("-0.250 [") and cells[1:] == ["–", "–"], cells
     reading = re.search(r'<td data-label="reading">([^<]*)', row).group(1)
-    assert reading == "At ε\u00a00.99 (δ\u00a01e‑5, PLD, add/remove one image) the model changes the test AUROC by -0.250."
+    assert reading == ("At ε\u00a00.99 (δ\u00a01e‑5, PLD, add/remove one image) the model changes the test AUROC by "
+                       "-0.250.")
     compared = re.search(r'<tr><td data-label="run">dp_eps1_C1_seed0</td>.*?</tr>', _section(html, "comparisons"),
                          re.S).group(0)
     cells = re.findall(r'<td data-label="[^"]*" class=num>([^<]*)</td>', compared)
