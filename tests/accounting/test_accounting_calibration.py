@@ -218,7 +218,9 @@ def test_a_target_below_what_the_accountant_reaches_at_any_noise_is_refused_with
     """RDP's eps at delta 1e-15 does not fall below about log(1/delta) / (largest order - 1) = 0.026 however large
     sigma is: a target of 0.02 has no sigma, and the message gives the accountant's eps, not the rough estimate's."""
     with pytest.raises(ValueError, match=r"target_epsilon = 0.02: no noise multiplier up to 1e12 meets it "
-                                         r"\(eps = 0.0260\d* at sigma = 1e\+12\)"):
+                                         r"\(eps = 0.0260\d* at sigma = 1e\+12\): that is RDP's floor at delta = "
+                                         r"1e-15, which more noise does not lower .*; use accountant 'pld', which goes "
+                                         r"lower, or a larger target_epsilon or delta$"):
         noise_multiplier_for(target_epsilon=0.02, delta=1e-15, sample_rate=0.01, steps=100, accountant="rdp")
     with pytest.raises(ValueError) as error:
         noise_multiplier_for(target_epsilon=0.02, delta=1e-15, sample_rate=0.01, steps=100, accountant="rdp")

@@ -87,6 +87,10 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
     try:
         lo, hi = _bracket(exact, target=target, x0=x0, slope=slope, tol=math.log1p(rtol))
     except _OutOfRange as exc:
+        if exc.above and accountant != "pld" and noise == "gaussian":
+            raise ValueError(f"{exc.finding}: that is {accountant.upper()}'s floor at delta = {delta:g}, which more "
+                             "noise does not lower (its conversion from the largest Renyi order it computes); use "
+                             "accountant 'pld', which goes lower, or a larger target_epsilon or delta") from None
         raise ValueError(str(exc)) from None
     if lo.eps == math.inf and hi.eps < target / 2:
         # eps moves by a factor of about (1 + rtol)^2 over the bracket, so this is the accountant's edge, not the
@@ -114,9 +118,9 @@ class _OutOfRange(ValueError):
     ``above`` (eps above the target even at the largest sigma) or below it even at the smallest. Internal: the
     caller either searches on or raises it as the plain ValueError that noise_multiplier_for documents."""
 
-    def __init__(self, message: str, *, above: bool) -> None:
-        super().__init__(message)
-        self.above = above
+    def __init__(self, finding: str, *, above: bool) -> None:
+        super().__init__(f"{finding}; check target_epsilon, delta, sample_rate and steps")
+        self.finding, self.above = finding, above
 
 
 def _slope(a: _Point, b: _Point) -> float:
@@ -175,8 +179,7 @@ def _bracket(eps_at: Callable[[float], float], *, target: float, x0: float, slop
             problem = ("no noise multiplier up to 1e12 meets it" if point is lo else
                        "every noise multiplier down to 1e-12 meets it: the budget protects nothing")
             raise _OutOfRange(f"target_epsilon = {target:g}: {problem} (eps = {point.eps:g} at sigma = "
-                              f"{point.sigma:g}); check target_epsilon, delta, sample_rate and steps",
-                              above=point is lo)
+                              f"{point.sigma:g})", above=point is lo)
         previous, outward = point, outward + 1
     raise ValueError(f"noise calibration did not converge in {_MAX_EVALUATIONS} evaluations "
                      f"(target_epsilon = {target:g}); please report this with the arguments used")
