@@ -150,7 +150,8 @@ def holder_alive(holder: Holder) -> bool | None:
 
 def _read(path: Path) -> Holder | None:
     """The holder recorded in ``path``; None if there is no lock file or it cannot be parsed, or names no process
-    (a PID that is not a positive integer: os.kill refuses it, or signals a whole process group for 0 and -1)."""
+    (a PID that is not an integer in 1..2^31 - 1: os.kill refuses a string or a larger number, and signals a whole
+    process group for 0 and -1)."""
     try:
         holder = Holder(**json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
