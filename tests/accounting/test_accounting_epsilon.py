@@ -343,7 +343,7 @@ def test_an_accountant_s_nan_or_inf_is_refused_not_printed_as_an_eps(monkeypatch
     could not resolve eps, not that the run is non-private. Each is refused in words, naming the accountant."""
     import dataclasses
     stand_in = dataclasses.replace(accountant_info("rdp"), compute=lambda events, delta: value)
-    monkeypatch.setattr(epsilon_module, "accountant_info", lambda name: stand_in)
+    monkeypatch.setattr(epsilon_module, "accountant_info", lambda name, noise=None: stand_in)
     with pytest.raises(ValueError, match="returned nan" if math.isnan(value) else "lies above what accountant 'rdp'"):
         dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=10, delta=1e-5, accountant="rdp")
 
@@ -366,5 +366,6 @@ def test_the_schedule_by_hand_at_the_reference_and_at_a_batch_of_the_whole_set()
 def test_the_pure_accountant_refuses_gaussian_noise():
     """The Gaussian mechanism is never pure DP: reading sigma as a Laplace b / C1 would print a finite eps at
     delta = 0 for a run that has none."""
-    with pytest.raises(ValueError, match="accountant 'pure' applies to Laplace noise only"):
+    with pytest.raises(ValueError, match="accountant 'pure' does not analyse gaussian noise; it handles laplace. For "
+                                         "gaussian noise use 'pld' or "):
         dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1e-5, accountant="pure")

@@ -409,6 +409,8 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
     if any(e.noise_multiplier == 0 for e in released):
         return math.inf  # no noise: the gradient sum is released exactly
     noises = {"laplace" if isinstance(e, PoissonLaplaceEvent) else "gaussian" for e in released}
+    for noise in sorted(noises):
+        accountant_info(accountant, noise)         # refused up front, naming the accountants that analyse it
     refuse_unresolved(accountant, delta, sum(e.steps for e in released),
                       noise=noises.pop() if len(noises) == 1 else "mixed")
     eps = info.epsilon(released, delta)

@@ -101,10 +101,7 @@ class DpSgdArm(ArmBase):
     def _consistent(self) -> "DpSgdArm":
         exactly_one(self, ("target_epsilon", "noise_multiplier"),
                     "a budget to calibrate the noise to, or the noise itself for a reproduction")
-        supported = {"gaussian": ("pld", "rdp", "rdp-classic"), "laplace": ("pld", "pure")}[self.noise]
-        if self.accountant not in supported:
-            raise ValueError(f"accountant {self.accountant!r} does not analyse {self.noise} noise; use one of "
-                             f"{', '.join(supported)}")
+        accounting.accountant_info(self.accountant, self.noise)     # the accountants that analyse this noise
         return self
 
 
