@@ -219,11 +219,9 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
         seconds = time.perf_counter() - begin
         scores = predict(model, val_input, public.task, device=device)
     try:
-        validation = float(auroc(public.val.labels, scores, kind=public.task.kind)[0])
+        validation, undefined = float(auroc(public.val.labels, scores, kind=public.task.kind)[0]), ""
     except ValueError as exc:   # a validation split without both classes, or scores that are no numbers
-        validation = None
-        _log.warning("pretrain: the public model's validation AUROC is undefined (%s); the report states none",
-                     str(exc).splitlines()[0])
+        validation, undefined = None, f" ({' '.join(str(exc).split()) or type(exc).__name__}; the report states none)"
     where.mkdir(parents=True, exist_ok=True)
     weights = where / _WEIGHTS
     write_torch_atomic(weights, {k: v.detach().cpu() for k, v in model.state_dict().items()})
@@ -240,8 +238,9 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
         validation_auroc=validation, overlap_checks=overlap.checks(), near_duplicate_bits=config.near_duplicate_bits,
         start_weights=start_sha)
     record.write(where / "pretrain.json")
-    _log.info("pretrain: done in %.0f s, public validation AUROC %s; weights in %s", seconds,
-              "undefined" if validation is None else f"{validation:.3f}", weights)
+    _log.log(logging.WARNING if validation is None else logging.INFO,
+             "pretrain: done in %.0f s, public validation AUROC %s; weights in %s", seconds,
+             f"undefined{undefined}" if validation is None else f"{validation:.3f}", weights)
     return _located(record, where)
 
 

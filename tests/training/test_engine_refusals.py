@@ -196,7 +196,8 @@ def test_a_layer_given_its_input_by_keyword_is_refused_by_name():
             return self.head(input=x.flatten(1))
 
     x, y = _images(3)
-    with pytest.raises(PrivacyError, match="module 'head': the clipping engine needs a tensor input"):
+    with pytest.raises(PrivacyError, match=r"module 'head' was called with its input by keyword: the clipping engine "
+                                          r"sees positional inputs only; call it as layer\(x\)$"):
         GhostClipper(ByKeyword().double()).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=1.0)
 
 

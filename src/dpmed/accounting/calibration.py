@@ -36,7 +36,8 @@ def noise_multiplier_for(*, target_epsilon: float, delta: float, sample_rate: fl
 
     Guarantee: ``dp_sgd_epsilon(noise_multiplier=sigma, ...) <= target_epsilon`` for the returned sigma, and the
     eps of sigma / (1 + rtol) was found above the target. Raises ValueError when no sigma in [1e-12, 1e12] meets
-    the target, when the target or delta is beyond what the accountant resolves (PLD: eps up to 500, delta down to
+    the target, when the accountant does not analyse ``noise`` (the message names those that do), when the target
+    or delta is beyond what the accountant resolves (PLD: eps up to 500, delta down to
     max(1e-12, 1e-15 steps); use 'rdp' there), or when the search ends at the edge of what the accountant resolves
     with an eps far below the target (an accountant's inf is "cannot resolve", not "above the target").
     ``noise="laplace"`` calibrates b / C1 of Laplace DP-SGD (L1 clipping) the same way.

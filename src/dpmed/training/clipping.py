@@ -187,10 +187,13 @@ class _Tape:
 
     def forward_hook(self, index: int) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: Tensor) -> None:
-            a = inputs[0] if inputs else None           # a hook sees positional inputs only: layer(input=x) has none
+            if not inputs:                              # a hook sees positional inputs only: layer(input=x) has none
+                raise PrivacyError(f"module {self.layers[index].name!r} was called with its input by keyword: the "
+                                   "clipping engine sees positional inputs only; call it as layer(x)")
+            a = inputs[0]
             if not isinstance(a, Tensor) or not isinstance(output, Tensor):
                 raise PrivacyError(f"module {self.layers[index].name!r}: the clipping engine needs a tensor input "
-                                   "passed positionally (layer(x), not layer(input=x)) and a tensor output")
+                                   "and output")
             self._check_batch_first(index, module, a, output)
             call = _Call(index, a.detach(), a._version, output.requires_grad)
             self.calls[index].append(call)

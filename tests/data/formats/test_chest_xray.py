@@ -69,7 +69,7 @@ def test_chexpert_bad_values_and_unknown_findings(chexpert, load_layout):
     with pytest.raises(DataError, match=r"(?s)1 of 20 rows .*train.csv line 6 \(CheXpert-v1.0-small/train/patient00004/"
                                         r"study1/view1_frontal.jpg\): Edema = 'maybe' in train.csv"):
         load_layout("chexpert", chexpert)
-    with pytest.raises(DataError, match=r"labels \['Pneumonnia'\] are not findings of this dataset"):
+    with pytest.raises(DataError, match=r"data.labels names \['Pneumonnia'\], which are not findings of this dataset"):
         read_chexpert(chexpert, findings=["Pneumonnia"])
 
 

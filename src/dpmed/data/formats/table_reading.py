@@ -277,7 +277,8 @@ def chosen_labels(labels: Sequence[str] | None, default: Sequence[str], known: S
     chosen = tuple(labels) if labels else tuple(default)
     unknown = [f for f in chosen if f not in known]
     if unknown:
-        raise DataError(f"{dataset}: labels {unknown} are not findings of this dataset; choose from {list(known)}")
+        raise DataError(f"{dataset}: data.labels names {unknown}, which are not findings of this dataset; choose from "
+                        f"{list(known)}")
     repeated = sorted({f for f in chosen if chosen.count(f) > 1})
     if repeated:
         raise DataError(f"{dataset}: data.labels lists the finding(s) {repeated} more than once ({list(chosen)}); "
