@@ -36,7 +36,7 @@ from dpmed.errors import FolderError, error_name
 
 __all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic", "read_arrays",
            "write_json_atomic", "write_text_atomic", "write_torch_atomic", "temporary_beside", "file_in_the_way",
-           "RELEASE_TIME", "RETRAIN_NOTE"]
+           "link_to_nothing", "RELEASE_TIME", "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
@@ -64,6 +64,13 @@ def file_in_the_way(folder: Path) -> Path | None:
     """The file that stands where ``folder`` or one of the folders above it should be, nearest the root first, or
     None: what a mkdir's bare "Not a directory" or "File exists" is about, for a message that names it."""
     return next((p for p in (*reversed(folder.parents), folder) if p.exists() and not p.is_dir()), None)
+
+
+def link_to_nothing(folder: Path) -> Path | None:
+    """The symbolic link that stands where ``folder`` or one of the folders above it should be and points to nothing
+    (a disk not mounted, a folder moved), nearest the root first, or None: mkdir through it says only "File
+    exists"."""
+    return next((p for p in (*reversed(folder.parents), folder) if p.is_symlink() and not p.exists()), None)
 
 
 def temporary_beside(path: Path) -> Path:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from dpmed.errors import FolderError
-from dpmed.folders import StudyFolder, file_in_the_way
+from dpmed.folders import StudyFolder, file_in_the_way, link_to_nothing
 from dpmed.lock import FolderLock, Holder, process_running
 from dpmed.records import RunRecord, read_timing
 
@@ -82,7 +82,7 @@ def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE, full_advice: str =
             if file is not None:
                 raise FolderError(f"cannot write to the output folder {root}: {file} is a file, not a folder; move "
                                   f"or rename that file{other}") from None
-            link = _link_to_nothing(folder)
+            link = link_to_nothing(folder)
             if link is not None:
                 target = link.parent / os.readlink(link)
                 raise FolderError(f"cannot write to the output folder {root}: {link} is a link to {target}, which "
@@ -95,12 +95,6 @@ def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE, full_advice: str =
             # Windows refuses to replace a file another program holds open (winerror 32) with EACCES too
             tail = f"if another program has it open (a spreadsheet, a viewer), close it and run again; else {tail}"
         raise FolderError(f"cannot write to the output folder {root}: {reason}{where}; {tail}") from None
-
-
-def _link_to_nothing(folder: Path) -> Path | None:
-    """The symbolic link that stands where ``folder`` or one above it should be and points to nothing, nearest the
-    root first, or None: mkdir through it says only "File exists"."""
-    return next((p for p in (*reversed(folder.parents), folder) if p.is_symlink() and not p.exists()), None)
 
 
 @contextlib.contextmanager

@@ -467,6 +467,21 @@ def test_a_cache_dir_that_is_a_file_says_so(tmp_path, write_image):
     assert (tmp_path / "cache").read_text() == "a file where the cache folder should be"
 
 
+@pytest.mark.skipif(os.name == "nt", reason="symbolic links need privileges on Windows")
+@pytest.mark.parametrize("under", [("cache",), ()])
+def test_a_cache_dir_that_is_or_lies_under_a_link_to_nothing_names_the_link(tmp_path, write_image, under):
+    """A cache on a disk that is not mounted: mkdir said "cannot be made or written (File exists)"."""
+    paths = _files(tmp_path, write_image)
+    link = tmp_path / "scratch"
+    link.symlink_to(tmp_path / "scratch-disk")
+    cache_dir = link.joinpath(*under)
+    with pytest.raises(DataError) as caught:
+        decode_images(paths, Preprocessing(size=(8, 8), channels=1), cache_dir=cache_dir)
+    assert str(caught.value) == (f"data.cache_dir {cache_dir}: {link} is a link to {tmp_path / 'scratch-disk'}, which "
+                                 "does not exist (a disk not mounted, a folder moved); mount or make it, or remove "
+                                 "data.cache_dir to decode without a cache")
+
+
 def test_a_cache_in_the_study_folder_s_shareable_part_is_refused(tmp_path, write_image):
     """The cache holds the training images, decoded; before, data.cache_dir pointing into the output study folder
     was accepted without a word, and the .npy sat beside run.json among the files a user may share."""

@@ -53,7 +53,7 @@ from dpmed.data.decoding import DECODERS, UnreadableImage, peek_image, read_imag
 from dpmed.data.pace import Pace
 from dpmed.data.transforms import Preprocessing
 from dpmed.errors import DataError, error_name
-from dpmed.folders import file_in_the_way, open_owner_only, write_text_atomic
+from dpmed.folders import file_in_the_way, link_to_nothing, open_owner_only, write_text_atomic
 from dpmed.numbers import bytes_text
 from dpmed.provenance import package_version
 
@@ -312,6 +312,11 @@ def _refuse_open_cache(cache_dir: Path) -> None:
         raise DataError(f"data.cache_dir {cache_dir} lies under {file}, which is a file, not a folder: give a folder "
                         "(made if missing), or remove data.cache_dir to decode without a cache") from None
     except OSError:      # not there yet: made 0700 when the first entry is written
+        link = link_to_nothing(cache_dir)
+        if link is not None:        # else mkdir said only "File exists"
+            raise DataError(f"data.cache_dir {cache_dir}: {link} is a link to {link.parent / os.readlink(link)}, "
+                            "which does not exist (a disk not mounted, a folder moved); mount or make it, or remove "
+                            "data.cache_dir to decode without a cache") from None
         return
     if not stat.S_ISDIR(st.st_mode):        # else mkdir said only "File exists"
         raise DataError(f"data.cache_dir {cache_dir} is a file, not a folder: give a folder (made if missing), or "
