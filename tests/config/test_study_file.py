@@ -664,6 +664,19 @@ def test_more_last_blocks_than_the_model_has_are_refused_when_the_file_is_read(w
     assert load_study(path, {"model.trainable": {"last_blocks": n}, "pretrain": public}).model.trainable_setting == n
 
 
+@pytest.mark.parametrize("blocks, line", [
+    (0, "model.trainable.last_blocks: must be at least 1, got 0; raise it to 1 or more"),
+    (-1, "model.trainable.last_blocks: must be at least 1, got -1; raise it to 1 or more"),
+])
+def test_a_bad_last_blocks_is_one_problem_not_also_a_bad_choice_of_all_or_head(write_study, blocks, line):
+    """``trainable: {last_blocks: 0}`` was two problems, the second "model.trainable: {'last_blocks': 0} is not one
+    of all, head": the mapping was plainly meant, and the line pointed away from the number to fix."""
+    path = write_study(GOOD)
+    with pytest.raises(ConfigError) as info:
+        load_study(path, {"model.trainable": {"last_blocks": blocks}})
+    assert str(info.value).splitlines()[1:] == [f"  - override model.trainable={{'last_blocks': {blocks}}}: {line}"]
+
+
 @pytest.mark.parametrize("trainable, frozen", [("head", 4), ("{last_blocks: 1}", 3)])
 def test_freezing_a_random_model_is_refused_unless_it_starts_from_trained_weights(write_study, tmp_path, trainable,
                                                                                  frozen):

@@ -208,6 +208,13 @@ def _merge_unions(errors: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, An
     groups: dict[tuple[str | int, ...], list[Mapping[str, Any]]] = {}
     for error in errors:
         groups.setdefault(tuple(_location(error)), []).append(error)
+    # a mapping given where a union takes a word or a section (``trainable: {last_blocks: 0}``) meant the section: its
+    # member's problem inside it is the one to fix, not also "is not one of all, head"
+    for loc in [loc for loc in groups if any(other[:len(loc)] == loc and len(other) > len(loc) for other in groups)]:
+        groups[loc] = [e for e in groups[loc] if not (e["type"] == "literal_error" and isinstance(e.get("input"), dict)
+                                                      and _is_union_member(e["loc"][-1]))]
+        if not groups[loc]:
+            del groups[loc]
     problems = []
     for loc, group in groups.items():
         if len(group) == 1:
