@@ -723,6 +723,16 @@ def test_a_study_record_read_back_through_json_is_not_refused_for_a_frozen_rando
                        "empty item of the list); write its settings in it, or delete the item from the list in the "
                        "study file"),
     ({"model.trainable": 3}, "model.trainable: should be one of all, head or a mapping such as {last_blocks: ...}"),
+    # pydantic's "Input should be a valid integer" named the key but not the fix
+    ({"model.trainable": {"last_blocks": "x"}},
+     "model.trainable.last_blocks: must be a whole number, got 'x'; write it in digits (e.g. 2)"),
+    ({"training.reference_batch_size": 2.5},
+     "training.reference_batch_size: must be a whole number, got 2.5; write it in digits (e.g. 2)"),
+    ({"training.learning_rate": "fast"}, "training.learning_rate: must be a number, got 'fast'; write it in digits"),
+    ({"training.augmentation": {"flip": "maybe"}},
+     "training.augmentation.flip: must be true or false, got 'maybe'; write true or false"),
+    ({"pretrain": {"public": "", "data": {"source": "phantom"}}},
+     "pretrain.public: must hold at least 1 character(s), got ''; write it out"),
     ({"name": ".."}, "name: study name must start with a letter or digit and hold only letters, digits, '_', '-' or "
                      "'.', at most 64 (it names a folder); got '..': rename it"),
     ({"name": "s" * 65}, "at most 64 (it names a folder)"),

@@ -246,6 +246,14 @@ _BOUNDS = {
     "less_than_equal": ("le", "at most {:g}", "lower it to {:g} or less"),
 }
 
+# pydantic's type errors ("Input should be a valid integer"), with what to write instead
+_TYPES = {
+    "int_type": "must be a whole number, got {got}; write it in digits (e.g. 2)",
+    "float_type": "must be a number, got {got}; write it in digits (e.g. 0.5 or 1e-5)",
+    "bool_type": "must be true or false, got {got}; write true or false",
+    "string_too_short": "must hold at least {min_length} character(s), got {got}; write it out",
+}
+
 
 def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
     where = _where(loc)
@@ -287,13 +295,16 @@ def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
         got = error.get("input")
         return f"{where}: {got!r} is not one of {', '.join(choices)}{_closest(got, choices)}"
     got = error.get("input")
+    octal = isinstance(got, str) and re.fullmatch(r"[-+]?0[0-9_]+", got)   # its own hint, below
+    if kind in _TYPES and not isinstance(got, (dict, list)) and not octal:
+        return f"{where}: {_TYPES[kind].format(got='null' if got is None else repr(got), **ctx)}"
     if kind in _BOUNDS:
         name, bound, fix = _BOUNDS[kind]
         return f"{where}: must be {bound.format(ctx[name])}, got {got!r}; {fix.format(ctx[name])}"
     shown = "" if isinstance(got, (dict, list)) or "got" in msg else f" (got {got!r})"
     if isinstance(got, bool) and kind == "string_type":   # YAML 1.1: yes, no, on, off, true, false are booleans
         shown += f"; YAML reads yes/no/on/off as true/false: quote the name, e.g. '{'yes' if got else 'no'}'"
-    if isinstance(got, str) and re.fullmatch(r"[-+]?0[0-9_]+", got):   # YAML 1.1 would read 010 as octal 8
+    if octal:   # YAML 1.1 would read 010 as octal 8
         shown += "; an integer is read in decimal without leading zeros: write it without them"
     if isinstance(got, dict) and kind == "string_type":   # name=a: b, or name: a: b
         shown += "; YAML read the text after a colon and a space as a section: quote the whole value"
