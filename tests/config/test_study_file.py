@@ -729,6 +729,11 @@ def test_a_study_record_read_back_through_json_is_not_refused_for_a_frozen_rando
     ({"training.reference_batch_size": 2.5},
      "training.reference_batch_size: must be a whole number, got 2.5; write it in digits (e.g. 2)"),
     ({"training.learning_rate": "fast"}, "training.learning_rate: must be a number, got 'fast'; write it in digits"),
+    # nan compares false with every bound: "got nan; raise it above 0" asked for what cannot help
+    ({"privacy_budget": {"epsilon": math.nan, "delta": 1e-5}},
+     "privacy_budget.epsilon: must be a number above 0, got nan; write a number above 0 in its place"),
+    ({"training.ema_decay": math.nan}, "training.ema_decay: must be a number below 1, got nan; write a number below 1 "
+                                       "in its place"),
     ({"training.augmentation": {"flip": "maybe"}},
      "training.augmentation.flip: must be true or false, got 'maybe'; write true or false"),
     ({"pretrain": {"public": "", "data": {"source": "phantom"}}},

@@ -300,6 +300,9 @@ def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
         return f"{where}: {_TYPES[kind].format(got='null' if got is None else repr(got), **ctx)}"
     if kind in _BOUNDS:
         name, bound, fix = _BOUNDS[kind]
+        if isinstance(got, float) and math.isnan(got):    # .nan fails every bound: raising or lowering it cannot help
+            wanted = f"a number {bound.format(ctx[name])}"
+            return f"{where}: must be {wanted}, got nan; write {wanted} in its place"
         return f"{where}: must be {bound.format(ctx[name])}, got {got!r}; {fix.format(ctx[name])}"
     shown = "" if isinstance(got, (dict, list)) or "got" in msg else f" (got {got!r})"
     if isinstance(got, bool) and kind == "string_type":   # YAML 1.1: yes, no, on, off, true, false are booleans
