@@ -248,6 +248,33 @@ def test_a_missing_relative_data_path_says_what_was_tried_and_from_which_folder(
         f"data.path is read from the study file's folder, {tmp_path.resolve()}); pass the dataset's file or folder")
 
 
+@pytest.mark.parametrize("key, section", [("model.weights", "model"), ("pretrain.data.path", "pretrain")])
+def test_a_missing_weights_file_or_public_data_names_the_study_file_or_the_option(write_study, tmp_path, key,
+                                                                                 section):
+    """Before: "model.weights: no such file ..." alone, without the study file it was read from or the --set that
+    gave it, where a missing data.path named both."""
+    settings = {"model.weights": {"model.weights": "w.pt", "model.weights_source": "another study"},
+                "pretrain.data.path": {"pretrain": {"public": "a second site", "data": {"source": "folders",
+                                                                                       "path": "w.pt"}}}}[key]
+    missing = (tmp_path / "w.pt").resolve()
+    said = {"model.weights": f"model.weights: no such file {missing}; give the path of a local state dict (relative "
+                             "paths are read from the study file's folder; dpmed downloads nothing)",
+            "pretrain.data.path": f"pretrain.data.path: no such file or folder {missing} (relative paths are read "
+                                  "from the study file's folder)"}[key]
+    in_file = write_study(GOOD + {"model": "model: {weights: w.pt, weights_source: another study}\n",
+                                  "pretrain": "pretrain: {public: a second site, data: {source: folders, path: w.pt}}\n"
+                                  }[section])
+    with pytest.raises(ConfigError) as info:
+        load_study(in_file)
+    assert str(info.value) == f"study file {in_file}: {said}"
+    path = write_study(GOOD)
+    with pytest.raises(ConfigError) as info:
+        load_study(path, settings, origins={section: f"--set {section}=..."} if section == "pretrain" else
+                   {"model.weights": "--set model.weights=w.pt"})
+    origin = "--set pretrain=..." if section == "pretrain" else "--set model.weights=w.pt"
+    assert str(info.value) == f"{origin}: {said}"
+
+
 def test_relative_data_path_resolves_against_the_study_file(write_study, tmp_path):
     (tmp_path / "d.npz").write_bytes(b"x")
     study = load_study(write_study("name: s\ndata: {source: medmnist, path: d.npz}\n"

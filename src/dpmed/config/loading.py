@@ -551,7 +551,12 @@ def _with_paths_resolved(study: schema.Study, path: Path, origins: Mapping[str, 
         kind = "FOLDER" if DATASET_SOURCES[study.data.source].reads_folder else "FILE"
         raise ConfigError(f"study file {path}: data.path {given} does not exist{tried}; fix the path in the file or "
                           f"pass --data-path {kind}")
-    return schema.resolve_paths(study, path.parent)   # model.weights, pretrain.data.path
+    try:
+        return schema.resolve_paths(study, path.parent)   # model.weights, pretrain.data.path
+    except ConfigError as exc:     # "model.weights: no such file ...": from the option that gave it, or the file
+        key = str(exc).split(":", 1)[0]
+        given = [origin for at, origin in origins.items() if key == at or key.startswith(f"{at}.")]
+        raise ConfigError(f"{given[0] if given else f'study file {path}'}: {exc}") from None
 
 
 def study_to_dict(study: schema.Study) -> dict:
