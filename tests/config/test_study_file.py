@@ -361,7 +361,8 @@ def test_seeds_may_be_one_integer_as_a_swept_key_may_be_one_value(write_study, s
     study = load_study(write_study(GOOD.replace("seeds: [0, 1]", f"seeds: {seeds}")))
     assert study.seeds == expected
     assert [r.seed for r in plan_runs(study, CONTEXT)] == expected * 5
-    with pytest.raises(ConfigError, match="seeds: Input should be a valid list"):   # a bool is no seed
+    with pytest.raises(ConfigError, match=r"seeds: must be a list, got true; write its items in brackets \(\[a, b, "
+                                          r"\.\.\.\]\)"):   # a bool is no seed
         load_study(write_study(GOOD.replace("seeds: [0, 1]", "seeds: true")))
 
 
@@ -756,6 +757,11 @@ def test_a_study_record_read_back_through_json_is_not_refused_for_a_frozen_rando
     ({"training.reference_batch_size": 2.5},
      "training.reference_batch_size: must be a whole number, got 2.5; write it in digits (e.g. 2)"),
     ({"training.learning_rate": "fast"}, "training.learning_rate: must be a number, got 'fast'; write it in digits"),
+    # "Input should be a valid list (got 0.5)", and a YAML true shown as Python's True
+    ({"training.lr_schedule": {"kind": "step", "milestones": 0.5}},
+     "training.lr_schedule.milestones: must be a list, got 0.5; write its items in brackets ([a, b, ...])"),
+    ({"training.augmentation": {"multiplicity": True}},
+     "training.augmentation.multiplicity: must be a whole number, got true; write it in digits (e.g. 2)"),
     # nan compares false with every bound: "got nan; raise it above 0" asked for what cannot help
     ({"privacy_budget": {"epsilon": math.nan, "delta": 1e-5}},
      "privacy_budget.epsilon: must be a number above 0, got nan; write a number above 0 in its place"),

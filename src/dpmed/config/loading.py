@@ -252,6 +252,7 @@ _TYPES = {
     "float_type": "must be a number, got {got}; write it in digits (e.g. 0.5 or 1e-5)",
     "bool_type": "must be true or false, got {got}; write true or false",
     "string_too_short": "must hold at least {min_length} character(s), got {got}; write it out",
+    "list_type": "must be a list, got {got}; write its items in brackets ([a, b, ...])",
 }
 
 
@@ -297,7 +298,8 @@ def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
     got = error.get("input")
     octal = isinstance(got, str) and re.fullmatch(r"[-+]?0[0-9_]+", got)   # its own hint, below
     if kind in _TYPES and not isinstance(got, (dict, list)) and not octal:
-        return f"{where}: {_TYPES[kind].format(got='null' if got is None else repr(got), **ctx)}"
+        shown = "null" if got is None else str(got).lower() if isinstance(got, bool) else repr(got)   # YAML's words
+        return f"{where}: {_TYPES[kind].format(got=shown, **ctx)}"
     if kind in _BOUNDS:
         name, bound, fix = _BOUNDS[kind]
         if isinstance(got, float) and math.isnan(got):    # .nan fails every bound: raising or lowering it cannot help
