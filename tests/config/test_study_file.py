@@ -762,6 +762,9 @@ def test_a_study_record_read_back_through_json_is_not_refused_for_a_frozen_rando
      "training.lr_schedule.milestones: must be a list, got 0.5; write its items in brackets ([a, b, ...])"),
     ({"training.augmentation": {"multiplicity": True}},
      "training.augmentation.multiplicity: must be a whole number, got true; write it in digits (e.g. 2)"),
+    # a "did you mean" from the section's own keys: 'comment' in privacy_budget was offered training's 'momentum'
+    ({"privacy_budget": {"epsilon": 1, "delta": 1e-5, "comment": 1}},
+     "privacy_budget.comment: unknown key (privacy_budget holds epsilon, delta, accountant); remove or rename it"),
     # nan compares false with every bound: "got nan; raise it above 0" asked for what cannot help
     ({"privacy_budget": {"epsilon": math.nan, "delta": 1e-5}},
      "privacy_budget.epsilon: must be a number above 0, got nan; write a number above 0 in its place"),

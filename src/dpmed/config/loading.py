@@ -13,7 +13,7 @@ import math
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Hashable, Mapping
+from typing import Any, Hashable, Mapping, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -256,16 +256,40 @@ _TYPES = {
 }
 
 
+def _section_keys(section: list[str | int]) -> list[str]:
+    """The keys the section at ``section`` holds (``privacy_budget``: epsilon, delta, accountant), where the schema
+    alone says so; [] for an arm, whose keys depend on its mechanism. A "did you mean" offers these first: 'extra'
+    in privacy_budget was offered the top level's 'pretrain'."""
+    model: Any = schema.Study
+    for part in section:
+        if not isinstance(part, str) or part not in model.model_fields:
+            return []
+        found = [t for t in _members(model.model_fields[part].annotation) if isinstance(t, type)
+                 and issubclass(t, BaseModel)]
+        if len(found) != 1:
+            return []
+        model = found[0]
+    return list(model.model_fields)
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types a field's annotation names: ``ScheduleConfig``, ``AugmentationConfig | None``'s two."""
+    args = get_args(annotation)
+    return [annotation] if not args else [m for a in args for m in _members(a)]
+
+
 def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
     where = _where(loc)
     kind, msg, ctx = error["type"], error["msg"], error.get("ctx") or {}
     if kind == "extra_forbidden":
         key = str(loc[-1] if loc else error["loc"][-1])
+        own = _section_keys(loc[:-1])
         if key in _field_names():   # a real key, in another section: suggesting itself would not help
             hint = " (valid elsewhere in a study, not here: check the section it is in, or the arm's mechanism)"
         else:
-            close = difflib.get_close_matches(key, sorted(_field_names()), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            close = difflib.get_close_matches(key, own or sorted(_field_names()), n=1)
+            hint = (f" (did you mean {close[0]!r}?)" if close else
+                    f" ({_where(loc[:-1])} holds {', '.join(own)})" if own and loc[:-1] and len(own) <= 8 else "")
         return f"{where}: unknown key{hint}; remove or rename it"
     if kind == "missing":
         return f"{where}: required key is missing"
