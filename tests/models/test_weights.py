@@ -205,9 +205,13 @@ def test_checkpoint_containers_and_a_data_parallel_or_opacus_prefix_are_read(tmp
         wrapped = {container: {f"{prefix}{k}": v for k, v in model.state_dict().items()}, "epoch": 3}
         state = read_state_dict(_save(wrapped, tmp_path / "ckpt.pt"))
         assert set(state) == set(model.state_dict())
-    for not_one in ({"epoch": 3}, {"features.0.0.weight": torch.zeros(2), "epoch": 3}, {}, {"state_dict": {}}):
-        with pytest.raises(ConfigError, match="holds no state dict"):
+    for not_one in ({"epoch": 3}, {"features.0.0.weight": torch.zeros(2), "epoch": 3}, {}, {"state_dict": {}}, [1]):
+        with pytest.raises(ConfigError) as err:
             read_state_dict(_save(not_one, tmp_path / "not.pt"))
+        # the fix, not only the fault: which file to give instead
+        assert str(err.value) == (f"model.weights: {tmp_path / 'not.pt'} holds no state dict (a mapping of names to "
+                                  "tensors, or one under state_dict or model); save one with "
+                                  "torch.save(model.state_dict(), PATH) and give that file")
 
 
 def test_one_batch_norm_layer_is_enough_to_be_refused_for_it(tmp_path):

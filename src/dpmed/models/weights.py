@@ -189,7 +189,8 @@ def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tens
             break
     if not isinstance(raw, Mapping) or not raw or not all(isinstance(v, Tensor) for v in raw.values()):
         raise ConfigError(f"{key}: {path} holds no state dict (a mapping of names to tensors, or one under "
-                          f"{' or '.join(_CONTAINERS)})")
+                          f"{' or '.join(_CONTAINERS)}); save one with torch.save(model.state_dict(), PATH) and give "
+                          "that file")
     state = {_unwrapped(k): v for k, v in raw.items()}
     batch_norm = [k for k in state if k.rsplit(".", 1)[-1] in BATCH_NORM_STATISTICS]
     if batch_norm:
