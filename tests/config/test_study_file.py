@@ -765,6 +765,9 @@ def test_a_study_record_read_back_through_json_is_not_refused_for_a_frozen_rando
     # a "did you mean" from the section's own keys: 'comment' in privacy_budget was offered training's 'momentum'
     ({"privacy_budget": {"epsilon": 1, "delta": 1e-5, "comment": 1}},
      "privacy_budget.comment: unknown key (privacy_budget holds epsilon, delta, accountant); remove or rename it"),
+    # a section given its kind's word: the key it belongs under
+    ({"training.lr_schedule": "cosine"}, "training.lr_schedule: must be a mapping of settings (key: value lines, or "
+                                         "{key: value, ...}), got 'cosine'; write {kind: cosine}"),
     # nan compares false with every bound: "got nan; raise it above 0" asked for what cannot help
     ({"privacy_budget": {"epsilon": math.nan, "delta": 1e-5}},
      "privacy_budget.epsilon: must be a number above 0, got nan; write a number above 0 in its place"),

@@ -193,6 +193,15 @@ def _a_mapping(error: Mapping[str, Any]) -> str:
     return "a mapping of settings (key: value lines, or {key: value, ...})"
 
 
+def _word_of_a_section(error: Mapping[str, Any], got: object) -> str:
+    """A hint where a section was given one of its keys' values (``lr_schedule: cosine``): the key it belongs to."""
+    model = vars(schema).get(str((error.get("ctx") or {}).get("class_name", "")))
+    if not isinstance(model, type) or not issubclass(model, BaseModel) or not isinstance(got, str):
+        return ""
+    keys = [k for k, f in model.model_fields.items() if got in get_args(f.annotation)]
+    return f"; write {{{keys[0]}: {got}}}" if len(keys) == 1 else ""
+
+
 def _expected(error: Mapping[str, Any]) -> str:
     """What one member of a union wanted: "a valid integer", "one of auto"."""
     if error["type"] == "literal_error":
@@ -309,7 +318,7 @@ def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
         if got is None:   # ``data:`` with nothing under it, or ``data: null``
             return (f"{where or '(top level)'}: must be {_a_mapping(error)}, got null (nothing under the key); write "
                     "its settings under it, or remove the key to keep the defaults")
-        return f"{where or '(top level)'}: must be {_a_mapping(error)}, got {got!r}"
+        return f"{where or '(top level)'}: must be {_a_mapping(error)}, got {got!r}{_word_of_a_section(error, got)}"
     if kind == "union_tag_invalid":   # an arm's mechanism that is not registered
         choices = _choices(str(ctx.get("expected_tags", "")))
         tag = ctx.get("tag")
