@@ -118,7 +118,8 @@ def test_the_warm_up_rounds_to_the_nearest_step_and_milestones_count_from_the_st
     assert factors({"kind": "cosine", "warmup_fraction": 0.26})[0] == pytest.approx(1 / 3)
     assert factors({"kind": "step", "warmup_fraction": 0.2, "milestones": [0.5], "gamma": 0.1}) == pytest.approx(
         [0.5, 1, 1, 1, 1, 0.1, 0.1, 0.1, 0.1, 0.1])
-    assert factors({"kind": "constant", "warmup_fraction": 0.3}) == pytest.approx([1 / 3, 2 / 3, 1, 1, 1, 1, 1, 1, 1, 1])
+    assert factors({"kind": "constant", "warmup_fraction": 0.3}) == pytest.approx(
+        [1 / 3, 2 / 3, 1, 1, 1, 1, 1, 1, 1, 1])
 
 
 def test_a_study_file_reads_the_recipe_keys(tmp_path):
