@@ -425,3 +425,24 @@ def test_an_unknown_mechanism_name_lists_the_known_ones():
     with pytest.raises(KeyError, match="unknown mechanism 'dp-sgd'; known: none, pixel_laplace, pixel_gaussian, "
                                       "scalar_shift, dp_sgd"):
         mechanism_info("dp-sgd")
+
+
+@pytest.mark.parametrize("noise", accounting.NOISES)
+@pytest.mark.parametrize("name", accounting.ACCOUNTANTS)
+def test_a_dp_sgd_arm_accepts_the_accountants_the_accounting_registry_does_and_refuses_in_its_words(name, noise):
+    """The arm checks which accountant analyses which noise from its own table, so that reading a study file
+    imports no dp_accounting; the table and the accounting registry must agree, in what they accept and in the words
+    of the refusal."""
+    from pydantic import ValidationError
+
+    from dpmed.mechanisms.dp_sgd import DpSgdArm
+
+    arm = {"name": "dp", "mechanism": "dp_sgd", "target_epsilon": [1.0], "noise": noise, "accountant": name}
+    try:
+        accounting.accountant_info(name, noise)
+    except ValueError as refused:
+        with pytest.raises(ValidationError) as caught:
+            DpSgdArm.model_validate(arm)
+        assert str(refused) in str(caught.value)
+    else:
+        DpSgdArm.model_validate(arm)
