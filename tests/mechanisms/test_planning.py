@@ -430,9 +430,8 @@ def test_an_unknown_mechanism_name_lists_the_known_ones():
 @pytest.mark.parametrize("noise", accounting.NOISES)
 @pytest.mark.parametrize("name", accounting.ACCOUNTANTS)
 def test_a_dp_sgd_arm_accepts_the_accountants_the_accounting_registry_does_and_refuses_in_its_words(name, noise):
-    """The arm checks which accountant analyses which noise from its own table, so that reading a study file
-    imports no dp_accounting; the table and the accounting registry must agree, in what they accept and in the words
-    of the refusal."""
+    """The arm checks which accountant analyses which noise without the registry, so that reading a study file
+    imports no dp_accounting; it must accept what the registry accepts and refuse in the registry's words."""
     from pydantic import ValidationError
 
     from dpmed.mechanisms.dp_sgd import DpSgdArm

@@ -18,7 +18,7 @@ __all__ = [
     "event_to_dict", "event_from_dict", "Ledger", "shuffled_event", "poisson_counterpart",
     # DP-SGD
     "ACCOUNTANTS", "NOISES", "AccountantInfo", "accountant_info", "describe_accountant", "effective_accountant",
-    "fallback_accountant",
+    "fallback_accountant", "check_accountant_noise",
     "NEIGHBOUR_DP_SGD", "dp_sgd_event", "dp_sgd_epsilon", "ledger_epsilon", "default_delta", "dp_sgd_schedule",
     "noise_multiplier_for",
     # the patient as the unit, and what image-level DP-SGD implies for a patient with k images
@@ -38,11 +38,12 @@ __all__ = [
     "bounded_noise_delta", "laplace_end_excess", "gaussian_end_shortfall", "NEGLIGIBLE_SHARE",
 ]
 
-# the module of each name above; events and ledger import neither dp_accounting nor scipy
+# the module of each name above; events, ledger and _arguments import neither dp_accounting nor scipy
 _MODULES = {
     "events": ("PoissonGaussianEvent", "PoissonLaplaceEvent", "ShuffledBatchesEvent", "LaplaceImageEvent",
                "GaussianImageEvent", "event_to_dict", "event_from_dict", "NEIGHBOUR_LDP_IMAGE"),
     "ledger": ("Ledger",),
+    "_arguments": ("check_accountant_noise",),
     "epsilon": ("ACCOUNTANTS", "NOISES", "AccountantInfo", "accountant_info", "describe_accountant",
                 "effective_accountant", "fallback_accountant", "NEIGHBOUR_DP_SGD", "dp_sgd_event", "dp_sgd_epsilon",
                 "ledger_epsilon", "default_delta", "dp_sgd_schedule", "shuffled_event", "poisson_counterpart"),

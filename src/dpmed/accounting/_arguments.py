@@ -10,7 +10,21 @@ import math
 import numbers
 import operator
 
-__all__ = ["real", "positive", "probability", "count"]
+__all__ = ["real", "positive", "probability", "count", "ANALYSED_NOISES", "check_accountant_noise"]
+
+# The noises each accountant analyses. The registry of `dpmed.accounting.epsilon` reads them from here, where a study
+# file's arms can check theirs without importing dp_accounting (`dpmed status` reads runs without it).
+ANALYSED_NOISES: dict[str, tuple[str, ...]] = {"pld": ("gaussian", "laplace"), "rdp": ("gaussian",),
+                                               "rdp-classic": ("gaussian",), "pure": ("laplace",)}
+
+
+def check_accountant_noise(accountant: str, noise: str) -> None:
+    """ValueError where accountant ``accountant`` (a known name) does not analyse ``noise``, naming those that do."""
+    handled = ANALYSED_NOISES[accountant]
+    if noise not in handled:
+        raise ValueError(f"accountant {accountant!r} does not analyse {noise} noise; it handles {', '.join(handled)}. "
+                         f"For {noise} noise use "
+                         f"{' or '.join(repr(n) for n, noises in ANALYSED_NOISES.items() if noise in noises)}")
 
 
 def real(name: str, value: object, *, hint: str = "") -> float:

@@ -40,6 +40,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpmed.accounting import _arguments
+from dpmed.accounting._arguments import ANALYSED_NOISES
 from dpmed.accounting._limits import accountable_rate
 from dpmed.accounting._pld import MAX_STEPS as _PLD_MAX_STEPS, subsampled_gaussian_pld
 from dpmed.accounting.events import DpSgdEvent, PoissonGaussianEvent, PoissonLaplaceEvent, ShuffledBatchesEvent
@@ -310,14 +311,14 @@ class AccountantInfo:
 
 _REGISTRY = {info.name: info for info in (
     AccountantInfo("pld", "PLD (dp_accounting, pessimistic estimate: an upper bound on eps)", _PLD_MAX_EPSILON,
-                   ("gaussian", "laplace"), _pld_epsilon, _pld_min_delta, _PLD_MAX_STEPS),
+                   ANALYSED_NOISES["pld"], _pld_epsilon, _pld_min_delta, _PLD_MAX_STEPS),
     AccountantInfo("rdp", "RDP (dp_accounting, default orders 1.1-1024, improved conversion of Balle et al. 2020 "
-                          "as in Opacus)", math.inf, ("gaussian",), _rdp_epsilon),
+                          "as in Opacus)", math.inf, ANALYSED_NOISES["rdp"], _rdp_epsilon),
     AccountantInfo("rdp-classic", "RDP (dp_accounting, default orders) with the classic conversion of Mironov 2017 "
-                                  "(looser; for reproducing published figures)", math.inf, ("gaussian",),
-                   _rdp_classic_epsilon),
+                                  "(looser; for reproducing published figures)", math.inf,
+                   ANALYSED_NOISES["rdp-classic"], _rdp_classic_epsilon),
     AccountantInfo("pure", "pure DP: Poisson-subsampled Laplace per step (Balle et al. 2018), summed over steps "
-                           "(delta = 0)", math.inf, ("laplace",), _pure_epsilon),
+                           "(delta = 0)", math.inf, ANALYSED_NOISES["pure"], _pure_epsilon),
 )}
 ACCOUNTANTS = tuple(_REGISTRY)
 
@@ -327,14 +328,10 @@ def accountant_info(name: str, noise: str | None = None) -> AccountantInfo:
     naming the accountants that do."""
     if name not in _REGISTRY:
         raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {name!r}")
-    info = _REGISTRY[name]
     if noise is not None:
         _check_noise(noise)
-        if noise not in info.noises:
-            raise ValueError(f"accountant {name!r} does not analyse {noise} noise; it handles "
-                             f"{', '.join(info.noises)}. For {noise} noise use "
-                             f"{' or '.join(repr(n) for n, i in _REGISTRY.items() if noise in i.noises)}")
-    return info
+        _arguments.check_accountant_noise(name, noise)
+    return _REGISTRY[name]
 
 
 def describe_accountant(name: str) -> str:

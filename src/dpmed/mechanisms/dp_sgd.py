@@ -49,10 +49,6 @@ class AttackConfig(Strict):
     threshold_quantile: float = Field(default=0.99, gt=0, lt=1)
 
 
-# Which accountants analyse which noise (`dpmed.accounting`'s registry says the same; a test compares them).
-NOISE_ACCOUNTANTS = {"gaussian": ("pld", "rdp", "rdp-classic"), "laplace": ("pld", "pure")}
-
-
 class DpSgdArm(ArmBase):
     """DP-SGD (Abadi et al. 2016): Poisson sampling, per-example clipping, noise on the clipped sum.
 
@@ -105,14 +101,7 @@ class DpSgdArm(ArmBase):
     def _consistent(self) -> "DpSgdArm":
         exactly_one(self, ("target_epsilon", "noise_multiplier"),
                     "a budget to calibrate the noise to, or the noise itself for a reproduction")
-        # accounting.accountant_info(accountant, noise) makes this check, in these words, but reading a study file
-        # must not import dp_accounting (`dpmed status` reads runs without it); a test keeps the two in step
-        analysing = NOISE_ACCOUNTANTS[self.noise]
-        if self.accountant not in analysing:
-            handled = [n for n, accountants in NOISE_ACCOUNTANTS.items() if self.accountant in accountants]
-            raise ValueError(f"accountant {self.accountant!r} does not analyse {self.noise} noise; it handles "
-                             f"{', '.join(handled)}. For {self.noise} noise use "
-                             f"{' or '.join(repr(a) for a in analysing)}")
+        accounting.check_accountant_noise(self.accountant, self.noise)   # imports no dp_accounting (`dpmed status`)
         return self
 
 
