@@ -66,11 +66,16 @@ def file_in_the_way(folder: Path) -> Path | None:
     return next((p for p in (*reversed(folder.parents), folder) if p.exists() and not p.is_dir()), None)
 
 
-def link_to_nothing(folder: Path) -> Path | None:
-    """The symbolic link that stands where ``folder`` or one of the folders above it should be and points to nothing
-    (a disk not mounted, a folder moved), nearest the root first, or None: mkdir through it says only "File
-    exists"."""
-    return next((p for p in (*reversed(folder.parents), folder) if p.is_symlink() and not p.exists()), None)
+def link_to_nothing(folder: Path) -> str | None:
+    """Where a symbolic link that points to nothing (a disk not mounted, a folder moved) stands in place of
+    ``folder`` or one of the folders above it, nearest the root first: "LINK is a link to TARGET, which does not
+    exist (...); mount or make it", for a message that names it (mkdir through it says only "File exists"); else
+    None."""
+    link = next((p for p in (*reversed(folder.parents), folder) if p.is_symlink() and not p.exists()), None)
+    if link is None:
+        return None
+    return (f"{link} is a link to {link.parent / os.readlink(link)}, which does not exist (a disk not mounted, a "
+            "folder moved); mount or make it")
 
 
 def temporary_beside(path: Path) -> Path:

@@ -84,10 +84,7 @@ def writing_into(root: Path, advice: str = UNWRITABLE_ADVICE, full_advice: str =
                                   f"or rename that file{other}") from None
             link = link_to_nothing(folder)
             if link is not None:
-                target = link.parent / os.readlink(link)
-                raise FolderError(f"cannot write to the output folder {root}: {link} is a link to {target}, which "
-                                  f"does not exist (a disk not mounted, a folder moved); mount or make it"
-                                  f"{other}") from None
+                raise FolderError(f"cannot write to the output folder {root}: {link}{other}") from None
         named = exc.filename2 if exc.filename2 is not None else exc.filename   # os.replace: the file replaced
         where = "" if named is None else f" ({named})"
         tail = full_advice if exc.errno in _FULL else advice

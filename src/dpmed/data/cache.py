@@ -314,9 +314,8 @@ def _refuse_open_cache(cache_dir: Path) -> None:
     except OSError:      # not there yet: made 0700 when the first entry is written
         link = link_to_nothing(cache_dir)
         if link is not None:        # else mkdir said only "File exists"
-            raise DataError(f"data.cache_dir {cache_dir}: {link} is a link to {link.parent / os.readlink(link)}, "
-                            "which does not exist (a disk not mounted, a folder moved); mount or make it, or remove "
-                            "data.cache_dir to decode without a cache") from None
+            raise DataError(f"data.cache_dir {cache_dir}: {link}, or remove data.cache_dir to decode without a "
+                            "cache") from None
         return
     if not stat.S_ISDIR(st.st_mode):        # else mkdir said only "File exists"
         raise DataError(f"data.cache_dir {cache_dir} is a file, not a folder: give a folder (made if missing), or "
