@@ -423,7 +423,7 @@ def test_a_target_no_noise_multiplier_can_meet_is_a_privacy_error_naming_the_arm
 
 def test_an_unknown_mechanism_name_lists_the_known_ones():
     with pytest.raises(KeyError, match="unknown mechanism 'dp-sgd'; known: none, pixel_laplace, pixel_gaussian, "
-                                      "scalar_shift, dp_sgd"):
+                                       "scalar_shift, dp_sgd"):
         mechanism_info("dp-sgd")
 
 
