@@ -183,11 +183,17 @@ def _location(error: Mapping[str, Any]) -> list[str | int]:
 _SECTION_TYPES = ("model_type", "model_attributes_type", "dict_type")
 
 
+def _section_model(error: Mapping[str, Any]) -> type[BaseModel] | None:
+    """The schema class of the section a section error is about (pydantic names it in its context), or None."""
+    model = vars(schema).get(str((error.get("ctx") or {}).get("class_name", "")))
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
 def _a_mapping(error: Mapping[str, Any]) -> str:
     """What a section wants, in a study file's words: pydantic says "a valid dictionary or instance of
     TrainingConfig", a class the user never sees. A section of one or two keys shows them ({last_blocks: ...})."""
-    model = vars(schema).get(str((error.get("ctx") or {}).get("class_name", "")))
-    keys = list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
+    model = _section_model(error)
+    keys = [] if model is None else list(model.model_fields)
     if 0 < len(keys) <= 2:
         return "a mapping such as {" + ", ".join(f"{k}: ..." for k in keys) + "}"
     return "a mapping of settings (key: value lines, or {key: value, ...})"
@@ -195,8 +201,8 @@ def _a_mapping(error: Mapping[str, Any]) -> str:
 
 def _word_of_a_section(error: Mapping[str, Any], got: object) -> str:
     """A hint where a section was given one of its keys' values (``lr_schedule: cosine``): the key it belongs to."""
-    model = vars(schema).get(str((error.get("ctx") or {}).get("class_name", "")))
-    if not isinstance(model, type) or not issubclass(model, BaseModel) or not isinstance(got, str):
+    model = _section_model(error)
+    if model is None or not isinstance(got, str):
         return ""
     keys = [k for k, f in model.model_fields.items() if got in get_args(f.annotation)]
     return f"; write {{{keys[0]}: {got}}}" if len(keys) == 1 else ""
