@@ -95,8 +95,9 @@ def _study_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("study", nargs="?", type=_path, help="study file (default: the embedded phantom quickstart)")
     p.add_argument("--out", type=_path, default=Path("results"), help="output root (default: ./results)")
     p.add_argument("--data-path", type=_path,
-                   help="the dataset's file or folder, overriding data.path in the study: a relative --data-path is "
-                        "read from the current directory (a relative data.path, from the study file's folder)")
+                   help="the dataset's file or folder, overriding data.path in the study: a relative --data-path (or "
+                        "path given with --set) is read from the current directory (a relative data.path, from the "
+                        "study file's folder)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a study key, e.g. --set training.epochs=2 (repeatable)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -232,7 +233,7 @@ def test_a_data_path_that_does_not_exist_asks_for_a_folder_where_the_source_read
     assert str(info.value).endswith(f"fix the path in the file or pass --data-path {asked}")
 
 
-def test_a_missing_relative_data_path_says_what_was_tried_and_from_which_folder(write_study, tmp_path):
+def test_a_missing_relative_data_path_says_what_was_tried_and_from_which_folder(write_study, tmp_path, monkeypatch):
     """Before: the absolute path alone, without the path as written or the folder a relative one is read from."""
     path = write_study("name: s\ndata: {source: medmnist, path: ../d/x.npz}\narms: [{name: a, mechanism: none}]\n")
     with pytest.raises(ConfigError) as info:
@@ -241,38 +242,74 @@ def test_a_missing_relative_data_path_says_what_was_tried_and_from_which_folder(
         f"study file {path}: data.path ../d/x.npz does not exist (tried {(tmp_path.parent / 'd' / 'x.npz').resolve()}: "
         f"a relative data.path is read from the study file's folder, {tmp_path.resolve()}); fix the path in the file "
         "or pass --data-path FILE")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
     with pytest.raises(ConfigError) as info:
         load_study(path, {"data.path": "y.npz"}, origins={"data.path": "--set data.path=y.npz"})
     assert str(info.value) == (
-        f"--set data.path=y.npz: no such file or folder y.npz (tried {(tmp_path / 'y.npz').resolve()}: a relative "
-        f"data.path is read from the study file's folder, {tmp_path.resolve()}); pass the dataset's file or folder")
+        f"--set data.path=y.npz: no such file or folder y.npz (tried {Path.cwd() / 'y.npz'}: a relative path given "
+        f"outside the study file is read from the current folder, {Path.cwd()}); pass the dataset's file or folder")
 
 
 @pytest.mark.parametrize("key, section", [("model.weights", "model"), ("pretrain.data.path", "pretrain")])
-def test_a_missing_weights_file_or_public_data_names_the_study_file_or_the_option(write_study, tmp_path, key,
-                                                                                 section):
+def test_a_missing_weights_file_or_public_data_names_the_study_file_or_the_option(write_study, tmp_path, monkeypatch,
+                                                                                 key, section):
     """Before: "model.weights: no such file ..." alone, without the study file it was read from or the --set that
     gave it, where a missing data.path named both."""
     settings = {"model.weights": {"model.weights": "w.pt", "model.weights_source": "another study"},
                 "pretrain.data.path": {"pretrain": {"public": "a second site", "data": {"source": "folders",
                                                                                        "path": "w.pt"}}}}[key]
-    missing = (tmp_path / "w.pt").resolve()
-    said = {"model.weights": f"model.weights: no such file {missing}; give the path of a local state dict (relative "
-                             "paths are read from the study file's folder; dpmed downloads nothing)",
-            "pretrain.data.path": f"pretrain.data.path: no such file or folder {missing} (relative paths are read "
-                                  "from the study file's folder)"}[key]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+
+    def said(folder: Path, rule: str) -> str:
+        rule = f"a relative path {rule}, {folder.resolve()}"
+        return {"model.weights": f"model.weights: no such file {(folder / 'w.pt').resolve()}; give the path of a "
+                                 f"local state dict (dpmed downloads nothing; {rule})",
+                "pretrain.data.path": f"pretrain.data.path: no such file or folder {(folder / 'w.pt').resolve()} "
+                                      f"({rule})"}[key]
     in_file = write_study(GOOD + {"model": "model: {weights: w.pt, weights_source: another study}\n",
                                   "pretrain": "pretrain: {public: a second site, data: {source: folders, path: w.pt}}\n"
                                   }[section])
     with pytest.raises(ConfigError) as info:
         load_study(in_file)
-    assert str(info.value) == f"study file {in_file}: {said}"
+    assert str(info.value) == f"study file {in_file}: {said(tmp_path, 'in the study file is read from its folder')}"
     path = write_study(GOOD)
     with pytest.raises(ConfigError) as info:
         load_study(path, settings, origins={section: f"--set {section}=..."} if section == "pretrain" else
                    {"model.weights": "--set model.weights=w.pt"})
     origin = "--set pretrain=..." if section == "pretrain" else "--set model.weights=w.pt"
-    assert str(info.value) == f"{origin}: {said}"
+    here = "given outside the study file is read from the current folder"
+    assert str(info.value) == f"{origin}: {said(Path.cwd(), here)}"
+
+
+@pytest.mark.parametrize("study_file", [True, False], ids=["study-file", "embedded-quickstart"])
+def test_paths_given_with_set_are_read_from_the_current_folder_and_the_files_from_its_folder(
+        write_study, tmp_path, monkeypatch, study_file):
+    """Before: a relative path given with --set was read from the study file's folder, unlike --data-path: run from
+    the project root, `--set model.weights=weights/w.pt` looked in configs/weights/, and with no study file in
+    dpmed's installed package folder. A path written in the study file is still read from the file's folder."""
+    (tmp_path / "files").mkdir()
+    (tmp_path / "here").mkdir()
+    for folder in ("files", "here"):
+        (tmp_path / folder / "w.pt").write_bytes(b"x")
+        (tmp_path / folder / "public").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    path = None
+    if study_file:
+        path = tmp_path / "files" / "s.yaml"
+        path.write_text("name: s\nmodel: {weights: w.pt, weights_source: a second site}\n"
+                        "pretrain: {public: a second site, data: {source: folders, path: public}}\n"
+                        "data: {source: phantom}\narms: [{name: a, mechanism: none}]\n")
+        study = load_study(path)
+        assert (study.model.weights, study.pretrain.data.path) == (tmp_path / "files" / "w.pt",
+                                                                   tmp_path / "files" / "public")
+    study = load_study(path, {"model.weights": "w.pt", "model.weights_source": "a second site",
+                              "pretrain": {"public": "a second site", "data": {"source": "folders", "path": "public"}}})
+    assert (study.model.weights, study.pretrain.data.path) == (tmp_path / "here" / "w.pt", tmp_path / "here" / "public")
+    if study_file:
+        study = load_study(path, {"data.path": "public", "data.source": "folders"})
+        assert (study.data.path, study.model.weights) == (tmp_path / "here" / "public", tmp_path / "files" / "w.pt")
 
 
 def test_relative_data_path_resolves_against_the_study_file(write_study, tmp_path):

@@ -324,8 +324,8 @@ def test_a_data_path_that_does_not_exist_says_what_it_tried_and_from_where(tmp_p
                                        "pass the dataset's file or folder\n")
     with pytest.raises(SystemExit):
         main(["run", "--help"])
-    assert ("a relative --data-path is read from the current directory (a relative data.path, from the study file's "
-            "folder)") in " ".join(capsys.readouterr().out.split())
+    assert ("a relative --data-path (or path given with --set) is read from the current directory (a relative "
+            "data.path, from the study file's folder)") in " ".join(capsys.readouterr().out.split())
 
 
 def test_plan_help_says_the_one_file_plan_writes(capsys):

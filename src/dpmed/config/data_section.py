@@ -138,7 +138,7 @@ class DataConfig(_Strict):
     (a MedMNIST v2 ``.npz`` at ``path``), or a published layout at ``path``: ``folders`` (class folders, the
     Kermany layout), ``aptos``, ``chexpert``, ``nih``, ``mimic``, ``ham10000``, ``csv`` (a generic table). DICOM
     files are read wherever a layout lists them (``pip install 'dpmed[dicom]'``). Relative paths are resolved
-    against the study file's folder (``cache_dir`` against the working directory).
+    against the study file's folder (given with --set, and ``cache_dir``, against the working directory).
     image_size / channels: resize and channel conversion applied per image before any mechanism (METHODS.md s.1);
     unset, every image must be stored at the first one's size and channels (grey or colour), else it is refused: the
     shape is published, and the first image may be a training patient's.

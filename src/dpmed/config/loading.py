@@ -485,7 +485,7 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> tuple[list[list[str]
 def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *,
                origins: Mapping[str, str] | None = None) -> schema.Study:
     """Parse and validate a study file (default: the embedded phantom quickstart, as `dpmed run` with no study);
-    relative data paths are resolved against the file's folder.
+    a relative path is read from the file's folder, or from the current folder where an override gives it.
 
     Raises ConfigError naming the file and every offending key, before anything is trained; a problem caused by an
     override is blamed on it, in the words of ``origins`` (override key -> how the user gave it, e.g.
@@ -576,28 +576,33 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
 
 
 def _with_paths_resolved(study: schema.Study, path: Path, origins: Mapping[str, str]) -> schema.Study:
-    """``study`` with its paths absolute, read from the study file's folder where relative; ConfigError where one
-    does not exist."""
+    """``study`` with its paths absolute where relative: a path written in the study file is read from the file's
+    folder, one given outside it (an override: --set, as --data-path) from the current folder, where the user typed
+    it; ConfigError where one does not exist."""
+    def origin(key: str) -> str | None:
+        """How the user gave ``key`` outside the file (e.g. "--set model.weights=w.pt"), or None."""
+        return next((said for at, said in origins.items() if key == at or key.startswith(f"{at}.")), None)
+    outside = {key for key in ("data.path", "model.weights", "pretrain.data.path") if origin(key) is not None}
     given = data_path = study.data.path
     if data_path is not None and not data_path.is_absolute():
-        data_path = (path.parent / data_path).resolve()
+        data_path = (data_path if "data.path" in outside else path.parent / data_path).resolve()
         study = study.model_copy(update={"data": study.data.model_copy(update={"path": data_path})})
     if data_path is not None and not data_path.exists():
         # a relative path: the absolute one tried, and the folder it was read from (the user may have meant another)
-        tried = "" if given.is_absolute() else (f" (tried {data_path}: a relative data.path is read from the study "
-                                                f"file's folder, {path.parent.resolve()})")
-        if "data.path" in origins:
-            raise ConfigError(f"{origins['data.path']}: no such file or folder {given}{tried}; pass the dataset's "
+        tried = "" if given.is_absolute() else (
+            f" (tried {data_path}: a relative path given outside the study file is read from the current folder, "
+            f"{Path.cwd()})" if "data.path" in outside else
+            f" (tried {data_path}: a relative data.path is read from the study file's folder, {path.parent.resolve()})")
+        if "data.path" in outside:
+            raise ConfigError(f"{origin('data.path')}: no such file or folder {given}{tried}; pass the dataset's "
                               "file or folder")
         kind = "FOLDER" if DATASET_SOURCES[study.data.source].reads_folder else "FILE"
         raise ConfigError(f"study file {path}: data.path {given} does not exist{tried}; fix the path in the file or "
                           f"pass --data-path {kind}")
     try:
-        return schema.resolve_paths(study, path.parent)   # model.weights, pretrain.data.path
+        return schema.resolve_paths(study, path.parent, outside=outside)   # model.weights, pretrain.data.path
     except ConfigError as exc:     # "model.weights: no such file ...": from the option that gave it, or the file
-        key = str(exc).split(":", 1)[0]
-        given = [origin for at, origin in origins.items() if key == at or key.startswith(f"{at}.")]
-        raise ConfigError(f"{given[0] if given else f'study file {path}'}: {exc}") from None
+        raise ConfigError(f"{origin(str(exc).split(':', 1)[0]) or f'study file {path}'}: {exc}") from None
 
 
 def study_to_dict(study: schema.Study) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Literal
 
@@ -44,8 +45,8 @@ class ModelConfig(_Strict):
     """An architecture from the model registry (`dpmed.models`); BatchNorm never appears (DP-SGD forbids it).
 
     weights: a local state dict every arm starts from (`dpmed.models.weights`: dpmed's own model.pt, torchvision's
-    ResNet names; the head may differ; BatchNorm weights are refused, with the reason). Relative paths are read from
-    the study file's folder; nothing downloads. weights_source: what the weights were trained on, in the user's words
+    ResNet names; the head may differ; BatchNorm weights are refused, with the reason). A relative path is read from
+    the study file's folder (given with --set, from the current folder); nothing downloads. weights_source: what the weights were trained on, in the user's words
     (required with ``weights``): the run record and the report print it beside the file's sha256, since a prior
     trained on the private patients would carry them past every eps.
     trainable: ``all`` (default), ``head``, or ``{last_blocks: N}``; the rest is frozen, and DP-SGD neither clips
@@ -310,20 +311,30 @@ class PretrainConfig(_Strict):
     near_duplicate_bits: int = Field(default=NEAR_DUPLICATE_BITS, ge=0, le=HASH_BITS // 2)
 
 
-def resolve_paths(study: "Study", folder: Path) -> "Study":
-    """``study`` with ``model.weights`` and ``pretrain.data.path`` read from ``folder`` (the study file's) where
-    relative; ConfigError naming the key and the path if the file or folder does not exist (dpmed downloads
+def resolve_paths(study: "Study", folder: Path, *, outside: Collection[str] = ()) -> "Study":
+    """``study`` with ``model.weights`` and ``pretrain.data.path`` absolute where relative: read from ``folder`` (the
+    study file's), or from the current folder for the keys in ``outside`` (given outside the file, as --set, like
+    --data-path); ConfigError naming the key and the path if the file or folder does not exist (dpmed downloads
     nothing), or the weights file cannot be read: told now, not after the data are read. Whether its contents fit
     the model is checked where the model is built. ``data.path`` is resolved by `dpmed.config.loading`."""
+    def absolute(key: str, given: Path) -> tuple[Path, str]:
+        """The path, and the rule it was read by (for a message; empty for an absolute path)."""
+        if given.is_absolute():
+            return given, ""
+        if key in outside:
+            return given.resolve(), f"a relative path given outside the study file is read from the current folder, " \
+                                    f"{Path.cwd()}"
+        return (folder / given).resolve(), f"a relative path in the study file is read from its folder, " \
+                                           f"{folder.resolve()}"
     model, pretrain = study.model, study.pretrain
     if model.weights is not None:
-        weights = model.weights if model.weights.is_absolute() else (folder / model.weights).resolve()
+        weights, rule = absolute("model.weights", model.weights)
         if weights.is_dir():
             raise ConfigError(f"model.weights: {weights} is a folder; give the path of the weights file in it (a .pt "
                               "state dict)")
         if not weights.is_file():
-            raise ConfigError(f"model.weights: no such file {weights}; give the path of a local state dict (relative "
-                              "paths are read from the study file's folder; dpmed downloads nothing)")
+            raise ConfigError(f"model.weights: no such file {weights}; give the path of a local state dict (dpmed "
+                              f"downloads nothing{'; ' + rule if rule else ''})")
         try:
             with weights.open("rb") as f:
                 f.read(1)
@@ -332,10 +343,10 @@ def resolve_paths(study: "Study", folder: Path) -> "Study":
                               "user may read it (and that the disk holding it works)") from None
         model = model.model_copy(update={"weights": weights})
     if pretrain is not None and pretrain.data.path is not None:
-        path = pretrain.data.path if pretrain.data.path.is_absolute() else (folder / pretrain.data.path).resolve()
+        path, rule = absolute("pretrain.data.path", pretrain.data.path)
         if not path.exists():
-            raise ConfigError(f"pretrain.data.path: no such file or folder {path} (relative paths are read from the "
-                              "study file's folder)")
+            raise ConfigError(f"pretrain.data.path: no such file or folder {path}"
+                              + (f" ({rule})" if rule else ""))
         pretrain = pretrain.model_copy(update={"data": pretrain.data.model_copy(update={"path": path})})
     return study.model_copy(update={"model": model, "pretrain": pretrain})
 
