@@ -46,9 +46,9 @@ class ModelConfig(_Strict):
 
     weights: a local state dict every arm starts from (`dpmed.models.weights`: dpmed's own model.pt, torchvision's
     ResNet names; the head may differ; BatchNorm weights are refused, with the reason). A relative path is read from
-    the study file's folder (given with --set, from the current folder); nothing downloads. weights_source: what the weights were trained on, in the user's words
-    (required with ``weights``): the run record and the report print it beside the file's sha256, since a prior
-    trained on the private patients would carry them past every eps.
+    the study file's folder (given with --set, from the current folder); nothing downloads. weights_source: what the
+    weights were trained on, in the user's words (required with ``weights``): the run record and the report print it
+    beside the file's sha256, since a prior trained on the private patients would carry them past every eps.
     trainable: ``all`` (default), ``head``, or ``{last_blocks: N}``; the rest is frozen, and DP-SGD neither clips
     nor noises frozen parameters (the noise has as many coordinates as there are trainable parameters). Freezing
     randomly initialised layers needs trained weights to start from (``weights`` or ``pretrain``): `Study` refuses
