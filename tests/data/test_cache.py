@@ -674,11 +674,14 @@ def test_images_stored_otherwise_than_the_first_are_counted_and_the_first_of_the
         decode_images(paths, Preprocessing(size=(8, 8)), workers=2)
 
 
-def test_the_key_of_dicom_files_names_the_pydicom_version_and_that_of_other_files_does_not(tmp_path, write_image,
-                                                                                          monkeypatch):
+@pytest.mark.parametrize("package", ["pydicom", "pylibjpeg", "python-gdcm"])
+def test_the_key_of_dicom_files_names_the_pydicom_and_plugin_versions_and_that_of_other_files_does_not(
+        tmp_path, write_image, monkeypatch, package):
     """pydicom decodes a DICOM's pixel data and applies the modality and VOI LUTs that set its pixels, and another
     version may do so otherwise: an entry decoded under another pydicom is stale, as one under another Pillow is.
-    Entries of raster files keep their key."""
+    Its plugins decode compressed files: before, an entry that stored a JPEG DICOM as a failure ("needs pylibjpeg")
+    was still read after the user installed pylibjpeg, refusing the file again. Entries of raster files keep their
+    key."""
     import importlib.metadata
 
     pre = Preprocessing(size=(8, 8), channels=1)
@@ -687,7 +690,7 @@ def test_the_key_of_dicom_files_names_the_pydicom_version_and_that_of_other_file
     mixed = pngs + dicoms[:1]
     before = [cache_key(paths, pre, 1, (8, 8)) for paths in (dicoms, mixed, pngs)]
     real = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0" if name == "pydicom" else real(name))
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0" if name == package else real(name))
     after = [cache_key(paths, pre, 1, (8, 8)) for paths in (dicoms, mixed, pngs)]
     assert after[0] != before[0] and after[1] != before[1] and after[2] == before[2]
 

@@ -6,14 +6,14 @@ holds the preprocessed float32 tensors in memory; every epoch of every arm reads
 tensors also go to ``<cache_dir>/<key>.npy`` and later studies (or a resumed one) memory-map that file instead of
 decoding again.
 
-The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version (pydicom's where
-a file is a DICOM, torch's where images are resized), the decoded channel count and size, the preprocessing steps,
-that EXIF orientation is applied, and every file's resolved path, byte size, inode, modification time and
-status-change time, in order. Changing a file or a preprocessing step gives another key, so a stale entry is not
-read: a file rewritten in place with its size and modification time set back (``touch -r``) still has a new
-status-change time, which no user call sets. Files that could not be decoded are stored with the entry, so a cached
-load reports the same unreadable rows as a fresh one; an entry is not stored where a file could not be read at all
-(an OSError: a full file table, a network share gone for a moment), since that may pass.
+The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version (pydicom's and its
+installed pixel-data plugins' where a file is a DICOM, torch's where images are resized), the decoded channel count and
+size, the preprocessing steps, that EXIF orientation is applied, and every file's resolved path, byte size, inode,
+modification time and status-change time, in order. Changing a file or a preprocessing step gives another key, so a
+stale entry is not read: a file rewritten in place with its size and modification time set back (``touch -r``) still has
+a new status-change time, which no user call sets. Files that could not be decoded are stored with the entry, so a
+cached load reports the same unreadable rows as a fresh one; an entry is not stored where a file could not be read at
+all (an OSError: a full file table, a network share gone for a moment), since that may pass.
 
 Privacy: a cache entry holds the patients' images, decoded. Its files are created readable by their owner only (0600;
 so one user's cache is not another's), a cache folder dpmed creates is 0700 (an existing one keeps its mode), and a
@@ -95,6 +95,11 @@ def _stored(channels: int) -> str:
     return {1: "grey", 3: "colour"}.get(channels, f"with {channels} channels")
 
 
+# pydicom's optional pixel-data decoders (distribution names), as its documentation lists them
+DICOM_PLUGINS = ("numpy", "pylibjpeg", "pylibjpeg-libjpeg", "pylibjpeg-openjpeg", "pylibjpeg-rle", "python-gdcm",
+                 "pyjpegls")
+
+
 def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int, size: tuple[int, int]) -> str:
     """The SHA-256 (hex) of the module docstring's ingredients; a file that is missing hashes as missing."""
     h = hashlib.sha256()
@@ -114,6 +119,9 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
         # pydicom decodes DICOM pixels and applies their LUTs, as Pillow decodes the rest; only then, so that the
         # entries of raster files stay valid
         settings["pydicom"] = package_version("pydicom")
+        # and its plugins decode compressed transfer syntaxes: a file that failed ("needs pylibjpeg") is stored as a
+        # failure, and must be decoded again once the user installs the plugin the message named
+        settings["pydicom_plugins"] = {plugin: package_version(plugin) for plugin in DICOM_PLUGINS}
     if preprocessing.size is not None:     # torch resizes (`dpmed.data.transforms.resize`), and only then
         settings["torch"] = package_version("torch")
     h.update(json.dumps(settings, sort_keys=True).encode())
