@@ -258,7 +258,7 @@ class RunRecord(_Record):
         write_text_atomic(path, self.model_dump_json(indent=2))
 
 
-def read_record(path: Path) -> RunRecord:
+def read_record(path: str | Path) -> RunRecord:
     """The run record at ``path``; a ConfigError naming the file if it is not one this dpmed wrote."""
     try:
         return RunRecord.model_validate_json(Path(path).read_bytes())

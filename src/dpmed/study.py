@@ -63,8 +63,10 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StudyResult:
-    """records: one record per finished run, in study order. resumed: run ids found finished and not retrained.
-    failures: runs that raised this time (their error.json holds the traceback)."""
+    """What `run_study` did. out_dir: the study's folder, ``out/<study name>`` (`dpmed.read_results` reads it;
+    report_path: its report.html). records: one record per finished run, in study order. resumed: run ids found
+    finished and not retrained. failures: runs that raised this time (their error.json holds the traceback).
+    pending: runs left unfinished because a fail-fast stop came first. seconds: the call's wall time."""
 
     study: Study
     out_dir: Path
