@@ -145,7 +145,9 @@ class Dataset:
     (mean, std) per channel that the run applies at the model input, after any local DP mechanism (which needs
     pixels in [0, 1]); None when the study asks for none. The splits themselves always hold [0, 1] pixels.
     patients_known: whether patient ids are published (False where each image had to be its own patient: MedMNIST,
-    APTOS, a CSV without a patient column), so a privacy card can say that "one patient" may mean "one image".
+    APTOS, a CSV without a patient column, folders whose file names carry no patient key; and HAM10000, whose lesion
+    ids group its images for the split but may share a person), so a privacy card can say that "one patient" may
+    mean "one image".
     """
 
     name: str
