@@ -488,14 +488,16 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
     kernel, where tqdm draws them as widgets; elsewhere a line at each tenth of a run's steps).
 
     The folder is held for the whole call (`claim_folder`): a second run_study on it, in another process or thread,
-    raises FolderError naming this one. A run whose run.json exists is loaded, not retrained; if it was made with
-    different settings, this raises ConfigError naming them rather than mixing two studies in one table (use
-    another --out, or delete that run's folder). A run that fails is recorded (private/runs/<id>/error.json) and the
-    others go on, unless ``fail_fast``; the report covers the finished runs. ``executor``: "local" (``workers`` > 1: a
-    process pool, each worker running ``worker_setup`` first) or "ray" (at ``address``). Before any training, every
-    run the folder will hold is accounted together (`dpmed.budget`); with ``privacy_budget`` a study over it is
-    refused. Ctrl-C (SIGINT) raises KeyboardInterrupt, and one that torch lost is raised again at the next step
-    (`dpmed.interruption`); from the main thread only, where Python lets handlers be set.
+    raises FolderError naming this one. A run whose run.json exists is loaded, not retrained (under a changed
+    ``evaluation`` section it is evaluated again from its model; the device, threads and physical batch never
+    count); if it was made with other settings or data, this raises ConfigError naming them rather than mixing two
+    studies in one table (use another ``out``, or delete that run's folder). A run that fails is recorded
+    (private/runs/<id>/error.json) and the others go on, unless ``fail_fast``; the report covers the finished runs.
+    ``executor``: "local" (``workers`` > 1: a process pool, each worker running ``worker_setup`` first) or "ray" (at
+    ``address``). Before any training, every run the folder will hold is accounted together (`dpmed.budget`); with
+    ``privacy_budget`` a study over it is refused. Ctrl-C (SIGINT) raises KeyboardInterrupt, and one that torch lost
+    is raised again at the next step (`dpmed.interruption`); from the main thread only, where Python lets handlers
+    be set.
     """
     if getattr(multiprocessing.current_process(), "_inheriting", False):   # multiprocessing's own test, in spawn
         raise ConfigError("run_study was called by a worker process as it started: it imports the script that "
