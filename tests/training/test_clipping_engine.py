@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from dpmed.errors import PrivacyError
-from dpmed.models import WSConv2d, build_model, list_models
+from dpmed.models import build_model, list_models
 from dpmed.training import DpSgdStep
 from dpmed.training.clipping import ROUTES, GhostClipper
 from dpmed.training.dp_sgd import OpacusClipper
@@ -34,29 +34,6 @@ def _ce(z, y):
     return F.cross_entropy(z, y, reduction="sum")
 
 
-def _per_example_norms_and_grads(model, x, y, loss_fn, order=2):
-    """The definition: one backward per example."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    grads, norms = [], []
-    for i in range(len(x)):
-        g = torch.autograd.grad(loss_fn(model(x[i:i + 1]), y[i:i + 1]), params, allow_unused=True)
-        g = [torch.zeros_like(p) if t is None else t for p, t in zip(params, g)]
-        grads.append(g)
-        flat = torch.cat([t.flatten() for t in g])
-        norms.append(flat.norm(p=order).item())
-    return norms, grads
-
-
-def _explicit_clipped_sum(model, x, y, clip, loss_fn=_ce, order=2):
-    norms, grads = _per_example_norms_and_grads(model, x, y, loss_fn, order)
-    total = [torch.zeros_like(t) for t in grads[0]]
-    for n, g in zip(norms, grads):
-        factor = min(1.0, clip / (n + 1e-6))
-        for acc, t in zip(total, g):
-            acc += factor * t
-    return total, norms
-
-
 def _assert_close(got, expected):
     for a, b in zip(got, expected, strict=True):
         scale = b.norm().item()
@@ -66,102 +43,9 @@ def _assert_close(got, expected):
 
 # --------------------------------------------------------------------------------------------- one layer at a time
 
-class _Tokens(nn.Module):
-    """Embedding -> LayerNorm -> Linear over the sequence -> mean -> Linear: four rules on sequences."""
-
-    def __init__(self):
-        super().__init__()
-        self.embed = nn.Embedding(11, 6, padding_idx=0)
-        self.norm = nn.LayerNorm(6)
-        self.mix = nn.Linear(6, 5)
-        self.head = nn.Linear(5, 3)
-
-    def forward(self, x):
-        return self.head(torch.tanh(self.mix(self.norm(self.embed(x)))).mean(1))
-
-
-def _images(c=2, hw=7):
-    def make(n, g):
-        return torch.randn(n, c, hw, hw, generator=g, dtype=torch.float64)
-    return make
-
-
-def _conv_net(conv: nn.Module, c_out: int) -> nn.Module:
-    return nn.Sequential(conv, nn.Tanh(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_out, 3))
-
-
-def _frozen(model: nn.Module, *names: str) -> nn.Module:
-    """``model`` with the named parameters frozen: layers that train their weight alone or their bias alone."""
-    for name in names:
-        model.get_parameter(name).requires_grad_(False)
-    return model
-
-
-# name -> (model factory, input factory(n, generator), the layer types it exercises)
-LAYER_CASES = {
-    "linear": (lambda: nn.Sequential(nn.Flatten(), nn.Linear(2 * 7 * 7, 4), nn.Tanh(), nn.Linear(4, 3)),
-               _images(), {nn.Linear}),
-    "linear_no_bias": (lambda: nn.Sequential(nn.Flatten(), nn.Linear(98, 3, bias=False)), _images(), {nn.Linear}),
-    "conv2d": (lambda: _conv_net(nn.Conv2d(2, 4, 3, padding=1), 4), _images(), {nn.Conv2d}),
-    "conv2d_stride_dilation": (lambda: _conv_net(nn.Conv2d(2, 4, 3, stride=2, padding=2, dilation=2), 4),
-                               _images(), {nn.Conv2d}),
-    "conv2d_groups_no_bias": (lambda: _conv_net(nn.Conv2d(4, 6, (3, 2), groups=2, bias=False), 6),
-                              _images(c=4), {nn.Conv2d}),
-    "conv2d_same_reflect": (lambda: _conv_net(nn.Conv2d(2, 3, 4, padding="same", padding_mode="reflect"), 3),
-                            _images(), {nn.Conv2d}),
-    "conv2d_circular": (lambda: _conv_net(nn.Conv2d(2, 3, 3, padding=1, padding_mode="circular"), 3),
-                        _images(), {nn.Conv2d}),
-    "conv1d": (lambda: nn.Sequential(nn.Flatten(2), nn.Conv1d(2, 4, 5, stride=2, padding=1), nn.Tanh(),
-                                     nn.Flatten(), nn.LazyLinear(3)), _images(), {nn.Conv1d}),
-    "group_norm": (lambda: nn.Sequential(nn.Conv2d(2, 4, 3), nn.GroupNorm(2, 4), nn.ReLU(), nn.Flatten(),
-                                         nn.Linear(100, 3)), _images(), {nn.Conv2d, nn.GroupNorm}),
-    "layer_norm_image": (lambda: nn.Sequential(nn.Conv2d(2, 3, 3), nn.LayerNorm([3, 5, 5]), nn.Flatten(),
-                                               nn.Linear(75, 3)), _images(), {nn.LayerNorm}),
-    "tokens": (_Tokens, lambda n, g: torch.randint(0, 11, (n, 9), generator=g), {nn.Embedding, nn.LayerNorm}),
-    "embedding_no_padding_weight_only_norm": (
-        lambda: nn.Sequential(nn.Embedding(8, 4), nn.LayerNorm(4, bias=False), nn.Flatten(), nn.Linear(4 * 6, 3)),
-        lambda n, g: torch.randint(0, 8, (n, 6), generator=g), {nn.Embedding, nn.LayerNorm}),
-    "ws_conv2d": (lambda: _conv_net(WSConv2d(2, 4, 3, padding=1), 4), _images(), {WSConv2d}),
-    "ws_conv2d_groups_stride_no_bias": (
-        lambda: _conv_net(WSConv2d(4, 6, (3, 2), stride=2, groups=2, bias=False), 6), _images(c=4), {WSConv2d}),
-    "ws_conv2d_reflect_group_norm": (
-        lambda: nn.Sequential(WSConv2d(2, 4, 3, padding=1, padding_mode="reflect"), nn.GroupNorm(2, 4), nn.ReLU(),
-                              nn.Flatten(), nn.Linear(196, 3)), _images(), {WSConv2d, nn.GroupNorm}),
-    "group_norm_one_group_and_per_channel": (
-        lambda: nn.Sequential(nn.Conv2d(2, 6, 3, padding=1), nn.GroupNorm(1, 6), nn.SiLU(), nn.Conv2d(6, 4, 3),
-                              nn.GroupNorm(4, 4), nn.Flatten(), nn.Linear(100, 3)),
-        _images(), {nn.Conv2d, nn.GroupNorm}),
-    "linear_bias_only_then_weight_only": (
-        lambda: _frozen(nn.Sequential(nn.Flatten(), nn.Linear(98, 4), nn.Tanh(), nn.Linear(4, 3)),
-                        "1.weight", "3.bias"),
-        _images(), {nn.Linear}),
-    "conv2d_and_ws_conv2d_bias_only": (
-        lambda: _frozen(nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.Tanh(), WSConv2d(4, 4, 3), nn.Tanh(),
-                                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)), "0.weight", "2.weight"),
-        _images(), {nn.Conv2d, WSConv2d}),
-    "group_norm_weight_only_layer_norm_bias_only": (
-        lambda: _frozen(nn.Sequential(nn.Conv2d(2, 4, 3), nn.GroupNorm(2, 4), nn.ReLU(), nn.LayerNorm([4, 5, 5]),
-                                      nn.Flatten(), nn.Linear(100, 3)), "1.bias", "3.weight"),
-        _images(), {nn.Conv2d, nn.GroupNorm, nn.LayerNorm}),
-}
-
-
-def _case(name):
-    build, inputs, _ = LAYER_CASES[name]
-    torch.manual_seed(0)
-    model = build()
-    g = torch.Generator().manual_seed(1)
-    x = inputs(5, g)
-    if name == "conv1d":
-        model(x.double().float())                 # materialise the lazy layer's shape before casting
-    model = model.double()
-    y = torch.randint(0, 3, (5,), generator=g)
-    return model, x, y
-
-
-def test_every_registered_layer_type_has_a_case():
-    covered = set().union(*(types for _, _, types in LAYER_CASES.values()))
-    assert set(LAYER_RULES) <= covered
+def test_every_registered_layer_type_has_a_case(layer_cases):
+    """The layer cases (conftest.py) are those of both the image-level and the patient-level tests."""
+    assert set(LAYER_RULES) <= set().union(*layer_cases.values())
     # the layer types the engine promises (issue 7), each with a rule and a case
     assert {nn.Conv2d, nn.Linear, nn.GroupNorm, nn.LayerNorm, nn.Embedding} <= set(LAYER_RULES)
 
@@ -171,28 +55,18 @@ def test_the_benchmarked_models_are_among_those_tested():
     assert {"small_cnn", "resnet9", "resnet18"} <= set(list_models())
 
 
-def _clipped(norms, grads, clip):
-    """sum_i min(1, C / (||g_i|| + 1e-6)) g_i from explicit per-example gradients."""
-    total = [torch.zeros_like(t) for t in grads[0]]
-    for n, g in zip(norms, grads):
-        for acc, t in zip(total, g):
-            acc += min(1.0, clip / (n + 1e-6)) * t
-    return total
-
-
 @pytest.mark.parametrize("route", ROUTES)
-@pytest.mark.parametrize("name", sorted(LAYER_CASES))
-def test_layer_clipped_sum_matches_explicit_loop(name, route):
+def test_layer_clipped_sum_matches_explicit_loop(layer_name, route, layer_case, unit_gradients, clipped):
     """Three clip levels: below every norm (all examples clipped), the median norm (some clipped, some below the
     clip) and above every norm (none clipped: the plain gradient of the summed loss)."""
-    model, x, y = _case(name)
-    norms, grads = _per_example_norms_and_grads(model, x, y, _ce)
+    model, x, y = layer_case(layer_name, 5)
+    norms, grads = unit_gradients(model, x, y)
     median = sorted(norms)[len(norms) // 2]
     assert 0 < min(norms) < median < max(norms)
     engine = GhostClipper(model, route=route)
     for clip in (min(norms) / 2, median, 2 * max(norms)):
         got = engine.clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip)
-        _assert_close(got, _clipped(norms, grads, clip))
+        _assert_close(got, clipped(norms, grads, clip))
     params = [p for p in model.parameters() if p.requires_grad]
     plain = torch.autograd.grad(_ce(model(x), y), params, allow_unused=True)
     plain = [torch.zeros_like(p) if t is None else t for p, t in zip(params, plain)]
@@ -200,16 +74,16 @@ def test_layer_clipped_sum_matches_explicit_loop(name, route):
 
 
 @pytest.mark.parametrize("route", ROUTES)
-@pytest.mark.parametrize("name", sorted(LAYER_CASES))
-def test_layer_clipped_sum_matches_explicit_loop_one_example_per_chunk(name, route, monkeypatch):
+def test_layer_clipped_sum_matches_explicit_loop_one_example_per_chunk(layer_name, route, monkeypatch, layer_case,
+                                                                       unit_gradients, clipped):
     """The cases above fit one chunk of transient memory; with a bound of one element every intermediate is cut
     into one-example chunks, so the chunked loops (and the pair chunks of the mixed route) are what is tested."""
     monkeypatch.setattr("dpmed.training.layer_rules.rule.CHUNK_ELEMENTS", 1)
-    model, x, y = _case(name)
-    norms, grads = _per_example_norms_and_grads(model, x, y, _ce)
+    model, x, y = layer_case(layer_name, 5)
+    norms, grads = unit_gradients(model, x, y)
     median = sorted(norms)[len(norms) // 2]
     got = GhostClipper(model, route=route).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=median)
-    _assert_close(got, _clipped(norms, grads, median))
+    _assert_close(got, clipped(norms, grads, median))
 
 
 def test_the_chunk_bound_is_larger_on_a_gpu():
@@ -222,17 +96,16 @@ def test_the_chunk_bound_is_larger_on_a_gpu():
 
 
 @pytest.mark.parametrize("name", ["tokens", "conv2d_groups_no_bias", "group_norm"])
-def test_l1_clipping_matches_explicit_loop(name):
+def test_l1_clipping_matches_explicit_loop(name, layer_case, unit_gradients, clipped):
     """Laplace DP-SGD clips in L1; the engine materialises the per-example gradients it needs for that."""
-    model, x, y = _case(name)
-    norms, _ = _per_example_norms_and_grads(model, x, y, _ce, order=1)
+    model, x, y = layer_case(name, 5)
+    norms, grads = unit_gradients(model, x, y, order=1)
     clip = sorted(norms)[len(norms) // 2]
-    expected, _ = _explicit_clipped_sum(model, x, y, clip, order=1)
     got = GhostClipper(model, norm_order=1).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip)
-    _assert_close(got, expected)
+    _assert_close(got, clipped(norms, grads, clip))
 
 
-def test_a_layer_called_twice_sums_its_calls_per_example():
+def test_a_layer_called_twice_sums_its_calls_per_example(unit_gradients, clipped):
     class Twice(nn.Module):
         def __init__(self):
             super().__init__()
@@ -245,11 +118,11 @@ def test_a_layer_called_twice_sums_its_calls_per_example():
     torch.manual_seed(0)
     model = Twice().double()
     x, y = torch.randn(5, 4, dtype=torch.float64), torch.tensor([0, 1, 2, 0, 1])
-    expected, _ = _explicit_clipped_sum(model, x, y, 0.3)
+    expected = clipped(*unit_gradients(model, x, y), 0.3)
     _assert_close(GhostClipper(model).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=0.3), expected)
 
 
-def test_a_layer_also_called_without_grad_is_clipped_by_its_call_with_grad():
+def test_a_layer_also_called_without_grad_is_clipped_by_its_call_with_grad(unit_gradients, clipped):
     """A call under no_grad (a user's forward that reads a layer's output as a constant) adds nothing to the
     layer's per-example gradient: only the call that reaches the loss through autograd counts."""
     class Detached(nn.Module):
@@ -265,16 +138,16 @@ def test_a_layer_also_called_without_grad_is_clipped_by_its_call_with_grad():
     torch.manual_seed(0)
     model = Detached().double()
     x, y = torch.randn(5, 4, dtype=torch.float64), torch.tensor([0, 1, 2, 0, 1])
-    expected, norms = _explicit_clipped_sum(model, x, y, 1.5)
+    norms, grads = unit_gradients(model, x, y)
     assert min(norms) < 1.5 < max(norms)
-    _assert_close(GhostClipper(model).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=1.5), expected)
+    _assert_close(GhostClipper(model).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=1.5), clipped(norms, grads, 1.5))
 
 
-def test_frozen_parameters_are_left_out():
-    model, x, y = _case("group_norm")
+def test_frozen_parameters_are_left_out(layer_case, unit_gradients, clipped):
+    model, x, y = layer_case("group_norm", 5)
     model[0].bias.requires_grad_(False)
     model[1].weight.requires_grad_(False)
-    expected, _ = _explicit_clipped_sum(model, x, y, 0.1)
+    expected = clipped(*unit_gradients(model, x, y), 0.1)
     got = GhostClipper(model).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=0.1)
     assert len(got) == sum(p.requires_grad for p in model.parameters())
     _assert_close(got, expected)
@@ -283,7 +156,7 @@ def test_frozen_parameters_are_left_out():
 # ------------------------------------------------------------------------------------------- the registered models
 
 @pytest.mark.parametrize("name", list_models())
-def test_model_clipped_sum_matches_explicit_loop(name):
+def test_model_clipped_sum_matches_explicit_loop(name, unit_gradients, clipped):
     """Every registered model, float64, 10 px: all examples clipped (1e-4), some (median norm), none (1e4)."""
     with torch.random.fork_rng():
         torch.manual_seed(0)
@@ -291,24 +164,20 @@ def test_model_clipped_sum_matches_explicit_loop(name):
     g = torch.Generator().manual_seed(2)
     x = torch.randn(3, 3, 10, 10, generator=g, dtype=torch.float64)
     y = torch.tensor([0, 1, 2])
-    norms, grads = _per_example_norms_and_grads(model, x, y, _ce)
+    norms, grads = unit_gradients(model, x, y)
     median = sorted(norms)[len(norms) // 2]
     assert min(norms) < median < max(norms) < 1e4
     engine = GhostClipper(model)
     for clip in (1e-4, median, 1e4):
-        expected = [torch.zeros_like(t) for t in grads[0]]
-        for n, gr in zip(norms, grads):
-            for acc, t in zip(expected, gr):
-                acc += min(1.0, clip / (n + 1e-6)) * t
-        _assert_close(engine.clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip), expected)
+        _assert_close(engine.clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip), clipped(norms, grads, clip))
 
 
 # ------------------------------------------------------------------------------------- the step: same as Opacus's
 
-def test_noise_zero_and_no_clipping_equals_plain_gradient():
+def test_noise_zero_and_no_clipping_equals_plain_gradient(layer_case):
     """Degenerate case (opacus privacy_engine_test): sigma = 0, C = inf is the plain gradient of the summed loss
     divided by the expected batch size, with the physical batch split in two."""
-    model, x, y = _case("group_norm")
+    model, x, y = layer_case("group_norm", 5)
     _ce(model(x), y).backward()
     expected = [p.grad / 4.0 for p in model.parameters()]
     model.zero_grad(set_to_none=True)
@@ -320,11 +189,11 @@ def test_noise_zero_and_no_clipping_equals_plain_gradient():
 
 
 @pytest.mark.parametrize("noise", ["gaussian", "laplace"])
-def test_engines_give_the_same_noisy_gradient(noise):
+def test_engines_give_the_same_noisy_gradient(noise, layer_case):
     """Same generator seed, same examples: dpmed's engine and Opacus's leave the same p.grad (noise included)."""
     grads = {}
     for engine in ("dpmed", "opacus"):
-        model, x, y = _case("group_norm")
+        model, x, y = layer_case("group_norm", 5)
         step = DpSgdStep(model, loss_fn=_ce, max_grad_norm=0.5, noise_multiplier=0.7, expected_batch_size=4.0,
                          physical_batch_size=2, noise_rng=np.random.default_rng(5), noise=noise,
                          engine=engine)
@@ -342,8 +211,8 @@ def test_empty_batch_still_gets_noise():
     assert noise.std().item() == pytest.approx(3.0, rel=0.1)
 
 
-def test_the_model_is_left_as_it_was():
-    model, x, y = _case("conv2d")
+def test_the_model_is_left_as_it_was(layer_case):
+    model, x, y = layer_case("conv2d", 5)
     GhostClipper(model).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=1.0)
     assert all(p.grad is None for p in model.parameters())
     assert not any(m._forward_hooks or m._backward_hooks for m in model.modules())
@@ -497,7 +366,7 @@ def test_a_parameter_used_outside_its_layer_that_ran_under_no_grad_is_refused():
        kernel=st.integers(1, 3), stride=st.integers(1, 2), padding=st.integers(0, 2), dilation=st.integers(1, 2),
        bias=st.booleans(), hw=st.integers(5, 8), route=st.sampled_from(ROUTES), clip=st.floats(1e-3, 10.0))
 def test_any_conv_geometry_matches_explicit_loop(c_in, groups, c_out_per_group, kernel, stride, padding, dilation,
-                                                 bias, hw, route, clip):
+                                                 bias, hw, route, clip, unit_gradients, clipped):
     c_in, c_out = c_in * groups, c_out_per_group * groups
     torch.manual_seed(0)
     conv = nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=padding, dilation=dilation, groups=groups,
@@ -506,7 +375,7 @@ def test_any_conv_geometry_matches_explicit_loop(c_in, groups, c_out_per_group, 
     g = torch.Generator().manual_seed(3)
     x = torch.randn(3, c_in, hw, hw, generator=g, dtype=torch.float64)
     y = torch.tensor([0, 1, 1])
-    expected, _ = _explicit_clipped_sum(model, x, y, clip)
+    expected = clipped(*unit_gradients(model, x, y), clip)
     _assert_close(GhostClipper(model, route=route).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip), expected)
 
 
