@@ -92,18 +92,13 @@ def test_the_jacobian_is_autograds():
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
-def _per_example(model, x, y):
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [torch.autograd.grad(_ce(model(x[i:i + 1]), y[i:i + 1]), params) for i in range(len(x))]
-
-
 @settings(max_examples=25, deadline=None)
 @given(c_in=st.integers(1, 3), groups=st.sampled_from([1, 2]), c_out_per_group=st.integers(1, 3),
        kernel=st.integers(2, 3), stride=st.integers(1, 2), padding=st.integers(0, 2), dilation=st.integers(1, 2),
        bias=st.booleans(), mode=st.sampled_from(["zeros", "reflect"]), route=st.sampled_from(ROUTES),
        clip=st.floats(1e-3, 10.0))
 def test_any_ws_geometry_matches_explicit_loop(c_in, groups, c_out_per_group, kernel, stride, padding, dilation,
-                                               bias, mode, route, clip):
+                                               bias, mode, route, clip, unit_gradients, clipped):
     """Per-example norms (ghost: ||P g||^2 from per-channel Gram products and two functionals; materialised: J^T
     per example) and the book-kept clipped sum, against one autograd backward per example."""
     c_in, c_out = c_in * groups, c_out_per_group * groups
@@ -114,14 +109,12 @@ def test_any_ws_geometry_matches_explicit_loop(c_in, groups, c_out_per_group, ke
     g = torch.Generator().manual_seed(3)
     x = torch.randn(3, c_in, 7, 7, generator=g, dtype=torch.float64)
     y = torch.tensor([0, 1, 1])
-    grads = _per_example(model, x, y)
-    norms = [torch.cat([t.flatten() for t in gr]).norm().item() for gr in grads]
-    expected = [sum(min(1.0, clip / (n + 1e-6)) * gr[j] for n, gr in zip(norms, grads)) for j in range(len(grads[0]))]
+    expected = clipped(*unit_gradients(model, x, y), clip)
     _close(GhostClipper(model, route=route).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip), expected)
 
 
 @pytest.mark.parametrize("route", ["ghost", "materialised"])
-def test_ws_pair_dots_give_the_norm_of_a_patients_sum(route):
+def test_ws_pair_dots_give_the_norm_of_a_patients_sum(route, unit_gradients, clipped):
     """User-level clipping through a WS layer: the norm of a group's summed gradient (ghost: the pairs' dot
     products <P g_i, P g_j>; materialised: the per-example J^T G summed), against the group's own backward."""
     torch.manual_seed(2)
@@ -130,13 +123,10 @@ def test_ws_pair_dots_give_the_norm_of_a_patients_sum(route):
     x = torch.randn(6, 2, 6, 6, dtype=torch.float64)
     y = torch.tensor([0, 1, 2, 0, 1, 2])
     groups = torch.tensor([5, 9, 5, 5, 2, 9])
-    params = list(model.parameters())
-    sums = {int(p): torch.autograd.grad(_ce(model(x[groups == p]), y[groups == p]), params) for p in (2, 5, 9)}
-    norms = {p: torch.cat([t.flatten() for t in g]).norm().item() for p, g in sums.items()}
-    clip = sorted(norms.values())[1]
-    expected = [sum(min(1.0, clip / (norms[p] + 1e-6)) * g[j] for p, g in sums.items()) for j in range(len(params))]
+    norms, sums = unit_gradients(model, x, y, groups)
+    clip = sorted(norms)[1]
     got = GhostClipper(model, route=route).clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip, groups=groups)
-    _close(got, expected)
+    _close(got, clipped(norms, sums, clip))
 
 
 def test_ws_has_its_own_rule_not_the_convolutions():
