@@ -70,12 +70,12 @@ def _three_clips(norms):
 
 
 # Where Opacus 1.6's own per-example gradients are wrong (its convolution grad sampler pads with zeros whatever the
-# padding mode; its embedding grad sampler gives the padding row a gradient), the Opacus engine refuses the model.
+# padding mode; its embedding grad sampler gives the padding row a gradient) or crash (its LayerNorm grad sampler
+# reads the bias of a LayerNorm(bias=False): before, an AttributeError from inside Opacus), the Opacus engine refuses
+# the model by name.
 _OPACUS_GAPS = {"conv2d_same_reflect": "padding_mode", "conv2d_circular": "padding_mode",
-                "ws_conv2d_reflect_group_norm": "padding_mode", "tokens": "padding_idx"}
-# Opacus 1.6's LayerNorm grad sampler reads the bias without asking whether there is one: a LayerNorm(bias=False)
-# crashes it (AttributeError) where the engine should refuse it by name. Held here so that a fix shows.
-_OPACUS_CRASHES = {"embedding_no_padding_weight_only_norm"}
+                "ws_conv2d_reflect_group_norm": "padding_mode", "tokens": "padding_idx",
+                "embedding_no_padding_weight_only_norm": r"LayerNorm, bias=False\): Opacus cannot compute"}
 
 
 def _engine_cases(names):
@@ -86,11 +86,8 @@ def _engine_cases(names):
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
-def test_layer_patient_clipped_sum_matches_explicit_loop(layer_name, engine, layer_case, unit_gradients, clipped,
-                                                        request):
+def test_layer_patient_clipped_sum_matches_explicit_loop(layer_name, engine, layer_case, unit_gradients, clipped):
     """Each layer case (conftest.py) and engine; where Opacus's per-example gradients would be wrong, its refusal."""
-    if engine == "opacus" and layer_name in _OPACUS_CRASHES:
-        request.applymarker(pytest.mark.xfail(raises=AttributeError, strict=True, reason="Opacus crashes"))
     groups = _patients()
     model, x, y = layer_case(layer_name, len(groups))
     if engine == "opacus" and layer_name in _OPACUS_GAPS:

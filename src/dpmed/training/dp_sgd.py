@@ -51,16 +51,23 @@ __all__ = ["DpSgdStep", "OpacusClipper", "CLIPPING_ENGINES", "physical_chunks"]
 
 def _refuse_opacus_gaps(model: nn.Module) -> None:
     """Layers whose per-example gradients Opacus 1.6 computes wrongly (its convolution sampler pads with zeros
-    whatever the padding mode; its embedding sampler gives the padding row a gradient): the clipped sum would not be
-    the model's gradient. dpmed's engine handles both (training.dp_engine: dpmed)."""
+    whatever the padding mode; its embedding sampler gives the padding row a gradient), so that the clipped sum would
+    not be the model's gradient, or not at all (its LayerNorm sampler reads the bias of a LayerNorm(bias=False) and
+    crashes). dpmed's engine handles all three (training.dp_engine: dpmed)."""
+    wrongly = "computes its per-example gradients wrongly"
     for name, module in model.named_modules():
-        conv = isinstance(module, nn.modules.conv._ConvNd) and module.padding_mode != "zeros"
-        embedding = isinstance(module, nn.Embedding) and module.padding_idx is not None
-        if (conv or embedding) and any(p.requires_grad for p in module.parameters(recurse=False)):
-            what = f"padding_mode {module.padding_mode!r}" if conv else f"padding_idx {module.padding_idx}"
-            raise PrivacyError(f"module {name or 'model'!r} ({type(module).__name__}, {what}): Opacus computes its "
-                               "per-example gradients wrongly, so the clipped sum would not be the model's gradient; "
-                               "use the dpmed engine (training.dp_engine: dpmed), which handles it")
+        if isinstance(module, nn.modules.conv._ConvNd) and module.padding_mode != "zeros":
+            what, fault = f"padding_mode {module.padding_mode!r}", wrongly
+        elif isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            what, fault = f"padding_idx {module.padding_idx}", wrongly
+        elif isinstance(module, nn.LayerNorm) and module.weight is not None and module.bias is None:
+            what, fault = "bias=False", "cannot compute its per-example gradients"
+        else:
+            continue
+        if any(p.requires_grad for p in module.parameters(recurse=False)):
+            raise PrivacyError(f"module {name or 'model'!r} ({type(module).__name__}, {what}): Opacus {fault}, so "
+                               "the clipped sum would not be the model's gradient; use the dpmed engine "
+                               "(training.dp_engine: dpmed), which handles it")
 
 
 class OpacusClipper:
