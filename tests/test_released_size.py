@@ -200,10 +200,11 @@ def test_several_released_counts_are_told_apart_each_with_its_guarantee():
 
     text = describe_counts({"images": 281, "images, at most 2 per patient": 256, "patients": 2180}, 0.02)
     assert text == ("about 281 images; about 256 images, at most 2 per patient; about 2,180 patients (each a DP count: "
-                    "eps 0.02, delta 0, add/remove one of what it counts; a DP-SGD run's eps includes the count it "
-                    "was planned from)")
+                    "eps 0.02, delta 0, closed form (discrete Laplace), add/remove one of what it counts; a DP-SGD "
+                    "run's eps includes the count it was planned from)")
     assert describe_counts({"patients": 9}, 0.02, symbols=True) == (
-        "about 9 patients (a DP count: ε 0.02, δ 0, add/remove one of what it counts; a DP-SGD run's ε includes it)")
+        "about 9 patients (a DP count: ε 0.02, δ 0, closed form (discrete Laplace), add/remove one of what it counts; "
+        "a DP-SGD run's ε includes it)")
     assert describe_counts({"patients": -100}, 0.02).startswith(       # before: "about -100 patients"
         "patients: -100 as drawn (the noise outweighs so few) (a DP count: eps 0.02")
 
@@ -281,8 +282,8 @@ def test_a_count_the_noise_took_to_zero_is_written_as_drawn_and_two_counts_are_e
 
     assert describe_counts({"patients": 0}, 0.02).startswith("patients: 0 as drawn (the noise outweighs so few)")
     assert describe_counts({"images": 5, "patients": 3}, 0.02).endswith(
-        "(each a DP count: eps 0.02, delta 0, add/remove one of what it counts; a DP-SGD run's eps includes the "
-        "count it was planned from)")
+        "(each a DP count: eps 0.02, delta 0, closed form (discrete Laplace), add/remove one of what it counts; a "
+        "DP-SGD run's eps includes the count it was planned from)")
 
 
 def test_keeping_a_count_taken_back_keeps_every_draw_the_file_holds_also_one_written_meanwhile(tmp_path):

@@ -45,17 +45,17 @@ __all__ = ["needed_sizes", "release_sizes", "keep_sizes", "describe_counts"]
 
 def describe_counts(sizes: Mapping[str, int], epsilon: float, *, symbols: bool = False) -> str:
     """The released counts in words, each with its own guarantee: "about 281 images; about 218 patients (each a DP
-    count: eps 0.02, delta 0, add/remove one of what it counts; a DP-SGD run's eps includes the count it was planned
-    from)", in ASCII for the terminal, or with ``symbols`` (ε, δ) for the report. Counts are separated by
-    semicolons, as a key may hold a comma ("images, at most 2 per patient"). A count the noise took to 0 or below is
-    written as drawn, with why, not as "about -100 patients"."""
+    count: eps 0.02, delta 0, closed form (discrete Laplace), add/remove one of what it counts; a DP-SGD run's eps
+    includes the count it was planned from)", in ASCII for the terminal, or with ``symbols`` (ε, δ) for the report.
+    Counts are separated by semicolons, as a key may hold a comma ("images, at most 2 per patient"). A count the
+    noise took to 0 or below is written as drawn, with why, not as "about -100 patients"."""
     eps, delta = ("ε", "δ") if symbols else ("eps", "delta")
     counts = "; ".join(f"about {n:,} {key}" if n > 0 else f"{key}: {n:,} as drawn (the noise outweighs so few)"
                        for key, n in sizes.items())
     each = "each a DP count" if len(sizes) > 1 else "a DP count"
     which = "the count it was planned from" if len(sizes) > 1 else "it"
-    return (f"{counts} ({each}: {eps} {epsilon:g}, {delta} 0, add/remove one of what it counts; a DP-SGD run's {eps} "
-            f"includes {which})")
+    return (f"{counts} ({each}: {eps} {epsilon:g}, {delta} 0, closed form (discrete Laplace), add/remove one of what "
+            f"it counts; a DP-SGD run's {eps} includes {which})")
 
 
 def needed_sizes(study: Study, context: PlanContext) -> dict[str, int]:
