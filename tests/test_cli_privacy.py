@@ -24,6 +24,7 @@ def test_epsilon_under_every_accountant_names_each_and_the_assumptions(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [_eps(line) for line in lines[:3]] == pytest.approx([0.689, 0.770, 0.994], abs=0.005)
     assert "[pld:" in lines[0] and "[rdp:" in lines[1] and "[rdp-classic:" in lines[2]
+    assert all("at delta = 0.0001, add/remove one image  [" in line for line in lines[:3])   # each eps its neighbours
     assert lines[-1].startswith("assumes:") and "Poisson sampling" in lines[-1]
     assert "add or remove one training image" in lines[-1]
 
@@ -34,7 +35,7 @@ def test_a_pure_dp_bound_is_printed_at_delta_zero_beside_the_pld_at_the_given_de
                  "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"]) == 0
     pld, pure = capsys.readouterr().out.splitlines()[:2]
     assert "[pld:" in pld and "at delta = 1e-05" in pld
-    assert "[pure:" in pure and "at delta = 0 " in pure and "1e-05" not in pure
+    assert "[pure:" in pure and "at delta = 0, " in pure and "1e-05" not in pure
     assert _eps(pure) == pytest.approx(100 * math.log1p(0.01 * math.expm1(1.0)), rel=1e-5)   # closed form by hand
 
 
@@ -44,7 +45,7 @@ def test_calibrating_for_a_pure_dp_bound_needs_no_delta_and_shows_delta_zero(cap
             "--noise", "laplace", "--accountant", "pure"]
     assert main(args) == 0
     line = capsys.readouterr().out.splitlines()[0]
-    assert "at delta = 0)" in line and _eps(line) <= 2
+    assert "at delta = 0, " in line and _eps(line) <= 2
     sigma = float(re.search(r"noise_multiplier = ([0-9.e+-]+)", line).group(1))
     # the pure bound by hand: T log(1 + q (e^(1/sigma) - 1)) for Laplace b = sigma C1 at sensitivity C1
     assert _eps(line) == pytest.approx(100 * math.log1p(0.01 * math.expm1(1 / sigma)), rel=1e-4)
@@ -311,7 +312,7 @@ def test_the_pure_accountant_needs_no_delta_and_is_refused_for_gaussian_noise_be
     assert main(["privacy", "epsilon", "--noise", "laplace", "--accountant", "pure", "--noise-multiplier", "1",
                  "--sample-rate", "0.01", "--steps", "100"]) == 0
     line = capsys.readouterr().out.splitlines()[0]
-    assert _eps(line) == pytest.approx(100 * math.log1p(0.01 * math.expm1(1.0)), rel=1e-5) and "delta = 0 " in line
+    assert _eps(line) == pytest.approx(100 * math.log1p(0.01 * math.expm1(1.0)), rel=1e-5) and "delta = 0, " in line
     assert main(["privacy", "epsilon", "--accountant", "pure", "--noise-multiplier", "1", "--sample-rate", "0.01",
                  "--steps", "100"]) == 2
     assert capsys.readouterr().err.strip() == (
@@ -509,7 +510,9 @@ def test_the_unit_names_the_neighbours_and_leaves_the_number_as_it_is(capsys, co
     assert assumed.startswith("assumes:") and f"neighbours: {accounting.NEIGHBOUR_PATIENT}" in assumed
     assert "training image" not in outs["patient"]
     assert f"neighbours: {accounting.NEIGHBOUR_DP_SGD}" in outs["image"] and outs[None] == outs["image"]
-    assert outs["patient"].splitlines()[0] == outs["image"].splitlines()[0]        # the same sigma and eps
+    first = {unit: outs[unit].splitlines()[0] for unit in ("image", "patient")}
+    assert "add/remove one patient" in first["patient"] and "add/remove one image" in first["image"]  # beside its eps
+    assert first["patient"].replace("one patient", "one image") == first["image"]        # the same sigma and eps
 
 
 def test_with_the_patient_as_unit_the_dataset_size_counts_patients(capsys):

@@ -189,7 +189,7 @@ def _privacy_epsilon(args: argparse.Namespace) -> int:
             print(f"eps: none certified  [{name}: {exc}]")
             continue
         shown = "0" if name == "pure" else delta_text(delta)     # a pure-DP bound: delta plays no role in it
-        print(f"eps = {up_to_figures(eps, 6):.6g} at delta = {shown}  [{name}: "
+        print(f"eps = {up_to_figures(eps, 6):.6g} at delta = {shown}, add/remove one {args.unit}  [{name}: "
               f"{accounting.describe_accountant(name)}]")
     note = _sampler_note(args, q, steps, args.noise_multiplier, delta)
     if note:
@@ -210,7 +210,8 @@ def _privacy_calibrate(args: argparse.Namespace) -> int:
                                     accountant=name, noise=args.noise)
     shown = "0" if name == "pure" else delta_text(delta)
     print(f"noise_multiplier = {sigma:.6g}  (eps = {up_to_figures(eps, 6):.6g} <= target "
-          f"{args.target_epsilon:g} at delta = {shown}) [{name}: {accounting.describe_accountant(name)}]")
+          f"{args.target_epsilon:g} at delta = {shown}, add/remove one {args.unit}) [{name}: "
+          f"{accounting.describe_accountant(name)}]")
     if note:
         print(f"note: {note}")
     sampler = _sampler_note(args, q, steps, sigma, delta)
