@@ -205,6 +205,9 @@ def test_several_released_counts_are_told_apart_each_with_its_guarantee():
     assert describe_counts({"patients": 9}, 0.02, symbols=True) == (
         "about 9 patients (a DP count: ε 0.02, δ 0, closed form (discrete Laplace), add/remove one of what it counts; "
         "a DP-SGD run's ε includes it)")
+    assert describe_counts({"patients": 9}, 0.02, reproducible=True) == (     # before: "a DP count" from a public seed
+        "about 9 patients (not DP: seed known (reproducible mode); as accounted, a DP count: eps 0.02, delta 0, closed "
+        "form (discrete Laplace), add/remove one of what it counts; a DP-SGD run's eps includes it)")
     assert describe_counts({"patients": -100}, 0.02).startswith(       # before: "about -100 patients"
         "patients: -100 as drawn (the noise outweighs so few) (a DP count: eps 0.02")
 

@@ -371,9 +371,10 @@ def _plan(args: argparse.Namespace) -> int:
           + f" (read and prepared in {prepared.load_seconds:.0f} s; {bytes_text(ds.image_bytes)} of images in memory, "
             "and a copy in each --workers process)")
     if prepared.sizes:
-        print(f"size: DP-SGD plans from the training set's size as released: "
-              f"{describe_counts(prepared.sizes, study.size_epsilon)}; kept in {folder.released_sizes}; the exact "
-              "sizes above are for you only: no shareable file holds them")
+        counts = describe_counts(prepared.sizes, study.size_epsilon,
+                                 reproducible=study.privacy_randomness == "reproducible")
+        print(f"size: DP-SGD plans from the training set's size as released: {counts}; kept in "
+              f"{folder.released_sizes}; the exact sizes above are for you only: no shareable file holds them")
     finished = (f"{len(prepared.finished)} of {len(prepared.plans)} runs finished earlier, not retrained"
                 if prepared.finished else "no finished runs")
     if prepared.reevaluate:

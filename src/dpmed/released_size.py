@@ -43,19 +43,22 @@ from dpmed.randomness import discrete_laplace, public_seed
 __all__ = ["needed_sizes", "release_sizes", "keep_sizes", "describe_counts"]
 
 
-def describe_counts(sizes: Mapping[str, int], epsilon: float, *, symbols: bool = False) -> str:
+def describe_counts(sizes: Mapping[str, int], epsilon: float, *, symbols: bool = False,
+                    reproducible: bool = False) -> str:
     """The released counts in words, each with its own guarantee: "about 281 images; about 218 patients (each a DP
     count: eps 0.02, delta 0, closed form (discrete Laplace), add/remove one of what it counts; a DP-SGD run's eps
     includes the count it was planned from)", in ASCII for the terminal, or with ``symbols`` (ε, δ) for the report.
     Counts are separated by semicolons, as a key may hold a comma ("images, at most 2 per patient"). A count the
-    noise took to 0 or below is written as drawn, with why, not as "about -100 patients"."""
+    noise took to 0 or below is written as drawn, with why, not as "about -100 patients". ``reproducible``: the
+    noise came from the study's published seed, so anyone can subtract it: the counts are labelled not DP."""
     eps, delta = ("ε", "δ") if symbols else ("eps", "delta")
     counts = "; ".join(f"about {n:,} {key}" if n > 0 else f"{key}: {n:,} as drawn (the noise outweighs so few)"
                        for key, n in sizes.items())
     each = "each a DP count" if len(sizes) > 1 else "a DP count"
     which = "the count it was planned from" if len(sizes) > 1 else "it"
-    return (f"{counts} ({each}: {eps} {epsilon:g}, {delta} 0, closed form (discrete Laplace), add/remove one of what "
-            f"it counts; a DP-SGD run's {eps} includes {which})")
+    seeded = "not DP: seed known (reproducible mode); as accounted, " if reproducible else ""
+    return (f"{counts} ({seeded}{each}: {eps} {epsilon:g}, {delta} 0, closed form (discrete Laplace), add/remove one "
+            f"of what it counts; a DP-SGD run's {eps} includes {which})")
 
 
 def needed_sizes(study: Study, context: PlanContext) -> dict[str, int]:

@@ -131,13 +131,13 @@ def _stated_by_delta(inputs: ReportInputs) -> list[str]:
             and p.privacy.delta < 1e-5]
 
 
-def _sizes(data: DatasetSummary, stated_by: list[str] | None = None) -> str:
+def _sizes(data: DatasetSummary, stated_by: list[str] | None = None, *, reproducible: bool = False) -> str:
     """The splits' sizes; the training set's only as its DP counts where DP-SGD runs planned from them, and where
     a local-DP run's default delta states the exact count (``stated_by``), that it does."""
     if data.n_train is not None:
         return (f"{data.n_train} / {data.n_val} / {data.n_test} train / validation / test images "
                 f"({data.n_train_patients} training patients)")
-    counts = escape(describe_counts(data.released_sizes, data.size_epsilon, symbols=True))
+    counts = escape(describe_counts(data.released_sizes, data.size_epsilon, symbols=True, reproducible=reproducible))
     private = ("the exact size is private" if not data.synthetic else
                "a generated dataset's exact size follows from its n_images all the same, and protects no one")
     if stated_by and not data.synthetic:
@@ -193,7 +193,7 @@ def summary(inputs: ReportInputs) -> str:
             classes += " (ordered grades)"
     cohort = study.data.patients     # the study's data one cohort of the release (a simulated site): which one
     cohort_text = "" if cohort is None else f" (only {escape(cohort.selection().describe())})"
-    sizes = _sizes(data, _stated_by_delta(inputs))
+    sizes = _sizes(data, _stated_by_delta(inputs), reproducible=study.privacy_randomness == "reproducible")
     return f"""<h2 id="summary">Summary</h2>
 <table><tr><th>dataset</th><td>{escape(data.name)}{cohort_text}: {sizes}; images of shape
 {shape_text(data.image_shape)}, task {escape(data.task)}{classes}</td></tr>
