@@ -273,9 +273,10 @@ def test_reproducible_local_runs_keep_their_listing_without_a_total(write_study)
     study = load_study(write_study(LOCAL))
     privacy = study_privacy(_plans(study), reproducible=True)
     assert privacy.local_dp_epsilon is None and privacy.local_dp_delta is None
-    assert privacy.statement == ("2 local-DP run(s) (lap_b0.5_seed0, lap_b0.5_seed1) hold per image under another "
-                                 "neighbour relation and do not compose with DP-SGD's eps; reproducible mode: not DP "
-                                 "against anyone who knows the seed")
+    # said first: before, at the end of the statement, after the runs' eps that it voids
+    assert privacy.statement == ("NOT DP against anyone who knows the seed (reproducible mode); as accounted: 2 "
+                                 "local-DP run(s) (lap_b0.5_seed0, lap_b0.5_seed1) hold per image under another "
+                                 "neighbour relation and do not compose with DP-SGD's eps")
 
 
 def test_a_local_run_whose_noise_cannot_span_the_pixel_range_counts_as_no_privacy(write_study):

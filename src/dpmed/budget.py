@@ -320,6 +320,8 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     if not_private:
         parts.append(f"{len(not_private)} run(s) without privacy, or whose claim does not hold, on the same patients "
                      f"({', '.join(not_private)}): everything released with them is not DP (eps = infinity)")
+    # said first in reproducible mode: what follows holds only as accounted
+    seeded = "NOT DP against anyone who knows the seed (reproducible mode); as accounted: " if reproducible else ""
     local_runs = [r for r in runs if r.kind == "local_dp"]
     # every release of the images composes; a run without a guarantee, or reproducible mode, keeps the bare listing
     composed = (accounting.compose_image_events([r.events[0] for r in local_runs],
@@ -327,13 +329,11 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
                 if local_runs and not reproducible and all(r.events for r in local_runs) else None)
     if local:
         parts.append(_local_statement(local_runs, composed, bool(dp)))
-    if reproducible:
-        parts.append("reproducible mode: not DP against anyone who knows the seed")
     return StudyPrivacy(dp_sgd_runs=tuple(r.run_id for r in dp), not_private=not_private, local_dp=local, unit=unit,
                         delta=delta, accountant=accountant, dp_sgd_epsilon=dp_eps, epsilon=total,
                         local_dp_epsilon=composed.epsilon if composed else None,
                         local_dp_delta=composed.delta if composed else None,
-                        reproducible=reproducible, statement="; ".join(parts) or "no runs")
+                        reproducible=reproducible, statement=(seeded + "; ".join(parts)) or "no runs")
 
 
 def check_budget(budget: PrivacyBudget, privacy: StudyPrivacy) -> None:
