@@ -430,3 +430,18 @@ def test_a_table_of_which_no_row_is_usable_says_so_with_the_problems(table, load
     with pytest.raises(DataError, match="No usable row is left") as error:
         load_layout("csv", table, columns={"path": "file"}, labels=("opacity",), skip_invalid=True)
     assert "missing" in str(error.value)
+
+
+def test_generic_csv_a_label_column_may_hold_the_names_of_data_classes(table):
+    """Before: a hospital export's NORMAL/PNEUMONIA column was refused with "no row holds index 0 (NORMAL) ... (the
+    column holds none)", though it held exactly the names the study gave. A name outside the list stays a bad label."""
+    rows = table.read_text().splitlines()
+    named = [rows[0]] + [r.replace(",0,", ",NORMAL,", 1) if r.split(",")[1] == "0"
+                         else r.replace(",1,", ",PNEUMONIA,", 1) for r in rows[1:]]
+    named[6] = named[6].replace("PNEUMONIA", "PNEUMONA")
+    table.write_text("\n".join(named) + "\n")
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"], classes=["NORMAL", "PNEUMONIA"])
+    assert m.task.label_names == ("NORMAL", "PNEUMONIA") and list(m.problems) == [5]
+    assert [int(v) for i, v in enumerate(m.labels) if i != 5] == [i % 2 for i in range(16) if i != 5]
+    assert m.problems[5].detail == ("opacity = 'PNEUMONA'; a binary label is a class index 0/1 (data.classes names 2: "
+                                    "NORMAL, PNEUMONIA)")
