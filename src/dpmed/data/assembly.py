@@ -189,6 +189,8 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
     rows, positions = rows[usable], np.flatnonzero(usable)  # manifest rows, and their rows in decoded.images
     published = (manifest.splits[rows] if split.official else np.full(len(rows), "")).astype("<U5")
     keep, shared = _resolve_shared_patients(manifest, rows, published, split)
+    # a patient's rows without a split rank as train: told apart, as no publisher put them in two splits
+    unsplit = len(set(manifest.patient_ids[rows[~keep & (published == "")]].tolist()))
     rows, positions, published = rows[keep], positions[keep], published[keep]
 
     assignment = published.copy()  # "<U5": room for "train"
@@ -247,7 +249,9 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
         _log.warning("%s", line)
     _tell_small_published_validation(manifest, sets["val"], "val" not in missing)
     if shared["patients_in_two_published_splits"]:
-        summary.append(f"{shared['patients_in_two_published_splits']} patients are in two published splits: "
+        blank = (f" ({unsplit} of them with rows that give no split, read as train: give those rows the "
+                 "patient's split to keep them)" if unsplit else "")
+        summary.append(f"{shared['patients_in_two_published_splits']} patients are in two published splits{blank}: "
                        + (f"left out their {shared['rows_of_those_patients_outside_their_top_split']} images outside "
                           "the higher split (test > val > train)" if split.shared_patients != "keep"
                           else "kept as published (shared_patients: keep), so patients cross splits"))

@@ -445,3 +445,17 @@ def test_generic_csv_a_label_column_may_hold_the_names_of_data_classes(table):
     assert [int(v) for i, v in enumerate(m.labels) if i != 5] == [i % 2 for i in range(16) if i != 5]
     assert m.problems[5].detail == ("opacity = 'PNEUMONA'; a binary label is a class index 0/1 (data.classes names 2: "
                                     "NORMAL, PNEUMONIA)")
+
+
+def test_generic_csv_a_patient_s_rows_without_a_split_beside_a_published_one_are_told_apart(table, load_layout):
+    """Before: a patient with one row in the test split and one blank split cell was said to be "in two published
+    splits", though the table published one; the message now says the blank rows were read as train and the fix."""
+    d = load_layout("csv", table, columns={"path": "file", "patient": "pid", "split": "fold"}, labels=("opacity",),
+                    split=SplitPlan(val_fraction=0.2, seed=1))
+    assert d.source["split"]["patients_in_two_published_splits"] == 1          # pt6: img12 blank, img13 test
+    assert ("1 patients are in two published splits (1 of them with rows that give no split, read as train: give "
+            "those rows the patient's split to keep them): left out their 1 images") in d.source["summary"]
+    table.write_text(table.read_text().replace("pngs/img12.png,0,0,pt6,F,32,", "pngs/img12.png,0,0,pt6,F,32,train"))
+    d = load_layout("csv", table, columns={"path": "file", "patient": "pid", "split": "fold"}, labels=("opacity",),
+                    split=SplitPlan(val_fraction=0.2, seed=1))
+    assert "1 patients are in two published splits: left out their 1 images" in d.source["summary"]
