@@ -107,12 +107,13 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
     """A CSV the study describes: ``columns: {path: <image column>, patient:, sex:, age:, split:}`` (path required,
     the rest optional) and ``labels: [<label column>, ...]``.
 
-    Image paths are relative to the CSV's folder (or absolute). One label column holds class indices 0, 1, ...:
-    binary when the task is binary or (task unset) every value is 0 or 1, else multiclass with classes 0..max (so
-    inferred, a class below the max that no row holds is refused as a likely typo; ``task: multiclass`` reads it).
-    ``classes`` names them, class index k the k-th name (the report then says "pneumonia", not "class_1"; a row may
-    hold the name itself instead of its index), and so states their number: binary for two names unless the task says otherwise, a row whose index has no name is a
-    label outside the task, and a name that no row's index reaches is refused. Without it they are class_0, ...
+    Image paths are relative to the CSV's folder (or absolute). One label column holds class indices 0, 1, ...: binary
+    when the task is binary or (task unset) every value is 0 or 1, else multiclass with classes 0..max (so inferred, a
+    class below the max that no row holds is refused as a likely typo; ``task: multiclass`` reads it). ``classes`` names
+    them, class index k the k-th name (the report then says "pneumonia", not "class_1"; a row may hold the name itself
+    instead of its index), and so states their number: binary for two names unless the task says otherwise, a row whose
+    index has no name is a label outside the task, and a name that no row's index reaches is refused. Without it they
+    are class_0, ...
     ``name``: the dataset's name in the record and the report (default: the file's, "labels" for labels.csv).
     Several label columns make a multilabel task, each column 0 or 1, each named once. Without a patient column each
     image is its own patient; with one, a blank id is refused (the blank rows would be one patient). The split column
