@@ -8,15 +8,14 @@ of one ``seed`` and ``fraction`` are complementary and disjoint by construction,
     u(patient) = the first 8 bytes of sha256("<seed>:<patient id>") / 2^64       uniform in [0, 1)
     part 0 = the patients with u < fraction; part 1 = the rest
 
-A patient's images stay together (every split is filtered by the same patient set), so a patient never appears in
-both cohorts, and the published train / val / test assignment of each image is kept. Where a file layout publishes
-no validation or test split, each cohort's is carved from its own patients (`dpmed.data.registry` selects the
-cohort from the reader's manifest before assembly carves): carved from the whole release and then filtered, one
-hospital's split, and so a "public" cohort's training set and pretrained weights, would depend on which patients
-the other hospital has. The draw depends on the
-patient id alone, not on the order of the rows or on the other patients, so one cohort is the same whichever
-splits or preprocessing a study asks for. It is public randomness (METHODS.md s.2b): which patients form a
-simulated site is a design choice of the study, not a private draw.
+A patient's images stay together (every split is filtered by the same patient set), so a patient never appears in both
+cohorts, and the published train / val / test assignment of each image is kept. Where a file layout publishes no
+validation or test split, each cohort's is carved from its own patients (`dpmed.data.registry` selects the cohort from
+the reader's manifest before assembly carves): carved from the whole release and then filtered, one hospital's split,
+and so a "public" cohort's training set and pretrained weights, would depend on which patients the other hospital has.
+The draw depends on the patient id alone, not on the order of the rows or on the other patients, so one cohort is the
+same whichever splits or preprocessing a study asks for. It is public randomness (METHODS.md s.2b): which patients form
+a simulated site is a design choice of the study, not a private draw.
 
 Where a dataset publishes no patient ids (MedMNIST, a CSV without a patient column) each image is its own patient,
 and a cohort is then a share of images: two images of one person may land in both cohorts.
