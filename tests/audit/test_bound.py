@@ -1,9 +1,11 @@
 """The one-run audit's statistics (Steinke, Nasr and Jagielski 2023, arXiv:2305.08846) against independent truth.
 
 The p-value is checked against a sum written with math.comb (not scipy) and, for delta = 0, against brute-force
-enumeration of every pattern of right and wrong guesses; the lower bound is checked for what makes it a *lower*
-bound: it is always rejected, nothing above it is, and an eps-DP mechanism (randomised response, for which the
-tail is exact) makes it overshoot its true eps with probability at most 1 - confidence.
+enumeration of every pattern of right and wrong guesses; the bound against the values the paper prints and, for
+delta = 0, against the logit of the one-sided Clopper-Pearson limit (scipy's beta, no bisection), the grid audit
+included; the lower bound is checked for what makes it a *lower* bound: it is always rejected, nothing above it
+is, and an eps-DP mechanism (randomised response, for which the tail is exact) makes it overshoot its true eps with
+probability at most 1 - confidence.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import stats
 
 import dpmed.audit.bound as audit_bound
 from dpmed.audit.bound import (
@@ -225,6 +228,88 @@ def test_a_simulated_eps_delta_dp_mechanism_is_overstated_at_most_one_audit_in_t
         res = audit_epsilon_lower_bound_over_grid(scores, bits, delta=delta, confidence=1 - level, grid=grid)
         overstated += res.epsilon_lower_bound > eps_true
     assert overstated / trials <= level + 3 * math.sqrt(level * (1 - level) / trials)
+
+
+@pytest.mark.parametrize("counts, printed", [
+    ((1000, 100, 75, 1e-4), 0.673),        # their Appendix D example
+    ((100000, 1510, 1439, 1e-5), 2.675),   # their Section 7 (Fig. 11), printed truncated: 2.6758...
+])
+def test_the_bound_reproduces_the_values_the_paper_prints(counts, printed):
+    """Steinke, Nasr and Jagielski (arXiv:2305.08846v1) print these bounds at 95% from their own code: one unit in the
+    last printed digit apart at most. Catches a delta term with r for m (or dropped), which the paper's numbers fix."""
+    m, r, v, delta = counts
+    got = epsilon_lower_bound_from_counts(n_canaries=m, n_guesses=r, n_correct=v, delta=delta, confidence=0.95)
+    assert abs(got - printed) < 1e-3
+
+
+def _clopper_pearson_eps(r: int, v: int, level: float) -> float:
+    """The delta = 0 bound without dpmed's p-value or bisection: P[Binomial(r, q) >= v] grows with q and equals
+    ``level`` at the one-sided Clopper-Pearson lower limit q* = Beta(v, r - v + 1).ppf(level), so the rejected eps are
+    those with e^eps / (1 + e^eps) < q*: the bound is logit(q*), or 0 when q* <= 1/2 (no better than a coin)."""
+    if v == 0:
+        return 0.0
+    q = stats.beta.ppf(level, v, r - v + 1)
+    return max(0.0, math.log(q / (1.0 - q)))
+
+
+def _right_guesses(scores, bits, kp: int, kn: int) -> int:
+    """Right guesses among "in" for the kp highest and "out" for the kn lowest scores, ties ranked by index."""
+    m = len(scores)
+    ranked = sorted(range(m), key=lambda i: (-scores[i], i))
+    return sum(bool(bits[i]) for i in ranked[:kp]) + sum(not bits[i] for i in ranked[m - kn:])
+
+
+def _audit_by_clopper_pearson(scores, bits, grid, confidence: float) -> float:
+    """The whole audit at delta = 0 written out: count right guesses for each grid pair, test each at the
+    Bonferroni level, keep the largest bound."""
+    level = (1.0 - confidence) / len(grid)
+    return max(_clopper_pearson_eps(kp + kn, _right_guesses(scores, bits, kp, kn), level) for kp, kn in grid)
+
+
+@settings(max_examples=150, deadline=None)
+@given(r=st.integers(1, 400), data=st.data(), confidence=st.sampled_from([0.8, 0.9, 0.95, 0.99, 0.999]))
+def test_with_delta_zero_the_bound_is_the_logit_of_the_clopper_pearson_lower_limit(r, data, confidence):
+    v = data.draw(st.integers(0, r))
+    m = data.draw(st.integers(r, 1000))    # m enters only through the delta term
+    truth = _clopper_pearson_eps(r, v, 1.0 - confidence)
+    got = epsilon_lower_bound_from_counts(n_canaries=m, n_guesses=r, n_correct=v, delta=0.0, confidence=confidence)
+    assert truth - 2 * TOL - 1e-9 <= got <= truth + 1e-9     # never above the truth: the rejected end is kept
+
+
+def _check_against_clopper_pearson(scores, bits, grid, confidence):
+    grid = default_audit_grid(len(scores)) if grid is None else grid
+    truth = _audit_by_clopper_pearson(scores, bits, grid, confidence)
+    res = audit_epsilon_lower_bound_over_grid(np.asarray(scores, float), np.asarray(bits, bool), delta=0.0,
+                                              confidence=confidence, grid=grid)
+    assert truth - 2 * TOL - 1e-9 <= res.epsilon_lower_bound <= truth + 1e-9
+    assert (res.k_positive, res.k_negative) in grid
+    assert res.n_correct == _right_guesses(scores, bits, res.k_positive, res.k_negative)
+    return res.epsilon_lower_bound
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), m=st.integers(1, 120), confidence=st.sampled_from([0.9, 0.95, 0.99]),
+       tied=st.booleans(), default_grid=st.booleans())
+def test_the_grid_audit_agrees_with_one_written_from_clopper_pearson(data, m, confidence, tied, default_grid):
+    bits = data.draw(st.lists(st.booleans(), min_size=m, max_size=m))
+    # scores that track the bits; tied: three values only, so the index breaks most ties
+    scores = ([b + data.draw(st.integers(0, 1)) for b in bits] if tied else
+              [b * data.draw(st.floats(0, 3)) + data.draw(st.floats(-1, 1)) for b in bits])
+    grid = None
+    if not default_grid:
+        kp = data.draw(st.integers(0, m))
+        grid = [(kp, data.draw(st.integers(0 if kp else 1, m - kp))), (0, m), (m, 0)]
+    _check_against_clopper_pearson(scores, bits, grid, confidence)
+
+
+def test_degenerate_audits_agree_with_clopper_pearson():
+    bits = choose_canaries(200, rng=np.random.default_rng(3))
+    # every canary separated by its score: a one-sided pair of 100 guesses is all right, about 2.8 (CP at 0.05 / 15)
+    assert _check_against_clopper_pearson(bits.astype(float), bits, None, 0.95) > 2.5
+    assert _check_against_clopper_pearson((~bits).astype(float), bits, None, 0.95) == 0.0   # every guess wrong
+    assert _check_against_clopper_pearson(np.zeros(200), bits, None, 0.95) < 0.5             # all tied: index only
+    for one in (True, False):      # a single canary: one guess right can reject no eps at 95%
+        assert _check_against_clopper_pearson([1.0], [one], None, 0.95) == 0.0
 
 
 def test_bound_rejects_a_confidence_outside_zero_one():
