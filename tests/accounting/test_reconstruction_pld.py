@@ -102,3 +102,14 @@ def test_pld_bound_stays_within_a_few_permille_of_the_exact_power_at_large_T(sig
     expansion and an independent saddlepoint computation to the digits given."""
     value = reconstruction_bound(noise_multiplier=sigma, sample_rate=q, steps=steps, kappa=kappa)
     assert exact * (1 - 1e-4) <= value <= exact * 1.005, value / exact - 1
+
+
+@pytest.mark.parametrize("sigma, steps, kappa", [(1e14, 1000, 1e-12), (1e15, 1000, 1e-12), (1e13, 1000, 1e-12)])
+def test_huge_noise_on_full_batches_stays_at_the_exact_gaussian_power(sigma, steps, kappa):
+    """mu = sqrt(T)/sigma ~ 3e-14: the exact power is kappa (1 + 3e-13), too close to kappa for Pinsker to pin it
+    (kappa + mu/sqrt(2) is 2% above), so the PLD computes it. Its grid once followed 1/sigma down to h = 6e-16,
+    where connect-the-dots masses are round-off, and the bound came out as 1 (certainty) at sigma 1e14 and 1e15.
+    Allowed above: dp_accounting's 1e-15 tail truncation."""
+    exact = special.ndtr(special.ndtri(kappa) + math.sqrt(steps) / sigma)
+    bound = reconstruction_bound(noise_multiplier=sigma, sample_rate=1.0, steps=steps, kappa=kappa)
+    assert exact <= bound <= exact + 2e-15

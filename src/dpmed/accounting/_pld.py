@@ -51,6 +51,10 @@ _PLD_RELATIVE_EXCESS = 1e-3
 _PLD_MAX_INTERVAL = 1e-2
 _PLD_RESOLUTION = 400
 _PLD_MAX_POINTS = 1e8
+# connect-the-dots divides differences of deltas (round-off ~1e-16) by e^h - 1: on finer grids the masses are
+# round-off (at sigma 1e14, T 1000: h 6e-16, and the composed PMF's FFT overflowed to a bound of 1 where the exact
+# power is kappa). A coarser h is pessimistic, and at this floor costs at most a factor e^(T h) on the bound.
+_PLD_MIN_INTERVAL = 1e-12
 # A ceiling on the steps, the eps accountant's and the reconstruction bounds'. The grid interval above shrinks as
 # 1/sqrt(T) and the composed PLD spans a range that does not shrink, so its points, memory and time grow with T (at
 # q 0.01, eps 8: 0.3 M points at T 1e5, 2.2 M at 1e6; a calibration took 15 s and 0.6 GB at T 1e6, 3 minutes and
@@ -124,7 +128,7 @@ def interval(sigma: float, q: float, steps: int) -> float:
     shift = min(chi2, q * mu * mu / 2)
     spread = min(math.sqrt(chi2), math.sqrt(q) * mu * (1 + mu / 2))
     span = included * per_step + steps * shift + 40 * math.sqrt(steps) * spread
-    h = max(accurate, span / _PLD_MAX_POINTS)
+    h = max(accurate, span / _PLD_MAX_POINTS, _PLD_MIN_INTERVAL)
     if not h <= _PLD_MAX_COMPUTABLE_INTERVAL:
         raise NotComputable(f"its loss grid would need an interval of {h:.3g} nats, and e^{h:.3g} overflows")
     return h
