@@ -113,3 +113,13 @@ def test_huge_noise_on_full_batches_stays_at_the_exact_gaussian_power(sigma, ste
     exact = special.ndtr(special.ndtri(kappa) + math.sqrt(steps) / sigma)
     bound = reconstruction_bound(noise_multiplier=sigma, sample_rate=1.0, steps=steps, kappa=kappa)
     assert exact <= bound <= exact + 2e-15
+
+
+@pytest.mark.parametrize("sigma, steps, kappa", [(3.0, 1000, 1e-300), (30.0, 1000, 1e-30)])
+def test_a_tiny_prior_never_gives_a_bound_below_guessing(sigma, steps, kappa):
+    """The FFT composition's round-off (~1e-14, of either sign) once gave -6e-15 and -5e-15 here: a bound below
+    zero. The attacker can always guess, so no value lies below kappa; the exact power (4e-155, 1e-25) is below the
+    round-off, where the module docstring says the PLD value is not resolved."""
+    args = dict(noise_multiplier=sigma, sample_rate=1.0, steps=steps, kappa=kappa)
+    assert reconstruction_bound(**args) >= kappa
+    assert reconstruction_bound(**args) >= special.ndtr(special.ndtri(kappa) + math.sqrt(steps) / sigma) - 1e-14

@@ -77,7 +77,9 @@ class NotComputable(ArithmeticError):
 # --- the hockey-stick duality ----------------------------------------------------------------------------------------
 
 def power_from_delta(delta: Callable[[float], float], kappa: float, ceiling: float) -> float:
-    """min(ceiling, inf_eps delta(eps) + e^eps kappa) over eps in [log(kappa * _MIN_SCALE), log(1/kappa)].
+    """min(ceiling, inf_eps delta(eps) + e^eps kappa) over eps in [log(kappa * _MIN_SCALE), log(1/kappa)], and at
+    least kappa (the attacker can guess): a composed PLD's delta carries FFT round-off of either sign (to ~1e-14),
+    which took the infimum below zero (-6e-15 at q 1, T 1000, sigma 3, kappa 1e-300).
 
     In s = e^eps, delta is convex (a supremum of affine functions, also for a discrete PLD), so the objective is
     unimodal in eps: a grid brackets the minimum and a bounded Brent search refines it. Beyond log(1/kappa) the
@@ -94,7 +96,7 @@ def power_from_delta(delta: Callable[[float], float], kappa: float, ceiling: flo
     best = int(np.argmin(values))
     lo, hi = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
     refined = optimize.minimize_scalar(objective, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})
-    return min(ceiling, float(values[best]), float(refined.fun))
+    return max(kappa, min(ceiling, float(values[best]), float(refined.fun)))
 
 
 def step_loss(mu: float, q: float, z: float, *, relaxed: bool) -> float:

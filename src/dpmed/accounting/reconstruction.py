@@ -61,7 +61,10 @@ an upper bound at every sigma, and the record says so. Each value carries how it
 (why)".
 
 Accuracy. The PLD value exceeds the exact power by < 1e-3 relative in our checks (typically ~1e-4), and by at most
-~1e-15 absolute from dp_accounting's tail truncation, which dominates only for kappa below ~1e-13. Where the two
+~1e-15 absolute from dp_accounting's tail truncation, which dominates only for kappa below ~1e-13. Below ~1e-14 it
+is not resolved at all: the FFT composition's round-off moves delta by that much either way (the eps accountant's
+floor on delta, max(1e-12, 1e-15 T), has the same cause), so a value there is kept at kappa but may lie below the
+exact power (q = 1, T = 1000, sigma = 3, kappa = 1e-300: the exact power is 4e-155). Where the two
 add/remove directions have close powers it can exceed both by more (T = 1, q = 0.5, sigma = 0.5, kappa = 0.3: 4%):
 dp_accounting's PLD takes the larger delta at each eps before the duality, and inf_eps of a maximum is at least the
 maximum of the infima; still an upper bound. The Edgeworth
