@@ -158,6 +158,25 @@ def test_more_noise_hinders_the_attacker(sigma, q, steps, kappa, factor):
             <= reconstruction_bound(**args, noise_multiplier=sigma) * (1 + ORDER_SLACK))
 
 
+
+@FEW
+@given(sigma=sigmas, q=st.floats(0.005, 0.999), steps=step_counts,
+       kappa=st.sampled_from([1e-12, 1e-6, 1e-3, 0.05, 0.5, 0.99]), factor=st.floats(1.2, 3.0))
+@example(sigma=1.0, q=0.5, steps=10, kappa=1e-3, factor=3.0)  # gamma ~ 0.1: far above kappa, so order matters
+def test_subsampling_lies_between_guessing_and_the_full_batch_power_and_grows_with_kappa(sigma, q, steps, kappa,
+                                                                                          factor):
+    """Poisson subsampling is a post-processing of the full-batch pair (keep the output with probability q, else
+    draw afresh from N(0, 1)), in both add/remove directions, so no attacker beats the exact full-batch power
+    Phi(Phi^-1(kappa) + sqrt(T)/sigma) (mu-GDP, computed here without dp_accounting); nor does it fall below
+    guessing. And gamma = 1 - f(kappa) grows with kappa, since the trade-off curve f falls."""
+    args = dict(noise_multiplier=sigma, sample_rate=q, steps=steps)
+    full_batch = float(special.ndtr(special.ndtri(kappa) + math.sqrt(steps) / sigma))
+    value = reconstruction_bound(**args, kappa=kappa)
+    assert kappa <= relaxed_reconstruction_bound(**args, kappa=kappa) <= full_batch * (1 + ORDER_SLACK)
+    assert kappa <= value <= full_batch * (1 + ORDER_SLACK)
+    larger = min(0.999, kappa * factor)
+    assert reconstruction_bound(**args, kappa=larger) >= value * (1 - ORDER_SLACK)
+
 def test_membership_inference_tpr_is_gamma_at_kappa_equal_to_fpr():
     """The same trade-off curve: TPR at FPR x is gamma at kappa = x, and it grows with x."""
     args = dict(noise_multiplier=1.5, sample_rate=0.05, steps=100)
