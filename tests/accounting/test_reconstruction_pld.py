@@ -123,3 +123,12 @@ def test_a_tiny_prior_never_gives_a_bound_below_guessing(sigma, steps, kappa):
     args = dict(noise_multiplier=sigma, sample_rate=1.0, steps=steps, kappa=kappa)
     assert reconstruction_bound(**args) >= kappa
     assert reconstruction_bound(**args) >= special.ndtr(special.ndtri(kappa) + math.sqrt(steps) / sigma) - 1e-14
+
+
+@pytest.mark.parametrize("sigma", [0.05, 0.1])
+def test_the_relaxed_bound_of_full_batches_with_little_noise_is_computed(sigma):
+    """q = 1, kappa = 1e-300 (too small for the exact limits to pin it): the relaxed step's smallest loss,
+    log(1 - q + q e^(-mu^2/2)), was taken as log1p(-1.0), a math domain error that reached the command line as
+    "dpmed: error: math domain error". One step's exact relaxed power (1e-15 from dp_accounting's truncation)."""
+    value = relaxed_reconstruction_bound(noise_multiplier=sigma, sample_rate=1.0, steps=1, kappa=1e-300)
+    assert exact_one_step_relaxed(sigma, 1.0, 1e-300) <= value <= 2e-15

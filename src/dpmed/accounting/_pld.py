@@ -225,7 +225,11 @@ class _RelaxedStep:
 
     @property
     def loss_min(self) -> float:
-        return math.log1p(-self.q * -math.expm1(-self.mu ** 2 / 2))
+        # log(1 - q + q e^(-mu^2/2)); log1p(-q (1 - e^(-mu^2/2))) is log(0), a domain error, at q = 1 once
+        # e^(-mu^2/2) rounds to 0 (sigma 0.1 and below)
+        if self.q == 1:
+            return -self.mu ** 2 / 2
+        return float(np.logaddexp(math.log1p(-self.q), math.log(self.q) - self.mu ** 2 / 2))
 
     def threshold(self, eps: np.ndarray) -> np.ndarray:
         """a(eps) >= 0 with L(a) = eps; 0 where eps <= loss_min."""
