@@ -132,3 +132,22 @@ def test_the_relaxed_bound_of_full_batches_with_little_noise_is_computed(sigma):
     "dpmed: error: math domain error". One step's exact relaxed power (1e-15 from dp_accounting's truncation)."""
     value = relaxed_reconstruction_bound(noise_multiplier=sigma, sample_rate=1.0, steps=1, kappa=1e-300)
     assert exact_one_step_relaxed(sigma, 1.0, 1e-300) <= value <= 2e-15
+
+
+@pytest.mark.parametrize("steps", [1000, 30000])
+def test_the_relaxed_bound_never_exceeds_the_worst_case_where_its_grid_is_too_coarse(steps):
+    """Before: at sigma 1e15 on full batches the relaxed PLD, on a grid sized from the worst case's much wider loss
+    range, gave 1.057e-12 (T 1000) and 2.67e-12 (T 30000) against the worst case's 1.001e-12, breaking "it never
+    exceeds the worst case"; the smaller of the two upper bounds holds, and says where it came from."""
+    from dpmed.accounting import reconstruction_risk
+
+    setting = dict(noise_multiplier=1e15, sample_rate=1.0, steps=steps, kappa=1e-12)
+    worst, relaxed = reconstruction_bound(**setting), relaxed_reconstruction_bound(**setting)
+    assert relaxed <= worst
+    risk = reconstruction_risk(**setting)
+    assert risk.relaxed <= risk.worst_case
+    assert risk.relaxed_via.startswith("the worst case's bound, which the relaxed case never exceeds (PLD"), \
+        risk.relaxed_via
+    # where the relaxed PLD resolves its own, smaller value, that value stands
+    risk = reconstruction_risk(noise_multiplier=1.0, sample_rate=0.01, steps=1000, kappa=1e-3)
+    assert risk.relaxed < risk.worst_case and risk.relaxed_via == "PLD"
