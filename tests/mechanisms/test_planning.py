@@ -372,6 +372,24 @@ def test_an_image_unit_with_a_cap_counts_the_capped_images_and_only_where_patien
     assert plan.privacy.patient_guarantee is None and plan.privacy.image_cap_key is None
 
 
+def test_a_patient_unit_samples_at_the_patients_rate_not_the_images():
+    """Patients of 1, 2 and 5 images, 30 of each (90 patients, 240 images), the patient the unit, batch 10: the
+    accountant's q is the patients' 10 / 90 (not the images' 10 / 240), and where the count is released it is the
+    released patient count's 10 / 97. A q over images would understate what one patient's inclusion costs."""
+    from dpmed.config.schema import Study
+
+    study = Study.model_validate({"name": "p", "training": {"epochs": 1, "batch_size": 10}, "arms": [
+        {"name": "dp", "mechanism": "dp_sgd", "noise_multiplier": 1.5, "privacy_unit": "patient"}]})
+    counts = np.array([1, 2, 5] * 30, dtype=np.int64)
+    (plan,) = plan_runs(study, PlanContext(images_per_patient=counts, image_shape=(1, 16, 16)))
+    assert plan.privacy.unit == "patient" and plan.privacy.size_key == "patients"
+    assert plan.privacy.n_units == 90 and plan.privacy.sample_rate == pytest.approx(10 / 90)
+    released = PlanContext(images_per_patient=counts, image_shape=(1, 16, 16), released_sizes={"patients": 97},
+                           size_epsilon=0.05)
+    (plan,) = plan_runs(study, released)
+    assert plan.privacy.n_units == 97 and plan.privacy.sample_rate == pytest.approx(10 / 97)
+
+
 @pytest.mark.parametrize("n", [1, 20])
 def test_a_batch_equal_to_a_public_count_plans_every_unit_in_every_step(n):
     """An expected batch of all N units is q = 1, not a refusal: T = epochs round(N / B) = 2 epochs of one step, the
