@@ -5,14 +5,16 @@ Two values are stated on every image-level card whose arm declares max_images_pe
 group value (Ganesh 2024: the PLD of a mixture of Gaussians with sensitivities 0..k and Binomial(k, q) weights).
 A wrong value here is a wrong promise to every patient with several images, so each is checked against independent
 truth: the formula worked by hand, the tight value at q = 1 against the exact Gaussian mechanism (Balle and Wang
-2018, solved here with scipy, not dp_accounting), and the released count's eps, which ``patient_guarantee`` must add
-k times (the count counts each of the patient's images).
+2018, solved here with scipy, not dp_accounting), one step at q < 1 against the exact mixture (normal tails, both
+directions), and the released count's eps, which ``patient_guarantee`` must add k times (the count counts each of the
+patient's images).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from dpmed.accounting import dp_sgd_epsilon, group_privacy
@@ -319,3 +321,44 @@ def test_a_pld_eps_it_does_not_resolve_is_never_stated(monkeypatch, unresolved):
     assert got.tight_epsilon is None and "could not be computed" in got.tight_missing
     with pytest.raises(ValueError, match="above the 500 a PLD resolves"):
         patient_epsilon([], [ImageGroup(2, PoissonGaussianEvent(2.0, 0.1, 10))], delta=DELTA)
+
+
+def _one_step_group_epsilon(sigma: float, q: float, k: int, delta: float) -> float:
+    """eps(delta) of one step for add/remove one patient with k images, each Poisson-sampled at q, exactly:
+    P = sum_j Binomial(j; k, q) N(j, sigma^2) against Q = N(0, sigma^2). log P/Q rises with x, so each direction's
+    hockey stick is a difference of normal tails past the point where the loss crosses eps (remove) or -eps (add).
+    scipy only: independent of dp_accounting's mixture-of-Gaussians PLD."""
+    from scipy import optimize, special, stats
+
+    j = np.arange(k + 1)
+    w = stats.binom.pmf(j, k, q)
+
+    def loss(x):
+        return special.logsumexp(np.log(w) + (2 * j * x - j * j) / (2 * sigma ** 2))
+
+    def crossing(level):
+        return optimize.brentq(lambda x: loss(x) - level, -1e3, 1e3, xtol=1e-13)
+
+    def both(eps):
+        x = crossing(eps)
+        remove = np.dot(w, stats.norm.sf((x - j) / sigma)) - math.exp(eps) * stats.norm.sf(x / sigma)
+        if -eps <= math.log(w[0]):               # the loss never falls below log w_0: the add side is 0
+            return remove
+        x = crossing(-eps)
+        add = stats.norm.cdf(x / sigma) - math.exp(eps) * np.dot(w, stats.norm.cdf((x - j) / sigma))
+        return max(remove, add)
+
+    return optimize.brentq(lambda eps: both(eps) - delta, 1e-9, 200.0, xtol=1e-12)
+
+
+@pytest.mark.parametrize("sigma, q, k", [(1.0, 0.1, 3), (2.0, 0.3, 5), (0.7, 0.05, 2), (0.5, 0.5, 4)])
+def test_one_step_s_tight_value_is_the_exact_mixture_of_gaussians_at_a_rate_below_one(sigma, q, k):
+    """At q < 1 the patient's J ~ Binomial(k, q) images make the step a mixture; its exact eps in both directions
+    (normal tails, no dp_accounting) lies at or below the tight value (a smaller one would promise too much), and
+    within the PLD's discretisation of it. Weights or sensitivities off by one image, or one direction left out,
+    move it by far more."""
+    exact = _one_step_group_epsilon(sigma, q, k, DELTA)
+    run = dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=1, delta=DELTA)
+    tight = group_privacy(epsilon=run, delta=DELTA, k=k, noise_multiplier=sigma, sample_rate=q,
+                          steps=1).tight_epsilon
+    assert exact - 1e-9 <= tight and tight == pytest.approx(exact, rel=0.01)
