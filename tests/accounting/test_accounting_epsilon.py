@@ -60,6 +60,30 @@ def test_a_rate_a_hair_below_one_is_accounted_as_one(q, accountant, exact_gaussi
     assert eps >= exact_gaussian_epsilon(math.sqrt(steps) / sigma, delta) - 1e-9
 
 
+@pytest.mark.parametrize("sigma, q, steps, delta", [
+    (1.0, 0.01, 1000, 1e-5), (2.0, 0.1, 200, 1e-5), (5.002, 128 / 5218, 2039, 1e-4), (0.8, 0.05, 500, 1e-6),
+    (3.0, 0.2, 50, 1e-5), (0.6, 0.001, 10000, 1e-5), (1.5, 0.8, 20, 1e-3), (10.0, 0.5, 3000, 1e-8)])
+def test_pld_eps_lies_within_a_second_accountant_s_certified_bracket(sigma, q, steps, delta):
+    """Against an implementation that shares no code with dp_accounting: Opacus's PRV accountant (Gopi, Lee, Wutschitz
+    2021) brackets the true eps of the remove direction between certified bounds, here within 0.01 either side. The
+    true eps of add/remove, dpmed's relation, is at least the remove direction's, so dpmed's eps must not fall below
+    the lower bound (a claim too small); and at these settings the remove direction is the larger one, so it must not
+    exceed the upper bound either (the pessimistic PLD's rounding is well inside 0.01). Settings from small to large
+    q, delta and T, and 000_56c2431ae4df8d10.txt's."""
+    import warnings
+
+    from opacus.accountants import PRVAccountant
+
+    prv = PRVAccountant()
+    prv.history = [(sigma, q, steps)]          # (noise multiplier, sample rate, steps), as its step() records them
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # its RDP-based domain sizing warns at the largest order
+        low, _, high = prv._get_dprv(eps_error=0.01, delta_error=delta / 1000).compute_epsilon(delta, delta / 1000,
+                                                                                                0.01)
+    eps = dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta, accountant="pld")
+    assert low <= eps <= high, (low, eps, high)
+
+
 def within_pld_range(**args) -> bool:
     """Settings whose RDP eps is below 400 have PLD eps below its 500 limit."""
     return dp_sgd_epsilon(**args, accountant="rdp") < 400
