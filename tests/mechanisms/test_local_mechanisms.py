@@ -119,3 +119,20 @@ def test_scalar_shift_is_registered_as_no_private_mechanism():
 
     assert mechanism_info("scalar_shift").is_private is False
     assert mechanism_info("pixel_laplace").is_private and mechanism_info("pixel_gaussian").is_private
+
+
+@pytest.mark.parametrize("make", [lambda: PixelGaussian(std=0.3), lambda: PixelLaplace(scale=0.3),
+                                  lambda: ScalarShift(scale=0.3)], ids=["gaussian", "laplace", "shift"])
+@pytest.mark.parametrize("bad", [1.0 + 1e-6, -1e-6, float("nan")])
+def test_a_value_outside_the_range_the_sensitivity_is_for_is_refused_not_released(make, bad):
+    """The claims are for inputs in [0, R]: clipping only the output, a pixel at 255 read as R = 1 comes out as R
+    always, while one at 0 does a share e^(-R/b)/2 of the time, a ratio above e^(R/b). The mechanism names the image
+    and the value instead of releasing it."""
+    images = np.full((300, 1, 4, 4), 0.5, dtype=np.float32)
+    images[257, 0, 2, 3] = bad                      # in the second chunk of 256
+    with pytest.raises(ValueError, match=r"image 257 holds the value .* at \(channel, row, column\) \(0, 2, 3\), "
+                                         r"outside \[0, 1\]"):
+        make().apply(images, rng=_rng())
+    images[257, 0, 2, 3] = 1.0                      # the ends themselves are in range
+    images[0] = 0.0
+    assert make().apply(images, rng=_rng()).shape == images.shape
