@@ -155,6 +155,28 @@ def test_the_local_dp_release_of_the_training_images_is_drawn_from_its_own_strea
                                                                 rng=randomness().stream("examples")))
 
 
+@pytest.mark.parametrize("channels", [1, 3])
+def test_the_local_dp_release_is_accounted_for_every_value_noised_colour_channels_included(tmp_path_factory,
+                                                                                           tmp_path, channels):
+    """A grey phantom read with 3 channels is noised in 3 x 16 x 16 = 768 values: at b = 2 the recorded release
+    costs d / b = 384 per image, 3 times the grey study's 128 (by hand), and the plan, the card the study announces
+    before training and the card of the recorded release all state that d and that eps."""
+    from dpmed.accounting import Ledger
+    from dpmed.study import planned_card
+
+    study, dataset, plans = _planned(tmp_path_factory, STUDY.replace("image_size: 16}",
+                                                                     f"image_size: 16, channels: {channels}}}"))
+    plan = next(p for p in plans if p.arm == "lap")
+    folder = StudyFolder(tmp_path).run(plan.run_id)
+    folder.make()
+    train_set, _, events = _training_set(plan, dataset, PrivacyRandomness.reproducible(seed=3, run_id="r"), folder)
+    assert train_set.images.shape[1:] == (channels, 16, 16)
+    recorded = mechanism_info("pixel_laplace").card(plan.privacy, Ledger(events), "secure")
+    announced = planned_card(plan, dataset.train.image_shape, "secure")
+    assert plan.privacy.dimension == recorded.dimension_d == announced.dimension_d == channels * 256
+    assert recorded.epsilon_image == announced.epsilon_image == channels * 128.0
+
+
 def test_starting_weights_must_be_the_file_the_study_recorded_and_load_as_it_counted(tmp_path):
     from dpmed.models.weights import file_sha256
 
