@@ -177,6 +177,24 @@ def test_the_local_dp_release_is_accounted_for_every_value_noised_colour_channel
     assert recorded.epsilon_image == announced.epsilon_image == channels * 128.0
 
 
+def test_a_local_dp_run_of_several_epochs_is_one_release_of_its_images(tmp_path_factory, tmp_path):
+    """The images are noised once, before training, and that copy serves all 3 epochs: the run's ledger holds one
+    release, and its card d / b = 256 / 2 = 128 per image (by hand), not 3 times that. A fresh copy per epoch would
+    be 3 releases, and the card would have to say 384."""
+    import dpmed.run as run
+    from dpmed.accounting import LaplaceImageEvent
+
+    study, dataset, plans = _planned(tmp_path_factory, STUDY + "training: {epochs: 3, batch_size: 32}\n"
+                                     "evaluation: {bootstrap_resamples: 10, fairness: null}\n")
+    plan = next(p for p in plans if p.arm == "lap")
+    assert plan.training.epochs == 3
+    record = run.run_one(plan, RunContext(dataset=dataset, evaluation=study.evaluation, progress=False),
+                         StudyFolder(tmp_path).run(plan.run_id))
+    assert [type(e) for e in record.ledger.events] == [LaplaceImageEvent]
+    assert record.privacy.epsilon_image == record.privacy.epsilon == 128.0 and record.privacy.is_dp
+    assert "noised once" in record.privacy.scope and "every epoch" in record.privacy.scope
+
+
 def test_starting_weights_must_be_the_file_the_study_recorded_and_load_as_it_counted(tmp_path):
     from dpmed.models.weights import file_sha256
 

@@ -36,7 +36,9 @@ from dpmed.randomness import DRAW_BOUNDS, LAPLACE_DRAW_BOUND
 __all__ = ["PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "INFO", "LOCAL_CARD"]
 
 # What every local-DP card says about its unit (the image) and the patient.
-LOCAL_CARD = {"scope": "local DP on each released training image", "unit": "image",
+LOCAL_CARD = {"scope": ("local DP on each released training image: noised once per run, and that one noised copy "
+                       "trains every epoch (one release; each run noises its own copy, and the study composes them)"),
+              "unit": "image",
               "neighbour_relation": accounting.NEIGHBOUR_LDP_IMAGE, "labels": LABELS_IN_CLEAR, "covers": COVERAGE,
               "patients": ("each image is released on its own: a patient with k images is protected by k eps_image "
                            "(basic composition)"), "randomness": LOCAL_RANDOMNESS}
