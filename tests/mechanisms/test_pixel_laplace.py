@@ -66,6 +66,8 @@ def test_the_card_names_delta_the_accountant_the_unit_what_is_unprotected_and_no
     card = mechanism_info("pixel_laplace").card(plan, Ledger((PixelLaplace(scale=0.5).event((1, 64, 64)),)), "secure")
     assert card.statement.startswith("eps_image = 8,192 at delta = 0 (closed form, the Laplace mechanism; unit: one")
     assert "how many images there are" in card.statement and "eps_pixel = 2" in card.statement
+    # a study of local-DP runs reports its training patients' count exactly: the card must not leave it out
+    assert "how many patients they come from are released in the clear" in card.labels
     # eps_pixel is per value as noised: a grey pixel copied into 3 channels is 3 of them
     assert "a grey film read with 3 channels or enlarged, is protected only as their group): eps_pixel = 2" \
         in card.statement

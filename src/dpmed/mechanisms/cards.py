@@ -11,8 +11,9 @@ __all__ = ["COVERAGE", "SECURE_RANDOMNESS", "LABELS_IN_CLEAR", "label_randomness
 COVERAGE = "the training images; validation images (threshold choice) and test images are not protected"
 SECURE_RANDOMNESS = ("privacy randomness (sampling, noise) fresh from OS entropy for this run, AES-128-CTR, "
                      "never written to a shareable file")
-LABELS_IN_CLEAR = ("the labels, and how many images there are, are released in the clear: local DP on the pixels "
-                   "protects neither")
+# A study without DP-SGD runs reports its exact training counts, of images and of patients (`records.DatasetSummary`).
+LABELS_IN_CLEAR = ("the labels, how many images there are and how many patients they come from are released in the "
+                   "clear: local DP on the pixels protects none of them")
 # eps_pixel is per value of the C x H x W image the noise is added to. A source pixel copied into several of them (a
 # grey film read with channels: 3, or enlarged by the resize) is protected only as a group of its copies.
 PIXEL_VALUE = ("the same for one pixel value of the image as noised (a source pixel copied into several values, as "
