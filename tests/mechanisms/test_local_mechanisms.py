@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dpmed.accounting import GaussianImageEvent, gaussian_image_epsilon
+from dpmed.errors import PrivacyError
 from dpmed.mechanisms import PixelGaussian, PixelLaplace, ScalarShift
 from dpmed.randomness import PrivacyRandomness
 
@@ -130,7 +131,7 @@ def test_a_value_outside_the_range_the_sensitivity_is_for_is_refused_not_release
     and the value instead of releasing it."""
     images = np.full((300, 1, 4, 4), 0.5, dtype=np.float32)
     images[257, 0, 2, 3] = bad                      # in the second chunk of 256
-    with pytest.raises(ValueError, match=r"image 257 holds the value .* at \(channel, row, column\) \(0, 2, 3\), "
+    with pytest.raises(PrivacyError, match=r"image 257 holds the value .* at \(channel, row, column\) \(0, 2, 3\), "
                                          r"outside \[0, 1\]"):
         make().apply(images, rng=_rng())
     images[257, 0, 2, 3] = 1.0                      # the ends themselves are in range

@@ -16,6 +16,8 @@ from typing import Callable
 
 import numpy as np
 
+from dpmed.errors import PrivacyError
+
 __all__ = ["perturb"]
 
 # Images perturbed per call of the generator: bounds the float64 noise buffer (256 x 224 x 224 x 3 ~ 300 MB).
@@ -36,10 +38,11 @@ def perturb(images: np.ndarray, *, rng: np.random.Generator, value_range: float,
 
 
 def _check_range(block: np.ndarray, value_range: float, start: int) -> None:
-    """Refuse a value outside [0, R] (or NaN): the noise's eps is for inputs that differ by at most R per value."""
+    """Refuse a value outside [0, R] (or NaN): the noise's eps is for inputs that differ by at most R per value. A
+    PrivacyError, as every refusal of a claim that would not hold: the user sees its message, not a traceback."""
     inside = (block >= 0) & (block <= value_range)      # False for NaN
     if not inside.all():
         index = np.unravel_index(np.argmin(inside), block.shape)
-        raise ValueError(f"image {start + index[0]} holds the value {block[index]!r} at (channel, row, column) "
-                         f"{tuple(int(i) for i in index[1:])}, outside [0, {value_range:g}]: local DP noise is "
-                         f"accounted for values in [0, {value_range:g}] only; preprocess the images into that range")
+        raise PrivacyError(f"image {start + index[0]} holds the value {block[index]!r} at (channel, row, column) "
+                           f"{tuple(int(i) for i in index[1:])}, outside [0, {value_range:g}]: local DP noise is "
+                           f"accounted for values in [0, {value_range:g}] only; preprocess the images into that range")
