@@ -496,7 +496,6 @@ def test_risk_never_shows_a_bound_below_itself(capsys):
     assert "0.0000%" not in out and _shown_percent(out, "worst case") >= 1e-5
 
 
-
 def test_risk_says_which_lines_are_not_bounds(capsys):
     """The heading reads "upper bounds"; the Edgeworth value is an approximation (it can fall below the exact power)
     and the GDP/CLT value a sanity value, and their lines say so, where a reader would otherwise take them as
@@ -507,6 +506,12 @@ def test_risk_says_which_lines_are_not_bounds(capsys):
              if line.startswith("  ") and "%" in line}
     assert "an approximation, not a bound" in lines["worst case (Edgeworth)"]
     assert "sanity value only" in lines["GDP/CLT shortcut"]
+    # where the Edgeworth line gives an exact limit, it is not called an approximation beside "exact limit"
+    assert main(["privacy", "risk", "--noise-multiplier", "1e9", "--sample-rate", "0.1", "--steps", "30",
+                 "--kappa", "0.01"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  worst case (Edgeworth)"))
+    assert "exact limit (pinned)" in line and "approximation" not in line, line
+
 
 @pytest.mark.parametrize("command", [["epsilon", "--noise-multiplier", "1.2"], ["calibrate", "--target-epsilon", "2"]])
 def test_the_unit_names_the_neighbours_and_leaves_the_number_as_it_is(capsys, command):

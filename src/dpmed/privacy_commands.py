@@ -234,8 +234,9 @@ def _privacy_risk(args: argparse.Namespace) -> int:
                                           kappa=kappa, unit=args.unit)
     print(f"reconstruction success, upper bounds (prior kappa = {kappa:.4g}), and how each was obtained:")
     print(f"  worst case                {_bound(risk.worst_case)}   {risk.worst_case_via}")
-    print(f"  worst case (Edgeworth)    {_bound(risk.worst_case_edgeworth)}   an approximation, not a bound; "
-          f"cross-check of the line above: {risk.worst_case_edgeworth_via}")
+    edgeworth = ("" if risk.worst_case_edgeworth_via.startswith("exact") else "an approximation, not a bound; ")
+    print(f"  worst case (Edgeworth)    {_bound(risk.worst_case_edgeworth)}   {edgeworth}cross-check of the line "
+          f"above: {risk.worst_case_edgeworth_via}")
     print(f"  relaxed (sign unknown)    {_bound(risk.relaxed)}   {risk.relaxed_via}")
     print(f"  GDP/CLT shortcut          {_bound(risk.gdp)}   sanity value only: {risk.gdp_via}")
     print("membership inference, best possible attack:")
