@@ -158,7 +158,6 @@ def test_more_noise_hinders_the_attacker(sigma, q, steps, kappa, factor):
             <= reconstruction_bound(**args, noise_multiplier=sigma) * (1 + ORDER_SLACK))
 
 
-
 @FEW
 @given(sigma=sigmas, q=st.floats(0.005, 0.999), steps=step_counts,
        kappa=st.sampled_from([1e-12, 1e-6, 1e-3, 0.05, 0.5, 0.99]), factor=st.floats(1.2, 3.0))
@@ -176,6 +175,7 @@ def test_subsampling_lies_between_guessing_and_the_full_batch_power_and_grows_wi
     assert kappa <= value <= full_batch * (1 + ORDER_SLACK)
     larger = min(0.999, kappa * factor)
     assert reconstruction_bound(**args, kappa=larger) >= value * (1 - ORDER_SLACK)
+
 
 def test_membership_inference_tpr_is_gamma_at_kappa_equal_to_fpr():
     """The same trade-off curve: TPR at FPR x is gamma at kappa = x, and it grows with x."""

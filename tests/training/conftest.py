@@ -187,4 +187,3 @@ def unit_gradients():
 def clipped():
     """``clipped(norms, gradients, clip)``: the clipped sum of unit_gradients' gradients, by the definition."""
     return _clipped
-
