@@ -240,3 +240,13 @@ def test_the_fallback_for_a_set_of_runs_serves_their_noise_or_none_for_both():
     assert fallback_accountant(["gaussian", "laplace"]) is None
     assert fallback_accountant(["laplace", "gaussian", "laplace"]) is None
     assert fallback_accountant([]) is None
+
+
+def test_laplace_eps_beyond_the_pld_names_the_pure_bound_not_rdp():
+    """RDP refuses Laplace noise, so pointing a Laplace run beyond PLD's limit at it sends the user to a second
+    refusal; the bound that certifies there, and the estimate printed, is the pure one (4769.75 here)."""
+    with pytest.raises(ValueError, match="lies above 500") as caught:
+        dp_sgd_epsilon(noise_multiplier=0.02, sample_rate=0.1, steps=100, delta=1e-5, noise="laplace")
+    message = str(caught.value)
+    assert "accountant='pure' has no such limit" in message and "rdp" not in message.lower()
+    assert f"the pure-DP bound is eps ~ {pure_bound(0.02, 0.1, 100):.3g}" in message

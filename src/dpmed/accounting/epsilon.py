@@ -408,17 +408,21 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
     noises = {"laplace" if isinstance(e, PoissonLaplaceEvent) else "gaussian" for e in released}
     for noise in sorted(noises):
         accountant_info(accountant, noise)         # refused up front, naming the accountants that analyse it
-    refuse_unresolved(accountant, delta, sum(e.steps for e in released),
-                      noise=noises.pop() if len(noises) == 1 else "mixed")
+    noise = noises.pop() if len(noises) == 1 else "mixed"
+    refuse_unresolved(accountant, delta, sum(e.steps for e in released), noise=noise)
     eps = info.epsilon(released, delta)
     if math.isnan(eps):
         raise ValueError(f"accountant {accountant!r} returned nan for {_described(released)}; try the other "
                          "accountant")
     if eps == math.inf:  # sigma > 0, so inf means the accountant could not resolve eps, not that it is infinite
-        limit = (f"{info.max_epsilon:g}, the largest accountant {accountant!r} certifies (accountant='rdp' has no "
-                 "such limit)" if info.max_epsilon < math.inf else f"what accountant {accountant!r} can certify")
-        raise ValueError(f"the eps of {_described(released)} at delta = {delta:g} lies above {limit}; an RDP "
-                         f"estimate is eps ~ {estimate_epsilon(released, delta=delta):.3g}")
+        # the way out and the estimate follow the noise: RDP does not analyse Laplace noise, the pure bound does
+        fallback = _FALLBACK.get(noise)
+        limit = (f"{info.max_epsilon:g}, the largest accountant {accountant!r} certifies"
+                 + (f" (accountant={fallback!r} has no such limit)" if fallback else "")
+                 if info.max_epsilon < math.inf else f"what accountant {accountant!r} can certify")
+        estimate = {"gaussian": "an RDP estimate", "laplace": "the pure-DP bound"}.get(noise, "an estimate")
+        raise ValueError(f"the eps of {_described(released)} at delta = {delta:g} lies above {limit}; {estimate} "
+                         f"is eps ~ {estimate_epsilon(released, delta=delta):.3g}")
     return eps
 
 
