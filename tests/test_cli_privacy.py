@@ -231,6 +231,24 @@ def test_a_run_is_said_not_to_be_dp_exactly_where_the_sampler_s_share_passes_del
     assert f"note: a dpmed run's card adds {paid:.2g} to delta" in out and "NOT DP" not in out
 
 
+def test_the_pure_line_s_delta_of_0_is_qualified_by_the_sampler_s_share(capsys):
+    """A Laplace run's card states the pure eps at delta = the bounded sampler's share (7.2e-16 here), not 0; the
+    command printed "delta = 0" alone, its note waiting for a share of 1e-3 of the --delta the pure line ignores."""
+    from dpmed.randomness import DRAW_BOUND
+
+    paid = accounting.bounded_noise_delta(noise="laplace", noise_multiplier=2.0, sample_rate=0.1, steps=100,
+                                          bound=DRAW_BOUND["laplace"])
+    assert 0 < paid < 1e-3 * 1e-5
+    setting = ["--noise-multiplier", "2", "--sample-rate", "0.1", "--steps", "100", "--delta", "1e-5",
+               "--noise", "laplace"]
+    assert main(["privacy", "epsilon", *setting, "--accountant", "all"]) == 0
+    assert f"note: a dpmed run's card states the pure eps at delta = {paid:.2g}, not 0" in capsys.readouterr().out
+    assert main(["privacy", "epsilon", *setting, "--accountant", "pld"]) == 0
+    assert "sampler" not in capsys.readouterr().out
+    assert main(["privacy", "calibrate", "--target-epsilon", "3", *setting[2:], "--accountant", "pure"]) == 0
+    assert "note: a dpmed run's card states the pure eps at delta = " in capsys.readouterr().out
+
+
 def test_the_parser_offers_the_accountants_and_noises_of_the_library():
     """The cli writes the choices out so as not to import dp_accounting; they must stay the library's."""
     import dpmed.cli

@@ -154,9 +154,11 @@ def _size_note(calibrating: bool, target: float | None = None) -> str:
             f"DP count of the training set, so the card reads eps + {STUDY_SIZE_EPSILON:g}{then}")
 
 
-def _sampler_note(args: argparse.Namespace, q: float, steps: int, sigma: float, delta: float) -> str | None:
+def _sampler_note(args: argparse.Namespace, q: float, steps: int, sigma: float, delta: float,
+                  pure: bool = False) -> str | None:
     """What dpmed's noise sampler, whose draws are bounded, does to this setting's claim (`accounting.truncation`):
-    nothing visible at the noise of eps up to several hundred; a share of delta; or the whole claim."""
+    nothing visible at the noise of eps up to several hundred; a share of delta; or the whole claim. ``pure``: a
+    pure line was printed at delta = 0, which any share at all qualifies (a run's card states the share there)."""
     from dpmed.randomness import DRAW_BOUND, DRAW_BOUNDS    # numpy's samplers, not accounting's
 
     if not sigma > 0:    # no noise at all: eps is infinite whatever the sampler draws, and the eps line says so
@@ -170,6 +172,9 @@ def _sampler_note(args: argparse.Namespace, q: float, steps: int, sigma: float, 
                 f"(probability up to {paid:.2g} over the run, above delta); the eps above is for exact noise")
     if paid >= 1e-3 * delta:
         return f"note: a dpmed run's card adds {paid:.2g} to delta for its noise sampler's bounded draws"
+    if pure and paid > 0:
+        return (f"note: a dpmed run's card states the pure eps at delta = {paid:.2g}, not 0, for its noise sampler's "
+                "bounded draws")
     return None
 
 
@@ -178,6 +183,7 @@ def _privacy_epsilon(args: argparse.Namespace) -> int:
     delta = _delta(args, n)
     names = ([a for a in accounting.ACCOUNTANTS if args.noise in accounting.accountant_info(a).noises]
              if args.accountant == "all" else [args.accountant])
+    pure = False
     for name in names:
         try:
             eps = accounting.dp_sgd_epsilon(noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps,
@@ -189,9 +195,10 @@ def _privacy_epsilon(args: argparse.Namespace) -> int:
             print(f"eps: none certified  [{name}: {exc}]")
             continue
         shown = "0" if name == "pure" else delta_text(delta)     # a pure-DP bound: delta plays no role in it
+        pure = pure or name == "pure"
         print(f"eps = {up_to_figures(eps, 6):.6g} at delta = {shown}, add/remove one {args.unit}  [{name}: "
               f"{accounting.describe_accountant(name)}]")
-    note = _sampler_note(args, q, steps, args.noise_multiplier, delta)
+    note = _sampler_note(args, q, steps, args.noise_multiplier, delta, pure=pure)
     if note:
         print(note)
     print(_size_note(calibrating=False))
@@ -214,7 +221,7 @@ def _privacy_calibrate(args: argparse.Namespace) -> int:
           f"{accounting.describe_accountant(name)}]")
     if note:
         print(f"note: {note}")
-    sampler = _sampler_note(args, q, steps, sigma, delta)
+    sampler = _sampler_note(args, q, steps, sigma, delta, pure=name == "pure")
     if sampler:
         print(sampler)
     print(_size_note(calibrating=True, target=args.target_epsilon))
