@@ -78,3 +78,12 @@ def test_kappa_refuses_grades_outside_its_classes_instead_of_counting_them_in_an
         quadratic_weighted_kappa(labels, predicted, n_classes=3)
     with pytest.raises(ValueError, match=r"weighted_kappa: .*class indices 0\.\.2"):     # the bootstrap's kappa too
         weighted_kappa(labels, predicted, np.ones((2, 3)), n_classes=3)
+
+
+def test_kappa_weighs_by_grade_distance_when_grades_between_are_never_seen():
+    """Grades 2 and 3 in neither labels nor predictions: calling 4 for a 1 is still three grades off. scikit-learn
+    without ``labels`` numbers only the grades it sees (0, 1, 4 become 0, 1, 2) and weighs that error as two."""
+    y, p = np.array([0, 1, 4, 1, 0]), np.array([0, 4, 4, 1, 1])
+    got = quadratic_weighted_kappa(y, p, n_classes=5)
+    assert got == pytest.approx(cohen_kappa_score(y, p, weights="quadratic", labels=range(5)))
+    assert got != pytest.approx(cohen_kappa_score(y, p, weights="quadratic"))

@@ -201,8 +201,10 @@ def quadratic_weighted_kappa(labels, predicted, *, n_classes: int) -> float:
     O the observed share of (true i, predicted j) and E the product of the marginal shares.
 
     For ordinal grades (APTOS diabetic retinopathy 0-4, METHODS.md sec. 4): predicting grade 3 for a grade 4 eye costs
-    1/16 of predicting grade 0. Equals scikit-learn's ``cohen_kappa_score(labels, predicted, weights="quadratic")``;
-    nan when it is undefined (every label and prediction one class).
+    1/16 of predicting grade 0. Equals scikit-learn's ``cohen_kappa_score(labels, predicted, weights="quadratic",
+    labels=range(K))``: the weights are distances between grades, also where a grade between two others is never
+    seen (scikit-learn without ``labels`` renumbers the grades it sees); nan when it is undefined (every label and
+    prediction one class).
     """
     y = np.asarray(labels, dtype=np.int64)
     p = np.asarray(predicted, dtype=np.int64)
