@@ -6,6 +6,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices
@@ -43,6 +45,15 @@ def test_multiclass_macro_is_sklearn_one_vs_rest():
     assert macro == pytest.approx(roc_auc_score(labels, scores, multi_class="ovr", average="macro"), abs=1e-12)
     for k in range(4):
         assert per_class[str(k)] == pytest.approx(roc_auc_score(labels == k, scores[:, k]), abs=1e-12)
+
+
+def test_a_class_absent_from_the_set_is_nan_and_left_out_of_the_multiclass_macro():
+    rng = np.random.default_rng(3)
+    labels = rng.choice([0, 1, 3], 60)                   # class 2 of 4 never occurs
+    scores = rng.dirichlet(np.ones(4), 60)
+    macro, per_class = auroc(labels, scores, kind="multiclass")
+    assert np.isnan(per_class["2"])
+    assert macro == pytest.approx(np.mean([roc_auc_score(labels == k, scores[:, k]) for k in (0, 1, 3)]), abs=1e-12)
 
 
 def test_multilabel_macro_is_mean_over_labels_with_both_classes():
@@ -94,6 +105,47 @@ def test_youden_counts_are_exact_where_a_rate_times_its_class_size_is_not():
     scores = np.linspace(1.0, 0.01, labels.size)
     assert (labels.sum(), (labels == 0).sum()) == (49, 49) and (1 / 49) * 49 < 1
     assert youden_threshold(labels, scores) == scores[0]
+
+
+def _brute_youden(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Every distinct score tried from the highest down, positive when score >= it; the first largest J wins."""
+    best, chosen = None, None
+    for t in sorted(set(scores.tolist()), reverse=True):
+        called = scores >= t
+        j = called[labels == 1].sum() * (labels == 0).sum() - called[labels == 0].sum() * (labels == 1).sum()
+        if best is None or j > best:
+            best, chosen = j, t
+    return chosen
+
+
+# Scores on a coarse grid, so that many are tied, positives and negatives alike.
+_VAL_SETS = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 6)), min_size=2, max_size=40).filter(
+    lambda pairs: len({y for y, _ in pairs}) == 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_VAL_SETS)
+def test_youden_is_the_highest_of_the_best_distinct_scores_by_brute_force(pairs):
+    labels = np.array([y for y, _ in pairs])
+    scores = np.array([s / 6 for _, s in pairs])
+    assert youden_threshold(labels, scores) == _brute_youden(labels, scores)
+
+
+@pytest.mark.filterwarnings("ignore:.*bootstrap redraws:RuntimeWarning")    # tiny test sets: most redraws lose a class
+@settings(max_examples=50, deadline=None)
+@given(_VAL_SETS, _VAL_SETS)
+def test_the_stated_rates_are_those_of_score_at_or_above_the_validation_threshold(val, test):
+    val_y, val_s = np.array([y for y, _ in val]), np.array([s / 6 for _, s in val])
+    y, s = np.array([y for y, _ in test]), np.array([s / 6 for _, s in test])
+    row = evaluate_utility(kind="binary", label_names=["neg", "pos"], val_labels=val_y, val_scores=val_s,
+                           test_labels=y, test_scores=s, n_resamples=5, seed=0)
+    t = _brute_youden(val_y, val_s)
+    assert row["threshold"] == t
+    assert row["val_sensitivity"] == pytest.approx((val_s[val_y == 1] >= t).mean())
+    assert row["val_specificity"] == pytest.approx((val_s[val_y == 0] < t).mean())
+    assert row["test_sensitivity"] == pytest.approx((s[y == 1] >= t).mean())
+    assert row["test_specificity"] == pytest.approx((s[y == 0] < t).mean())
+    assert row["test_accuracy"] == pytest.approx(((s >= t) == (y == 1)).mean())
 
 
 @pytest.mark.parametrize("labels", [[0, 0, 0], [1, 1, 1]])
