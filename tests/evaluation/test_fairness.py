@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from fairlearn.metrics import demographic_parity_difference, equalized_odds_difference
 from sklearn.metrics import roc_auc_score
 
@@ -583,3 +585,47 @@ def test_an_attribute_not_recorded_once_per_test_image_is_refused_by_name():
     with pytest.raises(ValueError, match="attribute 'sex' has 9 values for 10 test images"):
         evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=Y, test_scores=S,
                           attributes={"sex": SEX[:-1]}, n_resamples=10, seed=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 4), st.sampled_from(["female", "male", "x", ""])),
+                min_size=2, max_size=25))
+def test_parities_on_small_groups_equal_hand_counts_and_fairlearn(images):
+    """Groups of one image, a group without a class, unknown sex: each group's accuracy parity is its accuracy minus
+    the pooled accuracy of the other named groups (each weighted by its size), its demographic parity likewise with
+    decisions, and the attribute's spreads are fairlearn's over the named groups (equalised odds over those with
+    both classes)."""
+    y = np.array([i[0] for i in images])
+    s = np.array([i[1] / 4 for i in images])
+    sex = np.array([i[2] for i in images])
+    entry = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s,
+                              attributes={"sex": sex}, n_resamples=3, seed=0).attributes["sex"]
+    groups = np.where(sex == "", UNKNOWN, sex)
+    named = sorted(set(groups.tolist()) - {UNKNOWN})
+    if not named:
+        assert entry.status == "n/a"
+        return
+    yhat = (s >= 0.5).astype(int)
+    right = (yhat == y).astype(float)
+    for g, got in entry.groups.items():
+        others = [h for h in named if h != g]
+        if not others:
+            assert got.accuracy_parity_difference.value is None
+            continue
+        rest_right = sum(right[groups == h].sum() for h in others) / sum((groups == h).sum() for h in others)
+        rest_called = sum(yhat[groups == h].sum() for h in others) / sum((groups == h).sum() for h in others)
+        assert got.accuracy_parity_difference.value == pytest.approx(right[groups == g].mean() - rest_right)
+        assert got.demographic_parity_difference.value == pytest.approx(yhat[groups == g].mean() - rest_called)
+    if len(named) < 2:
+        assert entry.demographic_parity_difference.value is None
+        return
+    compared = groups != UNKNOWN
+    assert entry.demographic_parity_difference.value == pytest.approx(
+        demographic_parity_difference(y[compared], yhat[compared], sensitive_features=groups[compared]))
+    both = [g for g in named if len(set(y[groups == g].tolist())) == 2]
+    if len(both) < 2:
+        assert entry.equalized_odds_difference.value is None
+    else:
+        keep = np.isin(groups, both)
+        assert entry.equalized_odds_difference.value == pytest.approx(
+            equalized_odds_difference(y[keep], yhat[keep], sensitive_features=groups[keep]))
