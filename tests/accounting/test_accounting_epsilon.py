@@ -84,6 +84,30 @@ def test_pld_eps_lies_within_a_second_accountant_s_certified_bracket(sigma, q, s
     assert low <= eps <= high, (low, eps, high)
 
 
+@pytest.mark.parametrize("runs", [
+    [(0.8703, 0.09143, 88), (3.491, 0.09143, 88)],                    # the quickstart's two DP-SGD runs
+    [(1.0, 0.01, 1000), (2.0, 0.05, 300), (0.8, 0.02, 100)],
+    [(2.446, 128 / 4708, 500), (0.730, 128 / 4708, 500)] * 3])        # PneumoniaMNIST's arms, three seeds
+def test_a_study_s_runs_compose_within_a_second_accountant_s_certified_bracket(runs):
+    """A study's total composes runs of other noise and rates on the same patients (`dpmed.budget`, through
+    ledger_epsilon); Opacus's PRV accountant composes them heterogeneously without dp_accounting. Its certified
+    bracket (0.01 either side) must hold dpmed's eps, as for one run above."""
+    import warnings
+
+    from opacus.accountants import PRVAccountant
+
+    from dpmed.accounting import Ledger, ledger_epsilon
+
+    prv = PRVAccountant()
+    prv.history = list(runs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        low, _, high = prv._get_dprv(eps_error=0.01, delta_error=1e-8).compute_epsilon(1e-5, 1e-8, 0.01)
+    ledger = Ledger(tuple(PoissonGaussianEvent(noise_multiplier=sigma, sample_rate=q, steps=steps)
+                          for sigma, q, steps in runs))
+    assert low <= ledger_epsilon(ledger, delta=1e-5) <= high, (low, high)
+
+
 def within_pld_range(**args) -> bool:
     """Settings whose RDP eps is below 400 have PLD eps below its 500 limit."""
     return dp_sgd_epsilon(**args, accountant="rdp") < 400
