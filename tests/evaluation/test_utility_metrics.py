@@ -269,8 +269,16 @@ def test_the_warning_comes_above_a_tenth_of_undefined_redraws_not_at_it():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _estimate({}, "test_auroc", 0.5, np.r_[np.full(10, np.nan), np.linspace(0, 1, 90)], 0.95)  # 10 of 100
-    with pytest.warns(RuntimeWarning, match="11 of 100"):
+    with pytest.warns(RuntimeWarning, match="11 of 100 .* the interval uses the other 89 and may be too narrow"):
         _estimate({}, "test_auroc", 0.5, np.r_[np.full(11, np.nan), np.linspace(0, 1, 89)], 0.95)
+
+
+def test_where_no_redraw_is_defined_the_warning_says_there_is_no_interval():
+    """Before: "the interval uses the other 0 and may be too narrow", of an interval that is nan at both ends."""
+    row: dict = {}
+    with pytest.warns(RuntimeWarning, match=r"100 of 100 .* \(one class only\); it has no interval\. The point"):
+        _estimate(row, "test_auroc", 0.5, np.full(100, np.nan), 0.95)
+    assert np.isnan(row["test_auroc_low"]) and np.isnan(row["test_auroc_high"])
 
 
 def test_no_warning_when_redraws_are_defined():

@@ -229,10 +229,12 @@ def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidenc
     """Put ``name``, ``name_low``, ``name_high`` into ``row``; warn when too many redraws are undefined."""
     undefined = int(np.isnan(redraws).sum())
     if undefined > UNDEFINED_REDRAWS_WARN_FRACTION * redraws.size:
+        interval = ("it has no interval" if undefined == redraws.size else
+                    f"the interval uses the other {redraws.size - undefined} and may be too narrow")
         warnings.warn(
             f"{name}: {undefined} of {redraws.size} bootstrap redraws of the test set leave it undefined (one class "
-            f"only); the interval uses the other {redraws.size - undefined} and may be too narrow. The point value "
-            "uses the whole test set. A larger test set, or fewer labels this rare, fixes this.",
+            f"only); {interval}. The point value uses the whole test set. A larger test set, or fewer labels this "
+            "rare, fixes this.",
             RuntimeWarning,
             stacklevel=3,
         )
