@@ -433,3 +433,13 @@ def test_auroc_refuses_an_empty_set_non_finite_scores_and_a_flat_multilabel_arra
 def test_an_empty_validation_split_is_named():
     with pytest.raises(ValueError, match="validation: no samples"):
         _binary_row(val_labels=np.zeros(0, int), val_scores=np.zeros(0))
+
+
+def test_a_test_set_of_one_patient_is_warned_of_its_zero_width_intervals():
+    """Before: a test set of one patient gave intervals such as 0.750 [0.750, 0.750] without a word: every redraw
+    draws that patient, so the interval measures nothing, and reads as certainty."""
+    with pytest.warns(RuntimeWarning, match="the test set holds one patient: every bootstrap redraw is the whole"):
+        row = evaluate_utility(kind="binary", label_names=["a", "b"], val_labels=[0, 1], val_scores=[0.2, 0.8],
+                               test_labels=[0, 1, 0, 1], test_scores=[0.2, 0.7, 0.6, 0.4], n_resamples=50, seed=0,
+                               test_patient_ids=["p"] * 4)
+    assert row["test_auroc_low"] == row["test_auroc_high"] == row["test_auroc"] == 0.75

@@ -418,6 +418,10 @@ def evaluate_utility(
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
     n_test = len(np.asarray(test_labels))
     redraws = bootstrap_redraws(n_test, patient_ids=test_patient_ids, n_resamples=n_resamples, seed=seed)
+    if redraws.n_units == 1:     # every redraw is the whole test set: intervals of zero width, which read as certainty
+        warnings.warn(f"the test set holds one {redraws.unit}: every bootstrap redraw is the whole test set, so each "
+                      "interval has zero width and measures no uncertainty; test on more patients",
+                      RuntimeWarning, stacklevel=2)
     if ordinal and kind != "multiclass":
         raise ValueError(f"ordinal applies to multiclass grades, not to a {kind} task")
     row = evaluate(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence)
