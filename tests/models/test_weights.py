@@ -339,3 +339,31 @@ def test_a_safetensors_file_is_told_how_to_convert_it(tmp_path):
             r"torch\.save\(safetensors\.torch\.load_file\(PATH\), NEW_PATH\)")
     with pytest.raises(ConfigError, match=told):
         read_state_dict(path)
+
+
+def test_a_truncated_or_empty_file_is_called_incomplete_not_another_format(tmp_path):
+    """A copy cut short (an interrupted transfer) or an empty file was told to save a state dict instead, after
+    torch's sentence cut mid-word at 200 characters; it is the right format, damaged: the advice is to copy it
+    again."""
+    whole = tmp_path / "whole.pt"
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=1, image_size=32).state_dict(), whole)
+    data = whole.read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[:len(data) // 2])
+    (tmp_path / "empty.pt").write_bytes(b"")
+    for name in ("cut.pt", "empty.pt"):
+        with pytest.raises(ConfigError) as err:
+            read_state_dict(tmp_path / name)
+        message = str(err.value)
+        assert message.startswith(f"model.weights: {tmp_path / name} is ") and "incomplete" in message and \
+            "copy it again" in message and "torch.save" not in message and "miniz" not in message, message
+
+
+def test_a_plain_pickle_gives_no_python_warning_beside_the_error(tmp_path, recwarn):
+    """pickle.dump of a list: torch warned about its pickle protocol (a UserWarning with torch's file and line) on
+    the user's terminal before dpmed's error."""
+    import pickle
+    path = tmp_path / "list.pkl"
+    path.write_bytes(pickle.dumps([1, 2, 3], protocol=4))
+    with pytest.raises(ConfigError, match="is not a torch state dict"):
+        read_state_dict(path)
+    assert not [str(w.message) for w in recwarn], [str(w.message) for w in recwarn]

@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -151,6 +152,10 @@ def _not_a_state_dict(exc: Exception, path: Path, key: str) -> str:
     # torch's own reason, where it gives one below its advice ("Unsupported operand 103": not a pickle at all)
     reason = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text) if weights_only else None
     first = reason.group(1)[:200] if reason else (text.strip().splitlines() or [""])[0][:200]
+    if isinstance(exc, EOFError) or "central directory" in text:   # empty, or a zip archive cut short
+        what = "empty" if isinstance(exc, EOFError) else "its end is missing"
+        return (f"{key}: {path} is incomplete or damaged ({what}: a copy cut short?); copy it again from where it "
+                "was saved")
     if path.suffix == ".safetensors":   # how timm and BiT weights are mostly published now; dpmed reads torch's
         return (f"{key}: {path} is a safetensors file, which dpmed does not read: convert it to a torch state dict "
                 "once, with torch.save(safetensors.torch.load_file(PATH), NEW_PATH) (pip install safetensors), and "
@@ -178,7 +183,9 @@ def read_state_dict(path: Path, *, key: str = "model.weights") -> dict[str, Tens
         raise ConfigError(f"{key}: no such file {path}; give the path of a local state dict (dpmed downloads "
                           "nothing)")
     try:
-        raw = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():   # torch's warnings on a file it then refuses (a pickle protocol) add nothing
+            warnings.simplefilter("ignore")
+            raw = torch.load(path, map_location="cpu", weights_only=True)
     except OSError as exc:     # before the catch-all: an unreadable file is no reason to re-save it
         raise ConfigError(_unreadable(exc, path, key)) from None
     except Exception as exc:   # torch raises several types for a file that is not a checkpoint
