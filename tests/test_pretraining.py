@@ -98,6 +98,19 @@ def test_saved_weights_start_every_arm_with_their_hash_and_what_trains(private, 
     assert start.trainable == "head" and start.n_trainable == 65 * 2 and start.n_frozen > 0
 
 
+def test_the_log_says_in_words_which_part_of_the_model_trains(private, tmp_path, caplog):
+    """``last_blocks: 1`` was logged as "parameters train (1)", a bare number; the log says it as the plan and the
+    report do."""
+    weights = tmp_path / "model.pt"
+    torch.save(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16).state_dict(), weights)
+    study = _study(model={"name": "small_cnn", "weights": str(weights), "weights_source": "the phantom, seed 9",
+                          "trainable": {"last_blocks": 1}})
+    with caplog.at_level("INFO", logger="dpmed.pretraining"):
+        start = prepare_start(study, private, StudyFolder(tmp_path / "out"))
+    assert (f"start: {start.n_trainable} parameters train (the head and the last 1 block(s)), {start.n_frozen} "
+            "frozen") in caplog.text, caplog.text
+
+
 def test_pretraining_trains_once_and_is_cached_by_content(private, tmp_path, monkeypatch):
     study = _study(pretrain=PUBLIC, model={"trainable": {"last_blocks": 1}})
     folder = StudyFolder(tmp_path)

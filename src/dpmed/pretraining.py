@@ -278,12 +278,17 @@ def refuse_other_starts(folder: StudyFolder, start: StartRecord | None) -> None:
     _refuse_clashes(folder, lambda before: _starting_point(before) == _starting_point(start), _start_text(start))
 
 
+def _part(trainable: str | int) -> str:
+    """What of the model ``trainable`` trains, in words ("the head and the last 2 block(s)")."""
+    return {"all": "the whole model", "head": "the head"}.get(trainable, f"the head and the last {trainable} block(s)")
+
+
 def describe_start(study: Study) -> str:
     """Where the arms of ``study`` will start and what of the model trains, from the study file alone (``dpmed
     plan``: nothing is read or trained); what a start learnt before the arms is not covered by any eps."""
     config, pretrain_config = study.model, study.pretrain
     trains = {"all": "every parameter trains", "head": "only the head trains"}.get(
-        config.trainable_setting, f"the head and the last {config.trainable_setting} block(s) train")
+        config.trainable_setting, f"{_part(config.trainable_setting)} train")
     if pretrain_config is None and config.weights is None:
         return f"random initialisation; {trains}"
     prior = "" if config.weights is None else f"{config.weights} ({config.weights_source})"
@@ -356,7 +361,7 @@ def prepare_start(study: Study, dataset: Dataset, folder: StudyFolder, *, progre
         _log.debug("start: loaded %s", ", ".join(loaded.loaded))
     n_trainable, n_frozen = set_trainable(model, trainable, head=info.head, blocks=info.blocks)
     _log.info("start: %d parameters train (%s), %d frozen (neither clipped nor noised under DP-SGD)", n_trainable,
-              trainable, n_frozen)
+              _part(trainable), n_frozen)
     start = StartRecord(weights=None if weights is None else str(weights), sha256=sha, trained_on=trained_on,
                         trainable=trainable, n_trainable=n_trainable, n_frozen=n_frozen,
                         loaded=0 if loaded is None else len(loaded.loaded),
