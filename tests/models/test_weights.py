@@ -111,6 +111,24 @@ def test_a_shape_mismatch_names_the_file_and_the_key(tmp_path):
         load_weights(grey, read_state_dict(path), head="head", path=path)
 
 
+def test_a_first_layer_of_other_channels_or_kernel_says_which_setting_fits_the_file(tmp_path):
+    """torchvision's ImageNet ResNet-18 names fit dpmed's resnet18, but its 3-channel 7x7 stem met a grey model at
+    64 px or less (a 3x3 stem) with only "another architecture, input channels or image size": the user could not
+    tell that data.channels and data.image_size decide it."""
+    path = _save(torchvision.models.resnet18(norm_layer=lambda c: nn.GroupNorm(32, c)).state_dict(),
+                 tmp_path / "tv.pt")
+    for channels, size, told in ((1, 32, ("takes 3-channel images, the model 1-channel ones: set data.channels: 3",
+                                          "kernel is 7x7 in the file, 3x3 in the model", "data.image_size")),
+                                 (1, 96, ("set data.channels: 3",)), (3, 32, ("7x7 in the file, 3x3",))):
+        model = build_model("resnet18", in_channels=channels, num_outputs=2, image_size=size)
+        with pytest.raises(ConfigError) as err:
+            load_weights(model, read_state_dict(path), head="fc", path=path)
+        assert all(t in str(err.value) for t in told), (channels, size, str(err.value))
+        assert ("channels" in str(err.value)) == (channels != 3) and ("kernel" in str(err.value)) == (size <= 64)
+    model = build_model("resnet18", in_channels=3, num_outputs=2, image_size=96)
+    assert load_weights(model, read_state_dict(path), head="fc", path=path).kept == ("fc.weight", "fc.bias")
+
+
 def test_a_file_without_a_head_loads_the_features_and_keeps_the_head_at_its_initialisation():
     """A feature extractor saved without its classifier: every other tensor comes from the file, and the head is
     left as the model was built (and listed as kept), not a KeyError from the copy."""

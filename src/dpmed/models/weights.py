@@ -236,7 +236,7 @@ def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str, ke
         k = mismatched[0]
         raise ConfigError(f"{where}{k} has shape {list(state[k].shape)} in the file but {list(own[k].shape)} in the "
                           f"model" + (f" (and {len(mismatched) - 1} more keys differ)" if len(mismatched) > 1 else "")
-                          + "; the weights were trained for another architecture, input channels or image size")
+                          + _first_layer_hint(own, state, k))
     if missing or unexpected:
         parts = ([f"the model's {_examples(missing)} are not in the file"] if missing else []) + \
                 ([f"the file's {_examples(unexpected)} have no place in the model"] if unexpected else [])
@@ -249,6 +249,24 @@ def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str, ke
         for k in loaded:
             own[k].copy_(state[k].to(own[k].dtype))
     return LoadedWeights(loaded=loaded, kept=kept)
+
+
+def _first_layer_hint(own: Mapping[str, Tensor], state: Mapping[str, Tensor], key: str) -> str:
+    """Which study setting would fit the file where ``key``, the first to differ, is the model's first convolution:
+    its input channels are data.channels, and some models build it by data.image_size (resnet18: a 3x3 stem at 64 px
+    or less, torchvision's 7x7 above); otherwise the architectures differ."""
+    first = next((k for k, v in own.items() if v.dim() == 4), None)
+    file, model = state[key].shape, own[key].shape
+    if key != first or len(file) != 4 or file[0] != model[0]:
+        return "; the weights were trained for another architecture, input channels or image size"
+    hints = []
+    if file[1] != model[1]:
+        hints.append(f"the file's first layer takes {file[1]}-channel images, the model {model[1]}-channel ones: set "
+                     f"data.channels: {file[1]}")
+    if file[2:] != model[2:]:
+        hints.append(f"its kernel is {file[2]}x{file[3]} in the file, {model[2]}x{model[3]} in the model: a model's "
+                     "first layer can depend on data.image_size (resnet18 takes torchvision's 7x7 only above 64 px)")
+    return "; " + "; ".join(hints)
 
 
 def last_blocks_problem(n: int, blocks: tuple[tuple[str, ...], ...], *, model: str = "this model") -> str | None:
