@@ -144,6 +144,23 @@ def test_a_file_without_a_head_loads_the_features_and_keeps_the_head_at_its_init
         assert torch.equal(v, head[k] if k in head else source[k]), k
 
 
+def test_a_head_that_fits_in_part_is_kept_whole_at_its_initialisation():
+    """Before: a head trained on other features (a weight of another shape) beside a bias of the same shape was kept
+    tensor by tensor: the weight at its initialisation, the bias from the file, half trained on features the model
+    does not compute. The head is one unit: loaded whole where all of it fits, else kept whole."""
+    def net(features: int) -> nn.Module:
+        return nn.ModuleDict({"body": nn.Linear(4, 4), "fc": nn.Linear(features, 2)})
+
+    torch.manual_seed(0)
+    source = net(3).state_dict()
+    model = net(4)
+    head = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("fc.")}
+    loaded = load_weights(model, source, head="fc")
+    assert loaded.kept == ("fc.weight", "fc.bias") and loaded.loaded == ("body.weight", "body.bias")
+    assert torch.equal(model.fc.bias, head["fc.bias"]) and not torch.equal(model.fc.bias, source["fc.bias"])
+    assert load_weights(net(4), net(4).state_dict(), head="fc").kept == ()      # a head that fits loads whole
+
+
 def test_only_the_head_module_itself_may_differ_not_a_module_whose_name_starts_like_it():
     """The head is ``fc`` and what lies below it; a layer named ``fc0`` is a feature layer whose other shape means
     another architecture, refused, not left at its initialisation as if it were the classifier."""

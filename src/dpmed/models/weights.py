@@ -11,8 +11,9 @@ checkpoint that holds one under ``state_dict`` or ``model``; a ``module.`` prefi
 ``_module.`` prefix (Opacus' GradSampleModule) is removed. Every
 parameter of the model except its classifier head must come from the file with its shape, and every tensor of the
 file must have a place in the model: otherwise the architectures differ, and the error names the key. The head
-(``ModelInfo.head``) is loaded where its shape matches and otherwise left at its initialisation (a checkpoint for
-1000 ImageNet classes starting a two-class model): that is the usual fine-tuning, and the record lists the keys.
+(``ModelInfo.head``) is loaded, as one unit, where all of its tensors' shapes match, and otherwise left whole at its
+initialisation (a checkpoint for 1000 ImageNet classes starting a two-class model): that is the usual fine-tuning,
+and the record lists the keys.
 
 **No BatchNorm.** A checkpoint with BatchNorm running statistics (torchvision's and timm's ImageNet ResNets) is
 refused. Its normalisation was fitted with statistics of batches, and under DP-SGD it cannot be kept: in training
@@ -242,8 +243,11 @@ def load_weights(model: nn.Module, state: Mapping[str, Tensor], *, head: str, ke
                 ([f"the file's {_examples(unexpected)} have no place in the model"] if unexpected else [])
         raise ConfigError(f"{where}the file does not fit the model: {'; '.join(parts)}; the architectures differ "
                           "(dpmed reads its own model.pt and torchvision's ResNet names)")
-    kept = tuple(k for k in own if in_head(k)
-                 and (not same_classes or k not in state or state[k].shape != own[k].shape))
+    # the head is one unit: loaded whole where every tensor of it fits, else kept whole at its initialisation (a
+    # bias of the right shape beside a weight of another would start half trained on the file's features)
+    head_keys = tuple(k for k in own if in_head(k))
+    fits = same_classes and all(k in state and state[k].shape == own[k].shape for k in head_keys)
+    kept = () if fits else head_keys
     loaded = tuple(k for k in own if k not in kept)
     with torch.no_grad():
         for k in loaded:
