@@ -296,6 +296,20 @@ def test_files_the_operating_system_leaves_in_a_folder_are_not_data(tmp_path, wr
     _load(root)
 
 
+def test_hidden_folders_and_macos_metadata_in_a_class_folder_are_not_data(tmp_path, write_image):
+    """A viewer's .thumbnails/ in a class folder was read as more images of that class, and a .git/ or __MACOSX/
+    there stopped the study with "not an image" rows."""
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    before = sorted(read_image_folders(root).where)
+    write_image(root / "train" / "PNEUMONIA" / ".thumbnails" / "person8_bacteria_9.jpeg", level=10, size=(20, 24))
+    (root / "train" / "PNEUMONIA" / ".git").mkdir()
+    (root / "train" / "PNEUMONIA" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / "test" / "NORMAL" / "__MACOSX").mkdir()
+    (root / "test" / "NORMAL" / "__MACOSX" / "IM-0100-0001.jpeg.plist").write_bytes(b"\0\5\26\7")
+    assert sorted(read_image_folders(root).where) == before
+    _load(root)
+
+
 def test_a_split_folder_given_as_the_dataset_is_told_that_its_siblings_go_unused(tmp_path, write_image, caplog):
     """--data-path chest_xray/train read train's class folders as the whole dataset and carved test from them, and
     nothing said that the published test/ beside it was unused."""

@@ -11,7 +11,7 @@ Layout (``data.path`` names the top folder)::
     images/<class>/<file>           every image is divided by patient into train / val / test
 
 Image files are JPEG, PNG, BMP, TIFF or DICOM (``.dcm``), found recursively under each class folder; hidden files
-(".DS_Store") are passed over, any other file is a flagged row ("not an image"), and so is a link whose target is
+(".DS_Store") and the files of hidden folders and ``__MACOSX`` in a class folder are passed over, any other file is a flagged row ("not an image"), and so is a link whose target is
 gone ("missing image"). Classes are the class folders in sorted order unless ``labels`` gives the order (the first is
 the negative class of a binary task); every split must hold the same class folders. Two classes make a binary task,
 more a multiclass one. Folders next to the split folders (``__MACOSX``, a second copy of the data) are not read, and
@@ -98,7 +98,9 @@ def _holds_images(folder: Path) -> bool:
 def _files_under(folder: Path) -> list[Path]:
     """Every file below ``folder``, sorted, through linked folders too (each real folder once, so a link back up
     does not loop), dangling links included (`_dangling`). Path.rglob does not enter a linked folder before Python
-    3.13, so a class folder holding a link to a batch of images lost that batch without a word."""
+    3.13, so a class folder holding a link to a batch of images lost that batch without a word. Hidden folders and
+    ``__MACOSX`` are not entered, as they are not read beside the class folders: a viewer's ``.thumbnails/`` of a
+    class's images would be read as more images of it, and a ``.git/`` stopped the study as "not an image" files."""
     seen, out = set(), []
     for top, folders, files in os.walk(folder, followlinks=True):
         real = os.path.realpath(top)
@@ -106,6 +108,7 @@ def _files_under(folder: Path) -> list[Path]:
             folders[:] = []
             continue
         seen.add(real)
+        folders[:] = [f for f in folders if not f.startswith(".") and f not in _NOT_DATA]
         out.extend(Path(top) / name for name in files)
     return sorted(out)
 
