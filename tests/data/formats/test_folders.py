@@ -336,6 +336,16 @@ def test_not_an_image_file_is_named(tmp_path, write_image):
         _load(root)
 
 
+def test_class_folders_spelled_in_another_case_in_one_split_are_named_with_the_fix(tmp_path, write_image):
+    """test/Normal beside train/NORMAL was refused as "test lacks the class folder(s) NORMAL that other splits have
+    (NORMAL, Normal, PNEUMONIA)", which names neither the folder to rename nor that case is the difference."""
+    root = _kermany(tmp_path / "chest_xray", write_image)
+    (root / "test" / "NORMAL").rename(root / "test" / "Normal")
+    with pytest.raises(DataError, match=r"class folders test/Normal, train/NORMAL under .* differ in case only; "
+                                        r"rename them to one spelling \(e.g. NORMAL\)"):
+        read_image_folders(root)
+
+
 def test_empty_class_folder_and_missing_class_are_errors(tmp_path, write_image):
     root = _kermany(tmp_path / "a", write_image, {**KERMANY, "test/PNEUMONIA": []})
     (root / "test/PNEUMONIA").mkdir(parents=True)

@@ -11,11 +11,12 @@ Layout (``data.path`` names the top folder)::
     images/<class>/<file>           every image is divided by patient into train / val / test
 
 Image files are JPEG, PNG, BMP, TIFF or DICOM (``.dcm``), found recursively under each class folder; hidden files
-(".DS_Store") and the files of hidden folders and ``__MACOSX`` in a class folder are passed over, any other file is a flagged row ("not an image"), and so is a link whose target is
-gone ("missing image"). Classes are the class folders in sorted order unless ``labels`` gives the order (the first is
-the negative class of a binary task); every split must hold the same class folders. Two classes make a binary task,
-more a multiclass one. Folders next to the split folders (``__MACOSX``, a second copy of the data) are not read, and
-the record lists them.
+(".DS_Store"), the files of hidden folders and of ``__MACOSX`` there are passed over, any other file is a flagged row
+("not an image"), and so is a link whose target is gone ("missing image"). Classes are the class folders in sorted
+order unless ``labels`` gives the order (the first is the negative class of a binary task); every split must hold the
+same class folders, spelled alike (``Normal`` in one split and ``NORMAL`` in another is refused, naming both). Two
+classes make a binary task, more a multiclass one. Folders next to the split folders (``__MACOSX``, a second copy of
+the data) are not read, and the record lists them.
 
 A split must never be taken for a class, nor left out unsaid: a model would learn which folder an image came from,
 or be tested on less than the user meant. So a folder next to the split folders that holds class folders (a split
@@ -226,6 +227,15 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
     classes_by_group = {s: [c.name for c in _subfolders(s)] for s, _ in groups}
     _refuse_splits_taken_for_classes(top, classes_by_group, split_dirs)
     found = sorted({c for names in classes_by_group.values() for c in names})
+    spellings: dict[str, list[str]] = {}
+    for c in found:
+        spellings.setdefault(c.casefold(), []).append(c)
+    for names in spellings.values():
+        if len(names) > 1:      # NORMAL in train, Normal in test: one class, two names, else "test lacks NORMAL"
+            held = ", ".join(str((s / c).relative_to(top)) for s, held in classes_by_group.items() for c in held
+                             if c in names)
+            raise DataError(f"the class folders {held} under {top} differ in case only; rename them to one spelling "
+                            f"(e.g. {names[0]}): a class folder's name is its class, compared as written")
     for s, names in classes_by_group.items():
         if split_dirs and found and not names:      # a split folder made and left empty, or of loose files
             holders = ", ".join(sorted(g.name for g, held in classes_by_group.items() if held))
