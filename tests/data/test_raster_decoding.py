@@ -108,6 +108,17 @@ def test_a_file_pillow_cannot_identify_names_pillow_s_error_with_its_module(tmp_
             read()
 
 
+@pytest.mark.parametrize("suffix", [".jpeg", ".png", ".dcm"])
+def test_an_empty_file_is_told_as_empty_not_as_an_unknown_format(tmp_path, suffix):
+    """A 0-byte JPEG was "cannot be decoded (PIL.UnidentifiedImageError: cannot identify image file ...)", which
+    sends the user looking for a wrong format rather than a copy cut short."""
+    path = tmp_path / f"IM-0001-0001{suffix}"
+    path.write_bytes(b"")
+    for read in (lambda: read_image(path, channels=1), lambda: peek_image(path)):
+        with pytest.raises(UnreadableImage, match=r"^is empty \(0 bytes\), .*copy it again from the source"):
+            read()
+
+
 @pytest.mark.parametrize("suffix", [".png", ".jpg"])
 @pytest.mark.parametrize("orientation, upright", [(1, lambda a: a), (3, lambda a: np.rot90(a, 2)),
                                                   (6, lambda a: np.rot90(a, -1)), (8, lambda a: np.rot90(a, 1)),

@@ -136,7 +136,10 @@ def read_image(path: Path, *, channels: int | None, size_hint: tuple[int, int] |
     """Decode ``path`` to float32 [channels, H, W] in [0, 1]; UnreadableImage when it cannot be decoded.
     ``channels`` None: as stored (1 grey, 3 colour, as :func:`peek_image` says), so that a caller who requires the
     stored channels opens each file once, not once to peek and once to read."""
-    x = decoder_for(path).read(path, channels, size_hint)
+    try:
+        x = decoder_for(path).read(path, channels, size_hint)
+    except UnreadableImage as exc:
+        raise _told_if_empty(path, exc) from exc
     if x.ndim != 3 or x.shape[0] not in ((1, 3) if channels is None else (channels,)) or min(x.shape[1:]) < 1:
         raise UnreadableImage(f"decoded to shape {x.shape}, not [{channels or '1 or 3'}, H, W]")
     return x
@@ -144,4 +147,16 @@ def read_image(path: Path, *, channels: int | None, size_hint: tuple[int, int] |
 
 def peek_image(path: Path) -> tuple[int, tuple[int, int]]:
     """(channels as stored, (height, width)) from the file's header, without decoding the pixels."""
-    return decoder_for(path).peek(path)
+    try:
+        return decoder_for(path).peek(path)
+    except UnreadableImage as exc:
+        raise _told_if_empty(path, exc) from exc
+
+
+def _told_if_empty(path: Path, exc: UnreadableImage) -> UnreadableImage:
+    """A file of 0 bytes (a copy or download cut short) is told as such: the decoder's "cannot identify image file"
+    sends the user looking for a wrong format."""
+    if path.stat().st_size:
+        return exc
+    return UnreadableImage("is empty (0 bytes), as a copy or download cut short leaves a file; copy it again from "
+                           "the source, or delete it")
