@@ -336,6 +336,21 @@ def test_not_an_image_file_is_named(tmp_path, write_image):
         _load(root)
 
 
+@pytest.mark.parametrize("split", ["", "train/"])
+def test_a_folder_of_documents_among_the_class_folders_is_refused_not_made_a_class(tmp_path, write_image, split):
+    """A docs/ folder (a PDF) beside NORMAL/ and PNEUMONIA/ became a third class: with skip_invalid its PDF was left
+    out and the study trained a three-class model, one class without a single image."""
+    root = tmp_path / "xray"
+    for cls, names in (("NORMAL", KERMANY["train/NORMAL"]), ("PNEUMONIA", KERMANY["train/PNEUMONIA"])):
+        for name in names:
+            write_image(root / split / cls / name, level=100, size=(20, 24))
+    (root / split / "docs").mkdir()
+    (root / split / "docs" / "protocol.pdf").write_bytes(b"%PDF-1.4\n%%EOF\n")
+    with pytest.raises(DataError, match=r"docs holds no image files, only 1 other file\(s\) \(e.g. protocol.pdf\), "
+                                        r"so docs would be a class without images; move docs out of"):
+        _load(root, skip_invalid=True)
+
+
 def test_class_folders_spelled_in_another_case_in_one_split_are_named_with_the_fix(tmp_path, write_image):
     """test/Normal beside train/NORMAL was refused as "test lacks the class folder(s) NORMAL that other splits have
     (NORMAL, Normal, PNEUMONIA)", which names neither the folder to rename nor that case is the difference."""

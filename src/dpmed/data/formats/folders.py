@@ -15,8 +15,9 @@ Image files are JPEG, PNG, BMP, TIFF or DICOM (``.dcm``), found recursively unde
 ("not an image"), and so is a link whose target is gone ("missing image"). Classes are the class folders in sorted
 order unless ``labels`` gives the order (the first is the negative class of a binary task); every split must hold the
 same class folders, spelled alike (``Normal`` in one split and ``NORMAL`` in another is refused, naming both). Two
-classes make a binary task, more a multiclass one. Folders next to the split folders (``__MACOSX``, a second copy of
-the data) are not read, and the record lists them.
+classes make a binary task, more a multiclass one; a class folder of no image files (``docs/``) is refused, not made
+a class. Folders next to the split folders (``__MACOSX``, a second copy of the data) are not read, and the record
+lists them.
 
 A split must never be taken for a class, nor left out unsaid: a model would learn which folder an image came from,
 or be tested on less than the user meant. So a folder next to the split folders that holds class folders (a split
@@ -269,6 +270,10 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
             if not files:
                 raise DataError(f"{s / cls} holds no files: the {split or 'data'} split has no {cls} images; "
                                 "every class folder needs images")
+            if not any(f.suffix.lower() in DECODERS for f in files):   # a docs/ folder is no class, even skipped
+                raise DataError(f"{s / cls} holds no image files, only {len(files)} other file(s) (e.g. "
+                                f"{files[0].name}), so {cls} would be a class without images; move {cls} out of "
+                                f"{s} if it is no class, or put its images in it")
             for f in files:
                 paths.append(f)
                 labels.append(k)
