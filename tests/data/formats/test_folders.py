@@ -310,6 +310,19 @@ def test_hidden_folders_and_macos_metadata_in_a_class_folder_are_not_data(tmp_pa
     _load(root)
 
 
+def test_a_file_server_s_thumbnail_folders_are_not_read_as_images(tmp_path, write_image):
+    """A Synology NAS keeps @eaDir/<image>/SYNOFILE_THUMB_*.jpg beside each image: where file names give no patient
+    each thumbnail was one more image of its class, a copy of another that could sit in another split."""
+    root = tmp_path / "export"
+    for cls in ("benign", "malignant"):
+        for i in range(4):
+            write_image(root / cls / f"scan{i}.png", level=40 * i, size=(20, 24))
+    before = sorted(read_image_folders(root).where)
+    write_image(root / "benign" / "@eaDir" / "scan0.png" / "SYNOFILE_THUMB_M.jpg", level=0, size=(20, 24))
+    write_image(root / "@eaDir" / "benign" / "SYNOFILE_THUMB_S.jpg", level=0, size=(20, 24))
+    assert sorted(read_image_folders(root).where) == before
+
+
 def test_a_split_folder_given_as_the_dataset_is_told_that_its_siblings_go_unused(tmp_path, write_image, caplog):
     """--data-path chest_xray/train read train's class folders as the whole dataset and carved test from them, and
     nothing said that the published test/ beside it was unused."""

@@ -11,13 +11,13 @@ Layout (``data.path`` names the top folder)::
     images/<class>/<file>           every image is divided by patient into train / val / test
 
 Image files are JPEG, PNG, BMP, TIFF or DICOM (``.dcm``), found recursively under each class folder; hidden files
-(".DS_Store"), the files of hidden folders and of ``__MACOSX`` there are passed over, any other file is a flagged row
-("not an image"), and so is a link whose target is gone ("missing image"). Classes are the class folders in sorted
-order unless ``labels`` gives the order (the first is the negative class of a binary task); every split must hold the
-same class folders, spelled alike (``Normal`` in one split and ``NORMAL`` in another is refused, naming both). Two
-classes make a binary task, more a multiclass one; a class folder of no image files (``docs/``) is refused, not made
-a class. Folders next to the split folders (``__MACOSX``, a second copy of the data) are not read, and the record
-lists them.
+(".DS_Store"), the files of hidden folders and of ``__MACOSX`` or a NAS's ``@eaDir`` there are passed over, any other
+file is a flagged row ("not an image"), and so is a link whose target is gone ("missing image"). Classes are the
+class folders in sorted order unless ``labels`` gives the order (the first is the negative class of a binary task);
+every split must hold the same class folders, spelled alike (``Normal`` in one split and ``NORMAL`` in another is
+refused, naming both). Two classes make a binary task, more a multiclass one; a class folder of no image files
+(``docs/``) is refused, not made a class. Folders next to the split folders (``__MACOSX``, a second copy of the
+data) are not read, and the record lists them.
 
 A split must never be taken for a class, nor left out unsaid: a model would learn which folder an image came from,
 or be tested on less than the user meant. So a folder next to the split folders that holds class folders (a split
@@ -78,7 +78,9 @@ _log = logging.getLogger(__name__)
 KERMANY_PATIENT = r"^(person\d+)_|^((?:NORMAL\d+-)?IM-\d+)-"
 """Patient key of Kermany file names (see the module docstring); the first non-empty group is the patient."""
 
-_NOT_DATA = {"__MACOSX", "__pycache__"}
+# folders an archiver or file server adds: macOS zip's resource forks, a Synology NAS's thumbnails of each image
+# (@eaDir/<image>/SYNOFILE_THUMB_*.jpg, read as more images of the class), Windows' recycle bin and index
+_NOT_DATA = {"__MACOSX", "__pycache__", "@eaDir", "$RECYCLE.BIN", "System Volume Information"}
 # files an operating system leaves in folders it shows (as it does .DS_Store, which the leading dot already skips)
 _SYSTEM_FILES = {"thumbs.db", "ehthumbs.db", "desktop.ini"}
 
