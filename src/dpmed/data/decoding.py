@@ -156,7 +156,10 @@ def peek_image(path: Path) -> tuple[int, tuple[int, int]]:
 def _told_if_empty(path: Path, exc: UnreadableImage) -> UnreadableImage:
     """A file of 0 bytes (a copy or download cut short) is told as such: the decoder's "cannot identify image file"
     sends the user looking for a wrong format."""
-    if path.stat().st_size:
+    try:
+        if path.stat().st_size:
+            return exc
+    except OSError:     # gone or unreadable meanwhile: the decoder's own words stand
         return exc
     return UnreadableImage("is empty (0 bytes), as a copy or download cut short leaves a file; copy it again from "
                            "the source, or delete it")
