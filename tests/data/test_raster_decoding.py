@@ -119,6 +119,26 @@ def test_an_empty_file_is_told_as_empty_not_as_an_unknown_format(tmp_path, suffi
             read()
 
 
+def test_a_file_gone_before_its_failure_is_told_keeps_the_decoder_s_words(tmp_path, monkeypatch):
+    """The size is read only to tell an empty file: a file deleted in between keeps the decoder's message, not an
+    OSError from that check (it would stop the whole decode instead of flagging one row)."""
+    import dataclasses
+
+    from dpmed.data import decoding
+
+    path = tmp_path / "IM-0001-0001.png"
+    path.write_bytes(b"\x89PNG not really")
+
+    def read_then_vanish(*args):
+        path.unlink()
+        raise UnreadableImage("cannot be decoded (it said so)")
+
+    vanishing = dataclasses.replace(decoding.decoder_for(path), read=read_then_vanish)
+    monkeypatch.setattr(decoding, "decoder_for", lambda _: vanishing)
+    with pytest.raises(UnreadableImage, match=r"^cannot be decoded \(it said so\)$"):
+        read_image(path, channels=1)
+
+
 @pytest.mark.parametrize("suffix", [".png", ".jpg"])
 @pytest.mark.parametrize("orientation, upright", [(1, lambda a: a), (3, lambda a: np.rot90(a, 2)),
                                                   (6, lambda a: np.rot90(a, -1)), (8, lambda a: np.rot90(a, 1)),
