@@ -245,6 +245,8 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
         # carry: a private file's name can name its patient
         for r in sorted(manifest.problems)[:_EXAMPLES]:
             _log.warning("left out %s: %s", manifest.where[r], manifest.problems[r].detail)
+        if len(manifest.problems) > _EXAMPLES:
+            _log.warning("left out %d more invalid rows, as counted above", len(manifest.problems) - _EXAMPLES)
     for line in describe_spellings(manifest, rows) + describe_demographics(manifest, rows):   # told, as above
         _log.warning("%s", line)
     _tell_small_published_validation(manifest, sets["val"], "val" not in missing)
