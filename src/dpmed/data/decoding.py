@@ -117,8 +117,8 @@ _RASTER = Decoder("pillow", _read_raster, _peek_raster)
 _DICOM = Decoder("dicom (pydicom)", _read_dicom, peek_dicom)
 
 DECODERS: dict[str, Decoder] = {
-    ".jpg": _RASTER, ".jpeg": _RASTER, ".png": _RASTER, ".bmp": _RASTER, ".tif": _RASTER, ".tiff": _RASTER,
-    ".dcm": _DICOM, ".dicom": _DICOM,
+    ".jpg": _RASTER, ".jpeg": _RASTER, ".jfif": _RASTER, ".png": _RASTER, ".bmp": _RASTER, ".tif": _RASTER,
+    ".tiff": _RASTER, ".dcm": _DICOM, ".dicom": _DICOM,      # .jfif: the JPEG suffix Windows gives saved images
 }
 """File suffix (lower case) -> decoder. A suffix not listed here is not an image file to dpmed."""
 
