@@ -45,6 +45,15 @@ def test_chexpert_paths_written_without_the_release_folder_are_read_under_the_ro
     assert all(p.is_file() for p in m.paths) and m.paths[0] == chexpert / "train/patient00001/study1/view1_frontal.jpg"
 
 
+def test_chexpert_path_at_the_download_folder_names_the_release_folder_inside_it(chexpert):
+    """The release unpacks to CheXpert-v1.0-small/; data.path at the folder holding it said only "train.csv not
+    found", not where it is."""
+    with pytest.raises(DataError) as err:
+        read_chexpert(chexpert.parent)
+    assert str(err.value) == (f"table {chexpert.parent / 'train.csv'} not found; {chexpert} holds it: set data.path "
+                              "to that folder")
+
+
 def test_chexpert_an_unknown_uncertain_policy_or_views_is_refused_naming_the_choices(chexpert, load_layout):
     with pytest.raises(DataError, match=r"^uncertain must be one of \['ones', 'zeros'\], got 'maybe'$"):
         load_layout("chexpert", chexpert, uncertain="maybe")

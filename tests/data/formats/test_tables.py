@@ -66,8 +66,12 @@ def test_a_path_at_a_file_of_another_layout_says_the_source_reads_a_folder(aptos
                               "MedMNIST files); data.path must name the folder that holds train.csv and train_images/")
     assert read_aptos(aptos / "train.csv").root == aptos          # the table itself names its folder, as before
     (tmp_path / "train_images").mkdir()
+    with pytest.raises(DataError, match=rf"^table {tmp_path / 'train.csv'} not found; {aptos} holds it: set "
+                                        "data.path to that folder$"):
+        read_aptos(tmp_path)
+    (aptos / "train.csv").unlink()
     with pytest.raises(DataError, match=rf"^table {tmp_path / 'train.csv'} not found; data.path must name the folder "
-                                        "that holds it"):
+                                        "that holds it$"):
         read_aptos(tmp_path)
 
 # --- HAM10000 -----------------------------------------------------------------------------------------------------

@@ -100,8 +100,10 @@ def read_table(path: Path, required: Sequence[str], *, header_only_ok: bool = Fa
     if path.is_dir():
         raise _folder_not_table(path)
     if not path.is_file():
+        below = sorted(c for c in path.parent.iterdir() if (c / path.name).is_file()) if path.parent.is_dir() else []
         inside = (f"; {path.parent.parent} holds it: data.path names the dataset's folder, not one inside it"
-                  if (path.parent.parent / path.name).is_file() else "")
+                  if (path.parent.parent / path.name).is_file()
+                  else f"; {below[0]} holds it: set data.path to that folder" if len(below) == 1 else "")
         raise DataError(f"table {path} not found{inside or '; data.path must name the folder that holds it'}")
     kind = _binary_kind(path)
     if kind is not None:
