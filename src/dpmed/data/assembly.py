@@ -253,9 +253,11 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
     if shared["patients_in_two_published_splits"]:
         blank = (f" ({unsplit} of them with rows that give no split, read as train: give those rows the "
                  "patient's split to keep them)" if unsplit else "")
-        summary.append(f"{shared['patients_in_two_published_splits']} patients are in two published splits{blank}: "
-                       + (f"left out their {shared['rows_of_those_patients_outside_their_top_split']} images outside "
-                          "the higher split (test > val > train)" if split.shared_patients != "keep"
+        n, left = shared["patients_in_two_published_splits"], shared["rows_of_those_patients_outside_their_top_split"]
+        summary.append(f"{n} patient{' is' if n == 1 else 's are'} in two published splits{blank}: "
+                       + (f"left out {'its' if n == 1 else 'their'} {left} image{'' if left == 1 else 's'} outside "
+                          "the higher split (test > val > train; data.split.shared_patients: keep keeps them, "
+                          "patients then crossing splits)" if split.shared_patients != "keep"
                           else "kept as published (shared_patients: keep), so patients cross splits"))
     source = {
         "summary": "; ".join(summary),

@@ -588,7 +588,7 @@ def test_plan_tells_the_data_summary_before_a_refusal_it_may_explain(tmp_path, w
                      "arms:\n  - {name: non-private, mechanism: none}\n")
     assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--no-estimate"]) == 2
     err = capsys.readouterr().err
-    summary = err.index("1 patients are in two published splits: left out their 1 images outside the higher split")
+    summary = err.index("1 patient is in two published splits: left out its 1 image outside the higher split")
     assert summary < err.index("dpmed: error: arm 'non-private': training.batch_size 500 exceeds")
 
 

@@ -457,9 +457,9 @@ def test_generic_csv_a_patient_s_rows_without_a_split_beside_a_published_one_are
     d = load_layout("csv", table, columns={"path": "file", "patient": "pid", "split": "fold"}, labels=("opacity",),
                     split=SplitPlan(val_fraction=0.2, seed=1))
     assert d.source["split"]["patients_in_two_published_splits"] == 1          # pt6: img12 blank, img13 test
-    assert ("1 patients are in two published splits (1 of them with rows that give no split, read as train: give "
-            "those rows the patient's split to keep them): left out their 1 images") in d.source["summary"]
+    assert ("1 patient is in two published splits (1 of them with rows that give no split, read as train: give "
+            "those rows the patient's split to keep them): left out its 1 image") in d.source["summary"]
     table.write_text(table.read_text().replace("pngs/img12.png,0,0,pt6,F,32,", "pngs/img12.png,0,0,pt6,F,32,train"))
     d = load_layout("csv", table, columns={"path": "file", "patient": "pid", "split": "fold"}, labels=("opacity",),
                     split=SplitPlan(val_fraction=0.2, seed=1))
-    assert "1 patients are in two published splits: left out their 1 images" in d.source["summary"]
+    assert "1 patient is in two published splits: left out its 1 image outside" in d.source["summary"]
