@@ -193,10 +193,19 @@ def _parser() -> argparse.ArgumentParser:
                       help="skip the timing probe (seconds for small models, minutes for ResNets at 224 px on a CPU)")
     status = sub.add_parser("status", help="list the finished, unreadable, failed, interrupted (the step its "
                                            "checkpoint reached), pending and unknown (private/ unreadable to this "
-                                           "user) runs in DIR")
+                                           "user) runs in DIR",
+                            description="List every run of the study in DIR with its state: finished (its "
+                                        "run.json exists), unreadable, failed (and why), interrupted (the step its "
+                                        "checkpoint reached: `dpmed run` continues from there), pending or unknown. "
+                                        "It reads the folder and changes nothing, so it may run while a `dpmed run` "
+                                        "works there (and then says so).")
     status.add_argument("dir", type=_path, help="a study output folder (holds study.yaml and runs/)")
     rep = sub.add_parser("report", help="rebuild results.csv and report.html from the finished runs in DIR (and "
-                                        "move an older dpmed's DP-SGD wall times from run.json into private/)")
+                                        "move an older dpmed's DP-SGD wall times from run.json into private/)",
+                         description="Rebuild results.csv, comparisons.json, report.html and its figures from the "
+                                     "finished runs in DIR (nothing is trained), e.g. after deleting a run's "
+                                     "folder. Unfinished runs are "
+                                     "left out: `dpmed run` finishes them.")
     rep.add_argument("dir", type=_path, help="a study output folder (holds study.yaml and runs/)")
     _privacy_arguments(sub.add_parser("privacy", help="eps, noise calibration and reconstruction risk, no training"))
     return p

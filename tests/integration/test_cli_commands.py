@@ -471,3 +471,16 @@ def test_an_empty_path_is_refused_while_the_command_line_is_parsed(tiny_text, tm
     assert err.strip().splitlines()[-1] == (f"dpmed {args[0]}: error: argument {name}: is empty (an unset shell "
                                             "variable?); give a path")
     assert "Traceback" not in err and sorted(p.name for p in tmp_path.iterdir()) == [Path(study).name]
+
+
+@pytest.mark.parametrize("command, said", [
+    ("status", "interrupted (the step its checkpoint reached: `dpmed run` continues from there)"),
+    ("report", "Rebuild results.csv, comparisons.json, report.html and its figures from the finished runs in DIR"),
+])
+def test_status_and_report_help_say_what_the_command_does(capsys, command, said):
+    """Before: `dpmed status --help` and `dpmed report --help` showed only their DIR argument; what each does was
+    told by `dpmed --help` alone."""
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    assert said in " ".join(capsys.readouterr().out.split())
