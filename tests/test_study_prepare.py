@@ -110,7 +110,8 @@ def test_a_finished_reproducible_run_the_study_no_longer_lists_keeps_its_privacy
     prepared = prepare_study(load_study(write_study(secure)), out=tmp_path / "out")
     assert [r.plan.run_id for r in prepared.elsewhere] == ["lap_b2_seed0"]
     assert prepared.study.privacy_randomness == "secure"
-    assert prepared.privacy.reproducible and "reproducible mode: not DP" in prepared.privacy.statement
+    assert prepared.privacy.reproducible
+    assert prepared.privacy.statement.startswith("NOT DP against anyone who knows the seed (reproducible mode)")
 
 
 def test_a_gpu_this_machine_lacks_is_refused_before_the_study_folder_is_made(write_study, tmp_path, monkeypatch):
