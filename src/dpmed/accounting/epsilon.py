@@ -408,6 +408,7 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
     noises = {"laplace" if isinstance(e, PoissonLaplaceEvent) else "gaussian" for e in released}
     for noise in sorted(noises):
         accountant_info(accountant, noise)         # refused up front, naming the accountants that analyse it
+    fallback = fallback_accountant(noises)      # the way out where this accountant cannot resolve eps
     noise = noises.pop() if len(noises) == 1 else "mixed"
     refuse_unresolved(accountant, delta, sum(e.steps for e in released), noise=noise)
     eps = info.epsilon(released, delta)
@@ -416,7 +417,6 @@ def _epsilon(events: Sequence[DpSgdEvent], *, delta: float, accountant: str) -> 
                          "accountant")
     if eps == math.inf:  # sigma > 0, so inf means the accountant could not resolve eps, not that it is infinite
         # the way out and the estimate follow the noise: RDP does not analyse Laplace noise, the pure bound does
-        fallback = _FALLBACK.get(noise)
         limit = (f"{info.max_epsilon:g}, the largest accountant {accountant!r} certifies"
                  + (f" (accountant={fallback!r} has no such limit)" if fallback else "")
                  if info.max_epsilon < math.inf else f"what accountant {accountant!r} can certify")
