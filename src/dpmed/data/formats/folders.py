@@ -90,8 +90,13 @@ def _listed(path: Path) -> bool:
     return not path.name.startswith(".") and path.name.lower() not in _SYSTEM_FILES
 
 
+def _data_folder(name: str) -> bool:
+    """Whether a folder of this name may hold the dataset: not hidden, not one an archiver or server adds."""
+    return not name.startswith(".") and name not in _NOT_DATA
+
+
 def _subfolders(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in _NOT_DATA)
+    return sorted(p for p in folder.iterdir() if p.is_dir() and _data_folder(p.name))
 
 
 def _holds_images(folder: Path) -> bool:
@@ -112,7 +117,7 @@ def _files_under(folder: Path) -> list[Path]:
             folders[:] = []
             continue
         seen.add(real)
-        folders[:] = [f for f in folders if not f.startswith(".") and f not in _NOT_DATA]
+        folders[:] = [f for f in folders if _data_folder(f)]
         out.extend(Path(top) / name for name in files)
     return sorted(out)
 
