@@ -240,7 +240,7 @@ def test_a_missing_relative_data_path_says_what_was_tried_and_from_which_folder(
         load_study(path)
     assert str(info.value) == (
         f"study file {path}: data.path ../d/x.npz does not exist (tried {(tmp_path.parent / 'd' / 'x.npz').resolve()}: "
-        f"a relative data.path is read from the study file's folder, {tmp_path.resolve()}); fix the path in the file "
+        f"a relative path in the study file is read from its folder, {tmp_path.resolve()}); fix the path in the file "
         "or pass --data-path FILE")
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")

@@ -583,16 +583,14 @@ def _with_paths_resolved(study: schema.Study, path: Path, origins: Mapping[str, 
         """How the user gave ``key`` outside the file (e.g. "--set model.weights=w.pt"), or None."""
         return next((said for at, said in origins.items() if key == at or key.startswith(f"{at}.")), None)
     outside = {key for key in ("data.path", "model.weights", "pretrain.data.path") if origin(key) is not None}
-    given = data_path = study.data.path
-    if data_path is not None and not data_path.is_absolute():
-        data_path = (data_path if "data.path" in outside else path.parent / data_path).resolve()
+    given = study.data.path
+    data_path, rule = (None, "") if given is None else schema.absolute_path(given, path.parent,
+                                                                            outside="data.path" in outside)
+    if data_path is not None and data_path != given:
         study = study.model_copy(update={"data": study.data.model_copy(update={"path": data_path})})
     if data_path is not None and not data_path.exists():
         # a relative path: the absolute one tried, and the folder it was read from (the user may have meant another)
-        tried = "" if given.is_absolute() else (
-            f" (tried {data_path}: a relative path given outside the study file is read from the current folder, "
-            f"{Path.cwd()})" if "data.path" in outside else
-            f" (tried {data_path}: a relative data.path is read from the study file's folder, {path.parent.resolve()})")
+        tried = f" (tried {data_path}: {rule})" if rule else ""
         if "data.path" in outside:
             raise ConfigError(f"{origin('data.path')}: no such file or folder {given}{tried}; pass the dataset's "
                               "file or folder")

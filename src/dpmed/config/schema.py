@@ -29,8 +29,8 @@ from dpmed.names import CAM_METHODS, DP_ENGINES, MODEL_NAMES
 
 __all__ = [
     "Study", "DataConfig", "SplitConfig", "PreprocessingConfig", "NormalizeConfig", "ColumnsConfig",
-    "ModelConfig", "LastBlocks", "PretrainConfig", "PatientsConfig", "resolve_paths", "TrainingConfig",
-    "AugmentationConfig", "ScheduleConfig", "EvaluationConfig", "FairnessConfig",
+    "ModelConfig", "LastBlocks", "PretrainConfig", "PatientsConfig", "resolve_paths", "absolute_path",
+    "TrainingConfig", "AugmentationConfig", "ScheduleConfig", "EvaluationConfig", "FairnessConfig",
     "CamConfig", "AuditConfig", "Arm", "PrivacyBudget",
 ]
 
@@ -311,24 +311,28 @@ class PretrainConfig(_Strict):
     near_duplicate_bits: int = Field(default=NEAR_DUPLICATE_BITS, ge=0, le=HASH_BITS // 2)
 
 
+def absolute_path(given: Path, folder: Path, *, outside: bool) -> tuple[Path, str]:
+    """``given`` made absolute, and the rule it was read by in words, for a message (empty for an absolute path): a
+    relative path written in the study file is read from the file's ``folder``; one given ``outside`` it (--set,
+    --data-path) from the current folder, where the user typed it."""
+    if given.is_absolute():
+        return given, ""
+    if outside:
+        return given.resolve(), f"a relative path given outside the study file is read from the current folder, " \
+                                f"{Path.cwd()}"
+    return (folder / given).resolve(), f"a relative path in the study file is read from its folder, " \
+                                       f"{folder.resolve()}"
+
+
 def resolve_paths(study: "Study", folder: Path, *, outside: Collection[str] = ()) -> "Study":
     """``study`` with ``model.weights`` and ``pretrain.data.path`` absolute where relative: read from ``folder`` (the
     study file's), or from the current folder for the keys in ``outside`` (given outside the file, as --set, like
     --data-path); ConfigError naming the key and the path if the file or folder does not exist (dpmed downloads
     nothing), or the weights file cannot be read: told now, not after the data are read. Whether its contents fit
     the model is checked where the model is built. ``data.path`` is resolved by `dpmed.config.loading`."""
-    def absolute(key: str, given: Path) -> tuple[Path, str]:
-        """The path, and the rule it was read by (for a message; empty for an absolute path)."""
-        if given.is_absolute():
-            return given, ""
-        if key in outside:
-            return given.resolve(), f"a relative path given outside the study file is read from the current folder, " \
-                                    f"{Path.cwd()}"
-        return (folder / given).resolve(), f"a relative path in the study file is read from its folder, " \
-                                           f"{folder.resolve()}"
     model, pretrain = study.model, study.pretrain
     if model.weights is not None:
-        weights, rule = absolute("model.weights", model.weights)
+        weights, rule = absolute_path(model.weights, folder, outside="model.weights" in outside)
         if weights.is_dir():
             raise ConfigError(f"model.weights: {weights} is a folder; give the path of the weights file in it (a .pt "
                               "state dict)")
@@ -343,7 +347,8 @@ def resolve_paths(study: "Study", folder: Path, *, outside: Collection[str] = ()
                               "user may read it (and that the disk holding it works)") from None
         model = model.model_copy(update={"weights": weights})
     if pretrain is not None and pretrain.data.path is not None:
-        path, rule = absolute("pretrain.data.path", pretrain.data.path)
+        path, rule = absolute_path(pretrain.data.path, folder,
+                                   outside="pretrain.data.path" in outside)
         if not path.exists():
             raise ConfigError(f"pretrain.data.path: no such file or folder {path}"
                               + (f" ({rule})" if rule else ""))
