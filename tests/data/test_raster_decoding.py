@@ -63,7 +63,8 @@ def test_a_32_bit_tiff_is_read_within_16_bits_and_unreadable_beyond(tmp_path):
 
 @pytest.mark.parametrize("suffix, fmt", [(".png", "PNG"), (".jpg", "JPEG"), (".jpeg", "JPEG"), (".bmp", "BMP"),
                                          (".tif", "TIFF"), (".tiff", "TIFF"), (".PNG", "PNG"), (".JPG", "JPEG"),
-                                         (".TIF", "TIFF"), (".Bmp", "BMP"), (".jfif", "JPEG"), (".JFIF", "JPEG")])
+                                         (".TIF", "TIFF"), (".Bmp", "BMP"), (".jfif", "JPEG"), (".JFIF", "JPEG"),
+                                         (".webp", "WEBP"), (".WebP", "WEBP")])
 def test_every_raster_suffix_in_any_case_is_decoded(tmp_path, suffix, fmt):
     path = tmp_path / f"x{suffix}"
     Image.fromarray(np.full((4, 6), 128, dtype=np.uint8)).save(path, format=fmt)

@@ -1,11 +1,11 @@
 """Decode one image file into float32 [C, H, W] in [0, 1], whatever its format.
 
-A registry by file suffix (as data/registry.py): raster formats (JPEG, PNG, BMP, TIFF) through Pillow, DICOM
-through :mod:`dpmed.data.dicom` (pydicom, an optional extra, imported by that module only when a DICOM is read). Every
-decoder signals a file it cannot read with :class:`~dpmed.data.decoder.UnreadableImage`, which assembly turns into a
-flagged row ("unreadable image") that names the file; anything else is raised as it is: a missing optional package,
-or the system's error (an OSError with an errno: too many open files, a share gone), which may pass and so must not be
-kept as the file's failure (`dpmed.data.cache`).
+A registry by file suffix (as data/registry.py): raster formats (JPEG, PNG, BMP, TIFF, WebP) through Pillow, DICOM
+through :mod:`dpmed.data.dicom` (pydicom, an optional extra, imported by that module only when a DICOM is read).
+Every decoder signals a file it cannot read with :class:`~dpmed.data.decoder.UnreadableImage`, which assembly turns
+into a flagged row ("unreadable image") that names the file; anything else is raised as it is: a missing optional
+package, or the system's error (an OSError with an errno: too many open files, a share gone), which may pass and so
+must not be kept as the file's failure (`dpmed.data.cache`).
 
 Value scale: 8-bit samples / 255, 16-bit samples / 65535 (PNG with 16-bit grey, as some NIH and MIMIC exports), so
 the stored value range maps onto [0, 1] without looking at any other image. Samples whose range is unknown
@@ -118,7 +118,7 @@ _DICOM = Decoder("dicom (pydicom)", _read_dicom, peek_dicom)
 
 DECODERS: dict[str, Decoder] = {
     ".jpg": _RASTER, ".jpeg": _RASTER, ".jfif": _RASTER, ".png": _RASTER, ".bmp": _RASTER, ".tif": _RASTER,
-    ".tiff": _RASTER, ".dcm": _DICOM, ".dicom": _DICOM,      # .jfif: the JPEG suffix Windows gives saved images
+    ".tiff": _RASTER, ".webp": _RASTER, ".dcm": _DICOM, ".dicom": _DICOM,  # .jfif: Windows' suffix for saved JPEGs
 }
 """File suffix (lower case) -> decoder. A suffix not listed here is not an image file to dpmed."""
 

@@ -263,7 +263,7 @@ def test_generic_csv_an_image_outside_its_folder_is_named_whole_and_a_format_dpm
     with pytest.raises(DataError) as err:
         load_layout("csv", table, columns={"path": "file"}, labels=("opacity",))
     assert ("labels.csv line 4 (pngs/img2.gif): image pngs/img2.gif has suffix '.gif', not an image format dpmed "
-            "reads (.bmp, .dcm, .dicom, .jfif, .jpeg, .jpg, .png, .tif, .tiff)") in str(err.value)
+            "reads (.bmp, .dcm, .dicom, .jfif, .jpeg, .jpg, .png, .tif, .tiff, .webp)") in str(err.value)
 
 
 def test_a_patient_cohort_that_keeps_no_image_of_a_table_says_to_choose_a_larger_share(table):

@@ -10,14 +10,14 @@ Layout (``data.path`` names the top folder)::
     or, with no published split:
     images/<class>/<file>           every image is divided by patient into train / val / test
 
-Image files are JPEG (``.jpg``, ``.jpeg``, ``.jfif``), PNG, BMP, TIFF or DICOM (``.dcm``), found recursively under each
-class folder; hidden files (".DS_Store"), the files of hidden folders and of ``__MACOSX`` or a NAS's ``@eaDir`` there
-are passed over, any other file is a flagged row ("not an image"), and so is a link whose target is gone ("missing
-image"). Classes are the class folders in sorted order unless ``labels`` gives the order (the first is the negative
-class of a binary task); every split must hold the same class folders, spelled alike (``Normal`` in one split and
-``NORMAL`` in another is refused, naming both). Two classes make a binary task, more a multiclass one; a class folder of
-no image files (``docs/``) is refused, not made a class. Folders next to the split folders (``__MACOSX``, a second copy
-of the data) are not read, and the record lists them.
+Image files are JPEG (``.jpg``, ``.jpeg``, ``.jfif``), PNG, BMP, TIFF, WebP or DICOM (``.dcm``), found recursively
+under each class folder; hidden files (".DS_Store"), the files of hidden folders and of ``__MACOSX`` or a NAS's
+``@eaDir`` there are passed over, any other file is a flagged row ("not an image"), and so is a link whose target is
+gone ("missing image"). Classes are the class folders in sorted order unless ``labels`` gives the order (the first
+is the negative class of a binary task); every split must hold the same class folders, spelled alike (``Normal`` in
+one split and ``NORMAL`` in another is refused, naming both). Two classes make a binary task, more a multiclass one;
+a class folder of no image files (``docs/``) is refused, not made a class. Folders next to the split folders
+(``__MACOSX``, a second copy of the data) are not read, and the record lists them.
 
 A split must never be taken for a class, nor left out unsaid: a model would learn which folder an image came from,
 or be tested on less than the user meant. So a folder next to the split folders that holds class folders (a split
