@@ -451,6 +451,20 @@ def test_generic_csv_a_label_column_may_hold_the_names_of_data_classes(table):
                                     "NORMAL, PNEUMONIA)")
 
 
+def test_generic_csv_class_names_are_read_in_any_case_where_that_leaves_them_apart(table):
+    """Before: an export writing "Pneumonia" where data.classes says PNEUMONIA had every such row refused as a bad
+    label. Names that differ only in case (a, A) are matched exactly, as nothing else tells them apart."""
+    rows = table.read_text().splitlines()
+    named = [rows[0]] + [r.replace(",0,", ",normal,", 1) if r.split(",")[1] == "0"
+                         else r.replace(",1,", ", Pneumonia ,", 1) for r in rows[1:]]
+    table.write_text("\n".join(named) + "\n")
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"], classes=["NORMAL", "PNEUMONIA"])
+    assert m.task.label_names == ("NORMAL", "PNEUMONIA") and not m.problems
+    assert [int(v) for v in m.labels] == [i % 2 for i in range(16)]
+    with pytest.raises(DataError, match=r"no row holds index 1 \(NORMAL\)"):
+        read_csv_table(table, columns={"path": "file"}, labels=["opacity"], classes=["normal", "NORMAL", "Pneumonia"])
+
+
 def test_generic_csv_a_patient_s_rows_without_a_split_beside_a_published_one_are_told_apart(table, load_layout):
     """Before: a patient with one row in the test split and one blank split cell was said to be "in two published
     splits", though the table published one; the message now says the blank rows were read as train and the fix."""

@@ -107,13 +107,13 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
     """A CSV the study describes: ``columns: {path: <image column>, patient:, sex:, age:, split:}`` (path required,
     the rest optional) and ``labels: [<label column>, ...]``.
 
-    Image paths are relative to the CSV's folder (or absolute). One label column holds class indices 0, 1, ...: binary
-    when the task is binary or (task unset) every value is 0 or 1, else multiclass with classes 0..max (so inferred, a
-    class below the max that no row holds is refused as a likely typo; ``task: multiclass`` reads it). ``classes`` names
-    them, class index k the k-th name (the report then says "pneumonia", not "class_1"; a row may hold the name itself
-    instead of its index), and so states their number: binary for two names unless the task says otherwise, a row whose
-    index has no name is a label outside the task, and a name that no row's index reaches is refused. Without it they
-    are class_0, ...
+    Image paths are relative to the CSV's folder (or absolute). One label column holds class indices 0, 1, ...:
+    binary when the task is binary or (task unset) every value is 0 or 1, else multiclass with classes 0..max (so
+    inferred, a class below the max that no row holds is refused as a likely typo; ``task: multiclass`` reads it).
+    ``classes`` names them, class index k the k-th name (the report then says "pneumonia", not "class_1"; a row may
+    hold the name itself, in any case, instead of its index), and so states their number: binary for two names
+    unless the task says otherwise, a row whose index has no name is a label outside the task, and a name that no
+    row's index reaches is refused. Without it they are class_0, ...
     ``name``: the dataset's name in the record and the report (default: the file's, "labels" for labels.csv).
     Several label columns make a multilabel task, each column 0 or 1, each named once. Without a patient column each
     image is its own patient; with one, a blank id is refused (the blank rows would be one patient). The split column
@@ -156,7 +156,7 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
         raw_values = frame[labels[0]].tolist()
         parsed = [class_index(v, 1 << 30) for v in raw_values]
         if classes is not None:     # an export writes the class's name ("PNEUMONIA") as often as its index
-            parsed = [list(classes).index(v) if p is None and v in classes else p for v, p in zip(raw_values, parsed)]
+            parsed = [_class_named(v, classes) if p is None else p for v, p in zip(raw_values, parsed)]
         if task is None and classes is None and any(p is not None and p > 1 for p in parsed):
             kind = "multiclass"
         count = (len(classes) if classes is not None else 2 if kind == "binary"
@@ -199,6 +199,16 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
                **({} if classes is None else {"classes": list(classes)}),
                "patients_known": "patient" in columns},
         description=f"Table {table.name}: {kind} labels from {', '.join(labels)}.", problems=flags)
+
+
+def _class_named(text: str, classes: Sequence[str]) -> int | None:
+    """The index of the class ``text`` names, or None: spaces around it and case do not count ("Pneumonia " is
+    PNEUMONIA, as exports write it) unless two names differ only in case; then the name must match exactly."""
+    text = str(text).strip()
+    folded = [name.casefold() for name in classes]
+    if len(set(folded)) < len(folded):
+        return list(classes).index(text) if text in classes else None
+    return folded.index(text.casefold()) if text.casefold() in folded else None
 
 
 def _check_class_names(classes: Sequence[str], labels: Sequence[str], task: TaskKind | None) -> None:
