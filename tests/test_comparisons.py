@@ -332,6 +332,20 @@ def test_runs_that_decide_one_class_for_every_image_are_flagged(make_record):
     assert "at its threshold" in flags[0].message and "sensitivity or specificity is 0" in flags[0].message
 
 
+def test_a_run_whose_whole_auroc_interval_lies_below_chance_is_flagged(make_record):
+    # A model that ranks the classes the wrong way round (AUROC 0.33 [0.21, 0.45]) is worse than a coin: as the
+    # reference of its seed, it makes any private run look like a gain. An interval that reaches 0.5 is no flag.
+    records = [make_record("np_seed0", "np", metrics={"test_auroc": 0.33, "test_auroc_low": 0.21,
+                                                      "test_auroc_high": 0.45}),
+               make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0,
+                           metrics={"test_auroc": 0.45, "test_auroc_low": 0.30, "test_auroc_high": 0.5}),
+               make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0,
+                           metrics={"test_auroc": 0.9, "test_auroc_low": 0.8, "test_auroc_high": 0.95})]
+    flags = compare_runs(records, {}, kind="binary", label_names=["normal", "pneumonia"]).run_flags
+    assert [(f.run_id, f.kind) for f in flags] == [("np_seed0", "below_chance")]
+    assert "below chance" in flags[0].message and "0.5" in flags[0].message
+
+
 def test_a_multiclass_run_that_predicts_one_class_is_flagged_without_binary_words(make_record):
     # A multiclass model decides by argmax: the flag must not speak of a threshold, sensitivity or specificity.
     records = [make_record("np_seed0", "np", metrics={"test_predicted_classes": 3}),

@@ -293,6 +293,23 @@ def test_p_values_at_the_bootstrap_floor_print_as_at_most(scored_run, scores, re
 # ------------------------------------------------------------------------------ flags, decisions, class names
 
 
+def test_a_reference_below_chance_is_flagged_where_its_private_runs_are_read(scored_run, scores, report_html):
+    # The non-private run of a seed that ranks the classes the wrong way round makes its seed's private runs look
+    # like gains: the opening table's row of those runs, the summary and the utility table say so.
+    names = ["normal", "pneumonia"]
+    rng = np.random.default_rng(5)
+    val, test = scores(0.7, rng)
+    records = [scored_run("np_seed0", "np", "none", scores=(val, 1 - test), names=names),   # inverted on test
+               scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=scores(0.5, rng), names=names)]
+    assert records[0].metrics["test_auroc_high"] < 0.5
+    html = report_html(records)
+    for anchor in ("clinical", "summary", "utility"):
+        assert "np_seed0 ranks the classes below chance" in _text(_section(html, anchor)), anchor
+    row = _section(html, "clinical").split("<table")[1].split("</table>")[0]
+    assert "np_seed0 ranks the classes below chance" in _text(row)                 # in the row it undermines
+    assert "⚠ below chance" in _section(html, "utility").split("</table>")[0]
+
+
 def test_a_run_that_predicts_one_class_is_flagged_in_the_table_and_the_summary(scored_run, scores, report_html):
     names = ["normal", "pneumonia"]
     rng = np.random.default_rng(4)

@@ -112,8 +112,9 @@ class ValueSummary(_Row):
 class RunFlag(_Row):
     """Something about one run that its numbers alone hide. kind: ``one_class`` (the same decision for every test
     image; ``predicted``: which class, where known), ``unused_classes`` (multiclass: the argmax chooses only ``count``
-    of the classes for the test images, so the others' recall is 0) or ``constant_labels`` (multilabel: findings
-    decided the same way for every test image, ``count`` of them)."""
+    of the classes for the test images, so the others' recall is 0), ``constant_labels`` (multilabel: findings
+    decided the same way for every test image, ``count`` of them) or ``below_chance`` (the whole test AUROC interval
+    below 0.5: a reference that ranks the classes the wrong way round makes its seed's private runs look like gains)."""
 
     run_id: str
     kind: str
@@ -264,7 +265,8 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord]) -> list[Valu
 def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[str]) -> list[RunFlag]:
     """Runs that decide the same way for every test image, or (multiclass) never choose some class (from
     ``test_predicted_classes`` and ``test_constant_labels``; for a binary record without them, from sensitivity and
-    specificity: 1 and 0, or 0 and 1, is the same decision for every image)."""
+    specificity: 1 and 0, or 0 and 1, is the same decision for every image), and runs whose test AUROC interval lies
+    wholly below chance (0.5)."""
     names = list(label_names)
     flags = []
     for r in records:
@@ -294,6 +296,13 @@ def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[st
             flags.append(RunFlag(run_id=r.run_id, kind="unused_classes", count=int(chosen),
                                  message=f"chooses only {int(chosen)} of the {len(names)} classes for the test images "
                                          f"(argmax): {never} recall is 0, whatever its AUROC"))
+        value, low, high = m.get("test_auroc"), m.get("test_auroc_low"), m.get("test_auroc_high")
+        if value is not None and low is not None and high is not None and high < 0.5:
+            flags.append(RunFlag(run_id=r.run_id, kind="below_chance",
+                                 message=f"ranks the classes below chance: its test AUROC {value:.3f} "
+                                         f"[{low:.3f}, {high:.3f}] lies wholly below 0.5, worse "
+                                         "than a coin (the wrong way round), so a difference taken with it says more "
+                                         "about that failure than about privacy"))
         constant = m.get("test_constant_labels")
         if constant:
             flags.append(RunFlag(run_id=r.run_id, kind="constant_labels", count=int(constant),
@@ -365,7 +374,8 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
             "accuracy_difference": "the same for accuracy (multiclass: argmax)",
             "by_value": "seeds of one arm value, each paired with its own seed: mean, std (ddof=1), min, max of the "
                         "differences",
-            "run_flags": "runs that decide the same way for every test image, or (multiclass) never choose some class",
+            "run_flags": "runs that decide the same way for every test image, or (multiclass) never choose some "
+                         "class, or whose test AUROC interval lies wholly below chance (0.5)",
             "group_flags": f"fairness groups with fewer than {MIN_CLASS_COUNT} positives or negatives (multilabel: "
                            "in any one finding), or an interval of zero width",
             "correlations": "Pearson r with two-sided p-value (scipy.stats.pearsonr); eps is the accounted eps; "

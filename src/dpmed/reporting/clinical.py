@@ -138,7 +138,7 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
 
 
 def flag_html(inputs: ReportInputs, run_ids: list[str]) -> str:
-    """The warnings of these runs (one class for every image; findings decided one way), as HTML."""
+    """The warnings of these runs (one class for every image; findings decided one way; below chance), as HTML."""
     flags = [f for run_id in run_ids for f in inputs.comparisons.flags_of(run_id)]
     return "".join(f'<div class="flag">⚠ {escape(f.run_id)} {escape(f.message)}.</div>' for f in flags)
 
@@ -241,11 +241,13 @@ def clinical(inputs: ReportInputs) -> str:
         else:
             cells = [_seeds_cell(getattr(value, n), cases=n != "auroc_difference") for n in names]
         seeds = ", ".join(str(s) for s in value.seeds)
+        # the references' warnings too: a non-private run below chance turns its seed's change into a seeming gain
+        paired = list(dict.fromkeys([*value.run_ids, *(m.reference_run for m in members)]))
         rows.append(f'<tr><td data-label="{arm}">{escape(value.label)}<br><small>seed'
                     f"{'s' if len(value.seeds) > 1 else ''} {seeds}</small></td>"
                     f'<td data-label="privacy">{escape(privacy)}</td>'
                     + "".join(f'<td class=num data-label="{escape(c)}">{cell}</td>' for c, cell in zip(columns, cells))
-                    + f'<td data-label="reading">{escape(sentence)}{flag_html(inputs, value.run_ids)}</td></tr>')
+                    + f'<td data-label="reading">{escape(sentence)}{flag_html(inputs, paired)}</td></tr>')
     if kind == "binary":
         meaning = (f"Sensitivity is the share of <b>{escape(pos_text)}</b> cases (the positive class, label 1) "
                    f"that the model calls {escape(pos_text)}; specificity the share of <b>{escape(neg_text)}</b> "

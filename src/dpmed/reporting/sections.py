@@ -256,8 +256,12 @@ def utility(inputs: ReportInputs) -> str:
                           inputs.folder.root / "auroc_vs_epsilon.png", "test AUROC versus epsilon")
     columns = _metric_columns(inputs)
     badges = {"one_class": "one decision for all", "unused_classes": "classes never chosen",
-              "constant_labels": "one decision for all"}
-    flagged = {f.run_id: badges.get(f.kind, "see below") for f in inputs.comparisons.run_flags}
+              "constant_labels": "one decision for all", "below_chance": "below chance"}
+    flagged: dict[str, str] = {}
+    for f in inputs.comparisons.run_flags:       # every badge of a run: one decision for all can be below chance too
+        badge = badges.get(f.kind, "see below")
+        if badge not in flagged.get(f.run_id, "").split(", "):
+            flagged[f.run_id] = f"{flagged[f.run_id]}, {badge}" if f.run_id in flagged else badge
     rows = "".join(
         f"<tr><td>{escape(r.run_id)}"
         + (f' <span class="flag" title="see the warning below the table">⚠ {flagged[r.run_id]}</span>'
