@@ -222,6 +222,23 @@ def test_fairness_flags_small_groups_and_explains_the_worst_group_interval(two_a
     assert "The worst group's interval is not that group's own interval" in fairness
 
 
+def test_a_small_group_is_marked_in_every_table_of_its_numbers_not_only_the_auroc_one(two_arms, report_html):
+    # A group of 8 images gave an accuracy parity difference of -0.80 [-0.88, -0.71] in a quickstart: an interval
+    # that reads as a firm disparity unless its cell, like the AUROC cell of the same group, carries the warning.
+    html = _section(report_html(two_arms), "fairness")
+    age = html[html.index("<h3>By age"):]
+    tables = re.findall(r"<table[^>]*>.*?</table>", age, flags=re.S)
+    per_group = [t for t in tables if 'data-label="[0,30)"' in t]
+    assert len(per_group) == 4                       # AUROC, accuracy, accuracy parity, demographic parity
+    for k, table in enumerate(per_group):
+        cells = re.findall(r'<td[^>]*data-label="\[0,30\)"[^>]*>(.*?)</td>', table)
+        assert len(cells) == len(two_arms) and all('class="flag"' in c for c in cells), table[:200]
+        if k == 0:
+            continue                                 # the AUROC table marks an interval of zero width too
+        others = re.findall(r'<td[^>]*data-label="\[30,60\)"[^>]*>(.*?)</td>', table)
+        assert others and not any('class="flag"' in c for c in others)      # a group of enough images: no mark
+
+
 def test_each_small_group_warning_names_exactly_the_runs_it_holds_for(scored_run, scores, tmp_path, report_html):
     """The warning merged every run's reasons into one line and listed every run after it: "accuracy interval of
     zero width (1.000 in every redraw); accuracy interval of zero width (0.000 in every redraw) (runs: all)" said

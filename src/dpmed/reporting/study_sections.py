@@ -128,8 +128,12 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         for r, e in zip(runs, entries))
 
     def per_group(metric: str, tail=lambda r, e: "") -> str:
+        # a small group's accuracy or parity reads as firm as a large one's (a narrow interval far from 0) unless
+        # its cell, like its AUROC cell, carries the warning
+        def mark(g: str) -> str:
+            return warning_mark("a small group: see the warnings above") if g in small else ""
         return "".join(f"<tr><td>{_e(r.run_id)}</td>"
-                       + "".join(f"<td class=num>{_est(_group(e, g, metric))}</td>" for g in groups)
+                       + "".join(f"<td class=num>{_est(_group(e, g, metric))}{mark(g)}</td>" for g in groups)
                        + tail(r, e) + "</tr>" for r, e in zip(runs, entries))
 
     def spreads(r: RunRecord, e: AttributeFairness) -> str:
