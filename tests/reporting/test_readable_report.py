@@ -204,11 +204,11 @@ def test_fairness_flags_small_groups_and_explains_the_worst_group_interval(two_a
     fairness = _text(html)
     assert "[0,30): 8 (" in fairness and "⚠ small" in fairness
     # the attribute's spreads compare the small group too: their cells say so, not only the group's own
-    marks = re.findall(r'title="spread over groups that include the small ([^"]*): see the warnings below"', html)
+    marks = re.findall(r'title="spread over groups that include the small ([^"]*): see the warnings above"', html)
     # in the table's order of groups; equalised odds leaves [0,30) (one class only) out, so its mark does not name it
     assert "[0,30)" in two_arms[0].fairness.attributes["age"].equalized_odds_excluded_groups
     assert sorted(m.startswith("[0,30)") for m in marks) == [False] * len(two_arms) + [True] * len(two_arms)
-    assert "a small group: see the warnings below" not in html               # no worst group here is small
+    assert not re.findall(r'data-label="worst group"[^>]*>[^<]*<span class="flag" title="a small group', html)
     worst_small = []
     for r in two_arms:                                                        # one whose worst group is
         age = r.fairness.attributes["age"]
@@ -220,6 +220,15 @@ def test_fairness_flags_small_groups_and_explains_the_worst_group_interval(two_a
     assert len(cells) == len(two_arms)
     assert "only" in fairness and "anecdotes" in fairness
     assert "The worst group's interval is not that group's own interval" in fairness
+
+
+def test_a_fairness_cell_s_mark_points_to_where_its_warnings_stand(two_arms, report_html):
+    # The small-group warnings stand above the figure and the tables; a mark that sent the reader below found none.
+    html = _section(report_html(two_arms), "fairness")
+    age = html[html.index("<h3>By age"):]
+    assert age.index("anecdotes") < age.index("<table")
+    titles = re.findall(r'<span class="flag" title="([^"]*see the warnings[^"]*)"', age)
+    assert titles and all(t.endswith("see the warnings above") for t in titles), set(titles)
 
 
 def test_a_small_group_is_marked_in_every_table_of_its_numbers_not_only_the_auroc_one(two_arms, report_html):

@@ -113,12 +113,12 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         return f' <span class="flag" title="{_e(title)}">⚠</span>'
 
     def cell(r: RunRecord, e: AttributeFairness, g: str) -> str:
-        mark = warning_mark("see the warnings below") if (r.run_id, g) in flagged else ""
+        mark = warning_mark("see the warnings above") if (r.run_id, g) in flagged else ""
         return f"<td class=num>{_est(_group(e, g, 'auroc'))}{mark}</td>"
 
     def worst_cell(r: RunRecord, e: AttributeFairness) -> str:
         w = e.worst_group_auroc
-        mark = warning_mark("a small group: see the warnings below") if w and w.group in small else ""
+        mark = warning_mark("a small group: see the warnings above") if w and w.group in small else ""
         return (f"<td>{_e(w.group if w else None)}: {_est(w)}{mark}"
                 + _undefined_share(w, r.fairness.n_resamples) + "</td>")
 
@@ -145,7 +145,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                             (e.equalized_odds_difference, e.equalized_odds_excluded_groups)):
             these = [g for g in compared if g not in left_out]
             mark = (warning_mark(f"spread over groups that include the small {', '.join(these)}: see the warnings "
-                               "below") if these and s is not None and s.value is not None else "")
+                               "above") if these and s is not None and s.value is not None else "")
             cells.append(f"<td class=num>{_est(s)}{mark}{_undefined_share(s, r.fairness.n_resamples)}</td>")
         return "".join(cells)
 
