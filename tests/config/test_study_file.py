@@ -141,6 +141,11 @@ def test_exponent_floats_parse_as_numbers(write_study):
     (("target_epsilon: [1, 8]", "target_epsilon: [8, 8]"), "arms[2].target_epsilon", "lists a value twice"),
     (("target_epsilon: [1, 8]", "target_epsilon: [1, .inf]"), "arms[2].target_epsilon",
      "must be a positive finite number, got inf"),
+    # a number chosen from a fixed set: YAML's true and false are 1 and 0 to Python, and were taken for them
+    (("seeds: [0, 1]", "seeds: [0, 1]\ndata: {source: phantom, channels: true}"), "data.channels",
+     "must be 1 (grey) or 3 (colour), got true; write 1 or 3"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\ndata: {source: phantom, patients: {fraction: 0.5, part: false}}"),
+     "data.patients.part", "must be 0 or 1, got false; write 0 or 1"),
 ])
 def test_bad_values_name_file_and_key(write_study, change, key, words):
     path = write_study(GOOD.replace(*change))

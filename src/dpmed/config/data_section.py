@@ -26,6 +26,17 @@ def path_from_string(cls, v: object) -> Path | None:
     raise ValueError(f"must be a path (a string), got {type(v).__name__} {v!r}")
 
 
+def _no_boolean(choices: str, written: str):
+    """A before-validator for a number chosen from a fixed set (``Literal[1, 3]``): pydantic compares a literal's
+    value by equality, so YAML's true and false, which Python holds equal to 1 and 0, were taken as those numbers
+    (``channels: true`` read grey images) in place of a refusal."""
+    def check(cls, v: object) -> object:
+        if isinstance(v, bool):
+            raise ValueError(f"must be {choices}, got {str(v).lower()}; write {written}")
+        return v
+    return check
+
+
 SEED_MAX = 2**32 - 1
 
 
@@ -125,6 +136,8 @@ class PatientsConfig(_Strict):
     part: Literal[0, 1]
     seed: Seed = 0
 
+    _part_not_boolean = field_validator("part", mode="before")(_no_boolean("0 or 1", "0 or 1"))
+
     def selection(self) -> PatientSelection:
         """The cohort as the data stage selects and describes it."""
         return PatientSelection(fraction=self.fraction, part=self.part, seed=self.seed)
@@ -182,6 +195,7 @@ class DataConfig(_Strict):
     patients: PatientsConfig | None = None
 
     _path_from_string = field_validator("path", "cache_dir", mode="plain")(path_from_string)
+    _channels_not_boolean = field_validator("channels", mode="before")(_no_boolean("1 (grey) or 3 (colour)", "1 or 3"))
 
     def to_request(self) -> DataRequest:
         """The request the data stage reads (`dpmed.data.read_dataset`)."""
