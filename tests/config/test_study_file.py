@@ -146,6 +146,10 @@ def test_exponent_floats_parse_as_numbers(write_study):
      "must be 1 (grey) or 3 (colour), got true; write 1 or 3"),
     (("seeds: [0, 1]", "seeds: [0, 1]\ndata: {source: phantom, patients: {fraction: 0.5, part: false}}"),
      "data.patients.part", "must be 0 or 1, got false; write 0 or 1"),
+    # text: pydantic's "Input should be a valid string (got None)" said neither what was read nor what to write
+    (("name: s\n", "name:\n"), "name", "must be text, got null (nothing after the key, or null or ~); write the text"),
+    (("name: s\n", "name: 5\n"), "name", "must be text, got 5 (YAML reads it as a number); quote it: '5'"),
+    (("{name: base,", "{name: [base],"), "arms[0].name", "must be text, got a list; write one text value"),
 ])
 def test_bad_values_name_file_and_key(write_study, change, key, words):
     path = write_study(GOOD.replace(*change))

@@ -345,6 +345,14 @@ def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
             wanted = f"a number {bound.format(ctx[name])}"
             return f"{where}: must be {wanted}, got nan; write {wanted} in its place"
         return f"{where}: must be {bound.format(ctx[name])}, got {got!r}; {fix.format(ctx[name])}"
+    if kind == "string_type" and (got is None or isinstance(got, (int, float, list)) and not isinstance(got, bool)):
+        # pydantic's "Input should be a valid string (got None)" said neither what YAML read nor what to write
+        if got is None:
+            return (f"{where}: must be text, got null (nothing after the key, or null or ~); write the text after "
+                    "the key")
+        if isinstance(got, list):
+            return f"{where}: must be text, got a list; write one text value, not a list in brackets"
+        return f"{where}: must be text, got {got!r} (YAML reads it as a number); quote it: '{got}'"
     shown = "" if isinstance(got, (dict, list)) or "got" in msg else f" (got {got!r})"
     if isinstance(got, bool) and kind == "string_type":   # YAML 1.1: yes, no, on, off, true, false are booleans
         shown += f"; YAML reads yes/no/on/off as true/false: quote the name, e.g. '{'yes' if got else 'no'}'"
