@@ -349,7 +349,9 @@ def test_a_yaml_error_is_one_line_that_places_it_in_the_file_not_in_a_unicode_st
     with pytest.raises(ConfigError) as error:
         load_study(path)
     assert str(error.value) == (f"study file {path} is not valid YAML: line 7, column 3: expected <block end>, but "
-                                "found '?' (while parsing a block collection at line 6, column 3)")
+                                "found '?' (while parsing a block collection at line 6, column 3); line the key "
+                                "up with the other keys of its section (a list item, '- ...', goes under its key, "
+                                "indented)")
 
 
 @pytest.mark.parametrize("change, words", [
@@ -447,7 +449,8 @@ def test_a_list_or_a_section_as_a_key_is_named_by_its_line(write_study, key):
     with pytest.raises(ConfigError) as caught:
         load_study(path)
     assert str(caught.value) == (f"study file {path} is not valid YAML: line 2, column 1: found unhashable key "
-                                 "(while constructing a mapping at line 1, column 1)")
+                                 "(while constructing a mapping at line 1, column 1); a key is a word: write it as "
+                                 "text, not a list or a section")
 
 
 def test_a_key_given_twice_a_file_not_in_utf8_and_a_bad_override_are_named(write_study, tmp_path):
@@ -993,3 +996,25 @@ def test_a_second_yaml_document_in_the_study_file_is_told_what_to_do(write_study
     assert str(caught.value).endswith("but found another document (expected a single document in the stream at line "
                                       "1, column 1); a study file holds one study: remove the '---' line and what "
                                       "follows it, or put that study in a file of its own")
+
+
+@pytest.mark.parametrize("text, hint", [
+    ("name: s\n  arms: []\n", "a value holding ': ' must be quoted"),
+    ("name: s: t\n", "a value holding ': ' must be quoted"),
+    ('name: "s\narms: []\n', "close the quote"),
+    ("name: s\narms\n", "write each setting as key: value"),
+    ("name: s\narms: [a, b\nseeds: [0]\n", "close the [ or {"),
+    ("name: s\narms: {a: 1\n", "close the [ or {"),
+    ("name: s\n- a\n", "line the key up with the other keys of its section"),
+    ("name: *x\n", "define the anchor"),
+    ("name: !foo s\n", "remove the tag"),
+    ("name: @s\n", "quote the value"),
+    ("? [a]\n: 1\n", "a key is a word"),
+])
+def test_a_yaml_syntax_error_says_what_to_do(write_study, text, hint):
+    """Before: PyYAML's words alone (e.g. "mapping values are not allowed here"), with a line but nothing to do."""
+    path = write_study(text)
+    with pytest.raises(ConfigError) as caught:
+        load_study(path)
+    message = str(caught.value)
+    assert message.startswith(f"study file {path} is not valid YAML: line ") and hint in message

@@ -137,11 +137,27 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     if exc.context:
         text += f" ({exc.context}" + (f" at {at(exc.context_mark)}" if exc.context_mark is not None else "") + ")"
     if "'\\t'" in exc.problem:      # PyYAML's "found character '\t' that cannot start any token"
-        text += "; YAML indents with spaces only: replace the tab with spaces"
+        return text + "; YAML indents with spaces only: replace the tab with spaces"
     if "another document" in exc.problem:
-        text += ("; a study file holds one study: remove the '---' line and what follows it, or put that study in a "
-                 "file of its own")
-    return text
+        return text + ("; a study file holds one study: remove the '---' line and what follows it, or put that study "
+                       "in a file of its own")
+    return text + next((f"; {hint}" for words, hint in _YAML_HINTS if words in text), "")
+
+
+# What to do about PyYAML's other common problems, by words of its message (its own text says only what it found)
+_YAML_HINTS = [
+    ("mapping values are not allowed", "a value holding ': ' must be quoted (name: 'a: b'), and a key must line up "
+                                       "with the other keys of its section"),
+    ("scanning a quoted scalar", "close the quote that the value opens, on the same line"),
+    ("could not find expected ':'", "write each setting as key: value, with a space after the colon"),
+    ("parsing a flow", "close the [ or { it names with its ] or }, and separate its items with commas"),
+    ("expected <block end>", "line the key up with the other keys of its section (a list item, '- ...', goes under "
+                             "its key, indented)"),
+    ("undefined alias", "define the anchor (&name) before a *name uses it, or quote a value that starts with *"),
+    ("could not determine a constructor", "remove the tag (the word after ! or !!): a study file holds plain values"),
+    ("cannot start any token", "quote the value (YAML reserves its first character)"),
+    ("unhashable key", "a key is a word: write it as text, not a list or a section"),
+]
 
 
 def _field_names() -> set[str]:
