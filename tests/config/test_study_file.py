@@ -467,6 +467,18 @@ def test_a_key_given_twice_a_file_not_in_utf8_and_a_bad_override_are_named(write
         parse_override("training.epochs=[1")
 
 
+@pytest.mark.parametrize("text, found", [
+    ("training.epochs=[1", "expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)"),
+    ('name="a', "found unexpected end of stream (while scanning a quoted scalar)"),
+    ("name=@a", "found character '@' that cannot start any token (while scanning for the next token)"),
+])
+def test_a_set_value_that_is_no_yaml_says_what_yaml_found(text, found):
+    """Before: only PyYAML's context ("(while parsing a flow sequence)"), not what it found there."""
+    with pytest.raises(ConfigError) as caught:
+        parse_override(text)
+    assert f"--set {text!r}: the value is not valid YAML ({found}); quote it" in str(caught.value)
+
+
 def test_run_ids_keep_the_study_order_of_seeds_and_write_large_values_as_g_without_a_plus(write_study):
     """Seeds run innermost, in the order the file lists them; a swept value is written as %g writes it, less the
     '+' of its exponent (1e+20 -> 1e20): a run id that changed would retrain finished runs."""

@@ -461,9 +461,19 @@ def parse_override(text: str) -> tuple[str, Any]:
     except _OutOfRange as exc:
         raise ConfigError(f"--set {text!r}: {exc.problem}") from None
     except _UNREADABLE as exc:
-        problem = str(exc).splitlines()[0] if isinstance(exc, yaml.YAMLError) else _unreadable(exc)
+        problem = (_value_problem(exc) if isinstance(exc, yaml.MarkedYAMLError) else
+                   str(exc).splitlines()[0] if isinstance(exc, yaml.YAMLError) else _unreadable(exc))
         raise ConfigError(f"--set {text!r}: the value is not valid YAML ({problem}); quote it, e.g. "
                           f"--set '{key.strip()}=\"...\"'") from None
+
+
+def _value_problem(exc: yaml.MarkedYAMLError) -> str:
+    """What PyYAML found in a --set value, and in what construct: the first line of its text is the construct alone
+    where it has one ("while parsing a flow sequence"), which did not say what was wrong. No line or column: the
+    value is one line the user typed."""
+    if not exc.problem:
+        return str(exc).splitlines()[0]
+    return exc.problem + (f" ({exc.context})" if exc.context else "")
 
 
 def _list_index(items: list, part: str, origin: str) -> int:
