@@ -150,6 +150,11 @@ def test_exponent_floats_parse_as_numbers(write_study):
     (("name: s\n", "name:\n"), "name", "must be text, got null (nothing after the key, or null or ~); write the text"),
     (("name: s\n", "name: 5\n"), "name", "must be text, got 5 (YAML reads it as a number); quote it: '5'"),
     (("{name: base,", "{name: [base],"), "arms[0].name", "must be text, got a list; write one text value"),
+    # a list or a section where one number goes: pydantic's "Input should be a valid integer" said no more
+    (("seeds: [0, 1]", "seeds: [0, 1]\nevaluation: {bootstrap_resamples: [100]}"), "evaluation.bootstrap_resamples",
+     "must be a whole number, got a list ([100]); write it in digits (e.g. 2)"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\nevaluation: {confidence: {a: 1}}"), "evaluation.confidence",
+     "must be a number, got a section ({'a': 1}); write it in digits"),
 ])
 def test_bad_values_name_file_and_key(write_study, change, key, words):
     path = write_study(GOOD.replace(*change))

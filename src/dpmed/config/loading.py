@@ -355,6 +355,9 @@ def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
     if kind in _TYPES and not isinstance(got, (dict, list)) and not octal:
         shown = "null" if got is None else str(got).lower() if isinstance(got, bool) else repr(got)   # YAML's words
         return f"{where}: {_TYPES[kind].format(got=shown, **ctx)}"
+    if kind in ("int_type", "float_type", "bool_type") and isinstance(got, (dict, list)):   # one value, not several
+        shown = f"{'a list' if isinstance(got, list) else 'a section'} ({got!r:.60})"
+        return f"{where}: {_TYPES[kind].format(got=shown, **ctx)}"
     if kind in _BOUNDS:
         name, bound, fix = _BOUNDS[kind]
         if isinstance(got, float) and math.isnan(got):    # .nan fails every bound: raising or lowering it cannot help
