@@ -155,6 +155,10 @@ def test_exponent_floats_parse_as_numbers(write_study):
      "must be a whole number, got a list ([100]); write it in digits (e.g. 2)"),
     (("seeds: [0, 1]", "seeds: [0, 1]\nevaluation: {confidence: {a: 1}}"), "evaluation.confidence",
      "must be a number, got a section ({'a': 1}); write it in digits"),
+    (("seeds: [0, 1]", "seeds: {a: 1}"), "seeds",
+     "must be a list, got a section ({'a': 1}); write its items in brackets"),
+    (("epochs: 2}", "epochs: 2, learning_rate: .nan}"), "training.learning_rate",
+     "must be a finite number, got nan; write a number in digits (e.g. 0.5 or 1e-5)"),
 ])
 def test_bad_values_name_file_and_key(write_study, change, key, words):
     path = write_study(GOOD.replace(*change))

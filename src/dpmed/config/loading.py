@@ -284,6 +284,7 @@ _TYPES = {
     "bool_type": "must be true or false, got {got}; write true or false",
     "string_too_short": "must hold at least {min_length} character(s), got {got}; write it out",
     "list_type": "must be a list, got {got}; write its items in brackets ([a, b, ...])",
+    "finite_number": "must be a finite number, got {got}; write a number in digits (e.g. 0.5 or 1e-5)",
 }
 
 
@@ -355,7 +356,7 @@ def _describe(error: Mapping[str, Any], loc: list[str | int]) -> str:
     if kind in _TYPES and not isinstance(got, (dict, list)) and not octal:
         shown = "null" if got is None else str(got).lower() if isinstance(got, bool) else repr(got)   # YAML's words
         return f"{where}: {_TYPES[kind].format(got=shown, **ctx)}"
-    if kind in ("int_type", "float_type", "bool_type") and isinstance(got, (dict, list)):   # one value, not several
+    if kind in ("int_type", "float_type", "bool_type", "list_type") and isinstance(got, (dict, list)):   # several
         shown = f"{'a list' if isinstance(got, list) else 'a section'} ({got!r:.60})"
         return f"{where}: {_TYPES[kind].format(got=shown, **ctx)}"
     if kind in _BOUNDS:
