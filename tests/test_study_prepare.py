@@ -535,3 +535,20 @@ def test_a_budget_over_a_study_without_dp_sgd_is_refused_for_its_runs_not_for_a_
     with pytest.raises(PrivacyError, match=r"^privacy_budget: (runs base_seed0 train without privacy|local-DP runs "
                                            r"lap_b2_seed0 hold under another neighbour relation)"):
         _prepare(write_study, tmp_path, f"privacy_budget: {{epsilon: 1, delta: 0.5}}\narms: [{arm}]\n")
+
+
+def test_more_deletion_steps_than_pixels_are_refused_before_training(write_study):
+    """Before: evaluation.explanations.deletion_steps 10**20 was accepted, and every run failed after training in
+    NumPy's arange; a step past the P = H x W pixel locations changes no pixel the step before did not."""
+    study = load_study(write_study("name: s\nseeds: [0]\ndata: {source: phantom, n_images: 100, image_size: 16}\n"
+                                   "evaluation: {explanations: {deletion_steps: 256}}\n"
+                                   "arms:\n  - {name: a, mechanism: none}\n"))
+    dataset = load_study_data(study)
+    check_fit(study, dataset)          # one pixel location a step: 16 x 16 = 256
+    cams = study.evaluation.explanations
+    for steps in (257, 10**20):
+        too_many = study.model_copy(update={"evaluation": study.evaluation.model_copy(
+            update={"explanations": cams.model_copy(update={"deletion_steps": steps})})})
+        with pytest.raises(ConfigError, match=rf"^evaluation.explanations.deletion_steps {steps} exceeds the 256 "
+                                              r"pixel locations of these 16 x 16 px images.*lower it to 256 or less"):
+            check_fit(too_many, dataset)

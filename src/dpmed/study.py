@@ -260,8 +260,9 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
 
 def check_fit(study: Study, dataset: Dataset) -> None:
     """Refuse what no plan can change: augmentation's crop padding as large as the images, a square-only model on
-    other images, bootstrap redraws no memory holds. Checked before the DP counts are drawn (`prepare_study`), so
-    that a study refused for them writes nothing, and its output folder is left as it was found."""
+    other images, more deletion steps than pixels, bootstrap redraws no memory holds. Checked before the DP counts
+    are drawn (`prepare_study`), so that a study refused for them writes nothing, and its output folder is left as it
+    was found."""
     augmentation, side = study.training.augmentation, min(dataset.train.image_shape[1:])
     if augmentation is not None and augmentation.crop_padding != "auto" and augmentation.crop_padding >= side:
         raise ConfigError(f"training.augmentation.crop_padding {augmentation.crop_padding} px needs images larger "
@@ -271,6 +272,11 @@ def check_fit(study: Study, dataset: Dataset) -> None:
         raise ConfigError(f"model.name {study.model.name} takes square images only, and these are {height} x {width} "
                           "px; set data.image_size to resize them to a square (data.preprocessing.aspect: crop keeps "
                           "their proportions), or use a model with global pooling (small_cnn, resnet9, resnet18)")
+    cams = study.evaluation.explanations
+    if cams is not None and cams.deletion_steps > height * width:    # found in NumPy after training, every run's
+        raise ConfigError(f"evaluation.explanations.deletion_steps {cams.deletion_steps} exceeds the {height * width} "
+                          f"pixel locations of these {height} x {width} px images (a step past one location each "
+                          f"changes no pixel); lower it to {height * width} or less (default 16)")
     _check_redraws(study.evaluation, dataset)
 
 
