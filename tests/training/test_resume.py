@@ -157,6 +157,18 @@ def test_an_unreadable_checkpoint_has_no_progress_and_training_names_it(data, ne
               progress=False, checkpoint=tmp_path / "checkpoint.pt")
 
 
+def test_an_empty_checkpoint_is_named_not_an_index_error(data, new_model, tmp_path):
+    """A checkpoint left empty (a disk that filled as it was written) made torch raise an EOFError without a message,
+    and the run failed with "IndexError: list index out of range", which named neither the file nor what to do."""
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    assert checkpoint_progress(tmp_path / "checkpoint.pt") is None
+    images, task = data
+    with pytest.raises(RuntimeError, match=f"the checkpoint {tmp_path / 'checkpoint.pt'} cannot be read "
+                                           r"\(EOFError: .+\); delete it"):
+        train(new_model(task), images, task, CFG, seed=4, dp=PLAN, randomness=PrivacyRandomness.secure(),
+              progress=False, checkpoint=tmp_path / "checkpoint.pt")
+
+
 def test_a_file_of_tensors_that_is_no_checkpoint_is_named_not_an_attribute_error(data, new_model, tmp_path):
     """A list of tensors in the checkpoint's place loaded and then failed on .get with an AttributeError that said
     nothing of the file or what to do."""

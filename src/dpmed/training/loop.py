@@ -203,8 +203,9 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except _UNREADABLE as exc:
-        raise RuntimeError(f"the checkpoint {path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+    except _UNREADABLE as exc:        # an empty file's EOFError has no message: its first line would be an IndexError
+        detail = str(exc).partition("\n")[0] or "the file ends before its first record"
+        raise RuntimeError(f"the checkpoint {path} cannot be read ({type(exc).__name__}: {detail}); "
                            "delete it to train this run afresh") from None
     if not isinstance(state, dict):     # tensors, but not a checkpoint dpmed wrote (a file put in its place)
         raise RuntimeError(f"the checkpoint {path} holds a {type(state).__name__}, not a dpmed checkpoint; delete it "
