@@ -116,6 +116,30 @@ def test_another_attempt_s_key_is_replaced_and_what_it_left_deleted(prepared, tm
     assert again.root_hex() == randomness.root_hex() and folder.checkpoint.exists()
 
 
+@pytest.mark.parametrize("key", ["another attempt's", "damaged", "missing"])
+def test_a_checkpoint_that_cannot_continue_is_named_as_it_is_deleted(prepared, tmp_path, caplog, key):
+    """`dpmed status` showed the run as continuing from its checkpoint, and `dpmed run` then trained it from step 0
+    without a word: the user could not tell a resumed run from one that started afresh, nor why."""
+    study, dataset, plans = prepared
+    context = RunContext(dataset=dataset, evaluation=study.evaluation)
+    folder = StudyFolder(tmp_path).run(plans["lap"].run_id)
+    folder.make()
+    if key != "missing":
+        folder.privacy_key.write_text(json.dumps({"root": PrivacyRandomness.secure().root_hex(),
+                                                  "attempt": "another attempt"}) if key != "damaged" else "{")
+    folder.checkpoint.write_bytes(b"the other attempt's checkpoint")
+    with caplog.at_level("INFO", logger="dpmed.run"):
+        _privacy_randomness(plans["lap"], context, folder)
+    reason = "made with other settings or data" if key == "another attempt's" else "its privacy key is missing"
+    assert f"{plans['lap'].run_id}: its checkpoint" in caplog.text and reason in caplog.text
+    assert "trains afresh" in caplog.text and not folder.checkpoint.exists()
+    caplog.clear()
+    folder.checkpoint.write_bytes(b"this attempt's checkpoint")
+    with caplog.at_level("INFO", logger="dpmed.run"):
+        _privacy_randomness(plans["lap"], context, folder)      # the same attempt continues: nothing to say
+    assert "afresh" not in caplog.text and folder.checkpoint.exists()
+
+
 def test_a_secure_run_s_key_is_fresh_and_never_the_one_its_published_seed_gives(prepared, tmp_path):
     """The same run in two output folders (a study run again elsewhere, with the same seed) gets two keys, neither
     the key its published seed and run id derive; a reproducible run's key is exactly that derived one."""

@@ -103,6 +103,9 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
     saved = _saved_key(folder.privacy_key, mode)
     if saved is not None and saved[1] == attempt:
         return saved[0]
+    if folder.checkpoint.is_file():     # `dpmed status` showed it as continuing: say why it does not
+        why = "its privacy key is missing or damaged" if saved is None else "made with other settings or data"
+        _log.info("%s: its checkpoint cannot continue (%s): deleted, and the run trains afresh", plan.run_id, why)
     folder.discard_attempt()
     randomness = (PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id) if mode == "reproducible" else
                   PrivacyRandomness.secure())
