@@ -192,8 +192,9 @@ class _Progress:
         self.bar.close()
 
 
-# What torch.load raises for a checkpoint cut short or not a checkpoint at all.
-_UNREADABLE = (OSError, RuntimeError, EOFError, pickle.UnpicklingError)
+# What torch.load raises for a checkpoint cut short or not a checkpoint at all (its weights-only unpickler meets
+# arbitrary bytes with an IndexError, "pop from empty list", or a ValueError, KeyError or TypeError).
+_UNREADABLE = (OSError, RuntimeError, EOFError, pickle.UnpicklingError, IndexError, ValueError, KeyError, TypeError)
 
 
 def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
