@@ -63,11 +63,14 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
 def _checkpoint_detail(path: Path) -> str:
     """How far an interrupted (or running) run's checkpoint is, and how old: a run still training rewrites it
     every epoch, so a minutes-old checkpoint of a folder in use is a run in progress."""
-    from dpmed.training import checkpoint_progress      # torch: only for a run that has a checkpoint
+    from dpmed.training import checkpoint_problem, checkpoint_progress      # torch: only for a run with a checkpoint
 
     minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
-    age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
     progress = checkpoint_progress(path)
+    problem = checkpoint_problem(path) if progress is None else None     # None too for an older dpmed's checkpoint
+    if problem is not None:     # `dpmed run` fails on it: no run continues from there
+        return f"cannot continue: {problem}"
+    age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
     where = "" if progress is None else f" at step {progress[0]} of {progress[1]}"
     return f"continues from its checkpoint{where} (saved {age} ago)"
 

@@ -89,6 +89,24 @@ def test_a_run_not_started_is_pending_and_one_that_failed_after_a_checkpoint_is_
     assert out.strip().splitlines()[-1] == "1 failed, 1 pending"
 
 
+@pytest.mark.parametrize("content", [b"", b"cut short by a full disk"])
+def test_an_unreadable_checkpoint_is_not_shown_as_one_the_run_continues_from(tiny_study, tmp_path, capsys, content):
+    """Status said "continues from its checkpoint" of a checkpoint that `dpmed run` then failed to read: it names the
+    file and what to do instead."""
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    run_id = sorted(p.parent.name for p in copy.glob("runs/*/run.json"))[0]
+    shutil.rmtree(copy / "runs" / run_id)
+    files = StudyFolder(copy).run(run_id)
+    files.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    files.checkpoint.write_bytes(content)
+    assert main(["status", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^{re.escape(run_id)} +interrupted: cannot continue: the checkpoint "
+                     rf"{re.escape(str(files.checkpoint))} cannot be read \(.+\); delete it", out, re.M), out
+    assert "continues from" not in out
+
+
 @pytest.mark.parametrize("command", ["status", "report"])
 def test_a_run_that_finishes_while_status_looks_at_it_is_shown_finished(tiny_study, tmp_path, capsys, monkeypatch,
                                                                        command):

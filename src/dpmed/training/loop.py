@@ -51,7 +51,7 @@ from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffle
 from dpmed.training.schedule import set_learning_rate
 
 __all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "run_threads", "torch_threads",
-           "sampling_units", "checkpoint_progress"]
+           "sampling_units", "checkpoint_progress", "checkpoint_problem"]
 
 _log = logging.getLogger(__name__)
 
@@ -202,8 +202,17 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
     (`dpmed.run` gave this attempt a fresh key and deleted what the earlier one left)."""
     if path is None or not path.is_file():
         return None
+    state = _read_checkpoint(path)
+    return state if state.get("fingerprint") == fingerprint else None
+
+
+def _read_checkpoint(path: Path, *, mmap: bool = False) -> dict:
+    """The checkpoint at ``path``; RuntimeError naming it, and what to do, where it cannot be read or is none.
+    FileNotFoundError where it is gone (a run that finished as `dpmed status` looked: its caller looks again)."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except FileNotFoundError:
+        raise
     except _UNREADABLE as exc:        # an empty file's EOFError has no message: its first line would be an IndexError
         detail = str(exc).partition("\n")[0] or "the file ends before its first record"
         raise RuntimeError(f"the checkpoint {path} cannot be read ({type(exc).__name__}: {detail}); "
@@ -211,18 +220,29 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
     if not isinstance(state, dict):     # tensors, but not a checkpoint dpmed wrote (a file put in its place)
         raise RuntimeError(f"the checkpoint {path} holds a {type(state).__name__}, not a dpmed checkpoint; delete it "
                            "to train this run afresh")
-    return state if state.get("fingerprint") == fingerprint else None
+    return state
 
 
 def checkpoint_progress(path: Path) -> tuple[int, int] | None:
     """(steps done, steps in all) of the training a checkpoint holds, for ``dpmed status``; None where the file is
-    unreadable or was written before checkpoints recorded their progress (such a one still continues its run)."""
+    unreadable or was written before checkpoints recorded their progress (such a one still continues its run);
+    FileNotFoundError where it is gone."""
     try:   # mapped, not read: the weights and optimiser state stay on disk
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except _UNREADABLE:
+        progress = _read_checkpoint(path, mmap=True).get("progress")
+    except RuntimeError:
         return None
-    progress = state.get("progress") if isinstance(state, dict) else None
     return None if progress is None else (int(progress["steps"]), int(progress["of"]))
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why the checkpoint at ``path`` cannot continue its run (what `train` would fail with), for ``dpmed status``;
+    None where it can be read. Read whole, not mapped: a mapped read of a file cut short fails on the mapping, which
+    would hide what is wrong with it."""
+    try:
+        _read_checkpoint(path)
+    except RuntimeError as exc:
+        return str(exc)
+    return None
 
 
 def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, seed: int,
