@@ -32,7 +32,8 @@ __all__ = ["claim_folder", "writing_into", "stale_temporaries", "withdraw_leftov
 _log = logging.getLogger(__name__)
 _WINDOWS = os.name == "nt"
 
-UNWRITABLE_ADVICE = "choose a writable output folder (--out), or make this one writable"
+UNWRITABLE_ADVICE = ("choose a writable output folder (--out), which trains the study again, or make this one "
+                     "writable: finished runs are kept, and the same command continues from them")
 FULL_DISK_ADVICE = ("free space on its disk, or choose an output folder (--out) on another disk; finished runs are "
                     "kept, and the same command continues from them")
 
