@@ -900,7 +900,7 @@ def test_the_opening_tables_columns_hold_their_own_rates(two_arms, report_html):
 
 def test_the_report_cells_round_and_order_as_written():
     """Changes per 100 round to nearest (0.6 -> +1, -12.7 -> -13), an interval reads [low, high], a seed range
-    [min, max]; a comparison cell's interval is the difference's own; the fairness warning fires above 10 % of the
+    [min, max]; a comparison cell's interval is the difference's own, each number signed; the fairness warning fires above 10 % of the
     redraws undefined, as the utility metrics' does (20 of 200 is not above)."""
     from dpmed.comparisons import PairedDifference, SeedSummary
     from dpmed.evaluation.summaries import Estimate, Spread
@@ -912,7 +912,8 @@ def test_the_report_cells_round_and_order_as_written():
     assert _paired_cell(paired, cases=True) == "-5 [-12,\u00a0+1]"
     assert _seeds_cell(SeedSummary(mean=-0.002, std=0.01, min=-0.07, max=0.06, n_seeds=2), cases=True) == \
         "0 (seeds -7 to +6)"
-    assert _est(Estimate(value=-0.05, low=-0.12, high=0.01)) in _difference_cell(paired)
+    assert "-0.050 [-0.120,\u00a0+0.010]" in _difference_cell(paired)          # signed, as the summary prints it
+    assert _est(Estimate(value=-0.05, low=-0.12, high=0.01), signed=True) in _difference_cell(paired)
     spread = Spread(value=0.1, low=0.05, high=0.2, undefined_redraws=20)
     assert _undefined_share(spread, 200) == ""
     assert "(21 of 200 redraws undefined)" in _undefined_share(spread.model_copy(update={"undefined_redraws": 21}),
@@ -935,10 +936,12 @@ def _auroc(value, low, high):
     return {"test_auroc": value, "test_auroc_low": low, "test_auroc_high": high}
 
 
-@pytest.mark.parametrize("low, high, verdict", [(-0.05, 0.0, "includes 0"), (0.0, 0.05, "includes 0"),
-                                                (-0.12, -0.01, "lies below 0: lower than without privacy"),
-                                                (0.01, 0.05, "lies above 0")])
-def test_the_reading_states_the_paired_interval_low_to_high_and_reads_its_sign(make_record, low, high, verdict):
+@pytest.mark.parametrize("low, high, shown, verdict", [
+    (-0.05, 0.0, "[-0.050, 0.000]", "includes 0"), (0.0, 0.05, "[0.000, +0.050]", "includes 0"),
+    (-0.12, -0.01, "[-0.120, -0.010]", "lies below 0: lower than without privacy"),
+    (0.01, 0.05, "[+0.010, +0.050]", "lies above 0")])
+def test_the_reading_states_the_paired_interval_low_to_high_and_reads_its_sign(make_record, low, high, shown,
+                                                                               verdict):
     """An interval ending exactly at 0 includes 0 (it was read as below or above); the interval reads [low, high]."""
     from dpmed.comparisons import Difference, PairedDifference
 
@@ -948,7 +951,7 @@ def test_the_reading_states_the_paired_interval_low_to_high_and_reads_its_sign(m
     difference = Difference(run_id="dp_seed0", label="eps 8", arm="dp", mechanism="dp_sgd", seed=0,
                             reference_run="base_seed0", epsilon=8.0, auroc_difference=paired)
     text = _reading_of([base, dp], [difference])
-    assert f"paired 95% CI [{low:+.3f}, {high:+.3f}], p" in text
+    assert f"paired 95% CI {shown}, p" in text        # a bound of exactly 0 unsigned, as in the tables
     assert f"the paired interval of the difference {verdict}." in text
     assert sum(word in text for word in ("includes 0", "lies below 0", "lies above 0")) == 1
     assert "Every comparison here rests on one training seed" in text      # one seed: the verdict's caveat

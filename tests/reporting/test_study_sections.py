@@ -79,7 +79,8 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
     cells = dict(re.findall(r'<td data-label="([^"]+)" class=num>([^<]*)</td>', table_row))
     sensitivity = row["sensitivity_difference"]
     assert cells["sensitivity (opacity) difference"] == _est(Estimate(value=sensitivity["value"],
-                                                                      low=sensitivity["low"], high=sensitivity["high"]))
+                                                                      low=sensitivity["low"], high=sensitivity["high"]),
+                                                                 signed=True)
     assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["n"] == 3
     assert comparisons["correlations"]["epsilon_vs_accuracy_parity"][0]["x"] == "log10 eps"
     # one p per group, uncorrected: said; three eps values: an r for each group
@@ -225,3 +226,66 @@ def test_a_binary_run_whose_scores_sit_on_both_sides_of_one_half_is_flagged_as_h
     write_outputs(StudyFolder(out), make_resolved(three, resamples=50, n_test=N, task="multiclass",
                                                   label_names=("a", "b", "c")), three)
     assert "hardly vary" not in (out / "report.html").read_text()
+
+
+
+def _number_cells(page: str, start: str) -> dict[str, list[str]]:
+    """The number cells of the first table after ``start``, by column header."""
+    at = page.index(start)
+    table = page[at:page.index("</table>", at)]
+    heads = re.findall(r"<th>([^<]*)</th>", table)
+    rows = [re.findall(r"<td[^>]*>([^<]*)", row) for row in re.findall(r"<tr><td.*?</tr>", table, re.S)]
+    return {h: [row[i].strip() for row in rows if row[i].strip() != "–"] for i, h in enumerate(heads)
+            if h not in ("run", "reference", "p")}
+
+
+def test_a_difference_carries_its_sign_in_every_table_as_in_the_summary(tmp_path, make_record, make_resolved):
+    """A difference (a run minus the non-private run, a group minus the rest) reads "-0.050 [-0.120, +0.010]" in
+    the comparison and fairness tables, as the summary prints it; before, "0.050" there could be a gain or a loss.
+    The spreads over the groups (largest minus smallest: never negative) stay unsigned."""
+    from dpmed.comparisons import PairedDifference
+    from dpmed.reporting.study_sections import _difference_cell
+
+    loss = PairedDifference(value=-0.05, low=-0.12, high=0.01, p_value=0.2, defined_redraws=200)
+    gain = PairedDifference(value=0.216, low=-0.006, high=0.427, p_value=0.06, defined_redraws=200)
+    assert _difference_cell(loss).startswith("<td class=num>-0.050 [-0.120,\u00a0+0.010]</td>")
+    assert _difference_cell(gain).startswith("<td class=num>+0.216 [-0.006,\u00a0+0.427]</td>")
+
+    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", None, 0.6),
+               _run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", 1, 0.95)]
+    write_outputs(StudyFolder(tmp_path), make_resolved(records, resamples=50, n_test=N), records)
+    page = html.unescape((tmp_path / "report.html").read_text())
+    number = r"(?:[+-]\d\.\d{3}|0\.000)"          # signed, or a change that rounds to none
+    signed = re.compile(rf"{number} \[{number},\u00a0{number}\]( ⚠)?")
+    spreads = ("demographic parity diff.", "equalised odds diff.")
+    tables = {start: _number_cells(page, start) for start in (
+        "Each run minus the non-private run of the same seed", "Accuracy parity difference per group",
+        "Demographic parity difference per group")}
+    for start, columns in tables.items():
+        cells = [c for head, values in columns.items() if head not in spreads for c in values]
+        assert cells and all(signed.fullmatch(c) for c in cells), (start, cells)
+    # two groups of sex: female minus the rest and male minus the rest have opposite signs, and both show them
+    parity = tables["Accuracy parity difference per group"]
+    female, male = (records[0].fairness.attributes["sex"].groups[g].accuracy_parity_difference.value
+                    for g in ("female", "male"))
+    assert female * male < 0 and {parity["female"][0][0], parity["male"][0][0]} == {"+", "-"}
+    assert all(c[0].isdigit() for head in spreads for c in parity[head]) and parity[spreads[0]]
+
+
+def test_the_note_on_an_interval_beside_its_point_quotes_a_parity_with_its_sign_and_a_spread_without():
+    """The note's example is a number of the tables above: a group's parity signed as there, a spread unsigned."""
+    from types import SimpleNamespace
+
+    from dpmed.evaluation.summaries import AttributeFairness, GroupFairness, Spread
+    from dpmed.reporting.study_sections import _outside_note
+
+    inside = Estimate(value=0.8, low=0.7, high=0.9)
+    parity = Estimate(value=-0.3, low=-0.2, high=0.1)                  # the point below its interval
+    group = GroupFairness(n=20, auroc=inside, accuracy=inside, accuracy_parity_difference=parity)
+    entry = AttributeFairness(status="ok", groups={"female": group})
+    note = _outside_note([SimpleNamespace(run_id="r")], [entry], ["female"], "95%")
+    assert "female accuracy parity difference -0.300 [-0.200,\u00a0+0.100])" in note
+    spread = AttributeFairness(status="ok", groups={"female": group.model_copy(update={
+        "accuracy_parity_difference": inside})}, equalized_odds_difference=Spread(value=0.275, low=0.286, high=1.0))
+    note = _outside_note([SimpleNamespace(run_id="r")], [spread], ["female"], "95%")
+    assert "equalised odds difference 0.275 [0.286,\u00a01.000])" in note

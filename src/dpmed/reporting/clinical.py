@@ -19,7 +19,8 @@ from typing import Sequence
 
 from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary
 from dpmed.records import RunRecord
-from dpmed.reporting.inputs import ReportInputs, eps_label, escape, estimate_text, not_dp_text
+from dpmed.reporting.inputs import (ReportInputs, eps_label, escape, estimate_text, not_dp_text,
+                                    signed_text as _signed)
 
 __all__ = ["clinical", "case_sentence", "flag_html", "ONE_SEED"]
 
@@ -29,14 +30,6 @@ ONE_SEED = ("Every comparison here rests on one training seed: its interval cove
             "the randomness of training (initialisation, batches, noise), which can move a run's AUROC by as much "
             "as a small cost of privacy; run several seeds (seeds: [0, 1, 2]) before reading a difference as "
             "privacy's cost.")
-
-
-def _signed(value: float | None, digits: int = 3) -> str:
-    """+0.012, -0.004, and 0.000 (not -0.000 or +0.000) for a change that rounds to none."""
-    if value is None:
-        return "–"
-    text = f"{value:+.{digits}f}"
-    return text[1:] if float(text) == 0 else text
 
 
 def _per100(value: float | None) -> str:

@@ -20,9 +20,9 @@ from dpmed.numbers import confidence_text, delta_number, number_text, round_up, 
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import Estimate, ResolvedStudy, RunRecord
 
-__all__ = ["ReportInputs", "escape", "estimate_text", "embed_png", "embed_figure", "number_text", "p_text", "cite",
-           "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction", "not_dp_reasons",
-           "not_dp_text", "accountant_name", "stacked", "bound_percent", "read_figure_arrays"]
+__all__ = ["ReportInputs", "escape", "estimate_text", "signed_text", "embed_png", "embed_figure", "number_text",
+           "p_text", "cite", "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction",
+           "not_dp_reasons", "not_dp_text", "accountant_name", "stacked", "bound_percent", "read_figure_arrays"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -180,17 +180,29 @@ def p_text(diff: PairedDifference) -> str:
     return f"{p:.{digits}g}"
 
 
-def estimate_text(est: Estimate | None, digits: int = 3) -> str:
-    """"v [low, high]" of an estimate; "–" when undefined."""
+def signed_text(value: float | None, digits: int = 3) -> str:
+    """+0.012, -0.004, and 0.000 (not -0.000 or +0.000) for a change that rounds to none: every difference the
+    report prints (a run minus the non-private run, a group minus the rest) reads as a gain or a loss."""
+    if value is None:
+        return "–"
+    text = f"{value:+.{digits}f}"
+    return text[1:] if float(text) == 0 else text
+
+
+def estimate_text(est: Estimate | None, digits: int = 3, *, signed: bool = False) -> str:
+    """"v [low, high]" of an estimate; "–" when undefined. ``signed`` for a difference: "-0.050 [-0.120, +0.010]"."""
     if est is None:
         return "–"
     value, low, high = est.value, est.low, est.high
     if value is None:
         return "–"
+
+    def text(x: float) -> str:
+        return signed_text(x, digits) if signed else f"{x:.{digits}f}"
     if low is None or high is None:
-        return f"{value:.{digits}f}"
+        return text(value)
     # a narrow cell may wrap between the value and its interval, never inside the interval (no-break space)
-    return f"{value:.{digits}f} [{low:.{digits}f},\u00a0{high:.{digits}f}]"
+    return f"{text(value)} [{text(low)},\u00a0{text(high)}]"
 
 
 def _uri(png: bytes) -> str:

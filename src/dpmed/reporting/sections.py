@@ -18,7 +18,7 @@ from dpmed.reporting.clinical import ONE_SEED, flag_html
 from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples, plotted
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, bound_percent, embed_figure, eps_label,
                                     escape, estimate_text, is_reproduction, not_dp_text, number_text, p_text,
-                                    read_figure_arrays, stacked)
+                                    read_figure_arrays, signed_text, stacked)
 
 __all__ = ["summary", "utility", "privacy_cards", "study_privacy_section", "reconstruction_risk",
            "ldp_examples_section", "provenance", "decision_rule", "statement_text"]
@@ -101,15 +101,15 @@ def _reading(inputs: ReportInputs) -> str:
                 verdict = "the paired interval of the difference lies above 0"
             else:
                 verdict = "the paired interval of the difference includes 0"
-            interval = "" if a.low is None else f" [{a.low:+.3f}, {a.high:+.3f}], p {p_text(a)}"
-            parts.append(f"{head}: {e.value:.3f}, {a.value:+.3f} against {escape(d.reference_run)} (same seed; "
+            interval = "" if a.low is None else f" [{signed_text(a.low)}, {signed_text(a.high)}], p {p_text(a)}"
+            parts.append(f"{head}: {e.value:.3f}, {signed_text(a.value)} against {escape(d.reference_run)} (same seed; "
                          f"paired {level} CI{interval}); {verdict}.")
         elif ref is not None:
             b = ref.estimate("test_auroc")
             verdict = ("its whole interval lies below that of its seed's non-private run"
                        if e.high is not None and b.low is not None and e.high < b.low
                        else "its interval overlaps that of its seed's non-private run")
-            parts.append(f"{head}: {e.value:.3f} ({e.value - b.value:+.3f} against {escape(ref.run_id)}, same "
+            parts.append(f"{head}: {e.value:.3f} ({signed_text(e.value - b.value)} against {escape(ref.run_id)}, same "
                          f"seed; no saved predictions to pair); {verdict}.")
         else:
             parts.append(f"{head}: {e.value:.3f}; no non-private run of seed {r.seed} to compare with.")

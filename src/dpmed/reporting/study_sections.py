@@ -25,7 +25,7 @@ from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
-                                    estimate_text as _est, p_text, read_figure_arrays, stacked)
+                                    estimate_text as _est, p_text, read_figure_arrays, signed_text, stacked)
 from dpmed.reporting.sections import decision_rule
 from dpmed.reporting.study_figures import cam_grid, group_estimates
 
@@ -129,11 +129,13 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
 
     def per_group(metric: str, tail=lambda r, e: "") -> str:
         # a small group's accuracy or parity reads as firm as a large one's (a narrow interval far from 0) unless
-        # its cell, like its AUROC cell, carries the warning
+        # its cell, like its AUROC cell, carries the warning; a parity (the group minus the rest) with its sign
+        signed = metric.endswith("_difference")
         def mark(g: str) -> str:
             return warning_mark("a small group: see the warnings above") if g in small else ""
         return "".join(f"<tr><td>{_e(r.run_id)}</td>"
-                       + "".join(f"<td class=num>{_est(_group(e, g, metric))}{mark(g)}</td>" for g in groups)
+                       + "".join(f"<td class=num>{_est(_group(e, g, metric), signed=signed)}{mark(g)}</td>"
+                                 for g in groups)
                        + tail(r, e) + "</tr>" for r, e in zip(runs, entries))
 
     def spreads(r: RunRecord, e: AttributeFairness) -> str:
@@ -240,9 +242,10 @@ def _outside_note(runs: list[RunRecord], entries: list[AttributeFairness], group
         return ""
     run_id, what, est = cases[0]
     several = len(cases) > 1
+    example = _est(est, signed=what.endswith("accuracy parity difference"))    # a group minus the rest: signed
     return (f"<p>{len(cases)} interval{'s' if several else ''} in these tables lie{'' if several else 's'} wholly on "
             f"one side of {'their points' if several else 'its point'} (e.g. {_e(run_id)}'s {_e(what)} "
-            f"{_est(est)}). A percentile interval is the middle {level} of the redraws' values, not a band around the "
+            f"{example}). A percentile interval is the middle {level} of the redraws' values, not a band around the "
             "point. Each redraw's noise pushes a minimum over the groups (the worst group) down and a largest minus "
             "smallest (the two differences over the groups) up, and a small group's value moves in large steps, so "
             "the redraws can all fall on one side of the value on the whole test set.</p>")
@@ -399,7 +402,8 @@ def interpretability_section(inputs: ReportInputs) -> str:
 def _difference_cell(d: PairedDifference | None) -> str:
     if d is None or d.value is None:
         return "<td class=num>–</td><td class=num>–</td>"
-    return f"<td class=num>{_est(Estimate(value=d.value, low=d.low, high=d.high))}</td><td class=num>{p_text(d)}</td>"
+    return (f"<td class=num>{_est(Estimate(value=d.value, low=d.low, high=d.high), signed=True)}</td>"
+            f"<td class=num>{p_text(d)}</td>")
 
 
 def comparison_section(inputs: ReportInputs) -> str:
@@ -431,7 +435,7 @@ def comparison_section(inputs: ReportInputs) -> str:
                      + stacked(f"<table><tr><th>run</th><th>reference</th>{heads}</tr>{body}</table>"))
     multi = [b for b in comparisons.by_value if b.auroc_difference.n_seeds > 1]
     if multi:
-        body = "".join(f"<tr><td>{_e(b.label)}</td><td class=num>{b.auroc_difference.mean:+.3f}</td>"
+        body = "".join(f"<tr><td>{_e(b.label)}</td><td class=num>{signed_text(b.auroc_difference.mean)}</td>"
                        f"<td class=num>{b.auroc_difference.std:.3f}</td><td class=num>"
                        f"{b.significant_seeds} of {b.auroc_difference.n_seeds}</td></tr>" for b in multi)
         parts.append("<p>Over seeds (training randomness, which the test-set bootstrap does not see), each seed "
