@@ -219,6 +219,32 @@ def test_a_local_dp_run_of_several_epochs_is_one_release_of_its_images(tmp_path_
     assert "noised once" in record.privacy.scope and "every epoch" in record.privacy.scope
 
 
+@pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
+def test_a_run_s_staged_files_are_its_owners_alone_until_released_then_as_the_umask_makes_them(
+        tmp_path_factory, tmp_path, monkeypatch, umask_022):
+    """Until a run finishes, its model, predictions and local-DP examples lie in its private folder, which no eps
+    covers yet: made with the umask's 0644 they were readable by anyone who could reach the folder (a `chmod -R a+X`
+    of the results), beside the 0600 key and checkpoint. Released, they are shareable files like run.json."""
+    import dpmed.run as run
+    from dpmed.folders import RunFolder
+
+    study, dataset, plans = _planned(tmp_path_factory, STUDY + "training: {epochs: 1, batch_size: 32}\n"
+                                     "evaluation: {bootstrap_resamples: 10, fairness: null}\n")
+    plan = next(p for p in plans if p.arm == "lap")
+    folder = StudyFolder(tmp_path).run(plan.run_id)
+    staged = {}
+    release = RunFolder.release
+
+    def looked_at(self):
+        staged.update({p.name: p.stat().st_mode & 0o777 for p in self.unreleased(self.model).parent.iterdir()})
+        release(self)
+    monkeypatch.setattr(RunFolder, "release", looked_at)
+    run.run_one(plan, RunContext(dataset=dataset, evaluation=study.evaluation, progress=False), folder)
+    assert staged == {"model.pt": 0o600, "predictions.npz": 0o600, "ldp_examples.npz": 0o600}
+    assert {p.name: p.stat().st_mode & 0o777 for p in folder.public.iterdir()} == dict.fromkeys(
+        ("model.pt", "predictions.npz", "ldp_examples.npz", "run.json"), 0o644)
+
+
 def test_starting_weights_must_be_the_file_the_study_recorded_and_load_as_it_counted(tmp_path):
     from dpmed.models.weights import file_sha256
 

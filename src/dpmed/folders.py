@@ -274,11 +274,15 @@ class RunFolder:
         return (self.model, self.predictions, self.examples, self.cams)
 
     def release(self) -> None:
-        """Move the run's written releasable files beside run.json; called just before run.json is written."""
+        """Move the run's written releasable files beside run.json; called just before run.json is written. Staged
+        owner-only (what no eps covers yet), each takes the mode a file made in the shareable folder has (the umask's,
+        as the folder's own: 0644 under umask 022)."""
+        shared = self.public.stat().st_mode & 0o666
         for path in self.released_files:
             staged = self.unreleased(path)
             if staged.is_file():
                 os.replace(staged, path)
+                path.chmod(shared)
         with contextlib.suppress(OSError):      # empty now, and left behind it puzzled users; kept if not empty
             (self.private / "unreleased").rmdir()
 
@@ -293,6 +297,7 @@ class RunFolder:
         for path in self.released_files:
             if path.is_file():
                 os.replace(path, self.unreleased(path))
+                self.unreleased(path).chmod(0o600)
 
     def leftovers(self) -> list[Path]:
         """Releasable files of an unfinished run (no run.json): left by a dpmed that wrote them in place, or by a

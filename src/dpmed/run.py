@@ -147,7 +147,8 @@ def _training_set(plan: RunPlan, dataset: Dataset, randomness: PrivacyRandomness
         events = () if event is None else (event,)
         write_arrays_atomic(folder.unreleased(folder.examples), {      # the report's figure
             "original": dataset.test.images[:N_EXAMPLES],
-            "perturbed": transform.apply(dataset.test.images[:N_EXAMPLES], rng=randomness.stream("examples"))})
+            "perturbed": transform.apply(dataset.test.images[:N_EXAMPLES], rng=randomness.stream("examples"))},
+            owner_only=True)
     return train_set, trial, events
 
 
@@ -240,17 +241,17 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         result = train(model, train_input, ds.task, plan.training, seed=plan.seed, dp=dp, randomness=randomness,
                        device=device, progress=context.progress, log_progress=True, label=plan.run_id,
                        checkpoint=folder.checkpoint, released=events)
-        write_torch_atomic(folder.unreleased(folder.model),
-                           {k: v.detach().cpu() for k, v in model.state_dict().items()})
+        write_torch_atomic(folder.unreleased(folder.model),     # owner-only until released, as all of private/
+                           {k: v.detach().cpu() for k, v in model.state_dict().items()}, owner_only=True)
         _log.info("%s: trained in %.0f s; evaluating on %d validation and %d test images", plan.run_id,
                   result.seconds, len(ds.val), len(ds.test))
         evaluation_start = time.perf_counter()
         assessment = assess(model, ds, (val_input, test_input), context.evaluation,
                             cam_layer=MODELS[plan.model].cam_layer, device=device, training=train_input)
         save_predictions(folder.unreleased(folder.predictions), val=(ds.val, assessment.val_scores),
-                         test=(ds.test, assessment.test_scores))
+                         test=(ds.test, assessment.test_scores), owner_only=True)
         if assessment.cams is not None:
-            write_arrays_atomic(folder.unreleased(folder.cams), assessment.cams)
+            write_arrays_atomic(folder.unreleased(folder.cams), assessment.cams, owner_only=True)
         _log.info("%s: evaluated in %.0f s", plan.run_id, time.perf_counter() - evaluation_start)
         card = info.card(plan.privacy, result.ledger, context.privacy_randomness)
         audit_summary = None

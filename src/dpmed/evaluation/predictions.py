@@ -48,9 +48,10 @@ def _own_strings(values: np.ndarray) -> np.ndarray:
     return np.array([str(v) for v in values.tolist()], dtype=str).reshape(values.shape)
 
 
-def save_predictions(path: Path, **splits: tuple[ImageSet, np.ndarray]) -> None:
+def save_predictions(path: Path, *, owner_only: bool = False, **splits: tuple[ImageSet, np.ndarray]) -> None:
     """One .npz with, per split, scores, labels, patient ids, sex and age (e.g. ``val=(set, scores)``); the strings
-    at their own width (`_own_strings`), so that the file reads the split it holds and nothing of the others."""
+    at their own width (`_own_strings`), so that the file reads the split it holds and nothing of the others.
+    ``owner_only``: 0600, for a run's file staged in its private folder until the run finishes."""
     arrays = {}
     for name, (data, scores) in splits.items():
         arrays.update({
@@ -58,7 +59,7 @@ def save_predictions(path: Path, **splits: tuple[ImageSet, np.ndarray]) -> None:
             f"{name}_patient_ids": _own_strings(data.patient_ids),
             f"{name}_sex": _own_strings(data.sex), f"{name}_age": data.age,
         })
-    write_arrays_atomic(path, arrays)
+    write_arrays_atomic(path, arrays, owner_only=owner_only)
 
 
 def load_predictions(path: Path) -> Predictions:
