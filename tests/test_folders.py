@@ -377,6 +377,22 @@ def test_a_release_that_no_record_follows_is_taken_back_and_a_finished_run_s_is_
     assert run.model.read_text() == "model.pt" and run.cams.read_text() == "cams.npz" and run.leftovers() == []
 
 
+@pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
+def test_a_released_file_is_as_shareable_as_the_folder_makes_its_files_and_one_taken_back_is_owner_only(
+        tmp_path, umask_022):
+    """Staged owner-only, a run's model is released with the mode the umask gives a shareable file, and made its
+    owner's alone again where its release is taken back into the private folder."""
+    from dpmed.folders import write_text_atomic
+
+    run = StudyFolder(tmp_path / "s").run("a_seed0")
+    run.make()
+    write_text_atomic(run.unreleased(run.model), "weights", owner_only=True)
+    run.release()
+    assert run.model.stat().st_mode & 0o777 == 0o644
+    run.take_back()
+    assert run.unreleased(run.model).stat().st_mode & 0o777 == 0o600 and not run.model.exists()
+
+
 def test_finished_runs_are_those_with_a_run_json_in_name_order(tmp_path):
     folder = StudyFolder(tmp_path / "s")
     assert folder.finished_run_ids() == []
