@@ -668,3 +668,63 @@ def test_a_bin_s_strength_is_its_weight_gradient_s_mean_not_its_bias():
     recs = invert_imprint(ImprintGradients(weight=weight, bias=bias), structure="sparse", image_shape=(1, 2, 2))
     assert recs.strength.tolist() == pytest.approx([0.1, 0.5])
     assert recs.strongest(1).tolist() == [1] and recs.strongest(-1).tolist() == []
+
+
+def test_a_lone_training_image_without_clipping_or_noise_comes_back_through_the_whole_attack(phantom):
+    """The degenerate case end to end: a batch of one image, no clipping and no noise. Whatever bin it falls in, it is
+    alone there, so the attack's best reconstruction is that image, and the one trial is a success."""
+    images, labels, public = phantom
+    result = run_imprint_attack(model_factory=small_cnn, images=images[:1], labels=labels[:1], public_images=public,
+                                max_grad_norm=math.inf, noise_multiplier=0.0, expected_batch_size=1, batch_size=1,
+                                n_batches=1, seed=0, n_null=30)
+    assert (result.n_trials, result.n_success, result.batch_successes) == (1, 1, 1)
+    assert result.images.ssim[0] > 0.999
+    np.testing.assert_allclose(result.images.reconstructions[0], images[0], atol=1e-3)
+    np.testing.assert_array_equal(result.images.originals[0], images[0])
+
+
+def test_enormous_noise_does_no_better_than_the_attacked_step_s_bound(phantom, threshold, seeded_noise):
+    """At sigma = 1000 the released rows are noise: the attack's rate is not above what blind public guesses score,
+    and its interval's lower end is not above the worst-case bound of its own game (one step whose batch holds the
+    image, q = 1, T = 1) at the criterion's prior (the upper end of the chance interval, as the report takes it)."""
+    from dpmed import accounting
+
+    images, labels, public = phantom
+    sigma = 1000.0
+    result = run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                                max_grad_norm=1.0, noise_multiplier=sigma, expected_batch_size=BATCH,
+                                batch_size=BATCH, n_batches=6, n_bins=32, seed=4, threshold=threshold)
+    assert result.rate <= result.chance_ci[1]
+    kappa = max(result.chance_ci[1], 1 / len(images))
+    bound = accounting.reconstruction_bound(noise_multiplier=sigma, sample_rate=1.0, steps=1, kappa=kappa)
+    assert bound == pytest.approx(kappa, abs=1e-2)            # sigma 1000: the bound is the prior
+    assert result.ci[0] <= bound
+    assert result.mean_best_ssim < threshold.null_median      # worse than a random public image's best match
+
+
+def _hand_ssim(a: np.ndarray, b: np.ndarray) -> float:
+    """SSIM of two 7 x 7 images as Wang et al. 2004 define it over one 7 x 7 window (the only one that fits), with
+    sample (n - 1) variances and covariance and C1 = (0.01 L)^2, C2 = (0.03 L)^2 at L = 1."""
+    x, y = a.ravel(), b.ravel()
+    mx, my = x.mean(), y.mean()
+    vx, vy = x.var(ddof=1), y.var(ddof=1)
+    cov = ((x - mx) * (y - my)).sum() / (len(x) - 1)
+    c1, c2 = 0.01 ** 2, 0.03 ** 2
+    return (2 * mx * my + c1) * (2 * cov + c2) / ((mx ** 2 + my ** 2 + c1) * (vx + vy + c2))
+
+
+def test_the_success_metric_matches_a_hand_computation_on_tiny_images():
+    """On 7 x 7 images SSIM is one window's, computed here from its definition; each reconstruction's match is the
+    batch image of highest hand SSIM, and its NCC is the Pearson correlation of that pair."""
+    rng = np.random.default_rng(5)
+    originals = rng.uniform(0, 1, (3, 1, 7, 7))
+    reconstructions = np.stack([np.clip(originals[2] + rng.normal(0, 0.05, (1, 7, 7)), 0, 1),
+                                np.clip(originals[0] + rng.normal(0, 0.3, (1, 7, 7)), 0, 1),
+                                rng.uniform(0, 1, (1, 7, 7))])
+    matches = match_reconstructions(reconstructions, originals)
+    for i, r in enumerate(reconstructions):
+        hand = [_hand_ssim(r[0], o[0]) for o in originals]
+        assert matches.closest[i] == int(np.argmax(hand))
+        assert matches.ssim[i] == pytest.approx(max(hand), rel=1e-9)
+        assert matches.ncc[i] == pytest.approx(np.corrcoef(r.ravel(), originals[matches.closest[i]].ravel())[0, 1])
+    assert matches.closest[:2].tolist() == [2, 0]
