@@ -28,6 +28,7 @@ from dpmed.config import EvaluationConfig, RunPlan
 from dpmed.data import Dataset, ImageSet, cap_images_per_patient, normalize
 from dpmed.errors import ConfigError
 from dpmed.evaluation.assessment import Assessment, assess
+from dpmed.evaluation.proportions import clopper_pearson
 from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
 from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_json_atomic,
@@ -176,9 +177,11 @@ def _audited_claim(card: PrivacyCard) -> str:
     return terms
 
 
-def _attack(model, dataset: Dataset, dp: DpSgdPlan, seed: int, device, folder: RunFolder) -> AttackRecord:
-    """The imprint attack on the arm's step (`dpmed.attack`): its counts for run.json, its images kept privately."""
-    result = attack.attack_arm(model, dataset, dp, seed=seed, device=device)
+def _attack(model, dataset: Dataset, dp: DpSgdPlan, seed: int, device, folder: RunFolder,
+            confidence: float) -> AttackRecord:
+    """The imprint attack on the arm's step (`dpmed.attack`): its counts for run.json, its images kept privately;
+    its interval at the study's ``confidence``, as every other interval."""
+    result = attack.attack_arm(model, dataset, dp, seed=seed, device=device, ci_level=confidence)
     write_arrays_atomic(folder.attack_images, {"reconstructions": result.images.reconstructions,
                                                "originals": result.images.originals, "ssim": result.images.ssim},
                         owner_only=True)
@@ -266,7 +269,8 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
             write_json_atomic(folder.audit, verdict.model_dump(mode="json"), owner_only=True)
             audit_summary = AuditSummary(n_canaries=plan.audit.canaries, kind=plan.audit.kind,
                                          result="in the study's private folder (it depends on the secret canary bits)")
-        attack_record = None if dp is None or dp.attack is None else _attack(model, ds, dp, plan.seed, device, folder)
+        attack_record = (None if dp is None or dp.attack is None else
+                         _attack(model, ds, dp, plan.seed, device, folder, context.evaluation.confidence))
     write_json_atomic(folder.statistics, {"run_id": plan.run_id, "per_epoch": result.statistics,
                                           "training_metrics": assessment.training_metrics}, owner_only=True)
     timing = Timing(train_seconds=result.seconds, total_seconds=time.perf_counter() - start, device=str(device),
@@ -326,12 +330,22 @@ def read_released_model(record: RunRecord, folder: RunFolder) -> dict[str, torch
     return read_state_dict(folder.model, key=f"the finished run {record.run_id}'s model")
 
 
+def _attack_at(record: AttackRecord | None, confidence: float) -> AttackRecord | None:
+    """The attack's interval at another confidence: it is its counts' Clopper-Pearson, so nothing is attacked again
+    (the counts, the chance rate and the images stay the run's)."""
+    if record is None or record.ci_level == confidence:
+        return record
+    low, high = clopper_pearson(record.n_success, record.n_trials, level=confidence)
+    return record.model_copy(update={"rate_low": low, "rate_high": high, "ci_level": confidence})
+
+
 def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Reevaluation:
     """A finished run evaluated again under ``context.evaluation`` (another bootstrap, confidence level, fairness
     bins or explanations), from the model it released: nothing trains, so nothing is spent. Its weights are public
     already, and scoring them on the validation and test images is post-processing, as the first evaluation was;
     retraining instead (all a study could do before) released a second model of the same patients, whose eps adds to
-    the first. The privacy card, ledger, audit and attack stay the run's; its timing keeps only what run.json may
+    the first. The privacy card, ledger, audit and attack stay the run's (the attack's interval is recomputed from
+    its counts at the new confidence); its timing keeps only what run.json may
     hold. A changed ``training_metrics`` is not re-evaluated (`dpmed.resumption`): it reads the training images as
     the run saw them, canaries and local DP noise included, which only training has. Nothing is written until
     :meth:`Reevaluation.write`."""
@@ -347,5 +361,6 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Ree
                             cam_layer=MODELS[plan.model].cam_layer, device=device)
     again = record.model_copy(update={"metrics": assessment.metrics, "fairness": assessment.fairness,
                                       "explanations": assessment.explanations,
-                                      "timing": record.timing.shareable(plan)})
+                                      "timing": record.timing.shareable(plan),
+                                      "attack": _attack_at(record.attack, context.evaluation.confidence)})
     return Reevaluation(record=again, assessment=assessment, dataset=ds, folder=folder)

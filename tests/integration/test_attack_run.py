@@ -18,7 +18,7 @@ STUDY = """
 name: attacked
 data: {source: phantom, n_images: 300, image_size: 16}
 training: {epochs: 1, batch_size: 16, threads: 1}
-evaluation: {bootstrap_resamples: 20, fairness: null}
+evaluation: {bootstrap_resamples: 20, fairness: null, confidence: 0.9}
 arms:
   - {name: open, mechanism: dp_sgd, noise_multiplier: 1.0e-9, privacy_unit: image, attack: {batches: 2}}
   - {name: dp, mechanism: dp_sgd, target_epsilon: 1, privacy_unit: image, attack: {batches: 2}}
@@ -71,3 +71,27 @@ def test_a_damaged_reconstructions_file_leaves_its_run_out_of_the_private_figure
     private = html.unescape(copy.private_report.read_text())
     assert f"Left out of the attack's reconstructions: dp_eps1_C1_seed0: {damaged} cannot be read (" in private
     assert "<figure>" in private.split('id="reconstructions"')[1]          # the other attacked run's rows stay
+
+
+def test_the_attack_s_interval_is_at_the_study_s_confidence_and_follows_it_when_reevaluated(study, tmp_path):
+    """evaluation.confidence sets every interval: the attack's stayed at 95 % beside 90 % intervals elsewhere, and a
+    rerun at another confidence left it at the old level. Its interval is the counts' Clopper-Pearson, so a
+    reevaluation recomputes it without attacking again."""
+    import shutil
+
+    from dpmed.evaluation.proportions import clopper_pearson
+
+    record = read_record(study.run("dp_eps1_C1_seed0").record)
+    assert record.attack.ci_level == 0.9
+    assert (record.attack.rate_low, record.attack.rate_high) == pytest.approx(
+        clopper_pearson(record.attack.n_success, record.attack.n_trials, level=0.9))
+    copy = StudyFolder(tmp_path / "attacked")
+    shutil.copytree(study.root, copy.root)
+    (tmp_path / "s.yaml").write_text(STUDY)
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path), "--no-progress",
+                 "--set", "evaluation.confidence=0.8"]) == 0
+    again = read_record(copy.run("dp_eps1_C1_seed0").record).attack
+    assert again.n_success == record.attack.n_success and again.ci_level == 0.8
+    assert (again.rate_low, again.rate_high) == pytest.approx(
+        clopper_pearson(again.n_success, again.n_trials, level=0.8))
+    assert "attack success [80% CI]" in copy.report.read_text()

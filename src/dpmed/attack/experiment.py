@@ -258,11 +258,12 @@ def attack_batch_size(dataset: Dataset, plan: DpSgdPlan) -> int:
 
 
 def attack_arm(model: nn.Module, dataset: Dataset, plan: DpSgdPlan, *, seed: int,
-               device: str | torch.device = "cpu") -> AttackResult:
+               device: str | torch.device = "cpu", ci_level: float = 0.95) -> AttackResult:
     """The attack a study runs on one trained DP-SGD arm (its ``plan.attack`` settings): batches of held-out test
     images (:data:`ATTACKED`) put through the arm's step (C, sigma, expected batch size, the unit of privacy) on a
     copy of the trained ``model``, bins and threshold calibrated on the validation images. The study's fixed
-    normalisation, if any, sits in front of the model, so the imprint acts on [0, 1] pixels as the data arrive."""
+    normalisation, if any, sits in front of the model, so the imprint acts on [0, 1] pixels as the data arrive.
+    ``ci_level``: the study's evaluation.confidence, which sets every interval of its report."""
     config = plan.attack
     test, val = dataset.test, dataset.val
     batch_size = attack_batch_size(dataset, plan)
@@ -285,4 +286,4 @@ def attack_arm(model: nn.Module, dataset: Dataset, plan: DpSgdPlan, *, seed: int
         expected_batch_size=plan.expected_batch_size or batch_size, batch_size=batch_size,
         n_batches=config.batches, seed=public_seed(seed, "attack"), structure=config.structure, n_bins=n_bins,
         task_kind=dataset.task.kind, groups=groups, threshold_quantile=config.threshold_quantile, device=device,
-        noise=plan.noise)
+        noise=plan.noise, ci_level=ci_level)
