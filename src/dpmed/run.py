@@ -177,11 +177,16 @@ def _audited_claim(card: PrivacyCard) -> str:
     return terms
 
 
-def _attack(model, dataset: Dataset, dp: DpSgdPlan, seed: int, device, folder: RunFolder,
-            confidence: float) -> AttackRecord:
+def _attack(model, dataset: Dataset, dp: DpSgdPlan, plan: RunPlan, context: RunContext, device,
+            folder: RunFolder) -> AttackRecord:
     """The imprint attack on the arm's step (`dpmed.attack`): its counts for run.json, its images kept privately;
-    its interval at the study's ``confidence``, as every other interval."""
-    result = attack.attack_arm(model, dataset, dp, seed=seed, device=device, ci_level=confidence)
+    its interval at the study's confidence, as every other interval. Its step's noise is fresh (secure), or, in a
+    reproducible study, derived from the seed as the run's own randomness is (its own key, so that it never replays
+    the training noise), so that a rerun reports the same attack."""
+    randomness = (PrivacyRandomness.reproducible(seed=plan.seed, run_id=f"{plan.run_id}/attack")
+                  if context.privacy_randomness == "reproducible" else None)
+    result = attack.attack_arm(model, dataset, dp, seed=plan.seed, device=device,
+                               ci_level=context.evaluation.confidence, randomness=randomness)
     write_arrays_atomic(folder.attack_images, {"reconstructions": result.images.reconstructions,
                                                "originals": result.images.originals, "ssim": result.images.ssim},
                         owner_only=True)
@@ -270,7 +275,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
             audit_summary = AuditSummary(n_canaries=plan.audit.canaries, kind=plan.audit.kind,
                                          result="in the study's private folder (it depends on the secret canary bits)")
         attack_record = (None if dp is None or dp.attack is None else
-                         _attack(model, ds, dp, plan.seed, device, folder, context.evaluation.confidence))
+                         _attack(model, ds, dp, plan, context, device, folder))
     write_json_atomic(folder.statistics, {"run_id": plan.run_id, "per_epoch": result.statistics,
                                           "training_metrics": assessment.training_metrics}, owner_only=True)
     timing = Timing(train_seconds=result.seconds, total_seconds=time.perf_counter() - start, device=str(device),

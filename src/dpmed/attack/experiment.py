@@ -135,7 +135,7 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
                        groups: np.ndarray | None = None, threshold: SuccessThreshold | None = None,
                        n_null: int = 200, threshold_quantile: float = 0.99, n_figure: int = 8,
                        ci_level: float = 0.95, device: str | torch.device = "cpu",
-                       noise: str = "gaussian") -> AttackResult:
+                       noise: str = "gaussian", randomness: PrivacyRandomness | None = None) -> AttackResult:
     """Attack one arm (C = ``max_grad_norm``, sigma = ``noise_multiplier``, ``expected_batch_size`` q N) on
     ``n_batches`` batches of ``batch_size`` images drawn without replacement from ``images`` [N, C, H, W] in [0, 1]
     (``labels`` [N, ...] for the task ``task_kind``, a key of ``dpmed.training.OBJECTIVES``).
@@ -149,7 +149,8 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
         which then has the whole patient's clipping budget: an attack at least as strong as on the arm's step.
     noise: the arm's noise, "gaussian" (L2 clipping) or "laplace" (L1 clipping, noise_multiplier = b / C).
     seed: public randomness only (which batches, the imprint pattern, the null draws, the chance guesses); the
-        step's noise comes from fresh OS entropy (``PrivacyRandomness.secure()``), as a DP run's does.
+        step's noise comes from ``randomness``'s noise stream, by default fresh OS entropy
+        (``PrivacyRandomness.secure()``), as a DP run's does; a reproducible study passes one derived from its seed.
     """
     images = np.asarray(images, dtype=np.float32)
     public_images = np.asarray(public_images, dtype=np.float32)
@@ -172,7 +173,7 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
                                         rng=np.random.default_rng(public_seed(seed, "attack_threshold")))
     pattern = torch.Generator().manual_seed(public_seed(seed, "attack_pattern"))
     model = imprint_model(model_factory(), bins, image_shape=image_shape, pattern_generator=pattern).to(device)
-    noise_rng = PrivacyRandomness.secure().stream("noise")
+    noise_rng = (PrivacyRandomness.secure() if randomness is None else randomness).stream("noise")
     batches = np.random.default_rng(public_seed(seed, "attack_batches"))
     chance = np.random.default_rng(public_seed(seed, "attack_chance"))
     # as many guesses as the batch holds images (the threshold was calibrated for that many); under the patient unit
@@ -258,12 +259,14 @@ def attack_batch_size(dataset: Dataset, plan: DpSgdPlan) -> int:
 
 
 def attack_arm(model: nn.Module, dataset: Dataset, plan: DpSgdPlan, *, seed: int,
-               device: str | torch.device = "cpu", ci_level: float = 0.95) -> AttackResult:
+               device: str | torch.device = "cpu", ci_level: float = 0.95,
+               randomness: PrivacyRandomness | None = None) -> AttackResult:
     """The attack a study runs on one trained DP-SGD arm (its ``plan.attack`` settings): batches of held-out test
     images (:data:`ATTACKED`) put through the arm's step (C, sigma, expected batch size, the unit of privacy) on a
     copy of the trained ``model``, bins and threshold calibrated on the validation images. The study's fixed
     normalisation, if any, sits in front of the model, so the imprint acts on [0, 1] pixels as the data arrive.
-    ``ci_level``: the study's evaluation.confidence, which sets every interval of its report."""
+    ``ci_level``: the study's evaluation.confidence, which sets every interval of its report. ``randomness``: where
+    the step's noise comes from (default: fresh OS entropy; a reproducible study's is derived from its seed)."""
     config = plan.attack
     test, val = dataset.test, dataset.val
     batch_size = attack_batch_size(dataset, plan)
@@ -286,4 +289,4 @@ def attack_arm(model: nn.Module, dataset: Dataset, plan: DpSgdPlan, *, seed: int
         expected_batch_size=plan.expected_batch_size or batch_size, batch_size=batch_size,
         n_batches=config.batches, seed=public_seed(seed, "attack"), structure=config.structure, n_bins=n_bins,
         task_kind=dataset.task.kind, groups=groups, threshold_quantile=config.threshold_quantile, device=device,
-        noise=plan.noise, ci_level=ci_level)
+        noise=plan.noise, ci_level=ci_level, randomness=randomness)
