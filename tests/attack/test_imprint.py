@@ -728,3 +728,33 @@ def test_the_success_metric_matches_a_hand_computation_on_tiny_images():
         assert matches.ssim[i] == pytest.approx(max(hand), rel=1e-9)
         assert matches.ncc[i] == pytest.approx(np.corrcoef(r.ravel(), originals[matches.closest[i]].ravel())[0, 1])
     assert matches.closest[:2].tolist() == [2, 0]
+
+
+def test_the_batches_are_public_randomness_of_the_seed_and_the_step_noise_is_fresh(phantom, threshold, monkeypatch):
+    """randomness.py's split: which images are attacked follows the public seed (the same seed attacks the same
+    batches, another seed others), while the step's noise is fresh for every attack unless a randomness is given."""
+    images, labels, public = phantom
+    steps = []
+    release = experiment.release_imprint_gradients
+
+    def spy(model, x, y, **kwargs):
+        released = release(model, x, y, **kwargs)
+        steps.append((x.numpy().copy(), released.bias.numpy().copy()))
+        return released
+
+    monkeypatch.setattr(experiment, "release_imprint_gradients", spy)
+
+    def attack(seed, randomness=None):
+        steps.clear()
+        run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                           max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=BATCH, batch_size=BATCH,
+                           n_batches=2, n_bins=16, seed=seed, threshold=threshold, randomness=randomness)
+        return [x for x, _ in steps], [b for _, b in steps]
+
+    (x1, b1), (x2, b2), (x3, _) = attack(0), attack(0), attack(1)
+    for a, b in zip(x1, x2):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(x1[0], x3[0])
+    assert not np.allclose(b1[0], b2[0])                      # same batch, fresh noise
+    given = [attack(0, PrivacyRandomness.reproducible(seed=0, run_id="r"))[1] for _ in range(2)]
+    np.testing.assert_array_equal(given[0][0], given[1][0])
