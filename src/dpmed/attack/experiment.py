@@ -6,10 +6,10 @@ the target was sampled at all: 100 % after a few epochs) long before eps = 1e6; 
 attacks failing. :func:`run_imprint_attack` mounts one: for each of ``n_batches`` batches drawn from the attacked
 images (in a study, held-out test images: :data:`ATTACKED`), the adversary's imprinted model (``dpmed.attack.imprint``)
 goes through one step of the arm (dpmed's ``DpSgdStep``: clipping at C, the arm's noise of scale sigma C from fresh
-secure randomness, division by the expected batch size), the imprint rows are inverted into one candidate per bin, the
-strongest ``batch_size`` are kept (the expected number of images in a batch, q times the training images whatever the
-unit: the adversary knows that, not the realised batch), and each is scored against the batch
-(``dpmed.attack.success``).
+secure randomness, or in a reproducible study from its seed, division by the expected batch size), the imprint rows
+are inverted into one candidate per bin, the strongest ``batch_size`` are kept (the expected number of images in a
+batch, q times the training images whatever the unit: the adversary knows that, not the realised batch), and each is
+scored against the batch (``dpmed.attack.success``).
 
 The result keeps the summary numbers (shareable) apart from the images (private: they are patient images and their
 reconstructions): :meth:`AttackResult.to_dict` holds no pixel, :attr:`AttackResult.images` holds them all.

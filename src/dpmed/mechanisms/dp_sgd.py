@@ -39,10 +39,11 @@ __all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INF
 class AttackConfig(Strict):
     """The realistic threat model of 004_6210268d59b6f8e5.txt (Ziller et al. 2024) as an actual attack: the imprint
     reconstruction attack (Fowl et al. 2022; `dpmed.attack`) on ``batches`` steps of this arm (its C, sigma and
-    expected batch size, dpmed's own DP-SGD step, fresh noise), ``structure`` ``sparse`` (the stronger under noise)
-    or ``cumulative`` (the paper's); a reconstruction succeeds above the ``threshold_quantile`` of what plausible
-    public images reach. The attacked batches are held-out test images standing in for training images (same
-    mechanism, same distribution), so the reported rate is no statistic of the training set."""
+    expected batch size, dpmed's own DP-SGD step, fresh noise; from the seed in a reproducible study), ``structure``
+    ``sparse`` (the stronger under noise) or ``cumulative`` (the paper's); a reconstruction succeeds above the
+    ``threshold_quantile`` of what plausible public images reach. The attacked batches are held-out test images
+    standing in for training images (same mechanism, same distribution), so the reported rate is no statistic of the
+    training set."""
 
     batches: int = Field(default=4, ge=1)
     structure: Literal["sparse", "cumulative"] = "sparse"
