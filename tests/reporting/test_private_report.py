@@ -194,3 +194,14 @@ def test_a_run_with_only_the_attack_s_reconstructions_counts_as_private_output(t
     """The study keeps a run's private items only where they hold something (`dpmed.outputs`): a run attacked but
     neither audited nor timed must count, or its reconstructions never reach the private report."""
     assert PrivateRun(attack_images=tmp_path / "a.npz")
+
+
+def test_a_reconstructions_figure_whose_runs_are_no_longer_attacked_is_removed(private, make_record, tmp_path):
+    """The figure shows patient images labelled with runs and their eps: once no run of the study is attacked (its
+    runs deleted and retrained without an attack), the old figure stayed in private/ beside a report without it."""
+    attacked = make_record("dp_seed0", "dp", "dp_sgd", eps=1.0)
+    private({"dp_seed0": PrivateRun(attack_images=_attack_file(tmp_path / "a.npz", [0.9]), attacked=attacked)})
+    figure = private.path.parent / "attack_reconstructions.png"
+    assert figure.is_file()
+    private({"dp_seed0": PrivateRun(audit_statement="eps >= 0.3 at 95 %")})
+    assert not figure.exists()

@@ -121,9 +121,13 @@ def _reconstructions(items: Mapping[str, PrivateRun], path: Path) -> str:
                                         ATTACK_IMAGE_KEYS, "the attack's reconstructions")
     rows = [(attack_label(attacked[run_id].attacked), arrays) for run_id, arrays in loaded if len(arrays["ssim"])]
     heading = '<h2 id="reconstructions">The imprint attack\'s best reconstructions</h2>'
+    png = path.with_name("attack_reconstructions.png")
     if not rows:
+        # an earlier report's figure (runs since deleted or retrained without the attack) would stay beside this
+        # report, patient images under run labels that it no longer shows
+        png.unlink(missing_ok=True)
         return unread and heading + unread
-    figure = embed_png(reconstructions_figure(rows), path.with_name("attack_reconstructions.png"),
+    figure = embed_png(reconstructions_figure(rows), png,
                        "the attack's best reconstructions under the images they matched", owner_only=True)
     return (f"{heading}<p>Per attacked run, the "
             "reconstructions with the highest SSIM to an image of their batch (bottom row) under that image (top "
