@@ -28,9 +28,9 @@ from dpmed.config import EvaluationConfig, RunPlan
 from dpmed.data import Dataset, ImageSet, cap_images_per_patient, normalize
 from dpmed.errors import ConfigError
 from dpmed.evaluation.assessment import Assessment, assess
-from dpmed.evaluation.proportions import clopper_pearson
 from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
+from dpmed.evaluation.proportions import clopper_pearson
 from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_json_atomic,
                            write_text_atomic, write_torch_atomic)
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, mechanism_info
