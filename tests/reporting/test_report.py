@@ -396,3 +396,17 @@ def test_the_unfinished_runs_warning_opens_the_page_and_the_footer_closes_it(tmp
     assert anchors == ["clinical", "summary", "recipe", "utility", "privacy", "study-privacy", "provenance"]
     tail = html[html.index('id="provenance"'):]
     assert "Sources: Singh, Sikka, Kotti and Trask 2020" in tail and tail.endswith("</small></p></body></html>")
+
+
+def test_a_figure_the_report_no_longer_draws_is_removed_with_it(tmp_path, records, make_resolved):
+    """Before: fairness_sex.png and cam_grid.png of an earlier report (fairness or explanations since turned off)
+    stayed beside a report that no longer shows them, figures of runs and settings the study no longer holds."""
+    stale = ["fairness_sex.png", "fairness_sex_narrow.png", "cam_grid.png", "cam_grid_narrow.png", "ldp_examples.png"]
+    for name in stale:
+        (tmp_path / name).write_bytes(b"\x89PNG old")
+    (tmp_path / "notes.png").write_bytes(b"a user's own file")
+    _write(tmp_path, make_resolved(records), records)
+    assert not [name for name in stale if (tmp_path / name).exists()]
+    assert (tmp_path / "notes.png").read_bytes() == b"a user's own file"
+    assert (tmp_path / "auroc_vs_epsilon.png").stat().st_size > 1000
+    assert (tmp_path / "auroc_vs_epsilon_narrow.png").is_file()

@@ -7,6 +7,7 @@ Adding a section is its function (of :class:`~dpmed.reporting.inputs.ReportInput
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -82,6 +83,7 @@ def write_report(resolved: ResolvedStudy, records: Sequence[RunRecord], comparis
     """report.html (and its figures as PNG beside it) from the resolved study, the finished runs and the
     comparisons."""
     inputs = ReportInputs(resolved=resolved, records=list(records), comparisons=comparisons, folder=folder)
+    earlier = {path: _identity(path) for path in _figures(folder.root)}
     # cite(): sentences from records and upstream stages (a card's statement, a run.json of an older dpmed) may
     # still name a source document by its file name; the reader gets authors and year
     body = cite("\n".join(part for part in (section(inputs) for section in SECTIONS) if part))
@@ -89,6 +91,28 @@ def write_report(resolved: ResolvedStudy, records: Sequence[RunRecord], comparis
            f"{_e(resolved.name)}</title><style>{_CSS}</style></head><body>\n<h1>What privacy costs: "
            f"{_e(resolved.name)}</h1>\n{body}\n{_FOOTER}</body></html>")
     write_text_atomic(folder.report, doc)
+    for path, identity in earlier.items():     # not written again (each figure is replaced whole): no longer drawn
+        with contextlib.suppress(FileNotFoundError):
+            if _identity(path) == identity:
+                path.unlink()
+
+
+# The report's figures beside it (`dpmed.reporting.inputs.embed_figure`: each also as <stem>_narrow.png).
+_FIGURES = ("auroc_vs_epsilon", "ldp_examples", "fairness_*", "cam_grid")
+
+
+def _figures(root: Path) -> set[Path]:
+    """The figures an earlier report left in ``root``: one that this report does not draw again (fairness or
+    explanations since turned off, the last local-DP run deleted) would stay beside it, showing runs and settings
+    that the study no longer holds."""
+    return {path for stem in _FIGURES for name in (f"{stem}.png", f"{stem}_narrow.png") for path in root.glob(name)}
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """A file's inode and modification time: a figure written again is a new file (replaced whole) with a new time,
+    also where the file system has no inodes (FAT: 0)."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_mtime_ns
 
 
 @dataclass(frozen=True)
