@@ -204,3 +204,14 @@ def test_a_failure_whose_error_file_cannot_be_written_is_reported_and_the_next_r
         assert failure.traceback_note == "no traceback kept: its error file could not be written"
         assert seen[1:] == [("b", "record of b")][:len(ran) - 1]
     assert f"a: could not write its error file {folder.run('a').error}" in caplog.text
+
+
+def test_runs_that_train_at_once_are_marked_not_alone_and_one_at_a_time_alone():
+    """Runs beside others take as long as the others' load makes them, a DP-SGD run's included: each run's context
+    says whether it trains alone (`Timing.alone`), so that its seconds stay private where it does not."""
+    from dpmed.run import RunContext
+
+    context = RunContext(dataset=None, evaluation=None)
+    assert context.alone and context.progress
+    assert executors._worker_context(context, 1) == RunContext(dataset=None, evaluation=None, progress=False)
+    assert not executors._worker_context(context, 2).alone and not executors._worker_context(context, 2).progress

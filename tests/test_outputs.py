@@ -4,7 +4,9 @@ dpmed wrote without the card's "not DP" label given it, and the joint level of e
 
 from __future__ import annotations
 
+import csv
 import html
+import io
 import json
 import re
 
@@ -164,3 +166,26 @@ def test_the_joint_level_counts_the_runs_that_state_a_bound_with_or_without_a_cl
     assert ("2 audit bounds, each at its own confidence (95%, 99%); 1 audited run states no bound and is not "
             "counted. Read together, all 2 bounds hold with probability at least 94% (union bound)") in text
     assert unaudited in text
+
+
+def test_a_run_trained_beside_others_shows_its_seconds_in_the_private_report_only(tmp_path, make_record,
+                                                                                  make_resolved, make_explanations):
+    """A run trained while others of the study shared the machine (--workers, Ray) took as long as their load, a
+    DP-SGD run's included, made it: results.csv and the report hold none of its seconds, the private report holds
+    them (from its private timing.json). A run trained alone keeps its seconds in results.csv."""
+    from dpmed.records import Timing
+
+    folder = StudyFolder(tmp_path)
+    cams = make_explanations({"mask_energy": {"value": 0.4, "low": 0.3, "high": 0.5}}, seconds=3.25)
+    alone = make_record("np_seed0", "np", explanations=cams)
+    timing = Timing(train_seconds=1234.5, total_seconds=2345.5, device="cpu", threads=1, alone=False)
+    beside = make_record("np_seed1", "np", seed=1, explanations=cams).model_copy(update={"timing": timing})
+    folder.run(beside.run_id).make()
+    timing.write(folder.run(beside.run_id).timing)
+    write_outputs(folder, make_resolved([alone, beside]), [alone, beside])
+    results = {row["run_id"]: row for row in csv.DictReader(io.StringIO(folder.results.read_text()))}
+    assert float(results[alone.run_id]["train_seconds"]) == alone.timing.train_seconds
+    assert results[beside.run_id]["train_seconds"] == ""
+    public = folder.results.read_text() + folder.report.read_text() + folder.comparisons.read_text()
+    assert "1234.5" not in public and "2345.5" not in public
+    assert "Wall time: training 1234.5 s, in all 2345.5 s" in folder.private_report.read_text()

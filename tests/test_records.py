@@ -239,6 +239,33 @@ def test_only_a_dp_sgd_run_withholds_its_seconds_and_step_from_run_json(make_rec
     assert os.name == "nt" or (tmp_path / "timing.json").stat().st_mode & 0o777 == 0o600
 
 
+def test_a_run_beside_others_withholds_its_seconds_and_a_withheld_run_its_explanations_seconds(
+        make_record, make_explanations, tmp_path):
+    """A run that trained while other runs of the study shared the machine (--workers, Ray) took as long as their
+    load made it, a DP-SGD run's included: its seconds are private as a DP-SGD run's are. So are the explanations'
+    seconds of every run whose seconds are (measured beside the same load, or after a DP-SGD run's training). A run
+    trained alone keeps all of them; a run.json without the word was written by a serial run or an older dpmed."""
+    cams = make_explanations({"mask_energy": {"value": 0.4, "low": 0.3, "high": 0.5}}, seconds=3.5)
+    plain = make_record("np_seed0", "np", explanations=cams)
+    timing = Timing(train_seconds=12.5, total_seconds=20.0, device="cpu", threads=4, resumed_from=28)
+    beside = timing.model_copy(update={"alone": False})
+    assert timing.alone and beside.shareable(plain.plan) == beside.model_copy(
+        update={"train_seconds": None, "total_seconds": None, "resumed_from": None})
+    assert plain.shareable() == plain                                      # alone, without DP-SGD: all of it
+    shared = plain.model_copy(update={"timing": beside}).shareable()
+    assert shared.timing == beside.shareable(plain.plan) and shared.explanations.seconds is None
+    assert shared.explanations == cams.model_copy(update={"seconds": None})
+    dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, explanations=cams).shareable()
+    assert dp.explanations.seconds is None and dp.timing.train_seconds is None
+    assert make_record("np_seed1", "np").shareable().explanations is None
+    data = json.loads(plain.model_dump_json())
+    del data["timing"]["alone"]
+    (tmp_path / "run.json").write_text(json.dumps(data))
+    assert read_record(tmp_path / "run.json").timing.alone
+    beside.write(tmp_path / "timing.json")
+    assert read_timing(tmp_path / "timing.json") == beside
+
+
 @pytest.mark.parametrize("content", ["{cut short", "[]", '{"train_seconds": 1.0}', '{"device": "cpu", '
                                      '"threads": 1, "train_seconds": 1, "total_seconds": 1, "resumed_unit": "hour"}'])
 def test_a_private_timing_that_is_not_one_reads_as_none(tmp_path, content):

@@ -250,3 +250,28 @@ def test_a_study_folder_deleted_while_it_is_held_is_left_gone_without_an_error(t
         (root / "runs").mkdir()
         shutil.rmtree(root)
     assert not root.exists()
+
+
+def test_the_explanations_seconds_of_a_dp_sgd_run_json_move_out_of_it(tmp_path, make_record, make_explanations,
+                                                                      caplog):
+    """A DP-SGD run.json written before held the seconds its explanations took (`RunRecord.shareable`): run.json is
+    rewritten without them and the user is told that, not that a wall time or a step moved."""
+    import logging
+
+    from dpmed.folders import StudyFolder
+    from dpmed.records import read_record
+    from dpmed.workspace import withdraw_public_timing
+
+    folder = StudyFolder(tmp_path)
+    cams = make_explanations({"mask_energy": {"value": 0.4, "low": 0.3, "high": 0.5}}, seconds=3.25)
+    dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, explanations=cams)
+    dp = dp.model_copy(update={"timing": dp.timing.shareable(dp.plan)})
+    plain = make_record("base_seed0", "base", explanations=cams)
+    for record in (dp, plain):
+        folder.run(record.run_id).public.mkdir(parents=True)
+        record.write(folder.run(record.run_id).record)
+    with caplog.at_level(logging.INFO, logger="dpmed.workspace"):
+        withdraw_public_timing(folder, [dp, plain])
+    assert read_record(folder.run(dp.run_id).record).explanations.seconds is None
+    assert read_record(folder.run(plain.run_id).record) == plain
+    assert "the seconds their explanations took (dp_eps1_C1_seed0)" in caplog.text and "wall time" not in caplog.text

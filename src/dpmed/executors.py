@@ -257,6 +257,13 @@ def _check_room_for_copies(dataset: Dataset, copies: int) -> None:
                  fewer)
 
 
+def _worker_context(context: RunContext, at_once: int) -> RunContext:
+    """The context of runs in workers: no progress bars (several would interleave), and not ``alone`` where up to
+    ``at_once`` >= 2 runs train at the same time: each run's seconds carry the others' load, a DP-SGD run's too, and
+    are private (`dpmed.records.Timing`)."""
+    return replace(context, progress=False, alone=context.alone and at_once < 2)
+
+
 class ProcessPoolExecutor:
     """``workers`` runs at a time in spawned processes (each run with its own ``training.threads``).
 
@@ -273,7 +280,7 @@ class ProcessPoolExecutor:
         spawn = multiprocessing.get_context("spawn")
         contexts, records = spawn.Queue(), spawn.Queue()
         for _ in range(min(self.workers, len(tasks))):
-            contexts.put(replace(context, progress=False))
+            contexts.put(_worker_context(context, min(self.workers, len(tasks))))
         listener = threading.Thread(target=_forward, args=(records,), name="dpmed-worker-logs", daemon=True)
         listener.start()
         level = min(logging.getLogger().getEffectiveLevel(), logging.getLogger("dpmed").getEffectiveLevel())
@@ -401,7 +408,7 @@ class RayExecutor:
                         "or leave --address out to start a local instance (a ray:// address needs Ray's client, "
                         "which pip install 'dpmed[ray]' installs)") from None
             _warn_open_token()
-            shared = ray.put(replace(context, progress=False))
+            shared = ray.put(_worker_context(context, len(tasks)))     # as many at once as the cluster fits
             remote = ray.remote(num_cpus=self.cpus_per_run, num_gpus=self.gpus_per_run)(_execute)
             pending = {remote.remote(task, shared): task for task in tasks}
             while pending:

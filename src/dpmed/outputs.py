@@ -16,7 +16,6 @@ from dpmed.comparisons import Comparisons, compare_runs
 from dpmed.errors import ConfigError
 from dpmed.evaluation.predictions import load_predictions
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_json_atomic
-from dpmed.mechanisms import DpSgdPlan
 from dpmed.records import ResolvedStudy, RunRecord, read_record, read_timing
 from dpmed.reporting import PrivateRun, write_private_report, write_report, write_results_table
 from dpmed.states import folder_holder, read_resolved, run_states
@@ -76,8 +75,9 @@ def _private_items(folder: StudyFolder, records: list[RunRecord]) -> dict[str, P
         audit = audit.label_claim(r.privacy) if isinstance(audit, AuditRecord) else None
         metrics = _json_entry(run.statistics, "training_metrics", dict, unread)
         attacked = r.attack is not None and run.attack_images.is_file()
-        # a DP-SGD run's full timing is in its private folder; an older dpmed left it in run.json only
-        timing = None if not isinstance(r.plan.privacy, DpSgdPlan) else read_timing(run.timing) or (
+        # a DP-SGD run's full timing, or a run's beside others, is in its private folder; an older dpmed left a
+        # DP-SGD run's in run.json only
+        timing = None if not r.timing.is_private(r.plan) else read_timing(run.timing) or (
             r.timing if r.timing.train_seconds is not None else None)
         # the level of the bound its statement gives, for the joint level: none where the draw found no canary
         bounded = audit is not None and audit.epsilon_lower_bound is not None
@@ -94,9 +94,10 @@ def write_outputs(folder: StudyFolder, resolved: ResolvedStudy, records: list[Ru
     """results.csv, comparisons.json and report.html from the finished runs, and private/report.html where runs
     hold private statistics (audit results, training-set metrics). Comparisons are computed before rendering.
 
-    The public outputs take each run's timing as `Timing.shareable` gives it: a DP-SGD run that an older dpmed
-    finished still holds its seconds in run.json, and they go to the private report only."""
-    public = [r.model_copy(update={"timing": r.timing.shareable(r.plan)}) for r in records]
+    The public outputs take each run as `RunRecord.shareable` gives it: a DP-SGD run that an older dpmed finished
+    still holds its seconds in run.json, and they go to the private report only, as do those of a run that trained
+    beside others."""
+    public = [r.shareable() for r in records]
     comparisons = _comparisons(folder, resolved, public)
     write_json_atomic(folder.comparisons, comparisons.model_dump(mode="json"))
     write_results_table(public, folder.results)

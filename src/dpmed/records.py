@@ -3,7 +3,7 @@
 Everything downstream of a run (the study's resume check and budget, results.csv, comparisons, the report) reads
 :class:`RunRecord` fields, never string keys of a parsed file. A run.json holds only what may be shared
 (`dpmed.folders`): the plan, the privacy card and ledger, metrics of the validation and test sets, timings (a DP-SGD
-run's seconds excepted: `Timing`) and versions.
+run's seconds, and those of a run that trained beside others, excepted: `Timing`) and versions.
 """
 
 from __future__ import annotations
@@ -56,7 +56,10 @@ class Timing(_Record):
     A DP-SGD run's seconds are None in run.json (`shareable`) and kept in its private folder: its training time
     grows with the number of units Poisson sampling drew and with their images, statistics of the training set
     that no eps covers (a timing side channel; Jin et al. 2022 show such channels in DP libraries). So is the step
-    it resumed from: how far a run had come when it was stopped depends on the same times.
+    it resumed from: how far a run had come when it was stopped depends on the same times. So are those of a run
+    that did not train ``alone`` (--workers 2 or more, Ray): other runs of the study shared its machine, a DP-SGD
+    run's load included, and its seconds carry that load. A file without ``alone`` was written by an older dpmed,
+    which did not record it, and reads as alone (as its serial runs were; its runs with workers published theirs).
 
     ``resumed_from`` counts steps for every kind of run, as the log's "continues from its checkpoint at step 28 of
     112" does, and ``resumed_unit`` says so in the file. Before it did, a run without DP-SGD recorded the epoch: its
@@ -70,17 +73,22 @@ class Timing(_Record):
     threads: int
     resumed_from: int | None = 0
     resumed_unit: Literal["step", "epoch"] = "step"
+    alone: bool = True     # False: other runs of the study trained at the same time (`dpmed.executors`)
 
     @property
     def resumed_at(self) -> str | None:
-        """Where a checkpoint continued from, with its unit ("step 28"); None for a run trained in one go and for a
-        DP-SGD run's run.json, which withholds it."""
+        """Where a checkpoint continued from, with its unit ("step 28"); None for a run trained in one go and for the
+        run.json of a run whose seconds are private, which withholds it."""
         return f"{self.resumed_unit} {self.resumed_from}" if self.resumed_from else None
 
+    def is_private(self, plan: RunPlan) -> bool:
+        """Whether the run's seconds are private: a DP-SGD run's, and those of any run that did not train alone."""
+        return isinstance(plan.privacy, DpSgdPlan) or not self.alone
+
     def shareable(self, plan: RunPlan) -> Timing:
-        """What run.json may hold: all of it for a run without DP-SGD; for a DP-SGD run, no seconds and no step it
-        resumed from."""
-        if isinstance(plan.privacy, DpSgdPlan):
+        """What run.json may hold: all of it for a run without DP-SGD that trained alone; otherwise no seconds and no
+        step it resumed from."""
+        if self.is_private(plan):
             return self.model_copy(update={"train_seconds": None, "total_seconds": None, "resumed_from": None})
         return self
 
@@ -252,6 +260,16 @@ class RunRecord(_Record):
             v = self.metrics.get(key)
             return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else float(v)
         return Estimate(value=get(metric), low=get(f"{metric}_low"), high=get(f"{metric}_high"))
+
+    def shareable(self) -> RunRecord:
+        """What run.json and the public outputs may hold: the timing as `Timing.shareable` gives it and, where that
+        withholds the run's seconds, its explanations without theirs (timed beside the same load, or after a DP-SGD
+        run's training)."""
+        timing = self.timing.shareable(self.plan)
+        explanations = self.explanations
+        if explanations is not None and self.timing.is_private(self.plan):
+            explanations = explanations.model_copy(update={"seconds": None})
+        return self.model_copy(update={"timing": timing, "explanations": explanations})
 
     def write(self, path: Path) -> None:
         """run.json, written last and atomically: the run is finished exactly when it exists."""

@@ -54,7 +54,8 @@ class RunContext:
     """What every run of a study shares: the dataset, the evaluation settings, where privacy
     randomness comes from ("secure" or "reproducible", the study's ``privacy_randomness``) and where the model
     starts (``start``: saved weights and what trains, `dpmed.pretraining.prepare_start`; None: random
-    initialisation, everything trains)."""
+    initialisation, everything trains). ``alone``: False where other runs of the study train at the same time
+    (`dpmed.executors`), whose load the run's seconds then carry (`Timing`)."""
 
     dataset: Dataset
     evaluation: EvaluationConfig
@@ -62,6 +63,7 @@ class RunContext:
     progress: bool = True
     privacy_randomness: str = "secure"
     start: StartRecord | None = None
+    alone: bool = True
 
 
 def _attempt(plan: RunPlan, context: RunContext) -> str:
@@ -279,13 +281,13 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
     write_json_atomic(folder.statistics, {"run_id": plan.run_id, "per_epoch": result.statistics,
                                           "training_metrics": assessment.training_metrics}, owner_only=True)
     timing = Timing(train_seconds=result.seconds, total_seconds=time.perf_counter() - start, device=str(device),
-                    threads=threads, resumed_from=result.resumed_from)
+                    threads=threads, resumed_from=result.resumed_from, alone=context.alone)
     record = RunRecord(
         run_id=plan.run_id, arm=plan.arm, mechanism=plan.mechanism, seed=plan.seed, plan=plan,
         data=DataSummary(name=ds.name, task=ds.task.kind, source=ds.shareable_source()), privacy=card,
         reconstruction=info.reconstruction(plan.privacy), ledger=result.ledger, metrics=assessment.metrics,
         fairness=assessment.fairness, explanations=assessment.explanations, audit=audit_summary, attack=attack_record,
-        start=context.start, timing=timing.shareable(plan), versions=versions())
+        start=context.start, timing=timing, versions=versions()).shareable()
     timing.write(folder.timing)
     folder.release()            # the model and its outputs become releasable with the record that accounts for them
     try:
@@ -350,9 +352,9 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Ree
     already, and scoring them on the validation and test images is post-processing, as the first evaluation was;
     retraining instead (all a study could do before) released a second model of the same patients, whose eps adds to
     the first. The privacy card, ledger, audit and attack stay the run's (the attack's interval is recomputed from
-    its counts at the new confidence); its timing keeps only what run.json may
-    hold. A changed ``training_metrics`` is not re-evaluated (`dpmed.resumption`): it reads the training images as
-    the run saw them, canaries and local DP noise included, which only training has. Nothing is written until
+    its counts at the new confidence); its timing, and its explanations' seconds, keep only what run.json may hold.
+    A changed ``training_metrics`` is not re-evaluated (`dpmed.resumption`): it reads the training images as the run
+    saw them, canaries and local DP noise included, which only training has. Nothing is written until
     :meth:`Reevaluation.write`."""
     plan, ds = record.plan, context.dataset
     state = read_released_model(record, folder)
@@ -366,6 +368,5 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Ree
                             cam_layer=MODELS[plan.model].cam_layer, device=device)
     again = record.model_copy(update={"metrics": assessment.metrics, "fairness": assessment.fairness,
                                       "explanations": assessment.explanations,
-                                      "timing": record.timing.shareable(plan),
-                                      "attack": _attack_at(record.attack, context.evaluation.confidence)})
+                                      "attack": _attack_at(record.attack, context.evaluation.confidence)}).shareable()
     return Reevaluation(record=again, assessment=assessment, dataset=ds, folder=folder)

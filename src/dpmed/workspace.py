@@ -144,26 +144,32 @@ def withdraw_leftovers(folder: StudyFolder) -> None:
 
 
 def withdraw_public_timing(folder: StudyFolder, records: Sequence[RunRecord]) -> None:
-    """A DP-SGD run.json that an older dpmed wrote still holds the run's seconds, or the step it resumed from, which
-    are private (`Timing.shareable`): keep them in the run's private timing.json where it has none, rewrite run.json
-    with the shareable part, and say that copies of the folder shared before still hold them."""
-    rewritten, seconds = [], []
+    """A DP-SGD run.json that an older dpmed wrote still holds the run's seconds, or the step it resumed from, or the
+    seconds its explanations took, which are private (`RunRecord.shareable`): keep the timing in the run's private
+    timing.json where it has none, rewrite run.json with the shareable part, and say that copies of the folder
+    shared before still hold them."""
+    rewritten, seconds, steps = [], [], []
     for r in records:
-        shared = r.timing.shareable(r.plan)
-        if shared == r.timing:
+        shared = r.shareable()
+        if shared == r:
             continue
         if r.timing.train_seconds is not None or r.timing.total_seconds is not None:
             seconds.append(r.run_id)
+        elif shared.timing != r.timing:
+            steps.append(r.run_id)
         run = folder.run(r.run_id)
-        if read_timing(run.timing) is None:
+        if shared.timing != r.timing and read_timing(run.timing) is None:
             run.make()
             r.timing.write(run.timing)
-        r.model_copy(update={"timing": shared}).write(run.record)
+        shared.write(run.record)
         rewritten.append(r.run_id)
     if seconds:
         _log.warning("%d DP-SGD run.json file(s) written by an older dpmed held the run's wall time (%s): moved to "
                      "the private folder; copies of the folder shared before still hold it", len(seconds),
                      ", ".join(seconds))
-    elif rewritten:
+    elif steps:
         _log.info("%d DP-SGD run.json file(s) written by an older dpmed said whether the run resumed (%s): that "
-                  "step is private now, and was moved to the private folder", len(rewritten), ", ".join(rewritten))
+                  "step is private now, and was moved to the private folder", len(steps), ", ".join(steps))
+    elif rewritten:
+        _log.info("%d DP-SGD run.json file(s) written by an older dpmed held the seconds their explanations took "
+                  "(%s): private now, and taken out of run.json", len(rewritten), ", ".join(rewritten))

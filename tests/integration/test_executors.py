@@ -448,10 +448,21 @@ def test_a_worker_killed_from_outside_fails_its_runs_with_a_reason_not_a_traceba
         assert json.loads(outcome.error_file.read_text())["error"] == WORKER_DIED
 
 
-def test_a_process_pool_gives_the_same_table(tmp_path, reference, tiny_text, results_table):
+def test_a_process_pool_gives_the_same_table(tmp_path, reference, tiny_text, results_table, tiny_study):
+    """And no run's seconds are public: the runs trained at the same time, each carrying the other's load (the
+    DP-SGD run's too), so each keeps its seconds in its private folder, as the serial study keeps only a DP-SGD
+    run's there."""
     (tmp_path / "s.yaml").write_text(tiny_text)
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--workers", "2"]) == 0
     pd.testing.assert_frame_equal(results_table(tmp_path / "out" / "tiny"), reference, check_exact=True)
+    folder, serial = StudyFolder(tmp_path / "out" / "tiny"), StudyFolder(tiny_study)
+    assert pd.read_csv(folder.results).train_seconds.isna().all()
+    assert pd.read_csv(serial.results).set_index("run_id").train_seconds.notna().to_dict() == {
+        "base_seed0": True, "dp_eps8_C1_seed0": False}
+    for run in map(folder.run, ("base_seed0", "dp_eps8_C1_seed0")):
+        timing = json.loads(run.record.read_text())["timing"]
+        assert (timing["train_seconds"], timing["total_seconds"], timing["alone"]) == (None, None, False)
+        assert read_timing(run.timing).train_seconds > 0 and not read_timing(run.timing).alone
 
 
 def test_ray_runs_a_two_run_study_on_a_local_instance(tmp_path, reference, tiny_text, results_table):

@@ -109,7 +109,8 @@ class Explanations(_Summary):
     """A run's explanations block (`dpmed.evaluation.explanations`): how the CAMs were made, every faithfulness
     metric with its interval, and the all-zero maps among the CAMs the metrics read. The lesion fields exist where
     the explained images carry lesion masks (``mask_note`` says where none does); ``n_zero_lesion_cams`` is None in
-    records that predate the count. seconds: the evaluation's time for them (not a statistic of the training set)."""
+    records that predate the count. seconds: the evaluation's time for them;
+    None in shareable files where the run's own seconds are private (`dpmed.records.RunRecord.shareable`)."""
 
     method: str
     method_reference: str

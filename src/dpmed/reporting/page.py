@@ -190,8 +190,9 @@ def _audits_together(items: Mapping[str, PrivateRun]) -> str:
 
 def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun], path: Path) -> None:
     """private/report.html: the numbers no eps covers (training-set metrics computed without noise, a DP-SGD run's
-    wall time, one-run audit results that depend on the secret canary bits) and the images no public file may hold
-    (the reconstruction attack's best reconstructions beside the images they matched), per run id. Never share it."""
+    wall time and a run's trained beside others, one-run audit results that depend on the secret canary bits) and
+    the images no public file may hold (the reconstruction attack's best reconstructions beside the images they
+    matched), per run id. Never share it."""
     rows = []
     for run_id, item in items.items():
         parts = []

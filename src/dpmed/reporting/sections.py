@@ -497,21 +497,22 @@ def ldp_examples_section(inputs: ReportInputs) -> str:
 
 
 def _seconds(value: float | None) -> str:
-    """A wall time, or where a DP-SGD run's is (`dpmed.records.Timing`: it is a statistic of the training set)."""
+    """A wall time, or where a private one is (`dpmed.records.Timing`: a DP-SGD run's is a statistic of the training
+    set, and a run's beside others carries their load)."""
     if value is not None:
         return f"{value:.1f}"
     return ('<span title="a DP-SGD run\'s time grows with the patients or images Poisson sampling drew, which no '
-            'eps covers">private</span>')
+            'eps covers; a run trained beside others took as long as their load made it">private</span>')
 
 
 def _resumed(timing: Timing) -> str:
     """The step a run resumed from, with its unit ("step 28"; "epoch 2" in a record of a run without DP-SGD that an
-    older dpmed wrote), "–" for one trained in one go, or where a DP-SGD run's is (it depends on its private wall
-    time). A bare number was an epoch for one run and a step for the next in the same column."""
+    older dpmed wrote), "–" for one trained in one go, or where one whose wall time is private is (it depends on
+    it). A bare number was an epoch for one run and a step for the next in the same column."""
     if timing.resumed_from is not None:
         return escape(timing.resumed_at or "–")
-    return ('<span title="how far a DP-SGD run had come when it was stopped depends on its wall time, which no eps '
-            'covers">private</span>')
+    return ('<span title="how far a run had come when it was stopped depends on its wall time, which is private: a '
+            'DP-SGD run\'s, or a run\'s trained beside others">private</span>')
 
 
 def _other_versions(inputs: ReportInputs) -> tuple[dict[str, str], str]:
@@ -546,7 +547,7 @@ def provenance(inputs: ReportInputs) -> str:
             + "<table>" + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in versions.items())
             + "</table><p>Wall time per run (seconds; a resumed run counts only its last session; a DP-SGD run's "
             "is in the private report: it grows with what Poisson sampling drew from the training set, which no eps "
-            "covers):</p>"
+            "covers; so is that of a run trained beside others, which carries their load):</p>"
             + stacked("<table><tr><th>run</th><th>training</th><th>total</th><th>device</th><th>threads</th>"
                       f"<th>resumed from</th></tr>{timing}</table>")
             + '<details class="resolved"><summary>The resolved study (study.yaml: every setting, every derived '
