@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+import torch
 
 import dpmed.executors
 from dpmed.cli import main
@@ -343,7 +344,7 @@ def test_a_failed_run_that_is_run_again_and_interrupted_shows_as_interrupted(tmp
     assert error.is_file()
 
     def interrupted(plan, context, folder):
-        folder.checkpoint.write_bytes(b"a checkpoint of the second attempt")
+        torch.save({"progress": {"steps": 3, "of": 8}}, folder.checkpoint)     # as the second attempt left it
         raise KeyboardInterrupt
     monkeypatch.setattr(dpmed.executors, "run_one", interrupted)
     assert main(command) == 130
@@ -351,7 +352,7 @@ def test_a_failed_run_that_is_run_again_and_interrupted_shows_as_interrupted(tmp
     capsys.readouterr()
     assert main(["status", str(out / "tiny")]) == 0
     status = capsys.readouterr().out
-    assert re.search(r"^base_seed0 +interrupted: continues from its checkpoint", status, re.M), status
+    assert re.search(r"^base_seed0 +interrupted: continues from its checkpoint at step 3 of 8", status, re.M), status
     assert status.strip().endswith("1 interrupted")
 
 
