@@ -215,3 +215,44 @@ def test_runs_that_train_at_once_are_marked_not_alone_and_one_at_a_time_alone():
     assert context.alone and context.progress
     assert executors._worker_context(context, 1) == RunContext(dataset=None, evaluation=None, progress=False)
     assert not executors._worker_context(context, 2).alone and not executors._worker_context(context, 2).progress
+
+
+def test_a_worker_whose_parent_died_ends_its_run_and_exits_instead_of_taking_the_next(monkeypatch):
+    # the parent killed (kill -9, out of memory): its worker would otherwise train the runs queued for it, unseen,
+    # beside the next `dpmed run` of the folder, and then wait for work for ever
+    import multiprocessing
+
+    monkeypatch.setattr(executors, "_STOPPING", False)
+    monkeypatch.setattr(executors, "_STARTED", True)
+    monkeypatch.setattr(executors, "_WORKER_CONTEXT", object())
+    in_run, stop_sent, exited = threading.Event(), threading.Event(), threading.Event()
+    events: list[str] = []
+
+    def run(task, context):
+        in_run.set()
+        assert stop_sent.wait(10)
+        events.append("run ended")
+        return "ended"
+
+    def kill(pid, signum):
+        events.append(f"signal {signum}")
+        stop_sent.set()
+
+    def exit_now(code):
+        events.append("exit")
+        exited.set()
+
+    monkeypatch.setattr(executors, "_execute", run)
+    monkeypatch.setattr(executors.os, "kill", kill)
+    monkeypatch.setattr(executors.os, "_exit", exit_now)
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    watcher = threading.Thread(target=executors._end_with_parent, args=(reader,), daemon=True)
+    watcher.start()
+    worker = threading.Thread(target=executors._execute_in_worker, args=("task",), daemon=True)
+    worker.start()
+    assert in_run.wait(10)
+    writer.close()                                          # the parent is gone
+    assert exited.wait(10)
+    worker.join(10)
+    assert events == [f"signal {signal.SIGTERM}", "run ended", "exit"]
+    assert executors._STOPPING

@@ -25,6 +25,7 @@ import importlib.util
 import logging
 import logging.handlers
 import multiprocessing
+import multiprocessing.connection
 import os
 import shutil
 import signal
@@ -163,6 +164,10 @@ def _start_worker(contexts: Any, records: Any, level: int, setup: Callable[[], N
     signal.signal(signal.SIGTERM, _stop_worker)
     if hasattr(signal, "pthread_sigmask"):   # started with SIGINT blocked: a Ctrl-C pending since is dropped now
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_end_with_parent, args=(parent.sentinel,), name="dpmed-parent-watch",
+                         daemon=True).start()
     root = logging.getLogger()
     root.handlers[:] = [logging.handlers.QueueHandler(records)]
     root.setLevel(level)
@@ -174,6 +179,22 @@ def _start_worker(contexts: Any, records: Any, level: int, setup: Callable[[], N
 
 _STOPPING = False   # set in a worker by _stop_worker
 _STARTED = False    # set in a worker once _start_worker is done
+_IDLE = threading.Event()   # set in a worker while it runs no run
+_IDLE.set()
+
+
+def _end_with_parent(sentinel: Any) -> None:
+    """In each worker, on a thread of its own: once the parent is gone (killed with kill -9 or by the
+    out-of-memory killer: it could not stop its workers), stop as on SIGTERM (the run in progress ends where it is,
+    its checkpoint stays) and exit once no run is in progress. Left alone, the worker would go on to train the runs
+    already queued for it, unseen, beside the next `dpmed run` of the folder (which takes over the dead parent's
+    lock), and then wait for work for ever, holding its copy of the dataset."""
+    global _STOPPING
+    multiprocessing.connection.wait([sentinel])
+    _STOPPING = True
+    os.kill(os.getpid(), signal.SIGTERM)
+    _IDLE.wait()
+    os._exit(128 + signal.SIGTERM)
 
 
 def _stop_worker(signum: int, frame: Any) -> None:
@@ -191,7 +212,11 @@ def _execute_in_worker(task: RunTask) -> Outcome:
     assert _WORKER_CONTEXT is not None
     if _STOPPING:
         raise SystemExit(128 + signal.SIGTERM)
-    return _execute(task, _WORKER_CONTEXT)
+    _IDLE.clear()
+    try:
+        return _execute(task, _WORKER_CONTEXT)
+    finally:
+        _IDLE.set()
 
 
 def _forward(records: Any) -> None:
