@@ -6,6 +6,7 @@ mode no two runs share randomness, and a killed run resumes from the key in its 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -601,3 +602,48 @@ def test_a_dead_worker_s_run_json_that_cannot_be_read_makes_the_run_failed_not_t
     outcome = dpmed.executors._broken_off(task)
     assert isinstance(outcome, RunFailure), outcome
     assert "the process was killed, and its run.json" in outcome.error_file.read_text()
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The pool workers (spawned processes) among the children of ``pid``, read from /proc."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(c) for c in (task / "children").read_text().split()]
+    return [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (exited but not yet reaped by whoever adopted it counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the workers in /proc (Linux)")
+def test_the_workers_of_a_killed_study_exit_instead_of_training_on(tmp_path, tiny_text):
+    """kill -9 of `dpmed run --workers 2` mid-run: its workers end their runs and exit, rather than train the runs
+    queued for them, unseen, beside the next `dpmed run` of the folder, and then wait for work for ever."""
+    (tmp_path / "s.yaml").write_text(tiny_text.replace("epochs: 3", "epochs: 200"))
+    cmd = [sys.executable, "-m", "dpmed.cli", "run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"),
+           "--no-progress", "--workers", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        runs = tmp_path / "out" / "tiny" / "runs"
+        deadline = time.monotonic() + 120
+        while not (runs.is_dir() and any(runs.iterdir())) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the study ended before any run started"
+        workers = _workers_of(proc.pid)
+        assert workers
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [w for w in workers if _alive(w)]
+    finally:
+        for worker in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
