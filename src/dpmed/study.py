@@ -596,8 +596,10 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
             _log.info("%s", tracker.line(task.plan.run_id, outcome, read_timing(task.folder.timing)))
 
         if todo:
+            started = min(workers, len(todo))    # a process pool starts no more workers than it has runs
             _log.info("training %d run(s) with executor %r%s", len(todo), executor,
-                      f", {workers} workers" if workers > 1 else "")
+                      "" if workers == 1 else f", {started} worker{'s' if started > 1 else ''}" + (
+                          f" (one per run; {workers} asked for)" if started < workers else ""))
             make_executor(executor, workers=workers, address=address, worker_setup=worker_setup).map(
                 todo, context, on_outcome, fail_fast=fail_fast)
         records = [outcomes[p.run_id] for p in plans if isinstance(outcomes.get(p.run_id), RunRecord)]

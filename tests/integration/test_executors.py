@@ -24,6 +24,7 @@ import pytest
 import torch
 
 import dpmed.executors
+import dpmed.study
 from dpmed.cli import main
 from dpmed.config import load_study
 from dpmed.errors import ConfigError
@@ -145,6 +146,7 @@ _FAKE_RUNS = '''
 import time
 
 import dpmed.executors
+import dpmed.study
 
 
 def install(roles, slow_seconds):
@@ -556,6 +558,7 @@ import shutil
 import signal
 
 import dpmed.executors
+import dpmed.study
 
 
 def install(record):
@@ -647,3 +650,12 @@ def test_the_workers_of_a_killed_study_exit_instead_of_training_on(tmp_path, tin
         for worker in workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(worker, signal.SIGKILL)
+
+
+def test_more_workers_than_runs_are_told_as_the_workers_that_start(tmp_path, tiny_text, monkeypatch, caplog):
+    """--workers 1000 on two runs starts two processes: the log said "1000 workers"."""
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    monkeypatch.setattr(dpmed.study, "make_executor", lambda *a, **k: dpmed.executors.InProcessExecutor())
+    with caplog.at_level(logging.INFO, logger="dpmed"):
+        dpmed.study.run_study(tmp_path / "s.yaml", out=tmp_path / "out", progress=False, workers=1000)
+    assert "training 2 run(s) with executor 'local', 2 workers (one per run; 1000 asked for)" in caplog.text
