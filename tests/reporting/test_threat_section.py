@@ -444,3 +444,23 @@ def test_the_attacks_interval_is_shown_rounded_outward(tmp_path, make_record, ma
         update={"attack": _attack(0.0072, 0.00054, 0.0194, 1), "reconstruction": _risk(0.0123, 0.0046)})]
     rows, _ = _rows(tmp_path, make_resolved, records)
     assert "0.7% [0.0%,\u00a02.0%]" in rows["dp_eps1_C1_seed0"]
+
+
+@pytest.mark.parametrize("update, reason", [({"noise": "laplace"}, "Laplace noise"),
+                                            ({"sampling": "shuffle"}, "shuffled batches")])
+def test_an_attacked_run_without_bounds_says_why_its_bound_cells_are_empty(tmp_path, make_record, make_resolved,
+                                                                          update, reason):
+    """A Laplace-noise (or shuffled-batch) DP-SGD run has no reconstruction bound (they are proved for Gaussian noise
+    with Poisson sampling): its three bound columns read "–" and nothing said why, as if a value were missing."""
+    run = make_record("lap_eps8_C1_seed0", "lap", "dp_sgd", eps=8.0)
+    run = run.model_copy(update={"attack": _attack(0.5, 0.3, 0.7, 32),
+                                 "privacy": run.privacy.model_copy(update=update)})
+    rows, text = _rows(tmp_path, make_resolved, [run])
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", rows["lap_eps8_C1_seed0"], re.S)
+    assert [_text(c).strip() for c in cells[1:4]] == ["–"] * 3
+    assert f"No bound is given for lap_eps8_C1_seed0 ({reason})" in text, text
+    assert "proved for Gaussian noise with Poisson sampling" in text
+    gaussian = make_record("gauss_eps8_C1_seed0", "gauss", "dp_sgd", eps=8.0).model_copy(
+        update={"attack": _attack(0.5, 0.3, 0.7, 32), "reconstruction": _risk(0.01, 0.005)})
+    (tmp_path / "gaussian").mkdir()
+    assert "No bound" not in _rows(tmp_path / "gaussian", make_resolved, [gaussian])[1]

@@ -22,7 +22,8 @@ from dpmed.records import Estimate, ResolvedStudy, RunRecord
 
 __all__ = ["ReportInputs", "escape", "estimate_text", "signed_text", "embed_png", "embed_figure", "number_text",
            "p_text", "cite", "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction",
-           "not_dp_reasons", "not_dp_text", "accountant_name", "stacked", "bound_percent", "read_figure_arrays"]
+           "not_dp_reasons", "not_dp_text", "accountant_name", "stacked", "bound_percent", "read_figure_arrays",
+           "no_bound_note"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -154,6 +155,21 @@ def not_dp_reasons(card: PrivacyCard) -> list[str]:
         reasons.append("its noise is so small that one unit can move an output past every value the noise sampler "
                        "draws (the accountant's eps holds for exact noise only)")
     return reasons
+
+
+def no_bound_note(records: Iterable[RunRecord], proved: str) -> str:
+    """A sentence naming the DP-SGD runs among ``records`` without reconstruction bounds, and why: the bounds are
+    proved for Gaussian noise with Poisson sampling (`dpmed.accounting.reconstruction`), so a Laplace-noise or
+    shuffled-batch run has none, and a table showing "–" in their place said nothing of it. ``proved``: what the
+    sentence says is proved, e.g. "the bounds above are"; "" where no run lacks its bounds."""
+    left = [r for r in records if r.mechanism == "dp_sgd" and r.reconstruction is None]
+    if not left:
+        return ""
+    why = {r.run_id: ", ".join((["Laplace noise"] if r.privacy.noise == "laplace" else [])
+                               + (["shuffled batches"] if r.privacy.sampling == "shuffle" else [])) for r in left}
+    named = "; ".join(f"{escape(run_id)} ({escape(reason or 'see its card')})" for run_id, reason in why.items())
+    return (f"<p>No bound is given for {named}: {proved} proved for Gaussian noise with Poisson sampling only, so "
+            "these DP-SGD runs have none; their cards state what privacy they have.</p>")
 
 
 def not_dp_text(card: PrivacyCard) -> str | None:

@@ -17,8 +17,8 @@ from dpmed.released_size import describe_counts
 from dpmed.reporting.clinical import ONE_SEED, flag_html
 from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples, plotted
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, bound_percent, embed_figure, eps_label,
-                                    escape, estimate_text, is_reproduction, not_dp_text, number_text, p_text,
-                                    read_figure_arrays, signed_text, stacked)
+                                    escape, estimate_text, is_reproduction, no_bound_note, not_dp_text, number_text,
+                                    p_text, read_figure_arrays, signed_text, stacked)
 
 __all__ = ["summary", "utility", "privacy_cards", "study_privacy_section", "reconstruction_risk",
            "ldp_examples_section", "provenance", "decision_rule", "statement_text"]
@@ -444,15 +444,8 @@ def _unbounded_runs(records: list[RunRecord], *, alone: bool = False) -> str:
     """A paragraph naming the DP-SGD runs the table leaves out, and why: the bounds are proved for Gaussian noise with
     Poisson sampling (`dpmed.accounting.reconstruction`), so a Laplace-noise or shuffled-batch run has none (before,
     such runs were left out without a word, as if the study had none). ``alone``: no run has a bound to show."""
-    left = [r for r in records if r.mechanism == "dp_sgd" and r.reconstruction is None]
-    if not left:
-        return ""
-    why = {r.run_id: ", ".join((["Laplace noise"] if r.privacy.noise == "laplace" else [])
-                               + (["shuffled batches"] if r.privacy.sampling == "shuffle" else [])) for r in left}
-    named = "; ".join(f"{escape(run_id)} ({escape(reason or 'see its card')})" for run_id, reason in why.items())
     proved = "reconstruction and membership-inference bounds are" if alone else "the bounds above are"
-    return (f"<p>No bound is given for {named}: {proved} proved for Gaussian noise with Poisson sampling only, so "
-            "these DP-SGD runs have none; their cards state what privacy they have.</p>")
+    return no_bound_note(records, proved)
 
 
 def _risk_assumptions(runs: list[RunRecord]) -> str:

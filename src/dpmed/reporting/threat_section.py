@@ -21,8 +21,8 @@ from dpmed.evaluation.proportions import clopper_pearson
 from dpmed.numbers import confidence_text, round_down
 from dpmed.records import AttackRecord, RunRecord
 from dpmed.reporting.figures import png_bytes
-from dpmed.reporting.inputs import (ReportInputs, bound_percent, eps_label, escape, estimate_text, number_text,
-                                    stacked)
+from dpmed.reporting.inputs import (ReportInputs, bound_percent, eps_label, escape, estimate_text, no_bound_note,
+                                    number_text, stacked)
 
 __all__ = ["threat_section", "reconstructions_figure", "attack_label", "ATTACK_IMAGE_KEYS"]
 
@@ -175,7 +175,7 @@ def threat_section(inputs: ReportInputs) -> str:
         f"random (about {criterion.one_in} per guess, by the threshold's construction) or with the median validation "
         "image of as many brightness groups (smooth, typical images, which SSIM rewards far more often), whichever "
         "found more over all batches. An attack whose interval reaches down to chance has shown no reconstruction.</p>"
-        f"{table}"
+        f"{table}{no_bound_note(runs, 'the bounds in the table are')}"
         "<p>What each number covers. The run's bounds are for a record Poisson-sampled at rate q over all T steps "
         "(it is in no batch at all with probability (1-q)^T) and for success as singling it out against the prior "
         "kappa. The attack puts every attacked image into the attacked batch and reads one step, so the bound of its "
