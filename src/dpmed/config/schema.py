@@ -92,6 +92,11 @@ class ModelConfig(_Strict):
         return self.trainable.last_blocks if isinstance(self.trainable, LastBlocks) else self.trainable
 
 
+# Augmentation multiplicity's ceiling: 8 times the largest K of De et al. 2022 (32). 10**20 passed planning and
+# failed inside numpy at the first step, after the study had started.
+_MOST_COPIES = 256
+
+
 class AugmentationConfig(_Strict):
     """Augmentation multiplicity (De, Berrada, Hayes, Smith, Balle 2022): every sampled image is trained on as
     ``multiplicity`` (K) augmented copies, each copy's loss weighted 1/K, so a unit's gradient is the mean over the
@@ -104,9 +109,21 @@ class AugmentationConfig(_Strict):
     (situs inversus, dextrocardia) and swaps the side markers and the laterality of findings, an image the test
     set never holds; turn it on for images without a left-right anatomy (dermoscopy, histology).
     Which crop and flip each copy gets is public randomness (`dpmed.training.augmentation` says why that is sound).
+    multiplicity: at most 256 (:data:`_MOST_COPIES`): each step makes the K copies of its whole batch at once, and De
+    et al. 2022 use K <= 32.
     """
 
     multiplicity: int = Field(default=1, ge=1)
+
+    @field_validator("multiplicity")
+    @classmethod
+    def _copies(cls, v: int) -> int:
+        if v > _MOST_COPIES:
+            raise ValueError(f"must be at most {_MOST_COPIES}, got {v}: each step trains on this many copies of every "
+                             "image of its batch at once, and De et al. 2022 use at most 32; write 32 or less (1 "
+                             "turns multiplicity off)")
+        return v
+
     crop_padding: int | Literal["auto"] = "auto"
     flip: bool = False
 
