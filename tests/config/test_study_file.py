@@ -69,6 +69,9 @@ def test_exponent_floats_parse_as_numbers(write_study):
     (("epochs: 2}", "epochs: 2, momentum: 1}"), "training.momentum", "must be below 1, got 1"),
     (("epochs: 2}", "epochs: 2, augmentation: {multiplicity: 0}}"), "training.augmentation.multiplicity",
      "must be at least 1, got 0"),
+    # 10**30 attacked batches passed planning and looped for ever after the arm had trained
+    (("delta: 1e-5", "delta: 1e-5, attack: {batches: 1000000000000000000000000000000}"), "arms[2].attack.batches",
+     "must be at most 10000, got 1000000000000000000000000000000"),
     # 10**20 copies passed planning and failed inside numpy at the first step
     (("epochs: 2}", "epochs: 2, augmentation: {multiplicity: 100000000000000000000}}"),
      "training.augmentation.multiplicity", "must be at most 256, got 100000000000000000000"),

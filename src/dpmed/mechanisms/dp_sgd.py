@@ -36,6 +36,11 @@ from dpmed.randomness import DRAW_BOUND, DRAW_BOUNDS
 __all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO", "size_key", "patient_guarantee"]
 
 
+# The attacked batches' ceiling: 10**30 passed planning and looped for ever after the arm had trained. Each batch is
+# drawn anew from the test images (they may recur across batches), so the test split sets no ceiling of its own.
+_MOST_ATTACKED_BATCHES = 10_000
+
+
 class AttackConfig(Strict):
     """The realistic threat model of 004_6210268d59b6f8e5.txt (Ziller et al. 2024) as an actual attack: the imprint
     reconstruction attack (Fowl et al. 2022; `dpmed.attack`) on ``batches`` steps of this arm (its C, sigma and
@@ -43,11 +48,21 @@ class AttackConfig(Strict):
     ``sparse`` (the stronger under noise) or ``cumulative`` (the paper's); a reconstruction succeeds above the
     ``threshold_quantile`` of what plausible public images reach. The attacked batches are held-out test images
     standing in for training images (same mechanism, same distribution), so the reported rate is no statistic of the
-    training set."""
+    training set. ``batches``: at most 10,000 (:data:`_MOST_ATTACKED_BATCHES`)."""
 
     batches: int = Field(default=4, ge=1)
     structure: Literal["sparse", "cumulative"] = "sparse"
     threshold_quantile: float = Field(default=0.99, gt=0, lt=1)
+
+    @field_validator("batches")
+    @classmethod
+    def _few_enough(cls, v: int) -> int:
+        if v > _MOST_ATTACKED_BATCHES:
+            raise ValueError(f"must be at most {_MOST_ATTACKED_BATCHES}, got {v}: each batch is one attacked step, run "
+                             f"after the arm has trained, and at {_MOST_ATTACKED_BATCHES} batches of even one image "
+                             "the rate's 95% interval already lies within about one percentage point of it; write 100 "
+                             "or less (default 4)")
+        return v
 
 
 class DpSgdArm(ArmBase):
