@@ -9,6 +9,7 @@ import pytest
 from dpmed.config import load_study
 from dpmed.errors import ConfigError, DataError, PrivacyError
 from dpmed.mechanisms import DpSgdPlan
+from dpmed.numbers import bytes_text
 from dpmed.study import check_fit, load_study_data, plan_study, planned_card, prepare_study
 
 HEAD = "name: s\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0]\nprivacy_randomness: reproducible\n"
@@ -552,3 +553,25 @@ def test_more_deletion_steps_than_pixels_are_refused_before_training(write_study
         with pytest.raises(ConfigError, match=rf"^evaluation.explanations.deletion_steps {steps} exceeds the 256 "
                                               r"pixel locations of these 16 x 16 px images.*lower it to 256 or less"):
             check_fit(too_many, dataset)
+
+
+def test_augmented_copies_no_memory_holds_are_refused_before_training(write_study, monkeypatch):
+    """Each step makes the K augmented copies of its whole batch at once: a multiplicity whose copies of one batch
+    cannot fit was accepted and failed in the first step of every run, after the study had started."""
+    from dpmed import memory
+
+    study = load_study(write_study("name: s\nseeds: [0]\ndata: {source: phantom, n_images: 100, image_size: 32}\n"
+                                   "training: {batch_size: 16, augmentation: {multiplicity: 256}}\n"
+                                   "arms:\n  - {name: a, mechanism: none}\n  - {name: b, mechanism: none, "
+                                   "batch_size: 64}\n"))
+    dataset = load_study_data(study)
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=20 * 10**6, swap=0))
+    copies = 256 * 64 * 32 * 32 * 4 * dataset.train.image_shape[0]      # arm b's batch, the largest: 67 MB
+    with pytest.raises(DataError, match=r"^training.augmentation.multiplicity: 256 copies of each of the 64 images of "
+                                        rf"a batch \(arm b's\) take {bytes_text(copies)} of memory as float32, and "
+                                        r"only 20 MB is free for dpmed here: lower "
+                                        r"training.augmentation.multiplicity or the batch size"):
+        check_fit(study, dataset)
+    augmentation = study.training.augmentation.model_copy(update={"multiplicity": 4})
+    check_fit(study.model_copy(update={"training": study.training.model_copy(
+        update={"augmentation": augmentation})}), dataset)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import multiprocessing
 import signal
 import sys
@@ -260,9 +261,9 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
 
 def check_fit(study: Study, dataset: Dataset) -> None:
     """Refuse what no plan can change: augmentation's crop padding as large as the images, a square-only model on
-    other images, more deletion steps than pixels, bootstrap redraws no memory holds. Checked before the DP counts
-    are drawn (`prepare_study`), so that a study refused for them writes nothing, and its output folder is left as it
-    was found."""
+    other images, more deletion steps than pixels, bootstrap redraws or augmented copies no memory holds. Checked
+    before the DP counts are drawn (`prepare_study`), so that a study refused for them writes nothing, and its output
+    folder is left as it was found."""
     augmentation, side = study.training.augmentation, min(dataset.train.image_shape[1:])
     if augmentation is not None and augmentation.crop_padding != "auto" and augmentation.crop_padding >= side:
         raise ConfigError(f"training.augmentation.crop_padding {augmentation.crop_padding} px needs images larger "
@@ -278,6 +279,24 @@ def check_fit(study: Study, dataset: Dataset) -> None:
                           f"pixel locations of these {height} x {width} px images (a step past one location each "
                           f"changes no pixel); lower it to {height * width} or less (default 16)")
     _check_redraws(study.evaluation, dataset)
+    if augmentation is not None and augmentation.multiplicity > 1:
+        _check_copies(study, dataset)
+
+
+def _check_copies(study: Study, dataset: Dataset) -> None:
+    """Refuse an augmentation multiplicity K whose copies of the largest batch cannot fit in memory: each step makes
+    the K copies of its whole batch at once (`dpmed.training.augmentation`), before the physical batches slice them,
+    so it failed in every run's first step. A DP-SGD batch counts units, and a patient brings all of their images:
+    the images counted here are the fewest such a batch holds."""
+    k = study.training.augmentation.multiplicity
+    batch, arm = max([(study.training.batch_size, None)]
+                     + [(a.batch_size, a.name) for a in study.arms if a.batch_size is not None], key=lambda t: t[0])
+    need = 4 * k * batch * math.prod(dataset.train.image_shape)
+    whose = f" (arm {arm}'s)" if arm is not None else ""
+    memory.check_bytes(need, f"training.augmentation.multiplicity: {k} copies of each of the {batch} images of a "
+                             f"batch{whose} take {bytes_text(need)} of memory as float32",
+                       fix="lower training.augmentation.multiplicity or the batch size (training.batch_size, or the "
+                           "arm's batch_size), or set a smaller data.image_size")
 
 
 def _check_redraws(config: EvaluationConfig, dataset: Dataset) -> None:
