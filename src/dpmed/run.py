@@ -188,7 +188,7 @@ def _attack(model, dataset: Dataset, dp: DpSgdPlan, plan: RunPlan, context: RunC
     randomness = (PrivacyRandomness.reproducible(seed=plan.seed, run_id=f"{plan.run_id}/attack")
                   if context.privacy_randomness == "reproducible" else None)
     result = attack.attack_arm(model, dataset, dp, seed=plan.seed, device=device,
-                               ci_level=context.evaluation.confidence, randomness=randomness)
+                               ci_level=context.evaluation.confidence, randomness=randomness, arm=plan.arm)
     write_arrays_atomic(folder.attack_images, {"reconstructions": result.images.reconstructions,
                                                "originals": result.images.originals, "ssim": result.images.ssim},
                         owner_only=True)
@@ -247,7 +247,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         start_model(model, plan.model, context.start)
         dp = plan.privacy if isinstance(plan.privacy, DpSgdPlan) else None
         if dp is not None and dp.attack is not None:
-            attack.attack_batch_size(ds, dp)     # a validation split too small for the attack fails before training
+            attack.attack_batch_size(ds, dp, arm=plan.arm)  # a validation split too small for it fails before training
         result = train(model, train_input, ds.task, plan.training, seed=plan.seed, dp=dp, randomness=randomness,
                        device=device, progress=context.progress, log_progress=True, label=plan.run_id,
                        checkpoint=folder.checkpoint, released=events)

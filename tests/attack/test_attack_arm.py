@@ -54,6 +54,22 @@ def test_a_validation_split_too_small_for_the_attack_is_a_config_error_before_tr
         attack_arm(_model(), phantom, plan, seed=0)
 
 
+def test_the_attacks_validation_error_names_the_arm(phantom):
+    """A study with several attacked arms was told "the imprint attack needs more validation images than its batch
+    of 40" and not which arm's attack that was."""
+    from dpmed import attack
+
+    n = len(phantom.train.images)
+    plan = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=40 / n, steps=100, unit="image",
+                     expected_batch_size=40.0, n_units=n, attack=AttackConfig(batches=1))
+    words = (r"^arms\.dp-big\.attack: the imprint attack needs more validation images than its batch of \d+ .*; "
+             r"remove arms\.dp-big\.attack, lower its batch_size")
+    with pytest.raises(ConfigError, match=words):
+        attack.attack_batch_size(phantom, plan, arm="dp-big")
+    with pytest.raises(ConfigError, match=words):
+        attack_arm(_model(), phantom, plan, seed=0, arm="dp-big")
+
+
 def test_a_patient_unit_arm_keeps_as_many_guesses_as_the_batch_holds_images(phantom):
     """Under the patient unit the expected batch counts patients (fewer than its images): keeping only that many
     reconstructions capped the per-image success rate at patients / images whatever the noise. The images per

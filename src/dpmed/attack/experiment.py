@@ -241,35 +241,38 @@ def _found(matches, threshold: SuccessThreshold) -> int:
     return len(set(matches.closest[matches.ssim >= threshold.value].tolist()))
 
 
-def attack_batch_size(dataset: Dataset, plan: DpSgdPlan) -> int:
+def attack_batch_size(dataset: Dataset, plan: DpSgdPlan, *, arm: str | None = None) -> int:
     """The attacked batch size (images) of ``plan`` on ``dataset``; ConfigError where the validation split cannot
     calibrate the success threshold (it needs more than that many images). dpmed.run calls it before training, so a
     study with too small a validation split fails at once rather than after the run has trained. The batch is the
     plan's expected batch of units, in images per test patient where the patient is the unit: nothing here is
-    counted on the training set, whose size is private."""
+    counted on the training set, whose size is private. ``arm``: the arm's name, which the error names (a study may
+    attack several arms, of different batch sizes)."""
     units = plan.expected_batch_size if plan.expected_batch_size is not None else plan.sample_rate * plan.n_units
     per_unit = (len(dataset.test) / max(1, len(np.unique(dataset.test.patient_ids))) if plan.unit == "patient"
                 else 1.0)
     batch_size = max(1, min(len(dataset.test), round(units * per_unit)))
     if len(dataset.val) < max(batch_size + 1, 2):
-        raise ConfigError(f"the imprint attack needs more validation images than its batch of {batch_size} (they "
-                          f"calibrate its bins and success threshold), got {len(dataset.val)}; drop the arm's "
-                          "attack, lower training.batch_size, or enlarge the validation split")
+        key = "the arm's attack" if arm is None else f"arms.{arm}.attack"
+        raise ConfigError(f"{key}: the imprint attack needs more validation images than its batch of {batch_size} "
+                          f"(they calibrate its bins and success threshold), got {len(dataset.val)}; remove {key}, "
+                          "lower its batch_size (or training.batch_size), or enlarge the validation split")
     return batch_size
 
 
 def attack_arm(model: nn.Module, dataset: Dataset, plan: DpSgdPlan, *, seed: int,
                device: str | torch.device = "cpu", ci_level: float = 0.95,
-               randomness: PrivacyRandomness | None = None) -> AttackResult:
+               randomness: PrivacyRandomness | None = None, arm: str | None = None) -> AttackResult:
     """The attack a study runs on one trained DP-SGD arm (its ``plan.attack`` settings): batches of held-out test
     images (:data:`ATTACKED`) put through the arm's step (C, sigma, expected batch size, the unit of privacy) on a
     copy of the trained ``model``, bins and threshold calibrated on the validation images. The study's fixed
     normalisation, if any, sits in front of the model, so the imprint acts on [0, 1] pixels as the data arrive.
     ``ci_level``: the study's evaluation.confidence, which sets every interval of its report. ``randomness``: where
-    the step's noise comes from (default: fresh OS entropy; a reproducible study's is derived from its seed)."""
+    the step's noise comes from (default: fresh OS entropy; a reproducible study's is derived from its seed).
+    ``arm``: the arm's name, for errors."""
     config = plan.attack
     test, val = dataset.test, dataset.val
-    batch_size = attack_batch_size(dataset, plan)
+    batch_size = attack_batch_size(dataset, plan, arm=arm)
 
     def factory() -> nn.Module:
         copy = deepcopy(model).cpu()
