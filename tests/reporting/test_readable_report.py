@@ -900,8 +900,8 @@ def test_the_opening_tables_columns_hold_their_own_rates(two_arms, report_html):
 
 def test_the_report_cells_round_and_order_as_written():
     """Changes per 100 round to nearest (0.6 -> +1, -12.7 -> -13), an interval reads [low, high], a seed range
-    [min, max]; a comparison cell's interval is the difference's own, each number signed; the fairness warning fires above 10 % of the
-    redraws undefined, as the utility metrics' does (20 of 200 is not above)."""
+    [min, max]; a comparison cell's interval is the difference's own, each number signed; the fairness warning
+    fires above 10 % of the redraws undefined, as the utility metrics' does (20 of 200 is not above)."""
     from dpmed.comparisons import PairedDifference, SeedSummary
     from dpmed.evaluation.summaries import Estimate, Spread
     from dpmed.reporting.clinical import _paired_cell, _per100, _seeds_cell

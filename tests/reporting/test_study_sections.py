@@ -228,7 +228,6 @@ def test_a_binary_run_whose_scores_sit_on_both_sides_of_one_half_is_flagged_as_h
     assert "hardly vary" not in (out / "report.html").read_text()
 
 
-
 def _number_cells(page: str, start: str) -> dict[str, list[str]]:
     """The number cells of the first table after ``start``, by column header."""
     at = page.index(start)

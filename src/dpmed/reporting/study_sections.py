@@ -131,6 +131,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         # a small group's accuracy or parity reads as firm as a large one's (a narrow interval far from 0) unless
         # its cell, like its AUROC cell, carries the warning; a parity (the group minus the rest) with its sign
         signed = metric.endswith("_difference")
+
         def mark(g: str) -> str:
             return warning_mark("a small group: see the warnings above") if g in small else ""
         return "".join(f"<tr><td>{_e(r.run_id)}</td>"
