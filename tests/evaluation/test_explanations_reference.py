@@ -57,9 +57,10 @@ def _model_input(images: np.ndarray, normalization) -> torch.Tensor:
     return x
 
 
-def _grad_cam(model: nn.Module, layer: nn.Module, image: np.ndarray, c: int, normalization=None) -> np.ndarray:
+def _grad_cam(model: nn.Module, layer: nn.Module, image: np.ndarray, c, normalization=None) -> np.ndarray:
     """Selvaraju et al.: alpha_k = spatial mean of d y_c / d A_k, L = ReLU(sum_k alpha_k A_k), upsampled to the
-    input and divided by its max (all zero stays zero); y_c the logit of class c, for one image [C, H, W]."""
+    input and divided by its max (all zero stays zero); y_c the logit of class c (a tuple: the sum of their
+    logits), for one image [C, H, W]."""
     kept = {}
     handle = layer.register_forward_hook(lambda _m, _i, out: kept.setdefault("a", out))
     try:
@@ -67,7 +68,7 @@ def _grad_cam(model: nn.Module, layer: nn.Module, image: np.ndarray, c: int, nor
     finally:
         handle.remove()
     a = kept["a"]
-    (grad,) = torch.autograd.grad(logits[0, c], a)
+    (grad,) = torch.autograd.grad(logits[0, list(np.atleast_1d(c))].sum(), a)
     alpha = grad[0].double().mean(dim=(1, 2))                                    # [K]
     raw = np.maximum((alpha[:, None, None] * a[0].detach().double()).sum(dim=0).numpy(), 0.0)
     up = _bilinear(raw, image.shape[1:])
@@ -261,6 +262,22 @@ def test_explain_equals_the_definitions_computed_from_scratch():
                                                    rel=1e-4)
     assert m["mask_energy"].n == m["pointing_game"].n == 4                      # the image without a lesion is out
     assert m["pointing_game"].value == pytest.approx(np.mean([_points(lesion[i], masks[i], 0.0) for i in range(4)]))
+
+
+def test_a_multilabel_run_reads_sigmoid_scores_and_maps_the_lesions_of_every_finding():
+    model = TinyCnn(in_channels=1, n_classes=2, seed=9)
+    images = np.random.default_rng(9).random((3, 1, 8, 8)).astype(np.float32)
+    masks = np.zeros((3, 8, 8), bool)
+    masks[:, 1:4, 1:4] = True
+    _, arrays = explain(model, images, kind="multilabel", target_layer="features", masks=masks, deletion_steps=4,
+                        n_resamples=20)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(images)).double().numpy()
+    scores = 1 / (1 + np.exp(-logits))
+    c = scores.argmax(axis=1)
+    np.testing.assert_allclose(arrays["score_image"], scores[np.arange(3), c], rtol=1e-6)
+    lesion = np.stack([_grad_cam(model, model.features, images[i], (0, 1)) for i in range(3)])
+    np.testing.assert_allclose(arrays["lesion_cams"], lesion, atol=2e-3)
 
 
 # ---------------------------------------------------------------------------------------------------- intervals
