@@ -7,6 +7,7 @@ import math
 import os
 
 import pytest
+from pydantic import ValidationError
 
 from dpmed.accounting import Ledger, PoissonGaussianEvent
 from dpmed.errors import ConfigError
@@ -35,9 +36,11 @@ def test_a_foreign_run_json_is_a_clear_error_naming_the_file(tmp_path):
 
 
 def test_records_are_frozen(make_record):
-    with pytest.raises(Exception):
-        make_record("a_seed0", "a").seed = 3
-    assert RunRecord.model_config["frozen"]
+    """A record is what was run: setting a field of one read back must be refused, not change it."""
+    record = make_record("a_seed0", "a")
+    with pytest.raises(ValidationError, match="frozen"):
+        record.seed = 3
+    assert record.seed == 0 and RunRecord.model_config["frozen"]
 
 
 def test_a_study_with_data_files_round_trips_through_study_yaml(tmp_path):
