@@ -75,7 +75,7 @@ def test_clipped_sum_matches_explicit_per_example_loop(clip, physical, engine):
     step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=clip, noise_multiplier=0.0, expected_batch_size=1.0,
                      physical_batch_size=physical, noise_rng=np.random.default_rng(0), engine=engine)
     got = step.clipped_sum(x, y)
-    for a, b in zip(got, expected):
+    for a, b in zip(got, expected, strict=True):        # one sum per parameter, none left out
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
