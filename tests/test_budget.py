@@ -118,7 +118,7 @@ def test_a_released_count_is_paid_once_however_many_runs_plan_from_it(write_stud
                                                        sample_rate=p.sample_rate, steps=p.steps))
     training = accounting.ledger_epsilon(ledger, delta=1e-5, accountant="pld")
     assert privacy.dp_sgd_epsilon == pytest.approx(training + 0.05)
-    assert "1 DP count(s) of the training set: patients at eps 0.05" in privacy.statement
+    assert "1 DP count of the training set: patients at eps 0.05" in privacy.statement
     other = plan_runs(study, replace(context, size_epsilon=0.1))[:1]
     both = study_privacy(plans + [other[0].model_copy(update={"run_id": "old"})], budget=study.privacy_budget)
     assert both.dp_sgd_epsilon > training + 0.05 + 0.1
@@ -620,3 +620,18 @@ def test_a_cap_of_one_image_per_patient_makes_the_image_total_the_patient_s(writ
     assert privacy.statement.endswith("; a patient has at most 1 training image (max_images_per_patient), so this "
                                       "total is also the patient's"), privacy.statement
     assert "group" not in privacy.statement and "for the patient directly" not in privacy.statement
+
+
+def test_the_statement_says_why_each_run_without_a_guarantee_has_none(write_study):
+    """A baseline without a mechanism is said to be without privacy, not to have a claim that does not hold; a run
+    whose mechanism claims privacy that its settings void is said to have a claim that does not hold."""
+    base = load_study(write_study(BUDGET.replace("arms: [", "arms: [{name: base, mechanism: none}, ")
+                                  .replace("seeds: [0, 1]", "seeds: [0]")))
+    statement = study_privacy(_plans(base)).statement
+    assert "1 run without privacy on the same patients (base_seed0)" in statement
+    assert "claim does not hold" not in statement and "run(s)" not in statement
+    shuffled = load_study(write_study(BUDGET.replace("arms: [", "arms: [{name: base, mechanism: none}, {name: sh, "
+                                                     "mechanism: dp_sgd, target_epsilon: 8, sampling: shuffle}, ")))
+    statement = study_privacy(_plans(shuffled)).statement
+    assert ("2 runs without privacy (base_seed0, base_seed1) and 2 runs whose privacy claim does not hold "
+            "(sh_eps8_C1_seed0, sh_eps8_C1_seed1), on the same patients") in statement

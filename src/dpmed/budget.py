@@ -43,7 +43,7 @@ from dpmed.config import PrivacyBudget, RunPlan
 from dpmed.errors import PrivacyError
 from dpmed.mechanisms import DpSgdPlan, mechanism_info, unit_words
 from dpmed.records import RunRecord, StudyPrivacy
-from dpmed.numbers import delta_text, epsilon_text
+from dpmed.numbers import count_text, delta_text, epsilon_text
 
 __all__ = ["study_privacy", "check_budget"]
 
@@ -64,6 +64,7 @@ class _Released:
     cap: int | None = None                    # DP-SGD, image unit: max_images_per_patient
     patients_known: bool = True               # DP-SGD: whether the dataset names patients
     group_sampler_delta: float = 0.0          # DP-SGD, image unit under a cap k: the sampler's share for k images
+    voided: bool = False                      # not private: a mechanism's claim its settings void (not a baseline)
 
 
 def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
@@ -75,13 +76,13 @@ def _released(plan: RunPlan, ledger: accounting.Ledger | None) -> _Released:
         event = _image_event(plan, ledger)
         # noise the sampler cannot draw: no claim holds. The card decides it, from the release's own R / s
         if info.card(plan.privacy, accounting.Ledger((event,)), "secure").sampler_voids:
-            return _Released(plan.run_id, "not_private")
+            return _Released(plan.run_id, "not_private", voided=True)
         delta = getattr(plan.privacy, "delta", 0.0) if isinstance(event, accounting.GaussianImageEvent) else 0.0
         return _Released(plan.run_id, "local_dp", delta=delta, events=(event,))
     privacy = plan.privacy
     if (not info.is_private or not isinstance(privacy, DpSgdPlan) or privacy.sampling != "poisson"
             or privacy.sampler_voids):
-        return _Released(plan.run_id, "not_private")
+        return _Released(plan.run_id, "not_private", voided=info.is_private)
     events = ledger.events if ledger is not None else (accounting.dp_sgd_event(
         noise=privacy.noise, noise_multiplier=privacy.noise_multiplier, sample_rate=privacy.sample_rate,
         steps=privacy.steps),)
@@ -210,6 +211,20 @@ def _groups_text(dp: Sequence[_Released]) -> str:
                      for k, ids in sorted(by_cap.items()))
 
 
+def _not_private_text(runs: Sequence[_Released]) -> str:
+    """The runs without a guarantee, each group by why: a baseline trains without privacy, while a claim its settings
+    void (shuffled batches, noise the sampler cannot draw) is another matter for whoever set it."""
+    plain = [r.run_id for r in runs if not r.voided]
+    voided = [r.run_id for r in runs if r.voided]
+    groups = ([f"{count_text(len(plain), 'run')} without privacy"] if plain else []) + (
+        [f"{count_text(len(voided), 'run')} whose privacy claim does not hold"] if voided else [])
+    if len(groups) == 1:
+        listed = f"{groups[0]} on the same patients ({', '.join(plain or voided)})"
+    else:
+        listed = f"{groups[0]} ({', '.join(plain)}) and {groups[1]} ({', '.join(voided)}), on the same patients"
+    return f"{listed}: everything released with them is not DP (eps = infinity)"
+
+
 def _counts(dp: Sequence[_Released], for_patient: bool) -> tuple[float, str]:
     """(the eps of the DP counts of the training set ``dp`` planned from, their words for the statement). One cost
     per count: a folder holds one draw per key and eps (`released_size` never draws again beside finished secure runs
@@ -220,7 +235,7 @@ def _counts(dp: Sequence[_Released], for_patient: bool) -> tuple[float, str]:
     if not sizes:
         return 0.0, ""
     return sum(eps * times for _, eps, times in sizes), (
-        f" (including {len(sizes)} DP count(s) of the training set: "
+        f" (including {count_text(len(sizes), 'DP count')} of the training set: "
         + "; ".join(f"{key} at eps {eps:g}" + (f", times {times} (a patient is up to {times} of the images it counts)"
                                                if times > 1 else "")
                     for key, eps, times in sorted(sizes)) + ")")
@@ -318,8 +333,7 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
                 _tight_patient(dp, composed_at) if dp_eps is not None and (dp[0].cap or 0) > 1 else "")
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({terms}){why}{patient}")
     if not_private:
-        parts.append(f"{len(not_private)} run(s) without privacy, or whose claim does not hold, on the same patients "
-                     f"({', '.join(not_private)}): everything released with them is not DP (eps = infinity)")
+        parts.append(_not_private_text([r for r in runs if r.kind == "not_private"]))
     # said first in reproducible mode: what follows holds only as accounted
     seeded = "NOT DP against anyone who knows the seed (reproducible mode); as accounted: " if reproducible else ""
     local_runs = [r for r in runs if r.kind == "local_dp"]
