@@ -44,7 +44,7 @@ from dpmed.interruption import interruptible
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.models import MODELS
-from dpmed.numbers import bytes_text, shape_text
+from dpmed.numbers import bytes_text, count_text, shape_text
 from dpmed.outputs import write_outputs
 from dpmed.states import counts_shown, read_resolved
 from dpmed.pretraining import prepare_start
@@ -616,7 +616,7 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
 
         if todo:
             started = min(workers, len(todo))    # a process pool starts no more workers than it has runs
-            _log.info("training %d run(s) with executor %r%s", len(todo), executor,
+            _log.info("training %s with executor %r%s", count_text(len(todo), "run"), executor,
                       "" if workers == 1 else f", {started} worker{'s' if started > 1 else ''}" + (
                           f" (one per run; {workers} asked for)" if started < workers else ""))
             make_executor(executor, workers=workers, address=address, worker_setup=worker_setup).map(

@@ -28,7 +28,7 @@ def _study(tmp_path: Path, text: str) -> Path:
 def test_the_log_is_written_in_the_private_folder(tiny_study):
     log = tiny_study / "private" / "dpmed.log"
     text = log.read_text(encoding="utf-8")
-    for line in ("training 2 run(s) with executor 'local'", "base_seed0: started", "dp_eps8_C1_seed0: evaluated in",
+    for line in ("training 2 runs with executor 'local'", "base_seed0: started", "dp_eps8_C1_seed0: evaluated in",
                  "study: 2 of 2 runs done"):
         assert line in text, line
     assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ MainProcess dpmed\.study INFO: ", text, re.M)

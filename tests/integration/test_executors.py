@@ -658,4 +658,4 @@ def test_more_workers_than_runs_are_told_as_the_workers_that_start(tmp_path, tin
     monkeypatch.setattr(dpmed.study, "make_executor", lambda *a, **k: dpmed.executors.InProcessExecutor())
     with caplog.at_level(logging.INFO, logger="dpmed"):
         dpmed.study.run_study(tmp_path / "s.yaml", out=tmp_path / "out", progress=False, workers=1000)
-    assert "training 2 run(s) with executor 'local', 2 workers (one per run; 1000 asked for)" in caplog.text
+    assert "training 2 runs with executor 'local', 2 workers (one per run; 1000 asked for)" in caplog.text
