@@ -438,14 +438,15 @@ def _plan(args: argparse.Namespace) -> int:
         if args.workers is None:
             more = "; --workers N divides the runs' part by up to N where there are cores for them"
         elif at_once < min(args.workers, len(seconds)):
-            more = (f"; this machine's {os.cpu_count()} cores have room for {at_once} run(s) at once at their "
-                    "training.threads")
+            more = (f"; this machine's {os.cpu_count()} cores have room for {count_text(at_once, 'run')} at once "
+                    "at their training.threads")
         else:
             on_gpu = any(kind.device == "cuda" for kind in rates.per_step)
             more = "; they share the GPU, so it may take longer" if at_once > 1 and on_gpu else ""
         print(f"estimated time: about {clock(total / at_once + prepared.load_seconds)} for `dpmed run"
               f"{'' if args.workers is None else f' --workers {args.workers}'}`: {clock(prepared.load_seconds)} to "
-              f"read the data, then {clock(total / at_once)} for the {len(seconds)} run(s) to train {how}{more}")
+              f"read the data, then {clock(total / at_once)} for the {count_text(len(seconds), 'run')} to train "
+              f"{how}{more}")
         pretraining = "public pretraining (unless cached), " if study.pretrain is not None else ""
         print(f"  how: {rates.how}; the probe took {rates.probe_seconds:.0f} s. Not included: {pretraining}audits, "
               f"attacks, writing the report, and a machine that gets busier or quieter meanwhile")

@@ -341,12 +341,12 @@ def test_plan_help_says_the_one_file_plan_writes(capsys):
 
 
 @pytest.mark.parametrize("workers, cores, said", [
-    (None, 8, "then 0:40 for the 2 run(s) to train one after the other (0:36 training, 0:04 evaluation); --workers N "
+    (None, 8, "then 0:40 for the 2 runs to train one after the other (0:36 training, 0:04 evaluation); --workers N "
               "divides the runs' part by up to N where there are cores for them"),
-    ("2", 8, "then 0:20 for the 2 run(s) to train 2 at a time (0:40 one after the other: 0:36 training, 0:04 "
+    ("2", 8, "then 0:20 for the 2 runs to train 2 at a time (0:40 one after the other: 0:36 training, 0:04 "
              "evaluation)"),
-    ("2", 3, "then 0:40 for the 2 run(s) to train one after the other (0:36 training, 0:04 evaluation); this "
-             "machine's 3 cores have room for 1 run(s) at once at their training.threads"),
+    ("2", 3, "then 0:40 for the 2 runs to train one after the other (0:36 training, 0:04 evaluation); this "
+             "machine's 3 cores have room for 1 run at once at their training.threads"),
 ])
 def test_plan_takes_run_s_command_line_and_estimates_with_its_workers(tiny_text, tmp_path, capsys, monkeypatch,
                                                                       workers, cores, said):
