@@ -130,3 +130,16 @@ def test_the_summary_columns_line_up_under_their_headings(make_record, make_fair
         assert row.index(record.privacy.in_brief()) == header.index("eps")
         assert row.index(" " + format(record.metrics["test_auroc"], ".3f")) + 1 == header.index("test AUROC")
         assert len(row) == len(header) and row.endswith(format(record.metrics["test_accuracy"], ".3f"))
+
+
+def test_the_summary_spells_out_accuracy_and_keeps_its_columns_for_a_long_run_id(make_record):
+    """The terminal's header read "acc"; a run id longer than the 28 characters its column had pushed that row's
+    eps, AUROC and accuracy right of their headings."""
+    long = make_record("dp-sgd-per-patient-capped_eps1_C1_seed0", "x", metrics={"test_auroc": 0.9,
+                                                                               "test_accuracy": 0.75})
+    short = make_record("np_seed0", "np", metrics={"test_auroc": 0.95, "test_accuracy": 0.5})
+    header, *rows = summary_text([short, long]).splitlines()
+    assert header.split()[-1] == "accuracy"
+    for record, row in zip([short, long], rows):
+        assert row.index(record.privacy.in_brief()) == header.index("eps")
+        assert len(row) == len(header) and row.endswith(format(record.metrics["test_accuracy"], ".3f"))

@@ -82,17 +82,18 @@ def write_results_table(records: Iterable[RunRecord], path: Path) -> pd.DataFram
 
 def summary_text(records: Iterable[RunRecord]) -> str:
     """A fixed-width table for the terminal: run, eps with its delta, accountant and neighbours, test AUROC with
-    interval."""
+    interval, accuracy at the run's threshold."""
     records = list(records)
     levels = {float(r.metrics["confidence"]) for r in records if r.metrics.get("confidence") is not None}
     level = f"{confidence_text(levels.pop())} CI" if len(levels) == 1 else "CI"   # the intervals' level
     width = max([len("eps"), *(len(r.privacy.in_brief()) for r in records)])
-    lines = [f"{'run':<28} {'eps':<{width}} {f'test AUROC [{level}]':<24} {'acc':>6}"]
+    ids = max([28, *(len(r.run_id) for r in records)])     # a longer run id widens its column, not its row
+    lines = [f"{'run':<{ids}} {'eps':<{width}} {f'test AUROC [{level}]':<24} {'accuracy':>8}"]
     for r in records:
         auc = r.estimate("test_auroc")
         shown = ("undefined" if auc.value is None else f"{auc.value:.3f}" if auc.low is None
                  else f"{auc.value:.3f} [{auc.low:.3f}, {auc.high:.3f}]")
         acc = r.estimate("test_accuracy").value
-        lines.append(f"{r.run_id:<28} {r.privacy.in_brief():<{width}} {shown:<24} "
-                     f"{'' if acc is None else format(acc, '.3f'):>6}")
+        lines.append(f"{r.run_id:<{ids}} {r.privacy.in_brief():<{width}} {shown:<24} "
+                     f"{'' if acc is None else format(acc, '.3f'):>8}")
     return "\n".join(lines)
