@@ -505,7 +505,9 @@ def _report(args: argparse.Namespace) -> int:
     finally:
         detach(handler)
     print(summary_text(records))
-    print(f"\nreport: {StudyFolder(args.dir).report} ({len(records)} of {len(resolved.runs)} runs finished)")
+    folder = StudyFolder(args.dir)      # both files it rebuilt, named as `dpmed run` names them
+    print(f"\nresults: {folder.results}\nreport:  {folder.report} ({len(records)} of {len(resolved.runs)} runs "
+          "finished)")
     if note:
         print(f"note: {note}: this report covers the runs finished so far, and that run rewrites it when it ends",
               file=sys.stderr)

@@ -292,9 +292,14 @@ def test_a_damaged_figure_file_leaves_its_run_out_of_the_figure_and_says_so(quic
 
 
 def test_report_rebuilds_from_finished_runs(quickstart, capsys):
+    """Both files it rebuilds are named where it ends, as `dpmed run` names them (it named the report only)."""
     (quickstart / "report.html").unlink()
+    (quickstart / "results.csv").unlink()
+    capsys.readouterr()
     assert main(["report", str(quickstart)]) == 0
-    assert (quickstart / "report.html").is_file()
+    assert (quickstart / "report.html").is_file() and (quickstart / "results.csv").is_file()
+    out = capsys.readouterr().out
+    assert f"results: {quickstart / 'results.csv'}\n" in out and f"report:  {quickstart / 'report.html'} (" in out
     assert main(["report", str(quickstart.parent)]) == 2
 
 
