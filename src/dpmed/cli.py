@@ -306,7 +306,7 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
     if result.records:
         print(f"results: {result.results_path}\nreport:  {result.report_path}")
     if folder.log.is_file():
-        print(f"log:     {folder.log} (private: it holds audit results)")
+        print(f"log:     {folder.log} (private: it holds what no eps covers)")
     if result.failures or result.pending:
         for failure in result.failures:
             print(f"FAILED {failure.run_id}: {failure.error} ({failure.traceback_note})", file=sys.stderr)

@@ -392,7 +392,8 @@ class StudyFolder:
 
     @property
     def log(self) -> Path:
-        """The command line's log of the study: private, as it holds audit results (secret canary bits)."""
+        """The command line's log of the study: private, as it holds what no eps covers (the exact training-set size,
+        the DP-SGD runs' wall times, audit results that depend on the secret canary bits)."""
         return self.private / "dpmed.log"
 
     @property
