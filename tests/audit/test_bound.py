@@ -104,21 +104,22 @@ def test_p_value_grows_with_eps_and_shrinks_with_more_correct_guesses(r, data, e
         assert audit_p_value(n_canaries=m, n_guesses=r, n_correct=v + 1, epsilon=eps, delta=delta) <= p + 1e-12
 
 
-@pytest.mark.parametrize("kw", [
-    dict(n_canaries=5, n_guesses=6, n_correct=1),      # more guesses than canaries
-    dict(n_canaries=5, n_guesses=2, n_correct=3),      # more correct than guesses
-    dict(n_canaries=0, n_guesses=0, n_correct=0),
-    dict(n_canaries=5, n_guesses=2, n_correct=-1),
-    dict(n_canaries=5, n_guesses=2.0, n_correct=1),    # not an integer
+@pytest.mark.parametrize("kw, refusal", [
+    (dict(n_canaries=5, n_guesses=6, n_correct=1), r"n_correct <= n_guesses <= n_canaries"),   # guesses > canaries
+    (dict(n_canaries=5, n_guesses=2, n_correct=3), r"n_correct <= n_guesses <= n_canaries"),   # correct > guesses
+    (dict(n_canaries=0, n_guesses=0, n_correct=0), r"n_canaries must be an integer >= 1"),
+    (dict(n_canaries=5, n_guesses=2, n_correct=-1), r"n_correct must be an integer >= 0"),
+    (dict(n_canaries=5, n_guesses=2.0, n_correct=1), r"n_guesses must be an integer >= 0"),    # not an integer
 ])
-def test_p_value_rejects_impossible_counts(kw):
-    with pytest.raises(ValueError):
+def test_p_value_rejects_impossible_counts(kw, refusal):
+    with pytest.raises(ValueError, match=refusal):
         audit_p_value(**kw, epsilon=1.0, delta=0.0)
 
 
 def test_p_value_rejects_bad_eps_and_delta():
-    for eps, delta in ((-0.1, 0.0), (float("nan"), 0.0), (1.0, -1e-9), (1.0, 1.5)):
-        with pytest.raises(ValueError):
+    for eps, delta, refusal in ((-0.1, 0.0, r"epsilon must be >= 0"), (float("nan"), 0.0, r"epsilon must be >= 0"),
+                                (1.0, -1e-9, r"delta must be in \[0, 1\]"), (1.0, 1.5, r"delta must be in \[0, 1\]")):
+        with pytest.raises(ValueError, match=refusal):
             audit_p_value(n_canaries=4, n_guesses=4, n_correct=3, epsilon=eps, delta=delta)
 
 
@@ -314,7 +315,7 @@ def test_degenerate_audits_agree_with_clopper_pearson():
 
 def test_bound_rejects_a_confidence_outside_zero_one():
     for c in (0.0, 1.0, 1.2, float("nan")):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"confidence must be in \(0, 1\)"):
             epsilon_lower_bound_from_counts(n_canaries=10, n_guesses=10, n_correct=10, delta=0.0, confidence=c)
 
 
@@ -365,18 +366,18 @@ def test_perfect_scores_prove_more_than_random_scores():
 
 
 def test_audit_rejects_mismatched_inputs():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"scores and included must both be \[m\]"):
         audit_epsilon_lower_bound(np.zeros(3), np.zeros(4, bool), k_positive=1, k_negative=1, delta=0.0)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"included must be bool"):
         audit_epsilon_lower_bound(np.zeros(3), np.zeros(3), k_positive=1, k_negative=1, delta=0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"scores must be finite"):
         audit_epsilon_lower_bound(np.array([0.0, np.nan, 1.0]), np.zeros(3, bool), k_positive=1, k_negative=0,
                                   delta=0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"guesses exceed the 3 canaries"):
         audit_epsilon_lower_bound(np.zeros(3), np.zeros(3, bool), k_positive=2, k_negative=2, delta=0.0)
-    with pytest.raises(ValueError):     # one score per canary: a table of them is not [m]
+    with pytest.raises(ValueError, match=r"must both be \[m\]"):     # one score per canary: a table is not [m]
         audit_epsilon_lower_bound(np.zeros((2, 3)), np.zeros((2, 3), bool), k_positive=1, k_negative=1, delta=0.0)
-    with pytest.raises(ValueError):     # a count is an integer, and True is not one
+    with pytest.raises(ValueError, match=r"k_positive must be an integer"):     # True is not a count
         audit_epsilon_lower_bound(np.zeros(3), np.zeros(3, bool), k_positive=True, k_negative=0, delta=0.0)
 
 
@@ -388,7 +389,7 @@ def test_grid_depends_on_m_only_and_is_valid():
         grid = default_audit_grid(m)
         assert grid and len(set(grid)) == len(grid)
         assert all(kp >= 0 and kn >= 0 and 0 < kp + kn <= m for kp, kn in grid)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"fractions must be in \(0, 0\.5\]"):
         default_audit_grid(10, fractions=(0.7,))
 
 
@@ -424,7 +425,7 @@ def test_grid_reports_its_best_point_tested_at_the_bonferroni_level(seed, m, sig
     best = next(s for s in singles if s.epsilon_lower_bound == res.epsilon_lower_bound)
     assert (res.k_positive, res.k_negative, res.n_correct) == (best.k_positive, best.k_negative, best.n_correct)
     # the correction costs power: each grid point alone, at the full level, proves at least as much
-    for (kp, kn), s in zip(grid, singles):
+    for (kp, kn), s in zip(grid, singles, strict=True):
         alone = audit_epsilon_lower_bound(scores, bits, k_positive=kp, k_negative=kn, delta=1e-5, confidence=0.95)
         assert alone.epsilon_lower_bound >= s.epsilon_lower_bound
 
@@ -450,9 +451,9 @@ def test_scores_are_the_log_likelihood_of_each_canarys_label():
     np.testing.assert_allclose(multi, [math.log(0.8) + math.log(0.6)])
     saturated = canary_scores(np.array([1.0, 0.0]), np.array([0, 1]), task_kind="binary")
     assert np.all(np.isfinite(saturated))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"task_kind must be 'binary', 'multiclass' or 'multilabel'"):
         canary_scores(np.array([0.5]), np.array([1]), task_kind="regression")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"predictions has 2 rows for 1 labels"):
         canary_scores(np.array([0.5, 0.5]), np.array([1]), task_kind="binary")
 
 
@@ -465,7 +466,7 @@ def test_inclusion_bits_are_fair_independent_coins_from_the_seed_only():
     assert not np.array_equal(bits, choose_canaries(10_000, rng=np.random.default_rng(8)))
     assert abs(bits.mean() - 0.5) < 4 * 0.5 / math.sqrt(10_000)      # 4 standard errors
     assert abs(np.mean(bits[1:] == bits[:-1]) - 0.5) < 4 * 0.5 / math.sqrt(10_000)   # no serial pattern
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"m must be an integer >= 1"):
         choose_canaries(0, rng=np.random.default_rng(1))
 
 
@@ -487,7 +488,7 @@ def test_scores_from_logits_agree_with_probabilities_and_do_not_saturate():
     far = canary_scores_from_logits(np.array([[0.0, 40.0], [0.0, 60.0], [0.0, -800.0]]), np.array([1, 1, 1]),
                                     task_kind="binary")
     assert far[0] < far[1] < 0 and np.isfinite(far[2]) and far[2] == pytest.approx(-800.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"logits must be \[m, K\] with one row per label"):
         canary_scores_from_logits(np.zeros(3), np.zeros(3), task_kind="binary")
-    with pytest.raises(ValueError):     # more labels than rows of logits
+    with pytest.raises(ValueError, match=r"logits must be \[m, K\] with one row per label"):     # more labels than rows
         canary_scores_from_logits(np.zeros((3, 2)), np.zeros(4), task_kind="binary")
