@@ -114,7 +114,7 @@ def test_make_canaries_rejects_bad_requests():
     with pytest.raises(ValueError, match="unknown canary kind"):
         make_canaries(pool, 5, task=BINARY, seed=0, kind="poison")
     for m in (0, 11, 2.0, True):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"m must be an integer in \[1, 10\] \(the pool's size\)"):
             make_canaries(pool, m, task=BINARY, seed=0)
     one_class = Task(kind="multiclass", label_names=("only",))
     with pytest.raises(ValueError, match="at least 2 classes"):
@@ -227,12 +227,12 @@ def test_the_drawn_patients_are_those_whose_draw_is_below_the_rate_and_each_give
     ids = train.patient_ids.astype(str)
     n_patients = len(set(ids.tolist()))
     _, sources = hold_out_canary_sources(train, 50, seed=11, n_patients=n_patients)
-    u = dict(zip(ids.tolist(), patient_draws(ids, 11).tolist()))
+    u = dict(zip(ids.tolist(), patient_draws(ids, 11).tolist(), strict=True))
     drawn = sorted(p for p, draw in u.items() if draw < 50 / n_patients)
     assert sorted(sources.patient_ids.astype(str).tolist()) == drawn
     assert any(50 / n_patients <= draw < 51 / n_patients for draw in u.values())    # the rate's edge is tested
     keys, choices = image_keys(ids, train.images, seed=11), 0
-    for pid, image in zip(sources.patient_ids.astype(str), sources.images):
+    for pid, image in zip(sources.patient_ids.astype(str), sources.images, strict=True):
         mine = np.flatnonzero(ids == pid)
         np.testing.assert_array_equal(image, train.images[mine[np.argmin(keys[mine])]])
         choices += len(mine) > 1
@@ -267,7 +267,7 @@ def _made(train, n_patients, kind, task, seed=3):
     """{(image bytes, label bytes)} of the canaries an audit makes from ``train``, and the rest's image bytes."""
     rest, sources = hold_out_canary_sources(train, 40, seed=seed, n_patients=n_patients)
     canaries = make_canaries(sources, len(sources), task=task, seed=seed + 1, kind=kind)
-    return ({(x.tobytes(), y.tobytes()) for x, y in zip(canaries.images, canaries.labels)},
+    return ({(x.tobytes(), y.tobytes()) for x, y in zip(canaries.images, canaries.labels, strict=True)},
             {x.tobytes() for x in rest.images})
 
 
