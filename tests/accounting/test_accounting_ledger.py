@@ -56,7 +56,7 @@ def test_record_returns_a_new_ledger():
 def test_ledger_holds_only_events():
     with pytest.raises(TypeError, match="PoissonGaussianEvent"):
         Ledger().record({"noise_multiplier": 1.0})
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"a Ledger holds privacy events \(.*PoissonGaussianEvent.*\), got 'not an"):
         Ledger(events=("not an event",))
 
 

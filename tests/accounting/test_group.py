@@ -93,9 +93,11 @@ def test_the_tight_value_is_skipped_beyond_what_the_pld_resolves():
     assert g.formula_epsilon == 600.0 and g.tight_epsilon is None
 
 
-@pytest.mark.parametrize("bad", [dict(k=0), dict(k=2.0), dict(delta=0.0), dict(delta=1.0)])
-def test_impossible_arguments_are_refused(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("bad, refusal", [(dict(k=0), r"^k must be >= 1"), (dict(k=2.0), r"^k must be an integer"),
+                                          (dict(delta=0.0), r"^delta must be in \(0, 1\)"),
+                                          (dict(delta=1.0), r"^delta must be in \(0, 1\)")])
+def test_impossible_arguments_are_refused(bad, refusal):
+    with pytest.raises(ValueError, match=refusal):
         group_privacy(**{"epsilon": 1.0, "delta": DELTA, "k": 2, **bad})
 
 
