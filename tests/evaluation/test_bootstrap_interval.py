@@ -52,9 +52,11 @@ def test_unseeded_or_odd_seed_is_refused(seed):
         bootstrap_indices(10, seed=seed)
 
 
-@pytest.mark.parametrize("n, n_resamples", [(0, 10), (10, 0), (-1, 10)])
-def test_empty_sizes_are_refused(n, n_resamples):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("n, n_resamples, refusal", [(0, 10, r"^n \(the test set's images or patients\) must be"),
+                                                     (10, 0, r"^n_resamples must be a positive int"),
+                                                     (-1, 10, r"^n \(the test set's images or patients\) must be")])
+def test_empty_sizes_are_refused(n, n_resamples, refusal):
+    with pytest.raises(ValueError, match=refusal):
         bootstrap_indices(n, n_resamples=n_resamples, seed=0)
 
 

@@ -19,7 +19,7 @@ def test_confidence_metrics_by_hand():
     assert masked_input_score(y, o).mean() == pytest.approx(100 * (0.5 + 1.2) / 2)         # 85
     # unchanged confidence is no increase: a model that ignores its input would score 100 % otherwise
     np.testing.assert_array_equal(increase_in_confidence(np.full(3, 0.5), np.array([0.5, 0.6, 0.4])), [0, 100, 0])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"Y \(the class score on the unmasked image\) must be > 0"):
         average_drop(np.array([0.0]), np.array([0.1]))
 
 
