@@ -78,7 +78,7 @@ def test_an_empty_split_is_an_error(phantom):
     with pytest.raises(DataError, match="leaves the .* split"):
         # at most a handful of patients per split: a 0.1 % cohort empties a split
         select_patients(tiny, PatientSelection(fraction=0.001, part=0, seed=0))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"fraction must be in \(0, 1\), got 1\.0"):
         PatientSelection(fraction=1.0, part=0)
 
 
