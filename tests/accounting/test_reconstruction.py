@@ -82,9 +82,9 @@ def test_risk_is_json_able_and_states_its_assumptions(reference_risk):
     for phrase in ("kappa", "informed adversary", "Poisson", "add or remove"):
         assert phrase in text
     assert "target image" in text and "patient" not in text
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="does not support item assignment"):
         reference_risk.tpr_at_fpr[0.5] = 1.0  # frozen all the way down
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="does not support item assignment"):
         reference_risk.tpr_at_fpr_via[0.5] = "PLD"
 
 

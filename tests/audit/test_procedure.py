@@ -185,7 +185,7 @@ def test_the_record_writes_the_keys_audit_json_always_had_and_reads_back_equal(t
     assert on_disk["n_canaries"] == len(trial.included) and isinstance(on_disk["n_canaries"], int)
     assert (on_disk["epsilon_lower_bound"] is None) == (canaries == 0)
     assert procedure.AuditRecord.model_validate_json((tmp_path / "audit.json").read_bytes()) == record
-    with pytest.raises(ValidationError):     # frozen: a record is what the run concluded
+    with pytest.raises(ValidationError, match="frozen"):     # frozen: a record is what the run concluded
         record.statement = "edited"
 
 

@@ -52,7 +52,7 @@ def test_plans_round_trip_through_json_exactly(plans):
 
 def test_plans_are_frozen_and_strict(plans):
     plan = plans["base_seed0"]
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match="frozen"):
         plan.seed = 3
     data = json.loads(plan.model_dump_json())
     data["privacy"]["mechanism"] = "pixel_magic"
