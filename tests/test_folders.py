@@ -300,7 +300,7 @@ def test_a_damaged_array_archive_is_refused_naming_the_file_whatever_the_damage(
                 assert read.keys() == arrays.keys() and all(np.array_equal(read[k], arrays[k]) for k in arrays)
     assert refused > 2 * len(data)
 
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r"absent\.npz"):
         read_arrays(tmp_path / "absent.npz")
     np.savez(damaged, cams=np.array([{"a": 1}], dtype=object))         # never unpickled
     with pytest.raises(ValueError, match=rf"^{damaged} cannot be read \(ValueError: Object arrays"):

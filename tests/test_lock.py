@@ -320,8 +320,9 @@ def test_guard_is_best_effort_where_the_filesystem_refuses_flock(tmp_path, monke
     with lock.guard(tmp_path):
         ran.append(True)
     assert ran == [True] and len(opened) == 1
-    with pytest.raises(OSError):
-        os.fstat(opened[0])                     # closed
+    with pytest.raises(OSError) as closed:
+        os.fstat(opened[0])
+    assert closed.value.errno == errno.EBADF    # closed, not some other failure of fstat
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="Linux's /proc")

@@ -122,7 +122,8 @@ def test_training_statistics_of_another_type_are_named_and_no_private_report_is_
     assert f"{path} cannot be read (TypeError: training_metrics is a list), so it is left out of this report" in text
     path.unlink()
     private_report.folder.private_report.unlink()
-    with pytest.raises(FileNotFoundError):        # the fixture reads private/report.html, which is not written
+    # the fixture reads private/report.html, which is not written
+    with pytest.raises(FileNotFoundError, match=re.escape(str(private_report.folder.private_report))):
         private_report(records, {})
 
 
