@@ -304,7 +304,7 @@ def test_pneumoniamnist_and_kermany_are_refused_as_a_pair(pneumoniamnist_path, k
     print(f"\n{found} of {overlap.n_private} Kermany images have a near-duplicate among {overlap.n_public} "
           f"PneumoniaMNIST images (<= {overlap.max_distance} bits)")
     assert found >= 0.5 * overlap.n_private
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match=r"overlaps the private dataset"):
         refuse_overlap(public, kermany)
 
 
