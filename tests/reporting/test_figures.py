@@ -406,8 +406,8 @@ def _glyphs(ax) -> list[tuple]:
     """Every marker and bar of ``ax`` as (window extent, the data x and y of what it marks): each line drawn with a
     marker as matplotlib measures it (a mean's one marker; a configuration's seeds together), each bar (a line
     collection) as its segments' extent. Measured after layout."""
-    found = [(line.get_window_extent(), tuple(zip(line.get_xdata(), line.get_ydata()))) for line in ax.get_lines()
-             if line.get_marker() not in (None, "None", "", " ")]
+    found = [(line.get_window_extent(), tuple(zip(line.get_xdata(), line.get_ydata(), strict=True)))
+             for line in ax.get_lines() if line.get_marker() not in (None, "None", "", " ")]
     for bars in ax.collections:                              # a collection's own extent is in data coordinates
         ends = np.concatenate(bars.get_segments())
         shown = bars.get_transform().transform(ends)
@@ -432,7 +432,7 @@ def _assert_each_label_names_its_point(fig) -> None:
         labels = [t for t in ax.texts if isinstance(t, Annotation)]
         glyphs, room = _glyphs(ax), ax.bbox
         boxes = [Text.get_window_extent(t) for t in labels]      # the words: a leader ends at the point by design
-        for text, box in zip(labels, boxes):
+        for text, box in zip(labels, boxes, strict=True):
             name = text.get_text()
             assert room.x0 <= box.x0 and box.x1 <= room.x1 and room.y0 <= box.y0 and box.y1 <= room.y1, name
             assert not any(box.overlaps(other) for other in boxes if other is not box), name
@@ -537,7 +537,7 @@ def _labels_apart_inside_and_off_other_points(fig) -> int:
         labels = [t for t in ax.texts if isinstance(t, Annotation)]
         glyphs, room = _glyphs(ax), ax.bbox
         boxes = [Text.get_window_extent(t) for t in labels]
-        for text, box in zip(labels, boxes):
+        for text, box in zip(labels, boxes, strict=True):
             inside = room.x0 <= box.x0 and box.x1 <= room.x1 and room.y0 <= box.y0 and box.y1 <= room.y1
             bad += (not inside or any(box.overlaps(other) for other in boxes if other is not box)
                     or any(box.overlaps(extent) and xy != (tuple(text.xy),) for extent, xy in glyphs))
@@ -627,7 +627,7 @@ def test_a_configurations_point_sits_at_the_mean_of_its_seeds_eps(make_record):
     mean, 2.5, not at the first seed's."""
     records = _seeds(make_record, {"none": [0.96, 0.94], "eps1": [0.80, 0.86]})
     records[2:] = [r.model_copy(update={"privacy": r.privacy.model_copy(update={"epsilon": eps})})
-                   for r, eps in zip(records[2:], (2.0, 3.0))]
+                   for r, eps in zip(records[2:], (2.0, 3.0), strict=True)]
     (ax,) = auroc_figure(records).axes
     assert _means(ax) == [pytest.approx((2.5, 0.83))]
 

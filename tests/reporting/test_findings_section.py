@@ -42,7 +42,7 @@ def test_the_findings_table_shows_for_a_multilabel_study_and_not_for_a_binary_on
     assert re.findall(r"<th>([^<]*)</th>", table) == ["run", "effusion", "nodule", "edema"]
     rows = re.findall(r"<tr><td[^>]*>([^<]*)</td>(.*?)</tr>", table, re.S)
     assert [run_id for run_id, _ in rows] == ["np_seed0", "dp_eps1_C1_seed0"]
-    for (_, cells), r in zip(rows, records):
+    for (_, cells), r in zip(rows, records, strict=True):
         m = r.metrics
         shown = [c.replace("\u00a0", " ") for c in re.findall(r"<td[^>]*>([^<]*)</td>", cells)]
         assert shown == [f"{m['test_auroc[effusion]']:.3f} [{m['test_auroc[effusion]_low']:.3f}, "

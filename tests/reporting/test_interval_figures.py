@@ -42,7 +42,7 @@ def test_each_run_has_its_own_place_within_a_group_and_a_phone_lists_the_groups_
         fig = group_figure(groups, series, ylabel="test AUROC", title="AUROC by age", narrow=narrow)
         ax = fig.axes[0]
         drawn = sorted((round(float(y if narrow else x), 6), round(float(x if narrow else y), 6))
-                       for line in ax.lines for x, y in zip(line.get_xdata(), line.get_ydata()))
+                       for line in ax.lines for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True))
         assert drawn == [(-0.2, 0.7), (0.2, 0.6), (1.2, 0.65), (1.8, 0.8)], narrow
         ticks, labels = (ax.get_yticks(), ax.get_yticklabels()) if narrow else (ax.get_xticks(), ax.get_xticklabels())
         assert list(ticks) == [0, 1, 2] and [t.get_text() for t in labels] == groups
@@ -95,9 +95,9 @@ def test_each_run_is_drawn_and_listed_in_a_colour_of_its_own():
                for name in "abc"]
     assert all(len(c) == 1 for c in colours) and len(set.union(*colours)) == 3, colours
     legend = fig.legends[0]
-    handles = {text.get_text(): to_hex(handle.get_color()) for text, handle in zip(legend.get_texts(),
-                                                                                     legend.legend_handles)}
-    assert handles == {name: next(iter(c)) for name, c in zip("abc", colours)}
+    handles = {text.get_text(): to_hex(handle.get_color())
+               for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)}
+    assert handles == {name: next(iter(c)) for name, c in zip("abc", colours, strict=True)}
 
 
 def test_long_run_labels_and_a_long_title_wrap_inside_the_figure_below_the_axes():

@@ -98,7 +98,7 @@ def test_each_privacy_field_of_the_card_lands_in_its_own_column_of_the_csv(tmp_p
     plain = make_record("np_seed0", "np")
     write_results_table([plain, dp], tmp_path / "results.csv")
     header, _, row = csv.reader((tmp_path / "results.csv").read_text().splitlines())
-    shown = dict(zip(header, row))
+    shown = dict(zip(header, row, strict=True))
     for field, value in _CARD_FIELDS.items():
         assert shown[field] == str(value), field          # bools as True/False, counts as integers, floats as they are
     assert (shown["start_trained_on"], shown["start_sha256"], shown["trainable"]) == (
@@ -125,7 +125,7 @@ def test_the_summary_columns_line_up_under_their_headings(make_record, make_fair
     plain = make_record("np_seed0", "np", metrics={"test_auroc": 0.95, "test_accuracy": 0.5})
     header, *rows = summary_text([plain, dp]).splitlines()
     assert len(dp.privacy.in_brief()) > len("eps") and header.startswith("run ")
-    for record, row in zip([plain, dp], rows):
+    for record, row in zip([plain, dp], rows, strict=True):
         assert row.startswith(record.run_id + " ")
         assert row.index(record.privacy.in_brief()) == header.index("eps")
         assert row.index(" " + format(record.metrics["test_auroc"], ".3f")) + 1 == header.index("test AUROC")

@@ -184,12 +184,12 @@ def test_every_bound_the_report_shows_is_rounded_up_never_below_the_bound(tmp_pa
     threat_rows = re.findall(r"<tr><td[^>]*>dp_eps1_C1_seed0</td>(.*?)</tr>", _section(html, "threat"), flags=re.S)
     # the risk table's first percentage is the prior kappa (1e-3: 0.1%), in the same unit as the bounds after it
     assert all(re.findall(r"([\d.]+)%", _text(row))[0] == "0.1" for row in risk_rows)
-    shown = [(re.findall(r"([\d.]+)%", _text(row))[1:5], truth) for row, truth in zip(risk_rows, truths)]
+    shown = [(re.findall(r"([\d.]+)%", _text(row))[1:5], truth) for row, truth in zip(risk_rows, truths, strict=True)]
     shown.append((re.findall(r"([\d.]+)%", _text(threat_rows[0]))[:2], truths[0][:2]))
     assert len(shown) == 3
     for cells, truth in shown:
         assert len(cells) == len(truth)
-        for text, bound in zip(cells, truth):
+        for text, bound in zip(cells, truth, strict=True):
             unit = 10.0 ** -len(text.partition(".")[2])
             assert bound <= float(text) / 100 < bound + unit / 100, (text, bound)
 
