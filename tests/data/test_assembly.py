@@ -111,7 +111,7 @@ def test_splits_in_group_order_equal_indexed_copies_and_share_one_block_where_ow
     if not owned:
         images.flags.writeable = False         # as a cache entry's memory map: copied out, never written
     parts = in_group_order(images, groups)
-    for part, g in zip(parts, groups):
+    for part, g in zip(parts, groups, strict=True):
         np.testing.assert_array_equal(part, original[g])
         assert part.dtype == np.float32 and part.flags.c_contiguous
     if owned:

@@ -19,7 +19,7 @@ def _arrays(dataset: Dataset) -> list[np.ndarray]:
 
 def test_same_seed_gives_byte_identical_arrays():
     a, b = make_phantom(n_images=90, seed=3), make_phantom(n_images=90, seed=3)
-    for x, y in zip(_arrays(a), _arrays(b)):
+    for x, y in zip(_arrays(a), _arrays(b), strict=True):
         assert x.dtype == y.dtype and x.shape == y.shape
         assert x.tobytes() == y.tobytes()
 
@@ -45,7 +45,7 @@ def test_a_patients_two_images_have_independent_labels(phantom, concat):
     """Labels are drawn per image (a follow-up may differ): about half of the two-image patients have two labels."""
     full = concat(phantom)
     by_patient: dict[str, list[int]] = {}
-    for pid, label in zip(full.patient_ids.tolist(), full.labels.tolist()):
+    for pid, label in zip(full.patient_ids.tolist(), full.labels.tolist(), strict=True):
         by_patient.setdefault(pid, []).append(label)
     pairs = [labels for labels in by_patient.values() if len(labels) == 2]
     assert len(pairs) > 100 and 0.35 < np.mean([a != b for a, b in pairs]) < 0.65
@@ -136,7 +136,7 @@ def test_splits_are_70_15_15_and_stratified(phantom):
 def test_attributes_female_minority_and_adult_ages(phantom, concat):
     full = concat(phantom)
     assert set(full.sex.tolist()) == {"female", "male"}
-    patients = dict(zip(full.patient_ids.tolist(), zip(full.sex.tolist(), full.age.tolist())))
+    patients = dict(zip(full.patient_ids.tolist(), zip(full.sex.tolist(), full.age.tolist(), strict=True), strict=True))
     female = np.mean([sex == "female" for sex, _ in patients.values()])
     assert 0.28 < female < 0.42  # the smaller group, as in 003_9a91354dc2d7e2df.txt
     assert full.age.min() >= 18 and full.age.max() <= 95

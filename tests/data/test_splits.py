@@ -87,7 +87,7 @@ def test_the_fractions_hold_within_their_binomial_spread_on_a_large_cohort():
     ids = np.repeat(np.arange(4000), rng.integers(1, 3, 4000)).astype(str)  # 1 or 2 images per patient
     for seed in range(3):
         parts = split_by_patient(ids, seed=seed)
-        for part, share in zip(parts, (0.7, 0.15, 0.15)):
+        for part, share in zip(parts, (0.7, 0.15, 0.15), strict=True):
             patients = len(np.unique(ids[part]))
             assert abs(patients / 4000 - share) < 4 * np.sqrt(share * (1 - share) / 4000)
 
@@ -95,7 +95,7 @@ def test_the_fractions_hold_within_their_binomial_spread_on_a_large_cohort():
 def test_seeded():
     ids = np.arange(300).astype(str)
     a, b, c = (split_by_patient(ids, seed=s) for s in (5, 5, 6))
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not np.array_equal(a[1], c[1])
 
 
@@ -145,8 +145,8 @@ def test_the_cap_keeps_at_most_k_images_of_each_patient_and_all_of_those_with_fe
     ids, images = _patients_with_images()
     kept = cap_images_per_patient(ids, images, 3, seed=1)
     assert np.all(np.diff(kept) > 0)
-    got = dict(zip(*np.unique(ids[kept], return_counts=True)))
-    want = dict(zip(*np.unique(ids, return_counts=True)))
+    got = dict(zip(*np.unique(ids[kept], return_counts=True), strict=True))
+    want = dict(zip(*np.unique(ids, return_counts=True), strict=True))
     assert got == {p: min(n, 3) for p, n in want.items()}
 
 
@@ -227,7 +227,7 @@ def test_stratified_rare_class_lands_in_every_split_and_any_positive_makes_the_p
     labels[20:500] = 1
     for seed in range(10):
         counts = [np.sum(labels[p] == 2) for p in split_stratified(ids, labels, seed=seed)]
-        assert all(abs(c - e) <= 1 for c, e in zip(counts, (14, 3, 3))), counts
+        assert all(abs(c - e) <= 1 for c, e in zip(counts, (14, 3, 3), strict=True)), counts
     ids = np.repeat(np.arange(400), 2).astype(str)
     labels = np.zeros(800, np.int64)
     labels[1:200:2] = 1  # the second image of the first 100 patients is positive

@@ -52,13 +52,13 @@ def _owners(dataset) -> dict[str, set[str]]:
 def test_kermany_layout_patients_classes_and_published_test(tmp_path, write_image):
     m = read_image_folders(_kermany(tmp_path / "chest_xray", write_image))
     assert m.task.kind == "binary" and m.task.label_names == ("NORMAL", "PNEUMONIA")
-    by_file = {p.name: pid for p, pid in zip(m.paths, m.patient_ids)}
+    by_file = {p.name: pid for p, pid in zip(m.paths, m.patient_ids, strict=True)}
     assert by_file["IM-0001-0002.jpeg"] == by_file["IM-0001-0001.jpeg"] == "IM-0001"
     assert by_file["IM-0003-0001-0001.jpeg"] == "IM-0003"
     assert by_file["NORMAL2-IM-0001-0001.jpeg"] == "NORMAL2-IM-0001"  # the second batch numbers its own patients
     assert by_file["person1_bacteria_2.jpeg"] == "person1" and by_file["person9_virus_10.jpeg"] == "person9"
     assert m.notes["patient_key"]["files_matched"] == len(m) == 21
-    labels = dict(zip((p.name for p in m.paths), m.labels))
+    labels = dict(zip((p.name for p in m.paths), m.labels, strict=True))
     assert labels["IM-0001-0001.jpeg"] == 0 and labels["person2_virus_3.jpeg"] == 1
 
 

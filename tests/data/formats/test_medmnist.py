@@ -16,7 +16,7 @@ def _write(path: Path, *, sizes=(6, 3, 4), image_shape=(28, 28), labels=None, dr
     """A MedMNIST-layout npz: uint8 images of ``image_shape`` per split, labels from ``labels(split, n)``."""
     rng = np.random.default_rng(seed)
     arrays = {}
-    for split, n in zip(("train", "val", "test"), sizes):
+    for split, n in zip(("train", "val", "test"), sizes, strict=True):
         arrays[f"{split}_images"] = rng.integers(0, 256, (n, *image_shape), dtype=np.uint8)
         arrays[f"{split}_labels"] = (labels(split, n) if labels else (np.arange(n) % 2)[:, None]).astype(np.uint8)
     arrays.update(extra or {})
@@ -233,7 +233,7 @@ def test_labels_that_are_not_finite_are_named_by_value_and_first_row(tmp_path):
 def test_labels_saved_as_booleans_are_read_as_0_and_1(tmp_path):
     """numpy does not count bool as a number, so 0/1 findings saved as booleans were refused ("got dtype bool")."""
     findings = {f"{split}_labels": np.arange(2 * n).reshape(n, 2) % 3 == 0
-                for split, n in zip(("train", "val", "test"), (6, 3, 4))}
+                for split, n in zip(("train", "val", "test"), (6, 3, 4), strict=True)}
     as_bool = _write(tmp_path / "bool.npz", extra=findings)
     assert all(np.load(as_bool)[key].dtype == np.bool_ for key in findings)
     as_int = _write(tmp_path / "int.npz", extra={key: value.astype(np.uint8) for key, value in findings.items()})

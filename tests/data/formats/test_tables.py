@@ -406,7 +406,7 @@ def test_each_split_holds_its_own_rows_sex_and_age_the_carved_sizes_follow_their
                     split=SplitPlan(val_fraction=0.1, test_fraction=0.4, seed=4), normalize=((0.5,), (0.25,)))
     for name in ("train", "val", "test"):
         s = getattr(d, name)
-        triples = {(pid, sex[0].upper(), age) for pid, sex, age in zip(s.patient_ids, s.sex, s.age)}
+        triples = {(pid, sex[0].upper(), age) for pid, sex, age in zip(s.patient_ids, s.sex, s.age, strict=True)}
         assert triples <= rows and len(triples) == len(s), name
     assert len(set(d.test.patient_ids)) > len(set(d.val.patient_ids)) >= 1
     assert d.source["split"]["carved"] == ["val", "test"]
