@@ -161,7 +161,7 @@ def _unit_gradients(model, x, y, groups=None, order=2):
     norms, grads = [], []
     for rows in units:
         g = torch.autograd.grad(_ce(model(x[rows]), y[rows]), params, allow_unused=True)
-        g = [torch.zeros_like(p) if t is None else t for p, t in zip(params, g)]
+        g = [torch.zeros_like(p) if t is None else t for p, t in zip(params, g, strict=True)]
         grads.append(g)
         norms.append(torch.cat([t.flatten() for t in g]).norm(p=order).item())
     return norms, grads
@@ -170,8 +170,8 @@ def _unit_gradients(model, x, y, groups=None, order=2):
 def _clipped(norms, grads, clip):
     """sum_u min(1, C / (||g_u|| + 1e-6)) g_u."""
     total = [torch.zeros_like(t) for t in grads[0]]
-    for n, g in zip(norms, grads):
-        for acc, t in zip(total, g):
+    for n, g in zip(norms, grads, strict=True):
+        for acc, t in zip(total, g, strict=True):
             acc += min(1.0, clip / (n + 1e-6)) * t
     return total
 

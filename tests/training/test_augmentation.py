@@ -54,7 +54,7 @@ def _unit_gradients(model, copies, y, units, k=K):
         for j in torch.nonzero(units == u).flatten().tolist():
             for c in range(k):
                 g = torch.autograd.grad(_ce(model(copies[c * n + j:c * n + j + 1]), y[j:j + 1]), params)
-                for acc, t in zip(total, g):
+                for acc, t in zip(total, g, strict=True):
                     acc += t / k
         out[u] = total
     return out

@@ -69,7 +69,7 @@ def test_layer_clipped_sum_matches_explicit_loop(layer_name, route, layer_case, 
         _assert_close(got, clipped(norms, grads, clip))
     params = [p for p in model.parameters() if p.requires_grad]
     plain = torch.autograd.grad(_ce(model(x), y), params, allow_unused=True)
-    plain = [torch.zeros_like(p) if t is None else t for p, t in zip(params, plain)]
+    plain = [torch.zeros_like(p) if t is None else t for p, t in zip(params, plain, strict=True)]
     _assert_close(engine.clipped_sum(x, y, loss_fn=_ce, max_grad_norm=math.inf), plain)
 
 
@@ -184,7 +184,7 @@ def test_noise_zero_and_no_clipping_equals_plain_gradient(layer_case):
     step = DpSgdStep(model, loss_fn=_ce, max_grad_norm=math.inf, noise_multiplier=0.0, expected_batch_size=4.0,
                      physical_batch_size=3, noise_rng=np.random.default_rng(0), engine="dpmed")
     step(x, y)
-    for p, e in zip(model.parameters(), expected):
+    for p, e in zip(model.parameters(), expected, strict=True):
         torch.testing.assert_close(p.grad, e, rtol=1e-10, atol=1e-12)
 
 

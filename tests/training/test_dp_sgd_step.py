@@ -53,7 +53,7 @@ def test_noise_zero_and_no_clipping_equals_plain_sgd():
     step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=math.inf, noise_multiplier=0.0, expected_batch_size=4.0,
                      physical_batch_size=4, noise_rng=np.random.default_rng(0))
     step(x, y)
-    for p, e in zip(model.parameters(), expected):
+    for p, e in zip(model.parameters(), expected, strict=True):
         torch.testing.assert_close(p.grad, e, rtol=1e-10, atol=1e-12)
 
 
@@ -70,7 +70,7 @@ def test_clipped_sum_matches_explicit_per_example_loop(clip, physical, engine):
     for g in grads:
         norm = torch.sqrt(sum((t ** 2).sum() for t in g))
         factor = min(1.0, clip / (norm.item() + 1e-6))
-        for e, t in zip(expected, g):
+        for e, t in zip(expected, g, strict=True):
             e += factor * t
     step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=clip, noise_multiplier=0.0, expected_batch_size=1.0,
                      physical_batch_size=physical, noise_rng=np.random.default_rng(0), engine=engine)

@@ -35,7 +35,7 @@ def _explicit_clipped_sum(model, x, y, clip):
     for i in range(len(x)):
         g = torch.autograd.grad(_ce(model(x[i:i + 1]), y[i:i + 1]), params)
         factor = min(1.0, clip / (torch.cat([t.flatten() for t in g]).norm().item() + 1e-6))
-        for acc, t in zip(total, g):
+        for acc, t in zip(total, g, strict=True):
             acc += factor * t
     return total
 
@@ -230,7 +230,7 @@ def test_patient_groups_and_copies_count_the_rows_fed_to_the_model():
         rows = groups == group
         g = torch.autograd.grad(_ce(model(copies[rows]), labels[rows]), params)
         factor = min(1.0, 0.05 / (torch.cat([t.flatten() for t in g]).norm().item() + 1e-6))
-        for acc, t in zip(expected, g):
+        for acc, t in zip(expected, g, strict=True):
             acc += factor * t
     got = GhostClipper(model).clipped_sum(copies, labels, loss_fn=_ce, max_grad_norm=0.05, groups=groups)
     _assert_close(got, expected)

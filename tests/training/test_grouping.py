@@ -32,7 +32,7 @@ def test_the_layout_follows_the_definitions():
     assert g.shared.tolist() == [1, 5, 0, 2, 6]                     # group by group, in group order
     assert g.shared_ids.tolist() == [0, 2] and g.shared_sizes == (2, 3)
     assert g.shared_local.tolist() == [0, 0, 1, 1, 1]
-    pairs = sorted(zip(g.pair_left.tolist(), g.pair_right.tolist(), g.pair_group.tolist()))
+    pairs = sorted(zip(g.pair_left.tolist(), g.pair_right.tolist(), g.pair_group.tolist(), strict=True))
     assert pairs == [(0, 2, 2), (0, 6, 2), (1, 5, 0), (2, 6, 2)]   # every i < j of one group, with its group
     per_example = torch.arange(7.0)[:, None] * torch.ones(1, 2)     # [B, 2]
     assert g.sum(per_example)[:, 0].tolist() == [1 + 5, 3, 0 + 2 + 6, 4]

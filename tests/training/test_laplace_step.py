@@ -37,14 +37,14 @@ def test_l1_clipping_matches_an_explicit_per_example_loop(engine, clip):
         grads = [p.grad.detach().clone() for p in model.parameters()]
         l1 = sum(g.abs().sum() for g in grads)
         factor = min(1.0, clip / (l1.item() + 1e-6))
-        for e, g in zip(expected, grads):
+        for e, g in zip(expected, grads, strict=True):
             e.add_(factor * g)
     model.zero_grad()
     step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=clip, noise_multiplier=0.0, expected_batch_size=1.0,
                      physical_batch_size=2, noise_rng=np.random.default_rng(0), noise="laplace",
                      engine=engine)
     step(x, y)
-    for p, e in zip(model.parameters(), expected):
+    for p, e in zip(model.parameters(), expected, strict=True):
         torch.testing.assert_close(p.grad, e, rtol=1e-6, atol=1e-10)
     assert sum(p.grad.abs().sum() for p in model.parameters()) <= len(x) * clip * (1 + 1e-6)
 

@@ -135,7 +135,7 @@ def test_non_private_sgd_is_plain_minibatch_sgd_on_the_seeds_shuffle(data, new_m
         with torch.no_grad():
             for p in by_hand.parameters():
                 p -= 0.05 * p.grad
-    for a, b in zip(trained.parameters(), by_hand.parameters()):
+    for a, b in zip(trained.parameters(), by_hand.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert [s["epoch"] for s in result.statistics] == [1]
     assert result.statistics[0]["training_loss"] == pytest.approx((losses[0] + losses[1]) / 2, rel=1e-5)

@@ -72,7 +72,7 @@ def test_the_step_adds_the_twins_noise_in_float64_and_leaves_the_stream_where_th
     assert math.ceil(size / BLOCK) == 2
     noise, twin = _twin_noise(11, size, kind=kind, four_halved=dtype == torch.float64 and kind == "gaussian")
     start = 0
-    for p, c in zip(step.params, clipped):
+    for p, c in zip(step.params, clipped, strict=True):
         draw = torch.from_numpy(noise[start:start + p.numel()]).view(p.shape)
         start += p.numel()
         expected = ((c.double() + 0.35 * draw).to(dtype) / 4.0)        # summed in float64, then rounded
@@ -175,7 +175,7 @@ def test_a_small_noise_scale_still_adds_the_twins_noise(kind, sigma, clip):
     step(x, y)
     noise, _ = _twin_noise(13, sum(p.numel() for p in step.params), kind=kind, four_halved=kind == "gaussian")
     start = 0
-    for p, c in zip(step.params, clipped):
+    for p, c in zip(step.params, clipped, strict=True):
         draw = torch.from_numpy(noise[start:start + p.numel()]).view(p.shape)
         start += p.numel()
         torch.testing.assert_close(p.grad, (c + sigma * clip * draw) / 4.0, rtol=1e-12, atol=1e-15)
@@ -196,7 +196,7 @@ def test_the_noise_covers_the_trainable_parameters_only():
     step(x, y)
     noise, twin = _twin_noise(17, 4004)
     start = 0
-    for p, c in zip(step.params, clipped):
+    for p, c in zip(step.params, clipped, strict=True):
         draw = torch.from_numpy(noise[start:start + p.numel()]).view(p.shape)
         start += p.numel()
         torch.testing.assert_close(p.grad, (c.double() + 0.35 * draw).float() / 4.0, rtol=0, atol=0)

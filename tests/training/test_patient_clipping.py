@@ -186,7 +186,7 @@ def _contribution(clipper, x, y, groups, target, clip, order):
     with_ = clipper.clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip, groups=groups)
     keep = groups != target
     without = clipper.clipped_sum(x[keep], y[keep], loss_fn=_ce, max_grad_norm=clip, groups=groups[keep])
-    return torch.cat([(a - b).flatten() for a, b in zip(with_, without)]).norm(p=order).item()
+    return torch.cat([(a - b).flatten() for a, b in zip(with_, without, strict=True)]).norm(p=order).item()
 
 
 def _one_patient_data(images: int, seed: int, spread: float = 1.0):
@@ -329,7 +329,7 @@ def test_image_level_clipping_lets_a_patient_with_many_images_move_the_sum_by_mo
     keep = groups != 99
     with_ = clipper.clipped_sum(x, y, loss_fn=_ce, max_grad_norm=clip)
     without = clipper.clipped_sum(x[keep], y[keep], loss_fn=_ce, max_grad_norm=clip)
-    per_image = torch.cat([(a - b).flatten() for a, b in zip(with_, without)]).norm().item()
+    per_image = torch.cat([(a - b).flatten() for a, b in zip(with_, without, strict=True)]).norm().item()
     assert per_patient <= clip < 5 * clip < per_image
 
 
@@ -386,7 +386,7 @@ def test_step_without_groups_clips_images_as_before(layer_case):
     for a, b in zip(step.clipped_sum(x, y), expected, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-15)
     empty = step.clipped_sum(x[:0], y[:0], groups=groups[:0])
-    assert all(torch.equal(t, torch.zeros_like(p)) for t, p in zip(empty, model.parameters()))
+    assert all(torch.equal(t, torch.zeros_like(p)) for t, p in zip(empty, model.parameters(), strict=True))
 
 
 def test_a_patient_larger_than_the_physical_batch_is_one_chunk(layer_case, unit_gradients, clipped):

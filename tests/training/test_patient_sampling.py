@@ -112,7 +112,7 @@ def test_units_partition_the_images_by_patient_and_expand_recovers_them(ids, dat
     chosen = np.array(sorted(data.draw(st.sets(st.integers(0, len(order) - 1)))), dtype=np.int64)
     idx, groups = _expand(chosen, offsets, images)
     expected = [(i, u) for u in chosen.tolist() for i, p in enumerate(patient_ids) if p == order[u]]
-    assert list(zip(idx.tolist(), groups.tolist())) == expected
+    assert list(zip(idx.tolist(), groups.tolist(), strict=True)) == expected
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +172,7 @@ def test_the_loop_samples_patients_and_hands_the_step_each_one_whole_as_one_grou
     # and exactly the units Poisson sampling draws from the run's own sampling stream, not the noise's
     offsets, owned = sampling_units(data, "patient")
     stream = PrivacyRandomness.reproducible(seed=0, run_id="patient-sampling").stream("sampling")
-    for (rows, _), units in zip(seen, poisson_batches(n_patients, sample_rate=q, steps=steps, rng=stream)):
+    for (rows, _), units in zip(seen, poisson_batches(n_patients, sample_rate=q, steps=steps, rng=stream), strict=True):
         assert sorted(rows.tolist()) == sorted(_expand(units, offsets, owned)[0].tolist())
     counts = np.array(per_step)
     mean, var = n_patients * q, n_patients * q * (1 - q)

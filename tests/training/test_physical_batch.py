@@ -44,7 +44,7 @@ def test_a_non_private_arm_trains_in_slices_of_the_physical_batch_to_the_same_mo
         assert seen[0] == min(physical, 16 * 3), physical          # 16 images x 3 copies a step, in slices
         models[physical] = [p.detach() for p in model.parameters()]
         losses[physical] = [s["training_loss"] for s in result.statistics]
-    for sliced, whole in zip(models[5], models[64]):
+    for sliced, whole in zip(models[5], models[64], strict=True):
         torch.testing.assert_close(sliced, whole, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(losses[5], losses[64], rtol=1e-5)
 
@@ -67,7 +67,7 @@ def test_the_sliced_mean_loss_and_its_gradient_are_the_whole_batch_s(kind, outpu
     sliced = _model(outputs)
     loss = _mean_loss_backward(sliced, objective, x, y, 4, torch.device("cpu"))
     assert loss == pytest.approx(expected.item(), rel=1e-6)
-    for a, b in zip(sliced.parameters(), whole.parameters()):
+    for a, b in zip(sliced.parameters(), whole.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
 
 
@@ -84,7 +84,7 @@ def test_a_physical_batch_larger_than_any_integer_torch_takes_is_the_whole_batch
                                                                        "physical_batch_size": physical}),
               seed=1, progress=False)
         trained[physical] = [p.detach() for p in model.parameters()]
-    for huge, whole in zip(trained[10**23], trained[64]):
+    for huge, whole in zip(trained[10**23], trained[64], strict=True):
         torch.testing.assert_close(huge, whole)
     x, y = torch.as_tensor(ds.train.images[:6]), torch.as_tensor(ds.train.labels[:6])
     groups = torch.tensor([0, 0, 1, 2, 2, 2])
@@ -95,5 +95,5 @@ def test_a_physical_batch_larger_than_any_integer_torch_takes_is_the_whole_batch
                              max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=6.0,
                              physical_batch_size=physical, noise_rng=np.random.default_rng(0))
             sums[physical] = step.clipped_sum(x, y, groups=by)
-        for huge, whole in zip(sums[10**23], sums[64]):
+        for huge, whole in zip(sums[10**23], sums[64], strict=True):
             torch.testing.assert_close(huge, whole)

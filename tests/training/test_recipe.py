@@ -72,14 +72,14 @@ def test_the_released_model_is_the_ema_of_the_iterates(data, monkeypatch):
     average = initial
     for t, weights in enumerate(iterates):
         d = min(0.99, (1 + t) / (10 + t))
-        average = [d * a + (1 - d) * w for a, w in zip(average, weights)]
+        average = [d * a + (1 - d) * w for a, w in zip(average, weights, strict=True)]
     averaged_model = _model(task)
     with_ema = train(averaged_model, images, task, CFG.model_copy(update={"ema_decay": 0.99}), seed=1, dp=PLAN,
                      randomness=_randomness(key), progress=False)
     assert with_ema.ledger == plain.ledger
-    for p, expected, last in zip(averaged_model.parameters(), average, iterates[-1]):
+    for p, expected, last in zip(averaged_model.parameters(), average, iterates[-1], strict=True):
         torch.testing.assert_close(p.detach(), expected, rtol=1e-5, atol=1e-6)
-    assert any(not torch.allclose(p, last) for p, last in zip(averaged_model.parameters(), iterates[-1]))
+    assert any(not torch.allclose(p, last) for p, last in zip(averaged_model.parameters(), iterates[-1], strict=True))
 
 
 def test_parameter_average_warms_up_and_round_trips():
@@ -91,7 +91,7 @@ def test_parameter_average_warms_up_and_round_trips():
     average.update()
     other = ParameterAverage(model, decay=0.999)
     other.load_state_dict(average.state_dict())
-    assert other.updates == 1 and all(torch.equal(a, b) for a, b in zip(other.average, average.average))
+    assert other.updates == 1 and all(torch.equal(a, b) for a, b in zip(other.average, average.average, strict=True))
     with pytest.raises(ValueError, match="another decay"):
         ParameterAverage(model, decay=0.9).load_state_dict(average.state_dict())
 
@@ -161,12 +161,12 @@ def test_parameter_average_leaves_frozen_parameters_out_and_reads_an_average_of_
         average.update()
     expected = [a.clone() for a in average.average]
     average.copy_to(model)
-    assert all(torch.equal(p, f) for p, f in zip(model[0].parameters(), frozen))
+    assert all(torch.equal(p, f) for p, f in zip(model[0].parameters(), frozen, strict=True))
     assert torch.equal(model[1].weight, expected[0]) and torch.equal(model[1].bias, expected[1])
     older = {"decay": 0.999, "updates": 50, "average": frozen + expected}
     restored = ParameterAverage(model, decay=0.999)
     restored.load_state_dict(older)
-    assert restored.updates == 50 and all(torch.equal(a, b) for a, b in zip(restored.average, expected))
+    assert restored.updates == 50 and all(torch.equal(a, b) for a, b in zip(restored.average, expected, strict=True))
     with pytest.raises(ValueError, match="other parameters"):
         average.copy_to(torch.nn.Linear(64, 2))
 
@@ -202,7 +202,7 @@ def test_a_run_with_the_recipe_resumes_exactly(data, dp, tmp_path, monkeypatch):
     resumed = train(resumed_model, images, task, RECIPE, seed=2, dp=dp, randomness=_randomness(key),
                     progress=False, checkpoint=ckpt)
     assert resumed.resumed_from > 0 and resumed.ledger == whole.ledger
-    for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values()):
+    for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 

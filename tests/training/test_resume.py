@@ -70,7 +70,7 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp, tmp_path
     logged = [int(m.group(1)) for r in caplog.records if (m := re.search(r": step (\d+) of ", r.getMessage()))]
     assert logged == sorted(s for s in {math.ceil(total * k / 10) for k in range(1, 10)} if s > done)  # counts on
     assert resumed.ledger == whole.ledger and resumed.statistics == whole.statistics
-    for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values()):
+    for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     if dp is not None:
         assert resumed.ledger.dp_sgd_steps == PLAN.steps
@@ -121,7 +121,7 @@ def test_a_finished_trainings_checkpoint_takes_no_further_step_and_charges_nothi
     assert len(images) == 83 and again.resumed_from == (PLAN.steps if dp is not None else 14)
     if dp is not None:
         assert again.ledger.dp_sgd_steps == PLAN.steps
-    for a, b in zip(again_model.state_dict().values(), first.state_dict().values()):
+    for a, b in zip(again_model.state_dict().values(), first.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
@@ -144,7 +144,7 @@ def test_a_checkpoint_continues_with_a_smaller_physical_batch(data, new_model, t
     resumed = train(resumed_model, images, task, CFG.model_copy(update={"physical_batch_size": 3}), seed=4, dp=PLAN,
                     randomness=PrivacyRandomness.from_root_hex(key, "secure"), progress=False, checkpoint=ckpt)
     assert resumed.resumed_from == 10 and resumed.ledger == whole.ledger
-    for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values()):
+    for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b)
 
 

@@ -101,7 +101,7 @@ def test_poisson_batches_are_one_mask_a_step_at_exactly_the_rate_given():
     expected = [np.flatnonzero(poisson_mask(expected_rng, n, q)) for _ in range(steps)]
     batches = list(poisson_batches(n, sample_rate=q, steps=steps, rng=_rng("exact")))
     assert len(batches) == steps
-    assert all(np.array_equal(b, e) for b, e in zip(batches, expected))
+    assert all(np.array_equal(b, e) for b, e in zip(batches, expected, strict=True))
 
 
 def test_schedule():
