@@ -171,7 +171,8 @@ def test_lesion_maps_are_the_lesion_class_s_on_the_masked_images_whatever_was_pr
     np.testing.assert_allclose(arrays["lesion_cams"].astype(np.float32), lesion, atol=1e-3)
     assert not np.allclose(arrays["lesion_cams"][0], arrays["cams"][0], atol=1e-2)   # class 1's map, not class 0's
     np.testing.assert_allclose(arrays["lesion_cams"][2], arrays["cams"][5], atol=1e-3)  # image 5: predicted 1 too
-    energy = [(cam * mask).sum() / cam.sum() if cam.sum() > 0 else 0.0 for cam, mask in zip(lesion, masks[[0, 2, 5]])]
+    energy = [(cam * mask).sum() / cam.sum() if cam.sum() > 0 else 0.0
+              for cam, mask in zip(lesion, masks[[0, 2, 5]], strict=True)]
     assert record.metrics["mask_energy"].value == pytest.approx(np.mean(energy), abs=1e-3)
     # O by hand: logits (-m, 2m), m the mean of E - 0.5; the score is the softmax of the predicted class
     m = (arrays["cams"].astype(np.float32)[:, None] * images - 0.5).mean(axis=(1, 2, 3))

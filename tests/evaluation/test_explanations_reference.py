@@ -124,7 +124,7 @@ def _energy(cam: np.ndarray, mask: np.ndarray) -> float:
     if not mask.any():
         return math.nan
     total = sum(float(v) for v in cam.reshape(-1))
-    inside = sum(float(v) for v, m in zip(cam.reshape(-1), mask.reshape(-1)) if m)
+    inside = sum(float(v) for v, m in zip(cam.reshape(-1), mask.reshape(-1), strict=True) if m)
     return inside / total if total > 0 else 0.0
 
 
@@ -199,9 +199,9 @@ def test_pointing_game_and_mask_energy_equal_brute_force_on_maps_with_ties():
     masks = rng.random((60, 6, 5)) < 0.2
     masks[::7] = False                                                          # empty masks
     for tolerance in (0.0, 1.0, 1.5):
-        expected = [_points(c, m, tolerance) for c, m in zip(cams, masks)]
+        expected = [_points(c, m, tolerance) for c, m in zip(cams, masks, strict=True)]
         np.testing.assert_array_equal(pointing_game(cams, masks, tolerance=tolerance), expected)
-    np.testing.assert_allclose(mask_energy(cams, masks), [_energy(c, m) for c, m in zip(cams, masks)])
+    np.testing.assert_allclose(mask_energy(cams, masks), [_energy(c, m) for c, m in zip(cams, masks, strict=True)])
 
 
 def test_pointing_game_on_hand_made_ties():

@@ -21,8 +21,8 @@ def test_weighted_auroc_equals_sklearn_on_random_data_with_ties():
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, size=(50, 60))
     scores = np.round(rng.random((50, 60)) * 0.5 + 0.3 * labels, 1)  # coarse scores: many ties
-    got = [weighted_auroc(y, s, np.ones(60))[0] for y, s in zip(labels, scores)]  # each image once
-    expected = [roc_auc_score(y, s) for y, s in zip(labels, scores)]
+    got = [weighted_auroc(y, s, np.ones(60))[0] for y, s in zip(labels, scores, strict=True)]  # each image once
+    expected = [roc_auc_score(y, s) for y, s in zip(labels, scores, strict=True)]
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
 
 
@@ -41,7 +41,7 @@ def test_weighted_auroc_matches_sklearn_or_is_nan_with_one_class(pairs):
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 4), st.integers(0, 3)), min_size=1, max_size=30))
 def test_weighted_auroc_with_counts_is_the_auroc_of_the_repeated_sample(triples):
-    labels, levels, counts = (np.array(v) for v in zip(*triples))
+    labels, levels, counts = (np.array(v) for v in zip(*triples, strict=True))
     scores = levels / 4.0
     got = weighted_auroc(labels, scores, counts[None, :].astype(float))[0]
     y, s = np.repeat(labels, counts), np.repeat(scores, counts)

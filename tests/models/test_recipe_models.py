@@ -59,7 +59,7 @@ def test_the_scattering_front_end_is_frozen_and_only_the_head_trains(name):
                      noise_rng=np.random.default_rng(0))
     step(x, torch.tensor([0, 1, 0, 1]))
     torch.optim.SGD(model.parameters(), lr=0.1).step()
-    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert model(x).shape == (4, 2)
 
 

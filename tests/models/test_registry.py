@@ -28,7 +28,7 @@ def test_dp_sgd_step_runs_on_every_model(name, size, channels, outputs):
     step(x, torch.tensor([0, 1, 1]))
     assert model(x).shape == (3, outputs)
     torch.optim.SGD(model.parameters(), lr=0.1).step()
-    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert dotted(model, MODELS[name].cam_layer) is not None
 
 

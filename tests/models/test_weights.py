@@ -66,7 +66,8 @@ def test_dpmed_model_pt_round_trips(tmp_path):
     fresh = build_model("small_cnn", in_channels=1, num_outputs=2, image_size=32)
     loaded = load_weights(fresh, read_state_dict(path), head="head")
     assert loaded.kept == () and set(loaded.loaded) == set(trained.state_dict())
-    assert all(torch.equal(a, b) for a, b in zip(trained.state_dict().values(), fresh.state_dict().values()))
+    assert all(torch.equal(a, b)
+               for a, b in zip(trained.state_dict().values(), fresh.state_dict().values(), strict=True))
     assert len(file_sha256(path)) == 64
 
 
@@ -328,14 +329,14 @@ def test_frozen_layers_do_not_move_under_dp_sgd_and_the_noise_has_the_trainable_
     for i in range(len(x)):                                   # the explicit per-example loop, trainable only
         grads = torch.autograd.grad(_loss(model(x[i:i + 1]), y[i:i + 1]), trainable)
         norm = torch.sqrt(sum((g ** 2).sum() for g in grads))
-        for e, g in zip(expected, grads):
+        for e, g in zip(expected, grads, strict=True):
             e.add_(g * min(1.0, 0.05 / float(norm)))
 
     step = DpSgdStep(model, loss_fn=_loss, max_grad_norm=0.05, noise_multiplier=1.0, expected_batch_size=6.0,
                      physical_batch_size=4, noise_rng=np.random.default_rng(0), engine=engine)
     assert sum(p.numel() for p in step.params) == n_trainable
     clipped = step.clipped_sum(x, y)
-    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(clipped, expected))
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(clipped, expected, strict=True))
 
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9, weight_decay=0.1)
