@@ -430,7 +430,8 @@ def test_compare_runs_redraws_the_patients_the_runs_intervals_redrew(make_record
         records = [make_record(run_id, arm, mechanism, eps=eps, metrics={} if unit is None else
                                {"bootstrap_unit": unit})
                    for (run_id, arm, mechanism, eps), unit in zip((("np_seed0", "np", "none", None),
-                                                                   ("dp_eps1_C1_seed0", "dp", "dp_sgd", 1.0)), units)]
+                                                                   ("dp_eps1_C1_seed0", "dp", "dp_sgd", 1.0)), units,
+                                                                  strict=True)]
         return compare_runs(records, predictions, kind="binary", label_names=["a", "b"], n_resamples=200, seed=3)
 
     for units, unit in ((("patient", "patient"), "patient"), (("image", "image"), "image"), ((None, None), "image"),

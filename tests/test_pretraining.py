@@ -415,7 +415,7 @@ def _png_table(folder: Path, images: np.ndarray, patients: list[str]) -> dict:
     """A CSV dataset of grey PNGs ``images`` uint8 [N, H, W] with patient ids, as a study's data section."""
     folder.mkdir()
     rows = ["file,pid,finding"]
-    for i, (image, pid) in enumerate(zip(images, patients)):
+    for i, (image, pid) in enumerate(zip(images, patients, strict=True)):
         Image.fromarray(image).save(folder / f"{i}.png")
         rows.append(f"{i}.png,{pid},{i % 2}")
     (folder / "labels.csv").write_text("\n".join(rows) + "\n")

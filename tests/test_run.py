@@ -301,7 +301,7 @@ def test_a_run_trains_on_the_released_images_normalised_from_its_seed_s_weights(
     for plan in lap:
         run.run_one(plan, context, StudyFolder(tmp_path).run(plan.run_id))
     transform = mechanism_info("pixel_laplace").image_mechanism(lap[0].privacy)
-    for plan, (weights, images) in zip(lap, seen):
+    for plan, (weights, images) in zip(lap, seen, strict=True):
         fresh = PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id)
         released = transform.apply(dataset.train.images, rng=fresh.stream("local_dp"))
         np.testing.assert_allclose(images, normalize(released, (0.5,), (0.25,)), rtol=0, atol=1e-6)
@@ -355,7 +355,7 @@ def _audit_parts(plan, dataset, folder):
     randomness = PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id)
     train_set, trial, _ = _training_set(plan, dataset, randomness, folder)
     rest = train_set.images[:len(train_set) - int(trial.included.sum())]
-    return ({(x.tobytes(), y.tobytes()) for x, y in zip(trial.canaries.images, trial.canaries.labels)},
+    return ({(x.tobytes(), y.tobytes()) for x, y in zip(trial.canaries.images, trial.canaries.labels, strict=True)},
             {x.tobytes() for x in rest})
 
 

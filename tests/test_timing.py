@@ -239,7 +239,7 @@ def test_workers_train_as_many_runs_at_once_as_there_are_runs_and_cores_for(make
     monkeypatch.setattr(timing.os, "cpu_count", lambda: cores)
     plans = [make_record(f"np_seed{s}", "np", seed=s).plan for s in range(3)]
     plans = [p.model_copy(update={"training": p.training.model_copy(update={"threads": t})})
-             for p, t in zip(plans, (1, 2, 1))]
+             for p, t in zip(plans, (1, 2, 1), strict=True)]
     assert concurrent_runs(plans, workers) == at_once
 
 

@@ -139,7 +139,7 @@ def test_above_sigma_six_no_coordinate_moves_a_fifth_of_a_std_and_the_share_keep
             for s in sigmas]
     assert paid == sorted(paid, reverse=True) and 0 < paid[-1] and paid[1] < 1e-20
     n = mpmath.mpf(10) ** 12
-    for sigma, share in zip(sigmas, paid):
+    for sigma, share in zip(sigmas, paid, strict=True):
         a = mpmath.mpf(1) / sigma
 
         def past(shift):        # P(B - shift < Z <= B), from the upper tails: no cancellation against 1

@@ -108,7 +108,7 @@ def test_an_image_alone_in_its_bin_comes_back_exactly(phantom, structure):
                           image_shape=(1, SIZE, SIZE))
     where = bins.bin_of(images[pick])
     assert sorted(torch.nonzero(recs.occupied).flatten().tolist()) == sorted(where.tolist())
-    for i, b in zip(pick, where):
+    for i, b in zip(pick, where, strict=True):
         np.testing.assert_allclose(recs.images[b].numpy(), images[i], atol=1e-4)
 
 
@@ -127,7 +127,7 @@ def test_clipping_alone_does_not_stop_the_attack(phantom, structure):
     shape = (1, SIZE, SIZE)
     a = invert_imprint(free, structure=structure, image_shape=shape)
     b = invert_imprint(clipped, structure=structure, image_shape=shape)
-    for i, k in zip(pick, bins.bin_of(images[pick])):
+    for i, k in zip(pick, bins.bin_of(images[pick]), strict=True):
         np.testing.assert_allclose(b.images[k].numpy(), images[i], atol=1e-4)
         np.testing.assert_allclose(b.images[k].numpy(), a.images[k].numpy(), atol=1e-4)
 
@@ -214,7 +214,7 @@ def test_a_patients_images_are_clipped_together_and_still_come_back(phantom, thr
     assert norm(by_image) == pytest.approx(math.sqrt(3) * c, rel=1e-3)      # three clipped, orthogonal
     assert norm(by_patient) == pytest.approx(math.sqrt(2) * c, rel=1e-3)    # the pair clipped as one
     recs = invert_imprint(by_patient, structure="sparse", image_shape=(1, SIZE, SIZE))
-    for i, k in zip(pick, bins.bin_of(images[pick])):
+    for i, k in zip(pick, bins.bin_of(images[pick]), strict=True):
         np.testing.assert_allclose(recs.images[k].numpy(), images[i], atol=1e-4)
 
     tr_images, tr_labels, public = phantom
@@ -752,7 +752,7 @@ def test_the_batches_are_public_randomness_of_the_seed_and_the_step_noise_is_fre
         return [x for x, _ in steps], [b for _, b in steps]
 
     (x1, b1), (x2, b2), (x3, _) = attack(0), attack(0), attack(1)
-    for a, b in zip(x1, x2):
+    for a, b in zip(x1, x2, strict=True):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(x1[0], x3[0])
     assert not np.allclose(b1[0], b2[0])                      # same batch, fresh noise

@@ -27,7 +27,7 @@ def test_the_inclusion_bits_are_the_secret_streams_draws_not_the_public_seeds(tr
     train, task, n_patients = trial_inputs
     trials = [procedure.insert_canaries_for(train, task, AuditConfig(canaries=100), seed=7, n_patients=n_patients,
                                             rng=np.random.default_rng(k))[1] for k in (1, 2)]
-    for k, trial in zip((1, 2), trials):
+    for k, trial in zip((1, 2), trials, strict=True):
         drawn = choose_canaries(len(trial.included), rng=np.random.default_rng(k))
         np.testing.assert_array_equal(trial.included, drawn)
     assert len(trials[0].included) > 50 and not np.array_equal(trials[0].included, trials[1].included)

@@ -182,7 +182,7 @@ def test_fail_fast_with_workers_stops_the_runs_in_progress_and_counts_those_that
     prepared = prepare_study(load_study(tmp_path / "s.yaml"), out=tmp_path / "out")
     tasks = [RunTask(plan, prepared.folder.run(plan.run_id)) for plan in prepared.plans]
     assert len(tasks) == 4
-    roles = dict(zip([t.plan.run_id for t in tasks], ["fail", "finish", "slow", "slow"]))
+    roles = dict(zip([t.plan.run_id for t in tasks], ["fail", "finish", "slow", "slow"], strict=True))
     finisher = tasks[1].folder.public / "finished"
     outcomes = {}
 

@@ -155,7 +155,7 @@ def test_the_attributes_fingerprint_sees_sex_age_masks_and_normalisation_and_not
     ids = dataset.train.patient_ids.copy()
     ids[0] = "someone else"
     other = data_fingerprints(replace(dataset, train=replace(dataset.train, patient_ids=ids)))
-    assert all(mine != theirs for mine, theirs in zip(data_fingerprints(dataset), other))
+    assert all(mine != theirs for mine, theirs in zip(data_fingerprints(dataset), other, strict=True))
     assert np.isfinite(dataset.test.age).any()
 
 
