@@ -117,10 +117,13 @@ def test_an_array_archive_that_fills_the_disk_fails_its_run_naming_the_file(tiny
     numpy; a full disk failed the run with "No space left on device" naming no file, half an archive left."""
     import dpmed.folders
 
-    def cams_fill_the_disk(path, *args, **kwargs):
-        return (disk_with_room(open, 1_000) if ".cams.npz." in str(path) else open)(path, *args, **kwargs)
+    def filling(opener):     # the CAMs are staged owner-only until their run finishes, so through open_owner_only
+        def opens(path, *args, **kwargs):
+            return (disk_with_room(opener, 1_000) if ".cams.npz." in str(path) else opener)(path, *args, **kwargs)
+        return opens
 
-    monkeypatch.setattr(dpmed.folders, "open", cams_fill_the_disk, raising=False)
+    monkeypatch.setattr(dpmed.folders, "open", filling(open), raising=False)
+    monkeypatch.setattr(dpmed.folders, "open_owner_only", filling(dpmed.folders.open_owner_only))
     out = tmp_path / "out"
     text = tiny_text.replace("evaluation: {", "evaluation: {explanations: {n_images: 8}, ")
     assert main(["run", str(_study(tmp_path, text)), "--out", str(out), "--no-progress"]) == 1
