@@ -105,7 +105,7 @@ def test_ctrl_c_with_workers_stops_quietly_and_keeps_the_folder_usable(tiny_text
     seen = []
     for line in proc.stderr:                   # the line logged just before the workers are started
         seen.append(line)
-        if line.startswith("training 2 run(s)"):
+        if line.startswith("training 2 runs"):
             break
     deadline = time.monotonic() + 240
     if moment == "while the workers start":    # two worker processes exist and are importing dpmed and torch
