@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+import torch
 import yaml
 
 from dpmed.errors import ConfigError
@@ -82,7 +83,7 @@ def test_a_checkpoint_that_says_not_how_far_it_got_still_marks_the_run_interrupt
     folder, _ = study_folder("a_seed0")
     checkpoint = folder.run("a_seed0").checkpoint
     checkpoint.parent.mkdir(parents=True)
-    checkpoint.write_bytes(b"written before checkpoints recorded their progress")
+    torch.save({"model": {}}, checkpoint)     # as written before checkpoints recorded their progress
     assert run_states(folder.root) == [("a_seed0", "interrupted",
                                         "continues from its checkpoint (saved under a minute ago)")]
 
