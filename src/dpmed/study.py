@@ -617,7 +617,7 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
         if todo:
             started = min(workers, len(todo))    # a process pool starts no more workers than it has runs
             _log.info("training %s with executor %r%s", count_text(len(todo), "run"), executor,
-                      "" if workers == 1 else f", {started} worker{'s' if started > 1 else ''}" + (
+                      "" if workers == 1 else f", {count_text(started, 'worker')}" + (
                           f" (one per run; {workers} asked for)" if started < workers else ""))
             make_executor(executor, workers=workers, address=address, worker_setup=worker_setup).map(
                 todo, context, on_outcome, fail_fast=fail_fast)

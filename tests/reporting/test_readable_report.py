@@ -718,7 +718,8 @@ def test_a_change_that_rounds_to_none_reads_as_a_sentence_and_as_0():
     """Before: "the model gets on average about as many findings as without privacy" (wrong findings, or right?),
     and "-0 (seeds -7 to +7)" in the table's cells."""
     from dpmed.comparisons import SeedSummary, ValueSummary
-    from dpmed.reporting.clinical import _per100, _signed, case_sentence
+    from dpmed.reporting.clinical import _per100, case_sentence
+    from dpmed.reporting.inputs import signed_text
 
     def summary(mean, low, high):
         return SeedSummary(mean=mean, std=0.01, min=low, max=high, n_seeds=2)
@@ -734,7 +735,7 @@ def test_a_change_that_rounds_to_none_reads_as_a_sentence_and_as_0():
     assert sentence == ("Over 2 seeds, at ε 8 the model gets on average about 5 more wrong of every 100 findings "
                         "(seeds: 3 to 7 more)."), sentence
     assert [_per100(v) for v in (-0.004, 0.004, -0.0, -0.07, 0.07, None)] == ["0", "0", "0", "-7", "+7", "–"]
-    assert [_signed(v) for v in (-0.0004, 0.0004, -0.012, 0.012)] == ["0.000", "0.000", "-0.012", "+0.012"]
+    assert [signed_text(v) for v in (-0.0004, 0.0004, -0.012, 0.012)] == ["0.000", "0.000", "-0.012", "+0.012"]
 
 
 def test_an_unchanged_false_alarm_rate_reads_as_one_sentence_with_its_interval():

@@ -19,8 +19,7 @@ from typing import Sequence
 
 from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary
 from dpmed.records import RunRecord
-from dpmed.reporting.inputs import (ReportInputs, eps_label, escape, estimate_text, not_dp_text,
-                                    signed_text as _signed)
+from dpmed.reporting.inputs import ReportInputs, eps_label, escape, estimate_text, not_dp_text, signed_text
 
 __all__ = ["clinical", "case_sentence", "flag_html", "ONE_SEED"]
 
@@ -43,7 +42,7 @@ def _per100(value: float | None) -> str:
 def _paired_cell(d: PairedDifference | None, *, cases: bool) -> str:
     if d is None or d.value is None:
         return "–"
-    fmt = _per100 if cases else _signed
+    fmt = _per100 if cases else signed_text
     interval = "" if d.low is None else f" [{fmt(d.low)},\u00a0{fmt(d.high)}]"
     return f"{fmt(d.value)}{interval}"
 
@@ -51,7 +50,7 @@ def _paired_cell(d: PairedDifference | None, *, cases: bool) -> str:
 def _seeds_cell(s: SeedSummary | None, *, cases: bool) -> str:
     if s is None or s.mean is None:
         return "–"
-    fmt = _per100 if cases else _signed
+    fmt = _per100 if cases else signed_text
     return f"{fmt(s.mean)} (seeds {fmt(s.min)} to {fmt(s.max)})"
 
 
@@ -127,7 +126,7 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
     auroc = single.auroc_difference.value if single is not None else seeds.auroc_difference.mean
     if auroc is None:
         return f"{lead} has no defined AUROC change."
-    return f"{lead} changes the test AUROC by{avg} {_signed(auroc)}" + (f" against {baseline}." if baseline else ".")
+    return f"{lead} changes the test AUROC by{avg} {signed_text(auroc)}" + (f" against {baseline}." if baseline else ".")
 
 
 def flag_html(inputs: ReportInputs, run_ids: list[str]) -> str:
