@@ -706,3 +706,34 @@ def test_the_key_of_resized_images_names_the_torch_version_that_resizes_them(tmp
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0" if name == "torch" else real(name))
     assert cache_key(paths, sized, 1, (8, 8)) != before[0] and cache_key(paths, unsized, 1, (10, 14)) == before[1]
+
+
+@pytest.mark.filterwarnings("error::PIL.Image.DecompressionBombWarning")
+def test_images_over_pillow_s_bomb_limit_are_told_once_by_name_without_pillow_s_warning(tmp_path, write_image,
+                                                                                          monkeypatch, caplog):
+    """Pillow warns of a "decompression bomb DOS attack" without naming the file; dpmed names it and says what to do.
+    The filter turns a leaked warning into an error in the decoding thread, so the decode fails."""
+    from PIL import Image
+
+    paths = _files(tmp_path, write_image, n=3)          # 10 x 14 = 140 px each
+    paths.append(write_image(tmp_path / "img" / "big.png", level=90, size=(12, 14)))     # 168 px
+    paths.append(write_image(tmp_path / "img" / "bigger.png", level=90, size=(13, 14)))  # 182 px
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 150)
+    decoded = decode_images(paths, Preprocessing(size=(8, 8), channels=1))
+    assert decoded.failures == {}
+    told = [r.getMessage() for r in caplog.records if "decompression" in r.getMessage()]
+    assert len(told) == 1 and told[0].startswith("data: 2 of 5 images are larger than 150 pixels")
+    assert f"the first is {paths[3]}" in told[0] and "resize" in told[0]
+
+
+def test_an_image_over_twice_pillow_s_bomb_limit_is_a_flagged_file_saying_to_resize_it(tmp_path, write_image,
+                                                                                      monkeypatch):
+    from PIL import Image
+
+    paths = _files(tmp_path, write_image, n=2)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 60)     # 140 px > 2 * 60
+    decoded = decode_images(paths, Preprocessing(size=(8, 8), channels=1))
+    assert list(decoded.failures) == [0, 1]
+    assert decoded.failures[0].startswith("has more than 120 pixels, ") and "resize it" in decoded.failures[0]
+    assert "DOS attack" not in decoded.failures[0]
+

@@ -94,7 +94,8 @@ def test_a_jpeg_asked_for_at_a_smaller_size_decodes_no_smaller_than_it(tmp_path)
 def test_a_decoder_s_array_of_the_wrong_shape_is_an_unreadable_image(tmp_path, monkeypatch, shape):
     from dpmed.data import decoding
 
-    wrong = decoding.Decoder("wrong", lambda path, channels, hint: np.zeros(shape, np.float32), decoding._peek_raster)
+    wrong = decoding.Decoder("wrong", lambda path, channels, hint: (np.zeros(shape, np.float32), ()),
+                             decoding._peek_raster)
     monkeypatch.setitem(decoding.DECODERS, ".png", wrong)
     with pytest.raises(UnreadableImage, match="decoded to shape"):
         read_image(tmp_path / "x.png", channels=1)

@@ -35,6 +35,7 @@ import os
 import socket
 import stat
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,6 +43,7 @@ from typing import Sequence
 
 import numpy as np
 import PIL
+from PIL import Image
 
 try:
     import fcntl
@@ -49,7 +51,7 @@ except ImportError:     # Windows
     fcntl = None  # type: ignore[assignment]
 
 from dpmed import memory
-from dpmed.data.decoding import DECODERS, UnreadableImage, peek_image, read_image
+from dpmed.data.decoding import DECODERS, ImageNote, UnreadableImage, peek_image, read_image
 from dpmed.data.pace import Pace
 from dpmed.data.transforms import Preprocessing
 from dpmed.errors import DataError, error_name
@@ -146,7 +148,17 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     set data.image_size or data.channels (not a bad row that skip_invalid would drop).
     Decoding runs in ``workers`` threads (default: the CPU count, at most 8; Pillow and torch release the GIL while
     they work). A decode that takes longer than `dpmed.data.pace`'s interval logs how far it has come at that interval.
+    What the decoder notes about files it read (:class:`~dpmed.data.decoding.ImageNote`) is logged once per note, with
+    how many files have it and the first; Pillow's own warning of a large image, which names no file, is silenced
+    meanwhile (here, in the calling thread: the filters are the process's, and the decoding threads share them).
     """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return _decode_images(paths, preprocessing, cache_dir, workers)
+
+
+def _decode_images(paths: Sequence[Path], preprocessing: Preprocessing, cache_dir: Path | None,
+                   workers: int | None) -> DecodedImages:
     start = time.perf_counter()
     paths = [Path(p) for p in paths]
     channels, size = _layout(paths, preprocessing)
@@ -193,12 +205,13 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     check_size, check_channels = preprocessing.size is None, preprocessing.channels is None
     wrong_size: dict[int, tuple[int, int]] = {}
     wrong_channels: dict[int, int] = {}
+    noted: dict[int, list[ImageNote]] = {}
 
     def decode(i: int) -> str | None:
         try:
             # as stored where the first file set the channels: each file is then opened once, not peeked first
             x = read_image(paths[i], channels=None if check_channels else channels,
-                           size_hint=preprocessing.size)  # [C, h, w]
+                           size_hint=preprocessing.size, notes=noted.setdefault(i, []))  # [C, h, w]
             if x.shape[0] != channels:
                 wrong_channels[i] = x.shape[0]
                 return "wrong channels"
@@ -222,6 +235,7 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
                 pace.log(done / n, "data: decoding: %d of %d images (%.0f %%), %.0f/s", done, n, 100 * done / n,
                          done / max(time.perf_counter() - pace.began, 1e-9))
         failures = {i: reason for i, reason in enumerate(outcomes) if reason is not None}
+        _tell(noted, paths)
         if wrong_channels:    # as for sizes below: one setting, not bad rows
             i = min(wrong_channels)
             raise DataError(f"{len(wrong_channels)} of {n} images are stored {_stored(wrong_channels[i])} while the "
@@ -247,6 +261,16 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
         if holder is not None:
             holder.close()
     return DecodedImages(images, failures, False, time.perf_counter() - start, key)
+
+
+def _tell(noted: dict[int, list[ImageNote]], paths: Sequence[Path]) -> None:
+    """One line per note: how many files have it, and the first of them (not a line per file)."""
+    having: dict[ImageNote, list[int]] = {}
+    for i in sorted(noted):
+        for note in noted[i]:
+            having.setdefault(note, []).append(i)
+    for note, rows in having.items():
+        _log.warning("data: %d of %d images %s; the first is %s", len(rows), len(paths), note.what, paths[rows[0]])
 
 
 def _sweep_abandoned(cache_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""What an image decoder is: the info object every decoder registers, and the one error it may signal.
+"""What an image decoder is: the info object every decoder registers, the one error it may signal, and the notes it
+may return with a file it read all the same.
 
 Below both :mod:`dpmed.data.decoding` (the registry by file suffix, and the raster decoder) and
 :mod:`dpmed.data.dicom` (the DICOM decoder), so that the arrows between them run one way: the registry imports the
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["UnreadableImage", "Decoder"]
+__all__ = ["UnreadableImage", "ImageNote", "Decoder"]
 
 
 class UnreadableImage(Exception):
@@ -21,11 +22,22 @@ class UnreadableImage(Exception):
 
 
 @dataclass(frozen=True)
+class ImageNote:
+    """Something the user should hear about a file that was read all the same (it is too large to decode quickly, its
+    transparency hides pixels). ``what`` completes "N of M images ..." in the same words for every file that has it,
+    so that `dpmed.data.cache` tells each note once, with how many files have it and the first of them, rather than a
+    line per file."""
+
+    what: str
+
+
+@dataclass(frozen=True)
 class Decoder:
-    """read(path, channels, size_hint) -> float32 [C, H, W] in [0, 1] (channels None: as stored); peek(path) ->
+    """read(path, channels, size_hint) -> (float32 [C, H, W] in [0, 1] (channels None: as stored), the file's notes);
+    peek(path) ->
     (channels, (H, W)) from the header alone. size_hint is the size a later resize will produce (a decoder may
     decode at >= that size)."""
 
     name: str
-    read: Callable[[Path, int | None, tuple[int, int] | None], np.ndarray]
+    read: Callable[[Path, int | None, tuple[int, int] | None], tuple[np.ndarray, tuple[ImageNote, ...]]]
     peek: Callable[[Path], tuple[int, tuple[int, int]]]

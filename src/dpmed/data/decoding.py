@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from dpmed.data.decoder import Decoder, UnreadableImage
+from dpmed.data.decoder import Decoder, ImageNote, UnreadableImage
 from dpmed.data.dicom import peek_dicom, read_dicom
 from dpmed.errors import error_name
 
-__all__ = ["UnreadableImage", "Decoder", "DECODERS", "decoder_for", "read_image", "peek_image"]
+__all__ = ["UnreadableImage", "ImageNote", "Decoder", "DECODERS", "decoder_for", "read_image", "peek_image"]
 
 _GREY_MODES = {"1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F", "La"}
 _WIDE_MODES = {"I", "I;16", "I;16L", "I;16B", "I;16N"}  # 16-bit samples (Pillow opens 16-bit PNG as I or I;16)
@@ -44,13 +44,35 @@ _QUARTER_TURNS = {5, 6, 7, 8}  # orientations shown a quarter turn from the stor
 
 def _pillow_errors() -> tuple[type[BaseException], ...]:
     # What Pillow raises on a bad file: OSError (incl. UnidentifiedImageError, "image file is truncated"),
-    # SyntaxError and ValueError from some plugins, EOFError on a cut-off stream, DecompressionBombError.
-    return (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
+    # SyntaxError and ValueError from some plugins, EOFError on a cut-off stream.
+    return (OSError, SyntaxError, ValueError, EOFError)
 
 
-def _read_raster(path: Path, channels: int | None, size_hint: tuple[int, int] | None) -> np.ndarray:
+def _too_large() -> UnreadableImage:
+    """Pillow refuses a file of more than twice ``Image.MAX_IMAGE_PIXELS`` pixels as a possible "decompression bomb
+    DOS attack", in words that name no file and say nothing of what to do: a radiograph scanned at full resolution
+    can be that large."""
+    limit = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+    return UnreadableImage(f"has more than {limit:,} pixels, which Pillow refuses to decode (its guard against "
+                           "decompression bombs); resize it (e.g. to 4,096 px on its long side) and run again")
+
+
+def _large(im: Image.Image) -> tuple[ImageNote, ...]:
+    """The note for a file over ``Image.MAX_IMAGE_PIXELS``, for which Pillow warns (without the file's name) while it
+    opens it: `dpmed.data.cache` silences that warning while it decodes and tells this note instead."""
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is None or im.width * im.height <= limit:
+        return ()
+    return (ImageNote(f"are larger than {limit:,} pixels (Pillow's warning of a possible decompression bomb): each is "
+                      "decoded in full, slowly and with much memory, before it is resized; resize them beforehand "
+                      "(e.g. to 4,096 px on their long side) to decode faster"),)
+
+
+def _read_raster(path: Path, channels: int | None,
+                 size_hint: tuple[int, int] | None) -> tuple[np.ndarray, tuple[ImageNote, ...]]:
     try:
         with Image.open(path) as im:
+            notes = _large(im)
             channels = channels or _stored_channels(im)
             if im.mode == "F":
                 raise UnreadableImage("holds floating-point samples (mode F) whose range is unknown; export it as "
@@ -68,14 +90,16 @@ def _read_raster(path: Path, channels: int | None, size_hint: tuple[int, int] | 
                     raise UnreadableImage(f"holds 32-bit samples from {stored.min()} to {stored.max()}, beyond "
                                           "16 bits, whose range is unknown; export it as 8- or 16-bit PNG")
                 x = (stored.astype(np.float32) / np.float32(65535.0))[None]
-                return np.repeat(x, 3, axis=0) if channels == 3 else x
+                return (np.repeat(x, 3, axis=0) if channels == 3 else x), notes
             converted = im.convert("L" if channels == 1 else "RGB")
             x = np.asarray(converted, dtype=np.float32) / np.float32(255.0)  # [H, W] or [H, W, 3]
+    except Image.DecompressionBombError as exc:
+        raise _too_large() from exc
     except _pillow_errors() as exc:
         if isinstance(exc, OSError) and exc.errno is not None:   # the system's error (too many open files, a share
             raise                                                # gone), not the image's
         raise UnreadableImage(f"cannot be decoded ({error_name(exc)}: {exc})") from exc
-    return x[None] if x.ndim == 2 else np.ascontiguousarray(x.transpose(2, 0, 1))  # [C, H, W]
+    return (x[None] if x.ndim == 2 else np.ascontiguousarray(x.transpose(2, 0, 1))), notes  # [C, H, W]
 
 
 def _stored_channels(im: Image.Image) -> int:
@@ -100,17 +124,20 @@ def _peek_raster(path: Path) -> tuple[int, tuple[int, int]]:
         with Image.open(path) as im:
             turned = _orientation(im) in _QUARTER_TURNS
             return _stored_channels(im), ((im.width, im.height) if turned else (im.height, im.width))
+    except Image.DecompressionBombError as exc:
+        raise _too_large() from exc
     except _pillow_errors() as exc:
         raise UnreadableImage(f"cannot be opened ({error_name(exc)}: {exc})") from exc
 
 
-def _read_dicom(path: Path, channels: int | None, size_hint: tuple[int, int] | None) -> np.ndarray:
+def _read_dicom(path: Path, channels: int | None,
+                size_hint: tuple[int, int] | None) -> tuple[np.ndarray, tuple[ImageNote, ...]]:
     x = read_dicom(path)  # [C, H, W] in [0, 1]
     if channels is None or x.shape[0] == channels:
-        return x
+        return x, ()
     if channels == 3:
-        return np.repeat(x, 3, axis=0)
-    return np.einsum("chw,c->hw", x, np.array([0.299, 0.587, 0.114], dtype=np.float32))[None]
+        return np.repeat(x, 3, axis=0), ()
+    return np.einsum("chw,c->hw", x, np.array([0.299, 0.587, 0.114], dtype=np.float32))[None], ()
 
 
 _RASTER = Decoder("pillow", _read_raster, _peek_raster)
@@ -132,16 +159,20 @@ def decoder_for(path: Path) -> Decoder:
     return decoder
 
 
-def read_image(path: Path, *, channels: int | None, size_hint: tuple[int, int] | None = None) -> np.ndarray:
+def read_image(path: Path, *, channels: int | None, size_hint: tuple[int, int] | None = None,
+               notes: list[ImageNote] | None = None) -> np.ndarray:
     """Decode ``path`` to float32 [channels, H, W] in [0, 1]; UnreadableImage when it cannot be decoded.
     ``channels`` None: as stored (1 grey, 3 colour, as :func:`peek_image` says), so that a caller who requires the
-    stored channels opens each file once, not once to peek and once to read."""
+    stored channels opens each file once, not once to peek and once to read. The decoder's notes on a file it read
+    (:class:`ImageNote`) are appended to ``notes``, for a caller that tells them."""
     try:
-        x = decoder_for(path).read(path, channels, size_hint)
+        x, told = decoder_for(path).read(path, channels, size_hint)
     except UnreadableImage as exc:
         raise _told_if_empty(path, exc) from exc
     if x.ndim != 3 or x.shape[0] not in ((1, 3) if channels is None else (channels,)) or min(x.shape[1:]) < 1:
         raise UnreadableImage(f"decoded to shape {x.shape}, not [{channels or '1 or 3'}, H, W]")
+    if notes is not None:
+        notes.extend(told)
     return x
 
 
