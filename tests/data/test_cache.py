@@ -737,3 +737,30 @@ def test_an_image_over_twice_pillow_s_bomb_limit_is_a_flagged_file_saying_to_res
     assert decoded.failures[0].startswith("has more than 120 pixels, ") and "resize it" in decoded.failures[0]
     assert "DOS attack" not in decoded.failures[0]
 
+
+def test_transparency_that_hides_pixels_is_told_with_the_first_file_and_how_many(tmp_path, caplog):
+    """Alpha is dropped: where it hides pixels, the model sees what lies under them, which no viewer shows."""
+    from PIL import Image
+
+    folder = tmp_path / "img"
+    folder.mkdir()
+    rgba = np.full((4, 4, 4), 200, np.uint8)
+    rgba[..., 3] = 255
+    Image.fromarray(rgba, "RGBA").save(folder / "0_opaque.png")            # alpha 255 everywhere: nothing to say
+    rgba[0, 0, 3] = 0
+    Image.fromarray(rgba, "RGBA").save(folder / "1_masked.png")
+    Image.new("LA", (4, 4), (100, 254)).save(folder / "2_translucent.png")
+    Image.new("LA", (4, 4), (100, 255)).save(folder / "3_opaque_grey.png")
+    palette = Image.new("P", (4, 4), 1)
+    palette.putpalette([0, 0, 0, 255, 255, 255] + [0] * 762)
+    palette.putpixel((0, 0), 0)
+    palette.save(folder / "4_palette_hole.png", transparency=0)
+    paths = sorted(folder.iterdir())
+    decoded = decode_images(paths, Preprocessing(size=(4, 4), channels=1))
+    assert decoded.failures == {}
+    told = [r.getMessage() for r in caplog.records if "transparent" in r.getMessage()]
+    assert len(told) == 1 and told[0].startswith("data: 3 of 5 images have transparent pixels")
+    assert f"the first is {paths[1]}" in told[0]
+    caplog.clear()
+    decode_images([paths[0], paths[3]], Preprocessing(size=(4, 4), channels=1))
+    assert "transparent" not in caplog.text

@@ -10,7 +10,8 @@ must not be kept as the file's failure (`dpmed.data.cache`).
 Value scale: 8-bit samples / 255, 16-bit samples / 65535 (PNG with 16-bit grey, as some NIH and MIMIC exports), so
 the stored value range maps onto [0, 1] without looking at any other image. Samples whose range is unknown
 (floating point, or 32-bit integers beyond 0..65535) make the file unreadable rather than be clipped. Colour to grey
-is ITU-R BT.601 luma (Pillow's ``convert("L")``), grey to colour repeats the channel, alpha is dropped.
+is ITU-R BT.601 luma (Pillow's ``convert("L")``), grey to colour repeats the channel, alpha is dropped (and where it
+hides pixels, noted: the model sees what lies under them).
 
 Orientation: a JPEG or PNG whose EXIF Orientation tag says it is shown turned or mirrored (a phone's photograph of
 a lesion or of a film) is read as a viewer shows it (Pillow's ``ImageOps.exif_transpose``), its size too. Read as
@@ -68,6 +69,21 @@ def _large(im: Image.Image) -> tuple[ImageNote, ...]:
                       "(e.g. to 4,096 px on their long side) to decode faster"),)
 
 
+_HIDDEN = ImageNote("have transparent pixels, whose transparency dpmed drops: the model sees the pixels stored under "
+                    "them, which a viewer does not show; export the images without transparency (flattened onto the "
+                    "background you mean) if those pixels are not what a reader sees")
+
+
+def _hidden(im: Image.Image) -> tuple[ImageNote, ...]:
+    """The note for a file whose alpha (an alpha band, or a palette's or colour key's transparency) is below opaque
+    anywhere. Alpha is dropped, so what the model sees there depends on whatever the exporting program left under
+    the transparent pixels; an alpha that is opaque everywhere hides nothing and is dropped without a word."""
+    if not im.has_transparency_data:
+        return ()
+    alpha = im.getchannel("A") if "A" in im.getbands() else im.convert("RGBA").getchannel("A")
+    return (_HIDDEN,) if alpha.getextrema()[0] < 255 else ()
+
+
 def _read_raster(path: Path, channels: int | None,
                  size_hint: tuple[int, int] | None) -> tuple[np.ndarray, tuple[ImageNote, ...]]:
     try:
@@ -82,6 +98,7 @@ def _read_raster(path: Path, channels: int | None,
                 height, width = size_hint[::-1] if turn in _QUARTER_TURNS else size_hint
                 im.draft("L" if channels == 1 else "RGB", (width, height))
             im.load()  # decodes now: a truncated file raises here (LOAD_TRUNCATED_IMAGES is left as it is)
+            notes += _hidden(im)
             if turn != 1:
                 im = ImageOps.exif_transpose(im)    # as a viewer shows it (the module docstring)
             if im.mode in _WIDE_MODES:
