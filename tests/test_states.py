@@ -88,6 +88,21 @@ def test_a_checkpoint_that_says_not_how_far_it_got_still_marks_the_run_interrupt
                                         "continues from its checkpoint (saved under a minute ago)")]
 
 
+def test_a_readable_checkpoint_without_progress_is_read_once(study_folder, monkeypatch):
+    """It was read mapped for its progress, then whole again to look for a problem the mapped read had not found."""
+    from dpmed.training import loop
+
+    folder, _ = study_folder("a_seed0")
+    checkpoint = folder.run("a_seed0").checkpoint
+    checkpoint.parent.mkdir(parents=True)
+    torch.save({"model": {}}, checkpoint)
+    reads = []
+    real_load = torch.load
+    monkeypatch.setattr(loop.torch, "load", lambda *args, **kwargs: reads.append(args[0]) or real_load(*args, **kwargs))
+    assert run_states(folder.root)[0][1] == "interrupted"
+    assert reads == [checkpoint]
+
+
 def test_an_unreadable_study_yaml_comes_first_then_the_runs_the_folder_holds_files_of(study_folder):
     """Which runs are pending is unknown without study.yaml: the runs listed are those with a public or a private
     folder, in name order, each in its own state."""

@@ -66,8 +66,10 @@ def _checkpoint_detail(path: Path) -> str:
     from dpmed.training import checkpoint_problem, checkpoint_progress      # torch: only for a run with a checkpoint
 
     minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
-    progress = checkpoint_progress(path)
-    problem = checkpoint_problem(path) if progress is None else None     # None too for an older dpmed's checkpoint
+    try:
+        progress, problem = checkpoint_progress(path), None     # progress None: an older dpmed's checkpoint
+    except RuntimeError:
+        progress, problem = None, checkpoint_problem(path)      # None where only the mapped read fails
     if problem is not None:     # `dpmed run` fails on it: no run continues from there
         return f"cannot continue: {problem}"
     age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"

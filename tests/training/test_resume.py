@@ -148,9 +148,10 @@ def test_a_checkpoint_continues_with_a_smaller_physical_batch(data, new_model, t
         torch.testing.assert_close(a, b)
 
 
-def test_an_unreadable_checkpoint_has_no_progress_and_training_names_it(data, new_model, tmp_path):
+def test_an_unreadable_checkpoint_is_named_when_its_progress_is_asked_and_by_training(data, new_model, tmp_path):
     (tmp_path / "checkpoint.pt").write_bytes(b"cut short by a full disk")
-    assert checkpoint_progress(tmp_path / "checkpoint.pt") is None
+    with pytest.raises(RuntimeError, match=f"the checkpoint {tmp_path / 'checkpoint.pt'} cannot be read .*delete it"):
+        checkpoint_progress(tmp_path / "checkpoint.pt")
     images, task = data
     with pytest.raises(RuntimeError, match=f"the checkpoint {tmp_path / 'checkpoint.pt'} cannot be read .*delete it"):
         train(new_model(task), images, task, CFG, seed=4, dp=PLAN, randomness=PrivacyRandomness.secure(),
@@ -163,7 +164,8 @@ def test_an_empty_checkpoint_is_named_not_an_index_error(data, new_model, tmp_pa
     and the run failed with "IndexError: list index out of range", which named neither the file nor what to do;
     some other bytes met torch's unpickler with "IndexError: pop from empty list"."""
     (tmp_path / "checkpoint.pt").write_bytes(content)
-    assert checkpoint_progress(tmp_path / "checkpoint.pt") is None
+    with pytest.raises(RuntimeError, match="cannot be read"):
+        checkpoint_progress(tmp_path / "checkpoint.pt")
     images, task = data
     with pytest.raises(RuntimeError, match=f"the checkpoint {tmp_path / 'checkpoint.pt'} cannot be read "
                                            r"\(\w+Error: .+\); delete it"):
@@ -175,7 +177,8 @@ def test_a_file_of_tensors_that_is_no_checkpoint_is_named_not_an_attribute_error
     """A list of tensors in the checkpoint's place loaded and then failed on .get with an AttributeError that said
     nothing of the file or what to do."""
     torch.save([torch.zeros(2)], tmp_path / "checkpoint.pt")
-    assert checkpoint_progress(tmp_path / "checkpoint.pt") is None
+    with pytest.raises(RuntimeError, match="holds a list, not a dpmed checkpoint"):
+        checkpoint_progress(tmp_path / "checkpoint.pt")
     images, task = data
     with pytest.raises(RuntimeError, match=f"the checkpoint {tmp_path / 'checkpoint.pt'} holds a list, not a dpmed "
                                            "checkpoint; delete it"):

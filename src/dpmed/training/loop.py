@@ -224,13 +224,11 @@ def _read_checkpoint(path: Path, *, mmap: bool = False) -> dict:
 
 
 def checkpoint_progress(path: Path) -> tuple[int, int] | None:
-    """(steps done, steps in all) of the training a checkpoint holds, for ``dpmed status``; None where the file is
-    unreadable or was written before checkpoints recorded their progress (such a one still continues its run);
+    """(steps done, steps in all) of the training a checkpoint holds, for ``dpmed status``; None where it was written
+    before checkpoints recorded their progress (such a one still continues its run). RuntimeError where the mapped
+    read fails (`checkpoint_problem` then reads it whole to tell why), so that a readable checkpoint is read once;
     FileNotFoundError where it is gone."""
-    try:   # mapped, not read: the weights and optimiser state stay on disk
-        progress = _read_checkpoint(path, mmap=True).get("progress")
-    except RuntimeError:
-        return None
+    progress = _read_checkpoint(path, mmap=True).get("progress")   # mapped: weights and optimiser state stay on disk
     return None if progress is None else (int(progress["steps"]), int(progress["of"]))
 
 
