@@ -88,6 +88,14 @@ def test_a_filtered_key_whose_reader_gave_a_sentence_keeps_the_sentence():
     assert dataset.shareable_source() == {"patient_key": note, "split": {"seed": 1}}
 
 
+def test_the_shareable_source_names_the_data_file_not_where_it_lies():
+    """run.json is shared: the absolute path published the user's file-system layout (their name, their hospital's
+    share) and said nothing a reader can use elsewhere; the file or folder name identifies the dataset."""
+    dataset = Dataset(name="d", task=Task("binary", ("0", "1")), train=_set(), val=_set(), test=_set(),
+                      source={"format": "medmnist-npz", "path": "/home/alice/hospital/xrays/pneumoniamnist.npz"})
+    assert dataset.shareable_source() == {"format": "medmnist-npz", "path": "pneumoniamnist.npz"}
+
+
 def test_label_names_holding_a_comma_are_joined_by_semicolons():
     assert Task("multilabel", ("opacity, image-left lung", "opacity, image-right lung")).describe() == \
         "multilabel (opacity, image-left lung; opacity, image-right lung)"

@@ -8,6 +8,7 @@ whole tensors; indexing it yields a :class:`Sample`, the per-image view document
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Literal, Mapping, Sequence
 
 import numpy as np
@@ -168,11 +169,15 @@ class Dataset:
         return sum(s.images.nbytes + (0 if s.masks is None else s.masks.nbytes) for s in sets)
 
     def shareable_source(self) -> dict[str, object]:
-        """``source`` without what the reader found in the files (:data:`SHAREABLE_SOURCE`): for run.json."""
+        """``source`` without what the reader found in the files (:data:`SHAREABLE_SOURCE`): for run.json. The data
+        path as its last part, the file or folder name (as the tables' names are kept): the absolute path would publish
+        the user's file-system layout, and it is of no use where the file is shared."""
         kept: dict[str, object] = {}
         for key, value in self.source.items():
             allowed = SHAREABLE_SOURCE.get(key)
-            if allowed is True:
+            if key == "path" and isinstance(value, str):
+                kept[key] = PurePath(value).name
+            elif allowed is True:
                 kept[key] = value
             elif allowed:
                 kept[key] = {k: v for k, v in value.items() if k in allowed} if isinstance(value, Mapping) else value

@@ -529,7 +529,8 @@ def test_a_folder_study_records_its_preprocessing_and_tells_left_out_rows_privat
     assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
     record = json.loads((tmp_path / "out" / "tiny-folders" / "runs" / "non-private_seed0" / "run.json").read_text())
     data = record["data"]["source"]   # the reader's provenance
-    assert data["format"] == "image-folders" and data["path"] == str(root)  # the nested extraction, descended
+    assert data["format"] == "image-folders" and data["path"] == root.name  # its name: not where it lies
+    assert str(tmp_path) not in json.dumps(record)
     assert data["preprocessing"]["resize"].startswith("16x16") and data["preprocessing"]["channels"] == 3
     assert data["preprocessing"]["minmax"] is True and data["preprocessing"]["equalize"] is True
     assert data["preprocessing"]["normalize"] == {"mean": [0.5], "std": [0.25]}
