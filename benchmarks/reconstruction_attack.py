@@ -41,6 +41,7 @@ import torch
 from dpmed.accounting import noise_multiplier_for
 from dpmed.attack import calibrate_threshold, noise_level_at, run_imprint_attack
 from dpmed.data import read_medmnist
+from dpmed.errors import DataError
 from dpmed.models.registry import build_model
 
 N_TRAIN, EXPECTED_BATCH, STEPS, DELTA = 4708, 128, 370, 1e-5
@@ -66,10 +67,17 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    data = read_medmnist(args.data)
+    if not Path(args.data).is_file():   # dpmed's own message names the study's --data-path, not this flag
+        raise SystemExit(f"--data {args.data}: no such file; pass PneumoniaMNIST's pneumoniamnist.npz")
+    try:
+        data = read_medmnist(args.data)
+    except DataError as exc:
+        raise SystemExit(f"--data: {exc}") from None
     images, labels = data.train.images, data.train.labels
     public = np.concatenate([data.val.images, data.test.images])
-    assert len(images) == N_TRAIN, len(images)
+    if len(images) != N_TRAIN:      # q and T above are PneumoniaMNIST's; on another set they would be no arm at all
+        raise SystemExit(f"{args.data}: {len(images)} training images; the arm is PneumoniaMNIST's (q = "
+                         f"{EXPECTED_BATCH} / {N_TRAIN}, T = {STEPS}): pass pneumoniamnist.npz with --data")
 
     def body() -> torch.nn.Module:
         with torch.random.fork_rng():

@@ -417,3 +417,17 @@ def test_overlap_memory_runs_the_pretrain_stage_up_to_training_and_gives_trainin
     out = capsys.readouterr().out
     assert "public set: 40 images, 0 MB decoded at 20 px, 0 MB at 16 px" in out and "peak allocated" in out
     assert dpmed.pretraining.train is train
+
+
+@pytest.mark.parametrize("train", [0, 10])
+def test_reconstruction_attack_refuses_a_file_that_is_not_pneumoniamnist_saying_why(tmp_path, monkeypatch, train):
+    """The arm is PneumoniaMNIST's (q = 128 / 4708, T = 370): another file, or none, is told so, not asserted."""
+    path = tmp_path / "other.npz"
+    if train:
+        images = {split: np.zeros((train, 8, 8), np.uint8) for split in ("train", "val", "test")}
+        np.savez(path, **{f"{s}_images": x for s, x in images.items()},
+                 **{f"{s}_labels": np.arange(train)[:, None] % 2 for s in images})
+    monkeypatch.setattr(sys, "argv", ["reconstruction_attack.py", "--data", str(path)])
+    words = "10 training images; the arm is PneumoniaMNIST's" if train else "other.npz: no such file"
+    with pytest.raises(SystemExit, match=words):
+        _harness("reconstruction_attack").main()
