@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
           "ratio (mean, range) |")
     print("|---|---:|---|---|---:|---:|---|")
     for study in args.studies:
-        runs = sorted(d for d in (study / "runs").iterdir() if (d / "predictions.npz").exists())
+        runs = sorted(p.parent for p in study.glob("runs/*/predictions.npz"))   # none where study is no study
         found = [w for w in (widths(d, args.resamples) for d in runs) if w is not None]
         if not found:
             print(f"{study}: no binary run with predictions", file=sys.stderr)

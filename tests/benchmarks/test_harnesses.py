@@ -431,3 +431,9 @@ def test_reconstruction_attack_refuses_a_file_that_is_not_pneumoniamnist_saying_
     words = "10 training images; the arm is PneumoniaMNIST's" if train else "other.npz: no such file"
     with pytest.raises(SystemExit, match=words):
         _harness("reconstruction_attack").main()
+
+
+def test_bootstrap_unit_says_which_folder_holds_no_runs_and_goes_on(tmp_path, capsys):
+    harness = runpy.run_path(str(_BENCHMARKS / "bootstrap_unit.py"))
+    assert harness["main"]([str(tmp_path / "not-a-study"), "--resamples", "10"]) == 0
+    assert f"{tmp_path / 'not-a-study'}: no binary run with predictions" in capsys.readouterr().err
