@@ -288,3 +288,25 @@ def test_the_note_on_an_interval_beside_its_point_quotes_a_parity_with_its_sign_
         "accuracy_parity_difference": inside})}, equalized_odds_difference=Spread(value=0.275, low=0.286, high=1.0))
     note = _outside_note([SimpleNamespace(run_id="r")], [spread], ["female"], "95%")
     assert "equalised odds difference 0.275 [0.286,\u00a01.000])" in note
+
+
+def test_the_interpretability_section_names_a_run_that_decides_one_class_for_every_test_image(
+        tmp_path, make_record, make_resolved, make_explanations):
+    """A DP arm that collapsed to one class still gets faithfulness scores, and they look the best of the table
+    (Average Drop 0, Increase in Confidence 100 %: masking leaves the one class's score as high or raises it). The
+    section says which runs those are, beside the numbers a reader compares, not only at the top of the report."""
+    explained = make_explanations({"average_drop": {"value": 0.0, "low": 0.0, "high": 0.0}})
+    metrics = {"test_auroc": 0.6, "test_auroc_low": 0.5, "test_auroc_high": 0.7}
+    records = [make_record(run_id, arm, mechanism, eps=eps, metrics=metrics | {"test_predicted_classes": chosen},
+                           explanations=explained)
+               for run_id, arm, mechanism, eps, chosen in (("np_seed0", "np", "none", None, 3),
+                                                           ("dp_eps1_C1_seed0", "dp", "dp_sgd", 1.0, 1))]
+    records = [r.model_copy(update={"data": r.data.model_copy(update={"task": "multiclass"})}) for r in records]
+    write_outputs(StudyFolder(tmp_path), make_resolved(records, resamples=50, n_test=N, task="multiclass",
+                                                       label_names=("a", "b", "c")), records)
+    page = (tmp_path / "report.html").read_text()
+    section = page[page.index('id="interpretability"'):]
+    section = section[:section.index("<h2", 1)]
+    note = section[section.index("one class for every test image"):]
+    note = note[:note.index("</li>")]
+    assert "dp_eps1_C1_seed0" in note and "np_seed0" not in note

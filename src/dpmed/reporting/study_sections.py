@@ -364,6 +364,14 @@ def interpretability_section(inputs: ReportInputs) -> str:
                      + ", ".join(flat) + ". Masking can then move Y only a little, so Average Drop, Increase in "
                      "Confidence, the masked-input score and deletion/insertion AUC say little about the CAM for "
                      "these runs; lesion-mask energy and pointing game do not depend on Y's size.")
+    # A collapsed run scores best on the confidence metrics (masking leaves its one class's score as high or
+    # raises it), so the warning the utility sections give must stand beside these numbers too.
+    collapsed = [r.run_id for r in runs if any(f.kind == "one_class" for f in inputs.comparisons.flags_of(r.run_id))]
+    if collapsed:
+        notes.append("Runs that decide one class for every test image: " + _e(", ".join(collapsed)) + ". Their "
+                     "maps explain a decision that no image changes, so a low Average Drop or a high Increase in "
+                     "Confidence there shows that masking leaves that class's score as high, not that the map "
+                     "found what the model looked at.")
     # Each count with the metrics that read its maps: the predicted-class maps feed the confidence and
     # deletion/insertion metrics, the lesion-class maps (records before them lack the count) energy and pointing.
     zero = [f"{_e(r.run_id)}: {e.n_zero_cams} of {e.n_images}" for r in runs if (e := r.explanations).n_zero_cams]
