@@ -143,3 +143,16 @@ def test_the_summary_spells_out_accuracy_and_keeps_its_columns_for_a_long_run_id
     for record, row in zip([short, long], rows):
         assert row.index(record.privacy.in_brief()) == header.index("eps")
         assert len(row) == len(header) and row.endswith(format(record.metrics["test_accuracy"], ".3f"))
+
+
+def test_the_summary_names_a_run_that_decides_one_class_for_every_test_image(make_record):
+    """The terminal is where many users stop reading: a DP arm whose accuracy is only the share of the one class it
+    always predicts must not pass there as a modest model (the report's warning is not enough)."""
+    collapsed = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0,
+                            metrics={"test_auroc": 0.64, "test_accuracy": 0.36, "test_predicted_classes": 1})
+    fine = make_record("np_seed0", "np", metrics={"test_auroc": 0.78, "test_accuracy": 0.52,
+                                                  "test_predicted_classes": 2})
+    lines = summary_text([fine, collapsed]).splitlines()
+    assert len(lines) == 4
+    assert lines[3] == ("dp_eps1_C1_seed0 predicts one class for every test image: its accuracy is that class's "
+                        "share, and it separates nothing (report.html says more)")

@@ -30,7 +30,8 @@ from dpmed.evaluation.weighted import number
 from dpmed.records import RunRecord
 
 __all__ = ["Comparisons", "compare_runs", "Correlation", "Correlations", "SeedSummary", "PairedDifference",
-           "AurocDifference", "Difference", "ValueSummary", "RunFlag", "GroupFlag", "MIN_CLASS_COUNT", "SIGNIFICANCE"]
+           "AurocDifference", "Difference", "ValueSummary", "RunFlag", "GroupFlag", "MIN_CLASS_COUNT", "SIGNIFICANCE",
+           "decides_one_class"]
 
 # A fairness group with fewer positives (or negatives) than this is flagged: its AUROC moves in steps of 1 / (its
 # positives x negatives), its sensitivity in steps of 1 / positives, and its percentile interval can collapse to a
@@ -262,6 +263,15 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord]) -> list[Valu
             for label, members in grouped.items()]
 
 
+def decides_one_class(record: RunRecord) -> bool:
+    """Whether a run made the same decision for every test image (from ``test_predicted_classes``; for a binary
+    record without it, sensitivity and specificity of 1 and 0, or 0 and 1): its accuracy is then only that class's
+    share, which the report and the terminal say beside its numbers."""
+    m = record.metrics
+    chosen, sens, spec = m.get("test_predicted_classes"), m.get("test_sensitivity"), m.get("test_specificity")
+    return chosen == 1 or (chosen is None and sens is not None and spec is not None and {sens, spec} == {0.0, 1.0})
+
+
 def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[str]) -> list[RunFlag]:
     """Runs that decide the same way for every test image, or (multiclass) never choose some class (from
     ``test_predicted_classes`` and ``test_constant_labels``; for a binary record without them, from sensitivity and
@@ -271,11 +281,9 @@ def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[st
     flags = []
     for r in records:
         m = r.metrics
-        sens, spec = m.get("test_sensitivity"), m.get("test_specificity")
+        sens = m.get("test_sensitivity")
         chosen = m.get("test_predicted_classes")
-        one_class = chosen == 1 or (
-            chosen is None and sens is not None and spec is not None and {sens, spec} == {0.0, 1.0})
-        if one_class:
+        if decides_one_class(r):
             predicted = None
             if kind == "binary" and sens is not None:
                 positive = names[1] if len(names) == 2 else "the positive class"

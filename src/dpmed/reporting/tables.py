@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from dpmed.comparisons import decides_one_class
 from dpmed.evaluation.fairness import fairness_columns
 from dpmed.evaluation.summaries import Explanations
 from dpmed.folders import write_text_atomic
@@ -82,7 +83,8 @@ def write_results_table(records: Iterable[RunRecord], path: Path) -> pd.DataFram
 
 def summary_text(records: Iterable[RunRecord]) -> str:
     """A fixed-width table for the terminal: run, eps with its delta, accountant and neighbours, test AUROC with
-    interval, accuracy at the run's threshold."""
+    interval, accuracy at the run's threshold; then a line for each run that decides one class for every test
+    image, whose accuracy (that class's share) would otherwise pass for a weak model's."""
     records = list(records)
     levels = {float(r.metrics["confidence"]) for r in records if r.metrics.get("confidence") is not None}
     level = f"{confidence_text(levels.pop())} CI" if len(levels) == 1 else "CI"   # the intervals' level
@@ -96,4 +98,6 @@ def summary_text(records: Iterable[RunRecord]) -> str:
         acc = r.estimate("test_accuracy").value
         lines.append(f"{r.run_id:<{ids}} {r.privacy.in_brief():<{width}} {shown:<24} "
                      f"{'' if acc is None else format(acc, '.3f'):>8}")
+    lines += [f"{r.run_id} predicts one class for every test image: its accuracy is that class's share, and it "
+              "separates nothing (report.html says more)" for r in records if decides_one_class(r)]
     return "\n".join(lines)
