@@ -73,3 +73,22 @@ def test_a_multilabel_finding_with_one_value_in_validation_is_refused_before_tra
     test[:, 1] = value
     check_classes(replace(data, test=replace(data.test, labels=test)), where="labels.csv")
     check_classes(data, where="labels.csv")
+
+
+def test_a_binary_validation_split_with_few_images_of_a_class_is_warned_of(phantom, caplog):
+    """Every run decides at the Youden threshold chosen on validation: with 2 validation images of a class (a very
+    unbalanced set carved by patient) that threshold rests on those 2, and nothing said so."""
+    labels = np.ones_like(phantom.val.labels)
+    labels[:2] = 0
+    data = replace(phantom, val=replace(phantom.val, labels=labels))
+    name = phantom.task.label_names[0]
+    with caplog.at_level("WARNING", logger="dpmed.study"):
+        check_classes(data, where="labels.csv")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"labels.csv: the validation split holds only 2 images of class {name}: the threshold every run decides at "
+        "(Youden's J) is chosen on them, so its sensitivity and specificity may not carry over to the test images; "
+        "give validation more of them (data.split.val_fraction, or the split column or folders)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dpmed.study"):
+        check_classes(replace(phantom, val=phantom.train), where="phantom")     # 10 or more of each: no word
+    assert not caplog.records

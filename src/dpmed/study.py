@@ -36,6 +36,7 @@ from dpmed.audit import AuditRecord, max_canaries, read_audit
 from dpmed.budget import check_budget, study_privacy
 from dpmed.config import EvaluationConfig, RunPlan, Study, load_study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
+from dpmed.comparisons import MIN_CLASS_COUNT
 from dpmed.errors import ConfigError, DataError
 from dpmed.evaluation.assessment import redraw_memory
 from dpmed.executors import RunFailure, RunTask, check_executor_options, make_executor
@@ -170,6 +171,13 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
             raise DataError(f"{where}: the {split} split holds only class {held} ({len(images)} images); a {kind} "
                             f"task needs {needs}: check the label column or class folders (data.labels), or the "
                             "split settings")
+    if kind == "binary":
+        counts = np.bincount(np.asarray(dataset.val.labels).reshape(-1).astype(np.int64), minlength=2)
+        for c in np.flatnonzero(counts < MIN_CLASS_COUNT):
+            _log.warning("%s: the validation split holds only %d images of class %s: the threshold every run "
+                         "decides at (Youden's J) is chosen on them, so its sensitivity and specificity may not "
+                         "carry over to the test images; give validation more of them (data.split.val_fraction, or "
+                         "the split column or folders)", where, counts[c], names[c] if c < len(names) else c)
     if dataset.task.classes_from_data:
         # The class count is released (study.yaml, the report, the model's last layer); counted from the images, it
         # is a fact of the evaluation splits (which DP does not protect) only when they hold every training class.
