@@ -55,3 +55,28 @@ def test_no_lines_with_a_bar_when_not_asked_or_under_ten_steps(data, new_model, 
         train(new_model(task), images, task, CFG, seed=0, dp=plan, randomness=PrivacyRandomness.secure(), progress=bar,
               log_progress=log)
     assert _lines(caplog) == []
+
+
+def test_a_run_without_a_bar_leaves_the_callers_process_as_it_was():
+    """A disabled tqdm bar still started tqdm's monitor thread (left running after the run) and fixed the process's
+    multiprocessing start method, so that a notebook's later ``set_start_method`` raised "context has already been
+    set". In a fresh process, as a notebook's first study would be."""
+    import subprocess
+    import sys
+
+    script = """if True:
+        import multiprocessing, threading
+        from dpmed.config import TrainingConfig
+        from dpmed.data.synthetic import make_phantom
+        from dpmed.models import build_model
+        from dpmed.training import train
+        ds = make_phantom(n_images=40, image_size=16, seed=0)
+        model = build_model("small_cnn", in_channels=1, num_outputs=ds.task.num_outputs, image_size=16)
+        before = sorted(t.name for t in threading.enumerate())
+        train(model, ds.train, ds.task, TrainingConfig(epochs=1, batch_size=16, physical_batch_size=64,
+              optimizer="adam", learning_rate=1e-3), seed=0, progress=False, log_progress=True)
+        print(before == sorted(t.name for t in threading.enumerate()), multiprocessing.get_start_method(True))
+    """
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "None"]

@@ -177,10 +177,13 @@ class _Progress:
         self.start = time.perf_counter()
         quiet = bar or not log or total < 10
         self.marks = set() if quiet else {math.ceil(total * k / 10) for k in range(1, 10)}
-        self.bar = tqdm(total=total, initial=done, desc=label, unit="step", disable=not bar, leave=False)
+        # none at all where no bar is drawn: even a disabled tqdm starts a monitor thread that outlives the run and
+        # fixes the caller's multiprocessing start method
+        self.bar = tqdm(total=total, initial=done, desc=label, unit="step", leave=False) if bar else None
 
     def step(self) -> None:
-        self.bar.update()
+        if self.bar is not None:
+            self.bar.update()
         self.done += 1
         if self.done in self.marks:
             elapsed = time.perf_counter() - self.start
@@ -189,7 +192,8 @@ class _Progress:
                       self.total, 100 * self.done // self.total, elapsed, left)
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 # What torch.load raises for a checkpoint cut short or not a checkpoint at all (its weights-only unpickler meets
