@@ -57,6 +57,9 @@ def test_load_study_without_a_path_is_the_embedded_quickstart():
 @pytest.mark.parametrize(("options", "message"), [({"executor": "locl"}, "unknown executor 'locl'"),
                                                   ({"workers": 0}, r"workers \(--workers\) must be at least 1"),
                                                   ({"workers": -1}, r"workers \(--workers\) must be at least 1"),
+                                                  ({"workers": "2"}, r"workers \(--workers\) must be a whole "
+                                                                     r"number, got '2' \(str\)$"),
+                                                  ({"workers": 2.5}, r"workers .* got 2\.5 \(float\)$"),
                                                   ({"address": "ray://head:10001"}, "applies only with")])
 def test_run_study_refuses_bad_options_before_it_reads_data_or_writes(tmp_path, monkeypatch, options, message):
     """They were refused only after the data had been read, the noise calibrated, and the study folder written.

@@ -485,9 +485,12 @@ def _warn_open_token() -> None:
 def check_executor_options(name: str, *, workers: int | None, address: str | None) -> None:
     """ConfigError where one executor's own option is given to the other, so that neither is ignored: ``address``
     is Ray's only, ``workers`` (None: not given) local's only; and where Ray is asked for and not installed, the
-    executor is unknown, or ``workers`` is below 1. `dpmed run` and `run_study` check before the data are read."""
+    executor is unknown, or ``workers`` is no whole number (a float pool size failed only as the pool started, after
+    the data were read) or below 1. `dpmed run` and `run_study` check before the data are read."""
     if name not in EXECUTORS:
         raise ConfigError(f"unknown executor {name!r}; use one of {', '.join(EXECUTORS)}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):   # a Python caller's slip
+        raise ConfigError(f"workers (--workers) must be a whole number, got {workers!r} ({type(workers).__name__})")
     if workers is not None and workers < 1:
         raise ConfigError(f"workers (--workers) must be at least 1, got {workers}")
     if name == "ray" and importlib.util.find_spec("ray") is None:
