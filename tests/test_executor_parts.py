@@ -58,6 +58,19 @@ def test_worker_records_reach_their_own_logger_at_its_own_level_and_the_relay_en
         named.setLevel(logging.NOTSET)
 
 
+
+def test_a_worker_s_accountant_warning_is_not_printed_where_the_caller_configured_no_logging(monkeypatch, capsys):
+    """In one process, dp_accounting's "failed to converge" (logged through absl) is dropped where the root logger
+    has no handler (`dpmed.accounting.epsilon`); relayed from a worker (workers=2), Python's last-resort handler
+    printed it, against README's "without [logging configured], nothing is printed". dpmed's own warnings show."""
+    monkeypatch.setattr(logging.root, "handlers", [])
+    records = queue.Queue()
+    for name, text in (("absl", "_compute_log_a_frac failed to converge"), ("dpmed.study", "a run FAILED")):
+        records.put(logging.LogRecord(name, logging.WARNING, __file__, 1, text, None, None))
+    records.put(None)
+    executors._forward(records)
+    assert capsys.readouterr().err == "a run FAILED\n"
+
 def _task(run_id, finished=False):
     return SimpleNamespace(plan=SimpleNamespace(run_id=run_id),
                            folder=SimpleNamespace(is_finished=finished, record=f"{run_id}/run.json"))

@@ -220,13 +220,15 @@ def _execute_in_worker(task: RunTask) -> Outcome:
 
 
 def _forward(records: Any) -> None:
-    """In the parent: hand each worker record to the logger that made it, as if it had been logged here."""
+    """In the parent: hand each worker record to the logger that made it, as if it had been logged here. As here,
+    dp_accounting's absl warnings are dropped where the root logger has no handler (`dpmed.accounting.epsilon`): a
+    worker's root always has one (the queue to here), and Python's last resort would print them."""
     while True:
         record = records.get()
         if record is None:
             return
         logger = logging.getLogger(record.name)
-        if logger.isEnabledFor(record.levelno):
+        if logger.isEnabledFor(record.levelno) and (logging.root.handlers or record.name != "absl"):
             logger.handle(record)
 
 
