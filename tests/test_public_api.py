@@ -150,6 +150,18 @@ def test_a_study_of_another_type_is_a_dpmed_error_naming_what_was_given(study, t
     assert not list(tmp_path.iterdir())
 
 
+
+@pytest.mark.parametrize("out", [123, None])
+def test_an_out_folder_of_another_type_is_a_dpmed_error_naming_the_argument(out):
+    """run_study(study, out=123) raised pathlib's TypeError ("expected str, bytes or os.PathLike object, not int"),
+    which names no argument; read_results likewise."""
+    with pytest.raises(dpmed.ConfigError, match=rf"^out, the folder to write the study into, is a path \(str or "
+                                                rf"Path\), not {type(out).__name__} {out!r}$"):
+        dpmed.run_study(dpmed.load_study(), out=out)
+    with pytest.raises(dpmed.ConfigError, match=rf"^read_results takes a study folder's path \(str or Path\), "
+                                                rf"not {type(out).__name__} {out!r}$"):
+        dpmed.read_results(out)
+
 def test_every_accounting_name_is_imported_from_its_module_on_first_use():
     """The accounting package names each export's module by hand (so that reading a ledger imports no accountant):
     a name listed in __all__ but in no module, or in the wrong one, would fail only when first used."""

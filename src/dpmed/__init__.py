@@ -14,6 +14,7 @@ Names are imported on first use, so ``import dpmed.accounting`` (pure math) does
 from __future__ import annotations
 
 from importlib import import_module
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,9 @@ def read_results(study_dir: str | Path) -> "Any":
     from dpmed.errors import ConfigError
     from dpmed.folders import StudyFolder
 
+    if not isinstance(study_dir, (str, PathLike)):     # a Python caller's slip, said as a user's error
+        raise ConfigError(f"read_results takes a study folder's path (str or Path), not {type(study_dir).__name__} "
+                          f"{study_dir!r:.60}")
     path = StudyFolder(Path(study_dir)).results
     if not path.is_file():
         inside = sorted(p.parent for p in Path(study_dir).glob(f"*/{path.name}"))   # the out folder given instead

@@ -23,6 +23,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from os import PathLike
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -538,6 +539,9 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
                           "`if __name__ == \"__main__\":`")
     if not isinstance(study, Study):
         study = load_study(study)
+    if not isinstance(out, (str, PathLike)):     # a Python caller's slip, said as a user's error
+        raise ConfigError(f"out, the folder to write the study into, is a path (str or Path), not "
+                          f"{type(out).__name__} {out!r:.60}")
     check_executor_options(executor, workers=None if workers == 1 else workers, address=address)   # before the data
     with interruptible((signal.SIGINT,)):
         return _run_study(study, out=out, progress=_bars_shown() if progress is None else progress,
