@@ -54,6 +54,15 @@ def test_load_study_without_a_path_is_the_embedded_quickstart():
     assert dpmed.load_study().name == "quickstart"
 
 
+
+@pytest.mark.parametrize("overrides", [["training.epochs=2"], "training.epochs=2"])
+def test_overrides_not_given_as_a_mapping_are_a_dpmed_error_showing_the_form(overrides):
+    """load_study(None, ["training.epochs=2"]) raised "dictionary update sequence element #0 has length 16; 2 is
+    required"."""
+    with pytest.raises(dpmed.ConfigError, match=rf"^overrides map dotted keys to values, e.g. "
+                                                rf"\{{'training.epochs': 2\}}, not {type(overrides).__name__} "):
+        dpmed.load_study(None, overrides)
+
 @pytest.mark.parametrize(("options", "message"), [({"executor": "locl"}, "unknown executor 'locl'"),
                                                   ({"workers": 0}, r"workers \(--workers\) must be at least 1"),
                                                   ({"workers": -1}, r"workers \(--workers\) must be at least 1"),

@@ -525,10 +525,16 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     """Parse and validate a study file (default: the embedded phantom quickstart, as `dpmed run` with no study);
     a relative path is read from the file's folder, or from the current folder where an override gives it.
 
+    ``overrides``: dotted keys to values, as ``dpmed run --set`` gives them (``{"training.epochs": 2}``; a list
+    item by index or name: ``{"arms.dp-sgd.target_epsilon": 4}``), applied to the file before it is checked.
+
     Raises ConfigError naming the file and every offending key, before anything is trained; a problem caused by an
     override is blamed on it, in the words of ``origins`` (override key -> how the user gave it, e.g.
     ``{"training.epochs": "--set training.epochs=abc"}``; default: ``override training.epochs='abc'``).
     """
+    if overrides is not None and not isinstance(overrides, Mapping):     # a Python caller's slip
+        raise ConfigError(f"overrides map dotted keys to values, e.g. {{'training.epochs': 2}}, not "
+                          f"{type(overrides).__name__} {overrides!r:.60}")
     overrides = dict(overrides or {})
     origins = {key: (origins or {}).get(key) or f"override {key}={value!r}" for key, value in overrides.items()}
     if path is not None and not isinstance(path, (str, Path)):     # a Python caller's slip, said as a user's error
