@@ -15,6 +15,7 @@ from matplotlib.text import Text
 from dpmed.evaluation.utility import evaluate_utility
 from dpmed.evaluation.summaries import Estimate, Spread
 from dpmed.mechanisms import PrivacyCard
+from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.reporting.figures import FONT, auroc_figure, ldp_examples_figure
 from dpmed.reporting.inputs import PHONE_WIDTH, number_text
 from dpmed.reporting.study_figures import cam_grid_figure, group_figure
@@ -1191,3 +1192,21 @@ def test_finished_runs_left_out_of_the_study_file_are_named_whatever_their_mecha
     generated = SimpleNamespace(n_train=None, n_val=15, n_test=12, released_sizes={"images": 71}, size_epsilon=0.02,
                                 synthetic=True)
     assert "protects no one" in _sizes(generated, ["ldp_seed0"]) and "N" not in _sizes(generated, ["ldp_seed0"])
+
+
+@pytest.mark.parametrize("update", [{"sampler_voids": True}, {"randomness": NOT_DP_REPRODUCIBLE}])
+def test_a_cards_facts_call_an_accounted_eps_whose_claim_does_not_hold_not_dp(make_record, update):
+    """A high-budget run whose noise is below the sampler's reach (or a reproducible one) keeps its accounted eps on
+    its card: its facts row read a bare "ε 1e6" beside δ and accountant, as a DP run's does, while only the statement
+    above it said NOT DP."""
+    from dpmed.reporting.sections import _card
+
+    for card in (PrivacyCard(mechanism="dp_sgd", is_dp=False, statement="NOT DP as run", epsilon=999_100.0,
+                             delta=1e-5, accountant="rdp", unit="image", **update),
+                 PrivacyCard(mechanism="pixel_laplace", is_dp=False, statement="NOT DP as run", epsilon=12_800.0,
+                             epsilon_image=12_800.0, epsilon_pixel=50.0, delta=0.0, accountant="closed form",
+                             **update)):
+        html = _card(make_record("r_seed0", "r").model_copy(update={"mechanism": card.mechanism, "privacy": card}))
+        facts = dict(re.findall(r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", html[html.index('class="facts"'):]))
+        shown = {k: v for k, v in facts.items() if k.startswith("ε")}
+        assert shown and all(v.endswith(" (as accounted; not DP)") for v in shown.values()), shown

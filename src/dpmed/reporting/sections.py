@@ -323,7 +323,10 @@ def _fact(card, key: str) -> str | None:
     if key == "delta":
         return escape(delta_number(value))
     # eps rounded up: shorter, never smaller than accounted
-    return escape(number_text(value, up=key.startswith(("epsilon", "target_epsilon", "size_epsilon"))))
+    text = number_text(value, up=key.startswith(("epsilon", "target_epsilon", "size_epsilon")))
+    # an accounted eps whose claim does not hold (noise below the sampler's reach, seed known) is no DP fact
+    claimed = key in ("epsilon", "epsilon_image", "epsilon_pixel")
+    return escape(f"{text} (as accounted; not DP)" if claimed and not card.is_dp else text)
 
 
 def _card(r: RunRecord) -> str:
