@@ -175,3 +175,14 @@ def test_a_not_dp_mechanism_without_an_eps_reads_not_dp_and_only_the_baseline_re
     assert eps_label(shift) == "not DP"
     assert _plain(eps_label(none)) == "no privacy (ε = ∞)"
     assert shift.in_brief() == "not DP" and none.in_brief() == "inf (no privacy)"
+
+
+@pytest.mark.parametrize("card, accountant", [(LAPLACE, "closed form"), (GAUSS, "analytic Gaussian")])
+def test_a_local_dp_run_voided_by_the_sampler_names_its_own_accountant(card, accountant):
+    """A pixel_gaussian run whose noise is below the sampler's reach was said to be void because "the closed form
+    holds for exact noise only": its eps is the analytic Gaussian's, not the Laplace closed form's."""
+    from dpmed.reporting.inputs import not_dp_text
+
+    text = not_dp_text(card.model_copy(update={"is_dp": False, "sampler_voids": True}))
+    assert f"(the {accountant} eps holds for exact noise only)" in text
+    assert ("closed form" in text) == (accountant == "closed form")
