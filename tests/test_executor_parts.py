@@ -58,7 +58,6 @@ def test_worker_records_reach_their_own_logger_at_its_own_level_and_the_relay_en
         named.setLevel(logging.NOTSET)
 
 
-
 def test_a_worker_s_accountant_warning_is_not_printed_where_the_caller_configured_no_logging(monkeypatch, capsys):
     """In one process, dp_accounting's "failed to converge" (logged through absl) is dropped where the root logger
     has no handler (`dpmed.accounting.epsilon`); relayed from a worker (workers=2), Python's last-resort handler
@@ -70,6 +69,7 @@ def test_a_worker_s_accountant_warning_is_not_printed_where_the_caller_configure
     records.put(None)
     executors._forward(records)
     assert capsys.readouterr().err == "a run FAILED\n"
+
 
 def _task(run_id, finished=False):
     return SimpleNamespace(plan=SimpleNamespace(run_id=run_id),

@@ -54,7 +54,6 @@ def test_load_study_without_a_path_is_the_embedded_quickstart():
     assert dpmed.load_study().name == "quickstart"
 
 
-
 @pytest.mark.parametrize("overrides", [["training.epochs=2"], "training.epochs=2"])
 def test_overrides_not_given_as_a_mapping_are_a_dpmed_error_showing_the_form(overrides):
     """load_study(None, ["training.epochs=2"]) raised "dictionary update sequence element #0 has length 16; 2 is
@@ -62,6 +61,7 @@ def test_overrides_not_given_as_a_mapping_are_a_dpmed_error_showing_the_form(ove
     with pytest.raises(dpmed.ConfigError, match=rf"^overrides map dotted keys to values, e.g. "
                                                 rf"\{{'training.epochs': 2\}}, not {type(overrides).__name__} "):
         dpmed.load_study(None, overrides)
+
 
 @pytest.mark.parametrize(("options", "message"), [({"executor": "locl"}, "unknown executor 'locl'"),
                                                   ({"workers": 0}, r"workers \(--workers\) must be at least 1"),
@@ -159,7 +159,6 @@ def test_a_study_of_another_type_is_a_dpmed_error_naming_what_was_given(study, t
     assert not list(tmp_path.iterdir())
 
 
-
 @pytest.mark.parametrize("out", [123, None])
 def test_an_out_folder_of_another_type_is_a_dpmed_error_naming_the_argument(out):
     """run_study(study, out=123) raised pathlib's TypeError ("expected str, bytes or os.PathLike object, not int"),
@@ -170,6 +169,7 @@ def test_an_out_folder_of_another_type_is_a_dpmed_error_naming_the_argument(out)
     with pytest.raises(dpmed.ConfigError, match=rf"^read_results takes a study folder's path \(str or Path\), "
                                                 rf"not {type(out).__name__} {out!r}$"):
         dpmed.read_results(out)
+
 
 def test_every_accounting_name_is_imported_from_its_module_on_first_use():
     """The accounting package names each export's module by hand (so that reading a ledger imports no accountant):

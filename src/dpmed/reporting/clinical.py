@@ -126,7 +126,8 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
     auroc = single.auroc_difference.value if single is not None else seeds.auroc_difference.mean
     if auroc is None:
         return f"{lead} has no defined AUROC change."
-    return f"{lead} changes the test AUROC by{avg} {signed_text(auroc)}" + (f" against {baseline}." if baseline else ".")
+    against = f" against {baseline}." if baseline else "."
+    return f"{lead} changes the test AUROC by{avg} {signed_text(auroc)}{against}"
 
 
 def flag_html(inputs: ReportInputs, run_ids: list[str]) -> str:
