@@ -322,7 +322,8 @@ def test_p_values_at_the_bootstrap_floor_print_as_at_most(scored_run, scores, re
 
 def test_a_reference_below_chance_is_flagged_where_its_private_runs_are_read(scored_run, scores, report_html):
     # The non-private run of a seed that ranks the classes the wrong way round makes its seed's private runs look
-    # like gains: the opening table's row of those runs, the summary and the utility table say so.
+    # like gains: the opening section (and each row of those runs points to it), the summary and the utility table
+    # say so.
     names = ["normal", "pneumonia"]
     rng = np.random.default_rng(5)
     val, test = scores(0.7, rng)
@@ -333,7 +334,7 @@ def test_a_reference_below_chance_is_flagged_where_its_private_runs_are_read(sco
     for anchor in ("clinical", "summary", "utility"):
         assert "np_seed0 ranks the classes below chance" in _text(_section(html, anchor)), anchor
     row = _section(html, "clinical").split("<table")[1].split("</table>")[0]
-    assert "np_seed0 ranks the classes below chance" in _text(row)                 # in the row it undermines
+    assert "paired with np_seed0, whose warning stands above" in _text(row)        # in the row it undermines
     assert "⚠ below chance" in _section(html, "utility").split("</table>")[0]
 
 
@@ -1210,3 +1211,29 @@ def test_a_cards_facts_call_an_accounted_eps_whose_claim_does_not_hold_not_dp(ma
         facts = dict(re.findall(r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", html[html.index('class="facts"'):]))
         shown = {k: v for k, v in facts.items() if k.startswith("ε")}
         assert shown and all(v.endswith(" (as accounted; not DP)") for v in shown.values()), shown
+
+
+def test_a_references_warning_is_said_once_where_the_baseline_is_met_not_under_every_paired_row(tmp_path, make_record,
+                                                                                             report_html):
+    # Three private arms paired with one non-private run that never chooses class "c": its warning stands once, by
+    # the 'Without privacy' line, and each paired row only points to it.
+    y = np.arange(90) % 3
+    rng = np.random.default_rng(6)
+    records = []
+    for run_id, arm, mechanism, eps in (("np_seed0", "np", "none", None), ("dp_eps1_C1_seed0", "dp1", "dp_sgd", 1.0),
+                                        ("dp_eps2_C1_seed0", "dp2", "dp_sgd", 2.0),
+                                        ("dp_eps4_C1_seed0", "dp4", "dp_sgd", 4.0)):
+        scores = np.eye(3)[y] * 0.7 + rng.random((len(y), 3)) * 0.3
+        if mechanism == "none":
+            scores = scores * np.array([1.0, 1.0, 0.0])                   # never "c"
+        (tmp_path / "runs" / run_id).mkdir(parents=True)
+        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
+                 test_patient_ids=np.arange(len(y)).astype(str))
+        metrics = evaluate_utility(kind="multiclass", label_names=["a", "b", "c"], val_labels=y, val_scores=scores,
+                                   test_labels=y, test_scores=scores, n_resamples=50)
+        records.append(make_record(run_id, arm, mechanism, eps=eps, metrics=metrics))
+    clinical = _text(_section(report_html(records, task="multiclass", names=("a", "b", "c")), "clinical"))
+    assert clinical.count("np_seed0 chooses only 2 of the 3 classes") == 1
+    table = clinical.split("reading")[-1]
+    assert "chooses only" not in table
+    assert table.count("paired with np_seed0, whose warning stands above") == 3

@@ -234,13 +234,17 @@ def clinical(inputs: ReportInputs) -> str:
         else:
             cells = [_seeds_cell(getattr(value, n), cases=n != "auroc_difference") for n in names]
         seeds = ", ".join(str(s) for s in value.seeds)
-        # the references' warnings too: a non-private run below chance turns its seed's change into a seeming gain
-        paired = list(dict.fromkeys([*value.run_ids, *(m.reference_run for m in members)]))
+        # a flagged reference (below chance turns its seed's change into a seeming gain) is warned about once, by
+        # the 'Without privacy' line; each row it is paired in points there
+        pointers = "".join(f'<div class="flag">⚠ paired with {escape(ref)}, whose warning stands above.</div>'
+                           for ref in dict.fromkeys(m.reference_run for m in members)
+                           if comparisons.flags_of(ref))
         rows.append(f'<tr><td data-label="{arm}">{escape(value.label)}<br><small>seed'
                     f"{'s' if len(value.seeds) > 1 else ''} {seeds}</small></td>"
                     f'<td data-label="privacy">{escape(privacy)}</td>'
                     + "".join(f'<td class=num data-label="{escape(c)}">{cell}</td>' for c, cell in zip(columns, cells))
-                    + f'<td data-label="reading">{escape(sentence)}{flag_html(inputs, paired)}</td></tr>')
+                    + f'<td data-label="reading">{escape(sentence)}{flag_html(inputs, value.run_ids)}{pointers}'
+                    "</td></tr>")
     if kind == "binary":
         meaning = (f"Sensitivity is the share of <b>{escape(pos_text)}</b> cases (the positive class, label 1) "
                    f"that the model calls {escape(pos_text)}; specificity the share of <b>{escape(neg_text)}</b> "
@@ -264,7 +268,7 @@ def clinical(inputs: ReportInputs) -> str:
     example = (f"-12 per 100 in sensitivity means about 12 more missed of every 100 {escape(pos_text)} cases"
                if kind == "binary" else "-5 per 100 in accuracy means about 5 more wrong of every 100")
     return (f"{head}<p>{pairing} {meaning} Positive changes are better, negative worse: {example}.</p>"
-            f"{_reference_line(inputs, records, references)}"
+            f"{_reference_line(inputs, records, references)}{flag_html(inputs, references)}"
             + (_shift_line(records, pos_text, neg_text, level) if kind == "binary" else "") +
             f'<table class="clinical stack"><tr><th>{arm}</th><th>privacy</th>'
             + "".join(f"<th>{escape(c)}</th>" for c in columns)
