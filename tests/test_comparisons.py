@@ -346,6 +346,20 @@ def test_a_run_whose_whole_auroc_interval_lies_below_chance_is_flagged(make_reco
     assert "below chance" in flags[0].message and "0.5" in flags[0].message
 
 
+def test_a_multiclass_run_below_chance_is_not_said_to_rank_the_classes_the_wrong_way_round(make_record):
+    # Only a binary model below 0.5 ranks backwards (flipping its scores would fix it); a macro one-vs-rest AUROC
+    # below 0.5 over three classes means each class's score tends to rank that class's images below the others.
+    metrics = {"test_auroc": 0.40, "test_auroc_low": 0.35, "test_auroc_high": 0.45}
+    binary = compare_runs([make_record("np_seed0", "np", metrics=metrics)], {}, kind="binary",
+                          label_names=["normal", "pneumonia"]).run_flags[0].message
+    multiclass = compare_runs([make_record("np_seed0", "np", metrics=metrics)], {}, kind="multiclass",
+                              label_names=["normal", "bacterial", "viral"]).run_flags[0].message
+    assert "the wrong way round" in binary
+    assert "wrong way round" not in multiclass
+    assert "macro one-vs-rest test AUROC 0.400 [0.350, 0.450]" in multiclass
+    assert "ranks that class's images below the other images more often than above" in multiclass
+
+
 def test_a_multiclass_run_that_predicts_one_class_is_flagged_without_binary_words(make_record):
     # A multiclass model decides by argmax: the flag must not speak of a threshold, sensitivity or specificity.
     records = [make_record("np_seed0", "np", metrics={"test_predicted_classes": 3}),

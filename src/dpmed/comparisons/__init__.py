@@ -115,7 +115,7 @@ class RunFlag(_Row):
     image; ``predicted``: which class, where known), ``unused_classes`` (multiclass: the argmax chooses only ``count``
     of the classes for the test images, so the others' recall is 0), ``constant_labels`` (multilabel: findings
     decided the same way for every test image, ``count`` of them) or ``below_chance`` (the whole test AUROC interval
-    below 0.5: a reference that ranks the classes the wrong way round makes its seed's private runs look like gains)."""
+    below 0.5: a reference worse than a coin makes its seed's private runs look like gains)."""
 
     run_id: str
     kind: str
@@ -272,6 +272,18 @@ def decides_one_class(record: RunRecord) -> bool:
     return chosen == 1 or (chosen is None and sens is not None and spec is not None and {sens, spec} == {0.0, 1.0})
 
 
+# What a test AUROC wholly below 0.5 means, by task: (the AUROC's name, what the model does). Only a binary model
+# ranks backwards (its flipped scores would rank above chance); a macro over classes or findings below 0.5 says only
+# that on average each one's score ranks its own images below the others.
+_BELOW_CHANCE = {
+    "binary": ("", "the wrong way round"),
+    "multiclass": ("macro one-vs-rest ", "on average a class's score ranks that class's images below the other "
+                                         "images more often than above"),
+    "multilabel": ("macro ", "on average a finding's score ranks the images with it below those without more often "
+                             "than above"),
+}
+
+
 def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[str]) -> list[RunFlag]:
     """Runs that decide the same way for every test image, or (multiclass) never choose some class (from
     ``test_predicted_classes`` and ``test_constant_labels``; for a binary record without them, from sensitivity and
@@ -307,9 +319,9 @@ def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[st
         value, low, high = m.get("test_auroc"), m.get("test_auroc_low"), m.get("test_auroc_high")
         if value is not None and low is not None and high is not None and high < 0.5:
             flags.append(RunFlag(run_id=r.run_id, kind="below_chance",
-                                 message=f"ranks the classes below chance: its test AUROC {value:.3f} "
-                                         f"[{low:.3f}, {high:.3f}] lies wholly below 0.5, worse "
-                                         "than a coin (the wrong way round), so a difference taken with it says more "
+                                 message=f"ranks the classes below chance: its {_BELOW_CHANCE[kind][0]}test AUROC "
+                                         f"{value:.3f} [{low:.3f}, {high:.3f}] lies wholly below 0.5, worse than a "
+                                         f"coin ({_BELOW_CHANCE[kind][1]}), so a difference taken with it says more "
                                          "about that failure than about privacy"))
         constant = m.get("test_constant_labels")
         if constant:
