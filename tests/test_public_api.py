@@ -171,6 +171,16 @@ def test_an_out_folder_of_another_type_is_a_dpmed_error_naming_the_argument(out)
         dpmed.read_results(out)
 
 
+def test_a_study_edited_without_validation_is_checked_before_anything_runs(tmp_path):
+    """A Study edited with pydantic's model_copy(update=...) skips validation: run_study failed late with a raw
+    pydantic "validation error for RunPlan"; it is checked up front, in load_study's words."""
+    edited = dpmed.load_study().model_copy(update={"seeds": "abc"})
+    with pytest.raises(dpmed.ConfigError, match=r"^the Study passed to run_study has 1 problem\(s\):\n  - seeds: "
+                                                r"must be a list, got 'abc'; write its items in brackets"):
+        dpmed.run_study(edited, out=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
 def test_every_accounting_name_is_imported_from_its_module_on_first_use():
     """The accounting package names each export's module by hand (so that reading a ledger imports no accountant):
     a name listed in __all__ but in no module, or in the wrong one, would fail only when first used."""

@@ -35,7 +35,7 @@ from dpmed import accounting, memory
 from dpmed.accounting import Ledger
 from dpmed.audit import AuditRecord, max_canaries, read_audit
 from dpmed.budget import check_budget, study_privacy
-from dpmed.config import EvaluationConfig, RunPlan, Study, load_study, plan_runs
+from dpmed.config import EvaluationConfig, RunPlan, Study, check_study, load_study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
 from dpmed.comparisons import MIN_CLASS_COUNT
 from dpmed.errors import ConfigError, DataError
@@ -537,8 +537,7 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
         raise ConfigError("run_study was called by a worker process as it started: it imports the script that "
                           "started the study, which calls run_study again; put that call under "
                           "`if __name__ == \"__main__\":`")
-    if not isinstance(study, Study):
-        study = load_study(study)
+    study = check_study(study) if isinstance(study, Study) else load_study(study)
     if not isinstance(out, (str, PathLike)):     # a Python caller's slip, said as a user's error
         raise ConfigError(f"out, the folder to write the study into, is a path (str or Path), not "
                           f"{type(out).__name__} {out!r:.60}")

@@ -520,6 +520,50 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> tuple[list[list[str]
     return created, ".".join(parts)
 
 
+def _problems(exc: ValidationError, raw: dict, origins: Mapping[str, str],
+              created: Mapping) -> tuple[list[str], int]:
+    """One line per problem of a study that failed validation, in pydantic's order (the keys missing from a section
+    that options made share one), and how many of them the options (``origins``) caused."""
+    lines: dict[object, str] = {}
+    lacking: dict[tuple[str, tuple[str | int, ...]], list[str]] = {}
+    from_options = 0
+    for at, (error, loc, merged) in enumerate(_merge_unions(exc.errors())):
+        section = loc[:-1]
+        makers = _made_by([str(p) for p in section], origins, created) if error["type"] == "missing" else None
+        if makers is not None:
+            group = (makers, tuple(section))
+            from_options += group not in lacking
+            lacking.setdefault(group, []).append(str(loc[-1]))
+            lines[group] = _describe_missing(section, lacking[group], makers)
+            continue
+        text = (merged or _describe(error, loc)) + _colon_hint(raw, loc)
+        exact, inside = _blame(loc, origins, error["type"], created)
+        if exact is not None:
+            from_options += 1
+            text = f"{exact}: {_empty_value(exact, error) or text}"
+        elif inside:
+            text += f" (after {', '.join(inside)})"
+        lines[at] = text
+    return list(lines.values()), from_options
+
+
+def check_study(study: schema.Study) -> schema.Study:
+    """``study`` validated again: a Study edited with pydantic's ``model_copy(update=...)`` skips validation, and
+    an invalid one would fail late, deep in planning, in pydantic's words. Raises ConfigError as load_study does."""
+    raw = study.model_dump(warnings=False)
+    try:
+        checked = schema.Study.model_validate(raw)
+    except ValidationError as exc:
+        lines, _ = _problems(exc, raw, {}, {})
+        raise ConfigError(f"the Study passed to run_study has {len(lines)} problem(s):\n"
+                          + "\n".join(f"  - {line}" for line in lines)) from None
+    try:
+        check_run_ids(checked)
+    except ValueError as exc:
+        raise ConfigError(f"the Study passed to run_study: {exc}") from None
+    return checked
+
+
 def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *,
                origins: Mapping[str, str] | None = None) -> schema.Study:
     """Parse and validate a study file (default: the embedded phantom quickstart, as `dpmed run` with no study);
@@ -584,30 +628,10 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
     try:
         study = schema.Study.model_validate(raw)
     except ValidationError as exc:
-        # one line per problem, in pydantic's order; the keys missing from a section that options made share one
-        lines: dict[object, str] = {}
-        lacking: dict[tuple[str, tuple[str | int, ...]], list[str]] = {}
-        from_options = 0
-        for at, (error, loc, merged) in enumerate(_merge_unions(exc.errors())):
-            section = loc[:-1]
-            makers = _made_by([str(p) for p in section], origins, created) if error["type"] == "missing" else None
-            if makers is not None:
-                group = (makers, tuple(section))
-                from_options += group not in lacking
-                lacking.setdefault(group, []).append(str(loc[-1]))
-                lines[group] = _describe_missing(section, lacking[group], makers)
-                continue
-            text = (merged or _describe(error, loc)) + _colon_hint(raw, loc)
-            exact, inside = _blame(loc, origins, error["type"], created)
-            if exact is not None:
-                from_options += 1
-                text = f"{exact}: {_empty_value(exact, error) or text}"
-            elif inside:
-                text += f" (after {', '.join(inside)})"
-            lines[at] = text
+        lines, from_options = _problems(exc, raw, origins, created)
         head = (f"the settings given with study file {path} have {len(lines)} problem(s)"
                 if from_options == len(lines) else f"study file {path} has {len(lines)} problem(s)")
-        raise ConfigError(f"{head}:\n" + "\n".join(f"  - {line}" for line in lines.values())) from None
+        raise ConfigError(f"{head}:\n" + "\n".join(f"  - {line}" for line in lines)) from None
     try:
         check_run_ids(study)
     except ValueError as exc:
