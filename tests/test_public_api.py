@@ -181,6 +181,17 @@ def test_a_study_edited_without_validation_is_checked_before_anything_runs(tmp_p
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(("argument", "value"), [("progress", "no"), ("progress", 0), ("fail_fast", "no"),
+                                                 ("fail_fast", 0), ("fail_fast", None)])
+def test_a_switch_that_is_not_a_bool_is_refused_not_taken_as_true(argument, value, tmp_path):
+    """run_study(progress="no") drew bars and fail_fast="no" stopped at the first failure: any non-empty string
+    is true. progress=None (the default: bars where stderr is a terminal) is the one value besides a bool."""
+    with pytest.raises(dpmed.ConfigError, match=rf"^{argument} is True or False, not {type(value).__name__} "
+                                                rf"{value!r}$"):
+        dpmed.run_study(dpmed.load_study(), out=tmp_path, **{argument: value})
+    assert not list(tmp_path.iterdir())
+
+
 def test_every_accounting_name_is_imported_from_its_module_on_first_use():
     """The accounting package names each export's module by hand (so that reading a ledger imports no accountant):
     a name listed in __all__ but in no module, or in the wrong one, would fail only when first used."""

@@ -538,6 +538,9 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
                           "started the study, which calls run_study again; put that call under "
                           "`if __name__ == \"__main__\":`")
     study = check_study(study) if isinstance(study, Study) else load_study(study)
+    for name, value in (("progress", progress), ("fail_fast", fail_fast)):    # "no" would be true
+        if not isinstance(value, bool) and not (name == "progress" and value is None):
+            raise ConfigError(f"{name} is True or False, not {type(value).__name__} {value!r:.60}")
     if not isinstance(out, (str, PathLike)):     # a Python caller's slip, said as a user's error
         raise ConfigError(f"out, the folder to write the study into, is a path (str or Path), not "
                           f"{type(out).__name__} {out!r:.60}")
