@@ -36,6 +36,7 @@ import torch
 from dpmed.data.cache import decode_images
 from dpmed.data.formats.folders import read_image_folders
 from dpmed.data.transforms import Preprocessing
+from dpmed.errors import DataError
 from dpmed.models import build_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,7 +91,13 @@ def main() -> None:
     parser.add_argument("--channels", type=int, choices=(0, 1, 3), default=1,
                         help="1 grey, 3 colour, 0 as stored (data.channels unset: every file must match the first)")
     args = parser.parse_args()
-    manifest = read_image_folders(args.data)
+    if not args.data.is_dir():      # dpmed's own message names a study's data.path, not this flag
+        raise SystemExit(f"--data {args.data}: no such folder; pass the Kermany chest_xray folder (train/ and test/ "
+                         "in it)")
+    try:
+        manifest = read_image_folders(args.data)
+    except DataError as exc:
+        raise SystemExit(f"--data: {exc}") from None
     n = len(manifest)
     for path in manifest.paths:  # warm the OS page cache: decoding is timed, not the disk
         path.read_bytes()

@@ -40,6 +40,7 @@ import torch
 
 from dpmed.data import ImageSet
 from dpmed.data.transforms import resize
+from dpmed.errors import DpmedError
 from dpmed.evaluation.inference import predict
 from dpmed.evaluation.predictions import load_predictions
 from dpmed.evaluation.utility import auroc
@@ -141,7 +142,10 @@ def _measures(labels: np.ndarray, scores: np.ndarray, threshold: float) -> dict[
 
 
 def _rows(study: Path, medmnist: ImageSet) -> list[dict]:
-    dataset = load_study_data(read_resolved(study).study)
+    try:
+        dataset = load_study_data(read_resolved(study).study)
+    except DpmedError as exc:           # a mistyped folder, or data moved since the study: one line, no traceback
+        raise SystemExit(str(exc)) from None
     shape = dataset.test.image_shape
     if dataset.task.kind != "binary" or dataset.normalization is not None or shape != medmnist.image_shape:
         raise SystemExit(f"{study}: binary studies of {medmnist.image_shape} images without data.preprocessing."
@@ -175,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--restore", type=Path, help="write the aspect-restored copy of --films here (part 3)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if not args.medmnist.is_file():
+        raise SystemExit(f"--medmnist {args.medmnist}: no such file; pass PneumoniaMNIST's pneumoniamnist.npz")
     if args.restore:
         if not args.films:
             raise SystemExit("--restore needs --films, the folders to restore")

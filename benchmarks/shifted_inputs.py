@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from dpmed.data import ImageSet
+from dpmed.errors import DpmedError
 from dpmed.evaluation.inference import predict
 from dpmed.evaluation.predictions import load_predictions
 from dpmed.evaluation.utility import auroc, youden_threshold
@@ -66,8 +67,11 @@ def _scores(model: torch.nn.Module, data: ImageSet, task, variant: str, shift: i
 
 
 def _rows(study: Path, variants: list[str], shift: int | None) -> list[dict]:
-    resolved = read_resolved(study)
-    dataset = load_study_data(resolved.study)
+    try:
+        resolved = read_resolved(study)
+        dataset = load_study_data(resolved.study)
+    except DpmedError as exc:           # a mistyped folder, or data moved since the study: one line, no traceback
+        raise SystemExit(str(exc)) from None
     if dataset.task.kind != "binary" or dataset.normalization is not None:
         raise SystemExit(f"{study}: binary studies without data.preprocessing.normalize only")
     size = dataset.test.image_shape[-1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import runpy
 import subprocess
 import sys
@@ -437,3 +438,24 @@ def test_bootstrap_unit_says_which_folder_holds_no_runs_and_goes_on(tmp_path, ca
     harness = runpy.run_path(str(_BENCHMARKS / "bootstrap_unit.py"))
     assert harness["main"]([str(tmp_path / "not-a-study"), "--resamples", "10"]) == 0
     assert f"{tmp_path / 'not-a-study'}: no binary run with predictions" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "argv", "words"), [
+    ("data_loading", ["--data", "{tmp}/nope"],
+     r"^--data {tmp}/nope: no such folder; pass the Kermany chest_xray folder \(train/ and test/ in it\)$"),
+    ("film_rendering", ["{tmp}/study", "--medmnist", "{tmp}/nope.npz"],
+     r"^--medmnist {tmp}/nope.npz: no such file; pass PneumoniaMNIST's pneumoniamnist.npz$"),
+    ("film_rendering", ["{tmp}/nope", "--medmnist", "{tmp}/m.npz"],
+     r"^{tmp}/nope holds no study.yaml; pass the folder `dpmed run` wrote \(results/<study>\)$"),
+    ("shifted_inputs", ["{tmp}/nope"],
+     r"^{tmp}/nope holds no study.yaml; pass the folder `dpmed run` wrote \(results/<study>\)$"),
+])
+def test_a_harness_given_a_wrong_path_ends_with_one_line_naming_it(name, argv, words, tmp_path, monkeypatch):
+    """A mistyped path stopped these harnesses with a traceback (dpmed's DataError naming a study's data.path, or
+    numpy's FileNotFoundError): one line names the path and what to pass."""
+    np.savez(tmp_path / "m.npz", test_images=np.zeros((2, 28, 28), np.uint8), test_labels=np.zeros((2, 1)))
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", *argv])       # data_loading's main reads sys.argv
+    main = _harness(name).main
+    with pytest.raises(SystemExit, match=words.format(tmp=re.escape(str(tmp_path)))):
+        main() if name == "data_loading" else main(argv)
