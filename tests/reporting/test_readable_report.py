@@ -1237,3 +1237,30 @@ def test_a_references_warning_is_said_once_where_the_baseline_is_met_not_under_e
     table = clinical.split("reading")[-1]
     assert "chooses only" not in table
     assert table.count("paired with np_seed0, whose warning stands above") == 3
+
+
+def test_an_attribute_whose_test_images_all_fall_in_one_group_is_said_to_compare_nothing(scored_run, scores, labels,
+                                                                                        attributes, report_html):
+    """Every test age in [30,60) (a few unknown): the worst group is that one group and every parity is '–'. The
+    section says so, naming the attribute, the group and the study file's bins to change; sex, with two groups, not."""
+    from dpmed.evaluation.fairness import evaluate_fairness
+    y_val, y = labels
+    age = np.full(len(y), 45.0)
+    age[:3] = np.nan
+    val, test = scores(0.6, np.random.default_rng(2))
+    run = scored_run("np_seed0", "np", "none", scores=(val, test))
+    block = evaluate_fairness(kind="binary", val_labels=y_val, val_scores=val, test_labels=y, test_scores=test,
+                              attributes={**attributes, "age": age}, n_resamples=50)
+    section = _text(_section(report_html([run.model_copy(update={"fairness": block})]), "fairness"))
+    by_sex, by_age = section.split("By age")
+    assert ("⚠ All 117 test images compared by age fall in one group, [30,60): fairness by age compares nothing "
+            "here. The worst group is that group, and each parity difference (a group minus the others) is "
+            "undefined (–). To compare age groups, give the study file's evaluation.fairness.age_bins edges that "
+            "split these test images (now [0, 30, 60, 70, 80, 100]).") in " ".join(by_age.split())
+    assert "compares nothing" not in by_sex
+    block = evaluate_fairness(kind="binary", val_labels=y_val, val_scores=val, test_labels=y, test_scores=test,
+                              attributes={"sex": np.full(len(y), "female")}, n_resamples=50)
+    section = _text(_section(report_html([run.model_copy(update={"fairness": block})]), "fairness"))
+    assert (f"All {len(y)} test images compared by sex fall in one group, female: fairness by sex compares nothing "
+            "here.") in " ".join(section.split())
+    assert "leave sex out of the study file's evaluation.fairness.attributes" in " ".join(section.split())

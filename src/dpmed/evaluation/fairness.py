@@ -41,7 +41,7 @@ from dpmed.evaluation.utility import youden_threshold
 from dpmed.evaluation.weighted import as_label_columns, estimate, redraw_counts, weighted_macro_auroc, weighted_mean
 
 __all__ = ["AGE_BINS", "UNKNOWN", "GROUPINGS", "group_labels", "age_groups", "sex_groups", "decisions",
-           "evaluate_fairness", "attribute_fairness", "fairness_columns", "DEFINITIONS"]
+           "evaluate_fairness", "uncompared_groups", "attribute_fairness", "fairness_columns", "DEFINITIONS"]
 
 AGE_BINS: tuple[float, ...] = (0.0, 30.0, 60.0, 70.0, 80.0, 100.0)
 UNKNOWN = "unknown"
@@ -288,6 +288,13 @@ def _spread_estimate(value: float, redraws: np.ndarray, confidence: float) -> Sp
                   undefined_redraws=int(np.isnan(redraws).sum()))
 
 
+def uncompared_groups(name: str, age_bins: Sequence[float]) -> tuple[str, ...]:
+    """The groups of attribute ``name`` that no comparison counts: unknown values, and ages at or above the last edge
+    only where that edge means "beyond every age" (METHODS.md's 100); study bins ending lower make their last group
+    an open one ([0, 40, 65]: 65 and over), a real group."""
+    return (UNKNOWN, f">={float(age_bins[-1]):g}") if name == "age" and float(age_bins[-1]) >= 100 else (UNKNOWN,)
+
+
 def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_scores,
                       attributes: Mapping[str, np.ndarray], age_bins: Sequence[float] = AGE_BINS,
                       n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95, patient_ids=None) -> Fairness:
@@ -313,10 +320,7 @@ def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_sc
             out[name] = AttributeFairness(status="n/a", reason=f"no test image records {name} (all unknown): "
                                                                f"fairness by {name} cannot be measured on this dataset")
             continue
-        # ages at or above the last edge are compared only where that edge means "beyond every age" (METHODS.md's
-        # 100); study bins ending lower make their last group an open one ([0, 40, 65]: 65 and over), a real group
-        uncompared = ((UNKNOWN, f">={float(age_bins[-1]):g}") if name == "age" and float(age_bins[-1]) >= 100
-                      else (UNKNOWN,))
+        uncompared = uncompared_groups(name, age_bins)
         if not set(order) - set(uncompared):
             out[name] = AttributeFairness(status="n/a", reason=f"no test image falls in a group of {name} that is "
                                                                "compared (every value unknown or beyond the bins)")

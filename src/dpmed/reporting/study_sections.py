@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from dpmed.comparisons import MIN_CLASS_COUNT, SIGNIFICANCE, Comparisons, Correlation, PairedDifference
+from dpmed.evaluation.fairness import uncompared_groups
 from dpmed.evaluation.faithfulness import METRIC_LABELS
 from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, GroupFairness, Spread
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
@@ -87,6 +88,25 @@ def _positives(g: GroupFairness) -> str:
     if g.n_positive_by_label is not None:
         return "positives per finding: " + ", ".join(str(k) for k in g.n_positive_by_label)
     return "" if g.n_positive is None else f"{g.n_positive} positive"
+
+
+def _one_group(name: str, runs: list[RunRecord], groups: list[str]) -> str:
+    """A warning where every compared test image falls in one group of ``name`` (all ages in one bin): the worst
+    group is then that group and every parity difference is undefined, so the tables compare nothing; what to change
+    to compare groups."""
+    bins = runs[0].fairness.age_bins
+    compared = [g for g in groups if g not in uncompared_groups(name, bins)]
+    if len(compared) != 1:
+        return ""
+    group = compared[0]
+    n = runs[0].fairness.attributes[name].groups[group].n
+    change = ("To compare age groups, give the study file's evaluation.fairness.age_bins edges that split these "
+              f"test images (now [{', '.join(f'{b:g}' for b in bins)}])." if name == "age" else
+              f"To compare groups of {_e(name)}, test on images of more than one (or leave {_e(name)} out of the "
+              "study file's evaluation.fairness.attributes).")
+    return (f'<div class="flag">⚠ All {n} test images compared by {_e(name)} fall in one group, {_e(group)}: '
+            f"fairness by {_e(name)} compares nothing here. The worst group is that group, and each parity "
+            f"difference (a group minus the others) is undefined (–). {change}</div>")
 
 
 def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) -> str:
@@ -203,7 +223,8 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         differences += (f"<p>{_e(', '.join(uncounted))}: written by an earlier version of dpmed, which did not "
                         "count the redraws each summary over the groups left out, so a large share of them is not "
                         "flagged there.</p>")
-    return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{warnings}<figure>{figure}</figure>"
+    return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{_one_group(name, runs, groups)}{warnings}"
+            f"<figure>{figure}</figure>"
             f"<p>Test AUROC per group [{level} CI], and the worst group (named groups with a defined AUROC):</p>"
             + stacked(f"<table><tr><th>run</th><th>eps</th>{head}<th>worst group</th></tr>{auroc_rows}</table>")
             + worst
