@@ -175,3 +175,23 @@ def test_a_png_whose_exif_block_is_no_tiff_is_read_as_stored(tmp_path):
     x = read_image(path, channels=1)
     assert peek_image(path) == (1, (40, 64))
     np.testing.assert_allclose(x[0], stored / 255.0, atol=1e-6)
+
+
+def test_transparency_is_found_with_a_pillow_older_than_10_1(tmp_path, monkeypatch):
+    """pyproject allows Pillow 9.0, whose images have no ``has_transparency_data`` (added in 10.1): there every raster
+    file failed with an AttributeError, the opaque ones too."""
+    monkeypatch.delattr(Image.Image, "has_transparency_data", raising=False)
+    rgba = np.full((2, 3, 4), 200, np.uint8)
+    rgba[..., 3] = 255
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "opaque.png")
+    rgba[0, 0, 3] = 0
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "masked.png")
+    Image.fromarray(np.full((2, 3), 7, np.uint8)).save(tmp_path / "keyed.png", transparency=7)   # a tRNS colour key
+    Image.fromarray(np.full((2, 3), 7, np.uint8)).save(tmp_path / "grey.png")
+    told = {}
+    for name in ("opaque", "masked", "keyed", "grey"):
+        notes: list = []
+        assert read_image(tmp_path / f"{name}.png", channels=1, notes=notes).shape == (1, 2, 3)
+        told[name] = [n.what.split(",")[0] for n in notes]
+    assert told == {"opaque": [], "masked": ["have transparent pixels"], "keyed": ["have transparent pixels"],
+                    "grey": []}

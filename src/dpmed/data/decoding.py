@@ -77,10 +77,13 @@ _HIDDEN = ImageNote("have transparent pixels, whose transparency dpmed drops: th
 def _hidden(im: Image.Image) -> tuple[ImageNote, ...]:
     """The note for a file whose alpha (an alpha band, or a palette's or colour key's transparency) is below opaque
     anywhere. Alpha is dropped, so what the model sees there depends on whatever the exporting program left under
-    the transparent pixels; an alpha that is opaque everywhere hides nothing and is dropped without a word."""
-    if not im.has_transparency_data:
+    the transparent pixels; an alpha that is opaque everywhere hides nothing and is dropped without a word. Asked of
+    the bands and ``info`` (a palette's or colour key's), not ``has_transparency_data``, which Pillow before 10.1
+    lacks."""
+    banded = "A" in im.getbands()
+    if not banded and "transparency" not in im.info:
         return ()
-    alpha = im.getchannel("A") if "A" in im.getbands() else im.convert("RGBA").getchannel("A")
+    alpha = im.getchannel("A") if banded else im.convert("RGBA").getchannel("A")
     return (_HIDDEN,) if alpha.getextrema()[0] < 255 else ()
 
 
