@@ -98,6 +98,7 @@ def summary_text(records: Iterable[RunRecord]) -> str:
         acc = r.estimate("test_accuracy").value
         lines.append(f"{r.run_id:<{ids}} {r.privacy.in_brief():<{width}} {shown:<24} "
                      f"{'' if acc is None else format(acc, '.3f'):>8}")
-    lines += [f"{r.run_id} predicts one class for every test image: its accuracy is that class's share, and it "
-              "separates nothing (report.html says more)" for r in records if decides_one_class(r)]
+    lines += [f"{r.run_id} predicts one class for every test image: its accuracy is that class's share, and its "
+              "decisions separate nothing, whatever its AUROC (report.html says more)"
+              for r in records if decides_one_class(r)]
     return "\n".join(lines)
