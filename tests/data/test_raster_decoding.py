@@ -195,3 +195,20 @@ def test_transparency_is_found_with_a_pillow_older_than_10_1(tmp_path, monkeypat
         told[name] = [n.what.split(",")[0] for n in notes]
     assert told == {"opaque": [], "masked": ["have transparent pixels"], "keyed": ["have transparent pixels"],
                     "grey": []}
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
+def test_a_large_jpeg_decoded_at_a_fraction_of_its_size_is_not_said_to_be_decoded_in_full(tmp_path, monkeypatch):
+    """A JPEG with a size to reach is decoded at down to an eighth of its sides (``draft``): the note's "each is decoded
+    in full, slowly and with much memory" was untrue of it. A PNG has no such shortcut and keeps the note."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)        # 40 x 40 = 1600 px: over it, not twice over
+    pixels = np.random.default_rng(0).integers(0, 256, (40, 40), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "film.jpg")
+    Image.fromarray(pixels).save(tmp_path / "film.png")
+    told = {}
+    for name, hint in (("film.jpg", (8, 8)), ("film.jpg", None), ("film.png", (8, 8))):
+        notes: list = []
+        read_image(tmp_path / name, channels=1, size_hint=hint, notes=notes)
+        told[name, hint] = [n.what.split(" (")[0] for n in notes]
+    assert told == {("film.jpg", (8, 8)): [], ("film.jpg", None): ["are larger than 1,000 pixels"],
+                    ("film.png", (8, 8)): ["are larger than 1,000 pixels"]}

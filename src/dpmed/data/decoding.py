@@ -59,8 +59,10 @@ def _too_large() -> UnreadableImage:
 
 
 def _large(im: Image.Image) -> tuple[ImageNote, ...]:
-    """The note for a file over ``Image.MAX_IMAGE_PIXELS``, for which Pillow warns (without the file's name) while it
-    opens it: `dpmed.data.cache` silences that warning while it decodes and tells this note instead."""
+    """The note for a file decoded at more than ``Image.MAX_IMAGE_PIXELS``, for which Pillow warns (without the file's
+    name) while it opens it: `dpmed.data.cache` silences that warning while it decodes and tells this note instead.
+    Measured after ``draft``: a JPEG that a size to reach lets Pillow decode at a fraction of its sides is not
+    decoded in full, as the note says, and is left unsaid."""
     limit = Image.MAX_IMAGE_PIXELS
     if limit is None or im.width * im.height <= limit:
         return ()
@@ -91,7 +93,6 @@ def _read_raster(path: Path, channels: int | None,
                  size_hint: tuple[int, int] | None) -> tuple[np.ndarray, tuple[ImageNote, ...]]:
     try:
         with Image.open(path) as im:
-            notes = _large(im)
             channels = channels or _stored_channels(im)
             if im.mode == "F":
                 raise UnreadableImage("holds floating-point samples (mode F) whose range is unknown; export it as "
@@ -100,6 +101,7 @@ def _read_raster(path: Path, channels: int | None,
             if size_hint is not None and im.format == "JPEG":
                 height, width = size_hint[::-1] if turn in _QUARTER_TURNS else size_hint
                 im.draft("L" if channels == 1 else "RGB", (width, height))
+            notes = _large(im)      # at the size decoded: a JPEG's draft may be an eighth of its sides
             im.load()  # decodes now: a truncated file raises here (LOAD_TRUNCATED_IMAGES is left as it is)
             notes += _hidden(im)
             if turn != 1:
