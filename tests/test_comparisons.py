@@ -360,6 +360,15 @@ def test_a_multiclass_run_below_chance_is_not_said_to_rank_the_classes_the_wrong
     assert "ranks that class's images below the other images more often than above" in multiclass
 
 
+def test_a_multilabel_run_below_chance_is_said_to_rank_its_findings_not_classes(make_record):
+    # A multilabel model scores findings, each present or absent in an image: it has no classes to rank.
+    metrics = {"test_auroc": 0.40, "test_auroc_low": 0.35, "test_auroc_high": 0.45}
+    message = compare_runs([make_record("np_seed0", "np", metrics=metrics)], {}, kind="multilabel",
+                           label_names=["opacity", "effusion"]).run_flags[0].message
+    assert message.startswith("ranks the findings below chance: its macro test AUROC 0.400 [0.350, 0.450] lies ")
+    assert "class" not in message
+
+
 def test_a_multiclass_run_that_predicts_one_class_is_flagged_without_binary_words(make_record):
     # A multiclass model decides by argmax: the flag must not speak of a threshold, sensitivity or specificity.
     records = [make_record("np_seed0", "np", metrics={"test_predicted_classes": 3}),

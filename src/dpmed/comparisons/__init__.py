@@ -272,15 +272,15 @@ def decides_one_class(record: RunRecord) -> bool:
     return chosen == 1 or (chosen is None and sens is not None and spec is not None and {sens, spec} == {0.0, 1.0})
 
 
-# What a test AUROC wholly below 0.5 means, by task: (the AUROC's name, what the model does). Only a binary model
-# ranks backwards (its flipped scores would rank above chance); a macro over classes or findings below 0.5 says only
-# that on average each one's score ranks its own images below the others.
+# What a test AUROC wholly below 0.5 means, by task: (what is ranked, the AUROC's name, what the model does). Only a
+# binary model ranks backwards (its flipped scores would rank above chance); a macro over classes or findings below
+# 0.5 says only that on average each one's score ranks its own images below the others.
 _BELOW_CHANCE = {
-    "binary": ("", "the wrong way round"),
-    "multiclass": ("macro one-vs-rest ", "on average a class's score ranks that class's images below the other "
-                                         "images more often than above"),
-    "multilabel": ("macro ", "on average a finding's score ranks the images with it below those without more often "
-                             "than above"),
+    "binary": ("classes", "", "the wrong way round"),
+    "multiclass": ("classes", "macro one-vs-rest ", "on average a class's score ranks that class's images below the "
+                                                    "other images more often than above"),
+    "multilabel": ("findings", "macro ", "on average a finding's score ranks the images with it below those without "
+                                         "more often than above"),
 }
 
 
@@ -318,10 +318,11 @@ def _run_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[st
                                          f"(argmax): {never} recall is 0, whatever its AUROC"))
         value, low, high = m.get("test_auroc"), m.get("test_auroc_low"), m.get("test_auroc_high")
         if value is not None and low is not None and high is not None and high < 0.5:
+            ranked, auroc_name, what = _BELOW_CHANCE[kind]
             flags.append(RunFlag(run_id=r.run_id, kind="below_chance",
-                                 message=f"ranks the classes below chance: its {_BELOW_CHANCE[kind][0]}test AUROC "
+                                 message=f"ranks the {ranked} below chance: its {auroc_name}test AUROC "
                                          f"{value:.3f} [{low:.3f}, {high:.3f}] lies wholly below 0.5, worse than a "
-                                         f"coin ({_BELOW_CHANCE[kind][1]}), so a difference taken with it says more "
+                                         f"coin ({what}), so a difference taken with it says more "
                                          "about that failure than about privacy"))
         constant = m.get("test_constant_labels")
         if constant:
