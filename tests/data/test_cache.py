@@ -764,3 +764,35 @@ def test_transparency_that_hides_pixels_is_told_with_the_first_file_and_how_many
     caplog.clear()
     decode_images([paths[0], paths[3]], Preprocessing(size=(4, 4), channels=1))
     assert "transparent" not in caplog.text
+
+
+def test_a_cached_load_tells_the_notes_the_decode_told(tmp_path, write_image, monkeypatch, caplog):
+    """Before: the notes were logged when the images were decoded, and a later study loading them from the cache
+    heard nothing of them, while it was told the unreadable rows again."""
+    from PIL import Image
+
+    paths = _files(tmp_path, write_image, n=3)          # 10 x 14 = 140 px each
+    paths.append(write_image(tmp_path / "img" / "big.png", level=90, size=(12, 14)))     # 168 px
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 150)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    fresh = [r.getMessage() for r in caplog.records if "decompression" in r.getMessage()]
+    caplog.clear()
+    again = decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    told = [r.getMessage() for r in caplog.records if "decompression" in r.getMessage()]
+    assert again.cached and len(fresh) == 1 and told == fresh
+    assert told[0].startswith("data: 1 of 4 images are larger than 150 pixels")
+    assert f"the first is {paths[3]}" in told[0]
+
+
+def test_an_entry_written_before_notes_were_kept_still_loads(tmp_path, write_image, caplog):
+    import json
+
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(size=(8, 8), channels=1)
+    first = decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    index = tmp_path / "cache" / f"{first.key}.json"
+    index.write_text(json.dumps({"format": "dpmed-image-cache-1", "n": 6, "failures": {}}))
+    again = decode_images(paths, pre, cache_dir=tmp_path / "cache")
+    assert again.cached and again.failures == {}
+    np.testing.assert_array_equal(first.images, again.images)

@@ -11,8 +11,9 @@ installed pixel-data plugins' where a file is a DICOM, torch's where images are 
 size, the preprocessing steps, that EXIF orientation is applied, and every file's resolved path, byte size, inode,
 modification time and status-change time, in order. Changing a file or a preprocessing step gives another key, so a
 stale entry is not read: a file rewritten in place with its size and modification time set back (``touch -r``) still has
-a new status-change time, which no user call sets. Files that could not be decoded are stored with the entry, so a
-cached load reports the same unreadable rows as a fresh one; an entry is not stored where a file could not be read at
+a new status-change time, which no user call sets. Files that could not be decoded, and the decoder's notes on files
+it read (transparency, a size over Pillow's limit), are stored with the entry, so a cached load reports the same
+unreadable rows and notes as a fresh one; an entry is not stored where a file could not be read at
 all (an OSError: a full file table, a network share gone for a moment), since that may pass.
 
 Privacy: a cache entry holds the patients' images, decoded. Its files are created readable by their owner only (0600;
@@ -170,7 +171,8 @@ def _decode_images(paths: Sequence[Path], preprocessing: Preprocessing, cache_di
         key = cache_key(paths, preprocessing, channels, size)
         hit = _load(Path(cache_dir), key, len(paths), (channels, *size))
         if hit is not None:
-            images, failures = hit
+            images, failures, noted = hit
+            _tell(noted, paths)
             return DecodedImages(images, failures, True, time.perf_counter() - start, key)
 
     n = len(paths)
@@ -253,7 +255,7 @@ def _decode_images(paths: Sequence[Path], preprocessing: Preprocessing, cache_di
                 images = np.array(images)    # in memory: the next study decodes again
             else:
                 del images
-                _store(Path(cache_dir), key, tmp, n, failures)
+                _store(Path(cache_dir), key, tmp, n, failures, noted)
                 images = np.load(Path(cache_dir) / f"{key}.npy", mmap_mode="r")
     finally:
         if tmp is not None:
@@ -322,11 +324,15 @@ def _reserve(path: Path, *, start: int) -> None:
         os.fsync(f.fileno())
 
 
-def _store(cache_dir: Path, key: str, tmp: Path, n: int, failures: dict[int, str]) -> None:
-    """Rename the finished array into place, then write the index (its presence marks a complete entry)."""
+def _store(cache_dir: Path, key: str, tmp: Path, n: int, failures: dict[int, str],
+           noted: dict[int, list[ImageNote]]) -> None:
+    """Rename the finished array into place, then write the index (its presence marks a complete entry). The notes
+    go with it, as the failures do, so that a cached load tells them as the decode did."""
     os.replace(tmp, cache_dir / f"{key}.npy")
+    notes = {str(i): [note.what for note in kept] for i, kept in noted.items() if kept}
     write_text_atomic(cache_dir / f"{key}.json", json.dumps(
-        {"format": _FORMAT, "n": n, "failures": {str(i): r for i, r in failures.items()}}), owner_only=True)
+        {"format": _FORMAT, "n": n, "failures": {str(i): r for i, r in failures.items()}, "notes": notes}),
+        owner_only=True)
 
 
 def _refuse_open_cache(cache_dir: Path) -> None:
@@ -365,9 +371,10 @@ def _refuse_open_cache(cache_dir: Path) -> None:
                     f"(chmod 700 {cache_dir}), or remove data.cache_dir to decode without a cache")
 
 
-def _load(cache_dir: Path, key: str, n: int, shape: tuple[int, ...]) -> tuple[np.ndarray, dict[int, str]] | None:
-    """A complete entry for ``key`` as (memory map, failures), or None when there is none. ``shape``: each image's
-    [C, H, W], which the entry's array must have."""
+def _load(cache_dir: Path, key: str, n: int,
+          shape: tuple[int, ...]) -> tuple[np.ndarray, dict[int, str], dict[int, list[ImageNote]]] | None:
+    """A complete entry for ``key`` as (memory map, failures, notes), or None when there is none. ``shape``: each
+    image's [C, H, W], which the entry's array must have. An entry written before notes were kept has none."""
     array, index = cache_dir / f"{key}.npy", cache_dir / f"{key}.json"
     read = index        # the file being read: the one an error names
     try:
@@ -375,6 +382,7 @@ def _load(cache_dir: Path, key: str, n: int, shape: tuple[int, ...]) -> tuple[np
             return None
         meta = json.loads(index.read_text(encoding="utf-8"))
         failures = {int(i): str(r) for i, r in meta["failures"].items()}
+        noted = {int(i): [ImageNote(str(what)) for what in kept] for i, kept in meta.get("notes", {}).items()}
         if meta["format"] != _FORMAT or meta["n"] != n:     # the index is the file that is wrong
             mismatch = f"it lists {meta['n']!r} images of format {meta['format']!r}; the key is for {n} of {_FORMAT!r}"
         else:
@@ -392,4 +400,4 @@ def _load(cache_dir: Path, key: str, n: int, shape: tuple[int, ...]) -> tuple[np
     if mismatch is not None:
         raise DataError(f"cache entry {read} does not match its key ({mismatch}); delete {array} and {index} to "
                         "decode again")
-    return images, failures
+    return images, failures, noted
