@@ -12,6 +12,7 @@ import pytest
 
 from dpmed.data import Preprocessing, SplitPlan, load_dataset
 from dpmed.data import dicom
+from dpmed.data.cache import decode_images
 from dpmed.data.decoding import UnreadableImage, read_image
 from dpmed.data.dicom import voi_window
 from dpmed.errors import DataError
@@ -357,8 +358,9 @@ def test_a_frame_count_of_one_or_left_empty_is_a_single_frame(tmp_path, frames, 
     ds.save_as(path)
     with warnings.catch_warnings():               # pydicom's "is invalid, assuming 1 frame" is ours to say, or not
         warnings.simplefilter("error")
-        image = read_image(path, channels=1)
-    np.testing.assert_allclose(image[0], [[0.25, 0.5], [0.75, 1.0]], atol=1e-6)
+        decoded = decode_images([path], Preprocessing(channels=1))
+    assert decoded.failures == {}
+    np.testing.assert_allclose(decoded.images[0, 0], [[0.25, 0.5], [0.75, 1.0]], atol=1e-6)
 
 
 def test_a_header_pydicom_warns_of_is_read_without_its_warning_and_leaves_the_warning_filters_as_they_were(
@@ -372,9 +374,36 @@ def test_a_header_pydicom_warns_of_is_read_without_its_warning_and_leaves_the_wa
         path = write_dicom(tmp_path / "long_id.dcm", STORED, patient=long_id)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert dicom.read_dicom_header(path)["PatientID"] == long_id
-        assert dicom.peek_dicom(path) == (1, (2, 2))
-        read_image(path, channels=1)
+        with dicom.quiet_pydicom():             # as the folder reader reads the headers
+            assert dicom.read_dicom_header(path)["PatientID"] == long_id
+        assert decode_images([path], Preprocessing(channels=1)).failures == {}
     before = list(warnings.filters)
-    read_image(path, channels=1)
+    decode_images([path], Preprocessing(channels=1))
     assert warnings.filters == before
+
+
+def test_dicom_files_decoded_in_threads_are_quieted_once_in_the_calling_thread(tmp_path, write_dicom, monkeypatch):
+    """Before, each decoding thread opened its own warnings.catch_warnings, which is not thread-safe: the threads save
+    and restore the one process-wide filter list, so an exit that interleaves with another thread's leaves the
+    "ignore" filter in place for the rest of the process, or drops the filters of a thread still decoding."""
+    import threading
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # writing it warns too
+        paths = [write_dicom(tmp_path / f"{i}.dcm", STORED + i, patient="p" * 80) for i in range(6)]
+    entered = []
+    real = warnings.catch_warnings
+
+    class Recorded(real):
+        def __enter__(self):
+            entered.append(threading.current_thread())
+            return super().__enter__()
+
+    monkeypatch.setattr(warnings, "catch_warnings", Recorded)
+    with real():
+        warnings.simplefilter("error")           # pydicom's warning, leaked from a thread, fails that file's decode
+        before = list(warnings.filters)
+        decoded = decode_images(paths, Preprocessing(size=(2, 2), channels=1), workers=3)
+        assert warnings.filters == before
+    assert decoded.failures == {} and decoded.images.shape == (6, 1, 2, 2)
+    assert entered and set(entered) == {threading.current_thread()}

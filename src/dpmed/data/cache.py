@@ -53,6 +53,7 @@ except ImportError:     # Windows
 
 from dpmed import memory
 from dpmed.data.decoding import DECODERS, ImageNote, UnreadableImage, peek_image, read_image
+from dpmed.data.dicom import quiet_pydicom
 from dpmed.data.pace import Pace
 from dpmed.data.transforms import Preprocessing
 from dpmed.errors import DataError, error_name
@@ -150,10 +151,11 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     Decoding runs in ``workers`` threads (default: the CPU count, at most 8; Pillow and torch release the GIL while
     they work). A decode that takes longer than `dpmed.data.pace`'s interval logs how far it has come at that interval.
     What the decoder notes about files it read (:class:`~dpmed.data.decoding.ImageNote`) is logged once per note, with
-    how many files have it and the first; Pillow's own warning of a large image, which names no file, is silenced
-    meanwhile (here, in the calling thread: the filters are the process's, and the decoding threads share them).
+    how many files have it and the first; Pillow's own warning of a large image, which names no file, and pydicom's
+    about the headers it reads (`dpmed.data.dicom.quiet_pydicom`) are silenced meanwhile (here, in the calling thread:
+    the filters are the process's, and the decoding threads share them).
     """
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), quiet_pydicom():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         return _decode_images(paths, preprocessing, cache_dir, workers)
 

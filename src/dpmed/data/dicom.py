@@ -30,7 +30,7 @@ import numpy as np
 from dpmed.data.decoder import UnreadableImage
 from dpmed.errors import DataError, error_name
 
-__all__ = ["read_dicom", "peek_dicom", "read_dicom_header", "voi_window"]
+__all__ = ["read_dicom", "peek_dicom", "read_dicom_header", "voi_window", "quiet_pydicom"]
 
 INSTALL_HINT = "pip install 'dpmed[dicom]'"
 
@@ -46,19 +46,22 @@ def _pydicom(path: Path):
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet_pydicom():
     """Reading checks every value it uses and refuses a file by name (`read_dicom`), so pydicom's warnings about a
-    header ("Invalid value for VR DS: 'inf'") and numpy's about the arithmetic on it ("overflow encountered in
-    multiply") would only add library lines, without the file's name, to the user's terminal."""
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
+    header ("The value length (80) exceeds the maximum length of 64", "Invalid value for VR DS: 'inf'") would only
+    add library lines, without the file's name, to the user's terminal: silenced (pydicom's own, not every warning)
+    while this is entered. Enter it once, in the thread that starts the decoding threads (`dpmed.data.cache`), never
+    in each of them: the warning filters are the process's, and ``warnings.catch_warnings`` is not thread-safe (an
+    exit interleaved with another thread's leaves the filter in place, or drops that thread's)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"pydicom(\.|$)")
         yield
 
 
 def _open(path: Path, *, pixels: bool):
     pydicom = _pydicom(path)
     try:
-        with _quiet():
+        with np.errstate(all="ignore"):     # per thread, unlike the warning filters
             ds = pydicom.dcmread(path, stop_before_pixels=not pixels)
             for _ in ds.iterall():  # pydicom converts an element when first used: a damaged one fails here, not later
                 pass
@@ -148,7 +151,8 @@ def read_dicom(path: Path) -> np.ndarray:
         raise UnreadableImage(f"holds {frames} frames; dpmed reads single-frame images (export one frame per file)")
     photometric = str(ds.get("PhotometricInterpretation", "")).upper()
     try:
-        with _quiet():
+        # numpy's warnings of the arithmetic on a header's values ("overflow encountered in multiply"): told by name
+        with np.errstate(all="ignore"):     # below instead; numpy's error state is per thread
             stored = ds.pixel_array  # decodes (compressed transfer syntaxes need their pydicom plugins)
             if photometric in ("MONOCHROME1", "MONOCHROME2"):
                 return _grey(ds, stored)

@@ -65,7 +65,7 @@ import numpy as np
 
 from dpmed.data.decoder import UnreadableImage
 from dpmed.data.decoding import DECODERS
-from dpmed.data.dicom import read_dicom_header
+from dpmed.data.dicom import quiet_pydicom, read_dicom_header
 from dpmed.data.formats.table_reading import other_layout_hint
 from dpmed.data.manifest import SPLIT_NAMES, Manifest, parse_age, parse_sex
 from dpmed.data.sample import Task
@@ -297,7 +297,8 @@ def read_image_folders(path: str | Path, *, class_names: tuple[str, ...] | None 
             # Horos), which the Kermany pattern would read as a patient, scattering each real patient over their
             # series. Without a PatientID (anonymised exports blank it) the file names no patient.
             try:
-                header = read_dicom_header(f)
+                with quiet_pydicom():       # here, in the one thread that reads the headers
+                    header = read_dicom_header(f)
             except UnreadableImage as exc:
                 unreadable[i] = str(exc)
                 header = {}
