@@ -101,6 +101,9 @@ def _grey_films(root: Path, split: str) -> tuple[list[Path], np.ndarray]:
     from PIL import Image
 
     paths = sorted(p for p in root.glob(f"{split}/*/*") if p.is_file())
+    if not paths:       # else numpy's "need at least one array to stack"
+        said = "no such folder" if not root.is_dir() else f"no films in {root / split}/<class>/"
+        raise SystemExit(f"--films {root}: {said}; pass the Kermany chest_xray folder (train/ and test/ in it)")
     return paths, np.stack([np.asarray(Image.open(p).convert("L"), dtype=np.float32) / 255.0 for p in paths])
 
 
@@ -108,11 +111,12 @@ def restore(root: Path, medmnist: Path, out: Path) -> None:
     """Part 3 of the module docstring: ``out``/<split>/<class>/<film>.png, each film cut to its matching crop."""
     from PIL import Image
 
+    read = {split: _grey_films(root, split) for split in ("train", "test")}    # first: a wrong path is told at once
     with np.load(medmnist) as z:
         references = {"train": np.concatenate([z["train_images"], z["val_images"]]) / 255.0,
                       "test": z["test_images"] / 255.0}
     for split, reference in references.items():
-        paths, films = _grey_films(root, split)
+        paths, films = read[split]
         crop, corr, _ = best_crops(films, reference.astype(np.float32))
         for path, (axis, f), film in zip(paths, crop, films):
             target = out / split / path.parent.name / f"{path.stem}.png"
@@ -188,13 +192,13 @@ def main(argv: list[str] | None = None) -> None:
         if not args.studies:
             return
     medmnist = _medmnist_test(args.medmnist)
+    films = _grey_films(args.films, "test")[1] if args.films else None     # before the runs: a wrong path at once
     rows: list[dict] = []
     for study in args.studies:
         rows += _rows(study, medmnist)
     if not rows:
         raise SystemExit("no run with model.pt under " + ", ".join(map(str, args.studies)))
-    if args.films:
-        _, films = _grey_films(args.films, "test")
+    if films is not None:
         crop, corr, index = best_crops(films, medmnist.images[:, 0])
         counts = collections.Counter(crop)
         print(f"{len(films)} test films of {films.shape[1]} x {films.shape[2]} px against {len(medmnist.labels)} "

@@ -447,6 +447,13 @@ def test_bootstrap_unit_says_which_folder_holds_no_runs_and_goes_on(tmp_path, ca
      r"^--medmnist {tmp}/nope.npz: no such file; pass PneumoniaMNIST's pneumoniamnist.npz$"),
     ("film_rendering", ["{tmp}/nope", "--medmnist", "{tmp}/m.npz"],
      r"^{tmp}/nope holds no study.yaml; pass the folder `dpmed run` wrote \(results/<study>\)$"),
+    ("film_rendering", ["--medmnist", "{tmp}/m.npz", "--films", "{tmp}/nope", "--restore", "{tmp}/out"],
+     r"^--films {tmp}/nope: no such folder; pass the Kermany chest_xray folder \(train/ and test/ in it\)$"),
+    ("film_rendering", ["{tmp}/study", "--medmnist", "{tmp}/m.npz", "--films", "{tmp}/nope"],   # before the runs
+     r"^--films {tmp}/nope: no such folder; pass the Kermany chest_xray folder \(train/ and test/ in it\)$"),
+    ("film_rendering", ["--medmnist", "{tmp}/m.npz", "--films", "{tmp}", "--restore", "{tmp}/out"],
+     r"^--films {tmp}: no films in {tmp}/train/<class>/; pass the Kermany chest_xray folder \(train/ and test/ in "
+     r"it\)$"),
     ("shifted_inputs", ["{tmp}/nope"],
      r"^{tmp}/nope holds no study.yaml; pass the folder `dpmed run` wrote \(results/<study>\)$"),
 ])
