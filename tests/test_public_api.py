@@ -69,6 +69,8 @@ def test_overrides_not_given_as_a_mapping_are_a_dpmed_error_showing_the_form(ove
                                                   ({"workers": "2"}, r"workers \(--workers\) must be a whole "
                                                                      r"number, got '2' \(str\)$"),
                                                   ({"workers": 2.5}, r"workers .* got 2\.5 \(float\)$"),
+                                                  ({"workers": 1.0}, r"workers .* got 1\.0 \(float\)$"),
+                                                  ({"workers": True}, r"workers .* got True \(bool\)$"),
                                                   ({"address": "ray://head:10001"}, "applies only with")])
 def test_run_study_refuses_bad_options_before_it_reads_data_or_writes(tmp_path, monkeypatch, options, message):
     """They were refused only after the data had been read, the noise calibrated, and the study folder written.

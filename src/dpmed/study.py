@@ -544,7 +544,9 @@ def run_study(study: Study | Path | str, *, out: Path | str = "results", progres
     if not isinstance(out, (str, PathLike)):     # a Python caller's slip, said as a user's error
         raise ConfigError(f"out, the folder to write the study into, is a path (str or Path), not "
                           f"{type(out).__name__} {out!r:.60}")
-    check_executor_options(executor, workers=None if workers == 1 else workers, address=address)   # before the data
+    # before the data; 1, the default, is "not given" (so that Ray may be asked for), but True and 1.0 equal 1 too
+    given = None if type(workers) is int and workers == 1 else workers
+    check_executor_options(executor, workers=given, address=address)
     with interruptible((signal.SIGINT,)):
         return _run_study(study, out=out, progress=_bars_shown() if progress is None else progress,
                           executor=executor, workers=workers, address=address, fail_fast=fail_fast,
