@@ -1264,3 +1264,24 @@ def test_an_attribute_whose_test_images_all_fall_in_one_group_is_said_to_compare
     assert (f"All {len(y)} test images compared by sex fall in one group, female: fairness by sex compares nothing "
             "here.") in " ".join(section.split())
     assert "leave sex out of the study file's evaluation.fairness.attributes" in " ".join(section.split())
+
+
+def test_runs_whose_groups_differ_still_say_that_an_attribute_compares_one_group(scored_run, scores, labels,
+                                                                                 attributes, report_html):
+    """The warning read the group's size from the first run alone, and failed with a KeyError where that run does not
+    have the group the others do (the neighbouring sizes line already skipped such groups)."""
+    from dpmed.evaluation.fairness import evaluate_fairness
+    y_val, y = labels
+    age = np.full(len(y), 45.0)
+    age[:3] = np.nan
+    val, test = scores(0.6, np.random.default_rng(2))
+    block = evaluate_fairness(kind="binary", val_labels=y_val, val_scores=val, test_labels=y, test_scores=test,
+                              attributes={**attributes, "age": age}, n_resamples=50)
+    by_age = block.attributes["age"]
+    lacking = block.model_copy(update={"attributes": {**block.attributes, "age": by_age.model_copy(
+        update={"groups": {g: v for g, v in by_age.groups.items() if g != "[30,60)"}})}})
+    runs = [scored_run("np_seed0", "np", "none", scores=(val, test)).model_copy(update={"fairness": lacking}),
+            scored_run("np_seed1", "np", "none", scores=(val, test)).model_copy(update={"fairness": block})]
+    section = " ".join(_text(_section(report_html(runs), "fairness")).split())
+    assert ("⚠ All 117 test images compared by age fall in one group, [30,60): fairness by age compares "
+            "nothing") in section

@@ -99,7 +99,8 @@ def _one_group(name: str, runs: list[RunRecord], groups: list[str]) -> str:
     if len(compared) != 1:
         return ""
     group = compared[0]
-    n = runs[0].fairness.attributes[name].groups[group].n
+    # from the first run that has it: ``groups`` gathers every run's, as the sizes line beside this does
+    n = next(r.fairness.attributes[name].groups[group].n for r in runs if group in r.fairness.attributes[name].groups)
     change = ("To compare age groups, give the study file's evaluation.fairness.age_bins edges that split these "
               f"test images (now [{', '.join(f'{b:g}' for b in bins)}])." if name == "age" else
               f"To compare groups of {_e(name)}, test on images of more than one (or leave {_e(name)} out of the "
