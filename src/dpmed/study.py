@@ -35,9 +35,9 @@ from dpmed import accounting, memory
 from dpmed.accounting import Ledger
 from dpmed.audit import AuditRecord, max_canaries, read_audit
 from dpmed.budget import check_budget, study_privacy
+from dpmed.comparisons import MIN_CLASS_COUNT
 from dpmed.config import EvaluationConfig, RunPlan, Study, check_study, load_study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
-from dpmed.comparisons import MIN_CLASS_COUNT
 from dpmed.errors import ConfigError, DataError
 from dpmed.evaluation.assessment import redraw_memory
 from dpmed.executors import RunFailure, RunTask, check_executor_options, make_executor
@@ -48,13 +48,13 @@ from dpmed.mechanisms.base import refuse_vacuous_delta
 from dpmed.models import MODELS
 from dpmed.numbers import bytes_text, count_text, shape_text
 from dpmed.outputs import write_outputs
-from dpmed.states import counts_shown, read_resolved
 from dpmed.pretraining import prepare_start
 from dpmed.progress import StudyProgress
-from dpmed.released_size import keep_sizes, needed_sizes, release_sizes
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, StudyPrivacy, read_record, read_timing
+from dpmed.released_size import keep_sizes, needed_sizes, release_sizes
 from dpmed.resumption import attributes_fingerprint, data_fingerprints, finished_runs, randomness_of
 from dpmed.run import RunContext, reevaluate
+from dpmed.states import counts_shown, read_resolved
 from dpmed.timing import Rates, probe_rates
 from dpmed.workspace import claim_folder, withdraw_leftovers, withdraw_public_timing, writing_into
 
