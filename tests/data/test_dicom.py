@@ -3,6 +3,7 @@ DICOM files with patients from the header, broken files, and the message when py
 
 from __future__ import annotations
 
+import logging
 import re
 import warnings
 import sys
@@ -407,3 +408,16 @@ def test_dicom_files_decoded_in_threads_are_quieted_once_in_the_calling_thread(t
         assert warnings.filters == before
     assert decoded.failures == {} and decoded.images.shape == (6, 1, 2, 2)
     assert entered and set(entered) == {threading.current_thread()}
+
+
+def test_pydicom_s_warning_is_not_logged_either_where_dpmed_logs_to_the_terminal(tmp_path, write_dicom, caplog):
+    """pydicom says each warning twice, as a warning and on its "pydicom" logger; `dpmed run` shows every library's
+    log lines (a handler on the root logger), so "The value length (80) exceeds the maximum length of 64" still
+    reached the terminal, once per file and naming none, while the warning itself was silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # writing it warns too
+        paths = [write_dicom(tmp_path / f"{i}.dcm", STORED, patient="p" * 80) for i in range(2)]
+    caplog.clear()                               # writing it logs too
+    assert decode_images(paths, Preprocessing(channels=1)).failures == {}
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("pydicom")] == []
+    assert logging.getLogger("pydicom").filters == []        # and nothing is left on its logger

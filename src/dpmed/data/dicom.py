@@ -21,6 +21,7 @@ One frame per file: multi-frame files (tomosynthesis, cine) are refused by name.
 from __future__ import annotations
 
 import contextlib
+import logging
 import struct
 import warnings
 from pathlib import Path
@@ -52,10 +53,25 @@ def quiet_pydicom():
     add library lines, without the file's name, to the user's terminal: silenced (pydicom's own, not every warning)
     while this is entered. Enter it once, in the thread that starts the decoding threads (`dpmed.data.cache`), never
     in each of them: the warning filters are the process's, and ``warnings.catch_warnings`` is not thread-safe (an
-    exit interleaved with another thread's leaves the filter in place, or drops that thread's)."""
+    exit interleaved with another thread's leaves the filter in place, or drops that thread's). pydicom also logs
+    each of these warnings on its "pydicom" logger, which `dpmed run` shows (every library's log lines reach the
+    terminal): those are left unsaid meanwhile too, and its errors are not."""
+    logger = logging.getLogger("pydicom")
+    unsaid = _PydicomWarnings()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning, module=r"pydicom(\.|$)")
-        yield
+        logger.addFilter(unsaid)
+        try:
+            yield
+        finally:
+            logger.removeFilter(unsaid)
+
+
+class _PydicomWarnings(logging.Filter):
+    """Drops the WARNING records of pydicom's logger: the log copy of the warnings `quiet_pydicom` silences."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno != logging.WARNING
 
 
 def _open(path: Path, *, pixels: bool):
