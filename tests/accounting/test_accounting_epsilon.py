@@ -417,3 +417,23 @@ def test_the_pure_accountant_refuses_gaussian_noise():
     with pytest.raises(ValueError, match="accountant 'pure' does not analyse gaussian noise; it handles laplace. For "
                                          "gaussian noise use 'pld' or "):
         dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1e-5, accountant="pure")
+
+
+def test_eps_is_zero_only_at_a_delta_that_covers_the_chance_of_ever_being_drawn():
+    """delta = 0.02 is above one step's rate q = 0.01 but far below the chance of being drawn in any of T = 100
+    steps, 1 - 0.99^100 = 0.634: the run is not (0, 0.02)-DP, and its eps is dp_accounting's own PLD value."""
+    from dp_accounting import dp_event
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from dpmed.accounting.epsilon import inclusion_probability
+
+    event = PoissonGaussianEvent(noise_multiplier=1.0, sample_rate=0.01, steps=100)
+    assert inclusion_probability([event]) == pytest.approx(1 - 0.99 ** 100, rel=1e-12)
+    truth = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    truth.compose(dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.0)),
+                                               100))
+    expected = truth.get_epsilon(0.02)                                     # 0.0955
+    assert expected > 0.09
+    eps = dp_sgd_epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=0.02)
+    assert eps == pytest.approx(expected, rel=0.01)
+    assert eps >= expected * (1 - 1e-3)                                  # the safe direction
