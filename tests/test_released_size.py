@@ -338,3 +338,26 @@ def test_a_reproducible_count_kept_after_the_runs_are_accepted_stays_reproducibl
     monkeypatch.setattr(released_size, "discrete_laplace", lambda scale, source: drawn.append(source) or 17)
     assert release_sizes({"patients": 5000}, epsilon=0.02, path=path, fingerprint="x") == {"patients": 5017}
     assert len(drawn) == 1
+
+
+def test_a_count_kept_from_the_finished_runs_is_written_owner_only_as_a_drawn_one_is(tmp_path):
+    """keep_sizes writes private/released_sizes.json as release_sizes does: 0600 under a umask of 022, whether it
+    creates the file (the file was deleted and the counts were taken back) or rewrites one that holds other draws."""
+    import os
+
+    from dpmed.released_size import keep_sizes
+
+    old = os.umask(0o022)
+    try:
+        created = tmp_path / "a" / "released_sizes.json"
+        created.parent.mkdir()
+        keep_sizes({"patients": 123}, epsilon=0.02, path=created, fingerprint="abc")
+        rewritten = tmp_path / "b" / "released_sizes.json"
+        release_sizes({"images": 300}, epsilon=0.02, path=rewritten, fingerprint="abc")
+        keep_sizes({"patients": 123}, epsilon=0.02, path=rewritten, fingerprint="abc")
+    finally:
+        os.umask(old)
+    for path in (created, rewritten):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert {"key": "patients", "epsilon": 0.02, "data": "abc", "mode": "secure", "count": 123,
+                "from": "the finished runs' records"} in json.loads(path.read_text())["draws"]
