@@ -20,9 +20,10 @@ def data():
     return ds.train, ds.task
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def new_model():
-    """``new_model(task)``: small_cnn for 16 px grey images, from the same initial weights every call."""
+    """``new_model(task)``: small_cnn for 16 px grey images, from the same initial weights every call (it holds no
+    state, so module fixtures may build with it too)."""
     def build(task):
         torch.manual_seed(0)
         return build_model("small_cnn", in_channels=1, num_outputs=task.num_outputs, image_size=16)

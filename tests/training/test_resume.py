@@ -37,16 +37,33 @@ def _interrupt_after(monkeypatch, target, name, calls):
     monkeypatch.setattr(target, name, wrapped)
 
 
-@pytest.mark.parametrize("dp", [PLAN, None], ids=["dp-sgd", "non-private"])
-def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp, tmp_path, monkeypatch, caplog):
+def _in_one_go(data, new_model, dp, key):
+    """The model and result of a training in one go under the run's key ``key``, which a resumed one must equal."""
     images, task = data
+    model = new_model(task)
+    return model, train(model, images, task, CFG, seed=4, dp=dp,
+                        randomness=PrivacyRandomness.from_root_hex(key, "secure"), progress=False)
+
+
+@pytest.fixture(scope="module")
+def dp_in_one_go(data, new_model):
+    """A DP-SGD training in one go under a fresh key, with that key: trained once for the tests that resume it (no
+    test changes it, and none needs a key of its own)."""
     key = PrivacyRandomness.secure().root_hex()
+    return key, *_in_one_go(data, new_model, PLAN, key)
+
+
+@pytest.mark.parametrize("dp", [PLAN, None], ids=["dp-sgd", "non-private"])
+def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp_in_one_go, dp, tmp_path, monkeypatch, caplog):
+    images, task = data
+    if dp is not None:
+        key, whole_model, whole = dp_in_one_go
+    else:
+        key = PrivacyRandomness.secure().root_hex()
+        whole_model, whole = _in_one_go(data, new_model, dp, key)
 
     def randomness():                  # the run's key, as a fresh process reads it back from the private folder
         return PrivacyRandomness.from_root_hex(key, "secure")
-
-    whole_model = new_model(task)
-    whole = train(whole_model, images, task, CFG, seed=4, dp=dp, randomness=randomness(), progress=False)
 
     ckpt = tmp_path / "checkpoint.pt"
     with monkeypatch.context() as m:   # the "kill": step 13 of 17 (DP) or the 2nd epoch's 3rd batch fails
@@ -125,15 +142,12 @@ def test_a_finished_trainings_checkpoint_takes_no_further_step_and_charges_nothi
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-def test_a_checkpoint_continues_with_a_smaller_physical_batch(data, new_model, tmp_path, monkeypatch):
+def test_a_checkpoint_continues_with_a_smaller_physical_batch(data, new_model, dp_in_one_go, tmp_path, monkeypatch):
     """After memory ran out, dpmed tells the user to lower training.physical_batch_size and run again, which only
     slices each step: the run continues from its checkpoint, to the model of a run trained in one go up to float
     rounding, rather than starting afresh."""
     images, task = data
-    key = PrivacyRandomness.secure().root_hex()
-    whole_model = new_model(task)
-    whole = train(whole_model, images, task, CFG, seed=4, dp=PLAN, randomness=PrivacyRandomness.from_root_hex(
-        key, "secure"), progress=False)
+    key, whole_model, whole = dp_in_one_go
     ckpt = tmp_path / "checkpoint.pt"
     with monkeypatch.context() as m:
         _interrupt_after(m, DpSgdStep, "__call__", 12)
