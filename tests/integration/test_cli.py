@@ -21,7 +21,7 @@ from dpmed.folders import RELEASE_TIME, StudyFolder
 from dpmed.records import read_record, read_timing
 from dpmed.states import read_resolved
 
-TINY = ["--no-progress", "--set", "data.n_images=240", "--set", "data.image_size=32", "--set", "training.epochs=2",
+TINY = ["--no-progress", "--set", "data.n_images=240", "--set", "data.image_size=32", "--set", "training.epochs=1",
         "--set", "evaluation.bootstrap_resamples=100"]
 
 
