@@ -114,7 +114,8 @@ def test_a_checkpoint_that_fills_the_disk_fails_its_run_naming_the_file_and_leav
 def test_an_array_archive_that_fills_the_disk_fails_its_run_naming_the_file(tiny_text, tmp_path, monkeypatch, capsys,
                                                                             disk_with_room):
     """Before: a run's CAMs (and local-DP examples, audit scores, attack images) went straight to their file with
-    numpy; a full disk failed the run with "No space left on device" naming no file, half an archive left."""
+    numpy; a full disk failed the run with "No space left on device" naming no file, half an archive left. One
+    epoch: the CAMs are written once, after training, whatever its length."""
     import dpmed.folders
 
     def filling(opener):     # the CAMs are staged owner-only until their run finishes, so through open_owner_only
@@ -125,7 +126,8 @@ def test_an_array_archive_that_fills_the_disk_fails_its_run_naming_the_file(tiny
     monkeypatch.setattr(dpmed.folders, "open", filling(open), raising=False)
     monkeypatch.setattr(dpmed.folders, "open_owner_only", filling(dpmed.folders.open_owner_only))
     out = tmp_path / "out"
-    text = tiny_text.replace("evaluation: {", "evaluation: {explanations: {n_images: 8}, ")
+    text = (tiny_text.replace("evaluation: {", "evaluation: {explanations: {n_images: 8}, ")
+            .replace("epochs: 3", "epochs: 1"))
     assert main(["run", str(_study(tmp_path, text)), "--out", str(out), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err, err
