@@ -22,12 +22,15 @@ def test_a_worker_told_to_stop_while_starting_runs_nothing_and_once_started_ends
     monkeypatch.setattr(executors, "_STOPPING", False)
     monkeypatch.setattr(executors, "_STARTED", False)
     monkeypatch.setattr(executors, "_WORKER_CONTEXT", object())
+    monkeypatch.setattr(executors, "_TAKEN", taken := [0, 0])
     monkeypatch.setattr(executors, "_execute", lambda task, context: "ran")
-    assert executors._execute_in_worker("task") == "ran"
+    assert executors._execute_in_worker("task", 0) == "ran"
+    assert taken == [1, 0]                                           # the parent sees which runs were taken up
     executors._stop_worker(signal.SIGTERM, None)                    # while starting: only remembered
     with pytest.raises(SystemExit) as stop:
-        executors._execute_in_worker("task")
+        executors._execute_in_worker("task", 1)
     assert stop.value.code == 128 + signal.SIGTERM
+    assert taken == [1, 0]                                           # told to stop: never taken up
     monkeypatch.setattr(executors, "_STARTED", True)
     with pytest.raises(SystemExit):                                  # started: the run in progress ends now
         executors._stop_worker(signal.SIGTERM, None)
@@ -238,6 +241,7 @@ def test_a_worker_whose_parent_died_ends_its_run_and_exits_instead_of_taking_the
     monkeypatch.setattr(executors, "_STOPPING", False)
     monkeypatch.setattr(executors, "_STARTED", True)
     monkeypatch.setattr(executors, "_WORKER_CONTEXT", object())
+    monkeypatch.setattr(executors, "_TAKEN", [0])
     in_run, stop_sent, exited = threading.Event(), threading.Event(), threading.Event()
     events: list[str] = []
 
@@ -261,7 +265,7 @@ def test_a_worker_whose_parent_died_ends_its_run_and_exits_instead_of_taking_the
     reader, writer = multiprocessing.Pipe(duplex=False)
     watcher = threading.Thread(target=executors._end_with_parent, args=(reader,), daemon=True)
     watcher.start()
-    worker = threading.Thread(target=executors._execute_in_worker, args=("task",), daemon=True)
+    worker = threading.Thread(target=executors._execute_in_worker, args=("task", 0), daemon=True)
     worker.start()
     assert in_run.wait(10)
     writer.close()                                          # the parent is gone

@@ -128,9 +128,10 @@ def _execute(task: RunTask, context: RunContext) -> Outcome:
     return record
 
 
-# A worker killed from outside (the out-of-memory killer, kill -9) breaks the whole pool: every run not yet
-# finished fails with this, and the next `dpmed run` continues each from its checkpoint. So does a worker that
-# could not start: each imports the script that called run_study, which, unguarded, calls it again.
+# A worker killed from outside (the out-of-memory killer, kill -9) breaks the whole pool: every run in progress
+# fails with this (a run no worker had taken up is left unfinished), and the next `dpmed run` continues each from
+# its checkpoint. So does every run where the workers could not start: each imports the script that called
+# run_study, which, unguarded, calls it again.
 WORKER_DIED = ("a worker process died (killed from outside: out of memory, kill -9) before this run finished; run "
                "the study again: unfinished runs continue from their checkpoints (with fewer --workers, or a smaller "
                "training.physical_batch_size, if memory ran out). From a Python script, call run_study with "
@@ -149,17 +150,20 @@ class InProcessExecutor:
 
 
 _WORKER_CONTEXT: RunContext | None = None  # set once per worker process by _start_worker
+_TAKEN: Any = None                          # likewise: the parent's flags of the runs a worker took up
 
 
-def _start_worker(contexts: Any, records: Any, level: int, setup: Callable[[], None] | None) -> None:
+def _start_worker(contexts: Any, records: Any, level: int, setup: Callable[[], None] | None, taken: Any) -> None:
     """Runs in each fresh worker process: leave Ctrl-C to the parent; take SIGTERM as the order to stop
     (`_stop_worker`; one that comes while this runs is remembered, and the worker then runs nothing); send every log
     record at ``level`` or above to the parent through ``records`` (the parent decides what to show); run the
-    caller's ``setup``; then take the study's context (the dataset) from ``contexts``, once per worker. The context
+    caller's ``setup``; then take the study's context (the dataset) from ``contexts``, once per worker; mark in
+    ``taken`` (shared memory, one byte per run) each run as it takes it up. The context
     comes through a queue rather than the start-up arguments so that starting a worker does not wait for it to read
     the whole dataset. Each run sets its own thread count (``training.threads``), so its numbers do not depend on
     the executor."""
-    global _WORKER_CONTEXT, _STARTED
+    global _WORKER_CONTEXT, _STARTED, _TAKEN
+    _TAKEN = taken
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop_worker)
     if hasattr(signal, "pthread_sigmask"):   # started with SIGINT blocked: a Ctrl-C pending since is dropped now
@@ -208,10 +212,11 @@ def _stop_worker(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
 
 
-def _execute_in_worker(task: RunTask) -> Outcome:
+def _execute_in_worker(task: RunTask, index: int) -> Outcome:
     assert _WORKER_CONTEXT is not None
     if _STOPPING:
         raise SystemExit(128 + signal.SIGTERM)
+    _TAKEN[index] = 1
     _IDLE.clear()
     try:
         return _execute(task, _WORKER_CONTEXT)
@@ -306,22 +311,27 @@ class ProcessPoolExecutor:
         _check_room_for_copies(context.dataset, min(self.workers, len(tasks)))
         spawn = multiprocessing.get_context("spawn")
         contexts, records = spawn.Queue(), spawn.Queue()
+        # one byte per run, set by the worker that takes it up; no lock, which a killed worker could leave held
+        taken = spawn.RawArray("b", len(tasks))
         for _ in range(min(self.workers, len(tasks))):
             contexts.put(_worker_context(context, min(self.workers, len(tasks))))
         listener = threading.Thread(target=_forward, args=(records,), name="dpmed-worker-logs", daemon=True)
         listener.start()
         level = min(logging.getLogger().getEffectiveLevel(), logging.getLogger("dpmed").getEffectiveLevel())
         pool = futures.ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)) or 1, mp_context=spawn,
-                                           initializer=_start_worker, initargs=(contexts, records, level, self.setup))
+                                           initializer=_start_worker, initargs=(contexts, records, level, self.setup, taken))
         reported: set[futures.Future] = set()
         stopped = False
         try:
             with _interrupts_held_while_spawning():
-                pending = {pool.submit(_execute_in_worker, task): task for task in tasks}
+                pending = {pool.submit(_execute_in_worker, task, i): task for i, task in enumerate(tasks)}
+            index = {future: i for i, future in enumerate(pending)}
             for done in _as_completed_interruptibly(pending):
                 try:
                     outcome = done.result()
                 except BrokenProcessPool:
+                    if any(taken) and not taken[index[done]] and not pending[done].folder.is_finished:
+                        continue   # never started while another worker died: left unfinished, not failed
                     outcome = _broken_off(pending[done])
                 except SystemExit:   # the worker was told to stop from outside (SIGTERM): the study is stopped
                     raise KeyboardInterrupt from None

@@ -69,7 +69,8 @@ class StudyResult:
     """What `run_study` did. out_dir: the study's folder, ``out/<study name>`` (`dpmed.read_results` reads it;
     report_path: its report.html). records: one record per finished run, in study order. resumed: run ids found
     finished and not retrained. failures: runs that raised this time (their error.json holds the traceback).
-    pending: runs left unfinished because a fail-fast stop came first. seconds: the call's wall time."""
+    pending: runs left unfinished because the study stopped first (a fail-fast stop, or a process pool broken by a
+    worker that died before they started). seconds: the call's wall time."""
 
     study: Study
     out_dir: Path
@@ -77,7 +78,7 @@ class StudyResult:
     resumed: list[str]
     seconds: float
     failures: list[RunFailure] = field(default_factory=list)
-    pending: list[str] = field(default_factory=list)   # not finished: a fail-fast stop came first
+    pending: list[str] = field(default_factory=list)   # not finished: the study stopped first
 
     @property
     def report_path(self) -> Path:

@@ -140,6 +140,21 @@ def test_fail_fast_stops_at_the_first_failure(tmp_path, monkeypatch, capsys, tin
     assert "1 run(s) failed, 1 not finished (--fail-fast stopped the study" in capsys.readouterr().err
 
 
+def test_runs_left_unstarted_by_a_dead_worker_are_not_blamed_on_fail_fast(tmp_path, monkeypatch, capsys, tiny_text):
+    """Without --fail-fast, the runs a broken process pool never started (above) were summed up as "not finished
+    (--fail-fast stopped the study ...)", an option the user did not give."""
+    (tmp_path / "s.yaml").write_text(tiny_text)
+    study = load_study(tmp_path / "s.yaml")
+    died = RunFailure("base_seed0", WORKER_DIED, None)
+    monkeypatch.setattr(dpmed.study, "run_study", lambda *args, **kwargs: dpmed.study.StudyResult(
+        study=study, out_dir=tmp_path / "out" / "tiny", records=[], resumed=[], seconds=1.0, failures=[died],
+        pending=["dp_eps8_C1_seed0"]))
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "1 run(s) failed, 1 not finished (not started: the worker processes stopped when one died)" in err, err
+    assert "--fail-fast" not in err
+
+
 # Run in each worker process of the fail-fast test below (as its ``setup``): replaces run_one there by a stand-in
 # that plays the role the test gives each run. A module of its own, so that the spawned workers can import it.
 _FAKE_RUNS = '''
@@ -590,6 +605,52 @@ def test_a_run_whose_worker_dies_after_its_record_is_written_is_finished_not_fai
     assert not isinstance(outcomes[task.plan.run_id], RunFailure), outcomes
     assert outcomes[task.plan.run_id].run_id == task.plan.run_id
     assert not task.folder.error.exists()
+
+
+_KILLED_WHILE_ANOTHER_RUNS = '''
+import os
+import signal
+import time
+from pathlib import Path
+
+import dpmed.executors
+
+
+def install(marks, first):
+    def fake(plan, context, folder):
+        Path(marks, plan.run_id).touch()
+        if plan.run_id != first:
+            time.sleep(120)                       # a run in progress, until the broken pool ends its worker
+        while len(os.listdir(marks)) < 2:         # both workers have taken a run: the third waits in the queue
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)      # the out-of-memory killer
+    dpmed.executors.run_one = fake
+'''
+
+
+def test_a_run_that_never_started_when_a_worker_died_is_left_to_run_not_failed(tmp_path, monkeypatch, tiny_text):
+    """A worker killed mid-run breaks the pool, which ends the other workers: the runs they were training fail with
+    the reason, but a run that no worker had taken up was reported failed too, "killed ... before this run
+    finished", though it never started. It is left unfinished (the study counts it as not finished, and the next
+    `dpmed run` trains it)."""
+    (tmp_path / "killed_pool.py").write_text(_KILLED_WHILE_ANOTHER_RUNS)
+    monkeypatch.syspath_prepend(str(tmp_path))       # spawned workers start with this process's sys.path
+    import killed_pool
+
+    (tmp_path / "s.yaml").write_text(tiny_text + "  - {name: dp4, mechanism: dp_sgd, target_epsilon: 4}\n")
+    prepared = prepare_study(load_study(tmp_path / "s.yaml"), out=tmp_path / "out")
+    tasks = [RunTask(plan, prepared.folder.run(plan.run_id)) for plan in prepared.plans]
+    (tmp_path / "marks").mkdir()
+    outcomes = {}
+    ProcessPoolExecutor(2, setup=functools.partial(killed_pool.install, str(tmp_path / "marks"),
+                                                   tasks[0].plan.run_id)).map(
+        tasks, RunContext(dataset=prepared.dataset, evaluation=prepared.study.evaluation, progress=False),
+        lambda t, outcome: outcomes.setdefault(t.plan.run_id, outcome), fail_fast=False)
+    started = sorted(os.listdir(tmp_path / "marks"))
+    assert started == sorted(t.plan.run_id for t in tasks[:2])
+    assert sorted(outcomes) == started
+    assert all(isinstance(o, RunFailure) and o.error == WORKER_DIED for o in outcomes.values())
+    assert not tasks[2].folder.error.exists()
 
 
 def test_a_dead_worker_s_run_json_that_cannot_be_read_makes_the_run_failed_not_the_study_stop(tmp_path, tiny_text):
