@@ -432,7 +432,7 @@ class RayExecutor:
         ray = self.ray
         started_here = not ray.is_initialized()
         local = started_here and self.address is None and not os.environ.get("RAY_ADDRESS")   # a new instance
-        own = tempfile.mkdtemp(prefix="dpmed-ray-") if local else None    # 0700
+        own = _own_ray_folder() if local else None
         try:
             if started_here:
                 options = {} if own is None else {"_temp_dir": str(Path(own) / "ray")}
@@ -477,6 +477,33 @@ class RayExecutor:
             except self.ray.exceptions.RayError:
                 if task.folder.is_finished:
                     yield task, read_record(task.folder.record)
+
+
+def _own_ray_folder() -> str:
+    """A new folder of this user's alone (0700) for a local Ray instance, naming this process as its owner. First,
+    this user's such folders whose owner is gone are deleted: a study killed with kill -9 skips the deletion after
+    Ray's shutdown, and its folder kept Ray's logs, which tell the dataset's size, and any objects Ray spilled (the
+    decoded images) for good. A folder whose owner still runs (another study) or is not named (an older dpmed's)
+    is left alone."""
+    if os.name != "nt":           # there os.kill(pid, 0) would end the process, not test it
+        for folder in Path(tempfile.gettempdir()).glob("dpmed-ray-*"):
+            with contextlib.suppress(OSError, ValueError):
+                if folder.stat().st_uid == os.getuid() and not _running(int((folder / "owner").read_text())):
+                    shutil.rmtree(folder, ignore_errors=True)
+    own = tempfile.mkdtemp(prefix="dpmed-ray-")
+    (Path(own) / "owner").write_text(str(os.getpid()), encoding="utf-8")
+    return own
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts: it cannot be signalled, and it exists)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _warn_open_token() -> None:

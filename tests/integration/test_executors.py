@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -313,6 +314,26 @@ def test_a_local_ray_keeps_its_files_in_a_folder_of_this_users_alone_and_an_open
     token.chmod(0o640)                                   # the group's members are other users too
     dpmed.executors._warn_open_token()
     assert "(mode 640)" in caplog.text
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
+def test_a_local_ray_folder_left_by_a_killed_study_is_deleted_by_the_next_and_a_live_one_is_kept(tmp_path,
+                                                                                                  monkeypatch):
+    """kill -9 skips the deletion after Ray's shutdown: the owner-only folder, with Ray's logs (which tell the
+    dataset's size) and any objects it spilled (the decoded images), stayed in the temp folder for good."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    stale, live, older = (tmp_path / f"dpmed-ray-{name}" for name in ("stale", "live", "older"))
+    for folder, owner in ((stale, gone.stdout.strip()), (live, str(os.getpid())), (older, None)):
+        (folder / "ray").mkdir(parents=True)
+        if owner is not None:
+            (folder / "owner").write_text(owner)
+    own = Path(dpmed.executors._own_ray_folder())
+    assert not stale.exists()
+    assert live.exists() and older.exists()          # in use (another study of this user), or of unknown owner
+    assert own.parent == tmp_path and own.stat().st_mode & 0o777 == 0o700
+    assert (own / "owner").read_text() == str(os.getpid())
 
 
 @pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
