@@ -187,6 +187,8 @@ def test_a_run_trained_beside_others_shows_its_seconds_in_the_private_report_onl
     results = {row["run_id"]: row for row in csv.DictReader(io.StringIO(folder.results.read_text()))}
     assert float(results[alone.run_id]["train_seconds"]) == alone.timing.train_seconds
     assert results[beside.run_id]["train_seconds"] == ""
-    public = folder.results.read_text() + folder.report.read_text() + folder.comparisons.read_text()
+    shareable = [path for path in folder.root.rglob("*") if path.is_file() and folder.private not in path.parents]
+    assert folder.report in shareable and folder.results in shareable
+    public = "".join(path.read_text(errors="replace") for path in shareable)   # every file outside private/
     assert "1234.5" not in public and "2345.5" not in public
     assert "Wall time: training 1234.5 s, in all 2345.5 s" in folder.private_report.read_text()
