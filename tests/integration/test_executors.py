@@ -642,8 +642,9 @@ def install(marks, first):
         Path(marks, plan.run_id).touch()
         if plan.run_id != first:
             time.sleep(120)                       # a run in progress, until the broken pool ends its worker
-        while len(os.listdir(marks)) < 2:         # both workers have taken a run: the third waits in the queue
-            time.sleep(0.05)
+        deadline = time.monotonic() + 60
+        while len(os.listdir(marks)) < 2 and time.monotonic() < deadline:   # both workers have taken a run: the
+            time.sleep(0.05)                                                 # third waits in the queue
         os.kill(os.getpid(), signal.SIGKILL)      # the out-of-memory killer
     dpmed.executors.run_one = fake
 '''
