@@ -46,6 +46,7 @@ from dpmed.data import Dataset
 from dpmed.errors import ConfigError
 from dpmed.folders import RunFolder, write_json_atomic
 from dpmed.interruption import check as check_interrupt
+from dpmed.lock import holder_gone, write_holder
 from dpmed.numbers import bytes_text
 from dpmed.records import RunRecord, read_record
 from dpmed.run import RunContext, run_one
@@ -480,30 +481,19 @@ class RayExecutor:
 
 
 def _own_ray_folder() -> str:
-    """A new folder of this user's alone (0700) for a local Ray instance, naming this process as its owner. First,
-    this user's such folders whose owner is gone are deleted: a study killed with kill -9 skips the deletion after
-    Ray's shutdown, and its folder kept Ray's logs, which tell the dataset's size, and any objects Ray spilled (the
-    decoded images) for good. A folder whose owner still runs (another study) or is not named (an older dpmed's)
-    is left alone."""
-    if os.name != "nt":           # there os.kill(pid, 0) would end the process, not test it
-        for folder in Path(tempfile.gettempdir()).glob("dpmed-ray-*"):
-            with contextlib.suppress(OSError, ValueError):
-                if folder.stat().st_uid == os.getuid() and not _running(int((folder / "owner").read_text())):
-                    shutil.rmtree(folder, ignore_errors=True)
+    """A new folder of this user's alone (0700) for a local Ray instance, naming this process as its owner (as a lock
+    file does: PID, host, start time). First, this user's such folders whose owner is gone are deleted: a study
+    killed with kill -9 skips the deletion after Ray's shutdown, and its folder kept Ray's logs, which tell the
+    dataset's size, and any objects Ray spilled (the decoded images) for good. A folder whose owner still runs
+    (another study), runs on another host (a temp folder shared over the network) or is not named (an older
+    dpmed's) is left alone."""
+    for folder in Path(tempfile.gettempdir()).glob("dpmed-ray-*"):
+        with contextlib.suppress(OSError):
+            if folder.stat().st_uid == getattr(os, "getuid", lambda: None)() and holder_gone(folder / "owner"):
+                shutil.rmtree(folder, ignore_errors=True)
     own = tempfile.mkdtemp(prefix="dpmed-ray-")
-    (Path(own) / "owner").write_text(str(os.getpid()), encoding="utf-8")
+    write_holder(Path(own) / "owner")
     return own
-
-
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists (one of another user's counts: it cannot be signalled, and it exists)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _warn_open_token() -> None:

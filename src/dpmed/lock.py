@@ -44,7 +44,8 @@ try:
 except ImportError:  # every platform but Windows
     msvcrt = None  # type: ignore[assignment]
 
-__all__ = ["Holder", "FolderLocked", "FolderLock", "lock_holder", "holder_alive", "process_running", "guard"]
+__all__ = ["Holder", "FolderLocked", "FolderLock", "lock_holder", "holder_alive", "holder_gone", "process_running",
+           "guard", "write_holder"]
 
 _log = logging.getLogger(__name__)
 _WINDOWS = os.name == "nt"
@@ -159,6 +160,20 @@ def _read(path: Path) -> Holder | None:
     except (OSError, ValueError, TypeError):
         return None
     return holder if type(holder.pid) is int and 0 < holder.pid < 2 ** 31 else None
+
+
+def write_holder(path: Path) -> None:
+    """Name this process in a new file ``path``, as a lock file does, for :func:`holder_gone` to check later: a
+    folder of this process's that a kill -9 leaves behind can then be told apart from one still in use."""
+    if not _create(Path(path), Holder.current()):
+        raise FileExistsError(path)
+
+
+def holder_gone(path: Path) -> bool:
+    """Whether the file at ``path`` names a process that is gone (a recycled PID included); False where there is no
+    such file, it names no process, its process runs, or it runs on another host (which cannot be checked here)."""
+    holder = _read(Path(path))
+    return holder is not None and holder_alive(holder) is False
 
 
 def lock_holder(path: Path) -> Holder | None:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,6 +32,7 @@ from dpmed.config import load_study
 from dpmed.errors import ConfigError
 from dpmed.executors import WORKER_DIED, ProcessPoolExecutor, RunFailure, RunTask, make_executor
 from dpmed.folders import StudyFolder
+from dpmed.lock import Holder, holder_gone
 from dpmed.records import read_timing
 from dpmed.run import RunContext
 from dpmed.study import prepare_study
@@ -324,16 +326,20 @@ def test_a_local_ray_folder_left_by_a_killed_study_is_deleted_by_the_next_and_a_
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                           check=True)
-    stale, live, older = (tmp_path / f"dpmed-ray-{name}" for name in ("stale", "live", "older"))
-    for folder, owner in ((stale, gone.stdout.strip()), (live, str(os.getpid())), (older, None)):
-        (folder / "ray").mkdir(parents=True)
+    here = Holder.current()
+    owners = {"stale": replace(here, pid=int(gone.stdout), process_start=None), "live": here,
+              "elsewhere": replace(here, pid=int(gone.stdout), host=here.host + "-other"), "older": None}
+    for name, owner in owners.items():
+        (tmp_path / f"dpmed-ray-{name}" / "ray").mkdir(parents=True)
         if owner is not None:
-            (folder / "owner").write_text(owner)
+            (tmp_path / f"dpmed-ray-{name}" / "owner").write_text(json.dumps(asdict(owner)))
     own = Path(dpmed.executors._own_ray_folder())
-    assert not stale.exists()
-    assert live.exists() and older.exists()          # in use (another study of this user), or of unknown owner
+    assert not (tmp_path / "dpmed-ray-stale").exists()
+    # in use (another study of this user), on another host sharing the temp folder, or of an unknown owner
+    assert all((tmp_path / f"dpmed-ray-{name}").exists() for name in ("live", "elsewhere", "older"))
     assert own.parent == tmp_path and own.stat().st_mode & 0o777 == 0o700
-    assert (own / "owner").read_text() == str(os.getpid())
+    assert json.loads((own / "owner").read_text())["pid"] == os.getpid()
+    assert not holder_gone(own / "owner")
 
 
 @pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
