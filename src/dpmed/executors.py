@@ -320,7 +320,8 @@ class ProcessPoolExecutor:
         listener.start()
         level = min(logging.getLogger().getEffectiveLevel(), logging.getLogger("dpmed").getEffectiveLevel())
         pool = futures.ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)) or 1, mp_context=spawn,
-                                           initializer=_start_worker, initargs=(contexts, records, level, self.setup, taken))
+                                           initializer=_start_worker,
+                                           initargs=(contexts, records, level, self.setup, taken))
         reported: set[futures.Future] = set()
         stopped = False
         try:
