@@ -58,6 +58,18 @@ table.stack td{border:0;text-align:left;white-space:normal;padding:.15em .3em}
 table.stack td::before{content:attr(data-label);display:block;font-size:.8em;color:#555}
 table.stack td:first-child{font-weight:600} table.stack td:first-child::before{display:none}
 table.clinical td:last-child{min-width:0}}
+/* paper (print, save as PDF): no box scrolls there, so every table is laid out whole within the page's width, its
+   rows kept on one page each, and the cards one after another */
+@page{margin:1.2cm}
+@media print{
+body{max-width:none;margin:0;padding:0;font-size:10pt}
+table{display:table;width:100%;overflow:visible;font-size:.75em;table-layout:auto}
+th,td{padding:.15em .3em;overflow-wrap:break-word} td.eps{min-width:0} table.clinical td:last-child{min-width:0}
+td.num{overflow-wrap:anywhere}   /* an interval (no-break spaces) breaks where a table is too wide for the page */
+table.stack td:first-child,td.run{white-space:normal}
+tr,figure,img,.note{break-inside:avoid} h2,h3{break-after:avoid}
+.cards{display:block} .card{break-inside:avoid;margin:0 0 .6em}
+pre{white-space:pre-wrap;overflow-wrap:anywhere}}
 """
 
 # Lay the page out at the phone's own width (without it a phone draws it at 980 px and shrinks everything).
