@@ -159,10 +159,9 @@ def _start_worker(contexts: Any, records: Any, level: int, setup: Callable[[], N
     (`_stop_worker`; one that comes while this runs is remembered, and the worker then runs nothing); send every log
     record at ``level`` or above to the parent through ``records`` (the parent decides what to show); run the
     caller's ``setup``; then take the study's context (the dataset) from ``contexts``, once per worker; mark in
-    ``taken`` (shared memory, one byte per run) each run as it takes it up. The context
-    comes through a queue rather than the start-up arguments so that starting a worker does not wait for it to read
-    the whole dataset. Each run sets its own thread count (``training.threads``), so its numbers do not depend on
-    the executor."""
+    ``taken`` (shared memory, one byte per run) each run as it takes it up. The context comes through a queue
+    rather than the start-up arguments so that starting a worker does not wait for it to read the whole dataset.
+    Each run sets its own thread count (``training.threads``), so its numbers do not depend on the executor."""
     global _WORKER_CONTEXT, _STARTED, _TAKEN
     _TAKEN = taken
     signal.signal(signal.SIGINT, signal.SIG_IGN)
