@@ -182,11 +182,9 @@ def test_a_study_without_arms_is_refused(write_study):
 def test_the_defaults_every_eps_depends_on_are_the_documented_ones_and_are_written_out(write_study):
     """The README's defaults: fresh secret randomness and a count released at eps_N = 0.02, which is in every DP-SGD
     eps; and the study.yaml a study writes holds every value, defaults included (the resolved study)."""
-    from dpmed.config import study_to_dict
-
     study = load_study(write_study("name: s\narms: [{name: a, mechanism: dp_sgd, target_epsilon: 8}]\n"))
     assert (study.privacy_randomness, study.size_epsilon, study.seeds) == ("secure", 0.02, [0])
-    written = study_to_dict(study)
+    written = study.model_dump(mode="json")   # as `dpmed run` writes study.yaml
     assert written["privacy_randomness"] == "secure" and written["size_epsilon"] == 0.02 and written["seeds"] == [0]
     assert written["training"]["dp_engine"] == "dpmed" and written["arms"][0]["max_grad_norm"] == [1.0]
 
@@ -805,9 +803,9 @@ def test_freezing_a_random_model_is_refused_unless_it_starts_from_trained_weight
 def test_a_study_record_read_back_through_json_is_not_refused_for_a_frozen_random_model(write_study):
     """A study.yaml that dpmed wrote (read back through JSON by report, status and resume) holds a study whose runs
     trained already: freezing random layers is refused where a study file is read, not where its record is."""
-    from dpmed.config import Study, study_to_dict
+    from dpmed.config import Study
 
-    data = study_to_dict(load_study(write_study(GOOD)))
+    data = load_study(write_study(GOOD)).model_dump(mode="json")
     data["model"]["trainable"] = "head"
     assert Study.model_validate_json(json.dumps(data)).model.trainable == "head"
     with pytest.raises(ValidationError, match="freezes 4 randomly initialised tensor"):

@@ -1,6 +1,6 @@
 """Study files: a strict, frozen schema, and the study expanded into typed run plans."""
 
-from dpmed.config.loading import check_study, load_study, parse_override, study_to_dict
+from dpmed.config.loading import check_study, load_study, parse_override
 from dpmed.config.plans import EXECUTION_ONLY, RunPlan, SweptValue, plan_runs, run_ids
 from dpmed.config.schema import (
     Arm, AuditConfig, CamConfig, DataConfig, EvaluationConfig, FairnessConfig, ModelConfig, PrivacyBudget, Study,
@@ -8,7 +8,7 @@ from dpmed.config.schema import (
 )
 
 __all__ = [
-    "check_study", "load_study", "parse_override", "study_to_dict", "RunPlan", "SweptValue", "plan_runs", "run_ids",
+    "check_study", "load_study", "parse_override", "RunPlan", "SweptValue", "plan_runs", "run_ids",
     "EXECUTION_ONLY", "CamConfig", "FairnessConfig", "AuditConfig", "Arm", "DataConfig", "EvaluationConfig",
     "ModelConfig", "PrivacyBudget", "Study", "TrainingConfig",
 ]

@@ -27,7 +27,7 @@ from dpmed.mechanisms import MECHANISMS
 # The study `dpmed run` runs without one: the phantom quickstart, installed with the package.
 QUICKSTART = Path(str(resources.files("dpmed") / "configs" / "quickstart.yaml"))
 
-__all__ = ["load_study", "parse_override", "study_to_dict"]
+__all__ = ["load_study", "parse_override"]
 
 
 class _OutOfRange(yaml.constructor.ConstructorError):
@@ -669,8 +669,3 @@ def _with_paths_resolved(study: schema.Study, path: Path, origins: Mapping[str, 
         return schema.resolve_paths(study, path.parent, outside=outside)   # model.weights, pretrain.data.path
     except ConfigError as exc:     # "model.weights: no such file ...": from the option that gave it, or the file
         raise ConfigError(f"{origin(str(exc).split(':', 1)[0]) or f'study file {path}'}: {exc}") from None
-
-
-def study_to_dict(study: schema.Study) -> dict:
-    """The study as plain YAML-able data (paths as strings)."""
-    return study.model_dump(mode="json")
