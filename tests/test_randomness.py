@@ -34,7 +34,7 @@ def test_secure_randomness_is_fresh_whatever_the_global_seeds():
         random.setstate(saved)
     assert roots[0].root != roots[1].root
     assert not np.allclose(_draws(roots[0]), _draws(roots[1]))
-    assert PrivacyRandomness.secure().is_secret
+    assert PrivacyRandomness.secure().mode == "secure"
 
 
 def test_reproducible_randomness_repeats_per_run_and_differs_between_runs():
@@ -43,7 +43,7 @@ def test_reproducible_randomness_repeats_per_run_and_differs_between_runs():
     # the runs of one sweep (same seed, other values) never share noise, even in reproducible mode
     other = _draws(PrivacyRandomness.reproducible(seed=3, run_id="dp_eps8_seed3"))
     assert abs(np.corrcoef(_draws(PrivacyRandomness.reproducible(seed=3, run_id="dp_eps1_seed3")), other)[0, 1]) < 0.5
-    assert not a.is_secret
+    assert a.mode == "reproducible"
 
 
 def test_the_root_key_derives_from_seed_and_run_id_and_has_256_bits():

@@ -157,10 +157,6 @@ class PrivacyRandomness:
     def root_hex(self) -> str:
         return self.root.hex()
 
-    @property
-    def is_secret(self) -> bool:
-        return self.mode == "secure"
-
     def stream(self, name: str) -> np.random.Generator:
         """The generator of stream ``name`` (one of PRIVACY_STREAMS), the same object on every call."""
         if name not in PRIVACY_STREAMS:
