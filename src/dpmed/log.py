@@ -71,7 +71,7 @@ class _ConsoleFormat(logging.Formatter):
         return text
 
 
-def log_to_console(*, stream: TextIO | None = None, bars: bool = False, level: int = logging.INFO) -> logging.Handler:
+def log_to_console(*, stream: TextIO | None = None, bars: bool = False) -> logging.Handler:
     """Show dpmed's INFO lines and every library's warnings on ``stream`` (stderr); returns the handler.
 
     The command owns the terminal: a plain handler on the root logger that writes to the terminal (Opacus calls
@@ -79,13 +79,12 @@ def log_to_console(*, stream: TextIO | None = None, bars: bool = False, level: i
     :func:`detach`."""
     handler = _Console(stream or sys.stderr, bars=bars)
     handler.setFormatter(_ConsoleFormat("%(message)s"))
-    handler.setLevel(level)
     root = logging.getLogger()
     terminals = {id(s) for s in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__, handler.stream)}
     handler.set_aside = [h for h in root.handlers if type(h) is logging.StreamHandler and id(h.stream) in terminals]
     for other in handler.set_aside:
         root.removeHandler(other)
-    _attach(handler, level)
+    _attach(handler)
     return handler
 
 
@@ -114,23 +113,23 @@ class _File(logging.FileHandler):
                          "on in the terminal only\n")
 
 
-def log_to_file(path: Path, *, level: int = logging.INFO) -> logging.Handler:
+def log_to_file(path: Path) -> logging.Handler:
     """Append the same lines, with time, process and origin, to ``path`` (the study's private log) from the first
     line on; returns the handler."""
     handler = _File(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(processName)s %(name)s %(levelname)s: %(message)s"))
-    handler.setLevel(level)
-    _attach(handler, level)
+    _attach(handler)
     return handler
 
 
-def _attach(handler: logging.Handler, level: int) -> None:
+def _attach(handler: logging.Handler) -> None:
     """On the root logger, so that other libraries' warnings are seen too; dpmed's loggers let INFO through."""
+    handler.setLevel(logging.INFO)
     root = logging.getLogger()
     root.addHandler(handler)
     dpmed = logging.getLogger("dpmed")
-    if dpmed.getEffectiveLevel() > level:
-        dpmed.setLevel(level)
+    if dpmed.getEffectiveLevel() > logging.INFO:
+        dpmed.setLevel(logging.INFO)
     quiet_known_noise()
 
 
