@@ -14,7 +14,7 @@ from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
 from dpmed.comparisons import compare_runs
 from dpmed.evaluation.predictions import Predictions, SplitPredictions
 from dpmed.evaluation.paired import (bootstrap_p_value, p_value_floor, paired_differences,
-                                    pearson, seed_summary)
+                                    pearson, SeedSummary, seed_summary)
 
 
 def test_bootstrap_p_value_by_hand():
@@ -89,9 +89,10 @@ def test_pearson_by_hand_and_against_scipy():
 
 
 def test_seed_summary_by_hand():
-    assert seed_summary([0.1, 0.3, None]) == {"mean": pytest.approx(0.2), "std": pytest.approx(np.sqrt(0.02)),
-                                              "min": 0.1, "max": 0.3, "n_seeds": 2}
-    assert seed_summary([0.5])["std"] is None
+    summary = seed_summary([0.1, 0.3, None]).model_dump()
+    assert summary == {"mean": pytest.approx(0.2), "std": pytest.approx(np.sqrt(0.02)), "min": 0.1, "max": 0.3,
+                       "n_seeds": 2}
+    assert seed_summary([0.5]).std is None
 
 
 def _saved(labels, patient_ids, scores, *, val=None) -> Predictions:
@@ -655,7 +656,7 @@ def test_the_p_value_floor_counts_only_the_redraws_in_which_the_difference_is_de
 
 
 def test_a_seed_summary_of_no_value_is_empty():
-    assert seed_summary([None, None]) == {"mean": None, "std": None, "min": None, "max": None, "n_seeds": 0}
+    assert seed_summary([None, None]) == SeedSummary(mean=None, std=None, min=None, max=None, n_seeds=0)
 
 
 def test_no_finding_decided_one_way_is_no_flag_and_a_study_without_a_non_private_arm_says_so(make_record):

@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from dpmed.comparisons.correlations import Correlation, Correlations, correlate_runs
-from dpmed.evaluation.paired import paired_differences, seed_summary
+from dpmed.evaluation.paired import SeedSummary, paired_differences, seed_summary
 from dpmed.evaluation.predictions import Predictions
 from dpmed.evaluation.utility import youden_threshold
 from dpmed.evaluation.weighted import number
@@ -68,14 +68,6 @@ class PairedDifference(_Row):
 
 
 AurocDifference = PairedDifference   # the name comparisons.json's first version used
-
-
-class SeedSummary(_Row):
-    mean: float | None
-    std: float | None
-    min: float | None
-    max: float | None
-    n_seeds: int
 
 
 class Difference(_Row):
@@ -249,11 +241,11 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord]) -> list[Valu
         values = [getattr(m, name) for m in members]
         if any(v is None for v in values):
             return None
-        return SeedSummary(**seed_summary([v.value for v in values]))
+        return seed_summary([v.value for v in values])
 
     return [ValueSummary(label=label, arm=members[0].arm, mechanism=members[0].mechanism,
                          seeds=[m.seed for m in members], run_ids=[m.run_id for m in members],
-                         epsilon=seed_summary(eps[label])["mean"], epsilon_label=eps_labels[label],
+                         epsilon=seed_summary(eps[label]).mean, epsilon_label=eps_labels[label],
                          auroc_difference=over_seeds(members, "auroc_difference"),
                          accuracy_difference=over_seeds(members, "accuracy_difference"),
                          sensitivity_difference=over_seeds(members, "sensitivity_difference"),

@@ -33,13 +33,14 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 from scipy.stats import pearsonr
 
 from dpmed.evaluation.bootstrap import bootstrap_redraws
 from dpmed.evaluation.weighted import (as_label_columns, estimate, number, redraw_counts, weighted_macro_auroc,
                                        weighted_mean)
 
-__all__ = ["paired_differences", "bootstrap_p_value", "p_value_floor", "pearson", "seed_summary"]
+__all__ = ["paired_differences", "bootstrap_p_value", "p_value_floor", "pearson", "SeedSummary", "seed_summary"]
 
 
 def bootstrap_p_value(differences: np.ndarray) -> float | None:
@@ -169,10 +170,22 @@ def pearson(x: Sequence[float], y: Sequence[float], *, min_x_values: int = 1, x_
     return {"r": number(result.statistic), "p_value": number(result.pvalue), "n": int(a.size)}
 
 
-def seed_summary(values: Sequence[float | None]) -> dict[str, Any]:
+class SeedSummary(BaseModel):
     """Mean, standard deviation (ddof = 1; None for one seed), min and max over seeds, and their count."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    n_seeds: int
+
+
+def seed_summary(values: Sequence[float | None]) -> SeedSummary:
+    """The :class:`SeedSummary` of ``values`` (None: a seed without the value, left out)."""
     v = np.array([x for x in values if x is not None], dtype=np.float64)
     if v.size == 0:
-        return {"mean": None, "std": None, "min": None, "max": None, "n_seeds": 0}
-    return {"mean": number(v.mean()), "std": number(v.std(ddof=1)) if v.size > 1 else None,
-            "min": number(v.min()), "max": number(v.max()), "n_seeds": int(v.size)}
+        return SeedSummary(mean=None, std=None, min=None, max=None, n_seeds=0)
+    return SeedSummary(mean=number(v.mean()), std=number(v.std(ddof=1)) if v.size > 1 else None,
+                       min=number(v.min()), max=number(v.max()), n_seeds=int(v.size))
