@@ -124,13 +124,13 @@ def _unreadable(exc: OSError, path: Path, key: str) -> str:
             "disk holding it works)")
 
 
-def hash_weights(path: Path, *, key: str = "model.weights") -> str:
-    """`file_sha256` of the weights file a study names under ``key``; ConfigError naming the key and the path where
-    it cannot be read (it is hashed before it is loaded, so this is where an unreadable file is first met)."""
+def hash_weights(path: Path) -> str:
+    """`file_sha256` of the weights file a study names under model.weights; ConfigError naming the key and the path
+    where it cannot be read (it is hashed before it is loaded, so this is where an unreadable file is first met)."""
     try:
         return file_sha256(path)
     except OSError as exc:
-        raise ConfigError(_unreadable(exc, Path(path), key)) from None
+        raise ConfigError(_unreadable(exc, Path(path), "model.weights")) from None
 
 
 def _examples(keys: list[str]) -> str:
