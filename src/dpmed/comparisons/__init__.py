@@ -30,8 +30,7 @@ from dpmed.evaluation.weighted import number
 from dpmed.records import RunRecord
 
 __all__ = ["Comparisons", "compare_runs", "Correlation", "Correlations", "SeedSummary", "PairedDifference",
-           "AurocDifference", "Difference", "ValueSummary", "RunFlag", "GroupFlag", "MIN_CLASS_COUNT", "SIGNIFICANCE",
-           "decides_one_class"]
+           "Difference", "ValueSummary", "RunFlag", "GroupFlag", "MIN_CLASS_COUNT", "SIGNIFICANCE", "decides_one_class"]
 
 # A fairness group with fewer positives (or negatives) than this is flagged: its AUROC moves in steps of 1 / (its
 # positives x negatives), its sensitivity in steps of 1 / positives, and its percentile interval can collapse to a
@@ -65,9 +64,6 @@ class PairedDifference(_Row):
     def p_at_floor(self) -> bool:
         """No redraw fell on the other side of zero: the p-value is only bounded above by its floor."""
         return self.p_value is not None and self.p_floor is not None and self.p_value <= self.p_floor * (1 + 1e-9)
-
-
-AurocDifference = PairedDifference   # the name comparisons.json's first version used
 
 
 class Difference(_Row):
