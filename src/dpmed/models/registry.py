@@ -48,7 +48,7 @@ def _imported(module: str, name: str) -> Callable[[int, int, int], nn.Module]:
     return lambda c, k, s: getattr(importlib.import_module(module), name)(c, k, s)
 
 
-_resnet9 = _imported("dpmed.models.resnet9", "ResNet9")
+_resnet9 = _imported("dpmed.models.resnet9", "resnet9_gn_mish")
 
 
 def _resnet_blocks(per_stage: int) -> tuple[tuple[str, ...], ...]:

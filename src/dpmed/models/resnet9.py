@@ -20,7 +20,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
-__all__ = ["ResNet9", "resnet9_gn_mish"]
+__all__ = ["resnet9_gn_mish"]
 
 
 class _MishBlock(BasicBlock):
@@ -50,6 +50,3 @@ def resnet9_gn_mish(in_channels: int, num_outputs: int, image_size: int) -> ResN
         model.maxpool = nn.Identity()
     model.relu = nn.Mish()
     return model
-
-
-ResNet9 = resnet9_gn_mish   # the name the registry and benchmarks import
