@@ -24,10 +24,8 @@ from dpmed.training.layer_rules.rule import GhostRule, Grads, LayerRule, Names, 
 __all__ = ["CONVOLUTION"]
 
 
-def _bias_per_example(g: Tensor, channel_dim_last: bool) -> Tensor:
-    """sum of g over every position: [B, d_out]. g is [B, d_out, *spatial] or [B, *positions, d_out]."""
-    if channel_dim_last:
-        return g.reshape(g.shape[0], -1, g.shape[-1]).sum(1)
+def _bias_per_example(g: Tensor) -> Tensor:
+    """sum of g over every position: [B, d_out]. g is [B, d_out, *spatial]."""
     return g.reshape(g.shape[0], g.shape[1], -1).sum(2)
 
 
@@ -201,7 +199,7 @@ def _conv_sq_norms(m: nn.Module, a: Tensor, g: Tensor, names: Names) -> Tensor:
             gg = gf.transpose(2, 3) @ gf                                                # [b, G, T, T]
             sq[s] += (aa * gg).sum((1, 2, 3))
     if "bias" in names:
-        sq = sq + _bias_per_example(g4, channel_dim_last=False).square().sum(1)
+        sq = sq + _bias_per_example(g4).square().sum(1)
     return sq
 
 
@@ -225,7 +223,7 @@ def _conv_pair_dots(m: nn.Module, a: Tensor, g: Tensor, names: Names, left: Tens
             gr = g4[r].reshape(len(r), groups, d_out, t)
             dots[s] += (aa * (gl.transpose(2, 3) @ gr)).sum((1, 2, 3))
     if "bias" in names:
-        gb = _bias_per_example(g4, channel_dim_last=False)                      # [B, C_out]
+        gb = _bias_per_example(g4)  # [B, C_out]
         dots = dots + (gb[left] * gb[right]).sum(1)
     return dots
 
@@ -281,7 +279,7 @@ def _conv_per_example(m: nn.Module, a: Tensor, g: Tensor, names: Names) -> Grads
         kernel = _per_example_kernel(a4, geo)
         out["weight"] = kernel(a4, g4, geo, _conv_weight_shape_2d(m)).reshape(a4.shape[0], *m.weight.shape)
     if "bias" in names:
-        out["bias"] = _bias_per_example(g4, channel_dim_last=False)             # [B, C_out]
+        out["bias"] = _bias_per_example(g4)  # [B, C_out]
     return out
 
 

@@ -129,7 +129,7 @@ def _ws_sq_norms(m: WSConv2d, a: Tensor, g: Tensor, names: Names) -> Tensor:
         one, k = _functionals(m, a4, g4, geo, w_hat)
         sq = sq + _projected(_channel_dots(m, a, g, a4, g4, geo), one, one, k, k, w_hat, s)
     if "bias" in names:
-        sq = sq + _bias_per_example(g4, channel_dim_last=False).square().sum(1)
+        sq = sq + _bias_per_example(g4).square().sum(1)
     return sq
 
 
@@ -142,7 +142,7 @@ def _ws_pair_dots(m: WSConv2d, a: Tensor, g: Tensor, names: Names, left: Tensor,
         channel = _channel_dots(m, a, g, a4, g4, geo, left, right)
         dots = dots + _projected(channel, one[left], one[right], k[left], k[right], w_hat, s)
     if "bias" in names:
-        gb = _bias_per_example(g4, channel_dim_last=False)                      # [B, C_out]
+        gb = _bias_per_example(g4)  # [B, C_out]
         dots = dots + (gb[left] * gb[right]).sum(1)
     return dots
 
