@@ -26,8 +26,8 @@ __all__ = [
     # both units composed for add/remove one patient, an image-unit run's steps as groups of a patient's images
     "ImageGroup", "patient_epsilon",
     # local DP on images
-    "NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for",
-    "laplace_scale_for_image", "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image",
+    "NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for_image",
+    "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image",
     # several local-DP releases of the same image (one per run), composed into one per-image guarantee
     "ImageComposition", "compose_image_events", "LAPLACE_COMPOSITION", "GAUSSIAN_COMPOSITION", "MIXED_COMPOSITION",
     # reconstruction and membership-inference risk
@@ -50,7 +50,7 @@ _MODULES = {
     "calibration": ("noise_multiplier_for",),
     "group": ("NEIGHBOUR_PATIENT", "GroupPrivacy", "group_privacy", "GROUP_CITATION", "TIGHT_GROUP_CITATION",
               "ImageGroup", "patient_epsilon"),
-    "ldp": ("laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for", "laplace_scale_for_image",
+    "ldp": ("laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for_image",
             "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image", "ImageComposition",
             "compose_image_events", "LAPLACE_COMPOSITION", "GAUSSIAN_COMPOSITION", "MIXED_COMPOSITION"),
     "reconstruction": ("RECONSTRUCTION_METHODS", "ReconstructionMethod", "reconstruction_method",

@@ -30,10 +30,9 @@ from scipy import special
 from dpmed.accounting import _arguments
 from dpmed.accounting.events import NEIGHBOUR_LDP_IMAGE, GaussianImageEvent, ImageEvent, LaplaceImageEvent
 
-__all__ = ["NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for",
-           "laplace_scale_for_image", "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image",
-           "ImageComposition", "compose_image_events", "LAPLACE_COMPOSITION", "GAUSSIAN_COMPOSITION",
-           "MIXED_COMPOSITION"]
+__all__ = ["NEIGHBOUR_LDP_IMAGE", "laplace_pixel_epsilon", "laplace_image_epsilon", "laplace_scale_for_image",
+           "gaussian_epsilon", "gaussian_image_epsilon", "gaussian_std_for_image", "ImageComposition",
+           "compose_image_events", "LAPLACE_COMPOSITION", "GAUSSIAN_COMPOSITION", "MIXED_COMPOSITION"]
 
 
 def laplace_pixel_epsilon(*, scale: float, value_range: float) -> float:
@@ -48,14 +47,6 @@ def laplace_image_epsilon(event: LaplaceImageEvent) -> float:
     if not isinstance(event, LaplaceImageEvent):
         raise TypeError(f"event must be a LaplaceImageEvent, got {event!r}")
     return event.dimension * event.value_range / event.scale
-
-
-def laplace_scale_for(*, epsilon_pixel: float, value_range: float) -> float:
-    """The Laplace scale b = R / eps_pixel that makes each pixel value eps_pixel-DP (inverse of
-    :func:`laplace_pixel_epsilon`)."""
-    epsilon_pixel = _arguments.positive("epsilon_pixel", epsilon_pixel, hint="pass the per-pixel-value eps (> 0)")
-    value_range = _arguments.positive("value_range", value_range, hint="values lie in [0, R]; R = 1 for [0, 1]")
-    return value_range / epsilon_pixel
 
 
 def laplace_scale_for_image(*, epsilon_image: float, dimension: int, value_range: float) -> float:
