@@ -142,10 +142,11 @@ def decisions(kind: str, val_labels, val_scores, test_labels, test_scores):
     return y, s, correct, selected, [float(t) for t in thresholds]
 
 
-def _nanmean(a: np.ndarray, axis: int) -> np.ndarray:
+def _nanmean(a: np.ndarray) -> np.ndarray:
+    """The mean over axis 1 (the labels, [R, L] -> [R]), ignoring nan."""
     with warnings.catch_warnings():      # an all-nan slice is an undefined redraw: nan, said by the caller
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(a, axis=axis)
+        return np.nanmean(a, axis=1)
 
 
 def _spread(rates: np.ndarray, compared: np.ndarray) -> np.ndarray:
@@ -240,8 +241,8 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
             n_positive_by_label=([int(k) for k in y[members[g]].sum(axis=0)]
                                  if decided and y.ndim == 2 and y.shape[1] > 1 else None),
             demographic_parity_difference=estimate(
-                _nanmean(p["selection"] - p["selection_rest"], 1)[0],
-                _nanmean(r["selection"] - r["selection_rest"], 1), confidence=confidence) if decided else None)
+                _nanmean(p["selection"] - p["selection_rest"])[0],
+                _nanmean(r["selection"] - r["selection_rest"]), confidence=confidence) if decided else None)
 
     aurocs = (np.stack([redraws_cat[g]["auroc"] for g in named], axis=1) if named
               else np.empty((redraws.n_resamples, 0)))
