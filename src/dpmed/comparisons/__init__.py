@@ -20,9 +20,8 @@ from collections import defaultdict
 from typing import Literal, Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
-from dpmed.comparisons.correlations import Correlation, Correlations, correlate_runs
+from dpmed.comparisons.correlations import Correlation, Correlations, _Row, correlate_runs
 from dpmed.evaluation.paired import SeedSummary, paired_differences, seed_summary
 from dpmed.evaluation.predictions import Predictions
 from dpmed.evaluation.utility import youden_threshold
@@ -40,10 +39,6 @@ MIN_CLASS_COUNT = 10
 
 # The level below which a seed's paired p-value counts it among the "seeds with p < 0.05" of the report.
 SIGNIFICANCE = 0.05
-
-
-class _Row(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PairedDifference(_Row):
