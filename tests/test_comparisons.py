@@ -31,15 +31,15 @@ def test_paired_difference_by_hand_and_against_a_plain_loop():
     a = np.array([0.1, 0.2, 0.8, 0.9, 0.3, 0.7, 0.4, 0.6])       # AUROC 1
     b = np.array([0.1, 0.9, 0.8, 0.2, 0.3, 0.7, 0.4, 0.6])       # pos {.8,.2,.7,.6} vs neg {.1,.9,.3,.4}: 10/16
     out = paired_differences(kind="binary", labels=y, scores=a, reference_scores=b, n_resamples=300, seed=4)["auroc"]
-    assert out["value"] == pytest.approx(1 - 10 / 16)
+    assert out.value == pytest.approx(1 - 10 / 16)
     diffs = []
     for idx in bootstrap_indices(len(y), n_resamples=300, seed=4):        # the same redraws, scored one by one
         yy = y[idx]
         diffs.append(roc_auc_score(yy, a[idx]) - roc_auc_score(yy, b[idx]) if 0 < yy.sum() < len(yy) else np.nan)
     diffs = np.array(diffs)
-    assert (out["low"], out["high"]) == pytest.approx(percentile_interval(diffs))
-    assert out["p_value"] == pytest.approx(bootstrap_p_value(diffs))
-    assert out["defined_redraws"] == int(np.isfinite(diffs).sum())
+    assert (out.low, out.high) == pytest.approx(percentile_interval(diffs))
+    assert out.p_value == pytest.approx(bootstrap_p_value(diffs))
+    assert out.defined_redraws == int(np.isfinite(diffs).sum())
 
 
 def test_a_multiclass_paired_difference_is_that_of_scikit_learn_s_one_vs_rest_macro_aurocs():
@@ -54,15 +54,15 @@ def test_a_multiclass_paired_difference_is_that_of_scikit_learn_s_one_vs_rest_ma
     out = paired_differences(kind="multiclass", labels=y, scores=a, reference_scores=b, n_resamples=50,
                              seed=0)["auroc"]
     private, reference = (roc_auc_score(y, s, multi_class="ovr", average="macro") for s in (a, b))
-    assert (out["private"], out["reference"]) == pytest.approx((private, reference))
-    assert out["value"] == pytest.approx(private - reference) and private > reference > 0.5
+    assert (out.private, out.reference) == pytest.approx((private, reference))
+    assert out.value == pytest.approx(private - reference) and private > reference > 0.5
 
 
 def test_paired_difference_of_a_model_with_itself_is_zero_with_p_one():
     rng = np.random.default_rng(1)
     y, s = rng.integers(0, 2, 50), rng.random(50)
     out = paired_differences(kind="binary", labels=y, scores=s, reference_scores=s, n_resamples=100, seed=0)["auroc"]
-    assert (out["value"], out["low"], out["high"], out["p_value"]) == (0.0, 0.0, 0.0, 1.0)
+    assert (out.value, out.low, out.high, out.p_value) == (0.0, 0.0, 0.0, 1.0)
 
 
 @pytest.mark.parametrize("kind, scores, reference", [
@@ -78,14 +78,14 @@ def test_two_models_scored_on_different_images_or_classes_are_not_compared(kind,
 def test_pearson_by_hand_and_against_scipy():
     # x = 1, 2, 3; y = 1, 2, 4: sum dx dy = 3, sum dx^2 = 2, sum dy^2 = 14/3, r = 3 / sqrt(28/3)
     out = pearson([1, 2, 3], [1, 2, 4])
-    assert out["r"] == pytest.approx(3 / np.sqrt(28 / 3))
-    assert out["p_value"] == pytest.approx(pearsonr([1, 2, 3], [1, 2, 4]).pvalue) and out["n"] == 3
+    assert out.r == pytest.approx(3 / np.sqrt(28 / 3))
+    assert out.p_value == pytest.approx(pearsonr([1, 2, 3], [1, 2, 4]).pvalue) and out.n == 3
     rng = np.random.default_rng(2)
     x, y = rng.random(12), rng.random(12)
     ref = pearsonr(x, y)
-    assert (pearson(x, y)["r"], pearson(x, y)["p_value"]) == pytest.approx((ref.statistic, ref.pvalue))
-    assert pearson([1, 2, None, 4], [1, 2, 3, None])["reason"] == "fewer than 3 points"   # missing points dropped
-    assert pearson([1, 2, 3], [5, 5, 5])["r"] is None
+    assert (pearson(x, y).r, pearson(x, y).p_value) == pytest.approx((ref.statistic, ref.pvalue))
+    assert pearson([1, 2, None, 4], [1, 2, 3, None]).reason == "fewer than 3 points"   # missing points dropped
+    assert pearson([1, 2, 3], [5, 5, 5]).r is None
 
 
 def test_seed_summary_by_hand():
@@ -169,7 +169,7 @@ def test_a_sweep_of_two_values_gives_no_r_and_says_why(make_record, make_fairnes
     corr = compare_runs(records, predictions, kind="binary", label_names=["normal", "opacity"],
                         n_resamples=20).correlations
     # pearson itself would give r here: four points, two x values, y not constant
-    assert pearson(np.log10([0.99, 0.99, 7.92, 7.92]), [0.1, 0.13, 0.8, 0.83])["r"] is not None
+    assert pearson(np.log10([0.99, 0.99, 7.92, 7.92]), [0.1, 0.13, 0.8, 0.83]).r is not None
     rows = corr.epsilon_vs_accuracy_parity + corr.epsilon_vs_explanations
     assert len(corr.epsilon_vs_accuracy_parity) == 1 and len(corr.epsilon_vs_explanations) == 1
     for row in rows:
@@ -183,8 +183,8 @@ def test_a_sweep_of_two_values_gives_no_r_and_says_why(make_record, make_fairnes
                         label_names=["normal", "opacity"], n_resamples=20).correlations
     assert [(row.r, row.reason) for row in corr.max_grad_norm_vs_explanations] == [
         (None, "only 2 distinct values of max_grad_norm (r needs 3: across two it only compares them)")]
-    assert pearson([1, 1, 2, 2], [0.1, 0.2, 0.3, 0.5], min_x_values=3)["r"] is None
-    assert pearson([1, 2, 3], [0.1, 0.2, 0.4], min_x_values=3)["r"] == pytest.approx(
+    assert pearson([1, 1, 2, 2], [0.1, 0.2, 0.3, 0.5], min_x_values=3).r is None
+    assert pearson([1, 2, 3], [0.1, 0.2, 0.4], min_x_values=3).r == pytest.approx(
         pearsonr([1, 2, 3], [0.1, 0.2, 0.4]).statistic)
 
 
@@ -227,13 +227,13 @@ def test_paired_sensitivity_and_specificity_at_each_models_own_threshold_against
                              reference_thresholds=[tb], n_resamples=200, seed=7)
     mine, theirs = _rates_by_loop(y, a, ta), _rates_by_loop(y, b, tb)
     for k, name in enumerate(("accuracy", "sensitivity", "specificity")):
-        assert out[name]["value"] == pytest.approx(mine[k] - theirs[k])
-        assert (out[name]["private"], out[name]["reference"]) == pytest.approx((mine[k], theirs[k]))
+        assert out[name].value == pytest.approx(mine[k] - theirs[k])
+        assert (out[name].private, out[name].reference) == pytest.approx((mine[k], theirs[k]))
         diffs = np.array([_rates_by_loop(y[i], a[i], ta)[k] - _rates_by_loop(y[i], b[i], tb)[k]
                           for i in bootstrap_indices(40, n_resamples=200, seed=7)])          # the same redraws
-        assert (out[name]["low"], out[name]["high"]) == pytest.approx(percentile_interval(diffs))
-        assert out[name]["p_value"] == pytest.approx(bootstrap_p_value(diffs))
-    assert out["auroc"]["value"] == pytest.approx(roc_auc_score(y, a) - roc_auc_score(y, b))
+        assert (out[name].low, out[name].high) == pytest.approx(percentile_interval(diffs))
+        assert out[name].p_value == pytest.approx(bootstrap_p_value(diffs))
+    assert out["auroc"].value == pytest.approx(roc_auc_score(y, a) - roc_auc_score(y, b))
 
 
 def test_p_value_floor_is_two_over_r_plus_one_and_a_one_sided_difference_sits_on_it():
@@ -447,8 +447,7 @@ def test_compare_runs_redraws_the_patients_the_runs_intervals_redrew(make_record
                                          reference_scores=scores["np_seed0"], n_resamples=200, seed=3,
                                          patient_ids=ids if unit == "patient" else None)["auroc"]
                 for unit in ("patient", "image")}
-    assert (expected["patient"]["low"], expected["patient"]["high"]) != (expected["image"]["low"],
-                                                                         expected["image"]["high"])
+    assert (expected["patient"].low, expected["patient"].high) != (expected["image"].low, expected["image"].high)
 
     def compared(units):
         records = [make_record(run_id, arm, mechanism, eps=eps, metrics={} if unit is None else
@@ -463,8 +462,8 @@ def test_compare_runs_redraws_the_patients_the_runs_intervals_redrew(make_record
         out = compared(units)
         got = out.auroc_differences[0].auroc_difference
         assert out.bootstrap_unit == unit
-        assert (got.low, got.high, got.p_value) == (expected[unit]["low"], expected[unit]["high"],
-                                                    expected[unit]["p_value"])
+        assert (got.low, got.high, got.p_value) == (expected[unit].low, expected[unit].high,
+                                                    expected[unit].p_value)
         assert any("redrew different units" in note for note in out.notes) == (units == ("patient", None))
 
 
@@ -638,10 +637,10 @@ def test_a_multiclass_paired_accuracy_is_that_of_the_argmax_against_a_plain_loop
                              seed=2)["accuracy"]
     right = lambda s, i: (s[i].argmax(axis=1) == y[i]).mean()  # noqa: E731
     everyone = np.arange(45)
-    assert (out["private"], out["reference"]) == pytest.approx((right(a, everyone), right(b, everyone)))
+    assert (out.private, out.reference) == pytest.approx((right(a, everyone), right(b, everyone)))
     diffs = np.array([right(a, i) - right(b, i) for i in bootstrap_indices(45, n_resamples=100, seed=2)])
-    assert (out["low"], out["high"]) == pytest.approx(percentile_interval(diffs))
-    assert out["p_value"] == pytest.approx(bootstrap_p_value(diffs))
+    assert (out.low, out.high) == pytest.approx(percentile_interval(diffs))
+    assert out.p_value == pytest.approx(bootstrap_p_value(diffs))
 
 
 def test_the_p_value_floor_counts_only_the_redraws_in_which_the_difference_is_defined():
@@ -651,8 +650,8 @@ def test_the_p_value_floor_counts_only_the_redraws_in_which_the_difference_is_de
     a, b = np.linspace(1, 0, 12), np.linspace(0, 1, 12)
     out = paired_differences(kind="binary", labels=y, scores=a, reference_scores=b, n_resamples=200, seed=0)["auroc"]
     defined = sum(1 for i in bootstrap_indices(12, n_resamples=200, seed=0) if 0 < y[i].sum() < 12)
-    assert out["defined_redraws"] == defined < 200
-    assert out["p_floor"] == pytest.approx(2 / (defined + 1)) and out["p_value"] == pytest.approx(out["p_floor"])
+    assert out.defined_redraws == defined < 200
+    assert out.p_floor == pytest.approx(2 / (defined + 1)) and out.p_value == pytest.approx(out.p_floor)
 
 
 def test_a_seed_summary_of_no_value_is_empty():

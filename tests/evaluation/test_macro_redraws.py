@@ -79,8 +79,8 @@ def test_paired_macro_auroc_difference_uses_the_same_labels_in_every_redraw():
     idx = bootstrap_indices(N, n_resamples=R, seed=SEED)
     ref = np.array([_sk_macro(y[i], s[i]) - _sk_macro(y[i], s0[i]) for i in idx])
     low, high = percentile_interval(ref)
-    assert out["auroc"]["defined_redraws"] == int(np.isfinite(ref).sum())
-    assert (out["auroc"]["low"], out["auroc"]["high"]) == pytest.approx((low, high), abs=1e-12)
+    assert out["auroc"].defined_redraws == int(np.isfinite(ref).sum())
+    assert (out["auroc"].low, out["auroc"].high) == pytest.approx((low, high), abs=1e-12)
 
 
 def test_fairness_group_auroc_interval_uses_the_group_labels_in_every_redraw():

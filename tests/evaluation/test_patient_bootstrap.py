@@ -212,11 +212,11 @@ def test_arms_and_their_paired_difference_see_the_same_patient_redraws():
     for name, loop in (("a", auc_a), ("b", auc_b)):
         assert (rows[name]["test_auroc_low"], rows[name]["test_auroc_high"]) == pytest.approx(
             percentile_interval(loop), abs=1e-12)
-    assert (diff["low"], diff["high"]) == pytest.approx(percentile_interval(auc_a - auc_b), abs=1e-12)
-    assert diff["p_value"] == pytest.approx(bootstrap_p_value(auc_a - auc_b))
+    assert (diff.low, diff.high) == pytest.approx(percentile_interval(auc_a - auc_b), abs=1e-12)
+    assert diff.p_value == pytest.approx(bootstrap_p_value(auc_a - auc_b))
     itself = paired_differences(kind="binary", labels=y, scores=a, reference_scores=a, n_resamples=R, seed=SEED,
                                 patient_ids=ids)["auroc"]
-    assert (itself["low"], itself["high"], itself["p_value"]) == (0.0, 0.0, 1.0)
+    assert (itself.low, itself.high, itself.p_value) == (0.0, 0.0, 1.0)
 
 
 def test_redraws_whose_images_name_units_that_were_not_drawn_are_refused():
@@ -239,9 +239,9 @@ def test_paired_rates_decide_at_the_threshold_itself_and_need_both_models_thresh
     reference = np.array([0.6, 0.2, 0.3, 0.9])           # wrong on images 0 and 2
     out = paired_differences(kind="binary", labels=labels, scores=mine, reference_scores=reference,
                              thresholds=[0.5], reference_thresholds=[0.5], n_resamples=20, seed=0)
-    assert out["accuracy"]["private"] == 1.0 and out["accuracy"]["reference"] == 0.5
-    assert out["sensitivity"]["private"] == 1.0 and out["specificity"]["reference"] == 0.5
-    assert out["accuracy"]["value"] == 0.5
+    assert out["accuracy"].private == 1.0 and out["accuracy"].reference == 0.5
+    assert out["sensitivity"].private == 1.0 and out["specificity"].reference == 0.5
+    assert out["accuracy"].value == 0.5
     only = paired_differences(kind="binary", labels=labels, scores=mine, reference_scores=reference,
                               thresholds=[0.5], n_resamples=20, seed=0)
     assert set(only) == {"auroc"}

@@ -22,7 +22,7 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 
 from dpmed.comparisons.correlations import Correlation, Correlations, _Row, correlate_runs
-from dpmed.evaluation.paired import SeedSummary, paired_differences, seed_summary
+from dpmed.evaluation.paired import PairedDifference, SeedSummary, paired_differences, seed_summary
 from dpmed.evaluation.predictions import Predictions
 from dpmed.evaluation.utility import youden_threshold
 from dpmed.evaluation.weighted import number
@@ -39,26 +39,6 @@ MIN_CLASS_COUNT = 10
 
 # The level below which a seed's paired p-value counts it among the "seeds with p < 0.05" of the report.
 SIGNIFICANCE = 0.05
-
-
-class PairedDifference(_Row):
-    """Private minus non-private on the same test redraws: value (whole test set), percentile interval, two-sided
-    bootstrap p-value and its floor 2 / (R + 1) (a p-value at the floor means "at most" that), the redraws in which
-    the difference was defined, and each model's own value."""
-
-    value: float | None
-    low: float | None
-    high: float | None
-    p_value: float | None
-    p_floor: float | None = None
-    defined_redraws: int
-    private: float | None = None
-    reference: float | None = None
-
-    @property
-    def p_at_floor(self) -> bool:
-        """No redraw fell on the other side of zero: the p-value is only bounded above by its floor."""
-        return self.p_value is not None and self.p_floor is not None and self.p_value <= self.p_floor * (1 + 1e-9)
 
 
 class Difference(_Row):
@@ -212,7 +192,7 @@ def _differences(records, predictions, kind, label_names, n_resamples, seed, con
                                   reference_thresholds=_thresholds(ref, theirs, kind, label_names),
                                   n_resamples=n_resamples, seed=seed, confidence=confidence,
                                   patient_ids=mine.test.patient_ids if unit == "patient" else None)
-        paired = {f"{name}_difference": PairedDifference(**values) for name, values in diff.items()}
+        paired = {f"{name}_difference": values for name, values in diff.items()}
         rows.append(Difference(run_id=r.run_id, label=r.plan.label, arm=r.arm, mechanism=r.mechanism, seed=r.seed,
                                reference_run=ref.run_id, epsilon=number(r.privacy.epsilon),
                                epsilon_label=r.privacy.in_brief(), **paired))

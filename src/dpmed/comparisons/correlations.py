@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from dpmed.evaluation.paired import pearson
+from dpmed.evaluation.paired import Correlation, pearson
 from dpmed.evaluation.predictions import Predictions
 from dpmed.evaluation.weighted import number
 from dpmed.records import RunRecord
@@ -35,15 +35,6 @@ __all__ = ["Correlation", "ParityCorrelation", "ExplanationCorrelation", "LabelC
 
 class _Row(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Correlation(_Row):
-    """Pearson r, its two-sided p-value and the number of points; ``reason`` where r is undefined."""
-
-    r: float | None
-    p_value: float | None
-    n: int
-    reason: str | None = None
 
 
 class ParityCorrelation(Correlation):
@@ -125,7 +116,7 @@ def _sweeps(records: Sequence[RunRecord], variable: str) -> dict[str, list[RunRe
     return out
 
 
-def _across_sweep(xs, ys, variable: str) -> dict:
+def _across_sweep(xs, ys, variable: str) -> Correlation:
     """Pearson r of a trend across a sweep: none where fewer than MIN_SWEPT_VALUES distinct swept values have a
     point (module docstring), whatever the number of seeds."""
     return pearson(xs, ys, min_x_values=MIN_SWEPT_VALUES, x_name=_X_NAME[variable])
@@ -146,7 +137,7 @@ def _parity_correlations(records) -> list[ParityCorrelation]:
                 g = None if entry is None else entry.groups.get(group)
                 parity.append(None if g is None else g.accuracy_parity_difference.value)
             out.append(ParityCorrelation(sweep=sweep, x=_X_NAME["epsilon"], attribute=attr, group=group,
-                                         **_across_sweep(xs, parity, "epsilon")))
+                                         **_across_sweep(xs, parity, "epsilon").model_dump()))
     return out
 
 
@@ -161,7 +152,7 @@ def _explanation_correlations(records, variable: str) -> list[ExplanationCorrela
             vals = [None if r.explanations is None or metric not in r.explanations.metrics
                     else r.explanations.metrics[metric].value for r in runs]
             out.append(ExplanationCorrelation(sweep=sweep, x=_X_NAME[variable], metric=metric,
-                                              **_across_sweep(xs, vals, variable)))
+                                              **_across_sweep(xs, vals, variable).model_dump()))
     return out
 
 
@@ -187,8 +178,8 @@ def _label_correlations(records, predictions, references, kind, label_names, not
                   else y.sum(axis=0)).tolist()
         out.append(LabelCorrelation(run_id=r.run_id, epsilon=number(r.privacy.epsilon),
                                     epsilon_label=r.privacy.in_brief(),
-                                    drop_vs_positive_count=Correlation(**pearson(drop, counts)),
-                                    drop_vs_nonprivate_auroc=Correlation(**pearson(drop, base))))
+                                    drop_vs_positive_count=pearson(drop, counts),
+                                    drop_vs_nonprivate_auroc=pearson(drop, base)))
     return out
 
 

@@ -30,7 +30,7 @@ to the runs of a study).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -40,7 +40,8 @@ from dpmed.evaluation.bootstrap import bootstrap_redraws
 from dpmed.evaluation.weighted import (as_label_columns, estimate, number, redraw_counts, weighted_macro_auroc,
                                        weighted_mean)
 
-__all__ = ["paired_differences", "bootstrap_p_value", "p_value_floor", "pearson", "SeedSummary", "seed_summary"]
+__all__ = ["PairedDifference", "paired_differences", "bootstrap_p_value", "p_value_floor", "Correlation", "pearson",
+           "SeedSummary", "seed_summary"]
 
 
 def bootstrap_p_value(differences: np.ndarray) -> float | None:
@@ -94,9 +95,31 @@ def _rates(kind: str, y: np.ndarray, correct: np.ndarray | None, weights: np.nda
     return out
 
 
+class PairedDifference(BaseModel):
+    """Private minus non-private on the same test redraws: value (whole test set), percentile interval, two-sided
+    bootstrap p-value and its floor 2 / (R + 1) (a p-value at the floor means "at most" that), the redraws in which
+    the difference was defined, and each model's own value."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: float | None
+    low: float | None
+    high: float | None
+    p_value: float | None
+    p_floor: float | None = None
+    defined_redraws: int
+    private: float | None = None
+    reference: float | None = None
+
+    @property
+    def p_at_floor(self) -> bool:
+        """No redraw fell on the other side of zero: the p-value is only bounded above by its floor."""
+        return self.p_value is not None and self.p_floor is not None and self.p_value <= self.p_floor * (1 + 1e-9)
+
+
 def paired_differences(*, kind: str, labels, scores, reference_scores, thresholds=None, reference_thresholds=None,
                        n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95,
-                       patient_ids=None) -> dict[str, dict[str, Any]]:
+                       patient_ids=None) -> dict[str, PairedDifference]:
     """Private minus reference on the same test labels, for AUROC (macro), accuracy and, for a binary task,
     sensitivity and specificity; each with a paired bootstrap interval and p-value over the same
     ``bootstrap_redraws(n, patient_ids, n_resamples, seed)`` redraws: of the test patients where ``patient_ids``
@@ -104,8 +127,9 @@ def paired_differences(*, kind: str, labels, scores, reference_scores, threshold
 
     ``thresholds`` / ``reference_thresholds``: each model's own validation-chosen thresholds (binary: one; multilabel:
     one per label), as its record's metrics hold them; without them only AUROC (and, multiclass, accuracy by argmax)
-    is compared. Each entry: ``value`` (whole test set), ``low``, ``high``, ``p_value``, ``p_floor``
-    (:func:`p_value_floor`), ``defined_redraws``, and the two models' own values ``private`` and ``reference``.
+    is compared. Each entry, a :class:`PairedDifference`: ``value`` (whole test set), ``low``, ``high``, ``p_value``,
+    ``p_floor`` (:func:`p_value_floor`), ``defined_redraws``, and the two models' own values ``private`` and
+    ``reference``.
     """
     y, s = as_label_columns(kind, labels, scores)
     _, s0 = as_label_columns(kind, labels, reference_scores)
@@ -132,10 +156,10 @@ def paired_differences(*, kind: str, labels, scores, reference_scores, threshold
     for name, parts in redraws.items():
         diffs = np.concatenate(parts)
         defined = int(np.isfinite(diffs).sum())
-        out[name] = {**estimate(float(mine[name][0] - theirs[name][0]), diffs, confidence=confidence).model_dump(),
-                     "p_value": bootstrap_p_value(diffs), "p_floor": p_value_floor(defined),
-                     "defined_redraws": defined, "private": number(mine[name][0]),
-                     "reference": number(theirs[name][0])}
+        out[name] = PairedDifference(
+            **estimate(float(mine[name][0] - theirs[name][0]), diffs, confidence=confidence).model_dump(),
+            p_value=bootstrap_p_value(diffs), p_floor=p_value_floor(defined), defined_redraws=defined,
+            private=number(mine[name][0]), reference=number(theirs[name][0]))
     return out
 
 
@@ -145,7 +169,18 @@ def _distinct(values: np.ndarray) -> int:
     return int(1 + (np.diff(v) > 1e-9 * np.maximum(1.0, np.abs(v[1:]))).sum()) if v.size else 0
 
 
-def pearson(x: Sequence[float], y: Sequence[float], *, min_x_values: int = 1, x_name: str = "x") -> dict[str, Any]:
+class Correlation(BaseModel):
+    """Pearson r, its two-sided p-value and the number of points; ``reason`` where r is undefined."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    r: float | None
+    p_value: float | None
+    n: int
+    reason: str | None = None
+
+
+def pearson(x: Sequence[float], y: Sequence[float], *, min_x_values: int = 1, x_name: str = "x") -> Correlation:
     """Pearson's r and its two-sided p-value (scipy; t-test with n - 2 degrees of freedom), with n.
 
     Points with a missing value are dropped; fewer than 3 points, a constant variable, or fewer than
@@ -159,15 +194,15 @@ def pearson(x: Sequence[float], y: Sequence[float], *, min_x_values: int = 1, x_
     keep = np.isfinite(a) & np.isfinite(b)
     a, b = a[keep], b[keep]
     if a.size < 3:
-        return {"r": None, "p_value": None, "n": int(a.size), "reason": "fewer than 3 points"}
+        return Correlation(r=None, p_value=None, n=int(a.size), reason="fewer than 3 points")
     if np.ptp(a) == 0 or np.ptp(b) == 0:
-        return {"r": None, "p_value": None, "n": int(a.size), "reason": "one variable is constant"}
+        return Correlation(r=None, p_value=None, n=int(a.size), reason="one variable is constant")
     if (k := _distinct(a)) < min_x_values:
-        return {"r": None, "p_value": None, "n": int(a.size),
-                "reason": f"only {k} distinct values of {x_name} (r needs {min_x_values}: across two it only "
-                          "compares them)"}
+        return Correlation(r=None, p_value=None, n=int(a.size),
+                           reason=f"only {k} distinct values of {x_name} (r needs {min_x_values}: across two it "
+                                  "only compares them)")
     result = pearsonr(a, b)
-    return {"r": number(result.statistic), "p_value": number(result.pvalue), "n": int(a.size)}
+    return Correlation(r=number(result.statistic), p_value=number(result.pvalue), n=int(a.size))
 
 
 class SeedSummary(BaseModel):
