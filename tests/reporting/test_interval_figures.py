@@ -100,6 +100,22 @@ def test_each_run_is_drawn_and_listed_in_a_colour_of_its_own():
     assert handles == {name: next(iter(c)) for name, c in zip("abc", colours, strict=True)}
 
 
+def test_each_run_has_a_marker_of_its_own_so_the_runs_are_told_apart_without_colour():
+    """A report printed in grey, or read by one of the one in twelve men who cannot tell red from green, loses the
+    colours (the quickstart's eps 1 and eps 8 runs were green and red dots): each run's points and its legend entry
+    share a marker shape that no other run uses, up to ten runs. Fails if every run is drawn as a dot."""
+    names = [f"run {k}" for k in range(10)]
+    series = [(name, [Estimate(value=0.5 + k / 40), Estimate(value=0.4 + k / 40)]) for k, name in enumerate(names)]
+    for narrow in (False, True):
+        fig = group_figure(["female", "male"], series, ylabel="test AUROC", title="AUROC by sex", narrow=narrow)
+        markers = [{line.get_marker() for line in fig.axes[0].lines if line.get_label() == name} for name in names]
+        assert all(len(m) == 1 for m in markers) and len(set.union(*markers)) == len(names), (narrow, markers)
+        legend = fig.legends[0]
+        handles = {text.get_text(): handle.get_marker()
+                   for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)}
+        assert handles == {name: next(iter(m)) for name, m in zip(names, markers, strict=True)}, narrow
+
+
 def test_long_run_labels_and_a_long_title_wrap_inside_the_figure_below_the_axes():
     """Run labels name the arm and its swept values and can be long; so can a title. Each wraps to the figure's
     width (its text kept, in order), the title and the legend stay inside the figure, and the legend sits below the

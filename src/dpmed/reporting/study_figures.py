@@ -18,6 +18,10 @@ from dpmed.reporting.figures import FONT, NARROW_INCHES, image_rows, plot_interv
 
 __all__ = ["group_estimates", "group_figure", "cam_grid", "cam_grid_figure"]
 
+# One shape per run beside its colour: printed in grey, or seen without red and green, runs told apart by colour alone
+# would be one run (matplotlib's ten default colours, so the same ten shapes).
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+
 
 def group_estimates(groups: Sequence[str], series: Sequence[tuple[str, Sequence[Estimate | None]]], *,
                     ylabel: str, title: str, narrow: bool = False) -> bytes:
@@ -49,12 +53,12 @@ def group_figure(groups: Sequence[str], series: Sequence[tuple[str, Sequence[Est
     ax = fig.subplots()
     width = 0.8 / max(1, len(series))
     for k, (label, estimates) in enumerate(series):
-        color = f"C{k % 10}"
+        color, marker = f"C{k % 10}", _MARKERS[k % len(_MARKERS)]
         for i, est in enumerate(estimates):
             if est is None or est.value is None:
                 continue
             point = plot_interval(ax, i - 0.4 + width * (k + 0.5), est.value, est.low, est.high,
-                                  across=narrow, color=color)
+                                  across=narrow, marker=marker, ms=5, color=color)
             if label is not None:
                 point.set_label(label)
                 label = None                                # one legend entry per run
