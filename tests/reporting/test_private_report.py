@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import os
 import re
+from html.parser import HTMLParser
 
 import numpy as np
 import pytest
@@ -205,3 +206,30 @@ def test_a_reconstructions_figure_whose_runs_are_no_longer_attacked_is_removed(p
     assert figure.is_file()
     private({"dp_seed0": PrivateRun(audit_statement="eps >= 0.3 at 95 %")})
     assert not figure.exists()
+
+
+def _headings(page: str) -> list[int]:
+    """The level of every heading of ``page``, in order."""
+    levels: list[int] = []
+
+    class Outline(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            if re.fullmatch(r"h[1-6]", tag):
+                levels.append(int(tag[1]))
+
+    Outline().feed(page)
+    return levels
+
+
+def test_the_headings_step_down_one_level_at_a_time_so_a_screen_reader_s_outline_holds_every_card(private, make_record,
+                                                                                                  tmp_path):
+    """A screen reader lists a page by its headings, and one that skips a level (the title, then each run's card at
+    h3) hangs the cards under no section and reads as if a section were missing. Each level follows the one above it,
+    with the cards and the reconstructions alike. Fails if the run cards sit directly under the page's title."""
+    attacked = make_record("dp_seed0", "dp", "dp_sgd", eps=1.0)
+    for items in ({"dp_seed0": PrivateRun(audit_statement="audited")},
+                  {"dp_seed0": PrivateRun(audit_statement="audited", attacked=attacked,
+                                          attack_images=_attack_file(tmp_path / "a.npz", [0.9]))}):
+        levels = _headings(private(items, raw=True))
+        assert levels[0] == 1 and levels.count(1) == 1 and 3 in levels, levels
+        assert all(b <= a + 1 for a, b in zip(levels, levels[1:])), levels

@@ -225,7 +225,9 @@ def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun
         if parts:
             rows.append(f'<div class="card"><h3>{_e(run_id)}</h3>{"".join(parts)}</div>')
     reconstructions = _reconstructions(items, path)
-    cards = f'{_audits_together(items)}<div class="cards">{"".join(rows)}</div>' if rows else ""
+    # under a heading of their own: each card's h3 directly under the page's h1 skips a level of its outline
+    cards = (f'<h2 id="runs">Each run\'s private numbers</h2>{_audits_together(items)}'
+             f'<div class="cards">{"".join(rows)}</div>' if rows else "")
     if not rows and not reconstructions:
         cards = "<p>No private statistics were computed.</p>"
     doc = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">{_VIEWPORT}
