@@ -192,3 +192,26 @@ def test_a_run_trained_beside_others_shows_its_seconds_in_the_private_report_onl
     public = "".join(path.read_text(errors="replace") for path in shareable)   # every file outside private/
     assert "1234.5" not in public and "2345.5" not in public
     assert "Wall time: training 1234.5 s, in all 2345.5 s" in folder.private_report.read_text()
+
+
+def test_the_private_report_is_private_report_html_beside_the_runs_private_files_and_nowhere_else(
+        tmp_path, make_record, make_resolved):
+    """The public report and README send the reader to private/report.html by that literal path, and a
+    study folder is shared by leaving private/ out: the private report must be exactly there, in the owner-only
+    folder that holds the runs' private files (here a run's timing.json), and no other HTML page may hold its
+    numbers. Checked by the literal path, not through `StudyFolder.private_report`, which the other tests read it by:
+    one moved with that property to another file name in private/ would pass them. Fails if it is written anywhere
+    else."""
+    from dpmed.records import Timing
+
+    run = make_record("np_seed0", "np").model_copy(update={"timing": Timing(
+        train_seconds=1234.5, total_seconds=2345.5, device="cpu", threads=1, alone=False)})
+    folder = StudyFolder(tmp_path)
+    folder.run(run.run_id).make()
+    run.timing.write(folder.run(run.run_id).timing)
+    write_outputs(folder, make_resolved([run]), [run])
+    private = tmp_path / "private"
+    assert sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*.html")) == [
+        "private/report.html", "report.html"]
+    assert "Wall time: training 1234.5 s" in (private / "report.html").read_text()
+    assert (private / "runs" / run.run_id / "timing.json").is_file()          # beside the runs' private files
