@@ -232,6 +232,18 @@ def test_a_fairness_cell_s_mark_points_to_where_its_warnings_stand(two_arms, rep
     assert titles and all(t.endswith("see the warnings above") for t in titles), set(titles)
 
 
+def test_a_fairness_cell_s_bare_mark_tells_a_screen_reader_what_it_means(two_arms, report_html):
+    # A cell's mark is a lone sign whose meaning stood only in its title, which screen readers do not reliably read
+    # (nor does a touch screen show it): a listener heard "warning sign" and no more. Each bare mark is an image
+    # whose accessible name says what its title says.
+    html = _section(report_html(two_arms), "fairness")
+    marks = re.findall(r'<span class="flag"([^>]*)>⚠</span>', html)
+    assert marks
+    for attributes in marks:
+        title = re.search(r'title="([^"]*)"', attributes).group(1)
+        assert 'role="img"' in attributes and f'aria-label="warning: {title}"' in attributes, attributes
+
+
 def test_a_small_group_is_marked_in_every_table_of_its_numbers_not_only_the_auroc_one(two_arms, report_html):
     # A group of 8 images gave an accuracy parity difference of -0.80 [-0.88, -0.71] in a quickstart: an interval
     # that reads as a firm disparity unless its cell, like the AUROC cell of the same group, carries the warning.

@@ -131,7 +131,8 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
     head = "".join(f"<th>{_e(g)}</th>" for g in groups)
 
     def warning_mark(title: str) -> str:
-        return f' <span class="flag" title="{_e(title)}">⚠</span>'
+        # a title alone is no name for a screen reader (it said "warning sign" and no more): an image named by it
+        return f' <span class="flag" title="{_e(title)}" role="img" aria-label="warning: {_e(title)}">⚠</span>'
 
     def cell(r: RunRecord, e: AttributeFairness, g: str) -> str:
         mark = warning_mark("see the warnings above") if (r.run_id, g) in flagged else ""
