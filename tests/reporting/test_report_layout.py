@@ -6,6 +6,8 @@ figure's narrow variant. benchmarks/report_layout.py does the measuring (and tak
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,21 @@ def test_the_report_fits_the_page_width_in_chromium(report, width):
         assert {image["natural"] for image in figures} == {780}, figures
     else:
         assert 780 not in {image["natural"] for image in figures}, figures
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="pdftotext (Debian: poppler-utils) reads the printed PDF")
+def test_a_printed_card_keeps_what_its_eps_covers(tmp_path, two_arms, report_html):
+    """Paper cannot unfold: a browser prints a closed <details> as its summary line alone, so a printed or
+    PDF-saved report lost each card's folded part, among it which images its eps covers (the validation and test
+    images are not protected). Chromium prints the report; the text of the PDF holds every card's scope."""
+    covers = "the training images; validation images (threshold choice) and test images are not protected"
+    dp = two_arms[1].model_copy(update={"privacy": two_arms[1].privacy.model_copy(update={"covers": covers})})
+    report_html([two_arms[0], dp])
+    report, pdf = tmp_path / "report.html", tmp_path / "report.pdf"
+    done = layout._chromium(layout.find_chromium(), ["--no-pdf-header-footer", f"--print-to-pdf={pdf}",
+                                                     report.resolve().as_uri()], 120)
+    assert pdf.is_file(), done.stderr[-500:]
+    text = " ".join(subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True)
+                    .stdout.split())
+    assert f"<b>covers:</b> {covers}" in report.read_text()           # in the card's folded part
+    assert f"covers: {covers}" in text

@@ -69,6 +69,9 @@ td.num{overflow-wrap:anywhere}   /* an interval (no-break spaces) breaks where a
 table.stack td:first-child,td.run{white-space:normal}
 tr,figure,img,.note{break-inside:avoid} h2,h3{break-after:avoid}
 .cards{display:block} .card{break-inside:avoid;margin:0 0 .6em}
+/* paper cannot unfold: a card prints its folded sentences (what its eps covers) open, but not the raw fields that
+   repeat them (each run's run.json holds those), nor the resolved study (pages of YAML: study.yaml beside it) */
+.card details::details-content{content-visibility:visible;display:block} .card dl.raw{display:none}
 pre{white-space:pre-wrap;overflow-wrap:anywhere}}
 """
 
