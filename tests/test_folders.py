@@ -354,8 +354,8 @@ def test_a_run_s_private_folders_are_made_owner_only(tmp_path, umask_022):
     run = StudyFolder(tmp_path / "s").run("a_seed0")
     run.make()
     assert run.public.stat().st_mode & 0o777 == 0o755
-    for folder in (run.private.parent, run.private, run.unreleased(run.model).parent):
-        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    for folder in (run.private.parent.parent, run.private.parent, run.private, run.unreleased(run.model).parent):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder        # the study's private/ too, made here first
 
 
 def test_a_release_that_no_record_follows_is_taken_back_and_a_finished_run_s_is_not(tmp_path):

@@ -313,9 +313,10 @@ class RunFolder:
         """The run's private folders, owner-only, as everything in ``private/`` (its 0700 is the one thing between
         them and other users otherwise, and a `chmod -R g+rX` of the results is common on shared servers). Alone
         where a run only records why it failed: the shareable ``runs/`` may be what could not be written."""
-        self.private.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.private.mkdir(mode=0o700, exist_ok=True)
-        (self.private / "unreleased").mkdir(mode=0o700, exist_ok=True)
+        study_private = self.private.parent.parent       # made here where a run comes first: 0700, not the umask's
+        study_private.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for folder in (self.private.parent, self.private, self.private / "unreleased"):
+            folder.mkdir(mode=0o700, exist_ok=True)
 
     def discard_attempt(self) -> None:
         """Delete what an unfinished earlier attempt of this run left: its checkpoint and key (made for other
