@@ -36,6 +36,22 @@ def test_a_worker_told_to_stop_while_starting_runs_nothing_and_once_started_ends
         executors._stop_worker(signal.SIGTERM, None)
 
 
+def test_a_run_its_worker_was_told_to_stop_during_is_marked_stopped_not_taken_up(monkeypatch):
+    """Where a dead worker broke the pool, the parent tells the run whose worker died (failed) from the runs the pool
+    stopped in the other workers (left to continue) by this mark."""
+    monkeypatch.setattr(executors, "_STOPPING", False)
+    monkeypatch.setattr(executors, "_WORKER_CONTEXT", object())
+    monkeypatch.setattr(executors, "_TAKEN", taken := [0, 0])
+
+    def stopped(task, context):
+        raise SystemExit(128 + signal.SIGTERM)                       # SIGTERM in the middle of the run
+
+    monkeypatch.setattr(executors, "_execute", stopped)
+    with pytest.raises(SystemExit):
+        executors._execute_in_worker("task", 1)
+    assert taken == [0, executors.STOPPED]
+
+
 def test_worker_records_reach_their_own_logger_at_its_own_level_and_the_relay_ends():
     records = queue.Queue()
     named = logging.getLogger("dpmed.test.relay")

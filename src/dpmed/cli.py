@@ -311,7 +311,8 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
         for failure in result.failures:
             print(f"FAILED {failure.run_id}: {failure.error} ({failure.traceback_note})", file=sys.stderr)
         why = ("--fail-fast stopped the study; a run stopped mid-way continues from its checkpoint" if args.fail_fast
-               else "not started: the worker processes stopped when one died")
+               else "a worker process died, and the pool stopped the others: a run stopped mid-way continues from "
+               "its checkpoint, one not started trains")
         stopped = f", {len(result.pending)} not finished ({why})" if result.pending else ""
         print(f"{len(result.failures)} run(s) failed{stopped}; fix the cause and run the same command again: "
               "finished runs are kept", file=sys.stderr)

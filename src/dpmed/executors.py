@@ -129,10 +129,10 @@ def _execute(task: RunTask, context: RunContext) -> Outcome:
     return record
 
 
-# A worker killed from outside (the out-of-memory killer, kill -9) breaks the whole pool: every run in progress
-# fails with this (a run no worker had taken up is left unfinished), and the next `dpmed run` continues each from
-# its checkpoint. So does every run where the workers could not start: each imports the script that called
-# run_study, which, unguarded, calls it again.
+# A worker killed from outside (the out-of-memory killer, kill -9) breaks the whole pool: its run fails with this
+# (the runs the pool then stopped in the other workers, and those no worker had taken up, are left unfinished), and
+# the next `dpmed run` continues each from its checkpoint. So does every run where the workers could not start: each
+# imports the script that called run_study, which, unguarded, calls it again.
 WORKER_DIED = ("a worker process died (killed from outside: out of memory, kill -9) before this run finished; run "
                "the study again: unfinished runs continue from their checkpoints (with fewer --workers, or a smaller "
                "training.physical_batch_size, if memory ran out). From a Python script, call run_study with "
@@ -152,6 +152,7 @@ class InProcessExecutor:
 
 _WORKER_CONTEXT: RunContext | None = None  # set once per worker process by _start_worker
 _TAKEN: Any = None                          # likewise: the parent's flags of the runs a worker took up
+TAKEN_UP, STOPPED = 1, 2                    # the flags: a worker took the run up; it stopped the run when told to
 
 
 def _start_worker(contexts: Any, records: Any, level: int, setup: Callable[[], None] | None, taken: Any) -> None:
@@ -159,9 +160,10 @@ def _start_worker(contexts: Any, records: Any, level: int, setup: Callable[[], N
     (`_stop_worker`; one that comes while this runs is remembered, and the worker then runs nothing); send every log
     record at ``level`` or above to the parent through ``records`` (the parent decides what to show); run the
     caller's ``setup``; then take the study's context (the dataset) from ``contexts``, once per worker; mark in
-    ``taken`` (shared memory, one byte per run) each run as it takes it up. The context comes through a queue
-    rather than the start-up arguments so that starting a worker does not wait for it to read the whole dataset.
-    Each run sets its own thread count (``training.threads``), so its numbers do not depend on the executor."""
+    ``taken`` (shared memory, one byte per run) each run as it takes it up, and as stopped where the worker is
+    told to stop during it (`_execute_in_worker`). The context comes through a queue rather than the start-up
+    arguments so that starting a worker does not wait for it to read the whole dataset. Each run sets its own thread
+    count (``training.threads``), so its numbers do not depend on the executor."""
     global _WORKER_CONTEXT, _STARTED, _TAKEN
     _TAKEN = taken
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -216,10 +218,13 @@ def _execute_in_worker(task: RunTask, index: int) -> Outcome:
     assert _WORKER_CONTEXT is not None
     if _STOPPING:
         raise SystemExit(128 + signal.SIGTERM)
-    _TAKEN[index] = 1
+    _TAKEN[index] = TAKEN_UP
     _IDLE.clear()
     try:
         return _execute(task, _WORKER_CONTEXT)
+    except SystemExit:   # told to stop: so that the parent, where the pool broke, tells it from the run that was killed
+        _TAKEN[index] = STOPPED
+        raise
     finally:
         _IDLE.set()
 
@@ -322,6 +327,7 @@ class ProcessPoolExecutor:
                                            initializer=_start_worker,
                                            initargs=(contexts, records, level, self.setup, taken))
         reported: set[futures.Future] = set()
+        broken: list[futures.Future] = []   # told once every worker has exited: each run's flag is then final
         stopped = False
         try:
             with _interrupts_held_while_spawning():
@@ -331,9 +337,8 @@ class ProcessPoolExecutor:
                 try:
                     outcome = done.result()
                 except BrokenProcessPool:
-                    if any(taken) and not taken[index[done]] and not pending[done].folder.is_finished:
-                        continue   # never started while another worker died: left unfinished, not failed
-                    outcome = _broken_off(pending[done])
+                    broken.append(done)
+                    continue
                 except SystemExit:   # the worker was told to stop from outside (SIGTERM): the study is stopped
                     raise KeyboardInterrupt from None
                 reported.add(done)
@@ -357,17 +362,29 @@ class ProcessPoolExecutor:
             for queue in (contexts, records):
                 queue.close()
                 queue.join_thread()
+        anyone_started = any(taken)
+        for done in broken:
+            outcome = _broken_off(pending[done], taken[index[done]], anyone_started=anyone_started)
+            if outcome is not None:
+                reported.add(done)
+                on_outcome(pending[done], outcome)
         if stopped:
             for task, outcome in _ended_before_the_stop(pending, reported):
                 on_outcome(task, outcome)
 
 
-def _broken_off(task: RunTask) -> Outcome:
-    """The outcome of a run whose worker died (or was stopped when another one did): finished where it wrote its
-    run.json before (its record read back, `_read_back`, as after a fail-fast stop), failed otherwise. Reported
-    failed, a finished run was left out of the study's results and kept an error.json beside its run.json for good."""
+def _broken_off(task: RunTask, flag: int = TAKEN_UP, *, anyone_started: bool = True) -> Outcome | None:
+    """The outcome of a run in a pool that a dead worker broke, once every worker has exited (``flag``: the run's
+    byte in ``taken``): finished where it wrote its run.json before (its record read back, `_read_back`, as after a
+    fail-fast stop); None (left unfinished) where the pool stopped its worker (`STOPPED`) or no worker took it up
+    while others did; failed otherwise: its own worker died, or none could start. Reported failed, a finished run
+    was left out of the study's results and kept an error.json beside its run.json for good; a run stopped or never
+    started said "a worker process died before this run finished", as the run whose worker did, so that nothing told
+    which one that was, and it kept an error.json for a run that had failed in nothing."""
     if task.folder.is_finished:
         return _read_back(task)
+    if flag == STOPPED or (flag == 0 and anyone_started):
+        return None
     return _failure(task, WORKER_DIED, "no traceback: the process was killed")
 
 

@@ -70,7 +70,8 @@ class StudyResult:
     report_path: its report.html). records: one record per finished run, in study order. resumed: run ids found
     finished and not retrained. failures: runs that raised this time (their error.json holds the traceback).
     pending: runs left unfinished because the study stopped first (a fail-fast stop, or a process pool broken by a
-    worker that died before they started). seconds: the call's wall time."""
+    worker that died: the runs it stopped in the other workers, and those not started). seconds: the call's wall
+    time."""
 
     study: Study
     out_dir: Path
