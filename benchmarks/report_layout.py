@@ -12,7 +12,9 @@ report has loaded:
 * ``offenders``: elements whose right edge passes the viewport and that no horizontally scrolling box holds;
 * ``card_heights``: the height of every privacy card (even rows read as a grid, not as a ragged list);
 * ``images``: every figure's displayed width and the width of the PNG it shows (which source of a ``<picture>``
-  the browser chose at that width).
+  the browser chose at that width);
+* ``run_rows``, ``hidden_run_rows`` and ``heads_shown``: the rows of the tables of runs, how many of them the page
+  does not show, and how many of those tables show their head row (a phone shows each cell's head beside it).
 
 With ``--screenshots`` it also writes ``report-<width>.png`` of the whole page at each width (a page taller than
 Chromium draws in one picture comes in parts, ``report-<width>-1.png``, ``-2``, ...). Exit status 1 when a width
@@ -55,11 +57,15 @@ frame.addEventListener('load', () => {
                      + ' right=' + Math.round(r.right));
   }
   const cards = [...doc.querySelectorAll('.card')].map(c => Math.round(c.getBoundingClientRect().height));
+  const rows = [...doc.querySelectorAll('table.stack tbody tr')];
+  const heads = [...doc.querySelectorAll('table.stack thead')];
   const images = [...doc.querySelectorAll('img')].map(i => ({alt: i.alt,
                                                               shown: Math.round(i.getBoundingClientRect().width),
                                                               natural: i.naturalWidth}));
   document.body.setAttribute('data-layout', JSON.stringify({scroll_width: root.scrollWidth, inner_width: width,
-    scroll_height: root.scrollHeight, offenders: offenders.slice(0, 20), card_heights: cards, images: images}));
+    scroll_height: root.scrollHeight, offenders: offenders.slice(0, 20), card_heights: cards, images: images,
+    run_rows: rows.length, hidden_run_rows: rows.filter(r => r.getBoundingClientRect().height === 0).length,
+    heads_shown: heads.filter(h => h.getBoundingClientRect().height > 0).length}));
 });
 """
 

@@ -6,6 +6,7 @@ figure's narrow variant. benchmarks/report_layout.py does the measuring (and tak
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -49,6 +50,8 @@ def test_the_report_fits_the_page_width_in_chromium(report, width):
     assert result["inner_width"] == width
     assert not result["overflows"], f"page {result['scroll_width']} px wide at {width} px: {result['offenders']}"
     assert result["offenders"] == []
+    assert result["run_rows"] > 0 and result["hidden_run_rows"] == 0      # every run shown, the first one too
+    assert (result["heads_shown"] == 0) == (width == 390)                 # a phone labels each cell instead
     assert len(result["card_heights"]) == 3
     if width == 1280:                             # one row of three cards: one height, whatever each card holds
         assert len(set(result["card_heights"])) == 1, result["card_heights"]
@@ -76,3 +79,27 @@ def test_a_printed_card_keeps_what_its_eps_covers(tmp_path, two_arms, report_htm
                     .stdout.split())
     assert f"<b>covers:</b> {covers}" in report.read_text()           # in the card's folded part
     assert f"covers: {covers}" in text
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="pdftotext (Debian: poppler-utils) reads the printed PDF")
+def test_a_table_of_runs_printed_over_several_pages_repeats_its_head_on_each(tmp_path, scored_run, scores,
+                                                                             report_html):
+    """A table of runs longer than a page went on, on the next page, without the head row that says which column
+    is AUROC, which accuracy and which eps. In <thead>, the browser prints it on every page the table reaches."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    runs = [scored_run(f"dp-sgd_eps{k}_C1_seed{k}", "dp-sgd", "dp_sgd", eps=float(k), seed=k, scores=scores(0.5, rng),
+                       resamples=20) for k in range(1, 33)]
+    report_html(runs, resamples=20)
+    pdf = tmp_path / "report.pdf"
+    done = layout._chromium(layout.find_chromium(), ["--no-pdf-header-footer", f"--print-to-pdf={pdf}",
+                                                     (tmp_path / "report.html").resolve().as_uri()], 120)
+    assert pdf.is_file(), done.stderr[-500:]
+    pages = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True,
+                           check=True).stdout.split("\f")
+    # the utility table's rows: a run's mechanism, then its eps (no other table has those columns side by side)
+    utility = [i for i, page in enumerate(pages) if re.search(r"\bdp_sgd +ε \d", page)]
+    assert len(utility) > 1, utility                                    # the table runs over pages
+    for i in utility:
+        assert re.search(r"run +mechanism +eps", pages[i]), pages[i][:600]

@@ -270,9 +270,9 @@ def clinical(inputs: ReportInputs) -> str:
     return (f"{head}<p>{pairing} {meaning} Positive changes are better, negative worse: {example}.</p>"
             f"{_reference_line(inputs, records, references)}{flag_html(inputs, references)}"
             + (_shift_line(records, pos_text, neg_text, level) if kind == "binary" else "") +
-            f'<table class="clinical stack"><tr><th>{arm}</th><th>privacy</th>'
+            f'<table class="clinical stack"><thead><tr><th>{arm}</th><th>privacy</th>'
             + "".join(f"<th>{escape(c)}</th>" for c in columns)
-            + f"<th>reading</th></tr>{''.join(rows)}</table>{_reading_eps(inputs.records)}")
+            + f"<th>reading</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{_reading_eps(inputs.records)}")
 
 
 def _reading_eps(records: Sequence[RunRecord]) -> str:

@@ -270,7 +270,8 @@ def stacked(table: str) -> str:
     """A table of runs (``<table><tr><th>..</th>..</tr><tr><td>..</td>..</tr>..</table>``: one head row, then one
     row per run with the run's name first) marked to read on a phone: every cell carries its column's head as
     ``data-label``, and the page's CSS shows each row as a block of labelled values below :data:`NARROW_MEDIA`
-    instead of a table to scroll sideways. On a desktop it is the same table, the run's name kept on one line."""
+    instead of a table to scroll sideways. On a desktop it is the same table, the run's name kept on one line. The
+    head row goes in ``<thead>`` and the runs in ``<tbody>``."""
     start = table.index("<tr>")
     end = table.index("</tr>", start)
     heads = [html.unescape(_TAG.sub("", h)).strip() for h in _HEAD.findall(table[start:end])]
@@ -281,5 +282,9 @@ def stacked(table: str) -> str:
         return re.sub(r"<td(?=[\s>])", lambda _: f'<td data-label="{html.escape(next(names, ""), quote=True)}"',
                       row.group(0))
 
-    return (table[:start].replace("<table", '<table class="stack"', 1) + table[start:end]
-            + re.sub(r"<tr>.*?</tr>", label, body, flags=re.S))
+    closing = body.rindex("</table>")
+    rows = re.sub(r"<tr>.*?</tr>", label, body[len("</tr>"):closing], flags=re.S)
+    # the head row in <thead>: a printed table that runs onto another page repeats it there, a screen reader takes
+    # its cells for the columns' headers, and a phone hides it alone (each cell carries its head)
+    return (table[:start].replace("<table", '<table class="stack"', 1) + "<thead>" + table[start:end] + "</tr></thead>"
+            + f"<tbody>{rows}</tbody>" + body[closing:])

@@ -53,7 +53,7 @@ details.resolved summary{cursor:pointer;color:#355}
 @media (max-width:700px){
 body{margin:1em auto} h1{font-size:1.5em} .cards{grid-auto-rows:auto}
 table.stack,table.stack tbody,table.stack tr,table.stack td{display:block;min-width:0}
-table.stack tr:first-child{display:none} table.stack tr{border:1px solid #ddd;margin:0 0 .8em;padding:.3em}
+table.stack thead{display:none} table.stack tr{border:1px solid #ddd;margin:0 0 .8em;padding:.3em}
 table.stack td{border:0;text-align:left;white-space:normal;padding:.15em .3em}
 table.stack td::before{content:attr(data-label);display:block;font-size:.8em;color:#555}
 table.stack td:first-child{font-weight:600} table.stack td:first-child::before{display:none}
