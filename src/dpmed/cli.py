@@ -282,7 +282,7 @@ def _without_core_dumps() -> Iterator[None]:
 
 def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Handler], received: list[int]) -> int:
     study = _load(args)         # first: a mistake in the study file is told before seconds of importing below
-    from dpmed.executors import check_executor_options
+    from dpmed.executors import WORKER_DIED, check_executor_options
     from dpmed.folders import StudyFolder
     from dpmed.numbers import count_text
     from dpmed.reporting import summary_text
@@ -310,7 +310,8 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
     if result.failures or result.pending:
         for failure in result.failures:
             print(f"FAILED {failure.run_id}: {failure.error} ({failure.traceback_note})", file=sys.stderr)
-        why = ("--fail-fast stopped the study; a run stopped mid-way continues from its checkpoint" if args.fail_fast
+        died = any(failure.error == WORKER_DIED for failure in result.failures)   # with --fail-fast or without
+        why = ("--fail-fast stopped the study; a run stopped mid-way continues from its checkpoint" if not died
                else "a worker process died, and the pool stopped the others: a run stopped mid-way continues from "
                "its checkpoint, one not started trains")
         stopped = f", {len(result.pending)} not finished ({why})" if result.pending else ""
