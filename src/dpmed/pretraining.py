@@ -42,7 +42,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from dpmed.config import EXECUTION_ONLY, Study
+from dpmed.config import Study
 from dpmed.config.schema import DataConfig, PretrainConfig
 from dpmed.data import DATASET_SOURCES, DataRequest, Dataset, ImageSet, normalize, read_dataset
 from dpmed.data.overlap import Overlap, refuse_overlap
@@ -122,7 +122,7 @@ def _content_key(public: Dataset, config: PretrainConfig, model: str, start_sha:
         for array in (split.images, split.labels):
             digest.update(np.ascontiguousarray(array))
             digest.update(str(array.shape).encode())
-    training = {k: v for k, v in config.training.model_dump(mode="json").items() if k not in EXECUTION_ONLY}
+    training = config.training.computed_settings()
     settings = {"training": training, "seed": config.seed, "model": model, "start": start_sha,
                 "task": [public.task.kind, list(public.task.label_names)], "normalization": public.normalization}
     digest.update(json.dumps(settings, sort_keys=True, default=str).encode())

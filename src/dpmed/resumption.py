@@ -200,7 +200,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
     `dpmed.run.reevaluate`). A listed run made with other settings (its plan, the model included, or the other
     privacy randomness), or finished runs on other data, are refused rather than mixed into one table; so are runs
     whose ``evaluation.training_metrics`` differs, which only training can compute. The message names what differs
-    (where and how fast a run executes, ``config.EXECUTION_ONLY``, does not count).
+    (where and how fast a run executes, ``TrainingConfig.computed_settings``, does not count).
     ``summary``: the dataset now, as study.yaml shows it; ``fingerprint``: the first of its :func:`data_fingerprints`;
     ``before``: the folder's study.yaml as read back, None where it holds no finished run; ``attributes``: the
     dataset's :func:`attributes_fingerprint` (None: not checked)."""

@@ -1,7 +1,7 @@
 """Study files: a strict, frozen schema, and the study expanded into typed run plans."""
 
 from dpmed.config.loading import check_study, load_study, parse_override
-from dpmed.config.plans import EXECUTION_ONLY, RunPlan, SweptValue, plan_runs, run_ids
+from dpmed.config.plans import RunPlan, SweptValue, plan_runs, run_ids
 from dpmed.config.schema import (
     Arm, AuditConfig, CamConfig, DataConfig, EvaluationConfig, FairnessConfig, ModelConfig, PrivacyBudget, Study,
     TrainingConfig,
@@ -9,6 +9,6 @@ from dpmed.config.schema import (
 
 __all__ = [
     "check_study", "load_study", "parse_override", "RunPlan", "SweptValue", "plan_runs", "run_ids",
-    "EXECUTION_ONLY", "CamConfig", "FairnessConfig", "AuditConfig", "Arm", "DataConfig", "EvaluationConfig",
+    "CamConfig", "FairnessConfig", "AuditConfig", "Arm", "DataConfig", "EvaluationConfig",
     "ModelConfig", "PrivacyBudget", "Study", "TrainingConfig",
 ]

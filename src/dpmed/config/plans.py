@@ -18,13 +18,7 @@ from dpmed.config.schema import Study, TrainingConfig
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import AuditConfig, PlanContext, PrivacyPlan, Strict, mechanism_info
 
-__all__ = ["RunPlan", "SweptValue", "plan_runs", "run_ids", "check_run_ids", "EXECUTION_ONLY"]
-
-# Training settings that decide where and how fast a run executes, not what it computes in exact arithmetic: a finished
-# run made with other values of these is still the same run, and a checkpoint made with them continues. The physical
-# batch only slices each step for memory (`TrainingConfig`): a smaller one, after memory ran out, must not retrain.
-EXECUTION_ONLY = ("device", "threads", "physical_batch_size")
-
+__all__ = ["RunPlan", "SweptValue", "plan_runs", "run_ids", "check_run_ids"]
 
 class SweptValue(Strict):
     """One swept key of a run (e.g. target_epsilon = 8), with the tag it has in the run id (eps8)."""
@@ -63,8 +57,7 @@ class RunPlan(Strict):
     def settings(self) -> dict[str, Any]:
         """What the run computes, as JSON data: a finished run is reused only when these are equal."""
         data = self.model_dump(mode="json")
-        for key in EXECUTION_ONLY:
-            data["training"].pop(key, None)
+        data["training"] = self.training.computed_settings()
         # DP-SGD's count as released where it fell below the batch: what the card states, not what trains (N, q,
         # T and sigma decide that), and absent from the runs an older dpmed finished, which must still resume
         data["privacy"].pop("released_units", None)

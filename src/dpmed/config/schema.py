@@ -162,6 +162,12 @@ class ScheduleConfig(_Strict):
 _MOST_THREADS = 1024
 
 
+# Training settings that decide where and how fast a run executes, not what it computes in exact arithmetic: a finished
+# run made with other values of these is still the same run, and a checkpoint made with them continues. The physical
+# batch only slices each step for memory (below): a smaller one, after memory ran out, must not retrain.
+EXECUTION_ONLY = ("device", "threads", "physical_batch_size")
+
+
 class TrainingConfig(_Strict):
     """How every arm trains, unless the arm overrides ``epochs``, ``batch_size`` or ``learning_rate``.
 
@@ -233,6 +239,11 @@ class TrainingConfig(_Strict):
                              "both (to replace a file's epochs from the command line: --set training.epochs=auto "
                              "beside --set training.steps=N)")
         return self
+
+    def computed_settings(self) -> dict:
+        """The settings as JSON data without those of `EXECUTION_ONLY`: equal for two configs that train the same
+        model, so a finished run, a checkpoint or cached pretrained weights made under either are reused."""
+        return self.model_dump(mode="json", exclude=set(EXECUTION_ONLY))
 
 
 class FairnessConfig(_Strict):

@@ -36,7 +36,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dpmed.accounting import Ledger, dp_sgd_event, dp_sgd_schedule, shuffled_event  # noqa: F401 (re-exported)
-from dpmed.config import EXECUTION_ONLY, TrainingConfig
+from dpmed.config import TrainingConfig
 from dpmed.data import ImageSet, Task
 from dpmed.folders import write_torch_atomic
 from dpmed.interruption import check as check_interrupt
@@ -139,7 +139,7 @@ def _augmentation(cfg: TrainingConfig, data: ImageSet, seed: int) -> tuple[Augme
 
 def _fingerprint(data: ImageSet, cfg: TrainingConfig, seed: int, dp: DpSgdPlan | None) -> dict:
     """What a checkpoint must match to be continued: the same data size, settings, seed and DP plan."""
-    training = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in EXECUTION_ONLY}
+    training = cfg.computed_settings()
     return {"n": len(data), "training": training, "seed": seed,
             "dp": None if dp is None else dp.model_dump(mode="json")}
 
