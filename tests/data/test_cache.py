@@ -111,7 +111,8 @@ def test_without_channels_an_image_stored_otherwise_than_the_first_is_refused_na
                                                               mode="RGB")]
     for cache_dir in (None, tmp_path / "cache"):
         with pytest.raises(DataError, match=r"^1 of 4 images are stored colour while the first readable one is "
-                                            r"grey, e\.g\. .*rgb\.png; set data\.channels \(1: every image read "
+                                            r"grey \(a file of three equal channels is grey\), e\.g\. .*rgb\.png; "
+                                            r"set data\.channels \(1: every image read "
                                             r"as grey, 3: as colour\)$"):
             decode_images(paths, Preprocessing(size=(8, 8)), cache_dir=cache_dir)
     assert not list((tmp_path / "cache").glob("*.npy"))
@@ -666,10 +667,31 @@ def test_each_file_is_decoded_with_the_size_asked_for_as_its_hint(tmp_path, writ
     assert hints == [None] * 3
 
 
+def test_without_channels_grey_images_stored_as_colour_are_grey_like_the_grey_files_beside_them(tmp_path):
+    """Radiograph JPEGs are often saved RGB with R = G = B: read as stored, a study of them alone had 3 channels and
+    one that also held grey PNGs was refused. Grey is what the pixels are, whichever file comes first."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    greys = [(rng.random((10, 14)) * 255).astype(np.uint8) for _ in range(4)]
+    paths = []
+    for i, grey in enumerate(greys):
+        paths.append(tmp_path / (f"{i}.jpeg" if i % 2 == 0 else f"{i}.png"))    # an RGB JPEG first
+        Image.fromarray(grey).convert("RGB" if i % 2 == 0 else "L").save(paths[-1], quality=95)
+    for order in (paths, paths[::-1]):
+        images = decode_images(order, Preprocessing()).images
+        assert images.shape == (4, 1, 10, 14)
+    as_colour = decode_images(paths, Preprocessing(channels=3)).images
+    np.testing.assert_array_equal(images[::-1, 0], as_colour[:, 1])     # the same grey, whether asked for or not
+    rgb = decode_images(paths[::2], Preprocessing()).images
+    assert rgb.shape == (2, 1, 10, 14)
+
+
 def test_images_stored_otherwise_than_the_first_are_counted_and_the_first_of_them_is_named(tmp_path, write_image):
     paths = [write_image(tmp_path / f"{name}.png", size=(10, 14), mode=mode)
              for name, mode in (("a", "L"), ("b", "RGB"), ("c", "L"), ("d", "RGB"))]
-    with pytest.raises(DataError, match=r"^2 of 4 images are stored colour while the first readable one is grey, "
+    with pytest.raises(DataError, match=r"^2 of 4 images are stored colour while the first readable one is grey "
+                                        r"\(a file of three equal channels is grey\), "
                                         r"e\.g\. \S*/b\.png;"):
         decode_images(paths, Preprocessing(size=(8, 8)), workers=2)
 

@@ -73,7 +73,8 @@ def test_a_training_patient_of_a_class_no_evaluation_image_holds_is_refused_not_
 
 def test_a_training_patients_colour_image_first_in_the_table_is_refused_not_published(tmp_path):
     """Before: channels 3 for every image, from this patient's file alone."""
-    with pytest.raises(DataError, match=r"12 of 13 images are stored grey while the first readable one is colour, "
+    with pytest.raises(DataError, match=r"12 of 13 images are stored grey while the first readable one is colour "
+                                        r"\(a file of three equal channels is grey\), "
                                         r"e\.g\. .*p0\.png; set data\.channels"):
         _released(tmp_path, [("x", 0, "train", {"mode": "RGB"})])
     assert _released(tmp_path / "b", [("x", 0, "train", {"mode": "RGB"})], {"channels": 1})[2] == (1, SIDE, SIDE)

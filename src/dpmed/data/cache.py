@@ -85,10 +85,15 @@ def _layout(paths: Sequence[Path], preprocessing: Preprocessing) -> tuple[int, t
     """(channels, (H, W)) every decoded image gets: the preprocessing's, else the first readable file's own, which
     `decode_images` then requires of every file. The shape is released (study.yaml, the model's first layer), and the
     first file may be a training image: taken from it alone, one patient's colour image or its size would be
-    published."""
+    published. Without a channel count the first file is decoded, not peeked: its header says how it is stored, and
+    a grey image stored as colour is grey (`dpmed.data.decoding.read_image`)."""
     for path in paths:
         try:
-            stored_channels, stored_size = peek_image(path)
+            if preprocessing.channels is None:
+                x = read_image(path, channels=None, size_hint=preprocessing.size)
+                stored_channels, stored_size = x.shape[0], (x.shape[1], x.shape[2])
+            else:
+                stored_channels, stored_size = peek_image(path)
         except (UnreadableImage, OSError):
             continue  # that file is reported when it is decoded
         return preprocessing.channels or stored_channels, preprocessing.size or stored_size
@@ -146,8 +151,8 @@ def decode_images(paths: Sequence[Path], preprocessing: Preprocessing, *, cache_
     Each file is decoded at the preprocessing's channel count (or the first readable file's) and, when a size is
     set, resized to it, then min-max and equalisation run per image (:class:`~dpmed.data.transforms.Preprocessing`;
     ``normalize`` is not applied here). Without a size every image must have the first readable image's size, and
-    without a channel count its channels (grey or colour, as stored): any that differs is a DataError that says to
-    set data.image_size or data.channels (not a bad row that skip_invalid would drop).
+    without a channel count its channels (grey or colour, by content: `_layout`): any that differs is a DataError
+    that says to set data.image_size or data.channels (not a bad row that skip_invalid would drop).
     Decoding runs in ``workers`` threads (default: the CPU count, at most 8; Pillow and torch release the GIL while
     they work). A decode that takes longer than `dpmed.data.pace`'s interval logs how far it has come at that interval.
     What the decoder notes about files it read (:class:`~dpmed.data.decoding.ImageNote`) is logged once per note, with
@@ -243,8 +248,8 @@ def _decode_images(paths: Sequence[Path], preprocessing: Preprocessing, cache_di
         if wrong_channels:    # as for sizes below: one setting, not bad rows
             i = min(wrong_channels)
             raise DataError(f"{len(wrong_channels)} of {n} images are stored {_stored(wrong_channels[i])} while the "
-                            f"first readable one is {_stored(channels)}, e.g. {paths[i]}; set data.channels (1: "
-                            "every image read as grey, 3: as colour)")
+                            f"first readable one is {_stored(channels)} (a file of three equal channels is grey), e.g. "
+                            f"{paths[i]}; set data.channels (1: every image read as grey, 3: as colour)")
         if wrong_size:   # one setting, not bad rows: skip_invalid would leave out every image of another size
             i = min(wrong_size)
             raise DataError(f"{len(wrong_size)} of {n} images differ in size from the first readable one "

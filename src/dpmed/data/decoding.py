@@ -13,6 +13,11 @@ the stored value range maps onto [0, 1] without looking at any other image. Samp
 is ITU-R BT.601 luma (Pillow's ``convert("L")``), grey to colour repeats the channel, alpha is dropped (and where it
 hides pixels, noted: the model sees what lies under them).
 
+Channels when none are asked for: grey (1) is what the pixels are, not how the file stores them. A colour file whose
+three channels are equal in every pixel is read as 1 channel, as a grey file is: many radiograph JPEGs are saved RGB
+with R = G = B (the local Kermany copy is, every file), and read as stored they made a dataset of 3 channels, or one
+refused beside grey PNGs of the same study. A JPEG encoder writes R = G = B exactly (its chroma is then constant).
+
 Orientation: a JPEG or PNG whose EXIF Orientation tag says it is shown turned or mirrored (a phone's photograph of
 a lesion or of a film) is read as a viewer shows it (Pillow's ``ImageOps.exif_transpose``), its size too. Read as
 stored, the model saw it on its side, and its copy saved upright in a public set escaped the overlap check
@@ -184,15 +189,18 @@ def decoder_for(path: Path) -> Decoder:
 def read_image(path: Path, *, channels: int | None, size_hint: tuple[int, int] | None = None,
                notes: list[ImageNote] | None = None) -> np.ndarray:
     """Decode ``path`` to float32 [channels, H, W] in [0, 1]; UnreadableImage when it cannot be decoded.
-    ``channels`` None: as stored (1 grey, 3 colour, as :func:`peek_image` says), so that a caller who requires the
-    stored channels opens each file once, not once to peek and once to read. The decoder's notes on a file it read
-    (:class:`ImageNote`) are appended to ``notes``, for a caller that tells them."""
+    ``channels`` None: as the content is, 1 for a grey image (stored grey, or stored as colour with three equal
+    channels), 3 for colour, so that a caller who requires one channel count of every image opens each file once.
+    The decoder's notes on a file it read (:class:`ImageNote`) are appended to ``notes``, for a caller that tells
+    them."""
     try:
         x, told = decoder_for(path).read(path, channels, size_hint)
     except UnreadableImage as exc:
         raise _told_if_empty(path, exc) from exc
     if x.ndim != 3 or x.shape[0] not in ((1, 3) if channels is None else (channels,)) or min(x.shape[1:]) < 1:
         raise UnreadableImage(f"decoded to shape {x.shape}, not [{channels or '1 or 3'}, H, W]")
+    if channels is None and x.shape[0] == 3 and np.array_equal(x[0], x[1]) and np.array_equal(x[1], x[2]):
+        x = x[:1]   # grey stored as colour (module docstring): its grey neighbours in the dataset are 1 channel
     if notes is not None:
         notes.extend(told)
     return x
