@@ -81,8 +81,9 @@ def test_an_entry_from_before_is_read_where_its_pixels_still_hold_and_not_where_
     assert cache_key(paths, unset, 1, (8, 8)) != _key_before_aspect_and_size_refusal(paths, unset, 1, (8, 8))
 
 
-def _key_before_orientation(paths, pre, channels, size):
-    """cache_key without the EXIF orientation setting: what it computed before turned images were read upright."""
+def _key_before_orientation(paths, pre, channels, size, **later):
+    """cache_key without the EXIF orientation setting: what it computed before turned images were read upright;
+    ``later`` adds the settings of the changes since (orientation="exif")."""
     import hashlib
     import json
     from pathlib import Path
@@ -97,11 +98,19 @@ def _key_before_orientation(paths, pre, channels, size):
         settings["other_sizes"] = "refused"
     if pre.channels is None:
         settings["other_channels"] = "refused"
-    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    h = hashlib.sha256(json.dumps({**settings, **later}, sort_keys=True).encode())
     for path in paths:
         st = Path(path).resolve().stat()
         h.update(f"{Path(path).resolve()}\0{st.st_size}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
     return h.hexdigest()
+
+
+def test_an_entry_from_before_16_bit_images_were_stretched_is_decoded_again(tmp_path, write_image):
+    """It holds 12-bit values stored in 16 bits / 65535, near black, and the key cannot tell which files are 16-bit
+    without opening them."""
+    paths = _files(tmp_path, write_image)
+    pre = Preprocessing(channels=1)     # not resized: torch's version is no part of the key
+    assert cache_key(paths, pre, 1, (10, 14)) != _key_before_orientation(paths, pre, 1, (10, 14), orientation="exif")
 
 
 def test_without_channels_an_image_stored_otherwise_than_the_first_is_refused_naming_it(tmp_path, write_image):

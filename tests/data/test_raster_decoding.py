@@ -1,5 +1,5 @@
-"""Raster files decode to the stored value range mapped onto [0, 1]: 8-bit / 255, 16-bit / 65535 (module docstring of
-`dpmed.data.decoding`), each checked against the values written into the file."""
+"""Raster files decode onto [0, 1]: 8-bit / 255, 16-bit grey stretched by the image's own min and max (module
+docstring of `dpmed.data.decoding`), each checked against the values written into the file."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dpmed.data.decoding import UnreadableImage, peek_image, read_image
 WIDE = np.array([[0, 1000, 32768], [65535, 4095, 12]], dtype=np.uint16)   # 2 x 3: rows and columns not confused
 
 
-def test_a_16_bit_grey_png_is_divided_by_65535_and_repeated_for_colour(tmp_path):
+def test_a_16_bit_grey_png_spanning_0_to_65535_reads_onto_0_1_and_is_repeated_for_colour(tmp_path):
     path = tmp_path / "wide.png"
     Image.fromarray(WIDE).save(path)            # Pillow writes a 16-bit grey PNG (mode I;16)
     grey = read_image(path, channels=1)
@@ -22,6 +22,16 @@ def test_a_16_bit_grey_png_is_divided_by_65535_and_repeated_for_colour(tmp_path)
     assert colour.shape == (3, 2, 3)
     np.testing.assert_array_equal(colour, np.repeat(grey, 3, axis=0))
     assert peek_image(path) == (1, (2, 3))
+
+
+def test_12_bit_values_in_a_16_bit_png_span_0_to_1_as_a_dicom_without_a_window_does(tmp_path):
+    """Exported DICOM often holds 0..4095 in a 16-bit PNG: divided by 65535 it read at most 0.0625, near black."""
+    twelve = np.array([[200, 4095, 1000], [3000, 700, 2500]], dtype=np.uint16)
+    Image.fromarray(twelve).save(tmp_path / "twelve.png")
+    x = read_image(tmp_path / "twelve.png", channels=1)[0]
+    np.testing.assert_allclose(x, (twelve - 200.0) / (4095.0 - 200.0), rtol=1e-6)
+    Image.fromarray(np.full((2, 3), 4095, dtype=np.uint16)).save(tmp_path / "flat.png")
+    assert not read_image(tmp_path / "flat.png", channels=1).any()     # one value: 0, as a flat DICOM
 
 
 def test_an_8_bit_file_is_divided_by_255_and_colour_keeps_its_channels_in_order(tmp_path):

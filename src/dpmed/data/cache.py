@@ -124,6 +124,8 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
     # an entry from before read a JPEG or PNG with an EXIF orientation as stored, and the key cannot tell which
     # files have one without opening them: every entry from before is decoded again, once
     settings["orientation"] = "exif"
+    # and read 16-bit grey samples / 65535 (12-bit values near black), now stretched per image: decoded again, once
+    settings["sixteen_bit"] = "stretched"
     if any(DECODERS.get(Path(path).suffix.lower()) is DECODERS[".dcm"] for path in paths):
         # pydicom decodes DICOM pixels and applies their LUTs, as Pillow decodes the rest; only then, so that the
         # entries of raster files stay valid

@@ -7,9 +7,12 @@ into a flagged row ("unreadable image") that names the file; anything else is ra
 package, or the system's error (an OSError with an errno: too many open files, a share gone), which may pass and so
 must not be kept as the file's failure (`dpmed.data.cache`).
 
-Value scale: 8-bit samples / 255, 16-bit samples / 65535 (PNG with 16-bit grey, as some NIH and MIMIC exports), so
-the stored value range maps onto [0, 1] without looking at any other image. Samples whose range is unknown
-(floating point, or 32-bit integers beyond 0..65535) make the file unreadable rather than be clipped. Colour to grey
+Value scale: 8-bit samples / 255. 16-bit grey samples (PNG or TIFF, as exported from DICOM) are stretched by the
+image's own min and max, as a grey DICOM without a window is (`dpmed.data.dicom`): such a file says neither its
+window nor how many of its 16 bits are used, and most hold 10-, 12- or 14-bit detector values (0..4095 for 12 bits),
+which / 65535 read almost black (at most 0.0625). Per image, never from other images (METHODS.md section 1); a 16-bit
+file of one value reads 0. Samples whose range is unknown (floating point, or 32-bit integers beyond 0..65535) make
+the file unreadable rather than be clipped. Colour to grey
 is ITU-R BT.601 luma (Pillow's ``convert("L")``), grey to colour repeats the channel, alpha is dropped (and where it
 hides pixels, noted: the model sees what lies under them).
 
@@ -116,7 +119,7 @@ def _read_raster(path: Path, channels: int | None,
                 if stored.size and (stored.min() < 0 or stored.max() > 65535):   # mode I: 32-bit signed samples
                     raise UnreadableImage(f"holds 32-bit samples from {stored.min()} to {stored.max()}, beyond "
                                           "16 bits, whose range is unknown; export it as 8- or 16-bit PNG")
-                x = (stored.astype(np.float32) / np.float32(65535.0))[None]
+                x = _stretched(stored)[None]
                 return (np.repeat(x, 3, axis=0) if channels == 3 else x), notes
             converted = im.convert("L" if channels == 1 else "RGB")
             x = np.asarray(converted, dtype=np.float32) / np.float32(255.0)  # [H, W] or [H, W, 3]
@@ -127,6 +130,15 @@ def _read_raster(path: Path, channels: int | None,
             raise                                                # gone), not the image's
         raise UnreadableImage(f"cannot be decoded ({error_name(exc)}: {exc})") from exc
     return (x[None] if x.ndim == 2 else np.ascontiguousarray(x.transpose(2, 0, 1))), notes  # [C, H, W]
+
+
+def _stretched(stored: np.ndarray) -> np.ndarray:
+    """16-bit samples from the image's own min and max onto [0, 1] (module docstring), float32; zeros where all are
+    equal, as `dpmed.data.dicom` does for a grey DICOM without a window."""
+    lo, hi = (float(stored.min()), float(stored.max())) if stored.size else (0.0, 0.0)
+    if hi == lo:
+        return np.zeros(stored.shape, dtype=np.float32)
+    return ((stored.astype(np.float64) - lo) / (hi - lo)).astype(np.float32)
 
 
 def _stored_channels(im: Image.Image) -> int:
