@@ -189,6 +189,29 @@ def test_class_folders_that_all_hold_the_same_folders_of_images_are_refused(tmp_
     assert m.task.label_names == ("NORMAL", "PNEUMONIA") and m.labels.tolist() == [0, 0, 0, 1, 1, 1]
 
 
+@pytest.mark.parametrize("layout, folder, fix", [
+    # folds, each a dataset of its own: were read as the classes fold1 and fold2
+    ({f"{fold}/{split}/{cls}": 2 for fold in ("fold1", "fold2") for split in ("train", "test")
+      for cls in ("NORMAL", "PNEUMONIA")}, "fold1/test",
+     r"if \S*/fold1 holds one whole dataset .* point data\.path at it"),
+    # class above split: was told as classes named test and train
+    ({f"{cls}/{split}": 2 for cls in ("NORMAL", "PNEUMONIA") for split in ("train", "test")}, "NORMAL/test",
+     r"move its images into \S*/data/test/NORMAL$"),
+    # a test folder inside a training class: its images were read as training NORMAL images
+    ({**{f"{split}/{cls}": 2 for split in ("train", "test") for cls in ("NORMAL", "PNEUMONIA")},
+      "train/NORMAL/Test": 1}, "train/NORMAL/Test", r"move its images into \S*/data/test/NORMAL$"),
+])
+def test_a_folder_named_like_a_split_inside_a_class_folder_is_refused_naming_it(tmp_path, write_image, layout, folder,
+                                                                                 fix):
+    for where, n in layout.items():
+        for i in range(n):
+            write_image(tmp_path / "data" / where / f"{where.replace('/', '_')}_{i}.png")
+    with pytest.raises(DataError, match=rf"^the folder \S*/data/{folder} is named like a split but lies inside "
+                                        rf"\S*/data/{folder.rsplit('/', 1)[0]}, which dpmed reads as the class "
+                                        rf"{folder.split('/')[-2]}: .*{fix}"):
+        read_image_folders(tmp_path / "data")
+
+
 def test_a_layout_where_some_files_name_no_patient_is_refused_naming_them(tmp_path, write_image):
     """One file outside the naming pattern would be its own "patient" (false for a person with several such files),
     and falling back to the image as the unit would let that one file change every card: refused instead."""

@@ -23,8 +23,10 @@ A split must never be taken for a class, nor left out unsaid: a model would lear
 or be tested on less than the user meant. So a folder next to the split folders that holds class folders (a split
 under a name dpmed does not know, ``holdout/NORMAL``) is refused, and so is a folder of images there named like
 one of the classes (``NORMAL/`` beside ``train/``: images meant for a split), and so are class folders that all
-hold the same folders of images (``Fold1/NORMAL``, ``Fold2/NORMAL``: the inner folders are the classes); each
-message names the folder and the layout dpmed reads.
+hold the same folders of images (``Fold1/NORMAL``, ``Fold2/NORMAL``: the inner folders are the classes), and so is a
+folder of images named like a split inside a class folder at any depth (``fold1/train/NORMAL``: folds, or
+``NORMAL/train``: class above split, or ``train/NORMAL/test``); each message names the folder and the layout dpmed
+reads.
 
 Patients. A file name carries no patient in general, so each file is its own patient, except:
 
@@ -149,6 +151,7 @@ def _refuse_splits_taken_for_classes(top: Path, classes_by_group: dict[Path, lis
                                      split_dirs: dict[Path, str]) -> None:
     """Stop where a split or group folder would be read as a class, or it or a class's images would be left out (see
     the module docstring)."""
+    _refuse_split_folders_inside_classes(top, classes_by_group)
     for group, names in classes_by_group.items():
         inner = [{f.name for f in _subfolders(group / c)} for c in names]
         if len(inner) >= 2 and len(inner[0]) >= 2 and all(i == inner[0] for i in inner) and all(
@@ -174,6 +177,31 @@ def _refuse_splits_taken_for_classes(top: Path, classes_by_group: dict[Path, lis
                             f"folder(s) {', '.join(s.name for s in split_dirs)}, but {other.name!r} is not a split "
                             f"name, so its images would be left out. {_LAYOUT_HINT}: move them into the {named} "
                             f"folder of a split (e.g. {first}/{named}), or remove {other.name} from {top}")
+
+
+def _refuse_split_folders_inside_classes(top: Path, classes_by_group: dict[Path, list[str]]) -> None:
+    """Stop where a folder of images named like a split lies inside a class folder, at any depth: its images would be
+    taken for that class's (for the split that holds the class, if any), its split lost. Folds (``fold1/train/NORMAL``,
+    or ``images/train`` beside ``masks/train``) were read as classes fold1 and fold2, ``NORMAL/train/`` was told as
+    classes named train and test, and ``train/NORMAL/test/`` added test images to training."""
+    for group, names in classes_by_group.items():
+        for c in names:
+            for f in _files_under(group / c):
+                inner = f.relative_to(group / c).parts[:-1]
+                k = next((k for k, part in enumerate(inner) if part.lower() in SPLIT_NAMES), None)
+                if k is None or f.suffix.lower() not in DECODERS:
+                    continue
+                folder = group / c / Path(*inner[:k + 1])
+                if any(_holds_images(sub) for sub in _subfolders(folder)):     # class folders: a dataset of its own
+                    fix = (f"if {folder.parent} holds one whole dataset (one fold of several), point data.path at it; "
+                           "otherwise move each split's class folders into one <split>/ folder under data.path")
+                else:       # into the split folder there is, however it is spelled
+                    split = next((s.name for s in _subfolders(top) if SPLIT_NAMES.get(s.name.lower()) ==
+                                  SPLIT_NAMES[folder.name.lower()]), folder.name)
+                    fix = f"move its images into {top / split / c}"
+                raise DataError(f"the folder {folder} is named like a split but lies inside {group / c}, which dpmed "
+                                f"reads as the class {c}: its images would be taken for {c} images and its split "
+                                f"lost. {_LAYOUT_HINT}: {fix}")
 
 
 def _find_top(root: Path) -> Path:
