@@ -169,7 +169,7 @@ class DataConfig(_Strict):
     patients: keep one seeded cohort of the patients (``{fraction, part, seed}``; `PatientsConfig`).
     skip_invalid: leave out rows whose image is missing or unreadable or whose label is outside the task (counted
     on the terminal and in the private log) instead of stopping; not a repeated id or image file, which stops the
-    study even so (which copy is kept would decide the split of its image). cache_dir: memory-map decoded,
+    study even so (which copy is kept would decide the split of its image). cache_dir: write decoded,
     preprocessed images there for later studies (it then holds the patients' images: keep it where the data may
     live); unset, they stay in memory.
     """

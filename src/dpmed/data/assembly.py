@@ -287,8 +287,8 @@ def in_group_order(images: np.ndarray, groups: list[np.ndarray]) -> list[np.ndar
     Why: a copy per split held every decoded image twice at the end of assembly (benchmarks/RESULTS.md, "Memory";
     `dpmed.memory.check_images` refuses images that do not fit once). An array this process owns
     is instead permuted in place, along the permutation's cycles with one row in hand, so that the groups lie one
-    after another (rows in no group after them, unused), and each group is a slice of it. A read-only memory map
-    (a cache entry) is copied out, once. ``groups``: disjoint int arrays of row indices.
+    after another (rows in no group after them, unused), and each group is a slice of it (a cache entry too:
+    `dpmed.data.cache` reads it into memory, not mapped). Any other array is copied out, once. ``groups``: disjoint int arrays of row indices.
     """
     if not (images.flags.writeable and images.flags.owndata and images.dtype == np.float32) \
             or isinstance(images, np.memmap):

@@ -1,9 +1,9 @@
-"""Decode a dataset's images once -- in memory, or into a memory-mapped file keyed by the files and the preprocessing.
+"""Decode a dataset's images once -- in memory, and into a file on disk keyed by the files and the preprocessing.
 
 Why: decoding a JPEG or PNG and resizing it costs far more than a training step of a small model, and a study trains
 several arms, each for several epochs, on the same images. dpmed therefore decodes every image once per study and
 holds the preprocessed float32 tensors in memory; every epoch of every arm reads those. With ``data.cache_dir`` the
-tensors also go to ``<cache_dir>/<key>.npy`` and later studies (or a resumed one) memory-map that file instead of
+tensors also go to ``<cache_dir>/<key>.npy`` and later studies (or a resumed one) read that file instead of
 decoding again.
 
 The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version (pydicom's and its
@@ -70,7 +70,7 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DecodedImages:
-    """images: float32 [N, C, H, W] in [0, 1] (a read-only memory map when it came from a cache file; rows of
+    """images: float32 [N, C, H, W] in [0, 1], this process's own, also when read from a cache file (rows of
     failed files are 0); failures: index -> why that file could not be decoded; cached: read from cache_dir;
     seconds: wall time of this call; key: the cache key (None without cache_dir)."""
 
@@ -260,18 +260,38 @@ def _decode_images(paths: Sequence[Path], preprocessing: Preprocessing, cache_di
         if cache_dir is not None:
             assert tmp is not None and key is not None
             images.flush()
+            del images                       # unmapped before it is read back: see _in_memory
             if unread:
-                images = np.array(images)    # in memory: the next study decodes again
+                images = _in_memory(tmp)     # the next study decodes again
             else:
-                del images
                 _store(Path(cache_dir), key, tmp, n, failures, noted)
-                images = np.load(Path(cache_dir) / f"{key}.npy", mmap_mode="r")
+                images = _in_memory(Path(cache_dir) / f"{key}.npy")
     finally:
         if tmp is not None:
             tmp.unlink(missing_ok=True)      # stopped midway, or not stored: no partial copy of the images stays
         if holder is not None:
             holder.close()
     return DecodedImages(images, failures, False, time.perf_counter() - start, key)
+
+
+def _in_memory(path: Path) -> np.ndarray:
+    """The array file at ``path`` read into this process's own memory, not mapped.
+
+    Why: the splits are carved out of the images in place (`dpmed.data.assembly.in_group_order`) only where the
+    process owns them; a read-only map was copied out, and the pages of the map it read stayed resident beside the
+    copy, so a study reading the cache (or writing it) peaked at twice the decoded bytes (benchmarks/RESULTS.md,
+    "At the size of the public chest X-ray sets")."""
+    mapped = np.load(path, mmap_mode="r")       # its header only: shape, dtype, where the pixels start
+    shape, dtype, offset, contiguous = mapped.shape, mapped.dtype, mapped.offset, mapped.flags.c_contiguous
+    del mapped
+    if dtype != np.float32 or not contiguous:
+        raise ValueError(f"holds {dtype}{'' if contiguous else ' (Fortran order)'}, not C-ordered float32")
+    images = np.empty(shape, dtype=np.float32)  # its own buffer: np.load's is a view of a flat one
+    with open(path, "rb") as f:
+        f.seek(offset)
+        if f.readinto(memoryview(images).cast("B")) != images.nbytes:
+            raise ValueError("ends before its last image")
+    return images
 
 
 def _tell(noted: dict[int, list[ImageNote]], paths: Sequence[Path]) -> None:
@@ -382,7 +402,7 @@ def _refuse_open_cache(cache_dir: Path) -> None:
 
 def _load(cache_dir: Path, key: str, n: int,
           shape: tuple[int, ...]) -> tuple[np.ndarray, dict[int, str], dict[int, list[ImageNote]]] | None:
-    """A complete entry for ``key`` as (memory map, failures, notes), or None when there is none. ``shape``: each
+    """A complete entry for ``key`` as (images, failures, notes), or None when there is none. ``shape``: each
     image's [C, H, W], which the entry's array must have. An entry written before notes were kept has none."""
     array, index = cache_dir / f"{key}.npy", cache_dir / f"{key}.json"
     read = index        # the file being read: the one an error names
@@ -396,7 +416,7 @@ def _load(cache_dir: Path, key: str, n: int,
             mismatch = f"it lists {meta['n']!r} images of format {meta['format']!r}; the key is for {n} of {_FORMAT!r}"
         else:
             read = array
-            images = np.load(array, mmap_mode="r")
+            images = _in_memory(array)
             mismatch = None if images.shape == (n, *shape) else \
                 f"it holds an array of shape {images.shape}; the key is for {(n, *shape)}"
     except PermissionError:

@@ -47,7 +47,7 @@ class DataRequest:
     file's). columns: the csv's column names; task: the csv's task kind; uncertain: CheXpert/MIMIC policy for -1;
     views: CheXpert/MIMIC views kept ("frontal", "all"; None: frontal where the table names views).
     ordinal: whether multiclass labels are ordered grades (None: the layout's own knowledge). split: None = the
-    defaults of SplitPlan; cache_dir: where decoded tensors are memory-mapped (None: memory only).
+    defaults of SplitPlan; cache_dir: where decoded tensors are kept on disk (None: memory only).
     patients: keep one seeded cohort of the patients in every split (`dpmed.data.cohorts`; None: all).
     """
 
