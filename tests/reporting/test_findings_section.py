@@ -39,7 +39,7 @@ def test_the_findings_table_shows_for_a_multilabel_study_and_not_for_a_binary_on
     html = report_html(records, task="multilabel", names=("effusion", "nodule", "edema"))
     assert html.index('id="utility"') < html.index('id="findings"') < html.index('id="privacy"')
     table = _findings(html)
-    assert re.findall(r"<th>([^<]*)</th>", table) == ["run", "effusion", "nodule", "edema"]
+    assert re.findall(r"<th[^>]*>([^<]*)</th>", table) == ["run", "effusion", "nodule", "edema"]
     rows = re.findall(r"<tr><td[^>]*>([^<]*)</td>(.*?)</tr>", table, re.S)
     assert [run_id for run_id, _ in rows] == ["np_seed0", "dp_eps1_C1_seed0"]
     for (_, cells), r in zip(rows, records, strict=True):
@@ -72,7 +72,7 @@ def test_a_multiclass_study_tables_each_class_one_vs_rest(tmp_path, make_record,
     html = report_html([make_record("np_seed0", "np", "none", metrics=m)], task="multiclass", names=names)
     table = _findings(html)
     assert "Test AUROC per class" in table and "one-vs-rest" in table and "per finding" not in table
-    assert re.findall(r"<th>([^<]*)</th>", table) == ["run", *names]
+    assert re.findall(r"<th[^>]*>([^<]*)</th>", table) == ["run", *names]
     shown = [c.replace("\u00a0", " ") for c in re.findall(r"<td[^>]*class=num>([^<]*)</td>", table)]
     assert shown == [f"{m[f'test_auroc[{c}]']:.3f} [{m[f'test_auroc[{c}]_low']:.3f}, {m[f'test_auroc[{c}]_high']:.3f}]"
                      for c in names]

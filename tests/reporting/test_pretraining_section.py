@@ -44,7 +44,7 @@ def _text(page: str) -> str:
 
 def _rows(page: str) -> dict[str, str]:
     """The pretraining table: each row's heading and the text of its cell."""
-    return {th: _text(td) for th, td in re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", page, re.S)}
+    return {th: _text(td) for th, td in re.findall(r'<tr><th scope="row">(.*?)</th><td>(.*?)</td></tr>', page, re.S)}
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ def test_each_run_s_card_holds_its_wall_time_audit_and_training_set_point_estima
                                            timing=timing)})
     assert "Wall time: training 12.3 s, in all 20.0 s (cpu, 2 threads, resumed from step 40)." in text
     assert "The audit found eps >= 0.31" in text
-    assert "train_auroc 0.9123" in text
+    assert "training-set AUROC 0.9123" in text
     # the point estimate only: not its interval, nothing of the test set, no counts or words
     for left_out in ("train_auroc_low", "train_auroc_high", "test_auroc", "train_n", "bootstrap_unit"):
         assert left_out not in text, left_out
@@ -174,7 +174,8 @@ def test_every_free_text_of_a_run_s_card_is_escaped(private, make_resolved, make
     for escaped in ("<title>dpmed private report: A &amp; B &lt;name&gt;</title>",
                     "<h1>Private: A &amp; B &lt;name&gt;",
                     "<h3>arm &lt;run&gt;_seed0</h3>", "(cuda:0 &lt;dev&gt;, 1 thread, resumed from step 3)",
-                    "<p>eps &gt;= 0.3 &lt;audit&gt;</p>", "<th>train_&lt;metric&gt;</th><td class=num>0.5000</td>",
+                    "<p>eps &gt;= 0.3 &lt;audit&gt;</p>",
+                    '<th scope="row">training-set &lt;metric&gt;</th><td>0.5000</td>',
                     "a &lt;file&gt; cannot be read"):
         assert escaped in page, escaped
     for tag in ("<name>", "<run>", "<dev>", "<audit>", "<metric>", "<file>"):

@@ -334,8 +334,8 @@ def test_p_values_at_the_bootstrap_floor_print_as_at_most(scored_run, scores, re
 
 def test_a_reference_below_chance_is_flagged_where_its_private_runs_are_read(scored_run, scores, report_html):
     # The non-private run of a seed that ranks the classes the wrong way round makes its seed's private runs look
-    # like gains: the opening section (and each row of those runs points to it), the summary and the utility table
-    # say so.
+    # like gains: the utility table says so, once; the opening section (and each row of those runs) and the summary
+    # point there.
     names = ["normal", "pneumonia"]
     rng = np.random.default_rng(5)
     val, test = scores(0.7, rng)
@@ -343,10 +343,12 @@ def test_a_reference_below_chance_is_flagged_where_its_private_runs_are_read(sco
                scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, scores=scores(0.5, rng), names=names)]
     assert records[0].metrics["test_auroc_high"] < 0.5
     html = report_html(records)
-    for anchor in ("clinical", "summary", "utility"):
-        assert "np_seed0 ranks the classes below chance" in _text(_section(html, anchor)), anchor
+    assert "np_seed0 ranks the classes below chance" in _text(_section(html, "utility"))
+    for anchor in ("clinical", "summary"):
+        assert "about np_seed0" in _text(_section(html, anchor)) and 'href="#warnings"' in _section(html, anchor)
     row = _section(html, "clinical").split("<table")[1].split("</table>")[0]
-    assert "paired with np_seed0, whose warning stands above" in _text(row)        # in the row it undermines
+    # in the row it undermines
+    assert "paired with np_seed0, whose warning stands under the utility table" in " ".join(_text(row).split())
     assert "⚠ below chance" in _section(html, "utility").split("</table>")[0]
 
 
@@ -359,12 +361,13 @@ def test_a_run_that_predicts_one_class_is_flagged_in_the_table_and_the_summary(s
                scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, names=names,
                           scores=(val, np.full_like(test, 1e-3)))]               # below the threshold everywhere
     html = report_html(records)
-    for anchor in ("clinical", "summary", "utility"):
-        assert "dp_eps1_C1_seed0 predicts normal for every test image" in _text(_section(html, anchor)), anchor
+    assert "dp_eps1_C1_seed0 predicts normal for every test image" in _text(_section(html, "utility"))
+    for anchor in ("clinical", "summary"):
+        assert "about dp_eps1_C1_seed0" in _text(_section(html, anchor)), anchor
     assert "⚠" in _section(html, "utility").split("</table>")[0]                  # in the table's row
-    # with no private run to pair, the opening section has no table, but still warns where a reader starts
+    # with no private run to pair, the opening section has no table, but still points to the warning
     alone = _section(report_html(records[1:]), "clinical")
-    assert "No paired comparison" in alone and "dp_eps1_C1_seed0 predicts normal for every test image" in _text(alone)
+    assert "No paired comparison" in alone and "1 warning about dp_eps1_C1_seed0" in _text(alone)
 
 
 def test_a_threshold_that_does_not_carry_over_to_the_test_images_is_flagged(scored_run, scores, labels,
@@ -537,7 +540,9 @@ def test_a_multiclass_run_that_never_chooses_a_class_is_flagged_in_the_table_and
     table = _section(html, "utility").split("</table>")[0]
     assert table.count("⚠ classes never chosen") == 1 and "one decision for all" not in table
     assert "dp_eps1_C1_seed0 chooses only 2 of the 3 classes for the test images (argmax)" in _text(
-        _section(html, "clinical"))
+        _section(html, "utility"))
+    reading = _section(html, "clinical").split("<tbody>")[1]          # the reading points to it
+    assert "1 warning about dp_eps1_C1_seed0" in _text(reading) and 'href="#warnings"' in reading
 
 
 def test_multilabel_arms_are_read_as_findings_decided_right_at_each_findings_own_threshold(tmp_path, make_record,
@@ -669,7 +674,7 @@ def test_numbers_and_run_names_stay_whole_and_tables_of_runs_stack_on_a_phone(tw
     html = report_html(two_arms)
     utility = _section(html, "utility")
     table = utility[utility.index('<table class="stack">'):]
-    heads = re.findall(r"<th>(.*?)</th>", table.split("</tr>")[0])
+    heads = re.findall(r"<th[^>]*>(.*?)</th>", table.split("</tr>")[0])
     first_row = table.split("</tr>")[1]
     assert re.findall(r'data-label="([^"]*)"', first_row) == [re.sub(r"<[^>]+>", "", h) for h in heads]
     for anchor in ("fairness", "comparisons", "provenance"):
@@ -1179,7 +1184,8 @@ def test_a_cards_facts_round_every_eps_up_and_a_card_without_privacy_shows_infin
     assert [_fact(card, k) for k in ("epsilon", "size_epsilon", "target_epsilon")] == ["3", "0.0502", "3"]
     plain = _card(make_record("np_seed0", "np"))
     facts = plain[plain.index('<table class="facts">'):plain.index("</table>")]
-    assert re.findall(r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", facts) == [("ε", "∞ (no protection)")]
+    assert re.findall(r'<tr><th scope="row">([^<]*)</th><td>([^<]*)</td></tr>', facts) == [
+        ("ε", "∞ (no protection)")]
     assert '<p class="statement notdp">' in plain
     assert '<p class="statement">' in _card(make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0))
     weights = SimpleNamespace(weights="w.pt", pretraining=None, trained_on="a public set")
@@ -1220,15 +1226,16 @@ def test_a_cards_facts_call_an_accounted_eps_whose_claim_does_not_hold_not_dp(ma
                              epsilon_image=12_800.0, epsilon_pixel=50.0, delta=0.0, accountant="closed form",
                              **update)):
         html = _card(make_record("r_seed0", "r").model_copy(update={"mechanism": card.mechanism, "privacy": card}))
-        facts = dict(re.findall(r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", html[html.index('class="facts"'):]))
+        facts = dict(re.findall(r'<tr><th scope="row">([^<]*)</th><td>([^<]*)</td></tr>',
+                                html[html.index('class="facts"'):]))
         shown = {k: v for k, v in facts.items() if k.startswith("ε")}
         assert shown and all(v.endswith(" (as accounted; not DP)") for v in shown.values()), shown
 
 
 def test_a_references_warning_is_said_once_where_the_baseline_is_met_not_under_every_paired_row(tmp_path, make_record,
                                                                                              report_html):
-    # Three private arms paired with one non-private run that never chooses class "c": its warning stands once, by
-    # the 'Without privacy' line, and each paired row only points to it.
+    # Three private arms paired with one non-private run that never chooses class "c": its warning is counted once,
+    # by the 'Without privacy' line, and each paired row only points to where it stands.
     y = np.arange(90) % 3
     rng = np.random.default_rng(6)
     records = []
@@ -1245,10 +1252,9 @@ def test_a_references_warning_is_said_once_where_the_baseline_is_met_not_under_e
                                    test_labels=y, test_scores=scores, n_resamples=50)
         records.append(make_record(run_id, arm, mechanism, eps=eps, metrics=metrics))
     clinical = _text(_section(report_html(records, task="multiclass", names=("a", "b", "c")), "clinical"))
-    assert clinical.count("np_seed0 chooses only 2 of the 3 classes") == 1
-    table = clinical.split("reading")[-1]
-    assert "chooses only" not in table
-    assert table.count("paired with np_seed0, whose warning stands above") == 3
+    assert clinical.count("1 warning about np_seed0") == 1 and "chooses only" not in clinical
+    table = " ".join(clinical.split("reading")[-1].split())
+    assert table.count("paired with np_seed0, whose warning stands under the utility table") == 3
 
 
 def test_an_attribute_whose_test_images_all_fall_in_one_group_is_said_to_compare_nothing(scored_run, scores, labels,

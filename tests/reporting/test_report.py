@@ -158,9 +158,9 @@ def test_a_card_planned_from_a_count_below_the_batch_shows_the_count_beside_n(ma
     record = record.model_copy(update={"privacy": record.privacy.model_copy(update={
         "n_units": 64, "released_units": 35, "size_epsilon": 0.02})})
     html = _card(record)
-    assert "<th>training units N (planned from)</th><td>64</td>" in html
-    assert "<th>released count (below the expected batch, which N then is)</th><td>35</td>" in html
-    assert "<th>ε of the released count (included in ε)</th><td>0.02</td>" in html
+    assert '<th scope="row">training units N (planned from)</th><td>64</td>' in html
+    assert '<th scope="row">released count (below the expected batch, which N then is)</th><td>35</td>' in html
+    assert '<th scope="row">ε of the released count (included in ε)</th><td>0.02</td>' in html
     assert results_frame([record]).loc[0, "released_units"] == 35
     plain = make_record("dp_eps8_seed1", "dp", "dp_sgd", eps=8.0)
     assert "released count (below" not in _card(plain)

@@ -94,7 +94,7 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
     two_page = html.unescape((two / "report.html").read_text())
     # across two eps values r only says which is larger: no r, and the report says why instead of a table
     assert "only 2 distinct values of log10 eps (r needs 3: across two it only compares them)" in two_page
-    assert "<th>group</th><th>r</th>" not in two_page
+    assert '<th scope="col">group</th><th scope="col">r</th>' not in two_page
 
     frame = results_frame(records)
     for column in ("fairness[sex=female]_auroc", "fairness[sex=female]_auroc_low", "fairness[age]_worst_group_auroc",
@@ -232,7 +232,7 @@ def _number_cells(page: str, start: str) -> dict[str, list[str]]:
     """The number cells of the first table after ``start``, by column header."""
     at = page.index(start)
     table = page[at:page.index("</table>", at)]
-    heads = re.findall(r"<th>([^<]*)</th>", table)
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
     rows = [re.findall(r"<td[^>]*>([^<]*)", row) for row in re.findall(r"<tr><td.*?</tr>", table, re.S)]
     return {h: [row[i].strip() for row in rows if row[i].strip() != "–"] for i, h in enumerate(heads)
             if h not in ("run", "reference", "p")}

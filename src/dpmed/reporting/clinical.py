@@ -18,10 +18,16 @@ from __future__ import annotations
 from typing import Sequence
 
 from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary
+from dpmed.numbers import count_text
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import ReportInputs, eps_label, escape, estimate_text, not_dp_text, signed_text
 
-__all__ = ["clinical", "case_sentence", "flag_html", "ONE_SEED"]
+__all__ = ["clinical", "case_sentence", "flag_html", "flag_count", "ONE_SEED", "WARNINGS"]
+
+# Where the runs' warnings stand, each once: under the utility table, which lists every run (a badge in its row points
+# there). The opening section and the summary link to it instead of saying them again, which read the same warning
+# three times before the reader met the table it qualifies.
+WARNINGS = "warnings"
 
 # A paired interval of one seed's runs redraws the test set only: the randomness of training (initialisation,
 # batches, noise) moves a run's AUROC by as much as small costs of privacy (benchmarks/RESULTS.md, "Utility under DP").
@@ -131,9 +137,21 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
 
 
 def flag_html(inputs: ReportInputs, run_ids: list[str]) -> str:
-    """The warnings of these runs (one class for every image; findings decided one way; below chance), as HTML."""
+    """The warnings of these runs (one class for every image; findings decided one way; below chance), as HTML:
+    said once in the report, under the utility table (:data:`WARNINGS`)."""
     flags = [f for run_id in run_ids for f in inputs.comparisons.flags_of(run_id)]
     return "".join(f'<div class="flag">⚠ {escape(f.run_id)} {escape(f.message)}.</div>' for f in flags)
+
+
+def flag_count(inputs: ReportInputs, run_ids: list[str]) -> str:
+    """A line counting the warnings of these runs and linking to where they stand (:data:`WARNINGS`); "" where they
+    have none."""
+    flagged = [run_id for run_id in dict.fromkeys(run_ids) if inputs.comparisons.flags_of(run_id)]
+    if not flagged:
+        return ""
+    n = sum(len(inputs.comparisons.flags_of(run_id)) for run_id in flagged)
+    return (f'<div class="flag">⚠ {count_text(n, "warning")} about {escape(", ".join(flagged))}: '
+            f'<a href="#{WARNINGS}">read {"it" if n == 1 else "them"} under the utility table</a>.</div>')
 
 
 def _reference_line(inputs: ReportInputs, records: dict[str, RunRecord], reference_ids: list[str]) -> str:
@@ -213,7 +231,7 @@ def clinical(inputs: ReportInputs) -> str:
     if not comparisons.by_value:
         why = "; ".join(comparisons.notes) or "no private run has a non-private run of its seed to pair with"
         return (f"{head}<p>No paired comparison with a non-private run of the same seed ({escape(why)}), so the "
-                f"cost of privacy has no baseline here.</p>{flag_html(inputs, list(records))}")
+                f"cost of privacy has no baseline here.</p>{flag_count(inputs, list(records))}")
     differences = {d.run_id: d for d in comparisons.auroc_differences}
     sizes = {len([i for i in v.run_ids if i in differences]) for v in comparisons.by_value} - {0}
     columns = _columns(kind, pos_text, neg_text, level, (1 in sizes, any(k > 1 for k in sizes)))
@@ -234,16 +252,17 @@ def clinical(inputs: ReportInputs) -> str:
         else:
             cells = [_seeds_cell(getattr(value, n), cases=n != "auroc_difference") for n in names]
         seeds = ", ".join(str(s) for s in value.seeds)
-        # a flagged reference (below chance turns its seed's change into a seeming gain) is warned about once, by
+        # a flagged reference (below chance turns its seed's change into a seeming gain) is counted once, by
         # the 'Without privacy' line; each row it is paired in points there
-        pointers = "".join(f'<div class="flag">⚠ paired with {escape(ref)}, whose warning stands above.</div>'
+        pointers = "".join(f'<div class="flag">⚠ paired with {escape(ref)}, whose warning '
+                           f'<a href="#{WARNINGS}">stands under the utility table</a>.</div>'
                            for ref in dict.fromkeys(m.reference_run for m in members)
                            if comparisons.flags_of(ref))
         rows.append(f'<tr><td data-label="{arm}">{escape(value.label)}<br><small>seed'
                     f"{'s' if len(value.seeds) > 1 else ''} {seeds}</small></td>"
                     f'<td data-label="privacy">{escape(privacy)}</td>'
                     + "".join(f'<td class=num data-label="{escape(c)}">{cell}</td>' for c, cell in zip(columns, cells))
-                    + f'<td data-label="reading">{escape(sentence)}{flag_html(inputs, value.run_ids)}{pointers}'
+                    + f'<td data-label="reading">{escape(sentence)}{flag_count(inputs, value.run_ids)}{pointers}'
                     "</td></tr>")
     if kind == "binary":
         meaning = (f"Sensitivity is the share of <b>{escape(pos_text)}</b> cases (the positive class, label 1) "
@@ -268,11 +287,13 @@ def clinical(inputs: ReportInputs) -> str:
     example = (f"-12 per 100 in sensitivity means about 12 more missed of every 100 {escape(pos_text)} cases"
                if kind == "binary" else "-5 per 100 in accuracy means about 5 more wrong of every 100")
     return (f"{head}<p>{pairing} {meaning} Positive changes are better, negative worse: {example}.</p>"
-            f"{_reference_line(inputs, records, references)}{flag_html(inputs, references)}"
+            f"{_reference_line(inputs, records, references)}{flag_count(inputs, references)}"
             + (_shift_line(records, pos_text, neg_text, level) if kind == "binary" else "") +
-            f'<table class="clinical stack"><thead><tr><th>{arm}</th><th>privacy</th>'
-            + "".join(f"<th>{escape(c)}</th>" for c in columns)
-            + f"<th>reading</th></tr></thead><tbody>{''.join(rows)}</tbody></table>{_reading_eps(inputs.records)}")
+            f'<table class="clinical stack"><thead><tr><th scope="col">{arm}</th>'
+            + '<th scope="col">privacy</th>'
+            + "".join(f'<th scope="col">{escape(c)}</th>' for c in columns)
+            + f"<th scope=\"col\">reading</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            + _reading_eps(inputs.records))
 
 
 def _reading_eps(records: Sequence[RunRecord]) -> str:

@@ -18,12 +18,12 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import LogLocator, NullFormatter
 
 from dpmed.mechanisms.base import unit_words
-from dpmed.numbers import delta_text
+from dpmed.numbers import delta_text, number_text
 from dpmed.records import RunRecord
 from dpmed.reporting.point_labels import fit_inside
 
-__all__ = ["auroc_figure", "auroc_versus_epsilon", "ldp_examples", "ldp_examples_figure", "FONT", "NARROW_INCHES",
-           "image_rows", "plot_interval", "plotted", "png_bytes"]
+__all__ = ["auroc_figure", "auroc_versus_epsilon", "auroc_alt", "ldp_examples_alt", "ldp_examples",
+           "ldp_examples_figure", "FONT", "NARROW_INCHES", "image_rows", "plot_interval", "plotted", "png_bytes"]
 
 # Type sizes in points, per layout: (dpi, text). Narrow figures are 3.9 in wide at 200 dpi (780 px) and shown at
 # 358 CSS px, so 11 pt is 11 * 200 / 72 * 358 / 780 = 14 CSS px; wide ones are shown at about their own size.
@@ -54,6 +54,31 @@ def png_bytes(fig: Figure) -> bytes:
 def auroc_versus_epsilon(records: Iterable[RunRecord], *, narrow: bool = False) -> bytes:
     """:func:`auroc_figure` as PNG bytes."""
     return png_bytes(auroc_figure(records, narrow=narrow))
+
+
+def auroc_alt(records: Iterable[RunRecord]) -> str:
+    """What :func:`auroc_figure` shows, in words, for a reader who cannot see it: its axes, each panel's points
+    (run, eps, test AUROC) and the non-private line, read from the records it plots. A title alone ("test AUROC
+    versus epsilon") told a screen reader's user that a figure exists, not what it says."""
+    records = list(records)
+    panels = []
+    for panel in _panels(records):
+        points = [f"{r.run_id} at {number_text(panel.x(r), up=True)}, AUROC {r.estimate('test_auroc').value:.3f}"
+                  + ("" if r.privacy.is_dp else " (not DP)")
+                  for r in records if panel.member(r) and plotted(r)]
+        panels.append(f"Panel {panel.title}: {panel.xlabel}; " + ("; ".join(points) if points else "no point") + ".")
+    base = [f"{r.run_id} {e.value:.3f}" for r, e in _defined([r for r in records if r.mechanism == "none"])]
+    line = (f" Horizontal line: the non-private test AUROC ({', '.join(base)})." if base else "")
+    return ("Test AUROC (vertical axis) against eps (horizontal axis, log scale), one point per run. "
+            + " ".join(panels) + line + " Dotted line: chance, 0.5.")
+
+
+def ldp_examples_alt(rows: list[tuple[str, Any, Any]]) -> str:
+    """What :func:`ldp_examples_figure` shows, in words: how many test images, and which run each row is."""
+    n = rows[0][1].shape[0] if rows else 0
+    labels = "; ".join(label.replace("\n", ", ") for label, _, _ in rows)
+    return (f"{n} test images: the top row as they are, then one row per run with the same images after its image "
+            f"mechanism ({labels}).")
 
 
 def _configurations(runs: list[RunRecord], several_seeds: bool) -> list[list[RunRecord]]:

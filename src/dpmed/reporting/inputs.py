@@ -23,7 +23,7 @@ from dpmed.records import Estimate, ResolvedStudy, RunRecord
 __all__ = ["ReportInputs", "escape", "estimate_text", "signed_text", "embed_png", "embed_figure", "number_text",
            "p_text", "cite", "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction",
            "not_dp_reasons", "not_dp_text", "accountant_name", "stacked", "bound_percent", "read_figure_arrays",
-           "no_bound_note"]
+           "no_bound_note", "facts_table"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -262,6 +262,17 @@ def read_figure_arrays(files: Iterable[tuple[str, Path]], required: tuple[str, .
     return loaded, note
 
 
+def facts_table(rows: Iterable[tuple[str, str]], caption: str, css_class: str = "") -> str:
+    """A table of labelled facts (``rows``: label and value, both HTML) whose labels are row headers and whose
+    caption names it: a screen reader reads each value with its label and lists the table by name, where a table of
+    bare cells read as an unnamed grid. The caption is for that reader only (a heading stands above every such
+    table), hidden on screen and paper by the page's ``vh`` class. No facts, no table (an empty one
+    named by its caption holds nothing to read)."""
+    cells = "".join(f'<tr><th scope="row">{label}</th><td>{value}</td></tr>' for label, value in rows)
+    cls = f' class="{css_class}"' if css_class else ""
+    return f'<table{cls}><caption class="vh">{escape(caption)}</caption>{cells}</table>' if cells else ""
+
+
 _HEAD = re.compile(r"<th[^>]*>(.*?)</th>", re.S)
 _TAG = re.compile(r"<[^>]+>")
 
@@ -271,7 +282,7 @@ def stacked(table: str) -> str:
     row per run with the run's name first) marked to read on a phone: every cell carries its column's head as
     ``data-label``, and the page's CSS shows each row as a block of labelled values below :data:`NARROW_MEDIA`
     instead of a table to scroll sideways. On a desktop it is the same table, the run's name kept on one line. The
-    head row goes in ``<thead>`` and the runs in ``<tbody>``."""
+    head row goes in ``<thead>``, each of its cells a column header (``scope="col"``), and the runs in ``<tbody>``."""
     start = table.index("<tr>")
     end = table.index("</tr>", start)
     heads = [html.unescape(_TAG.sub("", h)).strip() for h in _HEAD.findall(table[start:end])]
@@ -286,5 +297,6 @@ def stacked(table: str) -> str:
     rows = re.sub(r"<tr>.*?</tr>", label, body[len("</tr>"):closing], flags=re.S)
     # the head row in <thead>: a printed table that runs onto another page repeats it there, a screen reader takes
     # its cells for the columns' headers, and a phone hides it alone (each cell carries its head)
-    return (table[:start].replace("<table", '<table class="stack"', 1) + "<thead>" + table[start:end] + "</tr></thead>"
+    head = table[start:end].replace("<th>", '<th scope="col">')
+    return (table[:start].replace("<table", '<table class="stack"', 1) + "<thead>" + head + "</tr></thead>"
             + f"<tbody>{rows}</tbody>" + body[closing:])

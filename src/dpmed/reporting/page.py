@@ -18,7 +18,8 @@ from dpmed.numbers import confidence_text, count_text
 from dpmed.records import ResolvedStudy, RunRecord, Timing
 from dpmed.reporting import clinical, sections, study_sections
 from dpmed.reporting.findings_section import findings_section
-from dpmed.reporting.inputs import METHODS, ReportInputs, cite, embed_png, escape as _e, read_figure_arrays
+from dpmed.reporting.inputs import (METHODS, ReportInputs, cite, embed_png, escape as _e, facts_table,
+                                    read_figure_arrays)
 from dpmed.reporting.pretraining_section import pretraining_section
 from dpmed.reporting.recipe_section import recipe_section
 from dpmed.reporting.threat_section import ATTACK_IMAGE_KEYS, attack_label, reconstructions_figure, threat_section
@@ -34,6 +35,9 @@ table{border-collapse:collapse;font-size:.9em;margin:.6em 0;display:block;max-wi
 th,td{border:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}
 th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums} td.eps{min-width:8em}
 img{max-width:100%;height:auto} figure{margin:1em 0}
+/* a table's name for a screen reader where a heading already names it on screen and paper */
+.vh{position:absolute;width:1px;height:1px;margin:-1px;padding:0;overflow:hidden;clip:rect(0 0 0 0);
+white-space:nowrap;border:0}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.6em 1em;margin:1em 0}
 .flag{color:#8a4b00;background:#fff3e0;border-left:3px solid #e07b00;padding:.2em .5em;margin:.3em 0}
 span.flag{display:inline;background:none;border:0;padding:0;margin:0;font-size:.9em}
@@ -167,7 +171,9 @@ def _reconstructions(items: Mapping[str, PrivateRun], path: Path) -> str:
         png.unlink(missing_ok=True)
         return unread and heading + unread
     figure = embed_png(reconstructions_figure(rows), png,
-                       "the attack's best reconstructions under the images they matched", owner_only=True)
+                       "The attack's best reconstructions (bottom row of each pair) under the test images they "
+                       "matched (top row), one pair of rows per attacked run: "
+                       + "; ".join(label.replace("\n", ", ") for label, _ in rows), owner_only=True)
     return (f"{heading}<p>Per attacked run, the "
             "reconstructions with the highest SSIM to an image of their batch (bottom row) under that image (top "
             "row). The attacked images are held-out test images put through the run's own DP-SGD step in place of a "
@@ -222,8 +228,8 @@ def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun
         if metrics:
             shown = {k: v for k, v in metrics.items() if k.startswith("train_") and not k.endswith(("_low", "_high"))
                      and isinstance(v, float)}
-            parts.append("<table>" + "".join(f"<tr><th>{_e(k)}</th><td class=num>{v:.4f}</td></tr>"
-                                             for k, v in shown.items()) + "</table>")
+            parts.append(facts_table(((f"training-set {sections.metric_label(k[len('train_'):], resolved.dataset)}",
+                                       f"{v:.4f}") for k, v in shown.items()), f"{run_id}: training-set metrics"))
         parts += [f"<p class=note>{_e(line)}</p>" for line in item.unread]
         if parts:
             rows.append(f'<div class="card"><h3>{_e(run_id)}</h3>{"".join(parts)}</div>')

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dpmed.data.sample import names_text
 from dpmed.numbers import count_text, shape_text
 from dpmed.records import RunRecord, StartRecord
-from dpmed.reporting.inputs import ReportInputs, escape
+from dpmed.reporting.inputs import ReportInputs, escape, facts_table
 
 __all__ = ["pretraining_section"]
 
@@ -46,20 +46,20 @@ def _pretraining(start: StartRecord) -> str:
         "the study declares public; what it learnt there is in every model of this report, and every eps below "
         "covers only the private training that followed. It is sound only if the public data hold none of the "
         "private patients.</p>"
-        "<table>"
-        f"<tr><th>public data</th><td>{escape(p.dataset)} ({escape(p.data.get('format', p.data.get('generator', '')))}"
-        f"{cohort_text}): {p.n_train} training, {p.n_val} validation images, shape {shape_text(p.image_shape)},"
-        f" task {escape(p.task)} ({escape(names_text(p.label_names))})</td></tr>"
-        f"<tr><th>declared public because</th><td>{escape(p.public)}</td></tr>"
-        f"<tr><th>training</th><td>{escape(p.model)}, {length} ({steps}) at batch {t.batch_size}, "
-        f"{escape(t.optimizer)} lr {t.learning_rate:g}, seed {p.seed}, no privacy; {p.seconds:.0f} s</td></tr>"
-        f"<tr><th>result</th><td>AUROC {auroc} on the public validation images</td></tr>"
-        "<tr><th>overlap with the private data</th><td>refused if any check finds one; none found one (the "
-        "near-duplicate check is a heuristic that misses some copies: the public data's provenance is the "
-        "guarantee):"
-        f"<ul>{checks}</ul></td></tr>"
-        f"<tr><th>weights</th><td><code>{escape(p.weights)}</code><br>sha256 <code>{escape(p.sha256)}</code></td></tr>"
-        "</table>")
+        + facts_table([
+            ("public data", f"{escape(p.dataset)} ({escape(p.data.get('format', p.data.get('generator', '')))}"
+                            f"{cohort_text}): {p.n_train} training, {p.n_val} validation images, shape "
+                            f"{shape_text(p.image_shape)}, task {escape(p.task)} "
+                            f"({escape(names_text(p.label_names))})"),
+            ("declared public because", escape(p.public)),
+            ("training", f"{escape(p.model)}, {length} ({steps}) at batch {t.batch_size}, {escape(t.optimizer)} lr "
+                         f"{t.learning_rate:g}, seed {p.seed}, no privacy; {p.seconds:.0f} s"),
+            ("result", f"AUROC {auroc} on the public validation images"),
+            ("overlap with the private data", "refused if any check finds one; none found one (the near-duplicate "
+                                              "check is a heuristic that misses some copies: the public data's "
+                                              f"provenance is the guarantee):<ul>{checks}</ul>"),
+            ("weights", f"<code>{escape(p.weights)}</code><br>sha256 <code>{escape(p.sha256)}</code>")],
+            "The public pretraining"))
 
 
 def pretraining_section(inputs: ReportInputs) -> str:

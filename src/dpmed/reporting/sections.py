@@ -14,14 +14,14 @@ from dpmed.mechanisms import claims_beyond
 from dpmed.numbers import delta_number, shape_text
 from dpmed.records import DatasetSummary, RunRecord, Timing
 from dpmed.released_size import describe_counts
-from dpmed.reporting.clinical import ONE_SEED, flag_html
-from dpmed.reporting.figures import auroc_versus_epsilon, ldp_examples, plotted
+from dpmed.reporting.clinical import ONE_SEED, WARNINGS, flag_count, flag_html
+from dpmed.reporting.figures import auroc_alt, auroc_versus_epsilon, ldp_examples, ldp_examples_alt, plotted
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, bound_percent, embed_figure, eps_label,
                                     escape, estimate_text, is_reproduction, no_bound_note, not_dp_text, number_text,
-                                    p_text, read_figure_arrays, signed_text, stacked)
+                                    p_text, read_figure_arrays, signed_text, stacked, facts_table)
 
 __all__ = ["summary", "utility", "privacy_cards", "study_privacy_section", "reconstruction_risk",
-           "ldp_examples_section", "provenance", "decision_rule", "statement_text"]
+           "ldp_examples_section", "provenance", "decision_rule", "statement_text", "metric_label"]
 
 
 def decision_rule(data: DatasetSummary) -> str:
@@ -194,26 +194,37 @@ def summary(inputs: ReportInputs) -> str:
     cohort = study.data.patients     # the study's data one cohort of the release (a simulated site): which one
     cohort_text = "" if cohort is None else f" (only {escape(cohort.selection().describe())})"
     sizes = _sizes(data, _stated_by_delta(inputs), reproducible=study.privacy_randomness == "reproducible")
+    facts = [("dataset", f"{escape(data.name)}{cohort_text}: {sizes}; images of shape "
+                         f"{shape_text(data.image_shape)}, task {escape(data.task)}{classes}"),
+             ("model", escape(study.model.name)), ("arms", escape(arms)),
+             ("seeds", escape(", ".join(str(s) for s in study.seeds))), ("measured", _measured(inputs))]
     return f"""<h2 id="summary">Summary</h2>
-<table><tr><th>dataset</th><td>{escape(data.name)}{cohort_text}: {sizes}; images of shape
-{shape_text(data.image_shape)}, task {escape(data.task)}{classes}</td></tr>
-<tr><th>model</th><td>{escape(study.model.name)}</td></tr><tr><th>arms</th><td>{escape(arms)}</td></tr>
-<tr><th>seeds</th><td>{escape(", ".join(str(s) for s in study.seeds))}</td></tr>
-<tr><th>measured</th><td>{_measured(inputs)}</td></tr></table>
-{synthetic}{_reading(inputs)}{flag_html(inputs, [r.run_id for r in inputs.records])}"""
+{facts_table(facts, "The study: its data, model, arms, seeds and measures")}
+{synthetic}{_reading(inputs)}{flag_count(inputs, [r.run_id for r in inputs.records])}"""
+
+
+def metric_label(metric: str, data: DatasetSummary) -> str:
+    """A metric's name in words (HTML), without its split: "auroc" -> "AUROC", "sensitivity" -> "sensitivity
+    (pneumonia found)". The utility table and the private report's training-set metrics share them, so a reader
+    finds one number under one name in both (the private report showed the raw key ``train_auroc``)."""
+    words = {"auroc": "AUROC", "accuracy": "accuracy" + (" (argmax)" if data.task == "multiclass" else ""),
+             "sensitivity": f"sensitivity ({escape(data.positive_class or 'label 1')} found)",
+             "specificity": f"specificity ({escape(data.negative_class or 'label 0')} cleared)",
+             "kappa_quadratic": "quadratic-weighted kappa"}
+    return words.get(metric, escape(metric.replace("_", " ")))
 
 
 def _metric_columns(inputs: ReportInputs) -> list[tuple[str, str]]:
     """(metric, column head) of the utility table: the task's metrics that some run has."""
     data = inputs.resolved.dataset
-    columns = [("test_auroc", f"test AUROC [{inputs.level} CI]"),
-               ("test_accuracy", "accuracy" + (" (argmax)" if data.task == "multiclass" else ""))]
+    columns = [("test_auroc", f"test {metric_label('auroc', data)} [{inputs.level} CI]"),
+               ("test_accuracy", metric_label("accuracy", data))]
     if data.task == "binary":
-        columns += [("test_sensitivity", f"sensitivity ({escape(data.positive_class or 'label 1')} found)"),
-                    ("test_specificity", f"specificity ({escape(data.negative_class or 'label 0')} cleared)"),
+        columns += [("test_sensitivity", metric_label("sensitivity", data)),
+                    ("test_specificity", metric_label("specificity", data)),
                     ("threshold", f"threshold (on the {escape(data.positive_class or 'label 1')} score, chosen on "
                                   "validation)")]
-    columns.append(("test_kappa_quadratic", "quadratic-weighted kappa"))
+    columns.append(("test_kappa_quadratic", metric_label("kappa_quadratic", data)))
     return [(m, head) for m, head in columns if any(m in r.metrics for r in inputs.records)]
 
 
@@ -253,7 +264,7 @@ def _figure_caption(inputs: ReportInputs) -> str:
 
 def utility(inputs: ReportInputs) -> str:
     figure = embed_figure(auroc_versus_epsilon(inputs.records), auroc_versus_epsilon(inputs.records, narrow=True),
-                          inputs.folder.root / "auroc_vs_epsilon.png", "test AUROC versus epsilon")
+                          inputs.folder.root / "auroc_vs_epsilon.png", auroc_alt(inputs.records))
     columns = _metric_columns(inputs)
     badges = {"one_class": "one decision for all", "unused_classes": "classes never chosen",
               "constant_labels": "one decision for all", "below_chance": "below chance"}
@@ -278,7 +289,7 @@ def utility(inputs: ReportInputs) -> str:
     table = stacked(f"<table><tr><th>run</th><th>mechanism</th><th>eps</th>"
                     f"{''.join(f'<th>{head}</th>' for _, head in columns)}<th>training seconds</th></tr>{rows}</table>")
     return (f'<h2 id="utility">Utility</h2><figure>{figure}{_figure_caption(inputs)}</figure>{note}{table}'
-            f"{flag_html(inputs, [r.run_id for r in inputs.records])}")
+            f'<div id="{WARNINGS}">{flag_html(inputs, [r.run_id for r in inputs.records])}</div>')
 
 
 # A card's key facts, in the order a reader asks for them, with plain labels (the raw field names stay in the
@@ -335,7 +346,6 @@ def _card(r: RunRecord) -> str:
     facts = [(label, text) for label, text in facts if text is not None]
     if card.mechanism == "none":
         facts = [("ε", "∞ (no protection)")]
-    rows = "".join(f"<tr><th>{label}</th><td>{text}</td></tr>" for label, text in facts)
     cls = "statement" if card.is_dp else "statement notdp"
     # where the image is the unit, patients are drawn at rate m / the count of images, all their images canaries
     per_image = getattr(r.plan.privacy, "unit", "patient") == "image"
@@ -359,7 +369,7 @@ def _card(r: RunRecord) -> str:
             f'{notes_html}<dl class="raw">{raw_html}</dl></details>')
     statement = escape(statement_text(card.statement))
     return (f'<div class="card"><h3>{escape(r.run_id)}</h3><p class="{cls}">{statement}</p>{unit_html}'
-            f'{_start_note(r)}{audited}<table class="facts">{rows}</table>{more}</div>')
+            f'{_start_note(r)}{audited}{facts_table(facts, f"{r.run_id}: privacy facts", "facts")}{more}</div>')
 
 
 def _start_note(r: RunRecord) -> str:
@@ -483,7 +493,7 @@ def ldp_examples_section(inputs: ReportInputs) -> str:
     if not rows:
         return unread and f'<h2 id="ldp-examples">Local DP: what the released images look like</h2>{unread}'
     figure = embed_figure(ldp_examples(rows), ldp_examples(rows, narrow=True),
-                          inputs.folder.root / "ldp_examples.png", "original and perturbed example images")
+                          inputs.folder.root / "ldp_examples.png", ldp_examples_alt(rows))
     heading = "Local DP" + (" and its not-DP reproductions" if reproductions else "")
     which = f" ({'; '.join(not_dp)})" if not_dp else ""
     return (f'<h2 id="ldp-examples">{heading}: what the released images look like</h2><p>The same test images '
@@ -540,8 +550,8 @@ def provenance(inputs: ReportInputs) -> str:
     resolved = yaml.safe_dump(inputs.resolved.model_dump(mode="json"), sort_keys=False)
     # No date: when the report was written tells how long the DP-SGD runs before it took (`dpmed.records.Timing`).
     return (f'<h2 id="provenance">Provenance</h2><p>Written by dpmed {escape(versions.get("dpmed", ""))}.</p>{others}'
-            + "<table>" + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in versions.items())
-            + "</table><p>Wall time per run (seconds; a resumed run counts only its last session; a DP-SGD run's "
+            + facts_table(((escape(k), escape(v)) for k, v in versions.items()), "Versions that wrote the runs")
+            + "<p>Wall time per run (seconds; a resumed run counts only its last session; a DP-SGD run's "
             "is in the private report: it grows with what Poisson sampling drew from the training set, which no eps "
             "covers; so is that of a run trained beside others, which carries their load):</p>"
             + stacked("<table><tr><th>run</th><th>training</th><th>total</th><th>device</th><th>threads</th>"

@@ -40,6 +40,24 @@ _SHORT = {"average_drop": "Average Drop %", "increase_in_confidence": "Increase 
 _PERCENT = ("average_drop", "increase_in_confidence", "masked_input_score")     # shown with two decimals
 
 
+def _column_table(heads: Sequence[str], rows: str) -> str:
+    """A table whose head row names its columns (``scope="col"``: a screen reader reads each cell with its column's
+    name); ``rows``: its body rows as HTML."""
+    return ("<table><thead><tr>" + "".join(f'<th scope="col">{_e(h)}</th>' for h in heads)
+            + f"</tr></thead><tbody>{rows}</tbody></table>")
+
+
+def _groups_alt(name: str, groups: Sequence[str], series: Sequence[tuple[str, Sequence[Estimate | None]]],
+                level: str) -> str:
+    """What a fairness figure shows, in words: its axes, and each run's test AUROC per group, from the values it
+    plots ("AUROC by age" alone named the figure, not what it says)."""
+    runs = "; ".join(f"{label}: " + ", ".join(f"{g} {'undefined' if e is None or e.value is None else f'{e.value:.3f}'}"
+                                               for g, e in zip(groups, estimates))
+                     for label, estimates in series)
+    return (f"Test AUROC (with {level} intervals) for each {name} group ({', '.join(groups)}), one marker per run: "
+            f"{runs}.")
+
+
 def _r(entry: Correlation) -> tuple[str, str]:
     if entry.r is None:
         return "–", _e(entry.reason or "")
@@ -127,7 +145,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
     title = f"AUROC by {name} ({level} intervals)" + ("; * small group" if small else "")
     figure = embed_figure(group_estimates(ticks, series, ylabel="test AUROC", title=title),
                           group_estimates(ticks, series, ylabel="test AUROC", title=title, narrow=True),
-                          inputs.folder.root / f"fairness_{name}.png", f"AUROC by {name}")
+                          inputs.folder.root / f"fairness_{name}.png", _groups_alt(name, groups, series, level))
     head = "".join(f"<th>{_e(g)}</th>" for g in groups)
 
     def warning_mark(title: str) -> str:
@@ -302,8 +320,7 @@ def fairness_section(inputs: ReportInputs) -> str:
                      "eps itself, over 0.29 to 7.89; here log10 eps, since over the decades a sweep may span the "
                      "largest eps alone would set r. A sweep of fewer than three eps values gets no r: across two, "
                      "r only says which of them is larger. Each p is its group's own, not corrected for the number "
-                     "of groups tested.</p><table><tr><th>sweep</th>"
-                     f"<th>attribute</th><th>group</th><th>r</th><th>p</th><th>n</th></tr>{rows}</table>")
+                     "of groups tested.</p>" + _column_table(("sweep", "attribute", "group", "r", "p", "n"), rows))
     threshold = (f"Each run's decisions: {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
                  f"Intervals: percentile bootstrap over the same redraws of {inputs.redrawn} as the utility "
                  "intervals; a group's metric in a redraw uses the redrawn images of that group.")
@@ -332,7 +349,10 @@ def _grid(runs: list[RunRecord], inputs: ReportInputs) -> str:
     images, shown_masks = first["images"][order].astype(np.float32), None if masks is None else masks[order]
     figure = embed_figure(cam_grid(images, shown_masks, rows, titles),
                           cam_grid(images, shown_masks, rows, titles, narrow=True),
-                          inputs.folder.root / "cam_grid.png", "CAM grid: rows runs, columns the same test images")
+                          inputs.folder.root / "cam_grid.png",
+                          f"Grad-CAM maps of the test images {', '.join(titles)} (columns): the top row the images "
+                          + ("with their lesion masks outlined" if masks is not None else "themselves")
+                          + ", then one row per run: " + "; ".join(label.replace("\n", ", ") for label, _ in rows))
     return ("<p>The same test images explained by every run (Grad-CAM of the predicted class over the image; top "
             "row: the image with its lesion mask outlined, where the dataset has masks; a phone shows the first "
             f"three).</p><figure>{figure}</figure>{unread}")
@@ -421,8 +441,7 @@ def interpretability_section(inputs: ReportInputs) -> str:
                             f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td>"
                             "</tr>" for c in corr)
         corr_html = ("<p>Pearson r between the swept setting (log10 eps, or the clipping norm at fixed eps) and "
-                     "each metric:</p><table><tr><th>sweep</th><th>metric</th><th>r</th><th>p</th><th>n</th></tr>"
-                     f"{corr_rows}</table>")
+                     "each metric:</p>" + _column_table(("sweep", "metric", "r", "p", "n"), corr_rows))
     return ('<h2 id="interpretability">Interpretability</h2>'
             + stacked(f"<table><tr><th>run</th><th>eps</th>{head}</tr>{rows}</table>")
             + f"<ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>{corr_html}{_grid(runs, inputs)}")
@@ -480,8 +499,7 @@ def comparison_section(inputs: ReportInputs) -> str:
                        f"<td class=num>{_r_with_p(c.drop_vs_nonprivate_auroc)}</td></tr>" for c in labels)
         parts.append("<p>Across labels, Pearson r between each label's AUROC drop (non-private minus private) and "
                      "its positive test count, and its non-private AUROC (Tayebi Arasteh, Ziller et al. 2023):</p>"
-                     "<table><tr><th>run</th><th>drop vs positives</th><th>drop vs non-private AUROC</th></tr>"
-                     f"{body}</table>")
+                     + _column_table(("run", "drop vs positives", "drop vs non-private AUROC"), body))
     if comparisons.notes:
         parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in comparisons.notes) + "</ul>")
     if not parts:
