@@ -114,6 +114,7 @@ def test_the_private_report_names_training_set_metrics_as_the_public_report_does
     for label in ("training-set AUROC 0.9123", "training-set sensitivity (pneumonia found) 0.5000",
                   "training-set specificity (normal cleared) 0.7500", "training-set quadratic-weighted kappa 0.2500"):
         assert label in text, label
+    assert "<td class=num>0.9123</td>" in page      # numbers aligned as in every other table
     tables = _assert_every_header_is_scoped(page)
     assert any("dp_seed0" in t.caption for t in tables)
 

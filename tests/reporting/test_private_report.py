@@ -175,7 +175,7 @@ def test_every_free_text_of_a_run_s_card_is_escaped(private, make_resolved, make
                     "<h1>Private: A &amp; B &lt;name&gt;",
                     "<h3>arm &lt;run&gt;_seed0</h3>", "(cuda:0 &lt;dev&gt;, 1 thread, resumed from step 3)",
                     "<p>eps &gt;= 0.3 &lt;audit&gt;</p>",
-                    '<th scope="row">training-set &lt;metric&gt;</th><td>0.5000</td>',
+                    '<th scope="row">training-set &lt;metric&gt;</th><td class=num>0.5000</td>',
                     "a &lt;file&gt; cannot be read"):
         assert escaped in page, escaped
     for tag in ("<name>", "<run>", "<dev>", "<audit>", "<metric>", "<file>"):

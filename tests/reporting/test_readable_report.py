@@ -319,6 +319,15 @@ def test_an_interval_wholly_beside_its_point_is_explained_where_one_is_shown(two
     assert cases(edited, "sex")
 
 
+def test_the_fairness_section_says_how_the_spreads_intervals_differ_from_the_others(two_arms, report_html):
+    """The demographic parity and equalised odds differences have a band around their value, not the percentile
+    interval every other number has (`dpmed.evaluation.fairness`): a reader told "percentile" alone would take the
+    band for one."""
+    intro = _text(_section(report_html(two_arms), "fairness").split("<h3>")[0])
+    assert "percentile bootstrap" in intro
+    assert "demographic parity and equalised odds differences" in intro and "floored at 0" in intro
+
+
 def test_p_values_at_the_bootstrap_floor_print_as_at_most(scored_run, scores, report_html):
     names = ["normal", "pneumonia"]
     rng = np.random.default_rng(3)

@@ -262,13 +262,15 @@ def read_figure_arrays(files: Iterable[tuple[str, Path]], required: tuple[str, .
     return loaded, note
 
 
-def facts_table(rows: Iterable[tuple[str, str]], caption: str, css_class: str = "") -> str:
+def facts_table(rows: Iterable[tuple[str, str]], caption: str, css_class: str = "", *, numbers: bool = False) -> str:
     """A table of labelled facts (``rows``: label and value, both HTML) whose labels are row headers and whose
     caption names it: a screen reader reads each value with its label and lists the table by name, where a table of
     bare cells read as an unnamed grid. The caption is for that reader only (a heading stands above every such
     table), hidden on screen and paper by the page's ``vh`` class. No facts, no table (an empty one
-    named by its caption holds nothing to read)."""
-    cells = "".join(f'<tr><th scope="row">{label}</th><td>{value}</td></tr>' for label, value in rows)
+    named by its caption holds nothing to read). ``numbers``: the values are numbers, aligned as in the tables of
+    runs."""
+    td = "<td class=num>" if numbers else "<td>"
+    cells = "".join(f'<tr><th scope="row">{label}</th>{td}{value}</td></tr>' for label, value in rows)
     cls = f' class="{css_class}"' if css_class else ""
     return f'<table{cls}><caption class="vh">{escape(caption)}</caption>{cells}</table>' if cells else ""
 

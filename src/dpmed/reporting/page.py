@@ -229,7 +229,8 @@ def write_private_report(resolved: ResolvedStudy, items: Mapping[str, PrivateRun
             shown = {k: v for k, v in metrics.items() if k.startswith("train_") and not k.endswith(("_low", "_high"))
                      and isinstance(v, float)}
             parts.append(facts_table(((f"training-set {sections.metric_label(k[len('train_'):], resolved.dataset)}",
-                                       f"{v:.4f}") for k, v in shown.items()), f"{run_id}: training-set metrics"))
+                                       f"{v:.4f}") for k, v in shown.items()), f"{run_id}: training-set metrics",
+                                     numbers=True))
         parts += [f"<p class=note>{_e(line)}</p>" for line in item.unread]
         if parts:
             rows.append(f'<div class="card"><h3>{_e(run_id)}</h3>{"".join(parts)}</div>')

@@ -267,8 +267,10 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
 
 
 def _outside_note(runs: list[RunRecord], entries: list[AttributeFairness], groups: list[str], level: str) -> str:
-    """A note where some interval of the attribute's tables lies wholly on one side of its point (equalised odds
-    0.275 [0.286, 1.000]), which reads as an error but is what a percentile bootstrap of such statistics does."""
+    """A note where some interval of the attribute's tables lies wholly on one side of its point (worst-group AUROC
+    0.612 [0.501, 0.598]), which reads as an error but is what a percentile bootstrap of such statistics does. The
+    two spreads' bands hold their points (`dpmed.evaluation.fairness`); records evaluated before they had bands may
+    not."""
     def outside(est: Estimate | None) -> bool:
         return (est is not None and None not in (est.value, est.low, est.high)
                 and not est.low <= est.value <= est.high)          # type: ignore[operator]
@@ -289,8 +291,9 @@ def _outside_note(runs: list[RunRecord], entries: list[AttributeFairness], group
             f"one side of {'their points' if several else 'its point'} (e.g. {_e(run_id)}'s {_e(what)} "
             f"{example}). A percentile interval is the middle {level} of the redraws' values, not a band around the "
             "point. Each redraw's noise pushes a minimum over the groups (the worst group) down and a largest minus "
-            "smallest (the two differences over the groups) up, and a small group's value moves in large steps, so "
-            "the redraws can all fall on one side of the value on the whole test set.</p>")
+            "smallest (the two differences over the groups, in runs evaluated before they got bands) up, and a small "
+            "group's value moves in large steps, so the redraws can all fall on one side of the value on the whole "
+            "test set.</p>")
 
 
 def fairness_section(inputs: ReportInputs) -> str:
@@ -323,7 +326,11 @@ def fairness_section(inputs: ReportInputs) -> str:
                      "of groups tested.</p>" + _column_table(("sweep", "attribute", "group", "r", "p", "n"), rows))
     threshold = (f"Each run's decisions: {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
                  f"Intervals: percentile bootstrap over the same redraws of {inputs.redrawn} as the utility "
-                 "intervals; a group's metric in a redraw uses the redrawn images of that group.")
+                 "intervals; a group's metric in a redraw uses the redrawn images of that group. The demographic "
+                 "parity and equalised odds differences (largest minus smallest rate over the groups) instead take "
+                 "their value plus or minus the redraws' largest move of a difference between two groups (the "
+                 f"{inputs.level} quantile), floored at 0: a percentile interval of such a largest difference lies "
+                 f"above 0 in nearly every test set even where the groups are alike ({METHODS} sec. 5).")
     return f'<h2 id="fairness">Fairness</h2><p>{threshold}</p>{"".join(parts)}'
 
 
