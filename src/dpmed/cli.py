@@ -390,8 +390,8 @@ def _plan(args: argparse.Namespace) -> int:
     finished = (f"{len(prepared.finished)} of {len(prepared.plans)} runs finished earlier, not retrained"
                 if prepared.finished else "no finished runs")
     if prepared.reevaluate:
-        finished += (f" ({len(prepared.reevaluate)} evaluated with other settings than this study's: `run` evaluates "
-                     "them again from their models, spending no privacy)")
+        finished += (f" ({len(prepared.reevaluate)} evaluated with other settings than this study's or by "
+                     "another dpmed: `run` evaluates them again from their models, spending no privacy)")
     print(f"output: {folder.root}: {finished}")
     holder = folder_holder(folder.root)
     if holder is not None:

@@ -18,6 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, PlainValida
 from dpmed.accounting import Ledger
 from dpmed.config import RunPlan, Study, TrainingConfig
 from dpmed.evaluation.summaries import Estimate, Explanations, Fairness
+from dpmed.evaluation.version import UNRECORDED
 from dpmed.errors import ConfigError, first_invalid
 from dpmed.folders import RETRAIN_NOTE, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, ReconstructionRecord
@@ -217,7 +218,9 @@ class RunRecord(_Record):
     """One finished run. metrics: utility on the test set (`dpmed.evaluation.evaluate_utility`: a flat mapping whose
     keys depend on the task, e.g. ``test_auroc``, ``test_auroc_low``, ``test_auroc[<label>]``, and the one word
     ``bootstrap_unit``, "patient" or "image", absent from records that predate it, which redrew images); fairness
-    and explanations: their evaluation blocks (`dpmed.evaluation.summaries`) where the study asked for them."""
+    and explanations: their evaluation blocks (`dpmed.evaluation.summaries`) where the study asked for them;
+    evaluation_version: the version of dpmed's evaluation methods that computed them (`dpmed.evaluation.version`;
+    a run.json without it predates the field and reads as the version before it came)."""
 
     run_id: str
     arm: str
@@ -231,6 +234,7 @@ class RunRecord(_Record):
     metrics: dict[str, float | int | str | None]
     fairness: Fairness | None = None
     explanations: Explanations | None = None
+    evaluation_version: int = Field(default=UNRECORDED, ge=1)
     audit: AuditSummary | None = None
     attack: AttackRecord | None = None
     start: StartRecord | None = None   # None: randomly initialised, every parameter trained

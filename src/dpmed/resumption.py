@@ -5,8 +5,10 @@ its privacy randomness and the data (checked by private fingerprints of every sp
 do not tell a corrected label file or age column apart). New names for the same data (a CSV study's data.name and
 data.classes) only rename the runs. Anything else is refused with a message naming what differs, never mixed into one
 table. A run evaluated with other settings than the study's now (bootstrap, confidence level,
-fairness, explanations) is reused and evaluated again from its released model (`dpmed.run.reevaluate`), except where
-``training_metrics`` differs, which only training can compute. Runs the study file no longer lists are returned apart:
+fairness, explanations), or by another version of dpmed's evaluation methods (its record's ``evaluation_version``:
+`dpmed.evaluation.version`), is reused and evaluated again from its released model (`dpmed.run.reevaluate`), except
+where ``training_metrics`` differs, which only training can compute (where only the methods differ, the run's private
+training-set metrics are kept as its training computed them). Runs the study file no longer lists are returned apart:
 their files were released all the same, so the study's privacy counts them (`dpmed.budget`).
 """
 
@@ -21,6 +23,7 @@ import numpy as np
 from dpmed.config import RunPlan, Study
 from dpmed.data import Dataset
 from dpmed.errors import ConfigError
+from dpmed.evaluation.version import EVALUATION_VERSION
 from dpmed.folders import RETRAIN_NOTE, StudyFolder
 from dpmed.mechanisms import claims_beyond
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
@@ -195,15 +198,15 @@ def _other_fingerprint(folder: StudyFolder, path: Path, fingerprint: str) -> boo
 def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSummary, study: Study,
                   fingerprint: str, before: ResolvedStudy | None,
                   attributes: str | None = None) -> tuple[dict[str, RunRecord], list[RunRecord], list[str]]:
-    """(finished runs the study lists, by id; finished runs in the folder it no longer lists: released all the same;
-    the ids of listed runs evaluated with other settings than the study's now, to evaluate again from their models:
-    `dpmed.run.reevaluate`). A listed run made with other settings (its plan, the model included, or the other
-    privacy randomness), or finished runs on other data, are refused rather than mixed into one table; so are runs
-    whose ``evaluation.training_metrics`` differs, which only training can compute. The message names what differs
-    (where and how fast a run executes, ``TrainingConfig.computed_settings``, does not count).
-    ``summary``: the dataset now, as study.yaml shows it; ``fingerprint``: the first of its :func:`data_fingerprints`;
-    ``before``: the folder's study.yaml as read back, None where it holds no finished run; ``attributes``: the
-    dataset's :func:`attributes_fingerprint` (None: not checked)."""
+    """(finished runs the study lists, by id; finished runs in the folder it no longer lists: released all the same; the
+    ids of listed runs evaluated with other settings than the study's now, or by another version of dpmed's evaluation
+    methods, to evaluate again from their models: `dpmed.run.reevaluate`). A listed run made with other settings (its
+    plan, the model included, or the other privacy randomness), or finished runs on other data, are refused rather than
+    mixed into one table; so are runs whose ``evaluation.training_metrics`` differs, which only training can compute.
+    The message names what differs (where and how fast a run executes, ``TrainingConfig.computed_settings``, does not
+    count). ``summary``: the dataset now, as study.yaml shows it; ``fingerprint``: the first of its
+    :func:`data_fingerprints`; ``before``: the folder's study.yaml as read back, None where it holds no finished run;
+    ``attributes``: the dataset's :func:`attributes_fingerprint` (None: not checked)."""
     differ = {} if before is None else _other_data(before, summary)
     renamed = bool(differ) and _renamed_only(before, summary, differ) and folder.data_fingerprint.is_file()
     data = [] if renamed else list(differ.values())
@@ -231,6 +234,9 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
         evaluated = _evaluated_otherwise(record, study, summary.n_test)    # a record shows no training_metrics
         evaluated += [differ["label_names"]] if renamed and "label_names" in differ else []
         evaluated += _other_class_names(record, summary.label_names)
+        if record.evaluation_version != EVALUATION_VERSION:     # an older dpmed's methods: not mixed with these
+            evaluated.append(f"evaluation_version: {record.evaluation_version} in the finished run, "
+                             f"{EVALUATION_VERSION} now")
         drawn = randomness_of(record)
         if drawn not in (None, randomness):   # a reproducible run is not DP: never reuse it as DP
             diffs.append(f"privacy_randomness: {drawn} in the finished run, {randomness} now")

@@ -31,6 +31,7 @@ from dpmed.evaluation.assessment import Assessment, assess
 from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
 from dpmed.evaluation.proportions import clopper_pearson
+from dpmed.evaluation.version import EVALUATION_VERSION
 from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_json_atomic,
                            write_text_atomic, write_torch_atomic)
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, mechanism_info
@@ -286,7 +287,8 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         run_id=plan.run_id, arm=plan.arm, mechanism=plan.mechanism, seed=plan.seed, plan=plan,
         data=DataSummary(name=ds.name, task=ds.task.kind, source=ds.shareable_source()), privacy=card,
         reconstruction=info.reconstruction(plan.privacy), ledger=result.ledger, metrics=assessment.metrics,
-        fairness=assessment.fairness, explanations=assessment.explanations, audit=audit_summary, attack=attack_record,
+        fairness=assessment.fairness, explanations=assessment.explanations, evaluation_version=EVALUATION_VERSION,
+        audit=audit_summary, attack=attack_record,
         start=context.start, timing=timing, versions=versions()).shareable()
     timing.write(folder.timing)
     folder.release()            # the model and its outputs become releasable with the record that accounts for them
@@ -331,9 +333,10 @@ def read_released_model(record: RunRecord, folder: RunFolder) -> dict[str, torch
     model.pt is gone or cannot be read. A study reads every such model before it writes anything (study.yaml
     included), so one damaged file leaves the folder as it was (`dpmed.resumption`)."""
     if not folder.model.is_file():
-        raise ConfigError(f"the finished run {record.run_id} was evaluated with other settings than this study's, "
-                          f"and its model {folder.model} is gone, so it cannot be evaluated again: restore the file, "
-                          f"or delete {folder.public} to retrain the run {RETRAIN_NOTE}")
+        raise ConfigError(f"the finished run {record.run_id} was evaluated with other settings than this study's "
+                          f"(or by another dpmed's methods), and its model {folder.model} is gone, so it cannot be "
+                          f"evaluated again: restore the file, or delete {folder.public} to retrain the run "
+                          f"{RETRAIN_NOTE}")
     return read_state_dict(folder.model, key=f"the finished run {record.run_id}'s model")
 
 
@@ -347,14 +350,16 @@ def _attack_at(record: AttackRecord | None, confidence: float) -> AttackRecord |
 
 
 def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Reevaluation:
-    """A finished run evaluated again under ``context.evaluation`` (another bootstrap, confidence level, fairness
-    bins or explanations), from the model it released: nothing trains, so nothing is spent. Its weights are public
-    already, and scoring them on the validation and test images is post-processing, as the first evaluation was;
-    retraining instead (all a study could do before) released a second model of the same patients, whose eps adds to
-    the first. The privacy card, ledger, audit and attack stay the run's (the attack's interval is recomputed from
-    its counts at the new confidence); its timing, and its explanations' seconds, keep only what run.json may hold.
-    A changed ``training_metrics`` is not re-evaluated (`dpmed.resumption`): it reads the training images as the run
-    saw them, canaries and local DP noise included, which only training has. Nothing is written until
+    """A finished run evaluated again under ``context.evaluation`` (another bootstrap, confidence level, fairness bins
+    or explanations) and this dpmed's evaluation methods (`dpmed.evaluation.version`: an older dpmed's numbers must not
+    share a table with this one's), from the model it released: nothing trains, so nothing is spent. Its weights are
+    public already, and scoring them on the validation and test images is post-processing, as the first evaluation was;
+    retraining instead (all a study could do before) released a second model of the same patients, whose eps adds to the
+    first. The privacy card, ledger, audit and attack stay the run's (the attack's interval is recomputed from its
+    counts at the new confidence); its timing, and its explanations' seconds, keep only what run.json may hold. A
+    changed ``training_metrics`` is not re-evaluated (`dpmed.resumption`): it reads the training images as the run saw
+    them, canaries and local DP noise included, which only training has; so the private training-set metrics stay as its
+    training computed them, also where only the methods' version differs. Nothing is written until
     :meth:`Reevaluation.write`."""
     plan, ds = record.plan, context.dataset
     state = read_released_model(record, folder)
@@ -368,5 +373,6 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Ree
                             cam_layer=MODELS[plan.model].cam_layer, device=device)
     again = record.model_copy(update={"metrics": assessment.metrics, "fairness": assessment.fairness,
                                       "explanations": assessment.explanations,
+                                      "evaluation_version": EVALUATION_VERSION,
                                       "attack": _attack_at(record.attack, context.evaluation.confidence)}).shareable()
     return Reevaluation(record=again, assessment=assessment, dataset=ds, folder=folder)

@@ -40,6 +40,7 @@ from dpmed.config import EvaluationConfig, RunPlan, Study, check_study, load_stu
 from dpmed.data import Dataset, images_per_patient, read_dataset
 from dpmed.errors import ConfigError, DataError
 from dpmed.evaluation.assessment import redraw_memory
+from dpmed.evaluation.version import evaluated_by
 from dpmed.executors import RunFailure, RunTask, check_executor_options, make_executor
 from dpmed.folders import RunFolder, StudyFolder, write_text_atomic
 from dpmed.interruption import interruptible
@@ -607,8 +608,10 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
         outcomes.update({r.record.run_id: r.write() for r in again})
         for run_id in sorted(prepared.finished, key=order.__getitem__):
             if run_id in prepared.reevaluate:
-                _log.info("[%d/%d] %s: finished earlier, evaluated again under this study's evaluation settings "
-                          "from its model (not retrained: no privacy spent)", order[run_id], len(plans), run_id)
+                why = evaluated_by(prepared.finished[run_id].evaluation_version)
+                _log.info("[%d/%d] %s: finished earlier, %sevaluated again under this study's evaluation settings "
+                          "from its model (not retrained: no privacy spent)", order[run_id], len(plans), run_id,
+                          f"{why}: " if why else "")
             else:
                 _log.info("[%d/%d] %s: finished earlier, skipped", order[run_id], len(plans), run_id)
         todo = [RunTask(plan, folder.run(plan.run_id)) for plan in prepared.todo]

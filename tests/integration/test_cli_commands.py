@@ -145,7 +145,7 @@ def test_plan_of_a_finished_folder_says_nothing_is_left_to_train(tiny_study, tin
     assert main(["plan", str(_study(tmp_path, tiny_text)), "--out", str(out),
                  "--set", "evaluation.bootstrap_resamples=30"]) == 0
     text = capsys.readouterr().out
-    assert "(2 evaluated with other settings than this study's: `run` evaluates them again" in text
+    assert "(2 evaluated with other settings than this study's or by another dpmed: `run` evaluates them again" in text
     assert text.count(" evaluate again\n") == 2
     assert before == sorted(p.relative_to(out) for p in out.rglob("*"))
 

@@ -422,3 +422,101 @@ def test_runs_keyed_by_old_class_names_are_evaluated_again_though_study_yaml_sho
     assert main(["run", _three_class_study(tmp_path, ["low", "mid", "high"]), "--out", str(out),
                  "--no-progress"]) == 0
     assert _per_class_keys(out) == {("low", "mid", "high")}
+
+
+def _as_evaluated_by(record_path, version: int | None) -> None:
+    """Rewrite a run.json as an older dpmed's: its methods' ``version``, or (None) no version at all, as every
+    run.json before the field; and its fairness spreads' intervals as that dpmed's percentile ones would differ."""
+    import json
+
+    data = json.loads(record_path.read_text())
+    if version is None:
+        del data["evaluation_version"]
+    else:
+        data["evaluation_version"] = version
+    for attribute in data["fairness"]["attributes"].values():
+        attribute["demographic_parity_difference"]["low"] = 0.123456
+    record_path.write_text(json.dumps(data))
+
+
+def test_runs_an_older_dpmed_evaluated_are_evaluated_again_and_current_ones_are_not(tiny_study, tiny_study_file,
+                                                                                     tmp_path, capsys):
+    """Before, a folder finished before the fairness spreads got their simultaneous band and resumed with this dpmed
+    kept the old percentile intervals beside the new runs' bands, in one table, unsaid: only changed settings were
+    evaluated again. Each record now says which methods computed it; an older one is evaluated again from its model
+    and says why, and a folder at this version is left as it is."""
+    import json
+
+    from dpmed.evaluation.version import EVALUATION_VERSION
+
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    runs = sorted((out / "tiny" / "runs").iterdir())
+    fresh = {r.name: json.loads((r / "run.json").read_text()) for r in runs}
+    assert {d["evaluation_version"] for d in fresh.values()} == {EVALUATION_VERSION}
+    _as_evaluated_by(runs[0] / "run.json", None)
+    _as_evaluated_by(runs[1] / "run.json", EVALUATION_VERSION - 1)
+    models = {r.name: (r / "model.pt").read_bytes() for r in runs}
+    capsys.readouterr()
+    command = ["run", str(tiny_study_file), "--out", str(out), "--no-progress"]
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    assert err.count("finished earlier, evaluated by an older dpmed (fairness intervals changed): evaluated again") == 2
+    for r in runs:
+        after = json.loads((r / "run.json").read_text())
+        assert after["evaluation_version"] == EVALUATION_VERSION
+        assert after["fairness"] == fresh[r.name]["fairness"]          # this version's intervals, of the same model
+        for key in ("privacy", "ledger", "plan", "metrics"):
+            assert after[key] == fresh[r.name][key], key
+        assert (r / "model.pt").read_bytes() == models[r.name]
+    assert main(command) == 0                                            # at this version: nothing evaluated again
+    err = capsys.readouterr().err
+    assert err.count("finished earlier, skipped") == 2 and "evaluated again" not in err
+
+
+def test_a_record_without_the_methods_version_reads_as_the_one_before_it_and_is_evaluated_again(tiny_study, tmp_path):
+    """A run.json written before the field holds numbers of the methods before it came."""
+    from dpmed.evaluation.version import EVALUATION_VERSION, UNRECORDED, evaluated_by
+    from dpmed.folders import StudyFolder
+    from dpmed.records import read_record
+    from dpmed.resumption import finished_runs
+    from dpmed.states import read_resolved
+
+    root = tmp_path / "tiny"
+    shutil.copytree(tiny_study, root)
+    folder, before = StudyFolder(root), read_resolved(root)
+    fingerprint = folder.data_fingerprint.read_text().strip()
+    plans = list(before.runs)
+    assert finished_runs(folder, plans, before.dataset, before.study, fingerprint, before)[2] == []
+    path = folder.run(plans[0].run_id).record
+    _as_evaluated_by(path, None)
+    assert read_record(path).evaluation_version == UNRECORDED < EVALUATION_VERSION
+    mine, _, again = finished_runs(folder, plans, before.dataset, before.study, fingerprint, before)
+    assert sorted(mine) == sorted(p.run_id for p in plans) and again == [plans[0].run_id]
+    assert evaluated_by(UNRECORDED) == "evaluated by an older dpmed (fairness intervals changed)"
+    assert evaluated_by(EVALUATION_VERSION) == ""
+    assert "newer dpmed" in evaluated_by(EVALUATION_VERSION + 1)
+
+
+def test_an_older_dpmed_s_run_keeps_its_private_training_metrics_when_evaluated_again(tiny_text, tmp_path, capsys):
+    """The training-set metrics need the training images as the run saw them, which only its training had: a run
+    evaluated again because an older dpmed evaluated it is neither refused nor stripped of them."""
+    import json
+
+    from dpmed.folders import StudyFolder
+
+    study = tmp_path / "s.yaml"
+    study.write_text(tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "")
+                     .replace("evaluation: {bootstrap_resamples: 20}",
+                              "evaluation: {bootstrap_resamples: 20, training_metrics: true}"))
+    out = tmp_path / "out"
+    command = ["run", str(study), "--out", str(out), "--no-progress"]
+    assert main(command) == 0
+    run = StudyFolder(out / "tiny").run("base_seed0")
+    statistics = run.statistics.read_bytes()
+    assert json.loads(statistics)["training_metrics"]["train_auroc"] is not None
+    _as_evaluated_by(run.record, None)
+    capsys.readouterr()
+    assert main(command) == 0
+    assert "evaluated by an older dpmed (fairness intervals changed): evaluated again" in capsys.readouterr().err
+    assert run.statistics.read_bytes() == statistics
