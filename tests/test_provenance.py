@@ -37,10 +37,11 @@ def test_every_dependency_that_computes_a_number_has_its_version_recorded():
 
 
 def _git(outputs: dict[str, tuple[int, str]]):
-    """A stand-in for subprocess.run answering `git rev-parse` and `git status` with (returncode, stdout)."""
+    """A stand-in for subprocess.run answering `git rev-parse` and `git status` with (returncode, stdout), and
+    `git ls-files` as a checkout that tracks dpmed unless told otherwise."""
 
     def run(args, **kwargs):
-        code, out = outputs[args[1]]
+        code, out = {"ls-files": (0, "__init__.py\n"), **outputs}[args[1]]
         return subprocess.CompletedProcess(args, code, out, "")
 
     return run
@@ -53,6 +54,39 @@ def test_the_commit_says_when_the_tree_that_ran_had_uncommitted_changes(monkeypa
     assert provenance._git_commit() == "abc1234"
     monkeypatch.setattr(subprocess, "run", _git({"rev-parse": (128, ""), "status": (128, "")}))
     assert provenance._git_commit() == "unknown (not a git checkout)"
+
+
+def _commit_all(repo: Path) -> str:
+    """Commits everything git tracks in ``repo`` and returns the short commit."""
+    for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "project"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_an_installed_dpmed_inside_another_repository_reports_no_commit_of_it(tmp_path):
+    """A project that keeps its virtual environment (ignored) in its own repository: the dpmed installed there is no
+    checkout of dpmed, and the project's commit or its uncommitted changes are not dpmed's."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text(".venv/\n")
+    installed = tmp_path / ".venv" / "site-packages" / "dpmed"
+    installed.mkdir(parents=True)
+    (installed / "__init__.py").write_text("")
+    (tmp_path / "analysis.py").write_text("1\n")
+    _commit_all(tmp_path)
+    (tmp_path / "analysis.py").write_text("2\n")
+    assert provenance._git_commit(installed) == "unknown (not a git checkout)"
+
+
+def test_a_checkout_of_dpmed_reports_its_commit(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    package = tmp_path / "src" / "dpmed"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    commit = _commit_all(tmp_path)
+    assert provenance._git_commit(package) == commit
+    (package / "__init__.py").write_text("changed = True\n")
+    assert provenance._git_commit(package) == f"{commit} with uncommitted changes"
 
 
 def test_no_git_at_all_is_said_not_raised(monkeypatch):

@@ -17,17 +17,20 @@ _PACKAGES = ("dpmed", "torch", "torchvision", "opacus", "dp-accounting", "random
              "scikit-learn", "scikit-image", "fairlearn", "grad-cam", "kymatio", "pydantic", "pillow", "pydicom")
 
 
-def _git_commit() -> str:
-    """The commit of the dpmed source tree that ran, when it is a git checkout."""
-    here = Path(__file__).parent
+def _git_commit(here: Path = Path(__file__).parent) -> str:
+    """The commit of the dpmed source tree that ran, when it is a git checkout of dpmed: one whose git tracks this
+    package. An installed dpmed in a virtual environment inside another repository (a project's ignored .venv) is no
+    checkout, and that repository's commit and uncommitted changes would otherwise be reported as dpmed's."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5)
+
     try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                              timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=5)
+        tracked = git("ls-files", "--error-unmatch", "__init__.py")
+        done = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return "unknown (git not available)"
-    if done.returncode != 0:
+    if tracked.returncode != 0 or done.returncode != 0:
         return "unknown (not a git checkout)"
     return done.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
 
