@@ -18,7 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, PlainValida
 from dpmed.accounting import Ledger
 from dpmed.config import RunPlan, Study, TrainingConfig
 from dpmed.evaluation.summaries import Estimate, Explanations, Fairness
-from dpmed.evaluation.version import UNRECORDED
+from dpmed.evaluation.version import EVALUATION_VERSION, UNRECORDED
 from dpmed.errors import ConfigError, first_invalid
 from dpmed.folders import RETRAIN_NOTE, write_text_atomic
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, ReconstructionRecord
@@ -234,7 +234,7 @@ class RunRecord(_Record):
     metrics: dict[str, float | int | str | None]
     fairness: Fairness | None = None
     explanations: Explanations | None = None
-    evaluation_version: int = Field(default=UNRECORDED, ge=1)
+    evaluation_version: int = Field(default=EVALUATION_VERSION, ge=1)     # read_record: UNRECORDED where absent
     audit: AuditSummary | None = None
     attack: AttackRecord | None = None
     start: StartRecord | None = None   # None: randomly initialised, every parameter trained
@@ -283,7 +283,7 @@ class RunRecord(_Record):
 def read_record(path: str | Path) -> RunRecord:
     """The run record at ``path``; a ConfigError naming the file if it is not one this dpmed wrote."""
     try:
-        return RunRecord.model_validate_json(Path(path).read_bytes())
+        record = RunRecord.model_validate_json(Path(path).read_bytes())
     except OSError as exc:
         raise ConfigError(f"cannot read the run record {path}: {exc.strerror or exc}") from None
     except ValidationError as exc:
@@ -293,6 +293,9 @@ def read_record(path: str | Path) -> RunRecord:
         raise ConfigError(f"{path} is not a run record this version of dpmed can read ({first_invalid(exc)}); it "
                           "may come from another version: run the study into another output folder (--out), or "
                           f"delete that run's folder to retrain it {RETRAIN_NOTE}") from None
+    if "evaluation_version" not in record.model_fields_set:     # written before the field: by the methods before it
+        record = record.model_copy(update={"evaluation_version": UNRECORDED})
+    return record
 
 
 class StudyPrivacy(_Record):

@@ -326,8 +326,9 @@ def test_one_step_pld_is_dp_accounting_s_own_pmf(sigma, q, h):
     for mine, reference in ((ours._pmf_remove, theirs._pmf_remove), (ours._pmf_add, theirs._pmf_add)):
         (lower, probs, inf_mass), (ref_lower, ref_probs, ref_inf) = _dense(mine), _dense(reference)
         assert lower == ref_lower and probs.shape == ref_probs.shape
-        assert abs(inf_mass - ref_inf) <= 1e-15
-        assert float(abs(probs - ref_probs).max()) <= 1e-15
+        # dp_accounting 0.4.4 (the declared floor) and 0.5 differ between themselves by up to 9e-13 here
+        assert abs(inf_mass - ref_inf) <= 1e-12
+        assert float(abs(probs - ref_probs).max()) <= 1e-12
 
 
 @pytest.mark.parametrize("events", [

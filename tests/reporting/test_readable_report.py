@@ -319,6 +319,18 @@ def test_an_interval_wholly_beside_its_point_is_explained_where_one_is_shown(two
     assert cases(edited, "sex")
 
 
+def test_runs_an_older_dpmed_evaluated_are_named_in_the_summary_until_the_study_is_resumed(two_arms, report_html):
+    """`dpmed report` on a folder an older dpmed finished recomputes nothing: its runs' numbers come from the older
+    methods, which the summary must say, with the way to evaluate them again; a folder of one version says nothing."""
+    from dpmed.evaluation.version import EVALUATION_VERSION
+    assert all(r.evaluation_version == EVALUATION_VERSION for r in two_arms)
+    assert "evaluated by an older dpmed" not in _text(_section(report_html(two_arms), "summary"))
+    older = [two_arms[0].model_copy(update={"evaluation_version": 1}), two_arms[1]]
+    summary = _text(_section(report_html(older), "summary"))
+    assert f"1 of 2 runs were evaluated by an older dpmed (fairness intervals changed): {older[0].run_id}." in summary
+    assert "without training and without spending privacy" in summary
+
+
 def test_the_fairness_section_says_how_the_spreads_intervals_differ_from_the_others(two_arms, report_html):
     """The demographic parity and equalised odds differences have a band around their value, not the percentile
     interval every other number has (`dpmed.evaluation.fairness`): a reader told "percentile" alone would take the

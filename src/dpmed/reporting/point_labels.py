@@ -42,7 +42,7 @@ def _obstacles(ax: Any, pad: float) -> list[tuple[Any, Any]]:
     """Every marker (each point of a line that has one) and bar (each segment of a line collection) of ``ax`` as a
     display box grown by ``pad`` pixels, each with the display centre of its marker (None for a bar): what no label
     may cover, so that a label cannot sit on, or beside and be read as naming, another point."""
-    scale = ax.get_figure(root=True).dpi / 72
+    scale = ax.figure.dpi / 72
     boxes = []
     for line in ax.get_lines():
         if line.get_marker() in (None, "None", "", " "):
@@ -178,7 +178,7 @@ def _set(text: Annotation, words: str, dx: float, dy: float, align: str) -> Any:
     text.set_horizontalalignment("center")
     text.set_verticalalignment("center")
     text.set_multialignment(align)
-    points = 72 / text.get_figure(root=True).dpi
+    points = 72 / text.figure.dpi
     text.xyann = (dx * points, dy * points)
     return text.get_window_extent()
 

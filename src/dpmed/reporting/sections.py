@@ -10,6 +10,7 @@ import re
 import yaml
 
 from dpmed.data.sample import names_text
+from dpmed.evaluation.version import evaluated_by
 from dpmed.mechanisms import claims_beyond
 from dpmed.numbers import delta_number, shape_text
 from dpmed.records import DatasetSummary, RunRecord, Timing
@@ -200,7 +201,23 @@ def summary(inputs: ReportInputs) -> str:
              ("seeds", escape(", ".join(str(s) for s in study.seeds))), ("measured", _measured(inputs))]
     return f"""<h2 id="summary">Summary</h2>
 {facts_table(facts, "The study: its data, model, arms, seeds and measures")}
-{synthetic}{_reading(inputs)}{flag_count(inputs, [r.run_id for r in inputs.records])}"""
+{synthetic}{_older_methods(inputs)}{_reading(inputs)}{flag_count(inputs, [r.run_id for r in inputs.records])}"""
+
+
+def _older_methods(inputs: ReportInputs) -> str:
+    """A note where runs were evaluated by another version of dpmed's evaluation methods than this report's (a folder
+    an older dpmed finished, reported without being resumed): their numbers are not computed as this report
+    describes, nor like the other runs'. A resumed study evaluates them again from their released models
+    (`dpmed.evaluation.version`); a report alone recomputes nothing."""
+    other = {r.run_id: evaluated_by(r.evaluation_version) for r in inputs.records}
+    other = {run_id: why for run_id, why in other.items() if why}
+    if not other:
+        return ""
+    reasons = "; ".join(dict.fromkeys(other.values()))
+    return (f'<div class="note">{len(other)} of {len(inputs.records)} runs were {escape(reasons)}: '
+            f"{escape(', '.join(other))}. Their numbers are not computed as this report describes, nor like the "
+            "other runs'. Run the study again with the same study file and output folder: it evaluates them again "
+            "from their released models, without training and without spending privacy.</div>")
 
 
 def metric_label(metric: str, data: DatasetSummary) -> str:
