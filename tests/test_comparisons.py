@@ -90,8 +90,10 @@ def test_pearson_by_hand_and_against_scipy():
 
 def test_seed_summary_by_hand():
     summary = seed_summary([0.1, 0.3, None]).model_dump()
+    # t(0.975, 1 df) = 12.706; std / sqrt(2) = 0.1: the interval is 0.2 +- 1.2706
     assert summary == {"mean": pytest.approx(0.2), "std": pytest.approx(np.sqrt(0.02)), "min": 0.1, "max": 0.3,
-                       "n_seeds": 2}
+                       "n_seeds": 2, "low": pytest.approx(0.2 - 1.2706, abs=1e-4),
+                       "high": pytest.approx(0.2 + 1.2706, abs=1e-4), "reason": None}
     assert seed_summary([0.5]).std is None
 
 
@@ -290,6 +292,13 @@ def test_several_seeds_pair_each_run_with_its_own_seed(make_record):
     assert rows["dp_eps1_C1_seed1"].auroc_difference.value == 0.0                          # same scores as its seed
     summary = out.by_value[0].auroc_difference
     assert summary.n_seeds == 2 and summary.max == 0.0 and summary.min < 0
+    # the t interval over the two paired differences (1 df), at the study's confidence: t(0.95, 1) = 6.313752 at 90 %
+    d = summary.min
+    half = 12.706205 * abs(d) / 2                                   # t(0.975, 1) std / sqrt(2), std = |d| / sqrt(2)
+    assert (summary.low, summary.high) == pytest.approx((d / 2 - half, d / 2 + half), abs=1e-6)
+    narrower = compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"], n_resamples=50,
+                            confidence=0.9).by_value[0].auroc_difference
+    assert narrower.high - narrower.mean == pytest.approx(6.313752 * abs(d) / 2, abs=1e-6)
 
 
 def test_a_seed_with_two_non_private_runs_pairs_with_the_first_listed(make_record):
@@ -655,7 +664,8 @@ def test_the_p_value_floor_counts_only_the_redraws_in_which_the_difference_is_de
 
 
 def test_a_seed_summary_of_no_value_is_empty():
-    assert seed_summary([None, None]) == SeedSummary(mean=None, std=None, min=None, max=None, n_seeds=0)
+    assert seed_summary([None, None]) == SeedSummary(mean=None, std=None, min=None, max=None, n_seeds=0,
+                                                     reason="no seed has this value")
 
 
 def test_no_finding_decided_one_way_is_no_flag_and_a_study_without_a_non_private_arm_says_so(make_record):

@@ -6,8 +6,11 @@ intervals. Computed by `dpmed.outputs` before the report is rendered, and writte
   patients where the runs redrew patients; `dpmed.evaluation.paired`): AUROC, accuracy,
   and for a binary task sensitivity and specificity, each model deciding at its own validation-chosen threshold.
   The report opens with these, read as cases ("misses about N more of every 100 pneumonia cases").
-* **Seeds** of one arm value (runs of one plan label) are summarised by mean, standard deviation, min and max: a
-  private run is always compared with its own seed's non-private run, never with the mean of the non-private seeds.
+* **Seeds** of one arm value (runs of one plan label) are summarised by mean, standard deviation, min and max, and
+  the Student t interval of the mean of the per-seed paired differences (n - 1 degrees of freedom; none for one
+  seed): a private run is always compared with its own seed's non-private run, never with the mean of the
+  non-private seeds. Whether an arm differs from the non-private one across seeds is read from that interval
+  excluding 0, not from the seeds' range nor from how many seeds had p < 0.05.
 * **Flags** the report must not leave unsaid: a run that predicts one class for every test image (its accuracy is
   then the share of that class, and its sensitivity or specificity 0), and fairness groups too small for their
   numbers (fewer than ``MIN_CLASS_COUNT`` positives or negatives) or with an interval of zero width.
@@ -37,7 +40,8 @@ __all__ = ["Comparisons", "compare_runs", "Correlation", "Correlations", "SeedSu
 MIN_CLASS_COUNT = 10
 
 
-# The level below which a seed's paired p-value counts it among the "seeds with p < 0.05" of the report.
+# The level below which a seed's paired p-value counts it among the "seeds with p < 0.05" of the report. The count
+# describes single seeds' test sets; whether an arm differs across seeds is its t interval over seeds (SeedSummary).
 SIGNIFICANCE = 0.05
 
 
@@ -57,7 +61,8 @@ class Difference(_Row):
 
 
 class ValueSummary(_Row):
-    """The runs of one arm value over seeds, each paired with its own seed's non-private run: mean, spread."""
+    """The runs of one arm value over seeds, each paired with its own seed's non-private run: mean, spread, and the
+    t interval over seeds of each paired difference (:class:`SeedSummary`)."""
 
     label: str
     arm: str
@@ -199,7 +204,7 @@ def _differences(records, predictions, kind, label_names, n_resamples, seed, con
     return rows
 
 
-def _by_value(rows: list[Difference], records: Sequence[RunRecord]) -> list[ValueSummary]:
+def _by_value(rows: list[Difference], records: Sequence[RunRecord], confidence: float) -> list[ValueSummary]:
     eps, eps_labels = defaultdict(list), {}
     for r in records:
         eps[r.plan.label].append(r.privacy.epsilon)
@@ -212,7 +217,7 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord]) -> list[Valu
         values = [getattr(m, name) for m in members]
         if any(v is None for v in values):
             return None
-        return seed_summary([v.value for v in values])
+        return seed_summary([v.value for v in values], confidence=confidence)
 
     return [ValueSummary(label=label, arm=members[0].arm, mechanism=members[0].mechanism,
                          seeds=[m.seed for m in members], run_ids=[m.run_id for m in members],
@@ -357,7 +362,12 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
             "specificity_difference": "the same for the share of negative test images decided negative",
             "accuracy_difference": "the same for accuracy (multiclass: argmax)",
             "by_value": "seeds of one arm value, each paired with its own seed: mean, std (ddof=1), min, max of the "
-                        "differences",
+                        "differences (min to max is the seeds' range, not an interval: 3 seeds' range holds the true "
+                        "mean 75% of the time), and low, high: the Student t interval of the mean at the study's "
+                        "confidence, mean +- t(n - 1) std / sqrt(n) (scipy.stats.t), assuming independent seeds with "
+                        "roughly normal differences; with 3 seeds t is 4.30, so it is wide, which is what 3 seeds can "
+                        "tell; none for one seed (reason). An arm differs across seeds where it excludes 0; "
+                        "significant_seeds counts seeds whose own test-set p < 0.05, which says nothing across seeds",
             "run_flags": "runs that decide the same way for every test image, or (multiclass) never choose some "
                          "class, or whose test AUROC interval lies wholly below chance (0.5)",
             "group_flags": f"fairness groups with fewer than {MIN_CLASS_COUNT} positives or negatives (multilabel: "
@@ -366,7 +376,7 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
                             "none (with the reason) across a sweep of fewer than 3 distinct values",
         },
         n_resamples=int(n_resamples), bootstrap_seed=int(seed), bootstrap_unit=unit, confidence=float(confidence),
-        auroc_differences=rows, by_value=_by_value(rows, records),
+        auroc_differences=rows, by_value=_by_value(rows, records, confidence),
         correlations=correlate_runs(records, predictions, _references(records, predictions), kind=kind,
                                     label_names=label_names, notes=notes),
         notes=notes, run_flags=_run_flags(records, kind, label_names),

@@ -15,8 +15,10 @@ to the runs of a study).
   model deciding at its *own* validation-chosen threshold (Youden's J, METHODS.md sec. 4; argmax for multiclass),
   exactly as its own test_sensitivity / test_specificity / test_accuracy were computed. A clinician reads these as
   cases: a sensitivity change of -0.12 is about 12 more missed of every 100 positive cases.
-* **Seeds** of one arm value are summarised by mean, standard deviation (ddof = 1), min and max: the spread over
-  seeds is training randomness (and DP noise), which the test-set bootstrap does not see.
+* **Seeds** of one arm value are summarised by mean, standard deviation (ddof = 1), min and max, and the Student t
+  interval of the mean with n - 1 degrees of freedom (none for one seed): the spread over seeds is training
+  randomness (and DP noise), which the test-set bootstrap does not see. The range of 3 seeds is no interval (it holds
+  the true mean 75 % of the time); the t interval holds it 95 % of the time, and is as wide as 3 seeds make it.
 * **Pearson r with p-values** (003_9a91354dc2d7e2df.txt, "To evaluate correlation ... we use Pearson's r"): across a
   DP-SGD sweep (runs that differ only in eps, or only in the clipping norm; every seed is a point), between log10 eps
   and each group's accuracy parity difference, and between log10 eps (or the clipping norm) and each explanation
@@ -35,6 +37,7 @@ from typing import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy.stats import pearsonr
+from scipy.stats import t as student_t
 
 from dpmed.evaluation.bootstrap import bootstrap_redraws
 from dpmed.evaluation.weighted import (as_label_columns, estimate, number, redraw_counts, weighted_macro_auroc,
@@ -206,7 +209,13 @@ def pearson(x: Sequence[float], y: Sequence[float], *, min_x_values: int = 1, x_
 
 
 class SeedSummary(BaseModel):
-    """Mean, standard deviation (ddof = 1; None for one seed), min and max over seeds, and their count."""
+    """Mean, standard deviation (ddof = 1; None for one seed), min and max over seeds, and their count; ``low`` and
+    ``high``: the Student t interval of the mean (:func:`seed_summary`), None with the ``reason`` where it has none.
+
+    The range (min, max) is the seeds' spread, not an interval: 3 seeds' range holds their true mean only 75 % of
+    the time (1 - 2 / 2^3; benchmarks/RESULTS.md, "Interval coverage"), so the report shows it as a range and the
+    t interval as the interval. ``low``, ``high`` and ``reason`` are later additions: a comparisons.json written
+    before them reads with None, and a reader of the older fields reads the new file unchanged."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -215,12 +224,33 @@ class SeedSummary(BaseModel):
     min: float | None
     max: float | None
     n_seeds: int
+    low: float | None = None
+    high: float | None = None
+    reason: str | None = None
+
+    @property
+    def excludes_zero(self) -> bool:
+        """The t interval lies wholly on one side of 0: the seeds show a change, and which way (its sign)."""
+        return self.low is not None and self.high is not None and (self.low > 0 or self.high < 0)
 
 
-def seed_summary(values: Sequence[float | None]) -> SeedSummary:
-    """The :class:`SeedSummary` of ``values`` (None: a seed without the value, left out)."""
+def seed_summary(values: Sequence[float | None], *, confidence: float = 0.95) -> SeedSummary:
+    """The :class:`SeedSummary` of ``values`` (None: a seed without the value, left out), with the ``confidence``
+    Student t interval of their mean: mean +- t_{(1 + confidence) / 2, n - 1} std / sqrt(n), scipy.stats.t.
+
+    It assumes the seeds are independent draws of training randomness (each its own initialisation, batches and
+    noise) and their values roughly normal; then it holds the mean over all possible seeds with the stated
+    probability, whatever n (benchmarks/interval_coverage.py). With 3 seeds t is 4.30, so the interval is about 2.5
+    std wide on each side: that width is what 3 seeds can tell. One seed has no spread to estimate: no interval."""
     v = np.array([x for x in values if x is not None], dtype=np.float64)
     if v.size == 0:
-        return SeedSummary(mean=None, std=None, min=None, max=None, n_seeds=0)
-    return SeedSummary(mean=number(v.mean()), std=number(v.std(ddof=1)) if v.size > 1 else None,
-                       min=number(v.min()), max=number(v.max()), n_seeds=int(v.size))
+        return SeedSummary(mean=None, std=None, min=None, max=None, n_seeds=0, reason="no seed has this value")
+    mean, n = number(v.mean()), int(v.size)
+    if n == 1:
+        return SeedSummary(mean=mean, std=None, min=number(v.min()), max=number(v.max()), n_seeds=1,
+                           reason="one seed: no spread over seeds to estimate, so no interval over seeds")
+    std = number(v.std(ddof=1))
+    half = None if mean is None or std is None else float(student_t.ppf((1 + confidence) / 2, n - 1) * std / np.sqrt(n))
+    return SeedSummary(mean=mean, std=std, min=number(v.min()), max=number(v.max()), n_seeds=n,
+                       low=None if half is None else mean - half, high=None if half is None else mean + half,
+                       reason="a seed's value is not finite" if half is None else None)
