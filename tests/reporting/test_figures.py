@@ -276,28 +276,35 @@ def _means(ax) -> list[tuple[float, float]]:
 
 
 @pytest.mark.parametrize("narrow", [False, True])
-def test_a_multi_seed_study_draws_each_configuration_once_as_its_mean_and_range_over_seeds(make_record, narrow):
+def test_a_multi_seed_study_draws_each_configuration_once_as_its_mean_and_t_interval_over_seeds(make_record, narrow):
     """With seeds 0, 1, 2 the figure had three black non-private lines and bands, unlabelled, and three points per
-    configuration labelled "dp-sgd_eps1_C1 s0", "... s1", "... s2" piled on each other at nearly one eps."""
+    configuration labelled "dp-sgd_eps1_C1 s0", "... s1", "... s2" piled on each other at nearly one eps. The bar
+    and band were then the seeds' range, which holds the true mean of 3 seeds only 75 % of the time; they are now
+    the t interval over seeds (2 df: t 4.3027), and the faint dots show the range."""
+    def t_interval(values):
+        half = 4.302653 * np.std(values, ddof=1) / np.sqrt(len(values))
+        return round(np.mean(values) - half, 6), round(np.mean(values) + half, 6)
+
     records = _seeds(make_record, {"none": [0.96, 0.94, 0.92], "eps1": [0.80, 0.86, 0.83], "eps8": [0.90, 0.84, 0.88]})
     fig = auroc_figure(records, narrow=narrow)
     (ax,) = fig.axes
     black = [float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_color() == "k"]
     assert black == [pytest.approx(0.94)]                                    # one line, at the mean over seeds
     band = [p.get_path().get_extents().transformed(p.get_patch_transform()) for p in ax.patches]
-    assert [(round(b.y0, 6), round(b.y1, 6)) for b in band] == [(0.92, 0.96)]      # the seeds' range
+    assert [(round(b.y0, 6), round(b.y1, 6)) for b in band] == [pytest.approx(t_interval([0.96, 0.94, 0.92]))]
     assert sorted(t.get_text() for t in ax.texts) == ["dp-sgd_eps1_C1", "dp-sgd_eps8_C1"]     # no "s0", "s1", ...
     assert _means(ax) == [pytest.approx((0.99, (0.80 + 0.86 + 0.83) / 3)),      # at the mean of the seeds' eps
                           pytest.approx((7.92, (0.90 + 0.84 + 0.88) / 3))]
     bars = sorted(tuple(round(float(y), 6) for y in segment[:, 1]) for c in ax.collections
                   for segment in c.get_segments())
-    assert bars == [(0.80, 0.86), (0.84, 0.90)]                      # the seeds' range, no bootstrap interval
+    assert bars == [pytest.approx(t_interval([0.80, 0.86, 0.83])),   # no bootstrap interval, no range
+                    pytest.approx(t_interval([0.90, 0.84, 0.88]))]
     dots = sorted(round(float(y), 6) for line in ax.get_lines() if line.get_marker() == "o"
                   and line.get_markersize() == 3 for y in line.get_ydata())
     assert dots == [0.80, 0.83, 0.84, 0.86, 0.88, 0.90]              # each seed, faint
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert {"non-private AUROC, mean of 3 seeds", "non-private, range over seeds",
-            "bars: range over seeds, faint dots: each seed", "chance (AUROC 0.5)"} <= set(legend)
+    assert {"non-private AUROC, mean of 3 seeds", "non-private, 95% t interval over seeds",
+            "bars: 95% t interval over seeds, faint dots: each seed", "chance (AUROC 0.5)"} <= set(legend)
     assert "non-private AUROC" not in legend and "non-private interval" not in legend
 
 
@@ -351,7 +358,7 @@ def test_the_report_says_a_multi_seed_figures_bars_are_ranges_over_seeds(make_re
 
 def test_two_non_private_arms_over_seeds_are_two_lines_not_one_mean(make_record):
     """Two non-private recipes (0.95, 0.94 and 0.70, 0.72) pooled into one line sat at 0.8275, a value neither
-    reached; each arm is its own line, at its seeds' mean, with its own range."""
+    reached; each arm is its own line, at its seeds' mean, with its own t interval over seeds (1 df: t 12.706)."""
     records = _seeds(make_record, {"none": [0.95, 0.94], "eps1": [0.80, 0.86]})
     records += [make_record(f"other_seed{seed}", "other", seed=seed, metrics=_metrics(v, v - 0.1, v + 0.02))
                 for seed, v in enumerate([0.70, 0.72])]
@@ -361,10 +368,11 @@ def test_two_non_private_arms_over_seeds_are_two_lines_not_one_mean(make_record)
     assert black == [pytest.approx(0.71), pytest.approx(0.945)]
     band = sorted((round(b.y0, 6), round(b.y1, 6)) for b in (p.get_path().get_extents().transformed(
         p.get_patch_transform()) for p in ax.patches))
-    assert band == [(0.70, 0.72), (0.94, 0.95)]
+    assert band == [pytest.approx((0.71 - 12.7062 * 0.01, 0.71 + 12.7062 * 0.01), abs=1e-4),
+                    pytest.approx((0.945 - 12.7062 * 0.005, 1.0085), abs=1e-4)]     # clipped at the axis top
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "non-private AUROC, mean over seeds, one line per arm" in legend
-    assert "non-private, range over seeds" in legend
+    assert "non-private, 95% t interval over seeds" in legend
 
 
 def test_a_high_budget_sweep_axis_names_its_one_delta_and_both_accountants(make_record):

@@ -153,18 +153,24 @@ def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(sc
     assert f"{same_seed:+.3f} against np_seed0 (same seed" in summary
     assert f"{against_mean:+.3f}" not in summary
     clinical = _text(_section(html, "clinical"))
-    assert "Over 2 seeds, at ε" in clinical and "on average" in clinical and "(seeds:" in clinical
+    assert "Over 2 seeds, at ε" in clinical and "on average" in clinical
+    assert "95% t interval over seeds:" in clinical and "seed range:" in clinical
     assert "seeds 0, 1" in clinical                                     # the row's seeds
     assert "Each seed's run is paired with the non-private run of the same seed" in clinical
     assert "rests on one training seed" not in clinical
-    # a row over seeds holds the mean and the seeds' range, which its heading must not call an interval
-    assert "AUROC change mean (seed range)" in clinical and "CI]" not in clinical.split("reading")[0]
-    # the comparison's over-seeds row: the mean of the per-seed differences, signed, and their std (ddof 1), not a
-    # standard error
+    # a row over seeds holds the mean, its t interval over seeds and the seeds' range, each called what it is
+    heads = clinical.split("reading")[0]
+    assert "AUROC change mean [95% t interval over seeds] (seed range)" in heads and "CI]" not in heads
+    # the comparison's over-seeds row: the mean of the per-seed differences, signed, with its t interval (1 df:
+    # t 12.706), what that interval supports, the seeds' range, and their std (ddof 1), not a standard error
     paired = [auroc[f"dp_eps1_C1_seed{s}"] - auroc[f"np_seed{s}"] for s in (0, 1)]
+    half = 12.7062 * np.std(paired, ddof=1) / np.sqrt(2)
     row = re.search(r"<tr><td[^>]*>dp_eps1_C1</td>(.*?)</tr>", _section(html, "comparisons"), re.S).group(1)
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", row)
-    assert cells[:2] == [f"{np.mean(paired):+.3f}", f"{np.std(paired, ddof=1):.3f}"], (cells, paired)
+    mean = np.mean(paired)
+    across = "not shown (interval holds 0)" if mean - half <= 0 <= mean + half else "lower" if mean < 0 else "higher"
+    assert cells[:4] == [f"{mean:+.3f} [{mean - half:+.3f},\u00a0{mean + half:+.3f}]", across,
+                         f"{min(paired):+.3f} to {max(paired):+.3f}", f"{np.std(paired, ddof=1):.3f}"], (cells, paired)
 
 
 def test_a_run_that_is_not_dp_is_no_private_arm_and_its_reading_says_why(scored_run, scores, report_html):
@@ -656,10 +662,11 @@ def test_over_seeds_a_rate_one_seed_cannot_pair_reads_as_a_dash_not_as_the_other
                                                                                          "clinical"), re.S).group(0)
     assert "<small>seeds 0, 1</small>" in row
     cells = re.findall(r'<td class=num data-label="[^"]*">([^<]*)</td>', row)
-    assert cells == ["-0.250 (seeds -0.250 to -0.250)", "–", "–"], cells
+    assert cells == ["-0.250 [-0.250,\u00a0-0.250] (seed range -0.250 to -0.250)", "–", "–"], cells
     reading = re.search(r'<td data-label="reading">([^<]*)', row).group(1)
     assert reading.startswith("Over 2 seeds, at ε") and reading.endswith(
-        " the model changes the test AUROC by on average -0.250."), reading
+        " the model changes the test AUROC by on average -0.250 (95% t interval over seeds [-0.250, -0.250])."), \
+        reading
 
 
 def test_a_private_seed_whose_non_private_run_is_missing_is_read_alone_not_against_another_seed(
@@ -769,13 +776,46 @@ def test_a_change_that_rounds_to_none_reads_as_a_sentence_and_as_0():
                          significant_seeds=0)
     sentence = case_sentence(privacy="ε 8", kind="multilabel", positive=None, negative=None, level="95%", seeds=seeds)
     assert sentence == ("Over 2 seeds, at ε 8 the model gets on average about as many findings wrong as "
-                        "without privacy (seeds: 6 fewer to 7 more)."), sentence
+                        "without privacy (seed range: 6 fewer to 7 more)."), sentence
     worse = seeds.model_copy(update={"accuracy_difference": summary(-0.05, -0.07, -0.03)})
     sentence = case_sentence(privacy="ε 8", kind="multilabel", positive=None, negative=None, level="95%", seeds=worse)
     assert sentence == ("Over 2 seeds, at ε 8 the model gets on average about 5 more wrong of every 100 findings "
-                        "(seeds: 3 to 7 more)."), sentence
+                        "(seed range: 3 to 7 more)."), sentence
     assert [_per100(v) for v in (-0.004, 0.004, -0.0, -0.07, 0.07, None)] == ["0", "0", "0", "-7", "+7", "–"]
     assert [signed_text(v) for v in (-0.0004, 0.0004, -0.012, 0.012)] == ["0.000", "0.000", "-0.012", "+0.012"]
+
+
+def test_over_seeds_a_change_reads_as_a_direction_only_where_its_t_interval_excludes_0():
+    """Before, three seeds that all missed more pneumonia cases read "misses on average about 5 more ... (seeds: 2 to
+    8 more)", as if the range were an interval: 3 seeds' range holds the true mean 75 % of the time. The sentence now
+    gives the t interval over seeds (2 df: t 4.303) as the interval and the range as the range, and says where that
+    interval holds no change."""
+    from dpmed.comparisons import ValueSummary
+    from dpmed.evaluation.paired import seed_summary
+    from dpmed.reporting.clinical import _seeds_cell, case_sentence
+
+    def arm(sensitivity, specificity):
+        return ValueSummary(label="eps 1", arm="dp", seeds=[0, 1, 2], epsilon=1.0, significant_seeds=3,
+                            auroc_difference=seed_summary([-0.02, -0.03, -0.04]),
+                            sensitivity_difference=seed_summary(sensitivity),
+                            specificity_difference=seed_summary(specificity))
+
+    # sensitivity -0.05 +- 4.303 * 0.03 / sqrt(3) = -0.05 +- 0.0745: missed -2.5 to +12.5 per 100, holds 0;
+    # specificity -0.05 +- 4.303 * 0.01 / sqrt(3) = -0.05 +- 0.0248: 2.52 to 7.48 more false alarms, excludes 0
+    sentence = case_sentence(privacy="ε 1", kind="binary", positive="pneumonia", negative="normal", level="95%",
+                             seeds=arm([-0.02, -0.05, -0.08], [-0.04, -0.05, -0.06]))
+    assert sentence == ("Over 3 seeds, at ε 1 the model misses on average about 5 more of every 100 pneumonia cases "
+                        "(95% t interval over seeds: 2 fewer to 12 more, which includes no change: these seeds do "
+                        "not show which way; seed range: 2 to 8 more) and wrongly flags on average about 5 more of "
+                        "every 100 normal cases as pneumonia (95% t interval over seeds: 3 to 7 more; seed range: 4 "
+                        "to 6 more)."), sentence
+    assert _seeds_cell(seed_summary([-0.02, -0.05, -0.08]), cases=True) == "-5 [-12,\u00a0+2] (seed range -8 to -2)"
+    # AUROC alone (no thresholds): -0.030 +- 4.303 * 0.01 / sqrt(3) = [-0.055, -0.005]
+    auroc_only = arm([-0.05], [-0.05]).model_copy(update={"sensitivity_difference": None,
+                                                          "specificity_difference": None})
+    assert case_sentence(privacy="ε 1", kind="binary", positive="pneumonia", negative="normal", level="95%",
+                         seeds=auroc_only) == ("Over 3 seeds, at ε 1 the model changes the test AUROC by on average "
+                                               "-0.030 (95% t interval over seeds [-0.055, -0.005]).")
 
 
 def test_an_unchanged_false_alarm_rate_reads_as_one_sentence_with_its_interval():
@@ -874,9 +914,9 @@ def test_a_not_dp_arms_sentence_says_what_its_rates_are_against():
     sentence = case_sentence(privacy="not DP", kind="binary", positive="pneumonia", negative="normal", level="95%",
                              seeds=seeds, not_dp=not_dp)
     assert sentence == ("Over 2 seeds, shift_b1, which is not DP because it adds no noise, misses on average about 5 "
-                        "more of every 100 pneumonia cases than its seed's non-private run (seeds: 3 to 7 more) and "
-                        "wrongly flags on average about 2 fewer of every 100 normal cases as pneumonia than its "
-                        "seed's non-private run (seeds: 1 to 3 fewer)."), sentence
+                        "more of every 100 pneumonia cases than its seed's non-private run (seed range: 3 to 7 more) "
+                        "and wrongly flags on average about 2 fewer of every 100 normal cases as pneumonia than its "
+                        "seed's non-private run (seed range: 1 to 3 fewer)."), sentence
 
 
 def test_the_opening_tables_auroc_cell_is_the_signed_paired_auroc_change_and_the_text_names_what_was_redrawn(
@@ -952,7 +992,7 @@ def test_the_report_cells_round_and_order_as_written():
     paired = PairedDifference(value=-0.05, low=-0.12, high=0.01, p_value=1.0, defined_redraws=200)
     assert _paired_cell(paired, cases=True) == "-5 [-12,\u00a0+1]"
     assert _seeds_cell(SeedSummary(mean=-0.002, std=0.01, min=-0.07, max=0.06, n_seeds=2), cases=True) == \
-        "0 (seeds -7 to +6)"
+        "0 (seed range -7 to +6)"
     assert "-0.050 [-0.120,\u00a0+0.010]" in _difference_cell(paired)          # signed, as the summary prints it
     assert _est(Estimate(value=-0.05, low=-0.12, high=0.01), signed=True) in _difference_cell(paired)
     spread = Spread(value=0.1, low=0.05, high=0.2, undefined_redraws=20)

@@ -7,10 +7,12 @@ in sensitivity (cases of the positive class found, named: in some public binary 
 "normal") and in specificity, each against the non-private run **of the same seed**, with the paired bootstrap
 intervals of `dpmed.comparisons` (each model deciding at its own threshold chosen on the validation split), and one
 sentence per arm: "at eps 1 the model misses about 12 more of every 100 pneumonia cases". With several seeds the
-sentence gives the mean over seeds and the seeds' spread (training randomness, which the test bootstrap does not
-see). Runs that predict one class for every test image are flagged here, where a reader starts, and so are runs
-whose validation-chosen threshold does not carry over to the test images (validation and test rates differ far
-beyond chance: the test images differ from those the threshold was chosen on, e.g. the Kermany release's test folder).
+sentence gives the mean over seeds with its Student t interval over seeds (training randomness, which the test
+bootstrap does not see), and the seeds' range labelled as a range: 3 seeds' range holds their true mean only 75 % of
+the time, so it is no interval. A change reads as one direction only where that t interval excludes 0. Runs that
+predict one class for every test image are flagged here, where a reader starts, and so are runs whose
+validation-chosen threshold does not carry over to the test images (validation and test rates differ far beyond
+chance: the test images differ from those the threshold was chosen on, e.g. the Kermany release's test folder).
 """
 
 from __future__ import annotations
@@ -54,10 +56,13 @@ def _paired_cell(d: PairedDifference | None, *, cases: bool) -> str:
 
 
 def _seeds_cell(s: SeedSummary | None, *, cases: bool) -> str:
+    """mean [t interval over seeds] (seed range min to max); a summary without the interval (one seed, or a
+    comparisons.json that predates it) gives the mean and range only."""
     if s is None or s.mean is None:
         return "–"
     fmt = _per100 if cases else signed_text
-    return f"{fmt(s.mean)} (seeds {fmt(s.min)} to {fmt(s.max)})"
+    interval = "" if s.low is None else f" [{fmt(s.low)},\u00a0{fmt(s.high)}]"
+    return f"{fmt(s.mean)}{interval} (seed range {fmt(s.min)} to {fmt(s.max)})"
 
 
 def _count(x: float, more: str, fewer: str) -> str:
@@ -109,7 +114,13 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
         if single is not None and d.low is not None:      # missed = -sensitivity: the interval flips
             return f" ({level} CI: {_range(-100 * d.high, -100 * d.low, more, fewer)})"
         if seeds is not None and d.min is not None and len(seeds.seeds) > 1:
-            return f" (seeds: {_range(-100 * d.max, -100 * d.min, more, fewer)})"
+            spread = f"seed range: {_range(-100 * d.max, -100 * d.min, more, fewer)}"
+            if d.low is None:
+                return f" ({spread})"
+            # the mean's direction is a finding only where the t interval excludes 0; the range never shows it
+            unsure = "" if d.excludes_zero else ", which includes no change: these seeds do not show which way"
+            return (f" ({level} t interval over seeds: {_range(-100 * d.high, -100 * d.low, more, fewer)}{unsure}; "
+                    f"{spread})")
         return ""
 
     def mean(d) -> float | None:
@@ -132,8 +143,13 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
     auroc = single.auroc_difference.value if single is not None else seeds.auroc_difference.mean
     if auroc is None:
         return f"{lead} has no defined AUROC change."
-    against = f" against {baseline}." if baseline else "."
-    return f"{lead} changes the test AUROC by{avg} {signed_text(auroc)}{against}"
+    against = f" against {baseline}" if baseline else ""
+    d = None if single is not None else seeds.auroc_difference
+    if d is None or d.low is None:
+        return f"{lead} changes the test AUROC by{avg} {signed_text(auroc)}{against}."
+    unsure = "" if d.excludes_zero else ", which includes 0: these seeds do not show which way"
+    return (f"{lead} changes the test AUROC by{avg} {signed_text(auroc)}{against} ({level} t interval over seeds "
+            f"[{signed_text(d.low)}, {signed_text(d.high)}]{unsure}).")
 
 
 def flag_html(inputs: ReportInputs, run_ids: list[str]) -> str:
@@ -206,10 +222,12 @@ def _columns(kind: str, pos: str, neg: str, level: str, seeds: tuple[bool, bool]
     """The heads of the table's change columns (plain text: they also label each cell on a phone).
 
     ``seeds``: (a row is one seed's paired change, a row is a mean over seeds). A one-seed row's bracket is a
-    bootstrap interval; a several-seed row's parenthesis is the seeds' range, which the heading must not call a CI.
+    bootstrap interval; a several-seed row's bracket is the t interval over seeds and its parenthesis the seeds'
+    range, which the heading must not call an interval.
     """
     one, several = seeds
-    auroc = (" or ".join(([f"[{level} CI]"] if one else []) + (["mean (seed range)"] if several else []))
+    auroc = (" or ".join(([f"[{level} CI]"] if one else [])
+                         + ([f"mean [{level} t interval over seeds] (seed range)"] if several else []))
              or f"[{level} CI]")
     if kind == "binary":
         return [f"AUROC change {auroc}", f"sensitivity change: {pos} cases found, per 100",
@@ -281,9 +299,12 @@ def clinical(inputs: ReportInputs) -> str:
                f"{'patients' if comparisons.bootstrap_unit == 'patient' else 'images'} for both). {ONE_SEED}"
                if not several else
                "Each seed's run is paired with the non-private run of the same seed; a row gives the mean "
-               "of those paired changes over seeds and the seeds' range (training randomness, which the test-set "
-               "bootstrap does not see). Each seed's own paired interval is in the section 'Against the "
-               "non-private run, with intervals'.")
+               f"of those paired changes over seeds with its {level} Student t interval over seeds (n - 1 degrees of "
+               "freedom; it assumes independent seeds and roughly normal changes), and the seeds' range (training "
+               "randomness, which the test-set bootstrap does not see). The range is no interval: 3 seeds' range "
+               "holds the true mean only 75% of the time. The t interval is wide with few seeds (t is 4.30 for 3), "
+               "which is what they can tell; a change is a finding only where it excludes 0. Each seed's own "
+               "paired interval is in the section 'Against the non-private run, with intervals'.")
     example = (f"-12 per 100 in sensitivity means about 12 more missed of every 100 {escape(pos_text)} cases"
                if kind == "binary" else "-5 per 100 in accuracy means about 5 more wrong of every 100")
     return (f"{head}<p>{pairing} {meaning} Positive changes are better, negative worse: {example}.</p>"

@@ -17,6 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import LogLocator, NullFormatter
 
+from dpmed.evaluation.paired import seed_summary
 from dpmed.mechanisms.base import unit_words
 from dpmed.numbers import delta_text, number_text
 from dpmed.records import RunRecord
@@ -100,12 +101,14 @@ def _defined(runs: list[RunRecord]) -> list[tuple[RunRecord, Any]]:
 
 def _point(shown: list[tuple[RunRecord, Any]], several_seeds: bool) -> tuple[float, float | None, float | None]:
     """(AUROC, low, high) of what one point or line stands for: a run and its bootstrap interval; with several
-    seeds, the mean of a configuration's defined seeds and their range."""
+    seeds, the mean of a configuration's defined seeds and its 95 % Student t interval over them (None for one
+    seed). Their range is no interval (3 seeds' range holds the true mean 75 % of the time): the faint dots show it.
+    """
     if not several_seeds:
         e = shown[0][1]
         return e.value, e.low, e.high
-    values = [e.value for _, e in shown]
-    return sum(values) / len(values), min(values), max(values)
+    s = seed_summary([e.value for _, e in shown])
+    return s.mean, s.low, s.high
 
 
 def _seeds_text(shown: int, runs: int, counts_differ: bool) -> str:
@@ -203,8 +206,9 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
 
     With one seed, each run is a point with its bootstrap interval, and the band is the non-private run's interval.
     With several, each configuration is one point: the mean of its seeds' AUROC at the mean of their eps (a
-    calibrated run's eps differs between seeds only in rounding), a bar over the seeds' range and each seed a faint
-    dot; each non-private arm is a line at its seeds' mean, its band their range. One point and one line per seed,
+    calibrated run's eps differs between seeds only in rounding), a bar over its 95 % t interval over seeds and each
+    seed a faint dot (the dots span the seeds' range); each non-private arm is a line at its seeds' mean, its band
+    that t interval. One point and one line per seed,
     all alike, could not be told apart; the runs' own intervals are in the report's table.
     """
     records = list(records)
@@ -222,9 +226,9 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
     lines = []                      # (value, low, high) of each non-private line: an arm's seeds, or a run
     for runs in _configurations([r for r, _ in base], several_seeds):
         value, low, high = _point(_defined(runs), several_seeds)
-        alone = several_seeds and len(runs) == 1           # an arm of one seed has no range to draw
+        alone = several_seeds and len(runs) == 1           # an arm of one seed has no interval to draw
         lines.append((value, None, None) if alone else (value, low, high))
-    lows = [0.4] + [low for _, low, _ in lines if low is not None]
+    lows = [0.4] + [y for value, low, _ in lines for y in (value, low) if y is not None]
     configurations = [_configurations([r for r in records if p.member(r)], several_seeds) for p in panels]
     counts_differ = len({len(_defined(runs)) for c in configurations for runs in c} - {0}) > 1
     used: dict[str, tuple[str, str, str]] = {}
@@ -253,8 +257,8 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
             ax.annotate(label, (x, y), xytext=(6, 4), textcoords="offset points",
                         fontsize=size - 1, color="#333333").set_in_layout(False)   # placed by fit_inside
             xs.append(x)
-            if low is not None:
-                lows.append(low)
+            # every seed's dot, and the bar: a configuration of one defined seed has no bar, only its dot
+            lows += [e.value for _, e in shown] + ([low] if low is not None else [])
         if xs:
             ax.set_xscale("log")
             lo, hi = min(xs), max(xs)
@@ -281,7 +285,7 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
     handles = [Line2D([], [], marker=m, color=c, ls="none", label=label) for m, c, label in used.values()]
     if several_seeds and used:
         handles.append(Line2D([], [], marker="|", ms=10, color="grey", ls="none",
-                              label="bars: range over seeds, faint dots: each seed"))
+                              label="bars: 95% t interval over seeds, faint dots: each seed"))
     if several_seeds and base:
         banded = any(low is not None for _, low, _ in lines)
         count = len(base)
@@ -289,7 +293,7 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
                                          if len(lines) > 1 else f"mean of {count} seeds" if banded else "1 seed")
         handles.append(Line2D([], [], color="k", lw=1, label=label))
         if banded:
-            handles.append(Patch(color="k", alpha=0.08, label="non-private, range over seeds"))
+            handles.append(Patch(color="k", alpha=0.08, label="non-private, 95% t interval over seeds"))
     elif base:
         handles += [Line2D([], [], color="k", lw=1, label="non-private AUROC"),
                     Patch(color="k", alpha=0.08, label="non-private interval")]

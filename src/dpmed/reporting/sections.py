@@ -258,7 +258,7 @@ def _threshold_text(r: RunRecord) -> str:
 
 def _figure_caption(inputs: ReportInputs) -> str:
     """The AUROC-versus-eps figure's caption. In a multi-seed study it says what a point and its bar are (a
-    configuration's mean and range over seeds, not a run's interval): one seed's figure draws intervals, and a
+    configuration's mean and t interval over seeds, not a run's interval): one seed's figure draws intervals, and a
     reader would take the bars for them. It names the runs the figure has no point for, and why: no eps to place
     them at (not DP, with the card's reason), or an undefined AUROC. The non-private runs are its line and band."""
     no_eps, undefined = [], []
@@ -271,9 +271,11 @@ def _figure_caption(inputs: ReportInputs) -> str:
             no_eps.append(f"{escape(r.run_id)} ({escape(not_dp_text(r.privacy) or 'no ε on its card')})")
     parts = ([f"runs with no ε to place them at: {'; '.join(no_eps)}"] if no_eps else []) + \
         ([f"runs whose test AUROC is undefined: {', '.join(undefined)}"] if undefined else [])
-    seeds = ("Each point is the mean test AUROC over a configuration's seeds, its bar their range and the faint "
-             "dots the seeds themselves (the non-private line and band: their mean and range); each run's own "
-             "interval is in the table below." if len({r.seed for r in inputs.records}) > 1 else "")
+    seeds = ("Each point is the mean test AUROC over a configuration's seeds, its bar the 95% Student t interval "
+             "of that mean over the seeds (it assumes independent seeds, roughly normal; wide with few: t is 4.30 "
+             "for 3) and the faint dots the seeds themselves, whose spread is their range, not an interval (the "
+             "non-private line and band: their mean and t interval); each run's own interval is in the table "
+             "below." if len({r.seed for r in inputs.records}) > 1 else "")
     left_out = f"Not in the figure (the table below has them): {'. And '.join(parts)}." if parts else ""
     text = " ".join(t for t in (seeds, left_out) if t)
     return f"<figcaption>{text}</figcaption>" if text else ""

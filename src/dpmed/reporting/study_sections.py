@@ -19,7 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-from dpmed.comparisons import MIN_CLASS_COUNT, SIGNIFICANCE, Comparisons, Correlation, PairedDifference
+from dpmed.comparisons import (MIN_CLASS_COUNT, SIGNIFICANCE, Comparisons, Correlation, PairedDifference,
+                               SeedSummary)
 from dpmed.evaluation.fairness import uncompared_groups
 from dpmed.evaluation.faithfulness import METRIC_LABELS
 from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, GroupFairness, Spread
@@ -464,6 +465,22 @@ def _difference_cell(d: PairedDifference | None) -> str:
             f"<td class=num>{p_text(d)}</td>")
 
 
+def _seeds_interval(s: SeedSummary) -> str:
+    """mean [t interval over seeds]; the mean alone where there is none (a comparisons.json that predates it)."""
+    if s.low is None:
+        return signed_text(s.mean)
+    return f"{signed_text(s.mean)} [{signed_text(s.low)},\u00a0{signed_text(s.high)}]"
+
+
+def _across_seeds(s: SeedSummary) -> str:
+    """What the t interval over seeds supports: lower or higher than the non-private arm where it excludes 0."""
+    if s.low is None:
+        return _e(s.reason or "no interval over seeds")
+    if not s.excludes_zero:
+        return "not shown (interval holds 0)"
+    return "lower" if s.high < 0 else "higher"
+
+
 def comparison_section(inputs: ReportInputs) -> str:
     comparisons: Comparisons = inputs.comparisons
     level = inputs.level
@@ -493,12 +510,21 @@ def comparison_section(inputs: ReportInputs) -> str:
                      + stacked(f"<table><tr><th>run</th><th>reference</th>{heads}</tr>{body}</table>"))
     multi = [b for b in comparisons.by_value if b.auroc_difference.n_seeds > 1]
     if multi:
-        body = "".join(f"<tr><td>{_e(b.label)}</td><td class=num>{signed_text(b.auroc_difference.mean)}</td>"
-                       f"<td class=num>{b.auroc_difference.std:.3f}</td><td class=num>"
-                       f"{b.significant_seeds} of {b.auroc_difference.n_seeds}</td></tr>" for b in multi)
+        body = "".join(f"<tr><td>{_e(b.label)}</td><td class=num>{_seeds_interval(b.auroc_difference)}</td>"
+                       f"<td class=num>{_across_seeds(b.auroc_difference)}</td>"
+                       f"<td class=num>{signed_text(b.auroc_difference.min)} to "
+                       f"{signed_text(b.auroc_difference.max)}</td><td class=num>{b.auroc_difference.std:.3f}</td>"
+                       f"<td class=num>{b.significant_seeds} of {b.auroc_difference.n_seeds}</td></tr>" for b in multi)
         parts.append("<p>Over seeds (training randomness, which the test-set bootstrap does not see), each seed "
-                     "paired with its own non-private run:</p>"
-                     + stacked("<table><tr><th>arm value</th><th>mean AUROC difference</th><th>std over seeds</th>"
+                     f"paired with its own non-private run: the mean AUROC difference with its {level} Student t "
+                     "interval over seeds (n - 1 degrees of freedom; it assumes independent seeds and roughly normal "
+                     "differences, and is wide with few seeds: t is 4.30 for 3). An arm value is lower or higher "
+                     "than the non-private arm across seeds only where that interval excludes 0. The seeds' range is "
+                     "their spread, not an interval (3 seeds' range holds the true mean only 75% of the time), and "
+                     "the count of seeds with a small p says how many single test sets showed a difference, not "
+                     "whether the arm differs across seeds.</p>"
+                     + stacked(f"<table><tr><th>arm value</th><th>mean AUROC difference [{level} t interval over "
+                               "seeds]</th><th>across seeds</th><th>seed range</th><th>std over seeds</th>"
                                f"<th>seeds with p &lt; {SIGNIFICANCE:g}</th></tr>{body}</table>"))
     labels = comparisons.correlations.auroc_drop_vs_label
     if labels:
