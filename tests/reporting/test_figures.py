@@ -308,6 +308,21 @@ def test_a_multi_seed_study_draws_each_configuration_once_as_its_mean_and_t_inte
     assert "non-private AUROC" not in legend and "non-private interval" not in legend
 
 
+def test_the_bars_over_seeds_are_at_the_study_s_confidence_as_the_runs_intervals_are(make_record):
+    """A study at 90% has every run's bootstrap interval at 90%: the t interval over seeds beside them must be too
+    (t 2.919986 with 2 df), and the legend must say which."""
+    values = [0.80, 0.86, 0.83]
+    records = _seeds(make_record, {"none": [0.96, 0.94, 0.92], "eps1": values})
+    fig = auroc_figure(records, confidence=0.90)
+    (ax,) = fig.axes
+    half = 2.919986 * np.std(values, ddof=1) / np.sqrt(3)
+    bars = [tuple(float(y) for y in segment[:, 1]) for c in ax.collections for segment in c.get_segments()]
+    assert bars == [pytest.approx((np.mean(values) - half, np.mean(values) + half), abs=1e-6)]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert {"non-private, 90% t interval over seeds", "bars: 90% t interval over seeds, faint dots: each seed"} \
+        <= set(legend)
+
+
 def test_a_configuration_with_an_undefined_seed_averages_the_others_and_says_so(make_record):
     """The count of seeds a point averages is named where it differs between configurations."""
     records = _seeds(make_record, {"none": [0.96, None, 0.92], "eps1": [0.80, 0.86, 0.83], "eps8": [0.90, None, 0.86]})

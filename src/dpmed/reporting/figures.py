@@ -19,7 +19,7 @@ from matplotlib.ticker import LogLocator, NullFormatter
 
 from dpmed.evaluation.paired import seed_summary
 from dpmed.mechanisms.base import unit_words
-from dpmed.numbers import delta_text, number_text
+from dpmed.numbers import confidence_text, delta_text, number_text
 from dpmed.records import RunRecord
 from dpmed.reporting.point_labels import fit_inside
 
@@ -52,9 +52,9 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def auroc_versus_epsilon(records: Iterable[RunRecord], *, narrow: bool = False) -> bytes:
+def auroc_versus_epsilon(records: Iterable[RunRecord], *, confidence: float = 0.95, narrow: bool = False) -> bytes:
     """:func:`auroc_figure` as PNG bytes."""
-    return png_bytes(auroc_figure(records, narrow=narrow))
+    return png_bytes(auroc_figure(records, confidence=confidence, narrow=narrow))
 
 
 def auroc_alt(records: Iterable[RunRecord]) -> str:
@@ -99,15 +99,16 @@ def _defined(runs: list[RunRecord]) -> list[tuple[RunRecord, Any]]:
     return [(r, e) for r, e in ((r, r.estimate("test_auroc")) for r in runs) if e.value is not None]
 
 
-def _point(shown: list[tuple[RunRecord, Any]], several_seeds: bool) -> tuple[float, float | None, float | None]:
+def _point(shown: list[tuple[RunRecord, Any]], several_seeds: bool,
+           confidence: float) -> tuple[float, float | None, float | None]:
     """(AUROC, low, high) of what one point or line stands for: a run and its bootstrap interval; with several
-    seeds, the mean of a configuration's defined seeds and its 95 % Student t interval over them (None for one
-    seed). Their range is no interval (3 seeds' range holds the true mean 75 % of the time): the faint dots show it.
+    seeds, the mean of a configuration's defined seeds and its Student t interval at ``confidence`` over them (None
+    for one seed), the level of the runs' own intervals. Their range is no interval (3 seeds' range holds the true mean 75 % of the time): the faint dots show it.
     """
     if not several_seeds:
         e = shown[0][1]
         return e.value, e.low, e.high
-    s = seed_summary([e.value for _, e in shown])
+    s = seed_summary([e.value for _, e in shown], confidence=confidence)
     return s.mean, s.low, s.high
 
 
@@ -194,7 +195,7 @@ _MARKERS = {"dp_sgd": ("o", "tab:blue", "DP-SGD"), "pixel_laplace": ("s", "tab:o
             "pixel_gaussian": ("^", "tab:green", "pixel Gaussian (local DP)")}
 
 
-def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figure:
+def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narrow: bool = False) -> Figure:
     """Test AUROC against eps on a log axis, one panel per kind of eps.
 
     Local DP's eps per image (any two images are neighbours; thousands at 64 x 64 px) and DP-SGD's eps (add or
@@ -206,12 +207,14 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
 
     With one seed, each run is a point with its bootstrap interval, and the band is the non-private run's interval.
     With several, each configuration is one point: the mean of its seeds' AUROC at the mean of their eps (a
-    calibrated run's eps differs between seeds only in rounding), a bar over its 95 % t interval over seeds and each
+    calibrated run's eps differs between seeds only in rounding), a bar over its t interval over seeds (at
+    ``confidence``, the study's level) and each
     seed a faint dot (the dots span the seeds' range); each non-private arm is a line at its seeds' mean, its band
     that t interval. One point and one line per seed,
     all alike, could not be told apart; the runs' own intervals are in the report's table.
     """
     records = list(records)
+    level = confidence_text(confidence)
     dpi, size = FONT[narrow]
     panels = _panels(records)
     n = len(panels)
@@ -225,7 +228,7 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
     base = _defined([r for r in records if r.mechanism == "none"])
     lines = []                      # (value, low, high) of each non-private line: an arm's seeds, or a run
     for runs in _configurations([r for r, _ in base], several_seeds):
-        value, low, high = _point(_defined(runs), several_seeds)
+        value, low, high = _point(_defined(runs), several_seeds, confidence)
         alone = several_seeds and len(runs) == 1           # an arm of one seed has no interval to draw
         lines.append((value, None, None) if alone else (value, low, high))
     lows = [0.4] + [y for value, low, _ in lines for y in (value, low) if y is not None]
@@ -247,7 +250,7 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
             marker, color, name = _MARKERS.get(r.mechanism, ("D", "tab:purple", r.mechanism))
             used[r.mechanism] = (marker, color, name)
             x = sum(panel.x(r) for r, _ in shown) / len(shown)
-            y, low, high = _point(shown, several_seeds)
+            y, low, high = _point(shown, several_seeds, confidence)
             if several_seeds:
                 ax.plot([x] * len(shown), [e.value for _, e in shown], marker, ms=3, color=color, alpha=0.35)
             plot_interval(ax, x, y, low, high, marker=marker, color=color, ms=6)
@@ -285,7 +288,7 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
     handles = [Line2D([], [], marker=m, color=c, ls="none", label=label) for m, c, label in used.values()]
     if several_seeds and used:
         handles.append(Line2D([], [], marker="|", ms=10, color="grey", ls="none",
-                              label="bars: 95% t interval over seeds, faint dots: each seed"))
+                              label=f"bars: {level} t interval over seeds, faint dots: each seed"))
     if several_seeds and base:
         banded = any(low is not None for _, low, _ in lines)
         count = len(base)
@@ -293,7 +296,7 @@ def auroc_figure(records: Iterable[RunRecord], *, narrow: bool = False) -> Figur
                                          if len(lines) > 1 else f"mean of {count} seeds" if banded else "1 seed")
         handles.append(Line2D([], [], color="k", lw=1, label=label))
         if banded:
-            handles.append(Patch(color="k", alpha=0.08, label="non-private, 95% t interval over seeds"))
+            handles.append(Patch(color="k", alpha=0.08, label=f"non-private, {level} t interval over seeds"))
     elif base:
         handles += [Line2D([], [], color="k", lw=1, label="non-private AUROC"),
                     Patch(color="k", alpha=0.08, label="non-private interval")]

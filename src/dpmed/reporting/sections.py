@@ -271,9 +271,9 @@ def _figure_caption(inputs: ReportInputs) -> str:
             no_eps.append(f"{escape(r.run_id)} ({escape(not_dp_text(r.privacy) or 'no ε on its card')})")
     parts = ([f"runs with no ε to place them at: {'; '.join(no_eps)}"] if no_eps else []) + \
         ([f"runs whose test AUROC is undefined: {', '.join(undefined)}"] if undefined else [])
-    seeds = ("Each point is the mean test AUROC over a configuration's seeds, its bar the 95% Student t interval "
-             "of that mean over the seeds (it assumes independent seeds, roughly normal; wide with few: t is 4.30 "
-             "for 3) and the faint dots the seeds themselves, whose spread is their range, not an interval (the "
+    seeds = (f"Each point is the mean test AUROC over a configuration's seeds, its bar the {inputs.level} Student t "
+             "interval of that mean over the seeds (it assumes independent seeds, roughly normal; wide with few: at "
+             "95%, t is 4.30 for 3) and the faint dots the seeds themselves, whose spread is their range, not an interval (the "
              "non-private line and band: their mean and t interval); each run's own interval is in the table "
              "below." if len({r.seed for r in inputs.records}) > 1 else "")
     left_out = f"Not in the figure (the table below has them): {'. And '.join(parts)}." if parts else ""
@@ -282,7 +282,9 @@ def _figure_caption(inputs: ReportInputs) -> str:
 
 
 def utility(inputs: ReportInputs) -> str:
-    figure = embed_figure(auroc_versus_epsilon(inputs.records), auroc_versus_epsilon(inputs.records, narrow=True),
+    confidence = inputs.resolved.study.evaluation.confidence
+    figure = embed_figure(auroc_versus_epsilon(inputs.records, confidence=confidence),
+                          auroc_versus_epsilon(inputs.records, confidence=confidence, narrow=True),
                           inputs.folder.root / "auroc_vs_epsilon.png", auroc_alt(inputs.records))
     columns = _metric_columns(inputs)
     badges = {"one_class": "one decision for all", "unused_classes": "classes never chosen",
