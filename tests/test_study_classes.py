@@ -32,12 +32,16 @@ def test_a_binary_split_with_one_class_is_refused_naming_it(phantom, split, name
         check_classes(data, where="labels.csv")
 
 
-def test_both_classes_everywhere_pass_and_multiclass_needs_two_in_training_only(phantom):
+def test_both_classes_everywhere_pass_and_multiclass_needs_two_in_training_and_test(phantom):
+    """A multiclass test split of one class left every one-vs-rest AUROC undefined: before, every run trained and
+    then failed in evaluation ("test AUROC is undefined"), exit status 1 and no result."""
     check_classes(phantom, where="phantom")
     multiclass = replace(phantom, task=replace(phantom.task, kind="multiclass"), val=_only(phantom.val, 1))
     check_classes(multiclass, where="phantom")                     # validation picks no threshold for argmax
-    with pytest.raises(DataError, match="at least two classes in training"):
-        check_classes(replace(multiclass, train=_only(phantom.train, 1)), where="phantom")
+    for split, named in (("train", "training"), ("test", "test")):
+        with pytest.raises(DataError, match=rf"the {named} split holds only class .*at least two classes in "
+                                            "training and in test"):
+            check_classes(replace(multiclass, **{split: _only(getattr(phantom, split), 1)}), where="phantom")
 
 
 def test_classes_counted_from_the_images_need_each_training_class_in_validation_or_test(phantom):
@@ -73,6 +77,19 @@ def test_a_multilabel_finding_with_one_value_in_validation_is_refused_before_tra
     test[:, 1] = value
     check_classes(replace(data, test=replace(data.test, labels=test)), where="labels.csv")
     check_classes(data, where="labels.csv")
+
+
+def test_a_multilabel_test_split_where_no_finding_varies_is_refused_before_training():
+    """Before: every run trained, then failed in evaluation ("test AUROC is undefined: no label has both positives
+    and negatives"). One finding that varies on test is enough: the others are reported undefined."""
+    data = make_phantom(n_images=120, image_size=16, seed=0, task="multilabel")
+    labels = data.test.labels.copy()
+    labels[:, 1:] = 0
+    check_classes(replace(data, test=replace(data.test, labels=labels)), where="labels.csv")
+    labels[:, 0] = 1
+    with pytest.raises(DataError, match=rf"^labels\.csv: no finding is both present and absent among the "
+                                        rf"{len(labels)} test images, so no test AUROC is defined"):
+        check_classes(replace(data, test=replace(data.test, labels=labels)), where="labels.csv")
 
 
 def test_a_binary_validation_split_with_few_images_of_a_class_is_warned_of(phantom, caplog):

@@ -154,24 +154,26 @@ def load_study_data(study: Study) -> Dataset:
 def check_classes(dataset: Dataset, *, where: str) -> None:
     """DataError, before any training, where a split lacks a class it needs: a binary task needs both classes in
     training (else nothing is learnt), validation (Youden's threshold, METHODS.md s.4) and test (AUROC); a
-    multiclass one at least two classes in training. Before, such a study trained every run and then failed in
-    evaluation, or reported an AUROC for a model that had seen one class (``where``: the data, for the message).
+    multiclass one at least two classes in training and in test (one-vs-rest AUROC needs a class and another).
+    Before, such a study trained every run and then failed in evaluation, or reported an AUROC for a model that had
+    seen one class (``where``: the data, for the message).
     Where the classes were counted from the images (`Task.classes_from_data`), every training class needs a
     validation or test image, so the count the study publishes is a fact of the evaluation splits, not of one
     training patient."""
     kind, names = dataset.task.kind, dataset.task.label_names
     if kind == "multilabel":
         _check_findings_in_validation(dataset, where=where)
+        _check_a_finding_varies_in_test(dataset, where=where)
         return
     if kind not in ("binary", "multiclass"):
         return
     splits = (("training", dataset.train), ("validation", dataset.val), ("test", dataset.test))
-    for split, images in splits if kind == "binary" else splits[:1]:
+    for split, images in splits if kind == "binary" else splits[::2]:
         present = np.unique(np.asarray(images.labels))
         if len(present) < 2:
             held = ", ".join(names[int(c)] if int(c) < len(names) else str(c) for c in present) or "none"
             needs = ("both classes in training, validation and test" if kind == "binary"
-                     else "at least two classes in training")
+                     else "at least two classes in training and in test")
             raise DataError(f"{where}: the {split} split holds only class {held} ({len(images)} images); a {kind} "
                             f"task needs {needs}: check the label column or class folders (data.labels), or the "
                             "split settings")
@@ -194,6 +196,19 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
                             "model's last layer), so a class only training images hold would publish those "
                             "patients' labels, which DP does not cover: give every class validation or test images "
                             "(data.split, or the split column or folders), or leave that class's rows out")
+
+
+def _check_a_finding_varies_in_test(dataset: Dataset, *, where: str) -> None:
+    """DataError where no multilabel finding is both present and absent among the test images: the macro AUROC (over
+    the findings whose AUROC is defined) then has no finding to average, and before, every run trained and then
+    failed in evaluation. One finding that varies is enough; the others are reported undefined."""
+    labels = np.asarray(dataset.test.labels)         # [N, L] of 0/1
+    if not len(labels) or any(len(np.unique(labels[:, j])) > 1 for j in range(labels.shape[1])):
+        return
+    raise DataError(f"{where}: no finding is both present and absent among the {len(labels)} test images, so no "
+                    "test AUROC is defined (it needs images with and without a finding) and every run would train "
+                    "and then fail; give test more images (data.split.test_fraction or data.split.seed, or the split "
+                    "column), or add to data.labels a finding that some test images show")
 
 
 def _check_findings_in_validation(dataset: Dataset, *, where: str) -> None:
