@@ -572,6 +572,29 @@ def test_a_multiclass_run_that_never_chooses_a_class_is_flagged_in_the_table_and
     assert "1 warning about dp_eps1_C1_seed0" in _text(reading) and 'href="#warnings"' in reading
 
 
+def test_a_test_auroc_whose_redraws_are_mostly_undefined_says_so_in_the_utility_table(tmp_path, make_record,
+                                                                                       report_html):
+    """On a test set of two patients, one of each class, about half the redraws draw one class and have no AUROC:
+    the table showed 1.000 [1.000, 1.000] as if certain, and only a Python warning on the terminal said otherwise."""
+    y, s = np.array([0, 1]), np.array([0.2, 0.9])
+    (tmp_path / "runs" / "np_seed0").mkdir(parents=True)
+    np.savez(tmp_path / "runs" / "np_seed0" / "predictions.npz", test_scores=s, test_labels=y,
+             test_patient_ids=np.array(["a", "b"]))
+    with pytest.warns(RuntimeWarning):             # the terminal's warnings of undefined redraws
+        metrics = evaluate_utility(kind="binary", label_names=["normal", "pneumonia"], val_labels=y, val_scores=s,
+                                   test_labels=y, test_scores=s, n_resamples=50, seed=0)
+    undefined = metrics["test_auroc_undefined_redraws"]
+    assert undefined > 5
+    table = _text(_section(report_html([make_record("np_seed0", "np", "none", metrics=metrics)], resamples=50),
+                           "utility").split("</table>")[0])
+    assert f"1.000 [1.000,\u00a01.000]  ({undefined} of 50 redraws undefined)" in table
+
+
+def test_a_test_auroc_defined_in_every_redraw_has_no_such_note(report_html, two_arms):
+    table = _section(report_html(two_arms), "utility").split("</table>")[0]
+    assert "redraws undefined" not in table
+
+
 def test_multilabel_arms_are_read_as_findings_decided_right_at_each_findings_own_threshold(tmp_path, make_record,
                                                                                           report_html):
     """A multilabel study's clinical section counts wrong decisions over (image, finding) pairs, each finding at its

@@ -10,6 +10,7 @@ import re
 import yaml
 
 from dpmed.data.sample import names_text
+from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.evaluation.version import evaluated_by
 from dpmed.mechanisms import claims_beyond
 from dpmed.numbers import delta_number, shape_text
@@ -281,6 +282,17 @@ def _figure_caption(inputs: ReportInputs) -> str:
     return f"<figcaption>{text}</figcaption>" if text else ""
 
 
+def _auroc_cell(r: RunRecord) -> str:
+    """A run's test AUROC with its interval, and how many redraws left it undefined where that is many: the interval
+    then describes only the redraws that drew both classes (on a test set of a few patients, [1.000, 1.000] where
+    half the redraws had no value), which the terminal warned of in passing and the table did not say."""
+    undefined, resamples = r.metrics.get("test_auroc_undefined_redraws") or 0, r.metrics.get("n_resamples") or 0
+    flag = (f' <span class="flag" title="in these redraws of the test set one class only was drawn; the interval '
+            f'uses the others and may be too narrow">({undefined} of {resamples} redraws undefined)</span>'
+            if resamples and undefined > UNDEFINED_REDRAWS_WARN_FRACTION * resamples else "")
+    return estimate_text(r.estimate("test_auroc")) + flag
+
+
 def utility(inputs: ReportInputs) -> str:
     confidence = inputs.resolved.study.evaluation.confidence
     figure = embed_figure(auroc_versus_epsilon(inputs.records, confidence=confidence),
@@ -299,8 +311,8 @@ def utility(inputs: ReportInputs) -> str:
         + (f' <span class="flag" title="see the warning below the table">⚠ {flagged[r.run_id]}</span>'
            if r.run_id in flagged else "")
         + f"</td><td>{escape(r.mechanism)}</td><td class=eps>{escape(eps_label(r.privacy))}</td>"
-        + "".join(f"<td class=num>{_threshold_text(r) if m == 'threshold' else estimate_text(r.estimate(m))}</td>"
-                  for m, _ in columns)
+        + "".join("<td class=num>" + (_threshold_text(r) if m == "threshold" else _auroc_cell(r) if m == "test_auroc"
+                                      else estimate_text(r.estimate(m))) + "</td>" for m, _ in columns)
         + f"<td class=num>{_seconds(r.timing.train_seconds)}</td></tr>" for r in inputs.records)
     note = ("<p>The local-DP panel's eps is per image, for local DP's neighbours (any two images); the DP-SGD "
             "panel's is for adding or removing one training patient or image. They protect against different "
