@@ -11,7 +11,7 @@ import pytest
 
 from dpmed.data import make_phantom
 from dpmed.errors import DataError
-from dpmed.study import check_classes
+from dpmed.study import check_classes, check_test_patients
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +109,13 @@ def test_a_binary_validation_split_with_few_images_of_a_class_is_warned_of(phant
     with caplog.at_level("WARNING", logger="dpmed.study"):
         check_classes(replace(phantom, val=phantom.train), where="phantom")     # 10 or more of each: no word
     assert not caplog.records
+
+
+def test_a_test_split_of_one_patient_is_refused_before_training(phantom):
+    """The bootstrap redraws patients: with one test patient every redraw is the whole test set, so every interval
+    had zero width and the report called a difference between two runs significant (p <= 0.04) on one patient."""
+    one = replace(phantom.test, patient_ids=np.full(len(phantom.test), "P7"))
+    with pytest.raises(DataError, match=rf"^phantom: all {len(one)} test images are of one patient, and the "
+                                        "intervals redraw patients"):
+        check_test_patients(replace(phantom, test=one), where="phantom")
+    check_test_patients(phantom, where="phantom")
