@@ -423,3 +423,26 @@ def test_the_audit_states_a_dp_claim_without_a_not_dp_label_and_without_a_size_c
     assert _audited_claim(card) == ("PLD, add/remove one patient; training alone: the card's 2 adds 0.02 for the "
                                     "released training-set size")
     assert _audited_claim(card.model_copy(update={"size_epsilon": None})) == "PLD, add/remove one patient"
+
+
+def test_every_run_s_evaluation_warning_is_a_log_line_that_names_the_run(caplog):
+    """Too many undefined redraws is warned of by the evaluation as a library does (a RuntimeWarning); Python shows
+    such a warning once per place, so in a study of several runs only the first run's reached the terminal, with a
+    source line and no run. Each run's is now a line of the log that names it; other warnings pass on unchanged."""
+    import logging
+    import warnings
+    from dpmed.evaluation.utility import evaluate_utility
+    from dpmed.run import _evaluation_warnings_logged
+
+    y = np.array([0, 0, 0, 0, 0, 0, 0, 1])              # one positive: most redraws of 8 images draw none
+    s = np.linspace(0.1, 0.9, 8)
+    caplog.set_level(logging.WARNING, logger="dpmed.run")
+    for run_id in ("dp_seed0", "dp_seed1"):
+        with _evaluation_warnings_logged(run_id):
+            evaluate_utility(kind="binary", label_names=["normal", "pneumonia"], val_labels=y, val_scores=s,
+                             test_labels=y, test_scores=s, n_resamples=50, seed=0, confidence=0.95)
+    lines = [r.getMessage() for r in caplog.records if "bootstrap redraws of the test set leave it undefined"
+             in r.getMessage()]
+    assert [line.split(":")[0] for line in lines if "test_auroc" in line] == ["dp_seed0", "dp_seed1"]
+    with pytest.warns(UserWarning, match="not dpmed's"), _evaluation_warnings_logged("dp_seed0"):
+        warnings.warn("not dpmed's", UserWarning)

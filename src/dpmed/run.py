@@ -14,9 +14,13 @@ deleted when it finishes.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -257,8 +261,9 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         _log.info("%s: trained in %.0f s; evaluating on %d validation and %d test images", plan.run_id,
                   result.seconds, len(ds.val), len(ds.test))
         evaluation_start = time.perf_counter()
-        assessment = assess(model, ds, (val_input, test_input), context.evaluation,
-                            cam_layer=MODELS[plan.model].cam_layer, device=device, training=train_input)
+        with _evaluation_warnings_logged(plan.run_id):
+            assessment = assess(model, ds, (val_input, test_input), context.evaluation,
+                                cam_layer=MODELS[plan.model].cam_layer, device=device, training=train_input)
         save_predictions(folder.unreleased(folder.predictions), val=(ds.val, assessment.val_scores),
                          test=(ds.test, assessment.test_scores), owner_only=True)
         if assessment.cams is not None:
@@ -349,6 +354,25 @@ def _attack_at(record: AttackRecord | None, confidence: float) -> AttackRecord |
     return record.model_copy(update={"rate_low": low, "rate_high": high, "ci_level": confidence})
 
 
+_EVALUATION = Path(inspect.getfile(assess)).parent      # dpmed.evaluation's folder: where its warnings come from
+
+
+@contextmanager
+def _evaluation_warnings_logged(run_id: str) -> Iterator[None]:
+    """dpmed's evaluation warns (a RuntimeWarning, as a library does) where too many bootstrap redraws left a metric
+    undefined; in a study each such warning becomes a line of the run's log, named by its run. Python printed it
+    with a source line, without the run, and for the first run only (its filter shows a warning once per place), so
+    every later run's was lost. Other warnings are passed on as they came."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        if issubclass(w.category, RuntimeWarning) and Path(w.filename).parent == _EVALUATION:
+            _log.warning("%s: %s", run_id, w.message)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Reevaluation:
     """A finished run evaluated again under ``context.evaluation`` (another bootstrap, confidence level, fairness bins
     or explanations) and this dpmed's evaluation methods (`dpmed.evaluation.version`: an older dpmed's numbers must not
@@ -369,8 +393,9 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Ree
                             image_size=ds.train.image_shape[1])
         model.load_state_dict(state)
         val_input, test_input = _model_inputs(ds, ds.val, ds.test)
-        assessment = assess(model.to(device), ds, (val_input, test_input), context.evaluation,
-                            cam_layer=MODELS[plan.model].cam_layer, device=device)
+        with _evaluation_warnings_logged(plan.run_id):
+            assessment = assess(model.to(device), ds, (val_input, test_input), context.evaluation,
+                                cam_layer=MODELS[plan.model].cam_layer, device=device)
     again = record.model_copy(update={"metrics": assessment.metrics, "fairness": assessment.fairness,
                                       "explanations": assessment.explanations,
                                       "evaluation_version": EVALUATION_VERSION,
