@@ -485,6 +485,10 @@ def _check_study_folder(study_dir: Path) -> None:
         raise ConfigError(f"{study_dir} holds no run yet, only the DP count of the training set that `dpmed plan` drew "
                           f"({folder.released_sizes}); `dpmed run STUDY --out {study_dir.parent}` trains the study "
                           "there")
+    if folder.log.is_file():                 # the log is opened at the first line: a run refused before it trained
+        raise ConfigError(f"{study_dir} holds no run yet: `dpmed run` stopped before it wrote study.yaml; its log "
+                          f"{folder.log} (private) says why. Fix that and run the study again with `--out "
+                          f"{study_dir.parent}`")
     raise ConfigError(f"{study_dir} is not a dpmed study folder: it holds no study.yaml (nor runs/); {what}")
 
 

@@ -194,6 +194,15 @@ def test_report_and_status_of_a_folder_without_study_yaml_say_what_is_missing_an
     assert _one_line_error(capsys.readouterr().err).startswith(
         f"dpmed: error: {tmp_path / 'empty'} is not a dpmed study folder: it holds no study.yaml (nor runs/); pass the "
         "folder `dpmed run` wrote")
+    refused = tmp_path / "refused"                 # `dpmed run` stopped before training: only its private log
+    (refused / "private").mkdir(parents=True)
+    (refused / "private" / "dpmed.log").write_text("dpmed: error: the test split holds one class\n")
+    for command in ("report", "status"):
+        assert main([command, str(refused)]) == 2
+        assert _one_line_error(capsys.readouterr().err) == (
+            f"dpmed: error: {refused} holds no run yet: `dpmed run` stopped before it wrote study.yaml; its log "
+            f"{refused / 'private' / 'dpmed.log'} (private) says why. Fix that and run the study again with `--out "
+            f"{tmp_path}`")
     # what the message says to do works: the finished runs are kept, and the folder reports again
     assert main(["run", str(_study(tmp_path, tiny_text)), "--out", str(out), "--no-progress"]) == 0
     assert "2 runs (2 finished earlier)" in capsys.readouterr().out
