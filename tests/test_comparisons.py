@@ -689,3 +689,43 @@ def test_a_run_without_the_explanation_metric_is_left_out_of_its_correlation(mak
     runs = [run(1, 0.1), run(10, 0.2), run(100, 0.3), run(1000, None)]
     (row,) = compare_runs(runs, {}, kind="binary", label_names=["a", "b"]).correlations.epsilon_vs_explanations
     assert row.n == 3 and row.r == pytest.approx(1.0)
+
+
+def test_each_arm_value_has_its_own_metrics_over_seeds_at_the_study_confidence(make_record):
+    # by hand: 0.80, 0.82, 0.84 have mean 0.82, sd 0.02; t(0.975, 2) = 4.3027, so 0.82 +- 4.3027 * 0.02 / sqrt(3)
+    aurocs, sens = (0.80, 0.82, 0.84), (0.70, 0.60, 0.80)
+    records = [make_record(f"np_seed{s}", "np", seed=s,
+                           metrics={"test_auroc": a, "test_accuracy": 0.75, "test_sensitivity": b,
+                                    "test_specificity": float("nan")})
+               for s, a, b in zip(range(3), aurocs, sens)]
+    records.append(make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0,
+                               metrics={"test_auroc": 0.61, "test_accuracy": 0.55}))
+    out = compare_runs(records, {}, kind="binary", label_names=["normal", "pneumonia"], n_resamples=50)
+    own = {v.label: v for v in out.metrics_by_value}
+    assert list(own) == ["np", "dp_eps1_C1"] and own["np"].seeds == [0, 1, 2]
+    auroc = own["np"].test_auroc
+    assert (auroc.mean, auroc.n_seeds) == (pytest.approx(0.82), 3)
+    assert (auroc.low, auroc.high) == pytest.approx((0.82 - 0.04968, 0.82 + 0.04968), abs=1e-5)
+    # sensitivity: mean 0.70, sd 0.10, half width 4.3027 * 0.1 / sqrt(3) = 0.24842
+    assert (own["np"].test_sensitivity.low, own["np"].test_sensitivity.high) == pytest.approx((0.45158, 0.94842),
+                                                                                               abs=1e-5)
+    assert own["np"].test_accuracy.std == 0.0 and own["np"].test_accuracy.low == pytest.approx(0.75)
+    # a metric undefined in every seed says so; one the runs do not record (here the DP arm's) is absent
+    assert own["np"].test_specificity.n_seeds == 0 and own["np"].test_specificity.reason
+    assert own["dp_eps1_C1"].test_sensitivity is None and own["dp_eps1_C1"].test_specificity is None
+    # one seed: its value, no interval, and why
+    one = own["dp_eps1_C1"].test_auroc
+    assert (one.mean, one.low, one.high, one.n_seeds) == (0.61, None, None, 1) and "one seed" in one.reason
+    # eps: the accounted eps where the runs have one; the non-private arm has none
+    assert own["dp_eps1_C1"].epsilon.mean == pytest.approx(0.99) and own["np"].epsilon is None
+    assert own["dp_eps1_C1"].epsilon_label == records[-1].privacy.in_brief()
+    # the study's confidence: t(0.95, 2) = 2.9200 at 90 %
+    narrower = compare_runs(records, {}, kind="binary", label_names=["normal", "pneumonia"], n_resamples=50,
+                            confidence=0.9).metrics_by_value[0].test_auroc
+    assert narrower.high - narrower.mean == pytest.approx(2.9200 * 0.02 / np.sqrt(3), abs=1e-5)
+    # written to comparisons.json and read back
+    assert type(out).model_validate_json(out.model_dump_json()).metrics_by_value == out.metrics_by_value
+    # a comparisons.json that predates the key still reads
+    old = out.model_dump(mode="json")
+    del old["metrics_by_value"]
+    assert type(out).model_validate(old).metrics_by_value == []

@@ -11,6 +11,7 @@ import pytest
 from matplotlib.text import Annotation, Text
 from matplotlib.transforms import Bbox
 
+from dpmed.comparisons import compare_runs
 from dpmed.mechanisms import PrivacyCard
 from dpmed.reporting.figures import auroc_figure
 
@@ -321,6 +322,17 @@ def test_the_bars_over_seeds_are_at_the_study_s_confidence_as_the_runs_intervals
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert {"non-private, 90% t interval over seeds", "bars: 90% t interval over seeds, faint dots: each seed"} \
         <= set(legend)
+
+
+def test_the_bars_over_seeds_are_the_intervals_comparisons_json_gives_each_arm_value(make_record):
+    """A reader of comparisons.json finds the figure's bar of each configuration as its metrics_by_value entry."""
+    records = _seeds(make_record, {"none": [0.96, 0.94, 0.92], "eps1": [0.80, None, 0.83]})
+    (ax,) = auroc_figure(records, confidence=0.90).axes
+    bars = [tuple(float(y) for y in segment[:, 1]) for c in ax.collections for segment in c.get_segments()]
+    own = {v.label: v.test_auroc for v in compare_runs(records, {}, kind="binary", label_names=["no", "yes"],
+                                                       confidence=0.90).metrics_by_value}
+    assert bars == [pytest.approx((own["dp-sgd_eps1_C1"].low, own["dp-sgd_eps1_C1"].high), abs=1e-12)]
+    assert own["dp-sgd_eps1_C1"].n_seeds == 2 and own["non-private"].low is not None
 
 
 def test_a_configuration_with_an_undefined_seed_averages_the_others_and_says_so(make_record):

@@ -11,6 +11,9 @@ intervals. Computed by `dpmed.outputs` before the report is rendered, and writte
   seed): a private run is always compared with its own seed's non-private run, never with the mean of the
   non-private seeds. Whether an arm differs from the non-private one across seeds is read from that interval
   excluding 0, not from the seeds' range nor from how many seeds had p < 0.05.
+* **Each arm value's own metrics over seeds** (`metrics_by_value`, :class:`ValueMetrics`): test AUROC, accuracy,
+  sensitivity and specificity (where the task has them) and the accounted eps, each with the same t interval over
+  seeds; the report's figure draws its points from the same :func:`summarise_seeds`.
 * **Flags** the report must not leave unsaid: a run that predicts one class for every test image (its accuracy is
   then the share of that class, and its sensitivity or specificity 0), and fairness groups too small for their
   numbers (fewer than ``MIN_CLASS_COUNT`` positives or negatives) or with an interval of zero width.
@@ -32,7 +35,8 @@ from dpmed.evaluation.weighted import number
 from dpmed.records import RunRecord
 
 __all__ = ["Comparisons", "compare_runs", "Correlation", "Correlations", "SeedSummary", "PairedDifference",
-           "Difference", "ValueSummary", "RunFlag", "GroupFlag", "MIN_CLASS_COUNT", "SIGNIFICANCE", "decides_one_class"]
+           "Difference", "ValueSummary", "ValueMetrics", "summarise_seeds", "RunFlag", "GroupFlag", "MIN_CLASS_COUNT",
+           "SIGNIFICANCE", "decides_one_class"]
 
 # A fairness group with fewer positives (or negatives) than this is flagged: its AUROC moves in steps of 1 / (its
 # positives x negatives), its sensitivity in steps of 1 / positives, and its percentile interval can collapse to a
@@ -78,6 +82,28 @@ class ValueSummary(_Row):
     significant_seeds: int
 
 
+class ValueMetrics(_Row):
+    """The runs of one arm value (the non-private arm's included) over seeds: each metric of the runs themselves,
+    not their differences, as a :class:`SeedSummary` (mean, std, range and the t interval over seeds at the study's
+    confidence; none for one seed, with the reason). A metric the task does not have (sensitivity and specificity
+    outside a binary task) is None. epsilon: the accounted eps over seeds where every run has a finite one (it
+    differs between seeds only where each calibrated its noise to its own released count), else None; its delta,
+    accountant and neighbours are in epsilon_label. Without these, a reader of comparisons.json had to recompute
+    each arm's own level from the run records."""
+
+    label: str
+    arm: str
+    mechanism: str
+    seeds: list[int]
+    run_ids: list[str]
+    epsilon_label: str
+    epsilon: SeedSummary | None
+    test_auroc: SeedSummary | None
+    test_accuracy: SeedSummary | None = None
+    test_sensitivity: SeedSummary | None = None
+    test_specificity: SeedSummary | None = None
+
+
 class RunFlag(_Row):
     """Something about one run that its numbers alone hide. kind: ``one_class`` (the same decision for every test
     image; ``predicted``: which class, where known), ``unused_classes`` (multiclass: the argmax chooses only ``count``
@@ -121,6 +147,7 @@ class Comparisons(_Row):
     notes: list[str]
     run_flags: list[RunFlag] = []
     group_flags: list[GroupFlag] = []
+    metrics_by_value: list[ValueMetrics] = []          # absent from comparisons.json files that predate it
 
     def flags_of(self, run_id: str) -> list[RunFlag]:
         return [f for f in self.run_flags if f.run_id == run_id]
@@ -229,6 +256,32 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord], confidence: 
                          significant_seeds=sum(1 for m in members if m.auroc_difference.p_value is not None
                                                and m.auroc_difference.p_value < SIGNIFICANCE))
             for label, members in grouped.items()]
+
+
+def summarise_seeds(runs: Sequence[RunRecord], metric: str, *, confidence: float) -> SeedSummary | None:
+    """``metric`` (a key of the runs' metrics, e.g. "test_auroc") over the runs' seeds, with its Student t interval
+    at ``confidence`` (:func:`~dpmed.evaluation.paired.seed_summary`; a run where it is undefined is left out);
+    None where no run records the metric (the task has none)."""
+    if not any(metric in r.metrics for r in runs):
+        return None
+    return seed_summary([r.estimate(metric).value for r in runs], confidence=confidence)
+
+
+def _metrics_by_value(records: Sequence[RunRecord], confidence: float) -> list[ValueMetrics]:
+    grouped: dict[str, list[RunRecord]] = defaultdict(list)
+    for r in records:
+        grouped[r.plan.label].append(r)
+    out = []
+    for label, runs in grouped.items():
+        eps = [r.privacy.epsilon for r in runs]
+        finite = all(e is not None and np.isfinite(e) for e in eps)
+        out.append(ValueMetrics(
+            label=label, arm=runs[0].arm, mechanism=runs[0].mechanism, seeds=[r.seed for r in runs],
+            run_ids=[r.run_id for r in runs], epsilon_label=runs[0].privacy.in_brief(),
+            epsilon=seed_summary(eps, confidence=confidence) if finite else None,
+            **{name: summarise_seeds(runs, name, confidence=confidence)
+               for name in ("test_auroc", "test_accuracy", "test_sensitivity", "test_specificity")}))
+    return out
 
 
 def decides_one_class(record: RunRecord) -> bool:
@@ -372,6 +425,10 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
                          "class, or whose test AUROC interval lies wholly below chance (0.5)",
             "group_flags": f"fairness groups with fewer than {MIN_CLASS_COUNT} positives or negatives (multilabel: "
                            "in any one finding), or an interval of zero width",
+            "metrics_by_value": "each arm value's own test metrics over its seeds (auroc, accuracy, and for a binary "
+                                "task sensitivity and specificity at each run's validation-chosen threshold; none "
+                                "where the task has no such metric) and its accounted eps (none where not finite): "
+                                "mean, std, min, max and the Student t interval of the mean, as in by_value",
             "correlations": "Pearson r with two-sided p-value (scipy.stats.pearsonr); eps is the accounted eps; "
                             "none (with the reason) across a sweep of fewer than 3 distinct values",
         },
@@ -380,4 +437,5 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
         correlations=correlate_runs(records, predictions, _references(records, predictions), kind=kind,
                                     label_names=label_names, notes=notes),
         notes=notes, run_flags=_run_flags(records, kind, label_names),
-        group_flags=_group_flags(records, kind, label_names))
+        group_flags=_group_flags(records, kind, label_names),
+        metrics_by_value=_metrics_by_value(records, confidence))

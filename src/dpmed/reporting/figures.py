@@ -17,7 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import LogLocator, NullFormatter
 
-from dpmed.evaluation.paired import seed_summary
+from dpmed.comparisons import summarise_seeds
 from dpmed.mechanisms.base import unit_words
 from dpmed.numbers import confidence_text, delta_text, number_text
 from dpmed.records import RunRecord
@@ -103,12 +103,14 @@ def _point(shown: list[tuple[RunRecord, Any]], several_seeds: bool,
            confidence: float) -> tuple[float, float | None, float | None]:
     """(AUROC, low, high) of what one point or line stands for: a run and its bootstrap interval; with several
     seeds, the mean of a configuration's defined seeds and its Student t interval at ``confidence`` over them (None
-    for one seed), the level of the runs' own intervals. Their range is no interval (3 seeds' range holds the true mean 75 % of the time): the faint dots show it.
+    for one seed), the level of the runs' own intervals: comparisons.json's ``metrics_by_value`` holds the same, from
+    the same :func:`~dpmed.comparisons.summarise_seeds`. Their range is no interval (3 seeds' range holds the true
+    mean 75 % of the time): the faint dots show it.
     """
     if not several_seeds:
         e = shown[0][1]
         return e.value, e.low, e.high
-    s = seed_summary([e.value for _, e in shown], confidence=confidence)
+    s = summarise_seeds([r for r, _ in shown], "test_auroc", confidence=confidence)
     return s.mean, s.low, s.high
 
 
