@@ -171,6 +171,9 @@ def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(sc
     across = "not shown (interval holds 0)" if mean - half <= 0 <= mean + half else "lower" if mean < 0 else "higher"
     assert cells[:4] == [f"{mean:+.3f} [{mean - half:+.3f},\u00a0{mean + half:+.3f}]", across,
                          f"{min(paired):+.3f} to {max(paired):+.3f}", f"{np.std(paired, ddof=1):.3f}"], (cells, paired)
+    # the decisions over seeds are not repeated there: the comparison points to the opening table that has them
+    over_seeds = _section(html, "comparisons").split("Over seeds (training randomness")[1]
+    assert 'sensitivity and specificity changes over seeds' in over_seeds and 'href="#clinical"' in over_seeds
 
 
 def test_a_run_that_is_not_dp_is_no_private_arm_and_its_reading_says_why(scored_run, scores, report_html):

@@ -481,6 +481,15 @@ def _across_seeds(s: SeedSummary) -> str:
     return "lower" if s.high < 0 else "higher"
 
 
+def _decisions_over_seeds(task: str) -> str:
+    """Where the decisions' changes over seeds are: the opening table gives each with this table's t interval and
+    range, in cases per 100 and with the same verdict in words; repeated here they would make a table too wide for
+    a phone to tell a clinician nothing more."""
+    what = "sensitivity and specificity" if task == "binary" else "accuracy"
+    return (f"The {what} changes over seeds, with the same t interval and range, are in cases per 100 in the "
+            'opening table (<a href="#clinical">what each arm costs, in cases</a>).')
+
+
 def comparison_section(inputs: ReportInputs) -> str:
     comparisons: Comparisons = inputs.comparisons
     level = inputs.level
@@ -522,7 +531,7 @@ def comparison_section(inputs: ReportInputs) -> str:
                      "than the non-private arm across seeds only where that interval excludes 0. The seeds' range is "
                      "their spread, not an interval (3 seeds' range holds the true mean only 75% of the time), and "
                      "the count of seeds with a small p says how many single test sets showed a difference, not "
-                     "whether the arm differs across seeds.</p>"
+                     f"whether the arm differs across seeds. {_decisions_over_seeds(data.task)}</p>"
                      + stacked(f"<table><tr><th>arm value</th><th>mean AUROC difference [{level} t interval over "
                                "seeds]</th><th>across seeds</th><th>seed range</th><th>std over seeds</th>"
                                f"<th>seeds with p &lt; {SIGNIFICANCE:g}</th></tr>{body}</table>"))
