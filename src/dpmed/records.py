@@ -17,6 +17,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, PlainValida
 
 from dpmed.accounting import Ledger
 from dpmed.config import RunPlan, Study, TrainingConfig
+from dpmed.data.version import DECODING_VERSION
 from dpmed.evaluation.summaries import Estimate, Explanations, Fairness
 from dpmed.evaluation.version import EVALUATION_VERSION, UNRECORDED
 from dpmed.errors import ConfigError, first_invalid
@@ -329,7 +330,9 @@ class DatasetSummary(_Record):
     DP counts its DP-SGD runs planned from, at size_epsilon each (`dpmed.released_size`); the
     task's class (or finding) names, in label order: for a binary task the second is the *positive* class, the one
     sensitivity counts (in some public binary sets it is "benign" or "normal", not the disease); ordinal: the classes
-    are ordered grades (quadratic-weighted kappa is reported)."""
+    are ordered grades (quadratic-weighted kappa is reported); decoding_version: the version of dpmed's image decoding
+    that read the images (`dpmed.data.version`; `dpmed.states.read_resolved` reads a study.yaml without it as
+    ``UNRECORDED``), so that a resumed study can tell a changed decoder from a changed file."""
 
     name: str
     task: str
@@ -345,6 +348,7 @@ class DatasetSummary(_Record):
     size_epsilon: float | None = None
     patients_known: bool
     image_shape: tuple[int, ...]
+    decoding_version: int = Field(default=DECODING_VERSION, ge=1)
 
     @property
     def positive_class(self) -> str | None:

@@ -2,7 +2,9 @@
 
 A finished run is reused only where rerunning it would train the same thing: its plan's settings (the model included),
 its privacy randomness and the data (checked by private fingerprints of every split, since study.yaml's sizes and shape
-do not tell a corrected label file or age column apart). New names for the same data (a CSV study's data.name and
+do not tell a corrected label file or age column apart). Where the folder's study.yaml shows that another version of
+dpmed's image decoding read its runs' images (`dpmed.data.version`), the refusal says so and how it changed: the files
+may be unchanged. New names for the same data (a CSV study's data.name and
 data.classes) only rename the runs. Anything else is refused with a message naming what differs, never mixed into one
 table. A run evaluated with other settings than the study's now (bootstrap, confidence level,
 fairness, explanations), or by another version of dpmed's evaluation methods (its record's ``evaluation_version``:
@@ -22,6 +24,7 @@ import numpy as np
 
 from dpmed.config import RunPlan, Study
 from dpmed.data import Dataset
+from dpmed.data.version import decoded_since
 from dpmed.errors import ConfigError
 from dpmed.evaluation.version import EVALUATION_VERSION
 from dpmed.folders import RETRAIN_NOTE, StudyFolder
@@ -211,15 +214,17 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
     renamed = bool(differ) and _renamed_only(before, summary, differ) and folder.data_fingerprint.is_file()
     data = [] if renamed else list(differ.values())
     hint = _views_hint(study) if data else ""     # other views change the sizes; matching sizes are not the cause
+    decoded = [] if before is None else decoded_since(before.dataset.decoding_version)
     if not data and _other_fingerprint(folder, folder.data_fingerprint, fingerprint):
-        data = ["the images, labels or patient ids differ (a file was changed or replaced; sizes and shape match)"]
+        data = ["the images, labels or patient ids differ, with the same sizes and shape" if decoded else
+                "the images, labels or patient ids differ (a file was changed or replaced; sizes and shape match)"]
     if not data and attributes is not None and _other_fingerprint(folder, folder.attributes_fingerprint, attributes):
         data = ["the patients' sex or age, the lesion masks or the images' normalisation differ (a column or file was "
                 "changed, or data.preprocessing.normalize; the images themselves match)"]
     if data:
         raise ConfigError(f"the finished runs in {folder.root} were trained on other data than this study now reads: "
-                          f"{'; '.join(data)}{hint}; use another output folder (--out), or delete "
-                          f"{folder.runs} to retrain them {RETRAIN_NOTE}")
+                          f"{'; '.join(data)}{hint}{_decoding_note(decoded, before, summary, study)}; use another "
+                          f"output folder (--out), or delete {folder.runs} to retrain them {RETRAIN_NOTE}")
     evaluation = [] if before is None else _other_evaluation(before, study)
     _refuse_training_metrics(folder, evaluation)
     randomness = study.privacy_randomness
@@ -257,6 +262,20 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
             "for:\n" + "\n".join(lines) + f"\nuse another output folder (--out), or delete "
             f"{', '.join(str(folder.run(r).public) for r, _ in clashes)} to retrain them {RETRAIN_NOTE}")
     return mine, elsewhere, stale
+
+
+def _decoding_note(decoded: list[str], before: ResolvedStudy | None, summary: DatasetSummary, study: Study) -> str:
+    """Why runs of an older dpmed may read as other data though no file changed: ``decoded``, how this dpmed decodes
+    files otherwise than the one that read the runs' images (`dpmed.data.version`), and the setting that reads them
+    as before where one does (data.channels: 3 for grey images stored as colour); "" where the decoding is the same."""
+    if not decoded or before is None:
+        return ""
+    (was, *was_size), (now, *now_size) = before.dataset.image_shape, summary.image_shape
+    as_before = ("set data.channels: 3 to read the images as the finished runs did"
+                 if (was, now) == (3, 1) and was_size == now_size and study.data.channels is None else
+                 "finish them with the dpmed that made them (its version is in each run.json)")
+    return (f" (this dpmed decodes image files otherwise than the one that finished the runs, so the pixels it reads "
+            f"may differ though no file changed: {'; '.join(decoded)}); {as_before}")
 
 
 def _views_hint(study: Study) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from dpmed.data.version import UNRECORDED
 from dpmed.errors import ConfigError, first_invalid
 from dpmed.folders import RETRAIN_NOTE, RunFolder, StudyFolder
 from dpmed.lock import Holder, lock_holder
@@ -41,7 +42,7 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
     # through JSON: the plans' tuples are lists in YAML, which only JSON validation reads as tuples
     try:
         data = yaml.safe_load(folder.resolved_study.read_text(encoding="utf-8"))
-        return ResolvedStudy.model_validate_json(json.dumps(data))
+        resolved = ResolvedStudy.model_validate_json(json.dumps(data))
     except ValidationError as exc:     # a file in the format of another dpmed version, or edited by hand
         if isinstance(data, dict) and "arms" in data and "study" not in data:
             # a study file (what `dpmed run` takes) that the user keeps as study.yaml in the folder passed
@@ -58,6 +59,10 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
                           f"{str(exc).splitlines()[0]}); `dpmed run` writes it and reads it back to check finished "
                           f"runs: restore it from a copy, or run the study into another output folder (--out) "
                           f"{RETRAIN_NOTE}") from None
+    if "decoding_version" not in resolved.dataset.model_fields_set:   # written before the field: by the decoder before
+        resolved = resolved.model_copy(update={"dataset": resolved.dataset.model_copy(
+            update={"decoding_version": UNRECORDED})})
+    return resolved
 
 
 def _checkpoint_detail(path: Path) -> str:

@@ -6,6 +6,8 @@ Every decoder signals a file it cannot read with :class:`~dpmed.data.decoder.Unr
 into a flagged row ("unreadable image") that names the file; anything else is raised as it is: a missing optional
 package, or the system's error (an OSError with an errno: too many open files, a share gone), which may pass and so
 must not be kept as the file's failure (`dpmed.data.cache`).
+A change to the pixels read from a file that was read before bumps `dpmed.data.version`, so that a study folder
+its runs were made in tells the changed decoder from a changed file.
 
 Value scale: 8-bit samples / 255. 16-bit grey samples (PNG or TIFF, as exported from DICOM) are stretched by the
 image's own min and max, as a grey DICOM without a window is (`dpmed.data.dicom`): such a file says neither its
