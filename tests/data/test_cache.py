@@ -845,3 +845,11 @@ def test_an_entry_written_before_notes_were_kept_still_loads(tmp_path, write_ima
     again = decode_images(paths, pre, cache_dir=tmp_path / "cache")
     assert again.cached and again.failures == {}
     np.testing.assert_array_equal(first.images, again.images)
+
+
+def test_no_files_decode_to_no_images_with_a_cache_as_without_one(tmp_path):
+    """An entry of no images is an empty array file: reading it into memory must not fail where mapping it did not."""
+    for _ in range(2):                                          # writes the entry, then reads it
+        decoded = decode_images([], Preprocessing(channels=1), cache_dir=tmp_path / "cache")
+        assert decoded.images.shape[0] == 0 and decoded.failures == {}
+    assert decoded.cached

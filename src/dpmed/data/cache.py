@@ -287,6 +287,8 @@ def _in_memory(path: Path) -> np.ndarray:
     if dtype != np.float32 or not contiguous:
         raise ValueError(f"holds {dtype}{'' if contiguous else ' (Fortran order)'}, not C-ordered float32")
     images = np.empty(shape, dtype=np.float32)  # its own buffer: np.load's is a view of a flat one
+    if images.size == 0:                        # no image: a byte view of no bytes cannot be made (zeros in shape)
+        return images
     with open(path, "rb") as f:
         f.seek(offset)
         if f.readinto(memoryview(images).cast("B")) != images.nbytes:
