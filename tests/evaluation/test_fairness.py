@@ -668,3 +668,12 @@ def test_the_spread_intervals_hold_a_true_spread_of_zero_about_as_often_as_they_
             held[key] += est.low <= 0.0 <= est.high
     floor = binom.ppf(1e-6, reps, 0.90)
     assert all(count >= floor for count in held.values()), (held, floor)
+
+
+def test_the_released_definition_of_the_spreads_band_names_no_level_but_the_record_s_own():
+    """A study at 90% drew its spreads' bands from the 90% quantile while the run.json's definition said 95%."""
+    y, s, sex = _fpr_gap_data()
+    out = evaluate_fairness(kind="binary", val_labels=VAL_Y, val_scores=VAL_S, test_labels=y, test_scores=s,
+                            attributes={"sex": sex}, n_resamples=20, seed=0, confidence=0.9)
+    assert out.confidence == 0.9
+    assert "%" not in out.definitions["interval"] and "confidence" in out.definitions["interval"]

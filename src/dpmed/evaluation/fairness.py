@@ -58,8 +58,9 @@ DEFINITIONS = {
     "threshold": "Youden's J on the validation split, applied unchanged to test",
     "interval": ("percentile bootstrap over seeded redraws of the whole test set (of its patients, each with all "
                  "of their images, where patient ids are known), paired with the utility metrics; the two spreads "
-                 "(demographic parity, equalised odds) instead take their value +- the 95% quantile of the redraws' "
-                 "largest deviation of a pairwise group difference from its value, clipped at 0; "
+                 "(demographic parity, equalised odds) instead take their value +- the quantile, at the confidence "
+                 "level, of the redraws' largest deviation of a pairwise group difference from its value, clipped "
+                 "at 0; "
                  "a redraw in which a group that a summary compares draws none of its images, or lacks a class the "
                  "summary needs (AUROC and equalised odds need both), is undefined for that summary and left out; "
                  "each attribute-level summary counts them (undefined_redraws)"),
