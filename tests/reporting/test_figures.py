@@ -348,7 +348,7 @@ def test_a_configuration_with_an_undefined_seed_averages_the_others_and_says_so(
 
 def test_a_multi_seed_study_with_one_non_private_run_draws_its_line_without_a_band_and_says_one_seed(make_record):
     """Seeds 0 and 1 with the non-private run of seed 1 failed: its one run has no range over seeds to draw, so the
-    line at its AUROC has no band, and the legend says the line is one seed's, not a mean with a range."""
+    line at its AUROC has no band, and the legend says the line is one seed's, not a mean with an interval."""
     records = _seeds(make_record, {"none": [0.96], "eps1": [0.80, 0.86]})
     fig = auroc_figure(records)
     (ax,) = fig.axes
@@ -356,24 +356,25 @@ def test_a_multi_seed_study_with_one_non_private_run_draws_its_line_without_a_ba
     assert len(ax.patches) == 0
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "non-private AUROC, 1 seed" in legend
-    assert not [t for t in legend if "range over seeds" in t and "bars" not in t], legend
+    assert not [t for t in legend if "over seeds" in t and "bars" not in t], legend
     assert _means(ax) == [pytest.approx((0.99, 0.83))]
 
 
 def test_a_non_private_arm_with_one_defined_seed_is_drawn_as_that_seed_not_as_a_mean_of_1_seeds(make_record):
     """Of the non-private runs of seeds 0 and 1, only seed 0's AUROC is defined: its line is that seed's, with no
-    band, and the legend says so; not "mean of 1 seeds" beside "range over seeds" and a band of zero width."""
+    band, and the legend says so; not "mean of 1 seeds" beside "t interval over seeds" and a band of zero width."""
     records = _seeds(make_record, {"none": [0.96, None], "eps1": [0.80, 0.86]})
     fig = auroc_figure(records)
     (ax,) = fig.axes
     assert [float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_color() == "k"] == [0.96]
     assert len(ax.patches) == 0
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "non-private AUROC, 1 seed" in legend and "non-private, range over seeds" not in legend, legend
+    assert "non-private AUROC, 1 seed" in legend and "non-private, 95% t interval over seeds" not in legend, legend
 
 
 def test_the_report_says_a_multi_seed_figures_bars_are_ranges_over_seeds(make_record, report_html):
-    """One seed's figure draws bootstrap intervals; a multi-seed one's bars are ranges, and only its caption says so."""
+    """One seed's figure draws bootstrap intervals; a multi-seed one's bars are t intervals over seeds, and only its
+    caption says so."""
     def caption(records) -> str:
         utility = report_html(records).split('id="utility"')[1].split("</figure>")[0]
         return re.sub(r"<[^>]+>", "", utility.split("<figcaption>")[1]) if "<figcaption>" in utility else ""
