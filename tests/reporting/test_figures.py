@@ -13,7 +13,7 @@ from matplotlib.transforms import Bbox
 
 from dpmed.comparisons import compare_runs
 from dpmed.mechanisms import PrivacyCard
-from dpmed.reporting.figures import auroc_figure
+from dpmed.reporting.figures import auroc_alt, auroc_figure
 
 
 def _metrics(auroc, low, high):
@@ -708,3 +708,11 @@ def test_the_local_dp_examples_name_each_row_and_show_images_on_one_grey_scale(n
     else:
         named = [ax.get_ylabel() for ax in grid if ax.get_ylabel()]
     assert named == ["original", "laplace b 0.5"]
+
+
+def test_a_multi_seed_figure_s_text_alternative_says_a_point_is_a_mean_over_seeds(make_record):
+    """Its points are configurations' means with t intervals over seeds; the text alternative said "one point per
+    run" and called the runs' values the non-private line, which a reader who cannot see the figure took as drawn."""
+    several = auroc_alt(_seeds(make_record, {"none": [0.96, 0.94], "eps1": [0.80, 0.86]}))
+    assert "one point per run" not in several and "mean" in several and "t interval over seeds" in several
+    assert "one point per run" in auroc_alt(_seeds(make_record, {"none": [0.96], "eps1": [0.80]}))

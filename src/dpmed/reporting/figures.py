@@ -69,8 +69,14 @@ def auroc_alt(records: Iterable[RunRecord]) -> str:
                   for r in records if panel.member(r) and plotted(r)]
         panels.append(f"Panel {panel.title}: {panel.xlabel}; " + ("; ".join(points) if points else "no point") + ".")
     base = [f"{r.run_id} {e.value:.3f}" for r, e in _defined([r for r in records if r.mechanism == "none"])]
-    line = (f" Horizontal line: the non-private test AUROC ({', '.join(base)})." if base else "")
-    return ("Test AUROC (vertical axis) against eps (horizontal axis, log scale), one point per run. "
+    if len({r.seed for r in records}) > 1:      # as auroc_figure draws them: a point is a configuration's mean
+        lead = ("one faint dot per run (each listed below), and per configuration of several seeds a point at their "
+                "mean with a bar, its t interval over seeds. ")
+        line = f" Horizontal line per non-private arm, at its seeds' mean (runs: {', '.join(base)})." if base else ""
+    else:
+        lead = "one point per run. "
+        line = f" Horizontal line: the non-private test AUROC ({', '.join(base)})." if base else ""
+    return ("Test AUROC (vertical axis) against eps (horizontal axis, log scale), " + lead
             + " ".join(panels) + line + " Dotted line: chance, 0.5.")
 
 
