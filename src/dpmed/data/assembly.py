@@ -288,7 +288,8 @@ def in_group_order(images: np.ndarray, groups: list[np.ndarray]) -> list[np.ndar
     `dpmed.memory.check_images` refuses images that do not fit once). An array this process owns
     is instead permuted in place, along the permutation's cycles with one row in hand, so that the groups lie one
     after another (rows in no group after them, unused), and each group is a slice of it (a cache entry too:
-    `dpmed.data.cache` reads it into memory, not mapped). Any other array is copied out, once. ``groups``: disjoint int arrays of row indices.
+    `dpmed.data.cache` reads it into memory, not mapped). Any other array is copied out, once. ``groups``: disjoint
+    int arrays of row indices.
     """
     if not (images.flags.writeable and images.flags.owndata and images.dtype == np.float32) \
             or isinstance(images, np.memmap):

@@ -23,7 +23,8 @@ nothing: they are in no other group's rest and in no attribute-level summary, si
 METHODS.md s.5 and a handful of such images (unrecorded sex, a centenarian) would otherwise decide the spread, the
 worst group, or what "female minus male" means. Every number has a 95% interval (percentile; the two spreads a
 simultaneous band, :func:`_spread_estimate`) over the same seeded redraws of the whole test set that the utility
-metrics use (:mod:`dpmed.evaluation.weighted`; by patient where patient ids are known): a group's metric in a redraw is computed on the redrawn images that belong to it, so groups and arms are paired.
+metrics use (:mod:`dpmed.evaluation.weighted`; by patient where patient ids are known): a group's metric in a redraw
+is computed on the redrawn images that belong to it, so groups and arms are paired.
 Multilabel tasks average the per-label values (003's "average over all labels"); multiclass tasks have no single
 yhat = 1, so the two parity-of-decisions metrics are n/a there.
 """

@@ -274,9 +274,9 @@ def _figure_caption(inputs: ReportInputs) -> str:
         ([f"runs whose test AUROC is undefined: {', '.join(undefined)}"] if undefined else [])
     seeds = (f"Each point is the mean test AUROC over a configuration's seeds, its bar the {inputs.level} Student t "
              "interval of that mean over the seeds (it assumes independent seeds, roughly normal; wide with few: at "
-             "95%, t is 4.30 for 3) and the faint dots the seeds themselves, whose spread is their range, not an interval (the "
-             "non-private line and band: their mean and t interval); each run's own interval is in the table "
-             "below." if len({r.seed for r in inputs.records}) > 1 else "")
+             "95%, t is 4.30 for 3) and the faint dots the seeds themselves, whose spread is their range, not an "
+             "interval (the non-private line and band: their mean and t interval); each run's own interval is in the "
+             "table below." if len({r.seed for r in inputs.records}) > 1 else "")
     left_out = f"Not in the figure (the table below has them): {'. And '.join(parts)}." if parts else ""
     text = " ".join(t for t in (seeds, left_out) if t)
     return f"<figcaption>{text}</figcaption>" if text else ""
