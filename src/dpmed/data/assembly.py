@@ -21,6 +21,8 @@ Splits (METHODS.md, and 003_9a91354dc2d7e2df.txt's "patient-wise stratification"
   published test split exactly as published, so results stay comparable with the literature, and leaves that
   patient's other images out of train and val (test outranks val, val outranks train); the record counts them.
   ``keep`` reproduces papers that trained on the published split as is; the record then says that patients cross.
+
+Once the splits are formed, identical images under two patient ids are told, not refused (`dpmed.data.duplicates`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Literal
 import numpy as np
 
 from dpmed.data.cache import decode_images
+from dpmed.data.duplicates import describe_copies
 from dpmed.data.manifest import Manifest, describe_demographics, describe_problems, describe_spellings
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.data.splits import split_by_patient
@@ -247,7 +250,9 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
             _log.warning("left out %s: %s", manifest.where[r], manifest.problems[r].detail)
         if len(manifest.problems) > _EXAMPLES:
             _log.warning("left out %d more invalid rows, as counted above", len(manifest.problems) - _EXAMPLES)
-    for line in describe_spellings(manifest, rows) + describe_demographics(manifest, rows):   # told, as above
+    # told, as above: identical images under two patient ids (`dpmed.data.duplicates`), named as the rows are
+    copies = describe_copies(sets, name=lambda split, i: str(manifest.where[rows[chosen[split][i]]]))
+    for line in describe_spellings(manifest, rows) + describe_demographics(manifest, rows) + copies:
         _log.warning("%s", line)
     _tell_small_published_validation(manifest, sets["val"], "val" not in missing)
     if shared["patients_in_two_published_splits"]:

@@ -30,7 +30,8 @@ a public / private pair. Three checks, each on every split of both sets:
 
 The default ``max_distance`` of 30 bits (11.8 % of 255) finds most of the Kermany images in PneumoniaMNIST, while
 between two disjoint halves of the Kermany patients it flags only one pair of byte-identical images filed under two
-patient ids, and the first chance match lies a few bits above it: measured on the shared data in
+patient ids (which `dpmed.data.duplicates` tells within one private set), and the first chance match lies a few
+bits above it: measured on the shared data in
 benchmarks/RESULTS.md, section "Priors that cost no privacy" ("What the overlap refusal finds on the shared
 data"; the slow tests of ``tests/data/test_overlap.py`` print the counts). The zooms (both-axis crops) changed none
 of those counts.
@@ -58,7 +59,7 @@ if TYPE_CHECKING:   # torch is imported where it is used: the study file's schem
     import torch
 
 __all__ = ["Overlap", "ImagePair", "find_overlap", "refuse_overlap", "perceptual_hashes", "hash_distances",
-           "near_duplicates", "HASH_BITS", "NEAR_DUPLICATE_BITS", "CROP_FRACTIONS", "ZOOM_FRACTIONS"]
+           "near_duplicates", "content_hashes", "HASH_BITS", "NEAR_DUPLICATE_BITS", "CROP_FRACTIONS", "ZOOM_FRACTIONS"]
 
 _log = logging.getLogger(__name__)
 
@@ -247,7 +248,9 @@ def _pooled(dataset: Dataset) -> tuple[list[np.ndarray], list[str], np.ndarray]:
     return images, where, np.concatenate([s.patient_ids for s in sets]).astype(str)
 
 
-def _content_hashes(parts: list[np.ndarray]) -> list[str]:
+def content_hashes(parts: Sequence[np.ndarray]) -> list[str]:
+    """sha256 of each image's pixels as the study holds them (float32), over ``parts`` [n, C, H, W] one after
+    another: byte-identical files decode to identical pixels, whatever their names."""
     return [hashlib.sha256(np.ascontiguousarray(x, dtype=np.float32).tobytes()).hexdigest()
             for images in parts for x in images]
 
@@ -261,10 +264,10 @@ def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_
     identical = ()
     if pub_images[0].shape[1:] == priv_images[0].shape[1:]:
         first = {}
-        for j, h in enumerate(_content_hashes(pub_images)):
+        for j, h in enumerate(content_hashes(pub_images)):
             first.setdefault(h, j)
         identical = tuple(ImagePair(public=pub_where[first[h]], private=priv_where[i])
-                          for i, h in enumerate(_content_hashes(priv_images)) if h in first)
+                          for i, h in enumerate(content_hashes(priv_images)) if h in first)
 
     if public.synthetic or private.synthetic:
         shared, patients_note = None, "not checked: a generated set's ids number its draws, they are not people"
