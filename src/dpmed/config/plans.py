@@ -20,6 +20,7 @@ from dpmed.mechanisms import AuditConfig, PlanContext, PrivacyPlan, Strict, mech
 
 __all__ = ["RunPlan", "SweptValue", "plan_runs", "run_ids", "check_run_ids"]
 
+
 class SweptValue(Strict):
     """One swept key of a run (e.g. target_epsilon = 8), with the tag it has in the run id (eps8)."""
 
