@@ -26,6 +26,17 @@ def test_the_confidence_sets_the_t_quantile():
     assert s.high - s.mean == pytest.approx(2.9200 * 0.02 / np.sqrt(3), abs=1e-5)
 
 
+def test_an_interval_is_cut_to_the_range_the_values_can_take():
+    """Two seeds (t 12.706): AUROC 0.5 and 0.9 give 0.7 +- 2.54, which printed as an AUROC from -1.8 to 3.2; cut to
+    what an AUROC can be, [0, 1], it loses no coverage. A side within the range stays where t puts it."""
+    wide = seed_summary([0.5, 0.9])
+    assert wide.low == pytest.approx(0.7 - 12.7062 * np.std([0.5, 0.9], ddof=1) / np.sqrt(2), abs=1e-3)
+    cut = seed_summary([0.5, 0.9], within=(0.0, 1.0))
+    assert (cut.low, cut.high, cut.mean) == (0.0, 1.0, pytest.approx(0.7))
+    one_side = seed_summary([0.97, 0.98, 0.99], within=(0.0, 1.0))
+    assert one_side.low == pytest.approx(0.98 - 0.04968 / 2, abs=1e-5) and one_side.high == 1.0
+
+
 def test_one_seed_has_no_interval_and_says_why():
     s = seed_summary([0.81])
     assert (s.mean, s.std, s.low, s.high, s.n_seeds) == (0.81, None, None, None, 1)

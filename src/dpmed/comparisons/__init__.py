@@ -244,7 +244,7 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord], confidence: 
         values = [getattr(m, name) for m in members]
         if any(v is None for v in values):
             return None
-        return seed_summary([v.value for v in values], confidence=confidence)
+        return seed_summary([v.value for v in values], confidence=confidence, within=(-1.0, 1.0))
 
     return [ValueSummary(label=label, arm=members[0].arm, mechanism=members[0].mechanism,
                          seeds=[m.seed for m in members], run_ids=[m.run_id for m in members],
@@ -260,11 +260,11 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord], confidence: 
 
 def summarise_seeds(runs: Sequence[RunRecord], metric: str, *, confidence: float) -> SeedSummary | None:
     """``metric`` (a key of the runs' metrics, e.g. "test_auroc") over the runs' seeds, with its Student t interval
-    at ``confidence`` (:func:`~dpmed.evaluation.paired.seed_summary`; a run where it is undefined is left out);
-    None where no run records the metric (the task has none)."""
+    at ``confidence``, cut to [0, 1] (:func:`~dpmed.evaluation.paired.seed_summary`; a run where it is undefined is
+    left out); None where no run records the metric (the task has none)."""
     if not any(metric in r.metrics for r in runs):
         return None
-    return seed_summary([r.estimate(metric).value for r in runs], confidence=confidence)
+    return seed_summary([r.estimate(metric).value for r in runs], confidence=confidence, within=(0.0, 1.0))
 
 
 def _metrics_by_value(records: Sequence[RunRecord], confidence: float) -> list[ValueMetrics]:
