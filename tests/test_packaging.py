@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ def test_every_data_file_of_the_package_is_declared_to_ship_in_the_wheel():
     """A wheel holds the package's .py files and only the data files that package-data names: a study file, a
     template or a font left out of it works from a checkout and is missing once installed (dpmed run without a study
     then fails to find the quickstart)."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.10 has no TOML reader (tomllib came in 3.11)")
     project = tomllib.loads((_ROOT / "pyproject.toml").read_text())
     globs = project["tool"]["setuptools"]["package-data"]["dpmed"]
     package = _ROOT / "src" / "dpmed"
@@ -31,7 +31,7 @@ def test_every_data_file_of_the_package_is_declared_to_ship_in_the_wheel():
 
 def test_the_sdist_holds_the_package_and_no_test_suite_that_cannot_run(tmp_path):
     pytest.importorskip("setuptools", minversion="68")     # pyproject's build requirement
-    for name in ("pyproject.toml", "README.md", "MANIFEST.in"):
+    for name in ("pyproject.toml", "README.md", "MANIFEST.in", "LICENSE"):
         shutil.copy(_ROOT / name, tmp_path)
     shutil.copytree(_ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(_ROOT / "tests", tmp_path / "tests", ignore=shutil.ignore_patterns("__pycache__"))
@@ -40,6 +40,7 @@ def test_the_sdist_holds_the_package_and_no_test_suite_that_cannot_run(tmp_path)
                            cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()[-1]
     with tarfile.open(tmp_path / "dist" / built) as sdist:
         names = {name.split("/", 1)[-1] for name in sdist.getnames()}
-    assert {"README.md", "pyproject.toml", "src/dpmed/__init__.py", "src/dpmed/configs/quickstart.yaml"} <= names
+    assert {"README.md", "LICENSE", "pyproject.toml", "src/dpmed/__init__.py", "src/dpmed/configs/quickstart.yaml"} \
+        <= names
     shipped_tests = sorted(name for name in names if name.startswith("tests/"))
     assert not shipped_tests or "tests/conftest.py" in names, shipped_tests
