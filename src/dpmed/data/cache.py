@@ -8,13 +8,14 @@ decoding again.
 
 The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version (pydicom's and its
 installed pixel-data plugins' where a file is a DICOM, torch's where images are resized), the decoded channel count and
-size, the preprocessing steps, that EXIF orientation is applied, and every file's resolved path, byte size, inode,
-modification time and status-change time, in order. Changing a file or a preprocessing step gives another key, so a
-stale entry is not read: a file rewritten in place with its size and modification time set back (``touch -r``) still has
-a new status-change time, which no user call sets. Files that could not be decoded, and the decoder's notes on files
-it read (transparency, a size over Pillow's limit), are stored with the entry, so a cached load reports the same
-unreadable rows and notes as a fresh one; an entry is not stored where a file could not be read at
-all (an OSError: a full file table, a network share gone for a moment), since that may pass.
+size, the preprocessing steps, that EXIF orientation is applied, that 16-bit grey samples are stretched by each image's
+own min and max (`dpmed.data.decoding`; an entry from before divided them by 65535), and every file's resolved path,
+byte size, inode, modification time and status-change time, in order. Changing a file or a preprocessing step gives
+another key, so a stale entry is not read: a file rewritten in place with its size and modification time set back
+(``touch -r``) still has a new status-change time, which no user call sets. Files that could not be decoded, and the
+decoder's notes on files it read (transparency, a size over Pillow's limit), are stored with the entry, so a cached load
+reports the same unreadable rows and notes as a fresh one; an entry is not stored where a file could not be read at all
+(an OSError: a full file table, a network share gone for a moment), since that may pass.
 
 Privacy: a cache entry holds the patients' images, decoded. Its files are created readable by their owner only (0600;
 so one user's cache is not another's), a cache folder dpmed creates is 0700 (an existing one keeps its mode), and a
