@@ -161,6 +161,10 @@ def test_several_seeds_give_the_mean_and_spread_and_the_summary_pairs_by_seed(sc
     # a row over seeds holds the mean, its t interval over seeds and the seeds' range, each called what it is
     heads = clinical.split("reading")[0]
     assert "AUROC change mean [95% t interval over seeds] (seed range)" in heads and "CI]" not in heads
+    rate_heads = [h for h in re.findall(r'<th scope="col">([^<]*)</th>', _section(html, "clinical"))
+                  if h.startswith(("sensitivity", "specificity"))]
+    assert len(rate_heads) == 2 and all(h.endswith("per 100, mean [95% t interval over seeds] (seed range)")
+                                        for h in rate_heads), rate_heads
     # the comparison's over-seeds row: the mean of the per-seed differences, signed, with its t interval (1 df:
     # t 12.706), what that interval supports, the seeds' range, and their std (ddof 1), not a standard error
     paired = [auroc[f"dp_eps1_C1_seed{s}"] - auroc[f"np_seed{s}"] for s in (0, 1)]

@@ -223,16 +223,19 @@ def _columns(kind: str, pos: str, neg: str, level: str, seeds: tuple[bool, bool]
 
     ``seeds``: (a row is one seed's paired change, a row is a mean over seeds). A one-seed row's bracket is a
     bootstrap interval; a several-seed row's bracket is the t interval over seeds and its parenthesis the seeds'
-    range, which the heading must not call an interval.
+    range, which the heading must not call an interval. Where rows are means over seeds every column says so, as a
+    cell read alone on a phone carries only its own heading; a one-seed rate's bracket is the paragraph's bootstrap
+    interval.
     """
     one, several = seeds
     auroc = (" or ".join(([f"[{level} CI]"] if one else [])
                          + ([f"mean [{level} t interval over seeds] (seed range)"] if several else []))
              or f"[{level} CI]")
+    rates = f", {auroc}" if several else ""
     if kind == "binary":
-        return [f"AUROC change {auroc}", f"sensitivity change: {pos} cases found, per 100",
-                f"specificity change: {neg} cases cleared, per 100"]
-    return [f"AUROC change {auroc}", f"accuracy change{' (argmax)' if kind == 'multiclass' else ''}, per 100"]
+        return [f"AUROC change {auroc}", f"sensitivity change: {pos} cases found, per 100{rates}",
+                f"specificity change: {neg} cases cleared, per 100{rates}"]
+    return [f"AUROC change {auroc}", f"accuracy change{' (argmax)' if kind == 'multiclass' else ''}, per 100{rates}"]
 
 
 def clinical(inputs: ReportInputs) -> str:
