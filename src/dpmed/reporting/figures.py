@@ -23,7 +23,7 @@ from dpmed.numbers import confidence_text, delta_text, number_text
 from dpmed.records import RunRecord
 from dpmed.reporting.point_labels import fit_inside
 
-__all__ = ["auroc_figure", "auroc_versus_epsilon", "auroc_alt", "ldp_examples_alt", "ldp_examples",
+__all__ = ["auroc_figure", "auroc_versus_epsilon", "auroc_alt", "spans_seeds", "ldp_examples_alt", "ldp_examples",
            "ldp_examples_figure", "FONT", "NARROW_INCHES", "image_rows", "plot_interval", "plotted", "png_bytes"]
 
 # Type sizes in points, per layout: (dpi, text). Narrow figures are 3.9 in wide at 200 dpi (780 px) and shown at
@@ -57,6 +57,12 @@ def auroc_versus_epsilon(records: Iterable[RunRecord], *, confidence: float = 0.
     return png_bytes(auroc_figure(records, confidence=confidence, narrow=narrow))
 
 
+def spans_seeds(records: Iterable[RunRecord]) -> bool:
+    """Whether the runs come from more than one seed: :func:`auroc_figure` then draws each configuration's mean over
+    seeds, not each run, and its text alternative and caption must say so exactly when it does."""
+    return len({r.seed for r in records}) > 1
+
+
 def auroc_alt(records: Iterable[RunRecord]) -> str:
     """What :func:`auroc_figure` shows, in words, for a reader who cannot see it: its axes, each panel's points
     (run, eps, test AUROC) and the non-private line, read from the records it plots. A title alone ("test AUROC
@@ -69,7 +75,7 @@ def auroc_alt(records: Iterable[RunRecord]) -> str:
                   for r in records if panel.member(r) and plotted(r)]
         panels.append(f"Panel {panel.title}: {panel.xlabel}; " + ("; ".join(points) if points else "no point") + ".")
     base = [f"{r.run_id} {e.value:.3f}" for r, e in _defined([r for r in records if r.mechanism == "none"])]
-    if len({r.seed for r in records}) > 1:      # as auroc_figure draws them: a point is a configuration's mean
+    if spans_seeds(records):      # as auroc_figure draws them: a point is a configuration's mean
         lead = ("one faint dot per run (each listed below), and per configuration of several seeds a point at their "
                 "mean with a bar, its t interval over seeds. ")
         line = f" Horizontal line per non-private arm, at its seeds' mean (runs: {', '.join(base)})." if base else ""
@@ -232,7 +238,7 @@ def auroc_figure(records: Iterable[RunRecord], *, confidence: float = 0.95, narr
     else:
         fig = Figure(figsize=(4.6 * n + 0.8, 4.6), dpi=dpi, layout="constrained")
         axes = list(fig.subplots(1, n, squeeze=False, sharey=True)[0])
-    several_seeds = len({r.seed for r in records}) > 1
+    several_seeds = spans_seeds(records)
     base = _defined([r for r in records if r.mechanism == "none"])
     lines = []                      # (value, low, high) of each non-private line: an arm's seeds, or a run
     for runs in _configurations([r for r, _ in base], several_seeds):

@@ -17,7 +17,8 @@ from dpmed.numbers import delta_number, shape_text
 from dpmed.records import DatasetSummary, RunRecord, Timing
 from dpmed.released_size import describe_counts
 from dpmed.reporting.clinical import ONE_SEED, WARNINGS, flag_count, flag_html
-from dpmed.reporting.figures import auroc_alt, auroc_versus_epsilon, ldp_examples, ldp_examples_alt, plotted
+from dpmed.reporting.figures import (auroc_alt, auroc_versus_epsilon, ldp_examples, ldp_examples_alt, plotted,
+                                     spans_seeds)
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, bound_percent, embed_figure, eps_label,
                                     escape, estimate_text, is_reproduction, no_bound_note, not_dp_text, number_text,
                                     p_text, read_figure_arrays, signed_text, stacked, facts_table)
@@ -276,7 +277,7 @@ def _figure_caption(inputs: ReportInputs) -> str:
              "interval of that mean over the seeds (it assumes independent seeds, roughly normal; wide with few: at "
              "95%, t is 4.30 for 3) and the faint dots the seeds themselves, whose spread is their range, not an "
              "interval (the non-private line and band: their mean and t interval); each run's own interval is in the "
-             "table below." if len({r.seed for r in inputs.records}) > 1 else "")
+             "table below." if spans_seeds(inputs.records) else "")
     left_out = f"Not in the figure (the table below has them): {'. And '.join(parts)}." if parts else ""
     text = " ".join(t for t in (seeds, left_out) if t)
     return f"<figcaption>{text}</figcaption>" if text else ""
