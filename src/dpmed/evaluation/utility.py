@@ -15,11 +15,11 @@ Why each choice:
   multilabel, taken over the labels whose AUROC is defined (both classes present) in the test set; a redraw that
   loses one of them is undefined (counted, not averaged over fewer labels). Each label's interval comes from the
   same redraws, undefined in a redraw only where that label lost a class.
-* Intervals are 95% percentile intervals over seeded redraws of the test set, paired across models
-  (:mod:`dpmed.evaluation.bootstrap`; Efron & Tibshirani 1993). The threshold and the model stay fixed: the interval
-  reflects the sampling of test patients, so where patient ids are known whole patients are redrawn, each with all
-  of their images (the cluster bootstrap, Davison & Hinkley 1997, sec. 3.8); where they are not, each image is its
-  own patient. The point value is always the metric on the whole test set.
+* Intervals are percentile intervals (at the study's confidence, 95% by default) over seeded redraws of the test set,
+  paired across models (:mod:`dpmed.evaluation.bootstrap`; Efron & Tibshirani 1993). The threshold and the model stay
+  fixed: the interval reflects the sampling of test patients, so where patient ids are known whole patients are redrawn,
+  each with all of their images (the cluster bootstrap, Davison & Hinkley 1997, sec. 3.8); where they are not, each
+  image is its own patient. The point value is always the metric on the whole test set.
 * The redraws go through the evaluation stage's one bootstrap engine, per-image counts
   (:mod:`dpmed.evaluation.weighted`), as fairness and the comparisons do: AUROC by the weighted Mann-Whitney
   statistic (vectorised over redraws, because 1000 calls of scikit-learn per metric and per label would make
