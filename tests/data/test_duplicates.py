@@ -1,5 +1,6 @@
 """Identical images under two patient ids inside the private set: told once per kind (within a split, across
-splits) with counts, splits and the first files, never refused and never in what run.json carries."""
+splits) with counts, splits and the first files, never refused and never in what run.json carries. A MedMNIST npz,
+without patient ids, is checked by image."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from dpmed.data import ImageSet, load_dataset
+from dpmed.data import ImageSet, load_dataset, read_medmnist
 from dpmed.data.duplicates import describe_copies
 
 # file, label, patient, split: each patient's two images of both classes, so every split holds both
@@ -18,6 +20,8 @@ ROWS = [(f"{split}{p}-{k}.png", k, f"{split}{p}", split)
         for split, n in (("train", 4), ("val", 2), ("test", 2)) for p in range(n) for k in (0, 1)]
 WITHIN = "identical to an image of another patient id in the same split"
 ACROSS = "identical to an image of another patient id in another split"
+IMAGE_WITHIN = "identical to another image in the same split"
+IMAGE_ACROSS = "identical to another image in another split"
 
 
 def write_csv(root: Path, copies: list[tuple[str, str, str, str]] = ()) -> Path:
@@ -95,31 +99,110 @@ def test_each_image_is_counted_once_per_kind_however_many_copies_precede_it():
                                                "train[2], patient b, and test[0], patient a:")
 
 
-def test_what_the_check_finds_reaches_the_terminal_and_private_log_only(tmp_path, capsys):
-    """A statistic of the private images: every file of the study folder outside private/ (study.yaml, run.json,
-    report.html, results.csv, ...) is searched for the warning and the copies' names."""
-    from dpmed.cli import main
-
-    table = write_csv(tmp_path, [("copy-a.png", "train0-0.png", "patient-of-a", "train"),
-                                 ("copy-b.png", "train1-1.png", "patient-of-b", "test")])
+def write_study(tmp_path: Path, data: str) -> Path:
+    """A one-arm study of ``data``, trained one epoch in batches of 4."""
     study = tmp_path / "s.yaml"
     study.write_text(f"""
 name: copies
 settings_chosen_on: "a made-up test set"
-data: {{source: csv, path: {table}, columns: {{path: file, patient: pid, split: fold}}, labels: [label],
-        task: binary, image_size: 8, channels: 1}}
-training: {{epochs: 1, batch_size: 8, threads: 1}}
+data: {data}
+training: {{epochs: 1, batch_size: 4, threads: 1}}
 evaluation: {{bootstrap_resamples: 20}}
 arms:
   - {{name: base, mechanism: none}}
 """)
+    return study
+
+
+def csv_study(tmp_path: Path) -> tuple[Path, tuple[str, ...], tuple[bytes, ...]]:
+    table = write_csv(tmp_path, [("copy-a.png", "train0-0.png", "patient-of-a", "train"),
+                                 ("copy-b.png", "train1-1.png", "patient-of-b", "test")])
+    data = (f"{{source: csv, path: {table}, columns: {{path: file, patient: pid, split: fold}}, labels: [label], "
+            "task: binary, image_size: 8, channels: 1}")
+    return write_study(tmp_path, data), (WITHIN, ACROSS), (b"copy-a", b"copy-b", b"patient-of-")
+
+
+def npz_study(tmp_path: Path) -> tuple[Path, tuple[str, ...], tuple[bytes, ...]]:
+    path = write_npz(tmp_path / "x.npz", [("test", 2, "train", 4), ("train", 5, "train", 1)])
+    data = f"{{source: medmnist, path: {path}, image_size: 8, channels: 1}}"
+    return write_study(tmp_path, data), (IMAGE_WITHIN, IMAGE_ACROSS), (b"_images[",)
+
+
+@pytest.mark.parametrize("make_study", [csv_study, npz_study])
+def test_what_the_check_finds_reaches_the_terminal_and_private_log_only(tmp_path, capsys, make_study):
+    """A statistic of the private images: every file of the study folder outside private/ (study.yaml, run.json,
+    report.html, results.csv, ...) is searched for the warning and the copies' names."""
+    from dpmed.cli import main
+
+    study, told, names = make_study(tmp_path)
     assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
     folder = tmp_path / "out" / "copies"
-    assert WITHIN in capsys.readouterr().err
+    assert told[0] in capsys.readouterr().err
     log = (folder / "private" / "dpmed.log").read_text()
-    assert WITHIN in log and ACROSS in log
+    assert all(t in log for t in told)
     public = [p for p in folder.rglob("*") if p.is_file() and "private" not in p.relative_to(folder).parts]
     assert {"study.yaml", "run.json", "report.html", "results.csv"} <= {p.name for p in public}
     for path in public:
         content = path.read_bytes()
-        assert not [w for w in (b"identical to an image", b"copy-a", b"copy-b", b"patient-of-") if w in content], path
+        assert not [w for w in (b"identical to", *names) if w in content], path
+
+
+def write_npz(path: Path, copies: list[tuple[str, int, str, int]] = ()) -> Path:
+    """A MedMNIST-layout npz of 6, 3 and 3 noise images of 8 x 8, with ``copies`` (split, row, of split, of row):
+    that row's image replaced by a copy of the other's."""
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for split, n in (("train", 6), ("val", 3), ("test", 3)):
+        arrays[f"{split}_images"] = rng.integers(0, 256, (n, 8, 8), dtype=np.uint8)
+        arrays[f"{split}_labels"] = (np.arange(n) % 2)[:, None].astype(np.uint8)
+    for split, row, of, of_row in copies:
+        arrays[f"{split}_images"][row] = arrays[f"{of}_images"][of_row]
+    np.savez(path, **arrays)
+    return path
+
+
+def read_npz(path: Path):
+    return load_dataset(source="medmnist", path=path, image_size=None, channels=None, seed=0, n_images=None)
+
+
+def test_copies_in_an_npz_are_told_by_split_and_row_with_what_to_do(tmp_path, caplog):
+    """Without patient ids each image is its own unit: a copy in test of a training row is a leak, two copies in
+    train one image counted twice; both told (named by file, key and row), neither refused."""
+    path = write_npz(tmp_path / "x.npz", [("test", 2, "train", 4), ("train", 5, "train", 1)])
+    with caplog.at_level(logging.WARNING, logger="dpmed"):
+        d = read_npz(path)
+    told = [r.getMessage() for r in caplog.records if "identical to" in r.getMessage()]
+    assert len(told) == 2
+    within, across = (next(t for t in told if kind in t) for kind in (IMAGE_WITHIN, IMAGE_ACROSS))
+    assert within.startswith(f"data: 1 image is {IMAGE_WITHIN} (1 in train), e.g. x.npz train_images[1] and x.npz "
+                             "train_images[5]: each image is its own unit")
+    assert within.endswith("Drop one copy (its image and its label) and save the file again")
+    assert across.startswith(f"data: 1 image is {IMAGE_ACROSS} (1 between train and test), e.g. x.npz "
+                             "train_images[4] and x.npz test_images[2]: an image the model trained on")
+    assert "Drop the copy in the earlier split" in across and "patient" not in within + across
+    assert (len(d.train), len(d.val), len(d.test)) == (6, 3, 3)
+    assert "identical" not in json.dumps(d.shareable_source())
+
+
+def test_an_npz_without_copies_tells_nothing(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="dpmed"):
+        read_npz(write_npz(tmp_path / "x.npz"))
+    assert "identical to" not in caplog.text
+
+
+def test_the_real_pneumoniamnist_copies_are_counted_as_its_raw_bytes_say(pneumoniamnist_path, caplog):
+    """Each split's repeats (its images less its distinct ones), and each later split's images found in an earlier
+    one, counted from the npz's uint8 bytes."""
+    raw = np.load(pneumoniamnist_path)
+    keys = {split: [x.tobytes() for x in raw[f"{split}_images"]] for split in ("train", "val", "test")}
+    distinct = {split: set(k) for split, k in keys.items()}
+    within = {f"in {split}": len(keys[split]) - len(distinct[split]) for split in keys}
+    across = {f"between {a} and {b}": sum(x in distinct[a] for x in keys[b])
+              for a, b in (("train", "val"), ("train", "test"), ("val", "test"))}
+    with caplog.at_level(logging.WARNING, logger="dpmed"):
+        read_medmnist(pneumoniamnist_path)
+    for count, kind in ((within, IMAGE_WITHIN), (across, IMAGE_ACROSS)):
+        total = sum(count.values())
+        parts = ", ".join(f"{n} {where}" for where, n in count.items() if n)
+        assert (f"{total} image{'s are' if total > 1 else ' is'} {kind} ({parts})" in caplog.text if total
+                else kind not in caplog.text)

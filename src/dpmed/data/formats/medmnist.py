@@ -9,10 +9,15 @@ MedMNIST publishes no patient ids and no demographics. Each image therefore beco
 (``"train-17"``), sex is "unknown" and age is nan: fairness by sex or age cannot be measured on MedMNIST, and
 whether one patient's images sit in two splits is up to the MedMNIST authors' split (they split by patient where
 the source dataset had patient ids, e.g. ChestMNIST from NIH ChestX-ray14).
+
+Identical images are told once read (`dpmed.data.duplicates`, by image: a copy is one image counted as two, or a test
+image that was trained on), named by their file, key and row (``pneumoniamnist.npz test_images[12]``); what is found
+is a statistic of the private images, so it goes to the terminal and the private log only, never into ``source``.
 """
 
 from __future__ import annotations
 
+import logging
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -21,10 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from dpmed import memory
+from dpmed.data.duplicates import describe_copies
 from dpmed.data.sample import Dataset, ImageSet, Task, TaskKind
 from dpmed.errors import DataError
 
 __all__ = ["read_medmnist", "MEDMNIST_LABELS"]
+
+_log = logging.getLogger(__name__)
 
 _SPLITS = ("train", "val", "test")
 _KEYS = tuple(f"{split}_{part}" for split in _SPLITS for part in ("images", "labels"))
@@ -138,14 +146,17 @@ def read_medmnist(
             masks=None,
         )
 
+    sets = {split: split_set(split) for split in _SPLITS}
+    for line in describe_copies(sets, name=lambda split, i: f"{path.name} {split}_images[{i}]", patients_known=False):
+        _log.warning("%s", line)
     return Dataset(
         name=path.stem,
         task=Task(kind=kind, label_names=names, ordinal=kind == "multiclass" and known is not None and known.ordinal,
                   classes_from_data=kind != "multilabel" and label_names is None
                   and (known is None or names != known.label_names)),
-        train=split_set("train"),
-        val=split_set("val"),
-        test=split_set("test"),
+        train=sets["train"],
+        val=sets["val"],
+        test=sets["test"],
         description=(
             f"MedMNIST v2 file {path.name} (Yang et al. 2023, CC BY 4.0) with its official splits; no patient ids "
             "or demographics are published, so each image is its own patient and sex/age are unknown."
