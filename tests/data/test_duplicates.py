@@ -77,6 +77,17 @@ def test_no_copies_and_copies_of_one_patient_tell_nothing(tmp_path, caplog):
     assert "identical to an image" not in caplog.text
 
 
+def test_a_table_without_patient_ids_tells_its_copies_by_image(tmp_path, caplog):
+    """Without a patient column each image is its own unit: a copy is one image counted as two, which "give both one
+    patient id" cannot fix (the table has no ids to give)."""
+    table = write_csv(tmp_path, [("a.png", "train0-0.png", "x1", "train")])
+    with caplog.at_level(logging.WARNING, logger="dpmed"):
+        load_dataset(source="csv", path=table, image_size=6, channels=1, seed=0, n_images=None,
+                     columns={"path": "file", "split": "fold"}, labels=("label",))
+    told = [r.getMessage() for r in caplog.records if "identical to" in r.getMessage()]
+    assert len(told) == 1 and IMAGE_WITHIN in told[0] and "patient id" not in told[0], told
+
+
 def test_each_image_is_counted_once_per_kind_however_many_copies_precede_it():
     """Train holds one image under patients a, a, b, c and test under d: two train images follow a copy of another
     patient (b, c; the second a does not), and the test copy is one image whatever the train copies."""

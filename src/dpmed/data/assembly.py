@@ -251,7 +251,8 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
         if len(manifest.problems) > _EXAMPLES:
             _log.warning("left out %d more invalid rows, as counted above", len(manifest.problems) - _EXAMPLES)
     # told, as above: identical images under two patient ids (`dpmed.data.duplicates`), named as the rows are
-    copies = describe_copies(sets, name=lambda split, i: str(manifest.where[rows[chosen[split][i]]]))
+    copies = describe_copies(sets, name=lambda split, i: str(manifest.where[rows[chosen[split][i]]]),
+                             patients_known=bool(manifest.notes.get("patients_known", True)))
     for line in describe_spellings(manifest, rows) + describe_demographics(manifest, rows) + copies:
         _log.warning("%s", line)
     _tell_small_published_validation(manifest, sets["val"], "val" not in missing)
