@@ -22,6 +22,7 @@ intervals. Computed by `dpmed.outputs` before the report is rendered, and writte
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Literal, Mapping, Sequence
 
@@ -278,7 +279,7 @@ def _metrics_by_value(records: Sequence[RunRecord], confidence: float) -> list[V
         out.append(ValueMetrics(
             label=label, arm=runs[0].arm, mechanism=runs[0].mechanism, seeds=[r.seed for r in runs],
             run_ids=[r.run_id for r in runs], epsilon_label=runs[0].privacy.in_brief(),
-            epsilon=seed_summary(eps, confidence=confidence) if finite else None,
+            epsilon=seed_summary(eps, confidence=confidence, within=(0.0, math.inf)) if finite else None,
             **{name: summarise_seeds(runs, name, confidence=confidence)
                for name in ("test_auroc", "test_accuracy", "test_sensitivity", "test_specificity")}))
     return out
