@@ -848,6 +848,25 @@ def test_over_seeds_a_change_reads_as_a_direction_only_where_its_t_interval_excl
                                                "-0.030 (95% t interval over seeds [-0.055, -0.005]).")
 
 
+@pytest.mark.parametrize("confidence, seeds", [(0.95, 2), (0.90, 3)])
+def test_the_t_named_beside_an_interval_over_seeds_is_the_one_it_was_drawn_with(scored_run, scores, report_html,
+                                                                                confidence, seeds):
+    """The opening paragraph, the comparison and the figure's caption each said "t is 4.30 for 3" (95%, 3 seeds)
+    whatever the study: beside 2 seeds' intervals (t 12.71) or a 90% study's (t 2.92 for 3) it gave the reader a
+    width the intervals do not have."""
+    from scipy.stats import t
+
+    rng = np.random.default_rng(3)
+    records = [scored_run(f"np_seed{s}", "np", "none", seed=s, scores=scores(0.8 - 0.1 * s, rng))
+               for s in range(seeds)]
+    records += [scored_run(f"dp_eps1_C1_seed{s}", "dp", "dp_sgd", eps=1.0, seed=s, scores=scores(0.3 + 0.1 * s, rng))
+                for s in range(seeds)]
+    text = _text(report_html(records, confidence=confidence))
+    named = f"t is {t.ppf((1 + confidence) / 2, seeds - 1):.2f} for {seeds} seeds"
+    assert text.count(named) == 3, re.findall(r"t is [^)]*", text)        # opening table, comparison, caption
+    assert "t is 4.30 for 3)" not in text
+
+
 def test_an_unchanged_false_alarm_rate_reads_as_one_sentence_with_its_interval():
     """Before: "wrongly flags about as many class_0 cases as class_1 as without privacy (95% CI: none)"."""
     from dpmed.comparisons import Difference, PairedDifference

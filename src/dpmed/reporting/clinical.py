@@ -22,7 +22,8 @@ from typing import Sequence
 from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary
 from dpmed.numbers import count_text
 from dpmed.records import RunRecord
-from dpmed.reporting.inputs import ReportInputs, eps_label, escape, estimate_text, not_dp_text, signed_text
+from dpmed.reporting.inputs import (ReportInputs, eps_label, escape, estimate_text, not_dp_text, signed_text,
+                                   t_text)
 
 __all__ = ["clinical", "case_sentence", "flag_html", "flag_count", "ONE_SEED", "WARNINGS"]
 
@@ -305,7 +306,8 @@ def clinical(inputs: ReportInputs) -> str:
                f"of those paired changes over seeds with its {level} Student t interval over seeds (n - 1 degrees of "
                "freedom; it assumes independent seeds and roughly normal changes), and the seeds' range (training "
                "randomness, which the test-set bootstrap does not see). The range is no interval: 3 seeds' range "
-               "holds the true mean only 75% of the time. The t interval is wide with few seeds (t is 4.30 for 3), "
+               "holds the true mean only 75% of the time. The t interval is wide with few seeds ("
+               f"{t_text(comparisons.confidence, [v.auroc_difference.n_seeds for v in comparisons.by_value])}), "
                "which is what they can tell; a change is a finding only where it excludes 0. Each seed's own "
                "paired interval is in the section 'Against the non-private run, with intervals'.")
     example = (f"-12 per 100 in sensitivity means about 12 more missed of every 100 {escape(pos_text)} cases"

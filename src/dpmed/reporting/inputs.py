@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from dpmed.comparisons import SIGNIFICANCE, Comparisons, PairedDifference
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, read_arrays, write_text_atomic
@@ -23,7 +24,7 @@ from dpmed.records import Estimate, ResolvedStudy, RunRecord
 __all__ = ["ReportInputs", "escape", "estimate_text", "signed_text", "embed_png", "embed_figure", "number_text",
            "p_text", "cite", "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction",
            "not_dp_reasons", "not_dp_text", "accountant_name", "stacked", "bound_percent", "read_figure_arrays",
-           "no_bound_note", "facts_table"]
+           "no_bound_note", "facts_table", "t_text"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -68,6 +69,17 @@ class ReportInputs:
         if units <= {"image"}:
             return "the test images"
         return "the test patients (images in runs recorded before dpmed redrew patients)"
+
+
+def t_text(confidence: float, seed_counts: Iterable[int]) -> str:
+    """The Student t quantile each interval over seeds was drawn with, for the seed counts the report's rows have:
+    "t is 4.30 for 3 seeds" (95%), "t is 2.92 for 3 seeds" (90%). A fixed "t is 4.30 for 3" beside a 90% interval,
+    or beside rows of 2 seeds (t 12.71), told the reader a width the intervals do not have."""
+    counts = sorted({n for n in seed_counts if n > 1})
+    if not counts:
+        return ""
+    parts = [f"{student_t.ppf((1 + confidence) / 2, n - 1):.2f} for {n} seeds" for n in counts]
+    return "t is " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
 
 
 def cite(text: str) -> str:

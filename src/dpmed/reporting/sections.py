@@ -21,7 +21,7 @@ from dpmed.reporting.figures import (auroc_alt, auroc_versus_epsilon, ldp_exampl
                                      spans_seeds)
 from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, bound_percent, embed_figure, eps_label,
                                     escape, estimate_text, is_reproduction, no_bound_note, not_dp_text, number_text,
-                                    p_text, read_figure_arrays, signed_text, stacked, facts_table)
+                                    p_text, read_figure_arrays, signed_text, stacked, facts_table, t_text)
 
 __all__ = ["summary", "utility", "privacy_cards", "study_privacy_section", "reconstruction_risk",
            "ldp_examples_section", "provenance", "decision_rule", "statement_text", "metric_label"]
@@ -258,6 +258,15 @@ def _threshold_text(r: RunRecord) -> str:
     return f"{t:.2g}" if 0 < t < 0.001 else f"{t:.3f}"
 
 
+def _seed_counts(records) -> list[int]:
+    """How many seeds with a defined test AUROC each configuration's point in the figure has (its t interval's n)."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if r.estimate("test_auroc").value is not None:
+            counts[r.plan.label] = counts.get(r.plan.label, 0) + 1
+    return list(counts.values())
+
+
 def _figure_caption(inputs: ReportInputs) -> str:
     """The AUROC-versus-eps figure's caption. In a multi-seed study it says what a point and its bar are (a
     configuration's mean and t interval over seeds, not a run's interval): one seed's figure draws intervals, and a
@@ -274,8 +283,9 @@ def _figure_caption(inputs: ReportInputs) -> str:
     parts = ([f"runs with no ε to place them at: {'; '.join(no_eps)}"] if no_eps else []) + \
         ([f"runs whose test AUROC is undefined: {', '.join(undefined)}"] if undefined else [])
     seeds = (f"Each point is the mean test AUROC over a configuration's seeds, its bar the {inputs.level} Student t "
-             "interval of that mean over the seeds (it assumes independent seeds, roughly normal; wide with few: at "
-             "95%, t is 4.30 for 3) and the faint dots the seeds themselves, whose spread is their range, not an "
+             "interval of that mean over the seeds (it assumes independent seeds, roughly normal; wide with few: "
+             f"{t_text(inputs.resolved.study.evaluation.confidence, _seed_counts(inputs.records))}) and the faint "
+             "dots the seeds themselves, whose spread is their range, not an "
              "interval (the non-private line and band: their mean and t interval); each run's own interval is in the "
              "table below." if spans_seeds(inputs.records) else "")
     left_out = f"Not in the figure (the table below has them): {'. And '.join(parts)}." if parts else ""

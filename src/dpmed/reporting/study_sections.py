@@ -27,7 +27,8 @@ from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
-                                    estimate_text as _est, p_text, read_figure_arrays, signed_text, stacked)
+                                    estimate_text as _est, p_text, read_figure_arrays, signed_text, stacked,
+                                    t_text)
 from dpmed.reporting.sections import decision_rule
 from dpmed.reporting.study_figures import cam_grid, group_estimates
 
@@ -519,6 +520,7 @@ def comparison_section(inputs: ReportInputs) -> str:
                      + stacked(f"<table><tr><th>run</th><th>reference</th>{heads}</tr>{body}</table>"))
     multi = [b for b in comparisons.by_value if b.auroc_difference.n_seeds > 1]
     if multi:
+        seed_counts = [b.auroc_difference.n_seeds for b in multi]
         body = "".join(f"<tr><td>{_e(b.label)}</td><td class=num>{_seeds_interval(b.auroc_difference)}</td>"
                        f"<td class=num>{_across_seeds(b.auroc_difference)}</td>"
                        f"<td class=num>{signed_text(b.auroc_difference.min)} to "
@@ -527,8 +529,9 @@ def comparison_section(inputs: ReportInputs) -> str:
         parts.append("<p>Over seeds (training randomness, which the test-set bootstrap does not see), each seed "
                      f"paired with its own non-private run: the mean AUROC difference with its {level} Student t "
                      "interval over seeds (n - 1 degrees of freedom; it assumes independent seeds and roughly normal "
-                     "differences, and is wide with few seeds: t is 4.30 for 3). An arm value is lower or higher "
-                     "than the non-private arm across seeds only where that interval excludes 0. The seeds' range is "
+                     f"differences, and is wide with few seeds: {t_text(comparisons.confidence, seed_counts)}). An "
+                     "arm value is lower or higher than the non-private arm across seeds only where that interval "
+                     "excludes 0. The seeds' range is "
                      "their spread, not an interval (3 seeds' range holds the true mean only 75% of the time), and "
                      "the count of seeds with a small p says how many single test sets showed a difference, not "
                      f"whether the arm differs across seeds. {_decisions_over_seeds(data.task)}</p>"
