@@ -867,6 +867,20 @@ def test_the_t_named_beside_an_interval_over_seeds_is_the_one_it_was_drawn_with(
     assert "t is 4.30 for 3)" not in text
 
 
+def test_the_opening_paragraph_says_in_plain_words_what_an_interval_over_seeds_is(scored_run, scores, report_html):
+    """A clinician met "its 95% Student t interval over seeds (n - 1 degrees of freedom ...)" with nothing to say
+    what a seed is or what the interval promises. The paragraph now says it in words before the statistics' names."""
+    rng = np.random.default_rng(4)
+    records = [scored_run(f"np_seed{s}", "np", "none", seed=s, scores=scores(0.8, rng)) for s in range(3)]
+    records += [scored_run(f"dp_eps1_C1_seed{s}", "dp", "dp_sgd", eps=1.0, seed=s, scores=scores(0.4, rng))
+                for s in range(3)]
+    opening = _text(_section(report_html(records), "clinical")).split("Sensitivity is")[0]
+    plain = opening.index("In plain words:")
+    assert plain < opening.index("Student t") and plain < opening.index("degrees of freedom")
+    assert "each seed is one draw of it" in opening and "many such trainings" in opening
+    assert "which is what they can tell" not in opening                     # said once
+
+
 def test_an_unchanged_false_alarm_rate_reads_as_one_sentence_with_its_interval():
     """Before: "wrongly flags about as many class_0 cases as class_1 as without privacy (95% CI: none)"."""
     from dpmed.comparisons import Difference, PairedDifference

@@ -303,12 +303,15 @@ def clinical(inputs: ReportInputs) -> str:
                f"{'patients' if comparisons.bootstrap_unit == 'patient' else 'images'} for both). {ONE_SEED}"
                if not several else
                "Each seed's run is paired with the non-private run of the same seed; a row gives the mean "
-               f"of those paired changes over seeds with its {level} Student t interval over seeds (n - 1 degrees of "
-               "freedom; it assumes independent seeds and roughly normal changes), and the seeds' range (training "
-               "randomness, which the test-set bootstrap does not see). The range is no interval: 3 seeds' range "
+               "of those paired changes over seeds with its interval over seeds, and the seeds' range. In plain "
+               "words: training involves chance (the model's random start, the order it sees the images, the privacy "
+               "noise), which the test-set bootstrap does not see; each seed is one draw of it, and the interval is "
+               "where the average change over many such trainings would lie, as far as these few can tell "
+               f"({level} Student t interval over seeds, n - 1 degrees of freedom; it assumes independent seeds and "
+               "roughly normal changes). The range is no interval: 3 seeds' range "
                "holds the true mean only 75% of the time. The t interval is wide with few seeds ("
                f"{t_text(comparisons.confidence, [v.auroc_difference.n_seeds for v in comparisons.by_value])}), "
-               "which is what they can tell; a change is a finding only where it excludes 0. Each seed's own "
+               "so a change is a finding only where it excludes 0. Each seed's own "
                "paired interval is in the section 'Against the non-private run, with intervals'.")
     example = (f"-12 per 100 in sensitivity means about 12 more missed of every 100 {escape(pos_text)} cases"
                if kind == "binary" else "-5 per 100 in accuracy means about 5 more wrong of every 100")
