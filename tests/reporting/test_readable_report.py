@@ -881,6 +881,25 @@ def test_the_opening_paragraph_says_in_plain_words_what_an_interval_over_seeds_i
     assert "which is what they can tell" not in opening                     # said once
 
 
+def test_a_summary_of_several_seeds_gives_each_arms_verdict_across_seeds_beside_its_seeds_own(scored_run, scores,
+                                                                                              report_html):
+    """The summary listed each seed's verdict ("lower than without privacy" for 3 of 3 local-DP seeds) and nothing
+    across seeds, where the t interval over seeds held 0: a reader took three test sets' verdicts for the arm's.
+    It now says what a line's verdict covers and gives each arm's verdict across seeds, as the comparison does."""
+    rng = np.random.default_rng(6)
+    records = [scored_run(f"np_seed{s}", "np", "none", seed=s, scores=scores(q, rng))
+               for s, q in ((0, 0.9), (1, 0.9), (2, 0.55))]
+    records += [scored_run(f"dp_eps1_C1_seed{s}", "dp", "dp_sgd", eps=1.0, seed=s, scores=scores(q, rng))
+                for s, q in ((0, 0.3), (1, 0.85), (2, 0.9))]
+    html = report_html(records)
+    verdict = re.search(r"<tr><td[^>]*>dp_eps1_C1</td><td[^>]*>[^<]*</td><td[^>]*>([^<]*)</td>",
+                        _section(html, "comparisons")).group(1)
+    summary = _text(_section(html, "summary"))
+    assert "Each line above is one seed's run" in summary
+    assert f"Across seeds, by the 95% t interval over seeds of the AUROC change (the opening table): " \
+           f"dp_eps1_C1: {verdict}." in summary, summary
+
+
 def test_an_unchanged_false_alarm_rate_reads_as_one_sentence_with_its_interval():
     """Before: "wrongly flags about as many class_0 cases as class_1 as without privacy (95% CI: none)"."""
     from dpmed.comparisons import Difference, PairedDifference
@@ -1072,7 +1091,8 @@ def _reading_of(records, differences):
 
     from dpmed.reporting.sections import _reading
 
-    inputs = SimpleNamespace(records=records, level="95%", comparisons=SimpleNamespace(auroc_differences=differences))
+    inputs = SimpleNamespace(records=records, level="95%", comparisons=SimpleNamespace(auroc_differences=differences,
+                                                                                         by_value=[]))
     return re.sub(r"\s+", " ", _text(_reading(inputs)))
 
 

@@ -9,6 +9,7 @@ import re
 
 import yaml
 
+from dpmed.comparisons import SeedSummary
 from dpmed.data.sample import names_text
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.evaluation.version import evaluated_by
@@ -24,7 +25,8 @@ from dpmed.reporting.inputs import (METHODS, ReportInputs, accountant_name, boun
                                     p_text, read_figure_arrays, signed_text, stacked, facts_table, t_text)
 
 __all__ = ["summary", "utility", "privacy_cards", "study_privacy_section", "reconstruction_risk",
-           "ldp_examples_section", "provenance", "decision_rule", "statement_text", "metric_label"]
+           "ldp_examples_section", "provenance", "decision_rule", "statement_text", "metric_label",
+           "across_seeds"]
 
 
 def decision_rule(data: DatasetSummary) -> str:
@@ -60,6 +62,15 @@ def _measured(inputs: ReportInputs) -> str:
     return (f"{what}; {inputs.level} percentile intervals from {ev.bootstrap_resamples} paired bootstrap redraws of "
             f"{inputs.redrawn} (bootstrap seed {ev.bootstrap_seed}). Definitions: {METHODS} (in the dpmed "
             "repository), sec. 4" + (f". Not computed: {'; '.join(off)}" if off else ""))
+
+
+def across_seeds(s: SeedSummary) -> str:
+    """What the t interval over seeds supports: lower or higher than the non-private arm where it excludes 0."""
+    if s.low is None:
+        return s.reason or "no interval over seeds"
+    if not s.excludes_zero:
+        return "not shown (interval holds 0)"
+    return "lower" if s.high < 0 else "higher"
 
 
 def _reading(inputs: ReportInputs) -> str:
@@ -120,6 +131,15 @@ def _reading(inputs: ReportInputs) -> str:
             "arms are equal nor that they differ.")
     if len({r.seed for r in records}) == 1:
         note += " " + ONE_SEED
+    else:
+        # each line's verdict is one seed's test set; three seeds each "lower" can still leave the arm's mean over
+        # seeds undecided, and a summary of per-seed verdicts alone read as the arm's
+        over = [f"{escape(b.label)}: {escape(across_seeds(b.auroc_difference))}"
+                for b in inputs.comparisons.by_value if b.auroc_difference.n_seeds > 1]
+        note += (" Each line above is one seed's run: its verdict covers the redraws of that seed's test set, not "
+                 "the chance in training that other seeds draw differently.") + (
+                     f" Across seeds, by the {level} t interval over seeds of the AUROC change (the opening table): "
+                     + "; ".join(over) + "." if over else "")
     items = "".join(f"<li>{part}</li>" for part in parts[1:])
     return f"<p>{parts[0]}</p>" + (f'<ul class="reading">{items}</ul>' if items else "") + f"<p>{note}</p>"
 

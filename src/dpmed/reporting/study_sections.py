@@ -29,7 +29,7 @@ from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
                                     estimate_text as _est, p_text, read_figure_arrays, signed_text, stacked,
                                     t_text)
-from dpmed.reporting.sections import decision_rule
+from dpmed.reporting.sections import across_seeds, decision_rule
 from dpmed.reporting.study_figures import cam_grid, group_estimates
 
 __all__ = ["comparison_section", "fairness_section", "interpretability_section"]
@@ -473,15 +473,6 @@ def _seeds_interval(s: SeedSummary) -> str:
     return f"{signed_text(s.mean)} [{signed_text(s.low)},\u00a0{signed_text(s.high)}]"
 
 
-def _across_seeds(s: SeedSummary) -> str:
-    """What the t interval over seeds supports: lower or higher than the non-private arm where it excludes 0."""
-    if s.low is None:
-        return _e(s.reason or "no interval over seeds")
-    if not s.excludes_zero:
-        return "not shown (interval holds 0)"
-    return "lower" if s.high < 0 else "higher"
-
-
 def _decisions_over_seeds(task: str) -> str:
     """Where the decisions' changes over seeds are: the opening table gives each with this table's t interval and
     range, in cases per 100 and with the same verdict in words; repeated here they would make a table too wide for
@@ -522,7 +513,7 @@ def comparison_section(inputs: ReportInputs) -> str:
     if multi:
         seed_counts = [b.auroc_difference.n_seeds for b in multi]
         body = "".join(f"<tr><td>{_e(b.label)}</td><td class=num>{_seeds_interval(b.auroc_difference)}</td>"
-                       f"<td class=num>{_across_seeds(b.auroc_difference)}</td>"
+                       f"<td class=num>{_e(across_seeds(b.auroc_difference))}</td>"
                        f"<td class=num>{signed_text(b.auroc_difference.min)} to "
                        f"{signed_text(b.auroc_difference.max)}</td><td class=num>{b.auroc_difference.std:.3f}</td>"
                        f"<td class=num>{b.significant_seeds} of {b.auroc_difference.n_seeds}</td></tr>" for b in multi)
