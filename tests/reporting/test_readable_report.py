@@ -900,6 +900,24 @@ def test_a_summary_of_several_seeds_gives_each_arms_verdict_across_seeds_beside_
            f"dp_eps1_C1: {verdict}." in summary, summary
 
 
+def test_a_reference_at_chance_is_said_where_its_seeds_changes_are_read(scored_run, scores, report_html):
+    """With 3 seeds, one non-private run at 0.551 [0.475, 0.639] made its seed's private runs read as gains of +0.30
+    and set the interval over seeds, and the report said nothing of it (only a reference wholly below 0.5 is
+    flagged). The opening table now names a reference whose interval holds chance; one clear of it is not named."""
+    rng = np.random.default_rng(7)
+    records = [scored_run(f"np_seed{s}", "np", "none", seed=s, scores=scores(q, rng))
+               for s, q in ((0, 0.9), (1, 0.9), (2, 0.0))]
+    records += [scored_run(f"dp_eps1_C1_seed{s}", "dp", "dp_sgd", eps=1.0, seed=s, scores=scores(0.8, rng))
+                for s in range(3)]
+    auroc = {r.run_id: r.estimate("test_auroc") for r in records}
+    at_chance = [f"np_seed{s}" for s in range(3) if auroc[f"np_seed{s}"].low <= 0.5 <= auroc[f"np_seed{s}"].high]
+    assert at_chance == ["np_seed2"], auroc                                  # the scores made one reference fail
+    clinical = _text(_section(report_html(records), "clinical"))
+    assert "np_seed2: the test AUROC interval includes 0.5, chance" in clinical
+    assert "its seed's changes in the table below" in clinical
+    assert "np_seed0: the test AUROC interval" not in clinical and "np_seed1: the test AUROC interval" not in clinical
+
+
 def test_an_unchanged_false_alarm_rate_reads_as_one_sentence_with_its_interval():
     """Before: "wrongly flags about as many class_0 cases as class_1 as without privacy (95% CI: none)"."""
     from dpmed.comparisons import Difference, PairedDifference
