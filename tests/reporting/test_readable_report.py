@@ -865,6 +865,9 @@ def test_the_t_named_beside_an_interval_over_seeds_is_the_one_it_was_drawn_with(
     named = f"t is {t.ppf((1 + confidence) / 2, seeds - 1):.2f} for {seeds} seeds"
     assert text.count(named) == 3, re.findall(r"t is [^)]*", text)        # opening table, comparison, caption
     assert "t is 4.30 for 3)" not in text
+    # the range's share, 1 - 2 / 2^n, is the seeds' too: "3 seeds' range ... only 75%" stood beside 2 seeds' rows
+    share = f"{seeds} seeds' range holds the true mean {100 * (1 - 2 ** (1 - seeds)):.0f}% of the time"
+    assert text.count(share) == 2 and "only 75%" not in text                # opening table, comparison
 
 
 def test_the_opening_paragraph_says_in_plain_words_what_an_interval_over_seeds_is(scored_run, scores, report_html):

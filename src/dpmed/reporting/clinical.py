@@ -22,8 +22,8 @@ from typing import Sequence
 from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary
 from dpmed.numbers import count_text
 from dpmed.records import RunRecord
-from dpmed.reporting.inputs import (ReportInputs, eps_label, escape, estimate_text, not_dp_text, signed_text,
-                                   t_text)
+from dpmed.reporting.inputs import (ReportInputs, eps_label, escape, estimate_text, not_dp_text, range_text,
+                                   signed_text, t_text)
 
 __all__ = ["clinical", "case_sentence", "flag_html", "flag_count", "ONE_SEED", "WARNINGS"]
 
@@ -318,8 +318,9 @@ def clinical(inputs: ReportInputs) -> str:
                "noise), which the test-set bootstrap does not see; each seed is one draw of it, and the interval is "
                "where the average change over many such trainings would lie, as far as these few can tell "
                f"({level} Student t interval over seeds, n - 1 degrees of freedom; it assumes independent seeds and "
-               "roughly normal changes). The range is no interval: 3 seeds' range "
-               "holds the true mean only 75% of the time. The t interval is wide with few seeds ("
+               "roughly normal changes). The range is no interval: "
+               f"{range_text(v.auroc_difference.n_seeds for v in comparisons.by_value)}, whatever the confidence. "
+               "The t interval is wide with few seeds ("
                f"{t_text(comparisons.confidence, [v.auroc_difference.n_seeds for v in comparisons.by_value])}), "
                "so a change is a finding only where it excludes 0. Each seed's own "
                "paired interval is in the section 'Against the non-private run, with intervals'.")

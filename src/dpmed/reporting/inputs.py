@@ -24,7 +24,7 @@ from dpmed.records import Estimate, ResolvedStudy, RunRecord
 __all__ = ["ReportInputs", "escape", "estimate_text", "signed_text", "embed_png", "embed_figure", "number_text",
            "p_text", "cite", "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction",
            "not_dp_reasons", "not_dp_text", "accountant_name", "stacked", "bound_percent", "read_figure_arrays",
-           "no_bound_note", "facts_table", "t_text"]
+           "no_bound_note", "facts_table", "t_text", "range_text"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -80,6 +80,16 @@ def t_text(confidence: float, seed_counts: Iterable[int]) -> str:
         return ""
     parts = [f"{student_t.ppf((1 + confidence) / 2, n - 1):.2f} for {n} seeds" for n in counts]
     return "t is " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
+
+
+def range_text(seed_counts: Iterable[int]) -> str:
+    """How often the seeds' range holds their true mean, for the seed counts the report's rows have: 1 - 2 / 2^n for
+    n seeds of roughly normal values ("3 seeds' range holds the true mean 75% of the time"). A fixed "3 seeds'
+    ... only 75%" stood beside rows of 6 seeds, whose range holds it 97% of the time: the range is no interval
+    because its share depends on n, not on the study's confidence."""
+    counts = sorted({n for n in seed_counts if n > 1})
+    return "; ".join(f"{n} seeds' range holds the true mean {100 * (1 - 2.0 ** (1 - n)):.0f}% of the time"
+                     for n in counts)
 
 
 def cite(text: str) -> str:

@@ -27,8 +27,8 @@ from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
-                                    estimate_text as _est, p_text, read_figure_arrays, signed_text, stacked,
-                                    t_text)
+                                    estimate_text as _est, p_text, range_text, read_figure_arrays, signed_text,
+                                    stacked, t_text)
 from dpmed.reporting.sections import across_seeds, decision_rule
 from dpmed.reporting.study_figures import cam_grid, group_estimates
 
@@ -523,7 +523,7 @@ def comparison_section(inputs: ReportInputs) -> str:
                      f"differences, and is wide with few seeds: {t_text(comparisons.confidence, seed_counts)}). An "
                      "arm value is lower or higher than the non-private arm across seeds only where that interval "
                      "excludes 0. The seeds' range is "
-                     "their spread, not an interval (3 seeds' range holds the true mean only 75% of the time), and "
+                     f"their spread, not an interval ({range_text(seed_counts)}, whatever the confidence), and "
                      "the count of seeds with a small p says how many single test sets showed a difference, not "
                      f"whether the arm differs across seeds. {_decisions_over_seeds(data.task)}</p>"
                      + stacked(f"<table><tr><th>arm value</th><th>mean AUROC difference [{level} t interval over "
