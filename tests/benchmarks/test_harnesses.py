@@ -405,8 +405,15 @@ def test_data_memory_reports_each_size_s_decoded_bytes_beside_its_peak(tmp_path)
     out = subprocess.run([sys.executable, str(_BENCHMARKS / "data_memory.py"), "--data", str(root), "--sizes", "16",
                           "--channels", "1", "3"], check=True, capture_output=True, text=True).stdout
     rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| 16 ")]
-    assert [(r[1], r[2], r[3]) for r in rows] == [("1", "32 (32)", "0.00 GB"), ("3", "32 (32)", "0.00 GB")]
-    assert all(float(r[4].split()[0]) > 0 for r in rows)
+    assert [tuple(r[1:5]) for r in rows] == [("1", "none", "32 (32)", "0.00 GB"), ("3", "none", "32 (32)", "0.00 GB")]
+    assert all(float(r[5].split()[0]) > 0 for r in rows)
+    # with a cache folder, each load twice: the first writes the entry, the second reads it back
+    out = subprocess.run([sys.executable, str(_BENCHMARKS / "data_memory.py"), "--data", str(root), "--sizes", "16",
+                          "--channels", "1", "--cache-dir", str(tmp_path / "cache")],
+                         check=True, capture_output=True, text=True).stdout
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| 16 ")]
+    assert [tuple(r[1:4]) for r in rows] == [("1", "write", "32 (32)"), ("1", "read", "32 (32)")]
+    assert list((tmp_path / "cache").glob("*.npy"))
 
 
 def test_overlap_memory_runs_the_pretrain_stage_up_to_training_and_gives_training_back(capsys):
