@@ -921,6 +921,22 @@ def test_a_reference_at_chance_is_said_where_its_seeds_changes_are_read(scored_r
     assert "np_seed0: the test AUROC interval" not in clinical and "np_seed1: the test AUROC interval" not in clinical
 
 
+def test_a_reference_at_chance_that_decides_one_class_is_still_said_at_chance(scored_run, scores, report_html):
+    """A model that learned nothing often also decides one class for every test image. That warning (about its
+    decisions) says nothing of its AUROC at chance, and it left the opening table silent on what the reference's seed's
+    changes measure: only a reference wholly below chance has its AUROC flagged elsewhere."""
+    from dpmed.comparisons import decides_one_class
+
+    rng = np.random.default_rng(7)
+    val, test = scores(0.0, rng)
+    records = [scored_run("np_seed0", "np", "none", seed=0, scores=(val, test + 2.0)),     # all above its threshold
+               scored_run("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, seed=0, scores=scores(0.8, rng))]
+    auroc = records[0].estimate("test_auroc")
+    assert decides_one_class(records[0]) and auroc.low <= 0.5 <= auroc.high, auroc
+    clinical = _text(_section(report_html(records), "clinical"))
+    assert "np_seed0: the test AUROC interval includes 0.5, chance" in clinical
+
+
 def test_an_unchanged_false_alarm_rate_reads_as_one_sentence_with_its_interval():
     """Before: "wrongly flags about as many class_0 cases as class_1 as without privacy (95% CI: none)"."""
     from dpmed.comparisons import Difference, PairedDifference

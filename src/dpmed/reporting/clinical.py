@@ -190,9 +190,9 @@ def _reference_line(inputs: ReportInputs, records: dict[str, RunRecord], referen
         lines.append(text)
     # a reference whose interval holds chance learned nothing its test set can show: its seed's private runs then
     # read as gains (+0.30 in AUROC against a 0.55 reference), and with 3 seeds that one seed sets the interval over
-    # seeds; one wholly below chance is flagged in the comparisons (a run warning), so not said again here
+    # seeds. One wholly below chance (flagged in the comparisons) holds no 0.5; another flag, such as one class
+    # decided for every test image, speaks of its decisions, not of its AUROC, so it does not stand for this line
     at_chance = [run_id for run_id in reference_ids if run_id in records
-                 and not inputs.comparisons.flags_of(run_id)
                  and (a := records[run_id].estimate("test_auroc")).low is not None and a.low <= 0.5 <= a.high]
     run, whose = ("this run", "its seed's") if len(at_chance) == 1 else ("these runs", "their seeds'")
     chance = ("" if not at_chance else
