@@ -870,6 +870,16 @@ def test_the_t_named_beside_an_interval_over_seeds_is_the_one_it_was_drawn_with(
     assert text.count(share) == 2 and "only 75%" not in text                # opening table, comparison
 
 
+def test_a_seeds_range_is_never_said_to_hold_the_true_mean_more_often_than_it_does():
+    """From 9 seeds on, 1 - 2 / 2^n rounded to a whole percent read "holds the true mean 100% of the time": a
+    certainty no range has. The share shown is never above the share itself, and never 100%."""
+    from dpmed.reporting.inputs import range_text
+
+    for n in range(2, 30):
+        shown = float(re.search(r"holds the true mean (\d+)% of the time", range_text([n])).group(1))
+        assert shown < 100 and shown <= 100 * (1 - 2.0 ** (1 - n)), (n, shown)
+
+
 def test_the_opening_paragraph_says_in_plain_words_what_an_interval_over_seeds_is(scored_run, scores, report_html):
     """A clinician met "its 95% Student t interval over seeds (n - 1 degrees of freedom ...)" with nothing to say
     what a seed is or what the interval promises. The paragraph now says it in words before the statistics' names."""
