@@ -195,6 +195,27 @@ def test_copies_in_an_npz_are_told_by_split_and_row_with_what_to_do(tmp_path, ca
     assert "identical" not in json.dumps(d.shareable_source())
 
 
+def test_group_privacy_is_told_for_the_most_copies_of_one_image_not_always_two():
+    """Three ids on one image are one person counted as three: the guarantee per unit then covers them as a group of
+    k = 3, whose eps is about three times one unit's. A fixed "k = 2" told the reader a guarantee twice as strong."""
+    blank, other = np.zeros((1, 1, 2, 2), np.float32), np.ones((1, 1, 2, 2), np.float32)
+
+    def images(patients, pixels):
+        n = len(patients)
+        return ImageSet(images=np.concatenate(pixels), labels=np.zeros(n, np.int64), patient_ids=np.array(patients),
+                        sex=np.array(["unknown"] * n), age=np.full(n, np.nan))
+
+    sets = {"train": images(["a", "b", "a", "c", "e"], [blank, blank, blank, blank, other]),
+            "val": images(["f"], [other * 0.5]), "test": images(["g"], [other * 0.25])}
+    within, = describe_copies(sets)
+    assert "k = 3" in within and "k = 2" not in within, within                    # ids a, b and c
+    sets["train"] = images([f"train-{i}" for i in range(5)], [blank, blank, blank, blank, other])   # as MedMNIST
+    within, = describe_copies(sets, patients_known=False)
+    assert "k = 4" in within and "counts as 4" in within, within
+    sets["train"] = images(["a", "b", "e"], [blank, blank, other])
+    assert "k = 2" in describe_copies(sets)[0]
+
+
 def test_an_npz_without_copies_tells_nothing(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="dpmed"):
         read_npz(write_npz(tmp_path / "x.npz"))

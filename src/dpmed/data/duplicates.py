@@ -24,19 +24,21 @@ from dpmed.data.sample import ImageSet
 
 __all__ = ["describe_copies"]
 
-# by how many splits a kind of copy names: where the copy lies, why it matters, what to do
-_TOLD = {1: ("the same split", "one person under two ids counts as two patients: in training, the guarantee per "
-                               "patient then covers them only as two (group privacy, k = 2); in evaluation, the image "
-                               "counts twice", "If they are one person, give both one patient id (in the table, or "
-                               "the file names that give it); otherwise drop the copy"),
+# by how many splits a kind of copy names: where the copy lies, why it matters, what to do; {k}: the most ids (units)
+# that share one image in a split, the size of the group the guarantee then covers them as
+_TOLD = {1: ("the same split", "one person under {k} ids counts as {k} patients: in training, the guarantee per "
+                               "patient then covers them only as a group (group privacy, k = {k}); in evaluation, the "
+                               "image counts {k} times", "If they are one person, give both one patient id (in the "
+                               "table, or the file names that give it); otherwise drop the copy"),
          2: ("another split", "an image the model trained on (or chose its threshold on) is evaluated again, which "
                               "inflates the metrics, and one person counts as two patients",
              "If they are one person, give both one patient id (in the table, or the file names that give it), "
              "which keeps the patient in one split; otherwise drop the copy")}
 # the same without patient ids: each image is its own unit
 _TOLD_BY_IMAGE = {
-    1: ("the same split", "each image is its own unit, so one image counts as two: in training, the guarantee per "
-                          "image then covers it only as two (group privacy, k = 2); in evaluation, it counts twice",
+    1: ("the same split", "each image is its own unit, so one image counts as {k}: in training, the guarantee per "
+                          "image then covers it only as a group (group privacy, k = {k}); in evaluation, it counts "
+                          "{k} times",
         "Drop one copy (its image and its label) and save the file again"),
     2: ("another split", "an image the model trained on (or chose its threshold on) is evaluated again, which "
                          "inflates the metrics", "Drop the copy in the earlier split (its image and its label: train "
@@ -58,6 +60,7 @@ def describe_copies(sets: Mapping[str, ImageSet], *,
     # patient other than any later one's (a blank image repeated thousands of times costs no more)
     seen: dict[tuple[str, str], list[int]] = {}
     found: dict[tuple[str, ...], list] = {}     # (split,) or (earlier split, split) -> [count, (earlier, image)]
+    units: dict[tuple[str, str], set[str]] = {}  # per image content and split: its ids, the group a copy makes
     for k, digest in enumerate(content_hashes([sets[split].images for split in splits])):
         split = where[k][0]
         for earlier in splits:
@@ -65,6 +68,7 @@ def describe_copies(sets: Mapping[str, ImageSet], *,
             if other is not None:
                 kind = (split,) if earlier == split else (earlier, split)
                 found.setdefault(kind, [0, (other, k)])[0] += 1
+        units.setdefault((digest, split), set()).add(patients[k])
         kept = seen.setdefault((digest, split), [])
         if len(kept) < 2 and all(patients[j] != patients[k] for j in kept):
             kept.append(k)
@@ -83,5 +87,6 @@ def describe_copies(sets: Mapping[str, ImageSet], *,
         counts = ", ".join(f"{n} {'in' if n_splits == 1 else 'between'} {' and '.join(kind)}"
                            for kind, (n, _) in kinds.items())
         lines.append(f"data: {count} image{'s are' if count > 1 else ' is'} identical to {other} in {place} "
-                     f"({counts}), e.g. {example(next(iter(kinds.values()))[1])}: {why}. {advice}")
+                     f"({counts}), e.g. {example(next(iter(kinds.values()))[1])}: "
+                     f"{why.format(k=max(map(len, units.values())))}. {advice}")
     return lines
