@@ -216,6 +216,24 @@ def test_group_privacy_is_told_for_the_most_copies_of_one_image_not_always_two()
     assert "k = 2" in describe_copies(sets)[0]
 
 
+def test_an_image_in_all_three_splits_counts_as_two_copies_not_three():
+    """One image in train, val and test is two copies of it in later splits (val's and test's); the pairs they make
+    are three, and the count, which says images, read 3."""
+    same = np.zeros((1, 1, 2, 2), np.float32)
+
+    def images(split, pixels):
+        n = len(pixels)
+        return ImageSet(images=np.concatenate(pixels), labels=np.zeros(n, np.int64),
+                        patient_ids=np.array([f"{split}-{i}" for i in range(n)]), sex=np.array(["unknown"] * n),
+                        age=np.full(n, np.nan))
+
+    sets = {split: images(split, [same, np.full((1, 1, 2, 2), i + 1, np.float32)])
+            for i, split in enumerate(("train", "val", "test"))}
+    across, = describe_copies(sets, patients_known=False)
+    assert across.startswith(f"data: 2 images are {IMAGE_ACROSS} (1 between train and val, 1 between train and "
+                             "test, 1 between val and test)"), across
+
+
 def test_an_npz_without_copies_tells_nothing(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="dpmed"):
         read_npz(write_npz(tmp_path / "x.npz"))

@@ -61,6 +61,9 @@ def describe_copies(sets: Mapping[str, ImageSet], *,
     seen: dict[tuple[str, str], list[int]] = {}
     found: dict[tuple[str, ...], list] = {}     # (split,) or (earlier split, split) -> [count, (earlier, image)]
     units: dict[tuple[str, str], set[str]] = {}  # per image content and split: its ids, the group a copy makes
+    # by how many splits a kind names: the images with a copy of that kind, each once (an image in train, val and
+    # test makes three pairs but two copies)
+    copies: dict[int, set[int]] = {}
     for k, digest in enumerate(content_hashes([sets[split].images for split in splits])):
         split = where[k][0]
         for earlier in splits:
@@ -68,6 +71,7 @@ def describe_copies(sets: Mapping[str, ImageSet], *,
             if other is not None:
                 kind = (split,) if earlier == split else (earlier, split)
                 found.setdefault(kind, [0, (other, k)])[0] += 1
+                copies.setdefault(len(kind), set()).add(k)
         units.setdefault((digest, split), set()).add(patients[k])
         kept = seen.setdefault((digest, split), [])
         if len(kept) < 2 and all(patients[j] != patients[k] for j in kept):
@@ -83,7 +87,7 @@ def describe_copies(sets: Mapping[str, ImageSet], *,
         kinds = {kind: v for kind, v in found.items() if len(kind) == n_splits}
         if not kinds:
             continue
-        count = sum(n for n, _ in kinds.values())
+        count = len(copies[n_splits])
         counts = ", ".join(f"{n} {'in' if n_splits == 1 else 'between'} {' and '.join(kind)}"
                            for kind, (n, _) in kinds.items())
         lines.append(f"data: {count} image{'s are' if count > 1 else ' is'} identical to {other} in {place} "
