@@ -730,3 +730,14 @@ def test_each_arm_value_has_its_own_metrics_over_seeds_at_the_study_confidence(m
     old = out.model_dump(mode="json")
     del old["metrics_by_value"]
     assert type(out).model_validate(old).metrics_by_value == []
+
+
+def test_an_arms_eps_over_seeds_has_no_interval_below_zero(make_record):
+    """Seeds that calibrate their noise to their own released counts account different eps; over 2 seeds (t 12.71)
+    the t interval of 1 and 5 reached -22, an eps no mechanism has."""
+    records = [make_record(f"dp_eps1_C1_seed{s}", "dp", "dp_sgd", eps=1.0, seed=s, metrics={"test_auroc": 0.7})
+               for s in (0, 1)]
+    records = [r.model_copy(update={"privacy": r.privacy.model_copy(update={"epsilon": e})})
+               for r, e in zip(records, (1.0, 5.0))]
+    eps = compare_runs(records, {}, kind="binary", label_names=["a", "b"], n_resamples=50).metrics_by_value[0].epsilon
+    assert eps.n_seeds == 2 and eps.low == 0.0 and eps.high > eps.max, eps
