@@ -741,3 +741,17 @@ def test_an_arms_eps_over_seeds_has_no_interval_below_zero(make_record):
                for r, e in zip(records, (1.0, 5.0))]
     eps = compare_runs(records, {}, kind="binary", label_names=["a", "b"], n_resamples=50).metrics_by_value[0].epsilon
     assert eps.n_seeds == 2 and eps.low == 0.0 and eps.high > eps.max, eps
+
+
+def test_comparisons_json_describes_the_interval_over_seeds_as_it_is_computed(make_record):
+    """comparisons.json's methods said "mean +- t(n - 1) std / sqrt(n) ... with 3 seeds t is 4.30" whatever the
+    study's confidence, and nothing of the cut to what the value can be: a reader recomputing a 90% study's intervals,
+    or 2 seeds' (cut to [-1, 1]), got other numbers than the file's."""
+    from scipy.stats import t
+
+    records = [make_record(f"np_seed{s}", "np", seed=s, metrics={"test_auroc": 0.8}) for s in range(3)]
+    definitions = compare_runs(records, {}, kind="binary", label_names=["a", "b"], n_resamples=50,
+                               confidence=0.9).definitions
+    assert f"t is {t.ppf(0.95, 2):.2f}" in definitions["by_value"] and "4.30" not in definitions["by_value"]
+    assert "[-1, 1]" in definitions["by_value"]
+    assert "[0, 1]" in definitions["metrics_by_value"] and "not below 0" in definitions["metrics_by_value"]

@@ -27,6 +27,7 @@ from collections import defaultdict
 from typing import Literal, Mapping, Sequence
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from dpmed.comparisons.correlations import Correlation, Correlations, _Row, correlate_runs
 from dpmed.evaluation.paired import PairedDifference, SeedSummary, paired_differences, seed_summary
@@ -418,8 +419,9 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
             "by_value": "seeds of one arm value, each paired with its own seed: mean, std (ddof=1), min, max of the "
                         "differences (min to max is the seeds' range, not an interval: 3 seeds' range holds the true "
                         "mean 75% of the time), and low, high: the Student t interval of the mean at the study's "
-                        "confidence, mean +- t(n - 1) std / sqrt(n) (scipy.stats.t), assuming independent seeds with "
-                        "roughly normal differences; with 3 seeds t is 4.30, so it is wide, which is what 3 seeds can "
+                        "confidence, mean +- t(n - 1) std / sqrt(n) (scipy.stats.t) cut to [-1, 1], what a "
+                        "difference can be, assuming independent seeds with roughly normal differences; with 3 seeds "
+                        f"t is {student_t.ppf((1 + confidence) / 2, 2):.2f}, so it is wide, which is what 3 seeds can "
                         "tell; none for one seed (reason). An arm differs across seeds where it excludes 0; "
                         "significant_seeds counts seeds whose own test-set p < 0.05, which says nothing across seeds",
             "run_flags": "runs that decide the same way for every test image, or (multiclass) never choose some "
@@ -429,7 +431,8 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
             "metrics_by_value": "each arm value's own test metrics over its seeds (auroc, accuracy, and for a binary "
                                 "task sensitivity and specificity at each run's validation-chosen threshold; none "
                                 "where the task has no such metric) and its accounted eps (none where not finite): "
-                                "mean, std, min, max and the Student t interval of the mean, as in by_value",
+                                "mean, std, min, max and the Student t interval of the mean, as in by_value but "
+                                "cut to [0, 1] (eps: not below 0)",
             "correlations": "Pearson r with two-sided p-value (scipy.stats.pearsonr); eps is the accounted eps; "
                             "none (with the reason) across a sweep of fewer than 3 distinct values",
         },
