@@ -86,7 +86,7 @@ def t_text(confidence: float, seed_counts: Iterable[int]) -> str:
 def range_text(seed_counts: Iterable[int]) -> str:
     """How often the seeds' range holds their true mean, for the seed counts the report's rows have: 1 - 2 / 2^n for
     n seeds of roughly normal values ("3 seeds' range holds the true mean 75% of the time"). A fixed "3 seeds'
-    ... only 75%" stood beside rows of 6 seeds, whose range holds it 97% of the time: the range is no interval
+    ... only 75%" stood beside rows of 6 seeds, whose range holds it 96% of the time: the range is no interval
     because its share depends on n, not on the study's confidence. The percent is rounded down: rounded to the
     nearest, 9 seeds and more read "100% of the time", a certainty no range has."""
     counts = sorted({n for n in seed_counts if n > 1})
