@@ -446,3 +446,25 @@ def test_every_run_s_evaluation_warning_is_a_log_line_that_names_the_run(caplog)
     assert [line.split(":")[0] for line in lines if "test_auroc" in line] == ["dp_seed0", "dp_seed1"]
     with pytest.warns(UserWarning, match="not dpmed's"), _evaluation_warnings_logged("dp_seed0"):
         warnings.warn("not dpmed's", UserWarning)
+
+
+def test_an_evaluation_that_fails_still_logs_the_warnings_it_gave_first(caplog):
+    """A run whose evaluation raised after warning (explanations out of memory after the utility metrics warned of
+    undefined redraws) lost those warnings with the error: they were told only once evaluation returned."""
+    import logging
+    import warnings
+    from dpmed.evaluation.utility import evaluate_utility
+    from dpmed.run import _evaluation_warnings_logged
+
+    y = np.array([0, 0, 0, 0, 0, 0, 0, 1])
+    s = np.linspace(0.1, 0.9, 8)
+    caplog.set_level(logging.WARNING, logger="dpmed.run")
+    with pytest.raises(MemoryError), _evaluation_warnings_logged("dp_seed0"):
+        evaluate_utility(kind="binary", label_names=["normal", "pneumonia"], val_labels=y, val_scores=s,
+                         test_labels=y, test_scores=s, n_resamples=50, seed=0, confidence=0.95)
+        raise MemoryError
+    assert any(r.getMessage().startswith("dp_seed0: test_auroc") for r in caplog.records), caplog.records
+    with pytest.warns(UserWarning, match="not dpmed's"), pytest.raises(MemoryError), \
+            _evaluation_warnings_logged("dp_seed0"):
+        warnings.warn("not dpmed's", UserWarning)
+        raise MemoryError

@@ -362,15 +362,19 @@ def _evaluation_warnings_logged(run_id: str) -> Iterator[None]:
     """dpmed's evaluation warns (a RuntimeWarning, as a library does) where too many bootstrap redraws left a metric
     undefined; in a study each such warning becomes a line of the run's log, named by its run. Python printed it
     with a source line, without the run, and for the first run only (its filter shows a warning once per place), so
-    every later run's was lost. Other warnings are passed on as they came."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    for w in caught:
-        if issubclass(w.category, RuntimeWarning) and Path(w.filename).parent == _EVALUATION:
-            _log.warning("%s: %s", run_id, w.message)
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    every later run's was lost. Other warnings are passed on as they came; both also where the evaluation then fails,
+    whose error would otherwise take them with it."""
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:
+        for w in caught:
+            if issubclass(w.category, RuntimeWarning) and Path(w.filename).parent == _EVALUATION:
+                _log.warning("%s: %s", run_id, w.message)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Reevaluation:
