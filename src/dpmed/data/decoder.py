@@ -1,5 +1,5 @@
-"""What an image decoder is: the info object every decoder registers, the one error it may signal, and the notes it
-may return with a file it read all the same.
+"""What an image decoder is: the info object every decoder registers, the one error it may signal, the notes it
+may return with a file it read all the same, and the stretch of samples whose range the file does not say.
 
 Below both :mod:`dpmed.data.decoding` (the registry by file suffix, and the raster decoder) and
 :mod:`dpmed.data.dicom` (the DICOM decoder), so that the arrows between them run one way: the registry imports the
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["UnreadableImage", "ImageNote", "Decoder"]
+__all__ = ["UnreadableImage", "ImageNote", "Decoder", "stretched"]
 
 
 class UnreadableImage(Exception):
@@ -41,3 +41,12 @@ class Decoder:
     name: str
     read: Callable[[Path, int | None, tuple[int, int] | None], tuple[np.ndarray, tuple[ImageNote, ...]]]
     peek: Callable[[Path], tuple[int, tuple[int, int]]]
+
+
+def stretched(samples: np.ndarray) -> np.ndarray:
+    """``samples`` from the image's own min and max onto [0, 1], in float64; zeros where all are equal (no range to
+    stretch). What a grey DICOM without a window and a 16-bit grey PNG or TIFF get alike: neither says which of its
+    values are black and white, and only the image itself may say it (METHODS.md section 1)."""
+    x = np.asarray(samples, dtype=np.float64)
+    lo, hi = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
+    return (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from dpmed.data.decoder import Decoder, ImageNote, UnreadableImage
+from dpmed.data.decoder import Decoder, ImageNote, UnreadableImage, stretched
 from dpmed.data.dicom import peek_dicom, read_dicom
 from dpmed.errors import error_name
 
@@ -121,7 +121,7 @@ def _read_raster(path: Path, channels: int | None,
                 if stored.size and (stored.min() < 0 or stored.max() > 65535):   # mode I: 32-bit signed samples
                     raise UnreadableImage(f"holds 32-bit samples from {stored.min()} to {stored.max()}, beyond "
                                           "16 bits, whose range is unknown; export it as 8- or 16-bit PNG")
-                x = _stretched(stored)[None]
+                x = stretched(stored).astype(np.float32)[None]   # as a DICOM without a window
                 return (np.repeat(x, 3, axis=0) if channels == 3 else x), notes
             converted = im.convert("L" if channels == 1 else "RGB")
             x = np.asarray(converted, dtype=np.float32) / np.float32(255.0)  # [H, W] or [H, W, 3]
@@ -132,15 +132,6 @@ def _read_raster(path: Path, channels: int | None,
             raise                                                # gone), not the image's
         raise UnreadableImage(f"cannot be decoded ({error_name(exc)}: {exc})") from exc
     return (x[None] if x.ndim == 2 else np.ascontiguousarray(x.transpose(2, 0, 1))), notes  # [C, H, W]
-
-
-def _stretched(stored: np.ndarray) -> np.ndarray:
-    """16-bit samples from the image's own min and max onto [0, 1] (module docstring), float32; zeros where all are
-    equal, as `dpmed.data.dicom` does for a grey DICOM without a window."""
-    lo, hi = (float(stored.min()), float(stored.max())) if stored.size else (0.0, 0.0)
-    if hi == lo:
-        return np.zeros(stored.shape, dtype=np.float32)
-    return ((stored.astype(np.float64) - lo) / (hi - lo)).astype(np.float32)
 
 
 def _stored_channels(im: Image.Image) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpmed.data.decoder import UnreadableImage
+from dpmed.data.decoder import UnreadableImage, stretched
 from dpmed.errors import DataError, error_name
 
 __all__ = ["read_dicom", "peek_dicom", "read_dicom_header", "voi_window", "quiet_pydicom"]
@@ -144,8 +144,7 @@ def _grey(ds, stored: np.ndarray) -> np.ndarray:
     elif "WindowCenter" in ds and "WindowWidth" in ds:
         out = voi_window(x, _first(ds.WindowCenter), _first(ds.WindowWidth), str(ds.get("VOILUTFunction", "LINEAR")))
     else:
-        lo, hi = float(x.min()), float(x.max())
-        out = (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
+        out = stretched(x)
     if str(ds.PhotometricInterpretation).upper() == "MONOCHROME1":
         out = 1.0 - out
     return out.astype(np.float32)[None]  # [1, H, W]
