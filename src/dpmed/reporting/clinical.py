@@ -308,6 +308,7 @@ def clinical(inputs: ReportInputs) -> str:
                    "validation split (Youden's J).")
     references = list(dict.fromkeys(d.reference_run for d in comparisons.auroc_differences))
     several = any(len(v.seeds) > 1 for v in comparisons.by_value)
+    seed_counts = [v.auroc_difference.n_seeds for v in comparisons.by_value]     # each row's n over seeds
     pairing = (f"Each change is that run minus the non-private run of its seed on the same {data.n_test} "
                f"test images, with a {level} paired bootstrap interval (the same redraws of the test "
                f"{'patients' if comparisons.bootstrap_unit == 'patient' else 'images'} for both). {ONE_SEED}"
@@ -319,9 +320,9 @@ def clinical(inputs: ReportInputs) -> str:
                "where the average change over many such trainings would lie, as far as these few can tell "
                f"({level} Student t interval over seeds, n - 1 degrees of freedom; it assumes independent seeds and "
                "roughly normal changes). The range is no interval: "
-               f"{range_text(v.auroc_difference.n_seeds for v in comparisons.by_value)}, whatever the confidence. "
+               f"{range_text(seed_counts)}, whatever the confidence. "
                "The t interval is wide with few seeds ("
-               f"{t_text(comparisons.confidence, [v.auroc_difference.n_seeds for v in comparisons.by_value])}), "
+               f"{t_text(comparisons.confidence, seed_counts)}), "
                "so a change is a finding only where it excludes 0. Each seed's own "
                "paired interval is in the section 'Against the non-private run, with intervals'.")
     example = (f"-12 per 100 in sensitivity means about 12 more missed of every 100 {escape(pos_text)} cases"
