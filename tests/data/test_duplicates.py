@@ -88,24 +88,27 @@ def test_a_table_without_patient_ids_tells_its_copies_by_image(tmp_path, caplog)
     assert len(told) == 1 and IMAGE_WITHIN in told[0] and "patient id" not in told[0], told
 
 
+BLANK, OTHER = np.zeros((1, 1, 2, 2), np.float32), np.ones((1, 1, 2, 2), np.float32)   # two 2 x 2 images
+
+
+def images(patients, pixels) -> ImageSet:
+    """An image set of ``pixels`` (each [1, 1, 2, 2]) under ``patients``."""
+    n = len(patients)
+    return ImageSet(images=np.concatenate(pixels), labels=np.zeros(n, np.int64), patient_ids=np.array(patients),
+                    sex=np.array(["unknown"] * n), age=np.full(n, np.nan))
+
+
 def test_each_image_is_counted_once_per_kind_however_many_copies_precede_it():
     """Train holds one image under patients a, a, b, c and test under d: two train images follow a copy of another
     patient (b, c; the second a does not), and the test copy is one image whatever the train copies."""
-    blank, other = np.zeros((1, 1, 2, 2), np.float32), np.ones((1, 1, 2, 2), np.float32)
-
-    def images(patients, pixels):
-        n = len(patients)
-        return ImageSet(images=np.concatenate(pixels), labels=np.zeros(n, np.int64), patient_ids=np.array(patients),
-                        sex=np.array(["unknown"] * n), age=np.full(n, np.nan))
-
-    sets = {"train": images(["a", "a", "b", "e", "c"], [blank, blank, blank, other, blank]),
-            "val": images(["f"], [other * 0.5]), "test": images(["d"], [blank])}
+    sets = {"train": images(["a", "a", "b", "e", "c"], [BLANK, BLANK, BLANK, OTHER, BLANK]),
+            "val": images(["f"], [OTHER * 0.5]), "test": images(["d"], [BLANK])}
     within, across = describe_copies(sets)
     assert within.startswith(f"data: 2 images are {WITHIN} (2 in train), e.g. train[0], patient a, and train[2], "
                              "patient b:")
     assert across.startswith(f"data: 1 image is {ACROSS} (1 between train and test), e.g. train[0], patient a, and "
                              "test[0], patient d:")
-    sets["test"] = images(["a"], [blank])          # the patient of the first copy: still another patient's (b)
+    sets["test"] = images(["a"], [BLANK])          # the patient of the first copy: still another patient's (b)
     assert describe_copies(sets)[1].startswith(f"data: 1 image is {ACROSS} (1 between train and test), e.g. "
                                                "train[2], patient b, and test[0], patient a:")
 
@@ -198,21 +201,14 @@ def test_copies_in_an_npz_are_told_by_split_and_row_with_what_to_do(tmp_path, ca
 def test_group_privacy_is_told_for_the_most_copies_of_one_image_not_always_two():
     """Three ids on one image are one person counted as three: the guarantee per unit then covers them as a group of
     k = 3, whose eps is about three times one unit's. A fixed "k = 2" told the reader a guarantee twice as strong."""
-    blank, other = np.zeros((1, 1, 2, 2), np.float32), np.ones((1, 1, 2, 2), np.float32)
-
-    def images(patients, pixels):
-        n = len(patients)
-        return ImageSet(images=np.concatenate(pixels), labels=np.zeros(n, np.int64), patient_ids=np.array(patients),
-                        sex=np.array(["unknown"] * n), age=np.full(n, np.nan))
-
-    sets = {"train": images(["a", "b", "a", "c", "e"], [blank, blank, blank, blank, other]),
-            "val": images(["f"], [other * 0.5]), "test": images(["g"], [other * 0.25])}
+    sets = {"train": images(["a", "b", "a", "c", "e"], [BLANK, BLANK, BLANK, BLANK, OTHER]),
+            "val": images(["f"], [OTHER * 0.5]), "test": images(["g"], [OTHER * 0.25])}
     within, = describe_copies(sets)
     assert "k = 3" in within and "k = 2" not in within, within                    # ids a, b and c
-    sets["train"] = images([f"train-{i}" for i in range(5)], [blank, blank, blank, blank, other])   # as MedMNIST
+    sets["train"] = images([f"train-{i}" for i in range(5)], [BLANK, BLANK, BLANK, BLANK, OTHER])   # as MedMNIST
     within, = describe_copies(sets, patients_known=False)
     assert "k = 4" in within and "counts as 4" in within, within
-    sets["train"] = images(["a", "b", "e"], [blank, blank, other])
+    sets["train"] = images(["a", "b", "e"], [BLANK, BLANK, OTHER])
     assert "k = 2" in describe_copies(sets)[0]
 
 
