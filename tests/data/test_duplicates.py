@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmed.data import ImageSet, load_dataset, read_medmnist
+from dpmed.data import ImageSet, load_dataset
 from dpmed.data.duplicates import describe_copies
 
 # file, label, patient, split: each patient's two images of both classes, so every split holds both
@@ -198,6 +198,29 @@ def test_copies_in_an_npz_are_told_by_split_and_row_with_what_to_do(tmp_path, ca
     assert "identical" not in json.dumps(d.shareable_source())
 
 
+def test_an_npz_cohort_tells_the_copies_it_keeps_named_by_their_rows_in_the_file(tmp_path, caplog):
+    """data.patients keeps train_images[5], val_images[1] and test_images[2] in cohort 0 of seed 0 and the other
+    rows in cohort 1: a copy of train row 5 in test row 2 lies in cohort 0 alone, one of train row 1 in train row 4
+    in cohort 1 alone. Each cohort tells its own copy, by its row in the file, and nothing of the other's (told
+    before the cohort was chosen, both cohorts warned of both)."""
+    from dpmed.data.cohorts import PatientSelection
+    from dpmed.data.registry import DataRequest, read_dataset
+
+    path = write_npz(tmp_path / "x.npz", [("test", 2, "train", 5), ("train", 4, "train", 1)])
+    told = {}
+    for part in (0, 1):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dpmed"):
+            read_dataset(DataRequest(source="medmnist", path=path, seed=0,
+                                     patients=PatientSelection(fraction=0.5, part=part, seed=0)))
+        told[part] = [r.getMessage() for r in caplog.records if "identical to" in r.getMessage()]
+    assert len(told[0]) == 1 and told[0][0].startswith(
+        f"data: 1 image is {IMAGE_ACROSS} (1 between train and test), e.g. x.npz train_images[5] and x.npz "
+        "test_images[2]:"), told[0]
+    assert len(told[1]) == 1 and told[1][0].startswith(
+        f"data: 1 image is {IMAGE_WITHIN} (1 in train), e.g. x.npz train_images[1] and x.npz train_images[4]:"), told[1]
+
+
 def test_group_privacy_is_told_for_the_most_copies_of_one_image_not_always_two():
     """Three ids on one image are one person counted as three: the guarantee per unit then covers them as a group of
     k = 3, whose eps is about three times one unit's. A fixed "k = 2" told the reader a guarantee twice as strong."""
@@ -246,7 +269,7 @@ def test_the_real_pneumoniamnist_copies_are_counted_as_its_raw_bytes_say(pneumon
     across = {f"between {a} and {b}": sum(x in distinct[a] for x in keys[b])
               for a, b in (("train", "val"), ("train", "test"), ("val", "test"))}
     with caplog.at_level(logging.WARNING, logger="dpmed"):
-        read_medmnist(pneumoniamnist_path)
+        read_npz(pneumoniamnist_path)
     for count, kind in ((within, IMAGE_WITHIN), (across, IMAGE_ACROSS)):
         total = sum(count.values())
         parts = ", ".join(f"{n} {where}" for where, n in count.items() if n)

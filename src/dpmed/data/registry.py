@@ -14,6 +14,7 @@ Two kinds of source: *arrays* (the phantom, a MedMNIST npz) arrive as whole arra
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from dpmed.data.assembly import SplitPlan, assemble_dataset
 from dpmed.data.cohorts import PatientSelection, in_cohort, select_patients
 from dpmed.data.formats.chest_xray import read_chexpert, read_mimic, read_nih
 from dpmed.data.formats.folders import read_image_folders
-from dpmed.data.formats.medmnist import read_medmnist
+from dpmed.data.formats.medmnist import describe_npz_copies, read_medmnist
 from dpmed.data.formats.tables import read_aptos, read_csv_table, read_ham10000
 from dpmed.data.manifest import Manifest
 from dpmed.data.random_processes import make_random_processes
@@ -35,6 +36,8 @@ from dpmed.data.transforms import Preprocessing, center_crop, resize
 from dpmed.errors import DataError
 
 __all__ = ["DatasetSource", "DataRequest", "DATASET_SOURCES", "read_dataset", "load_dataset", "SplitPlan"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,9 @@ class DatasetSource:
     rather than resizing; reads_files: a file layout, decoded and preprocessed by assembly; otherwise arrays are
     preprocessed by :func:`load_dataset`. options: the optional study keys it reads. layout: where its files go.
     reads_folder: its path names a folder (else a file), so that a message asks for the right one.
+    copies: the lines that tell identical images among the images the study uses (`dpmed.data.duplicates`), for an
+    array source, given the request and the dataset once its cohort is chosen and preprocessed; a file layout's are
+    told by assembly, from the cohort's rows alone.
     """
 
     name: str
@@ -97,6 +103,7 @@ class DatasetSource:
     options: frozenset[str] = field(default_factory=frozenset)
     layout: str = ""
     reads_folder: bool = False
+    copies: Callable[[DataRequest, Dataset], list[str]] | None = None
 
 
 def _read_phantom(request: DataRequest) -> Dataset:
@@ -195,6 +202,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             name="medmnist",
             summary="a MedMNIST v2 2D .npz file with its official splits (no patient ids or demographics)",
             needs_path=True, takes_n_images=False, generates=False, read=_read_medmnist,
+            copies=lambda request, dataset: describe_npz_copies(request.path, dataset),
             layout="path: the .npz file (e.g. pneumoniamnist.npz)",
         ),
         DatasetSource(
@@ -301,6 +309,9 @@ def read_dataset(request: DataRequest) -> Dataset:
         dataset = _preprocess_arrays(dataset, preprocessing, generated=info.generates)
     if request.patients is not None and not info.reads_files:      # a file layout's read selected it already
         dataset = select_patients(dataset, request.patients)
+    # told, not recorded: a statistic of the private images goes to the terminal and the private log only
+    for line in info.copies(request, dataset) if info.copies is not None else ():
+        _log.warning("%s", line)
     if preprocessing.normalize is not None:
         c = dataset.train.image_shape[0]
         mean, std = preprocessing.normalize

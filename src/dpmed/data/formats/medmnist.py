@@ -10,14 +10,16 @@ MedMNIST publishes no patient ids and no demographics. Each image therefore beco
 whether one patient's images sit in two splits is up to the MedMNIST authors' split (they split by patient where
 the source dataset had patient ids, e.g. ChestMNIST from NIH ChestX-ray14).
 
-Identical images are told once read (`dpmed.data.duplicates`, by image: a copy is one image counted as two, or a test
-image that was trained on), named by their file, key and row (``pneumoniamnist.npz test_images[12]``); what is found
-is a statistic of the private images, so it goes to the terminal and the private log only, never into ``source``.
+Identical images are told (`dpmed.data.duplicates`, by image: a copy is one image counted as two, or a test image that
+was trained on) by :func:`describe_npz_copies`, which `dpmed.data.registry` calls on the images the study uses, once
+``data.patients`` has chosen its cohort and the images are preprocessed: told on the whole file, a copy outside the
+cohort was warned of, and counted, as if it were in the study. Each is named by its file, key and row in the file
+(``pneumoniamnist.npz test_images[12]``), which its id keeps whatever the cohort; what is found is a statistic of the
+private images, so it goes to the terminal and the private log only, never into ``source``.
 """
 
 from __future__ import annotations
 
-import logging
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -30,9 +32,7 @@ from dpmed.data.duplicates import describe_copies
 from dpmed.data.sample import Dataset, ImageSet, Task, TaskKind
 from dpmed.errors import DataError
 
-__all__ = ["read_medmnist", "MEDMNIST_LABELS"]
-
-_log = logging.getLogger(__name__)
+__all__ = ["read_medmnist", "describe_npz_copies", "MEDMNIST_LABELS"]
 
 _SPLITS = ("train", "val", "test")
 _KEYS = tuple(f"{split}_{part}" for split in _SPLITS for part in ("images", "labels"))
@@ -140,15 +140,13 @@ def read_medmnist(
         return ImageSet(
             images=images[split],
             labels=labels[split],
-            patient_ids=np.array([f"{split}-{i}" for i in range(n)]),
+            patient_ids=np.array([f"{split}-{i}" for i in range(n)]),   # the row in the file: describe_npz_copies
             sex=np.full(n, "unknown"),
             age=np.full(n, np.nan),
             masks=None,
         )
 
     sets = {split: split_set(split) for split in _SPLITS}
-    for line in describe_copies(sets, name=lambda split, i: f"{path.name} {split}_images[{i}]", patients_known=False):
-        _log.warning("%s", line)
     return Dataset(
         name=path.stem,
         task=Task(kind=kind, label_names=names, ordinal=kind == "multiclass" and known is not None and known.ordinal,
@@ -327,3 +325,15 @@ def _dataset_key(path: Path) -> str:
     stem = path.stem.lower()
     head, _, tail = stem.rpartition("_")
     return head if head and tail.isdigit() else stem
+
+
+def describe_npz_copies(path: Path, dataset: Dataset) -> list[str]:
+    """`dpmed.data.duplicates.describe_copies` of ``dataset`` (read from the npz at ``path``, then cut to a cohort
+    or preprocessed), by image, each named by its key and row in the file: its id (``"train-17"``) is that row."""
+    sets = {split: getattr(dataset, split) for split in _SPLITS}
+
+    def name(split: str, i: int) -> str:
+        stored, row = str(sets[split].patient_ids[i]).rsplit("-", 1)
+        return f"{path.name} {stored}_images[{row}]"
+
+    return describe_copies(sets, name=name, patients_known=False)
