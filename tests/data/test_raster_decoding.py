@@ -3,6 +3,10 @@ docstring of `dpmed.data.decoding`), each checked against the values written int
 
 from __future__ import annotations
 
+import struct
+import zlib
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -32,6 +36,67 @@ def test_12_bit_values_in_a_16_bit_png_span_0_to_1_as_a_dicom_without_a_window_d
     np.testing.assert_allclose(x, (twelve - 200.0) / (4095.0 - 200.0), rtol=1e-6)
     Image.fromarray(np.full((2, 3), 4095, dtype=np.uint16)).save(tmp_path / "flat.png")
     assert not read_image(tmp_path / "flat.png", channels=1).any()     # one value: 0, as a flat DICOM
+
+
+def write_png(path: Path, samples: np.ndarray, colour_type: int, *, significant_bits: int | None = None) -> Path:
+    """A 16-bit PNG of ``samples`` (uint16 [H, W, C]; colour type 0 grey, 2 RGB, 4 grey + alpha, 6 RGBA), written
+    byte by byte (Pillow writes no 16-bit colour), with an sBIT chunk where ``significant_bits`` is given."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    height, width, channels = samples.shape
+    rows = b"".join(b"\x00" + row.astype(">u2").tobytes() for row in samples)        # filter type 0 per row
+    sbit = b"" if significant_bits is None else chunk(b"sBIT", bytes([significant_bits] * channels))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 16, colour_type, 0,
+                                                                        0, 0))
+                     + sbit + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+    return path
+
+
+@pytest.mark.parametrize("colour_type, channels", [(2, 3), (6, 4), (4, 2)], ids=["RGB", "RGBA", "grey+alpha"])
+def test_a_16_bit_png_in_colour_or_with_alpha_is_unreadable_saying_how_to_convert_it(tmp_path, colour_type, channels):
+    """Pillow opens these as 8-bit (RGB, RGBA; grey + alpha as RGBA) from each sample's top byte: 12-bit values
+    (0..4095) read 0..15 of 255, near black, and keep 4 of their 12 bits."""
+    samples = np.stack([WIDE] * channels, axis=-1)
+    path = write_png(tmp_path / "wide.png", samples, colour_type)
+    for read in (lambda: read_image(path, channels=None), lambda: read_image(path, channels=3),
+                 lambda: peek_image(path)):
+        with pytest.raises(UnreadableImage, match=r"16-bit samples .*8-bit.*convert it") as told:
+            read()
+        assert "magick" in str(told.value) and "\n" not in str(told.value)
+
+
+def test_a_16_bit_rgb_tiff_is_unreadable_too(tmp_path):
+    tifffile = pytest.importorskip("tifffile")
+    path = tmp_path / "wide.tif"
+    tifffile.imwrite(path, np.stack([WIDE] * 3, axis=-1), photometric="rgb")
+    with pytest.raises(UnreadableImage, match="16-bit samples"):
+        read_image(path, channels=None)
+
+
+def test_an_8_bit_bmp_of_16_bits_per_pixel_is_read(tmp_path):
+    """A BMP of 16 bits per pixel packs 5, 6 and 5 bits of R, G and B: 8-bit colour, not 16-bit samples."""
+    path = tmp_path / "packed.bmp"
+    width, height = 2, 1
+    pixels = struct.pack("<HH", 0xF800, 0x001F)     # 5-6-5: red, blue
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 16, 3, len(pixels), 2835, 2835, 0, 0)
+    masks = struct.pack("<III", 0xF800, 0x07E0, 0x001F)
+    offset = 14 + len(info) + len(masks)
+    path.write_bytes(b"BM" + struct.pack("<IHHI", offset + len(pixels), 0, 0, offset) + info + masks + pixels)
+    x = read_image(path, channels=3)
+    np.testing.assert_allclose(x[:, 0, 0], [1, 0, 0], atol=0.01)
+    np.testing.assert_allclose(x[:, 0, 1], [0, 0, 1], atol=0.01)
+
+
+def test_a_png_s_significant_bits_change_nothing_the_per_image_stretch_reads(tmp_path):
+    """A 12-bit image in a 16-bit PNG is stored scaled to 16 bits (sample << 4, the PNG standard), its sBIT chunk
+    saying 12; stored unscaled without sBIT, it reads the same: the stretch by the image's own min and max takes
+    any scale out."""
+    twelve = np.array([[200, 4095, 1000], [3000, 700, 2500]], dtype=np.uint16)[..., None]
+    scaled = read_image(write_png(tmp_path / "scaled.png", twelve << 4, 0, significant_bits=12), channels=1)
+    plain = read_image(write_png(tmp_path / "plain.png", twelve, 0), channels=1)
+    np.testing.assert_allclose(scaled, plain, atol=1e-6)
+    np.testing.assert_allclose(plain[0], (twelve[..., 0] - 200.0) / (4095.0 - 200.0), rtol=1e-6)
 
 
 def test_an_8_bit_file_is_divided_by_255_and_colour_keeps_its_channels_in_order(tmp_path):

@@ -13,8 +13,13 @@ Value scale: 8-bit samples / 255. 16-bit grey samples (PNG or TIFF, as exported 
 image's own min and max, as a grey DICOM without a window is (`dpmed.data.dicom`): such a file says neither its
 window nor how many of its 16 bits are used, and most hold 10-, 12- or 14-bit detector values (0..4095 for 12 bits),
 which / 65535 read almost black (at most 0.0625). Per image, never from other images (METHODS.md section 1); a 16-bit
-file of one value reads 0. Samples whose range is unknown (floating point, or 32-bit integers beyond 0..65535) make
-the file unreadable rather than be clipped. Colour to grey
+file of one value reads 0. A PNG's sBIT chunk (12 significant bits of 16) changes nothing: the standard stores such
+samples scaled to 16 bits, and a stretch by the image's own min and max reads a scaled image as the unscaled one.
+Samples whose range is unknown (floating point, or 32-bit integers beyond 0..65535) make the file unreadable rather
+than be clipped, and so do 16-bit samples in colour or with alpha (PNG or TIFF RGB, RGBA, grey + alpha): Pillow has
+no mode for them and reads each sample's top byte as an 8-bit one (12-bit values 0..4095 read 0..15 of 255, near
+black, keeping 4 of their 12 bits), so the file is told to be converted (to 8-bit colour, or to 16-bit grey without
+alpha where it is grey). Colour to grey
 is ITU-R BT.601 luma (Pillow's ``convert("L")``), grey to colour repeats the channel, alpha is dropped (and where it
 hides pixels, noted: the model sees what lies under them).
 
@@ -99,6 +104,24 @@ def _hidden(im: Image.Image) -> tuple[ImageNote, ...]:
     return (_HIDDEN,) if alpha.getextrema()[0] < 255 else ()
 
 
+def _narrowed(im: Image.Image) -> UnreadableImage | None:
+    """The refusal of a file whose 16-bit samples Pillow would read as 8-bit ones (the module docstring): its raw mode
+    (how the file stores a pixel, e.g. "RGB;16B") gives 16 bits per sample (";16" and a byte order: B, L or N), while
+    the mode Pillow opens it in is an 8-bit one. A BMP's packed 16 bits per pixel ("BGR;16") are 8-bit colour."""
+    if im.mode in _WIDE_MODES:
+        return None
+    for tile in im.tile:
+        args = tile.args if isinstance(tile.args, tuple) else (tile.args,)
+        raw = args[0] if args and isinstance(args[0], str) else ""
+        if raw.rpartition(";")[2] in ("16B", "16L", "16N"):
+            return UnreadableImage(
+                f"holds 16-bit samples in colour or with alpha ({raw}), which Pillow reads only as 8-bit ones (their "
+                "top byte: 12-bit values read near black); convert it to 8-bit colour (e.g. ImageMagick: magick FILE "
+                "-depth 8 OUT.png) or, if it is grey, to 16-bit grey without alpha (magick FILE -alpha off "
+                "-colorspace Gray OUT.png), which dpmed reads in full")
+    return None
+
+
 def _read_raster(path: Path, channels: int | None,
                  size_hint: tuple[int, int] | None) -> tuple[np.ndarray, tuple[ImageNote, ...]]:
     try:
@@ -107,6 +130,8 @@ def _read_raster(path: Path, channels: int | None,
             if im.mode == "F":
                 raise UnreadableImage("holds floating-point samples (mode F) whose range is unknown; export it as "
                                       "8- or 16-bit PNG")
+            if (narrowed := _narrowed(im)) is not None:
+                raise narrowed
             turn = _orientation(im)
             if size_hint is not None and im.format == "JPEG":
                 height, width = size_hint[::-1] if turn in _QUARTER_TURNS else size_hint
@@ -154,6 +179,8 @@ def _orientation(im: Image.Image) -> int:
 def _peek_raster(path: Path) -> tuple[int, tuple[int, int]]:
     try:
         with Image.open(path) as im:
+            if (narrowed := _narrowed(im)) is not None:
+                raise narrowed
             turned = _orientation(im) in _QUARTER_TURNS
             return _stored_channels(im), ((im.width, im.height) if turned else (im.height, im.width))
     except Image.DecompressionBombError as exc:
