@@ -155,6 +155,37 @@ def test_grey_modes_are_peeked_as_one_channel(tmp_path, mode):
     assert peek_image(path) == (1, (3, 5))
 
 
+LEVELS = np.tile(np.array([0, 64, 128, 255], np.uint8), (3, 1))                       # 3 x 4 grey
+SHADES = np.stack([LEVELS, np.zeros_like(LEVELS), 255 - LEVELS], axis=-1)               # 3 x 4 colour
+
+
+def grey_palette(levels: np.ndarray) -> Image.Image:
+    """``levels`` as a palette image whose indices are not its grey levels (index 0 is white)."""
+    values = np.unique(levels).astype(np.int64)[::-1]
+    image = Image.fromarray(np.searchsorted(-values, -levels.astype(np.int64)).astype(np.uint8), "P")
+    image.putpalette(np.repeat(values, 3).tolist())
+    return image
+
+
+@pytest.mark.parametrize("name, image, expected", [
+    ("grey_palette.png", lambda: grey_palette(LEVELS), LEVELS[None]),
+    ("colour_palette.png", lambda: Image.fromarray(SHADES).quantize(4), SHADES.transpose(2, 0, 1)),
+    ("grey_alpha.png", lambda: Image.fromarray(np.stack([LEVELS, np.full_like(LEVELS, 255)], -1), "LA"),
+     LEVELS[None]),
+    ("cmyk.jpg", lambda: Image.fromarray(SHADES).convert("CMYK"), SHADES.transpose(2, 0, 1)),   # Adobe, inverted
+    ("black_white.tif", lambda: Image.fromarray(LEVELS > 100), np.where(LEVELS > 100, 255, 0)[None]),
+    ("black_white_g4.tif", lambda: Image.fromarray(LEVELS > 100), np.where(LEVELS > 100, 255, 0)[None]),
+])
+def test_palette_grey_alpha_cmyk_and_1_bit_files_read_as_their_pixels(tmp_path, name, image, expected):
+    """A palette is expanded (to 1 channel where its colours are grey), alpha dropped, CMYK converted to RGB (an
+    Adobe JPEG's inverted samples undone) and 1-bit read as 0 and 1: each as a viewer shows it, not its indices."""
+    path = tmp_path / name
+    image().save(path, **({"compression": "group4"} if "g4" in name else {"quality": 100} if "jpg" in name else {}))
+    x = read_image(path, channels=None)
+    assert x.shape == expected.shape
+    np.testing.assert_allclose(x * 255, expected, atol=2 if name.endswith(".jpg") else 1e-4)
+
+
 def test_a_jpeg_asked_for_at_a_smaller_size_decodes_no_smaller_than_it(tmp_path):
     """Pillow's draft decodes a JPEG at 1/2, 1/4 or 1/8 scale: never below the size the study asks for."""
     path = tmp_path / "big.jpg"

@@ -21,7 +21,9 @@ no mode for them and reads each sample's top byte as an 8-bit one (12-bit values
 black, keeping 4 of their 12 bits), so the file is told to be converted (to 8-bit colour, or to 16-bit grey without
 alpha where it is grey). Colour to grey
 is ITU-R BT.601 luma (Pillow's ``convert("L")``), grey to colour repeats the channel, alpha is dropped (and where it
-hides pixels, noted: the model sees what lies under them).
+hides pixels, noted: the model sees what lies under them). A palette is expanded to its colours (never read as
+indices), CMYK converted to RGB by Pillow (an Adobe JPEG's inverted samples undone; no colour profile is applied, to
+CMYK or to any file) and 1-bit pixels read 0 and 1.
 
 Channels when none are asked for: grey (1) is what the pixels are, not how the file stores them. A colour file whose
 three channels are equal in every pixel is read as 1 channel, as a grey file is: many radiograph JPEGs are saved RGB
