@@ -4,6 +4,7 @@ DICOM files with patients from the header, broken files, and the message when py
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 import re
 import warnings
 import sys
@@ -421,3 +422,27 @@ def test_pydicom_s_warning_is_not_logged_either_where_dpmed_logs_to_the_terminal
     assert decode_images(paths, Preprocessing(channels=1)).failures == {}
     assert [r.getMessage() for r in caplog.records if r.name.startswith("pydicom")] == []
     assert logging.getLogger("pydicom").filters == []        # and nothing is left on its logger
+
+
+_NO_PLUGIN = ("pylibjpeg", "gdcm", "jpeg_ls")
+
+
+@pytest.mark.parametrize("name, syntax, package", [
+    ("JPGExtended.dcm", "JPEG Extended", "pylibjpeg-libjpeg"),          # 12-bit: Pillow tries it, and cannot
+    ("SC_rgb_jpeg_gdcm.dcm", "JPEG Lossless", "pylibjpeg-libjpeg"),
+    ("MR_small_jpeg_ls_lossless.dcm", "JPEG-LS Lossless", "pylibjpeg-libjpeg"),
+])
+def test_a_compressed_file_no_installed_decoder_reads_names_the_package_that_decodes_it(name, syntax, package):
+    """Before: pydicom's message of several lines ("Unable to decode as exceptions were raised by all available
+    plugins: ...", or a list of plugins and the versions they require), which for 12-bit JPEG named no package."""
+    pydicom = pytest.importorskip("pydicom")
+    import importlib.util
+
+    if any(importlib.util.find_spec(module) for module in _NO_PLUGIN):
+        pytest.skip("a decoder plugin of pydicom is installed")
+    path = pydicom.data.get_testdata_file(name)
+    with pytest.raises(UnreadableImage) as caught:
+        read_image(Path(path), channels=None)
+    said = str(caught.value)
+    assert "\n" not in said and len(said) < 400, said
+    assert syntax in said and f"pip install pylibjpeg {package}" in said and "python-gdcm" in said, said

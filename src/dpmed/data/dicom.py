@@ -14,6 +14,11 @@ in its order, per image:
 3. **MONOCHROME1 inversion**: in MONOCHROME1 the lowest value is displayed white; ``1 - y`` makes every image
    "bright = dense" like MONOCHROME2, so one model sees one convention.
 
+Compressed transfer syntaxes are decoded by pydicom's plugins: RLE and deflate always, JPEG baseline (8 bits) and
+JPEG 2000 through Pillow where it has them; JPEG Extended (12 bits), JPEG Lossless and JPEG-LS need pylibjpeg with
+pylibjpeg-libjpeg, or python-gdcm. A file no installed plugin decodes is unreadable by name, with the packages to
+install (`_DECODERS_BY_SYNTAX`).
+
 Colour DICOM (PhotometricInterpretation RGB, or YBR converted to RGB by pydicom) is divided by 2^BitsStored - 1.
 One frame per file: multi-frame files (tomosynthesis, cine) are refused by name.
 """
@@ -91,6 +96,31 @@ def _open(path: Path, *, pixels: bool):
         detail = str(exc)
         detail = detail if len(detail) <= 200 else f"{detail[:200]}..."     # pydicom quotes the raw bytes
         raise UnreadableImage(f"is not a readable DICOM file ({error_name(exc)}: {detail})") from exc
+
+
+# The pip packages that decode each compressed transfer syntax (pydicom's "Supported Transfer Syntaxes" table), by
+# the first UID parts that name the family: a hospital export is often JPEG Lossless, which nothing installed with
+# pydicom decodes, and pydicom's own message lists plugins by module name over several lines.
+_DECODERS_BY_SYNTAX = (
+    ("1.2.840.10008.1.2.4.5", "pylibjpeg pylibjpeg-libjpeg"),      # JPEG baseline, extended, lossless (.50-.57)
+    ("1.2.840.10008.1.2.4.70", "pylibjpeg pylibjpeg-libjpeg"),     # JPEG lossless, first-order prediction
+    ("1.2.840.10008.1.2.4.8", "pylibjpeg pylibjpeg-libjpeg"),      # JPEG-LS (.80, .81)
+    ("1.2.840.10008.1.2.4.9", "pylibjpeg pylibjpeg-openjpeg"),     # JPEG 2000 (.90-.93)
+    ("1.2.840.10008.1.2.4.20", "pylibjpeg pylibjpeg-openjpeg"),    # High-Throughput JPEG 2000 (.201-.203)
+)
+
+
+def _undecoded(ds, exc: Exception) -> UnreadableImage | None:
+    """The message for compressed pixel data that no installed plugin decodes, naming the transfer syntax and what
+    to install; None for an uncompressed file, or a syntax not listed (pydicom's own words then stand)."""
+    syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
+    packages = next((p for prefix, p in _DECODERS_BY_SYNTAX if str(syntax or "").startswith(prefix)), None)
+    if packages is None or not syntax.is_compressed:
+        return None
+    reason = " ".join(str(exc).split())
+    reason = reason if len(reason) <= 80 else f"{reason[:80]}..."
+    return UnreadableImage(f"is compressed as {syntax.name}, which no installed decoder reads ({reason}); install "
+                           f"one: pip install {packages} (or pip install python-gdcm), and run again")
 
 
 def voi_window(x: np.ndarray, center: float, width: float, function: str = "LINEAR") -> np.ndarray:
@@ -178,6 +208,8 @@ def read_dicom(path: Path) -> np.ndarray:
     # count, that its LUTDescriptor gives (found by writing odd headers; the changed-byte search keeps the header)
     except (ValueError, NotImplementedError, RuntimeError, AttributeError, KeyError, IndexError, OverflowError,
             struct.error) as exc:
+        if isinstance(exc, RuntimeError) and (told := _undecoded(ds, exc)) is not None:
+            raise told from exc
         raise UnreadableImage(f"pixel data cannot be decoded ({error_name(exc)}: {exc})") from exc
     raise UnreadableImage(f"has PhotometricInterpretation {photometric or '(none)'!r}; dpmed reads MONOCHROME1, "
                           "MONOCHROME2, RGB and YBR")
