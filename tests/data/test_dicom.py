@@ -446,3 +446,35 @@ def test_a_compressed_file_no_installed_decoder_reads_names_the_package_that_dec
     said = str(caught.value)
     assert "\n" not in said and len(said) < 400, said
     assert syntax in said and f"pip install pylibjpeg {package}" in said and "python-gdcm" in said, said
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("NumberOfFrames", "1A", "NumberOfFrames '1A'"),     # pydicom's own test file badVR.dcm holds this
+    ("WindowCenter", ["", "100"], "WindowCenter ['', 100], which is not a number"),
+    ("WindowWidth", "wide", "WindowWidth 'wide', which is not a number"),
+])
+def test_a_header_value_that_is_no_number_is_unreadable_naming_the_key(tmp_path, key, value, said, write_dicom):
+    """Before: an IS of '1A' escaped as ValueError (a traceback), and a window of no number was "pixel data cannot
+    be decoded (ValueError: could not convert string to float: '')", naming neither key."""
+    pydicom = pytest.importorskip("pydicom")
+    path = write_dicom(tmp_path / "x.dcm", STORED, window=(100, 400))
+    ds = pydicom.dcmread(path)
+    if key == "NumberOfFrames":
+        ds.add_new(0x00280008, "IS", None)
+    ds[key]._value = value                      # as a file on disk may hold it; pydicom refuses to set it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds.save_as(path)
+        with pytest.raises(UnreadableImage, match=re.escape(said)):
+            read_image(path, channels=1)
+
+
+def test_a_window_present_and_empty_is_no_window(tmp_path, write_dicom):
+    """An empty value says the value is unknown (PS3.5 7.4): stretched by the image's range, as without a window.
+    Before: float(None) escaped as a TypeError, a traceback."""
+    pydicom = pytest.importorskip("pydicom")
+    path = write_dicom(tmp_path / "x.dcm", STORED, window=(100, 400))
+    ds = pydicom.dcmread(path)
+    ds.WindowCenter = None
+    ds.save_as(path)
+    np.testing.assert_allclose(read_image(path, channels=1)[0], STORED / 4095.0, atol=1e-6)

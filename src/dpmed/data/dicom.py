@@ -29,6 +29,7 @@ import contextlib
 import logging
 import struct
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -146,12 +147,17 @@ def voi_window(x: np.ndarray, center: float, width: float, function: str = "LINE
     return np.clip((x - (center - 0.5)) / (width - 1.0) + 0.5, 0.0, 1.0).astype(np.float32)
 
 
-def _first(value) -> float:
-    """WindowCenter / WindowWidth may hold several values (alternative windows): the first is the default view."""
+def _first(ds, key: str) -> float:
+    """WindowCenter / WindowWidth may hold several values (alternative windows): the first is the default view. A value
+    that is no number (an empty first of several, text) is unreadable by name: pydicom's ValueError named neither the
+    key nor the file."""
+    value = ds[key].value
+    first = value[0] if isinstance(value, Sequence) and not isinstance(value, str) and len(value) else value
     try:
-        return float(value[0])
-    except TypeError:
-        return float(value)
+        return float(first)
+    except (TypeError, ValueError) as exc:
+        raise UnreadableImage(f"has {key} {value!r}, which is not a number; correct it in the header, or remove "
+                              "WindowCenter and WindowWidth to stretch the image by its own range") from exc
 
 
 def _grey(ds, stored: np.ndarray) -> np.ndarray:
@@ -171,8 +177,9 @@ def _grey(ds, stored: np.ndarray) -> np.ndarray:
         y = np.asarray(apply_voi_lut(modality, ds, index=0, prefer_lut=True), dtype=np.float64)
         bits = int(ds.VOILUTSequence[0].LUTDescriptor[2])
         out = np.clip(y / float(2**bits - 1), 0.0, 1.0)
-    elif "WindowCenter" in ds and "WindowWidth" in ds:
-        out = voi_window(x, _first(ds.WindowCenter), _first(ds.WindowWidth), str(ds.get("VOILUTFunction", "LINEAR")))
+    elif ds.get("WindowCenter") is not None and ds.get("WindowWidth") is not None:    # present and empty: no window
+        out = voi_window(x, _first(ds, "WindowCenter"), _first(ds, "WindowWidth"),
+                         str(ds.get("VOILUTFunction", "LINEAR")))
     else:
         out = stretched(x)
     if str(ds.PhotometricInterpretation).upper() == "MONOCHROME1":
@@ -191,7 +198,10 @@ def read_dicom(path: Path) -> np.ndarray:
     ds = _open(path, pixels=True)
     if "PixelData" not in ds:
         raise UnreadableImage("is a DICOM file without pixel data (a report or a structured document?)")
-    frames = int(ds.get("NumberOfFrames", 1) or 1)
+    try:
+        frames = int(ds.get("NumberOfFrames", 1) or 1)
+    except (TypeError, ValueError) as exc:      # an IS of '1A' (pydicom's test file badVR.dcm): its ValueError escaped
+        raise UnreadableImage(f"has NumberOfFrames {ds.NumberOfFrames!r}, which is not a whole number") from exc
     if frames != 1:
         raise UnreadableImage(f"holds {frames} frames; dpmed reads single-frame images (export one frame per file)")
     photometric = str(ds.get("PhotometricInterpretation", "")).upper()
