@@ -478,3 +478,20 @@ def test_a_window_present_and_empty_is_no_window(tmp_path, write_dicom):
     ds.WindowCenter = None
     ds.save_as(path)
     np.testing.assert_allclose(read_image(path, channels=1)[0], STORED / 4095.0, atol=1e-6)
+
+
+def test_pixel_padding_is_left_out_of_the_image_s_range_and_reads_black(tmp_path, write_dicom):
+    """PixelPaddingValue (PS3.3 C.7.5.1.1.2) marks the pixels outside the patient (a CT's round field in a square
+    image, a cropped radiograph's border): not data. Before, a padding of 0 set the stretch's black, and the patient's
+    values 1000..1400 were squeezed into 0.71..1."""
+    pydicom = pytest.importorskip("pydicom")
+    stored = np.array([[0, 1000], [1200, 1400]], dtype=np.uint16)
+    for photometric, padding in (("MONOCHROME2", 0), ("MONOCHROME1", 4095)):
+        path = write_dicom(tmp_path / f"{photometric}.dcm", np.where(stored == 0, padding, stored),
+                           photometric=photometric)
+        ds = pydicom.dcmread(path)
+        ds.add_new(0x00280120, "US", padding)
+        ds.save_as(path)
+        expected = np.array([[0.0, 0.0], [0.5, 1.0]])
+        expected = expected if photometric == "MONOCHROME2" else np.array([[0.0, 1.0], [0.5, 0.0]])
+        np.testing.assert_allclose(read_image(path, channels=1)[0], expected, atol=1e-6, err_msg=photometric)

@@ -134,6 +134,8 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
         # and its plugins decode compressed transfer syntaxes: a file that failed ("needs pylibjpeg") is stored as a
         # failure, and must be decoded again once the user installs the plugin the message named
         settings["pydicom_plugins"] = {plugin: package_version(plugin) for plugin in DICOM_PLUGINS}
+        # an entry from before read a DICOM's padding pixels as data (`dpmed.data.dicom`): decoded again, once
+        settings["pixel_padding"] = "black"
     if preprocessing.size is not None:     # torch resizes (`dpmed.data.transforms.resize`), and only then
         settings["torch"] = package_version("torch")
     h.update(json.dumps(settings, sort_keys=True).encode())

@@ -43,10 +43,12 @@ class Decoder:
     peek: Callable[[Path], tuple[int, tuple[int, int]]]
 
 
-def stretched(samples: np.ndarray) -> np.ndarray:
+def stretched(samples: np.ndarray, among: np.ndarray | None = None) -> np.ndarray:
     """``samples`` from the image's own min and max onto [0, 1], in float64; zeros where all are equal (no range to
     stretch). What a grey DICOM without a window and a 16-bit grey PNG or TIFF get alike: neither says which of its
-    values are black and white, and only the image itself may say it (METHODS.md section 1)."""
+    values are black and white, and only the image itself may say it (METHODS.md section 1). ``among``: a mask of the
+    samples whose range sets black and white (a DICOM's pixels that are not padding); the others are clipped."""
     x = np.asarray(samples, dtype=np.float64)
-    lo, hi = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
-    return (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
+    ranged = x if among is None else x[among]
+    lo, hi = (float(ranged.min()), float(ranged.max())) if ranged.size else (0.0, 0.0)
+    return np.clip((x - lo) / (hi - lo), 0.0, 1.0) if hi > lo else np.zeros_like(x)

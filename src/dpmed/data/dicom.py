@@ -14,6 +14,10 @@ in its order, per image:
 3. **MONOCHROME1 inversion**: in MONOCHROME1 the lowest value is displayed white; ``1 - y`` makes every image
    "bright = dense" like MONOCHROME2, so one model sees one convention.
 
+Pixel padding (PixelPaddingValue, up to PixelPaddingRangeLimit where given; PS3.3 C.7.5.1.1.2) marks stored values
+outside the patient: a CT's corners, a cropped radiograph's border. They are no data: left out of the image's own
+range in step 2, and read 0 (black: nothing dense) after step 3, whatever the window says of them.
+
 Compressed transfer syntaxes are decoded by pydicom's plugins: RLE and deflate always, JPEG baseline (8 bits) and
 JPEG 2000 through Pillow where it has them; JPEG Extended (12 bits), JPEG Lossless and JPEG-LS need pylibjpeg with
 pylibjpeg-libjpeg, or python-gdcm. A file no installed plugin decodes is unreadable by name, with the packages to
@@ -160,12 +164,24 @@ def _first(ds, key: str) -> float:
                               "WindowCenter and WindowWidth to stretch the image by its own range") from exc
 
 
+def _padding(ds, stored: np.ndarray) -> np.ndarray | None:
+    """The mask of padding pixels (module docstring), on the stored values; None where the header names none."""
+    if ds.get("PixelPaddingValue") is None:
+        return None
+    try:
+        ends = [int(ds.PixelPaddingValue), int(ds.get("PixelPaddingRangeLimit", ds.PixelPaddingValue))]
+    except (TypeError, ValueError) as exc:       # an ambiguous US/SS pydicom left as bytes
+        raise UnreadableImage(f"has PixelPaddingValue {ds.PixelPaddingValue!r}, which is not a whole number") from exc
+    return (stored >= min(ends)) & (stored <= max(ends))
+
+
 def _grey(ds, stored: np.ndarray) -> np.ndarray:
     try:
         from pydicom.pixels import apply_modality_lut, apply_voi_lut  # pydicom >= 3
     except ImportError:
         from pydicom.pixel_data_handlers.util import apply_modality_lut, apply_voi_lut  # pydicom 2.x
 
+    padding = _padding(ds, stored)
     modality = np.asarray(apply_modality_lut(stored, ds))  # [H, W] modality values
     if not np.isfinite(modality).all():   # a RescaleSlope or RescaleIntercept of inf or nan, or one that overflows
         raise ValueError(f"the modality LUT (RescaleSlope {ds.get('RescaleSlope')}, RescaleIntercept "
@@ -181,9 +197,11 @@ def _grey(ds, stored: np.ndarray) -> np.ndarray:
         out = voi_window(x, _first(ds, "WindowCenter"), _first(ds, "WindowWidth"),
                          str(ds.get("VOILUTFunction", "LINEAR")))
     else:
-        out = stretched(x)
+        out = stretched(x, None if padding is None else ~padding)
     if str(ds.PhotometricInterpretation).upper() == "MONOCHROME1":
         out = 1.0 - out
+    if padding is not None:
+        out = np.where(padding, 0.0, out)
     return out.astype(np.float32)[None]  # [1, H, W]
 
 

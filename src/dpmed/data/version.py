@@ -18,6 +18,7 @@ CHANGES = {
     1: "",                                                       # every decoder until grey is told by content
     2: "a colour file whose three channels are equal is read as 1 channel where data.channels is unset",
     3: "16-bit grey PNG and TIFF samples are stretched by each image's own min and max, not divided by 65535",
+    4: "a DICOM's padding pixels (PixelPaddingValue) read black and are left out of its own min and max",
 }
 DECODING_VERSION = max(CHANGES)
 
