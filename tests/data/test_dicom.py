@@ -122,7 +122,7 @@ def test_broken_and_multiframe_files_are_unreadable(tmp_path, write_dicom):
     pytest.importorskip("pydicom")
     junk = tmp_path / "junk.dcm"
     junk.write_bytes(b"\x00" * 50)
-    with pytest.raises(UnreadableImage, match="not a readable DICOM file"):
+    with pytest.raises(UnreadableImage, match="is not a DICOM file"):
         read_image(junk, channels=1)
     multi = write_dicom(tmp_path / "multi.dcm", STORED, frames=2)
     with pytest.raises(UnreadableImage, match="holds 2 frames"):
@@ -169,7 +169,7 @@ def test_folder_of_dicom_files_takes_patients_from_the_header(tmp_path, write_di
             write_dicom(tmp_path / "cxr" / cls / f"{cls}{i}.dcm", rng.integers(0, 4096, (10, 10)),
                          patient=f"P{i % 4}", sex="MF"[i % 2], age=f"0{40 + i}Y")
     (tmp_path / "cxr" / "normal" / "normal5.dcm").write_bytes(b"DICM but not really")
-    with pytest.raises(DataError, match=r"normal/normal5.dcm: image normal/normal5.dcm is not a readable DICOM"):
+    with pytest.raises(DataError, match=r"normal/normal5.dcm: image normal/normal5.dcm is not a DICOM file"):
         load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)
     cut = tmp_path / "cxr" / "nodule" / "nodule5.dcm"       # cut inside its header, before PatientID
     cut.write_bytes(cut.read_bytes()[:300])
@@ -495,3 +495,42 @@ def test_pixel_padding_is_left_out_of_the_image_s_range_and_reads_black(tmp_path
         expected = np.array([[0.0, 0.0], [0.5, 1.0]])
         expected = expected if photometric == "MONOCHROME2" else np.array([[0.0, 1.0], [0.5, 0.0]])
         np.testing.assert_allclose(read_image(path, channels=1)[0], expected, atol=1e-6, err_msg=photometric)
+
+
+def test_a_dicom_file_without_its_preamble_is_read(tmp_path, write_dicom):
+    """Some exporters write the file meta or the bare data set from their first byte, without the 128-byte preamble
+    and "DICM" (PS3.10 7.1); pydicom reads them only when told to. Before, refused as "not a readable DICOM file ...
+    Use force=True to force reading", words the user cannot act on."""
+    pydicom = pytest.importorskip("pydicom")
+    path = write_dicom(tmp_path / "x.dcm", STORED, window=(100, 400), patient="p1")
+    meta_first = tmp_path / "meta_first.dcm"
+    meta_first.write_bytes(path.read_bytes()[132:])         # the file meta from the first byte
+    bare = tmp_path / "bare.dcm"                            # the data set alone, implicit VR (ACR-NEMA style)
+    ds = pydicom.dcmread(path)
+    del ds.file_meta
+    ds.preamble = None
+    pydicom.dcmwrite(bare, ds, implicit_vr=True, little_endian=True, enforce_file_format=False)
+    assert bare.read_bytes()[:2] == b"\x08\x00"
+    for written in (meta_first, bare):
+        np.testing.assert_array_equal(read_image(written, channels=1), read_image(path, channels=1))
+        assert dicom.peek_dicom(written) == (1, (2, 2))
+        assert dicom.read_dicom_header(written)["PatientID"] == "p1"
+    bundled = Path(pydicom.data.get_testdata_file("ExplVR_LitEndNoMeta.dcm"))    # a data set with no image in it
+    with pytest.raises(UnreadableImage, match="DICOM file without pixel data"):
+        read_image(bundled, channels=1)
+
+
+@pytest.mark.parametrize("content, said", [
+    (b"\x89PNG\r\n\x1a\n" + b"\x00" * 200, "a PNG image"),
+    (b"\xff\xd8\xff\xe0" + b"\x00" * 200, "a JPEG image"),
+    (b"PatientID,label\n1,0\n" * 20, "not a DICOM file"),
+])
+def test_a_dcm_file_that_is_not_dicom_says_so_without_pydicom_s_advice(tmp_path, content, said):
+    """Before: "File is missing DICOM File Meta Information header ... Use force=True to force reading", which
+    names an argument of a library the user does not call."""
+    pytest.importorskip("pydicom")
+    path = tmp_path / "x.dcm"
+    path.write_bytes(content)
+    with pytest.raises(UnreadableImage) as caught:
+        read_image(path, channels=1)
+    assert said in str(caught.value) and "force" not in str(caught.value), caught.value

@@ -84,11 +84,44 @@ class _PydicomWarnings(logging.Filter):
         return record.levelno != logging.WARNING
 
 
+# The first bytes of the files most often given a .dcm suffix by mistake (an export renamed, a viewer's snapshot)
+_OTHER_FORMATS = ((b"\x89PNG", "a PNG image", ".png"), (b"\xff\xd8\xff", "a JPEG image", ".jpg"),
+                  (b"II*\x00", "a TIFF image", ".tif"), (b"MM\x00*", "a TIFF image", ".tif"),
+                  (b"BM", "a BMP image", ".bmp"), (b"%PDF", "a PDF document", ".pdf"),
+                  (b"PK\x03\x04", "a ZIP archive", ".zip"))
+_NOT_DICOM = ("is not a DICOM file: it has neither the 'DICM' marker at byte 128 nor a DICOM data set from its first "
+              "byte; move it out of the image folders, or export it again as DICOM")
+
+
+def _without_preamble(pydicom, path: Path, pixels: bool):
+    """A file without the 128-byte preamble and "DICM" (PS3.10 7.1), which pydicom reads only when forced: older
+    exporters write the file meta, or the bare data set (ACR-NEMA style), from the first byte. Read as such only
+    where a DICOM image's elements come out of it, since forced reading makes elements of any bytes; a bare data set
+    has no transfer syntax, and is given the encoding pydicom found it in. Another format renamed .dcm is named."""
+    with path.open("rb") as file:
+        head = file.read(8)
+    for magic, kind, suffix in _OTHER_FORMATS:
+        if head.startswith(magic):
+            raise UnreadableImage(f"is not a DICOM file but {kind}; give it the suffix {suffix} if it is one")
+    ds = pydicom.dcmread(path, stop_before_pixels=not pixels, force=True)
+    if not ({"SOPClassUID", "Rows", "PixelData"} & set(ds.dir())):
+        raise UnreadableImage(_NOT_DICOM)
+    if "TransferSyntaxUID" not in ds.file_meta:
+        implicit, little = getattr(ds, "original_encoding", (ds.is_implicit_VR, ds.is_little_endian))
+        ds.file_meta.TransferSyntaxUID = (pydicom.uid.ImplicitVRLittleEndian if implicit else
+                                          pydicom.uid.ExplicitVRLittleEndian if little else
+                                          pydicom.uid.ExplicitVRBigEndian)
+    return ds
+
+
 def _open(path: Path, *, pixels: bool):
     pydicom = _pydicom(path)
     try:
         with np.errstate(all="ignore"):     # per thread, unlike the warning filters
-            ds = pydicom.dcmread(path, stop_before_pixels=not pixels)
+            try:
+                ds = pydicom.dcmread(path, stop_before_pixels=not pixels)
+            except pydicom.errors.InvalidDicomError:    # only for a missing preamble: pydicom's advice is to force
+                ds = _without_preamble(pydicom, path, pixels)
             for _ in ds.iterall():  # pydicom converts an element when first used: a damaged one fails here, not later
                 pass
         return ds
