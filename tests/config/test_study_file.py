@@ -1043,3 +1043,24 @@ def test_a_yaml_syntax_error_says_what_to_do(write_study, text, hint):
         load_study(path)
     message = str(caught.value)
     assert message.startswith(f"study file {path} is not valid YAML: line ") and hint in message
+
+
+def _laughs(depth: int) -> str:
+    """Anchors each repeating the one before nine times ("billion laughs"): 9^depth values from a few hundred bytes."""
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, depth)]
+    return "\n  ".join(lines)
+
+
+@pytest.mark.parametrize("change, words", [
+    (f"name: s\nx:\n  {_laughs(6)}", "its aliases expand to more than 100,000 values"),
+    ("name: s\nx: &a [1, *a]", "an alias refers to the anchor it stands inside"),
+])
+def test_aliases_that_expand_past_any_study_are_refused_before_the_schema_walks_them(write_study, change, words):
+    """Nine anchors deep, a 1 kB study file expanded to 10^9 values, which the schema walked for minutes while memory
+    filled; an anchor holding its own alias is a value without end. Each is one line naming the file and where."""
+    path = write_study(GOOD.replace("name: s", change))
+    with pytest.raises(ConfigError) as caught:
+        load_study(path)
+    assert str(caught.value).startswith(f"study file {path} is not valid YAML: line ") and words in str(caught.value)
+

@@ -113,9 +113,48 @@ def _read_yaml(path: Path) -> Any:
                                            "study's .yaml file", problem_mark=mark) from None
     loader.name = str(path)
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded_size(node)
+        return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+# The most values a study file may hold once its aliases are expanded. A study is at most a few thousand values;
+# anchors nested nine deep ("billion laughs") expand a 1 kB file to 10^9 values, which the schema would walk for
+# minutes while memory fills.
+_MAX_VALUES = 100_000
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Raise a marked YAMLError if ``root``, every alias expanded, holds more than `_MAX_VALUES` values or an alias
+    inside its own anchor (a value that contains itself). Each node's size is counted once, so this takes time in
+    the file's size, not the expanded size."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:
+            raise yaml.MarkedYAMLError(problem="an alias refers to the anchor it stands inside (a value that "
+                                               "contains itself); write the value out instead",
+                                       problem_mark=node.start_mark)
+        open_nodes.add(id(node))
+        children = (node.value if isinstance(node, yaml.SequenceNode) else
+                    [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])
+        total = 1 + sum(size(child) for child in children)
+        open_nodes.discard(id(node))
+        if total > _MAX_VALUES:
+            raise yaml.MarkedYAMLError(problem=f"its aliases expand to more than {_MAX_VALUES:,} values (anchors "
+                                               "that repeat anchors); write the values a study needs without "
+                                               "nesting aliases", problem_mark=node.start_mark)
+        sizes[id(node)] = total
+        return total
+
+    size(root)
 
 
 def _unreadable(exc: BaseException) -> str:
