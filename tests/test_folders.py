@@ -170,7 +170,7 @@ def test_a_failed_atomic_write_leaves_no_half_written_file_and_a_killed_writers_
     from dpmed.workspace import stale_temporaries
 
     with monkeypatch.context() as patch:
-        patch.setattr(dpmed.folders, "open", disk_with_room(open, 5), raising=False)
+        patch.setattr(dpmed.folders, "open_new", disk_with_room(dpmed.folders.open_new, 5))
         with pytest.raises(OSError, match="No space left on device"):
             write_text_atomic(tmp_path / "comparisons.json", "{}" * 100)
     assert list(tmp_path.iterdir()) == []
@@ -261,7 +261,7 @@ def test_arrays_are_written_whole_under_the_name_given_or_not_at_all(tmp_path, m
             assert sorted(f.files) == ["cam", "ids"]
             assert np.array_equal(f["cam"], arrays["cam"]) and list(f["ids"]) == ["p1", "p2"]
     with monkeypatch.context() as patch:
-        patch.setattr(dpmed.folders, "open", disk_with_room(open, 100), raising=False)
+        patch.setattr(dpmed.folders, "open_new", disk_with_room(dpmed.folders.open_new, 100))
         with pytest.raises(OSError) as failed:
             write_arrays_atomic(tmp_path / "cams.npz", {"cam": np.random.default_rng(0).random(10_000)})
     assert failed.value.errno == errno.ENOSPC and failed.value.filename == str(tmp_path / "cams.npz")
@@ -439,3 +439,19 @@ def test_a_private_folder_left_open_to_others_or_to_the_group_alone_is_told(tmp_
     with caplog.at_level(logging.WARNING, logger="dpmed"):
         folder.make_private()
     assert f"stays readable by other users of this machine (mode {mode:o} after chmod 700" in caplog.text
+
+
+def test_an_atomic_write_follows_no_link_planted_at_its_temporary_name(tmp_path):
+    """The temporary file's name is predictable (the process id): a link planted there by whoever can write the
+    folder was followed, and the write truncated and filled the file it pointed to, anywhere the user can write."""
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("kept")
+    folder = tmp_path / "s"
+    folder.mkdir()
+    report = folder / "report.html"
+    from dpmed.folders import temporary_beside, write_text_atomic
+    temporary_beside(report).symlink_to(elsewhere)
+    write_text_atomic(report, "the report")
+    assert elsewhere.read_text() == "kept"
+    assert report.read_text() == "the report" and not report.is_symlink()
+    assert not temporary_beside(report).exists() and not temporary_beside(report).is_symlink()

@@ -34,8 +34,8 @@ import numpy as np
 
 from dpmed.errors import FolderError, error_name
 
-__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic", "read_arrays",
-           "write_json_atomic", "write_text_atomic", "write_torch_atomic", "temporary_beside", "file_in_the_way",
+__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "open_new", "write_atomic", "write_arrays_atomic",
+           "read_arrays", "write_json_atomic", "write_text_atomic", "write_torch_atomic", "temporary_beside", "file_in_the_way",
            "link_to_nothing", "RELEASE_TIME", "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
@@ -55,8 +55,21 @@ _log = logging.getLogger(__name__)
 def open_owner_only(path: Path, mode: str = "w"):
     """``path`` opened for writing, created readable by its owner only (0600) from the first byte: a secret written
     first and chmod-ed after would be readable by others in between, whatever the umask."""
-    path.unlink(missing_ok=True)                # O_CREAT keeps the mode of a file that already exists
-    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), mode,
+    return _create(path, mode, 0o600)
+
+
+def open_new(path: Path, mode: str = "w"):
+    """``path`` opened for writing as a new file of the mode the umask gives (0644 under umask 022)."""
+    return _create(path, mode, 0o666)
+
+
+def _create(path: Path, mode: str, permissions: int):
+    """``path`` opened for writing as a new file of ``permissions`` (less the umask). Whatever stood there is
+    removed first: O_CREAT keeps the mode of a file that already exists, and a link planted there (a temporary
+    file's name is predictable) would be followed, writing the file it points to outside the output folder. O_EXCL
+    follows no link, and fails where one is planted again in between."""
+    path.unlink(missing_ok=True)
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, permissions), mode,
                      **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
@@ -96,7 +109,7 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], object], *, owner_only
     OSError is raised again naming ``path``, so that the user reads what and where."""
     tmp = temporary_beside(path)
     try:
-        with open_owner_only(tmp, "wb") if owner_only else open(tmp, "wb") as f:
+        with open_owner_only(tmp, "wb") if owner_only else open_new(tmp, "wb") as f:
             write(f)
         os.replace(tmp, path)
     except BaseException as exc:
