@@ -534,3 +534,16 @@ def test_a_dcm_file_that_is_not_dicom_says_so_without_pydicom_s_advice(tmp_path,
     with pytest.raises(UnreadableImage) as caught:
         read_image(path, channels=1)
     assert said in str(caught.value) and "force" not in str(caught.value), caught.value
+
+
+def test_a_dicom_declaring_more_pixels_than_pillow_decodes_is_refused_before_decoding(tmp_path, write_dicom,
+                                                                                        monkeypatch):
+    """A deflated DICOM of 125 kB declaring 8,000 x 8,000 zeros took 1.8 GB to read; at 30,000 x 30,000 it would take
+    tens of GB. Rasters were refused above twice Pillow's limit, DICOM files at any size: the same limit holds now."""
+    from PIL import Image
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)          # 15 x 15 = 225 px: over twice the limit
+    large, small = (write_dicom(tmp_path / f"{n}.dcm", np.zeros((n, n))) for n in (15, 14))
+    with pytest.raises(UnreadableImage, match=r"declares 15 x 15 pixels, more than the 200 dpmed decodes"):
+        read_image(large, channels=1)
+    assert read_image(small, channels=1).shape == (1, 14, 14)    # 196 px: within it

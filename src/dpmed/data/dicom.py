@@ -161,6 +161,24 @@ def _undecoded(ds, exc: Exception) -> UnreadableImage | None:
                            f"one: pip install {packages} (or pip install python-gdcm), and run again")
 
 
+def _refuse_too_large(ds) -> None:
+    """UnreadableImage where the header declares more pixels than Pillow decodes from any other file (twice
+    ``Image.MAX_IMAGE_PIXELS``, its guard against decompression bombs): compressed pixel data (RLE, JPEG, a deflated
+    file) of a few hundred kB can declare 30,000 x 30,000 pixels, and decoding them, then converting to float,
+    takes tens of GB before any size check of the study is reached."""
+    from PIL import Image
+
+    limit = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+    try:
+        pixels = int(ds.Rows) * int(ds.Columns) * int(ds.get("SamplesPerPixel", 1) or 1)
+    except (AttributeError, TypeError, ValueError):
+        return          # pydicom's own error names what the header lacks
+    if limit and pixels > limit:
+        raise UnreadableImage(f"declares {int(ds.Rows):,} x {int(ds.Columns):,} pixels, more than the {limit:,} "
+                              "dpmed decodes from any image (Pillow's guard against decompression bombs); resize it "
+                              "(e.g. to 4,096 px on its long side) and run again")
+
+
 def voi_window(x: np.ndarray, center: float, width: float, function: str = "LINEAR") -> np.ndarray:
     """The VOI window of PS3.3 C.11.2.1.2 mapped to [0, 1] (see the module docstring for the three functions)."""
     x = x.astype(np.float64, copy=False)
@@ -255,6 +273,7 @@ def read_dicom(path: Path) -> np.ndarray:
         raise UnreadableImage(f"has NumberOfFrames {ds.NumberOfFrames!r}, which is not a whole number") from exc
     if frames != 1:
         raise UnreadableImage(f"holds {frames} frames; dpmed reads single-frame images (export one frame per file)")
+    _refuse_too_large(ds)
     photometric = str(ds.get("PhotometricInterpretation", "")).upper()
     try:
         # numpy's warnings of the arithmetic on a header's values ("overflow encountered in multiply"): told by name
