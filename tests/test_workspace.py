@@ -275,3 +275,28 @@ def test_the_explanations_seconds_of_a_dp_sgd_run_json_move_out_of_it(tmp_path, 
     assert read_record(folder.run(dp.run_id).record).explanations.seconds is None
     assert read_record(folder.run(plain.run_id).record) == plain
     assert "the seconds their explanations took (dp_eps1_C1_seed0)" in caplog.text and "wall time" not in caplog.text
+
+
+@pytest.mark.parametrize("linked", ["runs", "runs/base_seed0"])
+def test_a_run_folder_or_runs_folder_that_is_a_link_is_refused_before_anything_is_deleted_or_written(tmp_path,
+                                                                                                     linked):
+    """A run folder planted as a link to another folder was followed: the unfinished run's "leftover" model.pt
+    there, outside the output folder, was deleted, and the run's model, predictions and record written in its
+    place."""
+    from dpmed import workspace
+    from dpmed.folders import StudyFolder
+
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "base_seed0").mkdir(parents=True)
+    for model in (elsewhere / "model.pt", elsewhere / "base_seed0" / "model.pt"):
+        model.write_text("someone's model")
+    folder = StudyFolder(tmp_path / "study")
+    folder.root.mkdir()
+    if linked == "runs/base_seed0":
+        folder.runs.mkdir()
+    (folder.root / linked).symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(FolderError, match=f"{folder.root / linked} is a symbolic link"):
+        workspace.withdraw_leftovers(folder)
+    with pytest.raises(FolderError, match="is a symbolic link"):
+        folder.run("base_seed0").make()
+    assert [p.read_text() for p in sorted(elsewhere.rglob("model.pt"))] == ["someone's model"] * 2

@@ -35,8 +35,8 @@ import numpy as np
 from dpmed.errors import FolderError, error_name
 
 __all__ = ["StudyFolder", "RunFolder", "open_owner_only", "open_new", "write_atomic", "write_arrays_atomic",
-           "read_arrays", "write_json_atomic", "write_text_atomic", "write_torch_atomic", "temporary_beside", "file_in_the_way",
-           "link_to_nothing", "RELEASE_TIME", "RETRAIN_NOTE"]
+           "read_arrays", "write_json_atomic", "write_text_atomic", "write_torch_atomic", "temporary_beside",
+           "file_in_the_way", "link_to_nothing", "refuse_link", "RELEASE_TIME", "RETRAIN_NOTE"]
 
 # Told wherever dpmed advises deleting runs or using another --out: the new folder draws its own DP count of the
 # training set and its runs are new releases of the same patients, which no folder composes with the old ones.
@@ -170,6 +170,18 @@ def read_arrays(path: Path, required: tuple[str, ...] = ()) -> dict[str, np.ndar
 def write_json_atomic(path: Path, payload: Mapping[str, Any], *, owner_only: bool = False) -> None:
     """JSON (strict: no NaN or inf) written atomically."""
     write_text_atomic(path, json.dumps(payload, indent=2, allow_nan=False, default=str), owner_only=owner_only)
+
+
+def refuse_link(folder: Path) -> None:
+    """FolderError where ``folder`` is a symbolic link. dpmed writes a run's model, predictions and record into
+    ``runs/<run id>/`` and deletes what an unfinished attempt left there (`RunFolder.discard_attempt`,
+    `dpmed.workspace.withdraw_leftovers`): through a link, a model.pt or run.json of the place it points to, outside
+    the output folder, was deleted or overwritten."""
+    if folder.is_symlink():
+        raise FolderError(f"{folder} is a symbolic link ({os.readlink(folder)}): dpmed writes and deletes a run's "
+                          "files there and follows no link for them, which would reach outside the output folder; "
+                          "remove the link (a finished run's folder may be copied in its place), or use another "
+                          "output folder (--out)")
 
 
 def _refuse_planted(private: Path) -> None:
@@ -318,7 +330,10 @@ class RunFolder:
         return [] if self.is_finished else [p for p in self.released_files if p.is_file()]
 
     def make(self) -> None:
-        """The run's folders; its private ones owner-only (:meth:`make_private`)."""
+        """The run's folders; its private ones owner-only (:meth:`make_private`). A link in place of ``runs/`` or
+        of the run's folder is refused (`refuse_link`)."""
+        refuse_link(self.public.parent)
+        refuse_link(self.public)
         self.public.mkdir(parents=True, exist_ok=True)
         self.make_private()
 

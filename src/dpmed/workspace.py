@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from dpmed.errors import FolderError
-from dpmed.folders import StudyFolder, file_in_the_way, link_to_nothing
+from dpmed.folders import StudyFolder, file_in_the_way, link_to_nothing, refuse_link
 from dpmed.lock import FolderLock, Holder, process_running
 from dpmed.records import RunRecord, read_timing
 
@@ -128,6 +128,9 @@ def withdraw_leftovers(folder: StudyFolder) -> None:
     the half-written temporary files of killed writers (`stale_temporaries`), which no later write replaces; and the
     privacy key and checkpoint of a run stopped between writing its run.json and deleting them, which nothing
     would delete later (`RunFolder.discard_secrets`)."""
+    refuse_link(folder.runs)
+    for path in folder.runs.iterdir():
+        refuse_link(path)
     for path in stale_temporaries(folder.root):
         path.unlink(missing_ok=True)
     for run_dir in sorted(p for p in folder.runs.iterdir() if p.is_dir()):
