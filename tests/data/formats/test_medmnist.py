@@ -315,3 +315,24 @@ def test_a_file_or_a_resize_that_cannot_fit_in_memory_is_refused_before_it_is_ma
     with pytest.raises(DataError, match=r"^the 13 images at 32 x 32 px, 1 channel, take 53 kB of memory as float32, "
                        r"and only 10 kB is free for dpmed here: set a smaller data.image_size"):
         load_dataset(source="medmnist", path=path, image_size=32, channels=None, seed=0, n_images=None)
+
+
+def test_an_array_declaring_more_bytes_than_memory_holds_is_refused_from_its_header(tmp_path, monkeypatch):
+    """An npz is compressed: a file of kB declared a train_images of 1 TB (its header, then a few bytes), and numpy's
+    allocation of it reached the user as an internal MemoryError. The header's size is checked before reading."""
+    import io
+    import zipfile
+
+    from dpmed import memory
+
+    path = _write(tmp_path / "declared.npz")
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "|u1", "fortran_order": False, "shape": (10**6, 1000, 1000)})
+    with zipfile.ZipFile(path, "a") as archive:
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            archive.writestr("train_images.npy", header.getvalue() + bytes(1000))
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=2**30, swap=0))
+    with pytest.raises(DataError) as err:
+        read_medmnist(path)
+    assert str(err.value).startswith(f"{path}: key train_images declares an array of shape (1000000, 1000, 1000) "
+                                     "(1.0 TB), and only 1.1 GB is free for dpmed here: download it again")

@@ -20,6 +20,7 @@ private images, so it goes to the terminal and the private log only, never into 
 
 from __future__ import annotations
 
+import math
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from dpmed import memory
 from dpmed.data.duplicates import describe_copies
 from dpmed.data.sample import Dataset, ImageSet, Task, TaskKind
 from dpmed.errors import DataError
+from dpmed.numbers import bytes_text
 
 __all__ = ["read_medmnist", "describe_npz_copies", "MEDMNIST_LABELS"]
 
@@ -195,12 +197,26 @@ def _load_arrays(path: Path) -> dict[str, np.ndarray]:
         arrays = {}
         for key in _KEYS:
             try:
+                _check_declared_size(path, archive, key, advice)
                 arrays[key] = archive[key]
             except ValueError as exc:  # object (pickled) or malformed array: refused, never unpickled
                 raise DataError(f"{path}: key {key} is not a plain numeric array; {advice}") from exc
             except _UNREADABLE as exc:
                 raise DataError(f"{path}: key {key} cannot be read ({exc}): the file is corrupt; {advice}") from exc
     return arrays
+
+
+def _check_declared_size(path: Path, archive: np.lib.npyio.NpzFile, key: str, advice: str) -> None:
+    """DataError where the array ``key`` declares more bytes than the free memory holds, read from its header before
+    numpy allocates it: an npz is compressed, so a file of kB can declare an array of TB, which numpy met with a
+    MemoryError (an internal error to the user) or, where the allocation succeeds, filled until the machine swaps."""
+    with archive.zip.open(f"{key}.npy") as member:
+        version = np.lib.format.read_magic(member)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(member)
+    need = math.prod(shape) * dtype.itemsize
+    memory.check_bytes(need, f"{path}: key {key} declares an array of shape {shape} ({bytes_text(need)})",
+                       fix=f"{advice}, or use a machine with more memory")
 
 
 def _images(path: Path, split: str, raw: np.ndarray) -> np.ndarray:
