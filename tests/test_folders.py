@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -455,3 +456,54 @@ def test_an_atomic_write_follows_no_link_planted_at_its_temporary_name(tmp_path)
     assert elsewhere.read_text() == "kept"
     assert report.read_text() == "the report" and not report.is_symlink()
     assert not temporary_beside(report).exists() and not temporary_beside(report).is_symlink()
+
+
+class _TextModeFile(io.RawIOBase):
+    """What a write through a Windows C runtime file opened in text mode does: every ``\\n`` byte becomes ``\\r\\n``."""
+
+    def __init__(self, raw: io.RawIOBase) -> None:
+        self.raw = raw
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.raw.write(bytes(data).replace(b"\n", b"\r\n"))
+        return len(data)
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def test_owner_only_files_keep_their_bytes_where_os_open_defaults_to_text_mode(tmp_path, monkeypatch):
+    """Windows: a file os.open makes without O_BINARY is in text mode, whose writes turn each 0x0a byte into 0x0d 0x0a,
+    so a checkpoint, a privacy key or the decoded-image cache written owner-only came back damaged (torch.load then
+    fails). Emulated here: os.open and os.fdopen behave as on Windows, with O_BINARY a flag of its own."""
+    from dpmed.folders import open_owner_only, write_atomic, write_text_atomic
+
+    binary, text_mode = 0x10000000, set()
+    real_open, real_fdopen = os.open, os.fdopen
+
+    def windows_open(path, flags, *args):
+        fd = real_open(path, flags & ~binary, *args)
+        if not flags & binary:
+            text_mode.add(fd)
+        return fd
+
+    def windows_fdopen(fd, mode="r", *args, **kwargs):
+        if fd not in text_mode:
+            return real_fdopen(fd, mode, *args, **kwargs)
+        raw = _TextModeFile(real_fdopen(fd, "wb", buffering=0))
+        return raw if "b" in mode else io.TextIOWrapper(raw, newline="", **kwargs)
+
+    monkeypatch.setattr(os, "O_BINARY", binary, raising=False)
+    monkeypatch.setattr(os, "open", windows_open)
+    monkeypatch.setattr(os, "fdopen", windows_fdopen)
+    data = bytes(range(256)) * 4
+    write_atomic(tmp_path / "checkpoint.pt", lambda f: f.write(data), owner_only=True)
+    write_text_atomic(tmp_path / "timing.json", "[1,\n2]\n", owner_only=True)
+    with open_owner_only(tmp_path / "cache.npy", "wb") as f:
+        f.write(data)
+    assert (tmp_path / "checkpoint.pt").read_bytes() == data and (tmp_path / "cache.npy").read_bytes() == data
+    assert (tmp_path / "timing.json").read_bytes() == b"[1,\n2]\n"

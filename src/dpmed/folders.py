@@ -67,9 +67,11 @@ def _create(path: Path, mode: str, permissions: int):
     """``path`` opened for writing as a new file of ``permissions`` (less the umask). Whatever stood there is
     removed first: O_CREAT keeps the mode of a file that already exists, and a link planted there (a temporary
     file's name is predictable) would be followed, writing the file it points to outside the output folder. O_EXCL
-    follows no link, and fails where one is planted again in between."""
+    follows no link, and fails where one is planted again in between. O_BINARY (Windows): a file os.open makes
+    without it is in text mode, which writes each 0x0a byte of a checkpoint as 0x0d 0x0a."""
     path.unlink(missing_ok=True)
-    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, permissions), mode,
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    return os.fdopen(os.open(path, flags, permissions), mode,
                      **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
