@@ -375,3 +375,20 @@ def test_guard_goes_on_where_the_folder_cannot_be_opened(tmp_path, monkeypatch, 
         ran.append(True)
     assert ran == [True]
     assert f"{tmp_path}: no advisory lock could be taken (Permission denied); going on without one" in caplog.text
+
+
+@pytest.mark.skipif(not hasattr(time, "tzset"), reason="the time zone is set through TZ on POSIX only")
+def test_a_holder_s_start_says_its_time_zone_for_a_reader_on_a_host_in_another(monkeypatch):
+    """A lock on a shared folder is read from other hosts, whose clocks may show another zone: "since 19:51" in the
+    holder's local time, with no offset, named a time that could be hours off for the reader."""
+    import datetime
+
+    monkeypatch.setenv("TZ", "Asia/Kathmandu")      # +05:45: no whole-hour slip passes
+    time.tzset()
+    try:
+        started = datetime.datetime.fromisoformat(Holder.current().started)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert started.utcoffset() == datetime.timedelta(hours=5, minutes=45)
+    assert abs((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()) < 60

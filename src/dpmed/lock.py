@@ -22,13 +22,13 @@ say that a run is under way.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import logging
 import os
 import secrets
 import socket
 import threading
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
@@ -53,7 +53,8 @@ _WINDOWS = os.name == "nt"
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a lock: process id, host name, when it took the lock (local time, ISO 8601), the process's start
+    """Who holds a lock: process id, host name, when it took the lock (local time with its UTC offset, ISO 8601: the
+    lock may be read from a host in another time zone), the process's start
     time as the kernel counts it (Linux; tells a recycled PID apart) and a random token naming this holding."""
 
     pid: int
@@ -64,8 +65,9 @@ class Holder:
 
     @classmethod
     def current(cls) -> "Holder":
-        return cls(pid=os.getpid(), host=socket.gethostname(), started=time.strftime("%Y-%m-%d %H:%M:%S"),
-                   token=secrets.token_hex(8), process_start=_process_start(os.getpid()))
+        started = datetime.datetime.now().astimezone().isoformat(sep=" ", timespec="seconds")
+        return cls(pid=os.getpid(), host=socket.gethostname(), started=started, token=secrets.token_hex(8),
+                   process_start=_process_start(os.getpid()))
 
     def describe(self) -> str:
         return f"PID {self.pid} on host {self.host}, since {self.started}"
