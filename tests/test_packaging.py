@@ -44,3 +44,21 @@ def test_the_sdist_holds_the_package_and_no_test_suite_that_cannot_run(tmp_path)
         <= names
     shipped_tests = sorted(name for name in names if name.startswith("tests/"))
     assert not shipped_tests or "tests/conftest.py" in names, shipped_tests
+
+
+def test_the_systems_and_pythons_declared_to_pip_are_those_the_readme_says_dpmed_runs_on():
+    """Code for Windows and macOS ships (msvcrt locks, icacls advice, spawned workers), yet neither pyproject nor the
+    README said where dpmed runs, nor what differs there (a private folder Windows does not make owner-only)."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.10 has no TOML reader (tomllib came in 3.11)")
+    project = tomllib.loads((_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    classifiers = project.get("classifiers", [])
+    systems = {"Linux": "Operating System :: POSIX :: Linux", "macOS": "Operating System :: MacOS",
+               "Windows": "Operating System :: Microsoft :: Windows"}
+    readme = (_ROOT / "README.md").read_text(encoding="utf-8")
+    platforms = readme[readme.index("\n### Platforms\n"):]
+    platforms = platforms[:platforms.index("\n#", 2)]
+    assert [name for name, c in systems.items() if c not in classifiers or name not in platforms] == []
+    pythons = sorted(tuple(map(int, c.rsplit(" ", 1)[1].split("."))) for c in classifiers
+                     if c.startswith("Programming Language :: Python :: 3."))
+    assert pythons and f">={pythons[0][0]}.{pythons[0][1]}" == project["requires-python"]
+    assert f"Python {pythons[0][0]}.{pythons[0][1]}" in platforms
