@@ -3,6 +3,7 @@ source tree that ran differs from it."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -97,3 +98,17 @@ def test_no_git_at_all_is_said_not_raised(monkeypatch):
 
     monkeypatch.setattr(subprocess, "run", missing)
     assert provenance._git_commit() == "unknown (git not available)"
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the stand-in git is a shell script")
+def test_git_messages_in_another_encoding_than_the_locale_s_are_no_crash(tmp_path, monkeypatch):
+    """Git for Windows writes UTF-8 whatever the code page, and a translated git says "not a git repository" in the
+    user's language: decoded in the locale's encoding (GBK on a Chinese Windows), that message raised
+    UnicodeDecodeError and every run of an installed dpmed (no checkout) ended as an internal error. Here git writes
+    bytes that are no text in any encoding's strict reading."""
+    fake = tmp_path / "bin" / "git"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nprintf '\\377\\376 fatal \\377\\n' >&2\nexit 128\n", encoding="utf-8")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert provenance._git_commit(tmp_path) == "unknown (not a git checkout)"

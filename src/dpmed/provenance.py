@@ -20,9 +20,12 @@ _PACKAGES = ("dpmed", "torch", "torchvision", "opacus", "dp-accounting", "random
 def _git_commit(here: Path = Path(__file__).parent) -> str:
     """The commit of the dpmed source tree that ran, when it is a git checkout of dpmed: one whose git tracks this
     package. An installed dpmed in a virtual environment inside another repository (a project's ignored .venv) is no
-    checkout, and that repository's commit and uncommitted changes would otherwise be reported as dpmed's."""
+    checkout, and that repository's commit and uncommitted changes would otherwise be reported as dpmed's. Git's
+    output is read as UTF-8, as Git for Windows writes it whatever the code page, with what is no UTF-8 replaced: a
+    translated message read in the locale's encoding (GBK, cp1252) could stop the run."""
     def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5)
+        return subprocess.run(["git", *args], cwd=here, capture_output=True, encoding="utf-8", errors="replace",
+                              timeout=5)
 
     try:
         tracked = git("ls-files", "--error-unmatch", "__init__.py")
