@@ -3,6 +3,7 @@ layout (conftest.py), each one's bad inputs, and the example study files that re
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,17 @@ def test_generic_csv_binary_with_columns(table, load_layout, no_patient_crosses)
     assert sum(map(len, (d.train, d.val))) == 12 and set(d.train.sex) <= {"female", "male"}
     assert d.patients_known
 
+
+@pytest.mark.skipif(os.sep == "\\", reason="Windows reads either separator")
+def test_generic_csv_paths_written_with_windows_separators_are_read_where_the_images_are(table, load_layout):
+    """A table written on Windows (Excel, a Windows script) names its images "pngs\\img0.png": on Linux and macOS
+    that was one file name, so every row was refused as an image that does not exist."""
+    table.write_text(table.read_text(encoding="utf-8").replace("pngs/", "pngs\\"), encoding="utf-8")
+    d = load_layout("csv", table, columns={"path": "file", "patient": "pid"}, labels=("opacity",),
+                    split=SplitPlan(val_fraction=0.2, test_fraction=0.2, seed=1))
+    assert sum(map(len, (d.train, d.val, d.test))) == 16
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"])
+    assert m.paths[3] == table.parent / "pngs" / "img3.png" and m.where[3] == "labels.csv line 5 (pngs\\img3.png)"
 
 def test_generic_csv_reads_each_rows_own_sex_and_age_and_knows_patients_only_from_a_column(table):
     """The fixture's row i is "FM"[i % 2] aged 20 + i: a column read in another order, or F and M swapped, would

@@ -10,6 +10,7 @@ which also splits.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -101,6 +102,16 @@ def read_ham10000(path: str | Path) -> Manifest:
         problems=flags)
 
 
+def _image_path(root: Path, value: str) -> Path:
+    """Where a table's image path points: relative to the table's folder ``root`` unless absolute. A path written on
+    Windows ("images\\0001.png") is read with "\\" as the separator on Linux and macOS too, unless a file of that
+    very name exists (a backslash is a legal character of a POSIX file name, and rare in one)."""
+    path = Path(value) if Path(value).is_absolute() else root / value
+    if os.sep == "\\" or "\\" not in value or path.exists():
+        return path
+    posix = value.replace("\\", "/")
+    return Path(posix) if Path(posix).is_absolute() else root / posix
+
 def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequence[str],
                    task: TaskKind | None = None, classes: Sequence[str] | None = None,
                    name: str | None = None) -> Manifest:
@@ -188,7 +199,7 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
     return table_manifest(
         name=name or table.stem, root=table.parent,
         task=Task(kind, names, classes_from_data=kind != "multilabel" and classes is None),
-        paths=[Path(v) if Path(v).is_absolute() else table.parent / v for v in values], labels=y,
+        paths=[_image_path(table.parent, v) for v in values], labels=y,
         patients=patient_column(frame, columns["patient"], table, "fill in each row's patient id, or remove "
                                 "'patient' from data.columns (each image is then its own patient)")
         if "patient" in columns else values,
