@@ -163,6 +163,17 @@ def test_nih_split_list_lines_without_a_row_are_counted_where_no_row_loses_its_s
     assert m.notes["split_list_lines_without_row"]["count"] == 2 and (m.splits == "test").sum() == 2
 
 
+def test_nih_split_lists_saved_by_a_windows_editor_keep_the_published_split(nih):
+    """Notepad saves a list as UTF-8 with a byte-order mark and CRLF line ends: the mark made the first line name no
+    image, so that image lost its published split (and the list's first line was told as a typo)."""
+    published = read_nih(nih).splits
+    for name in ("train_val_list.txt", "test_list.txt"):
+        lines = (nih / name).read_text(encoding="utf-8").splitlines()
+        (nih / name).write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode("utf-8"))
+    m = read_nih(nih)
+    assert m.notes["split_list_lines_without_row"]["count"] == 0
+    assert m.splits.tolist() == published.tolist() and set(published) == {"train", "test"}
+
 def test_chexpert_reads_frontal_films_unless_every_view_is_asked_for(chexpert, write_image, caplog):
     """A lateral film carries its study's labels too; by default it is left out where the table says it is lateral
     (the count on the terminal only), views="all" reads it, and views="frontal" without the column is refused."""

@@ -192,7 +192,9 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
     for list_name, split in (("train_val_list.txt", "train"), ("test_list.txt", "test")):
         if optional_file(root / list_name):
             lists.append(list_name)
-            lines = [(n, line.strip()) for n, line in enumerate((root / list_name).read_text().splitlines(), 1)]
+            # utf-8-sig: a list saved by Notepad starts with a byte-order mark, which would be part of its first name
+            text = (root / list_name).read_text(encoding="utf-8-sig")
+            lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
             split_of.update({image: split for _, image in lines if image})
             no_row += [(list_name, n, image) for n, image in lines if image and image not in rows]
     unlisted = ([f"line {csv_line(i, frame)}: {n}" for i, n in enumerate(names) if n not in split_of]
