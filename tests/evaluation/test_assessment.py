@@ -198,3 +198,18 @@ def test_the_memory_estimate_of_the_redraws_holds_what_utility_and_fairness_take
         tracemalloc.stop()
     training = redraw_memory(config.model_copy(update={"training_metrics": True}), dataset).training
     assert peak <= training <= 1.5 * peak, (peak, training)
+
+
+def test_undefined_redraws_of_the_training_set_are_named_as_such_not_as_the_test_set():
+    """The warning that many redraws left a metric undefined named "the test set" and test_auroc also where the
+    private training-set metrics gave it, so a reader looked for a fault in the test set that was not there."""
+    tiny = _dataset(True)
+    one_positive = np.zeros(40, dtype=tiny.train.labels.dtype)
+    one_positive[0] = 1                                  # most redraws of 20 patients draw no positive
+    train = ImageSet(images=tiny.train.images, labels=one_positive, patient_ids=tiny.train.patient_ids,
+                     sex=tiny.train.sex, age=tiny.train.age)
+    dataset = Dataset(name="tiny", task=TASK, train=train, val=tiny.val, test=tiny.test, patients_known=True)
+    with pytest.warns(RuntimeWarning) as caught:
+        _assess(dataset, EvaluationConfig(bootstrap_resamples=50, fairness=None, training_metrics=True))
+    messages = [str(w.message) for w in caught if "bootstrap redraws" in str(w.message)]
+    assert messages and all("redraws of the training set" in m and m.startswith("train_") for m in messages)

@@ -91,12 +91,14 @@ def _patients(dataset: Dataset, images: ImageSet) -> np.ndarray | None:
     return images.patient_ids if dataset.patients_known else None
 
 
-def _utility(config: EvaluationConfig, dataset: Dataset, val_scores, images: ImageSet, scores) -> dict[str, Any]:
+def _utility(config: EvaluationConfig, dataset: Dataset, val_scores, images: ImageSet, scores,
+             split: str = "test") -> dict[str, Any]:
     return _finite(evaluate_utility(kind=dataset.task.kind, label_names=list(dataset.task.label_names),
                                     val_labels=dataset.val.labels, val_scores=val_scores, test_labels=images.labels,
                                     test_scores=scores, n_resamples=config.bootstrap_resamples,
                                     seed=config.bootstrap_seed, confidence=config.confidence,
-                                    ordinal=dataset.task.ordinal, test_patient_ids=_patients(dataset, images)))
+                                    ordinal=dataset.task.ordinal, test_patient_ids=_patients(dataset, images),
+                                    split=split))
 
 
 def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet], config: EvaluationConfig, *,
@@ -131,6 +133,6 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
         train_scores = predict(model, training, dataset.task, device=device)
         private = {"covered_by_eps": False, "note": "computed from the training images without noise: private",
                    **{k.replace("test_", "train_", 1): v for k, v in _utility(
-                       config, dataset, val_scores, training, train_scores).items()}}
+                       config, dataset, val_scores, training, train_scores, "train").items()}}
     return Assessment(val_scores=val_scores, test_scores=test_scores, metrics=metrics, fairness=fairness,
                       explanations=explanations, cams=cams, training_metrics=private)

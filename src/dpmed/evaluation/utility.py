@@ -225,16 +225,24 @@ def _redraw_auroc(y: np.ndarray, s: np.ndarray, redraws: Redraws) -> np.ndarray:
                                                          for j in range(y.shape[1])], axis=1))
 
 
-def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidence: float) -> None:
-    """Put ``name``, ``name_low``, ``name_high`` into ``row``; warn when too many redraws are undefined."""
+# The set a row measures, as its keys and its warnings name it: the test set, or the training images of the private
+# training-set metrics (`dpmed.evaluation.assessment`), whose warning named "the test set" and sent readers to look
+# for a fault there.
+SPLITS = {"test": "the test set", "train": "the training set"}
+
+
+def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidence: float, split: str) -> None:
+    """Put ``name``, ``name_low``, ``name_high`` into ``row``; warn when too many redraws are undefined, naming the
+    metric and the set (``split``, a key of :data:`SPLITS`) they redrew."""
     undefined = int(np.isnan(redraws).sum())
     if undefined > UNDEFINED_REDRAWS_WARN_FRACTION * redraws.size:
         interval = ("it has no interval" if undefined == redraws.size else
                     f"the interval uses the other {redraws.size - undefined} and may be too narrow")
+        where = SPLITS[split]
         warnings.warn(
-            f"{name}: {undefined} of {redraws.size} bootstrap redraws of the test set leave it undefined (one class "
-            f"only); {interval}. The point value uses the whole test set. A larger test set, or fewer labels this "
-            "rare, fixes this.",
+            f"{name.replace('test_', f'{split}_', 1)}: {undefined} of {redraws.size} bootstrap redraws of {where} "
+            f"leave it undefined (one class only); {interval}. The point value uses the whole of {where}. A larger "
+            f"{where.removeprefix('the ')}, or fewer labels this rare, fixes this.",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -243,7 +251,7 @@ def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidenc
 
 
 def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, redraws: Redraws, confidence, *,
-                per_label: bool) -> None:
+                per_label: bool, split: str) -> None:
     """Macro test AUROC with interval (+ each label's, with its interval from the same redraws) into ``row``."""
     macro, by_index = _auroc_columns(y, s)
     if np.isnan(macro):
@@ -255,7 +263,7 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, r
     defined = np.array([not np.isnan(by_index[str(j)]) for j in range(y.shape[1])])
     label_redraws = _redraw_auroc(y[:, defined], s[:, defined], redraws)    # [n_resamples, defined labels]
     macro_redraws = label_redraws.mean(axis=1)                                # [n_resamples], nan if any label is
-    _estimate(row, "test_auroc", macro, macro_redraws, confidence)
+    _estimate(row, "test_auroc", macro, macro_redraws, confidence, split)
     row["test_auroc_undefined_redraws"] = int(np.isnan(macro_redraws).sum())
     if not per_label:
         return
@@ -273,14 +281,15 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, r
 # ------------------------------------------------------------------------------------------------------ per kind
 
 
-def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence) -> dict:
+def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence,
+                     split) -> dict:
     if len(names) != 2:
         raise ValueError(f"a binary task has two class names (negative, positive), got {list(names)}")
     y_val, s_val = _binary_arrays(val_labels, val_scores, "validation")
     y, s = _binary_arrays(test_labels, test_scores, "test")
     threshold = youden_threshold(y_val, s_val)  # chosen on validation, never on test (METHODS.md sec. 4)
     row: dict = {"threshold": threshold, "val_auroc": _column_auroc(y_val, s_val)}
-    _test_auroc(row, names, y[:, None], s[:, None], redraws, confidence, per_label=False)
+    _test_auroc(row, names, y[:, None], s[:, None], redraws, confidence, per_label=False, split=split)
 
     decided = s >= threshold  # [N], the validation threshold applied unchanged
     correct = (decided == (y == 1)).astype(np.float64)
@@ -293,9 +302,9 @@ def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, re
     rates = evaluate_redraws(redraws, lambda w: np.stack(
         [weighted_mean(correct, w), weighted_mean(correct[positive], w[:, positive]),
          weighted_mean(correct[~positive], w[:, ~positive])], axis=1))  # [n_resamples, 3]
-    _estimate(row, "test_accuracy", correct.sum() / n, rates[:, 0], confidence)
-    _estimate(row, "test_sensitivity", correct[positive].sum() / n_pos, rates[:, 1], confidence)
-    _estimate(row, "test_specificity", correct[~positive].sum() / n_neg, rates[:, 2], confidence)
+    _estimate(row, "test_accuracy", correct.sum() / n, rates[:, 0], confidence, split)
+    _estimate(row, "test_sensitivity", correct[positive].sum() / n_pos, rates[:, 1], confidence, split)
+    _estimate(row, "test_specificity", correct[~positive].sum() / n_neg, rates[:, 2], confidence, split)
     row.update(_threshold_transfer(y_val, s_val >= threshold, y, decided))
     return row
 
@@ -325,22 +334,24 @@ def _threshold_transfer(y_val: np.ndarray, val_decided: np.ndarray, y: np.ndarra
     return row
 
 
-def _evaluate_multiclass(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence) -> dict:
+def _evaluate_multiclass(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence,
+                         split) -> dict:
     _multiclass_arrays(val_labels, val_scores, "validation")  # argmax needs no threshold; still reject bad input
     y, s = _multiclass_arrays(test_labels, test_scores, "test")
     if s.shape[1] != len(names):
         raise ValueError(f"test scores have {s.shape[1]} columns for {len(names)} label_names {list(names)}")
     row: dict = {}
-    _test_auroc(row, names, *_multiclass_columns(y, s, "test"), redraws, confidence, per_label=True)
+    _test_auroc(row, names, *_multiclass_columns(y, s, "test"), redraws, confidence, per_label=True, split=split)
     predicted = np.argmax(s, axis=1)  # [N]
     row["test_predicted_classes"] = int(np.unique(predicted).size)  # 1: one class for every test image
     correct = (predicted == y).astype(np.float64)
     _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(redraws, lambda w: weighted_mean(correct, w)),
-              confidence)
+              confidence, split)
     return row
 
 
-def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence) -> dict:
+def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence,
+                         split) -> dict:
     y_val, s_val = _multilabel_arrays(val_labels, val_scores, "validation")
     y, s = _multilabel_arrays(test_labels, test_scores, "test")
     if s.shape[1] != len(names) or s_val.shape[1] != len(names):
@@ -355,14 +366,14 @@ def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores
         except ValueError as err:
             raise ValueError(f"label {name!r}: no validation threshold can be chosen: {err}") from err
     row: dict = {f"threshold[{name}]": float(t) for name, t in zip(names, thresholds)}
-    _test_auroc(row, names, y, s, redraws, confidence, per_label=True)
+    _test_auroc(row, names, y, s, redraws, confidence, per_label=True, split=split)
     # Mean over labels of per-label accuracy = mean over images of the share of labels right (same N per label).
     decided = s >= thresholds[None, :]  # [N, L]
     # a finding decided the same way for every test image (all positive or all negative) says nothing about it
     row["test_constant_labels"] = int(sum(np.unique(decided[:, j]).size == 1 for j in range(decided.shape[1])))
     correct = (decided == (y == 1)).mean(axis=1)  # [N]
     _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(redraws, lambda w: weighted_mean(correct, w)),
-              confidence)
+              confidence, split)
     return row
 
 
@@ -386,6 +397,7 @@ def evaluate_utility(
     confidence: float = 0.95,
     ordinal: bool = False,
     test_patient_ids=None,
+    split: str = "test",
 ) -> dict[str, float | int | str]:
     """The utility of one model as one flat row (METHODS.md sec. 4); every interval is a percentile bootstrap.
 
@@ -408,7 +420,9 @@ def evaluate_utility(
     one per test image) are given, each drawn patient with all of their images, else by image. Every model scored on
     the same test set (and ids) with the same seed sees the same redraws (paired). A redraw in which a metric is
     undefined counts as nan and is left out of its interval; above 10% of such redraws a ``RuntimeWarning`` says so.
-    Point values use the whole test set.
+    Point values use the whole test set. ``split``: the set ``test_labels`` and ``test_scores`` come from, as the
+    warnings name it (a key of :data:`SPLITS`: "train" for the private training-set metrics); the keys stay
+    ``test_*``.
     """
     evaluate = _lookup(_EVALUATORS, kind)
     names = tuple(str(name) for name in label_names)
@@ -416,21 +430,23 @@ def evaluate_utility(
         raise ValueError(f"label_names must be distinct (they become column names), got {list(names)}")
     if not (isinstance(confidence, (int, float)) and 0.0 < confidence < 1.0):
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
     n_test = len(np.asarray(test_labels))
     redraws = bootstrap_redraws(n_test, patient_ids=test_patient_ids, n_resamples=n_resamples, seed=seed)
     if redraws.n_units == 1:     # every redraw is the whole test set: intervals of zero width, which read as certainty
-        warnings.warn(f"the test set holds one {redraws.unit}: every bootstrap redraw is the whole test set, so each "
+        warnings.warn(f"{SPLITS[split]} holds one {redraws.unit}: every bootstrap redraw is the whole of it, so each "
                       "interval has zero width and measures no uncertainty; test on more patients",
                       RuntimeWarning, stacklevel=2)
     if ordinal and kind != "multiclass":
         raise ValueError(f"ordinal applies to multiclass grades, not to a {kind} task")
-    row = evaluate(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence)
+    row = evaluate(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence, split)
     if ordinal:
         y, s = _multiclass_arrays(test_labels, test_scores, "test")
         predicted = np.argmax(s, axis=1)
         value = quadratic_weighted_kappa(y, predicted, n_classes=s.shape[1])
         kappas = evaluate_redraws(redraws, lambda w: weighted_kappa(y, predicted, w, n_classes=s.shape[1]))
-        _estimate(row, "test_kappa_quadratic", value, kappas, confidence)
+        _estimate(row, "test_kappa_quadratic", value, kappas, confidence, split)
     row.update(n_test=n_test, n_resamples=int(n_resamples), confidence=float(confidence), bootstrap_seed=int(seed),
                bootstrap_unit=redraws.unit)
     if redraws.unit == "patient":
