@@ -755,3 +755,32 @@ def test_comparisons_json_describes_the_interval_over_seeds_as_it_is_computed(ma
     assert f"t is {t.ppf(0.95, 2):.2f}" in definitions["by_value"] and "4.30" not in definitions["by_value"]
     assert "[-1, 1]" in definitions["by_value"]
     assert "[0, 1]" in definitions["metrics_by_value"] and "not below 0" in definitions["metrics_by_value"]
+
+
+def test_a_pair_whose_reference_holds_chance_says_so_in_comparisons_json(make_record):
+    """The report names a non-private run whose test AUROC interval holds 0.5 (its seed's changes then measure a
+    reference that may have learned nothing, and read as gains); comparisons.json had no such field, so a program
+    reading it took those gains at face value. Each pair, and each arm value over seeds, now says so, by the same
+    rule as the report."""
+    from dpmed.comparisons import Comparisons, holds_chance
+
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 2, 50)
+    ids = np.arange(50).astype(str)
+    good, poor = np.clip(0.6 * y + 0.4 * rng.random(50), 0, 1), np.clip(0.2 * y + 0.8 * rng.random(50), 0, 1)
+    records, predictions = _two_seeds(make_record, y, ids, good, poor)
+    at_chance = {"test_auroc": 0.55, "test_auroc_low": 0.45, "test_auroc_high": 0.65}
+    records[1] = records[1].model_copy(update={"metrics": at_chance})            # np_seed1
+    records[0] = records[0].model_copy(update={"metrics": {"test_auroc": 0.9, "test_auroc_low": 0.8,
+                                                            "test_auroc_high": 0.95}})
+    assert holds_chance(records[1]) and not holds_chance(records[0])
+    edge = records[1].model_copy(update={"metrics": {**at_chance, "test_auroc_low": 0.5}})
+    assert holds_chance(edge)                                                    # the interval holds its ends
+    out = compare_runs(records, predictions, kind="binary", label_names=["normal", "pneumonia"], n_resamples=50)
+    rows = {r.run_id: r for r in out.auroc_differences}
+    assert rows["dp_eps1_C1_seed1"].reference_at_chance is True
+    assert rows["dp_eps1_C1_seed0"].reference_at_chance is False
+    assert out.by_value[0].references_at_chance == ["np_seed1"]
+    assert "reference_at_chance" in out.definitions and "0.5" in out.definitions["reference_at_chance"]
+    again = Comparisons.model_validate_json(out.model_dump_json())
+    assert again.auroc_differences[1].reference_at_chance is True

@@ -38,7 +38,7 @@ from dpmed.records import RunRecord
 
 __all__ = ["Comparisons", "compare_runs", "Correlation", "Correlations", "SeedSummary", "PairedDifference",
            "Difference", "ValueSummary", "ValueMetrics", "summarise_seeds", "RunFlag", "GroupFlag", "MIN_CLASS_COUNT",
-           "SIGNIFICANCE", "decides_one_class"]
+           "SIGNIFICANCE", "decides_one_class", "holds_chance"]
 
 # A fairness group with fewer positives (or negatives) than this is flagged: its AUROC moves in steps of 1 / (its
 # positives x negatives), its sensitivity in steps of 1 / positives, and its percentile interval can collapse to a
@@ -64,6 +64,7 @@ class Difference(_Row):
     accuracy_difference: PairedDifference | None = None
     sensitivity_difference: PairedDifference | None = None
     specificity_difference: PairedDifference | None = None
+    reference_at_chance: bool = False   # :func:`holds_chance` of reference_run: the difference may read as a gain
 
 
 class ValueSummary(_Row):
@@ -82,6 +83,7 @@ class ValueSummary(_Row):
     sensitivity_difference: SeedSummary | None = None
     specificity_difference: SeedSummary | None = None
     significant_seeds: int
+    references_at_chance: list[str] = []     # the seeds' non-private runs that :func:`holds_chance`
 
 
 class ValueMetrics(_Row):
@@ -205,6 +207,17 @@ def _thresholds(record: RunRecord, predictions: Predictions, kind: str,
         return None
 
 
+def holds_chance(record: RunRecord) -> bool:
+    """Whether a run's test AUROC interval holds 0.5, chance: as the reference of its seed it may have learned
+    nothing its test set can show, so its seed's private runs read as gains (+0.30 against a 0.55 reference), and
+    with 3 seeds that one seed sets the interval over seeds. The report names such a reference in its opening table
+    and comparisons.json marks its pairs (``reference_at_chance``), by this one rule. One wholly below chance holds
+    no 0.5 (it is flagged ``below_chance``); deciding one class for every test image speaks of the decisions, not of
+    the AUROC, so it does not count here."""
+    a = record.estimate("test_auroc")
+    return a.low is not None and a.high is not None and a.low <= 0.5 <= a.high
+
+
 def _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, unit,
                  notes) -> list[Difference]:
     references = _references(records, predictions)
@@ -229,12 +242,13 @@ def _differences(records, predictions, kind, label_names, n_resamples, seed, con
         paired = {f"{name}_difference": values for name, values in diff.items()}
         rows.append(Difference(run_id=r.run_id, label=r.plan.label, arm=r.arm, mechanism=r.mechanism, seed=r.seed,
                                reference_run=ref.run_id, epsilon=number(r.privacy.epsilon),
-                               epsilon_label=r.privacy.in_brief(), **paired))
+                               epsilon_label=r.privacy.in_brief(), reference_at_chance=holds_chance(ref), **paired))
     return rows
 
 
 def _by_value(rows: list[Difference], records: Sequence[RunRecord], confidence: float) -> list[ValueSummary]:
     eps, eps_labels = defaultdict(list), {}
+    at_chance = {r.run_id for r in records if holds_chance(r)}
     for r in records:
         eps[r.plan.label].append(r.privacy.epsilon)
         eps_labels.setdefault(r.plan.label, r.privacy.in_brief())
@@ -256,7 +270,8 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord], confidence: 
                          sensitivity_difference=over_seeds(members, "sensitivity_difference"),
                          specificity_difference=over_seeds(members, "specificity_difference"),
                          significant_seeds=sum(1 for m in members if m.auroc_difference.p_value is not None
-                                               and m.auroc_difference.p_value < SIGNIFICANCE))
+                                               and m.auroc_difference.p_value < SIGNIFICANCE),
+                         references_at_chance=[m.reference_run for m in members if m.reference_run in at_chance])
             for label, members in grouped.items()]
 
 
@@ -424,6 +439,12 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
                         f"t is {student_t.ppf((1 + confidence) / 2, 2):.2f}, so it is wide, which is what 3 seeds can "
                         "tell; none for one seed (reason). An arm differs across seeds where it excludes 0; "
                         "significant_seeds counts seeds whose own test-set p < 0.05, which says nothing across seeds",
+            "reference_at_chance": "true where the pair's non-private run (reference_run) has a test AUROC interval "
+                                   "holding 0.5, chance (low <= 0.5 <= high): it may have learned nothing its test "
+                                   "set can show, so the difference measures that more than privacy's cost and a "
+                                   "private run can read as a gain; by_value's references_at_chance lists such "
+                                   "references among an arm value's seeds. The report names them in its opening "
+                                   "table by the same rule (holds_chance)",
             "run_flags": "runs that decide the same way for every test image, or (multiclass) never choose some "
                          "class, or whose test AUROC interval lies wholly below chance (0.5)",
             "group_flags": f"fairness groups with fewer than {MIN_CLASS_COUNT} positives or negatives (multilabel: "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary
+from dpmed.comparisons import Difference, PairedDifference, SeedSummary, ValueSummary, holds_chance
 from dpmed.numbers import count_text
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (ReportInputs, eps_label, escape, estimate_text, not_dp_text, range_text,
@@ -188,12 +188,9 @@ def _reference_line(inputs: ReportInputs, records: dict[str, RunRecord], referen
         elif r.estimate("test_accuracy").value is not None:
             text += f"; accuracy {estimate_text(r.estimate('test_accuracy'))}"
         lines.append(text)
-    # a reference whose interval holds chance learned nothing its test set can show: its seed's private runs then
-    # read as gains (+0.30 in AUROC against a 0.55 reference), and with 3 seeds that one seed sets the interval over
-    # seeds. One wholly below chance (flagged in the comparisons) holds no 0.5; another flag, such as one class
-    # decided for every test image, speaks of its decisions, not of its AUROC, so it does not stand for this line
-    at_chance = [run_id for run_id in reference_ids if run_id in records
-                 and (a := records[run_id].estimate("test_auroc")).low is not None and a.low <= 0.5 <= a.high]
+    # a reference whose interval holds chance makes its seed's private runs read as gains; comparisons.json marks
+    # its pairs by the same rule (holds_chance)
+    at_chance = [run_id for run_id in reference_ids if run_id in records and holds_chance(records[run_id])]
     run, whose = ("this run", "its seed's") if len(at_chance) == 1 else ("these runs", "their seeds'")
     chance = ("" if not at_chance else
               f"<p>{escape(', '.join(at_chance))}: the test AUROC interval includes 0.5, chance, so {run} may have "
