@@ -834,11 +834,17 @@ def test_over_seeds_a_change_reads_as_a_direction_only_where_its_t_interval_excl
     # specificity -0.05 +- 4.303 * 0.01 / sqrt(3) = -0.05 +- 0.0248: 2.52 to 7.48 more false alarms, excludes 0
     sentence = case_sentence(privacy="ε 1", kind="binary", positive="pneumonia", negative="normal", level="95%",
                              seeds=arm([-0.02, -0.05, -0.08], [-0.04, -0.05, -0.06]))
-    assert sentence == ("Over 3 seeds, at ε 1 the model misses on average about 5 more of every 100 pneumonia cases "
-                        "(95% t interval over seeds: 2 fewer to 12 more, which includes no change: these seeds do "
-                        "not show which way; seed range: 2 to 8 more) and wrongly flags on average about 5 more of "
+    assert sentence == ("Over 3 seeds, at ε 1 no difference is shown in the pneumonia cases the model misses (95% t "
+                        "interval over seeds: 2 fewer to 12 more of every 100, which includes no change; on average "
+                        "about 5 more; seed range: 2 to 8 more), and it wrongly flags on average about 5 more of "
                         "every 100 normal cases as pneumonia (95% t interval over seeds: 3 to 7 more; seed range: 4 "
                         "to 6 more)."), sentence
+    # a reader who stops early must not read a direction that the interval does not show: the verdict comes first
+    both = case_sentence(privacy="ε 1", kind="binary", positive="pneumonia", negative="normal", level="95%",
+                         seeds=arm([-0.02, -0.05, -0.08], [-0.02, -0.05, -0.08]))
+    assert both.startswith("Over 3 seeds, at ε 1 no difference is shown in the pneumonia cases the model misses ("), both
+    assert ", and no difference is shown in the normal cases it wrongly flags as pneumonia (95% t interval" in both
+    assert "misses on average" not in both and "flags on average" not in both
     assert _seeds_cell(seed_summary([-0.02, -0.05, -0.08]), cases=True) == "-5 [-12,\u00a0+2] (seed range -8 to -2)"
     # AUROC alone (no thresholds): -0.030 +- 4.303 * 0.01 / sqrt(3) = [-0.055, -0.005]
     auroc_only = arm([-0.05], [-0.05]).model_copy(update={"sensitivity_difference": None,
@@ -846,6 +852,12 @@ def test_over_seeds_a_change_reads_as_a_direction_only_where_its_t_interval_excl
     assert case_sentence(privacy="ε 1", kind="binary", positive="pneumonia", negative="normal", level="95%",
                          seeds=auroc_only) == ("Over 3 seeds, at ε 1 the model changes the test AUROC by on average "
                                                "-0.030 (95% t interval over seeds [-0.055, -0.005]).")
+    # -0.0133 +- 4.303 * 0.0208 / sqrt(3) = [-0.065, +0.038]: holds 0, so the verdict leads and the mean follows
+    unsure = auroc_only.model_copy(update={"auroc_difference": seed_summary([-0.03, 0.01, -0.02])})
+    assert case_sentence(privacy="ε 1", kind="binary", positive="pneumonia", negative="normal", level="95%",
+                         seeds=unsure) == ("Over 3 seeds, at ε 1 no difference is shown in the test AUROC (95% t "
+                                           "interval over seeds [-0.065, +0.038], which includes 0; on average "
+                                           "-0.013).")
 
 
 @pytest.mark.parametrize("confidence, seeds", [(0.95, 2), (0.90, 3)])

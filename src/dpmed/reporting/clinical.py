@@ -9,7 +9,8 @@ intervals of `dpmed.comparisons` (each model deciding at its own threshold chose
 sentence per arm: "at eps 1 the model misses about 12 more of every 100 pneumonia cases". With several seeds the
 sentence gives the mean over seeds with its Student t interval over seeds (training randomness, which the test
 bootstrap does not see), and the seeds' range labelled as a range: 3 seeds' range holds their true mean only 75 % of
-the time, so it is no interval. A change reads as one direction only where that t interval excludes 0. Runs that
+the time, so it is no interval. A change reads as one direction only where that t interval excludes 0; where it holds
+0 the sentence opens with "no difference is shown" and gives the mean only after it. Runs that
 predict one class for every test image are flagged here, where a reader starts, and so are runs whose
 validation-chosen threshold does not carry over to the test images (validation and test rates differ far beyond
 chance: the test images differ from those the threshold was chosen on, e.g. the Kermany release's test folder).
@@ -118,39 +119,64 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
             spread = f"seed range: {_range(-100 * d.max, -100 * d.min, more, fewer)}"
             if d.low is None:
                 return f" ({spread})"
-            # the mean's direction is a finding only where the t interval excludes 0; the range never shows it
-            unsure = "" if d.excludes_zero else ", which includes no change: these seeds do not show which way"
-            return (f" ({level} t interval over seeds: {_range(-100 * d.high, -100 * d.low, more, fewer)}{unsure}; "
-                    f"{spread})")
+            return f" ({level} t interval over seeds: {_range(-100 * d.high, -100 * d.low, more, fewer)}; {spread})"
         return ""
 
     def mean(d) -> float | None:
         return d.value if single is not None else d.mean
 
+    # Over seeds, the mean's direction is a finding only where the t interval excludes 0 (the range never shows
+    # it). Where it holds 0 the clause opens with that verdict and gives the mean after it: "misses on average
+    # about 5 more ... (..., which includes no change)" told a reader who stopped early of a change not shown.
+    def unshown(d) -> bool:
+        return seeds is not None and d.low is not None and not d.excludes_zero
+
+    def undecided(d, what: str) -> str:
+        k = round(-100 * d.mean)
+        on_average = "about as many" if k == 0 else f"about {abs(k)} {'more' if k > 0 else 'fewer'}"
+        t_range = _range(-100 * d.high, -100 * d.low, "more", "fewer")
+        per = " of every 100" if any(c.isdigit() for c in t_range) else ""
+        return (f"no difference is shown in {what} ({level} t interval over seeds: {t_range}{per}, which includes "
+                f"no change; on average {on_average}; seed range: {_range(-100 * d.max, -100 * d.min, 'more', 'fewer')})")
+
     pos = positive or "positive"
     neg = negative or "negative"
+    against = f" against {baseline}" if baseline else ""
+    if seeds is not None:
+        context = f"Over {len(seeds.seeds)} seeds, " + (f"at {privacy}" if not_dp is None else
+                                                        f"for {not_dp[0]}, which is {not_dp[1]},")
+        actor = "the model" if not_dp is None else not_dp[0]
     if kind == "binary" and sens is not None and spec is not None and mean(sens) is not None:
         missed = _about(-100 * mean(sens), f"misses{avg}", "more", "fewer", f"{pos} cases", baseline)
         alarms = _about(-100 * mean(spec), f"wrongly flags{avg}", "more", "fewer", f"{neg} cases as {pos}", baseline,
                         same=f"{neg} cases")         # not "about as many normal cases as opacity as without privacy"
+        if unshown(sens) or unshown(spec):
+            first = (undecided(sens, f"the {pos} cases {actor} misses{against}") if unshown(sens) else
+                     f"{actor} {missed}{interval(sens, 'more', 'fewer')}")
+            second = (undecided(spec, f"the {neg} cases it wrongly flags as {pos}{against}") if unshown(spec) else
+                      f"it {alarms}{interval(spec, 'more', 'fewer')}")
+            return f"{context} {first}, and {second}."
         return (f"{lead} {missed}{interval(sens, 'more', 'fewer')} and {alarms}"
                 f"{interval(spec, 'more', 'fewer')}.")
     if acc is not None and mean(acc) is not None:
         unit = "findings" if kind == "multilabel" else "test images"
         how = " (argmax)" if kind == "multiclass" else ""
+        if unshown(acc):
+            return f"{context} {undecided(acc, f'the {unit}{how} {actor} gets wrong{against}')}."
         wrong = _about(-100 * mean(acc), f"gets{avg}", "more wrong", "fewer wrong", f"{unit}{how}", baseline,
                        same=f"{unit}{how} wrong")
         return f"{lead} {wrong}{interval(acc, 'more', 'fewer')}."
     auroc = single.auroc_difference.value if single is not None else seeds.auroc_difference.mean
     if auroc is None:
         return f"{lead} has no defined AUROC change."
-    against = f" against {baseline}" if baseline else ""
     d = None if single is not None else seeds.auroc_difference
     if d is None or d.low is None:
         return f"{lead} changes the test AUROC by{avg} {signed_text(auroc)}{against}."
-    unsure = "" if d.excludes_zero else ", which includes 0: these seeds do not show which way"
-    return (f"{lead} changes the test AUROC by{avg} {signed_text(auroc)}{against} ({level} t interval over seeds "
-            f"[{signed_text(d.low)}, {signed_text(d.high)}]{unsure}).")
+    interval_text = f"{level} t interval over seeds [{signed_text(d.low)}, {signed_text(d.high)}]"
+    if unshown(d):
+        return (f"{context} no difference is shown in the test AUROC{against} ({interval_text}, which includes 0; "
+                f"on average {signed_text(auroc)}).")
+    return f"{lead} changes the test AUROC by{avg} {signed_text(auroc)}{against} ({interval_text})."
 
 
 def flag_html(inputs: ReportInputs, run_ids: list[str]) -> str:
