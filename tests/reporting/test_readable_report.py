@@ -1506,3 +1506,15 @@ def test_runs_whose_groups_differ_still_say_that_an_attribute_compares_one_group
     section = " ".join(_text(_section(report_html(runs), "fairness")).split())
     assert ("⚠ All 117 test images compared by age fall in one group, [30,60): fairness by age compares "
             "nothing") in section
+
+
+def test_an_interval_clear_of_0_whose_end_rounds_to_0_does_not_read_none():
+    """A 2-seed quickstart read "misses on average about 7 more ... (95% t interval over seeds: none to 14 more)":
+    "none" beside a change the interval shows reads as a contradiction. An end that rounds to 0 on the side the
+    interval lies on is "under 1"; an interval that holds 0 still reads "none" there."""
+    from dpmed.reporting.clinical import _range
+
+    assert _range(0.3, 14.2, "more", "fewer") == "under 1 to 14 more"
+    assert _range(-14.2, -0.3, "more", "fewer") == "under 1 to 14 fewer"
+    assert _range(-0.3, 14.2, "more", "fewer") == "none to 14 more"
+    assert _range(4.0, 19.0, "more", "fewer") == "4 to 19 more"

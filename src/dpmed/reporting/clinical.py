@@ -77,8 +77,10 @@ def _range(low: float, high: float, more: str, fewer: str) -> str:
     a, b = round(low), round(high)
     if a == b:
         return "no change" if a == 0 else _count(a, more, fewer)      # not "95% CI: none"
-    if a > 0 or b < 0:                             # one side of zero: "4 to 19 more"
-        return f"{min(abs(a), abs(b))} to {max(abs(a), abs(b))} {more if a > 0 else fewer}"
+    if low > 0 or high < 0:                        # one side of zero: "4 to 19 more"
+        near, far = sorted((abs(a), abs(b)))
+        # an end that rounds to 0 is still on that side: "none to 14 more" read as holding no change
+        return f"{near or 'under 1'} to {far} {more if low > 0 else fewer}"
     return f"{_count(a, more, fewer)} to {_count(b, more, fewer)}"
 
 
