@@ -231,7 +231,8 @@ def _redraw_auroc(y: np.ndarray, s: np.ndarray, redraws: Redraws) -> np.ndarray:
 SPLITS = {"test": "the test set", "train": "the training set"}
 
 
-def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidence: float, split: str) -> None:
+def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidence: float,
+              split: str = "test") -> None:
     """Put ``name``, ``name_low``, ``name_high`` into ``row``; warn when too many redraws are undefined, naming the
     metric and the set (``split``, a key of :data:`SPLITS`) they redrew."""
     undefined = int(np.isnan(redraws).sum())
