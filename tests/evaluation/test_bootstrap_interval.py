@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpmed.evaluation.bootstrap import Redraws, bootstrap_indices, patient_numbers, percentile_interval
+from dpmed.evaluation.bootstrap import (JACKKNIFE_GROUPS, Redraws, bca_interval, bootstrap_indices, bootstrap_redraws,
+                                       patient_numbers, percentile_interval)
+from dpmed.evaluation.weighted import jackknife_counts
 from dpmed.evaluation.utility import evaluate_utility
 
 
@@ -81,17 +83,29 @@ def _two_models(n=80, seed=0):
     return labels, model_a, model_b
 
 
+def _hand_bca(value, redraws, jackknife, confidence=0.95):
+    """Efron & Tibshirani 1993, eqs. 14.10, 14.14, 14.15, written out."""
+    from scipy.stats import norm
+    z0 = norm.ppf((np.sum(redraws < value) + 0.5 * np.sum(redraws == value)) / redraws.size)
+    u = jackknife.mean() - jackknife
+    a = np.sum(u**3) / (6 * np.sum(u**2) ** 1.5)
+    z = norm.ppf([(1 - confidence) / 2, (1 + confidence) / 2])
+    return np.percentile(redraws, 100 * norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))))
+
+
 def test_evaluate_utility_uses_the_seeded_redraws_so_models_are_paired():
     """Two models scored on one test set with one seed see the redraws bootstrap_indices(n, seed) gives, which we
-    recompute here by hand: their intervals (and redraw-wise differences) come from the same resampled patients."""
+    recompute here by hand: their intervals (and redraw-wise differences) come from the same resampled patients. The
+    interval is BCa, its acceleration from the leave-one-out jackknife (80 images: every image its own group)."""
     labels, model_a, model_b = _two_models()
     n, n_resamples, seed = len(labels), 300, 21
     idx = bootstrap_indices(n, n_resamples=n_resamples, seed=seed)
     for scores in (model_a, model_b):
         row = evaluate_utility(kind="binary", label_names=["neg", "pos"], val_labels=labels, val_scores=scores,
                                test_labels=labels, test_scores=scores, n_resamples=n_resamples, seed=seed)
-        correct = (scores >= row["threshold"]) == (labels == 1)
-        hand = np.percentile(correct[idx].mean(axis=1), [2.5, 97.5])
+        correct = ((scores >= row["threshold"]) == (labels == 1)).astype(float)
+        hand = _hand_bca(correct.mean(), correct[idx].mean(axis=1),
+                         np.array([np.delete(correct, i).mean() for i in range(n)]))
         assert row["test_accuracy_low"] == pytest.approx(hand[0], abs=1e-12)
         assert row["test_accuracy_high"] == pytest.approx(hand[1], abs=1e-12)
         assert row["bootstrap_seed"] == seed and row["n_resamples"] == n_resamples
@@ -156,3 +170,55 @@ def test_interval_contains_the_point_estimate_on_a_typical_case():
                            test_labels=labels, test_scores=model_a, n_resamples=500, seed=0)
     for name in ("test_auroc", "test_accuracy", "test_sensitivity", "test_specificity"):
         assert row[f"{name}_low"] < row[name] < row[f"{name}_high"], name
+
+
+# ---------------------------------------------------------------------------------------------------- bca_interval
+
+
+@pytest.mark.parametrize("confidence", [0.95, 0.9])
+def test_bca_interval_is_scipys_bca_on_the_same_redraws(confidence):
+    """scipy.stats.bootstrap(method='BCa') draws rng.integers(0, n, (R, n)) from its rng, as bootstrap_indices does,
+    and takes the leave-one-out jackknife: on the mean of a skewed sample both must give the same interval, and it
+    must differ from the percentile one (the skew moves it)."""
+    from scipy.stats import bootstrap
+    x = np.random.default_rng(3).exponential(size=60)
+    idx = bootstrap_indices(60, n_resamples=2000, seed=7)
+    theirs = bootstrap((x,), np.mean, method="BCa", n_resamples=2000, confidence_level=confidence,
+                       rng=np.random.default_rng(7)).confidence_interval
+    jackknife = np.array([np.delete(x, i).mean() for i in range(x.size)])
+    ours = bca_interval(x.mean(), x[idx].mean(axis=1), jackknife, confidence=confidence)
+    assert ours == pytest.approx((theirs.low, theirs.high), rel=1e-12)
+    assert ours[1] > percentile_interval(x[idx].mean(axis=1), confidence=confidence)[1] + 0.01
+
+
+def test_bca_interval_without_bias_or_acceleration_is_the_percentile_interval():
+    """Redraws symmetric about the value (z0 = 0) and a symmetric jackknife (a = 0): nothing to correct."""
+    samples = np.arange(-50.0, 51.0)
+    assert bca_interval(0.0, samples, np.array([-1.0, 0.0, 1.0])) == pytest.approx(percentile_interval(samples))
+
+
+def test_bca_interval_leaves_out_nan_and_falls_back_where_undefined():
+    samples = np.arange(-50.0, 51.0)
+    with_nan = np.concatenate([samples, [np.nan] * 9])
+    jack = np.array([-1.0, 0.0, 3.0, np.nan])
+    assert bca_interval(2.0, with_nan, jack) == bca_interval(2.0, samples, jack[:3])
+    assert np.isnan(bca_interval(0.0, np.full(5, np.nan), jack)).all()
+    assert bca_interval(np.nan, samples, jack) == percentile_interval(samples)
+    low, high = bca_interval(100.0, samples, jack)            # every redraw below the value: z0 finite, not inf
+    assert np.isfinite(low) and np.isfinite(high)
+
+
+def test_jackknife_leaves_out_each_patient_once_with_all_of_their_images():
+    """Above JACKKNIFE_GROUPS patients the jackknife leaves out groups of patients, each patient in exactly one row
+    and all of its images together; below it, each patient alone."""
+    ids = np.repeat([f"p{k}" for k in range(3 * JACKKNIFE_GROUPS)], 2)[: 5 * JACKKNIFE_GROUPS]
+    redraws = bootstrap_redraws(ids.size, patient_ids=ids, n_resamples=3, seed=0)
+    rows = np.concatenate([c for _r, c in jackknife_counts(redraws)])
+    assert rows.shape == (JACKKNIFE_GROUPS, ids.size) and set(np.unique(rows)) == {0.0, 1.0}
+    left_out = rows == 0
+    assert (left_out.sum(axis=0) == 1).all()                    # every image left out in exactly one row
+    for pid in np.unique(ids):
+        assert len({tuple(left_out[:, ids == pid].T[i]) for i in range((ids == pid).sum())}) == 1
+    small = bootstrap_redraws(6, patient_ids=["a", "a", "b", "c", "c", "c"], n_resamples=3, seed=0)
+    np.testing.assert_array_equal(np.concatenate([c for _r, c in jackknife_counts(small)]),
+                                  [[0, 0, 1, 1, 1, 1], [1, 1, 0, 1, 1, 1], [1, 1, 1, 0, 0, 0]])

@@ -43,7 +43,7 @@ def test_ordinal_task_reports_kappa_with_interval():
                          test_labels=[0, 1], test_scores=[0.2, 0.8], n_resamples=10, seed=0, ordinal=True)
 
 
-def test_kappa_interval_is_the_percentile_interval_of_sklearn_redraws():
+def test_kappa_interval_is_the_bca_interval_of_sklearn_redraws(hand_bca):
     """End to end: the kappa of every redraw of the seeded bootstrap is scikit-learn's on the redrawn images."""
     rng = np.random.default_rng(4)
     y = rng.integers(0, 5, 90)
@@ -51,9 +51,10 @@ def test_kappa_interval_is_the_percentile_interval_of_sklearn_redraws():
     row = evaluate_utility(kind="multiclass", label_names=list("01234"), val_labels=y, val_scores=scores,
                            test_labels=y, test_scores=scores, n_resamples=150, seed=2, ordinal=True)
     predicted = scores.argmax(axis=1)
-    redraws = [cohen_kappa_score(y[i], predicted[i], weights="quadratic")
-               for i in bootstrap_indices(90, n_resamples=150, seed=2)]
-    expected = np.percentile(redraws, [2.5, 97.5])
+    def kappa(i):
+        return cohen_kappa_score(y[i], predicted[i], weights="quadratic")
+
+    expected = hand_bca(kappa, [kappa(i) for i in bootstrap_indices(90, n_resamples=150, seed=2)], np.arange(90))
     assert (row["test_kappa_quadratic_low"], row["test_kappa_quadratic_high"]) == pytest.approx(tuple(expected),
                                                                                                rel=1e-12)
 

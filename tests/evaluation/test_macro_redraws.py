@@ -52,14 +52,14 @@ def test_the_reference_auroc_is_scikit_learn_s():
                 roc_auc_score(y[i, :2], scores[i, :2], average="macro"), abs=1e-15)
 
 
-def test_utility_macro_auroc_interval_uses_the_same_labels_in_every_redraw():
+def test_utility_macro_auroc_interval_uses_the_same_labels_in_every_redraw(hand_bca):
     y, s = _data()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         row = evaluate_utility(kind="multilabel", label_names=["a", "b", "rare"], val_labels=y, val_scores=s,
                                test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
     ref = np.array([_sk_macro(y[i], s[i]) for i in bootstrap_indices(N, n_resamples=R, seed=SEED)])
-    low, high = percentile_interval(ref)
+    low, high = hand_bca(lambda i: _sk_macro(y[i], s[i]), ref, np.arange(N))
     assert row["test_auroc"] == pytest.approx(roc_auc_score(y, s, average="macro"))
     assert row["test_auroc_undefined_redraws"] == int(np.isnan(ref).sum())       # 132, not 0
     assert (row["test_auroc_low"], row["test_auroc_high"]) == pytest.approx((low, high), abs=1e-12)
@@ -83,7 +83,7 @@ def test_paired_macro_auroc_difference_uses_the_same_labels_in_every_redraw():
     assert (out["auroc"].low, out["auroc"].high) == pytest.approx((low, high), abs=1e-12)
 
 
-def test_fairness_group_auroc_interval_uses_the_group_labels_in_every_redraw():
+def test_fairness_group_auroc_interval_uses_the_group_labels_in_every_redraw(hand_bca):
     y, s = _data()
     sex = np.array(["female"] * N)
     sex[100:] = "male"                             # both rare positives (rows 0, 1) are female
@@ -95,12 +95,12 @@ def test_fairness_group_auroc_interval_uses_the_group_labels_in_every_redraw():
     for i in bootstrap_indices(N, n_resamples=R, seed=SEED):
         keep = i[member[i]]
         ref.append(_sk_macro(y[keep], s[keep]))
-    low, high = percentile_interval(np.array(ref))
+    low, high = hand_bca(lambda i: _sk_macro(y[i[member[i]]], s[i[member[i]]]), ref, np.arange(N))
     assert g.value == pytest.approx(roc_auc_score(y[member], s[member], average="macro"))
     assert (g.low, g.high) == pytest.approx((low, high), abs=1e-12)
 
 
-def test_a_label_undefined_on_the_whole_test_set_is_left_out_of_the_point_value_and_of_every_redraw():
+def test_a_label_undefined_on_the_whole_test_set_is_left_out_of_the_point_value_and_of_every_redraw(hand_bca):
     """A finding with no test positive has no AUROC: the macro value and its interval are those of the others, not
     nan (which it would make every redraw)."""
     rng = np.random.default_rng(3)
@@ -112,7 +112,8 @@ def test_a_label_undefined_on_the_whole_test_set_is_left_out_of_the_point_value_
     ref = np.array([_sk_macro(y[i, :1], s[i, :1]) for i in bootstrap_indices(N, n_resamples=R, seed=SEED)])
     assert np.isnan(row["test_auroc[none]"]) and row["test_auroc"] == pytest.approx(roc_auc_score(y[:, 0], s[:, 0]))
     assert row["test_auroc_undefined_redraws"] == 0
-    assert (row["test_auroc_low"], row["test_auroc_high"]) == pytest.approx(percentile_interval(ref), abs=1e-12)
+    assert (row["test_auroc_low"], row["test_auroc_high"]) == pytest.approx(
+        hand_bca(lambda i: _sk_macro(y[i, :1], s[i, :1]), ref, np.arange(N)), abs=1e-12)
 
 
 def _sk_label(y, s):
@@ -120,7 +121,8 @@ def _sk_label(y, s):
     return np.nan if y.min() == y.max() else _pairs_auroc(y, s)
 
 
-def test_each_finding_s_interval_comes_from_the_macro_s_redraws_and_is_undefined_only_where_it_lost_a_class():
+def test_each_finding_s_interval_comes_from_the_macro_s_redraws_and_is_undefined_only_where_it_lost_a_class(
+        hand_bca):
     """Before, a finding's AUROC had no interval at all. "rare" (2 positives) is lost in 132 redraws: those leave its
     interval, and the macro's, but not the intervals of "a" and "b", which keep all 1000."""
     y, s = _data()
@@ -132,7 +134,7 @@ def test_each_finding_s_interval_comes_from_the_macro_s_redraws_and_is_undefined
     for j, name in enumerate(["a", "b", "rare"]):
         ref = np.array([_sk_label(y[i, j], s[i, j]) for i in idx])
         defined = ref[~np.isnan(ref)]
-        low, high = np.quantile(defined, [0.025, 0.975])          # the 95% percentile interval, by hand
+        low, high = hand_bca(lambda i: _sk_label(y[i, j], s[i, j]), ref, np.arange(N))     # BCa, by hand
         assert len(defined) == (R if name != "rare" else R - row["test_auroc_undefined_redraws"])
         assert row[f"test_auroc[{name}]"] == pytest.approx(roc_auc_score(y[:, j], s[:, j]), abs=1e-12)
         assert (row[f"test_auroc[{name}]_low"], row[f"test_auroc[{name}]_high"]) == pytest.approx((low, high),
@@ -151,8 +153,8 @@ def test_a_finding_undefined_on_the_whole_test_set_has_no_value_and_no_interval(
     assert row["test_auroc[a]_low"] < row["test_auroc[a]"] < row["test_auroc[a]_high"]
 
 
-def test_a_finding_undefined_on_the_whole_test_set_ahead_of_defined_ones_leaves_their_intervals_their_own():
-    """The first finding has no positive on test. Each later finding's interval is still the percentile interval of
+def test_a_finding_undefined_on_the_whole_test_set_ahead_of_defined_ones_leaves_their_intervals_their_own(hand_bca):
+    """The first finding has no positive on test. Each later finding's interval is still the BCa interval of
     its own scikit-learn AUROC over the redraws: the redraws of the defined findings must not be read by position
     among all findings (that would give "a" the redraws of "b", and "b" none)."""
     rng = np.random.default_rng(4)
@@ -167,4 +169,4 @@ def test_a_finding_undefined_on_the_whole_test_set_ahead_of_defined_ones_leaves_
     for j, name in ((1, "a"), (2, "b")):
         ref = np.array([_sk_label(y[i, j], s[i, j]) for i in idx])
         assert (row[f"test_auroc[{name}]_low"], row[f"test_auroc[{name}]_high"]) == pytest.approx(
-            tuple(np.nanpercentile(ref, [2.5, 97.5])), abs=1e-12)
+            hand_bca(lambda i: _sk_label(y[i, j], s[i, j]), ref, np.arange(n)), abs=1e-12)

@@ -135,7 +135,7 @@ def test_distinct_ids_give_the_image_bootstrap_bit_for_bit():
 # ----------------------------------------------------------------------- (c) against an explicit patient loop
 
 
-def test_patient_intervals_equal_an_explicit_loop_over_redrawn_patients():
+def test_patient_intervals_equal_an_explicit_loop_over_redrawn_patients(hand_bca):
     y, a, _, ids, sex = _clustered()
     row = evaluate_utility(kind="binary", label_names=["normal", "disease"], val_labels=y,
                            val_scores=a, test_labels=y, test_scores=a, n_resamples=R,
@@ -148,14 +148,17 @@ def test_patient_intervals_equal_an_explicit_loop_over_redrawn_patients():
         accs.append(np.mean((ss >= t) == (yy == 1)))
         sens.append(np.mean(ss[yy == 1] >= t) if (yy == 1).any() else np.nan)
         female.append(_auroc(yy[xx == "female"], ss[xx == "female"]) if (xx == "female").any() else np.nan)
+    # BCa, its jackknife leaving out one patient, with all of their images, at a time
+    stats = {"test_auroc": lambda i: _auroc(y[i], a[i]), "test_accuracy": lambda i: np.mean((a[i] >= t) == (y[i] == 1)),
+             "test_sensitivity": lambda i: np.mean(a[i][y[i] == 1] >= t) if (y[i] == 1).any() else np.nan}
     for name, loop in (("test_auroc", aucs), ("test_accuracy", accs), ("test_sensitivity", sens)):
-        defined = np.array(loop)[np.isfinite(loop)]
-        expected = np.percentile(defined, [2.5, 97.5])
+        expected = hand_bca(stats[name], loop, ids)
         assert (row[f"{name}_low"], row[f"{name}_high"]) == pytest.approx(tuple(expected), abs=1e-12), name
     fairness = evaluate_fairness(kind="binary", val_labels=y, val_scores=a, test_labels=y,
                                  test_scores=a, attributes={"sex": sex}, n_resamples=R, seed=SEED, patient_ids=ids)
     group = fairness.attributes["sex"].groups["female"].auroc
-    assert (group.low, group.high) == pytest.approx(percentile_interval(np.array(female)), abs=1e-12)
+    assert (group.low, group.high) == pytest.approx(
+        hand_bca(lambda i: _auroc(y[i][sex[i] == "female"], a[i][sex[i] == "female"]), female, ids), abs=1e-12)
     # Images of one patient are not independent: redrawing them one by one gives a narrower interval here.
     by_image = evaluate_utility(kind="binary", label_names=["normal", "disease"], val_labels=y,
                                 val_scores=a, test_labels=y, test_scores=a, n_resamples=R,
@@ -197,7 +200,7 @@ def test_explain_records_the_unit_and_redraws_the_explained_images_patients():
 # --------------------------------------------------------------------------------------- (d) pairing still holds
 
 
-def test_arms_and_their_paired_difference_see_the_same_patient_redraws():
+def test_arms_and_their_paired_difference_see_the_same_patient_redraws(hand_bca):
     y, a, b, ids, _ = _clustered(seed=1)
     rows = {name: evaluate_utility(kind="binary", label_names=["n", "d"], val_labels=y, val_scores=s,
                                    test_labels=y, test_scores=s, n_resamples=R, seed=SEED, test_patient_ids=ids)
@@ -209,9 +212,9 @@ def test_arms_and_their_paired_difference_see_the_same_patient_redraws():
         auc_a.append(_auroc(y[idx], a[idx]))
         auc_b.append(_auroc(y[idx], b[idx]))
     auc_a, auc_b = np.array(auc_a), np.array(auc_b)
-    for name, loop in (("a", auc_a), ("b", auc_b)):
+    for name, scores, loop in (("a", a, auc_a), ("b", b, auc_b)):      # each arm BCa, the difference percentile
         assert (rows[name]["test_auroc_low"], rows[name]["test_auroc_high"]) == pytest.approx(
-            percentile_interval(loop), abs=1e-12)
+            hand_bca(lambda i: _auroc(y[i], scores[i]), loop, ids), abs=1e-12)
     assert (diff.low, diff.high) == pytest.approx(percentile_interval(auc_a - auc_b), abs=1e-12)
     assert diff.p_value == pytest.approx(bootstrap_p_value(auc_a - auc_b))
     itself = paired_differences(kind="binary", labels=y, scores=a, reference_scores=a, n_resamples=R, seed=SEED,

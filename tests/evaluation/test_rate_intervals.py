@@ -5,7 +5,8 @@ Why: ``evaluate_utility`` computes all three rates in one vectorised pass over p
 each column under its own name. Nothing else checks that the sensitivity interval comes from the redrawn positives
 and the specificity interval from the redrawn negatives; a swapped or repeated column would print a plausible but
 wrong interval. The loop here redraws the test images with ``bootstrap_indices`` (the draws the code documents),
-decides each redrawn image at the fixed validation threshold, and takes numpy's percentiles of the per-redraw rates.
+decides each redrawn image at the fixed validation threshold, and takes the BCa interval of the per-redraw rates
+(its jackknife by hand too).
 """
 
 from __future__ import annotations
@@ -31,29 +32,26 @@ def _imbalanced_test_set():
     return y, s
 
 
-def _hand_intervals(y, s, threshold, confidence):
-    """Percentile intervals of accuracy, sensitivity and specificity over the redraws, one redraw at a time."""
-    accuracy, sensitivity, specificity = [], [], []
-    for idx in bootstrap_indices(len(y), n_resamples=R, seed=SEED):
-        yr, decided = y[idx], s[idx] >= threshold
-        accuracy.append(np.mean(decided == (yr == 1)))
-        sensitivity.append(decided[yr == 1].mean() if (yr == 1).any() else np.nan)
-        specificity.append((~decided[yr == 0]).mean() if (yr == 0).any() else np.nan)
-    tail = 50.0 * (1.0 - confidence)
-    return {name: tuple(np.nanpercentile(np.array(values), [tail, 100.0 - tail]))
-            for name, values in (("test_accuracy", accuracy), ("test_sensitivity", sensitivity),
-                                 ("test_specificity", specificity))}
+def _hand_intervals(y, s, threshold, confidence, bca_by_hand):
+    """BCa intervals of accuracy, sensitivity and specificity over the redraws, one redraw at a time."""
+    decided = s >= threshold
+    stats = {"test_accuracy": lambda i: np.mean(decided[i] == (y[i] == 1)),
+             "test_sensitivity": lambda i: decided[i][y[i] == 1].mean() if (y[i] == 1).any() else np.nan,
+             "test_specificity": lambda i: (~decided[i][y[i] == 0]).mean() if (y[i] == 0).any() else np.nan}
+    idx = bootstrap_indices(len(y), n_resamples=R, seed=SEED)
+    return {name: bca_by_hand(stat, [stat(i) for i in idx], np.arange(len(y)), confidence=confidence)
+            for name, stat in stats.items()}
 
 
 @pytest.mark.parametrize("confidence", [0.95, 0.8])
-def test_accuracy_sensitivity_specificity_intervals_are_percentiles_of_hand_redraws(confidence):
-    """Each rate's interval is the percentile interval of that rate recomputed on each redrawn test set: the
+def test_accuracy_sensitivity_specificity_intervals_are_bca_of_hand_redraws(confidence, hand_bca):
+    """Each rate's interval is the BCa interval of that rate recomputed on each redrawn test set: the
     sensitivity interval from the redrawn positives, the specificity interval from the redrawn negatives."""
     y, s = _imbalanced_test_set()
     row = evaluate_utility(kind="binary", label_names=["neg", "pos"], val_labels=VAL_Y, val_scores=VAL_S,
                            test_labels=y, test_scores=s, n_resamples=R, seed=SEED, confidence=confidence)
     assert row["threshold"] == 0.5
-    expected = _hand_intervals(y, s, 0.5, confidence)
+    expected = _hand_intervals(y, s, 0.5, confidence, hand_bca)
     # the data make the three intervals distinct, so a column taken for another changes the result
     lows = sorted(low for low, _ in expected.values())
     assert lows[1] - lows[0] > 0.1 and lows[2] - lows[1] > 0.05
@@ -65,7 +63,7 @@ def test_accuracy_sensitivity_specificity_intervals_are_percentiles_of_hand_redr
     assert row["test_specificity"] == pytest.approx((~decided[y == 0]).mean())
 
 
-def test_sensitivity_interval_skips_redraws_without_positives():
+def test_sensitivity_interval_skips_redraws_without_positives(hand_bca):
     """A redraw that draws no positive has no sensitivity: it is left out of the interval (not counted as 0 or 1),
     while specificity is defined in every redraw. Two positives among 12, both above the threshold: about 19% of
     redraws miss both, so a sensitivity of 1 wherever defined would read as a lower bound of 0 if they counted."""
@@ -78,7 +76,7 @@ def test_sensitivity_interval_skips_redraws_without_positives():
         row = evaluate_utility(kind="binary", label_names=["neg", "pos"], val_labels=VAL_Y, val_scores=VAL_S,
                                test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
     assert any(f"test_sensitivity: {no_positive.sum()} of {R}" in str(w.message) for w in record)
-    expected = _hand_intervals(y, s, 0.5, 0.95)
+    expected = _hand_intervals(y, s, 0.5, 0.95, hand_bca)
     assert expected["test_sensitivity"] == (1.0, 1.0)
     for name in ("test_sensitivity", "test_specificity"):
         assert (row[f"{name}_low"], row[f"{name}_high"]) == pytest.approx(expected[name], abs=1e-12), name

@@ -237,16 +237,17 @@ def test_sensitivity_specificity_hand_counts_on_imbalanced_set():
     assert row["test_accuracy"] == 6 / 8
 
 
-def test_binary_auroc_interval_is_the_percentile_interval_of_sklearn_redraws():
+def test_binary_auroc_interval_is_the_bca_interval_of_sklearn_redraws(hand_bca):
     """End to end: the vectorised redraws equal scikit-learn on every redraw of the seeded bootstrap."""
     rng = np.random.default_rng(3)
     labels = rng.integers(0, 2, 60)
     scores = np.round(np.clip(0.35 + 0.3 * labels + rng.normal(0, 0.2, 60), 0, 1), 1)
     row = evaluate_utility(kind="binary", label_names=["a", "b"], val_labels=labels, val_scores=scores,
                            test_labels=labels, test_scores=scores, n_resamples=150, seed=8)
-    redraws = [roc_auc_score(labels[i], scores[i]) if labels[i].min() != labels[i].max() else np.nan
-               for i in bootstrap_indices(60, n_resamples=150, seed=8)]
-    expected = np.nanpercentile(redraws, [2.5, 97.5])
+    def auroc(i):
+        return roc_auc_score(labels[i], scores[i]) if labels[i].min() != labels[i].max() else np.nan
+
+    expected = hand_bca(auroc, [auroc(i) for i in bootstrap_indices(60, n_resamples=150, seed=8)], np.arange(60))
     assert (row["test_auroc_low"], row["test_auroc_high"]) == pytest.approx(tuple(expected), abs=1e-12)
     assert row["test_auroc"] == roc_auc_score(labels, scores)
 
@@ -264,20 +265,24 @@ def test_undefined_redraws_are_skipped_counted_and_warned_about():
     assert np.isfinite(row["test_auroc_low"]) and np.isfinite(row["test_sensitivity_low"])
 
 
+NO_JACKKNIFE = np.empty(0)     # no jackknife values: acceleration 0
+
+
 def test_the_warning_comes_above_a_tenth_of_undefined_redraws_not_at_it():
     assert UNDEFINED_REDRAWS_WARN_FRACTION == 0.10
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _estimate({}, "test_auroc", 0.5, np.r_[np.full(10, np.nan), np.linspace(0, 1, 90)], 0.95)  # 10 of 100
+        _estimate({}, "test_auroc", 0.5, (np.r_[np.full(10, np.nan), np.linspace(0, 1, 90)], NO_JACKKNIFE),
+                  0.95)  # 10 of 100
     with pytest.warns(RuntimeWarning, match="11 of 100 .* the interval uses the other 89 and may be too narrow"):
-        _estimate({}, "test_auroc", 0.5, np.r_[np.full(11, np.nan), np.linspace(0, 1, 89)], 0.95)
+        _estimate({}, "test_auroc", 0.5, (np.r_[np.full(11, np.nan), np.linspace(0, 1, 89)], NO_JACKKNIFE), 0.95)
 
 
 def test_where_no_redraw_is_defined_the_warning_says_there_is_no_interval():
     """Before: "the interval uses the other 0 and may be too narrow", of an interval that is nan at both ends."""
     row: dict = {}
     with pytest.warns(RuntimeWarning, match=r"100 of 100 .* \(one class only\); it has no interval\. The point"):
-        _estimate(row, "test_auroc", 0.5, np.full(100, np.nan), 0.95)
+        _estimate(row, "test_auroc", 0.5, (np.full(100, np.nan), NO_JACKKNIFE), 0.95)
     assert np.isnan(row["test_auroc_low"]) and np.isnan(row["test_auroc_high"])
 
 

@@ -461,7 +461,9 @@ def test_runs_an_older_dpmed_evaluated_are_evaluated_again_and_current_ones_are_
     command = ["run", str(tiny_study_file), "--out", str(out), "--no-progress"]
     assert main(command) == 0
     err = capsys.readouterr().err
-    assert err.count("finished earlier, evaluated by an older dpmed (fairness intervals changed): evaluated again") == 2
+    assert err.count("finished earlier, evaluated by an older dpmed (fairness intervals changed; BCa intervals): "
+                     "evaluated again") == 1
+    assert err.count("finished earlier, evaluated by an older dpmed (BCa intervals): evaluated again") == 1
     for r in runs:
         after = json.loads((r / "run.json").read_text())
         assert after["evaluation_version"] == EVALUATION_VERSION
@@ -493,7 +495,7 @@ def test_a_record_without_the_methods_version_reads_as_the_one_before_it_and_is_
     assert read_record(path).evaluation_version == UNRECORDED < EVALUATION_VERSION
     mine, _, again = finished_runs(folder, plans, before.dataset, before.study, fingerprint, before)
     assert sorted(mine) == sorted(p.run_id for p in plans) and again == [plans[0].run_id]
-    assert evaluated_by(UNRECORDED) == "evaluated by an older dpmed (fairness intervals changed)"
+    assert evaluated_by(UNRECORDED) == "evaluated by an older dpmed (fairness intervals changed; BCa intervals)"
     assert evaluated_by(EVALUATION_VERSION) == ""
     assert "newer dpmed" in evaluated_by(EVALUATION_VERSION + 1)
 
@@ -518,5 +520,6 @@ def test_an_older_dpmed_s_run_keeps_its_private_training_metrics_when_evaluated_
     _as_evaluated_by(run.record, None)
     capsys.readouterr()
     assert main(command) == 0
-    assert "evaluated by an older dpmed (fairness intervals changed): evaluated again" in capsys.readouterr().err
+    assert ("evaluated by an older dpmed (fairness intervals changed; BCa intervals): evaluated again"
+            in capsys.readouterr().err)
     assert run.statistics.read_bytes() == statistics

@@ -340,7 +340,8 @@ def test_runs_an_older_dpmed_evaluated_are_named_in_the_summary_until_the_study_
     assert "evaluated by an older dpmed" not in _text(_section(report_html(two_arms), "summary"))
     older = [two_arms[0].model_copy(update={"evaluation_version": 1}), two_arms[1]]
     summary = _text(_section(report_html(older), "summary"))
-    assert f"1 of 2 runs were evaluated by an older dpmed (fairness intervals changed): {older[0].run_id}." in summary
+    assert (f"1 of 2 runs were evaluated by an older dpmed (fairness intervals changed; BCa intervals): "
+            f"{older[0].run_id}.") in summary
     assert "without training and without spending privacy" in summary
 
 
@@ -349,7 +350,7 @@ def test_the_fairness_section_says_how_the_spreads_intervals_differ_from_the_oth
     interval every other number has (`dpmed.evaluation.fairness`): a reader told "percentile" alone would take the
     band for one."""
     intro = _text(_section(report_html(two_arms), "fairness").split("<h3>")[0])
-    assert "percentile bootstrap" in intro
+    assert "BCa for a group's AUROC and accuracy and percentile for the parity differences" in intro
     assert "demographic parity and equalised odds differences" in intro and "floored at 0" in intro
 
 

@@ -31,8 +31,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from scipy.special import ndtr, ndtri
 
-__all__ = ["Redraws", "bootstrap_indices", "bootstrap_redraws", "patient_numbers", "percentile_interval"]
+__all__ = ["JACKKNIFE_GROUPS", "Redraws", "bca_interval", "bootstrap_indices", "bootstrap_redraws", "patient_numbers",
+           "percentile_interval"]
+
+# The BCa acceleration comes from a delete-a-group jackknife of at most this many groups of units (every unit its own
+# group below it): its cost is that of this many redraws, a fifth of the 1000 redraws', at any test-set size, where a
+# full jackknife of n AUROCs costs n sorts of n scores.
+JACKKNIFE_GROUPS = 200
 
 
 def bootstrap_indices(n: int, *, n_resamples: int = 1000, seed: int) -> np.ndarray:
@@ -102,6 +109,14 @@ class Redraws:
     def n_images(self) -> int:
         return int(self.unit_of_image.shape[0])
 
+    @property
+    def jackknife_groups(self) -> np.ndarray:
+        """int64 [n_units]: the jackknife group of each unit, unit k in group k mod G, G = min(n_units,
+        JACKKNIFE_GROUPS). Interleaved, so that a test set stored in order of class, site or score spreads each over
+        the groups; every unit its own group (the ordinary jackknife) for up to JACKKNIFE_GROUPS units."""
+        m = self.n_units
+        return np.arange(m, dtype=np.int64) % max(1, min(m, JACKKNIFE_GROUPS))
+
 
 def patient_numbers(patient_ids) -> np.ndarray:
     """Each image's patient as an int64 [n] in 0..P-1, patients numbered in order of first appearance.
@@ -155,4 +170,49 @@ def percentile_interval(samples: np.ndarray, *, confidence: float = 0.95) -> tup
         return float("nan"), float("nan")
     tail = 50.0 * (1.0 - float(confidence))  # percent in each tail
     low, high = np.percentile(values, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
+def bca_interval(value: float, samples: np.ndarray, jackknife: np.ndarray, *,
+                 confidence: float = 0.95) -> tuple[float, float]:
+    """The bias-corrected and accelerated (BCa) ``confidence`` interval of ``value`` from bootstrap ``samples`` (float
+    [n_resamples]) and its leave-one-group-out ``jackknife`` values (float [G], :attr:`Redraws.jackknife_groups`).
+
+    Why not the percentile interval: on small test sets (100 images, or a group of 20) the percentile interval of
+    AUROC, sensitivity or specificity holds the truth less often than it says, by a few points, and BCa comes closer
+    to its nominal level there at no loss on larger sets (benchmarks/RESULTS.md, "Interval coverage"). BCa (Efron
+    1987, "Better bootstrap confidence intervals", JASA 82:171-185; Efron & Tibshirani 1993, ch. 14) takes the quantiles
+    Phi(z0 + (z0 + z) / (1 - a (z0 + z))) of the redraws, z = Phi^-1 of (1 -+ confidence) / 2, with the bias
+    correction z0 = Phi^-1(share of redraws below ``value``, ties counting one half) and the acceleration
+    a = sum(u^3) / (6 (sum(u^2))^1.5), u the jackknife values' mean minus each (Efron & Tibshirani 1993, eq. 14.15).
+    With groups of units instead of single units u is a sum of the units' influences, whose squares and cubes
+    sum, in expectation, to the same totals, so a is estimated at a fixed cost (delete-a-group jackknife; Efron &
+    Tibshirani 1993, sec. 11.5). a = 0 gives the bias-corrected percentile interval, a = z0 = 0 the percentile one.
+
+    nan samples (redraws in which the metric is undefined) are left out, as are nan jackknife values; with fewer than
+    two defined jackknife values a = 0. With no defined redraw the interval is ``(nan, nan)``; where ``value`` itself
+    is undefined, the percentile interval of the redraws.
+    """
+    if not (isinstance(confidence, numbers.Real) and 0.0 < float(confidence) < 1.0):
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    values = np.asarray(samples, dtype=np.float64)
+    if values.ndim != 1:
+        raise ValueError(f"samples must be one value per redraw, shape [n_resamples]; got shape {values.shape}")
+    values = values[~np.isnan(values)]
+    if values.size == 0 or not np.isfinite(value):
+        return percentile_interval(values, confidence=confidence)
+    # Ties: a discrete statistic (a rate on few images) often redraws to its own value, computed along another path
+    # (weighted sums, not scikit-learn), so equal is equal to 1e-12, not to the last bit.
+    tie = np.abs(values - value) <= 1e-12 * max(1.0, abs(float(value)))
+    share = (np.sum((values < value) & ~tie) + 0.5 * np.sum(tie)) / values.size
+    half = 0.5 / values.size                      # a share of 0 or 1 would put z0 at infinity
+    z0 = ndtri(min(max(share, half), 1.0 - half))
+    jack = np.asarray(jackknife, dtype=np.float64).reshape(-1)
+    jack = jack[~np.isnan(jack)]
+    u = jack.mean() - jack if jack.size >= 2 else np.zeros(1)
+    spread = float(np.sum(u**2))
+    a = float(np.sum(u**3)) / (6.0 * spread**1.5) if spread > 0 else 0.0
+    z = ndtri(np.array([(1.0 - float(confidence)) / 2, (1.0 + float(confidence)) / 2]))
+    levels = ndtr(z0 + (z0 + z) / (1.0 - a * (z0 + z)))
+    low, high = np.percentile(values, 100.0 * levels)
     return float(low), float(high)

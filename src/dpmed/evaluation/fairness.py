@@ -21,7 +21,8 @@ group, "unknown", and so is an age at or above a last edge of 100 or more (">=10
 their last group an open one, "65 and over", which is compared). Both get their own rows but are compared with
 nothing: they are in no other group's rest and in no attribute-level summary, since they are not groups of
 METHODS.md s.5 and a handful of such images (unrecorded sex, a centenarian) would otherwise decide the spread, the
-worst group, or what "female minus male" means. Every number has a 95% interval (percentile; the two spreads a
+worst group, or what "female minus male" means. Every number has a 95% interval (a group's AUROC and accuracy BCa,
+:func:`~dpmed.evaluation.bootstrap.bca_interval`, the differences and the worst group percentile, the two spreads a
 simultaneous band, :func:`_spread_estimate`) over the same seeded redraws of the whole test set that the utility
 metrics use (:mod:`dpmed.evaluation.weighted`; by patient where patient ids are known): a group's metric in a redraw
 is computed on the redrawn images that belong to it, so groups and arms are paired.
@@ -39,7 +40,8 @@ import numpy as np
 from dpmed.evaluation.bootstrap import Redraws, bootstrap_redraws
 from dpmed.evaluation.summaries import AttributeFairness, Fairness, GroupFairness, Spread, WorstGroup
 from dpmed.evaluation.utility import youden_threshold
-from dpmed.evaluation.weighted import as_label_columns, estimate, redraw_counts, weighted_macro_auroc, weighted_mean
+from dpmed.evaluation.weighted import (as_label_columns, estimate, jackknife_counts, redraw_counts,
+                                       weighted_macro_auroc, weighted_mean)
 
 __all__ = ["AGE_BINS", "UNKNOWN", "GROUPINGS", "group_labels", "age_groups", "sex_groups", "decisions",
            "evaluate_fairness", "uncompared_groups", "attribute_fairness", "fairness_columns", "DEFINITIONS"]
@@ -57,8 +59,10 @@ DEFINITIONS = {
                                   "in which both classes occur"),
     "worst_group_auroc": "the lowest AUROC over the groups in which it is defined",
     "threshold": "Youden's J on the validation split, applied unchanged to test",
-    "interval": ("percentile bootstrap over seeded redraws of the whole test set (of its patients, each with all "
-                 "of their images, where patient ids are known), paired with the utility metrics; the two spreads "
+    "interval": ("bootstrap over seeded redraws of the whole test set (of its patients, each with all "
+                 "of their images, where patient ids are known), paired with the utility metrics: BCa for a "
+                 "group's AUROC and accuracy (acceleration from a jackknife of at most 200 groups of the same "
+                 "units), percentile for the parity differences and the worst group; the two spreads "
                  "(demographic parity, equalised odds) instead take their value +- the quantile, at the confidence "
                  "level, of the redraws' largest deviation of a pairwise group difference from its value, clipped "
                  "at 0; "
@@ -230,6 +234,11 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
             for key, value in _group_stats(y, s, correct, selected, m, counts, compared).items():
                 by_group[g].setdefault(key, []).append(value)
     redraws_cat = {g: {k: np.concatenate(v, axis=0) for k, v in d.items()} for g, d in by_group.items()}
+    # The same statistics with each jackknife group of units left out: the BCa acceleration of a group's AUROC and
+    # accuracy (dpmed.evaluation.bootstrap.bca_interval).
+    jack = {g: {k: np.concatenate([_group_stats(y, s, correct, selected, m, counts, compared)[k]
+                                   for _rows, counts in jackknife_counts(redraws)]) for k in ("auroc", "accuracy")}
+            for g, m in members.items()}
 
     out_groups = {}
     decided = selected is not None                   # binary, multilabel: positives (per label, summed) exist
@@ -237,8 +246,8 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
         p, r = point[g], redraws_cat[g]
         out_groups[g] = GroupFairness(
             n=int(members[g].sum()),
-            auroc=estimate(p["auroc"][0], r["auroc"], confidence=confidence),
-            accuracy=estimate(p["accuracy"][0], r["accuracy"], confidence=confidence),
+            auroc=estimate(p["auroc"][0], r["auroc"], confidence=confidence, jackknife=jack[g]["auroc"]),
+            accuracy=estimate(p["accuracy"][0], r["accuracy"], confidence=confidence, jackknife=jack[g]["accuracy"]),
             accuracy_parity_difference=estimate(p["accuracy"][0] - p["accuracy_rest"][0],
                                                 r["accuracy"] - r["accuracy_rest"], confidence=confidence),
             n_positive=int(y[members[g]].sum()) if decided else None,

@@ -24,7 +24,8 @@ class _Summary(BaseModel):
 
 
 class Estimate(_Summary):
-    """A metric with its percentile bootstrap interval (None where undefined)."""
+    """A metric with its bootstrap interval (BCa or percentile, :func:`dpmed.evaluation.weighted.estimate`; None
+    where undefined)."""
 
     value: float | None
     low: float | None = None

@@ -15,8 +15,10 @@ Why each choice:
   multilabel, taken over the labels whose AUROC is defined (both classes present) in the test set; a redraw that
   loses one of them is undefined (counted, not averaged over fewer labels). Each label's interval comes from the
   same redraws, undefined in a redraw only where that label lost a class.
-* Intervals are percentile intervals (at the study's confidence, 95% by default) over seeded redraws of the test set,
-  paired across models (:mod:`dpmed.evaluation.bootstrap`; Efron & Tibshirani 1993). The threshold and the model stay
+* Intervals are BCa intervals (at the study's confidence, 95% by default; Efron 1987) over seeded redraws of the test
+  set, paired across models (:mod:`dpmed.evaluation.bootstrap`; Efron & Tibshirani 1993), their acceleration from a
+  jackknife of the same units: on small test sets the percentile interval held the truth less often than it said. The
+  threshold and the model stay
   fixed: the interval reflects the sampling of test patients, so where patient ids are known whole patients are redrawn,
   each with all of their images (the cluster bootstrap, Davison & Hinkley 1997, sec. 3.8); where they are not, each
   image is its own patient. The point value is always the metric on the whole test set.
@@ -36,9 +38,9 @@ from typing import Callable, Sequence
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from dpmed.evaluation.bootstrap import Redraws, bootstrap_redraws, percentile_interval
-from dpmed.evaluation.weighted import (check_class_indices, evaluate_redraws, quadratic_kappa, weighted_auroc,
-                                       weighted_kappa, weighted_mean)
+from dpmed.evaluation.bootstrap import Redraws, bca_interval, bootstrap_redraws
+from dpmed.evaluation.weighted import (check_class_indices, evaluate_jackknife, evaluate_redraws, quadratic_kappa,
+                                       weighted_auroc, weighted_kappa, weighted_mean)
 
 __all__ = ["youden_threshold", "auroc", "quadratic_weighted_kappa", "evaluate_utility",
            "UNDEFINED_REDRAWS_WARN_FRACTION"]
@@ -219,10 +221,10 @@ def quadratic_weighted_kappa(labels, predicted, *, n_classes: int) -> float:
 # -------------------------------------------------------------------------------------------------------- redraws
 
 
-def _redraw_auroc(y: np.ndarray, s: np.ndarray, redraws: Redraws) -> np.ndarray:
-    """Per-label AUROC in every redraw: y, s [N, L] -> float [n_resamples, L] (nan where undefined)."""
-    return evaluate_redraws(redraws, lambda w: np.stack([weighted_auroc(y[:, j], s[:, j], w)      # w [b, N]
-                                                         for j in range(y.shape[1])], axis=1))
+def _replicates(redraws: Redraws, metric: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``metric`` (counts [b, N] -> [b, ...]) on every redraw and on every jackknife row: ([n_resamples, ...],
+    [G, ...]), what :func:`~dpmed.evaluation.bootstrap.bca_interval` needs."""
+    return evaluate_redraws(redraws, metric), evaluate_jackknife(redraws, metric)
 
 
 # The set a row measures, as its keys and its warnings name it: the test set, or the training images of the private
@@ -231,10 +233,19 @@ def _redraw_auroc(y: np.ndarray, s: np.ndarray, redraws: Redraws) -> np.ndarray:
 SPLITS = {"test": "the test set", "train": "the training set"}
 
 
-def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidence: float,
+def _replicate_auroc(y: np.ndarray, s: np.ndarray, redraws: Redraws) -> tuple[np.ndarray, np.ndarray]:
+    """Per-label AUROC in every redraw and jackknife row: y, s [N, L] -> float [n_resamples, L], [G, L] (nan where
+    undefined)."""
+    return _replicates(redraws, lambda w: np.stack([weighted_auroc(y[:, j], s[:, j], w)      # w [b, N]
+                                                    for j in range(y.shape[1])], axis=1))
+
+
+def _estimate(row: dict, name: str, value: float, replicates: tuple[np.ndarray, np.ndarray], confidence: float,
               split: str = "test") -> None:
-    """Put ``name``, ``name_low``, ``name_high`` into ``row``; warn when too many redraws are undefined, naming the
-    metric and the set (``split``, a key of :data:`SPLITS`) they redrew."""
+    """Put ``name``, ``name_low``, ``name_high`` into ``row`` (BCa from ``replicates``: redraws, jackknife); warn
+    when too many redraws are undefined, naming the metric and the set (``split``, a key of :data:`SPLITS`) they
+    redrew."""
+    redraws, jackknife = replicates
     undefined = int(np.isnan(redraws).sum())
     if undefined > UNDEFINED_REDRAWS_WARN_FRACTION * redraws.size:
         interval = ("it has no interval" if undefined == redraws.size else
@@ -247,7 +258,7 @@ def _estimate(row: dict, name: str, value: float, redraws: np.ndarray, confidenc
             RuntimeWarning,
             stacklevel=3,
         )
-    low, high = percentile_interval(redraws, confidence=confidence)  # nan when no redraw defined it
+    low, high = bca_interval(value, redraws, jackknife, confidence=confidence)  # nan when no redraw defined it
     row[name], row[f"{name}_low"], row[f"{name}_high"] = float(value), low, high
 
 
@@ -262,9 +273,9 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, r
     # The redraws average the same labels as the point value: a redraw that lost one of them (no positive or no
     # negative drawn) is undefined, not the mean of the labels it kept (a different statistic).
     defined = np.array([not np.isnan(by_index[str(j)]) for j in range(y.shape[1])])
-    label_redraws = _redraw_auroc(y[:, defined], s[:, defined], redraws)    # [n_resamples, defined labels]
+    label_redraws, label_jackknife = _replicate_auroc(y[:, defined], s[:, defined], redraws)  # [R or G, labels]
     macro_redraws = label_redraws.mean(axis=1)                                # [n_resamples], nan if any label is
-    _estimate(row, "test_auroc", macro, macro_redraws, confidence, split)
+    _estimate(row, "test_auroc", macro, (macro_redraws, label_jackknife.mean(axis=1)), confidence, split)
     row["test_auroc_undefined_redraws"] = int(np.isnan(macro_redraws).sum())
     if not per_label:
         return
@@ -273,8 +284,8 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, r
     # undefined on the whole test set has no interval.
     column = np.cumsum(defined) - 1                                           # label j -> its column of redraws
     for j, name in enumerate(names):
-        low, high = (percentile_interval(label_redraws[:, column[j]], confidence=confidence) if defined[j]
-                     else (float("nan"), float("nan")))
+        low, high = (bca_interval(by_index[str(j)], label_redraws[:, column[j]], label_jackknife[:, column[j]],
+                                  confidence=confidence) if defined[j] else (float("nan"), float("nan")))
         key = f"test_auroc[{name}]"
         row[key], row[f"{key}_low"], row[f"{key}_high"] = by_index[str(j)], low, high
 
@@ -300,12 +311,12 @@ def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, re
     n_pos, n_neg = float(y.sum()), float(n - y.sum())
     # Sensitivity is the accuracy among the positives, specificity among the negatives: weighted means over those
     # images, nan in a redraw that drew none of them.
-    rates = evaluate_redraws(redraws, lambda w: np.stack(
+    rates, jack = _replicates(redraws, lambda w: np.stack(
         [weighted_mean(correct, w), weighted_mean(correct[positive], w[:, positive]),
-         weighted_mean(correct[~positive], w[:, ~positive])], axis=1))  # [n_resamples, 3]
-    _estimate(row, "test_accuracy", correct.sum() / n, rates[:, 0], confidence, split)
-    _estimate(row, "test_sensitivity", correct[positive].sum() / n_pos, rates[:, 1], confidence, split)
-    _estimate(row, "test_specificity", correct[~positive].sum() / n_neg, rates[:, 2], confidence, split)
+         weighted_mean(correct[~positive], w[:, ~positive])], axis=1))  # [n_resamples, 3], [G, 3]
+    _estimate(row, "test_accuracy", correct.sum() / n, (rates[:, 0], jack[:, 0]), confidence, split)
+    _estimate(row, "test_sensitivity", correct[positive].sum() / n_pos, (rates[:, 1], jack[:, 1]), confidence, split)
+    _estimate(row, "test_specificity", correct[~positive].sum() / n_neg, (rates[:, 2], jack[:, 2]), confidence, split)
     row.update(_threshold_transfer(y_val, s_val >= threshold, y, decided))
     return row
 
@@ -346,7 +357,7 @@ def _evaluate_multiclass(names, val_labels, val_scores, test_labels, test_scores
     predicted = np.argmax(s, axis=1)  # [N]
     row["test_predicted_classes"] = int(np.unique(predicted).size)  # 1: one class for every test image
     correct = (predicted == y).astype(np.float64)
-    _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(redraws, lambda w: weighted_mean(correct, w)),
+    _estimate(row, "test_accuracy", correct.mean(), _replicates(redraws, lambda w: weighted_mean(correct, w)),
               confidence, split)
     return row
 
@@ -373,7 +384,7 @@ def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores
     # a finding decided the same way for every test image (all positive or all negative) says nothing about it
     row["test_constant_labels"] = int(sum(np.unique(decided[:, j]).size == 1 for j in range(decided.shape[1])))
     correct = (decided == (y == 1)).mean(axis=1)  # [N]
-    _estimate(row, "test_accuracy", correct.mean(), evaluate_redraws(redraws, lambda w: weighted_mean(correct, w)),
+    _estimate(row, "test_accuracy", correct.mean(), _replicates(redraws, lambda w: weighted_mean(correct, w)),
               confidence, split)
     return row
 
@@ -400,7 +411,7 @@ def evaluate_utility(
     test_patient_ids=None,
     split: str = "test",
 ) -> dict[str, float | int | str]:
-    """The utility of one model as one flat row (METHODS.md sec. 4); every interval is a percentile bootstrap.
+    """The utility of one model as one flat row (METHODS.md sec. 4); every interval is a BCa bootstrap.
 
     Keys: ``test_auroc`` (macro) with ``_low`` / ``_high`` and ``test_auroc_undefined_redraws`` (redraws in which
     it had no value); ``test_auroc[<label name>]`` per label with ``_low`` / ``_high`` (multiclass, multilabel;
@@ -446,7 +457,7 @@ def evaluate_utility(
         y, s = _multiclass_arrays(test_labels, test_scores, "test")
         predicted = np.argmax(s, axis=1)
         value = quadratic_weighted_kappa(y, predicted, n_classes=s.shape[1])
-        kappas = evaluate_redraws(redraws, lambda w: weighted_kappa(y, predicted, w, n_classes=s.shape[1]))
+        kappas = _replicates(redraws, lambda w: weighted_kappa(y, predicted, w, n_classes=s.shape[1]))
         _estimate(row, "test_kappa_quadratic", value, kappas, confidence, split)
     row.update(n_test=n_test, n_resamples=int(n_resamples), confidence=float(confidence), bootstrap_seed=int(seed),
                bootstrap_unit=redraws.unit)

@@ -10,8 +10,9 @@ variable-size subgroup vectorisable: the weighted Mann-Whitney statistic below n
 per redraw.
 
 Conventions: ``weights`` are float [R, n] (R redraws, n images); a metric undefined in a redraw (no positive or no
-negative drawn in the group) is nan there and left out of the percentile interval, as in
-:func:`~dpmed.evaluation.bootstrap.percentile_interval`.
+negative drawn in the group) is nan there and left out of the interval, as in
+:func:`~dpmed.evaluation.bootstrap.bca_interval`. The same metric function evaluated on the rows of
+:func:`jackknife_counts` gives the jackknife values BCa's acceleration needs.
 
 This is the one bootstrap engine of the evaluation stage: utility (:mod:`dpmed.evaluation.utility`), fairness,
 explanations and the paired comparisons all redraw through it. With integer counts every statistic here is computed
@@ -25,10 +26,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from dpmed.evaluation.bootstrap import Redraws, percentile_interval
+from dpmed.evaluation.bootstrap import Redraws, bca_interval, percentile_interval
 from dpmed.evaluation.summaries import Estimate
 
-__all__ = ["redraw_counts", "redraw_bytes", "evaluate_redraws", "weighted_auroc", "weighted_macro_auroc",
+__all__ = ["redraw_counts", "redraw_bytes", "evaluate_redraws", "jackknife_counts", "evaluate_jackknife",
+           "weighted_auroc", "weighted_macro_auroc",
            "weighted_mean", "quadratic_kappa", "weighted_kappa", "estimate", "as_label_columns", "number"]
 
 # Redraws are turned into counts in blocks so that [R, n] float64 blocks stay near 32 MiB for large test sets.
@@ -77,6 +79,27 @@ def evaluate_redraws(redraws: Redraws | np.ndarray, metric: Callable[[np.ndarray
     """``metric(counts)`` on every redraw: [R, ...], from the blocks of :func:`redraw_counts` (counts float64 [b, n]
     -> [b, ...] each) concatenated in redraw order."""
     return np.concatenate([metric(counts) for _rows, counts in redraw_counts(redraws)])
+
+
+def jackknife_counts(redraws: Redraws | np.ndarray) -> Iterator[tuple[slice, np.ndarray]]:
+    """(rows, counts float64 [b, n]) blocks of the delete-a-group jackknife behind the BCa interval: row g counts
+    every image once but those of the units (patients, or images) in jackknife group g
+    (:attr:`~dpmed.evaluation.bootstrap.Redraws.jackknife_groups`), which it counts 0 times. The unit left out is the
+    unit the redraws draw, so a patient's images leave together."""
+    if not isinstance(redraws, Redraws):
+        redraws = Redraws.of_images(redraws)
+    group_of_image = redraws.jackknife_groups[redraws.unit_of_image]                     # [n]
+    n_groups = int(group_of_image.max()) + 1 if group_of_image.size else 0
+    step = max(1, _BLOCK_ELEMENTS // max(1, redraws.n_images))
+    for start in range(0, n_groups, step):
+        rows = np.arange(start, min(n_groups, start + step))
+        yield slice(start, start + rows.size), (group_of_image[None, :] != rows[:, None]).astype(np.float64)
+
+
+def evaluate_jackknife(redraws: Redraws | np.ndarray, metric: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """``metric(counts)`` on every jackknife row of :func:`jackknife_counts`: [G, ...], as :func:`evaluate_redraws`
+    on the redraws, so that the same metric function gives both."""
+    return np.concatenate([metric(counts) for _rows, counts in jackknife_counts(redraws)])
 
 
 def weighted_auroc(labels, scores, weights) -> np.ndarray:
@@ -182,9 +205,17 @@ def number(value) -> float | None:
     return value if np.isfinite(value) else None
 
 
-def estimate(value: float | None, redraws: np.ndarray, *, confidence: float) -> Estimate:
-    """``value`` with the percentile interval of ``redraws`` (nan redraws left out); None where undefined."""
-    low, high = percentile_interval(np.asarray(redraws, dtype=float), confidence=confidence)
+def estimate(value: float | None, redraws: np.ndarray, *, confidence: float,
+             jackknife: np.ndarray | None = None) -> Estimate:
+    """``value`` with the BCa interval of its ``redraws`` and ``jackknife`` values
+    (:func:`~dpmed.evaluation.bootstrap.bca_interval`), or without ``jackknife`` the percentile interval of the
+    redraws (nan redraws left out either way); None where undefined. The percentile interval stays where dpmed
+    reads a p-value off the same redraws (paired differences) or the statistic is a minimum over groups, which BCa's
+    smoothness assumption does not cover."""
+    values = np.asarray(redraws, dtype=float)
+    low, high = (percentile_interval(values, confidence=confidence) if jackknife is None else
+                 bca_interval(np.nan if value is None else float(value), values, np.asarray(jackknife, dtype=float),
+                              confidence=confidence))
     return Estimate(value=number(value), low=number(low), high=number(high))
 
 

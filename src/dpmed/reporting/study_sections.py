@@ -327,8 +327,9 @@ def fairness_section(inputs: ReportInputs) -> str:
                      "r only says which of them is larger. Each p is its group's own, not corrected for the number "
                      "of groups tested.</p>" + _column_table(("sweep", "attribute", "group", "r", "p", "n"), rows))
     threshold = (f"Each run's decisions: {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
-                 f"Intervals: percentile bootstrap over the same redraws of {inputs.redrawn} as the utility "
-                 "intervals; a group's metric in a redraw uses the redrawn images of that group. The demographic "
+                 f"Intervals: bootstrap over the same redraws of {inputs.redrawn} as the utility intervals, BCa "
+                 "for a group's AUROC and accuracy and percentile for the parity differences and the worst group; "
+                 "a group's metric in a redraw uses the redrawn images of that group. The demographic "
                  "parity and equalised odds differences (largest minus smallest rate over the groups) instead take "
                  "their value plus or minus the redraws' largest move of a difference between two groups (the "
                  f"{inputs.level} quantile), floored at 0: a percentile interval of such a largest difference lies "
