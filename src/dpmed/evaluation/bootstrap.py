@@ -1,12 +1,13 @@
-"""Seeded, paired percentile bootstrap of test-set metrics, redrawing patients where the test set names them.
+"""Seeded, paired bootstrap of test-set metrics, redrawing patients where the test set names them.
 
 Why: a test AUROC on a few hundred images moves by several points from one draw of patients to the next, and the
 cost of privacy dpmed reports is often of that size. METHODS.md sec. 4 therefore asks for 1000 redraws of the test set
-(with replacement, same size), seeded and *paired* across the models compared, and for the 95% *percentile* interval
-of the redrawn metric (Efron & Tibshirani 1993, An Introduction to the Bootstrap, ch. 13). Two habits of the source
-documents are ruled out here by construction: a "+/-" bootstrap standard deviation shown as if it were an interval
-(:func:`percentile_interval` returns quantiles, never a std), and unseeded bootstraps (:func:`bootstrap_indices`
-demands a seed and touches no global random state).
+(with replacement, same size), seeded and *paired* across the models compared, and for the 95% *BCa* interval of
+the redrawn metric (:func:`bca_interval`; Efron & Tibshirani 1993, An Introduction to the Bootstrap, ch. 14), the
+*percentile* interval (ch. 13) where a p-value is read off the same redraws. Two habits of the source documents are
+ruled out here by construction: a "+/-" bootstrap standard deviation shown as if it were an interval (both return
+quantiles, never a std), and unseeded bootstraps (:func:`bootstrap_indices` demands a seed and touches no global
+random state).
 
 The unit redrawn is the patient where patient ids are known (:func:`bootstrap_redraws`): the images of one patient
 (both eyes, follow-up films, several views) are not independent, so the test set is a sample of patients, and
