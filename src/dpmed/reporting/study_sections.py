@@ -225,7 +225,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                          + f"):<ul>{reasons}</ul></li>")
         warnings = (f'<div class="flag">⚠ Read these groups\' numbers as anecdotes, not measurements. With fewer '
                     f"than {MIN_CLASS_COUNT} positives or negatives a group's AUROC moves in large steps from one "
-                    "patient to the next, and a percentile interval of zero width (e.g. 1.000 [1.000, 1.000]) means "
+                    "patient to the next, and an interval of zero width (e.g. 1.000 [1.000, 1.000]) means "
                     "every redraw gave the same value because the group is too small to vary, not that the value is "
                     f"certain.<ul>{''.join(items)}</ul></div>")
     worst = ("<p>The worst group's interval is not that group's own interval: in each redraw it takes the lowest "
