@@ -710,6 +710,14 @@ def test_the_plan_s_start_line_says_the_public_images_are_read_and_checked_by_ru
         in line
 
 
+def test_the_plan_s_start_line_says_what_an_auto_length_is():
+    """pretrain.training's default length (epochs: auto) read "auto epochs at batch 64"."""
+    from dpmed.pretraining import describe_start
+
+    line = describe_start(_study(pretrain={**PUBLIC, "training": {"batch_size": 16}}))
+    assert "(auto: at least 10 epochs and 500 steps at batch 16, without privacy" in line
+
+
 def test_weights_of_another_architecture_are_refused_naming_the_file_by_plan_and_by_pretraining(private, tmp_path,
                                                                                                  monkeypatch):
     """`dpmed plan` (`check_weights`) and the pretrain stage, which loads model.weights into the public model, named

@@ -50,11 +50,10 @@ from dpmed.errors import ConfigError
 from dpmed.evaluation.inference import predict
 from dpmed.evaluation.utility import auroc
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_torch_atomic
-from dpmed.mechanisms import training_steps
+from dpmed.mechanisms import length_text, training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import (file_sha256, hash_weights, load_weights, match_head, read_state_dict,
                                   set_trainable)
-from dpmed.numbers import count_text
 from dpmed.records import PretrainRecord, StartRecord, read_pretrain_record, read_record
 from dpmed.training import resolve_device, run_threads, torch_threads, train
 
@@ -294,7 +293,7 @@ def describe_start(study: Study) -> str:
     prior = "" if config.weights is None else f"{config.weights} ({config.weights_source})"
     if pretrain_config is not None:
         data, t = pretrain_config.data, pretrain_config.training
-        length = count_text(t.steps, "step") if t.steps is not None else count_text(t.epochs, "epoch")
+        length = length_text(epochs=t.epochs, steps=t.steps)
         where = "" if data.path is None else f" at {data.path}"
         prior = (f"public pretraining on {data.source}{where} ({length} at batch {t.batch_size}, without privacy"
                  + (f", from {prior}" if prior else "") + f"; declared public: {pretrain_config.public}), run "

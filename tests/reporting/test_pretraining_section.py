@@ -134,3 +134,10 @@ def test_one_epoch_and_one_step_read_in_the_singular(section):
                                data={"generator": "phantom"})
     rows = _rows(section(("a_seed0", _start(pretraining=pretraining)), raw=True))
     assert "1 epoch (1 step) at batch 32" in rows["training"]
+
+
+def test_a_pretraining_of_auto_length_says_what_auto_is(section):
+    """The default length (training.epochs: auto) read "auto epochs (500 steps)"."""
+    pretraining = _pretraining(training=TrainingConfig(batch_size=32), steps=500)
+    rows = _rows(section(("a_seed0", _start(pretraining=pretraining)), raw=True))
+    assert "auto: at least 10 epochs and 500 steps (500 steps) at batch 32" in rows["training"]

@@ -2,7 +2,8 @@
 of the released images; all listed in one registry (`dpmed.mechanisms.registry`)."""
 
 from dpmed.mechanisms.base import (AUTO_EPOCHS, AUTO_MIN_STEPS, ArmBase, AuditConfig, GroupGuarantee, MechanismInfo,
-                                   PlanContext, PrivacyCard, Strict, training_steps, unit_words)
+                                   PlanContext, PrivacyCard, Strict, length_text, training_steps,
+                                   unit_words)
 from dpmed.mechanisms.dp_sgd import DpSgdArm, DpSgdPlan, ReconstructionRecord, patient_guarantee
 from dpmed.mechanisms.none import NoPrivacyArm, NoPrivacyPlan
 from dpmed.mechanisms.pixel_gaussian import PixelGaussian, PixelGaussianArm, PixelGaussianPlan
@@ -13,7 +14,7 @@ from dpmed.mechanisms.scalar_shift import ScalarShift, ScalarShiftArm, ScalarShi
 __all__ = [
     "MECHANISMS", "mechanism_info", "claims_beyond", "MechanismInfo", "Arm", "PrivacyPlan", "ArmBase", "AuditConfig",
     "PlanContext",
-    "PrivacyCard", "GroupGuarantee", "Strict", "ReconstructionRecord", "training_steps", "AUTO_EPOCHS",
+    "PrivacyCard", "GroupGuarantee", "Strict", "ReconstructionRecord", "training_steps", "length_text", "AUTO_EPOCHS",
     "AUTO_MIN_STEPS",
     "NoPrivacyArm", "NoPrivacyPlan", "PixelLaplace", "PixelLaplaceArm", "PixelLaplacePlan", "PixelGaussian",
     "PixelGaussianArm", "PixelGaussianPlan", "ScalarShift", "ScalarShiftArm", "ScalarShiftPlan", "DpSgdArm",

@@ -20,12 +20,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from dpmed.accounting import Ledger
 from dpmed.errors import ConfigError
 from dpmed.names import CANARY_KINDS
+from dpmed.numbers import count_text
 from dpmed.numbers import delta_text, epsilon_text
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 
 __all__ = ["Strict", "Sweep", "positive_finite", "computable_scale", "exactly_one", "AuditConfig", "ArmBase",
            "PlanContext", "GroupGuarantee", "PrivacyCard", "MechanismInfo", "ImageMechanism", "SLUG",
-           "training_steps", "AUTO_EPOCHS", "AUTO_MIN_STEPS", "refuse_vacuous_delta", "unit_words"]
+           "training_steps", "length_text", "AUTO_EPOCHS", "AUTO_MIN_STEPS", "refuse_vacuous_delta", "unit_words"]
 
 # names that name folders (arms, studies): a run's folder adds its swept values and seed to its arm's name, and a
 # name over 255 bytes failed that run only, after the study had trained the others
@@ -37,6 +38,16 @@ SLUG = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 # at 5000. DP-SGD wants many steps at a fixed eps (De et al. 2022), which the floor gives small sets.
 AUTO_EPOCHS = 10
 AUTO_MIN_STEPS = 500
+
+
+def length_text(*, epochs: int | str, steps: int | None) -> str:
+    """A training length as a reader is told it: "300 steps", "4 epochs", or what ``epochs: auto`` means (it read
+    "auto epochs" where this module's rule alone says what auto trains)."""
+    if steps is not None:
+        return count_text(steps, "step")
+    if epochs == "auto":
+        return f"auto: at least {AUTO_EPOCHS} epochs and {AUTO_MIN_STEPS} steps"
+    return count_text(int(epochs), "epoch")
 
 
 def training_steps(steps_per_epoch: int, *, epochs: int | str, steps: int | None) -> int:

@@ -11,6 +11,7 @@ private data ran (`dpmed.data.overlap`), to judge whether the eps of the cards s
 from __future__ import annotations
 
 from dpmed.data.sample import names_text
+from dpmed.mechanisms import length_text
 from dpmed.numbers import count_text, shape_text
 from dpmed.records import RunRecord, StartRecord
 from dpmed.reporting.inputs import ReportInputs, escape, facts_table
@@ -34,7 +35,7 @@ def _pretraining(start: StartRecord) -> str:
     if p is None:
         return ""
     t = p.training
-    length = count_text(t.steps, "step") if t.steps is not None else count_text(t.epochs, "epoch")
+    length = length_text(epochs=t.epochs, steps=t.steps)
     steps = count_text(p.steps, "step")
     auroc = "undefined" if p.validation_auroc is None else f"{p.validation_auroc:.3f}"
     checks = "".join(f"<li>{escape(name)}: {escape(how)}</li>" for name, how in p.overlap_checks.items())

@@ -13,7 +13,7 @@ steps of an arm without DP-SGD is left out too: it follows from the exact traini
 from __future__ import annotations
 
 from dpmed.config import TrainingConfig
-from dpmed.mechanisms import AUTO_EPOCHS, AUTO_MIN_STEPS, Arm, DpSgdArm, DpSgdPlan
+from dpmed.mechanisms import Arm, DpSgdArm, DpSgdPlan, length_text
 from dpmed.numbers import count_text, delta_number, epsilon_text, number_text
 from dpmed.reporting.inputs import ReportInputs, escape, stacked
 
@@ -48,12 +48,7 @@ def _schedule(t: TrainingConfig) -> str:
 
 
 def _length(t: TrainingConfig, dp: list[DpSgdPlan]) -> str:
-    if t.steps is not None:
-        text = _marked(count_text(t.steps, "step"), False)
-    elif t.epochs == "auto":
-        text = _marked(f"auto: at least {AUTO_EPOCHS} epochs and {AUTO_MIN_STEPS} steps", True)
-    else:
-        text = _marked(count_text(t.epochs, "epoch"), False)
+    text = _marked(length_text(epochs=t.epochs, steps=t.steps), t.steps is None and t.epochs == "auto")
     if dp and t.steps is None:     # DP-SGD's T is public: planned from the DP count, on every card
         steps = sorted({p.steps for p in dp})
         text += escape(f"; T = {' or '.join(map(str, steps))} step{'' if steps == [1] else 's'}, planned from "
