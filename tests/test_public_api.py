@@ -206,3 +206,16 @@ def test_every_accounting_name_is_imported_from_its_module_on_first_use():
         assert getattr(accounting, name) is getattr(import_module(module), name), name
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         accounting.nothing
+
+
+def test_a_type_checker_reads_each_exported_name_from_where_it_is_imported_on_first_use():
+    """dpmed ships py.typed, but a name served by the module's __getattr__ is Any to a type checker: the
+    TYPE_CHECKING imports must name every exported name, from the module it is imported from at run time."""
+    import ast
+
+    tree = ast.parse(Path(dpmed.__file__).read_text(encoding="utf-8"))
+    guarded = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    seen = {alias.name: node.module for node in guarded.body if isinstance(node, ast.ImportFrom)
+            for alias in node.names}
+    assert seen == dpmed._HOME
+    assert (Path(dpmed.__file__).parent / "py.typed").is_file()

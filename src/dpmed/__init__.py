@@ -16,7 +16,15 @@ from __future__ import annotations
 from importlib import import_module
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:       # what a type checker reads for the names below, which import on first use
+    from dpmed.config import RunPlan, Study, load_study
+    from dpmed.data import Dataset, ImageSet, Sample, Task
+    from dpmed.errors import ConfigError, DataError, DpmedError, FolderError, PrivacyError
+    from dpmed.mechanisms import PrivacyCard
+    from dpmed.records import RunRecord, read_record
+    from dpmed.study import StudyResult, run_study
 
 __all__ = [
     "load_study", "run_study", "read_results", "read_record", "Study", "StudyResult", "RunPlan", "RunRecord",
