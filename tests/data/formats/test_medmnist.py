@@ -336,3 +336,31 @@ def test_an_array_declaring_more_bytes_than_memory_holds_is_refused_from_its_hea
         read_medmnist(path)
     assert str(err.value).startswith(f"{path}: key train_images declares an array of shape (1000000, 1000, 1000) "
                                      "(1.0 TB), and only 1.1 GB is free for dpmed here: download it again")
+
+
+def test_an_array_stored_without_the_npy_suffix_is_read_as_numpy_reads_it(tmp_path):
+    """numpy names an npz member ``train_images`` or ``train_images.npy`` alike; the header check must find either,
+    not fail on the name numpy accepts."""
+    import io
+
+    path = tmp_path / "bare.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        for split, n in (("train", 6), ("val", 3), ("test", 4)):
+            for key, array in ((f"{split}_images", np.full((n, 28, 28), 7, np.uint8)),
+                               (f"{split}_labels", (np.arange(n) % 2)[:, None].astype(np.uint8))):
+                data = io.BytesIO()
+                np.save(data, array)
+                archive.writestr(key if key == "train_images" else f"{key}.npy", data.getvalue())
+    d = read_medmnist(path)
+    assert len(d.train) == 6 and float(d.train.images.max()) == pytest.approx(7 / 255)
+
+
+def test_arrays_that_fit_memory_one_by_one_but_not_together_are_refused(tmp_path, monkeypatch):
+    """The six arrays are all held at once: each under the free memory passed the check, while together they did not
+    fit, and numpy's allocation of the last reached the user as an internal MemoryError."""
+    from dpmed import memory
+
+    path = _write(tmp_path / "six.npz", sizes=(200, 100, 100))       # 156,800 + 78,400 + 78,400 image bytes
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=200_000, swap=0))
+    with pytest.raises(DataError, match=r"key val_images declares an array .*, and only"):
+        read_medmnist(path)

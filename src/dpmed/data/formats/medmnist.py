@@ -194,10 +194,10 @@ def _load_arrays(path: Path) -> dict[str, np.ndarray]:
                 f"{path} lacks the key(s) {', '.join(missing)}; it has {', '.join(sorted(archive.files)) or 'none'}. "
                 f"A MedMNIST 2D npz holds {', '.join(_KEYS)}; is this a MedMNIST 3D file or another npz?"
             )
-        arrays = {}
+        arrays, held = {}, 0
         for key in _KEYS:
             try:
-                _check_declared_size(path, archive, key, advice)
+                held += _check_declared_size(path, archive, key, held, advice)
                 arrays[key] = archive[key]
             except ValueError as exc:  # object (pickled) or malformed array: refused, never unpickled
                 raise DataError(f"{path}: key {key} is not a plain numeric array; {advice}") from exc
@@ -206,17 +206,22 @@ def _load_arrays(path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _check_declared_size(path: Path, archive: np.lib.npyio.NpzFile, key: str, advice: str) -> None:
-    """DataError where the array ``key`` declares more bytes than the free memory holds, read from its header before
-    numpy allocates it: an npz is compressed, so a file of kB can declare an array of TB, which numpy met with a
-    MemoryError (an internal error to the user) or, where the allocation succeeds, filled until the machine swaps."""
-    with archive.zip.open(f"{key}.npy") as member:
-        version = np.lib.format.read_magic(member)
+def _check_declared_size(path: Path, archive: np.lib.npyio.NpzFile, key: str, held: int, advice: str) -> int:
+    """The bytes the array ``key`` declares, read from its header before numpy allocates it; DataError where they and
+    the ``held`` bytes of the arrays read before it (all six are kept at once) exceed the free memory. An npz is
+    compressed, so a file of kB can declare an array of TB, which numpy met with a MemoryError (an internal error to
+    the user) or, where the allocation succeeds, filled until the machine swaps. The member is ``key`` or
+    ``key.npy``, as numpy's NpzFile looks it up."""
+    member = key if key in archive.zip.namelist() else f"{key}.npy"
+    with archive.zip.open(member) as f:
+        version = np.lib.format.read_magic(f)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read_header(member)
+        shape, _, dtype = read_header(f)
     need = math.prod(shape) * dtype.itemsize
-    memory.check_bytes(need, f"{path}: key {key} declares an array of shape {shape} ({bytes_text(need)})",
+    memory.check_bytes(held + need, f"{path}: key {key} declares an array of shape {shape} ({bytes_text(need)}"
+                       + (f"; {bytes_text(held + need)} with the arrays before it)" if held else ")"),
                        fix=f"{advice}, or use a machine with more memory")
+    return need
 
 
 def _images(path: Path, split: str, raw: np.ndarray) -> np.ndarray:
