@@ -174,6 +174,17 @@ def test_nih_split_lists_saved_by_a_windows_editor_keep_the_published_split(nih)
     assert m.notes["split_list_lines_without_row"]["count"] == 0
     assert m.splits.tolist() == published.tolist() and set(published) == {"train", "test"}
 
+
+def test_a_nih_split_list_that_is_not_utf8_is_refused_naming_its_line(nih):
+    """A list saved in a Windows code page (cp1252) held a byte UTF-8 does not allow: its UnicodeDecodeError reached
+    the user as an internal error. It is one line naming the list, the line and the byte."""
+    p = nih / "test_list.txt"
+    n = len(p.read_bytes().splitlines()) + 1
+    p.write_bytes(p.read_bytes() + "caf\xe9.png\n".encode("cp1252"))
+    with pytest.raises(DataError, match=rf"^{p} is not UTF-8 text: line {n} holds the byte 0xe9 .*save it as UTF-8"):
+        read_nih(nih)
+
+
 def test_chexpert_reads_frontal_films_unless_every_view_is_asked_for(chexpert, write_image, caplog):
     """A lateral film carries its study's labels too; by default it is left out where the table says it is lateral
     (the count on the terminal only), views="all" reads it, and views="frontal" without the column is refused."""

@@ -29,7 +29,7 @@ import numpy as np
 
 from dpmed.data.formats.table_reading import (Flags, chosen_labels, csv_line, dataset_folder, first_existing,
                                               index_images, optional_file, patient_column, read_table,
-                                              table_manifest)
+                                              table_manifest, where_not_utf8)
 from dpmed.data.manifest import Manifest, parse_splits
 from dpmed.data.sample import Task
 from dpmed.errors import DataError
@@ -193,7 +193,11 @@ def read_nih(path: str | Path, *, findings: Sequence[str] | None = None) -> Mani
         if optional_file(root / list_name):
             lists.append(list_name)
             # utf-8-sig: a list saved by Notepad starts with a byte-order mark, which would be part of its first name
-            text = (root / list_name).read_text(encoding="utf-8-sig")
+            try:
+                text = (root / list_name).read_text(encoding="utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{root / list_name} is not UTF-8 text{where_not_utf8(root / list_name)}; save it "
+                                "as UTF-8") from exc
             lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
             split_of.update({image: split for _, image in lines if image})
             no_row += [(list_name, n, image) for n, image in lines if image and image not in rows]

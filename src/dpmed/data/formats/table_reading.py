@@ -25,7 +25,8 @@ if TYPE_CHECKING:   # pandas is imported where a table is read: the study file's
     import pandas as pd
 
 __all__ = ["dataset_folder", "other_layout_hint", "first_existing", "optional_file", "read_table", "csv_line",
-           "class_index", "patient_column", "table_manifest", "Flags", "index_images", "chosen_labels"]
+           "class_index", "patient_column", "table_manifest", "Flags", "index_images", "chosen_labels",
+           "where_not_utf8"]
 
 _SHOWN = 5  # lines listed in a message; the count covers all of them
 
@@ -111,7 +112,7 @@ def read_table(path: Path, required: Sequence[str], *, header_only_ok: bool = Fa
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text{_where_not_utf8(path)}; save it as UTF-8 (e.g. 'CSV UTF-8' in a "
+        raise DataError(f"{path} is not UTF-8 text{where_not_utf8(path)}; save it as UTF-8 (e.g. 'CSV UTF-8' in a "
                         "spreadsheet)") from exc
     except pd.errors.EmptyDataError as exc:
         raise DataError(f"{path} is empty; it needs a header line and one row per image") from exc
@@ -186,7 +187,7 @@ def _binary_kind(path: Path) -> str | None:
     return next((kind for magic, kind in _MAGIC if head.startswith(magic)), None)
 
 
-def _where_not_utf8(path: Path) -> str:
+def where_not_utf8(path: Path) -> str:
     """": line K holds the byte 0xNN (the line)" for the first byte of ``path`` (decompressed, for .gz) that is not
     UTF-8, so that the user can find it: the position in pandas' error counts from a chunk, not the file. "" where the
     file cannot be read again."""
