@@ -1519,3 +1519,14 @@ def test_an_interval_clear_of_0_whose_end_rounds_to_0_does_not_read_none():
     assert _range(-14.2, -0.3, "more", "fewer") == "under 1 to 14 fewer"
     assert _range(-0.3, 14.2, "more", "fewer") == "none to 14 more"
     assert _range(4.0, 19.0, "more", "fewer") == "4 to 19 more"
+
+
+def test_an_interval_clear_of_0_whose_both_ends_round_to_0_does_not_read_no_change():
+    """An interval of 0.2 to 0.4 more cases per 100 excludes 0, so the sentence gives its direction; "no change"
+    for it denied the change the sentence reported. It reads "under 1 more" (or fewer); one that holds 0 and rounds
+    to 0 at both ends still reads "no change"."""
+    from dpmed.reporting.clinical import _range
+
+    assert _range(0.2, 0.4, "more", "fewer") == "under 1 more"
+    assert _range(-0.4, -0.2, "more", "fewer") == "under 1 fewer"
+    assert _range(-0.2, 0.4, "more", "fewer") == "no change"

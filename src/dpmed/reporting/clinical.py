@@ -75,6 +75,8 @@ def _count(x: float, more: str, fewer: str) -> str:
 
 def _range(low: float, high: float, more: str, fewer: str) -> str:
     a, b = round(low), round(high)
+    if a == b == 0 and (low > 0 or high < 0):     # clear of 0 however small: "no change" would deny what it shows
+        return f"under 1 {more if low > 0 else fewer}"
     if a == b:
         return "no change" if a == 0 else _count(a, more, fewer)      # not "95% CI: none"
     if low > 0 or high < 0:                        # one side of zero: "4 to 19 more"
