@@ -143,6 +143,21 @@ def test_generic_csv_paths_written_with_windows_separators_are_read_where_the_im
     m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"])
     assert m.paths[3] == table.parent / "pngs" / "img3.png" and m.where[3] == "labels.csv line 5 (pngs\\img3.png)"
 
+
+@pytest.mark.skipif(os.sep == "\\", reason="a backslash is a separator on Windows")
+def test_generic_csv_keeps_a_posix_name_with_a_backslash_and_reads_any_name_it_cannot_check(table):
+    """A backslash is a legal character of a POSIX file name: a file so named is read as that file. A name the system
+    cannot even look up (a component over 255 bytes, a typo in a table) made the check raise "File name too long",
+    which reached the user as an internal error; such a row is an image that cannot be found, as any other."""
+    literal = table.parent / "pngs\\img3.png"
+    literal.write_bytes((table.parent / "pngs" / "img3.png").read_bytes())
+    long = "x" * 300
+    table.write_text(table.read_text(encoding="utf-8").replace("pngs/img3.png", "pngs\\img3.png")
+                     .replace("pngs/img4.png", f"{long}\\img4.png"), encoding="utf-8")
+    m = read_csv_table(table, columns={"path": "file"}, labels=["opacity"])
+    assert m.paths[3] == literal and m.paths[4] == table.parent / long / "img4.png"
+
+
 def test_generic_csv_reads_each_rows_own_sex_and_age_and_knows_patients_only_from_a_column(table):
     """The fixture's row i is "FM"[i % 2] aged 20 + i: a column read in another order, or F and M swapped, would
     put the fairness groups on other people. Without a patient column every image is its own unit, and the card

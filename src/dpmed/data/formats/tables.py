@@ -105,12 +105,14 @@ def read_ham10000(path: str | Path) -> Manifest:
 def _image_path(root: Path, value: str) -> Path:
     """Where a table's image path points: relative to the table's folder ``root`` unless absolute. A path written on
     Windows ("images\\0001.png") is read with "\\" as the separator on Linux and macOS too, unless a file of that
-    very name exists (a backslash is a legal character of a POSIX file name, and rare in one)."""
+    very name exists (a backslash is a legal character of a POSIX file name, and rare in one). os.path.exists, not
+    Path.exists: a name the system cannot look up ("File name too long") is no file, not an error."""
     path = Path(value) if Path(value).is_absolute() else root / value
-    if os.sep == "\\" or "\\" not in value or path.exists():
+    if os.sep == "\\" or "\\" not in value or os.path.exists(path):
         return path
     posix = value.replace("\\", "/")
     return Path(posix) if Path(posix).is_absolute() else root / posix
+
 
 def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequence[str],
                    task: TaskKind | None = None, classes: Sequence[str] | None = None,
