@@ -846,6 +846,12 @@ def test_over_seeds_a_change_reads_as_a_direction_only_where_its_t_interval_excl
     assert both.startswith("Over 3 seeds, at ε 1 no difference is shown in the pneumonia cases the model misses ("), both
     assert ", and no difference is shown in the normal cases it wrongly flags as pneumonia (95% t interval" in both
     assert "misses on average" not in both and "flags on average" not in both
+    # -0.001 to +0.001: a t interval of -0.25 to +0.25 per 100 rounds to "no change" at both ends, which must not
+    # read "no change, which includes no change"
+    tiny = case_sentence(privacy="ε 1", kind="binary", positive="pneumonia", negative="normal", level="95%",
+                         seeds=arm([-0.001, 0.0, 0.001], [-0.04, -0.05, -0.06]))
+    assert tiny.startswith("Over 3 seeds, at ε 1 no difference is shown in the pneumonia cases the model misses (95% "
+                           "t interval over seeds: no change; on average about as many; seed range: "), tiny
     assert _seeds_cell(seed_summary([-0.02, -0.05, -0.08]), cases=True) == "-5 [-12,\u00a0+2] (seed range -8 to -2)"
     # AUROC alone (no thresholds): -0.030 +- 4.303 * 0.01 / sqrt(3) = [-0.055, -0.005]
     auroc_only = arm([-0.05], [-0.05]).model_copy(update={"sensitivity_difference": None,

@@ -140,8 +140,9 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
         on_average = "about as many" if k == 0 else f"about {abs(k)} {'more' if k > 0 else 'fewer'}"
         t_range = _range(-100 * d.high, -100 * d.low, "more", "fewer")
         per = " of every 100" if any(c.isdigit() for c in t_range) else ""
-        return (f"no difference is shown in {what} ({level} t interval over seeds: {t_range}{per}, which includes "
-                f"no change; on average {on_average}; seed range: {_range(-100 * d.max, -100 * d.min, 'more', 'fewer')})")
+        holds = "" if t_range == "no change" else ", which includes no change"     # not "no change, which includes..."
+        return (f"no difference is shown in {what} ({level} t interval over seeds: {t_range}{per}{holds}; on average "
+                f"{on_average}; seed range: {_range(-100 * d.max, -100 * d.min, 'more', 'fewer')})")
 
     pos = positive or "positive"
     neg = negative or "negative"
