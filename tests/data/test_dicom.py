@@ -547,3 +547,40 @@ def test_a_dicom_declaring_more_pixels_than_pillow_decodes_is_refused_before_dec
     with pytest.raises(UnreadableImage, match=r"declares 15 x 15 pixels, more than the 200 dpmed decodes"):
         read_image(large, channels=1)
     assert read_image(small, channels=1).shape == (1, 14, 14)    # 196 px: within it
+
+
+def test_a_dicom_whose_compressed_image_is_larger_than_its_header_says_is_not_told_to_install_a_decoder(
+        tmp_path, monkeypatch):
+    """The header's Rows x Columns is checked before decoding, but a JPEG codestream says its own size: a header of
+    16 x 16 over a 64 x 64 codestream passed that check and Pillow refused it as a decompression bomb, which was told
+    as "no installed decoder reads it; install pylibjpeg", a decoder with no such guard. It is refused as the
+    oversized image it is."""
+    pydicom = pytest.importorskip("pydicom")
+    import io
+
+    from PIL import Image
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.encaps import encapsulate
+
+    codestream = io.BytesIO()
+    Image.fromarray(np.full((64, 64), 100, np.uint8)).save(codestream, "JPEG")
+    meta = FileMetaDataset()
+    meta.TransferSyntaxUID = pydicom.uid.JPEGBaseline8Bit
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.7"
+    meta.MediaStorageSOPInstanceUID = pydicom.uid.generate_uid()
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID = meta.MediaStorageSOPClassUID
+    ds.Rows = ds.Columns = 16
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
+    ds.PixelData = encapsulate([codestream.getvalue()])
+    ds["PixelData"].VR = "OB"
+    path = tmp_path / "lies.dcm"
+    ds.save_as(path, enforce_file_format=True)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)        # 16 x 16 = 256 px within 2,000; 64 x 64 beyond it
+    with pytest.raises(UnreadableImage) as caught:
+        read_image(path, channels=1)
+    said = str(caught.value)
+    assert "declares 16 x 16 pixels, but its compressed pixel data hold more than the 2,000" in said, said
+    assert "pip install" not in said, said

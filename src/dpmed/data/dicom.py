@@ -179,6 +179,21 @@ def _refuse_too_large(ds) -> None:
                               "(e.g. to 4,096 px on its long side) and run again")
 
 
+def _oversized(ds, exc: Exception) -> UnreadableImage | None:
+    """The refusal of compressed pixel data that Pillow found larger than it decodes (a decompression bomb) although
+    the header passed `_refuse_too_large`: a JPEG codestream states its own size, whatever Rows and Columns say.
+    pydicom gathers its plugins' failures into one RuntimeError, which `_undecoded` would tell as a decoder to
+    install (pylibjpeg, which has no such guard). None for any other failure."""
+    if "decompression bomb" not in str(exc):
+        return None
+    from PIL import Image
+
+    return UnreadableImage(f"declares {ds.get('Rows')} x {ds.get('Columns')} pixels, but its compressed pixel data "
+                           f"hold more than the {2 * (Image.MAX_IMAGE_PIXELS or 0):,} dpmed decodes from any image "
+                           "(Pillow's guard against decompression bombs): the header does not describe its image; "
+                           "export it again")
+
+
 def voi_window(x: np.ndarray, center: float, width: float, function: str = "LINEAR") -> np.ndarray:
     """The VOI window of PS3.3 C.11.2.1.2 mapped to [0, 1] (see the module docstring for the three functions)."""
     x = x.astype(np.float64, copy=False)
@@ -288,7 +303,7 @@ def read_dicom(path: Path) -> np.ndarray:
     # count, that its LUTDescriptor gives (found by writing odd headers; the changed-byte search keeps the header)
     except (ValueError, NotImplementedError, RuntimeError, AttributeError, KeyError, IndexError, OverflowError,
             struct.error) as exc:
-        if isinstance(exc, RuntimeError) and (told := _undecoded(ds, exc)) is not None:
+        if isinstance(exc, RuntimeError) and (told := _oversized(ds, exc) or _undecoded(ds, exc)) is not None:
             raise told from exc
         raise UnreadableImage(f"pixel data cannot be decoded ({error_name(exc)}: {exc})") from exc
     raise UnreadableImage(f"has PhotometricInterpretation {photometric or '(none)'!r}; dpmed reads MONOCHROME1, "
