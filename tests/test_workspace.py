@@ -300,3 +300,25 @@ def test_a_run_folder_or_runs_folder_that_is_a_link_is_refused_before_anything_i
     with pytest.raises(FolderError, match="is a symbolic link"):
         folder.run("base_seed0").make()
     assert [p.read_text() for p in sorted(elsewhere.rglob("model.pt"))] == ["someone's model"] * 2
+
+
+def test_a_run_json_is_not_rewritten_through_a_run_folder_that_is_a_link(tmp_path, make_record, make_explanations):
+    """`dpmed report` rewrites an older dpmed's DP-SGD run.json without its private timing. Through a run folder that
+    is a link (a finished run linked in from another study) it wrote the file the link points to, outside the output
+    folder; it is refused as `dpmed run` refuses it, and the file there is left as it was."""
+    from dpmed.folders import StudyFolder
+    from dpmed.workspace import withdraw_public_timing
+
+    cams = make_explanations({"mask_energy": {"value": 0.4, "low": 0.3, "high": 0.5}}, seconds=3.25)
+    dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0, explanations=cams)
+    dp = dp.model_copy(update={"timing": dp.timing.shareable(dp.plan)})
+    elsewhere = tmp_path / "other" / "runs" / dp.run_id
+    elsewhere.mkdir(parents=True)
+    dp.write(elsewhere / "run.json")
+    before = (elsewhere / "run.json").read_bytes()
+    folder = StudyFolder(tmp_path / "study")
+    folder.runs.mkdir(parents=True)
+    folder.run(dp.run_id).public.symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(FolderError, match=f"{folder.run(dp.run_id).public} is a symbolic link"):
+        withdraw_public_timing(folder, [dp])
+    assert (elsewhere / "run.json").read_bytes() == before

@@ -177,7 +177,8 @@ def write_json_atomic(path: Path, payload: Mapping[str, Any], *, owner_only: boo
 def refuse_link(folder: Path) -> None:
     """FolderError where ``folder`` is a symbolic link. dpmed writes a run's model, predictions and record into
     ``runs/<run id>/`` and deletes what an unfinished attempt left there (`RunFolder.discard_attempt`,
-    `dpmed.workspace.withdraw_leftovers`): through a link, a model.pt or run.json of the place it points to, outside
+    `dpmed.workspace.withdraw_leftovers`) and rewrites an older run.json (`dpmed.workspace.withdraw_public_timing`,
+    also in `dpmed report`): through a link, a model.pt or run.json of the place it points to, outside
     the output folder, was deleted or overwritten."""
     if folder.is_symlink():
         raise FolderError(f"{folder} is a symbolic link ({os.readlink(folder)}): dpmed writes and deletes a run's "

@@ -161,6 +161,8 @@ def withdraw_public_timing(folder: StudyFolder, records: Sequence[RunRecord]) ->
         elif shared.timing != r.timing:
             steps.append(r.run_id)
         run = folder.run(r.run_id)
+        refuse_link(folder.runs)            # the rewrite would write the file a link points to, outside the folder
+        refuse_link(run.public)
         if shared.timing != r.timing and read_timing(run.timing) is None:
             run.make()
             r.timing.write(run.timing)
