@@ -354,6 +354,17 @@ def test_the_fairness_section_says_how_the_spreads_intervals_differ_from_the_oth
     assert "demographic parity and equalised odds differences" in intro and "floored at 0" in intro
 
 
+def test_the_spreads_band_is_said_to_stop_at_1_as_its_cells_do(two_arms, report_html):
+    """A spread's band is its value +- c kept within [0, 1] (`dpmed.evaluation.fairness`): a quickstart showed
+    equalised odds 0.882 [0.422, 1.000], which a reader told "plus or minus, floored at 0" takes for an error (the
+    upper end 'should' be 1.342). The intro says both ends are clipped, and the record's definition with it."""
+    from dpmed.evaluation.fairness import DEFINITIONS
+
+    intro = _text(_section(report_html(two_arms), "fairness").split("<h3>")[0])
+    assert "floored at 0 and capped at 1" in intro
+    assert "clipped to [0, 1]" in DEFINITIONS["interval"]
+
+
 def test_p_values_at_the_bootstrap_floor_print_as_at_most(scored_run, scores, report_html):
     names = ["normal", "pneumonia"]
     rng = np.random.default_rng(3)

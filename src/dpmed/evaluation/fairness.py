@@ -65,7 +65,7 @@ DEFINITIONS = {
                  "units), percentile for the parity differences and the worst group; the two spreads "
                  "(demographic parity, equalised odds) instead take their value +- the quantile, at the confidence "
                  "level, of the redraws' largest deviation of a pairwise group difference from its value, clipped "
-                 "at 0; "
+                 "to [0, 1]; "
                  "a redraw in which a group that a summary compares draws none of its images, or lacks a class the "
                  "summary needs (AUROC and equalised odds need both), is undefined for that summary and left out; "
                  "each attribute-level summary counts them (undefined_redraws)"),
@@ -314,7 +314,7 @@ def _spread_estimate(value: float, redraws: np.ndarray, deviations: np.ndarray, 
     68:399-405; Fang & Santos 2019, Rev. Econ. Stud. 86:377-412). Instead every pairwise difference gets the same
     margin c, the ``confidence`` quantile over redraws of the largest deviation of a redrawn pairwise difference from
     its point value (``deviations`` [R]): a simultaneous band, so the largest difference, and the mean of such
-    largest differences over labels, lie within c of their point value, clipped at 0 below. Where one pair is far
+    largest differences over labels, lie within c of their point value, clipped to [0, 1]. Where one pair is far
     apart from the others this is a little wider than needed; it never misses because groups are alike.
     """
     defined = deviations[np.isfinite(deviations)]

@@ -332,7 +332,7 @@ def fairness_section(inputs: ReportInputs) -> str:
                  "a group's metric in a redraw uses the redrawn images of that group. The demographic "
                  "parity and equalised odds differences (largest minus smallest rate over the groups) instead take "
                  "their value plus or minus the redraws' largest move of a difference between two groups (the "
-                 f"{inputs.level} quantile), floored at 0: a percentile interval of such a largest difference lies "
+                 f"{inputs.level} quantile), floored at 0 and capped at 1 (no share differs by more): a percentile interval of such a largest difference lies "
                  f"above 0 in nearly every test set even where the groups are alike ({METHODS} sec. 5).")
     return f'<h2 id="fairness">Fairness</h2><p>{threshold}</p>{"".join(parts)}'
 
