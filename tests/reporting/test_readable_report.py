@@ -268,10 +268,38 @@ def test_a_small_group_is_marked_in_every_table_of_its_numbers_not_only_the_auro
     for k, table in enumerate(per_group):
         cells = re.findall(r'<td[^>]*data-label="\[0,30\)"[^>]*>(.*?)</td>', table)
         assert len(cells) == len(two_arms) and all('class="flag"' in c for c in cells), table[:200]
-        if k == 0:
-            continue                                 # the AUROC table marks an interval of zero width too
+        if k < 2:
+            continue          # the AUROC and accuracy tables mark an interval of zero width too (the test below)
         others = re.findall(r'<td[^>]*data-label="\[30,60\)"[^>]*>(.*?)</td>', table)
         assert others and not any('class="flag"' in c for c in others)      # a group of enough images: no mark
+
+
+def test_a_large_group_s_accuracy_of_zero_width_is_marked_in_its_cell_and_only_its_own(scored_run, scores,
+                                                                                        report_html):
+    """A quickstart's warning listed "[60,70): accuracy interval of zero width (1.000 in every redraw) (run:
+    non-private_seed1)" while that cell, 1.000 [1.000, 1.000], carried no mark: a group of enough images is marked
+    only where a warning concerns its own number, in the run it holds for."""
+    from tests.reporting.conftest import AGE, Y
+
+    rng = np.random.default_rng(5)
+    middle = (AGE >= 30) & (AGE < 60)
+    records = []
+    for run_id, arm, mechanism in (("np_seed0", "np", "none"), ("dp_eps1_C1_seed0", "dp", "dp_sgd")):
+        val, test = scores(0.4, rng)                  # classes overlap: no interval of zero width by chance
+        test = test.copy()
+        if mechanism == "none":
+            test[middle] = Y[middle]                  # every image of the group decided right in every redraw
+        records.append(scored_run(run_id, arm, mechanism, eps=None if mechanism == "none" else 1.0,
+                                  scores=(val, test), fairness=True))
+    accuracy = records[0].fairness.attributes["age"].groups["[30,60)"].accuracy
+    assert accuracy.low == accuracy.high == 1.0
+    age = _section(report_html(records), "fairness").split("<h3>By age")[1]
+    table = age.split("Test accuracy per group")[1].split("</table>")[0]
+    rows = dict(re.findall(r'<tr><td[^>]*>([^<]*)</td>(.*?)</tr>', table, flags=re.S))
+    cell = {run: re.search(r'<td[^>]*data-label="\[30,60\)"[^>]*>(.*?)</td>', row).group(1)
+            for run, row in rows.items()}
+    assert 'class="flag"' in cell["np_seed0"]
+    assert 'class="flag"' not in cell["dp_eps1_C1_seed0"]
 
 
 def test_each_small_group_warning_names_exactly_the_runs_it_holds_for(scored_run, scores, tmp_path, report_html):

@@ -154,8 +154,14 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         # a title alone is no name for a screen reader (it said "warning sign" and no more): an image named by it
         return f' <span class="flag" title="{_e(title)}" role="img" aria-label="warning: {_e(title)}">⚠</span>'
 
+    def warned(r: RunRecord, g: str, metric: str) -> bool:
+        # a small group's every number, or a group of enough images where a warning concerns this run's ``metric``
+        # ("accuracy interval of zero width"): the list above says so, and the cell, where a reader looks, did not
+        return g in small or any(reason.startswith(f"{metric} interval")
+                                 for reason in getattr(flagged.get((r.run_id, g)), "reasons", ()))
+
     def cell(r: RunRecord, e: AttributeFairness, g: str) -> str:
-        mark = warning_mark("see the warnings above") if (r.run_id, g) in flagged else ""
+        mark = warning_mark("see the warnings above") if warned(r, g, "AUROC") else ""
         return f"<td class=num>{_est(_group(e, g, 'auroc'))}{mark}</td>"
 
     def worst_cell(r: RunRecord, e: AttributeFairness) -> str:
@@ -174,10 +180,11 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         # its cell, like its AUROC cell, carries the warning; a parity (the group minus the rest) with its sign
         signed = metric.endswith("_difference")
 
-        def mark(g: str) -> str:
-            return warning_mark("a small group: see the warnings above") if g in small else ""
+        def mark(r: RunRecord, g: str) -> str:
+            return ("" if not warned(r, g, metric) else warning_mark("a small group: see the warnings above")
+                    if g in small else warning_mark("see the warnings above"))
         return "".join(f"<tr><td>{_e(r.run_id)}</td>"
-                       + "".join(f"<td class=num>{_est(_group(e, g, metric), signed=signed)}{mark(g)}</td>"
+                       + "".join(f"<td class=num>{_est(_group(e, g, metric), signed=signed)}{mark(r, g)}</td>"
                                  for g in groups)
                        + tail(r, e) + "</tr>" for r, e in zip(runs, entries))
 
