@@ -230,6 +230,32 @@ def test_the_risk_section_names_the_dp_sgd_runs_it_has_no_bound_for(make_record,
     assert section([gaussian]).count("No bound") == 0
 
 
+def test_the_risk_section_says_each_bound_is_for_its_model_released_alone(make_record, make_resolved):
+    """A quickstart's section gave each DP-SGD run's reconstruction bound (0.311% at eps 1) as "upper bounds on the
+    success probability of an informed attacker", beside non-private models of the same patients that the study
+    folder shares: an attacker who sees those as well is bounded by nothing. Where the study has other runs, the
+    section says a bound holds for its model alone and names the runs without privacy."""
+    from dpmed.folders import StudyFolder
+    from dpmed.mechanisms import mechanism_info
+    from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.sections import reconstruction_risk
+
+    dp = make_record("dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0)
+    dp = dp.model_copy(update={"reconstruction": mechanism_info("dp_sgd").reconstruction(
+        dp.plan.privacy.model_copy(update={"n_units": 100}))})
+    baseline = make_record("non-private_seed0", "non-private")
+
+    def section(records):
+        html = reconstruction_risk(ReportInputs(resolved=make_resolved(records), records=records, comparisons=None,
+                                                folder=StudyFolder(Path("unused"))))
+        return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
+
+    study = section([baseline, dp])
+    assert "that run's model released alone" in study
+    assert "'The study as a whole'" in study and "by nothing where those include a run without privacy (non-private_seed0)" in study
+    assert "released alone" not in section([dp])
+
+
 def test_the_risk_section_names_the_runs_whose_bounds_came_from_rdp_not_pld(make_record, make_resolved,
                                                                            monkeypatch):
     """Beyond the steps a PLD composes the bounds come from RDP's delta (looser; run.json labels each value "RDP
@@ -329,7 +355,7 @@ def test_the_risk_table_labels_each_eps_and_names_a_run_of_any_bound_from_rdp_an
                                             folder=StudyFolder(Path("unused"))))
     assert ("The bounds of worst_eps0.5_C1_seed0, relaxed_eps0.5_C1_seed0, tpr_eps0.5_C1_seed0 come from RDP's delta"
             in html)
-    assert "No bound" not in html and "np_seed0" not in html
+    assert "No bound" not in html and ">np_seed0</td>" not in html      # named only as voiding the bounds shared
     row = html.split(">plain_eps0.5_C1_seed0</td>", 1)[1].split("</tr>", 1)[0]
     assert f">{html_escape(eps_label(plain.privacy))}</td>" in row and "δ" in row and "PLD" in row
 

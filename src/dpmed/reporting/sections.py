@@ -497,7 +497,21 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
             "FPR, from each run's DP-SGD trade-off curve.</p>"
             + stacked("<table><tr><th>run</th><th>eps</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
                       f"<th>MIA TPR at FPR 0.1%</th><th>MIA TPR at FPR 1%</th></tr>{rows}</table>") +
-            _not_from_pld(runs) + _risk_assumptions(runs) + unbounded)
+            _released_alone(inputs.records) + _not_from_pld(runs) + _risk_assumptions(runs) + unbounded)
+
+
+def _released_alone(records: list[RunRecord]) -> str:
+    """Where the study has other runs: each bound is proved for one run's model, as its card's eps is, while every
+    run trained on the same patients and the study folder shares their models together (`study_privacy_section`).
+    Read alone, "upper bounds on the success probability" promised the bound to one who also sees the others."""
+    if len(records) < 2:
+        return ""
+    bare = [r.run_id for r in records if not r.privacy.is_dp]
+    return ("<p>Each bound is for an attacker who sees that run's model released alone. Every run of the study "
+            "trained on the same patients: one who also sees other runs' models is bounded only by the study's "
+            "composed privacy (the section 'The study as a whole')"
+            + (f", and by nothing where those include a run without privacy ({_first_ten(bare)})" if bare else "")
+            + ".</p>")
 
 
 def _not_from_pld(runs: list[RunRecord]) -> str:
