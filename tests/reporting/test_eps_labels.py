@@ -186,3 +186,23 @@ def test_a_local_dp_run_voided_by_the_sampler_names_its_own_accountant(card, acc
     text = not_dp_text(card.model_copy(update={"is_dp": False, "sampler_voids": True}))
     assert f"(the {accountant} eps holds for exact noise only)" in text
     assert ("closed form" in text) == (accountant == "closed form")
+
+
+def test_the_cards_say_their_eps_is_rounded_up_where_a_fact_exceeds_the_statement(make_record, make_resolved):
+    """A quickstart's card stated eps = 0.9995 and its facts table read eps 1: "shown to three significant figures"
+    gives 0.999, so the table looked wrong to a reader who checks. The facts round eps up (never below what was
+    accounted), and the section's intro says so."""
+    from pathlib import Path
+
+    from dpmed.folders import StudyFolder
+    from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.sections import privacy_cards
+
+    dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)
+    dp = dp.model_copy(update={"privacy": dp.privacy.model_copy(
+        update={"epsilon": 0.9994042328275012, "statement": "eps = 0.9995 at delta = 1e-05"})})
+    records = [make_record("np_seed0", "np"), dp]
+    html = privacy_cards(ReportInputs(resolved=make_resolved(records), records=records, comparisons=None,
+                                      folder=StudyFolder(Path("unused"))))
+    assert "<td>1</td>" in html.split("dp_eps1_C1_seed0: privacy facts")[1].replace(" class=num", "")
+    assert "eps and delta rounded up" in html.split('<div class="cards">')[0]

@@ -463,7 +463,8 @@ def privacy_cards(inputs: ReportInputs) -> str:
     return ('<h2 id="privacy">Privacy cards</h2><p>Every eps names its delta, accountant, unit and neighbour relation. '
             "Local DP (pixel noise) and DP-SGD protect against different neighbours (any two images versus adding or "
             "removing one patient or image from training), so their eps are not directly comparable. Numbers are "
-            "shown to three significant figures; every field at full precision is folded under each card.</p>"
+            "shown to three significant figures, eps and delta rounded up, never below what was accounted (an eps of "
+            "0.9995 reads 1); every field at full precision is folded under each card.</p>"
             f'{_claims_beyond(inputs)}<div class="cards">{"".join(_card(r) for r in inputs.records)}</div>')
 
 
