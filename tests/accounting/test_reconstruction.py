@@ -595,7 +595,8 @@ def test_the_assumptions_state_the_no_noise_limit_the_high_budgets_reach():
     high = reconstruction_risk(noise_multiplier=1e-6, sample_rate=0.1, steps=10, kappa=1 / 64)
     never = 0.9 ** 10 * (1 - 1 / 64)
     assert high.worst_case == pytest.approx(1 - never, rel=1e-9)
-    assert f"where the bound is {math.ceil((1 - never) * 1e4) / 100:g}%: the chance that the target image was " \
+    assert f"exceeds {math.ceil((1 - never) * 1e4) / 100:g}%, its value with no noise at all: the chance that " \
+           "the target image was " \
            "sampled in some step at all" in high.assumptions
     assert "65.68%" in high.assumptions and "~100%" not in high.assumptions
 
@@ -674,9 +675,9 @@ def test_the_no_noise_limit_in_the_assumptions_is_rounded_up_and_includes_the_co
     """sigma -> 0, q = 0.1, T = 5, kappa = 0.01: 1 - 0.9^5 (1 - 0.01) = 41.5415 %, shown as 41.55 % (an upper
     bound, rounded up as eps is); with the count released at eps_N = ln 2 the limit is twice that, 83.083 %."""
     args = dict(noise_multiplier=1e-6, sample_rate=0.1, steps=5, kappa=0.01)
-    assert "where the bound is 41.55%:" in reconstruction_risk(**args).assumptions
+    assert "exceeds 41.55%, its value" in reconstruction_risk(**args).assumptions
     with_count = reconstruction_risk(**args, size_epsilon=math.log(2))
-    assert "where the bound is 83.09%:" in with_count.assumptions and "with kappa and eps_N" in with_count.assumptions
+    assert "exceeds 83.09%, its value" in with_count.assumptions and "with kappa and eps_N" in with_count.assumptions
 
 
 def test_the_gdp_value_is_never_pinned_by_the_exact_limits():
@@ -722,3 +723,14 @@ def test_a_released_count_at_eps_2_multiplies_by_e_squared(reference_risk):
     counted = reconstruction_risk(**REFERENCE, kappa=REFERENCE_KAPPA, size_epsilon=2.0)
     assert counted.worst_case == pytest.approx(math.e ** 2 * reference_risk.worst_case, rel=1e-12)
     assert counted.worst_case < 0.1
+
+
+def test_the_no_noise_limit_reads_as_the_ceiling_of_every_bound():
+    """The assumptions said "No noise helps the attacker more than none, where the bound is 100%: the chance ...",
+    which reads as if noise helped the attacker and as if the bound were 100% and a sampling chance at once. It
+    says what the number is: the most any reconstruction bound of the run can reach, its value with no noise at all."""
+    text = reconstruction_risk(noise_multiplier=1e-6, sample_rate=0.1, steps=5, kappa=0.01).assumptions
+    assert "No reconstruction bound here exceeds 41.55%, its value with no noise at all: the chance that the " \
+           "target image was " \
+           "sampled in some step at all" in text
+    assert "helps the attacker" not in text

@@ -335,8 +335,8 @@ def reconstruction_risk(*, noise_multiplier: float, sample_rate: float, steps: i
         f"a uniform guess among N training {unit}s, N as released); Poisson sampling at rate q = {q:g} for T = "
         f"{steps} steps with noise multiplier {sigma:g}; neighbouring relation: {neighbours}; worst case: the "
         f"attacker knows the target's clipped gradient; relaxed: it does not know its sign (Kaissis et al. 2023). "
-        f"No noise helps the attacker more than none, where the bound is {math.ceil(ceiling * 1e4) / 100:g}%: the "
-        f"chance that the target {unit} was sampled in some step at all (1 - (1 - q)^T, with kappa"
+        f"No reconstruction bound here exceeds {math.ceil(ceiling * 1e4) / 100:g}%, its value with no noise at "
+        f"all: the chance that the target {unit} was sampled in some step at all (1 - (1 - q)^T, with kappa"
         f"{' and eps_N' if size_epsilon else ''}); high budgets (eps 1e6 and beyond) sit at it, and any "
         f"protection beyond it rests on empirical attacks, not on these bounds.")
     if size_epsilon:
