@@ -256,6 +256,27 @@ def test_the_risk_section_says_each_bound_is_for_its_model_released_alone(make_r
     assert "released alone" not in section([dp])
 
 
+def test_the_risk_section_says_in_words_what_its_prior_and_membership_columns_measure(make_record, make_resolved):
+    """A reader who is no DP engineer met "prior kappa 0.134%" and "MIA TPR at FPR 0.1%: 0.24%" with no word on what
+    either is. The intro says: the attacker's chance without the model, and the share of training patients an
+    attacker can name as such while wrongly naming a set share of the others."""
+    from dpmed.folders import StudyFolder
+    from dpmed.mechanisms import mechanism_info
+    from dpmed.reporting.inputs import ReportInputs
+    from dpmed.reporting.sections import reconstruction_risk
+
+    dp = make_record("dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0)
+    dp = dp.model_copy(update={"reconstruction": mechanism_info("dp_sgd").reconstruction(
+        dp.plan.privacy.model_copy(update={"n_units": 100}))})
+    html = reconstruction_risk(ReportInputs(resolved=make_resolved([dp]), records=[dp], comparisons=None,
+                                            folder=StudyFolder(Path("unused"))))
+    intro = re.sub(r"\s+", " ", html.split("<table")[0])
+    unit = dp.reconstruction.unit
+    assert "prior kappa: the attacker's chance without the model" in intro
+    assert (f"membership inference (MIA): the share (TPR) of training {unit}s an attacker can tell were in the "
+            "training set while wrongly naming 0.1% or 1% (the FPR) of the others") in intro
+
+
 def test_the_risk_section_names_the_runs_whose_bounds_came_from_rdp_not_pld(make_record, make_resolved,
                                                                            monkeypatch):
     """Beyond the steps a PLD composes the bounds come from RDP's delta (looser; run.json labels each value "RDP

@@ -492,10 +492,14 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
         f"</td><td class=num>{bound_percent(r.reconstruction.relaxed, 3)}</td>"     # upper bounds: rounded up
         f"<td class=num>{bound_percent(r.reconstruction.tpr_at_fpr.get('0.001'), 2)}</td>"
         f"<td class=num>{bound_percent(r.reconstruction.tpr_at_fpr.get('0.01'), 2)}</td></tr>" for r in runs)
+    units = {r.reconstruction.unit for r in runs}
+    unit = f"{units.pop()}s" if len(units) == 1 else "records"
     return ('<h2 id="risk">Reconstruction risk</h2><p>Upper bounds on the success probability of an informed attacker '
             "reconstructing one training record (an image, or a patient where the card's unit is the patient; worst "
-            "case, and relaxed: gradient sign unknown), and the best possible membership-inference TPR at a fixed "
-            "FPR, from each run's DP-SGD trade-off curve.</p>"
+            "case, and relaxed: gradient sign unknown; prior kappa: the attacker's chance without the model), and "
+            f"on membership inference (MIA): the share (TPR) of training {unit} an attacker can tell were in the "
+            "training set while wrongly naming 0.1% or 1% (the FPR) of the others; from each run's DP-SGD "
+            "trade-off curve.</p>"
             + stacked("<table><tr><th>run</th><th>eps</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
                       f"<th>MIA TPR at FPR 0.1%</th><th>MIA TPR at FPR 1%</th></tr>{rows}</table>") +
             _released_alone(inputs.records) + _not_from_pld(runs) + _risk_assumptions(runs) + unbounded)
