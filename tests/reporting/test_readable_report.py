@@ -860,9 +860,9 @@ def test_over_seeds_a_change_reads_as_a_direction_only_where_its_t_interval_excl
     8 more)", as if the range were an interval: 3 seeds' range holds the true mean 75 % of the time. The sentence now
     gives the t interval over seeds (2 df: t 4.303) as the interval and the range as the range, and says where that
     interval holds no change."""
-    from dpmed.comparisons import ValueSummary
+    from dpmed.comparisons import PairedDifference, SeedSummary, ValueSummary
     from dpmed.evaluation.paired import seed_summary
-    from dpmed.reporting.clinical import _seeds_cell, case_sentence
+    from dpmed.reporting.clinical import _paired_cell, _seeds_cell, case_sentence
 
     def arm(sensitivity, specificity):
         return ValueSummary(label="eps 1", arm="dp", seeds=[0, 1, 2], epsilon=1.0, significant_seeds=3,
@@ -892,6 +892,14 @@ def test_over_seeds_a_change_reads_as_a_direction_only_where_its_t_interval_excl
     assert tiny.startswith("Over 3 seeds, at ε 1 no difference is shown in the pneumonia cases the model misses (95% "
                            "t interval over seeds: no change; on average about as many; seed range: "), tiny
     assert _seeds_cell(seed_summary([-0.02, -0.05, -0.08]), cases=True) == "-5 [-12,\u00a0+2] (seed range -8 to -2)"
+    # an interval end clear of 0 that rounds to 0 keeps its side: "[-14, 0]" read as holding no change beside a
+    # sentence saying "under 1 to 14 more"
+    clear = SeedSummary(mean=-0.07, std=0.005, min=-0.075, max=-0.065, n_seeds=2, low=-0.14, high=-0.004)
+    assert _seeds_cell(clear, cases=True) == "-7 [-14,\u00a0-0.4] (seed range -8 to -6)"
+    assert _seeds_cell(clear.model_copy(update={"low": 0.0004, "high": 0.14}), cases=True).startswith(
+        "-7 [+0.04,\u00a0+14]")
+    assert _paired_cell(PairedDifference(value=-0.05, low=-0.12, high=0.0, p_value=0.05, defined_redraws=200),
+                        cases=True) == "-5 [-12,\u00a00]"                # an end at 0 exactly is 0
     # AUROC alone (no thresholds): -0.030 +- 4.303 * 0.01 / sqrt(3) = [-0.055, -0.005]
     auroc_only = arm([-0.05], [-0.05]).model_copy(update={"sensitivity_difference": None,
                                                           "specificity_difference": None})

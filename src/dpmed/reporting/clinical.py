@@ -49,11 +49,28 @@ def _per100(value: float | None) -> str:
     return "0" if k == 0 else f"{k:+d}"
 
 
+def _per100_end(value: float) -> str:
+    """An interval's end in cases per 100, as :func:`_per100`, but an end clear of 0 that rounds to 0 keeps its side
+    ("-0.4", "+0.04"): "[-14, 0]" read as an interval that holds no change beside a sentence saying it does not."""
+    if value == 0 or round(100 * value) != 0:
+        return _per100(value)
+    text = f"{100 * value:+.1g}"
+    return text if "e" not in text else f"{text[0]}0.000"          # not "-1e-05": the side is what it tells
+
+
+def _interval_cell(low: float | None, high: float | None, *, cases: bool) -> str:
+    """" [low, high]" of a difference, each end signed; "" where it has no interval."""
+    if low is None:
+        return ""
+    fmt = _per100_end if cases else signed_text
+    return f" [{fmt(low)},\u00a0{fmt(high)}]"
+
+
 def _paired_cell(d: PairedDifference | None, *, cases: bool) -> str:
     if d is None or d.value is None:
         return "–"
     fmt = _per100 if cases else signed_text
-    interval = "" if d.low is None else f" [{fmt(d.low)},\u00a0{fmt(d.high)}]"
+    interval = _interval_cell(d.low, d.high, cases=cases)
     return f"{fmt(d.value)}{interval}"
 
 
@@ -63,7 +80,7 @@ def _seeds_cell(s: SeedSummary | None, *, cases: bool) -> str:
     if s is None or s.mean is None:
         return "–"
     fmt = _per100 if cases else signed_text
-    interval = "" if s.low is None else f" [{fmt(s.low)},\u00a0{fmt(s.high)}]"
+    interval = _interval_cell(s.low, s.high, cases=cases)
     return f"{fmt(s.mean)}{interval} (seed range {fmt(s.min)} to {fmt(s.max)})"
 
 
