@@ -222,3 +222,22 @@ def test_jackknife_leaves_out_each_patient_once_with_all_of_their_images():
     small = bootstrap_redraws(6, patient_ids=["a", "a", "b", "c", "c", "c"], n_resamples=3, seed=0)
     np.testing.assert_array_equal(np.concatenate([c for _r, c in jackknife_counts(small)]),
                                   [[0, 0, 1, 1, 1, 1], [1, 1, 0, 1, 1, 1], [1, 1, 1, 0, 0, 0]])
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_bca_interval_stays_ordered_where_the_acceleration_meets_an_extreme_bias(sign):
+    """Efron & Tibshirani's level Phi(z0 + (z0 + z) / (1 - a (z0 + z))) rises with z only while 1 - a (z0 + z) > 0;
+    |a| reaches nearly 1/6 where one unit decides the jackknife, and z0 reaches Phi^-1(1 - 1 / (2 R)) where every
+    redraw lies on one side of the value, so at 99.9% (or 95% with 100,000 redraws) the denominator turns negative.
+    Its limit there is the last redraw on that side: the interval must stay ordered and widen with the confidence."""
+    samples = sign * np.linspace(0.0, 1.0, 1000)
+    jackknife = np.r_[np.zeros(199), -sign]                      # a = sign * 0.165, near its bound of 1/6
+    value = sign * 2.0                                           # beyond every redraw: z0 at its clip, same sign as a
+    narrow = bca_interval(value, samples, jackknife, confidence=0.99)
+    wide = bca_interval(value, samples, jackknife, confidence=0.999)
+    assert wide[0] <= wide[1]
+    assert wide[0] <= narrow[0] and narrow[1] <= wide[1]
+    assert (wide[1] if sign > 0 else wide[0]) == (samples.max() if sign > 0 else samples.min())
+    many = sign * np.linspace(0.0, 1.0, 100_000)
+    low, high = bca_interval(value, many, jackknife, confidence=0.95)
+    assert low <= high

@@ -189,6 +189,8 @@ def bca_interval(value: float, samples: np.ndarray, jackknife: np.ndarray, *,
     With groups of units instead of single units u is a sum of the units' influences, whose squares and cubes
     sum, in expectation, to the same totals, so a is estimated at a fixed cost (delete-a-group jackknife; Efron &
     Tibshirani 1993, sec. 11.5). a = 0 gives the bias-corrected percentile interval, a = z0 = 0 the percentile one.
+    Past the formula's pole (1 - a (z0 + z) <= 0: an extreme z0 with a near its bound of 1/6) the bound is the last
+    redraw on that side, the level's limit at the pole.
 
     nan samples (redraws in which the metric is undefined) are left out, as are nan jackknife values; with fewer than
     two defined jackknife values a = 0. With no defined redraw the interval is ``(nan, nan)``; where ``value`` itself
@@ -214,6 +216,12 @@ def bca_interval(value: float, samples: np.ndarray, jackknife: np.ndarray, *,
     spread = float(np.sum(u**2))
     a = float(np.sum(u**3)) / (6.0 * spread**1.5) if spread > 0 else 0.0
     z = ndtri(np.array([(1.0 - float(confidence)) / 2, (1.0 + float(confidence)) / 2]))
-    levels = ndtr(z0 + (z0 + z) / (1.0 - a * (z0 + z)))
+    # The level rises with z only while 1 - a (z0 + z) > 0; |a| < 1/6, but z0 reaches +-Phi^-1(1 - 1 / (2 R)), so a
+    # high confidence or many redraws can cross that pole, where the formula would jump to the other end of the
+    # redraws and turn the interval over. At and past the pole the level is its limit there: 1 for a > 0, 0 for a < 0.
+    shift = z0 + z
+    denominator = 1.0 - a * shift
+    levels = np.where(denominator > 0, ndtr(z0 + shift / np.where(denominator > 0, denominator, 1.0)),
+                      1.0 if a > 0 else 0.0)
     low, high = np.percentile(values, 100.0 * levels)
     return float(low), float(high)
