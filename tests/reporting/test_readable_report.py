@@ -360,6 +360,22 @@ def test_an_interval_wholly_beside_its_point_is_explained_where_one_is_shown(two
     assert cases(edited, "sex")
 
 
+def test_the_note_on_a_group_auroc_beside_its_point_names_the_bca_interval_it_has(two_arms, report_html):
+    """A group's AUROC interval is BCa (METHODS.md sec. 4), not the middle of the redraws: where it is the interval
+    lying beside its point, the note must explain the interval it is, not call it a percentile one."""
+    before = two_arms[1].fairness
+    sex = before.attributes["sex"]
+    group = next(iter(sex.groups))
+    moved = sex.groups[group].model_copy(update={"auroc": Estimate(value=0.70, low=0.72, high=0.90)})
+    sex = sex.model_copy(update={"groups": {**sex.groups, group: moved}})
+    fairness = before.model_copy(update={"attributes": {**before.attributes, "sex": sex}})
+    edited = [two_arms[0], two_arms[1].model_copy(update={"fairness": fairness})]
+    part = _text(_section(report_html(edited), "fairness").split("<h3>By sex</h3>")[1].split("<h3>")[0])
+    note = part[part.index("wholly on one side of"):]
+    assert f"{group} AUROC" in note and "BCa" in note
+    assert "A percentile interval is the middle" not in note
+
+
 def test_runs_an_older_dpmed_evaluated_are_named_in_the_summary_until_the_study_is_resumed(two_arms, report_html):
     """`dpmed report` on a folder an older dpmed finished recomputes nothing: its runs' numbers come from the older
     methods, which the summary must say, with the way to evaluate them again; a folder of one version says nothing."""

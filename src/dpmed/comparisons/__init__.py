@@ -41,7 +41,7 @@ __all__ = ["Comparisons", "compare_runs", "Correlation", "Correlations", "SeedSu
            "SIGNIFICANCE", "decides_one_class", "holds_chance"]
 
 # A fairness group with fewer positives (or negatives) than this is flagged: its AUROC moves in steps of 1 / (its
-# positives x negatives), its sensitivity in steps of 1 / positives, and its percentile interval can collapse to a
+# positives x negatives), its sensitivity in steps of 1 / positives, and its bootstrap interval can collapse to a
 # point (1.000 [1.000, 1.000] for a group whose one positive outscores every negative in every redraw).
 MIN_CLASS_COUNT = 10
 

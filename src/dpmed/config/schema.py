@@ -277,7 +277,7 @@ class CamConfig(_Strict):
 
 
 class EvaluationConfig(_Strict):
-    """Percentile bootstrap over test redraws (METHODS.md s.4); the same seed gives every arm the same redraws.
+    """Bootstrap intervals over test redraws (METHODS.md s.4); the same seed gives every arm the same redraws.
 
     fairness: per-group metrics (on by default; ``null`` turns them off). explanations: Grad-CAM and its metrics (off
     by default: they need the model and cost forward passes; e.g. ``explanations: {method: gradcam, n_images: 64}``).

@@ -35,7 +35,7 @@ NARROW_INCHES = 3.9          # every narrow figure's width: 780 px at 200 dpi
 def plot_interval(ax: Any, at: float, value: float, low: float | None, high: float | None, *, across: bool = False,
                   marker: str = "o", ms: float = 4, **style: Any) -> Any:
     """A point estimate at ``at`` with its interval drawn as a line from ``low`` to ``high`` (``across``: values on
-    x), not as error bars: a percentile bootstrap interval need not contain its point (few redraws, or a skewed
+    x), not as error bars: a bootstrap interval (percentile or BCa) need not contain its point (few redraws, or a skewed
     statistic such as a small group's AUROC), and error bars cannot show that (matplotlib refuses negative lengths,
     which made a finished study's report fail). Returns the point's line, for a legend."""
     xy = (value, at) if across else (at, value)

@@ -9,8 +9,9 @@ What is shown (METHODS.md sec. 5-6): per-group AUROC and the accuracy parity dif
 al. 2023 (003_9a91354dc2d7e2df.txt; named as what it is), fairlearn's demographic parity and equalised odds
 differences, the worst group; Grad-CAM's faithfulness metrics of Naidu et al. 2021 (001_d0483fd35863b74c.txt) and,
 on the phantom, lesion-mask energy and pointing game; a grid of the same test images explained by every run. Every
-number carries its percentile bootstrap interval; small groups and intervals of zero width are flagged
-(`dpmed.comparisons.GroupFlag`), and p-values at the bootstrap's floor are printed as "<= floor".
+number carries its bootstrap interval (BCa, percentile or a band: `dpmed.evaluation.fairness`); small groups and
+intervals of zero width are flagged (`dpmed.comparisons.GroupFlag`), and p-values at the bootstrap's floor are
+printed as "<= floor".
 """
 
 from __future__ import annotations
@@ -277,7 +278,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
 
 def _outside_note(runs: list[RunRecord], entries: list[AttributeFairness], groups: list[str], level: str) -> str:
     """A note where some interval of the attribute's tables lies wholly on one side of its point (worst-group AUROC
-    0.612 [0.501, 0.598]), which reads as an error but is what a percentile bootstrap of such statistics does. The
+    0.612 [0.501, 0.598]), which reads as an error but is what a bootstrap of such statistics can do. The
     two spreads' bands hold their points (`dpmed.evaluation.fairness`); records evaluated before they had bands may
     not."""
     def outside(est: Estimate | None) -> bool:
@@ -298,11 +299,12 @@ def _outside_note(runs: list[RunRecord], entries: list[AttributeFairness], group
     example = _est(est, signed=what.endswith("accuracy parity difference"))    # a group minus the rest: signed
     return (f"<p>{len(cases)} interval{'s' if several else ''} in these tables lie{'' if several else 's'} wholly on "
             f"one side of {'their points' if several else 'its point'} (e.g. {_e(run_id)}'s {_e(what)} "
-            f"{example}). A percentile interval is the middle {level} of the redraws' values, not a band around the "
-            "point. Each redraw's noise pushes a minimum over the groups (the worst group) down and a largest minus "
-            "smallest (the two differences over the groups, in runs evaluated before they got bands) up, and a small "
-            "group's value moves in large steps, so the redraws can all fall on one side of the value on the whole "
-            "test set.</p>")
+            f"{example}). An interval is read off the redraws' values, not set around the point: the middle "
+            f"{level} of them (percentile), or for a group's AUROC the BCa quantiles, moved towards the side on "
+            "which most redraws fall. Each redraw's noise pushes a minimum over the groups (the worst group) down and "
+            "a largest minus smallest (the two differences over the groups, in runs evaluated before they got bands) "
+            "up, and a small group's value moves in large steps, so the redraws can all fall on one side of the "
+            "value on the whole test set.</p>")
 
 
 def fairness_section(inputs: ReportInputs) -> str:
