@@ -757,6 +757,15 @@ def test_comparisons_json_describes_the_interval_over_seeds_as_it_is_computed(ma
     assert "[0, 1]" in definitions["metrics_by_value"] and "not below 0" in definitions["metrics_by_value"]
 
 
+def test_comparisons_json_names_the_interval_rule_of_the_paired_differences(make_record):
+    """A run's own AUROC, accuracy and rates have BCa intervals since evaluation version 3; the paired differences
+    kept the percentile interval that their p-value inverts. comparisons.json must say which, or a reader takes the
+    difference's interval for the same rule as the arms' beside it."""
+    records = [make_record("np_seed0", "np", seed=0, metrics={"test_auroc": 0.8})]
+    definitions = compare_runs(records, {}, kind="binary", label_names=["a", "b"], n_resamples=50).definitions
+    assert "percentile interval" in definitions["auroc_difference"]
+
+
 def test_a_pair_whose_reference_holds_chance_says_so_in_comparisons_json(make_record):
     """The report names a non-private run whose test AUROC interval holds 0.5 (its seed's changes then measure a
     reference that may have learned nothing, and read as gains); comparisons.json had no such field, so a program

@@ -425,7 +425,9 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
         definitions={
             "auroc_difference": "private minus non-private test AUROC (same seed), paired bootstrap over the same "
                                 "seeded test redraws (of bootstrap_unit: patients, each with all of their images, "
-                                "or images); two-sided bootstrap p-value, at least p_floor = 2 / (R + 1)",
+                                "or images): the percentile interval of the redrawn differences, which the "
+                                "two-sided bootstrap p-value inverts (each run's own AUROC interval is BCa), "
+                                "p at least p_floor = 2 / (R + 1)",
             "sensitivity_difference": "private minus non-private (same seed) share of positive test images decided "
                                       "positive, each model at its own validation-chosen (Youden) threshold; the "
                                       "same redraws",
