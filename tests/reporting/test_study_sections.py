@@ -56,6 +56,7 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
     for text in ('id="fairness"', 'id="interpretability"', 'id="comparisons"', "Accuracy parity difference",
                  "equalised odds", "lesion-mask energy", "masked-input score", "AUROC difference",
                  "percentile bootstrap intervals over those images.",         # explained without patient ids
+                 "percentile interval of the paired bootstrap",               # not the BCa of the runs' own
                  "Test accuracy per group", "Demographic parity difference per group",
                  "in 4 equal steps, a deleted pixel (or one not yet inserted) set to black (0 in [0, 1] pixels)",
                  "within 0 px of the lesion mask",                           # the settings the metrics depend on

@@ -514,8 +514,9 @@ def comparison_section(inputs: ReportInputs) -> str:
                       f" With {comparisons.n_resamples} redraws the smallest p-value the bootstrap can give is "
                       f"{floor:.2g} (2 / (R + 1)); a difference that no redraw crossed is shown as p ≤ {floor:.2g}.")
         unit = "patients" if comparisons.bootstrap_unit == "patient" else "images"
-        parts.append(f"<p>Each run minus the non-private run of the same seed, paired bootstrap over the same "
-                     f"redraws of the test {unit} [{level} CI], with a two-sided bootstrap p-value; {decided}. The "
+        parts.append(f"<p>Each run minus the non-private run of the same seed, with the percentile interval of the "
+                     f"paired bootstrap over the same redraws of the test {unit} [{level} CI] (the runs' own "
+                     f"intervals are BCa) and the two-sided bootstrap p-value that inverts it; {decided}. The "
                      "interval of a difference is what says whether two arms differ; overlapping per-arm intervals "
                      f"do not.{floor_text}</p>"
                      + stacked(f"<table><tr><th>run</th><th>reference</th>{heads}</tr>{body}</table>"))
