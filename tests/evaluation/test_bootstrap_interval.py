@@ -191,6 +191,21 @@ def test_bca_interval_is_scipys_bca_on_the_same_redraws(confidence):
     assert ours[1] > percentile_interval(x[idx].mean(axis=1), confidence=confidence)[1] + 0.01
 
 
+def test_bca_interval_counts_redraws_tied_with_the_value_half_as_scipy_does():
+    """A rate redraws to its own value often (341 of 2000 here): scipy.stats.bootstrap counts those ties one half in
+    z0, where Efron & Tibshirani's eq. 14.14 counts only redraws strictly below; the two conventions give different
+    bounds here, and dpmed's must be scipy's."""
+    from scipy.stats import bootstrap
+    x = (np.random.default_rng(1).random(40) < 0.85).astype(float)
+    idx = bootstrap_indices(40, n_resamples=2000, seed=7)
+    redraws = x[idx].mean(axis=1)
+    assert (redraws == x.mean()).sum() > 300
+    theirs = bootstrap((x,), np.mean, method="BCa", n_resamples=2000, rng=np.random.default_rng(7)).confidence_interval
+    jackknife = np.array([np.delete(x, i).mean() for i in range(x.size)])
+    assert bca_interval(x.mean(), redraws, jackknife) == pytest.approx((theirs.low, theirs.high), rel=1e-12)
+    assert bca_interval(x.mean() + 1e-9, redraws, jackknife) != bca_interval(x.mean() - 1e-9, redraws, jackknife)
+
+
 def test_bca_interval_without_bias_or_acceleration_is_the_percentile_interval():
     """Redraws symmetric about the value (z0 = 0) and a symmetric jackknife (a = 0): nothing to correct."""
     samples = np.arange(-50.0, 51.0)

@@ -184,7 +184,9 @@ def bca_interval(value: float, samples: np.ndarray, jackknife: np.ndarray, *,
     to its nominal level there at no loss on larger sets (benchmarks/RESULTS.md, "Interval coverage"). BCa (Efron
     1987, "Better bootstrap confidence intervals", JASA 82:171-185; Efron & Tibshirani 1993, ch. 14) takes the quantiles
     Phi(z0 + (z0 + z) / (1 - a (z0 + z))) of the redraws, z = Phi^-1 of (1 -+ confidence) / 2, with the bias
-    correction z0 = Phi^-1(share of redraws below ``value``, ties counting one half) and the acceleration
+    correction z0 = Phi^-1(share of redraws below ``value``, ties counting one half: eq. 14.14 counts only those
+    strictly below, which biases z0 down for a rate that often redraws to its own value; the half is
+    scipy.stats.bootstrap's rule) and the acceleration
     a = sum(u^3) / (6 (sum(u^2))^1.5), u the jackknife values' mean minus each (Efron & Tibshirani 1993, eq. 14.15).
     With groups of units instead of single units u is a sum of the units' influences, whose squares and cubes
     sum, in expectation, to the same totals, so a is estimated at a fixed cost (delete-a-group jackknife; Efron &
