@@ -251,7 +251,8 @@ def test_the_message_lists_the_first_five_rows_and_counts_all(aptos, write_csv, 
 @pytest.mark.parametrize("content, said", [
     ("file,label\nä.png,1\n".encode("latin-1"), "is not UTF-8 text: line 2 .* save it as UTF-8"),
     (b"", "is empty; it needs a header line and one row per image"),
-    (b"file;label\na.png;1\n", "its columns are 'file;label'.* holds ';': dpmed reads comma-separated tables"),
+    (b"file;label\na.png;1\n", "its columns are 'file;label'.* holds ';': dpmed reads comma-separated tables; "
+                              r"save it as 'CSV UTF-8 \(comma delimited\)'"),
     (b"file,label\na.png,1\nb.png,1,extra\n", r"Expected 2 fields in line 3, saw 3\); every line needs as many"),
     (b"file,label\n", r"labels.csv has a header but no rows; the dataset needs images$"),
 ])

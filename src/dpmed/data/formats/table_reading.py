@@ -129,8 +129,8 @@ def read_table(path: Path, required: Sequence[str], *, header_only_ok: bool = Fa
     if missing:
         have = ", ".join(repr(c) for c in frame.columns[:30])
         other = next((d for d in (";", "\t", "|") if len(frame.columns) == 1 and d in frame.columns[0]), None)
-        hint = (f" Its one column holds {other!r}: dpmed reads comma-separated tables; save it with commas."
-                if other else "")
+        hint = (f" Its one column holds {other!r}: dpmed reads comma-separated tables; save it as 'CSV UTF-8 "
+                "(comma delimited)' (Excel saves ';' where ',' is the decimal separator)." if other else "")
         raise DataError(f"{path} has no column {', '.join(repr(c) for c in missing)}; its columns are {have}. "
                         f"Check the file (or the column names in the study file's data.columns / data.labels).{hint}")
     if len(frame) == 0 and not header_only_ok:
