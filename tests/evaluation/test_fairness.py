@@ -683,3 +683,28 @@ def test_the_released_definition_of_the_spreads_band_names_no_level_but_the_reco
                             attributes={"sex": sex}, n_resamples=20, seed=0, confidence=0.9)
     assert out.confidence == 0.9
     assert "%" not in out.definitions["interval"] and "confidence" in out.definitions["interval"]
+
+
+def test_the_recorded_definitions_describe_the_task_s_own_decisions():
+    """A multiclass run.json's fairness block said its decisions used "Youden's J on the validation split" and
+    defined demographic parity as P(yhat=1 | group), while its thresholds were null (argmax) and both spreads n/a;
+    a multilabel one did not say that its decisions, accuracy and spreads are per finding, averaged."""
+    rng = np.random.default_rng(4)
+    y = np.tile([0, 1, 2], 20)
+    s = rng.dirichlet(np.ones(3), size=60)
+    sex = np.where(np.arange(60) < 30, "female", "male")
+    multiclass = evaluate_fairness(kind="multiclass", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
+                                   attributes={"sex": sex}, n_resamples=20, seed=0).definitions
+    assert "Youden" not in multiclass["threshold"] and "argmax" in multiclass["threshold"]
+    for key in ("demographic_parity_difference", "equalized_odds_difference"):
+        assert "yhat=1" not in multiclass[key] and "multiclass" in multiclass[key]
+    ym = np.stack([Y, 1 - Y], 1)
+    multilabel = evaluate_fairness(kind="multilabel", val_labels=np.stack([VAL_Y, 1 - VAL_Y], 1),
+                                   val_scores=np.stack([VAL_S, 1 - VAL_S], 1), test_labels=ym,
+                                   test_scores=np.stack([S, 1 - S], 1), attributes={"sex": SEX}, n_resamples=20,
+                                   seed=0).definitions
+    assert "each finding" in multilabel["threshold"]
+    for key in ("accuracy_parity_difference", "demographic_parity_difference", "equalized_odds_difference"):
+        assert "findings" in multilabel[key]
+    binary = _evaluate().definitions
+    assert "Youden" in binary["threshold"] and "findings" not in binary["demographic_parity_difference"]

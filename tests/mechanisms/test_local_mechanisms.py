@@ -83,13 +83,14 @@ def test_what_the_terminal_and_run_json_say_cite_the_source_documents_as_the_rep
     import re
 
     from dpmed.accounting import Ledger
-    from dpmed.evaluation.fairness import DEFINITIONS
+    from dpmed.evaluation.fairness import task_definitions
     from dpmed.mechanisms import mechanism_info
     from dpmed.mechanisms.scalar_shift import ScalarShiftPlan
     from dpmed.reporting.inputs import cite
 
     statement = mechanism_info("scalar_shift").card(ScalarShiftPlan(scale=0.5), Ledger(), "secure").statement
-    for text in (statement, *DEFINITIONS.values()):
+    for text in (statement, *(d for k in ("binary", "multiclass", "multilabel")
+                                 for d in task_definitions(k).values())):
         assert not re.search(r"00\d_[0-9a-f]{16}\.txt", text) and cite(text) == text
     assert "Singh, Sikka, Kotti and Trask 2020" in statement
 

@@ -44,7 +44,8 @@ from dpmed.evaluation.weighted import (as_label_columns, estimate, jackknife_cou
                                        weighted_macro_auroc, weighted_mean)
 
 __all__ = ["AGE_BINS", "UNKNOWN", "GROUPINGS", "group_labels", "age_groups", "sex_groups", "decisions",
-           "evaluate_fairness", "uncompared_groups", "attribute_fairness", "fairness_columns", "DEFINITIONS"]
+           "evaluate_fairness", "uncompared_groups", "attribute_fairness", "fairness_columns", "DEFINITIONS",
+           "task_definitions"]
 
 AGE_BINS: tuple[float, ...] = (0.0, 30.0, 60.0, 70.0, 80.0, 100.0)
 UNKNOWN = "unknown"
@@ -70,6 +71,30 @@ DEFINITIONS = {
                  "summary needs (AUROC and equalised odds need both), is undefined for that summary and left out; "
                  "each attribute-level summary counts them (undefined_redraws)"),
 }
+
+# What differs where a task decides otherwise than by one threshold (`decisions`): a multiclass run decides by argmax,
+# so it has no yhat = 1 and neither spread; a multilabel run decides each finding at its own threshold and averages.
+_TASK_DEFINITIONS: Mapping[str, Mapping[str, str]] = {
+    "multiclass": {
+        "accuracy_parity_difference": DEFINITIONS["accuracy_parity_difference"] + "; correct: the argmax is the class",
+        "demographic_parity_difference": "n/a for a multiclass task: its argmax decisions have no one positive class",
+        "equalized_odds_difference": "n/a for a multiclass task: its argmax decisions have no one positive class",
+        "threshold": "none: each test image is decided as the class with the highest score (argmax)",
+    },
+    "multilabel": {
+        "accuracy_parity_difference": (DEFINITIONS["accuracy_parity_difference"] + "; correct: the share of an "
+                                       "image's findings decided right, so the mean over the findings"),
+        "demographic_parity_difference": DEFINITIONS["demographic_parity_difference"] + ", each the mean over the "
+                                                                                        "findings",
+        "equalized_odds_difference": DEFINITIONS["equalized_odds_difference"] + ", the mean over the findings",
+        "threshold": "each finding's own Youden's J on the validation split, applied unchanged to test",
+    },
+}
+
+
+def task_definitions(kind: str) -> dict[str, str]:
+    """The definitions a run.json's fairness block carries, as its task decides (`decisions`)."""
+    return {**DEFINITIONS, **_TASK_DEFINITIONS.get(kind, {})}
 
 
 # ---------------------------------------------------------------------------------------------------------- groups
@@ -371,7 +396,7 @@ def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_sc
             if name == "sex" else (
             "each age group minus the other age groups pooled (unknown ages, and ages at or above the last edge, "
             "in neither)")})
-    return Fairness(definitions=DEFINITIONS, thresholds=thresholds, n_test=n, n_resamples=int(n_resamples),
+    return Fairness(definitions=task_definitions(kind), thresholds=thresholds, n_test=n, n_resamples=int(n_resamples),
                     bootstrap_seed=int(seed), bootstrap_unit=redraws.unit, confidence=float(confidence),
                     age_bins=[float(b) for b in age_bins], attributes=out)
 
