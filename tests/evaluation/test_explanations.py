@@ -240,3 +240,16 @@ def test_patient_ids_that_are_not_one_per_explained_image_are_refused_before_any
     with pytest.raises(ValueError, match="2 patient ids for 3 explained images"):
         explain(_Brightness(), images, kind="binary", target_layer="features", deletion_steps=2, n_resamples=20,
                 patient_ids=["p1", "p2"])
+
+
+def test_a_multilabel_run_says_it_explains_the_finding_of_the_highest_score_not_a_predicted_class():
+    """A multilabel run decides each finding at its own threshold, so an image may be decided to hold none or
+    several: its CAM is of the finding with the highest score, which the record called "predicted (argmax)", as if
+    the run had predicted that finding. Finding 1's evidence (0.5) outweighs finding 0's (0.1)."""
+    image = np.empty((1, 2, 8, 8), np.float32)
+    image[0, 0], image[0, 1] = 0.1, 0.5
+    record, arrays = explain(_TwoFindings(), image, kind="multilabel", target_layer="features", deletion_steps=2,
+                             n_resamples=20)
+    assert arrays["targets"].tolist() == [1]
+    assert "predicted" not in record.explained_class
+    assert "finding with the highest score" in record.explained_class and "threshold" in record.explained_class

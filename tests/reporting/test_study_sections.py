@@ -152,7 +152,7 @@ def test_each_all_zero_count_is_attached_to_the_metrics_its_maps_feed(tmp_path, 
                            explanations=explanations.model_copy(update={"n_zero_cams": 0, "n_zero_lesion_cams": 1}))]
     write_outputs(StudyFolder(tmp_path), make_resolved(records, resamples=50, n_test=N), records)
     page = (tmp_path / "report.html").read_text()
-    predicted = page[page.index("All-zero CAMs of the predicted class"):]
+    predicted = page[page.index("All-zero CAMs of the explained class"):]
     predicted = predicted[:predicted.index(".</")]
     lesion = page[page.index("All-zero CAMs of class 1"):]
     lesion = lesion[:lesion.index(".</")]

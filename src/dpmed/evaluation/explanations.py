@@ -9,7 +9,8 @@ both on the explained images of a test set and writes the run.json block and the
   metrics of :mod:`dpmed.evaluation.faithfulness` on them. c is the class the run's other metrics say it predicts:
   for a binary task at the run's validation Youden threshold (a DP model's compressed scores often sit on either
   side of it and of 0.5 at once, and an explanation of "normal" for an image counted as predicted pneumonia would
-  describe another decision than the utility numbers), otherwise the argmax;
+  describe another decision than the utility numbers), otherwise the argmax (for a multilabel task, which decides
+  each finding at its own threshold, the finding of the highest score, whether or not it is decided present);
 * where ground-truth lesion masks exist (the phantom): the mask energy and the pointing game, on the CAM of the
   finding the mask annotates (binary: class 1; multilabel: the sum of every finding's score, since one mask marks
   the lesions of all findings together, and one finding's map would be scored against another's lesions), on the
@@ -48,6 +49,14 @@ def select_images(n_test: int, *, n_images: int, seed: int) -> np.ndarray:
     for every arm of a study (same test set, same seed), so their explanations are of the same images."""
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(n_test, size=min(n_images, n_test), replace=False))
+
+
+def _explained_class(kind: str, decided: bool) -> str:
+    """What c is, as the record states it: a multilabel run decides each finding at its own threshold (none or
+    several per image), so the finding its map explains is the one of the highest score, not a predicted class."""
+    if kind == "multilabel":
+        return "the finding with the highest score (argmax over the findings, whether or not it passes its threshold)"
+    return "predicted (at the run's validation Youden threshold)" if decided else "predicted (argmax)"
 
 
 def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: str, method: str = "gradcam",
@@ -100,9 +109,7 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
     arrays = {"cams": cams.astype(np.float16), "targets": targets, "score_image": y, "score_masked": o,
               "deletion_curve": del_curve, "insertion_curve": ins_curve}
     record: dict[str, Any] = {"method": method, "method_reference": CAM_METHODS[method].reference,
-                              "target_layer": target_layer, "explained_class": (
-                                  "predicted (at the run's validation Youden threshold)"
-                                  if decided else "predicted (argmax)"),
+                              "target_layer": target_layer, "explained_class": _explained_class(kind, decided),
                               "n_images": int(len(images)), "n_zero_cams": int((cams.max(axis=(1, 2)) <= 0).sum()),
                               "bootstrap_unit": "image" if ids is None else "patient",
                               # Y's spread: the confidence metrics divide by Y, and a model whose class scores

@@ -372,9 +372,9 @@ def _grid(runs: list[RunRecord], inputs: ReportInputs) -> str:
                           f"Grad-CAM maps of the test images {', '.join(titles)} (columns): the top row the images "
                           + ("with their lesion masks outlined" if masks is not None else "themselves")
                           + ", then one row per run: " + "; ".join(label.replace("\n", ", ") for label, _ in rows))
-    return ("<p>The same test images explained by every run (Grad-CAM of the predicted class over the image; top "
-            "row: the image with its lesion mask outlined, where the dataset has masks; a phone shows the first "
-            f"three).</p><figure>{figure}</figure>{unread}")
+    return ("<p>The same test images explained by every run (Grad-CAM of the explained class, named above, over the "
+            "image; top row: the image with its lesion mask outlined, where the dataset has masks; a phone shows the "
+            f"first three).</p><figure>{figure}</figure>{unread}")
 
 
 def _lesion_target(explanations: Explanations) -> str:
@@ -412,7 +412,7 @@ def interpretability_section(inputs: ReportInputs) -> str:
     if {"deletion_auc", "insertion_auc"} & set(metrics):
         notes.append(f"Deletion and insertion take the pixels in order of the CAM in {e0.deletion_steps} equal steps, "
                      f"a deleted pixel (or one not yet inserted) set to {_e(e0.baseline)}; the AUC is that of the "
-                     "predicted-class score against the share of pixels taken (trapezoid rule).")
+                     "explained class's score against the share of pixels taken (trapezoid rule).")
     if "pointing_game" in metrics and e0.pointing_tolerance_px is not None:
         notes.append(f"Pointing game: a hit where the CAM's peak lies within {e0.pointing_tolerance_px:g} px of the "
                      "lesion mask (0: inside it).")
@@ -438,7 +438,7 @@ def interpretability_section(inputs: ReportInputs) -> str:
     # deletion/insertion metrics, the lesion-class maps (records before them lack the count) energy and pointing.
     zero = [f"{_e(r.run_id)}: {e.n_zero_cams} of {e.n_images}" for r in runs if (e := r.explanations).n_zero_cams]
     if zero:
-        notes.append("All-zero CAMs of the predicted class (no positive evidence anywhere), which Average Drop, "
+        notes.append("All-zero CAMs of the explained class (no positive evidence anywhere), which Average Drop, "
                      "Increase in Confidence, the masked-input score and deletion/insertion AUC read (the masked "
                      "input is then a black image, and deletion and insertion take the pixels in raster order): "
                      + ", ".join(zero) + ".")
