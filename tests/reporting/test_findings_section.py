@@ -113,3 +113,25 @@ def test_a_multiclass_study_that_names_no_class_anywhere_has_no_empty_per_class_
     assert 'id="utility"' in html and "1.000" in html[html.index('id="utility"'):]
     summary = html[html.index('id="summary"'):html.index("</table>", html.index('id="summary"'))]
     assert "task multiclass</td>" in summary and "; classes" not in summary      # no list of no names
+
+
+def test_the_correlation_across_classes_names_them_classes(tmp_path, make_record, report_html):
+    """A multiclass study's report read "Across labels, Pearson r between each label's AUROC drop ... and its
+    positive test count" beside tables that call the same columns classes, one-vs-rest."""
+    rng = np.random.default_rng(5)
+    names = ["none", "mild", "moderate", "severe"]
+    y = np.arange(N) % 4
+    records = []
+    for run_id, arm, mechanism, quality in (("np_seed0", "np", "none", 0.9), ("dp_eps1_C1_seed0", "dp", "dp_sgd", 0.3)):
+        s = rng.random((N, 4)) + quality * np.eye(4)[y] * (1 + np.arange(4))[None, :] / 4
+        s /= s.sum(1, keepdims=True)
+        (tmp_path / "runs" / run_id).mkdir(parents=True)
+        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=s, test_labels=y,
+                 test_patient_ids=np.arange(N).astype(str), val_scores=s, val_labels=y,
+                 val_patient_ids=np.arange(N).astype(str))
+        m = evaluate_utility(kind="multiclass", label_names=names, val_labels=y, val_scores=s, test_labels=y,
+                             test_scores=s, n_resamples=200)
+        records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None, metrics=m))
+    html = report_html(records, task="multiclass", names=names)
+    assert "Across classes, Pearson r between each class's AUROC drop" in html
+    assert "Across labels" not in html and "each label's" not in html

@@ -544,8 +544,12 @@ def comparison_section(inputs: ReportInputs) -> str:
     if labels:
         body = "".join(f"<tr><td>{_e(c.run_id)}</td><td class=num>{_r_with_p(c.drop_vs_positive_count)}</td>"
                        f"<td class=num>{_r_with_p(c.drop_vs_nonprivate_auroc)}</td></tr>" for c in labels)
-        parts.append("<p>Across labels, Pearson r between each label's AUROC drop (non-private minus private) and "
-                     "its positive test count, and its non-private AUROC (Tayebi Arasteh, Ziller et al. 2023):</p>"
+        # the columns of the per-label AUROC table: findings, or classes one-vs-rest (`findings_section`)
+        noun = {"multiclass": "class", "multilabel": "finding"}.get(data.task, "label")
+        plural = "classes" if noun == "class" else f"{noun}s"
+        parts.append(f"<p>Across {plural}, Pearson r between each {noun}'s AUROC drop (non-private minus private"
+                     + ("; one-vs-rest" if noun == "class" else "") + f") and its positive test count (the test "
+                     f"images of that {noun}), and its non-private AUROC (Tayebi Arasteh, Ziller et al. 2023):</p>"
                      + _column_table(("run", "drop vs positives", "drop vs non-private AUROC"), body))
     if comparisons.notes:
         parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in comparisons.notes) + "</ul>")
