@@ -793,3 +793,24 @@ def test_a_pair_whose_reference_holds_chance_says_so_in_comparisons_json(make_re
     assert "reference_at_chance" in out.definitions and "0.5" in out.definitions["reference_at_chance"]
     again = Comparisons.model_validate_json(out.model_dump_json())
     assert again.auroc_differences[1].reference_at_chance is True
+
+
+def test_a_multiclass_group_with_few_images_of_one_class_is_flagged(make_record):
+    """A multiclass group was flagged only below 20 images: a group of 40 graded images with 4 of one grade passed
+    as a measurement, though that grade's one-vs-rest AUROC, a quarter of the group's macro AUROC, rests on 4
+    images, and a multilabel group with 4 positives of one finding is flagged."""
+    from dpmed.evaluation.fairness import evaluate_fairness
+
+    rng = np.random.default_rng(0)
+    y = np.r_[np.repeat([0, 1, 2], [4, 18, 18]), np.repeat([0, 1, 2], 20)]
+    s = rng.dirichlet(np.ones(3), size=y.size) + 0.4 * np.eye(3)[y]
+    s /= s.sum(1, keepdims=True)
+    sex = np.repeat(["female", "male"], [40, 60])
+    fairness = evaluate_fairness(kind="multiclass", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
+                                 attributes={"sex": sex}, n_resamples=20, seed=0)
+    assert fairness.attributes["sex"].groups["female"].n_positive_by_label == [4, 18, 18]
+    records = [make_record("np_seed0", "np", fairness=fairness)]
+    flags = {f.group: f for f in compare_runs(records, {}, kind="multiclass",
+                                              label_names=["none", "mild", "severe"]).group_flags}
+    assert set(flags) == {"female"}
+    assert flags["female"].reasons == ["only 4 images of none"]

@@ -379,8 +379,9 @@ def _few(count: int, kind: str, finding: str | None) -> list[str]:
 
 def _group_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[str]) -> list[GroupFlag]:
     """Fairness groups with fewer than MIN_CLASS_COUNT positives or negatives (multilabel: in any one finding, as
-    each finding's AUROC sees them; multiclass: fewer than 2 MIN_CLASS_COUNT images), or an AUROC or accuracy
-    interval of zero width, per run."""
+    each finding's AUROC sees them; multiclass: fewer than MIN_CLASS_COUNT images of any one class, as its
+    one-vs-rest AUROC sees them, or fewer than 2 MIN_CLASS_COUNT images), or an AUROC or accuracy interval of zero
+    width, per run."""
     out = []
     for r in records:
         for attribute in (r.fairness.attributes if r.fairness else {}):
@@ -389,7 +390,13 @@ def _group_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[
             for group, g in entry.groups.items():
                 n, n_pos, by_label = g.n, g.n_positive, g.n_positive_by_label
                 reasons = []
-                if by_label is not None:
+                if by_label is not None and kind == "multiclass":
+                    names = list(label_names) if len(label_names) == len(by_label) else [
+                        f"class {j}" for j in range(len(by_label))]
+                    for name, k in zip(names, by_label):
+                        reasons += _few(k, "image", name)
+                    n_neg = None
+                elif by_label is not None:
                     names = list(label_names) if len(label_names) == len(by_label) else [
                         f"finding {j + 1}" for j in range(len(by_label))]
                     for name, k in zip(names, by_label):
@@ -450,7 +457,8 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
             "run_flags": "runs that decide the same way for every test image, or (multiclass) never choose some "
                          "class, or whose test AUROC interval lies wholly below chance (0.5)",
             "group_flags": f"fairness groups with fewer than {MIN_CLASS_COUNT} positives or negatives (multilabel: "
-                           "in any one finding), or an interval of zero width",
+                           f"in any one finding; multiclass: fewer than {MIN_CLASS_COUNT} images of any one class, "
+                           f"or {2 * MIN_CLASS_COUNT} in all), or an interval of zero width",
             "metrics_by_value": "each arm value's own test metrics over its seeds (auroc, accuracy, and for a binary "
                                 "task sensitivity and specificity at each run's validation-chosen threshold; none "
                                 "where the task has no such metric) and its accounted eps (none where not finite): "

@@ -276,8 +276,8 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
             accuracy_parity_difference=estimate(p["accuracy"][0] - p["accuracy_rest"][0],
                                                 r["accuracy"] - r["accuracy_rest"], confidence=confidence),
             n_positive=int(y[members[g]].sum()) if decided else None,
-            n_positive_by_label=([int(k) for k in y[members[g]].sum(axis=0)]
-                                 if decided and y.ndim == 2 and y.shape[1] > 1 else None),
+            # each finding's positives, or each class's images: what each one-vs-rest AUROC of the group rests on
+            n_positive_by_label=[int(k) for k in y[members[g]].sum(axis=0)] if y.shape[1] > 1 else None,
             demographic_parity_difference=estimate(
                 _nanmean(p["selection"] - p["selection_rest"])[0],
                 _nanmean(r["selection"] - r["selection_rest"]), confidence=confidence) if decided else None)

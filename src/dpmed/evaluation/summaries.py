@@ -44,7 +44,8 @@ class MeanEstimate(Estimate):
 class GroupFairness(_Summary):
     """One group of one attribute (`dpmed.evaluation.fairness`). n_positive and demographic_parity_difference exist
     for binary and multilabel tasks only (a multiclass task has no single decision yhat = 1); a multilabel task's
-    n_positive sums its findings' positives, and n_positive_by_label gives each finding's (None in older records)."""
+    n_positive sums its findings' positives, and n_positive_by_label gives each finding's (a multiclass task's: each
+    class's images; None in older records)."""
 
     n: int
     auroc: Estimate

@@ -105,9 +105,10 @@ def _group(entry: AttributeFairness, group: str, metric: str) -> Estimate | None
 
 def _positives(g: GroupFairness) -> str:
     """A group's positives in words, after its size: a multilabel task's per finding (a sum over findings would
-    count an image once for each of its findings)."""
+    count an image once for each of its findings); a multiclass task's images per class (it has no n_positive)."""
     if g.n_positive_by_label is not None:
-        return "positives per finding: " + ", ".join(str(k) for k in g.n_positive_by_label)
+        what = "images per class" if g.n_positive is None else "positives per finding"
+        return f"{what}: " + ", ".join(str(k) for k in g.n_positive_by_label)
     return "" if g.n_positive is None else f"{g.n_positive} positive"
 
 
