@@ -171,7 +171,7 @@ def test_a_failed_atomic_write_leaves_no_half_written_file_and_a_killed_writers_
     from dpmed.workspace import stale_temporaries
 
     with monkeypatch.context() as patch:
-        patch.setattr(dpmed.folders, "open_new", disk_with_room(dpmed.folders.open_new, 5))
+        patch.setattr(dpmed.folders, "_open_new", disk_with_room(dpmed.folders._open_new, 5))
         with pytest.raises(OSError, match="No space left on device"):
             write_text_atomic(tmp_path / "comparisons.json", "{}" * 100)
     assert list(tmp_path.iterdir()) == []
@@ -262,7 +262,7 @@ def test_arrays_are_written_whole_under_the_name_given_or_not_at_all(tmp_path, m
             assert sorted(f.files) == ["cam", "ids"]
             assert np.array_equal(f["cam"], arrays["cam"]) and list(f["ids"]) == ["p1", "p2"]
     with monkeypatch.context() as patch:
-        patch.setattr(dpmed.folders, "open_new", disk_with_room(dpmed.folders.open_new, 100))
+        patch.setattr(dpmed.folders, "_open_new", disk_with_room(dpmed.folders._open_new, 100))
         with pytest.raises(OSError) as failed:
             write_arrays_atomic(tmp_path / "cams.npz", {"cam": np.random.default_rng(0).random(10_000)})
     assert failed.value.errno == errno.ENOSPC and failed.value.filename == str(tmp_path / "cams.npz")

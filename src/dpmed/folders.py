@@ -34,7 +34,7 @@ import numpy as np
 
 from dpmed.errors import FolderError, error_name
 
-__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "open_new", "write_atomic", "write_arrays_atomic",
+__all__ = ["StudyFolder", "RunFolder", "open_owner_only", "write_atomic", "write_arrays_atomic",
            "read_arrays", "write_json_atomic", "write_text_atomic", "write_torch_atomic", "temporary_beside",
            "file_in_the_way", "link_to_nothing", "refuse_link", "RELEASE_TIME", "RETRAIN_NOTE"]
 
@@ -58,7 +58,7 @@ def open_owner_only(path: Path, mode: str = "w"):
     return _create(path, mode, 0o600)
 
 
-def open_new(path: Path, mode: str = "w"):
+def _open_new(path: Path, mode: str = "w"):
     """``path`` opened for writing as a new file of the mode the umask gives (0644 under umask 022)."""
     return _create(path, mode, 0o666)
 
@@ -111,7 +111,7 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], object], *, owner_only
     OSError is raised again naming ``path``, so that the user reads what and where."""
     tmp = temporary_beside(path)
     try:
-        with open_owner_only(tmp, "wb") if owner_only else open_new(tmp, "wb") as f:
+        with open_owner_only(tmp, "wb") if owner_only else _open_new(tmp, "wb") as f:
             write(f)
         os.replace(tmp, path)
     except BaseException as exc:

@@ -123,7 +123,7 @@ def test_an_array_archive_that_fills_the_disk_fails_its_run_naming_the_file(tiny
             return (disk_with_room(opener, 1_000) if ".cams.npz." in str(path) else opener)(path, *args, **kwargs)
         return opens
 
-    monkeypatch.setattr(dpmed.folders, "open_new", filling(dpmed.folders.open_new))
+    monkeypatch.setattr(dpmed.folders, "_open_new", filling(dpmed.folders._open_new))
     monkeypatch.setattr(dpmed.folders, "open_owner_only", filling(dpmed.folders.open_owner_only))
     out = tmp_path / "out"
     text = (tiny_text.replace("evaluation: {", "evaluation: {explanations: {n_images: 8}, ")
