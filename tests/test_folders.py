@@ -158,6 +158,32 @@ def test_two_processes_writing_one_file_atomically_do_not_take_each_others_tempo
     assert path.read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["report.html"]
 
 
+def test_two_hosts_with_one_process_id_writing_one_shared_folder_do_not_take_each_others_temporary_file(
+        tmp_path, monkeypatch):
+    """Two hosts writing one output folder on a network share can run their writers under the same process id.
+    Here the other host writes the same file from start to finish while this one is between filling its temporary
+    file and renaming it: before, both used ".report.html.<pid>.tmp", the other's write deleted this one's
+    half-written file and renamed its own away, and this rename failed."""
+    import os
+    import socket
+
+    import dpmed.folders
+
+    path = tmp_path / "report.html"
+    real = os.replace
+    monkeypatch.setattr(socket, "gethostname", lambda: "node1")
+
+    def other_host_first(src, dst):
+        with monkeypatch.context() as other:
+            other.setattr(socket, "gethostname", lambda: "node2")
+            other.setattr(os, "replace", real)
+            dpmed.folders.write_text_atomic(path, "other")
+        real(src, dst)
+    monkeypatch.setattr(os, "replace", other_host_first)
+    dpmed.folders.write_text_atomic(path, "mine")
+    assert path.read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["report.html"]
+
+
 def test_a_failed_atomic_write_leaves_no_half_written_file_and_a_killed_writers_is_found(tmp_path, monkeypatch,
                                                                                          disk_with_room):
     """With one temporary name per process, no later write replaces a temporary file left behind: a writer deletes

@@ -95,6 +95,28 @@ def test_a_temporary_whose_writer_cannot_be_known_gone_is_kept(tmp_path, monkeyp
     assert workspace.stale_temporaries(tmp_path) == [tmp_path / ".run.json.4242.tmp"]
 
 
+def test_only_this_host_s_temporaries_whose_writer_is_gone_are_found(tmp_path, monkeypatch):
+    """On an output folder shared between hosts, another host's temporary file belongs to a process this host cannot
+    see: it is kept, whatever runs here under its process id. This host's, and an older dpmed's (named by the process
+    id alone, written here as it assumed), are found once their writer is gone."""
+    import socket
+
+    from dpmed import workspace
+    from dpmed.folders import temporary_beside
+
+    target = tmp_path / "run.json"
+    monkeypatch.setattr(socket, "gethostname", lambda: "node2.cluster")
+    theirs = temporary_beside(target)
+    monkeypatch.setattr(socket, "gethostname", lambda: "node1.cluster")
+    mine = temporary_beside(target)
+    older = tmp_path / f".run.json.{os.getpid()}.tmp"
+    for path in (theirs, mine, older):
+        path.write_text("half")
+    assert len({theirs, mine, older}) == 3
+    monkeypatch.setattr(workspace, "process_running", lambda pid: False if pid == os.getpid() else None)
+    assert sorted(workspace.stale_temporaries(tmp_path)) == sorted([mine, older])
+
+
 @pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX's")
 def test_claiming_a_folder_makes_it_and_its_private_part_owner_only(tmp_path):
     """Also for a study without DP-SGD arms (which writes no DP count), and an older private/ is narrowed. Folders

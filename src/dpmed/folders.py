@@ -23,6 +23,7 @@ import io
 import json
 import logging
 import os
+import socket
 import stat
 import zipfile
 import zlib
@@ -95,10 +96,12 @@ def link_to_nothing(folder: Path) -> str | None:
 
 def temporary_beside(path: Path) -> Path:
     """The temporary file an atomic write of ``path`` fills before renaming it: in the same folder, and one per
-    process, so that a `dpmed report` while `dpmed run` writes the same report neither takes the other's half-written
-    file nor loses its own. A writer deletes it when the write fails; one killed meanwhile leaves it
-    (`dpmed.workspace.stale_temporaries`)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    process and host (``.NAME.PID@HOST.tmp``), so that a `dpmed report` while `dpmed run` writes the same report
+    neither takes the other's half-written file nor loses its own; nor do two hosts writing one output folder on a
+    network share, whose processes may have the same id (the decoded-image cache names its files by host too). A
+    writer deletes it when the write fails; one killed meanwhile leaves it (`dpmed.workspace.stale_temporaries`,
+    which reads the host after the "@", a character no host name holds)."""
+    return path.with_name(f".{path.name}.{os.getpid()}@{socket.gethostname()}.tmp")
 
 
 def write_atomic(path: Path, write: Callable[[IO[bytes]], object], *, owner_only: bool = False) -> None:

@@ -18,6 +18,7 @@ import contextlib
 import errno
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -47,10 +48,16 @@ _REFUSED = _FULL | {errno.EROFS, errno.EACCES, errno.EPERM}
 def stale_temporaries(root: Path) -> list[Path]:
     """The temporary files of `dpmed.folders.temporary_beside` under ``root`` whose writer no longer runs here:
     half-written files left by a process that was killed, which no later write replaces (one whose writer cannot
-    be known to be gone is kept)."""
-    stale = []
+    be known to be gone is kept). Only this host's: another host's processes, which may have the same ids, are not
+    seen from here. An older dpmed named them by process id alone (``.NAME.PID.tmp``), on this host as it assumed."""
+    stale, host = [], socket.gethostname()
     for path in root.rglob(".*.tmp"):
-        pid = path.name.rsplit(".", 2)[-2]
+        writer = path.name[:-len(".tmp")]
+        if "@" in writer:
+            if not writer.endswith(f"@{host}"):
+                continue
+            writer = writer[:-len(host) - 1]
+        pid = writer.rpartition(".")[2]
         if pid.isdigit() and process_running(int(pid)) is False:
             stale.append(path)
     return stale

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dpmed.cli import main
-from dpmed.folders import RETRAIN_NOTE, StudyFolder
+from dpmed.folders import RETRAIN_NOTE, StudyFolder, temporary_beside
 from dpmed.lock import FolderLock
 
 
@@ -124,7 +124,7 @@ def test_report_into_a_folder_that_cannot_be_written_ends_in_one_line(tiny_study
             pytest.skip("root writes into read-only folders; the other case covers the message")
         os.chmod(folder, 0o555)
     else:
-        (folder / f".comparisons.json.{os.getpid()}.tmp").mkdir()   # where the report's first file is written
+        temporary_beside(folder / "comparisons.json").mkdir()   # where the report's first file is written
     try:
         assert main(["report", str(folder)]) == 2
     finally:
