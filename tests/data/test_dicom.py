@@ -584,3 +584,47 @@ def test_a_dicom_whose_compressed_image_is_larger_than_its_header_says_is_not_to
     said = str(caught.value)
     assert "declares 16 x 16 pixels, but its compressed pixel data hold more than the 2,000" in said, said
     assert "pip install" not in said, said
+
+
+def _deflated(pydicom, path: Path) -> Path:
+    """``path`` saved again in the Deflated Explicit VR Little Endian transfer syntax."""
+    ds = pydicom.dcmread(path)
+    ds.file_meta.TransferSyntaxUID = pydicom.uid.DeflatedExplicitVRLittleEndian
+    ds.save_as(path, enforce_file_format=True)
+    return path
+
+
+def test_a_deflated_dicom_is_refused_before_it_inflates_beyond_what_the_largest_image_takes(tmp_path, write_dicom,
+                                                                                           monkeypatch):
+    """pydicom inflates a deflated data set whole before any header value can be checked, for the header alone too:
+    a 32 kB file of zeros under a header of 16 x 16 pixels took 64 MB to read, 1,000 times its size. A data set that
+    inflates beyond 4 bytes for each pixel dpmed decodes from any image is refused first, in bounded memory; one
+    within it reads as before, and one cut short is unreadable by name (zlib's error escaped)."""
+    import tracemalloc
+
+    from PIL import Image
+
+    pydicom = pytest.importorskip("pydicom")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10_000)    # 20,000 px: data sets of at most 80,000 bytes
+    image = np.arange(64 * 64, dtype=np.uint16).reshape(64, 64)
+    small = _deflated(pydicom, write_dicom(tmp_path / "small.dcm", image))
+    np.testing.assert_allclose(read_image(small, channels=1)[0], image / image.max(), atol=1e-6)
+    bomb = write_dicom(tmp_path / "bomb.dcm", np.zeros((16, 16)))
+    ds = pydicom.dcmread(bomb)
+    ds.PixelData = bytes(32 * 2**20)
+    ds.save_as(bomb, enforce_file_format=True)
+    bomb = _deflated(pydicom, bomb)
+    assert bomb.stat().st_size < 100_000
+    for read in (lambda p: read_image(p, channels=1), dicom.peek_dicom, dicom.read_dicom_header):
+        tracemalloc.start()
+        try:
+            with pytest.raises(UnreadableImage, match=r"inflates to more than the 80,000 bytes dpmed reads from one DICOM file"):
+                read(bomb)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 8 * 2**20, peak
+    cut = tmp_path / "cut.dcm"
+    cut.write_bytes(small.read_bytes()[:-16])
+    with pytest.raises(UnreadableImage, match="is not a readable DICOM file"):
+        read_image(cut, channels=1)

@@ -21,7 +21,9 @@ range in step 2, and read 0 (black: nothing dense) after step 3, whatever the wi
 Compressed transfer syntaxes are decoded by pydicom's plugins: RLE and deflate always, JPEG baseline (8 bits) and
 JPEG 2000 through Pillow where it has them; JPEG Extended (12 bits), JPEG Lossless and JPEG-LS need pylibjpeg with
 pylibjpeg-libjpeg, or python-gdcm. A file no installed plugin decodes is unreadable by name, with the packages to
-install (`_DECODERS_BY_SYNTAX`).
+install (`_DECODERS_BY_SYNTAX`). Sizes are checked before anything is decoded: the header's Rows x Columns against
+the pixels Pillow decodes from any image (`_refuse_too_large`), and a deflated file's data set, which pydicom inflates
+whole before reading its header, against 4 bytes for each of those pixels (`_refuse_inflating_beyond`).
 
 Colour DICOM (PhotometricInterpretation RGB, or YBR converted to RGB by pydicom) is divided by 2^BitsStored - 1.
 One frame per file: multi-frame files (tomosynthesis, cine) are refused by name.
@@ -33,6 +35,7 @@ import contextlib
 import logging
 import struct
 import warnings
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -114,11 +117,69 @@ def _without_preamble(pydicom, path: Path, pixels: bool):
     return ds
 
 
+_DEFLATED = "1.2.840.10008.1.2.1.99"
+# Explicit VR elements whose value length takes 4 bytes, after 2 reserved ones (PS3.5 7.1.2)
+_LONG_LENGTH_VRS = {b"OB", b"OD", b"OF", b"OL", b"OV", b"OW", b"SQ", b"SV", b"UC", b"UN", b"UR", b"UT", b"UV"}
+_BYTES_PER_PIXEL = 4     # the widest sample of an image's Pixel Data dpmed reads (32 bits allocated)
+
+
+def _deflated_start(file) -> int | None:
+    """Where the data set of ``file`` starts if its file meta information (explicit VR little endian always, PS3.10
+    7.1; after the preamble where there is one) names the deflated transfer syntax; else None."""
+    file.seek(128)
+    if file.read(4) != b"DICM":
+        file.seek(0)
+    syntax = None
+    while len(head := file.read(8)) == 8:
+        group, element, vr, length = struct.unpack("<HH2sH", head)
+        if group != 0x0002:
+            return file.tell() - 8 if syntax == _DEFLATED else None
+        if vr in _LONG_LENGTH_VRS:
+            length = struct.unpack("<L", file.read(4).ljust(4, b"\0"))[0]
+        value_at = file.tell()
+        if element == 0x0010:
+            syntax = file.read(min(length, 64)).rstrip(b"\0 ").decode("ascii", "replace")
+        file.seek(value_at + length)
+    return None
+
+
+def _refuse_inflating_beyond(path: Path) -> None:
+    """UnreadableImage where ``path`` is deflated (PS3.5 A.5) and its data set inflates to more than 4 bytes for each
+    pixel dpmed decodes (`_pixel_limit`, at 32-bit samples), or is cut short or damaged. pydicom inflates the data
+    set whole before any of its values can be checked, for a header read too, and deflate packs up to 1,032 bytes
+    into one: a file of 1 MB can take 1 GB before `_refuse_too_large` reads its Rows and Columns. Counted here 1 MiB
+    at a time, and thrown away; a file within the bound is inflated twice, which costs time, not memory."""
+    limit = _BYTES_PER_PIXEL * _pixel_limit()
+    with path.open("rb") as file:
+        start = _deflated_start(file)
+        if start is None or not limit:
+            return
+        file.seek(start)
+        inflater, size = zlib.decompressobj(-zlib.MAX_WBITS), 0
+        try:
+            while not inflater.eof:
+                compressed = inflater.unconsumed_tail or file.read(1 << 16)
+                inflated = len(inflater.decompress(compressed, 1 << 20))
+                if not compressed and not inflated:
+                    raise UnreadableImage("is not a readable DICOM file (its deflated data set is cut short); copy "
+                                          "it again")
+                size += inflated
+                if size > limit:
+                    raise UnreadableImage(
+                        f"is deflated and inflates to more than the {limit:,} bytes dpmed reads from one DICOM file "
+                        f"({_BYTES_PER_PIXEL} for each of the {limit // _BYTES_PER_PIXEL:,} pixels it decodes from "
+                        "any image, Pillow's guard against decompression bombs); resize it (e.g. to 4,096 px on its "
+                        "long side) and export it again")
+        except zlib.error as exc:
+            raise UnreadableImage(f"is not a readable DICOM file (its deflated data set is damaged: {exc})") from exc
+
+
 def _open(path: Path, *, pixels: bool):
     pydicom = _pydicom(path)
     try:
         with np.errstate(all="ignore"):     # per thread, unlike the warning filters
             try:
+                _refuse_inflating_beyond(path)
                 ds = pydicom.dcmread(path, stop_before_pixels=not pixels)
             except pydicom.errors.InvalidDicomError:    # only for a missing preamble: pydicom's advice is to force
                 ds = _without_preamble(pydicom, path, pixels)
@@ -161,14 +222,20 @@ def _undecoded(ds, exc: Exception) -> UnreadableImage | None:
                            f"one: pip install {packages} (or pip install python-gdcm), and run again")
 
 
-def _refuse_too_large(ds) -> None:
-    """UnreadableImage where the header declares more pixels than Pillow decodes from any other file (twice
-    ``Image.MAX_IMAGE_PIXELS``, its guard against decompression bombs): compressed pixel data (RLE, JPEG, a deflated
-    file) of a few hundred kB can declare 30,000 x 30,000 pixels, and decoding them, then converting to float,
-    takes tens of GB before any size check of the study is reached."""
+def _pixel_limit() -> int:
+    """The most pixels (samples) dpmed decodes from any image: twice ``Image.MAX_IMAGE_PIXELS``, above which Pillow
+    refuses a raster as a decompression bomb; 0 where that guard is turned off."""
     from PIL import Image
 
-    limit = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+    return 2 * (Image.MAX_IMAGE_PIXELS or 0)
+
+
+def _refuse_too_large(ds) -> None:
+    """UnreadableImage where the header declares more pixels than Pillow decodes from any other file
+    (`_pixel_limit`): compressed pixel data (RLE, JPEG, a deflated file) of a few hundred kB can declare 30,000 x
+    30,000 pixels, and decoding them, then converting to float, takes tens of GB before any size check of the study
+    is reached."""
+    limit = _pixel_limit()
     try:
         pixels = int(ds.Rows) * int(ds.Columns) * int(ds.get("SamplesPerPixel", 1) or 1)
     except (AttributeError, TypeError, ValueError):
