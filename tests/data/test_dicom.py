@@ -628,3 +628,21 @@ def test_a_deflated_dicom_is_refused_before_it_inflates_beyond_what_the_largest_
     cut.write_bytes(small.read_bytes()[:-16])
     with pytest.raises(UnreadableImage, match="is not a readable DICOM file"):
         read_image(cut, channels=1)
+
+
+def test_pixel_data_holding_more_frames_than_its_header_declares_is_refused_before_decoding(tmp_path, write_dicom):
+    """pydicom returns every frame uncompressed pixel data hold, whatever NumberOfFrames says, and dpmed converted
+    them all to float before finding the shape wrong: 100 MB of pixel data under a header of one 16 x 16 frame (in
+    a deflated file of 97 kB) took 2.2 GB. A second frame is refused from the data's length; a pad byte is not one."""
+    pydicom = pytest.importorskip("pydicom")
+    path = write_dicom(tmp_path / "frames.dcm", np.zeros((16, 16)))
+    ds = pydicom.dcmread(path)
+    ds.PixelData = bytes(2 * 16 * 16 * 2)
+    ds.save_as(path, enforce_file_format=True)
+    with pytest.raises(UnreadableImage, match=r"holds 1,024 bytes of pixel data, 2 frames of the 16 x 16 pixels "
+                                              r"\(16 bits each\) its header declares"):
+        read_image(path, channels=1)
+    ds.PixelData = bytes(16 * 16 * 2 + 2)
+    ds.save_as(path, enforce_file_format=True)
+    with dicom.quiet_pydicom():                                   # its warning of the padding dropped
+        assert read_image(path, channels=1).shape == (1, 16, 16)

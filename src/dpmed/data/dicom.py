@@ -246,6 +246,26 @@ def _refuse_too_large(ds) -> None:
                               "(e.g. to 4,096 px on its long side) and run again")
 
 
+def _refuse_excess_frames(ds) -> None:
+    """UnreadableImage where uncompressed pixel data (deflated files' too) hold a second frame of the size the header
+    declares: pydicom returns every frame it finds, whatever NumberOfFrames says, and all of them were converted to
+    float before the shape was found wrong; in a deflated file a few kB of zeros make GB of such frames. Less than a
+    frame more (a pad byte) is left to pydicom, which drops it."""
+    syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
+    if syntax is None or not syntax.is_transfer_syntax or syntax.is_encapsulated:
+        return
+    try:
+        rows, columns, bits = int(ds.Rows), int(ds.Columns), int(ds.BitsAllocated)
+        frame = (rows * columns * int(ds.get("SamplesPerPixel", 1) or 1) * bits + 7) // 8
+    except (AttributeError, TypeError, ValueError):
+        return          # pydicom's own error names what the header lacks
+    held = len(ds.PixelData)
+    if frame and held >= 2 * frame:
+        raise UnreadableImage(f"holds {held:,} bytes of pixel data, {held // frame:,} frames of the {rows:,} x "
+                              f"{columns:,} pixels ({bits} bits each) its header declares, which says one frame: the "
+                              "header does not describe its image; export it again")
+
+
 def _oversized(ds, exc: Exception) -> UnreadableImage | None:
     """The refusal of compressed pixel data that Pillow found larger than it decodes (a decompression bomb) although
     the header passed `_refuse_too_large`: a JPEG codestream states its own size, whatever Rows and Columns say.
@@ -356,6 +376,7 @@ def read_dicom(path: Path) -> np.ndarray:
     if frames != 1:
         raise UnreadableImage(f"holds {frames} frames; dpmed reads single-frame images (export one frame per file)")
     _refuse_too_large(ds)
+    _refuse_excess_frames(ds)
     photometric = str(ds.get("PhotometricInterpretation", "")).upper()
     try:
         # numpy's warnings of the arithmetic on a header's values ("overflow encountered in multiply"): told by name
