@@ -554,7 +554,8 @@ def test_a_dicom_whose_compressed_image_is_larger_than_its_header_says_is_not_to
     """The header's Rows x Columns is checked before decoding, but a JPEG codestream says its own size: a header of
     16 x 16 over a 64 x 64 codestream passed that check and Pillow refused it as a decompression bomb, which was told
     as "no installed decoder reads it; install pylibjpeg", a decoder with no such guard. It is refused as the
-    oversized image it is."""
+    oversized image it is, also where its frame header lies beyond the first fragment of the pixel data, which is
+    all dpmed reads of a codestream before decoding it."""
     pydicom = pytest.importorskip("pydicom")
     import io
 
@@ -574,7 +575,7 @@ def test_a_dicom_whose_compressed_image_is_larger_than_its_header_says_is_not_to
     ds.Rows = ds.Columns = 16
     ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
     ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
-    ds.PixelData = encapsulate([codestream.getvalue()])
+    ds.PixelData = encapsulate([codestream.getvalue()], fragments_per_frame=8)     # 48 bytes before the SOF
     ds["PixelData"].VR = "OB"
     path = tmp_path / "lies.dcm"
     ds.save_as(path, enforce_file_format=True)
@@ -646,3 +647,61 @@ def test_pixel_data_holding_more_frames_than_its_header_declares_is_refused_befo
     ds.save_as(path, enforce_file_format=True)
     with dicom.quiet_pydicom():                                   # its warning of the padding dropped
         assert read_image(path, channels=1).shape == (1, 16, 16)
+
+
+def _encapsulated(pydicom, path: Path, codestream: bytes, syntax: str, size: int = 16) -> Path:
+    """A single-frame 8-bit grey DICOM file of ``size`` x ``size`` pixels whose pixel data are ``codestream``."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.encaps import encapsulate
+
+    meta = FileMetaDataset()
+    meta.TransferSyntaxUID = syntax
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.7"
+    meta.MediaStorageSOPInstanceUID = pydicom.uid.generate_uid()
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID = meta.MediaStorageSOPClassUID
+    ds.Rows = ds.Columns = size
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
+    ds.PixelData = encapsulate([codestream])
+    ds["PixelData"].VR = "OB"
+    ds.save_as(path, enforce_file_format=True)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["JPEG Lossless", "JPEG 2000 codestream", "JPEG 2000 in JP2 boxes"])
+def test_a_compressed_image_larger_than_dpmed_decodes_is_refused_from_its_own_header_whatever_decodes_it(
+        tmp_path, monkeypatch, kind):
+    """A JPEG or JPEG 2000 codestream states its size in its own header (SOF, SIZ), whatever Rows and Columns say.
+    Pillow refuses a decompression bomb, but pylibjpeg and gdcm decode whatever it states: a 16 x 16 header over a
+    larger codestream passed the header's check, and went to them (or was told as needing them where none was
+    installed). The codestream's own size is checked against the same limit before any decoder runs."""
+    pydicom = pytest.importorskip("pydicom")
+    import io
+
+    from PIL import Image, features
+
+    codestream = io.BytesIO()
+    image = Image.fromarray(np.full((64, 48), 100, np.uint8))
+    if kind == "JPEG Lossless":
+        image.save(codestream, "JPEG")
+        stream = codestream.getvalue().replace(b"\xff\xc0", b"\xff\xc3", 1)    # a lossless frame header: no decoder
+        syntax = pydicom.uid.JPEGLosslessSV1                                     # installed with dpmed reads it
+    else:
+        if not features.check("jpg_2000"):
+            pytest.skip("this Pillow writes no JPEG 2000")
+        image.save(codestream, "JPEG2000", no_jp2=kind == "JPEG 2000 codestream")
+        stream, syntax = codestream.getvalue(), pydicom.uid.HTJ2KLossless
+    path = _encapsulated(pydicom, tmp_path / "lies.dcm", stream, syntax)
+    small = _encapsulated(pydicom, tmp_path / "fits.dcm", stream, syntax)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)        # 16 x 16 = 256 px within 2,000; 64 x 48 beyond it
+    with pytest.raises(UnreadableImage) as caught:
+        read_image(path, channels=1)
+    said = str(caught.value)
+    assert "declares 16 x 16 pixels, but its compressed pixel data hold 64 x 48 (1 component), more than the 2,000" \
+        in said, said
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 2000)        # 64 x 48 = 3,072 px within 4,000: left to decoders
+    with pytest.raises(UnreadableImage) as caught:
+        read_image(small, channels=1)
+    assert "compressed pixel data hold" not in str(caught.value)

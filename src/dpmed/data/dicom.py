@@ -22,8 +22,13 @@ Compressed transfer syntaxes are decoded by pydicom's plugins: RLE and deflate a
 JPEG 2000 through Pillow where it has them; JPEG Extended (12 bits), JPEG Lossless and JPEG-LS need pylibjpeg with
 pylibjpeg-libjpeg, or python-gdcm. A file no installed plugin decodes is unreadable by name, with the packages to
 install (`_DECODERS_BY_SYNTAX`). Sizes are checked before anything is decoded: the header's Rows x Columns against
-the pixels Pillow decodes from any image (`_refuse_too_large`), and a deflated file's data set, which pydicom inflates
-whole before reading its header, against 4 bytes for each of those pixels (`_refuse_inflating_beyond`).
+the pixels Pillow decodes from any image (`_refuse_too_large`); a deflated file's data set, which pydicom inflates
+whole before reading its header, against 4 bytes for each of those pixels (`_refuse_inflating_beyond`); uncompressed
+pixel data against the header's one frame (`_refuse_excess_frames`); and the size a JPEG, JPEG-LS or JPEG 2000
+codestream states in its own first fragment against the same pixels (`_refuse_large_codestream`), since pylibjpeg and
+gdcm decode whatever size it states. Known limit: a codestream whose frame header lies beyond its first fragment,
+or that states its height only after its first scan (a DNL marker), is sized by its decoder alone; Pillow refuses it
+above the limit (`_oversized`), pylibjpeg and gdcm do not.
 
 Colour DICOM (PhotometricInterpretation RGB, or YBR converted to RGB by pydicom) is divided by 2^BitsStored - 1.
 One frame per file: multi-frame files (tomosynthesis, cine) are refused by name.
@@ -266,6 +271,82 @@ def _refuse_excess_frames(ds) -> None:
                               "header does not describe its image; export it again")
 
 
+# The frame headers that state a JPEG image's size: SOF0-SOF15 but DHT, JPG and DAC (ITU-T T.81 B.1.1.3), and
+# JPEG-LS's SOF55 (ITU-T T.87 C.2.2); each Lf(2) P(1) Y(2) X(2) Nf(1)
+_JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC} | {0xF7}
+
+
+def _first_fragment(data: bytes) -> bytes:
+    """The first fragment of encapsulated pixel data (PS3.5 A.4): the item after the Basic Offset Table's; b""
+    where there is none."""
+    at = 0
+    for item in range(2):
+        if at + 8 > len(data) or struct.unpack_from("<HH", data, at) != (0xFFFE, 0xE000):
+            return b""
+        length = struct.unpack_from("<L", data, at + 4)[0]
+        if item:
+            return data[at + 8:at + 8 + length]
+        at += 8 + length
+    return b""
+
+
+def _jpeg_size(stream: bytes) -> tuple[int, int, int] | None:
+    """(rows, columns, components) from a JPEG or JPEG-LS codestream's frame header, its markers walked from SOI
+    (an APP segment's thumbnail has its own, which is skipped); None where none comes before the first scan."""
+    at = 2
+    while at + 4 <= len(stream) and stream[at] == 0xFF:
+        marker = stream[at + 1]
+        if marker == 0xFF:                                  # a fill byte
+            at += 1
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:      # markers without a segment
+            at += 2
+        elif marker in _JPEG_FRAMES:
+            return (*struct.unpack_from(">HH", stream, at + 5), stream[at + 9]) if at + 10 <= len(stream) else None
+        elif marker == 0xDA:                                # a scan before any frame header
+            return None
+        else:
+            at += 2 + int.from_bytes(stream[at + 2:at + 4], "big")
+    return None
+
+
+def _j2k_size(stream: bytes) -> tuple[int, int, int] | None:
+    """(rows, columns, components) from a JPEG 2000 codestream's SIZ segment, which follows its SOC (ITU-T T.800
+    A.5.1); in JP2 boxes (ISO 15444-1 I.4), from the contiguous codestream box's. None where neither is found."""
+    if stream[4:8] == b"jP  ":
+        at = header = 0
+        while at + 8 <= len(stream):
+            length, header = struct.unpack_from(">L", stream, at)[0], 8
+            if length == 1 and at + 16 <= len(stream):
+                length, header = struct.unpack_from(">Q", stream, at + 8)[0], 16
+            if stream[at + 4:at + 8] == b"jp2c" or length < header:      # 0: the last box, to the end
+                break
+            at += length
+        stream = stream[at + header:] if stream[at + 4:at + 8] == b"jp2c" else b""
+    if stream[:4] != b"\xff\x4f\xff\x51" or len(stream) < 42:
+        return None
+    width, height, left, top = struct.unpack_from(">4L", stream, 8)
+    return max(height - top, 0), max(width - left, 0), struct.unpack_from(">H", stream, 40)[0]
+
+
+def _refuse_large_codestream(ds) -> None:
+    """UnreadableImage where the first frame's JPEG or JPEG 2000 codestream states more pixels than dpmed decodes
+    from any image (`_pixel_limit`), whatever the header's Rows and Columns passed (`_refuse_too_large`): Pillow
+    refuses such a decompression bomb (`_oversized`), but pylibjpeg and gdcm decode whatever size the codestream
+    states. A codestream whose size cannot be found here is left to the decoders."""
+    syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
+    limit = _pixel_limit()
+    if syntax is None or not syntax.is_transfer_syntax or not syntax.is_encapsulated or not limit:
+        return
+    stream = _first_fragment(ds.PixelData)
+    size = _jpeg_size(stream) if stream[:2] == b"\xff\xd8" else _j2k_size(stream)
+    if size is not None and size[0] * size[1] * size[2] > limit:
+        rows, columns, components = size
+        raise UnreadableImage(f"declares {ds.get('Rows')} x {ds.get('Columns')} pixels, but its compressed pixel "
+                              f"data hold {rows:,} x {columns:,} ({components} component{'s' * (components != 1)}), "
+                              f"more than the {limit:,} dpmed decodes from any image (Pillow's guard against "
+                              "decompression bombs): the header does not describe its image; export it again")
+
+
 def _oversized(ds, exc: Exception) -> UnreadableImage | None:
     """The refusal of compressed pixel data that Pillow found larger than it decodes (a decompression bomb) although
     the header passed `_refuse_too_large`: a JPEG codestream states its own size, whatever Rows and Columns say.
@@ -377,6 +458,7 @@ def read_dicom(path: Path) -> np.ndarray:
         raise UnreadableImage(f"holds {frames} frames; dpmed reads single-frame images (export one frame per file)")
     _refuse_too_large(ds)
     _refuse_excess_frames(ds)
+    _refuse_large_codestream(ds)
     photometric = str(ds.get("PhotometricInterpretation", "")).upper()
     try:
         # numpy's warnings of the arithmetic on a header's values ("overflow encountered in multiply"): told by name
