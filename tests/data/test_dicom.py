@@ -705,3 +705,22 @@ def test_a_compressed_image_larger_than_dpmed_decodes_is_refused_from_its_own_he
     with pytest.raises(UnreadableImage) as caught:
         read_image(small, channels=1)
     assert "compressed pixel data hold" not in str(caught.value)
+
+
+@pytest.mark.parametrize("syntax", ["1.2.840.10008.1.2.1", "1.2.840.10008.1.2.4.70"])    # uncompressed, JPEG
+def test_a_dicom_whose_pixel_data_element_is_empty_is_unreadable_by_name(tmp_path, write_dicom, syntax):
+    """A Pixel Data element of length 0 reads as None in pydicom: the sizing of the frames and of the codestream
+    took its length, and a TypeError escaped as a traceback instead of the file's flagged row."""
+    pydicom = pytest.importorskip("pydicom")
+    path = write_dicom(tmp_path / "empty.dcm", np.zeros((16, 16)))
+    ds = pydicom.dcmread(path)
+    ds.file_meta.TransferSyntaxUID = syntax
+    ds.PixelData = pydicom.encaps.encapsulate([b"\xff\xd8\xff\xd9"])
+    ds["PixelData"].VR = "OB"
+    ds.save_as(path, enforce_file_format=True)
+    raw = path.read_bytes()
+    at = raw.rindex(b"\xe0\x7f\x10\x00OB")
+    path.write_bytes(raw[:at + 8] + bytes(4))               # the element's 4-byte length, 0, and no value
+    assert pydicom.dcmread(path).PixelData is None
+    with pytest.raises(UnreadableImage, match="Pixel Data element is empty"):
+        read_image(path, channels=1)

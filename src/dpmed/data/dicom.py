@@ -450,6 +450,9 @@ def read_dicom(path: Path) -> np.ndarray:
     ds = _open(path, pixels=True)
     if "PixelData" not in ds:
         raise UnreadableImage("is a DICOM file without pixel data (a report or a structured document?)")
+    if ds.PixelData is None:        # an element of length 0: pydicom reads no value, and nothing can size it
+        raise UnreadableImage("is a DICOM file whose Pixel Data element is empty (cut short when written?); export "
+                              "it again")
     try:
         frames = int(ds.get("NumberOfFrames", 1) or 1)
     except (TypeError, ValueError) as exc:      # an IS of '1A' (pydicom's test file badVR.dcm): its ValueError escaped
