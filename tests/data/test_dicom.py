@@ -554,8 +554,9 @@ def test_a_dicom_whose_compressed_image_is_larger_than_its_header_says_is_not_to
     """The header's Rows x Columns is checked before decoding, but a JPEG codestream says its own size: a header of
     16 x 16 over a 64 x 64 codestream passed that check and Pillow refused it as a decompression bomb, which was told
     as "no installed decoder reads it; install pylibjpeg", a decoder with no such guard. It is refused as the
-    oversized image it is, also where its frame header lies beyond the first fragment of the pixel data, which is
-    all dpmed reads of a codestream before decoding it."""
+    oversized image it is: from the codestream's own header before decoding, and by Pillow's refusal where that
+    header cannot be found first (here made so: a JPEG that states its height after its first scan, in a DNL
+    marker)."""
     pydicom = pytest.importorskip("pydicom")
     import io
 
@@ -580,11 +581,15 @@ def test_a_dicom_whose_compressed_image_is_larger_than_its_header_says_is_not_to
     path = tmp_path / "lies.dcm"
     ds.save_as(path, enforce_file_format=True)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)        # 16 x 16 = 256 px within 2,000; 64 x 64 beyond it
-    with pytest.raises(UnreadableImage) as caught:
-        read_image(path, channels=1)
-    said = str(caught.value)
-    assert "declares 16 x 16 pixels, but its compressed pixel data hold more than the 2,000" in said, said
-    assert "pip install" not in said, said
+    for sized_first in (True, False):
+        if not sized_first:
+            monkeypatch.setattr(dicom, "_jpeg_size", lambda stream: None)
+        with pytest.raises(UnreadableImage) as caught:
+            read_image(path, channels=1)
+        said = str(caught.value)
+        held = "64 x 64 (1 component), " if sized_first else ""
+        assert f"declares 16 x 16 pixels, but its compressed pixel data hold {held}more than the 2,000" in said, said
+        assert "pip install" not in said, said
 
 
 def _deflated(pydicom, path: Path) -> Path:
@@ -649,8 +654,9 @@ def test_pixel_data_holding_more_frames_than_its_header_declares_is_refused_befo
         assert read_image(path, channels=1).shape == (1, 16, 16)
 
 
-def _encapsulated(pydicom, path: Path, codestream: bytes, syntax: str, size: int = 16) -> Path:
-    """A single-frame 8-bit grey DICOM file of ``size`` x ``size`` pixels whose pixel data are ``codestream``."""
+def _encapsulated(pydicom, path: Path, codestream: bytes, syntax: str, size: int = 16, fragments: int = 1) -> Path:
+    """A single-frame 8-bit grey DICOM file of ``size`` x ``size`` pixels whose pixel data are ``codestream``, in
+    ``fragments`` items."""
     from pydicom.dataset import Dataset, FileMetaDataset
     from pydicom.encaps import encapsulate
 
@@ -664,19 +670,21 @@ def _encapsulated(pydicom, path: Path, codestream: bytes, syntax: str, size: int
     ds.Rows = ds.Columns = size
     ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
     ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
-    ds.PixelData = encapsulate([codestream])
+    ds.PixelData = encapsulate([codestream], fragments_per_frame=fragments)
     ds["PixelData"].VR = "OB"
     ds.save_as(path, enforce_file_format=True)
     return path
 
 
+@pytest.mark.parametrize("fragments", [1, 16])
 @pytest.mark.parametrize("kind", ["JPEG Lossless", "JPEG 2000 codestream", "JPEG 2000 in JP2 boxes"])
 def test_a_compressed_image_larger_than_dpmed_decodes_is_refused_from_its_own_header_whatever_decodes_it(
-        tmp_path, monkeypatch, kind):
+        tmp_path, monkeypatch, kind, fragments):
     """A JPEG or JPEG 2000 codestream states its size in its own header (SOF, SIZ), whatever Rows and Columns say.
     Pillow refuses a decompression bomb, but pylibjpeg and gdcm decode whatever it states: a 16 x 16 header over a
     larger codestream passed the header's check, and went to them (or was told as needing them where none was
-    installed). The codestream's own size is checked against the same limit before any decoder runs."""
+    installed). The codestream's own size is checked against the same limit before any decoder runs, also where
+    the one frame is split into fragments that cut its header (only the first fragment was read)."""
     pydicom = pytest.importorskip("pydicom")
     import io
 
@@ -693,8 +701,8 @@ def test_a_compressed_image_larger_than_dpmed_decodes_is_refused_from_its_own_he
             pytest.skip("this Pillow writes no JPEG 2000")
         image.save(codestream, "JPEG2000", no_jp2=kind == "JPEG 2000 codestream")
         stream, syntax = codestream.getvalue(), pydicom.uid.HTJ2KLossless
-    path = _encapsulated(pydicom, tmp_path / "lies.dcm", stream, syntax)
-    small = _encapsulated(pydicom, tmp_path / "fits.dcm", stream, syntax)
+    path = _encapsulated(pydicom, tmp_path / "lies.dcm", stream, syntax, fragments=fragments)
+    small = _encapsulated(pydicom, tmp_path / "fits.dcm", stream, syntax, fragments=fragments)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)        # 16 x 16 = 256 px within 2,000; 64 x 48 beyond it
     with pytest.raises(UnreadableImage) as caught:
         read_image(path, channels=1)

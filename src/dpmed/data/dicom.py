@@ -25,10 +25,9 @@ install (`_DECODERS_BY_SYNTAX`). Sizes are checked before anything is decoded: t
 the pixels Pillow decodes from any image (`_refuse_too_large`); a deflated file's data set, which pydicom inflates
 whole before reading its header, against 4 bytes for each of those pixels (`_refuse_inflating_beyond`); uncompressed
 pixel data against the header's one frame (`_refuse_excess_frames`); and the size a JPEG, JPEG-LS or JPEG 2000
-codestream states in its own first fragment against the same pixels (`_refuse_large_codestream`), since pylibjpeg and
-gdcm decode whatever size it states. Known limit: a codestream whose frame header lies beyond its first fragment,
-or that states its height only after its first scan (a DNL marker), is sized by its decoder alone; Pillow refuses it
-above the limit (`_oversized`), pylibjpeg and gdcm do not.
+codestream states in its own header against the same pixels (`_refuse_large_codestream`), since pylibjpeg and gdcm
+decode whatever size it states. Known limit: a codestream that states its height only after its first scan (a DNL
+marker) is sized by its decoder alone; Pillow refuses it above the limit (`_oversized`), pylibjpeg and gdcm do not.
 
 Colour DICOM (PhotometricInterpretation RGB, or YBR converted to RGB by pydicom) is divided by 2^BitsStored - 1.
 One frame per file: multi-frame files (tomosynthesis, cine) are refused by name.
@@ -276,18 +275,16 @@ def _refuse_excess_frames(ds) -> None:
 _JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC} | {0xF7}
 
 
-def _first_fragment(data: bytes) -> bytes:
-    """The first fragment of encapsulated pixel data (PS3.5 A.4): the item after the Basic Offset Table's; b""
+def _codestream(data: bytes) -> bytes:
+    """The codestream of encapsulated pixel data (PS3.5 A.4) of one frame, as `read_dicom` allows: its fragments,
+    the items after the Basic Offset Table's, joined (an encoder may split a frame anywhere, its header too); b""
     where there is none."""
-    at = 0
-    for item in range(2):
-        if at + 8 > len(data) or struct.unpack_from("<HH", data, at) != (0xFFFE, 0xE000):
-            return b""
+    at, fragments = 0, []
+    while at + 8 <= len(data) and struct.unpack_from("<HH", data, at) == (0xFFFE, 0xE000):
         length = struct.unpack_from("<L", data, at + 4)[0]
-        if item:
-            return data[at + 8:at + 8 + length]
+        fragments.append(data[at + 8:at + 8 + length])
         at += 8 + length
-    return b""
+    return b"".join(fragments[1:])
 
 
 def _jpeg_size(stream: bytes) -> tuple[int, int, int] | None:
@@ -329,7 +326,7 @@ def _j2k_size(stream: bytes) -> tuple[int, int, int] | None:
 
 
 def _refuse_large_codestream(ds) -> None:
-    """UnreadableImage where the first frame's JPEG or JPEG 2000 codestream states more pixels than dpmed decodes
+    """UnreadableImage where the one frame's JPEG or JPEG 2000 codestream states more pixels than dpmed decodes
     from any image (`_pixel_limit`), whatever the header's Rows and Columns passed (`_refuse_too_large`): Pillow
     refuses such a decompression bomb (`_oversized`), but pylibjpeg and gdcm decode whatever size the codestream
     states. A codestream whose size cannot be found here is left to the decoders."""
@@ -337,7 +334,7 @@ def _refuse_large_codestream(ds) -> None:
     limit = _pixel_limit()
     if syntax is None or not syntax.is_transfer_syntax or not syntax.is_encapsulated or not limit:
         return
-    stream = _first_fragment(ds.PixelData)
+    stream = _codestream(ds.PixelData)
     size = _jpeg_size(stream) if stream[:2] == b"\xff\xd8" else _j2k_size(stream)
     if size is not None and size[0] * size[1] * size[2] > limit:
         rows, columns, components = size
