@@ -677,14 +677,16 @@ def _encapsulated(pydicom, path: Path, codestream: bytes, syntax: str, size: int
 
 
 @pytest.mark.parametrize("fragments", [1, 16])
-@pytest.mark.parametrize("kind", ["JPEG Lossless", "JPEG 2000 codestream", "JPEG 2000 in JP2 boxes"])
+@pytest.mark.parametrize("kind", ["JPEG Lossless", "JPEG Lossless, bytes between segments", "JPEG 2000 codestream",
+                                  "JPEG 2000 in JP2 boxes"])
 def test_a_compressed_image_larger_than_dpmed_decodes_is_refused_from_its_own_header_whatever_decodes_it(
         tmp_path, monkeypatch, kind, fragments):
     """A JPEG or JPEG 2000 codestream states its size in its own header (SOF, SIZ), whatever Rows and Columns say.
     Pillow refuses a decompression bomb, but pylibjpeg and gdcm decode whatever it states: a 16 x 16 header over a
     larger codestream passed the header's check, and went to them (or was told as needing them where none was
     installed). The codestream's own size is checked against the same limit before any decoder runs, also where
-    the one frame is split into fragments that cut its header (only the first fragment was read)."""
+    the one frame is split into fragments that cut its header (only the first fragment was read), and where stray
+    bytes lie between two marker segments, which IJG libjpeg skips with a warning and the walk stopped at."""
     pydicom = pytest.importorskip("pydicom")
     import io
 
@@ -692,9 +694,13 @@ def test_a_compressed_image_larger_than_dpmed_decodes_is_refused_from_its_own_he
 
     codestream = io.BytesIO()
     image = Image.fromarray(np.full((64, 48), 100, np.uint8))
-    if kind == "JPEG Lossless":
+    if kind.startswith("JPEG Lossless"):
         image.save(codestream, "JPEG")
         stream = codestream.getvalue().replace(b"\xff\xc0", b"\xff\xc3", 1)    # a lossless frame header: no decoder
+        if kind.endswith("segments"):
+            assert stream[2:4] == b"\xff\xe0"                              # after the APP0 segment, before the SOF
+            end = 4 + int.from_bytes(stream[4:6], "big")
+            stream = stream[:end] + b"\x00\x17" + stream[end:]
         syntax = pydicom.uid.JPEGLosslessSV1                                     # installed with dpmed reads it
     else:
         if not features.check("jpg_2000"):

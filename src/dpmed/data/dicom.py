@@ -289,13 +289,14 @@ def _codestream(data: bytes) -> bytes:
 
 def _jpeg_size(stream: bytes) -> tuple[int, int, int] | None:
     """(rows, columns, components) from a JPEG or JPEG-LS codestream's frame header, its markers walked from SOI
-    (an APP segment's thumbnail has its own, which is skipped); None where none comes before the first scan."""
+    (an APP segment's thumbnail has its own, which is skipped); None where none comes before the first scan. Bytes
+    between segments that start no marker are skipped, as IJG libjpeg skips them (with a warning) and decodes on."""
     at = 2
-    while at + 4 <= len(stream) and stream[at] == 0xFF:
+    while 0 <= (at := stream.find(b"\xff", at)) and at + 4 <= len(stream):
         marker = stream[at + 1]
         if marker == 0xFF:                                  # a fill byte
             at += 1
-        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:      # markers without a segment
+        elif marker <= 0x01 or 0xD0 <= marker <= 0xD8:      # no marker (FF 00), or markers without a segment
             at += 2
         elif marker in _JPEG_FRAMES:
             return (*struct.unpack_from(">HH", stream, at + 5), stream[at + 9]) if at + 10 <= len(stream) else None
