@@ -2,8 +2,9 @@
 may return with a file it read all the same, and the stretch of samples whose range the file does not say.
 
 Below both :mod:`dpmed.data.decoding` (the registry by file suffix, and the raster decoder) and
-:mod:`dpmed.data.dicom` (the DICOM decoder), so that the arrows between them run one way: the registry imports the
-decoders, and every decoder imports only this.
+:mod:`dpmed.data.dicom` (the DICOM decoder, with :mod:`dpmed.data.codestreams`, which sizes its compressed pixel
+data), so that the arrows between them run one way: the registry imports the decoders, and every decoder imports only
+this.
 """
 
 from __future__ import annotations
