@@ -1,14 +1,16 @@
 """Do dpmed's nominal 95 % intervals cover the truth 95 % of the time? A simulation with known true values.
 
     python benchmarks/interval_coverage.py [--reps 500] [--resamples 1000] [--only utility,fairness,seeds]
+        [--interval percentile|bca]
 
 Scores are drawn from two normal distributions, negatives N(0, 1) and positives N(d, 1), so every true value is
 known in closed form: AUROC = Phi(d / sqrt 2); at a fixed threshold t, sensitivity = 1 - Phi(t - d), specificity =
 Phi(t), accuracy = prevalence * sensitivity + (1 - prevalence) * specificity. Each repetition draws a fresh test set
 and calls dpmed's own functions (:func:`dpmed.evaluation.utility.evaluate_utility`,
-:func:`dpmed.evaluation.fairness.evaluate_fairness`) with their default 1000 seeded redraws; the threshold is forced
-to t through a two-image validation set (Youden's J on [0 at t - 1, 1 at t] is t). A row's coverage is the share of
-repetitions whose interval holds the true value; with R repetitions its Monte Carlo standard error is
+:func:`dpmed.evaluation.fairness.evaluate_fairness`) with their default 1000 seeded redraws and the interval
+``--interval`` names (a study's ``evaluation.interval``; percentile by default); the threshold is forced to t through
+a two-image validation set (Youden's J on [0 at t - 1, 1 at t] is t). A row's coverage is the share of repetitions
+whose interval holds the true value; with R repetitions its Monte Carlo standard error is
 sqrt(0.95 * 0.05 / R) (0.0097 at R = 500).
 
 Fairness: a test set of 624 images in which a small group (20 or 40 images, "female") and the rest ("male") have
@@ -62,7 +64,7 @@ def _covered(truth: float, low, high) -> tuple[bool, bool]:
     return bool(low <= truth <= high), True
 
 
-def utility_rows(reps: int, resamples: int, seed: int = 0) -> Iterator[tuple]:
+def utility_rows(reps: int, resamples: int, interval: str, seed: int = 0) -> Iterator[tuple]:
     for n in (100, 624, 5000):
         for prevalence in (0.1, 0.38, 0.5):
             truth = _truth(prevalence)
@@ -76,7 +78,8 @@ def utility_rows(reps: int, resamples: int, seed: int = 0) -> Iterator[tuple]:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
                     row = evaluate_utility(kind="binary", label_names=["neg", "pos"], test_labels=y, test_scores=s,
-                                           n_resamples=resamples, seed=rep, **_VALIDATION)
+                                           n_resamples=resamples, seed=rep, interval=interval,
+                                           **_VALIDATION)
                 for m in truth:
                     ok, defined = _covered(truth[m], row[f"test_{m}_low"], row[f"test_{m}_high"])
                     hits[m][0] += ok
@@ -85,7 +88,7 @@ def utility_rows(reps: int, resamples: int, seed: int = 0) -> Iterator[tuple]:
                      for m in truth]
 
 
-def fairness_rows(reps: int, resamples: int, seed: int = 0) -> Iterator[tuple]:
+def fairness_rows(reps: int, resamples: int, interval: str, seed: int = 0) -> Iterator[tuple]:
     n, prevalence = 624, 0.38
     truth = _truth(prevalence)
     for small in (20, 40):
@@ -101,7 +104,8 @@ def fairness_rows(reps: int, resamples: int, seed: int = 0) -> Iterator[tuple]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 f = evaluate_fairness(kind="binary", test_labels=y, test_scores=s, attributes={"sex": sex},
-                                      n_resamples=resamples, seed=rep, **_VALIDATION).ok("sex")
+                                      n_resamples=resamples, seed=rep, interval=interval,
+                                      **_VALIDATION).ok("sex")
             g = f.groups["female"]
             for m, est, value in zip(names, (g.auroc, g.accuracy, g.accuracy_parity_difference,
                                              g.demographic_parity_difference, f.demographic_parity_difference,
@@ -141,15 +145,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=500)
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--only", default="utility,fairness,seeds")
+    parser.add_argument("--interval", choices=("percentile", "bca"), default="percentile")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
     start = time.perf_counter()
     margin = 1.96 * np.sqrt(0.95 * 0.05 / args.reps)
-    print(f"{args.reps} repetitions, {args.resamples} redraws; Monte Carlo 95 % band around 0.95: +-{margin:.3f}")
+    print(f"{args.reps} repetitions, {args.resamples} redraws, {args.interval} intervals; Monte Carlo 95 % band "
+          f"around 0.95: +-{margin:.3f}")
     print("| what | n | prevalence | quantity | true value | coverage | undefined intervals |")
     print("|---|---|---:|---|---:|---:|---:|")
-    for part, rows in (("utility", lambda: utility_rows(args.reps, args.resamples)),
-                       ("fairness", lambda: fairness_rows(args.reps, args.resamples)),
+    for part, rows in (("utility", lambda: utility_rows(args.reps, args.resamples, args.interval)),
+                       ("fairness", lambda: fairness_rows(args.reps, args.resamples, args.interval)),
                        ("seeds", lambda: seed_rows(args.reps))):
         if part not in parts:
             continue

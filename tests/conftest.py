@@ -281,11 +281,12 @@ def make_resolved():
     from dpmed.records import DatasetSummary, ResolvedStudy, StudyPrivacy
 
     def make(records, *, confidence: float = 0.95, resamples: int = 200, n_test: int = 5, task: str = "binary",
-             label_names: tuple[str, ...] = ("normal", "opacity"), ordinal: bool = False) -> ResolvedStudy:
+             label_names: tuple[str, ...] = ("normal", "opacity"), ordinal: bool = False,
+             interval: str = "percentile") -> ResolvedStudy:
         arms = list({r.arm: r.mechanism for r in records}.items())
         study = Study.model_validate({
             "name": "t", "seeds": sorted({r.seed for r in records}),
-            "evaluation": {"bootstrap_resamples": resamples, "confidence": confidence},
+            "evaluation": {"bootstrap_resamples": resamples, "confidence": confidence, "interval": interval},
             "arms": [{"name": a, "mechanism": m, **({"target_epsilon": 1.0} if m == "dp_sgd" else
                                                     {"scale": 0.5} if m in ("pixel_laplace", "scalar_shift") else {})}
                      for a, m in arms]})

@@ -758,12 +758,16 @@ def test_comparisons_json_describes_the_interval_over_seeds_as_it_is_computed(ma
 
 
 def test_comparisons_json_names_the_interval_rule_of_the_paired_differences(make_record):
-    """A run's own AUROC, accuracy and rates have BCa intervals since evaluation version 3; the paired differences
-    kept the percentile interval that their p-value inverts. comparisons.json must say which, or a reader takes the
-    difference's interval for the same rule as the arms' beside it."""
+    """A run's own AUROC, accuracy and rates have the interval the study asks for (evaluation.interval: percentile
+    or BCa); the paired differences keep the percentile interval that their p-value inverts. comparisons.json must
+    say which, or a reader takes the difference's interval for the same rule as the arms' beside it."""
     records = [make_record("np_seed0", "np", seed=0, metrics={"test_auroc": 0.8})]
     definitions = compare_runs(records, {}, kind="binary", label_names=["a", "b"], n_resamples=50).definitions
+    assert "percentile interval" in definitions["auroc_difference"] and "BCa" not in definitions["auroc_difference"]
+    definitions = compare_runs(records, {}, kind="binary", label_names=["a", "b"], n_resamples=50,
+                               interval="bca").definitions
     assert "percentile interval" in definitions["auroc_difference"]
+    assert "each run's own AUROC interval is BCa" in definitions["auroc_difference"]
 
 
 def test_a_pair_whose_reference_holds_chance_says_so_in_comparisons_json(make_record):

@@ -6,7 +6,7 @@ do not tell a corrected label file or age column apart). Where the folder's stud
 dpmed's image decoding read its runs' images (`dpmed.data.version`), the refusal says so and how it changed: the files
 may be unchanged. New names for the same data (a CSV study's data.name and
 data.classes) only rename the runs. Anything else is refused with a message naming what differs, never mixed into one
-table. A run evaluated with other settings than the study's now (bootstrap, confidence level,
+table. A run evaluated with other settings than the study's now (bootstrap, confidence level, interval,
 fairness, explanations), or by another version of dpmed's evaluation methods (its record's ``evaluation_version``:
 `dpmed.evaluation.version`), is reused and evaluated again from its released model (`dpmed.run.reevaluate`), except
 where ``training_metrics`` differs, which only training can compute (where only the methods differ, the run's private
@@ -102,6 +102,9 @@ def _recorded_evaluation(record: RunRecord) -> dict[str, Any]:
                         ("bootstrap_seed", "bootstrap_seed")):
         if record.metrics.get(metric) is not None:
             shown[key] = record.metrics[metric]
+    # Records from before the setting existed were evaluated with the percentile interval, the default: a study that
+    # now asks for BCa evaluates them again, one that keeps the default reuses them.
+    shown["interval"] = record.metrics.get("interval") or "percentile"
     shown["fairness"] = None if record.fairness is None else {"age_bins": list(record.fairness.age_bins),
                                                               "attributes": list(record.fairness.attributes)}
     e = record.explanations

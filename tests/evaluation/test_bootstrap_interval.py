@@ -101,7 +101,8 @@ def test_evaluate_utility_uses_the_seeded_redraws_so_models_are_paired():
     n, n_resamples, seed = len(labels), 300, 21
     idx = bootstrap_indices(n, n_resamples=n_resamples, seed=seed)
     for scores in (model_a, model_b):
-        row = evaluate_utility(kind="binary", label_names=["neg", "pos"], val_labels=labels, val_scores=scores,
+        row = evaluate_utility(interval="bca",
+                               kind="binary", label_names=["neg", "pos"], val_labels=labels, val_scores=scores,
                                test_labels=labels, test_scores=scores, n_resamples=n_resamples, seed=seed)
         correct = ((scores >= row["threshold"]) == (labels == 1)).astype(float)
         hand = _hand_bca(correct.mean(), correct[idx].mean(axis=1),

@@ -63,7 +63,7 @@ def test_threshold_comes_from_validation_and_decides_test():
 
 
 def test_sex_groups_by_hand(hand_bca):
-    sex = _evaluate().attributes["sex"]
+    sex = _evaluate(interval="bca").attributes["sex"]
     f, m = sex.groups["female"], sex.groups["male"]
     assert (f.n, f.n_positive, m.n, m.n_positive) == (4, 2, 6, 3)
     # female AUROC: positives {.9, .4} vs negatives {.2, .6}: 3 of 4 pairs ordered; male {.8,.7,.35} vs {.3,.1,.45}: 8/9
@@ -161,7 +161,7 @@ def test_intervals_equal_a_plain_loop_over_the_same_redraws(hand_bca):
     s = np.clip(0.35 * y + 0.65 * rng.random(n), 0, 1)
     sex = rng.choice(["female", "male"], n, p=[0.3, 0.7])
     vy, vs = y[:20], s[:20]
-    out = evaluate_fairness(kind="binary", val_labels=vy, val_scores=vs, test_labels=y, test_scores=s,
+    out = evaluate_fairness(interval="bca", kind="binary", val_labels=vy, val_scores=vs, test_labels=y, test_scores=s,
                             attributes={"sex": sex}, n_resamples=r, seed=5).attributes["sex"].groups
     _, _, correct, _, _ = decisions("binary", vy, vs, y, s)
     aurocs, parity = [], []
@@ -539,7 +539,7 @@ def test_fairness_intervals_are_at_the_confidence_asked_for(hand_bca):
                            for idx in bootstrap_indices(10, n_resamples=200, seed=0)])
     assert percentile_interval(accuracies, confidence=0.8) != percentile_interval(accuracies)
     for confidence in (0.8, 0.95):
-        out = evaluate_fairness(confidence=confidence, **kw)
+        out = evaluate_fairness(interval="bca", confidence=confidence, **kw)
         male = out.attributes["sex"].groups["male"]
         assert out.confidence == confidence
         assert (male.accuracy.low, male.accuracy.high) == pytest.approx(

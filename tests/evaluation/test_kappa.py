@@ -48,7 +48,8 @@ def test_kappa_interval_is_the_bca_interval_of_sklearn_redraws(hand_bca):
     rng = np.random.default_rng(4)
     y = rng.integers(0, 5, 90)
     scores = np.eye(5)[np.clip(y + rng.integers(-2, 3, 90), 0, 4)] * 0.8 + 0.04
-    row = evaluate_utility(kind="multiclass", label_names=list("01234"), val_labels=y, val_scores=scores,
+    row = evaluate_utility(interval="bca",
+                           kind="multiclass", label_names=list("01234"), val_labels=y, val_scores=scores,
                            test_labels=y, test_scores=scores, n_resamples=150, seed=2, ordinal=True)
     predicted = scores.argmax(axis=1)
     def kappa(i):

@@ -56,7 +56,8 @@ def test_utility_macro_auroc_interval_uses_the_same_labels_in_every_redraw(hand_
     y, s = _data()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        row = evaluate_utility(kind="multilabel", label_names=["a", "b", "rare"], val_labels=y, val_scores=s,
+        row = evaluate_utility(interval="bca",
+                               kind="multilabel", label_names=["a", "b", "rare"], val_labels=y, val_scores=s,
                                test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
     ref = np.array([_sk_macro(y[i], s[i]) for i in bootstrap_indices(N, n_resamples=R, seed=SEED)])
     low, high = hand_bca(lambda i: _sk_macro(y[i], s[i]), ref, np.arange(N))
@@ -87,7 +88,7 @@ def test_fairness_group_auroc_interval_uses_the_group_labels_in_every_redraw(han
     y, s = _data()
     sex = np.array(["female"] * N)
     sex[100:] = "male"                             # both rare positives (rows 0, 1) are female
-    out = evaluate_fairness(kind="multilabel", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
+    out = evaluate_fairness(interval="bca", kind="multilabel", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
                             attributes={"sex": sex}, n_resamples=R, seed=SEED)
     g = out.attributes["sex"].groups["female"].auroc
     member = sex == "female"
@@ -107,7 +108,7 @@ def test_a_label_undefined_on_the_whole_test_set_is_left_out_of_the_point_value_
     y = np.c_[(rng.random(N) < 0.4).astype(int), np.zeros(N, int)]       # finding "none": no positive on test
     s = np.clip(0.3 * y + rng.random((N, 2)) * 0.7, 0, 1)
     y_val = np.c_[y[:, 0], np.arange(N) % 2]                                # both findings decidable on validation
-    row = evaluate_utility(kind="multilabel", label_names=["a", "none"], val_labels=y_val, val_scores=s,
+    row = evaluate_utility(interval="bca", kind="multilabel", label_names=["a", "none"], val_labels=y_val, val_scores=s,
                            test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
     ref = np.array([_sk_macro(y[i, :1], s[i, :1]) for i in bootstrap_indices(N, n_resamples=R, seed=SEED)])
     assert np.isnan(row["test_auroc[none]"]) and row["test_auroc"] == pytest.approx(roc_auc_score(y[:, 0], s[:, 0]))
@@ -128,7 +129,8 @@ def test_each_finding_s_interval_comes_from_the_macro_s_redraws_and_is_undefined
     y, s = _data()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        row = evaluate_utility(kind="multilabel", label_names=["a", "b", "rare"], val_labels=y, val_scores=s,
+        row = evaluate_utility(interval="bca",
+                               kind="multilabel", label_names=["a", "b", "rare"], val_labels=y, val_scores=s,
                                test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
     idx = bootstrap_indices(N, n_resamples=R, seed=SEED)
     for j, name in enumerate(["a", "b", "rare"]):
@@ -162,7 +164,8 @@ def test_a_finding_undefined_on_the_whole_test_set_ahead_of_defined_ones_leaves_
     y = np.c_[np.zeros(n, int), (rng.random(n) < 0.5).astype(int), (rng.random(n) < 0.3).astype(int)]
     s = np.clip(np.c_[rng.random(n), 0.5 * y[:, 1] + 0.5 * rng.random(n), 0.2 * y[:, 2] + 0.8 * rng.random(n)], 0, 1)
     y_val = np.c_[np.arange(n) % 2, y[:, 1:]]
-    row = evaluate_utility(kind="multilabel", label_names=["none", "a", "b"], val_labels=y_val, val_scores=s,
+    row = evaluate_utility(interval="bca",
+                           kind="multilabel", label_names=["none", "a", "b"], val_labels=y_val, val_scores=s,
                            test_labels=y, test_scores=s, n_resamples=r, seed=SEED)
     assert all(np.isnan(row[k]) for k in ("test_auroc[none]", "test_auroc[none]_low", "test_auroc[none]_high"))
     idx = bootstrap_indices(n, n_resamples=r, seed=SEED)

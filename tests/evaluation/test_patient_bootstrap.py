@@ -137,7 +137,7 @@ def test_distinct_ids_give_the_image_bootstrap_bit_for_bit():
 
 def test_patient_intervals_equal_an_explicit_loop_over_redrawn_patients(hand_bca):
     y, a, _, ids, sex = _clustered()
-    row = evaluate_utility(kind="binary", label_names=["normal", "disease"], val_labels=y,
+    row = evaluate_utility(interval="bca", kind="binary", label_names=["normal", "disease"], val_labels=y,
                            val_scores=a, test_labels=y, test_scores=a, n_resamples=R,
                            seed=SEED, test_patient_ids=ids)
     t = row["threshold"]
@@ -154,13 +154,13 @@ def test_patient_intervals_equal_an_explicit_loop_over_redrawn_patients(hand_bca
     for name, loop in (("test_auroc", aucs), ("test_accuracy", accs), ("test_sensitivity", sens)):
         expected = hand_bca(stats[name], loop, ids)
         assert (row[f"{name}_low"], row[f"{name}_high"]) == pytest.approx(tuple(expected), abs=1e-12), name
-    fairness = evaluate_fairness(kind="binary", val_labels=y, val_scores=a, test_labels=y,
+    fairness = evaluate_fairness(interval="bca", kind="binary", val_labels=y, val_scores=a, test_labels=y,
                                  test_scores=a, attributes={"sex": sex}, n_resamples=R, seed=SEED, patient_ids=ids)
     group = fairness.attributes["sex"].groups["female"].auroc
     assert (group.low, group.high) == pytest.approx(
         hand_bca(lambda i: _auroc(y[i][sex[i] == "female"], a[i][sex[i] == "female"]), female, ids), abs=1e-12)
     # Images of one patient are not independent: redrawing them one by one gives a narrower interval here.
-    by_image = evaluate_utility(kind="binary", label_names=["normal", "disease"], val_labels=y,
+    by_image = evaluate_utility(interval="bca", kind="binary", label_names=["normal", "disease"], val_labels=y,
                                 val_scores=a, test_labels=y, test_scores=a, n_resamples=R,
                                 seed=SEED)
     assert by_image["test_auroc_high"] - by_image["test_auroc_low"] < row["test_auroc_high"] - row["test_auroc_low"]
@@ -202,7 +202,7 @@ def test_explain_records_the_unit_and_redraws_the_explained_images_patients():
 
 def test_arms_and_their_paired_difference_see_the_same_patient_redraws(hand_bca):
     y, a, b, ids, _ = _clustered(seed=1)
-    rows = {name: evaluate_utility(kind="binary", label_names=["n", "d"], val_labels=y, val_scores=s,
+    rows = {name: evaluate_utility(interval="bca", kind="binary", label_names=["n", "d"], val_labels=y, val_scores=s,
                                    test_labels=y, test_scores=s, n_resamples=R, seed=SEED, test_patient_ids=ids)
             for name, s in (("a", a), ("b", b))}
     diff = paired_differences(kind="binary", labels=y, scores=a, reference_scores=b, n_resamples=R, seed=SEED,

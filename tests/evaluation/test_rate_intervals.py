@@ -48,7 +48,8 @@ def test_accuracy_sensitivity_specificity_intervals_are_bca_of_hand_redraws(conf
     """Each rate's interval is the BCa interval of that rate recomputed on each redrawn test set: the
     sensitivity interval from the redrawn positives, the specificity interval from the redrawn negatives."""
     y, s = _imbalanced_test_set()
-    row = evaluate_utility(kind="binary", label_names=["neg", "pos"], val_labels=VAL_Y, val_scores=VAL_S,
+    row = evaluate_utility(interval="bca",
+                           kind="binary", label_names=["neg", "pos"], val_labels=VAL_Y, val_scores=VAL_S,
                            test_labels=y, test_scores=s, n_resamples=R, seed=SEED, confidence=confidence)
     assert row["threshold"] == 0.5
     expected = _hand_intervals(y, s, 0.5, confidence, hand_bca)
@@ -73,7 +74,8 @@ def test_sensitivity_interval_skips_redraws_without_positives(hand_bca):
     no_positive = ~(idx < 2).any(axis=1)
     assert no_positive.sum() > 20
     with pytest.warns(RuntimeWarning) as record:     # AUROC and sensitivity are both undefined there
-        row = evaluate_utility(kind="binary", label_names=["neg", "pos"], val_labels=VAL_Y, val_scores=VAL_S,
+        row = evaluate_utility(interval="bca",
+                               kind="binary", label_names=["neg", "pos"], val_labels=VAL_Y, val_scores=VAL_S,
                                test_labels=y, test_scores=s, n_resamples=R, seed=SEED)
     assert any(f"test_sensitivity: {no_positive.sum()} of {R}" in str(w.message) for w in record)
     expected = _hand_intervals(y, s, 0.5, 0.95, hand_bca)

@@ -461,9 +461,7 @@ def test_runs_an_older_dpmed_evaluated_are_evaluated_again_and_current_ones_are_
     command = ["run", str(tiny_study_file), "--out", str(out), "--no-progress"]
     assert main(command) == 0
     err = capsys.readouterr().err
-    assert err.count("finished earlier, evaluated by an older dpmed (fairness intervals changed; BCa intervals): "
-                     "evaluated again") == 1
-    assert err.count("finished earlier, evaluated by an older dpmed (BCa intervals): evaluated again") == 1
+    assert err.count("finished earlier, evaluated by an older dpmed (fairness intervals changed): evaluated again") == 2
     for r in runs:
         after = json.loads((r / "run.json").read_text())
         assert after["evaluation_version"] == EVALUATION_VERSION
@@ -495,7 +493,7 @@ def test_a_record_without_the_methods_version_reads_as_the_one_before_it_and_is_
     assert read_record(path).evaluation_version == UNRECORDED < EVALUATION_VERSION
     mine, _, again = finished_runs(folder, plans, before.dataset, before.study, fingerprint, before)
     assert sorted(mine) == sorted(p.run_id for p in plans) and again == [plans[0].run_id]
-    assert evaluated_by(UNRECORDED) == "evaluated by an older dpmed (fairness intervals changed; BCa intervals)"
+    assert evaluated_by(UNRECORDED) == "evaluated by an older dpmed (fairness intervals changed)"
     assert evaluated_by(EVALUATION_VERSION) == ""
     assert "newer dpmed" in evaluated_by(EVALUATION_VERSION + 1)
 
@@ -520,6 +518,46 @@ def test_an_older_dpmed_s_run_keeps_its_private_training_metrics_when_evaluated_
     _as_evaluated_by(run.record, None)
     capsys.readouterr()
     assert main(command) == 0
-    assert ("evaluated by an older dpmed (fairness intervals changed; BCa intervals): evaluated again"
-            in capsys.readouterr().err)
+    assert "evaluated by an older dpmed (fairness intervals changed): evaluated again" in capsys.readouterr().err
     assert run.statistics.read_bytes() == statistics
+
+
+def test_a_record_without_its_interval_reads_as_percentile_and_asking_for_bca_evaluates_it_again(
+        tiny_study, tiny_study_file, tmp_path, capsys):
+    """evaluation.interval: runs recorded before the setting existed hold percentile intervals, the default, so a
+    study that keeps the default reuses them, also without study.yaml (each record read alone); one that asks for
+    BCa evaluates them again from their models, and going back to percentile gives the numbers they had."""
+    import json
+
+    out = _finished_without_study_yaml(tiny_study, tmp_path)
+    runs = sorted((out / "tiny" / "runs").iterdir())
+    before = {}
+    for r in runs:
+        data = json.loads((r / "run.json").read_text())
+        assert data["metrics"].pop("interval") == "percentile"               # the default, recorded
+        (r / "run.json").write_text(json.dumps(data))
+        before[r.name] = data
+    models = {r.name: (r / "model.pt").read_bytes() for r in runs}
+    capsys.readouterr()
+    command = ["run", str(tiny_study_file), "--out", str(out), "--no-progress"]
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    assert err.count("finished earlier, skipped") == 2 and "evaluated again" not in err
+    (out / "tiny" / "study.yaml").unlink()                  # each record alone tells how it was evaluated
+    assert main([*command, "--set", "evaluation.interval=bca"]) == 0
+    assert capsys.readouterr().err.count("finished earlier, evaluated again under this study's evaluation") == 2
+    for r in runs:
+        after = json.loads((r / "run.json").read_text())
+        assert after["metrics"]["interval"] == "bca"
+        assert after["metrics"]["test_auroc"] == before[r.name]["metrics"]["test_auroc"]        # the same model
+        assert (after["metrics"]["test_auroc_low"], after["metrics"]["test_auroc_high"]) != (
+            before[r.name]["metrics"]["test_auroc_low"], before[r.name]["metrics"]["test_auroc_high"])
+        assert (r / "model.pt").read_bytes() == models[r.name]
+    assert "95% BCa intervals" in (out / "tiny" / "report.html").read_text()
+    (out / "tiny" / "study.yaml").unlink()
+    assert main(command) == 0
+    assert capsys.readouterr().err.count("evaluated again under this study's evaluation") == 2
+    for r in runs:
+        after = json.loads((r / "run.json").read_text())
+        assert after["metrics"] == {**before[r.name]["metrics"], "interval": "percentile"}
+    assert "95% percentile intervals" in (out / "tiny" / "report.html").read_text()

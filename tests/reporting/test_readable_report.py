@@ -360,9 +360,10 @@ def test_an_interval_wholly_beside_its_point_is_explained_where_one_is_shown(two
     assert cases(edited, "sex")
 
 
-def test_the_note_on_a_group_auroc_beside_its_point_names_the_bca_interval_it_has(two_arms, report_html):
-    """A group's AUROC interval is BCa (METHODS.md sec. 4), not the middle of the redraws: where it is the interval
-    lying beside its point, the note must explain the interval it is, not call it a percentile one."""
+def test_the_note_on_a_group_auroc_beside_its_point_names_the_interval_it_has(two_arms, report_html):
+    """A study with evaluation.interval: bca gives a group's AUROC a BCa interval, not the middle of the redraws:
+    where it is the interval lying beside its point, the note must explain the interval it is, not call it a
+    percentile one; a study with the default percentile interval is told that one."""
     before = two_arms[1].fairness
     sex = before.attributes["sex"]
     group = next(iter(sex.groups))
@@ -370,10 +371,14 @@ def test_the_note_on_a_group_auroc_beside_its_point_names_the_bca_interval_it_ha
     sex = sex.model_copy(update={"groups": {**sex.groups, group: moved}})
     fairness = before.model_copy(update={"attributes": {**before.attributes, "sex": sex}})
     edited = [two_arms[0], two_arms[1].model_copy(update={"fairness": fairness})]
-    part = _text(_section(report_html(edited), "fairness").split("<h3>By sex</h3>")[1].split("<h3>")[0])
+    part = _text(_section(report_html(edited, interval="bca"), "fairness").split("<h3>By sex</h3>")[1]
+                 .split("<h3>")[0])
     note = part[part.index("wholly on one side of"):]
     assert f"{group} AUROC" in note and "BCa" in note
     assert "A percentile interval is the middle" not in note
+    part = _text(_section(report_html(edited), "fairness").split("<h3>By sex</h3>")[1].split("<h3>")[0])
+    note = part[part.index("wholly on one side of"):]
+    assert "A percentile interval is the middle 95% of the redraws' values" in note and "BCa" not in note
 
 
 def test_runs_an_older_dpmed_evaluated_are_named_in_the_summary_until_the_study_is_resumed(two_arms, report_html):
@@ -384,7 +389,7 @@ def test_runs_an_older_dpmed_evaluated_are_named_in_the_summary_until_the_study_
     assert "evaluated by an older dpmed" not in _text(_section(report_html(two_arms), "summary"))
     older = [two_arms[0].model_copy(update={"evaluation_version": 1}), two_arms[1]]
     summary = _text(_section(report_html(older), "summary"))
-    assert (f"1 of 2 runs were evaluated by an older dpmed (fairness intervals changed; BCa intervals): "
+    assert (f"1 of 2 runs were evaluated by an older dpmed (fairness intervals changed): "
             f"{older[0].run_id}.") in summary
     assert "without training and without spending privacy" in summary
 
@@ -394,8 +399,10 @@ def test_the_fairness_section_says_how_the_spreads_intervals_differ_from_the_oth
     interval every other number has (`dpmed.evaluation.fairness`): a reader told "percentile" alone would take the
     band for one."""
     intro = _text(_section(report_html(two_arms), "fairness").split("<h3>")[0])
-    assert "BCa for a group's AUROC and accuracy and percentile for the parity differences" in intro
+    assert "percentile for each group's metrics and differences" in intro and "BCa" not in intro
     assert "demographic parity and equalised odds differences" in intro and "floored at 0" in intro
+    intro = _text(_section(report_html(two_arms, interval="bca"), "fairness").split("<h3>")[0])
+    assert "BCa for a group's AUROC and accuracy and percentile for the parity differences" in intro
 
 
 def test_the_spreads_band_is_said_to_stop_at_1_as_its_cells_do(two_arms, report_html):

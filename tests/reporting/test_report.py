@@ -54,7 +54,8 @@ def test_report_reads_the_numbers_honestly(tmp_path, records, make_record, make_
     html = _write(tmp_path, make_resolved(records, confidence=0.9), records)
     assert "whole interval lies below that of its seed's non-private run" in html   # 0.84 < 0.85, no predictions
     assert "test AUROC undefined" in html
-    assert "90% BCa intervals" in html and "[90% CI]" in html      # the study's level, not a fixed 95%
+    assert "90% percentile intervals" in html and "[90% CI]" in html      # the study's level, not a fixed 95%
+    assert "90% BCa intervals" in _write(tmp_path, make_resolved(records, confidence=0.9, interval="bca"), records)
     assert "synthetic" in html and (tmp_path / "auroc_vs_epsilon.png").stat().st_size > 1000
     assert "test statement" in html                                        # the study as a whole
     overlap = [records[0], make_record("dp-sgd_eps8_C1_seed0", "dp-sgd", "dp_sgd", eps=8.07,
@@ -122,7 +123,7 @@ def test_summary_header_states_the_confidence_level_of_the_intervals(make_record
 
 def test_the_report_states_a_level_as_it_is_never_rounded_to_a_certainty(tmp_path, records, make_resolved):
     html = _write(tmp_path, make_resolved(records, confidence=0.999), records)
-    assert "99.9% BCa intervals" in html and "[99.9% CI]" in html and "100% " not in html
+    assert "99.9% percentile intervals" in html and "[99.9% CI]" in html and "100% " not in html
 
 
 def test_the_summary_gives_the_training_set_only_as_its_dp_count_where_dp_sgd_planned_from_one(records,

@@ -30,6 +30,7 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from dpmed.comparisons.correlations import Correlation, Correlations, _Row, correlate_runs
+from dpmed.evaluation.bootstrap import Interval
 from dpmed.evaluation.paired import PairedDifference, SeedSummary, paired_differences, seed_summary
 from dpmed.evaluation.predictions import Predictions
 from dpmed.evaluation.utility import youden_threshold
@@ -420,9 +421,12 @@ def _group_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[
 
 def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predictions], *, kind: str,
                  label_names: Sequence[str], n_resamples: int = 1000, seed: int = 0,
-                 confidence: float = 0.95) -> Comparisons:
+                 confidence: float = 0.95, interval: Interval = "percentile") -> Comparisons:
     """The study's comparisons, from run records and their loaded predictions (``run_id ->`` what
-    :func:`~dpmed.evaluation.predictions.load_predictions` returns). Pure: no file is read or written."""
+    :func:`~dpmed.evaluation.predictions.load_predictions` returns). Pure: no file is read or written. ``interval``:
+    the study's ``evaluation.interval``, which the runs' own intervals were drawn with (the differences here are
+    percentile intervals either way), as the definitions say."""
+    own = "each run's own AUROC interval is BCa" if interval == "bca" else "as is each run's own AUROC interval"
     notes: list[str] = []
     unit = _bootstrap_unit(records, notes)
     rows = _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, unit, notes)
@@ -433,7 +437,7 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
             "auroc_difference": "private minus non-private test AUROC (same seed), paired bootstrap over the same "
                                 "seeded test redraws (of bootstrap_unit: patients, each with all of their images, "
                                 "or images): the percentile interval of the redrawn differences, which the "
-                                "two-sided bootstrap p-value inverts (each run's own AUROC interval is BCa), "
+                                f"two-sided bootstrap p-value inverts ({own}), "
                                 "p at least p_floor = 2 / (R + 1)",
             "sensitivity_difference": "private minus non-private (same seed) share of positive test images decided "
                                       "positive, each model at its own validation-chosen (Youden) threshold; the "

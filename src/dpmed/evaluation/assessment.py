@@ -97,8 +97,8 @@ def _utility(config: EvaluationConfig, dataset: Dataset, val_scores, images: Ima
                                     val_labels=dataset.val.labels, val_scores=val_scores, test_labels=images.labels,
                                     test_scores=scores, n_resamples=config.bootstrap_resamples,
                                     seed=config.bootstrap_seed, confidence=config.confidence,
-                                    ordinal=dataset.task.ordinal, test_patient_ids=_patients(dataset, images),
-                                    split=split))
+                                    interval=config.interval, ordinal=dataset.task.ordinal,
+                                    test_patient_ids=_patients(dataset, images), split=split))
 
 
 def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet], config: EvaluationConfig, *,
@@ -117,7 +117,8 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
             test_labels=dataset.test.labels, test_scores=test_scores,
             attributes={name: getattr(dataset.test, name) for name in config.fairness.attributes},
             age_bins=config.fairness.age_bins, n_resamples=config.bootstrap_resamples, seed=config.bootstrap_seed,
-            confidence=config.confidence, patient_ids=_patients(dataset, dataset.test))
+            confidence=config.confidence, interval=config.interval,
+            patient_ids=_patients(dataset, dataset.test))
     explanations = cams = None
     if config.explanations is not None:   # Grad-CAM on a plain copy of the model: ``model`` stays as it is
         start = time.perf_counter()

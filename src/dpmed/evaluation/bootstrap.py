@@ -2,12 +2,13 @@
 
 Why: a test AUROC on a few hundred images moves by several points from one draw of patients to the next, and the
 cost of privacy dpmed reports is often of that size. METHODS.md sec. 4 therefore asks for 1000 redraws of the test set
-(with replacement, same size), seeded and *paired* across the models compared, and for the 95% *BCa* interval of
-the redrawn metric (:func:`bca_interval`; Efron & Tibshirani 1993, An Introduction to the Bootstrap, ch. 14), the
-*percentile* interval (ch. 13) where a p-value is read off the same redraws. Two habits of the source documents are
-ruled out here by construction: a "+/-" bootstrap standard deviation shown as if it were an interval (both return
-quantiles, never a std), and unseeded bootstraps (:func:`bootstrap_indices` demands a seed and touches no global
-random state).
+(with replacement, same size), seeded and *paired* across the models compared, and for the 95% *percentile* interval
+of the redrawn metric (:func:`percentile_interval`; Efron & Tibshirani 1993, An Introduction to the Bootstrap,
+ch. 13). A study may ask for the *BCa* interval instead (``evaluation.interval: bca``; :func:`bca_interval`, ch. 14)
+for its utility metrics and fairness groups; a p-value read off the same redraws keeps the percentile interval. Two
+habits of the source documents are ruled out here by construction: a "+/-" bootstrap standard deviation shown as if it
+were an interval (both return quantiles, never a std), and unseeded bootstraps (:func:`bootstrap_indices` demands a
+seed and touches no global random state).
 
 The unit redrawn is the patient where patient ids are known (:func:`bootstrap_redraws`): the images of one patient
 (both eyes, follow-up films, several views) are not independent, so the test set is a sample of patients, and
@@ -34,8 +35,13 @@ from typing import Literal
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-__all__ = ["JACKKNIFE_GROUPS", "Redraws", "bca_interval", "bootstrap_indices", "bootstrap_redraws", "patient_numbers",
-           "percentile_interval"]
+__all__ = ["INTERVALS", "Interval", "JACKKNIFE_GROUPS", "Redraws", "bca_interval", "bootstrap_indices",
+           "bootstrap_redraws", "patient_numbers", "percentile_interval"]
+
+# The interval a study's utility metrics and fairness groups get (``evaluation.interval``): the percentile interval
+# METHODS.md sec. 4 asks for, or BCa (:func:`bca_interval`), which covers better on small test sets.
+Interval = Literal["percentile", "bca"]
+INTERVALS: tuple[Interval, ...] = ("percentile", "bca")
 
 # The BCa acceleration comes from a delete-a-group jackknife of at most this many groups of units (every unit its own
 # group below it): its cost is that of this many redraws, a fifth of the 1000 redraws', at any test-set size, where a

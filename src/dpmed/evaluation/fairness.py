@@ -21,11 +21,12 @@ group, "unknown", and so is an age at or above a last edge of 100 or more (">=10
 their last group an open one, "65 and over", which is compared). Both get their own rows but are compared with
 nothing: they are in no other group's rest and in no attribute-level summary, since they are not groups of
 METHODS.md s.5 and a handful of such images (unrecorded sex, a centenarian) would otherwise decide the spread, the
-worst group, or what "female minus male" means. Every number has a 95% interval (a group's AUROC and accuracy BCa,
-:func:`~dpmed.evaluation.bootstrap.bca_interval`, the differences and the worst group percentile, the two spreads a
-simultaneous band, :func:`_spread_estimate`) over the same seeded redraws of the whole test set that the utility
-metrics use (:mod:`dpmed.evaluation.weighted`; by patient where patient ids are known): a group's metric in a redraw
-is computed on the redrawn images that belong to it, so groups and arms are paired.
+worst group, or what "female minus male" means. Every number has a 95% interval (percentile, METHODS.md sec. 4;
+with ``interval="bca"`` a group's AUROC and accuracy BCa, :func:`~dpmed.evaluation.bootstrap.bca_interval`, while the
+differences and the worst group stay percentile; the two spreads a simultaneous band, :func:`_spread_estimate`) over
+the same seeded redraws of the whole test set that the utility metrics use (:mod:`dpmed.evaluation.weighted`; by
+patient where patient ids are known): a group's metric in a redraw is computed on the redrawn images that belong to
+it, so groups and arms are paired.
 Multilabel tasks average the per-label values (003's "average over all labels"); multiclass tasks have no single
 yhat = 1, so the two parity-of-decisions metrics are n/a there.
 """
@@ -37,7 +38,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from dpmed.evaluation.bootstrap import Redraws, bootstrap_redraws
+from dpmed.evaluation.bootstrap import INTERVALS, Interval, Redraws, bootstrap_redraws
 from dpmed.evaluation.summaries import AttributeFairness, Fairness, GroupFairness, Spread, WorstGroup
 from dpmed.evaluation.utility import youden_threshold
 from dpmed.evaluation.weighted import (as_label_columns, estimate, jackknife_counts, redraw_counts,
@@ -60,10 +61,8 @@ DEFINITIONS = {
                                   "in which both classes occur"),
     "worst_group_auroc": "the lowest AUROC over the groups in which it is defined",
     "threshold": "Youden's J on the validation split, applied unchanged to test",
-    "interval": ("bootstrap over seeded redraws of the whole test set (of its patients, each with all "
-                 "of their images, where patient ids are known), paired with the utility metrics: BCa for a "
-                 "group's AUROC and accuracy (acceleration from a jackknife of at most 200 groups of the same "
-                 "units), percentile for the parity differences and the worst group; the two spreads "
+    "interval": ("percentile bootstrap over seeded redraws of the whole test set (of its patients, each with all "
+                 "of their images, where patient ids are known), paired with the utility metrics; the two spreads "
                  "(demographic parity, equalised odds) instead take their value +- the quantile, at the confidence "
                  "level, of the redraws' largest deviation of a pairwise group difference from its value, clipped "
                  "to [0, 1]; "
@@ -71,6 +70,20 @@ DEFINITIONS = {
                  "summary needs (AUROC and equalised odds need both), is undefined for that summary and left out; "
                  "each attribute-level summary counts them (undefined_redraws)"),
 }
+# What the "interval" definition opens with where the study asks for BCa (evaluation.interval: bca).
+_BCA_INTERVAL = ("bootstrap over seeded redraws of the whole test set (of its patients, each with all "
+                 "of their images, where patient ids are known), paired with the utility metrics: BCa for a "
+                 "group's AUROC and accuracy (acceleration from a jackknife of at most 200 groups of the same "
+                 "units), percentile for the parity differences and the worst group; the two spreads ")
+
+
+def _interval_definitions(interval: Interval) -> dict[str, str]:
+    """The fairness block's definitions (:data:`DEFINITIONS`, which are the percentile interval's), its "interval"
+    naming the interval a study with ``interval`` gives the groups."""
+    if interval == "percentile":
+        return dict(DEFINITIONS)
+    rest = DEFINITIONS["interval"].split("; the two spreads ", 1)[1]
+    return {**DEFINITIONS, "interval": _BCA_INTERVAL + rest}
 
 # What differs where a task decides otherwise than by one threshold (`decisions`): a multiclass run decides by argmax,
 # so it has no yhat = 1 and neither spread; a multilabel run decides each finding at its own threshold and averages.
@@ -92,9 +105,10 @@ _TASK_DEFINITIONS: Mapping[str, Mapping[str, str]] = {
 }
 
 
-def task_definitions(kind: str) -> dict[str, str]:
-    """The definitions a run.json's fairness block carries, as its task decides (`decisions`)."""
-    return {**DEFINITIONS, **_TASK_DEFINITIONS.get(kind, {})}
+def task_definitions(kind: str, interval: Interval = "percentile") -> dict[str, str]:
+    """The definitions a run.json's fairness block carries, as its task decides (`decisions`) and with the interval
+    the study gives the groups (``interval``)."""
+    return {**_interval_definitions(interval), **_TASK_DEFINITIONS.get(kind, {})}
 
 
 # ---------------------------------------------------------------------------------------------------------- groups
@@ -231,7 +245,8 @@ def _fairlearn_differences(y, selected, groups, eo_groups) -> tuple[float, float
 
 def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, selected: np.ndarray | None,
                        groups: np.ndarray, order: Sequence[str], redraws: Redraws | np.ndarray,
-                       confidence: float, uncompared: Sequence[str] = (UNKNOWN,)) -> AttributeFairness:
+                       confidence: float, uncompared: Sequence[str] = (UNKNOWN,),
+                       interval: Interval = "percentile") -> AttributeFairness:
     """Fairness across the groups of one attribute (labels/decisions as made by :func:`decisions`).
 
     ``redraws``: the study's bootstrap redraws of the test set (:class:`~dpmed.evaluation.bootstrap.Redraws`, or
@@ -239,7 +254,7 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
     ``accuracy``, ``accuracy_parity_difference`` and (binary, multilabel) ``n_positive`` and
     ``demographic_parity_difference``, each an Estimate; per attribute ``worst_group_auroc`` (+ which group),
     ``demographic_parity_difference`` and ``equalized_odds_difference`` (status "ok", no reference: the caller
-    names it).
+    names it). ``interval``: "percentile", or "bca" for a group's AUROC and accuracy (the rest stay percentile).
 
     The ``uncompared`` groups ("unknown": the attribute not recorded; ages beyond the last bin) get their own rows,
     each against all the compared groups pooled, but are in no other group's rest and in no attribute-level summary
@@ -260,10 +275,10 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
                 by_group[g].setdefault(key, []).append(value)
     redraws_cat = {g: {k: np.concatenate(v, axis=0) for k, v in d.items()} for g, d in by_group.items()}
     # The same statistics with each jackknife group of units left out: the BCa acceleration of a group's AUROC and
-    # accuracy (dpmed.evaluation.bootstrap.bca_interval).
+    # accuracy (dpmed.evaluation.bootstrap.bca_interval); None, the percentile interval, needs none.
     jack = {g: {k: np.concatenate([_group_stats(y, s, correct, selected, m, counts, compared)[k]
                                    for _rows, counts in jackknife_counts(redraws)]) for k in ("auroc", "accuracy")}
-            for g, m in members.items()}
+            if interval == "bca" else {"auroc": None, "accuracy": None} for g, m in members.items()}
 
     out_groups = {}
     decided = selected is not None                   # binary, multilabel: positives (per label, summed) exist
@@ -360,7 +375,8 @@ def uncompared_groups(name: str, age_bins: Sequence[float]) -> tuple[str, ...]:
 
 def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_scores,
                       attributes: Mapping[str, np.ndarray], age_bins: Sequence[float] = AGE_BINS,
-                      n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95, patient_ids=None) -> Fairness:
+                      n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95, patient_ids=None,
+                      interval: Interval = "percentile") -> Fairness:
     """Per-attribute fairness of one model (the run record's fairness block); see the module docstring.
 
     ``attributes`` maps a name (sex, age, or any recorded attribute) to its per-test-image values [n]. An attribute
@@ -368,7 +384,10 @@ def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_sc
     reason instead of numbers. Redraws: ``bootstrap_redraws(n, patient_ids,
     n_resamples, seed)`` (by patient where ``patient_ids``, str [n], are given), the same as
     :func:`~dpmed.evaluation.utility.evaluate_utility`'s for the same ids; ``bootstrap_unit`` says which.
+    ``interval``: as :func:`~dpmed.evaluation.utility.evaluate_utility`'s, named in the block's definitions.
     """
+    if interval not in INTERVALS:
+        raise ValueError(f"interval must be one of {list(INTERVALS)}, got {interval!r}")
     y, s, correct, selected, thresholds = decisions(kind, val_labels, val_scores, test_labels, test_scores)
     n = y.shape[0]
     redraws = bootstrap_redraws(n, patient_ids=patient_ids, n_resamples=n_resamples, seed=seed)
@@ -389,15 +408,16 @@ def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_sc
                                                                "compared (every value unknown or beyond the bins)")
             continue
         entry = attribute_fairness(y=y, s=s, correct=correct, selected=selected, groups=groups, order=order,
-                                   redraws=redraws, confidence=confidence, uncompared=uncompared)
+                                   redraws=redraws, confidence=confidence, uncompared=uncompared,
+                                   interval=interval)
         # what every column of the per-group tables is: the male column is male minus female, not "female minus male"
         out[name] = entry.model_copy(update={"reference": (
             "each sex minus the other: female minus male, and male minus female (unknown sex in neither)")
             if name == "sex" else (
             "each age group minus the other age groups pooled (unknown ages, and ages at or above the last edge, "
             "in neither)")})
-    return Fairness(definitions=task_definitions(kind), thresholds=thresholds, n_test=n, n_resamples=int(n_resamples),
-                    bootstrap_seed=int(seed), bootstrap_unit=redraws.unit, confidence=float(confidence),
+    return Fairness(definitions=task_definitions(kind, interval), thresholds=thresholds, n_test=n,
+                    n_resamples=int(n_resamples), bootstrap_seed=int(seed), bootstrap_unit=redraws.unit, confidence=float(confidence),
                     age_bins=[float(b) for b in age_bins], attributes=out)
 
 

@@ -15,13 +15,13 @@ Why each choice:
   multilabel, taken over the labels whose AUROC is defined (both classes present) in the test set; a redraw that
   loses one of them is undefined (counted, not averaged over fewer labels). Each label's interval comes from the
   same redraws, undefined in a redraw only where that label lost a class.
-* Intervals are BCa intervals (at the study's confidence, 95% by default; Efron 1987) over seeded redraws of the test
-  set, paired across models (:mod:`dpmed.evaluation.bootstrap`; Efron & Tibshirani 1993), their acceleration from a
-  jackknife of the same units: on small test sets the percentile interval held the truth less often than it said. The
-  threshold and the model stay
-  fixed: the interval reflects the sampling of test patients, so where patient ids are known whole patients are redrawn,
-  each with all of their images (the cluster bootstrap, Davison & Hinkley 1997, sec. 3.8); where they are not, each
-  image is its own patient. The point value is always the metric on the whole test set.
+* Intervals are percentile intervals (at the study's confidence, 95% by default; METHODS.md sec. 4) over seeded
+  redraws of the test set, paired across models (:mod:`dpmed.evaluation.bootstrap`; Efron & Tibshirani 1993), or,
+  with ``interval="bca"``, BCa intervals (Efron 1987) from the same redraws, their acceleration from a jackknife of
+  the same units: on small test sets the percentile interval holds the truth less often than it says. The threshold
+  and the model stay fixed: the interval reflects the sampling of test patients, so where patient ids are known whole
+  patients are redrawn, each with all of their images (the cluster bootstrap, Davison & Hinkley 1997, sec. 3.8);
+  where they are not, each image is its own patient. The point value is always the metric on the whole test set.
 * The redraws go through the evaluation stage's one bootstrap engine, per-image counts
   (:mod:`dpmed.evaluation.weighted`), as fairness and the comparisons do: AUROC by the weighted Mann-Whitney
   statistic (vectorised over redraws, because 1000 calls of scikit-learn per metric and per label would make
@@ -38,7 +38,8 @@ from typing import Callable, Sequence
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from dpmed.evaluation.bootstrap import Redraws, bca_interval, bootstrap_redraws
+from dpmed.evaluation.bootstrap import (INTERVALS, Interval, Redraws, bca_interval, bootstrap_redraws,
+                                        percentile_interval)
 from dpmed.evaluation.weighted import (check_class_indices, evaluate_jackknife, evaluate_redraws, quadratic_kappa,
                                        weighted_auroc, weighted_kappa, weighted_mean)
 
@@ -221,10 +222,20 @@ def quadratic_weighted_kappa(labels, predicted, *, n_classes: int) -> float:
 # -------------------------------------------------------------------------------------------------------- redraws
 
 
-def _replicates(redraws: Redraws, metric: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """``metric`` (counts [b, N] -> [b, ...]) on every redraw and on every jackknife row: ([n_resamples, ...],
-    [G, ...]), what :func:`~dpmed.evaluation.bootstrap.bca_interval` needs."""
-    return evaluate_redraws(redraws, metric), evaluate_jackknife(redraws, metric)
+def _replicates(redraws: Redraws, metric: Callable[[np.ndarray], np.ndarray],
+                interval: Interval) -> tuple[np.ndarray, np.ndarray | None]:
+    """``metric`` (counts [b, N] -> [b, ...]) on every redraw and, for ``interval`` "bca", on every jackknife row:
+    ([n_resamples, ...], [G, ...] or None), what :func:`_bounds` needs. The percentile interval needs no jackknife
+    and is spared its cost."""
+    return evaluate_redraws(redraws, metric), (evaluate_jackknife(redraws, metric) if interval == "bca" else None)
+
+
+def _bounds(value: float, redraws: np.ndarray, jackknife: np.ndarray | None, confidence: float) -> tuple[float, float]:
+    """The BCa interval of ``redraws`` where ``jackknife`` values came with them, else their percentile interval
+    (nan when no redraw defined the metric)."""
+    if jackknife is None:
+        return percentile_interval(redraws, confidence=confidence)
+    return bca_interval(value, redraws, jackknife, confidence=confidence)
 
 
 # The set a row measures, as its keys and its warnings name it: the test set, or the training images of the private
@@ -233,16 +244,18 @@ def _replicates(redraws: Redraws, metric: Callable[[np.ndarray], np.ndarray]) ->
 SPLITS = {"test": "the test set", "train": "the training set"}
 
 
-def _replicate_auroc(y: np.ndarray, s: np.ndarray, redraws: Redraws) -> tuple[np.ndarray, np.ndarray]:
-    """Per-label AUROC in every redraw and jackknife row: y, s [N, L] -> float [n_resamples, L], [G, L] (nan where
-    undefined)."""
+def _replicate_auroc(y: np.ndarray, s: np.ndarray, redraws: Redraws,
+                     interval: Interval) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per-label AUROC in every redraw and (BCa) jackknife row: y, s [N, L] -> float [n_resamples, L], [G, L] or
+    None (nan where undefined)."""
     return _replicates(redraws, lambda w: np.stack([weighted_auroc(y[:, j], s[:, j], w)      # w [b, N]
-                                                    for j in range(y.shape[1])], axis=1))
+                                                    for j in range(y.shape[1])], axis=1), interval)
 
 
-def _estimate(row: dict, name: str, value: float, replicates: tuple[np.ndarray, np.ndarray], confidence: float,
-              split: str = "test") -> None:
-    """Put ``name``, ``name_low``, ``name_high`` into ``row`` (BCa from ``replicates``: redraws, jackknife); warn
+def _estimate(row: dict, name: str, value: float, replicates: tuple[np.ndarray, np.ndarray | None],
+              confidence: float, split: str = "test") -> None:
+    """Put ``name``, ``name_low``, ``name_high`` into ``row`` (the interval of ``replicates``: redraws, and jackknife
+    values for BCa or None for the percentile interval, :func:`_bounds`); warn
     when too many redraws are undefined, naming the metric and the set (``split``, a key of :data:`SPLITS`) they
     redrew."""
     redraws, jackknife = replicates
@@ -258,12 +271,12 @@ def _estimate(row: dict, name: str, value: float, replicates: tuple[np.ndarray, 
             RuntimeWarning,
             stacklevel=3,
         )
-    low, high = bca_interval(value, redraws, jackknife, confidence=confidence)  # nan when no redraw defined it
+    low, high = _bounds(value, redraws, jackknife, confidence)
     row[name], row[f"{name}_low"], row[f"{name}_high"] = float(value), low, high
 
 
-def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, redraws: Redraws, confidence, *,
-                per_label: bool, split: str) -> None:
+def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, redraws: Redraws, confidence,
+                interval: Interval, *, per_label: bool, split: str) -> None:
     """Macro test AUROC with interval (+ each label's, with its interval from the same redraws) into ``row``."""
     macro, by_index = _auroc_columns(y, s)
     if np.isnan(macro):
@@ -273,9 +286,10 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, r
     # The redraws average the same labels as the point value: a redraw that lost one of them (no positive or no
     # negative drawn) is undefined, not the mean of the labels it kept (a different statistic).
     defined = np.array([not np.isnan(by_index[str(j)]) for j in range(y.shape[1])])
-    label_redraws, label_jackknife = _replicate_auroc(y[:, defined], s[:, defined], redraws)  # [R or G, labels]
+    label_redraws, label_jackknife = _replicate_auroc(y[:, defined], s[:, defined], redraws, interval)  # [R or G, L]
     macro_redraws = label_redraws.mean(axis=1)                                # [n_resamples], nan if any label is
-    _estimate(row, "test_auroc", macro, (macro_redraws, label_jackknife.mean(axis=1)), confidence, split)
+    macro_jackknife = None if label_jackknife is None else label_jackknife.mean(axis=1)
+    _estimate(row, "test_auroc", macro, (macro_redraws, macro_jackknife), confidence, split)
     row["test_auroc_undefined_redraws"] = int(np.isnan(macro_redraws).sum())
     if not per_label:
         return
@@ -284,8 +298,9 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, r
     # undefined on the whole test set has no interval.
     column = np.cumsum(defined) - 1                                           # label j -> its column of redraws
     for j, name in enumerate(names):
-        low, high = (bca_interval(by_index[str(j)], label_redraws[:, column[j]], label_jackknife[:, column[j]],
-                                  confidence=confidence) if defined[j] else (float("nan"), float("nan")))
+        low, high = (_bounds(by_index[str(j)], label_redraws[:, column[j]],
+                             None if label_jackknife is None else label_jackknife[:, column[j]], confidence)
+                     if defined[j] else (float("nan"), float("nan")))
         key = f"test_auroc[{name}]"
         row[key], row[f"{key}_low"], row[f"{key}_high"] = by_index[str(j)], low, high
 
@@ -294,14 +309,14 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, r
 
 
 def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence,
-                     split) -> dict:
+                     interval, split) -> dict:
     if len(names) != 2:
         raise ValueError(f"a binary task has two class names (negative, positive), got {list(names)}")
     y_val, s_val = _binary_arrays(val_labels, val_scores, "validation")
     y, s = _binary_arrays(test_labels, test_scores, "test")
     threshold = youden_threshold(y_val, s_val)  # chosen on validation, never on test (METHODS.md sec. 4)
     row: dict = {"threshold": threshold, "val_auroc": _column_auroc(y_val, s_val)}
-    _test_auroc(row, names, y[:, None], s[:, None], redraws, confidence, per_label=False, split=split)
+    _test_auroc(row, names, y[:, None], s[:, None], redraws, confidence, interval, per_label=False, split=split)
 
     decided = s >= threshold  # [N], the validation threshold applied unchanged
     correct = (decided == (y == 1)).astype(np.float64)
@@ -313,10 +328,11 @@ def _evaluate_binary(names, val_labels, val_scores, test_labels, test_scores, re
     # images, nan in a redraw that drew none of them.
     rates, jack = _replicates(redraws, lambda w: np.stack(
         [weighted_mean(correct, w), weighted_mean(correct[positive], w[:, positive]),
-         weighted_mean(correct[~positive], w[:, ~positive])], axis=1))  # [n_resamples, 3], [G, 3]
-    _estimate(row, "test_accuracy", correct.sum() / n, (rates[:, 0], jack[:, 0]), confidence, split)
-    _estimate(row, "test_sensitivity", correct[positive].sum() / n_pos, (rates[:, 1], jack[:, 1]), confidence, split)
-    _estimate(row, "test_specificity", correct[~positive].sum() / n_neg, (rates[:, 2], jack[:, 2]), confidence, split)
+         weighted_mean(correct[~positive], w[:, ~positive])], axis=1), interval)  # [n_resamples, 3], [G, 3] or None
+    for k, (name, value) in enumerate((("test_accuracy", correct.sum() / n),
+                                       ("test_sensitivity", correct[positive].sum() / n_pos),
+                                       ("test_specificity", correct[~positive].sum() / n_neg))):
+        _estimate(row, name, value, (rates[:, k], None if jack is None else jack[:, k]), confidence, split)
     row.update(_threshold_transfer(y_val, s_val >= threshold, y, decided))
     return row
 
@@ -347,23 +363,24 @@ def _threshold_transfer(y_val: np.ndarray, val_decided: np.ndarray, y: np.ndarra
 
 
 def _evaluate_multiclass(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence,
-                         split) -> dict:
+                         interval, split) -> dict:
     _multiclass_arrays(val_labels, val_scores, "validation")  # argmax needs no threshold; still reject bad input
     y, s = _multiclass_arrays(test_labels, test_scores, "test")
     if s.shape[1] != len(names):
         raise ValueError(f"test scores have {s.shape[1]} columns for {len(names)} label_names {list(names)}")
     row: dict = {}
-    _test_auroc(row, names, *_multiclass_columns(y, s, "test"), redraws, confidence, per_label=True, split=split)
+    _test_auroc(row, names, *_multiclass_columns(y, s, "test"), redraws, confidence, interval, per_label=True,
+                split=split)
     predicted = np.argmax(s, axis=1)  # [N]
     row["test_predicted_classes"] = int(np.unique(predicted).size)  # 1: one class for every test image
     correct = (predicted == y).astype(np.float64)
-    _estimate(row, "test_accuracy", correct.mean(), _replicates(redraws, lambda w: weighted_mean(correct, w)),
+    _estimate(row, "test_accuracy", correct.mean(), _replicates(redraws, lambda w: weighted_mean(correct, w), interval),
               confidence, split)
     return row
 
 
 def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence,
-                         split) -> dict:
+                         interval, split) -> dict:
     y_val, s_val = _multilabel_arrays(val_labels, val_scores, "validation")
     y, s = _multilabel_arrays(test_labels, test_scores, "test")
     if s.shape[1] != len(names) or s_val.shape[1] != len(names):
@@ -378,13 +395,13 @@ def _evaluate_multilabel(names, val_labels, val_scores, test_labels, test_scores
         except ValueError as err:
             raise ValueError(f"label {name!r}: no validation threshold can be chosen: {err}") from err
     row: dict = {f"threshold[{name}]": float(t) for name, t in zip(names, thresholds)}
-    _test_auroc(row, names, y, s, redraws, confidence, per_label=True, split=split)
+    _test_auroc(row, names, y, s, redraws, confidence, interval, per_label=True, split=split)
     # Mean over labels of per-label accuracy = mean over images of the share of labels right (same N per label).
     decided = s >= thresholds[None, :]  # [N, L]
     # a finding decided the same way for every test image (all positive or all negative) says nothing about it
     row["test_constant_labels"] = int(sum(np.unique(decided[:, j]).size == 1 for j in range(decided.shape[1])))
     correct = (decided == (y == 1)).mean(axis=1)  # [N]
-    _estimate(row, "test_accuracy", correct.mean(), _replicates(redraws, lambda w: weighted_mean(correct, w)),
+    _estimate(row, "test_accuracy", correct.mean(), _replicates(redraws, lambda w: weighted_mean(correct, w), interval),
               confidence, split)
     return row
 
@@ -407,11 +424,13 @@ def evaluate_utility(
     n_resamples: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
+    interval: Interval = "percentile",
     ordinal: bool = False,
     test_patient_ids=None,
     split: str = "test",
 ) -> dict[str, float | int | str]:
-    """The utility of one model as one flat row (METHODS.md sec. 4); every interval is a BCa bootstrap.
+    """The utility of one model as one flat row (METHODS.md sec. 4); every interval is a bootstrap interval
+    of kind ``interval``: "percentile" (METHODS.md sec. 4) or "bca" (:func:`~dpmed.evaluation.bootstrap.bca_interval`).
 
     Keys: ``test_auroc`` (macro) with ``_low`` / ``_high`` and ``test_auroc_undefined_redraws`` (redraws in which
     it had no value); ``test_auroc[<label name>]`` per label with ``_low`` / ``_high`` (multiclass, multilabel;
@@ -422,8 +441,8 @@ def evaluate_utility(
     ``threshold[<label name>]``; ``test_predicted_classes`` (binary, multiclass: how many classes the decisions
     use on test; 1 flags a model that predicts one class for every image) and ``test_constant_labels``
     (multilabel: findings decided the same way for every test image); always ``n_test``, ``n_resamples``,
-    ``confidence``, ``bootstrap_seed`` and ``bootstrap_unit`` ("patient" or "image": what was redrawn), with
-    ``n_test_patients`` where patients were.
+    ``confidence``, ``interval``, ``bootstrap_seed`` and ``bootstrap_unit`` ("patient" or "image": what was
+    redrawn), with ``n_test_patients`` where patients were.
     ``ordinal=True`` (multiclass grades, e.g. APTOS) adds ``test_kappa_quadratic`` with interval: the
     quadratic-weighted kappa of the argmax predictions (:func:`quadratic_weighted_kappa`).
 
@@ -442,6 +461,8 @@ def evaluate_utility(
         raise ValueError(f"label_names must be distinct (they become column names), got {list(names)}")
     if not (isinstance(confidence, (int, float)) and 0.0 < confidence < 1.0):
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    if interval not in INTERVALS:
+        raise ValueError(f"interval must be one of {list(INTERVALS)}, got {interval!r}")
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
     n_test = len(np.asarray(test_labels))
@@ -452,15 +473,15 @@ def evaluate_utility(
                       RuntimeWarning, stacklevel=2)
     if ordinal and kind != "multiclass":
         raise ValueError(f"ordinal applies to multiclass grades, not to a {kind} task")
-    row = evaluate(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence, split)
+    row = evaluate(names, val_labels, val_scores, test_labels, test_scores, redraws, confidence, interval, split)
     if ordinal:
         y, s = _multiclass_arrays(test_labels, test_scores, "test")
         predicted = np.argmax(s, axis=1)
         value = quadratic_weighted_kappa(y, predicted, n_classes=s.shape[1])
-        kappas = _replicates(redraws, lambda w: weighted_kappa(y, predicted, w, n_classes=s.shape[1]))
+        kappas = _replicates(redraws, lambda w: weighted_kappa(y, predicted, w, n_classes=s.shape[1]), interval)
         _estimate(row, "test_kappa_quadratic", value, kappas, confidence, split)
-    row.update(n_test=n_test, n_resamples=int(n_resamples), confidence=float(confidence), bootstrap_seed=int(seed),
-               bootstrap_unit=redraws.unit)
+    row.update(n_test=n_test, n_resamples=int(n_resamples), confidence=float(confidence), interval=interval,
+               bootstrap_seed=int(seed), bootstrap_unit=redraws.unit)
     if redraws.unit == "patient":
         row["n_test_patients"] = redraws.n_units
     return row

@@ -18,9 +18,7 @@ __all__ = ["EVALUATION_VERSION", "UNRECORDED", "evaluated_by"]
 CHANGES = {
     1: "",                                   # every method up to the fairness band; records without the field
     2: "fairness intervals changed",         # demographic parity and equalised odds: a simultaneous band, not the
-                                             # percentile interval (METHODS.md sec. 5)
-    3: "BCa intervals",                      # AUROC, accuracy, sensitivity, specificity, kappa and a group's AUROC and
-}                                            # accuracy: BCa, not the percentile interval (METHODS.md sec. 4)
+}                                            # percentile interval (METHODS.md sec. 5)
 EVALUATION_VERSION = max(CHANGES)
 
 # What a run.json written before the version was recorded read as: every dpmed until the fairness band came.

@@ -3,8 +3,9 @@ findings), each class of a multiclass one (one-vs-rest: APTOS grades, HAM10000 l
 
 Why: the macro AUROC averages labels of very different prevalence, so a private arm can keep its macro AUROC while
 losing a rare finding or class; a reader choosing an ε for one of them needs its AUROC, per run, with its interval
-(the same BCa bootstrap, from the same redraws, as the macro's: `dpmed.evaluation.utility`). A label with no
-positive (or no negative) test image has no AUROC, and reads "undefined", not as a number or a blank.
+(the same bootstrap interval, percentile or BCa as the study asks, from the same redraws, as the macro's:
+`dpmed.evaluation.utility`). A label with no positive (or no negative) test image has no AUROC, and reads
+"undefined", not as a number or a blank.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def findings_section(inputs: ReportInputs) -> str:
     rows = "".join(f"<tr><td>{escape(r.run_id)}</td>" + "".join(f"<td class=num>{_cell(r, f)}</td>" for f in labels)
                    + "</tr>" for r in inputs.records)
     return (f'<h3 id="findings">Test AUROC per {label} [{inputs.level} CI]</h3><p>Each {label}\'s AUROC on the '
-            f"whole test set{one_vs_rest}, with the BCa interval of the same redraws of {inputs.redrawn} as "
-            f"the macro AUROC above; a redraw without a positive or a negative of the {label} is left out of that "
-            f"{label}'s interval only. \"undefined\": the test set has no positive or no negative of the {label}.</p>"
+            f"whole test set{one_vs_rest}, with the {inputs.interval} interval of the same redraws of "
+            f"{inputs.redrawn} as the macro AUROC above; a redraw without a positive or a negative of the {label} is "
+            f"left out of that {label}'s interval only. \"undefined\": the test set has no positive or no negative of "
+            f"the {label}.</p>"
             + stacked(f"<table><tr><th>run</th>{heads}</tr>{rows}</table>"))

@@ -62,6 +62,12 @@ class ReportInputs:
         return confidence_text(self.resolved.study.evaluation.confidence)
 
     @property
+    def interval(self) -> str:
+        """The interval the study's utility metrics and fairness groups were given (``evaluation.interval``), as the
+        report names it: "percentile" or "BCa"."""
+        return "BCa" if self.resolved.study.evaluation.interval == "bca" else "percentile"
+
+    @property
     def redrawn(self) -> str:
         """What the runs' test-set bootstrap redrew, in words that follow "redraws of" (`RunRecord.bootstrap_unit`)."""
         units = {r.bootstrap_unit for r in self.records}

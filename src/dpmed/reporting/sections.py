@@ -59,8 +59,8 @@ def _measured(inputs: ReportInputs) -> str:
     if ev.explanations is None:
         off.append("Grad-CAM explanations and their faithfulness (off by default: set "
                    "<code>evaluation.explanations</code>, as configs/interpretability.yaml does)")
-    return (f"{what}; {inputs.level} BCa intervals from {ev.bootstrap_resamples} paired bootstrap redraws of "
-            f"{inputs.redrawn} (bootstrap seed {ev.bootstrap_seed}). Definitions: {METHODS} (in the dpmed "
+    return (f"{what}; {inputs.level} {inputs.interval} intervals from {ev.bootstrap_resamples} paired bootstrap "
+            f"redraws of {inputs.redrawn} (bootstrap seed {ev.bootstrap_seed}). Definitions: {METHODS} (in the dpmed "
             "repository), sec. 4" + (f". Not computed: {'; '.join(off)}" if off else ""))
 
 

@@ -9,7 +9,8 @@ What is shown (METHODS.md sec. 5-6): per-group AUROC and the accuracy parity dif
 al. 2023 (003_9a91354dc2d7e2df.txt; named as what it is), fairlearn's demographic parity and equalised odds
 differences, the worst group; Grad-CAM's faithfulness metrics of Naidu et al. 2021 (001_d0483fd35863b74c.txt) and,
 on the phantom, lesion-mask energy and pointing game; a grid of the same test images explained by every run. Every
-number carries its bootstrap interval (BCa, percentile or a band: `dpmed.evaluation.fairness`); small groups and
+number carries its bootstrap interval (percentile, BCa where the study asks for it, or a band:
+`dpmed.evaluation.fairness`); small groups and
 intervals of zero width are flagged (`dpmed.comparisons.GroupFlag`), and p-values at the bootstrap's floor are
 printed as "<= floor".
 """
@@ -274,14 +275,15 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                "decided positive):</p>"
                + stacked(f"<table><tr><th>run</th>{head}</tr>{per_group('demographic_parity_difference')}</table>")
                if decided else "")
-            + _outside_note(runs, entries, groups, level))
+            + _outside_note(runs, entries, groups, level, inputs.interval))
 
 
-def _outside_note(runs: list[RunRecord], entries: list[AttributeFairness], groups: list[str], level: str) -> str:
+def _outside_note(runs: list[RunRecord], entries: list[AttributeFairness], groups: list[str], level: str,
+                  interval: str) -> str:
     """A note where some interval of the attribute's tables lies wholly on one side of its point (worst-group AUROC
     0.612 [0.501, 0.598]), which reads as an error but is what a bootstrap of such statistics can do. The
     two spreads' bands hold their points (`dpmed.evaluation.fairness`); records evaluated before they had bands may
-    not."""
+    not. ``interval``: the study's interval for a group's AUROC ("percentile" or "BCa", `ReportInputs.interval`)."""
     def outside(est: Estimate | None) -> bool:
         return (est is not None and None not in (est.value, est.low, est.high)
                 and not est.low <= est.value <= est.high)          # type: ignore[operator]
@@ -300,9 +302,12 @@ def _outside_note(runs: list[RunRecord], entries: list[AttributeFairness], group
     example = _est(est, signed=what.endswith("accuracy parity difference"))    # a group minus the rest: signed
     return (f"<p>{len(cases)} interval{'s' if several else ''} in these tables lie{'' if several else 's'} wholly on "
             f"one side of {'their points' if several else 'its point'} (e.g. {_e(run_id)}'s {_e(what)} "
-            f"{example}). An interval is read off the redraws' values, not set around the point: the middle "
-            f"{level} of them (percentile), or for a group's AUROC the BCa quantiles, moved towards the side on "
-            "which most redraws fall. Each redraw's noise pushes a minimum over the groups (the worst group) down and "
+            f"{example}). " + (
+                f"An interval is read off the redraws' values, not set around the point: the middle {level} of them "
+                "(percentile), or for a group's AUROC the BCa quantiles, moved towards the side on which most "
+                "redraws fall." if interval == "BCa" else
+                f"A percentile interval is the middle {level} of the redraws' values, not a band around the point.")
+            + " Each redraw's noise pushes a minimum over the groups (the worst group) down and "
             "a largest minus smallest (the two differences over the groups, in runs evaluated before they got bands) "
             "up, and a small group's value moves in large steps, so the redraws can all fall on one side of the "
             "value on the whole test set.</p>")
@@ -337,13 +342,15 @@ def fairness_section(inputs: ReportInputs) -> str:
                      "r only says which of them is larger. Each p is its group's own, not corrected for the number "
                      "of groups tested.</p>" + _column_table(("sweep", "attribute", "group", "r", "p", "n"), rows))
     threshold = (f"Each run's decisions: {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
-                 f"Intervals: bootstrap over the same redraws of {inputs.redrawn} as the utility intervals, BCa "
-                 "for a group's AUROC and accuracy and percentile for the parity differences and the worst group; "
-                 "a group's metric in a redraw uses the redrawn images of that group. The demographic "
+                 f"Intervals: bootstrap over the same redraws of {inputs.redrawn} as the utility intervals, "
+                 + ("BCa for a group's AUROC and accuracy and percentile for the parity differences and the worst "
+                    "group" if inputs.interval == "BCa" else "percentile for each group's metrics and differences")
+                 + "; a group's metric in a redraw uses the redrawn images of that group. The demographic "
                  "parity and equalised odds differences (largest minus smallest rate over the groups) instead take "
                  "their value plus or minus the redraws' largest move of a difference between two groups (the "
-                 f"{inputs.level} quantile), floored at 0 and capped at 1 (no share differs by more): a percentile interval of such a largest difference lies "
-                 f"above 0 in nearly every test set even where the groups are alike ({METHODS} sec. 5).")
+                 f"{inputs.level} quantile), floored at 0 and capped at 1 (no share differs by more): a percentile "
+                 "interval of such a largest difference lies above 0 in nearly every test set even where the groups "
+                 f"are alike ({METHODS} sec. 5).")
     return f'<h2 id="fairness">Fairness</h2><p>{threshold}</p>{"".join(parts)}'
 
 
@@ -516,8 +523,9 @@ def comparison_section(inputs: ReportInputs) -> str:
                       f"{floor:.2g} (2 / (R + 1)); a difference that no redraw crossed is shown as p ≤ {floor:.2g}.")
         unit = "patients" if comparisons.bootstrap_unit == "patient" else "images"
         parts.append(f"<p>Each run minus the non-private run of the same seed, with the percentile interval of the "
-                     f"paired bootstrap over the same redraws of the test {unit} [{level} CI] (the runs' own "
-                     f"intervals are BCa) and the two-sided bootstrap p-value that inverts it; {decided}. The "
+                     f"paired bootstrap over the same redraws of the test {unit} [{level} CI] ("
+                     + ("the runs' own intervals are BCa" if inputs.interval == "BCa" else "as are the runs' own")
+                     + f") and the two-sided bootstrap p-value that inverts it; {decided}. The "
                      "interval of a difference is what says whether two arms differ; overlapping per-arm intervals "
                      f"do not.{floor_text}</p>"
                      + stacked(f"<table><tr><th>run</th><th>reference</th>{heads}</tr>{body}</table>"))
