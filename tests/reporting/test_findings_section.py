@@ -91,7 +91,7 @@ def test_a_run_recorded_without_a_label_s_auroc_reads_as_a_dash_not_as_undefined
     resolved = SimpleNamespace(dataset=SimpleNamespace(task="multilabel"),
                                label_names=lambda records: ["effusion", "nodule"])
     html = findings_section(SimpleNamespace(resolved=resolved, records=[both, older], level="95%",
-                                            redrawn="the test images"))
+                                            redrawn="the test images", interval="percentile"))
     cells = [re.findall(r"<td[^>]*class=num>([^<]*)</td>", row) for row in html.split("</tr>")[1:3]]
     assert cells == [["0.800 [0.700,\u00a00.900]", "undefined"], ["0.750", "–"]]
 
