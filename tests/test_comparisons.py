@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 from scipy.stats import pearsonr
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import cohen_kappa_score, roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
 from dpmed.comparisons import compare_runs
@@ -818,3 +818,42 @@ def test_a_multiclass_group_with_few_images_of_one_class_is_flagged(make_record)
                                               label_names=["none", "mild", "severe"]).group_flags}
     assert set(flags) == {"female"}
     assert flags["female"].reasons == ["only 4 images of none"]
+
+
+def test_a_paired_kappa_difference_by_hand_on_four_grades():
+    # K = 3, w = (i - j)^2 / 4. Private grades 0 1 2 1 for truth 0 1 2 2: sum wO = 1/16, sum wE = 5/16, kappa 4/5.
+    # Reference 0 2 2 0: sum wO = 5/16, sum wE = 7/16, kappa 2/7. Difference 4/5 - 2/7 = 18/35.
+    y = np.array([0, 1, 2, 2])
+    private, reference = np.eye(3)[[0, 1, 2, 1]], np.eye(3)[[0, 2, 2, 0]]
+    out = paired_differences(kind="multiclass", labels=y, scores=private, reference_scores=reference, n_resamples=20,
+                             seed=1, ordinal=True)["kappa_quadratic"]
+    assert (out.private, out.reference, out.value) == pytest.approx((4 / 5, 2 / 7, 18 / 35))
+
+
+def test_a_paired_kappa_difference_is_scikit_learn_s_on_the_same_redraws():
+    rng = np.random.default_rng(12)
+    y = np.tile([0, 1, 2, 3, 4], 12)
+    a = rng.random((60, 5)) + 0.8 * np.eye(5)[y]
+    b = rng.random((60, 5)) + 0.3 * np.eye(5)[np.clip(y + rng.integers(-2, 3, 60), 0, 4)]
+    out = paired_differences(kind="multiclass", labels=y, scores=a, reference_scores=b, n_resamples=100, seed=3,
+                             ordinal=True, confidence=0.9)["kappa_quadratic"]
+
+    def kappa(s, i):
+        return cohen_kappa_score(y[i], s[i].argmax(axis=1), weights="quadratic", labels=range(5))
+
+    everyone = np.arange(60)
+    assert (out.private, out.reference) == pytest.approx((kappa(a, everyone), kappa(b, everyone)))
+    assert out.value == pytest.approx(kappa(a, everyone) - kappa(b, everyone)) and out.value != 0
+    diffs = np.array([kappa(a, i) - kappa(b, i) for i in bootstrap_indices(60, n_resamples=100, seed=3)])
+    assert (out.low, out.high) == pytest.approx(percentile_interval(diffs, confidence=0.9))
+    assert out.p_value == pytest.approx(bootstrap_p_value(diffs)) and out.defined_redraws == 100
+
+
+def test_only_ordinal_grades_have_a_paired_kappa_difference():
+    y = np.tile([0, 1, 2], 10)
+    s = np.eye(3)[y] + 0.1
+    assert "kappa_quadratic" not in paired_differences(kind="multiclass", labels=y, scores=s, reference_scores=s,
+                                                       n_resamples=10)
+    with pytest.raises(ValueError, match="ordinal applies to multiclass grades"):
+        paired_differences(kind="binary", labels=y % 2, scores=s[:, 1], reference_scores=s[:, 1], n_resamples=10,
+                           ordinal=True)

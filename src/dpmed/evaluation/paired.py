@@ -15,6 +15,10 @@ to the runs of a study).
   model deciding at its *own* validation-chosen threshold (Youden's J, METHODS.md sec. 4; argmax for multiclass),
   exactly as its own test_sensitivity / test_specificity / test_accuracy were computed. A clinician reads these as
   cases: a sensitivity change of -0.12 is about 12 more missed of every 100 positive cases.
+* **Paired quadratic-weighted kappa differences** (ordinal grades, METHODS.md sec. 4; Cohen 1968): each model's
+  kappa of its argmax grades, exactly as its own test_kappa_quadratic, on the same redraws, with the same interval
+  and p-value. Kappa weighs a far miss above a near one (grade 0 for a grade 4 eye costs 16 times grade 3), which
+  accuracy does not; a kappa lies in [-1, 1] (it is Lin's concordance of the grades), so a difference in [-2, 2].
 * **Seeds** of one arm value are summarised by mean, standard deviation (ddof = 1), min and max, and the Student t
   interval of the mean with n - 1 degrees of freedom, cut to the values' possible range (none for one seed;
   :func:`seed_summary`): the spread over seeds is training randomness (and DP noise), which the test-set bootstrap does
@@ -41,8 +45,8 @@ from scipy.stats import pearsonr
 from scipy.stats import t as student_t
 
 from dpmed.evaluation.bootstrap import bootstrap_redraws
-from dpmed.evaluation.weighted import (as_label_columns, estimate, number, redraw_counts, weighted_macro_auroc,
-                                       weighted_mean)
+from dpmed.evaluation.weighted import (as_label_columns, estimate, number, redraw_counts, weighted_kappa,
+                                       weighted_macro_auroc, weighted_mean)
 
 __all__ = ["PairedDifference", "paired_differences", "bootstrap_p_value", "p_value_floor", "Correlation", "pearson",
            "SeedSummary", "seed_summary"]
@@ -123,9 +127,10 @@ class PairedDifference(BaseModel):
 
 def paired_differences(*, kind: str, labels, scores, reference_scores, thresholds=None, reference_thresholds=None,
                        n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95,
-                       patient_ids=None) -> dict[str, PairedDifference]:
-    """Private minus reference on the same test labels, for AUROC (macro), accuracy and, for a binary task,
-    sensitivity and specificity; each with a paired bootstrap interval and p-value over the same
+                       patient_ids=None, ordinal: bool = False) -> dict[str, PairedDifference]:
+    """Private minus reference on the same test labels, for AUROC (macro), accuracy, for a binary task
+    sensitivity and specificity, and for ordinal grades (``ordinal``, multiclass only) the quadratic-weighted kappa
+    of the argmax grades (``kappa_quadratic``, :func:`~dpmed.evaluation.weighted.weighted_kappa`); each with a paired bootstrap interval and p-value over the same
     ``bootstrap_redraws(n, patient_ids, n_resamples, seed)`` redraws: of the test patients where ``patient_ids``
     (str [n], the test set's) are given, else of its images; the redraws each model's own intervals used.
 
@@ -135,11 +140,14 @@ def paired_differences(*, kind: str, labels, scores, reference_scores, threshold
     ``p_floor`` (:func:`p_value_floor`), ``defined_redraws``, and the two models' own values ``private`` and
     ``reference``.
     """
+    if ordinal and kind != "multiclass":
+        raise ValueError(f"ordinal applies to multiclass grades, not to a {kind} task")
     y, s = as_label_columns(kind, labels, scores)
     _, s0 = as_label_columns(kind, labels, reference_scores)
     if s.shape != s0.shape:
         raise ValueError(f"the two models' scores differ in shape: {s.shape} and {s0.shape}")
     n = y.shape[0]
+    grades = np.asarray(labels, dtype=np.int64) if ordinal else None
     correct = _correct(kind, labels, y, s, thresholds)
     correct0 = _correct(kind, labels, y, s0, reference_thresholds)
     if correct is None or correct0 is None:
@@ -148,6 +156,9 @@ def paired_differences(*, kind: str, labels, scores, reference_scores, threshold
     def both(w: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         mine = {"auroc": weighted_macro_auroc(y, s, w), **_rates(kind, y, correct, w)}
         theirs = {"auroc": weighted_macro_auroc(y, s0, w), **_rates(kind, y, correct0, w)}
+        if grades is not None:
+            mine["kappa_quadratic"] = weighted_kappa(grades, np.argmax(s, axis=1), w, n_classes=s.shape[1])
+            theirs["kappa_quadratic"] = weighted_kappa(grades, np.argmax(s0, axis=1), w, n_classes=s.shape[1])
         return mine, theirs
 
     mine, theirs = both(np.ones((1, n)))
