@@ -857,3 +857,55 @@ def test_only_ordinal_grades_have_a_paired_kappa_difference():
     with pytest.raises(ValueError, match="ordinal applies to multiclass grades"):
         paired_differences(kind="binary", labels=y % 2, scores=s[:, 1], reference_scores=s[:, 1], n_resamples=10,
                            ordinal=True)
+
+
+def _graded_study(make_record, kappas):
+    """Two seeds of a non-private and a DP arm on five grades: seed 0's non-private run grades well, every other run
+    poorly; the runs' recorded kappas are ``kappas`` (np seed 0, np seed 1, dp seed 0, dp seed 1)."""
+    rng = np.random.default_rng(13)
+    y = np.tile(np.arange(5), 12)
+    good = rng.random((60, 5)) + 0.9 * np.eye(5)[y]
+    poor = rng.random((60, 5)) + 0.2 * np.eye(5)[y]
+    records, predictions = _two_seeds(make_record, y, np.arange(60).astype(str), good, poor)
+    records = [r.model_copy(update={"metrics": {"test_auroc": 0.7, "test_kappa_quadratic": k}})
+               for r, k in zip(records, kappas)]
+    return records, predictions, y, good, poor
+
+
+def test_an_ordinal_study_pairs_kappa_and_summarises_it_over_seeds(make_record):
+    records, predictions, y, good, poor = _graded_study(make_record, (-0.5, -0.3, 0.2, 0.4))
+    out = compare_runs(records, predictions, kind="multiclass", label_names=list("01234"), n_resamples=60,
+                       ordinal=True)
+    rows = {r.run_id: r for r in out.auroc_differences}
+    expected = paired_differences(kind="multiclass", labels=y, scores=poor, reference_scores=good, n_resamples=60,
+                                  ordinal=True)["kappa_quadratic"]
+    assert rows["dp_eps1_C1_seed0"].kappa_quadratic_difference == expected and expected.value < -0.2
+    assert rows["dp_eps1_C1_seed1"].kappa_quadratic_difference.value == 0.0           # same grades as its seed's
+    # over seeds: mean d / 2, t(0.975, 1) = 12.706 gives a half width of 12.706 |d| / 2, cut to [-2, 2] (not [-1, 1])
+    summary = out.by_value[0].kappa_quadratic_difference
+    assert summary.mean == pytest.approx(expected.value / 2) and summary.n_seeds == 2
+    assert (summary.low, summary.high) == pytest.approx((max(-2, expected.value / 2 - 12.706205 * -expected.value / 2),
+                                                         min(2, expected.value / 2 + 12.706205 * -expected.value / 2)))
+    assert summary.low < -1
+    # each arm's own kappa over seeds, cut to [-1, 1]: the non-private arm's -0.5, -0.3 is -0.4 +- 12.706 * 0.1
+    own = {v.label: v.test_kappa_quadratic for v in out.metrics_by_value}
+    assert own["np"].mean == pytest.approx(-0.4) and (own["np"].low, own["np"].high) == pytest.approx((-1, 0.8706),
+                                                                                                      abs=1e-4)
+    assert "kappa_quadratic_difference" in out.definitions and "test_kappa_quadratic" in out.definitions
+    dumped = out.model_dump(mode="json")
+    assert dumped["auroc_differences"][0]["kappa_quadratic_difference"]["value"] == pytest.approx(expected.value)
+    assert type(out).model_validate_json(out.model_dump_json()) == out
+
+
+@pytest.mark.parametrize("kind", ["unordered", "binary"])
+def test_a_study_of_unordered_classes_writes_no_kappa(make_record, kind):
+    if kind == "binary":
+        rng = np.random.default_rng(6)
+        y = rng.integers(0, 2, 50)
+        records, predictions = _two_seeds(make_record, y, np.arange(50).astype(str), rng.random(50), rng.random(50))
+        out = compare_runs(records, predictions, kind="binary", label_names=["a", "b"], n_resamples=20, ordinal=True)
+    else:
+        records, predictions, *_ = _graded_study(make_record, (0.1, 0.2, 0.3, 0.4))
+        out = compare_runs(records, predictions, kind="multiclass", label_names=list("01234"), n_resamples=20)
+    assert out.auroc_differences and out.by_value and out.metrics_by_value
+    assert "kappa" not in out.model_dump_json()

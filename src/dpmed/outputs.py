@@ -42,7 +42,7 @@ def _comparisons(folder: StudyFolder, resolved: ResolvedStudy, records: list[Run
     ev = resolved.study.evaluation
     out = compare_runs(records, predictions, kind=resolved.dataset.task, label_names=labels,
                        n_resamples=ev.bootstrap_resamples, seed=ev.bootstrap_seed, confidence=ev.confidence,
-                       interval=ev.interval)
+                       interval=ev.interval, ordinal=resolved.dataset.ordinal)
     return out.model_copy(update={"notes": unread + out.notes}) if unread else out
 
 

@@ -4,7 +4,8 @@ intervals. Computed by `dpmed.outputs` before the report is rendered, and writte
 * **Paired differences** (METHODS.md sec. 4): every private run against the non-private run of the same seed (the
   first in study order), on the same seeded redraws of the test set that gave the runs their own intervals (of its
   patients where the runs redrew patients; `dpmed.evaluation.paired`): AUROC, accuracy,
-  and for a binary task sensitivity and specificity, each model deciding at its own validation-chosen threshold.
+  and for a binary task sensitivity and specificity, each model deciding at its own validation-chosen threshold;
+  for ordinal grades the quadratic-weighted kappa of the argmax grades (METHODS.md sec. 4).
   The report opens with these, read as cases ("misses about N more of every 100 pneumonia cases").
 * **Seeds** of one arm value (runs of one plan label) are summarised by mean, standard deviation, min and max, and
   the Student t interval of the mean of the per-seed paired differences (n - 1 degrees of freedom; none for one
@@ -12,7 +13,7 @@ intervals. Computed by `dpmed.outputs` before the report is rendered, and writte
   non-private seeds. Whether an arm differs from the non-private one across seeds is read from that interval
   excluding 0, not from the seeds' range nor from how many seeds had p < 0.05.
 * **Each arm value's own metrics over seeds** (`metrics_by_value`, :class:`ValueMetrics`): test AUROC, accuracy,
-  sensitivity and specificity (where the task has them) and the accounted eps, each with the same t interval over
+  sensitivity and specificity, quadratic-weighted kappa (where the task has them) and the accounted eps, each with the same t interval over
   seeds; the report's figure draws its points from the same :func:`summarise_seeds`.
 * **Flags** the report must not leave unsaid: a run that predicts one class for every test image (its accuracy is
   then the share of that class, and its sensitivity or specificity 0), and fairness groups too small for their
@@ -27,6 +28,7 @@ from collections import defaultdict
 from typing import Literal, Mapping, Sequence
 
 import numpy as np
+from pydantic import model_serializer
 from scipy.stats import t as student_t
 
 from dpmed.comparisons.correlations import Correlation, Correlations, _Row, correlate_runs
@@ -52,7 +54,22 @@ MIN_CLASS_COUNT = 10
 SIGNIFICANCE = 0.05
 
 
-class Difference(_Row):
+# The fields an ordinal task alone fills: a comparisons.json of a binary, multilabel or unordered multiclass study is
+# written without them, as it was before they existed.
+_ORDINAL_FIELDS = ("kappa_quadratic_difference", "test_kappa_quadratic")
+
+
+class _GradedRow(_Row):
+    @model_serializer(mode="wrap")
+    def _without_absent_kappa(self, handler):
+        out = handler(self)
+        for name in _ORDINAL_FIELDS:
+            if name in out and out[name] is None:
+                del out[name]
+        return out
+
+
+class Difference(_GradedRow):
     run_id: str
     label: str
     arm: str
@@ -65,10 +82,11 @@ class Difference(_Row):
     accuracy_difference: PairedDifference | None = None
     sensitivity_difference: PairedDifference | None = None
     specificity_difference: PairedDifference | None = None
+    kappa_quadratic_difference: PairedDifference | None = None     # ordinal grades only
     reference_at_chance: bool = False   # :func:`holds_chance` of reference_run: the difference may read as a gain
 
 
-class ValueSummary(_Row):
+class ValueSummary(_GradedRow):
     """The runs of one arm value over seeds, each paired with its own seed's non-private run: mean, spread, and the
     t interval over seeds of each paired difference (:class:`SeedSummary`)."""
 
@@ -83,15 +101,17 @@ class ValueSummary(_Row):
     accuracy_difference: SeedSummary | None = None
     sensitivity_difference: SeedSummary | None = None
     specificity_difference: SeedSummary | None = None
+    kappa_quadratic_difference: SeedSummary | None = None          # ordinal grades only; cut to [-2, 2]
     significant_seeds: int
     references_at_chance: list[str] = []     # the seeds' non-private runs that :func:`holds_chance`
 
 
-class ValueMetrics(_Row):
+class ValueMetrics(_GradedRow):
     """The runs of one arm value (the non-private arm's included) over seeds: each metric of the runs themselves,
     not their differences, as a :class:`SeedSummary` (mean, std, range and the t interval over seeds at the study's
     confidence; none for one seed, with the reason). A metric the task does not have (sensitivity and specificity
-    outside a binary task) is None. epsilon: the accounted eps over seeds where every run has a finite one (it
+    outside a binary task, quadratic-weighted kappa outside ordinal grades) is None; kappa's interval is cut to
+    [-1, 1], the others' to [0, 1]. epsilon: the accounted eps over seeds where every run has a finite one (it
     differs between seeds only where each calibrated its noise to its own released count), else None; its delta,
     accountant and neighbours are in epsilon_label. Without these, a reader of comparisons.json had to recompute
     each arm's own level from the run records."""
@@ -107,6 +127,7 @@ class ValueMetrics(_Row):
     test_accuracy: SeedSummary | None = None
     test_sensitivity: SeedSummary | None = None
     test_specificity: SeedSummary | None = None
+    test_kappa_quadratic: SeedSummary | None = None
 
 
 class RunFlag(_Row):
@@ -219,8 +240,8 @@ def holds_chance(record: RunRecord) -> bool:
     return a.low is not None and a.high is not None and a.low <= 0.5 <= a.high
 
 
-def _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, unit,
-                 notes) -> list[Difference]:
+def _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, unit, notes,
+                 ordinal) -> list[Difference]:
     references = _references(records, predictions)
     rows = []
     for r in records:
@@ -239,7 +260,8 @@ def _differences(records, predictions, kind, label_names, n_resamples, seed, con
                                   thresholds=_thresholds(r, mine, kind, label_names),
                                   reference_thresholds=_thresholds(ref, theirs, kind, label_names),
                                   n_resamples=n_resamples, seed=seed, confidence=confidence,
-                                  patient_ids=mine.test.patient_ids if unit == "patient" else None)
+                                  patient_ids=mine.test.patient_ids if unit == "patient" else None,
+                                  ordinal=ordinal)
         paired = {f"{name}_difference": values for name, values in diff.items()}
         rows.append(Difference(run_id=r.run_id, label=r.plan.label, arm=r.arm, mechanism=r.mechanism, seed=r.seed,
                                reference_run=ref.run_id, epsilon=number(r.privacy.epsilon),
@@ -257,11 +279,11 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord], confidence: 
     for row in rows:
         grouped[row.label].append(row)
 
-    def over_seeds(members: list[Difference], name: str) -> SeedSummary | None:
+    def over_seeds(members: list[Difference], name: str, bound: float = 1.0) -> SeedSummary | None:
         values = [getattr(m, name) for m in members]
         if any(v is None for v in values):
             return None
-        return seed_summary([v.value for v in values], confidence=confidence, within=(-1.0, 1.0))
+        return seed_summary([v.value for v in values], confidence=confidence, within=(-bound, bound))
 
     return [ValueSummary(label=label, arm=members[0].arm, mechanism=members[0].mechanism,
                          seeds=[m.seed for m in members], run_ids=[m.run_id for m in members],
@@ -270,22 +292,25 @@ def _by_value(rows: list[Difference], records: Sequence[RunRecord], confidence: 
                          accuracy_difference=over_seeds(members, "accuracy_difference"),
                          sensitivity_difference=over_seeds(members, "sensitivity_difference"),
                          specificity_difference=over_seeds(members, "specificity_difference"),
+                         kappa_quadratic_difference=over_seeds(members, "kappa_quadratic_difference", 2.0),
                          significant_seeds=sum(1 for m in members if m.auroc_difference.p_value is not None
                                                and m.auroc_difference.p_value < SIGNIFICANCE),
                          references_at_chance=[m.reference_run for m in members if m.reference_run in at_chance])
             for label, members in grouped.items()]
 
 
-def summarise_seeds(runs: Sequence[RunRecord], metric: str, *, confidence: float) -> SeedSummary | None:
+def summarise_seeds(runs: Sequence[RunRecord], metric: str, *, confidence: float,
+                    within: tuple[float, float] = (0.0, 1.0)) -> SeedSummary | None:
     """``metric`` (a key of the runs' metrics, e.g. "test_auroc") over the runs' seeds, with its Student t interval
-    at ``confidence``, cut to [0, 1] (:func:`~dpmed.evaluation.paired.seed_summary`; a run where it is undefined is
-    left out); None where no run records the metric (the task has none)."""
+    at ``confidence``, cut to ``within``, the metric's range ([0, 1]; a kappa's is [-1, 1])
+    (:func:`~dpmed.evaluation.paired.seed_summary`; a run where it is undefined is left out); None where no run
+    records the metric (the task has none)."""
     if not any(metric in r.metrics for r in runs):
         return None
-    return seed_summary([r.estimate(metric).value for r in runs], confidence=confidence, within=(0.0, 1.0))
+    return seed_summary([r.estimate(metric).value for r in runs], confidence=confidence, within=within)
 
 
-def _metrics_by_value(records: Sequence[RunRecord], confidence: float) -> list[ValueMetrics]:
+def _metrics_by_value(records: Sequence[RunRecord], confidence: float, ordinal: bool) -> list[ValueMetrics]:
     grouped: dict[str, list[RunRecord]] = defaultdict(list)
     for r in records:
         grouped[r.plan.label].append(r)
@@ -298,7 +323,9 @@ def _metrics_by_value(records: Sequence[RunRecord], confidence: float) -> list[V
             run_ids=[r.run_id for r in runs], epsilon_label=runs[0].privacy.in_brief(),
             epsilon=seed_summary(eps, confidence=confidence, within=(0.0, math.inf)) if finite else None,
             **{name: summarise_seeds(runs, name, confidence=confidence)
-               for name in ("test_auroc", "test_accuracy", "test_sensitivity", "test_specificity")}))
+               for name in ("test_auroc", "test_accuracy", "test_sensitivity", "test_specificity")},
+            test_kappa_quadratic=(summarise_seeds(runs, "test_kappa_quadratic", confidence=confidence,
+                                                  within=(-1.0, 1.0)) if ordinal else None)))
     return out
 
 
@@ -421,17 +448,27 @@ def _group_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[
 
 def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predictions], *, kind: str,
                  label_names: Sequence[str], n_resamples: int = 1000, seed: int = 0,
-                 confidence: float = 0.95, interval: Interval = "percentile") -> Comparisons:
+                 confidence: float = 0.95, interval: Interval = "percentile", ordinal: bool = False) -> Comparisons:
     """The study's comparisons, from run records and their loaded predictions (``run_id ->`` what
     :func:`~dpmed.evaluation.predictions.load_predictions` returns). Pure: no file is read or written. ``interval``:
     the study's ``evaluation.interval``, which the runs' own intervals were drawn with (the differences here are
-    percentile intervals either way), as the definitions say."""
+    percentile intervals either way), as the definitions say. ``ordinal``: the classes are ordered grades (the
+    dataset's ``ordinal``), which adds the quadratic-weighted kappa differences and kappa over seeds."""
     own = "each run's own AUROC interval is BCa" if interval == "bca" else "as is each run's own AUROC interval"
     notes: list[str] = []
     unit = _bootstrap_unit(records, notes)
-    rows = _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, unit, notes)
+    ordinal = ordinal and kind == "multiclass"
+    rows = _differences(records, predictions, kind, label_names, n_resamples, seed, confidence, unit, notes, ordinal)
     if not any(r.mechanism == "none" for r in records):
         notes.append("no non-private arm: no AUROC differences")
+    graded = {} if not ordinal else {
+        "kappa_quadratic_difference": "ordinal grades: private minus non-private (same seed) quadratic-weighted "
+                                      "kappa of the argmax grades (Cohen 1968; weights (i - j)^2 / (K - 1)^2), "
+                                      "on the same redraws with the same interval and p-value as "
+                                      "auroc_difference; by_value's is cut to [-2, 2], what a difference of two "
+                                      "kappas can be",
+        "test_kappa_quadratic": "metrics_by_value's quadratic-weighted kappa of each arm value's runs, its interval "
+                                "cut to [-1, 1], the range of a kappa"}
     return Comparisons(
         definitions={
             "auroc_difference": "private minus non-private test AUROC (same seed), paired bootstrap over the same "
@@ -470,6 +507,7 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
                                 "cut to [0, 1] (eps: not below 0)",
             "correlations": "Pearson r with two-sided p-value (scipy.stats.pearsonr); eps is the accounted eps; "
                             "none (with the reason) across a sweep of fewer than 3 distinct values",
+            **graded,
         },
         n_resamples=int(n_resamples), bootstrap_seed=int(seed), bootstrap_unit=unit, confidence=float(confidence),
         auroc_differences=rows, by_value=_by_value(rows, records, confidence),
@@ -477,4 +515,4 @@ def compare_runs(records: Sequence[RunRecord], predictions: Mapping[str, Predict
                                     label_names=label_names, notes=notes),
         notes=notes, run_flags=_run_flags(records, kind, label_names),
         group_flags=_group_flags(records, kind, label_names),
-        metrics_by_value=_metrics_by_value(records, confidence))
+        metrics_by_value=_metrics_by_value(records, confidence, ordinal))
