@@ -1606,3 +1606,27 @@ def test_an_interval_clear_of_0_whose_both_ends_round_to_0_does_not_read_no_chan
     assert _range(0.2, 0.4, "more", "fewer") == "under 1 more"
     assert _range(-0.4, -0.2, "more", "fewer") == "under 1 fewer"
     assert _range(-0.2, 0.4, "more", "fewer") == "no change"
+
+
+@pytest.mark.parametrize("ordinal", [True, False])
+def test_ordinal_grades_show_the_kappa_change_in_the_opening_table_and_the_comparisons(tmp_path, make_record,
+                                                                                       report_html, ordinal):
+    from dpmed.evaluation.paired import paired_differences
+    from dpmed.reporting.inputs import signed_text
+
+    y = np.arange(90) % 3
+    rng = np.random.default_rng(8)
+    records = _multiclass_pair(tmp_path, make_record, lambda good: np.eye(3)[y] * 0.2 + rng.random((90, 3)) * 0.8, y)
+    html = report_html(records, task="multiclass", names=("a", "b", "c"), ordinal=ordinal)
+    clinical, comparisons = _text(_section(html, "clinical")), _text(_section(html, "comparisons"))
+    if not ordinal:
+        assert "kappa" not in clinical and "kappa" not in comparisons
+        return
+    scores = [np.load(tmp_path / "runs" / r.run_id / "predictions.npz")["test_scores"] for r in records]
+    kappa = paired_differences(kind="multiclass", labels=y, scores=scores[1], reference_scores=scores[0],
+                               n_resamples=200, ordinal=True)["kappa_quadratic"]
+    assert kappa.value < -0.05
+    assert "quadratic-weighted kappa change [95% CI]" in clinical
+    assert f"{signed_text(kappa.value)} [{signed_text(kappa.low)},\u00a0{signed_text(kappa.high)}]" in clinical
+    assert "a far miss costs more than a near one" in clinical
+    assert "quadratic-weighted kappa difference" in comparisons and signed_text(kappa.value) in comparisons

@@ -13,8 +13,8 @@ intervals. Computed by `dpmed.outputs` before the report is rendered, and writte
   non-private seeds. Whether an arm differs from the non-private one across seeds is read from that interval
   excluding 0, not from the seeds' range nor from how many seeds had p < 0.05.
 * **Each arm value's own metrics over seeds** (`metrics_by_value`, :class:`ValueMetrics`): test AUROC, accuracy,
-  sensitivity and specificity, quadratic-weighted kappa (where the task has them) and the accounted eps, each with the same t interval over
-  seeds; the report's figure draws its points from the same :func:`summarise_seeds`.
+  sensitivity and specificity, quadratic-weighted kappa (where the task has them) and the accounted eps, each with
+  the same t interval over seeds; the report's figure draws its points from the same :func:`summarise_seeds`.
 * **Flags** the report must not leave unsaid: a run that predicts one class for every test image (its accuracy is
   then the share of that class, and its sensitivity or specificity 0), and fairness groups too small for their
   numbers (fewer than ``MIN_CLASS_COUNT`` positives or negatives) or with an interval of zero width.

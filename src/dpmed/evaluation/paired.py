@@ -130,8 +130,9 @@ def paired_differences(*, kind: str, labels, scores, reference_scores, threshold
                        patient_ids=None, ordinal: bool = False) -> dict[str, PairedDifference]:
     """Private minus reference on the same test labels, for AUROC (macro), accuracy, for a binary task
     sensitivity and specificity, and for ordinal grades (``ordinal``, multiclass only) the quadratic-weighted kappa
-    of the argmax grades (``kappa_quadratic``, :func:`~dpmed.evaluation.weighted.weighted_kappa`); each with a paired bootstrap interval and p-value over the same
-    ``bootstrap_redraws(n, patient_ids, n_resamples, seed)`` redraws: of the test patients where ``patient_ids``
+    of the argmax grades (``kappa_quadratic``, :func:`~dpmed.evaluation.weighted.weighted_kappa`); each with a
+    paired bootstrap interval and p-value over the same ``bootstrap_redraws(n, patient_ids, n_resamples, seed)``
+    redraws: of the test patients where ``patient_ids``
     (str [n], the test set's) are given, else of its images; the redraws each model's own intervals used.
 
     ``thresholds`` / ``reference_thresholds``: each model's own validation-chosen thresholds (binary: one; multilabel:

@@ -5,7 +5,9 @@ AUROC alone does not say how many patients a model misses. Per compared arm (a p
 a reproduction of a flawed mechanism, named as not DP with its card's reason) this section shows the change in AUROC,
 in sensitivity (cases of the positive class found, named: in some public binary sets class 1 is "benign" or
 "normal") and in specificity, each against the non-private run **of the same seed**, with the paired bootstrap
-intervals of `dpmed.comparisons` (each model deciding at its own threshold chosen on the validation split), and one
+intervals of `dpmed.comparisons` (each model deciding at its own threshold chosen on the validation split; for
+ordered grades also the change in quadratic-weighted kappa, which counts a far miss of the grade above a near one,
+as METHODS.md sec. 4 asks), and one
 sentence per arm: "at eps 1 the model misses about 12 more of every 100 pneumonia cases". With several seeds the
 sentence gives the mean over seeds with its Student t interval over seeds (training randomness, which the test
 bootstrap does not see), and the seeds' range labelled as a range: 3 seeds' range holds their true mean only 75 % of
@@ -274,7 +276,7 @@ def _shift_line(records: dict[str, RunRecord], pos: str, neg: str, level: str) -
             "accuracy here are those of a threshold set on other images; AUROC needs no threshold.</div>")
 
 
-def _columns(kind: str, pos: str, neg: str, level: str, seeds: tuple[bool, bool]) -> list[str]:
+def _columns(kind: str, pos: str, neg: str, level: str, seeds: tuple[bool, bool], ordinal: bool = False) -> list[str]:
     """The heads of the table's change columns (plain text: they also label each cell on a phone).
 
     ``seeds``: (a row is one seed's paired change, a row is a mean over seeds). A one-seed row's bracket is a
@@ -291,13 +293,19 @@ def _columns(kind: str, pos: str, neg: str, level: str, seeds: tuple[bool, bool]
     if kind == "binary":
         return [f"AUROC change {auroc}", f"sensitivity change: {pos} cases found, per 100{rates}",
                 f"specificity change: {neg} cases cleared, per 100{rates}"]
-    return [f"AUROC change {auroc}", f"accuracy change{' (argmax)' if kind == 'multiclass' else ''}, per 100{rates}"]
+    return ([f"AUROC change {auroc}", f"accuracy change{' (argmax)' if kind == 'multiclass' else ''}, per 100{rates}"]
+            + ([f"quadratic-weighted kappa change {auroc}"] if ordinal else []))
+
+
+# The differences shown as cases per 100: the rates. AUROC and kappa are no share of cases and stay as they are.
+_CASES = {"sensitivity_difference", "specificity_difference", "accuracy_difference"}
 
 
 def clinical(inputs: ReportInputs) -> str:
     comparisons, data, level = inputs.comparisons, inputs.resolved.dataset, inputs.level
     records = {r.run_id: r for r in inputs.records}
     kind, pos, neg = data.task, data.positive_class, data.negative_class
+    ordinal = kind == "multiclass" and data.ordinal
     pos_text, neg_text = pos or "positive", neg or "negative"
     # an arm that is not DP (a reproduction of a flawed mechanism, shuffled batches, a published seed) is compared
     # too, but it is no private arm: the table then speaks of compared arms, and each such row says why
@@ -311,7 +319,7 @@ def clinical(inputs: ReportInputs) -> str:
                 f"cost of privacy has no baseline here.</p>{flag_count(inputs, list(records))}")
     differences = {d.run_id: d for d in comparisons.auroc_differences}
     sizes = {len([i for i in v.run_ids if i in differences]) for v in comparisons.by_value} - {0}
-    columns = _columns(kind, pos_text, neg_text, level, (1 in sizes, any(k > 1 for k in sizes)))
+    columns = _columns(kind, pos_text, neg_text, level, (1 in sizes, any(k > 1 for k in sizes)), ordinal)
     rows = []
     for value in comparisons.by_value:
         members = [differences[i] for i in value.run_ids if i in differences]
@@ -322,12 +330,13 @@ def clinical(inputs: ReportInputs) -> str:
         not_dp = None if why_not.get(value.label) is None else (value.label, why_not[value.label])
         sentence = case_sentence(privacy=privacy, kind=kind, positive=pos, negative=neg, level=level,
                                  single=single, seeds=None if single else value, not_dp=not_dp)
-        names = ["auroc_difference"] + (["sensitivity_difference", "specificity_difference"] if kind == "binary"
-                                        else ["accuracy_difference"])
+        names = (["auroc_difference"] + (["sensitivity_difference", "specificity_difference"] if kind == "binary"
+                                         else ["accuracy_difference"])
+                 + (["kappa_quadratic_difference"] if ordinal else []))
         if single is not None:
-            cells = [_paired_cell(getattr(single, n), cases=n != "auroc_difference") for n in names]
+            cells = [_paired_cell(getattr(single, n), cases=n in _CASES) for n in names]
         else:
-            cells = [_seeds_cell(getattr(value, n), cases=n != "auroc_difference") for n in names]
+            cells = [_seeds_cell(getattr(value, n), cases=n in _CASES) for n in names]
         seeds = ", ".join(str(s) for s in value.seeds)
         # a flagged reference (below chance turns its seed's change into a seeming gain) is counted once, by
         # the 'Without privacy' line; each row it is paired in points there
@@ -348,6 +357,11 @@ def clinical(inputs: ReportInputs) -> str:
                    "the validation split (Youden's J).")
     elif kind == "multiclass":
         meaning = "Accuracy is the share of test images whose class (the argmax of the scores) is right."
+        if ordinal:
+            meaning += (" Quadratic-weighted kappa (Cohen 1968) is the agreement of those grades with the true ones "
+                        "beyond chance, a miss weighed by the square of how many grades it is off (from 1, every "
+                        "grade right, to -1; 0 is chance), so a far miss costs more than a near one; its change is "
+                        "a difference of kappas, not cases per 100.")
     else:
         meaning = ("Accuracy is the share of findings decided right, each at its threshold chosen on the "
                    "validation split (Youden's J).")

@@ -491,19 +491,21 @@ def _seeds_interval(s: SeedSummary) -> str:
     return f"{signed_text(s.mean)} [{signed_text(s.low)},\u00a0{signed_text(s.high)}]"
 
 
-def _decisions_over_seeds(task: str) -> str:
+def _decisions_over_seeds(task: str, ordinal: bool = False) -> str:
     """Where the decisions' changes over seeds are: the opening table gives each with this table's t interval and
     range, in cases per 100 and with the same verdict in words; repeated here they would make a table too wide for
     a phone to tell a clinician nothing more."""
     what = "sensitivity and specificity" if task == "binary" else "accuracy"
+    kappa = ", beside those of quadratic-weighted kappa" if ordinal else ""
     return (f"The {what} changes over seeds, with the same t interval and range, are in cases per 100 in the "
-            'opening table (<a href="#clinical">what each arm costs, in cases</a>).')
+            f'opening table (<a href="#clinical">what each arm costs, in cases</a>){kappa}.')
 
 
 def comparison_section(inputs: ReportInputs) -> str:
     comparisons: Comparisons = inputs.comparisons
     level = inputs.level
     data = inputs.resolved.dataset
+    ordinal = data.task == "multiclass" and data.ordinal
     parts = []
     rows = [c for c in comparisons.auroc_differences if c.auroc_difference.p_value is not None]
     if rows:
@@ -511,12 +513,15 @@ def comparison_section(inputs: ReportInputs) -> str:
         extra = (("sensitivity_difference", f"sensitivity ({_e(data.positive_class or 'label 1')})"),
                  ("specificity_difference", f"specificity ({_e(data.negative_class or 'label 0')})")) if binary \
             else (("accuracy_difference", "accuracy" + (" (argmax)" if data.task == "multiclass" else "")),)
+        if ordinal:
+            extra += (("kappa_quadratic_difference", "quadratic-weighted kappa"),)
         heads = "".join(f"<th>{name} difference</th><th>p</th>" for _, name in (("", "AUROC"), *extra))
         body = "".join(f"<tr><td>{_e(c.run_id)}</td><td class=run>{_e(c.reference_run)}</td>"
                        + _difference_cell(c.auroc_difference)
                        + "".join(_difference_cell(getattr(c, key)) for key, _ in extra) + "</tr>" for c in rows)
-        decided = (f"{'sensitivity and specificity' if binary else 'accuracy'} with each run deciding by "
-                   f"{decision_rule(data)}")
+        decided = (f"{'sensitivity and specificity' if binary else 'accuracy'}"
+                   + (" and the quadratic-weighted kappa of the grades" if ordinal else "")
+                   + f" with each run deciding by {decision_rule(data)}")
         floor = next((c.auroc_difference.p_floor for c in rows if c.auroc_difference.p_floor), None)
         floor_text = ("" if floor is None else
                       f" With {comparisons.n_resamples} redraws the smallest p-value the bootstrap can give is "
@@ -545,7 +550,7 @@ def comparison_section(inputs: ReportInputs) -> str:
                      "excludes 0. The seeds' range is "
                      f"their spread, not an interval ({range_text(seed_counts)}, whatever the confidence), and "
                      "the count of seeds with a small p says how many single test sets showed a difference, not "
-                     f"whether the arm differs across seeds. {_decisions_over_seeds(data.task)}</p>"
+                     f"whether the arm differs across seeds. {_decisions_over_seeds(data.task, ordinal)}</p>"
                      + stacked(f"<table><tr><th>arm value</th><th>mean AUROC difference [{level} t interval over "
                                "seeds]</th><th>across seeds</th><th>seed range</th><th>std over seeds</th>"
                                f"<th>seeds with p &lt; {SIGNIFICANCE:g}</th></tr>{body}</table>"))
