@@ -259,6 +259,12 @@ class RunRecord(_Record):
         patient bootstrap, and redrew images)."""
         return str(self.metrics.get("bootstrap_unit", "image"))
 
+    @property
+    def interval(self) -> str:
+        """The interval of the run's utility metrics and fairness groups, "percentile" or "bca"
+        (``evaluation.interval``); a record without it predates the setting, whose intervals were all percentile."""
+        return str(self.metrics.get("interval") or "percentile")
+
     def estimate(self, metric: str) -> Estimate:
         """``metric`` (e.g. "test_auroc") with its interval; value None where the metric is undefined or absent."""
         def get(key: str) -> float | None:

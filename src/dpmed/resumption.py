@@ -104,7 +104,7 @@ def _recorded_evaluation(record: RunRecord) -> dict[str, Any]:
             shown[key] = record.metrics[metric]
     # Records from before the setting existed were evaluated with the percentile interval, the default: a study that
     # now asks for BCa evaluates them again, one that keeps the default reuses them.
-    shown["interval"] = record.metrics.get("interval") or "percentile"
+    shown["interval"] = record.interval
     shown["fairness"] = None if record.fairness is None else {"age_bins": list(record.fairness.age_bins),
                                                               "attributes": list(record.fairness.attributes)}
     e = record.explanations

@@ -561,3 +561,22 @@ def test_a_record_without_its_interval_reads_as_percentile_and_asking_for_bca_ev
         after = json.loads((r / "run.json").read_text())
         assert after["metrics"] == {**before[r.name]["metrics"], "interval": "percentile"}
     assert "95% percentile intervals" in (out / "tiny" / "report.html").read_text()
+
+
+def test_results_csv_names_the_interval_of_a_run_recorded_before_the_setting(tiny_study, tmp_path):
+    """A run.json of a dpmed before evaluation.interval holds percentile intervals (resumption reads it so); before,
+    its row of results.csv left the interval blank beside the new runs' "percentile", so a reader could not tell
+    how its bounds were drawn."""
+    import csv
+    import json
+
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    record = out / "tiny" / "runs" / "dp_eps8_C1_seed0" / "run.json"
+    data = json.loads(record.read_text())
+    del data["metrics"]["interval"]
+    record.write_text(json.dumps(data))
+    assert main(["report", str(out / "tiny")]) == 0
+    with (out / "tiny" / "results.csv").open(newline="") as f:
+        assert {row["run_id"]: row["interval"] for row in csv.DictReader(f)} == {
+            "base_seed0": "percentile", "dp_eps8_C1_seed0": "percentile"}

@@ -44,7 +44,7 @@ def results_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
                        attack_threshold=r.attack.threshold)
         if r.audit is not None:   # the result is private (it depends on the secret canary bits): only that it ran
             row["audit_canaries"] = r.audit.n_canaries
-        row.update(r.metrics)
+        row.update({**r.metrics, "interval": r.interval})      # a record before the setting: percentile
         row.update(fairness_columns(r.fairness))            # per group, e.g. fairness[age=[80,100)]_auroc
         row.update(_explanation_columns(r.explanations))    # e.g. explanations_mask_energy_low
         row["train_seconds"] = r.timing.train_seconds
