@@ -33,7 +33,8 @@ from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, read_record
 from dpmed.run import read_released_model
 
-__all__ = ["finished_runs", "data_fingerprints", "attributes_fingerprint", "randomness_of", "setting_differences"]
+__all__ = ["finished_runs", "data_fingerprints", "attributes_fingerprint", "randomness_of", "setting_differences",
+           "evaluated_otherwise"]
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -114,10 +115,11 @@ def _recorded_evaluation(record: RunRecord) -> dict[str, Any]:
     return shown
 
 
-def _evaluated_otherwise(record: RunRecord, study: Study, n_test: int) -> list[str]:
+def evaluated_otherwise(record: RunRecord, study: Study, n_test: int) -> list[str]:
     """How the evaluation a finished run's record shows differs from ``study``'s. The folder's study.yaml says it for
     all runs at once; this reads each record, so that runs are not reused under other settings where study.yaml is
-    gone (`dpmed status` advises rerunning such a folder)."""
+    gone, and so that a report rebuilt from a folder whose study.yaml a stopped rerun rewrote names the runs it did
+    not evaluate again (`dpmed.outputs`)."""
     shown = _recorded_evaluation(record)
     config = study.evaluation.model_dump(mode="json")
     now: dict[str, Any] = {k: config[k] for k in shown if k not in ("fairness", "explanations")}
@@ -239,7 +241,7 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
             elsewhere.append(record)
             continue
         diffs = setting_differences(record.plan.settings(), listed[run_id].settings())
-        evaluated = _evaluated_otherwise(record, study, summary.n_test)    # a record shows no training_metrics
+        evaluated = evaluated_otherwise(record, study, summary.n_test)    # a record shows no training_metrics
         evaluated += [differ["label_names"]] if renamed and "label_names" in differ else []
         evaluated += _other_class_names(record, summary.label_names)
         if record.evaluation_version != EVALUATION_VERSION:     # an older dpmed's methods: not mixed with these

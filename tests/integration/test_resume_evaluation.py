@@ -563,6 +563,28 @@ def test_a_record_without_its_interval_reads_as_percentile_and_asking_for_bca_ev
     assert "95% percentile intervals" in (out / "tiny" / "report.html").read_text()
 
 
+def test_a_folder_left_between_two_interval_settings_has_its_report_name_the_runs_evaluated_otherwise(
+        tiny_study, tmp_path):
+    """A rerun that asks for BCa writes study.yaml before it evaluates the finished runs again: stopped in between,
+    the folder's study.yaml says BCa while every run holds percentile intervals. Before, `dpmed report` then called
+    all of them BCa, in the report and comparisons.json, unsaid; now both name each run evaluated otherwise and how
+    to evaluate it again."""
+    import html
+    import json
+
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    study_yaml = out / "tiny" / "study.yaml"
+    study_yaml.write_text(study_yaml.read_text().replace("interval: percentile", "interval: bca"))
+    assert main(["report", str(out / "tiny")]) == 0
+    notes = json.loads((out / "tiny" / "comparisons.json").read_text())["notes"]
+    report = (out / "tiny" / "report.html").read_text()
+    for run_id in ("base_seed0", "dp_eps8_C1_seed0"):
+        said = [n for n in notes if n.startswith(f"{run_id}: evaluated otherwise than study.yaml says")]
+        assert len(said) == 1 and "evaluation.interval: percentile in the finished run, bca in study.yaml" in said[0]
+        assert "run the same `dpmed run` again" in said[0] and said[0] in html.unescape(report)
+
+
 def test_results_csv_names_the_interval_of_a_run_recorded_before_the_setting(tiny_study, tmp_path):
     """A run.json of a dpmed before evaluation.interval holds percentile intervals (resumption reads it so); before,
     its row of results.csv left the interval blank beside the new runs' "percentile", so a reader could not tell
