@@ -909,3 +909,26 @@ def test_a_study_of_unordered_classes_writes_no_kappa(make_record, kind):
         out = compare_runs(records, predictions, kind="multiclass", label_names=list("01234"), n_resamples=20)
     assert out.auroc_differences and out.by_value and out.metrics_by_value
     assert "kappa" not in out.model_dump_json()
+
+
+def test_a_multiclass_run_recorded_before_the_class_counts_is_flagged_as_a_newer_run_of_the_study_is(make_record):
+    """A multiclass run.json of a dpmed before the per-class counts holds none (n_positive_by_label null), so in a
+    folder resumed with one more seed the new run's group was flagged for 4 images of one grade and the same group
+    of the older runs, on the same test images, was not. Every run of a study has the same test set and groups, so
+    an older run's group takes the counts a newer run recorded for it."""
+    from dpmed.evaluation.fairness import evaluate_fairness
+
+    rng = np.random.default_rng(0)
+    y = np.r_[np.repeat([0, 1, 2], [4, 18, 18]), np.repeat([0, 1, 2], 20)]
+    s = rng.dirichlet(np.ones(3), size=y.size) + 0.4 * np.eye(3)[y]
+    s /= s.sum(1, keepdims=True)
+    sex = np.repeat(["female", "male"], [40, 60])
+    fairness = evaluate_fairness(kind="multiclass", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
+                                 attributes={"sex": sex}, n_resamples=20, seed=0)
+    entry = fairness.attributes["sex"]
+    old = fairness.model_copy(update={"attributes": {"sex": entry.model_copy(update={"groups": {
+        name: g.model_copy(update={"n_positive_by_label": None}) for name, g in entry.groups.items()}})}})
+    records = [make_record("np_seed0", "np", fairness=old), make_record("np_seed1", "np", fairness=fairness, seed=1)]
+    flags = compare_runs(records, {}, kind="multiclass", label_names=["none", "mild", "severe"]).group_flags
+    assert {(f.run_id, f.group): f.reasons for f in flags} == {("np_seed0", "female"): ["only 4 images of none"],
+                                                               ("np_seed1", "female"): ["only 4 images of none"]}

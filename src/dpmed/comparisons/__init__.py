@@ -409,7 +409,11 @@ def _group_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[
     """Fairness groups with fewer than MIN_CLASS_COUNT positives or negatives (multilabel: in any one finding, as
     each finding's AUROC sees them; multiclass: fewer than MIN_CLASS_COUNT images of any one class, as its
     one-vs-rest AUROC sees them, or fewer than 2 MIN_CLASS_COUNT images), or an AUROC or accuracy interval of zero
-    width, per run."""
+    width, per run. A multiclass record of a dpmed before the per-class counts holds none; every run of a study
+    has the same test images and groups, so it takes the counts another run recorded for the same group."""
+    counted = {(attribute, group): g.n_positive_by_label for r in records if r.fairness
+               for attribute in r.fairness.attributes if (entry := r.fairness.ok(attribute)) is not None
+               for group, g in entry.groups.items() if g.n_positive_by_label is not None}
     out = []
     for r in records:
         for attribute in (r.fairness.attributes if r.fairness else {}):
@@ -417,6 +421,8 @@ def _group_flags(records: Sequence[RunRecord], kind: str, label_names: Sequence[
                 continue
             for group, g in entry.groups.items():
                 n, n_pos, by_label = g.n, g.n_positive, g.n_positive_by_label
+                if by_label is None and kind == "multiclass":
+                    by_label = counted.get((attribute, group))
                 reasons = []
                 if by_label is not None and kind == "multiclass":
                     names = list(label_names) if len(label_names) == len(by_label) else [
