@@ -1630,3 +1630,45 @@ def test_ordinal_grades_show_the_kappa_change_in_the_opening_table_and_the_compa
     assert f"{signed_text(kappa.value)} [{signed_text(kappa.low)},\u00a0{signed_text(kappa.high)}]" in clinical
     assert "a far miss costs more than a near one" in clinical
     assert "quadratic-weighted kappa difference" in comparisons and signed_text(kappa.value) in comparisons
+
+
+def test_the_reading_of_an_ordinal_arm_gives_the_kappa_change_with_its_verdict_first_over_seeds():
+    """Before, an ordinal arm's reading spoke of accuracy alone: the kappa change over seeds stood in its cell as
+    "-0.120 [-0.262, +0.022]" with no sentence saying that its t interval holds 0, while every other change over seeds
+    opens with that verdict. Kappa is no share of cases, so it reads as a difference of kappas (higher is better)."""
+    from dpmed.comparisons import Difference, PairedDifference, ValueSummary
+    from dpmed.evaluation.paired import seed_summary
+    from dpmed.reporting.clinical import case_sentence
+
+    def arm(kappas):
+        return ValueSummary(label="eps 1", arm="dp", seeds=[0, 1, 2], epsilon=1.0, significant_seeds=3,
+                            auroc_difference=seed_summary([-0.02, -0.03, -0.04]),
+                            accuracy_difference=seed_summary([-0.04, -0.05, -0.06]),
+                            kappa_quadratic_difference=seed_summary(kappas, within=(-2.0, 2.0)))
+
+    def read(**kw):
+        return case_sentence(privacy="ε 1", kind="multiclass", positive=None, negative=None, level="95%", **kw)
+
+    # -0.12 +- 4.303 * 0.06 / sqrt(3) = -0.12 +- 0.149: holds 0
+    held = read(seeds=arm([-0.06, -0.12, -0.18]))
+    assert held.startswith("Over 3 seeds, at ε 1 the model gets on average about 5 more wrong of every 100 test "
+                           "images (argmax)"), held
+    assert held.endswith(" Over 3 seeds no difference is shown in the quadratic-weighted kappa (95% t interval over "
+                         "seeds [-0.269, +0.029], which includes 0; on average -0.120)."), held
+    # -0.12 +- 4.303 * 0.01 / sqrt(3) = -0.12 +- 0.025: excludes 0
+    shown = read(seeds=arm([-0.11, -0.12, -0.13]))
+    assert shown.endswith(" Its quadratic-weighted kappa changes on average by -0.120 (95% t interval over seeds "
+                          "[-0.145, -0.095]; higher is better)."), shown
+    one = Difference(run_id="dp_seed0", label="eps 1", arm="dp", mechanism="dpsgd", seed=0, reference_run="np_seed0",
+                     epsilon=1.0,
+                     auroc_difference=PairedDifference(value=-0.03, low=-0.05, high=-0.01, p_value=0.01,
+                                                       defined_redraws=200),
+                     accuracy_difference=PairedDifference(value=-0.05, low=-0.08, high=-0.02, p_value=0.01,
+                                                          defined_redraws=200),
+                     kappa_quadratic_difference=PairedDifference(value=-0.12, low=-0.2, high=-0.04, p_value=0.01,
+                                                                 defined_redraws=200))
+    assert read(single=one).endswith(" Its quadratic-weighted kappa changes by -0.120 (95% CI [-0.200, -0.040]; "
+                                     "higher is better)."), read(single=one)
+    unordered = one.model_copy(update={"kappa_quadratic_difference": None})
+    assert "kappa" not in read(single=unordered) and "kappa" not in read(seeds=arm([-0.1, -0.1, -0.1]).model_copy(
+        update={"kappa_quadratic_difference": None}))

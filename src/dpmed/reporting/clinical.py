@@ -12,7 +12,8 @@ sentence per arm: "at eps 1 the model misses about 12 more of every 100 pneumoni
 sentence gives the mean over seeds with its Student t interval over seeds (training randomness, which the test
 bootstrap does not see), and the seeds' range labelled as a range: 3 seeds' range holds their true mean only 75 % of
 the time, so it is no interval. A change reads as one direction only where that t interval excludes 0; where it holds
-0 the sentence opens with "no difference is shown" and gives the mean only after it. Runs that
+0 the sentence opens with "no difference is shown" and gives the mean only after it; for ordered grades a second
+sentence reads the kappa change by the same rule. Runs that
 predict one class for every test image are flagged here, where a reader starts, and so are runs whose
 validation-chosen threshold does not carry over to the test images (validation and test rates differ far beyond
 chance: the test images differ from those the threshold was chosen on, e.g. the Kermany release's test folder).
@@ -124,7 +125,40 @@ def case_sentence(*, privacy: str, kind: str, positive: str | None, negative: st
     differences (with their intervals); ``seeds``: the mean over several seeds (with the seeds' spread).
     ``not_dp``: (the arm's name, why it is not DP) for an arm whose privacy is no ε: the sentence is then about
     that arm against the non-private run ("shift_b1, which is not DP because ..., misses ..."), not "at" a level
-    of privacy."""
+    of privacy. Ordinal grades (a quadratic-weighted kappa difference present) add a sentence on kappa
+    (:func:`_kappa_sentence`)."""
+    return (_decision_sentence(privacy=privacy, kind=kind, positive=positive, negative=negative, level=level,
+                               single=single, seeds=seeds, not_dp=not_dp)
+            + _kappa_sentence(single=single, seeds=seeds, level=level))
+
+
+def _kappa_sentence(*, single: Difference | None, seeds: ValueSummary | None, level: str) -> str:
+    """" Its quadratic-weighted kappa changes by ..." with its interval; "" where the grades are not ordinal. Kappa
+    is no share of cases, so it reads as a difference of kappas. Over seeds, as every other change over seeds, a t
+    interval that holds 0 comes first ("no difference is shown"), and the mean only after it."""
+    if single is not None:
+        d = single.kappa_quadratic_difference
+        if d is None or d.value is None:
+            return ""
+        ci = "" if d.low is None else f" ({level} CI [{signed_text(d.low)}, {signed_text(d.high)}]; higher is better)"
+        return f" Its quadratic-weighted kappa changes by {signed_text(d.value)}{ci}."
+    s = None if seeds is None else seeds.kappa_quadratic_difference
+    if s is None or s.mean is None:
+        return ""
+    if s.low is None:
+        return f" Its quadratic-weighted kappa changes on average by {signed_text(s.mean)} (higher is better)."
+    interval = f"{level} t interval over seeds [{signed_text(s.low)}, {signed_text(s.high)}]"
+    if not s.excludes_zero:
+        return (f" Over {len(seeds.seeds)} seeds no difference is shown in the quadratic-weighted kappa ({interval}, "
+                f"which includes 0; on average {signed_text(s.mean)}).")
+    return f" Its quadratic-weighted kappa changes on average by {signed_text(s.mean)} ({interval}; higher is better)."
+
+
+def _decision_sentence(*, privacy: str, kind: str, positive: str | None, negative: str | None, level: str,
+                       single: Difference | None = None, seeds: ValueSummary | None = None,
+                       not_dp: tuple[str, str] | None = None) -> str:
+    """The sentence of :func:`case_sentence` on the decisions (sensitivity and specificity, or accuracy), or on
+    AUROC where the runs have no decisions."""
     subject = f"at {privacy} the model" if not_dp is None else f"{not_dp[0]}, which is {not_dp[1]},"
     baseline = None if not_dp is None else "the non-private run" if single is not None else "its seed's non-private run"
     if single is not None:
