@@ -923,6 +923,10 @@ def test_over_seeds_a_change_reads_as_a_direction_only_where_its_t_interval_excl
         "-7 [+0.04,\u00a0+14]")
     assert _paired_cell(PairedDifference(value=-0.05, low=-0.12, high=0.0, p_value=0.05, defined_redraws=200),
                         cases=True) == "-5 [-12,\u00a00]"                # an end at 0 exactly is 0
+    # so does an end of the seeds' range: "seed range -8 to 0" beside a sentence saying "seed range: under 1 to 8
+    # more" read as a seed that showed no change
+    spread = clear.model_copy(update={"min": -0.08, "max": -0.004})
+    assert _seeds_cell(spread, cases=True) == "-7 [-14,\u00a0-0.4] (seed range -8 to -0.4)"
     # AUROC alone (no thresholds): -0.030 +- 4.303 * 0.01 / sqrt(3) = [-0.055, -0.005]
     auroc_only = arm([-0.05], [-0.05]).model_copy(update={"sensitivity_difference": None,
                                                           "specificity_difference": None})

@@ -53,8 +53,9 @@ def _per100(value: float | None) -> str:
 
 
 def _per100_end(value: float) -> str:
-    """An interval's end in cases per 100, as :func:`_per100`, but an end clear of 0 that rounds to 0 keeps its side
-    ("-0.4", "+0.04"): "[-14, 0]" read as an interval that holds no change beside a sentence saying it does not."""
+    """An interval's or the seeds' range's end in cases per 100, as :func:`_per100`, but an end clear of 0 that rounds
+    to 0 keeps its side ("-0.4", "+0.04"): "[-14, 0]" read as an interval that holds no change beside a sentence
+    saying it does not, and "seed range -8 to 0" as a seed that showed none beside "under 1 to 8 more"."""
     if value == 0 or round(100 * value) != 0:
         return _per100(value)
     text = f"{100 * value:+.1g}"
@@ -83,8 +84,9 @@ def _seeds_cell(s: SeedSummary | None, *, cases: bool) -> str:
     if s is None or s.mean is None:
         return "–"
     fmt = _per100 if cases else signed_text
+    end = _per100_end if cases else signed_text      # the range's ends keep their side too, as the sentence's do
     interval = _interval_cell(s.low, s.high, cases=cases)
-    return f"{fmt(s.mean)}{interval} (seed range {fmt(s.min)} to {fmt(s.max)})"
+    return f"{fmt(s.mean)}{interval} (seed range {end(s.min)} to {end(s.max)})"
 
 
 def _count(x: float, more: str, fewer: str) -> str:
