@@ -1063,4 +1063,3 @@ def test_aliases_that_expand_past_any_study_are_refused_before_the_schema_walks_
     with pytest.raises(ConfigError) as caught:
         load_study(path)
     assert str(caught.value).startswith(f"study file {path} is not valid YAML: line ") and words in str(caught.value)
-

@@ -44,7 +44,8 @@ def test_a_deflated_dicom_is_refused_before_it_inflates_beyond_what_the_largest_
     for read in (lambda p: read_image(p, channels=1), dicom.peek_dicom, dicom.read_dicom_header):
         tracemalloc.start()
         try:
-            with pytest.raises(UnreadableImage, match=r"inflates to more than the 80,000 bytes dpmed reads from one DICOM file"):
+            with pytest.raises(UnreadableImage,
+                               match=r"inflates to more than the 80,000 bytes dpmed reads from one DICOM file"):
                 read(bomb)
             peak = tracemalloc.get_traced_memory()[1]
         finally:

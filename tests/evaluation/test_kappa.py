@@ -52,6 +52,7 @@ def test_kappa_interval_is_the_bca_interval_of_sklearn_redraws(hand_bca):
                            kind="multiclass", label_names=list("01234"), val_labels=y, val_scores=scores,
                            test_labels=y, test_scores=scores, n_resamples=150, seed=2, ordinal=True)
     predicted = scores.argmax(axis=1)
+
     def kappa(i):
         return cohen_kappa_score(y[i], predicted[i], weights="quadratic")
 

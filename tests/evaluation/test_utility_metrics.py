@@ -244,6 +244,7 @@ def test_binary_auroc_interval_is_the_bca_interval_of_sklearn_redraws(hand_bca):
     scores = np.round(np.clip(0.35 + 0.3 * labels + rng.normal(0, 0.2, 60), 0, 1), 1)
     row = evaluate_utility(interval="bca", kind="binary", label_names=["a", "b"], val_labels=labels, val_scores=scores,
                            test_labels=labels, test_scores=scores, n_resamples=150, seed=8)
+
     def auroc(i):
         return roc_auc_score(labels[i], scores[i]) if labels[i].min() != labels[i].max() else np.nan
 

@@ -905,7 +905,8 @@ def test_over_seeds_a_change_reads_as_a_direction_only_where_its_t_interval_excl
     # a reader who stops early must not read a direction that the interval does not show: the verdict comes first
     both = case_sentence(privacy="ε 1", kind="binary", positive="pneumonia", negative="normal", level="95%",
                          seeds=arm([-0.02, -0.05, -0.08], [-0.02, -0.05, -0.08]))
-    assert both.startswith("Over 3 seeds, at ε 1 no difference is shown in the pneumonia cases the model misses ("), both
+    assert both.startswith("Over 3 seeds, at ε 1 no difference is shown in the pneumonia cases the model misses ("), \
+        both
     assert ", and no difference is shown in the normal cases it wrongly flags as pneumonia (95% t interval" in both
     assert "misses on average" not in both and "flags on average" not in both
     # -0.001 to +0.001: a t interval of -0.25 to +0.25 per 100 rounds to "no change" at both ends, which must not

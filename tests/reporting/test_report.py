@@ -253,7 +253,8 @@ def test_the_risk_section_says_each_bound_is_for_its_model_released_alone(make_r
 
     study = section([baseline, dp])
     assert "that run's model released alone" in study
-    assert "'The study as a whole'" in study and "by nothing where those include a run without privacy (non-private_seed0)" in study
+    assert "'The study as a whole'" in study
+    assert "by nothing where those include a run without privacy (non-private_seed0)" in study
     assert "released alone" not in section([dp])
 
 

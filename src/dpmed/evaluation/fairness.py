@@ -85,6 +85,7 @@ def _interval_definitions(interval: Interval) -> dict[str, str]:
     rest = DEFINITIONS["interval"].split("; the two spreads ", 1)[1]
     return {**DEFINITIONS, "interval": _BCA_INTERVAL + rest}
 
+
 # What differs where a task decides otherwise than by one threshold (`decisions`): a multiclass run decides by argmax,
 # so it has no yhat = 1 and neither spread; a multilabel run decides each finding at its own threshold and averages.
 _TASK_DEFINITIONS: Mapping[str, Mapping[str, str]] = {
@@ -417,7 +418,8 @@ def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_sc
             "each age group minus the other age groups pooled (unknown ages, and ages at or above the last edge, "
             "in neither)")})
     return Fairness(definitions=task_definitions(kind, interval), thresholds=thresholds, n_test=n,
-                    n_resamples=int(n_resamples), bootstrap_seed=int(seed), bootstrap_unit=redraws.unit, confidence=float(confidence),
+                    n_resamples=int(n_resamples), bootstrap_seed=int(seed), bootstrap_unit=redraws.unit,
+                    confidence=float(confidence),
                     age_bins=[float(b) for b in age_bins], attributes=out)
 
 
