@@ -799,10 +799,8 @@ def test_a_pair_whose_reference_holds_chance_says_so_in_comparisons_json(make_re
     assert again.auroc_differences[1].reference_at_chance is True
 
 
-def test_a_multiclass_group_with_few_images_of_one_class_is_flagged(make_record):
-    """A multiclass group was flagged only below 20 images: a group of 40 graded images with 4 of one grade passed
-    as a measurement, though that grade's one-vs-rest AUROC, a quarter of the group's macro AUROC, rests on 4
-    images, and a multilabel group with 4 positives of one finding is flagged."""
+def _graded_groups_fairness():
+    """Fairness by sex of 100 graded test images: 40 women with 4 of grade 0 (a small class), 60 men with 20 of each."""
     from dpmed.evaluation.fairness import evaluate_fairness
 
     rng = np.random.default_rng(0)
@@ -812,6 +810,14 @@ def test_a_multiclass_group_with_few_images_of_one_class_is_flagged(make_record)
     sex = np.repeat(["female", "male"], [40, 60])
     fairness = evaluate_fairness(kind="multiclass", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
                                  attributes={"sex": sex}, n_resamples=20, seed=0)
+    return fairness
+
+
+def test_a_multiclass_group_with_few_images_of_one_class_is_flagged(make_record):
+    """A multiclass group was flagged only below 20 images: a group of 40 graded images with 4 of one grade passed
+    as a measurement, though that grade's one-vs-rest AUROC, a quarter of the group's macro AUROC, rests on 4
+    images, and a multilabel group with 4 positives of one finding is flagged."""
+    fairness = _graded_groups_fairness()
     assert fairness.attributes["sex"].groups["female"].n_positive_by_label == [4, 18, 18]
     records = [make_record("np_seed0", "np", fairness=fairness)]
     flags = {f.group: f for f in compare_runs(records, {}, kind="multiclass",
@@ -916,15 +922,7 @@ def test_a_multiclass_run_recorded_before_the_class_counts_is_flagged_as_a_newer
     folder resumed with one more seed the new run's group was flagged for 4 images of one grade and the same group
     of the older runs, on the same test images, was not. Every run of a study has the same test set and groups, so
     an older run's group takes the counts a newer run recorded for it."""
-    from dpmed.evaluation.fairness import evaluate_fairness
-
-    rng = np.random.default_rng(0)
-    y = np.r_[np.repeat([0, 1, 2], [4, 18, 18]), np.repeat([0, 1, 2], 20)]
-    s = rng.dirichlet(np.ones(3), size=y.size) + 0.4 * np.eye(3)[y]
-    s /= s.sum(1, keepdims=True)
-    sex = np.repeat(["female", "male"], [40, 60])
-    fairness = evaluate_fairness(kind="multiclass", val_labels=y, val_scores=s, test_labels=y, test_scores=s,
-                                 attributes={"sex": sex}, n_resamples=20, seed=0)
+    fairness = _graded_groups_fairness()
     entry = fairness.attributes["sex"]
     old = fairness.model_copy(update={"attributes": {"sex": entry.model_copy(update={"groups": {
         name: g.model_copy(update={"n_positive_by_label": None}) for name, g in entry.groups.items()}})}})

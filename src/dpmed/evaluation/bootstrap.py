@@ -159,6 +159,17 @@ def bootstrap_redraws(n: int, *, patient_ids=None, n_resamples: int = 1000, seed
                    unit_of_image=unit_of_image, unit="patient")
 
 
+def _defined_redraws(samples: np.ndarray, confidence: float) -> np.ndarray:
+    """The defined (not nan) values of bootstrap ``samples`` [n_resamples] as float64; ValueError unless
+    ``confidence`` lies strictly between 0 and 1 and the samples are one value per redraw."""
+    if not (isinstance(confidence, numbers.Real) and 0.0 < float(confidence) < 1.0):
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    values = np.asarray(samples, dtype=np.float64)
+    if values.ndim != 1:
+        raise ValueError(f"samples must be one value per redraw, shape [n_resamples]; got shape {values.shape}")
+    return values[~np.isnan(values)]
+
+
 def percentile_interval(samples: np.ndarray, *, confidence: float = 0.95) -> tuple[float, float]:
     """The central ``confidence`` percentile interval of bootstrap ``samples`` (float [n_resamples]).
 
@@ -167,12 +178,7 @@ def percentile_interval(samples: np.ndarray, *, confidence: float = 0.95) -> tup
     nan entries are redraws in which the metric is undefined (e.g. only one class was drawn, so AUROC has no value);
     they are left out rather than counted as any number. With no defined redraw the interval is ``(nan, nan)``.
     """
-    if not (isinstance(confidence, numbers.Real) and 0.0 < float(confidence) < 1.0):
-        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
-    values = np.asarray(samples, dtype=np.float64)
-    if values.ndim != 1:
-        raise ValueError(f"samples must be one value per redraw, shape [n_resamples]; got shape {values.shape}")
-    values = values[~np.isnan(values)]
+    values = _defined_redraws(samples, confidence)
     if values.size == 0:
         return float("nan"), float("nan")
     tail = 50.0 * (1.0 - float(confidence))  # percent in each tail
@@ -204,12 +210,7 @@ def bca_interval(value: float, samples: np.ndarray, jackknife: np.ndarray, *,
     two defined jackknife values a = 0. With no defined redraw the interval is ``(nan, nan)``; where ``value`` itself
     is undefined, the percentile interval of the redraws.
     """
-    if not (isinstance(confidence, numbers.Real) and 0.0 < float(confidence) < 1.0):
-        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
-    values = np.asarray(samples, dtype=np.float64)
-    if values.ndim != 1:
-        raise ValueError(f"samples must be one value per redraw, shape [n_resamples]; got shape {values.shape}")
-    values = values[~np.isnan(values)]
+    values = _defined_redraws(samples, confidence)
     if values.size == 0 or not np.isfinite(value):
         return percentile_interval(values, confidence=confidence)
     # Ties: a discrete statistic (a rate on few images) often redraws to its own value, computed along another path
