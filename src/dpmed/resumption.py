@@ -31,7 +31,6 @@ from dpmed.folders import RETRAIN_NOTE, StudyFolder
 from dpmed.mechanisms import claims_beyond
 from dpmed.randomness import NOT_DP_REPRODUCIBLE
 from dpmed.records import DatasetSummary, ResolvedStudy, RunRecord, read_record
-from dpmed.run import read_released_model
 
 __all__ = ["finished_runs", "data_fingerprints", "attributes_fingerprint", "randomness_of", "setting_differences",
            "evaluated_otherwise"]
@@ -257,6 +256,10 @@ def finished_runs(folder: StudyFolder, plans: list[RunPlan], summary: DatasetSum
         else:
             mine[run_id] = record
             if evaluation or evaluated:
+                # imported here: reading a model needs torch, and `dpmed report` (`dpmed.outputs`) uses this
+                # module's evaluated_otherwise without it
+                from dpmed.run import read_released_model
+
                 read_released_model(record, folder.run(run_id))   # refused before the study writes anything
                 stale.append(run_id)
     if clashes:

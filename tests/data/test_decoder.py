@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import inspect
 
+import dpmed.data.codestreams as codestreams
 import dpmed.data.decoder as decoder
 import dpmed.data.decoding as decoding
 import dpmed.data.dicom as dicom
@@ -32,6 +33,7 @@ def test_one_unreadable_image_for_every_decoder():
 def test_the_arrows_run_from_the_registry_to_the_decoders_to_the_contract():
     assert _dpmed_imports(decoder) == (set(), set())
     dicom_top, dicom_nested = _dpmed_imports(dicom)
-    assert dicom_top == {"dpmed.data.decoder", "dpmed.errors"} and not dicom_nested
+    assert dicom_top == {"dpmed.data.codestreams", "dpmed.data.decoder", "dpmed.errors"} and not dicom_nested
+    assert _dpmed_imports(codestreams) == ({"dpmed.data.decoder"}, set())    # sizing needs only the contract
     decoding_top, decoding_nested = _dpmed_imports(decoding)
     assert {"dpmed.data.decoder", "dpmed.data.dicom"} <= decoding_top and not decoding_nested
