@@ -41,7 +41,7 @@ import numpy as np
 from dpmed.evaluation.bootstrap import INTERVALS, Interval, Redraws, bootstrap_redraws
 from dpmed.evaluation.summaries import AttributeFairness, Fairness, GroupFairness, Spread, WorstGroup
 from dpmed.evaluation.utility import youden_threshold
-from dpmed.evaluation.weighted import (as_label_columns, estimate, jackknife_counts, redraw_counts,
+from dpmed.evaluation.weighted import (as_label_columns, estimate, evaluate_jackknife, redraw_counts,
                                        weighted_macro_auroc, weighted_mean)
 
 __all__ = ["AGE_BINS", "UNKNOWN", "GROUPINGS", "group_labels", "age_groups", "sex_groups", "decisions",
@@ -275,11 +275,11 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
             for key, value in _group_stats(y, s, correct, selected, m, counts, compared).items():
                 by_group[g].setdefault(key, []).append(value)
     redraws_cat = {g: {k: np.concatenate(v, axis=0) for k, v in d.items()} for g, d in by_group.items()}
-    # The same statistics with each jackknife group of units left out: the BCa acceleration of a group's AUROC and
-    # accuracy (dpmed.evaluation.bootstrap.bca_interval); None, the percentile interval, needs none.
-    jack = {g: {k: np.concatenate([_group_stats(y, s, correct, selected, m, counts, compared)[k]
-                                   for _rows, counts in jackknife_counts(redraws)]) for k in ("auroc", "accuracy")}
-            if interval == "bca" else {"auroc": None, "accuracy": None} for g, m in members.items()}
+    # A group's AUROC and accuracy with each jackknife group of units left out [G, 2]: the BCa acceleration
+    # (dpmed.evaluation.bootstrap.bca_interval); the percentile interval needs none.
+    jack = {g: evaluate_jackknife(redraws, lambda w, m=m: np.stack(
+        [weighted_macro_auroc(y[m], s[m], w[:, m]), weighted_mean(correct[m], w[:, m])], axis=1))
+        if interval == "bca" else None for g, m in members.items()}
 
     out_groups = {}
     decided = selected is not None                   # binary, multilabel: positives (per label, summed) exist
@@ -287,8 +287,10 @@ def attribute_fairness(*, y: np.ndarray, s: np.ndarray, correct: np.ndarray, sel
         p, r = point[g], redraws_cat[g]
         out_groups[g] = GroupFairness(
             n=int(members[g].sum()),
-            auroc=estimate(p["auroc"][0], r["auroc"], confidence=confidence, jackknife=jack[g]["auroc"]),
-            accuracy=estimate(p["accuracy"][0], r["accuracy"], confidence=confidence, jackknife=jack[g]["accuracy"]),
+            auroc=estimate(p["auroc"][0], r["auroc"], confidence=confidence,
+                           jackknife=None if jack[g] is None else jack[g][:, 0]),
+            accuracy=estimate(p["accuracy"][0], r["accuracy"], confidence=confidence,
+                              jackknife=None if jack[g] is None else jack[g][:, 1]),
             accuracy_parity_difference=estimate(p["accuracy"][0] - p["accuracy_rest"][0],
                                                 r["accuracy"] - r["accuracy_rest"], confidence=confidence),
             n_positive=int(y[members[g]].sum()) if decided else None,
