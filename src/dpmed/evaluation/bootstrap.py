@@ -36,7 +36,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 __all__ = ["INTERVALS", "Interval", "JACKKNIFE_GROUPS", "Redraws", "bca_interval", "bootstrap_indices",
-           "bootstrap_redraws", "patient_numbers", "percentile_interval"]
+           "bootstrap_redraws", "interval_of", "patient_numbers", "percentile_interval"]
 
 # The interval a study's utility metrics and fairness groups get (``evaluation.interval``): the percentile interval
 # METHODS.md sec. 4 asks for, or BCa (:func:`bca_interval`), which covers better on small test sets.
@@ -234,3 +234,12 @@ def bca_interval(value: float, samples: np.ndarray, jackknife: np.ndarray, *,
                       1.0 if a > 0 else 0.0)
     low, high = np.percentile(values, 100.0 * levels)
     return float(low), float(high)
+
+
+def interval_of(value: float, samples: np.ndarray, jackknife: np.ndarray | None, *,
+                confidence: float) -> tuple[float, float]:
+    """The interval a study asked for: :func:`bca_interval` where ``jackknife`` values came with the ``samples``
+    (``evaluation.interval: bca``), else their :func:`percentile_interval`, which needs none."""
+    if jackknife is None:
+        return percentile_interval(samples, confidence=confidence)
+    return bca_interval(value, samples, jackknife, confidence=confidence)

@@ -38,8 +38,7 @@ from typing import Callable, Sequence
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from dpmed.evaluation.bootstrap import (INTERVALS, Interval, Redraws, bca_interval, bootstrap_redraws,
-                                        percentile_interval)
+from dpmed.evaluation.bootstrap import INTERVALS, Interval, Redraws, bootstrap_redraws, interval_of
 from dpmed.evaluation.weighted import (check_class_indices, evaluate_jackknife, evaluate_redraws, quadratic_kappa,
                                        weighted_auroc, weighted_kappa, weighted_mean)
 
@@ -225,17 +224,9 @@ def quadratic_weighted_kappa(labels, predicted, *, n_classes: int) -> float:
 def _replicates(redraws: Redraws, metric: Callable[[np.ndarray], np.ndarray],
                 interval: Interval) -> tuple[np.ndarray, np.ndarray | None]:
     """``metric`` (counts [b, N] -> [b, ...]) on every redraw and, for ``interval`` "bca", on every jackknife row:
-    ([n_resamples, ...], [G, ...] or None), what :func:`_bounds` needs. The percentile interval needs no jackknife
-    and is spared its cost."""
+    ([n_resamples, ...], [G, ...] or None), what :func:`~dpmed.evaluation.bootstrap.interval_of` needs. The
+    percentile interval needs no jackknife and is spared its cost."""
     return evaluate_redraws(redraws, metric), (evaluate_jackknife(redraws, metric) if interval == "bca" else None)
-
-
-def _bounds(value: float, redraws: np.ndarray, jackknife: np.ndarray | None, confidence: float) -> tuple[float, float]:
-    """The BCa interval of ``redraws`` where ``jackknife`` values came with them, else their percentile interval
-    (nan when no redraw defined the metric)."""
-    if jackknife is None:
-        return percentile_interval(redraws, confidence=confidence)
-    return bca_interval(value, redraws, jackknife, confidence=confidence)
 
 
 # The set a row measures, as its keys and its warnings name it: the test set, or the training images of the private
@@ -255,7 +246,7 @@ def _replicate_auroc(y: np.ndarray, s: np.ndarray, redraws: Redraws,
 def _estimate(row: dict, name: str, value: float, replicates: tuple[np.ndarray, np.ndarray | None],
               confidence: float, split: str = "test") -> None:
     """Put ``name``, ``name_low``, ``name_high`` into ``row`` (the interval of ``replicates``: redraws, and jackknife
-    values for BCa or None for the percentile interval, :func:`_bounds`); warn
+    values for BCa or None for the percentile interval, :func:`~dpmed.evaluation.bootstrap.interval_of`); warn
     when too many redraws are undefined, naming the metric and the set (``split``, a key of :data:`SPLITS`) they
     redrew."""
     redraws, jackknife = replicates
@@ -271,7 +262,7 @@ def _estimate(row: dict, name: str, value: float, replicates: tuple[np.ndarray, 
             RuntimeWarning,
             stacklevel=3,
         )
-    low, high = _bounds(value, redraws, jackknife, confidence)
+    low, high = interval_of(value, redraws, jackknife, confidence=confidence)
     row[name], row[f"{name}_low"], row[f"{name}_high"] = float(value), low, high
 
 
@@ -298,8 +289,9 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, r
     # undefined on the whole test set has no interval.
     column = np.cumsum(defined) - 1                                           # label j -> its column of redraws
     for j, name in enumerate(names):
-        low, high = (_bounds(by_index[str(j)], label_redraws[:, column[j]],
-                             None if label_jackknife is None else label_jackknife[:, column[j]], confidence)
+        low, high = (interval_of(by_index[str(j)], label_redraws[:, column[j]],
+                                 None if label_jackknife is None else label_jackknife[:, column[j]],
+                                 confidence=confidence)
                      if defined[j] else (float("nan"), float("nan")))
         key = f"test_auroc[{name}]"
         row[key], row[f"{key}_low"], row[f"{key}_high"] = by_index[str(j)], low, high

@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from dpmed.evaluation.bootstrap import Redraws, bca_interval, percentile_interval
+from dpmed.evaluation.bootstrap import Redraws, interval_of
 from dpmed.evaluation.summaries import Estimate
 
 __all__ = ["redraw_counts", "redraw_bytes", "evaluate_redraws", "jackknife_counts", "evaluate_jackknife",
@@ -212,10 +212,8 @@ def estimate(value: float | None, redraws: np.ndarray, *, confidence: float,
     redraws (nan redraws left out either way); None where undefined. The percentile interval stays where dpmed
     reads a p-value off the same redraws (paired differences) or the statistic is a minimum over groups, which BCa's
     smoothness assumption does not cover."""
-    values = np.asarray(redraws, dtype=float)
-    low, high = (percentile_interval(values, confidence=confidence) if jackknife is None else
-                 bca_interval(np.nan if value is None else float(value), values, np.asarray(jackknife, dtype=float),
-                              confidence=confidence))
+    low, high = interval_of(np.nan if value is None else float(value), np.asarray(redraws, dtype=float),
+                            None if jackknife is None else np.asarray(jackknife, dtype=float), confidence=confidence)
     return Estimate(value=number(value), low=number(low), high=number(high))
 
 
