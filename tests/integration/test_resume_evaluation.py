@@ -97,6 +97,16 @@ def test_an_old_run_json_s_private_timing_stays_out_when_the_run_is_evaluated_ag
     assert timing["train_seconds"] is None and timing["total_seconds"] is None and timing["resumed_from"] is None
 
 
+def _base_only(tiny_text: str, tmp_path, evaluation: str, out) -> list[str]:
+    """The `dpmed run` command of the tiny study without its DP arm (the base arm alone: fast), with ``evaluation``
+    added to its evaluation settings, writing into ``out``."""
+    study = tmp_path / "s.yaml"
+    study.write_text(tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "")
+                     .replace("evaluation: {bootstrap_resamples: 20}",
+                              f"evaluation: {{bootstrap_resamples: 20, {evaluation}}}"))
+    return ["run", str(study), "--out", str(out), "--no-progress"]
+
+
 def test_the_explained_images_and_the_pointing_tolerance_count_and_a_test_set_smaller_than_asked_is_no_change(
         tiny_text, tmp_path, capsys):
     """A record holds the images it explained, min(n_images, the test set); the pointing tolerance where lesion masks
@@ -104,12 +114,8 @@ def test_the_explained_images_and_the_pointing_tolerance_count_and_a_test_set_sm
     of images and another tolerance while study.yaml and the report stated the new ones. Read from the records
     alone (study.yaml deleted), either change has the run evaluated again; asking for more images than the test set
     holds is no change."""
-    study = tmp_path / "s.yaml"
-    study.write_text(tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "")
-                     .replace("evaluation: {bootstrap_resamples: 20}",
-                              "evaluation: {bootstrap_resamples: 20, explanations: {n_images: 1000}}"))
     out = tmp_path / "out"
-    command = ["run", str(study), "--out", str(out), "--no-progress"]
+    command = _base_only(tiny_text, tmp_path, "explanations: {n_images: 1000}", out)
     assert main(command) == 0
     (out / "tiny" / "study.yaml").unlink()
     capsys.readouterr()
@@ -505,12 +511,8 @@ def test_an_older_dpmed_s_run_keeps_its_private_training_metrics_when_evaluated_
 
     from dpmed.folders import StudyFolder
 
-    study = tmp_path / "s.yaml"
-    study.write_text(tiny_text.replace("  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}\n", "")
-                     .replace("evaluation: {bootstrap_resamples: 20}",
-                              "evaluation: {bootstrap_resamples: 20, training_metrics: true}"))
     out = tmp_path / "out"
-    command = ["run", str(study), "--out", str(out), "--no-progress"]
+    command = _base_only(tiny_text, tmp_path, "training_metrics: true", out)
     assert main(command) == 0
     run = StudyFolder(out / "tiny").run("base_seed0")
     statistics = run.statistics.read_bytes()
