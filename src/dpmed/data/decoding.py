@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
+from dpmed.data.codestreams import pixel_limit
 from dpmed.data.decoder import Decoder, ImageNote, UnreadableImage, stretched
 from dpmed.data.dicom import peek_dicom, read_dicom
 from dpmed.errors import error_name
@@ -70,8 +71,7 @@ def _too_large() -> UnreadableImage:
     """Pillow refuses a file of more than twice ``Image.MAX_IMAGE_PIXELS`` pixels as a possible "decompression bomb
     DOS attack", in words that name no file and say nothing of what to do: a radiograph scanned at full resolution
     can be that large."""
-    limit = 2 * (Image.MAX_IMAGE_PIXELS or 0)
-    return UnreadableImage(f"has more than {limit:,} pixels, which Pillow refuses to decode (its guard against "
+    return UnreadableImage(f"has more than {pixel_limit():,} pixels, which Pillow refuses to decode (its guard against "
                            "decompression bombs); resize it (e.g. to 4,096 px on its long side) and run again")
 
 

@@ -209,10 +209,8 @@ def _oversized(ds, exc: Exception) -> UnreadableImage | None:
     install (pylibjpeg, which has no such guard). None for any other failure."""
     if "decompression bomb" not in str(exc):
         return None
-    from PIL import Image
-
     return UnreadableImage(f"declares {ds.get('Rows')} x {ds.get('Columns')} pixels, but its compressed pixel data "
-                           f"hold more than the {2 * (Image.MAX_IMAGE_PIXELS or 0):,} dpmed decodes from any image "
+                           f"hold more than the {pixel_limit():,} dpmed decodes from any image "
                            "(Pillow's guard against decompression bombs): the header does not describe its image; "
                            "export it again")
 
