@@ -6,11 +6,13 @@ pure functions of scores, CAMs and masks, per image, and their means with bootst
   ``average_drop`` = 100 mean(max(0, Y - O) / Y) (lower is better, Chattopadhay et al. 2018),
   ``increase_in_confidence`` = 100 mean(1[Y < O]) (higher is better), and
   ``masked_input_score`` = 100 mean(O / Y): our operational definition of 001's "average normalised input score",
-  which that paper does not define; labelled so wherever it is shown.
+  which that paper does not define; labelled so wherever it is shown. Not pytorch-grad-cam's ``DropInConfidence``
+  (1.5.7): it masks the normalised model input, not the [0, 1] pixels, and returns max(0, Y - O) without the 1/Y.
 * A second view, less sensitive to the multiplicative masking: deletion and insertion AUC (Petsiuk et al. 2018,
   RISE). Pixels are removed from (deletion) or restored into (insertion) a black image in order of decreasing CAM,
   in ``steps`` equal fractions, and the area under the class-c score curve over the fraction is taken (trapezoid).
-  Low deletion AUC and high insertion AUC mean the CAM ranks the pixels that matter first.
+  Low deletion AUC and high insertion AUC mean the CAM ranks the pixels that matter first. pytorch-grad-cam has no
+  such curve (its ROAD imputes the removed pixels from their neighbours instead of a fixed baseline).
 * Where ground-truth lesion masks exist (the phantom): the share of CAM energy inside the mask, sum(L M) / sum(L)
   (an all-zero CAM scores 0; a uniform one the mask's share of the image, :func:`mask_area_share`, the chance
   level), and the pointing game (Zhang et al. 2018): a hit when the peak of L lies in the mask (optionally within

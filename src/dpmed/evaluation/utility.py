@@ -215,6 +215,7 @@ def quadratic_weighted_kappa(labels, predicted, *, n_classes: int) -> float:
                          f"got shapes {y.shape}, {p.shape} and K = {n_classes}")
     check_class_indices(y, p, n_classes, "quadratic_weighted_kappa")
     confusion = np.bincount(y * n_classes + p, minlength=n_classes * n_classes).reshape(n_classes, n_classes)
+    # The redraws' formula, not cohen_kappa_score: a BCa z0 counts redraws equal to this value (tests: scikit-learn's)
     return float(quadratic_kappa(confusion.astype(np.float64)))
 
 
