@@ -119,7 +119,9 @@ def equalize_histogram(images: np.ndarray, *, bins: int = 256) -> np.ndarray:
     ``(cdf[k] - cdf[k_min]) / (1 - cdf[k_min])``, with cdf the image's cumulative share of values and k_min its
     lowest occupied bin: the darkest value becomes 0, the brightest 1, and the rest spread by rank. Example: one
     image with the four values 0, 0.1, 0.2, 0.9 becomes 0, 1/3, 2/3, 1. A constant image becomes all 0.
-    Uses only the image itself (METHODS.md section 1); no shared histogram is ever computed.
+    Uses only the image itself (METHODS.md section 1); no shared histogram is ever computed. This is OpenCV's
+    equalizeHist rule on float images; scikit-image's ``equalize_hist`` differs: it maps the example to 0.25, 0.49,
+    0.75, 1 (the darkest value to its own share, not 0).
     """
     _check_images(images)
     n = len(images)
