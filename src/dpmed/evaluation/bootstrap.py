@@ -24,6 +24,10 @@ the image bootstrap.
 Pairing: every model evaluated on one test set (same images in the same order, same patient ids) with one seed gets
 exactly the same redraws, so the difference between two models can be bootstrapped redraw by redraw and the
 intervals of the arms of a study are comparable.
+
+Not scipy.stats.bootstrap (1.17): it redraws observations, never clusters (patients), its BCa jackknife leaves out
+each of the n observations in turn (n AUROCs, where :data:`JACKKNIFE_GROUPS` caps ours), and it does not skip the
+redraws in which a metric is undefined.
 """
 
 from __future__ import annotations
