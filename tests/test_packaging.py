@@ -3,7 +3,10 @@ no half of the test suite."""
 
 from __future__ import annotations
 
+import ast
 import fnmatch
+import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
@@ -62,3 +65,30 @@ def test_the_systems_and_pythons_declared_to_pip_are_those_the_readme_says_dpmed
                      if c.startswith("Programming Language :: Python :: 3."))
     assert pythons and f">={pythons[0][0]}.{pythons[0][1]}" == project["requires-python"]
     assert f"Python {pythons[0][0]}.{pythons[0][1]}" in platforms
+
+
+def _top_level_imports(package: Path) -> set[str]:
+    """The first name of every absolute import in the package's modules, however deep in a function."""
+    names = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def test_every_package_the_source_imports_is_declared_to_pip():
+    """An import that works only because another dependency brought its package along (pydantic's pydantic_core)
+    breaks when that dependency changes what it installs; pip must be told of each, core or extra."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.10 has no TOML reader (tomllib came in 3.11)")
+    project = tomllib.loads((_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    specs = project["dependencies"] + extras["ray"] + extras["dicom"]
+    declared = {re.split(r"[<>=!~\[ ;]", spec, maxsplit=1)[0].lower().replace("_", "-") for spec in specs}
+    distributions = importlib.metadata.packages_distributions()
+    third_party = _top_level_imports(_ROOT / "src" / "dpmed") - set(sys.stdlib_module_names) - {"dpmed"}
+    undeclared = {name: distributions.get(name) for name in sorted(third_party)
+                  if not {d.lower().replace("_", "-") for d in distributions.get(name, [name])} & declared}
+    assert undeclared == {}
