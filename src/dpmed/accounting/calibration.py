@@ -10,6 +10,11 @@ in x = log(sigma) on log(eps): nothing overflows from sigma ~ 1e-8 (eps ~ 1e15) 
 in these coordinates are nearly exact. A cheap RDP estimate locates the answer first, so the accountant itself
 (a PLD call costs far more than the estimate: benchmarks/RESULTS.md, section "The PLD grids' cost") is called a
 handful of times. Bisection guards against slow progress.
+
+Not dp_accounting's ``calibrate_dp_mechanism``: it bisects inside a bracket the caller must supply, on one fixed
+PLD grid that is not the grid :func:`dp_sgd_epsilon` reports with. At q 128/5218, T 2039, delta 1e-5, eps 1 it took
+0.9 s (8 PLD calls) given the bracket [2, 8], against 0.4 s here, and given [0.01, 100] (grid 1e-4) it had not
+finished after 10 minutes: the PLD of a tiny sigma is huge.
 """
 
 from __future__ import annotations
