@@ -113,6 +113,19 @@ def test_an_entry_from_before_16_bit_images_were_stretched_is_decoded_again(tmp_
     assert cache_key(paths, pre, 1, (10, 14)) != _key_before_orientation(paths, pre, 1, (10, 14), orientation="exif")
 
 
+def test_an_entry_from_before_webp_and_tiff_orientation_is_decoded_again_and_one_of_png_is_read(tmp_path,
+                                                                                               write_image):
+    """It may hold a WebP or multi-picture JPEG as stored, or an uncompressed TIFF shown a quarter turn scrambled;
+    a PNG was read upright already, so an entry of PNG files stays valid."""
+    pre = Preprocessing(channels=1)
+    before = {"orientation": "exif", "sixteen_bit": "stretched"}
+    pngs = _files(tmp_path, write_image)
+    assert cache_key(pngs, pre, 1, (10, 14)) == _key_before_orientation(pngs, pre, 1, (10, 14), **before)
+    for suffix in (".webp", ".tif", ".jpg"):
+        turned = [*pngs, write_image(tmp_path / "img" / f"turned{suffix}", size=(10, 14))]
+        assert cache_key(turned, pre, 1, (10, 14)) != _key_before_orientation(turned, pre, 1, (10, 14), **before)
+
+
 def test_without_channels_an_image_stored_otherwise_than_the_first_is_refused_naming_it(tmp_path, write_image):
     """Before: every image was converted to the first readable file's channels, which published that one file's
     (a training patient's, perhaps) colour in the shape of the model's first layer."""
@@ -139,7 +152,8 @@ def test_each_file_is_opened_once_to_decode_it_whether_or_not_channels_are_set(t
     paths = _files(tmp_path, write_image, n=5)
     opened: list[str] = []
     real = Image.open
-    monkeypatch.setattr(Image, "open", lambda fp, *a, **k: opened.append(os.path.basename(fp)) or real(fp, *a, **k))
+    monkeypatch.setattr(Image, "open", lambda fp, *a, **k: opened.append(os.path.basename(getattr(fp, "name", fp)))
+                        or real(fp, *a, **k))     # a decode opens a file object, a peek a path
     images = decode_images(paths, Preprocessing(size=(8, 8), channels=channels), workers=1).images
     assert sorted(opened) == sorted(["0.png"] + [p.name for p in paths])
     monkeypatch.setattr(Image, "open", real)
@@ -377,7 +391,7 @@ def test_a_file_that_could_not_be_read_at_all_is_not_cached_as_unreadable(tmp_pa
     real = Image.open
 
     def once(path, *args, **kw):              # where the system fails: inside the decoder, as a real EMFILE would
-        if str(path) == str(paths[3]):
+        if str(getattr(path, "name", path)) == str(paths[3]):     # the decoder opens a file object
             raise OSError(24, "Too many open files")
         return real(path, *args, **kw)
 

@@ -247,26 +247,34 @@ def test_a_file_gone_before_its_failure_is_told_keeps_the_decoder_s_words(tmp_pa
         read_image(path, channels=1)
 
 
-@pytest.mark.parametrize("suffix", [".png", ".jpg"])
+@pytest.mark.parametrize("kind", ["png", "jpg", "mpo", "webp", "tif", "tif-lzw"])
 @pytest.mark.parametrize("orientation, upright", [(1, lambda a: a), (3, lambda a: np.rot90(a, 2)),
                                                   (6, lambda a: np.rot90(a, -1)), (8, lambda a: np.rot90(a, 1)),
-                                                  (2, lambda a: a[:, ::-1])])
-def test_an_exif_orientation_is_applied_as_a_viewer_shows_the_image(tmp_path, suffix, orientation, upright):
+                                                  (5, lambda a: a.T), (2, lambda a: a[:, ::-1])])
+def test_an_exif_orientation_is_applied_as_a_viewer_shows_the_image(tmp_path, kind, orientation, upright):
     """EXIF Orientation (tag 0x0112; 6: the stored rows are the shown right side, so it shows turned a quarter
     clockwise). A photographed lesion or a phone's copy of a film carries it; before, the stored pixels were read as
     they lie, so the model saw the image on its side, and a copy saved upright elsewhere escaped the overlap check
-    (a rotation is no near-duplicate)."""
+    (a rotation is no near-duplicate). So were a WebP's and a multi-picture JPEG's (Pillow opens it as MPO), and an
+    uncompressed TIFF shown a quarter turn read scrambled (Pillow mapped its rows at the shown width)."""
     stored = np.zeros((40, 64), dtype=np.uint8)
     stored[:8, :16] = 255                               # a bright block in the stored top-left corner
     image = Image.fromarray(stored)
     exif = image.getexif()
     exif[0x0112] = orientation
-    path = tmp_path / f"turned{suffix}"
-    image.save(path, exif=exif.tobytes())
+    path = tmp_path / f"turned.{kind.partition('-')[0].replace('mpo', 'jpg')}"
+    if kind.startswith("tif"):                          # a baseline TIFF tag, in the image's own directory
+        image.save(path, tiffinfo={0x0112: orientation}, compression="tiff_lzw" if kind == "tif-lzw" else None)
+    elif kind == "mpo":
+        image.save(path, format="MPO", save_all=True, append_images=[image], exif=exif.tobytes())
+    else:
+        image.save(path, exif=exif.tobytes(), **({"lossless": True} if kind == "webp" else {}))
+    with Image.open(path) as opened:
+        assert opened.format == {"jpg": "JPEG", "tif": "TIFF"}.get(kind[:3], kind.upper())
     shown = upright(stored)
     x = read_image(path, channels=1)
-    assert x.shape == (1, *shown.shape) and peek_image(path) == (1, shown.shape)
-    np.testing.assert_allclose(x[0], shown / 255.0, atol=0.1 if suffix == ".jpg" else 1e-6)
+    assert x.shape == (1, *shown.shape) and peek_image(path)[1] == shown.shape
+    np.testing.assert_allclose(x[0], shown / 255.0, atol=0.1 if kind in ("jpg", "mpo") else 1e-6)
     drafted = read_image(path, channels=1, size_hint=(16, 16)).shape[1:]     # a JPEG's draft: turned alike
     assert min(drafted) >= 16 and (drafted[0] < drafted[1]) == (shown.shape[0] < shown.shape[1])
 

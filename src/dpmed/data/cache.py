@@ -110,6 +110,11 @@ DICOM_PLUGINS = ("numpy", "pylibjpeg", "pylibjpeg-libjpeg", "pylibjpeg-openjpeg"
                  "pyjpegls")
 
 
+# The suffixes of the files whose turned pixels decoding 5 reads otherwise (`dpmed.data.version`); a multi-picture
+# JPEG (MPO) is named .jpg
+_TURNED_SINCE = (".webp", ".tif", ".tiff", ".jpg", ".jpeg", ".jfif")
+
+
 def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int, size: tuple[int, int]) -> str:
     """The SHA-256 (hex) of the module docstring's ingredients; a file that is missing hashes as missing."""
     h = hashlib.sha256()
@@ -127,6 +132,10 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
     settings["orientation"] = "exif"
     # and read 16-bit grey samples / 65535 (12-bit values near black), now stretched per image: decoded again, once
     settings["sixteen_bit"] = "stretched"
+    if any(Path(path).suffix.lower() in _TURNED_SINCE for path in paths):
+        # an entry from before read a WebP or multi-picture JPEG with an EXIF orientation as stored, and an
+        # uncompressed TIFF shown a quarter turn scrambled (`dpmed.data.decoding`): decoded again, once
+        settings["orientation"] = "exif, every format"
     if any(DECODERS.get(Path(path).suffix.lower()) is DECODERS[".dcm"] for path in paths):
         # pydicom decodes DICOM pixels and applies their LUTs, as Pillow decodes the rest; only then, so that the
         # entries of raster files stay valid

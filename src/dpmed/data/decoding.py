@@ -30,10 +30,14 @@ three channels are equal in every pixel is read as 1 channel, as a grey file is:
 with R = G = B (the local Kermany copy is, every file), and read as stored they made a dataset of 3 channels, or one
 refused beside grey PNGs of the same study. A JPEG encoder writes R = G = B exactly (its chroma is then constant).
 
-Orientation: a JPEG or PNG whose EXIF Orientation tag says it is shown turned or mirrored (a phone's photograph of
-a lesion or of a film) is read as a viewer shows it (Pillow's ``ImageOps.exif_transpose``), its size too. Read as
-stored, the model saw it on its side, and its copy saved upright in a public set escaped the overlap check
-(`dpmed.data.overlap`: a turn is no near-duplicate).
+Orientation: a file whose EXIF Orientation tag says it is shown turned or mirrored (a phone's photograph of a
+lesion or of a film: JPEG, its multi-picture variant MPO, PNG, WebP) is read as a viewer shows it (Pillow's
+``ImageOps.exif_transpose``), its size too. Read as stored, the model saw it on its side, and its copy saved upright
+in a public set escaped the overlap check (`dpmed.data.overlap`: a turn is no near-duplicate). A TIFF's Orientation
+is a baseline tag of the format, which Pillow applies itself while it loads the file (and reports the shown size on
+opening it); before Pillow 10.1 ``exif_transpose`` then turned it a second time, so it is left to Pillow. Files are
+opened from a file object, not by name: by name, Pillow maps an uncompressed file into memory at the size it shows,
+so an uncompressed grey TIFF shown a quarter turn (Orientation 5 to 8) read its rows at the wrong length, scrambled.
 
 Speed: for JPEG, Pillow's ``draft`` lets the decoder skip DCT detail the resize would throw away (it decodes at 1/2,
 1/4 or 1/8 scale, never below the requested size): a 2,000 px radiograph decodes several times faster for a 224 px
@@ -127,7 +131,7 @@ def _narrowed(im: Image.Image) -> UnreadableImage | None:
 def _read_raster(path: Path, channels: int | None,
                  size_hint: tuple[int, int] | None) -> tuple[np.ndarray, tuple[ImageNote, ...]]:
     try:
-        with Image.open(path) as im:
+        with path.open("rb") as file, Image.open(file) as im:   # not by name: the module docstring's Orientation
             channels = channels or _stored_channels(im)
             if im.mode == "F":
                 raise UnreadableImage("holds floating-point samples (mode F) whose range is unknown; export it as "
@@ -167,9 +171,9 @@ def _stored_channels(im: Image.Image) -> int:
 
 
 def _orientation(im: Image.Image) -> int:
-    """The EXIF Orientation (tag 0x0112) of a JPEG or PNG, 1 to 8; 1 (as stored) where there is none or it cannot be
-    read. Other formats are read as stored: Pillow's TIFF reader reports the tag's own way."""
-    if im.format not in ("JPEG", "PNG"):
+    """The EXIF Orientation (tag 0x0112) of a raster file, 1 to 8; 1 (as stored) where there is none or it cannot be
+    read, and for a TIFF, which Pillow turns itself while it loads it (the module docstring)."""
+    if im.format == "TIFF":
         return 1
     try:
         value = im.getexif().get(_ORIENTATION, 1)

@@ -19,6 +19,8 @@ CHANGES = {
     2: "a colour file whose three channels are equal is read as 1 channel where data.channels is unset",
     3: "16-bit grey PNG and TIFF samples are stretched by each image's own min and max, not divided by 65535",
     4: "a DICOM's padding pixels (PixelPaddingValue) read black and are left out of its own min and max",
+    5: "a WebP's or multi-picture JPEG's EXIF orientation is applied, and an uncompressed TIFF shown a quarter turn "
+       "is no longer scrambled",
 }
 DECODING_VERSION = max(CHANGES)
 
