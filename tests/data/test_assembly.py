@@ -59,7 +59,8 @@ def test_no_patient_crosses_splits(files, tmp_path_factory, data, shared, offici
         d = assemble_dataset(manifest, preprocessing=Preprocessing(), split=plan,
                              cache_dir=tmp_path_factory.getbasetemp() / "cache" if cached else None)
     except DataError as err:  # too few patients for the splits asked, a split left empty, or no draw fell in it
-        assert any(why in str(err) for why in ("is empty", "cannot carve", "no patient's draw fell in the")), err
+        assert any(why in str(err) for why in ("is empty", "cannot carve", "no patient's draw fell in the",
+                                               "more than half of the images")), err
         return
     owners = {}
     for name in ("train", "val", "test"):
@@ -82,6 +83,39 @@ def test_no_patient_crosses_splits(files, tmp_path_factory, data, shared, offici
     kept = sum(map(len, (d.train, d.val, d.test)))
     assert kept == N_FILES - (d.source["split"]["rows_of_those_patients_outside_their_top_split"]
                               if official and shared == "drop_from_train" else 0)
+
+
+@pytest.mark.parametrize("placeholders", [["ANONYMOUS"], ["ANONYMOUS", "Anonymized"], ["p1", "unknown"],
+                                          ["", "n/a"]])
+def test_an_anonymiser_s_placeholder_patient_id_is_refused_naming_it(files, placeholders):
+    """An export that writes one placeholder for every patient made them one "patient" (and two sites' placeholders
+    two), protected as one person by a patient-level eps; it was refused only as "too few patients", which did not
+    say why. Here every image but the first is under a placeholder, the first under a real id."""
+    root, paths = files
+    patients = ["p0"] + [placeholders[i % len(placeholders)] or "p1" for i in range(1, N_FILES)]
+    named = patients[1]             # a placeholder: the first met is named
+    manifest = _manifest(root, paths, patients, [i % 2 for i in range(N_FILES)], [""] * N_FILES)
+    with pytest.raises(DataError, match=rf"the patient id {named!r} \(.*\) holds {patients.count(named)} of "
+                                        rf"{N_FILES} images \(e\.g\. 1\.png, .*\), which an anonymiser writes .* "
+                                        r"Give each patient a real pseudonymous id"):
+        assemble_dataset(manifest, preprocessing=Preprocessing(), split=SplitPlan(), cache_dir=None)
+
+
+def test_one_id_of_most_images_is_refused_and_a_patient_of_many_images_is_not(files):
+    """An id that holds more than half of the images is no one patient's (NIH ChestX-ray14 has patients of over
+    100 images, among its 112,120), whatever its spelling, "0" too; a patient of many images, fewer than
+    half, is a patient, as is one numbered 0."""
+    root, paths = files
+    labels = [i % 2 for i in range(N_FILES)]
+    most = ["0" if i < N_FILES // 2 + 1 else f"p{i}" for i in range(N_FILES)]
+    with pytest.raises(DataError, match=rf"the patient id '0' .* holds {N_FILES // 2 + 1} of {N_FILES} images .*"
+                                        r"more than half of the images"):
+        assemble_dataset(_manifest(root, paths, most, labels, [""] * N_FILES), preprocessing=Preprocessing(),
+                         split=SplitPlan(), cache_dir=None)
+    half = ["0" if i < N_FILES // 2 else f"p{i}" for i in range(N_FILES)]
+    d = assemble_dataset(_manifest(root, paths, half, labels, [""] * N_FILES), preprocessing=Preprocessing(),
+                         split=SplitPlan(val_fraction=0.2, test_fraction=0.2), cache_dir=None)
+    assert sum(map(len, (d.train, d.val, d.test))) == N_FILES
 
 
 def test_a_carved_split_no_patient_s_draw_falls_in_is_refused_not_filled(files):

@@ -187,6 +187,19 @@ def test_folder_of_dicom_files_takes_patients_from_the_header(tmp_path, write_di
     assert set(np.concatenate([s.age for s in (d.train, d.val, d.test)])) <= {40.0, 41.0, 42.0, 43.0, 44.0, 45.0}
 
 
+def test_a_folder_of_dicom_files_with_an_anonymiser_s_patient_id_is_refused_naming_it(tmp_path, write_dicom):
+    """An export that wrote PatientID "ANONYMOUS" into every header made all its files one patient, refused only as
+    too few patients to split; the refusal now names the id, the header and what to do."""
+    rng = np.random.default_rng(0)
+    for cls in ("normal", "nodule"):
+        for i in range(6):
+            write_dicom(tmp_path / "cxr" / cls / f"{cls}{i}.dcm", rng.integers(0, 4096, (10, 10)), patient="ANONYMOUS")
+    with pytest.raises(DataError, match=r"the patient id 'ANONYMOUS' \(the DICOM headers' PatientID\) holds 12 of 12 "
+                                        r"images \(e\.g\. nodule/nodule0\.dcm, .*\), which an anonymiser writes .*"
+                                        r"blank the PatientID in these files"):
+        load_dataset(source="folders", path=tmp_path / "cxr", image_size=8, channels=1, seed=0, n_images=None)
+
+
 def test_missing_pydicom_says_how_to_install(tmp_path, monkeypatch):
     path = tmp_path / "x.dcm"
     path.write_bytes(b"\x00" * 200)

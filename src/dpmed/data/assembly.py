@@ -39,7 +39,8 @@ import numpy as np
 
 from dpmed.data.cache import decode_images
 from dpmed.data.duplicates import describe_copies
-from dpmed.data.manifest import Manifest, describe_demographics, describe_problems, describe_spellings
+from dpmed.data.manifest import (Manifest, describe_demographics, describe_problems, describe_spellings,
+                                 refuse_placeholder_patients)
 from dpmed.data.sample import Dataset, ImageSet
 from dpmed.data.splits import split_by_patient
 from dpmed.data.transforms import Preprocessing
@@ -182,6 +183,7 @@ def assemble_dataset(manifest: Manifest, *, preprocessing: Preprocessing, split:
     rows = manifest.valid_rows()
     if len(rows) == 0:
         raise DataError(describe_problems(manifest, skip_hint=False) + "\nNo usable row is left.")
+    refuse_placeholder_patients(manifest, rows)
     decoded = decode_images([manifest.paths[r] for r in rows], preprocessing, cache_dir=cache_dir)
     for position, reason in decoded.failures.items():
         row = rows[position]

@@ -30,7 +30,7 @@ from dpmed.data.sample import Task
 from dpmed.errors import DataError
 
 __all__ = ["Problem", "Manifest", "parse_sex", "parse_age", "parse_splits", "SPLIT_NAMES", "describe_problems",
-           "describe_demographics", "describe_spellings", "patient_key"]
+           "describe_demographics", "describe_spellings", "patient_key", "refuse_placeholder_patients"]
 
 SPLIT_NAMES: dict[str, str] = {"train": "train", "training": "train", "val": "val", "valid": "val",
                                "validate": "val", "validation": "val", "test": "test", "testing": "test"}
@@ -185,6 +185,57 @@ def patient_key(patient_id: str) -> str:
     zeros of its numbers, so that "P007 ", "p07" and "p7" are one patient (:meth:`Manifest._write_each_patient_one_way`,
     and the public/private overlap check). A number's inner zeros stay: "p70" is not "p7"."""
     return re.sub(r"(?<![0-9])0+(?=[0-9])", "", patient_id.strip().casefold())
+
+
+# The patient ids that anonymisers and exports write in place of every patient's (a DICOM tool's "ANONYMOUS", a
+# spreadsheet's "n/a"), as patient_key writes them; no pseudonymisation gives a real patient one of these
+_PLACEHOLDERS = frozenset({"anonymous", "anonymized", "anonymised", "anon", "unknown", "none", "null", "nan", "n/a",
+                           "na", "-", "?", "removed", "redacted", "deidentified", "de-identified", "noname", "no name",
+                           "xxx", "patient"})
+_MOST_OF = 20    # from this many images up, one id that holds more than half of them is no one patient's
+
+
+def refuse_placeholder_patients(manifest: Manifest, rows: np.ndarray) -> None:
+    """DataError where one patient id among ``rows`` is an anonymiser's placeholder rather than a patient's: it is
+    written as one (:data:`_PLACEHOLDERS`; "0" is not among them, a table may number its patients from 0), or it
+    holds more than half of the images of a dataset of at least 20. Such an id holds many people, who would be split
+    and protected as one patient (a patient-level DP-SGD arm's eps would hold for all of them together, not for each),
+    and two sites' placeholders read as two patients. A patient truly imaged often is far below half (NIH
+    ChestX-ray14 has patients of over 100 images, among 112,120 images of 30,805 patients). Ids that name no patient
+    (notes ``patients_known`` False) are left alone."""
+    if not manifest.notes.get("patients_known", True) or not len(rows):
+        return
+    ids = manifest.patient_ids[np.asarray(rows, dtype=np.int64)].tolist()
+    counts = Counter(ids)
+    placeholder = next((pid for pid in counts if patient_key(pid) in _PLACEHOLDERS), None)
+    pid, held = counts.most_common(1)[0]
+    if placeholder is not None:
+        pid, held, why = placeholder, counts[placeholder], "which an anonymiser writes in place of the patient's"
+    elif len(ids) >= _MOST_OF and held > len(ids) / 2:
+        why = "more than half of the images, which no one patient of a diagnostic dataset holds"
+    else:
+        return
+    where = [str(manifest.where[r]) for r, p in zip(rows.tolist(), ids) if p == pid][:2]
+    source, remedy = _patient_source(manifest)
+    raise DataError(f"{manifest.name} at {manifest.root}: the patient id {pid!r} ({source}) holds {held} of "
+                    f"{len(ids)} images (e.g. {', '.join(where)}), {why}: its images are of many people, whom dpmed "
+                    "would split and protect as one patient. Give each patient a real pseudonymous id, the same on "
+                    f"all of their images and on no one else's; or, if the patients cannot be told apart, {remedy}")
+
+
+def _patient_source(manifest: Manifest) -> tuple[str, str]:
+    """Where ``manifest``'s patient ids are written, and how to make each image its own unit there."""
+    own = "each image is then its own unit, and DP-SGD protects one image, as the privacy card then says"
+    if manifest.notes.get("format") == "csv":
+        column = manifest.notes["columns"]["patient"]
+        return f"column {column!r}", f"remove 'patient' from data.columns: {own}"
+    key = manifest.notes.get("patient_key")
+    if isinstance(key, dict) and key.get("dicom_patient_id"):
+        return "the DICOM headers' PatientID", f"blank the PatientID in these files: {own}"
+    if isinstance(key, dict):
+        return (f"from the file names, by the pattern {key['pattern']!r}",
+                "rename the files so that no two patients' names give one id")
+    return f"the {manifest.notes.get('format', 'layout')} table's patient column", "correct the ids in the table"
 
 
 def describe_spellings(manifest: Manifest, rows: np.ndarray) -> list[str]:

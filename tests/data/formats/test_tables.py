@@ -342,6 +342,19 @@ def test_generic_csv_blank_patient_ids_are_refused_with_column_and_lines(table, 
     assert read_csv_table(table, columns={"path": "file"}, labels=["opacity"]).patient_ids[0] == "pngs/img0.png"
 
 
+def test_generic_csv_placeholder_patient_ids_are_refused_naming_the_column_and_what_to_do(table, load_layout):
+    """Two sites' anonymisers wrote "ANONYMOUS" and "0000" for every patient: two "patients" of 8 images each, which
+    a patient-level eps protected as two people. Refused by name, with both ways out."""
+    lines = table.read_text().splitlines()
+    placed = [",".join(cells[:3] + ["ANONYMOUS" if n % 2 else "0000"] + cells[4:])
+              for n, cells in enumerate(line.split(",") for line in lines)]
+    table.write_text("\n".join(lines[:1] + placed[1:]) + "\n")
+    with pytest.raises(DataError, match=r"the patient id 'ANONYMOUS' \(column 'pid'\) holds 8 of 16 images \(e\.g\. "
+                                        r"labels\.csv line 2 \(pngs/img0\.png\), .*\), which an anonymiser writes .*"
+                                        r"remove 'patient' from data\.columns: each image is then its own unit"):
+        load_layout("csv", table, columns={"path": "file", "patient": "pid"}, labels=("opacity",))
+
+
 def test_generic_csv_blank_path_is_a_missing_image_naming_its_line(table, load_layout):
     """A blank path cell resolves to the CSV's own folder; the row must say the cell is blank, not that a folder is
     no image file."""
