@@ -15,7 +15,7 @@ import pytest
 from dpmed.data import Preprocessing, SplitPlan, load_dataset
 from dpmed.data import dicom
 from dpmed.data.cache import decode_images
-from dpmed.data.decoding import UnreadableImage, read_image
+from dpmed.data.decoding import UnreadableImage, peek_image, read_image
 from dpmed.data.dicom import voi_window
 from dpmed.errors import DataError
 
@@ -356,12 +356,41 @@ def test_a_window_narrower_than_its_function_allows_is_unreadable_naming_the_wid
 
 
 def test_a_photometric_interpretation_dpmed_does_not_read_is_named(tmp_path, write_dicom):
-    """A palette-colour file decodes to indices into a colour table: read as grey they would be no image."""
-    path = write_dicom(tmp_path / "palette.dcm", STORED, photometric="PALETTE COLOR")
+    """A retired CMYK file's samples are no grey nor RGB: read as either they would be no image."""
+    path = write_dicom(tmp_path / "cmyk.dcm", STORED, photometric="CMYK")
     with pytest.raises(UnreadableImage) as err:
         read_image(path, channels=1)
-    assert str(err.value) == ("has PhotometricInterpretation 'PALETTE COLOR'; dpmed reads MONOCHROME1, MONOCHROME2, "
-                              "RGB and YBR")
+    assert str(err.value) == ("has PhotometricInterpretation 'CMYK'; dpmed reads MONOCHROME1, MONOCHROME2, "
+                              "PALETTE COLOR, RGB and YBR")
+
+
+def _palette_file(path, write_dicom, tables) -> Path:
+    """An 8-bit PALETTE COLOR file of indices 0..11 and, per channel, a table of 256 16-bit entries (or none)."""
+    pydicom = pytest.importorskip("pydicom")
+    write_dicom(path, np.arange(12, dtype=np.uint8).reshape(3, 4), photometric="PALETTE COLOR", bits=(8, 8))
+    ds = pydicom.dcmread(path)
+    for c, table in enumerate(tables):
+        ds.add_new(0x00281101 + c, "US", [256, 0, 16])      # Red, Green, Blue descriptor: entries, first index, bits
+        ds.add_new(0x00281201 + c, "OW", np.asarray(table, dtype=np.uint16).tobytes())
+    ds.save_as(path, enforce_file_format=True)
+    return path
+
+
+def test_a_palette_colour_file_is_read_through_its_tables(tmp_path, write_dicom):
+    """Refused before, though pydicom looks its indices up in a few lines. Index i reads each table's entry i
+    / 65535 (16-bit entries); a palette of greys is one channel, as any colour file of equal channels."""
+    index = np.arange(256)
+    tables = [index * 200, 65535 - index * 200, np.full(256, 30000)]
+    x = read_image(_palette_file(tmp_path / "palette.dcm", write_dicom, tables), channels=None)
+    stored = np.arange(12).reshape(3, 4)
+    np.testing.assert_allclose(x, np.stack([np.asarray(t)[stored] / 65535 for t in tables]), atol=1e-6)
+    assert peek_image(tmp_path / "palette.dcm") == (3, (3, 4))
+    grey = read_image(_palette_file(tmp_path / "grey.dcm", write_dicom, [index * 257] * 3), channels=None)
+    np.testing.assert_allclose(grey, (stored * 257 / 65535)[None], atol=1e-6)
+    with pytest.raises(UnreadableImage, match=r"^is PALETTE COLOR but its header holds no palette \(Red, Green and "
+                                              r"Blue Palette Color Lookup Table Descriptor and Data\); export it "
+                                              r"again as RGB or grey$"):
+        read_image(_palette_file(tmp_path / "bare.dcm", write_dicom, []), channels=1)
 
 
 @pytest.mark.parametrize("frames", [1, None])

@@ -27,6 +27,10 @@ few hundred kB is refused by name: the header's Rows x Columns against the pixel
 deflated data set and a JPEG-family codestream by their own sizes (:mod:`dpmed.data.codestreams`).
 
 Colour DICOM (PhotometricInterpretation RGB, or YBR converted to RGB by pydicom) is divided by 2^BitsStored - 1.
+PALETTE COLOR (an index per pixel into red, green and blue tables: rare in radiography, found in ultrasound and in
+secondary captures) is looked up by pydicom's ``apply_color_lut`` and divided by 2^bits - 1 of its tables' entries
+(their descriptor's third value, 8 or 16); a palette of greys then reads as one channel, as any grey colour file does
+(`dpmed.data.decoding.read_image`).
 One frame per file: multi-frame files (tomosynthesis, cine) are refused by name.
 """
 
@@ -292,6 +296,21 @@ def _grey(ds, stored: np.ndarray) -> np.ndarray:
     return out.astype(np.float32)[None]  # [1, H, W]
 
 
+def _palette(ds, stored: np.ndarray) -> np.ndarray:
+    """PALETTE COLOR indices -> RGB [3, H, W] in [0, 1] through the header's tables (the module docstring)."""
+    try:
+        from pydicom.pixels import apply_color_lut  # pydicom >= 3
+    except ImportError:
+        from pydicom.pixel_data_handlers.util import apply_color_lut  # pydicom 2.x
+
+    if "RedPaletteColorLookupTableDescriptor" not in ds:     # pydicom's words name no element of the header
+        raise UnreadableImage("is PALETTE COLOR but its header holds no palette (Red, Green and Blue Palette Color "
+                              "Lookup Table Descriptor and Data); export it again as RGB or grey")
+    rgb = np.asarray(apply_color_lut(stored, ds), dtype=np.float32)     # [H, W, 3], entries of 8 or 16 bits
+    bits = int(ds.RedPaletteColorLookupTableDescriptor[2])
+    return np.ascontiguousarray((rgb / float(2**bits - 1)).clip(0, 1).transpose(2, 0, 1))
+
+
 def read_dicom(path: Path) -> np.ndarray:
     """One DICOM file -> float32 [C, H, W] in [0, 1] (C = 1 grey, 3 colour), by the pipeline of the module docstring.
 
@@ -322,6 +341,8 @@ def read_dicom(path: Path) -> np.ndarray:
             stored = ds.pixel_array  # decodes (compressed transfer syntaxes need their pydicom plugins)
             if photometric in ("MONOCHROME1", "MONOCHROME2"):
                 return _grey(ds, stored)
+            if photometric == "PALETTE COLOR":
+                return _palette(ds, stored)
             if photometric == "RGB" or photometric.startswith("YBR"):  # pydicom returns YBR as RGB by default
                 scale = float(2 ** int(ds.get("BitsStored", 8)) - 1)
                 return np.ascontiguousarray((np.asarray(stored, np.float32) / scale).clip(0, 1).transpose(2, 0, 1))
@@ -333,14 +354,15 @@ def read_dicom(path: Path) -> np.ndarray:
             raise told from exc
         raise UnreadableImage(f"pixel data cannot be decoded ({error_name(exc)}: {exc})") from exc
     raise UnreadableImage(f"has PhotometricInterpretation {photometric or '(none)'!r}; dpmed reads MONOCHROME1, "
-                          "MONOCHROME2, RGB and YBR")
+                          "MONOCHROME2, PALETTE COLOR, RGB and YBR")
 
 
 def peek_dicom(path: Path) -> tuple[int, tuple[int, int]]:
-    """(SamplesPerPixel, (Rows, Columns)) from the header, without reading the pixels."""
+    """(SamplesPerPixel, 3 for PALETTE COLOR, (Rows, Columns)) from the header, without reading the pixels."""
     ds = _open(path, pixels=False)
     try:
-        return int(ds.get("SamplesPerPixel", 1)), (int(ds.Rows), int(ds.Columns))
+        palette = str(ds.get("PhotometricInterpretation", "")).upper() == "PALETTE COLOR"   # one index, three colours
+        return 3 if palette else int(ds.get("SamplesPerPixel", 1)), (int(ds.Rows), int(ds.Columns))
     except (AttributeError, TypeError, ValueError) as exc:     # absent, or present and empty
         raise UnreadableImage("has no Rows / Columns: not an image") from exc
 
