@@ -126,6 +126,21 @@ def test_an_entry_from_before_webp_and_tiff_orientation_is_decoded_again_and_one
         assert cache_key(turned, pre, 1, (10, 14)) != _key_before_orientation(turned, pre, 1, (10, 14), **before)
 
 
+def test_an_entry_from_before_palette_dicom_was_read_is_decoded_again(tmp_path, write_image, write_dicom):
+    """It keeps a PALETTE COLOR file as unreadable, which it is no longer; an entry without DICOM files holds."""
+    from dpmed.data.cache import DICOM_PLUGINS
+    from dpmed.provenance import package_version
+
+    paths = [*_files(tmp_path, write_image), write_dicom(tmp_path / "img" / "a.dcm", np.zeros((10, 14), np.uint16))]
+    pre = Preprocessing(channels=1)
+    before = {"orientation": "exif", "sixteen_bit": "stretched", "pydicom": package_version("pydicom"),
+              "pydicom_plugins": {plugin: package_version(plugin) for plugin in DICOM_PLUGINS},
+              "pixel_padding": "black"}
+    assert cache_key(paths, pre, 1, (10, 14)) != _key_before_orientation(paths, pre, 1, (10, 14), **before)
+    assert cache_key(paths, pre, 1, (10, 14)) == _key_before_orientation(paths, pre, 1, (10, 14), **before,
+                                                                         palette_color="read")
+
+
 def test_without_channels_an_image_stored_otherwise_than_the_first_is_refused_naming_it(tmp_path, write_image):
     """Before: every image was converted to the first readable file's channels, which published that one file's
     (a training patient's, perhaps) colour in the shape of the model's first layer."""

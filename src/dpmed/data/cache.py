@@ -9,9 +9,10 @@ decoding again.
 The key is a SHA-256 over everything that determines the pixels: the cache format, Pillow's version (pydicom's and its
 installed pixel-data plugins' where a file is a DICOM, torch's where images are resized), the decoded channel count and
 size, the preprocessing steps, that EXIF orientation is applied, that 16-bit grey samples are stretched by each image's
-own min and max (`dpmed.data.decoding`; an entry from before divided them by 65535), and every file's resolved path,
-byte size, inode, modification time and status-change time, in order. Changing a file or a preprocessing step gives
-another key, so a stale entry is not read: a file rewritten in place with its size and modification time set back
+own min and max (`dpmed.data.decoding`; an entry from before divided them by 65535), the decoders' later changes (each
+named where the key adds it, and only where the files it changes may be among the paths), and every file's resolved
+path, byte size, inode, modification time and status-change time, in order. Changing a file or a preprocessing step
+gives another key, so a stale entry is not read: a file rewritten in place with its size and modification time set back
 (``touch -r``) still has a new status-change time, which no user call sets. Files that could not be decoded, and the
 decoder's notes on files it read (transparency, a size over Pillow's limit), are stored with the entry, so a cached load
 reports the same unreadable rows and notes as a fresh one; an entry is not stored where a file could not be read at all
@@ -145,6 +146,8 @@ def cache_key(paths: Sequence[Path], preprocessing: Preprocessing, channels: int
         settings["pydicom_plugins"] = {plugin: package_version(plugin) for plugin in DICOM_PLUGINS}
         # an entry from before read a DICOM's padding pixels as data (`dpmed.data.dicom`): decoded again, once
         settings["pixel_padding"] = "black"
+        # and refused a PALETTE COLOR file, kept with the entry as its failure: decoded again, once
+        settings["palette_color"] = "read"
     if preprocessing.size is not None:     # torch resizes (`dpmed.data.transforms.resize`), and only then
         settings["torch"] = package_version("torch")
     h.update(json.dumps(settings, sort_keys=True).encode())
