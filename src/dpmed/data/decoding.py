@@ -22,8 +22,15 @@ black, keeping 4 of their 12 bits), so the file is told to be converted (to 8-bi
 alpha where it is grey). Colour to grey
 is ITU-R BT.601 luma (Pillow's ``convert("L")``), grey to colour repeats the channel, alpha is dropped (and where it
 hides pixels, noted: the model sees what lies under them). A palette is expanded to its colours (never read as
-indices), CMYK converted to RGB by Pillow (an Adobe JPEG's inverted samples undone; no colour profile is applied, to
-CMYK or to any file) and 1-bit pixels read 0 and 1.
+indices), CMYK converted to RGB by Pillow (an Adobe JPEG's inverted samples undone) and 1-bit pixels read 0 and 1.
+
+Colour profiles (ICC) are not applied, by choice. A grey radiograph's profile is the exporting program's tone curve
+(a gray gamma, a print's dot gain), not the detector's: DICOM calibrates grey for display by its own standard
+function (PS3.14), outside the pixels, and two exports of one film that differ only in the profile they carry are
+one image to the model only if both are read as stored; the curve is monotone, so it would change no order of
+values, only the contrast in between, which ``minmax`` and ``equalize`` set per image anyway. Known limit, for colour
+photographs (dermatology, fundus): a Display P3 or Adobe RGB file is read as if its values were sRGB, less saturated
+than its viewer shows it; convert such files to sRGB beforehand where a dataset mixes them.
 
 Channels when none are asked for: grey (1) is what the pixels are, not how the file stores them. A colour file whose
 three channels are equal in every pixel is read as 1 channel, as a grey file is: many radiograph JPEGs are saved RGB
