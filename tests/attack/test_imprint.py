@@ -15,9 +15,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dpmed.attack import (IMPRINT_STRUCTURES, ImprintBins, Matches, brightness, calibrate_threshold, clopper_pearson,
-                          imprint_model, invert_imprint, match_reconstructions, normalised_cross_correlation,
-                          noise_level_at, release_imprint_gradients, run_imprint_attack, structural_similarity)
+from dpmed.attack import (IMPRINT_STRUCTURES, ImagePrior, ImprintBins, Matches, brightness, calibrate_threshold,
+                          clopper_pearson, imprint_model, invert_imprint, match_reconstructions,
+                          normalised_cross_correlation, noise_level_at, release_imprint_gradients, run_imprint_attack,
+                          structural_similarity)
 from dpmed.attack import experiment
 from dpmed.data import make_phantom
 from dpmed.models.registry import build_model
@@ -132,6 +133,41 @@ def test_clipping_alone_does_not_stop_the_attack(phantom, structure):
         np.testing.assert_allclose(b.images[k].numpy(), a.images[k].numpy(), atol=1e-4)
 
 
+def test_under_noise_the_bins_brightness_and_the_public_prior_bring_the_images_closer(phantom):
+    """sigma 0.03: the bare ratio dW / db leaves each pixel under noise sigma C / |db| and scales by a noisy db; the
+    adversary also knows each bin's brightness and what public images look like, and an attack that ignores them
+    understates the risk. Truth: the images themselves, and the public mean (the best guess without a gradient)."""
+    images, labels, public = phantom
+    bins = ImprintBins.from_public(public, n_bins=32, structure="sparse")
+    model = imprint_model(small_cnn(), bins, image_shape=(1, SIZE, SIZE),
+                          pattern_generator=torch.Generator().manual_seed(0))
+    pick = lone_images(images, bins, 8)
+    sigma, shape = 0.03, (1, SIZE, SIZE)
+    released = release_imprint_gradients(
+        model, torch.from_numpy(images[pick]), torch.from_numpy(labels[pick]), loss_fn=loss_fn, max_grad_norm=1.0,
+        noise_multiplier=sigma, expected_batch_size=len(pick),
+        noise_rng=PrivacyRandomness.reproducible(seed=0, run_id="imprint-test").stream("noise"))
+    where = bins.bin_of(images[pick])
+    bare = invert_imprint(released, structure="sparse", image_shape=shape).images[where].numpy()
+    informed = invert_imprint(released, structure="sparse", image_shape=shape, bins=bins,
+                              prior=ImagePrior.from_public(public), noise_sd=sigma / len(pick),
+                              clipped_norm=1.0 / len(pick)).images[where].numpy()
+    mse = lambda r: ((r - images[pick]) ** 2).mean()
+    assert mse(informed) < 0.25 * mse(bare)
+    assert mse(informed) < 0.75 * mse(np.broadcast_to(public.mean(axis=0), bare.shape))   # the gradient told more
+
+
+def test_the_attack_reads_images_above_chance_through_noise_the_bare_ratio_does_not_survive(seeded_noise):
+    """The same through the whole attack (the phantom at 16 px, batches of 8 of its 90 test images, sigma 0.03):
+    the bare ratio reconstructed none of 320 (0.0 % [0.0, 1.1]) against a chance of 28 %."""
+    data = make_phantom(n_images=600, image_size=SIZE, seed=0)
+    result = run_imprint_attack(model_factory=small_cnn, images=data.test.images, labels=data.test.labels,
+                                public_images=data.val.images, max_grad_norm=1.0, noise_multiplier=0.03,
+                                expected_batch_size=BATCH, batch_size=BATCH, n_batches=40, n_bins=4 * BATCH,
+                                structure="sparse", seed=0)
+    assert result.ci[0] > result.chance_ci[1], result.to_dict()
+
+
 def test_a_non_private_step_reconstructs_most_of_a_small_batch(phantom, threshold):
     images, labels, public = phantom
     result = run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
@@ -152,10 +188,11 @@ def test_heavy_noise_leaves_the_attack_at_chance(phantom, threshold, seeded_nois
     result = run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
                                 max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=BATCH,
                                 batch_size=BATCH, n_batches=4, n_bins=32, seed=1, threshold=threshold)
-    # At chance or below: no more images "reconstructed" than blind public guesses match, and noise-like scores.
+    # At chance or below: no more images "reconstructed" than blind public guesses match, and scores below the
+    # threshold on average (the prior pulls what the noise hides towards the public images' mean).
     assert result.rate <= result.chance_ci[1] and result.ci[0] <= result.chance_rate
     assert result.n_reconstructions == 4 * BATCH      # with noise every bin is occupied; the strongest 8 are kept
-    assert result.mean_best_ssim < 0.3
+    assert result.mean_best_ssim < threshold.value
 
 
 def test_chance_is_what_plausible_public_guesses_score_under_the_threshold(phantom, seeded_noise):
@@ -169,7 +206,7 @@ def test_chance_is_what_plausible_public_guesses_score_under_the_threshold(phant
                                     max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=BATCH,
                                     batch_size=BATCH, n_batches=8, n_bins=32, seed=2, threshold_quantile=quantile,
                                     n_null=100)
-        assert result.rate == 0.0                      # the noise leaves the attack itself with nothing
+        assert result.rate <= result.chance_ci[1]      # the noise leaves the attack itself no better than chance
         rates[quantile] = result
     # At the median a guess passes half the time, so 8 guesses find about 1 - (1 - 0.5/8)^8 = 40 % of a batch.
     assert rates[0.5].chance_ci[0] > 0.2
@@ -699,7 +736,10 @@ def test_enormous_noise_does_no_better_than_the_attacked_step_s_bound(phantom, t
     bound = accounting.reconstruction_bound(noise_multiplier=sigma, sample_rate=1.0, steps=1, kappa=kappa)
     assert bound == pytest.approx(kappa, abs=1e-2)            # sigma 1000: the bound is the prior
     assert result.ci[0] <= bound
-    assert result.mean_best_ssim < threshold.null_median      # worse than a random public image's best match
+    # nothing of the batch gets through: every reconstruction is the prior's best guess, the public images' mean
+    mean = np.clip(public.mean(axis=0), 0.0, 1.0)
+    np.testing.assert_allclose(result.images.reconstructions, np.broadcast_to(mean, result.images.originals.shape),
+                               atol=1e-3)
 
 
 def _hand_ssim(a: np.ndarray, b: np.ndarray) -> float:

@@ -4,9 +4,9 @@ its success rate over many batches."""
 
 from dpmed.attack.experiment import (ATTACKED, AttackImages, AttackResult, attack_arm, attack_batch_size,
                                      blind_prototypes, run_imprint_attack)
-from dpmed.attack.imprint import (IMPRINT_STRUCTURES, ImprintBins, ImprintBlock, ImprintedModel, ImprintGradients,
-                                  ImprintStructure, Reconstructions, brightness, imprint_model, invert_imprint,
-                                  release_imprint_gradients)
+from dpmed.attack.imprint import (IMPRINT_STRUCTURES, ImagePrior, ImprintBins, ImprintBlock, ImprintedModel,
+                                  ImprintGradients, ImprintStructure, Reconstructions, brightness, imprint_model,
+                                  invert_imprint, release_imprint_gradients)
 from dpmed.attack.success import (Matches, SuccessThreshold, calibrate_threshold, clopper_pearson,
                                   match_reconstructions, noise_level_at, normalised_cross_correlation,
                                   structural_similarity)
@@ -14,7 +14,8 @@ from dpmed.attack.success import (Matches, SuccessThreshold, calibrate_threshold
 __all__ = [
     "AttackImages", "AttackResult", "run_imprint_attack", "attack_arm", "attack_batch_size", "ATTACKED",
     "blind_prototypes",
-    "IMPRINT_STRUCTURES", "ImprintBins", "ImprintBlock", "ImprintedModel", "ImprintGradients", "ImprintStructure",
+    "IMPRINT_STRUCTURES", "ImagePrior", "ImprintBins", "ImprintBlock", "ImprintedModel", "ImprintGradients",
+    "ImprintStructure",
     "Reconstructions", "brightness", "imprint_model", "invert_imprint", "release_imprint_gradients",
     "Matches", "SuccessThreshold", "calibrate_threshold", "clopper_pearson", "match_reconstructions",
     "noise_level_at", "normalised_cross_correlation", "structural_similarity",

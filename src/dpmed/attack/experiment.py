@@ -7,7 +7,8 @@ attacks failing. :func:`run_imprint_attack` mounts one: for each of ``n_batches`
 images (in a study, held-out test images: :data:`ATTACKED`), the adversary's imprinted model (``dpmed.attack.imprint``)
 goes through one step of the arm (dpmed's ``DpSgdStep``: clipping at C, the arm's noise of scale sigma C from fresh
 secure randomness, or in a reproducible study from its seed, division by the expected batch size), the imprint rows
-are inverted into one candidate per bin, the strongest ``batch_size`` are kept (the expected number of images in a
+are inverted into one candidate per bin (with what the adversary knows under noise: each bin's brightness and a
+prior from the public images), the strongest ``batch_size`` are kept (the expected number of images in a
 batch, q times the training images whatever the unit: the adversary knows that, not the realised batch), and each is
 scored against the batch (``dpmed.attack.success``).
 
@@ -17,6 +18,7 @@ reconstructions): :meth:`AttackResult.to_dict` holds no pixel, :attr:`AttackResu
 
 from __future__ import annotations
 
+import math
 from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -25,8 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpmed.attack.imprint import (IMPRINT_STRUCTURES, ImprintBins, brightness, imprint_model, invert_imprint,
-                                  release_imprint_gradients)
+from dpmed.attack.imprint import (IMPRINT_STRUCTURES, ImagePrior, ImprintBins, brightness, imprint_model,
+                                  invert_imprint, release_imprint_gradients)
 from dpmed.attack.success import (SuccessThreshold, calibrate_threshold, clopper_pearson, match_reconstructions)
 from dpmed.data import Dataset
 from dpmed.errors import ConfigError
@@ -167,6 +169,10 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
     group_ids = _group_ids(groups, len(images))
     n_bins = 4 * batch_size if n_bins is None else n_bins
     bins = ImprintBins.from_public(public_images, n_bins=n_bins, structure=structure)
+    prior = ImagePrior.from_public(public_images)
+    # each coordinate's noise in the released mean gradient: Gaussian of sd sigma C, or Laplace of scale sigma C
+    noise_sd = (0.0 if noise_multiplier == 0 else (math.sqrt(2.0) if noise == "laplace" else 1.0)
+                * noise_multiplier * max_grad_norm / expected_batch_size)
     if threshold is None:
         threshold = calibrate_threshold(public_images, batch_size=batch_size, n_null=n_null,
                                         quantile=threshold_quantile,
@@ -192,7 +198,8 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
             model, x, y, loss_fn=lambda z, t: objective.loss(z, t, reduction="sum"), max_grad_norm=max_grad_norm,
             noise_multiplier=noise_multiplier, expected_batch_size=expected_batch_size, noise_rng=noise_rng,
             groups=g, noise=noise)
-        recs = invert_imprint(released, structure=structure, image_shape=image_shape)
+        recs = invert_imprint(released, structure=structure, image_shape=image_shape, bins=bins, prior=prior,
+                              noise_sd=noise_sd, clipped_norm=max_grad_norm / expected_batch_size)
         kept = recs.images[recs.strongest(keep)].cpu().numpy()                      # [n <= keep, C, H, W]
         originals = images[pick]
         matches = match_reconstructions(kept, originals)
