@@ -422,6 +422,9 @@ def _ended_before_the_stop(pending: dict[futures.Future, RunTask],
             yield task, _read_back(task)
 
 
+RAY_WORKER_DIED = ("its Ray worker died (killed from outside: out of memory, kill -9, or its node lost) before this "
+                   "run finished, and Ray's retries did too; run the study again: unfinished runs continue from their "
+                   "checkpoints (with a smaller training.physical_batch_size if memory ran out)")
 RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'dpmed[ray]'"
 
 
@@ -469,7 +472,7 @@ class RayExecutor:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 task = pending.pop(ready[0])
-                outcome = ray.get(ready[0])
+                outcome = self._outcome(ready[0], task)
                 on_outcome(task, outcome)
                 if fail_fast and isinstance(outcome, RunFailure):
                     for ref in pending:
@@ -482,6 +485,18 @@ class RayExecutor:
                 ray.shutdown()
             if own is not None:
                 shutil.rmtree(own, ignore_errors=True)
+
+    def _outcome(self, ref: Any, task: RunTask) -> Outcome:
+        """The task's outcome; where Ray lost it (its worker killed, by Ray's memory monitor, the kernel's or kill -9,
+        or its node gone, after Ray's retries), the run failed with the reason, as in a process pool, and the other
+        runs go on: raised, Ray's error stopped the study as a dpmed "internal error" to be reported. A run that
+        wrote its run.json before its worker died is finished all the same."""
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            if task.folder.is_finished:
+                return _read_back(task)
+            return _failure(task, RAY_WORKER_DIED, f"{type(exc).__name__}: {exc}")
 
     def _ended_before_the_stop(self, pending: dict[Any, RunTask], *,
                                grace: float = 30.0) -> Iterator[tuple[RunTask, Outcome]]:

@@ -279,6 +279,38 @@ def test_fail_fast_on_ray_counts_the_runs_that_finished_before_the_cancellation(
     assert outcomes == {"a": failure, "b": "record of b", "d": "record read from d.json"}
 
 
+def test_a_ray_worker_that_died_fails_its_run_with_the_reason_and_the_others_go_on(tmp_path, monkeypatch):
+    """Ray raises on ``get`` where a task's worker died after its retries (out of memory, kill -9, a lost node):
+    that error stopped the study as an "internal error" to be reported, leaving the runs still training unreported
+    and results.csv unwritten. Now the run fails with the reason, in its error.json, and the others are counted; one
+    that wrote its run.json before its worker died is finished."""
+    class Crashing(_FakeRay):
+        class exceptions(_FakeRay.exceptions):
+            class WorkerCrashedError(_FakeRay.exceptions.RayError):
+                pass
+
+        def get(self, ref, timeout=None):
+            if self.outcomes[ref] == "crash":
+                raise self.exceptions.WorkerCrashedError("The worker died unexpectedly while executing this task.")
+            return super().get(ref, timeout)
+
+    study = StudyFolder(tmp_path)
+    tasks = [RunTask(SimpleNamespace(run_id=name), study.run(name)) for name in "abc"]
+    tasks[2].folder.make()
+    tasks[2].folder.record.write_text("{}")
+    executor = dpmed.executors.RayExecutor.__new__(dpmed.executors.RayExecutor)
+    executor.ray, executor.cpus_per_run, executor.gpus_per_run = Crashing({"a": "crash", "b": "record of b",
+                                                                           "c": "crash"}), 1.0, 0.0
+    monkeypatch.setattr(dpmed.executors, "read_record", lambda path: f"record read from {path.parent.name}")
+    outcomes = {}
+    executor.map(tasks, RunContext(dataset=None, evaluation=None, progress=False),
+                 lambda task, outcome: outcomes.update({task.plan.run_id: outcome}), fail_fast=False)
+    assert outcomes["b"] == "record of b" and outcomes["c"] == "record read from c"
+    assert isinstance(outcomes["a"], RunFailure) and outcomes["a"].error == dpmed.executors.RAY_WORKER_DIED
+    kept = json.loads(outcomes["a"].error_file.read_text())
+    assert kept["error"].startswith("its Ray worker died") and "WorkerCrashedError: The worker died" in kept["traceback"]
+
+
 @pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
 def test_a_local_ray_keeps_its_files_in_a_folder_of_this_users_alone_and_an_open_token_is_told(
         tmp_path, monkeypatch, caplog):
