@@ -129,6 +129,20 @@ def test_between_the_two_the_card_pays_the_samplers_share_in_its_delta(plans):
     assert f"at delta = {delta_text(card.delta)}" in note.statement     # the run's own claim, rounded up
 
 
+def test_a_delta_that_the_samplers_tiny_share_rounds_up_says_why(plans):
+    """Laplace noise at eps 8: the sampler's share (about 1e-15) is far below a thousandth of delta, so the card
+    said nothing of it, yet its delta, rounded up to three figures, read 1.01e-05 where the study asked for 1e-05.
+    Rounding down would understate delta; the card now names the share wherever it changes the delta shown."""
+    plan = plans["poisson"].model_copy(update={"noise": "laplace", "noise_multiplier": 0.5, "accountant": "pld"})
+    card = _card(plan, "secure")
+    share = plan.sampler_delta
+    assert 0 < share < 1e-3 * plan.delta and card.is_dp
+    assert delta_text(plan.delta) == "1e-05" and delta_text(card.delta) == "1.01e-05"     # never below the claim
+    assert f"of which {share:.2g} pays for the noise sampler's bounded draws" in card.statement
+    gaussian = _card(plans["poisson"], "secure")          # a share that leaves the delta shown as asked: not named
+    assert delta_text(gaussian.delta) == "1e-05" and "noise sampler" not in gaussian.statement
+
+
 def test_a_patients_tight_group_value_states_delta_plus_the_samplers_share_for_k_images(plans):
     """sigma 0.25, q 0.1, T 70: two images together outrun the sampler with probability 8.3e-6 over the run, below
     delta, so the tight value holds at delta plus that share, not at delta."""

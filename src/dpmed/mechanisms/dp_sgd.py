@@ -412,11 +412,13 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         covers=COVERAGE, randomness=SECURE_RANDOMNESS, patient_guarantee=plan.patient_guarantee,
         unit_note=_unit_note(plan))
     # The sampler's draws are bounded: the claim pays for that in delta (within float64's rounding of delta up to eps
-    # of a few tens, below a thousandth of it up to several hundred), and is void where it would pay more than delta
+    # of a few tens, below a thousandth of it up to several hundred), and is void where it would pay more than delta.
+    # The share is named wherever the delta shown is not the one asked for: rounded up, as a delta always is, a share
+    # of 1e-15 makes 1e-05 read 1.01e-05
     sampler, void, delta = plan.sampler_delta, plan.sampler_voids, plan.claimed_delta
     paid = ("" if void else "; pure DP but for the noise sampler's bounded draws, which that delta pays for"
             if plan.accountant == "pure" else f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
-            if sampler >= 1e-3 * plan.delta else "")
+            if delta_text(delta) != delta_text(plan.delta) else "")
     fields.update(delta=delta, sampler_delta=sampler, sampler_voids=void)
     statement = (f"eps = {epsilon_text(eps)} at delta = {delta_text(delta)} ({parts}{paid}; unit: one {plan.unit}; "
                  f"neighbours: {neighbours}; {params})")
