@@ -341,8 +341,8 @@ def test_runs_each_within_pld_s_reach_whose_composition_is_not_are_composed_by_r
     expected = accounting.ledger_epsilon(ledger, delta=plans[0].privacy.delta, accountant="rdp")   # at the runs' delta
     assert privacy.accountant == "rdp" and privacy.dp_sgd_epsilon == pytest.approx(expected, rel=1e-6)
     assert expected > 500
-    assert "(RDP; neighbours: add/remove one patient) (the composition lies beyond what PLD resolves" in (
-        privacy.statement)
+    assert "(RDP; neighbours: add/remove one patient; of which " in privacy.statement   # 3e-11 of the 1.01e-05
+    assert "bounded draws) (the composition lies beyond what PLD resolves" in privacy.statement
     budgeted = load_study(write_study(text + "privacy_budget: {epsilon: 100000, delta: 1e-4}\n"))
     privacy = study_privacy(_plans(budgeted), budget=budgeted.privacy_budget)
     assert privacy.dp_sgd_epsilon is None and "set privacy_budget.accountant: rdp" in privacy.statement
@@ -363,6 +363,22 @@ def test_laplace_runs_certified_by_the_pure_bound_compose_under_it(write_study):
     assert privacy.accountant == "pure"
     assert privacy.dp_sgd_epsilon == pytest.approx(accounting.ledger_epsilon(ledger, delta=1e-5, accountant="pure"))
     assert 8 < privacy.dp_sgd_epsilon <= 16      # two runs of at most 8 each
+
+
+def test_a_studys_delta_that_the_samplers_tiny_shares_round_up_says_why(write_study):
+    """Laplace noise at eps 8 under PLD: the samplers' shares (about 1e-15) made the study's 1e-05 read 1.01e-05, as
+    rounding up must, with no word of why; a Gaussian study's shares leave 1e-05 as it is and need none."""
+    text = ("name: b\ndata: {source: phantom, n_images: 200, image_size: 16}\n"
+            "training: {epochs: 2, batch_size: 20}\n"
+            "arms: [{name: dp, mechanism: dp_sgd, noise: laplace, target_epsilon: 8}]\n")
+    plans = _plans(load_study(write_study(text)))
+    shares = sum(p.privacy.sampler_delta for p in plans)
+    privacy = study_privacy(plans)
+    assert 0 < shares < 1e-12 and delta_text(privacy.delta) == "1.01e-05"
+    assert f"at delta = 1.01e-05 (PLD; neighbours: add/remove one patient; of which {shares:.2g} pays for the " \
+           "noise samplers' bounded draws)" in privacy.statement
+    gaussian = study_privacy(_plans(load_study(write_study(text.replace("noise: laplace, ", "")))))
+    assert delta_text(gaussian.delta) == "1e-05" and "noise sampler" not in gaussian.statement
 
 
 def test_the_pure_bound_is_stated_at_the_delta_its_samplers_cost_alone(write_study):

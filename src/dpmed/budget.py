@@ -329,6 +329,9 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
             patient = ""
         else:
             terms = f"{accountant.upper()}; neighbours: add/remove one {unit}"
+            if budget is None and accountant != "pure" and delta_text(delta) != delta_text(delta - shares):
+                # rounded up, as a delta always is, a share of 1e-15 makes the runs' 1e-05 read 1.01e-05: say why
+                terms += f"; of which {shares:.2g} pays for the noise samplers' bounded draws"
             patient = _patient_statement(dp, dp_eps, delta) + (
                 _tight_patient(dp, composed_at) if dp_eps is not None and (dp[0].cap or 0) > 1 else "")
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({terms}){why}{patient}")
