@@ -308,7 +308,8 @@ def test_a_ray_worker_that_died_fails_its_run_with_the_reason_and_the_others_go_
     assert outcomes["b"] == "record of b" and outcomes["c"] == "record read from c"
     assert isinstance(outcomes["a"], RunFailure) and outcomes["a"].error == dpmed.executors.RAY_WORKER_DIED
     kept = json.loads(outcomes["a"].error_file.read_text())
-    assert kept["error"].startswith("its Ray worker died") and "WorkerCrashedError: The worker died" in kept["traceback"]
+    assert kept["error"].startswith("its Ray worker died")
+    assert "WorkerCrashedError: The worker died" in kept["traceback"]
 
 
 @pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
