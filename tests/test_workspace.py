@@ -207,6 +207,26 @@ def test_an_older_dp_sgd_run_json_s_wall_time_moves_to_the_private_folder(tmp_pa
     assert read_timing(folder.run(dp.run_id).timing).total_seconds == 99.0
 
 
+def test_older_run_jsons_rewritten_together_check_runs_for_a_link_once(tmp_path, make_record, monkeypatch):
+    """runs/ is one folder for every run.json rewritten: it was checked for a symlink once per run; each run's own
+    folder is still checked."""
+    import dpmed.workspace as workspace
+    from dpmed.folders import StudyFolder, refuse_link
+
+    folder = StudyFolder(tmp_path)
+    older = []
+    for eps in (1.0, 8.0):
+        dp = make_record(f"dp_eps{eps:g}_C1_seed0", "dp", "dp_sgd", eps=eps)
+        older.append(dp.model_copy(update={"timing": dp.timing.model_copy(update={"total_seconds": 20.0})}))
+        folder.run(dp.run_id).public.mkdir(parents=True)
+        older[-1].write(folder.run(dp.run_id).record)
+    checked = []
+    monkeypatch.setattr(workspace, "refuse_link", lambda path: (checked.append(path), refuse_link(path)))
+    workspace.withdraw_public_timing(folder, older)
+    assert checked.count(folder.runs) == 1
+    assert sorted(checked[1:]) == sorted(folder.run(r.run_id).public for r in older)
+
+
 def test_an_older_dp_sgd_run_json_s_resumed_step_alone_moves_to_the_private_folder_and_is_said(tmp_path, make_record,
                                                                                                caplog):
     """A run.json without seconds that still says from which step the run resumed: that step (a timing statistic

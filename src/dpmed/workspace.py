@@ -159,16 +159,15 @@ def withdraw_public_timing(folder: StudyFolder, records: Sequence[RunRecord]) ->
     timing.json where it has none, rewrite run.json with the shareable part, and say that copies of the folder
     shared before still hold them."""
     rewritten, seconds, steps = [], [], []
-    for r in records:
-        shared = r.shareable()
-        if shared == r:
-            continue
+    changed = [(r, shared) for r in records if (shared := r.shareable()) != r]
+    if changed:
+        refuse_link(folder.runs)            # the rewrite would write the file a link points to, outside the folder
+    for r, shared in changed:
         if r.timing.train_seconds is not None or r.timing.total_seconds is not None:
             seconds.append(r.run_id)
         elif shared.timing != r.timing:
             steps.append(r.run_id)
         run = folder.run(r.run_id)
-        refuse_link(folder.runs)            # the rewrite would write the file a link points to, outside the folder
         refuse_link(run.public)
         if shared.timing != r.timing and read_timing(run.timing) is None:
             run.make()
