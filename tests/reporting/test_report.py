@@ -114,9 +114,10 @@ def test_summary_header_states_the_confidence_level_of_the_intervals(make_record
     metrics = {"test_auroc": 0.8, "test_auroc_low": 0.7, "test_auroc_high": 0.9, "test_accuracy": 0.75,
                "confidence": 0.9}
     header = summary_text([make_record("r0", "base", metrics=metrics)]).splitlines()[0]
-    assert "90% CI" in header
+    assert "90% percentile CI" in header
     assert "95%" not in header
-    for level, shown in ((0.999, "99.9% CI"), (0.975, "97.5% CI"), (0.995, "99.5% CI")):   # never "100%" or "98%"
+    for level, shown in ((0.999, "99.9% percentile CI"), (0.975, "97.5% percentile CI"),
+                         (0.995, "99.5% percentile CI")):   # never "100%" or "98%"
         metrics["confidence"] = level
         assert shown in summary_text([make_record("r0", "base", metrics=metrics)]).splitlines()[0], level
 

@@ -72,11 +72,27 @@ def test_the_summary_shows_eps_with_its_terms_the_interval_at_its_level_and_unde
     dp = _dp_record(make_record, make_fairness, make_explanations)
     undefined = make_record("np_seed0", "np", metrics={"test_auroc": None, "confidence": 0.9})
     lines = summary_text([undefined, dp]).splitlines()
-    assert "test AUROC [90% CI]" in lines[0]
+    assert "test AUROC [90% percentile CI]" in lines[0]
     assert lines[1].split()[0] == "np_seed0" and "undefined" in lines[1]
     assert dp.privacy.in_brief() in lines[2] and "0.910 [0.880, 0.940]" in lines[2] and lines[2].endswith("0.846")
     mixed = make_record("b_seed0", "b", metrics={"test_auroc": 0.8, "confidence": 0.95})
-    assert "test AUROC [CI]" in summary_text([dp, mixed]).splitlines()[0]    # two levels: none is named
+    assert "test AUROC [percentile CI]" in summary_text([dp, mixed]).splitlines()[0]   # two levels: none is named
+
+
+def test_the_summary_names_the_interval_of_the_runs_as_the_report_does(make_record, make_fairness, make_explanations):
+    """The terminal said "[95% CI]" where the report and run.json say whether the intervals are percentile or BCa
+    (`evaluation.interval`): a reader who stops at the terminal could not tell which. Runs of both kinds (a folder
+    left between two settings) name neither, as two levels name no level."""
+    dp = _dp_record(make_record, make_fairness, make_explanations)
+    bca = dp.model_copy(update={"metrics": {**dp.metrics, "interval": "bca"}})
+    header, *rows = summary_text([bca]).splitlines()
+    assert "test AUROC [90% BCa CI]" in header
+    assert rows[0].index(" 0.910 [0.880, 0.940]") + 1 == header.index("test AUROC")
+    assert len(rows[0]) == len(header)                    # the wider head widens its column, the row with it
+    assert "percentile CI]" in summary_text([dp]).splitlines()[0]
+    assert "[95% CI]" in summary_text([dp.model_copy(update={"metrics": {**dp.metrics, "confidence": 0.95}}),
+                                       bca.model_copy(update={"metrics": {**bca.metrics, "confidence": 0.95}})]
+                                      ).splitlines()[0]
 
 
 # Every privacy field results.csv carries, each with a value no other field has: a column that is dropped, or that

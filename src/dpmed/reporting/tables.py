@@ -83,20 +83,26 @@ def write_results_table(records: Iterable[RunRecord], path: Path) -> pd.DataFram
 
 def summary_text(records: Iterable[RunRecord]) -> str:
     """A fixed-width table for the terminal: run, eps with its delta, accountant and neighbours, test AUROC with
-    interval, accuracy at the run's threshold; then a line for each run that decides one class for every test
+    interval (its level and kind, percentile or BCa, named as the report names them), accuracy at the run's threshold; then a line for each run that decides one class for every test
     image, whose accuracy (that class's share) would otherwise pass for a weak model's."""
     records = list(records)
     levels = {float(r.metrics["confidence"]) for r in records if r.metrics.get("confidence") is not None}
-    level = f"{confidence_text(levels.pop())} CI" if len(levels) == 1 else "CI"   # the intervals' level
+    kinds = {r.interval for r in records}
+    # the intervals' level and kind, as the report names them ("95% BCa CI"); either left out where runs differ
+    named = [confidence_text(levels.pop())] if len(levels) == 1 else []
+    if len(kinds) == 1:
+        named.append("BCa" if kinds == {"bca"} else "percentile")
+    head = f"test AUROC [{' '.join([*named, 'CI'])}]"
     width = max([len("eps"), *(len(r.privacy.in_brief()) for r in records)])
     ids = max([28, *(len(r.run_id) for r in records)])     # a longer run id widens its column, not its row
-    lines = [f"{'run':<{ids}} {'eps':<{width}} {f'test AUROC [{level}]':<24} {'accuracy':>8}"]
+    auroc = max(24, len(head))
+    lines = [f"{'run':<{ids}} {'eps':<{width}} {head:<{auroc}} {'accuracy':>8}"]
     for r in records:
         auc = r.estimate("test_auroc")
         shown = ("undefined" if auc.value is None else f"{auc.value:.3f}" if auc.low is None
                  else f"{auc.value:.3f} [{auc.low:.3f}, {auc.high:.3f}]")
         acc = r.estimate("test_accuracy").value
-        lines.append(f"{r.run_id:<{ids}} {r.privacy.in_brief():<{width}} {shown:<24} "
+        lines.append(f"{r.run_id:<{ids}} {r.privacy.in_brief():<{width}} {shown:<{auroc}} "
                      f"{'' if acc is None else format(acc, '.3f'):>8}")
     lines += [f"{r.run_id} predicts one class for every test image: its accuracy is that class's share, and its "
               "decisions separate nothing, whatever its AUROC (report.html says more)"
