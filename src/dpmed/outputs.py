@@ -17,7 +17,6 @@ from dpmed.errors import ConfigError
 from dpmed.evaluation.predictions import load_predictions
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_json_atomic
 from dpmed.records import ResolvedStudy, RunRecord, read_record, read_timing
-from dpmed.evaluation.version import evaluated_by
 from dpmed.reporting import PrivateRun, write_private_report, write_report, write_results_table
 from dpmed.resumption import evaluated_otherwise
 from dpmed.states import folder_holder, read_resolved, run_states
@@ -53,12 +52,12 @@ def _evaluated_otherwise(resolved: ResolvedStudy, records: list[RunRecord]) -> l
     """A line for each run whose record was evaluated otherwise than study.yaml says. A rerun under other evaluation
     settings writes study.yaml before it evaluates the finished runs again (they are written only once all are
     done), so a stop in between leaves runs of the old settings under the new ones: the report names the study's
-    interval and level, and would name them for these runs too, unsaid."""
+    interval and level, and would name them for these runs too, unsaid. A run of another dpmed's evaluation methods
+    is no setting of study.yaml: the report's summary names those runs, once (`dpmed.reporting.sections`)."""
     lines = []
     for r in records:
         differ = [line.removesuffix(" now") + " in study.yaml"
                   for line in evaluated_otherwise(r, resolved.study, resolved.dataset.n_test)]
-        differ += [why] if (why := evaluated_by(r.evaluation_version)) else []
         if differ:
             lines.append(f"{r.run_id}: evaluated otherwise than study.yaml says ({'; '.join(differ)}), so what the "
                          "report says of the study's intervals does not hold for its numbers: run the same `dpmed "
