@@ -18,7 +18,7 @@ from dpmed.evaluation.predictions import load_predictions
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, write_json_atomic
 from dpmed.records import ResolvedStudy, RunRecord, read_record, read_timing
 from dpmed.reporting import PrivateRun, write_private_report, write_report, write_results_table
-from dpmed.resumption import evaluated_otherwise
+from dpmed.resumption import evaluated_otherwise_than_saved
 from dpmed.states import folder_holder, read_resolved, run_states
 from dpmed.workspace import withdraw_public_timing, writing_into
 
@@ -56,8 +56,7 @@ def _evaluated_otherwise(resolved: ResolvedStudy, records: list[RunRecord]) -> l
     is no setting of study.yaml: the report's summary names those runs, once (`dpmed.reporting.sections`)."""
     lines = []
     for r in records:
-        differ = [line.removesuffix(" now") + " in study.yaml"
-                  for line in evaluated_otherwise(r, resolved.study, resolved.dataset.n_test)]
+        differ = evaluated_otherwise_than_saved(r, resolved)
         if differ:
             lines.append(f"{r.run_id}: evaluated otherwise than study.yaml says ({'; '.join(differ)}), so what the "
                          "report says of the study's intervals does not hold for its numbers: run the same `dpmed "

@@ -134,6 +134,13 @@ def evaluated_otherwise(record: RunRecord, study: Study, n_test: int) -> list[st
     return [f"evaluation.{line}" for line in setting_differences(shown, now)]
 
 
+def evaluated_otherwise_than_saved(record: RunRecord, resolved: ResolvedStudy) -> list[str]:
+    """:func:`evaluated_otherwise` against a study folder's study.yaml, each line said so ("evaluation.interval:
+    percentile in the finished run, bca in study.yaml"): what `dpmed report` and `dpmed status` read from a folder."""
+    return [line.removesuffix(" now") + " in study.yaml"
+            for line in evaluated_otherwise(record, resolved.study, resolved.dataset.n_test)]
+
+
 def _other_class_names(record: RunRecord, label_names: tuple[str, ...] | list[str]) -> list[str]:
     """The class names a finished run's per-class metrics (``test_auroc[<name>]``, multiclass and multilabel) are
     keyed by, where they are not ``label_names`` (the data's now): a study that renames the classes rewrites

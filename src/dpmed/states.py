@@ -17,9 +17,11 @@ from pydantic import ValidationError
 
 from dpmed.data.version import UNRECORDED
 from dpmed.errors import ConfigError, first_invalid
+from dpmed.evaluation.version import evaluated_by
 from dpmed.folders import RETRAIN_NOTE, RunFolder, StudyFolder
 from dpmed.lock import Holder, lock_holder
-from dpmed.records import ResolvedStudy, read_record
+from dpmed.records import ResolvedStudy, RunRecord, read_record
+from dpmed.resumption import evaluated_otherwise_than_saved
 
 __all__ = ["read_resolved", "counts_shown", "run_states", "folder_holder", "StudyFileGiven"]
 
@@ -108,20 +110,33 @@ def _unfinished_state(run_id: str, files: RunFolder) -> tuple[str, str, str]:
     return run_id, "pending", ""
 
 
-def _run_state(run_id: str, files: RunFolder, *, again: bool = True) -> tuple[str, str, str]:
-    """(run id, state, detail) of one run the study lists. A `dpmed run` working in the folder deletes a run's
-    checkpoint as the run finishes: one that goes between the look and the read is looked at once more (before,
-    `dpmed status` and `dpmed report` ended in an internal error)."""
+def _evaluated_again(record: RunRecord, resolved: ResolvedStudy | None) -> str:
+    """Why the next `dpmed run` evaluates a finished run again (its evaluation differs from study.yaml's, or another
+    dpmed's methods made it: `dpmed.resumption`), briefly; "" where it does not, or study.yaml cannot be read. The
+    report says so of its numbers; status said nothing, and listed the run as finished like any other."""
+    if resolved is None:
+        return ""
+    differ = evaluated_otherwise_than_saved(record, resolved)
+    why = [f"evaluated otherwise than study.yaml says ({'; '.join(differ)})"] if differ else []
+    why += [older] if (older := evaluated_by(record.evaluation_version)) else []
+    return ("; ".join(why) + ": the same `dpmed run` evaluates it again from its model (no privacy spent)"
+            if why else "")
+
+
+def _run_state(run_id: str, files: RunFolder, resolved: ResolvedStudy | None, *,
+               again: bool = True) -> tuple[str, str, str]:
+    """(run id, state, detail) of one run the study lists (``resolved``, None where study.yaml cannot be read). A
+    `dpmed run` working in the folder deletes a run's checkpoint as the run finishes: one that goes between the look
+    and the read is looked at once more (before, `dpmed status` and `dpmed report` ended in an internal error)."""
     if files.is_finished:
         try:
-            read_record(files.record)
-            return run_id, "finished", ""
+            return run_id, "finished", _evaluated_again(read_record(files.record), resolved)
         except ConfigError as exc:
             return run_id, "unreadable", str(exc)
     try:
         return _unfinished_state(run_id, files)
     except FileNotFoundError:
-        return _run_state(run_id, files, again=False) if again else (run_id, "pending", "")
+        return _run_state(run_id, files, resolved, again=False) if again else (run_id, "pending", "")
 
 
 def counts_shown(study_dir: Path) -> tuple[dict[str, int], float]:
@@ -142,8 +157,8 @@ def counts_shown(study_dir: Path) -> tuple[dict[str, int], float]:
 
 
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
-    """(run id, state, detail) of every run the study folder lists: finished, unreadable (a run.json that `dpmed
-    report` would refuse: why), failed (with the error), interrupted (a private checkpoint waits: the step it reached
+    """(run id, state, detail) of every run the study folder lists: finished (and why the next `dpmed run` evaluates
+    it again, where it will), unreadable (a run.json that `dpmed report` would refuse: why), failed (with the error), interrupted (a private checkpoint waits: the step it reached
     and its age) or pending; then every finished run the folder holds that the study file no longer lists (its model
     is released all the same, and the study's eps composes it: `dpmed.budget`).
 
@@ -151,8 +166,10 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     then the runs the folder holds files of: which are pending is not known without it."""
     folder = StudyFolder(Path(study_dir))
     states = []
+    resolved = None
     try:
-        listed = [plan.run_id for plan in read_resolved(folder.root).runs]
+        resolved = read_resolved(folder.root)
+        listed = [plan.run_id for plan in resolved.runs]
     except StudyFileGiven:
         raise
     except ConfigError as exc:
@@ -162,7 +179,7 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
                                                    "(which runs are pending is not known without it)"))
         listed = sorted({p.name for base in (folder.runs, folder.private / "runs") if base.is_dir()
                          for p in base.iterdir() if p.is_dir()})
-    states += [_run_state(run_id, folder.run(run_id)) for run_id in listed]
+    states += [_run_state(run_id, folder.run(run_id), resolved) for run_id in listed]
     names = set(listed)
     states += [(run_id, "finished", "not in the study file now, but in this folder: the study's eps still counts it")
                for run_id in folder.finished_run_ids() if run_id not in names]

@@ -30,6 +30,27 @@ def test_status_lists_a_finished_run_the_study_file_no_longer_lists(tiny_study, 
     assert out.strip().splitlines()[-1] == "2 finished"
 
 
+def test_status_says_which_finished_runs_the_next_run_evaluates_again(tiny_study, tmp_path, capsys):
+    """A folder whose study.yaml a stopped rerun set to BCa holds runs of percentile intervals, and a run an older
+    dpmed evaluated holds its methods' numbers: the report says so, and status listed them all as plain finished."""
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    assert main(["status", str(copy)]) == 0
+    assert len(re.findall(r"(?m)^\S+_seed0 +finished$", capsys.readouterr().out)) == 2     # nothing differs
+    study_yaml = copy / "study.yaml"
+    study_yaml.write_text(study_yaml.read_text().replace("interval: percentile", "interval: bca"))
+    record = copy / "runs" / "base_seed0" / "run.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "evaluation_version": 1}))
+    assert main(["status", str(copy)]) == 0
+    out = capsys.readouterr().out
+    setting = ("finished: evaluated otherwise than study.yaml says (evaluation.interval: percentile in the finished "
+               "run, bca in study.yaml)")
+    again = ": the same `dpmed run` evaluates it again from its model (no privacy spent)"
+    assert f"dp_eps8_C1_seed0 {' ' * 20}{setting}{again}" in out, out
+    assert f"{setting}; evaluated by an older dpmed (fairness intervals changed){again}" in out, out
+    assert out.strip().splitlines()[-1] == "2 finished"
+
+
 def test_status_of_finished_runs_imports_neither_torch_nor_scikit_learn(tiny_study):
     """`dpmed status` took 9 s, most of it importing torch and scikit-learn: a run record's results are typed in
     the evaluation package, which imported every one of its modules. Only an interrupted run's checkpoint needs
