@@ -239,7 +239,7 @@ def test_local_dp_runs_on_the_same_images_add_up_per_image(write_study, make_rec
     assert privacy.local_dp == ("lap_b0.5_seed0", "lap_b0.5_seed1")
     assert (privacy.local_dp_epsilon, privacy.local_dp_delta, privacy.epsilon) == (1024.0, 0.0, None)
     assert privacy.statement == (
-        "the 2 local-DP runs together (lap_b0.5_seed0, lap_b0.5_seed1): eps_image = 1,024 per image at delta = 0 "
+        "the 2 local-DP runs together (lap_b0.5_seed0, lap_b0.5_seed1): eps_image = 1,024 at delta = 0 "
         "(basic composition of the Laplace mechanism, Dwork & Roth 2014, Thm 3.16; neighbours: "
         f"{accounting.NEIGHBOUR_LDP_IMAGE}), under another neighbour relation than DP-SGD's")
     old_plan = _plans(load_study(write_study(LOCAL.replace("scale: 0.5", "scale: 0.25"), "old.yaml")))[0]
@@ -264,7 +264,7 @@ def test_local_gaussian_runs_compose_as_one_gaussian_mechanism(write_study):
     assert privacy.local_dp_epsilon == pytest.approx(accounting.gaussian_epsilon(mu=mu, delta=1e-6), rel=1e-12)
     total = epsilon_text(privacy.local_dp_epsilon)
     assert privacy.statement.startswith("the 4 local-DP runs together (g_s4_seed0, g_s4_seed1, g_s8_seed0, "
-                                        f"g_s8_seed1): eps_image = {total} per image at delta = 1e-06 (the Gaussian "
+                                        f"g_s8_seed1): eps_image = {total} at delta = 1e-06 (the Gaussian "
                                         "runs composed into one Gaussian mechanism")
 
 

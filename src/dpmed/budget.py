@@ -142,7 +142,7 @@ def _local_statement(local: Sequence[_Released], composed: accounting.ImageCompo
         return (f"{len(local)} local-DP run(s) ({ids}) hold per image under another neighbour relation and do not "
                 "compose with DP-SGD's eps")
     runs = f"the {len(local)} local-DP runs together" if len(local) > 1 else "the local-DP run"
-    return (f"{runs} ({ids}): eps_image = {epsilon_text(composed.epsilon)} per image at delta = "
+    return (f"{runs} ({ids}): eps_image = {epsilon_text(composed.epsilon)} at delta = "
             f"{delta_text(composed.delta)} ({composed.method}, {composed.citation}; neighbours: "
             f"{composed.neighbour_relation}), under another neighbour relation than DP-SGD's"
             + (", so no single total with it" if dp else ""))

@@ -1495,10 +1495,41 @@ def test_finished_runs_left_out_of_the_study_file_are_named_whatever_their_mecha
     flag = unfinished(inputs)
     assert "3 finished run(s) in this folder are no longer in the study file" in flag
     assert "old_dp, old_ldp, old_np." in flag
-    assert "composition: eps = 9.1 at delta = 1e-05 for all runs together.</p>" in study_privacy_section(inputs)
+    assert "composition: ε = 9.1 at δ = 1e-05 for all runs together.</p>" in study_privacy_section(inputs)
     generated = SimpleNamespace(n_train=None, n_val=15, n_test=12, released_sizes={"images": 71}, size_epsilon=0.02,
                                 synthetic=True)
     assert "protects no one" in _sizes(generated, ["ldp_seed0"]) and "N" not in _sizes(generated, ["ldp_seed0"])
+
+
+def test_the_study_as_a_whole_writes_eps_and_delta_as_the_cards_do(write_study):
+    """The section quoted the terminal's statement, "eps = 10.67 at delta = 1e-05", beside cards and a closing line
+    that write ε and δ; the local-DP total read "eps_image = ... per image" there, which the symbols would make "ε
+    per image = ... per image"."""
+    from types import SimpleNamespace
+
+    from dpmed.budget import study_privacy
+    from dpmed.config import load_study, plan_runs
+    from dpmed.mechanisms import PlanContext
+    from dpmed.reporting.sections import study_privacy_section
+
+    study = load_study(write_study("""
+name: whole
+seeds: [0, 1]
+data: {source: phantom, n_images: 200, image_size: 16}
+model: {name: small_cnn}
+training: {epochs: 1, batch_size: 16}
+arms:
+  - {name: np, mechanism: none}
+  - {name: lap, mechanism: pixel_laplace, scale: 0.5}
+  - {name: dp, mechanism: dp_sgd, target_epsilon: 8}
+"""))
+    totals = study_privacy(plan_runs(study, PlanContext(images_per_patient=np.ones(140, dtype=np.int64),
+                                                        image_shape=(1, 16, 16))))
+    assert "eps = " in totals.statement and "eps_image = " in totals.statement     # the terminal's ASCII
+    section = _text(study_privacy_section(SimpleNamespace(resolved=SimpleNamespace(study_privacy=totals))))
+    assert re.search(r"\b(eps|delta|eps_image|infinity)\b", section) is None, section
+    assert re.search(r"the 2 DP-SGD runs together: ε = [0-9.]+ at δ = ", section), section
+    assert "ε per image = 1,024 at δ = 0 (" in section and "is not DP (ε = ∞)" in section
 
 
 @pytest.mark.parametrize("update", [{"sampler_voids": True}, {"randomness": NOT_DP_REPRODUCIBLE}])

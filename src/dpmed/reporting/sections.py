@@ -469,9 +469,11 @@ def privacy_cards(inputs: ReportInputs) -> str:
 
 
 def study_privacy_section(inputs: ReportInputs) -> str:
-    """Every run trained on the same patients: what releasing them all together costs."""
+    """Every run trained on the same patients: what releasing them all together costs, in the symbols the cards use
+    (the statement is the terminal's, in ASCII)."""
     return ('<h2 id="study-privacy">The study as a whole</h2><p>Every run trained on the same patients, so sharing '
-            f"all of their models shares their composition: {escape(inputs.resolved.study_privacy.statement)}.</p>"
+            f"all of their models shares their composition: "
+            f"{escape(statement_text(inputs.resolved.study_privacy.statement))}.</p>"
             "<p>Files that may be shared: everything in the study folder except <code>private/</code> (checkpoints, "
             "training-set statistics computed without noise, audit results, the log). Shared, each run's own files "
             "keep the privacy its card states, all of them shared together keep only the study's total above, not "
