@@ -1530,6 +1530,9 @@ arms:
     assert re.search(r"\b(eps|delta|eps_image|infinity)\b", section) is None, section
     assert re.search(r"the 2 DP-SGD runs together: ε = [0-9.]+ at δ = ", section), section
     assert "ε per image = 1,024 at δ = 0 (" in section and "is not DP (ε = ∞)" in section
+    older = SimpleNamespace(statement=totals.statement.replace("eps_image = 1,024", "eps_image = 1,024 per image"))
+    assert "ε per image = 1,024 at δ = 0 (" in _text(study_privacy_section(SimpleNamespace(
+        resolved=SimpleNamespace(study_privacy=older))))           # a study.yaml an older dpmed wrote
 
 
 @pytest.mark.parametrize("update", [{"sampler_voids": True}, {"randomness": NOT_DP_REPRODUCIBLE}])

@@ -375,7 +375,8 @@ _NOTES = (("scope", "scope"), ("neighbour_relation", "neighbours"), ("covers", "
 
 # A card's statement comes from its mechanism in plain ASCII (the prompt prints it too); the card shows the symbols
 # and words a reader knows ("eps_image = 8,192" reads "ε per image = 8,192").
-_SYMBOLS = ((re.compile(r"\beps_image\b"), "ε per image"), (re.compile(r"\beps_pixel\b"), "ε per pixel value"),
+_SYMBOLS = ((re.compile(r"\beps_image = (\S+) per image\b"), r"ε per image = \1"),     # an older study.yaml's total
+            (re.compile(r"\beps_image\b"), "ε per image"), (re.compile(r"\beps_pixel\b"), "ε per pixel value"),
             (re.compile(r"\beps\b"), "ε"), (re.compile(r"\bdelta\b"), "δ"), (re.compile(r"\bsigma\b"), "σ"),
             (re.compile(r"= infinity\b"), "= ∞"))
 
