@@ -158,9 +158,10 @@ def counts_shown(study_dir: Path) -> tuple[dict[str, int], float]:
 
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     """(run id, state, detail) of every run the study folder lists: finished (and why the next `dpmed run` evaluates
-    it again, where it will), unreadable (a run.json that `dpmed report` would refuse: why), failed (with the error), interrupted (a private checkpoint waits: the step it reached
-    and its age) or pending; then every finished run the folder holds that the study file no longer lists (its model
-    is released all the same, and the study's eps composes it: `dpmed.budget`).
+    it again, where it will), unreadable (a run.json that `dpmed report` would refuse: why), failed (with the
+    error), interrupted (a private checkpoint waits: the step it reached and its age) or pending; then every
+    finished run the folder holds that the study file no longer lists (its model is released all the same, and the
+    study's eps composes it: `dpmed.budget`).
 
     Where study.yaml is there but cannot be read (another version of dpmed wrote it), its state comes first, and
     then the runs the folder holds files of: which are pending is not known without it."""

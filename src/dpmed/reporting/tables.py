@@ -83,8 +83,9 @@ def write_results_table(records: Iterable[RunRecord], path: Path) -> pd.DataFram
 
 def summary_text(records: Iterable[RunRecord]) -> str:
     """A fixed-width table for the terminal: run, eps with its delta, accountant and neighbours, test AUROC with
-    interval (its level and kind, percentile or BCa, named as the report names them), accuracy at the run's threshold; then a line for each run that decides one class for every test
-    image, whose accuracy (that class's share) would otherwise pass for a weak model's."""
+    interval (its level and kind, percentile or BCa, named as the report names them), accuracy at the run's
+    threshold; then a line for each run that decides one class for every test image, whose accuracy (that class's
+    share) would otherwise pass for a weak model's."""
     records = list(records)
     levels = {float(r.metrics["confidence"]) for r in records if r.metrics.get("confidence") is not None}
     kinds = {r.interval for r in records}
