@@ -125,3 +125,50 @@ def test_16_bit_pngs_an_older_dpmed_divided_by_65535_name_the_decoder_not_a_chan
     assert "finish them with the dpmed that made them" in err and "--out" in err, err
     assert "a file was changed" not in err and "data.channels: 3" not in err, err
     assert _records(root) == records
+
+
+def test_palette_dicom_an_older_dpmed_left_out_names_the_decoder_not_a_changed_file(tmp_path, write_dicom,
+                                                                                   monkeypatch, capsys):
+    """An older dpmed refused PALETTE COLOR files, and data.skip_invalid left them out of the runs; this one reads
+    them, so the same folder of files holds more training images. The refusal must say that the decoder changed,
+    not that someone changed a file."""
+    pydicom = pytest.importorskip("pydicom")
+    from dpmed.data import dicom
+    from dpmed.data.decoding import UnreadableImage
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 12), ("val", 4), ("test", 4)):
+        for label in ("NORMAL", "PNEUMONIA"):
+            for i in range(n):
+                grey = rng.integers(0, 200, (12, 12)).astype(np.uint8)
+                grey[3:8, 3:8] = 255 if label == "PNEUMONIA" else grey[3:8, 3:8]
+                write_dicom(tmp_path / "data" / split / label / f"{i}.dcm", grey, bits=(8, 8),
+                            patient=f"{split}{label}{i}")
+    palette = write_dicom(tmp_path / "data" / "train" / "NORMAL" / "palette.dcm", np.arange(144, dtype=np.uint8)
+                          .reshape(12, 12), photometric="PALETTE COLOR", bits=(8, 8), patient="trainNORMALpalette")
+    ds = pydicom.dcmread(palette)
+    for c in range(3):                                                # a palette of greys: one channel, as the rest
+        ds.add_new(0x00281101 + c, "US", [256, 0, 16])
+        ds.add_new(0x00281201 + c, "OW", (np.arange(256, dtype=np.uint16) * 257).tobytes())
+    ds.save_as(palette, enforce_file_format=True)
+    study = tmp_path / "s.yaml"
+    study.write_text(STUDY.format(path=tmp_path / "data").replace("path:", "skip_invalid: true, path:"))
+
+    def refused(ds, stored):                                          # as every dpmed before the palette was read
+        raise UnreadableImage("has PhotometricInterpretation 'PALETTE COLOR'; dpmed reads MONOCHROME1, "
+                              "MONOCHROME2, RGB and YBR")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(dicom, "_palette", refused)
+        assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    root = tmp_path / "out" / "old"
+    data = yaml.safe_load((root / "study.yaml").read_text())
+    data["dataset"]["decoding_version"] = 5                           # the last decoder that refused the palette
+    (root / "study.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    records = _records(root)
+    capsys.readouterr()
+    assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "this dpmed decodes image files otherwise than the one that finished the runs" in err, err
+    assert "PALETTE COLOR" in err and "a file was changed" not in err and "Traceback" not in err, err
+    assert _records(root) == records

@@ -13,7 +13,8 @@ __all__ = ["DECODING_VERSION", "UNRECORDED", "decoded_since"]
 
 # Bump DECODING_VERSION (add the next entry here) in the same commit as any change that alters the pixels dpmed reads
 # from a file it read before: a channel count, a value scale, an orientation. Say in a few words what changed: a
-# resumed study tells it where its finished runs read other pixels. Float rounding is no change.
+# resumed study tells it where its finished runs read other pixels. A file read now that was refused before is one
+# too: data.skip_invalid left it out, so the runs' data differ. Float rounding is no change.
 CHANGES = {
     1: "",                                                       # every decoder until grey is told by content
     2: "a colour file whose three channels are equal is read as 1 channel where data.channels is unset",
@@ -21,6 +22,8 @@ CHANGES = {
     4: "a DICOM's padding pixels (PixelPaddingValue) read black and are left out of its own min and max",
     5: "a WebP's or multi-picture JPEG's EXIF orientation is applied, and an uncompressed TIFF shown a quarter turn "
        "is no longer scrambled",
+    6: "a PALETTE COLOR DICOM is read through its colour tables, where it was refused (and left out under "
+       "data.skip_invalid)",
 }
 DECODING_VERSION = max(CHANGES)
 
