@@ -393,6 +393,22 @@ def test_a_palette_colour_file_is_read_through_its_tables(tmp_path, write_dicom)
         read_image(_palette_file(tmp_path / "bare.dcm", write_dicom, []), channels=1)
 
 
+def test_a_palette_with_an_opacity_table_is_read_as_its_three_colours(tmp_path, write_dicom):
+    """The Palette Color Lookup Table module may carry an Alpha table (0028,1204) beside the colours; pydicom then
+    returns four channels, which were refused as a shape dpmed does not read. Opacity is no colour: the three are
+    kept, as a viewer without a background to blend shows them."""
+    pydicom = pytest.importorskip("pydicom")
+    index = np.arange(256)
+    tables = [index * 200, 65535 - index * 200, np.full(256, 30000)]
+    path = _palette_file(tmp_path / "alpha.dcm", write_dicom, tables)
+    ds = pydicom.dcmread(path)
+    ds.add_new(0x00281204, "OW", np.full(256, 65535, dtype=np.uint16).tobytes())
+    ds.save_as(path, enforce_file_format=True)
+    stored = np.arange(12).reshape(3, 4)
+    x = read_image(path, channels=None)
+    np.testing.assert_allclose(x, np.stack([np.asarray(t)[stored] / 65535 for t in tables]), atol=1e-6)
+
+
 @pytest.mark.parametrize("frames", [1, None])
 def test_a_frame_count_of_one_or_left_empty_is_a_single_frame(tmp_path, frames, write_dicom):
     pydicom = pytest.importorskip("pydicom")

@@ -29,8 +29,8 @@ deflated data set and a JPEG-family codestream by their own sizes (:mod:`dpmed.d
 Colour DICOM (PhotometricInterpretation RGB, or YBR converted to RGB by pydicom) is divided by 2^BitsStored - 1.
 PALETTE COLOR (an index per pixel into red, green and blue tables: rare in radiography, found in ultrasound and in
 secondary captures) is looked up by pydicom's ``apply_color_lut`` and divided by 2^bits - 1 of its tables' entries
-(their descriptor's third value, 8 or 16); a palette of greys then reads as one channel, as any grey colour file does
-(`dpmed.data.decoding.read_image`).
+(their descriptor's third value, 8 or 16; an Alpha table, opacity, is left out); a palette of greys then reads as one
+channel, as any grey colour file does (`dpmed.data.decoding.read_image`).
 One frame per file: multi-frame files (tomosynthesis, cine) are refused by name.
 """
 
@@ -306,7 +306,8 @@ def _palette(ds, stored: np.ndarray) -> np.ndarray:
     if "RedPaletteColorLookupTableDescriptor" not in ds:     # pydicom's words name no element of the header
         raise UnreadableImage("is PALETTE COLOR but its header holds no palette (Red, Green and Blue Palette Color "
                               "Lookup Table Descriptor and Data); export it again as RGB or grey")
-    rgb = np.asarray(apply_color_lut(stored, ds), dtype=np.float32)     # [H, W, 3], entries of 8 or 16 bits
+    # [H, W, 3], entries of 8 or 16 bits; [H, W, 4] with an Alpha table, whose opacity is no colour: left out
+    rgb = np.asarray(apply_color_lut(stored, ds)[..., :3], dtype=np.float32)
     bits = int(ds.RedPaletteColorLookupTableDescriptor[2])
     return np.ascontiguousarray((rgb / float(2**bits - 1)).clip(0, 1).transpose(2, 0, 1))
 
