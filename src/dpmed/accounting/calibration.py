@@ -11,8 +11,9 @@ in these coordinates are nearly exact. A cheap RDP estimate locates the answer f
 (a PLD call costs far more than the estimate: benchmarks/RESULTS.md, section "The PLD grids' cost") is called a
 handful of times. Bisection guards against slow progress.
 
-Not dp_accounting's ``calibrate_dp_mechanism``: it bisects inside a bracket the caller must supply, on one fixed
-PLD grid that is not the grid :func:`dp_sgd_epsilon` reports with. At q 128/5218, T 2039, delta 1e-5, eps 1 it took
+Not dp_accounting's ``calibrate_dp_mechanism`` (0.6): it root-finds inside a bracket, searched from sigma 0 up
+(``LowerEndpointAndGuess(0, 1)``) where the caller gives none, on one fixed PLD grid (its accountant factory takes
+no sigma) that is not the grid :func:`dp_sgd_epsilon` reports with. At q 128/5218, T 2039, delta 1e-5, eps 1 it took
 0.9 s (8 PLD calls) given the bracket [2, 8], against 0.4 s here, and given [0.01, 100] (grid 1e-4) it had not
 finished after 10 minutes: the PLD of a tiny sigma is huge.
 """
