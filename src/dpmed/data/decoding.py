@@ -28,9 +28,10 @@ Colour profiles (ICC) are not applied, by choice. A grey radiograph's profile is
 (a gray gamma, a print's dot gain), not the detector's: DICOM calibrates grey for display by its own standard
 function (PS3.14), outside the pixels, and two exports of one film that differ only in the profile they carry are
 one image to the model only if both are read as stored; the curve is monotone, so it would change no order of
-values, only the contrast in between, which ``minmax`` and ``equalize`` set per image anyway. Known limit, for colour
-photographs (dermatology, fundus): a Display P3 or Adobe RGB file is read as if its values were sRGB, less saturated
-than its viewer shows it; convert such files to sRGB beforehand where a dataset mixes them.
+values, only the contrast in between, which ``equalize`` (a function of that order, up to its bins) sets per image
+anyway; ``minmax`` stretches linearly and keeps it. Known limit, for colour photographs (dermatology, fundus): a
+Display P3 or Adobe RGB file is read as if its values were sRGB, less saturated than its viewer shows it; convert
+such files to sRGB beforehand where a dataset mixes them.
 
 Channels when none are asked for: grey (1) is what the pixels are, not how the file stores them. A colour file whose
 three channels are equal in every pixel is read as 1 channel, as a grey file is: many radiograph JPEGs are saved RGB
