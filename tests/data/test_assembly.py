@@ -101,6 +101,19 @@ def test_an_anonymiser_s_placeholder_patient_id_is_refused_naming_it(files, plac
         assemble_dataset(manifest, preprocessing=Preprocessing(), split=SplitPlan(), cache_dir=None)
 
 
+def test_one_image_under_a_placeholder_is_refused_without_calling_it_many_people(files):
+    """One image whose patient an export did not write: its patient may hold images under a real id too, split
+    apart from them and protected as a second unit. Refused; but the message said that its one image was "of many
+    people"."""
+    root, paths = files
+    patients = [f"p{i}" for i in range(N_FILES - 1)] + ["Unknown"]
+    manifest = _manifest(root, paths, patients, [i % 2 for i in range(N_FILES)], [""] * N_FILES)
+    with pytest.raises(DataError, match=rf"the patient id 'Unknown' \(.*\) holds 1 of {N_FILES} images .*whose "
+                                        r"images they are is unknown") as err:
+        assemble_dataset(manifest, preprocessing=Preprocessing(), split=SplitPlan(), cache_dir=None)
+    assert "many people" not in str(err.value)
+
+
 def test_one_id_of_most_images_is_refused_and_a_patient_of_many_images_is_not(files):
     """An id that holds more than half of the images is no one patient's (NIH ChestX-ray14 has patients of over
     100 images, among its 112,120), whatever its spelling, "0" too; a patient of many images, fewer than

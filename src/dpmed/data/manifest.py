@@ -198,11 +198,11 @@ _MOST_OF = 20    # from this many images up, one id that holds more than half of
 def refuse_placeholder_patients(manifest: Manifest, rows: np.ndarray) -> None:
     """DataError where one patient id among ``rows`` is an anonymiser's placeholder rather than a patient's: it is
     written as one (:data:`_PLACEHOLDERS`; "0" is not among them, a table may number its patients from 0), or it
-    holds more than half of the images of a dataset of at least 20. Such an id holds many people, who would be split
-    and protected as one patient (a patient-level DP-SGD arm's eps would hold for all of them together, not for each),
-    and two sites' placeholders read as two patients. A patient truly imaged often is far below half (NIH
-    ChestX-ray14 has patients of over 100 images, among 112,120 images of 30,805 patients). Ids that name no patient
-    (notes ``patients_known`` False) are left alone."""
+    holds more than half of the images of a dataset of at least 20. Such an id holds unknown or many people, who
+    would be split and protected as one patient (a patient-level DP-SGD arm's eps would hold for all of them
+    together, not for each), and two sites' placeholders read as two patients. A patient truly imaged often is far
+    below half (NIH ChestX-ray14 has patients of over 100 images, among 112,120 images of 30,805 patients). Ids that
+    name no patient (notes ``patients_known`` False) are left alone."""
     if not manifest.notes.get("patients_known", True) or not len(rows):
         return
     ids = manifest.patient_ids[np.asarray(rows, dtype=np.int64)].tolist()
@@ -210,17 +210,20 @@ def refuse_placeholder_patients(manifest: Manifest, rows: np.ndarray) -> None:
     placeholder = next((pid for pid in counts if patient_key(pid) in _PLACEHOLDERS), None)
     pid, held = counts.most_common(1)[0]
     if placeholder is not None:
-        pid, held, why = placeholder, counts[placeholder], "which an anonymiser writes in place of the patient's"
+        pid, held = placeholder, counts[placeholder]
+        why = ("which an anonymiser writes in place of the patient's: whose images they are is unknown, so dpmed "
+               "can neither keep each patient's images in one split nor protect each patient as one unit")
     elif len(ids) >= _MOST_OF and held > len(ids) / 2:
-        why = "more than half of the images, which no one patient of a diagnostic dataset holds"
+        why = ("more than half of the images, which no one patient of a diagnostic dataset holds: its images are of "
+               "many people, whom dpmed would split and protect as one patient")
     else:
         return
     where = [str(manifest.where[r]) for r, p in zip(rows.tolist(), ids) if p == pid][:2]
     source, remedy = _patient_source(manifest)
     raise DataError(f"{manifest.name} at {manifest.root}: the patient id {pid!r} ({source}) holds {held} of "
-                    f"{len(ids)} images (e.g. {', '.join(where)}), {why}: its images are of many people, whom dpmed "
-                    "would split and protect as one patient. Give each patient a real pseudonymous id, the same on "
-                    f"all of their images and on no one else's; or, if the patients cannot be told apart, {remedy}")
+                    f"{len(ids)} images (e.g. {', '.join(where)}), {why}. Give each patient a real pseudonymous id, "
+                    "the same on all of their images and on no one else's; or, if the patients cannot be told apart, "
+                    f"{remedy}")
 
 
 def _patient_source(manifest: Manifest) -> tuple[str, str]:
