@@ -13,7 +13,7 @@ what backpropagation already has, each layer's input a and output gradient g (se
 3. c_i from the total norm, then each layer's clipped sum as one weight-gradient computation with g scaled by c
    ("book-keeping", Bu et al. 2023): no second backward, no [B, 11M] tensor.
 
-Against Opacus 1.6 (benchmarks/RESULTS.md, "DP-SGD step cost"): 1.2-1.8x faster than its hooks mode on a CPU, and
+Against Opacus 1.6 (benchmarks/RESULTS.md, "DP-SGD step cost"): 1.2-2.0x faster than its hooks mode on a CPU, and
 faster than its ghost mode, which backpropagates twice; on an H100 as fast as hooks at 0.4x its memory.
 
 It is exact, not an approximation: the tests compare it with an explicit per-example autograd loop in float64.
