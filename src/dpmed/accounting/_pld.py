@@ -56,9 +56,8 @@ _PLD_MAX_POINTS = 1e8
 # power is kappa). A coarser h is pessimistic, and at this floor costs at most a factor e^(T h) on the bound.
 _PLD_MIN_INTERVAL = 1e-12
 # A ceiling on the steps, the eps accountant's and the reconstruction bounds'. The grid interval above shrinks as
-# 1/sqrt(T) and the composed PLD spans a range that does not shrink, so its points, memory and time grow with T (at
-# q 0.01, eps 8: 0.3 M points at T 1e5, 2.2 M at 1e6; a calibration took 15 s and 0.6 GB at T 1e6, 3 minutes and
-# 4 GB at 1e7, and a mistyped 1e9 steps ran for minutes towards an exhausted memory: benchmarks/RESULTS.md, "The PLD
+# 1/sqrt(T) and the composed PLD spans a range that does not shrink, so its points, memory and time grow with T, and
+# a mistyped 1e9 steps ran for minutes towards an exhausted memory (measured per T: benchmarks/RESULTS.md, "The PLD
 # grids' cost"). Beyond this many steps RDP, whose cost does not grow with T, certifies instead, predictably.
 MAX_STEPS = 2_000_000
 # dp_accounting's connect-the-dots discretisation divides by e^h - 1: beyond this h it overflows.

@@ -65,9 +65,8 @@ def refuse_inflating_beyond(path: Path) -> None:
     pixel dpmed decodes (`pixel_limit`, at 32-bit samples), or is cut short or damaged. pydicom inflates the data
     set whole before any of its values can be checked, for a header read too, and deflate packs up to 1,032 bytes
     into one: a file of 1 MB can take 1 GB before :mod:`dpmed.data.dicom` reads its Rows and Columns. Counted here 1 MiB
-    at a time, and thrown away; a file within the bound is inflated twice, which costs time, not memory (measured
-    for 8,000 x 8,000 16-bit pixels: 0.4 s here, beside 1.1 s for pydicom to inflate and parse and 14 s to decode;
-    pydicom's inflated copy and the Pixel Data read from it, twice the inflated size, are the memory)."""
+    at a time, and thrown away; a file within the bound is inflated twice, which costs time, not memory (a small
+    share of the decode: benchmarks/RESULTS.md, "One deflated DICOM file")."""
     limit = _BYTES_PER_PIXEL * pixel_limit()
     with path.open("rb") as file:
         start = _deflated_start(file)

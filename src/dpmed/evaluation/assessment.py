@@ -66,8 +66,8 @@ def redraw_memory(config: EvaluationConfig, dataset: Dataset) -> RedrawMemory:
     fairness redraw one after the other, through one engine; each keeps its per-redraw values until it summarises
     them. Utility keeps each label's AUROC (8 bytes a redraw and label); fairness on decisions keeps, for each
     group, four rates per label (selection in and outside the group, TPR, FPR), in blocks that are then joined and
-    stacked across groups for the spreads: measured with tracemalloc, 97 to 99 bytes a redraw, label and group
-    (1.3 GB for 5,000 redraws of 300 findings in 9 age groups, where the engine took 32 MB); multiclass fairness
+    stacked across groups for the spreads: about 100 bytes a redraw, label and group (measured in
+    benchmarks/RESULTS.md, "The bootstrap's memory estimate"); multiclass fairness
     keeps a few numbers a redraw and group. Patients redrawn instead of images take no more. The training-set
     metrics are counted over all training images (an audit may hold some out)."""
     r, n = config.bootstrap_resamples, len(dataset.test)

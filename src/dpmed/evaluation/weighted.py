@@ -67,10 +67,9 @@ def redraw_bytes(n_resamples: int, n_images: int) -> int:
     """Peak bytes of evaluating metrics over ``n_resamples`` redraws of ``n_images`` images through this engine: the
     redraws themselves, int64 [R, n] (8 bytes each, held throughout), and one block of :func:`redraw_counts` with
     the temporaries a metric makes of it (sorted copies, masks, sums: 56 bytes an element), blocks being at most
-    ``_BLOCK_ELEMENTS`` elements. Measured with tracemalloc on utility and fairness, binary and multilabel: 64
-    bytes a redraw and image while all redraws fit one block, 8 more for each element beyond (1.04 GB for 50,000
-    redraws of 2,000 images), and 1 MiB for what an evaluation takes whatever its redraws (thresholds, summaries:
-    up to 0.3 MB measured). What the metrics keep per redraw besides is their callers' to add."""
+    ``_BLOCK_ELEMENTS`` elements, and 1 MiB for what an evaluation takes whatever its redraws (thresholds,
+    summaries); checked against tracemalloc in benchmarks/RESULTS.md, "The bootstrap's memory estimate". What the
+    metrics keep per redraw besides is their callers' to add."""
     rows = min(n_resamples, max(1, _BLOCK_ELEMENTS // max(1, n_images)))
     return 8 * n_resamples * n_images + 56 * rows * n_images + (1 << 20)
 

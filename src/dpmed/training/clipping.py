@@ -13,8 +13,8 @@ what backpropagation already has, each layer's input a and output gradient g (se
 3. c_i from the total norm, then each layer's clipped sum as one weight-gradient computation with g scaled by c
    ("book-keeping", Bu et al. 2023): no second backward, no [B, 11M] tensor.
 
-Against Opacus 1.6 (benchmarks/RESULTS.md, "DP-SGD step cost"): 1.2-2.0x faster than its hooks mode on a CPU, and
-faster than its ghost mode, which backpropagates twice; on an H100 as fast as hooks at 0.4x its memory.
+Opacus 1.6's hooks mode materialises every g_i and its ghost mode backpropagates twice; what this engine's step
+costs beside both, machine by machine, is measured in benchmarks/RESULTS.md, "DP-SGD step cost".
 
 It is exact, not an approximation: the tests compare it with an explicit per-example autograd loop in float64.
 The assumptions that make it exact are checked, not hoped for: every trainable parameter belongs to a layer type
