@@ -286,30 +286,58 @@ class Reconstructions:
 
 @dataclass(frozen=True)
 class ImagePrior:
-    """What the adversary's public images say about an image before any gradient: their mean [d], principal axes
-    [r, d] (orthonormal rows) and the variance along each [r], float64. Treating an image as Gaussian with that
-    covariance, the best linear estimate from a copy under white pixel noise of sd tau is the Wiener filter
-    mean + sum_j lambda_j / (lambda_j + tau^2) <x - mean, a_j> a_j: directions the public images vary along keep
-    their signal, the rest (noise, mostly) is removed."""
+    """What the adversary's public images say about an image before any gradient: their mean [d] (float64), leading
+    principal axes [r, d] (orthonormal rows, float32) and the variance along each [r] (float64). Treating an image as
+    Gaussian with that covariance, the best linear estimate from a copy under white pixel noise of sd tau is the
+    Wiener filter mean + sum_j lambda_j / (lambda_j + tau^2) <x - mean, a_j> a_j: directions the public images vary
+    along keep their signal, the rest (noise, mostly) is removed."""
 
     mean: np.ndarray
     axes: np.ndarray
     variances: np.ndarray
 
     @classmethod
-    def from_public(cls, public_images: np.ndarray | Tensor) -> "ImagePrior":
-        """The prior of ``public_images`` [N, C, H, W] (N >= 2; the adversary's data, never the private batch)."""
+    def from_public(cls, public_images: np.ndarray | Tensor, *, max_axes: int = 256) -> "ImagePrior":
+        """The prior of ``public_images`` [N, C, H, W] (N >= 2; the adversary's data, never the private batch), on at
+        most ``max_axes`` leading axes: all min(N, d) of them would be 1.2 GB at 224 px RGB with 1,000 images, and
+        the trailing ones carry almost no variance, so the filter removes them under any noise anyway. Axes along
+        which the public images do not vary at all are dropped (their direction is arbitrary). The axes come from
+        the eigenvectors of the smaller of the two Gram matrices, summed in float64 a block of pixels at a time,
+        so no float64 copy of the images is made."""
         arr = public_images.detach().cpu().numpy() if isinstance(public_images, Tensor) else public_images
-        flat = np.asarray(arr, dtype=np.float64).reshape(len(arr), -1)
-        if len(flat) < 2:
-            raise ValueError(f"an image prior needs at least 2 public images, got {len(flat)}")
-        mean = flat.mean(axis=0)
-        _, s, axes = np.linalg.svd(flat - mean, full_matrices=False)
-        return cls(mean=mean, axes=axes, variances=s ** 2 / (len(flat) - 1))
+        flat = np.asarray(arr, dtype=np.float32).reshape(len(arr), -1)
+        n, d = flat.shape
+        if n < 2:
+            raise ValueError(f"an image prior needs at least 2 public images, got {n}")
+        if not np.isfinite(flat).all():
+            raise ValueError("public images must be finite to form an image prior")
+        mean = flat.mean(axis=0, dtype=np.float64)
+        centred = flat - mean.astype(np.float32)
+        blocks = [slice(j, j + 16384) for j in range(0, d, 16384)]
+        if d <= n:
+            lam, vecs = np.linalg.eigh(centred.T.astype(np.float64) @ centred)
+        else:
+            gram = np.zeros((n, n))
+            for b in blocks:
+                part = centred[:, b].astype(np.float64)
+                gram += part @ part.T
+            lam, vecs = np.linalg.eigh(gram)
+        order = np.argsort(lam)[::-1][:max(0, int(max_axes))]
+        # a variance under what float32 rounding of the images leaves, (eps s_max)^2 per dimension, is none
+        order = order[lam[order] > max(lam.max(), 0.0) * max(n, d) * np.finfo(np.float32).eps ** 2]
+        lam, vecs = lam[order], vecs[:, order]
+        if d <= n:
+            axes = vecs.T.astype(np.float32)
+        else:          # a_j = centred^T u_j / sqrt(lambda_j), a block of pixels at a time
+            axes = np.empty((len(order), d), dtype=np.float32)
+            for b in blocks:
+                axes[:, b] = (vecs.T @ centred[:, b].astype(np.float64)) / np.sqrt(lam)[:, None]
+        return cls(mean=mean, axes=axes, variances=lam / (n - 1))
 
     def denoise(self, x: Tensor, noise_sd: Tensor) -> Tensor:
         """The Wiener estimates of images ``x`` [n, d] under pixel noise of sd ``noise_sd`` [n] (float64)."""
-        mean, axes, lam = (torch.as_tensor(a, device=x.device) for a in (self.mean, self.axes, self.variances))
+        mean, axes, lam = (torch.as_tensor(a, device=x.device, dtype=x.dtype)
+                           for a in (self.mean, self.axes, self.variances))
         shrink = lam[None, :] / (lam[None, :] + noise_sd[:, None] ** 2)
         return mean + (((x - mean) @ axes.T) * shrink) @ axes
 
