@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from dpmed.attack import (IMPRINT_STRUCTURES, ImagePrior, ImprintBins, Matches, brightness, calibrate_threshold,
                           clopper_pearson, imprint_model, invert_imprint, match_reconstructions,
-                          normalised_cross_correlation, noise_level_at, release_imprint_gradients, run_imprint_attack,
-                          structural_similarity)
+                          normalised_cross_correlation, noise_level_at, Reconstructions, release_imprint_gradients,
+                          run_imprint_attack, structural_similarity)
 from dpmed.attack import experiment
 from dpmed.data import make_phantom
 from dpmed.models.registry import build_model
@@ -188,6 +188,29 @@ def test_the_attack_reads_images_above_chance_through_noise_the_bare_ratio_does_
                                 expected_batch_size=BATCH, batch_size=BATCH, n_batches=40, n_bins=4 * BATCH,
                                 structure="sparse", seed=0)
     assert result.ci[0] > result.chance_ci[1], result.to_dict()
+
+
+def test_a_copy_of_another_batch_image_is_no_success(phantom, threshold, monkeypatch):
+    """Without noise each occupied bin inverts to its image exactly; hand each bin the image of the next occupied bin
+    instead. Every kept candidate is then a perfect copy of some batch image, but none of an image its bin held, and
+    the attack read nothing of it: the truth is no success at all."""
+    images, labels, public = phantom
+    real = experiment.invert_imprint
+
+    def shifted(*args, **kwargs):
+        recs = real(*args, **kwargs)
+        occupied = torch.nonzero(recs.occupied).flatten()
+        moved = recs.images.clone()
+        moved[occupied] = recs.images[occupied.roll(1)]
+        return Reconstructions(images=moved, occupied=recs.occupied, strength=recs.strength)
+
+    monkeypatch.setattr(experiment, "invert_imprint", shifted)
+    result = run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
+                                max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=BATCH,
+                                batch_size=BATCH, n_batches=4, n_bins=32, structure="sparse", seed=0,
+                                threshold=threshold)
+    assert result.n_success == 0
+    assert result.images.ssim.max() > 0.99       # yet some copies matched a batch image exactly
 
 
 def test_a_non_private_step_reconstructs_most_of_a_small_batch(phantom, threshold):
@@ -390,7 +413,10 @@ def _matcher(ssim: float, hits: set[int] | None = None):
     return match
 
 
-def _attack_with(phantom, threshold, **kwargs):
+def _attack_with(phantom, threshold, monkeypatch, **kwargs):
+    """The attack with every match taken as one of an image its reconstruction's bin held (the stand-in matcher
+    knows no bins)."""
+    monkeypatch.setattr(experiment, "_held", lambda bins, originals, matches, kept: np.ones(len(kept), dtype=bool))
     images, labels, public = phantom
     return run_imprint_attack(model_factory=small_cnn, images=images, labels=labels, public_images=public,
                               max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=BATCH, batch_size=BATCH,
@@ -402,7 +428,7 @@ def test_a_success_is_a_distinct_image_of_the_batch_reached_at_the_threshold_or_
     """Eight reconstructions all closest to one image recover one image, not eight (a rate of 100 % where the attack
     found one image in eight); so do eight chance guesses; and an SSIM equal to the threshold passes it."""
     monkeypatch.setattr(experiment, "match_reconstructions", _matcher(threshold.value))
-    result = _attack_with(phantom, threshold)
+    result = _attack_with(phantom, threshold, monkeypatch)
     assert result.n_trials == 3 * BATCH and result.n_success == 3 and result.rate == 3 / (3 * BATCH)
     assert result.chance_successes == 3 and result.batch_successes == 3
 
@@ -410,7 +436,7 @@ def test_a_success_is_a_distinct_image_of_the_batch_reached_at_the_threshold_or_
 def test_a_batch_counts_once_where_its_own_reconstructions_pass(phantom, threshold, monkeypatch):
     """Only the first batch's reconstructions (call 1; each batch's chance guesses are matched after it) pass."""
     monkeypatch.setattr(experiment, "match_reconstructions", _matcher(1.0, hits={1}))
-    result = _attack_with(phantom, threshold)
+    result = _attack_with(phantom, threshold, monkeypatch)
     assert (result.n_success, result.batch_successes, result.chance_successes) == (1, 1, 0)
     assert result.batch_rate == pytest.approx(1 / 3)
 
@@ -422,10 +448,10 @@ def test_chance_counts_the_better_of_random_public_images_and_brightness_group_m
     before, chance counted random images alone and understated the criterion's prior (the kappa of the attacked
     step's bound)."""
     monkeypatch.setattr(experiment, "match_reconstructions", _matcher(1.0, hits={3}))
-    result = _attack_with(phantom, threshold)
+    result = _attack_with(phantom, threshold, monkeypatch)
     assert (result.n_success, result.chance_successes) == (0, 1)
     monkeypatch.setattr(experiment, "match_reconstructions", _matcher(1.0, hits={2, 3}))
-    assert _attack_with(phantom, threshold).chance_successes == 1      # the better of the two, not their sum
+    assert _attack_with(phantom, threshold, monkeypatch).chance_successes == 1   # the better of the two, not their sum
 
 
 def test_blind_prototypes_are_the_medians_of_equal_brightness_groups():
@@ -599,7 +625,7 @@ def test_the_intervals_are_clopper_pearson_at_the_requested_level(phantom, thres
     from scipy.stats import beta
 
     monkeypatch.setattr(experiment, "match_reconstructions", _matcher(threshold.value))
-    result = _attack_with(phantom, threshold, ci_level=0.5)
+    result = _attack_with(phantom, threshold, monkeypatch, ci_level=0.5)
     assert (result.n_success, result.n_trials, result.batch_successes) == (3, 24, 3)
     assert result.ci == pytest.approx((beta.ppf(0.25, 3, 22), beta.ppf(0.75, 4, 21)), rel=1e-9)
     assert result.batch_ci == pytest.approx((0.25 ** (1 / 3), 1.0), rel=1e-9)
@@ -620,7 +646,7 @@ def test_the_mean_scores_are_over_the_attack_s_reconstructions_only(phantom, thr
         return Matches(closest=np.zeros(n, dtype=np.int64), ssim=np.full(n, 0.9), ncc=np.ones(n))
 
     monkeypatch.setattr(experiment, "match_reconstructions", match)
-    result = _attack_with(phantom, threshold)
+    result = _attack_with(phantom, threshold, monkeypatch)
     assert result.n_reconstructions == 3 * BATCH                     # noise: every bin occupied, 8 kept per batch
     assert result.mean_best_ssim == pytest.approx(0.35) and result.mean_best_ncc == pytest.approx(0.1)
 

@@ -200,10 +200,13 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
             groups=g, noise=noise)
         recs = invert_imprint(released, structure=structure, image_shape=image_shape, bins=bins, prior=prior,
                               noise_sd=noise_sd, clipped_norm=max_grad_norm / expected_batch_size)
-        kept = recs.images[recs.strongest(keep)].cpu().numpy()                      # [n <= keep, C, H, W]
+        strongest = recs.strongest(keep)
+        kept = recs.images[strongest].cpu().numpy()                                 # [n <= keep, C, H, W]
         originals = images[pick]
         matches = match_reconstructions(kept, originals)
-        found = _found(matches, threshold)
+        # a success is a match to an image the bin held: a look-alike of another batch image (the prior's pull under
+        # noise, say) reconstructed nothing of it
+        found = _found(matches, threshold, own=_held(bins, originals, matches, strongest.cpu().numpy()))
         n_success += found
         batch_successes += found > 0
         best_ssim.extend(matches.ssim.tolist())
@@ -243,9 +246,16 @@ def run_imprint_attack(*, model_factory: Callable[[], nn.Module], images: np.nda
     )
 
 
-def _found(matches, threshold: SuccessThreshold) -> int:
-    """How many batch images some guess matched at or above the threshold (each counted once)."""
-    return len(set(matches.closest[matches.ssim >= threshold.value].tolist()))
+def _held(bins: ImprintBins, originals: np.ndarray, matches, kept_bins: np.ndarray) -> np.ndarray:
+    """Whether each reconstruction's match [n] is an image that its bin ``kept_bins`` [n] held."""
+    return bins.bin_of(originals)[matches.closest] == kept_bins
+
+
+def _found(matches, threshold: SuccessThreshold, own: np.ndarray | None = None) -> int:
+    """How many batch images some guess matched at or above the threshold (each counted once); with ``own`` [n],
+    only the matches it marks (a reconstruction's own bin held the image)."""
+    passed = matches.ssim >= threshold.value
+    return len(set(matches.closest[passed if own is None else passed & own].tolist()))
 
 
 def attack_batch_size(dataset: Dataset, plan: DpSgdPlan, *, arm: str | None = None) -> int:

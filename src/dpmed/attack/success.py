@@ -20,9 +20,12 @@ report reads every attack rate against it.
 
 **The success rate** is per attacked *image*: a trial is one attacked image (a held-out test image in a study) in one
 attacked batch, and it is a success when at least one kept reconstruction has that image as its closest (SSIM) batch
-image with SSIM at or above the threshold. Clopper-Pearson intervals (exact binomial; Clopper and Pearson 1934) treat
-trials as independent; images of one batch are not quite (they compete for bins), so the per-batch rate (a batch is a
-success when any of its images is), whose trials are independent batches, is reported with its own interval.
+image with SSIM at or above the threshold, and that image lay in the reconstruction's bin (``run_imprint_attack``:
+the prior pulls a noisy bin towards typical images, and a look-alike of another image is no reconstruction of it;
+on the phantom at sigma 0.1, 25 of 79 passing matches were such). Clopper-Pearson intervals (exact binomial; Clopper
+and Pearson 1934) treat trials as independent; images of one batch are not quite (they compete for bins), so the
+per-batch rate (a batch is a success when any of its images is), whose trials are independent batches, is reported
+with its own interval.
 """
 
 from __future__ import annotations
