@@ -170,13 +170,26 @@ def test_the_prior_keeps_only_its_leading_axes_in_float32():
         np.testing.assert_allclose(capped.variances, s[:6] ** 2 / (n - 1), rtol=1e-5)
         np.testing.assert_allclose(np.abs((capped.axes * vt[:6]).sum(axis=1)), 1.0, atol=1e-5)
         full = ImagePrior.from_public(images, max_axes=10 ** 6)
-        assert len(full.axes) == min(n - 1, d)      # no direction the public images do not vary along
+        assert len(full.axes) == min(n - 2, d)      # no direction the public images do not vary along, and the
+        assert full.residual_variance > 0           # last one left outside: the filter must not project (below)
         np.testing.assert_allclose(full.axes @ full.axes.T, np.eye(len(full.axes)), atol=1e-5)
     alike = ImagePrior.from_public(np.full((4, 1, 3, 3), 0.5, dtype=np.float32))
     assert alike.axes.shape == (0, 9)
     x = torch.rand(2, 9, dtype=torch.float64)
     torch.testing.assert_close(alike.denoise(x, torch.full((2,), 0.1, dtype=torch.float64)),
                                torch.full((2, 9), 0.5, dtype=torch.float64))
+
+
+def test_the_prior_filter_tends_to_the_copy_as_its_noise_vanishes(phantom):
+    """sigma 0 leaves the ratio exact; a vanishing sigma must tend to it, not to the copy's projection on the span of a
+    few public images (9 of 256 pixels' directions here). Truth: the unfiltered images, and the public mean."""
+    images, _, public = phantom
+    prior = ImagePrior.from_public(public[:10])
+    x = torch.from_numpy(images[:4].reshape(4, -1).astype(np.float64))
+    faint = prior.denoise(x, torch.full((4,), 1e-9, dtype=torch.float64))
+    torch.testing.assert_close(faint, x, atol=1e-5, rtol=0)
+    blind = prior.denoise(x, torch.full((4,), 1e6, dtype=torch.float64))
+    torch.testing.assert_close(blind, torch.from_numpy(prior.mean).expand(4, -1), atol=1e-6, rtol=0)
 
 
 def test_the_attack_reads_images_above_chance_through_noise_the_bare_ratio_does_not_survive(seeded_noise):

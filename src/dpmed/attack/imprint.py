@@ -290,11 +290,14 @@ class ImagePrior:
     principal axes [r, d] (orthonormal rows, float32) and the variance along each [r] (float64). Treating an image as
     Gaussian with that covariance, the best linear estimate from a copy under white pixel noise of sd tau is the
     Wiener filter mean + sum_j lambda_j / (lambda_j + tau^2) <x - mean, a_j> a_j: directions the public images vary
-    along keep their signal, the rest (noise, mostly) is removed."""
+    along keep their signal, the rest (noise, mostly) is removed. Outside the axes kept the public images vary by
+    ``residual_variance`` per pixel (their remaining variance spread evenly), shrunk alike: with it the filter tends
+    to the unfiltered copy as tau falls, where axes alone would keep only what the public images span."""
 
     mean: np.ndarray
     axes: np.ndarray
     variances: np.ndarray
+    residual_variance: float = 0.0
 
     @classmethod
     def from_public(cls, public_images: np.ndarray | Tensor, *, max_axes: int = 256) -> "ImagePrior":
@@ -322,7 +325,9 @@ class ImagePrior:
                 part = centred[:, b].astype(np.float64)
                 gram += part @ part.T
             lam, vecs = np.linalg.eigh(gram)
-        order = np.argsort(lam)[::-1][:max(0, int(max_axes))]
+        # at most n - 2 axes: n - 1 would span all the public images' variance, leave none outside and so project
+        # every estimate onto their span however small the noise (probabilistic PCA's residual variance)
+        order = np.argsort(lam)[::-1][:max(0, min(int(max_axes), n - 2))]
         # a variance under what float32 rounding of the images leaves, (eps s_max)^2 per dimension, is none
         order = order[lam[order] > max(lam.max(), 0.0) * max(n, d) * np.finfo(np.float32).eps ** 2]
         lam, vecs = lam[order], vecs[:, order]
@@ -332,14 +337,19 @@ class ImagePrior:
             axes = np.empty((len(order), d), dtype=np.float32)
             for b in blocks:
                 axes[:, b] = (vecs.T @ centred[:, b].astype(np.float64)) / np.sqrt(lam)[:, None]
-        return cls(mean=mean, axes=axes, variances=lam / (n - 1))
+        total = sum(float(np.square(centred[:, b], dtype=np.float64).sum()) for b in blocks) / (n - 1)
+        rest = max(0.0, total - float(lam.sum()) / (n - 1)) / max(1, d - len(order))
+        return cls(mean=mean, axes=axes, variances=lam / (n - 1), residual_variance=rest)
 
     def denoise(self, x: Tensor, noise_sd: Tensor) -> Tensor:
         """The Wiener estimates of images ``x`` [n, d] under pixel noise of sd ``noise_sd`` [n] (float64)."""
         mean, axes, lam = (torch.as_tensor(a, device=x.device, dtype=x.dtype)
                            for a in (self.mean, self.axes, self.variances))
-        shrink = lam[None, :] / (lam[None, :] + noise_sd[:, None] ** 2)
-        return mean + (((x - mean) @ axes.T) * shrink) @ axes
+        tau2 = noise_sd[:, None] ** 2
+        coef = (x - mean) @ axes.T
+        rest = x - mean - coef @ axes
+        rest_shrink = self.residual_variance / (self.residual_variance + tau2) if self.residual_variance > 0 else 0.0
+        return mean + (coef * (lam[None, :] / (lam[None, :] + tau2))) @ axes + rest * rest_shrink
 
 
 def invert_imprint(released: ImprintGradients, *, structure: str, image_shape: tuple[int, int, int],
