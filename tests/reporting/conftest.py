@@ -4,6 +4,8 @@ fairness blocks computed by the evaluation stage itself), and the report written
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -44,6 +46,23 @@ def labels():
     return Y_VAL, Y
 
 
+_EVALUATED: dict = {}
+
+
+def _evaluated(val: np.ndarray, test: np.ndarray, names: tuple[str, ...], fairness: bool, resamples: int):
+    """(metrics, fairness block or None) of these scores, as the evaluation stage computes them: a function of its
+    arguments alone, so computed once per session (the bootstraps took most of a report test's time; most tests
+    score the same few runs); callers get copies."""
+    key = (np.asarray(val, float).tobytes(), np.asarray(test, float).tobytes(), names, fairness, resamples)
+    if key not in _EVALUATED:
+        metrics = evaluate_utility(kind="binary", label_names=list(names), val_labels=Y_VAL, val_scores=val,
+                                   test_labels=Y, test_scores=test, n_resamples=resamples, seed=0)
+        block = (evaluate_fairness(kind="binary", val_labels=Y_VAL, val_scores=val, test_labels=Y, test_scores=test,
+                                   attributes={"sex": SEX, "age": AGE}, n_resamples=resamples) if fairness else None)
+        _EVALUATED[key] = metrics, block
+    return _EVALUATED[key]
+
+
 @pytest.fixture
 def scored_run(tmp_path, make_record):
     """A factory of finished binary runs in tmp_path: saves runs/<id>/predictions.npz and returns the run's record
@@ -57,10 +76,7 @@ def scored_run(tmp_path, make_record):
         np.savez(run_dir / "predictions.npz", test_scores=test, test_labels=Y,
                  test_patient_ids=np.arange(N).astype(str), val_scores=val, val_labels=Y_VAL,
                  val_patient_ids=np.arange(len(Y_VAL)).astype(str))
-        metrics = evaluate_utility(kind="binary", label_names=list(names), val_labels=Y_VAL, val_scores=val,
-                                   test_labels=Y, test_scores=test, n_resamples=resamples, seed=0)
-        block = (evaluate_fairness(kind="binary", val_labels=Y_VAL, val_scores=val, test_labels=Y, test_scores=test,
-                                   attributes={"sex": SEX, "age": AGE}, n_resamples=resamples) if fairness else None)
+        metrics, block = copy.deepcopy(_evaluated(val, test, tuple(names), fairness, resamples))
         return make_record(run_id, arm, mechanism, eps=eps, seed=seed, metrics=metrics, fairness=block)
 
     return make
