@@ -38,7 +38,7 @@ def test_calibrated_sigma_meets_the_target_and_is_nearly_tight(log_target, q, st
 
 
 def test_reference_setting_round_trips():
-    """q = 128/5218, T = 2039, delta = 1e-4: the PLD eps of sigma = 5.002 is about 0.689; calibrating back to that
+    """q = 128/5218, T = 2039, delta = 1e-4: the PLD eps of sigma = 5.002 is about 0.687; calibrating back to that
     eps gives sigma = 5.002 within the tolerance."""
     target = dp_sgd_epsilon(noise_multiplier=5.002, sample_rate=128 / 5218, steps=2039, delta=1e-4)
     sigma = assert_calibrated(target, 128 / 5218, 2039, 1e-4, "pld")

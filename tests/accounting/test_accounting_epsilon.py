@@ -27,7 +27,7 @@ deltas = st.sampled_from([1e-3, 1e-5, 1e-7])
 
 
 def test_reference_values():
-    assert dp_sgd_epsilon(**REFERENCE, accountant="pld") == pytest.approx(0.689, abs=0.01)
+    assert dp_sgd_epsilon(**REFERENCE, accountant="pld") == pytest.approx(0.687, abs=1e-3)   # METHODS.md s.3
     assert dp_sgd_epsilon(**REFERENCE, accountant="rdp") == pytest.approx(0.770, abs=0.01)
     assert dp_sgd_epsilon(**REFERENCE) == dp_sgd_epsilon(**REFERENCE, accountant="pld")  # PLD is the default
 
