@@ -22,6 +22,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import contextlib
 import importlib.util
+import ipaddress
 import logging
 import logging.handlers
 import multiprocessing
@@ -426,6 +427,9 @@ RAY_WORKER_DIED = ("its Ray worker died (killed from outside: out of memory, kil
                    "run finished, and Ray's retries did too; run the study again: unfinished runs continue from their "
                    "checkpoints (with a smaller training.physical_batch_size if memory ran out)")
 RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'dpmed[ray]'"
+# Ray's switch for a machine that no other node joins (its default on macOS and Windows): the node's address is then
+# 127.0.0.1, and its servers (GCS, raylet, workers) listen there. Read as Ray is imported.
+RAY_LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 class RayExecutor:
@@ -437,9 +441,13 @@ class RayExecutor:
     Every task carries the decoded dataset through Ray's object store, which may spill it to disk, and runs on any
     node that joins the cluster with its token. A local instance therefore keeps its files (spilled objects, logs
     that tell object sizes, the port files) in a folder of this user's alone, deleted afterwards (Ray makes its own
-    temp folder world-writable, so it goes one level down); and a token file other users can read is warned of."""
+    temp folder world-writable, so it goes one level down); and a token file other users can read is warned of.
+    Its servers listen on 127.0.0.1 (`RAY_LOOPBACK`): on Linux Ray's own default is every network interface, which
+    offers a cluster that runs code, with the training images, to whoever reaches the machine."""
 
     def __init__(self, *, address: str | None, cpus_per_run: float = 1.0, gpus_per_run: float = 0.0) -> None:
+        if address is None and not os.environ.get("RAY_ADDRESS"):    # a local instance; a user's own setting stays
+            os.environ.setdefault(RAY_LOOPBACK, "0")
         try:
             import ray
         except ImportError:
@@ -465,6 +473,8 @@ class RayExecutor:
                         f"--executor ray{where}: Ray could not connect ({exc}); check that the cluster runs there, "
                         "or leave --address out to start a local instance (a ray:// address needs Ray's client, "
                         "which pip install 'dpmed[ray]' installs)") from None
+            if local:
+                _warn_reachable(ray.util.get_node_ip_address())
             _warn_open_token()
             shared = ray.put(_worker_context(context, len(tasks)))     # as many at once as the cluster fits
             remote = ray.remote(num_cpus=self.cpus_per_run, num_gpus=self.gpus_per_run)(_execute)
@@ -526,6 +536,18 @@ def _own_ray_folder() -> str:
     own = tempfile.mkdtemp(prefix="dpmed-ray-")
     write_holder(Path(own) / "owner")
     return own
+
+
+def _warn_reachable(node: str) -> None:
+    """Warn where a local instance's node address is not loopback (Ray imported before dpmed set `RAY_LOOPBACK`, or
+    that set to "1"): its servers then listen on every network interface."""
+    with contextlib.suppress(ValueError):      # a host name, not an address: nothing to tell from
+        if ipaddress.ip_address(node).is_loopback:
+            return
+    if node != "localhost":
+        _log.warning("the local Ray instance listens on every network interface (its node address is %s), so whoever "
+                     "reaches this machine can reach it: import ray only after dpmed starts it, or set %s=0 before "
+                     "Python starts", node, RAY_LOOPBACK)
 
 
 def _warn_open_token() -> None:

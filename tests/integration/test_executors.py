@@ -236,6 +236,8 @@ class _FakeRay:
         class TaskCancelledError(RayError):
             pass
 
+    util = SimpleNamespace(get_node_ip_address=lambda: "127.0.0.1")
+
     def __init__(self, outcomes):
         self.outcomes, self.cancelled = outcomes, []
 
@@ -353,6 +355,43 @@ def test_a_local_ray_keeps_its_files_in_a_folder_of_this_users_alone_and_an_open
     token.chmod(0o640)                                   # the group's members are other users too
     dpmed.executors._warn_open_token()
     assert "(mode 640)" in caplog.text
+
+
+def test_a_local_ray_listens_on_loopback_alone_and_a_users_cluster_is_left_alone(monkeypatch, caplog):
+    """Ray 2.60 on Linux started a local instance's servers (GCS, raylet, workers) on every network interface, as
+    `ss -ltn` showed: a cluster that runs code, with the training images, offered to whoever reaches the machine.
+    Ray keeps them on 127.0.0.1 where its switch, read as it is imported, says no other node joins."""
+    class Local(_FakeRay):
+        def __init__(self, node):
+            super().__init__({})
+            self.util = SimpleNamespace(get_node_ip_address=lambda: node)
+
+        def is_initialized(self):
+            return False
+
+        def init(self, **options):
+            pass
+
+        def shutdown(self):
+            pass
+
+    loopback = dpmed.executors.RAY_LOOPBACK
+    context = RunContext(dataset=None, evaluation=None, progress=False)
+    for environment, address in (({}, "ray://head:10001"), ({"RAY_ADDRESS": "auto"}, None),
+                                 ({loopback: "1"}, None)):          # a cluster of the user's, or their own choice
+        monkeypatch.setattr(os, "environ", dict(environment))
+        monkeypatch.setitem(sys.modules, "ray", Local("127.0.0.1"))
+        dpmed.executors.RayExecutor(address=address)
+        assert os.environ == environment
+    monkeypatch.setattr(os, "environ", {"RAY_AUTH_TOKEN_PATH": "absent"})
+    dpmed.executors.RayExecutor(address=None)
+    assert os.environ[loopback] == "0"
+    for node, told in (("127.0.0.1", False), ("192.0.2.2", True)):     # Ray imported before dpmed could set it
+        monkeypatch.setitem(sys.modules, "ray", Local(node))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dpmed.executors"):
+            dpmed.executors.RayExecutor(address=None).map([], context, lambda task, outcome: None, fail_fast=False)
+        assert ("listens on every network interface (its node address is 192.0.2.2)" in caplog.text) == told
 
 
 @pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
