@@ -341,8 +341,10 @@ def test_runs_each_within_pld_s_reach_whose_composition_is_not_are_composed_by_r
     expected = accounting.ledger_epsilon(ledger, delta=plans[0].privacy.delta, accountant="rdp")   # at the runs' delta
     assert privacy.accountant == "rdp" and privacy.dp_sgd_epsilon == pytest.approx(expected, rel=1e-6)
     assert expected > 500
-    assert "(RDP; neighbours: add/remove one patient; of which " in privacy.statement   # 3e-11 of the 1.01e-05
-    assert "bounded draws) (the composition lies beyond what PLD resolves" in privacy.statement
+    shares = sum(p.privacy.sampler_delta for p in plans)        # 3e-11 of the 1.01e-05
+    assert (f"at delta = 1.01e-05 (1e-05 + {delta_text(shares)} for the noise samplers' bounded draws, rounded up; "
+            "RDP; neighbours: add/remove one patient) (the composition lies beyond what PLD resolves") in (
+        privacy.statement)
     budgeted = load_study(write_study(text + "privacy_budget: {epsilon: 100000, delta: 1e-4}\n"))
     privacy = study_privacy(_plans(budgeted), budget=budgeted.privacy_budget)
     assert privacy.dp_sgd_epsilon is None and "set privacy_budget.accountant: rdp" in privacy.statement
@@ -375,8 +377,8 @@ def test_a_studys_delta_that_the_samplers_tiny_shares_round_up_says_why(write_st
     shares = sum(p.privacy.sampler_delta for p in plans)
     privacy = study_privacy(plans)
     assert 0 < shares < 1e-12 and delta_text(privacy.delta) == "1.01e-05"
-    assert f"at delta = 1.01e-05 (PLD; neighbours: add/remove one patient; of which {shares:.2g} pays for the " \
-           "noise samplers' bounded draws)" in privacy.statement
+    assert f"at delta = 1.01e-05 (1e-05 + {delta_text(shares)} for the noise samplers' bounded draws, rounded up; " \
+           "PLD; neighbours: add/remove one patient)" in privacy.statement
     gaussian = study_privacy(_plans(load_study(write_study(text.replace("noise: laplace, ", "")))))
     assert delta_text(gaussian.delta) == "1e-05" and "noise sampler" not in gaussian.statement
 

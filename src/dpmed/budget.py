@@ -43,7 +43,7 @@ from dpmed.config import PrivacyBudget, RunPlan
 from dpmed.errors import PrivacyError
 from dpmed.mechanisms import DpSgdPlan, mechanism_info, unit_words
 from dpmed.records import RunRecord, StudyPrivacy
-from dpmed.numbers import count_text, delta_text, epsilon_text
+from dpmed.numbers import count_text, delta_share_text, delta_text, epsilon_text
 
 __all__ = ["study_privacy", "check_budget"]
 
@@ -322,16 +322,15 @@ def study_privacy(plans: Sequence[RunPlan], finished_elsewhere: Sequence[RunReco
     elif dp:
         shown = (f"eps = {epsilon_text(dp_eps)} at delta = {delta_text(delta)}" if dp_eps is not None
                  else "no single eps")
+        share = ("" if budget is not None or accountant == "pure" else
+                 delta_share_text(composed_at, shares, "the noise samplers' bounded draws"))
         if grouped:
-            terms = (f"PLD; neighbours: add/remove one patient with all of their images; the image-unit runs enter as "
-                     f"groups of a patient's images (max_images_per_patient): {_groups_text(dp)}; "
+            terms = (f"{share}PLD; neighbours: add/remove one patient with all of their images; the image-unit runs "
+                     f"enter as groups of a patient's images (max_images_per_patient): {_groups_text(dp)}; "
                      f"{accounting.TIGHT_GROUP_CITATION}")
             patient = ""
         else:
-            terms = f"{accountant.upper()}; neighbours: add/remove one {unit}"
-            if budget is None and accountant != "pure" and delta_text(delta) != delta_text(delta - shares):
-                # rounded up, as a delta always is, a share of 1e-15 makes the runs' 1e-05 read 1.01e-05: say why
-                terms += f"; of which {shares:.2g} pays for the noise samplers' bounded draws"
+            terms = f"{share}{accountant.upper()}; neighbours: add/remove one {unit}"
             patient = _patient_statement(dp, dp_eps, delta) + (
                 _tight_patient(dp, composed_at) if dp_eps is not None and (dp[0].cap or 0) > 1 else "")
         parts.append(f"the {len(dp)} DP-SGD runs together: {shown} ({terms}){why}{patient}")

@@ -95,6 +95,17 @@ def delta_text(delta: float) -> str:
     return f"{up_to_figures(delta, 3):.3g}"
 
 
+def delta_share_text(asked: float, share: float, payer: str) -> str:
+    """Where ``share`` moves the delta shown (``asked + share`` by :func:`delta_text`), the parts it sums, to open
+    the terms after it: "1e-05 + 7.68e-15 for the noise sampler's bounded draws, rounded up; ". Rounded up to three
+    figures, a share of 1e-15 makes 1e-05 read 1.01e-05: "of which 7.7e-15 pays for ..." left the other 1e-07
+    unexplained, and stood among the eps terms as if it were one of them. Empty where the delta shown is the one
+    asked for."""
+    if delta_text(asked + share) == delta_text(asked):
+        return ""
+    return f"{delta_text(asked)} + {delta_text(share)} for {payer}, rounded up; "
+
+
 def delta_number(delta: float) -> str:
     """A delta as the report writes it (1e-5, 1.32e-5): the figures of :func:`delta_text`, rounded up as strictly (a
     bounded noise sampler's share of 1e-15 makes 1e-5 read 1.01e-5 in both), in :func:`number_text`'s notation."""

@@ -118,7 +118,8 @@ def test_between_the_two_the_card_pays_the_samplers_share_in_its_delta(plans):
     share = plan.sampler_delta
     assert 1e-3 * plan.delta < share < plan.delta and card.is_dp
     assert card.delta == plan.delta + share and card.sampler_delta == share
-    assert "pays for the noise sampler's bounded draws" in card.statement
+    assert f"at delta = {delta_text(card.delta)} (1e-05 + {delta_text(share)} for the noise sampler's bounded " \
+           "draws, rounded up; RDP accountant; unit" in card.statement
     # eps is the accountant's at delta, not at the larger delta stated (which would read a smaller eps)
     assert card.epsilon == pytest.approx(accounting.dp_sgd_epsilon(
         noise_multiplier=0.15, sample_rate=plan.sample_rate, steps=plan.steps, delta=plan.delta,
@@ -132,13 +133,16 @@ def test_between_the_two_the_card_pays_the_samplers_share_in_its_delta(plans):
 def test_a_delta_that_the_samplers_tiny_share_rounds_up_says_why(plans):
     """Laplace noise at eps 8: the sampler's share (about 1e-15) is far below a thousandth of delta, so the card
     said nothing of it, yet its delta, rounded up to three figures, read 1.01e-05 where the study asked for 1e-05.
-    Rounding down would understate delta; the card now names the share wherever it changes the delta shown."""
+    Rounding down would understate delta; the card now names the share wherever it changes the delta shown, beside
+    that delta and as the sum it is: "of which 7.7e-15", among the eps terms, left the other 1e-07 unexplained."""
     plan = plans["poisson"].model_copy(update={"noise": "laplace", "noise_multiplier": 0.5, "accountant": "pld"})
     card = _card(plan, "secure")
     share = plan.sampler_delta
     assert 0 < share < 1e-3 * plan.delta and card.is_dp
     assert delta_text(plan.delta) == "1e-05" and delta_text(card.delta) == "1.01e-05"     # never below the claim
-    assert f"of which {share:.2g} pays for the noise sampler's bounded draws" in card.statement
+    assert f"at delta = 1.01e-05 (1e-05 + {delta_text(share)} for the noise sampler's bounded draws, rounded up; " \
+           "PLD accountant; unit: one" in card.statement
+    assert float(delta_text(share)) >= share and "of which" not in card.statement
     gaussian = _card(plans["poisson"], "secure")          # a share that leaves the delta shown as asked: not named
     assert delta_text(gaussian.delta) == "1e-05" and "noise sampler" not in gaussian.statement
 

@@ -30,7 +30,7 @@ from dpmed.mechanisms.base import (ArmBase, GroupGuarantee, MechanismInfo, PlanC
                                    exactly_one, positive_finite, refuse_vacuous_delta, training_steps,
                                    unit_words)
 from dpmed.mechanisms.cards import COVERAGE, SECURE_RANDOMNESS, label_not_dp, label_randomness
-from dpmed.numbers import delta_text, epsilon_text
+from dpmed.numbers import delta_share_text, delta_text, epsilon_text
 from dpmed.randomness import DRAW_BOUND, DRAW_BOUNDS
 
 __all__ = ["DpSgdArm", "DpSgdPlan", "ReconstructionRecord", "AttackConfig", "INFO", "size_key", "patient_guarantee"]
@@ -413,15 +413,15 @@ def _card(plan: DpSgdPlan, ledger: Ledger, randomness_mode: str) -> PrivacyCard:
         unit_note=_unit_note(plan))
     # The sampler's draws are bounded: the claim pays for that in delta (within float64's rounding of delta up to eps
     # of a few tens, below a thousandth of it up to several hundred), and is void where it would pay more than delta.
-    # The share is named wherever the delta shown is not the one asked for: rounded up, as a delta always is, a share
-    # of 1e-15 makes 1e-05 read 1.01e-05
+    # The share is named wherever the delta shown is not the one asked for (`delta_share_text`)
     sampler, void, delta = plan.sampler_delta, plan.sampler_voids, plan.claimed_delta
-    paid = ("" if void else "; pure DP but for the noise sampler's bounded draws, which that delta pays for"
-            if plan.accountant == "pure" else f", of which {sampler:.2g} pays for the noise sampler's bounded draws"
-            if delta_text(delta) != delta_text(plan.delta) else "")
+    pure = plan.accountant == "pure" and not void
+    paid = "; pure DP but for the noise sampler's bounded draws, which that delta pays for" if pure else ""
+    share = ("" if void or pure else
+             delta_share_text(plan.delta, sampler, "the noise sampler's bounded draws"))
     fields.update(delta=delta, sampler_delta=sampler, sampler_voids=void)
-    statement = (f"eps = {epsilon_text(eps)} at delta = {delta_text(delta)} ({parts}{paid}; unit: one {plan.unit}; "
-                 f"neighbours: {neighbours}; {params})")
+    statement = (f"eps = {epsilon_text(eps)} at delta = {delta_text(delta)} ({share}{parts}{paid}; unit: one "
+                 f"{plan.unit}; neighbours: {neighbours}; {params})")
     card = PrivacyCard(**fields, is_dp=True, epsilon=eps, statement=statement)
     if void:
         card = label_not_dp(
