@@ -653,3 +653,20 @@ def test_the_statement_says_why_each_run_without_a_guarantee_has_none(write_stud
     statement = study_privacy(_plans(shuffled)).statement
     assert ("2 runs without privacy (base_seed0, base_seed1) and 2 runs whose privacy claim does not hold "
             "(sh_eps8_C1_seed0, sh_eps8_C1_seed1), on the same patients") in statement
+
+
+def test_a_patient_total_of_image_unit_runs_names_the_samplers_shares_that_move_its_delta(write_study):
+    """A Laplace run with the patient as its unit and a Gaussian one with the image (capped) compose for the patient
+    as a mixture; the Laplace sampler's share made the runs' 1e-05 read 1.01e-05 with no word of why, where a study
+    of a single unit named it."""
+    text = ("name: b\ndata: {source: phantom, n_images: 200, image_size: 16}\ntraining: {epochs: 2, batch_size: 20}\n"
+            "arms: [{name: p, mechanism: dp_sgd, noise: laplace, target_epsilon: 8},\n"
+            "       {name: i, mechanism: dp_sgd, target_epsilon: 8, privacy_unit: image, "
+            "max_images_per_patient: 3}]\n")
+    context = PlanContext(images_per_patient=np.full(70, 3, dtype=np.int64), image_shape=(1, 16, 16))
+    plans = plan_runs(load_study(write_study(text)), context)
+    privacy = study_privacy(plans)
+    shares = privacy.delta - 1e-5
+    assert 0 < shares < 1e-9 and delta_text(privacy.delta) == "1.01e-05", privacy.statement
+    assert (f"at delta = 1.01e-05 (1e-05 + {delta_text(shares)} for the noise samplers' bounded draws, rounded up; "
+            "PLD; neighbours: add/remove one patient with all of their images;") in privacy.statement, privacy.statement
