@@ -500,12 +500,17 @@ class RayExecutor:
         """The task's outcome; where Ray lost it (its worker killed, by Ray's memory monitor, the kernel's or kill -9,
         or its node gone, after Ray's retries), the run failed with the reason, as in a process pool, and the other
         runs go on: raised, Ray's error stopped the study as a dpmed "internal error" to be reported. A run that
-        wrote its run.json before its worker died is finished all the same."""
+        wrote its run.json before its worker died is finished all the same. A task that raised, its worker alive (a
+        node without dpmed: "The remote function failed to import on the worker"), fails with its own error: told
+        that its worker died of memory or kill -9, its user would have run the same study again to the same end."""
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:
             if task.folder.is_finished:
                 return _read_back(task)
+            if isinstance(exc, self.ray.exceptions.RayTaskError):
+                cause = exc.cause
+                return _failure(task, f"{type(cause).__name__}: {cause}", f"{type(exc).__name__}: {exc}")
             return _failure(task, RAY_WORKER_DIED, f"{type(exc).__name__}: {exc}")
 
     def _ended_before_the_stop(self, pending: dict[Any, RunTask], *,

@@ -236,6 +236,11 @@ class _FakeRay:
         class TaskCancelledError(RayError):
             pass
 
+        class RayTaskError(RayError):
+            def __init__(self, cause):
+                super().__init__(f"the task raised {cause!r}")
+                self.cause = cause
+
     util = SimpleNamespace(get_node_ip_address=lambda: "127.0.0.1")
 
     def __init__(self, outcomes):
@@ -294,15 +299,17 @@ def test_a_ray_worker_that_died_fails_its_run_with_the_reason_and_the_others_go_
         def get(self, ref, timeout=None):
             if self.outcomes[ref] == "crash":
                 raise self.exceptions.WorkerCrashedError("The worker died unexpectedly while executing this task.")
+            if self.outcomes[ref] == "raise":    # as Ray reports a node whose Python cannot import dpmed
+                raise self.exceptions.RayTaskError(RuntimeError("The remote function failed to import on the worker"))
             return super().get(ref, timeout)
 
     study = StudyFolder(tmp_path)
-    tasks = [RunTask(SimpleNamespace(run_id=name), study.run(name)) for name in "abc"]
+    tasks = [RunTask(SimpleNamespace(run_id=name), study.run(name)) for name in "abcd"]
     tasks[2].folder.make()
     tasks[2].folder.record.write_text("{}")
     executor = dpmed.executors.RayExecutor.__new__(dpmed.executors.RayExecutor)
     executor.ray, executor.cpus_per_run, executor.gpus_per_run = Crashing({"a": "crash", "b": "record of b",
-                                                                           "c": "crash"}), 1.0, 0.0
+                                                                           "c": "crash", "d": "raise"}), 1.0, 0.0
     monkeypatch.setattr(dpmed.executors, "read_record", lambda path: f"record read from {path.parent.name}")
     outcomes = {}
     executor.map(tasks, RunContext(dataset=None, evaluation=None, progress=False),
@@ -312,6 +319,9 @@ def test_a_ray_worker_that_died_fails_its_run_with_the_reason_and_the_others_go_
     kept = json.loads(outcomes["a"].error_file.read_text())
     assert kept["error"].startswith("its Ray worker died")
     assert "WorkerCrashedError: The worker died" in kept["traceback"]
+    # a task that raised, its worker alive, is not said to have died: running the study again ends the same way
+    assert outcomes["d"].error == "RuntimeError: The remote function failed to import on the worker"
+    assert "RayTaskError" in json.loads(outcomes["d"].error_file.read_text())["traceback"]
 
 
 @pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
