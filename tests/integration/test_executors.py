@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -346,7 +347,9 @@ def test_a_local_ray_keeps_its_files_in_a_folder_of_this_users_alone_and_an_open
         def shutdown(self):
             pass
 
-    token = tmp_path / "auth_token"
+    home = Path(tempfile.mkdtemp())          # pytest's tmp_path is 0700, which no other user enters
+    home.chmod(0o711)
+    token = home / "auth_token"
     token.write_text("secret")
     token.chmod(0o644)
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
@@ -365,6 +368,11 @@ def test_a_local_ray_keeps_its_files_in_a_folder_of_this_users_alone_and_an_open
     token.chmod(0o640)                                   # the group's members are other users too
     dpmed.executors._warn_open_token()
     assert "(mode 640)" in caplog.text
+    caplog.clear()
+    home.chmod(0o700)                   # a home folder no other user enters: Ray's 0644 there is read by no one else
+    dpmed.executors._warn_open_token()
+    assert not caplog.records
+    shutil.rmtree(home)
 
 
 def test_a_local_ray_listens_on_loopback_alone_and_a_users_cluster_is_left_alone(monkeypatch, caplog):
