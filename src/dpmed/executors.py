@@ -391,11 +391,15 @@ def _broken_off(task: RunTask, flag: int = TAKEN_UP, *, anyone_started: bool = T
 
 def _read_back(task: RunTask) -> Outcome:
     """The record of a run that wrote its run.json before its worker was killed or stopped; failed where that record
-    cannot be read: not this run's to stop the pool loop over, where the others' outcomes still count."""
+    cannot be read: not this run's to stop the pool loop over, where the others' outcomes still count. Its privacy
+    key and checkpoint are deleted here, as its worker would have done next (`RunFolder.discard_secrets`): kept,
+    they regenerate the run's noise, and after a study that ends well nothing else would delete them."""
     try:
-        return read_record(task.folder.record)
+        record = read_record(task.folder.record)
     except ConfigError as exc:
         return _failure(task, WORKER_DIED, f"no traceback: the process was killed, and its run.json {exc}")
+    task.folder.discard_secrets()
+    return record
 
 
 def _as_completed_interruptibly(fs: Iterable[futures.Future]) -> Iterator[futures.Future]:
@@ -524,7 +528,7 @@ class RayExecutor:
                 yield task, self.ray.get(ref, timeout=grace)
             except self.ray.exceptions.RayError:
                 if task.folder.is_finished:
-                    yield task, read_record(task.folder.record)
+                    yield task, _read_back(task)
 
 
 def _own_ray_folder() -> str:

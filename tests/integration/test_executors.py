@@ -275,7 +275,10 @@ def test_fail_fast_on_ray_counts_the_runs_that_finished_before_the_cancellation(
     failure = RunFailure("a", "RuntimeError: simulated", None)
     fake = _FakeRay({"a": failure, "b": "record of b", "c": None, "d": None})
     finished = {"a": False, "b": True, "c": False, "d": True}
-    tasks = [RunTask(SimpleNamespace(run_id=name), SimpleNamespace(is_finished=finished[name], record=f"{name}.json"))
+    discarded = []
+    tasks = [RunTask(SimpleNamespace(run_id=name), SimpleNamespace(is_finished=finished[name], record=f"{name}.json",
+                                                                   discard_secrets=functools.partial(discarded.append,
+                                                                                                     name)))
              for name in "abcd"]
     monkeypatch.setattr(dpmed.executors, "read_record", lambda path: f"record read from {path}")
     executor = dpmed.executors.RayExecutor.__new__(dpmed.executors.RayExecutor)
@@ -285,6 +288,7 @@ def test_fail_fast_on_ray_counts_the_runs_that_finished_before_the_cancellation(
                  lambda task, outcome: outcomes.update({task.plan.run_id: outcome}), fail_fast=True)
     assert sorted(fake.cancelled) == ["b", "c", "d"]
     assert outcomes == {"a": failure, "b": "record of b", "d": "record read from d.json"}
+    assert discarded == ["d"]       # its worker, stopped, did not: its key would regenerate its noise
 
 
 def test_a_ray_worker_that_died_fails_its_run_with_the_reason_and_the_others_go_on(tmp_path, monkeypatch):
@@ -308,6 +312,8 @@ def test_a_ray_worker_that_died_fails_its_run_with_the_reason_and_the_others_go_
     tasks = [RunTask(SimpleNamespace(run_id=name), study.run(name)) for name in "abcd"]
     tasks[2].folder.make()
     tasks[2].folder.record.write_text("{}")
+    for secret in (tasks[2].folder.privacy_key, tasks[2].folder.checkpoint):    # its worker died before deleting
+        secret.write_text("secret")
     executor = dpmed.executors.RayExecutor.__new__(dpmed.executors.RayExecutor)
     executor.ray, executor.cpus_per_run, executor.gpus_per_run = Crashing({"a": "crash", "b": "record of b",
                                                                            "c": "crash", "d": "raise"}), 1.0, 0.0
@@ -316,6 +322,7 @@ def test_a_ray_worker_that_died_fails_its_run_with_the_reason_and_the_others_go_
     executor.map(tasks, RunContext(dataset=None, evaluation=None, progress=False),
                  lambda task, outcome: outcomes.update({task.plan.run_id: outcome}), fail_fast=False)
     assert outcomes["b"] == "record of b" and outcomes["c"] == "record read from c"
+    assert not tasks[2].folder.privacy_key.exists() and not tasks[2].folder.checkpoint.exists()
     assert isinstance(outcomes["a"], RunFailure) and outcomes["a"].error == dpmed.executors.RAY_WORKER_DIED
     kept = json.loads(outcomes["a"].error_file.read_text())
     assert kept["error"].startswith("its Ray worker died")
@@ -700,6 +707,8 @@ import dpmed.study
 def install(record):
     def fake(plan, context, folder):
         folder.make()
+        folder.privacy_key.write_text("secret")   # as a secure run keeps them until its run.json is written
+        folder.checkpoint.write_text("secret")
         shutil.copy(record, folder.record)        # the run is finished: its run.json is written
         os.kill(os.getpid(), signal.SIGKILL)      # and its worker is killed before it returns (out of memory)
     dpmed.executors.run_one = fake
@@ -726,6 +735,9 @@ def test_a_run_whose_worker_dies_after_its_record_is_written_is_finished_not_fai
     assert not isinstance(outcomes[task.plan.run_id], RunFailure), outcomes
     assert outcomes[task.plan.run_id].run_id == task.plan.run_id
     assert not task.folder.error.exists()
+    # its worker died before deleting them, and after a study that ends well nothing else would: the key
+    # regenerates the run's noise
+    assert not task.folder.privacy_key.exists() and not task.folder.checkpoint.exists()
 
 
 _KILLED_WHILE_ANOTHER_RUNS = '''
