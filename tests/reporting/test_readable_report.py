@@ -1535,6 +1535,33 @@ arms:
         resolved=SimpleNamespace(study_privacy=older))))           # a study.yaml an older dpmed wrote
 
 
+def test_the_study_as_a_whole_keeps_the_run_ids_it_names(write_study):
+    """Its statement names runs by id, and an arm may be named "eps-free" or "lap.delta-0": the symbols the cards
+    take turned those into "ε-free_seed0" and "lap.δ-0_b0.5_seed0", runs no folder holds."""
+    from types import SimpleNamespace
+
+    from dpmed.budget import study_privacy
+    from dpmed.config import load_study, plan_runs
+    from dpmed.mechanisms import PlanContext
+    from dpmed.reporting.sections import study_privacy_section
+
+    study = load_study(write_study("""
+name: ids
+seeds: [0]
+data: {source: phantom, n_images: 200, image_size: 16}
+model: {name: small_cnn}
+training: {epochs: 1, batch_size: 16}
+arms:
+  - {name: eps-free, mechanism: none}
+  - {name: lap.delta-0, mechanism: pixel_laplace, scale: 0.5}
+"""))
+    totals = study_privacy(plan_runs(study, PlanContext(images_per_patient=np.ones(140, dtype=np.int64),
+                                                        image_shape=(1, 16, 16))))
+    section = _text(study_privacy_section(SimpleNamespace(resolved=SimpleNamespace(study_privacy=totals))))
+    assert "(eps-free_seed0)" in section and "(lap.delta-0_b0.5_seed0): ε per image = 512 at δ = 0" in section, \
+        section
+
+
 @pytest.mark.parametrize("update", [{"sampler_voids": True}, {"randomness": NOT_DP_REPRODUCIBLE}])
 def test_a_cards_facts_call_an_accounted_eps_whose_claim_does_not_hold_not_dp(make_record, update):
     """A high-budget run whose noise is below the sampler's reach (or a reproducible one) keeps its accounted eps on

@@ -374,10 +374,13 @@ _NOTES = (("scope", "scope"), ("neighbour_relation", "neighbours"), ("covers", "
 
 
 # A card's statement comes from its mechanism in plain ASCII (the prompt prints it too); the card shows the symbols
-# and words a reader knows ("eps_image = 8,192" reads "ε per image = 8,192").
-_SYMBOLS = ((re.compile(r"\beps_image = (\S+) per image\b"), r"ε per image = \1"),     # an older study.yaml's total
-            (re.compile(r"\beps_image\b"), "ε per image"), (re.compile(r"\beps_pixel\b"), "ε per pixel value"),
-            (re.compile(r"\beps\b"), "ε"), (re.compile(r"\bdelta\b"), "δ"), (re.compile(r"\bsigma\b"), "σ"),
+# and words a reader knows ("eps_image = 8,192" reads "ε per image = 8,192"). A word joined to a name by "-" or "."
+# is part of a run id the statement names (an arm "eps-free" runs as "eps-free_seed0"), and keeps its letters.
+_ALONE = r"(?<![\w.-]){}(?![\w-]|\.\w)"
+_SYMBOLS = ((re.compile(_ALONE.format(r"eps_image = (\S+) per image")), r"ε per image = \1"),   # an older total
+            (re.compile(_ALONE.format("eps_image")), "ε per image"),
+            (re.compile(_ALONE.format("eps_pixel")), "ε per pixel value"), (re.compile(_ALONE.format("eps")), "ε"),
+            (re.compile(_ALONE.format("delta")), "δ"), (re.compile(_ALONE.format("sigma")), "σ"),
             (re.compile(r"= infinity\b"), "= ∞"))
 
 
