@@ -184,7 +184,7 @@ def test_a_local_dp_run_voided_by_the_sampler_names_its_own_accountant(card, acc
     from dpmed.reporting.inputs import not_dp_text
 
     text = not_dp_text(card.model_copy(update={"is_dp": False, "sampler_voids": True}))
-    assert f"(the {accountant} eps holds for exact noise only)" in text
+    assert f"(the {accountant} ε holds for exact noise only)" in text
     assert ("closed form" in text) == (accountant == "closed form")
 
 
@@ -205,4 +205,20 @@ def test_the_cards_say_their_eps_is_rounded_up_where_a_fact_exceeds_the_statemen
     html = privacy_cards(ReportInputs(resolved=make_resolved(records), records=records, comparisons=None,
                                       folder=StudyFolder(Path("unused"))))
     assert "<td>1</td>" in html.split("dp_eps1_C1_seed0: privacy facts")[1].replace(" class=num", "")
-    assert "eps and delta rounded up" in html.split('<div class="cards">')[0]
+    assert "ε and δ rounded up" in html.split('<div class="cards">')[0]
+
+
+def test_the_report_writes_eps_and_delta_as_symbols_beside_its_cards(two_arms, report_html):
+    """The cards, the tables' cells and the study's total write ε and δ, while the cards' intro read "Every eps names
+    its delta", the tables' heads "eps" and a card's notes "an upper bound on eps": one report, two spellings. The
+    terminal, results.csv and the fields quoted as run.json holds them stay ASCII."""
+    import re
+    from html import unescape
+
+    html = report_html(two_arms)
+    quoted = r'<style.*?</style>|<script.*?</script>|<dl class="raw">.*?</dl>|<code>.*?</code>|<pre>.*?</pre>'
+    text = unescape(re.sub(r"<[^>]+>", " ", re.sub(quoted, "", html, flags=re.S)))
+    words = [text[max(0, m.start() - 60):m.end() + 20]
+             for m in re.finditer(r"(?<![\w.-])(eps|delta|sigma|eps_image)(?![\w-]|\.\w)", text)]
+    assert words == [], words
+    assert '<th scope="col">ε</th>' in html and "Every ε names its δ" in html

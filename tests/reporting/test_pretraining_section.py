@@ -61,7 +61,7 @@ def section(make_record, make_resolved, tmp_path):
 
 def test_each_fact_of_the_pretraining_reaches_its_row(section):
     page = section(("a_seed0", _start()), raw=True)
-    assert "Not protected by any eps." in _text(page)
+    assert "Not protected by any ε." in _text(page)
     rows = _rows(page)
     assert rows["public data"] == ("hospital-b (folders; adults only): 1234 training, 56 validation images, "
                                    "shape 1x64x48, task binary (normal, pneumonia)")
@@ -114,7 +114,7 @@ def test_a_head_pretrained_for_the_same_classes_in_another_order_says_it_was_reo
 
 
 def test_weights_from_a_file_warn_that_no_eps_covers_them_and_pretraining_gets_its_own_section(section):
-    warning = "What these weights learnt before this study is not covered by any eps"
+    warning = "What these weights learnt before this study is not covered by any ε"
     from_file = section(("a_seed0", _start(pretraining=None)))
     assert warning in from_file and "Public pretraining" not in from_file
     pretrained = section(("a_seed0", _start()))
@@ -124,7 +124,7 @@ def test_weights_from_a_file_warn_that_no_eps_covers_them_and_pretraining_gets_i
 def test_random_weights_trained_in_part_are_shown_and_random_weights_trained_whole_are_not(section):
     part = section(("a_seed0", StartRecord(trainable="head", n_trainable=130, n_frozen=5_000)))
     assert "started from random initialisation. Trained: the head only, 130 parameters; 5,000 frozen" in part
-    assert "not covered by any eps" not in part and "Public pretraining" not in part
+    assert "not covered by any ε" not in part and "Public pretraining" not in part
     assert section(("a_seed0", None)) == ""
 
 

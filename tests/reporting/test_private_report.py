@@ -118,7 +118,7 @@ def test_several_audits_are_read_together_at_the_union_bounds_level(private):
     text = private({f"dp_seed{i}": PrivateRun(audit_statement=f"bound {i}", audit_confidence=c)
                     for i, c in enumerate((0.95, 0.95, 0.99))})
     assert ("3 audit bounds, each at its own confidence (95%, 95%, 99%). Read together, all 3 bounds hold with "
-            "probability at least 89% (union bound): one or more of them exceeds its run's true eps up to 11% of the "
+            "probability at least 89% (union bound): one or more of them exceeds its run's true ε up to 11% of the "
             "time, so among runs that keep their claims one or more is called inconsistent at most that often.") in text
     many = private({f"dp_seed{i}": PrivateRun(audit_statement="b", audit_confidence=0.9) for i in range(12)})
     assert ("Read together, no joint level for the 12 bounds follows from the union bound (the levels' shortfalls "
@@ -189,7 +189,7 @@ def test_the_joint_level_is_rounded_down_and_the_shortfall_up(private):
     text = private({"dp_seed0": PrivateRun(audit_statement="b", audit_confidence=0.9),
                     "dp_seed1": PrivateRun(audit_statement="b", audit_confidence=0.912345)})
     assert ("all 2 bounds hold with probability at least 81.23% (union bound): one or more of them exceeds its run's "
-            "true eps up to 18.77% of the time") in text
+            "true ε up to 18.77% of the time") in text
 
 
 def test_a_run_with_only_the_attack_s_reconstructions_counts_as_private_output(tmp_path):

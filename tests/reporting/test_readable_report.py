@@ -93,7 +93,7 @@ def test_what_an_image_unit_eps_means_for_a_patient_is_shown_not_folded(make_rec
     faces = [body.split("<details>")[0] for body in
              re.findall(r'<div class="card">(.*?)</details></div>', _section(report_html(records), "privacy"), re.S)]
     assert "UNIT NOTE: a patient is protected as a group" in faces[1]
-    assert "GROUP: a patient with 3 images: eps 3" in faces[2]
+    assert "GROUP: a patient with 3 images: ε 3" in faces[2]
 
 
 def test_an_audited_card_says_how_its_canaries_were_drawn_for_its_unit(make_record, report_html):

@@ -301,7 +301,7 @@ def test_the_risk_section_names_the_runs_whose_bounds_came_from_rdp_not_pld(make
     assert rdp.reconstruction.worst_case_via.startswith("RDP duality")
     html = reconstruction_risk(ReportInputs(resolved=make_resolved([pld, rdp]), records=[pld, rdp], comparisons=None,
                                             folder=StudyFolder(Path("unused"))))
-    assert "The bounds of rdp_eps0.5_C1_seed0 come from RDP's delta" in html
+    assert "The bounds of rdp_eps0.5_C1_seed0 come from RDP's δ" in html
     assert "pld_eps0.5_C1_seed0 come" not in html and html.count("come from RDP") == 1
 
 
@@ -377,7 +377,7 @@ def test_the_risk_table_labels_each_eps_and_names_a_run_of_any_bound_from_rdp_an
     records = [make_record("np_seed0", "np"), plain, worst, relaxed, tpr]
     html = reconstruction_risk(ReportInputs(resolved=make_resolved(records), records=records, comparisons=None,
                                             folder=StudyFolder(Path("unused"))))
-    assert ("The bounds of worst_eps0.5_C1_seed0, relaxed_eps0.5_C1_seed0, tpr_eps0.5_C1_seed0 come from RDP's delta"
+    assert ("The bounds of worst_eps0.5_C1_seed0, relaxed_eps0.5_C1_seed0, tpr_eps0.5_C1_seed0 come from RDP's δ"
             in html)
     assert "No bound" not in html and ">np_seed0</td>" not in html      # named only as voiding the bounds shared
     row = html.split(">plain_eps0.5_C1_seed0</td>", 1)[1].split("</tr>", 1)[0]
@@ -404,7 +404,7 @@ def test_the_utility_table_labels_each_runs_eps_and_the_caption_says_why_a_run_h
                                 folder=StudyFolder(tmp_path)))
     for r in records:
         row = html.split(f">{r.run_id}</td>", 1)[1].split("</tr>", 1)[0]
-        assert f"<td data-label=\"eps\" class=eps>{html_escape(eps_label(r.privacy))}</td>" in row, row
+        assert f"<td data-label=\"ε\" class=eps>{html_escape(eps_label(r.privacy))}</td>" in row, row
     caption = html.split("<figcaption>", 1)[1].split("</figcaption>", 1)[0]
     assert f"shift_seed0 ({html_escape(not_dp_text(shift.privacy))})" in caption and "np_seed0" not in caption
 

@@ -60,7 +60,7 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
                  "Test accuracy per group", "Demographic parity difference per group",
                  "in 4 equal steps, a deleted pixel (or one not yet inserted) set to black (0 in [0, 1] pixels)",
                  "within 0 px of the lesion mask",                           # the settings the metrics depend on
-                 "Pearson r between log10 eps and each group's accuracy parity difference"):
+                 "Pearson r between log10 ε and each group's accuracy parity difference"):
         assert text in page, text
     for png in ("fairness_sex.png", "fairness_age.png", "cam_grid.png"):
         assert (tmp_path / png).stat().st_size > 1000

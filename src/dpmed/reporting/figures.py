@@ -82,7 +82,7 @@ def auroc_alt(records: Iterable[RunRecord]) -> str:
     else:
         lead = "one point per run. "
         line = f" Horizontal line: the non-private test AUROC ({', '.join(base)})." if base else ""
-    return ("Test AUROC (vertical axis) against eps (horizontal axis, log scale), " + lead
+    return ("Test AUROC (vertical axis) against ε (horizontal axis, log scale), " + lead
             + " ".join(panels) + line + " Dotted line: chance, 0.5.")
 
 
@@ -196,9 +196,9 @@ def plotted(r: RunRecord) -> bool:
 def _panels(records: list[RunRecord]) -> list[_Panel]:
     """Runs whose eps holds, and reproducible-mode runs at their accounted eps (their points say "not DP")."""
     local = _Panel(title="Local DP on the images",
-                   xlabel=f"eps per image ({_terms([r for r in records if _is_local(r)])}; any two images), log scale",
+                   xlabel=f"ε per image ({_terms([r for r in records if _is_local(r)])}; any two images), log scale",
                    member=_is_local, x=lambda r: r.privacy.epsilon_image)
-    central = _Panel(title="DP-SGD", xlabel=f"eps ({_terms([r for r in records if _is_central(r)])}; add or remove "
+    central = _Panel(title="DP-SGD", xlabel=f"ε ({_terms([r for r in records if _is_central(r)])}; add or remove "
                                             f"{_unit(records)}), log scale",
                      member=_is_central, x=lambda r: r.privacy.epsilon)
     present = [p for p in (local, central) if any(p.member(r) for r in records)]

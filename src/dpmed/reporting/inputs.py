@@ -180,11 +180,11 @@ def not_dp_reasons(card: PrivacyCard) -> list[str]:
         reasons.append("its privacy randomness derives from the published study seed (reproducible mode)")
     if card.sampler_voids and card.epsilon_image is not None:
         reasons.append("its noise is so small that the noise sampler's bounded draws change how often a pixel at one "
-                       f"end of the range is released at the other (the {card.accountant_in_brief} eps holds for "
+                       f"end of the range is released at the other (the {card.accountant_in_brief} ε holds for "
                        "exact noise only)")
     elif card.sampler_voids:
         reasons.append("its noise is so small that one unit can move an output past every value the noise sampler "
-                       "draws (the accountant's eps holds for exact noise only)")
+                       "draws (the accountant's ε holds for exact noise only)")
     return reasons
 
 

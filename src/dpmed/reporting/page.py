@@ -204,7 +204,7 @@ def _audits_together(items: Mapping[str, PrivateRun]) -> str:
                 f"(the levels' shortfalls add up to {confidence_text(short, up=True)}): read one inconsistent verdict "
                 "among them with that in mind.</p>")
     return (f"<p>{head}Read together, all {len(levels)} bounds hold with probability at least "
-            f"{confidence_text(1.0 - short)} (union bound): one or more of them exceeds its run's true eps up to "
+            f"{confidence_text(1.0 - short)} (union bound): one or more of them exceeds its run's true ε up to "
             f"{confidence_text(short, up=True)} of the time, so among runs that keep their claims one or more is "
             "called inconsistent at most that often.</p>")
 

@@ -43,8 +43,8 @@ def _pretraining(start: StartRecord) -> str:
     cohort_text = f"; {escape(cohort['description'])}" if isinstance(cohort, dict) and "description" in cohort else ""
     return (
         "<h3>Public pretraining</h3>"
-        '<p class="note"><strong>Not protected by any eps.</strong> The model first trained without privacy on data '
-        "the study declares public; what it learnt there is in every model of this report, and every eps below "
+        '<p class="note"><strong>Not protected by any ε.</strong> The model first trained without privacy on data '
+        "the study declares public; what it learnt there is in every model of this report, and every ε below "
         "covers only the private training that followed. It is sound only if the public data hold none of the "
         "private patients.</p>"
         + facts_table([
@@ -86,7 +86,7 @@ def pretraining_section(inputs: ReportInputs) -> str:
             f"{start.n_trainable:,} parameters; {start.n_frozen:,} frozen (DP-SGD neither clips nor noises them)"
             f"{kept}.</p>")
         if start.weights is not None and start.pretraining is None:
-            parts.append('<p class="note">What these weights learnt before this study is not covered by any eps '
+            parts.append('<p class="note">What these weights learnt before this study is not covered by any ε '
                          "of this report; it is sound only if they were trained on none of the private patients.</p>")
         parts.append(_pretraining(start))
     return "\n".join(parts)

@@ -345,12 +345,12 @@ def utility(inputs: ReportInputs) -> str:
         + "".join("<td class=num>" + (_threshold_text(r) if m == "threshold" else _auroc_cell(r) if m == "test_auroc"
                                       else estimate_text(r.estimate(m))) + "</td>" for m, _ in columns)
         + f"<td class=num>{_seconds(r.timing.train_seconds)}</td></tr>" for r in inputs.records)
-    note = ("<p>The local-DP panel's eps is per image, for local DP's neighbours (any two images); the DP-SGD "
+    note = ("<p>The local-DP panel's ε is per image, for local DP's neighbours (any two images); the DP-SGD "
             "panel's is for adding or removing one training patient or image. They protect against different "
-            "things, so the panels do not share an axis and their eps are not to be compared.</p>"
+            "things, so the panels do not share an axis and their ε values are not to be compared.</p>"
             if any(r.privacy.epsilon_image is not None and r.privacy.is_dp for r in inputs.records)
             and any(r.mechanism == "dp_sgd" for r in inputs.records) else "")
-    table = stacked(f"<table><tr><th>run</th><th>mechanism</th><th>eps</th>"
+    table = stacked(f"<table><tr><th>run</th><th>mechanism</th><th>ε</th>"
                     f"{''.join(f'<th>{head}</th>' for _, head in columns)}<th>training seconds</th></tr>{rows}</table>")
     return (f'<h2 id="utility">Utility</h2><figure>{figure}{_figure_caption(inputs)}</figure>{note}{table}'
             f'<div id="{WARNINGS}">{flag_html(inputs, [r.run_id for r in inputs.records])}</div>')
@@ -422,9 +422,9 @@ def _card(r: RunRecord) -> str:
         + ("rate m / N images, every image of theirs a canary" if per_image else "rate m / N") + "); how many, and "
         "the result, are in the study's private report (private/report.html): they depend on the training set and "
         "the secret canary inclusion bits.</p>")
-    notes = [(label, getattr(card, key)) for key, label in _NOTES if getattr(card, key) is not None]
+    notes = [(label, statement_text(getattr(card, key))) for key, label in _NOTES if getattr(card, key) is not None]
     if card.patient_guarantee is not None and card.patient_guarantee.statement:
-        notes.append(("each patient", card.patient_guarantee.statement))
+        notes.append(("each patient", statement_text(card.patient_guarantee.statement)))
     # What an image-unit ε means for a patient is shown, not folded away: ε per image read as the patient's would
     # overstate the protection of every patient with several images.
     shown = [(label, text) for label, text in notes if label in ("unit", "each patient")]
@@ -464,10 +464,10 @@ def _claims_beyond(inputs: ReportInputs) -> str:
 
 
 def privacy_cards(inputs: ReportInputs) -> str:
-    return ('<h2 id="privacy">Privacy cards</h2><p>Every eps names its delta, accountant, unit and neighbour relation. '
+    return ('<h2 id="privacy">Privacy cards</h2><p>Every ε names its δ, accountant, unit and neighbour relation. '
             "Local DP (pixel noise) and DP-SGD protect against different neighbours (any two images versus adding or "
-            "removing one patient or image from training), so their eps are not directly comparable. Numbers are "
-            "shown to three significant figures, eps and delta rounded up, never below what was accounted (an eps of "
+            "removing one patient or image from training), so their ε values are not directly comparable. Numbers "
+            "are shown to three significant figures, ε and δ rounded up, never below what was accounted (an ε of "
             "0.9995 reads 1); every field at full precision is folded under each card.</p>"
             f'{_claims_beyond(inputs)}<div class="cards">{"".join(_card(r) for r in inputs.records)}</div>')
 
@@ -506,7 +506,7 @@ def reconstruction_risk(inputs: ReportInputs) -> str:
             f"on membership inference (MIA): the share (TPR) of training {unit} an attacker can tell were in the "
             "training set while wrongly naming 0.1% or 1% (the FPR) of the others; from each run's DP-SGD "
             "trade-off curve.</p>"
-            + stacked("<table><tr><th>run</th><th>eps</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
+            + stacked("<table><tr><th>run</th><th>ε</th><th>prior kappa</th><th>worst case</th><th>relaxed</th>"
                       f"<th>MIA TPR at FPR 0.1%</th><th>MIA TPR at FPR 1%</th></tr>{rows}</table>") +
             _released_alone(inputs.records) + _not_from_pld(runs) + _risk_assumptions(runs) + unbounded)
 
@@ -537,7 +537,7 @@ def _not_from_pld(runs: list[RunRecord]) -> str:
         return ""
     from dpmed.accounting import accountant_info    # the ceiling the accountant applies, not a copy of its number
 
-    return (f"<p>The bounds of {_first_ten(rdp)} come from RDP's delta through the same duality, not from "
+    return (f"<p>The bounds of {_first_ten(rdp)} come from RDP's δ through the same duality, not from "
             f"the PLD, which composes at most {accountant_info('pld').max_steps:,.0f} steps: upper bounds still, "
             "looser than the PLD's would be (each value's method is in its run.json).</p>")
 
@@ -558,10 +558,10 @@ def _risk_assumptions(runs: list[RunRecord]) -> str:
         first.setdefault(r.reconstruction.unit, r)
     if len(first) == 1:
         r = next(iter(first.values()))
-        return (f"<p>Assumptions (quoted from {escape(r.run_id)}; each run's kappa, q, T and sigma are its own, in its "
+        return (f"<p>Assumptions (quoted from {escape(r.run_id)}; each run's kappa, q, T and σ are its own, in its "
                 f"run.json): {escape(r.reconstruction.assumptions)}</p>")
     return "".join(f"<p>Assumptions with the {unit} as the unit (quoted from {escape(r.run_id)}; each run's kappa, q, "
-                   f"T and sigma are its own, in its run.json): {escape(r.reconstruction.assumptions)}</p>"
+                   f"T and σ are its own, in its run.json): {escape(r.reconstruction.assumptions)}</p>"
                    for unit, r in first.items())
 
 
@@ -588,7 +588,7 @@ def ldp_examples_section(inputs: ReportInputs) -> str:
     return (f'<h2 id="ldp-examples">{heading}: what the released images look like</h2><p>The same test images '
             f"before (top row) and after each run's image mechanism{escape(which)}. Each run applied its mechanism "
             "to its training images only; test images are shown here so the report contains no training image. "
-            f"Visual unrecognisability is not a privacy guarantee: read the eps on each card.</p>{figure}{unread}")
+            f"Visual unrecognisability is not a privacy guarantee: read the ε on each card.</p>{figure}{unread}")
 
 
 def _seconds(value: float | None) -> str:
@@ -597,7 +597,7 @@ def _seconds(value: float | None) -> str:
     if value is not None:
         return f"{value:.1f}"
     return ('<span title="a DP-SGD run\'s time grows with the patients or images Poisson sampling drew, which no '
-            'eps covers; a run trained beside others took as long as their load made it">private</span>')
+            'ε covers; a run trained beside others took as long as their load made it">private</span>')
 
 
 def _resumed(timing: Timing) -> str:
@@ -641,7 +641,7 @@ def provenance(inputs: ReportInputs) -> str:
     return (f'<h2 id="provenance">Provenance</h2><p>Written by dpmed {escape(versions.get("dpmed", ""))}.</p>{others}'
             + facts_table(((escape(k), escape(v)) for k, v in versions.items()), "Versions that wrote the runs")
             + "<p>Wall time per run (seconds; a resumed run counts only its last session; a DP-SGD run's "
-            "is in the private report: it grows with what Poisson sampling drew from the training set, which no eps "
+            "is in the private report: it grows with what Poisson sampling drew from the training set, which no ε "
             "covers; so is that of a run trained beside others, which carries their load):</p>"
             + stacked("<table><tr><th>run</th><th>training</th><th>total</th><th>device</th><th>threads</th>"
                       f"<th>resumed from</th></tr>{timing}</table>")

@@ -258,7 +258,7 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
     return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{_one_group(name, runs, groups)}{warnings}"
             f"<figure>{figure}</figure>"
             f"<p>Test AUROC per group [{level} CI], and the worst group (named groups with a defined AUROC):</p>"
-            + stacked(f"<table><tr><th>run</th><th>eps</th>{head}<th>worst group</th></tr>{auroc_rows}</table>")
+            + stacked(f"<table><tr><th>run</th><th>ε</th>{head}<th>worst group</th></tr>{auroc_rows}</table>")
             + worst
             + f"<p>Test accuracy per group at the run's decision [{level} CI]:</p>"
             + stacked(f"<table><tr><th>run</th>{head}</tr>{per_group('accuracy')}</table>")
@@ -329,16 +329,16 @@ def fairness_section(inputs: ReportInputs) -> str:
     corr = inputs.comparisons.correlations.epsilon_vs_accuracy_parity
     undefined = _none_defined(corr, "groups") if corr else None
     if undefined:
-        parts.append("<p>Pearson r between log10 eps and each group's accuracy parity difference across a DP-SGD "
+        parts.append("<p>Pearson r between log10 ε and each group's accuracy parity difference across a DP-SGD "
                      f"sweep (Tayebi Arasteh, Ziller et al. 2023, Table 3): {_e(undefined)}.</p>")
     elif corr:
         rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(c.attribute)}</td><td>{_e(c.group)}</td>"
                        f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td></tr>"
                        for c in corr)
-        parts.append("<p>Pearson r between log10 eps and each group's accuracy parity difference across a DP-SGD "
+        parts.append("<p>Pearson r between log10 ε and each group's accuracy parity difference across a DP-SGD "
                      "sweep, each run (every seed) a point. Tayebi Arasteh, Ziller et al. 2023 (Table 3) correlated "
-                     "eps itself, over 0.29 to 7.89; here log10 eps, since over the decades a sweep may span the "
-                     "largest eps alone would set r. A sweep of fewer than three eps values gets no r: across two, "
+                     "ε itself, over 0.29 to 7.89; here log10 ε, since over the decades a sweep may span the "
+                     "largest ε alone would set r. A sweep of fewer than three ε values gets no r: across two, "
                      "r only says which of them is larger. Each p is its group's own, not corrected for the number "
                      "of groups tested.</p>" + _column_table(("sweep", "attribute", "group", "r", "p", "n"), rows))
     threshold = (f"Each run's decisions: {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
@@ -461,16 +461,16 @@ def interpretability_section(inputs: ReportInputs) -> str:
     corr_html = ""
     undefined = _none_defined(corr, "metrics and sweeps") if corr else None
     if undefined:
-        corr_html = ("<p>Pearson r between the swept setting (log10 eps, or the clipping norm at fixed eps) and "
+        corr_html = ("<p>Pearson r between the swept setting (log10 ε, or the clipping norm at fixed ε) and "
                      f"each metric: {_e(undefined)}.</p>")
     elif corr:
         corr_rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(_SHORT.get(c.metric, c.metric))}</td>"
                             f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td>"
                             "</tr>" for c in corr)
-        corr_html = ("<p>Pearson r between the swept setting (log10 eps, or the clipping norm at fixed eps) and "
+        corr_html = ("<p>Pearson r between the swept setting (log10 ε, or the clipping norm at fixed ε) and "
                      "each metric:</p>" + _column_table(("sweep", "metric", "r", "p", "n"), corr_rows))
     return ('<h2 id="interpretability">Interpretability</h2>'
-            + stacked(f"<table><tr><th>run</th><th>eps</th>{head}</tr>{rows}</table>")
+            + stacked(f"<table><tr><th>run</th><th>ε</th>{head}</tr>{rows}</table>")
             + f"<ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>{corr_html}{_grid(runs, inputs)}")
 
 

@@ -149,14 +149,14 @@ def threat_section(inputs: ReportInputs) -> str:
         f"<td class=num>{estimate_text(r.estimate('test_auroc'))}</td></tr>" for r in runs)
     first = runs[0].attack
     criterion = _criterion_words([r.attack for r in runs])
-    table = stacked("<table><tr><th>run</th><th>eps</th><th>worst case (bound, whole run)</th>"
+    table = stacked("<table><tr><th>run</th><th>ε</th><th>worst case (bound, whole run)</th>"
                     "<th>relaxed (bound, whole run)</th>"
                     "<th>worst case (bound, attacked step, at the criterion's prior)</th>"
                     f"<th>realistic: attack success [{confidence_text(first.ci_level)} CI]</th><th>chance</th>"
                     f"<th>test AUROC [{inputs.level} CI]</th></tr>{rows}</table>")
     return (
         '<h2 id="threat">Three threat models: bounds and an actual attack</h2>'
-        "<p>Ziller et al. 2024 judge an eps by three threat models. <b>Worst case</b> and <b>relaxed</b> are upper "
+        "<p>Ziller et al. 2024 judge an ε by three threat models. <b>Worst case</b> and <b>relaxed</b> are upper "
         "bounds on an informed attacker's chance to reconstruct one training record (Hayes et al. 2023; Kaissis et "
         "al. 2023; the section above). <b>Realistic</b> is the threat model of Ziller et al. 2024: an adversary who "
         "holds the model's architecture and weights and may modify the model before a training step, but does not "
@@ -182,7 +182,7 @@ def threat_section(inputs: ReportInputs) -> str:
         "<p>What each number covers. The run's bounds are for a record Poisson-sampled at rate q over all T steps "
         "(it is in no batch at all with probability (1-q)^T) and for success as singling it out against the prior "
         "kappa. The attack puts every attacked image into the attacked batch and reads one step, so the bound of its "
-        "game is the attacked step's (q = 1, T = 1, the same sigma), which can be far above the run's (few epochs, "
+        "game is the attacked step's (q = 1, T = 1, the same σ), which can be far above the run's (few epochs, "
         "high budgets). Its SSIM criterion also has a prior of its own: plausible images that carry nothing of the "
         "batch (random ones, or the median image of a brightness group) pass it at the chance rate, which can be far "
         "above kappa = 1/N, and Hayes et al. 2023's bound holds at "
