@@ -441,6 +441,34 @@ def test_reconstruction_attack_refuses_a_file_that_is_not_pneumoniamnist_saying_
         _harness("reconstruction_attack").main()
 
 
+
+def test_reconstruction_attack_repeats_a_row_from_its_seed_and_draws_fresh_noise_without_one(tmp_path, monkeypatch):
+    """Rows are repeated over seeds to give their spread: a seed must fix the whole repetition, the step noise
+    included, and say so in the row; without one the noise stays fresh, as a DP run's is."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "pneumoniamnist.npz"
+    sizes = {"train": 4708, "val": 60, "test": 60}
+    np.savez(path, **{f"{s}_images": rng.integers(0, 256, (n, 8, 8), dtype=np.uint8) for s, n in sizes.items()},
+             **{f"{s}_labels": np.arange(n)[:, None] % 2 for s, n in sizes.items()})
+
+    def row(*seed: str) -> dict:
+        out = tmp_path / "out.json"
+        monkeypatch.setattr(sys, "argv", ["reconstruction_attack.py", "--data", str(path), "--epsilons", "1e6",
+                                          "--structures", "sparse", "--batches", "1", "--batch", "8", "--bins",
+                                          "32", "--no-references", "--out", str(out), *seed])
+        _harness("reconstruction_attack").main()
+        rows = json.loads(out.read_text())["rows"]
+        assert len(rows) == 1
+        return {k: v for k, v in rows[0].items() if k != "seconds"}
+
+    seeded = row("--seed", "3")
+    assert seeded["seed"] == 3 and seeded["noise"] == "from seed 3"
+    assert row("--seed", "3") == seeded
+    assert row("--seed", "4")["mean_best_ncc"] != seeded["mean_best_ncc"]
+    fresh = row(), row()
+    assert fresh[0]["seed"] == 0 and fresh[0]["noise"] == "fresh (OS entropy)"
+    assert fresh[0]["mean_best_ncc"] != fresh[1]["mean_best_ncc"]
+
 def test_bootstrap_unit_says_which_folder_holds_no_runs_and_goes_on(tmp_path, capsys):
     harness = runpy.run_path(str(_BENCHMARKS / "bootstrap_unit.py"))
     assert harness["main"]([str(tmp_path / "not-a-study"), "--resamples", "10"]) == 0
