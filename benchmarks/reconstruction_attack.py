@@ -12,19 +12,16 @@ For each row ``--batches`` batches of ``--batch`` training images go through one
 imprinted model (``dpmed.attack``): the body is a freshly initialised small_cnn (the attack reads the first step it
 is handed; the body is frozen, so its weights only set each image's gradient scale, which clipping removes). The
 adversary's public images are the val and test splits (MedMNIST's splits are not documented as patient-disjoint:
-they stand for "the same kind of images", which is all the attack uses them for: the bins and the threshold).
+they stand for "the same kind of images", which is all the attack uses them for: the bins, the prior, the threshold
+and the chance guesses).
 
 This is a benchmark, not a test: the table goes to stdout and the numbers to ``--out`` (no image is written).
 
-Measured (benchmarks/results-attack-cpu.json; 4 batches of 128 = 512 image trials per row, 512 bins, threshold
-SSIM 0.853): no privacy and clipping alone reconstruct 69-76 % of the images (every image alone in its bin, and
-the collisions that one image dominates); eps 1 and 8 give 0 %; at eps 1e6 both structures give 0 % (sparse: mean
-NCC 0.40, a faint image under the threshold); at eps 1e9 the cumulative imprint reconstructs 4 % and the sparse one
-69 %, as many as with no noise at all; at 1e12 and 1e15 both reconstruct as without noise. On 28 x 28 images the
-"realistic" protection ends between eps 1e6 and 1e9 against the sparse imprint: the noise per pixel that matters is
-sigma C against a clipped image of norm C spread over d = 784 pixels, so smaller images leak at smaller eps.
-Those rows predate the decoder that uses each bin's brightness and a public-image prior (RESULTS.md, "A decoder
-that uses the adversary's prior"): with it eps 1e6 reconstructs about a third of the images.
+Measured figures, each row's command and their spread over seeds: benchmarks/RESULTS.md, "A decoder that uses the
+adversary's prior" (the numbers in benchmarks/results-attack-cpu.json). ``--seed S`` makes one repetition
+reproducible (the model's initialisation, the batches, the imprint pattern, the threshold and the step noise all from
+S; every row names its seed); without it the public seed is 0 and the step noise is fresh. ``--epsilons ""`` runs the
+two reference rows alone, ``--no-references`` leaves them out.
 """
 
 from __future__ import annotations
@@ -103,7 +100,7 @@ def main() -> None:
 
     rows = [] if args.no_references else [("no privacy (C = inf)", None, math.inf, 0.0),
                                           ("clipping only (C = 1)", None, 1.0, 0.0)]
-    rows += [(f"eps {float(e):g}", float(e), 1.0, sigma_for(float(e))) for e in args.epsilons.split(",")]
+    rows += [(f"eps {float(e):g}", float(e), 1.0, sigma_for(float(e))) for e in args.epsilons.split(",") if e]
     results = []
     noise = "fresh (OS entropy)" if args.seed is None else f"from seed {args.seed}"
     print(f"seed {seed} (model, batches, pattern, threshold); step noise {noise}")
@@ -130,7 +127,8 @@ def main() -> None:
                     "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
                     "load_average_end": os.getloadavg()},
         "arm": {"n_train": N_TRAIN, "expected_batch_size": EXPECTED_BATCH, "steps": STEPS, "delta": DELTA},
-        "threshold": threshold.value, "threshold_pixel_noise_sd": pixel_sd, "total_seconds": time.time() - t0, "rows": results,
+        "threshold": threshold.value, "threshold_pixel_noise_sd": pixel_sd, "total_seconds": time.time() - t0,
+        "rows": results,
     }
     if args.out:
         Path(args.out).write_text(json.dumps(record, indent=1), encoding="utf-8")

@@ -441,7 +441,6 @@ def test_reconstruction_attack_refuses_a_file_that_is_not_pneumoniamnist_saying_
         _harness("reconstruction_attack").main()
 
 
-
 def test_reconstruction_attack_repeats_a_row_from_its_seed_and_draws_fresh_noise_without_one(tmp_path, monkeypatch):
     """Rows are repeated over seeds to give their spread: a seed must fix the whole repetition, the step noise
     included, and say so in the row; without one the noise stays fresh, as a DP run's is."""
@@ -451,15 +450,17 @@ def test_reconstruction_attack_repeats_a_row_from_its_seed_and_draws_fresh_noise
     np.savez(path, **{f"{s}_images": rng.integers(0, 256, (n, 8, 8), dtype=np.uint8) for s, n in sizes.items()},
              **{f"{s}_labels": np.arange(n)[:, None] % 2 for s, n in sizes.items()})
 
-    def row(*seed: str) -> dict:
+    def rows(*flags: str) -> list[dict]:
         out = tmp_path / "out.json"
-        monkeypatch.setattr(sys, "argv", ["reconstruction_attack.py", "--data", str(path), "--epsilons", "1e6",
-                                          "--structures", "sparse", "--batches", "1", "--batch", "8", "--bins",
-                                          "32", "--no-references", "--out", str(out), *seed])
+        monkeypatch.setattr(sys, "argv", ["reconstruction_attack.py", "--data", str(path), "--structures", "sparse",
+                                          "--batches", "1", "--batch", "8", "--bins", "32", "--out", str(out),
+                                          *flags])
         _harness("reconstruction_attack").main()
-        rows = json.loads(out.read_text())["rows"]
-        assert len(rows) == 1
-        return {k: v for k, v in rows[0].items() if k != "seconds"}
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in json.loads(out.read_text())["rows"]]
+
+    def row(*seed: str) -> dict:
+        (only,) = rows("--epsilons", "1e6", "--no-references", *seed)
+        return only
 
     seeded = row("--seed", "3")
     assert seeded["seed"] == 3 and seeded["noise"] == "from seed 3"
@@ -468,6 +469,9 @@ def test_reconstruction_attack_repeats_a_row_from_its_seed_and_draws_fresh_noise
     fresh = row(), row()
     assert fresh[0]["seed"] == 0 and fresh[0]["noise"] == "fresh (OS entropy)"
     assert fresh[0]["mean_best_ncc"] != fresh[1]["mean_best_ncc"]
+    references = rows("--epsilons", "", "--seed", "3")
+    assert [r["arm"] for r in references] == ["no privacy (C = inf)", "clipping only (C = 1)"]
+
 
 def test_bootstrap_unit_says_which_folder_holds_no_runs_and_goes_on(tmp_path, capsys):
     harness = runpy.run_path(str(_BENCHMARKS / "bootstrap_unit.py"))
