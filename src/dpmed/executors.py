@@ -113,7 +113,12 @@ def _is_interrupt(exc: Exception) -> bool:
 
 def _execute(task: RunTask, context: RunContext) -> Outcome:
     """run_one, with any exception but an interrupt turned into a recorded failure. An error.json of an earlier
-    attempt is deleted first: left beside this attempt's checkpoint, it would make an interrupted run look failed."""
+    attempt is deleted first: left beside this attempt's checkpoint, it would make an interrupted run look failed.
+    A run already finished is read back, not trained again: Ray retries a task whose worker died, also after it
+    wrote its run.json, and a retrained run would be a second release of its images, with a new key where its
+    worker had deleted the first."""
+    if task.folder.is_finished:
+        return _read_back(task)
     _log.info("%s: started", task.plan.run_id)
     task.folder.error.unlink(missing_ok=True)
     try:
@@ -398,7 +403,12 @@ def _read_back(task: RunTask) -> Outcome:
         record = read_record(task.folder.record)
     except ConfigError as exc:
         return _failure(task, WORKER_DIED, f"no traceback: the process was killed, and its run.json {exc}")
-    task.folder.discard_secrets()
+    try:
+        task.folder.discard_secrets()
+    except OSError as exc:      # a cluster's folder this process may read but not change: the study goes on
+        _log.warning("%s: could not delete its privacy key and checkpoint (%s); delete %s and %s yourself: they "
+                     "regenerate the run's noise", task.plan.run_id, exc, task.folder.privacy_key,
+                     task.folder.checkpoint)
     return record
 
 

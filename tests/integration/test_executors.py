@@ -333,6 +333,56 @@ def test_a_ray_worker_that_died_fails_its_run_with_the_reason_and_the_others_go_
 
 
 @pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
+def test_a_run_that_ray_retries_after_its_record_was_written_is_read_back_not_trained_again(tmp_path, monkeypatch):
+    """Ray retries a task whose worker died (its default for a lost worker), also one that died after writing its
+    run.json: the retry trained the finished run afresh, deleting its released model and, where its worker had
+    deleted its key already, with a new key, a second release of the same images that its eps does not count."""
+    folder = StudyFolder(tmp_path).run("a")
+    folder.make()
+    folder.record.write_text("{}")
+    folder.model.write_text("released model")
+    folder.privacy_key.write_text("secret")      # its worker died before deleting it
+    monkeypatch.setattr(dpmed.executors, "run_one", lambda *a: pytest.fail("a finished run was trained again"))
+    monkeypatch.setattr(dpmed.executors, "read_record", lambda path: f"record read from {path.parent.name}")
+    outcome = dpmed.executors._execute(RunTask(SimpleNamespace(run_id="a"), folder),
+                                       RunContext(dataset=None, evaluation=None, progress=False))
+    assert outcome == "record read from a"
+    assert folder.model.read_text() == "released model" and not folder.privacy_key.exists()
+
+
+def test_a_key_the_driver_cannot_delete_is_told_and_the_study_goes_on(tmp_path, monkeypatch, caplog):
+    """A run read back after its Ray worker died, on a cluster folder the driver may read but not change (mounted
+    read-only there, or private/ of the nodes' user): the OSError of deleting its key stopped the study as an
+    internal error, with the other runs unreported and results.csv unwritten."""
+    study = StudyFolder(tmp_path)
+    tasks = [RunTask(SimpleNamespace(run_id=name), study.run(name)) for name in "ab"]
+    tasks[0].folder.make()
+    tasks[0].folder.record.write_text("{}")
+
+    def refused():
+        raise PermissionError(13, "Permission denied", str(tasks[0].folder.privacy_key))
+    object.__setattr__(tasks[0], "folder", SimpleNamespace(is_finished=True, record=tasks[0].folder.record,
+                                                           privacy_key=tasks[0].folder.privacy_key,
+                                                           checkpoint=tasks[0].folder.checkpoint,
+                                                           discard_secrets=refused))
+
+    class Crashing(_FakeRay):
+        def get(self, ref, timeout=None):
+            if ref == "a":
+                raise self.exceptions.RayError("The worker died unexpectedly while executing this task.")
+            return super().get(ref, timeout)
+
+    executor = dpmed.executors.RayExecutor.__new__(dpmed.executors.RayExecutor)
+    executor.ray, executor.cpus_per_run, executor.gpus_per_run = Crashing({"a": None, "b": "record of b"}), 1.0, 0.0
+    monkeypatch.setattr(dpmed.executors, "read_record", lambda path: f"record read from {path.parent.name}")
+    outcomes = {}
+    with caplog.at_level(logging.WARNING, logger="dpmed"):
+        executor.map(tasks, RunContext(dataset=None, evaluation=None, progress=False),
+                     lambda task, outcome: outcomes.update({task.plan.run_id: outcome}), fail_fast=False)
+    assert outcomes == {"a": "record read from a", "b": "record of b"}
+    assert str(tasks[0].folder.privacy_key) in caplog.text and "Permission denied" in caplog.text
+
+
 def test_a_local_ray_keeps_its_files_in_a_folder_of_this_users_alone_and_an_open_token_is_told(
         tmp_path, monkeypatch, caplog):
     """Ray's own temp folder (/tmp/ray) is world-writable and its spilled objects, which hold the decoded dataset,
