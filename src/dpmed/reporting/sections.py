@@ -375,8 +375,9 @@ _NOTES = (("scope", "scope"), ("neighbour_relation", "neighbours"), ("covers", "
 
 # A card's statement comes from its mechanism in plain ASCII (the prompt prints it too); the card shows the symbols
 # and words a reader knows ("eps_image = 8,192" reads "ε per image = 8,192"). A word joined to a name by "-" or "."
-# is part of a run id the statement names (an arm "eps-free" runs as "eps-free_seed0"), and keeps its letters.
-_ALONE = r"(?<![\w.-]){}(?![\w-]|\.\w)"
+# is part of a run id the statement names (an arm "eps-free" runs as "eps-free_seed0", "eps..x" as "eps..x_seed0"),
+# and keeps its letters; a "." that ends a sentence does not join.
+_ALONE = r"(?<![\w.-]){}(?![\w-]|\.[\w.-])"
 _SYMBOLS = ((re.compile(_ALONE.format(r"eps_image = (\S+) per image")), r"ε per image = \1"),   # an older total
             (re.compile(_ALONE.format("eps_image")), "ε per image"),
             (re.compile(_ALONE.format("eps_pixel")), "ε per pixel value"), (re.compile(_ALONE.format("eps")), "ε"),
