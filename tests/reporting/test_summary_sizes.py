@@ -26,7 +26,7 @@ def test_a_default_delta_that_gives_the_exact_count_is_said_not_called_private()
     assert stated == ["gauss_s0"]
     text = sections._sizes(DATA, stated)
     assert "the exact size is private" not in text
-    assert "the default delta of the local-DP run gauss_s0, 1 / (10 N) above 10,000 images, gives" in text
+    assert "the default δ of the local-DP run gauss_s0, 1 / (10 N) above 10,000 images, gives" in text
 
 
 def test_a_default_delta_of_1e_5_or_a_delta_given_keeps_the_count_out():

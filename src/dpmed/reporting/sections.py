@@ -164,7 +164,7 @@ def _sizes(data: DatasetSummary, stated_by: list[str] | None = None, *, reproduc
     private = ("the exact size is private" if not data.synthetic else
                "a generated dataset's exact size follows from its n_images all the same, and protects no one")
     if stated_by and not data.synthetic:
-        private = (f"the exact size is not written, except that the default delta of the local-DP "
+        private = (f"the exact size is not written, except that the default δ of the local-DP "
                    f"run{'s' if len(stated_by) > 1 else ''} {_first_ten(list(stated_by))}, 1 / (10 N) above 10,000 "
                    "images, gives the number of training images N (local DP takes it as public; set the arm's "
                    "delta to keep it out)")
