@@ -716,3 +716,28 @@ def test_a_multi_seed_figure_s_text_alternative_says_a_point_is_a_mean_over_seed
     several = auroc_alt(_seeds(make_record, {"none": [0.96, 0.94], "eps1": [0.80, 0.86]}))
     assert "one point per run" not in several and "mean" in several and "t interval over seeds" in several
     assert "one point per run" in auroc_alt(_seeds(make_record, {"none": [0.96], "eps1": [0.80]}))
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_saving_the_figure_shows_the_layout_its_labels_were_placed_in_without_laying_it_out_again(
+        records, narrow, monkeypatch):
+    """The labels are placed after a constrained layout; saving ran that layout a second time, which took most of
+    the figure's time and, starting from where the first left the axes, could move them (and so the texts placed on
+    them) by a fraction of a pixel. The PNG now shows the first layout: one layout, and nothing moves when saved."""
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    from dpmed.reporting.figures import png_bytes
+
+    runs = []
+    execute = ConstrainedLayoutEngine.execute
+    monkeypatch.setattr(ConstrainedLayoutEngine, "execute", lambda self, fig: runs.append(fig) or execute(self, fig))
+    fig = auroc_figure(records, narrow=narrow)
+
+    def where() -> list:
+        return [ax.get_position().bounds for ax in fig.axes] + [
+            tuple(t.get_window_extent().bounds) for ax in fig.axes for t in (ax.title, ax.xaxis.label, *ax.texts)]
+
+    placed = where()
+    png_bytes(fig)
+    assert len(runs) == 1
+    assert where() == placed

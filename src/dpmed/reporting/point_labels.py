@@ -249,3 +249,6 @@ def fit_inside(fig: Figure, axes: list[Any]) -> None:
                             color=text.get_color(), bbox=_BACKING,
                             arrowprops=_arrow(placed, ax.transData.transform(text.xy))).set_in_layout(False)
                 text.remove()
+    # The layout the labels were placed in is the one saved: a constrained layout run again by savefig took most of
+    # the figure's time and, starting from the axes where this one left them, could move them by a pixel.
+    fig.set_layout_engine("none")
