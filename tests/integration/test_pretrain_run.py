@@ -75,7 +75,7 @@ def test_the_report_section_says_pretraining_is_not_protected(pretrained):
     resolved, records = rebuild_outputs(pretrained)          # study.yaml with the pretrain key reads back
     html = pretraining_section(ReportInputs(resolved=resolved, records=records, comparisons=None,
                                             folder=StudyFolder(pretrained)))
-    for text in ("Where the models started", "Not protected by any eps", "a second phantom (seed 1)",
+    for text in ("Where the models started", "Not protected by any ε", "a second phantom (seed 1)",
                  "AUROC", "the head and the last 1 block(s)", "none found one",
                  "the near-duplicate check is a heuristic that misses some copies"):
         assert text in html, text
