@@ -90,9 +90,12 @@ def test_a_worker_s_accountant_warning_is_not_printed_where_the_caller_configure
     assert capsys.readouterr().err == "a run FAILED\n"
 
 
-def _task(run_id, finished=False):
+def _task(run_id, finished=False, discarded=None):
+    """A task whose folder notes in ``discarded`` that its privacy key and checkpoint were deleted."""
+    forget = (discarded if discarded is not None else []).append
     return SimpleNamespace(plan=SimpleNamespace(run_id=run_id),
-                           folder=SimpleNamespace(is_finished=finished, record=f"{run_id}/run.json"))
+                           folder=SimpleNamespace(is_finished=finished, record=f"{run_id}/run.json",
+                                                  discard_secrets=lambda: forget(run_id)))
 
 
 def test_after_a_stop_each_run_that_ended_is_counted_once_and_the_others_not(monkeypatch):
@@ -103,10 +106,12 @@ def test_after_a_stop_each_run_that_ended_is_counted_once_and_the_others_not(mon
     raced.set_exception(SystemExit(143))                              # stopped just after writing run.json
     stopped.set_exception(SystemExit(143))
     never.cancel()
-    pending = {reported: _task("a"), ended: _task("b"), raced: _task("c", finished=True), stopped: _task("d"),
-               never: _task("e")}
+    discarded = []
+    pending = {reported: _task("a"), ended: _task("b"), raced: _task("c", finished=True, discarded=discarded),
+               stopped: _task("d"), never: _task("e")}
     out = [(task.plan.run_id, outcome) for task, outcome in executors._ended_before_the_stop(pending, {reported})]
     assert out == [("b", "ended before the stop"), ("c", "record of c/run.json")]
+    assert discarded == ["c"]       # read back, its key is deleted as its stopped worker would have
 
 
 def test_ray_s_stop_waits_its_grace_for_each_run_and_counts_those_that_finished(monkeypatch):
@@ -132,8 +137,11 @@ def test_ray_s_stop_waits_its_grace_for_each_run_and_counts_those_that_finished(
     ray = Fake()
     executor = executors.RayExecutor.__new__(executors.RayExecutor)
     executor.ray = ray
-    out = list(executor._ended_before_the_stop({"quick": _task("q"), "slow": _task("s", finished=True)}))
+    discarded = []
+    out = list(executor._ended_before_the_stop({"quick": _task("q"),
+                                                "slow": _task("s", finished=True, discarded=discarded)}))
     assert [(t.plan.run_id, o) for t, o in out] == [("q", "outcome of quick"), ("s", "record of s/run.json")]
+    assert discarded == ["s"]
     assert ray.timeouts == [30.0, 30.0]
 
 
