@@ -737,7 +737,8 @@ def test_saving_the_figure_shows_the_layout_its_labels_were_placed_in_without_la
         return [ax.get_position().bounds for ax in fig.axes] + [
             tuple(t.get_window_extent().bounds) for ax in fig.axes for t in (ax.title, ax.xaxis.label, *ax.texts)]
 
-    placed = where()
+    placed, laid_out = where(), len(runs)     # twice where an x label had to be rewrapped to fit, else once
+    assert laid_out in (1, 2)
     png_bytes(fig)
-    assert len(runs) == 1
+    assert len(runs) == laid_out
     assert where() == placed
