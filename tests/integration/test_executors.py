@@ -384,7 +384,7 @@ def test_a_key_the_driver_cannot_delete_is_told_and_the_study_goes_on(tmp_path, 
 
 
 def test_a_local_ray_keeps_its_files_in_a_folder_of_this_users_alone_and_an_open_token_is_told(
-        tmp_path, monkeypatch, caplog):
+        tmp_path, monkeypatch, caplog, request):
     """Ray's own temp folder (/tmp/ray) is world-writable and its spilled objects, which hold the decoded dataset,
     and logs, which tell its size, were readable by every local user; its token file, which lets a node join and be
     sent runs, is written 0644."""
@@ -405,6 +405,7 @@ def test_a_local_ray_keeps_its_files_in_a_folder_of_this_users_alone_and_an_open
             pass
 
     home = Path(tempfile.mkdtemp())          # pytest's tmp_path is 0700, which no other user enters
+    request.addfinalizer(functools.partial(shutil.rmtree, home, ignore_errors=True))
     home.chmod(0o711)
     token = home / "auth_token"
     token.write_text("secret")
