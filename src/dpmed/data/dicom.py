@@ -266,14 +266,20 @@ def _padding(ds, stored: np.ndarray) -> np.ndarray | None:
     return (stored >= min(ends)) & (stored <= max(ends))
 
 
-def _grey(ds, stored: np.ndarray) -> np.ndarray:
+def _luts():
+    """pydicom's module of look-up-table functions (apply_modality_lut, apply_voi_lut, apply_color_lut), where the
+    installed version keeps it."""
     try:
-        from pydicom.pixels import apply_modality_lut, apply_voi_lut  # pydicom >= 3
+        import pydicom.pixels as luts  # pydicom >= 3
     except ImportError:
-        from pydicom.pixel_data_handlers.util import apply_modality_lut, apply_voi_lut  # pydicom 2.x
+        import pydicom.pixel_data_handlers.util as luts  # pydicom 2.x
+    return luts
 
+
+def _grey(ds, stored: np.ndarray) -> np.ndarray:
+    luts = _luts()
     padding = _padding(ds, stored)
-    modality = np.asarray(apply_modality_lut(stored, ds))  # [H, W] modality values
+    modality = np.asarray(luts.apply_modality_lut(stored, ds))  # [H, W] modality values
     if not np.isfinite(modality).all():   # a RescaleSlope or RescaleIntercept of inf or nan, or one that overflows
         raise ValueError(f"the modality LUT (RescaleSlope {ds.get('RescaleSlope')}, RescaleIntercept "
                          f"{ds.get('RescaleIntercept')}) gives values that are not finite numbers")
@@ -281,7 +287,7 @@ def _grey(ds, stored: np.ndarray) -> np.ndarray:
         modality = modality.astype(np.int64)  # a table LUT is indexed by integers
     x = modality.astype(np.float64)
     if "VOILUTSequence" in ds:
-        y = np.asarray(apply_voi_lut(modality, ds, index=0, prefer_lut=True), dtype=np.float64)
+        y = np.asarray(luts.apply_voi_lut(modality, ds, index=0, prefer_lut=True), dtype=np.float64)
         bits = int(ds.VOILUTSequence[0].LUTDescriptor[2])
         out = np.clip(y / float(2**bits - 1), 0.0, 1.0)
     elif ds.get("WindowCenter") is not None and ds.get("WindowWidth") is not None:    # present and empty: no window
@@ -298,16 +304,11 @@ def _grey(ds, stored: np.ndarray) -> np.ndarray:
 
 def _palette(ds, stored: np.ndarray) -> np.ndarray:
     """PALETTE COLOR indices -> RGB [3, H, W] in [0, 1] through the header's tables (the module docstring)."""
-    try:
-        from pydicom.pixels import apply_color_lut  # pydicom >= 3
-    except ImportError:
-        from pydicom.pixel_data_handlers.util import apply_color_lut  # pydicom 2.x
-
     if "RedPaletteColorLookupTableDescriptor" not in ds:     # pydicom's words name no element of the header
         raise UnreadableImage("is PALETTE COLOR but its header holds no palette (Red, Green and Blue Palette Color "
                               "Lookup Table Descriptor and Data); export it again as RGB or grey")
     # [H, W, 3], entries of 8 or 16 bits; [H, W, 4] with an Alpha table, whose opacity is no colour: left out
-    rgb = np.asarray(apply_color_lut(stored, ds)[..., :3], dtype=np.float32)
+    rgb = np.asarray(_luts().apply_color_lut(stored, ds)[..., :3], dtype=np.float32)
     bits = int(ds.RedPaletteColorLookupTableDescriptor[2])
     return np.ascontiguousarray((rgb / float(2**bits - 1)).clip(0, 1).transpose(2, 0, 1))
 
