@@ -76,7 +76,10 @@ def test_the_summary_shows_eps_with_its_terms_the_interval_at_its_level_and_unde
     assert lines[1].split()[0] == "np_seed0" and "undefined" in lines[1]
     assert dp.privacy.in_brief() in lines[2] and "0.910 [0.880, 0.940]" in lines[2] and lines[2].endswith("0.846")
     mixed = make_record("b_seed0", "b", metrics={"test_auroc": 0.8, "confidence": 0.95})
-    assert "test AUROC [percentile CI]" in summary_text([dp, mixed]).splitlines()[0]   # two levels: none is named
+    two_levels = summary_text([dp, mixed]).splitlines()
+    assert "test AUROC [percentile CI]" in two_levels[0]   # two levels: none is named, the last line names each
+    assert two_levels[-1].startswith("the runs' intervals differ: 90% percentile for dp_eps8_C1_seed0; "
+                                     "95% percentile for b_seed0 (")
 
 
 def test_the_summary_names_the_interval_of_the_runs_as_the_report_does(make_record, make_fairness, make_explanations):
@@ -90,9 +93,14 @@ def test_the_summary_names_the_interval_of_the_runs_as_the_report_does(make_reco
     assert rows[0].index(" 0.910 [0.880, 0.940]") + 1 == header.index("test AUROC")
     assert len(rows[0]) == len(header)                    # the wider head widens its column, the row with it
     assert "percentile CI]" in summary_text([dp]).splitlines()[0]
-    assert "[95% CI]" in summary_text([dp.model_copy(update={"metrics": {**dp.metrics, "confidence": 0.95}}),
-                                       bca.model_copy(update={"metrics": {**bca.metrics, "confidence": 0.95}})]
-                                      ).splitlines()[0]
+    both = summary_text([dp.model_copy(update={"metrics": {**dp.metrics, "confidence": 0.95}}),
+                         bca.model_copy(update={"run_id": "dp_eps8_C1_seed1",
+                                                "metrics": {**bca.metrics, "confidence": 0.95}})]).splitlines()
+    assert "[95% CI]" in both[0]
+    # the header names neither kind, so the last line says which run has which, and where to read more
+    assert both[-1] == ("the runs' intervals differ: 95% percentile for dp_eps8_C1_seed0; 95% BCa for dp_eps8_C1_seed1 "
+                        "(`dpmed status` names the runs the next `dpmed run` evaluates again)")
+    assert not any(line.startswith("the runs' intervals differ") for line in summary_text([dp, dp]).splitlines())
 
 
 # Every privacy field results.csv carries, each with a value no other field has: a column that is dropped, or that

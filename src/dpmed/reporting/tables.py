@@ -85,7 +85,8 @@ def summary_text(records: Iterable[RunRecord]) -> str:
     """A fixed-width table for the terminal: run, eps with its delta, accountant and neighbours, test AUROC with
     interval (its level and kind, percentile or BCa, named as the report names them), accuracy at the run's
     threshold; then a line for each run that decides one class for every test image, whose accuracy (that class's
-    share) would otherwise pass for a weak model's."""
+    share) would otherwise pass for a weak model's, and, where runs' intervals differ (a folder evaluated under two
+    settings), a line naming each run's, which the header cannot."""
     records = list(records)
     levels = {float(r.metrics["confidence"]) for r in records if r.metrics.get("confidence") is not None}
     kinds = {r.interval for r in records}
@@ -108,4 +109,14 @@ def summary_text(records: Iterable[RunRecord]) -> str:
     lines += [f"{r.run_id} predicts one class for every test image: its accuracy is that class's share, and its "
               "decisions separate nothing, whatever its AUROC (report.html says more)"
               for r in records if decides_one_class(r)]
+    if len(levels) > 1 or len(kinds) > 1:                   # the header names only what all runs share: say the rest
+        groups: dict[str, list[str]] = {}
+        for r in records:
+            level = r.metrics.get("confidence")
+            text = " ".join([*([confidence_text(float(level))] if level is not None else []),
+                             "BCa" if r.interval == "bca" else "percentile"])
+            groups.setdefault(text, []).append(r.run_id)
+        lines.append("the runs' intervals differ: " + "; ".join(f"{text} for {', '.join(ids)}"
+                                                                for text, ids in groups.items())
+                     + " (`dpmed status` names the runs the next `dpmed run` evaluates again)")
     return "\n".join(lines)
