@@ -140,10 +140,10 @@ class _DiskWithRoom:
 
 def _dicom_file(path: Path, stored: np.ndarray, *, photometric: str = "MONOCHROME2", rescale=None, window=None,
                  function=None, voi_lut=None, patient=None, sex=None, age=None, frames: int | None = None,
-                 bits: tuple[int, int] = (16, 12)) -> Path:
+                 bits: tuple[int, int] = (16, 12), signed: bool = False, padding: int | None = None) -> Path:
     """A minimal single-frame Secondary Capture file, 16 bits allocated and 12 stored unless ``bits`` says otherwise,
-    grey ([H, W]) or colour ([H, W, 3], samples interleaved), with the optional transforms and patient fields asked
-    for."""
+    unsigned unless ``signed``, grey ([H, W]) or colour ([H, W, 3], samples interleaved), with the optional
+    transforms, PixelPaddingValue and patient fields asked for."""
     pydicom = pytest.importorskip("pydicom")
     from pydicom.dataset import Dataset, FileMetaDataset
     from pydicom.sequence import Sequence
@@ -161,7 +161,9 @@ def _dicom_file(path: Path, stored: np.ndarray, *, photometric: str = "MONOCHROM
     ds.SamplesPerPixel, ds.PhotometricInterpretation = (1 if stored.ndim == 2 else stored.shape[2]), photometric
     if stored.ndim == 3:
         ds.PlanarConfiguration = 0
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = bits[0], bits[1], bits[1] - 1, 0
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = bits[0], bits[1], bits[1] - 1, int(signed)
+    if padding is not None:
+        ds.PixelPaddingValue = padding
     if rescale is not None:
         ds.RescaleSlope, ds.RescaleIntercept = rescale
     if window is not None:
@@ -178,7 +180,7 @@ def _dicom_file(path: Path, stored: np.ndarray, *, photometric: str = "MONOCHROM
             setattr(ds, key, value)
     if frames is not None:
         ds.NumberOfFrames = frames
-    ds.PixelData = stored.astype(np.uint16 if bits[0] == 16 else np.uint8).tobytes()
+    ds.PixelData = stored.astype(f"{'i' if signed else 'u'}{bits[0] // 8}").tobytes()
     path.parent.mkdir(parents=True, exist_ok=True)
     if int(pydicom.__version__.split(".")[0]) >= 3:
         ds.save_as(path, enforce_file_format=True)
