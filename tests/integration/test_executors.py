@@ -206,16 +206,19 @@ def test_fail_fast_with_workers_stops_the_runs_in_progress_and_counts_those_that
     tasks = [RunTask(plan, prepared.folder.run(plan.run_id)) for plan in prepared.plans]
     assert len(tasks) == 4
     roles = dict(zip([t.plan.run_id for t in tasks], ["fail", "finish", "slow", "slow"], strict=True))
-    finisher = tasks[1].folder.public / "finished"
+    submitted = []      # the pool's futures, in the tasks' order
+    as_completed = dpmed.executors._as_completed_interruptibly
+    monkeypatch.setattr(dpmed.executors, "_as_completed_interruptibly",
+                        lambda pending: submitted.extend(pending) or as_completed(pending))
     outcomes = {}
 
     def on_outcome(task, outcome):
         outcomes[task.plan.run_id] = outcome
         if isinstance(outcome, RunFailure):    # the study takes its time with the failure: the next run ends meanwhile
-            deadline = time.monotonic() + 120
-            while not finisher.exists() and time.monotonic() < deadline:
+            deadline = time.monotonic() + 120   # and its result reaches this process (a fixed wait flaked under load)
+            while not submitted[1].done() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            time.sleep(2)
+            assert submitted[1].done(), "the finishing run's result did not come back within 120 s"
 
     ProcessPoolExecutor(2, setup=functools.partial(fake_runs.install, roles, 60)).map(
         tasks, RunContext(dataset=prepared.dataset, evaluation=prepared.study.evaluation, progress=False),
