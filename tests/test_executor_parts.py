@@ -128,6 +128,9 @@ def test_ray_s_stop_waits_its_grace_for_each_run_and_counts_those_that_finished(
         def __init__(self):
             self.timeouts = []
 
+        def cancel(self, ref, force=False):
+            pass
+
         def get(self, ref, timeout=None):
             self.timeouts.append(timeout)
             if ref == "slow":
@@ -142,7 +145,49 @@ def test_ray_s_stop_waits_its_grace_for_each_run_and_counts_those_that_finished(
                                                 "slow": _task("s", finished=True, discarded=discarded)}))
     assert [(t.plan.run_id, o) for t, o in out] == [("q", "outcome of quick"), ("s", "record of s/run.json")]
     assert discarded == ["s"]
-    assert ray.timeouts == [30.0, 30.0]
+    assert ray.timeouts == [30.0, 30.0, 30.0]      # the slow one's again once killed
+
+
+def test_a_ray_run_still_going_after_the_grace_is_ended_and_read_back_if_it_finished(monkeypatch):
+    """A run that a plain cancellation had not stopped within the grace went on unseen: it could write its run.json
+    and be killed by Ray's shutdown (or the driver's exit) before deleting its privacy key and checkpoint, which then
+    stayed in private/ after a study that counted it nowhere. It is now killed and waited for; finished by then, it
+    is read back (its key deleted) and counted."""
+    monkeypatch.setattr(executors, "read_record", lambda path: f"record of {path}")
+    discarded = []
+    slow, going = _task("s", discarded=discarded), _task("g", discarded=discarded)
+
+    class Fake:
+        class exceptions:
+            class RayError(Exception):
+                pass
+
+            class GetTimeoutError(RayError):
+                pass
+
+            class TaskCancelledError(RayError):
+                pass
+
+        def __init__(self):
+            self.killed = []
+
+        def cancel(self, ref, force=False):
+            self.killed.append((ref, force))
+            if ref == "slow":               # wrote its run.json, then was killed before deleting its key
+                slow.folder.is_finished = True
+
+        def get(self, ref, timeout=None):
+            if (ref, True) in self.killed:
+                raise self.exceptions.TaskCancelledError(ref)
+            raise self.exceptions.GetTimeoutError(ref)
+
+    ray = Fake()
+    executor = executors.RayExecutor.__new__(executors.RayExecutor)
+    executor.ray = ray
+    out = list(executor._ended_before_the_stop({"slow": slow, "going": going}))
+    assert ray.killed == [("slow", True), ("going", True)]
+    assert [(t.plan.run_id, o) for t, o in out] == [("s", "record of s/run.json")]
+    assert discarded == ["s"]
 
 
 @pytest.mark.parametrize("error", [

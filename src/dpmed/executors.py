@@ -531,9 +531,22 @@ class RayExecutor:
                                grace: float = 30.0) -> Iterator[tuple[RunTask, Outcome]]:
         """After a fail-fast stop: the runs that ended before their cancellation reached them, with their outcomes,
         so that the study counts them (as `_ended_before_the_stop` does for the process pool). A cancelled run raises
-        on ``get``, as does one still not stopped after ``grace`` seconds; one that wrote its run.json just as it was
-        stopped is finished all the same."""
+        on ``get``; one that wrote its run.json just as it was stopped is finished all the same. One still going
+        after ``grace`` seconds is killed (``force``) and waited for as long again: left going, it could write its
+        run.json and be killed by Ray's shutdown, or the driver's exit, before deleting its privacy key and
+        checkpoint, which regenerate its noise and then stayed in private/ after a study that counted it nowhere."""
+        going = {}
         for ref, task in pending.items():
+            try:
+                yield task, self.ray.get(ref, timeout=grace)
+            except self.ray.exceptions.GetTimeoutError:
+                going[ref] = task
+            except self.ray.exceptions.RayError:
+                if task.folder.is_finished:
+                    yield task, _read_back(task)
+        for ref in going:
+            self.ray.cancel(ref, force=True)
+        for ref, task in going.items():
             try:
                 yield task, self.ray.get(ref, timeout=grace)
             except self.ray.exceptions.RayError:

@@ -240,6 +240,9 @@ class _FakeRay:
         class TaskCancelledError(RayError):
             pass
 
+        class GetTimeoutError(RayError):
+            pass
+
         class RayTaskError(RayError):
             def __init__(self, cause):
                 super().__init__(f"the task raised {cause!r}")
@@ -262,7 +265,7 @@ class _FakeRay:
     def wait(self, refs, num_returns):
         return refs[:num_returns], refs[num_returns:]
 
-    def cancel(self, ref):
+    def cancel(self, ref, force=False):
         self.cancelled.append(ref)
 
     def get(self, ref, timeout=None):
