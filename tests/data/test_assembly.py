@@ -114,6 +114,28 @@ def test_one_image_under_a_placeholder_is_refused_without_calling_it_many_people
     assert "many people" not in str(err.value)
 
 
+@pytest.mark.parametrize("stray", [["Unknown"], ["Unknown", "n/a", "ANONYMOUS"]])
+def test_a_few_placeholder_rows_among_real_ids_are_named_with_a_remedy_for_those_rows(files, stray):
+    """A few stray rows under a placeholder among real ids were told the remedies of a whole anonymised export
+    ("remove 'patient' from data.columns", "blank the PatientID in these files"), which would give up the real ids
+    of every other image. Each stray row is named now, with what to do about those rows."""
+    root, paths = files
+    patients = [f"p{i // 2}" for i in range(N_FILES - len(stray))] + stray
+    manifest = _manifest(root, paths, patients, [i % 2 for i in range(N_FILES)], [""] * N_FILES)
+    with pytest.raises(DataError) as err:
+        assemble_dataset(manifest, preprocessing=Preprocessing(), split=SplitPlan(), cache_dir=None)
+    message = str(err.value)
+    ids = ", ".join(repr(p) for p in stray)
+    assert f"the patient id{'s' if len(stray) > 1 else ''} {ids} (" in message
+    assert f"hold{'' if len(stray) > 1 else 's'} {len(stray)} of {N_FILES} images (" in message
+    for i in range(N_FILES - len(stray), N_FILES):       # every stray row, and no other
+        assert f"{i}.png" in message
+    assert f"{N_FILES - len(stray) - 1}.png" not in message
+    assert "whose images they are is unknown" in message
+    assert f"the other {N_FILES - len(stray)} images' ids look real" in message
+    assert "if the patients cannot be told apart" not in message
+
+
 def test_one_id_of_most_images_is_refused_and_a_patient_of_many_images_is_not(files):
     """An id that holds more than half of the images is no one patient's (NIH ChestX-ray14 has patients of over
     100 images, among its 112,120), whatever its spelling, "0" too; a patient of many images, fewer than

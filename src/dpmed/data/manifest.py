@@ -193,6 +193,7 @@ _PLACEHOLDERS = frozenset({"anonymous", "anonymized", "anonymised", "anon", "unk
                            "na", "-", "?", "removed", "redacted", "deidentified", "de-identified", "noname", "no name",
                            "xxx", "patient"})
 _MOST_OF = 20    # from this many images up, one id that holds more than half of them is no one patient's
+_FEW = 10        # up to this many placeholder rows, fewer than half of the images, are stray rows: each is named
 
 
 def refuse_placeholder_patients(manifest: Manifest, rows: np.ndarray) -> None:
@@ -218,12 +219,32 @@ def refuse_placeholder_patients(manifest: Manifest, rows: np.ndarray) -> None:
                "many people, whom dpmed would split and protect as one patient")
     else:
         return
-    where = [str(manifest.where[r]) for r, p in zip(rows.tolist(), ids) if p == pid][:2]
     source, remedy = _patient_source(manifest)
+    stray = [r for r, p in zip(rows.tolist(), ids) if patient_key(p) in _PLACEHOLDERS]
+    if placeholder is not None and len(stray) <= _FEW and 2 * len(stray) < len(ids):
+        _refuse_stray_placeholders(manifest, stray, len(ids), source, why)
+    where = [str(manifest.where[r]) for r, p in zip(rows.tolist(), ids) if p == pid][:2]
     raise DataError(f"{manifest.name} at {manifest.root}: the patient id {pid!r} ({source}) holds {held} of "
                     f"{len(ids)} images (e.g. {', '.join(where)}), {why}. Give each patient a real pseudonymous id, "
                     "the same on all of their images and on no one else's; or, if the patients cannot be told apart, "
                     f"{remedy}")
+
+
+def _refuse_stray_placeholders(manifest: Manifest, stray: list[int], of: int, source: str, why: str) -> None:
+    """DataError for a few rows under a placeholder among real ids (a file the export missed, a row typed by hand):
+    the remedies of a whole anonymised export (drop the patient column, blank every PatientID) would give up the
+    other images' real ids, so each stray row is named, with what to do about those rows alone."""
+    placed = list(dict.fromkeys(str(manifest.patient_ids[r]) for r in stray))
+    ids = ", ".join(repr(p) for p in placed)
+    one = len(stray) == 1
+    remedy = ("give this image its patient's pseudonymous id, the one on that patient's other images, or take it out "
+              "of the data if its patient is unknown" if one else
+              "give each of these images its patient's pseudonymous id, the one on that patient's other images, or "
+              "take out of the data those whose patient is unknown")
+    raise DataError(f"{manifest.name} at {manifest.root}: the patient id{'' if len(placed) == 1 else 's'} {ids} "
+                    f"({source}) hold{'s' if len(placed) == 1 else ''} {len(stray)} of {of} images "
+                    f"({'; '.join(str(manifest.where[r]) for r in stray)}), {why}; the other {of - len(stray)} "
+                    f"images' ids look real: {remedy}")
 
 
 def _patient_source(manifest: Manifest) -> tuple[str, str]:
