@@ -716,6 +716,16 @@ def test_grey_pixels_by_their_values_equal_the_pipeline_on_every_pixel(tmp_path,
     np.testing.assert_array_equal(decoded, every_pixel)
 
 
+@pytest.mark.parametrize("name", ["MR_small_bigendian.dcm", "MR_small.dcm", "CT_small.dcm", "MR_small_RLE.dcm"])
+def test_pydicom_s_grey_files_by_their_values_equal_the_pipeline_on_every_pixel(name):
+    """As above, on pydicom's own files: big-endian stored values (their array's byte order is not this machine's),
+    a CT's signed values and rescale, RLE-compressed 16-bit values."""
+    pydicom = pytest.importorskip("pydicom")
+    path = Path(pydicom.data.get_testdata_file(name))
+    ds = pydicom.dcmread(path)
+    np.testing.assert_array_equal(dicom.read_dicom(path), dicom._grey_values(ds, ds.pixel_array)[None])
+
+
 def test_a_large_grey_dicom_is_decoded_without_float64_copies_of_it(tmp_path, write_dicom):
     """The decoded image is float32; a float64 copy of it (the modality values, the window's output) is twice that.
     Python's heap at its peak while one 1,500 x 1,500 16-bit file is read: the file's bytes, its stored values and the

@@ -284,9 +284,10 @@ def _grey(ds, stored: np.ndarray) -> np.ndarray:
     copies of the image (8,000 x 8,000 pixels took 1.8 GB of them: benchmarks/RESULTS.md, "Memory")."""
     if stored.dtype.kind not in "ui" or stored.dtype.itemsize > 2 or not stored.size:
         return _grey_values(ds, stored)[None]
+    stored = stored.astype(stored.dtype.newbyteorder("="), copy=False)     # a big-endian file's, swapped
     lo = stored.min()
     index = stored if lo == 0 and stored.dtype.kind == "u" else np.subtract(stored, lo, dtype=stored.dtype)
-    index = index.view(index.dtype.str.replace("i", "u"))      # a signed difference wraps back to value - lo
+    index = index.view(f"u{stored.dtype.itemsize}")      # a signed difference wraps back to value - lo
     held = np.zeros(2 ** (8 * stored.dtype.itemsize), dtype=bool)
     held[index] = True
     values = (np.flatnonzero(held) + int(lo)).astype(stored.dtype)     # ascending, as the index counts them
