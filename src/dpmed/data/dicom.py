@@ -280,8 +280,8 @@ def _grey(ds, stored: np.ndarray) -> np.ndarray:
     """Grey stored values -> [1, H, W] in [0, 1] by the module docstring's pipeline. Each step maps one stored value
     to one display value (the image's own range, for the stretch, is the range of the values it holds), so an image
     of at most 2^16 distinct stored values (8 and 16 bits) takes the pipeline once per value it holds, in float64,
-    and its pixels look their value up: the same float32 pixels as the pipeline on every pixel, without float64
-    copies of the image (8,000 x 8,000 pixels took 1.8 GB of them: benchmarks/RESULTS.md, "Memory")."""
+    and its pixels look their value up: the same float32 pixels as the pipeline on every pixel, without a float64
+    copy of the image per step (benchmarks/RESULTS.md, "One large grey DICOM file")."""
     if stored.dtype.kind not in "ui" or stored.dtype.itemsize > 2 or not stored.size:
         return _grey_values(ds, stored)[None]
     stored = stored.astype(stored.dtype.newbyteorder("="), copy=False)     # a big-endian file's, swapped
