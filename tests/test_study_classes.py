@@ -11,7 +11,7 @@ import pytest
 
 from dpmed.data import make_phantom
 from dpmed.errors import DataError
-from dpmed.study import check_classes, check_test_patients
+from dpmed.suitability import check_classes, check_test_patients
 
 
 @pytest.fixture(scope="module")
@@ -99,14 +99,14 @@ def test_a_binary_validation_split_with_few_images_of_a_class_is_warned_of(phant
     labels[:2] = 0
     data = replace(phantom, val=replace(phantom.val, labels=labels))
     name = phantom.task.label_names[0]
-    with caplog.at_level("WARNING", logger="dpmed.study"):
+    with caplog.at_level("WARNING", logger="dpmed.suitability"):
         check_classes(data, where="labels.csv")
     assert [r.getMessage() for r in caplog.records] == [
         f"labels.csv: the validation split holds only 2 images of class {name}: the threshold every run decides at "
         "(Youden's J) is chosen on them, so its sensitivity and specificity may not carry over to the test images; "
         "give validation more of them (data.split.val_fraction, or the split column or folders)"]
     caplog.clear()
-    with caplog.at_level("WARNING", logger="dpmed.study"):
+    with caplog.at_level("WARNING", logger="dpmed.suitability"):
         check_classes(replace(phantom, val=phantom.train), where="phantom")     # 10 or more of each: no word
     assert not caplog.records
 

@@ -10,7 +10,8 @@ from dpmed.config import load_study
 from dpmed.errors import ConfigError, DataError, PrivacyError
 from dpmed.mechanisms import DpSgdPlan
 from dpmed.numbers import bytes_text
-from dpmed.study import check_fit, load_study_data, plan_study, planned_card, prepare_study
+from dpmed.study import load_study_data, plan_study, planned_card, prepare_study
+from dpmed.suitability import check_fit
 
 HEAD = "name: s\ndata: {source: phantom, n_images: 200, image_size: 16}\nseeds: [0]\nprivacy_randomness: reproducible\n"
 DP = "{name: dp, mechanism: dp_sgd, target_epsilon: 8, epochs: 2}"

@@ -1,6 +1,7 @@
 """Run a whole study: load the data once, plan every run, skip finished ones, execute the rest, collect, report.
 
-Which finished runs a study may reuse, and what refuses the rest, is `dpmed.resumption`'s.
+Which finished runs a study may reuse, and what refuses the rest, is `dpmed.resumption`'s; whether the data can
+support the study at all, `dpmed.suitability`'s.
 
 This is the one module that knows every stage. Planning (calibration included) happens here, before any training, so
 that the resolved study (every run's plan) and the study's privacy as a whole are on disk before the first step is
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import multiprocessing
 import signal
 import sys
@@ -27,27 +27,23 @@ from os import PathLike
 from pathlib import Path
 from typing import Callable, Mapping
 
-import numpy as np
 import torch
 import yaml
 
-from dpmed import accounting, memory
+from dpmed import accounting
 from dpmed.accounting import Ledger
 from dpmed.audit import AuditRecord, max_canaries, read_audit
 from dpmed.budget import check_budget, study_privacy
-from dpmed.comparisons import MIN_CLASS_COUNT
-from dpmed.config import EvaluationConfig, RunPlan, Study, check_study, load_study, plan_runs
+from dpmed.config import RunPlan, Study, check_study, load_study, plan_runs
 from dpmed.data import Dataset, images_per_patient, read_dataset
-from dpmed.errors import ConfigError, DataError
-from dpmed.evaluation.assessment import redraw_memory
+from dpmed.errors import ConfigError
 from dpmed.evaluation.version import evaluated_by
 from dpmed.executors import RunFailure, RunTask, check_executor_options, make_executor
 from dpmed.folders import RunFolder, StudyFolder, write_text_atomic
 from dpmed.interruption import interruptible
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
-from dpmed.models import MODELS
-from dpmed.numbers import bytes_text, count_text, shape_text
+from dpmed.numbers import count_text, shape_text
 from dpmed.outputs import write_outputs
 from dpmed.pretraining import prepare_start
 from dpmed.progress import StudyProgress
@@ -56,10 +52,11 @@ from dpmed.released_size import keep_sizes, needed_sizes, release_sizes
 from dpmed.resumption import attributes_fingerprint, data_fingerprints, finished_runs, randomness_of
 from dpmed.run import RunContext, reevaluate
 from dpmed.states import counts_shown, read_resolved
+from dpmed.suitability import check_classes, check_fit, check_test_patients
 from dpmed.timing import Rates, probe_rates
 from dpmed.workspace import claim_folder, withdraw_leftovers, withdraw_public_timing, writing_into
 
-__all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study", "check_fit",
+__all__ = ["StudyResult", "PreparedStudy", "run_study", "prepare_study", "plan_study",
            "load_study_data", "planned_card", "estimate_times", "check_device"]
 
 _log = logging.getLogger(__name__)
@@ -152,100 +149,6 @@ def load_study_data(study: Study) -> Dataset:
     return dataset
 
 
-def check_test_patients(dataset: Dataset, *, where: str) -> None:
-    """DataError, before any training, where every test image is of one patient: the bootstrap redraws patients
-    (METHODS.md s.4), so each redraw is the whole test set, every interval has zero width and every paired comparison
-    reads as certain (before, the report called a difference on one child's films significant, p <= 0.04). The test
-    patients are not private, so this costs no privacy."""
-    if len(np.unique(np.asarray(dataset.test.patient_ids))) == 1:
-        raise DataError(f"{where}: all {len(dataset.test)} test images are of one patient, and the intervals redraw "
-                        "patients, so they would measure no uncertainty and every comparison would read as certain; "
-                        "give the test split more patients (data.split.test_fraction, or the split column or "
-                        "folders)")
-
-
-def check_classes(dataset: Dataset, *, where: str) -> None:
-    """DataError, before any training, where a split lacks a class it needs: a binary task needs both classes in
-    training (else nothing is learnt), validation (Youden's threshold, METHODS.md s.4) and test (AUROC); a
-    multiclass one at least two classes in training and in test (one-vs-rest AUROC needs a class and another).
-    Before, such a study trained every run and then failed in evaluation, or reported an AUROC for a model that had
-    seen one class (``where``: the data, for the message).
-    Where the classes were counted from the images (`Task.classes_from_data`), every training class needs a
-    validation or test image, so the count the study publishes is a fact of the evaluation splits, not of one
-    training patient."""
-    kind, names = dataset.task.kind, dataset.task.label_names
-    if kind == "multilabel":
-        _check_findings_in_validation(dataset, where=where)
-        _check_a_finding_varies_in_test(dataset, where=where)
-        return
-    if kind not in ("binary", "multiclass"):
-        return
-    splits = (("training", dataset.train), ("validation", dataset.val), ("test", dataset.test))
-    for split, images in splits if kind == "binary" else splits[::2]:
-        present = np.unique(np.asarray(images.labels))
-        if len(present) < 2:
-            held = ", ".join(names[int(c)] if int(c) < len(names) else str(c) for c in present) or "none"
-            needs = ("both classes in training, validation and test" if kind == "binary"
-                     else "at least two classes in training and in test")
-            raise DataError(f"{where}: the {split} split holds only class {held} ({len(images)} images); a {kind} "
-                            f"task needs {needs}: check the label column or class folders (data.labels), or the "
-                            "split settings")
-    if kind == "binary":
-        counts = np.bincount(np.asarray(dataset.val.labels).reshape(-1).astype(np.int64), minlength=2)
-        for c in np.flatnonzero(counts < MIN_CLASS_COUNT):
-            _log.warning("%s: the validation split holds only %d images of class %s: the threshold every run "
-                         "decides at (Youden's J) is chosen on them, so its sensitivity and specificity may not "
-                         "carry over to the test images; give validation more of them (data.split.val_fraction, or "
-                         "the split column or folders)", where, counts[c], names[c] if c < len(names) else c)
-    if dataset.task.classes_from_data:
-        # The class count is released (study.yaml, the report, the model's last layer); counted from the images, it
-        # is a fact of the evaluation splits (which DP does not protect) only when they hold every training class.
-        evaluated = {int(c) for images in (dataset.val, dataset.test) for c in np.unique(np.asarray(images.labels))}
-        unseen = sorted({int(c) for c in np.unique(np.asarray(dataset.train.labels))} - evaluated)
-        if unseen:
-            shown = ", ".join(names[c] if c < len(names) else str(c) for c in unseen)
-            raise DataError(f"{where}: class(es) {shown} have training images but no validation or test image. The "
-                            "classes were counted from the images and the study publishes them (study.yaml, the "
-                            "model's last layer), so a class only training images hold would publish those "
-                            "patients' labels, which DP does not cover: give every class validation or test images "
-                            "(data.split, or the split column or folders), or leave that class's rows out")
-
-
-def _check_a_finding_varies_in_test(dataset: Dataset, *, where: str) -> None:
-    """DataError where no multilabel finding is both present and absent among the test images: the macro AUROC (over
-    the findings whose AUROC is defined) then has no finding to average, and before, every run trained and then
-    failed in evaluation. One finding that varies is enough; the others are reported undefined."""
-    labels = np.asarray(dataset.test.labels)         # [N, L] of 0/1
-    if not len(labels) or any(len(np.unique(labels[:, j])) > 1 for j in range(labels.shape[1])):
-        return
-    raise DataError(f"{where}: no finding is both present and absent among the {len(labels)} test images, so no "
-                    "test AUROC is defined (it needs images with and without a finding) and every run would train "
-                    "and then fail; give test more images (data.split.test_fraction or data.split.seed, or the split "
-                    "column), or add to data.labels a finding that some test images show")
-
-
-def _check_findings_in_validation(dataset: Dataset, *, where: str) -> None:
-    """DataError where a multilabel finding is absent from every validation image, or present in every one: its
-    decision threshold (Youden's J on validation, METHODS.md s.4) is then undefined, and before, every run trained
-    and then failed in evaluation. Test may lack a finding (its AUROC is undefined and said so); training may too."""
-    labels = np.asarray(dataset.val.labels)          # [N, L] of 0/1
-    if not len(labels):
-        return
-    names = dataset.task.label_names
-    one_valued = [(j, int(labels[0, j])) for j in range(labels.shape[1]) if len(np.unique(labels[:, j])) < 2]
-    if not one_valued:
-        return
-    j, value = one_valued[0]
-    others = ", ".join(repr(names[k]) for k, _ in one_valued[1:6]) + (", ..." if len(one_valued) > 6 else "")
-    more = f" (so do {len(one_valued) - 1} more: {others})" if len(one_valued) > 1 else ""
-    raise DataError(f"{where}: the validation split holds finding {names[j]!r} {'present' if value else 'absent'} in "
-                    f"all of its {len(labels)} images, so no decision threshold can be chosen for it (Youden's J "
-                    f"needs images with and without it){more}, and every run would train and then fail; leave the "
-                    "finding out of data.labels (where the source takes them), or give validation more images: raise "
-                    "data.split.val_fraction or choose another data.split.seed (a published validation split is "
-                    "divided anew with data.split.official: false)")
-
-
 def plan_context(dataset: Dataset) -> PlanContext:
     """What planning reads of ``dataset``: images per training patient, the image shape, whether patients are known."""
     return PlanContext(images_per_patient=images_per_patient(dataset.train.patient_ids),
@@ -297,68 +200,6 @@ def plan_study(study: Study, dataset: Dataset, sizes: Mapping[str, int] | None =
                               f"{len(dataset.train)} training images; lower training.batch_size to at most "
                               f"{len(dataset.train)}")
     return plans
-
-
-def check_fit(study: Study, dataset: Dataset) -> None:
-    """Refuse what no plan can change: augmentation's crop padding as large as the images, a square-only model on
-    other images, more deletion steps than pixels, bootstrap redraws or augmented copies no memory holds. Checked
-    before the DP counts are drawn (`prepare_study`), so that a study refused for them writes nothing, and its output
-    folder is left as it was found."""
-    augmentation, side = study.training.augmentation, min(dataset.train.image_shape[1:])
-    if augmentation is not None and augmentation.crop_padding != "auto" and augmentation.crop_padding >= side:
-        raise ConfigError(f"training.augmentation.crop_padding {augmentation.crop_padding} px needs images larger "
-                          f"than that (reflect padding), and these are {side} px; lower it, or use 'auto' (side / 8)")
-    _, height, width = dataset.train.image_shape
-    if MODELS[study.model.name].square and height != width:
-        raise ConfigError(f"model.name {study.model.name} takes square images only, and these are {height} x {width} "
-                          "px; set data.image_size to resize them to a square (data.preprocessing.aspect: crop keeps "
-                          "their proportions), or use a model with global pooling (small_cnn, resnet9, resnet18)")
-    cams = study.evaluation.explanations
-    if cams is not None and cams.deletion_steps > height * width:    # found in NumPy after training, every run's
-        raise ConfigError(f"evaluation.explanations.deletion_steps {cams.deletion_steps} exceeds the {height * width} "
-                          f"pixel locations of these {height} x {width} px images (a step past one location each "
-                          f"changes no pixel); lower it to {height * width} or less (default 16)")
-    _check_redraws(study.evaluation, dataset)
-    if augmentation is not None and augmentation.multiplicity > 1:
-        _check_copies(study, dataset)
-
-
-def _check_copies(study: Study, dataset: Dataset) -> None:
-    """Refuse an augmentation multiplicity K whose copies of the largest batch cannot fit in memory: each step makes
-    the K copies of its whole batch at once (`dpmed.training.augmentation`), before the physical batches slice them,
-    so it failed in every run's first step. A DP-SGD batch counts units, and a patient brings all of their images:
-    the images counted here are the fewest such a batch holds."""
-    k = study.training.augmentation.multiplicity
-    batch, arm = max([(study.training.batch_size, None)]
-                     + [(a.batch_size, a.name) for a in study.arms if a.batch_size is not None], key=lambda t: t[0])
-    need = 4 * k * batch * math.prod(dataset.train.image_shape)
-    whose = f" (arm {arm}'s)" if arm is not None else ""
-    memory.check_bytes(need, f"training.augmentation.multiplicity: {k} copies of each of the {batch} images of a "
-                             f"batch{whose} take {bytes_text(need)} of memory as float32",
-                       fix="lower training.augmentation.multiplicity or the batch size (training.batch_size, or the "
-                           "arm's batch_size), or set a smaller data.image_size")
-
-
-def _check_redraws(config: EvaluationConfig, dataset: Dataset) -> None:
-    """Refuse redraws of the test set, or of the training set for the training-set metrics, that no run's evaluation
-    could hold in memory (`redraw_memory`): found after training, they failed every run."""
-    need = redraw_memory(config, dataset)
-    fairness = need.tables > need.engine and need.groups > 0
-    findings = f" of {need.labels} findings" if need.labels > 1 else ""
-    what = (f"evaluation.bootstrap_resamples: {config.bootstrap_resamples} redraws of the {len(dataset.test)} test "
-            f"images take about {bytes_text(need.total)} of memory to evaluate a run"
-            + (f" (fairness keeps {bytes_text(need.tables)} of it: each redraw's rates{findings} in up to "
-               f"{need.groups} groups)" if fairness else ""))
-    memory.check_bytes(need.total, what, fix="lower evaluation.bootstrap_resamples (the default, 1000, is what "
-                                             "METHODS.md s.4 uses)"
-                       + (", or measure fairness by fewer groups or not at all (evaluation.fairness)" if fairness
-                          else ""))
-    if need.training:        # after the test set's redraws, which are freed by then
-        memory.check_bytes(need.training, f"evaluation.training_metrics: {config.bootstrap_resamples} redraws of the "
-                                          f"{len(dataset.train)} training images take about "
-                                          f"{bytes_text(need.training)} of memory to evaluate a run",
-                           fix="set evaluation.training_metrics to false (they are private and not covered by eps), "
-                               "or lower evaluation.bootstrap_resamples")
 
 
 def _tell_largest_patient(plans: list[RunPlan], context: PlanContext) -> None:

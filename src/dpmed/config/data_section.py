@@ -159,7 +159,7 @@ class DataConfig(_Strict):
     label columns (csv). classes (csv): the names of the label column's classes, the k-th for class index k (unset:
     class_0, class_1, ...); name (csv): the dataset's name in the record and the report (unset: the file's, so
     "labels" for labels.csv). columns / task: the csv's columns and task kind (inferred when unset; classes counted
-    from the labels need a validation or test image each, `dpmed.study.check_classes`). uncertain: CheXpert
+    from the labels need a validation or test image each, `dpmed.suitability.check_classes`). uncertain: CheXpert
     labeller's -1 (chexpert, mimic): ``zeros`` (default) or ``ones``; blank is always 0. views (chexpert, mimic):
     ``frontal`` (CheXpert's Frontal/Lateral = Frontal; MIMIC's ViewPosition PA or AP; a film whose view is blank is
     left out) or ``all``; unset, frontal where the table has that column, else every image.

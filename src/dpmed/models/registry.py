@@ -26,7 +26,7 @@ class ModelInfo:
     blocks: the feature blocks in forward order, each the module names it holds, for ``model.trainable:
     {last_blocks: N}`` (`dpmed.models.weights`); parameters in no block and outside the head (a stem) train only
     with ``trainable: all``. square: built for S x S images only (S = image_size, the height), by a head over the
-    flattened map or a fixed transform of that size; `dpmed.study.check_fit` refuses other images before training,
+    flattened map or a fixed transform of that size; `dpmed.suitability.check_fit` refuses other images before training,
     where the models with global pooling take any."""
 
     name: str
