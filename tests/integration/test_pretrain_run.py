@@ -149,7 +149,7 @@ def test_the_study_report_carries_the_pretraining_section(pretrained):
 
 def test_each_privacy_card_names_the_start_its_eps_does_not_cover(pretrained):
     """A reader who looks only at one run's card still learns that the model did not start from nothing."""
-    from dpmed.reporting.sections import privacy_cards
+    from dpmed.reporting.privacy_section import privacy_cards
 
     resolved, records = rebuild_outputs(pretrained)
     html = privacy_cards(ReportInputs(resolved=resolved, records=records, comparisons=None,

@@ -123,7 +123,7 @@ ODD = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="eps = 1", epsilon=0
 def test_eps_and_delta_labels_round_up_never_to_nearest():
     """0.99942 to nearest is 0.999 and 1.31086e-5 is 1.31e-5: both smaller than what the accountant certified.
     Every earlier test used whole eps and delta 1e-5, which print alike either way."""
-    from dpmed.reporting.sections import _fact
+    from dpmed.reporting.privacy_section import _fact
 
     assert _plain(eps_label(ODD)) == "ε 1 (δ 1.32e-5, PLD, add/remove one patient)"
     gauss = GAUSS.model_copy(update={"epsilon": 2320.4, "epsilon_image": 2320.4, "delta": 1.31086e-5})
@@ -196,7 +196,7 @@ def test_the_cards_say_their_eps_is_rounded_up_where_a_fact_exceeds_the_statemen
 
     from dpmed.folders import StudyFolder
     from dpmed.reporting.inputs import ReportInputs
-    from dpmed.reporting.sections import privacy_cards
+    from dpmed.reporting.privacy_section import privacy_cards
 
     dp = make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)
     dp = dp.model_copy(update={"privacy": dp.privacy.model_copy(

@@ -1365,7 +1365,7 @@ def test_card_statements_read_with_symbols_and_a_started_run_says_where_it_start
     from types import SimpleNamespace
 
     from dpmed.reporting.recipe_section import settings_chosen_on
-    from dpmed.reporting.sections import _start_note, statement_text
+    from dpmed.reporting.privacy_section import _start_note, statement_text
 
     assert statement_text("eps = 1 at delta = 1e-05 (sigma 2), eps_image = 8,192, eps_pixel = 2; eps = infinity") \
         == "ε = 1 at δ = 1e-05 (σ 2), ε per image = 8,192, ε per pixel value = 2; ε = ∞"
@@ -1384,7 +1384,7 @@ def test_card_statements_read_with_symbols_and_a_started_run_says_where_it_start
 
 
 def test_a_local_dp_cards_facts_say_its_eps_is_per_image(make_record):
-    from dpmed.reporting.sections import _card
+    from dpmed.reporting.privacy_section import _card
 
     laplace = PrivacyCard(mechanism="pixel_laplace", is_dp=True, statement="eps_image = 2,048", epsilon=2048.0,
                           epsilon_image=2048.0, epsilon_pixel=2.0, delta=0.0, accountant="closed form")
@@ -1465,7 +1465,7 @@ def test_a_cards_facts_round_every_eps_up_and_a_card_without_privacy_shows_infin
     its statement not marked as a DP one; a DP run's statement is."""
     from types import SimpleNamespace
 
-    from dpmed.reporting.sections import _card, _fact, _start_note
+    from dpmed.reporting.privacy_section import _card, _fact, _start_note
 
     card = PrivacyCard(mechanism="dp_sgd", is_dp=True, statement="eps = 3", epsilon=2.99942, delta=1e-5,
                        accountant="pld", unit="patient", size_epsilon=0.05012, target_epsilon=2.99942)
@@ -1486,7 +1486,8 @@ def test_finished_runs_left_out_of_the_study_file_are_named_whatever_their_mecha
     and a generated dataset's size is said to protect no one even where a local-DP delta states it."""
     from types import SimpleNamespace
 
-    from dpmed.reporting.sections import _sizes, study_privacy_section, unfinished
+    from dpmed.reporting.sections import _sizes, unfinished
+    from dpmed.reporting.privacy_section import study_privacy_section
 
     totals = SimpleNamespace(dp_sgd_runs=("r0", "old_dp"), not_private=("old_np",), local_dp=("old_ldp",),
                              statement="eps = 9.1 at delta = 1e-05 for all runs together")
@@ -1510,7 +1511,7 @@ def test_the_study_as_a_whole_writes_eps_and_delta_as_the_cards_do(write_study):
     from dpmed.budget import study_privacy
     from dpmed.config import load_study, plan_runs
     from dpmed.mechanisms import PlanContext
-    from dpmed.reporting.sections import study_privacy_section
+    from dpmed.reporting.privacy_section import study_privacy_section
 
     study = load_study(write_study("""
 name: whole
@@ -1543,7 +1544,7 @@ def test_the_study_as_a_whole_keeps_the_run_ids_it_names(write_study):
     from dpmed.budget import study_privacy
     from dpmed.config import load_study, plan_runs
     from dpmed.mechanisms import PlanContext
-    from dpmed.reporting.sections import study_privacy_section
+    from dpmed.reporting.privacy_section import study_privacy_section
 
     study = load_study(write_study("""
 name: ids
@@ -1568,7 +1569,7 @@ def test_a_cards_facts_call_an_accounted_eps_whose_claim_does_not_hold_not_dp(ma
     """A high-budget run whose noise is below the sampler's reach (or a reproducible one) keeps its accounted eps on
     its card: its facts row read a bare "ε 1e6" beside δ and accountant, as a DP run's does, while only the statement
     above it said NOT DP."""
-    from dpmed.reporting.sections import _card
+    from dpmed.reporting.privacy_section import _card
 
     for card in (PrivacyCard(mechanism="dp_sgd", is_dp=False, statement="NOT DP as run", epsilon=999_100.0,
                              delta=1e-5, accountant="rdp", unit="image", **update),

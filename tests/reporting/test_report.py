@@ -88,7 +88,7 @@ def test_the_report_says_on_what_the_settings_were_chosen(records, make_resolved
     from dpmed.folders import StudyFolder
     from dpmed.reporting.inputs import ReportInputs
     from dpmed.reporting.recipe_section import recipe_section
-    from dpmed.reporting.sections import study_privacy_section
+    from dpmed.reporting.privacy_section import study_privacy_section
 
     def inputs(resolved):
         return ReportInputs(resolved=resolved, records=records, comparisons=None, folder=StudyFolder(Path("unused")))
@@ -155,7 +155,7 @@ def test_a_card_planned_from_a_count_below_the_batch_shows_the_count_beside_n(ma
     """Before: the key facts said only "training units N (planned from) 64" and "ε of the released N", though 64 was
     the batch and the count released was 35; results.csv had no column for it."""
     from dpmed.reporting import results_frame
-    from dpmed.reporting.sections import _card
+    from dpmed.reporting.privacy_section import _card
 
     record = make_record("dp_eps8_seed0", "dp", "dp_sgd", eps=8.0)
     record = record.model_copy(update={"privacy": record.privacy.model_copy(update={
@@ -210,7 +210,7 @@ def test_the_risk_section_names_the_dp_sgd_runs_it_has_no_bound_for(make_record,
     from dpmed.folders import StudyFolder
     from dpmed.mechanisms import mechanism_info
     from dpmed.reporting.inputs import ReportInputs
-    from dpmed.reporting.sections import reconstruction_risk
+    from dpmed.reporting.privacy_section import reconstruction_risk
 
     gaussian = make_record("gauss_eps8_C1_seed0", "gauss", "dp_sgd", eps=8.0)
     gaussian = gaussian.model_copy(update={"reconstruction": mechanism_info("dp_sgd").reconstruction(
@@ -240,7 +240,7 @@ def test_the_risk_section_says_each_bound_is_for_its_model_released_alone(make_r
     from dpmed.folders import StudyFolder
     from dpmed.mechanisms import mechanism_info
     from dpmed.reporting.inputs import ReportInputs
-    from dpmed.reporting.sections import reconstruction_risk
+    from dpmed.reporting.privacy_section import reconstruction_risk
 
     dp = make_record("dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0)
     dp = dp.model_copy(update={"reconstruction": mechanism_info("dp_sgd").reconstruction(
@@ -266,7 +266,7 @@ def test_the_risk_section_says_in_words_what_its_prior_and_membership_columns_me
     from dpmed.folders import StudyFolder
     from dpmed.mechanisms import mechanism_info
     from dpmed.reporting.inputs import ReportInputs
-    from dpmed.reporting.sections import reconstruction_risk
+    from dpmed.reporting.privacy_section import reconstruction_risk
 
     dp = make_record("dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0)
     dp = dp.model_copy(update={"reconstruction": mechanism_info("dp_sgd").reconstruction(
@@ -288,7 +288,7 @@ def test_the_risk_section_names_the_runs_whose_bounds_came_from_rdp_not_pld(make
     from dpmed.folders import StudyFolder
     from dpmed.mechanisms import mechanism_info
     from dpmed.reporting.inputs import ReportInputs
-    from dpmed.reporting.sections import reconstruction_risk
+    from dpmed.reporting.privacy_section import reconstruction_risk
 
     def bounded(run_id):
         record = make_record(run_id, "gauss", "dp_sgd", eps=0.5)      # sigma 2: no exact limit pins the bounds
@@ -360,7 +360,7 @@ def test_the_risk_table_labels_each_eps_and_names_a_run_of_any_bound_from_rdp_an
     from dpmed.folders import StudyFolder
     from dpmed.mechanisms import mechanism_info
     from dpmed.reporting.inputs import ReportInputs, eps_label
-    from dpmed.reporting.sections import reconstruction_risk
+    from dpmed.reporting.privacy_section import reconstruction_risk
 
     def bounded(run_id, **via):
         record = make_record(run_id, "gauss", "dp_sgd", eps=0.5)

@@ -25,7 +25,7 @@ from dpmed.records import Estimate, ResolvedStudy, RunRecord
 __all__ = ["ReportInputs", "escape", "estimate_text", "signed_text", "embed_png", "embed_figure", "number_text",
            "p_text", "cite", "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction",
            "not_dp_reasons", "not_dp_text", "accountant_name", "stacked", "bound_percent", "read_figure_arrays",
-           "no_bound_note", "facts_table", "t_text", "range_text"]
+           "no_bound_note", "facts_table", "t_text", "range_text", "runs_text"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -108,6 +108,13 @@ def cite(text: str) -> str:
 
 def escape(value: Any) -> str:
     return html.escape(cite(str(value)))
+
+
+def runs_text(run_ids: list[str]) -> str:
+    """Run ids for a sentence, escaped: the first ten and how many more, so that a study of hundreds of runs does not
+    bury the sentence that names them."""
+    return (", ".join(escape(m) for m in run_ids[:10])
+            + (f" and {len(run_ids) - 10} more" if len(run_ids) > 10 else ""))
 
 
 def bound_percent(value: float | None, decimals: int) -> str:

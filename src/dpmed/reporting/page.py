@@ -16,7 +16,7 @@ from dpmed.comparisons import Comparisons
 from dpmed.folders import StudyFolder, write_text_atomic
 from dpmed.numbers import confidence_text, count_text
 from dpmed.records import ResolvedStudy, RunRecord, Timing
-from dpmed.reporting import clinical, sections, study_sections
+from dpmed.reporting import clinical, privacy_section, sections, study_sections
 from dpmed.reporting.findings_section import findings_section
 from dpmed.reporting.inputs import (METHODS, ReportInputs, cite, embed_png, escape as _e, facts_table,
                                     read_figure_arrays)
@@ -90,10 +90,10 @@ _FOOTER = (f"<p><small>Every number's definition, and where the source papers ar
 # The report's sections, in page order.
 SECTIONS: tuple[Callable[[ReportInputs], str], ...] = (
     sections.unfinished, clinical.clinical, sections.summary, recipe_section, pretraining_section, sections.utility,
-    findings_section,
-    sections.privacy_cards, sections.study_privacy_section,
-    sections.reconstruction_risk, threat_section, study_sections.comparison_section, study_sections.fairness_section,
-    study_sections.interpretability_section, sections.ldp_examples_section, sections.provenance,
+    findings_section, privacy_section.privacy_cards, privacy_section.study_privacy_section,
+    privacy_section.reconstruction_risk, threat_section, study_sections.comparison_section,
+    study_sections.fairness_section, study_sections.interpretability_section, sections.ldp_examples_section,
+    sections.provenance,
 )
 
 
