@@ -117,7 +117,7 @@ class Task:
     classes_from_data: the classes were counted from the images (a generic CSV's labels, a MedMNIST file of unknown
     name, class folders the study's ``labels`` do not list), not given by the layout or the study file. The count is
     released (study.yaml, the model's last layer), so every training class must then have a validation or test image
-    (`dpmed.study.check_classes`): a class only training images hold would be one patient's label, published.
+    (`dpmed.suitability.check_classes`): a class only training images hold would be one patient's label, published.
     """
 
     kind: TaskKind
