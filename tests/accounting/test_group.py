@@ -101,6 +101,19 @@ def test_impossible_arguments_are_refused(bad, refusal):
         group_privacy(**{"epsilon": 1.0, "delta": DELTA, "k": 2, **bad})
 
 
+@pytest.mark.parametrize("given, refusal", [
+    (dict(noise_multiplier=1.0), r"sample_rate and steps"), (dict(noise_multiplier=1.0, steps=100), r"sample_rate"),
+    (dict(sample_rate=0.01, steps=100), r"noise_multiplier"),
+    (dict(noise_multiplier=-1.0, sample_rate=0.01, steps=100), r"^noise_multiplier must be >= 0"),
+    (dict(noise_multiplier=1.0, sample_rate=2.0, steps=100), r"^sample_rate must be in \(0, 1\]"),
+    (dict(noise_multiplier=1.0, sample_rate=0.01, steps=2.5), r"^steps must be an integer")])
+def test_a_partial_or_impossible_dp_sgd_schedule_is_refused_in_words(given, refusal):
+    """The tight value needs the whole schedule: one left out raised a bare TypeError (None compared with an int)
+    or was dropped without a word, and an impossible one read as "could not be computed at this setting"."""
+    with pytest.raises(ValueError, match=refusal):
+        group_privacy(epsilon=1.0, delta=DELTA, k=3, **given)
+
+
 PLAN = DpSgdPlan(noise_multiplier=1.5, max_grad_norm=1.0, sample_rate=0.05, steps=200, unit="image", delta=DELTA,
                  n_units=4000, accountant="pld")
 

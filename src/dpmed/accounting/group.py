@@ -107,21 +107,32 @@ def group_privacy(*, epsilon: float, delta: float, k: int, noise_multiplier: flo
                   sample_rate: float | None = None, steps: int | None = None) -> GroupPrivacy:
     """The guarantee of an image-level (``epsilon``, ``delta``) DP-SGD run for a patient with ``k`` images.
 
-    Give ``noise_multiplier``, ``sample_rate`` and ``steps`` (Gaussian noise, Poisson sampling) for the tight value
-    too; it is skipped, and ``tight_missing`` says why, when k eps exceeds what the PLD resolves, when delta lies
-    below the smallest delta it resolves after ``steps`` steps (max(1e-12, 1e-15 steps): below, its eps is
-    double-precision rounding noise), or when ``steps`` exceeds the steps a PLD composes (``_pld.MAX_STEPS``, as
-    for the run's eps: its grid, time and memory grow with T, and 1e8 steps ran for minutes). No fallback takes
-    its place there: dp_accounting's RDP accountant does not compose the mixture of Gaussians, and the formula
-    value still stands."""
+    Give ``noise_multiplier``, ``sample_rate`` and ``steps`` (Gaussian noise, Poisson sampling; all three or none)
+    for the tight value too; it is skipped, and ``tight_missing`` says why, when k eps exceeds what the PLD
+    resolves, when delta lies below the smallest delta it resolves after ``steps`` steps (max(1e-12, 1e-15 steps):
+    below, its eps is double-precision rounding noise), or when ``steps`` exceeds the steps a PLD composes
+    (``_pld.MAX_STEPS``, as for the run's eps: its grid, time and memory grow with T, and 1e8 steps ran for
+    minutes). No fallback takes its place there: dp_accounting's RDP accountant does not compose the mixture of
+    Gaussians, and the formula value still stands."""
     k = _arguments.count("k", k, minimum=1, hint="the number of training images of the patient")
     delta = _arguments.probability("delta", delta, include_one=False, hint="the run's delta")
+    # checked as the run's own steps are: an impossible one is refused, not "a value the PLD cannot compute"
+    if noise_multiplier is not None and sample_rate is not None and steps is not None:
+        run: PoissonGaussianEvent | None = PoissonGaussianEvent(noise_multiplier=noise_multiplier,
+                                                                sample_rate=sample_rate, steps=steps)
+    elif noise_multiplier is None and sample_rate is None and steps is None:
+        run = None
+    else:
+        given = {"noise_multiplier": noise_multiplier, "sample_rate": sample_rate, "steps": steps}
+        raise ValueError(f"the tight group value needs the run's whole DP-SGD schedule: give "
+                         f"{' and '.join(n for n, v in given.items() if v is None)} too, or none of "
+                         f"{', '.join(given)} for the formula alone")
     eps_k, delta_k = _formula(epsilon, delta, k)
     if k == 1:
         return GroupPrivacy(k=k, formula_epsilon=eps_k, formula_delta=delta_k, tight_epsilon=epsilon)
     tight, missing = None, None
-    if noise_multiplier is not None:
-        pld = accountant_info("pld")
+    if run is not None:
+        pld, steps = accountant_info("pld"), run.steps
         if eps_k > _TIGHT_MAX_EPSILON:
             missing = f"k eps = {eps_k:.4g} is above the {_TIGHT_MAX_EPSILON:g} a PLD resolves"
         elif steps > pld.max_steps:
@@ -130,7 +141,7 @@ def group_privacy(*, epsilon: float, delta: float, k: int, noise_multiplier: flo
         elif delta < pld.min_delta(steps):
             missing = f"a PLD resolves delta down to {pld.min_delta(steps):.3g} only after {steps:,} steps"
         else:
-            tight = _tight(noise_multiplier, sample_rate, steps, k, delta, eps_k)
+            tight = _tight(run.noise_multiplier, run.sample_rate, steps, k, delta, eps_k)
             if tight is None:
                 missing = "the PLD of the mixture of Gaussians could not be computed at this setting"
     return GroupPrivacy(k=k, formula_epsilon=eps_k, formula_delta=delta_k, tight_epsilon=tight,
