@@ -50,6 +50,7 @@ class _Console(logging.StreamHandler):
     def __init__(self, stream: TextIO, *, bars: bool) -> None:
         super().__init__(stream)
         self.bars = bars
+        self.set_aside: list[logging.Handler] = []     # the root's terminal handlers, put back by :func:`detach`
 
     def emit(self, record: logging.LogRecord) -> None:
         if not self.bars:

@@ -240,9 +240,9 @@ def patient_guarantee(plan: DpSgdPlan, k: int, cache: dict, *,
         eps = accounting.dp_sgd_epsilon(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate,
                                         steps=plan.steps, delta=plan.delta, accountant=plan.accountant,
                                         noise=plan.noise)
-        tight = plan.noise == "gaussian" and plan.sampling == "poisson"
+        mixture = plan.noise == "gaussian" and plan.sampling == "poisson"     # what the tight value analyses
         cache[key] = eps, accounting.group_privacy(epsilon=eps, delta=plan.delta, k=k, **(dict(
-            noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps) if tight else {}))
+            noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps) if mixture else {}))
     training, tight_group = cache[key]
     eps = training + plan.size_epsilon
     delta = plan.claimed_delta                       # the run's claim, as its card states it

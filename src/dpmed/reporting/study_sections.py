@@ -23,6 +23,7 @@ import numpy as np
 
 from dpmed.comparisons import (MIN_CLASS_COUNT, SIGNIFICANCE, Comparisons, Correlation, PairedDifference,
                                SeedSummary)
+from dpmed.comparisons.correlations import ExplanationCorrelation, ParityCorrelation
 from dpmed.evaluation.fairness import uncompared_groups
 from dpmed.evaluation.faithfulness import METRIC_LABELS
 from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, GroupFairness, Spread
@@ -74,7 +75,7 @@ def _r_with_p(entry: Correlation) -> str:
     return f"{r} (p {p})" if entry.r is not None else f"{r} ({p})" if p else r
 
 
-def _none_defined(correlations: Sequence[Correlation], what: str) -> str | None:
+def _none_defined(correlations: Sequence[ParityCorrelation | ExplanationCorrelation], what: str) -> str | None:
     """One sentence where no correlation has an r (a sweep of fewer than three values gives none, whatever the
     seeds): a table of dashes says less. None where some r is defined."""
     if any(c.r is not None for c in correlations):
