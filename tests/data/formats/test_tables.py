@@ -223,6 +223,14 @@ def test_generic_csv_a_highest_class_of_2_makes_three_classes_and_a_single_label
             read_csv_table(table, columns={"path": "file"}, labels=["opacity", "effusion"], task=task)
 
 
+@pytest.mark.parametrize("task", ["multi-label", "regression", "Binary"])
+def test_generic_csv_a_task_that_is_no_task_kind_is_refused_naming_the_kinds(table, load_layout, task):
+    """The Python API passes data.task on unchecked (a study file's schema checks it): "multi-label" made a dataset
+    whose task kind was "multi-label", which no objective, metric or report knows."""
+    with pytest.raises(DataError, match=rf"data.task '{task}' is no task kind: use binary, multiclass or multilabel"):
+        load_layout("csv", table, columns={"path": "file"}, labels=("opacity",), task=task)
+
+
 def test_generic_csv_a_mistyped_label_that_leaves_classes_without_rows_is_refused(table):
     """"11" for "1" in a 0/1 column read as twelve classes, ten of them empty, and trained a 12-way model."""
     table.write_text(table.read_text().replace("pngs/img5.png,1,", "pngs/img5.png,11,"))

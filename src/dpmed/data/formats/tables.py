@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 
@@ -133,6 +134,9 @@ def read_csv_table(path: str | Path, *, columns: Mapping[str, str], labels: Sequ
     (train / val / validation / test, as :data:`~dpmed.data.manifest.SPLIT_NAMES` spells them; blank = let dpmed
     split) publishes a split.
     """
+    if task is not None and task not in get_args(TaskKind):    # a study file's schema checks it; the Python API not
+        raise DataError(f"data.task {task!r} is no task kind: use binary, multiclass or multilabel, or leave it out "
+                        "to infer it from the labels")
     table = Path(path).expanduser()
     if table.is_dir():
         raise DataError(f"{table} is a folder; for source 'csv' data.path names the CSV file itself")
