@@ -66,7 +66,7 @@ class RunContext:
     evaluation: EvaluationConfig
     device: str = "auto"
     progress: bool = True
-    privacy_randomness: str = "secure"
+    privacy_randomness: RandomnessMode = "secure"
     start: StartRecord | None = None
     alone: bool = True
 
