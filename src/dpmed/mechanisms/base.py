@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping
+from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Protocol
 
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -324,15 +324,13 @@ class PrivacyCard(Strict):
         return short.upper() if short in ACCOUNTANTS else short
 
 
-class ImageMechanism:
-    """A local DP transform of the released training images (protocol): ``apply(images, rng)`` -> perturbed copy,
+class ImageMechanism(Protocol):
+    """A local DP transform of the released training images: ``apply(images, rng)`` -> perturbed copy,
     ``event(image_shape)`` -> the privacy event of one image's release (None: not DP)."""
 
-    def apply(self, images: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:  # pragma: no cover - protocol
-        raise NotImplementedError
+    def apply(self, images: np.ndarray, *, rng: np.random.Generator) -> np.ndarray: ...
 
-    def event(self, image_shape: tuple[int, ...]) -> Any:  # pragma: no cover - protocol
-        raise NotImplementedError
+    def event(self, image_shape: tuple[int, ...]) -> Any: ...
 
 
 @dataclass(frozen=True)
