@@ -196,11 +196,12 @@ class Correlation(BaseModel):
     reason: str | None = None
 
 
-def pearson(x: Sequence[float], y: Sequence[float], *, min_x_values: int = 1, x_name: str = "x") -> Correlation:
+def pearson(x: Sequence[float | None], y: Sequence[float | None], *, min_x_values: int = 1,
+            x_name: str = "x") -> Correlation:
     """Pearson's r and its two-sided p-value (scipy; t-test with n - 2 degrees of freedom), with n.
 
-    Points with a missing value are dropped; fewer than 3 points, a constant variable, or fewer than
-    ``min_x_values`` distinct values of ``x`` (named ``x_name`` in the reason) give r = None and a reason. A trend
+    Points with a missing value (None or not finite) are dropped; fewer than 3 points, a constant variable, or fewer
+    than ``min_x_values`` distinct values of ``x`` (named ``x_name`` in the reason) give r = None and a reason. A trend
     across a sweep needs three swept values (`dpmed.comparisons.correlations`): across two, r only compares two
     groups of points (with one point at each it is +-1 whatever they are; with seeds, a large |r| and a small p say
     only that the two values differ, which the paired differences say better), not a trend.
