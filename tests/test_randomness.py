@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import traceback
 from fractions import Fraction
 
 import numpy as np
@@ -12,7 +13,7 @@ import scipy.stats
 import torch
 
 from dpmed.randomness import (GAUSSIAN_DRAW_BOUND, LAPLACE_DRAW_BOUND, PRIVACY_STREAMS, PrivacyRandomness,
-                             _bernoulli_exp, discrete_laplace, public_seed)
+                             _bernoulli_exp, _stream_key, discrete_laplace, public_seed)
 
 
 def _draws(r: PrivacyRandomness, name: str = "noise", n: int = 64) -> np.ndarray:
@@ -100,6 +101,31 @@ def test_state_restores_every_stream_exactly():
     assert np.array_equal(expected[0], got[0]) and np.array_equal(expected[1], got[1])
     with pytest.raises(ValueError, match="another key"):
         PrivacyRandomness.secure().restore(saved)
+
+
+def _key_words(randomness: PrivacyRandomness) -> list[str]:
+    """The forms in which a run's key would show in a text: the root's bytes and hex, and each stream's AES key
+    (the low 64-bit word a stream's saved state begins its key with)."""
+    words = [repr(randomness.root), randomness.root.hex()]
+    words += [str(_stream_key(randomness.root, name) & ((1 << 64) - 1)) for name in PRIVACY_STREAMS]
+    return words
+
+
+def test_a_traceback_that_shows_locals_never_shows_the_key():
+    # A Ctrl-C propagates out of a run with the randomness on the stack; a traceback that prints each frame's locals
+    # (IPython's verbose mode, pytest --showlocals, a crash reporter) would print a key the unfinished run keeps, so
+    # whoever read it could subtract the noise of the model the resumed run releases.
+    randomness = PrivacyRandomness.secure()
+    randomness.stream("noise")
+
+    def training(randomness: PrivacyRandomness) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        training(randomness)
+    text = "".join(traceback.TracebackException.from_exception(caught.value, capture_locals=True).format())
+    assert "PrivacyRandomness" in text and "secure" in text      # the locals are shown, the key is not
+    assert not [word for word in _key_words(randomness) if word in text]
 
 
 def test_draws_have_the_laws_the_mechanisms_assume():

@@ -39,7 +39,7 @@ import hashlib
 import json
 import math
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Literal, Mapping
 
@@ -122,10 +122,12 @@ class PrivacyRandomness:
     against anyone who knows the seed). Streams are created on first use and remember their position, so the
     sampler and the noise each continue where they stopped; :meth:`state` and :meth:`restore` carry those
     positions through a (private) checkpoint so that a resumed run makes exactly the draws an uninterrupted one
-    would. Never write :meth:`root_hex` or :meth:`state` anywhere but the run's private folder.
+    would. Never write :meth:`root_hex` or :meth:`state` anywhere but the run's private folder. The key is left out
+    of the repr: a traceback that shows each frame's locals (IPython's verbose mode, pytest --showlocals, a crash
+    reporter) prints the repr of the randomness an interrupted run holds, and that run keeps its key to resume.
     """
 
-    root: bytes
+    root: bytes = field(repr=False)
     mode: RandomnessMode
 
     def __post_init__(self) -> None:
