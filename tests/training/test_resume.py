@@ -9,13 +9,15 @@ import math
 import re
 import subprocess
 import sys
+import traceback
+from pathlib import Path
 
 import pytest
 import torch
 
 from dpmed.accounting import ledger_epsilon
 from dpmed.config import TrainingConfig
-from dpmed.randomness import PrivacyRandomness
+from dpmed.randomness import PRIVACY_STREAMS, PrivacyRandomness, _stream_key
 from dpmed.training import DpSgdPlan, DpSgdStep, checkpoint_progress, train
 
 CFG = TrainingConfig(epochs=3, batch_size=16, physical_batch_size=64, optimizer="adam", learning_rate=1e-3)
@@ -92,6 +94,25 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp_in_one_go
     if dp is not None:
         assert resumed.ledger.dp_sgd_steps == PLAN.steps
         assert (ledger_epsilon(resumed.ledger, delta=1e-5) == ledger_epsilon(whole.ledger, delta=1e-5))
+
+
+def test_a_traceback_that_shows_locals_never_shows_the_key_of_a_resumed_run(data, new_model, tmp_path, monkeypatch):
+    # The checkpoint holds each privacy stream's state, its AES key included. Kept as a local of the training loop,
+    # it was printed by every traceback that shows locals (IPython's verbose mode, pytest --showlocals, a crash
+    # reporter) of a resumed run stopped mid-way, which resumes again later with that same key.
+    images, task = data
+    key, ckpt = PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
+    for calls in (12, 2):                 # the first stop leaves a checkpoint at step 10; the resumed run stops too
+        with monkeypatch.context() as m:
+            _interrupt_after(m, DpSgdStep, "__call__", calls)
+            with pytest.raises(Killed) as caught:
+                train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
+                      randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    frames = traceback.TracebackException.from_exception(caught.value, capture_locals=True).stack
+    text = "".join(map(str, [frame.locals for frame in frames if "dpmed" in Path(frame.filename).parts]))
+    root = bytes.fromhex(key)
+    words = [key, repr(root), *(str(_stream_key(root, name) & ((1 << 64) - 1)) for name in PRIVACY_STREAMS)]
+    assert "randomness" in text and not [word for word in words if word in text]
 
 
 def test_a_release_before_training_opens_the_ledger_once_also_in_a_resumed_run(data, new_model, tmp_path,

@@ -210,6 +210,30 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
     return state if state.get("fingerprint") == fingerprint else None
 
 
+def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer: torch.optim.Optimizer,
+            shuffle_gen: torch.Generator, randomness: PrivacyRandomness | None, average: ParameterAverage | None,
+            label: str) -> tuple[Ledger, list, int] | None:
+    """Continue from the checkpoint at ``path`` where it continues this training (`_load_checkpoint`): restore the
+    model, optimiser, generators and average in place, and return (ledger, statistics, done); None where there is
+    none. The checkpoint's dict stays in this frame: it holds each privacy stream's state, AES key included, and as a
+    local of the training loop it was printed by every traceback that shows locals (IPython's verbose mode, pytest
+    --showlocals, a crash reporter) of a resumed run stopped mid-way, which keeps that key to resume again."""
+    state = _load_checkpoint(path, fingerprint)
+    if state is None:
+        return None
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    shuffle_gen.set_state(state["shuffle_state"])
+    if randomness is not None:
+        randomness.restore(state["privacy_randomness"])
+    if average is not None:
+        average.load_state_dict(state["average"])
+    reached = state.get("progress")    # absent from checkpoints written before they recorded it
+    _log.info("%s: continues from its checkpoint%s", label,
+              f" at step {reached['steps']} of {reached['of']}" if reached else "")
+    return Ledger.from_dict(state["ledger"]), state["statistics"], state["done"]
+
+
 def _read_checkpoint(path: Path, *, mmap: bool = False) -> dict:
     """The checkpoint at ``path``; RuntimeError naming it, and what to do, where it cannot be read or is none.
     FileNotFoundError where it is gone (a run that finished as `dpmed status` looked: its caller looks again)."""
@@ -279,19 +303,10 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     fingerprint = _fingerprint(data, cfg, seed, dp)
     if dp is not None and dp.sampling != "poisson":
         checkpoint = None
-    state = _load_checkpoint(checkpoint, fingerprint)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        shuffle_gen.set_state(state["shuffle_state"])
-        if randomness is not None:
-            randomness.restore(state["privacy_randomness"])
-        ledger, statistics, done = Ledger.from_dict(state["ledger"]), state["statistics"], state["done"]
-        if average is not None:
-            average.load_state_dict(state["average"])
-        reached = state.get("progress")    # absent from checkpoints written before they recorded it
-        _log.info("%s: continues from its checkpoint%s", label,
-                  f" at step {reached['steps']} of {reached['of']}" if reached else "")
+    restored = _resume(checkpoint, fingerprint, model=model, optimizer=optimizer, shuffle_gen=shuffle_gen,
+                       randomness=randomness, average=average, label=label)
+    if restored is not None:
+        ledger, statistics, done = restored
 
     def save(done_now: int) -> None:
         if checkpoint is not None:
