@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 import os
 import threading
+import traceback
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -112,6 +114,27 @@ def test_a_failing_step_has_moved_the_stream_by_its_keys_only_and_leaves_no_thre
     twin = np.random.default_rng(2)
     twin.bit_generator.random_raw(2)                           # 1,204 coordinates: one block, two words
     assert rng.bit_generator.state == twin.bit_generator.state
+
+
+def test_a_traceback_that_shows_locals_of_an_interrupted_step_shows_neither_its_keys_nor_its_noise():
+    # A Ctrl-C lands most often in the clipped sum, while the step's noise is drawn. A traceback that shows each
+    # frame's locals (IPython's verbose mode, pytest --showlocals, a crash reporter) printed the step's block keys
+    # and a few of its noise values; the resumed run draws that very step again from its checkpoint's stream state.
+    def interrupted_loss(z, t):
+        raise KeyboardInterrupt
+
+    model = nn.Linear(300, 4)
+    step = DpSgdStep(model, loss_fn=interrupted_loss, max_grad_norm=1.0, noise_multiplier=1.0,
+                     expected_batch_size=4.0, physical_batch_size=4, noise_rng=np.random.default_rng(2))
+    with pytest.raises(KeyboardInterrupt) as caught:
+        step(torch.randn(4, 300), torch.randint(0, 4, (4,)))
+    frames = traceback.TracebackException.from_exception(caught.value, capture_locals=True).stack
+    text = "".join(shown for frame in frames if "dpmed" in Path(frame.filename).parts
+                   for shown in frame.locals.values())
+    keys = block_keys(np.random.default_rng(2), 300 * 4 + 4)      # the twin of the step's stream
+    assert "clipped_sum" in "".join(frame.name for frame in frames)          # stopped where the noise is drawn
+    assert not [str(key) for key in keys if str(key) in text]
+    assert repr(step._noise_buffer()) not in text                            # the step's noise, as a tensor shows
 
 
 def test_a_run_resumed_from_the_streams_saved_state_draws_the_same_keys():

@@ -259,12 +259,13 @@ class DpSgdStep:
         if not scale > 0 or not self.params:      # sigma 0 (with C = inf, scale is nan): no noise
             self._set_grads(self.clipped_sum(x, y, groups=groups))
             return
-        flat = self._noise_buffer()
-        keys = block_keys(self.noise_rng, len(flat))        # the stream moves here, before anything can fail
+        # The noise buffer is named by no local here: a traceback that shows locals would print some of its values
+        # (the keys hide themselves, `BlockKeys`), and a run resumed from its checkpoint draws this step again.
+        keys = block_keys(self.noise_rng, len(self._noise_buffer()))   # the stream moves here, before anything can fail
         # The record_function labels name the step's phases in a torch profile (benchmarks/dp_step.py --profile).
         with ThreadPoolExecutor(max_workers=min(len(keys), noise_workers()),
                                 thread_name_prefix="dpmed-noise") as pool:
-            filling = fill_noise(flat.numpy(), keys, pool, kind=self.noise,
+            filling = fill_noise(self._noise_buffer().numpy(), keys, pool, kind=self.noise,
                                  four_halved=self.params[0].dtype == torch.float64)
             with record_function("dpmed.clipped_sum"):
                 total = self.clipped_sum(x, y, groups=groups)   # leaving the pool waits for every block, even if
@@ -272,11 +273,15 @@ class DpSgdStep:
                 for f in filling:
                     f.result()              # re-raises a failed draw on this thread
         with record_function("dpmed.noise_add"):
-            noise = flat.to(self.params[0].device)           # one copy to the GPU (pinned memory there)
-            pieces = noise.split([acc.numel() for acc in total])
-            # in float64, then rounded; one call for all parameters (a GPU pays host time per dispatched op)
-            torch._foreach_add_(total, [n.view(acc.shape) for n, acc in zip(pieces, total)], alpha=scale)
+            self._add_noise(total, scale)
         self._set_grads(total)
+
+    def _add_noise(self, total: list[Tensor], scale: float) -> None:
+        """total += scale * the drawn noise, in float64, then rounded; one call for all parameters (a GPU pays host
+        time per dispatched op). Its own frame: its locals hold the noise for this instant only."""
+        noise = self._noise_buffer().to(self.params[0].device)     # one copy to the GPU (pinned memory there)
+        pieces = noise.split([acc.numel() for acc in total])
+        torch._foreach_add_(total, [n.view(acc.shape) for n, acc in zip(pieces, total)], alpha=scale)
 
     def _set_grads(self, total: list[Tensor]) -> None:
         """p.grad = the noisy (or plain) clipped sum divided by the expected batch size qN, for every parameter."""

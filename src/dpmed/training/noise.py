@@ -28,16 +28,25 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from randomgen import AESCounter
 
-__all__ = ["BLOCK", "block_keys", "fill_noise", "noise_workers"]
+__all__ = ["BLOCK", "BlockKeys", "block_keys", "fill_noise", "noise_workers"]
 
 BLOCK = 1 << 20     # coordinates per block: enough blocks to share among threads, few GIL hand-overs
 
 
-def block_keys(stream: np.random.Generator, size: int) -> list[int]:
+class BlockKeys(list):
+    """The keys of one step's noise blocks, as a list whose repr (and str) leaves them out: a traceback that shows
+    each frame's locals (IPython's verbose mode, pytest --showlocals, a crash reporter) prints the keys of the step a
+    Ctrl-C stopped, and the resumed run draws that very step again from its checkpoint's stream state."""
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} secret noise block keys>"
+
+
+def block_keys(stream: np.random.Generator, size: int) -> BlockKeys:
     """The 128-bit AES keys of the blocks of a noise vector of ``size`` coordinates, taken from ``stream``
     (two raw 64-bit words a block, high word first). The stream moves by exactly 2 * ceil(size / BLOCK) words."""
     words = stream.bit_generator.random_raw(2 * math.ceil(size / BLOCK)).tolist()
-    return [(hi << 64) | lo for hi, lo in zip(words[0::2], words[1::2])]
+    return BlockKeys((hi << 64) | lo for hi, lo in zip(words[0::2], words[1::2]))
 
 
 def _fill_block(out: np.ndarray, key: int, kind: str, four_halved: bool) -> None:
