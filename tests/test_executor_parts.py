@@ -291,6 +291,28 @@ def test_a_failure_whose_error_file_cannot_be_written_is_reported_and_the_next_r
     assert f"a: could not write its error file {folder.run('a').error}" in caplog.text
 
 
+def test_a_run_that_fails_after_writing_its_run_json_is_reported_finished(tmp_path, monkeypatch, caplog):
+    """Its model and run.json are released: reported failed, the study's results and report left out a model anyone
+    holding the folder has, and an error.json lay beside its run.json. Its secrets are deleted as the run would have
+    (here the run's own deletion failed)."""
+    from dpmed.folders import StudyFolder
+
+    def run_one(plan, context, folder):
+        folder.make()
+        folder.record.write_text("{}")
+        raise PermissionError(13, "Permission denied", str(folder.privacy_key))   # deleting its key
+
+    monkeypatch.setattr(executors, "run_one", run_one)
+    monkeypatch.setattr(executors, "read_record", lambda path: f"record of {path.parent.name}")
+    folder = StudyFolder(tmp_path / "study")
+    task = executors.RunTask(SimpleNamespace(run_id="a"), folder.run("a"))
+    folder.run("a").make_private()
+    folder.run("a").privacy_key.write_text("key")
+    assert executors._execute(task, None) == "record of a"
+    assert not folder.run("a").error.exists() and not folder.run("a").privacy_key.exists()
+    assert "a: PermissionError" in caplog.text and "after its run.json was written" in caplog.text
+
+
 def test_runs_that_train_at_once_are_marked_not_alone_and_one_at_a_time_alone():
     """Runs beside others take as long as the others' load makes them, a DP-SGD run's included: each run's context
     says whether it trains alone (`Timing.alone`), so that its seconds stay private where it does not."""

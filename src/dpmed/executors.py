@@ -112,7 +112,8 @@ def _is_interrupt(exc: Exception) -> bool:
 
 
 def _execute(task: RunTask, context: RunContext) -> Outcome:
-    """run_one, with any exception but an interrupt turned into a recorded failure. An error.json of an earlier
+    """run_one, with any exception but an interrupt turned into a recorded failure, except after the run wrote its
+    run.json (then its model is released, and the study's results count it: read back). An error.json of an earlier
     attempt is deleted first: left beside this attempt's checkpoint, it would make an interrupted run look failed.
     A run already finished is read back, not trained again: Ray retries a task whose worker died, also after it
     wrote its run.json, and a retrained run would be a second release of its images, with a new key where its
@@ -131,6 +132,10 @@ def _execute(task: RunTask, context: RunContext) -> Outcome:
             raise stop from None          # zip writer then raises "unexpected pos"): a stop, not a failed run
         if _is_interrupt(exc):
             raise KeyboardInterrupt from exc
+        if task.folder.is_finished:     # failed after its run.json (deleting its key): released, so finished
+            _log.warning("%s: %s: %s, after its run.json was written: the run is finished", task.plan.run_id,
+                         type(exc).__name__, exc)
+            return _read_back(task)
         return _failure(task, f"{type(exc).__name__}: {exc}", traceback.format_exc())
     return record
 
