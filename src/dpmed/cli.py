@@ -457,8 +457,8 @@ def _internal_error(exc: Exception, command: str) -> int:
         f.write("".join(traceback.format_exception(exc)))
     kept = (" Finished runs are kept and the same command goes on from them." if command in ("run", "report")
             else "")
-    print(f"dpmed: internal error: {type(exc).__name__}: {exc}.{kept} Please report this with the traceback in {path}",
-          file=sys.stderr)
+    print(f"dpmed: internal error: {type(exc).__name__}: {exc}.{kept} Please report this with the traceback in {path} "
+          "(read it first: as this line, it may quote a file name or value of your data)", file=sys.stderr)
     return 1
 
 

@@ -170,7 +170,8 @@ def test_a_bug_in_dpmed_reaches_the_user_as_one_line_with_its_traceback_in_a_pri
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("dpmed: internal error: ValueError: 'yerr' must not")
     assert "Traceback" not in err and "Finished runs are kept" in err
-    path = Path(err.split("traceback in ")[1])
+    path = Path(err.split("traceback in ")[1].split(" (read it first")[0])
+    assert err.endswith("(read it first: as this line, it may quote a file name or value of your data)")
     assert path.parent == tmp_path and path.stat().st_mode & 0o777 == 0o600
     assert "Traceback" in path.read_text() and "in broken" in path.read_text()
     monkeypatch.setattr(dpmed.privacy_commands, "privacy_command", broken)   # keeps no runs, so promises none
