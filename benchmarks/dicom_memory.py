@@ -5,7 +5,7 @@ temporary folder, against the bytes of the float32 image it returns.
 A decoding thread holds the file's Pixel Data, its stored values and the float32 output at least (2 + 2 + 4 bytes a
 pixel); float64 copies of the image (8 bytes a pixel each) come on top where the grey pipeline runs on every pixel.
 
-    python benchmarks/dicom_memory.py [--size 8000] [--rescale 0.5 -1024] [--window 40 400]
+    python benchmarks/dicom_memory.py [--size 8000] [--signed] [--rescale 0.5 -1024] [--window 40 400]
 
 Not a test: the time depends on the machine; the peak only on numpy's and pydicom's arrays.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 
-def _write(path: Path, size: int, rescale, window) -> None:
+def _write(path: Path, size: int, signed: bool, rescale, window) -> None:
     from pydicom.dataset import Dataset, FileMetaDataset
     from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
 
@@ -33,18 +33,21 @@ def _write(path: Path, size: int, rescale, window) -> None:
     ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
     ds.Rows = ds.Columns = size
     ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 0
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, int(signed)
     if rescale:
         ds.RescaleSlope, ds.RescaleIntercept = rescale
     if window:
         ds.WindowCenter, ds.WindowWidth = window
-    ds.PixelData = np.random.default_rng(0).integers(0, 2**16, (size, size), dtype=np.uint16).tobytes()
+    dtype = np.int16 if signed else np.uint16
+    info = np.iinfo(dtype)
+    ds.PixelData = np.random.default_rng(0).integers(info.min, info.max, (size, size), dtype=dtype).tobytes()
     ds.save_as(path, enforce_file_format=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=8000, help="rows = columns (default 8000: 64 megapixels)")
+    parser.add_argument("--signed", action="store_true", help="signed stored values (a CT's), across zero")
     parser.add_argument("--rescale", type=float, nargs=2, metavar=("SLOPE", "INTERCEPT"))
     parser.add_argument("--window", type=float, nargs=2, metavar=("CENTER", "WIDTH"))
     args = parser.parse_args()
@@ -52,14 +55,16 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "large.dcm"
-        _write(path, args.size, args.rescale, args.window)
+        _write(path, args.size, args.signed, args.rescale, args.window)
         tracemalloc.start()
         start = time.perf_counter()
         image = read_dicom(path)
         seconds = time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-    print(f"{args.size} x {args.size}, rescale {args.rescale}, window {args.window}: peak {peak / 1e6:,.0f} MB, "
+    kind = "signed" if args.signed else "unsigned"
+    print(f"{args.size} x {args.size}, {kind}, rescale {args.rescale}, window {args.window}: "
+          f"peak {peak / 1e6:,.0f} MB, "
           f"{peak / image.nbytes:.2f} x the {image.nbytes / 1e6:,.0f} MB float32 image, {seconds:.1f} s")
 
 
