@@ -136,6 +136,25 @@ def test_a_few_placeholder_rows_among_real_ids_are_named_with_a_remedy_for_those
     assert "if the patients cannot be told apart" not in message
 
 
+@pytest.mark.parametrize("n_stray", [10, 11])
+def test_up_to_ten_placeholder_rows_are_told_as_stray_in_a_message_of_a_few_lines(files, n_stray):
+    """Ten stray rows (the most told as such) were all named on one line: ten of a DICOM folder's paths made it 750
+    characters. The first five are named, and the count covers all; from eleven, it is a whole export's message."""
+    root, paths = files
+    patients = [f"p{i // 2}" for i in range(N_FILES - n_stray)] + ["Unknown"] * n_stray
+    manifest = _manifest(root, paths, patients, [i % 2 for i in range(N_FILES)], [""] * N_FILES)
+    with pytest.raises(DataError) as err:
+        assemble_dataset(manifest, preprocessing=Preprocessing(), split=SplitPlan(), cache_dir=None)
+    message = str(err.value)
+    first = N_FILES - n_stray
+    if n_stray > 10:
+        assert "look real" not in message and "if the patients cannot be told apart" in message
+        return
+    assert f"holds {n_stray} of {N_FILES} images (" in message and f"; and {n_stray - 5} more)" in message
+    assert [f"{i}.png" in message for i in range(first, N_FILES)] == [True] * 5 + [False] * (n_stray - 5)
+    assert len(message) < 600
+
+
 def test_one_id_of_most_images_is_refused_and_a_patient_of_many_images_is_not(files):
     """An id that holds more than half of the images is no one patient's (NIH ChestX-ray14 has patients of over
     100 images, among its 112,120), whatever its spelling, "0" too; a patient of many images, fewer than

@@ -193,7 +193,7 @@ _PLACEHOLDERS = frozenset({"anonymous", "anonymized", "anonymised", "anon", "unk
                            "na", "-", "?", "removed", "redacted", "deidentified", "de-identified", "noname", "no name",
                            "xxx", "patient"})
 _MOST_OF = 20    # from this many images up, one id that holds more than half of them is no one patient's
-_FEW = 10        # up to this many placeholder rows, fewer than half of the images, are stray rows: each is named
+_FEW = 10        # up to this many placeholder rows, fewer than half of the images, are stray rows, told as such
 
 
 def refuse_placeholder_patients(manifest: Manifest, rows: np.ndarray) -> None:
@@ -233,8 +233,11 @@ def refuse_placeholder_patients(manifest: Manifest, rows: np.ndarray) -> None:
 def _refuse_stray_placeholders(manifest: Manifest, stray: list[int], of: int, source: str, why: str) -> None:
     """DataError for a few rows under a placeholder among real ids (a file the export missed, a row typed by hand):
     the remedies of a whole anonymised export (drop the patient column, blank every PatientID) would give up the
-    other images' real ids, so each stray row is named, with what to do about those rows alone."""
+    other images' real ids, so the stray rows are named (the first `_SHOWN`: ten of a DICOM folder's paths made one
+    line of 750 characters), with what to do about those rows alone."""
     placed = list(dict.fromkeys(str(manifest.patient_ids[r]) for r in stray))
+    shown = "; ".join(str(manifest.where[r]) for r in stray[:_SHOWN])
+    more = f"; and {len(stray) - _SHOWN} more" if len(stray) > _SHOWN else ""
     ids = ", ".join(repr(p) for p in placed)
     one = len(stray) == 1
     remedy = ("give this image its patient's pseudonymous id, the one on that patient's other images, or take it out "
@@ -243,7 +246,7 @@ def _refuse_stray_placeholders(manifest: Manifest, stray: list[int], of: int, so
               "take out of the data those whose patient is unknown")
     raise DataError(f"{manifest.name} at {manifest.root}: the patient id{'' if len(placed) == 1 else 's'} {ids} "
                     f"({source}) hold{'s' if len(placed) == 1 else ''} {len(stray)} of {of} images "
-                    f"({'; '.join(str(manifest.where[r]) for r in stray)}), {why}; the other {of - len(stray)} "
+                    f"({shown}{more}), {why}; the other {of - len(stray)} "
                     f"images' ids look real: {remedy}")
 
 
