@@ -745,3 +745,19 @@ def test_a_large_grey_dicom_is_decoded_without_float64_copies_of_it(tmp_path, wr
         tracemalloc.stop()
     assert decoded.shape == (1, 1500, 1500)
     assert peak < 2.25 * decoded.nbytes, f"{peak / decoded.nbytes:.2f} x the decoded image"
+
+
+@pytest.mark.parametrize("key, dtype", [("FloatPixelData", np.float32), ("DoubleFloatPixelData", np.float64)])
+def test_a_dicom_of_float_pixel_data_is_refused_as_such(tmp_path, write_dicom, key, dtype):
+    """Float Pixel Data (a parametric map) were told as "without pixel data (a report or a structured document?)",
+    which sent the user looking for a report."""
+    import pydicom
+
+    path = write_dicom(tmp_path / "a.dcm", np.zeros((4, 4)))
+    ds = pydicom.dcmread(path)
+    del ds.PixelData, ds.BitsStored, ds.HighBit, ds.PixelRepresentation
+    ds.BitsAllocated = 8 * np.dtype(dtype).itemsize
+    setattr(ds, key, np.linspace(0, 1, 16, dtype=dtype).tobytes())
+    ds.save_as(path)
+    with pytest.raises(UnreadableImage, match=f"holds its pixels as {key} .*integer Pixel Data"):
+        read_image(path, channels=1)

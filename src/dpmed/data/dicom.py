@@ -347,6 +347,11 @@ def read_dicom(path: Path) -> np.ndarray:
     """
     ds = _open(path, pixels=True)
     if "PixelData" not in ds:
+        floats = next((key for key in ("FloatPixelData", "DoubleFloatPixelData") if key in ds), None)
+        if floats is not None:      # told as no pixel data at all, a user looked for a report
+            raise UnreadableImage(f"holds its pixels as {floats} (floating-point values: a parametric map or a "
+                                  "derived image), which dpmed does not read; export the image with integer Pixel "
+                                  "Data")
         raise UnreadableImage("is a DICOM file without pixel data (a report or a structured document?)")
     if ds.PixelData is None:        # an element of length 0: pydicom reads no value, and nothing can size it
         raise UnreadableImage("is a DICOM file whose Pixel Data element is empty (cut short when written?); export "
