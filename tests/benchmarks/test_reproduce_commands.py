@@ -1,6 +1,7 @@
 """The commands benchmarks/RESULTS.md gives to reproduce its tables still run against today's code: every `dpmed`
 line parses and its study, with each `--set` applied, passes the study schema; every harness call parses with the
-harness's own flags; every test file named exists. Nothing is trained or measured: each block runs in bash with
+harness's own flags, also where the text gives it in a sentence or an indented line rather than a bash block;
+every test file named exists. Nothing is trained or measured: each block runs in bash with
 `dpmed`, `python` and the file-changing commands replaced by a recorder, so the shell's own variables (ARM, OLD,
 SN, ...) expand as a reader's shell would expand them. A study key renamed in the schema, or a harness flag
 dropped, would otherwise leave a reproduce block that fails only when someone runs it for hours."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import runpy
+import shlex
 import shutil
 import subprocess
 import sys
@@ -59,6 +61,16 @@ def _commands(tmp_path: Path) -> list[tuple[int, list[str]]]:
     return commands
 
 
+def _harness_calls_outside_blocks() -> list[str]:
+    """Harness calls the text gives in a sentence (`python benchmarks/x.py --flag`) or as an indented line, which
+    the bash blocks above do not hold: the same drift (a flag renamed) would pass unseen there. Optional parts
+    shown in brackets are checked as if given; a trailing `# comment` is dropped."""
+    prose = re.sub(r"```.*?```", "", RESULTS.read_text(encoding="utf-8"), flags=re.S)
+    calls = re.findall(r"`(python benchmarks/[^`]*)`", prose)
+    calls += re.findall(r"^ {4,}(python benchmarks/(?:.*\\\n)*.*)", prose, flags=re.M)
+    return [re.sub(r"\\\n", " ", call).split(" #")[0].replace("[", "").replace("]", "") for call in calls]
+
+
 class _Parsed(Exception):
     """Raised by a harness's parse_args once its flags have parsed: the harness itself never runs."""
 
@@ -73,6 +85,7 @@ def _check_harness(argv: list[str], monkeypatch) -> None:
     with monkeypatch.context() as m:
         m.setattr(argparse.ArgumentParser, "parse_args", parse_only)
         m.setattr(sys, "argv", [str(REPO / argv[0]), *argv[1:]])
+        m.syspath_prepend(str((REPO / argv[0]).parent))     # as `python benchmarks/x.py` finds x's sibling modules
         with pytest.raises(_Parsed):
             runpy.run_path(str(REPO / argv[0]), run_name="__main__")
 
@@ -123,3 +136,19 @@ def test_every_reproduce_command_in_results_parses_and_its_study_is_valid(tmp_pa
             assert named and all((REPO / a).is_file() for a in named), where
         else:
             assert argv[:2] == ["python", "-c"], where                    # a one-off script, shown in full
+
+
+@pytest.mark.parametrize("call", _harness_calls_outside_blocks())
+def test_every_harness_call_in_the_text_parses(call, monkeypatch):
+    argv = shlex.split(call)
+    assert argv[0] == "python" and (REPO / argv[1]).is_file(), call
+    try:
+        _check_harness(argv[1:], monkeypatch)
+    except SystemExit:                                                  # argparse refused a flag (printed above)
+        raise AssertionError(f"RESULTS.md: {call}: the harness refuses its flags") from None
+
+
+def test_harness_calls_outside_blocks_are_found():
+    calls = _harness_calls_outside_blocks()
+    assert any("\n" not in c and "--cache-dir" in c for c in calls)     # an indented call continued with a backslash
+    assert any("private_copies.py --images" in c for c in calls)      # a call whose optional flags were bracketed
