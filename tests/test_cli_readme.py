@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dpmed.cli import _parser
+from dpmed.cli import _parser, main
 from dpmed.config import load_study
 from dpmed.config.data_section import DATASET_SOURCES
 from dpmed.config.schema import CAM_METHODS, DP_ENGINES, MODEL_NAMES, Arm
@@ -36,6 +36,10 @@ def _command_lines() -> list[str]:
             command = line.split("#")[0].strip()
             if command.startswith("dpmed "):
                 lines.append(re.sub(r"\[[^\]]*\]", "", command))     # [--address ...]: optional, shown in brackets
+    prose = re.sub(r"```.*?```", "", README.read_text(encoding="utf-8"), flags=re.S)
+    for span in re.findall(r"`(dpmed [^`]*)`", prose):            # a call given in a sentence (`dpmed report DIR`);
+        if len(span.split()) > 2 and "--version" not in span:     # `dpmed report` alone names the command
+            lines.append(" ".join(span.split()))
     return lines
 
 
@@ -49,6 +53,14 @@ def test_the_readme_shows_plan_device_and_version():
 @pytest.mark.parametrize("line", _command_lines())
 def test_every_dpmed_command_in_the_readme_parses(line):
     _parser().parse_args(shlex.split(line)[1:])
+
+
+@pytest.mark.parametrize("line", [line for line in _command_lines() if line.startswith("dpmed privacy ")])
+def test_every_privacy_command_in_the_readme_runs(line, capsys):
+    """Parsing is not enough here: a call can parse and still be refused, as one giving q and T without the
+    `--delta` whose default needs N was; these commands take seconds, so each runs as written."""
+    assert main(shlex.split(line)[1:]) == 0, capsys.readouterr().err
+    assert "eps" in capsys.readouterr().out
 
 
 def test_set_up_is_two_commands_and_says_how_to_install_a_cpu_only_torch():
