@@ -70,9 +70,17 @@ class ScatterNet(nn.Module):
             raise ValueError(f"head must be 'linear' or 'cnn', got {head!r}")
 
     def forward(self, x: Tensor) -> Tensor:
-        b = x.shape[0]
-        s = self.scattering(x.contiguous())                                     # [B, C, 81, S/4, S/4]
-        s = self.norm(s.reshape(b, -1, *s.shape[-2:]))                          # [B, 81 C, S/4, S/4]
+        return self.from_fixed(self.fixed_features(x))
+
+    def fixed_features(self, x: Tensor) -> Tensor:
+        """The scattering of ``x``, [B, C, 81, S/4, S/4]: fixed filters, no parameter, each image's alone (the same
+        values whatever batch it is in), so training computes it once per image instead of once per epoch
+        (`dpmed.training.loop`)."""
+        return self.scattering(x.contiguous())
+
+    def from_fixed(self, s: Tensor) -> Tensor:
+        """Logits [B, K] from :meth:`fixed_features`: the trainable part."""
+        s = self.norm(s.reshape(s.shape[0], -1, *s.shape[-2:]))               # [B, 81 C, S/4, S/4]
         return self.head(self.pool(self.features(s)))                           # [B, K]
 
 

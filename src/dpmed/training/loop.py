@@ -45,6 +45,7 @@ from dpmed.randomness import PrivacyRandomness, public_seed
 from dpmed.training.augmentation import Augmentation, image_keys
 from dpmed.training.averaging import ParameterAverage
 from dpmed.training.dp_sgd import DpSgdStep, physical_chunks
+from dpmed.training.fixed_features import precompute
 from dpmed.training.objectives import Objective, objective_for
 from dpmed.training.process_setting import ProcessSetting
 from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffled_batches
@@ -298,6 +299,8 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     optimizer = _optimizer(model, cfg)
     augment, keys = _augmentation(cfg, data, seed)
     average = None if cfg.ema_decay is None else ParameterAverage(model, decay=cfg.ema_decay)
+    trained, x_all = (model, x_all) if augment is not None else precompute(
+        model, x_all, device=device, chunk=cfg.physical_batch_size)     # trained: ``model`` itself or its tail
     shuffle_gen = torch.Generator().manual_seed(seed)
     ledger, statistics, done, start = Ledger(tuple(released)), [], 0, time.perf_counter()
     fingerprint = _fingerprint(data, cfg, seed, dp)
@@ -331,7 +334,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
         total = dp.steps
         steps_per_epoch = max(1, round(1 / dp.sample_rate))
         weight = 1.0 if augment is None else augment.loss_weight       # 1/K per copy: a group sums to the mean
-        step_fn = DpSgdStep(model, loss_fn=lambda z, y: objective.loss(z, y, reduction="sum") * weight,
+        step_fn = DpSgdStep(trained, loss_fn=lambda z, y: objective.loss(z, y, reduction="sum") * weight,
                             max_grad_norm=dp.max_grad_norm, noise_multiplier=dp.noise_multiplier,
                             expected_batch_size=(dp.expected_batch_size if dp.expected_batch_size is not None
                                                  else dp.sample_rate * n_units),
@@ -351,7 +354,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                 if augment is not None:                # the mean loss over K copies: each copy weighs 1/K
                     x, y, _ = augment.expand(x, y, keys[idx.numpy()], step)
                 optimizer.zero_grad(set_to_none=True)
-                losses.append(_mean_loss_backward(model, objective, x, y, cfg.physical_batch_size, device))
+                losses.append(_mean_loss_backward(trained, objective, x, y, cfg.physical_batch_size, device))
                 set_learning_rate(optimizer, cfg, step, total)
                 after_step()
                 shown.step()

@@ -1,0 +1,55 @@
+"""Training on a model's fixed front end computed once, not once per epoch.
+
+A model whose first stage has no parameter and treats each image alone (ScatterNet's scattering transform) maps a
+training image to the same features at every step, so recomputing them for every batch repeats work: for the
+PneumoniaMNIST study the scattering was most of each non-private step. Such a model offers ``fixed_features(x)`` and
+``from_fixed(features)`` (``forward`` is their composition); training then computes the features of the training
+set once and trains :class:`FromFixed` on them. The features are exactly those a batch would give (the transform is
+computed per image), so the losses, the clipped sums and the model are the same numbers.
+
+Not with augmentation (each step's copies are new images), nor where the features would take more than half of the
+free memory (ScatterNet's are 81/16 times the images' size): then every batch is transformed as before.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+
+from dpmed.memory import headroom
+from dpmed.numbers import bytes_text
+
+__all__ = ["FromFixed", "precompute"]
+
+_log = logging.getLogger(__name__)
+
+
+class FromFixed(nn.Module):
+    """``model`` from its fixed features on: the module training runs (its parameters are ``model``'s own)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.model.from_fixed(features)
+
+
+@torch.no_grad()
+def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device,
+               chunk: int) -> tuple[nn.Module, torch.Tensor]:
+    """(the module to train, its inputs): (:class:`FromFixed`, the fixed features of ``x_all``, kept on the CPU as
+    the images are) where ``model`` has a fixed front end and they fit, else (``model``, ``x_all``)."""
+    if not hasattr(model, "fixed_features") or not len(x_all):
+        return model, x_all
+    first = model.fixed_features(x_all[:1].to(device))
+    need = first.element_size() * first.numel() * len(x_all)
+    room = headroom()
+    if room is not None and need > room.ram // 2:
+        _log.info("the fixed features would take %s, more than half the free memory: computed per batch",
+                  bytes_text(need))
+        return model, x_all
+    features = torch.cat([model.fixed_features(xs.to(device)).cpu() for xs in x_all.split(max(1, chunk))])
+    return FromFixed(model), features

@@ -1,0 +1,56 @@
+"""Training a model with a fixed front end (ScatterNet) on its features computed once: the same model, bit for bit,
+as transforming every batch, and every batch transformed where the features cannot be kept."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dpmed.config import TrainingConfig
+from dpmed.memory import Headroom
+from dpmed.models.scatternet import scatternet_cnn
+from dpmed.randomness import PrivacyRandomness
+from dpmed.training import DpSgdPlan, train
+from dpmed.training import fixed_features, loop
+
+_PLAN = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.25, steps=3)
+
+
+def _trained(data, dp, calls=None, **training):
+    images, task = data
+    torch.manual_seed(0)
+    model = scatternet_cnn(1, 2, 16)
+    if calls is not None:
+        model.scattering.register_forward_hook(lambda module, args, out: calls.append(len(args[0])))
+    cfg = TrainingConfig(steps=3, batch_size=8, physical_batch_size=8, optimizer="adam", learning_rate=0.01,
+                         **training)
+    train(model, images, task, cfg, seed=0, dp=dp, progress=False,
+          randomness=None if dp is None else PrivacyRandomness.reproducible(seed=0, run_id="fixed"))
+    return model.state_dict()
+
+
+def _per_batch(model, x_all, **_):
+    return model, x_all
+
+
+@pytest.mark.parametrize("dp", [None, _PLAN], ids=["non-private", "dp-sgd"])
+def test_features_computed_once_train_the_same_model_as_per_batch(data, dp, monkeypatch):
+    n, calls = len(data[0]), []
+    once = _trained(data, dp, calls)
+    assert sum(calls) == 1 + n             # a probe image, then each training image once
+    monkeypatch.setattr(loop, "precompute", _per_batch)
+    again: list[int] = []
+    per_batch = _trained(data, dp, again)
+    assert max(again) <= 8                  # per batch: the same images transformed again every epoch
+    assert once.keys() == per_batch.keys()
+    assert all(torch.equal(once[k], per_batch[k]) for k in once)
+
+
+def test_augmented_or_too_large_features_are_computed_per_batch(data, monkeypatch):
+    calls: list[int] = []
+    _trained(data, None, calls, augmentation={"multiplicity": 2})
+    assert calls and max(calls) <= 16       # batches of 8 images, 2 copies each: never the whole set
+    monkeypatch.setattr(fixed_features, "headroom", lambda: Headroom(ram=1000, swap=0))
+    calls.clear()
+    _trained(data, None, calls)
+    assert calls[0] == 1 and max(calls) <= 8
