@@ -1,9 +1,11 @@
-"""How often the imprint attack (Fowl et al. 2022) reconstructs PneumoniaMNIST training images from one DP-SGD step,
-at the noise multipliers of eps 1, 8, 1e6, 1e9, 1e12, 1e15 (004_6210268d59b6f8e5.txt's high budgets).
+"""How often the imprint attack (Fowl et al. 2022) reconstructs PneumoniaMNIST training images, or Kermany test
+images at 64 px (``--kermany``), from one DP-SGD step, at the noise multipliers of eps 1, 8, 1e6, 1e9, 1e12, 1e15
+(004_6210268d59b6f8e5.txt's high budgets).
 
-    python benchmarks/reconstruction_attack.py [--data ../shared/data/pneumoniamnist/pneumoniamnist.npz]
-        [--epsilons 1,8,1e6,1e9,1e12,1e15] [--structures cumulative,sparse] [--batches 4] [--batch 128]
-        [--bins 512] [--threads 1] [--seed S] [--no-references] [--out benchmarks/results-attack-<machine>.json]
+    python benchmarks/reconstruction_attack.py [--data ../shared/data/pneumoniamnist/pneumoniamnist.npz
+        | --kermany ../shared/data/chest_xray] [--epsilons 1,8,1e6,1e9,1e12,1e15] [--structures cumulative,sparse]
+        [--batches 4] [--batch 128] [--bins 512] [--threads 1] [--seed S] [--no-references]
+        [--out benchmarks/results-attack-<machine>.json]
 
 The arm: Poisson rate q = 128 / 4708 (the expected batch of 128 over the 4708 training images), T = 370 steps
 (about 10 epochs), delta = 1e-5, C = 1; sigma from ``dpmed.accounting.noise_multiplier_for`` (PLD up to eps 500,
@@ -14,6 +16,15 @@ is handed; the body is frozen, so its weights only set each image's gradient sca
 adversary's public images are the val and test splits (MedMNIST's splits are not documented as patient-disjoint:
 they stand for "the same kind of images", which is all the attack uses them for: the bins, the prior, the threshold
 and the chance guesses).
+
+``--kermany FOLDER``: the arm and data of configs/reproductions/004_high_budget_kermany.yaml instead, read by dpmed as
+that study reads them (64 px grey, its patient split of the train folder): the patient as the unit, q = B / N and
+T = epochs x round(N / B) over the N training patients, delta = min(1e-5, 1 / (10 N)), C as the study's dp-sgd arm.
+As the study's attack does (``dpmed.attack.attack_arm``), batches of held-out test images go through the step, each
+patient's images clipped together, ``--batch`` defaulting to B test patients' worth of images and ``--bins`` to
+4 per image as far as the validation images (the adversary's public images) reach. Unlike the study, N is the exact
+count and sigma is calibrated to the whole eps: the study plans from a DP count of N and spends eps 0.02 on it, which
+moves sigma by far less than the high budgets' steps do (the PneumoniaMNIST arm above does likewise).
 
 This is a benchmark, not a test: the table goes to stdout and the numbers to ``--out`` (no image is written).
 
@@ -32,35 +43,113 @@ import math
 import os
 import platform
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from dpmed.accounting import noise_multiplier_for
-from dpmed.attack import calibrate_threshold, noise_level_at, run_imprint_attack
+from dpmed.accounting import default_delta, dp_sgd_schedule, noise_multiplier_for
+from dpmed.attack import attack_batch_size, calibrate_threshold, noise_level_at, run_imprint_attack
+from dpmed.config import load_study
 from dpmed.data import read_medmnist
-from dpmed.errors import DataError
+from dpmed.errors import DpmedError
+from dpmed.mechanisms import DpSgdPlan
 from dpmed.models.registry import build_model
 from dpmed.randomness import PrivacyRandomness
+from dpmed.study import load_study_data
 
 N_TRAIN, EXPECTED_BATCH, STEPS, DELTA = 4708, 128, 370, 1e-5
+KERMANY_STUDY = Path(__file__).resolve().parents[1] / "configs" / "reproductions" / "004_high_budget_kermany.yaml"
 
 
-def sigma_for(eps: float) -> float:
-    return noise_multiplier_for(target_epsilon=eps, delta=DELTA, sample_rate=EXPECTED_BATCH / N_TRAIN, steps=STEPS,
-                                accountant="pld" if eps <= 500 else "rdp")
+@dataclass(frozen=True)
+class Target:
+    """What the attack puts through the arm's step (``images`` [N, C, H, W], ``labels``, a patient id per image in
+    ``groups`` where the patient is the unit), the adversary's ``public`` images, and the arm: q = expected_batch /
+    n_train, T = steps, delta, C = max_grad_norm; ``batch`` attacked images per step in ``bins`` brightness bins.
+    ``about``: what the record says of the arm beyond q, T and delta."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    groups: np.ndarray | None
+    public: np.ndarray
+    n_train: int
+    expected_batch: int
+    steps: int
+    delta: float
+    max_grad_norm: float
+    batch: int
+    bins: int
+    about: dict = field(default_factory=dict)
+
+    def sigma_for(self, eps: float) -> float:
+        return noise_multiplier_for(target_epsilon=eps, delta=self.delta, steps=self.steps,
+                                    sample_rate=self.expected_batch / self.n_train,
+                                    accountant="pld" if eps <= 500 else "rdp")
+
+
+def pneumoniamnist(path: str, batch: int | None, bins: int | None) -> Target:
+    """PneumoniaMNIST's arm (q = 128 / 4708, T = 370, the image as the unit) on its training images."""
+    if not Path(path).is_file():   # dpmed's own message names the study's --data-path, not this flag
+        raise SystemExit(f"--data {path}: no such file; pass PneumoniaMNIST's pneumoniamnist.npz")
+    try:
+        data = read_medmnist(path)
+    except DpmedError as exc:
+        raise SystemExit(f"--data: {exc}") from None
+    images, labels = data.train.images, data.train.labels
+    if len(images) != N_TRAIN:      # q and T above are PneumoniaMNIST's; on another set they would be no arm at all
+        raise SystemExit(f"{path}: {len(images)} training images; the arm is PneumoniaMNIST's (q = "
+                         f"{EXPECTED_BATCH} / {N_TRAIN}, T = {STEPS}): pass pneumoniamnist.npz with --data")
+    batch = EXPECTED_BATCH if batch is None else batch
+    return Target(images=images, labels=labels, groups=None, public=np.concatenate([data.val.images, data.test.images]),
+                  n_train=N_TRAIN, expected_batch=EXPECTED_BATCH, steps=STEPS, delta=DELTA, max_grad_norm=1.0,
+                  batch=batch, bins=4 * batch if bins is None else bins)
+
+
+def kermany(folder: str, batch: int | None, bins: int | None) -> Target:
+    """The arm and attack of 004_high_budget_kermany.yaml on the Kermany folders (the module's docstring)."""
+    if not Path(folder).is_dir():
+        raise SystemExit(f"--kermany {folder}: no such folder; pass the Kermany chest_xray folder (train/ and test/ "
+                         "in it)")
+    try:
+        study = load_study(KERMANY_STUDY, {"data.path": str(folder)})
+        data = load_study_data(study)
+    except DpmedError as exc:
+        raise SystemExit(f"--kermany: {exc}") from None
+    (arm,) = (a for a in study.arms if a.mechanism == "dp_sgd")
+    n_train = len(np.unique(data.train.patient_ids))
+    expected = arm.batch_size or study.training.batch_size
+    q, steps = dp_sgd_schedule(n_train, batch_size=expected, epochs=arm.epochs or study.training.epochs)
+    delta = arm.delta or default_delta(n_train)
+    (c,) = arm.max_grad_norm
+    if batch is None:   # B test patients' worth of test images, as the study's attack
+        batch = attack_batch_size(data, DpSgdPlan(noise_multiplier=1.0, max_grad_norm=c, sample_rate=q, steps=steps,
+                                                  unit=arm.privacy_unit, expected_batch_size=expected,
+                                                  n_units=n_train))
+    return Target(images=data.test.images, labels=data.test.labels, public=data.val.images,
+                  groups=data.test.patient_ids if arm.privacy_unit == "patient" else None,
+                  n_train=n_train, expected_batch=expected, steps=steps, delta=delta, max_grad_norm=c, batch=batch,
+                  bins=max(2, min(4 * batch, len(data.val))) if bins is None else bins,
+                  about={"data": f"Kermany at {study.data.image_size} px ({KERMANY_STUDY.name}): held-out test "
+                                 "images attacked, validation images public", "unit": arm.privacy_unit,
+                         "max_grad_norm": c, "attacked_images": len(data.test.images),
+                         "attacked_patients": len(np.unique(data.test.patient_ids)),
+                         "public_images": len(data.val.images)})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" /
-                                              "pneumoniamnist" / "pneumoniamnist.npz"))
+    data = parser.add_mutually_exclusive_group()
+    data.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" /
+                                            "pneumoniamnist" / "pneumoniamnist.npz"))
+    data.add_argument("--kermany", default=None, metavar="FOLDER",
+                      help="attack Kermany test images at 64 px with 004_high_budget_kermany.yaml's arm instead")
     parser.add_argument("--epsilons", default="1,8,1e6,1e9,1e12,1e15")
     parser.add_argument("--structures", default="cumulative,sparse")
     parser.add_argument("--batches", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=EXPECTED_BATCH)
-    parser.add_argument("--bins", type=int, default=4 * EXPECTED_BATCH)
+    parser.add_argument("--batch", type=int, default=None, help=f"default {EXPECTED_BATCH}; --kermany: the study's")
+    parser.add_argument("--bins", type=int, default=None, help="default 4 x --batch; --kermany: the study's")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=None,
                         help="one repetition: the model's initialisation, the batches, the imprint pattern, the "
@@ -72,17 +161,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    if not Path(args.data).is_file():   # dpmed's own message names the study's --data-path, not this flag
-        raise SystemExit(f"--data {args.data}: no such file; pass PneumoniaMNIST's pneumoniamnist.npz")
-    try:
-        data = read_medmnist(args.data)
-    except DataError as exc:
-        raise SystemExit(f"--data: {exc}") from None
-    images, labels = data.train.images, data.train.labels
-    public = np.concatenate([data.val.images, data.test.images])
-    if len(images) != N_TRAIN:      # q and T above are PneumoniaMNIST's; on another set they would be no arm at all
-        raise SystemExit(f"{args.data}: {len(images)} training images; the arm is PneumoniaMNIST's (q = "
-                         f"{EXPECTED_BATCH} / {N_TRAIN}, T = {STEPS}): pass pneumoniamnist.npz with --data")
+    target = (pneumoniamnist(args.data, args.batch, args.bins) if args.kermany is None else
+              kermany(args.kermany, args.batch, args.bins))
+    images, public = target.images, target.public
+    if target.about:
+        print(f"arm: {target.n_train} training {target.about['unit']}s, q = {target.expected_batch} / "
+              f"{target.n_train}, T = {target.steps}, delta {target.delta:g}, C = {target.max_grad_norm:g}; attacked: "
+              f"batches of {target.batch} of the {target.about['attacked_images']} test images "
+              f"({target.about['attacked_patients']} patients); {target.bins} bins from {len(public)} public images")
 
     seed = 0 if args.seed is None else args.seed
 
@@ -92,15 +178,16 @@ def main() -> None:
             return build_model("small_cnn", in_channels=images.shape[1], num_outputs=2, image_size=images.shape[2])
 
     t0 = time.time()
-    threshold = calibrate_threshold(public, batch_size=args.batch, rng=np.random.default_rng(seed))
+    threshold = calibrate_threshold(public, batch_size=target.batch, rng=np.random.default_rng(seed))
     pixel_sd = noise_level_at(threshold.value, public[:64], rng=np.random.default_rng(seed))
     print(f"threshold: SSIM {threshold.value:.3f} (the {threshold.quantile:.0%} quantile of the best SSIM of an "
-          f"unrelated public image against {args.batch} others; median {threshold.null_median:.3f}); a noisy copy "
+          f"unrelated public image against {target.batch} others; median {threshold.null_median:.3f}); a noisy copy "
           f"passes up to pixel noise sd {pixel_sd:.2f}  [{time.time() - t0:.0f} s]")
 
+    c = target.max_grad_norm
     rows = [] if args.no_references else [("no privacy (C = inf)", None, math.inf, 0.0),
-                                          ("clipping only (C = 1)", None, 1.0, 0.0)]
-    rows += [(f"eps {float(e):g}", float(e), 1.0, sigma_for(float(e))) for e in args.epsilons.split(",") if e]
+                                          (f"clipping only (C = {c:g})", None, c, 0.0)]
+    rows += [(f"eps {float(e):g}", float(e), c, target.sigma_for(float(e))) for e in args.epsilons.split(",") if e]
     results = []
     noise = "fresh (OS entropy)" if args.seed is None else f"from seed {args.seed}"
     print(f"seed {seed} (model, batches, pattern, threshold); step noise {noise}")
@@ -111,10 +198,11 @@ def main() -> None:
             t = time.time()
             randomness = (PrivacyRandomness.secure() if args.seed is None else
                           PrivacyRandomness.reproducible(seed=args.seed, run_id=f"attack/{structure}/{label}"))
-            r = run_imprint_attack(model_factory=body, images=images, labels=labels, public_images=public,
-                                   max_grad_norm=c, noise_multiplier=sigma, expected_batch_size=EXPECTED_BATCH,
-                                   batch_size=args.batch, n_batches=args.batches, n_bins=args.bins,
-                                   structure=structure, seed=seed, threshold=threshold, randomness=randomness)
+            r = run_imprint_attack(model_factory=body, images=images, labels=target.labels, public_images=public,
+                                   max_grad_norm=c, noise_multiplier=sigma, expected_batch_size=target.expected_batch,
+                                   batch_size=target.batch, n_batches=args.batches, n_bins=target.bins,
+                                   groups=target.groups, structure=structure, seed=seed, threshold=threshold,
+                                   randomness=randomness)
             seconds = time.time() - t
             print(f"| {structure} | {label} | {seed} | {sigma:.3g} | {r.rate:.3f} [{r.ci[0]:.3f}, {r.ci[1]:.3f}] "
                   f"({r.n_success}/{r.n_trials}) | {r.batch_successes}/{r.n_batches} | {r.chance_rate:.3f} | "
@@ -126,7 +214,8 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
                     "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
                     "load_average_end": os.getloadavg()},
-        "arm": {"n_train": N_TRAIN, "expected_batch_size": EXPECTED_BATCH, "steps": STEPS, "delta": DELTA},
+        "arm": {"n_train": target.n_train, "expected_batch_size": target.expected_batch, "steps": target.steps,
+                "delta": target.delta, **target.about},
         "threshold": threshold.value, "threshold_pixel_noise_sd": pixel_sd, "total_seconds": time.time() - t0,
         "rows": results,
     }

@@ -473,6 +473,44 @@ def test_reconstruction_attack_repeats_a_row_from_its_seed_and_draws_fresh_noise
     assert [r["arm"] for r in references] == ["no privacy (C = inf)", "clipping only (C = 1)"]
 
 
+def test_reconstruction_attack_on_kermany_attacks_test_images_with_the_studys_patient_arm(tmp_path, monkeypatch):
+    """--kermany takes 004_high_budget_kermany.yaml's arm (the patient as the unit, q = 128 / N over the training
+    patients, T = 10 round(N / 128)) and attacks held-out test images, patient-clipped, with the validation images
+    as public, as the study does: not PneumoniaMNIST's image-level arm on training images."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    root = tmp_path / "chest_xray"
+    patients = {"train": range(200), "test": range(200, 210)}      # two films each, half of them NORMAL
+    for split, ids in patients.items():
+        for i in ids:
+            for j in (1, 2):
+                name = f"NORMAL/IM-{i:04d}-{j:04d}" if i % 2 else f"PNEUMONIA/person{i}_bacteria_{j}"
+                (root / split / name).parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(rng.integers(0, 256, (20, 20), dtype=np.uint8)).save(root / split / f"{name}.jpeg")
+
+    def record(*flags: str) -> dict:
+        out = tmp_path / "out.json"
+        monkeypatch.setattr(sys, "argv", ["reconstruction_attack.py", "--kermany", str(root), "--structures", "sparse",
+                                          "--epsilons", "1e9", "--no-references", "--batches", "1", "--seed", "0",
+                                          "--out", str(out), *flags])
+        _harness("reconstruction_attack").main()
+        return json.loads(out.read_text())
+
+    given = record("--batch", "4", "--bins", "8")
+    arm, (row,) = given["arm"], given["rows"]
+    n_val = given["arm"]["public_images"]
+    assert arm["unit"] == "patient" and arm["n_train"] + n_val // 2 == 200      # the patients, not their 400 films
+    assert arm["expected_batch_size"] == 128 and arm["steps"] == 10 * round(arm["n_train"] / 128)
+    assert arm["delta"] == 1e-5 and arm["max_grad_norm"] == 1.0
+    assert (arm["attacked_images"], arm["attacked_patients"]) == (20, 10)
+    assert row["grouped"] and (row["batch_size"], row["n_bins"], row["n_trials"]) == (4, 8, 4)
+    # without --batch and --bins, the study's: 128 test patients' worth of images (all 20 here), 4 bins an image as
+    # far as the validation images reach
+    (row,) = record()["rows"]
+    assert (row["batch_size"], row["n_bins"]) == (20, min(80, n_val))
+
+
 def test_bootstrap_unit_says_which_folder_holds_no_runs_and_goes_on(tmp_path, capsys):
     harness = runpy.run_path(str(_BENCHMARKS / "bootstrap_unit.py"))
     assert harness["main"]([str(tmp_path / "not-a-study"), "--resamples", "10"]) == 0
@@ -493,6 +531,8 @@ def test_bootstrap_unit_says_which_folder_holds_no_runs_and_goes_on(tmp_path, ca
     ("film_rendering", ["--medmnist", "{tmp}/m.npz", "--films", "{tmp}", "--restore", "{tmp}/out"],
      r"^--films {tmp}: no films in {tmp}/train/<class>/; pass the Kermany chest_xray folder \(train/ and test/ in "
      r"it\)$"),
+    ("reconstruction_attack", ["--kermany", "{tmp}/nope"],
+     r"^--kermany {tmp}/nope: no such folder; pass the Kermany chest_xray folder \(train/ and test/ in it\)$"),
     ("shifted_inputs", ["{tmp}/nope"],
      r"^{tmp}/nope holds no study.yaml; pass the folder `dpmed run` wrote \(results/<study>\)$"),
 ])
@@ -501,10 +541,10 @@ def test_a_harness_given_a_wrong_path_ends_with_one_line_naming_it(name, argv, w
     numpy's FileNotFoundError): one line names the path and what to pass."""
     np.savez(tmp_path / "m.npz", test_images=np.zeros((2, 28, 28), np.uint8), test_labels=np.zeros((2, 1)))
     argv = [a.format(tmp=tmp_path) for a in argv]
-    monkeypatch.setattr(sys, "argv", [f"{name}.py", *argv])       # data_loading's main reads sys.argv
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", *argv])       # these two mains read sys.argv
     main = _harness(name).main
     with pytest.raises(SystemExit, match=words.format(tmp=re.escape(str(tmp_path)))):
-        main() if name == "data_loading" else main(argv)
+        main() if name in ("data_loading", "reconstruction_attack") else main(argv)
 
 
 def test_interval_coverage_of_three_seeds_matches_the_closed_forms(capsys):
