@@ -164,6 +164,14 @@ def main() -> None:
     target = (pneumoniamnist(args.data, args.batch, args.bins) if args.kermany is None else
               kermany(args.kermany, args.batch, args.bins))
     images, public = target.images, target.public
+    # the public images calibrate the threshold (a batch of others each draw) and the bins: beyond them is a traceback
+    most = min(len(images), len(public) - 1)
+    if not 1 <= target.batch <= most:
+        raise SystemExit(f"--batch {target.batch}: pass 1 to {most} (the threshold compares a public image with "
+                         f"--batch others of the {len(public)} public images)")
+    if not 2 <= target.bins <= len(public):
+        raise SystemExit(f"--bins {target.bins}: pass 2 to {len(public)} (equal-mass bins of the brightness of the "
+                         f"{len(public)} public images)")
     if target.about:
         print(f"arm: {target.n_train} training {target.about['unit']}s, q = {target.expected_batch} / "
               f"{target.n_train}, T = {target.steps}, delta {target.delta:g}, C = {target.max_grad_norm:g}; attacked: "

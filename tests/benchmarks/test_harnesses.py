@@ -473,6 +473,25 @@ def test_reconstruction_attack_repeats_a_row_from_its_seed_and_draws_fresh_noise
     assert [r["arm"] for r in references] == ["no privacy (C = inf)", "clipping only (C = 1)"]
 
 
+@pytest.mark.parametrize("flags, words", [
+    (["--batch", "120"], r"^--batch 120: pass 1 to 119 \(the threshold compares a public image with --batch others "
+                         r"of the 120 public images\)$"),
+    (["--batch", "8", "--bins", "121"],
+     r"^--bins 121: pass 2 to 120 \(equal-mass bins of the brightness of the 120 public images\)$"),
+])
+def test_reconstruction_attack_refuses_a_batch_or_bins_the_public_images_cannot_calibrate(tmp_path, monkeypatch,
+                                                                                           flags, words):
+    """The public images calibrate the threshold (a batch of others per null draw) and the bins (equal-mass): a
+    --batch or --bins beyond them is the user's to change, told in a line naming the flag, not a traceback."""
+    path = tmp_path / "pneumoniamnist.npz"
+    sizes = {"train": 4708, "val": 60, "test": 60}
+    np.savez(path, **{f"{s}_images": np.zeros((n, 8, 8), np.uint8) for s, n in sizes.items()},
+             **{f"{s}_labels": np.arange(n)[:, None] % 2 for s, n in sizes.items()})
+    monkeypatch.setattr(sys, "argv", ["reconstruction_attack.py", "--data", str(path), *flags])
+    with pytest.raises(SystemExit, match=words):
+        _harness("reconstruction_attack").main()
+
+
 def test_reconstruction_attack_on_kermany_attacks_test_images_with_the_studys_patient_arm(tmp_path, monkeypatch):
     """--kermany takes 004_high_budget_kermany.yaml's arm (the patient as the unit, q = 128 / N over the training
     patients, T = 10 round(N / 128)) and attacks held-out test images, patient-clipped, with the validation images
