@@ -492,21 +492,25 @@ def test_reconstruction_attack_refuses_a_batch_or_bins_the_public_images_cannot_
         _harness("reconstruction_attack").main()
 
 
-def test_reconstruction_attack_on_kermany_attacks_test_images_with_the_studys_patient_arm(tmp_path, monkeypatch):
-    """--kermany takes 004_high_budget_kermany.yaml's arm (the patient as the unit, q = 128 / N over the training
-    patients, T = 10 round(N / 128)) and attacks held-out test images, patient-clipped, with the validation images
-    as public, as the study does: not PneumoniaMNIST's image-level arm on training images."""
+def _kermany_folder(root: Path, *, train: int, test: int) -> Path:
+    """A Kermany-like chest_xray folder: ``train`` and ``test`` patients of two films each, half of them NORMAL."""
     from PIL import Image
 
     rng = np.random.default_rng(0)
-    root = tmp_path / "chest_xray"
-    patients = {"train": range(200), "test": range(200, 210)}      # two films each, half of them NORMAL
-    for split, ids in patients.items():
+    for split, ids in {"train": range(train), "test": range(train, train + test)}.items():
         for i in ids:
             for j in (1, 2):
                 name = f"NORMAL/IM-{i:04d}-{j:04d}" if i % 2 else f"PNEUMONIA/person{i}_bacteria_{j}"
                 (root / split / name).parent.mkdir(parents=True, exist_ok=True)
                 Image.fromarray(rng.integers(0, 256, (20, 20), dtype=np.uint8)).save(root / split / f"{name}.jpeg")
+    return root
+
+
+def test_reconstruction_attack_on_kermany_attacks_test_images_with_the_studys_patient_arm(tmp_path, monkeypatch):
+    """--kermany takes 004_high_budget_kermany.yaml's arm (the patient as the unit, q = 128 / N over the training
+    patients, T = 10 round(N / 128)) and attacks held-out test images, patient-clipped, with the validation images
+    as public, as the study does: not PneumoniaMNIST's image-level arm on training images."""
+    root = _kermany_folder(tmp_path / "chest_xray", train=200, test=10)
 
     def record(*flags: str) -> dict:
         out = tmp_path / "out.json"
@@ -528,6 +532,22 @@ def test_reconstruction_attack_on_kermany_attacks_test_images_with_the_studys_pa
     # far as the validation images reach
     (row,) = record()["rows"]
     assert (row["batch_size"], row["n_bins"]) == (20, min(80, n_val))
+
+
+@pytest.mark.parametrize("train, test, words", [
+    (100, 4, r"\d+ training patients, fewer than the arm's expected batch of 128 \(004_high_budget_kermany.yaml\); "
+             r"pass the whole Kermany chest_xray folder"),
+    (140, 100, r"(\d+) validation images, too few to calibrate the attack on 128 test patients' worth of test images; "
+               r"pass the whole Kermany chest_xray folder, or a --batch below \1"),
+])
+def test_reconstruction_attack_on_too_small_a_kermany_folder_says_so(tmp_path, monkeypatch, train, test, words):
+    """The arm's expected batch is 128 training patients, and the attack's batch 128 test patients' worth of images,
+    which the validation images must outnumber: a folder too small for either (a sample of Kermany, say) is the
+    user's to change, told in a line naming the folder and the count, not a traceback naming study keys."""
+    root = _kermany_folder(tmp_path / "chest_xray", train=train, test=test)
+    monkeypatch.setattr(sys, "argv", ["reconstruction_attack.py", "--kermany", str(root)])
+    with pytest.raises(SystemExit, match=rf"^--kermany {re.escape(str(root))}: {words}$"):
+        _harness("reconstruction_attack").main()
 
 
 def test_bootstrap_unit_says_which_folder_holds_no_runs_and_goes_on(tmp_path, capsys):
