@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import traceback
@@ -89,18 +90,53 @@ def test_streams_are_independent_and_persistent():
         r.stream("init")
 
 
-def test_state_restores_every_stream_exactly():
+@pytest.mark.parametrize("raw, uint32", [(0, 0), (1, 0), (7, 0), (8, 0), (17, 0), (64, 1), (3, 3)])
+def test_state_restores_every_stream_exactly(raw, uint32):
     r = PrivacyRandomness.secure()
-    r.stream("sampling").bit_generator.random_raw(17)
+    r.stream("sampling").bit_generator.random_raw(raw)
+    r.stream("canaries").integers(0, 2**32, size=uint32, dtype=np.uint32)    # an odd count leaves half a word
     r.stream("noise").standard_normal(5)
     saved = r.state()
-    expected = (r.stream("sampling").bit_generator.random_raw(3), r.stream("noise").standard_normal(3))
     resumed = PrivacyRandomness.from_root_hex(r.root_hex(), "secure")
+    resumed.stream("canaries").bit_generator.random_raw(40)       # drawn before the restore (a local-DP release)
     resumed.restore(saved)
-    got = (resumed.stream("sampling").bit_generator.random_raw(3), resumed.stream("noise").standard_normal(3))
-    assert np.array_equal(expected[0], got[0]) and np.array_equal(expected[1], got[1])
+    for draw in (lambda g: g.bit_generator.random_raw(19), lambda g: g.integers(0, 2**32, size=5, dtype=np.uint32),
+                 lambda g: g.standard_normal(3)):
+        for name in ("sampling", "canaries", "noise"):
+            assert np.array_equal(draw(r.stream(name)), draw(resumed.stream(name)))
     with pytest.raises(ValueError, match="another key"):
         PrivacyRandomness.secure().restore(saved)
+
+
+def _numpy_state_text(generator: np.random.Generator) -> str:
+    """A stream's state as checkpoints of an earlier dpmed saved it: numpy's, arrays as dtype and values."""
+    def plain(v):
+        if isinstance(v, np.ndarray):
+            return {"dtype": str(v.dtype), "values": [int(x) for x in v.tolist()]}
+        return {k: plain(x) for k, x in v.items()} if isinstance(v, dict) else v
+    return json.dumps(plain(generator.bit_generator.state))
+
+
+def test_a_checkpoint_of_an_earlier_version_still_restores_its_streams():
+    r = PrivacyRandomness.secure()
+    r.stream("noise").standard_normal(5)
+    saved = {"noise": _numpy_state_text(r.stream("noise"))}
+    resumed = PrivacyRandomness.from_root_hex(r.root_hex(), "secure")
+    resumed.restore(saved)
+    assert np.array_equal(r.stream("noise").standard_normal(9), resumed.stream("noise").standard_normal(9))
+    with pytest.raises(ValueError, match="another key"):
+        PrivacyRandomness.secure().restore(saved)
+
+
+def test_the_saved_state_holds_neither_a_key_nor_draws_to_come():
+    # numpy's AES state holds the stream's key and up to 8 words made ahead (the next step's block keys). In the
+    # checkpoint's dict it reached every traceback that shows the locals of the checkpoint's write, torch.save's
+    # own frames included, where no repr can hide it: a reader could regenerate the noise the run released.
+    r = PrivacyRandomness.secure()
+    r.stream("noise").bit_generator.random_raw(3)
+    text = str(r.state())
+    ahead = PrivacyRandomness.from_root_hex(r.root_hex(), "secure").stream("noise").bit_generator.random_raw(16)
+    assert not [word for word in _key_words(r) + [str(w) for w in ahead[3:].tolist()] if word in text]
 
 
 def _key_words(randomness: PrivacyRandomness) -> list[str]:

@@ -94,17 +94,36 @@ def _stream_key(root: bytes, name: str) -> int:
     return int.from_bytes(hashlib.sha256(_STREAM_DOMAIN + root + name.encode()).digest()[:16], "little")
 
 
-def _state_to_json(state: Mapping[str, Any]) -> str:
-    def plain(v: Any) -> Any:
-        if isinstance(v, np.ndarray):
-            return {"dtype": str(v.dtype), "values": [int(x) for x in v.tolist()]}
-        if isinstance(v, Mapping):
-            return {k: plain(x) for k, x in v.items()}
-        return v
-    return json.dumps(plain(state))
+def _key_check(key: int) -> str:
+    """A digest that tells a stream's key apart from another's without showing it (a saved position's owner)."""
+    return hashlib.sha256(_STREAM_DOMAIN + b"\0check\0" + key.to_bytes(16, "little")).hexdigest()[:16]
+
+
+def _position(generator: np.random.Generator) -> str:
+    """The 64-bit words a stream has handed out, and whether half of the last waits for a 32-bit draw: JSON text
+    that holds no key and no keystream. numpy's AES state holds both (its key schedule, and up to 8 words it made
+    ahead, the next step's block keys among them): in a checkpoint it reached every traceback that shows the locals
+    of the checkpoint's write (torch.save's own frames included), and no repr can hide a dict that torch's
+    weights-only reader must read back."""
+    state = generator.bit_generator.state
+    s = state["s"]
+    counter = int(s["counter"][0]) | int(s["counter"][1]) << 64     # the next of 4 blocks of 2 words to encrypt
+    return json.dumps({"words": 2 * counter - 8 + int(s["offset"]) // 8, "half_used": bool(state["has_uint32"]),
+                       "key_check": _key_check(int(s["seed"][0]) | int(s["seed"][1]) << 64)})
+
+
+def _generator_at(key: int, saved: Mapping[str, Any]) -> dict[str, Any]:
+    """The AES state of stream ``key`` at the position `_position` saved."""
+    words = int(saved["words"])
+    state = AESCounter(key=key).advance(words).state
+    if saved["half_used"]:         # the high half of the last word is the next 32-bit draw
+        state["has_uint32"] = 1
+        state["uinteger"] = int(AESCounter(key=key).advance(words - 1).random_raw()) >> 32
+    return state
 
 
 def _state_from_json(text: str) -> dict[str, Any]:
+    """A stream's state as checkpoints saved it before they held positions only (numpy's state, key included)."""
     def arrays(v: Any) -> Any:
         if isinstance(v, dict) and set(v) == {"dtype", "values"}:
             return np.array(v["values"], dtype=v["dtype"])
@@ -169,18 +188,22 @@ class PrivacyRandomness:
         return streams[name]
 
     def state(self) -> dict[str, str]:
-        """The positions of the streams used so far (JSON text per stream), for a private checkpoint."""
+        """The positions of the streams used so far (JSON text per stream, `_position`: no key), for a checkpoint."""
         streams: dict[str, np.random.Generator] = self._streams  # type: ignore[attr-defined]
-        return {name: _state_to_json(g.bit_generator.state) for name, g in streams.items()}
+        return {name: _position(g) for name, g in streams.items()}
 
     def restore(self, state: Mapping[str, str]) -> None:
         """Continue every stream from :meth:`state` (taken from this same root key)."""
         for name, text in state.items():
-            generator = self.stream(name)
-            saved = _state_from_json(text)
-            if _stream_key(self.root, name) & ((1 << 64) - 1) != int(saved["s"]["seed"][0]):
+            generator, key, saved = self.stream(name), _stream_key(self.root, name), _state_from_json(text)
+            if "s" in saved:          # numpy's whole state: a checkpoint of an earlier dpmed
+                if key & ((1 << 64) - 1) != int(saved["s"]["seed"][0]):
+                    raise ValueError(f"the saved state of privacy stream {name!r} belongs to another key")
+                generator.bit_generator.state = saved
+                continue
+            if saved["key_check"] != _key_check(key):
                 raise ValueError(f"the saved state of privacy stream {name!r} belongs to another key")
-            generator.bit_generator.state = saved
+            generator.bit_generator.state = _generator_at(key, saved)
 
 
 def poisson_mask(rng: np.random.Generator, n: int, sample_rate: float) -> np.ndarray:

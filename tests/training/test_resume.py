@@ -115,6 +115,25 @@ def test_a_traceback_that_shows_locals_never_shows_the_key_of_a_resumed_run(data
     assert "randomness" in text and not [word for word in words if word in text]
 
 
+def test_a_traceback_of_a_run_stopped_while_it_writes_its_checkpoint_never_shows_the_key(data, new_model, tmp_path,
+                                                                                          monkeypatch):
+    # The checkpoint's dict is a local of its write, torch.save's own frames included, while it is written (a slow
+    # disk's fsync, a large model): the streams' positions it holds must hold neither their keys nor draws to come.
+    images, task = data
+    key = PrivacyRandomness.secure().root_hex()
+    with monkeypatch.context() as m:
+        _interrupt_after(m, torch.serialization, "_save", 0)      # inside torch.save, the dict in its frames
+        with pytest.raises(Killed) as caught:
+            train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False,
+                  checkpoint=tmp_path / "checkpoint.pt", randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    frames = traceback.TracebackException.from_exception(caught.value, capture_locals=True).stack[1:]
+    text = "".join(map(str, [frame.locals for frame in frames]))
+    root = bytes.fromhex(key)
+    words = [key, repr(root), *(str(_stream_key(root, name) & ((1 << 64) - 1)) for name in PRIVACY_STREAMS)]
+    assert [frame.name for frame in frames if "torch" in Path(frame.filename).parts] == ["save"]
+    assert "privacy_randomness" in text and not [word for word in words if word in text]
+
+
 def test_a_release_before_training_opens_the_ledger_once_also_in_a_resumed_run(data, new_model, tmp_path,
                                                                                 monkeypatch):
     """A local DP arm's release of its training images is the first entry of the run's ledger; a run killed in its

@@ -162,8 +162,8 @@ def _mean_loss_backward(model: nn.Module, objective: Objective, x: torch.Tensor,
 
 def _save_checkpoint(path: Path, **state) -> None:
     """Model, optimiser, generator positions and the privacy ledger, written atomically (`write_atomic`). It holds
-    the privacy randomness's position and stream keys: a private file (see dpmed.randomness), created readable by
-    its owner only, like the key file itself."""
+    the privacy streams' positions (no key: `PrivacyRandomness.state`) and an unreleased model: a private file,
+    created readable by its owner only."""
     write_torch_atomic(path, state, owner_only=True)
 
 
@@ -216,9 +216,10 @@ def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer
             label: str) -> tuple[Ledger, list, int] | None:
     """Continue from the checkpoint at ``path`` where it continues this training (`_load_checkpoint`): restore the
     model, optimiser, generators and average in place, and return (ledger, statistics, done); None where there is
-    none. The checkpoint's dict stays in this frame: it holds each privacy stream's state, AES key included, and as a
-    local of the training loop it was printed by every traceback that shows locals (IPython's verbose mode, pytest
-    --showlocals, a crash reporter) of a resumed run stopped mid-way, which keeps that key to resume again."""
+    none. The checkpoint's dict stays in this frame: one an earlier dpmed wrote holds each privacy stream's state, AES
+    key included, and as a local of the training loop it was printed by every traceback that shows locals
+    (IPython's verbose mode, pytest --showlocals, a crash reporter) of a resumed run stopped mid-way, which keeps
+    that key to resume again."""
     state = _load_checkpoint(path, fingerprint)
     if state is None:
         return None
