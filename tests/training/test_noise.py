@@ -116,13 +116,19 @@ def test_a_failing_step_has_moved_the_stream_by_its_keys_only_and_leaves_no_thre
     assert rng.bit_generator.state == twin.bit_generator.state
 
 
-def test_a_traceback_that_shows_locals_of_an_interrupted_step_shows_neither_its_keys_nor_its_noise():
+@pytest.mark.parametrize("stopped_in", ["the clipped sum", "handing out the draws"])
+def test_a_traceback_that_shows_locals_of_an_interrupted_step_shows_neither_its_keys_nor_its_noise(stopped_in,
+                                                                                                    monkeypatch):
     # A Ctrl-C lands most often in the clipped sum, while the step's noise is drawn. A traceback that shows each
     # frame's locals (IPython's verbose mode, pytest --showlocals, a crash reporter) printed the step's block keys
     # and a few of its noise values; the resumed run draws that very step again from its checkpoint's stream state.
-    def interrupted_loss(z, t):
+    # Handing the blocks to the threads starts them, and waits for each to start: a Ctrl-C lands there too.
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
+    if stopped_in == "handing out the draws":
+        monkeypatch.setattr(ThreadPoolExecutor, "submit", interrupted)
+    interrupted_loss = interrupted if stopped_in == "the clipped sum" else (lambda z, t: z.sum())
     model = nn.Linear(300, 4)
     step = DpSgdStep(model, loss_fn=interrupted_loss, max_grad_norm=1.0, noise_multiplier=1.0,
                      expected_batch_size=4.0, physical_batch_size=4, noise_rng=np.random.default_rng(2))
@@ -132,7 +138,7 @@ def test_a_traceback_that_shows_locals_of_an_interrupted_step_shows_neither_its_
     text = "".join(shown for frame in frames if "dpmed" in Path(frame.filename).parts
                    for shown in frame.locals.values())
     keys = block_keys(np.random.default_rng(2), 300 * 4 + 4)      # the twin of the step's stream
-    assert "clipped_sum" in "".join(frame.name for frame in frames)          # stopped where the noise is drawn
+    assert ("clipped_sum" if stopped_in == "the clipped sum" else "fill_noise") in [frame.name for frame in frames]
     assert not [str(key) for key in keys if str(key) in text]
     assert repr(step._noise_buffer()) not in text                            # the step's noise, as a tensor shows
 

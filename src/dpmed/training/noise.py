@@ -49,8 +49,11 @@ def block_keys(stream: np.random.Generator, size: int) -> BlockKeys:
     return BlockKeys((hi << 64) | lo for hi, lo in zip(words[0::2], words[1::2]))
 
 
-def _fill_block(out: np.ndarray, key: int, kind: str, four_halved: bool) -> None:
-    block = np.random.Generator(AESCounter(key=key))
+def _fill_block(out: np.ndarray, keys: list[int], b: int, kind: str, four_halved: bool) -> None:
+    """Block ``b`` of the noise, from ``keys[b]``. The keys and an index come in, not the key: a key held as an int
+    by this frame, or by the one that hands the blocks out (a Ctrl-C lands there as each thread starts), shows in
+    a traceback that shows locals."""
+    block = np.random.Generator(AESCounter(key=keys[b]))
     if kind == "laplace":
         out[:] = block.laplace(0.0, 1.0, size=len(out))
     elif four_halved:
@@ -74,5 +77,5 @@ def fill_noise(out: np.ndarray, keys: list[int], pool: ThreadPoolExecutor, *, ki
     coordinate is the sum of four draws halved (a float64 model). The caller multiplies by the std or scale."""
     if len(keys) != math.ceil(len(out) / BLOCK):
         raise ValueError(f"{len(keys)} keys for {len(out)} coordinates in blocks of {BLOCK}")
-    return [pool.submit(_fill_block, out[b * BLOCK:(b + 1) * BLOCK], key, kind, four_halved)
-            for b, key in enumerate(keys)]
+    return [pool.submit(_fill_block, out[b * BLOCK:(b + 1) * BLOCK], keys, b, kind, four_halved)
+            for b in range(len(keys))]
