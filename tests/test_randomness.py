@@ -100,6 +100,7 @@ def test_state_restores_every_stream_exactly(raw, uint32):
     resumed = PrivacyRandomness.from_root_hex(r.root_hex(), "secure")
     resumed.stream("canaries").bit_generator.random_raw(40)       # drawn before the restore (a local-DP release)
     resumed.restore(saved)
+    assert resumed.state() == saved                               # a run resumed twice continues where it stood
     for draw in (lambda g: g.bit_generator.random_raw(19), lambda g: g.integers(0, 2**32, size=5, dtype=np.uint32),
                  lambda g: g.standard_normal(3)):
         for name in ("sampling", "canaries", "noise"):
