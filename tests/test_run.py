@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import traceback
 
 import numpy as np
 import pytest
@@ -468,3 +469,27 @@ def test_an_evaluation_that_fails_still_logs_the_warnings_it_gave_first(caplog):
             _evaluation_warnings_logged("dp_seed0"):
         warnings.warn("not dpmed's", UserWarning)
         raise MemoryError
+
+
+def test_a_traceback_of_a_run_stopped_as_its_key_file_is_written_never_shows_the_key(prepared, tmp_path,
+                                                                                       monkeypatch):
+    # A Ctrl-C that lands just after the key file replaced its temporary file leaves the key for the next attempt,
+    # which draws all its noise from it: a traceback that shows each frame's locals (IPython's verbose mode, pytest
+    # --showlocals, a crash reporter) must not print the text that was written.
+    study, dataset, plans = prepared
+    folder = StudyFolder(tmp_path).run(plans["lap"].run_id)
+    folder.make()
+    replace = os.replace
+
+    def replaced_then_stopped(src, dst):
+        replace(src, dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", replaced_then_stopped)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        _privacy_randomness(plans["lap"], RunContext(dataset=dataset, evaluation=study.evaluation), folder)
+    monkeypatch.undo()
+    frames = traceback.TracebackException.from_exception(caught.value, capture_locals=True).stack[1:]
+    root = json.loads(folder.privacy_key.read_text())["root"]
+    assert "write_atomic" in [frame.name for frame in frames]
+    assert root not in "".join(map(str, [frame.locals for frame in frames]))

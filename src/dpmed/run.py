@@ -36,8 +36,8 @@ from dpmed.evaluation.inference import predict_logits
 from dpmed.evaluation.predictions import save_predictions
 from dpmed.evaluation.proportions import clopper_pearson
 from dpmed.evaluation.version import EVALUATION_VERSION
-from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_json_atomic,
-                           write_text_atomic, write_torch_atomic)
+from dpmed.folders import (RETRAIN_NOTE, RunFolder, write_arrays_atomic, write_atomic, write_json_atomic,
+                           write_torch_atomic)
 from dpmed.mechanisms import DpSgdPlan, PrivacyCard, mechanism_info
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
@@ -117,8 +117,10 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
     folder.discard_attempt()
     randomness = (PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id) if mode == "reproducible" else
                   PrivacyRandomness.secure())
-    write_text_atomic(folder.privacy_key, json.dumps({"root": randomness.root_hex(), "attempt": attempt}),
-                      owner_only=True)
+    # The text is made inside the write, named by no local: a Ctrl-C just after the file replaced its temporary one
+    # keeps the key for the next attempt, and a traceback that shows locals would print it.
+    write_atomic(folder.privacy_key, lambda f: f.write(json.dumps({"root": randomness.root_hex(),
+                                                                   "attempt": attempt}).encode()), owner_only=True)
     return randomness
 
 
