@@ -3,10 +3,15 @@ as transforming every batch, and every batch transformed where the features cann
 
 from __future__ import annotations
 
+import signal
+import weakref
+
 import pytest
 import torch
+from torch import nn
 
 from dpmed.config import TrainingConfig
+from dpmed.interruption import interruptible
 from dpmed.memory import Headroom
 from dpmed.models.scatternet import scatternet_cnn
 from dpmed.randomness import PrivacyRandomness
@@ -54,3 +59,44 @@ def test_augmented_or_too_large_features_are_computed_per_batch(data, monkeypatc
     calls.clear()
     _trained(data, None, calls)
     assert calls[0] == 1 and max(calls) <= 8
+
+
+class _Doubling(nn.Module):
+    """A fixed front end (2 x) that records, at each call, how many of its earlier outputs besides the first (the
+    size probe) are still held, and can lose a Ctrl-C in its ``lose_at``-th call, as torch's calls may."""
+
+    def __init__(self, lose_at: int = 0) -> None:
+        super().__init__()
+        self.outputs: list[weakref.ref] = []
+        self.held: list[int] = []
+        self.lose_at = lose_at
+
+    def fixed_features(self, x):
+        self.held.append(sum(ref() is not None for ref in self.outputs[1:]))
+        if len(self.held) == self.lose_at:
+            try:
+                signal.raise_signal(signal.SIGINT)
+                sum(range(10))                     # Python code after the signal: where the handler runs
+            except KeyboardInterrupt:
+                pass
+        out = 2 * x
+        self.outputs.append(weakref.ref(out))
+        return out
+
+
+def test_the_features_are_written_in_place_holding_one_chunk_at_a_time():
+    # A list of every chunk's features and then their concatenation held twice the features at once: with the
+    # features allowed up to half the free memory, all of it.
+    model, x = _Doubling(), torch.arange(40.0).reshape(10, 1, 2, 2)
+    trained, features = fixed_features.precompute(model, x, device=torch.device("cpu"), chunk=3)
+    assert isinstance(trained, fixed_features.FromFixed) and torch.equal(features, 2 * x)
+    assert len(model.held) == 1 + 4 and max(model.held) == 0     # the probe, then 4 chunks, none kept past its copy
+
+
+def test_a_lost_ctrl_c_stops_the_features_at_the_next_chunk():
+    model = _Doubling(lose_at=2)                  # the first chunk after the probe
+    with interruptible():
+        with pytest.raises(KeyboardInterrupt):
+            fixed_features.precompute(model, torch.zeros(10, 1, 2, 2), device=torch.device("cpu"), chunk=3)
+    assert len(model.held) == 2                   # not the whole set (minutes on a large one) before training stops
+

@@ -18,6 +18,7 @@ import logging
 import torch
 from torch import nn
 
+from dpmed.interruption import check as check_interrupt
 from dpmed.memory import headroom
 from dpmed.numbers import bytes_text
 
@@ -51,5 +52,9 @@ def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device,
         _log.info("the fixed features would take %s, more than half the free memory: computed per batch",
                   bytes_text(need))
         return model, x_all
-    features = torch.cat([model.fixed_features(xs.to(device)).cpu() for xs in x_all.split(max(1, chunk))])
+    # filled in place: a list of the chunks and then their concatenation held twice the features' size at once
+    features, step = torch.empty((len(x_all), *first.shape[1:]), dtype=first.dtype), max(1, chunk)
+    for at in range(0, len(x_all), step):
+        check_interrupt()          # a Ctrl-C during the transform's torch calls may be lost (`dpmed.interruption`)
+        features[at:at + step] = model.fixed_features(x_all[at:at + step].to(device))
     return FromFixed(model), features
