@@ -4,6 +4,7 @@ as transforming every batch, and every batch transformed where the features cann
 from __future__ import annotations
 
 import signal
+import time
 import weakref
 
 import pytest
@@ -100,3 +101,14 @@ def test_a_lost_ctrl_c_stops_the_features_at_the_next_chunk():
             fixed_features.precompute(model, torch.zeros(10, 1, 2, 2), device=torch.device("cpu"), chunk=3)
     assert len(model.held) == 2                   # not the whole set (minutes on a large one) before training stops
 
+
+def test_the_training_time_counts_the_features(data, monkeypatch):
+    # Otherwise a run's train_seconds left the features out, and the time estimate learnt from finished runs
+    # (`dpmed.timing.Rates.from_runs`) counted them as evaluation.
+    def slow(*args, **kwargs):
+        time.sleep(0.5)
+        return fixed_features.precompute(*args, **kwargs)
+    monkeypatch.setattr(loop, "precompute", slow)
+    images, task = data
+    cfg = TrainingConfig(steps=1, batch_size=8, physical_batch_size=8)
+    assert train(scatternet_cnn(1, 2, 16), images, task, cfg, seed=0, progress=False).seconds >= 0.5

@@ -300,10 +300,11 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     optimizer = _optimizer(model, cfg)
     augment, keys = _augmentation(cfg, data, seed)
     average = None if cfg.ema_decay is None else ParameterAverage(model, decay=cfg.ema_decay)
+    start = time.perf_counter()            # the training time counts the fixed features computed for it
     trained, x_all = (model, x_all) if augment is not None else precompute(
         model, x_all, device=device, chunk=cfg.physical_batch_size)     # trained: ``model`` itself or its tail
     shuffle_gen = torch.Generator().manual_seed(seed)
-    ledger, statistics, done, start = Ledger(tuple(released)), [], 0, time.perf_counter()
+    ledger, statistics, done = Ledger(tuple(released)), [], 0
     fingerprint = _fingerprint(data, cfg, seed, dp)
     if dp is not None and dp.sampling != "poisson":
         checkpoint = None
