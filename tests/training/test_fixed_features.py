@@ -3,10 +3,12 @@ as transforming every batch, and every batch transformed where the features cann
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 import weakref
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -25,7 +27,7 @@ _PLAN = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.25, ste
 def _trained(data, dp, calls=None, **training):
     images, task = data
     torch.manual_seed(0)
-    model = scatternet_cnn(1, 2, 16)
+    model = scatternet_cnn(images.images.shape[1], 2, 16)
     if calls is not None:
         model.scattering.register_forward_hook(lambda module, args, out: calls.append(len(args[0])))
     cfg = TrainingConfig(steps=3, batch_size=8, physical_batch_size=8, optimizer="adam", learning_rate=0.01,
@@ -49,6 +51,19 @@ def test_features_computed_once_train_the_same_model_as_per_batch(data, dp, monk
     per_batch = _trained(data, dp, again)
     assert max(again) <= 8                  # per batch: the same images transformed again every epoch
     assert once.keys() == per_batch.keys()
+    assert all(torch.equal(once[k], per_batch[k]) for k in once)
+
+
+def test_colour_images_with_the_patient_as_the_unit_train_the_same_model_as_per_batch(data, monkeypatch):
+    # each patient's clipping group gathers its images' features as it gathered their per-batch transforms
+    images, task = data
+    pixels = images.images
+    patients = dataclasses.replace(images, images=np.concatenate([pixels, pixels ** 2, 1 - pixels], axis=1),
+                                   patient_ids=np.array([f"p{i // 3}" for i in range(len(images))]))
+    plan = _PLAN.model_copy(update={"unit": "patient"})
+    once = _trained((patients, task), plan)
+    monkeypatch.setattr(loop, "precompute", _per_batch)
+    per_batch = _trained((patients, task), plan)
     assert all(torch.equal(once[k], per_batch[k]) for k in once)
 
 
