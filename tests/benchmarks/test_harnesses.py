@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dpmed.data.synthetic import make_phantom
+
 _BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -572,6 +574,8 @@ def test_bootstrap_unit_says_which_folder_holds_no_runs_and_goes_on(tmp_path, ca
      r"it\)$"),
     ("reconstruction_attack", ["--kermany", "{tmp}/nope"],
      r"^--kermany {tmp}/nope: no such folder; pass the Kermany chest_xray folder \(train/ and test/ in it\)$"),
+    ("fixed_features", ["--data", "{tmp}/nope.npz"],
+     r"^--data {tmp}/nope.npz: no such file; pass PneumoniaMNIST's pneumoniamnist.npz$"),
     ("shifted_inputs", ["{tmp}/nope"],
      r"^{tmp}/nope holds no study.yaml; pass the folder `dpmed run` wrote \(results/<study>\)$"),
 ])
@@ -598,3 +602,13 @@ def test_interval_coverage_of_three_seeds_matches_the_closed_forms(capsys):
     for k in (3, 5, 10):
         assert coverage[(k, "range of the seeds (min, max)")] == pytest.approx(1 - 2 / 2 ** k, abs=0.02)
         assert coverage[(k, "t interval, n - 1 df")] == pytest.approx(0.95, abs=0.02)
+
+
+@pytest.mark.parametrize("dp_sgd", [False, True], ids=["non-private", "DP-SGD"])
+def test_fixed_features_times_both_ways_and_the_features_only_once(dp_sgd):
+    harness = _harness("fixed_features")
+    data = make_phantom(n_images=200, image_size=16, seed=0).train     # over 128: q = 128 / N
+    per_step, features = harness.time_run(data, dp_sgd=dp_sgd, once=False, steps=1)
+    assert per_step > 0 and features == 0                    # per batch: as before, no features computed ahead
+    per_step, features = harness.time_run(data, dp_sgd=dp_sgd, once=True, steps=1)
+    assert per_step > 0 and features > 0
