@@ -17,6 +17,7 @@ import torch
 
 from dpmed.accounting import ledger_epsilon
 from dpmed.config import TrainingConfig
+from dpmed.config.schema import AugmentationConfig
 from dpmed.randomness import PRIVACY_STREAMS, PrivacyRandomness, _stream_key
 from dpmed.training import DpSgdPlan, DpSgdStep, checkpoint_progress, train
 
@@ -94,6 +95,33 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp_in_one_go
     if dp is not None:
         assert resumed.ledger.dp_sgd_steps == PLAN.steps
         assert (ledger_epsilon(resumed.ledger, delta=1e-5) == ledger_epsilon(whole.ledger, delta=1e-5))
+
+
+def test_a_run_resumed_twice_with_patients_and_augmented_copies_equals_an_uninterrupted_one(data, new_model,
+                                                                                             tmp_path, monkeypatch):
+    # Killed right after its first checkpoint (step 5), then mid-epoch (step 12): each resume restores the stream
+    # positions that the one before restored and moved on, under the patient unit's grouping and K copies per image.
+    images, task = data
+    cfg = CFG.model_copy(update={"augmentation": AugmentationConfig(multiplicity=2)})
+    plan, key = PLAN.model_copy(update={"unit": "patient"}), PrivacyRandomness.secure().root_hex()
+    ckpt = tmp_path / "checkpoint.pt"
+
+    def trained(model, **kwargs):
+        return train(model, images, task, cfg, seed=4, dp=plan, progress=False,
+                     randomness=PrivacyRandomness.from_root_hex(key, "secure"), **kwargs)
+
+    whole_model = new_model(task)
+    whole = trained(whole_model)
+    for steps_done, kill_after in ((0, 5), (5, 12)):
+        with monkeypatch.context() as m:
+            _interrupt_after(m, DpSgdStep, "__call__", kill_after - steps_done)
+            with pytest.raises(Killed):
+                trained(new_model(task), checkpoint=ckpt)
+    resumed_model = new_model(task)
+    resumed = trained(resumed_model, checkpoint=ckpt)
+    assert resumed.resumed_from == 10 and resumed.ledger == whole.ledger and resumed.statistics == whole.statistics
+    for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_a_traceback_that_shows_locals_never_shows_the_key_of_a_resumed_run(data, new_model, tmp_path, monkeypatch):
