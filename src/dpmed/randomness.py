@@ -192,8 +192,13 @@ class PrivacyRandomness:
         streams: dict[str, np.random.Generator] = self._streams  # type: ignore[attr-defined]
         return {name: _position(g) for name, g in streams.items()}
 
-    def restore(self, state: Mapping[str, str]) -> None:
-        """Continue every stream from :meth:`state` (taken from this same root key)."""
+    def restore(self, state: Mapping[str, str], *, needed: tuple[str, ...] = ()) -> None:
+        """Continue every stream from :meth:`state` (taken from this same root key). ValueError where a stream in
+        ``needed`` (those the caller goes on drawing from) has no saved position: from its start it would draw again
+        the batches and noise of steps already taken and counted."""
+        missing = [name for name in needed if name not in state]
+        if missing:
+            raise ValueError(f"no saved position of privacy stream {missing[0]!r}")
         for name, text in state.items():
             generator, key, saved = self.stream(name), _stream_key(self.root, name), _state_from_json(text)
             if "s" in saved:          # numpy's whole state: a checkpoint of an earlier dpmed

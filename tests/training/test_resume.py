@@ -297,6 +297,32 @@ def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_
         assert again.ledger.dp_sgd_steps == PLAN.steps
 
 
+@pytest.mark.parametrize("damage", ["another key", "no noise position"])
+def test_a_checkpoint_of_another_key_or_without_a_stream_s_position_is_refused_naming_it(data, new_model, tmp_path,
+                                                                                          monkeypatch, damage):
+    # Continuing it would draw, for steps its ledger already counts, another key's batches and noise, or (a stream
+    # from its start) the very batches and noise of those steps again: the run is refused, and told what to do.
+    images, task = data
+    key, ckpt = PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:
+        _interrupt_after(m, DpSgdStep, "__call__", 7)
+        with pytest.raises(Killed):
+            train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
+                  randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    if damage == "another key":             # the key file beside it replaced
+        key = PrivacyRandomness.secure().root_hex()
+    else:
+        state = torch.load(ckpt, weights_only=True)
+        del state["privacy_randomness"]["noise"]
+        torch.save(state, ckpt)
+    with pytest.raises(RuntimeError) as caught:
+        train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
+              randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    said = str(caught.value)
+    assert said.startswith(f"the checkpoint {ckpt} cannot continue this run: ") and "'noise'" in said
+    assert said.endswith("delete it and the privacy key beside it to train this run afresh under a new key")
+
+
 def test_shuffle_mode_dp_sgd_restarts_rather_than_continue(data, new_model, tmp_path):
     """Its batches are drawn anew each attempt (a reproduction mode, not DP): it writes no checkpoint to continue,
     and its ledger records shuffled batches."""

@@ -212,11 +212,12 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
 
 
 def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-            shuffle_gen: torch.Generator, randomness: PrivacyRandomness | None, average: ParameterAverage | None,
-            label: str) -> tuple[Ledger, list, int] | None:
+            shuffle_gen: torch.Generator, randomness: PrivacyRandomness | None, needed: tuple[str, ...],
+            average: ParameterAverage | None, label: str) -> tuple[Ledger, list, int] | None:
     """Continue from the checkpoint at ``path`` where it continues this training (`_load_checkpoint`): restore the
     model, optimiser, generators and average in place, and return (ledger, statistics, done); None where there is
-    none. The checkpoint's dict stays in this frame: one an earlier dpmed wrote holds each privacy stream's state, AES
+    none. RuntimeError where its privacy streams are another key's or lack one of ``needed`` (those training draws
+    from). The checkpoint's dict stays in this frame: one an earlier dpmed wrote holds each privacy stream's state, AES
     key included, and as a local of the training loop it was printed by every traceback that shows locals
     (IPython's verbose mode, pytest --showlocals, a crash reporter) of a resumed run stopped mid-way, which keeps
     that key to resume again."""
@@ -227,7 +228,11 @@ def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer
     optimizer.load_state_dict(state["optimizer"])
     shuffle_gen.set_state(state["shuffle_state"])
     if randomness is not None:
-        randomness.restore(state["privacy_randomness"])
+        try:
+            randomness.restore(state["privacy_randomness"], needed=needed)
+        except ValueError as exc:          # another key's, or damaged: its draws would replace or repeat counted ones
+            raise RuntimeError(f"the checkpoint {path} cannot continue this run: {exc}; delete it and the privacy "
+                               "key beside it to train this run afresh under a new key") from None
     if average is not None:
         average.load_state_dict(state["average"])
     reached = state.get("progress")    # absent from checkpoints written before they recorded it
@@ -309,7 +314,8 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     if dp is not None and dp.sampling != "poisson":
         checkpoint = None
     restored = _resume(checkpoint, fingerprint, model=model, optimizer=optimizer, shuffle_gen=shuffle_gen,
-                       randomness=randomness, average=average, label=label)
+                       randomness=randomness, needed=() if dp is None else ("sampling", "noise"), average=average,
+                       label=label)
     if restored is not None:
         ledger, statistics, done = restored
 
