@@ -103,8 +103,9 @@ def _cli_flags() -> set[str]:
 def test_every_flag_the_readme_names_is_an_option_of_the_command():
     """The prose names flags outside any command line (`--fail-fast`, `--no-progress`, `--unit patient`,
     `--kappa`), which no parse of a command line reaches: a flag renamed in the CLI would leave them pointing
-    nowhere. pip's own flag in the install advice is not dpmed's."""
-    named = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", README.read_text(encoding="utf-8"))) - {"--index-url"}
+    nowhere. pip's own flag in the install advice and pytest's in the note on tracebacks are not dpmed's."""
+    others = {"--index-url", "--showlocals"}
+    named = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", README.read_text(encoding="utf-8"))) - others
     assert {"--fail-fast", "--no-progress", "--kappa"} <= named
     assert sorted(named - _cli_flags()) == []
 
