@@ -85,20 +85,38 @@ def test_no_patient_crosses_splits(files, tmp_path_factory, data, shared, offici
                               if official and shared == "drop_from_train" else 0)
 
 
-@pytest.mark.parametrize("placeholders", [["ANONYMOUS"], ["ANONYMOUS", "Anonymized"], ["p1", "unknown"],
-                                          ["", "n/a"]])
+@pytest.mark.parametrize("placeholders", [["ANONYMOUS"], ["p1", "unknown"], ["", "n/a"]])
 def test_an_anonymiser_s_placeholder_patient_id_is_refused_naming_it(files, placeholders):
     """An export that writes one placeholder for every patient made them one "patient" (and two sites' placeholders
     two), protected as one person by a patient-level eps; it was refused only as "too few patients", which did not
     say why. Here every image but the first is under a placeholder, the first under a real id."""
     root, paths = files
     patients = ["p0"] + [placeholders[i % len(placeholders)] or "p1" for i in range(1, N_FILES)]
-    named = patients[1]             # a placeholder: the first met is named
+    named = patients[1]             # the one placeholder spelling (several: the test below)
     manifest = _manifest(root, paths, patients, [i % 2 for i in range(N_FILES)], [""] * N_FILES)
     with pytest.raises(DataError, match=rf"the patient id {named!r} \(.*\) holds {patients.count(named)} of "
                                         rf"{N_FILES} images \(e\.g\. 1\.png, .*\), which an anonymiser writes .* "
                                         r"Give each patient a real pseudonymous id"):
         assemble_dataset(manifest, preprocessing=Preprocessing(), split=SplitPlan(), cache_dir=None)
+
+
+@pytest.mark.parametrize("spellings", [2, 5, 7])
+def test_a_whole_export_s_placeholder_refusal_names_each_spelling_with_its_count(files, spellings):
+    """An export of several sites writes several placeholders; the refusal named only the first spelling and its
+    count (4 of 24 images where 23 were under placeholders). Each is named with its count now, most first, the
+    first five of them, and the count covers all."""
+    root, paths = files
+    written = ["ANONYMOUS", "Anonymized", "unknown", "n/a", "-", "?", "xxx"][:spellings]
+    patients = ["p0"] + [written[(i - 1) % spellings] for i in range(1, N_FILES)]
+    manifest = _manifest(root, paths, patients, [i % 2 for i in range(N_FILES)], [""] * N_FILES)
+    with pytest.raises(DataError) as err:
+        assemble_dataset(manifest, preprocessing=Preprocessing(), split=SplitPlan(), cache_dir=None)
+    message = str(err.value)
+    ranked = sorted(written, key=lambda p: -patients.count(p))    # stable: ties keep the order written
+    told = [f"{p!r} ({patients.count(p)} images)" for p in ranked]
+    assert f") {', '.join(told[:5])}{f' and {spellings - 5} more' if spellings > 5 else ''} hold " in message
+    assert all(t not in message for t in told[5:])
+    assert f" hold {N_FILES - 1} of {N_FILES} images (e.g. 1.png, 2.png), which an anonymiser writes" in message
 
 
 def test_one_image_under_a_placeholder_is_refused_without_calling_it_many_people(files):

@@ -208,10 +208,10 @@ def refuse_placeholder_patients(manifest: Manifest, rows: np.ndarray) -> None:
         return
     ids = manifest.patient_ids[np.asarray(rows, dtype=np.int64)].tolist()
     counts = Counter(ids)
-    placeholder = next((pid for pid in counts if patient_key(pid) in _PLACEHOLDERS), None)
+    placed = [(pid, n) for pid, n in counts.most_common() if patient_key(pid) in _PLACEHOLDERS]
     pid, held = counts.most_common(1)[0]
-    if placeholder is not None:
-        pid, held = placeholder, counts[placeholder]
+    if placed:
+        pid, held = placed[0][0], sum(n for _, n in placed)
         why = ("which an anonymiser writes in place of the patient's: whose images they are is unknown, so dpmed "
                "can neither keep each patient's images in one split nor protect each patient as one unit")
     elif len(ids) >= _MOST_OF and held > len(ids) / 2:
@@ -221,13 +221,22 @@ def refuse_placeholder_patients(manifest: Manifest, rows: np.ndarray) -> None:
         return
     source, remedy = _patient_source(manifest)
     stray = [r for r, p in zip(rows.tolist(), ids) if patient_key(p) in _PLACEHOLDERS]
-    if placeholder is not None and len(stray) <= _FEW and 2 * len(stray) < len(ids):
+    if placed and len(stray) <= _FEW and 2 * len(stray) < len(ids):
         _refuse_stray_placeholders(manifest, stray, len(ids), source, why)
-    where = [str(manifest.where[r]) for r, p in zip(rows.tolist(), ids) if p == pid][:2]
-    raise DataError(f"{manifest.name} at {manifest.root}: the patient id {pid!r} ({source}) holds {held} of "
-                    f"{len(ids)} images (e.g. {', '.join(where)}), {why}. Give each patient a real pseudonymous id, "
+    named = f"ids ({source}) {_spellings(placed)} hold" if len(placed) > 1 else f"id {pid!r} ({source}) holds"
+    where = [str(manifest.where[r]) for r in (stray or [r for r, p in zip(rows.tolist(), ids) if p == pid])][:2]
+    raise DataError(f"{manifest.name} at {manifest.root}: the patient {named} {held} of {len(ids)} images "
+                    f"(e.g. {', '.join(where)}), {why}. Give each patient a real pseudonymous id, "
                     "the same on all of their images and on no one else's; or, if the patients cannot be told apart, "
                     f"{remedy}")
+
+
+def _spellings(placed: list[tuple[str, int]]) -> str:
+    """The placeholder spellings of a whole export, each with its images, most first: an export of several sites
+    writes several, and the one named alone (of 4 images among 23 under placeholders) hid how many were at stake.
+    The first `_SHOWN` are named, as rows are."""
+    shown = ", ".join(f"{pid!r} ({n} images)" for pid, n in placed[:_SHOWN])
+    return shown + (f" and {len(placed) - _SHOWN} more" if len(placed) > _SHOWN else "")
 
 
 def _refuse_stray_placeholders(manifest: Manifest, stray: list[int], of: int, source: str, why: str) -> None:
