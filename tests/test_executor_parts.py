@@ -114,8 +114,12 @@ def test_after_a_stop_each_run_that_ended_is_counted_once_and_the_others_not(mon
     assert discarded == ["c"]       # read back, its key is deleted as its stopped worker would have
 
 
-def test_ray_s_stop_waits_its_grace_for_each_run_and_counts_those_that_finished(monkeypatch):
+def test_ray_s_stop_waits_one_grace_for_all_runs_and_counts_those_that_finished(monkeypatch):
+    """The grace was waited run by run: a failed study with N runs still going waited N x 30 s before killing them,
+    and as long again after. One deadline covers them all now, on a clock that moves only as ``get`` waits."""
     monkeypatch.setattr(executors, "read_record", lambda path: f"record of {path}")
+    now = [0.0]
+    monkeypatch.setattr(executors, "time", SimpleNamespace(monotonic=lambda: now[0]))
 
     class Fake:
         class exceptions:
@@ -133,8 +137,10 @@ def test_ray_s_stop_waits_its_grace_for_each_run_and_counts_those_that_finished(
 
         def get(self, ref, timeout=None):
             self.timeouts.append(timeout)
-            if ref == "slow":
+            if ref.startswith("slow"):
+                now[0] += timeout                   # waits out its timeout
                 raise self.exceptions.GetTimeoutError(ref)
+            now[0] += 5.0                           # ends 5 s into the wait
             return f"outcome of {ref}"
 
     ray = Fake()
@@ -142,10 +148,12 @@ def test_ray_s_stop_waits_its_grace_for_each_run_and_counts_those_that_finished(
     executor.ray = ray
     discarded = []
     out = list(executor._ended_before_the_stop({"quick": _task("q"),
-                                                "slow": _task("s", finished=True, discarded=discarded)}))
+                                                "slow": _task("s", finished=True, discarded=discarded),
+                                                "slow too": _task("t"), "slowest": _task("u")}))
     assert [(t.plan.run_id, o) for t, o in out] == [("q", "outcome of quick"), ("s", "record of s/run.json")]
     assert discarded == ["s"]
-    assert ray.timeouts == [30.0, 30.0, 30.0]      # the slow one's again once killed
+    assert ray.timeouts == [30.0, 25.0, 0.0, 0.0, 30.0, 0.0, 0.0]   # the slow ones' again once killed
+    assert now[0] == 60.0
 
 
 def test_a_ray_run_still_going_after_the_grace_is_ended_and_read_back_if_it_finished(monkeypatch):

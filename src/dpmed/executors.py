@@ -536,14 +536,16 @@ class RayExecutor:
                                grace: float = 30.0) -> Iterator[tuple[RunTask, Outcome]]:
         """After a fail-fast stop: the runs that ended before their cancellation reached them, with their outcomes,
         so that the study counts them (as `_ended_before_the_stop` does for the process pool). A cancelled run raises
-        on ``get``; one that wrote its run.json just as it was stopped is finished all the same. One still going
-        after ``grace`` seconds is killed (``force``) and waited for as long again: left going, it could write its
-        run.json and be killed by Ray's shutdown, or the driver's exit, before deleting its privacy key and
-        checkpoint, which regenerate its noise and then stayed in private/ after a study that counted it nowhere."""
+        on ``get``; one that wrote its run.json just as it was stopped is finished all the same. Those still going
+        after ``grace`` seconds, one deadline for them all (waited run by run, N runs kept a failed study for N times
+        the grace), are killed (``force``) and waited for as long again: left going, one could write its run.json
+        and be killed by Ray's shutdown, or the driver's exit, before deleting its privacy key and checkpoint, which
+        regenerate its noise and then stayed in private/ after a study that counted it nowhere."""
         going = {}
+        deadline = time.monotonic() + grace
         for ref, task in pending.items():
             try:
-                yield task, self.ray.get(ref, timeout=grace)
+                yield task, self.ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except self.ray.exceptions.GetTimeoutError:
                 going[ref] = task
             except self.ray.exceptions.RayError:
@@ -551,9 +553,10 @@ class RayExecutor:
                     yield task, _read_back(task)
         for ref in going:
             self.ray.cancel(ref, force=True)
+        deadline = time.monotonic() + grace
         for ref, task in going.items():
             try:
-                yield task, self.ray.get(ref, timeout=grace)
+                yield task, self.ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except self.ray.exceptions.RayError:
                 if task.folder.is_finished:
                     yield task, _read_back(task)
