@@ -189,3 +189,39 @@ def test_a_private_folder_that_cannot_be_read_leaves_a_finished_run_finished_and
     assert unknown[:2] == ("b_seed1", "unknown")
     assert unknown[2].startswith("not finished; whether it failed, was interrupted or waits cannot be told: its "
                                  f"private folder cannot be read (Permission denied: {folder.run('b_seed1').error})")
+
+
+def test_a_run_whose_release_was_cut_short_is_told_as_such_listed_or_not_and_left_as_it_is(study_folder):
+    """A run stopped between moving its model and predictions into runs/<id>/ and writing its run.json (Ray's
+    force-cancel, kill -9, a power loss) was shown as pending, or interrupted where its checkpoint waited, with its
+    model in the shareable folder unsaid. It is an interrupted release now, naming its files and what the next
+    `dpmed run` does; one the study file no longer lists is shown too. Status deletes nothing."""
+    folder, records = study_folder("a_seed0", "b_seed1", "c_seed2", "d_seed3")
+    cut, checkpointed, pending, failed = (folder.run(r) for r in ("a_seed0", "b_seed1", "c_seed2", "d_seed3"))
+    dropped = folder.run("z_seed9")
+    for run in (cut, checkpointed, dropped, failed):
+        run.make()
+        run.model.write_text("weights")
+    failed.error.write_text('{"error": "OSError: no space left; its files could not be taken back"}')
+    cut.predictions.write_text("predictions")
+    _checkpoint(checkpointed.checkpoint, 40, 40, minutes_old=1.0)
+    pending.make()
+    pending.unreleased(pending.model).write_text("staged, not released")     # private: no release yet
+    states = run_states(folder.root)
+    assert [(run_id, state) for run_id, state, _ in states] == [
+        ("a_seed0", "interrupted release"), ("b_seed1", "interrupted release"), ("c_seed2", "pending"),
+        ("d_seed3", "interrupted release"), ("z_seed9", "interrupted release")]
+    details = [detail for _, _, detail in states]
+    assert details[3].endswith("releasing them with its run.json; it failed: OSError: no space left; its files "
+                               "could not be taken back")
+    del details[3]
+    assert details[0].startswith("model.pt, predictions.npz lie in runs/a_seed0/ without its run.json")
+    assert details[1].startswith("model.pt lies in runs/b_seed1/ without its run.json")
+    for detail in (details[0], details[1], details[3]):
+        assert "no eps of this study covers them, so do not share them" in detail
+    assert details[0].endswith("deletes them and runs it again (from its checkpoint where one is kept), releasing "
+                               "them with its run.json")
+    assert details[3].endswith("deletes them and leaves them deleted: the study file no longer lists this run")
+    assert all(p.is_file() for p in (cut.model, cut.predictions, checkpointed.model, dropped.model))
+    records["a_seed0"].write(cut.record)                       # with its record, the same files are a finished run
+    assert run_states(folder.root)[0][:2] == ("a_seed0", "finished")

@@ -192,11 +192,13 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--no-estimate", action="store_true",
                       help="skip the timing probe (seconds for small models, minutes for ResNets at 224 px on a CPU)")
     status = sub.add_parser("status", help="list the finished, unreadable, failed, interrupted (the step its "
-                                           "checkpoint reached), pending and unknown (private/ unreadable to this "
-                                           "user) runs in DIR",
+                                           "checkpoint reached), interrupted release (model in runs/, no run.json), "
+                                           "pending and unknown (private/ unreadable to this user) runs in DIR",
                             description="List every run of the study in DIR with its state: finished (its "
                                         "run.json exists), unreadable, failed (and why), interrupted (the step its "
-                                        "checkpoint reached: `dpmed run` continues from there), pending or unknown. "
+                                        "checkpoint reached: `dpmed run` continues from there), interrupted release "
+                                        "(its model and outputs in runs/ without its run.json: not to be shared), "
+                                        "pending or unknown. "
                                         "It reads the folder and changes nothing, so it may run while a `dpmed run` "
                                         "works there (and then says so).")
     status.add_argument("dir", type=_path, help="a study output folder (holds study.yaml and runs/)")
@@ -387,6 +389,7 @@ def _report(args: argparse.Namespace) -> int:
     from dpmed.folders import StudyFolder
     from dpmed.reporting import summary_text
     from dpmed.outputs import rebuild_outputs
+    from dpmed.states import release_cut_short
 
     _check_study_folder(args.dir)
     note = _holder_note(args.dir)
@@ -399,6 +402,9 @@ def _report(args: argparse.Namespace) -> int:
     folder = StudyFolder(args.dir)      # both files it rebuilt, named as `dpmed run` names them
     print(f"\nresults: {folder.results}\nreport:  {folder.report} ({len(records)} of {len(resolved.runs)} runs "
           "finished)")
+    planned = {plan.run_id for plan in resolved.runs}
+    for run_id, left in folder.interrupted_releases().items():     # as the report's top says: before runs/ is shared
+        print(f"warning: {run_id}: {release_cut_short(run_id, left, listed=run_id in planned)}", file=sys.stderr)
     if note:
         print(f"note: {note}: this report covers the runs finished so far, and that run rewrites it when it ends",
               file=sys.stderr)
@@ -420,8 +426,8 @@ def _status(args: argparse.Namespace) -> int:
     for run_id, kind, detail in run_states(args.dir):
         counts[kind] = counts.get(kind, 0) + 1
         print(f"{run_id:<36} {kind}" + (f": {detail}" if detail else ""))
-    print(", ".join(f"{counts[k]} {k}" for k in ("finished", "unreadable", "failed", "interrupted", "pending",
-                                                 "unknown") if k in counts))
+    print(", ".join(f"{counts[k]} {k}" for k in ("finished", "unreadable", "failed", "interrupted",
+                                                 "interrupted release", "pending", "unknown") if k in counts))
     if note:
         print(f"{note}: runs shown as interrupted or pending may be in progress")
     return 0

@@ -479,6 +479,16 @@ class StudyFolder:
     def run(self, run_id: str) -> RunFolder:
         return RunFolder(run_id, self.runs / run_id, self.private / "runs" / run_id)
 
+    def interrupted_releases(self) -> dict[str, list[Path]]:
+        """Each run whose release a stop cut short (Ray's force-cancel, kill -9, a power loss between `release` and
+        run.json), with its releasable files in runs/<id>/ that no record accounts for (`RunFolder.leftovers`),
+        listed by the study file or not. The next `dpmed run` deletes them (`dpmed.workspace.withdraw_leftovers`);
+        until then `dpmed status` and `dpmed report` tell them to whoever is about to share runs/."""
+        if not self.runs.is_dir():
+            return {}
+        runs = (self.run(p.name) for p in sorted(self.runs.iterdir()) if p.is_dir())
+        return {run.public.name: left for run in runs if (left := run.leftovers())}
+
     def finished_run_ids(self) -> list[str]:
         """Every run with a run.json in this folder, whether or not the current study file still lists it."""
         if not self.runs.is_dir():

@@ -136,11 +136,15 @@ def rebuild_outputs(study_dir: Path) -> tuple[ResolvedStudy, list[RunRecord]]:
     records = [read_record(folder.run(p.run_id).record) for p in resolved.runs if folder.run(p.run_id).is_finished]
     if not records:
         holder = folder_holder(folder.root)
-        waiting = sum(kind == "interrupted" for _, kind, _ in run_states(folder.root))
+        kinds = [kind for _, kind, _ in run_states(folder.root)]
+        waiting, cut = sum(k.startswith("interrupted") for k in kinds), kinds.count("interrupted release")
+        cut_text = (f" ({cut} of them as their models and outputs were moved into runs/: these lie there without a "
+                    "run.json, and no eps covers them: do not share them; that `dpmed run` deletes them first)"
+                    if cut else "")
         raise ConfigError(f"{folder.root} has no finished run (no runs/*/run.json); " + (
             f"a dpmed run ({holder.describe()}) is working in it now: run `dpmed report` again once a run has "
             "finished" if holder is not None else
-            f"{waiting} run(s) were interrupted: run the same `dpmed run` again to continue them" if waiting
+            f"{waiting} run(s) were interrupted{cut_text}: run the same `dpmed run` again to continue them" if waiting
             else "run the study first"))
     with writing_into(folder.root, "make it writable, or copy the folder somewhere writable and rebuild the copy",
                       "free space on its disk, then run `dpmed report` again (the finished runs are kept)"):

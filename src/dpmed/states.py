@@ -8,6 +8,7 @@ far it got.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from dpmed.lock import Holder, lock_holder
 from dpmed.records import ResolvedStudy, RunRecord, read_record
 from dpmed.resumption import evaluated_otherwise_than_saved
 
-__all__ = ["read_resolved", "counts_shown", "run_states", "folder_holder", "StudyFileGiven"]
+__all__ = ["read_resolved", "counts_shown", "run_states", "folder_holder", "release_cut_short", "StudyFileGiven"]
 
 
 class StudyFileGiven(ConfigError):
@@ -110,6 +111,27 @@ def _unfinished_state(run_id: str, files: RunFolder) -> tuple[str, str, str]:
     return run_id, "pending", ""
 
 
+def release_cut_short(run_id: str, left: list[Path], *, listed: bool) -> str:
+    """Why the releasable files of a run without its run.json (`StudyFolder.interrupted_releases`) must not be
+    shared, and what the next `dpmed run` does with them: listed as pending or interrupted, the run's model lay in
+    runs/ unsaid, beside the finished runs a user shares."""
+    again = ("runs it again (from its checkpoint where one is kept), releasing them with its run.json" if listed else
+             "leaves them deleted: the study file no longer lists this run")
+    return (f"{', '.join(p.name for p in left)} {'lies' if len(left) == 1 else 'lie'} in runs/{run_id}/ without "
+            f"its run.json (stopped between the two): no eps of this study covers them, so do not share them; the "
+            f"next `dpmed run` of this study deletes them and {again}")
+
+
+def _cut_short_state(run_id: str, files: RunFolder, left: list[Path]) -> tuple[str, str, str]:
+    """(run id, state, detail) of a listed run whose release was cut short; one whose record could not be written
+    and whose files could not be taken back either (`RunFolder.take_back`) failed too, and its error is kept."""
+    text = release_cut_short(run_id, left, listed=True)
+    with contextlib.suppress(PermissionError):      # private/ another user's: what is in runs/ is told all the same
+        if files.error.is_file():
+            return run_id, "interrupted release", f"{text}; it failed: {_failure_message(files.error)}"
+    return run_id, "interrupted release", text
+
+
 def _evaluated_again(record: RunRecord, resolved: ResolvedStudy | None) -> str:
     """Why the next `dpmed run` evaluates a finished run again (its evaluation differs from study.yaml's, or another
     dpmed's methods made it: `dpmed.resumption`), briefly; "" where it does not, or study.yaml cannot be read. The
@@ -159,9 +181,10 @@ def counts_shown(study_dir: Path) -> tuple[dict[str, int], float]:
 def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
     """(run id, state, detail) of every run the study folder lists: finished (and why the next `dpmed run` evaluates
     it again, where it will), unreadable (a run.json that `dpmed report` would refuse: why), failed (with the
-    error), interrupted (a private checkpoint waits: the step it reached and its age) or pending; then every
-    finished run the folder holds that the study file no longer lists (its model is released all the same, and the
-    study's eps composes it: `dpmed.budget`).
+    error), interrupted (a private checkpoint waits: the step it reached and its age), interrupted release (its
+    model and outputs in runs/ without its run.json) or pending; then every finished run the folder holds that the
+    study file no longer lists (its model is released all the same, and the study's eps composes it:
+    `dpmed.budget`), and every interrupted release of a run it no longer lists.
 
     Where study.yaml is there but cannot be read (another version of dpmed wrote it), its state comes first, and
     then the runs the folder holds files of: which are pending is not known without it."""
@@ -180,8 +203,12 @@ def run_states(study_dir: Path) -> list[tuple[str, str, str]]:
                                                    "(which runs are pending is not known without it)"))
         listed = sorted({p.name for base in (folder.runs, folder.private / "runs") if base.is_dir()
                          for p in base.iterdir() if p.is_dir()})
-    states += [_run_state(run_id, folder.run(run_id), resolved) for run_id in listed]
+    cut = folder.interrupted_releases()
+    states += [_cut_short_state(run_id, folder.run(run_id), cut[run_id]) if run_id in cut
+               else _run_state(run_id, folder.run(run_id), resolved) for run_id in listed]
     names = set(listed)
     states += [(run_id, "finished", "not in the study file now, but in this folder: the study's eps still counts it")
                for run_id in folder.finished_run_ids() if run_id not in names]
+    states += [(run_id, "interrupted release", release_cut_short(run_id, left, listed=False))
+               for run_id, left in cut.items() if run_id not in names]
     return states

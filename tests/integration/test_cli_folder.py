@@ -219,13 +219,21 @@ def test_report_of_a_folder_whose_runs_were_all_interrupted_says_to_continue_the
     shutil.copytree(tiny_study, folder.root)
     for record in folder.runs.glob("*/run.json"):
         record.unlink()
-    run_id = sorted(p.name for p in folder.runs.iterdir())[0]
+    run_id, other = sorted(p.name for p in folder.runs.iterdir())
+    for path in folder.runs.glob("*/*"):     # stopped while training: nothing released yet
+        path.unlink()
     folder.run(run_id).make()
     folder.run(run_id).checkpoint.write_bytes(b"an unreadable checkpoint still continues its run")
     assert main(["report", str(folder.root)]) == 2
     line = _one_line_error(capsys.readouterr().err)
     assert line.endswith("has no finished run (no runs/*/run.json); 1 run(s) were interrupted: run the same "
                          "`dpmed run` again to continue them")
+    folder.run(other).model.write_text("a model released just before its run.json was to be written")
+    assert main(["report", str(folder.root)]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.endswith("2 run(s) were interrupted (1 of them as their models and outputs were moved into runs/: "
+                         "these lie there without a run.json, and no eps covers them: do not share them; that "
+                         "`dpmed run` deletes them first): run the same `dpmed run` again to continue them")
     # while a dpmed run works in the folder its runs are not interrupted: they are in progress (found by a user)
     with FolderLock(folder.lock, what=str(folder.root)):
         assert main(["report", str(folder.root)]) == 2

@@ -142,11 +142,13 @@ def test_a_run_that_finishes_while_status_looks_at_it_is_shown_finished(tiny_stu
     kept = {f.record: f.record.read_bytes() for f in files}
     for f in files:
         f.record.unlink()
+        f.take_back()             # at work: its model and predictions are still private
         f.checkpoint.write_bytes(b"a run at work")
     looked = states._checkpoint_detail
 
     def finishing(path):          # each run ends (its record written, its checkpoint deleted) as it is looked at
         run = next(f for f in files if f.checkpoint == path)
+        run.release()
         run.record.write_bytes(kept[run.record])
         run.checkpoint.unlink()
         return looked(path)
@@ -169,6 +171,7 @@ def test_status_shows_a_run_whose_error_json_is_unreadable_as_failed(tiny_study,
     record = next(copy.glob("runs/*/run.json"))
     run_id = record.parent.name
     record.unlink()
+    StudyFolder(copy).run(run_id).take_back()          # a failed run's model and predictions stay private
     error = StudyFolder(copy).run(run_id).error
     error.parent.mkdir(parents=True, exist_ok=True)
     error.write_bytes(content)
@@ -245,6 +248,7 @@ def test_status_of_a_folder_shared_in_place_lists_its_runs_without_reading_priva
     shutil.copytree(tiny_study, copy)
     unfinished = sorted(StudyFolder(copy).finished_run_ids())[0]
     (StudyFolder(copy).run(unfinished).record).unlink()
+    StudyFolder(copy).run(unfinished).take_back()      # an unfinished run's model and predictions are private
     private, stat = copy / "private", pathlib.Path.stat
 
     def denied(self, *args, **kwargs):
@@ -298,3 +302,30 @@ def test_status_and_report_say_that_a_run_is_working_in_the_folder(tiny_study, t
     assert main([command, str(copy)]) == 0
     said = capsys.readouterr()
     assert "is working in this folder" not in said.out + said.err
+
+
+def test_status_and_report_tell_a_run_whose_release_was_cut_short_and_leave_its_files(tiny_study, tmp_path, capsys):
+    """A run killed between moving its model and predictions into runs/<id>/ and writing its run.json left them in
+    the shareable folder with no record until the next `dpmed run`: status called it pending, and `dpmed report`
+    said nothing of them to a user about to share runs/. Both tell it now, and delete nothing (read-only)."""
+    copy = tmp_path / "tiny"
+    shutil.copytree(tiny_study, copy)
+    kept, cut = sorted(p.parent.name for p in copy.glob("runs/*/run.json"))
+    (copy / "runs" / cut / "run.json").unlink()
+    released = sorted(p.name for p in (copy / "runs" / cut).iterdir())
+    assert released == ["model.pt", "predictions.npz"]
+    assert main(["status", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^{re.escape(cut)} +interrupted release: model.pt, predictions.npz lie in runs/"
+                     rf"{re.escape(cut)}/ without its run.json .*do not share them; the next `dpmed run` of this "
+                     "study deletes them and runs it again", out, re.M), out
+    assert out.strip().splitlines()[-1] == "1 finished, 1 interrupted release"
+    assert main(["report", str(copy)]) == 0
+    captured = capsys.readouterr()
+    assert re.search(rf"^warning: {re.escape(cut)}: model.pt, predictions.npz lie in runs/{re.escape(cut)}/",
+                     captured.err, re.M), captured.err
+    assert "(1 of 2 runs finished)" in captured.out and cut not in captured.out.split("results:")[0]
+    report = (copy / "report.html").read_text()
+    assert f"The release of {cut} was cut short: model.pt, predictions.npz lie in runs/" in report
+    assert cut not in (copy / "results.csv").read_text() and kept in (copy / "results.csv").read_text()
+    assert sorted(p.name for p in (copy / "runs" / cut).iterdir()) == released

@@ -1322,7 +1322,7 @@ def test_the_sizes_line_and_the_missing_runs_warning_count_what_they_say():
     assert "exact size is private" not in _sizes(generated) and "follows from its n_images" in _sizes(generated)
     runs = [SimpleNamespace(run_id=f"r{i}") for i in range(4)]
     totals = SimpleNamespace(dp_sgd_runs=("r1", "r2"), not_private=("r0",), local_dp=())
-    inputs = SimpleNamespace(records=[SimpleNamespace(run_id="r0")],
+    inputs = SimpleNamespace(records=[SimpleNamespace(run_id="r0")], folder=SimpleNamespace(interrupted_releases=dict),
                              resolved=SimpleNamespace(runs=runs, study_privacy=totals))
     assert "3 of the 4 runs this study plans are not in this report" in unfinished(inputs)
     assert "no longer in the study file" not in unfinished(inputs)
@@ -1491,7 +1491,7 @@ def test_finished_runs_left_out_of_the_study_file_are_named_whatever_their_mecha
 
     totals = SimpleNamespace(dp_sgd_runs=("r0", "old_dp"), not_private=("old_np",), local_dp=("old_ldp",),
                              statement="eps = 9.1 at delta = 1e-05 for all runs together")
-    inputs = SimpleNamespace(records=[SimpleNamespace(run_id="r0")],
+    inputs = SimpleNamespace(records=[SimpleNamespace(run_id="r0")], folder=SimpleNamespace(interrupted_releases=dict),
                              resolved=SimpleNamespace(runs=[SimpleNamespace(run_id="r0")], study_privacy=totals))
     flag = unfinished(inputs)
     assert "3 finished run(s) in this folder are no longer in the study file" in flag

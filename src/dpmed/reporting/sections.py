@@ -183,6 +183,14 @@ def unfinished(inputs: ReportInputs) -> str:
                   f"not in this report: they have not finished (failed, interrupted or not yet run): "
                   f"{runs_text(missing)}. <code>dpmed status</code> on the study folder says which and why; the "
                   "same <code>dpmed run</code> again trains them and rewrites this report.</div>")
+    cut = inputs.folder.interrupted_releases()
+    if cut:
+        names = sorted({p.name for paths in cut.values() for p in paths})
+        flags += (f'<div class="flag">⚠ The release of {runs_text(list(cut))} was cut short: '
+                  f"{escape(', '.join(names))} lie in runs/&lt;run&gt;/ without its run.json, so no eps of this study "
+                  "covers them, and this report holds none of their numbers. Do not share runs/ as it is: the next "
+                  "<code>dpmed run</code> of this study deletes these files, and runs again those it still plans."
+                  "</div>")
     if left:
         flags += (f'<div class="flag">⚠ {len(left)} finished run(s) in this folder are no longer in the study file, '
                   f"so they are in no table of this report: {runs_text(left)}. Their models and records are still "
