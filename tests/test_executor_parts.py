@@ -114,6 +114,19 @@ def test_after_a_stop_each_run_that_ended_is_counted_once_and_the_others_not(mon
     assert discarded == ["c"]       # read back, its key is deleted as its stopped worker would have
 
 
+class _RayErrors:
+    """The exceptions of Ray the stop path tells apart, for the fakes below."""
+
+    class RayError(Exception):
+        pass
+
+    class GetTimeoutError(RayError):
+        pass
+
+    class TaskCancelledError(RayError):
+        pass
+
+
 def test_ray_s_stop_waits_one_grace_for_all_runs_and_counts_those_that_finished(monkeypatch):
     """The grace was waited run by run: a failed study with N runs still going waited N x 30 s before killing them,
     and as long again after. One deadline covers them all now, on a clock that moves only as ``get`` waits."""
@@ -122,12 +135,7 @@ def test_ray_s_stop_waits_one_grace_for_all_runs_and_counts_those_that_finished(
     monkeypatch.setattr(executors, "time", SimpleNamespace(monotonic=lambda: now[0]))
 
     class Fake:
-        class exceptions:
-            class RayError(Exception):
-                pass
-
-            class GetTimeoutError(RayError):
-                pass
+        exceptions = _RayErrors
 
         def __init__(self):
             self.timeouts = []
@@ -166,15 +174,7 @@ def test_a_ray_run_still_going_after_the_grace_is_ended_and_read_back_if_it_fini
     slow, going = _task("s", discarded=discarded), _task("g", discarded=discarded)
 
     class Fake:
-        class exceptions:
-            class RayError(Exception):
-                pass
-
-            class GetTimeoutError(RayError):
-                pass
-
-            class TaskCancelledError(RayError):
-                pass
+        exceptions = _RayErrors
 
         def __init__(self):
             self.killed = []
