@@ -4,6 +4,7 @@ from the position the checkpoint saved; its key is the run's (a fresh process re
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -12,6 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -119,6 +121,40 @@ def test_a_run_resumed_twice_with_patients_and_augmented_copies_equals_an_uninte
                 trained(new_model(task), checkpoint=ckpt)
     resumed_model = new_model(task)
     resumed = trained(resumed_model, checkpoint=ckpt)
+    assert resumed.resumed_from == 10 and resumed.ledger == whole.ledger and resumed.statistics == whole.statistics
+    for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _numpy_states(randomness: PrivacyRandomness) -> dict[str, str]:
+    """Each stream's state as checkpoints of an earlier dpmed saved it (`PrivacyRandomness.state` before it saved
+    positions): numpy's AES state, key included, arrays as dtype and values."""
+    def plain(v):
+        if isinstance(v, np.ndarray):
+            return {"dtype": str(v.dtype), "values": [int(x) for x in v.tolist()]}
+        return {k: plain(x) for k, x in v.items()} if isinstance(v, dict) else v
+    return {name: json.dumps(plain(g.bit_generator.state)) for name, g in randomness._streams.items()}
+
+
+def test_a_run_resumed_from_a_checkpoint_of_an_earlier_version_equals_an_uninterrupted_one(data, new_model,
+                                                                                            dp_in_one_go, tmp_path,
+                                                                                            monkeypatch):
+    # A run stopped under an earlier dpmed, whose checkpoint holds numpy's whole state of each stream, continues
+    # under this one with the very batches and noise it would have drawn: the model and ledger of a run in one go.
+    images, task = data
+    key, whole_model, whole = dp_in_one_go
+    ckpt = tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:
+        m.setattr(PrivacyRandomness, "state", _numpy_states)
+        _interrupt_after(m, DpSgdStep, "__call__", 12)           # the checkpoint of step 10, in the earlier form
+        with pytest.raises(Killed):
+            train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
+                  randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    saved = torch.load(ckpt, weights_only=True)["privacy_randomness"]
+    assert sorted(saved) == ["noise", "sampling"] and all("s" in json.loads(text) for text in saved.values())
+    resumed_model = new_model(task)
+    resumed = train(resumed_model, images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
+                    randomness=PrivacyRandomness.from_root_hex(key, "secure"))
     assert resumed.resumed_from == 10 and resumed.ledger == whole.ledger and resumed.statistics == whole.statistics
     for a, b in zip(resumed_model.state_dict().values(), whole_model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
