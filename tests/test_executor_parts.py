@@ -330,6 +330,7 @@ def test_runs_that_train_at_once_are_marked_not_alone_and_one_at_a_time_alone():
     assert context.alone and context.progress
     assert executors._worker_context(context, 1) == RunContext(dataset=None, evaluation=None, progress=False)
     assert not executors._worker_context(context, 2).alone and not executors._worker_context(context, 2).progress
+    assert executors._worker_context(context, 3).at_once == 3     # they share the memory (`fixed_features`)
 
 
 def test_a_worker_whose_parent_died_ends_its_run_and_exits_instead_of_taking_the_next(monkeypatch):

@@ -318,6 +318,28 @@ def test_a_run_trains_on_the_released_images_normalised_from_its_seed_s_weights(
     assert not torch.equal(seen[0][0][first], seen[1][0][first])                # two seeds, two initialisations
 
 
+def test_a_run_tells_training_how_many_runs_train_beside_it(prepared, tmp_path, monkeypatch):
+    """They share the memory its fixed features may take (`dpmed.training.fixed_features`)."""
+    import dpmed.run as run
+
+    study, dataset, plans = prepared
+    told = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(*args, at_once, **kwargs):
+        told.append(at_once)
+        raise Stop
+    monkeypatch.setattr(run, "train", spy)
+    for at_once in (1, 3):
+        context = RunContext(dataset=dataset, evaluation=study.evaluation, progress=False, at_once=at_once,
+                             privacy_randomness="reproducible")
+        with pytest.raises(Stop):
+            run.run_one(plans["base"], context, StudyFolder(tmp_path).run(plans["base"].run_id))
+    assert told == [1, 3]
+
+
 def test_an_audit_scores_its_canaries_as_the_model_sees_images(normalised, tmp_path, monkeypatch):
     """Normalised, as in training: raw [0, 1] canaries would be scored off the images the model learnt."""
     import dpmed.run as run

@@ -306,10 +306,11 @@ def _check_room_for_copies(dataset: Dataset, copies: int) -> None:
 
 
 def _worker_context(context: RunContext, at_once: int) -> RunContext:
-    """The context of runs in workers: no progress bars (several would interleave), and not ``alone`` where up to
-    ``at_once`` >= 2 runs train at the same time: each run's seconds carry the others' load, a DP-SGD run's too, and
-    are private (`dpmed.records.Timing`)."""
-    return replace(context, progress=False, alone=context.alone and at_once < 2)
+    """The context of runs in workers: no progress bars (several would interleave), and up to ``at_once`` runs that
+    train at the same time: with 2 or more, not ``alone`` (each run's seconds carry the others' load, a DP-SGD run's
+    too, and are private: `dpmed.records.Timing`), and each run's fixed features get its share of the free memory
+    (`dpmed.training.fixed_features`), which every run reads as it starts."""
+    return replace(context, progress=False, at_once=max(context.at_once, at_once))
 
 
 class ProcessPoolExecutor:
@@ -495,7 +496,7 @@ class RayExecutor:
             if local:
                 _warn_reachable(ray.util.get_node_ip_address())
             _warn_open_token()
-            shared = ray.put(_worker_context(context, len(tasks)))     # as many at once as the cluster fits
+            shared = ray.put(_worker_context(context, len(tasks)))   # at most all at once, on one node
             remote = ray.remote(num_cpus=self.cpus_per_run, num_gpus=self.gpus_per_run)(_execute)
             pending = {remote.remote(task, shared): task for task in tasks}
             while pending:

@@ -59,8 +59,8 @@ class RunContext:
     """What every run of a study shares: the dataset, the evaluation settings, where privacy
     randomness comes from ("secure" or "reproducible", the study's ``privacy_randomness``) and where the model
     starts (``start``: saved weights and what trains, `dpmed.pretraining.prepare_start`; None: random
-    initialisation, everything trains). ``alone``: False where other runs of the study train at the same time
-    (`dpmed.executors`), whose load the run's seconds then carry (`Timing`)."""
+    initialisation, everything trains). ``at_once``: how many runs of the study may train at the same time
+    (`dpmed.executors`), this one included; they share the memory (`dpmed.training.fixed_features`)."""
 
     dataset: Dataset
     evaluation: EvaluationConfig
@@ -68,7 +68,12 @@ class RunContext:
     progress: bool = True
     privacy_randomness: RandomnessMode = "secure"
     start: StartRecord | None = None
-    alone: bool = True
+    at_once: int = 1
+
+    @property
+    def alone(self) -> bool:
+        """Whether the run trains with no other beside it: otherwise its seconds carry their load (`Timing`)."""
+        return self.at_once < 2
 
 
 def _attempt(plan: RunPlan, context: RunContext) -> str:
@@ -257,7 +262,7 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
             attack.attack_batch_size(ds, dp, arm=plan.arm)  # a validation split too small for it fails before training
         result = train(model, train_input, ds.task, plan.training, seed=plan.seed, dp=dp, randomness=randomness,
                        device=device, progress=context.progress, log_progress=True, label=plan.run_id,
-                       checkpoint=folder.checkpoint, released=events)
+                       checkpoint=folder.checkpoint, released=events, at_once=context.at_once)
         write_torch_atomic(folder.unreleased(folder.model),     # owner-only until released, as all of private/
                            {k: v.detach().cpu() for k, v in model.state_dict().items()}, owner_only=True)
         _log.info("%s: trained in %.0f s; evaluating on %d validation and %d test images", plan.run_id,

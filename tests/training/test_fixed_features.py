@@ -24,7 +24,7 @@ from dpmed.training import fixed_features, loop
 _PLAN = DpSgdPlan(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.25, steps=3)
 
 
-def _trained(data, dp, calls=None, **training):
+def _trained(data, dp, calls=None, at_once=1, **training):
     images, task = data
     torch.manual_seed(0)
     model = scatternet_cnn(images.images.shape[1], 2, 16)
@@ -32,7 +32,7 @@ def _trained(data, dp, calls=None, **training):
         model.scattering.register_forward_hook(lambda module, args, out: calls.append(len(args[0])))
     cfg = TrainingConfig(steps=3, batch_size=8, physical_batch_size=8, optimizer="adam", learning_rate=0.01,
                          **training)
-    train(model, images, task, cfg, seed=0, dp=dp, progress=False,
+    train(model, images, task, cfg, seed=0, dp=dp, progress=False, at_once=at_once,
           randomness=None if dp is None else PrivacyRandomness.reproducible(seed=0, run_id="fixed"))
     return model.state_dict()
 
@@ -75,6 +75,23 @@ def test_augmented_or_too_large_features_are_computed_per_batch(data, monkeypatc
     calls.clear()
     _trained(data, None, calls)
     assert calls[0] == 1 and max(calls) <= 8
+
+
+def test_runs_that_train_at_once_share_the_half_of_the_free_memory_the_features_may_take(data, monkeypatch):
+    # N workers start together and each reads the same free memory: each allowed half of it, N runs' features could
+    # take N halves. Here the features take exactly half: one run alone keeps them, one of two runs at once does not.
+    images, _ = data
+    probe = scatternet_cnn(1, 2, 16).fixed_features(torch.from_numpy(images.images[:1]))
+    need = probe.element_size() * probe.numel() * len(images)
+    monkeypatch.setattr(fixed_features, "headroom", lambda: Headroom(ram=2 * need, swap=0))
+    for at_once, transformed in ((1, len(images)), (2, 3 * 8)):
+        calls: list[int] = []
+        _trained(data, None, calls, at_once=at_once)
+        assert sum(calls) == 1 + transformed          # a probe, then each image once, or the 3 steps' batches of 8
+    monkeypatch.setattr(fixed_features, "headroom", lambda: Headroom(ram=4 * need, swap=0))
+    calls.clear()
+    _trained(data, None, calls, at_once=2)            # a quarter each: two runs' features fit in half
+    assert sum(calls) == 1 + len(images)
 
 
 class _Doubling(nn.Module):

@@ -8,7 +8,8 @@ set once and trains :class:`FromFixed` on them. The features are exactly those a
 computed per image), so the losses, the clipped sums and the model are the same numbers.
 
 Not with augmentation (each step's copies are new images), nor where the features would take more than half of the
-free memory (ScatterNet's are 81/16 times the images' size): then every batch is transformed as before.
+free memory (ScatterNet's are 81/16 times the images' size), shared among the runs that train at the same time
+(``--workers``): then every batch is transformed as before.
 """
 
 from __future__ import annotations
@@ -39,18 +40,20 @@ class FromFixed(nn.Module):
 
 
 @torch.no_grad()
-def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device,
-               chunk: int) -> tuple[nn.Module, torch.Tensor]:
+def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device, chunk: int,
+               at_once: int = 1) -> tuple[nn.Module, torch.Tensor]:
     """(the module to train, its inputs): (:class:`FromFixed`, the fixed features of ``x_all``, kept on the CPU as
-    the images are) where ``model`` has a fixed front end and they fit, else (``model``, ``x_all``)."""
+    the images are) where ``model`` has a fixed front end and they fit, else (``model``, ``x_all``). ``at_once``:
+    the runs that may train at the same time on this machine, this one included; each reads the same free memory
+    as it starts, so each may take 1/``at_once`` of the half allowed, or N workers' features could take N halves."""
     if not hasattr(model, "fixed_features") or not len(x_all):
         return model, x_all
     first = model.fixed_features(x_all[:1].to(device))
     need = first.element_size() * first.numel() * len(x_all)
     room = headroom()
-    if room is not None and need > room.ram // 2:
-        _log.info("the fixed features would take %s, more than half the free memory: computed per batch",
-                  bytes_text(need))
+    if room is not None and need > room.ram // (2 * max(1, at_once)):
+        _log.info("the fixed features would take %s, more than %s of the free memory: computed per batch",
+                  bytes_text(need), "half" if at_once < 2 else f"half shared by {at_once} runs at once")
         return model, x_all
     # filled in place: a list of the chunks and then their concatenation held twice the features' size at once
     features, step = torch.empty((len(x_all), *first.shape[1:]), dtype=first.dtype), max(1, chunk)

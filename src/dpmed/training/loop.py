@@ -281,7 +281,7 @@ def checkpoint_problem(path: Path) -> str | None:
 def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, seed: int,
           dp: DpSgdPlan | None = None, randomness: PrivacyRandomness | None = None,
           device: torch.device | None = None, progress: bool = True, log_progress: bool = False,
-          label: str = "train", checkpoint: Path | None = None, released: tuple = ()) -> TrainResult:
+          label: str = "train", checkpoint: Path | None = None, released: tuple = (), at_once: int = 1) -> TrainResult:
     """Train ``model`` in place on ``data``; returns the privacy ledger (empty without DP) and private statistics.
 
     ``seed`` drives the (public) shuffling of arms without DP-SGD; DP-SGD needs ``randomness``, the run's privacy
@@ -291,7 +291,9 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     uninterrupted run (METHODS.md s.3). Shuffle-mode DP-SGD (a reproduction mode) restarts from scratch instead.
     ``released``: privacy events of what was released before training (a local DP release of the training images),
     which open the ledger. ``progress`` draws a bar; ``log_progress`` logs a line at each tenth of the steps where no
-    bar is drawn (a batch job's log, a worker process; see `_Progress`).
+    bar is drawn (a batch job's log, a worker process; see `_Progress`). ``at_once``: the runs that may train at the
+    same time on this machine, this one included, which share the memory a model's fixed features may take
+    (`precompute`).
     """
     if dp is not None and randomness is None:
         raise ValueError("DP-SGD needs the run's privacy randomness (dpmed.randomness.PrivacyRandomness)")
@@ -307,7 +309,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     average = None if cfg.ema_decay is None else ParameterAverage(model, decay=cfg.ema_decay)
     start = time.perf_counter()            # the training time counts the fixed features computed for it
     trained, x_all = (model, x_all) if augment is not None else precompute(
-        model, x_all, device=device, chunk=cfg.physical_batch_size)     # trained: ``model`` itself or its tail
+        model, x_all, device=device, chunk=cfg.physical_batch_size, at_once=at_once)   # ``model`` or its tail
     shuffle_gen = torch.Generator().manual_seed(seed)
     ledger, statistics, done = Ledger(tuple(released)), [], 0
     fingerprint = _fingerprint(data, cfg, seed, dp)
