@@ -4,6 +4,8 @@ as transforming every batch, and every batch transformed where the features cann
 from __future__ import annotations
 
 import dataclasses
+import logging
+import re
 import signal
 import time
 import weakref
@@ -13,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+import dpmed.data.pace
 from dpmed.config import TrainingConfig
 from dpmed.interruption import interruptible
 from dpmed.memory import Headroom
@@ -124,6 +127,17 @@ def test_the_features_are_written_in_place_holding_one_chunk_at_a_time():
     trained, features = fixed_features.precompute(model, x, device=torch.device("cpu"), chunk=3)
     assert isinstance(trained, fixed_features.FromFixed) and torch.equal(features, 2 * x)
     assert len(model.held) == 1 + 4 and max(model.held) == 0     # the probe, then 4 chunks, none kept past its copy
+
+
+def test_the_features_log_when_they_start_and_how_far_they_are(monkeypatch, caplog):
+    # At 224 px a few thousand training images take minutes here, before the run's first step or its bar.
+    monkeypatch.setattr(dpmed.data.pace, "REPORT_EVERY", 0.0)
+    with caplog.at_level(logging.INFO, logger="dpmed.training.fixed_features"):
+        fixed_features.precompute(_Doubling(), torch.zeros(10, 1, 2, 2), device=torch.device("cpu"), chunk=3,
+                                  label="arm_seed0")
+    lines = [re.sub(r"about \d+ min", "about N min", r.getMessage()) for r in caplog.records]
+    assert lines == ["arm_seed0: computing the fixed features of the training images once",
+                     *(f"arm_seed0: fixed features {p} % computed, about N min left" for p in (30, 60, 90))]
 
 
 def test_a_lost_ctrl_c_stops_the_features_at_the_next_chunk():

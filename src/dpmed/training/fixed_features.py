@@ -19,6 +19,7 @@ import logging
 import torch
 from torch import nn
 
+from dpmed.data.pace import Pace
 from dpmed.interruption import check as check_interrupt
 from dpmed.memory import headroom
 from dpmed.numbers import bytes_text
@@ -41,11 +42,15 @@ class FromFixed(nn.Module):
 
 @torch.no_grad()
 def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device, chunk: int,
-               at_once: int = 1) -> tuple[nn.Module, torch.Tensor]:
+               at_once: int = 1, label: str = "train") -> tuple[nn.Module, torch.Tensor]:
     """(the module to train, its inputs): (:class:`FromFixed`, the fixed features of ``x_all``, kept on the CPU as
     the images are) where ``model`` has a fixed front end and they fit, else (``model``, ``x_all``). ``at_once``:
     the runs that may train at the same time on this machine, this one included; each reads the same free memory
-    as it starts, so each may take 1/``at_once`` of the half allowed, or N workers' features could take N halves."""
+    as it starts, so each may take 1/``at_once`` of the half allowed, or N workers' features could take N halves.
+
+    Logged, as ``label``'s, when it starts and then as the data layer's long loops are (`dpmed.data.pace`): at 224 px
+    a few thousand images take minutes before the first step, which a silent terminal shows as a hang. Shares of the
+    work and times only: no count of the training images."""
     if not hasattr(model, "fixed_features") or not len(x_all):
         return model, x_all
     first = model.fixed_features(x_all[:1].to(device))
@@ -57,7 +62,11 @@ def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device, c
         return model, x_all
     # filled in place: a list of the chunks and then their concatenation held twice the features' size at once
     features, step = torch.empty((len(x_all), *first.shape[1:]), dtype=first.dtype), max(1, chunk)
+    _log.info("%s: computing the fixed features of the training images once", label)
+    pace = Pace(_log)
     for at in range(0, len(x_all), step):
         check_interrupt()          # a Ctrl-C during the transform's torch calls may be lost (`dpmed.interruption`)
         features[at:at + step] = model.fixed_features(x_all[at:at + step].to(device))
+        share = min(at + step, len(x_all)) / len(x_all)
+        pace.log(share, "%s: fixed features %.0f %% computed", label, 100 * share)
     return FromFixed(model), features

@@ -308,8 +308,8 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     augment, keys = _augmentation(cfg, data, seed)
     average = None if cfg.ema_decay is None else ParameterAverage(model, decay=cfg.ema_decay)
     start = time.perf_counter()            # the training time counts the fixed features computed for it
-    trained, x_all = (model, x_all) if augment is not None else precompute(
-        model, x_all, device=device, chunk=cfg.physical_batch_size, at_once=at_once)   # ``model`` or its tail
+    trained, x_all = (model, x_all) if augment is not None else precompute(     # trained: ``model`` or its tail
+        model, x_all, device=device, chunk=cfg.physical_batch_size, at_once=at_once, label=label)
     shuffle_gen = torch.Generator().manual_seed(seed)
     ledger, statistics, done = Ledger(tuple(released)), [], 0
     fingerprint = _fingerprint(data, cfg, seed, dp)
