@@ -270,7 +270,8 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
         evaluation_start = time.perf_counter()
         with _evaluation_warnings_logged(plan.run_id):
             assessment = assess(model, ds, (val_input, test_input), context.evaluation,
-                                cam_layer=MODELS[plan.model].cam_layer, device=device, training=train_input)
+                                cam_layer=MODELS[plan.model].cam_layer, device=device, training=train_input,
+                                label=plan.run_id)
         save_predictions(folder.unreleased(folder.predictions), val=(ds.val, assessment.val_scores),
                          test=(ds.test, assessment.test_scores), owner_only=True)
         if assessment.cams is not None:
@@ -406,7 +407,7 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Ree
         val_input, test_input = _model_inputs(ds, ds.val, ds.test)
         with _evaluation_warnings_logged(plan.run_id):
             assessment = assess(model.to(device), ds, (val_input, test_input), context.evaluation,
-                                cam_layer=MODELS[plan.model].cam_layer, device=device)
+                                cam_layer=MODELS[plan.model].cam_layer, device=device, label=plan.run_id)
     again = record.model_copy(update={"metrics": assessment.metrics, "fairness": assessment.fairness,
                                       "explanations": assessment.explanations,
                                       "evaluation_version": EVALUATION_VERSION,

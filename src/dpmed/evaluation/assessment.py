@@ -102,10 +102,12 @@ def _utility(config: EvaluationConfig, dataset: Dataset, val_scores, images: Ima
 
 
 def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet], config: EvaluationConfig, *,
-           cam_layer: str, device: torch.device, training: ImageSet | None = None) -> Assessment:
+           cam_layer: str, device: torch.device, training: ImageSet | None = None,
+           label: str = "evaluation") -> Assessment:
     """Measure ``model`` on ``dataset``'s validation and test splits, given as the model sees them (``inputs``:
     validation and test after the study's fixed normalisation); ``training`` (as the model saw it) adds the private
-    training-set metrics."""
+    training-set metrics. ``label`` names the run in the progress lines of its explanations, the one part that takes
+    minutes (Grad-CAM's deletion and insertion curves, `dpmed.evaluation.faithfulness.deletion_insertion`)."""
     val_input, test_input = inputs
     val_scores = predict(model, val_input, dataset.task, device=device)
     test_scores = predict(model, test_input, dataset.task, device=device)
@@ -126,7 +128,7 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
             model, dataset.test.images, dataset.test.masks, kind=dataset.task.kind, target_layer=cam_layer,
             normalization=dataset.normalization, n_resamples=config.bootstrap_resamples,
             bootstrap_seed=config.bootstrap_seed, confidence=config.confidence,
-            patient_ids=_patients(dataset, dataset.test), threshold=metrics.get("threshold"),
+            patient_ids=_patients(dataset, dataset.test), threshold=metrics.get("threshold"), label=label,
             **config.explanations.model_dump())
         explanations = explanations.model_copy(update={"seconds": time.perf_counter() - start})
     private = None

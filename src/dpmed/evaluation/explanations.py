@@ -62,12 +62,13 @@ def _explained_class(kind: str, decided: bool) -> str:
 def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: str, method: str = "gradcam",
             normalization=None, masks: np.ndarray | None = None, lesion_class: int | None = 1,
             deletion_steps: int = 16, pointing_tolerance: float = 0.0, n_resamples: int = 1000, seed: int = 0,
-            confidence: float = 0.95, patient_ids=None,
-            threshold: float | None = None) -> tuple[Explanations, dict[str, np.ndarray]]:
+            confidence: float = 0.95, patient_ids=None, threshold: float | None = None,
+            label: str = "explanations") -> tuple[Explanations, dict[str, np.ndarray]]:
     """Explain ``images`` ([0, 1] pixels [N, C, H, W], e.g. the :func:`select_images` of the test set).
     ``threshold``: a binary run's validation Youden threshold, at which its predicted class is decided (None: the
     argmax, as for the other tasks). ``lesion_class``: the class whose map the masks score (None: no lesion
     metrics); a multilabel run's lesion maps are of the sum of all its findings' scores instead (module docstring).
+    ``label`` names the run in the progress lines of the deletion and insertion curves.
 
     Returns (record, arrays): the run record's explanations block (method, target layer, every metric with its
     interval, and the all-zero maps among the CAMs each metric reads: ``n_zero_cams`` of the predicted class, read
@@ -97,7 +98,7 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
     y = probs[rows, targets]
     o = scores_of(cams[:, None] * images)[rows, targets]                        # E = L * I, before normalisation
     deletion, insertion, del_curve, ins_curve = deletion_insertion(scores_of, images, cams, targets,
-                                                                   steps=deletion_steps)
+                                                                   steps=deletion_steps, label=label)
     stats = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
     metrics = {
         "average_drop": mean_with_interval(average_drop(y, o), patient_ids=ids, **stats),
@@ -150,8 +151,8 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
 def explain_test_set(model: nn.Module, images: np.ndarray, masks: np.ndarray | None, *, kind: str, target_layer: str,
                      method: str, n_images: int, seed: int, deletion_steps: int, pointing_tolerance: float,
                      normalization=None, n_resamples: int = 1000, bootstrap_seed: int = 0,
-                     confidence: float = 0.95, patient_ids=None,
-                     threshold: float | None = None) -> tuple[Explanations, dict[str, np.ndarray]]:
+                     confidence: float = 0.95, patient_ids=None, threshold: float | None = None,
+                     label: str = "explanations") -> tuple[Explanations, dict[str, np.ndarray]]:
     """:func:`explain` on the :func:`select_images` (``n_images``, ``seed``) of a test set: the run's explanations.
 
     The keyword names match the study file's ``evaluation.explanations`` block; ``patient_ids`` (str, one per test
@@ -164,7 +165,7 @@ def explain_test_set(model: nn.Module, images: np.ndarray, masks: np.ndarray | N
     record, arrays = explain(model, np.asarray(images)[positions], kind=kind, target_layer=target_layer, method=method,
                              normalization=normalization, masks=chosen_masks, deletion_steps=deletion_steps,
                              pointing_tolerance=pointing_tolerance, n_resamples=n_resamples, seed=bootstrap_seed,
-                             confidence=confidence, threshold=threshold,
+                             confidence=confidence, threshold=threshold, label=label,
                              patient_ids=None if patient_ids is None else np.asarray(patient_ids)[positions])
     record = record.model_copy(update={"image_seed": int(seed)})
     arrays.update(positions=positions, images=np.asarray(images)[positions].astype(np.float16))
