@@ -136,8 +136,15 @@ def test_the_features_log_when_they_start_and_how_far_they_are(monkeypatch, capl
         fixed_features.precompute(_Doubling(), torch.zeros(10, 1, 2, 2), device=torch.device("cpu"), chunk=3,
                                   label="arm_seed0")
     lines = [re.sub(r"about \d+ min", "about N min", r.getMessage()) for r in caplog.records]
-    assert lines == ["arm_seed0: computing the fixed features of the training images once",
+    assert lines == ["arm_seed0: computing the fixed features of the training images once, about N min",
                      *(f"arm_seed0: fixed features {p} % computed, about N min left" for p in (30, 60, 90))]
+
+
+def test_features_done_within_the_interval_log_nothing(caplog):
+    # `dpmed plan` times a few steps of each kind of run: a line for each of its instant feature passes was noise.
+    with caplog.at_level(logging.INFO, logger="dpmed.training.fixed_features"):
+        fixed_features.precompute(_Doubling(), torch.zeros(10, 1, 2, 2), device=torch.device("cpu"), chunk=3)
+    assert caplog.records == []
 
 
 def test_a_lost_ctrl_c_stops_the_features_at_the_next_chunk():

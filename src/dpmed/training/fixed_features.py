@@ -15,11 +15,13 @@ free memory (ScatterNet's are 81/16 times the images' size), shared among the ru
 from __future__ import annotations
 
 import logging
+import math
+import time
 
 import torch
 from torch import nn
 
-from dpmed.data.pace import Pace
+from dpmed.data import pace as pacing
 from dpmed.interruption import check as check_interrupt
 from dpmed.memory import headroom
 from dpmed.numbers import bytes_text
@@ -48,9 +50,10 @@ def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device, c
     the runs that may train at the same time on this machine, this one included; each reads the same free memory
     as it starts, so each may take 1/``at_once`` of the half allowed, or N workers' features could take N halves.
 
-    Logged, as ``label``'s, when it starts and then as the data layer's long loops are (`dpmed.data.pace`): at 224 px
-    a few thousand images take minutes before the first step, which a silent terminal shows as a hang. Shares of the
-    work and times only: no count of the training images."""
+    Logged, as ``label``'s, where the first chunk shows it will take longer than the data layer's interval between
+    lines, and then as its long loops are (`dpmed.data.pace`): at 224 px a few thousand images take minutes before
+    the first step, which a silent terminal shows as a hang; a quick one (``dpmed plan`` timing a few steps) says
+    nothing. Shares of the work and times only: no count of the training images."""
     if not hasattr(model, "fixed_features") or not len(x_all):
         return model, x_all
     first = model.fixed_features(x_all[:1].to(device))
@@ -62,11 +65,14 @@ def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device, c
         return model, x_all
     # filled in place: a list of the chunks and then their concatenation held twice the features' size at once
     features, step = torch.empty((len(x_all), *first.shape[1:]), dtype=first.dtype), max(1, chunk)
-    _log.info("%s: computing the fixed features of the training images once", label)
-    pace = Pace(_log)
+    pace = pacing.Pace(_log)
     for at in range(0, len(x_all), step):
         check_interrupt()          # a Ctrl-C during the transform's torch calls may be lost (`dpmed.interruption`)
         features[at:at + step] = model.fixed_features(x_all[at:at + step].to(device))
         share = min(at + step, len(x_all)) / len(x_all)
+        expected = (time.perf_counter() - pace.began) / share                 # seconds for all, at this rate
+        if at == 0 and share < 1 and expected > pacing.REPORT_EVERY:
+            _log.info("%s: computing the fixed features of the training images once, about %d min", label,
+                      math.ceil(expected / 60))
         pace.log(share, "%s: fixed features %.0f %% computed", label, 100 * share)
     return FromFixed(model), features
