@@ -187,7 +187,7 @@ def unfinished(inputs: ReportInputs) -> str:
     if cut:
         names = sorted({p.name for paths in cut.values() for p in paths})
         flags += (f'<div class="flag">⚠ The release of {runs_text(list(cut))} was cut short: '
-                  f"{escape(', '.join(names))} lie in runs/&lt;run&gt;/ without its run.json, so no eps of this study "
+                  f"{escape(', '.join(names))} lie in runs/&lt;run&gt;/ without its run.json, so no ε of this study "
                   "covers them, and this report holds none of their numbers. Do not share runs/ as it is: the next "
                   "<code>dpmed run</code> of this study deletes these files, and runs again those it still plans."
                   "</div>")
