@@ -47,8 +47,8 @@ import numpy as np
 from randomgen import AESCounter
 
 __all__ = ["PrivacyRandomness", "PRIVACY_STREAMS", "RandomnessMode", "public_seed", "poisson_mask",
-           "NOT_DP_REPRODUCIBLE", "discrete_laplace", "GAUSSIAN_DRAW_BOUND", "LAPLACE_DRAW_BOUND", "DRAW_BOUND",
-           "DRAW_BOUNDS"]
+           "poisson_mask_words", "NOT_DP_REPRODUCIBLE", "discrete_laplace", "GAUSSIAN_DRAW_BOUND",
+           "LAPLACE_DRAW_BOUND", "DRAW_BOUND", "DRAW_BOUNDS"]
 
 RandomnessMode = Literal["secure", "reproducible"]
 
@@ -105,11 +105,18 @@ def _position(generator: np.random.Generator) -> str:
     ahead, the next step's block keys among them): in a checkpoint it reached every traceback that shows the locals
     of the checkpoint's write (torch.save's own frames included), and no repr can hide a dict that torch's
     weights-only reader must read back."""
+    s = generator.bit_generator.state["s"]
+    words, half_used = _drawn(generator)
+    return json.dumps({"words": words, "half_used": half_used,
+                       "key_check": _key_check(int(s["seed"][0]) | int(s["seed"][1]) << 64)})
+
+
+def _drawn(generator: np.random.Generator) -> tuple[int, bool]:
+    """(the 64-bit words an AES stream has handed out, whether half of the last waits for a 32-bit draw)."""
     state = generator.bit_generator.state
     s = state["s"]
     counter = int(s["counter"][0]) | int(s["counter"][1]) << 64     # the next of 4 blocks of 2 words to encrypt
-    return json.dumps({"words": 2 * counter - 8 + int(s["offset"]) // 8, "half_used": bool(state["has_uint32"]),
-                       "key_check": _key_check(int(s["seed"][0]) | int(s["seed"][1]) << 64)})
+    return 2 * counter - 8 + int(s["offset"]) // 8, bool(state["has_uint32"])
 
 
 def _generator_at(key: int, saved: Mapping[str, Any]) -> dict[str, Any]:
@@ -192,6 +199,11 @@ class PrivacyRandomness:
         streams: dict[str, np.random.Generator] = self._streams  # type: ignore[attr-defined]
         return {name: _position(g) for name, g in streams.items()}
 
+    def drawn(self, name: str) -> tuple[int, bool]:
+        """(the 64-bit words stream ``name`` has handed out, whether half of the last waits for a 32-bit draw): where
+        it stands, to check against the draws a checkpoint's step count implies."""
+        return _drawn(self.stream(name))
+
     def restore(self, state: Mapping[str, str], *, needed: tuple[str, ...] = ()) -> None:
         """Continue every stream from :meth:`state` (taken from this same root key). ValueError where a stream in
         ``needed`` (those the caller goes on drawing from) has no saved position: from its start it would draw again
@@ -209,6 +221,11 @@ class PrivacyRandomness:
             if saved["key_check"] != _key_check(key):
                 raise ValueError(f"the saved state of privacy stream {name!r} belongs to another key")
             generator.bit_generator.state = _generator_at(key, saved)
+
+
+def poisson_mask_words(n: int, sample_rate: float) -> int:
+    """The 64-bit words :func:`poisson_mask` takes from its stream for ``n`` units: one each, none at rate 1."""
+    return 0 if sample_rate == 1 else n
 
 
 def poisson_mask(rng: np.random.Generator, n: int, sample_rate: float) -> np.ndarray:

@@ -359,6 +359,58 @@ def test_a_checkpoint_of_another_key_or_without_a_stream_s_position_is_refused_n
     assert said.endswith("delete it and the privacy key beside it to train this run afresh under a new key")
 
 
+@pytest.mark.parametrize("mixed", ["streams", "noise stream", "ledger"])
+def test_a_checkpoint_mixed_with_an_earlier_one_of_the_same_run_is_refused(data, new_model, tmp_path, monkeypatch,
+                                                                           mixed):
+    # The checkpoint of step 10 with the stream positions (or the ledger) of the same run's checkpoint of step 5:
+    # under the run's own key it would draw again, for steps 11-15, the batches and noise of steps 6-10 (or count
+    # five steps fewer than it took). Each step takes a fixed number of words from each stream, so the positions
+    # that go with a step count are known.
+    images, task = data
+    key, ckpt = PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
+
+    def stopped_after(calls):
+        with monkeypatch.context() as m:
+            _interrupt_after(m, DpSgdStep, "__call__", calls)
+            with pytest.raises(Killed):
+                train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
+                      randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+        return torch.load(ckpt, weights_only=True)
+
+    earlier, state = stopped_after(7), stopped_after(7)          # steps 5, then (resumed) 10
+    assert (earlier["done"], state["done"]) == (5, 10)
+    if mixed == "streams":
+        state["privacy_randomness"] = earlier["privacy_randomness"]
+    elif mixed == "noise stream":
+        state["privacy_randomness"]["noise"] = earlier["privacy_randomness"]["noise"]
+    else:
+        state["ledger"] = earlier["ledger"]
+    torch.save(state, ckpt)
+    with pytest.raises(RuntimeError) as caught:
+        train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
+              randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    said = str(caught.value)
+    assert said.startswith(f"the checkpoint {ckpt} cannot continue this run: ") and "step 10" in said
+    assert ("'noise'" if mixed == "noise stream" else "'sampling'" if mixed == "streams" else "ledger") in said
+    assert said.endswith("delete it and the privacy key beside it to train this run afresh under a new key")
+
+
+@pytest.mark.parametrize("update", [{"noise_multiplier": 0.0}, {"sample_rate": 1.0}], ids=["no noise", "every unit"])
+def test_a_run_whose_step_draws_nothing_from_a_stream_still_resumes(data, new_model, tmp_path, monkeypatch, update):
+    # sigma 0 draws no noise, and a sample rate of 1 no sampling words: the positions a step count implies are zero.
+    images, task = data
+    plan, key, ckpt = PLAN.model_copy(update=update), PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:
+        _interrupt_after(m, DpSgdStep, "__call__", 7)
+        with pytest.raises(Killed):
+            train(new_model(task), images, task, CFG, seed=4, dp=plan, progress=False, checkpoint=ckpt,
+                  randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    done, _ = checkpoint_progress(ckpt)         # every step at rate 1 (an epoch is one step), else step 5
+    resumed = train(new_model(task), images, task, CFG, seed=4, dp=plan, progress=False, checkpoint=ckpt,
+                    randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    assert resumed.resumed_from == done > 0 and resumed.ledger.dp_sgd_steps == plan.steps
+
+
 def test_shuffle_mode_dp_sgd_restarts_rather_than_continue(data, new_model, tmp_path):
     """Its batches are drawn anew each attempt (a reproduction mode, not DP): it writes no checkpoint to continue,
     and its ledger records shuffled batches."""

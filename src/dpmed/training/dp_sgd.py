@@ -44,7 +44,7 @@ from dpmed.errors import PrivacyError
 from dpmed.names import DP_ENGINES, check_registry
 from dpmed.training.clipping import GhostClipper, clip_factors, finite_rows, refuse_batch_norm
 from dpmed.training.grouping import group_index
-from dpmed.training.noise import block_keys, fill_noise, noise_workers
+from dpmed.training.noise import block_keys, block_words, fill_noise, noise_workers
 
 __all__ = ["DpSgdStep", "OpacusClipper", "CLIPPING_ENGINES", "physical_chunks"]
 
@@ -215,6 +215,13 @@ class DpSgdStep:
             raise ValueError("the trainable parameters must share one dtype: the noise is drawn for them as one "
                              f"vector; got {sorted({str(p.dtype) for p in self.params})}")
         self._flat: Tensor | None = None
+
+    @property
+    def stream_words(self) -> int:
+        """The raw words each step takes from the noise stream: its blocks' keys, none where it adds no noise. The
+        same every step, so a checkpoint's step count tells where its noise stream must stand."""
+        drawn = self.noise_multiplier * self.max_grad_norm > 0 and self.params     # as ``__call__`` decides
+        return block_words(sum(p.numel() for p in self.params)) if drawn else 0
 
     def clipped_sum(self, x: Tensor, y: Tensor, *, groups: Tensor | None = None) -> list[Tensor]:
         """sum_i clip(g_i) for the examples x [B, C, H, W], y [B, ...]; zeros for an empty batch.

@@ -41,7 +41,7 @@ from dpmed.data import ImageSet, Task
 from dpmed.folders import write_torch_atomic
 from dpmed.interruption import check as check_interrupt
 from dpmed.mechanisms import DpSgdPlan, training_steps
-from dpmed.randomness import PrivacyRandomness, public_seed
+from dpmed.randomness import PrivacyRandomness, poisson_mask_words, public_seed
 from dpmed.training.augmentation import Augmentation, image_keys
 from dpmed.training.averaging import ParameterAverage
 from dpmed.training.dp_sgd import DpSgdStep, physical_chunks
@@ -212,15 +212,17 @@ def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
 
 
 def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-            shuffle_gen: torch.Generator, randomness: PrivacyRandomness | None, needed: tuple[str, ...],
+            shuffle_gen: torch.Generator, randomness: PrivacyRandomness | None, per_step: dict[str, int],
             average: ParameterAverage | None, label: str) -> tuple[Ledger, list, int] | None:
     """Continue from the checkpoint at ``path`` where it continues this training (`_load_checkpoint`): restore the
     model, optimiser, generators and average in place, and return (ledger, statistics, done); None where there is
-    none. RuntimeError where its privacy streams are another key's or lack one of ``needed`` (those training draws
-    from). The checkpoint's dict stays in this frame: one an earlier dpmed wrote holds each privacy stream's state, AES
-    key included, and as a local of the training loop it was printed by every traceback that shows locals
-    (IPython's verbose mode, pytest --showlocals, a crash reporter) of a resumed run stopped mid-way, which keeps
-    that key to resume again."""
+    none. ``per_step``: the raw words each DP-SGD step takes from each privacy stream it draws from (empty without
+    DP-SGD). RuntimeError where the checkpoint's privacy streams are another key's, lack one of those, or stand
+    elsewhere than its step count leaves them, or where its ledger counts other steps than it took (`_mixed`). The
+    checkpoint's dict stays in this frame: one an earlier dpmed wrote holds each privacy stream's state, AES key
+    included, and as a local of the training loop it was printed by every traceback that shows locals (IPython's
+    verbose mode, pytest --showlocals, a crash reporter) of a resumed run stopped mid-way, which keeps that key to
+    resume again."""
     state = _load_checkpoint(path, fingerprint)
     if state is None:
         return None
@@ -229,16 +231,39 @@ def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer
     shuffle_gen.set_state(state["shuffle_state"])
     if randomness is not None:
         try:
-            randomness.restore(state["privacy_randomness"], needed=needed)
+            randomness.restore(state["privacy_randomness"], needed=tuple(per_step))
+            problem = _mixed(state, randomness, per_step)
         except ValueError as exc:          # another key's, or damaged: its draws would replace or repeat counted ones
-            raise RuntimeError(f"the checkpoint {path} cannot continue this run: {exc}; delete it and the privacy "
-                               "key beside it to train this run afresh under a new key") from None
+            problem = str(exc)
+        if problem:
+            raise RuntimeError(f"the checkpoint {path} cannot continue this run: {problem}; delete it and the privacy "
+                               "key beside it to train this run afresh under a new key")
     if average is not None:
         average.load_state_dict(state["average"])
     reached = state.get("progress")    # absent from checkpoints written before they recorded it
     _log.info("%s: continues from its checkpoint%s", label,
               f" at step {reached['steps']} of {reached['of']}" if reached else "")
     return Ledger.from_dict(state["ledger"]), state["statistics"], state["done"]
+
+
+def _mixed(state: dict, randomness: PrivacyRandomness, per_step: dict[str, int]) -> str | None:
+    """Why a DP-SGD checkpoint's parts do not belong to one step (its privacy streams restored in ``randomness``),
+    None where they do. Every step takes ``per_step[name]`` raw words from each stream, so step ``done`` leaves
+    stream ``name`` at ``done * per_step[name]`` words: a position from an earlier checkpoint of the run (its own key)
+    would draw again, for the steps to come, the batches and noise of steps already taken and counted, and a ledger
+    from one would count fewer steps than were taken."""
+    done = int(state["done"])
+    for name, words in per_step.items():
+        drawn, half_used = randomness.drawn(name)
+        if (drawn, half_used) != (done * words, False):
+            return (f"its privacy stream {name!r} stands at {drawn} words, where step {done} leaves it at "
+                    f"{done * words} (a position from another checkpoint, or edited): continuing would draw again "
+                    "batches or noise of steps already taken")
+    counted = Ledger.from_dict(state["ledger"]).dp_sgd_steps
+    if per_step and counted != done:
+        return (f"its ledger counts {counted} DP-SGD steps, where it was written at step {done} (a ledger from "
+                "another checkpoint, or edited)")
+    return None
 
 
 def _read_checkpoint(path: Path, *, mmap: bool = False) -> dict:
@@ -315,9 +340,26 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     fingerprint = _fingerprint(data, cfg, seed, dp)
     if dp is not None and dp.sampling != "poisson":
         checkpoint = None
+    if dp is None:
+        steps_per_epoch = max(1, math.ceil(len(data) / cfg.batch_size))   # 1 for an empty set: no batch, no step
+        total = training_steps(steps_per_epoch, epochs=cfg.epochs, steps=cfg.steps)
+        per_step = {}
+    else:
+        offsets, owned = sampling_units(data, dp.unit)
+        n_units = len(offsets) - 1
+        total = dp.steps
+        steps_per_epoch = max(1, round(1 / dp.sample_rate))
+        weight = 1.0 if augment is None else augment.loss_weight       # 1/K per copy: a group sums to the mean
+        step_fn = DpSgdStep(trained, loss_fn=lambda z, y: objective.loss(z, y, reduction="sum") * weight,
+                            max_grad_norm=dp.max_grad_norm, noise_multiplier=dp.noise_multiplier,
+                            expected_batch_size=(dp.expected_batch_size if dp.expected_batch_size is not None
+                                                 else dp.sample_rate * n_units),
+                            physical_batch_size=cfg.physical_batch_size, noise_rng=randomness.stream("noise"),
+                            noise=dp.noise, engine=cfg.dp_engine)
+        # the raw words a step takes from each privacy stream (Poisson sampling: only where a checkpoint is kept)
+        per_step = {"sampling": poisson_mask_words(n_units, dp.sample_rate), "noise": step_fn.stream_words}
     restored = _resume(checkpoint, fingerprint, model=model, optimizer=optimizer, shuffle_gen=shuffle_gen,
-                       randomness=randomness, needed=() if dp is None else ("sampling", "noise"), average=average,
-                       label=label)
+                       randomness=randomness, per_step=per_step, average=average, label=label)
     if restored is not None:
         ledger, statistics, done = restored
 
@@ -335,21 +377,6 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
         if average is not None:
             average.update()
 
-    if dp is None:
-        steps_per_epoch = max(1, math.ceil(len(data) / cfg.batch_size))   # 1 for an empty set: no batch, no step
-        total = training_steps(steps_per_epoch, epochs=cfg.epochs, steps=cfg.steps)
-    else:
-        offsets, owned = sampling_units(data, dp.unit)
-        n_units = len(offsets) - 1
-        total = dp.steps
-        steps_per_epoch = max(1, round(1 / dp.sample_rate))
-        weight = 1.0 if augment is None else augment.loss_weight       # 1/K per copy: a group sums to the mean
-        step_fn = DpSgdStep(trained, loss_fn=lambda z, y: objective.loss(z, y, reduction="sum") * weight,
-                            max_grad_norm=dp.max_grad_norm, noise_multiplier=dp.noise_multiplier,
-                            expected_batch_size=(dp.expected_batch_size if dp.expected_batch_size is not None
-                                                 else dp.sample_rate * n_units),
-                            physical_batch_size=cfg.physical_batch_size, noise_rng=randomness.stream("noise"),
-                            noise=dp.noise, engine=cfg.dp_engine)
     resumed = done if dp is not None else min(done * steps_per_epoch, total)   # without DP-SGD ``done`` counts epochs
     shown = _Progress(total, resumed, label, bar=progress, log=log_progress)
     if dp is None:

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from randomgen import AESCounter
 
-__all__ = ["BLOCK", "BlockKeys", "block_keys", "fill_noise", "noise_workers"]
+__all__ = ["BLOCK", "BlockKeys", "block_keys", "block_words", "fill_noise", "noise_workers"]
 
 BLOCK = 1 << 20     # coordinates per block: enough blocks to share among threads, few GIL hand-overs
 
@@ -42,10 +42,15 @@ class BlockKeys(list):
         return f"<{len(self)} secret noise block keys>"
 
 
+def block_words(size: int) -> int:
+    """The raw 64-bit words that the block keys of a noise vector of ``size`` coordinates take: two a block."""
+    return 2 * math.ceil(size / BLOCK)
+
+
 def block_keys(stream: np.random.Generator, size: int) -> BlockKeys:
     """The 128-bit AES keys of the blocks of a noise vector of ``size`` coordinates, taken from ``stream``
-    (two raw 64-bit words a block, high word first). The stream moves by exactly 2 * ceil(size / BLOCK) words."""
-    words = stream.bit_generator.random_raw(2 * math.ceil(size / BLOCK)).tolist()
+    (two raw 64-bit words a block, high word first). The stream moves by exactly :func:`block_words` words."""
+    words = stream.bit_generator.random_raw(block_words(size)).tolist()
     return BlockKeys((hi << 64) | lo for hi, lo in zip(words[0::2], words[1::2]))
 
 
