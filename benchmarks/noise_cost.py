@@ -39,7 +39,7 @@ def measure(device: str, model_name: str, size: str, batch: int, steps: int, thr
     from dpmed.models import build_model
     from dpmed.randomness import PrivacyRandomness
     from dpmed.training import DpSgdStep
-    from dpmed.training.noise import block_keys, fill_noise
+    from dpmed.training.noise import NoiseBuffer, block_keys, fill_noise
 
     def sync() -> None:
         if device == "cuda":
@@ -57,9 +57,10 @@ def measure(device: str, model_name: str, size: str, batch: int, steps: int, thr
     rng = step.noise_rng
     coordinates = sum(p.numel() for p in step.params)
     flat = torch.empty(coordinates, dtype=torch.float64, pin_memory=device == "cuda")
+    buffer = NoiseBuffer(flat.numpy())
 
     def draw(pool: ThreadPoolExecutor) -> list:
-        return fill_noise(flat.numpy(), block_keys(rng, coordinates), pool, kind="gaussian", four_halved=False)
+        return fill_noise(buffer, block_keys(rng, coordinates), pool, kind="gaussian", four_halved=False)
 
     drawing = {}
     for n in threads:

@@ -23,9 +23,10 @@ from randomgen import AESCounter
 from torch import nn
 
 import dpmed.training.dp_sgd as dp_sgd_module
+import dpmed.training.noise as noise_module
 from dpmed.randomness import PrivacyRandomness
 from dpmed.training import DpSgdStep
-from dpmed.training.noise import BLOCK, block_keys, fill_noise, noise_workers
+from dpmed.training.noise import BLOCK, NoiseBuffer, block_keys, fill_noise, noise_workers
 
 
 def _ce(z, y):
@@ -116,31 +117,85 @@ def test_a_failing_step_has_moved_the_stream_by_its_keys_only_and_leaves_no_thre
     assert rng.bit_generator.state == twin.bit_generator.state
 
 
-@pytest.mark.parametrize("stopped_in", ["the clipped sum", "handing out the draws"])
+def _shows_noise(value, noise: set[float], depth: int = 0) -> bool:
+    """Whether ``value`` (a frame's local) is an array or tensor, or a list, tuple or dict of them, holding one of
+    the ``noise`` values: a traceback that shows locals prints some of its entries."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        return value.dtype == np.float64 and not noise.isdisjoint(value.ravel().tolist())
+    if depth < 2 and isinstance(value, (list, tuple, dict)):
+        return any(_shows_noise(v, noise, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
+@pytest.mark.parametrize("stopped_in", ["the clipped sum", "handing out the draws", "adding the noise",
+                                        "a block's draw"])
 def test_a_traceback_that_shows_locals_of_an_interrupted_step_shows_neither_its_keys_nor_its_noise(stopped_in,
                                                                                                     monkeypatch):
     # A Ctrl-C lands most often in the clipped sum, while the step's noise is drawn. A traceback that shows each
     # frame's locals (IPython's verbose mode, pytest --showlocals, a crash reporter) printed the step's block keys
     # and a few of its noise values; the resumed run draws that very step again from its checkpoint's stream state.
-    # Handing the blocks to the threads starts them, and waits for each to start: a Ctrl-C lands there too.
-    def interrupted(*args, **kwargs):
+    # Handing the blocks to the threads starts them, and waits for each to start: a Ctrl-C lands there too, and
+    # while the noise is added; a block's draw can fail in its thread (out of memory), its frame in the traceback.
+    # The step stopped is the second: until the next checkpoint the buffer's noise of the first is drawn again too.
+    def stop(*args, **kwargs):
         raise KeyboardInterrupt
 
+    def second(target, name, then=stop):
+        original, calls = getattr(target, name), []
+
+        def wrapped(*args, **kwargs):
+            calls.append(1)
+            return then(*args, **kwargs) if len(calls) == 2 else original(*args, **kwargs)
+        monkeypatch.setattr(target, name, wrapped)
+
+    losses = []
+
+    def loss(z, t):
+        losses.append(1)
+        if stopped_in == "the clipped sum" and len(losses) == 2:
+            raise KeyboardInterrupt
+        return z.sum()
+
     if stopped_in == "handing out the draws":
-        monkeypatch.setattr(ThreadPoolExecutor, "submit", interrupted)
-    interrupted_loss = interrupted if stopped_in == "the clipped sum" else (lambda z, t: z.sum())
+        second(ThreadPoolExecutor, "submit")
+    elif stopped_in == "adding the noise":          # the first call adds the first step's noise
+        second(torch, "_foreach_add_")
+    elif stopped_in == "a block's draw":
+        def out_of_memory(*args, **kwargs):
+            raise MemoryError
+        second(noise_module, "AESCounter", out_of_memory)
     model = nn.Linear(300, 4)
-    step = DpSgdStep(model, loss_fn=interrupted_loss, max_grad_norm=1.0, noise_multiplier=1.0,
-                     expected_batch_size=4.0, physical_batch_size=4, noise_rng=np.random.default_rng(2))
-    with pytest.raises(KeyboardInterrupt) as caught:
-        step(torch.randn(4, 300), torch.randint(0, 4, (4,)))
+    step = DpSgdStep(model, loss_fn=loss, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4.0,
+                     physical_batch_size=4, noise_rng=np.random.default_rng(2))
+    x, y = torch.randn(4, 300), torch.randint(0, 4, (4,))
+    step(x, y)
+    with pytest.raises(MemoryError if stopped_in == "a block's draw" else KeyboardInterrupt) as caught:
+        step(x, y)
+    stream, noise = np.random.default_rng(2), set()
+    for _ in range(2):                  # the twin of both steps' noise: one block of 1,204 coordinates each
+        hi, lo = (int(w) for w in stream.bit_generator.random_raw(2))
+        noise |= set(np.random.Generator(AESCounter(key=(hi << 64) | lo)).normal(0.0, 1.0, size=1204).tolist())
+    package = Path(dp_sgd_module.__file__).parents[1]
+    ours = [t for t in _frames(caught.value.__traceback__) if Path(t.f_code.co_filename).is_relative_to(package)]
+    stopped_at = {"the clipped sum": "clipped_sum", "handing out the draws": "fill_noise",
+                  "adding the noise": "_add_noise", "a block's draw": "_fill_block"}[stopped_in]
+    assert stopped_at in [frame.f_code.co_name for frame in ours]
+    shown = [f"{frame.f_code.co_name}: {name}" for frame in ours for name, value in list(frame.f_locals.items())
+             if _shows_noise(value, noise)]
+    assert not shown
     frames = traceback.TracebackException.from_exception(caught.value, capture_locals=True).stack
-    text = "".join(shown for frame in frames if "dpmed" in Path(frame.filename).parts
+    text = "".join(shown for frame in frames if Path(frame.filename).is_relative_to(package)
                    for shown in frame.locals.values())
-    keys = block_keys(np.random.default_rng(2), 300 * 4 + 4)      # the twin of the step's stream
-    assert ("clipped_sum" if stopped_in == "the clipped sum" else "fill_noise") in [frame.name for frame in frames]
+    keys = block_keys(np.random.default_rng(2), 2 * BLOCK)      # the twin of the step's stream: both steps' keys
     assert not [str(key) for key in keys if str(key) in text]
-    assert repr(step._noise_buffer()) not in text                            # the step's noise, as a tensor shows
+
+
+def _frames(tb):
+    while tb is not None:
+        yield tb.tb_frame
+        tb = tb.tb_next
 
 
 def test_a_run_resumed_from_the_streams_saved_state_draws_the_same_keys():
@@ -168,7 +223,7 @@ def test_one_key_per_block_two_words_each_and_no_key_repeats(size, blocks):
 def test_blocks_are_unit_noise_and_uncorrelated(kind, moment):
     out = np.full(2 * BLOCK, np.nan)
     with ThreadPoolExecutor(2) as pool:
-        for f in fill_noise(out, block_keys(np.random.default_rng(0), len(out)), pool, kind=kind,
+        for f in fill_noise(NoiseBuffer(out), block_keys(np.random.default_rng(0), len(out)), pool, kind=kind,
                             four_halved=False):
             f.result()
     assert not np.isnan(out).any()
@@ -179,7 +234,7 @@ def test_blocks_are_unit_noise_and_uncorrelated(kind, moment):
 
 def test_fill_noise_refuses_keys_that_do_not_cover_the_vector():
     with ThreadPoolExecutor(1) as pool, pytest.raises(ValueError, match="keys"):
-        fill_noise(np.empty(BLOCK + 1), [1], pool, kind="gaussian", four_halved=False)
+        fill_noise(NoiseBuffer(np.empty(BLOCK + 1)), [1], pool, kind="gaussian", four_halved=False)
 
 
 def test_parameters_of_two_dtypes_are_refused():

@@ -44,7 +44,7 @@ from dpmed.errors import PrivacyError
 from dpmed.names import DP_ENGINES, check_registry
 from dpmed.training.clipping import GhostClipper, clip_factors, finite_rows, refuse_batch_norm
 from dpmed.training.grouping import group_index
-from dpmed.training.noise import block_keys, block_words, fill_noise, noise_workers
+from dpmed.training.noise import NoiseBuffer, block_keys, block_words, fill_noise, noise_workers
 
 __all__ = ["DpSgdStep", "OpacusClipper", "CLIPPING_ENGINES", "physical_chunks"]
 
@@ -215,6 +215,7 @@ class DpSgdStep:
             raise ValueError("the trainable parameters must share one dtype: the noise is drawn for them as one "
                              f"vector; got {sorted({str(p.dtype) for p in self.params})}")
         self._flat: Tensor | None = None
+        self._noise: NoiseBuffer | None = None
 
     @property
     def stream_words(self) -> int:
@@ -266,13 +267,13 @@ class DpSgdStep:
         if not scale > 0 or not self.params:      # sigma 0 (with C = inf, scale is nan): no noise
             self._set_grads(self.clipped_sum(x, y, groups=groups))
             return
-        # The noise buffer is named by no local here: a traceback that shows locals would print some of its values
-        # (the keys hide themselves, `BlockKeys`), and a run resumed from its checkpoint draws this step again.
+        # No frame names the noise or a slice of it (`NoiseBuffer`), nor a key (`BlockKeys`): a traceback that shows
+        # locals would print some of them, and a run resumed from its checkpoint draws this step again.
         keys = block_keys(self.noise_rng, len(self._noise_buffer()))   # the stream moves here, before anything can fail
         # The record_function labels name the step's phases in a torch profile (benchmarks/dp_step.py --profile).
         with ThreadPoolExecutor(max_workers=min(len(keys), noise_workers()),
                                 thread_name_prefix="dpmed-noise") as pool:
-            filling = fill_noise(self._noise_buffer().numpy(), keys, pool, kind=self.noise,
+            filling = fill_noise(self._noise_buffer(), keys, pool, kind=self.noise,
                                  four_halved=self.params[0].dtype == torch.float64)
             with record_function("dpmed.clipped_sum"):
                 total = self.clipped_sum(x, y, groups=groups)   # leaving the pool waits for every block, even if
@@ -285,10 +286,10 @@ class DpSgdStep:
 
     def _add_noise(self, total: list[Tensor], scale: float) -> None:
         """total += scale * the drawn noise, in float64, then rounded; one call for all parameters (a GPU pays host
-        time per dispatched op). Its own frame: its locals hold the noise for this instant only."""
-        noise = self._noise_buffer().to(self.params[0].device)     # one copy to the GPU (pinned memory there)
-        pieces = noise.split([acc.numel() for acc in total])
-        torch._foreach_add_(total, [n.view(acc.shape) for n, acc in zip(pieces, total)], alpha=scale)
+        time per dispatched op). The noise (its copy on the GPU, and its pieces shaped as the parameters) lives only
+        within the expression: a frame's local would show in a traceback that shows locals."""
+        torch._foreach_add_(total, list(map(Tensor.view, self._flat.to(self.params[0].device).split(   # [P] -> pieces
+            list(map(Tensor.numel, total))), map(Tensor.size, total))), alpha=scale)
 
     def _set_grads(self, total: list[Tensor]) -> None:
         """p.grad = the noisy (or plain) clipped sum divided by the expected batch size qN, for every parameter."""
@@ -297,11 +298,13 @@ class DpSgdStep:
         for p, acc in zip(self.params, total):
             p.grad = acc
 
-    def _noise_buffer(self) -> Tensor:
-        """float64 [number of trainable coordinates], reused from step to step; in pinned memory where the model
-        is on a GPU (a synchronous copy from it, so the next step cannot overwrite it early)."""
-        if self._flat is None:
+    def _noise_buffer(self) -> NoiseBuffer:
+        """float64 [number of trainable coordinates], reused from step to step (``_flat``: the same memory as a
+        tensor); in pinned memory where the model is on a GPU (a synchronous copy from it, so the next step cannot
+        overwrite it early)."""
+        if self._noise is None:
             size = sum(p.numel() for p in self.params)
             pin = self.params[0].device.type == "cuda"
             self._flat = torch.empty(size, dtype=torch.float64, pin_memory=pin)
-        return self._flat
+            self._noise = NoiseBuffer(self._flat.numpy())
+        return self._noise

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from randomgen import AESCounter
 
-__all__ = ["BLOCK", "BlockKeys", "block_keys", "block_words", "fill_noise", "noise_workers"]
+__all__ = ["BLOCK", "BlockKeys", "NoiseBuffer", "block_keys", "block_words", "fill_noise", "noise_workers"]
 
 BLOCK = 1 << 20     # coordinates per block: enough blocks to share among threads, few GIL hand-overs
 
@@ -54,17 +54,37 @@ def block_keys(stream: np.random.Generator, size: int) -> BlockKeys:
     return BlockKeys((hi << 64) | lo for hi, lo in zip(words[0::2], words[1::2]))
 
 
-def _fill_block(out: np.ndarray, keys: list[int], b: int, kind: str, four_halved: bool) -> None:
+class NoiseBuffer:
+    """The float64 vector a step's noise is drawn into, reused from step to step, behind a repr that leaves its
+    values out. Until the run's next checkpoint it holds noise that a resumed run draws again, and a traceback that
+    shows each frame's locals (IPython's verbose mode, pytest --showlocals, a crash reporter) prints some entries of
+    any array a frame names, a block's thread included where its draw fails: so frames name this, and the vector
+    (``values``) or a slice of it only within the expression that writes or reads it."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __repr__(self) -> str:
+        return f"<{len(self.values)} secret noise coordinates>"
+
+
+def _fill_block(out: NoiseBuffer, keys: list[int], b: int, kind: str, four_halved: bool) -> None:
     """Block ``b`` of the noise, from ``keys[b]``. The keys and an index come in, not the key: a key held as an int
     by this frame, or by the one that hands the blocks out (a Ctrl-C lands there as each thread starts), shows in
-    a traceback that shows locals."""
+    a traceback that shows locals; so does the block's slice of the noise, which no name holds here."""
     block = np.random.Generator(AESCounter(key=keys[b]))
+    start, stop = b * BLOCK, min((b + 1) * BLOCK, len(out))
     if kind == "laplace":
-        out[:] = block.laplace(0.0, 1.0, size=len(out))
+        out.values[start:stop] = block.laplace(0.0, 1.0, size=stop - start)
     elif four_halved:
-        out[:] = sum(block.standard_normal(size=len(out)) for _ in range(4)) / 2
-    else:
-        block.standard_normal(size=len(out), dtype=np.float64, out=out)     # one call: one GIL hand-over
+        out.values[start:stop] = sum(block.standard_normal(size=stop - start) for _ in range(4)) / 2
+    else:                                                                  # one call: one GIL hand-over
+        block.standard_normal(size=stop - start, dtype=np.float64, out=out.values[start:stop])
 
 
 def noise_workers() -> int:
@@ -76,11 +96,10 @@ def noise_workers() -> int:
     return max(1, min(8, cores))
 
 
-def fill_noise(out: np.ndarray, keys: list[int], pool: ThreadPoolExecutor, *, kind: str, four_halved: bool) -> list:
+def fill_noise(out: NoiseBuffer, keys: list[int], pool: ThreadPoolExecutor, *, kind: str, four_halved: bool) -> list:
     """Start filling the float64 vector ``out`` with unit noise (Gaussian of std 1, or Laplace of scale 1), block b
     from ``keys[b]``; returns the futures (wait on them before reading ``out``). ``four_halved``: each Gaussian
     coordinate is the sum of four draws halved (a float64 model). The caller multiplies by the std or scale."""
     if len(keys) != math.ceil(len(out) / BLOCK):
         raise ValueError(f"{len(keys)} keys for {len(out)} coordinates in blocks of {BLOCK}")
-    return [pool.submit(_fill_block, out[b * BLOCK:(b + 1) * BLOCK], keys, b, kind, four_halved)
-            for b in range(len(keys))]
+    return [pool.submit(_fill_block, out, keys, b, kind, four_halved) for b in range(len(keys))]
