@@ -4,11 +4,15 @@ not), and the private training-set metrics appear only when the study asks, rena
 
 from __future__ import annotations
 
+import logging
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
+import dpmed.data.pace
 from dpmed.config import EvaluationConfig
 from dpmed.data import Dataset, ImageSet, Task
 from dpmed.evaluation.assessment import assess
@@ -213,3 +217,48 @@ def test_undefined_redraws_of_the_training_set_are_named_as_such_not_as_the_test
         _assess(dataset, EvaluationConfig(bootstrap_resamples=50, fairness=None, training_metrics=True))
     messages = [str(w.message) for w in caught if "bootstrap redraws" in str(w.message)]
     assert messages and all("redraws of the training set" in m and m.startswith("train_") for m in messages)
+
+
+class _SlowModel(nn.Module):
+    """The test model, each forward pass 15 s on the clock the progress lines read."""
+
+    def __init__(self, clock: list[float]) -> None:
+        super().__init__()
+        self.model, self.clock = _model(), clock
+
+    def forward(self, x):
+        self.clock[0] += 15.0
+        return self.model(x)
+
+
+def _clock(monkeypatch) -> list[float]:
+    now = [1000.0]
+    monkeypatch.setattr(dpmed.data.pace, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    return now
+
+
+def test_scoring_logs_how_far_it_is_naming_the_run(monkeypatch, caplog):
+    """At 224 px a run's validation and test sets took minutes to score on a CPU with nothing on the terminal after
+    'evaluating on ...'. Paced lines, naming the run: at most one per interval, none at the start or the end."""
+    model = _SlowModel(_clock(monkeypatch))
+    with caplog.at_level(logging.INFO, logger="dpmed.evaluation"):
+        predict(model, _images(100, 2), TASK, batch_size=20, label="arm_seed0", what="test images")
+    # 5 chunks of 15 s: 30 s at 40 % (45 s left), 60 s at 80 % (15 s left), each 1 min rounded up
+    assert [r.getMessage() for r in caplog.records] == [f"arm_seed0: test images {p} % scored, about 1 min left"
+                                                        for p in (40, 80)]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dpmed.evaluation"):
+        predict(model, _images(100, 2), TASK, batch_size=20)           # unnamed (the privacy audit's canaries)
+    assert caplog.records == []
+
+
+def test_a_run_s_evaluation_logs_how_far_each_set_is_scored(monkeypatch, caplog):
+    dataset = Dataset(name="large", task=TASK, train=_images(600, 0), val=_images(600, 1), test=_images(600, 2),
+                      patients_known=True)                       # 3 chunks each: a line after the second
+    model = _SlowModel(_clock(monkeypatch))
+    with caplog.at_level(logging.INFO, logger="dpmed.evaluation"):
+        assess(model, dataset, (dataset.val, dataset.test),
+               EvaluationConfig(bootstrap_resamples=20, fairness=None, training_metrics=True), cam_layer="model.2",
+               device=torch.device("cpu"), training=dataset.train, label="arm_seed0")
+    assert [r.getMessage() for r in caplog.records if r.name == "dpmed.evaluation.inference"] == [
+        f"arm_seed0: {what} images 67 % scored, about 1 min left" for what in ("validation", "test", "training")]

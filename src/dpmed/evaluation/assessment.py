@@ -106,11 +106,12 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
            label: str = "evaluation") -> Assessment:
     """Measure ``model`` on ``dataset``'s validation and test splits, given as the model sees them (``inputs``:
     validation and test after the study's fixed normalisation); ``training`` (as the model saw it) adds the private
-    training-set metrics. ``label`` names the run in the progress lines of its explanations, the one part that takes
-    minutes (Grad-CAM's deletion and insertion curves, `dpmed.evaluation.faithfulness.deletion_insertion`)."""
+    training-set metrics. ``label`` names the run in the progress lines of the parts that take minutes at 224 px:
+    scoring the images (`dpmed.evaluation.inference.predict`) and explaining them (Grad-CAM and its deletion and
+    insertion curves, `dpmed.evaluation.explanations.explain`)."""
     val_input, test_input = inputs
-    val_scores = predict(model, val_input, dataset.task, device=device)
-    test_scores = predict(model, test_input, dataset.task, device=device)
+    val_scores = predict(model, val_input, dataset.task, device=device, label=label, what="validation images")
+    test_scores = predict(model, test_input, dataset.task, device=device, label=label, what="test images")
     metrics = _utility(config, dataset, val_scores, dataset.test, test_scores)
     fairness = None
     if config.fairness is not None:   # per-group metrics, a pure function of the predictions (METHODS.md s.5)
@@ -133,7 +134,7 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
         explanations = explanations.model_copy(update={"seconds": time.perf_counter() - start})
     private = None
     if config.training_metrics and training is not None and len(training):   # an audit may leave none
-        train_scores = predict(model, training, dataset.task, device=device)
+        train_scores = predict(model, training, dataset.task, device=device, label=label, what="training images")
         private = {"covered_by_eps": False, "note": "computed from the training images without noise: private",
                    **{k.replace("test_", "train_", 1): v for k, v in _utility(
                        config, dataset, val_scores, training, train_scores, "train").items()}}

@@ -4,6 +4,7 @@ reading a finished run's predictions (`dpmed report`) needs no torch."""
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import numpy as np
@@ -11,22 +12,30 @@ import torch
 from torch import nn
 
 from dpmed.data import ImageSet, Task
+from dpmed.data.pace import Pace
 from dpmed.training import OBJECTIVES
 
 __all__ = ["predict", "predict_logits"]
 
+_log = logging.getLogger(__name__)
+
 
 def predict(model: nn.Module, data: ImageSet, task: Task, *, batch_size: int = 256,
-            device: torch.device | None = None) -> np.ndarray:
+            device: torch.device | None = None, label: str | None = None, what: str = "images") -> np.ndarray:
     """Scores as the evaluation expects them: binary [N] = P(class 1), multiclass [N, K], multilabel [N, L].
 
     From the logits in float64: a float32 softmax is exactly 1 from a logit margin of about 17, so a confident
     model's positives and its confident false positives tied there, and AUROC and the Youden threshold read the
     rounding, not the model (the non-private arm, confident most often, most of all). In float64 the ties begin at a
     margin of about 37. The model is put in eval mode for the pass and returned to the mode it was in.
+
+    With ``label`` (the run), progress lines as ``label``'s, naming ``what`` is scored ("test images"), as the data
+    layer's long loops log theirs (`dpmed.data.pace`): at 224 px a run's validation and test sets take minutes to
+    score on a CPU, which a silent terminal shows as a hang. Shares of the work and times only, so that scoring the
+    training images (``evaluation.training_metrics``) says nothing of how many there are.
     """
     scores = _outputs(model, data, batch_size, device,
-                      lambda out: OBJECTIVES[task.kind].scores(out.double()).cpu().numpy())
+                      lambda out: OBJECTIVES[task.kind].scores(out.double()).cpu().numpy(), label, what)
     return np.concatenate(scores).astype(np.float64)
 
 
@@ -40,14 +49,21 @@ def predict_logits(model: nn.Module, data: ImageSet, *, batch_size: int = 256,
 
 @torch.no_grad()
 def _outputs(model: nn.Module, data: ImageSet, batch_size: int, device: torch.device | None,
-             convert: Callable[[torch.Tensor], np.ndarray]) -> list[np.ndarray]:
+             convert: Callable[[torch.Tensor], np.ndarray], label: str | None = None,
+             what: str = "images") -> list[np.ndarray]:
     """``convert`` of the model's output on each chunk of at most ``batch_size`` images, in eval mode; the model
-    goes back to the mode it was in."""
+    goes back to the mode it was in. With ``label``, a paced progress line after a chunk (:func:`predict`)."""
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
+    chunks = np.array_split(data.images, max(1, int(np.ceil(len(data) / batch_size))))
+    pace, out = Pace(_log), []
     try:
-        return [convert(model(torch.from_numpy(chunk).to(device)))
-                for chunk in np.array_split(data.images, max(1, int(np.ceil(len(data) / batch_size))))]
+        for i, chunk in enumerate(chunks):
+            out.append(convert(model(torch.from_numpy(chunk).to(device))))
+            if label is not None:
+                share = (i + 1) / len(chunks)
+                pace.log(share, "%s: %s %.0f %% scored", label, what, 100 * share)
+        return out
     finally:
         model.train(was_training)
