@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import logging
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 import dpmed.data.pace
+import dpmed.evaluation.explanations
+from dpmed.evaluation.cams import cams_of_plain
 from dpmed.evaluation.explanations import explain, explain_test_set
 from dpmed.models import build_model
 
@@ -269,5 +272,49 @@ def test_the_deletion_and_insertion_curves_log_how_far_they_are(monkeypatch, cap
                          n_images=4, seed=0, deletion_steps=63, pointing_tolerance=0, n_resamples=20,
                          label="arm_seed0")      # 2 x 64 variants: one image a batch of 128
     lines = [re.sub(r"about \d+ min", "about N min", r.getMessage()) for r in caplog.records]
-    assert lines == [f"arm_seed0: deletion and insertion curves of {i} of 4 explained images, about N min left"
-                     for i in (1, 2, 3)]
+    assert lines == ["arm_seed0: explaining 4 images (gradcam maps, deletion and insertion curves), about N min",
+                     *(f"arm_seed0: deletion and insertion curves of {i} of 4 explained images, about N min left"
+                       for i in (1, 2, 3))]
+
+
+class _Slow(_Brightness):
+    """:class:`_Brightness`, each forward pass 10 s on the clock the explanations read (a class attribute: the
+    explanations run on a deep copy of the model)."""
+
+    clock = [1000.0]
+
+    def forward(self, x):
+        self.clock[0] += 10.0
+        return super().forward(x)
+
+
+def test_a_long_explanation_says_so_before_its_maps_from_its_first_pass(monkeypatch, caplog):
+    """At 224 px the scores, maps and masked scores before the first curve line took minutes with nothing on the
+    terminal. The first pass over the images (their scores) times the whole: passes of 4 images, each its scores, its
+    map (3), its masked input's scores and 2 (3 + 1) curve points, and 2 lesion maps (3 each): 58 x 10 s / 4, 145 s,
+    3 min. Said before the maps are computed."""
+    now = _Slow.clock
+    monkeypatch.setattr(dpmed.evaluation.explanations, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    said_before_maps = []
+
+    def cams(*args, **kwargs):
+        said_before_maps.append(len(caplog.records))
+        return cams_of_plain(*args, **kwargs)
+
+    monkeypatch.setattr(dpmed.evaluation.explanations, "cams_of_plain", cams)
+    images = np.random.default_rng(0).random((4, 1, 8, 8)).astype(np.float32)
+    masks = np.zeros((4, 8, 8), bool)
+    masks[:2, 2:4, 2:4] = True
+    with caplog.at_level(logging.INFO, logger="dpmed.evaluation.explanations"):
+        explain(_Slow(), images, kind="binary", target_layer="features", masks=masks, deletion_steps=3,
+                n_resamples=20, label="arm_seed0")
+    assert [r.getMessage() for r in caplog.records] == [
+        "arm_seed0: explaining 4 images (gradcam maps, deletion and insertion curves), about 3 min"]
+    assert said_before_maps[0] == 1
+
+
+def test_a_quick_explanation_says_nothing(caplog):
+    images = np.random.default_rng(0).random((4, 1, 8, 8)).astype(np.float32)
+    with caplog.at_level(logging.INFO, logger="dpmed.evaluation"):
+        explain(_Brightness(), images, kind="binary", target_layer="features", deletion_steps=3, n_resamples=20)
+    assert caplog.records == []

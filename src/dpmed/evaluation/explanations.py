@@ -25,11 +25,15 @@ scores come from :func:`~dpmed.evaluation.cams.plain_copy`).
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 from typing import Any
 
 import numpy as np
 from torch import nn
 
+from dpmed.data import pace as pacing
 from dpmed.evaluation.cams import CAM_METHODS, cams_of_plain, class_probabilities, plain_copy
 from dpmed.evaluation.faithfulness import (METRIC_LABELS, average_drop, deletion_insertion, increase_in_confidence,
                                            mask_area_share, mask_energy, masked_input_score, mean_with_interval,
@@ -39,6 +43,8 @@ from dpmed.evaluation.weighted import number
 
 # CAM_METHODS is re-exported: the registry of method names (`dpmed.names`) is checked against it here.
 __all__ = ["select_images", "explain", "explain_test_set", "CAM_METHODS"]
+
+_log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------- one run, whole
@@ -59,6 +65,22 @@ def _explained_class(kind: str, decided: bool) -> str:
     return "predicted (at the run's validation Youden threshold)" if decided else "predicted (argmax)"
 
 
+# The forward passes a CAM costs, in passes of the model alone: one forward and one backward pass, with hooks.
+_PASSES_PER_CAM = 3
+
+
+def _announce(label: str, method: str, n: int, seconds: float, *, deletion_steps: int, n_masked: int) -> None:
+    """Say that ``label``'s ``n`` images are being explained, and in about how long, where the first pass over them
+    (``seconds``) shows the whole will take longer than the interval between progress lines. The whole, in passes
+    over an image: its scores, its CAM, its masked input's scores and its 2 (steps + 1) curve points, and the lesion
+    CAMs of the ``n_masked`` images with a mask."""
+    passes = n * (2 + _PASSES_PER_CAM + 2 * (deletion_steps + 1)) + n_masked * _PASSES_PER_CAM
+    expected = seconds * passes / max(1, n)
+    if expected > pacing.REPORT_EVERY:
+        _log.info("%s: explaining %d images (%s maps, deletion and insertion curves), about %d min", label, n,
+                  method, math.ceil(expected / 60))
+
+
 def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: str, method: str = "gradcam",
             normalization=None, masks: np.ndarray | None = None, lesion_class: int | None = 1,
             deletion_steps: int = 16, pointing_tolerance: float = 0.0, n_resamples: int = 1000, seed: int = 0,
@@ -68,7 +90,9 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
     ``threshold``: a binary run's validation Youden threshold, at which its predicted class is decided (None: the
     argmax, as for the other tasks). ``lesion_class``: the class whose map the masks score (None: no lesion
     metrics); a multilabel run's lesion maps are of the sum of all its findings' scores instead (module docstring).
-    ``label`` names the run in the progress lines of the deletion and insertion curves.
+    ``label`` names the run in the progress lines: one at the start where the first pass over the images shows the
+    whole will take longer than the data layer's interval between lines (`dpmed.data.pace`), then those of the
+    deletion and insertion curves. At 224 px the maps and scores before the curves take minutes on a CPU.
 
     Returns (record, arrays): the run record's explanations block (method, target layer, every metric with its
     interval, and the all-zero maps among the CAMs each metric reads: ``n_zero_cams`` of the predicted class, read
@@ -88,7 +112,10 @@ def explain(model: nn.Module, images: np.ndarray, *, kind: str, target_layer: st
     def scores_of(batch: np.ndarray) -> np.ndarray:
         return class_probabilities(clone, batch, kind=kind, normalization=normalization)
 
+    start = time.perf_counter()
     probs = scores_of(images)                                                   # [N, K]
+    _announce(label, method, len(images), time.perf_counter() - start, deletion_steps=deletion_steps,
+              n_masked=0 if masks is None or lesion_class is None else int(np.asarray(masks).any(axis=(1, 2)).sum()))
     decided = kind == "binary" and threshold is not None
     targets = ((probs[:, 1] >= threshold).astype(np.int64) if decided           # the predicted class c
                else probs.argmax(axis=1))
