@@ -6,16 +6,19 @@ from __future__ import annotations
 import logging
 import math
 import re
+from types import SimpleNamespace
 
 import pytest
+from torch import nn
 
 from dpmed.config import TrainingConfig
 from dpmed.randomness import PrivacyRandomness
-from dpmed.training import DpSgdPlan, train
+from dpmed.training import DpSgdPlan, loop, train
+from dpmed.training.fixed_features import precompute
 
 CFG = TrainingConfig(epochs=3, batch_size=16, physical_batch_size=64, optimizer="adam", learning_rate=1e-3)
 PLAN = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=17)
-LINE = re.compile(r"^train: step (\d+) of (\d+) \((\d+) %\), \d+ s so far, about \d+ s left$")
+LINE = re.compile(r"^train: step (\d+) of (\d+) \((\d+) %\), \d+ s so far, about \d+ s of training left$")
 
 
 def _lines(caplog) -> list[tuple[int, int, int]]:
@@ -80,3 +83,38 @@ def test_a_run_without_a_bar_leaves_the_callers_process_as_it_was():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "None"]
+
+
+class _Timed(nn.Module):
+    """``model``, each forward pass 1 s on the clock the training loop reads."""
+
+    def __init__(self, model: nn.Module, clock: list[float]) -> None:
+        super().__init__()
+        self.model, self.clock = model, clock
+
+    def forward(self, x):
+        self.clock[0] += 1.0
+        return self.model(x)
+
+
+def test_the_time_so_far_counts_the_fixed_features_and_the_time_left_the_steps_alone(data, new_model, monkeypatch,
+                                                                                      caplog):
+    """The step lines counted their time from the first step, so the minutes a 224 px run spends on its fixed
+    features before it (`dpmed.training.fixed_features`) were in neither figure, and the time so far disagreed with
+    the "trained in" line, which counts them; the steps left go at the steps' own rate."""
+    now = [1000.0]
+    monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def features(*args, **kwargs):
+        now[0] += 100.0                                   # the features: 100 s before the first step
+        return precompute(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "precompute", features)
+    images, task = data
+    cfg = TrainingConfig(steps=20, batch_size=8, physical_batch_size=64, optimizer="adam", learning_rate=1e-3)
+    with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
+        result = train(_Timed(new_model(task), now), images, task, cfg, seed=0, progress=False, log_progress=True)
+    lines = [r.getMessage() for r in caplog.records if ": step " in r.getMessage()]
+    assert lines[0] == "train: step 2 of 20 (10 %), 102 s so far, about 18 s of training left"
+    assert lines[-1] == "train: step 18 of 20 (90 %), 118 s so far, about 2 s of training left"
+    assert result.seconds == 120.0                       # the "trained in" figure: the features and 20 steps

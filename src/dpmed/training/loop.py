@@ -171,11 +171,15 @@ class _Progress:
     """How far a run is: a bar on a terminal, or (``log`` and no bar: a batch job's log file, a worker process) a
     log line at each tenth of the steps with the time left, so that an hour's run is not an hour of silence (none for
     runs under 10 steps, nor at the last step, which the caller's "trained in" line follows). Step counts and wall
-    time only: nothing of the images, the losses or which units were sampled."""
+    time only: nothing of the images, the losses or which units were sampled.
 
-    def __init__(self, total: int, done: int, label: str, *, bar: bool, log: bool) -> None:
+    The time so far counts from ``began``, the training's start, as the "trained in" line does: the fixed features
+    computed before the first step (minutes at 224 px) are part of it. The time left is the steps' own rate times the
+    steps left (the features are done by then), of training only: the evaluation follows it."""
+
+    def __init__(self, total: int, done: int, label: str, *, bar: bool, log: bool, began: float) -> None:
         self.total, self.done, self.first, self.label = total, done, done, label
-        self.start = time.perf_counter()
+        self.began, self.start = began, time.perf_counter()
         quiet = bar or not log or total < 10
         self.marks = set() if quiet else {math.ceil(total * k / 10) for k in range(1, 10)}
         # none at all where no bar is drawn: even a disabled tqdm starts a monitor thread that outlives the run and
@@ -187,10 +191,10 @@ class _Progress:
             self.bar.update()
         self.done += 1
         if self.done in self.marks:
-            elapsed = time.perf_counter() - self.start
-            left = elapsed / (self.done - self.first) * (self.total - self.done)
-            _log.info("%s: step %d of %d (%d %%), %.0f s so far, about %.0f s left", self.label, self.done,
-                      self.total, 100 * self.done // self.total, elapsed, left)
+            now = time.perf_counter()
+            left = (now - self.start) / (self.done - self.first) * (self.total - self.done)
+            _log.info("%s: step %d of %d (%d %%), %.0f s so far, about %.0f s of training left", self.label,
+                      self.done, self.total, 100 * self.done // self.total, now - self.began, left)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -378,7 +382,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
             average.update()
 
     resumed = done if dp is not None else min(done * steps_per_epoch, total)   # without DP-SGD ``done`` counts epochs
-    shown = _Progress(total, resumed, label, bar=progress, log=log_progress)
+    shown = _Progress(total, resumed, label, bar=progress, log=log_progress, began=start)
     if dp is None:
         for epoch in range(done, math.ceil(total / steps_per_epoch)):      # done counts finished epochs here
             losses = []
