@@ -9,6 +9,7 @@ import re
 import signal
 import time
 import weakref
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -138,6 +139,31 @@ def test_the_features_log_when_they_start_and_how_far_they_are(monkeypatch, capl
     lines = [re.sub(r"about \d+ min", "about N min", r.getMessage()) for r in caplog.records]
     assert lines == ["arm_seed0: computing the fixed features of the training images once, about N min",
                      *(f"arm_seed0: fixed features {p} % computed, about N min left" for p in (30, 60, 90))]
+
+
+def test_a_short_first_chunk_times_the_features_so_the_start_line_comes_at_once(monkeypatch, caplog):
+    """The start line waited for a whole first chunk (physical_batch_size images: a minute or more at 224 px on a
+    CPU) to learn the rate. A first chunk of at most 8 images times the rest; each image here 1 s on the clock the
+    lines read: 8 s for 8 of 100 images, 100 s in all, 2 min; said before the next chunk."""
+    now = [1000.0]
+    monkeypatch.setattr(fixed_features, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(dpmed.data.pace, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    sizes, lines_before = [], []
+
+    class Slow(_Doubling):
+        def fixed_features(self, x):
+            sizes.append(len(x))
+            lines_before.append(len(caplog.records))
+            now[0] += len(x)
+            return super().fixed_features(x)
+
+    with caplog.at_level(logging.INFO, logger="dpmed.training.fixed_features"):
+        _, features = fixed_features.precompute(Slow(), torch.ones(100, 1, 2, 2), device=torch.device("cpu"),
+                                                chunk=40, label="arm_seed0")
+    assert torch.equal(features, torch.full((100, 1, 2, 2), 2.0))
+    assert sizes == [1, 8, 40, 40, 12]                   # the size probe, the timing chunk, then whole chunks
+    assert lines_before[2] == 1 and caplog.records[0].getMessage() == (
+        "arm_seed0: computing the fixed features of the training images once, about 2 min")
 
 
 def test_features_done_within_the_interval_log_nothing(caplog):

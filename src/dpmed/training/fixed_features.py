@@ -42,6 +42,11 @@ class FromFixed(nn.Module):
         return self.model.from_fixed(features)
 
 
+# Images of the first chunk, which times the whole: enough for a batch's rate (a single image costs several times
+# its share of a batch), few enough that the line saying how long the features take comes within seconds.
+_TIMING_CHUNK = 8
+
+
 @torch.no_grad()
 def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device, chunk: int,
                at_once: int = 1, label: str = "train") -> tuple[nn.Module, torch.Tensor]:
@@ -50,10 +55,11 @@ def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device, c
     the runs that may train at the same time on this machine, this one included; each reads the same free memory
     as it starts, so each may take 1/``at_once`` of the half allowed, or N workers' features could take N halves.
 
-    Logged, as ``label``'s, where the first chunk shows it will take longer than the data layer's interval between
-    lines, and then as its long loops are (`dpmed.data.pace`): at 224 px a few thousand images take minutes before
-    the first step, which a silent terminal shows as a hang; a quick one (``dpmed plan`` timing a few steps) says
-    nothing. Shares of the work and times only: no count of the training images."""
+    Logged, as ``label``'s, where the first chunk (at most ``_TIMING_CHUNK`` images) shows it will take longer than
+    the data layer's interval between lines, and then as its long loops are (`dpmed.data.pace`): at 224 px a few
+    thousand images take minutes before the first step, which a silent terminal shows as a hang; a quick one
+    (``dpmed plan`` timing a few steps) says nothing. Shares of the work and times only: no count of the training
+    images."""
     if not hasattr(model, "fixed_features") or not len(x_all):
         return model, x_all
     first = model.fixed_features(x_all[:1].to(device))
@@ -65,11 +71,13 @@ def precompute(model: nn.Module, x_all: torch.Tensor, *, device: torch.device, c
         return model, x_all
     # filled in place: a list of the chunks and then their concatenation held twice the features' size at once
     features, step = torch.empty((len(x_all), *first.shape[1:]), dtype=first.dtype), max(1, chunk)
+    # a short first chunk times the rest: a whole one at 224 px kept the terminal silent for a minute or more
+    starts = [0, *range(min(step, _TIMING_CHUNK), len(x_all), step)]
     pace = pacing.Pace(_log)
-    for at in range(0, len(x_all), step):
+    for at, end in zip(starts, [*starts[1:], len(x_all)]):
         check_interrupt()          # a Ctrl-C during the transform's torch calls may be lost (`dpmed.interruption`)
-        features[at:at + step] = model.fixed_features(x_all[at:at + step].to(device))
-        share = min(at + step, len(x_all)) / len(x_all)
+        features[at:end] = model.fixed_features(x_all[at:end].to(device))
+        share = end / len(x_all)
         expected = (time.perf_counter() - pace.began) / share                 # seconds for all, at this rate
         if at == 0 and share < 1 and expected > pacing.REPORT_EVERY:
             _log.info("%s: computing the fixed features of the training images once, about %d min", label,
