@@ -303,6 +303,29 @@ def test_the_evaluation_probe_explains_two_images_and_scales_to_the_study_s_numb
     assert asked == [2] and 400.0 <= seconds < 450.0
 
 
+def test_the_evaluation_probe_loads_the_cam_libraries_before_its_clock_starts(monkeypatch):
+    """Explaining loads pytorch_grad_cam (OpenCV) and Opacus on first use, seconds once per process; timed with the
+    two probe images, that import was scaled to the study's n_images as if each image paid it (a 64-image study's
+    evaluation estimated at several times what it took). They are loaded first, and only where CAMs are asked for."""
+    from types import SimpleNamespace
+
+    from dpmed import timing
+    from dpmed.config import EvaluationConfig
+    from dpmed.data import make_phantom
+
+    events = []
+    monkeypatch.setattr(timing, "load_cam_libraries", lambda: events.append("load"))
+    monkeypatch.setattr(timing, "assess", lambda *args, **kwargs: events.append("assess")
+                        or SimpleNamespace(explanations=SimpleNamespace(seconds=1.0)))
+    kind = timing.StepKind(dp_sgd=False, batch=8, physical_batch=8, engine=None, threads=1, device="cpu")
+    dataset = make_phantom(n_images=40, image_size=16)
+    timing._probe_evaluation(dataset, "small_cnn", EvaluationConfig(explanations={"n_images": 64}), kind)
+    assert events == ["load", "assess"]
+    events.clear()
+    timing._probe_evaluation(dataset, "small_cnn", EvaluationConfig(), kind)
+    assert events == ["assess"]
+
+
 def test_the_probe_runs_where_the_caller_says_the_runs_will(make_record, monkeypatch):
     from dpmed import timing
     from dpmed.config import EvaluationConfig

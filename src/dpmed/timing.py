@@ -28,6 +28,7 @@ import torch
 from dpmed.config import EvaluationConfig, RunPlan
 from dpmed.data import Dataset, ImageSet, normalize
 from dpmed.evaluation.assessment import assess
+from dpmed.evaluation.cams import load_cam_libraries
 from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.models import MODELS, build_model
 from dpmed.models.weights import set_trainable
@@ -200,6 +201,7 @@ def _probe_evaluation(dataset: Dataset, model_name: str, evaluation: EvaluationC
     if evaluation.explanations is not None:
         n = min(_PROBE_CAMS, evaluation.explanations.n_images)
         scale = evaluation.explanations.n_images / n
+        load_cam_libraries()    # before the clock: its seconds are once per process, not per image to scale
         config = evaluation.model_copy(update={"explanations": evaluation.explanations.model_copy(
             update={"n_images": n})})
     inputs = (dataset.val, dataset.test)

@@ -19,6 +19,7 @@ mode. The caller's model keeps its mode, parameters, gradients and hooks (a test
 from __future__ import annotations
 
 import copy
+import importlib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -27,7 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["CamMethod", "CAM_METHODS", "plain_copy", "compute_cams", "cams_of_plain", "class_probabilities"]
+__all__ = ["CamMethod", "CAM_METHODS", "plain_copy", "compute_cams", "cams_of_plain", "class_probabilities",
+           "load_cam_libraries"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,14 @@ CAM_METHODS: dict[str, CamMethod] = {
 
 _HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
                "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+
+
+def load_cam_libraries() -> None:
+    """Import what explaining loads on first use: pytorch_grad_cam (and with it OpenCV) and Opacus, whose wrapper
+    :func:`plain_copy` unwraps. Seconds on a cold start, once per process, whatever the number of images: a caller
+    that times a few images to scale them up to many loads these first, or scales the import with them."""
+    importlib.import_module("opacus")
+    importlib.import_module("pytorch_grad_cam")
 
 
 def plain_copy(model: nn.Module) -> nn.Module:
