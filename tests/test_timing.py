@@ -281,9 +281,9 @@ def test_the_dp_sgd_probe_draws_its_expected_batch_from_two_batches_of_random_im
     assert seen and set(seen) == {(20, 0.5, 10.0)}
 
 
-def test_the_evaluation_probe_explains_two_images_and_scales_to_the_study_s_number(monkeypatch):
-    """10 images asked: two explained, each second of them counted five times (four more than timed). The fake
-    explanations take 100 s, so the few real microseconds of the call cannot matter."""
+def test_the_evaluation_probe_explains_a_few_images_and_scales_to_the_study_s_number(monkeypatch):
+    """Five times the probe's images asked: those explained, each second of them counted five times (four more than
+    timed). The fake explanations take 100 s, so the few real microseconds of the call cannot matter."""
     from types import SimpleNamespace
 
     from dpmed import timing
@@ -296,11 +296,11 @@ def test_the_evaluation_probe_explains_two_images_and_scales_to_the_study_s_numb
         asked.append(config.explanations.n_images)
         return SimpleNamespace(explanations=SimpleNamespace(seconds=100.0))
     monkeypatch.setattr(timing, "assess", fake_assess)
-    evaluation = EvaluationConfig(explanations={"n_images": 10})
+    evaluation = EvaluationConfig(explanations={"n_images": 5 * timing._PROBE_CAMS})
     dataset = make_phantom(n_images=40, image_size=16)
     plan_kind = timing.StepKind(dp_sgd=False, batch=8, physical_batch=8, engine=None, threads=1, device="cpu")
     seconds = timing._probe_evaluation(dataset, "small_cnn", evaluation, plan_kind)
-    assert asked == [2] and 400.0 <= seconds < 450.0
+    assert asked == [timing._PROBE_CAMS] and 400.0 <= seconds < 450.0
 
 
 def test_the_evaluation_probe_loads_the_cam_libraries_before_its_clock_starts(monkeypatch):

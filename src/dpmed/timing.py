@@ -43,7 +43,10 @@ __all__ = ["StepKind", "step_kind", "run_steps", "Rates", "probe_rates", "concur
 
 _PROBE_SECONDS = 1.5      # aim of the timed part of each step kind's probe
 _MIN_STEPS, _MAX_STEPS = 3, 40
-_PROBE_CAMS = 2           # images explained in the evaluation probe (scaled to the study's n_images)
+# images explained in the evaluation probe, scaled to the study's n_images: each explanation also pays a part that
+# does not grow with its images (a copy of the model, the CAM hooks, the bootstrap of its metrics), which two
+# images left to be multiplied by n_images / 2 (benchmarks/RESULTS.md, "The plan's evaluation probe")
+_PROBE_CAMS = 8
 
 
 @dataclass(frozen=True)
