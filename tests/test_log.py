@@ -187,3 +187,19 @@ def test_the_reconstruction_bounds_beyond_pld_s_steps_leave_the_root_logger_unco
             "kappa=1e-3)\nprint(0 < r <= 1, logging.root.handlers)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "True []" and "failed to converge" not in done.stderr
+
+
+@pytest.mark.parametrize("callers", [logging.NOTSET, logging.WARNING])
+def test_a_command_gives_back_the_level_of_dpmed_s_logger_it_found(tmp_path, callers):
+    """The command lets dpmed's INFO lines through while it runs; the level it set stayed after it, so a notebook
+    that called main() once, or a test that ran after one that did, saw dpmed's INFO lines reach its own handlers."""
+    dpmed = logging.getLogger("dpmed")
+    before = dpmed.level
+    dpmed.setLevel(callers)
+    try:
+        console, file = log_to_console(stream=io.StringIO()), log_to_file(tmp_path / "log.txt")
+        assert dpmed.getEffectiveLevel() == logging.INFO
+        detach(console, file)
+        assert dpmed.level == callers
+    finally:
+        dpmed.setLevel(before)

@@ -130,16 +130,20 @@ def _attach(handler: logging.Handler) -> None:
     root.addHandler(handler)
     dpmed = logging.getLogger("dpmed")
     if dpmed.getEffectiveLevel() > logging.INFO:
+        handler.dpmed_level = dpmed.level      # the caller's, given back by :func:`detach`
         dpmed.setLevel(logging.INFO)
     quiet_known_noise()
 
 
 def detach(*handlers: logging.Handler) -> None:
-    """Remove and close handlers added by :func:`log_to_console` or :func:`log_to_file` (``main`` may be called
-    more than once in one process, e.g. by tests)."""
+    """Remove and close handlers added by :func:`log_to_console` or :func:`log_to_file`, last added first, and give
+    dpmed's logger back the level it had before them (``main`` may be called more than once in one process, e.g. by
+    a notebook or by tests)."""
     root = logging.getLogger()
-    for handler in handlers:
+    for handler in reversed(handlers):
         root.removeHandler(handler)
         handler.close()
         for other in getattr(handler, "set_aside", []):
             root.addHandler(other)
+        if hasattr(handler, "dpmed_level"):
+            logging.getLogger("dpmed").setLevel(handler.dpmed_level)
