@@ -49,14 +49,31 @@ def test_classes_counted_from_the_images_need_each_training_class_in_validation_
     only training images hold is refused. Validation is enough (DP does not cover it), and a class no image holds
     (``task: multiclass`` over labels 0, 1, 3) publishes no one's label."""
     task = replace(phantom.task, kind="multiclass", label_names=("a", "b", "c", "d"), classes_from_data=True)
-    train = replace(phantom.train, labels=np.arange(len(phantom.train)) % 2)
-    counted = replace(phantom, task=task, train=replace(train, labels=np.where(train.labels == 1, 3, 0)))
+    train = replace(phantom.train, labels=np.array([0, 1, 3])[np.arange(len(phantom.train)) % 3])
+    counted = replace(phantom, task=task, train=train)
     with pytest.raises(DataError, match=r"^phantom: class\(es\) d have training images but no validation or test "
                                         r"image\."):
         check_classes(counted, where="phantom")
     check_classes(replace(counted, task=replace(task, classes_from_data=False)), where="phantom")  # given: fine
     val = replace(phantom.val, labels=np.where(phantom.val.labels == 1, 3, 0))
     check_classes(replace(counted, val=val), where="phantom")          # class d held by validation images too
+
+
+@pytest.mark.parametrize("split, named", [("val", "validation"), ("test", "test")])
+def test_a_multiclass_class_that_evaluation_holds_and_training_does_not_is_refused_naming_it(phantom, split, named):
+    """Before: a study whose training split held no image of class c trained every run without a word, and its
+    macro AUROC averaged in the one-vs-rest AUROC of an output no image had trained, and its accuracy counted every
+    test image of c as the model's miss. A class no split holds is no one's miss and is left alone."""
+    task = replace(phantom.task, kind="multiclass", label_names=("a", "b", "c", "d"))
+    evaluated = getattr(phantom, split)
+    three = replace(evaluated, labels=np.arange(len(evaluated)) % 3)         # a, b and c; d nowhere
+    data = replace(phantom, task=task, **{split: three})
+    with pytest.raises(DataError, match=rf"^labels\.csv: the training split holds no image of class c \(of its "
+                                        rf"{len(phantom.train)} images\), and the {named} split holds "
+                                        rf"{int((three.labels == 2).sum())}: "):
+        check_classes(data, where="labels.csv")
+    train = replace(phantom.train, labels=np.arange(len(phantom.train)) % 3)
+    check_classes(replace(data, train=train), where="labels.csv")
 
 
 @pytest.mark.parametrize("value, held", [(0, "absent"), (1, "present")])

@@ -44,7 +44,8 @@ def check_test_patients(dataset: Dataset, *, where: str) -> None:
 def check_classes(dataset: Dataset, *, where: str) -> None:
     """DataError, before any training, where a split lacks a class it needs: a binary task needs both classes in
     training (else nothing is learnt), validation (Youden's threshold, METHODS.md s.4) and test (AUROC); a
-    multiclass one at least two classes in training and in test (one-vs-rest AUROC needs a class and another).
+    multiclass one at least two classes in training and in test (one-vs-rest AUROC needs a class and another), and
+    in training every class that validation or test holds (else its output is never trained).
     Before, such a study trained every run and then failed in evaluation, or reported an AUROC for a model that had
     seen one class (``where``: the data, for the message).
     Where the classes were counted from the images (`Task.classes_from_data`), every training class needs a
@@ -67,6 +68,8 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
             raise DataError(f"{where}: the {split} split holds only class {held} ({len(images)} images); a {kind} "
                             f"task needs {needs}: check the label column or class folders (data.labels), or the "
                             "split settings")
+    if kind == "multiclass":
+        _check_evaluated_classes_in_training(dataset, where=where)
     if kind == "binary":
         counts = np.bincount(np.asarray(dataset.val.labels).reshape(-1).astype(np.int64), minlength=2)
         for c in np.flatnonzero(counts < MIN_CLASS_COUNT):
@@ -86,6 +89,29 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
                             "model's last layer), so a class only training images hold would publish those "
                             "patients' labels, which DP does not cover: give every class validation or test images "
                             "(data.split, or the split column or folders), or leave that class's rows out")
+
+
+def _check_evaluated_classes_in_training(dataset: Dataset, *, where: str) -> None:
+    """DataError where validation or test holds a class of a multiclass task that no training image holds: its
+    output is never trained, so its one-vs-rest AUROC (averaged into the macro) measures an untrained output and
+    every test image of it is a certain miss. Before, such a study trained every run without a word. A class that
+    no split holds is no one's miss (its AUROC is undefined and said so) and is left alone."""
+    names = dataset.task.label_names
+    trained = set(np.unique(np.asarray(dataset.train.labels)).tolist())
+    for c in range(len(names)):
+        held = [(split, int(np.count_nonzero(np.asarray(images.labels) == c)))
+                for split, images in (("validation", dataset.val), ("test", dataset.test))]
+        held = [(split, count) for split, count in held if count]
+        if c in trained or not held:
+            continue
+        counts = " and the ".join(f"{split} split {'holds ' if not k else ''}{count}"
+                                  for k, (split, count) in enumerate(held))
+        raise DataError(f"{where}: the training split holds no image of class {names[c]} (of its "
+                        f"{len(dataset.train)} images), and the {counts}: no run could learn it, so its AUROC would "
+                        "measure an untrained output and every test image of it would be a certain miss; give "
+                        "training images of it (data.split.seed or data.split.val_fraction / test_fraction, or the "
+                        "split column or folders), or leave the class out (its rows, and its name in data.classes or "
+                        "data.labels)")
 
 
 def _check_a_finding_varies_in_test(dataset: Dataset, *, where: str) -> None:
