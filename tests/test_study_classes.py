@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dpmed.data import make_phantom
+from dpmed.data.sample import names_text
 from dpmed.errors import DataError
 from dpmed.suitability import check_classes, check_test_patients
 
@@ -136,3 +137,30 @@ def test_a_test_split_of_one_patient_is_refused_before_training(phantom):
                                         "intervals redraw patients"):
         check_test_patients(replace(phantom, test=one), where="phantom")
     check_test_patients(phantom, where="phantom")
+
+
+@pytest.mark.parametrize("kind", ["multiclass", "multilabel"])
+def test_a_class_or_finding_whose_test_auroc_is_undefined_is_told_before_training(phantom, kind, caplog):
+    """Before: the terminal printed each run's macro test AUROC with no word that it averaged fewer classes (or
+    findings) than the study names; only the report's table of classes said "undefined". Told once, before training,
+    with what the macro then averages."""
+    if kind == "multiclass":
+        data = replace(phantom, task=replace(phantom.task, kind="multiclass", label_names=("a", "b", "c")),
+                       train=replace(phantom.train, labels=np.arange(len(phantom.train)) % 3))
+        told, averaged = "class c: the test split holds no image of it", "a, b"
+    else:
+        data = make_phantom(n_images=120, image_size=16, seed=0, task="multilabel")
+        labels = data.test.labels.copy()
+        labels[:, 1] = 0
+        data = replace(data, test=replace(data.test, labels=labels))
+        names = data.task.label_names
+        told = f"finding {names[1]!r}: the test split holds it in none of its {len(labels)} images"
+        averaged = names_text([n for n in names if n != names[1]])
+    with caplog.at_level("WARNING", logger="dpmed.suitability"):
+        check_classes(data, where="labels.csv")
+    assert [r.getMessage().split(", so ")[0] for r in caplog.records] == [f"labels.csv: {told}"]
+    assert f"the macro test AUROC averages the others ({averaged}) alone" in caplog.records[0].getMessage()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dpmed.suitability"):
+        check_classes(replace(data, test=data.train), where="labels.csv")
+    assert not caplog.records

@@ -19,6 +19,7 @@ from dpmed import memory
 from dpmed.comparisons import MIN_CLASS_COUNT
 from dpmed.config import EvaluationConfig, Study
 from dpmed.data import Dataset
+from dpmed.data.sample import names_text
 from dpmed.errors import ConfigError, DataError
 from dpmed.evaluation.assessment import redraw_memory
 from dpmed.models import MODELS
@@ -55,6 +56,7 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
     if kind == "multilabel":
         _check_findings_in_validation(dataset, where=where)
         _check_a_finding_varies_in_test(dataset, where=where)
+        _warn_of_undefined_test_aurocs(dataset, where=where)
         return
     if kind not in ("binary", "multiclass"):
         return
@@ -70,6 +72,7 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
                             "split settings")
     if kind == "multiclass":
         _check_evaluated_classes_in_training(dataset, where=where)
+        _warn_of_undefined_test_aurocs(dataset, where=where)
     if kind == "binary":
         counts = np.bincount(np.asarray(dataset.val.labels).reshape(-1).astype(np.int64), minlength=2)
         for c in np.flatnonzero(counts < MIN_CLASS_COUNT):
@@ -112,6 +115,32 @@ def _check_evaluated_classes_in_training(dataset: Dataset, *, where: str) -> Non
                         "training images of it (data.split.seed or data.split.val_fraction / test_fraction, or the "
                         "split column or folders), or leave the class out (its rows, and its name in data.classes or "
                         "data.labels)")
+
+
+def _warn_of_undefined_test_aurocs(dataset: Dataset, *, where: str) -> None:
+    """Warn where the test split leaves a class or finding's AUROC undefined (no image of the class; a finding present
+    in every test image or in none): the macro test AUROC then averages the others alone (METHODS.md s.4), and
+    before, the terminal printed it without a word, only the report's table of classes saying "undefined". The
+    first such class or finding is named, with how many more there are."""
+    names, kind = dataset.task.label_names, dataset.task.kind
+    labels = np.asarray(dataset.test.labels)
+    if kind == "multiclass":
+        present = set(np.unique(labels).tolist())
+        undefined = [(c, "the test split holds no image of it") for c in range(len(names)) if c not in present]
+    else:
+        undefined = [(j, f"the test split holds it in {'all' if labels[0, j] else 'none'} of its {len(labels)} "
+                         "images") for j in range(labels.shape[1]) if len(np.unique(labels[:, j])) < 2]
+    if not undefined:
+        return
+    what, whats = ("class", "classes") if kind == "multiclass" else ("finding", "findings")
+    j, why = undefined[0]
+    name = names[j] if kind == "multiclass" else repr(names[j])
+    more = f" (so are those of {len(undefined) - 1} more {whats})" if len(undefined) > 1 else ""
+    others = names_text([n for k, n in enumerate(names) if k not in {c for c, _ in undefined}])
+    _log.warning("%s: %s %s: %s, so its test AUROC is undefined%s and the macro test AUROC averages the others "
+                 "(%s) alone; give the test split images %s (data.split.test_fraction or data.split.seed, or the "
+                 "split column or folders) for a macro over every %s", where, what, name, why, more, others,
+                 "of it" if kind == "multiclass" else "with and without it", what)
 
 
 def _check_a_finding_varies_in_test(dataset: Dataset, *, where: str) -> None:
