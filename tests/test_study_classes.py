@@ -164,3 +164,23 @@ def test_a_class_or_finding_whose_test_auroc_is_undefined_is_told_before_trainin
     with caplog.at_level("WARNING", logger="dpmed.suitability"):
         check_classes(replace(data, test=data.train), where="labels.csv")
     assert not caplog.records
+
+
+@pytest.mark.parametrize("value, held", [(0, "none"), (1, "all")])
+def test_a_multilabel_finding_with_one_value_in_training_is_told_before_training(value, held, caplog):
+    """Before: a finding that no training image showed (or every one did) trained without a word, and its test AUROC,
+    of an output that learnt nothing of it, was averaged into the macro AUROC. Training may lack a finding (a rare
+    one in a small cohort), so it is told, not refused."""
+    data = make_phantom(n_images=120, image_size=16, seed=0, task="multilabel")
+    labels = data.train.labels.copy()
+    labels[:, 0] = value
+    name = data.task.label_names[0]
+    with caplog.at_level("WARNING", logger="dpmed.suitability"):
+        check_classes(replace(data, train=replace(data.train, labels=labels)), where="labels.csv")
+    assert [r.getMessage().split(": no run")[0] for r in caplog.records] == [
+        f"labels.csv: the training split holds finding {name!r} in {held} of its {len(labels)} images"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dpmed.suitability"):
+        check_classes(data, where="labels.csv")
+    assert not caplog.records
+

@@ -54,6 +54,7 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
     training patient."""
     kind, names = dataset.task.kind, dataset.task.label_names
     if kind == "multilabel":
+        _warn_of_untrained_findings(dataset, where=where)
         _check_findings_in_validation(dataset, where=where)
         _check_a_finding_varies_in_test(dataset, where=where)
         _warn_of_undefined_test_aurocs(dataset, where=where)
@@ -115,6 +116,23 @@ def _check_evaluated_classes_in_training(dataset: Dataset, *, where: str) -> Non
                         "training images of it (data.split.seed or data.split.val_fraction / test_fraction, or the "
                         "split column or folders), or leave the class out (its rows, and its name in data.classes or "
                         "data.labels)")
+
+
+def _warn_of_untrained_findings(dataset: Dataset, *, where: str) -> None:
+    """Warn where a multilabel finding is present in every training image or in none: no run learns to tell it,
+    so its validation threshold and its test AUROC (averaged into the macro) are those of an output that learnt
+    nothing of it. Before, that went unsaid. A rare finding in a small cohort may be absent from training, so this
+    is told, not refused; the fix is the user's (another split, or the finding left out)."""
+    labels = np.asarray(dataset.train.labels)        # [N, L] of 0/1
+    one_valued = [j for j in range(labels.shape[1]) if len(labels) and len(np.unique(labels[:, j])) < 2]
+    if not one_valued:
+        return
+    j, names = one_valued[0], dataset.task.label_names
+    more = f" (so do {len(one_valued) - 1} more findings)" if len(one_valued) > 1 else ""
+    _log.warning("%s: the training split holds finding %r in %s of its %d images%s: no run can learn to tell it, so "
+                 "its test AUROC, averaged into the macro AUROC, is that of an output that learnt nothing of it; give "
+                 "training images with and without it (data.split, or the split column), or leave the finding out of "
+                 "data.labels", where, names[j], "all" if labels[0, j] else "none", len(labels), more)
 
 
 def _warn_of_undefined_test_aurocs(dataset: Dataset, *, where: str) -> None:
