@@ -12,7 +12,7 @@ import pytest
 from dpmed.data import make_phantom
 from dpmed.data.sample import names_text
 from dpmed.errors import DataError
-from dpmed.suitability import check_classes, check_test_patients
+from dpmed.suitability import check_classes, check_patients
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +135,8 @@ def test_a_test_split_of_one_patient_is_refused_before_training(phantom):
     one = replace(phantom.test, patient_ids=np.full(len(phantom.test), "P7"))
     with pytest.raises(DataError, match=rf"^phantom: all {len(one)} test images are of one patient, and the "
                                         "intervals redraw patients"):
-        check_test_patients(replace(phantom, test=one), where="phantom")
-    check_test_patients(phantom, where="phantom")
+        check_patients(replace(phantom, test=one), where="phantom")
+    check_patients(phantom, where="phantom")
 
 
 @pytest.mark.parametrize("kind", ["multiclass", "multilabel"])
@@ -184,3 +184,15 @@ def test_a_multilabel_finding_with_one_value_in_training_is_told_before_training
         check_classes(data, where="labels.csv")
     assert not caplog.records
 
+
+def test_a_training_split_of_one_patient_is_told_before_training(phantom, caplog):
+    """Before: a split that left one patient in training trained every run on that one person without a word."""
+    one = replace(phantom.train, patient_ids=np.full(len(phantom.train), "P7"))
+    with caplog.at_level("WARNING", logger="dpmed.suitability"):
+        check_patients(replace(phantom, train=one), where="phantom")
+    assert [r.getMessage().split(": every run")[0] for r in caplog.records] == [
+        f"phantom: all {len(one)} training images are of one patient"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dpmed.suitability"):
+        check_patients(phantom, where="phantom")
+    assert not caplog.records

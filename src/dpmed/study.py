@@ -52,7 +52,7 @@ from dpmed.released_size import keep_sizes, needed_sizes, release_sizes
 from dpmed.resumption import attributes_fingerprint, data_fingerprints, finished_runs, randomness_of
 from dpmed.run import RunContext, reevaluate
 from dpmed.states import counts_shown, read_resolved
-from dpmed.suitability import check_classes, check_fit, check_test_patients
+from dpmed.suitability import check_classes, check_fit, check_patients
 from dpmed.timing import Rates, probe_rates
 from dpmed.workspace import claim_folder, withdraw_leftovers, withdraw_public_timing, writing_into
 
@@ -145,7 +145,7 @@ def load_study_data(study: Study) -> Dataset:
     with the classes each split needs (:func:`check_classes`)."""
     dataset = read_dataset(study.data.to_request())
     check_classes(dataset, where=str(study.data.path or study.data.source))
-    check_test_patients(dataset, where=str(study.data.path or study.data.source))
+    check_patients(dataset, where=str(study.data.path or study.data.source))
     return dataset
 
 

@@ -4,7 +4,7 @@ the evaluation's bootstrap redraws and augmented copies fit in memory.
 
 Before these checks, such a study trained every run and then failed in evaluation, or reported a number that meant
 nothing. They read the dataset's labels and shapes only to refuse; nothing they compute is released (a warning goes
-to the log). `dpmed.study` runs them as it reads the data (:func:`check_classes`, :func:`check_test_patients`) and
+to the log). `dpmed.study` runs them as it reads the data (:func:`check_classes`, :func:`check_patients`) and
 before it draws any DP count (:func:`check_fit`).
 """
 
@@ -25,16 +25,24 @@ from dpmed.evaluation.assessment import redraw_memory
 from dpmed.models import MODELS
 from dpmed.numbers import bytes_text
 
-__all__ = ["check_classes", "check_test_patients", "check_fit"]
+__all__ = ["check_classes", "check_patients", "check_fit"]
 
 _log = logging.getLogger(__name__)
 
 
-def check_test_patients(dataset: Dataset, *, where: str) -> None:
+def check_patients(dataset: Dataset, *, where: str) -> None:
     """DataError, before any training, where every test image is of one patient: the bootstrap redraws patients
     (METHODS.md s.4), so each redraw is the whole test set, every interval has zero width and every paired comparison
     reads as certain (before, the report called a difference on one child's films significant, p <= 0.04). The test
-    patients are not private, so this costs no privacy."""
+    patients are not private, so this costs no privacy. A warning where every training image is of one patient:
+    the runs are defined, but each learns from that one person, which before went unsaid (a warning goes to the
+    terminal and the private log only)."""
+    if len(dataset.train) > 1 and len(np.unique(np.asarray(dataset.train.patient_ids))) == 1:
+        _log.warning("%s: all %d training images are of one patient: every run learns from that one person alone "
+                     "(and every DP-SGD step that samples patients holds all or none of the training images), so "
+                     "the test metrics say how far one person's images carry to others; give training more "
+                     "patients (data.split.val_fraction and test_fraction, or the split column or folders)", where,
+                     len(dataset.train))
     if len(np.unique(np.asarray(dataset.test.patient_ids))) == 1:
         raise DataError(f"{where}: all {len(dataset.test)} test images are of one patient, and the intervals redraw "
                         "patients, so they would measure no uncertainty and every comparison would read as certain; "
