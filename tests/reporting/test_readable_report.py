@@ -1635,6 +1635,24 @@ def test_an_attribute_whose_test_images_all_fall_in_one_group_is_said_to_compare
     assert "leave sex out of the study file's evaluation.fairness.attributes" in " ".join(section.split())
 
 
+def test_a_group_the_study_names_that_no_test_image_falls_in_is_named(scored_run, scores, labels, attributes,
+                                                                     report_html):
+    """No test age in [60,70): the sizes line listed the other bins, and the tables their columns, without a word
+    of the bin the study file asks for; a reader took it for a row dropped by mistake. Sex, with both groups, not."""
+    from dpmed.evaluation.fairness import evaluate_fairness
+    y_val, y = labels
+    age = np.array([25.0, 45.0, 75.0, 85.0])[np.arange(len(y)) % 4]
+    val, test = scores(0.6, np.random.default_rng(2))
+    run = scored_run("np_seed0", "np", "none", scores=(val, test))
+    block = evaluate_fairness(kind="binary", val_labels=y_val, val_scores=val, test_labels=y, test_scores=test,
+                              attributes={**attributes, "age": age}, n_resamples=50)
+    section = _text(_section(report_html([run.model_copy(update={"fairness": block})]), "fairness"))
+    by_sex, by_age = (" ".join(part.split()) for part in section.split("By age"))
+    assert ("No test image falls in [60,70) (a bin of evaluation.fairness.age_bins), so it has no numbers "
+            "here.") in by_age
+    assert "No test image falls in" not in by_sex
+
+
 def test_runs_whose_groups_differ_still_say_that_an_attribute_compares_one_group(scored_run, scores, labels,
                                                                                  attributes, report_html):
     """The warning read the group's size from the first run alone, and failed with a KeyError where that run does not

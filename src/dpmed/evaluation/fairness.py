@@ -44,7 +44,7 @@ from dpmed.evaluation.utility import youden_threshold
 from dpmed.evaluation.weighted import (as_label_columns, estimate, evaluate_jackknife, redraw_counts,
                                        weighted_macro_auroc, weighted_mean)
 
-__all__ = ["AGE_BINS", "UNKNOWN", "GROUPINGS", "group_labels", "age_groups", "sex_groups", "decisions",
+__all__ = ["AGE_BINS", "UNKNOWN", "GROUPINGS", "group_labels", "named_groups", "age_groups", "sex_groups", "decisions",
            "evaluate_fairness", "uncompared_groups", "attribute_fairness", "fairness_columns", "DEFINITIONS",
            "task_definitions"]
 
@@ -147,6 +147,15 @@ def sex_groups(sex) -> np.ndarray:
 # attribute name -> grouping of its per-image values. An ImageSet records sex and age (dpmed.data.Sample), so those
 # are the attributes a study can name; the study schema holds the same two names.
 GROUPINGS: Mapping[str, Callable[..., np.ndarray]] = {"sex": sex_groups, "age": age_groups}
+
+
+def named_groups(attribute: str, age_bins: Sequence[float] = AGE_BINS) -> tuple[str, ...]:
+    """The groups the study names for ``attribute``, whether or not a test image falls in them: each age bin, or
+    female and male; the report names those no test image falls in, which have no numbers (a group is measured only
+    where the test set holds it)."""
+    if attribute == "age":
+        return tuple(_bin_label(float(lo), float(hi)) for lo, hi in zip(age_bins[:-1], age_bins[1:]))
+    return ("female", "male")
 
 
 def group_labels(attribute: str, values, *, age_bins: Sequence[float] = AGE_BINS) -> np.ndarray:

@@ -24,7 +24,7 @@ import numpy as np
 from dpmed.comparisons import (MIN_CLASS_COUNT, SIGNIFICANCE, Comparisons, Correlation, PairedDifference,
                                SeedSummary)
 from dpmed.comparisons.correlations import ExplanationCorrelation, ParityCorrelation
-from dpmed.evaluation.fairness import uncompared_groups
+from dpmed.evaluation.fairness import named_groups, uncompared_groups
 from dpmed.evaluation.faithfulness import METRIC_LABELS
 from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, GroupFairness, Spread
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
@@ -256,6 +256,12 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
         differences += (f"<p>{_e(', '.join(uncounted))}: written by an earlier version of dpmed, which did not "
                         "count the redraws each summary over the groups left out, so a large share of them is not "
                         "flagged there.</p>")
+    # a group the study names (an age bin, a sex) that no test image falls in has no column: said, not left unsaid
+    absent = [g for g in named_groups(name, runs[0].fairness.age_bins) if g not in groups]
+    if absent:
+        what = "bin of evaluation.fairness.age_bins" if name == "age" else "sex"
+        sizes += (f". No test image falls in {_e(', '.join(absent))} (a {what}), so "
+                  + ("it has" if len(absent) == 1 else "they have") + " no numbers here")
     return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{_one_group(name, runs, groups)}{warnings}"
             f"<figure>{figure}</figure>"
             f"<p>Test AUROC per group [{level} CI], and the worst group (named groups with a defined AUROC):</p>"
