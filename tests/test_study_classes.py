@@ -196,3 +196,16 @@ def test_a_training_split_of_one_patient_is_told_before_training(phantom, caplog
     with caplog.at_level("WARNING", logger="dpmed.suitability"):
         check_patients(phantom, where="phantom")
     assert not caplog.records
+
+
+def test_a_multilabel_training_split_where_no_finding_varies_is_refused_before_training():
+    """No run can learn anything from it, as from a binary training split of one class (refused); before, every run
+    trained, and one with evaluation.training_metrics then failed ("test AUROC is undefined", of the training set)."""
+    data = make_phantom(n_images=120, image_size=16, seed=0, task="multilabel")
+    labels = data.train.labels.copy()
+    labels[:, 1:] = 0
+    check_classes(replace(data, train=replace(data.train, labels=labels)), where="labels.csv")
+    labels[:, 0] = 1
+    with pytest.raises(DataError, match=rf"^labels\.csv: no finding is both present and absent among the "
+                                        rf"{len(labels)} training images, so no run can learn any"):
+        check_classes(replace(data, train=replace(data.train, labels=labels)), where="labels.csv")

@@ -62,7 +62,7 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
     training patient."""
     kind, names = dataset.task.kind, dataset.task.label_names
     if kind == "multilabel":
-        _warn_of_untrained_findings(dataset, where=where)
+        _check_findings_in_training(dataset, where=where)
         _check_findings_in_validation(dataset, where=where)
         _check_a_finding_varies_in_test(dataset, where=where)
         _warn_of_undefined_test_aurocs(dataset, where=where)
@@ -126,15 +126,21 @@ def _check_evaluated_classes_in_training(dataset: Dataset, *, where: str) -> Non
                         "data.labels)")
 
 
-def _warn_of_untrained_findings(dataset: Dataset, *, where: str) -> None:
+def _check_findings_in_training(dataset: Dataset, *, where: str) -> None:
     """Warn where a multilabel finding is present in every training image or in none: no run learns to tell it,
     so its validation threshold and its test AUROC (averaged into the macro) are those of an output that learnt
     nothing of it. Before, that went unsaid. A rare finding in a small cohort may be absent from training, so this
-    is told, not refused; the fix is the user's (another split, or the finding left out)."""
+    is told, not refused; the fix is the user's (another split, or the finding left out). Where no finding varies,
+    no run learns anything (as from a binary training split of one class): DataError."""
     labels = np.asarray(dataset.train.labels)        # [N, L] of 0/1
     one_valued = [j for j in range(labels.shape[1]) if len(labels) and len(np.unique(labels[:, j])) < 2]
     if not one_valued:
         return
+    if len(one_valued) == labels.shape[1]:
+        raise DataError(f"{where}: no finding is both present and absent among the {len(labels)} training images, "
+                        "so no run can learn any (each output would learn one answer for every image); check the "
+                        "label columns (data.labels), or give training more images (data.split, or the split "
+                        "column)")
     j, names = one_valued[0], dataset.task.label_names
     more = f" (so do {len(one_valued) - 1} more findings)" if len(one_valued) > 1 else ""
     _log.warning("%s: the training split holds finding %r in %s of its %d images%s: no run can learn to tell it, so "
