@@ -1653,6 +1653,22 @@ def test_a_group_the_study_names_that_no_test_image_falls_in_is_named(scored_run
     assert "No test image falls in" not in by_sex
 
 
+def test_a_worst_group_that_no_group_defines_is_said_to_be_undefined_not_named_none(scored_run, scores, labels,
+                                                                                   attributes, report_html):
+    """Every woman of the test set positive and every man negative: no group's AUROC is defined, so there is no worst
+    group, and its cell read "None: –" (Python's None, printed)."""
+    from dpmed.evaluation.fairness import evaluate_fairness
+    y_val, y = labels
+    val, test = scores(0.6, np.random.default_rng(2))
+    run = scored_run("np_seed0", "np", "none", scores=(val, test))
+    block = evaluate_fairness(kind="binary", val_labels=y_val, val_scores=val, test_labels=y, test_scores=test,
+                              attributes={"sex": np.where(y == 1, "female", "male")}, n_resamples=50)
+    assert block.attributes["sex"].worst_group_auroc.group is None
+    section = " ".join(_text(_section(report_html([run.model_copy(update={"fairness": block})]), "fairness")).split())
+    assert "None" not in section
+    assert "undefined: no named group's AUROC is defined" in section
+
+
 def test_runs_whose_groups_differ_still_say_that_an_attribute_compares_one_group(scored_run, scores, labels,
                                                                                  attributes, report_html):
     """The warning read the group's size from the first run alone, and failed with a KeyError where that run does not

@@ -170,8 +170,10 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
 
     def worst_cell(r: RunRecord, e: AttributeFairness) -> str:
         w = e.worst_group_auroc
-        mark = warning_mark("a small group: see the warnings above") if w and w.group in small else ""
-        return (f"<td>{_e(w.group if w else None)}: {_est(w)}{mark}"
+        if w is None or w.group is None:     # no group's AUROC is defined, so no group is the worst
+            return "<td>undefined: no named group's AUROC is defined</td>"
+        mark = warning_mark("a small group: see the warnings above") if w.group in small else ""
+        return (f"<td>{_e(w.group)}: {_est(w)}{mark}"
                 + _undefined_share(w, r.fairness.n_resamples) + "</td>")
 
     auroc_rows = "".join(
