@@ -191,7 +191,8 @@ def _check_a_finding_varies_in_test(dataset: Dataset, *, where: str) -> None:
 def _check_findings_in_validation(dataset: Dataset, *, where: str) -> None:
     """DataError where a multilabel finding is absent from every validation image, or present in every one: its
     decision threshold (Youden's J on validation, METHODS.md s.4) is then undefined, and before, every run trained
-    and then failed in evaluation. Test may lack a finding (its AUROC is undefined and said so); training may too."""
+    and then failed in evaluation. Test may lack a finding (its AUROC is undefined and said so); training may too
+    (told, not refused: `_check_findings_in_training`)."""
     labels = np.asarray(dataset.val.labels)          # [N, L] of 0/1
     if not len(labels):
         return

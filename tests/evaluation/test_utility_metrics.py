@@ -300,8 +300,10 @@ def test_no_warning_when_redraws_are_defined():
 def test_binary_errors_say_what_is_wrong():
     with pytest.raises(ValueError, match="positives and negatives"):  # validation has one class
         _binary_row(val_labels=np.zeros(6, dtype=int))
-    with pytest.raises(ValueError, match="test AUROC is undefined"):  # test has one class
-        _binary_row(test_labels=np.ones(8, dtype=int))
+    with pytest.raises(ValueError, match="^test AUROC is undefined: .* among the 8 images of the test set$"):
+        _binary_row(test_labels=np.ones(8, dtype=int))                # test has one class
+    with pytest.raises(ValueError, match="^train AUROC is undefined: .* among the 8 images of the training set$"):
+        _binary_row(test_labels=np.ones(8, dtype=int), split="train")  # the private training-set metrics: named so
     with pytest.raises(ValueError, match="two class names"):
         _binary_row(label_names=["pneumonia"])
     with pytest.raises(ValueError, match="kind must be one of"):

@@ -272,9 +272,8 @@ def _test_auroc(row: dict, names: Sequence[str], y: np.ndarray, s: np.ndarray, r
     """Macro test AUROC with interval (+ each label's, with its interval from the same redraws) into ``row``."""
     macro, by_index = _auroc_columns(y, s)
     if np.isnan(macro):
-        raise ValueError(
-            f"test AUROC is undefined: no label has both positives and negatives among the {y.shape[0]} test samples"
-        )
+        raise ValueError(f"{split} AUROC is undefined: no label has both positives and negatives among the "
+                         f"{y.shape[0]} images of {SPLITS[split]}")
     # The redraws average the same labels as the point value: a redraw that lost one of them (no positive or no
     # negative drawn) is undefined, not the mean of the labels it kept (a different statistic).
     defined = np.array([not np.isnan(by_index[str(j)]) for j in range(y.shape[1])])
