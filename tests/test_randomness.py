@@ -140,6 +140,21 @@ def test_the_saved_state_holds_neither_a_key_nor_draws_to_come():
     assert not [word for word in _key_words(r) + [str(w) for w in ahead[3:].tolist()] if word in text]
 
 
+def test_a_saved_position_shows_no_part_of_a_stream_s_key_in_any_form():
+    # The key check tells a checkpoint's owner key apart without showing it: a check that were the key's own digits,
+    # in hex or decimal, in either byte order, would hand half the key to whoever reads a traceback of the write.
+    r = PrivacyRandomness.secure()
+    for name in ("sampling", "noise"):
+        r.stream(name).standard_normal(3)
+    text = str(r.state()).lower()
+    for name in ("sampling", "noise"):
+        key = _stream_key(r.root, name)
+        forms = [f"{key:032x}", key.to_bytes(16, "little").hex(), str(key)]
+        forms += [str(half) for half in (key & ((1 << 64) - 1), key >> 64)]
+        pieces = {form[i:i + 8] for form in forms for i in range(len(form) - 7)}   # any 32 bits of it in one form
+        assert not [piece for piece in pieces if piece in text]
+
+
 def _key_words(randomness: PrivacyRandomness) -> list[str]:
     """The forms in which a run's key would show in a text: the root's bytes and hex, and each stream's AES key
     (the low 64-bit word a stream's saved state begins its key with)."""
