@@ -359,6 +359,36 @@ def test_a_checkpoint_of_another_key_or_without_a_stream_s_position_is_refused_n
     assert said.endswith("delete it and the privacy key beside it to train this run afresh under a new key")
 
 
+@pytest.mark.parametrize("edit", ["ahead", "half a word"])
+def test_a_checkpoint_whose_stream_stands_off_its_step_count_is_refused_saying_where(data, new_model, tmp_path,
+                                                                                      monkeypatch, edit):
+    # A noise position ahead of the step count skips draws rather than repeating any; one whose last word is half
+    # drawn has the word count of its step yet repeats half a word. The refusal says which, and never that the
+    # stream stands where its step leaves it.
+    images, task = data
+    key, ckpt = PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
+    with monkeypatch.context() as m:
+        _interrupt_after(m, DpSgdStep, "__call__", 7)
+        with pytest.raises(Killed):
+            train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
+                  randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    state = torch.load(ckpt, weights_only=True)
+    position = json.loads(state["privacy_randomness"]["noise"])
+    position.update({"words": position["words"] + 2} if edit == "ahead" else {"half_used": True})
+    state["privacy_randomness"]["noise"] = json.dumps(position)
+    torch.save(state, ckpt)
+    with pytest.raises(RuntimeError) as caught:
+        train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
+              randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    said = str(caught.value)
+    assert said.startswith(f"the checkpoint {ckpt} cannot continue this run: ") and "'noise'" in said
+    assert said.endswith("delete it and the privacy key beside it to train this run afresh under a new key")
+    if edit == "ahead":
+        assert "draw again" not in said
+    else:
+        assert "half" in said and "draw again" in said
+
+
 @pytest.mark.parametrize("mixed", ["streams", "noise stream", "ledger"])
 def test_a_checkpoint_mixed_with_an_earlier_one_of_the_same_run_is_refused(data, new_model, tmp_path, monkeypatch,
                                                                            mixed):

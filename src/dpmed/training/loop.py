@@ -260,9 +260,11 @@ def _mixed(state: dict, randomness: PrivacyRandomness, per_step: dict[str, int])
     for name, words in per_step.items():
         drawn, half_used = randomness.drawn(name)
         if (drawn, half_used) != (done * words, False):
-            return (f"its privacy stream {name!r} stands at {drawn} words, where step {done} leaves it at "
-                    f"{done * words} (a position from another checkpoint, or edited): continuing would draw again "
-                    "batches or noise of steps already taken")
+            behind = drawn - half_used / 2 < done * words      # a half-drawn word is half handed out
+            return (f"its privacy stream {name!r} stands at {drawn} words{', the last half drawn' if half_used else ''}"
+                    f", where step {done} leaves it at {done * words} words (a position from another checkpoint, or "
+                    "edited): continuing would " + ("draw again batches or noise of steps already taken" if behind
+                                                   else f"skip batches or noise that follow step {done}"))
     counted = Ledger.from_dict(state["ledger"]).dp_sgd_steps
     if per_step and counted != done:
         return (f"its ledger counts {counted} DP-SGD steps, where it was written at step {done} (a ledger from "
