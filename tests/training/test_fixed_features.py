@@ -148,7 +148,7 @@ def test_a_short_first_chunk_times_the_features_so_the_start_line_comes_at_once(
     now = [1000.0]
     monkeypatch.setattr(fixed_features, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     monkeypatch.setattr(dpmed.data.pace, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-    sizes, lines_before = [], []
+    sizes, lines_before, x = [], [], torch.arange(400.0).reshape(100, 1, 2, 2)
 
     class Slow(_Doubling):
         def fixed_features(self, x):
@@ -158,9 +158,8 @@ def test_a_short_first_chunk_times_the_features_so_the_start_line_comes_at_once(
             return super().fixed_features(x)
 
     with caplog.at_level(logging.INFO, logger="dpmed.training.fixed_features"):
-        _, features = fixed_features.precompute(Slow(), torch.ones(100, 1, 2, 2), device=torch.device("cpu"),
-                                                chunk=40, label="arm_seed0")
-    assert torch.equal(features, torch.full((100, 1, 2, 2), 2.0))
+        _, features = fixed_features.precompute(Slow(), x, device=torch.device("cpu"), chunk=40, label="arm_seed0")
+    assert torch.equal(features, 2 * x)                  # each image's own features, whatever chunk it was in
     assert sizes == [1, 8, 40, 40, 12]                   # the size probe, the timing chunk, then whole chunks
     assert lines_before[2] == 1 and caplog.records[0].getMessage() == (
         "arm_seed0: computing the fixed features of the training images once, about 2 min")
