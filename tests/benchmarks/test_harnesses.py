@@ -612,3 +612,15 @@ def test_fixed_features_times_both_ways_and_the_features_only_once(dp_sgd):
     assert per_step > 0 and features == 0                    # per batch: as before, no features computed ahead
     per_step, features = harness.time_run(data, dp_sgd=dp_sgd, once=True, steps=1)
     assert per_step > 0 and features > 0
+
+
+def test_model_build_times_each_way_and_puts_the_models_own_transform_back(capsys):
+    """A row per way at each size (the harness stops if the three builds differ in a bit), and afterwards models are
+    built through dpmed's transform again, not the kymatio constructor the "rebuilt" way swapped in."""
+    from dpmed.models import scatternet
+
+    own = scatternet._scattering
+    _harness("model_build").main(["--sizes", "8", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert all(f"| 8 | {way} |" in out for way in ("rebuilt", "first", "reused"))
+    assert scatternet._scattering is own

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dpmed.models import WSConv2d, build_model
+from dpmed.models import scatternet
 from dpmed.models.scatternet import ScatterNet
 from dpmed.training import DpSgdStep
 
@@ -92,3 +93,66 @@ def test_scatternet_features_are_the_wavelet_coefficients_at_a_quarter_of_the_si
     assert model.norm.num_channels == 3 * 81 and model.head.in_features == 3 * 81 * 16 * 16
     with pytest.raises(ValueError, match="at least 4 px"):
         ScatterNet(1, 2, 3)
+
+
+@pytest.fixture
+def fresh_scattering_banks():
+    """The per-process filter banks emptied before and after: a test that counts kymatio's builds, or swaps its
+    class, must neither find nor leave one."""
+    scatternet._scattering_bank.cache_clear()
+    yield
+    scatternet._scattering_bank.cache_clear()
+
+
+def test_a_scatternet_built_again_has_the_bits_of_one_built_from_kymatio_alone(monkeypatch):
+    """The second model of a size takes its filters from the first build's bank: the same bits as kymatio's own
+    filters, and the whole model (seeded alike) the same outputs as one whose transform kymatio built afresh."""
+    from kymatio.scattering2d.frontend.torch_frontend import ScatteringTorch2D
+
+    for _ in range(2):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            kept = build_model("scatternet_cnn", in_channels=1, num_outputs=2, image_size=28)
+    own = dict(ScatteringTorch2D(J=scatternet.SCATTER_J, shape=(28, 28), L=scatternet.SCATTER_L).named_buffers())
+    ours = dict(kept.scattering.named_buffers())
+    assert ours.keys() == own.keys() and all(torch.equal(ours[k], own[k]) for k in own)
+    monkeypatch.setattr(scatternet, "_scattering", scatternet._scattering_bank.__wrapped__)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        afresh = build_model("scatternet_cnn", in_channels=1, num_outputs=2, image_size=28)
+    x = torch.rand(3, 1, 28, 28)
+    with torch.no_grad():
+        assert torch.equal(kept(x), afresh(x))
+    assert all(torch.equal(a, b) for a, b in zip(kept.state_dict().values(), afresh.state_dict().values(),
+                                                 strict=True))
+
+
+def test_the_filter_bank_is_built_once_per_size_and_each_model_holds_its_own_copy(monkeypatch,
+                                                                                  fresh_scattering_banks):
+    """kymatio's filters take a minute to build at 224 px on a loaded CPU, and a study builds the model for every
+    run: they are built once per size in a process. Every model still holds tensors of its own, so converting one
+    (``.double()``, as ``.to(device)`` moves it) or changing one in place leaves the next model as kymatio built it."""
+    from kymatio.scattering2d.frontend import torch_frontend
+
+    built = []
+
+    class Counted(torch_frontend.ScatteringTorch2D):
+        def __init__(self, *args, **kwargs):
+            built.append(kwargs["shape"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(torch_frontend, "ScatteringTorch2D", Counted)
+    first = build_model("scatternet_linear", in_channels=1, num_outputs=2, image_size=12)
+    second = build_model("scatternet_cnn", in_channels=1, num_outputs=2, image_size=12)
+    build_model("scatternet_cnn", in_channels=1, num_outputs=2, image_size=16)
+    assert built == [(12, 12), (16, 16)]
+    pointers = {t.data_ptr() for t in first.scattering.buffers()}
+    assert pointers and not pointers & {t.data_ptr() for t in second.scattering.buffers()}
+    expected = [t.clone() for t in second.scattering.buffers()]
+    first.double()
+    for t in second.scattering.buffers():
+        t.add_(1.0)
+    third = build_model("scatternet_cnn", in_channels=1, num_outputs=2, image_size=12)
+    assert all(a.dtype == torch.float32 and torch.equal(a, b)
+               for a, b in zip(third.scattering.buffers(), expected, strict=True))
+    assert built == [(12, 12), (16, 16)]

@@ -21,6 +21,9 @@ front end is imported from its own module, which does not.
 
 from __future__ import annotations
 
+import copy
+import functools
+
 import torch
 from torch import Tensor, nn
 
@@ -31,12 +34,29 @@ SCATTER_L = 8          # angles
 _GROUPS = 27           # GroupNorm groups over the 81 C scattering channels (Tramer and Boneh 2021)
 
 
-def _scattering(image_size: int) -> nn.Module:
+@functools.lru_cache(maxsize=8)
+def _scattering_bank(image_size: int) -> tuple[nn.Module, int]:
+    """(kymatio's transform for S x S images, the side of its output maps, ~S / 4), built once per size in a process.
+    kymatio builds its Morlet filters in numpy, element by element (``filter_bank.periodize_filter_fft``, and 25
+    complex exponentials over the padded image per filter), slow at 224 px (benchmarks/RESULTS.md), while a study
+    builds the model again for every run, its timing probe and any re-evaluation. Never handed out:
+    :func:`_scattering` gives each model a copy."""
     try:
         from kymatio.scattering2d.frontend.torch_frontend import ScatteringTorch2D
     except ImportError as exc:   # pragma: no cover - kymatio is a dependency
         raise ImportError("the ScatterNet models need kymatio (pip install kymatio)") from exc
-    return ScatteringTorch2D(J=SCATTER_J, shape=(image_size, image_size), L=SCATTER_L)
+    scattering = ScatteringTorch2D(J=SCATTER_J, shape=(image_size, image_size), L=SCATTER_L)
+    with torch.no_grad():
+        side = scattering(torch.zeros(1, 1, image_size, image_size)).shape[-1]
+    return scattering, side
+
+
+def _scattering(image_size: int) -> tuple[nn.Module, int]:
+    """(a transform of the model's own, its output side): a deep copy of the one built for ``image_size``, with the
+    same filter bits in tensors no other model holds, so moving one model (``.to(device)``) or loading its state
+    touches no other."""
+    scattering, side = _scattering_bank(image_size)
+    return copy.deepcopy(scattering), side
 
 
 class ScatterNet(nn.Module):
@@ -49,10 +69,8 @@ class ScatterNet(nn.Module):
         if image_size < 2 ** SCATTER_J:
             raise ValueError(f"ScatterNet with J = {SCATTER_J} needs images of at least {2 ** SCATTER_J} px, got "
                              f"{image_size}")
-        self.scattering = _scattering(image_size)
+        self.scattering, side = _scattering(image_size)
         channels = in_channels * (1 + SCATTER_J * SCATTER_L + SCATTER_L ** 2 * SCATTER_J * (SCATTER_J - 1) // 2)
-        with torch.no_grad():                                                    # kymatio's output side, ~S / 4
-            side = self.scattering(torch.zeros(1, 1, image_size, image_size)).shape[-1]
         self.norm = nn.GroupNorm(_GROUPS, channels)
         if head == "linear":
             self.features = nn.Identity()
