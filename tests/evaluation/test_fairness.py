@@ -12,7 +12,8 @@ from sklearn.metrics import roc_auc_score
 
 from dpmed.evaluation.bootstrap import bootstrap_indices, percentile_interval
 from dpmed.evaluation.fairness import (AGE_BINS, UNKNOWN, _group_order, age_groups, attribute_fairness, decisions,
-                                       evaluate_fairness, fairness_columns, group_labels, sex_groups)
+                                       evaluate_fairness, fairness_columns, group_labels, named_groups, sex_groups,
+                                       uncompared_groups)
 from dpmed.evaluation.utility import youden_threshold
 
 # Validation set whose Youden threshold is 0.5 (score >= 0.5 is positive): J = 1 there and below 1 elsewhere.
@@ -114,6 +115,17 @@ def test_a_known_age_below_the_first_bin_is_a_group_of_its_own_not_unknown():
     groups = age_groups([10, 17.9, 18, 40, 70, np.nan, -1], bins=(18, 40, 65))
     assert groups.tolist() == ["<18", "<18", "[18,40)", "[40,65)", ">=65", UNKNOWN, UNKNOWN]
     assert _group_order(groups, "age", (18, 40, 65)) == ["<18", "[18,40)", "[40,65)", ">=65", UNKNOWN]
+
+
+@pytest.mark.parametrize("bins", [AGE_BINS, (0, 40, 65), (18, 40, 65, 100)])
+def test_the_named_age_groups_are_those_the_bins_compare(bins):
+    """The report names each group the study names that no test image falls in (`named_groups`). Bins that end
+    below 100 make their last group an open one (65 and over), compared like any other; it was left out, so a test
+    set without anyone 65 or over said nothing of it. Every compared group an age from the first edge on falls in is
+    named, and no other."""
+    ages = np.arange(float(bins[0]), 120.0, 0.5)
+    compared = set(age_groups(ages, bins=bins).tolist()) - set(uncompared_groups("age", bins))
+    assert set(named_groups("age", bins)) == compared
 
 
 def test_age_groups_by_hand_with_undefined_auroc_and_unknown_age():
