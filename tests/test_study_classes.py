@@ -166,6 +166,22 @@ def test_a_class_or_finding_whose_test_auroc_is_undefined_is_told_before_trainin
     assert not caplog.records
 
 
+def test_a_class_that_no_image_holds_is_told_with_its_own_remedy(phantom, caplog):
+    """A class that data.classes names and no image of any split holds (left alone by the refusals): the warning told
+    the user to give the test split images of it, which no split change can do; it says that no image holds it and
+    to leave the name out."""
+    task = replace(phantom.task, kind="multiclass", label_names=("a", "b", "c", "d"))
+    data = replace(phantom, task=task, **{split: replace(images, labels=np.arange(len(images)) % 3)
+                                          for split, images in (("train", phantom.train), ("val", phantom.val),
+                                                                ("test", phantom.test))})
+    with caplog.at_level("WARNING", logger="dpmed.suitability"):
+        check_classes(data, where="labels.csv")
+    told = " ".join(r.getMessage() for r in caplog.records)
+    assert "class d: no image of any split holds it, so its test AUROC is undefined" in told
+    assert "leave its name out of data.classes" in told
+    assert "give the test split images" not in told
+
+
 @pytest.mark.parametrize("value, held", [(0, "none"), (1, "all")])
 def test_a_multilabel_finding_with_one_value_in_training_is_told_before_training(value, held, caplog):
     """Before: a finding that no training image showed (or every one did) trained without a word, and its test AUROC,

@@ -153,12 +153,15 @@ def _warn_of_undefined_test_aurocs(dataset: Dataset, *, where: str) -> None:
     """Warn where the test split leaves a class or finding's AUROC undefined (no image of the class; a finding present
     in every test image or in none): the macro test AUROC then averages the others alone (METHODS.md s.4), and
     before, the terminal printed it without a word, only the report's table of classes saying "undefined". The
-    first such class or finding is named, with how many more there are."""
+    first such class or finding is named, with how many more there are; a class that no image of any split holds
+    (named by data.classes alone) is told so, since no split setting can give test images of it."""
     names, kind = dataset.task.label_names, dataset.task.kind
     labels = np.asarray(dataset.test.labels)
     if kind == "multiclass":
         present = set(np.unique(labels).tolist())
-        undefined = [(c, "the test split holds no image of it") for c in range(len(names)) if c not in present]
+        anywhere = {int(c) for images in (dataset.train, dataset.val) for c in np.unique(np.asarray(images.labels))}
+        undefined = [(c, "the test split holds no image of it" if c in anywhere else "no image of any split holds it")
+                     for c in range(len(names)) if c not in present]
     else:
         undefined = [(j, f"the test split holds it in {'all' if labels[0, j] else 'none'} of its {len(labels)} "
                          "images") for j in range(labels.shape[1]) if len(np.unique(labels[:, j])) < 2]
@@ -169,10 +172,12 @@ def _warn_of_undefined_test_aurocs(dataset: Dataset, *, where: str) -> None:
     name = names[j] if kind == "multiclass" else repr(names[j])
     more = f" (so are those of {len(undefined) - 1} more {whats})" if len(undefined) > 1 else ""
     others = names_text([n for k, n in enumerate(names) if k not in {c for c, _ in undefined}])
+    # a class no image holds is named by the study file alone: no other split can give the test split images of it
+    fix = ("leave its name out of data.classes (or data.labels), or add images of it" if why.startswith("no image")
+           else "give the test split images " + ("of it" if kind == "multiclass" else "with and without it")
+           + " (data.split.test_fraction or data.split.seed, or the split column or folders)")
     _log.warning("%s: %s %s: %s, so its test AUROC is undefined%s and the macro test AUROC averages the others "
-                 "(%s) alone; give the test split images %s (data.split.test_fraction or data.split.seed, or the "
-                 "split column or folders) for a macro over every %s", where, what, name, why, more, others,
-                 "of it" if kind == "multiclass" else "with and without it", what)
+                 "(%s) alone; %s for a macro over every %s", where, what, name, why, more, others, fix, what)
 
 
 def _check_a_finding_varies_in_test(dataset: Dataset, *, where: str) -> None:
