@@ -77,6 +77,20 @@ def test_a_multiclass_class_that_evaluation_holds_and_training_does_not_is_refus
     check_classes(replace(data, train=train), where="labels.csv")
 
 
+def test_a_class_that_training_lacks_under_published_splits_is_told_how_to_divide_them_anew(phantom):
+    """Where the layout publishes the splits, data.split.seed and the fractions move no image, so the remedy they
+    gave left the study refused as before; the message names data.split.official: false, which divides them anew."""
+    task = replace(phantom.task, kind="multiclass", label_names=("a", "b", "c"))
+    test = replace(phantom.test, labels=np.arange(len(phantom.test)) % 3)
+    data = replace(phantom, task=task, test=test)
+    with pytest.raises(DataError) as refused:
+        check_classes(replace(data, source={"split": {"published": ["test"]}}), where="chest_xray")
+    assert "a published split is divided anew with data.split.official: false" in str(refused.value)
+    with pytest.raises(DataError) as refused:
+        check_classes(data, where="chest_xray")
+    assert "data.split.official" not in str(refused.value)
+
+
 @pytest.mark.parametrize("value, held", [(0, "absent"), (1, "present")])
 def test_a_multilabel_finding_with_one_value_in_validation_is_refused_before_training(value, held):
     """Before: every run trained, then failed in evaluation ("ValueError: label 'Cardiomegaly': no validation

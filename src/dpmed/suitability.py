@@ -110,6 +110,9 @@ def _check_evaluated_classes_in_training(dataset: Dataset, *, where: str) -> Non
     no split holds is no one's miss (its AUROC is undefined and said so) and is left alone."""
     names = dataset.task.label_names
     trained = set(np.unique(np.asarray(dataset.train.labels)).tolist())
+    # the seed and fractions move no image of a split the layout publishes
+    published = ("; a published split is divided anew with data.split.official: false"
+                 if dataset.source.get("split", {}).get("published") else "")
     for c in range(len(names)):
         held = [(split, int(np.count_nonzero(np.asarray(images.labels) == c)))
                 for split, images in (("validation", dataset.val), ("test", dataset.test))]
@@ -122,8 +125,8 @@ def _check_evaluated_classes_in_training(dataset: Dataset, *, where: str) -> Non
                         f"{len(dataset.train)} images), and the {counts}: no run could learn it, so its AUROC would "
                         "measure an untrained output and every test image of it would be a certain miss; give "
                         "training images of it (data.split.seed or data.split.val_fraction / test_fraction, or the "
-                        "split column or folders), or leave the class out (its rows, and its name in data.classes or "
-                        "data.labels)")
+                        f"split column or folders{published}), or leave the class out (its rows, and its name in "
+                        "data.classes or data.labels)")
 
 
 def _check_findings_in_training(dataset: Dataset, *, where: str) -> None:
