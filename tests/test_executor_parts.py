@@ -373,3 +373,80 @@ def test_a_worker_whose_parent_died_ends_its_run_and_exits_instead_of_taking_the
     worker.join(10)
     assert events == [f"signal {signal.SIGTERM}", "run ended", "exit"]
     assert executors._STOPPING
+
+
+def _run_folder(study, run_id, make_record, *, finished):
+    """A run's folder as a worker leaves it when stopped or killed: its privacy key and checkpoint kept, and, where
+    ``finished``, its run.json written (a real record, read back by the real reader)."""
+    folder = study.run(run_id)
+    folder.make()
+    for secret in (folder.privacy_key, folder.checkpoint):
+        secret.write_text("regenerates the run's noise")
+    if finished:
+        make_record(run_id, "arm").write(folder.record)
+    return executors.RunTask(SimpleNamespace(run_id=run_id), folder)
+
+
+class _FailFastRay:
+    """What RayExecutor.map uses of Ray: tasks come back in order; ``outcomes[ref]`` is a task's result, or an
+    exception of Ray's that ``get`` raises (as for a task cancelled, or one whose worker died)."""
+
+    class exceptions(_RayErrors):
+        class WorkerCrashedError(_RayErrors.RayError):
+            pass
+
+        class RayTaskError(_RayErrors.RayError):
+            pass
+
+    def __init__(self, outcomes):
+        self.outcomes, self.cancelled = outcomes, []
+
+    def is_initialized(self):
+        return True
+
+    def put(self, value):
+        return value
+
+    def remote(self, **resources):
+        return lambda function: SimpleNamespace(remote=lambda task, context: task.plan.run_id)
+
+    def wait(self, refs, num_returns):
+        return refs[:num_returns], refs[num_returns:]
+
+    def cancel(self, ref, force=False):
+        self.cancelled.append(ref)
+
+    def get(self, ref, timeout=None):
+        if isinstance(self.outcomes[ref], Exception):
+            raise self.outcomes[ref]
+        return self.outcomes[ref]
+
+
+def _ray_map(ray, tasks, *, fail_fast):
+    from dpmed.run import RunContext
+
+    executor = executors.RayExecutor.__new__(executors.RayExecutor)
+    executor.ray, executor.cpus_per_run, executor.gpus_per_run = ray, 1.0, 0.0
+    outcomes = {}
+    executor.map(tasks, RunContext(dataset=None, evaluation=None, progress=False),
+                 lambda task, outcome: outcomes.setdefault(task.plan.run_id, outcome), fail_fast=fail_fast)
+    return outcomes
+
+
+def test_a_ray_fail_fast_stop_counts_a_cancelled_run_only_where_it_wrote_its_run_json(tmp_path, make_record):
+    """Read back, a cancelled run that had not finished would be counted in the study's results as a model it never
+    released (or, its record unreadable, failed as though its worker had died), and its key and checkpoint, which
+    continue it next time, deleted. Only the one that wrote its run.json as it was stopped is counted."""
+    from dpmed.folders import StudyFolder
+
+    study = StudyFolder(tmp_path)
+    tasks = [_run_folder(study, "a", make_record, finished=False), _run_folder(study, "b", make_record, finished=False),
+             _run_folder(study, "c", make_record, finished=True)]
+    failure = executors.RunFailure("a", "RuntimeError: simulated", None)
+    ray = _FailFastRay({"a": failure, "b": _RayErrors.TaskCancelledError("b"), "c": _RayErrors.TaskCancelledError("c")})
+    outcomes = _ray_map(ray, tasks, fail_fast=True)
+    assert sorted(ray.cancelled) == ["b", "c"]
+    assert outcomes.keys() == {"a", "c"} and outcomes["a"] is failure and outcomes["c"].run_id == "c"
+    unfinished, finished = tasks[1].folder, tasks[2].folder
+    assert unfinished.privacy_key.exists() and unfinished.checkpoint.exists() and not unfinished.error.exists()
+    assert not finished.privacy_key.exists() and not finished.checkpoint.exists()
