@@ -450,3 +450,29 @@ def test_a_ray_fail_fast_stop_counts_a_cancelled_run_only_where_it_wrote_its_run
     unfinished, finished = tasks[1].folder, tasks[2].folder
     assert unfinished.privacy_key.exists() and unfinished.checkpoint.exists() and not unfinished.error.exists()
     assert not finished.privacy_key.exists() and not finished.checkpoint.exists()
+
+
+def test_a_run_whose_ray_worker_died_after_its_run_json_is_read_back_not_failed_or_trained_again(tmp_path,
+                                                                                                 make_record,
+                                                                                                 monkeypatch):
+    """Its model and run.json are released. Failed, it was left out of the study's results, with an error.json
+    beside its run.json; trained again (Ray retries a task whose worker died), it was a second release of its images
+    under a new key that its eps does not count. Either way its key and checkpoint, which regenerate its noise,
+    stayed in private/. A run whose worker died before its run.json fails with the reason."""
+    from dpmed.folders import StudyFolder
+
+    study = StudyFolder(tmp_path)
+    died, done = _run_folder(study, "a", make_record, finished=False), _run_folder(study, "b", make_record,
+                                                                                   finished=True)
+    crash = _FailFastRay.exceptions.WorkerCrashedError("The worker died unexpectedly while executing this task.")
+    outcomes = _ray_map(_FailFastRay({"a": crash, "b": crash}), [died, done], fail_fast=False)
+    assert isinstance(outcomes["a"], executors.RunFailure) and outcomes["a"].error == executors.RAY_WORKER_DIED
+    assert outcomes["b"].run_id == "b" and not done.folder.error.exists()
+    assert not done.folder.privacy_key.exists() and not done.folder.checkpoint.exists()
+    # Ray's retry of the finished run's task, in a fresh worker
+    monkeypatch.setattr(executors, "run_one", lambda *args: pytest.fail("a finished run was trained again"))
+    done.folder.privacy_key.write_text("left by the worker that died")
+    model = done.folder.model
+    model.write_text("the released model")
+    assert executors._execute(done, None).run_id == "b"
+    assert model.read_text() == "the released model" and not done.folder.privacy_key.exists()
