@@ -4,6 +4,7 @@ to stop (SIGTERM) while it starts or runs, the parent's relay of worker log reco
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import signal
@@ -476,3 +477,32 @@ def test_a_run_whose_ray_worker_died_after_its_run_json_is_read_back_not_failed_
     model.write_text("the released model")
     assert executors._execute(done, None).run_id == "b"
     assert model.read_text() == "the released model" and not done.folder.privacy_key.exists()
+
+
+@pytest.mark.parametrize("flag, anyone_started, kept", [
+    (executors.STOPPED, True, True),            # stopped by the pool in its worker: continues next time
+    (0, True, True),                            # no worker took it up: trains next time
+    (executors.TAKEN_UP, True, False),          # its own worker died: failed
+    (0, False, False)])                         # no worker could start: failed
+def test_a_broken_pool_reads_back_only_the_runs_that_wrote_their_run_json(tmp_path, make_record, flag,
+                                                                          anyone_started, kept):
+    """A dead worker breaks the whole pool. Read back as finished, a run without its run.json was failed as if its
+    record were unreadable, or (read by a reader that took any file) counted as a release that never happened, and
+    its key and checkpoint were deleted, so that it could not continue. Only a run that wrote its run.json is
+    finished, whatever became of its worker; the others are left to continue, or failed where their own worker
+    died."""
+    from dpmed.folders import StudyFolder
+
+    study = StudyFolder(tmp_path)
+    done, cut = _run_folder(study, "a", make_record, finished=True), _run_folder(study, "b", make_record,
+                                                                                 finished=False)
+    outcome = executors._broken_off(done, flag, anyone_started=anyone_started)
+    assert outcome.run_id == "a" and not isinstance(outcome, executors.RunFailure)
+    assert not done.folder.privacy_key.exists() and not done.folder.checkpoint.exists()
+    outcome = executors._broken_off(cut, flag, anyone_started=anyone_started)
+    assert cut.folder.privacy_key.exists() and cut.folder.checkpoint.exists()     # it continues from them
+    if kept:
+        assert outcome is None and not cut.folder.error.exists()
+    else:
+        assert isinstance(outcome, executors.RunFailure) and outcome.error == executors.WORKER_DIED
+        assert json.loads(cut.folder.error.read_text())["traceback"] == "no traceback: the process was killed"
