@@ -449,6 +449,34 @@ def test_the_unfinished_runs_warning_opens_the_page_and_the_footer_closes_it(tmp
     assert "Sources: Singh, Sikka, Kotti and Trask 2020" in tail and tail.endswith("</small></p></body></html>")
 
 
+def test_a_model_in_runs_without_its_run_json_is_flagged_at_the_top_as_a_release_cut_short(tmp_path, make_record,
+                                                                                           make_resolved):
+    """A stop between moving a run's model and predictions into runs/<id>/ and writing its run.json leaves them in
+    the shareable folder, covered by no eps of the study. Unflagged, a user who shares runs/ with the report shares
+    them unsaid. The flag names the run and its files, before any table; runs with their run.json are not in it,
+    and once the cut run has its run.json the flag is gone."""
+    planned = [make_record("non-private_seed0", "non-private", metrics=_metrics(0.90, 0.85, 0.95)),
+               make_record("dp-sgd_eps1_C1_seed0", "dp-sgd", "dp_sgd", eps=1.0, metrics=_metrics(0.8, 0.7, 0.84))]
+    folder = StudyFolder(tmp_path)
+    finished, cut = folder.run(planned[0].run_id), folder.run(planned[1].run_id)
+    for run in (finished, cut):
+        run.make()
+        run.model.write_text("weights")
+        run.predictions.write_text("scores")
+    planned[0].write(finished.record)
+    html = _write(tmp_path, make_resolved(planned), planned[:1])
+    top = html[html.index("</h1>"):html.index("<h2")]
+    flags = re.findall(r'<div class="flag">(.*?)</div>', top)
+    released = [f for f in flags if "cut short" in f]
+    assert len(released) == 1, flags
+    assert released[0].startswith(f"⚠ The release of {cut.public.name} was cut short: "
+                                  f"{cut.model.name}, {cut.predictions.name} lie in runs/")
+    assert finished.public.name not in released[0] and "no ε of this study covers them" in released[0]
+    planned[1].write(cut.record)
+    html = _write(tmp_path, make_resolved(planned), planned)
+    assert "cut short" not in html
+
+
 def test_a_figure_the_report_no_longer_draws_is_removed_with_it(tmp_path, records, make_resolved):
     """Before: fairness_sex.png and cam_grid.png of an earlier report (fairness or explanations since turned off)
     stayed beside a report that no longer shows them, figures of runs and settings the study no longer holds."""
