@@ -65,8 +65,9 @@ def _evaluated(val: np.ndarray, test: np.ndarray, names: tuple[str, ...], fairne
 
 @pytest.fixture
 def scored_run(tmp_path, make_record):
-    """A factory of finished binary runs in tmp_path: saves runs/<id>/predictions.npz and returns the run's record
-    with the metrics (and, with ``fairness=True``, the fairness block by sex and age) that evaluation computes."""
+    """A factory of finished binary runs in tmp_path: saves runs/<id>/predictions.npz and the run's record as its
+    run.json (without it, the report tells the predictions as a release cut short), and returns the record with the
+    metrics (and, with ``fairness=True``, the fairness block by sex and age) that evaluation computes."""
 
     def make(run_id: str, arm: str, mechanism: str = "none", *, scores, eps: float | None = None, seed: int = 0,
              names=("normal", "pneumonia"), fairness: bool = False, resamples: int = 200):
@@ -77,7 +78,9 @@ def scored_run(tmp_path, make_record):
                  test_patient_ids=np.arange(N).astype(str), val_scores=val, val_labels=Y_VAL,
                  val_patient_ids=np.arange(len(Y_VAL)).astype(str))
         metrics, block = copy.deepcopy(_evaluated(val, test, tuple(names), fairness, resamples))
-        return make_record(run_id, arm, mechanism, eps=eps, seed=seed, metrics=metrics, fairness=block)
+        record = make_record(run_id, arm, mechanism, eps=eps, seed=seed, metrics=metrics, fairness=block)
+        record.write(run_dir / "run.json")
+        return record
 
     return make
 
