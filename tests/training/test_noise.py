@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -190,6 +191,38 @@ def test_a_traceback_that_shows_locals_of_an_interrupted_step_shows_neither_its_
                    for shown in frame.locals.values())
     keys = block_keys(np.random.default_rng(2), 2 * BLOCK)      # the twin of the step's stream: both steps' keys
     assert not [str(key) for key in keys if str(key) in text]
+
+
+@pytest.mark.parametrize("kind, dtype", [("gaussian", torch.float32), ("gaussian", torch.float64),
+                                         ("laplace", torch.float32)])
+def test_no_python_frame_of_a_step_names_its_noise_at_any_line(kind, dtype):
+    # A Ctrl-C lands at whatever line of Python code runs, torch's own included (some Tensor methods are Python
+    # functions, whose frame names the tensor as self), and a traceback that shows locals prints that frame too. So
+    # at no line of any Python frame, on the main thread or a block's, may a local be the noise or a piece of it.
+    torch.manual_seed(0)
+    model = nn.Linear(300, 4).to(dtype)
+    step = DpSgdStep(model, loss_fn=_ce, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4.0,
+                     physical_batch_size=4, noise_rng=np.random.default_rng(2), noise=kind)
+    x, y = torch.randn(4, 300, dtype=dtype), torch.randint(0, 4, (4,))
+    unit, _ = _twin_noise(2, 1204, kind=kind, four_halved=dtype == torch.float64)
+    noise, shown, ran = set(unit.tolist()), [], set()
+
+    def trace(frame, event, arg):
+        ran.add(frame.f_code.co_name)
+        shown.extend(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}: {name}"
+                     for name, value in list(frame.f_locals.items()) if _shows_noise(value, noise))
+        return trace
+
+    previous = sys.gettrace(), threading.gettrace()
+    threading.settrace(trace)               # the blocks' threads start within the step
+    sys.settrace(trace)
+    try:
+        step(x, y)
+    finally:
+        sys.settrace(previous[0])
+        threading.settrace(previous[1])
+    assert {"_add_noise", "_fill_block"} <= ran            # the trace reached both ends of the noise
+    assert not shown
 
 
 def _frames(tb):

@@ -287,9 +287,10 @@ class DpSgdStep:
     def _add_noise(self, total: list[Tensor], scale: float) -> None:
         """total += scale * the drawn noise, in float64, then rounded; one call for all parameters (a GPU pays host
         time per dispatched op). The noise (its copy on the GPU, and its pieces shaped as the parameters) lives only
-        within the expression: a frame's local would show in a traceback that shows locals."""
-        torch._foreach_add_(total, list(map(Tensor.view, self._flat.to(self.params[0].device).split(   # [P] -> pieces
-            list(map(Tensor.numel, total))), map(Tensor.size, total))), alpha=scale)
+        within the expression: a frame's local would show in a traceback that shows locals. The methods called on it
+        are torch's C ones (``split_with_sizes``: ``Tensor.split`` is a Python function, whose frame names it)."""
+        torch._foreach_add_(total, list(map(Tensor.view, self._flat.to(self.params[0].device).split_with_sizes(
+            list(map(Tensor.numel, total))), map(Tensor.size, total))), alpha=scale)     # [P] -> pieces, shaped
 
     def _set_grads(self, total: list[Tensor]) -> None:
         """p.grad = the noisy (or plain) clipped sum divided by the expected batch size qN, for every parameter."""
