@@ -45,7 +45,7 @@ _PROBE_SECONDS = 1.5      # aim of the timed part of each step kind's probe
 _MIN_STEPS, _MAX_STEPS = 3, 40
 # images explained in the evaluation probe, scaled to the study's n_images: each explanation also pays a part that
 # does not grow with its images (a copy of the model, the CAM hooks, the bootstrap of its metrics), which two
-# images left to be multiplied by n_images / 2 (benchmarks/RESULTS.md, "The plan's evaluation probe")
+# images left to be multiplied by n_images / 2 (benchmarks/RESULTS.md, "At scale", on the plan's evaluation probe)
 _PROBE_CAMS = 8
 
 
