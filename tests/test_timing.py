@@ -181,12 +181,12 @@ def test_the_probe_trains_its_own_few_steps_whatever_length_the_study_sets(make_
         steps_per_epoch = 2                                   # the probe's data: two batches
         lengths.append(dp.steps if dp is not None else training_steps(steps_per_epoch, epochs=training.epochs,
                                                                        steps=training.steps))
-        return SimpleNamespace(seconds=0.5)
+        return SimpleNamespace(seconds=0.5, features_seconds=0.0)
     monkeypatch.setattr(timing, "train", fake_train)
     dataset = make_phantom(n_images=40, image_size=16)
     kind = timing.step_kind(plan, "cpu")
     probe_data = timing._random_images(dataset, 2 * kind.batch, np.random.default_rng(0))
-    assert timing._time_steps(probe_data, dataset, kind, plan, 6, torch.device("cpu"), "all") == 0.5
+    assert timing._time_steps(probe_data, dataset, kind, plan, 6, torch.device("cpu"), "all") == (0.5, 0.0)
     assert lengths == [6]
 
 
@@ -255,11 +255,12 @@ def test_the_probe_times_as_many_steps_as_fit_its_aim_in_whole_passes(make_recor
 
     def fake(data, dataset, kind, plan, n, device, trainable):
         torch.rand(3)                                        # the probe's model initialisation draws
-        return per_step * n
+        return per_step * n, 0.0
     monkeypatch.setattr(timing, "_time_steps", fake)
     plan = make_record("np_seed0", "np").plan
     before = torch.get_rng_state()
-    rate, timed = timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan, "all")
+    rate, timed, _ = timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan,
+                                        "all")
     assert (rate, timed) == (pytest.approx(per_step), steps)
     assert np.array_equal(torch.get_rng_state().numpy(), before.numpy())
 
@@ -274,7 +275,7 @@ def test_the_dp_sgd_probe_draws_its_expected_batch_from_two_batches_of_random_im
 
     def fake_train(model, data, task, training, *, dp, **kwargs):
         seen.append((len(data), dp.sample_rate, dp.expected_batch_size))
-        return SimpleNamespace(seconds=0.01 * dp.steps)
+        return SimpleNamespace(seconds=0.01 * dp.steps, features_seconds=0.0)
     monkeypatch.setattr(timing, "train", fake_train)
     plan = _dp_plan(make_record, sample_rate=0.01, n_units=1000)                 # an expected batch of 10
     timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan, "all")
@@ -333,7 +334,8 @@ def test_the_probe_runs_where_the_caller_says_the_runs_will(make_record, monkeyp
 
     probed = []
     monkeypatch.setattr(timing.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(timing, "_probe_kind", lambda dataset, kind, plan, trainable: probed.append(kind) or (0.1, 4))
+    monkeypatch.setattr(timing, "_probe_kind",
+                        lambda dataset, kind, plan, trainable: probed.append(kind) or (0.1, 4, 0.0))
     monkeypatch.setattr(timing, "_probe_evaluation", lambda *args: 0.0)
     timing.probe_rates([make_record("np_seed0", "np").plan], make_phantom(n_images=40, image_size=16),
                        evaluation=EvaluationConfig(), device="cpu")
@@ -352,7 +354,7 @@ def test_the_probe_trains_the_model_frozen_as_the_study_freezes_it(make_record, 
 
     def fake_train(model, data, task, training, **kwargs):
         seen.append(sorted(name for name, p in model.named_parameters() if p.requires_grad))
-        return SimpleNamespace(seconds=0.5)
+        return SimpleNamespace(seconds=0.5, features_seconds=0.0)
     monkeypatch.setattr(timing, "train", fake_train)
     plan = _dp_plan(make_record, sample_rate=0.01, n_units=1000)
     head = timing.MODELS[plan.model].head
@@ -383,10 +385,10 @@ def test_a_warm_up_too_fast_to_measure_times_the_most_steps(make_record, monkeyp
     from dpmed import timing
     from dpmed.data import make_phantom
 
-    monkeypatch.setattr(timing, "_time_steps", lambda data, dataset, kind, plan, n, device, trainable: 0.0)
+    monkeypatch.setattr(timing, "_time_steps", lambda data, dataset, kind, plan, n, device, trainable: (0.0, 0.0))
     plan = make_record("np_seed0", "np").plan
     assert timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan, "all") == (
-        0.0, 40)
+        0.0, 40, 0.0)
 
 
 def test_the_evaluation_probe_explains_no_more_images_than_the_study_asks(monkeypatch):
@@ -417,7 +419,7 @@ def test_the_probe_says_what_it_timed_each_step_kind_at_and_the_load(make_record
     from dpmed.data import make_phantom
 
     plain, dp = make_record("np_seed0", "np").plan, _dp_plan(make_record, sample_rate=0.01, n_units=1000)
-    rates_of = {False: (0.025, 16), True: (0.3, 4)}
+    rates_of = {False: (0.025, 16, 0.0), True: (0.3, 4, 0.0)}
     monkeypatch.setattr(timing, "_probe_kind", lambda dataset, kind, plan, trainable: rates_of[kind.dp_sgd])
     monkeypatch.setattr(timing, "_probe_evaluation", lambda *args: 3.25)
     monkeypatch.setattr(timing.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
@@ -470,3 +472,51 @@ def test_the_probe_draws_labels_of_the_study_s_task_and_images_as_its_model_sees
     (val, test), = seen
     assert np.allclose(val.images, (dataset.val.images - 0.5) / 0.25)
     assert np.allclose(test.images, (dataset.test.images - 0.5) / 0.25)
+
+
+def test_the_probe_counts_a_fixed_front_end_s_features_once_per_training_image_not_per_step(make_record, monkeypatch):
+    """ScatterNet computes its features of every training image once before the first step. The probe's train
+    calls took 20 s of features for their images and 0.1 s a step: the rate was (20 + 0.1 n) / n a step, which a
+    run's steps multiplied. A step now costs its 0.1 s, and a run adds the features of its own training images."""
+    from types import SimpleNamespace
+
+    from dpmed import timing
+    from dpmed.data import make_phantom
+
+    def fake_train(model, data, task, training, *, dp, **kwargs):
+        return SimpleNamespace(seconds=20.0 + 0.1 * training.steps, features_seconds=20.0)
+    monkeypatch.setattr(timing, "train", fake_train)
+    monkeypatch.setattr(timing, "_probe_evaluation", lambda *args: 1.0)
+    plan = make_record("np_seed0", "np").plan
+    kind = step_kind(plan, "cpu")
+    rate, timed, features = timing._probe_kind(make_phantom(n_images=40, image_size=16), kind, plan, "all")
+    assert rate == pytest.approx(0.1) and timed == 16 and features == pytest.approx(20.0 / (2 * kind.batch))
+    rates = timing.probe_rates([plan], make_phantom(n_images=40, image_size=16), evaluation=timing.EvaluationConfig(),
+                               device="cpu")
+    assert rates.run_seconds(plan, N_TRAIN, "cpu") == pytest.approx(
+        run_steps(plan, N_TRAIN) * 0.1 + N_TRAIN * 20.0 / (2 * kind.batch) + 1.0)
+    assert "fixed features of each training image" in rates.how
+
+
+def test_training_says_how_long_its_fixed_features_took_apart_from_its_steps(monkeypatch):
+    """The seconds of the features computed before the first step are told apart (a clock that advances 7 s during
+    them); a model without a fixed front end reports none."""
+    from dpmed.config import TrainingConfig
+    from dpmed.data import make_phantom
+    from dpmed.models import build_model
+    from dpmed.training import loop
+
+    data = make_phantom(n_images=24, image_size=16)
+    now = [0.0]
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: now[0])
+    real = loop.precompute
+
+    def slow(model, x_all, **kwargs):
+        now[0] += 7.0
+        return real(model, x_all, **kwargs)
+    monkeypatch.setattr(loop, "precompute", slow)
+    config = TrainingConfig(steps=1, epochs="auto", batch_size=8, threads=1)
+    for name, features in (("scatternet_cnn", 7.0), ("small_cnn", 0.0)):
+        model = build_model(name, in_channels=1, num_outputs=data.task.num_outputs, image_size=16)
+        result = loop.train(model, data.train, data.task, config, seed=0, progress=False)
+        assert result.features_seconds == features and result.seconds == 7.0

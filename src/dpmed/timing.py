@@ -5,7 +5,9 @@ A run's time is dominated by its optimiser steps, and a step's cost depends on w
 on a shuffled batch, or a DP-SGD step (per-example clipping with the study's engine) on a Poisson batch of a given
 expected size; and on the model, the image size, the device and the threads, which a study shares. So the probe
 times a few steps of each kind the study's runs need, of the study's model on images of the study's shape, on the
-device and with the threads the runs will use, and scales by each run's number of steps; it then times one evaluation
+device and with the threads the runs will use, and scales by each run's number of steps. A model with a fixed front end
+(ScatterNet) computes its features of every training image once before the first step: the probe times that part
+apart and scales it by the training images, not by the steps. It then times one evaluation
 (predictions, bootstrap intervals, fairness, explanations on a few images, scaled) on the real validation and test
 images. The probe trains on random images, never on the training images, and its model is discarded.
 
@@ -109,17 +111,21 @@ class Rates:
     how: str = ""
     probe_seconds: float = 0.0
     steps_timed: Mapping[StepKind, int] = field(default_factory=dict)
+    # seconds per training image of the fixed features a run of the kind computes once before its first step
+    features: Mapping[StepKind, float] = field(default_factory=dict)
 
     def run_seconds(self, plan: RunPlan, n_train: int, device: str = "auto") -> float | None:
         """Estimated seconds of ``plan``'s run; None if no step of its kind (nor any other) was timed."""
         kind = step_kind(plan, device)
         rate = self.per_step.get(kind)
+        features = self.features.get(kind, 0.0)
         if rate is None:
-            same = [r for k, r in self.per_step.items() if k.dp_sgd == kind.dp_sgd] or list(self.per_step.values())
+            same = [k for k in self.per_step if k.dp_sgd == kind.dp_sgd] or list(self.per_step)
             if not same:
                 return None
-            rate = float(np.mean(same))
-        return run_steps(plan, n_train) * rate + self.evaluation
+            rate = float(np.mean([self.per_step[k] for k in same]))
+            features = float(np.mean([self.features.get(k, 0.0) for k in same]))
+        return run_steps(plan, n_train) * rate + n_train * features + self.evaluation
 
     @classmethod
     def from_runs(cls, runs: Iterable[tuple[RunPlan, Timing]], n_train: int) -> "Rates | None":
@@ -160,8 +166,9 @@ def _random_images(dataset: Dataset, n: int, rng: np.random.Generator) -> ImageS
 
 
 def _time_steps(data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan, steps: int,
-                device: torch.device, trainable: str | int) -> float:
-    """Seconds of ``steps`` optimiser steps of ``kind`` on ``data`` (two batches' worth of images), of a freshly
+                device: torch.device, trainable: str | int) -> tuple[float, float]:
+    """(seconds of ``steps`` optimiser steps, seconds of the fixed features of ``data``'s images computed before
+    them) of ``kind`` on ``data`` (two batches' worth of images), of a freshly
     built model frozen as the study's runs freeze theirs (``trainable``, `dpmed.models.weights.set_trainable`): a
     frozen layer takes no per-example gradient, clipping or noise, so a probe of the whole model overestimated."""
     shape = dataset.train.image_shape
@@ -179,21 +186,25 @@ def _time_steps(data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan,
     randomness = PrivacyRandomness.reproducible(seed=0, run_id="timing-probe")   # a probe: nothing is released
     result = train(model, data, dataset.task, training, seed=0, dp=dp, randomness=randomness, device=device,
                    progress=False)
-    return result.seconds
+    return result.seconds - result.features_seconds, result.features_seconds
 
 
-def _probe_kind(dataset: Dataset, kind: StepKind, plan: RunPlan, trainable: str | int) -> tuple[float, int]:
-    """(seconds per step, steps timed) of ``kind``: a warm-up of two steps, then as many as fit the probe's aim."""
+def _probe_kind(dataset: Dataset, kind: StepKind, plan: RunPlan,
+                trainable: str | int) -> tuple[float, int, float]:
+    """(seconds per step, steps timed, seconds of fixed features per image) of ``kind``: a warm-up of two steps,
+    then as many as fit the probe's aim. The features are left out of the steps' seconds: a run computes them once,
+    for its training images, and the probe's few steps each carried a share of them, which a run's hundreds of steps
+    multiplied (benchmarks/RESULTS.md, "The plan's training probe")."""
     rng = np.random.default_rng(0)
     data = _random_images(dataset, 2 * kind.batch, rng)
     device = torch.device(kind.device)
     with torch_threads(kind.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        warm = _time_steps(data, dataset, kind, plan, 2, device, trainable) / 2
+        warm = _time_steps(data, dataset, kind, plan, 2, device, trainable)[0] / 2
         steps = int(min(_MAX_STEPS, max(_MIN_STEPS, _PROBE_SECONDS / max(warm, 1e-4))))
         steps += steps % 2     # whole passes over the two batches
-        seconds = _time_steps(data, dataset, kind, plan, steps, device, trainable)
-    return seconds / steps, steps
+        seconds, features = _time_steps(data, dataset, kind, plan, steps, device, trainable)
+    return seconds / steps, steps, features / len(data)
 
 
 def _probe_evaluation(dataset: Dataset, model_name: str, evaluation: EvaluationConfig, kind: StepKind) -> float:
@@ -229,11 +240,11 @@ def probe_rates(plans: Iterable[RunPlan], dataset: Dataset, *, evaluation: Evalu
     kinds: dict[StepKind, RunPlan] = {}
     for plan in plans:
         kinds.setdefault(step_kind(plan, device), plan)
-    per_step, timed = {}, {}
+    per_step, timed, features = {}, {}, {}
     for kind, plan in kinds.items():
         # said before each part: at 224 px on a CPU a part can take minutes, and nothing else is printed meanwhile
         _log.info("timing %s of %s on this machine", kind.describe(), plan.model)
-        per_step[kind], timed[kind] = _probe_kind(dataset, kind, plan, trainable)
+        per_step[kind], timed[kind], features[kind] = _probe_kind(dataset, kind, plan, trainable)
     first = next(iter(kinds), None)
     if first is not None:
         _log.info("timing one evaluation of the %d validation and test images", len(dataset.val) + len(dataset.test))
@@ -242,12 +253,15 @@ def probe_rates(plans: Iterable[RunPlan], dataset: Dataset, *, evaluation: Evalu
     devices = sorted({k.device for k in kinds})
     threads = sorted({k.threads for k in kinds})
     steps = ", ".join(f"{timed[k]} {k.describe()} ({per_step[k] * 1000:.0f} ms each)" for k in kinds)
+    fixed = max(features.values(), default=0.0)
+    fixed_text = (f"; the fixed features of each training image ({fixed * 1000:.1f} ms each) added once per run"
+                  if fixed else "")
     how = (f"timed now on {'/'.join(devices)} with {'/'.join(map(str, threads))} thread(s)"
            f"{machine_load()}: {steps}, of {models} on random images of shape "
-           f"{shape_text(dataset.train.image_shape)}, scaled by each run's steps; one evaluation of the "
+           f"{shape_text(dataset.train.image_shape)}, scaled by each run's steps{fixed_text}; one evaluation of the "
            f"validation and test images ({evaluation_seconds:.1f} s) added per run")
     return Rates(per_step=per_step, evaluation=evaluation_seconds, how=how, probe_seconds=time.perf_counter() - start,
-                 steps_timed=timed)
+                 steps_timed=timed, features=features)
 
 
 def concurrent_runs(plans: Sequence[RunPlan], workers: int) -> int:

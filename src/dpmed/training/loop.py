@@ -61,6 +61,8 @@ _log = logging.getLogger(__name__)
 class TrainResult:
     """ledger: every privacy event of the run, including those before a resume. statistics: per-epoch training
     loss of arms without DP-SGD, noiseless statistics of the training images: private, never in run.json.
+    features_seconds: the part of ``seconds`` that computed the model's fixed features of every training image before
+    the first step (0 where it has none): once per run, so a cost per step taken from a few steps must leave it out.
     resumed_from: the step a checkpoint continued from, as the log says it ("at step 28 of 112"), for every kind of
     run (a checkpoint without DP-SGD counts epochs, which the report would show beside DP-SGD's steps); 0 for one
     go."""
@@ -69,6 +71,7 @@ class TrainResult:
     statistics: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     resumed_from: int = 0
+    features_seconds: float = 0.0
 
 
 def sampling_units(data: ImageSet, unit: str) -> tuple[np.ndarray, np.ndarray]:
@@ -341,6 +344,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     start = time.perf_counter()            # the training time counts the fixed features computed for it
     trained, x_all = (model, x_all) if augment is not None else precompute(     # trained: ``model`` or its tail
         model, x_all, device=device, chunk=cfg.physical_batch_size, at_once=at_once, label=label)
+    features_seconds = time.perf_counter() - start if trained is not model else 0.0
     shuffle_gen = torch.Generator().manual_seed(seed)
     ledger, statistics, done = Ledger(tuple(released)), [], 0
     fingerprint = _fingerprint(data, cfg, seed, dp)
@@ -430,4 +434,5 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     shown.close()
     if average is not None:                    # the released (and evaluated) model is the average of the iterates
         average.copy_to(model)
-    return TrainResult(ledger=ledger, statistics=statistics, seconds=time.perf_counter() - start, resumed_from=resumed)
+    return TrainResult(ledger=ledger, statistics=statistics, seconds=time.perf_counter() - start, resumed_from=resumed,
+                       features_seconds=features_seconds)
