@@ -1,22 +1,31 @@
-"""The parts of the process pool and of Ray's fail-fast stop that whole studies reach only by timing: a worker told
-to stop (SIGTERM) while it starts or runs, the parent's relay of worker log records, the runs counted after a stop
-(each once), Ctrl-C held back while workers spawn, and the memory check of the workers' copies."""
+"""The parts of the process pool and of Ray's executor that whole studies reach only by timing or by a failure of
+the machine: a worker told to stop (SIGTERM) while it starts or runs, the parent's relay of worker log records, the
+runs counted after a stop (each once), Ctrl-C held back while workers spawn, the memory check of the workers' copies,
+and, against a fake Ray, its workers dying and the folder, token and network of a local instance."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
 import queue
+import shutil
 import signal
+import sys
+import tempfile
 import threading
 from concurrent import futures
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from dpmed import executors
 from dpmed.errors import ConfigError
+from dpmed.folders import StudyFolder
 from dpmed.memory import Headroom
+from dpmed.run import RunContext
 
 
 def test_a_worker_told_to_stop_while_starting_runs_nothing_and_once_started_ends_its_run(monkeypatch):
@@ -273,8 +282,6 @@ def test_a_failure_whose_error_file_cannot_be_written_is_reported_and_the_next_r
                                                                                               caplog):
     """A full disk is often what failed the run: its error.json cannot be written either. The failure is reported all
     the same, saying no traceback was kept, and the study goes on to its next run (unless fail-fast)."""
-    from dpmed.folders import StudyFolder
-
     def run_one(plan, context, folder):
         if plan.run_id == "a":
             raise RuntimeError("broke")
@@ -304,8 +311,6 @@ def test_a_run_that_fails_after_writing_its_run_json_is_reported_finished(tmp_pa
     """Its model and run.json are released: reported failed, the study's results and report left out a model anyone
     holding the folder has, and an error.json lay beside its run.json. Its secrets are deleted as the run would have
     (here the run's own deletion failed)."""
-    from dpmed.folders import StudyFolder
-
     def run_one(plan, context, folder):
         folder.make()
         folder.record.write_text("{}")
@@ -325,8 +330,6 @@ def test_a_run_that_fails_after_writing_its_run_json_is_reported_finished(tmp_pa
 def test_runs_that_train_at_once_are_marked_not_alone_and_one_at_a_time_alone():
     """Runs beside others take as long as the others' load makes them, a DP-SGD run's included: each run's context
     says whether it trains alone (`Timing.alone`), so that its seconds stay private where it does not."""
-    from dpmed.run import RunContext
-
     context = RunContext(dataset=None, evaluation=None)
     assert context.alone and context.progress
     assert executors._worker_context(context, 1) == RunContext(dataset=None, evaluation=None, progress=False)
@@ -388,16 +391,20 @@ def _run_folder(study, run_id, make_record, *, finished):
     return executors.RunTask(SimpleNamespace(run_id=run_id), folder)
 
 
-class _FailFastRay:
-    """What RayExecutor.map uses of Ray: tasks come back in order; ``outcomes[ref]`` is a task's result, or an
-    exception of Ray's that ``get`` raises (as for a task cancelled, or one whose worker died)."""
+class _FakeRay:
+    """What RayExecutor uses of Ray: tasks come back in the order they were sent; ``outcomes[ref]`` is a task's result,
+    or an exception of Ray's that ``get`` raises (as for a task cancelled, or one whose worker died)."""
 
     class exceptions(_RayErrors):
         class WorkerCrashedError(_RayErrors.RayError):
             pass
 
         class RayTaskError(_RayErrors.RayError):
-            pass
+            def __init__(self, cause):
+                super().__init__(f"the task raised {cause!r}")
+                self.cause = cause
+
+    util = SimpleNamespace(get_node_ip_address=lambda: "127.0.0.1")
 
     def __init__(self, outcomes):
         self.outcomes, self.cancelled = outcomes, []
@@ -424,8 +431,6 @@ class _FailFastRay:
 
 
 def _ray_map(ray, tasks, *, fail_fast):
-    from dpmed.run import RunContext
-
     executor = executors.RayExecutor.__new__(executors.RayExecutor)
     executor.ray, executor.cpus_per_run, executor.gpus_per_run = ray, 1.0, 0.0
     outcomes = {}
@@ -438,13 +443,11 @@ def test_a_ray_fail_fast_stop_counts_a_cancelled_run_only_where_it_wrote_its_run
     """Read back, a cancelled run that had not finished would be counted in the study's results as a model it never
     released (or, its record unreadable, failed as though its worker had died), and its key and checkpoint, which
     continue it next time, deleted. Only the one that wrote its run.json as it was stopped is counted."""
-    from dpmed.folders import StudyFolder
-
     study = StudyFolder(tmp_path)
     tasks = [_run_folder(study, "a", make_record, finished=False), _run_folder(study, "b", make_record, finished=False),
              _run_folder(study, "c", make_record, finished=True)]
     failure = executors.RunFailure("a", "RuntimeError: simulated", None)
-    ray = _FailFastRay({"a": failure, "b": _RayErrors.TaskCancelledError("b"), "c": _RayErrors.TaskCancelledError("c")})
+    ray = _FakeRay({"a": failure, "b": _RayErrors.TaskCancelledError("b"), "c": _RayErrors.TaskCancelledError("c")})
     outcomes = _ray_map(ray, tasks, fail_fast=True)
     assert sorted(ray.cancelled) == ["b", "c"]
     assert outcomes.keys() == {"a", "c"} and outcomes["a"] is failure and outcomes["c"].run_id == "c"
@@ -460,13 +463,11 @@ def test_a_run_whose_ray_worker_died_after_its_run_json_is_read_back_not_failed_
     beside its run.json; trained again (Ray retries a task whose worker died), it was a second release of its images
     under a new key that its eps does not count. Either way its key and checkpoint, which regenerate its noise,
     stayed in private/. A run whose worker died before its run.json fails with the reason."""
-    from dpmed.folders import StudyFolder
-
     study = StudyFolder(tmp_path)
     died, done = _run_folder(study, "a", make_record, finished=False), _run_folder(study, "b", make_record,
                                                                                    finished=True)
-    crash = _FailFastRay.exceptions.WorkerCrashedError("The worker died unexpectedly while executing this task.")
-    outcomes = _ray_map(_FailFastRay({"a": crash, "b": crash}), [died, done], fail_fast=False)
+    crash = _FakeRay.exceptions.WorkerCrashedError("The worker died unexpectedly while executing this task.")
+    outcomes = _ray_map(_FakeRay({"a": crash, "b": crash}), [died, done], fail_fast=False)
     assert isinstance(outcomes["a"], executors.RunFailure) and outcomes["a"].error == executors.RAY_WORKER_DIED
     assert outcomes["b"].run_id == "b" and not done.folder.error.exists()
     assert not done.folder.privacy_key.exists() and not done.folder.checkpoint.exists()
@@ -477,6 +478,197 @@ def test_a_run_whose_ray_worker_died_after_its_run_json_is_read_back_not_failed_
     model.write_text("the released model")
     assert executors._execute(done, None).run_id == "b"
     assert model.read_text() == "the released model" and not done.folder.privacy_key.exists()
+
+
+def test_fail_fast_on_ray_counts_the_runs_that_finished_before_the_cancellation(monkeypatch):
+    """Before: after the failure the other tasks were cancelled and the study returned at once, so a run that had
+    finished meanwhile (its run.json written) was not counted. Now each is asked for its outcome; a cancelled one
+    counts only where its run.json was written as it was stopped."""
+    failure = executors.RunFailure("a", "RuntimeError: simulated", None)
+    ray = _FakeRay({"a": failure, "b": "record of b", "c": _RayErrors.TaskCancelledError("c"),
+                    "d": _RayErrors.TaskCancelledError("d")})
+    discarded = []
+    tasks = [_task(name, finished=name in "bd", discarded=discarded) for name in "abcd"]
+    monkeypatch.setattr(executors, "read_record", lambda path: f"record read from {path}")
+    outcomes = _ray_map(ray, tasks, fail_fast=True)
+    assert sorted(ray.cancelled) == ["b", "c", "d"]
+    assert outcomes == {"a": failure, "b": "record of b", "d": "record read from d/run.json"}
+    assert discarded == ["d"]       # its worker, stopped, did not: its key would regenerate its noise
+
+
+def test_a_ray_worker_that_died_fails_its_run_with_the_reason_and_the_others_go_on(tmp_path, monkeypatch):
+    """Ray raises on ``get`` where a task's worker died after its retries (out of memory, kill -9, a lost node):
+    that error stopped the study as an "internal error" to be reported, leaving the runs still training unreported
+    and results.csv unwritten. Now the run fails with the reason, in its error.json, and the others are counted; one
+    that wrote its run.json before its worker died is finished."""
+    study = StudyFolder(tmp_path)
+    tasks = [executors.RunTask(SimpleNamespace(run_id=name), study.run(name)) for name in "abcd"]
+    tasks[2].folder.make()
+    tasks[2].folder.record.write_text("{}")
+    for secret in (tasks[2].folder.privacy_key, tasks[2].folder.checkpoint):    # its worker died before deleting
+        secret.write_text("secret")
+    errors = _FakeRay.exceptions
+
+    def crash():
+        return errors.WorkerCrashedError("The worker died unexpectedly while executing this task.")
+    unimportable = RuntimeError("The remote function failed to import on the worker")    # a node without dpmed
+    ray = _FakeRay({"a": crash(), "b": "record of b", "c": crash(), "d": errors.RayTaskError(unimportable)})
+    monkeypatch.setattr(executors, "read_record", lambda path: f"record read from {path.parent.name}")
+    outcomes = _ray_map(ray, tasks, fail_fast=False)
+    assert outcomes["b"] == "record of b" and outcomes["c"] == "record read from c"
+    assert not tasks[2].folder.privacy_key.exists() and not tasks[2].folder.checkpoint.exists()
+    assert isinstance(outcomes["a"], executors.RunFailure) and outcomes["a"].error == executors.RAY_WORKER_DIED
+    kept = json.loads(outcomes["a"].error_file.read_text())
+    assert kept["error"].startswith("its Ray worker died")
+    assert "WorkerCrashedError: The worker died" in kept["traceback"]
+    # a task that raised, its worker alive, is not said to have died: running the study again ends the same way
+    assert outcomes["d"].error == "RuntimeError: The remote function failed to import on the worker"
+    assert "RayTaskError" in json.loads(outcomes["d"].error_file.read_text())["traceback"]
+
+
+def test_a_key_the_driver_cannot_delete_is_told_and_the_study_goes_on(tmp_path, monkeypatch, caplog):
+    """A run read back after its Ray worker died, on a cluster folder the driver may read but not change (mounted
+    read-only there, or private/ of the nodes' user): the OSError of deleting its key stopped the study as an
+    internal error, with the other runs unreported and results.csv unwritten."""
+    study = StudyFolder(tmp_path)
+    tasks = [executors.RunTask(SimpleNamespace(run_id=name), study.run(name)) for name in "ab"]
+    tasks[0].folder.make()
+    tasks[0].folder.record.write_text("{}")
+
+    def refused():
+        raise PermissionError(13, "Permission denied", str(tasks[0].folder.privacy_key))
+    object.__setattr__(tasks[0], "folder", SimpleNamespace(is_finished=True, record=tasks[0].folder.record,
+                                                           privacy_key=tasks[0].folder.privacy_key,
+                                                           checkpoint=tasks[0].folder.checkpoint,
+                                                           discard_secrets=refused))
+    ray = _FakeRay({"a": _RayErrors.RayError("The worker died unexpectedly while executing this task."),
+                    "b": "record of b"})
+    monkeypatch.setattr(executors, "read_record", lambda path: f"record read from {path.parent.name}")
+    with caplog.at_level(logging.WARNING, logger="dpmed"):
+        outcomes = _ray_map(ray, tasks, fail_fast=False)
+    assert outcomes == {"a": "record read from a", "b": "record of b"}
+    assert str(tasks[0].folder.privacy_key) in caplog.text and "Permission denied" in caplog.text
+
+
+def test_a_local_ray_keeps_its_files_in_a_folder_of_this_users_alone_and_an_open_token_is_told(
+        monkeypatch, caplog, request):
+    """Ray's own temp folder (/tmp/ray) is world-writable and its spilled objects, which hold the decoded dataset,
+    and logs, which tell its size, were readable by every local user; its token file, which lets a node join and be
+    sent runs, is written 0644."""
+    seen = {}
+
+    class Starting(_FakeRay):
+        started = False
+
+        def is_initialized(self):
+            return self.started
+
+        def init(self, **options):
+            folder = Path(options["_temp_dir"]).parent
+            seen.update(options, mode=folder.stat().st_mode & 0o777)
+            self.started = True
+
+        def shutdown(self):
+            pass
+
+    home = Path(tempfile.mkdtemp())          # pytest's tmp_path is 0700, which no other user enters
+    request.addfinalizer(functools.partial(shutil.rmtree, home, ignore_errors=True))
+    home.chmod(0o711)
+    token = home / "auth_token"
+    token.write_text("secret")
+    token.chmod(0o644)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    executor = executors.RayExecutor.__new__(executors.RayExecutor)
+    executor.ray, executor.address, executor.cpus_per_run, executor.gpus_per_run = Starting({}), None, 1.0, 0.0
+    with caplog.at_level(logging.WARNING, logger="dpmed.executors"):
+        executor.map([], RunContext(dataset=None, evaluation=None, progress=False), lambda task, outcome: None,
+                     fail_fast=False)
+    assert seen["mode"] == 0o700 and Path(seen["_temp_dir"]).name == "ray"
+    assert not Path(seen["_temp_dir"]).parent.exists()                 # deleted after the shutdown
+    assert f"{token}, the token that lets a node join this Ray cluster, is readable by other users" in caplog.text
+    token.chmod(0o600)
+    caplog.clear()
+    executors._warn_open_token()
+    assert not caplog.records
+    token.chmod(0o640)                                   # the group's members are other users too
+    executors._warn_open_token()
+    assert "(mode 640)" in caplog.text
+    caplog.clear()
+    home.chmod(0o700)                   # a home folder no other user enters: Ray's 0644 there is read by no one else
+    executors._warn_open_token()
+    assert not caplog.records
+    shutil.rmtree(home)
+
+
+def test_a_local_ray_listens_on_loopback_alone_and_a_users_cluster_is_left_alone(monkeypatch, caplog):
+    """Ray 2.60 on Linux started a local instance's servers (GCS, raylet, workers) on every network interface, as
+    `ss -ltn` showed: a cluster that runs code, with the training images, offered to whoever reaches the machine.
+    Ray keeps them on 127.0.0.1 where its switch, read as it is imported, says no other node joins."""
+    class Local(_FakeRay):
+        def __init__(self, node):
+            super().__init__({})
+            self.util = SimpleNamespace(get_node_ip_address=lambda: node)
+
+        def is_initialized(self):
+            return False
+
+        def init(self, **options):
+            pass
+
+        def shutdown(self):
+            pass
+
+    loopback = executors.RAY_LOOPBACK
+    context = RunContext(dataset=None, evaluation=None, progress=False)
+    for environment, address in (({}, "ray://head:10001"), ({"RAY_ADDRESS": "auto"}, None),
+                                 ({loopback: "1"}, None)):          # a cluster of the user's, or their own choice
+        monkeypatch.setattr(os, "environ", dict(environment))
+        monkeypatch.setitem(sys.modules, "ray", Local("127.0.0.1"))
+        executors.RayExecutor(address=address)
+        assert os.environ == environment
+    monkeypatch.setattr(os, "environ", {"RAY_AUTH_TOKEN_PATH": "absent"})
+    executors.RayExecutor(address=None)
+    assert os.environ[loopback] == "0"
+    for node, told in (("127.0.0.1", False), ("192.0.2.2", True)):     # Ray imported before dpmed could set it
+        monkeypatch.setitem(sys.modules, "ray", Local(node))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dpmed.executors"):
+            executors.RayExecutor(address=None).map([], context, lambda task, outcome: None, fail_fast=False)
+        assert ("listens on every network interface (its node address is 192.0.2.2)" in caplog.text) == told
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows keeps no Unix permissions")
+def test_a_ray_cluster_named_by_ray_address_gets_no_local_folder_and_a_failed_start_leaves_none(tmp_path,
+                                                                                              monkeypatch):
+    """RAY_ADDRESS names an existing cluster as --address does: its nodes keep their own folders. A local start that
+    fails is not shut down (nothing started) and its folder is deleted all the same."""
+    calls = []
+
+    class Cluster(_FakeRay):
+        def is_initialized(self):
+            return False
+
+        def init(self, **options):
+            calls.append(("init", options))
+            if "_temp_dir" in options:
+                raise RuntimeError("no room for the object store")
+
+        def shutdown(self):
+            calls.append(("shutdown", {}))
+
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "absent"))
+    executor = executors.RayExecutor.__new__(executors.RayExecutor)
+    executor.ray, executor.address, executor.cpus_per_run, executor.gpus_per_run = Cluster({}), None, 1.0, 0.0
+    context = RunContext(dataset=None, evaluation=None, progress=False)
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    executor.map([], context, lambda task, outcome: None, fail_fast=False)
+    assert calls == [("init", {"address": None, "include_dashboard": False, "log_to_driver": False})]
+    monkeypatch.delenv("RAY_ADDRESS")
+    calls.clear()
+    with pytest.raises(RuntimeError, match="no room"):
+        executor.map([], context, lambda task, outcome: None, fail_fast=False)
+    assert [name for name, _ in calls] == ["init"]
+    assert not Path(calls[0][1]["_temp_dir"]).parent.exists()
 
 
 @pytest.mark.parametrize("flag, anyone_started, kept", [
@@ -491,8 +683,6 @@ def test_a_broken_pool_reads_back_only_the_runs_that_wrote_their_run_json(tmp_pa
     its key and checkpoint were deleted, so that it could not continue. Only a run that wrote its run.json is
     finished, whatever became of its worker; the others are left to continue, or failed where their own worker
     died."""
-    from dpmed.folders import StudyFolder
-
     study = StudyFolder(tmp_path)
     done, cut = _run_folder(study, "a", make_record, finished=True), _run_folder(study, "b", make_record,
                                                                                  finished=False)
