@@ -41,7 +41,7 @@ def test_run_steps_counts_the_steps_training_takes(make_record):
     assert run_steps(plain, N_TRAIN) == 2 * math.ceil(N_TRAIN / 64) == 4
     assert run_steps(plain, 64) == 2 and run_steps(plain, 65) == 4         # a last partial batch is a step
     assert run_steps(dp, N_TRAIN) == dp.privacy.steps == 10               # the planned T, whatever N
-    assert step_kind(dp, "cpu").dp_sgd and not step_kind(plain, "cpu").dp_sgd
+    assert step_kind(dp, N_TRAIN, "cpu").dp_sgd and not step_kind(plain, N_TRAIN, "cpu").dp_sgd
 
 
 def test_an_audited_run_without_dp_sgd_counts_the_images_the_audit_leaves(make_record):
@@ -66,8 +66,8 @@ def _runs(*records):
 def test_rates_are_learnt_per_kind_of_step_from_finished_runs(make_record):
     plain, dp = make_record("np_seed0", "np"), make_record("dp_eps1_C1_seed0", "dp", "dp_sgd", eps=1.0)
     rates = Rates.from_runs(_runs(plain, dp), N_TRAIN)
-    assert rates.per_step[step_kind(plain.plan, "cpu")] == pytest.approx(1.0 / 4)
-    assert rates.per_step[step_kind(dp.plan, "cpu")] == pytest.approx(1.0 / 10)
+    assert rates.per_step[step_kind(plain.plan, N_TRAIN, "cpu")] == pytest.approx(1.0 / 4)
+    assert rates.per_step[step_kind(dp.plan, N_TRAIN, "cpu")] == pytest.approx(1.0 / 10)
     assert rates.evaluation == pytest.approx(1.0)                         # total minus training
     other = make_record("dp_eps8_C1_seed0", "dp", "dp_sgd", eps=8.0).plan
     assert rates.run_seconds(other, N_TRAIN, device="cpu") == pytest.approx(10 * 0.1 + 1.0)
@@ -80,7 +80,8 @@ def test_a_resumed_run_teaches_the_rate_of_the_steps_it_trained_since(make_recor
     counted the epoch it resumed from cannot say how many steps that was, and teaches nothing."""
     record = make_record("np_seed0", "np")
     resumed = record.model_copy(update={"timing": record.timing.model_copy(update={"resumed_from": 1})})
-    assert Rates.from_runs(_runs(resumed), N_TRAIN).per_step[step_kind(record.plan, "cpu")] == pytest.approx(1 / 3)
+    kind = step_kind(record.plan, N_TRAIN, "cpu")
+    assert Rates.from_runs(_runs(resumed), N_TRAIN).per_step[kind] == pytest.approx(1 / 3)
     epoch = resumed.model_copy(update={"timing": resumed.timing.model_copy(update={"resumed_unit": "epoch"})})
     assert Rates.from_runs(_runs(epoch), N_TRAIN) is None
 
@@ -184,7 +185,7 @@ def test_the_probe_trains_its_own_few_steps_whatever_length_the_study_sets(make_
         return SimpleNamespace(seconds=0.5, features_seconds=0.0)
     monkeypatch.setattr(timing, "train", fake_train)
     dataset = make_phantom(n_images=40, image_size=16)
-    kind = timing.step_kind(plan, "cpu")
+    kind = timing.step_kind(plan, N_TRAIN, "cpu")
     probe_data = timing._random_images(dataset, 2 * kind.batch, np.random.default_rng(0))
     assert timing._time_steps(probe_data, dataset, kind, plan, 6, torch.device("cpu"), "all") == (0.5, 0.0)
     assert lengths == [6]
@@ -202,10 +203,10 @@ def test_a_step_kind_is_the_expected_poisson_batch_on_the_resolved_threads_and_d
     from dpmed.training import run_threads
 
     dp = _dp_plan(make_record, sample_rate=0.256, n_units=100)
-    kind = step_kind(dp, "cpu")
+    kind = step_kind(dp, N_TRAIN, "cpu")
     assert kind.batch == 26 != dp.training.batch_size and kind.threads == run_threads(dp.training.threads)
     monkeypatch.setattr(timing.torch.cuda, "is_available", lambda: True)
-    assert step_kind(dp, "cpu").device == "cpu" and step_kind(dp).device == "cuda"
+    assert step_kind(dp, N_TRAIN, "cpu").device == "cpu" and step_kind(dp, N_TRAIN).device == "cuda"
     steps = make_record("np_seed0", "np").plan
     steps = steps.model_copy(update={"training": steps.training.model_copy(update={"epochs": "auto", "steps": 7})})
     assert run_steps(steps, N_TRAIN) == 7
@@ -221,12 +222,12 @@ def test_rates_are_means_per_kind_and_an_untimed_batch_takes_its_own_kind_s_rate
     runs.append((plain.plan, plain.timing.model_copy(update={"train_seconds": 400.0, "total_seconds": 390.0})))
     runs.append((plain.plan, plain.timing.model_copy(update={"total_seconds": None})))     # skipped, not divided
     rates = Rates.from_runs(runs, N_TRAIN)
-    assert rates.per_step[step_kind(dp.plan, "cpu")] == pytest.approx(0.2)         # (0.1 + 0.1 + 0.4) / 3
+    assert rates.per_step[step_kind(dp.plan, N_TRAIN, "cpu")] == pytest.approx(0.2)         # (0.1 + 0.1 + 0.4) / 3
     assert rates.evaluation == pytest.approx(1.5)                                 # (1 + 3 + 2 + 0) / 4: none below 0
     other = _dp_plan(make_record, sample_rate=0.5, n_units=100)                    # a batch of 50: never timed
     assert rates.run_seconds(other, N_TRAIN, device="cpu") == pytest.approx(10 * 0.2 + 1.5)   # DP's, not plain's
     monkeypatch.setattr(timing.torch.cuda, "is_available", lambda: True)          # learnt where the run ran
-    assert set(Rates.from_runs(runs[:1], N_TRAIN).per_step) == {step_kind(dp.plan, "cpu")}
+    assert set(Rates.from_runs(runs[:1], N_TRAIN).per_step) == {step_kind(dp.plan, N_TRAIN, "cpu")}
 
 
 @pytest.mark.parametrize("workers, cores, at_once", [(1, 16, 1), (2, 16, 2), (8, 16, 3), (4, 4, 2), (4, 3, 1),
@@ -259,7 +260,7 @@ def test_the_probe_times_as_many_steps_as_fit_its_aim_in_whole_passes(make_recor
     monkeypatch.setattr(timing, "_time_steps", fake)
     plan = make_record("np_seed0", "np").plan
     before = torch.get_rng_state()
-    rate, timed, _ = timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan,
+    rate, timed, _ = timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, N_TRAIN, "cpu"), plan,
                                         "all")
     assert (rate, timed) == (pytest.approx(per_step), steps)
     assert np.array_equal(torch.get_rng_state().numpy(), before.numpy())
@@ -278,7 +279,7 @@ def test_the_dp_sgd_probe_draws_its_expected_batch_from_two_batches_of_random_im
         return SimpleNamespace(seconds=0.01 * dp.steps, features_seconds=0.0)
     monkeypatch.setattr(timing, "train", fake_train)
     plan = _dp_plan(make_record, sample_rate=0.01, n_units=1000)                 # an expected batch of 10
-    timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan, "all")
+    timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, N_TRAIN, "cpu"), plan, "all")
     assert seen and set(seen) == {(20, 0.5, 10.0)}
 
 
@@ -373,7 +374,7 @@ def test_a_run_resumed_at_its_last_step_teaches_no_rate_and_divides_by_nothing(m
                                                                                 "resumed_unit": "step"})})
     assert Rates.from_runs(_runs(done), N_TRAIN) is None
     rates = Rates.from_runs(_runs(done, make_record("np_seed1", "np", seed=1)), N_TRAIN)
-    assert rates.per_step == {step_kind(record.plan, "cpu"): pytest.approx(1.0 / 4)}
+    assert rates.per_step == {step_kind(record.plan, N_TRAIN, "cpu"): pytest.approx(1.0 / 4)}
 
 
 def test_rates_without_any_step_timed_estimate_nothing(make_record):
@@ -387,8 +388,8 @@ def test_a_warm_up_too_fast_to_measure_times_the_most_steps(make_record, monkeyp
 
     monkeypatch.setattr(timing, "_time_steps", lambda data, dataset, kind, plan, n, device, trainable: (0.0, 0.0))
     plan = make_record("np_seed0", "np").plan
-    assert timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, "cpu"), plan, "all") == (
-        0.0, 40, 0.0)
+    kind = step_kind(plan, N_TRAIN, "cpu")
+    assert timing._probe_kind(make_phantom(n_images=40, image_size=16), kind, plan, "all") == (0.0, 40, 0.0)
 
 
 def test_the_evaluation_probe_explains_no_more_images_than_the_study_asks(monkeypatch):
@@ -426,12 +427,13 @@ def test_the_probe_says_what_it_timed_each_step_kind_at_and_the_load(make_record
     monkeypatch.setattr(timing.os, "cpu_count", lambda: 6)
     rates = timing.probe_rates([plain, dp], make_phantom(n_images=40, image_size=16), evaluation=EvaluationConfig(),
                                device="cpu")
-    threads = step_kind(plain, "cpu").threads
+    threads = step_kind(plain, N_TRAIN, "cpu").threads
     assert rates.how.startswith(f"timed now on cpu with {threads} thread(s) (load 1.5 on 6 cores): ")
     assert (f": 16 plain steps of 64 images (25 ms each), 4 DP-SGD ({dp.training.dp_engine} engine) steps of 10 "
             "images (300 ms each), of small_cnn on random images") in rates.how
     assert "validation and test images (3.2 s) added per run" in rates.how
-    assert rates.evaluation == 3.25 and rates.steps_timed == {step_kind(plain, "cpu"): 16, step_kind(dp, "cpu"): 4}
+    assert rates.evaluation == 3.25 and rates.steps_timed == {step_kind(plain, N_TRAIN, "cpu"): 16,
+                                                              step_kind(dp, N_TRAIN, "cpu"): 4}
 
 
 def test_the_load_is_left_out_where_the_system_does_not_tell_it(monkeypatch):
@@ -488,7 +490,7 @@ def test_the_probe_counts_a_fixed_front_end_s_features_once_per_training_image_n
     monkeypatch.setattr(timing, "train", fake_train)
     monkeypatch.setattr(timing, "_probe_evaluation", lambda *args: 1.0)
     plan = make_record("np_seed0", "np").plan
-    kind = step_kind(plan, "cpu")
+    kind = step_kind(plan, N_TRAIN, "cpu")
     rate, timed, features = timing._probe_kind(make_phantom(n_images=40, image_size=16), kind, plan, "all")
     assert rate == pytest.approx(0.1) and timed == 16 and features == pytest.approx(20.0 / (2 * kind.batch))
     rates = timing.probe_rates([plan], make_phantom(n_images=40, image_size=16), evaluation=timing.EvaluationConfig(),
@@ -520,3 +522,32 @@ def test_training_says_how_long_its_fixed_features_took_apart_from_its_steps(mon
         model = build_model(name, in_channels=1, num_outputs=data.task.num_outputs, image_size=16)
         result = loop.train(model, data.train, data.task, config, seed=0, progress=False)
         assert result.features_seconds == features and result.seconds == 7.0
+
+
+def test_a_patient_unit_dp_sgd_step_is_timed_at_the_images_of_its_expected_patients(make_record, monkeypatch):
+    """A sampled patient brings every image of theirs, so a step of q = 0.5 over 10 patients holding the training
+    images trains on half of those images on average, not on 5. The probe timed 5 images a step, and Kermany's run
+    took twice the estimate; a step's cost here grows with its images, so only the images' batch gives the rate."""
+    from types import SimpleNamespace
+
+    from dpmed import timing
+    from dpmed.data import make_phantom
+
+    seen = []
+
+    def fake_train(model, data, task, training, *, dp, **kwargs):
+        seen.append((len(data), dp.expected_batch_size))
+        return SimpleNamespace(seconds=0.001 * dp.expected_batch_size * dp.steps, features_seconds=0.0)
+    monkeypatch.setattr(timing, "train", fake_train)
+    monkeypatch.setattr(timing, "_probe_evaluation", lambda *args: 1.0)
+    dataset = make_phantom(n_images=200, image_size=16)
+    n_train = len(dataset.train)
+    patients = _dp_plan(make_record, sample_rate=0.5, n_units=10, unit="patient")
+    images = _dp_plan(make_record, sample_rate=0.5, n_units=10, unit="image")
+    assert step_kind(patients, n_train, "cpu").batch == round(0.5 * n_train) > 10
+    assert step_kind(images, n_train, "cpu").batch == 5
+    rates = timing.probe_rates([patients], dataset, evaluation=timing.EvaluationConfig(), device="cpu")
+    batch = round(0.5 * n_train)
+    assert seen and set(seen) == {(2 * batch, float(batch))}
+    assert rates.run_seconds(patients, n_train, "cpu") == pytest.approx(patients.privacy.steps * 0.001 * batch + 1.0)
+    assert f"steps of {batch} images" in rates.how

@@ -56,7 +56,7 @@ class StepKind:
     """What a step's cost depends on, besides what the whole study shares (model, image shape)."""
 
     dp_sgd: bool
-    batch: int                # images per step (DP-SGD: expected)
+    batch: int                # images per step (DP-SGD: expected, whatever the unit)
     physical_batch: int
     engine: str | None        # DP-SGD clipping engine
     threads: int
@@ -74,12 +74,21 @@ def _device(setting: str, default: str) -> str:
     return name
 
 
-def step_kind(plan: RunPlan, device: str = "auto") -> StepKind:
-    """The kind of the steps of ``plan``'s run. ``device``: where a run whose ``training.device`` is auto runs
-    (auto: CUDA if available)."""
+def step_kind(plan: RunPlan, n_train: int, device: str = "auto") -> StepKind:
+    """The kind of the steps of ``plan``'s run on ``n_train`` training images. ``device``: where a run whose
+    ``training.device`` is auto runs (auto: CUDA if available).
+
+    A DP-SGD step's expected batch in images is q times the images it samples from: q N where the unit is the image,
+    but q times the training images, not q N, where it is the patient, since a sampled patient brings every image
+    of theirs; q N patients timed as q N images under-estimated Kermany's steps by half (benchmarks/RESULTS.md,
+    "The plan's training probe"). ``n_train`` is the exact count: the estimate is printed to the user, never
+    written."""
     training = plan.training
     dp = plan.privacy if isinstance(plan.privacy, DpSgdPlan) else None
-    batch = training.batch_size if dp is None else max(1, round(dp.sample_rate * dp.n_units))
+    if dp is None:
+        batch = training.batch_size
+    else:
+        batch = max(1, round(dp.sample_rate * (n_train if dp.unit == "patient" else dp.n_units)))
     return StepKind(dp_sgd=dp is not None, batch=batch, physical_batch=training.physical_batch_size,
                     engine=None if dp is None else training.dp_engine, threads=run_threads(training.threads),
                     device=_device(training.device, device))
@@ -116,7 +125,7 @@ class Rates:
 
     def run_seconds(self, plan: RunPlan, n_train: int, device: str = "auto") -> float | None:
         """Estimated seconds of ``plan``'s run; None if no step of its kind (nor any other) was timed."""
-        kind = step_kind(plan, device)
+        kind = step_kind(plan, n_train, device)
         rate = self.per_step.get(kind)
         features = self.features.get(kind, 0.0)
         if rate is None:
@@ -142,7 +151,7 @@ class Rates:
                 continue
             steps = run_steps(plan, n_train) - resumed
             if steps > 0:
-                kind = step_kind(plan, timing.device)
+                kind = step_kind(plan, n_train, timing.device)
                 per_kind.setdefault(kind, []).append(timing.train_seconds / steps)
             evaluation.append(max(0.0, timing.total_seconds - timing.train_seconds))
         if not per_kind:
@@ -239,7 +248,7 @@ def probe_rates(plans: Iterable[RunPlan], dataset: Dataset, *, evaluation: Evalu
     start = time.perf_counter()
     kinds: dict[StepKind, RunPlan] = {}
     for plan in plans:
-        kinds.setdefault(step_kind(plan, device), plan)
+        kinds.setdefault(step_kind(plan, len(dataset.train), device), plan)
     per_step, timed, features = {}, {}, {}
     for kind, plan in kinds.items():
         # said before each part: at 224 px on a CPU a part can take minutes, and nothing else is printed meanwhile
