@@ -472,6 +472,7 @@ def test_how_many_workers_fit_is_said_and_swap_only_warns(caplog):
 
 _KILLED_AFTER_RECORD = '''
 import os
+import shutil
 import signal
 
 import dpmed.executors
