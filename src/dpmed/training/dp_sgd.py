@@ -306,6 +306,7 @@ class DpSgdStep:
         if self._noise is None:
             size = sum(p.numel() for p in self.params)
             pin = self.params[0].device.type == "cuda"
-            self._flat = torch.empty(size, dtype=torch.float64, pin_memory=pin)
+            # zeros, not empty: fresh memory may hold what the process freed, and the buffer's first frame names it
+            self._flat = torch.zeros(size, dtype=torch.float64, pin_memory=pin)
             self._noise = NoiseBuffer(self._flat.numpy())
         return self._noise
