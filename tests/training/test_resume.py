@@ -333,6 +333,26 @@ def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_
         assert again.ledger.dp_sgd_steps == PLAN.steps
 
 
+def _stop_after(monkeypatch, model, images, task, ckpt, key, calls=7, plan=PLAN):
+    """A secure DP-SGD run under ``key`` stopped at its ``calls``-th step, leaving its checkpoint at ``ckpt``."""
+    with monkeypatch.context() as m:
+        _interrupt_after(m, DpSgdStep, "__call__", calls)
+        with pytest.raises(Killed):
+            train(model, images, task, CFG, seed=4, dp=plan, progress=False, checkpoint=ckpt,
+                  randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+
+
+def _refused(model, images, task, ckpt, key) -> str:
+    """What the refusal to continue the checkpoint at ``ckpt`` says, after checking it names it and the remedy."""
+    with pytest.raises(RuntimeError) as caught:
+        train(model, images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
+              randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    said = str(caught.value)
+    assert said.startswith(f"the checkpoint {ckpt} cannot continue this run: ")
+    assert said.endswith("delete it and the privacy key beside it to train this run afresh under a new key")
+    return said
+
+
 @pytest.mark.parametrize("damage", ["another key", "no noise position"])
 def test_a_checkpoint_of_another_key_or_without_a_stream_s_position_is_refused_naming_it(data, new_model, tmp_path,
                                                                                           monkeypatch, damage):
@@ -340,23 +360,15 @@ def test_a_checkpoint_of_another_key_or_without_a_stream_s_position_is_refused_n
     # from its start) the very batches and noise of those steps again: the run is refused, and told what to do.
     images, task = data
     key, ckpt = PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
-    with monkeypatch.context() as m:
-        _interrupt_after(m, DpSgdStep, "__call__", 7)
-        with pytest.raises(Killed):
-            train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
-                  randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    _stop_after(monkeypatch, new_model(task), images, task, ckpt, key)
     if damage == "another key":             # the key file beside it replaced
         key = PrivacyRandomness.secure().root_hex()
     else:
         state = torch.load(ckpt, weights_only=True)
         del state["privacy_randomness"]["noise"]
         torch.save(state, ckpt)
-    with pytest.raises(RuntimeError) as caught:
-        train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
-              randomness=PrivacyRandomness.from_root_hex(key, "secure"))
-    said = str(caught.value)
-    assert said.startswith(f"the checkpoint {ckpt} cannot continue this run: ") and "'noise'" in said
-    assert said.endswith("delete it and the privacy key beside it to train this run afresh under a new key")
+    said = _refused(new_model(task), images, task, ckpt, key)
+    assert "'noise'" in said
 
 
 @pytest.mark.parametrize("edit", ["ahead", "half a word"])
@@ -367,22 +379,14 @@ def test_a_checkpoint_whose_stream_stands_off_its_step_count_is_refused_saying_w
     # stream stands where its step leaves it.
     images, task = data
     key, ckpt = PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
-    with monkeypatch.context() as m:
-        _interrupt_after(m, DpSgdStep, "__call__", 7)
-        with pytest.raises(Killed):
-            train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
-                  randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    _stop_after(monkeypatch, new_model(task), images, task, ckpt, key)
     state = torch.load(ckpt, weights_only=True)
     position = json.loads(state["privacy_randomness"]["noise"])
     position.update({"words": position["words"] + 2} if edit == "ahead" else {"half_used": True})
     state["privacy_randomness"]["noise"] = json.dumps(position)
     torch.save(state, ckpt)
-    with pytest.raises(RuntimeError) as caught:
-        train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
-              randomness=PrivacyRandomness.from_root_hex(key, "secure"))
-    said = str(caught.value)
-    assert said.startswith(f"the checkpoint {ckpt} cannot continue this run: ") and "'noise'" in said
-    assert said.endswith("delete it and the privacy key beside it to train this run afresh under a new key")
+    said = _refused(new_model(task), images, task, ckpt, key)
+    assert "'noise'" in said
     if edit == "ahead":
         assert "draw again" not in said
     else:
@@ -400,11 +404,7 @@ def test_a_checkpoint_mixed_with_an_earlier_one_of_the_same_run_is_refused(data,
     key, ckpt = PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
 
     def stopped_after(calls):
-        with monkeypatch.context() as m:
-            _interrupt_after(m, DpSgdStep, "__call__", calls)
-            with pytest.raises(Killed):
-                train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
-                      randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+        _stop_after(monkeypatch, new_model(task), images, task, ckpt, key, calls)
         return torch.load(ckpt, weights_only=True)
 
     earlier, state = stopped_after(7), stopped_after(7)          # steps 5, then (resumed) 10
@@ -416,13 +416,9 @@ def test_a_checkpoint_mixed_with_an_earlier_one_of_the_same_run_is_refused(data,
     else:
         state["ledger"] = earlier["ledger"]
     torch.save(state, ckpt)
-    with pytest.raises(RuntimeError) as caught:
-        train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
-              randomness=PrivacyRandomness.from_root_hex(key, "secure"))
-    said = str(caught.value)
-    assert said.startswith(f"the checkpoint {ckpt} cannot continue this run: ") and "step 10" in said
+    said = _refused(new_model(task), images, task, ckpt, key)
+    assert "step 10" in said
     assert ("'noise'" if mixed == "noise stream" else "'sampling'" if mixed == "streams" else "ledger") in said
-    assert said.endswith("delete it and the privacy key beside it to train this run afresh under a new key")
 
 
 @pytest.mark.parametrize("update", [{"noise_multiplier": 0.0}, {"sample_rate": 1.0}], ids=["no noise", "every unit"])
@@ -430,11 +426,7 @@ def test_a_run_whose_step_draws_nothing_from_a_stream_still_resumes(data, new_mo
     # sigma 0 draws no noise, and a sample rate of 1 no sampling words: the positions a step count implies are zero.
     images, task = data
     plan, key, ckpt = PLAN.model_copy(update=update), PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
-    with monkeypatch.context() as m:
-        _interrupt_after(m, DpSgdStep, "__call__", 7)
-        with pytest.raises(Killed):
-            train(new_model(task), images, task, CFG, seed=4, dp=plan, progress=False, checkpoint=ckpt,
-                  randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    _stop_after(monkeypatch, new_model(task), images, task, ckpt, key, plan=plan)
     done, _ = checkpoint_progress(ckpt)         # every step at rate 1 (an epoch is one step), else step 5
     resumed = train(new_model(task), images, task, CFG, seed=4, dp=plan, progress=False, checkpoint=ckpt,
                     randomness=PrivacyRandomness.from_root_hex(key, "secure"))
