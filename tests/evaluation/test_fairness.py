@@ -117,13 +117,14 @@ def test_a_known_age_below_the_first_bin_is_a_group_of_its_own_not_unknown():
     assert _group_order(groups, "age", (18, 40, 65)) == ["<18", "[18,40)", "[40,65)", ">=65", UNKNOWN]
 
 
-@pytest.mark.parametrize("bins", [AGE_BINS, (0, 40, 65), (18, 40, 65, 100)])
+@pytest.mark.parametrize("bins", [AGE_BINS, (0, 40, 65), (18, 40, 65, 100), (18, 40, 65)])
 def test_the_named_age_groups_are_those_the_bins_compare(bins):
     """The report names each group the study names that no test image falls in (`named_groups`). Bins that end
     below 100 make their last group an open one (65 and over), compared like any other; it was left out, so a test
-    set without anyone 65 or over said nothing of it. Every compared group an age from the first edge on falls in is
-    named, and no other."""
-    ages = np.arange(float(bins[0]), 120.0, 0.5)
+    set without anyone 65 or over said nothing of it. Bins that start above 0 make a group below the first edge
+    ("<18"), compared too; it was left out the same way. Every compared group a known age falls in is named, and no
+    other."""
+    ages = np.arange(0.0, 120.0, 0.5)
     compared = set(age_groups(ages, bins=bins).tolist()) - set(uncompared_groups("age", bins))
     assert set(named_groups("age", bins)) == compared
 

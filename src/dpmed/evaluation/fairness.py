@@ -150,14 +150,15 @@ GROUPINGS: Mapping[str, Callable[..., np.ndarray]] = {"sex": sex_groups, "age": 
 
 
 def named_groups(attribute: str, age_bins: Sequence[float] = AGE_BINS) -> tuple[str, ...]:
-    """The groups the study names for ``attribute``, whether or not a test image falls in them: each age bin (and the
-    open last group of bins that end below 100, which is compared like the others: `uncompared_groups`), or female
-    and male; the report names those no test image falls in, which have no numbers (a group is measured only where
-    the test set holds it)."""
+    """The groups the study names for ``attribute``, whether or not a test image falls in them: each age bin (with
+    the group below a first edge above 0, and the open last group of bins that end below 100, both compared like the
+    others: `age_groups`, `uncompared_groups`), or female and male; the report names those no test image falls in,
+    which have no numbers (a group is measured only where the test set holds it)."""
     if attribute == "age":
+        first, last = float(age_bins[0]), f">={float(age_bins[-1]):g}"
         bins = tuple(_bin_label(float(lo), float(hi)) for lo, hi in zip(age_bins[:-1], age_bins[1:]))
-        last = f">={float(age_bins[-1]):g}"
-        return bins + (() if last in uncompared_groups("age", age_bins) else (last,))
+        return ((f"<{first:g}",) if first > 0 else ()) + bins + (
+            () if last in uncompared_groups("age", age_bins) else (last,))
     return ("female", "male")
 
 
