@@ -5,6 +5,7 @@ fairness blocks computed by the evaluation stage itself), and the report written
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from dpmed.evaluation.utility import evaluate_utility
 from dpmed.evaluation.fairness import evaluate_fairness
 from dpmed.folders import StudyFolder
 from dpmed.outputs import write_outputs
+from dpmed.records import RunRecord
 
 N = 120                                                          # test images
 _RNG = np.random.default_rng(16)
@@ -20,6 +22,7 @@ Y_VAL = np.r_[np.zeros(40, int), np.ones(40, int)]
 Y = np.r_[np.zeros(N // 2, int), np.ones(N // 2, int)]
 SEX = _RNG.choice(["female", "male"], N)
 AGE = np.r_[np.full(8, 25.0), _RNG.uniform(30, 95, N - 8)]      # 8 patients under 30: a small fairness group
+CUT_SHORT = "was cut short"     # the report's flag of runs whose files lie in runs/ without their run.json
 
 
 def binary_scores(quality: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -64,23 +67,40 @@ def _evaluated(val: np.ndarray, test: np.ndarray, names: tuple[str, ...], fairne
 
 
 @pytest.fixture
-def scored_run(tmp_path, make_record):
-    """A factory of finished binary runs in tmp_path: saves runs/<id>/predictions.npz and the run's record as its
-    run.json (without it, the report tells the predictions as a release cut short), and returns the record with the
-    metrics (and, with ``fairness=True``, the fairness block by sex and age) that evaluation computes."""
+def release(tmp_path):
+    """Save a finished run as `dpmed run` leaves it in the study folder ``root`` (tmp_path unless given): its
+    releasable files (``predictions``, ``cams``, ``examples``: each the arrays of its npz) in runs/<id>/, and its
+    record as its run.json beside them. Without the run.json a report tells those files as a release cut short
+    (`StudyFolder.interrupted_releases`): the report tests would read a folder no finished study leaves, and could not
+    tell a spurious warning from a real one. Returns the record."""
+
+    def save(record: RunRecord, *, root: Path | None = None, predictions: dict | None = None,
+             cams: dict | None = None, examples: dict | None = None) -> RunRecord:
+        run = StudyFolder(root or tmp_path).run(record.run_id)
+        run.public.mkdir(parents=True, exist_ok=True)
+        for path, arrays in ((run.predictions, predictions), (run.cams, cams), (run.examples, examples)):
+            if arrays is not None:
+                np.savez(path, **arrays)
+        record.write(run.record)
+        return record
+
+    return save
+
+
+@pytest.fixture
+def scored_run(make_record, release):
+    """A factory of finished binary runs in tmp_path, released by :func:`release` with their predictions; returns
+    the record with the metrics (and, with ``fairness=True``, the fairness block by sex and age) that evaluation
+    computes."""
 
     def make(run_id: str, arm: str, mechanism: str = "none", *, scores, eps: float | None = None, seed: int = 0,
              names=("normal", "pneumonia"), fairness: bool = False, resamples: int = 200):
         val, test = scores
-        run_dir = tmp_path / "runs" / run_id
-        run_dir.mkdir(parents=True)
-        np.savez(run_dir / "predictions.npz", test_scores=test, test_labels=Y,
-                 test_patient_ids=np.arange(N).astype(str), val_scores=val, val_labels=Y_VAL,
-                 val_patient_ids=np.arange(len(Y_VAL)).astype(str))
         metrics, block = copy.deepcopy(_evaluated(val, test, tuple(names), fairness, resamples))
         record = make_record(run_id, arm, mechanism, eps=eps, seed=seed, metrics=metrics, fairness=block)
-        record.write(run_dir / "run.json")
-        return record
+        return release(record, predictions=dict(test_scores=test, test_labels=Y,
+                                                test_patient_ids=np.arange(N).astype(str), val_scores=val,
+                                                val_labels=Y_VAL, val_patient_ids=np.arange(len(Y_VAL)).astype(str)))
 
     return make
 
@@ -92,7 +112,9 @@ def report_html(tmp_path, make_resolved):
     def write(records, *, names=("normal", "pneumonia"), resamples: int = 200, **kw) -> str:
         resolved = make_resolved(records, resamples=resamples, n_test=N, label_names=tuple(names), **kw)
         write_outputs(StudyFolder(tmp_path), resolved, records)
-        return (tmp_path / "report.html").read_text()
+        html = (tmp_path / "report.html").read_text()
+        assert CUT_SHORT not in html, "a report test's runs lie in runs/ without their run.json: save them by release"
+        return html
 
     return write
 

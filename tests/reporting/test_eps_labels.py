@@ -59,9 +59,10 @@ def test_the_figure_axes_name_delta_and_accountant_and_reproducible_runs_are_plo
     assert sum("not DP: seed known" in t for t in texts) == 2
 
 
-def _examples_section(folder, make_record, make_resolved, *, with_shift: bool) -> str:
+def _examples_section(folder, release, make_record, make_resolved, *, with_shift: bool) -> str:
     """The released-images section's text for a study of a non-private run, a Laplace run, the same in
-    reproducible mode (seeded_seed0) and, ``with_shift``, scalar_shift (a flawed mechanism's reproduction)."""
+    reproducible mode (seeded_seed0) and, ``with_shift``, scalar_shift (a flawed mechanism's reproduction), each
+    local-DP run released with its example images (`release`)."""
     import re
     from html import unescape
 
@@ -79,21 +80,21 @@ def _examples_section(folder, make_record, make_resolved, *, with_shift: bool) -
                                                                               "privacy": shift}))
     images = np.random.default_rng(0).random((3, 1, 8, 8)).astype(np.float32)
     for r in records[1:]:
-        folder.run(r.run_id).examples.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(folder.run(r.run_id).examples, original=images, perturbed=images[::-1])
+        release(r, root=folder.root, examples=dict(original=images, perturbed=images[::-1]))
     write_outputs(folder, make_resolved(records), records)
     html = folder.report.read_text()
     start = html.index('id="ldp-examples"')
     return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html[start:html.find("<h2 ", start)])))
 
 
-def test_the_released_images_section_says_why_each_not_dp_run_is_not_dp(tmp_path, make_record, make_resolved):
+def test_the_released_images_section_says_why_each_not_dp_run_is_not_dp(tmp_path, release, make_record,
+                                                                         make_resolved):
     """scalar_shift (a source document's flawed mechanism, not DP) appeared under "after each local-DP run's
     mechanism"; then every not-DP run was called a reproduction of a flawed mechanism, a reproducible-mode Laplace
     run too, which is not DP because its seed is published. Each is named with its own card's reason."""
     from dpmed.folders import StudyFolder
 
-    section = _examples_section(StudyFolder(tmp_path), make_record, make_resolved, with_shift=True)
+    section = _examples_section(StudyFolder(tmp_path), release, make_record, make_resolved, with_shift=True)
     assert "Local DP and its not-DP reproductions" in section
     assert "each local-DP run's mechanism" not in section
     named = section.split("image mechanism (", 1)[1].split(". Each run applied")[0]
@@ -105,11 +106,11 @@ def test_the_released_images_section_says_why_each_not_dp_run_is_not_dp(tmp_path
     assert "reproduc" not in said["seeded_seed0"].replace("reproducible mode", "")
 
 
-def test_a_reproducible_mode_run_alone_does_not_make_the_section_one_of_reproductions(tmp_path, make_record,
-                                                                                      make_resolved):
+def test_a_reproducible_mode_run_alone_does_not_make_the_section_one_of_reproductions(tmp_path, release,
+                                                                                      make_record, make_resolved):
     from dpmed.folders import StudyFolder
 
-    section = _examples_section(StudyFolder(tmp_path), make_record, make_resolved, with_shift=False)
+    section = _examples_section(StudyFolder(tmp_path), release, make_record, make_resolved, with_shift=False)
     assert section.startswith('id="ldp-examples">Local DP: what the released images look like ')
     assert "seeded_seed0: not DP" in section and "reproductions" not in section
 

@@ -12,18 +12,17 @@ from dpmed.evaluation.utility import evaluate_utility
 N = 120
 
 
-def _multilabel_run(tmp_path, make_record, run_id, arm, mechanism, quality, rng):
-    """A run on findings "effusion", "nodule" (no test positive: undefined) and "edema", saved as a study saves it."""
+def _multilabel_run(release, make_record, run_id, arm, mechanism, quality, rng):
+    """A run on findings "effusion", "nodule" (no test positive: undefined) and "edema", released as a study releases
+    it (`release`)."""
     y = np.c_[rng.random(N) < 0.4, np.zeros(N, bool), rng.random(N) < 0.3].astype(int)
     s = np.clip(quality * y + (1 - quality) * rng.random((N, 3)), 0, 1)
     y_val = np.c_[y[:, 0], np.arange(N) % 2, y[:, 2]]                 # every finding decidable on validation
-    (tmp_path / "runs" / run_id).mkdir(parents=True)
-    np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=s, test_labels=y,
-             test_patient_ids=np.arange(N).astype(str), val_scores=s, val_labels=y_val,
-             val_patient_ids=np.arange(N).astype(str))
     metrics = evaluate_utility(kind="multilabel", label_names=["effusion", "nodule", "edema"], val_labels=y_val,
                                val_scores=s, test_labels=y, test_scores=s, n_resamples=200)
-    return make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None, metrics=metrics)
+    return release(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None, metrics=metrics),
+                   predictions=dict(test_scores=s, test_labels=y, test_patient_ids=np.arange(N).astype(str),
+                                    val_scores=s, val_labels=y_val, val_patient_ids=np.arange(N).astype(str)))
 
 
 def _findings(html: str) -> str:
@@ -31,11 +30,11 @@ def _findings(html: str) -> str:
     return html[start:html.index("</table>", start)]
 
 
-def test_the_findings_table_shows_for_a_multilabel_study_and_not_for_a_binary_one(tmp_path, make_record,
+def test_the_findings_table_shows_for_a_multilabel_study_and_not_for_a_binary_one(tmp_path, release, make_record,
                                                                                    report_html, two_arms):
     rng = np.random.default_rng(2)
-    records = [_multilabel_run(tmp_path, make_record, "np_seed0", "np", "none", 0.3, rng),
-               _multilabel_run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", 0.15, rng)]
+    records = [_multilabel_run(release, make_record, "np_seed0", "np", "none", 0.3, rng),
+               _multilabel_run(release, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", 0.15, rng)]
     html = report_html(records, task="multilabel", names=("effusion", "nodule", "edema"))
     assert html.index('id="utility"') < html.index('id="findings"') < html.index('id="privacy"')
     table = _findings(html)
@@ -57,19 +56,18 @@ def test_the_findings_table_shows_for_a_multilabel_study_and_not_for_a_binary_on
     assert 'id="findings"' not in binary and "per finding" not in binary
 
 
-def test_a_multiclass_study_tables_each_class_one_vs_rest(tmp_path, make_record, report_html):
+def test_a_multiclass_study_tables_each_class_one_vs_rest(release, make_record, report_html):
     rng = np.random.default_rng(3)
     names = ["grade 0", "grade 1", "grade 2"]
     y = np.arange(N) % 3
     s = rng.random((N, 3)) + 0.8 * np.eye(3)[y]
     s /= s.sum(1, keepdims=True)
-    (tmp_path / "runs" / "np_seed0").mkdir(parents=True)
-    np.savez(tmp_path / "runs" / "np_seed0" / "predictions.npz", test_scores=s, test_labels=y,
-             test_patient_ids=np.arange(N).astype(str), val_scores=s, val_labels=y,
-             val_patient_ids=np.arange(N).astype(str))
     m = evaluate_utility(kind="multiclass", label_names=names, val_labels=y, val_scores=s, test_labels=y,
                          test_scores=s, n_resamples=200)
-    html = report_html([make_record("np_seed0", "np", "none", metrics=m)], task="multiclass", names=names)
+    run = release(make_record("np_seed0", "np", "none", metrics=m), predictions=dict(
+        test_scores=s, test_labels=y, test_patient_ids=np.arange(N).astype(str), val_scores=s, val_labels=y,
+        val_patient_ids=np.arange(N).astype(str)))
+    html = report_html([run], task="multiclass", names=names)
     table = _findings(html)
     assert "Test AUROC per class" in table and "one-vs-rest" in table and "per finding" not in table
     assert re.findall(r"<th[^>]*>([^<]*)</th>", table) == ["run", *names]
@@ -96,26 +94,25 @@ def test_a_run_recorded_without_a_label_s_auroc_reads_as_a_dash_not_as_undefined
     assert cells == [["0.800 [0.700,\u00a00.900]", "undefined"], ["0.750", "–"]]
 
 
-def test_a_multiclass_study_that_names_no_class_anywhere_has_no_empty_per_class_table(tmp_path, make_record,
+def test_a_multiclass_study_that_names_no_class_anywhere_has_no_empty_per_class_table(release, make_record,
                                                                                        report_html):
     """An older folder: its study.yaml predates the dataset's label names and its runs' records hold no per-class
     AUROC. The report is written with its macro AUROC, and no per-class table of run names without a column."""
     y = np.arange(N) % 3
     s = np.eye(3)[y] * 0.8 + 0.1
-    (tmp_path / "runs" / "np_seed0").mkdir(parents=True)
-    np.savez(tmp_path / "runs" / "np_seed0" / "predictions.npz", test_scores=s, test_labels=y,
-             test_patient_ids=np.arange(N).astype(str))
     m = evaluate_utility(kind="multiclass", label_names=["a", "b", "c"], val_labels=y, val_scores=s, test_labels=y,
                          test_scores=s, n_resamples=50)
     m = {k: v for k, v in m.items() if not k.startswith("test_auroc[")}
-    html = report_html([make_record("np_seed0", "np", "none", metrics=m)], task="multiclass", names=())
+    run = release(make_record("np_seed0", "np", "none", metrics=m),
+                  predictions=dict(test_scores=s, test_labels=y, test_patient_ids=np.arange(N).astype(str)))
+    html = report_html([run], task="multiclass", names=())
     assert 'id="findings"' not in html and "Test AUROC per class" not in html
     assert 'id="utility"' in html and "1.000" in html[html.index('id="utility"'):]
     summary = html[html.index('id="summary"'):html.index("</table>", html.index('id="summary"'))]
     assert "task multiclass</td>" in summary and "; classes" not in summary      # no list of no names
 
 
-def test_the_correlation_across_classes_names_them_classes(tmp_path, make_record, report_html):
+def test_the_correlation_across_classes_names_them_classes(release, make_record, report_html):
     """A multiclass study's report read "Across labels, Pearson r between each label's AUROC drop ... and its
     positive test count" beside tables that call the same columns classes, one-vs-rest."""
     rng = np.random.default_rng(5)
@@ -125,13 +122,12 @@ def test_the_correlation_across_classes_names_them_classes(tmp_path, make_record
     for run_id, arm, mechanism, quality in (("np_seed0", "np", "none", 0.9), ("dp_eps1_C1_seed0", "dp", "dp_sgd", 0.3)):
         s = rng.random((N, 4)) + quality * np.eye(4)[y] * (1 + np.arange(4))[None, :] / 4
         s /= s.sum(1, keepdims=True)
-        (tmp_path / "runs" / run_id).mkdir(parents=True)
-        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=s, test_labels=y,
-                 test_patient_ids=np.arange(N).astype(str), val_scores=s, val_labels=y,
-                 val_patient_ids=np.arange(N).astype(str))
         m = evaluate_utility(kind="multiclass", label_names=names, val_labels=y, val_scores=s, test_labels=y,
                              test_scores=s, n_resamples=200)
-        records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None, metrics=m))
+        records.append(release(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
+                                           metrics=m),
+                               predictions=dict(test_scores=s, test_labels=y, test_patient_ids=np.arange(N).astype(str),
+                                                val_scores=s, val_labels=y, val_patient_ids=np.arange(N).astype(str))))
     html = report_html(records, task="multiclass", names=names)
     assert "Across classes, Pearson r between each class's AUROC drop" in html
     assert "Across labels" not in html and "each label's" not in html

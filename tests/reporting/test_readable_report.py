@@ -597,28 +597,27 @@ def test_figures_stay_readable_on_a_phone(tmp_path, two_arms, report_html):
     assert (tmp_path / "auroc_vs_epsilon_narrow.png").stat().st_size > 1000
 
 
-def _multiclass_pair(tmp_path, make_record, private_scores, y):
+def _multiclass_pair(release, make_record, private_scores, y):
     """A non-private run scored well and a DP run scored ``private_scores`` on three classes ``y`` (validation = test),
-    saved under tmp_path/runs as a study would save them; their records."""
+    released as a study releases them (`release`); their records."""
     rng = np.random.default_rng(6)
     good = np.eye(3)[y] * 0.7 + rng.random((len(y), 3)) * 0.3
     records = []
     for run_id, arm, mechanism, scores in (("np_seed0", "np", "none", good),
                                            ("dp_eps1_C1_seed0", "dp", "dp_sgd", private_scores(good))):
-        (tmp_path / "runs" / run_id).mkdir(parents=True)
-        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
-                 test_patient_ids=np.arange(len(y)).astype(str))
         metrics = evaluate_utility(kind="multiclass", label_names=["a", "b", "c"], val_labels=y, val_scores=scores,
                                    test_labels=y, test_scores=scores, n_resamples=50)
-        records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
-                                   metrics=metrics))
+        records.append(release(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
+                                           metrics=metrics),
+                               predictions=dict(test_scores=scores, test_labels=y,
+                                                test_patient_ids=np.arange(len(y)).astype(str))))
     return records
 
 
-def test_multiclass_arms_are_read_as_more_wrong_of_every_100_images_by_argmax(tmp_path, make_record, report_html):
+def test_multiclass_arms_are_read_as_more_wrong_of_every_100_images_by_argmax(release, make_record, report_html):
     y = np.arange(90) % 3
     rng = np.random.default_rng(8)
-    records = _multiclass_pair(tmp_path, make_record, lambda good: np.eye(3)[y] * 0.2 + rng.random((90, 3)) * 0.8, y)
+    records = _multiclass_pair(release, make_record, lambda good: np.eye(3)[y] * 0.2 + rng.random((90, 3)) * 0.8, y)
     wrong = round(100 * (records[0].metrics["test_accuracy"] - records[1].metrics["test_accuracy"]))
     assert wrong > 0
     clinical = _text(_section(report_html(records, task="multiclass", names=("a", "b", "c")), "clinical"))
@@ -631,10 +630,10 @@ def test_multiclass_arms_are_read_as_more_wrong_of_every_100_images_by_argmax(tm
     assert re.search(rf"np_seed0: test AUROC [^;]*; accuracy {accuracy:.3f} \[", clinical), clinical
 
 
-def test_a_multiclass_run_that_never_chooses_a_class_is_flagged_in_the_table_and_the_reading(tmp_path, make_record,
+def test_a_multiclass_run_that_never_chooses_a_class_is_flagged_in_the_table_and_the_reading(release, make_record,
                                                                                              report_html):
     y = np.arange(90) % 3
-    records = _multiclass_pair(tmp_path, make_record, lambda good: good * np.array([1.0, 1.0, 0.0]), y)  # never "c"
+    records = _multiclass_pair(release, make_record, lambda good: good * np.array([1.0, 1.0, 0.0]), y)  # never "c"
     assert [r.metrics["test_predicted_classes"] for r in records] == [3, 2]
     html = report_html(records, task="multiclass", names=("a", "b", "c"))
     table = _section(html, "utility").split("</table>")[0]
@@ -645,21 +644,19 @@ def test_a_multiclass_run_that_never_chooses_a_class_is_flagged_in_the_table_and
     assert "1 warning about dp_eps1_C1_seed0" in _text(reading) and 'href="#warnings"' in reading
 
 
-def test_a_test_auroc_whose_redraws_are_mostly_undefined_says_so_in_the_utility_table(tmp_path, make_record,
-                                                                                       report_html):
+def test_a_test_auroc_whose_redraws_are_mostly_undefined_says_so_in_the_utility_table(release, make_record,
+                                                                                      report_html):
     """On a test set of two patients, one of each class, about half the redraws draw one class and have no AUROC:
     the table showed 1.000 [1.000, 1.000] as if certain, and only a Python warning on the terminal said otherwise."""
     y, s = np.array([0, 1]), np.array([0.2, 0.9])
-    (tmp_path / "runs" / "np_seed0").mkdir(parents=True)
-    np.savez(tmp_path / "runs" / "np_seed0" / "predictions.npz", test_scores=s, test_labels=y,
-             test_patient_ids=np.array(["a", "b"]))
     with pytest.warns(RuntimeWarning):             # the terminal's warnings of undefined redraws
         metrics = evaluate_utility(kind="binary", label_names=["normal", "pneumonia"], val_labels=y, val_scores=s,
                                    test_labels=y, test_scores=s, n_resamples=50, seed=0)
     undefined = metrics["test_auroc_undefined_redraws"]
     assert undefined > 5
-    table = _text(_section(report_html([make_record("np_seed0", "np", "none", metrics=metrics)], resamples=50),
-                           "utility").split("</table>")[0])
+    run = release(make_record("np_seed0", "np", "none", metrics=metrics),
+                  predictions=dict(test_scores=s, test_labels=y, test_patient_ids=np.array(["a", "b"])))
+    table = _text(_section(report_html([run], resamples=50), "utility").split("</table>")[0])
     assert f"1.000 [1.000,\u00a01.000]  ({undefined} of 50 redraws undefined)" in table
 
 
@@ -668,8 +665,8 @@ def test_a_test_auroc_defined_in_every_redraw_has_no_such_note(report_html, two_
     assert "redraws undefined" not in table
 
 
-def test_multilabel_arms_are_read_as_findings_decided_right_at_each_findings_own_threshold(tmp_path, make_record,
-                                                                                          report_html):
+def test_multilabel_arms_are_read_as_findings_decided_right_at_each_findings_own_threshold(release, make_record,
+                                                                                           report_html):
     """A multilabel study's clinical section counts wrong decisions over (image, finding) pairs, each finding at its
     own validation threshold: an accuracy column, no sensitivity or specificity (no one positive class), and the
     reading's count is the paired accuracy change per 100 findings."""
@@ -678,13 +675,12 @@ def test_multilabel_arms_are_read_as_findings_decided_right_at_each_findings_own
     records = []
     for run_id, arm, mechanism, signal in (("np_seed0", "np", "none", 0.6), ("dp_eps1_C1_seed0", "dp", "dp_sgd", 0.2)):
         scores = np.clip(y * signal + rng.random((120, 2)) * (1 - signal), 0, 1)
-        (tmp_path / "runs" / run_id).mkdir(parents=True)
-        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
-                 test_patient_ids=np.arange(120).astype(str))
         metrics = evaluate_utility(kind="multilabel", label_names=["effusion", "nodule"], val_labels=y,
                                    val_scores=scores, test_labels=y, test_scores=scores, n_resamples=50)
-        records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
-                                   metrics=metrics))
+        records.append(release(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
+                                           metrics=metrics),
+                               predictions=dict(test_scores=scores, test_labels=y,
+                                                test_patient_ids=np.arange(120).astype(str))))
     wrong = round(100 * (records[0].metrics["test_accuracy"] - records[1].metrics["test_accuracy"]))
     assert wrong > 0
     clinical = _text(_section(report_html(records, task="multilabel", names=("effusion", "nodule")), "clinical"))
@@ -695,8 +691,8 @@ def test_multilabel_arms_are_read_as_findings_decided_right_at_each_findings_own
     assert f"the model gets about {wrong} more wrong of every 100 findings" in clinical
 
 
-def test_a_binary_run_without_its_threshold_reads_as_its_auroc_change_with_dashes_for_the_rates(tmp_path, make_record,
-                                                                                               report_html):
+def test_a_binary_run_without_its_threshold_reads_as_its_auroc_change_with_dashes_for_the_rates(release, make_record,
+                                                                                                report_html):
     """A run an older dpmed recorded without its validation threshold, whose predictions.npz holds no validation
     split, cannot be decided at its own threshold again: its rates have no paired change. Both tables show "–" in
     their places and the reading gives the AUROC change alone. The non-private run separates the classes (AUROC 1);
@@ -707,15 +703,14 @@ def test_a_binary_run_without_its_threshold_reads_as_its_auroc_change_with_dashe
     records = []
     for run_id, arm, mechanism, scores in (("np_seed0", "np", "none", y.astype(float)),
                                            ("dp_eps1_C1_seed0", "dp", "dp_sgd", private_scores)):
-        (tmp_path / "runs" / run_id).mkdir(parents=True)
-        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
-                 test_patient_ids=np.arange(120).astype(str))
         metrics = evaluate_utility(kind="binary", label_names=["normal", "pneumonia"], val_labels=y,
                                    val_scores=scores, test_labels=y, test_scores=scores, n_resamples=50)
         if mechanism == "dp_sgd":
             del metrics["threshold"]
-        records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
-                                   metrics=metrics))
+        records.append(release(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
+                                           metrics=metrics),
+                               predictions=dict(test_scores=scores, test_labels=y,
+                                                test_patient_ids=np.arange(120).astype(str))))
     html = report_html(records)
     row = re.search(r'<tr><td data-label="private arm">dp_eps1_C1<br>.*?</tr>', _section(html, "clinical"),
                     re.S).group(0)
@@ -730,8 +725,8 @@ def test_a_binary_run_without_its_threshold_reads_as_its_auroc_change_with_dashe
     assert cells[0].startswith("-0.250 [") and cells[2:] == ["–"] * 4, cells
 
 
-def test_over_seeds_a_rate_one_seed_cannot_pair_reads_as_a_dash_not_as_the_other_seeds_mean(tmp_path, make_record,
-                                                                                             report_html):
+def test_over_seeds_a_rate_one_seed_cannot_pair_reads_as_a_dash_not_as_the_other_seeds_mean(release, make_record,
+                                                                                            report_html):
     """Seeds 0 and 1; the private run of seed 1 was recorded without its validation threshold and saved no
     validation split, so only seed 0 has paired rate changes. A mean over seeds of one seed would be no mean: the
     rate cells read "–", the AUROC cell the mean and range over both seeds, and the reading the AUROC change. Both
@@ -743,17 +738,16 @@ def test_over_seeds_a_rate_one_seed_cannot_pair_reads_as_a_dash_not_as_the_other
     for seed in (0, 1):
         for run_id, arm, mechanism, scores in ((f"np_seed{seed}", "np", "none", y.astype(float)),
                                                (f"dp_eps1_C1_seed{seed}", "dp", "dp_sgd", half)):
-            (tmp_path / "runs" / run_id).mkdir(parents=True)
             val = {} if seed == 1 and mechanism == "dp_sgd" else dict(
                 val_scores=scores, val_labels=y, val_patient_ids=np.arange(120).astype(str))
-            np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
-                     test_patient_ids=np.arange(120).astype(str), **val)
             metrics = evaluate_utility(kind="binary", label_names=["normal", "pneumonia"], val_labels=y,
                                        val_scores=scores, test_labels=y, test_scores=scores, n_resamples=50)
             if not val:
                 del metrics["threshold"]
-            records.append(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
-                                       seed=seed, metrics=metrics))
+            records.append(release(make_record(run_id, arm, mechanism, eps=1.0 if mechanism == "dp_sgd" else None,
+                                               seed=seed, metrics=metrics),
+                                   predictions=dict(test_scores=scores, test_labels=y,
+                                                    test_patient_ids=np.arange(120).astype(str), **val)))
     row = re.search(r'<tr><td data-label="private arm">dp_eps1_C1<br>.*?</tr>', _section(report_html(records),
                                                                                          "clinical"), re.S).group(0)
     assert "<small>seeds 0, 1</small>" in row
@@ -1583,8 +1577,8 @@ def test_a_cards_facts_call_an_accounted_eps_whose_claim_does_not_hold_not_dp(ma
         assert shown and all(v.endswith(" (as accounted; not DP)") for v in shown.values()), shown
 
 
-def test_a_references_warning_is_said_once_where_the_baseline_is_met_not_under_every_paired_row(tmp_path, make_record,
-                                                                                             report_html):
+def test_a_references_warning_is_said_once_where_the_baseline_is_met_not_under_every_paired_row(release, make_record,
+                                                                                                report_html):
     # Three private arms paired with one non-private run that never chooses class "c": its warning is counted once,
     # by the 'Without privacy' line, and each paired row only points to where it stands.
     y = np.arange(90) % 3
@@ -1596,12 +1590,11 @@ def test_a_references_warning_is_said_once_where_the_baseline_is_met_not_under_e
         scores = np.eye(3)[y] * 0.7 + rng.random((len(y), 3)) * 0.3
         if mechanism == "none":
             scores = scores * np.array([1.0, 1.0, 0.0])                   # never "c"
-        (tmp_path / "runs" / run_id).mkdir(parents=True)
-        np.savez(tmp_path / "runs" / run_id / "predictions.npz", test_scores=scores, test_labels=y,
-                 test_patient_ids=np.arange(len(y)).astype(str))
         metrics = evaluate_utility(kind="multiclass", label_names=["a", "b", "c"], val_labels=y, val_scores=scores,
                                    test_labels=y, test_scores=scores, n_resamples=50)
-        records.append(make_record(run_id, arm, mechanism, eps=eps, metrics=metrics))
+        records.append(release(make_record(run_id, arm, mechanism, eps=eps, metrics=metrics),
+                               predictions=dict(test_scores=scores, test_labels=y,
+                                                test_patient_ids=np.arange(len(y)).astype(str))))
     clinical = _text(_section(report_html(records, task="multiclass", names=("a", "b", "c")), "clinical"))
     assert clinical.count("1 warning about np_seed0") == 1 and "chooses only" not in clinical
     table = " ".join(clinical.split("reading")[-1].split())
@@ -1741,14 +1734,15 @@ def test_an_interval_clear_of_0_whose_both_ends_round_to_0_does_not_read_no_chan
 
 
 @pytest.mark.parametrize("ordinal", [True, False])
-def test_ordinal_grades_show_the_kappa_change_in_the_opening_table_and_the_comparisons(tmp_path, make_record,
-                                                                                       report_html, ordinal):
+def test_ordinal_grades_show_the_kappa_change_in_the_opening_table_and_the_comparisons(tmp_path, release,
+                                                                                       make_record, report_html,
+                                                                                       ordinal):
     from dpmed.evaluation.paired import paired_differences
     from dpmed.reporting.inputs import signed_text
 
     y = np.arange(90) % 3
     rng = np.random.default_rng(8)
-    records = _multiclass_pair(tmp_path, make_record, lambda good: np.eye(3)[y] * 0.2 + rng.random((90, 3)) * 0.8, y)
+    records = _multiclass_pair(release, make_record, lambda good: np.eye(3)[y] * 0.2 + rng.random((90, 3)) * 0.8, y)
     html = report_html(records, task="multiclass", names=("a", "b", "c"), ordinal=ordinal)
     clinical, comparisons = _text(_section(html, "clinical")), _text(_section(html, "comparisons"))
     if not ordinal:

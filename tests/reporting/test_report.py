@@ -12,6 +12,7 @@ import pytest
 
 from dpmed.comparisons import compare_runs
 from dpmed.folders import StudyFolder
+from dpmed.outputs import write_outputs
 from dpmed.reporting import SECTIONS, results_frame, summary_text, write_report, write_results_table
 
 
@@ -475,6 +476,27 @@ def test_a_model_in_runs_without_its_run_json_is_flagged_at_the_top_as_a_release
     planned[1].write(cut.record)
     html = _write(tmp_path, make_resolved(planned), planned)
     assert "cut short" not in html
+
+
+def test_a_report_of_runs_released_whole_carries_no_flag_and_one_whose_run_json_is_gone_is_flagged(
+        tmp_path, two_arms, report_html, make_resolved):
+    """The report tests build their runs' folders as `dpmed run` leaves them (`release`: the run's files in runs/<id>/
+    with its run.json). Several saved predictions without run.json, so every report built from them opened with a
+    false flag of a release cut short, and a test could pass on that flag's words. A report of the whole study opens
+    with no flag at all; once a run's run.json is gone, the flag names that run and its files, and no other run."""
+    folder = StudyFolder(tmp_path)
+    html = report_html(two_arms)
+    assert folder.interrupted_releases() == {}
+    assert re.findall(r'<div class="flag">', html[html.index("</h1>"):html.index("<h2")]) == []
+    cut = folder.run(two_arms[1].run_id)
+    cut.record.unlink()
+    write_outputs(folder, make_resolved(two_arms, n_test=120, label_names=("normal", "pneumonia")), two_arms[:1])
+    top = folder.report.read_text()
+    top = top[top.index("</h1>"):top.index("<h2")]
+    flagged = [f for f in re.findall(r'<div class="flag">(.*?)</div>', top) if "was cut short" in f]
+    assert len(flagged) == 1 and flagged[0].startswith(f"⚠ The release of {cut.public.name} was cut short: "
+                                                       f"{cut.predictions.name} lie"), flagged
+    assert two_arms[0].run_id not in flagged[0]
 
 
 def test_a_figure_the_report_no_longer_draws_is_removed_with_it(tmp_path, records, make_resolved):

@@ -26,30 +26,31 @@ SEX = RNG.choice(["female", "male"], N)
 AGE = RNG.uniform(20, 95, N)
 
 
-def _run(tmp_path, make_record, run_id, arm, mechanism, eps, noise_level, seed=0):
+def _run(release, make_record, run_id, arm, mechanism, eps, noise_level, seed=0, root=None):
+    """A run released with its predictions and CAMs (`release`) into the study folder ``root`` (tmp_path unless
+    given)."""
     scores = np.clip(0.5 * Y + noise_level * RNG.random(N), 0, 1)
-    run_dir = tmp_path / "runs" / run_id
-    run_dir.mkdir(parents=True)
-    np.savez(run_dir / "predictions.npz", test_scores=scores, test_labels=Y, test_patient_ids=np.arange(N).astype(str),
-             val_scores=scores, val_labels=Y, val_patient_ids=np.arange(N).astype(str))
     images = RNG.random((N, 1, 16, 16)).astype(np.float32)
     masks = np.zeros((N, 16, 16), bool)
     masks[Y == 1, 4:9, 4:9] = True
     explanations, cams = explain_test_set(build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16),
                                           images, masks, kind="binary", target_layer="features", method="gradcam",
                                           n_images=8, seed=0, deletion_steps=4, pointing_tolerance=0, n_resamples=50)
-    np.savez(run_dir / "cams.npz", **cams)
-    return make_record(run_id, arm, mechanism, eps=eps, seed=seed, metrics={"test_auroc": 0.8, "test_auroc_low": 0.7,
-                                                                            "test_auroc_high": 0.9},
-                       fairness=evaluate_fairness(kind="binary", val_labels=Y, val_scores=scores, test_labels=Y,
-                                                  test_scores=scores, attributes={"sex": SEX, "age": AGE},
-                                                  n_resamples=50),
-                       explanations=explanations)
+    record = make_record(run_id, arm, mechanism, eps=eps, seed=seed,
+                         metrics={"test_auroc": 0.8, "test_auroc_low": 0.7, "test_auroc_high": 0.9},
+                         fairness=evaluate_fairness(kind="binary", val_labels=Y, val_scores=scores, test_labels=Y,
+                                                    test_scores=scores, attributes={"sex": SEX, "age": AGE},
+                                                    n_resamples=50),
+                         explanations=explanations)
+    return release(record, root=root, cams=cams, predictions=dict(
+        test_scores=scores, test_labels=Y, test_patient_ids=np.arange(N).astype(str), val_scores=scores, val_labels=Y,
+        val_patient_ids=np.arange(N).astype(str)))
 
 
-def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path, make_record, make_resolved):
-    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", None, 0.6),
-               *[_run(tmp_path, make_record, f"dp_eps{e}_C1_seed0", "dp", "dp_sgd", e, 1.0 - 0.05 * e)
+def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path, release, make_record,
+                                                                       make_resolved):
+    records = [_run(release, make_record, "np_seed0", "np", "none", None, 0.6),
+               *[_run(release, make_record, f"dp_eps{e}_C1_seed0", "dp", "dp_sgd", e, 1.0 - 0.05 * e)
                  for e in (1, 4, 8)]]
     write_outputs(StudyFolder(tmp_path), make_resolved(records, resamples=50, n_test=N), records)
     page = (tmp_path / "report.html").read_text()
@@ -88,8 +89,9 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
     assert "not corrected for the number of groups tested" in page
     assert all(c["r"] is not None for c in comparisons["correlations"]["epsilon_vs_accuracy_parity"])
     two = tmp_path / "two"
-    pair = [_run(two, make_record, f"np_seed{k}", "np", "none", None, 0.6, seed=k) for k in (0, 1)] + [
-        _run(two, make_record, f"dp_eps{e}_C1_seed{k}", "dp", "dp_sgd", e, 1.0 - 0.05 * e - 0.1 * k, seed=k)
+    pair = [_run(release, make_record, f"np_seed{k}", "np", "none", None, 0.6, seed=k, root=two) for k in (0, 1)] + [
+        _run(release, make_record, f"dp_eps{e}_C1_seed{k}", "dp", "dp_sgd", e, 1.0 - 0.05 * e - 0.1 * k, seed=k,
+             root=two)
         for e in (1, 8) for k in (0, 1)]                                    # two eps, two seeds: four points
     write_outputs(StudyFolder(two), make_resolved(pair, resamples=50, n_test=N), pair)
     two_page = html.unescape((two / "report.html").read_text())
@@ -104,10 +106,11 @@ def test_report_shows_fairness_interpretability_and_paired_differences(tmp_path,
         assert column in frame.columns, column
 
 
-def test_a_damaged_cams_file_leaves_its_run_out_of_the_grid_and_says_so(tmp_path, make_record, make_resolved):
+def test_a_damaged_cams_file_leaves_its_run_out_of_the_grid_and_says_so(tmp_path, release, make_record,
+                                                                        make_resolved):
     """Before: a truncated cams.npz ended the report in BadZipFile; now the grid shows the other runs."""
-    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", None, 0.6),
-               _run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", 1, 0.95)]
+    records = [_run(release, make_record, "np_seed0", "np", "none", None, 0.6),
+               _run(release, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", 1, 0.95)]
     damaged = tmp_path / "runs" / "dp_eps1_C1_seed0" / "cams.npz"
     damaged.write_bytes(damaged.read_bytes()[:-40])
     write_outputs(StudyFolder(tmp_path), make_resolved(records, resamples=50, n_test=N), records)
@@ -239,7 +242,8 @@ def _number_cells(page: str, start: str) -> dict[str, list[str]]:
             if h not in ("run", "reference", "p")}
 
 
-def test_a_difference_carries_its_sign_in_every_table_as_in_the_summary(tmp_path, make_record, make_resolved):
+def test_a_difference_carries_its_sign_in_every_table_as_in_the_summary(tmp_path, release, make_record,
+                                                                        make_resolved):
     """A difference (a run minus the non-private run, a group minus the rest) reads "-0.050 [-0.120, +0.010]" in
     the comparison and fairness tables, as the summary prints it; before, "0.050" there could be a gain or a loss.
     The spreads over the groups (largest minus smallest: never negative) stay unsigned."""
@@ -251,8 +255,8 @@ def test_a_difference_carries_its_sign_in_every_table_as_in_the_summary(tmp_path
     assert _difference_cell(loss).startswith("<td class=num>-0.050 [-0.120,\u00a0+0.010]</td>")
     assert _difference_cell(gain).startswith("<td class=num>+0.216 [-0.006,\u00a0+0.427]</td>")
 
-    records = [_run(tmp_path, make_record, "np_seed0", "np", "none", None, 0.6),
-               _run(tmp_path, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", 1, 0.95)]
+    records = [_run(release, make_record, "np_seed0", "np", "none", None, 0.6),
+               _run(release, make_record, "dp_eps1_C1_seed0", "dp", "dp_sgd", 1, 0.95)]
     write_outputs(StudyFolder(tmp_path), make_resolved(records, resamples=50, n_test=N), records)
     page = html.unescape((tmp_path / "report.html").read_text())
     number = r"(?:[+-]\d\.\d{3}|0\.000)"          # signed, or a change that rounds to none
