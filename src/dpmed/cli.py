@@ -13,7 +13,7 @@ the output folder is unusable or in use), 130 interrupted (Ctrl-C, or SIGTERM du
 `docker stop`; the same clean-up runs for both; the command then ends as killed by SIGINT, which a shell shows as
 130: `command`).
 What runs log goes to the terminal (stderr) and to the study's private log file (`dpmed.log`); progress bars only
-where stderr is a terminal, elsewhere a line at each tenth of a run's steps.
+where stderr is a terminal, elsewhere a line after a run's first step and at each tenth of its steps.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def _run_options() -> argparse.ArgumentParser:
     g = p.add_argument_group("how `dpmed run` runs the study's runs")
     g.add_argument("--no-progress", action="store_true",
                    help="no progress bars (they are drawn only where stderr is a terminal); "
-                        "a line at each tenth of a run's steps instead")
+                        "a line after a run's first step and at each tenth of its steps instead")
     g.add_argument("--workers", type=_positive_int, metavar="N",
                    help="runs at a time in local processes (default 1; not with --executor ray)")
     g.add_argument("--executor", choices=("local", "ray"), default="local",

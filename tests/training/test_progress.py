@@ -1,5 +1,6 @@
-"""Where no progress bar is drawn (a batch job's log, a worker process), a run logs a line at each tenth of its
-steps: step counts and times only, never a loss. A resumed run counts on from its checkpoint (test_resume.py)."""
+"""Where no progress bar is drawn (a batch job's log, a worker process), a run logs a line after its first step and
+at each tenth of its steps (hundredth from 1000 steps): step counts and times only, never a loss. A resumed run counts
+on from its checkpoint (test_resume.py)."""
 
 from __future__ import annotations
 
@@ -31,13 +32,13 @@ def _lines(caplog) -> list[tuple[int, int, int]]:
     return found
 
 
-def test_dp_sgd_run_logs_each_tenth_of_its_steps(data, new_model, caplog):
+def test_dp_sgd_run_logs_its_first_step_and_each_tenth_of_its_steps(data, new_model, caplog):
     images, task = data
     with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
         train(new_model(task), images, task, CFG, seed=0, dp=PLAN, randomness=PrivacyRandomness.secure(),
               progress=False, log_progress=True)
-    # the tenths of 17 steps, rounded up; the last step is left to the caller's "trained in" line
-    assert _lines(caplog) == [(s, 17, 100 * s // 17) for s in (2, 4, 6, 7, 9, 11, 12, 14, 16)]
+    # the first step, then the tenths of 17 steps, rounded up; the last step is left to the caller's "trained in" line
+    assert _lines(caplog) == [(s, 17, 100 * s // 17) for s in (1, 2, 4, 6, 7, 9, 11, 12, 14, 16)]
     assert not any("loss" in r.getMessage() for r in caplog.records)
 
 
@@ -46,18 +47,38 @@ def test_non_private_run_counts_steps_across_epochs(data, new_model, caplog):
     total = 3 * math.ceil(len(images) / CFG.batch_size)
     with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
         train(new_model(task), images, task, CFG, seed=0, progress=False, log_progress=True)
-    assert _lines(caplog) == [(math.ceil(total * k / 10), total, 100 * math.ceil(total * k / 10) // total)
-                              for k in range(1, 10)]
+    steps = sorted({1} | {math.ceil(total * k / 10) for k in range(1, 10)})
+    assert _lines(caplog) == [(s, total, 100 * s // total) for s in steps]
 
 
-@pytest.mark.parametrize("bar, log, steps", [(True, True, 17), (False, False, 17), (False, True, 9)])
-def test_no_lines_with_a_bar_when_not_asked_or_under_ten_steps(data, new_model, caplog, bar, log, steps):
+@pytest.mark.parametrize("bar, log", [(True, True), (False, False)])
+def test_no_lines_with_a_bar_or_when_not_asked(data, new_model, caplog, bar, log):
     images, task = data
-    plan = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=steps)
     with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
-        train(new_model(task), images, task, CFG, seed=0, dp=plan, randomness=PrivacyRandomness.secure(), progress=bar,
+        train(new_model(task), images, task, CFG, seed=0, dp=PLAN, randomness=PrivacyRandomness.secure(), progress=bar,
               log_progress=log)
     assert _lines(caplog) == []
+
+
+def test_a_run_under_ten_steps_logs_each_step_but_the_last(data, new_model, caplog):
+    """A run of a few steps logged nothing at all, and at 224 px on a CPU a few steps are minutes."""
+    images, task = data
+    plan = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=3)
+    with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
+        train(new_model(task), images, task, CFG, seed=0, dp=plan, randomness=PrivacyRandomness.secure(),
+              progress=False, log_progress=True)
+    assert [s for s, _, _ in _lines(caplog)] == [1, 2]
+
+
+@pytest.mark.parametrize("total, parts", [(999, 10), (1000, 100), (4000, 100)])
+def test_a_run_of_1000_steps_or_more_logs_each_hundredth(caplog, total, parts):
+    """A tenth of a 224 px run of thousands of steps is an hour on a CPU. Which steps log follows from the step
+    counts alone (`_Progress`), so the steps are counted here without training."""
+    shown = loop._Progress(total, 0, "train", bar=False, log=True, began=0.0)
+    with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
+        for _ in range(total):
+            shown.step()
+    assert [s for s, _, _ in _lines(caplog)] == sorted({1} | {math.ceil(total * k / parts) for k in range(1, parts)})
 
 
 def test_a_run_without_a_bar_leaves_the_callers_process_as_it_was():
@@ -115,6 +136,6 @@ def test_the_time_so_far_counts_the_fixed_features_and_the_time_left_the_steps_a
     with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
         result = train(_Timed(new_model(task), now), images, task, cfg, seed=0, progress=False, log_progress=True)
     lines = [r.getMessage() for r in caplog.records if ": step " in r.getMessage()]
-    assert lines[0] == "train: step 2 of 20 (10 %), 102 s so far, about 18 s of training left"
+    assert lines[0] == "train: step 1 of 20 (5 %), 101 s so far, about 19 s of training left"
     assert lines[-1] == "train: step 18 of 20 (90 %), 118 s so far, about 2 s of training left"
     assert result.seconds == 120.0                       # the "trained in" figure: the features and 20 steps

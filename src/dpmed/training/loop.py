@@ -171,10 +171,13 @@ def _save_checkpoint(path: Path, **state) -> None:
 
 
 class _Progress:
-    """How far a run is: a bar on a terminal, or (``log`` and no bar: a batch job's log file, a worker process) a
-    log line at each tenth of the steps with the time left, so that an hour's run is not an hour of silence (none for
-    runs under 10 steps, nor at the last step, which the caller's "trained in" line follows). Step counts and wall
-    time only: nothing of the images, the losses or which units were sampled.
+    """How far a run is: a bar on a terminal, or (``log`` and no bar: a batch job's log file, a worker process) log
+    lines with the time left: after the first step of the session (the time left is known from it on), then at each
+    tenth of the steps, or each hundredth in runs of 1000 steps or more (at 224 px a tenth of 4000 steps is an hour on
+    a CPU); none at the last step, which the caller's "trained in" line follows. Which steps log depends on the step
+    counts alone, never on the time steps took: a DP-SGD step's time grows with the units Poisson sampling drew, and
+    lines paced by it would tell when the batches were large. Step counts and wall time only: nothing of the images,
+    the losses or which units were sampled.
 
     The time so far counts from ``began``, the training's start, as the "trained in" line does: the fixed features
     computed before the first step (minutes at 224 px) are part of it. The time left is the steps' own rate times the
@@ -183,8 +186,9 @@ class _Progress:
     def __init__(self, total: int, done: int, label: str, *, bar: bool, log: bool, began: float) -> None:
         self.total, self.done, self.first, self.label = total, done, done, label
         self.began, self.start = began, time.perf_counter()
-        quiet = bar or not log or total < 10
-        self.marks = set() if quiet else {math.ceil(total * k / 10) for k in range(1, 10)}
+        parts = 100 if total >= 1000 else 10
+        marks = {done + 1} | {math.ceil(total * k / parts) for k in range(1, parts)}
+        self.marks = set() if bar or not log else marks - {total}
         # none at all where no bar is drawn: even a disabled tqdm starts a monitor thread that outlives the run and
         # fixes the caller's multiprocessing start method
         self.bar = tqdm(total=total, initial=done, desc=label, unit="step", leave=False) if bar else None
@@ -324,8 +328,8 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
     arguments and the same randomness continues from it, and ends with exactly the model and ledger of an
     uninterrupted run (METHODS.md s.3). Shuffle-mode DP-SGD (a reproduction mode) restarts from scratch instead.
     ``released``: privacy events of what was released before training (a local DP release of the training images),
-    which open the ledger. ``progress`` draws a bar; ``log_progress`` logs a line at each tenth of the steps where no
-    bar is drawn (a batch job's log, a worker process; see `_Progress`). ``at_once``: the runs that may train at the
+    which open the ledger. ``progress`` draws a bar; ``log_progress`` logs a line now and then where no bar
+    is drawn (a batch job's log, a worker process; see `_Progress`). ``at_once``: the runs that may train at the
     same time on this machine, this one included, which share the memory a model's fixed features may take
     (`precompute`).
     """
