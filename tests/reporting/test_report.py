@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import csv
+import logging
 import re
 from html import escape as html_escape
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
+import dpmed.data.pace
 from dpmed.comparisons import compare_runs
 from dpmed.folders import StudyFolder
 from dpmed.outputs import write_outputs
-from dpmed.reporting import SECTIONS, results_frame, summary_text, write_report, write_results_table
+from dpmed.reporting import SECTIONS, page, results_frame, summary_text, write_report, write_results_table
 
 
 def _metrics(auroc, low, high):
@@ -70,6 +73,25 @@ def test_every_section_renders_in_page_order(tmp_path, records, make_resolved):
     positions = [html.index(f'id="{anchor}"') for anchor in ("summary", "utility", "privacy", "study-privacy",
                                                               "provenance")]
     assert positions == sorted(positions) and len(SECTIONS) >= 10
+
+
+def test_writing_the_report_says_it_began_and_how_far_it_is(tmp_path, records, make_resolved, monkeypatch, caplog):
+    """A study of many runs spent minutes on its report's figures with no line on the terminal. Here each section
+    takes 15 s on the clock the paced lines read: a line when the report begins, then at most one per interval."""
+    now = [1000.0]
+    monkeypatch.setattr(dpmed.data.pace, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def slow(section):
+        def drawn(inputs):
+            now[0] += 15.0
+            return section(inputs)
+        return drawn
+
+    monkeypatch.setattr(page, "SECTIONS", tuple(slow(section) for section in SECTIONS[:4]))
+    with caplog.at_level(logging.INFO, logger="dpmed.reporting"):
+        _write(tmp_path, make_resolved(records), records)
+    assert caplog.messages == ["report: drawing the figures and tables of 3 finished runs",
+                               "report: 2 of 4 sections drawn, about 1 min left"]
 
 
 def test_the_auroc_axis_shows_a_run_below_chance_and_keeps_its_usual_floor_otherwise(records, make_record):

@@ -8,11 +8,13 @@ Adding a section is its function (of :class:`~dpmed.reporting.inputs.ReportInput
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from dpmed.comparisons import Comparisons
+from dpmed.data.pace import Pace
 from dpmed.folders import StudyFolder, write_text_atomic
 from dpmed.numbers import confidence_text, count_text
 from dpmed.records import ResolvedStudy, RunRecord, Timing
@@ -25,6 +27,8 @@ from dpmed.reporting.recipe_section import recipe_section
 from dpmed.reporting.threat_section import ATTACK_IMAGE_KEYS, attack_label, reconstructions_figure, threat_section
 
 __all__ = ["write_report", "write_private_report", "PrivateRun", "SECTIONS"]
+
+_log = logging.getLogger(__name__)
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;
@@ -100,12 +104,18 @@ SECTIONS: tuple[Callable[[ReportInputs], str], ...] = (
 def write_report(resolved: ResolvedStudy, records: Sequence[RunRecord], comparisons: Comparisons,
                  folder: StudyFolder) -> None:
     """report.html (and its figures as PNG beside it) from the resolved study, the finished runs and the
-    comparisons."""
+    comparisons. It logs that it began and, paced, how many sections are drawn: a study of many runs spends minutes
+    on its figures, which a silent terminal shows as a hang."""
     inputs = ReportInputs(resolved=resolved, records=list(records), comparisons=comparisons, folder=folder)
     earlier = {path: _identity(path) for path in _figures(folder.root)}
+    _log.info("report: drawing the figures and tables of %s", count_text(len(records), "finished run"))
+    pace, parts = Pace(_log), []
+    for i, section in enumerate(SECTIONS, start=1):
+        parts.append(section(inputs))
+        pace.log(i / len(SECTIONS), "report: %d of %d sections drawn", i, len(SECTIONS))
     # cite(): sentences from records and upstream stages (a card's statement, a run.json of an older dpmed) may
     # still name a source document by its file name; the reader gets authors and year
-    body = cite("\n".join(part for part in (section(inputs) for section in SECTIONS) if part))
+    body = cite("\n".join(part for part in parts if part))
     doc = (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{_VIEWPORT}<title>dpmed report: '
            f"{_e(resolved.name)}</title><style>{_CSS}</style></head><body>\n<h1>What privacy costs: "
            f"{_e(resolved.name)}</h1>\n{body}\n{_FOOTER}</body></html>")
