@@ -482,7 +482,7 @@ def test_runs_an_older_dpmed_evaluated_are_evaluated_again_and_current_ones_are_
 
 def test_a_record_without_the_methods_version_reads_as_the_one_before_it_and_is_evaluated_again(tiny_study, tmp_path):
     """A run.json written before the field holds numbers of the methods before it came."""
-    from dpmed.evaluation.version import EVALUATION_VERSION, UNRECORDED, evaluated_by
+    from dpmed.evaluation.version import CHANGES, EVALUATION_VERSION, RETIRED, UNRECORDED, evaluated_by
     from dpmed.folders import StudyFolder
     from dpmed.records import read_record
     from dpmed.resumption import finished_runs
@@ -501,7 +501,37 @@ def test_a_record_without_the_methods_version_reads_as_the_one_before_it_and_is_
     assert sorted(mine) == sorted(p.run_id for p in plans) and again == [plans[0].run_id]
     assert evaluated_by(UNRECORDED) == "evaluated by an older dpmed (fairness intervals changed)"
     assert evaluated_by(EVALUATION_VERSION) == ""
-    assert "newer dpmed" in evaluated_by(EVALUATION_VERSION + 1)
+    assert "newer dpmed" in evaluated_by(max(CHANGES.keys() | RETIRED.keys()) + 1)
+
+
+def test_a_record_of_a_retired_methods_version_is_an_older_dpmed_s_and_is_evaluated_again(tiny_study,
+                                                                                           tiny_study_file, tmp_path,
+                                                                                           capsys):
+    """A dpmed of 6 December recorded evaluation version 3 (BCa intervals) for half an hour, before the percentile
+    interval came back as version 2's: `dpmed status`, the report and a resumed study called such a run a newer
+    dpmed's, and a next version numbered 3 would have kept its BCa intervals unsaid as its own. Its number is held
+    back, and the run is an older dpmed's, evaluated again from its model."""
+    import json
+
+    from dpmed.evaluation.version import CHANGES, EVALUATION_VERSION, RETIRED
+
+    assert not CHANGES.keys() & RETIRED.keys() and EVALUATION_VERSION not in RETIRED
+    out = tmp_path / "out"
+    shutil.copytree(tiny_study, out / "tiny")
+    record = sorted((out / "tiny" / "runs").iterdir())[0] / "run.json"
+    fresh = json.loads(record.read_text())
+    _as_evaluated_by(record, 3)          # as that dpmed wrote it: the field, without evaluation.interval
+    data = json.loads(record.read_text())
+    del data["metrics"]["interval"]
+    record.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["status", str(out / "tiny")]) == 0
+    listed = capsys.readouterr().out
+    assert "evaluated by an older dpmed (BCa intervals)" in listed and "newer" not in listed
+    assert main(["run", str(tiny_study_file), "--out", str(out), "--no-progress"]) == 0
+    assert "evaluated by an older dpmed (BCa intervals): evaluated again" in capsys.readouterr().err
+    after = json.loads(record.read_text())
+    assert after["evaluation_version"] == EVALUATION_VERSION and after["fairness"] == fresh["fairness"]
 
 
 def test_an_older_dpmed_s_run_keeps_its_private_training_metrics_when_evaluated_again(tiny_text, tmp_path, capsys):

@@ -9,17 +9,25 @@ come from, so that a run of an older dpmed is evaluated again as for changed set
 
 from __future__ import annotations
 
-__all__ = ["EVALUATION_VERSION", "UNRECORDED", "evaluated_by"]
+__all__ = ["EVALUATION_VERSION", "RETIRED", "UNRECORDED", "evaluated_by"]
 
-# Bump EVALUATION_VERSION (add the next entry here) in the same commit as any change that alters a number a run's
-# evaluation records: a metric, an interval, a threshold, a fairness or explanation figure, how a redraw is drawn.
-# Say in a few words what changed: a resumed study tells it in the line that explains why an older dpmed's run is
-# evaluated again. Float rounding or a faster path to the same numbers is no change.
+# Bump EVALUATION_VERSION (add the next entry here, numbered past every one of CHANGES and RETIRED) in the same
+# commit as any change that alters a number a run's evaluation records: a metric, an interval, a threshold, a fairness
+# or explanation figure, how a redraw is drawn. Say in a few words what changed: a resumed study tells it in the line
+# that explains why an older dpmed's run is evaluated again. Float rounding or a faster path to the same numbers is no
+# change.
 CHANGES = {
     1: "",                                   # every method up to the fairness band; records without the field
     2: "fairness intervals changed",         # demographic parity and equalised odds: a simultaneous band, not the
 }                                            # percentile interval (METHODS.md sec. 5)
 EVALUATION_VERSION = max(CHANGES)
+
+# Versions an older dpmed recorded whose methods this one dropped again. Their records are an older dpmed's, though
+# numbered above EVALUATION_VERSION, and no later version takes their number: one that did would take such a record
+# for its own and keep its numbers, computed otherwise, unsaid beside the new runs'.
+RETIRED = {
+    3: "BCa intervals",     # 6 December 2026, for half an hour: AUROC, accuracy, sensitivity, specificity, kappa and a
+}                           # group's AUROC and accuracy BCa, recorded without evaluation.interval (read as percentile)
 
 # What a run.json written before the version was recorded read as: every dpmed until the fairness band came.
 UNRECORDED = 1
@@ -30,6 +38,8 @@ def evaluated_by(version: int) -> str:
     dpmed (fairness intervals changed)"); "" for the current version."""
     if version == EVALUATION_VERSION:
         return ""
+    if version in RETIRED:
+        return f"evaluated by an older dpmed ({RETIRED[version]})"
     if version > EVALUATION_VERSION:
         return f"evaluated by a newer dpmed (its evaluation methods {version}, this version's {EVALUATION_VERSION})"
     changed = [CHANGES[v] for v in range(version + 1, EVALUATION_VERSION + 1) if CHANGES.get(v)]
