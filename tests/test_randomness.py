@@ -285,16 +285,16 @@ def test_a_damaged_key_file_lets_the_attempt_start_afresh_not_fail(tmp_path):
     Now it reads as no key: the attempt starts afresh with a new one, as where the file is missing."""
     import json
 
-    from dpmed.run import _saved_key
+    from dpmed.randomness import saved_key
 
     key = PrivacyRandomness.secure()
     path = tmp_path / "privacy_key.json"
     path.write_text(json.dumps({"root": key.root_hex(), "attempt": "a1"}))
-    randomness, attempt = _saved_key(path, "secure")
+    randomness, attempt = saved_key(path, "secure")
     assert randomness.root == key.root and randomness.mode == "secure" and attempt == "a1"
     for damaged in ({"root": "zz" + key.root_hex()[2:], "attempt": "a1"},
                     {"root": key.root_hex()[:-2], "attempt": "a1"}, {"root": key.root_hex()}, [key.root_hex()], "x"):
         path.write_text(json.dumps(damaged))
-        assert _saved_key(path, "secure") is None, damaged
+        assert saved_key(path, "secure") is None, damaged
     path.write_bytes(b"\xff" + path.read_bytes())
-    assert _saved_key(path, "secure") is None and _saved_key(tmp_path / "absent.json", "secure") is None
+    assert saved_key(path, "secure") is None and saved_key(tmp_path / "absent.json", "secure") is None

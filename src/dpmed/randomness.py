@@ -41,6 +41,7 @@ import math
 import secrets
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
@@ -48,7 +49,7 @@ from randomgen import AESCounter
 
 __all__ = ["PrivacyRandomness", "PRIVACY_STREAMS", "RandomnessMode", "public_seed", "poisson_mask",
            "poisson_mask_words", "NOT_DP_REPRODUCIBLE", "discrete_laplace", "GAUSSIAN_DRAW_BOUND",
-           "LAPLACE_DRAW_BOUND", "DRAW_BOUND", "DRAW_BOUNDS"]
+           "LAPLACE_DRAW_BOUND", "DRAW_BOUND", "DRAW_BOUNDS", "saved_key"]
 
 RandomnessMode = Literal["secure", "reproducible"]
 
@@ -221,6 +222,17 @@ class PrivacyRandomness:
             if saved["key_check"] != _key_check(key):
                 raise ValueError(f"the saved state of privacy stream {name!r} belongs to another key")
             generator.bit_generator.state = _generator_at(key, saved)
+
+
+def saved_key(path: Path, mode: RandomnessMode) -> tuple[PrivacyRandomness, str] | None:
+    """(the randomness, attempt) of an unfinished run's private key file (`dpmed.run` writes it); None where there is
+    none, an older version's bare key, or a damaged one (its root not a key): the attempt then starts afresh, as
+    without one. Read by the run that continues and by `dpmed status`, which checks its checkpoint against it."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        return PrivacyRandomness.from_root_hex(str(saved["root"]), mode), str(saved["attempt"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def poisson_mask_words(n: int, sample_rate: float) -> int:

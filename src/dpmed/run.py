@@ -43,7 +43,7 @@ from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
 from dpmed.numbers import epsilon_text, number_text
 from dpmed.provenance import versions
-from dpmed.randomness import PrivacyRandomness, RandomnessMode, public_seed
+from dpmed.randomness import PrivacyRandomness, RandomnessMode, public_seed, saved_key
 from dpmed.records import AttackRecord, AuditSummary, DataSummary, RunRecord, StartRecord, Timing
 from dpmed.training import resolve_device, run_threads, torch_threads, train
 
@@ -93,16 +93,6 @@ def _attempt(plan: RunPlan, context: RunContext) -> str:
     return digest.hexdigest()
 
 
-def _saved_key(path: Path, mode: RandomnessMode) -> tuple[PrivacyRandomness, str] | None:
-    """(the randomness, attempt) of the private key file; None where there is none, an older version's bare key,
-    or a damaged one (its root not a key): the attempt then starts afresh, as without one."""
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-        return PrivacyRandomness.from_root_hex(str(saved["root"]), mode), str(saved["attempt"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -> PrivacyRandomness:
     """Secure: a fresh key, kept in the private folder (owner-only) until the run finishes, so that an interrupted
     run continues with the same draws (a second, different perturbation of the same images would be a second
@@ -113,7 +103,7 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
     and a secure run gets a new key, so that no two models trained on other settings share their batches and
     noise, whose difference would cancel the noise."""
     mode, attempt = context.privacy_randomness, _attempt(plan, context)
-    saved = _saved_key(folder.privacy_key, mode)
+    saved = saved_key(folder.privacy_key, mode)
     if saved is not None and saved[1] == attempt:
         return saved[0]
     if folder.checkpoint.is_file():     # `dpmed status` showed it as continuing: say why it does not
