@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -9,8 +10,10 @@ import pytest
 import torch
 import yaml
 
+from dpmed.accounting import Ledger, dp_sgd_event
 from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder
+from dpmed.randomness import PrivacyRandomness
 from dpmed.states import counts_shown, read_resolved, run_states
 
 
@@ -37,13 +40,35 @@ def study_folder(tmp_path, make_record, make_resolved):
     return make
 
 
-def _checkpoint(path, steps: int, of: int, minutes_old: float) -> None:
-    import torch
+def _key(path, randomness: PrivacyRandomness | None = None) -> PrivacyRandomness:
+    """The privacy key file of the run whose checkpoint is ``path``, as `dpmed run` writes it beside it."""
+    randomness = randomness or PrivacyRandomness.secure()
+    (path.parent / "privacy_key").write_text(json.dumps({"root": randomness.root_hex(), "attempt": "a"}))
+    return randomness
 
+
+def _checkpoint(path, steps: int, of: int, minutes_old: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"progress": {"steps": steps, "of": of}}, path)
+    _key(path)
     then = time.time() - minutes_old * 60
     os.utime(path, (then, then))
+
+
+PER_STEP = {"sampling": 300, "noise": 2}      # the words a step of 300 units takes from each stream
+
+
+def _dp_checkpoint(path, done: int, *, drawn: int | None = None) -> PrivacyRandomness:
+    """A DP-SGD checkpoint of step ``done`` of 20 whose streams stand where step ``drawn`` (default ``done``) left
+    them, and its key beside it: returns the run's randomness."""
+    randomness = PrivacyRandomness.secure()
+    for name, words in PER_STEP.items():
+        randomness.stream(name).bit_generator.random_raw(words * (done if drawn is None else drawn))
+    ledger = Ledger().record(dp_sgd_event(noise="gaussian", noise_multiplier=1.0, sample_rate=0.1, steps=done))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"progress": {"steps": done, "of": 20}, "done": done, "privacy_randomness": randomness.state(),
+                "ledger": ledger.to_dict(), "per_step": PER_STEP}, path)
+    return _key(path, PrivacyRandomness.from_root_hex(randomness.root_hex(), "secure"))
 
 
 def test_each_run_is_told_finished_unreadable_failed_interrupted_or_pending_in_the_study_s_order(study_folder):
@@ -91,6 +116,7 @@ def test_a_checkpoint_that_says_not_how_far_it_got_still_marks_the_run_interrupt
     checkpoint = folder.run("a_seed0").checkpoint
     checkpoint.parent.mkdir(parents=True)
     torch.save({"model": {}}, checkpoint)     # as written before checkpoints recorded their progress
+    _key(checkpoint)
     assert run_states(folder.root) == [("a_seed0", "interrupted",
                                         "continues from its checkpoint (saved under a minute ago)")]
 
@@ -103,6 +129,7 @@ def test_a_readable_checkpoint_without_progress_is_read_once(study_folder, monke
     checkpoint = folder.run("a_seed0").checkpoint
     checkpoint.parent.mkdir(parents=True)
     torch.save({"model": {}}, checkpoint)
+    _key(checkpoint)
     reads = []
     real_load = torch.load
     monkeypatch.setattr(loop.torch, "load", lambda *args, **kwargs: reads.append(args[0]) or real_load(*args, **kwargs))
@@ -225,3 +252,31 @@ def test_a_run_whose_release_was_cut_short_is_told_as_such_listed_or_not_and_lef
     assert all(p.is_file() for p in (cut.model, cut.predictions, checkpointed.model, dropped.model))
     records["a_seed0"].write(cut.record)                       # with its record, the same files are a finished run
     assert run_states(folder.root)[0][:2] == ("a_seed0", "finished")
+
+
+def test_a_checkpoint_that_continues_its_run_under_its_key_is_told_as_continuing(study_folder):
+    folder, _ = study_folder("a_seed0")
+    _dp_checkpoint(folder.run("a_seed0").checkpoint, 5)
+    assert run_states(folder.root)[0][2] == "continues from its checkpoint at step 5 of 20 (saved under a minute ago)"
+
+
+@pytest.mark.parametrize("damage", ["mixed", "another key", "no key"])
+def test_a_checkpoint_that_dpmed_run_would_not_continue_is_told_so_with_its_reason(study_folder, damage):
+    """Status said "continues from its checkpoint" of one whose streams stand where an earlier step left them (the
+    checkpoint of step 5 with the positions of step 3: mixed from two checkpoints of the run), of one saved under
+    another key than the one beside it, and of one whose key is gone: `dpmed run` refuses the first two, and deletes
+    the last to train afresh. Status says why, and never the key or the streams' word counts (N per step)."""
+    folder, _ = study_folder("a_seed0")
+    files = folder.run("a_seed0")
+    randomness = _dp_checkpoint(files.checkpoint, 5, drawn=3 if damage == "mixed" else None)
+    if damage == "another key":
+        _key(files.checkpoint)
+    elif damage == "no key":
+        files.privacy_key.unlink()
+    [(_, state, detail)] = run_states(folder.root)
+    assert state == "interrupted" and detail.startswith("cannot continue: ")
+    assert {"mixed": "its privacy stream 'sampling' stands behind where step 5 leaves it",
+            "another key": "belongs to another key", "no key": "is missing or damaged"}[damage] in detail
+    assert ("the next `dpmed run` deletes the checkpoint" if damage == "no key" else
+            "delete it and the privacy key beside it") in detail
+    assert randomness.root_hex() not in detail and not any(str(PER_STEP["sampling"] * k) in detail for k in (3, 5))

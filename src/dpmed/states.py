@@ -21,6 +21,7 @@ from dpmed.errors import ConfigError, first_invalid
 from dpmed.evaluation.version import evaluated_by
 from dpmed.folders import RETRAIN_NOTE, RunFolder, StudyFolder
 from dpmed.lock import Holder, lock_holder
+from dpmed.randomness import RandomnessMode, saved_key
 from dpmed.records import ResolvedStudy, RunRecord, read_record
 from dpmed.resumption import evaluated_otherwise_than_saved
 
@@ -68,16 +69,22 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
     return resolved
 
 
-def _checkpoint_detail(path: Path) -> str:
+def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode) -> str:
     """How far an interrupted (or running) run's checkpoint is, and how old: a run still training rewrites it
-    every epoch, so a minutes-old checkpoint of a folder in use is a run in progress."""
-    from dpmed.training import checkpoint_problem, checkpoint_progress      # torch: only for a run with a checkpoint
+    every epoch, so a minutes-old checkpoint of a folder in use is a run in progress. Or why it cannot continue, as
+    `dpmed run` finds it with the run's privacy key ``key``: unreadable, another key's, or mixed from two points of
+    the run (`dpmed.training.checkpoint_review`); where the key is missing or damaged, `dpmed run` deletes the
+    checkpoint and trains afresh. Nothing of the key, the streams or the training images is told."""
+    from dpmed.training import checkpoint_review      # torch: only for a run with a checkpoint
 
     minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
-    try:
-        progress, problem = checkpoint_progress(path), None     # progress None: an older dpmed's checkpoint
-    except RuntimeError:
-        progress, problem = None, checkpoint_problem(path)      # None where only the mapped read fails
+    saved = saved_key(key, mode)
+    if saved is None:
+        if not path.is_file():      # the run finished as status looked (its checkpoint goes first): look again
+            raise FileNotFoundError(path)
+        return (f"cannot continue: its privacy key {key} is missing or damaged; the next `dpmed run` deletes the "
+                "checkpoint and trains this run afresh under a new key")
+    progress, problem = checkpoint_review(path, saved[0])   # progress None: an older dpmed's checkpoint
     if problem is not None:     # `dpmed run` fails on it: no run continues from there
         return f"cannot continue: {problem}"
     age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
@@ -95,7 +102,7 @@ def _failure_message(path: Path) -> str:
     return str(error)
 
 
-def _unfinished_state(run_id: str, files: RunFolder) -> tuple[str, str, str]:
+def _unfinished_state(run_id: str, files: RunFolder, mode: RandomnessMode) -> tuple[str, str, str]:
     """(run id, state, detail) of a run without a run.json: failed, interrupted or pending, as its private folder
     tells; "unknown" where that folder cannot be read, as by a colleague reading a study folder shared in place
     (dpmed keeps ``private/`` its owner's alone): that is no internal error, and the other runs are listed."""
@@ -103,7 +110,7 @@ def _unfinished_state(run_id: str, files: RunFolder) -> tuple[str, str, str]:
         if files.error.is_file():
             return run_id, "failed", _failure_message(files.error)
         if files.checkpoint.is_file():
-            return run_id, "interrupted", _checkpoint_detail(files.checkpoint)
+            return run_id, "interrupted", _checkpoint_detail(files.checkpoint, files.privacy_key, mode)
     except PermissionError as exc:
         return run_id, "unknown", (f"not finished; whether it failed, was interrupted or waits cannot be told: its "
                                    f"private folder cannot be read ({exc.strerror}: {exc.filename}), as it is its "
@@ -155,8 +162,9 @@ def _run_state(run_id: str, files: RunFolder, resolved: ResolvedStudy | None, *,
             return run_id, "finished", _evaluated_again(read_record(files.record), resolved)
         except ConfigError as exc:
             return run_id, "unreadable", str(exc)
+    mode = "secure" if resolved is None else resolved.study.privacy_randomness   # a label: the check reads the root
     try:
-        return _unfinished_state(run_id, files)
+        return _unfinished_state(run_id, files, mode)
     except FileNotFoundError:
         return _run_state(run_id, files, resolved, again=False) if again else (run_id, "pending", "")
 

@@ -14,6 +14,7 @@ import yaml
 
 from dpmed.cli import main
 from dpmed.folders import RETRAIN_NOTE, StudyFolder
+from dpmed.randomness import PrivacyRandomness
 
 
 def test_status_lists_a_finished_run_the_study_file_no_longer_lists(tiny_study, tmp_path, capsys):
@@ -121,6 +122,7 @@ def test_an_unreadable_checkpoint_is_not_shown_as_one_the_run_continues_from(tin
     files = StudyFolder(copy).run(run_id)
     files.checkpoint.parent.mkdir(parents=True, exist_ok=True)
     files.checkpoint.write_bytes(content)
+    files.privacy_key.write_text(json.dumps({"root": PrivacyRandomness.secure().root_hex(), "attempt": "a"}))
     assert main(["status", str(copy)]) == 0
     out = capsys.readouterr().out
     assert re.search(rf"^{re.escape(run_id)} +interrupted: cannot continue: the checkpoint "
@@ -146,12 +148,12 @@ def test_a_run_that_finishes_while_status_looks_at_it_is_shown_finished(tiny_stu
         f.checkpoint.write_bytes(b"a run at work")
     looked = states._checkpoint_detail
 
-    def finishing(path):          # each run ends (its record written, its checkpoint deleted) as it is looked at
+    def finishing(path, *key):    # each run ends (its record written, its checkpoint deleted) as it is looked at
         run = next(f for f in files if f.checkpoint == path)
         run.release()
         run.record.write_bytes(kept[run.record])
         run.checkpoint.unlink()
-        return looked(path)
+        return looked(path, *key)
 
     monkeypatch.setattr(states, "_checkpoint_detail", finishing)
     assert main([command, str(copy)]) == (0 if command == "status" else 2)   # report found no record at its look

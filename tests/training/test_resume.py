@@ -21,7 +21,7 @@ from dpmed.accounting import ledger_epsilon
 from dpmed.config import TrainingConfig
 from dpmed.config.schema import AugmentationConfig
 from dpmed.randomness import PRIVACY_STREAMS, PrivacyRandomness, _stream_key
-from dpmed.training import DpSgdPlan, DpSgdStep, checkpoint_progress, train
+from dpmed.training import DpSgdPlan, DpSgdStep, checkpoint_progress, checkpoint_review, train
 
 CFG = TrainingConfig(epochs=3, batch_size=16, physical_batch_size=64, optimizer="adam", learning_rate=1e-3)
 PLAN = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=17)  # epochs of 5 steps
@@ -344,13 +344,17 @@ def _stop_after(monkeypatch, model, images, task, ckpt, key, calls=7, plan=PLAN)
 
 
 def _refused(model, images, task, ckpt, key) -> str:
-    """What the refusal to continue the checkpoint at ``ckpt`` says, after checking it names it and the remedy."""
+    """What the refusal to continue the checkpoint at ``ckpt`` says, after checking it names it and the remedy, and
+    that `dpmed status` (`checkpoint_review`, under the key beside it, without the model) tells the same refusal."""
+    progress, told = checkpoint_review(ckpt, PrivacyRandomness.from_root_hex(key, "secure"))
     with pytest.raises(RuntimeError) as caught:
         train(model, images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
               randomness=PrivacyRandomness.from_root_hex(key, "secure"))
     said = str(caught.value)
     assert said.startswith(f"the checkpoint {ckpt} cannot continue this run: ")
     assert said.endswith("delete it and the privacy key beside it to train this run afresh under a new key")
+    assert told == said and progress == checkpoint_progress(ckpt)
+    assert not re.search(r"\d+ words", said)   # the sampling stream's count is N a step: N is released only noised
     return said
 
 

@@ -52,7 +52,7 @@ from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffle
 from dpmed.training.schedule import set_learning_rate
 
 __all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "run_threads", "torch_threads",
-           "sampling_units", "checkpoint_progress", "checkpoint_problem"]
+           "sampling_units", "checkpoint_progress", "checkpoint_review"]
 
 _log = logging.getLogger(__name__)
 
@@ -164,9 +164,10 @@ def _mean_loss_backward(model: nn.Module, objective: Objective, x: torch.Tensor,
 
 
 def _save_checkpoint(path: Path, **state) -> None:
-    """Model, optimiser, generator positions and the privacy ledger, written atomically (`write_atomic`). It holds
-    the privacy streams' positions (no key: `PrivacyRandomness.state`) and an unreleased model: a private file,
-    created readable by its owner only."""
+    """Model, optimiser, generator positions, the raw words a step takes from each privacy stream (so that `dpmed
+    status` checks the positions without building the model) and the privacy ledger, written atomically
+    (`write_atomic`). It holds the privacy streams' positions (no key: `PrivacyRandomness.state`) and an unreleased
+    model: a private file, created readable by its owner only."""
     write_torch_atomic(path, state, owner_only=True)
 
 
@@ -240,15 +241,8 @@ def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     shuffle_gen.set_state(state["shuffle_state"])
-    if randomness is not None:
-        try:
-            randomness.restore(state["privacy_randomness"], needed=tuple(per_step))
-            problem = _mixed(state, randomness, per_step)
-        except ValueError as exc:          # another key's, or damaged: its draws would replace or repeat counted ones
-            problem = str(exc)
-        if problem:
-            raise RuntimeError(f"the checkpoint {path} cannot continue this run: {problem}; delete it and the privacy "
-                               "key beside it to train this run afresh under a new key")
+    if randomness is not None and (problem := _refusal(state, randomness, per_step)):
+        raise RuntimeError(_refused(path, problem))
     if average is not None:
         average.load_state_dict(state["average"])
     reached = state.get("progress")    # absent from checkpoints written before they recorded it
@@ -257,23 +251,45 @@ def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer
     return Ledger.from_dict(state["ledger"]), state["statistics"], state["done"]
 
 
+def _refusal(state: dict, randomness: PrivacyRandomness, per_step: dict[str, int]) -> str | None:
+    """Why the checkpoint ``state`` cannot continue under the run's ``randomness`` (its privacy streams restored
+    there where it can): the one check of `train` and of `dpmed status` (`checkpoint_review`). ``per_step``: the raw
+    words each step takes from each stream it draws from."""
+    try:
+        randomness.restore(state.get("privacy_randomness", {}), needed=tuple(per_step))
+    except ValueError as exc:          # another key's, or damaged: its draws would replace or repeat counted ones
+        return str(exc)
+    return _mixed(state, randomness, per_step)
+
+
+def _refused(path: Path, problem: str) -> str:
+    """What `train` fails with, and `dpmed status` says, of the checkpoint at ``path`` that `_refusal` refuses."""
+    return (f"the checkpoint {path} cannot continue this run: {problem}; delete it and the privacy key beside it to "
+            "train this run afresh under a new key")
+
+
 def _mixed(state: dict, randomness: PrivacyRandomness, per_step: dict[str, int]) -> str | None:
     """Why a DP-SGD checkpoint's parts do not belong to one step (its privacy streams restored in ``randomness``),
     None where they do. Every step takes ``per_step[name]`` raw words from each stream, so step ``done`` leaves
     stream ``name`` at ``done * per_step[name]`` words: a position from an earlier checkpoint of the run (its own key)
     would draw again, for the steps to come, the batches and noise of steps already taken and counted, and a ledger
     from one would count fewer steps than were taken."""
+    if not per_step:        # a run without DP-SGD, or a checkpoint of an earlier dpmed that saved no words per step
+        return None
     done = int(state["done"])
     for name, words in per_step.items():
         drawn, half_used = randomness.drawn(name)
         if (drawn, half_used) != (done * words, False):
             behind = drawn - half_used / 2 < done * words      # a half-drawn word is half handed out
-            return (f"its privacy stream {name!r} stands at {drawn} words{', the last half drawn' if half_used else ''}"
-                    f", where step {done} leaves it at {done * words} words (a position from another checkpoint, or "
-                    "edited): continuing would " + ("draw again batches or noise of steps already taken" if behind
-                                                   else f"skip batches or noise that follow step {done}"))
+            # no word counts: the sampling stream's is the exact number of training units, which a secure run
+            # releases only as a DP count (`dpmed.released_size`)
+            return (f"its privacy stream {name!r} stands {'behind' if behind else 'ahead of'} where step {done} "
+                    f"leaves it{', its last word half drawn' if half_used else ''} (a position from another "
+                    "checkpoint, or edited): continuing would " + (
+                        "draw again batches or noise of steps already taken" if behind
+                        else f"skip batches or noise that follow step {done}"))
     counted = Ledger.from_dict(state["ledger"]).dp_sgd_steps
-    if per_step and counted != done:
+    if counted != done:
         return (f"its ledger counts {counted} DP-SGD steps, where it was written at step {done} (a ledger from "
                 "another checkpoint, or edited)")
     return None
@@ -299,21 +315,31 @@ def _read_checkpoint(path: Path, *, mmap: bool = False) -> dict:
 def checkpoint_progress(path: Path) -> tuple[int, int] | None:
     """(steps done, steps in all) of the training a checkpoint holds, for ``dpmed status``; None where it was written
     before checkpoints recorded their progress (such a one still continues its run). RuntimeError where the mapped
-    read fails (`checkpoint_problem` then reads it whole to tell why), so that a readable checkpoint is read once;
-    FileNotFoundError where it is gone."""
-    progress = _read_checkpoint(path, mmap=True).get("progress")   # mapped: weights and optimiser state stay on disk
+    read fails (`checkpoint_review` reads it whole to tell why); FileNotFoundError where it is gone."""
+    return _progress(_read_checkpoint(path, mmap=True))    # mapped: weights and optimiser state stay on disk
+
+
+def _progress(state: dict) -> tuple[int, int] | None:
+    progress = state.get("progress")
     return None if progress is None else (int(progress["steps"]), int(progress["of"]))
 
 
-def checkpoint_problem(path: Path) -> str | None:
-    """Why the checkpoint at ``path`` cannot continue its run (what `train` would fail with), for ``dpmed status``;
-    None where it can be read. Read whole, not mapped: a mapped read of a file cut short fails on the mapping, which
-    would hide what is wrong with it."""
+def checkpoint_review(path: Path, randomness: PrivacyRandomness) -> tuple[tuple[int, int] | None, str | None]:
+    """(its progress as `checkpoint_progress` tells it, why `train` would refuse to continue it) of the checkpoint at
+    ``path`` under its run's ``randomness`` (the key beside it), for ``dpmed status``: the refusal is `train`'s own
+    (`_refusal`), None where it continues. Read once, mapped, where that read succeeds; else whole, to tell what is
+    wrong: a mapped read of a file cut short fails on the mapping, which would hide it. The positions are checked
+    against the words per step the checkpoint saved (none in one of an earlier dpmed: its key alone is checked), so
+    that no model is built."""
     try:
-        _read_checkpoint(path)
-    except RuntimeError as exc:
-        return str(exc)
-    return None
+        state = _read_checkpoint(path, mmap=True)
+    except RuntimeError:
+        try:
+            state = _read_checkpoint(path)
+        except RuntimeError as exc:
+            return None, str(exc)
+    problem = _refusal(state, randomness, state.get("per_step", {}))
+    return _progress(state), None if problem is None else _refused(path, problem)
 
 
 def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, seed: int,
@@ -384,7 +410,7 @@ def train(model: nn.Module, data: ImageSet, task: Task, cfg: TrainingConfig, *, 
                              privacy_randomness={} if randomness is None else randomness.state(),
                              ledger=ledger.to_dict(), statistics=statistics,
                              average=None if average is None else average.state_dict(),
-                             progress={"steps": shown.done, "of": total})
+                             progress={"steps": shown.done, "of": total}, per_step=per_step)
 
     def after_step() -> None:
         optimizer.step()
