@@ -1641,32 +1641,37 @@ def test_a_group_the_study_names_that_no_test_image_falls_in_is_named(scored_run
                               attributes={**attributes, "age": age}, n_resamples=50)
     section = _text(_section(report_html([run.model_copy(update={"fairness": block})]), "fairness"))
     by_sex, by_age = (" ".join(part.split()) for part in section.split("By age"))
-    assert ("No test image falls in [60,70) (a bin of evaluation.fairness.age_bins), so it has no numbers "
+    assert ("No test image falls in [60,70) (an age group of evaluation.fairness.age_bins), so it has no numbers "
             "here.") in by_age
     assert "No test image falls in" not in by_sex
 
 
+@pytest.mark.parametrize("ages, said", [
+    ((25.0, 45.0, 75.0), "<18 (an age group of evaluation.fairness.age_bins), so it has"),
+    ((25.0, 45.0), "<18, >=65 (age groups of evaluation.fairness.age_bins), so they have")])
 def test_the_group_below_a_first_age_edge_above_0_is_named_where_no_test_image_falls_in_it(tmp_path, scored_run,
                                                                                             scores, labels,
-                                                                                            report_html):
+                                                                                            report_html, ages, said):
     """Bins [18, 40, 65] make "<18" a group of its own (known ages below the first edge), compared like the others;
-    with no test image under 18 the report named none of it, where it names every other empty group. The groups the
-    report measures are those the run's record (run.json) and results.csv name, in the same words."""
+    with no test image under 18 the report named none of it, where it names every other empty group. It is no bin
+    of the study's edges, nor is ">=65", so neither is called one ("a bin of evaluation.fairness.age_bins" was said
+    of both, and of two groups at once). The groups the report measures are those the run's record (run.json) and
+    results.csv name, in the same words."""
     import csv
     import json
     from html import unescape
 
     from dpmed.evaluation.fairness import evaluate_fairness
     y_val, y = labels
-    age = np.array([25.0, 45.0, 75.0])[np.arange(len(y)) % 3]
+    age = np.array(ages)[np.arange(len(y)) % len(ages)]
     val, test = scores(0.6, np.random.default_rng(2))
     block = evaluate_fairness(kind="binary", val_labels=y_val, val_scores=val, test_labels=y, test_scores=test,
                               attributes={"age": age}, age_bins=(18, 40, 65), n_resamples=50)
     run = scored_run("np_seed0", "np", "none", scores=(val, test)).model_copy(update={"fairness": block})
     section = " ".join(unescape(_text(_section(report_html([run]), "fairness"))).split())
-    assert "No test image falls in <18 (a bin of evaluation.fairness.age_bins), so it has no numbers here." in section
+    assert f"No test image falls in {said} no numbers here." in section
     measured = list(json.loads(run.model_dump_json())["fairness"]["attributes"]["age"]["groups"])
-    assert measured == ["[18,40)", "[40,65)", ">=65"]
+    assert measured == ["[18,40)", "[40,65)", ">=65"][:len(ages)]
     sizes = re.search(r"Test images per group: (.*?)\. No test image", section).group(1)
     assert re.findall(r"(\S+): \d+ \(", sizes) == measured
     columns = next(csv.reader((tmp_path / "results.csv").open()))

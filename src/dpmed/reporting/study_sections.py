@@ -260,9 +260,10 @@ def _fairness_attribute(name: str, runs: list[RunRecord], inputs: ReportInputs) 
                         "flagged there.</p>")
     # a group the study names (an age bin, a sex) that no test image falls in has no column: said, not left unsaid
     absent = [g for g in named_groups(name, runs[0].fairness.age_bins) if g not in groups]
-    if absent:
-        what = "bin of evaluation.fairness.age_bins" if name == "age" else "sex"
-        sizes += (f". No test image falls in {_e(', '.join(absent))} (a {what}), so "
+    if absent:     # "<18" and ">=65" are groups the bins make, not bins
+        what = (("an age group" if len(absent) == 1 else "age groups") + " of evaluation.fairness.age_bins"
+                if name == "age" else "a sex")
+        sizes += (f". No test image falls in {_e(', '.join(absent))} ({what}), so "
                   + ("it has" if len(absent) == 1 else "they have") + " no numbers here")
     return (f"<h3>By {_e(name)}</h3><p>Test images per group: {sizes}.</p>{_one_group(name, runs, groups)}{warnings}"
             f"<figure>{figure}</figure>"
