@@ -125,6 +125,8 @@ def test_exponent_floats_parse_as_numbers(write_study):
      "at least 2 items"),
     (("seeds: [0, 1]", "seeds: [0, 1]\nevaluation: {fairness: {age_bins: [0, 30, 30]}}"),
      "evaluation.fairness.age_bins", "increase"),
+    (("seeds: [0, 1]", "seeds: [0, 1]\nevaluation: {fairness: {age_bins: [-10, 30]}}"),
+     "evaluation.fairness.age_bins", "start at 0 or above (a negative age is unknown)"),
     (("seeds: [0, 1]", "seeds: [0, 1]\nprivacy_budget: {epsilon: 0, delta: 1e-5}"), "privacy_budget.epsilon",
      "must be above 0, got 0"),
     (("seeds: [0, 1]", "seeds: [0, 1]\nprivacy_budget: {epsilon: 10, delta: 0}"), "privacy_budget.delta",

@@ -261,6 +261,8 @@ class FairnessConfig(_Strict):
         if not all(math.isfinite(b) for b in v) or any(b <= a for a, b in zip(v, v[1:])):
             raise ValueError(f"age bin edges must be finite numbers that increase (ages from the last edge on form a "
                              f"group of their own), got {v}")
+        if v[0] < 0:    # a negative age is "unknown": a bin below 0 would count it as known
+            raise ValueError(f"age bin edges must start at 0 or above (a negative age is unknown), got {v}")
         return v
 
 

@@ -124,8 +124,8 @@ def age_groups(age, *, bins: Sequence[float] = AGE_BINS) -> np.ndarray:
     -> ">=100"; a known age below the first edge (bins that start above 0, e.g. at 18) -> "<18", a group of its own,
     not an unknown age."""
     edges = np.asarray(bins, dtype=np.float64)
-    if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
-        raise ValueError(f"age bins must be increasing edges (at least two), got {list(bins)}")
+    if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0) or edges[0] < 0:
+        raise ValueError(f"age bins must be increasing edges (at least two) from 0 or above, got {list(bins)}")
     a = np.asarray(age, dtype=np.float64)
     out = np.full(a.shape, UNKNOWN, dtype=object)
     known = np.isfinite(a) & (a >= edges[0])
