@@ -1206,7 +1206,8 @@ def test_the_report_cells_round_and_order_as_written():
     from dpmed.comparisons import PairedDifference, SeedSummary
     from dpmed.evaluation.summaries import Estimate, Spread
     from dpmed.reporting.clinical import _paired_cell, _per100, _seeds_cell
-    from dpmed.reporting.study_sections import _difference_cell, _est, _undefined_share
+    from dpmed.reporting.comparison_section import _difference_cell, _est
+    from dpmed.reporting.fairness_section import _undefined_share
 
     assert (_per100(0.006), _per100(-0.127), _per100(0.004)) == ("+1", "-13", "0")
     paired = PairedDifference(value=-0.05, low=-0.12, high=0.01, p_value=1.0, defined_redraws=200)

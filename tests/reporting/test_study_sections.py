@@ -17,7 +17,7 @@ from dpmed.outputs import write_outputs
 from dpmed.evaluation.summaries import Estimate
 from dpmed.reporting import results_frame
 from dpmed.reporting.inputs import eps_label
-from dpmed.reporting.study_sections import _est
+from dpmed.reporting.inputs import estimate_text as _est
 
 RNG = np.random.default_rng(0)
 N = 60
@@ -168,7 +168,7 @@ def test_each_all_zero_count_is_attached_to_the_metrics_its_maps_feed(tmp_path, 
 def test_a_label_correlation_without_r_gives_its_reason_not_a_p_value():
     """Before: "– (p one variable is constant)" in the across-labels table."""
     from dpmed.comparisons.correlations import Correlation
-    from dpmed.reporting.study_sections import _r_with_p
+    from dpmed.reporting.comparison_section import _r_with_p
 
     assert _r_with_p(Correlation(r=None, p_value=None, n=3, reason="one variable is constant")) == (
         "– (one variable is constant)")
@@ -178,7 +178,7 @@ def test_a_label_correlation_without_r_gives_its_reason_not_a_p_value():
 def test_a_multilabel_group_s_positives_are_given_per_finding_not_summed():
     """Before: "[70,80): 11 (11 positive)" for 11 images with 5 and 6 positives in two findings."""
     from dpmed.evaluation.summaries import Estimate, GroupFairness
-    from dpmed.reporting.study_sections import _positives
+    from dpmed.reporting.fairness_section import _positives
 
     est = Estimate(value=0.8, low=0.6, high=0.9)
     group = GroupFairness(n=11, auroc=est, accuracy=est, accuracy_parity_difference=est, n_positive=11,
@@ -248,7 +248,7 @@ def test_a_difference_carries_its_sign_in_every_table_as_in_the_summary(tmp_path
     the comparison and fairness tables, as the summary prints it; before, "0.050" there could be a gain or a loss.
     The spreads over the groups (largest minus smallest: never negative) stay unsigned."""
     from dpmed.comparisons import PairedDifference
-    from dpmed.reporting.study_sections import _difference_cell
+    from dpmed.reporting.comparison_section import _difference_cell
 
     loss = PairedDifference(value=-0.05, low=-0.12, high=0.01, p_value=0.2, defined_redraws=200)
     gain = PairedDifference(value=0.216, low=-0.006, high=0.427, p_value=0.06, defined_redraws=200)
@@ -281,7 +281,7 @@ def test_the_note_on_an_interval_beside_its_point_quotes_a_parity_with_its_sign_
     from types import SimpleNamespace
 
     from dpmed.evaluation.summaries import AttributeFairness, GroupFairness, Spread
-    from dpmed.reporting.study_sections import _outside_note
+    from dpmed.reporting.fairness_section import _outside_note
 
     inside = Estimate(value=0.8, low=0.7, high=0.9)
     parity = Estimate(value=-0.3, low=-0.2, high=0.1)                  # the point below its interval

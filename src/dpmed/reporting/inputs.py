@@ -10,12 +10,13 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 from scipy.stats import t as student_t
 
-from dpmed.comparisons import SIGNIFICANCE, Comparisons, PairedDifference
+from dpmed.comparisons import SIGNIFICANCE, Comparisons, Correlation, PairedDifference
+from dpmed.comparisons.correlations import ExplanationCorrelation, ParityCorrelation
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, read_arrays, write_text_atomic
 from dpmed.mechanisms import MECHANISMS, PrivacyCard
 from dpmed.numbers import confidence_text, delta_number, number_text, round_up, up_to_figures
@@ -25,7 +26,8 @@ from dpmed.records import Estimate, ResolvedStudy, RunRecord
 __all__ = ["ReportInputs", "escape", "estimate_text", "signed_text", "embed_png", "embed_figure", "number_text",
            "p_text", "cite", "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction",
            "not_dp_reasons", "not_dp_text", "accountant_name", "stacked", "bound_percent", "read_figure_arrays",
-           "no_bound_note", "facts_table", "t_text", "range_text", "runs_text"]
+           "no_bound_note", "facts_table", "column_table", "r_and_p", "not_computed_text", "t_text", "range_text",
+           "runs_text"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -310,6 +312,30 @@ def facts_table(rows: Iterable[tuple[str, str]], caption: str, css_class: str = 
     cells = "".join(f'<tr><th scope="row">{label}</th>{td}{value}</td></tr>' for label, value in rows)
     cls = f' class="{css_class}"' if css_class else ""
     return f'<table{cls}><caption class="vh">{escape(caption)}</caption>{cells}</table>' if cells else ""
+
+
+def column_table(heads: Sequence[str], rows: str) -> str:
+    """A table whose head row names its columns (``scope="col"``: a screen reader reads each cell with its column's
+    name); ``rows``: its body rows as HTML."""
+    return ("<table><thead><tr>" + "".join(f'<th scope="col">{escape(h)}</th>' for h in heads)
+            + f"</tr></thead><tbody>{rows}</tbody></table>")
+
+
+def r_and_p(entry: Correlation) -> tuple[str, str]:
+    """A correlation's r and p as two cells' text: "+0.412" and "0.0312", or "–" and why r is undefined."""
+    if entry.r is None:
+        return "–", escape(entry.reason or "")
+    return f"{entry.r:+.3f}", f"{entry.p_value:.3g}"
+
+
+def not_computed_text(correlations: Sequence[ParityCorrelation | ExplanationCorrelation], what: str) -> str | None:
+    """One sentence where no correlation has an r (a sweep of fewer than three values gives none, whatever the
+    seeds): a table of dashes says less. None where some r is defined."""
+    if any(c.r is not None for c in correlations):
+        return None
+    reasons = "; ".join(dict.fromkeys(c.reason or "undefined" for c in correlations))
+    sweeps = "; ".join(dict.fromkeys(c.sweep for c in correlations))
+    return f"not computed for any of the {len(correlations)} {what}: {reasons} ({sweeps})"
 
 
 _HEAD = re.compile(r"<th[^>]*>(.*?)</th>", re.S)

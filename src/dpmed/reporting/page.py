@@ -18,10 +18,13 @@ from dpmed.data.pace import Pace
 from dpmed.folders import StudyFolder, write_text_atomic
 from dpmed.numbers import confidence_text, count_text
 from dpmed.records import ResolvedStudy, RunRecord, Timing
-from dpmed.reporting import clinical, privacy_section, sections, study_sections
+from dpmed.reporting import clinical, privacy_section, sections
+from dpmed.reporting.comparison_section import comparison_section
+from dpmed.reporting.fairness_section import fairness_section
 from dpmed.reporting.findings_section import findings_section
 from dpmed.reporting.inputs import (METHODS, ReportInputs, cite, embed_png, escape as _e, facts_table,
                                     read_figure_arrays)
+from dpmed.reporting.interpretability_section import interpretability_section
 from dpmed.reporting.pretraining_section import pretraining_section
 from dpmed.reporting.recipe_section import recipe_section
 from dpmed.reporting.threat_section import ATTACK_IMAGE_KEYS, attack_label, reconstructions_figure, threat_section
@@ -95,9 +98,8 @@ _FOOTER = (f"<p><small>Every number's definition, and where the source papers ar
 SECTIONS: tuple[Callable[[ReportInputs], str], ...] = (
     sections.unfinished, clinical.clinical, sections.summary, recipe_section, pretraining_section, sections.utility,
     findings_section, privacy_section.privacy_cards, privacy_section.study_privacy_section,
-    privacy_section.reconstruction_risk, threat_section, study_sections.comparison_section,
-    study_sections.fairness_section, study_sections.interpretability_section, sections.ldp_examples_section,
-    sections.provenance,
+    privacy_section.reconstruction_risk, threat_section, comparison_section, fairness_section,
+    interpretability_section, sections.ldp_examples_section, sections.provenance,
 )
 
 

@@ -1,55 +1,28 @@
-"""The report's comparison, fairness and interpretability sections.
+"""The report's fairness section: for each attribute (sex, age bins) the test images' groups, compared.
 
-The comparisons across runs (the paired bootstrap AUROC difference of every private run against the non-private
-one, Pearson r across an eps sweep) are computed before rendering (`dpmed.comparisons`, from the runs' saved
-predictions); these sections only render them, with the per-run fairness and explanation blocks of each record and
-the CAM grid from each run's ``cams.npz``.
-
-What is shown (METHODS.md sec. 5-6): per-group AUROC and the accuracy parity difference of Tayebi Arasteh, Ziller et
+What is shown (METHODS.md sec. 5): per-group AUROC and the accuracy parity difference of Tayebi Arasteh, Ziller et
 al. 2023 (003_9a91354dc2d7e2df.txt; named as what it is), fairlearn's demographic parity and equalised odds
-differences, the worst group; Grad-CAM's faithfulness metrics of Naidu et al. 2021 (001_d0483fd35863b74c.txt) and,
-on the phantom, lesion-mask energy and pointing game; a grid of the same test images explained by every run. Every
-number carries its bootstrap interval (percentile, BCa where the study asks for it, or a band:
-`dpmed.evaluation.fairness`); small groups and
-intervals of zero width are flagged (`dpmed.comparisons.GroupFlag`), and p-values at the bootstrap's floor are
-printed as "<= floor".
+differences, the worst group, and Pearson r between log10 eps and each group's accuracy parity difference across a
+sweep (computed before rendering: `dpmed.comparisons`). Every number carries its bootstrap interval (percentile, BCa
+where the study asks for it, or a band: `dpmed.evaluation.fairness`); small groups and intervals of zero width are
+flagged (`dpmed.comparisons.GroupFlag`).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
-from dpmed.comparisons import (MIN_CLASS_COUNT, SIGNIFICANCE, Comparisons, Correlation, PairedDifference,
-                               SeedSummary)
-from dpmed.comparisons.correlations import ExplanationCorrelation, ParityCorrelation
+from dpmed.comparisons import MIN_CLASS_COUNT
 from dpmed.evaluation.fairness import named_groups, uncompared_groups
-from dpmed.evaluation.faithfulness import METRIC_LABELS
-from dpmed.evaluation.summaries import AttributeFairness, Estimate, Explanations, GroupFairness, Spread
+from dpmed.evaluation.summaries import AttributeFairness, Estimate, GroupFairness, Spread
 from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
-from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape as _e,
-                                    estimate_text as _est, p_text, range_text, read_figure_arrays, signed_text,
-                                    stacked, t_text)
-from dpmed.reporting.sections import across_seeds, decision_rule
-from dpmed.reporting.study_figures import cam_grid, group_estimates
+from dpmed.reporting.inputs import (METHODS, ReportInputs, column_table, embed_figure, eps_label, escape as _e,
+                                    estimate_text as _est, not_computed_text, r_and_p, stacked)
+from dpmed.reporting.sections import decision_rule
+from dpmed.reporting.study_figures import group_estimates
 
-__all__ = ["comparison_section", "fairness_section", "interpretability_section"]
-
-CAM_GRID_COLUMNS = 8
-_SHORT = {"average_drop": "Average Drop %", "increase_in_confidence": "Increase in Confidence %",
-          "masked_input_score": "masked-input score %*", "deletion_auc": "deletion AUC",
-          "insertion_auc": "insertion AUC",
-          "mask_energy": "lesion-mask energy", "pointing_game": "pointing game"}
-_PERCENT = ("average_drop", "increase_in_confidence", "masked_input_score")     # shown with two decimals
-
-
-def _column_table(heads: Sequence[str], rows: str) -> str:
-    """A table whose head row names its columns (``scope="col"``: a screen reader reads each cell with its column's
-    name); ``rows``: its body rows as HTML."""
-    return ("<table><thead><tr>" + "".join(f'<th scope="col">{_e(h)}</th>' for h in heads)
-            + f"</tr></thead><tbody>{rows}</tbody></table>")
+__all__ = ["fairness_section"]
 
 
 def _groups_alt(name: str, groups: Sequence[str], series: Sequence[tuple[str, Sequence[Estimate | None]]],
@@ -61,31 +34,6 @@ def _groups_alt(name: str, groups: Sequence[str], series: Sequence[tuple[str, Se
                      for label, estimates in series)
     return (f"Test AUROC (with {level} intervals) for each {name} group ({', '.join(groups)}), one marker per run: "
             f"{runs}.")
-
-
-def _r(entry: Correlation) -> tuple[str, str]:
-    if entry.r is None:
-        return "–", _e(entry.reason or "")
-    return f"{entry.r:+.3f}", f"{entry.p_value:.3g}"
-
-
-def _r_with_p(entry: Correlation) -> str:
-    """"+0.412 (p 0.03)", or "– (why)" where r is undefined (before: "– (p one variable is constant)")."""
-    r, p = _r(entry)
-    return f"{r} (p {p})" if entry.r is not None else f"{r} ({p})" if p else r
-
-
-def _none_defined(correlations: Sequence[ParityCorrelation | ExplanationCorrelation], what: str) -> str | None:
-    """One sentence where no correlation has an r (a sweep of fewer than three values gives none, whatever the
-    seeds): a table of dashes says less. None where some r is defined."""
-    if any(c.r is not None for c in correlations):
-        return None
-    reasons = "; ".join(dict.fromkeys(c.reason or "undefined" for c in correlations))
-    sweeps = "; ".join(dict.fromkeys(c.sweep for c in correlations))
-    return f"not computed for any of the {len(correlations)} {what}: {reasons} ({sweeps})"
-
-
-# ---------------------------------------------------------------------------------------------------- fairness
 
 
 def _undefined_share(spread: Spread | None, resamples: int) -> str:
@@ -337,20 +285,21 @@ def fairness_section(inputs: ReportInputs) -> str:
             reason = next(r.fairness.attributes[name].reason or "" for r in runs if name in r.fairness.attributes)
             parts.append(f"<h3>By {_e(name)}</h3><p>Not applicable: {_e(reason)}</p>")
     corr = inputs.comparisons.correlations.epsilon_vs_accuracy_parity
-    undefined = _none_defined(corr, "groups") if corr else None
+    undefined = not_computed_text(corr, "groups") if corr else None
     if undefined:
         parts.append("<p>Pearson r between log10 ε and each group's accuracy parity difference across a DP-SGD "
                      f"sweep (Tayebi Arasteh, Ziller et al. 2023, Table 3): {_e(undefined)}.</p>")
     elif corr:
         rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(c.attribute)}</td><td>{_e(c.group)}</td>"
-                       f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td></tr>"
+                       f"<td class=num>{r_and_p(c)[0]}</td><td class=num>{r_and_p(c)[1]}</td>"
+                       f"<td class=num>{c.n}</td></tr>"
                        for c in corr)
         parts.append("<p>Pearson r between log10 ε and each group's accuracy parity difference across a DP-SGD "
                      "sweep, each run (every seed) a point. Tayebi Arasteh, Ziller et al. 2023 (Table 3) correlated "
                      "ε itself, over 0.29 to 7.89; here log10 ε, since over the decades a sweep may span the "
                      "largest ε alone would set r. A sweep of fewer than three ε values gets no r: across two, "
                      "r only says which of them is larger. Each p is its group's own, not corrected for the number "
-                     "of groups tested.</p>" + _column_table(("sweep", "attribute", "group", "r", "p", "n"), rows))
+                     "of groups tested.</p>" + column_table(("sweep", "attribute", "group", "r", "p", "n"), rows))
     threshold = (f"Each run's decisions: {decision_rule(inputs.resolved.dataset)} ({METHODS} sec. 4). "
                  f"Intervals: bootstrap over the same redraws of {inputs.redrawn} as the utility intervals, "
                  + ("BCa for a group's AUROC and accuracy and percentile for the parity differences and the worst "
@@ -362,221 +311,3 @@ def fairness_section(inputs: ReportInputs) -> str:
                  "interval of such a largest difference lies above 0 in nearly every test set even where the groups "
                  f"are alike ({METHODS} sec. 5).")
     return f'<h2 id="fairness">Fairness</h2><p>{threshold}</p>{"".join(parts)}'
-
-
-# ---------------------------------------------------------------------------------------------- interpretability
-
-
-def _grid(runs: list[RunRecord], inputs: ReportInputs) -> str:
-    by_id = {r.run_id: r for r in runs}
-    arrays, unread = read_figure_arrays(((r.run_id, inputs.folder.run(r.run_id).cams) for r in runs),
-                                        ("positions", "images", "cams"), "the CAM grid")
-    loaded = [(by_id[run_id], a) for run_id, a in arrays]
-    if not loaded:
-        return unread
-    first = loaded[0][1]
-    positions = first["positions"]
-    masks = first.get("masks")
-    has_lesion = (masks.reshape(len(masks), -1).any(axis=1) if masks is not None
-                  else np.zeros(len(positions), bool))
-    order = np.r_[np.flatnonzero(has_lesion), np.flatnonzero(~has_lesion)][:CAM_GRID_COLUMNS]   # lesions first
-    rows = [(f"{r.run_id}\n{eps_label(r.privacy)}", a["cams"][order]) for r, a in loaded
-            if np.array_equal(a["positions"], positions)]
-    titles = [f"test #{int(positions[i])}" for i in order]
-    images, shown_masks = first["images"][order].astype(np.float32), None if masks is None else masks[order]
-    figure = embed_figure(cam_grid(images, shown_masks, rows, titles),
-                          cam_grid(images, shown_masks, rows, titles, narrow=True),
-                          inputs.folder.root / "cam_grid.png",
-                          f"Grad-CAM maps of the test images {', '.join(titles)} (columns): the top row the images "
-                          + ("with their lesion masks outlined" if masks is not None else "themselves")
-                          + ", then one row per run: " + "; ".join(label.replace("\n", ", ") for label, _ in rows))
-    return ("<p>The same test images explained by every run (Grad-CAM of the explained class, named above, over the "
-            "image; top row: the image with its lesion mask outlined, where the dataset has masks; a phone shows the "
-            f"first three).</p><figure>{figure}</figure>{unread}")
-
-
-def _lesion_target(explanations: Explanations) -> str:
-    """What the lesion maps explain: "class 1", or a multilabel run's sum of every finding's score."""
-    return explanations.lesion_target or f"class {explanations.lesion_class}"
-
-
-def _flat_scores(record: RunRecord) -> bool:
-    """A binary run whose every explained image's predicted-class score lies within 0.05 of chance, 0.5 (a model
-    that is never confident, whatever it ranks): the confidence metrics have next to nothing to measure. The class is
-    the one the validation threshold decides, so Y may lie below 0.5 as well as above. Other tasks: chance is not
-    0.5 (1/K for K classes), and no run is flagged."""
-    lo, hi = record.explanations.score_image_min, record.explanations.score_image_max
-    return record.data.task == "binary" and lo is not None and hi is not None and lo > 0.45 and hi < 0.55
-
-
-def interpretability_section(inputs: ReportInputs) -> str:
-    runs = [r for r in inputs.records if r.explanations]
-    if not runs:
-        return ""
-    level = inputs.level
-    metrics = list(dict.fromkeys(m for r in runs for m in r.explanations.metrics))
-    head = "".join(f"<th>{_e(_SHORT.get(m, m))}</th>" for m in metrics)
-    rows = "".join(
-        f"<tr><td>{_e(r.run_id)}</td><td>{_e(eps_label(r.privacy))}</td>"
-        + "".join(f"<td class=num>{_est(r.explanations.metrics.get(m), 2 if m in _PERCENT else 3)}</td>"
-                  for m in metrics) + "</tr>" for r in runs)
-    e0 = runs[0].explanations
-    notes = [f"{_e(e0.method)} ({_e(e0.method_reference)}) at layer <code>{_e(e0.target_layer)}"
-             f"</code>, class: {_e(e0.explained_class)}, on {e0.n_images} test images drawn once "
-             f"(seed {e0.image_seed}) and shared by every run; {level} percentile bootstrap intervals "
-             + ("over those images' patients (each drawn patient with all of their explained images)."
-                if e0.bootstrap_unit == "patient" else "over those images.")]
-    notes += [f"{_e(_SHORT.get(m, m))}: {_e(METRIC_LABELS.get(m, ''))}." for m in metrics]
-    if {"deletion_auc", "insertion_auc"} & set(metrics):
-        notes.append(f"Deletion and insertion take the pixels in order of the CAM in {e0.deletion_steps} equal steps, "
-                     f"a deleted pixel (or one not yet inserted) set to {_e(e0.baseline)}; the AUC is that of the "
-                     "explained class's score against the share of pixels taken (trapezoid rule).")
-    if "pointing_game" in metrics and e0.pointing_tolerance_px is not None:
-        notes.append(f"Pointing game: a hit where the CAM's peak lies within {e0.pointing_tolerance_px:g} px of the "
-                     "lesion mask (0: inside it).")
-    if e0.n_masked_images:
-        notes.append(f"Lesion-mask energy and pointing game use the CAM of {_e(_lesion_target(e0))} on the "
-                     f"{e0.n_masked_images} explained images with a lesion mask; a uniform CAM would put "
-                     f"{e0.mask_area_share or 0:.3f} of its energy in the mask (chance level).")
-    flat = [r.run_id for r in runs if _flat_scores(r)]
-    if flat:
-        notes.append("Predicted-class scores Y that hardly vary (within 0.05 of chance for every explained image) in: "
-                     + ", ".join(flat) + ". Masking can then move Y only a little, so Average Drop, Increase in "
-                     "Confidence, the masked-input score and deletion/insertion AUC say little about the CAM for "
-                     "these runs; lesion-mask energy and pointing game do not depend on Y's size.")
-    # A collapsed run scores best on the confidence metrics (masking leaves its one class's score as high or
-    # raises it), so the warning the utility sections give must stand beside these numbers too.
-    collapsed = [r.run_id for r in runs if any(f.kind == "one_class" for f in inputs.comparisons.flags_of(r.run_id))]
-    if collapsed:
-        notes.append("Runs that decide one class for every test image: " + _e(", ".join(collapsed)) + ". Their "
-                     "maps explain a decision that no image changes, so a low Average Drop or a high Increase in "
-                     "Confidence there shows that masking leaves that class's score as high, not that the map "
-                     "found what the model looked at.")
-    # Each count with the metrics that read its maps: the predicted-class maps feed the confidence and
-    # deletion/insertion metrics, the lesion-class maps (records before them lack the count) energy and pointing.
-    zero = [f"{_e(r.run_id)}: {e.n_zero_cams} of {e.n_images}" for r in runs if (e := r.explanations).n_zero_cams]
-    if zero:
-        notes.append("All-zero CAMs of the explained class (no positive evidence anywhere), which Average Drop, "
-                     "Increase in Confidence, the masked-input score and deletion/insertion AUC read (the masked "
-                     "input is then a black image, and deletion and insertion take the pixels in raster order): "
-                     + ", ".join(zero) + ".")
-    lesion_zero = [f"{_e(r.run_id)}: {e.n_zero_lesion_cams} of {e.n_masked_images}" for r in runs
-                   if (e := r.explanations).n_zero_lesion_cams]
-    if lesion_zero:
-        notes.append(f"All-zero CAMs of {_e(_lesion_target(e0))} on the explained images with a lesion mask, "
-                     "which lesion-mask energy and the pointing game read (such a map scores 0 energy and misses): "
-                     + ", ".join(lesion_zero) + ".")
-    correlations = inputs.comparisons.correlations
-    corr = correlations.epsilon_vs_explanations + correlations.max_grad_norm_vs_explanations
-    corr_html = ""
-    undefined = _none_defined(corr, "metrics and sweeps") if corr else None
-    if undefined:
-        corr_html = ("<p>Pearson r between the swept setting (log10 ε, or the clipping norm at fixed ε) and "
-                     f"each metric: {_e(undefined)}.</p>")
-    elif corr:
-        corr_rows = "".join(f"<tr><td>{_e(c.sweep)}</td><td>{_e(_SHORT.get(c.metric, c.metric))}</td>"
-                            f"<td class=num>{_r(c)[0]}</td><td class=num>{_r(c)[1]}</td><td class=num>{c.n}</td>"
-                            "</tr>" for c in corr)
-        corr_html = ("<p>Pearson r between the swept setting (log10 ε, or the clipping norm at fixed ε) and "
-                     "each metric:</p>" + _column_table(("sweep", "metric", "r", "p", "n"), corr_rows))
-    return ('<h2 id="interpretability">Interpretability</h2>'
-            + stacked(f"<table><tr><th>run</th><th>ε</th>{head}</tr>{rows}</table>")
-            + f"<ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>{corr_html}{_grid(runs, inputs)}")
-
-
-# ------------------------------------------------------------------------------------------------- comparisons
-
-
-def _difference_cell(d: PairedDifference | None) -> str:
-    if d is None or d.value is None:
-        return "<td class=num>–</td><td class=num>–</td>"
-    return (f"<td class=num>{_est(Estimate(value=d.value, low=d.low, high=d.high), signed=True)}</td>"
-            f"<td class=num>{p_text(d)}</td>")
-
-
-def _seeds_interval(s: SeedSummary) -> str:
-    """mean [t interval over seeds]; the mean alone where there is none (a comparisons.json that predates it)."""
-    if s.low is None:
-        return signed_text(s.mean)
-    return f"{signed_text(s.mean)} [{signed_text(s.low)},\u00a0{signed_text(s.high)}]"
-
-
-def _decisions_over_seeds(task: str, ordinal: bool = False) -> str:
-    """Where the decisions' changes over seeds are: the opening table gives each with this table's t interval and
-    range, in cases per 100 and with the same verdict in words; repeated here they would make a table too wide for
-    a phone to tell a clinician nothing more."""
-    what = "sensitivity and specificity" if task == "binary" else "accuracy"
-    kappa = ", beside those of quadratic-weighted kappa" if ordinal else ""
-    return (f"The {what} changes over seeds, with the same t interval and range, are in cases per 100 in the "
-            f'opening table (<a href="#clinical">what each arm costs, in cases</a>){kappa}.')
-
-
-def comparison_section(inputs: ReportInputs) -> str:
-    comparisons: Comparisons = inputs.comparisons
-    level = inputs.level
-    data = inputs.resolved.dataset
-    ordinal = data.task == "multiclass" and data.ordinal
-    parts = []
-    rows = [c for c in comparisons.auroc_differences if c.auroc_difference.p_value is not None]
-    if rows:
-        binary = data.task == "binary"
-        extra = (("sensitivity_difference", f"sensitivity ({_e(data.positive_class or 'label 1')})"),
-                 ("specificity_difference", f"specificity ({_e(data.negative_class or 'label 0')})")) if binary \
-            else (("accuracy_difference", "accuracy" + (" (argmax)" if data.task == "multiclass" else "")),)
-        if ordinal:
-            extra += (("kappa_quadratic_difference", "quadratic-weighted kappa"),)
-        heads = "".join(f"<th>{name} difference</th><th>p</th>" for _, name in (("", "AUROC"), *extra))
-        body = "".join(f"<tr><td>{_e(c.run_id)}</td><td class=run>{_e(c.reference_run)}</td>"
-                       + _difference_cell(c.auroc_difference)
-                       + "".join(_difference_cell(getattr(c, key)) for key, _ in extra) + "</tr>" for c in rows)
-        decided = (f"{'sensitivity and specificity' if binary else 'accuracy'}"
-                   + (" and the quadratic-weighted kappa of the grades" if ordinal else "")
-                   + f" with each run deciding by {decision_rule(data)}")
-        floor = next((c.auroc_difference.p_floor for c in rows if c.auroc_difference.p_floor), None)
-        floor_text = ("" if floor is None else
-                      f" With {comparisons.n_resamples} redraws the smallest p-value the bootstrap can give is "
-                      f"{floor:.2g} (2 / (R + 1)); a difference that no redraw crossed is shown as p ≤ {floor:.2g}.")
-        unit = "patients" if comparisons.bootstrap_unit == "patient" else "images"
-        parts.append(f"<p>Each run minus the non-private run of the same seed, with the percentile interval of the "
-                     f"paired bootstrap over the same redraws of the test {unit} [{level} CI] ("
-                     + ("the runs' own intervals are BCa" if inputs.interval == "BCa" else "as are the runs' own")
-                     + f") and the two-sided bootstrap p-value that inverts it; {decided}. The "
-                     "interval of a difference is what says whether two arms differ; overlapping per-arm intervals "
-                     f"do not.{floor_text}</p>"
-                     + stacked(f"<table><tr><th>run</th><th>reference</th>{heads}</tr>{body}</table>"))
-    multi = [b for b in comparisons.by_value if b.auroc_difference.n_seeds > 1]
-    if multi:
-        seed_counts = [b.auroc_difference.n_seeds for b in multi]
-        body = "".join(f"<tr><td>{_e(b.label)}</td><td class=num>{_seeds_interval(b.auroc_difference)}</td>"
-                       f"<td class=num>{_e(across_seeds(b.auroc_difference))}</td>"
-                       f"<td class=num>{signed_text(b.auroc_difference.min)} to "
-                       f"{signed_text(b.auroc_difference.max)}</td><td class=num>{b.auroc_difference.std:.3f}</td>"
-                       f"<td class=num>{b.significant_seeds} of {b.auroc_difference.n_seeds}</td></tr>" for b in multi)
-        parts.append("<p>Over seeds (training randomness, which the test-set bootstrap does not see), each seed "
-                     f"paired with its own non-private run: the mean AUROC difference with its {level} Student t "
-                     "interval over seeds (n - 1 degrees of freedom; it assumes independent seeds and roughly normal "
-                     f"differences, and is wide with few seeds: {t_text(comparisons.confidence, seed_counts)}). An "
-                     "arm value is lower or higher than the non-private arm across seeds only where that interval "
-                     "excludes 0. The seeds' range is "
-                     f"their spread, not an interval ({range_text(seed_counts)}, whatever the confidence), and "
-                     "the count of seeds with a small p says how many single test sets showed a difference, not "
-                     f"whether the arm differs across seeds. {_decisions_over_seeds(data.task, ordinal)}</p>"
-                     + stacked(f"<table><tr><th>arm value</th><th>mean AUROC difference [{level} t interval over "
-                               "seeds]</th><th>across seeds</th><th>seed range</th><th>std over seeds</th>"
-                               f"<th>seeds with p &lt; {SIGNIFICANCE:g}</th></tr>{body}</table>"))
-    labels = comparisons.correlations.auroc_drop_vs_label
-    if labels:
-        body = "".join(f"<tr><td>{_e(c.run_id)}</td><td class=num>{_r_with_p(c.drop_vs_positive_count)}</td>"
-                       f"<td class=num>{_r_with_p(c.drop_vs_nonprivate_auroc)}</td></tr>" for c in labels)
-        # the columns of the per-label AUROC table: findings, or classes one-vs-rest (`findings_section`)
-        noun = {"multiclass": "class", "multilabel": "finding"}.get(data.task, "label")
-        plural = "classes" if noun == "class" else f"{noun}s"
-        parts.append(f"<p>Across {plural}, Pearson r between each {noun}'s AUROC drop (non-private minus private"
-                     + ("; one-vs-rest" if noun == "class" else "") + f") and its positive test count (the test "
-                     f"images of that {noun}), and its non-private AUROC (Tayebi Arasteh, Ziller et al. 2023):</p>"
-                     + _column_table(("run", "drop vs positives", "drop vs non-private AUROC"), body))
-    if comparisons.notes:
-        parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in comparisons.notes) + "</ul>")
-    if not parts:
-        return ""
-    return f'<h2 id="comparisons">Against the non-private run, with intervals</h2>{"".join(parts)}'
