@@ -15,10 +15,10 @@ from typing import Sequence
 from dpmed.comparisons import MIN_CLASS_COUNT
 from dpmed.evaluation.fairness import named_groups, uncompared_groups
 from dpmed.evaluation.summaries import AttributeFairness, Estimate, GroupFairness, Spread
-from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.records import RunRecord
 from dpmed.reporting.inputs import (METHODS, ReportInputs, column_table, embed_figure, eps_label, escape as _e,
-                                    estimate_text as _est, not_computed_text, r_and_p, stacked)
+                                    estimate_text as _est, not_computed_text, r_and_p, stacked,
+                                    undefined_redraws_flag)
 from dpmed.reporting.sections import decision_rule
 from dpmed.reporting.study_figures import group_estimates
 
@@ -41,10 +41,8 @@ def _undefined_share(spread: Spread | None, resamples: int) -> str:
     many: the interval describes only the others (`dpmed.evaluation.fairness`), as the utility metrics warn above
     the same share."""
     undefined = (spread.undefined_redraws if spread is not None else None) or 0
-    if not resamples or undefined <= UNDEFINED_REDRAWS_WARN_FRACTION * resamples:
-        return ""
-    return (f' <span class="flag" title="in these redraws a compared group was absent or lacked a class the '
-            f'statistic needs; the interval uses the others">({undefined} of {resamples} redraws undefined)</span>')
+    return undefined_redraws_flag(undefined, resamples, "in these redraws a compared group was absent or lacked a "
+                                  "class the statistic needs; the interval uses the others")
 
 
 def _group(entry: AttributeFairness, group: str, metric: str) -> Estimate | None:

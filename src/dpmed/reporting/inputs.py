@@ -17,6 +17,7 @@ from scipy.stats import t as student_t
 
 from dpmed.comparisons import SIGNIFICANCE, Comparisons, Correlation, PairedDifference
 from dpmed.comparisons.correlations import ExplanationCorrelation, ParityCorrelation
+from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.folders import RETRAIN_NOTE, StudyFolder, read_arrays, write_text_atomic
 from dpmed.mechanisms import MECHANISMS, PrivacyCard
 from dpmed.numbers import confidence_text, delta_number, number_text, round_up, up_to_figures
@@ -27,7 +28,7 @@ __all__ = ["ReportInputs", "escape", "estimate_text", "signed_text", "embed_png"
            "p_text", "cite", "SOURCES", "METHODS", "NARROW_MEDIA", "PHONE_WIDTH", "eps_label", "is_reproduction",
            "not_dp_reasons", "not_dp_text", "accountant_name", "stacked", "bound_percent", "read_figure_arrays",
            "no_bound_note", "facts_table", "column_table", "r_and_p", "not_computed_text", "t_text", "range_text",
-           "runs_text"]
+           "runs_text", "undefined_redraws_flag"]
 
 # The source documents, cited by authors and year wherever a reader sees them (their file names stay in code
 # comments): /work/shared/seeds/README.md lists them.
@@ -243,6 +244,15 @@ def signed_text(value: float | None, digits: int = 3) -> str:
         return "–"
     text = f"{value:+.{digits}f}"
     return text[1:] if float(text) == 0 else text
+
+
+def undefined_redraws_flag(undefined: int, resamples: int, why: str) -> str:
+    """" (21 of 200 redraws undefined)", flagged, where more than UNDEFINED_REDRAWS_WARN_FRACTION of the redraws left
+    a statistic undefined: its interval then describes only the others, and the flag's title says ``why`` they are
+    left out. Empty where few are (the utility metrics and the fairness differences warn above the same share)."""
+    if not resamples or undefined <= UNDEFINED_REDRAWS_WARN_FRACTION * resamples:
+        return ""
+    return f' <span class="flag" title="{why}">({undefined} of {resamples} redraws undefined)</span>'
 
 
 def estimate_text(est: Estimate | None, digits: int = 3, *, signed: bool = False) -> str:

@@ -9,7 +9,6 @@ import yaml
 
 from dpmed.comparisons import SeedSummary
 from dpmed.data.sample import names_text
-from dpmed.evaluation.utility import UNDEFINED_REDRAWS_WARN_FRACTION
 from dpmed.evaluation.version import evaluated_by
 from dpmed.numbers import shape_text
 from dpmed.records import DatasetSummary, RunRecord, Timing
@@ -19,7 +18,7 @@ from dpmed.reporting.figures import (auroc_alt, auroc_versus_epsilon, ldp_exampl
                                      spans_seeds)
 from dpmed.reporting.inputs import (METHODS, ReportInputs, embed_figure, eps_label, escape, estimate_text,
                                     is_reproduction, not_dp_text, p_text, read_figure_arrays, runs_text, signed_text,
-                                    stacked, facts_table, t_text)
+                                    stacked, facts_table, t_text, undefined_redraws_flag)
 
 __all__ = ["unfinished", "summary", "utility", "ldp_examples_section", "provenance", "decision_rule", "metric_label",
            "across_seeds"]
@@ -317,10 +316,9 @@ def _auroc_cell(r: RunRecord) -> str:
     then describes only the redraws that drew both classes (on a test set of a few patients, [1.000, 1.000] where
     half the redraws had no value), which the terminal warned of in passing and the table did not say."""
     undefined, resamples = r.metrics.get("test_auroc_undefined_redraws") or 0, r.metrics.get("n_resamples") or 0
-    flag = (f' <span class="flag" title="in these redraws of the test set one class only was drawn; the interval '
-            f'uses the others and may be too narrow">({undefined} of {resamples} redraws undefined)</span>'
-            if resamples and undefined > UNDEFINED_REDRAWS_WARN_FRACTION * resamples else "")
-    return estimate_text(r.estimate("test_auroc")) + flag
+    return estimate_text(r.estimate("test_auroc")) + undefined_redraws_flag(
+        undefined, resamples, "in these redraws of the test set one class only was drawn; the interval uses the "
+        "others and may be too narrow")
 
 
 def utility(inputs: ReportInputs) -> str:
