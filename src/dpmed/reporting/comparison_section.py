@@ -32,9 +32,7 @@ def _difference_cell(d: PairedDifference | None) -> str:
 
 def _seeds_interval(s: SeedSummary) -> str:
     """mean [t interval over seeds]; the mean alone where there is none (a comparisons.json that predates it)."""
-    if s.low is None:
-        return signed_text(s.mean)
-    return f"{signed_text(s.mean)} [{signed_text(s.low)},\u00a0{signed_text(s.high)}]"
+    return _est(Estimate(value=s.mean, low=s.low, high=s.high), signed=True)
 
 
 def _decisions_over_seeds(task: str, ordinal: bool = False) -> str:
