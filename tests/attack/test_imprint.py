@@ -859,3 +859,15 @@ def test_the_batches_are_public_randomness_of_the_seed_and_the_step_noise_is_fre
     assert not np.allclose(b1[0], b2[0])                      # same batch, fresh noise
     given = [attack(0, PrivacyRandomness.reproducible(seed=0, run_id="r"))[1] for _ in range(2)]
     np.testing.assert_array_equal(given[0][0], given[1][0])
+
+
+def test_building_the_attack_model_leaves_the_callers_random_state_alone(phantom):
+    """A run trains and attacks in one process: an attack that drew from the global torch generator would move every
+    later unseeded draw of its caller. The block's every weight is set from the bins and the pattern, so building it
+    needs no draw at all."""
+    _, _, public = phantom
+    bins = ImprintBins.from_public(public, n_bins=32, structure="cumulative")
+    body = small_cnn()                                              # drawn under its own seed, before the check
+    before = torch.get_rng_state()
+    imprint_model(body, bins, image_shape=(1, SIZE, SIZE), pattern_generator=torch.Generator().manual_seed(0))
+    assert torch.equal(torch.get_rng_state(), before)

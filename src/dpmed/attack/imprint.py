@@ -51,6 +51,7 @@ from typing import Callable
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn.utils import skip_init
 
 from dpmed.training.dp_sgd import DpSgdStep
 
@@ -183,9 +184,11 @@ class ImprintBlock(nn.Module):
         k = bins.n_bins
         gain = perturbation / amplification
         widths = self.structure.widths(bins.edges)                                             # [k]
-        self.measure = nn.Linear(d, k)
+        # uninitialised (every weight is set below): a default initialisation would draw from, and so move, the
+        # caller's global torch random state, and an attack must leave a run's later draws as they were
+        self.measure = skip_init(nn.Linear, d, k)
         self.nonlinearity = self.structure.nonlinearity(gain)
-        self.connection = nn.Linear(k, d, bias=False)
+        self.connection = skip_init(nn.Linear, k, d, bias=False)
         with torch.no_grad():
             row = torch.as_tensor(gain / (widths * d), dtype=torch.float32)                   # [k]
             self.measure.weight.copy_(row[:, None].expand(k, d))
