@@ -17,7 +17,7 @@ from dpmed.config import EvaluationConfig
 from dpmed.data import Dataset, ImageSet, Task
 from dpmed.evaluation.assessment import assess
 from dpmed.evaluation.fairness import evaluate_fairness
-from dpmed.evaluation.inference import SCORED_AT_ONCE, predict, predict_logits
+from dpmed.evaluation.inference import predict, predict_logits, scored_at_once
 from dpmed.evaluation.utility import evaluate_utility
 
 TASK = Task(kind="binary", label_names=("normal", "pneumonia"))
@@ -254,7 +254,7 @@ def test_scoring_logs_how_far_it_is_naming_the_run(monkeypatch, caplog):
 
 def test_a_run_s_evaluation_logs_how_far_each_set_is_scored(monkeypatch, caplog):
     """Sets of 256 images or fewer were scored in one chunk, with no line at all, which at 224 px took minutes."""
-    n = 3 * SCORED_AT_ONCE                                       # 3 chunks each: a line after the second
+    n = 3 * scored_at_once(_images(4, 0).image_shape)            # 3 chunks each: a line after the second
     dataset = Dataset(name="small", task=TASK, train=_images(n, 0), val=_images(n, 1), test=_images(n, 2),
                       patients_known=True)
     model = _SlowModel(_clock(monkeypatch))
@@ -264,3 +264,28 @@ def test_a_run_s_evaluation_logs_how_far_each_set_is_scored(monkeypatch, caplog)
                device=torch.device("cpu"), training=dataset.train, label="arm_seed0")
     assert [r.getMessage() for r in caplog.records if r.name == "dpmed.evaluation.inference"] == [
         f"arm_seed0: {what} images 67 % scored, about 1 min left" for what in ("validation", "test", "training")]
+
+
+class _Sizes(nn.Module):
+    """Records the images of each forward pass; scores nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight, self.sizes = nn.Parameter(torch.zeros(())), []
+
+    def forward(self, x):
+        self.sizes.append(len(x))
+        return torch.zeros(len(x), 2) + self.weight
+
+
+@pytest.mark.parametrize("side", [28, 64, 224])
+def test_scoring_chunks_follow_the_pixels_of_an_image(side):
+    """Chunks of 32 images made a 28 and 64 px ScatterNet's scoring slower than chunks of 256; at 224 px a chunk of
+    256 took minutes, with no progress line. So a chunk holds at most 256 images and about 32 of 224 px."""
+    images = _images(300, 0)
+    images = images.with_images(np.zeros((300, 1, side, side), dtype=np.float32))
+    model = _Sizes()
+    predict(model, images, TASK)
+    assert max(model.sizes) <= 256 and sum(model.sizes) == 300
+    assert max(model.sizes) * side * side <= 2 * 32 * 224 * 224         # about 32 images of 224 px at most
+    assert side > 64 or min(model.sizes) >= 150                         # small images: 2 chunks of 300, not 10

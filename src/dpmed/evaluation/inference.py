@@ -15,16 +15,24 @@ from dpmed.data import ImageSet, Task
 from dpmed.data.pace import Pace
 from dpmed.training import OBJECTIVES
 
-__all__ = ["predict", "predict_logits", "SCORED_AT_ONCE"]
+__all__ = ["predict", "predict_logits", "scored_at_once"]
 
 _log = logging.getLogger(__name__)
 
-# Images scored at once: a progress line can come only between chunks, and a chunk of 256 images at 224 px (a
-# ResNet-18 on a CPU) took minutes, so a validation or test set of 256 images or fewer scored with no line at all.
-SCORED_AT_ONCE = 32
+# Pixels scored at once, 32 images at 224 px: a progress line can come only between chunks, and a chunk of 256
+# images at 224 px (a ResNet-18 on a CPU) took minutes, so a set of 256 images or fewer scored with no line at all.
+# At most 256 images: 32 images of 28 or 64 px made ScatterNet's scoring slower (its scattering pays per call;
+# benchmarks/RESULTS.md, "Scoring chunks"), where 256 of them take seconds.
+_PIXELS_AT_ONCE = 32 * 224 * 224
+_MOST_AT_ONCE = 256
 
 
-def predict(model: nn.Module, data: ImageSet, task: Task, *, batch_size: int = SCORED_AT_ONCE,
+def scored_at_once(image_shape: tuple[int, ...]) -> int:
+    """Images scored in one chunk, for images of ``image_shape`` (C, H, W): what the image size alone sets."""
+    return max(1, min(_MOST_AT_ONCE, _PIXELS_AT_ONCE // (image_shape[-2] * image_shape[-1])))
+
+
+def predict(model: nn.Module, data: ImageSet, task: Task, *, batch_size: int | None = None,
             device: torch.device | None = None, label: str | None = None, what: str = "images") -> np.ndarray:
     """Scores as the evaluation expects them: binary [N] = P(class 1), multiclass [N, K], multilabel [N, L].
 
@@ -35,15 +43,17 @@ def predict(model: nn.Module, data: ImageSet, task: Task, *, batch_size: int = S
 
     With ``label`` (the run), progress lines as ``label``'s, naming ``what`` is scored ("test images"), as the data
     layer's long loops log theirs (`dpmed.data.pace`): at 224 px a run's validation and test sets take minutes to
-    score on a CPU, which a silent terminal shows as a hang. Shares of the work and times only, so that scoring the
-    training images (``evaluation.training_metrics``) says nothing of how many there are.
+    score on a CPU, which a silent terminal shows as a hang. Shares of the work and times only, never a count; the
+    shares still tell how many chunks a set took, so scoring the training images (``evaluation.training_metrics``)
+    tells their number to within a chunk: no more than the log, private, holds exactly (`dpmed.study`'s "data:"
+    line). ``batch_size``: images per chunk; by default `scored_at_once`.
     """
     scores = _outputs(model, data, batch_size, device,
                       lambda out: OBJECTIVES[task.kind].scores(out.double()).cpu().numpy(), label, what)
     return np.concatenate(scores).astype(np.float64)
 
 
-def predict_logits(model: nn.Module, data: ImageSet, *, batch_size: int = SCORED_AT_ONCE,
+def predict_logits(model: nn.Module, data: ImageSet, *, batch_size: int | None = None,
                    device: torch.device | None = None) -> np.ndarray:
     """The model's raw outputs, float64 [N, K] (binary: K = 2 softmax logits), for scores that must not saturate:
     a float32 probability of a well-fitted example rounds to exactly 1, and its log-likelihood to a tie (the
@@ -52,7 +62,7 @@ def predict_logits(model: nn.Module, data: ImageSet, *, batch_size: int = SCORED
 
 
 @torch.no_grad()
-def _outputs(model: nn.Module, data: ImageSet, batch_size: int, device: torch.device | None,
+def _outputs(model: nn.Module, data: ImageSet, batch_size: int | None, device: torch.device | None,
              convert: Callable[[torch.Tensor], np.ndarray], label: str | None = None,
              what: str = "images") -> list[np.ndarray]:
     """``convert`` of the model's output on each chunk of at most ``batch_size`` images, in eval mode; the model
@@ -60,6 +70,7 @@ def _outputs(model: nn.Module, data: ImageSet, batch_size: int, device: torch.de
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
+    batch_size = batch_size or scored_at_once(data.images.shape)
     chunks = np.array_split(data.images, max(1, int(np.ceil(len(data) / batch_size))))
     pace, out = Pace(_log), []
     try:
