@@ -254,7 +254,7 @@ def test_scoring_logs_how_far_it_is_naming_the_run(monkeypatch, caplog):
 
 def test_a_run_s_evaluation_logs_how_far_each_set_is_scored(monkeypatch, caplog):
     """Sets of 256 images or fewer were scored in one chunk, with no line at all, which at 224 px took minutes."""
-    n = 3 * scored_at_once(_images(4, 0).image_shape)            # 3 chunks each: a line after the second
+    n = 3 * scored_at_once(_images(4, 0).image_shape)            # 3 chunks of 15 s each
     dataset = Dataset(name="small", task=TASK, train=_images(n, 0), val=_images(n, 1), test=_images(n, 2),
                       patients_known=True)
     model = _SlowModel(_clock(monkeypatch))
@@ -262,8 +262,23 @@ def test_a_run_s_evaluation_logs_how_far_each_set_is_scored(monkeypatch, caplog)
         assess(model, dataset, (dataset.val, dataset.test),
                EvaluationConfig(bootstrap_resamples=20, fairness=None, training_metrics=True), cam_layer="model.2",
                device=torch.device("cpu"), training=dataset.train, label="arm_seed0")
-    assert [r.getMessage() for r in caplog.records if r.name == "dpmed.evaluation.inference"] == [
-        f"arm_seed0: {what} images 67 % scored, about 1 min left" for what in ("validation", "test", "training")]
+    # one interval for the run's scoring: 30 s into the validation set, then 30 s later the test set's first chunk
+    assert [m for m in caplog.messages if " scored, " in m] == [
+        f"arm_seed0: {what} images {p} % scored, about 1 min left"
+        for what, p in (("validation", 67), ("test", 33), ("training", 33))]
+
+
+def test_a_validation_and_a_test_set_each_scored_within_the_interval_still_log_a_line(monkeypatch, caplog):
+    """Each set was paced on its own: a validation set and then a test set, each a little faster than the interval,
+    scored in silence however long the two took together."""
+    n = 2 * scored_at_once(_images(4, 0).image_shape)            # 2 chunks of 15 s each: no line within a set
+    dataset = Dataset(name="small", task=TASK, train=_images(n, 0), val=_images(n, 1), test=_images(n, 2),
+                      patients_known=True)
+    model = _SlowModel(_clock(monkeypatch))
+    with caplog.at_level(logging.INFO, logger="dpmed.evaluation"):
+        assess(model, dataset, (dataset.val, dataset.test), EvaluationConfig(bootstrap_resamples=20, fairness=None),
+               cam_layer="model.2", device=torch.device("cpu"), label="arm_seed0")
+    assert [m for m in caplog.messages if " scored, " in m] == ["arm_seed0: test images 50 % scored, about 1 min left"]
 
 
 class _Sizes(nn.Module):

@@ -20,6 +20,12 @@ class Pace:
         self._log = log
         self.began = self._last = time.perf_counter()
 
+    def again(self) -> None:
+        """The next of loops paced as one (a run's validation, then test images): its time left counts from now, but
+        its first line waits only out what is left of the interval since the last line, so that loops each a little
+        shorter than the interval, one after another, do not all run in silence."""
+        self.began = time.perf_counter()
+
     def log(self, share: float, message: str, *args: object) -> None:
         """``share`` of the work is done; ``message % args`` says how far."""
         now = time.perf_counter()

@@ -5,6 +5,7 @@ explanations as functions of them (METHODS.md s.4-6), and, where a study asks, t
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from torch import nn
 
 from dpmed.config import EvaluationConfig
 from dpmed.data import Dataset, ImageSet
+from dpmed.data.pace import Pace
 from dpmed.evaluation.explanations import explain_test_set
 from dpmed.evaluation.fairness import evaluate_fairness, group_labels
 from dpmed.evaluation.inference import predict
@@ -24,6 +26,8 @@ from dpmed.evaluation.utility import evaluate_utility
 from dpmed.evaluation.weighted import redraw_bytes
 
 __all__ = ["Assessment", "assess", "RedrawMemory", "redraw_memory"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,8 +114,10 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
     scoring the images (`dpmed.evaluation.inference.predict`) and explaining them (Grad-CAM and its deletion and
     insertion curves, `dpmed.evaluation.explanations.explain`)."""
     val_input, test_input = inputs
-    val_scores = predict(model, val_input, dataset.task, device=device, label=label, what="validation images")
-    test_scores = predict(model, test_input, dataset.task, device=device, label=label, what="test images")
+    pace = Pace(_log)     # one for the run's scoring: sets each scored within its interval would each be silent
+    val_scores = predict(model, val_input, dataset.task, device=device, label=label, what="validation images",
+                         pace=pace)
+    test_scores = predict(model, test_input, dataset.task, device=device, label=label, what="test images", pace=pace)
     metrics = _utility(config, dataset, val_scores, dataset.test, test_scores)
     fairness = None
     if config.fairness is not None:   # per-group metrics, a pure function of the predictions (METHODS.md s.5)
@@ -134,7 +140,8 @@ def assess(model: nn.Module, dataset: Dataset, inputs: tuple[ImageSet, ImageSet]
         explanations = explanations.model_copy(update={"seconds": time.perf_counter() - start})
     private = None
     if config.training_metrics and training is not None and len(training):   # an audit may leave none
-        train_scores = predict(model, training, dataset.task, device=device, label=label, what="training images")
+        train_scores = predict(model, training, dataset.task, device=device, label=label, what="training images",
+                               pace=pace)
         private = {"covered_by_eps": False, "note": "computed from the training images without noise: private",
                    **{k.replace("test_", "train_", 1): v for k, v in _utility(
                        config, dataset, val_scores, training, train_scores, "train").items()}}

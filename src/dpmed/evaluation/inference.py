@@ -33,7 +33,8 @@ def scored_at_once(image_shape: tuple[int, ...]) -> int:
 
 
 def predict(model: nn.Module, data: ImageSet, task: Task, *, batch_size: int | None = None,
-            device: torch.device | None = None, label: str | None = None, what: str = "images") -> np.ndarray:
+            device: torch.device | None = None, label: str | None = None, what: str = "images",
+            pace: Pace | None = None) -> np.ndarray:
     """Scores as the evaluation expects them: binary [N] = P(class 1), multiclass [N, K], multilabel [N, L].
 
     From the logits in float64: a float32 softmax is exactly 1 from a logit margin of about 17, so a confident
@@ -46,10 +47,12 @@ def predict(model: nn.Module, data: ImageSet, task: Task, *, batch_size: int | N
     score on a CPU, which a silent terminal shows as a hang. Shares of the work and times only, never a count; the
     shares still tell how many chunks a set took, so scoring the training images (``evaluation.training_metrics``)
     tells their number to within a chunk: no more than the log, private, holds exactly (`dpmed.study`'s "data:"
-    line). ``batch_size``: images per chunk; by default `scored_at_once`.
+    line). ``pace``: the run's
+    scoring so far (`Pace.again`), so that a validation and a test set each scored within the interval still
+    draw a line. ``batch_size``: images per chunk; by default `scored_at_once`.
     """
     scores = _outputs(model, data, batch_size, device,
-                      lambda out: OBJECTIVES[task.kind].scores(out.double()).cpu().numpy(), label, what)
+                      lambda out: OBJECTIVES[task.kind].scores(out.double()).cpu().numpy(), label, what, pace)
     return np.concatenate(scores).astype(np.float64)
 
 
@@ -64,7 +67,7 @@ def predict_logits(model: nn.Module, data: ImageSet, *, batch_size: int | None =
 @torch.no_grad()
 def _outputs(model: nn.Module, data: ImageSet, batch_size: int | None, device: torch.device | None,
              convert: Callable[[torch.Tensor], np.ndarray], label: str | None = None,
-             what: str = "images") -> list[np.ndarray]:
+             what: str = "images", pace: Pace | None = None) -> list[np.ndarray]:
     """``convert`` of the model's output on each chunk of at most ``batch_size`` images, in eval mode; the model
     goes back to the mode it was in. With ``label``, a paced progress line after a chunk (:func:`predict`)."""
     device = device or next(model.parameters()).device
@@ -72,7 +75,11 @@ def _outputs(model: nn.Module, data: ImageSet, batch_size: int | None, device: t
     model.eval()
     batch_size = batch_size or scored_at_once(data.images.shape)
     chunks = np.array_split(data.images, max(1, int(np.ceil(len(data) / batch_size))))
-    pace, out = Pace(_log), []
+    if pace is None:
+        pace = Pace(_log)
+    else:
+        pace.again()
+    out = []
     try:
         for i, chunk in enumerate(chunks):
             out.append(convert(model(torch.from_numpy(chunk).to(device))))
