@@ -21,7 +21,7 @@ from dpmed.mechanisms import mechanism_info
 from dpmed.models import build_model
 from dpmed.randomness import PrivacyRandomness
 from dpmed.records import StartRecord
-from dpmed.run import RunContext, _attempt, _privacy_randomness, _training_set, start_model
+from dpmed.run import ATTEMPT_FORMAT, RunContext, _attempt, _privacy_randomness, _training_set, start_model
 from dpmed.study import load_study_data, plan_study
 
 STUDY = ("name: s\ndata: {source: phantom, n_images: 120, image_size: 16}\nseeds: [3]\n"
@@ -117,23 +117,50 @@ def test_another_attempt_s_key_is_replaced_and_what_it_left_deleted(prepared, tm
     assert again.root_hex() == randomness.root_hex() and folder.checkpoint.exists()
 
 
-@pytest.mark.parametrize("key", ["another attempt's", "damaged", "missing"])
-def test_a_checkpoint_that_cannot_continue_is_named_as_it_is_deleted(prepared, tmp_path, caplog, key):
-    """`dpmed status` showed the run as continuing from its checkpoint, and `dpmed run` then trained it from step 0
-    without a word: the user could not tell a resumed run from one that started afresh, nor why."""
+_OTHER_ATTEMPTS = {      # the key file's attempt, and why its checkpoint cannot continue
+    "another attempt's": (f"{ATTEMPT_FORMAT}:{'ab' * 32}", "made with other settings or data"),
+    "an older dpmed's": (f"{ATTEMPT_FORMAT - 1}:{'ab' * 32}", "an older dpmed made it"),
+    "a bare hash": ("ab" * 32, "an older dpmed made it"),    # written before the format was
+    "a newer dpmed's": (f"{ATTEMPT_FORMAT + 1}:{'ab' * 32}", "a newer dpmed made it"),
+    "damaged": (None, "its privacy key is missing"), "missing": (None, "its privacy key is missing")}
+
+
+def test_an_older_dpmed_s_attempt_of_the_same_fingerprint_continues(prepared, tmp_path, caplog):
+    """The key file's attempt now begins with how it was fingerprinted; one an older dpmed wrote, a bare hash equal to
+    this attempt's, is the same settings and data: its checkpoint continues, not deleted by an upgrade."""
     study, dataset, plans = prepared
     context = RunContext(dataset=dataset, evaluation=study.evaluation)
     folder = StudyFolder(tmp_path).run(plans["lap"].run_id)
     folder.make()
+    old = PrivacyRandomness.secure()
+    folder.privacy_key.write_text(json.dumps({"root": old.root_hex(),
+                                              "attempt": _attempt(plans["lap"], context).partition(":")[2]}))
+    folder.checkpoint.write_bytes(b"the older dpmed's checkpoint")
+    with caplog.at_level("INFO", logger="dpmed.run"):
+        assert _privacy_randomness(plans["lap"], context, folder).root_hex() == old.root_hex()
+    assert folder.checkpoint.exists() and "afresh" not in caplog.text
+
+
+@pytest.mark.parametrize("key", list(_OTHER_ATTEMPTS))
+def test_a_checkpoint_that_cannot_continue_is_named_as_it_is_deleted(prepared, tmp_path, caplog, key):
+    """`dpmed status` showed the run as continuing from its checkpoint, and `dpmed run` then trained it from step 0
+    without a word: the user could not tell a resumed run from one that started afresh, nor why. A checkpoint an
+    older dpmed left was said to be "made with other settings or data" where only dpmed changed: it is that
+    dpmed's, and the run trains under a new key, not mixed with it."""
+    study, dataset, plans = prepared
+    context = RunContext(dataset=dataset, evaluation=study.evaluation)
+    folder = StudyFolder(tmp_path).run(plans["lap"].run_id)
+    folder.make()
+    attempt, reason = _OTHER_ATTEMPTS[key]
     if key != "missing":
         folder.privacy_key.write_text(json.dumps({"root": PrivacyRandomness.secure().root_hex(),
-                                                  "attempt": "another attempt"}) if key != "damaged" else "{")
+                                                  "attempt": attempt}) if key != "damaged" else "{")
     folder.checkpoint.write_bytes(b"the other attempt's checkpoint")
     with caplog.at_level("INFO", logger="dpmed.run"):
         _privacy_randomness(plans["lap"], context, folder)
-    reason = "made with other settings or data" if key == "another attempt's" else "its privacy key is missing"
     assert f"{plans['lap'].run_id}: its checkpoint" in caplog.text and reason in caplog.text
-    assert "trains afresh" in caplog.text and not folder.checkpoint.exists()
+    assert "trains afresh under a new privacy key" in caplog.text and not folder.checkpoint.exists()
+    assert ("other settings or data" in caplog.text) == (key in ("another attempt's", "a bare hash"))
     caplog.clear()
     folder.checkpoint.write_bytes(b"this attempt's checkpoint")
     with caplog.at_level("INFO", logger="dpmed.run"):

@@ -76,11 +76,17 @@ class RunContext:
         return self.at_once < 2
 
 
+# How `_attempt` fingerprints an attempt, written before its hash ("2:<sha256>"; a bare hash is an older dpmed's):
+# bump it when the hash is made otherwise or a plan's settings gain or lose a key, so that a checkpoint a dpmed of
+# another version left is said to be its, not one made with other settings or data.
+ATTEMPT_FORMAT = 2
+
+
 def _attempt(plan: RunPlan, context: RunContext) -> str:
     """What an unfinished attempt of the run must share with this one for its key to serve again: the run's
     settings, the randomness mode, the study's start and the training data's content (sha256; it is kept only in
-    the private key file, which goes when the run finishes). The arrays are hashed where they are: a bytes copy would
-    hold the training images twice in every worker."""
+    the private key file, which goes when the run finishes), after the version of how it is made (`ATTEMPT_FORMAT`).
+    The arrays are hashed where they are: a bytes copy would hold the training images twice in every worker."""
     digest = hashlib.sha256(json.dumps({"plan": plan.settings(), "randomness": context.privacy_randomness,
                                         "start": None if context.start is None else context.start.model_dump(
                                             mode="json"), "normalization": str(context.dataset.normalization)},
@@ -90,7 +96,22 @@ def _attempt(plan: RunPlan, context: RunContext) -> str:
         digest.update(np.ascontiguousarray(array))
         digest.update(str(array.shape).encode())
     digest.update("\0".join(map(str, train.patient_ids)).encode())
-    return digest.hexdigest()
+    return f"{ATTEMPT_FORMAT}:{digest.hexdigest()}"
+
+
+def _why_not_continued(saved: str | None) -> str:
+    """Why the checkpoint of an attempt saved as ``saved`` (its key file's attempt, None where there is no key)
+    cannot continue this one, for the log. An attempt fingerprinted by another version of dpmed is said to be that
+    dpmed's: upgrading dpmed changes no setting or data, and saying so sent users looking for one."""
+    if saved is None:
+        return "its privacy key is missing or damaged"
+    made, colon, _ = saved.rpartition(":")
+    if not colon:       # a bare hash: written before the format was, by an older dpmed
+        return "an older dpmed made it, with other settings or data or fingerprinting them otherwise"
+    if made.isdigit() and int(made) != ATTEMPT_FORMAT:
+        which = "an older" if int(made) < ATTEMPT_FORMAT else "a newer"
+        return f"{which} dpmed made it, which fingerprints a run otherwise"
+    return "made with other settings or data"
 
 
 def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -> PrivacyRandomness:
@@ -104,11 +125,13 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
     noise, whose difference would cancel the noise."""
     mode, attempt = context.privacy_randomness, _attempt(plan, context)
     saved = saved_key(folder.privacy_key, mode)
-    if saved is not None and saved[1] == attempt:
+    # a bare hash equal to this one's is an older dpmed's attempt of the same settings and data: it continues
+    if saved is not None and saved[1] in (attempt, attempt.partition(":")[2]):
         return saved[0]
     if folder.checkpoint.is_file():     # `dpmed status` showed it as continuing: say why it does not
-        why = "its privacy key is missing or damaged" if saved is None else "made with other settings or data"
-        _log.info("%s: its checkpoint cannot continue (%s): deleted, and the run trains afresh", plan.run_id, why)
+        _log.info("%s: its checkpoint cannot continue (%s): deleted, and the run trains afresh%s, nothing of that "
+                  "attempt mixed in", plan.run_id, _why_not_continued(None if saved is None else saved[1]),
+                  " under a new privacy key" if mode == "secure" else "")
     folder.discard_attempt()
     randomness = (PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id) if mode == "reproducible" else
                   PrivacyRandomness.secure())
