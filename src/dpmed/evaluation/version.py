@@ -38,9 +38,9 @@ def evaluated_by(version: int) -> str:
     dpmed (fairness intervals changed)"); "" for the current version."""
     if version == EVALUATION_VERSION:
         return ""
-    if version in RETIRED:
-        return f"evaluated by an older dpmed ({RETIRED[version]})"
-    if version > EVALUATION_VERSION:
+    if version > EVALUATION_VERSION and version not in RETIRED:
         return f"evaluated by a newer dpmed (its evaluation methods {version}, this version's {EVALUATION_VERSION})"
-    changed = [CHANGES[v] for v in range(version + 1, EVALUATION_VERSION + 1) if CHANGES.get(v)]
+    # a retired version's methods, dropped since, and every change after it, which its record lacks as well
+    changed = [RETIRED[version]] if version in RETIRED else []
+    changed += [CHANGES[v] for v in range(version + 1, EVALUATION_VERSION + 1) if CHANGES.get(v)]
     return f"evaluated by an older dpmed ({'; '.join(changed)})"
