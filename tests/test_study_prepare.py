@@ -4,12 +4,13 @@ shows, and the planning refusals at their edges. Phantom data, no training."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from dpmed.config import load_study
 from dpmed.errors import ConfigError, DataError, PrivacyError
 from dpmed.mechanisms import DpSgdPlan
-from dpmed.numbers import bytes_text
 from dpmed.study import load_study_data, plan_study, planned_card, prepare_study
 from dpmed.suitability import check_fit
 
@@ -567,12 +568,32 @@ def test_augmented_copies_no_memory_holds_are_refused_before_training(write_stud
                                    "batch_size: 64}\n"))
     dataset = load_study_data(study)
     monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=20 * 10**6, swap=0))
-    copies = 256 * 64 * 32 * 32 * 4 * dataset.train.image_shape[0]      # arm b's batch, the largest: 67 MB
     with pytest.raises(DataError, match=r"^training.augmentation.multiplicity: 256 copies of each of the 64 images of "
-                                        rf"a batch \(arm b's\) take {bytes_text(copies)} of memory as float32, and "
-                                        r"only 20 MB is free for dpmed here: lower "
-                                        r"training.augmentation.multiplicity or the batch size"):
+                                        r"a batch \(arm b's\), with the batch and its images padded for the crops, "
+                                        r"take \d+ MB of memory as float32, and only 20 MB is free for dpmed here: "
+                                        r"lower training.augmentation.multiplicity or the batch size"):
         check_fit(study, dataset)
     augmentation = study.training.augmentation.model_copy(update={"multiplicity": 4})
     check_fit(study.model_copy(update={"training": study.training.model_copy(
         update={"augmentation": augmentation})}), dataset)
+
+
+@pytest.mark.parametrize("padding", ["auto", 0])
+def test_augmented_copies_count_the_batch_and_its_padded_images(write_study, monkeypatch, padding):
+    """A step holds, beside the K copies of its batch, the batch it gathered and (with crops) that batch
+    reflect-padded: a memory that held the copies alone and not those was let through, and the step took more."""
+    from dpmed import memory
+
+    study = load_study(write_study("name: s\nseeds: [0]\ndata: {source: phantom, n_images: 100, image_size: 64}\n"
+                                   f"training: {{batch_size: 64, augmentation: {{multiplicity: 16, crop_padding: "
+                                   f"{padding}}}}}\narms:\n  - {{name: a, mechanism: none}}\n"))
+    dataset = load_study_data(study)
+    image = 4 * math.prod(dataset.train.image_shape)
+    copies, side = 16 * 64 * image, 64 + 2 * study.training.augmentation.padding(64)
+    held = copies + 64 * image + (64 * 4 * dataset.train.image_shape[0] * side * side if padding == "auto" else 0)
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=copies + (held - copies) // 2, swap=0))
+    with pytest.raises(DataError, match=r"^training.augmentation.multiplicity: 16 copies .* the batch and its images "
+                                        r"padded for the crops"):
+        check_fit(study, dataset)
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=held + 1, swap=0))   # + float rounding
+    check_fit(study, dataset)

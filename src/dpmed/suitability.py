@@ -246,15 +246,21 @@ def check_fit(study: Study, dataset: Dataset) -> None:
 def _check_copies(study: Study, dataset: Dataset) -> None:
     """Refuse an augmentation multiplicity K whose copies of the largest batch cannot fit in memory: each step makes
     the K copies of its whole batch at once (`dpmed.training.augmentation`), before the physical batches slice them,
-    so it failed in every run's first step. A DP-SGD batch counts units, and a patient brings all of their images:
-    the images counted here are the fewest such a batch holds."""
-    k = study.training.augmentation.multiplicity
+    so it failed in every run's first step. Beside the copies the step holds the batch it gathered and that batch
+    reflect-padded for the crops: counting the copies alone let through K = 4 at 224 px whose inputs took 1.66-1.75
+    times what was counted (benchmarks/RESULTS.md, "A DP-SGD step's memory"). A DP-SGD batch counts units, and a
+    patient brings all of their images: the images counted here are the fewest such a batch holds."""
+    augmentation = study.training.augmentation
+    k, (_, height, width) = augmentation.multiplicity, dataset.train.image_shape
+    pad = augmentation.padding(min(height, width))
     batch, arm = max([(study.training.batch_size, None)]
                      + [(a.batch_size, a.name) for a in study.arms if a.batch_size is not None], key=lambda t: t[0])
-    need = 4 * k * batch * math.prod(dataset.train.image_shape)
+    padded = (height + 2 * pad) * (width + 2 * pad) / (height * width) if pad else 0   # a padded image, in images
+    need = math.ceil(4 * (k + 1 + padded) * batch * math.prod(dataset.train.image_shape))
     whose = f" (arm {arm}'s)" if arm is not None else ""
     memory.check_bytes(need, f"training.augmentation.multiplicity: {k} copies of each of the {batch} images of a "
-                             f"batch{whose} take {bytes_text(need)} of memory as float32",
+                             f"batch{whose}, with the batch and its images padded for the crops, take "
+                             f"{bytes_text(need)} of memory as float32",
                        fix="lower training.augmentation.multiplicity or the batch size (training.batch_size, or the "
                            "arm's batch_size), or set a smaller data.image_size")
 
