@@ -426,6 +426,40 @@ def test_a_checkpoint_mixed_with_an_earlier_one_of_the_same_run_is_refused(data,
     assert ("'noise'" if mixed == "noise stream" else "'sampling'" if mixed == "streams" else "ledger") in said
 
 
+@pytest.mark.parametrize("damage", ["a position that is none", "no ledger"])
+def test_a_checkpoint_with_a_damaged_part_is_refused_naming_it_not_a_key_error(data, new_model, tmp_path, monkeypatch,
+                                                                                damage):
+    # A file that reads as a checkpoint but lacks a part: training and `dpmed status` tell the file and the remedy.
+    images, task = data
+    key, ckpt = PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
+    _stop_after(monkeypatch, new_model(task), images, task, ckpt, key)
+    state = torch.load(ckpt, weights_only=True)
+    if damage == "no ledger":
+        del state["ledger"]
+    else:
+        state["privacy_randomness"]["noise"] = "{}"
+    torch.save(state, ckpt)
+    assert "damaged" in _refused(new_model(task), images, task, ckpt, key)
+
+
+def test_a_checkpoint_whose_words_per_step_were_edited_is_refused_by_training_as_by_status(data, new_model, tmp_path,
+                                                                                          monkeypatch):
+    # Status checks the stream positions against the words per step the checkpoint saved, having no model to count
+    # them: training checks that those are its plan's, so that no edit makes the two tell a checkpoint apart.
+    images, task = data
+    key, ckpt = PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
+    _stop_after(monkeypatch, new_model(task), images, task, ckpt, key)
+    state = torch.load(ckpt, weights_only=True)
+    state["per_step"] = {name: words + 1 for name, words in state["per_step"].items()}
+    torch.save(state, ckpt)
+    _, told = checkpoint_review(ckpt, PrivacyRandomness.from_root_hex(key, "secure"))
+    with pytest.raises(RuntimeError, match="not this run's") as caught:
+        train(new_model(task), images, task, CFG, seed=4, dp=PLAN, progress=False, checkpoint=ckpt,
+              randomness=PrivacyRandomness.from_root_hex(key, "secure"))
+    assert told is not None and str(caught.value).startswith(f"the checkpoint {ckpt} cannot continue this run: ")
+    assert not re.search(r"\d+ words", str(caught.value))
+
+
 @pytest.mark.parametrize("update", [{"noise_multiplier": 0.0}, {"sample_rate": 1.0}], ids=["no noise", "every unit"])
 def test_a_run_whose_step_draws_nothing_from_a_stream_still_resumes(data, new_model, tmp_path, monkeypatch, update):
     # sigma 0 draws no noise, and a sample rate of 1 no sampling words: the positions a step count implies are zero.

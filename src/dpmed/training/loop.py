@@ -254,12 +254,19 @@ def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer
 def _refusal(state: dict, randomness: PrivacyRandomness, per_step: dict[str, int]) -> str | None:
     """Why the checkpoint ``state`` cannot continue under the run's ``randomness`` (its privacy streams restored
     there where it can): the one check of `train` and of `dpmed status` (`checkpoint_review`). ``per_step``: the raw
-    words each step takes from each stream it draws from."""
+    words each step takes from each stream it draws from, as the run's plan sets them. The checkpoint's own (absent
+    from an earlier dpmed's) must be the same: status, which has no model to count them, checks the positions against
+    those, and an edit there is refused here even where status cannot see it. Damaged parts (a position or ledger
+    that is not one) are a refusal too, not a KeyError that names no file."""
+    if state.get("per_step", per_step) != per_step:    # no counts told: the sampling stream's is the training units'
+        return "the words a step takes from its privacy streams are not this run's (edited)"
     try:
         randomness.restore(state.get("privacy_randomness", {}), needed=tuple(per_step))
+        return _mixed(state, randomness, per_step)
     except ValueError as exc:          # another key's, or damaged: its draws would replace or repeat counted ones
         return str(exc)
-    return _mixed(state, randomness, per_step)
+    except (KeyError, TypeError) as exc:
+        return f"it is damaged ({type(exc).__name__}: {exc})"
 
 
 def _refused(path: Path, problem: str) -> str:
