@@ -21,7 +21,7 @@ from dpmed.accounting import ledger_epsilon
 from dpmed.config import TrainingConfig
 from dpmed.config.schema import AugmentationConfig
 from dpmed.randomness import PRIVACY_STREAMS, PrivacyRandomness, _stream_key
-from dpmed.training import DpSgdPlan, DpSgdStep, checkpoint_progress, checkpoint_review, train
+from dpmed.training import DpSgdPlan, DpSgdStep, checkpoint_review, train
 
 CFG = TrainingConfig(epochs=3, batch_size=16, physical_batch_size=64, optimizer="adam", learning_rate=1e-3)
 PLAN = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.2, steps=17)  # epochs of 5 steps
@@ -81,7 +81,8 @@ def test_a_resumed_run_equals_an_uninterrupted_one(data, new_model, dp_in_one_go
                   checkpoint=ckpt)
     per_epoch = math.ceil(len(images) / CFG.batch_size)
     total, done = (PLAN.steps, 10) if dp is not None else (3 * per_epoch, per_epoch)
-    assert checkpoint_progress(ckpt) == (done, total)         # what `dpmed status` shows: the last save, not step 13
+    # what `dpmed status` shows: the last save, not step 13, and that it continues
+    assert checkpoint_review(ckpt, randomness()) == ((done, total), None)
 
     resumed_model = new_model(task)   # a fresh process would rebuild the model the same way
     with caplog.at_level(logging.INFO, logger="dpmed.training.loop"):
@@ -269,8 +270,9 @@ def test_a_checkpoint_continues_with_a_smaller_physical_batch(data, new_model, d
 
 def test_an_unreadable_checkpoint_is_named_when_its_progress_is_asked_and_by_training(data, new_model, tmp_path):
     (tmp_path / "checkpoint.pt").write_bytes(b"cut short by a full disk")
-    with pytest.raises(RuntimeError, match=f"the checkpoint {tmp_path / 'checkpoint.pt'} cannot be read .*delete it"):
-        checkpoint_progress(tmp_path / "checkpoint.pt")
+    progress, told = checkpoint_review(tmp_path / "checkpoint.pt", PrivacyRandomness.secure())
+    assert progress is None and re.match(f"the checkpoint {re.escape(str(tmp_path / 'checkpoint.pt'))} cannot be "
+                                         "read .*delete it", told)
     images, task = data
     with pytest.raises(RuntimeError, match=f"the checkpoint {tmp_path / 'checkpoint.pt'} cannot be read .*delete it"):
         train(new_model(task), images, task, CFG, seed=4, dp=PLAN, randomness=PrivacyRandomness.secure(),
@@ -283,8 +285,7 @@ def test_an_empty_checkpoint_is_named_not_an_index_error(data, new_model, tmp_pa
     and the run failed with "IndexError: list index out of range", which named neither the file nor what to do;
     some other bytes met torch's unpickler with "IndexError: pop from empty list"."""
     (tmp_path / "checkpoint.pt").write_bytes(content)
-    with pytest.raises(RuntimeError, match="cannot be read"):
-        checkpoint_progress(tmp_path / "checkpoint.pt")
+    assert "cannot be read" in checkpoint_review(tmp_path / "checkpoint.pt", PrivacyRandomness.secure())[1]
     images, task = data
     with pytest.raises(RuntimeError, match=f"the checkpoint {tmp_path / 'checkpoint.pt'} cannot be read "
                                            r"\(\w+Error: .+\); delete it"):
@@ -296,8 +297,8 @@ def test_a_file_of_tensors_that_is_no_checkpoint_is_named_not_an_attribute_error
     """A list of tensors in the checkpoint's place loaded and then failed on .get with an AttributeError that said
     nothing of the file or what to do."""
     torch.save([torch.zeros(2)], tmp_path / "checkpoint.pt")
-    with pytest.raises(RuntimeError, match="holds a list, not a dpmed checkpoint"):
-        checkpoint_progress(tmp_path / "checkpoint.pt")
+    assert "holds a list, not a dpmed checkpoint" in checkpoint_review(tmp_path / "checkpoint.pt",
+                                                                        PrivacyRandomness.secure())[1]
     images, task = data
     with pytest.raises(RuntimeError, match=f"the checkpoint {tmp_path / 'checkpoint.pt'} holds a list, not a dpmed "
                                            "checkpoint; delete it"):
@@ -321,7 +322,7 @@ def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_
     train(new_model(task), images, task, CFG, seed=4, dp=dp, randomness=PrivacyRandomness.secure(), progress=False,
           checkpoint=ckpt)
     if dp is not None:
-        assert checkpoint_progress(ckpt) == (PLAN.steps, PLAN.steps)
+        assert checkpoint_review(ckpt, PrivacyRandomness.secure())[0] == (PLAN.steps, PLAN.steps)
     if os.name == "posix":
         assert ckpt.stat().st_mode & 0o777 == 0o600
     given = {"seed": 4, "dp": dp, "cfg": CFG, "images": images, **other}
@@ -353,7 +354,8 @@ def _refused(model, images, task, ckpt, key) -> str:
     said = str(caught.value)
     assert said.startswith(f"the checkpoint {ckpt} cannot continue this run: ")
     assert said.endswith("delete it and the privacy key beside it to train this run afresh under a new key")
-    assert told == said and progress == checkpoint_progress(ckpt)
+    saved = torch.load(ckpt, weights_only=True).get("progress")
+    assert told == said and progress == (None if saved is None else (saved["steps"], saved["of"]))
     assert not re.search(r"\d+ words", said)   # the sampling stream's count is N a step: N is released only noised
     return said
 
@@ -466,7 +468,8 @@ def test_a_run_whose_step_draws_nothing_from_a_stream_still_resumes(data, new_mo
     images, task = data
     plan, key, ckpt = PLAN.model_copy(update=update), PrivacyRandomness.secure().root_hex(), tmp_path / "checkpoint.pt"
     _stop_after(monkeypatch, new_model(task), images, task, ckpt, key, plan=plan)
-    done, _ = checkpoint_progress(ckpt)         # every step at rate 1 (an epoch is one step), else step 5
+    (done, _), told = checkpoint_review(ckpt, PrivacyRandomness.from_root_hex(key, "secure"))
+    assert told is None                          # done: every step at rate 1 (an epoch is one step), else step 5
     resumed = train(new_model(task), images, task, CFG, seed=4, dp=plan, progress=False, checkpoint=ckpt,
                     randomness=PrivacyRandomness.from_root_hex(key, "secure"))
     assert resumed.resumed_from == done > 0 and resumed.ledger.dp_sgd_steps == plan.steps

@@ -52,7 +52,7 @@ from dpmed.training.sampling import fixed_size_batches, poisson_batches, shuffle
 from dpmed.training.schedule import set_learning_rate
 
 __all__ = ["DpSgdPlan", "TrainResult", "train", "dp_sgd_schedule", "resolve_device", "run_threads", "torch_threads",
-           "sampling_units", "checkpoint_progress", "checkpoint_review"]
+           "sampling_units", "checkpoint_review"]
 
 _log = logging.getLogger(__name__)
 
@@ -319,25 +319,20 @@ def _read_checkpoint(path: Path, *, mmap: bool = False) -> dict:
     return state
 
 
-def checkpoint_progress(path: Path) -> tuple[int, int] | None:
-    """(steps done, steps in all) of the training a checkpoint holds, for ``dpmed status``; None where it was written
-    before checkpoints recorded their progress (such a one still continues its run). RuntimeError where the mapped
-    read fails (`checkpoint_review` reads it whole to tell why); FileNotFoundError where it is gone."""
-    return _progress(_read_checkpoint(path, mmap=True))    # mapped: weights and optimiser state stay on disk
-
-
 def _progress(state: dict) -> tuple[int, int] | None:
+    """(steps done, steps in all) of the training a checkpoint holds; None where it was written before checkpoints
+    recorded their progress (such a one still continues its run)."""
     progress = state.get("progress")
     return None if progress is None else (int(progress["steps"]), int(progress["of"]))
 
 
 def checkpoint_review(path: Path, randomness: PrivacyRandomness) -> tuple[tuple[int, int] | None, str | None]:
-    """(its progress as `checkpoint_progress` tells it, why `train` would refuse to continue it) of the checkpoint at
-    ``path`` under its run's ``randomness`` (the key beside it), for ``dpmed status``: the refusal is `train`'s own
-    (`_refusal`), None where it continues. Read once, mapped, where that read succeeds; else whole, to tell what is
-    wrong: a mapped read of a file cut short fails on the mapping, which would hide it. The positions are checked
-    against the words per step the checkpoint saved (none in one of an earlier dpmed: its key alone is checked), so
-    that no model is built."""
+    """(its progress (`_progress`), why `train` would refuse to continue it) of the checkpoint at ``path`` under its
+    run's ``randomness`` (the key beside it), for ``dpmed status``: the refusal is `train`'s own (`_refusal`), None
+    where it continues. Read once, mapped (weights and optimiser state stay on disk), where that read succeeds; else
+    whole, to tell what is wrong: a mapped read of a file cut short fails on the mapping, which would hide it.
+    FileNotFoundError where it is gone. The positions are checked against the words per step the checkpoint saved
+    (none in one of an earlier dpmed: its key alone is checked), so that no model is built."""
     try:
         state = _read_checkpoint(path, mmap=True)
     except RuntimeError:
