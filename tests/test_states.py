@@ -280,3 +280,23 @@ def test_a_checkpoint_that_dpmed_run_would_not_continue_is_told_so_with_its_reas
     assert ("the next `dpmed run` deletes the checkpoint" if damage == "no key" else
             "delete it and the privacy key beside it") in detail
     assert randomness.root_hex() not in detail and not any(str(PER_STEP["sampling"] * k) in detail for k in (3, 5))
+
+
+def test_a_key_file_that_cannot_be_read_leaves_the_run_unknown_not_trained_afresh(study_folder, monkeypatch):
+    """As a colleague reads a study folder whose private/ was opened to them but not its owner-only key: status said
+    the next `dpmed run` deletes the checkpoint and trains afresh, which its owner's run does not. (Simulated: the
+    tests may run as root, whom no file mode stops.)"""
+    import pathlib
+
+    folder, _ = study_folder("a_seed0")
+    files = folder.run("a_seed0")
+    _dp_checkpoint(files.checkpoint, 5)
+    read_text = pathlib.Path.read_text
+
+    def denied(self, *args, **kwargs):
+        if self == files.privacy_key:
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_text(self, *args, **kwargs)
+    monkeypatch.setattr(pathlib.Path, "read_text", denied)
+    [(_, state, detail)] = run_states(folder.root)
+    assert state == "unknown" and f"(Permission denied: {files.privacy_key})" in detail

@@ -227,10 +227,14 @@ class PrivacyRandomness:
 def saved_key(path: Path, mode: RandomnessMode) -> tuple[PrivacyRandomness, str] | None:
     """(the randomness, attempt) of an unfinished run's private key file (`dpmed.run` writes it); None where there is
     none, an older version's bare key, or a damaged one (its root not a key): the attempt then starts afresh, as
-    without one. Read by the run that continues and by `dpmed status`, which checks its checkpoint against it."""
+    without one. Read by the run that continues and by `dpmed status`, which checks its checkpoint against it.
+    PermissionError where it is there but cannot be read, which is neither: `dpmed status`, run by a colleague, then
+    tells the run unknown, and a run fails rather than delete the checkpoint that the key continues."""
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
         return PrivacyRandomness.from_root_hex(str(saved["root"]), mode), str(saved["attempt"])
+    except PermissionError:
+        raise
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
