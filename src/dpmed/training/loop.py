@@ -245,9 +245,8 @@ def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer
         raise RuntimeError(_refused(path, problem))
     if average is not None:
         average.load_state_dict(state["average"])
-    reached = state.get("progress")    # absent from checkpoints written before they recorded it
-    _log.info("%s: continues from its checkpoint%s", label,
-              f" at step {reached['steps']} of {reached['of']}" if reached else "")
+    reached = _progress(state)         # as `dpmed status` tells it (`checkpoint_review`)
+    _log.info("%s: continues from its checkpoint%s", label, f" at step {reached[0]} of {reached[1]}" if reached else "")
     return Ledger.from_dict(state["ledger"]), state["statistics"], state["done"]
 
 
