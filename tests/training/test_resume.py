@@ -312,9 +312,10 @@ def test_a_file_of_tensors_that_is_no_checkpoint_is_named_not_an_attribute_error
     (PLAN, {"images": "one fewer"}),
     (None, {"cfg": CFG.model_copy(update={"epochs": 4})}),
 ], ids=["seed", "noise", "data", "epochs"])
-def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_path, dp, other):
+def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_path, dp, other, caplog):
     """A finished training's checkpoint holds its last step (17 of 17: T is no multiple of the 5 steps between
-    saves), readable by its owner only; a training with another seed, DP plan, data or length starts afresh."""
+    saves), readable by its owner only; a training with another seed, DP plan, data or length starts afresh, and
+    says so."""
     import os
 
     images, task = data
@@ -328,9 +329,11 @@ def test_a_checkpoint_from_other_settings_is_not_continued(data, new_model, tmp_
     given = {"seed": 4, "dp": dp, "cfg": CFG, "images": images, **other}
     if given["images"] == "one fewer":
         given["images"] = images.subset(range(len(images) - 1))
-    again = train(new_model(task), given["images"], task, given["cfg"], seed=given["seed"], dp=given["dp"],
-                  randomness=PrivacyRandomness.secure(), progress=False, checkpoint=ckpt)
+    with caplog.at_level(logging.INFO, logger="dpmed"):
+        again = train(new_model(task), given["images"], task, given["cfg"], seed=given["seed"], dp=given["dp"],
+                      randomness=PrivacyRandomness.secure(), progress=False, checkpoint=ckpt)
     assert again.resumed_from == 0
+    assert f"its checkpoint {ckpt} was made for other training settings or data: not continued" in caplog.text
     if dp is not None:
         assert again.ledger.dp_sgd_steps == PLAN.steps
 

@@ -214,13 +214,18 @@ class _Progress:
 _UNREADABLE = (OSError, RuntimeError, EOFError, pickle.UnpicklingError, IndexError, ValueError, KeyError, TypeError)
 
 
-def _load_checkpoint(path: Path | None, fingerprint: dict) -> dict | None:
+def _load_checkpoint(path: Path | None, fingerprint: dict, label: str) -> dict | None:
     """The checkpoint at ``path`` if it continues this very training; None if absent or made with other settings
-    (`dpmed.run` gave this attempt a fresh key and deleted what the earlier one left)."""
+    (`dpmed.run` gave this attempt a fresh key and deleted what the earlier one left; a caller of `train` may not
+    have, so the log says the checkpoint is not continued: `dpmed status` had shown it as continuing)."""
     if path is None or not path.is_file():
         return None
     state = _read_checkpoint(path)
-    return state if state.get("fingerprint") == fingerprint else None
+    if state.get("fingerprint") == fingerprint:
+        return state
+    _log.info("%s: its checkpoint %s was made for other training settings or data: not continued, training starts "
+              "at step 0 and overwrites it", label, path)
+    return None
 
 
 def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -235,7 +240,7 @@ def _resume(path: Path | None, fingerprint: dict, *, model: nn.Module, optimizer
     included, and as a local of the training loop it was printed by every traceback that shows locals (IPython's
     verbose mode, pytest --showlocals, a crash reporter) of a resumed run stopped mid-way, which keeps that key to
     resume again."""
-    state = _load_checkpoint(path, fingerprint)
+    state = _load_checkpoint(path, fingerprint, label)
     if state is None:
         return None
     model.load_state_dict(state["model"])
