@@ -1222,6 +1222,24 @@ def test_the_report_cells_round_and_order_as_written():
                                                                200)
 
 
+def test_a_redraw_count_that_is_not_a_number_raises_no_undefined_redraws_flag(tmp_path, make_record):
+    """A run.json that dpmed did not write may hold NaN, and it reads: the utility table gave it no flag, as no share
+    of NaN is above the threshold, and "(nan of 200 redraws undefined)" tells a reader nothing to act on."""
+    from dpmed.records import read_record
+    from dpmed.reporting.sections import _auroc_cell
+
+    record = make_record("np_seed0", "np", metrics={"test_auroc": 0.8, "test_auroc_low": 0.7, "test_auroc_high": 0.9,
+                                                    "test_auroc_undefined_redraws": 150, "n_resamples": 200})
+    assert "(150 of 200 redraws undefined)" in _auroc_cell(record)
+    for key in ("test_auroc_undefined_redraws", "n_resamples"):
+        path = tmp_path / key / "run.json"
+        path.parent.mkdir()
+        path.write_text(record.model_dump_json().replace(f'"{key}":{record.metrics[key]}', f'"{key}":NaN'))
+        read = read_record(path)
+        assert read.metrics[key] != read.metrics[key], key                              # NaN, as read
+        assert _auroc_cell(read) == _auroc_cell(record.model_copy(update={"metrics": {**record.metrics, key: 0}}))
+
+
 # ------------------------------------------------------------------------------------------------- the reading
 
 

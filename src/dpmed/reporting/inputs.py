@@ -249,10 +249,11 @@ def signed_text(value: float | None, digits: int = 3) -> str:
 def undefined_redraws_flag(undefined: int, resamples: int, why: str) -> str:
     """" (21 of 200 redraws undefined)", flagged, where more than UNDEFINED_REDRAWS_WARN_FRACTION of the redraws left
     a statistic undefined: its interval then describes only the others, and the flag's title says ``why`` they are
-    left out. Empty where few are (the utility metrics and the fairness differences warn above the same share)."""
-    if not resamples or undefined <= UNDEFINED_REDRAWS_WARN_FRACTION * resamples:
-        return ""
-    return f' <span class="flag" title="{why}">({undefined} of {resamples} redraws undefined)</span>'
+    left out. Empty where few are (the utility metrics and the fairness differences warn above the same share), and
+    where a count is not a number (a run.json written elsewhere): "nan of 200" says nothing a reader can act on."""
+    if resamples and undefined > UNDEFINED_REDRAWS_WARN_FRACTION * resamples:
+        return f' <span class="flag" title="{why}">({undefined} of {resamples} redraws undefined)</span>'
+    return ""
 
 
 def estimate_text(est: Estimate | None, digits: int = 3, *, signed: bool = False) -> str:
