@@ -542,3 +542,23 @@ def test_a_traceback_of_a_run_stopped_as_its_key_file_is_written_never_shows_the
     root = json.loads(folder.privacy_key.read_text())["root"]
     assert "write_atomic" in [frame.name for frame in frames]
     assert root not in "".join(map(str, [frame.locals for frame in frames]))
+
+
+def test_training_and_evaluating_a_run_again_leave_the_callers_random_state_alone(tmp_path_factory, tmp_path):
+    """dpmed as a library, or a study that evaluates finished runs again before it trains: a run's model is built
+    from its own seed, and one evaluated again takes its released weights, so neither may move the caller's global
+    torch or numpy draws (evaluating again drew its overwritten initialisation from the caller's generator)."""
+    import dpmed.run as run
+
+    study, dataset, plans = _planned(tmp_path_factory, STUDY + "training: {epochs: 1, batch_size: 32}\n"
+                                     "evaluation: {bootstrap_resamples: 10, fairness: null}\n")
+    plan = next(p for p in plans if p.arm == "base")
+    context, folder = RunContext(dataset=dataset, evaluation=study.evaluation, progress=False), StudyFolder(tmp_path)
+    with torch.random.fork_rng(devices=[]):
+        before = torch.get_rng_state(), np.random.get_state()[1].copy()
+        record = run.run_one(plan, context, folder.run(plan.run_id))
+        trained = torch.get_rng_state(), np.random.get_state()[1].copy()
+        run.reevaluate(record, context, folder.run(plan.run_id))
+        evaluated = torch.get_rng_state(), np.random.get_state()[1].copy()
+    for state in (trained, evaluated):
+        assert torch.equal(state[0], before[0]) and np.array_equal(state[1], before[1])

@@ -413,7 +413,8 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Ree
     plan, ds = record.plan, context.dataset
     state = read_released_model(record, folder)
     device = resolve_device(context.device if plan.training.device == "auto" else plan.training.device)
-    with torch_threads(run_threads(plan.training.threads)):
+    # the model's initialisation, overwritten by its weights, must leave the caller's global torch draws as they were
+    with torch_threads(run_threads(plan.training.threads)), torch.random.fork_rng(devices=[]):
         model = build_model(plan.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
                             image_size=ds.train.image_shape[1])
         model.load_state_dict(state)
