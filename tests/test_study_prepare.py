@@ -597,3 +597,28 @@ def test_augmented_copies_count_the_batch_and_its_padded_images(write_study, mon
         check_fit(study, dataset)
     monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=held + 1, swap=0))   # + float rounding
     check_fit(study, dataset)
+
+
+def test_augmented_copies_count_a_poisson_batch_above_its_expected_size(write_study, monkeypatch):
+    """A DP-SGD batch of B expected units is Poisson and exceeds B at times: the copies are counted for B + 4 sqrt(B)
+    units, a margin from the study's settings alone; a non-private arm's batch is B exactly."""
+    from dpmed import memory
+
+    def study_of(mechanism: str):
+        return load_study(write_study("name: s\nseeds: [0]\ndata: {source: phantom, n_images: 100, image_size: 32}\n"
+                                      "training: {batch_size: 64, augmentation: {multiplicity: 16}}\n"
+                                      f"arms:\n  - {{name: a, mechanism: {mechanism}}}\n"))
+
+    private, plain = study_of("dp_sgd, target_epsilon: 8"), study_of("none")
+    dataset = load_study_data(plain)
+    side = 32 + 2 * plain.training.augmentation.padding(32)
+    image = 4 * math.prod(dataset.train.image_shape)
+    held = 64 * (17 * image + 4 * dataset.train.image_shape[0] * side * side)   # 64 images' copies, gathered, padded
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=held + 1, swap=0))
+    check_fit(plain, dataset)
+    with pytest.raises(DataError, match=r"^training.augmentation.multiplicity: 16 copies of each of the 96 images of "
+                                        r"a batch \(arm a's: 64 expected, and 4 standard deviations of a Poisson "
+                                        r"batch above\)"):
+        check_fit(private, dataset)
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=held * 96 // 64 + 1, swap=0))
+    check_fit(private, dataset)
