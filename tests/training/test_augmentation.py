@@ -14,6 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from dpmed.config.schema import AugmentationConfig
 from dpmed.training import DpSgdStep
@@ -69,7 +71,7 @@ def test_the_clipped_sum_is_the_clipped_mean_over_copies(unit, engine, k):
     augment = Augmentation(multiplicity=k, padding=2, flip=True, seed=7)
     patients = torch.tensor([3, 8, 3, 1, 8, 8]) if unit == "patient" else None
     copies, labels, groups = augment.expand(x, y, keys, step=5, groups=patients)
-    assert copies.shape == (k * 6, 1, 8, 8) and labels.shape == (k * 6,) and groups.shape == (k * 6,)
+    assert len(copies) == k * 6 and labels.shape == (k * 6,) and groups.shape == (k * 6,)
     units = patients if patients is not None else torch.arange(6)
     truth = _unit_gradients(model, augment.apply(x, keys, 5), y, units, k)
     norms = {u: torch.cat([t.flatten() for t in g]).norm().item() for u, g in truth.items()}
@@ -162,3 +164,46 @@ def test_settings_without_meaning_are_refused():
     with pytest.raises(ValueError, match="crop padding 8 px needs images larger than 8 px"):
         Augmentation(multiplicity=2, padding=8, flip=False, seed=0).apply(x, keys, step=1)
     assert Augmentation(multiplicity=2, padding=7, flip=False, seed=0).apply(x, keys, step=1).shape == (4, 1, 8, 8)
+
+
+def test_copies_made_a_slice_at_a_time_are_the_batchs_copies_bit_for_bit():
+    """A step takes its copies a slice at a time (`Copies`): each must be the very copy that making all K n at once
+    gives, in the same memory layout, or runs (and resumed runs) would no longer repeat the models they made."""
+    x, y, keys = _batch(n=5)
+    augment = Augmentation(multiplicity=3, padding=2, flip=True, seed=11)
+    whole = augment.apply(x, keys, step=9)
+    copies, _, _ = augment.expand(x, y, keys, step=9)
+    at = torch.tensor([14, 0, 5, 10, 3])                   # any places, any order: one image's copies, others'
+    assert torch.equal(copies[at], whole[at]) and copies[at].stride() == whole[at].stride()
+    parts = list(copies.split(4))
+    assert [len(part) for part in parts] == [4, 4, 4, 3] and torch.equal(torch.cat(parts), whole)
+
+
+class _Largest(TorchDispatchMode):
+    """The most elements of any tensor an operation made while it was on."""
+
+    def __init__(self):
+        super().__init__()
+        self.most = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.most = max([self.most] + [t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
+        return out
+
+
+@pytest.mark.parametrize("engine", ["dpmed", "opacus"])
+def test_a_steps_largest_tensor_does_not_grow_with_its_copies(engine):
+    """A step's copies are made in its slices: its largest tensor is a slice's, however many copies the batch has
+    (before, all K n copies were made at once, and a step's memory grew as K n whatever physical_batch_size)."""
+    def largest(k, n):
+        x, y, keys = _batch(n=n)
+        augment = Augmentation(multiplicity=k, padding=2, flip=True, seed=0)
+        step = DpSgdStep(_model(), loss_fn=_ce, max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=1.0,
+                         physical_batch_size=8, noise_rng=np.random.default_rng(0), engine=engine)
+        with _Largest() as seen:
+            copies, labels, groups = augment.expand(x, y, keys, step=1)
+            step.clipped_sum(copies, labels, groups=groups)
+        return seen.most
+
+    assert largest(k=4, n=64) == largest(k=4, n=2)        # 256 copies in slices of 8, as 8 copies in one

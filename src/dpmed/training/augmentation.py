@@ -26,13 +26,15 @@ augmentation each possible image would get, which the guarantee allows. Identica
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, replace
+from typing import Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["Augmentation", "image_keys"]
+__all__ = ["Augmentation", "Copies", "image_keys"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -81,37 +83,69 @@ class Augmentation:
         with np.errstate(over="ignore"):
             return _mix(base[None, :, None] ^ (counters * _GOLDEN))
 
-    def apply(self, x: Tensor, keys: np.ndarray, step: int) -> Tensor:
-        """[n, C, H, W] -> the K copies [K n, C, H, W], copy-major (copy k of image i at k n + i)."""
+    def apply(self, x: Tensor, keys: np.ndarray, step: int, at: Tensor | None = None) -> Tensor:
+        """[n, C, H, W] -> the K copies [K n, C, H, W], copy-major (copy k of image i at k n + i); ``at`` [m]: only
+        the copies at those places, [m, C, H, W], padding only their images (`Copies`)."""
         n, _, h, w = x.shape
         k, p = self.multiplicity, self.padding
-        u = self.draws(keys, step)                                                  # [K, n, 3]
         if p > 0 and p >= min(h, w):
             raise ValueError(f"crop padding {p} px needs images larger than {p} px for reflect padding, got {h}x{w}")
-        rows = torch.arange(h).expand(k, n, h)                                      # [K, n, H]
-        cols = torch.arange(w).expand(k, n, w)                                      # [K, n, W]
+        at = torch.arange(k * n) if at is None else at.cpu()
+        used, image = torch.unique(at % n, return_inverse=True)        # the images of these copies, and each one's
+        u = self.draws(keys[used.numpy()], step)[(at // n).numpy(), image.numpy()][None]     # [1, m, 3]
+        rows = torch.arange(h).expand(1, len(at), h)                                # [1, m, H]
+        cols = torch.arange(w).expand(1, len(at), w)                                # [1, m, W]
         if p > 0:
             rows = rows + torch.from_numpy((u[..., 0] % np.uint64(2 * p + 1)).astype(np.int64))[..., None]
             cols = cols + torch.from_numpy((u[..., 1] % np.uint64(2 * p + 1)).astype(np.int64))[..., None]
         if self.flip:
             flipped = torch.from_numpy((u[..., 2] >> np.uint64(63)).astype(bool))[..., None]    # the top bit
             cols = torch.where(flipped, cols.flip(-1), cols)
-        padded = F.pad(x, (p, p, p, p), mode="reflect") if p > 0 else x                      # [n, C, H+2p, W+2p]
-        image = torch.arange(n).view(1, n, 1, 1)
-        rows, cols = rows.to(x.device), cols.to(x.device)
-        out = padded[image.to(x.device), :, rows[..., :, None], cols[..., None, :]]           # [K, n, H, W, C]
-        return out.permute(0, 1, 4, 2, 3).reshape(k * n, *x.shape[1:])
+        x = x[used.to(x.device)]
+        padded = F.pad(x, (p, p, p, p), mode="reflect") if p > 0 else x                      # [u, C, H+2p, W+2p]
+        rows, cols, image = rows.to(x.device), cols.to(x.device), image.to(x.device)
+        out = padded[image.view(1, -1, 1, 1), :, rows[..., :, None], cols[..., None, :]]     # [1, m, H, W, C]
+        return out.permute(0, 1, 4, 2, 3).reshape(len(at), *x.shape[1:])
 
     def expand(self, x: Tensor, y: Tensor, keys: np.ndarray, step: int,
-               groups: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
-        """(copies [K n, ...], their labels [K n, ...], their groups [K n] or None) for a batch x [n, ...] of
-        images with ``keys`` [n]. ``groups``: each image's unit (patient) id, or None if every image is its own
-        unit; the copies of a unit share its id (with the image as unit and K > 1, the image's position is its id).
+               groups: Tensor | None = None) -> tuple[Copies, Tensor, Tensor | None]:
+        """(the K n copies, made as they are taken (`Copies`), their labels [K n, ...], their groups [K n] or None)
+        for a batch x [n, ...] of images with ``keys`` [n]. ``groups``: each image's unit (patient) id, or None if
+        every image is its own unit; the copies of a unit share its id (with the image as unit and K > 1, the image's
+        position is its id).
         K = 1 keeps ``groups`` as given: one augmented image per image, nothing to average."""
-        copies = self.apply(x, keys, step)
         labels = y.repeat(self.multiplicity, *([1] * (y.dim() - 1)))
         if groups is None and self.multiplicity > 1:
             groups = torch.arange(len(x), device=x.device)
         if groups is not None:
             groups = groups.repeat(self.multiplicity)
-        return copies, labels, groups
+        return Copies(self, x, keys, step), labels, groups
+
+
+@dataclass(frozen=True, eq=False)
+class Copies:
+    """A batch's K n copies (`Augmentation.apply`), made only where a step's slice takes them, ``copies[at]`` or
+    ``copies.split(size)``: a step then holds its batch and one slice's copies, where it held all K n copies at once
+    whatever training.physical_batch_size, the most a step took beside the model. Each copy is the same, bit for bit:
+    its crop and flip depend on (seed, step, copy, image) alone."""
+
+    augmentation: Augmentation
+    images: Tensor
+    keys: np.ndarray
+    step: int
+
+    def __len__(self) -> int:
+        return self.augmentation.multiplicity * len(self.images)
+
+    @property
+    def device(self) -> torch.device:
+        return self.images.device
+
+    def to(self, device: torch.device) -> Copies:
+        return replace(self, images=self.images.to(device))
+
+    def __getitem__(self, at: Tensor) -> Tensor:
+        return self.augmentation.apply(self.images, self.keys, self.step, at)
+
+    def split(self, size: int) -> Iterator[Tensor]:
+        return (self[torch.arange(i, min(i + size, len(self)))] for i in range(0, len(self), size))

@@ -42,6 +42,7 @@ from torch.profiler import record_function
 
 from dpmed.errors import PrivacyError
 from dpmed.names import DP_ENGINES, check_registry
+from dpmed.training.augmentation import Copies
 from dpmed.training.clipping import GhostClipper, clip_factors, finite_rows, refuse_batch_norm
 from dpmed.training.grouping import group_index
 from dpmed.training.noise import NoiseBuffer, block_keys, block_words, fill_noise, noise_workers
@@ -155,7 +156,7 @@ def _refuse_changed_buffers(model: nn.Module, before: dict[str, Tensor]) -> None
                            "InstanceNorm with track_running_stats=False), or one whose buffers stay constant")
 
 
-def physical_chunks(x: Tensor, y: Tensor, size: int) -> Iterator[tuple[Tensor, Tensor]]:
+def physical_chunks(x: Tensor | Copies, y: Tensor, size: int) -> Iterator[tuple[Tensor, Tensor]]:
     """(x, y) in slices of at most ``size`` examples, for memory only; a size above the batch is the batch
     (torch.split takes no 10**23), and an empty batch is one empty slice."""
     size = min(size, max(1, len(x)))
@@ -224,7 +225,7 @@ class DpSgdStep:
         drawn = self.noise_multiplier * self.max_grad_norm > 0 and self.params     # as ``__call__`` decides
         return block_words(sum(p.numel() for p in self.params)) if drawn else 0
 
-    def clipped_sum(self, x: Tensor, y: Tensor, *, groups: Tensor | None = None) -> list[Tensor]:
+    def clipped_sum(self, x: Tensor | Copies, y: Tensor, *, groups: Tensor | None = None) -> list[Tensor]:
         """sum_i clip(g_i) for the examples x [B, C, H, W], y [B, ...]; zeros for an empty batch.
 
         groups: None (the image is the unit), or the group (patient) id of each example, int [B], any integers in
@@ -253,7 +254,7 @@ class DpSgdStep:
         _refuse_changed_buffers(model, before)
         return total if total is not None else [torch.zeros_like(p) for p in self.params]
 
-    def __call__(self, x: Tensor, y: Tensor, *, groups: Tensor | None = None) -> None:
+    def __call__(self, x: Tensor | Copies, y: Tensor, *, groups: Tensor | None = None) -> None:
         """Compute the noisy gradient of one Poisson batch into ``p.grad`` (the optimizer steps afterwards); with
         ``groups`` (patient id per example, see ``clipped_sum``) each patient's summed gradient is clipped.
 

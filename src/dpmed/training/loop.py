@@ -42,7 +42,7 @@ from dpmed.folders import write_torch_atomic
 from dpmed.interruption import check as check_interrupt
 from dpmed.mechanisms import DpSgdPlan, training_steps
 from dpmed.randomness import PrivacyRandomness, poisson_mask_words, public_seed
-from dpmed.training.augmentation import Augmentation, image_keys
+from dpmed.training.augmentation import Augmentation, Copies, image_keys
 from dpmed.training.averaging import ParameterAverage
 from dpmed.training.dp_sgd import DpSgdStep, physical_chunks
 from dpmed.training.fixed_features import precompute
@@ -148,8 +148,8 @@ def _fingerprint(data: ImageSet, cfg: TrainingConfig, seed: int, dp: DpSgdPlan |
             "dp": None if dp is None else dp.model_dump(mode="json")}
 
 
-def _mean_loss_backward(model: nn.Module, objective: Objective, x: torch.Tensor, y: torch.Tensor, chunk: int,
-                        device: torch.device) -> float:
+def _mean_loss_backward(model: nn.Module, objective: Objective, x: torch.Tensor | Copies, y: torch.Tensor,
+                        chunk: int, device: torch.device) -> float:
     """The batch's mean loss, its gradient accumulated in ``model`` over slices of at most ``chunk`` images
     (``physical_batch_size``), moved to ``device`` one at a time: the gradient of one pass over the whole batch, up to
     float rounding (every model normalises per image, GroupNorm, never across the batch), in memory bounded as
