@@ -4,8 +4,6 @@ shows, and the planning refusals at their edges. Phantom data, no training."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from dpmed.config import load_study
@@ -557,68 +555,15 @@ def test_more_deletion_steps_than_pixels_are_refused_before_training(write_study
             check_fit(too_many, dataset)
 
 
-def test_augmented_copies_no_memory_holds_are_refused_before_training(write_study, monkeypatch):
-    """Each step makes the K augmented copies of its whole batch at once: a multiplicity whose copies of one batch
-    cannot fit was accepted and failed in the first step of every run, after the study had started."""
+def test_augmented_copies_are_no_longer_counted_whole_before_training(write_study, monkeypatch):
+    """A step makes its K augmented copies a physical batch at a time (`dpmed.training.augmentation.Copies`): a
+    multiplicity whose copies of a whole batch no memory holds trains, and the check before training that refused it
+    (counting all K B copies at once) would refuse studies that fit."""
     from dpmed import memory
 
     study = load_study(write_study("name: s\nseeds: [0]\ndata: {source: phantom, n_images: 100, image_size: 32}\n"
-                                   "training: {batch_size: 16, augmentation: {multiplicity: 256}}\n"
-                                   "arms:\n  - {name: a, mechanism: none}\n  - {name: b, mechanism: none, "
-                                   "batch_size: 64}\n"))
+                                   "training: {batch_size: 64, augmentation: {multiplicity: 256}}\n"
+                                   "arms:\n  - {name: a, mechanism: dp_sgd, target_epsilon: 8}\n"))
     dataset = load_study_data(study)
-    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=20 * 10**6, swap=0))
-    with pytest.raises(DataError, match=r"^training.augmentation.multiplicity: 256 copies of each of the 64 images of "
-                                        r"a batch \(arm b's\), with the batch and its images padded for the crops, "
-                                        r"take \d+ MB of memory as float32, and only 20 MB is free for dpmed here: "
-                                        r"lower training.augmentation.multiplicity or the batch size"):
-        check_fit(study, dataset)
-    augmentation = study.training.augmentation.model_copy(update={"multiplicity": 4})
-    check_fit(study.model_copy(update={"training": study.training.model_copy(
-        update={"augmentation": augmentation})}), dataset)
-
-
-@pytest.mark.parametrize("padding", ["auto", 0])
-def test_augmented_copies_count_the_batch_and_its_padded_images(write_study, monkeypatch, padding):
-    """A step holds, beside the K copies of its batch, the batch it gathered and (with crops) that batch
-    reflect-padded: a memory that held the copies alone and not those was let through, and the step took more."""
-    from dpmed import memory
-
-    study = load_study(write_study("name: s\nseeds: [0]\ndata: {source: phantom, n_images: 100, image_size: 64}\n"
-                                   f"training: {{batch_size: 64, augmentation: {{multiplicity: 16, crop_padding: "
-                                   f"{padding}}}}}\narms:\n  - {{name: a, mechanism: none}}\n"))
-    dataset = load_study_data(study)
-    image = 4 * math.prod(dataset.train.image_shape)
-    copies, side = 16 * 64 * image, 64 + 2 * study.training.augmentation.padding(64)
-    held = copies + 64 * image + (64 * 4 * dataset.train.image_shape[0] * side * side if padding == "auto" else 0)
-    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=copies + (held - copies) // 2, swap=0))
-    with pytest.raises(DataError, match=r"^training.augmentation.multiplicity: 16 copies .* the batch and its images "
-                                        r"padded for the crops"):
-        check_fit(study, dataset)
-    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=held + 1, swap=0))   # + float rounding
+    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=20 * 10**6, swap=0))   # copies: 67 MB
     check_fit(study, dataset)
-
-
-def test_augmented_copies_count_a_poisson_batch_above_its_expected_size(write_study, monkeypatch):
-    """A DP-SGD batch of B expected units is Poisson and exceeds B at times: the copies are counted for B + 4 sqrt(B)
-    units, a margin from the study's settings alone; a non-private arm's batch is B exactly."""
-    from dpmed import memory
-
-    def study_of(mechanism: str):
-        return load_study(write_study("name: s\nseeds: [0]\ndata: {source: phantom, n_images: 100, image_size: 32}\n"
-                                      "training: {batch_size: 64, augmentation: {multiplicity: 16}}\n"
-                                      f"arms:\n  - {{name: a, mechanism: {mechanism}}}\n"))
-
-    private, plain = study_of("dp_sgd, target_epsilon: 8"), study_of("none")
-    dataset = load_study_data(plain)
-    side = 32 + 2 * plain.training.augmentation.padding(32)
-    image = 4 * math.prod(dataset.train.image_shape)
-    held = 64 * (17 * image + 4 * dataset.train.image_shape[0] * side * side)   # 64 images' copies, gathered, padded
-    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=held + 1, swap=0))
-    check_fit(plain, dataset)
-    with pytest.raises(DataError, match=r"^training.augmentation.multiplicity: 16 copies of each of the 96 images of "
-                                        r"a batch \(arm a's: 64 expected, and 4 standard deviations of a Poisson "
-                                        r"batch above\)"):
-        check_fit(private, dataset)
-    monkeypatch.setattr(memory, "headroom", lambda: memory.Headroom(ram=held * 96 // 64 + 1, swap=0))
-    check_fit(private, dataset)

@@ -1,6 +1,6 @@
 """Whether a study's data can support it, refused before any training: each split holds the classes (or findings)
 evaluation needs and more than one test patient, the images suit the model, augmentation and Grad-CAM settings, and
-the evaluation's bootstrap redraws and augmented copies fit in memory.
+the evaluation's bootstrap redraws fit in memory.
 
 Before these checks, such a study trained every run and then failed in evaluation, or reported a number that meant
 nothing. They read the dataset's labels and shapes only to refuse; nothing they compute is released (a warning goes
@@ -11,7 +11,6 @@ before it draws any DP count (:func:`check_fit`).
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 
@@ -22,7 +21,6 @@ from dpmed.data import Dataset
 from dpmed.data.sample import names_text
 from dpmed.errors import ConfigError, DataError
 from dpmed.evaluation.assessment import redraw_memory
-from dpmed.mechanisms import Arm, DpSgdArm
 from dpmed.models import MODELS
 from dpmed.numbers import bytes_text
 
@@ -222,7 +220,7 @@ def _check_findings_in_validation(dataset: Dataset, *, where: str) -> None:
 
 def check_fit(study: Study, dataset: Dataset) -> None:
     """Refuse what no plan can change: augmentation's crop padding as large as the images, a square-only model on
-    other images, more deletion steps than pixels, bootstrap redraws or augmented copies no memory holds. Checked
+    other images, more deletion steps than pixels, bootstrap redraws no memory holds. Checked
     before the DP counts are drawn (`prepare_study`), so that a study refused for them writes nothing, and its output
     folder is left as it was found."""
     augmentation, side = study.training.augmentation, min(dataset.train.image_shape[1:])
@@ -240,44 +238,6 @@ def check_fit(study: Study, dataset: Dataset) -> None:
                           f"pixel locations of these {height} x {width} px images (a step past one location each "
                           f"changes no pixel); lower it to {height * width} or less (default 16)")
     _check_redraws(study.evaluation, dataset)
-    if augmentation is not None and augmentation.multiplicity > 1:
-        _check_copies(study, dataset)
-
-
-def _check_copies(study: Study, dataset: Dataset) -> None:
-    """Refuse an augmentation multiplicity K whose copies of the largest batch cannot fit in memory: each step makes
-    the K copies of its whole batch at once (`dpmed.training.augmentation`), before the physical batches slice them,
-    so it failed in every run's first step. Beside the copies the step holds the batch it gathered and that batch
-    reflect-padded for the crops: counting the copies alone let through K = 4 at 224 px whose inputs took 1.66-1.75
-    times what was counted (benchmarks/RESULTS.md, "A DP-SGD step's memory"). A DP-SGD batch counts units, and a
-    patient brings all of their images: the images counted here are the fewest such a batch holds. A DP-SGD batch
-    is counted with a margin for Poisson batches above its expected size (`_largest_batch`)."""
-    augmentation = study.training.augmentation
-    k, (_, height, width) = augmentation.multiplicity, dataset.train.image_shape
-    pad = augmentation.padding(min(height, width))
-    batch, whose = max([(study.training.batch_size, "")] + [_largest_batch(a, study.training.batch_size)
-                                                            for a in study.arms], key=lambda t: t[0])
-    padded = (height + 2 * pad) * (width + 2 * pad) / (height * width) if pad else 0   # a padded image, in images
-    need = math.ceil(4 * (k + 1 + padded) * batch * math.prod(dataset.train.image_shape))
-    memory.check_bytes(need, f"training.augmentation.multiplicity: {k} copies of each of the {batch} images of a "
-                             f"batch{whose}, with the batch and its images padded for the crops, take "
-                             f"{bytes_text(need)} of memory as float32",
-                       fix="lower training.augmentation.multiplicity or the batch size (training.batch_size, or the "
-                           "arm's batch_size), or set a smaller data.image_size")
-
-
-def _largest_batch(arm: Arm, batch: int) -> tuple[int, str]:
-    """(the units of ``arm``'s batch to count memory for, how the refusal names them): its batch size (``batch``, the
-    study's, where it sets none), and for DP-SGD B + 4 sqrt(B), 4 standard deviations above a Poisson batch's B
-    expected units, which a realised batch exceeds at times (about 3 steps in 100,000 where B is large, more where it
-    is small) and then took memory the check had not counted. Derived from the study's settings alone, never from a
-    batch drawn or from the training set's size (a DP count, drawn after this check): what it refuses says nothing of
-    the private data."""
-    b = arm.batch_size or batch
-    if not isinstance(arm, DpSgdArm):
-        return b, f" (arm {arm.name}'s)"
-    return b + math.ceil(4 * math.sqrt(b)), f" (arm {arm.name}'s: {b} expected, and 4 standard deviations of a " \
-                                            "Poisson batch above)"
 
 
 def _check_redraws(config: EvaluationConfig, dataset: Dataset) -> None:
