@@ -40,9 +40,9 @@ def _batch(n=6, seed=1):
     return x, torch.randint(0, 3, (n,), generator=g), image_keys(x.numpy())
 
 
-def _step(model, clip, engine="dpmed", weight=1.0):
+def _step(model, clip, engine="dpmed", weight=1.0, physical=64):
     return DpSgdStep(model, loss_fn=lambda z, y: _ce(z, y) * weight, max_grad_norm=clip, noise_multiplier=0.0,
-                     expected_batch_size=1.0, physical_batch_size=64, noise_rng=np.random.default_rng(0),
+                     expected_batch_size=1.0, physical_batch_size=physical, noise_rng=np.random.default_rng(0),
                      engine=engine)
 
 
@@ -62,10 +62,13 @@ def _unit_gradients(model, copies, y, units, k=K):
     return out
 
 
+# physical 5: slices that cut through a unit's copies wherever they are cut at 5 (an image's K copies, a patient's
+# K per image), so the step must keep each unit's copies in one slice; 64: the whole batch in one.
+@pytest.mark.parametrize("physical", [64, 5])
 @pytest.mark.parametrize("k", [2, K])     # 2: the least that must group an image's copies
 @pytest.mark.parametrize("engine", ["dpmed", "opacus"])
 @pytest.mark.parametrize("unit", ["image", "patient"])
-def test_the_clipped_sum_is_the_clipped_mean_over_copies(unit, engine, k):
+def test_the_clipped_sum_is_the_clipped_mean_over_copies(unit, engine, k, physical):
     model = _model()
     x, y, keys = _batch()
     augment = Augmentation(multiplicity=k, padding=2, flip=True, seed=7)
@@ -75,7 +78,7 @@ def test_the_clipped_sum_is_the_clipped_mean_over_copies(unit, engine, k):
     units = patients if patients is not None else torch.arange(6)
     truth = _unit_gradients(model, augment.apply(x, keys, 5), y, units, k)
     norms = {u: torch.cat([t.flatten() for t in g]).norm().item() for u, g in truth.items()}
-    step = _step(model, 1.0, engine, augment.loss_weight)          # Opacus hooks a model once: one step, 3 clips
+    step = _step(model, 1.0, engine, augment.loss_weight, physical)  # Opacus hooks a model once: one step, 3 clips
     for clip in (min(norms.values()) / 2, sorted(norms.values())[len(norms) // 2], 2 * max(norms.values())):
         expected = [sum(min(1.0, clip / (norms[u] + 1e-6)) * g[i] for u, g in truth.items())
                     for i in range(len(list(model.parameters())))]
