@@ -26,6 +26,7 @@ import pytest
 import torch
 
 import dpmed.executors
+import dpmed.run
 import dpmed.study
 from dpmed.cli import main
 from dpmed.config import load_study
@@ -168,6 +169,7 @@ _FAKE_RUNS = '''
 import time
 
 import dpmed.executors
+import dpmed.run
 import dpmed.study
 
 
@@ -265,6 +267,8 @@ def test_a_failed_run_that_is_run_again_and_interrupted_shows_as_interrupted(tmp
     assert error.is_file()
 
     def interrupted(plan, context, folder):
+        folder.make()
+        dpmed.run._privacy_randomness(plan, context, folder)      # its key, written before anything is trained
         torch.save({"progress": {"steps": 3, "of": 8}}, folder.checkpoint)     # as the second attempt left it
         raise KeyboardInterrupt
     monkeypatch.setattr(dpmed.executors, "run_one", interrupted)
@@ -476,6 +480,7 @@ import shutil
 import signal
 
 import dpmed.executors
+import dpmed.run
 import dpmed.study
 
 
@@ -522,6 +527,7 @@ import time
 from pathlib import Path
 
 import dpmed.executors
+import dpmed.run
 
 
 def install(marks, first):
