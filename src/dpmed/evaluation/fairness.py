@@ -119,6 +119,13 @@ def _bin_label(low: float, high: float) -> str:
     return f"[{low:g},{high:g})"
 
 
+def _age_labels(age_bins: Sequence[float]) -> tuple[str, list[str], str]:
+    """(the group below the first edge, each bin's, the group from the last edge on) of the edges ``age_bins``: the
+    names the groups get, the report names and the comparisons leave out, made in one place."""
+    edges = [float(b) for b in age_bins]
+    return f"<{edges[0]:g}", [_bin_label(lo, hi) for lo, hi in zip(edges[:-1], edges[1:])], f">={edges[-1]:g}"
+
+
 def age_groups(age, *, bins: Sequence[float] = AGE_BINS) -> np.ndarray:
     """Age bins as strings: "[0,30)", ...; nan or a negative age (unknown) -> "unknown"; at or above the last edge
     -> ">=100"; a known age below the first edge (bins that start above 0, e.g. at 18) -> "<18", a group of its own,
@@ -130,10 +137,10 @@ def age_groups(age, *, bins: Sequence[float] = AGE_BINS) -> np.ndarray:
     out = np.full(a.shape, UNKNOWN, dtype=object)
     known = np.isfinite(a) & (a >= edges[0])
     which = np.searchsorted(edges, a[known], side="right") - 1                # bin index, len(edges)-1 = overflow
-    names = np.array([_bin_label(lo, hi) for lo, hi in zip(edges[:-1], edges[1:])] + [f">={edges[-1]:g}"],
-                     dtype=object)
+    below, each, above = _age_labels(edges)
+    names = np.array(each + [above], dtype=object)
     out[known] = names[which]
-    out[np.isfinite(a) & (a >= 0) & (a < edges[0])] = f"<{edges[0]:g}"
+    out[np.isfinite(a) & (a >= 0) & (a < edges[0])] = below
     return out.astype(str)
 
 
@@ -155,10 +162,9 @@ def named_groups(attribute: str, age_bins: Sequence[float] = AGE_BINS) -> tuple[
     others: `age_groups`, `uncompared_groups`), or female and male; the report names those no test image falls in,
     which have no numbers (a group is measured only where the test set holds it)."""
     if attribute == "age":
-        first, last = float(age_bins[0]), f">={float(age_bins[-1]):g}"
-        bins = tuple(_bin_label(float(lo), float(hi)) for lo, hi in zip(age_bins[:-1], age_bins[1:]))
-        return ((f"<{first:g}",) if first > 0 else ()) + bins + (
-            () if last in uncompared_groups("age", age_bins) else (last,))
+        below, bins, above = _age_labels(age_bins)
+        return ((below,) if float(age_bins[0]) > 0 else ()) + tuple(bins) + (
+            () if above in uncompared_groups("age", age_bins) else (above,))
     return ("female", "male")
 
 
@@ -175,8 +181,8 @@ def _group_order(groups: np.ndarray, attribute: str, age_bins: Sequence[float]) 
     """Age bins in age order, other groups alphabetically; "unknown" last."""
     present = set(np.unique(groups).tolist())
     if attribute == "age":
-        order = ([f"<{age_bins[0]:g}"] + [_bin_label(lo, hi) for lo, hi in zip(age_bins[:-1], age_bins[1:])]
-                 + [f">={age_bins[-1]:g}"])
+        below, bins, above = _age_labels(age_bins)
+        order = [below] + bins + [above]
         named = [g for g in order if g in present]
     else:
         named = sorted(present - {UNKNOWN})
@@ -386,7 +392,7 @@ def uncompared_groups(name: str, age_bins: Sequence[float]) -> tuple[str, ...]:
     """The groups of attribute ``name`` that no comparison counts: unknown values, and ages at or above the last edge
     only where that edge means "beyond every age" (METHODS.md's 100); study bins ending lower make their last group
     an open one ([0, 40, 65]: 65 and over), a real group."""
-    return (UNKNOWN, f">={float(age_bins[-1]):g}") if name == "age" and float(age_bins[-1]) >= 100 else (UNKNOWN,)
+    return (UNKNOWN, _age_labels(age_bins)[2]) if name == "age" and float(age_bins[-1]) >= 100 else (UNKNOWN,)
 
 
 def evaluate_fairness(*, kind: str, val_labels, val_scores, test_labels, test_scores,
