@@ -44,6 +44,9 @@ def test_data_keys_parse(write_study, tmp_path):
     ("{source: folders}", "source 'folders' needs 'path'"),
     ("{source: kermany, path: xr}", "data.source"),
     ("{source: folders, path: xr, n_images: 100}", "'n_images' applies only to generated sources"),   # not ignored
+    ("{source: folders, path: xr, seed: 7}", r"data.seed: seeds the images a generated source draws, and source "
+                                             r"'folders' reads its images: it would change nothing \(a split dpmed "
+                                             r"carves is seeded by data.split.seed\); remove it"),   # was ignored
     ("{source: phantom, preprocessing: {normalize: {mean: [0.5], std: [0]}}}", "data.preprocessing.normalize"),
 ])
 def test_bad_data_keys_name_the_key(write_study, tmp_path, data, message):
@@ -57,12 +60,38 @@ def test_each_seed_and_split_option_reaches_the_data_stage_as_given():
     stage, a second site's cohort would be drawn with the split's seed (another set of patients), or the published
     split kept where the study pooled it. Every shipped study leaves the seeds at 0, where a mix-up is invisible."""
     request = DataConfig.model_validate({
-        "source": "folders", "path": "xr", "seed": 1,
+        "source": "folders", "path": "xr",
         "split": {"seed": 2, "official": False, "shared_patients": "keep"},
         "patients": {"fraction": 0.5, "part": 1, "seed": 3}}).to_request()
-    assert (request.seed, request.split.seed, request.patients.seed) == (1, 2, 3)
+    assert (request.seed, request.split.seed, request.patients.seed) == (0, 2, 3)
+    generated = DataConfig.model_validate({"source": "phantom", "seed": 1,
+                                           "patients": {"fraction": 0.5, "part": 1, "seed": 3}}).to_request()
+    assert (generated.seed, generated.patients.seed) == (1, 3)
     assert request.split.official is False and request.split.shared_patients == "keep"
     assert (request.patients.fraction, request.patients.part) == (0.5, 1)
+
+
+def test_a_data_seed_is_refused_only_where_no_reader_takes_it(write_study, tmp_path):
+    """``data.seed`` draws the images of a generated source and is read nowhere else: on a MedMNIST file it ran the
+    same images and split as seed 0 while study.yaml recorded it. The default (0), which every study.yaml holds, and a
+    study.yaml an earlier dpmed wrote with another (read back through JSON, as report, status and resume do) pass."""
+    import json
+
+    from dpmed.config import Study
+
+    (tmp_path / "m.npz").write_bytes(b"")
+    file = "name: s\ndata: {source: medmnist, path: m.npz, seed: %d}\narms: [{name: a, mechanism: none}]\n"
+    with pytest.raises(ConfigError, match=r"data.seed: seeds .*source 'medmnist' reads its images: it would change "
+                                          r"nothing; remove it"):
+        load_study(write_study(file % 7))
+    study = load_study(write_study(file % 0))
+    assert study.data.seed == 0
+    written = study.model_dump(mode="json")
+    written["data"]["seed"] = 7
+    assert Study.model_validate_json(json.dumps(written)).data.seed == 7
+    for source in ("phantom", "random_processes"):
+        assert load_study(write_study(f"name: s\ndata: {{source: {source}, seed: 7}}\n"
+                                      "arms: [{name: a, mechanism: none}]\n")).data.seed == 7
 
 
 def test_kermany_study_file(chest_xray_path):

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from dpmed.data import DATASET_SOURCES, DataRequest, Preprocessing, SplitPlan
 from dpmed.data.cohorts import PatientSelection
@@ -152,6 +152,8 @@ class DataConfig(_Strict):
     Kermany layout), ``aptos``, ``chexpert``, ``nih``, ``mimic``, ``ham10000``, ``csv`` (a generic table). DICOM
     files are read wherever a layout lists them (``pip install 'dpmed[dicom]'``). Relative paths are resolved
     against the study file's folder (given with --set, and ``cache_dir``, against the working directory).
+    seed: the images' seed of a generated source (phantom, random_processes); a source that reads stored images
+    takes none, and refuses one other than 0, the default (a split dpmed carves is seeded by ``split.seed``).
     image_size / channels: resize and channel conversion applied per image before any mechanism (METHODS.md s.1);
     unset, every image must be stored at the first one's size and channels (grey or colour), else it is refused: the
     shape is published, and the first image may be a training patient's.
@@ -215,6 +217,20 @@ class DataConfig(_Strict):
                                                    seed=s.seed, official=s.official,
                                                    shared_patients=s.shared_patients),
             patients=None if self.patients is None else self.patients.selection())
+
+    @field_validator("seed")
+    @classmethod
+    def _seed_of_generated_images(cls, v: int, info: ValidationInfo) -> int:
+        """``seed`` seeds a generated source's images, and no reader of stored images takes it: a study that set it
+        there (to draw another split, say) ran on the images and split of seed 0, and recorded the seed it had not
+        used. A study.yaml that dpmed wrote (read back through JSON) holds what an earlier dpmed took without a word,
+        and is not refused."""
+        source = DATASET_SOURCES.get(info.data.get("source", ""))
+        if source is None or source.generates or v == 0 or info.mode == "json":
+            return v
+        moved = " (a split dpmed carves is seeded by data.split.seed)" if "split" in source.options else ""
+        raise ValueError(f"seeds the images a generated source draws, and source {source.name!r} reads its images: "
+                         f"it would change nothing{moved}; remove it")
 
     @model_validator(mode="after")
     def _source_needs(self) -> "DataConfig":
