@@ -1065,3 +1065,37 @@ def test_aliases_that_expand_past_any_study_are_refused_before_the_schema_walks_
     with pytest.raises(ConfigError) as caught:
         load_study(path)
     assert str(caught.value).startswith(f"study file {path} is not valid YAML: line ") and words in str(caught.value)
+
+
+def test_a_momentum_beside_adam_is_refused_and_sgd_takes_it(write_study):
+    """Adam takes no momentum: ``momentum: 0.5`` beside the default optimiser trained exactly as without it. SGD takes
+    it; the default (0.9), which every study.yaml holds, passes beside Adam, and so does a run's record an earlier
+    dpmed wrote with another (read back through JSON)."""
+    from dpmed.config import TrainingConfig
+
+    path = write_study(GOOD)
+    with pytest.raises(ConfigError, match=r"training: momentum 0.5 is SGD's, and optimizer adam takes "
+                                          r"none \(it would change nothing\): set optimizer: sgd to train with it, or "
+                                          r"remove momentum"):
+        load_study(path, {"training.momentum": 0.5})
+    assert load_study(path, {"training.momentum": 0.5, "training.optimizer": "sgd"}).training.momentum == 0.5
+    assert load_study(path, {"training.momentum": 0.9}).training.optimizer == "adam"
+    written = TrainingConfig().model_dump(mode="json") | {"momentum": 0.5}
+    assert TrainingConfig.model_validate_json(json.dumps(written)).momentum == 0.5
+
+
+def test_public_pretraining_refuses_a_dp_engine(write_study):
+    """Public pretraining takes no DP-SGD step: ``pretrain.training.dp_engine: opacus`` changed nothing but the
+    weights' cache key (the same weights trained again). The study's own training.dp_engine still sets the arms'."""
+    from dpmed.config import Study
+
+    public = {"public": "a phantom, of no person", "data": {"source": "phantom", "seed": 1}}
+    path = write_study(GOOD)
+    with pytest.raises(ConfigError, match=r"pretrain.training: dp_engine 'opacus' chooses how DP-SGD "
+                                          r"clips, and public pretraining trains without privacy"):
+        load_study(path, {"pretrain": {**public, "training": {"dp_engine": "opacus"}}})
+    study = load_study(path, {"pretrain": public, "training.dp_engine": "opacus"})
+    assert study.training.dp_engine == "opacus" and study.pretrain.training.dp_engine == "dpmed"
+    written = study.model_dump(mode="json")
+    written["pretrain"]["training"]["dp_engine"] = "opacus"
+    assert Study.model_validate_json(json.dumps(written)).pretrain.training.dp_engine == "opacus"

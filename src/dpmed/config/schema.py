@@ -191,6 +191,11 @@ class TrainingConfig(_Strict):
     (the learning rate scaled with the batch: ``linear``, lr * B / reference_batch_size, Goyal et al. 2017, for SGD;
     ``sqrt`` for Adam, Malladi et al. 2022). Weight standardisation and ScatterNet features are models
     (``small_cnn_ws``, ``resnet9_ws``, ``scatternet_linear``, ``scatternet_cnn``).
+
+    optimizer: ``adam`` (the default) or ``sgd``; ``momentum`` is SGD's (0.9 by default), and another value beside
+    Adam, which takes none, is refused rather than ignored. weight_decay: the optimiser's L2 penalty (torch's
+    ``weight_decay``: the parameters times it added to the gradient; 0, none, by default). Both act on the noisy
+    gradient where DP-SGD trains, so they are post-processing, free in eps.
     """
 
     epochs: int | Literal["auto"] = "auto"
@@ -203,7 +208,7 @@ class TrainingConfig(_Strict):
     dp_engine: Literal[DP_ENGINES] = "dpmed"  # type: ignore[valid-type]
     optimizer: Literal["sgd", "adam"] = "adam"  # Adam on the noisy clipped gradient is post-processing: still DP
     learning_rate: float = Field(default=0.001, gt=0, allow_inf_nan=False)
-    momentum: float = Field(default=0.9, ge=0, lt=1)  # sgd only
+    momentum: float = Field(default=0.9, ge=0, lt=1)
     weight_decay: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     lr_schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     lr_scaling: Literal["none", "linear", "sqrt"] = "none"
@@ -240,6 +245,17 @@ class TrainingConfig(_Strict):
             raise ValueError(f"give the training length once: steps ({self.steps}) or epochs ({self.epochs}), not "
                              "both (to replace a file's epochs from the command line: --set training.epochs=auto "
                              "beside --set training.steps=N)")
+        return self
+
+    @model_validator(mode="after")
+    def _momentum_of_sgd(self, info: ValidationInfo) -> "TrainingConfig":
+        """Adam takes no momentum: one set beside it trained exactly as the default does. A study.yaml or run.json
+        that dpmed wrote (read back through JSON) holds what an earlier dpmed took without a word, and is not
+        refused."""
+        default = type(self).model_fields["momentum"].default
+        if self.optimizer == "adam" and self.momentum != default and info.mode != "json":
+            raise ValueError(f"momentum {self.momentum:g} is SGD's, and optimizer adam takes none (it would change "
+                             "nothing): set optimizer: sgd to train with it, or remove momentum")
         return self
 
     def computed_settings(self) -> dict:
@@ -339,7 +355,8 @@ class PretrainConfig(_Strict):
     user's statement of why these data are public (a second site's released images, a published dataset): printed
     in the report beside "not protected by any eps". training: how to train on them (epochs or steps, batch size,
     learning rate, ...; the arms' own settings do not apply, but device and threads left at auto take the study's
-    training.device and training.threads). seed: initialisation and shuffling (public).
+    training.device and training.threads; it trains without privacy, so a dp_engine is refused). seed:
+    initialisation and shuffling (public).
     near_duplicate_bits: the perceptual-hash distance at or below which a public and a private image count as the
     same image (`dpmed.data.overlap`; 30 of 255 bits by default). The weights are cached in the
     study folder by a content hash of the public images, these settings and the model, so they train once.
@@ -350,6 +367,18 @@ class PretrainConfig(_Strict):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     seed: Seed = 0
     near_duplicate_bits: int = Field(default=NEAR_DUPLICATE_BITS, ge=0, le=HASH_BITS // 2)
+
+    @field_validator("training")
+    @classmethod
+    def _no_dp_engine(cls, v: TrainingConfig, info: ValidationInfo) -> TrainingConfig:
+        """Public pretraining takes no DP-SGD step, so dp_engine (how DP-SGD clips) changed nothing but the cache key
+        of its weights: another engine trained the same weights again. A study.yaml that dpmed wrote (read back
+        through JSON) is not refused."""
+        default = TrainingConfig.model_fields["dp_engine"].default
+        if v.dp_engine != default and info.mode != "json":
+            raise ValueError(f"dp_engine {v.dp_engine!r} chooses how DP-SGD clips, and public pretraining trains "
+                             "without privacy (it would change nothing): remove it (training.dp_engine sets the arms')")
+        return v
 
 
 def absolute_path(given: Path, folder: Path, *, outside: bool) -> tuple[Path, str]:
