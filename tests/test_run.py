@@ -109,7 +109,8 @@ def test_another_attempt_s_key_is_replaced_and_what_it_left_deleted(prepared, tm
     randomness = _privacy_randomness(plans["lap"], context, folder)
     assert not folder.checkpoint.exists() and randomness.root_hex() != old.root_hex()
     saved = json.loads(folder.privacy_key.read_text())
-    assert saved == {"root": randomness.root_hex(), "attempt": _attempt(plans["lap"], context)}
+    assert saved == {"root": randomness.root_hex(), "attempt": _attempt(plans["lap"], context),
+                     "settings": plans["lap"].fingerprint(context.privacy_randomness)}
     if os.name == "posix":
         assert folder.privacy_key.stat().st_mode & 0o777 == 0o600
     folder.checkpoint.write_bytes(b"this attempt's checkpoint")

@@ -40,8 +40,14 @@ def study_folder(tmp_path, make_record, make_resolved):
     return make
 
 
+# What status says of a checkpoint it cannot tell from one `dpmed run` continues: its key file keeps no fingerprint of
+# the settings (`_key`, as an older dpmed wrote it), and status reads no training data
+IF_UNCHANGED = "if its settings, training data and starting weights are unchanged"
+
+
 def _key(path, randomness: PrivacyRandomness | None = None) -> PrivacyRandomness:
-    """The privacy key file of the run whose checkpoint is ``path``, as `dpmed run` writes it beside it."""
+    """The privacy key file of the run whose checkpoint is ``path``, as `dpmed run` wrote it beside it before it kept
+    the fingerprint of the run's settings."""
     randomness = randomness or PrivacyRandomness.secure()
     (path.parent / "privacy_key").write_text(json.dumps({"root": randomness.root_hex(), "attempt": "a"}))
     return randomness
@@ -97,7 +103,7 @@ def test_each_run_is_told_finished_unreadable_failed_interrupted_or_pending_in_t
     assert details[0] == "" and details[4] == ""
     assert details[1].startswith(f"{unreadable.record} is not a run record this version of dpmed can read")
     assert details[2] == "ValueError: boom"
-    assert details[3] == "continues from its checkpoint at step 7 of 40 (saved 5 min ago)"
+    assert details[3] == f"continues from its checkpoint at step 7 of 40 (saved 5 min ago) {IF_UNCHANGED}"
     assert details[5].startswith("not in the study file now, but in this folder")
 
 
@@ -108,7 +114,8 @@ def test_an_interrupted_run_s_checkpoint_age_is_told_in_minutes_then_hours(study
     folder, _ = study_folder("a_seed0")
     _checkpoint(folder.run("a_seed0").checkpoint, 3, 12, minutes_old=minutes)
     assert run_states(folder.root) == [("a_seed0", "interrupted",
-                                        f"continues from its checkpoint at step 3 of 12 (saved {age} ago)")]
+                                        f"continues from its checkpoint at step 3 of 12 (saved {age} ago) "
+                                        f"{IF_UNCHANGED}")]
 
 
 def test_a_checkpoint_that_says_not_how_far_it_got_still_marks_the_run_interrupted(study_folder):
@@ -118,7 +125,7 @@ def test_a_checkpoint_that_says_not_how_far_it_got_still_marks_the_run_interrupt
     torch.save({"model": {}}, checkpoint)     # as written before checkpoints recorded their progress
     _key(checkpoint)
     assert run_states(folder.root) == [("a_seed0", "interrupted",
-                                        "continues from its checkpoint (saved under a minute ago)")]
+                                        f"continues from its checkpoint (saved under a minute ago) {IF_UNCHANGED}")]
 
 
 def test_a_readable_checkpoint_without_progress_is_read_once(study_folder, monkeypatch):
@@ -257,7 +264,38 @@ def test_a_run_whose_release_was_cut_short_is_told_as_such_listed_or_not_and_lef
 def test_a_checkpoint_that_continues_its_run_under_its_key_is_told_as_continuing(study_folder):
     folder, _ = study_folder("a_seed0")
     _dp_checkpoint(folder.run("a_seed0").checkpoint, 5)
-    assert run_states(folder.root)[0][2] == "continues from its checkpoint at step 5 of 20 (saved under a minute ago)"
+    assert run_states(folder.root)[0][2] == ("continues from its checkpoint at step 5 of 20 (saved under a minute ago) "
+                                            f"{IF_UNCHANGED}")
+
+
+@pytest.mark.parametrize("settings", ["the same", "other", "not kept"])
+def test_a_checkpoint_made_with_other_settings_than_study_yaml_s_is_told_as_trained_afresh(study_folder, settings):
+    """Status said "continues from its checkpoint" of a run whose settings study.yaml (rewritten by a rerun of the
+    edited study file) now plans otherwise: `dpmed run` then deleted the checkpoint and trained from step 0. The key
+    file keeps the settings' fingerprint; status compares it with study.yaml's plan, and where they agree says the
+    run continues if the training data and starting weights, which it does not read, are unchanged. A key file
+    written before it kept the fingerprint leaves the settings a condition too."""
+    folder, _ = study_folder("a_seed0")
+    files = folder.run("a_seed0")
+    randomness = _dp_checkpoint(files.checkpoint, 5)
+    resolved = read_resolved(folder.root)
+    plan = resolved.runs[0]
+    if settings == "other":     # the attempt's plan: another learning rate than study.yaml's
+        plan = plan.model_copy(update={"training": plan.training.model_copy(
+            update={"learning_rate": 2 * plan.training.learning_rate})})
+    if settings != "not kept":
+        key = json.loads(files.privacy_key.read_text())
+        files.privacy_key.write_text(json.dumps({**key,
+                                                 "settings": plan.fingerprint(resolved.study.privacy_randomness)}))
+    [(_, state, detail)] = run_states(folder.root)
+    assert state == "interrupted" and randomness.root_hex() not in detail
+    assert detail == {
+        "other": ("cannot continue: made with other settings than study.yaml's now; the next `dpmed run` deletes the "
+                  "checkpoint and trains this run afresh under a new key"),
+        "the same": ("continues from its checkpoint at step 5 of 20 (saved under a minute ago) if its training data "
+                     "and starting weights are unchanged"),
+        "not kept": f"continues from its checkpoint at step 5 of 20 (saved under a minute ago) {IF_UNCHANGED}",
+    }[settings]
 
 
 @pytest.mark.parametrize("damage", ["mixed", "another key", "no key"])

@@ -196,7 +196,8 @@ def _parser() -> argparse.ArgumentParser:
                                            "pending and unknown (private/ unreadable to this user) runs in DIR",
                             description="List every run of the study in DIR with its state: finished (its "
                                         "run.json exists), unreadable, failed (and why), interrupted (the step its "
-                                        "checkpoint reached: `dpmed run` continues from there), interrupted release "
+                                        "checkpoint reached: `dpmed run` continues from there; or why it cannot), "
+                                        "interrupted release "
                                         "(its model and outputs in runs/ without its run.json: not to be shared), "
                                         "pending or unknown. "
                                         "It reads the folder and changes nothing, so it may run while a `dpmed run` "

@@ -42,14 +42,14 @@ import secrets
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, NamedTuple
 
 import numpy as np
 from randomgen import AESCounter
 
 __all__ = ["PrivacyRandomness", "PRIVACY_STREAMS", "RandomnessMode", "public_seed", "poisson_mask",
            "poisson_mask_words", "NOT_DP_REPRODUCIBLE", "discrete_laplace", "GAUSSIAN_DRAW_BOUND",
-           "LAPLACE_DRAW_BOUND", "DRAW_BOUND", "DRAW_BOUNDS", "saved_key"]
+           "LAPLACE_DRAW_BOUND", "DRAW_BOUND", "DRAW_BOUNDS", "SavedKey", "saved_key"]
 
 RandomnessMode = Literal["secure", "reproducible"]
 
@@ -224,18 +224,31 @@ class PrivacyRandomness:
             generator.bit_generator.state = _generator_at(key, saved)
 
 
-def saved_key(path: Path, mode: RandomnessMode) -> tuple[PrivacyRandomness, str] | None:
-    """(the randomness, attempt) of an unfinished run's private key file (`dpmed.run` writes it); None where there is
-    none, an older version's bare key, or a damaged one (its root not a key): the attempt then starts afresh, as
-    without one. Read by the run that continues and by `dpmed status`, which checks its checkpoint against it.
-    PermissionError where it is there but cannot be read, which is neither: `dpmed status`, run by a colleague, then
-    tells the run unknown, and a run fails rather than delete the checkpoint that the key continues."""
+class SavedKey(NamedTuple):
+    """An unfinished run's private key file read back (`saved_key`): its randomness, the attempt it serves (the
+    run's settings and training data, hashed: `dpmed.run`) and, apart, the hash of those settings alone
+    (`dpmed.config.RunPlan.fingerprint`), which `dpmed status` compares with study.yaml's plan without reading the
+    data; None in a key file written before it was kept."""
+
+    randomness: PrivacyRandomness
+    attempt: str
+    settings: str | None
+
+
+def saved_key(path: Path, mode: RandomnessMode) -> SavedKey | None:
+    """The unfinished run's private key file at ``path`` (`dpmed.run` writes it); None where there is none, an older
+    version's bare key, or a damaged one (its root not a key): the attempt then starts afresh, as without one. Read
+    by the run that continues and by `dpmed status`, which checks its checkpoint against it. PermissionError where it
+    is there but cannot be read, which is neither: `dpmed status`, run by a colleague, then tells the run unknown,
+    and a run fails rather than delete the checkpoint that the key continues."""
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
-        return PrivacyRandomness.from_root_hex(str(saved["root"]), mode), str(saved["attempt"])
+        settings = saved.get("settings")
+        return SavedKey(PrivacyRandomness.from_root_hex(str(saved["root"]), mode), str(saved["attempt"]),
+                        None if settings is None else str(settings))
     except PermissionError:
         raise
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

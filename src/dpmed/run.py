@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from dpmed import attack, audit
-from dpmed.config import EvaluationConfig, RunPlan
+from dpmed.config import ATTEMPT_FORMAT, EvaluationConfig, RunPlan
 from dpmed.data import Dataset, ImageSet, cap_images_per_patient, normalize
 from dpmed.errors import ConfigError
 from dpmed.evaluation.assessment import Assessment, assess
@@ -76,16 +76,11 @@ class RunContext:
         return self.at_once < 2
 
 
-# How `_attempt` fingerprints an attempt, written before its hash ("2:<sha256>"; a bare hash is an older dpmed's):
-# bump it when the hash is made otherwise or a plan's settings gain or lose a key, so that a checkpoint a dpmed of
-# another version left is said to be its, not one made with other settings or data.
-ATTEMPT_FORMAT = 2
-
-
 def _attempt(plan: RunPlan, context: RunContext) -> str:
     """What an unfinished attempt of the run must share with this one for its key to serve again: the run's
     settings, the randomness mode, the study's start and the training data's content (sha256; it is kept only in
     the private key file, which goes when the run finishes), after the version of how it is made (`ATTEMPT_FORMAT`).
+    Its settings part is kept in the key file apart too (`RunPlan.fingerprint`), for `dpmed status`.
     The arrays are hashed where they are: a bytes copy would hold the training images twice in every worker."""
     digest = hashlib.sha256(json.dumps({"plan": plan.settings(), "randomness": context.privacy_randomness,
                                         "start": None if context.start is None else context.start.model_dump(
@@ -126,19 +121,20 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
     mode, attempt = context.privacy_randomness, _attempt(plan, context)
     saved = saved_key(folder.privacy_key, mode)
     # a bare hash equal to this one's is an older dpmed's attempt of the same settings and data: it continues
-    if saved is not None and saved[1] in (attempt, attempt.partition(":")[2]):
-        return saved[0]
-    if folder.checkpoint.is_file():     # `dpmed status` showed it as continuing: say why it does not
+    if saved is not None and saved.attempt in (attempt, attempt.partition(":")[2]):
+        return saved.randomness
+    if folder.checkpoint.is_file():     # `dpmed status` may have shown it as continuing: say why it does not
         _log.info("%s: its checkpoint cannot continue (%s): deleted, and the run trains afresh%s, nothing of that "
-                  "attempt mixed in", plan.run_id, _why_not_continued(None if saved is None else saved[1]),
+                  "attempt mixed in", plan.run_id, _why_not_continued(None if saved is None else saved.attempt),
                   " under a new privacy key" if mode == "secure" else "")
     folder.discard_attempt()
     randomness = (PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id) if mode == "reproducible" else
                   PrivacyRandomness.secure())
     # The text is made inside the write, named by no local: a Ctrl-C just after the file replaced its temporary one
     # keeps the key for the next attempt, and a traceback that shows locals would print it.
-    write_atomic(folder.privacy_key, lambda f: f.write(json.dumps({"root": randomness.root_hex(),
-                                                                   "attempt": attempt}).encode()), owner_only=True)
+    settings = plan.fingerprint(mode)
+    write_atomic(folder.privacy_key, lambda f: f.write(json.dumps({"root": randomness.root_hex(), "attempt": attempt,
+                                                                   "settings": settings}).encode()), owner_only=True)
     return randomness
 
 

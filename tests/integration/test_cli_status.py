@@ -4,6 +4,7 @@ lists, damaged records, and what a retrained DP-SGD run means for an earlier one
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -331,3 +332,48 @@ def test_status_and_report_tell_a_run_whose_release_was_cut_short_and_leave_its_
     assert f"The release of {cut} was cut short: model.pt, predictions.npz lie in runs/" in report
     assert cut not in (copy / "results.csv").read_text() and kept in (copy / "results.csv").read_text()
     assert sorted(p.name for p in (copy / "runs" / cut).iterdir()) == released
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_status_says_a_run_whose_settings_changed_trains_afresh_as_dpmed_run_then_does(tiny_text, tmp_path, capsys,
+                                                                                       caplog, monkeypatch, changed):
+    """A run stopped after its first checkpoint, its study file then edited (another learning rate) and run again
+    but stopped before that run trained: study.yaml plans the new settings, and status still said "continues from
+    its checkpoint at step 4 of 12", where `dpmed run` deleted it and trained from step 0. Unchanged, the run
+    continues from the step status tells."""
+    import dpmed.executors
+    from dpmed.training import loop
+
+    path, out = tmp_path / "s.yaml", tmp_path / "out"
+    path.write_text(tiny_text.replace("  - {name: base, mechanism: none}\n", ""))
+    save = loop._save_checkpoint
+
+    def stopped(*args, **kwargs):       # Ctrl-C just after the first checkpoint
+        save(*args, **kwargs)
+        raise KeyboardInterrupt
+    with monkeypatch.context() as patched:
+        patched.setattr(loop, "_save_checkpoint", stopped)
+        assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 130
+    if changed:
+        path.write_text(path.read_text().replace("batch_size: 16,", "batch_size: 16, learning_rate: 0.05,"))
+
+    def never(*args, **kwargs):         # Ctrl-C after study.yaml is written, before the run starts
+        raise KeyboardInterrupt
+    with monkeypatch.context() as patched:
+        patched.setattr(dpmed.executors, "run_one", never)
+        assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 130
+    capsys.readouterr()
+    assert main(["status", str(out / "tiny")]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "interrupted:" in line]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dpmed"):
+        assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
+    resumed = re.findall(r"continues from its checkpoint (at step \d+ of \d+)", caplog.text)
+    if changed:
+        assert line.endswith("interrupted: cannot continue: made with other settings than study.yaml's now; the next "
+                             "`dpmed run` deletes the checkpoint and trains this run afresh"), line
+        assert resumed == [] and "trains afresh" in caplog.text and "step 1 of 12" in caplog.text, caplog.text
+    else:
+        told = re.search(r"interrupted: continues from its checkpoint (at step \d+ of \d+) \(saved .*\) if its "
+                         r"training data and starting weights are unchanged$", line)
+        assert told and resumed == [told[1]] and "afresh" not in caplog.text, (line, caplog.text)

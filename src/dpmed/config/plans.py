@@ -8,7 +8,9 @@ study.yaml and run.json, and is what comparisons and the report group runs by (n
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +20,13 @@ from dpmed.config.schema import Study, TrainingConfig
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import AuditConfig, PlanContext, PrivacyPlan, Strict, mechanism_info
 
-__all__ = ["RunPlan", "SweptValue", "plan_runs", "run_ids", "check_run_ids"]
+__all__ = ["ATTEMPT_FORMAT", "RunPlan", "SweptValue", "plan_runs", "run_ids", "check_run_ids"]
+
+# How an unfinished attempt of a run is fingerprinted (`dpmed.run`, `RunPlan.fingerprint`), written before its hash
+# ("2:<sha256>"; a bare hash is an older dpmed's): bump it when the hash is made otherwise or a plan's settings gain
+# or lose a key, so that a checkpoint a dpmed of another version left is said to be its, not one made with other
+# settings or data.
+ATTEMPT_FORMAT = 2
 
 
 class SweptValue(Strict):
@@ -63,6 +71,14 @@ class RunPlan(Strict):
         # T and sigma decide that), and absent from the runs an older dpmed finished, which must still resume
         data["privacy"].pop("released_units", None)
         return data
+
+    def fingerprint(self, randomness: str) -> str:
+        """The run's settings and the study's privacy randomness mode, hashed ("<ATTEMPT_FORMAT>:<sha256>"): the
+        part of an attempt's fingerprint (`dpmed.run`) that study.yaml shows, kept apart in the private key file so
+        that `dpmed status` tells an interrupted run that the next `dpmed run` trains afresh for its settings
+        without reading the training data. Nothing of the data goes into it."""
+        text = json.dumps({"plan": self.settings(), "randomness": randomness}, sort_keys=True)
+        return f"{ATTEMPT_FORMAT}:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
 def _tag(value: float) -> str:
