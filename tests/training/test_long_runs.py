@@ -1,0 +1,37 @@
+"""What a run holds does not grow with its steps: runs of thousands of steps (benchmarks/RESULTS.md, "Long runs")
+would carry anything kept once per step (a ledger entry, a hook left on a layer, a tensor of each batch) into
+memory and into every checkpoint, while the short runs of the other tests never show it. Counted here, between
+two checkpoints of one DP-SGD run: the Python objects the garbage collector tracks and the checkpoint's bytes."""
+
+from __future__ import annotations
+
+import gc
+
+from dpmed.config import TrainingConfig
+from dpmed.randomness import PrivacyRandomness
+from dpmed.training import DpSgdPlan, loop, train
+
+CFG = TrainingConfig(steps=1, batch_size=12, physical_batch_size=64, optimizer="adam", learning_rate=1e-3, threads=1)
+PLAN = DpSgdPlan(noise_multiplier=1.2, max_grad_norm=1.0, sample_rate=0.1, steps=45)    # a checkpoint every 10 steps
+
+
+def test_a_dp_sgd_run_holds_as_much_after_40_steps_as_after_10(data, new_model, tmp_path, monkeypatch):
+    images, task = data
+    checkpoint = tmp_path / "checkpoint.pt"
+    held, calls = {}, iter(range(1, PLAN.steps + 1))
+
+    def before_each_step():            # the loop calls it before step s, after s - 1 steps and their checkpoint
+        done = next(calls) - 1
+        if done in (10, 40):
+            gc.collect()
+            held[done] = len(gc.get_objects()), checkpoint.stat().st_size
+    monkeypatch.setattr(loop, "check_interrupt", before_each_step)
+    result = train(new_model(task), images, task, CFG, seed=0, dp=PLAN, randomness=PrivacyRandomness.secure(),
+                   progress=False, checkpoint=checkpoint)
+
+    (objects_10, bytes_10), (objects_40, bytes_40) = held[10], held[40]
+    # one object kept per step would add 30; nothing kept adds none (at most a few, should torch cache something)
+    assert objects_40 - objects_10 < 30, (objects_10, objects_40)
+    assert bytes_40 == bytes_10
+    assert len(result.ledger.events) == 1 and result.ledger.dp_sgd_steps == PLAN.steps
+    assert [p.name for p in checkpoint.parent.iterdir()] == ["checkpoint.pt"]     # overwritten, no old ones beside
