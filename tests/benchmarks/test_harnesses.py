@@ -649,3 +649,18 @@ def test_at_scale_writes_the_same_sets_for_a_seed_and_studies_that_read_them(tmp
     ids = [i for s in (table.train, table.val, table.test) for i in s.patient_ids]
     assert len(set(ids)) < len(ids)                                 # some patients have two images, kept together
     assert not {i for i in table.train.patient_ids} & {i for s in (table.val, table.test) for i in s.patient_ids}
+
+
+def test_long_run_samples_the_run_at_each_progress_line_and_finds_its_checkpoint_gone(tmp_path):
+    result = _harness("long_run").measure(tmp_path, steps=12, batch=8, images=60, size=16, model="small_cnn",
+                                          accountant_steps=[10])
+    assert result["status"] == 0
+    rows = result["samples"]
+    steps = [r["step"] for r in rows]        # the first step, then each tenth but the last (`loop._Progress`)
+    assert steps[0] == 1 and steps == sorted(set(steps)) and steps[-1] < 12 and len(steps) >= 9
+    assert result["progress_lines"] == len(rows) and result["log_lines"] > len(rows)
+    assert all(r["rss_mib"] > 0 and r["gc_objects"] > 0 and r["checkpoint_files"] <= 1 for r in rows)
+    assert any(r["checkpoint_bytes"] > 0 for r in rows)
+    assert not any("checkpoint" in name for name in result["files_left"])       # deleted once the run finished
+    [accountant] = result["accountant"]
+    assert accountant["steps"] == 10 and accountant["sigma"] > 0

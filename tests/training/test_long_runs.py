@@ -1,7 +1,8 @@
-"""What a run holds does not grow with its steps: runs of thousands of steps (benchmarks/RESULTS.md, "Long runs")
-would carry anything kept once per step (a ledger entry, a hook left on a layer, a tensor of each batch) into
-memory and into every checkpoint, while the short runs of the other tests never show it. Counted here, between
-two checkpoints of one DP-SGD run: the Python objects the garbage collector tracks and the checkpoint's bytes."""
+"""What a run holds does not grow with its steps: runs of thousands of steps (benchmarks/RESULTS.md, "Long runs:
+what grows with the steps") would carry anything kept once per step (a ledger entry, a hook left on a layer, a
+tensor of each batch) into memory and into every checkpoint, while the short runs of the other tests never show it.
+Counted here, between two checkpoints of one DP-SGD run: the Python objects the garbage collector tracks and the
+checkpoint's bytes."""
 
 from __future__ import annotations
 
