@@ -11,9 +11,11 @@ every progress line the training logs (each hundredth of the steps), reads the p
 collection at each line would take longer than the steps between), and the sizes of the run's checkpoints and of the
 private log. Then it counts the log's lines and the files left in the study folder, and times the accountant once per
 step count given: the noise calibration (`noise_multiplier_for`) and one eps (`dp_sgd_epsilon`), each called once per
-run, never per step. Prints one JSON object (the run's own summary goes to stderr). Not a test: the figures depend on
-the machine and its load. They include the DP-SGD run's step times, which dpmed keeps private (`dpmed.records.Timing`):
-the study is the phantom's, of no person, and stays so.
+run, never per step, and the recording of that many steps in a ledger, which the loop does at every step.
+
+Prints one JSON object (the run's own summary goes to stderr). Not a test: the figures depend on the machine and its
+load. They include the DP-SGD run's step times, which dpmed keeps private (`dpmed.records.Timing`): the study is the
+phantom's, of no person, and stays so.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ class _Sampler(logging.Handler):
 
 
 def accountant_seconds(steps: list[int], sample_rate: float) -> list[dict]:
-    """Seconds of one calibration to eps 8 at delta 1e-5 and one eps of the calibrated sigma, per step count."""
+    """Per step count: seconds of one calibration to eps 8 at delta 1e-5 and of one eps of the calibrated sigma, and
+    the milliseconds a step's recording in the ledger takes over that many steps (the loop records every step)."""
     from dpmed import accounting
 
     rows = []
@@ -77,8 +80,14 @@ def accountant_seconds(steps: list[int], sample_rate: float) -> list[dict]:
         calibrated = time.perf_counter() - start
         start = time.perf_counter()
         accounting.dp_sgd_epsilon(noise_multiplier=sigma, sample_rate=sample_rate, steps=t, delta=1e-5)
-        rows.append({"steps": t, "calibration_s": round(calibrated, 2),
-                     "epsilon_s": round(time.perf_counter() - start, 2), "sigma": round(sigma, 4)})
+        epsilon = time.perf_counter() - start
+        ledger, start = accounting.Ledger(), time.perf_counter()
+        for _ in range(t):
+            ledger = ledger.record(accounting.dp_sgd_event(noise="gaussian", noise_multiplier=sigma,
+                                                           sample_rate=sample_rate, steps=1))
+        rows.append({"steps": t, "calibration_s": round(calibrated, 2), "epsilon_s": round(epsilon, 2),
+                     "ledger_ms_per_step": round(1e3 * (time.perf_counter() - start) / t, 3),
+                     "ledger_entries": len(ledger.events), "sigma": round(sigma, 4)})
     return rows
 
 

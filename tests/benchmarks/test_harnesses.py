@@ -663,4 +663,4 @@ def test_long_run_samples_the_run_at_each_progress_line_and_finds_its_checkpoint
     assert any(r["checkpoint_bytes"] > 0 for r in rows)
     assert not any("checkpoint" in name for name in result["files_left"])       # deleted once the run finished
     [accountant] = result["accountant"]
-    assert accountant["steps"] == 10 and accountant["sigma"] > 0
+    assert accountant["steps"] == 10 and accountant["sigma"] > 0 and accountant["ledger_entries"] == 1
