@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_leaves
 from dpmed.config.schema import AugmentationConfig
 from dpmed.training import DpSgdStep
 from dpmed.training.augmentation import Augmentation, image_keys
+from dpmed.training.dp_sgd import physical_chunks
 
 K = 4
 
@@ -180,6 +181,45 @@ def test_copies_made_a_slice_at_a_time_are_the_batchs_copies_bit_for_bit():
     assert torch.equal(copies[at], whole[at]) and copies[at].stride() == whole[at].stride()
     parts = list(copies.split(4))
     assert [len(part) for part in parts] == [4, 4, 4, 3] and torch.equal(torch.cat(parts), whole)
+
+
+def _empty_batches():
+    """An empty batch as each input a step takes: images (unit the image, or the patient), and their copies with
+    K = 1 (no groups) and K = 3 (each copy grouped with its image)."""
+    x, y, keys = _batch(n=0)
+    yield "images", x, y, None
+    yield "images by patient", x, y, torch.zeros(0, dtype=torch.int64)
+    for k in (1, 3):
+        copies, labels, groups = Augmentation(multiplicity=k, padding=2, flip=True, seed=0).expand(x, y, keys, 1)
+        yield f"copies, K = {k}", copies, labels, groups
+
+
+def test_an_empty_batch_has_no_slice_as_images_or_as_their_copies():
+    """physical_chunks gave an empty tensor one empty slice (torch.split's) and its copies none; the docstring
+    promised the first. Now neither has a slice: dpmed's clipping engine cannot take an empty one."""
+    for name, x, y, _ in _empty_batches():
+        assert list(physical_chunks(x, y, 4)) == [], name
+
+
+@pytest.mark.parametrize("engine", ["dpmed", "opacus"])
+def test_an_empty_batch_is_a_pure_noise_step_as_images_or_as_their_copies(engine):
+    """A Poisson batch may be empty, and the accountant counts its step: whatever the input, the step must draw its
+    noise from the stream (by the words every step takes) and leave noise alone as the update, the same noise."""
+    sigma, clip, expected = 1.5, 2.0, 10.0
+    updates = {}
+    for name, x, y, groups in _empty_batches():
+        model, stream = _model(), np.random.default_rng(3)
+        step = DpSgdStep(model, loss_fn=_ce, max_grad_norm=clip, noise_multiplier=sigma, expected_batch_size=expected,
+                         physical_batch_size=4, noise_rng=stream, engine=engine)
+        step(x, y, groups=groups)
+        moved = np.random.default_rng(3)
+        moved.bit_generator.random_raw(step.stream_words)
+        assert step.stream_words > 0 and stream.bit_generator.state == moved.bit_generator.state, name
+        updates[name] = torch.cat([p.grad.flatten() for p in model.parameters()])
+    first = next(iter(updates.values()))
+    assert first.std().item() * expected == pytest.approx(sigma * clip, rel=0.1)   # 819 draws: std error ~2.5%
+    for name, update in updates.items():
+        assert torch.equal(update, first), name
 
 
 class _Largest(TorchDispatchMode):

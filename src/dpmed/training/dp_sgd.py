@@ -158,8 +158,12 @@ def _refuse_changed_buffers(model: nn.Module, before: dict[str, Tensor]) -> None
 
 def physical_chunks(x: Tensor | Copies, y: Tensor, size: int) -> Iterator[tuple[Tensor, Tensor]]:
     """(x, y) in slices of at most ``size`` examples, for memory only; a size above the batch is the batch
-    (torch.split takes no 10**23), and an empty batch is one empty slice."""
-    size = min(size, max(1, len(x)))
+    (torch.split takes no 10**23). An empty batch has no slice, whether x is a tensor or its copies (torch.split
+    would give a tensor one empty slice, which dpmed's clipping engine cannot take): an empty Poisson batch's clipped
+    sum is zero, and the step still adds its noise."""
+    if not len(x):
+        return iter(())
+    size = min(size, len(x))
     return zip(x.split(size), y.split(size))
 
 
@@ -241,9 +245,7 @@ class DpSgdStep:
             chunks = ((x[i.to(x.device)], y[i.to(y.device)], groups[i])
                       for i in _group_chunks(groups, len(x), self.physical_batch_size))
         total = None
-        for xs, ys, gs in chunks:
-            if len(xs) == 0:                # an empty Poisson batch: the clipped sum is zero, the noise still comes
-                continue
+        for xs, ys, gs in chunks:           # none for an empty Poisson batch: the sum is zero, the noise still comes
             sums = self.clipper.clipped_sum(xs, ys, loss_fn=self.loss_fn, max_grad_norm=self.max_grad_norm,
                                             groups=gs)
             if total is None:               # the engines return fresh tensors: own them, no extra copy
