@@ -6,6 +6,7 @@ stream, and the starting weights checked against what the study recorded."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import traceback
@@ -14,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from dpmed.config import load_study
+from dpmed.config import load_study, plan_runs
 from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder
-from dpmed.mechanisms import mechanism_info
+from dpmed.mechanisms import MECHANISMS, PlanContext, mechanism_info
 from dpmed.models import build_model
 from dpmed.randomness import PrivacyRandomness
-from dpmed.records import StartRecord
+from dpmed.records import PretrainRecord, StartRecord
 from dpmed.run import ATTEMPT_FORMAT, RunContext, _attempt, _privacy_randomness, _training_set, start_model
 from dpmed.study import load_study_data, plan_study
 
@@ -96,6 +97,109 @@ def test_an_attempt_s_key_hashes_the_training_images_where_they_are_not_a_copy_o
     finally:
         tracemalloc.stop()
     assert peak < big.train.images.nbytes / 4, (peak, big.train.images.nbytes)
+
+
+# What `_attempt` fingerprints as ATTEMPT_FORMAT 2 makes it, pinned: a change detector, not a truth about the
+# settings. A change to either side without the other fails the test below, which says what to do.
+PINNED_FORMAT = 2
+_TRAINING = {"augmentation", "augmentation.crop_padding", "augmentation.flip", "augmentation.multiplicity",
+             "batch_size", "dp_engine", "ema_decay", "epochs", "learning_rate", "lr_scaling", "lr_schedule",
+             "lr_schedule.gamma", "lr_schedule.kind", "lr_schedule.milestones", "lr_schedule.warmup_fraction",
+             "momentum", "optimizer", "reference_batch_size", "steps", "weight_decay"}
+PINNED_PLAN_KEYS = ({"arm", "audit", "audit.canaries", "audit.confidence", "audit.kind", "model", "privacy",
+                     "run_id", "seed", "swept", "swept.key", "swept.tag", "swept.value", "training"}
+                    | {f"training.{k}" for k in _TRAINING})
+PINNED_PRIVACY_KEYS = {
+    "none": {"mechanism"},
+    "pixel_laplace": {"mechanism", "dimension", "scale", "target_epsilon_image"},
+    "pixel_gaussian": {"mechanism", "delta", "dimension", "std", "target_epsilon_image"},
+    "scalar_shift": {"mechanism", "scale"},
+    "dp_sgd": {"mechanism", "accountant", "accountant_note", "attack", "attack.batches", "attack.structure",
+               "attack.threshold_quantile", "delta", "expected_batch_size", "image_cap_key", "max_grad_norm",
+               "max_images_per_patient", "n_units", "noise", "noise_given", "noise_multiplier", "patient_guarantee",
+               "patient_guarantee.formula_delta", "patient_guarantee.formula_epsilon", "patient_guarantee.k",
+               "patient_guarantee.statement", "patient_guarantee.tight_epsilon", "patients_known", "sample_rate",
+               "sampling", "size_epsilon", "steps", "target_epsilon", "unit"},
+}
+PINNED_START_KEYS = ({"weights", "sha256", "trained_on", "trainable", "n_trainable", "n_frozen", "loaded", "kept",
+                      "head_rows", "pretraining"}
+                     | {f"pretraining.{k}" for k in (
+                         "dataset", "task", "label_names", "public", "data", "n_train", "n_val", "n_test",
+                         "image_shape", "model", "training", "seed", "steps", "seconds", "key", "weights", "sha256",
+                         "validation_auroc", "overlap_checks", "near_duplicate_bits", "start_weights")}
+                     | {f"pretraining.training.{k}" for k in _TRAINING | {"device", "physical_batch_size", "threads"}})
+# Every mechanism, with each optional part of a plan's settings filled (swept values, an audit, augmentation, the
+# attack, the image unit's patient guarantee), so that its keys show.
+_EVERY_PART = """
+name: s
+seeds: [0]
+training: {epochs: 2, batch_size: 10, augmentation: {multiplicity: 2}}
+arms:
+  - {name: base, mechanism: none, audit: {canaries: 20}}
+  - {name: lap, mechanism: pixel_laplace, target_epsilon_image: 512}
+  - {name: gauss, mechanism: pixel_gaussian, target_epsilon_image: 512}
+  - {name: shift, mechanism: scalar_shift, scale: 2}
+  - {name: dp, mechanism: dp_sgd, noise_multiplier: 1, attack: {batches: 2}}
+  - {name: img, mechanism: dp_sgd, noise_multiplier: 1, privacy_unit: image, max_images_per_patient: 2}
+"""
+
+
+def _key_paths(data, prefix: str = "") -> set[str]:
+    """The dotted key of every mapping entry in JSON ``data``, a list's entries' under the list's own key."""
+    if isinstance(data, dict):
+        return set().union(*({prefix + k} | _key_paths(v, f"{prefix}{k}.") for k, v in data.items()))
+    if isinstance(data, list):
+        return set().union(*(_key_paths(v, prefix) for v in data))
+    return set()
+
+
+def _fingerprint_as_format_2(plan, context) -> str:
+    """ATTEMPT_FORMAT 2 as its comment and `_attempt`'s docstring state it, written out again."""
+    digest = hashlib.sha256(json.dumps({
+        "plan": plan.settings(), "randomness": context.privacy_randomness,
+        "start": None if context.start is None else context.start.model_dump(mode="json"),
+        "normalization": str(context.dataset.normalization)}, sort_keys=True).encode())
+    train = context.dataset.train
+    for array in (train.images, train.labels):
+        digest.update(np.ascontiguousarray(array).tobytes())
+        digest.update(str(array.shape).encode())
+    digest.update("\0".join(map(str, train.patient_ids)).encode())
+    return f"2:{digest.hexdigest()}"
+
+
+def test_the_attempt_format_is_bumped_with_what_an_attempt_is_fingerprinted_from(prepared, tmp_path):
+    """A checkpoint whose key file's format differs from ATTEMPT_FORMAT is said to be another dpmed's; one of the
+    same format but another fingerprint, to be made with other settings or data. So a plan's settings that gain or
+    lose a key, or a fingerprint hashed otherwise, must come with a new ATTEMPT_FORMAT, which nothing else enforces.
+
+    A change detector: the key names of every mechanism's settings, of the study's start and the fingerprint's
+    recipe are pinned beside the format they belong to, and a change of either alone fails here."""
+    bump = ("bump ATTEMPT_FORMAT in dpmed/run.py, then pin the new format, key names and recipe here "
+            "(PINNED_FORMAT and its neighbours): a checkpoint of the old format is then named as an older dpmed's")
+    assert ATTEMPT_FORMAT == PINNED_FORMAT, f"ATTEMPT_FORMAT changed: {bump}"
+    study_file = tmp_path / "every_part.yaml"
+    study_file.write_text(_EVERY_PART, encoding="utf-8")
+    planned = plan_runs(load_study(study_file), PlanContext(images_per_patient=np.array([1] * 30 + [2] * 20),
+                                                            image_shape=(1, 16, 16)))
+    assert {p.mechanism for p in planned} == set(MECHANISMS), "give every mechanism an arm above and pin its keys"
+    plan_keys, privacy_keys = set(), {}
+    for plan in planned:
+        keys = _key_paths(plan.settings())
+        plan_keys |= {k for k in keys if not k.startswith("privacy.")}
+        privacy_keys.setdefault(plan.mechanism, set()).update(k.removeprefix("privacy.") for k in keys
+                                                               if k.startswith("privacy."))
+    assert plan_keys == PINNED_PLAN_KEYS, f"a plan's settings gained or lost a key: {bump}"
+    assert privacy_keys == PINNED_PRIVACY_KEYS, f"a privacy plan's settings gained or lost a key: {bump}"
+    study, dataset, plans = prepared
+    pretraining = PretrainRecord(dataset="public", task="binary", public="published", n_train=1, n_val=1, n_test=1,
+                                 image_shape=(1, 16, 16), model="m", training=planned[0].training, seed=0, steps=1,
+                                 seconds=1.0, key="k", weights="w.pt", sha256="0" * 64, near_duplicate_bits=8)
+    start = StartRecord(weights="w.pt", sha256="0" * 64, n_trainable=1, n_frozen=0, pretraining=pretraining)
+    assert _key_paths(start.model_dump(mode="json")) == PINNED_START_KEYS, f"the start gained or lost a key: {bump}"
+    context = RunContext(dataset=dataset, evaluation=study.evaluation, start=start)
+    for plan in plans.values():
+        assert _attempt(plan, context) == _fingerprint_as_format_2(plan, context), (
+            f"the fingerprint is made otherwise: {bump}")
 
 
 def test_another_attempt_s_key_is_replaced_and_what_it_left_deleted(prepared, tmp_path):

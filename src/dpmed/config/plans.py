@@ -25,7 +25,8 @@ __all__ = ["ATTEMPT_FORMAT", "RunPlan", "SweptValue", "plan_runs", "run_ids", "c
 # How an unfinished attempt of a run is fingerprinted (`dpmed.run`, `RunPlan.fingerprint`), written before its hash
 # ("2:<sha256>"; a bare hash is an older dpmed's): bump it when the hash is made otherwise or a plan's settings gain
 # or lose a key, so that a checkpoint a dpmed of another version left is said to be its, not one made with other
-# settings or data.
+# settings or data. tests/test_run.py pins what the hash is made of beside this number, and fails where either
+# changes alone.
 ATTEMPT_FORMAT = 2
 
 
