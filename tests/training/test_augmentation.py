@@ -64,9 +64,10 @@ def _unit_gradients(model, copies, y, units, k=K):
 
 
 # physical 5: slices that cut through a unit's copies wherever they are cut at 5 (an image's K copies, a patient's
-# K per image), so the step must keep each unit's copies in one slice; 64: the whole batch in one.
+# K per image), so the step must keep each unit's copies in one slice; 64: the whole batch in one. K = 1 with the
+# image as unit has no groups: its copies are cut at 5 as they come, the last slice holding the sixth alone.
 @pytest.mark.parametrize("physical", [64, 5])
-@pytest.mark.parametrize("k", [2, K])     # 2: the least that must group an image's copies
+@pytest.mark.parametrize("k", [1, 2, K])     # 2: the least that must group an image's copies
 @pytest.mark.parametrize("engine", ["dpmed", "opacus"])
 @pytest.mark.parametrize("unit", ["image", "patient"])
 def test_the_clipped_sum_is_the_clipped_mean_over_copies(unit, engine, k, physical):
@@ -75,7 +76,8 @@ def test_the_clipped_sum_is_the_clipped_mean_over_copies(unit, engine, k, physic
     augment = Augmentation(multiplicity=k, padding=2, flip=True, seed=7)
     patients = torch.tensor([3, 8, 3, 1, 8, 8]) if unit == "patient" else None
     copies, labels, groups = augment.expand(x, y, keys, step=5, groups=patients)
-    assert len(copies) == k * 6 and labels.shape == (k * 6,) and groups.shape == (k * 6,)
+    assert len(copies) == k * 6 and labels.shape == (k * 6,)
+    assert groups.shape == (k * 6,) if k > 1 or patients is not None else groups is None
     units = patients if patients is not None else torch.arange(6)
     truth = _unit_gradients(model, augment.apply(x, keys, 5), y, units, k)
     norms = {u: torch.cat([t.flatten() for t in g]).norm().item() for u, g in truth.items()}
