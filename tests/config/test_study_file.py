@@ -1074,10 +1074,10 @@ def test_a_momentum_beside_adam_is_refused_and_sgd_takes_it(write_study):
     from dpmed.config import TrainingConfig
 
     path = write_study(GOOD)
-    with pytest.raises(ConfigError, match=r"training: momentum 0.5 is SGD's, and optimizer adam takes "
-                                          r"none \(it would change nothing\): set optimizer: sgd to train with it, or "
-                                          r"remove momentum"):
-        load_study(path, {"training.momentum": 0.5})
+    with pytest.raises(ConfigError, match=r"have 1 problem.*\n  - --set training.momentum=0.5: training.momentum: sets "
+                                          r"SGD's momentum, and optimizer adam takes none \(it would change nothing\): "
+                                          r"set optimizer: sgd to train with it, or remove it \(got 0.5\)$"):
+        load_study(path, {"training.momentum": 0.5}, origins={"training.momentum": "--set training.momentum=0.5"})
     assert load_study(path, {"training.momentum": 0.5, "training.optimizer": "sgd"}).training.momentum == 0.5
     assert load_study(path, {"training.momentum": 0.9}).training.optimizer == "adam"
     written = TrainingConfig().model_dump(mode="json") | {"momentum": 0.5}
@@ -1091,11 +1091,28 @@ def test_public_pretraining_refuses_a_dp_engine(write_study):
 
     public = {"public": "a phantom, of no person", "data": {"source": "phantom", "seed": 1}}
     path = write_study(GOOD)
-    with pytest.raises(ConfigError, match=r"pretrain.training: dp_engine 'opacus' chooses how DP-SGD "
-                                          r"clips, and public pretraining trains without privacy"):
+    with pytest.raises(ConfigError, match=r"\n  - override pretrain=.*: pretrain.training.dp_engine: chooses how "
+                                          r"DP-SGD clips, and public pretraining trains without privacy"):
         load_study(path, {"pretrain": {**public, "training": {"dp_engine": "opacus"}}})
     study = load_study(path, {"pretrain": public, "training.dp_engine": "opacus"})
     assert study.training.dp_engine == "opacus" and study.pretrain.training.dp_engine == "dpmed"
     written = study.model_dump(mode="json")
     written["pretrain"]["training"]["dp_engine"] = "opacus"
     assert Study.model_validate_json(json.dumps(written)).pretrain.training.dp_engine == "opacus"
+
+
+def test_a_run_finished_with_a_momentum_beside_adam_is_the_run_of_the_default_momentum():
+    """An earlier dpmed took a momentum beside Adam without a word, and trained as with the default. The study file
+    that gave it is refused now, so the one that resumes its folder or adds a seed there gives none: its finished
+    runs must still be reused (a DP-SGD run trained again is a new release of the same patients), not refused as
+    made with other settings. Under SGD the momentum trains, and another one still tells the runs apart."""
+    from dpmed.config import TrainingConfig
+    from dpmed.resumption import setting_differences
+
+    def written(**settings) -> TrainingConfig:      # as a run.json or study.yaml is read back
+        return TrainingConfig.model_validate_json(json.dumps(TrainingConfig().model_dump(mode="json") | settings))
+
+    assert setting_differences(written(momentum=0.5).computed_settings(), TrainingConfig().computed_settings()) == []
+    sgd = TrainingConfig(optimizer="sgd").computed_settings()
+    assert setting_differences(written(optimizer="sgd", momentum=0.5).computed_settings(), sgd) == [
+        "momentum: 0.5 in the finished run, 0.9 now"]

@@ -247,21 +247,28 @@ class TrainingConfig(_Strict):
                              "beside --set training.steps=N)")
         return self
 
-    @model_validator(mode="after")
-    def _momentum_of_sgd(self, info: ValidationInfo) -> "TrainingConfig":
-        """Adam takes no momentum: one set beside it trained exactly as the default does. A study.yaml or run.json
-        that dpmed wrote (read back through JSON) holds what an earlier dpmed took without a word, and is not
-        refused."""
-        default = type(self).model_fields["momentum"].default
-        if self.optimizer == "adam" and self.momentum != default and info.mode != "json":
-            raise ValueError(f"momentum {self.momentum:g} is SGD's, and optimizer adam takes none (it would change "
-                             "nothing): set optimizer: sgd to train with it, or remove momentum")
-        return self
+    @field_validator("momentum")
+    @classmethod
+    def _momentum_of_sgd(cls, v: float, info: ValidationInfo) -> float:
+        """Adam takes no momentum: one set beside it trained exactly as the default does. Checked on the field (the
+        optimizer is read before it), so that the message names training.momentum and blames a --set that gave it. A
+        study.yaml or run.json that dpmed wrote (read back through JSON) holds what an earlier dpmed took without a
+        word, and is not refused."""
+        if info.data.get("optimizer") == "adam" and v != cls.model_fields["momentum"].default and info.mode != "json":
+            raise ValueError("sets SGD's momentum, and optimizer adam takes none (it would change nothing): set "
+                             "optimizer: sgd to train with it, or remove it")
+        return v
 
     def computed_settings(self) -> dict:
         """The settings as JSON data without those of `EXECUTION_ONLY`: equal for two configs that train the same
-        model, so a finished run, a checkpoint or cached pretrained weights made under either are reused."""
-        return self.model_dump(mode="json", exclude=set(EXECUTION_ONLY))
+        model, so a finished run, a checkpoint or cached pretrained weights made under either are reused. Adam's
+        momentum is shown at its default, whatever it holds: Adam reads none, and a run an earlier dpmed finished with
+        another (which the study file may no longer give) trained as the default does, so it is reused, not
+        retrained (a DP-SGD run retrained is a new release of the same patients)."""
+        settings = self.model_dump(mode="json", exclude=set(EXECUTION_ONLY))
+        if self.optimizer == "adam":
+            settings["momentum"] = type(self).model_fields["momentum"].default
+        return settings
 
 
 class FairnessConfig(_Strict):
@@ -372,12 +379,15 @@ class PretrainConfig(_Strict):
     @classmethod
     def _no_dp_engine(cls, v: TrainingConfig, info: ValidationInfo) -> TrainingConfig:
         """Public pretraining takes no DP-SGD step, so dp_engine (how DP-SGD clips) changed nothing but the cache key
-        of its weights: another engine trained the same weights again. A study.yaml that dpmed wrote (read back
+        of its weights: another engine trained the same weights again. Refused at pretrain.training.dp_engine, so
+        that the message names that key and blames a --set that gave it. A study.yaml that dpmed wrote (read back
         through JSON) is not refused."""
         default = TrainingConfig.model_fields["dp_engine"].default
         if v.dp_engine != default and info.mode != "json":
-            raise ValueError(f"dp_engine {v.dp_engine!r} chooses how DP-SGD clips, and public pretraining trains "
-                             "without privacy (it would change nothing): remove it (training.dp_engine sets the arms')")
+            text = ("chooses how DP-SGD clips, and public pretraining trains without privacy (it would change "
+                    "nothing): remove it (training.dp_engine sets the arms')")
+            raise ValidationError.from_exception_data("TrainingConfig", [InitErrorDetails(
+                type=PydanticCustomError("value_error", text), loc=("dp_engine",), input=v.dp_engine)])
         return v
 
 
