@@ -752,3 +752,31 @@ def test_an_unreadable_weights_file_is_a_clear_error_not_an_internal_one(private
     for study in (_study(model=model), _study(model=model, pretrain=PUBLIC)):
         with pytest.raises(ConfigError, match=re.escape(f"model.weights: {path} cannot be read (Permission denied)")):
             prepare_start(study, private, StudyFolder(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("unread", [{"dp_engine": "opacus"}, {"optimizer": "adam", "momentum": 0.5}])
+def test_weights_an_earlier_dpmed_keyed_by_a_setting_pretraining_does_not_read_are_reused(private, tmp_path,
+                                                                                        monkeypatch, make_record,
+                                                                                        unread):
+    """An earlier dpmed took pretrain.training.dp_engine, or a momentum beside Adam, and keyed its cached weights by
+    it, though they trained as without it. The study file that gave it is refused now, so the one that resumes its
+    folder gives none: the cached weights are this study's, found without training again, and its finished runs,
+    which started from them, are reused rather than refused as started from other weights."""
+    import json
+
+    from dpmed.config import TrainingConfig
+    from dpmed.config.schema import EXECUTION_ONLY
+
+    earlier = Study.model_validate_json(json.dumps(_study(pretrain=PUBLIC).model_dump(mode="json") | {
+        "pretrain": {**PUBLIC, "training": {**PUBLIC["training"], **unread}}}))   # as study.yaml is read back
+    folder = StudyFolder(tmp_path)
+    with monkeypatch.context() as patched:       # an earlier dpmed keyed by the settings as given
+        patched.setattr(TrainingConfig, "computed_settings",
+                        lambda self: self.model_dump(mode="json", exclude=set(EXECUTION_ONLY)))
+        before = prepare_start(earlier, private, folder)
+    record = make_record("base_seed0", "base").model_copy(update={"start": before})
+    folder.run("base_seed0").public.mkdir(parents=True)
+    record.write(folder.run("base_seed0").record)
+    monkeypatch.setattr(pretraining, "train", _no_training)
+    now = prepare_start(_study(pretrain=PUBLIC), private, folder)
+    assert now.sha256 == before.sha256 and now.weights == before.weights

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from dpmed.config import Study
-from dpmed.config.schema import DataConfig, PretrainConfig
+from dpmed.config.schema import EXECUTION_ONLY, DataConfig, PretrainConfig, TrainingConfig
 from dpmed.data import DATASET_SOURCES, DataRequest, Dataset, ImageSet, normalize, read_dataset
 from dpmed.data.overlap import Overlap, refuse_overlap
 from dpmed.errors import ConfigError
@@ -112,20 +112,48 @@ def _with_inputs(dataset: Dataset, images: ImageSet) -> ImageSet:
                                                                                       *dataset.normalization))
 
 
-def _content_key(public: Dataset, config: PretrainConfig, model: str, start_sha: str | None) -> str:
+def _content_key(public: Dataset, config: PretrainConfig, model: str, start_sha: str | None, *,
+                 training: dict | None = None) -> str:
     """sha256 over the public images and labels (every split), the pretraining settings that change what is
     computed, the model and the weights it starts from: equal keys, equal weights up to float rounding. The arrays
-    are hashed where they are (a bytes copy would hold the public set's largest split twice)."""
+    are hashed where they are (a bytes copy would hold the public set's largest split twice). ``training``: the
+    training settings to key by in place of ``config.training``'s computed ones (`_keyed_otherwise`)."""
     digest = hashlib.sha256()
     for split in (public.train, public.val, public.test):
         for array in (split.images, split.labels):
             digest.update(np.ascontiguousarray(array))
             digest.update(str(array.shape).encode())
-    training = config.training.computed_settings()
+    training = config.training.computed_settings() if training is None else training
     settings = {"training": training, "seed": config.seed, "model": model, "start": start_sha,
                 "task": [public.task.kind, list(public.task.label_names)], "normalization": public.normalization}
     digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
     return digest.hexdigest()
+
+
+def _read_settings(training: TrainingConfig) -> dict:
+    """The settings public pretraining reads: the computed ones (Adam's momentum at its default already), the
+    dp_engine at its default, since pretraining takes no DP-SGD step."""
+    return training.computed_settings() | {"dp_engine": TrainingConfig.model_fields["dp_engine"].default}
+
+
+def _keyed_otherwise(public: Dataset, config: PretrainConfig, model: str, start_sha: str | None,
+                     folder: StudyFolder) -> PretrainRecord | None:
+    """A cache entry of these weights that an earlier dpmed keyed by a setting pretraining does not read (a
+    dp_engine, Adam's momentum), which the study file may no longer give (it is refused now): its key is
+    recomputed from the settings its record holds, as they were keyed. Without it the study trained the weights
+    again, and refused its own finished runs, keyed by the old entry, before it did (`_refuse_clashes`)."""
+    ours = _read_settings(config.training)
+    for record_path in sorted(pretrain_folder(folder).glob("*/pretrain.json")):
+        try:
+            written = read_pretrain_record(record_path)
+        except (OSError, ValueError):      # told by `_cached` where it is this study's own entry
+            continue
+        if _read_settings(written.training) != ours:
+            continue
+        as_keyed = written.training.model_dump(mode="json", exclude=set(EXECUTION_ONLY))
+        if _content_key(public, config, model, start_sha, training=as_keyed) == written.key:
+            return _cached(record_path.parent)
+    return None
 
 
 def _located(record: PretrainRecord, where: Path) -> PretrainRecord:
@@ -181,9 +209,9 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
     start_sha = None if start is None else hash_weights(start)
     key = _content_key(public, config, study.model.name, start_sha)
     where = pretrain_folder(folder) / key[:16]
-    cached = _cached(where)
+    cached = _cached(where) or _keyed_otherwise(public, config, study.model.name, start_sha, folder)
     if cached is not None:
-        _log.info("pretrain: weights of an earlier run found in %s (validation AUROC %s)", where,
+        _log.info("pretrain: weights of an earlier run found in %s (validation AUROC %s)", Path(cached.weights).parent,
                   "undefined" if cached.validation_auroc is None else f"{cached.validation_auroc:.3f}")
         # The key names the weights by what trained them; what this study declares and checked (its statement, the
         # reader's path, the overlap check's threshold) is this study's, not the first one's to use the entry.
