@@ -135,6 +135,24 @@ def test_pretraining_trains_once_and_is_cached_by_content(private, tmp_path, mon
         prepare_start(other, private, folder)
 
 
+def test_pretraining_and_the_start_leave_the_caller_s_torch_generator_alone(private, tmp_path):
+    """The public model is built from the pretraining's seed, and the start's model (its shapes checked, its
+    weights loaded) from one of its own: a caller's later draws are the same whether the study prepared first or not,
+    and the pretrained weights do not depend on the caller's generator."""
+    study = _study(pretrain=PUBLIC, model={"trainable": {"last_blocks": 1}})
+    sha = []
+    for seed in (1, 2):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            before = torch.get_rng_state()
+            start = prepare_start(study, private, StudyFolder(tmp_path / str(seed)))
+            pretraining.check_weights(_study(model={"weights": start.weights, "weights_source": "a public phantom"}),
+                                      private)
+            assert torch.equal(torch.get_rng_state(), before)
+        sha.append(start.sha256)
+    assert sha[0] == sha[1]
+
+
 def test_cached_weights_that_no_longer_have_their_recorded_hash_are_trained_again(private, tmp_path, monkeypatch,
                                                                                    caplog):
     """The entry names its weights by sha256: a file replaced since (other weights, a damaged copy) is never used

@@ -247,23 +247,36 @@ def test_workers_train_as_many_runs_at_once_as_there_are_runs_and_cores_for(make
 @pytest.mark.parametrize("per_step, steps", [(1e-5, 40), (0.1, 16), (10.0, 4)])
 def test_the_probe_times_as_many_steps_as_fit_its_aim_in_whole_passes(make_record, monkeypatch, per_step, steps):
     """Two warm-up steps give a rate; the probe then times 1.5 s of steps, at least 3 and at most 40, even (whole
-    passes over its two batches), and divides by the steps it timed. It leaves the caller's torch generator."""
-    import numpy as np
+    passes over its two batches), and divides by the steps it timed."""
+    from dpmed import timing
+    from dpmed.data import make_phantom
+
+    def fake(data, dataset, kind, plan, n, device, trainable):
+        return per_step * n, 0.0
+    monkeypatch.setattr(timing, "_time_steps", fake)
+    plan = make_record("np_seed0", "np").plan
+    rate, timed, _ = timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, N_TRAIN, "cpu"), plan,
+                                        "all")
+    assert (rate, timed) == (pytest.approx(per_step), steps)
+
+
+@pytest.mark.parametrize("mechanism", ["np", "dp"])
+def test_the_probe_leaves_the_caller_s_torch_generator_alone(make_record, mechanism):
+    """The probe builds a model to train and one to evaluate, each from a seed of its own, and its training draws from
+    generators of its own: a caller's later draws are the same whether it probed first or not."""
     import torch
 
     from dpmed import timing
     from dpmed.data import make_phantom
 
-    def fake(data, dataset, kind, plan, n, device, trainable):
-        torch.rand(3)                                        # the probe's model initialisation draws
-        return per_step * n, 0.0
-    monkeypatch.setattr(timing, "_time_steps", fake)
-    plan = make_record("np_seed0", "np").plan
-    before = torch.get_rng_state()
-    rate, timed, _ = timing._probe_kind(make_phantom(n_images=40, image_size=16), step_kind(plan, N_TRAIN, "cpu"), plan,
-                                        "all")
-    assert (rate, timed) == (pytest.approx(per_step), steps)
-    assert np.array_equal(torch.get_rng_state().numpy(), before.numpy())
+    plan = (_dp_plan(make_record, sample_rate=0.1, n_units=80) if mechanism == "dp"
+            else make_record("np_seed0", "np").plan)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        before = torch.get_rng_state()
+        timing.probe_rates([plan], make_phantom(n_images=40, image_size=16), evaluation=timing.EvaluationConfig(),
+                           device="cpu")
+        assert torch.equal(torch.get_rng_state(), before)
 
 
 def test_the_dp_sgd_probe_draws_its_expected_batch_from_two_batches_of_random_images(make_record, monkeypatch):

@@ -227,9 +227,8 @@ def pretrain(study: Study, private: Dataset, folder: StudyFolder, *, progress: b
                     f"public pretraining on {public.name} not yet trained, key {key[:16]}, trained {trainable}")
     info = MODELS[study.model.name]
     c, h, _ = public.train.image_shape
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        model = build_model(study.model.name, in_channels=c, num_outputs=public.task.num_outputs, image_size=h)
+    model = build_model(study.model.name, in_channels=c, num_outputs=public.task.num_outputs, image_size=h,
+                        seed=config.seed)
     if start is not None:
         load_weights(model, read_state_dict(start), head=info.head, path=start)
     device = resolve_device(config.training.device if config.training.device != "auto" else study.training.device)
@@ -332,10 +331,10 @@ def describe_start(study: Study) -> str:
 
 
 def _fresh_model(study: Study, dataset: Dataset) -> torch.nn.Module:
-    """The study's model for ``dataset``'s images and task, built without touching the global random state."""
+    """The study's model for ``dataset``'s images and task, at an initialisation of its own (any seed: the checks
+    read its shapes, and the weights loaded into it)."""
     c, h, _ = dataset.train.image_shape
-    with torch.random.fork_rng(devices=[]):
-        return build_model(study.model.name, in_channels=c, num_outputs=dataset.task.num_outputs, image_size=h)
+    return build_model(study.model.name, in_channels=c, num_outputs=dataset.task.num_outputs, image_size=h, seed=0)
 
 
 def check_weights(study: Study, dataset: Dataset) -> None:

@@ -261,10 +261,8 @@ def run_one(plan: RunPlan, context: RunContext, folder: RunFolder) -> RunRecord:
     with torch_threads(threads):
         train_set, trial, events = _training_set(plan, ds, randomness, folder)
         train_input, val_input, test_input = _model_inputs(ds, train_set, ds.val, ds.test)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(plan.seed)
-            model = build_model(plan.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
-                                image_size=ds.train.image_shape[1])
+        model = build_model(plan.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
+                            image_size=ds.train.image_shape[1], seed=plan.seed)
         start_model(model, plan.model, context.start)
         dp = plan.privacy if isinstance(plan.privacy, DpSgdPlan) else None
         if dp is not None and dp.attack is not None:
@@ -409,10 +407,9 @@ def reevaluate(record: RunRecord, context: RunContext, folder: RunFolder) -> Ree
     plan, ds = record.plan, context.dataset
     state = read_released_model(record, folder)
     device = resolve_device(context.device if plan.training.device == "auto" else plan.training.device)
-    # the model's initialisation, overwritten by its weights, must leave the caller's global torch draws as they were
-    with torch_threads(run_threads(plan.training.threads)), torch.random.fork_rng(devices=[]):
+    with torch_threads(run_threads(plan.training.threads)):
         model = build_model(plan.model, in_channels=ds.train.image_shape[0], num_outputs=ds.task.num_outputs,
-                            image_size=ds.train.image_shape[1])
+                            image_size=ds.train.image_shape[1], seed=plan.seed)   # its initialisation is overwritten
         model.load_state_dict(state)
         val_input, test_input = _model_inputs(ds, ds.val, ds.test)
         with _evaluation_warnings_logged(plan.run_id):

@@ -181,7 +181,8 @@ def _time_steps(data: ImageSet, dataset: Dataset, kind: StepKind, plan: RunPlan,
     built model frozen as the study's runs freeze theirs (``trainable``, `dpmed.models.weights.set_trainable`): a
     frozen layer takes no per-example gradient, clipping or noise, so a probe of the whole model overestimated."""
     shape = dataset.train.image_shape
-    model = build_model(plan.model, in_channels=shape[0], num_outputs=dataset.task.num_outputs, image_size=shape[1])
+    model = build_model(plan.model, in_channels=shape[0], num_outputs=dataset.task.num_outputs, image_size=shape[1],
+                        seed=0)
     info = MODELS[plan.model]
     set_trainable(model, trainable, head=info.head, blocks=info.blocks)
     # the probe's own length in steps, which take the place of the study's epochs or steps
@@ -207,8 +208,7 @@ def _probe_kind(dataset: Dataset, kind: StepKind, plan: RunPlan,
     rng = np.random.default_rng(0)
     data = _random_images(dataset, 2 * kind.batch, rng)
     device = torch.device(kind.device)
-    with torch_threads(kind.threads), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+    with torch_threads(kind.threads):
         warm = _time_steps(data, dataset, kind, plan, 2, device, trainable)[0] / 2
         steps = int(min(_MAX_STEPS, max(_MIN_STEPS, _PROBE_SECONDS / max(warm, 1e-4))))
         steps += steps % 2     # whole passes over the two batches
@@ -230,10 +230,9 @@ def _probe_evaluation(dataset: Dataset, model_name: str, evaluation: EvaluationC
     inputs = (dataset.val, dataset.test)
     if dataset.normalization is not None:
         inputs = tuple(s.with_images(normalize(s.images, *dataset.normalization)) for s in inputs)
-    with torch_threads(kind.threads), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = build_model(model_name, in_channels=dataset.train.image_shape[0],
-                            num_outputs=dataset.task.num_outputs, image_size=dataset.train.image_shape[1]).to(device)
+    with torch_threads(kind.threads):
+        model = build_model(model_name, in_channels=dataset.train.image_shape[0], num_outputs=dataset.task.num_outputs,
+                            image_size=dataset.train.image_shape[1], seed=0).to(device)
         start = time.perf_counter()
         result = assess(model, dataset, inputs, config, cam_layer=MODELS[model_name].cam_layer, device=device)
         seconds = time.perf_counter() - start

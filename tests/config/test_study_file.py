@@ -802,6 +802,20 @@ def test_freezing_a_random_model_is_refused_unless_it_starts_from_trained_weight
         assert load_study(path, settings).model.name in ("small_cnn", "scatternet_linear")
 
 
+def test_checking_for_frozen_random_layers_leaves_the_caller_s_torch_generator_alone(write_study):
+    """Reading a study file builds its model to see what a frozen part would hold: loading a study (dpmed as a
+    library) must not move the caller's later torch draws."""
+    import torch
+
+    path = write_study(GOOD + "model: {name: small_cnn, trainable: head}\n")
+    with torch.random.fork_rng(devices=[]):
+        before = torch.get_rng_state()
+        with pytest.raises(ConfigError, match="freezes 4 randomly initialised tensor"):
+            load_study(path)
+        assert load_study(path, {"model.name": "scatternet_linear"}).model.trainable == "head"
+        assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_a_study_record_read_back_through_json_is_not_refused_for_a_frozen_random_model(write_study):
     """A study.yaml that dpmed wrote (read back through JSON by report, status and resume) holds a study whose runs
     trained already: freezing random layers is refused where a study file is read, not where its record is."""

@@ -36,6 +36,47 @@ def dotted(model: nn.Module, name: str) -> nn.Module:
     return model.get_submodule(name)
 
 
+def _equal(a: nn.Module, b: nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "resnet9_ws", "scatternet_cnn"])
+def test_a_seeded_build_leaves_the_global_generator_alone_and_gives_the_same_weights_wherever_it_is_built(name):
+    """Built from a seed, a model is the same whatever the global generator's state, and building it leaves that
+    state as it was: a later draw of the caller's does not depend on whether a model was built before it."""
+    kwargs = dict(in_channels=1, num_outputs=2, image_size=16)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        before = torch.get_rng_state()
+        first = build_model(name, **kwargs, seed=7)
+        assert torch.equal(torch.get_rng_state(), before)
+        torch.rand(5)
+        again, other = build_model(name, **kwargs, seed=7), build_model(name, **kwargs, seed=8)
+    assert _equal(first, again) and not _equal(first, other)
+
+
+def test_a_seeded_build_has_the_weights_of_the_global_generator_seeded_alike():
+    """The seed means what it meant to the callers that seeded torch before building: a study's models (its runs',
+    its pretraining's) keep the weights they were built with before the seed was build_model's."""
+    kwargs = dict(in_channels=3, num_outputs=5, image_size=28)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(11)
+        seeded_globally = build_model("small_cnn", **kwargs)
+    assert _equal(build_model("small_cnn", **kwargs, seed=11), seeded_globally)
+
+
+def test_an_unseeded_build_draws_from_the_global_generator():
+    """Without a seed the initialisation is the global generator's (tests seed it themselves), and moves it."""
+    kwargs = dict(in_channels=1, num_outputs=2, image_size=16)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        first = build_model("small_cnn", **kwargs)
+        moved = torch.get_rng_state()
+        torch.manual_seed(3)
+        assert _equal(first, build_model("small_cnn", **kwargs))
+        assert not torch.equal(moved, torch.manual_seed(3).get_state())
+
+
 def test_unknown_model_lists_the_known_ones():
     with pytest.raises(KeyError, match="small_cnn"):
         build_model("resnet1000", in_channels=1, num_outputs=2, image_size=28)

@@ -494,14 +494,11 @@ class Study(_Strict):
         model = self.model
         if info.mode == "json" or model.trainable == "all" or model.weights is not None or self.pretrain is not None:
             return self
-        import torch                      # here: the models import torch, which a study file rarely needs
-
-        from dpmed.models import MODELS, build_model
+        from dpmed.models import MODELS, build_model    # here: they import torch, which a study file rarely needs
         from dpmed.models.weights import frozen_at_random
 
         registered = MODELS[model.name]
-        with torch.random.fork_rng(devices=[]):
-            built = build_model(model.name, in_channels=1, num_outputs=2, image_size=16)
+        built = build_model(model.name, in_channels=1, num_outputs=2, image_size=16, seed=0)
         frozen = frozen_at_random(built, model.trainable_setting, head=registered.head, blocks=registered.blocks)
         if frozen:
             setting = model.trainable_setting

@@ -6,6 +6,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
 from torch import nn
 
 from dpmed.models.classic import ALEXNET_CAM_LAYER, VGG16_CAM_LAYER, alexnet_dp, vgg16_dp
@@ -105,9 +106,19 @@ def list_models() -> list[str]:
     return sorted(MODELS)
 
 
-def build_model(name: str, *, in_channels: int, num_outputs: int, image_size: int) -> nn.Module:
-    """Build a freshly initialised model. Initialisation draws from torch's global generator: callers that need
-    reproducibility wrap this in ``torch.random.fork_rng()`` and seed inside, leaving the caller's state alone."""
+def build_model(name: str, *, in_channels: int, num_outputs: int, image_size: int,
+                seed: int | None = None) -> nn.Module:
+    """Build a freshly initialised model. With ``seed``, its initialisation is drawn from torch's CPU generator
+    seeded with it inside a fork of that generator: the same weights wherever and whenever it is built, and the
+    caller's global random state is left as it was (a later draw of the caller's, or of a test, does not depend on
+    whether a model was built before it). Only the CPU generator is seeded, as models are built on the CPU:
+    ``torch.manual_seed`` would also reseed every CUDA generator, outside the fork. Without ``seed`` it draws from,
+    and so moves, the global generator itself: for callers that seed that generator themselves (tests)."""
     if name not in MODELS:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(list_models())}")
-    return MODELS[name].build(in_channels, num_outputs, image_size)
+    build = MODELS[name].build
+    if seed is None:
+        return build(in_channels, num_outputs, image_size)
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)
+        return build(in_channels, num_outputs, image_size)
