@@ -189,9 +189,8 @@ def main() -> None:
     seed = 0 if args.seed is None else args.seed
 
     def body() -> torch.nn.Module:
-        with torch.random.fork_rng():
-            torch.manual_seed(seed)
-            return build_model("small_cnn", in_channels=images.shape[1], num_outputs=2, image_size=images.shape[2])
+        return build_model("small_cnn", in_channels=images.shape[1], num_outputs=2, image_size=images.shape[2],
+                           seed=seed)
 
     t0 = time.time()
     threshold = calibrate_threshold(public, batch_size=target.batch, rng=np.random.default_rng(seed))

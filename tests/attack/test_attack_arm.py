@@ -20,9 +20,7 @@ def phantom():
 
 
 def _model():
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16)
+    return build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=0)
 
 
 def test_a_laplace_arm_is_attacked_through_its_own_laplace_step(phantom, monkeypatch):

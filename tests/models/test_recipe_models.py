@@ -110,16 +110,12 @@ def test_a_scatternet_built_again_has_the_bits_of_one_built_from_kymatio_alone(m
     from kymatio.scattering2d.frontend.torch_frontend import ScatteringTorch2D
 
     for _ in range(2):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            kept = build_model("scatternet_cnn", in_channels=1, num_outputs=2, image_size=28)
+        kept = build_model("scatternet_cnn", in_channels=1, num_outputs=2, image_size=28, seed=0)
     own = dict(ScatteringTorch2D(J=scatternet.SCATTER_J, shape=(28, 28), L=scatternet.SCATTER_L).named_buffers())
     ours = dict(kept.scattering.named_buffers())
     assert ours.keys() == own.keys() and all(torch.equal(ours[k], own[k]) for k in own)
     monkeypatch.setattr(scatternet, "_scattering", scatternet._scattering_bank.__wrapped__)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        afresh = build_model("scatternet_cnn", in_channels=1, num_outputs=2, image_size=28)
+    afresh = build_model("scatternet_cnn", in_channels=1, num_outputs=2, image_size=28, seed=0)
     x = torch.rand(3, 1, 28, 28)
     with torch.no_grad():
         assert torch.equal(kept(x), afresh(x))

@@ -15,9 +15,7 @@ from dpmed.training import DpSgdStep
 @pytest.mark.parametrize("name", list_models())
 @pytest.mark.parametrize("size, channels, outputs", [(28, 1, 2), (64, 3, 5)])
 def test_dp_sgd_step_runs_on_every_model(name, size, channels, outputs):
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = build_model(name, in_channels=channels, num_outputs=outputs, image_size=size)
+    model = build_model(name, in_channels=channels, num_outputs=outputs, image_size=size, seed=0)
     assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
     assert not any(getattr(m, "inplace", False) for m in model.modules())
     before = [p.detach().clone() for p in model.parameters()]

@@ -158,9 +158,7 @@ def test_frozen_parameters_are_left_out(layer_case, unit_gradients, clipped):
 @pytest.mark.parametrize("name", list_models())
 def test_model_clipped_sum_matches_explicit_loop(name, unit_gradients, clipped):
     """Every registered model, float64, 10 px: all examples clipped (1e-4), some (median norm), none (1e4)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = build_model(name, in_channels=3, num_outputs=3, image_size=10).double()
+    model = build_model(name, in_channels=3, num_outputs=3, image_size=10, seed=0).double()
     g = torch.Generator().manual_seed(2)
     x = torch.randn(3, 3, 10, 10, generator=g, dtype=torch.float64)
     y = torch.tensor([0, 1, 2])

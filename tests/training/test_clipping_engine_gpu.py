@@ -27,9 +27,7 @@ def _ce(z, y):
 
 
 def _model(name, dtype, size=10, channels=3):
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return build_model(name, in_channels=channels, num_outputs=3, image_size=size).to(dtype)
+    return build_model(name, in_channels=channels, num_outputs=3, image_size=size, seed=0).to(dtype)
 
 
 @pytest.mark.parametrize("name", list_models())

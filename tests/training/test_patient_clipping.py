@@ -126,9 +126,7 @@ def test_model_patient_clipped_sum_matches_explicit_loop(name, engine, unit_grad
     """Every registered model, 10 px, float64; patients of 2, 1 and 3 images (the layer tests add one of 7: here
     it would make the 11M-parameter models the slowest tests of the suite)."""
     groups = _patients(seed=1, ids=(12, 4, 9), sizes=(2, 1, 3))
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = build_model(name, in_channels=3, num_outputs=3, image_size=10).double()
+    model = build_model(name, in_channels=3, num_outputs=3, image_size=10, seed=0).double()
     g = torch.Generator().manual_seed(2)
     x = torch.randn(len(groups), 3, 10, 10, generator=g, dtype=torch.float64)
     y = torch.randint(0, 3, (len(groups),), generator=g)
