@@ -63,6 +63,15 @@ def test_a_seeded_build_has_the_weights_of_the_global_generator_seeded_alike():
     assert _equal(build_model("small_cnn", **kwargs, seed=11), seeded_globally)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_seeded_build_leaves_the_cuda_generators_alone():
+    """Models are built on the CPU, so only its generator is seeded: torch.manual_seed, which the callers used
+    before, also reseeded every CUDA generator, outside the fork that restored the CPU one."""
+    before = torch.cuda.get_rng_state_all()
+    build_model("small_cnn", in_channels=1, num_outputs=2, image_size=16, seed=5)
+    assert all(torch.equal(a, b) for a, b in zip(before, torch.cuda.get_rng_state_all(), strict=True))
+
+
 def test_an_unseeded_build_draws_from_the_global_generator():
     """Without a seed the initialisation is the global generator's (tests seed it themselves), and moves it."""
     kwargs = dict(in_channels=1, num_outputs=2, image_size=16)
