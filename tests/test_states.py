@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,7 +15,17 @@ from dpmed.accounting import Ledger, dp_sgd_event
 from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder
 from dpmed.randomness import PrivacyRandomness
+import dpmed.states
 from dpmed.states import counts_shown, read_resolved, run_states
+
+NOW = time.time()
+
+
+@pytest.fixture(autouse=True)
+def status_clock(monkeypatch):
+    """Status reads a checkpoint's age on a clock stopped at ``NOW``: on the wall clock, a test descheduled for 6 s
+    between writing a checkpoint 1.4 min old and reading it saw "2 min"; one written meanwhile is 0 min old."""
+    monkeypatch.setattr(dpmed.states, "time", SimpleNamespace(time=lambda: NOW))
 
 
 def _without_fairness(resolved):
@@ -57,7 +68,7 @@ def _checkpoint(path, steps: int, of: int, minutes_old: float) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"progress": {"steps": steps, "of": of}}, path)
     _key(path)
-    then = time.time() - minutes_old * 60
+    then = NOW - minutes_old * 60
     os.utime(path, (then, then))
 
 
