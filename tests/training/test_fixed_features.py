@@ -165,10 +165,21 @@ def test_a_short_first_chunk_times_the_features_so_the_start_line_comes_at_once(
         "arm_seed0: computing the fixed features of the training images once, about 2 min")
 
 
-def test_features_done_within_the_interval_log_nothing(caplog):
+def test_features_done_within_the_interval_log_nothing(monkeypatch, caplog):
     # `dpmed plan` times a few steps of each kind of run: a line for each of its instant feature passes was noise.
+    # Each chunk here 1 s on the clock the lines read, 4 s in all: on the wall clock, a chunk descheduled for 6 s by
+    # the machine's load made the pass look long enough to announce.
+    now = [1000.0]
+    monkeypatch.setattr(fixed_features, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(dpmed.data.pace, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    class Quick(_Doubling):
+        def fixed_features(self, x):
+            now[0] += 1.0
+            return super().fixed_features(x)
+
     with caplog.at_level(logging.INFO, logger="dpmed.training.fixed_features"):
-        fixed_features.precompute(_Doubling(), torch.zeros(10, 1, 2, 2), device=torch.device("cpu"), chunk=3)
+        fixed_features.precompute(Quick(), torch.zeros(10, 1, 2, 2), device=torch.device("cpu"), chunk=3)
     assert caplog.records == []
 
 
