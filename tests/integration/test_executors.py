@@ -535,7 +535,7 @@ def install(marks, first):
         Path(marks, plan.run_id).touch()
         if plan.run_id != first:
             time.sleep(120)                       # a run in progress, until the broken pool ends its worker
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 240   # the second worker may start late under load
         while len(os.listdir(marks)) < 2 and time.monotonic() < deadline:   # both workers have taken a run: the
             time.sleep(0.05)                                                 # third waits in the queue
         os.kill(os.getpid(), signal.SIGKILL)      # the out-of-memory killer
