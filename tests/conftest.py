@@ -5,10 +5,12 @@ from __future__ import annotations
 import errno
 import math
 import os
+import random
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import settings
 from scipy import optimize, special, stats
 
@@ -18,6 +20,9 @@ from scipy import optimize, special, stats
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+# pytester runs a small test session inside a test: tests/test_test_isolation.py checks this file's own fixtures so.
+pytest_plugins = ("pytester",)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO / ".." / "shared" / "data").resolve()
@@ -62,6 +67,18 @@ def sampler_trials(monkeypatch) -> _SamplerTrials:
     monkeypatch.setattr(randomness, "_bernoulli", trials.counted(randomness._bernoulli))
     monkeypatch.setattr(randomness, "_bernoulli_exp", trials.counted(randomness._bernoulli_exp))
     return trials
+
+
+@pytest.fixture(autouse=True)
+def global_random_state_kept():
+    """Many tests seed torch's, numpy's or Python's global generator to build a model or to check that dpmed ignores
+    them: each test's seeding stays its own, so that no test's draws depend on which tests ran before it. CUDA's
+    generators are left to the few tests that use them (reading them would start CUDA in every test)."""
+    saved = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    yield
+    torch.set_rng_state(saved[0])
+    np.random.set_state(saved[1])
+    random.setstate(saved[2])
 
 
 @pytest.fixture

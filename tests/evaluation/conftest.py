@@ -1,11 +1,9 @@
-"""The BCa interval written out from its definition, for tests that recompute dpmed's intervals redraw by redraw; and
-every test here leaves torch's and numpy's global random state as it found it."""
+"""The BCa interval written out from its definition, for tests that recompute dpmed's intervals redraw by redraw."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from scipy.stats import norm
 
 
@@ -36,13 +34,3 @@ def bca_by_hand(stat, redraws, unit_of_image, *, confidence: float = 0.95) -> tu
 @pytest.fixture
 def hand_bca():
     return bca_by_hand
-
-
-@pytest.fixture(autouse=True)
-def global_random_state_kept():
-    """Tests here seed the global generators to build a model or to check that dpmed ignores them: each test's
-    seeding stays its own, so that no later test's draws depend on which tests ran before it."""
-    state = np.random.get_state()
-    with torch.random.fork_rng(devices=[]):
-        yield
-    np.random.set_state(state)
