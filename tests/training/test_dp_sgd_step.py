@@ -57,15 +57,21 @@ def test_noise_zero_and_no_clipping_equals_plain_sgd():
         torch.testing.assert_close(p.grad, e, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("clip", [1e-3, 0.5, 1e3])
+@pytest.mark.parametrize("clipped", ["every", "some", "no"])
 @pytest.mark.parametrize("physical", [1, 4, 6])
 @pytest.mark.parametrize("engine", ["dpmed", "opacus"])
-def test_clipped_sum_matches_explicit_per_example_loop(clip, physical, engine):
-    """Clipping is per example over all parameters jointly; chunking for memory changes nothing. clip = 1e3 leaves
-    every example below the clip."""
+def test_clipped_sum_matches_explicit_per_example_loop(clipped, physical, engine):
+    """Clipping is per example over all parameters jointly; chunking for memory changes nothing. The clip is read
+    from the examples' own norms (1.6 to 2.1 here), so that "some" sums clipped and unclipped examples in one chunk:
+    a fixed clip of 0.5 clipped all six, and a step that left a batch unclipped unless every example in it
+    exceeded C passed every case."""
     x, y = _data()
     model = _tiny_model()
     grads = _per_example_grads(model, x, y)
+    norms = np.array([torch.sqrt(sum((t ** 2).sum() for t in g)).item() for g in grads])
+    clip = {"every": 1e-3, "some": float(norms.mean()), "no": 1e3}[clipped]
+    above = int((norms > clip).sum())
+    assert {"every": above == len(norms), "some": 0 < above < len(norms), "no": above == 0}[clipped], norms
     expected = [torch.zeros_like(p) for p in model.parameters()]
     for g in grads:
         norm = torch.sqrt(sum((t ** 2).sum() for t in g))
