@@ -204,7 +204,7 @@ def test_the_attempt_format_is_bumped_with_what_an_attempt_is_fingerprinted_from
 
 def test_another_attempt_s_key_is_replaced_and_what_it_left_deleted(prepared, tmp_path):
     study, dataset, plans = prepared
-    context = RunContext(dataset=dataset, evaluation=study.evaluation)
+    context = RunContext(dataset=dataset, evaluation=study.evaluation, study=study)
     folder = StudyFolder(tmp_path).run(plans["lap"].run_id)
     folder.make()
     old = PrivacyRandomness.secure()
@@ -214,7 +214,7 @@ def test_another_attempt_s_key_is_replaced_and_what_it_left_deleted(prepared, tm
     assert not folder.checkpoint.exists() and randomness.root_hex() != old.root_hex()
     saved = json.loads(folder.privacy_key.read_text())
     assert saved == {"root": randomness.root_hex(), "attempt": _attempt(plans["lap"], context),
-                     "settings": plans["lap"].fingerprint(context.privacy_randomness)}
+                     "settings": plans["lap"].fingerprint(study)}
     if os.name == "posix":
         assert folder.privacy_key.stat().st_mode & 0o777 == 0o600
     folder.checkpoint.write_bytes(b"this attempt's checkpoint")

@@ -12,6 +12,8 @@ import torch
 import yaml
 
 from dpmed.accounting import Ledger, dp_sgd_event
+from dpmed.config import ATTEMPT_FORMAT
+from dpmed.config.data_section import NormalizeConfig
 from dpmed.errors import ConfigError
 from dpmed.folders import StudyFolder
 from dpmed.randomness import PrivacyRandomness
@@ -279,34 +281,69 @@ def test_a_checkpoint_that_continues_its_run_under_its_key_is_told_as_continuing
                                             f"{IF_UNCHANGED}")
 
 
-@pytest.mark.parametrize("settings", ["the same", "other", "not kept"])
+# How the attempt whose key file `test_a_checkpoint_made_with_other_settings_...` writes differs from study.yaml's
+# now: each of the run's plan or of what the study shows besides it, which its attempt's fingerprint covers too
+_OTHER_STUDY = {
+    "learning rate": lambda plan, study: (plan.model_copy(update={"training": plan.training.model_copy(
+        update={"learning_rate": 2 * plan.training.learning_rate})}), study),
+    "normalisation": lambda plan, study: (plan, study.model_copy(update={"data": study.data.model_copy(update={
+        "preprocessing": study.data.preprocessing.model_copy(update={
+            "normalize": NormalizeConfig(mean=[0.5], std=[0.25])})})})),
+    "what trains": lambda plan, study: (plan, study.model_copy(update={
+        "model": study.model.model_copy(update={"trainable": "head"})})),
+    "weights' source": lambda plan, study: (plan, study.model_copy(update={
+        "model": study.model.model_copy(update={"weights_source": "another statement"})})),
+    "randomness": lambda plan, study: (plan, study.model_copy(update={"privacy_randomness": "reproducible"})),
+}
+
+
+@pytest.mark.parametrize("settings", ["the same", *_OTHER_STUDY, "not kept", "a number", "not a fingerprint"])
 def test_a_checkpoint_made_with_other_settings_than_study_yaml_s_is_told_as_trained_afresh(study_folder, settings):
     """Status said "continues from its checkpoint" of a run whose settings study.yaml (rewritten by a rerun of the
     edited study file) now plans otherwise: `dpmed run` then deleted the checkpoint and trained from step 0. The key
-    file keeps the settings' fingerprint; status compares it with study.yaml's plan, and where they agree says the
-    run continues if the training data and starting weights, which it does not read, are unchanged. A key file
-    written before it kept the fingerprint leaves the settings a condition too."""
+    file keeps the settings' fingerprint; status compares it with study.yaml's, and where they agree says the run
+    continues if the training data and starting weights, which it does not read, are unchanged. The study's
+    normalisation and model section count as the plan does: status said a run continues "if its training data and
+    starting weights are unchanged" whose images and weights were, and `dpmed run` trained it afresh for another
+    data.preprocessing.normalize or model.trainable. A key file written before it kept the fingerprint, or with the
+    field damaged (`dpmed run` does not read it, and continues), leaves the settings a condition too: status said
+    "afresh" of a run that continued."""
     folder, _ = study_folder("a_seed0")
     files = folder.run("a_seed0")
     randomness = _dp_checkpoint(files.checkpoint, 5)
     resolved = read_resolved(folder.root)
-    plan = resolved.runs[0]
-    if settings == "other":     # the attempt's plan: another learning rate than study.yaml's
-        plan = plan.model_copy(update={"training": plan.training.model_copy(
-            update={"learning_rate": 2 * plan.training.learning_rate})})
-    if settings != "not kept":
-        key = json.loads(files.privacy_key.read_text())
-        files.privacy_key.write_text(json.dumps({**key,
-                                                 "settings": plan.fingerprint(resolved.study.privacy_randomness)}))
+    plan, study = _OTHER_STUDY.get(settings, lambda *made: made)(resolved.runs[0], resolved.study)
+    kept = {"not kept": {}, "a number": {"settings": 5}, "not a fingerprint": {"settings": "2:not a sha256"}}.get(
+        settings, {"settings": plan.fingerprint(study)})
+    files.privacy_key.write_text(json.dumps({**json.loads(files.privacy_key.read_text()), **kept}))
     [(_, state, detail)] = run_states(folder.root)
     assert state == "interrupted" and randomness.root_hex() not in detail
-    assert detail == {
-        "other": ("cannot continue: made with other settings than study.yaml's now; the next `dpmed run` deletes the "
-                  "checkpoint and trains this run afresh under a new key"),
-        "the same": ("continues from its checkpoint at step 5 of 20 (saved under a minute ago) if its training data "
-                     "and starting weights are unchanged"),
-        "not kept": f"continues from its checkpoint at step 5 of 20 (saved under a minute ago) {IF_UNCHANGED}",
-    }[settings]
+    if settings in _OTHER_STUDY:
+        assert detail == ("cannot continue: made with other settings than study.yaml's now; the next `dpmed run` "
+                          "deletes the checkpoint and trains this run afresh under a new key")
+    elif settings == "the same":
+        assert detail == ("continues from its checkpoint at step 5 of 20 (saved under a minute ago) if its training "
+                          "data and starting weights are unchanged")
+    else:
+        assert detail == f"continues from its checkpoint at step 5 of 20 (saved under a minute ago) {IF_UNCHANGED}"
+
+
+@pytest.mark.parametrize("made", ["an older", "a newer"])
+def test_a_checkpoint_another_dpmed_fingerprinted_is_told_as_its_not_as_made_with_other_settings(study_folder, made):
+    """A key file whose attempt another version of dpmed fingerprinted (`ATTEMPT_FORMAT`): `dpmed run` trains the
+    run afresh and says that dpmed made it. Status said it "continues ... if its settings, training data and starting
+    weights are unchanged" where the key file kept no settings' fingerprint, and "made with other settings" where it
+    kept one in that dpmed's format, though nothing of the study need have changed."""
+    folder, _ = study_folder("a_seed0")
+    files = folder.run("a_seed0")
+    _dp_checkpoint(files.checkpoint, 5)
+    other = ATTEMPT_FORMAT - 1 if made == "an older" else ATTEMPT_FORMAT + 1
+    key = json.loads(files.privacy_key.read_text())
+    for kept in ({}, {"settings": f"{other}:{'ab' * 32}"}):
+        files.privacy_key.write_text(json.dumps({**key, "attempt": f"{other}:{'cd' * 32}", **kept}))
+        assert run_states(folder.root)[0][1:] == ("interrupted", (
+            f"cannot continue: {made} dpmed made it, which fingerprints a run otherwise; the next `dpmed run` deletes "
+            "the checkpoint and trains this run afresh under a new key"))
 
 
 @pytest.mark.parametrize("damage", ["mixed", "another key", "no key"])

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import secrets
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -228,11 +229,16 @@ class SavedKey(NamedTuple):
     """An unfinished run's private key file read back (`saved_key`): its randomness, the attempt it serves (the
     run's settings and training data, hashed: `dpmed.run`) and, apart, the hash of those settings alone
     (`dpmed.config.RunPlan.fingerprint`), which `dpmed status` compares with study.yaml's plan without reading the
-    data; None in a key file written before it was kept."""
+    data; None in a key file written before it was kept, or where it is damaged (no such hash): `dpmed run` does not
+    read it, and continues all the same."""
 
     randomness: PrivacyRandomness
     attempt: str
     settings: str | None
+
+
+# A settings fingerprint as `dpmed.config.RunPlan.fingerprint` writes it: "<format>:<sha256>"
+_SETTINGS = re.compile(r"[0-9]+:[0-9a-f]{64}")
 
 
 def saved_key(path: Path, mode: RandomnessMode) -> SavedKey | None:
@@ -245,7 +251,7 @@ def saved_key(path: Path, mode: RandomnessMode) -> SavedKey | None:
         saved = json.loads(path.read_text(encoding="utf-8"))
         settings = saved.get("settings")
         return SavedKey(PrivacyRandomness.from_root_hex(str(saved["root"]), mode), str(saved["attempt"]),
-                        None if settings is None else str(settings))
+                        settings if isinstance(settings, str) and _SETTINGS.fullmatch(settings) else None)
     except PermissionError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

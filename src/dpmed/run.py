@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from dpmed import attack, audit
-from dpmed.config import ATTEMPT_FORMAT, EvaluationConfig, RunPlan
+from dpmed.config import ATTEMPT_FORMAT, EvaluationConfig, RunPlan, Study, made_otherwise
 from dpmed.data import Dataset, ImageSet, cap_images_per_patient, normalize
 from dpmed.errors import ConfigError
 from dpmed.evaluation.assessment import Assessment, assess
@@ -60,7 +60,9 @@ class RunContext:
     randomness comes from ("secure" or "reproducible", the study's ``privacy_randomness``) and where the model
     starts (``start``: saved weights and what trains, `dpmed.pretraining.prepare_start`; None: random
     initialisation, everything trains). ``at_once``: how many runs of the study may train at the same time
-    (`dpmed.executors`), this one included; they share the memory (`dpmed.training.fixed_features`)."""
+    (`dpmed.executors`), this one included; they share the memory (`dpmed.training.fixed_features`). ``study``:
+    the study as its study.yaml records it, whose settings' fingerprint (`RunPlan.fingerprint`) a run keeps in its
+    key file for `dpmed status`; None for a run outside a study folder, whose key file keeps none."""
 
     dataset: Dataset
     evaluation: EvaluationConfig
@@ -69,6 +71,7 @@ class RunContext:
     privacy_randomness: RandomnessMode = "secure"
     start: StartRecord | None = None
     at_once: int = 1
+    study: Study | None = None
 
     @property
     def alone(self) -> bool:
@@ -80,7 +83,7 @@ def _attempt(plan: RunPlan, context: RunContext) -> str:
     """What an unfinished attempt of the run must share with this one for its key to serve again: the run's
     settings, the randomness mode, the study's start and the training data's content (sha256; it is kept only in
     the private key file, which goes when the run finishes), after the version of how it is made (`ATTEMPT_FORMAT`).
-    Its settings part is kept in the key file apart too (`RunPlan.fingerprint`), for `dpmed status`.
+    What of it study.yaml shows is kept in the key file apart too (`RunPlan.fingerprint`), for `dpmed status`.
     The arrays are hashed where they are: a bytes copy would hold the training images twice in every worker."""
     digest = hashlib.sha256(json.dumps({"plan": plan.settings(), "randomness": context.privacy_randomness,
                                         "start": None if context.start is None else context.start.model_dump(
@@ -100,13 +103,9 @@ def _why_not_continued(saved: str | None) -> str:
     dpmed's: upgrading dpmed changes no setting or data, and saying so sent users looking for one."""
     if saved is None:
         return "its privacy key is missing or damaged"
-    made, colon, _ = saved.rpartition(":")
-    if not colon:       # a bare hash: written before the format was, by an older dpmed
+    if ":" not in saved:       # a bare hash: written before the format was, by an older dpmed
         return "an older dpmed made it, with other settings or data or fingerprinting them otherwise"
-    if made.isdigit() and int(made) != ATTEMPT_FORMAT:
-        which = "an older" if int(made) < ATTEMPT_FORMAT else "a newer"
-        return f"{which} dpmed made it, which fingerprints a run otherwise"
-    return "made with other settings or data"
+    return made_otherwise(saved) or "made with other settings or data"
 
 
 def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -> PrivacyRandomness:
@@ -132,9 +131,9 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
                   PrivacyRandomness.secure())
     # The text is made inside the write, named by no local: a Ctrl-C just after the file replaced its temporary one
     # keeps the key for the next attempt, and a traceback that shows locals would print it.
-    settings = plan.fingerprint(mode)
+    shown = {} if context.study is None else {"settings": plan.fingerprint(context.study)}
     write_atomic(folder.privacy_key, lambda f: f.write(json.dumps({"root": randomness.root_hex(), "attempt": attempt,
-                                                                   "settings": settings}).encode()), owner_only=True)
+                                                                   **shown}).encode()), owner_only=True)
     return randomness
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from dpmed.config import RunPlan
+from dpmed.config import made_otherwise
 from dpmed.data.version import UNRECORDED
 from dpmed.errors import ConfigError, first_invalid
 from dpmed.evaluation.version import evaluated_by
@@ -70,16 +70,17 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
     return resolved
 
 
-def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, plan: RunPlan | None) -> str:
+def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str | None) -> str:
     """How far an interrupted (or running) run's checkpoint is, and how old: a run still training rewrites it
     every epoch, so a minutes-old checkpoint of a folder in use is a run in progress. Or why it cannot continue, as
     `dpmed run` finds it with the run's privacy key ``key``: unreadable, another key's, mixed from two points of
-    the run (`dpmed.training.checkpoint_review`), or made with other settings than study.yaml's ``plan`` (None:
-    study.yaml unreadable) now gives (`RunPlan.fingerprint`, kept in the key file); where the key is missing or
-    damaged, `dpmed run` deletes the checkpoint and trains afresh. The training data and the starting weights, which
-    status does not read (slow), the attempt's fingerprint covers too: a continuation is told on the condition that
-    they are unchanged, and, under a key file that predates the settings' fingerprint, that the settings are. Nothing
-    of the key, the streams or the training images is told."""
+    the run (`dpmed.training.checkpoint_review`), made by another version of dpmed (`made_otherwise`), or made with
+    other settings than those study.yaml now shows, fingerprinted as ``shown`` (`RunPlan.fingerprint`, kept in the
+    key file; None: study.yaml unreadable); where the key is missing or damaged, `dpmed run` deletes the checkpoint
+    and trains afresh. The training data and the starting weights, which status does not read (slow), the attempt's
+    fingerprint covers too: a continuation is told on the condition that they are unchanged, and, under a key file
+    that keeps no settings' fingerprint (an older dpmed's), that the settings are. Nothing of the key, the streams or
+    the training images is told."""
     from dpmed.training import checkpoint_review      # torch: only for a run with a checkpoint
 
     minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
@@ -89,17 +90,20 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, plan: RunPla
             raise FileNotFoundError(path)
         return (f"cannot continue: its privacy key {key} is missing or damaged; the next `dpmed run` deletes the "
                 "checkpoint and trains this run afresh under a new key")
-    if plan is not None and saved.settings is not None and saved.settings != plan.fingerprint(mode):
+    other = made_otherwise(saved.attempt) or (
+        "made with other settings than study.yaml's now"
+        if None not in (shown, saved.settings) and saved.settings != shown else None)
+    if other is not None:
         if not path.is_file():
             raise FileNotFoundError(path)
-        return ("cannot continue: made with other settings than study.yaml's now; the next `dpmed run` deletes the "
-                "checkpoint and trains this run afresh" + (" under a new key" if mode == "secure" else ""))
+        return (f"cannot continue: {other}; the next `dpmed run` deletes the checkpoint and trains this run afresh"
+                + (" under a new key" if mode == "secure" else ""))
     progress, problem = checkpoint_review(path, saved.randomness)   # progress None: an older dpmed's checkpoint
     if problem is not None:     # `dpmed run` fails on it: no run continues from there
         return f"cannot continue: {problem}"
     age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
     where = "" if progress is None else f" at step {progress[0]} of {progress[1]}"
-    unchanged = "" if plan is not None and saved.settings is not None else "settings, "
+    unchanged = "" if None not in (shown, saved.settings) else "settings, "
     return (f"continues from its checkpoint{where} (saved {age} ago) if its {unchanged}training data and starting "
             "weights are unchanged")
 
@@ -115,7 +119,7 @@ def _failure_message(path: Path) -> str:
 
 
 def _unfinished_state(run_id: str, files: RunFolder, mode: RandomnessMode,
-                      plan: RunPlan | None) -> tuple[str, str, str]:
+                      shown: str | None) -> tuple[str, str, str]:
     """(run id, state, detail) of a run without a run.json: failed, interrupted or pending, as its private folder
     tells; "unknown" where that folder cannot be read, as by a colleague reading a study folder shared in place
     (dpmed keeps ``private/`` its owner's alone): that is no internal error, and the other runs are listed."""
@@ -123,7 +127,7 @@ def _unfinished_state(run_id: str, files: RunFolder, mode: RandomnessMode,
         if files.error.is_file():
             return run_id, "failed", _failure_message(files.error)
         if files.checkpoint.is_file():
-            return run_id, "interrupted", _checkpoint_detail(files.checkpoint, files.privacy_key, mode, plan)
+            return run_id, "interrupted", _checkpoint_detail(files.checkpoint, files.privacy_key, mode, shown)
     except PermissionError as exc:
         return run_id, "unknown", (f"not finished; whether it failed, was interrupted or waits cannot be told: its "
                                    f"private folder cannot be read ({exc.strerror}: {exc.filename}), as it is its "
@@ -176,9 +180,10 @@ def _run_state(run_id: str, files: RunFolder, resolved: ResolvedStudy | None, *,
         except ConfigError as exc:
             return run_id, "unreadable", str(exc)
     mode = "secure" if resolved is None else resolved.study.privacy_randomness   # a label: the check reads the root
-    plan = None if resolved is None else next(p for p in resolved.runs if p.run_id == run_id)
+    shown = None if resolved is None else next(p for p in resolved.runs if p.run_id == run_id).fingerprint(
+        resolved.study)
     try:
-        return _unfinished_state(run_id, files, mode, plan)
+        return _unfinished_state(run_id, files, mode, shown)
     except FileNotFoundError:
         return _run_state(run_id, files, resolved, again=False) if again else (run_id, "pending", "")
 

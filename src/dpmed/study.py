@@ -468,7 +468,7 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
         context = RunContext(dataset=dataset, evaluation=study.evaluation,
                              progress=progress and executor == "local" and workers == 1,
                              privacy_randomness=study.privacy_randomness,
-                             start=arms_start)
+                             start=arms_start, study=resolved.study)
         order = {plan.run_id: i for i, plan in enumerate(plans, start=1)}
         outcomes: dict[str, RunRecord | RunFailure] = dict(prepared.finished)
         # every run evaluated again before any is written: a stop midway leaves each as it was

@@ -334,13 +334,14 @@ def test_status_and_report_tell_a_run_whose_release_was_cut_short_and_leave_its_
     assert sorted(p.name for p in (copy / "runs" / cut).iterdir()) == released
 
 
-@pytest.mark.parametrize("changed", [False, True])
+@pytest.mark.parametrize("changed", [None, "training", "normalize"])
 def test_status_says_a_run_whose_settings_changed_trains_afresh_as_dpmed_run_then_does(tiny_text, tmp_path, capsys,
                                                                                        caplog, monkeypatch, changed):
     """A run stopped after its first checkpoint, its study file then edited (another learning rate) and run again
     but stopped before that run trained: study.yaml plans the new settings, and status still said "continues from
-    its checkpoint at step 4 of 12", where `dpmed run` deleted it and trained from step 0. Unchanged, the run
-    continues from the step status tells."""
+    its checkpoint at step 4 of 12", where `dpmed run` deleted it and trained from step 0. So it did, "if its training
+    data and starting weights are unchanged", where the edit set data.preprocessing.normalize: the images were
+    unchanged, and the run trained afresh all the same. Unchanged, the run continues from the step status tells."""
     import dpmed.executors
     from dpmed.training import loop
 
@@ -354,8 +355,12 @@ def test_status_says_a_run_whose_settings_changed_trains_afresh_as_dpmed_run_the
     with monkeypatch.context() as patched:
         patched.setattr(loop, "_save_checkpoint", stopped)
         assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 130
+    edit = {"training": ("batch_size: 16,", "batch_size: 16, learning_rate: 0.05,"),
+            "normalize": ("image_size: 16}", "image_size: 16, preprocessing: {normalize: {mean: [0.5], std: [0.25]}}}")}
     if changed:
-        path.write_text(path.read_text().replace("batch_size: 16,", "batch_size: 16, learning_rate: 0.05,"))
+        text = path.read_text()
+        path.write_text(text.replace(*edit[changed]))
+        assert path.read_text() != text
 
     def never(*args, **kwargs):         # Ctrl-C after study.yaml is written, before the run starts
         raise KeyboardInterrupt

@@ -20,14 +20,27 @@ from dpmed.config.schema import Study, TrainingConfig
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import AuditConfig, PlanContext, PrivacyPlan, Strict, mechanism_info
 
-__all__ = ["ATTEMPT_FORMAT", "RunPlan", "SweptValue", "plan_runs", "run_ids", "check_run_ids"]
+__all__ = ["ATTEMPT_FORMAT", "made_otherwise", "RunPlan", "SweptValue", "plan_runs", "run_ids", "check_run_ids"]
 
-# How an unfinished attempt of a run is fingerprinted (`dpmed.run`, `RunPlan.fingerprint`), written before its hash
-# ("2:<sha256>"; a bare hash is an older dpmed's): bump it when the hash is made otherwise or a plan's settings gain
-# or lose a key, so that a checkpoint a dpmed of another version left is said to be its, not one made with other
-# settings or data. tests/test_run.py pins what the hash is made of beside this number, and fails where either
-# changes alone.
+# How an unfinished attempt of a run is fingerprinted (`dpmed.run`), written before its hash ("2:<sha256>"; a bare
+# hash is an older dpmed's), and so the fingerprint of its settings alone (`RunPlan.fingerprint`): bump it when either
+# hash is made otherwise or a plan's settings gain or lose a key, so that a checkpoint a dpmed of another version left
+# is said to be its (`made_otherwise`), by `dpmed run` and `dpmed status` alike, not one made with other settings or
+# data. tests/test_run.py pins what the attempt's hash is made of beside this number, and fails where either changes
+# alone.
 ATTEMPT_FORMAT = 2
+
+
+def made_otherwise(fingerprint: str) -> str | None:
+    """Why an attempt fingerprinted as ``fingerprint`` (a key file's) is no attempt of this dpmed's, for `dpmed run`'s
+    log and `dpmed status`: another version of dpmed made it, which fingerprints a run otherwise (so whether its
+    settings or data differ cannot be told, and saying they did sent users looking for one). None where its format is
+    this dpmed's, or a bare hash (an older dpmed's, which continues where the hash is this one's)."""
+    made, colon, _ = fingerprint.rpartition(":")
+    if not (colon and made.isdigit()) or int(made) == ATTEMPT_FORMAT:
+        return None
+    which = "an older" if int(made) < ATTEMPT_FORMAT else "a newer"
+    return f"{which} dpmed made it, which fingerprints a run otherwise"
 
 
 class SweptValue(Strict):
@@ -73,12 +86,18 @@ class RunPlan(Strict):
         data["privacy"].pop("released_units", None)
         return data
 
-    def fingerprint(self, randomness: str) -> str:
-        """The run's settings and the study's privacy randomness mode, hashed ("<ATTEMPT_FORMAT>:<sha256>"): the
-        part of an attempt's fingerprint (`dpmed.run`) that study.yaml shows, kept apart in the private key file so
-        that `dpmed status` tells an interrupted run that the next `dpmed run` trains afresh for its settings
-        without reading the training data. Nothing of the data goes into it."""
-        text = json.dumps({"plan": self.settings(), "randomness": randomness}, sort_keys=True)
+    def fingerprint(self, study: Study) -> str:
+        """What of an attempt's fingerprint (`dpmed.run`) study.yaml shows, hashed ("<ATTEMPT_FORMAT>:<sha256>"): the
+        run's settings and, of ``study``, the privacy randomness mode, the fixed normalisation and the model section
+        (the weights' path and source and what trains; not the weights, which status does not read). Kept apart in
+        the private key file so that `dpmed status` tells an interrupted run that the next `dpmed run` trains afresh
+        for its settings without reading the training data. Each is in the attempt's fingerprint too (the normalisation
+        as the dataset's, the model section as the start's record): one differing here always differs there, so
+        status never says "afresh" of a run that continues. Nothing of the data goes into it."""
+        normalize = study.data.preprocessing.normalize
+        text = json.dumps({"plan": self.settings(), "randomness": study.privacy_randomness,
+                           "normalize": None if normalize is None else [normalize.mean, normalize.std],
+                           "model": study.model.model_dump(mode="json")}, sort_keys=True)
         return f"{ATTEMPT_FORMAT}:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
