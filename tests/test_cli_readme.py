@@ -15,7 +15,7 @@ import pytest
 
 from dpmed.cli import _parser, main
 from dpmed.config import load_study
-from dpmed.config.data_section import DATASET_SOURCES
+from dpmed.config.data_section import DATASET_SOURCES, PreprocessingConfig
 from dpmed.config.schema import CAM_METHODS, DP_ENGINES, MODEL_NAMES, Arm
 from dpmed.mechanisms.dp_sgd import DpSgdArm
 
@@ -156,3 +156,15 @@ def test_the_readme_names_every_choice_a_study_key_accepts(what, names):
     text = README.read_text(encoding="utf-8")
     assert names
     assert [n for n in names if not re.search(rf"(?<![\w-]){re.escape(n)}(?![\w+-])", text)] == []
+
+
+def test_the_preprocessing_example_says_each_steps_default():
+    """The study file's data keys show every preprocessing step turned on (crop, minmax, equalize, normalize),
+    which a reader took for what a study gets without them: the comment of each line must state the schema's
+    default, so that a study file written from the example knows which steps it adds."""
+    block = re.search(r"\n  preprocessing: .*?\n(?=  \S)", _section("A study file, explained"), flags=re.S).group(0)
+    comments = {key: " ".join(re.findall(r"#(.*)", body)) for key, body in
+                re.findall(r"^    (\w+):(.*?)(?=^    \w|\Z)", block, flags=re.M | re.S)}
+    for key, field in PreprocessingConfig.model_fields.items():
+        default = {None: "none", False: "false", True: "true"}.get(field.default, field.default)
+        assert re.search(rf"\bdefault:? {re.escape(str(default))}\b", comments[key]), (key, comments[key])

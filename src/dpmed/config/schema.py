@@ -449,8 +449,9 @@ class Study(_Strict):
     q and T by that share of N and leaves the accounting exact.
     pretrain: public pretraining before the arms (`PretrainConfig`); every arm starts from its weights.
     settings_chosen_on: on what data the learning rates, clipping norm, batch size and length were chosen, in the
-    user's words; the report prints it in "The study as a whole". Settings picked by comparing results on the
-    private patients spend privacy that no eps covers (Papernot and Steinke 2022), so a reader must be told.
+    user's words; the report prints it under the arms' recipes ("How each arm trained"). Settings picked by
+    comparing results on the private patients spend privacy that no eps covers (Papernot and Steinke 2022), so a
+    reader must be told.
     """
 
     name: str
