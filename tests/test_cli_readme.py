@@ -16,8 +16,9 @@ import pytest
 from dpmed.cli import _parser, main
 from dpmed.config import load_study
 from dpmed.config.data_section import DATASET_SOURCES, PreprocessingConfig
-from dpmed.config.schema import CAM_METHODS, DP_ENGINES, MODEL_NAMES, Arm
+from dpmed.config.schema import CAM_METHODS, DP_ENGINES, MODEL_NAMES, Arm, ScheduleConfig
 from dpmed.mechanisms.dp_sgd import DpSgdArm
+from dpmed.names import CANARY_KINDS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -168,3 +169,14 @@ def test_the_preprocessing_example_says_each_steps_default():
     for key, field in PreprocessingConfig.model_fields.items():
         default = {None: "none", False: "false", True: "true"}.get(field.default, field.default)
         assert re.search(rf"\bdefault:? {re.escape(str(default))}\b", comments[key]), (key, comments[key])
+
+
+def test_the_audit_and_the_schedule_name_every_kind_where_they_are_described():
+    """`audit.kind` takes marked and noise canaries and `lr_schedule.kind` a step decay, which the README's audit and
+    recipe bullets never named (the words occur elsewhere in other senses, so a search of the whole file misses
+    them): a user could not find them but in the source."""
+    arms = _section("Privacy arms")
+    audit = re.search(r"\n\* `audit: .*?(?=\n\* )", arms, flags=re.S).group(0)
+    recipe = re.search(r"\n\* The private training recipe.*?(?=\n\S|\Z)", arms, flags=re.S).group(0)
+    for text, names in ((audit, CANARY_KINDS), (recipe, _choices(ScheduleConfig, "kind"))):
+        assert [n for n in names if f"kind: {n}" not in text and n != "constant"] == []
