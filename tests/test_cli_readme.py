@@ -12,11 +12,12 @@ import typing
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dpmed.cli import _parser, main
 from dpmed.config import load_study
 from dpmed.config.data_section import DATASET_SOURCES, PreprocessingConfig
-from dpmed.config.schema import CAM_METHODS, DP_ENGINES, MODEL_NAMES, Arm, ScheduleConfig
+from dpmed.config.schema import CAM_METHODS, DP_ENGINES, MODEL_NAMES, Arm, CamConfig, ScheduleConfig
 from dpmed.mechanisms.dp_sgd import DpSgdArm
 from dpmed.names import CANARY_KINDS
 
@@ -180,3 +181,13 @@ def test_the_audit_and_the_schedule_name_every_kind_where_they_are_described():
     recipe = re.search(r"\n\* The private training recipe.*?(?=\n\S|\Z)", arms, flags=re.S).group(0)
     for text, names in ((audit, CANARY_KINDS), (recipe, _choices(ScheduleConfig, "kind"))):
         assert [n for n in names if f"kind: {n}" not in text and n != "constant"] == []
+
+
+def test_the_explanations_block_shows_every_key_at_its_default():
+    """The fairness and interpretability block is where a user learns the explanations' keys: it left out the
+    deletion curve's steps and the pointing game's tolerance, so the interpretability study's settings could be
+    found only in its file. Every key is named, and the values shown are the ones a study gets without them."""
+    block = re.search(r"```yaml\n(.*?)```", _section("Fairness and interpretability"), flags=re.S).group(1)
+    shown = yaml.safe_load(block)["evaluation"]["explanations"]
+    assert [key for key in CamConfig.model_fields if key not in block] == []
+    assert CamConfig(**shown) == CamConfig()
