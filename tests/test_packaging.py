@@ -32,11 +32,33 @@ def test_every_data_file_of_the_package_is_declared_to_ship_in_the_wheel():
     assert [name for name in data if not any(fnmatch.fnmatch(name, g) for g in globs)] == []
 
 
-def test_the_sdist_holds_the_package_and_no_test_suite_that_cannot_run(tmp_path):
-    pytest.importorskip("setuptools", minversion="68")     # pyproject's build requirement
+def _copy_of_the_package(where: Path) -> None:
+    """What a build reads: pyproject.toml and the files it names, and the package's source."""
     for name in ("pyproject.toml", "README.md", "MANIFEST.in", "LICENSE"):
-        shutil.copy(_ROOT / name, tmp_path)
-    shutil.copytree(_ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        shutil.copy(_ROOT / name, where)
+    shutil.copytree(_ROOT / "src", where / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+
+
+def test_the_package_is_described_to_setuptools_in_no_way_it_has_deprecated(tmp_path):
+    """A deprecated key (``project.license`` as a table) builds today with a warning nobody reads and is refused by
+    the setuptools released after its deadline, which pyproject's open-ended build requirement then installs: every
+    ``pip install`` from source fails. The wheel's metadata is built here with setuptools' deprecations as errors."""
+    pytest.importorskip("setuptools", minversion="77")     # pyproject's build requirement
+    _copy_of_the_package(tmp_path)
+    (tmp_path / "meta").mkdir()
+    built = subprocess.run([sys.executable, "-c", "import sys, warnings; from setuptools import build_meta; "
+                            "from setuptools.warnings import SetuptoolsDeprecationWarning; "
+                            "warnings.simplefilter('error', SetuptoolsDeprecationWarning); "
+                            "print(build_meta.prepare_metadata_for_build_wheel(sys.argv[1]))", str(tmp_path / "meta")],
+                           cwd=tmp_path, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    metadata = (tmp_path / "meta" / built.stdout.split()[-1] / "METADATA").read_text(encoding="utf-8")
+    assert "License-Expression: Apache-2.0" in metadata and "License-File: LICENSE" in metadata
+
+
+def test_the_sdist_holds_the_package_and_no_test_suite_that_cannot_run(tmp_path):
+    pytest.importorskip("setuptools", minversion="77")     # pyproject's build requirement
+    _copy_of_the_package(tmp_path)
     shutil.copytree(_ROOT / "tests", tmp_path / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     built = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta; "
                             "print(build_meta.build_sdist(sys.argv[1]))", str(tmp_path / "dist")],
