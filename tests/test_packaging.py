@@ -114,3 +114,15 @@ def test_every_package_the_source_imports_is_declared_to_pip():
     undeclared = {name: distributions.get(name) for name in sorted(third_party)
                   if not {d.lower().replace("_", "-") for d in distributions.get(name, [name])} & declared}
     assert undeclared == {}
+
+
+def test_the_numpy_pip_may_install_is_of_the_major_release_the_suite_runs_on():
+    """A major NumPy release changes functions (np.bitwise_count, which the overlap check counts hash bits with, came
+    in 2.0) and the promotion of scalars (NEP 50): a floor in an older major lets pip keep a NumPy on which no test
+    ever ran, and the overlap check then stops with an AttributeError on a user's machine."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.10 has no TOML reader (tomllib came in 3.11)")
+    import numpy
+
+    project = tomllib.loads((_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    floor = next(spec.split(">=", 1)[1].split(",")[0] for spec in project["dependencies"] if spec.startswith("numpy>="))
+    assert floor.split(".")[0] == numpy.__version__.split(".")[0], (floor, numpy.__version__)
