@@ -167,14 +167,23 @@ def _fingerprint_as_format_2(plan, context) -> str:
     return f"2:{digest.hexdigest()}"
 
 
+def _settings_fingerprint_as_format_2(plan, mode: str) -> str:
+    """`RunPlan.fingerprint` as ATTEMPT_FORMAT 2 makes it, written out again: `dpmed status` compares it with the key
+    file's, so a recipe changed without the format would tell every interrupted run of an earlier dpmed as made with
+    other settings."""
+    text = json.dumps({"plan": plan.settings(), "randomness": mode}, sort_keys=True)
+    return f"2:{hashlib.sha256(text.encode()).hexdigest()}"
+
+
 def test_the_attempt_format_is_bumped_with_what_an_attempt_is_fingerprinted_from(prepared, tmp_path):
     """A checkpoint whose key file's format differs from ATTEMPT_FORMAT is said to be another dpmed's; one of the
     same format but another fingerprint, to be made with other settings or data. So a plan's settings that gain or
     lose a key, or a fingerprint hashed otherwise, must come with a new ATTEMPT_FORMAT, which nothing else enforces.
 
-    A change detector: the key names of every mechanism's settings, of the study's start and the fingerprint's
-    recipe are pinned beside the format they belong to, and a change of either alone fails here."""
-    bump = ("bump ATTEMPT_FORMAT in dpmed/run.py, then pin the new format, key names and recipe here "
+    A change detector: the key names of every mechanism's settings, of the study's start and the recipes of both
+    fingerprints (the attempt's, and its settings part that `dpmed status` compares) are pinned beside the format
+    they belong to, and a change of either alone fails here."""
+    bump = ("bump ATTEMPT_FORMAT in dpmed/config/plans.py, then pin the new format, key names and recipe here "
             "(PINNED_FORMAT and its neighbours): a checkpoint of the old format is then named as an older dpmed's")
     assert ATTEMPT_FORMAT == PINNED_FORMAT, f"ATTEMPT_FORMAT changed: {bump}"
     study_file = tmp_path / "every_part.yaml"
@@ -182,6 +191,10 @@ def test_the_attempt_format_is_bumped_with_what_an_attempt_is_fingerprinted_from
     planned = plan_runs(load_study(study_file), PlanContext(images_per_patient=np.array([1] * 30 + [2] * 20),
                                                             image_shape=(1, 16, 16)))
     assert {p.mechanism for p in planned} == set(MECHANISMS), "give every mechanism an arm above and pin its keys"
+    for plan in planned:
+        for mode in ("secure", "reproducible"):
+            assert plan.fingerprint(mode) == _settings_fingerprint_as_format_2(plan, mode), (
+                f"the settings' fingerprint (RunPlan.fingerprint) is made otherwise: {bump}")
     plan_keys, privacy_keys = set(), {}
     for plan in planned:
         keys = _key_paths(plan.settings())
