@@ -334,19 +334,40 @@ def test_status_and_report_tell_a_run_whose_release_was_cut_short_and_leave_its_
     assert sorted(p.name for p in (copy / "runs" / cut).iterdir()) == released
 
 
-@pytest.mark.parametrize("changed", [None, "training", "normalize"])
+# Edits of the tiny study file (one DP-SGD arm, and public pretraining where the edit is of its section) after a run of
+# it stopped: (what is replaced, by what), and whether the next `dpmed run` trains the stopped run afresh for it
+_EDITS = {
+    None: (("", ""), False),
+    "training": (("batch_size: 16,", "batch_size: 16, learning_rate: 0.05,"), True),
+    "normalize": (("image_size: 16}", "image_size: 16, preprocessing: {normalize: {mean: [0.5], std: [0.25]}}}"),
+                  True),
+    # what no run computes from (threads), and other runs (a seed, an arm): the run continues
+    "execution and other runs": (("threads: 2}", "threads: 1}\nseeds: [0, 1]"), False),
+    "pretraining's statement": (("synthetic, of no person", "synthetic, of nobody"), True),
+}
+PRETRAIN = """
+pretrain:
+  public: "a second phantom (seed 1): synthetic, of no person"
+  data: {source: phantom, n_images: 160, seed: 1}
+  training: {steps: 4, batch_size: 16}
+"""
+
+
+@pytest.mark.parametrize("changed", list(_EDITS))
 def test_status_says_a_run_whose_settings_changed_trains_afresh_as_dpmed_run_then_does(tiny_text, tmp_path, capsys,
                                                                                        caplog, monkeypatch, changed):
     """A run stopped after its first checkpoint, its study file then edited (another learning rate) and run again
     but stopped before that run trained: study.yaml plans the new settings, and status still said "continues from
     its checkpoint at step 4 of 12", where `dpmed run` deleted it and trained from step 0. So it did, "if its training
-    data and starting weights are unchanged", where the edit set data.preprocessing.normalize: the images were
-    unchanged, and the run trained afresh all the same. Unchanged, the run continues from the step status tells."""
+    data and starting weights are unchanged", where the edit set data.preprocessing.normalize or pretrain.public: the
+    images and weights were unchanged, and the run trained afresh all the same. Unchanged, or changed in what the run
+    does not compute from, the run continues from the step status tells."""
     import dpmed.executors
     from dpmed.training import loop
 
     path, out = tmp_path / "s.yaml", tmp_path / "out"
-    path.write_text(tiny_text.replace("  - {name: base, mechanism: none}\n", ""))
+    path.write_text(tiny_text.replace("  - {name: base, mechanism: none}\n", "")
+                    + (PRETRAIN if changed == "pretraining's statement" else ""))
     save = loop._save_checkpoint
 
     def stopped(*args, **kwargs):       # Ctrl-C just after the first checkpoint
@@ -355,12 +376,10 @@ def test_status_says_a_run_whose_settings_changed_trains_afresh_as_dpmed_run_the
     with monkeypatch.context() as patched:
         patched.setattr(loop, "_save_checkpoint", stopped)
         assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 130
-    edit = {"training": ("batch_size: 16,", "batch_size: 16, learning_rate: 0.05,"),
-            "normalize": ("image_size: 16}", "image_size: 16, preprocessing: {normalize: {mean: [0.5], std: [0.25]}}}")}
-    if changed:
-        text = path.read_text()
-        path.write_text(text.replace(*edit[changed]))
-        assert path.read_text() != text
+    edit, afresh = _EDITS[changed]
+    text = path.read_text()
+    path.write_text(text.replace(*edit))
+    assert (path.read_text() != text) == (changed is not None)
 
     def never(*args, **kwargs):         # Ctrl-C after study.yaml is written, before the run starts
         raise KeyboardInterrupt
@@ -374,7 +393,7 @@ def test_status_says_a_run_whose_settings_changed_trains_afresh_as_dpmed_run_the
     with caplog.at_level(logging.INFO, logger="dpmed"):
         assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
     resumed = re.findall(r"continues from its checkpoint (at step \d+ of \d+)", caplog.text)
-    if changed:
+    if afresh:
         assert line.endswith("interrupted: cannot continue: made with other settings than study.yaml's now; the next "
                              "`dpmed run` deletes the checkpoint and trains this run afresh"), line
         assert resumed == [] and "trains afresh" in caplog.text and "step 1 of 12" in caplog.text, caplog.text

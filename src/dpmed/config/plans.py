@@ -89,15 +89,22 @@ class RunPlan(Strict):
     def fingerprint(self, study: Study) -> str:
         """What of an attempt's fingerprint (`dpmed.run`) study.yaml shows, hashed ("<ATTEMPT_FORMAT>:<sha256>"): the
         run's settings and, of ``study``, the privacy randomness mode, the fixed normalisation and the model section
-        (the weights' path and source and what trains; not the weights, which status does not read). Kept apart in
-        the private key file so that `dpmed status` tells an interrupted run that the next `dpmed run` trains afresh
-        for its settings without reading the training data. Each is in the attempt's fingerprint too (the normalisation
-        as the dataset's, the model section as the start's record): one differing here always differs there, so
-        status never says "afresh" of a run that continues. Nothing of the data goes into it."""
-        normalize = study.data.preprocessing.normalize
+        (the weights' path and source and what trains; not the weights, which status does not read), and of public
+        pretraining what its record keeps whether its weights train now or are found cached (its statement and
+        overlap threshold) or what keys the cache (its seed and computed training settings; not its data, which status
+        does not read). Kept apart in the private key file so that `dpmed status` tells an interrupted run that the
+        next `dpmed run` trains afresh for its settings without reading the training data. Each is in the attempt's
+        fingerprint too (the normalisation as the dataset's, the model and pretrain sections as the start's record):
+        one differing here always differs there, so status never says "afresh" of a run that continues; execution
+        settings (threads, device) and other runs are in neither. Nothing of the data goes into it."""
+        normalize, pretrain = study.data.preprocessing.normalize, study.pretrain
         text = json.dumps({"plan": self.settings(), "randomness": study.privacy_randomness,
                            "normalize": None if normalize is None else [normalize.mean, normalize.std],
-                           "model": study.model.model_dump(mode="json")}, sort_keys=True)
+                           "model": study.model.model_dump(mode="json"),
+                           "pretrain": None if pretrain is None else {
+                               "public": pretrain.public, "near_duplicate_bits": pretrain.near_duplicate_bits,
+                               "seed": pretrain.seed, "training": pretrain.training.computed_settings()}},
+                          sort_keys=True)
         return f"{ATTEMPT_FORMAT}:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
