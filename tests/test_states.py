@@ -368,6 +368,24 @@ def test_a_checkpoint_that_dpmed_run_would_not_continue_is_told_so_with_its_reas
     assert randomness.root_hex() not in detail and not any(str(PER_STEP["sampling"] * k) in detail for k in (3, 5))
 
 
+@pytest.mark.parametrize("mode", ["secure", "reproducible"])
+def test_a_run_whose_key_is_gone_is_told_to_train_afresh_under_a_new_key_only_where_dpmed_run_makes_one(
+        study_folder, mode):
+    """Status said a run whose key file is gone trains afresh "under a new key" in reproducible mode too, where
+    `dpmed run` derives the same key from the seed and run id again (and says no new key in its log)."""
+    folder, _ = study_folder("a_seed0")
+    study = yaml.safe_load(folder.resolved_study.read_text())
+    study["study"]["privacy_randomness"] = mode
+    folder.resolved_study.write_text(yaml.safe_dump(study, sort_keys=False))
+    files = folder.run("a_seed0")
+    _dp_checkpoint(files.checkpoint, 5)
+    files.privacy_key.unlink()
+    [(_, state, detail)] = run_states(folder.root)
+    assert state == "interrupted" and detail == (
+        f"cannot continue: its privacy key {files.privacy_key} is missing or damaged; the next `dpmed run` deletes "
+        "the checkpoint and trains this run afresh" + (" under a new key" if mode == "secure" else ""))
+
+
 def test_a_key_file_that_cannot_be_read_leaves_the_run_unknown_not_trained_afresh(study_folder, monkeypatch):
     """As a colleague reads a study folder whose private/ was opened to them but not its owner-only key: status said
     the next `dpmed run` deletes the checkpoint and trains afresh, which its owner's run does not. (Simulated: the

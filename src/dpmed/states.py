@@ -85,17 +85,13 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
 
     minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
     saved = saved_key(key, mode)
-    if saved is None:
-        if not path.is_file():      # the run finished as status looked (its checkpoint goes first): look again
-            raise FileNotFoundError(path)
-        return (f"cannot continue: its privacy key {key} is missing or damaged; the next `dpmed run` deletes the "
-                "checkpoint and trains this run afresh under a new key")
-    other = made_otherwise(saved.attempt) or (
+    other = f"its privacy key {key} is missing or damaged" if saved is None else made_otherwise(saved.attempt) or (
         "made with other settings than study.yaml's now"
         if None not in (shown, saved.settings) and saved.settings != shown else None)
-    if other is not None:
-        if not path.is_file():
+    if saved is None or other is not None:
+        if not path.is_file():      # the run finished as status looked (its checkpoint goes first): look again
             raise FileNotFoundError(path)
+        # a reproducible run's key is derived from its seed and id again: the same, not a new one
         return (f"cannot continue: {other}; the next `dpmed run` deletes the checkpoint and trains this run afresh"
                 + (" under a new key" if mode == "secure" else ""))
     progress, problem = checkpoint_review(path, saved.randomness)   # progress None: an older dpmed's checkpoint
