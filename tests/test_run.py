@@ -167,11 +167,18 @@ def _fingerprint_as_format_2(plan, context) -> str:
     return f"2:{digest.hexdigest()}"
 
 
-def _settings_fingerprint_as_format_2(plan, mode: str) -> str:
+def _settings_fingerprint_as_format_2(plan, study) -> str:
     """`RunPlan.fingerprint` as ATTEMPT_FORMAT 2 makes it, written out again: `dpmed status` compares it with the key
     file's, so a recipe changed without the format would tell every interrupted run of an earlier dpmed as made with
     other settings."""
-    text = json.dumps({"plan": plan.settings(), "randomness": mode}, sort_keys=True)
+    normalize, pretrain = study.data.preprocessing.normalize, study.pretrain
+    text = json.dumps({"plan": plan.settings(), "randomness": study.privacy_randomness,
+                       "normalize": None if normalize is None else [normalize.mean, normalize.std],
+                       "model": study.model.model_dump(mode="json"),
+                       "pretrain": None if pretrain is None else {
+                           "public": pretrain.public, "near_duplicate_bits": pretrain.near_duplicate_bits,
+                           "seed": pretrain.seed, "training": pretrain.training.computed_settings()}},
+                      sort_keys=True)
     return f"2:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
@@ -188,12 +195,14 @@ def test_the_attempt_format_is_bumped_with_what_an_attempt_is_fingerprinted_from
     assert ATTEMPT_FORMAT == PINNED_FORMAT, f"ATTEMPT_FORMAT changed: {bump}"
     study_file = tmp_path / "every_part.yaml"
     study_file.write_text(_EVERY_PART, encoding="utf-8")
-    planned = plan_runs(load_study(study_file), PlanContext(images_per_patient=np.array([1] * 30 + [2] * 20),
+    every_part = load_study(study_file)
+    planned = plan_runs(every_part, PlanContext(images_per_patient=np.array([1] * 30 + [2] * 20),
                                                             image_shape=(1, 16, 16)))
     assert {p.mechanism for p in planned} == set(MECHANISMS), "give every mechanism an arm above and pin its keys"
     for plan in planned:
         for mode in ("secure", "reproducible"):
-            assert plan.fingerprint(mode) == _settings_fingerprint_as_format_2(plan, mode), (
+            study = every_part.model_copy(update={"privacy_randomness": mode})
+            assert plan.fingerprint(study) == _settings_fingerprint_as_format_2(plan, study), (
                 f"the settings' fingerprint (RunPlan.fingerprint) is made otherwise: {bump}")
     plan_keys, privacy_keys = set(), {}
     for plan in planned:
