@@ -674,11 +674,14 @@ def test_a_traceback_of_a_run_stopped_as_its_key_file_is_written_never_shows_the
 def test_training_and_evaluating_a_run_again_leave_the_callers_random_state_alone(tmp_path_factory, tmp_path):
     """dpmed as a library, or a study that evaluates finished runs again before it trains: a run's model is built
     from its own seed, and one evaluated again takes its released weights, so neither may move the caller's global
-    torch or numpy draws (evaluating again drew its overwritten initialisation from the caller's generator)."""
+    torch or numpy draws (evaluating again drew its overwritten initialisation from the caller's generator). Its
+    fairness and explanations included: evaluating again ran them inside a fork of torch's generator, which went
+    when the model's build took its own seed."""
     import dpmed.run as run
 
     study, dataset, plans = _planned(tmp_path_factory, STUDY + "training: {epochs: 1, batch_size: 32}\n"
-                                     "evaluation: {bootstrap_resamples: 10, fairness: null}\n")
+                                     "evaluation: {bootstrap_resamples: 10,"
+                                     " explanations: {n_images: 4, deletion_steps: 2}}\n")
     plan = next(p for p in plans if p.arm == "base")
     context, folder = RunContext(dataset=dataset, evaluation=study.evaluation, progress=False), StudyFolder(tmp_path)
     with torch.random.fork_rng(devices=[]):

@@ -266,10 +266,13 @@ def test_the_probe_times_as_many_steps_as_fit_its_aim_in_whole_passes(make_recor
 @pytest.mark.parametrize("mechanism", ["np", "dp"])
 def test_the_probe_leaves_the_caller_s_torch_generator_alone(make_record, mechanism):
     """The probe builds a model to train and one to evaluate, each from a seed of its own, and its training draws from
-    generators of its own: a caller's later draws are the same whether it probed first or not."""
+    generators of its own: a caller's later draws are the same whether it probed first or not. Its evaluation
+    explains images too: the probe's training and evaluation ran inside a fork of torch's generator, which went when
+    the model's build took its own seed."""
     import torch
 
     from dpmed import timing
+    from dpmed.config import CamConfig
     from dpmed.data import make_phantom
 
     plan = (_dp_plan(make_record, sample_rate=0.1, n_units=80) if mechanism == "dp"
@@ -277,8 +280,8 @@ def test_the_probe_leaves_the_caller_s_torch_generator_alone(make_record, mechan
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         before = torch.get_rng_state()
-        timing.probe_rates([plan], make_phantom(n_images=40, image_size=16), evaluation=timing.EvaluationConfig(),
-                           device="cpu")
+        evaluation = timing.EvaluationConfig(explanations=CamConfig(n_images=2, deletion_steps=2))
+        timing.probe_rates([plan], make_phantom(n_images=40, image_size=16), evaluation=evaluation, device="cpu")
         assert torch.equal(torch.get_rng_state(), before)
 
 
