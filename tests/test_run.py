@@ -81,6 +81,32 @@ def test_an_attempt_is_another_where_the_model_starts_elsewhere_or_the_images_ar
     assert _attempt(plans["base"], dataclasses.replace(context, dataset=normalised)) != key
 
 
+def test_an_attempt_with_public_pretraining_is_the_same_wherever_the_study_folder_lies(prepared):
+    """The pretrained weights' cache entry lies in the study folder, and the start's record names them where they
+    are found now: a folder moved, or resumed under another spelling of --out, gave another attempt, and `dpmed run`
+    deleted a checkpoint that `dpmed status` said continues. What the weights are, and what the study says of them,
+    still make another attempt."""
+    study, dataset, plans = prepared
+    pretraining = PretrainRecord(dataset="public", task="binary", public="published", n_train=1, n_val=1, n_test=1,
+                                 image_shape=(1, 16, 16), model="m", training=study.training, seed=0, steps=1,
+                                 seconds=1.0, key="k", weights="results/s/pretrain/k/weights.pt", sha256="0" * 64,
+                                 near_duplicate_bits=8)
+    start = StartRecord(weights=pretraining.weights, sha256="0" * 64, n_trainable=1, n_frozen=0,
+                        pretraining=pretraining)
+
+    def attempt(**changed) -> str:
+        record = pretraining.model_copy(update=changed)
+        return _attempt(plans["base"], RunContext(dataset=dataset, evaluation=study.evaluation, start=start.model_copy(
+            update={"weights": record.weights, "sha256": record.sha256, "pretraining": record})))
+    key = attempt()
+    # moved, reached otherwise, trained again in other time or threads: the same weights
+    assert attempt(weights="/elsewhere/s/pretrain/k/weights.pt") == key
+    assert attempt(seconds=2.5, training=study.training.model_copy(update={"threads": 7, "device": "cpu"})) == key
+    for changed in ({"sha256": "1" * 64}, {"public": "published elsewhere"}, {"near_duplicate_bits": 9},
+                    {"seed": 1}, {"training": study.training.model_copy(update={"batch_size": 3})}):
+        assert attempt(**changed) != key, changed
+
+
 def test_an_attempt_s_key_hashes_the_training_images_where_they_are_not_a_copy_of_them(prepared):
     """Before, the training images were copied into a bytes object to be hashed: every worker held them twice."""
     import tracemalloc
@@ -99,9 +125,9 @@ def test_an_attempt_s_key_hashes_the_training_images_where_they_are_not_a_copy_o
     assert peak < big.train.images.nbytes / 4, (peak, big.train.images.nbytes)
 
 
-# What `_attempt` fingerprints as ATTEMPT_FORMAT 2 makes it, pinned: a change detector, not a truth about the
+# What `_attempt` fingerprints as ATTEMPT_FORMAT 3 makes it, pinned: a change detector, not a truth about the
 # settings. A change to either side without the other fails the test below, which says what to do.
-PINNED_FORMAT = 2
+PINNED_FORMAT = 3
 _TRAINING = {"augmentation", "augmentation.crop_padding", "augmentation.flip", "augmentation.multiplicity",
              "batch_size", "dp_engine", "ema_decay", "epochs", "learning_rate", "lr_scaling", "lr_schedule",
              "lr_schedule.gamma", "lr_schedule.kind", "lr_schedule.milestones", "lr_schedule.warmup_fraction",
@@ -153,22 +179,27 @@ def _key_paths(data, prefix: str = "") -> set[str]:
     return set()
 
 
-def _fingerprint_as_format_2(plan, context) -> str:
-    """ATTEMPT_FORMAT 2 as its comment and `_attempt`'s docstring state it, written out again."""
+def _fingerprint_as_format_3(plan, context) -> str:
+    """ATTEMPT_FORMAT 3 as its comment and `_attempt`'s docstring state it, written out again: format 2 hashed the
+    start's record whole, where the pretrained weights lie and how long they took included."""
+    start = None if context.start is None else context.start.model_dump(mode="json")
+    if start is not None and start["pretraining"] is not None:
+        del start["weights"], start["pretraining"]["weights"], start["pretraining"]["seconds"]
+        for key in ("device", "physical_batch_size", "threads"):
+            del start["pretraining"]["training"][key]
     digest = hashlib.sha256(json.dumps({
-        "plan": plan.settings(), "randomness": context.privacy_randomness,
-        "start": None if context.start is None else context.start.model_dump(mode="json"),
+        "plan": plan.settings(), "randomness": context.privacy_randomness, "start": start,
         "normalization": str(context.dataset.normalization)}, sort_keys=True).encode())
     train = context.dataset.train
     for array in (train.images, train.labels):
         digest.update(np.ascontiguousarray(array).tobytes())
         digest.update(str(array.shape).encode())
     digest.update("\0".join(map(str, train.patient_ids)).encode())
-    return f"2:{digest.hexdigest()}"
+    return f"3:{digest.hexdigest()}"
 
 
-def _settings_fingerprint_as_format_2(plan, study) -> str:
-    """`RunPlan.fingerprint` as ATTEMPT_FORMAT 2 makes it, written out again: `dpmed status` compares it with the key
+def _settings_fingerprint_as_format_3(plan, study) -> str:
+    """`RunPlan.fingerprint` as ATTEMPT_FORMAT 3 makes it, written out again: `dpmed status` compares it with the key
     file's, so a recipe changed without the format would tell every interrupted run of an earlier dpmed as made with
     other settings."""
     normalize, pretrain = study.data.preprocessing.normalize, study.pretrain
@@ -179,7 +210,7 @@ def _settings_fingerprint_as_format_2(plan, study) -> str:
                            "public": pretrain.public, "near_duplicate_bits": pretrain.near_duplicate_bits,
                            "seed": pretrain.seed, "training": pretrain.training.computed_settings()}},
                       sort_keys=True)
-    return f"2:{hashlib.sha256(text.encode()).hexdigest()}"
+    return f"3:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
 def test_the_attempt_format_is_bumped_with_what_an_attempt_is_fingerprinted_from(prepared, tmp_path):
@@ -202,7 +233,7 @@ def test_the_attempt_format_is_bumped_with_what_an_attempt_is_fingerprinted_from
     for plan in planned:
         for mode in ("secure", "reproducible"):
             study = every_part.model_copy(update={"privacy_randomness": mode})
-            assert plan.fingerprint(study) == _settings_fingerprint_as_format_2(plan, study), (
+            assert plan.fingerprint(study) == _settings_fingerprint_as_format_3(plan, study), (
                 f"the settings' fingerprint (RunPlan.fingerprint) is made otherwise: {bump}")
     plan_keys, privacy_keys = set(), {}
     for plan in planned:
@@ -220,7 +251,7 @@ def test_the_attempt_format_is_bumped_with_what_an_attempt_is_fingerprinted_from
     assert _key_paths(start.model_dump(mode="json")) == PINNED_START_KEYS, f"the start gained or lost a key: {bump}"
     context = RunContext(dataset=dataset, evaluation=study.evaluation, start=start)
     for plan in plans.values():
-        assert _attempt(plan, context) == _fingerprint_as_format_2(plan, context), (
+        assert _attempt(plan, context) == _fingerprint_as_format_3(plan, context), (
             f"the fingerprint is made otherwise: {bump}")
 
 

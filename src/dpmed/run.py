@@ -29,6 +29,7 @@ import torch
 
 from dpmed import attack, audit
 from dpmed.config import ATTEMPT_FORMAT, EvaluationConfig, RunPlan, Study, made_otherwise
+from dpmed.config.schema import EXECUTION_ONLY
 from dpmed.data import Dataset, ImageSet, cap_images_per_patient, normalize
 from dpmed.errors import ConfigError
 from dpmed.evaluation.assessment import Assessment, assess
@@ -79,15 +80,25 @@ class RunContext:
         return self.at_once < 2
 
 
+# What of a start's record says where its public pretraining's weights lie now and how that stage ran, not what the
+# model starts from: the cache entry lies inside the study folder, which may move or be reached by another --out (its
+# sha256 and key name the weights), and its time and execution settings change no weight of an entry trained again.
+_NOT_THE_START = {"weights": True, "pretraining": {"weights": True, "seconds": True,
+                                                  "training": set(EXECUTION_ONLY)}}
+
+
 def _attempt(plan: RunPlan, context: RunContext) -> str:
     """What an unfinished attempt of the run must share with this one for its key to serve again: the run's
-    settings, the randomness mode, the study's start and the training data's content (sha256; it is kept only in
-    the private key file, which goes when the run finishes), after the version of how it is made (`ATTEMPT_FORMAT`).
-    What of it study.yaml shows is kept in the key file apart too (`RunPlan.fingerprint`), for `dpmed status`.
-    The arrays are hashed where they are: a bytes copy would hold the training images twice in every worker."""
+    settings, the randomness mode, the study's start (but `_NOT_THE_START`) and the training data's content
+    (sha256; it is kept only in the private key file, which goes when the run finishes), after the version of how it
+    is made (`ATTEMPT_FORMAT`). What of it study.yaml shows is kept in the key file apart too (`RunPlan.fingerprint`),
+    for `dpmed status`. The arrays are hashed where they are: a bytes copy would hold the training images twice in
+    every worker."""
+    start = context.start
     digest = hashlib.sha256(json.dumps({"plan": plan.settings(), "randomness": context.privacy_randomness,
-                                        "start": None if context.start is None else context.start.model_dump(
-                                            mode="json"), "normalization": str(context.dataset.normalization)},
+                                        "start": None if start is None else start.model_dump(
+                                            mode="json", exclude=None if start.pretraining is None else _NOT_THE_START),
+                                        "normalization": str(context.dataset.normalization)},
                                        sort_keys=True).encode())
     train = context.dataset.train
     for array in (train.images, train.labels):

@@ -401,3 +401,33 @@ def test_status_says_a_run_whose_settings_changed_trains_afresh_as_dpmed_run_the
         told = re.search(r"interrupted: continues from its checkpoint (at step \d+ of \d+) \(saved .*\) if its "
                          r"training data and starting weights are unchanged$", line)
         assert told and resumed == [told[1]] and "afresh" not in caplog.text, (line, caplog.text)
+
+
+def test_a_run_with_public_pretraining_continues_after_its_study_folder_moved_as_status_says(tiny_text, tmp_path,
+                                                                                             capsys, caplog,
+                                                                                             monkeypatch):
+    """A study folder keeps its public pretraining's weights inside it, so where they lie changes with the folder:
+    moved (or resumed under another spelling of --out), its interrupted run was told by status to continue, and
+    `dpmed run` deleted the checkpoint and trained afresh, its start differing only in that path."""
+    from dpmed.training import loop
+
+    path, out, moved = tmp_path / "s.yaml", tmp_path / "out", tmp_path / "moved"
+    path.write_text(tiny_text.replace("  - {name: base, mechanism: none}\n", "") + PRETRAIN)
+    save = loop._save_checkpoint
+
+    def stopped(*args, **kwargs):       # Ctrl-C just after the first checkpoint
+        save(*args, **kwargs)
+        raise KeyboardInterrupt
+    with monkeypatch.context() as patched:
+        patched.setattr(loop, "_save_checkpoint", stopped)
+        assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 130
+    out.rename(moved)
+    capsys.readouterr()
+    assert main(["status", str(moved / "tiny")]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "interrupted:" in line]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dpmed"):
+        assert main(["run", str(path), "--out", str(moved), "--no-progress"]) == 0
+    told = re.search(r"interrupted: continues from its checkpoint (at step \d+ of \d+)", line)
+    resumed = re.findall(r"continues from its checkpoint (at step \d+ of \d+)", caplog.text)
+    assert told and resumed == [told[1]] and "afresh" not in caplog.text, (line, caplog.text)

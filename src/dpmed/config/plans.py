@@ -22,13 +22,13 @@ from dpmed.mechanisms import AuditConfig, PlanContext, PrivacyPlan, Strict, mech
 
 __all__ = ["ATTEMPT_FORMAT", "made_otherwise", "RunPlan", "SweptValue", "plan_runs", "run_ids", "check_run_ids"]
 
-# How an unfinished attempt of a run is fingerprinted (`dpmed.run`), written before its hash ("2:<sha256>"; a bare
+# How an unfinished attempt of a run is fingerprinted (`dpmed.run`), written before its hash ("3:<sha256>"; a bare
 # hash is an older dpmed's), and so the fingerprint of its settings alone (`RunPlan.fingerprint`): bump it when either
 # hash is made otherwise or a plan's settings gain or lose a key, so that a checkpoint a dpmed of another version left
 # is said to be its (`made_otherwise`), by `dpmed run` and `dpmed status` alike, not one made with other settings or
 # data. tests/test_run.py pins what the attempt's hash is made of beside this number, and fails where either changes
 # alone.
-ATTEMPT_FORMAT = 2
+ATTEMPT_FORMAT = 3
 
 
 def made_otherwise(fingerprint: str) -> str | None:
