@@ -101,6 +101,9 @@ def test_an_attempt_with_public_pretraining_is_the_same_wherever_the_study_folde
     key = attempt()
     # moved, reached otherwise, trained again in other time or threads: the same weights
     assert attempt(weights="/elsewhere/s/pretrain/k/weights.pt") == key
+    # the public data's folder moved or renamed: the reader's record names it, the weights' key hashes its images
+    assert attempt(data={"format": "folders", "path": "/data/public"}) == attempt(
+        data={"format": "folders", "path": "/data/public-renamed"})
     assert attempt(seconds=2.5, training=study.training.model_copy(update={"threads": 7, "device": "cpu"})) == key
     for changed in ({"sha256": "1" * 64}, {"public": "published elsewhere"}, {"near_duplicate_bits": 9},
                     {"seed": 1}, {"training": study.training.model_copy(update={"batch_size": 3})}):
@@ -185,6 +188,7 @@ def _fingerprint_as_format_3(plan, context) -> str:
     start = None if context.start is None else context.start.model_dump(mode="json")
     if start is not None and start["pretraining"] is not None:
         del start["weights"], start["pretraining"]["weights"], start["pretraining"]["seconds"]
+        del start["pretraining"]["data"]
         for key in ("device", "physical_batch_size", "threads"):
             del start["pretraining"]["training"][key]
     digest = hashlib.sha256(json.dumps({

@@ -80,10 +80,12 @@ class RunContext:
         return self.at_once < 2
 
 
-# What of a start's record says where its public pretraining's weights lie now and how that stage ran, not what the
-# model starts from: the cache entry lies inside the study folder, which may move or be reached by another --out (its
-# sha256 and key name the weights), and its time and execution settings change no weight of an entry trained again.
-_NOT_THE_START = {"weights": True, "pretraining": {"weights": True, "seconds": True,
+# What of a start's record says where its public pretraining's weights and data lie now and how that stage ran, not
+# what the model starts from: the cache entry lies inside the study folder, which may move or be reached by another
+# --out (its sha256 and key name the weights), the public data's folder may move or be renamed (the key hashes its
+# images, so other images are other weights), and time and execution settings change no weight of an entry trained
+# again.
+_NOT_THE_START = {"weights": True, "pretraining": {"weights": True, "seconds": True, "data": True,
                                                   "training": set(EXECUTION_ONLY)}}
 
 
