@@ -32,6 +32,7 @@ from pathlib import Path
 _STUDY = """name: long
 settings_chosen_on: "the synthetic phantom itself (a teaching set of no person)"
 seeds: [0]
+privacy_randomness: reproducible    # the DP count of patients, and so the steps an epoch takes, the same each time
 data: {{source: phantom, n_images: {images}, image_size: {size}, seed: 0}}
 model: {{name: {model}}}
 training: {{steps: {steps}, batch_size: {batch}, physical_batch_size: 128, optimizer: adam, learning_rate: 0.001,
