@@ -353,6 +353,20 @@ pretrain:
 """
 
 
+def _stop_after_the_first_checkpoint(path, out, monkeypatch) -> None:
+    """`dpmed run` of the study file ``path`` into ``out``, stopped by a Ctrl-C just after its first checkpoint."""
+    from dpmed.training import loop
+
+    save = loop._save_checkpoint
+
+    def stopped(*args, **kwargs):
+        save(*args, **kwargs)
+        raise KeyboardInterrupt
+    with monkeypatch.context() as patched:
+        patched.setattr(loop, "_save_checkpoint", stopped)
+        assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 130
+
+
 @pytest.mark.parametrize("changed", list(_EDITS))
 def test_status_says_a_run_whose_settings_changed_trains_afresh_as_dpmed_run_then_does(tiny_text, tmp_path, capsys,
                                                                                        caplog, monkeypatch, changed):
@@ -363,19 +377,11 @@ def test_status_says_a_run_whose_settings_changed_trains_afresh_as_dpmed_run_the
     images and weights were unchanged, and the run trained afresh all the same. Unchanged, or changed in what the run
     does not compute from, the run continues from the step status tells."""
     import dpmed.executors
-    from dpmed.training import loop
 
     path, out = tmp_path / "s.yaml", tmp_path / "out"
     path.write_text(tiny_text.replace("  - {name: base, mechanism: none}\n", "")
                     + (PRETRAIN if changed == "pretraining's statement" else ""))
-    save = loop._save_checkpoint
-
-    def stopped(*args, **kwargs):       # Ctrl-C just after the first checkpoint
-        save(*args, **kwargs)
-        raise KeyboardInterrupt
-    with monkeypatch.context() as patched:
-        patched.setattr(loop, "_save_checkpoint", stopped)
-        assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 130
+    _stop_after_the_first_checkpoint(path, out, monkeypatch)
     edit, afresh = _EDITS[changed]
     text = path.read_text()
     path.write_text(text.replace(*edit))
@@ -409,18 +415,10 @@ def test_a_run_with_public_pretraining_continues_after_its_study_folder_moved_as
     """A study folder keeps its public pretraining's weights inside it, so where they lie changes with the folder:
     moved (or resumed under another spelling of --out), its interrupted run was told by status to continue, and
     `dpmed run` deleted the checkpoint and trained afresh, its start differing only in that path."""
-    from dpmed.training import loop
 
     path, out, moved = tmp_path / "s.yaml", tmp_path / "out", tmp_path / "moved"
     path.write_text(tiny_text.replace("  - {name: base, mechanism: none}\n", "") + PRETRAIN)
-    save = loop._save_checkpoint
-
-    def stopped(*args, **kwargs):       # Ctrl-C just after the first checkpoint
-        save(*args, **kwargs)
-        raise KeyboardInterrupt
-    with monkeypatch.context() as patched:
-        patched.setattr(loop, "_save_checkpoint", stopped)
-        assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 130
+    _stop_after_the_first_checkpoint(path, out, monkeypatch)
     out.rename(moved)
     capsys.readouterr()
     assert main(["status", str(moved / "tiny")]) == 0
