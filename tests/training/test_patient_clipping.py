@@ -11,6 +11,7 @@ the number of images, one patient can move the clipped sum by at most C.
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -336,29 +337,38 @@ def test_image_level_clipping_lets_a_patient_with_many_images_move_the_sum_by_mo
 @pytest.mark.parametrize("engine", ["dpmed", "opacus"])
 @pytest.mark.parametrize("physical", [1, 2, 3, 5, 14])
 def test_step_chunks_at_patient_boundaries_and_sums_the_same(physical, engine, layer_case, unit_gradients, clipped):
-    """Each patient's images go to one chunk; a chunk holds at most ``physical_batch_size`` images unless a single
-    patient has more; the sum equals one chunk's and the explicit loop's."""
+    """Each patient's images go to one chunk of at most ``physical_batch_size`` images; a patient with more goes
+    through the engine in slices of at most that many, unclipped (C = inf), to be clipped once as a whole; the sum
+    equals one chunk's and the explicit loop's."""
     groups = _patients(seed=2)
     model, x, y = layer_case("group_norm", len(groups))
     norms, grads = unit_gradients(model, x, y, groups)
     clip = sorted(norms)[len(norms) // 2]
     expected = clipped(norms, grads, clip)
     step = _step(model, max_grad_norm=clip, physical_batch_size=physical, engine=engine)
-    seen = []
+    seen, sliced = [], []
     inner = step.clipper.clipped_sum
 
     def spy(xs, ys, **kwargs):
-        seen.append(kwargs["groups"].tolist())
+        assert len(xs) <= physical
+        if kwargs.get("groups") is None:
+            assert kwargs["max_grad_norm"] == math.inf
+            sliced.append(len(xs))
+        else:
+            assert kwargs["max_grad_norm"] == clip
+            seen.append(kwargs["groups"].tolist())
         return inner(xs, ys, **kwargs)
 
     step.clipper.clipped_sum = spy
     _assert_close(step.clipped_sum(x, y, groups=groups), expected)
     chunk_of = {}
     for i, chunk in enumerate(seen):
-        assert len(chunk) <= physical or len(set(chunk)) == 1
         for pid in chunk:
             assert chunk_of.setdefault(pid, i) == i, f"patient {pid} split across chunks"
-    assert sorted(pid for chunk in seen for pid in chunk) == sorted(groups.tolist())
+    larger = [k for k in PATIENT_SIZES if k > physical]
+    assert sorted(pid for chunk in seen for pid in chunk) == sorted(g for g in groups.tolist()
+                                                                    if PATIENT_SIZES[PATIENT_IDS.index(g)] <= physical)
+    assert sum(sliced) == sum(larger) and len(sliced) == sum(-(-k // physical) for k in larger)
 
 
 @pytest.mark.parametrize("engine", ["dpmed", "opacus"])

@@ -9,11 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpmed.config import TrainingConfig
 from dpmed.data.synthetic import make_phantom
 from dpmed.models import build_model
-from dpmed.training import train
+from dpmed.training import DpSgdStep, train
+from dpmed.training.augmentation import Augmentation, image_keys
 from dpmed.training.loop import _mean_loss_backward
 from dpmed.training.objectives import objective_for
 
@@ -74,8 +77,6 @@ def test_the_sliced_mean_loss_and_its_gradient_are_the_whole_batch_s(kind, outpu
 def test_a_physical_batch_larger_than_any_integer_torch_takes_is_the_whole_batch():
     """physical_batch_size only bounds memory, so any count above the batch is the batch; before, 10**23 ended every
     run in "ValueError: Overflow when unpacking long long" from torch.split, after the data had been read."""
-    from dpmed.training import DpSgdStep
-
     ds = make_phantom(n_images=60, image_size=16, seed=0)
     trained = {}
     for physical in (64, 10**23):
@@ -97,3 +98,99 @@ def test_a_physical_batch_larger_than_any_integer_torch_takes_is_the_whole_batch
             sums[physical] = step.clipped_sum(x, y, groups=by)
         for huge, whole in zip(sums[10**23], sums[64], strict=True):
             torch.testing.assert_close(huge, whole)
+
+
+# ----------------------------------------------------------------- a unit larger than the physical batch, in slices
+
+def _frozen_first_model() -> torch.nn.Module:
+    """float64, its first layer frozen: a frozen parameter must come out of a step as it went in, with no gradient."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3, padding=1), torch.nn.GroupNorm(1, 2), torch.nn.Tanh(),
+                                torch.nn.Flatten(), torch.nn.Linear(2 * 8 * 8, 3)).double()
+    model[0].requires_grad_(False)
+    return model
+
+
+def _units_batch(sizes, k: int, seed: int = 1):
+    """Images [n, 1, 8, 8], labels, their copies, the copies' labels and groups, and each image's unit: units of
+    ``sizes`` images, shuffled, under ids that are neither contiguous nor sorted."""
+    g = torch.Generator().manual_seed(seed)
+    units = torch.repeat_interleave(torch.arange(len(sizes)) * 7 - 3, torch.tensor(sizes))
+    units = units[torch.randperm(len(units), generator=g)]
+    x = torch.randn(len(units), 1, 8, 8, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (len(units),), generator=g)
+    augment = Augmentation(multiplicity=k, padding=2, flip=True, seed=3)
+    keys = image_keys(x.numpy())
+    copies, labels, groups = augment.expand(x, y, keys, step=2, groups=units)
+    return augment.apply(x, keys, 2), labels, copies, groups, units
+
+
+def _ce_mean_over(k: int):
+    return lambda z, t: torch.nn.functional.cross_entropy(z, t, reduction="sum") / k
+
+
+def _unit_truth(model, all_copies, y, units, k):
+    """The definition, the slow way: per unit, one backward of the loss summed over all its copies (each weighted
+    1/k), over the trainable parameters; {unit: (gradient, its norm)}."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    n, out = len(units), {}
+    for u in torch.unique(units).tolist():
+        rows = torch.cat([torch.nonzero(units == u).flatten() + c * n for c in range(k)])
+        g = torch.autograd.grad(_ce_mean_over(k)(model(all_copies[rows]), y[rows]), params)
+        out[u] = g, torch.cat([t.flatten() for t in g]).norm().item()
+    return out
+
+
+def _dp_step(model, k, clip, physical, engine):
+    return DpSgdStep(model, loss_fn=_ce_mean_over(k), max_grad_norm=clip, noise_multiplier=0.0,
+                     expected_batch_size=1.0, physical_batch_size=physical, noise_rng=np.random.default_rng(0),
+                     engine=engine)
+
+
+# Units of 7, 4, 2, 1 and 1 images; with K copies each and a physical batch of 4 K, the first unit's copies are more
+# than a slice holds, the second's exactly a slice, the others' fewer (several share a slice). With the image as
+# unit and K = 3 > physical 2, each image's copies are more than a slice.
+@pytest.mark.parametrize("engine", ["dpmed", "opacus"])
+@pytest.mark.parametrize("unit, k, physical", [("patient", 1, 4), ("patient", 3, 12), ("image", 3, 2)])
+def test_a_unit_larger_than_the_physical_batch_is_summed_in_slices_and_clipped_once(engine, unit, k, physical):
+    """Before, a unit whose copies outnumbered physical_batch_size went through the model in one piece (a patient
+    of 300 images at K = 8: 2,400 images at once, out of memory on the GPU the user had sized the slices for)."""
+    sizes = (7, 4, 2, 1, 1) if unit == "patient" else (1,) * 5
+    all_copies, labels, copies, groups, units = _units_batch(sizes, k)
+    model = _frozen_first_model()
+    frozen = model[0].weight.detach().clone()
+    truth = _unit_truth(model, all_copies, labels, units, k)
+    norms = sorted(norm for _, norm in truth.values())
+    seen = _largest_forward(model)
+    step = _dp_step(model, k, 1.0, physical, engine)            # Opacus hooks a model once: one step, 3 clips
+    for clip in (norms[0] / 2, norms[len(norms) // 2], 2 * norms[-1]):      # all, some, none of the units clipped
+        step.max_grad_norm = clip
+        got = step.clipped_sum(copies, labels, groups=groups)
+        expected = [sum(min(1.0, clip / (norm + 1e-6)) * g[i] for g, norm in truth.values())
+                    for i in range(len(got))]
+        for a, b in zip(got, expected, strict=True):
+            assert (a - b).norm().item() <= 1e-10 * b.norm().item()
+    assert seen[0] <= physical, f"a forward pass took {seen[0]} rows, physical_batch_size {physical}"
+    assert model[0].weight.grad is None and torch.equal(model[0].weight, frozen)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=5), k=st.sampled_from([1, 3]),
+       physical=st.integers(1, 8), engine=st.sampled_from(["dpmed", "opacus"]))
+def test_no_forward_pass_exceeds_the_physical_batch_and_a_unit_moves_the_sum_by_at_most_c(sizes, k, physical,
+                                                                                          engine):
+    """Whatever the units' sizes against physical_batch_size (copies counted), no forward pass takes more rows, and
+    adding a unit (the first, of any size) to the batch moves the clipped sum by at most C: the sensitivity that the
+    accountant assumes."""
+    _, labels, copies, groups, units = _units_batch(sizes, k)
+    model = _frozen_first_model()
+    seen = _largest_forward(model)
+    clip = 1e-2                         # far below every unit's norm here: each one is clipped
+    step = _dp_step(model, k, clip, physical, engine)
+    with_unit = step.clipped_sum(copies, labels, groups=groups)
+    others = torch.nonzero(groups != units.min()).flatten()    # units.min(): the id of the first of ``sizes``
+    without = step.clipped_sum(copies[others], labels[others], groups=groups[others]) if len(others) else [
+        torch.zeros_like(t) for t in with_unit]
+    assert seen[0] <= physical
+    moved = torch.cat([(a - b).flatten() for a, b in zip(with_unit, without, strict=True)]).norm().item()
+    assert moved <= clip * (1 + 1e-9)

@@ -110,8 +110,8 @@ class AugmentationConfig(_Strict):
     set never holds; turn it on for images without a left-right anatomy (dermoscopy, histology).
     Which crop and flip each copy gets is public randomness (`dpmed.training.augmentation` says why that is sound).
     multiplicity: at most 256 (:data:`_MOST_COPIES`): each step trains on K copies of every image of its batch, made
-    a physical batch at a time, so its time grows with K; its memory too where one unit's copies (K, K per image of a
-    patient) outnumber training.physical_batch_size, as a unit's copies are clipped together in one slice. De et al.
+    a physical batch at a time, so its time grows with K, its memory not: a unit whose copies (K, K per image of a
+    patient) outnumber training.physical_batch_size is summed over slices of that many and clipped once. De et al.
     2022 use K <= 32.
     """
 

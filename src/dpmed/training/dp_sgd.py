@@ -15,7 +15,9 @@ model but receive no noise.
 
 Dividing by the *expected* batch size q N, not the realised one, keeps the sensitivity of each step at C / (q N);
 dividing by the realised size would make the update depend on whether an example is present in two ways. The
-physical batch size only chunks the forward and backward passes for memory; the clipped sum is the same.
+physical batch size only chunks the forward and backward passes for memory; the clipped sum is the same. No pass takes
+more examples (augmented copies counted), not even for a group that has more: its summed gradient is accumulated over
+slices and clipped once (`DpSgdStep._clipped_unit`).
 
 With ``noise="laplace"`` (the "Laplacian" DP-SGD of 001_d0483fd35863b74c.txt, METHODS.md s.2) each example is
 clipped in L1 to C and iid Laplace(sigma C) noise is added per coordinate: the L1 sensitivity of the sum is C, so
@@ -33,6 +35,7 @@ from __future__ import annotations
 import math
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 from typing import Callable, Iterator
 
 import numpy as np
@@ -167,20 +170,26 @@ def physical_chunks(x: Tensor | Copies, y: Tensor, size: int) -> Iterator[tuple[
     return zip(x.split(size), y.split(size))
 
 
-def _group_chunks(groups: Tensor, batch: int, size: int) -> list[Tensor]:
-    """Example indices of each physical chunk, [n_k]: each group's examples contiguous and in one chunk, at most
-    ``size`` examples per chunk unless a single group has more (then that group is a chunk of its own)."""
+def _group_chunks(groups: Tensor, batch: int, size: int) -> tuple[list[Tensor], list[Tensor]]:
+    """(chunks, large): the example indices of each physical chunk [n_k], whole groups of at most ``size`` examples
+    in all, each group's examples contiguous; and those of each group with more than ``size`` examples, which no chunk
+    can hold whole (`DpSgdStep._clipped_unit` takes it in slices)."""
     index, _ = group_index(groups, batch)
+    sizes = torch.bincount(index)                                               # [P], every group non-empty
+    size = min(size, batch)                   # a count above the batch is the batch (torch compares no 10**23)
     order = torch.argsort(index, stable=True)                                   # examples group by group
+    alone = sizes[index[order]] > size                                          # in a group larger than a chunk
+    large = list(order[alone].split(sizes[sizes > size].tolist()))
+    order = order[~alone]
     chunks, start, filled = [], 0, 0
-    for k in torch.bincount(index).tolist():                                    # group sizes, in that order
-        if filled and filled + k > size:
+    for k in sizes[sizes <= size].tolist():                                     # group sizes, in that order
+        if filled + k > size:
             chunks.append(order[start:start + filled])
             start, filled = start + filled, 0
         filled += k
     if filled:
         chunks.append(order[start:start + filled])
-    return chunks
+    return chunks, large
 
 
 class DpSgdStep:
@@ -233,21 +242,25 @@ class DpSgdStep:
         """sum_i clip(g_i) for the examples x [B, C, H, W], y [B, ...]; zeros for an empty batch.
 
         groups: None (the image is the unit), or the group (patient) id of each example, int [B], any integers in
-        any order: then sum_G clip(sum_{i in G} g_i). A group's norm needs all of its images, so the physical
-        chunks hold whole groups: the examples are reordered group by group and cut between groups, a group larger
-        than the physical batch size making a chunk of its own. PrivacyError if the step changed a buffer."""
+        any order: then sum_G clip(sum_{i in G} g_i). The engines norm a group from all of its images at once, so
+        the physical chunks hold whole groups: the examples are reordered group by group and cut between groups. A
+        group larger than the physical batch size is summed in slices and clipped once (`_clipped_unit`): no
+        forward pass takes more than physical_batch_size examples, copies counted. PrivacyError if the step changed
+        a buffer."""
         model = self.clipper.model
         before = _buffer_values(model)
+        large: list[Tensor] = []
         if groups is None:
             chunks = ((xs, ys, None) for xs, ys in physical_chunks(x, y, self.physical_batch_size))
         else:                               # laid out on the CPU; the engines move each chunk's ids to x's device
             groups = groups.cpu()
-            chunks = ((x[i.to(x.device)], y[i.to(y.device)], groups[i])
-                      for i in _group_chunks(groups, len(x), self.physical_batch_size))
+            index, large = _group_chunks(groups, len(x), self.physical_batch_size)
+            chunks = ((x[i.to(x.device)], y[i.to(y.device)], groups[i]) for i in index)
         total = None
-        for xs, ys, gs in chunks:           # none for an empty Poisson batch: the sum is zero, the noise still comes
-            sums = self.clipper.clipped_sum(xs, ys, loss_fn=self.loss_fn, max_grad_norm=self.max_grad_norm,
-                                            groups=gs)
+        # none for an empty Poisson batch: the sum is zero, the noise still comes
+        for sums in chain((self.clipper.clipped_sum(xs, ys, loss_fn=self.loss_fn, max_grad_norm=self.max_grad_norm,
+                                                    groups=gs) for xs, ys, gs in chunks),
+                          (self._clipped_unit(x, y, rows) for rows in large)):
             if total is None:               # the engines return fresh tensors: own them, no extra copy
                 total = sums
                 continue
@@ -255,6 +268,34 @@ class DpSgdStep:
                 acc.add_(g)
         _refuse_changed_buffers(model, before)
         return total if total is not None else [torch.zeros_like(p) for p in self.params]
+
+    def _clipped_unit(self, x: Tensor | Copies, y: Tensor, rows: Tensor) -> list[Tensor]:
+        """clip(sum_{i in rows} g_i) for one unit (patient, or an image's K copies) of more examples than the
+        physical batch size: its summed gradient from slices of at most that many examples, then one norm, one clip.
+
+        Each slice goes through the engine with no clipping (C = inf: every factor is 1), so the slice's result is
+        its examples' summed gradient, with the engine's checks and no other code path. The unit's norm is taken of
+        the very sum it scales, not by another route whose rounding could disagree (`clipping`'s rounding slack), so
+        its contribution is at most C up to the rounding of one norm and one product. Only the unit's own examples
+        enter it, so it depends on no other unit. An example whose gradient overflows is left out of its slice's sum
+        (`clip_factors`), and a unit whose sum overflows contributes nothing, as in the engines."""
+        unit = None
+        for part in rows.split(self.physical_batch_size):
+            sums = self.clipper.clipped_sum(x[part.to(x.device)], y[part.to(y.device)], loss_fn=self.loss_fn,
+                                            max_grad_norm=math.inf)
+            if unit is None:
+                unit = sums
+                continue
+            for acc, g in zip(unit, sums):
+                acc.add_(g)
+        o = self.norm_order                       # L2 (Gaussian) or L1 (Laplace), over all parameters
+        norm = torch.stack([torch.linalg.vector_norm(g, o) for g in unit]).norm(p=o)
+        if not bool(torch.isfinite(norm)):
+            return [torch.zeros_like(g) for g in unit]
+        factor = clip_factors(norm, self.max_grad_norm)
+        for g in unit:
+            g.mul_(factor)
+        return unit
 
     def __call__(self, x: Tensor | Copies, y: Tensor, *, groups: Tensor | None = None) -> None:
         """Compute the noisy gradient of one Poisson batch into ``p.grad`` (the optimizer steps afterwards); with
