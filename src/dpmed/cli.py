@@ -33,7 +33,7 @@ from typing import Any, Iterator, Sequence
 
 from dpmed.errors import ConfigError, DpmedError
 from dpmed.interruption import interruptible
-from dpmed.log import detach, log_to_console, log_to_file, quiet_known_noise
+from dpmed.log import detach, hold_lines, log_to_console, log_to_file, quiet_known_noise
 
 __all__ = ["command", "main"]
 
@@ -284,7 +284,11 @@ def _without_core_dumps() -> Iterator[None]:
 
 
 def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Handler], received: list[int]) -> int:
-    study = _load(args)         # first: a mistake in the study file is told before seconds of importing below
+    held = hold_lines()         # what reading the study file says, for the log file in the folder it names
+    try:
+        study = _load(args)     # first: a mistake in the study file is told before seconds of importing below
+    finally:
+        detach(held)
     from dpmed.executors import WORKER_DIED, check_executor_options
     from dpmed.folders import StudyFolder
     from dpmed.numbers import count_text
@@ -293,7 +297,7 @@ def _run_logged(args: argparse.Namespace, bars: bool, handlers: list[logging.Han
 
     check_executor_options(args.executor, workers=args.workers, address=args.address)   # before the data are read
     folder = StudyFolder(args.out / study.name)
-    handlers.append(log_to_file(folder.log))
+    handlers.append(log_to_file(folder.log, earlier=held))
     try:
         result = run_study(study, out=args.out, progress=bars, executor=args.executor, workers=args.workers or 1,
                            address=args.address, fail_fast=args.fail_fast, worker_setup=quiet_known_noise)

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["KnownRdpNoise", "quiet_known_noise", "log_to_console", "log_to_file", "detach", "KNOWN_HARMLESS"]
+__all__ = ["KnownRdpNoise", "quiet_known_noise", "log_to_console", "log_to_file", "hold_lines", "Held", "detach",
+           "KNOWN_HARMLESS"]
 
 # dp_accounting's RDP accountant logs these through absl; each is harmless where it appears:
 # * "failed to converge": one fractional RDP order could not be evaluated; it is left out, and the eps of the
@@ -114,11 +115,33 @@ class _File(logging.FileHandler):
                          "on in the terminal only\n")
 
 
-def log_to_file(path: Path) -> logging.Handler:
+class Held(logging.Handler):
+    """The lines logged before the log file's place is known, kept for it: the study file names the study's folder,
+    and what reading it says (a setting another turns off) belongs in that folder's log as on the terminal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def hold_lines() -> Held:
+    """Keep the lines logged from now on (as the terminal shows them) until :func:`detach`, for :func:`log_to_file`'s
+    ``earlier``."""
+    handler = Held()
+    _attach(handler)
+    return handler
+
+
+def log_to_file(path: Path, *, earlier: Held | None = None) -> logging.Handler:
     """Append the same lines, with time, process and origin, to ``path`` (the study's private log) from the first
-    line on; returns the handler."""
+    line on, after those ``earlier`` kept; returns the handler."""
     handler = _File(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(processName)s %(name)s %(levelname)s: %(message)s"))
+    for record in earlier.records if earlier is not None else ():
+        handler.handle(record)
     _attach(handler)
     return handler
 

@@ -3,6 +3,7 @@ files are replaced by a placeholder folder)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.yaml
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
-def test_shipped_study_files_are_valid(path, tmp_path):
+def test_shipped_study_files_are_valid(path, tmp_path, caplog):
+    """... and give no setting that another turns off (`Study.settings_turned_off`): none is warned of."""
+    caplog.set_level(logging.WARNING)
     try:
         study = load_study(path)
     except ConfigError as exc:
@@ -24,6 +27,7 @@ def test_shipped_study_files_are_valid(path, tmp_path):
         placeholder = tmp_path / "data.npz" if "source: medmnist" in path.read_text() else tmp_path
         study = load_study(path, {"data.path": str(placeholder)})
     assert run_ids(study)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def test_the_quickstart_and_the_schema_say_q_is_the_batch_over_the_released_count_of_units():

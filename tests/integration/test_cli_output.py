@@ -272,3 +272,16 @@ def test_sigterm_mid_run_cleans_up_as_ctrl_c_does(tiny_text, tmp_path, workers, 
     shareable = [folder.root, folder.resolved_study, folder.runs, *folder.runs.rglob("*")]
     assert folder.resolved_study.is_file() and len(shareable) > 3        # a run's folder is there too
     assert {path: path.stat().st_mtime for path in shareable} == {path: RELEASE_TIME for path in shareable}
+
+
+def test_a_setting_another_setting_turns_off_is_told_on_the_terminal_and_in_the_private_log(tmp_path, capsys):
+    """Told while the study file is read, before the log file's folder is known, and so it reached the terminal only.
+    An APTOS folder without its table stops the study once the log is open."""
+    (tmp_path / "aptos").mkdir()
+    study = _study(tmp_path, "name: s\ndata: {source: aptos, path: aptos, split: {official: false}}\n"
+                             "arms: [{name: base, mechanism: none}]\n")
+    assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) != 0
+    said = "data.split.official changes nothing, as source 'aptos' publishes no split"
+    assert capsys.readouterr().err.count(said) == 1
+    log = (tmp_path / "out" / "s" / "private" / "dpmed.log").read_text(encoding="utf-8")
+    assert log.count(said) == 1 and "dpmed.config.loading WARNING: study file" in log, log

@@ -218,6 +218,30 @@ class DataConfig(_Strict):
                                                    shared_patients=s.shared_patients),
             patients=None if self.patients is None else self.patients.selection())
 
+    def settings_turned_off(self) -> list[tuple[str, str]]:
+        """(key, what turns it off) for each setting the file gives that the source or another setting keeps from
+        being read: ``preprocessing.aspect`` where the source generates square images at the size, ``split.official``
+        and ``split.shared_patients`` where no split is published (aptos, ham10000, a csv without a split column), and
+        ``shared_patients`` beside ``official: false``. Told, not refused, like `TrainingConfig.settings_turned_off`:
+        the record of a finished run holds them."""
+        info = DATASET_SOURCES[self.source]
+        off = []
+        if "aspect" in self.preprocessing.model_fields_set and info.generates:
+            off.append(("preprocessing.aspect", f"source {self.source!r} generates square images at data.image_size"))
+        split = self.split
+        if split is None:
+            return off
+        published = info.publishes_split and (self.source != "csv" or (self.columns is not None
+                                                                      and self.columns.split is not None))
+        if not published and "split" in info.options:
+            where = "a csv without columns.split" if self.source == "csv" else f"source {self.source!r}"
+            off += [(f"split.{key}", f"{where} publishes no split (every image is divided by the fractions)")
+                    for key in ("official", "shared_patients") if key in split.model_fields_set]
+        elif "shared_patients" in split.model_fields_set and not split.official:
+            off.append(("split.shared_patients", "split.official is false (no published split is kept, so no "
+                                                 "patient sits on two sides of one)"))
+        return off
+
     @field_validator("seed")
     @classmethod
     def _seed_of_generated_images(cls, v: int, info: ValidationInfo) -> int:

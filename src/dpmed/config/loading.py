@@ -8,6 +8,7 @@ What the schema refuses is worded by `dpmed.config.problems`.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from importlib import resources
@@ -22,6 +23,8 @@ from dpmed.config.plans import check_run_ids
 from dpmed.config.problems import describe_problems
 from dpmed.data import DATASET_SOURCES
 from dpmed.errors import ConfigError
+
+_log = logging.getLogger(__name__)
 
 # The study `dpmed run` runs without one: the phantom quickstart, installed with the package.
 QUICKSTART = Path(str(resources.files("dpmed") / "configs" / "quickstart.yaml"))
@@ -358,11 +361,21 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
         check_run_ids(study)
     except ValueError as exc:
         raise ConfigError(f"study file {path}: {exc}") from None
+    _tell_settings_turned_off(study, path)
     try:
         return _with_paths_resolved(study, path, origins)
     except (OSError, ValueError) as exc:   # a name too long for the file system, a NUL byte in it
         raise ConfigError(f"study file {path}: a path in it cannot be used ({exc}); fix data.path, model.weights "
                           "or pretrain.data.path") from None
+
+
+def _tell_settings_turned_off(study: schema.Study, path: Path) -> None:
+    """Warn of each setting the study gives that another setting turns off (`Study.settings_turned_off`): it was
+    ignored without a word, and a user took it for a change. Not refused: a finished run recorded it, and a study
+    file made to drop it would train that run again (a DP-SGD run trained again is a second release)."""
+    for key, why in study.settings_turned_off():
+        _log.warning("study file %s: %s changes nothing, as %s; remove it, unless runs of this study finished "
+                     "with it (they recorded it, and keep matching the file only while it stays)", path, key, why)
 
 
 def _with_paths_resolved(study: schema.Study, path: Path, origins: Mapping[str, str]) -> schema.Study:

@@ -259,6 +259,20 @@ class TrainingConfig(_Strict):
                              "optimizer: sgd to train with it, or remove it")
         return v
 
+    def settings_turned_off(self) -> list[tuple[str, str]]:
+        """(key, what turns it off) for each setting the file gives that another setting keeps from being read:
+        ``reference_batch_size`` beside ``lr_scaling: none``, ``milestones`` or ``gamma`` beside a schedule other
+        than ``step``. Told, not refused: a finished run recorded them among its settings, and a study file that lost
+        them would train that run again (`dpmed.config.loading.load_study`)."""
+        off = []
+        if "reference_batch_size" in self.model_fields_set and self.lr_scaling == "none":
+            off.append(("reference_batch_size", "lr_scaling is none (set linear or sqrt to scale the learning rate "
+                                                "by it)"))
+        schedule = self.lr_schedule
+        off += [(f"lr_schedule.{key}", f"lr_schedule.kind is {schedule.kind} (set step to decay at the milestones)")
+                for key in ("milestones", "gamma") if key in schedule.model_fields_set and schedule.kind != "step"]
+        return off
+
     def computed_settings(self) -> dict:
         """The settings as JSON data without those of `EXECUTION_ONLY`: equal for two configs that train the same
         model, so a finished run, a checkpoint or cached pretrained weights made under either are reused. Adam's
@@ -513,6 +527,14 @@ class Study(_Strict):
                 type=PydanticCustomError("value_error", text), loc=("model", "trainable"),
                 input=model.model_dump(mode="json", include={"name", "trainable"}))])
         return self
+
+    def settings_turned_off(self) -> list[tuple[str, str]]:
+        """(dotted key, what turns it off) for every setting of the study that another setting keeps from being read
+        (`TrainingConfig.settings_turned_off`, `DataConfig.settings_turned_off`), public pretraining's included."""
+        sections = [("training", self.training), ("data", self.data)]
+        if self.pretrain is not None:
+            sections += [("pretrain.training", self.pretrain.training), ("pretrain.data", self.pretrain.data)]
+        return [(f"{name}.{key}", why) for name, section in sections for key, why in section.settings_turned_off()]
 
     @field_validator("name")
     @classmethod

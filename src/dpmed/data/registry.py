@@ -88,6 +88,8 @@ class DatasetSource:
     rather than resizing; reads_files: a file layout, decoded and preprocessed by assembly; otherwise arrays are
     preprocessed by :func:`load_dataset`. options: the optional study keys it reads. layout: where its files go.
     reads_folder: its path names a folder (else a file), so that a message asks for the right one.
+    publishes_split: its layout can carry a published split (``split.official`` then keeps it; a csv's only with
+    ``columns.split``); without, every image is divided by the study's fractions.
     copies: the lines that tell identical images among the images the study uses (`dpmed.data.duplicates`), for an
     array source, given the request and the dataset once its cohort is chosen and preprocessed; a file layout's are
     told by assembly, from the cohort's rows alone.
@@ -103,6 +105,7 @@ class DatasetSource:
     options: frozenset[str] = field(default_factory=frozenset)
     layout: str = ""
     reads_folder: bool = False
+    publishes_split: bool = False
     copies: Callable[[DataRequest, Dataset], list[str]] | None = None
 
 
@@ -212,7 +215,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             read=_from_files(lambda r: read_image_folders(r.path, class_names=r.labels)),
             options=_FILE_OPTIONS | {"labels"},
             layout="path: the folder holding train/ and test/ (or one folder per class); labels: class order",
-            reads_folder=True,
+            reads_folder=True, publishes_split=True,
         ),
         DatasetSource(
             name="aptos",
@@ -230,7 +233,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
                                                      views=r.views)),
             options=_FINDINGS_OPTIONS,
             layout="path: the release folder (CheXpert-v1.0-small/) holding train.csv, valid.csv and train/",
-            reads_folder=True,
+            reads_folder=True, publishes_split=True,
         ),
         DatasetSource(
             name="nih",
@@ -238,7 +241,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             needs_path=True, takes_n_images=False, generates=False, reads_files=True,
             read=_from_files(lambda r: read_nih(r.path, findings=r.labels)), options=_FILE_OPTIONS | {"labels"},
             layout="path: the folder holding Data_Entry_2017.csv and images*/ (test_list.txt optional)",
-            reads_folder=True,
+            reads_folder=True, publishes_split=True,
         ),
         DatasetSource(
             name="mimic",
@@ -247,7 +250,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             read=_from_files(lambda r: read_mimic(r.path, findings=r.labels, uncertain=_uncertain(r), views=r.views)),
             options=_FINDINGS_OPTIONS,
             layout="path: the mimic-cxr-jpg/2.x.0 folder holding the mimic-cxr-2.0.0-*.csv.gz files and files/",
-            reads_folder=True,
+            reads_folder=True, publishes_split=True,
         ),
         DatasetSource(
             name="ham10000",
@@ -264,6 +267,7 @@ DATASET_SOURCES: dict[str, DatasetSource] = {
             read=_from_files(lambda r: read_csv_table(r.path, columns=r.columns or {}, labels=r.labels or (),
                                                       task=r.task, classes=r.classes, name=r.name)),
             options=_FILE_OPTIONS | {"labels", "classes", "name", "columns", "task"},
+            publishes_split=True,
             layout="path: the CSV file (image paths relative to its folder); columns: {path, patient, sex, age, split}",
         ),
     )

@@ -1,0 +1,68 @@
+"""A setting that another setting turns off is told when the study file is read: it was ignored without a word, and
+the user thought it changed the runs. Warned, not refused: finished runs recorded it."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from dpmed.config import load_study
+
+ARMS = "arms: [{name: base, mechanism: none}]\n"
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("dpmed")]
+
+
+@pytest.mark.parametrize("text, key, because", [
+    ("training: {reference_batch_size: 512}", "training.reference_batch_size", "lr_scaling is none"),
+    ("training: {lr_schedule: {kind: cosine, milestones: [0.3, 0.6]}}", "training.lr_schedule.milestones",
+     "kind is cosine"),
+    ("training: {lr_schedule: {gamma: 0.5}}", "training.lr_schedule.gamma", "kind is constant"),
+    ("data: {preprocessing: {aspect: crop}}", "data.preprocessing.aspect", "generates square images"),
+    ("data: {source: random_processes, preprocessing: {aspect: stretch}}", "data.preprocessing.aspect",
+     "generates square images"),
+    ("data: {source: aptos, path: ., split: {official: false}}", "data.split.official", "publishes no split"),
+    ("data: {source: ham10000, path: ., split: {shared_patients: keep}}", "data.split.shared_patients",
+     "publishes no split"),
+    ("data: {source: csv, path: t.csv, columns: {path: file}, split: {official: true}}", "data.split.official",
+     "a csv without columns.split"),
+    ("data: {source: folders, path: ., split: {official: false, shared_patients: keep}}",
+     "data.split.shared_patients", "official is false"),
+    ("pretrain: {public: a public set, data: {source: random_processes}, training: {reference_batch_size: 8}}",
+     "pretrain.training.reference_batch_size", "lr_scaling is none"),
+])
+def test_a_setting_another_setting_turns_off_is_warned_of_naming_both(write_study, caplog, text, key, because):
+    write_study("", name="t.csv")
+    path = write_study(f"name: s\n{text}\n{ARMS}")
+    with caplog.at_level(logging.WARNING):
+        load_study(path)
+    said = _warnings(caplog)
+    assert len(said) == 1, said
+    assert str(path) in said[0] and f" {key} changes nothing" in said[0] and because in said[0], said[0]
+    assert "remove it, unless runs of this study finished with it" in said[0]
+
+
+def test_a_setting_given_with_set_is_warned_of_too(write_study, caplog):
+    with caplog.at_level(logging.WARNING):
+        load_study(write_study(f"name: s\n{ARMS}"), {"training.lr_schedule.milestones": [0.2]})
+    assert len(_warnings(caplog)) == 1 and "training.lr_schedule.milestones" in _warnings(caplog)[0]
+
+
+@pytest.mark.parametrize("text", [
+    "training: {reference_batch_size: 512, lr_scaling: sqrt}",
+    "training: {lr_schedule: {kind: step, milestones: [0.3, 0.6], gamma: 0.5}}",
+    "training: {lr_schedule: {kind: cosine}, lr_scaling: linear}",
+    "data: {source: medmnist, path: t.csv, preprocessing: {aspect: crop}}",
+    "data: {source: folders, path: ., split: {official: false}}",
+    "data: {source: folders, path: ., split: {shared_patients: keep}}",
+    "data: {source: csv, path: t.csv, columns: {path: file, split: s}, split: {official: false}}",
+    "data: {source: aptos, path: ., split: {val_fraction: 0.2}}",
+])
+def test_a_setting_that_is_read_is_not_warned_of(write_study, caplog, text):
+    write_study("", name="t.csv")
+    with caplog.at_level(logging.WARNING):
+        load_study(write_study(f"name: s\n{text}\n{ARMS}"))
+    assert _warnings(caplog) == []
