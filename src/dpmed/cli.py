@@ -250,6 +250,9 @@ def _load(args: argparse.Namespace) -> Any:
     from dpmed.study import check_device   # after the study file is checked: the training stack takes seconds to import
 
     check_device(study, given_as=origins.get("training.device"))    # before the data are read or a folder is made
+    from dpmed.models.installation import check_torchvision
+
+    check_torchvision()     # a torchvision built for another torch, told now rather than where a model first needs it
     return study
 
 

@@ -6,8 +6,8 @@ prints the message alone (no traceback) and exits non-zero; the Python API raise
 
 from __future__ import annotations
 
-__all__ = ["DpmedError", "ConfigError", "DataError", "PrivacyError", "FolderError", "error_name",
-           "first_invalid"]
+__all__ = ["DpmedError", "ConfigError", "DataError", "PrivacyError", "FolderError", "InstallationError",
+           "error_name", "first_invalid"]
 
 
 def error_name(exc: BaseException) -> str:
@@ -43,3 +43,7 @@ class PrivacyError(DpmedError):
 
 class FolderError(DpmedError):
     """An output folder cannot be written, or another dpmed run is working in it."""
+
+
+class InstallationError(DpmedError):
+    """The installed packages do not work together (a torchvision built for another torch)."""

@@ -1,0 +1,76 @@
+"""A torchvision built for another torch is told at start-up, naming both versions, not as an internal error where a
+model first imports it. The mismatch is simulated: torchvision's import fails as it does then."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+
+import pytest
+
+from dpmed.cli import main
+from dpmed.errors import InstallationError
+from dpmed.models.installation import check_torchvision
+from dpmed.provenance import package_version
+
+MISMATCH = "operator torchvision::nms does not exist"
+
+
+class _Failing(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports torchvision as a torchvision built for another torch does: its first operator is not there."""
+
+    def __init__(self, problem: Exception) -> None:
+        self.problem = problem
+
+    def find_spec(self, name, path=None, target=None):
+        return importlib.machinery.ModuleSpec(name, self) if name == "torchvision" else None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        raise self.problem
+
+
+@pytest.fixture
+def torchvision_failing(monkeypatch):
+    def fail(problem: Exception) -> None:
+        for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setattr(sys, "meta_path", [_Failing(problem), *sys.meta_path])
+    return fail
+
+
+def test_a_torchvision_for_another_torch_is_told_with_both_versions_at_start_up(torchvision_failing, tmp_path,
+                                                                                capsys):
+    study = tmp_path / "s.yaml"
+    study.write_text("name: s\ndata: {n_images: 200, image_size: 16}\ntraining: {steps: 1, batch_size: 16}\n"
+                     "arms: [{name: base, mechanism: none}]\n")     # a study that runs in seconds where it may run
+    torchvision_failing(RuntimeError(MISMATCH))
+    assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dpmed: error: ") and "internal error" not in err, err
+    assert f"torchvision {package_version('torchvision')} does not work with torch {package_version('torch')}" in err
+    assert MISMATCH in err and "Install matching builds" in err
+    assert not (tmp_path / "out").exists()       # told before anything is read or written
+
+
+def test_the_install_command_names_the_torchvision_made_for_this_torch(torchvision_failing, monkeypatch):
+    from dpmed.models import installation
+
+    monkeypatch.setattr(installation, "package_version", {"torch": "2.5.1+cu121", "torchvision": "0.21.0"}.get)
+    torchvision_failing(RuntimeError(MISMATCH))
+    with pytest.raises(InstallationError, match=r"for torch 2\.5\.1\+cu121, pip install 'torchvision==0\.20\.\*'"):
+        check_torchvision()
+
+
+def test_another_failure_of_torchvision_s_import_is_not_called_a_mismatch(torchvision_failing):
+    torchvision_failing(RuntimeError("CUDA driver initialization failed"))
+    with pytest.raises(RuntimeError, match="CUDA driver") as raised:
+        check_torchvision()
+    assert not isinstance(raised.value, InstallationError)
+
+
+def test_a_working_torchvision_passes():
+    check_torchvision()
