@@ -4,8 +4,9 @@ Why: a test AUROC on a few hundred images moves by several points from one draw 
 cost of privacy dpmed reports is often of that size. METHODS.md sec. 4 therefore asks for 1000 redraws of the test set
 (with replacement, same size), seeded and *paired* across the models compared, and for the 95% *percentile* interval
 of the redrawn metric (:func:`percentile_interval`; Efron & Tibshirani 1993, An Introduction to the Bootstrap,
-ch. 13). A study may ask for the *BCa* interval instead (``evaluation.interval: bca``; :func:`bca_interval`, ch. 14)
-for its utility metrics and fairness groups; a p-value read off the same redraws keeps the percentile interval. Two
+ch. 13); 95% is the default of ``evaluation.confidence``, where a study may set another level. A study may ask for
+the *BCa* interval instead (``evaluation.interval: bca``; :func:`bca_interval`, ch. 14) for its utility metrics and
+fairness groups; a p-value read off the same redraws keeps the percentile interval. Two
 habits of the source documents are ruled out here by construction: a "+/-" bootstrap standard deviation shown as if it
 were an interval (both return quantiles, never a std), and unseeded bootstraps (:func:`bootstrap_indices` demands a
 seed and touches no global random state).

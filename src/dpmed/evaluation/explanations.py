@@ -17,7 +17,8 @@ both on the explained images of a test set and writes the run.json block and the
   explained images that carry a non-empty mask, so a model that misses a lesion is asked "where would opacity be?",
   not "why normal?".
 
-Every mean has a 95% percentile bootstrap interval over seeded redraws of the explained images, or of their
+Every mean has a percentile bootstrap interval at the study's confidence level (``evaluation.confidence``, 95%
+by default) over seeded redraws of the explained images, or of their
 patients where the test set names them (each drawn patient with all of their explained images: the images of one
 patient are not independent evidence about a CAM either). The caller's model is never modified (the CAMs and
 scores come from :func:`~dpmed.evaluation.cams.plain_copy`).

@@ -21,7 +21,8 @@ group, "unknown", and so is an age at or above a last edge of 100 or more (">=10
 their last group an open one, "65 and over", which is compared). Both get their own rows but are compared with
 nothing: they are in no other group's rest and in no attribute-level summary, since they are not groups of
 METHODS.md s.5 and a handful of such images (unrecorded sex, a centenarian) would otherwise decide the spread, the
-worst group, or what "female minus male" means. Every number has a 95% interval (percentile, METHODS.md sec. 4;
+worst group, or what "female minus male" means. Every number has an interval at the study's confidence level
+(``evaluation.confidence``, 95% by default; percentile, METHODS.md sec. 4;
 with ``interval="bca"`` a group's AUROC and accuracy BCa, :func:`~dpmed.evaluation.bootstrap.bca_interval`, while the
 differences and the worst group stay percentile; the two spreads a simultaneous band, :func:`_spread_estimate`) over
 the same seeded redraws of the whole test set that the utility metrics use (:mod:`dpmed.evaluation.weighted`; by

@@ -18,7 +18,8 @@ pure functions of scores, CAMs and masks, per image, and their means with bootst
   level), and the pointing game (Zhang et al. 2018): a hit when the peak of L lies in the mask (optionally within
   ``tolerance`` pixels of it; an all-zero CAM points nowhere and misses).
 
-Every mean has a 95% percentile bootstrap interval over seeded redraws of the explained images, or of their
+Every mean has a percentile bootstrap interval at the study's confidence level (``evaluation.confidence``, 95%
+by default) over seeded redraws of the explained images, or of their
 patients where patient ids are known (:func:`mean_with_interval`, on the per-image count redraws of
 :mod:`dpmed.evaluation.weighted`).
 """

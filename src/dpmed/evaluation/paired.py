@@ -22,8 +22,9 @@ to the runs of a study).
 * **Seeds** of one arm value are summarised by mean, standard deviation (ddof = 1), min and max, and the Student t
   interval of the mean with n - 1 degrees of freedom, cut to the values' possible range (none for one seed;
   :func:`seed_summary`): the spread over seeds is training randomness (and DP noise), which the test-set bootstrap does
-  not see. The range of 3 seeds is no interval (it holds the true mean 75 % of the time); the t interval holds it 95 %
-  of the time, and is as wide as 3 seeds make it.
+  not see. The range of 3 seeds is no interval (it holds the true mean 75 % of the time); the t interval holds it
+  as often as the study's confidence level says (``evaluation.confidence``, 95% by default), and is as wide as 3
+  seeds make it.
 * **Pearson r with p-values** (003_9a91354dc2d7e2df.txt, "To evaluate correlation ... we use Pearson's r"): across a
   DP-SGD sweep (runs that differ only in eps, or only in the clipping norm; every seed is a point), between log10 eps
   and each group's accuracy parity difference, and between log10 eps (or the clipping norm) and each explanation
