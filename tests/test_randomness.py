@@ -289,9 +289,11 @@ def test_a_damaged_key_file_lets_the_attempt_start_afresh_not_fail(tmp_path):
 
     key = PrivacyRandomness.secure()
     path = tmp_path / "privacy_key.json"
-    path.write_text(json.dumps({"root": key.root_hex(), "attempt": "a1"}))
+    path.write_text(json.dumps({"root": key.root_hex(), "attempt": "a1" * 32}))
     randomness, attempt, settings = saved_key(path, "secure")
-    assert randomness.root == key.root and randomness.mode == "secure" and attempt == "a1" and settings is None
+    assert randomness.root == key.root and randomness.mode == "secure" and attempt == "a1" * 32 and settings is None
+    path.write_text(json.dumps({"root": key.root_hex(), "attempt": "a1"}))     # no fingerprint: serves no attempt
+    assert saved_key(path, "secure")[1:] == (None, None) and saved_key(path, "secure")[0].root == key.root
     for damaged in ({"root": "zz" + key.root_hex()[2:], "attempt": "a1"},
                     {"root": key.root_hex()[:-2], "attempt": "a1"}, {"root": key.root_hex()}, [key.root_hex()], "x"):
         path.write_text(json.dumps(damaged))

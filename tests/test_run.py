@@ -284,6 +284,7 @@ _OTHER_ATTEMPTS = {      # the key file's attempt, and why its checkpoint cannot
     "an older dpmed's": (f"{ATTEMPT_FORMAT - 1}:{'ab' * 32}", "an older dpmed made it"),
     "a bare hash": ("ab" * 32, "an older dpmed made it"),    # written before the format was
     "a newer dpmed's": (f"{ATTEMPT_FORMAT + 1}:{'ab' * 32}", "a newer dpmed made it"),
+    "a garbled attempt": ("not a fingerprint", "the attempt fingerprint in its privacy key file is damaged"),
     "damaged": (None, "its privacy key is missing"), "missing": (None, "its privacy key is missing")}
 
 

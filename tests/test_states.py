@@ -60,9 +60,9 @@ IF_UNCHANGED = "if its settings, training data and starting weights are unchange
 
 def _key(path, randomness: PrivacyRandomness | None = None) -> PrivacyRandomness:
     """The privacy key file of the run whose checkpoint is ``path``, as `dpmed run` wrote it beside it before it kept
-    the fingerprint of the run's settings."""
+    the fingerprint of the run's settings (its attempt a bare sha256)."""
     randomness = randomness or PrivacyRandomness.secure()
-    (path.parent / "privacy_key").write_text(json.dumps({"root": randomness.root_hex(), "attempt": "a"}))
+    (path.parent / "privacy_key").write_text(json.dumps({"root": randomness.root_hex(), "attempt": "ab" * 32}))
     return randomness
 
 
@@ -344,6 +344,24 @@ def test_a_checkpoint_another_dpmed_fingerprinted_is_told_as_its_not_as_made_wit
         assert run_states(folder.root)[0][1:] == ("interrupted", (
             f"cannot continue: {made} dpmed made it, which fingerprints a run otherwise; the next `dpmed run` deletes "
             "the checkpoint and trains this run afresh under a new key"))
+
+
+@pytest.mark.parametrize("attempt", ["not a fingerprint", f"{ATTEMPT_FORMAT}:{'cd' * 31}", 7, None])
+def test_a_key_file_whose_attempt_is_damaged_and_settings_intact_is_told_as_trained_afresh_for_that(
+        study_folder, attempt):
+    """A key file whose attempt fingerprint is garbled, beside a settings' fingerprint equal to study.yaml's: `dpmed
+    run` matches no attempt to it and trains afresh, while status said the run continues (a garbled attempt read as an
+    older dpmed's bare hash) and the run's log blamed an older dpmed with other settings or data."""
+    folder, _ = study_folder("a_seed0")
+    files = folder.run("a_seed0")
+    _dp_checkpoint(files.checkpoint, 5)
+    resolved = read_resolved(folder.root)
+    key = {**json.loads(files.privacy_key.read_text()), "settings": resolved.runs[0].fingerprint(resolved.study)}
+    files.privacy_key.write_text(json.dumps({**key, "attempt": attempt}))
+    assert run_states(folder.root)[0][1:] == ("interrupted", (
+        f"cannot continue: the attempt fingerprint in its privacy key file {files.privacy_key} is damaged, so the "
+        "attempt the checkpoint belongs to cannot be told; the next `dpmed run` deletes the checkpoint and trains "
+        "this run afresh under a new key"))
 
 
 @pytest.mark.parametrize("damage", ["mixed", "another key", "no key"])

@@ -227,18 +227,23 @@ class PrivacyRandomness:
 
 class SavedKey(NamedTuple):
     """An unfinished run's private key file read back (`saved_key`): its randomness, the attempt it serves (the
-    run's settings and training data, hashed: `dpmed.run`) and, apart, the hash of those settings alone
+    run's settings and training data, hashed: `dpmed.run`; None where the field holds no fingerprint any dpmed
+    writes, "<format>:<sha256>" or an older dpmed's bare sha256: damaged, it serves no attempt, and `dpmed run` and
+    `dpmed status` say so rather than blame the settings, the data or another dpmed) and, apart, the hash of those
+    settings alone
     (`dpmed.config.RunPlan.fingerprint`), which `dpmed status` compares with study.yaml's plan without reading the
     data; None in a key file written before it was kept, or where it is damaged (no such hash): `dpmed run` does not
     read it, and continues all the same."""
 
     randomness: PrivacyRandomness
-    attempt: str
+    attempt: str | None
     settings: str | None
 
 
 # A settings fingerprint as `dpmed.config.RunPlan.fingerprint` writes it: "<format>:<sha256>"
 _SETTINGS = re.compile(r"[0-9]+:[0-9a-f]{64}")
+# An attempt's fingerprint as `dpmed.run` writes it: "<format>:<sha256>", or a bare sha256 (an older dpmed's)
+_ATTEMPT = re.compile(r"([0-9]+:)?[0-9a-f]{64}")
 
 
 def saved_key(path: Path, mode: RandomnessMode) -> SavedKey | None:
@@ -249,8 +254,9 @@ def saved_key(path: Path, mode: RandomnessMode) -> SavedKey | None:
     and a run fails rather than delete the checkpoint that the key continues."""
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
-        settings = saved.get("settings")
-        return SavedKey(PrivacyRandomness.from_root_hex(str(saved["root"]), mode), str(saved["attempt"]),
+        settings, attempt = saved.get("settings"), saved["attempt"]
+        return SavedKey(PrivacyRandomness.from_root_hex(str(saved["root"]), mode),
+                        attempt if isinstance(attempt, str) and _ATTEMPT.fullmatch(attempt) else None,
                         settings if isinstance(settings, str) and _SETTINGS.fullmatch(settings) else None)
     except PermissionError:
         raise

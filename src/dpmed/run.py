@@ -44,7 +44,7 @@ from dpmed.models import MODELS, build_model
 from dpmed.models.weights import file_sha256, load_weights, read_state_dict, set_trainable
 from dpmed.numbers import epsilon_text, number_text
 from dpmed.provenance import versions
-from dpmed.randomness import PrivacyRandomness, RandomnessMode, public_seed, saved_key
+from dpmed.randomness import PrivacyRandomness, RandomnessMode, SavedKey, public_seed, saved_key
 from dpmed.records import AttackRecord, AuditSummary, DataSummary, RunRecord, StartRecord, Timing
 from dpmed.training import resolve_device, run_threads, torch_threads, train
 
@@ -110,15 +110,19 @@ def _attempt(plan: RunPlan, context: RunContext) -> str:
     return f"{ATTEMPT_FORMAT}:{digest.hexdigest()}"
 
 
-def _why_not_continued(saved: str | None) -> str:
-    """Why the checkpoint of an attempt saved as ``saved`` (its key file's attempt, None where there is no key)
-    cannot continue this one, for the log. An attempt fingerprinted by another version of dpmed is said to be that
-    dpmed's: upgrading dpmed changes no setting or data, and saying so sent users looking for one."""
+def _why_not_continued(saved: SavedKey | None) -> str:
+    """Why the checkpoint of the attempt its key file ``saved`` serves (None where there is no key) cannot continue
+    this one, for the log. An attempt fingerprinted by another version of dpmed is said to be that dpmed's: upgrading
+    dpmed changes no setting or data, and saying so sent users looking for one; one whose fingerprint is damaged was
+    said to be an older dpmed's, with other settings or data, of which nothing need be true."""
     if saved is None:
         return "its privacy key is missing or damaged"
-    if ":" not in saved:       # a bare hash: written before the format was, by an older dpmed
+    if saved.attempt is None:
+        return ("the attempt fingerprint in its privacy key file is damaged, so the attempt the checkpoint belongs to "
+                "cannot be told")
+    if ":" not in saved.attempt:       # a bare hash: written before the format was, by an older dpmed
         return "an older dpmed made it, with other settings or data or fingerprinting them otherwise"
-    return made_otherwise(saved) or "made with other settings or data"
+    return made_otherwise(saved.attempt) or "made with other settings or data"
 
 
 def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -> PrivacyRandomness:
@@ -137,7 +141,7 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
         return saved.randomness
     if folder.checkpoint.is_file():     # `dpmed status` may have shown it as continuing: say why it does not
         _log.info("%s: its checkpoint cannot continue (%s): deleted, and the run trains afresh%s, nothing of that "
-                  "attempt mixed in", plan.run_id, _why_not_continued(None if saved is None else saved.attempt),
+                  "attempt mixed in", plan.run_id, _why_not_continued(saved),
                   " under a new privacy key" if mode == "secure" else "")
     folder.discard_attempt()
     randomness = (PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id) if mode == "reproducible" else

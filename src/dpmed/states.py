@@ -74,20 +74,27 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
     """How far an interrupted (or running) run's checkpoint is, and how old: a run still training rewrites it
     every epoch, so a minutes-old checkpoint of a folder in use is a run in progress. Or why it cannot continue, as
     `dpmed run` finds it with the run's privacy key ``key``: unreadable, another key's, mixed from two points of
-    the run (`dpmed.training.checkpoint_review`), made by another version of dpmed (`made_otherwise`), or made with
-    other settings than those study.yaml now shows, fingerprinted as ``shown`` (`RunPlan.fingerprint`, kept in the
-    key file; None: study.yaml unreadable); where the key is missing or damaged, `dpmed run` deletes the checkpoint
-    and trains afresh. The training data and the starting weights, which status does not read (slow), the attempt's
-    fingerprint covers too: a continuation is told on the condition that they are unchanged, and, under a key file
-    that keeps no settings' fingerprint (an older dpmed's), that the settings are. Nothing of the key, the streams or
-    the training images is told."""
+    the run (`dpmed.training.checkpoint_review`), its attempt's fingerprint damaged, made by another version of
+    dpmed (`made_otherwise`), or made with other settings than those study.yaml now shows, fingerprinted as
+    ``shown`` (`RunPlan.fingerprint`, kept in the key file; None: study.yaml unreadable); where the key or its
+    attempt's fingerprint is missing or damaged, `dpmed run` deletes the checkpoint and trains afresh. The training
+    data and the starting weights, which status does not read (slow), the attempt's fingerprint covers too: a
+    continuation is told on the condition that they are unchanged, and, under a key file that keeps no settings'
+    fingerprint (an older dpmed's), that the settings are. Nothing of the key, the streams or the training images is
+    told."""
     from dpmed.training import checkpoint_review      # torch: only for a run with a checkpoint
 
     minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
     saved = saved_key(key, mode)
-    other = f"its privacy key {key} is missing or damaged" if saved is None else made_otherwise(saved.attempt) or (
-        "made with other settings than study.yaml's now"
-        if None not in (shown, saved.settings) and saved.settings != shown else None)
+    if saved is None:
+        other = f"its privacy key {key} is missing or damaged"
+    elif saved.attempt is None:     # `dpmed run` matches no attempt to it, whatever the settings' fingerprint says
+        other = (f"the attempt fingerprint in its privacy key file {key} is damaged, so the attempt the checkpoint "
+                 "belongs to cannot be told")
+    else:
+        other = made_otherwise(saved.attempt) or (
+            "made with other settings than study.yaml's now"
+            if None not in (shown, saved.settings) and saved.settings != shown else None)
     if saved is None or other is not None:
         if not path.is_file():      # the run finished as status looked (its checkpoint goes first): look again
             raise FileNotFoundError(path)

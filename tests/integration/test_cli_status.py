@@ -123,7 +123,7 @@ def test_an_unreadable_checkpoint_is_not_shown_as_one_the_run_continues_from(tin
     files = StudyFolder(copy).run(run_id)
     files.checkpoint.parent.mkdir(parents=True, exist_ok=True)
     files.checkpoint.write_bytes(content)
-    files.privacy_key.write_text(json.dumps({"root": PrivacyRandomness.secure().root_hex(), "attempt": "a"}))
+    files.privacy_key.write_text(json.dumps({"root": PrivacyRandomness.secure().root_hex(), "attempt": "ab" * 32}))
     assert main(["status", str(copy)]) == 0
     out = capsys.readouterr().out
     assert re.search(rf"^{re.escape(run_id)} +interrupted: cannot continue: the checkpoint "
