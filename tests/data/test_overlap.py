@@ -21,6 +21,7 @@ from PIL import Image
 
 from dpmed.data import Dataset, ImageSet, Task, load_dataset, make_phantom, read_image_folders
 from dpmed.data.assembly import SplitPlan, assemble_dataset
+from dpmed.data import overlap
 from dpmed.data.cohorts import PatientSelection, select_patients
 from dpmed.data.overlap import (
     HASH_BITS, NEAR_DUPLICATE_BITS, find_overlap, near_duplicates, perceptual_hashes, refuse_overlap,
@@ -234,6 +235,47 @@ def test_splits_kept_apart_give_what_one_array_gives_and_a_long_check_says_how_f
     assert "overlap: hashed 15 of 22 public images, about 1 min left" in lines
     assert [line.split(",")[0] for line in lines if "compared" in line] == [
         f"overlap: compared {i} of 51 crops of 12 private against 22 public images" for i in range(1, 51)]
+
+
+def test_with_a_threshold_every_image_within_it_gets_what_comparing_every_pair_gives(monkeypatch):
+    """The check behind the refusal compares only the pairs that can lie within max_distance; every private image
+    with a public one within it must still get the least distance and the public image that comparing all pairs
+    gives (the first of equals), and the others more than the threshold. Copies noised to lie from 0 to about 60
+    bits from their originals straddle the thresholds, and a blank image repeated puts many hashes in one bucket.
+    The search is made to index this small public set, which it would compare pair by pair (faster there)."""
+    monkeypatch.setattr(overlap, "_INDEXED_FROM", 0)
+    rng = np.random.default_rng(0)
+    public = np.concatenate([_textures(150, seed=1), np.zeros((20, 1, 48, 48), np.float32)])
+    noise = np.linspace(0, 0.5, 60)[:, None, None, None]
+    copies = np.clip(public[:60] + noise * rng.standard_normal((60, 1, 48, 48)).astype(np.float32), 0, 1)
+    private = np.concatenate([copies, _textures(40, seed=2), np.zeros((3, 1, 48, 48), np.float32)])
+    every_distance, every_nearest = near_duplicates(private, public)
+    assert (every_distance <= 30).sum() >= 20 and (every_distance > 30).sum() >= 40   # both sides of the threshold
+    for threshold in (0, 12, 30, 40):
+        distance, nearest = near_duplicates(private, public, max_distance=threshold)
+        within = every_distance <= threshold
+        np.testing.assert_array_equal(distance[within], every_distance[within])
+        np.testing.assert_array_equal(nearest[within], every_nearest[within])
+        assert (distance[~within] > threshold).all()
+
+
+def test_the_check_behind_the_refusal_compares_a_small_share_of_the_image_pairs(monkeypatch):
+    """Comparing every private hash with every public one grows with N x M (CheXpert's 224,316 public images
+    against 20,000 private took about half an hour); find_overlap compares only the pairs that share a bucket of
+    one of the hash's blocks. Counted here: the hash words XORed and counted. Before: every pair, 51 crop pairs
+    of 4 words each, 100 % of the work counted below. The search is made to index this small public set, which it
+    would compare pair by pair (faster below a few thousand images)."""
+    monkeypatch.setattr(overlap, "_INDEXED_FROM", 0, raising=False)
+    private_images, public_images = _textures(300, seed=7), _textures(400, seed=8)
+    private = _recorded(private_images, [f"p{i}" for i in range(300)], "private")
+    public = _recorded(np.concatenate([public_images, private_images[:5]]), [f"q{i}" for i in range(405)], "public")
+    counted = []
+    count = np.bitwise_count
+    monkeypatch.setattr(np, "bitwise_count", lambda x: counted.append(np.size(x)) or count(x))
+    found = find_overlap(public, private)
+    every_pair = 51 * 4 * 300 * 405
+    assert sum(counted) < 0.1 * every_pair, sum(counted) / every_pair
+    assert len(found.near_duplicates) == 5          # the identical images: still found
 
 
 # --- the real pair: PneumoniaMNIST is Kermany, centre-cropped and shrunk -------------------------------------------

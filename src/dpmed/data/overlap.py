@@ -71,6 +71,12 @@ CROP_FRACTIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5)    # of
 ZOOM_FRACTIONS = (0.95, 0.9, 0.875, 0.85, 0.8)                                # of both at once (a zoom)
 _WORDS = (HASH_BITS + 63) // 64
 _CHUNK = 256
+_BLOCKS = 16                     # multi-index hashing's blocks (_within)
+_INDEXED_BELOW = 3 * _BLOCKS   # up to 2 bits a block (137 buckets of each): beyond, comparing all pairs is cheaper
+_CANDIDATES = 1 << 22          # candidate pairs _within compares at once
+# below this many public hashes the index costs more than it saves: comparing every pair was faster up to 2,000-4,000
+# (624 PneumoniaMNIST hashes against others', the 2-core VM; benchmarks/RESULTS.md, "Dataset size: what grows with N")
+_INDEXED_FROM = 4096
 # Crops are cut from the image upsampled (bilinear, by a whole factor) to at least FINE pixels a side, the same
 # number from each edge: a crop's fraction and centre are then exact to a fraction of an original pixel. Cut from
 # the image itself, a 95 % crop of a 28 px image is half a pixel off centre, and that half pixel can move the hash
@@ -215,26 +221,101 @@ def _nearest(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def near_duplicates(private: np.ndarray | Sequence[np.ndarray], public: np.ndarray | Sequence[np.ndarray], *,
-                    crops: tuple[float, ...] = CROP_FRACTIONS, zooms: tuple[float, ...] = ZOOM_FRACTIONS
-                    ) -> tuple[np.ndarray, np.ndarray]:
+                    crops: tuple[float, ...] = CROP_FRACTIONS, zooms: tuple[float, ...] = ZOOM_FRACTIONS,
+                    max_distance: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """For each private image [N, C, H, W], the least hash distance to any public image [M, C', H', W'] over the
     crops and zooms of either against the whole of the other, and the index of that public image: (int32 [N],
     int64 [N]). Either side may be several arrays (a dataset's splits), indexed one after another.
 
-    The cost grows with N x M, 51 hash pairs per image pair (what that takes: benchmarks/RESULTS.md, "What the
-    check costs at scale"); a long run logs how far it has come."""
+    ``max_distance`` None compares every pair: the cost grows with N x M, 51 hash pairs per image pair (what that
+    takes: benchmarks/RESULTS.md, "What the check costs at scale"). Given ``max_distance`` (below
+    ``_INDEXED_BELOW``), a public set of ``_INDEXED_FROM`` images or more is searched (:func:`_within`), which
+    compares only the pairs that can lie within it, with the same answer for every private image whose least
+    distance is at most ``max_distance``; the others get HASH_BITS + 1 and index 0, as where the public set is empty
+    (a smaller public set is compared pair by pair, and the others keep their least distance). A long run logs how
+    far it has come."""
     hp = perceptual_hashes(private, crops=crops, zooms=zooms, what="private")        # [V, N, words]
     hq = perceptual_hashes(public, crops=crops, zooms=zooms, what="public")          # [V, M, words]
     best = np.full(hp.shape[1], HASH_BITS + 1, dtype=np.int32)
     where = np.zeros(hp.shape[1], dtype=np.int64)
     pairs = [(hp[v], hq[0]) for v in range(len(hp))] + [(hp[0], hq[v]) for v in range(1, len(hq))]
+    indexed = max_distance is not None and max_distance < _INDEXED_BELOW and hq.shape[1] >= _INDEXED_FROM
     pace = Pace(_log)
     for i, (a, b) in enumerate(pairs, start=1):
-        d, j = _nearest(a, b)
+        d, j = _within(a, b, max_distance) if indexed else _nearest(a, b)
         better = d < best
         best[better], where[better] = d[better], j[better]
         pace.log(i / len(pairs), "overlap: compared %d of %d crops of %d private against %d public images", i,
                  len(pairs), hp.shape[1], hq.shape[1])
+    return best, where
+
+
+def _block_keys(h: np.ndarray) -> np.ndarray:
+    """The _BLOCKS keys of each hash h [n, words]: uint16 [n, _BLOCKS], block k holding bits k, k + _BLOCKS, k + 2
+    _BLOCKS, ... of the 256 (the last bit pads, 0 in every hash). Interleaved, not consecutive: consecutive bits
+    are neighbouring DCT frequencies, and chest films agree on many of the lowest, so a block of those would put
+    most films in a few buckets."""
+    bits = np.unpackbits(np.ascontiguousarray(h.astype(">u8")).view(np.uint8), axis=1)       # [n, 256]
+    strided = bits.reshape(len(h), -1, _BLOCKS).transpose(0, 2, 1)                            # [n, block, bit]
+    return np.packbits(strided, axis=2).view(">u2")[..., 0].astype(np.uint16)                # [n, block]
+
+
+def _flips(radius: int) -> np.ndarray:
+    """Every key of a block's width with at most ``radius`` bits set: int64 [F], 0 first."""
+    from itertools import combinations
+
+    width = _WORDS * 64 // _BLOCKS
+    return np.array([sum(1 << k for k in bits) for r in range(radius + 1) for bits in combinations(range(width), r)],
+                    dtype=np.int64)
+
+
+def _within(a: np.ndarray, b: np.ndarray, max_distance: int) -> tuple[np.ndarray, np.ndarray]:
+    """As :func:`_nearest` for each hash of a [n, words] whose least distance to b [m, words] is at most
+    ``max_distance``, the same least distance and index (the first of equals); HASH_BITS + 1 and 0 for the others.
+
+    Multi-index hashing (Norouzi, Punjani and Fleet 2012, "Fast search in Hamming space with multi-index hashing"):
+    the bits are cut into _BLOCKS blocks, and two hashes within ``max_distance`` bits differ in at most
+    ``max_distance // _BLOCKS`` bits of at least one block (else they would differ in more). So b is indexed by each
+    block's key, and each hash of a is compared only with the hashes of b in the buckets within that many bits of one
+    of its blocks' keys: at the default 30 bits, 17 buckets a block, and between unrelated PneumoniaMNIST films about
+    1.5 % of the pairs (benchmarks/RESULTS.md, "Dataset size: what grows with N"), where :func:`_nearest` compares
+    all. The answer is exact: no pair within ``max_distance`` is left out."""
+    best = np.full(len(a), HASH_BITS + 1, dtype=np.int32)
+    where = np.zeros(len(a), dtype=np.int64)
+    if len(a) == 0 or len(b) == 0:
+        return best, where
+    flips = _flips(max_distance // _BLOCKS)                                                   # [F]
+    keys_b = _block_keys(b)                                                                   # [m, B]
+    order = np.argsort(keys_b, axis=0, kind="stable").T                                      # [B, m] (a radix sort)
+    counts = np.stack([np.bincount(keys_b[:, k], minlength=1 << (_WORDS * 64 // _BLOCKS)) for k in range(_BLOCKS)])
+    starts = np.concatenate([np.zeros((_BLOCKS, 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
+    starts += (np.arange(_BLOCKS) * len(b))[:, None]                                         # into order.ravel()
+    order = order.ravel()
+    columns_a, columns_b = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)               # [words, n], [words, m]
+    block = np.arange(_BLOCKS)[None, :, None]
+    for first in range(0, len(a), _CHUNK):
+        keys = _block_keys(a[first:first + _CHUNK]).astype(np.int64)                          # [c, B]
+        probe = keys[:, :, None] ^ flips[None, None, :]                                       # [c, B, F]
+        lo, hi = starts[block, probe], starts[block, probe + 1]
+        per_query = (hi - lo).sum(axis=(1, 2))                                                # [c]
+        # at most about _CANDIDATES pairs at once: a bucket that most of b shares (blank films) stays in memory
+        group = np.cumsum(per_query) // _CANDIDATES
+        for g in np.unique(group):
+            rows = np.flatnonzero(group == g)
+            low, n = lo[rows].ravel(), (hi[rows] - lo[rows]).ravel()                          # [g B F]
+            query = np.repeat(np.repeat(rows, _BLOCKS * len(flips)), n)                       # [K] into the chunk
+            at = np.repeat(low - (np.cumsum(n) - n), n) + np.arange(n.sum())                 # [K] into order
+            j = order[at]
+            d = np.zeros(len(j), dtype=np.int32)
+            for word_a, word_b in zip(columns_a, columns_b):      # a word at a time: faster than gathering rows
+                d += np.bitwise_count(word_a[first + query] ^ word_b[j])
+            keep = d <= max_distance
+            query, j, d = query[keep] + first, j[keep], d[keep]
+            if not len(query):
+                continue
+            firsts = np.lexsort((j, d, query))
+            take = firsts[np.r_[True, query[firsts][1:] != query[firsts][:-1]]]               # per query: least d, j
+            best[query[take]], where[query[take]] = d[take], j[take]
     return best, where
 
 
@@ -288,7 +369,8 @@ def find_overlap(public: Dataset, private: Dataset, *, max_distance: int = NEAR_
         near, near_note = None, ("not checked: both sets are generated (no recorded image to copy; identical images "
                                  "are checked)")
     else:
-        distance, nearest = near_duplicates(priv_images, pub_images, crops=crops, zooms=zooms)
+        distance, nearest = near_duplicates(priv_images, pub_images, crops=crops, zooms=zooms,
+                                            max_distance=max_distance)
         near = tuple(ImagePair(public=pub_where[nearest[i]], private=priv_where[i], distance=int(distance[i]))
                      for i in np.flatnonzero(distance <= max_distance))
         near_note = (f"DCT perceptual hash ({HASH_BITS} bits at {HASH_SIZE} px), at most {max_distance} bits apart, "
