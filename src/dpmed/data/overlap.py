@@ -71,9 +71,9 @@ CROP_FRACTIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5)    # of
 ZOOM_FRACTIONS = (0.95, 0.9, 0.875, 0.85, 0.8)                                # of both at once (a zoom)
 _WORDS = (HASH_BITS + 63) // 64
 _CHUNK = 256
-_BLOCKS = 16                     # multi-index hashing's blocks (_within)
+_BLOCKS = 16                     # multi-index hashing's blocks (_BlockIndex)
 _INDEXED_BELOW = 3 * _BLOCKS   # up to 2 bits a block (137 buckets of each): beyond, comparing all pairs is cheaper
-_CANDIDATES = 1 << 22          # candidate pairs _within compares at once
+_CANDIDATES = 1 << 22          # candidate pairs _BlockIndex.within compares at once
 # below this many public hashes the index costs more than it saves: comparing every pair was faster up to 2,000-4,000
 # (624 PneumoniaMNIST hashes against others', the 2-core VM; benchmarks/RESULTS.md, "Dataset size: what grows with N")
 _INDEXED_FROM = 4096
@@ -229,7 +229,7 @@ def near_duplicates(private: np.ndarray | Sequence[np.ndarray], public: np.ndarr
 
     ``max_distance`` None compares every pair: the cost grows with N x M, 51 hash pairs per image pair (what that
     takes: benchmarks/RESULTS.md, "What the check costs at scale"). Given ``max_distance`` (below
-    ``_INDEXED_BELOW``), a public set of ``_INDEXED_FROM`` images or more is searched (:func:`_within`), which
+    ``_INDEXED_BELOW``), a public set of ``_INDEXED_FROM`` images or more is searched (:class:`_BlockIndex`), which
     compares only the pairs that can lie within it, with the same answer for every private image whose least
     distance is at most ``max_distance``; the others get HASH_BITS + 1 and index 0, as where the public set is empty
     (a smaller public set is compared pair by pair, and the others keep their least distance). A long run logs how
@@ -238,11 +238,15 @@ def near_duplicates(private: np.ndarray | Sequence[np.ndarray], public: np.ndarr
     hq = perceptual_hashes(public, crops=crops, zooms=zooms, what="public")          # [V, M, words]
     best = np.full(hp.shape[1], HASH_BITS + 1, dtype=np.int32)
     where = np.zeros(hp.shape[1], dtype=np.int64)
-    pairs = [(hp[v], hq[0]) for v in range(len(hp))] + [(hp[0], hq[v]) for v in range(1, len(hq))]
+    pairs = [(v, 0) for v in range(len(hp))] + [(0, v) for v in range(1, len(hq))]    # (private, public) variants
     indexed = max_distance is not None and max_distance < _INDEXED_BELOW and hq.shape[1] >= _INDEXED_FROM
+    whole = _BlockIndex(hq[0]) if indexed else None             # the whole public images, which 26 pairs search
     pace = Pace(_log)
-    for i, (a, b) in enumerate(pairs, start=1):
-        d, j = _within(a, b, max_distance) if indexed else _nearest(a, b)
+    for i, (v, u) in enumerate(pairs, start=1):
+        if indexed:
+            d, j = (whole if u == 0 else _BlockIndex(hq[u])).within(hp[v], max_distance)
+        else:
+            d, j = _nearest(hp[v], hq[u])
         better = d < best
         best[better], where[better] = d[better], j[better]
         pace.log(i / len(pairs), "overlap: compared %d of %d crops of %d private against %d public images", i,
@@ -255,9 +259,9 @@ def _block_keys(h: np.ndarray) -> np.ndarray:
     _BLOCKS, ... of the 256 (the last bit pads, 0 in every hash). Interleaved, not consecutive: consecutive bits
     are neighbouring DCT frequencies, and chest films agree on many of the lowest, so a block of those would put
     most films in a few buckets."""
-    bits = np.unpackbits(np.ascontiguousarray(h.astype(">u8")).view(np.uint8), axis=1)       # [n, 256]
-    strided = bits.reshape(len(h), -1, _BLOCKS).transpose(0, 2, 1)                            # [n, block, bit]
-    return np.packbits(strided, axis=2).view(">u2")[..., 0].astype(np.uint16)                # [n, block]
+    bits = np.unpackbits(np.ascontiguousarray(h, dtype=">u8").view(np.uint8), axis=1)        # [n, 256]
+    interleaved = np.arange(bits.shape[1]).reshape(-1, _BLOCKS).T.ravel()                   # block by block
+    return np.ascontiguousarray(np.packbits(bits[:, interleaved], axis=1)).view(">u2").astype(np.uint16)  # [n, B]
 
 
 def _flips(radius: int) -> np.ndarray:
@@ -269,54 +273,61 @@ def _flips(radius: int) -> np.ndarray:
                     dtype=np.int64)
 
 
-def _within(a: np.ndarray, b: np.ndarray, max_distance: int) -> tuple[np.ndarray, np.ndarray]:
-    """As :func:`_nearest` for each hash of a [n, words] whose least distance to b [m, words] is at most
-    ``max_distance``, the same least distance and index (the first of equals); HASH_BITS + 1 and 0 for the others.
+class _BlockIndex:
+    """Hashes b [m, words] indexed by each block's key, for :meth:`within`: built once per public variant searched."""
 
-    Multi-index hashing (Norouzi, Punjani and Fleet 2012, "Fast search in Hamming space with multi-index hashing"):
-    the bits are cut into _BLOCKS blocks, and two hashes within ``max_distance`` bits differ in at most
-    ``max_distance // _BLOCKS`` bits of at least one block (else they would differ in more). So b is indexed by each
-    block's key, and each hash of a is compared only with the hashes of b in the buckets within that many bits of one
-    of its blocks' keys: at the default 30 bits, 17 buckets a block, and between unrelated PneumoniaMNIST films about
-    1.5 % of the pairs (benchmarks/RESULTS.md, "Dataset size: what grows with N"), where :func:`_nearest` compares
-    all. The answer is exact: no pair within ``max_distance`` is left out."""
-    best = np.full(len(a), HASH_BITS + 1, dtype=np.int32)
-    where = np.zeros(len(a), dtype=np.int64)
-    if len(a) == 0 or len(b) == 0:
+    def __init__(self, b: np.ndarray) -> None:
+        self.hashes = b
+        self.columns = np.ascontiguousarray(b.T)                                                # [words, m]
+        keys = _block_keys(b)                                                                   # [m, B]
+        self.order = np.argsort(keys, axis=0, kind="stable").T.ravel()                          # [B m] (radix sort)
+        buckets = 1 << (_WORDS * 64 // _BLOCKS)
+        counts = np.bincount((keys.astype(np.int64) + np.arange(_BLOCKS) * buckets).ravel(),
+                             minlength=_BLOCKS * buckets)                                       # [B buckets]
+        self.starts = np.concatenate([[0], np.cumsum(counts)])       # bucket k of block i: order[starts[i B + k]:...]
+        self.buckets = buckets
+
+    def within(self, a: np.ndarray, max_distance: int) -> tuple[np.ndarray, np.ndarray]:
+        """As :func:`_nearest` for each hash of a [n, words] whose least distance to the indexed hashes is at most
+        ``max_distance``, the same least distance and index (the first of equals); HASH_BITS + 1 and 0 for the
+        others.
+
+        Multi-index hashing (Norouzi, Punjani and Fleet 2012, "Fast search in Hamming space with multi-index
+        hashing"): the bits are cut into _BLOCKS blocks, and two hashes within ``max_distance`` bits differ in at most
+        ``max_distance // _BLOCKS`` bits of at least one block (else they would differ in more). So each hash of a is
+        compared only with the indexed hashes in the buckets within that many bits of one of its blocks' keys: at
+        the default 30 bits, 17 buckets a block, and among chest films a few per cent of the pairs
+        (benchmarks/RESULTS.md, "Dataset size: what grows with N"), where :func:`_nearest` compares all. The answer
+        is exact: no pair within ``max_distance`` is left out."""
+        best = np.full(len(a), HASH_BITS + 1, dtype=np.int32)
+        where = np.zeros(len(a), dtype=np.int64)
+        if len(a) == 0 or len(self.hashes) == 0:
+            return best, where
+        flips = _flips(max_distance // _BLOCKS)                                                 # [F]
+        offsets = (np.arange(_BLOCKS) * self.buckets)[None, :, None]                            # [1, B, 1]
+        columns_a = np.ascontiguousarray(a.T)                                                   # [words, n]
+        for first in range(0, len(a), _CHUNK):
+            keys = _block_keys(a[first:first + _CHUNK]).astype(np.int64)                        # [c, B]
+            bucket = (offsets + (keys[:, :, None] ^ flips)).reshape(len(keys), -1)              # [c, B F]
+            lo, hi = self.starts[bucket], self.starts[bucket + 1]
+            # at most about _CANDIDATES pairs at once: a bucket that most hashes share (blank films) stays in memory
+            group = np.cumsum((hi - lo).sum(axis=1)) // _CANDIDATES                            # [c]
+            for g in np.unique(group):
+                rows = np.flatnonzero(group == g)
+                low, n = lo[rows].ravel(), (hi[rows] - lo[rows]).ravel()                        # [g B F]
+                query = np.repeat(np.repeat(rows, bucket.shape[1]), n)                          # [K] into the chunk
+                j = self.order[np.repeat(low - (np.cumsum(n) - n), n) + np.arange(n.sum())]     # [K]
+                d = np.zeros(len(j), dtype=np.int32)
+                for word_a, word_b in zip(columns_a, self.columns):   # a word at a time: faster than whole rows
+                    d += np.bitwise_count(word_a[first + query] ^ word_b[j])
+                keep = d <= max_distance
+                query, j, d = query[keep] + first, j[keep], d[keep]
+                if not len(query):
+                    continue
+                firsts = np.lexsort((j, d, query))
+                take = firsts[np.r_[True, query[firsts][1:] != query[firsts][:-1]]]             # per query: least d, j
+                best[query[take]], where[query[take]] = d[take], j[take]
         return best, where
-    flips = _flips(max_distance // _BLOCKS)                                                   # [F]
-    keys_b = _block_keys(b)                                                                   # [m, B]
-    order = np.argsort(keys_b, axis=0, kind="stable").T                                      # [B, m] (a radix sort)
-    counts = np.stack([np.bincount(keys_b[:, k], minlength=1 << (_WORDS * 64 // _BLOCKS)) for k in range(_BLOCKS)])
-    starts = np.concatenate([np.zeros((_BLOCKS, 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
-    starts += (np.arange(_BLOCKS) * len(b))[:, None]                                         # into order.ravel()
-    order = order.ravel()
-    columns_a, columns_b = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)               # [words, n], [words, m]
-    block = np.arange(_BLOCKS)[None, :, None]
-    for first in range(0, len(a), _CHUNK):
-        keys = _block_keys(a[first:first + _CHUNK]).astype(np.int64)                          # [c, B]
-        probe = keys[:, :, None] ^ flips[None, None, :]                                       # [c, B, F]
-        lo, hi = starts[block, probe], starts[block, probe + 1]
-        per_query = (hi - lo).sum(axis=(1, 2))                                                # [c]
-        # at most about _CANDIDATES pairs at once: a bucket that most of b shares (blank films) stays in memory
-        group = np.cumsum(per_query) // _CANDIDATES
-        for g in np.unique(group):
-            rows = np.flatnonzero(group == g)
-            low, n = lo[rows].ravel(), (hi[rows] - lo[rows]).ravel()                          # [g B F]
-            query = np.repeat(np.repeat(rows, _BLOCKS * len(flips)), n)                       # [K] into the chunk
-            at = np.repeat(low - (np.cumsum(n) - n), n) + np.arange(n.sum())                 # [K] into order
-            j = order[at]
-            d = np.zeros(len(j), dtype=np.int32)
-            for word_a, word_b in zip(columns_a, columns_b):      # a word at a time: faster than gathering rows
-                d += np.bitwise_count(word_a[first + query] ^ word_b[j])
-            keep = d <= max_distance
-            query, j, d = query[keep] + first, j[keep], d[keep]
-            if not len(query):
-                continue
-            firsts = np.lexsort((j, d, query))
-            take = firsts[np.r_[True, query[firsts][1:] != query[firsts][:-1]]]               # per query: least d, j
-            best[query[take]], where[query[take]] = d[take], j[take]
-    return best, where
 
 
 def _pooled(dataset: Dataset) -> tuple[list[np.ndarray], list[str], np.ndarray]:
