@@ -664,3 +664,15 @@ def test_long_run_samples_the_run_at_each_progress_line_and_finds_its_checkpoint
     assert not any("checkpoint" in name for name in result["files_left"])       # deleted once the run finished
     [accountant] = result["accountant"]
     assert accountant["steps"] == 10 and accountant["sigma"] > 0 and accountant["ledger_entries"] == 1
+
+
+def test_dataset_size_reads_each_set_and_its_search_finds_what_comparing_every_pair_finds(tmp_path, capsys):
+    """The harness stops (an AssertionError) where the search and the comparison of every pair disagree within the
+    threshold; here it reads a tiny set it writes and prints its row. Nothing is timed."""
+    harness = _harness("dataset_size")
+    assert harness.main(["--out", str(tmp_path), "--sizes", "60", "--px", "16", "--every-pair-up-to", "60",
+                         "--data", str(tmp_path / "absent")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"N = 60: read .* s \(peak \d+ MB\); hashes .*; 60 against 60: search .* s, .*% of hash pairs "
+                     r"compared; every pair .* s, \d+ within 30 bits either way", out), out
+    assert (tmp_path / "n60" / "labels.csv").exists() and "PneumoniaMNIST" not in out
