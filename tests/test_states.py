@@ -55,7 +55,9 @@ def study_folder(tmp_path, make_record, make_resolved):
 
 # What status says of a checkpoint it cannot tell from one `dpmed run` continues: its key file keeps no fingerprint of
 # the settings (`_key`, as an older dpmed wrote it), and status reads no training data
-IF_UNCHANGED = "if its settings, training data and starting weights are unchanged"
+OLDER = ("the older dpmed that made it fingerprinted the run as this one does (else the next `dpmed run` says so and "
+         "trains it afresh) and ")
+IF_UNCHANGED = f"if {OLDER}its settings, training data and starting weights are unchanged"
 
 
 def _key(path, randomness: PrivacyRandomness | None = None) -> PrivacyRandomness:
@@ -322,8 +324,8 @@ def test_a_checkpoint_made_with_other_settings_than_study_yaml_s_is_told_as_trai
         assert detail == ("cannot continue: made with other settings than study.yaml's now; the next `dpmed run` "
                           "deletes the checkpoint and trains this run afresh under a new key")
     elif settings == "the same":
-        assert detail == ("continues from its checkpoint at step 5 of 20 (saved under a minute ago) if its training "
-                          "data and starting weights are unchanged")
+        assert detail == (f"continues from its checkpoint at step 5 of 20 (saved under a minute ago) if {OLDER}its "
+                          "training data and starting weights are unchanged")
     else:
         assert detail == f"continues from its checkpoint at step 5 of 20 (saved under a minute ago) {IF_UNCHANGED}"
 
@@ -362,6 +364,25 @@ def test_a_key_file_whose_attempt_is_damaged_and_settings_intact_is_told_as_trai
         f"cannot continue: the attempt fingerprint in its privacy key file {files.privacy_key} is damaged, so the "
         "attempt the checkpoint belongs to cannot be told; the next `dpmed run` deletes the checkpoint and trains "
         "this run afresh under a new key"))
+
+
+@pytest.mark.parametrize("attempt", ["a bare hash", "this dpmed's"])
+def test_a_checkpoint_under_a_bare_hash_is_told_to_continue_only_if_its_older_dpmed_hashed_the_run_alike(
+        study_folder, attempt):
+    """A key file whose attempt is a bare hash was written before dpmed named how it fingerprints a run: `dpmed run`
+    continues its checkpoint only where that hash is this dpmed's, and a folder an early-December dpmed interrupted
+    was trained afresh where status had said it continues if the settings, data and weights were unchanged, as
+    they were. Status names that condition; an attempt in this dpmed's format is told as before."""
+    folder, _ = study_folder("a_seed0")
+    files = folder.run("a_seed0")
+    _dp_checkpoint(files.checkpoint, 5)
+    key = json.loads(files.privacy_key.read_text())
+    files.privacy_key.write_text(json.dumps({**key, "attempt": "cd" * 32 if attempt == "a bare hash" else
+                                             f"{ATTEMPT_FORMAT}:{'cd' * 32}"}))
+    [(_, state, detail)] = run_states(folder.root)
+    assert state == "interrupted" and detail.startswith("continues from its checkpoint at step 5 of 20")
+    assert (OLDER in detail) == (attempt == "a bare hash")
+    assert detail.endswith("its settings, training data and starting weights are unchanged")
 
 
 @pytest.mark.parametrize("damage", ["mixed", "another key", "no key"])

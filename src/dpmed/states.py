@@ -107,8 +107,12 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
     age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
     where = "" if progress is None else f" at step {progress[0]} of {progress[1]}"
     unchanged = "" if None not in (shown, saved.settings) else "settings, "
-    return (f"continues from its checkpoint{where} (saved {age} ago) if its {unchanged}training data and starting "
-            "weights are unchanged")
+    # a bare hash: a dpmed before `ATTEMPT_FORMAT` made it, and `dpmed run` continues it only where that dpmed hashed
+    # the run as this one does (those of early December did not): told as a condition, not as a continuation
+    older = ("the older dpmed that made it fingerprinted the run as this one does (else the next `dpmed run` says so "
+             "and trains it afresh) and " if ":" not in saved.attempt else "")
+    return (f"continues from its checkpoint{where} (saved {age} ago) if {older}its {unchanged}training data and "
+            "starting weights are unchanged")
 
 
 def _failure_message(path: Path) -> str:
