@@ -216,6 +216,22 @@ def test_the_model_is_left_as_it_was(layer_case):
     assert not any(m._forward_hooks or m._backward_hooks for m in model.modules())
 
 
+def test_the_opacus_engine_leaves_a_model_that_trains_and_backpropagates_as_before(layer_case):
+    """Opacus's hooks held on the model after its steps: the trained model (released, explained, attacked) still
+    ran them, and a backward through it with its parameters frozen (the imprint attack's, on every arm trained with
+    training.dp_engine: opacus) failed inside Opacus ("pop from empty list"); a second step of either engine on it
+    refused to hook it twice."""
+    model, x, y = layer_case("conv2d", 5)
+    for engine in ("opacus", "opacus", "dpmed"):
+        DpSgdStep(model, loss_fn=_ce, max_grad_norm=1.0, noise_multiplier=0.5, expected_batch_size=4.0,
+                  physical_batch_size=2, noise_rng=np.random.default_rng(0), engine=engine)(x, y)
+    assert not any(m._forward_hooks or m._backward_hooks for m in model.modules())
+    model.requires_grad_(False)
+    inputs = x.clone().requires_grad_(True)
+    _ce(model(inputs), y).backward()
+    assert inputs.grad is not None and bool(torch.isfinite(inputs.grad).all())
+
+
 # ------------------------------------------------------------------------------------ what it refuses, and why
 
 @pytest.mark.parametrize("norm", [nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,

@@ -78,9 +78,11 @@ class OpacusClipper:
     """sum_i clip(g_i) for one physical batch from per-example gradients materialised by Opacus's hooks; with
     ``groups``, sum_G clip(sum_{i in G} g_i) from the per-example gradients summed per group.
 
-    Wrapping ``model`` in a GradSampleModule registers hooks on it for the clipper's lifetime (Opacus's design).
-    BatchNorm is refused, as by dpmed's engine: Opacus would clip its per-example gradients, but its output mixes
-    the examples of the batch, trainable or frozen."""
+    Opacus's GradSampleModule hooks every trainable layer; the hooks are held only inside ``clipped_sum``, as dpmed's
+    engine holds its own, so the model is left as it was: hooks held for the clipper's lifetime (Opacus's design) ran
+    in every later use of the trained model, and a backward through it with its parameters frozen (the imprint
+    attack's) failed inside them. BatchNorm is refused, as by dpmed's engine: Opacus would clip its per-example
+    gradients, but its output mixes the examples of the batch, trainable or frozen."""
 
     def __init__(self, model: nn.Module, *, norm_order: int = 2) -> None:
         refuse_batch_norm(model)
@@ -88,19 +90,24 @@ class OpacusClipper:
         from opacus import GradSampleModule   # here: the default engine never needs Opacus, whose import takes seconds
 
         self.model = model
-        self.module = GradSampleModule(model, batch_first=True, loss_reduction="sum")
+        self.module = GradSampleModule(model, batch_first=True, loss_reduction="sum")   # validates, and hooks
+        self.module.remove_hooks()
         trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.names, self.params = [n for n, _ in trainable], [p for _, p in trainable]
         self.norm_order = norm_order
 
     def clipped_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor],
                     max_grad_norm: float, groups: Tensor | None = None) -> list[Tensor]:
-        loss = loss_fn(self.module(x), y)
-        with warnings.catch_warnings():
-            # Opacus's hooks on the first layer fire although the images need no gradient; torch warns about
-            # that case, which is expected here and changes nothing. Scoped to this call, this message only.
-            warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
-            loss.backward()
+        self.module.add_hooks(loss_reduction="sum", batch_first=True)
+        try:
+            loss = loss_fn(self.module(x), y)
+            with warnings.catch_warnings():
+                # Opacus's hooks on the first layer fire although the images need no gradient; torch warns about
+                # that case, which is expected here and changes nothing. Scoped to this call, this message only.
+                warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
+                loss.backward()
+        finally:
+            self.module.remove_hooks()
         grads = [p.grad_sample for p in self.params]                            # each [b, *p.shape]
         for name, g in zip(self.names, grads):
             # Opacus reads a layer's rows as examples, as dpmed's engine does (`clipping._Tape._check_batch_first`):
