@@ -111,13 +111,16 @@ def _frozen_first_model() -> torch.nn.Module:
     return model
 
 
-def _units_batch(sizes, k: int, seed: int = 1):
+def _units_batch(sizes, k: int, seed: int = 1, nan: bool = False):
     """Images [n, 1, 8, 8], labels, their copies, the copies' labels and groups, and each image's unit: units of
-    ``sizes`` images, shuffled, under ids that are neither contiguous nor sorted."""
+    ``sizes`` images, shuffled, under ids that are neither contiguous nor sorted. ``nan``: one image of the first
+    unit (id ``units.min()``) all nan, so that its gradient is."""
     g = torch.Generator().manual_seed(seed)
     units = torch.repeat_interleave(torch.arange(len(sizes)) * 7 - 3, torch.tensor(sizes))
     units = units[torch.randperm(len(units), generator=g)]
     x = torch.randn(len(units), 1, 8, 8, generator=g, dtype=torch.float64)
+    if nan:
+        x[torch.nonzero(units == units.min())[0, 0]] = torch.nan
     y = torch.randint(0, 3, (len(units),), generator=g)
     augment = Augmentation(multiplicity=k, padding=2, flip=True, seed=3)
     keys = image_keys(x.numpy())
@@ -194,3 +197,25 @@ def test_no_forward_pass_exceeds_the_physical_batch_and_a_unit_moves_the_sum_by_
     assert seen[0] <= physical
     moved = torch.cat([(a - b).flatten() for a, b in zip(with_unit, without, strict=True)]).norm().item()
     assert moved <= clip * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("engine", ["dpmed", "opacus"])
+@pytest.mark.parametrize("unit, k", [("patient", 1), ("patient", 3), ("image", 3)])
+def test_the_clipped_sum_is_the_same_whatever_the_physical_batch_size_and_a_non_finite_unit_adds_nothing(
+        engine, unit, k):
+    """physical_batch_size is for memory only, and is not in the privacy analysis. Before, an example whose gradient
+    was nan, in a unit larger than the physical batch, was left out of its slice's sum and the rest of its unit still
+    counted (moving the sum by up to C), while the same unit through a chunk, or through the engines at a larger
+    physical batch size, contributed nothing."""
+    sizes = (7, 4, 2, 1, 1) if unit == "patient" else (1,) * 5
+    _, labels, copies, groups, units = _units_batch(sizes, k, nan=True)
+    model = _frozen_first_model()
+    step = _dp_step(model, k, 0.05, len(copies), engine)       # Opacus hooks a model once: one step, every size
+    others = torch.nonzero(groups != units.min()).flatten()
+    expected = step.clipped_sum(copies[others], labels[others], groups=groups[others])
+    assert all(torch.isfinite(t).all() for t in expected) and sum(t.norm() for t in expected) > 0
+    for physical in (1, 2, 3, 5, k * 4, len(copies)):
+        step.physical_batch_size = physical
+        got = step.clipped_sum(copies, labels, groups=groups)
+        for a, b in zip(got, expected, strict=True):
+            assert (a - b).norm().item() <= 1e-10 * b.norm().item(), physical

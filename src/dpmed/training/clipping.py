@@ -69,7 +69,7 @@ from dpmed.training.grouping import Grouping
 from dpmed.training.layer_rules import LAYER_RULES, LayerRule
 from dpmed.training.process_setting import ProcessSetting
 
-__all__ = ["GhostClipper", "clip_factors", "finite_rows", "refuse_batch_norm", "ROUTES"]
+__all__ = ["GhostClipper", "clip_factors", "finite_rows", "gradient_sum", "refuse_batch_norm", "ROUTES"]
 
 ROUTES = ("mixed", "ghost", "materialised")
 
@@ -95,6 +95,22 @@ def finite_rows(t: Tensor, keep: Tensor) -> Tensor:
     makes the whole noised update nan. Whether the release is nan would then depend on whether that one unit was
     sampled: its influence would not be bounded by C. With its rows zeroed it contributes nothing, within C."""
     return torch.where(keep.view(-1, *[1] * (t.dim() - 1)), t, torch.zeros((), dtype=t.dtype, device=t.device))
+
+
+def gradient_sum(model: nn.Module, params: list[Tensor], x: Tensor, y: Tensor, *,
+                 loss_fn: Callable[[Tensor, Tensor], Tensor]) -> list[Tensor]:
+    """[sum_i g_i per parameter of ``params``]: ordinary autograd on the summed loss of x, y, with no per-example
+    norm and no clip, for the slices of a unit that is clipped as a whole once they are added up
+    (`DpSgdStep._clipped_unit`). No factor zeroes an example whose gradient overflows: it leaves the sum non-finite,
+    so that its whole unit contributes nothing, as through the engines' clip (`finite_rows`). The backward runs in
+    full float32 on a GPU, as the engine's (`_without_tf32`)."""
+    with torch.enable_grad():
+        loss = loss_fn(model(x.detach()), y)                                        # scalar
+    if not loss.requires_grad:
+        raise PrivacyError("the loss does not depend on any trainable parameter")
+    with _without_tf32():
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
 
 
 def refuse_batch_norm(model: nn.Module) -> None:
@@ -466,6 +482,10 @@ class GhostClipper:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self._owners = {id(p): (i, n) for i, layer in enumerate(self.layers)
                         for n, p in layer.module.named_parameters(recurse=False) if n in layer.names}
+
+    def gradient_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor]) -> list[Tensor]:
+        """[sum_i g_i per trainable parameter], unclipped (`gradient_sum`)."""
+        return gradient_sum(self.model, self.params, x, y, loss_fn=loss_fn)
 
     def clipped_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor],
                     max_grad_norm: float, groups: Tensor | None = None) -> list[Tensor]:

@@ -46,7 +46,7 @@ from torch.profiler import record_function
 from dpmed.errors import PrivacyError
 from dpmed.names import DP_ENGINES, check_registry
 from dpmed.training.augmentation import Copies
-from dpmed.training.clipping import GhostClipper, clip_factors, finite_rows, refuse_batch_norm
+from dpmed.training.clipping import GhostClipper, clip_factors, finite_rows, gradient_sum, refuse_batch_norm
 from dpmed.training.grouping import group_index
 from dpmed.training.noise import NoiseBuffer, block_keys, block_words, fill_noise, noise_workers
 
@@ -131,9 +131,21 @@ class OpacusClipper:
             p.grad = None
         return sums
 
+    def gradient_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor]) -> list[Tensor]:
+        """[sum_i g_i per trainable parameter], unclipped (`clipping.gradient_sum`), with Opacus's hooks off: they
+        would materialise every per-example gradient, which a sum does not need (and leave them on the parameters)."""
+        self.module.disable_hooks()
+        try:
+            with warnings.catch_warnings():     # torch warns that the hooks fire, as in ``clipped_sum``
+                warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
+                return gradient_sum(self.module, self.params, x, y, loss_fn=loss_fn)
+        finally:
+            self.module.enable_hooks()
+
 
 # name -> clipper class; every engine takes (model, *, norm_order), keeps it as ``.model`` and offers
-# clipped_sum(x, y, *, loss_fn, max_grad_norm, groups=None). The study file picks one with training.dp_engine.
+# clipped_sum(x, y, *, loss_fn, max_grad_norm, groups=None) and gradient_sum(x, y, *, loss_fn). The study file picks
+# one with training.dp_engine.
 CLIPPING_ENGINES: dict[str, Callable[..., GhostClipper | OpacusClipper]] = {
     "dpmed": GhostClipper,
     "opacus": OpacusClipper,
@@ -280,16 +292,16 @@ class DpSgdStep:
         """clip(sum_{i in rows} g_i) for one unit (patient, or an image's K copies) of more examples than the
         physical batch size: its summed gradient from slices of at most that many examples, then one norm, one clip.
 
-        Each slice goes through the engine with no clipping (C = inf: every factor is 1), so the slice's result is
-        its examples' summed gradient, with the engine's checks and no other code path. The unit's norm is taken of
-        the very sum it scales, not by another route whose rounding could disagree (`clipping`'s rounding slack), so
-        its contribution is at most C up to the rounding of one norm and one product. Only the unit's own examples
-        enter it, so it depends on no other unit. An example whose gradient overflows is left out of its slice's sum
-        (`clip_factors`), and a unit whose sum overflows contributes nothing, as in the engines."""
+        Each slice's summed gradient is ordinary autograd on its summed loss (the engine's ``gradient_sum``): with
+        nothing to clip before the slices are added, per-example norms would be paid for and unused. The unit's norm
+        is taken of the very sum it scales, not by another route whose rounding could disagree (`clipping`'s rounding
+        slack), so its contribution is at most C up to the rounding of one norm and one product. Only the unit's own
+        examples enter it, so it depends on no other unit. An example whose gradient overflows leaves the sum
+        non-finite, and the unit then contributes nothing, as it does through the engines' clip whatever
+        physical_batch_size."""
         unit = None
         for part in rows.split(self.physical_batch_size):
-            sums = self.clipper.clipped_sum(x[part.to(x.device)], y[part.to(y.device)], loss_fn=self.loss_fn,
-                                            max_grad_norm=math.inf)
+            sums = self.clipper.gradient_sum(x[part.to(x.device)], y[part.to(y.device)], loss_fn=self.loss_fn)
             if unit is None:
                 unit = sums
                 continue
