@@ -136,15 +136,9 @@ class OpacusClipper:
         return sums
 
     def gradient_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor]) -> list[Tensor]:
-        """[sum_i g_i per trainable parameter], unclipped (`clipping.gradient_sum`), with Opacus's hooks off: they
-        would materialise every per-example gradient, which a sum does not need (and leave them on the parameters)."""
-        self.module.disable_hooks()
-        try:
-            with warnings.catch_warnings():     # torch warns that the hooks fire, as in ``clipped_sum``
-                warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
-                return gradient_sum(self.module, self.params, x, y, loss_fn=loss_fn)
-        finally:
-            self.module.enable_hooks()
+        """[sum_i g_i per trainable parameter], unclipped (`clipping.gradient_sum`): Opacus's hooks are held only
+        inside ``clipped_sum``, so none materialises a per-example gradient here."""
+        return gradient_sum(self.model, self.params, x, y, loss_fn=loss_fn)
 
 
 # name -> clipper class; every engine takes (model, *, norm_order), keeps it as ``.model`` and offers
