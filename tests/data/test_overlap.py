@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from dpmed.data import Dataset, ImageSet, Task, load_dataset, make_phantom, read_image_folders
@@ -243,7 +245,8 @@ def test_with_a_threshold_every_image_within_it_gets_what_comparing_every_pair_g
     gives (the first of equals), and the others more than the threshold. Copies noised to lie from 0 to about 60
     bits from their originals straddle the thresholds, and a blank image repeated puts many hashes in one bucket.
     The search is made to index this small public set, which it would compare pair by pair (faster there)."""
-    monkeypatch.setattr(overlap, "_INDEXED_FROM", 0)
+    monkeypatch.setattr(overlap, "_INDEX_COST", 0)
+    monkeypatch.setattr(overlap, "_LOOKUP_COST", 0)
     rng = np.random.default_rng(0)
     public = np.concatenate([_textures(150, seed=1), np.zeros((20, 1, 48, 48), np.float32)])
     noise = np.linspace(0, 0.5, 60)[:, None, None, None]
@@ -265,7 +268,8 @@ def test_the_check_behind_the_refusal_compares_a_small_share_of_the_image_pairs(
     one of the hash's blocks. Counted here: the hash words XORed and counted. Before: every pair, 51 crop pairs
     of 4 words each, 100 % of the work counted below. The search is made to index this small public set, which it
     would compare pair by pair (faster below a few thousand images)."""
-    monkeypatch.setattr(overlap, "_INDEXED_FROM", 0, raising=False)
+    monkeypatch.setattr(overlap, "_INDEX_COST", 0)
+    monkeypatch.setattr(overlap, "_LOOKUP_COST", 0)
     private_images, public_images = _textures(300, seed=7), _textures(400, seed=8)
     private = _recorded(private_images, [f"p{i}" for i in range(300)], "private")
     public = _recorded(np.concatenate([public_images, private_images[:5]]), [f"q{i}" for i in range(405)], "public")
@@ -276,6 +280,82 @@ def test_the_check_behind_the_refusal_compares_a_small_share_of_the_image_pairs(
     every_pair = 51 * 4 * 300 * 405
     assert sum(counted) < 0.1 * every_pair, sum(counted) / every_pair
     assert len(found.near_duplicates) == 5          # the identical images: still found
+
+
+def _packed(bits: np.ndarray) -> np.ndarray:
+    """Hashes as the check holds them, uint64 [..., words], from bits [..., 256] (bit 255 pads; set it or not)."""
+    return np.packbits(bits, axis=-1).view(">u8").astype(np.uint64)
+
+
+@st.composite
+def _hash_sets(draw) -> tuple[np.ndarray, np.ndarray, int]:
+    """(private [V, n, words], public [V', m, words], max_distance): random hashes, and private ones made from a public
+    one by flipping max_distance - 2 to max_distance + 2 bits spread at random, packed into one block first, or dealt
+    evenly over all 16 (the most a hash can differ in each block and still lie within max_distance), against any of
+    its variants; public sets with repeated hashes, empty sets and sets of one image."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    max_distance = draw(st.sampled_from([0, 1, 15, 16, 17, 30, 31, 32, 33, 46, 47, 48, 60, HASH_BITS // 2]))
+    n, m, variants = draw(st.integers(0, 12)), draw(st.integers(0, 12)), draw(st.integers(1, 3))
+    public = rng.random((variants, m, 256)) < 0.5
+    if m > 1 and draw(st.booleans()):
+        public[:, 1:] = public[:, :1]                                   # every public hash repeated
+    private = rng.random((variants, n, 256)) < 0.5
+    spread = np.arange(256).reshape(-1, 16).T.ravel()                   # block by block (overlap._block_keys)
+    dealt = np.arange(256).reshape(-1, 16).ravel()                      # one bit of each block, then the next
+    for i in range(n if m else 0):
+        how = draw(st.sampled_from(["random", "scattered", "one block first", "all blocks evenly"]))
+        if how == "random":
+            continue
+        flips = draw(st.integers(max(0, max_distance - 2), min(256, max_distance + 2)))
+        order = {"scattered": rng.permutation(256), "one block first": np.roll(spread, -16 * rng.integers(16)),
+                 "all blocks evenly": dealt}[how]
+        v, u = draw(st.sampled_from([(0, 0)] + [(v, 0) for v in range(1, variants)]
+                                    + [(0, u) for u in range(1, variants)]))
+        private[v, i] = public[u, draw(st.integers(0, m - 1))]
+        private[v, i, order[:flips]] ^= True
+    return _packed(private), _packed(public), max_distance
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(hashes=_hash_sets(), searched=st.booleans(), candidate_cost=st.sampled_from([0, 10**6]))
+def test_the_search_gives_what_comparing_every_pair_gives_within_any_threshold(hashes, searched, candidate_cost,
+                                                                              monkeypatch):
+    """A pair the search leaves out trains a private image without noise: at thresholds across the schema's 0-127,
+    on either side of each bound where a block may differ in 0, 1 or 2 bits and where every pair is compared; pairs
+    at the threshold and up to two bits either side of it, their differences scattered, packed into one block or
+    dealt evenly over all; every variant against the whole hashes: the search gives each private hash within the
+    threshold what comparing every pair gives (least distance, first public hash of equals), and the others more
+    than the threshold. With the search made to index every set, or none, and to compare every chunk by block, or
+    pair by pair."""
+    private, public, max_distance = hashes
+    monkeypatch.setattr(overlap, "_INDEX_COST", 0 if searched else 10**12)
+    monkeypatch.setattr(overlap, "_LOOKUP_COST", 0)
+    monkeypatch.setattr(overlap, "_CANDIDATE_COST", candidate_cost)
+    every_distance, every_nearest = overlap._least_distances(private, public)
+    distance, nearest = overlap._least_distances(private, public, max_distance)
+    within = every_distance <= max_distance
+    np.testing.assert_array_equal(distance[within], every_distance[within])
+    np.testing.assert_array_equal(nearest[within], every_nearest[within])
+    assert (distance[~within] > max_distance).all()
+
+
+def test_hashes_that_all_fall_in_one_bucket_cost_the_search_no_more_than_comparing_every_pair(monkeypatch):
+    """Blank or look-alike films share their block keys: each public hash is then a candidate of a private one in
+    all 16 blocks, 16 times the work of comparing every pair, and the search took 200 times as long as comparing
+    them (4,000 identical hashes against 1,000). Counted here: the hash words XORed and counted."""
+    blank = np.zeros((1, 6000, overlap._WORDS), dtype=np.uint64)
+    noise = _packed(np.random.default_rng(0).random((1, 200, 256)) < 0.5)
+    private = np.concatenate([noise[:, :100], blank[:, :600], noise[:, 100:]], axis=1)
+    public = np.concatenate([blank, noise[:, 150:]], axis=1)
+    every_pair = private.size * public.shape[1]
+    counted = []
+    count = np.bitwise_count
+    monkeypatch.setattr(np, "bitwise_count", lambda x: counted.append(np.size(x)) or count(x))
+    distance, nearest = overlap._least_distances(private, public, NEAR_DUPLICATE_BITS)
+    assert sum(counted) <= every_pair, sum(counted) / every_pair
+    assert (distance[100:700] == 0).all() and (nearest[100:700] == 0).all()
+    assert (distance[:100] > 30).all()                                          # the other noise: not in public
+    assert (distance[-50:] == 0).all() and (nearest[-50:] == np.arange(6000, 6050)).all()
 
 
 # --- the real pair: PneumoniaMNIST is Kermany, centre-cropped and shrunk -------------------------------------------

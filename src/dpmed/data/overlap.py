@@ -74,9 +74,15 @@ _CHUNK = 256
 _BLOCKS = 16                     # multi-index hashing's blocks (_BlockIndex)
 _INDEXED_BELOW = 3 * _BLOCKS   # up to 2 bits a block (137 buckets of each): beyond, comparing all pairs is cheaper
 _CANDIDATES = 1 << 22          # candidate pairs _BlockIndex.within compares at once
-# below this many public hashes the index costs more than it saves: comparing every pair was faster up to 2,000-4,000
-# (624 PneumoniaMNIST hashes against others', the 2-core VM; benchmarks/RESULTS.md, "Dataset size: what grows with N")
-_INDEXED_FROM = 4096
+# What the search costs, in hash pairs compared one by one (the 2-core VM, PneumoniaMNIST's hashes; benchmarks/
+# RESULTS.md, "Dataset size: what grows with N"): an index, about its bucket table (16 blocks of 2^16 entries); a
+# private hash, about 6 pairs for each bucket it looks up (16 blocks x 17 buckets at 30 bits: about 1,600 pairs, so a
+# public set of fewer hashes is compared pair by pair; 16 x 137 from 32 bits: 13,000); and each candidate in those
+# buckets, about 8 pairs (gathered, sorted, and met in up to 16 blocks where films hash alike). The search runs where
+# it costs less than comparing every pair, whatever the sizes.
+_INDEX_COST = _BLOCKS << (_WORDS * 64 // _BLOCKS)
+_LOOKUP_COST = 6
+_CANDIDATE_COST = 8
 # Crops are cut from the image upsampled (bilinear, by a whole factor) to at least FINE pixels a side, the same
 # number from each edge: a crop's fraction and centre are then exact to a fraction of an original pixel. Cut from
 # the image itself, a 95 % crop of a 28 px image is half a pixel off centre, and that half pixel can move the hash
@@ -228,19 +234,32 @@ def near_duplicates(private: np.ndarray | Sequence[np.ndarray], public: np.ndarr
     int64 [N]). Either side may be several arrays (a dataset's splits), indexed one after another.
 
     ``max_distance`` None compares every pair: the cost grows with N x M, 51 hash pairs per image pair (what that
-    takes: benchmarks/RESULTS.md, "What the check costs at scale"). Given ``max_distance`` (below
-    ``_INDEXED_BELOW``), a public set of ``_INDEXED_FROM`` images or more is searched (:class:`_BlockIndex`), which
-    compares only the pairs that can lie within it, with the same answer for every private image whose least
-    distance is at most ``max_distance``; the others get HASH_BITS + 1 and index 0, as where the public set is empty
-    (a smaller public set is compared pair by pair, and the others keep their least distance). A long run logs how
-    far it has come."""
+    takes: benchmarks/RESULTS.md, "What the check costs at scale"). Given ``max_distance``, only the pairs that can
+    lie within it may be compared (:func:`_least_distances`). A long run logs how far it has come."""
     hp = perceptual_hashes(private, crops=crops, zooms=zooms, what="private")        # [V, N, words]
     hq = perceptual_hashes(public, crops=crops, zooms=zooms, what="public")          # [V, M, words]
+    return _least_distances(hp, hq, max_distance)
+
+
+def _least_distances(hp: np.ndarray, hq: np.ndarray,
+                     max_distance: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`near_duplicates` on hashes hp [V, N, words] and hq [V, M, words] (variant 0 the whole images): for
+    each private hash set, the least distance of its variants against the public whole hashes and of its whole hash
+    against the public variants, and where (int32 [N], int64 [N]).
+
+    Given ``max_distance`` (below ``_INDEXED_BELOW``), where N x M pairs cost more than an index and N searches
+    (``_INDEX_COST``, ``_LOOKUP_COST``), each variant pair is searched by block (:class:`_BlockIndex`; the whole
+    public hashes' index built once for the V variants searched against it), with the same answer for every
+    private image whose least distance is at most ``max_distance``; the others get HASH_BITS + 1 and index 0, as
+    where the public set is empty (compared pair by pair, they keep their least distance, also above
+    ``max_distance``)."""
     best = np.full(hp.shape[1], HASH_BITS + 1, dtype=np.int32)
     where = np.zeros(hp.shape[1], dtype=np.int64)
     pairs = [(v, 0) for v in range(len(hp))] + [(0, v) for v in range(1, len(hq))]    # (private, public) variants
-    indexed = max_distance is not None and max_distance < _INDEXED_BELOW and hq.shape[1] >= _INDEXED_FROM
-    whole = _BlockIndex(hq[0]) if indexed else None             # the whole public images, which 26 pairs search
+    n, m = hp.shape[1], hq.shape[1]
+    indexed = (max_distance is not None and max_distance < _INDEXED_BELOW
+               and n * m > _INDEX_COST + n * _LOOKUP_COST * _BLOCKS * len(_flips(max_distance // _BLOCKS)))
+    whole = _BlockIndex(hq[0]) if indexed else None
     pace = Pace(_log)
     for i, (v, u) in enumerate(pairs, start=1):
         if indexed:
@@ -250,7 +269,7 @@ def near_duplicates(private: np.ndarray | Sequence[np.ndarray], public: np.ndarr
         better = d < best
         best[better], where[better] = d[better], j[better]
         pace.log(i / len(pairs), "overlap: compared %d of %d crops of %d private against %d public images", i,
-                 len(pairs), hp.shape[1], hq.shape[1])
+                 len(pairs), n, m)
     return best, where
 
 
@@ -297,8 +316,9 @@ class _BlockIndex:
         ``max_distance // _BLOCKS`` bits of at least one block (else they would differ in more). So each hash of a is
         compared only with the indexed hashes in the buckets within that many bits of one of its blocks' keys: at
         the default 30 bits, 17 buckets a block, and among chest films a few per cent of the pairs
-        (benchmarks/RESULTS.md, "Dataset size: what grows with N"), where :func:`_nearest` compares all. The answer
-        is exact: no pair within ``max_distance`` is left out."""
+        (benchmarks/RESULTS.md, "Dataset size: what grows with N"), where :func:`_nearest` compares all. A chunk of
+        ``a`` whose buckets hold more candidates than that saves (``_CANDIDATE_COST``; films that hash alike meet in
+        every block) is compared pair by pair. The answer is exact: no pair within ``max_distance`` is left out."""
         best = np.full(len(a), HASH_BITS + 1, dtype=np.int32)
         where = np.zeros(len(a), dtype=np.int64)
         if len(a) == 0 or len(self.hashes) == 0:
@@ -310,6 +330,13 @@ class _BlockIndex:
             keys = _block_keys(a[first:first + _CHUNK]).astype(np.int64)                        # [c, B]
             bucket = (offsets + (keys[:, :, None] ^ flips)).reshape(len(keys), -1)              # [c, B F]
             lo, hi = self.starts[bucket], self.starts[bucket + 1]
+            if _CANDIDATE_COST * (hi - lo).sum() + _LOOKUP_COST * bucket.size > len(keys) * len(self.hashes):
+                # cheaper pair by pair (look-alike or blank films meet in every block)
+                d, j = _nearest(a[first:first + _CHUNK], self.hashes)
+                far = d > max_distance
+                d[far], j[far] = HASH_BITS + 1, 0
+                best[first:first + _CHUNK], where[first:first + _CHUNK] = d, j
+                continue
             # at most about _CANDIDATES pairs at once: a bucket that most hashes share (blank films) stays in memory
             group = np.cumsum((hi - lo).sum(axis=1)) // _CANDIDATES                            # [c]
             for g in np.unique(group):
