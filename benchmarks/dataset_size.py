@@ -6,9 +6,9 @@
 For each N, a CSV set of N PNGs (`benchmarks/at_scale.py`'s images and table, written once into DIR/nN) is read as
 a study reads it (`dpmed.data.load_dataset`: the table, the decoding, the split by patient and the check for copies
 under two patient ids), and its images are checked against a public set of N others as the pretrain stage checks
-them: perceptual hashes (of the whole images; with ``--crops``, of every crop and zoom too), then the comparison,
-by the multi-index search that `find_overlap` uses at 30 bits and, up to ``--every-pair-up-to``, by comparing every
-pair as before. Each row prints seconds per stage, the
+them: perceptual hashes (of the whole images; with ``--crops``, of every crop and zoom too), then the comparison
+`find_overlap` makes at 30 bits (by multi-index search where that costs less than comparing every pair) and, up to
+``--every-pair-up-to``, by comparing every pair as before. Each row prints seconds per stage, the
 process's peak resident memory so far, and the share of hash pairs the search compared. Where the shared
 PneumoniaMNIST file is found under ``--data``, its training films are also compared with its validation and test
 films, every crop and zoom: chest films' hashes agree on more bits than the synthetic images' do, so the share
@@ -38,8 +38,8 @@ def _peak_mb() -> float:
 
 def _compare(hp: np.ndarray, hq: np.ndarray, max_distance: int | None) -> tuple[float, float, np.ndarray]:
     """(seconds, share of the 51 N M hash pairs whose words were compared, least distances) of the comparison
-    `near_duplicates` makes on hashes [V, N, words] and [V, M, words]: by multi-index search within
-    ``max_distance``, or of every pair (None)."""
+    `near_duplicates` makes on hashes [V, N, words] and [V, M, words]: within ``max_distance`` (by multi-index
+    search where that saves work), or of every pair (None)."""
     counted = [0]
     count = np.bitwise_count
 
@@ -50,15 +50,12 @@ def _compare(hp: np.ndarray, hq: np.ndarray, max_distance: int | None) -> tuple[
     np.bitwise_count = counting
     try:
         start = time.perf_counter()
-        best = np.full(hp.shape[1], overlap.HASH_BITS + 1, dtype=np.int32)
-        pairs = [(hp[v], hq[0]) for v in range(len(hp))] + [(hp[0], hq[v]) for v in range(1, len(hq))]
-        for a, b in pairs:
-            d, _ = overlap._nearest(a, b) if max_distance is None else overlap._BlockIndex(b).within(a, max_distance)
-            best = np.minimum(best, d)
+        best, _ = overlap._least_distances(hp, hq, max_distance)
         seconds = time.perf_counter() - start
     finally:
         np.bitwise_count = count
-    return seconds, counted[0] / (len(pairs) * hp.shape[1] * hq.shape[1] * hp.shape[2]), best
+    pairs = len(hp) + len(hq) - 1
+    return seconds, counted[0] / (pairs * hp.shape[1] * hq.shape[1] * hp.shape[2]), best
 
 
 def _hashes(images, crops: bool) -> tuple[float, np.ndarray]:
