@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from dpmed.data import Dataset, ImageSet, Task, load_dataset, make_phantom, read_image_folders
+from dpmed.data import overlap as overlap_module
 from dpmed.data.assembly import SplitPlan, assemble_dataset
 from dpmed.data import overlap
 from dpmed.data.cohorts import PatientSelection, select_patients
@@ -372,21 +373,37 @@ def _kermany_test_subset(chest_xray_path: Path, tmp_path: Path, per_class: int) 
                             split=SplitPlan(val_fraction=0.2, test_fraction=0.2))
 
 
+def _refused(public: Dataset, private: Dataset, monkeypatch, *, match: str):
+    """refuse_overlap(public, private), which must refuse with a message matching ``match``, and the overlap it
+    found and refused on: hashing a whole real set takes most of a minute, so the tests that need both the refusal
+    and the overlap's figures read them from one check instead of running it twice."""
+    found = []
+
+    def recorded(*args, **kwargs):
+        found.append(find_overlap(*args, **kwargs))
+        return found[-1]
+
+    monkeypatch.setattr(overlap_module, "find_overlap", recorded)
+    with pytest.raises(DataError, match=match):
+        refuse_overlap(public, private)
+    assert len(found) == 1
+    return found[0]
+
+
 def test_pneumoniamnist_is_refused_against_a_subset_of_the_kermany_test_folder(pneumoniamnist_path,
-                                                                             chest_xray_path, tmp_path):
+                                                                             chest_xray_path, tmp_path,
+                                                                             monkeypatch):
     """Fast: 120 Kermany test images against PneumoniaMNIST (its test split holds the same 624 source images):
     about four in five are found (97 when measured; the hash misses the more heavily cropped ones), and the pair is
     refused."""
     private = _kermany_test_subset(chest_xray_path, tmp_path, per_class=60)
     public = load_dataset(source="medmnist", path=pneumoniamnist_path, image_size=None, channels=None, seed=0,
                           n_images=None)
-    overlap = find_overlap(public, private)
+    overlap = _refused(public, private, monkeypatch, match="PneumoniaMNIST and the Kermany folders share")
     n = overlap.n_private
     print(f"\n{len(overlap.near_duplicates)} of {n} Kermany test images have a PneumoniaMNIST near-duplicate")
     assert n == 120 and len(overlap.near_duplicates) >= 0.3 * n
     assert overlap.shared_patients is None and not overlap.identical
-    with pytest.raises(DataError, match="PneumoniaMNIST and the Kermany folders share"):
-        refuse_overlap(public, private)
 
 
 def test_a_kermany_film_resized_to_256_and_centre_cropped_to_224_is_found(chest_xray_path):
@@ -418,16 +435,14 @@ def kermany(chest_xray_path) -> Dataset:
 
 
 @pytest.mark.slow
-def test_pneumoniamnist_and_kermany_are_refused_as_a_pair(pneumoniamnist_path, kermany):
+def test_pneumoniamnist_and_kermany_are_refused_as_a_pair(pneumoniamnist_path, kermany, monkeypatch):
     public = load_dataset(source="medmnist", path=pneumoniamnist_path, image_size=None, channels=None, seed=0,
                           n_images=None)
-    overlap = find_overlap(public, kermany)
+    overlap = _refused(public, kermany, monkeypatch, match=r"overlaps the private dataset")
     found = len(overlap.near_duplicates)
     print(f"\n{found} of {overlap.n_private} Kermany images have a near-duplicate among {overlap.n_public} "
           f"PneumoniaMNIST images (<= {overlap.max_distance} bits)")
     assert found >= 0.5 * overlap.n_private
-    with pytest.raises(DataError, match=r"overlaps the private dataset"):
-        refuse_overlap(public, kermany)
 
 
 @pytest.mark.slow
