@@ -123,11 +123,13 @@ def test_patient_guarantee_adds_the_released_count_s_eps_k_times(k):
     """An image-level run of a study that released its image count at size_epsilon s: the patient's images are k
     records of that count as of the training, so the run is (eps_train + s)-DP per image and the patient's
     formula is (k (eps_train + s), k e^((k-1)(eps_train + s)) delta); the tight value is the training's tight value
-    plus k s. Leaving s out, or adding it once instead of k times, changes both."""
+    plus k s. Leaving s out, or adding it once instead of k times, changes both. The two plans share one cache, as
+    a study's arms do: the training's values are the same for both, and the released size is added after."""
     s = 0.25
     plan = PLAN.model_copy(update={"size_epsilon": s})
     train_eps = dp_sgd_epsilon(noise_multiplier=1.5, sample_rate=0.05, steps=200, delta=DELTA, accountant="pld")
-    got = patient_guarantee(plan, k, {})
+    cache: dict = {}
+    got = patient_guarantee(plan, k, cache)
     per_image = train_eps + s
     assert got.k == k
     assert got.formula_epsilon == pytest.approx(k * per_image, rel=1e-12)
@@ -135,7 +137,7 @@ def test_patient_guarantee_adds_the_released_count_s_eps_k_times(k):
     tight_train = group_privacy(epsilon=train_eps, delta=DELTA, k=k, noise_multiplier=1.5, sample_rate=0.05,
                                 steps=200).tight_epsilon
     assert got.tight_epsilon == pytest.approx(tight_train + k * s, rel=1e-12)
-    without = patient_guarantee(PLAN, k, {})                          # the same run with N taken as public
+    without = patient_guarantee(PLAN, k, cache)                       # the same run with N taken as public
     assert got.formula_epsilon - without.formula_epsilon == pytest.approx(k * s, rel=1e-9)
     assert got.tight_epsilon - without.tight_epsilon == pytest.approx(k * s, rel=1e-9)
     assert "plus the released size" in got.statement and "plus k times the released size's eps" in got.statement
