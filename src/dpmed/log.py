@@ -92,11 +92,15 @@ def log_to_console(*, stream: TextIO | None = None, bars: bool = False) -> loggi
 
 class _File(logging.FileHandler):
     """A log file opened (and its folder made) at the first line, so that a command refused before it logs
-    anything (e.g. by the lock of a study folder that another run holds) leaves no file."""
+    anything (e.g. by the lock of a study folder that another run holds) leaves no file. ``earlier``: lines logged
+    before the file's place was known, written just before that first line, not at once: written at once they went
+    into the log of the run holding the lock, or ended a command whose output folder cannot be made in an internal
+    error."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, earlier: list[logging.LogRecord]) -> None:
         super().__init__(path, mode="a", encoding="utf-8", delay=True)
         self.failed = False
+        self.earlier = earlier
 
     def _open(self):  # noqa: ANN202 - logging.FileHandler's hook
         Path(self.baseFilename).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -104,8 +108,10 @@ class _File(logging.FileHandler):
         return super()._open()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not self.failed:
-            super().emit(record)
+        earlier, self.earlier = self.earlier, []
+        for line in [*earlier, record]:
+            if not self.failed:
+                super().emit(line)
 
     def handleError(self, record: logging.LogRecord) -> None:  # logging.Handler's hook
         """A line that cannot be written (a full disk) ends the file's log with one line on stderr, instead of
@@ -137,11 +143,9 @@ def hold_lines() -> Held:
 
 def log_to_file(path: Path, *, earlier: Held | None = None) -> logging.Handler:
     """Append the same lines, with time, process and origin, to ``path`` (the study's private log) from the first
-    line on, after those ``earlier`` kept; returns the handler."""
-    handler = _File(path)
+    line on, those ``earlier`` kept first; returns the handler."""
+    handler = _File(path, earlier=[] if earlier is None else earlier.records)
     handler.setFormatter(logging.Formatter("%(asctime)s %(processName)s %(name)s %(levelname)s: %(message)s"))
-    for record in earlier.records if earlier is not None else ():
-        handler.handle(record)
     _attach(handler)
     return handler
 

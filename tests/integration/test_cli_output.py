@@ -275,13 +275,51 @@ def test_sigterm_mid_run_cleans_up_as_ctrl_c_does(tiny_text, tmp_path, workers, 
 
 
 def test_a_setting_another_setting_turns_off_is_told_on_the_terminal_and_in_the_private_log(tmp_path, capsys):
-    """Told while the study file is read, before the log file's folder is known, and so it reached the terminal only.
-    An APTOS folder without its table stops the study once the log is open."""
-    (tmp_path / "aptos").mkdir()
-    study = _study(tmp_path, "name: s\ndata: {source: aptos, path: aptos, split: {official: false}}\n"
-                             "arms: [{name: base, mechanism: none}]\n")
-    assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) != 0
-    said = "data.split.official changes nothing, as source 'aptos' publishes no split"
+    """Told while the study file is read, before the log file's folder is known, and so it reached the terminal only;
+    in the log it comes first, before the run's own first line."""
+    study = _study(tmp_path, "name: s\ndata: {source: phantom, n_images: 160, image_size: 16, preprocessing: "
+                             "{aspect: crop}}\ntraining: {epochs: 1, batch_size: 16, threads: 1}\n"
+                             "evaluation: {bootstrap_resamples: 20}\narms: [{name: base, mechanism: none}]\n")
+    assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    said = "data.preprocessing.aspect changes nothing, as source 'phantom' generates square images"
     assert capsys.readouterr().err.count(said) == 1
-    log = (tmp_path / "out" / "s" / "private" / "dpmed.log").read_text(encoding="utf-8")
-    assert log.count(said) == 1 and "dpmed.config.loading WARNING: study file" in log, log
+    log = (tmp_path / "out" / "s" / "private" / "dpmed.log").read_text(encoding="utf-8").splitlines()
+    assert sum(said in line for line in log) == 1 and "dpmed.config.loading WARNING: study file" in log[0], log
+    assert "dpmed.study INFO: data: phantom" in log[1], log
+
+
+def test_what_reading_the_study_file_told_waits_for_the_log_s_first_line(tmp_path, capsys):
+    """Written to the log at once, it ended a command whose output folder cannot be made in an internal error, and
+    went into the log of the run that held the folder: a command refused before it logs leaves no log."""
+    import threading
+
+    from dpmed.folders import StudyFolder
+    from dpmed.lock import FolderLock
+
+    study = _study(tmp_path, "name: s\ndata: {source: phantom, preprocessing: {aspect: crop}}\n"
+                             "arms: [{name: base, mechanism: none}]\n")
+    said = "data.preprocessing.aspect changes nothing"
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the output folder should be\n")
+    assert main(["run", str(study), "--out", str(blocker), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count(said) == 1 and "dpmed: error: cannot write to the output folder" in err, err
+    folder = StudyFolder(tmp_path / "out" / "s")
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:     # another thread of this process is refused as another process is
+        with FolderLock(folder.lock, what=str(folder.root)):
+            held.set()
+            done.wait(120)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(60)
+        assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    finally:
+        done.set()
+        holder.join()
+    err = capsys.readouterr().err
+    assert err.count(said) == 1 and f"dpmed: error: {folder.root} is in use by another" in err, err
+    assert not folder.log.exists()
