@@ -250,9 +250,10 @@ def _load(args: argparse.Namespace) -> Any:
     from dpmed.study import check_device   # after the study file is checked: the training stack takes seconds to import
 
     check_device(study, given_as=origins.get("training.device"))    # before the data are read or a folder is made
-    from dpmed.models.installation import check_torchvision
+    from dpmed.models.installation import check_torchvision, needs_torchvision
 
-    check_torchvision()     # a torchvision built for another torch, told now rather than where a model first needs it
+    if needs_torchvision(study):    # a torchvision built for another torch, told now rather than where it is imported
+        check_torchvision()
     return study
 
 

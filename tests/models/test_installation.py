@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import subprocess
 import sys
 
 import pytest
 
 from dpmed.cli import main
 from dpmed.errors import InstallationError
-from dpmed.models.installation import check_torchvision
+from dpmed.config import load_study
+from dpmed.models.installation import check_torchvision, needs_torchvision
 from dpmed.provenance import package_version
 
 MISMATCH = "operator torchvision::nms does not exist"
@@ -46,7 +48,7 @@ def test_a_torchvision_for_another_torch_is_told_with_both_versions_at_start_up(
                                                                                 capsys):
     study = tmp_path / "s.yaml"
     study.write_text("name: s\ndata: {n_images: 200, image_size: 16}\ntraining: {steps: 1, batch_size: 16}\n"
-                     "arms: [{name: base, mechanism: none}]\n")     # a study that runs in seconds where it may run
+                     "model: {name: resnet9}\narms: [{name: base, mechanism: none}]\n")
     torchvision_failing(RuntimeError(MISMATCH))
     assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -74,3 +76,41 @@ def test_another_failure_of_torchvision_s_import_is_not_called_a_mismatch(torchv
 
 def test_a_working_torchvision_passes():
     check_torchvision()
+
+
+def test_a_study_that_never_imports_torchvision_is_not_refused_for_it(torchvision_failing, tmp_path, capsys):
+    """The check imported torchvision at every start: seconds of every `dpmed plan`, and a small_cnn study, which never
+    needed torchvision, refused for a torchvision it would not have imported."""
+    study = tmp_path / "s.yaml"
+    study.write_text("name: s\ndata: {n_images: 200, image_size: 16}\narms: [{name: base, mechanism: none}]\n")
+    torchvision_failing(RuntimeError(MISMATCH))
+    assert main(["plan", str(study), "--out", str(tmp_path / "out"), "--no-estimate"]) == 0, capsys.readouterr().err
+    assert "torchvision" not in sys.modules
+
+
+ARMS = "arms: [{name: base, mechanism: none}]\n"
+ATTACKED = "arms: [{name: dp, mechanism: dp_sgd, target_epsilon: 8, attack: {batches: 1}}]\n"
+NORMALIZED = "data: {preprocessing: {normalize: {mean: [0.5], std: [0.25]}}}\n"
+
+
+@pytest.mark.parametrize("text, needs", [
+    (ARMS, False),
+    ("model: {name: resnet18}\n" + ARMS, True),
+    ("model: {name: vgg16}\n" + ARMS, True),
+    ("evaluation: {explanations: {method: gradcam}}\n" + ARMS, True),     # pytorch_grad_cam imports torchvision
+    (ATTACKED, False),
+    (NORMALIZED + ARMS, False),
+    (NORMALIZED + ATTACKED, True),                                         # torchvision's Normalize before the model
+])
+def test_a_study_needs_torchvision_where_its_model_explanations_or_attack_import_it(write_study, text, needs):
+    assert needs_torchvision(load_study(write_study(f"name: s\n{text}"))) is needs
+
+
+def test_the_models_said_to_need_no_torchvision_are_built_without_it():
+    code = ("import sys\nfrom dpmed.models import MODELS\n"
+            "for info in MODELS.values():\n"
+            "    if not info.torchvision:\n"
+            "        info.build(1, 2, 32)\n"
+            "print(sorted(n for n in sys.modules if n.split('.')[0] == 'torchvision'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -4,18 +4,31 @@ torchvision's compiled operators (nms, roi_align, ...) are built against one tor
 (CPU, or one CUDA version). Beside another, torchvision's import fails on the first operator it registers
 ("operator torchvision::nms does not exist"), which surfaced wherever a study first imported torchvision (building a
 ResNet, Grad-CAM, the reconstruction attack): an internal error with a traceback, after the data had been read and
-perhaps after hours of training.
+perhaps after hours of training. Checked only for a study that imports torchvision: the import costs seconds, which
+a study of a small model never paid.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+from typing import Any
 
 from dpmed.errors import InstallationError
 from dpmed.provenance import package_version
 
-__all__ = ["check_torchvision"]
+__all__ = ["check_torchvision", "needs_torchvision"]
+
+
+def needs_torchvision(study: Any) -> bool:
+    """Whether running ``study`` (a `dpmed.config.Study`) imports torchvision: its model is built from torchvision's
+    modules (`ModelInfo.torchvision`), it explains with Grad-CAM (pytorch_grad_cam imports torchvision), or an arm's
+    attack puts the study's fixed normalisation in front of the model (torchvision's Normalize)."""
+    from dpmed.models import MODELS
+
+    attacked = any(getattr(arm, "attack", None) is not None for arm in study.arms)
+    return (MODELS[study.model.name].torchvision or study.evaluation.explanations is not None
+            or (attacked and study.data.preprocessing.normalize is not None))
 
 
 def check_torchvision() -> None:

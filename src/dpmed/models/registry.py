@@ -28,7 +28,8 @@ class ModelInfo:
     {last_blocks: N}`` (`dpmed.models.weights`); parameters in no block and outside the head (a stem) train only
     with ``trainable: all``. square: built for S x S images only (S = image_size, the height), by a head over the
     flattened map or a fixed transform of that size; `dpmed.suitability.check_fit` refuses other images before training,
-    where the models with global pooling take any."""
+    where the models with global pooling take any. torchvision: built from torchvision's modules, so building it
+    imports torchvision (`dpmed.models.installation.needs_torchvision`)."""
 
     name: str
     build: Callable[[int, int, int], nn.Module]
@@ -37,6 +38,7 @@ class ModelInfo:
     head: str = "head"
     blocks: tuple[tuple[str, ...], ...] = ()
     square: bool = False
+    torchvision: bool = False
 
 
 _SMALL_CNN_BLOCKS = (("features.0",), ("features.2",), ("features.4",), ("features.6",))
@@ -69,17 +71,18 @@ MODELS: dict[str, ModelInfo] = {
         ModelInfo("resnet9", _resnet9, "layer4",
                   "ResNet-9 of Tayebi Arasteh, Ziller et al. 2023 (Klause et al. 2022): torchvision ResNet, one "
                   "BasicBlock per stage, GroupNorm(32), Mish, no in-place ops; 4.9M parameters", head="fc",
-                  blocks=_resnet_blocks(1)),
+                  blocks=_resnet_blocks(1), torchvision=True),
         ModelInfo("resnet18", _imported("dpmed.models.resnet", "resnet18_gn"), "layer4",
                   "torchvision ResNet-18, GroupNorm(32), no in-place ops; 11M parameters", head="fc",
-                  blocks=_resnet_blocks(2)),
+                  blocks=_resnet_blocks(2), torchvision=True),
         ModelInfo("alexnet", alexnet_dp, ALEXNET_CAM_LAYER,
                   "torchvision AlexNet features (Naidu et al. 2021), out-of-place ReLU, GAP + linear head; "
-                  "2.5M parameters", blocks=tuple((f"features.{i}",) for i in (0, 3, 6, 8, 10))),
+                  "2.5M parameters", blocks=tuple((f"features.{i}",) for i in (0, 3, 6, 8, 10)), torchvision=True),
         ModelInfo("vgg16", vgg16_dp, VGG16_CAM_LAYER,
                   "torchvision VGG-16 features (Naidu et al. 2021), no BatchNorm, out-of-place ReLU, GAP + "
                   "linear head; 14.7M parameters",
-                  blocks=tuple((f"features.{i}",) for i in (0, 2, 5, 7, 10, 12, 14, 17, 19, 21, 24, 26, 28))),
+                  blocks=tuple((f"features.{i}",) for i in (0, 2, 5, 7, 10, 12, 14, 17, 19, 21, 24, 26, 28)),
+                  torchvision=True),
         # The private training recipe (METHODS.md s.9): weight standardisation + GroupNorm (Qiao et al. 2019;
         # De et al. 2022), and handcrafted scattering features (Tramer and Boneh 2021).
         ModelInfo("small_cnn_ws", lambda c, k, s: weight_standardize(SmallCNN(c, k)), "features",
@@ -87,7 +90,7 @@ MODELS: dict[str, ModelInfo] = {
                   blocks=_SMALL_CNN_BLOCKS),
         ModelInfo("resnet9_ws", lambda c, k, s: weight_standardize(_resnet9(c, k, s)), "layer4",
                   "resnet9 with weight-standardised convolutions before each GroupNorm (De et al. 2022)", head="fc",
-                  blocks=_resnet_blocks(1)),
+                  blocks=_resnet_blocks(1), torchvision=True),
         ModelInfo("scatternet_linear", scatternet_linear, "features",
                   "frozen scattering transform (J=2, L=8), GroupNorm, linear head (Tramer and Boneh 2021); "
                   "81 C (S/4)^2 K parameters", blocks=(("norm",),), square=True),
