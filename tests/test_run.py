@@ -728,3 +728,40 @@ def test_training_and_evaluating_a_run_again_leave_the_callers_random_state_alon
         evaluated = torch.get_rng_state(), np.random.get_state()[1].copy()
     for state in (trained, evaluated):
         assert torch.equal(state[0], before[0]) and np.array_equal(state[1], before[1])
+
+
+def _attempts_kept(this: str) -> dict[str, object]:
+    """What a key file's attempt field may hold, by what it is, beside this run's attempt ``this``."""
+    digest = this.partition(":")[2]
+    return {"this": this, "another": f"{ATTEMPT_FORMAT}:{'ab' * 32}", "bare this": digest, "bare another": "ab" * 32,
+            "older format": f"{ATTEMPT_FORMAT - 1}:{digest}", "newer format": f"{ATTEMPT_FORMAT + 1}:{digest}",
+            "garbled": "not a fingerprint", "cut short": this[:-2], "not text": 7, "absent": None}
+
+
+@pytest.mark.parametrize("settings", ["this", "another", "garbled", "absent"])
+@pytest.mark.parametrize("attempt", list(_attempts_kept("3:" + "0" * 64)))
+def test_status_and_run_agree_on_whether_a_checkpoint_continues(prepared, tmp_path, attempt, settings):
+    """`dpmed status` reads the key file beside an interrupted run's checkpoint and says whether the next `dpmed run`
+    continues from it; it must never say "cannot continue" of a checkpoint the run continues, nor "continues" of one
+    it deletes, except on the condition it states (that the training data are unchanged: status does not read them,
+    so an attempt made with other data beside settings it cannot tell from these reads as continuing if unchanged)."""
+    from dpmed.states import _checkpoint_detail
+
+    study, dataset, plans = prepared
+    plan = plans["lap"]
+    context = RunContext(dataset=dataset, evaluation=study.evaluation, study=study)
+    folder = StudyFolder(tmp_path).run(plan.run_id)
+    folder.make()
+    shown = plan.fingerprint(study)
+    key = {"root": PrivacyRandomness.secure().root_hex(),
+           "attempt": _attempts_kept(_attempt(plan, context))[attempt],
+           "settings": {"this": shown, "another": f"{ATTEMPT_FORMAT}:{'cd' * 32}", "garbled": "cd"}.get(settings)}
+    folder.privacy_key.write_text(json.dumps({k: v for k, v in key.items() if v is not None}))
+    torch.save({"progress": {"steps": 5, "of": 20}}, folder.checkpoint)
+    said = _checkpoint_detail(folder.checkpoint, folder.privacy_key, "secure", shown)
+    continues = _privacy_randomness(plan, context, folder).root_hex() == key["root"]
+    assert continues == folder.checkpoint.exists()
+    if continues or (attempt in ("another", "bare another") and settings != "another"):
+        assert said.startswith("continues from its checkpoint at step 5 of 20"), said
+    else:
+        assert said.startswith("cannot continue: "), said

@@ -136,21 +136,25 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
     noise, whose difference would cancel the noise."""
     mode, attempt = context.privacy_randomness, _attempt(plan, context)
     saved = saved_key(folder.privacy_key, mode)
+    shown = None if context.study is None else plan.fingerprint(context.study)
     # a bare hash equal to this one's is an older dpmed's attempt of the same settings and data: it continues
-    if saved is not None and saved.attempt in (attempt, attempt.partition(":")[2]):
+    same = saved is not None and saved.attempt in (attempt, attempt.partition(":")[2])
+    # a settings' fingerprint that is not this run's beside this attempt's: `dpmed status` says "other settings"
+    if same and (None in (saved.settings, shown) or saved.settings == shown):
         return saved.randomness
     if folder.checkpoint.is_file():     # `dpmed status` may have shown it as continuing: say why it does not
+        why = ("the settings' fingerprint in its privacy key file is not this run's, beside this run's attempt "
+               "fingerprint: the key file is damaged" if same else _why_not_continued(saved))
         _log.info("%s: its checkpoint cannot continue (%s): deleted, and the run trains afresh%s, nothing of that "
-                  "attempt mixed in", plan.run_id, _why_not_continued(saved),
-                  " under a new privacy key" if mode == "secure" else "")
+                  "attempt mixed in", plan.run_id, why, " under a new privacy key" if mode == "secure" else "")
     folder.discard_attempt()
     randomness = (PrivacyRandomness.reproducible(seed=plan.seed, run_id=plan.run_id) if mode == "reproducible" else
                   PrivacyRandomness.secure())
     # The text is made inside the write, named by no local: a Ctrl-C just after the file replaced its temporary one
     # keeps the key for the next attempt, and a traceback that shows locals would print it.
-    shown = {} if context.study is None else {"settings": plan.fingerprint(context.study)}
+    kept = {} if shown is None else {"settings": shown}
     write_atomic(folder.privacy_key, lambda f: f.write(json.dumps({"root": randomness.root_hex(), "attempt": attempt,
-                                                                   **shown}).encode()), owner_only=True)
+                                                                   **kept}).encode()), owner_only=True)
     return randomness
 
 
