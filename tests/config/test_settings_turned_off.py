@@ -41,14 +41,21 @@ def test_a_setting_another_setting_turns_off_is_warned_of_naming_both(write_stud
         load_study(path)
     said = _warnings(caplog)
     assert len(said) == 1, said
-    assert str(path) in said[0] and f" {key} changes nothing" in said[0] and because in said[0], said[0]
+    assert said[0].startswith(f"study file {path}: {key} changes nothing") and because in said[0], said[0]
     assert "remove it, unless runs of this study finished with it" in said[0]
 
 
-def test_a_setting_given_with_set_is_warned_of_too(write_study, caplog):
+@pytest.mark.parametrize("key, value", [("training.lr_schedule.milestones", [0.2]),
+                                        ("training.lr_schedule", {"milestones": [0.2]})])
+def test_a_setting_given_with_set_is_warned_of_as_the_option_s(write_study, caplog, key, value):
+    """The warning named the study file alone, and asked to remove from it a key it does not hold."""
+    path = write_study(f"name: s\n{ARMS}")
     with caplog.at_level(logging.WARNING):
-        load_study(write_study(f"name: s\n{ARMS}"), {"training.lr_schedule.milestones": [0.2]})
-    assert len(_warnings(caplog)) == 1 and "training.lr_schedule.milestones" in _warnings(caplog)[0]
+        load_study(path, {key: value}, origins={key: f"--set {key}=..."})
+    said = _warnings(caplog)
+    assert len(said) == 1, said
+    assert said[0].startswith(f"--set {key}=... (with study file {path}): training.lr_schedule.milestones changes "
+                              "nothing"), said[0]
 
 
 @pytest.mark.parametrize("text", [

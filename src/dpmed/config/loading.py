@@ -361,7 +361,7 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
         check_run_ids(study)
     except ValueError as exc:
         raise ConfigError(f"study file {path}: {exc}") from None
-    _tell_settings_turned_off(study, path)
+    _tell_settings_turned_off(study, path, origins)
     try:
         return _with_paths_resolved(study, path, origins)
     except (OSError, ValueError) as exc:   # a name too long for the file system, a NUL byte in it
@@ -369,13 +369,17 @@ def load_study(path: str | Path | None = None, overrides: Mapping[str, Any] | No
                           "or pretrain.data.path") from None
 
 
-def _tell_settings_turned_off(study: schema.Study, path: Path) -> None:
+def _tell_settings_turned_off(study: schema.Study, path: Path, origins: Mapping[str, str]) -> None:
     """Warn of each setting the study gives that another setting turns off (`Study.settings_turned_off`): it was
     ignored without a word, and a user took it for a change. Not refused: a finished run recorded it, and a study
-    file made to drop it would train that run again (a DP-SGD run trained again is a second release)."""
+    file made to drop it would train that run again (a DP-SGD run trained again is a second release). One an option
+    set (``origins``: key as set -> how, e.g. ``--set training.lr_schedule.gamma=0.5``) is blamed on the option: the
+    study file may not hold it at all."""
     for key, why in study.settings_turned_off():
-        _log.warning("study file %s: %s changes nothing, as %s; remove it, unless runs of this study finished "
-                     "with it (they recorded it, and keep matching the file only while it stays)", path, key, why)
+        given = next((origin for at, origin in origins.items() if key == at or key.startswith(f"{at}.")), None)
+        _log.warning("%s: %s changes nothing, as %s; remove it, unless runs of this study finished with it (they "
+                     "recorded it, and keep matching the study only while it stays)",
+                     f"study file {path}" if given is None else f"{given} (with study file {path})", key, why)
 
 
 def _with_paths_resolved(study: schema.Study, path: Path, origins: Mapping[str, str]) -> schema.Study:
