@@ -790,7 +790,7 @@ def test_weights_an_earlier_dpmed_keyed_by_a_setting_pretraining_does_not_read_a
     folder = StudyFolder(tmp_path)
     with monkeypatch.context() as patched:       # an earlier dpmed keyed by the settings as given
         patched.setattr(TrainingConfig, "computed_settings",
-                        lambda self: self.model_dump(mode="json", exclude=set(EXECUTION_ONLY)))
+                        lambda self, **_: self.model_dump(mode="json", exclude=set(EXECUTION_ONLY)))
         before = prepare_start(earlier, private, folder)
     record = make_record("base_seed0", "base").model_copy(update={"start": before})
     folder.run("base_seed0").public.mkdir(parents=True)

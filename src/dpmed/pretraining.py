@@ -131,9 +131,9 @@ def _content_key(public: Dataset, config: PretrainConfig, model: str, start_sha:
 
 
 def _read_settings(training: TrainingConfig) -> dict:
-    """The settings public pretraining reads: the computed ones (Adam's momentum at its default already), the
-    dp_engine at its default, since pretraining takes no DP-SGD step."""
-    return training.computed_settings() | {"dp_engine": TrainingConfig.model_fields["dp_engine"].default}
+    """The settings public pretraining reads: the computed ones of a run that takes no DP-SGD step (Adam's momentum
+    and the dp_engine at their defaults)."""
+    return training.computed_settings(dp_sgd=False)
 
 
 def _keyed_otherwise(public: Dataset, config: PretrainConfig, model: str, start_sha: str | None,

@@ -80,7 +80,7 @@ class RunPlan(Strict):
     def settings(self) -> dict[str, Any]:
         """What the run computes, as JSON data: a finished run is reused only when these are equal."""
         data = self.model_dump(mode="json")
-        data["training"] = self.training.computed_settings()
+        data["training"] = self.training.computed_settings(dp_sgd=self.mechanism == "dp_sgd")
         # DP-SGD's count as released where it fell below the batch: what the card states, not what trains (N, q,
         # T and sigma decide that), and absent from the runs an older dpmed finished, which must still resume
         data["privacy"].pop("released_units", None)

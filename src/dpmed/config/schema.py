@@ -273,15 +273,21 @@ class TrainingConfig(_Strict):
                 for key in ("milestones", "gamma") if key in schedule.model_fields_set and schedule.kind != "step"]
         return off
 
-    def computed_settings(self) -> dict:
+    def computed_settings(self, *, dp_sgd: bool = True) -> dict:
         """The settings as JSON data without those of `EXECUTION_ONLY`: equal for two configs that train the same
         model, so a finished run, a checkpoint or cached pretrained weights made under either are reused. Adam's
         momentum is shown at its default, whatever it holds: Adam reads none, and a run an earlier dpmed finished with
         another (which the study file may no longer give) trained as the default does, so it is reused, not
-        retrained (a DP-SGD run retrained is a new release of the same patients)."""
+        retrained (a DP-SGD run retrained is a new release of the same patients). So is dp_engine, how DP-SGD clips,
+        where ``dp_sgd`` is False (a run that takes no DP-SGD step: no privacy, local DP, public pretraining):
+        another engine changes nothing such a run computes, and switching it retrained every finished run of those
+        arms (a local-DP run retrained draws its images' noise again)."""
         settings = self.model_dump(mode="json", exclude=set(EXECUTION_ONLY))
+        defaults = type(self).model_fields
         if self.optimizer == "adam":
-            settings["momentum"] = type(self).model_fields["momentum"].default
+            settings["momentum"] = defaults["momentum"].default
+        if not dp_sgd:
+            settings["dp_engine"] = defaults["dp_engine"].default
         return settings
 
 

@@ -143,7 +143,7 @@ def _augmentation(cfg: TrainingConfig, data: ImageSet, seed: int) -> tuple[Augme
 
 def _fingerprint(data: ImageSet, cfg: TrainingConfig, seed: int, dp: DpSgdPlan | None) -> dict:
     """What a checkpoint must match to be continued: the same data size, settings, seed and DP plan."""
-    training = cfg.computed_settings()
+    training = cfg.computed_settings(dp_sgd=dp is not None)
     return {"n": len(data), "training": training, "seed": seed,
             "dp": None if dp is None else dp.model_dump(mode="json")}
 
