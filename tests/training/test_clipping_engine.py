@@ -232,6 +232,19 @@ def test_the_opacus_engine_leaves_a_model_that_trains_and_backpropagates_as_befo
     assert inputs.grad is not None and bool(torch.isfinite(inputs.grad).all())
 
 
+@pytest.mark.parametrize("clipper", [GhostClipper, OpacusClipper])
+def test_a_forward_that_fails_leaves_no_hooks(clipper, layer_case):
+    """A step that fails inside the model's forward or loss must not leave the engine's hooks on the model: they
+    would run in every later use of it (evaluation, explanations, the imprint attack's backward)."""
+    model, x, y = layer_case("conv2d", 5)
+
+    def failing(z, y):
+        raise RuntimeError("loss failed")
+    with pytest.raises(RuntimeError, match="loss failed"):
+        clipper(model).clipped_sum(x, y, loss_fn=failing, max_grad_norm=1.0)
+    assert not any(m._forward_hooks or m._backward_hooks for m in model.modules())
+
+
 # ------------------------------------------------------------------------------------ what it refuses, and why
 
 @pytest.mark.parametrize("norm", [nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
