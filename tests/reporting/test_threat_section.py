@@ -109,6 +109,7 @@ def test_threat_section_says_which_threat_model_and_what_counts_as_success(tmp_p
     text = _text(_section(folder.report.read_text(), "threat"))
     for plain in ("Realistic is the threat model of Ziller et al. 2024", "imprint attack of Fowl et al. 2022",
                   "through dpmed's own DP-SGD step", "held-out test images",
+                  "the run's augmentation and its multiplicity K are left out",
                   "SSIM 0.87", "calibrated on public images", "only 1 in 100 plausible images",
                   "Worst case and relaxed are upper bounds"):
         assert plain in text, plain

@@ -42,7 +42,9 @@ __all__ = ["AttackImages", "AttackResult", "run_imprint_attack", "attack_arm", "
 # What a study's attack puts through the arm's step in place of a training batch, and why (run.json says it).
 ATTACKED = ("held-out test images through the arm's own step and trained model (the same mechanism and image "
             "distribution as a training batch; a rate measured on the training images would itself be a statistic "
-            "of them, outside the accountant); bins and threshold from the validation images")
+            "of them, outside the accountant), each image once and unaugmented (the arm's augmentation multiplicity "
+            "is the adversary's choice, and leaves the step's accounting unchanged); bins and threshold from the "
+            "validation images")
 
 
 @dataclass(frozen=True)

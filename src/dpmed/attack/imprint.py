@@ -16,6 +16,8 @@ hold the training images. It ships a *modified* model (the malicious server of F
 * which parameters are trained (a fine-tuning hyperparameter): only the measurement layer; the body is frozen, so
   each example's whole clipped norm C is spent on the rows the attack reads (the strongest use of the step);
 * the thresholds, from the brightness *distribution* of public images (never the private ones);
+* the augmentation: none, each image through the step once as it is; an arm's multiplicity K averages K augmented
+  copies of an image before clipping, which would only blur what the bins read, and leaves the accounting unchanged;
 * the scales: ``perturbation`` keeps the body's input within 1e-4 or so of the image, so the model still works,
   and ``amplification`` makes each example's gradient far larger than any practical C, so clipping always binds
   and every example contributes exactly C (it then bounds nothing the attack needs: see below).

@@ -189,7 +189,8 @@ def _reconstructions(items: Mapping[str, PrivateRun], path: Path) -> str:
     return (f"{heading}<p>Per attacked run, the "
             "reconstructions with the highest SSIM to an image of their batch (bottom row) under that image (top "
             "row). The attacked images are held-out test images put through the run's own DP-SGD step in place of a "
-            "training batch; they are patient images all the same, so they appear here and not in report.html. "
+            "training batch, each once and without the run's augmentation; they are patient images all the same, so "
+            "they appear here and not in report.html. "
             "A reconstruction counts as a success when its SSIM reaches the threshold given in report.html's "
             f"section 'Three threat models'.</p><figure>{figure}</figure>{unread}")
 
