@@ -9,7 +9,7 @@ and `dpmed.accounting`.
     dpmed --version;  python -m dpmed ...
 
 Exit status: 0 done, 1 some runs failed or an internal error (traceback saved to dpmed-error-*.txt), 2 bad input (or
-the output folder is unusable or in use), 130 interrupted (Ctrl-C, or SIGTERM during `dpmed run`: `timeout`, SLURM,
+the output folder is unusable or in use, or torchvision was built for another torch), 130 interrupted (Ctrl-C, or SIGTERM during `dpmed run`: `timeout`, SLURM,
 `docker stop`; the same clean-up runs for both; the command then ends as killed by SIGINT, which a shell shows as
 130: `command`).
 What runs log goes to the terminal (stderr) and to the study's private log file (`dpmed.log`); progress bars only
@@ -39,6 +39,11 @@ __all__ = ["command", "main"]
 
 _log = logging.getLogger("dpmed.cli")
 INTERRUPTED = 130   # what main returns after Ctrl-C (or SIGTERM during `dpmed run`): 128 + SIGINT
+# what `dpmed --help` says of main's statuses, for a script or a batch job that branches on them
+EXIT_STATUS = ("exit status: 0 done; 1 some runs failed, or an internal error (its traceback in the "
+               "dpmed-error-*.txt file the message names); 2 bad input, an output folder that cannot be written or is "
+               "in use, or a torchvision built for another torch (one line, no traceback); 130 interrupted (Ctrl-C, "
+               "or SIGTERM during `dpmed run`)")
 # dpmed.accounting's ACCOUNTANTS and NOISES, written out so that parsing a command line does not import
 # dp_accounting (tests/test_cli_privacy.py holds them equal)
 PRIVACY_ACCOUNTANTS = ("pld", "rdp", "rdp-classic", "pure")
@@ -166,7 +171,8 @@ def _run_options() -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dpmed", description="What does privacy cost a diagnostic imaging model?")
+    p = argparse.ArgumentParser(prog="dpmed", description="What does privacy cost a diagnostic imaging model?",
+                                epilog=EXIT_STATUS)
     p.add_argument("--version", action="version", version=f"dpmed {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train and evaluate every arm of a study, then write the report",
@@ -443,8 +449,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dpmed`` command; returns the exit status (0 ok, 1 some runs failed or dpmed itself did,
-    2 bad input or an unusable output folder, 130 interrupted: Ctrl-C, or SIGTERM during `dpmed run`)."""
+    """Entry point of the ``dpmed`` command; returns the exit status `dpmed --help` lists (``EXIT_STATUS``):
+    any `DpmedError` gives 2 with its message alone, any other exception 1 with its traceback in a file."""
     args = _parser().parse_args(argv)
     quiet_known_noise()
     commands = {"run": _run, "plan": _plan, "report": _report, "status": _status, "privacy": _privacy}

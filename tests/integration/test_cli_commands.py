@@ -485,3 +485,15 @@ def test_status_and_report_help_say_what_the_command_does(capsys, command, said)
         main([command, "--help"])
     assert done.value.code == 0
     assert said in " ".join(capsys.readouterr().out.split())
+
+
+def test_help_lists_the_exit_statuses_with_a_torchvision_for_another_torch_among_bad_input(capsys):
+    """Before: `dpmed --help` listed no exit status, and the command's own list left out the torchvision built for
+    another torch that `dpmed run` and `dpmed plan` refuse with status 2."""
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    said = re.search(r"exit status: 0 done; 1 .*?; 2 (.*?); 130 interrupted", text)
+    assert said is not None, text
+    assert "bad input" in said.group(1) and "a torchvision built for another torch" in said.group(1)
