@@ -69,7 +69,7 @@ class ModelConfig(_Strict):
         pretraining), while `dpmed plan` described it as planned; the file is the place to refuse it."""
         name = info.data.get("name")
         if isinstance(v, LastBlocks) and name is not None:
-            from dpmed.models import MODELS   # here: the models import torchvision, which a study file rarely needs
+            from dpmed.models import MODELS   # here: the models import torch, which reading a study file needs not
             from dpmed.models.weights import last_blocks_problem
 
             problem = last_blocks_problem(v.last_blocks, MODELS[name].blocks, model=name)

@@ -12,7 +12,7 @@ run.
   metrics wherever the map has a floor.
 
 CAMs are computed on a plain copy of the model (:func:`plain_copy`): an Opacus GradSampleModule wrapper, or hooks
-left by a clipping engine, would fire inside the CAM library's own hooks, and the library puts its model in eval
+a caller left on the model, would fire inside the CAM library's own hooks, and the library puts its model in eval
 mode. The caller's model keeps its mode, parameters, gradients and hooks (a test checks this).
 """
 
