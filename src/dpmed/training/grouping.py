@@ -17,7 +17,8 @@ from torch import Tensor
 __all__ = ["group_index", "Grouping", "GROUP_CHUNK_ELEMENTS"]
 
 # Per-example gradients of multi-image groups materialised at one time, per layer (elements; 2^24 float32 = 64 MiB).
-# A group larger than this still goes in one piece: its norm needs all of its images.
+# A group larger than this still goes in one piece: the engine norms a group from all of its images at once (the
+# step hands it none of more than physical_batch_size images: `DpSgdStep._clipped_unit` takes those in slices).
 GROUP_CHUNK_ELEMENTS = 1 << 24
 
 
