@@ -8,10 +8,10 @@ and `dpmed.accounting`.
     dpmed privacy epsilon|calibrate|risk ...     (planning without training; imports no torch)
     dpmed --version;  python -m dpmed ...
 
-Exit status: 0 done, 1 some runs failed or an internal error (traceback saved to dpmed-error-*.txt), 2 bad input (or
-the output folder is unusable or in use, or torchvision was built for another torch), 130 interrupted (Ctrl-C, or SIGTERM during `dpmed run`: `timeout`, SLURM,
-`docker stop`; the same clean-up runs for both; the command then ends as killed by SIGINT, which a shell shows as
-130: `command`).
+Exit status (``EXIT_STATUS``, which `dpmed --help` prints): 0 done, 1 some runs failed or an internal error (traceback
+saved to dpmed-error-*.txt), 2 bad input (or the output folder is unusable or in use, or torchvision was built for
+another torch), 130 interrupted (Ctrl-C, or SIGTERM during `dpmed run`: `timeout`, SLURM, `docker stop`; the same
+clean-up runs for both; the command then ends as killed by SIGINT, which a shell shows as 130: `command`).
 What runs log goes to the terminal (stderr) and to the study's private log file (`dpmed.log`); progress bars only
 where stderr is a terminal, elsewhere a line after a run's first step and at each tenth of its steps.
 """
