@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:       # what a type checker reads for the names below, which import on first use
     from dpmed.config import RunPlan, Study, load_study
     from dpmed.data import Dataset, ImageSet, Sample, Task
-    from dpmed.errors import ConfigError, DataError, DpmedError, FolderError, PrivacyError
+    from dpmed.errors import ConfigError, DataError, DpmedError, FolderError, InstallationError, PrivacyError
     from dpmed.mechanisms import PrivacyCard
     from dpmed.records import RunRecord, read_record
     from dpmed.study import StudyResult, run_study
@@ -29,7 +29,7 @@ if TYPE_CHECKING:       # what a type checker reads for the names below, which i
 __all__ = [
     "load_study", "run_study", "read_results", "read_record", "Study", "StudyResult", "RunPlan", "RunRecord",
     "PrivacyCard", "Dataset", "ImageSet", "Sample", "Task", "DpmedError", "ConfigError", "DataError", "PrivacyError",
-    "FolderError",
+    "FolderError", "InstallationError",
 ]
 
 _HOME = {
@@ -38,7 +38,7 @@ _HOME = {
     "run_study": "dpmed.study", "StudyResult": "dpmed.study",
     "Dataset": "dpmed.data", "ImageSet": "dpmed.data", "Sample": "dpmed.data", "Task": "dpmed.data",
     "DpmedError": "dpmed.errors", "ConfigError": "dpmed.errors", "DataError": "dpmed.errors",
-    "PrivacyError": "dpmed.errors", "FolderError": "dpmed.errors",
+    "PrivacyError": "dpmed.errors", "FolderError": "dpmed.errors", "InstallationError": "dpmed.errors",
 }
 
 

@@ -43,6 +43,7 @@ from dpmed.folders import RunFolder, StudyFolder, write_text_atomic
 from dpmed.interruption import interruptible
 from dpmed.mechanisms import DpSgdPlan, PlanContext, PrivacyCard, mechanism_info, patient_guarantee
 from dpmed.mechanisms.base import refuse_vacuous_delta
+from dpmed.models.installation import check_torchvision, needs_torchvision
 from dpmed.numbers import count_text, shape_text
 from dpmed.outputs import write_outputs
 from dpmed.pretraining import prepare_start
@@ -447,6 +448,8 @@ def _run_study(study: Study, *, out: Path | str, progress: bool, executor: str, 
                fail_fast: bool, worker_setup: Callable[[], None] | None) -> StudyResult:
     start = time.perf_counter()
     check_device(study)
+    if needs_torchvision(study):    # a torchvision built for another torch, told before the data are read
+        check_torchvision()
     root = Path(out) / study.name
     with claim_folder(root), writing_into(root):
         prepared = prepare_study(study, out=out)

@@ -70,7 +70,6 @@ def test_where_a_run_executes_is_not_a_setting_of_the_run(plans):
         assert other.settings() != plan.settings(), changed     # a finished run of other settings is not reused
 
 
-
 @pytest.mark.parametrize("run_id", ["base_seed0", "ldp_epsimg512_seed1", "dp_eps8_C1_seed1"])
 def test_the_dp_engine_is_a_setting_of_dp_sgd_runs_only(plans, run_id):
     """dp_engine chooses how DP-SGD clips: another engine trains a DP-SGD run differently (float rounding, Opacus's
@@ -86,6 +85,7 @@ def test_the_dp_engine_is_a_setting_of_dp_sgd_runs_only(plans, run_id):
     dp = plan.privacy if dp_sgd else None
     data = type("Data", (), {"__len__": lambda self: 100})()          # a checkpoint's fingerprint reads the size only
     assert (_fingerprint(data, other.training, 0, dp) != _fingerprint(data, plan.training, 0, dp)) == dp_sgd
+
 
 def test_labels_and_sweeps_come_from_typed_fields(plans):
     a, b = plans["dp_eps1_C1_seed0"], plans["dp_eps8_C1_seed1"]

@@ -58,6 +58,20 @@ def test_a_torchvision_for_another_torch_is_told_with_both_versions_at_start_up(
     assert not (tmp_path / "out").exists()       # told before anything is read or written
 
 
+def test_run_study_tells_a_torchvision_for_another_torch_before_it_reads_or_writes(torchvision_failing, tmp_path):
+    """From Python (a notebook) as from the command line: the clear error, not torchvision's RuntimeError where a
+    ResNet is first built, after the data are read."""
+    import dpmed
+
+    study = tmp_path / "s.yaml"
+    study.write_text("name: s\ndata: {n_images: 200, image_size: 16}\ntraining: {steps: 1, batch_size: 16}\n"
+                     "model: {name: resnet9}\narms: [{name: base, mechanism: none}]\n")
+    torchvision_failing(RuntimeError(MISMATCH))
+    with pytest.raises(dpmed.InstallationError, match="does not work with torch"):
+        dpmed.run_study(study, out=tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_install_command_names_the_torchvision_made_for_this_torch(torchvision_failing, monkeypatch):
     from dpmed.models import installation
 
