@@ -240,10 +240,11 @@ class SavedKey(NamedTuple):
     settings: str | None
 
 
-# A settings fingerprint as `dpmed.config.RunPlan.fingerprint` writes it: "<format>:<sha256>"
-_SETTINGS = re.compile(r"[0-9]+:[0-9a-f]{64}")
+# A settings fingerprint as `dpmed.config.RunPlan.fingerprint` writes it: "<format>:<sha256>", the format a number
+# as str() writes it: "03:<sha256>" is no fingerprint of format 3, which `dpmed run` compares as text
+_SETTINGS = re.compile(r"(0|[1-9][0-9]*):[0-9a-f]{64}")
 # An attempt's fingerprint as `dpmed.run` writes it: "<format>:<sha256>", or a bare sha256 (an older dpmed's)
-_ATTEMPT = re.compile(r"([0-9]+:)?[0-9a-f]{64}")
+_ATTEMPT = re.compile(r"((0|[1-9][0-9]*):)?[0-9a-f]{64}")
 
 
 def saved_key(path: Path, mode: RandomnessMode) -> SavedKey | None:
