@@ -23,6 +23,7 @@ from dpmed.models import build_model
 from dpmed.randomness import PrivacyRandomness
 from dpmed.records import PretrainRecord, StartRecord
 from dpmed.run import ATTEMPT_FORMAT, RunContext, _attempt, _privacy_randomness, _training_set, start_model
+from dpmed.states import _checkpoint_detail
 from dpmed.study import load_study_data, plan_study
 
 STUDY = ("name: s\ndata: {source: phantom, n_images: 120, image_size: 16}\nseeds: [3]\n"
@@ -730,38 +731,74 @@ def test_training_and_evaluating_a_run_again_leave_the_callers_random_state_alon
         assert torch.equal(state[0], before[0]) and np.array_equal(state[1], before[1])
 
 
-def _attempts_kept(this: str) -> dict[str, object]:
-    """What a key file's attempt field may hold, by what it is, beside this run's attempt ``this``."""
-    digest = this.partition(":")[2]
-    return {"this": this, "another": f"{ATTEMPT_FORMAT}:{'ab' * 32}", "bare this": digest, "bare another": "ab" * 32,
-            "older format": f"{ATTEMPT_FORMAT - 1}:{digest}", "newer format": f"{ATTEMPT_FORMAT + 1}:{digest}",
-            "garbled": "not a fingerprint", "cut short": this[:-2], "not text": 7, "absent": None}
+# Every state of an interrupted run's key file, beside a checkpoint: (its "attempt", its "settings") as functions of
+# this attempt's fingerprint ``now``, another attempt's of the same settings on other training images ``images``, the
+# settings' fingerprint ``shown`` and another run's ``other``; then what `dpmed status` says (afresh, or continues on
+# the condition that the settings, data and weights are unchanged ("if ..."), the older dpmed that made it having
+# fingerprinted the run alike ("if older ...")), and whether `dpmed run` continues. Here only the training images of
+# "other images" rows changed: a continuation told on a condition that holds must continue.
+_MISSING = object()
+_KEY_FILES = {
+    "no key file": (None, None, "afresh", False),
+    "not JSON": ("{", None, "afresh", False),
+    "no attempt": (_MISSING, "shown", "afresh", False),
+    "attempt null": (lambda f: None, "shown", "afresh", False),
+    "attempt a number": (lambda f: 7, "shown", "afresh", False),
+    "attempt a list": (lambda f: [f["now"]], "shown", "afresh", False),
+    "attempt garbled": (lambda f: "not a fingerprint", "shown", "afresh", False),
+    "attempt in capitals": (lambda f: f["now"].upper(), "shown", "afresh", False),
+    "attempt cut short": (lambda f: f["now"][:-1], "shown", "afresh", False),
+    "attempt's format padded": (lambda f: "0" + f["now"], "shown", "afresh", False),
+    "this attempt": (lambda f: f["now"], "shown", "if data", True),
+    "this attempt, settings missing": (lambda f: f["now"], _MISSING, "if settings", True),
+    "this attempt, settings garbled": (lambda f: f["now"], "garbled", "if settings", True),
+    "other images": (lambda f: f["images"], "shown", "if data", False),
+    "other images, settings missing": (lambda f: f["images"], _MISSING, "if settings", False),
+    "other settings": (lambda f: f["other_run"], "other", "afresh", False),
+    "an older format": (lambda f: f"{ATTEMPT_FORMAT - 1}:{f['hex']}", "shown", "afresh", False),
+    "a newer format": (lambda f: f"{ATTEMPT_FORMAT + 1}:{f['hex']}", "shown", "afresh", False),
+    "a bare hash alike": (lambda f: f["hex"], _MISSING, "if older", True),
+    "a bare hash not alike": (lambda f: "ab" * 32, _MISSING, "if older", False),
+    "a bare hash alike, settings equal": (lambda f: f["hex"], "shown", "if older", True),
+    "a bare hash alike, settings other": (lambda f: f["hex"], "other", "if older", True),
+}
 
 
-@pytest.mark.parametrize("settings", ["this", "another", "garbled", "absent"])
-@pytest.mark.parametrize("attempt", list(_attempts_kept("3:" + "0" * 64)))
-def test_status_and_run_agree_on_whether_a_checkpoint_continues(prepared, tmp_path, attempt, settings):
-    """`dpmed status` reads the key file beside an interrupted run's checkpoint and says whether the next `dpmed run`
-    continues from it; it must never say "cannot continue" of a checkpoint the run continues, nor "continues" of one
-    it deletes, except on the condition it states (that the training data are unchanged: status does not read them,
-    so an attempt made with other data beside settings it cannot tell from these reads as continuing if unchanged)."""
-    from dpmed.states import _checkpoint_detail
-
+@pytest.mark.parametrize("case", list(_KEY_FILES))
+def test_status_tells_of_every_key_file_what_the_next_run_does_with_its_checkpoint(prepared, tmp_path, case):
+    """`dpmed status` reads the key file and study.yaml, not the training data; `dpmed run` reads both. For every
+    state the key file may be in, what status says of the checkpoint holds of what the run then does: "cannot
+    continue" where the run trains afresh, and a continuation only on conditions that hold where the run
+    continues."""
     study, dataset, plans = prepared
     plan = plans["lap"]
     context = RunContext(dataset=dataset, evaluation=study.evaluation, study=study)
+    now = _attempt(plan, context)
+    fingerprints = {"now": now, "hex": now.partition(":")[2],
+                    "images": _attempt(plan, dataclasses.replace(context, dataset=_with_train(
+                        dataset, labels=1 - dataset.train.labels))),
+                    "other_run": _attempt(plans["base"], context)}
+    settings = {"shown": plan.fingerprint(study), "other": plans["base"].fingerprint(study), "garbled": "3:x"}
+    attempt, kept, told, continues = _KEY_FILES[case]
     folder = StudyFolder(tmp_path).run(plan.run_id)
     folder.make()
-    shown = plan.fingerprint(study)
-    key = {"root": PrivacyRandomness.secure().root_hex(),
-           "attempt": _attempts_kept(_attempt(plan, context))[attempt],
-           "settings": {"this": shown, "another": f"{ATTEMPT_FORMAT}:{'cd' * 32}", "garbled": "cd"}.get(settings)}
-    folder.privacy_key.write_text(json.dumps({k: v for k, v in key.items() if v is not None}))
     torch.save({"progress": {"steps": 5, "of": 20}}, folder.checkpoint)
-    said = _checkpoint_detail(folder.checkpoint, folder.privacy_key, "secure", shown)
-    continues = _privacy_randomness(plan, context, folder).root_hex() == key["root"]
-    assert continues == folder.checkpoint.exists()
-    if continues or (attempt in ("another", "bare another") and settings != "another"):
-        assert said.startswith("continues from its checkpoint at step 5 of 20"), said
+    if attempt == "{":
+        folder.privacy_key.write_text("{")
+    elif attempt is not None:
+        key = {"root": PrivacyRandomness.secure().root_hex()}
+        key.update({} if attempt is _MISSING else {"attempt": attempt(fingerprints)})
+        key.update({} if kept is _MISSING else {"settings": settings[kept]})
+        folder.privacy_key.write_text(json.dumps(key))
+    detail = _checkpoint_detail(folder.checkpoint, folder.privacy_key, "secure", plan.fingerprint(study))
+    conditions = {"afresh": None, "if data": "if its training data and starting weights are unchanged",
+                  "if settings": "if its settings, training data and starting weights are unchanged",
+                  "if older": ("if its settings, training data and starting weights are unchanged and the older "
+                               "dpmed that made it fingerprinted the run as this one does")}
+    if told == "afresh":
+        assert detail.startswith("cannot continue: ") and detail.endswith(
+            "the next `dpmed run` deletes the checkpoint and trains this run afresh under a new key"), detail
     else:
-        assert said.startswith("cannot continue: "), said
+        assert detail == f"continues from its checkpoint at step 5 of 20 (saved under a minute ago) {conditions[told]}"
+    _privacy_randomness(plan, context, folder)
+    assert folder.checkpoint.exists() == continues

@@ -55,9 +55,8 @@ def study_folder(tmp_path, make_record, make_resolved):
 
 # What status says of a checkpoint it cannot tell from one `dpmed run` continues: its key file keeps no fingerprint of
 # the settings (`_key`, as an older dpmed wrote it), and status reads no training data
-OLDER = ("the older dpmed that made it fingerprinted the run as this one does (else the next `dpmed run` says so and "
-         "trains it afresh) and ")
-IF_UNCHANGED = f"if {OLDER}its settings, training data and starting weights are unchanged"
+OLDER = " and the older dpmed that made it fingerprinted the run as this one does"
+IF_UNCHANGED = f"if its settings, training data and starting weights are unchanged{OLDER}"
 
 
 def _key(path, randomness: PrivacyRandomness | None = None) -> PrivacyRandomness:
@@ -317,17 +316,19 @@ def test_a_checkpoint_made_with_other_settings_than_study_yaml_s_is_told_as_trai
     plan, study = _OTHER_STUDY.get(settings, lambda *made: made)(resolved.runs[0], resolved.study)
     kept = {"not kept": {}, "a number": {"settings": 5}, "not a fingerprint": {"settings": "2:not a sha256"}}.get(
         settings, {"settings": plan.fingerprint(study)})
-    files.privacy_key.write_text(json.dumps({**json.loads(files.privacy_key.read_text()), **kept}))
+    files.privacy_key.write_text(json.dumps({**json.loads(files.privacy_key.read_text()),
+                                             "attempt": f"{ATTEMPT_FORMAT}:{'ab' * 32}", **kept}))
     [(_, state, detail)] = run_states(folder.root)
     assert state == "interrupted" and randomness.root_hex() not in detail
     if settings in _OTHER_STUDY:
         assert detail == ("cannot continue: made with other settings than study.yaml's now; the next `dpmed run` "
                           "deletes the checkpoint and trains this run afresh under a new key")
     elif settings == "the same":
-        assert detail == (f"continues from its checkpoint at step 5 of 20 (saved under a minute ago) if {OLDER}its "
-                          "training data and starting weights are unchanged")
+        assert detail == ("continues from its checkpoint at step 5 of 20 (saved under a minute ago) if its training "
+                          "data and starting weights are unchanged")
     else:
-        assert detail == f"continues from its checkpoint at step 5 of 20 (saved under a minute ago) {IF_UNCHANGED}"
+        assert detail == ("continues from its checkpoint at step 5 of 20 (saved under a minute ago) if its settings, "
+                          "training data and starting weights are unchanged")
 
 
 @pytest.mark.parametrize("made", ["an older", "a newer"])
@@ -381,8 +382,8 @@ def test_a_checkpoint_under_a_bare_hash_is_told_to_continue_only_if_its_older_dp
                                              f"{ATTEMPT_FORMAT}:{'cd' * 32}"}))
     [(_, state, detail)] = run_states(folder.root)
     assert state == "interrupted" and detail.startswith("continues from its checkpoint at step 5 of 20")
-    assert (OLDER in detail) == (attempt == "a bare hash")
-    assert detail.endswith("its settings, training data and starting weights are unchanged")
+    assert detail.endswith(IF_UNCHANGED if attempt == "a bare hash" else
+                           "if its settings, training data and starting weights are unchanged")
 
 
 @pytest.mark.parametrize("damage", ["mixed", "another key", "no key"])

@@ -80,8 +80,9 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
     attempt's fingerprint is missing or damaged, `dpmed run` deletes the checkpoint and trains afresh. The training
     data and the starting weights, which status does not read (slow), the attempt's fingerprint covers too: a
     continuation is told on the condition that they are unchanged, and, under a key file that keeps no settings'
-    fingerprint (an older dpmed's), that the settings are. Nothing of the key, the streams or the training images is
-    told."""
+    fingerprint (an older dpmed's), that the settings are; under an attempt hashed before `ATTEMPT_FORMAT` (a bare
+    hash, beside which a settings' fingerprint was never written), also that the dpmed that made it hashed the run
+    as this one does. Nothing of the key, the streams or the training images is told."""
     from dpmed.training import checkpoint_review      # torch: only for a run with a checkpoint
 
     minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
@@ -92,9 +93,10 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
         other = (f"the attempt fingerprint in its privacy key file {key} is damaged, so the attempt the checkpoint "
                  "belongs to cannot be told")
     else:
+        # a bare hash is an older dpmed's, which kept no settings' fingerprint: one beside it was not written with it
+        kept = saved.settings if ":" in saved.attempt else None
         other = made_otherwise(saved.attempt) or (
-            "made with other settings than study.yaml's now"
-            if None not in (shown, saved.settings) and saved.settings != shown else None)
+            "made with other settings than study.yaml's now" if None not in (shown, kept) and kept != shown else None)
     if saved is None or other is not None:
         if not path.is_file():      # the run finished as status looked (its checkpoint goes first): look again
             raise FileNotFoundError(path)
@@ -106,13 +108,13 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
         return f"cannot continue: {problem}"
     age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
     where = "" if progress is None else f" at step {progress[0]} of {progress[1]}"
-    unchanged = "" if None not in (shown, saved.settings) else "settings, "
+    unchanged = "" if None not in (shown, kept) else "settings, "
     # a bare hash: a dpmed before `ATTEMPT_FORMAT` made it, and `dpmed run` continues it only where that dpmed hashed
-    # the run as this one does (those of early December did not): told as a condition, not as a continuation
-    older = ("the older dpmed that made it fingerprinted the run as this one does (else the next `dpmed run` says so "
-             "and trains it afresh) and " if ":" not in saved.attempt else "")
-    return (f"continues from its checkpoint{where} (saved {age} ago) if {older}its {unchanged}training data and "
-            "starting weights are unchanged")
+    # the run as this one does (the last of them did for the studies tried, those of 4 December and before did not):
+    # a condition, as status cannot tell it without the training data the hash covers
+    older = "" if ":" in saved.attempt else " and the older dpmed that made it fingerprinted the run as this one does"
+    return (f"continues from its checkpoint{where} (saved {age} ago) if its {unchanged}training data and starting "
+            f"weights are unchanged{older}")
 
 
 def _failure_message(path: Path) -> str:
