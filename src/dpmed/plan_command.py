@@ -15,7 +15,7 @@ from dpmed.mechanisms import DpSgdPlan, PrivacyCard
 from dpmed.numbers import bytes_text, count_text, delta_text, epsilon_text, shape_text
 from dpmed.pretraining import describe_start
 from dpmed.released_size import describe_counts
-from dpmed.states import folder_holder
+from dpmed.states import checkpoints_told, folder_holder
 from dpmed.study import PreparedStudy, planned_card
 from dpmed.timing import Rates, clock, concurrent_runs, run_steps
 
@@ -93,6 +93,8 @@ def print_plan(prepared: PreparedStudy, rates: Rates | None, seconds: dict[str, 
                      _steps_text(plan, n_train, n_patients), card.in_brief(), time_text])
     print()
     print(_table(rows))
+    for run_id, state, detail in checkpoints_told(folder.root, prepared.resolved(), [p.run_id for p in prepared.todo]):
+        print(f"{run_id}: {state}: {detail}")
     print(f"\nT: optimiser steps (DP-SGD: Poisson-sampled at rate q; other runs: shuffled batches of "
           f"{study.training.batch_size} unless the arm says otherwise)")
     if sampler_paid:

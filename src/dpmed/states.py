@@ -26,7 +26,8 @@ from dpmed.randomness import RandomnessMode, saved_key
 from dpmed.records import ResolvedStudy, RunRecord, read_record
 from dpmed.resumption import evaluated_otherwise_than_saved
 
-__all__ = ["read_resolved", "counts_shown", "run_states", "folder_holder", "release_cut_short", "StudyFileGiven"]
+__all__ = ["read_resolved", "counts_shown", "run_states", "checkpoints_told", "folder_holder", "release_cut_short",
+           "StudyFileGiven"]
 
 
 class StudyFileGiven(ConfigError):
@@ -70,19 +71,21 @@ def read_resolved(study_dir: Path) -> ResolvedStudy:
     return resolved
 
 
-def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str | None) -> str:
+def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str | None,
+                       against: str = "study.yaml's now") -> str:
     """How far an interrupted (or running) run's checkpoint is, and how old: a run still training rewrites it
     every epoch, so a minutes-old checkpoint of a folder in use is a run in progress. Or why it cannot continue, as
     `dpmed run` finds it with the run's privacy key ``key``: unreadable, another key's, mixed from two points of
     the run (`dpmed.training.checkpoint_review`), its attempt's fingerprint damaged, made by another version of
-    dpmed (`made_otherwise`), or made with other settings than those study.yaml now shows, fingerprinted as
-    ``shown`` (`RunPlan.fingerprint`, kept in the key file; None: study.yaml unreadable); where the key or its
-    attempt's fingerprint is missing or damaged, `dpmed run` deletes the checkpoint and trains afresh. The training
-    data and the starting weights, which status does not read (slow), the attempt's fingerprint covers too: a
-    continuation is told on the condition that they are unchanged, and, under a key file that keeps no settings'
-    fingerprint (an older dpmed's), that the settings are; under an attempt hashed before `ATTEMPT_FORMAT` (a bare
-    hash, beside which a settings' fingerprint was never written), also that the dpmed that made it hashed the run
-    as this one does. Nothing of the key, the streams or the training images is told."""
+    dpmed (`made_otherwise`), or made with other settings than those study.yaml now shows (or the study file that
+    ``against`` names), fingerprinted as ``shown`` (`RunPlan.fingerprint`, kept in the key file; None: study.yaml
+    unreadable); where the key or its attempt's fingerprint is missing or damaged, `dpmed run` deletes the checkpoint
+    and trains afresh. The training data and the starting weights, which status does not read (slow), the
+    attempt's fingerprint covers too: a continuation is told on the condition that they are unchanged, and, under a
+    key file that keeps no settings' fingerprint (an older dpmed's), that the settings are; under an attempt hashed
+    before `ATTEMPT_FORMAT` (a bare hash, beside which a settings' fingerprint was never written), also that the
+    dpmed that made it hashed the run as this one does. Nothing of the key, the streams or the training images is
+    told."""
     from dpmed.training import checkpoint_review      # torch: only for a run with a checkpoint
 
     minutes = max(0.0, time.time() - path.stat().st_mtime) / 60
@@ -96,7 +99,7 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
         # a bare hash is an older dpmed's, which kept no settings' fingerprint: one beside it was not written with it
         kept = saved.settings if ":" in saved.attempt else None
         other = made_otherwise(saved.attempt) or (
-            "made with other settings than study.yaml's now" if None not in (shown, kept) and kept != shown else None)
+            f"made with other settings than {against}" if None not in (shown, kept) and kept != shown else None)
     if saved is None or other is not None:
         if not path.is_file():      # the run finished as status looked (its checkpoint goes first): look again
             raise FileNotFoundError(path)
@@ -127,8 +130,8 @@ def _failure_message(path: Path) -> str:
     return str(error)
 
 
-def _unfinished_state(run_id: str, files: RunFolder, mode: RandomnessMode,
-                      shown: str | None) -> tuple[str, str, str]:
+def _unfinished_state(run_id: str, files: RunFolder, mode: RandomnessMode, shown: str | None,
+                      against: str = "study.yaml's now") -> tuple[str, str, str]:
     """(run id, state, detail) of a run without a run.json: failed, interrupted or pending, as its private folder
     tells; "unknown" where that folder cannot be read, as by a colleague reading a study folder shared in place
     (dpmed keeps ``private/`` its owner's alone): that is no internal error, and the other runs are listed."""
@@ -136,7 +139,7 @@ def _unfinished_state(run_id: str, files: RunFolder, mode: RandomnessMode,
         if files.error.is_file():
             return run_id, "failed", _failure_message(files.error)
         if files.checkpoint.is_file():
-            return run_id, "interrupted", _checkpoint_detail(files.checkpoint, files.privacy_key, mode, shown)
+            return run_id, "interrupted", _checkpoint_detail(files.checkpoint, files.privacy_key, mode, shown, against)
     except PermissionError as exc:
         return run_id, "unknown", (f"not finished; whether it failed, was interrupted or waits cannot be told: its "
                                    f"private folder cannot be read ({exc.strerror}: {exc.filename}), as it is its "
@@ -195,6 +198,22 @@ def _run_state(run_id: str, files: RunFolder, resolved: ResolvedStudy | None, *,
         return _unfinished_state(run_id, files, mode, shown)
     except FileNotFoundError:
         return _run_state(run_id, files, resolved, again=False) if again else (run_id, "pending", "")
+
+
+def checkpoints_told(study_dir: Path, resolved: ResolvedStudy, run_ids: list[str]) -> list[tuple[str, str, str]]:
+    """(run id, state, what the next `dpmed run` does with its checkpoint) of each of ``run_ids`` whose interrupted
+    attempt left one in the study folder ``study_dir``, told as `dpmed status` tells it but against ``resolved``, the
+    study as that run will run it, not the folder's study.yaml: for `dpmed plan`, which said nothing of them, so that
+    a study file edited before a rerun was not told to cost a run its progress until the rerun deleted the
+    checkpoint."""
+    folder, told = StudyFolder(Path(study_dir)), []
+    for run_id in run_ids:
+        shown = next(p for p in resolved.runs if p.run_id == run_id).fingerprint(resolved.study)
+        with contextlib.suppress(FileNotFoundError):    # the run finished as plan looked: no checkpoint waits
+            state = _unfinished_state(run_id, folder.run(run_id), resolved.study.privacy_randomness, shown,
+                                      "the study file's")
+            told += [state] if state[1] in ("interrupted", "unknown") else []
+    return told
 
 
 def counts_shown(study_dir: Path) -> tuple[dict[str, int], float]:

@@ -409,6 +409,34 @@ def test_status_says_a_run_whose_settings_changed_trains_afresh_as_dpmed_run_the
         assert told and resumed == [told[1]] and "afresh" not in caplog.text, (line, caplog.text)
 
 
+@pytest.mark.parametrize("changed", [None, "training", "execution and other runs"])
+def test_plan_says_what_the_next_run_does_with_an_interrupted_run_s_checkpoint(tiny_text, tmp_path, capsys, caplog,
+                                                                               monkeypatch, changed):
+    """`dpmed plan` of a study file edited after a run of it was stopped said nothing of the run's checkpoint: the
+    user previewing the edit was not told that running it deletes the run's progress, nor, unedited, that the run
+    continues. It now says either, as status would against the study file, and `dpmed run` then does so."""
+    path, out = tmp_path / "s.yaml", tmp_path / "out"
+    path.write_text(tiny_text.replace("  - {name: base, mechanism: none}\n", ""))
+    _stop_after_the_first_checkpoint(path, out, monkeypatch)
+    edit, afresh = _EDITS[changed]
+    path.write_text(path.read_text().replace(*edit))
+    capsys.readouterr()
+    assert main(["plan", str(path), "--out", str(out), "--no-estimate"]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "interrupted:" in line]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dpmed"):
+        assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
+    resumed = re.findall(r"continues from its checkpoint (at step \d+ of \d+)", caplog.text)
+    if afresh:
+        assert line.endswith("interrupted: cannot continue: made with other settings than the study file's; the "
+                             "next `dpmed run` deletes the checkpoint and trains this run afresh"), line
+        assert resumed == [] and "trains afresh" in caplog.text, caplog.text
+    else:
+        told = re.search(r"interrupted: continues from its checkpoint (at step \d+ of \d+) \(saved .*\) if its "
+                         r"training data and starting weights are unchanged$", line)
+        assert told and resumed == [told[1]] and "afresh" not in caplog.text, (line, caplog.text)
+
+
 def test_a_run_with_public_pretraining_continues_after_its_study_folder_moved_as_status_says(tiny_text, tmp_path,
                                                                                              capsys, caplog,
                                                                                              monkeypatch):
