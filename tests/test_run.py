@@ -752,6 +752,7 @@ _KEY_FILES = {
     "this attempt": (lambda f: f["now"], "shown", "if data", True),
     "this attempt, settings missing": (lambda f: f["now"], _MISSING, "if settings", True),
     "this attempt, settings garbled": (lambda f: f["now"], "garbled", "if settings", True),
+    "this attempt, settings other": (lambda f: f["now"], "other", "afresh", False),
     "other images": (lambda f: f["images"], "shown", "if data", False),
     "other images, settings missing": (lambda f: f["images"], _MISSING, "if settings", False),
     "other settings": (lambda f: f["other_run"], "other", "afresh", False),
