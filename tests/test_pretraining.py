@@ -772,13 +772,15 @@ def test_an_unreadable_weights_file_is_a_clear_error_not_an_internal_one(private
             prepare_start(study, private, StudyFolder(tmp_path / "out"))
 
 
-@pytest.mark.parametrize("unread", [{"dp_engine": "opacus"}, {"optimizer": "adam", "momentum": 0.5}])
+@pytest.mark.parametrize("unread", [{"dp_engine": "opacus"}, {"optimizer": "adam", "momentum": 0.5},
+                                    {"reference_batch_size": 8}, {"lr_schedule": {"gamma": 0.5}}])
 def test_weights_an_earlier_dpmed_keyed_by_a_setting_pretraining_does_not_read_are_reused(private, tmp_path,
                                                                                         monkeypatch, make_record,
                                                                                         unread):
     """An earlier dpmed took pretrain.training.dp_engine, or a momentum beside Adam, and keyed its cached weights by
-    it, though they trained as without it. The study file that gave it is refused now, so the one that resumes its
-    folder gives none: the cached weights are this study's, found without training again, and its finished runs,
+    it, though they trained as without it; and by a setting another turns off (a reference batch beside lr_scaling
+    none, a gamma beside a constant schedule). The study file that resumes its folder may give none (the first two
+    are refused now): the cached weights are this study's, found without training again, and its finished runs,
     which started from them, are reused rather than refused as started from other weights."""
     import json
 

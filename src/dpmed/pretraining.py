@@ -131,17 +131,18 @@ def _content_key(public: Dataset, config: PretrainConfig, model: str, start_sha:
 
 
 def _read_settings(training: TrainingConfig) -> dict:
-    """The settings public pretraining reads: the computed ones of a run that takes no DP-SGD step (Adam's momentum
-    and the dp_engine at their defaults)."""
+    """The settings public pretraining reads: the computed ones of a run that takes no DP-SGD step (the dp_engine,
+    like every other setting it does not read, at its default)."""
     return training.computed_settings(dp_sgd=False)
 
 
 def _keyed_otherwise(public: Dataset, config: PretrainConfig, model: str, start_sha: str | None,
                      folder: StudyFolder) -> PretrainRecord | None:
     """A cache entry of these weights that an earlier dpmed keyed by a setting pretraining does not read (a
-    dp_engine, Adam's momentum), which the study file may no longer give (it is refused now): its key is
-    recomputed from the settings its record holds, as they were keyed. Without it the study trained the weights
-    again, and refused its own finished runs, keyed by the old entry, before it did (`_refuse_clashes`)."""
+    dp_engine, Adam's momentum, both refused now; a setting another turns off, `TrainingConfig.settings_turned_off`),
+    which the study file may no longer give: its key is recomputed from the settings its record holds, as they were
+    keyed. Without it the study trained the weights again, and refused its own finished runs, keyed by the old
+    entry, before it did (`_refuse_clashes`)."""
     ours = _read_settings(config.training)
     for record_path in sorted(pretrain_folder(folder).glob("*/pretrain.json")):
         try:

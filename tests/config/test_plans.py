@@ -87,6 +87,42 @@ def test_the_dp_engine_is_a_setting_of_dp_sgd_runs_only(plans, run_id):
     assert (_fingerprint(data, other.training, 0, dp) != _fingerprint(data, plan.training, 0, dp)) == dp_sgd
 
 
+def _trained(plan: RunPlan, settings: dict) -> RunPlan:
+    """``plan`` trained with ``settings`` (nested sections given whole) in place of its own."""
+    training = type(plan.training).model_validate(plan.training.model_dump() | settings)
+    return plan.model_copy(update={"training": training})
+
+
+@pytest.mark.parametrize("run_id", ["base_seed0", "ldp_epsimg512_seed1", "dp_eps8_C1_seed1"])
+@pytest.mark.parametrize("recipe, changed, read", [
+    ({}, {"reference_batch_size": 512}, False),                                      # lr_scaling none
+    ({"lr_scaling": "linear"}, {"lr_scaling": "linear", "reference_batch_size": 512}, True),
+    ({"lr_scaling": "sqrt"}, {"lr_scaling": "sqrt", "reference_batch_size": 512}, True),
+    ({"lr_schedule": {"kind": "cosine"}}, {"lr_schedule": {"kind": "cosine", "milestones": [0.3], "gamma": 0.5}},
+     False),
+    ({}, {"lr_schedule": {"gamma": 0.5}}, False),                                     # constant
+    ({"lr_schedule": {"kind": "step"}}, {"lr_schedule": {"kind": "step", "milestones": [0.3]}}, True),
+    ({"lr_schedule": {"kind": "step"}}, {"lr_schedule": {"kind": "step", "gamma": 0.5}}, True),
+    ({"lr_schedule": {"kind": "cosine"}}, {"lr_schedule": {"kind": "cosine", "warmup_fraction": 0.2}}, True),
+])
+def test_a_setting_another_setting_turns_off_is_no_setting_of_the_run(plans, run_id, recipe, changed, read):
+    """The reference batch beside lr_scaling none, and a schedule's milestones and gamma beside a kind other than
+    step, change no learning rate of any step: a run finished or interrupted with one of them is the run of the
+    study file that drops it (or gives another), reused rather than trained again (a DP-SGD run retrained is a second
+    release, a local-DP run's images are perturbed again). Where they are read they still tell runs apart."""
+    from dpmed.training.loop import _fingerprint
+    from dpmed.training.schedule import lr_factor
+
+    plan, other = _trained(plans[run_id], recipe), _trained(plans[run_id], changed)
+    rates = [[t.scaled_learning_rate * lr_factor(t, step, 20) for step in range(20)]
+             for t in (plan.training, other.training)]
+    assert (rates[0] != rates[1]) == read                                 # what training reads, step by step
+    assert (other.settings() != plan.settings()) == read                  # a finished run
+    dp = plan.privacy if plan.mechanism == "dp_sgd" else None
+    data = type("Data", (), {"__len__": lambda self: 100})()
+    assert (_fingerprint(data, other.training, 0, dp) != _fingerprint(data, plan.training, 0, dp)) == read
+
+
 def test_labels_and_sweeps_come_from_typed_fields(plans):
     a, b = plans["dp_eps1_C1_seed0"], plans["dp_eps8_C1_seed1"]
     assert (a.label, b.label) == ("dp_eps1_C1", "dp_eps8_C1")

@@ -262,8 +262,9 @@ class TrainingConfig(_Strict):
     def settings_turned_off(self) -> list[tuple[str, str]]:
         """(key, what turns it off) for each setting the file gives that another setting keeps from being read:
         ``reference_batch_size`` beside ``lr_scaling: none``, ``milestones`` or ``gamma`` beside a schedule other
-        than ``step``. Told, not refused: a finished run recorded them among its settings, and a study file that lost
-        them would train that run again (`dpmed.config.loading.load_study`)."""
+        than ``step``. Told, not refused (`dpmed.config.loading.load_study`): a study file that gives them is no
+        mistake to stop a study for, and `computed_settings` shows them at their defaults, so that a finished run is
+        the same run with or without them."""
         off = []
         if "reference_batch_size" in self.model_fields_set and self.lr_scaling == "none":
             off.append(("reference_batch_size", "lr_scaling is none (set linear or sqrt to scale the learning rate "
@@ -275,19 +276,24 @@ class TrainingConfig(_Strict):
 
     def computed_settings(self, *, dp_sgd: bool = True) -> dict:
         """The settings as JSON data without those of `EXECUTION_ONLY`: equal for two configs that train the same
-        model, so a finished run, a checkpoint or cached pretrained weights made under either are reused. Adam's
-        momentum is shown at its default, whatever it holds: Adam reads none, and a run an earlier dpmed finished with
-        another (which the study file may no longer give) trained as the default does, so it is reused, not
-        retrained (a DP-SGD run retrained is a new release of the same patients). So is dp_engine, how DP-SGD clips,
-        where ``dp_sgd`` is False (a run that takes no DP-SGD step: no privacy, local DP, public pretraining):
-        another engine changes nothing such a run computes, and switching it retrained every finished run of those
-        arms (a local-DP run retrained draws its images' noise again)."""
+        model, so a finished run, a checkpoint or cached pretrained weights made under either are reused. A setting
+        the run does not read is shown at its default, whatever it holds: Adam's momentum (Adam reads none), the
+        reference_batch_size beside lr_scaling none, a schedule's milestones and gamma beside a kind other than step
+        (`settings_turned_off`), and dp_engine, how DP-SGD clips, where ``dp_sgd`` is False (a run that takes no
+        DP-SGD step: no privacy, local DP, public pretraining). A run an earlier dpmed finished with another value
+        (which the study file may no longer give, or gives otherwise) trained as the default does, so it is reused,
+        not retrained: a DP-SGD run retrained is a new release of the same patients, and a local-DP run retrained
+        draws its images' noise again."""
         settings = self.model_dump(mode="json", exclude=set(EXECUTION_ONLY))
-        defaults = type(self).model_fields
+        default = type(self)().model_dump(mode="json")
         if self.optimizer == "adam":
-            settings["momentum"] = defaults["momentum"].default
+            settings["momentum"] = default["momentum"]
+        if self.lr_scaling == "none":
+            settings["reference_batch_size"] = default["reference_batch_size"]
+        if self.lr_schedule.kind != "step":
+            settings["lr_schedule"] |= {key: default["lr_schedule"][key] for key in ("milestones", "gamma")}
         if not dp_sgd:
-            settings["dp_engine"] = defaults["dp_engine"].default
+            settings["dp_engine"] = default["dp_engine"]
         return settings
 
 
