@@ -26,10 +26,15 @@ CONTEXT = PlanContext(images_per_patient=np.array([1] * 30 + [2] * 20 + [3] * 10
 
 
 @pytest.fixture(scope="module")
-def plans(tmp_path_factory):
+def study(tmp_path_factory):
     path = tmp_path_factory.mktemp("s") / "s.yaml"
     path.write_text(STUDY)
-    return {p.run_id: p for p in plan_runs(load_study(path), CONTEXT)}
+    return load_study(path)
+
+
+@pytest.fixture(scope="module")
+def plans(study):
+    return {p.run_id: p for p in plan_runs(study, CONTEXT)}
 
 
 def test_each_mechanism_plans_its_own_kind(plans):
@@ -71,17 +76,19 @@ def test_where_a_run_executes_is_not_a_setting_of_the_run(plans):
 
 
 @pytest.mark.parametrize("run_id", ["base_seed0", "ldp_epsimg512_seed1", "dp_eps8_C1_seed1"])
-def test_the_dp_engine_is_a_setting_of_dp_sgd_runs_only(plans, run_id):
+def test_the_dp_engine_is_a_setting_of_dp_sgd_runs_only(plans, study, run_id):
     """dp_engine chooses how DP-SGD clips: another engine trains a DP-SGD run differently (float rounding, Opacus's
     own layer rules), so it tells such runs apart, and changes nothing a run without a DP-SGD step computes. Compared
     there, switching the engine retrained every finished non-private and local-DP run of the folder, a local-DP run
-    drawing its images' noise again."""
+    drawing its images' noise again. An interrupted one continues, and `dpmed status` says so from the settings'
+    fingerprint its key file keeps."""
     from dpmed.training.loop import _fingerprint
 
     plan = plans[run_id]
     other = plan.model_copy(update={"training": plan.training.model_copy(update={"dp_engine": "opacus"})})
     dp_sgd = plan.mechanism == "dp_sgd"
     assert (other.settings() != plan.settings()) == dp_sgd
+    assert (other.fingerprint(study) != plan.fingerprint(study)) == dp_sgd
     dp = plan.privacy if dp_sgd else None
     data = type("Data", (), {"__len__": lambda self: 100})()          # a checkpoint's fingerprint reads the size only
     assert (_fingerprint(data, other.training, 0, dp) != _fingerprint(data, plan.training, 0, dp)) == dp_sgd
