@@ -395,18 +395,7 @@ def test_status_says_a_run_whose_settings_changed_trains_afresh_as_dpmed_run_the
     capsys.readouterr()
     assert main(["status", str(out / "tiny")]) == 0
     [line] = [line for line in capsys.readouterr().out.splitlines() if "interrupted:" in line]
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="dpmed"):
-        assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
-    resumed = re.findall(r"continues from its checkpoint (at step \d+ of \d+)", caplog.text)
-    if afresh:
-        assert line.endswith("interrupted: cannot continue: made with other settings than study.yaml's now; the next "
-                             "`dpmed run` deletes the checkpoint and trains this run afresh"), line
-        assert resumed == [] and "trains afresh" in caplog.text and "step 1 of 12" in caplog.text, caplog.text
-    else:
-        told = re.search(r"interrupted: continues from its checkpoint (at step \d+ of \d+) \(saved .*\) if its "
-                         r"training data and starting weights are unchanged$", line)
-        assert told and resumed == [told[1]] and "afresh" not in caplog.text, (line, caplog.text)
+    _run_as_told(line, path, out, caplog, afresh, against="study.yaml's now")
 
 
 @pytest.mark.parametrize("changed", [None, "training", "execution and other runs"])
@@ -423,14 +412,20 @@ def test_plan_says_what_the_next_run_does_with_an_interrupted_run_s_checkpoint(t
     capsys.readouterr()
     assert main(["plan", str(path), "--out", str(out), "--no-estimate"]) == 0
     [line] = [line for line in capsys.readouterr().out.splitlines() if "interrupted:" in line]
+    _run_as_told(line, path, out, caplog, afresh, against="the study file's")
+
+
+def _run_as_told(line: str, path, out, caplog, afresh: bool, *, against: str) -> None:
+    """Run the study again and check it does what ``line`` (status's or plan's line of the interrupted run, judged
+    ``against`` study.yaml or the study file given) told: train afresh from step 1, or continue from the step told."""
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="dpmed"):
         assert main(["run", str(path), "--out", str(out), "--no-progress"]) == 0
     resumed = re.findall(r"continues from its checkpoint (at step \d+ of \d+)", caplog.text)
     if afresh:
-        assert line.endswith("interrupted: cannot continue: made with other settings than the study file's; the "
-                             "next `dpmed run` deletes the checkpoint and trains this run afresh"), line
-        assert resumed == [] and "trains afresh" in caplog.text, caplog.text
+        assert line.endswith(f"interrupted: cannot continue: made with other settings than {against}; the next "
+                             "`dpmed run` deletes the checkpoint and trains this run afresh"), line
+        assert resumed == [] and "trains afresh" in caplog.text and "step 1 of 12" in caplog.text, caplog.text
     else:
         told = re.search(r"interrupted: continues from its checkpoint (at step \d+ of \d+) \(saved .*\) if its "
                          r"training data and starting weights are unchanged$", line)
