@@ -230,10 +230,9 @@ class SavedKey(NamedTuple):
     run's settings and training data, hashed: `dpmed.run`; None where the field holds no fingerprint any dpmed
     writes, "<format>:<sha256>" or an older dpmed's bare sha256: damaged, it serves no attempt, and `dpmed run` and
     `dpmed status` say so rather than blame the settings, the data or another dpmed) and, apart, the hash of those
-    settings alone
-    (`dpmed.config.RunPlan.fingerprint`), which `dpmed status` compares with study.yaml's plan without reading the
-    data; None in a key file written before it was kept, or where it is damaged (no such hash): `dpmed run` does not
-    read it, and continues all the same."""
+    settings alone (`dpmed.config.RunPlan.fingerprint`), which `dpmed status` compares with study.yaml's plan without
+    reading the data, and `dpmed run` against the run's beside the run's own attempt; None in a key file written
+    before it was kept, or where it is damaged (no such hash)."""
 
     randomness: PrivacyRandomness
     attempt: str | None
