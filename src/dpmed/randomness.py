@@ -232,7 +232,8 @@ class SavedKey(NamedTuple):
     `dpmed status` say so rather than blame the settings, the data or another dpmed) and, apart, the hash of those
     settings alone (`dpmed.config.RunPlan.fingerprint`), which `dpmed status` compares with study.yaml's plan without
     reading the data, and `dpmed run` against the run's beside the run's own attempt; None in a key file written
-    before it was kept, or where it is damaged (no such hash)."""
+    before it was kept, where it is damaged (no such hash), or beside a bare-hash attempt (no dpmed wrote that pair:
+    read by neither)."""
 
     randomness: PrivacyRandomness
     attempt: str | None
@@ -255,9 +256,10 @@ def saved_key(path: Path, mode: RandomnessMode) -> SavedKey | None:
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
         settings, attempt = saved.get("settings"), saved["attempt"]
-        return SavedKey(PrivacyRandomness.from_root_hex(str(saved["root"]), mode),
-                        attempt if isinstance(attempt, str) and _ATTEMPT.fullmatch(attempt) else None,
-                        settings if isinstance(settings, str) and _SETTINGS.fullmatch(settings) else None)
+        attempt = attempt if isinstance(attempt, str) and _ATTEMPT.fullmatch(attempt) else None
+        return SavedKey(PrivacyRandomness.from_root_hex(str(saved["root"]), mode), attempt,
+                        settings if attempt is not None and ":" in attempt and isinstance(settings, str)
+                        and _SETTINGS.fullmatch(settings) else None)
     except PermissionError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

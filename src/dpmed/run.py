@@ -139,9 +139,8 @@ def _privacy_randomness(plan: RunPlan, context: RunContext, folder: RunFolder) -
     shown = None if context.study is None else plan.fingerprint(context.study)
     # a bare hash equal to this one's is an older dpmed's attempt of the same settings and data: it continues
     same = saved is not None and saved.attempt in (attempt, attempt.partition(":")[2])
-    # a settings' fingerprint that is not this run's beside this attempt's: `dpmed status` says "other settings";
-    # beside a bare hash (no dpmed wrote that pair) status does not read it, nor does the run
-    if same and (saved.attempt != attempt or None in (saved.settings, shown) or saved.settings == shown):
+    # a settings' fingerprint that is not this run's beside this attempt's: `dpmed status` says "other settings"
+    if same and (None in (saved.settings, shown) or saved.settings == shown):
         return saved.randomness
     if folder.checkpoint.is_file():     # `dpmed status` may have shown it as continuing: say why it does not
         why = ("the settings' fingerprint in its privacy key file is not this run's, beside this run's attempt "

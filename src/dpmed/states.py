@@ -96,10 +96,9 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
         other = (f"the attempt fingerprint in its privacy key file {key} is damaged, so the attempt the checkpoint "
                  "belongs to cannot be told")
     else:
-        # a bare hash is an older dpmed's, which kept no settings' fingerprint: one beside it was not written with it
-        kept = saved.settings if ":" in saved.attempt else None
-        other = made_otherwise(saved.attempt) or (
-            f"made with other settings than {against}" if None not in (shown, kept) and kept != shown else None)
+        other = made_otherwise(saved.attempt) or (f"made with other settings than {against}"
+                                                  if None not in (shown, saved.settings) and saved.settings != shown
+                                                  else None)
     if saved is None or other is not None:
         if not path.is_file():      # the run finished as status looked (its checkpoint goes first): look again
             raise FileNotFoundError(path)
@@ -111,7 +110,7 @@ def _checkpoint_detail(path: Path, key: Path, mode: RandomnessMode, shown: str |
         return f"cannot continue: {problem}"
     age = "under a minute" if minutes < 1 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.0f} h"
     where = "" if progress is None else f" at step {progress[0]} of {progress[1]}"
-    unchanged = "" if None not in (shown, kept) else "settings, "
+    unchanged = "" if None not in (shown, saved.settings) else "settings, "
     # a bare hash: a dpmed before `ATTEMPT_FORMAT` made it, and `dpmed run` continues it only where that dpmed hashed
     # the run as this one does (the last of them did for the studies tried, those of 4 December and before did not):
     # a condition, as status cannot tell it without the training data the hash covers
