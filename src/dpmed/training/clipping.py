@@ -483,10 +483,6 @@ class GhostClipper:
         self._owners = {id(p): (i, n) for i, layer in enumerate(self.layers)
                         for n, p in layer.module.named_parameters(recurse=False) if n in layer.names}
 
-    def gradient_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor]) -> list[Tensor]:
-        """[sum_i g_i per trainable parameter], unclipped (`gradient_sum`)."""
-        return gradient_sum(self.model, self.params, x, y, loss_fn=loss_fn)
-
     def clipped_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor],
                     max_grad_norm: float, groups: Tensor | None = None) -> list[Tensor]:
         """[sum_i c_i g_i per trainable parameter] for examples x [B, ...] (B >= 1), y [B, ...]; loss_fn sums.

@@ -135,15 +135,9 @@ class OpacusClipper:
             p.grad = None
         return sums
 
-    def gradient_sum(self, x: Tensor, y: Tensor, *, loss_fn: Callable[[Tensor, Tensor], Tensor]) -> list[Tensor]:
-        """[sum_i g_i per trainable parameter], unclipped (`clipping.gradient_sum`): Opacus's hooks are held only
-        inside ``clipped_sum``, so none materialises a per-example gradient here."""
-        return gradient_sum(self.model, self.params, x, y, loss_fn=loss_fn)
-
 
 # name -> clipper class; every engine takes (model, *, norm_order), keeps it as ``.model`` and offers
-# clipped_sum(x, y, *, loss_fn, max_grad_norm, groups=None) and gradient_sum(x, y, *, loss_fn). The study file picks
-# one with training.dp_engine.
+# clipped_sum(x, y, *, loss_fn, max_grad_norm, groups=None). The study file picks one with training.dp_engine.
 CLIPPING_ENGINES: dict[str, Callable[..., GhostClipper | OpacusClipper]] = {
     "dpmed": GhostClipper,
     "opacus": OpacusClipper,
@@ -290,8 +284,9 @@ class DpSgdStep:
         """clip(sum_{i in rows} g_i) for one unit (patient, or an image's K copies) of more examples than the
         physical batch size: its summed gradient from slices of at most that many examples, then one norm, one clip.
 
-        Each slice's summed gradient is ordinary autograd on its summed loss (the engine's ``gradient_sum``): with
-        nothing to clip before the slices are added, per-example norms would be paid for and unused. The unit's norm
+        Each slice's summed gradient is ordinary autograd on its summed loss (`clipping.gradient_sum`, whatever the
+        engine: no engine's hooks are on the model outside its ``clipped_sum``): with nothing to clip before the
+        slices are added, per-example norms would be paid for and unused. The unit's norm
         is taken of the very sum it scales, not by another route whose rounding could disagree (`clipping`'s rounding
         slack), and in float64, so its contribution is at most C up to float32's rounding of one product. Only the
         unit's own examples enter it, so it depends on no other unit. An example whose gradient overflows leaves the
@@ -299,7 +294,8 @@ class DpSgdStep:
         physical_batch_size."""
         unit = None
         for part in rows.split(self.physical_batch_size):
-            sums = self.clipper.gradient_sum(x[part.to(x.device)], y[part.to(y.device)], loss_fn=self.loss_fn)
+            sums = gradient_sum(self.clipper.model, self.params, x[part.to(x.device)], y[part.to(y.device)],
+                                loss_fn=self.loss_fn)
             if unit is None:
                 unit = sums
                 continue
