@@ -17,6 +17,9 @@ from dpmed.models.installation import check_torchvision, needs_torchvision
 from dpmed.provenance import package_version
 
 MISMATCH = "operator torchvision::nms does not exist"
+# a study whose model is built from torchvision's modules
+RESNET_STUDY = ("name: s\ndata: {n_images: 200, image_size: 16}\ntraining: {steps: 1, batch_size: 16}\n"
+                "model: {name: resnet9}\narms: [{name: base, mechanism: none}]\n")
 
 
 class _Failing(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -47,8 +50,7 @@ def torchvision_failing(monkeypatch):
 def test_a_torchvision_for_another_torch_is_told_with_both_versions_at_start_up(torchvision_failing, tmp_path,
                                                                                 capsys):
     study = tmp_path / "s.yaml"
-    study.write_text("name: s\ndata: {n_images: 200, image_size: 16}\ntraining: {steps: 1, batch_size: 16}\n"
-                     "model: {name: resnet9}\narms: [{name: base, mechanism: none}]\n")
+    study.write_text(RESNET_STUDY)
     torchvision_failing(RuntimeError(MISMATCH))
     assert main(["run", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -64,8 +66,7 @@ def test_run_study_tells_a_torchvision_for_another_torch_before_it_reads_or_writ
     import dpmed
 
     study = tmp_path / "s.yaml"
-    study.write_text("name: s\ndata: {n_images: 200, image_size: 16}\ntraining: {steps: 1, batch_size: 16}\n"
-                     "model: {name: resnet9}\narms: [{name: base, mechanism: none}]\n")
+    study.write_text(RESNET_STUDY)
     torchvision_failing(RuntimeError(MISMATCH))
     with pytest.raises(dpmed.InstallationError, match="does not work with torch"):
         dpmed.run_study(study, out=tmp_path / "out", progress=False)
