@@ -4,12 +4,13 @@ which cohort of patients a study keeps (strict and frozen, like the rest of `dpm
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
-from dpmed.data import DATASET_SOURCES, DataRequest, Preprocessing, SplitPlan
+from dpmed.data import DATASET_SOURCES, DataRequest, Dataset, Preprocessing, SplitPlan
 from dpmed.data.cohorts import PatientSelection
 from dpmed.mechanisms import Strict as _Strict
 
@@ -223,7 +224,7 @@ class DataConfig(_Strict):
         being read: ``preprocessing.aspect`` where the source generates square images at the size, ``split.official``
         and ``split.shared_patients`` where no split is published (aptos, ham10000, a csv without a split column), and
         ``shared_patients`` beside ``official: false``. Told, not refused, like `TrainingConfig.settings_turned_off`:
-        the record of a finished run holds them."""
+        a finished run is matched by the content of its data, not by these keys, so it is the same run without them."""
         info = DATASET_SOURCES[self.source]
         off = []
         if "aspect" in self.preprocessing.model_fields_set and info.generates:
@@ -240,6 +241,28 @@ class DataConfig(_Strict):
         elif "shared_patients" in split.model_fields_set and not split.official:
             off.append(("split.shared_patients", "split.official is false (no published split is kept, so no "
                                                  "patient sits on two sides of one)"))
+        return off
+
+    def settings_the_data_turns_off(self, dataset: Dataset) -> list[tuple[str, str]]:
+        """(key, what turns it off) for each split setting the file gives that ``dataset``, once read, leaves unread:
+        the fraction of a split its layout publishes (kept as published), ``split.seed`` where it publishes both
+        validation and test (nothing is carved), ``official`` and ``shared_patients`` where it publishes neither
+        (every image is carved either way). Found from which splits the layout publishes, as study.yaml shows it
+        (``Dataset.source["split"]``), never from a count of its images; those `settings_turned_off` tells of already
+        are left to it."""
+        split, made = self.split, dataset.source.get("split")
+        if split is None or not isinstance(made, Mapping) or not made.get("official"):
+            return []
+        given = split.model_fields_set - {key.removeprefix("split.") for key, _ in self.settings_turned_off()}
+        published = [name for name in ("val", "test") if name in made.get("published", ())]
+        words = {"val": "validation", "test": "test"}
+        off = [(f"split.{name}_fraction", f"{dataset.name} publishes its {words[name]} split, kept as published")
+               for name in published if f"{name}_fraction" in given]
+        if "seed" in given and len(published) == 2:
+            off.append(("split.seed", f"{dataset.name} publishes its validation and test splits, so none is carved"))
+        if not published:
+            off += [(f"split.{key}", f"{dataset.name} publishes no validation or test split (every image is divided "
+                                     "by the fractions)") for key in ("official", "shared_patients") if key in given]
         return off
 
     @field_validator("seed")

@@ -15,12 +15,13 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dpmed.config.data_section import (ColumnsConfig, DataConfig, NormalizeConfig, PatientsConfig,
                                        PreprocessingConfig, Seed, SplitConfig, path_from_string)
-from dpmed.data import DATASET_SOURCES
+from dpmed.data import DATASET_SOURCES, Dataset
 from dpmed.data.overlap import HASH_BITS, NEAR_DUPLICATE_BITS
 from dpmed.errors import ConfigError
 from dpmed.mechanisms import Arm, AuditConfig, Strict as _Strict
@@ -354,6 +355,28 @@ class EvaluationConfig(_Strict):
     # noise from the training images, so not covered by any eps; written only to the study's private folder.
     training_metrics: bool = False
 
+    def settings_the_data_turns_off(self, dataset: Dataset) -> list[tuple[str, str]]:
+        """(key, what turns it off) for each setting the file gives that ``dataset``, once read, leaves unread:
+        ``explanations.pointing_tolerance`` where it has no lesion masks (the pointing game scores a map against
+        them), ``fairness.age_bins`` where no test image records an age, ``fairness.attributes`` where no test image
+        records any of them. What no test image records the report states already (not applicable); nothing of the
+        training images is read."""
+        cam, fairness, test = self.explanations, self.fairness, dataset.test
+        off = []
+        if cam is not None and "pointing_tolerance" in cam.model_fields_set and test.masks is None:
+            off.append(("explanations.pointing_tolerance", f"{dataset.name} has no lesion masks for the pointing "
+                                                           "game to score the maps against"))
+        if fairness is None:
+            return off
+        recorded = {"sex": bool((test.sex != "unknown").any()), "age": bool((~np.isnan(test.age)).any())}
+        if "attributes" in fairness.model_fields_set and not any(recorded[a] for a in fairness.attributes):
+            off.append(("fairness.attributes", f"no test image of {dataset.name} records "
+                                               f"{' or '.join(fairness.attributes)} (the report says not applicable)"))
+        elif "age_bins" in fairness.model_fields_set and "age" in fairness.attributes and not recorded["age"]:
+            off.append(("fairness.age_bins", f"no test image of {dataset.name} records an age (the report says not "
+                                             "applicable)"))
+        return off
+
 
 class PrivacyBudget(_Strict):
     """A total budget for everything the study releases: all DP-SGD runs (every arm, value and seed) trained on the
@@ -547,6 +570,13 @@ class Study(_Strict):
         if self.pretrain is not None:
             sections += [("pretrain.training", self.pretrain.training), ("pretrain.data", self.pretrain.data)]
         return [(f"{name}.{key}", why) for name, section in sections for key, why in section.settings_turned_off()]
+
+    def settings_the_data_turns_off(self, dataset: Dataset) -> list[tuple[str, str]]:
+        """(dotted key, what turns it off) for every setting of the study that ``dataset``, once read, leaves unread
+        (`DataConfig.settings_the_data_turns_off`, `EvaluationConfig.settings_the_data_turns_off`): found only once
+        the data are read, so told by `dpmed.study.prepare_study`, not where the file is read."""
+        return ([(f"data.{key}", why) for key, why in self.data.settings_the_data_turns_off(dataset)]
+                + [(f"evaluation.{key}", why) for key, why in self.evaluation.settings_the_data_turns_off(dataset)])
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,118 @@
+"""A setting the data turn off (a fraction of a split the layout publishes, the pointing game's tolerance on data
+without lesion masks, age bins where no test image records an age) is found once the data are read, and told then:
+before any training, by `prepare_study`, so by `dpmed plan` as by `dpmed run`, whose log keeps it. Never for a key
+left at its default, nor for the quickstart study."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpmed import run_study
+from dpmed.cli import main
+from dpmed.config import load_study
+from dpmed.study import prepare_study
+
+ARMS = "arms: [{name: base, mechanism: none}]\n"
+EVALUATION = "evaluation: {bootstrap_resamples: 10}\n"
+SMALL = "training: {steps: 1, batch_size: 4}\n"
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "changes nothing" in
+            r.getMessage()]
+
+
+def _table(folder: Path, splits: list[str]) -> Path:
+    """A CSV layout of one grey PNG per row, a patient each, with a split column holding ``splits`` (cycled over 60
+    rows; "" for a row without a split) and no age column."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    (folder / "images").mkdir()
+    rows = ["file,finding,patient,split"]
+    for i in range(60):
+        Image.fromarray(rng.integers(0, 256, (16, 16), dtype=np.uint8)).save(folder / "images" / f"{i}.png")
+        rows.append(f"images/{i}.png,{i // len(splits) % 2},p{i},{splits[i % len(splits)]}")
+    (folder / "t.csv").write_text("\n".join(rows) + "\n")
+    return folder / "t.csv"
+
+
+def _told(write_study, tmp_path, caplog, data: str, evaluation: str = EVALUATION) -> list[str]:
+    study = load_study(write_study(f"name: s\ndata: {{{data}}}\n{SMALL}{evaluation}{ARMS}"))
+    with caplog.at_level(logging.WARNING):
+        prepare_study(study, out=tmp_path / "out")
+    return _warnings(caplog)
+
+
+CSV = ("source: csv, path: t.csv, image_size: 16, labels: [finding], "
+       "columns: {path: file, patient: patient, split: split}")
+
+
+@pytest.mark.parametrize("splits, given, unread", [
+    (["train"] * 4 + ["val", "test"], "{val_fraction: 0.2, test_fraction: 0.2, seed: 3}",
+     ["data.split.val_fraction", "data.split.test_fraction", "data.split.seed"]),
+    (["train"] * 4 + ["test"], "{val_fraction: 0.2, test_fraction: 0.2, seed: 3}", ["data.split.test_fraction"]),
+    ([""], "{official: true, shared_patients: keep, seed: 3}",
+     ["data.split.official", "data.split.shared_patients"]),
+    (["train"] * 4 + ["val", "test"], "{official: false, val_fraction: 0.2, seed: 3}", []),
+])
+def test_a_split_setting_the_layout_turns_off_is_told_once_the_data_are_read(write_study, tmp_path, caplog, splits,
+                                                                            given, unread):
+    _table(tmp_path, splits)
+    said = _told(write_study, tmp_path, caplog, f"{CSV}, split: {given}")
+    assert [line.split(" ")[0] for line in said] == unread, said
+    assert all("runs that finished with it are the same runs without it" in line for line in said), said
+
+
+def test_mask_and_age_settings_are_told_where_the_data_hold_no_masks_or_ages(write_study, tmp_path, caplog):
+    _table(tmp_path, ["train"] * 4 + ["val", "test"])
+    said = _told(write_study, tmp_path, caplog, CSV,
+                 "evaluation: {bootstrap_resamples: 10, fairness: {age_bins: [0, 50]}, "
+                 "explanations: {n_images: 2, pointing_tolerance: 2}}\n")
+    assert [line.split(" ")[0] for line in said] == ["evaluation.explanations.pointing_tolerance",
+                                                     "evaluation.fairness.age_bins"], said
+    assert "t has no lesion masks" in said[0] and "no test image of t records an age" in said[1], said
+    assert all("evaluated again without it, not retrained" in line for line in said), said
+    caplog.clear()
+    said = _told(write_study, tmp_path, caplog, CSV, "evaluation: {bootstrap_resamples: 10, fairness: "
+                                                     "{attributes: [age], age_bins: [0, 50]}}\n")
+    assert [line.split(" ")[0] for line in said] == ["evaluation.fairness.attributes"], said
+
+
+def test_the_phantom_s_masks_and_ages_read_those_settings(write_study, tmp_path, caplog):
+    said = _told(write_study, tmp_path, caplog, "n_images: 80, image_size: 16",
+                 "evaluation: {bootstrap_resamples: 10, fairness: {attributes: [age], age_bins: [0, 50]}, "
+                 "explanations: {n_images: 2, pointing_tolerance: 2}}\n")
+    assert said == []
+
+
+def test_the_quickstart_study_is_told_of_no_setting_the_data_turn_off(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        prepare_study(load_study(), out=tmp_path / "out")
+    assert _warnings(caplog) == []
+
+
+def test_dpmed_run_tells_it_on_the_terminal_and_in_the_private_log(write_study, tmp_path, capsys):
+    _table(tmp_path, ["train"] * 4 + ["val", "test"])
+    path = write_study(f"name: s\ndata: {{{CSV}}}\n{SMALL}{EVALUATION}{ARMS}")
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-progress",
+                 "--set", "data.split.val_fraction=0.3"]) == 0
+    said = "data.split.val_fraction changes nothing, as t publishes its validation split"
+    assert said in capsys.readouterr().err
+    assert said in (tmp_path / "out" / "s" / "private" / "dpmed.log").read_text()
+
+
+def test_a_run_finished_with_a_data_setting_turned_off_is_the_same_run_without_it(write_study, tmp_path):
+    """What the warnings promise: a finished run's data are matched by their content, not by the data section's keys,
+    so dropping a key the source never read (aspect on the phantom, which generates square images) retrains
+    nothing."""
+    def study(extra: str) -> Path:
+        return write_study(f"name: s\ndata: {{n_images: 80, image_size: 16{extra}}}\n{SMALL}{EVALUATION}{ARMS}")
+
+    first = run_study(study(", preprocessing: {aspect: crop}"), out=tmp_path / "out", progress=False)
+    again = run_study(study(""), out=tmp_path / "out", progress=False)
+    assert [r.run_id for r in first.records] == again.resumed == ["base_seed0"]
