@@ -445,3 +445,24 @@ def test_tf32_stays_off_until_the_last_of_overlapping_blocks_ends(monkeypatch):
     assert not torch.backends.cudnn.allow_tf32
     second.__exit__(None, None, None)
     assert torch.backends.cudnn.allow_tf32
+
+
+def test_a_ghost_norm_whose_positions_cancel_still_clips_to_c():
+    """A 3x3 convolution of 512 channels at 7 x 7 (ResNet-18's last stage, where the engine takes ghost norms), fed
+    an input nearly constant across positions and an output gradient that sums to zero over the inner positions: the
+    example's gradient cancels to about 1/1000 of sum_t ||a_t|| ||g_t||, and float32's ghost norm, a sum over
+    position pairs, fell 3 % short of it, so the example passed C by 3 %. Its clipped contribution, read off the
+    engine's sum for that example alone, must have norm C to float32's rounding."""
+    g = torch.Generator().manual_seed(5)
+    conv = nn.Conv2d(512, 512, 3, padding=1, bias=False)
+    x = torch.randn(3, 512, 1, 1, generator=g) + 1e-3 * torch.randn(3, 512, 7, 7, generator=g)
+    inner = torch.randn(3, 512, 5, 5, generator=g)
+    upstream = F.pad(inner - inner.mean((2, 3), keepdim=True), (1, 1, 1, 1))     # d loss / d output, [3, 512, 7, 7]
+    exact = [torch.autograd.grad((conv.double()(x[i:i + 1].double()) * upstream[i].double()).sum(),
+                                 conv.weight)[0].norm().item() for i in range(3)]
+    conv.float()
+    clip = min(exact) / 10                                           # every example clipped
+    for i in range(3):
+        (got,) = GhostClipper(conv).clipped_sum(x[i:i + 1], upstream[i:i + 1], max_grad_norm=clip,
+                                                loss_fn=lambda z, u: (z * u).sum())
+        assert got.double().norm().item() <= clip * (1 + 1e-6)

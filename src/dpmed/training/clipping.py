@@ -193,16 +193,17 @@ class _Tape:
         self.source_versions: list[tuple[int, int]] = []     # (layer, the output's version) per source
         self.states = [_LayerState() for _ in layers]
         self.example_parts: Tensor | None = None   # with groups: each example's own norm part [B], all layers
+        self.eps = 0.0                             # the largest machine epsilon among the layers' gradients
 
     def _add_example_parts(self, parts: Tensor, rows: Tensor | None = None) -> None:
         """Add one layer's share of each example's own norm (``rows``: those examples; None: all B), with groups
         only: the bound that `norms` takes the group rounding slack from."""
         if self.example_parts is None:
-            self.example_parts = parts.new_zeros(self.batch)
+            self.example_parts = parts.new_zeros(self.batch, dtype=torch.float64)
         if rows is None:
             self.example_parts += parts
         else:
-            self.example_parts.index_add_(0, rows, parts)
+            self.example_parts.index_add_(0, rows, parts.double())
 
     def forward_hook(self, index: int) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: Tensor) -> None:
@@ -264,9 +265,10 @@ class _Tape:
             raise PrivacyError(f"the input of module {layer.name!r} was modified in place after the layer used it; "
                                "its per-example gradients cannot be recovered. Remove the in-place operation")
         m, rule = layer.module, layer.rule
+        self.eps = max(self.eps, torch.finfo(g.dtype).eps)
         if self._use_ghost(call.layer, a, g):
             if self.grouping is None:
-                state.partial = rule.ghost.sq_norms(m, a, g, layer.names)           # [B]
+                state.partial = rule.ghost.sq_norms(m, _wide(a), _wide(g), layer.names)     # [B], float64
             else:
                 state.partial = self._grouped_ghost_sq_norms(layer, a, g)           # [P]
             state.kept = (a, g)
@@ -292,17 +294,19 @@ class _Tape:
         """This layer's share of ||sum_{i in G} g_i||^2 per group, [P], at a layer that takes ghost norms: for the
         multi-image groups, ghost dot products of their pairs or their materialised per-example gradients."""
         grouping, m, rule = self.grouping, layer.module, layer.rule
-        sq = g.new_zeros(grouping.count)
+        sq = g.new_zeros(grouping.count, dtype=torch.float64)
         if self._pairs_cheaper(layer, a, g):
-            # sum_i ||g_i||^2 + 2 sum_{i<j in G} <g_i, g_j>, per group
-            own = rule.ghost.sq_norms(m, a, g, layer.names)                                              # [B]
+            # sum_i ||g_i||^2 + 2 sum_{i<j in G} <g_i, g_j>, per group, in float64 as every ghost norm (`_wide`)
+            wa, wg = _wide(a), _wide(g)
+            own = rule.ghost.sq_norms(m, wa, wg, layer.names)                                            # [B]
             self._add_example_parts(own)
             sq.index_add_(0, grouping.index, own)
-            dots = rule.ghost.pair_dots(m, a, g, layer.names, grouping.pair_left, grouping.pair_right)   # [R]
+            dots = rule.ghost.pair_dots(m, wa, wg, layer.names, grouping.pair_left, grouping.pair_right)  # [R]
             return sq.index_add_(0, grouping.pair_group, 2 * dots)
         lone = grouping.lone
         if len(lone):
-            own = rule.ghost.sq_norms(m, a[lone], g[lone], layer.names)   # [B1]; no bound: no slack for a lone one
+            # [B1]; no bound: no slack for a lone one
+            own = rule.ghost.sq_norms(m, _wide(a[lone]), _wide(g[lone]), layer.names)
             sq.index_add_(0, grouping.index[lone], own)
         params = dict(m.named_parameters(recurse=False))
         elements = sum(params[n].numel() for n in layer.names)
@@ -310,7 +314,7 @@ class _Tape:
             per_example = rule.per_example(m, a[rows], g[rows], layer.names)       # {name: [m, *p.shape]}
             self._add_example_parts(self._norm_part(per_example.values(), len(rows)), rows)
             sums = [t.new_zeros(len(ids), *t.shape[1:]).index_add_(0, local, t) for t in per_example.values()]
-            sq.index_add_(0, ids, self._norm_part(sums, len(ids)))
+            sq.index_add_(0, ids, self._norm_part(sums, len(ids)).double())
         return sq
 
     def _pairs_cheaper(self, layer: _Layer, a: Tensor, g: Tensor) -> bool:
@@ -351,7 +355,7 @@ class _Tape:
         """Per-example norms over all parameters, [B]; with groups, norms of the per-group sums, [P]."""
         if self.grouping is not None:
             batch = self.grouping.count
-        total = like.new_zeros(batch)
+        total = like.new_zeros(batch, dtype=torch.float64)
         for state in self.states:
             if state.partial is not None:
                 total = total + state.partial
@@ -374,7 +378,7 @@ class _Tape:
         bound = total.new_zeros(self.grouping.count).index_add_(
             0, self.grouping.index, (own if self.norm_order == 1 else own.sqrt()).to(total.dtype))   # [P]
         shared = self.grouping.shared_ids
-        scale = GROUP_ROUNDING_SLACK * torch.finfo(own.dtype).eps   # the gradients' dtype, whatever the loss's
+        scale = GROUP_ROUNDING_SLACK * self.eps          # the gradients' dtype, whatever the loss's
         slack = scale * (bound if self.norm_order == 1 else bound.square())
         return total.index_add(0, shared, slack[shared])
 
@@ -399,6 +403,21 @@ class _Tape:
             for n, t in sums.items():
                 out[id(params[n])] = t
         return out
+
+
+def _wide(t: Tensor) -> Tensor:
+    """A layer's input or output gradient in float64 for its ghost norm (integer inputs, an embedding's indices, as
+    they are).
+
+    Why: a ghost norm sum_{t,s} (a_t . a_s)(g_t . g_s) sums position pairs whose terms cancel where an example's
+    gradient does (its positions' terms g_t a_t^T point opposite ways), so float32 rounds it by about 1e-7 of
+    (sum_t ||a_t|| ||g_t||)^2, not of the norm. Where the positions' terms cancel to 1/R of that bound, the norm
+    is off by about 1e-7 R^2 relative: a 3x3 convolution of 512 channels at 7 x 7 whose output gradient cancels to
+    1/1000 across positions was normed 3 % short in float32, and its example passed C by as much (benchmarks/
+    RESULTS.md, "A ghost norm's rounding"). Products of float32 numbers are exact in float64, whose sums round at
+    2^-53: that error is 5e-10 relative there. The book-kept sum still runs on the float32 (a, g): only the norms
+    widen, where they are cheap (deep layers, few positions)."""
+    return t.double() if t.is_floating_point() else t
 
 
 @contextlib.contextmanager

@@ -36,10 +36,11 @@ from dpmed.training.layer_rules.rule import GhostRule, Grads, LayerRule, Names, 
 __all__ = ["WS_CONVOLUTION"]
 
 
-def _kernel(m: WSConv2d) -> tuple[Tensor, Tensor]:
-    """(w_hat [C_out, n], s [C_out]) of the layer's current weights, exactly as its forward computes them."""
+def _kernel(m: WSConv2d, like: Tensor) -> tuple[Tensor, Tensor]:
+    """(w_hat [C_out, n], s [C_out]) of the layer's current weights, exactly as its forward computes them, in the
+    dtype of ``like`` (the engine takes ghost norms in float64 from a float32 layer)."""
     w_hat, s = standardize(m.weight.detach(), m.eps)
-    return w_hat.reshape(w_hat.shape[0], -1), s
+    return w_hat.reshape(w_hat.shape[0], -1).to(like.dtype), s.to(like.dtype)
 
 
 def _apply_jacobian(grad_w_hat: Tensor, w_hat: Tensor, s: Tensor) -> Tensor:
@@ -52,8 +53,8 @@ def _apply_jacobian(grad_w_hat: Tensor, w_hat: Tensor, s: Tensor) -> Tensor:
 def _ws_per_example(m: WSConv2d, a: Tensor, g: Tensor, names: Names) -> Grads:
     out = _conv_per_example(m, a, g, names)                                     # grads of w_hat and of the bias
     if "weight" in names:
-        w_hat, s = _kernel(m)
-        per = out["weight"]                                                     # [B, C_out, C_in/G, kh, kw]
+        per = out["weight"]
+        w_hat, s = _kernel(m, per)                                                     # [B, C_out, C_in/G, kh, kw]
         out["weight"] = _apply_jacobian(per.reshape(per.shape[0], *w_hat.shape), w_hat, s).view_as(per)
     return out
 
@@ -61,7 +62,7 @@ def _ws_per_example(m: WSConv2d, a: Tensor, g: Tensor, names: Names) -> Grads:
 def _ws_weighted_sum(m: WSConv2d, a: Tensor, g: Tensor, c: Tensor, names: Names) -> Grads:
     out = _conv_weighted_sum(m, a, g, c, names)
     if "weight" in names:
-        w_hat, s = _kernel(m)
+        w_hat, s = _kernel(m, out["weight"])
         out["weight"] = _apply_jacobian(out["weight"].reshape(w_hat.shape), w_hat, s).view_as(m.weight)
     return out
 
@@ -125,7 +126,7 @@ def _ws_sq_norms(m: WSConv2d, a: Tensor, g: Tensor, names: Names) -> Tensor:
     a4, g4, geo = _conv_2d(m, a, g)
     sq = a4.new_zeros(a4.shape[0])
     if "weight" in names:
-        w_hat, s = _kernel(m)
+        w_hat, s = _kernel(m, a4)
         one, k = _functionals(m, a4, g4, geo, w_hat)
         sq = sq + _projected(_channel_dots(m, a, g, a4, g4, geo), one, one, k, k, w_hat, s)
     if "bias" in names:
@@ -137,7 +138,7 @@ def _ws_pair_dots(m: WSConv2d, a: Tensor, g: Tensor, names: Names, left: Tensor,
     a4, g4, geo = _conv_2d(m, a, g)
     dots = a4.new_zeros(len(left))
     if "weight" in names:
-        w_hat, s = _kernel(m)
+        w_hat, s = _kernel(m, a4)
         one, k = _functionals(m, a4, g4, geo, w_hat)
         channel = _channel_dots(m, a, g, a4, g4, geo, left, right)
         dots = dots + _projected(channel, one[left], one[right], k[left], k[right], w_hat, s)
