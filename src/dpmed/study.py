@@ -230,13 +230,13 @@ def _tell_ignored_caps(study: Study, dataset: Dataset) -> None:
                          "only as a group of them", arm.name, dataset.name)
 
 
-def _tell_settings_the_data_turns_off(study: Study, dataset: Dataset) -> None:
+def _tell_settings_the_data_turn_off(study: Study, dataset: Dataset) -> None:
     """Warn of each setting the study gives that its data, once read, leave unread
-    (`Study.settings_the_data_turns_off`), as `dpmed.config.loading` warns of one another setting turns off, but
+    (`Study.settings_the_data_turn_off`), as `dpmed.config.loading` warns of one another setting turns off, but
     before any training rather than where the file is read, where the data are not yet known; `dpmed plan` says it
     too. A data setting unread changes no finished run (they are matched by their data's content); an evaluation
     setting does, which evaluates them again from their models."""
-    for key, why in study.settings_the_data_turns_off(dataset):
+    for key, why in study.settings_the_data_turn_off(dataset):
         keep = ("runs that finished with it are the same runs without it" if key.startswith("data.") else
                 "finished runs are evaluated again without it, not retrained")
         _log.warning("%s changes nothing, as %s; remove it from the study file, or the --set that gives it (%s)",
@@ -288,7 +288,7 @@ def prepare_study(study: Study, *, out: Path | str = "results") -> PreparedStudy
     load_seconds = time.perf_counter() - start
     if dataset.source.get("summary"):   # before planning, whose refusals (a batch above the set) it may explain
         _log.info("data: %s", dataset.source["summary"])
-    _tell_settings_the_data_turns_off(study, dataset)
+    _tell_settings_the_data_turn_off(study, dataset)
     check_fit(study, dataset)      # before a count is drawn and written: a refusal here leaves the folder as it was
     fingerprint, training_set = data_fingerprints(dataset)
     context = plan_context(dataset)

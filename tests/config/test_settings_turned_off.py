@@ -43,7 +43,7 @@ def test_a_setting_another_setting_turns_off_is_warned_of_naming_both(write_stud
     assert len(said) == 1, said
     assert said[0].startswith(f"study file {path}: {key} changes nothing") and because in said[0], said[0]
     # a training setting turned off is none of a run's settings, and a finished run's data are matched by content:
-    # a run that finished with it is the run without it (tests/test_settings_the_data_turns_off.py resumes one)
+    # a run that finished with it is the run without it (tests/config/test_settings_the_data_turn_off.py resumes one)
     assert "remove it (runs that finished with it are the same runs without it)" in said[0], said[0]
 
 

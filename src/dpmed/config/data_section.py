@@ -243,7 +243,7 @@ class DataConfig(_Strict):
                                                  "patient sits on two sides of one)"))
         return off
 
-    def settings_the_data_turns_off(self, dataset: Dataset) -> list[tuple[str, str]]:
+    def settings_the_data_turn_off(self, dataset: Dataset) -> list[tuple[str, str]]:
         """(key, what turns it off) for each split setting the file gives that ``dataset``, once read, leaves unread:
         the fraction of a split its layout publishes (kept as published), ``split.seed`` where it publishes both
         validation and test (nothing is carved), ``official`` and ``shared_patients`` where it publishes neither

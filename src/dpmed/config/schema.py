@@ -355,7 +355,7 @@ class EvaluationConfig(_Strict):
     # noise from the training images, so not covered by any eps; written only to the study's private folder.
     training_metrics: bool = False
 
-    def settings_the_data_turns_off(self, dataset: Dataset) -> list[tuple[str, str]]:
+    def settings_the_data_turn_off(self, dataset: Dataset) -> list[tuple[str, str]]:
         """(key, what turns it off) for each setting the file gives that ``dataset``, once read, leaves unread:
         ``explanations.pointing_tolerance`` where it has no lesion masks (the pointing game scores a map against
         them), ``fairness.age_bins`` where no test image records an age, ``fairness.attributes`` where no test image
@@ -571,12 +571,12 @@ class Study(_Strict):
             sections += [("pretrain.training", self.pretrain.training), ("pretrain.data", self.pretrain.data)]
         return [(f"{name}.{key}", why) for name, section in sections for key, why in section.settings_turned_off()]
 
-    def settings_the_data_turns_off(self, dataset: Dataset) -> list[tuple[str, str]]:
+    def settings_the_data_turn_off(self, dataset: Dataset) -> list[tuple[str, str]]:
         """(dotted key, what turns it off) for every setting of the study that ``dataset``, once read, leaves unread
-        (`DataConfig.settings_the_data_turns_off`, `EvaluationConfig.settings_the_data_turns_off`): found only once
+        (`DataConfig.settings_the_data_turn_off`, `EvaluationConfig.settings_the_data_turn_off`): found only once
         the data are read, so told by `dpmed.study.prepare_study`, not where the file is read."""
-        return ([(f"data.{key}", why) for key, why in self.data.settings_the_data_turns_off(dataset)]
-                + [(f"evaluation.{key}", why) for key, why in self.evaluation.settings_the_data_turns_off(dataset)])
+        return ([(f"data.{key}", why) for key, why in self.data.settings_the_data_turn_off(dataset)]
+                + [(f"evaluation.{key}", why) for key, why in self.evaluation.settings_the_data_turn_off(dataset)])
 
     @field_validator("name")
     @classmethod
