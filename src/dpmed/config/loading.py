@@ -274,8 +274,11 @@ def _apply(raw: dict, key: str, value: Any, origin: str) -> tuple[list[list[str]
 
 def check_study(study: schema.Study) -> schema.Study:
     """``study`` validated again: a Study edited with pydantic's ``model_copy(update=...)`` skips validation, and
-    an invalid one would fail late, deep in planning, in pydantic's words. Raises ConfigError as load_study does."""
-    raw = study.model_dump(warnings=False)
+    an invalid one would fail late, deep in planning, in pydantic's words. Raises ConfigError as load_study does.
+    Only the keys given are validated again, so that the Study keeps which they are (``model_fields_set``): a full
+    dump gave every default, and `dpmed run` then warned of defaults no study file held as settings the data turn
+    off (`Study.settings_the_data_turn_off`)."""
+    raw = study.model_dump(warnings=False, exclude_unset=True)
     try:
         checked = schema.Study.model_validate(raw)
     except ValidationError as exc:
