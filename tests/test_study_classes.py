@@ -138,6 +138,12 @@ def test_a_binary_validation_split_with_few_images_of_a_class_is_warned_of(phant
         "(Youden's J) is chosen on them, so its sensitivity and specificity may not carry over to the test images; "
         "give validation more of them (data.split.val_fraction, or the split column or folders)"]
     caplog.clear()
+    # a validation split the layout publishes is kept as published: data.split.val_fraction would give it nothing
+    with caplog.at_level("WARNING", logger="dpmed.suitability"):
+        check_classes(replace(data, source={"split": {"published": ["val", "test"]}}), where="labels.csv")
+    assert [r.getMessage().split("; ")[-1] for r in caplog.records] == [
+        "give validation more of them (the split column or folders that publish it)"]
+    caplog.clear()
     with caplog.at_level("WARNING", logger="dpmed.suitability"):
         check_classes(replace(phantom, val=phantom.train), where="phantom")     # 10 or more of each: no word
     assert not caplog.records

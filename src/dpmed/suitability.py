@@ -83,11 +83,14 @@ def check_classes(dataset: Dataset, *, where: str) -> None:
         _warn_of_undefined_test_aurocs(dataset, where=where)
     if kind == "binary":
         counts = np.bincount(np.asarray(dataset.val.labels).reshape(-1).astype(np.int64), minlength=2)
+        # a published validation split is kept as published: data.split.val_fraction gives it nothing
+        how = ("the split column or folders that publish it" if "val" in dataset.source.get("split", {}).get(
+            "published", ()) else "data.split.val_fraction, or the split column or folders")
         for c in np.flatnonzero(counts < MIN_CLASS_COUNT):
             _log.warning("%s: the validation split holds only %d images of class %s: the threshold every run "
                          "decides at (Youden's J) is chosen on them, so its sensitivity and specificity may not "
-                         "carry over to the test images; give validation more of them (data.split.val_fraction, or "
-                         "the split column or folders)", where, counts[c], names[c] if c < len(names) else c)
+                         "carry over to the test images; give validation more of them (%s)", where, counts[c],
+                         names[c] if c < len(names) else c, how)
     if dataset.task.classes_from_data:
         # The class count is released (study.yaml, the report, the model's last layer); counted from the images, it
         # is a fact of the evaluation splits (which DP does not protect) only when they hold every training class.

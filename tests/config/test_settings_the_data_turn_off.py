@@ -68,6 +68,31 @@ def test_a_split_setting_the_layout_turns_off_is_told_once_the_data_are_read(wri
     assert all("runs that finished with it are the same runs without it" in line for line in said), said
 
 
+def test_a_kermany_layout_with_a_small_published_validation_names_val_fraction_once(write_study, tmp_path, caplog):
+    """Kaggle's copy of the Kermany folders publishes a val/ of 16 images: its warning, the per-class one on so few
+    images and the unread val_fraction each named data.split.val_fraction, the first two as if it were read. It is
+    named once, as changing nothing; the others say how validation is made larger."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, n, first in (("train", 20, 0), ("val", 3, 100), ("test", 5, 200)):   # a patient per image
+        for label, name in (("NORMAL", "IM-{:04d}-0001.jpeg"), ("PNEUMONIA", "person{}_bacteria_1.jpeg")):
+            (tmp_path / "chest_xray" / split / label).mkdir(parents=True)
+            for i in range(first, first + n):
+                Image.fromarray(rng.integers(0, 256, (20, 20), dtype=np.uint8)).save(
+                    tmp_path / "chest_xray" / split / label / name.format(i))
+    study = load_study(write_study(f"name: s\ndata: {{source: folders, path: chest_xray, image_size: 16, split: "
+                                   f"{{val_fraction: 0.1}}}}\n{SMALL}{EVALUATION}{ARMS}"))
+    with caplog.at_level(logging.WARNING):
+        prepare_study(study, out=tmp_path / "out")
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("publishes a validation split of only 6 images" in line for line in said), said
+    assert [line for line in said if "val_fraction" in line] == [
+        "data.split.val_fraction changes nothing, as chest_xray publishes its validation split, kept as published; "
+        "remove it from the study file, or the --set that gives it (runs that finished with it are the same runs "
+        "without it)"], said
+
+
 def test_mask_and_age_settings_are_told_where_the_data_hold_no_masks_or_ages(write_study, tmp_path, caplog):
     _table(tmp_path, ["train"] * 4 + ["val", "test"])
     said = _told(write_study, tmp_path, caplog, CSV,

@@ -159,15 +159,16 @@ _SMALL_VALIDATION = 50
 
 def _tell_small_published_validation(manifest: Manifest, val: ImageSet, published: bool) -> None:
     """Warn where the layout publishes a validation split of fewer than _SMALL_VALIDATION images (Kaggle's copy of
-    the Kermany release: a val/ folder of 16): it replaces the one dpmed would carve (``split.val_fraction`` is then
-    unused), and the threshold rests on it. Its size is no training statistic (study.yaml states it)."""
+    the Kermany release: a val/ folder of 16): it replaces the one dpmed would carve, and the threshold rests on it.
+    Its size is no training statistic (study.yaml states it). A ``split.val_fraction`` the study gives is told unread
+    once, by `dpmed.study.prepare_study` (`DataConfig.settings_the_data_turn_off`), not here too."""
     if not published or len(val) >= _SMALL_VALIDATION:
         return
     _log.warning("%s publishes a validation split of only %d images, and it is used as published: the decision "
-                 "threshold (and so accuracy, sensitivity and specificity) is chosen on them, and "
-                 "data.split.val_fraction is not used. To carve validation from the training patients instead, "
-                 "move the published validation images into train (for the Kermany folders: chest_xray/val into "
-                 "chest_xray/train), or set data.split.official: false to divide every image by the fractions",
+                 "threshold (and so accuracy, sensitivity and specificity) is chosen on them. To carve validation "
+                 "from the training patients instead, move the published validation images into train (for the "
+                 "Kermany folders: chest_xray/val into chest_xray/train), or set data.split.official: false to "
+                 "divide every image by the fractions",
                  manifest.name, len(val))
 
 
